@@ -1,0 +1,1 @@
+"""Pure logic: no I/O, no kopf, no Kubernetes, no network."""

@@ -1,0 +1,191 @@
+"""Early stopping: decide from a prefix of a configuration's scores whether it reaches tau.
+
+Feasibility is defined on the whole dataset of N samples: a configuration is feasible when its
+mean score over all N is >= tau. The search draws samples without replacement in one seeded
+order, so a prefix of b scores is a simple random sample of the finite population.
+
+Three layers decide, in order:
+1. Exact bounds: the unseen N - b scores lie in [0, 1], so the full mean lies in
+   [S/N, (S + N - b)/N]. When that interval clears tau the verdict is certain; at b = N it is
+   always certain.
+2. A statistical test at this look (Wilson or betting, below).
+3. At the largest budget, if the test is still undecided, the point estimate decides.
+
+The two errors are not equally bad. A wrongly rejected configuration is never looked at again:
+it silently vanishes from the Pareto front. A wrongly accepted one is reported with its sample
+count and sits next to tau. So rejection is controlled for the whole search (the probability of
+rejecting ANY feasible configuration is <= 1 - confidence, split over the space), while
+acceptance is controlled per configuration (each accepted one is >= tau with probability
+>= confidence).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+from scipy.stats import norm
+
+FloatArray = npt.NDArray[np.float64]
+
+# Means are sums of floats: a configuration whose recorded accuracy equals tau must not be
+# rejected because 0.1 + 0.2 != 0.3.
+TOLERANCE = 1e-9
+# Fraction of the maximal safe bet staked per sample; below 1 so one unlucky score cannot
+# wipe out the capital (Waudby-Smith & Ramdas use 1/2 to 3/4).
+BET_CAP = 0.5
+
+
+class IntervalMethod(StrEnum):
+    """How a look at a prefix of scores turns into a verdict."""
+
+    WILSON = "wilson"
+    BETTING = "betting"
+
+
+class Verdict(StrEnum):
+    """What a look concluded about one configuration."""
+
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    UNDECIDED = "undecided"
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """The early-stopping test shared by every configuration of one search."""
+
+    tau: float
+    population: int
+    budgets: tuple[int, ...]
+    confidence: float = 0.95
+    space_size: int = 1
+    method: IntervalMethod = IntervalMethod.WILSON
+
+    def __post_init__(self) -> None:
+        if not 0 < self.tau <= 1:
+            raise ValueError(f"tau must be in (0, 1], got {self.tau}")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
+        if not self.budgets or any(b <= a for a, b in itertools.pairwise(self.budgets)):
+            raise ValueError(f"budgets must be strictly increasing, got {list(self.budgets)}")
+        if self.budgets[0] < 1 or self.budgets[-1] > self.population:
+            raise ValueError(
+                f"budgets must lie in 1..{self.population} (the dataset size), "
+                f"got {list(self.budgets)}"
+            )
+
+    @property
+    def alpha_accept(self) -> float:
+        """Per-configuration probability of accepting one whose full mean is below tau."""
+        return 1 - self.confidence
+
+    @property
+    def alpha_reject(self) -> float:
+        """Per-configuration share of the search-wide probability of rejecting a feasible one."""
+        return (1 - self.confidence) / max(1, self.space_size)
+
+    @property
+    def statistical_looks(self) -> int:
+        """Looks that can stop on evidence; a look at the full dataset is exact and spends none."""
+        return max(1, sum(1 for b in self.budgets if b < self.population))
+
+    def judge(self, scores: Sequence[float] | FloatArray) -> Verdict:
+        """The verdict after seeing these scores, in draw order (len(scores) is the budget)."""
+        x = np.asarray(scores, dtype=np.float64)
+        seen = len(x)
+        total = float(x.sum())
+        n = self.population
+        if total / n >= self.tau - TOLERANCE:
+            return Verdict.FEASIBLE
+        if (total + n - seen) / n < self.tau - TOLERANCE:
+            return Verdict.INFEASIBLE
+        if self.method is IntervalMethod.WILSON:
+            verdict = self._wilson(total / seen, seen)
+        else:
+            verdict = self._betting(x)
+        if verdict is Verdict.UNDECIDED and seen >= self.budgets[-1]:
+            mean = total / seen
+            return Verdict.FEASIBLE if mean >= self.tau - TOLERANCE else Verdict.INFEASIBLE
+        return verdict
+
+    def next_budget(self, seen: int) -> int | None:
+        """The next budget above what was seen, or None when the schedule is spent."""
+        return next((b for b in self.budgets if b > seen), None)
+
+    @cached_property
+    def _wilson_z(self) -> tuple[float, float]:
+        """One-sided normal quantiles for accepting and rejecting, Bonferroni over the looks."""
+        looks = self.statistical_looks
+        return (
+            float(norm.ppf(1 - self.alpha_accept / looks)),
+            float(norm.ppf(1 - self.alpha_reject / looks)),
+        )
+
+    def _wilson(self, mean: float, seen: int) -> Verdict:
+        z_accept, z_reject = self._wilson_z
+        lower, _ = wilson_interval(mean, seen, z_accept, self.population)
+        if lower >= self.tau:
+            return Verdict.FEASIBLE
+        _, upper = wilson_interval(mean, seen, z_reject, self.population)
+        if upper < self.tau:
+            return Verdict.INFEASIBLE
+        return Verdict.UNDECIDED
+
+    def _betting(self, x: FloatArray) -> Verdict:
+        up, down = betting_log_capital(x, self.tau, self.population)
+        if up >= math.log(1 / self.alpha_accept):
+            return Verdict.FEASIBLE
+        if down >= math.log(1 / self.alpha_reject):
+            return Verdict.INFEASIBLE
+        return Verdict.UNDECIDED
+
+
+def wilson_interval(mean: float, seen: int, z: float, population: int) -> tuple[float, float]:
+    """Wilson score interval for a mean in [0, 1], narrowed for sampling without replacement.
+
+    Bernoulli variance mu(1 - mu) bounds the variance of any score in [0, 1] with mean mu, so
+    the interval is conservative for continuous scores such as F1.
+    """
+    fpc = (population - seen) / (population - 1) if population > 1 else 0.0
+    z2 = z * z * fpc
+    denominator = 1 + z2 / seen
+    centre = (mean + z2 / (2 * seen)) / denominator
+    half = math.sqrt(z2) * math.sqrt(mean * (1 - mean) / seen + z2 / (4 * seen * seen))
+    return centre - half / denominator, centre + half / denominator
+
+
+def betting_log_capital(x: FloatArray, tau: float, population: int) -> tuple[float, float]:
+    """Log wealth of two bets against the null "full mean == tau", sampling without replacement.
+
+    ``up`` bets that the mean is above tau, ``down`` that it is below. Each is a nonnegative
+    martingale under its null (Waudby-Smith & Ramdas 2020, "Confidence sequences for sampling
+    without replacement"), so by Ville's inequality it ever reaches 1/alpha with probability
+    <= alpha, however often it is looked at: no correction for repeated looks is needed. The
+    stake adapts to the observed variance (aGRAPA), so low-variance scores decide sooner.
+    Under the null, before draw i the unseen scores have mean c_i = (N tau - S_{i-1}) / (N-i+1).
+    The caller has already excluded the cases where c_i leaves [0, 1] (exact bounds).
+    """
+    t = len(x)
+    i = np.arange(1, t + 1, dtype=np.float64)
+    before = np.concatenate(([0.0], np.cumsum(x)[:-1]))
+    remaining = population - i + 1
+    c = np.clip((population * tau - before) / remaining, 1e-12, 1 - 1e-12)
+    # Predictable estimates from the draws before i, regularised towards 1/2.
+    mean_before = (0.5 + before) / i
+    running_mean = (0.5 + np.cumsum(x)) / (i + 1)
+    squares = np.concatenate(([0.0], np.cumsum((x - running_mean) ** 2)[:-1]))
+    var_before = (0.25 + squares) / i
+    edge = mean_before - c
+    stake = edge / (var_before + edge**2)
+    up_stake = np.clip(stake, 0.0, BET_CAP / c)
+    down_stake = np.clip(-stake, 0.0, BET_CAP / (1 - c))
+    up = float(np.log1p(up_stake * (x - c)).sum())
+    down = float(np.log1p(-down_stake * (x - c)).sum())
+    return up, down

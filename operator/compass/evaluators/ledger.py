@@ -1,0 +1,375 @@
+"""The ledger: recorded per-sample scores, read for replay and appended as a search checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import operator
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from compass.domain.evaluation import Config, EvaluationError, Evaluator, ParamValue
+from compass.domain.space import config_key
+
+log = logging.getLogger(__name__)
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+_LINE_SHAPE = 'each line must be one JSON object like {"config": {...}, "scores": [...]}'
+_SCORE_RULE = "every score must be a number in [0, 1]"
+_INDEX_RULE = "every sample index must be an integer >= 0"
+
+
+class LedgerError(ValueError):
+    """A ledger file or fact is invalid; the message names the file, the line and the fix."""
+
+
+def _kind(value: object) -> str:
+    """The JSON type of a value, as a user would name it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _show(value: object) -> str:
+    return json.dumps(value) if isinstance(value, str | bool) or value is None else repr(value)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class Ledger:
+    """Per-sample scores by configuration, merged from any number of lines or batches."""
+
+    def __init__(self, source: str = "ledger") -> None:
+        """Start empty; `source` names the ledger in error messages."""
+        self.source = source
+        self._configs: dict[str, dict[str, ParamValue]] = {}
+        # One array per configuration, indexed by sample, NaN where unknown: a batch lookup
+        # is one fancy-index instead of a dict probe per sample.
+        self._scores: dict[str, FloatArray] = {}
+        self._facts = 0
+
+    def __len__(self) -> int:
+        """The number of configurations."""
+        return len(self._configs)
+
+    def __contains__(self, config: Config) -> bool:
+        """Whether the ledger holds any score for this configuration."""
+        return config_key(config) in self._configs
+
+    @property
+    def fact_count(self) -> int:
+        """The number of (configuration, sample) scores held."""
+        return self._facts
+
+    def configs(self) -> list[dict[str, ParamValue]]:
+        """Configurations in first-seen order, as first written."""
+        return [dict(c) for c in self._configs.values()]
+
+    def add(self, config: Config, indices: Sequence[int], scores: Sequence[float]) -> None:
+        """Record scores; a known (config, index) with a different score raises LedgerError."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        new = np.asarray(scores, dtype=np.float64).reshape(-1)
+        if idx.size != new.size:
+            raise LedgerError(f"{idx.size} sample indices but {new.size} scores")
+        if idx.size and int(idx.min()) < 0:
+            raise LedgerError(f"negative sample index {int(idx.min())}; {_INDEX_RULE}")
+        if np.unique(idx).size != idx.size:
+            raise LedgerError("a sample index is listed twice in one batch")
+        key = config_key(config)
+        row = self._scores.get(key, np.full(0, np.nan))
+        if idx.size and int(idx.max()) >= row.size:
+            # Grow geometrically so batch-by-batch appends stay linear overall.
+            grown = np.full(max(int(idx.max()) + 1, 2 * row.size), np.nan)
+            grown[: row.size] = row
+            row = grown
+        old = row[idx]
+        seen = ~np.isnan(old)
+        clash = np.flatnonzero(seen & (old != new))
+        if clash.size:
+            i = int(clash[0])
+            raise LedgerError(
+                f"sample {int(idx[i])} of configuration {key} has score {new[i]!r} here "
+                f"but {old[i]!r} earlier; a sample's score must not change, remove the stale one"
+            )
+        row[idx] = new
+        self._facts += int(idx.size - np.count_nonzero(seen))
+        self._scores[key] = row
+        self._configs.setdefault(key, dict(config))
+
+    def lookup(self, config: Config, indices: Sequence[int]) -> FloatArray:
+        """Scores for the given indices, in order, NaN where unknown."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        out = np.full(idx.size, np.nan)
+        row = self._scores.get(config_key(config))
+        if row is not None:
+            inside = (idx >= 0) & (idx < row.size)
+            out[inside] = row[idx[inside]]
+        return out
+
+    def known(self, config: Config, indices: Sequence[int]) -> BoolArray:
+        """Whether each given index has a score for this configuration."""
+        return ~np.isnan(self.lookup(config, indices))
+
+    def scores(self, config: Config) -> dict[int, float]:
+        """All known scores of a configuration by sample index (empty if unknown)."""
+        row = self._scores.get(config_key(config))
+        if row is None:
+            return {}
+        where = np.flatnonzero(~np.isnan(row))
+        return dict(zip(where.tolist(), row[where].tolist(), strict=True))
+
+    def complete_length(self, config: Config) -> int:
+        """n such that samples 0..n-1 are all known for this configuration."""
+        row = self._scores.get(config_key(config))
+        if row is None:
+            return 0
+        gaps = np.flatnonzero(np.isnan(row))
+        return int(gaps[0]) if gaps.size else int(row.size)
+
+
+def _parse_fact(obj: Any) -> tuple[dict[str, ParamValue], list[int], list[float]]:
+    """Validate one decoded line; raise LedgerError with the field and the fix (no location)."""
+    if not isinstance(obj, dict):
+        raise LedgerError(f"expected a JSON object, got {_kind(obj)}; {_LINE_SHAPE}")
+    if "config" not in obj:
+        raise LedgerError(f'"config" is missing; {_LINE_SHAPE}')
+    config = obj["config"]
+    if not isinstance(config, dict):
+        raise LedgerError(
+            f'"config" is {_kind(config)}, not an object; write it as {{"param": value, ...}}'
+        )
+    for name, value in config.items():
+        finite = not isinstance(value, float) or math.isfinite(value)
+        if not isinstance(value, str | int | float) or not finite:
+            what = _kind(value) if finite else str(value)
+            raise LedgerError(
+                f'"config" value of "{name}" is {what}; '
+                "every parameter value must be a string, a finite number or a boolean"
+            )
+    if "scores" not in obj:
+        raise LedgerError(f'"scores" is missing; {_LINE_SHAPE}')
+    scores = obj["scores"]
+    if not isinstance(scores, list):
+        raise LedgerError(f'"scores" is {_kind(scores)}, not a list; {_SCORE_RULE}')
+    for position, score in enumerate(scores):
+        if not _is_number(score):
+            raise LedgerError(f'"scores" has a non-numeric value {_show(score)}; {_SCORE_RULE}')
+        if not 0.0 <= score <= 1.0:  # NaN fails both comparisons
+            what = "NaN" if score != score else _show(score)
+            raise LedgerError(
+                f'"scores" has {what} at position {position}, outside [0, 1]; {_SCORE_RULE}'
+            )
+    if "samples" not in obj:
+        return config, list(range(len(scores))), [float(s) for s in scores]
+    samples = obj["samples"]
+    if not isinstance(samples, list):
+        raise LedgerError(
+            f'"samples" is {_kind(samples)}, not a list; {_INDEX_RULE} '
+            '(or leave "samples" out to mean 0..len-1)'
+        )
+    seen: set[int] = set()
+    for index in samples:
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise LedgerError(f'"samples" has a non-integer value {_show(index)}; {_INDEX_RULE}')
+        if index < 0:
+            raise LedgerError(f'"samples" has a negative index {index}; {_INDEX_RULE}')
+        if index in seen:
+            raise LedgerError(f'"samples" lists index {index} twice; list each sample once a line')
+        seen.add(index)
+    if len(samples) != len(scores):
+        raise LedgerError(
+            f'"samples" has {len(samples)} indices but "scores" has {len(scores)} values; '
+            "give exactly one score per sample index"
+        )
+    return config, samples, [float(s) for s in scores]
+
+
+def _read(path: Path) -> tuple[Ledger, int]:
+    """Read a ledger; also return the byte length of its intact part (a torn tail excluded)."""
+    source = str(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise LedgerError(f"{source}: no such file; check the path") from None
+    except OSError as exc:
+        raise LedgerError(f"{source}: cannot read ({exc.strerror}); check the path") from None
+    ledger = Ledger(source)
+    lines = data.split(b"\n")
+    intact = len(data)
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        last = number == len(lines)  # only the final piece can lack its newline
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if last:
+                # A crash mid-write leaves a partial final line; its batch is simply lost.
+                log.warning(
+                    "%s line %d: dropping an incomplete final line (%d bytes), "
+                    "left by an interrupted write",
+                    source,
+                    number,
+                    len(raw),
+                )
+                intact = len(data) - len(raw)
+                break
+            detail = (
+                f"{exc.msg} at column {exc.colno}"
+                if isinstance(exc, json.JSONDecodeError)
+                else "not UTF-8"
+            )
+            raise LedgerError(
+                f"{source} line {number}: not valid JSON ({detail}); {_LINE_SHAPE}"
+            ) from None
+        try:
+            ledger.add(*_parse_fact(obj))
+        except LedgerError as exc:
+            raise LedgerError(f"{source} line {number}: {exc}") from None
+    return ledger, intact
+
+
+def read_ledger(path: str | os.PathLike[str]) -> Ledger:
+    """Read and validate a ledger file (replay or checkpoint format)."""
+    return _read(Path(path))[0]
+
+
+class ReplayEvaluator:
+    """Serves recorded scores; asking for anything not recorded is an error."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        """Replay from an already-read ledger."""
+        self.ledger = ledger
+
+    def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
+        """Recorded scores for these samples, in the order given."""
+        if config not in self.ledger:
+            raise EvaluationError(
+                f"replay ledger {self.ledger.source} has no scores for configuration "
+                f"{config_key(config)}; record it, or remove it from the space"
+            )
+        values = self.ledger.lookup(config, sample_indices)
+        missing = [i for i, v in zip(sample_indices, values.tolist(), strict=True) if v != v]
+        if missing:
+            shown = ", ".join(map(str, missing[:5]))
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            held = self.ledger.complete_length(config)
+            holds = f"samples 0..{held - 1} are all recorded" if held else "sample 0 is missing"
+            raise EvaluationError(
+                f"replay ledger {self.ledger.source} has no score for sample(s) {shown}{more} "
+                f"of configuration {config_key(config)} ({holds}); "
+                "record those samples, or lower the budget to what the ledger holds"
+            )
+        return cast(list[float], values.tolist())
+
+
+class CheckpointLedger:
+    """An append-only ledger file: each batch is one line, on disk before append returns."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Open (or create) the checkpoint, load its facts and cut off any torn final line."""
+        self.path = Path(path)
+        if self.path.exists():
+            self.ledger, intact = _read(self.path)
+            with self.path.open("r+b") as f:
+                f.truncate(intact)
+                if intact:
+                    f.seek(intact - 1)
+                    # A hand-written last line may lack its newline: add one so the next
+                    # line is not glued to it.
+                    if f.read(1) != b"\n":
+                        f.write(b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.touch()
+            self.ledger = Ledger(str(self.path))
+            # The new directory entry must survive a crash too, not only the file's contents.
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        self.facts_at_open = self.ledger.fact_count
+
+    def append(self, config: Config, indices: Sequence[int], scores: Sequence[float]) -> None:
+        """Record one batch in memory and durably on disk."""
+        # Check the line exactly as a resumed run will read it, and reject conflicts, before
+        # writing: one bad line would stop every later resume.
+        try:
+            line = json.dumps(
+                {
+                    "config": dict(config),
+                    "samples": [operator.index(i) for i in indices],
+                    "scores": list(scores),
+                },
+                allow_nan=False,
+            )
+            self.ledger.add(*_parse_fact(json.loads(line)))
+        except (TypeError, ValueError) as exc:  # LedgerError is a ValueError
+            raise LedgerError(f"{self.path}: cannot record this batch: {exc}") from None
+        # One write of a whole line to an O_APPEND file: a crash leaves at most a torn tail.
+        with self.path.open("ab") as f:
+            f.write(line.encode("utf-8") + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _checked_scores(values: Iterable[object], expected: int) -> list[float]:
+    """The inner evaluator's scores, or EvaluationError if they could not be replayed later."""
+    scores: list[float] = []
+    for score in values:
+        if isinstance(score, bool) or not isinstance(score, int | float):
+            raise EvaluationError(f"evaluator returned score {score!r}; {_SCORE_RULE}")
+        if not 0.0 <= score <= 1.0:
+            raise EvaluationError(f"evaluator returned score {score!r}; {_SCORE_RULE}")
+        scores.append(float(score))
+    if len(scores) != expected:
+        raise EvaluationError(f"evaluator returned {len(scores)} scores for {expected} samples")
+    return scores
+
+
+class CheckpointedEvaluator:
+    """Serves facts from the checkpoint and evaluates (then records) only what is missing."""
+
+    def __init__(self, inner: Evaluator, checkpoint: CheckpointLedger) -> None:
+        """Wrap `inner`; counters start at zero."""
+        self.inner = inner
+        self.checkpoint = checkpoint
+        self.reused = 0  # sample evaluations answered from the checkpoint
+        self.computed = 0  # sample evaluations asked of `inner`
+
+    def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
+        """Per-sample scores in the order given, evaluating each missing sample once."""
+        values = self.checkpoint.ledger.lookup(config, sample_indices)
+        unknown = np.isnan(values)
+        if unknown.any():
+            # dict.fromkeys: first-seen order, each index once even if requested twice.
+            missing = list(
+                dict.fromkeys(int(i) for i, u in zip(sample_indices, unknown, strict=True) if u)
+            )
+            fresh = _checked_scores(self.inner.evaluate(config, missing), len(missing))
+            self.checkpoint.append(config, missing, fresh)
+            self.computed += len(missing)
+            values = self.checkpoint.ledger.lookup(config, sample_indices)
+        self.reused += int(np.count_nonzero(~unknown))
+        return cast(list[float], values.tolist())

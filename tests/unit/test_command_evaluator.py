@@ -1,0 +1,168 @@
+"""The command evaluator, run against real subprocesses: the protocol and each failure mode."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from compass.domain.evaluation import EvaluationError, ParamValue
+from compass.evaluators import CommandEvaluator
+
+CONFIG: dict[str, ParamValue] = {"retriever_k": 5, "model": "small"}
+
+
+def _python(
+    script: str,
+    timeout_s: float = 600,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> CommandEvaluator:
+    """An evaluator running a Python script in this test's interpreter."""
+    argv = [sys.executable, "-c", textwrap.dedent(script)]
+    return CommandEvaluator(argv, timeout_s=timeout_s, cwd=cwd, env=env)
+
+
+def test_scores_come_back_in_sample_order() -> None:
+    """The command sees config and samples on stdin; its JSON list is returned as floats."""
+    evaluator = _python(
+        """
+        import json, sys
+        request = json.load(sys.stdin)
+        k = request["config"]["retriever_k"]
+        print(json.dumps([(i * k % 10) / 10 for i in request["samples"]]))
+        """
+    )
+    assert evaluator.evaluate(CONFIG, [3, 0, 1]) == [0.5, 0.0, 0.5]
+    assert evaluator.evaluate(CONFIG, []) == []
+
+
+def test_object_with_scores_is_accepted_and_ints_become_floats(tmp_path: Path) -> None:
+    """{"scores": [...]} works too; cwd and extra env reach the command."""
+    (tmp_path / "answer.txt").write_text("1")
+    evaluator = _python(
+        """
+        import json, os, sys
+        json.load(sys.stdin)
+        value = int(open("answer.txt").read())
+        assert os.environ["PATH"], "extra env must not wipe the environment"
+        print(json.dumps({"scores": [value, float(os.environ["SECOND"])], "extra": "ignored"}))
+        """,
+        cwd=tmp_path,
+        env={"SECOND": "0.25"},
+    )
+    scores = evaluator.evaluate(CONFIG, [0, 1])
+    assert scores == [1.0, 0.25]
+    assert all(type(s) is float for s in scores)
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        ("import sys; print('boom', file=sys.stderr); sys.exit(3)", "exit code 3"),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", "killed by signal SIGTERM"),
+        ("print('not json')", "stdout is not JSON (starts with 'not json')"),
+        ("pass", "printed nothing on stdout"),
+        ("print('[0.5]')", "returned 1 scores for 2 samples"),
+        ("print('{\"score\": [0.5, 0.5]}')", "no list of scores"),
+        ("print('[0.5, \"x\"]')", 'score 1 is "x", not a number'),
+        ("print('[0.5, true]')", "score 1 is true, not a number"),
+        ("print('[0.5, 1.5]')", "score 1 is 1.5, outside [0, 1]"),
+        ("print('[NaN, 0.5]')", "score 0 is nan, outside [0, 1]"),
+    ],
+)
+def test_failures_name_command_config_and_cause(script: str, expected: str) -> None:
+    """Each failure is an EvaluationError whose first line names command, config and cause."""
+    evaluator = _python("import json, sys; json.load(sys.stdin)\n" + script)
+    with pytest.raises(EvaluationError) as info:
+        evaluator.evaluate(CONFIG, [0, 1])
+    first_line = str(info.value).splitlines()[0]
+    assert first_line.startswith(f"evaluator command {Path(sys.executable).name} failed")
+    assert '{"model": "small", "retriever_k": 5}' in first_line
+    assert expected in first_line
+
+
+def test_stderr_tail_is_the_last_twenty_lines() -> None:
+    """The error carries the end of stderr, where the real cause usually is."""
+    evaluator = _python(
+        """
+        import sys
+        for n in range(50):
+            print(f"log line {n}", file=sys.stderr)
+        sys.exit(1)
+        """
+    )
+    with pytest.raises(EvaluationError) as info:
+        evaluator.evaluate(CONFIG, [0])
+    message = str(info.value)
+    assert "log line 49" in message
+    assert "log line 30" in message
+    assert "log line 29" not in message
+
+
+def test_missing_program_is_an_evaluation_error(tmp_path: Path) -> None:
+    """A command that does not exist fails as EvaluationError, naming it."""
+    evaluator = CommandEvaluator([str(tmp_path / "no-such-scorer")])
+    with pytest.raises(EvaluationError, match=r"no-such-scorer.*cannot start"):
+        evaluator.evaluate(CONFIG, [0])
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie (Linux /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks process state through /proc")
+def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    """A hung command and the children it started are killed, and the error says timeout."""
+    pid_file = tmp_path / "child.pid"
+    evaluator = _python(
+        f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        print("still working", file=sys.stderr, flush=True)
+        time.sleep(60)
+        """,
+        timeout_s=1.0,
+    )
+    start = time.monotonic()
+    with pytest.raises(EvaluationError) as info:
+        evaluator.evaluate(CONFIG, [0])
+    assert time.monotonic() - start < 15
+    message = str(info.value)
+    assert "timed out after 1 s" in message.splitlines()[0]
+    assert "still working" in message
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def test_empty_command_is_rejected() -> None:
+    """An empty argv is a configuration mistake caught at construction."""
+    with pytest.raises(ValueError, match="empty"):
+        CommandEvaluator([])
+
+
+def test_command_runs_without_a_shell(tmp_path: Path) -> None:
+    """Arguments are passed verbatim: shell syntax in them is not interpreted."""
+    marker = tmp_path / "pwned"
+    evaluator = _python(
+        """
+        import json, sys
+        json.load(sys.stdin)
+        print(json.dumps([1.0 if sys.argv[1].startswith("; touch") else 0.0]))
+        """
+    )
+    evaluator.argv.append(f"; touch {marker}")
+    assert evaluator.evaluate(CONFIG, [0]) == [1.0]
+    assert not marker.exists()
