@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 _BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -68,6 +68,7 @@ from compass.evaluators import (
     read_ledger,
 )
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
+from compass.usage import Parser, UsageError, fail
 
 DEFAULT_BUDGETS = (10, 25, 50, 100)
 DEFAULT_LEDGER = "compass-search.ledger.jsonl"
@@ -87,23 +88,6 @@ _PYDANTIC_FIXES = {
     "string_pattern_mismatch": "start with a letter or _ and use only letters, digits and _",
     "string_too_long": "shorten it",
 }
-
-
-class UsageError(Exception):
-    """Bad input: a one-line `<field>: <what is wrong>; <the fix>`; exit code 2."""
-
-    def __init__(self, message: str, prog: str | None = None) -> None:
-        """`prog` names the (sub)command when argparse itself found the problem."""
-        super().__init__(message)
-        self.prog = prog
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line and leave the exit to main()."""
-
-    def error(self, message: str) -> NoReturn:
-        """Raise instead of printing the usage block and exiting."""
-        raise UsageError(f"{message}; see '{self.prog} --help'", prog=self.prog)
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -145,7 +129,7 @@ def _add_settings(parser: argparse.ArgumentParser, tau_default: str | None) -> N
 
 def build_parser() -> argparse.ArgumentParser:
     """The `compass` argument parser with its subcommands."""
-    parser = _Parser(
+    parser = Parser(
         prog="compass",
         description="Find every configuration of a compound-AI workflow that reaches an "
         "accuracy target, evaluating as few samples as possible.",
@@ -194,16 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fail(field: str, what: str, fix: str) -> NoReturn:
-    """Raise the one-line usage error `<field>: <what is wrong>; <the fix>`."""
-    raise UsageError(f"{field}: {what}; {fix}")
-
-
 def _parse_float(field: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        _fail(field, f"{text!r} is not a number", f"pass a number, e.g. {field} 0.8")
+        fail(field, f"{text!r} is not a number", f"pass a number, e.g. {field} 0.8")
     return value
 
 
@@ -211,7 +190,7 @@ def _parse_int(field: str, text: str, example: str) -> int:
     try:
         return int(text)
     except ValueError:
-        _fail(field, f"{text!r} is not an integer", f"pass a whole number, e.g. {field} {example}")
+        fail(field, f"{text!r} is not an integer", f"pass a whole number, e.g. {field} {example}")
 
 
 def _parse_budgets(text: str) -> tuple[int, ...]:
@@ -222,12 +201,12 @@ def _parse_budgets(text: str) -> tuple[int, ...]:
         try:
             budgets.append(int(part.strip()))
         except ValueError:
-            _fail("--budgets", f"{part.strip()!r} is not an integer", fix)
+            fail("--budgets", f"{part.strip()!r} is not an integer", fix)
     if budgets[0] < 1:
-        _fail("--budgets", f"{budgets[0]} is below 1", fix)
+        fail("--budgets", f"{budgets[0]} is below 1", fix)
     for before, after in itertools.pairwise(budgets):
         if after <= before:
-            _fail("--budgets", f"{text} is not strictly increasing ({before} then {after})", fix)
+            fail("--budgets", f"{text} is not strictly increasing ({before} then {after})", fix)
     return tuple(budgets)
 
 
@@ -244,7 +223,7 @@ def _resolve_budgets(
             )
         )
     if given[-1] > population:
-        _fail(
+        fail(
             "--budgets",
             f"{given[-1]} is above the dataset size {population} ({source})",
             f"keep every budget <= {population}",
@@ -279,20 +258,20 @@ class _Settings:
 def _parse_settings(args: argparse.Namespace) -> _Settings:
     tau = _parse_float("--tau", str(args.tau))
     if not 0 < tau <= 1:
-        _fail(
+        fail(
             "--tau",
             f"{args.tau} is outside (0, 1]",
             "pass the target accuracy as a fraction, e.g. --tau 0.8",
         )
     confidence = _parse_float("--confidence", str(args.confidence))
     if not 0 < confidence < 1:
-        _fail("--confidence", f"{args.confidence} is outside (0, 1)", "pass e.g. --confidence 0.95")
+        fail("--confidence", f"{args.confidence} is outside (0, 1)", "pass e.g. --confidence 0.95")
     output = None if args.output is None else Path(str(args.output))
     if output is not None:
         if output.is_dir():
-            _fail("--output", f"{output} is a directory", "name a file, e.g. --output result.json")
+            fail("--output", f"{output} is a directory", "name a file, e.g. --output result.json")
         if not output.parent.is_dir():
-            _fail(
+            fail(
                 "--output",
                 f"directory {output.parent} does not exist",
                 "create it first or choose another path",
@@ -326,22 +305,22 @@ def _load_space(path: Path) -> Space:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        _fail("--space", f"{path}: no such file", "check the path")
+        fail("--space", f"{path}: no such file", "check the path")
     except (OSError, UnicodeDecodeError) as exc:
-        _fail("--space", f"{path}: cannot read it ({exc})", "check the path")
+        fail("--space", f"{path}: cannot read it ({exc})", "check the path")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        _fail(f"{field}{where}", f"not valid YAML or JSON ({problem})", "fix the syntax")
+        fail(f"{field}{where}", f"not valid YAML or JSON ({problem})", "fix the syntax")
     prefix = ""
     if isinstance(data, dict) and isinstance(data.get("spec"), dict) and "space" in data["spec"]:
         # A whole CompoundWorkflow manifest: its spec.space is the space.
         data, prefix = data["spec"]["space"], "spec.space."
     if not isinstance(data, dict):
-        _fail(
+        fail(
             field,
             f"expected a mapping with parameters and constraints, got {type(data).__name__}",
             "write parameters: [...] and constraints: [...] at the top level",
@@ -402,7 +381,7 @@ def _load_replay(path: Path, space: Space | None, given: tuple[int, ...] | None)
         raise UsageError(f"--replay: {exc}") from None
     lines = _replay_lines(path)
     if not lines:
-        _fail(
+        fail(
             "--replay",
             f"{path} holds no scores",
             'write one {"config": ..., "scores": [...]} a line',
@@ -416,21 +395,21 @@ def _load_replay(path: Path, space: Space | None, given: tuple[int, ...] | None)
         where = f"--replay {path} line {line.number}"
         count = len(line.samples)
         if sorted(line.samples) != list(range(count)):
-            _fail(
+            fail(
                 where,
                 f"its samples are not 0..{count - 1}",
                 'a replay ledger scores every configuration on samples 0..N-1 (leave "samples" '
                 "out to mean 0..len-1)",
             )
         if count < budgets[-1]:
-            _fail(
+            fail(
                 where,
                 f"{count} scores, fewer than the largest budget {budgets[-1]}",
                 f"record at least {budgets[-1]} samples for every configuration, or lower "
                 "--budgets",
             )
         if count != population:
-            _fail(
+            fail(
                 where,
                 f"{count} scores, but line {longest.number} has {population}",
                 "every line must score the same samples 0..N-1",
@@ -439,9 +418,9 @@ def _load_replay(path: Path, space: Space | None, given: tuple[int, ...] | None)
             try:
                 space.index(line.config)
             except SpaceError as exc:
-                _fail(where, str(exc), "remove the line, or add the configuration to --space")
+                fail(where, str(exc), "remove the line, or add the configuration to --space")
         elif sorted(line.config) != names:
-            _fail(
+            fail(
                 where,
                 f"it sets {', '.join(sorted(line.config))}, line {lines[0].number} sets "
                 f"{', '.join(names)}",
@@ -466,10 +445,10 @@ def _check_resume(path: Path, space: Space, population: int, replay: Ledger | No
     for config in facts.configs():
         key = config_key(config)
         if config not in space:
-            _fail(f"--resume {path}", f"configuration {key} is not in the space", other)
+            fail(f"--resume {path}", f"configuration {key} is not in the space", other)
         scores = facts.scores(config)
         if max(scores, default=-1) >= population:
-            _fail(
+            fail(
                 f"--resume {path}",
                 f"configuration {key} has sample {max(scores)} but the dataset has "
                 f"{population} samples",
@@ -480,7 +459,7 @@ def _check_resume(path: Path, space: Space, population: int, replay: Ledger | No
         recorded = replay.lookup(config, list(scores))
         for (index, score), expected in zip(scores.items(), recorded.tolist(), strict=True):
             if score != expected:
-                _fail(
+                fail(
                     f"--resume {path}",
                     f"sample {index} of configuration {key} scores {score} here but "
                     f"{expected} in the replay ledger",
@@ -647,13 +626,13 @@ def _checkpoint_path(args: argparse.Namespace, output: Path | None) -> tuple[Pat
     if args.resume is not None:
         resume = Path(str(args.resume))
         if args.ledger is not None and Path(str(args.ledger)).resolve() != resume.resolve():
-            _fail(
+            fail(
                 "--ledger",
                 f"{args.ledger} differs from --resume {resume}",
                 "pass only --resume: new batches are appended to the ledger being resumed",
             )
         if not resume.is_file():
-            _fail(
+            fail(
                 "--resume",
                 f"{resume}: no such file",
                 "check the path, or leave --resume out to start afresh",
@@ -666,11 +645,11 @@ def _checkpoint_path(args: argparse.Namespace, output: Path | None) -> tuple[Pat
     else:
         path = Path(DEFAULT_LEDGER)
     if path.exists():
-        _fail(
+        fail(
             "--ledger", f"{path} exists", f"pass --resume {path} to continue that run, or remove it"
         )
     if not path.parent.is_dir():
-        _fail(
+        fail(
             "--ledger",
             f"directory {path.parent} does not exist",
             "create it first or choose another path",
@@ -682,7 +661,7 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
     """Validate every input of `compass search`; raise UsageError on the first problem."""
     if (args.replay is None) == (args.command is None):
         what = "both given" if args.replay is not None else "neither given"
-        _fail(
+        fail(
             "--replay/--command",
             what,
             'pass exactly one: --replay LEDGER (recorded scores) or --command "CMD ARGS" '
@@ -691,21 +670,21 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
     settings = _parse_settings(args)
     checkpoint, resuming = _checkpoint_path(args, settings.output)
     if settings.output is not None and settings.output.resolve() == checkpoint.resolve():
-        _fail("--output", f"{settings.output} is also the checkpoint ledger", "choose another path")
+        fail("--output", f"{settings.output} is also the checkpoint ledger", "choose another path")
     space = None if args.space is None else _load_space(Path(str(args.space)))
     notes: list[str] = []
     replay: Ledger | None = None
     inner: Evaluator
     if args.replay is not None:
         if args.samples is not None:
-            _fail(
+            fail(
                 "--samples",
                 "only used with --command",
                 "leave it out: the replay ledger sets the dataset size",
             )
         replay_path = Path(str(args.replay))
         if replay_path.resolve() == checkpoint.resolve():
-            _fail(
+            fail(
                 "--ledger",
                 f"{checkpoint} is the --replay ledger",
                 "give the checkpoint its own file",
@@ -733,20 +712,20 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
         inner = ReplayEvaluator(replay)
     else:
         if space is None:
-            _fail("--space", "required with --command", "pass --space SPACE.yaml")
+            fail("--space", "required with --command", "pass --space SPACE.yaml")
         if args.samples is None:
-            _fail(
+            fail(
                 "--samples", "required with --command", "pass the dataset size, e.g. --samples 100"
             )
         population = _parse_int("--samples", str(args.samples), "100")
         if population < 1:
-            _fail(
+            fail(
                 "--samples", f"{population} is below 1", "pass the dataset size, e.g. --samples 100"
             )
         budgets = _resolve_budgets(settings.budgets, population, "--samples")
         argv = shlex.split(str(args.command))
         if not argv:
-            _fail(
+            fail(
                 "--command",
                 "empty",
                 'pass the program and its arguments, e.g. --command "python score.py"',
@@ -763,7 +742,7 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
             method=search_settings.interval,
         )
     except ValueError as exc:
-        _fail("--budgets", str(exc), "fix the search settings")
+        fail("--budgets", str(exc), "fix the search settings")
     resumed = _check_resume(checkpoint, space, population, replay) if resuming else None
     return _Plan(
         space=space,
@@ -792,7 +771,7 @@ def _search_command(args: argparse.Namespace) -> int:
     try:
         checkpoint = CheckpointLedger(plan.checkpoint)
     except (LedgerError, OSError) as exc:
-        _fail("--ledger", str(exc), "check the path")
+        fail("--ledger", str(exc), "check the path")
     evaluator = CheckpointedEvaluator(plan.inner, checkpoint)
     resume_hint = f"rerun with --resume {plan.checkpoint} to continue"
     try:
