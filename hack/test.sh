@@ -5,7 +5,10 @@ set -euo pipefail
 
 # shellcheck source=hack/lib/venv.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/venv.sh"
+# shellcheck source=hack/lib/system.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/system.sh"
 ensure_venv dev
+ensure_system_packages
 
 cd "${REPO_ROOT}"
 rc=0

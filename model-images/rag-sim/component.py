@@ -1,0 +1,71 @@
+"""A rag-sim component: serves its share of a configuration's measured latency; the generator
+also returns the measured correctness of the question.
+
+Data: ``rag_sim.json`` at the model repository's root (``hack/gen_rag_sim.py`` writes it from the
+paper's latency profiles and accuracy grid): per configuration its latency quantile function
+(101 points, ms) and its per-question scores.
+"""
+
+import json
+import os
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def canonical(config):
+    """Canonical JSON of a configuration, as the data file keys it."""
+
+    def plain(value):
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
+    return json.dumps({k: plain(v) for k, v in config.items()}, sort_keys=True)
+
+
+class TritonPythonModel:
+    """retriever, reranker or generator, by the model config's ``share`` and ``scores``."""
+
+    def initialize(self, args):
+        """Load the data file and this component's share of the latency."""
+        model_config = json.loads(args["model_config"])
+        parameters = {k: v["string_value"] for k, v in model_config["parameters"].items()}
+        self.share = float(parameters["share"])
+        self.time_scale = float(parameters.get("time_scale", "1.0"))
+        self.returns_score = parameters.get("returns_score", "false") == "true"
+        root = os.path.dirname(args["model_repository"].rstrip("/"))
+        with open(os.path.join(root, "rag_sim.json"), encoding="utf-8") as handle:
+            data = json.load(handle)
+        self.grid = np.asarray(data["quantile_grid"], dtype=np.float64)
+        self.configs = {
+            key: (np.asarray(entry["latency_quantiles_ms"]), np.asarray(entry["scores"]))
+            for key, entry in data["configs"].items()
+        }
+
+    def execute(self, requests):
+        """Sleep this component's share of the request's latency, then answer."""
+        responses = []
+        for request in requests:
+            raw = pb_utils.get_input_tensor_by_name(request, "CONFIG").as_numpy().reshape(-1)[0]
+            key = canonical(json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw))
+            if key not in self.configs:
+                responses.append(
+                    pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError(f"configuration {key} is not in rag-sim's space")
+                    )
+                )
+                continue
+            quantiles, scores = self.configs[key]
+            u = float(pb_utils.get_input_tensor_by_name(request, "QUANTILE").as_numpy()[0])
+            sample = int(pb_utils.get_input_tensor_by_name(request, "SAMPLE").as_numpy()[0])
+            latency_ms = float(np.interp(u, self.grid, quantiles))
+            time.sleep(self.share * latency_ms * self.time_scale / 1000.0)
+            if self.returns_score:
+                score = np.array([scores[sample % len(scores)]], dtype=np.float32)
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SCORE", score)]))
+            else:
+                done = np.array([True], dtype=np.bool_)
+                responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("DONE", done)]))
+        return responses

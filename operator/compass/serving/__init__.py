@@ -1,0 +1,1 @@
+"""The data plane: Triton routing, queue-depth metrics, latency profiling and load generation."""

@@ -1,0 +1,300 @@
+"""Local Triton and Prometheus servers on loopback, for tests, the demo and the benchmarks.
+
+Triton comes from the `nvidia-pytriton` wheel (its `tritonserver` binary and Python backend),
+Prometheus from Debian's `prometheus` package. Each server is a child process on free loopback
+ports, stopped by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+ROUTER_MODEL = "router"
+STARTUP_TIMEOUT_S = 60.0
+
+
+class LocalServerError(RuntimeError):
+    """A local server could not be found, started or reached; the message says what to do."""
+
+
+def model_images() -> Path:
+    """The model-images folder: $COMPASS_MODEL_IMAGES, else the one in this checkout."""
+    return Path(os.environ.get("COMPASS_MODEL_IMAGES", REPO_ROOT / "model-images"))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _set_parameter(pbtxt: str, key: str, value: str) -> str:
+    """Set (or add) a string parameter in a model config's text."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    entry = f'parameters {{ key: "{key}" value: {{ string_value: "{escaped}" }} }}'
+    pattern = re.compile(
+        r'parameters\s*\{\s*key:\s*"' + re.escape(key) + r'"\s*value:\s*\{\s*string_value:\s*'
+        r'"(?:[^"\\]|\\.)*"\s*\}\s*\}',
+        re.DOTALL,
+    )
+    if pattern.search(pbtxt):
+        return pattern.sub(lambda _: entry, pbtxt, count=1)
+    return pbtxt.rstrip("\n") + "\n" + entry + "\n"
+
+
+def assemble_repository(
+    workflow: str,
+    destination: Path,
+    parameters: Mapping[str, Mapping[str, str]] | None = None,
+) -> Path:
+    """Copy a workflow's model repository and fill in the shared code, as its Dockerfile does.
+
+    ``model-images/<workflow>/models`` holds each model's config; a model without its own
+    ``1/model.py`` gets the generic router (``router``) or the workflow's ``component.py``.
+    ``parameters`` sets model config parameters, e.g. {"generator": {"time_scale": "0.1"}}.
+    """
+    source = model_images() / workflow / "models"
+    if not source.is_dir():
+        known = sorted(p.name for p in model_images().iterdir() if (p / "models").is_dir())
+        raise LocalServerError(f"workflow {workflow!r} not found; known: {', '.join(known)}")
+    shutil.copytree(source, destination, dirs_exist_ok=True)
+    for config in destination.glob("*/config.pbtxt"):
+        model = config.parent
+        version = model / "1"
+        version.mkdir(exist_ok=True)
+        if not (version / "model.py").exists():
+            shared = (
+                model_images() / "router" / "model.py"
+                if model.name == ROUTER_MODEL
+                else model_images() / workflow / "component.py"
+            )
+            shutil.copy(shared, version / "model.py")
+        text = config.read_text(encoding="utf-8")
+        for key, value in (parameters or {}).get(model.name, {}).items():
+            text = _set_parameter(text, key, value)
+        config.write_text(text, encoding="utf-8")
+    return destination
+
+
+@dataclass(frozen=True)
+class TritonInstallation:
+    """Where the wheel's tritonserver lives and the environment it needs."""
+
+    binary: Path
+    backends: Path
+    library_path: str
+
+    @staticmethod
+    def find(cache: Path | None = None) -> TritonInstallation:
+        """Locate the wheel and lay out the Python backend as tritonserver expects it."""
+        try:
+            import pytriton
+        except ImportError:
+            raise LocalServerError(
+                "nvidia-pytriton is not installed: pip install 'compass-operator[local]'"
+            ) from None
+        root = Path(pytriton.__file__).parent / "tritonserver"
+        libs = Path(pytriton.__file__).parents[1] / "nvidia_pytriton.libs"
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+        if not stub.exists():
+            raise LocalServerError(f"nvidia-pytriton has no Python backend stub for {version}")
+        backends = cache or Path(tempfile.gettempdir()) / f"compass-triton-backends-{version}"
+        python_backend = backends / "python"
+        python_backend.mkdir(parents=True, exist_ok=True)
+        # The backend library, its utils module and the stub must sit in one folder.
+        for item in [*(root / "backends" / "python").glob("*.*"), stub]:
+            target = python_backend / item.name
+            if not target.exists() or target.stat().st_size != item.stat().st_size:
+                shutil.copy2(item, target)
+        library_path = os.pathsep.join([str(libs), str(sysconfig.get_config_var("LIBDIR") or "")])
+        return TritonInstallation(root / "bin" / "tritonserver", backends, library_path)
+
+
+def _wait_http(url: str, process: subprocess.Popen[bytes], log: Path, what: str) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise LocalServerError(f"{what} exited with {process.returncode}:\n{tail}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise LocalServerError(f"{what} not ready at {url} after {STARTUP_TIMEOUT_S:.0f} s; see {log}")
+
+
+@dataclass
+class _Process:
+    """A child server process, stopped by PID on exit."""
+
+    process: subprocess.Popen[bytes] | None = None
+    log: Path = field(default_factory=Path)
+
+    @property
+    def pid(self) -> int:
+        """The child's PID."""
+        assert self.process is not None
+        return self.process.pid
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a grace period."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+
+
+@dataclass
+class LocalTriton(_Process):
+    """A tritonserver serving one model repository on free loopback ports."""
+
+    repository: Path = field(default_factory=Path)
+    models: Sequence[str] = ()
+    http_port: int = 0
+    grpc_port: int = 0
+    metrics_port: int = 0
+
+    @property
+    def grpc_url(self) -> str:
+        """host:port of the gRPC endpoint."""
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        """host:port of the HTTP endpoint."""
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """URL of Triton's Prometheus metrics."""
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def start(self, workdir: Path) -> LocalTriton:
+        """Start the server and wait until every model is ready."""
+        installation = TritonInstallation.find()
+        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.log = workdir / "tritonserver.log"
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (installation.library_path, env.get("LD_LIBRARY_PATH", "")) if p
+        )
+        # The Python backend runs `python` stubs from PATH: this interpreter's environment.
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        command = [
+            str(installation.binary),
+            f"--model-repository={self.repository}",
+            f"--backend-directory={installation.backends}",
+            "--disable-auto-complete-config",
+            "--allow-gpu-metrics=false",
+            "--model-control-mode=explicit",
+            *(f"--load-model={m}" for m in self.models),
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            "--metrics-interval-ms=250",
+            "--log-verbose=0",
+            # In-flight requests get this long at shutdown; tests and the demo stop often.
+            "--exit-timeout-secs=5",
+        ]
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        _wait_http(
+            f"http://{self.http_url}/v2/health/ready", self.process, self.log, "tritonserver"
+        )
+        return self
+
+    def __enter__(self) -> LocalTriton:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def prometheus_binary() -> Path:
+    """Debian's prometheus binary, or a clear error naming the package."""
+    found = shutil.which("prometheus")
+    if found is None:
+        raise LocalServerError("prometheus not found: apt-get install prometheus (Debian)")
+    return Path(found)
+
+
+@dataclass
+class LocalPrometheus(_Process):
+    """A Prometheus scraping the given targets every ``interval_s`` seconds."""
+
+    targets: Sequence[str] = ()
+    interval_s: float = 1.0
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        """Base URL of the Prometheus HTTP API."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, workdir: Path) -> LocalPrometheus:
+        """Write the scrape config, start the server and wait until it is ready."""
+        self.port = free_port()
+        self.log = workdir / "prometheus.log"
+        config = workdir / "prometheus.yml"
+        targets = ", ".join(f'"{t}"' for t in self.targets)
+        config.write_text(
+            "global:\n"
+            f"  scrape_interval: {round(self.interval_s * 1000)}ms\n"
+            f"  evaluation_interval: {round(self.interval_s * 1000)}ms\n"
+            "scrape_configs:\n"
+            "  - job_name: triton\n"
+            f"    static_configs:\n      - targets: [{targets}]\n",
+            encoding="utf-8",
+        )
+        command = [
+            str(prometheus_binary()),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'prometheus-data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--storage.tsdb.retention.time=1h",
+        ]
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        _wait_http(f"{self.url}/-/ready", self.process, self.log, "prometheus")
+        return self
+
+    def __enter__(self) -> LocalPrometheus:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

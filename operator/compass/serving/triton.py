@@ -1,0 +1,159 @@
+"""The routing actuator and client for the Compass router model on Triton (gRPC).
+
+A switch reloads the router with a new ``compass_active_config`` parameter: Triton keeps serving
+on the old instance until the new one is ready, then swaps, so no request fails. Reloads go over
+gRPC: a reload over HTTP stalls concurrent HTTP inference for the whole load.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from compass.domain.evaluation import Config
+from compass.domain.space import config_key
+
+ACTIVE_PARAMETER = "compass_active_config"
+OVERRIDE_PARAMETER = "compass_config"
+DEFAULT_ROUTER = "router"
+
+
+class RoutingError(RuntimeError):
+    """Triton could not be reached or refused a switch; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class RouterReply:
+    """One answer of the router: the pipeline's result and the configuration that served it."""
+
+    result: dict[str, Any]
+    config: str
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class SwitchReport:
+    """A switch that took effect: to what, after how many attempts, how long it took."""
+
+    config: str
+    attempts: int
+    seconds: float
+
+
+class TritonRouter:
+    """The router model of one Triton server, over gRPC."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str = DEFAULT_ROUTER,
+        timeout_s: float = 30.0,
+        attempts: int = 4,
+        backoff_s: float = 0.25,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.url = url
+        self.model = model
+        self.timeout_s = timeout_s
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.sleep = sleep
+        self.client = grpcclient.InferenceServerClient(url)
+
+    def close(self) -> None:
+        """Close the gRPC channel."""
+        self.client.close()
+
+    def _unreachable(self, error: Exception) -> RoutingError:
+        return RoutingError(f"Triton at {self.url} ({self.model}): {_message(error)}")
+
+    def infer(
+        self,
+        request: Mapping[str, Any],
+        config: Config | None = None,
+        timeout_s: float | None = None,
+    ) -> RouterReply:
+        """Send one request; ``config`` overrides the active configuration for it alone."""
+        tensor = grpcclient.InferInput("REQUEST", [1], "BYTES")
+        tensor.set_data_from_numpy(np.array([json.dumps(dict(request)).encode()], dtype=np.object_))
+        parameters = {OVERRIDE_PARAMETER: config_key(config)} if config else None
+        started = time.perf_counter()
+        try:
+            response = self.client.infer(
+                self.model,
+                [tensor],
+                parameters=parameters,
+                client_timeout=timeout_s or self.timeout_s,
+            )
+        except InferenceServerException as error:
+            raise self._unreachable(error) from error
+        latency = time.perf_counter() - started
+        return RouterReply(
+            result=json.loads(_text(response.as_numpy("RESULT"))),
+            config=_text(response.as_numpy("CONFIG")),
+            latency_s=latency,
+        )
+
+    def model_config(self) -> dict[str, Any]:
+        """The router's current model config (Triton's JSON form)."""
+        try:
+            reply = self.client.get_model_config(self.model, as_json=True)
+        except InferenceServerException as error:
+            raise self._unreachable(error) from error
+        config: dict[str, Any] = reply["config"]
+        return config
+
+    def active_config(self) -> str:
+        """Canonical key of the configuration the router serves now."""
+        parameters = self.model_config().get("parameters", {})
+        raw = parameters.get(ACTIVE_PARAMETER, {}).get("string_value", "{}")
+        return config_key(json.loads(raw))
+
+    def switch(self, config: Config) -> SwitchReport:
+        """Make ``config`` the active configuration; retries with backoff, verifies the result.
+
+        A failed reload leaves the old instance serving (Triton unloads nothing until the new
+        one is ready), so a failure here never leaves the router down.
+        """
+        wanted = config_key(config)
+        started = time.perf_counter()
+        last: Exception | None = None
+        for attempt in range(1, self.attempts + 1):
+            try:
+                model_config = self.model_config()
+                parameters = model_config.setdefault("parameters", {})
+                parameters[ACTIVE_PARAMETER] = {"string_value": wanted}
+                self.client.load_model(self.model, config=json.dumps(model_config))
+                now_active = self.active_config()
+                if now_active != wanted:
+                    raise RoutingError(f"router reports {now_active} after the reload")
+                if not self.client.is_model_ready(self.model):
+                    raise RoutingError("router is not ready after the reload")
+                return SwitchReport(wanted, attempt, time.perf_counter() - started)
+            except (InferenceServerException, RoutingError) as error:
+                last = error
+                if attempt < self.attempts:
+                    self.sleep(self.backoff_s * 2 ** (attempt - 1))
+        assert last is not None
+        raise RoutingError(
+            f"switch of {self.model} at {self.url} to {wanted} failed after {self.attempts} "
+            f"attempts: {_message(last)}"
+        )
+
+
+def _text(array: Any) -> str:
+    value = np.asarray(array).reshape(-1)[0]
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _message(error: Exception) -> str:
+    if isinstance(error, InferenceServerException):
+        return str(error.message() or error)
+    return str(error)

@@ -1,0 +1,77 @@
+"""Fixtures for the triton tier: a real tritonserver serving rag-sim and a real Prometheus.
+
+Both are child processes on free loopback ports, stopped by PID at the end of the session. A
+missing binary skips the tier with the reason (pytest -ra prints it); it never passes silently.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from ragsim import COMPONENTS, FASTEST, TIME_SCALE
+
+from compass.serving.local import (
+    LocalPrometheus,
+    LocalServerError,
+    LocalTriton,
+    TritonInstallation,
+    assemble_repository,
+    model_images,
+    prometheus_binary,
+)
+from compass.serving.triton import TritonRouter
+
+
+@pytest.fixture(scope="session")
+def rag_sim_data() -> dict[str, object]:
+    """The data file rag-sim's components serve from."""
+    path = model_images() / "rag-sim" / "models" / "rag_sim.json"
+    data: dict[str, object] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.fixture(scope="session")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """tritonserver with rag-sim (router + three components), FASTEST active."""
+    workdir = tmp_path_factory.mktemp("triton")
+    repository = assemble_repository(
+        "rag-sim",
+        workdir / "models",
+        {
+            **{c: {"time_scale": str(TIME_SCALE)} for c in COMPONENTS},
+            "router": {"compass_active_config": json.dumps(FASTEST, sort_keys=True)},
+        },
+    )
+    try:
+        TritonInstallation.find()
+    except LocalServerError as error:
+        pytest.skip(f"no tritonserver here: {error}")
+    server = LocalTriton(repository=repository, models=[*COMPONENTS, "router"]).start(workdir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def router(triton: LocalTriton) -> Iterator[TritonRouter]:
+    """A client of the router; the active configuration is FASTEST again afterwards."""
+    client = TritonRouter(triton.grpc_url, backoff_s=0.05)
+    yield client
+    client.switch(FASTEST)
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def prometheus(
+    triton: LocalTriton, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalPrometheus]:
+    """Prometheus scraping Triton's metrics port every 0.5 s."""
+    try:
+        prometheus_binary()
+    except LocalServerError as error:
+        pytest.skip(f"no prometheus here: {error}")
+    server = LocalPrometheus(targets=[f"127.0.0.1:{triton.metrics_port}"], interval_s=0.5)
+    server.start(tmp_path_factory.mktemp("prometheus"))
+    yield server
+    server.stop()

@@ -1,0 +1,93 @@
+"""The router on a real Triton: inference, per-request override, switching under load."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+
+import pytest
+from ragsim import ACCURATE, FASTEST, scores_of
+
+from compass.domain.space import config_key
+from compass.serving.load import run_load
+from compass.serving.local import LocalTriton
+from compass.serving.triton import RoutingError, TritonRouter
+
+
+def test_router_serves_the_active_configuration_and_its_recorded_scores(
+    router: TritonRouter, rag_sim_data: dict[str, object]
+) -> None:
+    expected = scores_of(rag_sim_data, FASTEST)
+    replies = [router.infer({"sample": s}) for s in range(20)]
+    assert {r.config for r in replies} == {config_key(FASTEST)}
+    assert [r.result["score"] for r in replies] == pytest.approx(expected[:20])
+    assert router.active_config() == config_key(FASTEST)
+
+
+def test_per_request_override_serves_that_request_only(
+    router: TritonRouter, rag_sim_data: dict[str, object]
+) -> None:
+    accurate = scores_of(rag_sim_data, ACCURATE)
+    overridden = [router.infer({"sample": s}, config=ACCURATE) for s in range(20)]
+    assert {r.config for r in overridden} == {config_key(ACCURATE)}
+    assert [r.result["score"] for r in overridden] == pytest.approx(accurate[:20])
+    # Production traffic never moved.
+    assert router.infer({"sample": 0}).config == config_key(FASTEST)
+    assert router.active_config() == config_key(FASTEST)
+
+
+def test_override_outside_the_space_fails_that_request_with_the_reason(
+    router: TritonRouter,
+) -> None:
+    invalid = {**ACCURATE, "retriever_k": 3, "reranker_k": 10}
+    with pytest.raises(RoutingError, match="reranker_k must be <= retriever_k"):
+        router.infer({"sample": 0}, config=invalid)
+    assert router.infer({"sample": 0}).config == config_key(FASTEST)
+
+
+def test_switch_under_concurrent_load_fails_no_request(
+    triton: LocalTriton, router: TritonRouter
+) -> None:
+    # Open-loop arrivals at ~40 QPS for 4 s while the router switches four times.
+    arrivals = [i * 0.025 for i in range(160)]
+    reports = []
+
+    def switch_back_and_forth() -> None:
+        for config in itertools.islice(itertools.cycle([ACCURATE, FASTEST]), 4):
+            time.sleep(0.6)
+            reports.append(router.switch(config))
+
+    switcher = threading.Thread(target=switch_back_and_forth)
+    switcher.start()
+    records = run_load(triton.grpc_url, arrivals, lambda i: {"sample": i % 100})
+    switcher.join()
+    assert len(records) == len(arrivals)
+    assert [r.error for r in records if r.error] == []
+    served = {r.config for r in records}
+    assert served == {config_key(FASTEST), config_key(ACCURATE)}
+    assert [r.config for r in reports] == [config_key(c) for c in (ACCURATE, FASTEST) * 2]
+    # The reload alone is well under a second on this CPU.
+    assert max(r.seconds for r in reports) < 1.0
+
+
+def test_switch_is_verified_and_a_refused_switch_keeps_the_old_instance_serving(
+    router: TritonRouter,
+) -> None:
+    report = router.switch(ACCURATE)
+    assert report.config == config_key(ACCURATE) == router.active_config()
+    assert router.infer({"sample": 3}).config == config_key(ACCURATE)
+    invalid = {**ACCURATE, "retriever_k": 3, "reranker_k": 10}
+    router.attempts = 2
+    with pytest.raises(RoutingError, match=r"failed after 2 attempts: .*reranker_k must be"):
+        router.switch(invalid)
+    # Still loaded, still the last good configuration.
+    assert router.active_config() == config_key(ACCURATE)
+    assert router.infer({"sample": 3}).config == config_key(ACCURATE)
+
+
+def test_router_response_names_the_configuration_as_canonical_json(router: TritonRouter) -> None:
+    reply = router.infer({"sample": 5}, config={**FASTEST, "retriever_k": 20.0})
+    assert json.loads(reply.config) == FASTEST
+    assert reply.config == config_key(FASTEST)
