@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from compass.domain.evaluation import Config
-from compass.serving.profiler import ProfileSettings, profile_configurations
-from compass.serving.triton import DEFAULT_ROUTER, RoutingError, TritonRouter
 from compass.usage import fail
+
+# The gRPC client is imported by the commands that use it, so `compass search` starts fast.
+DEFAULT_ROUTER = "router"
 
 
 def register(commands: Any) -> None:
@@ -79,6 +80,9 @@ def _feasible_from_result(path: Path) -> list[tuple[Config, float | None]]:
 
 def profile_command(args: argparse.Namespace) -> int:
     """Profile every feasible configuration of a search result through the router."""
+    from compass.serving.profiler import ProfileSettings, profile_configurations
+    from compass.serving.triton import RoutingError, TritonRouter
+
     configs = _feasible_from_result(Path(args.result))
     settings = ProfileSettings(
         warmup_runs=_positive_int("--warmup", args.warmup),
