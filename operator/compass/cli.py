@@ -157,7 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="command that scores a configuration: reads "
         '{"config": ..., "samples": [...]} on stdin, prints a JSON list of scores',
     )
-    run.add_argument("--samples", metavar="N", help="dataset size (with --command)")
+    run.add_argument(
+        "--triton",
+        metavar="HOST:PORT",
+        help="score live through the Triton router (gRPC) with a per-request configuration",
+    )
+    run.add_argument("--router", default="router", help="router model name (with --triton)")
+    run.add_argument("--samples", metavar="N", help="dataset size (with --command or --triton)")
     run.add_argument(
         "--ledger",
         metavar="PATH",
@@ -661,13 +667,14 @@ def _checkpoint_path(args: argparse.Namespace, output: Path | None) -> tuple[Pat
 
 def _plan_search(args: argparse.Namespace) -> _Plan:
     """Validate every input of `compass search`; raise UsageError on the first problem."""
-    if (args.replay is None) == (args.command is None):
-        what = "both given" if args.replay is not None else "neither given"
+    sources = [a for a in ("replay", "command", "triton") if getattr(args, a) is not None]
+    if len(sources) != 1:
+        what = "neither given" if not sources else f"{' and '.join(sources)} given"
         fail(
-            "--replay/--command",
+            "--replay/--command/--triton",
             what,
-            'pass exactly one: --replay LEDGER (recorded scores) or --command "CMD ARGS" '
-            "(score live)",
+            'pass exactly one: --replay LEDGER (recorded scores), --command "CMD ARGS" or '
+            "--triton HOST:PORT (score live)",
         )
     settings = _parse_settings(args)
     checkpoint, resuming = _checkpoint_path(args, settings.output)
@@ -713,26 +720,31 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
                 )
         inner = ReplayEvaluator(replay)
     else:
+        live = "--command" if args.command is not None else "--triton"
         if space is None:
-            fail("--space", "required with --command", "pass --space SPACE.yaml")
+            fail("--space", f"required with {live}", "pass --space SPACE.yaml")
         if args.samples is None:
-            fail(
-                "--samples", "required with --command", "pass the dataset size, e.g. --samples 100"
-            )
+            fail("--samples", f"required with {live}", "pass the dataset size, e.g. --samples 100")
         population = _parse_int("--samples", str(args.samples), "100")
         if population < 1:
             fail(
                 "--samples", f"{population} is below 1", "pass the dataset size, e.g. --samples 100"
             )
         budgets = _resolve_budgets(settings.budgets, population, "--samples")
-        argv = shlex.split(str(args.command))
-        if not argv:
-            fail(
-                "--command",
-                "empty",
-                'pass the program and its arguments, e.g. --command "python score.py"',
-            )
-        inner = CommandEvaluator(argv)
+        if args.triton is not None:
+            from compass.evaluators.triton import TritonEvaluator
+            from compass.serving.triton import TritonRouter
+
+            inner = TritonEvaluator(TritonRouter(str(args.triton), model=str(args.router)))
+        else:
+            argv = shlex.split(str(args.command))
+            if not argv:
+                fail(
+                    "--command",
+                    "empty",
+                    'pass the program and its arguments, e.g. --command "python score.py"',
+                )
+            inner = CommandEvaluator(argv)
     search_settings = settings.search_settings(budgets)
     try:
         StoppingRule(

@@ -432,13 +432,13 @@ MALFORMED = SPACE_YAML.replace("  - name: k\n", "  - name: k\n   oops: [\n")
         pytest.param(
             nothing,
             search_args("--tau", "0.8", "--command", "true"),
-            "--replay/--command: both given; pass exactly one",
+            "--replay/--command/--triton: replay and command given; pass exactly one",
             id="replay-and-command",
         ),
         pytest.param(
             nothing,
             ["search", "--space", "space.yaml", "--tau", "0.8"],
-            "--replay/--command: neither given; pass exactly one",
+            "--replay/--command/--triton: neither given; pass exactly one",
             id="neither-replay-nor-command",
         ),
         pytest.param(
@@ -450,7 +450,7 @@ MALFORMED = SPACE_YAML.replace("  - name: k\n", "  - name: k\n   oops: [\n")
         pytest.param(
             nothing,
             ["search", "--replay", "ledger.jsonl", "--command", "", "--tau", "0.8"],
-            "--replay/--command: both given",
+            "--replay/--command/--triton: replay and command given",
             id="empty-command-and-replay",
         ),
         pytest.param(
