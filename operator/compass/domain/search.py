@@ -12,7 +12,8 @@ budgets with confidence-interval early stopping), made complete:
   model of accuracy (main effects and pairwise interactions) over all evaluated configurations, which keeps evaluating the most
   promising unevaluated configuration until every one left is predicted below tau with the
   search's rejection confidence. Where the space has no additive structure the model's residual
-  grows, its bounds widen and the search degrades towards a grid, never towards a miss;
+  grows, its bounds widen and the search degrades towards a grid rather than towards a miss
+  (a lone feasible spike that no main effect or pairwise interaction hints at can still hide);
 - every configuration is scored on the same seeded permutation of the dataset, so prefixes are
   simple random samples and comparable across configurations;
 - early stopping corrects for repeated looks (see ``statistics``).
@@ -42,8 +43,11 @@ IntArray = npt.NDArray[np.int64]
 # Prior standard deviation of one parameter value's effect on accuracy: wide, so a value that
 # has never been evaluated stays uncertain (and therefore worth evaluating).
 EFFECT_PRIOR_SD = 0.5
-# Interactions between two parameters' values are usually smaller than main effects.
-INTERACTION_PRIOR_SD = 0.1
+# Interactions between two parameters' values are usually smaller than main effects, but not
+# always: a feasible region that exists only where two parameters take particular values (a
+# second, disconnected region) is an interaction as large as a main effect. At 0.1 the model
+# was sure an unseen pair of values could not lift accuracy to tau and stopped without it.
+INTERACTION_PRIOR_SD = 0.3
 # Floor on the model's residual standard deviation: a perfect fit on few points is luck.
 MIN_RESIDUAL_SD = 0.01
 
