@@ -183,7 +183,45 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings(demo, tau_default="0.8")
     demo.set_defaults(handler=_demo_command)
     serving_cli.register(commands)
+
+    crds = commands.add_parser(
+        "crds",
+        help="write the CustomResourceDefinition YAML generated from the models",
+        description="Render the compass.io CRDs from their pydantic models (the single source "
+        "of truth) into a directory; --check only reports whether the files there are current.",
+    )
+    crds.add_argument("--output-dir", default="crds", help="where to write (default: crds)")
+    crds.add_argument("--check", action="store_true", help="fail if the files are stale")
+    crds.set_defaults(handler=_crds_command)
     return parser
+
+
+def _crds_command(args: argparse.Namespace) -> int:
+    """`compass crds`: write or check the generated CRD YAML."""
+    from compass.k8s.crds import render_crds
+
+    directory = Path(str(args.output_dir))
+    if not directory.is_dir():
+        fail("--output-dir", f"{directory} is not a directory", "create it or pass another")
+    stale = []
+    for name, text in render_crds().items():
+        path = directory / name
+        current = path.read_text(encoding="utf-8") if path.exists() else None
+        if current == text:
+            continue
+        stale.append(name)
+        if not args.check:
+            _write_atomic(path, text)
+    if args.check and stale:
+        print(
+            f"compass crds: stale in {directory}: {', '.join(stale)}; run `compass crds "
+            f"--output-dir {directory}` and commit the result",
+            file=sys.stderr,
+        )
+        return 1
+    verb = "up to date" if not stale else f"wrote {', '.join(stale)}"
+    print(f"compass crds: {directory}: {verb}")
+    return 0
 
 
 def _parse_float(field: str, text: str) -> float:

@@ -75,10 +75,25 @@ class ParameterSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=63)]
-    type: ParameterType = ParameterType.CATEGORICAL
-    values: Annotated[list[ParamValue], Field(min_length=1)]
-    scale: Scale = Scale.LINEAR
+    name: Annotated[
+        str,
+        Field(
+            pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+            max_length=63,
+            description="Parameter name, as the router's pipeline reads it (letters, digits, _).",
+        ),
+    ]
+    type: ParameterType = Field(
+        default=ParameterType.CATEGORICAL,
+        description="categorical (values in the given order), integer or float.",
+    )
+    values: Annotated[
+        list[ParamValue],
+        Field(min_length=1, description="The values it may take; numbers are sorted."),
+    ]
+    scale: Scale = Field(
+        default=Scale.LINEAR, description="For numbers: linear or log spacing of the values."
+    )
 
     @field_validator("values")
     @classmethod
@@ -259,8 +274,14 @@ class SpaceSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    parameters: Annotated[list[ParameterSpec], Field(min_length=1)]
-    constraints: list[str] = Field(default_factory=list)
+    parameters: Annotated[
+        list[ParameterSpec],
+        Field(min_length=1, description="The components' tunable parameters."),
+    ]
+    constraints: list[str] = Field(
+        default_factory=list,
+        description="Comparisons every configuration must satisfy, e.g. 'reranker_k <= retriever_k'.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SpaceSpec:

@@ -1,0 +1,134 @@
+"""The CustomResourceDefinitions, built from the pydantic models (the single source of truth)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from compass.k8s.schema import structural_schema
+from compass.k8s.workflow import CompoundWorkflowSpec, CompoundWorkflowStatus
+
+GROUP = "compass.io"
+VERSION = "v1alpha1"
+CATEGORIES = ["compass", "all-compass"]
+
+
+@dataclass(frozen=True)
+class PrinterColumn:
+    """One column of `kubectl get`."""
+
+    name: str
+    json_path: str
+    type: str = "string"
+    description: str = ""
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One custom resource kind and the models behind it."""
+
+    kind: str
+    plural: str
+    short_names: tuple[str, ...]
+    spec: type[BaseModel]
+    status: type[BaseModel]
+    description: str
+    columns: tuple[PrinterColumn, ...]
+
+    @property
+    def name(self) -> str:
+        """The CRD's metadata.name."""
+        return f"{self.plural}.{GROUP}"
+
+
+def build_crd(resource: Resource) -> dict[str, Any]:
+    """The apiextensions.k8s.io/v1 CustomResourceDefinition of one resource."""
+    columns = [
+        {
+            "name": c.name,
+            "type": c.type,
+            "jsonPath": c.json_path,
+            **({"description": c.description} if c.description else {}),
+            **({"priority": c.priority} if c.priority else {}),
+        }
+        for c in resource.columns
+    ] + [{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": resource.name,
+            "labels": {"app.kubernetes.io/part-of": "compass-operator"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": resource.kind,
+                "listKind": f"{resource.kind}List",
+                "plural": resource.plural,
+                "singular": resource.kind.lower(),
+                "shortNames": list(resource.short_names),
+                "categories": CATEGORIES,
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "description": resource.description,
+                            "type": "object",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string", "description": "API version."},
+                                "kind": {"type": "string", "description": "Kind."},
+                                "metadata": {"type": "object"},
+                                "spec": structural_schema(resource.spec),
+                                "status": structural_schema(resource.status),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+COMPOUND_WORKFLOW = Resource(
+    kind="CompoundWorkflow",
+    plural="compoundworkflows",
+    short_names=("cwf",),
+    spec=CompoundWorkflowSpec,
+    status=CompoundWorkflowStatus,
+    description="A compound-AI workflow whose configurations compass searches, profiles and "
+    "plans into a ParetoPolicy.",
+    columns=(
+        PrinterColumn("Phase", ".status.phase", description="Where the workflow is."),
+        PrinterColumn("Tau", ".spec.evaluation.tau", "number", "Accuracy target."),
+        PrinterColumn("Feasible", ".status.feasibleFound", "integer", "Configurations >= tau."),
+        PrinterColumn("Evaluated", ".status.configurationsEvaluated", "integer", priority=1),
+        PrinterColumn("Samples", ".status.samplesUsed", "integer", priority=1),
+        PrinterColumn("SLO-ms", ".spec.slo.latencyMs", "number", "Latency target."),
+        PrinterColumn("Policy", ".status.policy", description="Generated ParetoPolicy."),
+    ),
+)
+
+RESOURCES = (COMPOUND_WORKFLOW,)
+
+
+def render_crds() -> dict[str, str]:
+    """File name -> YAML text of every CRD, as checked in under crds/."""
+    header = "# Generated from compass.k8s by `compass crds`; do not edit by hand.\n"
+    return {
+        f"{resource.name}.yaml": header
+        + yaml.safe_dump(build_crd(resource), sort_keys=False, width=100)
+        for resource in RESOURCES
+    }

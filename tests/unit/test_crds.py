@@ -1,0 +1,84 @@
+"""The CRDs are generated from the pydantic models, structural, documented and current."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from compass.cli import main
+from compass.k8s.crds import RESOURCES, build_crd, render_crds
+from compass.k8s.workflow import CompoundWorkflowSpec
+
+REPO = Path(__file__).resolve().parents[2]
+FORBIDDEN = {"$ref", "$defs", "anyOf", "oneOf", "allOf", "const", "title", "not"}
+
+
+def _nodes(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found = [(path, schema)]
+    for name, child in schema.get("properties", {}).items():
+        found += _nodes(child, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        found += _nodes(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        found += _nodes(schema["additionalProperties"], f"{path}{{}}")
+    return found
+
+
+def test_checked_in_crds_are_current() -> None:
+    assert main(["crds", "--check", "--output-dir", str(REPO / "crds")]) == 0
+
+
+def test_check_reports_a_stale_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["crds", "--output-dir", str(tmp_path)]) == 0
+    name = next(iter(render_crds()))
+    (tmp_path / name).write_text("stale\n")
+    assert main(["crds", "--check", "--output-dir", str(tmp_path)]) == 1
+    assert name in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("resource", RESOURCES, ids=lambda r: r.kind)
+def test_schema_is_structural_and_documented(resource: Any) -> None:
+    crd = build_crd(resource)
+    version = crd["spec"]["versions"][0]
+    root = version["schema"]["openAPIV3Schema"]
+    for part in ("spec", "status"):
+        for path, node in _nodes(root["properties"][part], part):
+            assert not FORBIDDEN & set(node), f"{path}: {FORBIDDEN & set(node)}"
+            assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+            for bound in ("exclusiveMinimum", "exclusiveMaximum"):
+                assert node.get(bound, True) is True, f"{path}: {bound} must be a boolean"
+            if not path.endswith(("[]", "{}")):
+                assert node.get("description"), f"{path} has no description"
+    assert version["subresources"] == {"status": {}}
+    assert crd["spec"]["names"]["shortNames"]
+    assert {c["name"] for c in version["additionalPrinterColumns"]} >= {"Age"}
+
+
+def test_example_workflow_is_valid() -> None:
+    document = yaml.safe_load((REPO / "examples" / "rag-sim-workflow.yaml").read_text())
+    spec = CompoundWorkflowSpec.model_validate(document["spec"])
+    assert spec.evaluation.tau == 0.8
+    assert spec.profiling.resources.limits == {"nvidia.com/gpu": "1"}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda s: s["evaluation"].update(tau=1.5), "evaluation.tau"),
+        (lambda s: s["evaluation"].update(budgets=[50, 10]), "evaluation.budgets"),
+        (lambda s: s["evaluation"].update(budgets=[10, 200]), "evaluation.budgets"),
+        (lambda s: s["space"].update(constraints=["reranker_k <= nope"]), "nope"),
+        (lambda s: s["slo"].update(latencyMs=0), "slo.latencyMs"),
+        (lambda s: s.update(unknownField=1), "unknownField"),
+    ],
+)
+def test_invalid_workflow_names_the_field(change: Any, field: str) -> None:
+    spec = yaml.safe_load((REPO / "examples" / "rag-sim-workflow.yaml").read_text())["spec"]
+    change(spec)
+    with pytest.raises(ValidationError) as error:
+        CompoundWorkflowSpec.model_validate(spec)
+    assert field in str(error.value)
