@@ -193,7 +193,25 @@ def build_parser() -> argparse.ArgumentParser:
     crds.add_argument("--output-dir", default="crds", help="where to write (default: crds)")
     crds.add_argument("--check", action="store_true", help="fail if the files are stale")
     crds.set_defaults(handler=_crds_command)
+
+    job = commands.add_parser(
+        "job",
+        help="run inside the operator's Jobs (search or profile a CompoundWorkflow)",
+        description="What the search and profiling Jobs run: read the workflow spec and the "
+        "ledger from the state ConfigMap (namespace from $COMPASS_NAMESPACE), resume, and write "
+        "the ledger, the progress and the result back to it.",
+    )
+    job.add_argument("role", choices=["search", "profile"], help="which Job this is")
+    job.add_argument("--state", required=True, metavar="CONFIGMAP", help="the state ConfigMap")
+    job.set_defaults(handler=_job_command)
     return parser
+
+
+def _job_command(args: argparse.Namespace) -> int:
+    """`compass job search|profile --state NAME`."""
+    from compass.k8s import jobrun
+
+    return jobrun.main(str(args.role), str(args.state))
 
 
 def _crds_command(args: argparse.Namespace) -> int:

