@@ -48,7 +48,7 @@ _load_numerics_single_threaded()
 import yaml
 from pydantic import ValidationError
 
-from compass import serving_cli
+from compass import planning_cli, serving_cli
 from compass.domain.evaluation import EvaluationError, Evaluator, ParamValue
 from compass.domain.search import (
     Progress,
@@ -183,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings(demo, tau_default="0.8")
     demo.set_defaults(handler=_demo_command)
     serving_cli.register(commands)
+    planning_cli.register(commands)
 
     crds = commands.add_parser(
         "crds",

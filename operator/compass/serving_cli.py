@@ -41,6 +41,29 @@ def register(commands: Any) -> None:
     profile.add_argument("--output", required=True, metavar="PROFILES.json")
     profile.set_defaults(handler=profile_command)
 
+    load = commands.add_parser(
+        "load",
+        help="send open-loop load to the router and record every request",
+        description="Open-loop Poisson arrivals shaped by a pattern (the simulator's patterns, "
+        "same seed, same arrivals); records per request its send time, latency, the "
+        "configuration that served it, its score and any error, as JSON Lines.",
+    )
+    load.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
+    load.add_argument("--router", default=DEFAULT_ROUTER, help="router model name")
+    load.add_argument(
+        "--pattern",
+        default="spike",
+        help="constant, step, ramp, spike, bursty or trace (with --trace)",
+    )
+    load.add_argument("--trace", metavar="FILE", help="arrival timestamps (s), one a line")
+    load.add_argument("--duration", default="180", help="seconds of load")
+    load.add_argument("--base-qps", default="1.5", help="base arrival rate")
+    load.add_argument("--seed", default="0", help="seed of the arrivals")
+    load.add_argument("--samples", default="100", help="requests cycle through samples 0..N-1")
+    load.add_argument("--slo-ms", help="also report compliance with this latency target")
+    load.add_argument("--output", metavar="RECORDS.jsonl", help="write one line per request")
+    load.set_defaults(handler=load_command)
+
 
 def _positive_int(field: str, text: str) -> int:
     try:
@@ -49,6 +72,16 @@ def _positive_int(field: str, text: str) -> int:
         fail(field, f"{text!r} is not an integer", "give a whole number such as 50")
     if value < 1:
         fail(field, f"{value} is not positive", "give a number >= 1")
+    return value
+
+
+def _positive_float(field: str, text: str, example: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        fail(field, f"{text!r} is not a number", f"give e.g. {example}")
+    if not value > 0 or value == float("inf"):
+        fail(field, f"{value:g} is not a positive number", f"give e.g. {example}")
     return value
 
 
@@ -115,3 +148,79 @@ def profile_command(args: argparse.Namespace) -> int:
         )
     print(f"wrote {output}: {len(document['profiles'])} profiles")
     return 0
+
+
+def _read_trace(path: str) -> list[float]:
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split()
+    except OSError as error:
+        fail("--trace", f"cannot read {path}: {error.strerror}", "give a file of timestamps")
+    try:
+        return [float(line) for line in lines]
+    except ValueError:
+        fail("--trace", f"{path} has a line that is not a number", "one timestamp (s) a line")
+
+
+def load_command(args: argparse.Namespace) -> int:
+    """Drive the router with a load pattern and report what was served."""
+    import numpy as np
+
+    from compass.domain.simulator import PatternKind, SimulationError, make_pattern, make_scenario
+    from compass.serving.load import run_load
+
+    kinds = [k.value for k in PatternKind]
+    if args.pattern not in kinds:
+        fail("--pattern", f"{args.pattern!r} is not a pattern", f"use one of {', '.join(kinds)}")
+    if (args.pattern == "trace") != (args.trace is not None):
+        fail("--trace", "--pattern trace and --trace FILE go together", "give both or neither")
+    try:
+        seed = int(args.seed)
+    except ValueError:
+        fail("--seed", f"{args.seed!r} is not an integer", "give e.g. 0")
+    samples = _positive_int("--samples", args.samples)
+    try:
+        pattern = make_pattern(
+            args.pattern,
+            _positive_float("--base-qps", args.base_qps, "1.5"),
+            _positive_float("--duration", args.duration, "180"),
+            seed=seed,
+            trace_s=_read_trace(args.trace) if args.trace else (),
+        )
+    except SimulationError as error:
+        fail("--pattern", str(error), "fix the load settings")
+    scenario = make_scenario(pattern, seed)
+    print(
+        f"compass load: {scenario.requests} requests over {pattern.duration_s:g} s "
+        f"({args.pattern}, peak {pattern.peak_qps:.2f} QPS) to {args.router} at {args.triton}",
+        file=sys.stderr,
+    )
+
+    def payload(index: int) -> dict[str, Any]:
+        # The simulator's per-request luck travels as the latency quantile, so a workflow
+        # that honours it (rag-sim) serves the very requests the simulator replays.
+        return {"sample": index % samples, "quantile": float(scenario.luck[index])}
+
+    records = run_load(args.triton, scenario.arrivals_s.tolist(), payload, model=args.router)
+    if args.output:
+        with Path(args.output).open("w", encoding="utf-8") as out:
+            for record in records:
+                out.write(json.dumps(record.__dict__) + "\n")
+    ok = [r for r in records if r.error is None]
+    latencies = np.array([r.latency_s * 1000 for r in ok])
+    scores = [r.score for r in ok if r.score is not None]
+    print(f"requests {len(records)}, failed {len(records) - len(ok)}")
+    if len(latencies):
+        p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
+        print(f"latency ms: p50 {p50:.0f}  p95 {p95:.0f}  p99 {p99:.0f}")
+    if args.slo_ms:
+        slo = _positive_float("--slo-ms", args.slo_ms, "1000")
+        within = sum(1 for r in ok if r.latency_s * 1000 <= slo)
+        print(f"SLO {slo:g} ms: {100 * within / max(len(records), 1):.1f}% of requests within")
+    if scores:
+        print(f"mean score {sum(scores) / len(scores):.4f}")
+    served: dict[str, int] = {}
+    for record in ok:
+        served[record.config or "?"] = served.get(record.config or "?", 0) + 1
+    for config, count in sorted(served.items(), key=lambda item: -item[1]):
+        print(f"  {count:6d}  {config}")
+    return 0 if len(ok) == len(records) else 1

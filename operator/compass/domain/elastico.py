@@ -1,0 +1,384 @@
+"""Elastico: the runtime policy that switches the active configuration as the load changes.
+
+``Elastico.decide(observation, state, now) -> (decision, state)`` is pure: time is an input and
+the state is a plain, JSON-serialisable object, so the same policy runs in the simulator, in a
+unit test with a fake clock, and in the operator with its state kept in a Kubernetes status.
+
+An observation is the queue depth (requests waiting) and, when the metrics have it, the
+cumulative count of arrivals (a Prometheus-style counter). The policy keeps recent counter
+samples in its state and turns them into arrival-rate evidence over the windows it needs.
+
+The hysteresis is asymmetric because the two mistakes are not equally costly: staying on a slow
+configuration while a queue builds breaks the SLO for every request behind it; staying on a
+fast one a little longer only costs some accuracy.
+
+- Faster ("upscale"): at once (upscale cooldown 0 by default) and several steps in one
+  decision. When the queue is over the active configuration's limit, or the arrivals show with
+  ``LEAVE_CONFIDENCE`` (a Poisson lower bound over the last 1, 2 and 5 s) a rate above its rate
+  limit, jump straight to the most accurate configuration that fits the same evidence, or to
+  the fastest. Walking one step per decision would let the queue grow for one more interval
+  per step, and every request queued then waits behind it.
+- More accurate ("downscale"): only after the entry condition of the target has held at every
+  observation for the target's whole cooldown: the queue within its entry limit (slack buffer
+  included) and no burst beyond its rate limit; and at the end the arrivals over the whole
+  cooldown window below its limit with ``ENTER_CONFIDENCE`` (a Poisson upper bound). The
+  cooldown is ``downscale_cooldown_s * (mean_k / mean_fastest) ** cooldown_exponent``: 5 s
+  for a configuration about as fast as the fastest, four times longer for one 1.4x slower.
+  The slow configurations are the ones a burst overwhelms first and whose rate limits sit
+  closest to the load, so they need the longest calm (and the longer window also holds more
+  arrivals, so the rate evidence for them is the most precise). Several steps may be taken at
+  once, up to the highest configuration whose condition, and every lower one's, has held for
+  its own cooldown: each step is proven, so walking them one cooldown at a time would only
+  delay the same conclusion.
+- Missing or stale metrics: ``hold`` keeps the active configuration, ``fastest`` switches to
+  the fastest one at once. Either way the downscale evidence restarts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from scipy.special import gammaincinv
+
+from compass.domain.planner import Plan
+
+DEFAULT_DOWNSCALE_COOLDOWN_S = 5.0
+DEFAULT_COOLDOWN_EXPONENT = 4.0
+DEFAULT_STALE_AFTER_S = 5.0
+DEFAULT_INTERVAL_S = 1.0
+# Windows (s) over which a rise in the arrival rate is looked for: short enough to see a burst
+# within a second or two, long enough to see a sustained overload of a few percent.
+LEAVE_WINDOWS_S = (1.0, 2.0, 5.0)
+# Leave when the arrivals exceed the limit with this confidence; enter when they stay below it
+# with that one. 0.8 makes a false leave at a steady 1.5 requests/s against a limit of 5/s
+# rarer than once an hour, while a 5x burst shows within 1-2 s. (Chosen on the serving
+# benchmark, with the cooldown exponent: see bench/serving_sim.py.)
+LEAVE_CONFIDENCE = 0.8
+ENTER_CONFIDENCE = 0.7
+# Counter samples older than the longest window needed are dropped; this caps the state.
+MAX_HISTORY_S = 600.0
+
+
+class MetricsLoss(StrEnum):
+    """What the policy does when the queue depth is missing or stale."""
+
+    HOLD = "hold"
+    FASTEST = "fastest"
+
+
+class Action(StrEnum):
+    """What a decision does to the active configuration."""
+
+    HOLD = "hold"
+    FASTER = "faster"
+    MORE_ACCURATE = "more-accurate"
+    FALLBACK = "fallback"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the metrics said, and when they were measured (seconds on the policy's clock).
+
+    ``arrivals_total`` is a counter of requests that arrived (the policy derives rates with
+    confidence bounds from it); ``arrival_rate_qps`` is a rate the metrics source measured
+    itself, used as it is when there is no counter (its own window sets its noise).
+    """
+
+    time: float
+    queue_depth: float
+    arrivals_total: float | None = None
+    arrival_rate_qps: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The configuration to serve from now on, and why."""
+
+    target: str
+    index: int
+    action: Action
+    reason: str
+
+    @property
+    def switched(self) -> bool:
+        """Whether the active configuration changes."""
+        return self.action is not Action.HOLD
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """Everything the policy remembers between decisions; plain data, JSON-serialisable."""
+
+    active: str | None = None
+    active_since: float | None = None
+    last_switch_at: float | None = None
+    last_reason: str = ""
+    switches: int = 0
+    # Since when some more accurate configuration's queue condition has held without a break,
+    # and at each observation since, the highest configuration whose queue condition held.
+    downscale_since: float | None = None
+    entry_levels: tuple[tuple[float, str], ...] = ()
+    # Recent (time, arrivals counter) samples.
+    arrivals: tuple[tuple[float, float], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping (what a Kubernetes status would hold)."""
+        data = asdict(self)
+        data["entry_levels"] = [list(entry) for entry in self.entry_levels]
+        data["arrivals"] = [list(sample) for sample in self.arrivals]
+        return data
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> PolicyState:
+        """The state back from ``to_dict``; unknown keys are ignored (newer operator versions)."""
+        known = {name: data[name] for name in PolicyState.__dataclass_fields__ if name in data}
+        known["entry_levels"] = tuple(
+            (float(time), str(name)) for time, name in known.get("entry_levels", ())
+        )
+        known["arrivals"] = tuple(
+            (float(time), float(total)) for time, total in known.get("arrivals", ())
+        )
+        return PolicyState(**known)
+
+
+@dataclass(frozen=True)
+class ElasticoSettings:
+    """The policy's knobs; defaults are the ParetoPolicy spec's defaults."""
+
+    upscale_cooldown_s: float = 0.0
+    downscale_cooldown_s: float = DEFAULT_DOWNSCALE_COOLDOWN_S
+    cooldown_exponent: float = DEFAULT_COOLDOWN_EXPONENT
+    on_metrics_loss: MetricsLoss = MetricsLoss.HOLD
+    stale_after_s: float = DEFAULT_STALE_AFTER_S
+    paused: bool = False
+
+
+def rate_lower_bound(count: float, window_s: float, confidence: float) -> float:
+    """A lower confidence bound on a Poisson rate from ``count`` arrivals in ``window_s``."""
+    if count <= 0 or window_s <= 0:
+        return 0.0
+    return float(gammaincinv(count, 1 - confidence)) / window_s
+
+
+def rate_upper_bound(count: float, window_s: float, confidence: float) -> float:
+    """An upper confidence bound on a Poisson rate from ``count`` arrivals in ``window_s``."""
+    if window_s <= 0:
+        return math.inf
+    return float(gammaincinv(max(count, 0.0) + 1, confidence)) / window_s
+
+
+def _arrivals_in(
+    samples: Sequence[tuple[float, float]], now: float, window_s: float
+) -> tuple[float, float] | None:
+    """(arrivals, seconds) over the last ``window_s``, from the latest sample at or before its
+    start; None when the samples do not reach back that far."""
+    start = now - window_s
+    before = [(t, total) for t, total in samples if t <= start + 1e-9]
+    if not before or not samples:
+        return None
+    t0, total0 = before[-1]
+    t1, total1 = samples[-1]
+    return total1 - total0, t1 - t0
+
+
+@dataclass(frozen=True)
+class Elastico:
+    """The Elastico policy over one plan (front and thresholds)."""
+
+    plan: Plan
+    settings: ElasticoSettings = ElasticoSettings()
+
+    @property
+    def fastest(self) -> int:
+        """Index of the fastest eligible configuration (the safe default)."""
+        return self.plan.eligible[0]
+
+    def cooldown_s(self, index: int) -> float:
+        """How long the entry condition of configuration ``index`` must hold before entering:
+        the downscale cooldown times (its mean service time / the fastest's) ** exponent."""
+        fastest = self.plan.thresholds[self.fastest].profile.mean_ms
+        slowdown = max(1.0, self.plan.thresholds[index].profile.mean_ms / fastest)
+        cooldown = self.settings.downscale_cooldown_s * slowdown**self.settings.cooldown_exponent
+        return float(min(cooldown, MAX_HISTORY_S))
+
+    def initial_state(self, now: float) -> PolicyState:
+        """A fresh policy starts on the fastest eligible configuration and climbs from there."""
+        name = self.plan.names[self.fastest]
+        return PolicyState(active=name, active_since=now, last_reason="initial: fastest")
+
+    def decide(
+        self, observation: Observation | None, state: PolicyState, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """The configuration to serve after this observation, and the policy's new state."""
+        active = None if state.active is None else self.plan.index(state.active)
+        if active is None or not self.plan.thresholds[active].eligible:
+            # No state yet, or the front changed under it: restart from the safe end.
+            unknown = "none" if state.active is None else f"{state.active} (not eligible)"
+            return self._switch(state, self.fastest, Action.FALLBACK, f"active {unknown}", now)
+        if self.settings.paused:
+            return self._hold(state, active, "paused")
+        if observation is None or now - observation.time > self.settings.stale_after_s:
+            what = "missing" if observation is None else f"stale ({now - observation.time:.1f} s)"
+            state = replace(state, downscale_since=None, entry_levels=())
+            if self.settings.on_metrics_loss is MetricsLoss.FASTEST and active != self.fastest:
+                return self._switch(
+                    state, self.fastest, Action.FALLBACK, f"metrics {what}: fastest", now
+                )
+            return self._hold(state, active, f"metrics {what}: hold")
+        state = self._record(state, observation)
+        depth = observation.queue_depth
+        rate, window_rate = self._rates(state, observation)
+        if not self._can_stay(active, depth, rate):
+            return self._faster(state, active, depth, rate, now)
+        return self._maybe_more_accurate(state, active, depth, rate, window_rate, now)
+
+    # ------------------------------------------------------------------ evidence
+
+    def _record(self, state: PolicyState, observation: Observation) -> PolicyState:
+        """Add the arrivals counter sample; a counter that went down was reset: start over."""
+        if observation.arrivals_total is None:
+            return replace(state, arrivals=())
+        samples = [s for s in state.arrivals if s[0] < observation.time]
+        if samples and observation.arrivals_total < samples[-1][1]:
+            samples = []
+        samples.append((observation.time, observation.arrivals_total))
+        keep_from = observation.time - min(self._longest_window(), MAX_HISTORY_S)
+        older = [i for i, (t, _) in enumerate(samples) if t <= keep_from]
+        return replace(state, arrivals=tuple(samples[older[-1] if older else 0 :]))
+
+    def _longest_window(self) -> float:
+        return max([*LEAVE_WINDOWS_S, *(self.cooldown_s(i) for i in self.plan.eligible[1:])])
+
+    def _rates(
+        self, state: PolicyState, observation: Observation
+    ) -> tuple[float | None, Callable[[float], float | None]]:
+        """The recent arrival rate to leave on, and the rate over a window to enter on."""
+        if observation.arrivals_total is None:
+            measured = observation.arrival_rate_qps
+            return measured, lambda _window: measured
+        return (
+            self._leave_rate(state, observation.time),
+            lambda window: self._enter_rate(state, observation.time, window),
+        )
+
+    def _leave_rate(self, state: PolicyState, now: float) -> float | None:
+        """The highest rate the recent arrivals show with LEAVE_CONFIDENCE; None if unknown."""
+        bounds = [
+            rate_lower_bound(count, seconds, LEAVE_CONFIDENCE)
+            for window in LEAVE_WINDOWS_S
+            if (measured := _arrivals_in(state.arrivals, now, window)) is not None
+            for count, seconds in [measured]
+        ]
+        return max(bounds) if bounds else None
+
+    def _enter_rate(self, state: PolicyState, now: float, window_s: float) -> float | None:
+        """The rate over the window that the arrivals stay under with ENTER_CONFIDENCE."""
+        if not state.arrivals:
+            return None
+        measured = _arrivals_in(state.arrivals, now, window_s)
+        if measured is None:
+            # The counter is younger than the window: it cannot vouch for all of it yet.
+            return math.inf
+        count, seconds = measured
+        return rate_upper_bound(count, seconds, ENTER_CONFIDENCE)
+
+    def _can_stay(self, index: int, depth: float, rate: float | None) -> bool:
+        return self.plan.thresholds[index].can_stay(depth, rate)
+
+    # ------------------------------------------------------------------ moves
+
+    def _faster(
+        self, state: PolicyState, active: int, depth: float, rate: float | None, now: float
+    ) -> tuple[Decision, PolicyState]:
+        faster = [i for i in self.plan.eligible if i < active]
+        state = replace(state, downscale_since=None, entry_levels=())
+        load = "" if rate is None else f", arrivals >= {rate:.2f}/s"
+        what = f"queue {depth:g}{load}"
+        if not faster:
+            return self._hold(state, active, f"{what}: already on the fastest")
+        since_switch = math.inf if state.last_switch_at is None else now - state.last_switch_at
+        if since_switch < self.settings.upscale_cooldown_s:
+            return self._hold(state, active, f"{what}: upscale cooldown")
+        target = next((i for i in reversed(faster) if self._can_stay(i, depth, rate)), faster[0])
+        reason = f"{what} over {self.plan.names[active]}'s limits"
+        return self._switch(state, target, Action.FASTER, reason, now)
+
+    def _maybe_more_accurate(
+        self,
+        state: PolicyState,
+        active: int,
+        depth: float,
+        rate: float | None,
+        window_rate: Callable[[float], float | None],
+        now: float,
+    ) -> tuple[Decision, PolicyState]:
+        above = [i for i in self.plan.eligible if i > active]
+        # The highest configuration whose entry condition holds now (queue, and no burst
+        # beyond its limit in the recent arrivals), every step below it included.
+        level = active
+        for index in above:
+            if not self.plan.thresholds[index].can_enter(depth, rate):
+                break
+            level = index
+        if level == active:
+            state = replace(state, downscale_since=None, entry_levels=())
+            return self._hold(state, active, f"queue {depth:g}: steady")
+        since = now if state.downscale_since is None else state.downscale_since
+        levels = [*state.entry_levels, (now, self.plan.names[level])]
+        # Keep what the longest cooldown needs, plus the entry in force at its start.
+        start = now - self.cooldown_s(level)
+        first = max((i for i, (t, _) in enumerate(levels) if t <= start), default=0)
+        state = replace(state, downscale_since=since, entry_levels=tuple(levels[first:]))
+        target = None
+        for index in above:
+            cooldown = self.cooldown_s(index)
+            if index > level or now - since < cooldown:
+                break
+            if self._lowest_level_since(state.entry_levels, now - cooldown) < index:
+                break
+            # And the arrivals over its whole cooldown window fit its limit too.
+            if not self.plan.thresholds[index].can_enter(depth, window_rate(cooldown)):
+                break
+            target = index
+        if target is None:
+            return self._hold(state, active, f"queue {depth:g}: downscale pending")
+        reason = (
+            f"queue and arrivals within {self.plan.names[target]}'s entry limits for "
+            f"{self.cooldown_s(target):.1f} s"
+        )
+        return self._switch(state, target, Action.MORE_ACCURATE, reason, now)
+
+    def _lowest_level_since(self, levels: Sequence[tuple[float, str]], start: float) -> int:
+        """The lowest level (highest configuration whose entry condition held) since start."""
+        relevant = [
+            name
+            for i, (t, name) in enumerate(levels)
+            if t > start or (i + 1 < len(levels) and levels[i + 1][0] > start)
+        ]
+        indices = [self.plan.index(name) for name in relevant]
+        return min((i for i in indices if i is not None), default=-1)
+
+    def _hold(self, state: PolicyState, active: int, reason: str) -> tuple[Decision, PolicyState]:
+        return Decision(self.plan.names[active], active, Action.HOLD, reason), state
+
+    def _switch(
+        self, state: PolicyState, target: int, action: Action, reason: str, now: float
+    ) -> tuple[Decision, PolicyState]:
+        name = self.plan.names[target]
+        if state.active == name:
+            return self._hold(state, target, reason)
+        decision = Decision(name, target, action, reason)
+        return decision, replace(
+            state,
+            active=name,
+            active_since=now,
+            last_switch_at=now,
+            last_reason=reason,
+            switches=state.switches + 1,
+            downscale_since=None,
+            entry_levels=(),
+        )

@@ -1,0 +1,353 @@
+"""The planner: the Pareto front of the profiles and the queue-depth thresholds of each member.
+
+The front keeps every configuration that no other beats on both accuracy (higher) and tail
+latency (lower p at the SLO's percentile), ordered by mean service time, fastest first: the
+mean is what drains a queue. The thresholds come from the paper's M/G/1 argument (Eqs. 7-13):
+with N requests waiting, a new request at configuration k waits for about N service times and
+then takes its own. Configuration k meets a latency SLO L at percentile P while
+
+    paper-mean:  N * mean_k + p_k <= L                   (switch faster above it)
+    tail:        P-th percentile of S_1 + ... + S_(N+1) <= L, and the arrival rate within
+                 the configuration's M/G/1 limit (below)
+
+and configuration k+1 may be entered when its condition holds with a slack buffer h_s.
+
+The paper's model takes the mean as a proxy for the tail of the wait, and it looks only at the
+queue already there. Both are optimistic. ``tail`` fixes both:
+
+- the queue now: the percentile of the sum of the N + 1 service times, n * mean + sqrt(n) *
+  (p - mean), exact at N = 0 and for normal service times (the spread of a sum of n grows with
+  sqrt(n));
+- the queue to come: at arrival rate lambda an M/G/1 queue has P(wait > t) ~ C exp(-gamma t)
+  (Cramer-Lundberg: gamma solves lambda (E[exp(gamma S)] - 1) = gamma, C = (1 - rho) /
+  (lambda E[S exp(gamma S)] - 1)), so P(latency > L) = E_S[min(1, C exp(-gamma (L - S)))].
+  Each configuration gets the highest arrival rate at which that stays within 1 - P/100: a
+  configuration with an empty queue now but more load than it can serve within the SLO is not
+  entered, and is left before its queue shows it. (At 1.5 requests/s and a 500 ms SLO the
+  paper's most accurate configuration misses 13% of requests with the queue empty at every
+  decision.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import brentq
+
+from compass.domain.profiles import LatencyProfile
+
+FloatArray = npt.NDArray[np.float64]
+
+# Floats: a queue depth that meets the SLO exactly must not be rounded away.
+_TOLERANCE = 1e-9
+# Probability levels at which a service distribution is tabulated for the M/G/1 tail.
+_GRID = 512
+# Relative precision of the Lundberg exponent and of the rate limits.
+_XTOL = 1e-10
+
+
+class PlanError(ValueError):
+    """The profiles and the SLO admit no plan: one line, `<field>: <what is wrong>; <the fix>`."""
+
+    def __init__(self, field: str, what: str, fix: str) -> None:
+        super().__init__(f"{field}: {what}; {fix}")
+        self.field, self.what, self.fix = field, what, fix
+
+
+class ThresholdModel(StrEnum):
+    """How the tail of a request's latency behind N queued requests is estimated."""
+
+    PAPER_MEAN = "paper-mean"
+    TAIL = "tail"
+
+
+@dataclass(frozen=True)
+class Slo:
+    """A latency target at a percentile of requests."""
+
+    latency_ms: float
+    percentile: float = 95.0
+
+    def __post_init__(self) -> None:
+        if not self.latency_ms > 0:
+            raise PlanError("slo.latencyMs", f"{self.latency_ms:g} is not > 0", "give it in ms")
+        if not 0 < self.percentile < 100:
+            raise PlanError("slo.percentile", f"{self.percentile:g} is outside (0, 100)", "use 95")
+
+
+@dataclass(frozen=True)
+class Dominated:
+    """A profile left off the front, and which front member beats it."""
+
+    profile: LatencyProfile
+    by: LatencyProfile
+    reason: str
+
+
+@dataclass(frozen=True)
+class Front:
+    """The Pareto front, fastest first, and what was left off it and why."""
+
+    members: tuple[LatencyProfile, ...]
+    dominated: tuple[Dominated, ...]
+
+
+def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -> Front:
+    """The profiles not beaten on both accuracy and tail latency, ordered by mean service time.
+
+    Exact duplicates (same accuracy and same tail latency) keep one member: the lower mean, then
+    the first given. A member that is slower on the mean than an earlier (faster) member and no
+    more accurate is dropped too: switching to it would cost throughput and buy nothing.
+    """
+    if not profiles:
+        raise PlanError("profiles", "none given, so the front is empty", "profile at least one")
+    tail = {id(p): p.latency_at(percentile) for p in profiles}
+    # Best first: most accurate, then lowest tail, then lowest mean, then input order.
+    ranked = sorted(
+        enumerate(profiles),
+        key=lambda item: (-item[1].accuracy, tail[id(item[1])], item[1].mean_ms, item[0]),
+    )
+    kept: list[LatencyProfile] = []
+    dominated: list[Dominated] = []
+    # Every kept profile is at least as accurate as the next one: the kept profile with the
+    # lowest tail decides whether the next one is beaten.
+    fastest_kept: LatencyProfile | None = None
+    for _, profile in ranked:
+        if fastest_kept is not None and tail[id(fastest_kept)] <= tail[id(profile)]:
+            tie = (fastest_kept.accuracy, tail[id(fastest_kept)]) == (
+                profile.accuracy,
+                tail[id(profile)],
+            )
+            reason = (
+                f"ties with it on accuracy and p{percentile:g}"
+                if tie
+                else f"it is at least as accurate and at least as fast at p{percentile:g}"
+            )
+            dominated.append(Dominated(profile, fastest_kept, reason))
+            continue
+        kept.append(profile)
+        fastest_kept = profile
+    by_speed = sorted(kept, key=lambda p: (p.mean_ms, tail[id(p)]))
+    members: list[LatencyProfile] = []
+    for profile in by_speed:
+        if members and profile.accuracy <= members[-1].accuracy:
+            dominated.append(
+                Dominated(
+                    profile,
+                    members[-1],
+                    "it is slower on the mean and no more accurate (better only in the tail)",
+                )
+            )
+            continue
+        members.append(profile)
+    return Front(tuple(members), tuple(dominated))
+
+
+def sum_percentile_ms(profile: LatencyProfile, services: int, percentile: float) -> float:
+    """The percentile of the sum of ``services`` service times (n mean + sqrt(n) (p - mean))."""
+    mean = profile.mean_ms
+    return services * mean + math.sqrt(services) * (profile.latency_at(percentile) - mean)
+
+
+def max_queue_depth(
+    profile: LatencyProfile, budget_ms: float, percentile: float, model: ThresholdModel
+) -> int | None:
+    """The deepest queue at which this configuration still meets ``budget_ms``; None if none."""
+    tail = profile.latency_at(percentile)
+    if tail > budget_ms + _TOLERANCE:
+        return None
+    mean = profile.mean_ms
+    if model is ThresholdModel.PAPER_MEAN:
+        return math.floor((budget_ms - tail) / mean + _TOLERANCE)
+    # n mean + sqrt(n) (p - mean) <= budget is a quadratic in x = sqrt(n).
+    spread = tail - mean
+    root = (-spread + math.sqrt(spread * spread + 4 * mean * budget_ms)) / (2 * mean)
+    services = max(1, math.floor(root * root + _TOLERANCE))
+    # The closed form can be off by one in floating point: settle it on the exact condition.
+    while sum_percentile_ms(profile, services + 1, percentile) <= budget_ms + _TOLERANCE:
+        services += 1
+    while (
+        services > 1 and sum_percentile_ms(profile, services, percentile) > budget_ms + _TOLERANCE
+    ):
+        services -= 1
+    return services - 1
+
+
+def _service_grid_s(profile: LatencyProfile) -> FloatArray:
+    """Service times (s) at evenly spaced probabilities: expectations become plain means."""
+    levels = (np.arange(_GRID) + 0.5) / _GRID
+    return profile.distribution.quantile(levels) / 1000
+
+
+def violation_probability(profile: LatencyProfile, arrival_qps: float, budget_ms: float) -> float:
+    """P(latency > budget) in steady state at this Poisson arrival rate (Cramer-Lundberg)."""
+    return _violation(_service_grid_s(profile), arrival_qps, budget_ms / 1000)
+
+
+def _violation(service: FloatArray, rate: float, budget_s: float) -> float:
+    rho = rate * float(service.mean())
+    if rho >= 1:
+        return 1.0
+    if rate <= 0:
+        return float(np.mean(service > budget_s))
+
+    def excess(gamma: float) -> float:
+        return rate * (float(np.mean(np.exp(gamma * service))) - 1) - gamma
+
+    # excess(0) = 0, excess'(0) = rho - 1 < 0 and excess is convex: one positive root. The
+    # heavy-traffic value 2 (1 - rho) / (lambda E[S^2]) is of its order: bracket from there.
+    guess = 2 * (1 - rho) / (rate * float(np.mean(service * service)))
+    low, high = guess / 2, guess
+    while excess(low) >= 0:
+        low /= 2
+    while excess(high) < 0:
+        low, high = high, 2 * high
+    gamma = float(brentq(excess, low, high, xtol=_XTOL * guess))
+    constant = (1 - rho) / (rate * float(np.mean(service * np.exp(gamma * service))) - 1)
+    slack = budget_s - service
+    tail = np.where(slack <= 0, 1.0, np.minimum(1.0, constant * np.exp(-gamma * slack)))
+    return float(tail.mean())
+
+
+def max_arrival_rate(profile: LatencyProfile, budget_ms: float, percentile: float) -> float:
+    """The highest arrival rate (requests/s) keeping P(latency > budget) <= 1 - P/100 (0: none)."""
+    service = _service_grid_s(profile)
+    allowed = 1 - percentile / 100
+    budget_s = budget_ms / 1000
+    if _violation(service, 0.0, budget_s) > allowed:
+        return 0.0
+    saturation = 1 / float(service.mean())
+
+    def over(rate: float) -> float:
+        return _violation(service, rate, budget_s) - allowed
+
+    # The violation grows with the load towards 1 at saturation (where the tail formula loses
+    # precision: stop just short of it).
+    high = saturation * (1 - 1e-6)
+    if over(high) <= 0:
+        return high
+    return float(brentq(over, 0.0, high, xtol=_XTOL * saturation))
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One front member's slack and queue-depth limits."""
+
+    profile: LatencyProfile
+    tail_ms: float
+    slack_ms: float
+    stay_max_queue: int | None
+    enter_max_queue: int | None
+    stay_max_qps: float | None = None
+    enter_max_qps: float | None = None
+
+    @property
+    def eligible(self) -> bool:
+        """Whether the policy may ever switch to it (its slack is positive)."""
+        return self.slack_ms > 0
+
+    def can_stay(self, queue_depth: float, arrival_qps: float | None = None) -> bool:
+        """Whether it meets the SLO with this queue and load (else: switch faster)."""
+        return _within(queue_depth, self.stay_max_queue, arrival_qps, self.stay_max_qps)
+
+    def can_enter(self, queue_depth: float, arrival_qps: float | None = None) -> bool:
+        """Whether switching to it is safe with this queue and load, slack buffer included."""
+        return self.eligible and _within(
+            queue_depth, self.enter_max_queue, arrival_qps, self.enter_max_qps
+        )
+
+
+def _within(depth: float, max_depth: int | None, qps: float | None, max_qps: float | None) -> bool:
+    """Queue within its limit, and load within its limit when both are known."""
+    if max_depth is None or depth > max_depth:
+        return False
+    return qps is None or max_qps is None or qps <= max_qps
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The front with every member's thresholds, for one SLO, slack buffer and model."""
+
+    slo: Slo
+    slack_buffer_ms: float
+    model: ThresholdModel
+    thresholds: tuple[Threshold, ...]
+    dominated: tuple[Dominated, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Front members' names, fastest first."""
+        return tuple(t.profile.name for t in self.thresholds)
+
+    @property
+    def eligible(self) -> tuple[int, ...]:
+        """Indices of the members the policy may switch to."""
+        return tuple(i for i, t in enumerate(self.thresholds) if t.eligible)
+
+    def index(self, name: str) -> int | None:
+        """The index of the member with this name, or None."""
+        return next((i for i, t in enumerate(self.thresholds) if t.profile.name == name), None)
+
+
+def plan_thresholds(
+    front: Sequence[LatencyProfile],
+    slo: Slo,
+    slack_buffer_ms: float = 50.0,
+    model: ThresholdModel = ThresholdModel.TAIL,
+    dominated: Sequence[Dominated] = (),
+) -> Plan:
+    """Each front member's slack L - p_k and its stay / enter queue-depth limits.
+
+    Members with slack <= 0 stay in the plan (the report shows them) but are never targets.
+    Raises PlanError when no member has positive slack, naming the closest one.
+    """
+    if not front:
+        raise PlanError("front", "empty, nothing to switch between", "profile at least one")
+    if slack_buffer_ms < 0:
+        raise PlanError("slackBufferMs", f"{slack_buffer_ms:g} is negative", "use e.g. 50")
+    thresholds = []
+    for profile in front:
+        tail = profile.latency_at(slo.percentile)
+        stay_budget, enter_budget = slo.latency_ms, slo.latency_ms - slack_buffer_ms
+        with_rates = model is ThresholdModel.TAIL and tail < slo.latency_ms
+        thresholds.append(
+            Threshold(
+                profile=profile,
+                tail_ms=tail,
+                slack_ms=slo.latency_ms - tail,
+                stay_max_queue=max_queue_depth(profile, stay_budget, slo.percentile, model),
+                enter_max_queue=max_queue_depth(profile, enter_budget, slo.percentile, model),
+                stay_max_qps=max_arrival_rate(profile, stay_budget, slo.percentile)
+                if with_rates
+                else None,
+                enter_max_qps=max_arrival_rate(profile, enter_budget, slo.percentile)
+                if with_rates
+                else None,
+            )
+        )
+    if not any(t.eligible for t in thresholds):
+        closest = min(thresholds, key=lambda t: t.tail_ms)
+        raise PlanError(
+            "slo.latencyMs",
+            f"{slo.latency_ms:g} ms is below every configuration's p{slo.percentile:g}: the "
+            f"closest, {closest.profile.name}, has {closest.tail_ms:.1f} ms "
+            f"({closest.tail_ms - slo.latency_ms:.1f} ms over)",
+            f"raise the SLO above {closest.tail_ms:.1f} ms or profile faster configurations",
+        )
+    return Plan(slo, slack_buffer_ms, model, tuple(thresholds), tuple(dominated))
+
+
+def plan_from_profiles(
+    profiles: Sequence[LatencyProfile],
+    slo: Slo,
+    slack_buffer_ms: float = 50.0,
+    model: ThresholdModel = ThresholdModel.TAIL,
+) -> Plan:
+    """The front of these profiles at the SLO's percentile, and its thresholds."""
+    front = pareto_front(profiles, slo.percentile)
+    return plan_thresholds(front.members, slo, slack_buffer_ms, model, front.dominated)

@@ -1,0 +1,284 @@
+"""The ParetoPolicy spec: the front, the SLO and how Elastico switches between them.
+
+This pydantic model is the single source of truth for the ParetoPolicy custom resource's spec
+(camelCase on the wire, every field described for the CRD generator). ``compass plan`` writes
+it; ``compass simulate`` and the operator read it back and derive the thresholds, which belong
+in the resource's status (they follow from the spec, so GitOps never fights the operator).
+"""
+
+from __future__ import annotations
+
+import itertools
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from compass.domain.elastico import (
+    DEFAULT_COOLDOWN_EXPONENT,
+    DEFAULT_DOWNSCALE_COOLDOWN_S,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_STALE_AFTER_S,
+    Elastico,
+    ElasticoSettings,
+    MetricsLoss,
+)
+from compass.domain.evaluation import ParamValue
+from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
+from compass.domain.profiles import LatencyProfile
+from compass.domain.space import config_key
+
+DEFAULT_SLACK_BUFFER_MS = 50.0
+# The sound model is the default: at 1.5 requests/s and a 500 ms SLO the paper's model keeps
+# the most accurate configuration (it misses 13% of requests there) because its queue is empty
+# at every decision; see bench/serving_sim.py for both models side by side.
+DEFAULT_THRESHOLD_MODEL = ThresholdModel.TAIL
+
+
+class PolicyModel(BaseModel):
+    """camelCase on the wire (Kubernetes convention), snake_case in Python; unknown keys rejected."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class FrontEntry(PolicyModel):
+    """One configuration of the Pareto front with its accuracy and measured service time."""
+
+    config: dict[str, ParamValue] = Field(
+        min_length=1, description="The configuration's parameter values (the router applies them)."
+    )
+    accuracy: Annotated[float, Field(ge=0, le=1, description="Measured accuracy in [0, 1].")]
+    latency_mean_ms: Annotated[float, Field(gt=0, description="Mean service time in ms.")]
+    latency_p95_ms: Annotated[float, Field(gt=0, description="95th percentile service time in ms.")]
+    latency_p50_ms: Annotated[
+        float | None, Field(gt=0, description="Median service time in ms, if measured.")
+    ] = None
+    latency_p99_ms: Annotated[
+        float | None, Field(gt=0, description="99th percentile service time in ms, if measured.")
+    ] = None
+    latency_std_ms: Annotated[
+        float | None, Field(ge=0, description="Standard deviation of the service time in ms.")
+    ] = None
+
+    @model_validator(mode="after")
+    def _percentiles_ordered(self) -> FrontEntry:
+        ordered = [
+            (name, value)
+            for name, value in (
+                ("latencyP50Ms", self.latency_p50_ms),
+                ("latencyP95Ms", self.latency_p95_ms),
+                ("latencyP99Ms", self.latency_p99_ms),
+            )
+            if value is not None
+        ]
+        for (low_name, low), (high_name, high) in itertools.pairwise(ordered):
+            if high < low:
+                raise ValueError(f"{high_name} {high:g} is below {low_name} {low:g}")
+        if self.latency_mean_ms > ordered[-1][1]:
+            raise ValueError(
+                f"latencyMeanMs {self.latency_mean_ms:g} is above {ordered[-1][0]} "
+                f"{ordered[-1][1]:g}"
+            )
+        return self
+
+    def profile(self) -> LatencyProfile:
+        """The entry as a latency profile for the planner and the simulator."""
+        return LatencyProfile(
+            config=dict(self.config),
+            accuracy=self.accuracy,
+            mean_ms=self.latency_mean_ms,
+            p95_ms=self.latency_p95_ms,
+            p50_ms=self.latency_p50_ms,
+            p99_ms=self.latency_p99_ms,
+            std_ms=self.latency_std_ms,
+        )
+
+    @staticmethod
+    def from_profile(profile: LatencyProfile) -> FrontEntry:
+        """The entry for a latency profile."""
+        return FrontEntry(
+            config=dict(profile.config),
+            accuracy=profile.accuracy,
+            latency_mean_ms=profile.mean_ms,
+            latency_p95_ms=profile.p95_ms,
+            latency_p50_ms=profile.p50_ms,
+            latency_p99_ms=profile.p99_ms,
+            latency_std_ms=profile.std_ms,
+        )
+
+
+class SloSpec(PolicyModel):
+    """The latency objective at a percentile of requests."""
+
+    latency_ms: Annotated[float, Field(gt=0, description="Latency target in milliseconds.")]
+    percentile: Annotated[
+        float, Field(gt=0, lt=100, description="Percentile of requests held to the target.")
+    ] = 95.0
+
+
+class Hysteresis(PolicyModel):
+    """How eagerly the policy switches: fast towards speed, slowly towards accuracy."""
+
+    upscale_cooldown_seconds: Annotated[
+        float, Field(ge=0, description="Minimum time after a switch before switching faster.")
+    ] = 0.0
+    downscale_cooldown_seconds: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="How long the entry condition of a configuration about as fast as the "
+            "fastest must hold before switching to it.",
+        ),
+    ] = DEFAULT_DOWNSCALE_COOLDOWN_S
+    cooldown_exponent: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="A slower configuration's cooldown is the downscale cooldown times "
+            "(its mean service time / the fastest's) to this power; 0: one cooldown for all.",
+        ),
+    ] = DEFAULT_COOLDOWN_EXPONENT
+    slack_buffer_ms: Annotated[
+        float,
+        Field(ge=0, description="Latency headroom required to switch to a more accurate one."),
+    ] = DEFAULT_SLACK_BUFFER_MS
+
+
+class MetricsSourceType(StrEnum):
+    """Where the queue depth comes from."""
+
+    PROMETHEUS = "prometheus"
+    TRITON = "triton"
+
+
+class MetricsSource(PolicyModel):
+    """The queue depth (and arrivals) the policy observes."""
+
+    type: MetricsSourceType = Field(
+        default=MetricsSourceType.PROMETHEUS, description="Prometheus, or Triton's own /metrics."
+    )
+    url: str | None = Field(default=None, description="Prometheus or Triton metrics URL.")
+    query: str | None = Field(
+        default=None, description="PromQL for the router's pending-request count (queue depth)."
+    )
+    arrivals_query: str | None = Field(
+        default=None, description="PromQL for the cumulative count of requests that arrived."
+    )
+
+
+class RoutingTarget(PolicyModel):
+    """The Triton router whose active configuration the policy switches."""
+
+    grpc_endpoint: str | None = Field(
+        default=None, description="Triton's gRPC endpoint, host:port (e.g. triton:8001)."
+    )
+    router_model: str = Field(default="router", description="Name of the router model.")
+
+
+class ParetoPolicySpec(PolicyModel):
+    """A Pareto front of configurations and the rules for switching between them."""
+
+    front: list[FrontEntry] = Field(
+        min_length=1, description="The Pareto front, fastest first (the planner re-derives it)."
+    )
+    slo: SloSpec = Field(description="The latency SLO the policy keeps.")
+    hysteresis: Hysteresis = Field(
+        default_factory=Hysteresis, description="Cooldowns and the slack buffer."
+    )
+    threshold_model: ThresholdModel = Field(
+        default=DEFAULT_THRESHOLD_MODEL,
+        description="tail: percentile of the queued work and M/G/1 arrival-rate limits; "
+        "paper-mean: the paper's N * mean + p95 <= SLO.",
+    )
+    metrics: MetricsSource | None = Field(
+        default=None, description="Where the queue depth is read (not needed to simulate)."
+    )
+    routing: RoutingTarget | None = Field(
+        default=None, description="The router to switch (not needed to simulate)."
+    )
+    paused: bool = Field(default=False, description="Hold the active configuration.")
+    on_metrics_loss: MetricsLoss = Field(
+        default=MetricsLoss.HOLD,
+        description="When metrics are missing or stale: hold, or switch to the fastest.",
+    )
+    stale_after_seconds: Annotated[
+        float, Field(gt=0, description="Metrics older than this count as missing.")
+    ] = DEFAULT_STALE_AFTER_S
+    interval_seconds: Annotated[float, Field(gt=0, description="Time between two decisions.")] = (
+        DEFAULT_INTERVAL_S
+    )
+
+    @model_validator(mode="after")
+    def _distinct_configs(self) -> ParetoPolicySpec:
+        seen: dict[str, int] = {}
+        for index, entry in enumerate(self.front):
+            key = config_key(entry.config)
+            if key in seen:
+                raise ValueError(
+                    f"front[{index}].config is the same configuration as front[{seen[key]}]"
+                )
+            seen[key] = index
+        return self
+
+    def profiles(self) -> tuple[LatencyProfile, ...]:
+        """The front entries as latency profiles."""
+        return tuple(entry.profile() for entry in self.front)
+
+    def plan(self) -> Plan:
+        """The thresholds derived from this spec (PlanError when the SLO admits none)."""
+        return plan_from_profiles(
+            self.profiles(),
+            Slo(self.slo.latency_ms, self.slo.percentile),
+            self.hysteresis.slack_buffer_ms,
+            self.threshold_model,
+        )
+
+    def settings(self) -> ElasticoSettings:
+        """The policy knobs this spec sets."""
+        return ElasticoSettings(
+            upscale_cooldown_s=self.hysteresis.upscale_cooldown_seconds,
+            downscale_cooldown_s=self.hysteresis.downscale_cooldown_seconds,
+            cooldown_exponent=self.hysteresis.cooldown_exponent,
+            on_metrics_loss=self.on_metrics_loss,
+            stale_after_s=self.stale_after_seconds,
+            paused=self.paused,
+        )
+
+    def elastico(self) -> Elastico:
+        """The Elastico policy this spec describes."""
+        return Elastico(self.plan(), self.settings())
+
+
+def spec_for_plan(
+    plan: Plan,
+    hysteresis: Hysteresis | None = None,
+    **fields: Any,
+) -> ParetoPolicySpec:
+    """The ParetoPolicy spec for a plan: its front, SLO, slack buffer and model."""
+    chosen = (hysteresis or Hysteresis()).model_copy(
+        update={"slack_buffer_ms": plan.slack_buffer_ms}
+    )
+    return ParetoPolicySpec(
+        front=[FrontEntry.from_profile(t.profile) for t in plan.thresholds],
+        slo=SloSpec(latency_ms=plan.slo.latency_ms, percentile=plan.slo.percentile),
+        hysteresis=chosen,
+        threshold_model=plan.model,
+        **fields,
+    )
+
+
+def thresholds_status(plan: Plan) -> list[dict[str, Any]]:
+    """The derived thresholds as a ParetoPolicy status would list them (camelCase)."""
+    return [
+        {
+            "config": t.profile.name,
+            "eligible": t.eligible,
+            "slackMs": round(t.slack_ms, 3),
+            "stayMaxQueue": t.stay_max_queue,
+            "enterMaxQueue": t.enter_max_queue,
+            "stayMaxQps": None if t.stay_max_qps is None else round(t.stay_max_qps, 4),
+            "enterMaxQps": None if t.enter_max_qps is None else round(t.enter_max_qps, 4),
+        }
+        for t in plan.thresholds
+    ]

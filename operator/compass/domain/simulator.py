@@ -1,0 +1,422 @@
+"""A discrete-event serving simulator: one FIFO server (the paper's M/G/1), a policy, a load.
+
+Requests arrive by a (non-homogeneous) Poisson process shaped by a load pattern, or replay a
+trace. Each request draws one uniform number when it is generated; the configuration active
+when it STARTS service turns that number into a service time through the configuration's
+fitted distribution. Every policy run on the same scenario therefore sees the same arrivals and
+the same luck (common random numbers): comparisons between policies are paired.
+
+The policy is asked every ``interval_s`` with the queue depth (requests waiting, not the one in
+service, as Triton's pending-request count) and the cumulative count of arrivals (a counter,
+as Prometheus or Triton's /metrics give it), exactly as the operator will ask it. The timeline
+also records the arrival rate over the last ``rate_window_s``, for people to look at.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from compass.domain.elastico import Action, Decision, Observation, PolicyState
+from compass.domain.profiles import LatencyProfile
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+DEFAULT_INTERVAL_S = 1.0
+DEFAULT_RATE_WINDOW_S = 5.0
+SPIKE_FACTOR = 4.0
+STEP_FACTOR = 2.0
+RAMP_FACTOR = 2.0
+BURST_FACTORS = (2.0, 5.0)
+BURST_SECONDS = (5.0, 15.0)
+BURST_GAP_SECONDS = (10.0, 30.0)
+# A run that has not drained this long after the last arrival is reported as it stands.
+MAX_DRAIN_S = 3600.0
+
+
+class SimulationError(ValueError):
+    """A load pattern or trace is invalid: one line, `<field>: <what is wrong>; <the fix>`."""
+
+    def __init__(self, field: str, what: str, fix: str) -> None:
+        super().__init__(f"{field}: {what}; {fix}")
+        self.field, self.what, self.fix = field, what, fix
+
+
+class PatternKind(StrEnum):
+    """The shape of the offered load over time."""
+
+    CONSTANT = "constant"
+    STEP = "step"
+    RAMP = "ramp"
+    SPIKE = "spike"
+    BURSTY = "bursty"
+    TRACE = "trace"
+
+
+@dataclass(frozen=True)
+class Burst:
+    """A stretch of time during which the load is multiplied."""
+
+    start_s: float
+    end_s: float
+    factor: float
+
+
+@dataclass(frozen=True)
+class LoadPattern:
+    """Offered load (requests per second) as a function of time."""
+
+    kind: PatternKind
+    base_qps: float
+    duration_s: float
+    bursts: tuple[Burst, ...] = ()
+    trace_s: tuple[float, ...] = ()
+
+    def rate(self, t: FloatArray) -> FloatArray:
+        """The offered rate at these times (for a trace, its arrivals per second, binned)."""
+        t = np.asarray(t, dtype=np.float64)
+        base = np.full_like(t, self.base_qps)
+        d = self.duration_s
+        if self.kind is PatternKind.STEP:
+            shaped = np.where(t >= d / 2, STEP_FACTOR * base, base)
+        elif self.kind is PatternKind.RAMP:
+            shaped = base * (1 + (RAMP_FACTOR - 1) * np.clip(t / d, 0.0, 1.0))
+        elif self.kind is PatternKind.SPIKE:
+            shaped = np.where((t >= d / 3) & (t < 2 * d / 3), SPIKE_FACTOR * base, base)
+        elif self.kind is PatternKind.BURSTY:
+            shaped = base.copy()
+            for burst in self.bursts:
+                inside = (t >= burst.start_s) & (t < burst.end_s)
+                shaped = np.where(inside, burst.factor * base, shaped)
+        elif self.kind is PatternKind.TRACE:
+            arrivals = np.asarray(self.trace_s)
+            bins = np.floor(t).astype(np.int64)
+            counts = np.bincount(np.floor(arrivals).astype(np.int64), minlength=int(d) + 2)
+            shaped = counts[np.clip(bins, 0, len(counts) - 1)].astype(np.float64)
+        else:
+            shaped = base
+        result: FloatArray = np.where((t >= 0) & (t < d), shaped, 0.0)
+        return result
+
+    @property
+    def peak_qps(self) -> float:
+        """The highest offered rate."""
+        grid = np.linspace(0, self.duration_s, 2001)[:-1]
+        return float(self.rate(grid).max(initial=0.0))
+
+
+def make_pattern(
+    kind: PatternKind | str,
+    base_qps: float,
+    duration_s: float,
+    seed: int = 0,
+    trace_s: Sequence[float] = (),
+) -> LoadPattern:
+    """A load pattern; bursty draws its bursts from ``seed`` (same seed, same bursts)."""
+    kind = PatternKind(kind)
+    if kind is PatternKind.TRACE:
+        return trace_pattern(trace_s)
+    if not base_qps > 0 or not math.isfinite(base_qps):
+        raise SimulationError("base_qps", f"{base_qps:g} is not > 0", "give e.g. 1.5")
+    if not duration_s > 0 or not math.isfinite(duration_s):
+        raise SimulationError("duration", f"{duration_s:g} s is not > 0", "give e.g. 180")
+    bursts: list[Burst] = []
+    if kind is PatternKind.BURSTY:
+        rng = np.random.default_rng([seed, 1])
+        t = float(rng.uniform(*BURST_GAP_SECONDS))
+        while t < duration_s:
+            length = float(rng.uniform(*BURST_SECONDS))
+            bursts.append(Burst(t, min(t + length, duration_s), float(rng.uniform(*BURST_FACTORS))))
+            t += length + float(rng.uniform(*BURST_GAP_SECONDS))
+    return LoadPattern(kind, base_qps, duration_s, tuple(bursts))
+
+
+def trace_pattern(timestamps: Sequence[float]) -> LoadPattern:
+    """A pattern that replays these arrival timestamps (seconds; shifted to start at 0)."""
+    if len(timestamps) == 0:
+        raise SimulationError("trace", "no timestamps", "give one arrival time (s) a line")
+    times = np.asarray(timestamps, dtype=np.float64)
+    if not np.all(np.isfinite(times)):
+        raise SimulationError("trace", "a timestamp is not a finite number", "fix the file")
+    if np.any(np.diff(times) < 0):
+        where = int(np.argmax(np.diff(times) < 0)) + 1
+        raise SimulationError(
+            "trace",
+            f"timestamp {where + 1} ({times[where]:g}) is before the one above it",
+            "sort the trace",
+        )
+    times = times - times[0]
+    duration = max(float(times[-1]), 1e-9) + 1e-9
+    mean_rate = len(times) / duration
+    return LoadPattern(PatternKind.TRACE, mean_rate, duration, trace_s=tuple(times.tolist()))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One realisation of the load: arrival times and each request's service-time luck."""
+
+    pattern: LoadPattern
+    seed: int
+    arrivals_s: FloatArray
+    luck: FloatArray
+
+    @property
+    def requests(self) -> int:
+        """Number of requests."""
+        return len(self.arrivals_s)
+
+
+def make_scenario(pattern: LoadPattern, seed: int) -> Scenario:
+    """Seeded arrivals (Poisson, thinned to the pattern's rate) and service-time luck."""
+    arrival_rng, luck_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2)
+    )
+    if pattern.kind is PatternKind.TRACE:
+        arrivals = np.asarray(pattern.trace_s, dtype=np.float64)
+    else:
+        peak = pattern.peak_qps
+        candidates = np.sort(
+            arrival_rng.uniform(
+                0, pattern.duration_s, arrival_rng.poisson(peak * pattern.duration_s)
+            )
+        )
+        keep = arrival_rng.uniform(0, peak, len(candidates)) < pattern.rate(candidates)
+        arrivals = candidates[keep]
+    return Scenario(pattern, seed, arrivals, luck_rng.uniform(0, 1, len(arrivals)))
+
+
+class Controller(Protocol):
+    """A policy the simulator can run: Elastico, or a static baseline."""
+
+    def initial_state(self, now: float) -> PolicyState:
+        """The state before the first decision."""
+        ...
+
+    def decide(
+        self, observation: Observation | None, state: PolicyState, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """The configuration to serve next and the new state."""
+        ...
+
+
+@dataclass(frozen=True)
+class StaticController:
+    """A baseline that always serves one configuration."""
+
+    name: str
+    index: int
+
+    def initial_state(self, now: float) -> PolicyState:
+        """Always on its configuration."""
+        return PolicyState(active=self.name, active_since=now, last_reason="static")
+
+    def decide(
+        self, observation: Observation | None, state: PolicyState, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """Never switch."""
+        return Decision(self.name, self.index, Action.HOLD, "static"), state
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What the policy saw and chose at one decision time."""
+
+    time_s: float
+    offered_qps: float
+    observed_qps: float
+    queue_depth: int
+    active: int
+    switched: bool
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """One policy's run over one scenario."""
+
+    label: str
+    slo_ms: float
+    names: tuple[str, ...]
+    accuracies: tuple[float, ...]
+    arrivals_s: FloatArray
+    starts_s: FloatArray
+    finishes_s: FloatArray
+    configs: IntArray
+    ticks: tuple[Tick, ...]
+    switches: int
+    time_in_config_s: tuple[float, ...]
+    reasons: tuple[tuple[float, str], ...] = field(default=())
+
+    @property
+    def requests(self) -> int:
+        """Number of requests served."""
+        return len(self.arrivals_s)
+
+    @property
+    def waits_ms(self) -> FloatArray:
+        """Each request's wait in the queue before its service started, ms."""
+        wait: FloatArray = (self.starts_s - self.arrivals_s) * 1000
+        return wait
+
+    @property
+    def latencies_ms(self) -> FloatArray:
+        """Each request's latency (wait + service), ms."""
+        latency: FloatArray = (self.finishes_s - self.arrivals_s) * 1000
+        return latency
+
+    @property
+    def compliance(self) -> float:
+        """Percentage of requests within the SLO (100 when there were none)."""
+        if not self.requests:
+            return 100.0
+        return float(np.mean(self.latencies_ms <= self.slo_ms) * 100)
+
+    @property
+    def mean_accuracy(self) -> float:
+        """Mean accuracy per request: the accuracy of the configuration that served it."""
+        if not self.requests:
+            return math.nan
+        return float(np.asarray(self.accuracies)[self.configs].mean())
+
+    def latency_percentile(self, percentile: float) -> float:
+        """A latency percentile over all requests, ms."""
+        if not self.requests:
+            return math.nan
+        return float(np.percentile(self.latencies_ms, percentile))
+
+    @property
+    def switches_per_minute(self) -> float:
+        """Switches per minute of simulated time."""
+        span = self.ticks[-1].time_s if self.ticks else 0.0
+        return self.switches / span * 60 if span > 0 else 0.0
+
+    def summary(self) -> dict[str, float | int | str | dict[str, float]]:
+        """The headline figures as plain data."""
+        return {
+            "policy": self.label,
+            "requests": self.requests,
+            "slo_compliance_pct": self.compliance,
+            "mean_accuracy": self.mean_accuracy,
+            "p50_ms": self.latency_percentile(50),
+            "p95_ms": self.latency_percentile(95),
+            "p99_ms": self.latency_percentile(99),
+            "switches": self.switches,
+            "time_in_config_s": dict(zip(self.names, self.time_in_config_s, strict=True)),
+        }
+
+
+def simulate(
+    controller: Controller,
+    front: Sequence[LatencyProfile],
+    scenario: Scenario,
+    slo_ms: float,
+    label: str = "policy",
+    interval_s: float = DEFAULT_INTERVAL_S,
+    rate_window_s: float = DEFAULT_RATE_WINDOW_S,
+) -> RunReport:
+    """Serve the scenario's requests FIFO with the controller choosing the configuration."""
+    names = tuple(p.name for p in front)
+    index_of = {name: i for i, name in enumerate(names)}
+    # Seconds of service for every (configuration, request): the common random numbers.
+    service_s = np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in front])
+    arrivals = scenario.arrivals_s
+    n = len(arrivals)
+    starts = np.empty(n)
+    finishes = np.empty(n)
+    configs = np.empty(n, dtype=np.int64)
+    state = controller.initial_state(0.0)
+    active = index_of[state.active] if state.active is not None else 0
+    seen: list[tuple[float, float, int, int, bool]] = []
+    reasons: list[tuple[float, str]] = []
+    time_in = [0.0] * len(front)
+    switches = 0
+    started = 0
+    free_at = 0.0
+    last_arrival = float(arrivals[-1]) if n else 0.0
+    horizon = max(scenario.pattern.duration_s, last_arrival) + MAX_DRAIN_S
+    tick = 0
+    now = 0.0
+    while True:
+        # Start every request whose service begins by `now`, with the configuration active then.
+        while started < n:
+            begin = max(arrivals[started], free_at)
+            if begin > now:
+                break
+            starts[started] = begin
+            configs[started] = active
+            free_at = begin + service_s[active, started]
+            finishes[started] = free_at
+            started += 1
+        if (started >= n and now >= scenario.pattern.duration_s) or now > horizon:
+            break
+        arrived = int(np.searchsorted(arrivals, now, side="right"))
+        depth = arrived - started
+        recent = arrived - int(np.searchsorted(arrivals, now - rate_window_s, side="right"))
+        observed = recent / min(rate_window_s, now) if now > 0 else 0.0
+        observation = Observation(time=now, queue_depth=depth, arrivals_total=float(arrived))
+        decision, state = controller.decide(observation, state, now)
+        if decision.switched:
+            switches += 1
+            reasons.append((now, f"{names[active]} -> {decision.target}: {decision.reason}"))
+        active = index_of[decision.target]
+        seen.append((now, observed, depth, active, decision.switched))
+        time_in[active] += interval_s
+        tick += 1
+        now = tick * interval_s
+    if started < n:
+        # Past the drain horizon: the rest never start; count them at the horizon.
+        starts[started:] = horizon
+        finishes[started:] = horizon
+        configs[started:] = active
+    offered = scenario.pattern.rate(np.array([t for t, *_ in seen]))
+    ticks = tuple(
+        Tick(t, float(rate), observed, depth, index, switched)
+        for (t, observed, depth, index, switched), rate in zip(seen, offered, strict=True)
+    )
+    return RunReport(
+        label=label,
+        slo_ms=slo_ms,
+        names=names,
+        accuracies=tuple(p.accuracy for p in front),
+        arrivals_s=arrivals,
+        starts_s=starts,
+        finishes_s=finishes,
+        configs=configs,
+        ticks=ticks,
+        switches=switches,
+        time_in_config_s=tuple(time_in),
+        reasons=tuple(reasons),
+    )
+
+
+BASELINES = ("fastest", "middle", "accurate")
+
+
+def baseline_indices(front_size: int) -> dict[str, int]:
+    """The static baselines' positions on the front: fastest, middle, most accurate."""
+    return {"fastest": 0, "middle": front_size // 2, "accurate": front_size - 1}
+
+
+def compare(
+    policies: Mapping[str, Controller],
+    front: Sequence[LatencyProfile],
+    scenario: Scenario,
+    slo_ms: float,
+    interval_s: float = DEFAULT_INTERVAL_S,
+) -> dict[str, RunReport]:
+    """The static baselines and the given policies, all on the same scenario (paired)."""
+    controllers: dict[str, Controller] = {
+        label: StaticController(front[i].name, i)
+        for label, i in baseline_indices(len(front)).items()
+    }
+    controllers.update(policies)
+    return {
+        label: simulate(controller, front, scenario, slo_ms, label, interval_s)
+        for label, controller in controllers.items()
+    }

@@ -1,0 +1,46 @@
+"""bench/serving_sim.py runs end to end on one SLO, one pattern and one seed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = REPO_ROOT / "bench" / "serving_sim.py"
+DATA = REPO_ROOT.parent / "shared" / "data" / "compass-paper"
+
+
+def test_serving_bench_prints_the_table_the_floors_and_the_paper_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One cell, in-process: the front, a table row, the floor verdicts, the paper comparison."""
+    if not (DATA / "planner_latency_profiles.json").is_file():
+        pytest.skip(f"paper data not found at {DATA} (shared/ must sit beside the clone)")
+    spec = importlib.util.spec_from_file_location("bench_serving_sim", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        argv = ["--seeds", "1", "--jobs", "1", "--slos", "1000", "--patterns", "spike"]
+        code = module.main([*argv, "--data", str(DATA)])
+    finally:
+        sys.modules.pop(spec.name, None)
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Pareto front of 4" in out
+    rows = [line for line in out.splitlines() if line.split()[:2] == ["1000", "spike"]]
+    assert len(rows) == 2  # the policies table and the threshold-model table
+    cells = rows[0].split()[2:7]
+    compliance = [float(cell.split("/")[0]) for cell in cells]
+    assert all(0 <= c <= 100 for c in compliance)
+    assert compliance[0] > compliance[2]  # static fastest beats static most accurate on a spike
+    for floor in ("compliance within 1.5 points", "accuracy gain >=", "spike at 1000 ms"):
+        assert any(
+            line.startswith(("PASS ", "FAIL ")) and floor in line for line in out.splitlines()
+        ), floor
+    assert "spike_slo1000" in out  # the paper's run beside the simulator's

@@ -1,0 +1,364 @@
+"""Elastico's decide(observation, state, now) under a fake clock: hysteresis, steps, metrics loss."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from compass.domain.elastico import (
+    Action,
+    Decision,
+    Elastico,
+    ElasticoSettings,
+    MetricsLoss,
+    Observation,
+    PolicyState,
+    rate_lower_bound,
+    rate_upper_bound,
+)
+from compass.domain.planner import Plan, Slo, ThresholdModel, plan_thresholds
+from compass.domain.profiles import LatencyProfile
+
+
+def profile(name: str, accuracy: float, mean: float, spread: float) -> LatencyProfile:
+    """A normal-ish profile: p95 and p99 at 1.645 and 2.33 spreads above the mean."""
+    return LatencyProfile(
+        {"c": name},
+        accuracy,
+        mean,
+        mean + 1.645 * spread,
+        p50_ms=mean,
+        p99_ms=mean + 2.326 * spread,
+        std_ms=spread,
+    )
+
+
+FAST = profile("fast", 0.70, 100, 15)
+MID = profile("mid", 0.80, 150, 20)
+SLOW = profile("slow", 0.90, 250, 30)
+
+
+def make_plan(model: ThresholdModel = ThresholdModel.TAIL, slo_ms: float = 1000) -> Plan:
+    return plan_thresholds([FAST, MID, SLOW], Slo(slo_ms), 50, model)
+
+
+PLAN = make_plan()
+ROUND = {"fast": 0, "mid": 1, "slow": 2}
+
+
+def on(name: str, now: float = 0.0) -> PolicyState:
+    return PolicyState(active=name, active_since=now)
+
+
+Step = tuple[float, Decision, PolicyState]
+
+
+def run(
+    policy: Elastico,
+    state: PolicyState,
+    seconds: int,
+    observe: Callable[[float], Observation | None],
+    start: float = 0.0,
+) -> list[Step]:
+    """Decide once a second with a fake clock; every decision and the state after it."""
+    steps = []
+    for tick in range(seconds):
+        now = start + tick
+        decision, state = policy.decide(observe(now), state, now)
+        steps.append((now, decision, state))
+    return steps
+
+
+def queue(depth: float) -> Callable[[float], Observation]:
+    return lambda now: Observation(time=now, queue_depth=depth)
+
+
+def switches(steps: list[Step]) -> list[tuple[float, Decision]]:
+    return [(now, decision) for now, decision, _ in steps if decision.switched]
+
+
+# ---------------------------------------------------------------------------- hysteresis
+
+
+def test_upscale_at_once_downscale_only_after_the_whole_cooldown() -> None:
+    """Over the stay limit: faster in the same decision. Calm: more accurate only after 5 s."""
+    policy = Elastico(PLAN, ElasticoSettings(cooldown_exponent=0))
+    over = PLAN.thresholds[1].stay_max_queue
+    assert over is not None
+    decision, state = policy.decide(Observation(0.0, over + 1), on("mid"), 0.0)
+    assert decision.action is Action.FASTER
+    assert decision.target == "fast"
+    # Now calm: the entry condition of "mid" holds from t = 1 on; it must hold 5 s.
+    steps = run(policy, state, 10, queue(0), start=1.0)
+    moved = switches(steps)
+    assert moved[0][0] == 6.0  # held at 1, 2, 3, 4, 5 and 6: 5 s
+    assert all(d.action is Action.HOLD for t, d, _ in steps if t < 6.0)
+
+
+def test_one_bad_observation_restarts_the_downscale_clock() -> None:
+    """A queue over the entry limit at t = 3 restarts the count: the switch moves to t = 8."""
+    policy = Elastico(PLAN, ElasticoSettings(cooldown_exponent=0))
+    enter = PLAN.thresholds[1].enter_max_queue
+    assert enter is not None
+
+    def observe(now: float) -> Observation:
+        return Observation(now, enter + 1 if now == 3.0 else 0)
+
+    steps = run(policy, on("fast"), 12, observe)
+    assert switches(steps)[0][0] == 9.0  # condition back at t = 4, held through t = 9
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_oscillation_on_a_threshold(seed: int) -> None:
+    """A queue that sits on mid's limit for 30 minutes: switches stay bounded by the cooldowns.
+
+    Each step to a more accurate configuration needs its whole cooldown of calm since the last
+    switch, and every step faster undoes at most one such step, so over T seconds there are at
+    most 2 * T / (shortest cooldown) + 1 switches, and none of them within a cooldown.
+    """
+    policy = Elastico(PLAN)
+    stay = PLAN.thresholds[1].stay_max_queue
+    assert stay is not None
+    rng = np.random.default_rng(seed)
+    depths = rng.integers(stay - 1, stay + 2, size=1800)  # limit - 1, limit, limit + 1
+    steps = run(policy, on("mid"), 1800, lambda now: Observation(now, float(depths[int(now)])))
+    moved = switches(steps)
+    shortest = min(policy.cooldown_s(i) for i in PLAN.eligible[1:])
+    assert len(moved) <= 2 * 1800 / shortest + 1
+    per_minute = len(moved) / 30
+    assert per_minute <= 60 / shortest * 2
+    previous = 0.0
+    for now, decision in moved:
+        if decision.action is Action.MORE_ACCURATE:
+            assert now - previous >= policy.cooldown_s(decision.index) - 1e-9
+        previous = now
+
+
+def test_alternating_queue_never_flaps() -> None:
+    """Over the limit every other second: one switch to faster, then nothing, for 10 minutes."""
+    policy = Elastico(PLAN)
+    stay = PLAN.thresholds[2].stay_max_queue
+    assert stay is not None
+    steps = run(policy, on("slow"), 600, lambda now: Observation(now, stay + (now % 2)))
+    moved = switches(steps)
+    assert [d.action for _, d in moved] == [Action.FASTER]
+
+
+def test_upscale_jumps_several_steps_in_one_decision() -> None:
+    """A queue only the fastest can take: slow -> fast directly, not through mid."""
+    policy = Elastico(PLAN)
+    mid_limit = PLAN.thresholds[1].stay_max_queue
+    assert mid_limit is not None
+    decision, _ = policy.decide(Observation(0.0, mid_limit + 1), on("slow"), 0.0)
+    assert (decision.action, decision.target) == (Action.FASTER, "fast")
+    # A queue mid can take: one step is enough.
+    decision, _ = policy.decide(Observation(0.0, mid_limit), on("slow"), 0.0)
+    assert (decision.action, decision.target) == (Action.FASTER, "mid")
+
+
+def test_downscale_climbs_several_proven_steps_with_growing_cooldowns() -> None:
+    """Calm: mid after its cooldown, slow after its own (longer) one, each step proven.
+
+    With equal cooldowns both steps are proven at the same moment, so one decision takes both.
+    """
+    growing = Elastico(PLAN, ElasticoSettings(cooldown_exponent=2))
+    cooldowns = [growing.cooldown_s(i) for i in range(3)]
+    assert cooldowns[1] == pytest.approx(5 * 1.5**2)
+    assert cooldowns[2] == pytest.approx(5 * 2.5**2)
+    moved = switches(run(growing, on("fast"), 60, queue(0)))
+    assert [(now, d.target) for now, d in moved] == [
+        (np.ceil(cooldowns[1]), "mid"),
+        # The clock for slow starts at the first observation after the switch to mid.
+        (np.ceil(cooldowns[1]) + 1 + np.ceil(cooldowns[2]), "slow"),
+    ]
+    flat = Elastico(PLAN, ElasticoSettings(cooldown_exponent=0))
+    moved = switches(run(flat, on("fast"), 10, queue(0)))
+    assert [(now, d.target, d.action) for now, d in moved] == [(5.0, "slow", Action.MORE_ACCURATE)]
+
+
+def test_upscale_cooldown_delays_a_second_upscale() -> None:
+    """With an upscale cooldown of 3 s, a second step faster waits for it."""
+    policy = Elastico(PLAN, ElasticoSettings(upscale_cooldown_s=3))
+    slow_limit = PLAN.thresholds[2].stay_max_queue
+    mid_limit = PLAN.thresholds[1].stay_max_queue
+    assert slow_limit is not None
+    assert mid_limit is not None
+    first, state = policy.decide(Observation(0.0, slow_limit + 1), on("slow"), 0.0)
+    assert first.target == "mid"
+    held, state = policy.decide(Observation(1.0, mid_limit + 1), state, 1.0)
+    assert held.action is Action.HOLD
+    assert "upscale cooldown" in held.reason
+    later, _ = policy.decide(Observation(3.0, mid_limit + 1), state, 3.0)
+    assert later.target == "fast"
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+def test_missing_or_stale_metrics_hold_by_default() -> None:
+    """No observation, or one older than staleAfter: hold, and the downscale clock restarts."""
+    policy = Elastico(PLAN, ElasticoSettings(cooldown_exponent=0, stale_after_s=5))
+    steps = run(policy, on("fast"), 3, queue(0))
+    state = steps[-1][2]
+    assert state.downscale_since is not None
+    decision, state = policy.decide(None, state, 3.0)
+    assert decision.action is Action.HOLD
+    assert "missing" in decision.reason
+    assert state.downscale_since is None
+    decision, _ = policy.decide(Observation(time=0.0, queue_depth=0), state, 5.5)
+    assert decision.action is Action.HOLD
+    assert "stale" in decision.reason
+    fresh, _ = policy.decide(Observation(time=0.5, queue_depth=0), state, 5.5)
+    assert "stale" not in fresh.reason
+
+
+def test_missing_metrics_fall_back_to_the_fastest_when_asked() -> None:
+    """on_metrics_loss = fastest: at once to the fastest, whatever the cooldowns."""
+    policy = Elastico(
+        PLAN, ElasticoSettings(on_metrics_loss=MetricsLoss.FASTEST, upscale_cooldown_s=60)
+    )
+    decision, state = policy.decide(None, on("slow", 0.0), 1.0)
+    assert (decision.action, decision.target) == (Action.FALLBACK, "fast")
+    again, _ = policy.decide(None, state, 2.0)
+    assert again.action is Action.HOLD
+
+
+def test_paused_and_unknown_active() -> None:
+    """Paused holds even under a huge queue; an active name not on the front restarts fastest."""
+    paused = Elastico(PLAN, ElasticoSettings(paused=True))
+    decision, _ = paused.decide(Observation(0.0, 1000), on("slow"), 0.0)
+    assert decision.action is Action.HOLD
+    policy = Elastico(PLAN)
+    decision, state = policy.decide(Observation(0.0, 0), on("gone"), 0.0)
+    assert (decision.action, decision.target) == (Action.FALLBACK, "fast")
+    assert state.active == "fast"
+    decision, _ = policy.decide(Observation(0.0, 0), PolicyState(), 0.0)
+    assert decision.target == "fast"
+
+
+# ---------------------------------------------------------------------------- arrivals
+
+
+def poisson_counter(rate: Callable[[float], float], seed: int) -> Callable[[float], Observation]:
+    """Observations of an empty queue with a Poisson arrivals counter at this rate."""
+    rng = np.random.default_rng(seed)
+    totals: dict[float, float] = {}
+
+    def observe(now: float) -> Observation:
+        previous = totals.get(now - 1, 0.0)
+        totals[now] = previous + (float(rng.poisson(rate(now))) if now > 0 else 0.0)
+        return Observation(time=now, queue_depth=0, arrivals_total=totals[now])
+
+    return observe
+
+
+def test_a_burst_moves_faster_before_the_queue_shows_it() -> None:
+    """10 requests/s against slow's limit of ~2.4/s: faster within 2 s, with an empty queue."""
+    policy = Elastico(PLAN)
+    observe = poisson_counter(lambda now: 1.0 if now < 30 else 10.0, seed=3)
+    steps = run(policy, on("slow"), 40, observe)
+    first = switches(steps)[0]
+    assert 30 <= first[0] <= 32
+    assert first[1].action is Action.FASTER
+    assert "arrivals >=" in first[1].reason
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_steady_arrivals_below_a_limit_do_not_switch(seed: int) -> None:
+    """1.5 requests/s for 20 minutes on mid (limit ~5/s): Poisson noise never forces a switch."""
+    policy = Elastico(PLAN)
+    limit = PLAN.thresholds[1].stay_max_qps
+    assert limit is not None
+    assert limit > 3 * 1.5
+    steps = run(policy, on("mid"), 1200, poisson_counter(lambda now: 1.5, seed))
+    assert not [d for _, d in switches(steps) if d.action is Action.FASTER]
+
+
+def test_rate_limits_keep_a_slow_configuration_out_under_load() -> None:
+    """4 requests/s with an empty queue: the queue alone would allow slow; the rate does not."""
+    policy = Elastico(PLAN, ElasticoSettings(cooldown_exponent=0))
+    steps = run(policy, on("fast"), 120, poisson_counter(lambda now: 4.0, seed=1))
+    assert {state.active for _, _, state in steps} <= {"fast", "mid"}
+    # The paper's model sees only the queue: it climbs to slow.
+    paper = Elastico(make_plan(ThresholdModel.PAPER_MEAN), ElasticoSettings(cooldown_exponent=0))
+    steps = run(paper, on("fast"), 120, poisson_counter(lambda now: 4.0, seed=1))
+    assert steps[-1][2].active == "slow"
+
+
+def test_counter_reset_and_measured_rate() -> None:
+    """A counter that goes down starts a new history; a measured rate is used as it is."""
+    policy = Elastico(PLAN)
+    state = on("mid")
+    for now, total in ((0.0, 100.0), (1.0, 101.0), (2.0, 3.0)):
+        _, state = policy.decide(Observation(now, 0, arrivals_total=total), state, now)
+    assert state.arrivals == ((2.0, 3.0),)
+    decision, _ = policy.decide(Observation(3.0, 0, arrival_rate_qps=50.0), state, 3.0)
+    assert (decision.action, decision.target) == (Action.FASTER, "fast")
+    assert "arrivals >= 50.00/s" in decision.reason
+
+
+@pytest.mark.parametrize("confidence", [0.7, 0.8, 0.95])
+def test_rate_bounds_cover_the_true_rate(confidence: float) -> None:
+    """Each bound misses the true rate in at most about 1 - confidence of windows."""
+    rng = np.random.default_rng(11)
+    true_rate, window = 3.0, 2.0
+    counts = rng.poisson(true_rate * window, size=20_000)
+    lower = np.array([rate_lower_bound(c, window, confidence) for c in counts])
+    upper = np.array([rate_upper_bound(c, window, confidence) for c in counts])
+    assert np.all(lower <= counts / window + 1e-12)
+    assert np.all(upper >= counts / window)
+    assert np.mean(lower > true_rate) <= 1 - confidence + 0.01
+    assert np.mean(upper < true_rate) <= 1 - confidence + 0.01
+
+
+# ---------------------------------------------------------------------------- state
+
+
+def test_state_survives_a_restart_through_json() -> None:
+    """Serialising the state mid-run and continuing gives the very same decisions."""
+    policy = Elastico(PLAN)
+
+    def load(now: float) -> float:
+        return 2.0 if 40 <= now < 70 else 0.6
+
+    observe_once = poisson_counter(load, seed=5)
+    observations = [observe_once(float(t)) for t in range(150)]
+    depth_pattern = [0, 0, 1, 3, 7, 2, 0, 0]
+    observations = [
+        Observation(
+            o.time, depth_pattern[int(o.time) % 8] if 40 <= o.time < 70 else 0, o.arrivals_total
+        )
+        for o in observations
+    ]
+
+    def straight() -> list[Decision]:
+        state = policy.initial_state(0.0)
+        decisions = []
+        for o in observations:
+            decision, state = policy.decide(o, state, o.time)
+            decisions.append(decision)
+        return decisions
+
+    expected = straight()
+    assert any(d.switched for d in expected)
+    for cut in (17, 45, 71, 100):
+        state = policy.initial_state(0.0)
+        resumed = []
+        for o in observations:
+            if o.time == cut:
+                text = json.dumps(state.to_dict())
+                state = PolicyState.from_dict(json.loads(text))
+            decision, state = policy.decide(o, state, o.time)
+            resumed.append(decision)
+        assert resumed == expected
+
+
+def test_state_from_an_older_or_newer_operator() -> None:
+    """Unknown keys are ignored; missing keys take their defaults."""
+    state = PolicyState.from_dict({"active": "mid", "future_field": 1})
+    assert state.active == "mid"
+    assert state.entry_levels == ()
+    assert ROUND[state.active] == 1

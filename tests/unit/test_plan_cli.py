@@ -1,0 +1,326 @@
+"""`compass plan` and `compass simulate`: the happy path, and every bad input as one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from compass.cli import main
+from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
+from compass.domain.policy import ParetoPolicySpec
+from compass.domain.profiles import parse_profiles
+
+
+def measured(name: str, accuracy: float, mean: float, spread: float) -> dict[str, Any]:
+    """One profiler entry with normal-looking statistics."""
+    return {
+        "config": {"model": name, "k": 3},
+        "accuracy": accuracy,
+        "latency_mean_ms": mean,
+        "latency_p50_ms": mean,
+        "latency_p95_ms": mean + 1.645 * spread,
+        "latency_p99_ms": mean + 2.326 * spread,
+        "latency_std_ms": spread,
+    }
+
+
+PROFILES = [
+    measured("fast", 0.70, 100, 15),
+    measured("dominated", 0.68, 160, 20),
+    measured("mid", 0.80, 150, 20),
+    measured("slow", 0.90, 250, 30),
+]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cwd holding profiles.json."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profiles.json").write_text(json.dumps({"profiles": PROFILES}), encoding="utf-8")
+    return tmp_path
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str], command: str) -> str:
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"compass {command}: error: "), err
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------- happy path
+
+
+def test_plan_prints_the_front_and_writes_the_policy(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The front (fastest first) with its thresholds, and a ParetoPolicy spec that reloads."""
+    code = main(["plan", "--profiles", "profiles.json", "--slo-ms", "1000"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    expected = plan_from_profiles(parse_profiles({"profiles": PROFILES}), Slo(1000))
+    rows = [line for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [row.split()[-1] for row in rows] == ["fast/3", "mid/3", "slow/3"]
+    for row, threshold in zip(rows, expected.thresholds, strict=True):
+        cells = row.split()
+        assert cells[5] == str(threshold.stay_max_queue)
+        assert cells[6] == str(threshold.enter_max_queue)
+        assert float(cells[7]) == pytest.approx(threshold.stay_max_qps, abs=0.006)
+    assert "4 profiles -> Pareto front of 3" in out
+    document = yaml.safe_load((workdir / "paretopolicy.yaml").read_text(encoding="utf-8"))
+    assert document["slo"] == {"latencyMs": 1000.0, "percentile": 95.0}
+    assert document["hysteresis"]["downscaleCooldownSeconds"] == 5.0
+    assert document["hysteresis"]["upscaleCooldownSeconds"] == 0.0
+    assert document["hysteresis"]["slackBufferMs"] == 50.0
+    assert document["thresholdModel"] == "tail"
+    spec = ParetoPolicySpec.model_validate(document)
+    assert [entry.config["model"] for entry in spec.front] == ["fast", "mid", "slow"]
+    assert spec.plan().thresholds == expected.thresholds
+
+
+def test_plan_options_and_json_output(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--percentile, --slack-ms and --model reach the policy; a .json output is JSON."""
+    code = main(
+        [
+            "plan",
+            "--profiles",
+            "profiles.json",
+            "--slo-ms",
+            "800",
+            "--percentile",
+            "99",
+            "--slack-ms",
+            "20",
+            "--model",
+            "paper-mean",
+            "--output",
+            "policy.json",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    spec = ParetoPolicySpec.model_validate_json((workdir / "policy.json").read_text())
+    assert (spec.slo.percentile, spec.hysteresis.slack_buffer_ms) == (99.0, 20.0)
+    assert spec.threshold_model is ThresholdModel.PAPER_MEAN
+    assert "p99 ms" in out
+    assert "stay<=qps" not in out  # the paper's model has no rate limits
+
+
+def test_simulate_compares_the_policy_with_the_baselines(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Four rows on the same arrivals, and a timeline with every tick and request."""
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]) == 0
+    capsys.readouterr()
+    code = main(
+        [
+            "simulate",
+            "--policy",
+            "paretopolicy.yaml",
+            "--pattern",
+            "spike",
+            "--duration",
+            "120",
+            "--base-qps",
+            "1.5",
+            "--seed",
+            "4",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    labels = [line.split()[0] for line in out.splitlines()[2:6]]
+    assert labels == ["fastest", "middle", "accurate", "policy"]
+    timeline = json.loads((workdir / "compass-timeline.json").read_text())
+    summary = timeline["summary"]
+    assert len({s["requests"] for s in summary.values()}) == 1  # paired
+    requests = summary["policy"]["requests"]
+    assert len(timeline["requests"]) == requests
+    assert f"{requests} requests" in out
+    assert len(timeline["ticks"]) >= 120
+    assert {t["active"] for t in timeline["ticks"]} <= set(timeline["configurations"])
+    assert len(timeline["switches"]) == summary["policy"]["switches"]
+    assert summary["policy"]["switches"] > 0
+    within = sum(r["latency_ms"] <= 800 for r in timeline["requests"])
+    assert summary["policy"]["slo_compliance_pct"] == pytest.approx(100 * within / requests)
+
+
+def test_plots_are_written(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--plot draws PNG files for both commands; a whole ParetoPolicy manifest is accepted."""
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--plot", "f.png"]) == 0
+    spec = yaml.safe_load((workdir / "paretopolicy.yaml").read_text())
+    manifest = {"apiVersion": "compass.io/v1alpha1", "kind": "ParetoPolicy", "spec": spec}
+    (workdir / "manifest.yaml").write_text(yaml.safe_dump(manifest))
+    code = main(
+        ["simulate", "--policy", "manifest.yaml", "--duration", "60", "--plot", "timeline.png"]
+    )
+    assert code == 0, capsys.readouterr().err
+    for name in ("f.png", "timeline.png"):
+        assert (workdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def write_profiles(workdir: Path, profiles: Any) -> None:
+    (workdir / "profiles.json").write_text(json.dumps(profiles), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("profiles", "args", "expected"),
+    [
+        (
+            [{k: v for k, v in PROFILES[0].items() if k != "latency_p95_ms"}],
+            [],
+            "profiles[0].latency_p95_ms: missing",
+        ),
+        (
+            [dict(PROFILES[0], latency_mean_ms=-5)],
+            [],
+            "profiles[0].latency_mean_ms: -5 is negative",
+        ),
+        (
+            [PROFILES[0], dict(PROFILES[2], latency_p99_ms=-1.0)],
+            [],
+            "profiles[1].latency_p99_ms: -1 is negative",
+        ),
+        ({"profiles": []}, [], "no profiles, so the Pareto front is empty"),
+        ([], [], "no profiles, so the Pareto front is empty"),
+        (PROFILES, ["--slo-ms", "100"], "--slo-ms: 100 ms is below every configuration's p95"),
+        (PROFILES, ["--slo-ms", "fast"], "--slo-ms: 'fast' is not a number"),
+        (PROFILES, ["--slo-ms", "-3"], "--slo-ms: -3 is not > 0"),
+        (PROFILES, ["--percentile", "100"], "--percentile: 100 is not below 100"),
+        (PROFILES, ["--slack-ms", "-1"], "--slack-ms: -1 is not >= 0"),
+        (PROFILES, ["--output", "missing/dir/p.yaml"], "--output: directory missing/dir"),
+        (PROFILES, ["--model", "magic"], "argument --model: invalid choice"),
+    ],
+)
+def test_plan_bad_input_is_one_line_and_exit_2(
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+    profiles: Any,
+    args: list[str],
+    expected: str,
+) -> None:
+    """Each bad input names the field; nothing is written."""
+    write_profiles(workdir, profiles)
+    argv = ["plan", "--profiles", "profiles.json", "--slo-ms", "1000", *args]
+    assert main(argv) == 2
+    assert expected in one_error_line(capsys, "plan")
+    assert not (workdir / "paretopolicy.yaml").exists()
+
+
+def test_plan_slo_error_names_the_closest_configuration(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The SLO error says which configuration comes closest and by how much."""
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "110"]) == 2
+    line = one_error_line(capsys, "plan")
+    fastest_p95 = 100 + 1.645 * 15
+    assert (
+        f"the closest, fast/3, has {fastest_p95:.1f} ms ({fastest_p95 - 110:.1f} ms over)" in line
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("{not json", "not valid YAML or JSON"), (None, "no such file")],
+)
+def test_plan_unreadable_profiles(
+    workdir: Path, capsys: pytest.CaptureFixture[str], text: str | None, expected: str
+) -> None:
+    """A file that is not JSON, or no file at all: one line naming --profiles."""
+    if text is None:
+        (workdir / "profiles.json").unlink()
+    else:
+        (workdir / "profiles.json").write_text(text)
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "1000"]) == 2
+    line = one_error_line(capsys, "plan")
+    assert "--profiles" in line
+    assert expected in line
+
+
+@pytest.fixture
+def policy(workdir: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """A valid policy spec, as parsed YAML."""
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]) == 0
+    capsys.readouterr()
+    loaded: dict[str, Any] = yaml.safe_load((workdir / "paretopolicy.yaml").read_text())
+    return loaded
+
+
+@pytest.mark.parametrize(
+    ("change", "args", "expected"),
+    [
+        (
+            {"hysteresis": {"downscaleCooldownSeconds": -1}},
+            [],
+            "hysteresis.downscaleCooldownSeconds",
+        ),
+        ({"surprise": 1}, [], "surprise"),
+        ({"front": []}, [], "front"),
+        ({"slo": {"latencyMs": 50}}, [], "slo.latencyMs: 50 ms is below every configuration"),
+        ({"thresholdModel": "guess"}, [], "thresholdModel"),
+        ({}, ["--pattern", "trace"], "--trace"),
+        ({}, ["--base-qps", "0"], "--base-qps: 0 is not > 0"),
+        ({}, ["--duration", "x"], "--duration: 'x' is not a number"),
+        ({}, ["--seed", "one"], "--seed: 'one' is not an integer"),
+    ],
+)
+def test_simulate_bad_input_is_one_line_and_exit_2(
+    workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+    policy: dict[str, Any],
+    change: dict[str, Any],
+    args: list[str],
+    expected: str,
+) -> None:
+    """A bad policy or load setting names the field; nothing is simulated or written."""
+    policy.update(change)
+    (workdir / "bad.yaml").write_text(yaml.safe_dump(policy))
+    assert main(["simulate", "--policy", "bad.yaml", *args]) == 2
+    assert expected in one_error_line(capsys, "simulate")
+    assert not (workdir / "compass-timeline.json").exists()
+
+
+def test_simulate_replays_a_trace_file(
+    workdir: Path, capsys: pytest.CaptureFixture[str], policy: dict[str, Any]
+) -> None:
+    """--pattern trace --trace FILE serves exactly the trace's arrivals; a bad line is refused."""
+    (workdir / "trace.txt").write_text("\n".join(str(0.25 * i) for i in range(200)))
+    argv = ["simulate", "--policy", "paretopolicy.yaml", "--pattern", "trace", "--trace"]
+    assert main([*argv, "trace.txt"]) == 0
+    assert "200 requests" in capsys.readouterr().out
+    (workdir / "trace.txt").write_text("0.1\nsoon\n")
+    assert main([*argv, "trace.txt"]) == 2
+    assert "entry 2 ('soon') is not a number" in one_error_line(capsys, "simulate")
+
+
+# ---------------------------------------------------------------------------- the spec model
+
+
+def test_every_policy_spec_field_is_described_and_camel_case() -> None:
+    """The CRD generator needs a description on every field; the wire format is camelCase."""
+    schema = ParetoPolicySpec.model_json_schema(by_alias=True)
+    models = [schema, *schema.get("$defs", {}).values()]
+    checked = 0
+    for model in models:
+        for name, field in model.get("properties", {}).items():
+            assert field.get("description"), f"{model.get('title')}.{name} has no description"
+            assert "_" not in name, name
+            checked += 1
+    assert checked >= 25
+    entry = {"config": {"a": 1}, "accuracy": 0.5, "latencyMeanMs": 10, "latencyP95Ms": 12}
+    spec = ParetoPolicySpec.model_validate({"front": [entry], "slo": {"latencyMs": 900}})
+    assert spec.hysteresis.downscale_cooldown_seconds == 5.0
+    assert spec.on_metrics_loss.value == "hold"
+    assert spec.interval_seconds == 1.0
+    assert spec.metrics is None
+    with pytest.raises(ValueError, match="same configuration"):
+        ParetoPolicySpec.model_validate(
+            {"front": [spec.front[0].model_dump(by_alias=True)] * 2, "slo": {"latencyMs": 900}}
+        )

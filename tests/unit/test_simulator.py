@@ -1,0 +1,225 @@
+"""The serving simulator: load shapes, paired scenarios, FIFO service, M/G/1 agreement, reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from compass.domain.elastico import Action, Decision, Elastico, Observation, PolicyState
+from compass.domain.planner import Slo, ThresholdModel, plan_thresholds, violation_probability
+from compass.domain.profiles import LatencyProfile
+from compass.domain.simulator import (
+    BURST_FACTORS,
+    BURST_SECONDS,
+    RAMP_FACTOR,
+    SPIKE_FACTOR,
+    STEP_FACTOR,
+    PatternKind,
+    SimulationError,
+    StaticController,
+    compare,
+    make_pattern,
+    make_scenario,
+    simulate,
+    trace_pattern,
+)
+
+
+def profile(name: str, accuracy: float, mean: float, spread: float) -> LatencyProfile:
+    return LatencyProfile(
+        {"c": name},
+        accuracy,
+        mean,
+        mean + 1.645 * spread,
+        p50_ms=mean,
+        p99_ms=mean + 2.326 * spread,
+        std_ms=spread,
+    )
+
+
+FRONT = [
+    profile("fast", 0.70, 100, 15),
+    profile("mid", 0.80, 150, 20),
+    profile("slow", 0.9, 250, 30),
+]
+
+
+# ---------------------------------------------------------------------------- patterns
+
+
+def test_pattern_rate_shapes() -> None:
+    """Constant, step at half, linear ramp, spike in the middle third; zero outside the run."""
+    t = np.array([0.0, 29.9, 30.0, 45.0, 59.9, 60.0, 75.0, 89.9, 90.0])
+    base, d = 2.0, 90.0
+    constant = make_pattern("constant", base, d).rate(t)
+    assert constant.tolist() == [2.0] * 8 + [0.0]
+    step = make_pattern("step", base, d).rate(t)
+    assert step.tolist() == [2.0, 2.0, 2.0, 2.0 * STEP_FACTOR, 2.0 * STEP_FACTOR] + [
+        2.0 * STEP_FACTOR
+    ] * 3 + [0.0]
+    ramp = make_pattern("ramp", base, d).rate(t)
+    assert ramp[:-1] == pytest.approx(base * (1 + (RAMP_FACTOR - 1) * t[:-1] / d))
+    spike = make_pattern("spike", base, d).rate(t)
+    high = base * SPIKE_FACTOR
+    assert spike.tolist() == [2.0, 2.0, high, high, high, 2.0, 2.0, 2.0, 0.0]
+
+
+def test_bursty_bursts_follow_the_seed_and_their_bounds() -> None:
+    """Bursts are 2-5x, 5-15 s long, inside the run, apart; the same seed draws the same ones."""
+    pattern = make_pattern("bursty", 1.5, 600, seed=4)
+    assert pattern.bursts == make_pattern("bursty", 1.5, 600, seed=4).bursts
+    assert pattern.bursts != make_pattern("bursty", 1.5, 600, seed=5).bursts
+    assert len(pattern.bursts) >= 10
+    for burst, after in zip(pattern.bursts, pattern.bursts[1:], strict=False):
+        assert after.start_s > burst.end_s
+    for burst in pattern.bursts:
+        assert BURST_FACTORS[0] <= burst.factor <= BURST_FACTORS[1]
+        assert 0 <= burst.start_s < burst.end_s <= 600
+        if burst.end_s < 600:
+            assert BURST_SECONDS[0] <= burst.end_s - burst.start_s <= BURST_SECONDS[1]
+        middle = np.array([(burst.start_s + burst.end_s) / 2])
+        assert pattern.rate(middle)[0] == pytest.approx(1.5 * burst.factor)
+
+
+def test_arrivals_follow_the_rate() -> None:
+    """Spike arrivals: the middle third holds about 4x each outer third's count."""
+    counts = np.zeros(3)
+    for seed in range(20):
+        arrivals = make_scenario(make_pattern("spike", 2.0, 300), seed).arrivals_s
+        counts += np.histogram(arrivals, bins=[0, 100, 200, 300])[0]
+    expected = np.array([200, 800, 200]) * 20
+    assert counts == pytest.approx(expected, rel=0.05)
+
+
+def test_trace_replays_its_timestamps() -> None:
+    """A trace's arrivals are its timestamps shifted to start at 0; bad traces are refused."""
+    pattern = trace_pattern([10.0, 10.5, 12.0, 19.0])
+    scenario = make_scenario(pattern, 0)
+    assert scenario.arrivals_s.tolist() == [0.0, 0.5, 2.0, 9.0]
+    assert pattern.kind is PatternKind.TRACE
+    assert pattern.rate(np.array([0.2]))[0] == 2.0  # two arrivals in the first second
+    with pytest.raises(SimulationError, match="before the one above it"):
+        trace_pattern([1.0, 3.0, 2.0])
+    with pytest.raises(SimulationError, match="no timestamps"):
+        trace_pattern([])
+
+
+@pytest.mark.parametrize(("base", "duration"), [(0.0, 10.0), (1.0, -5.0)])
+def test_bad_load_settings_are_refused(base: float, duration: float) -> None:
+    """A non-positive rate or duration is a SimulationError naming the setting."""
+    with pytest.raises(SimulationError, match=r"^(base_qps|duration): "):
+        make_pattern("spike", base, duration)
+
+
+# ---------------------------------------------------------------------------- serving
+
+
+def test_every_policy_serves_the_same_arrivals_and_luck() -> None:
+    """compare() is paired: identical arrivals; a request's service time depends only on its
+    luck and the configuration that served it."""
+    plan = plan_thresholds(FRONT, Slo(1000))
+    scenario = make_scenario(make_pattern("bursty", 2.0, 120, seed=1), 1)
+    reports = compare({"policy": Elastico(plan)}, FRONT, scenario, 1000)
+    assert set(reports) == {"fastest", "middle", "accurate", "policy"}
+    service = {label: r.finishes_s - r.starts_s for label, r in reports.items()}
+    for label, report in reports.items():
+        assert np.array_equal(report.arrivals_s, scenario.arrivals_s)
+        expected = np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in FRONT])[
+            report.configs, np.arange(report.requests)
+        ]
+        assert service[label] == pytest.approx(expected)
+    # The same seed gives the same scenario; another seed another one.
+    again = make_scenario(make_pattern("bursty", 2.0, 120, seed=1), 1)
+    assert np.array_equal(again.arrivals_s, scenario.arrivals_s)
+    assert np.array_equal(again.luck, scenario.luck)
+    other = make_scenario(make_pattern("bursty", 2.0, 120, seed=1), 2)
+    assert not np.array_equal(other.arrivals_s[:10], scenario.arrivals_s[:10])
+
+
+def test_fifo_single_server() -> None:
+    """Starts never precede arrivals nor the previous finish; service times are positive."""
+    scenario = make_scenario(make_pattern("spike", 3.0, 120), 3)
+    report = simulate(StaticController("mid", 1), FRONT, scenario, 1000)
+    assert np.all(report.starts_s >= report.arrivals_s)
+    assert np.all(report.starts_s[1:] >= report.finishes_s[:-1] - 1e-12)
+    assert np.all(report.finishes_s > report.starts_s)
+    assert np.all(report.configs == 1)
+
+
+@dataclass(frozen=True)
+class Alternate:
+    """Switches between fast and slow every 7 s."""
+
+    def initial_state(self, now: float) -> PolicyState:
+        return PolicyState(active="fast")
+
+    def decide(
+        self, observation: Observation | None, state: PolicyState, now: float
+    ) -> tuple[Decision, PolicyState]:
+        index = 2 if int(now // 7) % 2 else 0
+        name = FRONT[index].name
+        action = Action.HOLD if name == state.active else Action.FASTER
+        return Decision(name, index, action, "test"), PolicyState(active=name)
+
+
+def test_a_request_keeps_the_configuration_active_when_it_starts() -> None:
+    """Each request is served by the configuration active at its start, not at its arrival."""
+    scenario = make_scenario(make_pattern("constant", 6.0, 120), 0)
+    report = simulate(Alternate(), FRONT, scenario, 1000)
+    active_at_start = np.where((np.floor(report.starts_s) // 7) % 2 == 1, 2, 0)
+    assert np.array_equal(report.configs, active_at_start)
+    waited = report.starts_s - report.arrivals_s
+    # Some requests arrived under one configuration and started under the other.
+    arrived_under = np.where((np.floor(report.arrivals_s) // 7) % 2 == 1, 2, 0)
+    assert np.any((arrived_under != report.configs) & (waited > 0))
+    assert report.switches == sum(t.switched for t in report.ticks)
+    assert sum(report.time_in_config_s) == pytest.approx(len(report.ticks))
+
+
+@pytest.mark.parametrize(("rate", "index"), [(3.0, 1), (5.0, 0), (2.5, 2)])
+def test_mean_wait_matches_pollaczek_khinchine(rate: float, index: int) -> None:
+    """Constant Poisson load on one configuration: mean wait = lambda E[S^2] / (2 (1 - rho))."""
+    service = FRONT[index].distribution
+    second_moment = (service.mean_ms**2 + service.std_ms**2) / 1e6
+    rho = rate * service.mean_ms / 1000
+    expected_ms = rate * second_moment / (2 * (1 - rho)) * 1000
+    waits = []
+    for seed in range(4):
+        scenario = make_scenario(make_pattern("constant", rate, 2000), seed)
+        waits.append(
+            simulate(StaticController(FRONT[index].name, index), FRONT, scenario, 1e9).waits_ms
+        )
+    assert np.concatenate(waits).mean() == pytest.approx(expected_ms, rel=0.08)
+
+
+def test_violations_match_the_planners_mg1_tail() -> None:
+    """The simulated share of requests over the SLO matches the Cramer-Lundberg prediction."""
+    for index, rate, slo in ((1, 3.5, 600.0), (2, 2.0, 700.0), (1, 4.5, 800.0)):
+        missed = []
+        for seed in range(3):
+            scenario = make_scenario(make_pattern("constant", rate, 3000), seed)
+            report = simulate(StaticController(FRONT[index].name, index), FRONT, scenario, slo)
+            missed.append(1 - report.compliance / 100)
+        predicted = violation_probability(FRONT[index], rate, slo)
+        assert 0.02 < predicted < 0.3
+        assert np.mean(missed) == pytest.approx(predicted, abs=0.01)
+
+
+def test_report_figures_are_computed_from_the_requests() -> None:
+    """Compliance, mean accuracy and percentiles come from the per-request records."""
+    plan = plan_thresholds(FRONT, Slo(600), model=ThresholdModel.TAIL)
+    scenario = make_scenario(make_pattern("spike", 1.0, 120), 2)
+    report = simulate(Elastico(plan), FRONT, scenario, 600)
+    latencies = (report.finishes_s - report.arrivals_s) * 1000
+    assert report.compliance == pytest.approx(100 * np.mean(latencies <= 600))
+    accuracy = np.array([p.accuracy for p in FRONT])[report.configs].mean()
+    assert report.mean_accuracy == pytest.approx(accuracy)
+    assert report.latency_percentile(95) == pytest.approx(np.percentile(latencies, 95))
+    summary = report.summary()
+    assert summary["requests"] == report.requests
+    assert summary["switches"] == report.switches
+    # The policy used more than one configuration and switched for a reason it recorded.
+    assert len(set(report.configs.tolist())) > 1
+    assert len(report.reasons) == report.switches
