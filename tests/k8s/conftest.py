@@ -1,0 +1,115 @@
+"""Fixtures for the k8s tier: a real control plane (etcd, kube-apiserver, kube-controller-manager).
+
+    def test_something(k8s_cluster, k8s_namespace, k8s_node):
+        batch = kubernetes.client.BatchV1Api(k8s_cluster.api_client())
+        batch.create_namespaced_job(k8s_namespace, {...})   # k8s_node runs its pods
+
+The binaries are built once by hack/k8s/build.sh (hack/test.sh runs it first, so its progress
+shows) and cached. Where they cannot be built (not root, no apt-get) every test here SKIPS with
+the reason, which `pytest -ra` prints; set COMPASS_K8S_REQUIRED=1 to make that a failure
+instead. A build that fails where it should work is an error, never a skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cluster import (
+    Binaries,
+    Cluster,
+    ClusterError,
+    ClusterUnavailableError,
+    ensure_binaries,
+    wait_for,
+)
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from node import LocalImage, Node, venv_executable
+
+
+@pytest.fixture(scope="session")
+def k8s_binaries(request: pytest.FixtureRequest) -> Binaries:
+    """kube-apiserver, kube-controller-manager, kubectl (built and cached), etcd, openssl."""
+    rc = os.environ.get("COMPASS_K8S_BUILD_RC", "")
+    if rc not in ("", "0", "3"):
+        pytest.fail(
+            f"hack/k8s/build.sh failed in hack/test.sh (exit {rc}); its output is above",
+            pytrace=False,
+        )
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    try:
+        # A cold build takes minutes: let its progress reach the terminal.
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            return ensure_binaries(stream=sys.stderr)
+    except ClusterUnavailableError as error:
+        if os.environ.get("COMPASS_K8S_REQUIRED") == "1":
+            pytest.fail(f"k8s tier required but unavailable: {error}", pytrace=False)
+        pytest.skip(f"k8s tier: no Kubernetes control plane here: {error}")
+    except ClusterError as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster(
+    k8s_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """A running control plane for the whole session; admin kubeconfig at .kubeconfig."""
+    cluster = Cluster(k8s_binaries, tmp_path_factory.mktemp("k8s"))
+    try:
+        cluster.start()
+    except ClusterError as error:
+        pytest.fail(str(error), pytrace=False)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def k8s_api(k8s_cluster: Cluster) -> Any:
+    """An admin kubernetes.client.ApiClient."""
+    return k8s_cluster.api_client()
+
+
+@pytest.fixture(scope="session")
+def k8s_node(k8s_api: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    """The node for every namespace; the image `compass-operator` runs the venv's `compass`."""
+    compass = venv_executable("compass")
+    images = {
+        "compass-operator": LocalImage(entrypoint=[compass], executables={"compass": compass})
+    }
+    with Node(k8s_api, tmp_path_factory.mktemp("node"), images=images) as node:
+        yield node
+    assert not node.errors, f"the node helper itself failed: {node.errors}"
+
+
+@pytest.fixture
+def k8s_namespace(k8s_api: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test (pods can be admitted: its default service account is ready)."""
+    core = client.CoreV1Api(k8s_api)
+    base = request.node.name.lower().replace("_", "-")
+    name = "".join(c for c in base if c.isalnum() or c == "-")[:50].strip("-")
+    name = f"{name}-{time.monotonic_ns() % 100000}"
+    core.create_namespace({"metadata": {"name": name}}, _preload_content=False)
+    wait_for(lambda: _has_token(core, name), 30, f"the default service account of {name}")
+    yield name
+    try:
+        core.delete_namespace(name, _preload_content=False)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
+def _has_token(core: client.CoreV1Api, namespace: str) -> bool:
+    try:
+        response = core.read_namespaced_service_account(
+            "default", namespace, _preload_content=False
+        )
+    except ApiException:
+        return False
+    return bool(json.loads(response.data).get("secrets"))
