@@ -1,0 +1,31 @@
+"""Operator-wide settings: one typed object, read once at start-up from COMPASS_* variables."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    """What the operator needs to know about its environment (env prefix COMPASS_)."""
+
+    model_config = SettingsConfigDict(env_prefix="COMPASS_", extra="ignore")
+
+    image: str = Field(
+        default="ghcr.io/compass-operator/compass-operator:0.1.0",
+        description="Image of the search and profiling Jobs (the operator's own image).",
+    )
+    job_service_account: str = Field(
+        default="compass-job",
+        description="ServiceAccount of the Jobs' pods: may read and patch their state ConfigMap.",
+    )
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces to watch; empty means the whole cluster.",
+    )
+    metrics_port: int = Field(default=8080, description="Port of the operator's own /metrics.")
+    health_port: int = Field(default=8081, description="Port of the liveness probe (/healthz).")
+    triton_address_override: str | None = Field(
+        default=None,
+        description="Reach every Triton at this host:port instead of its Service (tests, demo).",
+    )
