@@ -5,7 +5,8 @@
 Per configuration of the RAG grid (234): its per-question scores (the embedded replay ledger,
 so searching rag-sim through Triton sees exactly what `compass demo` replays) and its latency
 quantile function. The 79 configurations the paper profiled use their own measured
-distribution; the others, which the paper never timed because they miss tau = 0.75, get one
+distribution (fitted by compass.domain.profiles, exactly as the simulator draws service
+times, so a live run and a simulated one serve the same requests alike); the others, which the paper never timed because they miss tau = 0.75, get one
 predicted by a log-additive model fitted on the 79 (generator + retriever_k + reranker_k +
 reranker_model), with the profiled configurations' average shape.
 """
@@ -16,29 +17,29 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "operator"))
 
+from compass.domain.profiles import parse_profile  # noqa: E402
 from compass.domain.space import Space, config_key  # noqa: E402
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper  # noqa: E402
 
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "compass-paper"
 DEFAULT_OUTPUT = REPO_ROOT / "model-images" / "rag-sim" / "models" / "rag_sim.json"
 LEDGER_SEED = 0  # the demo's replay seed (compass.cli.DEMO_LEDGER_SEED)
-GRID = np.linspace(0.0, 1.0, 101)
+# Midpoints of 201 equal-probability bins: the fitted distributions have unbounded tails, so the
+# quantile function is tabulated inside (0, 1); a request's luck outside [0.0025, 0.9975] is
+# served at the end values.
+GRID = (np.arange(201) + 0.5) / 201
 
 
-def quantile_function(profile: dict[str, float], grid: np.ndarray) -> np.ndarray:
-    """Piecewise-linear quantile function through p50, p95 and p99 whose mean is the mean."""
-    p50, p95, p99 = (profile[f"latency_p{q}_ms"] for q in (50, 95, 99))
-    top = p99 + (p99 - p95) / 4
-    # Solve the left end so the area under the quantile function equals the measured mean.
-    rest = 0.45 * (p50 + p95) / 2 + 0.04 * (p95 + p99) / 2 + 0.01 * (p99 + top) / 2
-    bottom = float(np.clip(4 * (profile["latency_mean_ms"] - rest) - p50, 0.5 * p50, p50))
-    return np.interp(grid, [0.0, 0.5, 0.95, 0.99, 1.0], [bottom, p50, p95, p99, top])
+def quantile_function(profile: dict[str, Any], grid: np.ndarray) -> np.ndarray:
+    """The service-time quantiles the simulator draws from (compass.domain.profiles)."""
+    return np.asarray(parse_profile(profile, "profile").distribution.quantile(grid))
 
 
 def main() -> int:
@@ -89,7 +90,7 @@ def main() -> int:
     document = {
         "about": "rag-sim data, written by hack/gen_rag_sim.py from the Compass paper's data",
         "samples": RAG_PAPER_SAMPLES,
-        "quantile_grid": [round(float(u), 2) for u in GRID],
+        "quantile_grid": [round(float(u), 6) for u in GRID],
         "configs": configs,
     }
     args.output.write_text(json.dumps(document, separators=(",", ":")) + "\n", encoding="utf-8")
