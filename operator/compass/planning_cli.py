@@ -160,7 +160,7 @@ def _plan_error(exc: PlanError, source: str | None = None) -> UsageError:
     return UsageError(f"{where}: {exc.what}; {exc.fix}")
 
 
-def _read_trace(path: Path) -> list[float]:
+def read_trace(path: Path) -> list[float]:
     try:
         words = path.read_text(encoding="utf-8").split()
     except OSError as exc:
@@ -353,7 +353,7 @@ def _pattern(args: argparse.Namespace) -> tuple[LoadPattern, int]:
         fail("--seed", f"{seed_text!r} is not an integer", "pass e.g. --seed 0")
     if (args.pattern == PatternKind.TRACE.value) != (args.trace is not None):
         fail("--trace", "--pattern trace and --trace FILE go together", "give both or neither")
-    trace: Sequence[float] = () if args.trace is None else _read_trace(Path(str(args.trace)))
+    trace: Sequence[float] = () if args.trace is None else read_trace(Path(str(args.trace)))
     duration = _number("--duration", str(args.duration), "180", low=0, inclusive=False)
     base = _number("--base-qps", str(args.base_qps), "1.5", low=0, inclusive=False)
     try:

@@ -64,6 +64,34 @@ def register(commands: Any) -> None:
     load.add_argument("--output", metavar="RECORDS.jsonl", help="write one line per request")
     load.set_defaults(handler=load_command)
 
+    serve = commands.add_parser(
+        "serve",
+        help="run Elastico live against Triton, outside Kubernetes",
+        description="Every interval: read the router's queue depth (Triton's /metrics or "
+        "Prometheus), run the policy's decide, and switch the router when it says so: the "
+        "code path the operator's timer runs. Prints one line per switch or problem.",
+    )
+    serve.add_argument(
+        "--policy", required=True, metavar="POLICY.yaml", help="`compass plan` output"
+    )
+    serve.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
+    serve.add_argument("--router", default=DEFAULT_ROUTER, help="router model name")
+    serve.add_argument(
+        "--metrics",
+        required=True,
+        metavar="URL",
+        help="Triton's metrics URL (http://host:8002/metrics) or Prometheus' base URL",
+    )
+    serve.add_argument(
+        "--metrics-type",
+        choices=["triton", "prometheus"],
+        default="triton",
+        help="what --metrics is",
+    )
+    serve.add_argument("--query", help="PromQL for the queue depth (prometheus)")
+    serve.add_argument("--duration", help="stop after this many seconds (default: run until ^C)")
+    serve.set_defaults(handler=serve_command)
+
 
 def _positive_int(field: str, text: str) -> int:
     try:
@@ -150,22 +178,12 @@ def profile_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_trace(path: str) -> list[float]:
-    try:
-        lines = Path(path).read_text(encoding="utf-8").split()
-    except OSError as error:
-        fail("--trace", f"cannot read {path}: {error.strerror}", "give a file of timestamps")
-    try:
-        return [float(line) for line in lines]
-    except ValueError:
-        fail("--trace", f"{path} has a line that is not a number", "one timestamp (s) a line")
-
-
 def load_command(args: argparse.Namespace) -> int:
     """Drive the router with a load pattern and report what was served."""
     import numpy as np
 
     from compass.domain.simulator import PatternKind, SimulationError, make_pattern, make_scenario
+    from compass.planning_cli import read_trace
     from compass.serving.load import run_load
 
     kinds = [k.value for k in PatternKind]
@@ -184,7 +202,7 @@ def load_command(args: argparse.Namespace) -> int:
             _positive_float("--base-qps", args.base_qps, "1.5"),
             _positive_float("--duration", args.duration, "180"),
             seed=seed,
-            trace_s=_read_trace(args.trace) if args.trace else (),
+            trace_s=read_trace(Path(args.trace)) if args.trace else (),
         )
     except SimulationError as error:
         fail("--pattern", str(error), "fix the load settings")
@@ -224,3 +242,53 @@ def load_command(args: argparse.Namespace) -> int:
     for config, count in sorted(served.items(), key=lambda item: -item[1]):
         print(f"  {count:6d}  {config}")
     return 0 if len(ok) == len(records) else 1
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Run the live loop until --duration passes or the user interrupts."""
+    import time
+
+    from compass.planning_cli import load_policy
+    from compass.serving.live import LiveLoop
+    from compass.serving.metrics import source_for
+    from compass.serving.triton import RoutingError, TritonRouter
+
+    spec = load_policy(Path(args.policy))
+    duration = _positive_float("--duration", args.duration, "60") if args.duration else None
+    policy = spec.elastico()
+    loop = LiveLoop(
+        policy,
+        source_for(args.metrics_type, args.metrics, args.router, args.query),
+        TritonRouter(args.triton, model=args.router),
+    )
+    started = time.monotonic()
+    try:
+        state = loop.initial_state(started)
+    except RoutingError as error:
+        print(f"compass serve: error: {error}", file=sys.stderr)
+        return 1
+    print(f"compass serve: starting on {state.active or 'an unknown configuration'}")
+    last_problem: str | None = None
+    try:
+        while duration is None or time.monotonic() - started < duration:
+            tick = time.monotonic()
+            result = loop.step(state, tick)
+            state = result.state
+            if result.switch is not None:
+                depth = result.observation.queue_depth if result.observation else float("nan")
+                print(
+                    f"{tick - started:7.1f}s switched to {result.decision.target} "
+                    f"(queue {depth:g}; {result.decision.reason}; reload "
+                    f"{result.switch.seconds * 1000:.0f} ms)",
+                    flush=True,
+                )
+            if result.problem != last_problem:
+                # Problems are reported when they start and when they end, not every tick.
+                message = result.problem or "recovered"
+                print(f"{tick - started:7.1f}s {message}", flush=True)
+                last_problem = result.problem
+            time.sleep(max(0.0, spec.interval_seconds - (time.monotonic() - tick)))
+    except KeyboardInterrupt:
+        pass
+    print(f"compass serve: stopped on {state.active} after {state.switches} switches")
+    return 0

@@ -58,11 +58,17 @@ class LiveLoop:
     def observe(self, now: float) -> tuple[Observation | None, str | None]:
         """The current observation, or None and what went wrong."""
         try:
-            depth = self.source.queue_depth()
+            reading = self.source.read()
             rate = self.arrival_rate() if self.arrival_rate is not None else None
         except MetricsUnavailableError as error:
             return None, f"metrics unavailable: {error}"
-        return Observation(time=now, queue_depth=depth, arrival_rate_qps=rate), None
+        observation = Observation(
+            time=now,
+            queue_depth=reading.queue_depth,
+            arrivals_total=reading.arrivals_total,
+            arrival_rate_qps=rate,
+        )
+        return observation, None
 
     def step(self, state: PolicyState, now: float) -> StepResult:
         """Observe, decide, actuate; the returned state is what is really active."""

@@ -6,6 +6,7 @@ import math
 import re
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_api_client import PrometheusConnect
@@ -20,6 +21,22 @@ def default_query(model: str = DEFAULT_ROUTER) -> str:
     return f'sum(nv_inference_pending_request_count{{model="{model}"}})'
 
 
+def default_arrivals_query(model: str = DEFAULT_ROUTER) -> str:
+    """PromQL for the router's arrivals so far: finished (ok or failed) plus still pending."""
+    return " + ".join(
+        f'sum(nv_inference_{name}{{model="{model}"}})'
+        for name in ("request_success", "request_failure", "pending_request_count")
+    )
+
+
+@dataclass(frozen=True)
+class MetricsReading:
+    """One reading: the queue depth now and, when known, a counter of arrivals so far."""
+
+    queue_depth: float
+    arrivals_total: float | None = None
+
+
 class MetricsUnavailableError(RuntimeError):
     """The queue depth could not be read; the message names the source and the cause."""
 
@@ -32,16 +49,27 @@ class QueueDepthSource(Protocol):
         ...
 
     def queue_depth(self) -> float:
-        """Requests waiting or in service now; raises MetricsUnavailableError."""
+        """Requests waiting now; raises MetricsUnavailableError."""
+        ...
+
+    def read(self) -> MetricsReading:
+        """Queue depth and the arrivals counter; raises MetricsUnavailableError."""
         ...
 
 
 class PrometheusQueueDepth:
     """A PromQL query through prometheus-api-client; the query must return one number."""
 
-    def __init__(self, url: str, query: str | None = None, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        query: str | None = None,
+        timeout_s: float = 2.0,
+        arrivals_query: str | None = None,
+    ) -> None:
         self.url = url
         self.query = query or default_query()
+        self.arrivals_query = arrivals_query
         self.timeout_s = timeout_s
         # No client-side retries: the caller polls every second and must hear of an outage
         # now, not after the default retry schedule.
@@ -54,32 +82,45 @@ class PrometheusQueueDepth:
         return f"Prometheus {self.url} query {self.query}"
 
     def queue_depth(self) -> float:
-        """Evaluate the query now."""
+        """Evaluate the queue-depth query now."""
+        return self._scalar(self.query)
+
+    def read(self) -> MetricsReading:
+        """Queue depth, and arrivals when an arrivals query is configured."""
+        depth = self._scalar(self.query)
+        arrivals = self._scalar(self.arrivals_query) if self.arrivals_query else None
+        return MetricsReading(depth, arrivals)
+
+    def _scalar(self, query: str) -> float:
+        """Evaluate a query that must return one number."""
         try:
             result = self.client.custom_query(
-                query=self.query,
+                query=query,
                 params={"timeout": f"{round(self.timeout_s * 1000)}ms"},
                 timeout=self.timeout_s,
             )
         except (PrometheusApiClientException, OSError, ValueError) as error:
-            raise MetricsUnavailableError(f"{self.describe()}: {error}") from error
+            raise MetricsUnavailableError(f"{self._where(query)}: {error}") from error
         except Exception as error:  # requests' connection errors are not OSError subclasses
             raise MetricsUnavailableError(
-                f"{self.describe()}: {type(error).__name__}: {error}"
+                f"{self._where(query)}: {type(error).__name__}: {error}"
             ) from error
         if not result:
             raise MetricsUnavailableError(
-                f"{self.describe()}: no series (is Prometheus scraping Triton's metrics port, "
+                f"{self._where(query)}: no series (is Prometheus scraping Triton's metrics port, "
                 f"and is the model name right?)"
             )
         if len(result) > 1:
             raise MetricsUnavailableError(
-                f"{self.describe()}: {len(result)} series; aggregate them, e.g. sum(...)"
+                f"{self._where(query)}: {len(result)} series; aggregate them, e.g. sum(...)"
             )
         value = float(result[0]["value"][1])
         if math.isnan(value):
-            raise MetricsUnavailableError(f"{self.describe()}: the query returned NaN")
+            raise MetricsUnavailableError(f"{self._where(query)}: the query returned NaN")
         return value
+
+    def _where(self, query: str) -> str:
+        return f"Prometheus {self.url} query {query}"
 
 
 _SAMPLE = re.compile(
@@ -108,20 +149,48 @@ class TritonQueueDepth:
         return f"Triton metrics {self.metrics_url} {self.metric}{{model={self.model!r}}}"
 
     def queue_depth(self) -> float:
-        """Scrape once and sum the router's series over versions."""
+        """Scrape once; the router's pending requests summed over versions."""
+        return self.read().queue_depth
+
+    def read(self) -> MetricsReading:
+        """Scrape once: pending requests, and arrivals = finished + pending."""
         try:
             with urllib.request.urlopen(self.metrics_url, timeout=self.timeout_s) as response:
                 text = response.read().decode("utf-8", errors="replace")
         except (urllib.error.URLError, OSError) as error:
             raise MetricsUnavailableError(f"{self.describe()}: {error}") from error
-        values = [
-            float(match["value"])
-            for line in text.splitlines()
-            if (match := _SAMPLE.match(line)) and match["name"] == self.metric
-            if dict(_LABEL.findall(match["labels"] or "")).get("model") == self.model
-        ]
-        if not values:
+        totals: dict[str, float] = {}
+        for line in text.splitlines():
+            match = _SAMPLE.match(line)
+            if not match or dict(_LABEL.findall(match["labels"] or "")).get("model") != self.model:
+                continue
+            totals[match["name"]] = totals.get(match["name"], 0.0) + float(match["value"])
+        if self.metric not in totals:
             raise MetricsUnavailableError(
                 f"{self.describe()}: no such series (is the model loaded?)"
             )
-        return sum(values)
+        finished = [totals.get(f"nv_inference_request_{k}") for k in ("success", "failure")]
+        # The one request in service counts in neither: the counter lags by at most one.
+        arrivals = (
+            None if None in finished else sum(f or 0.0 for f in finished) + totals[self.metric]
+        )
+        return MetricsReading(totals[self.metric], arrivals)
+
+
+def source_for(
+    kind: str,
+    url: str,
+    model: str = DEFAULT_ROUTER,
+    query: str | None = None,
+    arrivals_query: str | None = None,
+) -> QueueDepthSource:
+    """The metrics source a policy names: ``prometheus`` (PromQL) or ``triton`` (/metrics)."""
+    if kind == "triton":
+        return TritonQueueDepth(url, model=model)
+    if kind == "prometheus":
+        return PrometheusQueueDepth(
+            url,
+            query or default_query(model),
+            arrivals_query=arrivals_query or default_arrivals_query(model),
+        )
+    raise ValueError(f"metrics type {kind!r}: use prometheus or triton")
