@@ -79,16 +79,7 @@ def register(commands: Any) -> None:
     simulate.add_argument(
         "--policy", required=True, metavar="POLICY.yaml", help="`compass plan` output"
     )
-    simulate.add_argument(
-        "--pattern",
-        default=PatternKind.SPIKE.value,
-        choices=[k.value for k in PatternKind],
-        help="load shape (default spike: 4x for the middle third)",
-    )
-    simulate.add_argument("--trace", metavar="FILE", help="arrival timestamps (s), one a line")
-    simulate.add_argument("--duration", default="180", help="seconds of load (default 180)")
-    simulate.add_argument("--base-qps", default="1.5", help="base arrival rate (default 1.5)")
-    simulate.add_argument("--seed", default="0", help="seed of the arrivals and service times")
+    add_pattern_arguments(simulate)
     simulate.add_argument(
         "--timeline",
         default=DEFAULT_TIMELINE,
@@ -345,7 +336,22 @@ def plan_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pattern(args: argparse.Namespace) -> tuple[LoadPattern, int]:
+def add_pattern_arguments(parser: argparse.ArgumentParser) -> None:
+    """The load-pattern flags `compass simulate` and `compass load` share."""
+    parser.add_argument(
+        "--pattern",
+        default=PatternKind.SPIKE.value,
+        choices=[k.value for k in PatternKind],
+        help="load shape (default spike: 4x for the middle third)",
+    )
+    parser.add_argument("--trace", metavar="FILE", help="arrival timestamps (s), one a line")
+    parser.add_argument("--duration", default="180", help="seconds of load (default 180)")
+    parser.add_argument("--base-qps", default="1.5", help="base arrival rate (default 1.5)")
+    parser.add_argument("--seed", default="0", help="seed of the arrivals and service times")
+
+
+def pattern_from_args(args: argparse.Namespace) -> tuple[LoadPattern, int]:
+    """The load pattern and seed the shared flags describe; UsageError names the bad flag."""
     seed_text = str(args.seed)
     try:
         seed = int(seed_text)
@@ -371,7 +377,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     plot = None if args.plot is None else Path(str(args.plot))
     if plot is not None:
         _check_output("--plot", plot)
-    pattern, seed = _pattern(args)
+    pattern, seed = pattern_from_args(args)
     spec = load_policy(policy_path)
     try:
         policy = spec.elastico()

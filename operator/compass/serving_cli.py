@@ -50,15 +50,9 @@ def register(commands: Any) -> None:
     )
     load.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
     load.add_argument("--router", default=DEFAULT_ROUTER, help="router model name")
-    load.add_argument(
-        "--pattern",
-        default="spike",
-        help="constant, step, ramp, spike, bursty or trace (with --trace)",
-    )
-    load.add_argument("--trace", metavar="FILE", help="arrival timestamps (s), one a line")
-    load.add_argument("--duration", default="180", help="seconds of load")
-    load.add_argument("--base-qps", default="1.5", help="base arrival rate")
-    load.add_argument("--seed", default="0", help="seed of the arrivals")
+    from compass.planning_cli import add_pattern_arguments
+
+    add_pattern_arguments(load)
     load.add_argument("--samples", default="100", help="requests cycle through samples 0..N-1")
     load.add_argument("--slo-ms", help="also report compliance with this latency target")
     load.add_argument("--output", metavar="RECORDS.jsonl", help="write one line per request")
@@ -182,30 +176,12 @@ def load_command(args: argparse.Namespace) -> int:
     """Drive the router with a load pattern and report what was served."""
     import numpy as np
 
-    from compass.domain.simulator import PatternKind, SimulationError, make_pattern, make_scenario
-    from compass.planning_cli import read_trace
+    from compass.domain.simulator import make_scenario
+    from compass.planning_cli import pattern_from_args
     from compass.serving.load import run_load
 
-    kinds = [k.value for k in PatternKind]
-    if args.pattern not in kinds:
-        fail("--pattern", f"{args.pattern!r} is not a pattern", f"use one of {', '.join(kinds)}")
-    if (args.pattern == "trace") != (args.trace is not None):
-        fail("--trace", "--pattern trace and --trace FILE go together", "give both or neither")
-    try:
-        seed = int(args.seed)
-    except ValueError:
-        fail("--seed", f"{args.seed!r} is not an integer", "give e.g. 0")
     samples = _positive_int("--samples", args.samples)
-    try:
-        pattern = make_pattern(
-            args.pattern,
-            _positive_float("--base-qps", args.base_qps, "1.5"),
-            _positive_float("--duration", args.duration, "180"),
-            seed=seed,
-            trace_s=read_trace(Path(args.trace)) if args.trace else (),
-        )
-    except SimulationError as error:
-        fail("--pattern", str(error), "fix the load settings")
+    pattern, seed = pattern_from_args(args)
     scenario = make_scenario(pattern, seed)
     print(
         f"compass load: {scenario.requests} requests over {pattern.duration_s:g} s "

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ROUTER_MODEL = "router"
@@ -157,6 +158,17 @@ class _Process:
         assert self.process is not None
         return self.process.pid
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after a grace period."""
         if self.process is None or self.process.poll() is not None:
@@ -228,17 +240,6 @@ class LocalTriton(_Process):
         )
         return self
 
-    def __enter__(self) -> LocalTriton:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 def prometheus_binary() -> Path:
     """Debian's prometheus binary, or a clear error naming the package."""
@@ -287,14 +288,3 @@ class LocalPrometheus(_Process):
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         _wait_http(f"{self.url}/-/ready", self.process, self.log, "prometheus")
         return self
-
-    def __enter__(self) -> LocalPrometheus:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
