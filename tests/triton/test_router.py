@@ -6,6 +6,7 @@ import itertools
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from ragsim import ACCURATE, FASTEST, scores_of
@@ -91,3 +92,43 @@ def test_router_response_names_the_configuration_as_canonical_json(router: Trito
     reply = router.infer({"sample": 5}, config={**FASTEST, "retriever_k": 20.0})
     assert json.loads(reply.config) == FASTEST
     assert reply.config == config_key(FASTEST)
+
+
+def test_compass_load_records_every_request_with_its_configuration(
+    triton: LocalTriton, router: TritonRouter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from compass.cli import main
+
+    output = tmp_path / "records.jsonl"
+    code = main(
+        [
+            "load",
+            "--triton",
+            triton.grpc_url,
+            "--pattern",
+            "spike",
+            "--duration",
+            "3",
+            "--base-qps",
+            "10",
+            "--seed",
+            "4",
+            "--slo-ms",
+            "500",
+            "--output",
+            str(output),
+        ]
+    )
+    assert code == 0
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    # The simulator's scenario for the same pattern and seed: the same number of arrivals.
+    from compass.domain.simulator import make_pattern, make_scenario
+
+    expected = make_scenario(make_pattern("spike", 10, 3, seed=4), 4).requests
+    assert len(records) == expected
+    assert all(r["error"] is None for r in records)
+    assert {r["config"] for r in records} == {config_key(FASTEST)}
+    assert all(0 < r["latency_s"] < 5 for r in records)
+    out = capsys.readouterr().out
+    assert f"requests {expected}, failed 0" in out
+    assert "SLO 500 ms" in out
