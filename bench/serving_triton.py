@@ -1,0 +1,244 @@
+"""rag-sim on a real Triton under a load spike: the live Elastico loop against static baselines.
+
+    python bench/serving_triton.py [--time-scale 0.25] [--slos 750,1000,1500] [--seed 0]
+
+Everything runs for real on this machine: tritonserver (nvidia-pytriton's CPU build) serving
+rag-sim, the open-loop load generator, the latency profiler and Elastico's live loop switching
+the router over gRPC. Time is scaled down by --time-scale (service times, arrival rates, SLO,
+cooldowns and the decision interval together), which leaves the queueing unchanged in scaled
+time. Every run replays the same seeded arrivals and service-time luck (the simulator's
+scenario), so the static baselines, the live policy and the simulator's prediction are paired.
+Figures are reported at the paper's scale (ms and QPS divided back by the time scale).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT / "operator") not in sys.path:
+    sys.path.append(str(REPO_ROOT / "operator"))
+
+from compass.domain.planner import Slo, plan_from_profiles  # noqa: E402
+from compass.domain.policy import Hysteresis, spec_for_plan  # noqa: E402
+from compass.domain.profiles import parse_profiles  # noqa: E402
+from compass.domain.simulator import compare, make_pattern, make_scenario  # noqa: E402
+from compass.domain.space import config_key  # noqa: E402
+from compass.serving.live import LiveLoop  # noqa: E402
+from compass.serving.load import RequestRecord, run_load  # noqa: E402
+from compass.serving.local import LocalTriton, assemble_repository  # noqa: E402
+from compass.serving.metrics import TritonQueueDepth  # noqa: E402
+from compass.serving.profiler import ProfileSettings, profile_configurations  # noqa: E402
+from compass.serving.triton import TritonRouter  # noqa: E402
+
+COMPONENTS = ("retriever", "reranker", "generator")
+# The paper's Pareto front (planner_pareto_frontier.json) plus the one faster configuration
+# our planner keeps on it: what `compass plan` finds on the paper's profiles.
+FRONT = [
+    {
+        "generator_model": "llama3.2:3b",
+        "retriever_k": 10,
+        "reranker_k": 1,
+        "reranker_model": "ms-marco",
+    },
+    {
+        "generator_model": "llama3.2:3b",
+        "retriever_k": 20,
+        "reranker_k": 1,
+        "reranker_model": "ms-marco",
+    },
+    {
+        "generator_model": "llama3.1:8b",
+        "retriever_k": 20,
+        "reranker_k": 3,
+        "reranker_model": "ms-marco",
+    },
+    {
+        "generator_model": "gemma3:12b",
+        "retriever_k": 20,
+        "reranker_k": 1,
+        "reranker_model": "ms-marco",
+    },
+]
+
+
+def compliance(records: list[RequestRecord], slo_s: float, total: int) -> float:
+    """% of requests answered within the SLO (failed or missing ones count as misses)."""
+    within = sum(1 for r in records if r.error is None and r.latency_s <= slo_s)
+    return 100.0 * within / max(total, 1)
+
+
+def accuracy(records: list[RequestRecord]) -> float:
+    """Mean score of the answered requests."""
+    scores = [r.score for r in records if r.score is not None]
+    return float(np.mean(scores)) if scores else float("nan")
+
+
+def run_live_loop(
+    loop: LiveLoop,
+    interval_s: float,
+    origin: float,
+    stop: threading.Event,
+    events: list[tuple[float, str, float]],
+    trace: list[dict[str, object]] | None = None,
+) -> None:
+    """Step the loop every interval until ``stop``; record (time, target, reload s) per switch."""
+    state = loop.initial_state(time.monotonic())
+    while not stop.is_set():
+        tick = time.monotonic()
+        result = loop.step(state, tick)
+        state = result.state
+        if result.switch is not None:
+            events.append((tick - origin, result.switch.config, result.switch.seconds))
+        if trace is not None:
+            trace.append(
+                {
+                    "t": round(tick - origin, 3),
+                    "queue": result.observation.queue_depth if result.observation else None,
+                    "active": state.active,
+                    "action": result.decision.action.value,
+                    "reason": result.decision.reason,
+                    "step_s": round(time.monotonic() - tick, 3),
+                }
+            )
+        stop.wait(max(0.0, interval_s - (time.monotonic() - tick)))
+
+
+def main() -> int:
+    """Run the benchmark and print its tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time-scale", type=float, default=0.25)
+    parser.add_argument("--slos", default="750,1000,1500", help="SLOs in ms at the paper's scale")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--duration", type=float, default=180.0, help="seconds, paper scale")
+    parser.add_argument("--base-qps", type=float, default=1.5, help="paper scale")
+    parser.add_argument("--profile-runs", type=int, default=40)
+    parser.add_argument(
+        "--runs", default="fastest,accurate,policy", help="which runs, comma-separated"
+    )
+    parser.add_argument("--trace", metavar="FILE", help="write every live-loop step (JSON Lines)")
+    args = parser.parse_args()
+    scale = args.time_scale
+    slos = [float(s) for s in args.slos.split(",")]
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="compass-bench-"))
+    repository = assemble_repository(
+        "rag-sim", workdir / "models", {c: {"time_scale": str(scale)} for c in COMPONENTS}
+    )
+    data = json.loads((repository / "rag_sim.json").read_text())
+    with LocalTriton(repository=repository, models=[*COMPONENTS, "router"]).start(
+        workdir
+    ) as triton:
+        router = TritonRouter(triton.grpc_url)
+        # Profile the front through the router, as `compass profile` does.
+        configs = [(c, float(np.mean(data["configs"][config_key(c)]["scores"]))) for c in FRONT]
+        document = profile_configurations(
+            router,
+            configs,
+            ProfileSettings(warmup_runs=5, measured_runs=args.profile_runs),
+            lambda i: {"sample": i % 100},
+        )
+        profiles = parse_profiles(document)
+        print(f"rag-sim on Triton 2.51 (CPU), time scale {scale:g}; profiled front (paper scale):")
+        for p in profiles:
+            print(
+                f"  accuracy {p.accuracy:.4f}  mean {p.mean_ms / scale:6.1f} ms  "
+                f"p95 {p.p95_ms / scale:6.1f} ms  {p.name}"
+            )
+        pattern = make_pattern(
+            "spike", args.base_qps / scale, args.duration * scale, seed=args.seed
+        )
+        scenario = make_scenario(pattern, args.seed)
+        arrivals = scenario.arrivals_s.tolist()
+        print(
+            f"spike: base {args.base_qps:g} QPS, x4 for the middle third, {args.duration:g} s, "
+            f"{scenario.requests} requests, seed {args.seed}\n"
+        )
+
+        def payload(index: int) -> dict[str, object]:
+            return {"sample": index % 100, "quantile": float(scenario.luck[index])}
+
+        header = (
+            f"{'SLO':>5} {'run':<9} {'compl%':>7} {'sim%':>6} {'accuracy':>8} "
+            f"{'p95 ms':>7} {'failed':>6} {'switches':>8}"
+        )
+        print(header)
+        switch_reloads: list[float] = []
+        switch_effects: list[float] = []
+        trace: list[dict[str, object]] = []
+        for slo_ms in slos:
+            plan = plan_from_profiles(profiles, Slo(slo_ms * scale, 95.0), 50.0 * scale)
+            spec = spec_for_plan(
+                plan, Hysteresis(downscale_cooldown_seconds=5.0 * scale), interval_seconds=scale
+            )
+            members = [t.profile for t in plan.thresholds]
+            predicted = compare(
+                {"policy": spec.elastico()}, members, scenario, slo_ms * scale, interval_s=scale
+            )
+            eligible = plan.eligible
+            runs = {"fastest": 0, "accurate": len(members) - 1, "policy": None}
+            wanted = set(args.runs.split(","))
+            for label, index in ((k, v) for k, v in runs.items() if k in wanted):
+                start_config = members[index if index is not None else eligible[0]].config
+                router.switch(start_config)
+                time.sleep(1.0)
+                events: list[tuple[float, str, float]] = []
+                stop = threading.Event()
+                load_start = time.monotonic()
+                loop_thread = None
+                if index is None:
+                    loop = LiveLoop(spec.elastico(), TritonQueueDepth(triton.metrics_url), router)
+                    loop_thread = threading.Thread(
+                        target=run_live_loop,
+                        args=(loop, scale, load_start, stop, events, trace),
+                    )
+                    loop_thread.start()
+                records = run_load(triton.grpc_url, arrivals, payload)
+                stop.set()
+                if loop_thread is not None:
+                    loop_thread.join()
+                for decided, target, reload_s in events:
+                    switch_reloads.append(reload_s / scale)
+                    served = [
+                        r.sent_s + r.latency_s
+                        for r in records
+                        if r.config == target and r.sent_s + r.latency_s > decided
+                    ]
+                    if served:
+                        switch_effects.append((min(served) - decided) / scale)
+                latencies = [r.latency_s / scale * 1000 for r in records if r.error is None]
+                report = predicted.get(label)
+                print(
+                    f"{slo_ms:5.0f} {label:<9} {compliance(records, slo_ms * scale / 1000, len(arrivals)):7.1f} "
+                    f"{report.compliance if report else float('nan'):6.1f} "
+                    f"{accuracy(records):8.4f} {np.percentile(latencies, 95):7.0f} "
+                    f"{sum(1 for r in records if r.error):6d} {len(events):8d}"
+                )
+        router.close()
+    if args.trace:
+        Path(args.trace).write_text("".join(json.dumps(step) + "\n" for step in trace))
+    if switch_reloads:
+        # The reload is real time, not scaled: what a switch costs at any time scale.
+        reload_ms = [r * scale * 1000 for r in switch_reloads]
+        effect_ms = [e * scale * 1000 for e in switch_effects]
+        print(
+            f"\nswitches: {len(reload_ms)}; router reload over gRPC (real ms): median "
+            f"{statistics.median(reload_ms):.0f}, max {max(reload_ms):.0f}; decision -> first "
+            f"reply served by the new configuration (real ms): median "
+            f"{statistics.median(effect_ms):.0f}, max {max(effect_ms):.0f}"
+        )
+    print(f"wall time {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
