@@ -48,7 +48,7 @@ _load_numerics_single_threaded()
 import yaml
 from pydantic import ValidationError
 
-from compass import planning_cli, serving_cli
+from compass import manager, planning_cli, serving_cli
 from compass.domain.evaluation import EvaluationError, Evaluator, ParamValue
 from compass.domain.search import (
     Progress,
@@ -184,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo_command)
     serving_cli.register(commands)
     planning_cli.register(commands)
+    manager.register(commands)  # `compass operator`; kopf is imported only when it runs
 
     crds = commands.add_parser(
         "crds",

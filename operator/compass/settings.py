@@ -25,6 +25,12 @@ class OperatorSettings(BaseSettings):
     )
     metrics_port: int = Field(default=8080, description="Port of the operator's own /metrics.")
     health_port: int = Field(default=8081, description="Port of the liveness probe (/healthz).")
+    poll_interval_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often an active CompoundWorkflow's Jobs and state ConfigMap are read "
+        "(progress counts, and the next phase once a Job ends).",
+    )
     triton_address_override: str | None = Field(
         default=None,
         description="Reach every Triton at this host:port instead of its Service (tests, demo).",

@@ -17,6 +17,13 @@ SPEC_KEY = "spec.json"
 LEDGER_KEY = "ledger.jsonl"
 RESULT_KEY = "result.json"
 PROFILES_KEY = "profiles.json"
+PROGRESS_KEY = "progress.json"
+# Which earlier generation the ledger, the result and the profiles were carried over from.
+SEED_KEY = "seed.json"
+POLICY_KIND = "ParetoPolicy"
+POLICY_PLURAL = "paretopolicies"
+# What the Jobs' pods may do: read their spec and patch their state ConfigMap, nothing else.
+JOB_RULES = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}]
 # Kubernetes names are at most 63 characters in labels; Job names feed pod labels.
 _MAX_NAME = 52
 
@@ -34,6 +41,11 @@ def search_name(workflow: str, generation: int) -> str:
 def profile_name(workflow: str, generation: int) -> str:
     """Name of the profiling Job for one spec generation."""
     return _name(workflow, "profile", generation)
+
+
+def policy_name(workflow: str) -> str:
+    """Name of the ParetoPolicy generated for a workflow (one per workflow, updated in place)."""
+    return workflow
 
 
 def labels(workflow: str, role: str, generation: int) -> dict[str, str]:
@@ -61,12 +73,15 @@ def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_state_config_map(
-    workflow: Mapping[str, Any], spec: CompoundWorkflowSpec
+    workflow: Mapping[str, Any],
+    spec: CompoundWorkflowSpec,
+    seed: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The search's state: the spec it searches (frozen at this generation) and its ledger.
 
     The search Job appends every evaluated batch to the ledger here, so a pod that restarts,
-    or an operator that restarts, resumes without evaluating any sample twice.
+    or an operator that restarts, resumes without evaluating any sample twice. ``seed`` adds
+    keys carried over from an earlier generation (its ledger, result or profiles).
     """
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
@@ -80,8 +95,9 @@ def build_state_config_map(
             "ownerReferences": [owner_reference(workflow)],
         },
         "data": {
-            SPEC_KEY: spec.model_dump_json(by_alias=True, exclude_none=True),
             LEDGER_KEY: "",
+            **(seed or {}),
+            SPEC_KEY: spec.model_dump_json(by_alias=True, exclude_none=True),
         },
     }
 
@@ -97,6 +113,7 @@ def _job(
     deadline_s: int,
     pod_extra: Mapping[str, Any] | None = None,
     resources: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     metadata = workflow["metadata"]
     generation = int(metadata.get("generation", 1))
@@ -108,6 +125,7 @@ def _job(
         "env": [
             {"name": "COMPASS_NAMESPACE", "value": metadata["namespace"]},
             {"name": "PYTHONUNBUFFERED", "value": "1"},
+            *({"name": k, "value": v} for k, v in sorted((env or {}).items())),
         ],
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -156,7 +174,11 @@ def triton_address(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> s
 
 
 def build_search_job(
-    workflow: Mapping[str, Any], spec: CompoundWorkflowSpec, image: str, service_account: str
+    workflow: Mapping[str, Any],
+    spec: CompoundWorkflowSpec,
+    image: str,
+    service_account: str,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The Job that runs COMPASS-V for the workflow's current generation."""
     name = workflow["metadata"]["name"]
@@ -171,11 +193,16 @@ def build_search_job(
         service_account,
         spec.search.backoff_limit,
         spec.search.active_deadline_seconds,
+        env=env,
     )
 
 
 def build_profile_job(
-    workflow: Mapping[str, Any], spec: CompoundWorkflowSpec, image: str, service_account: str
+    workflow: Mapping[str, Any],
+    spec: CompoundWorkflowSpec,
+    image: str,
+    service_account: str,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The Job that profiles the feasible configurations on the target node pool."""
     name = workflow["metadata"]["name"]
@@ -199,7 +226,65 @@ def build_profile_job(
         spec.profiling.active_deadline_seconds,
         pod_extra=pod,
         resources=resources,
+        env=env,
     )
+
+
+def job_env(triton_override: str | None) -> dict[str, str]:
+    """Extra environment of the Jobs: where Triton is, when the operator is told to override it."""
+    return {"COMPASS_TRITON_ADDRESS": triton_override} if triton_override else {}
+
+
+def _rbac_labels() -> dict[str, str]:
+    return {"app.kubernetes.io/name": "compass", "app.kubernetes.io/managed-by": MANAGED_BY}
+
+
+def build_job_service_account(namespace: str, name: str) -> dict[str, Any]:
+    """The ServiceAccount the Jobs' pods run as (shared by every workflow of the namespace)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": namespace, "labels": _rbac_labels()},
+    }
+
+
+def build_job_role(namespace: str, name: str) -> dict[str, Any]:
+    """The Role of the Jobs' pods: get and patch ConfigMaps (their state), nothing else."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": namespace, "labels": _rbac_labels()},
+        "rules": [dict(rule) for rule in JOB_RULES],
+    }
+
+
+def build_job_role_binding(namespace: str, name: str) -> dict[str, Any]:
+    """Binds the Jobs' Role to their ServiceAccount (same name for all three)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace, "labels": _rbac_labels()},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    }
+
+
+def build_pareto_policy(
+    workflow: Mapping[str, Any], generation: int, policy_spec: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The ParetoPolicy planned for a workflow: owned by it, so deleting the workflow deletes it."""
+    name = workflow["metadata"]["name"]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": POLICY_KIND,
+        "metadata": {
+            "name": policy_name(name),
+            "namespace": workflow["metadata"]["namespace"],
+            "labels": labels(name, "policy", generation),
+            "ownerReferences": [owner_reference(workflow)],
+        },
+        "spec": dict(policy_spec),
+    }
 
 
 def canonical_json(value: Any) -> str:

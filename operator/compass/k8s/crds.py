@@ -8,6 +8,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from compass.domain.policy import ParetoPolicySpec
+from compass.k8s.policy_resource import ParetoPolicyStatus
 from compass.k8s.schema import structural_schema
 from compass.k8s.workflow import CompoundWorkflowSpec, CompoundWorkflowStatus
 
@@ -121,7 +123,28 @@ COMPOUND_WORKFLOW = Resource(
     ),
 )
 
-RESOURCES = (COMPOUND_WORKFLOW,)
+PARETO_POLICY = Resource(
+    kind="ParetoPolicy",
+    plural="paretopolicies",
+    short_names=("pp",),
+    spec=ParetoPolicySpec,
+    status=ParetoPolicyStatus,
+    description="A Pareto front of configurations of a workflow and the rules Elastico uses to "
+    "switch the Triton router between them as the load changes.",
+    columns=(
+        PrinterColumn("Active", ".status.active.name", description="Configuration served now."),
+        PrinterColumn("Queue", ".status.lastQueueDepth", "number", "Last queue depth seen."),
+        PrinterColumn("Accuracy", ".status.active.accuracy", "number", "Active's accuracy."),
+        PrinterColumn("P95", ".status.active.latencyP95Ms", "number", "Active's p95 (ms)."),
+        PrinterColumn("SLO", ".spec.slo.latencyMs", "number", "Latency target (ms)."),
+        PrinterColumn("Switches", ".status.switches", "integer", "Switches so far."),
+        PrinterColumn(
+            "Ready", '.status.conditions[?(@.type=="Ready")].status', description="In control."
+        ),
+    ),
+)
+
+RESOURCES = (COMPOUND_WORKFLOW, PARETO_POLICY)
 
 
 def render_crds() -> dict[str, str]:

@@ -22,10 +22,18 @@ from compass.domain.search import Progress, SearchMethod, SearchSettings, search
 from compass.domain.space import Space
 from compass.domain.statistics import IntervalMethod
 from compass.evaluators import CheckpointedEvaluator, CheckpointLedger, CommandEvaluator
-from compass.k8s.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY, SPEC_KEY, triton_address
+from compass.k8s.builders import (
+    LEDGER_KEY,
+    PROFILES_KEY,
+    PROGRESS_KEY,
+    RESULT_KEY,
+    SPEC_KEY,
+    triton_address,
+)
 from compass.k8s.workflow import CompoundWorkflowSpec, EvaluatorType
 
-PROGRESS_KEY = "progress.json"
+# A condition message is one line; the operator copies the pod's last line into one.
+_MESSAGE_CHARS = 600
 
 
 class StateStore:
@@ -52,13 +60,36 @@ class StateStore:
         self.api.patch_namespaced_config_map(self.name, self.namespace, {"data": data})
 
 
+def best_accuracy(checkpoint: CheckpointLedger, min_samples: int) -> float | None:
+    """The highest mean score of a configuration scored on at least min_samples samples."""
+    ledger = checkpoint.ledger
+    means = [
+        sum(scores.values()) / len(scores)
+        for scores in (ledger.scores(config) for config in ledger.configs())
+        if len(scores) >= min_samples
+    ]
+    return max(means) if means else None
+
+
+def progress_document(progress: Progress, best: float | None) -> dict[str, Any]:
+    """progress.json: the search's last snapshot and the best accuracy seen so far."""
+    return {**progress.__dict__, "best_accuracy": best}
+
+
 class MirroredEvaluator:
     """After each evaluated batch, copies the local checkpoint ledger into the ConfigMap."""
 
-    def __init__(self, inner: CheckpointedEvaluator, store: StateStore, ledger: Path) -> None:
+    def __init__(
+        self,
+        inner: CheckpointedEvaluator,
+        store: StateStore,
+        ledger: Path,
+        min_samples: int = 1,
+    ) -> None:
         self.inner = inner
         self.store = store
         self.ledger = ledger
+        self.min_samples = min_samples
         self.progress: Progress | None = None
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
@@ -68,7 +99,8 @@ class MirroredEvaluator:
         if self.inner.computed != before:
             data = {LEDGER_KEY: self.ledger.read_text(encoding="utf-8")}
             if self.progress is not None:
-                data[PROGRESS_KEY] = json.dumps(self.progress.__dict__)
+                best = best_accuracy(self.inner.checkpoint, self.min_samples)
+                data[PROGRESS_KEY] = json.dumps(progress_document(self.progress, best))
             self.store.write(data)
         return scores
 
@@ -108,7 +140,7 @@ def run_search(state_name: str, namespace: str) -> int:
     if checkpoint.facts_at_open:
         print(f"resuming: {checkpoint.facts_at_open} sample evaluations already recorded")
     checkpointed = CheckpointedEvaluator(_evaluator(spec, namespace, state), checkpoint)
-    mirrored = MirroredEvaluator(checkpointed, store, ledger)
+    mirrored = MirroredEvaluator(checkpointed, store, ledger, spec.evaluation.budgets[0])
 
     def progress(snapshot: Progress) -> None:
         mirrored.progress = snapshot
@@ -137,6 +169,7 @@ def run_search(state_name: str, namespace: str) -> int:
                     "sample_evals": outcome.sample_evals,
                     "feasible": len(outcome.feasible),
                     "space_size": space.size,
+                    "best_accuracy": max((a.accuracy for a in outcome.assessments), default=None),
                 }
             ),
         }
@@ -173,6 +206,21 @@ def run_profile(state_name: str, namespace: str) -> int:
     return 0
 
 
+def one_line(error: BaseException) -> str:
+    """An exception as one line: the API's own message for API errors, whitespace collapsed."""
+    status = getattr(error, "status", None)
+    body = getattr(error, "body", None)
+    text = str(error)
+    if status is not None and body:
+        try:
+            message = json.loads(body).get("message")
+        except (TypeError, ValueError, AttributeError):
+            message = None
+        text = f"{status} {getattr(error, 'reason', '')}: {message or body}"
+    line = " ".join(f"{type(error).__name__}: {text}".split())
+    return line[:_MESSAGE_CHARS]
+
+
 def main(role: str, state_name: str) -> int:
     """Entry point of `compass job ROLE --state NAME`."""
     namespace = os.environ.get("COMPASS_NAMESPACE", "default")
@@ -181,5 +229,5 @@ def main(role: str, state_name: str) -> int:
         return runner(state_name, namespace)
     except Exception as error:
         # The last line becomes the pod's termination message, then the workflow's condition.
-        print(f"compass job {role}: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"compass job {role}: {one_line(error)}", file=sys.stderr)
         return 1

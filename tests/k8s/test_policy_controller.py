@@ -1,0 +1,547 @@
+"""The ParetoPolicy controller end to end: a real API server, the `compass operator` process, and a
+real tritonserver serving rag-sim at a tenth of its measured latencies.
+
+The operator reads the router's queue from Triton's own /metrics (no Prometheus needed) and
+switches the router over gRPC; every assertion checks the real router too, not just the status.
+One operator process serves the module (it watches one namespace); the restart test restarts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import Cluster, free_port, log_tail, wait_for
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from node import venv_executable
+
+from compass.domain.space import config_key
+from compass.serving.load import run_load
+from compass.serving.local import (
+    LocalPrometheus,
+    LocalServerError,
+    LocalTriton,
+    TritonInstallation,
+    assemble_repository,
+    prometheus_binary,
+)
+from compass.serving.triton import TritonRouter
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP, VERSION, PLURAL = "compass.io", "v1alpha1", "paretopolicies"
+# rag-sim at a tenth of its measured latencies; through the router on this machine the fastest
+# configuration takes ~20 ms a request (capacity ~50/s), the most accurate ~33 ms (~30/s).
+TIME_SCALE = 0.1
+COMPONENTS = ("retriever", "reranker", "generator")
+FASTEST = {
+    "generator_model": "llama3.2:3b",
+    "retriever_k": 20,
+    "reranker_k": 1,
+    "reranker_model": "ms-marco",
+}
+ACCURATE = {**FASTEST, "generator_model": "gemma3:12b"}
+# Names join the values in the key order the API server returns (sorted).
+FAST_NAME, ACCURATE_NAME = "llama3.2:3b/1/ms-marco/20", "gemma3:12b/1/ms-marco/20"
+# More than either configuration can serve: the queue builds on both, faster on ACCURATE.
+LOAD_QPS, LOAD_S = 55.0, 3.0
+OPERATOR_START_S = 60.0
+
+
+# ---------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """tritonserver with rag-sim (router + three components), FASTEST active."""
+    try:
+        TritonInstallation.find()
+    except LocalServerError as error:
+        pytest.skip(f"no tritonserver here: {error}")
+    workdir = tmp_path_factory.mktemp("triton")
+    repository = assemble_repository(
+        "rag-sim",
+        workdir / "models",
+        {
+            **{c: {"time_scale": str(TIME_SCALE)} for c in COMPONENTS},
+            "router": {"compass_active_config": json.dumps(FASTEST, sort_keys=True)},
+        },
+    )
+    server = LocalTriton(repository=repository, models=[*COMPONENTS, "router"]).start(workdir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def router(triton: LocalTriton) -> Iterator[TritonRouter]:
+    """The router, serving FASTEST at the start of each test."""
+    client_ = TritonRouter(triton.grpc_url, backoff_s=0.05)
+    client_.switch(FASTEST)
+    yield client_
+    client_.close()
+
+
+@pytest.fixture(scope="module")
+def crds(k8s_cluster: Cluster) -> None:
+    """The compass.io CRDs from crds/ (what `compass crds` generates), established."""
+    k8s_cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    k8s_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=30s", f"crd/{PLURAL}.{GROUP}"
+    )
+
+
+@pytest.fixture(scope="module")
+def namespace(k8s_api: Any, crds: None) -> Iterator[str]:
+    """One namespace for the module: the operator watches only it."""
+    core = client.CoreV1Api(k8s_api)
+    name = f"policy-controller-{time.monotonic_ns() % 100000}"
+    core.create_namespace({"metadata": {"name": name}}, _preload_content=False)
+    yield name
+    core.delete_namespace(name, _preload_content=False)
+
+
+@dataclass
+class Operator:
+    """`compass operator` as a child process watching one namespace."""
+
+    cluster: Cluster
+    namespace: str
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    metrics_port: int = 0
+    health_port: int = 0
+
+    def start(self) -> Operator:
+        """Start it and wait for its liveness endpoint."""
+        self.metrics_port, self.health_port = free_port(), free_port()
+        env = {
+            **os.environ,
+            **self.cluster.env(),
+            **self.env,
+            "COMPASS_METRICS_PORT": str(self.metrics_port),
+            "COMPASS_HEALTH_PORT": str(self.health_port),
+        }
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [
+                    venv_executable("compass"),
+                    "operator",
+                    "--verbose",
+                    "--namespace",
+                    self.namespace,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        wait_for(self._alive, OPERATOR_START_S, f"the operator's /healthz\n{self.tail()}", 0.2)
+        return self
+
+    def _alive(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"the operator exited {self.process.returncode}:\n{self.tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """SIGTERM, and SIGKILL if it does not stop in time."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+
+    def metrics(self) -> str:
+        """The operator's own /metrics."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+
+    def tail(self) -> str:
+        """The end of its log."""
+        return log_tail(self.log, 40)
+
+
+@pytest.fixture(scope="module")
+def operator(
+    k8s_cluster: Cluster, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    """One operator process for the module."""
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    running = Operator(k8s_cluster, namespace, log).start()
+    yield running
+    running.stop()
+
+
+@dataclass
+class Policies:
+    """ParetoPolicies in the module's namespace, deleted (and waited for) after each test."""
+
+    api: client.CustomObjectsApi
+    core: client.CoreV1Api
+    namespace: str
+    created: list[str] = field(default_factory=list)
+
+    def create(self, name: str, spec: dict[str, Any]) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ParetoPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        self.api.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, body, _preload_content=False
+        )
+        self.created.append(name)
+
+    def get(self, name: str) -> dict[str, Any]:
+        response = self.api.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, _preload_content=False
+        )
+        return dict(json.loads(response.data))
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(self.get(name).get("status") or {})
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        self.api.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec}, _preload_content=False
+        )
+
+    def events(self, name: str, reason: str) -> list[dict[str, Any]]:
+        response = self.core.list_namespaced_event(
+            self.namespace,
+            field_selector=f"involvedObject.name={name},reason={reason}",
+            _preload_content=False,
+        )
+        return list(json.loads(response.data)["items"])
+
+    def wait_events(self, name: str, reason: str, count: int = 1) -> list[dict[str, Any]]:
+        """At least ``count`` Events (kopf posts them in the background, a moment later)."""
+
+        def enough() -> list[dict[str, Any]] | None:
+            found = self.events(name, reason)
+            return found if len(found) >= count else None
+
+        return list(wait_for(enough, 10, f"{count} {reason} Event(s) on {name}"))
+
+    def delete_all(self) -> None:
+        for name in self.created:
+            try:
+                self.api.delete_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, name, _preload_content=False
+                )
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+        # The operator removes its finalizer once the timer has stopped.
+        wait_for(lambda: all(self._gone(n) for n in self.created), 30, "the policies to go")
+
+    def _gone(self, name: str) -> bool:
+        try:
+            self.get(name)
+        except ApiException as error:
+            return error.status == 404
+        return False
+
+
+@pytest.fixture
+def policies(k8s_api: Any, namespace: str, operator: Operator) -> Iterator[Policies]:
+    """Create policies; each is deleted after the test, so no two switch the same router."""
+    made = Policies(client.CustomObjectsApi(k8s_api), client.CoreV1Api(k8s_api), namespace)
+    yield made
+    print(f"operator log:\n{operator.tail()}")  # pytest shows it when the test failed
+    made.delete_all()
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The condition of this type in a status, or {}."""
+    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
+
+
+def front() -> list[dict[str, Any]]:
+    """rag-sim's fastest and most accurate configurations, as measured through the router here
+    (rag_sim.json's profiles scaled by TIME_SCALE, plus ~7 ms of gRPC and BLS overhead)."""
+    return [
+        {"config": FASTEST, "accuracy": 0.8318, "latencyMeanMs": 20.5, "latencyP95Ms": 23.0},
+        {"config": ACCURATE, "accuracy": 0.8604, "latencyMeanMs": 33.5, "latencyP95Ms": 37.5},
+    ]
+
+
+def policy_spec(triton: LocalTriton, **overrides: Any) -> dict[str, Any]:
+    """A spec for the test Triton: SLO 150 ms, so ACCURATE may stay with <= 3 requests queued
+    and be entered with <= 2; cooldowns of a couple of seconds."""
+    spec: dict[str, Any] = {
+        "front": front(),
+        "slo": {"latencyMs": 150, "percentile": 95},
+        "hysteresis": {
+            "upscaleCooldownSeconds": 0,
+            "downscaleCooldownSeconds": 2,
+            "cooldownExponent": 0,
+            "slackBufferMs": 20,
+        },
+        "metrics": {"type": "triton", "url": triton.metrics_url},
+        "routing": {"grpcEndpoint": triton.grpc_url, "routerModel": "router"},
+        "intervalSeconds": 1,
+    }
+    spec.update(overrides)
+    return spec
+
+
+def wait_active(
+    policies: Policies, name: str, router: TritonRouter, config: dict[str, Any], timeout_s: float
+) -> dict[str, Any]:
+    """The policy's status once both the router and the status show this configuration."""
+
+    def both() -> dict[str, Any] | None:
+        if router.active_config() != config_key(config):
+            return None
+        status = policies.status(name)
+        active = (status.get("active") or {}).get("config")
+        return status if active is not None and config_key(active) == config_key(config) else None
+
+    wanted = config["generator_model"]
+    return dict(wait_for(both, timeout_s, f"{name} to serve {wanted}", 0.1))
+
+
+def _load(triton: LocalTriton) -> None:
+    """LOAD_QPS requests a second for LOAD_S seconds, evenly spaced, every one answered."""
+    arrivals = [i / LOAD_QPS for i in range(int(LOAD_QPS * LOAD_S))]
+    records = run_load(triton.grpc_url, arrivals, lambda i: {"sample": i % 100})
+    assert not [r.error for r in records if r.error]
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+def test_switches_to_the_fastest_under_load_and_back_after_the_cooldown(
+    triton: LocalTriton, router: TritonRouter, policies: Policies, operator: Operator
+) -> None:
+    policies.create("rag", policy_spec(triton))
+    # Idle: the policy starts from what the router serves (FASTEST) and climbs to ACCURATE once
+    # the queue has stayed empty for the 2 s cooldown.
+    status = wait_active(policies, "rag", router, ACCURATE, 20)
+    assert status["active"]["name"] == ACCURATE_NAME
+    assert status["active"]["index"] == 1
+    assert condition(status, "Ready")["status"] == "True"
+    assert condition(status, "MetricsAvailable")["status"] == "True"
+    assert [t["config"] for t in status["thresholds"]] == [FAST_NAME, ACCURATE_NAME]
+
+    # Load beyond both configurations' capacity: the queue builds, the policy (and the router)
+    # go to FASTEST within a decision or two.
+    loader = threading.Thread(target=_load, args=(triton,))
+    loader.start()
+    try:
+        during = wait_active(policies, "rag", router, FASTEST, LOAD_S + 5)
+    finally:
+        loader.join()
+    assert during["active"]["name"] == FAST_NAME
+    assert "over" in during["lastSwitchReason"], during["lastSwitchReason"]
+    switched = [e["message"] for e in policies.wait_events("rag", "ConfigurationSwitched", 2)]
+    assert any(m.startswith(f"{ACCURATE_NAME} -> {FAST_NAME}: queue ") for m in switched), switched
+
+    # The load is over: the queue drains, and after the cooldown the policy climbs back.
+    final = wait_active(policies, "rag", router, ACCURATE, 15)
+    assert final["active"]["name"] == ACCURATE_NAME
+    assert final["switches"] >= 3
+    assert final["policyState"]["active"] == ACCURATE_NAME
+    metrics = operator.metrics()
+    assert "compass_switches_total{" in metrics
+    assert (
+        f'compass_active_configuration_index{{namespace="{policies.namespace}",policy="rag"}} 1.0'
+        in metrics
+    )
+
+
+def test_paused_policy_holds_and_resumes_when_unpaused(
+    triton: LocalTriton, router: TritonRouter, policies: Policies
+) -> None:
+    policies.create("paused", policy_spec(triton, paused=True))
+    wait_for(
+        lambda: condition(policies.status("paused"), "Paused").get("status") == "True", 15, "Paused"
+    )
+    time.sleep(3.5)  # well past the 2 s cooldown: an active policy would have climbed
+    status = policies.status("paused")
+    assert router.active_config() == config_key(FASTEST)
+    assert status["switches"] == 0
+    assert status["active"]["name"] == FAST_NAME
+    assert condition(status, "Ready")["reason"] == "Paused"
+    assert not policies.events("paused", "ConfigurationSwitched")
+
+    policies.patch_spec("paused", {"paused": False})
+    wait_for(
+        lambda: router.active_config() == config_key(ACCURATE), 15, "the climb after unpausing"
+    )
+    assert condition(policies.status("paused"), "Paused")["status"] == "False"
+
+
+def test_restart_resumes_the_hysteresis_state_and_never_flips(
+    triton: LocalTriton, router: TritonRouter, policies: Policies, operator: Operator
+) -> None:
+    cooldown = 10.0
+    spec = policy_spec(
+        triton,
+        hysteresis={
+            "downscaleCooldownSeconds": cooldown,
+            "cooldownExponent": 0,
+            "slackBufferMs": 20,
+        },
+        staleAfterSeconds=30,
+    )
+    policies.create("restart", spec)
+    # The first idle decision starts the downscale evidence towards ACCURATE.
+    since = wait_for(
+        lambda: policies.status("restart").get("policyState", {}).get("downscale_since"),
+        15,
+        "the downscale evidence to start",
+    )
+    time.sleep(max(0.0, since + 3 - time.time()))  # some evidence, well short of the cooldown
+    operator.stop()
+    restarted_at = time.time()
+    operator.start()
+    # The new process resumes the evidence from the status: the switch comes `cooldown` after
+    # the evidence began (about restarted_at + 7 s), not `cooldown` after the new process's
+    # first decision (after restarted_at + 10 s: the process takes seconds to start).
+    state = wait_active(policies, "restart", router, ACCURATE, 30)["policyState"]
+    assert state["switches"] == 1
+    assert since + cooldown - 0.5 <= state["last_switch_at"] < restarted_at + cooldown, (
+        since,
+        restarted_at,
+        state,
+        operator.tail(),
+    )
+
+    # Restarted while serving ACCURATE (not where a fresh policy starts): no flip.
+    operator.stop()
+    restarted_at = time.time()
+    operator.start()
+    wait_for(
+        lambda: (
+            (ps := policies.status("restart")).get("lastObservationTime")
+            and _seconds(ps["lastObservationTime"]) > restarted_at
+        ),
+        30,
+        "the first decision of the new operator",
+    )
+    time.sleep(2.2)  # two more decisions
+    status = policies.status("restart")
+    assert router.active_config() == config_key(ACCURATE)
+    assert status["switches"] == 1
+    assert status["active"]["name"] == ACCURATE_NAME
+    assert len(policies.wait_events("restart", "ConfigurationSwitched")) == 1
+
+
+def test_unreachable_triton_is_not_ready_and_switches_nothing(
+    triton: LocalTriton, router: TritonRouter, policies: Policies
+) -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    policies.create("unreachable", policy_spec(triton, routing={"grpcEndpoint": dead}))
+    ready = wait_for(
+        lambda: condition(policies.status("unreachable"), "Ready") or None, 15, "a Ready condition"
+    )
+    assert ready["status"] == "False"
+    assert ready["reason"] == "TritonUnreachable"
+    assert dead in ready["message"]
+    assert condition(policies.status("unreachable"), "Degraded")["status"] == "True"
+    time.sleep(3)  # past the cooldown: nothing may have been switched anywhere
+    status = policies.status("unreachable")
+    assert status.get("switches", 0) == 0
+    assert router.active_config() == config_key(FASTEST)
+    [event] = policies.wait_events("unreachable", "TritonUnreachable")  # once, not every retry
+    assert dead in event["message"]
+
+
+def test_spec_that_can_never_work_is_reported_with_the_field_and_the_fix(
+    triton: LocalTriton, policies: Policies
+) -> None:
+    policies.create("impossible", policy_spec(triton, slo={"latencyMs": 10}))
+    ready = wait_for(
+        lambda: condition(policies.status("impossible"), "Ready") or None, 15, "a Ready condition"
+    )
+    assert ready["status"] == "False"
+    assert ready["reason"] == "InvalidSpec"
+    assert ready["message"].startswith("spec.slo.latencyMs: 10 ms is below every configuration")
+    assert "raise the SLO above" in ready["message"]
+    [event] = policies.wait_events("impossible", "InvalidSpec")
+    assert event["type"] == "Warning"
+    assert event["message"] == ready["message"]
+
+
+def test_schema_invalid_policy_is_rejected_by_the_api_server_naming_the_fields(
+    triton: LocalTriton, policies: Policies
+) -> None:
+    spec = policy_spec(triton, slo={"latencyMs": -5}, onMetricsLoss="panic")
+    spec["front"][0]["accuracy"] = 1.5
+    with pytest.raises(ApiException) as rejected:
+        policies.create("invalid", spec)
+    assert rejected.value.status == 422
+    message = json.loads(rejected.value.body)["message"]
+    # (1.20 names a list item's field without its index.)
+    for field_path in ("spec.slo.latencyMs", "spec.onMetricsLoss", "spec.front.accuracy"):
+        assert field_path in message, message
+
+
+def test_prometheus_source_reads_the_queue(
+    triton: LocalTriton,
+    router: TritonRouter,
+    policies: Policies,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    try:
+        prometheus_binary()
+    except LocalServerError as error:
+        pytest.skip(f"no prometheus here: {error}")
+    with LocalPrometheus(targets=[f"127.0.0.1:{triton.metrics_port}"], interval_s=0.5) as prom:
+        prom.start(tmp_path_factory.mktemp("prometheus"))
+        metrics = {"type": "prometheus", "url": prom.url}
+        policies.create("prom", policy_spec(triton, metrics=metrics, paused=True))
+        available = wait_for(
+            lambda: (
+                condition(policies.status("prom"), "MetricsAvailable").get("status") == "True"
+                and policies.status("prom")
+            ),
+            20,
+            "the queue depth through Prometheus",
+        )
+        assert prom.url in condition(available, "MetricsAvailable")["message"]
+        assert available["lastQueueDepth"] == 0
+        # (Lost and restored once already if the policy came before Prometheus's first scrape.)
+        lost_before = len(policies.events("prom", "MetricsLost"))
+        # Prometheus goes away: MetricsLost once, and the policy holds.
+    lost = wait_for(
+        lambda: (
+            condition(policies.status("prom"), "MetricsAvailable").get("status") == "False"
+            and policies.status("prom")
+        ),
+        15,
+        "the metrics loss",
+    )
+    assert condition(lost, "Ready")["reason"] == "MetricsUnavailable"
+    assert lost["active"]["name"] == FAST_NAME
+    policies.wait_events("prom", "MetricsLost", lost_before + 1)
+    time.sleep(2)  # more decisions without metrics: still one Event
+    assert len(policies.events("prom", "MetricsLost")) == lost_before + 1
+
+
+def _seconds(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp).timestamp()

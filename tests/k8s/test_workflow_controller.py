@@ -1,0 +1,770 @@
+"""The CompoundWorkflow controller against a real API server, with the operator running in-process.
+
+kopf runs compass/handlers/workflow.py (kopf.testing.KopfRunner, one namespace, a fresh handler
+registry per run: stopping the runner and starting another is an operator restart with nothing
+kept in memory). The node helper runs the Jobs' pods as local processes (`compass job ...` from
+the venv); the profiling Job measures a real tritonserver serving rag-sim at time_scale 0.1.
+
+Each test is one story: the happy path to a ParetoPolicy (then SLO changes re-planned without
+Jobs, and garbage collection); a tau no configuration reaches; an invalid spec; a Job whose pods
+fail; an operator restart in the middle of a search whose pod is killed too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+import yaml
+from cluster import Cluster, wait_for
+from kopf.testing import KopfRunner
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config import kube_config
+from node import Node
+
+# Import the handlers package now: whatever it registers goes to kopf's default registry, never
+# to the fresh registries the operator runs below get (they hold the workflow handlers only).
+import compass.handlers.runtime  # noqa: F401
+from compass.examples import build_replay_ledger, load_rag_paper
+from compass.k8s.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
+from compass.k8s.reconcile import job_view
+
+GROUP, VERSION = "compass.io", "v1alpha1"
+PLURAL, POLICY_PLURAL = "compoundworkflows", "paretopolicies"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_compass = importlib.util.find_spec("compass")
+assert _compass is not None
+assert _compass.origin is not None
+HANDLERS = Path(_compass.origin).parent / "handlers" / "workflow.py"
+POLL_S = "0.5"
+SAMPLES = 100  # the replayed dataset
+# A 16-configuration corner of the paper's RAG grid (accuracies 0.61-0.86).
+SUBSPACE: dict[str, Any] = {
+    "parameters": [
+        {
+            "name": "generator_model",
+            "type": "categorical",
+            "values": ["gemma3:12b", "llama3.1:8b", "llama3.2:3b", "llama3.2:1b"],
+        },
+        {"name": "retriever_k", "type": "integer", "values": [10, 20]},
+        {"name": "reranker_k", "type": "integer", "values": [1, 3]},
+        {"name": "reranker_model", "type": "categorical", "values": ["ms-marco"]},
+    ],
+    "constraints": ["reranker_k <= retriever_k"],
+}
+TIME_SCALE = 0.1
+RAG_SIM_COMPONENTS = ("retriever", "reranker", "generator")
+
+
+# ---------------------------------------------------------------------------- fixtures
+
+
+def _data(response: Any) -> Any:
+    return json.loads(response.data)
+
+
+def _established(extensions: client.ApiextensionsV1Api, name: str) -> bool:
+    crd = _data(extensions.read_custom_resource_definition_status(name, _preload_content=False))
+    conditions = crd.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+PERMISSIVE_POLICY_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"{POLICY_PLURAL}.{GROUP}"},
+    "spec": {
+        "group": GROUP,
+        "scope": "Namespaced",
+        "names": {"plural": POLICY_PLURAL, "singular": "paretopolicy", "kind": "ParetoPolicy"},
+        "versions": [
+            {
+                "name": VERSION,
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def crds(k8s_api: Any) -> None:
+    """The CompoundWorkflow CRD (generated) and the ParetoPolicy CRD, installed once.
+
+    The ParetoPolicy CRD is the generated one when its YAML is in crds/, else a permissive
+    stand-in. CRDs are cluster-wide and other tests may use them: they are left installed.
+    """
+    extensions = client.ApiextensionsV1Api(k8s_api)
+    policy = REPO_ROOT / "crds" / f"{POLICY_PLURAL}.{GROUP}.yaml"
+    manifests = [yaml.safe_load((REPO_ROOT / "crds" / f"{PLURAL}.{GROUP}.yaml").read_text())]
+    manifests.append(
+        yaml.safe_load(policy.read_text()) if policy.exists() else PERMISSIVE_POLICY_CRD
+    )
+    for manifest in manifests:
+        try:
+            extensions.create_custom_resource_definition(manifest, _preload_content=False)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+    for manifest in manifests:
+        name = manifest["metadata"]["name"]
+        wait_for(lambda n=name: _established(extensions, n), 30, f"CRD {name}")
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """tritonserver serving rag-sim (router + three components) at time_scale 0.1."""
+    from compass.serving.local import (
+        LocalServerError,
+        LocalTriton,
+        TritonInstallation,
+        assemble_repository,
+    )
+
+    workdir = tmp_path_factory.mktemp("triton")
+    repository = assemble_repository(
+        "rag-sim",
+        workdir / "models",
+        {c: {"time_scale": str(TIME_SCALE)} for c in RAG_SIM_COMPONENTS},
+    )
+    try:
+        TritonInstallation.find()
+    except LocalServerError as error:
+        if os.environ.get("COMPASS_K8S_REQUIRED") == "1":
+            pytest.fail(f"no tritonserver here: {error}", pytrace=False)
+        pytest.skip(f"no tritonserver here: {error}")
+    server = LocalTriton(repository=repository, models=[*RAG_SIM_COMPONENTS, "router"])
+    server.start(workdir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def operator_env(k8s_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The environment the operator (and, inherited, the node's pods) runs with."""
+    env = {
+        **k8s_cluster.env(),
+        "COMPASS_POLL_INTERVAL_SECONDS": POLL_S,
+        "COMPASS_IMAGE": "ghcr.io/compass-operator/compass-operator:test",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    # kopf logs in through the kubernetes package, which read $KUBECONFIG when it was imported
+    # (before this cluster existed): point it at this cluster.
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", env["KUBECONFIG"])
+    monkeypatch.delenv("COMPASS_TRITON_ADDRESS", raising=False)
+    monkeypatch.delenv("COMPASS_TRITON_ADDRESS_OVERRIDE", raising=False)
+    return env
+
+
+@contextlib.contextmanager
+def operator(namespace: str) -> Iterator[KopfRunner]:
+    """The operator, watching one namespace, until the block ends (a graceful stop)."""
+    registry = kopf.OperatorRegistry()
+    # What kopf's default registry does implicitly: log in through the kubernetes package.
+    kopf.on.login(registry=registry)(kopf.login_via_client)
+    previous = kopf.get_default_registry()
+    kopf.set_default_registry(registry)  # the handlers file registers here as kopf loads it
+    settings = kopf.OperatorSettings()
+    settings.peering.standalone = True
+    args = ["run", "--standalone", "--namespace", namespace, str(HANDLERS)]
+    try:
+        with KopfRunner(args, registry=registry, settings=settings, timeout=60) as runner:
+            yield runner
+    finally:
+        kopf.set_default_registry(previous)
+    if runner.exception is not None:
+        raise AssertionError(f"the operator failed:\n{runner.output}") from runner.exception
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _workflow(
+    name: str,
+    *,
+    tau: float,
+    slo_ms: float = 300.0,
+    evaluator: dict[str, Any] | None = None,
+    samples: int = SAMPLES,
+    budgets: list[int] | None = None,
+    backoff_limit: int = 1,
+    space: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CompoundWorkflow",
+        "metadata": {"name": name},
+        "spec": {
+            "space": space or SUBSPACE,
+            "evaluation": {
+                "dataset": {"size": samples, "imagePath": "/data/rag.jsonl"},
+                "tau": tau,
+                **({"budgets": budgets} if budgets else {}),
+                "evaluator": evaluator or {"type": "replay", "replayConfigMap": "rag-ledger"},
+            },
+            "search": {"backoffLimit": backoff_limit},
+            "profiling": {
+                "warmupRuns": 1,
+                "measuredRuns": 8,
+                "nodeSelector": {"compass.io/pool": "cpu"},
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                "resources": {"limits": {"cpu": "1"}},
+            },
+            "slo": {"latencyMs": slo_ms},
+            "triton": {"service": "triton", "routerModel": "router"},
+        },
+    }
+
+
+def _replay_rows(samples: int = SAMPLES) -> list[dict[str, Any]]:
+    """The recorded ledger of the subspace: the paper's accuracies replayed over samples."""
+    _, rows = load_rag_paper()
+    values = {p["name"]: p["values"] for p in SUBSPACE["parameters"]}
+    chosen = [r for r in rows if all(r["config"][k] in v for k, v in values.items())]
+    assert len(chosen) == 16
+    return build_replay_ledger(chosen, samples, seed=7)
+
+
+def _create_replay_ledger(api: Any, namespace: str) -> None:
+    text = "".join(json.dumps(line) + "\n" for line in _replay_rows())
+    client.CoreV1Api(api).create_namespaced_config_map(
+        namespace,
+        {"metadata": {"name": "rag-ledger"}, "data": {LEDGER_KEY: text}},
+        _preload_content=False,
+    )
+
+
+class Workflows:
+    """Reads and writes CompoundWorkflows of one namespace; waits with useful failure output."""
+
+    def __init__(self, api: Any, namespace: str) -> None:
+        self.api, self.namespace = api, namespace
+        self.custom = client.CustomObjectsApi(api)
+        self.batch = client.BatchV1Api(api)
+        self.core = client.CoreV1Api(api)
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = _data(
+            self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, body, _preload_content=False
+            )
+        )
+        return created
+
+    def get(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = _data(
+            self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, name, _preload_content=False
+            )
+        )
+        return found
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            name,
+            {"spec": spec},
+            _content_type="application/merge-patch+json",
+            _preload_content=False,
+        )
+
+    def condition(self, name: str, type_: str) -> dict[str, Any] | None:
+        conditions = self.get(name).get("status", {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == type_), None)
+
+    def jobs(self, name: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = _data(
+            self.batch.list_namespaced_job(
+                self.namespace,
+                label_selector=f"compass.io/workflow={name}",
+                _preload_content=False,
+            )
+        )["items"]
+        return items
+
+    def config_maps(self, name: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = _data(
+            self.core.list_namespaced_config_map(
+                self.namespace,
+                label_selector=f"compass.io/workflow={name}",
+                _preload_content=False,
+            )
+        )["items"]
+        return items
+
+    def pods(self, selector: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = _data(
+            self.core.list_namespaced_pod(
+                self.namespace, label_selector=selector, _preload_content=False
+            )
+        )["items"]
+        return sorted(items, key=lambda p: p["metadata"]["creationTimestamp"])
+
+    def policy(self, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = _data(
+                self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, POLICY_PLURAL, name, _preload_content=False
+                )
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return found
+
+    def events(self, name: str) -> list[tuple[str, str, str]]:
+        """(type, reason, message) of the workflow's Events, oldest first."""
+        items = _data(
+            self.core.list_namespaced_event(
+                self.namespace,
+                field_selector=f"involvedObject.name={name},involvedObject.kind=CompoundWorkflow",
+                _preload_content=False,
+            )
+        )["items"]
+        # Creation order: timestamps have a resolution of one second, revisions do not.
+        items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
+        return [(e["type"], e["reason"], e["message"]) for e in items]
+
+    def wait_events(self, name: str, reasons: list[str], timeout_s: float = 15) -> None:
+        """Wait until the workflow's Events have exactly these reasons, in this order.
+
+        kopf posts Events from a queue: wait for them while the operator runs.
+        """
+        try:
+            wait_for(lambda: _reasons(self.events(name)) == reasons, timeout_s, "the Events")
+        except TimeoutError:
+            assert self.events(name) == reasons  # shows what was posted instead
+
+    def wait(
+        self, name: str, check: Callable[[dict[str, Any]], Any], timeout_s: float, what: str
+    ) -> Any:
+        """Poll the workflow until check(workflow) is truthy; on timeout, show what is there."""
+        try:
+            return wait_for(lambda: check(self.get(name)), timeout_s, what, interval_s=0.2)
+        except TimeoutError as error:
+            jobs = [(j["metadata"]["name"], j.get("status")) for j in self.jobs(name)]
+            raise AssertionError(
+                f"{error}\nstatus: {json.dumps(self.get(name).get('status'), indent=1)}\n"
+                f"jobs: {jobs}\nevents: {self.events(name)}"
+            ) from None
+
+
+def _phase(phase: str, generation: int = 1) -> Callable[[dict[str, Any]], bool]:
+    def check(workflow: dict[str, Any]) -> bool:
+        status = workflow.get("status") or {}
+        return status.get("phase") == phase and status.get("observedGeneration") == generation
+
+    return check
+
+
+def _reasons(events: list[tuple[str, str, str]]) -> list[str]:
+    return [reason for _, reason, _ in events]
+
+
+def _can(api: Any, namespace: str, account: str, verb: str, resource: str) -> bool:
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{namespace}:{account}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
+            "resourceAttributes": {"namespace": namespace, "verb": verb, "resource": resource},
+        },
+    }
+    answer = _data(
+        client.AuthorizationV1Api(api).create_subject_access_review(review, _preload_content=False)
+    )
+    return bool(answer["status"].get("allowed"))
+
+
+def _ledger_pairs(text: str) -> list[tuple[str, int]]:
+    """(configuration, sample) of every recorded score, as many times as it was recorded."""
+    pairs = []
+    for line in text.splitlines():
+        if line.strip():
+            fact = json.loads(line)
+            key = json.dumps(fact["config"], sort_keys=True)
+            pairs += [(key, int(i)) for i in fact["samples"]]
+    return pairs
+
+
+# ---------------------------------------------------------------------------- the stories
+
+
+def test_invalid_spec_is_a_permanent_error_until_fixed(
+    k8s_api: Any, k8s_namespace: str, k8s_node: Node, crds: None, operator_env: dict[str, str]
+) -> None:
+    """(d) A constraint naming an unknown parameter: Failed, SpecValid False naming the field and
+    the fix, no Job; a schema-invalid spec never gets in (the API server names the field)."""
+    flows = Workflows(k8s_api, k8s_namespace)
+    bad = _workflow("typo", tau=0.8)
+    bad["spec"]["space"] = {**SUBSPACE, "constraints": ["reranker_k <= retriver_k"]}
+    with pytest.raises(ApiException) as rejected:
+        flows.create({**_workflow("too-high", tau=1.5)})
+    assert rejected.value.status == 422
+    assert "spec.evaluation.tau" in json.loads(rejected.value.body)["message"]
+
+    with operator(k8s_namespace):
+        flows.create(bad)
+        flows.wait("typo", _phase("Failed"), 30, "the invalid spec to be reported")
+        spec_valid = flows.condition("typo", "SpecValid")
+        assert spec_valid is not None
+        assert spec_valid["status"] == "False"
+        assert spec_valid["reason"] == "InvalidSpec"
+        assert spec_valid["message"].startswith("spec.space.constraints[0]: ")
+        assert "unknown parameter 'retriver_k'" in spec_valid["message"]
+        assert "known parameters: generator_model, retriever_k" in spec_valid["message"]
+        assert spec_valid["observedGeneration"] == 1
+        assert flows.jobs("typo") == []
+        assert flows.config_maps("typo") == []
+        flows.wait_events("typo", ["InvalidSpec"])
+
+        # Fixing the spec (a new generation) starts the search: the error was permanent for
+        # generation 1 only.
+        fixed = {**SUBSPACE, "constraints": ["reranker_k <= retriever_k"]}
+        flows.patch_spec("typo", {"space": fixed})
+        flows.wait("typo", _phase("Searching", 2), 30, "generation 2 to start")
+        spec_valid = flows.condition("typo", "SpecValid")
+        assert spec_valid is not None
+        assert spec_valid["status"] == "True"
+        assert [j["metadata"]["name"] for j in flows.jobs("typo")] == ["typo-search-g2"]
+
+        # Another change while generation 2's Job runs (its pods fail for want of the replay
+        # ConfigMap and are retried): the Job is superseded, generation 3 starts afresh.
+        assert job_view(flows.jobs("typo")[0]).running
+        flows.patch_spec("typo", {"evaluation": {"tau": 0.75}})
+        flows.wait("typo", _phase("Searching", 3), 30, "generation 3 to start")
+        status = flows.get("typo")["status"]
+        assert (status["searchJob"], status["ledgerConfigMap"]) == ("typo-search-g3",) * 2
+        wait_for(
+            lambda: [j["metadata"]["name"] for j in flows.jobs("typo")] == ["typo-search-g3"],
+            30,
+            "generation 2's Job to be deleted",
+        )
+        assert [c["metadata"]["name"] for c in flows.config_maps("typo")] == ["typo-search-g3"]
+        flows.wait_events("typo", ["InvalidSpec", "SearchStarted", "SearchStarted"])
+
+
+def test_tau_no_configuration_reaches(
+    k8s_api: Any, k8s_namespace: str, k8s_node: Node, crds: None, operator_env: dict[str, str]
+) -> None:
+    """(b) tau 0.95 on a grid whose best is 0.86: FeasibleSetEmpty names the best accuracy and
+    a tau that would work; no profiling Job."""
+    flows = Workflows(k8s_api, k8s_namespace)
+    _create_replay_ledger(k8s_api, k8s_namespace)
+    with operator(k8s_namespace):
+        flows.create(_workflow("strict", tau=0.95))
+        flows.wait("strict", _phase("Failed"), 60, "the search to end")
+        flows.wait_events("strict", ["SearchStarted", "FeasibleSetEmpty"])
+    workflow = flows.get("strict")
+    status = workflow["status"]
+    empty = flows.condition("strict", "FeasibleSetEmpty")
+    assert empty is not None
+    assert empty["status"] == "True"
+    state = next(c for c in flows.config_maps("strict"))["data"]
+    result = json.loads(state[RESULT_KEY])
+    best = max(e["accuracy"] for e in result["evaluated"])
+    assert result["feasible"] == []
+    assert f"best accuracy reached is {best:.3f}" in empty["message"]
+    assert "set evaluation.tau to 0." in empty["message"]
+    assert status["feasibleFound"] == 0
+    assert status["bestAccuracy"] == pytest.approx(best, abs=1e-4)
+    assert status["configurationsEvaluated"] == result["configs_evaluated"]
+    assert [j["metadata"]["name"] for j in flows.jobs("strict")] == ["strict-search-g1"]
+
+
+def test_failing_job_is_retried_then_reported(
+    k8s_api: Any, k8s_namespace: str, k8s_node: Node, crds: None, operator_env: dict[str, str]
+) -> None:
+    """(e) The replay ConfigMap does not exist: each pod fails, the Job retries up to its
+    backoffLimit, then the workflow is Failed with the pod's own message."""
+    flows = Workflows(k8s_api, k8s_namespace)
+    evaluator = {"type": "replay", "replayConfigMap": "no-such-ledger"}
+    with operator(k8s_namespace):
+        flows.create(_workflow("broken", tau=0.8, evaluator=evaluator, backoff_limit=1))
+        flows.wait("broken", _phase("Failed"), 90, "the search Job to fail")
+        flows.wait_events("broken", ["SearchStarted", "SearchFailed"])
+    searched = flows.condition("broken", "SearchSucceeded")
+    assert searched is not None
+    assert searched["status"] == "False"
+    assert searched["reason"] == "BackoffLimitExceeded"
+    [job] = flows.jobs("broken")
+    assert job["status"]["failed"] >= 2  # the first pod and its retry
+    message = searched["message"]
+    assert message.startswith("search Job broken-search-g1 failed after ")
+    # The pod's own last line: what went wrong, in the words of the program that failed.
+    assert message.endswith(
+        "exited 1: compass job search: NotFoundException: 404 Not Found: configmaps "
+        '"no-such-ledger" not found'
+    ), message
+
+
+def test_happy_path_to_a_pareto_policy(
+    k8s_api: Any,
+    k8s_namespace: str,
+    k8s_node: Node,
+    crds: None,
+    triton: Any,
+    operator_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(a) replay search -> profiling through a real Triton -> an owned ParetoPolicy, Ready.
+    (c) An SLO-only change is re-planned from the stored profiles with no new Job; an SLO below
+    every p95 names the closest configuration. (g) Deleting the workflow collects the rest."""
+    monkeypatch.setenv("COMPASS_TRITON_ADDRESS_OVERRIDE", f"127.0.0.1:{triton.grpc_port}")
+    flows = Workflows(k8s_api, k8s_namespace)
+    _create_replay_ledger(k8s_api, k8s_namespace)
+    with operator(k8s_namespace):
+        created = flows.create(_workflow("rag", tau=0.82, slo_ms=300))
+        flows.wait("rag", _phase("Ready"), 120, "the workflow to be Ready")
+        workflow = flows.get("rag")
+        status = workflow["status"]
+
+        # The Jobs: search then profiling, pinned and sized as the spec says, told where
+        # Triton is (the operator's override), run as the Jobs' ServiceAccount.
+        jobs = {j["metadata"]["name"]: j for j in flows.jobs("rag")}
+        assert set(jobs) == {"rag-search-g1", "rag-profile-g1"}
+        pod_spec = jobs["rag-profile-g1"]["spec"]["template"]["spec"]
+        assert pod_spec["nodeSelector"] == {"compass.io/pool": "cpu"}
+        assert pod_spec["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+        assert pod_spec["containers"][0]["resources"] == {"limits": {"cpu": "1"}}
+        env = {e["name"]: e.get("value") for e in pod_spec["containers"][0]["env"]}
+        assert env["COMPASS_TRITON_ADDRESS"] == f"127.0.0.1:{triton.grpc_port}"
+        assert pod_spec["serviceAccountName"] == "compass-job"
+        for job in jobs.values():
+            assert job["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
+        assert _can(k8s_api, k8s_namespace, "compass-job", "patch", "configmaps")
+        assert _can(k8s_api, k8s_namespace, "compass-job", "get", "configmaps")
+        assert not _can(k8s_api, k8s_namespace, "compass-job", "list", "configmaps")
+        assert not _can(k8s_api, k8s_namespace, "compass-job", "delete", "configmaps")
+
+        # The counts come from the search's result.
+        [state_map] = flows.config_maps("rag")
+        state = state_map["data"]
+        result = json.loads(state[RESULT_KEY])
+        assert status["observedGeneration"] == 1
+        assert status["configurationsEvaluated"] == result["configs_evaluated"]
+        assert status["samplesUsed"] == result["sample_evals"] > 0
+        assert status["feasibleFound"] == len(result["feasible"]) > 0
+        assert status["bestAccuracy"] == pytest.approx(
+            max(e["accuracy"] for e in result["evaluated"]), abs=1e-4
+        )
+        assert status["searchJob"] == "rag-search-g1"
+        assert status["profilingJob"] == "rag-profile-g1"
+        assert status["ledgerConfigMap"] == "rag-search-g1"
+        assert status["policy"] == "rag"
+        conditions = {c["type"]: c for c in status["conditions"]}
+        for type_ in ("SpecValid", "SearchSucceeded", "Profiled", "PolicyReady"):
+            assert conditions[type_]["status"] == "True", conditions[type_]
+            assert conditions[type_]["observedGeneration"] == 1
+        profiles = json.loads(state[PROFILES_KEY])["profiles"]
+        assert len(profiles) == len(result["feasible"])
+
+        # The ParetoPolicy: the planned front, owned by the workflow, routed to its Triton.
+        policy = flows.policy("rag")
+        assert policy is not None
+        [owner] = policy["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+            "CompoundWorkflow",
+            "rag",
+            created["metadata"]["uid"],
+            True,
+        )
+        front = policy["spec"]["front"]
+        assert 1 <= len(front) <= len(profiles)
+        assert policy["spec"]["slo"]["latencyMs"] == 300
+        assert policy["spec"]["routing"] == {
+            "grpcEndpoint": f"triton.{k8s_namespace}:8001",
+            "routerModel": "router",
+        }
+        feasible = {json.dumps(f["config"], sort_keys=True) for f in result["feasible"]}
+        assert {json.dumps(e["config"], sort_keys=True) for e in front} <= feasible
+        flows.wait_events("rag", ["SearchStarted", "SearchSucceeded", "PolicyReady"])
+
+        # (c) A new SLO only: re-planned from the stored profiles, no Job for generation 2.
+        flows.patch_spec("rag", {"slo": {"latencyMs": 250}})
+        flows.wait("rag", _phase("Ready", 2), 30, "the re-plan of generation 2")
+        assert flows.jobs("rag") == [] or all(
+            j["metadata"].get("deletionTimestamp") for j in flows.jobs("rag")
+        ), "the superseded Jobs of generation 1 are deleted, and generation 2 needs none"
+        policy = flows.policy("rag")
+        assert policy is not None
+        assert policy["spec"]["slo"]["latencyMs"] == 250
+        assert policy["metadata"]["labels"]["compass.io/generation"] == "2"
+
+        # An SLO below every p95: the condition names the closest configuration and by how much;
+        # the last good policy stays in place.
+        flows.patch_spec("rag", {"slo": {"latencyMs": 1}})
+        flows.wait("rag", _phase("Failed", 3), 30, "the plan of generation 3 to fail")
+        ready = flows.condition("rag", "PolicyReady")
+        assert ready is not None
+        assert (ready["status"], ready["reason"]) == ("False", "SloUnreachable")
+        assert ready["message"].startswith("spec.slo.latencyMs: 1 ms is below every ")
+        fastest = min(profiles, key=lambda p: p["latency_p95_ms"])
+        name = "/".join(str(v) for v in fastest["config"].values())
+        assert f"the closest, {name}, has {fastest['latency_p95_ms']:.1f} ms" in ready["message"]
+        assert f"({fastest['latency_p95_ms'] - 1:.1f} ms over)" in ready["message"]
+        policy = flows.policy("rag")
+        assert policy is not None
+        assert policy["spec"]["slo"]["latencyMs"] == 250
+        flows.wait_events(
+            "rag",
+            [
+                "SearchStarted",
+                "SearchSucceeded",
+                "PolicyReady",
+                "PlanningStarted",  # generation 2: profiles reused
+                "PolicyReady",
+                "PlanningStarted",  # generation 3
+                "PlanFailed",
+            ],
+        )
+
+        # (g) Deleting the workflow (the operator running: kopf may still hold its finalizer):
+        # the garbage collector removes its ConfigMap and its policy.
+        flows.custom.delete_namespaced_custom_object(
+            GROUP, VERSION, k8s_namespace, PLURAL, "rag", propagation_policy="Background"
+        )
+        wait_for(
+            lambda: not flows.config_maps("rag") and flows.policy("rag") is None,
+            60,
+            "the state ConfigMap and the ParetoPolicy to be garbage-collected",
+        )
+
+
+SCORER = textwrap.dedent(
+    """
+    import json, sys, time
+    ledger, calls, pause = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    request = json.load(sys.stdin)
+    key = json.dumps(request["config"], sort_keys=True)
+    with open(ledger) as rows:
+        scores = next(r["scores"] for r in map(json.loads, rows)
+                      if json.dumps(r["config"], sort_keys=True) == key)
+    with open(calls, "a") as log:
+        log.write(json.dumps({"config": key, "samples": request["samples"]}) + "\\n")
+    time.sleep(pause)
+    print(json.dumps([scores[i] for i in request["samples"]]))
+    """
+)
+
+
+def test_operator_restart_mid_search_resumes(
+    k8s_api: Any,
+    k8s_namespace: str,
+    k8s_node: Node,
+    crds: None,
+    operator_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """(f) The operator stops while the search runs and its pod is killed too: the Job's next
+    pod resumes from the ledger in the ConfigMap, the restarted operator carries on from the
+    cluster's state, and no sample is recorded twice. (g) Deleting the workflow collects its
+    Jobs (with their pods) and its ConfigMap."""
+    flows = Workflows(k8s_api, k8s_namespace)
+    samples = 16
+    ledger = tmp_path / "recorded.jsonl"
+    ledger.write_text("".join(json.dumps(r) + "\n" for r in _replay_rows(samples)))
+    calls = tmp_path / "calls.jsonl"
+    scorer = tmp_path / "scorer.py"
+    scorer.write_text(SCORER)
+    evaluator = {
+        "type": "command",
+        "command": [sys.executable, str(scorer), str(ledger), str(calls), "0.25"],
+    }
+    body = _workflow("slow", tau=0.82, evaluator=evaluator, samples=samples, budgets=[4, 8, 16])
+    with operator(k8s_namespace):
+        flows.create(body)
+        flows.wait(
+            "slow",
+            lambda w: (w.get("status") or {}).get("configurationsEvaluated", 0) >= 1,
+            60,
+            "the search to report progress",
+        )
+    # The operator is gone; the search goes on. Kill its pod as a node failure would.
+    [job] = flows.jobs("slow")
+    assert job_view(job).running, "the search ended before its pod could be killed"
+    [first] = flows.pods("job-name=slow-search-g1")
+    flows.core.delete_namespaced_pod(
+        first["metadata"]["name"], k8s_namespace, _preload_content=False
+    )
+
+    def second_pod() -> dict[str, Any] | None:
+        pods = [
+            p
+            for p in flows.pods("job-name=slow-search-g1")
+            if p["metadata"]["name"] != first["metadata"]["name"]
+        ]
+        return pods[0] if pods else None
+
+    resumed = wait_for(second_pod, 30, "the Job to replace the killed pod")
+    progress_while_down = flows.get("slow")["status"]["configurationsEvaluated"]
+    # The restarted operator knows only what the cluster holds. Deleting an active workflow
+    # needs it running: kopf holds a finalizer while the workflow's timer runs.
+    with operator(k8s_namespace):
+        flows.wait("slow", _phase("Profiling"), 90, "the restarted operator to see the result")
+        status = flows.get("slow")["status"]
+        state = next(iter(flows.config_maps("slow")))["data"]
+        result = json.loads(state[RESULT_KEY])
+        recorded = _ledger_pairs(state[LEDGER_KEY])
+        assert len(recorded) == len(set(recorded)), "a sample was recorded twice in the ledger"
+        assert len(recorded) == result["sample_evals"] == status["samplesUsed"]
+        assert (
+            status["configurationsEvaluated"] == result["configs_evaluated"] >= progress_while_down
+        )
+        log = k8s_node.log(k8s_namespace, resumed["metadata"]["name"])
+        assert "resuming: " in log, log
+        # The scorer was asked again at most the batch in flight when the pod died.
+        asked = [json.loads(line) for line in calls.read_text().splitlines()]
+        pairs = [(a["config"], i) for a in asked for i in a["samples"]]
+        repeated = {p for p in pairs if pairs.count(p) > 1}
+        assert len(repeated) <= max(len(a["samples"]) for a in asked), repeated
+        flows.wait_events("slow", ["SearchStarted", "SearchSucceeded"])
+
+        # (g) Deleting the workflow collects its Jobs, their pods and its ConfigMap.
+        assert {j["metadata"]["name"] for j in flows.jobs("slow")} == {
+            "slow-search-g1",
+            "slow-profile-g1",
+        }
+        flows.custom.delete_namespaced_custom_object(
+            GROUP, VERSION, k8s_namespace, PLURAL, "slow", propagation_policy="Background"
+        )
+
+        def left() -> list[str]:
+            return [
+                f"{o['metadata']['name']} deleting={o['metadata'].get('deletionTimestamp')} "
+                f"status={(o.get('status') or {}).get('phase') or (o.get('status') or {}).get('active')}"
+                for o in flows.jobs("slow")
+                + flows.config_maps("slow")
+                + flows.pods("compass.io/workflow=slow")
+            ]
+
+        try:
+            wait_for(
+                lambda: not left(), 60, "the Jobs, their pods and the ConfigMap to be collected"
+            )
+        except TimeoutError as error:
+            raise AssertionError(f"{error}: {left()}") from None

@@ -1,0 +1,402 @@
+"""The Helm chart renders, lints and validates its values without a cluster (helm-python-sdk).
+
+What it installs into a real API server, and what its RBAC really allows there, is
+tests/k8s/test_chart.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+from compass.k8s.rbac import DISCOVERY_RULES, OPERATOR_RULES, permissions
+from compass.settings import OperatorSettings
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "compass-operator"
+RELEASE, NAMESPACE = "compass", "compass-system"
+FULLNAME = "compass-compass-operator"
+STANDARD_LABELS = {
+    "app.kubernetes.io/name": "compass-operator",
+    "app.kubernetes.io/instance": RELEASE,
+    "app.kubernetes.io/version": "0.1.0",
+    "app.kubernetes.io/managed-by": "Helm",
+    "app.kubernetes.io/part-of": "compass-operator",
+    "helm.sh/chart": "compass-operator-0.1.0",
+}
+# The series the operator exports (compass.serving / handlers); the dashboard must use them.
+OPERATOR_METRICS = (
+    "compass_queue_depth",
+    "compass_active_configuration_index",
+    "compass_switches_total",
+    "compass_decision_seconds",
+    "compass_reconciles_total",
+    "compass_errors_total",
+)
+
+
+def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The chart's objects for these values (NOTES.txt left out)."""
+    with helm.Chart.load(CHART) as chart:
+        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    return [
+        document
+        for path, text in sorted(manifests.items())
+        if not path.endswith("NOTES.txt")
+        for document in yaml.safe_load_all(text)
+        if document
+    ]
+
+
+def notes(values: dict[str, Any] | None = None) -> str:
+    """The rendered NOTES.txt."""
+    with helm.Chart.load(CHART) as chart:
+        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    return manifests["compass-operator/templates/NOTES.txt"]
+
+
+def only(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The single object of this kind."""
+    found = [o for o in objects if o["kind"] == kind]
+    assert len(found) == 1, f"{len(found)} {kind} objects"
+    return found[0]
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The operator's container."""
+    containers = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    result: dict[str, Any] = containers[0]
+    return result
+
+
+def env(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """The operator container's environment (plain values)."""
+    return {e["name"]: e["value"] for e in container(objects)["env"]}
+
+
+def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """Every (api group, resource, verb) a rendered rule list grants."""
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+# ------------------------------------------------------------------------------ the chart itself
+
+
+def test_chart_metadata_matches_the_project() -> None:
+    """apiVersion v2, version 0.1.0, appVersion = the package version (the default image tag)."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert chart["apiVersion"] == "v2"
+    assert chart["name"] == "compass-operator"
+    assert chart["version"] == "0.1.0"
+    assert chart["appVersion"] == project["version"] == "0.1.0"
+    assert OperatorSettings.model_fields["image"].default.endswith(f":{chart['appVersion']}")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        None,
+        {
+            "watchNamespaces": ["team-a", "team-b"],
+            "metrics": {"serviceMonitor": {"enabled": True}},
+            "grafanaDashboard": {"enabled": True},
+        },
+    ],
+    ids=["defaults", "everything-on"],
+)
+def test_lint_is_clean(values: dict[str, Any] | None) -> None:
+    """`helm lint --strict`: no warnings or errors (only the icon suggestion, an info)."""
+    report = helm.lint(CHART, values, strict=True)
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def _documented_keys(schema: dict[str, Any], prefix: str = "") -> Iterator[str]:
+    """Dotted paths of the keys values.schema.json declares (free-form maps not descended)."""
+    for name, child in schema.get("properties", {}).items():
+        assert child.get("description"), f"values.schema.json: {prefix}{name} has no description"
+        yield f"{prefix}{name}"
+        yield from _documented_keys(child, f"{prefix}{name}.")
+
+
+def test_every_values_key_is_commented_and_in_the_schema() -> None:
+    """Each chart-owned key of values.yaml has a comment line right above it."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+    assert schema["additionalProperties"] is False
+    declared = set(_documented_keys(schema))
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    stack: list[tuple[int, str]] = []
+    seen = set()
+    for number, line in enumerate(lines):
+        match = re.match(r"^( *)([A-Za-z][\w-]*):", line)
+        if not match:
+            continue
+        indent, key = len(match.group(1)), match.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = ".".join([*(k for _, k in stack), key])
+        stack.append((indent, key))
+        if path in declared:
+            seen.add(path)
+            assert lines[number - 1].strip().startswith("#"), f"values.yaml: {path} has no comment"
+    assert seen >= {k for k in declared if k != "global"}
+    with helm.Chart.load(CHART) as chart:
+        chart.validate_schema(chart.values)
+
+
+# ------------------------------------------------------------------------------ what it renders
+
+
+def test_default_render_is_cluster_mode() -> None:
+    """Defaults: ServiceAccount, ClusterRoles and bindings, Deployment, metrics Service."""
+    objects = render()
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+    ]
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        assert STANDARD_LABELS.items() <= labels.items(), obj["metadata"]["name"]
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert obj["metadata"]["namespace"] == NAMESPACE
+    assert "COMPASS_NAMESPACES" not in env(objects)
+    assert "cluster-wide" in notes()
+
+
+def test_deployment_is_one_locked_down_operator() -> None:
+    """One replica, Recreate, `compass operator`, probes, resources, non-root, read-only root."""
+    objects = render()
+    deployment = only(objects, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    selector = spec["selector"]["matchLabels"]
+    assert selector == {
+        "app.kubernetes.io/name": "compass-operator",
+        "app.kubernetes.io/instance": RELEASE,
+    }
+    assert selector.items() <= spec["template"]["metadata"]["labels"].items()
+    assert pod["serviceAccountName"] == FULLNAME
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+    main = container(objects)
+    assert main["command"] == ["compass", "operator"]
+    assert main["image"] == "ghcr.io/compass-operator/compass-operator:0.1.0"
+    security = main["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert main["resources"]["requests"]
+    assert main["resources"]["limits"]["memory"]
+    ports = {p["name"]: p["containerPort"] for p in main["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert main[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    mounts = {m["mountPath"]: m["name"] for m in main["volumeMounts"]}
+    assert mounts == {"/tmp": "tmp"}
+    assert next(v for v in pod["volumes"] if v["name"] == "tmp")["emptyDir"]
+
+
+def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container's COMPASS_* variables load into OperatorSettings as the chart means them."""
+    objects = render(
+        {
+            "image": {"repository": "registry.local/compass", "tag": "dev"},
+            "jobServiceAccount": "runner",
+            "watchNamespaces": ["team-a", "team-b"],
+            "metrics": {"port": 9090},
+            "health": {"port": 9091},
+        }
+    )
+    variables = env(objects)
+    assert set(variables) == {
+        "COMPASS_IMAGE",
+        "COMPASS_JOB_SERVICE_ACCOUNT",
+        "COMPASS_NAMESPACES",
+        "COMPASS_METRICS_PORT",
+        "COMPASS_HEALTH_PORT",
+    }
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    settings = OperatorSettings()
+    assert settings.image == container(objects)["image"] == "registry.local/compass:dev"
+    assert settings.job_service_account == "runner"
+    assert settings.namespaces == ["team-a", "team-b"]
+    assert (settings.metrics_port, settings.health_port) == (9090, 9091)
+    ports = {p["name"]: p["containerPort"] for p in container(objects)["ports"]}
+    assert ports == {"metrics": 9090, "health": 9091}
+
+
+def test_digest_pins_the_operator_and_the_jobs_image() -> None:
+    """With image.digest set, the container and COMPASS_IMAGE both use repository@digest."""
+    digest = "sha256:" + "ab" * 32
+    objects = render({"image": {"digest": digest}})
+    expected = f"ghcr.io/compass-operator/compass-operator@{digest}"
+    assert container(objects)["image"] == env(objects)["COMPASS_IMAGE"] == expected
+
+
+def test_cluster_rbac_is_exactly_what_the_operator_needs() -> None:
+    """The ClusterRole grants compass.k8s.rbac's rules and nothing more; bound to the SA."""
+    objects = render()
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
+    assert granted(roles[FULLNAME]["rules"]) == permissions(OPERATOR_RULES)
+    assert granted(roles[f"{FULLNAME}-discovery"]["rules"]) == permissions(DISCOVERY_RULES)
+    for rule in [*roles[FULLNAME]["rules"], *roles[f"{FULLNAME}-discovery"]["rules"]]:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+        assert "resourceNames" not in rule
+        assert "nonResourceURLs" not in rule
+    for binding in (o for o in objects if o["kind"] == "ClusterRoleBinding"):
+        assert binding["roleRef"]["name"] in roles
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+        ]
+
+
+def test_namespaced_mode_grants_a_role_per_watched_namespace() -> None:
+    """watchNamespaces: a Role + RoleBinding in each, no operator ClusterRole, the env set."""
+    watched = ["team-a", "team-b"]
+    objects = render({"watchNamespaces": watched})
+    roles = [o for o in objects if o["kind"] == "Role"]
+    bindings = [o for o in objects if o["kind"] == "RoleBinding"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == watched
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == watched
+    for role in roles:
+        assert granted(role["rules"]) == permissions(OPERATOR_RULES)
+    for binding in bindings:
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": FULLNAME,
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+        ]
+    cluster_roles = [o for o in objects if o["kind"] == "ClusterRole"]
+    assert [r["metadata"]["name"] for r in cluster_roles] == [f"{FULLNAME}-discovery"]
+    assert granted(cluster_roles[0]["rules"]) == permissions(DISCOVERY_RULES)
+    assert json.loads(env(objects)["COMPASS_NAMESPACES"]) == watched
+    assert "team-a, team-b" in notes({"watchNamespaces": watched})
+
+
+def test_rbac_can_be_left_to_the_platform_team() -> None:
+    """rbac.create false: no RBAC; rbac.discovery false: no cluster-scoped RBAC when namespaced."""
+    kinds = {o["kind"] for o in render({"rbac": {"create": False}})}
+    assert not kinds & {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+    namespaced = render({"watchNamespaces": ["a"], "rbac": {"discovery": False}})
+    assert not {o["kind"] for o in namespaced} & {"ClusterRole", "ClusterRoleBinding"}
+
+
+def test_own_service_account_must_be_named() -> None:
+    """serviceAccount.create false without a name fails with a message naming the key."""
+    with pytest.raises(helm.HelmRenderError, match=r"serviceAccount\.name is required"):
+        render({"serviceAccount": {"create": False}})
+    objects = render({"serviceAccount": {"create": False, "name": "ops-sa"}})
+    assert "ServiceAccount" not in {o["kind"] for o in objects}
+    assert only(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "ops-sa"
+
+
+def test_service_monitor_scrapes_the_metrics_service() -> None:
+    """Off by default; when on, it selects the metrics Service and its `metrics` port."""
+    assert "ServiceMonitor" not in {o["kind"] for o in render()}
+    objects = render({"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "p"}}}})
+    monitor = only(objects, "ServiceMonitor")
+    service = only(objects, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "p"
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+    # The operator's series have their own `namespace` label (the policy's): keep it.
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+    assert [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert service["spec"]["selector"].items() <= (
+        only(objects, "Deployment")["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+def test_grafana_dashboard_configmap() -> None:
+    """Off by default; when on, a labelled ConfigMap whose dashboard queries the compass_* series."""
+    assert "ConfigMap" not in {o["kind"] for o in render()}
+    objects = render(
+        {"grafanaDashboard": {"enabled": True, "namespace": "grafana", "sloLatencyMs": 750}}
+    )
+    config_map = only(objects, "ConfigMap")
+    assert config_map["metadata"]["namespace"] == "grafana"
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["compass-operator.json"])
+    text = json.dumps(dashboard)
+    assert "__" not in text.replace("$__", ""), "a placeholder was not substituted"
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["slo_ms"]["query"] == "750"
+    assert variables["router_model"]["query"] == "router"
+    titles = {p["title"]: p for p in dashboard["panels"]}
+    exprs = {title: " ".join(t["expr"] for t in p["targets"]) for title, p in titles.items()}
+    assert "compass_queue_depth" in exprs["Queue depth vs switch threshold"]
+    assert "$queue_threshold" in exprs["Queue depth vs switch threshold"]
+    assert "compass_active_configuration_index" in exprs["Active configuration"]
+    assert "rate(compass_switches_total" in exprs["Configuration switches"]
+    assert "$slo_ms" in exprs["SLO compliance"]
+    for metric in OPERATOR_METRICS:
+        assert metric in text, metric
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+# ------------------------------------------------------------------------------ bad values
+
+
+@pytest.mark.parametrize(
+    ("values", "key"),
+    [
+        ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
+        ({"watchNamespaces": ["a", "a"]}, "/watchNamespaces"),
+        ({"watchNamespaces": "team-a"}, "/watchNamespaces"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"image": {"digest": "latest"}}, "/image/digest"),
+        ({"metrics": {"port": 0}}, "/metrics/port"),
+        ({"health": {"port": 70000}}, "/health/port"),
+        ({"resources": {"limits": {"memory": "lots"}}}, "/resources/limits/memory"),
+        ({"metrics": {"serviceMonitor": {"interval": "30"}}}, "/metrics/serviceMonitor/interval"),
+        ({"metrics": {"serviceMonitor": {"enable": True}}}, "enable"),
+        ({"rbac": {"create": "yes"}}, "/rbac/create"),
+        ({"replicaCount": 2}, "replicaCount"),
+        ({"grafanaDashboard": {"sloLatencyMs": 0}}, "/grafanaDashboard/sloLatencyMs"),
+    ],
+)
+def test_bad_values_fail_naming_the_key(values: dict[str, Any], key: str) -> None:
+    """values.schema.json rejects the value, and the message says which key (as helm install)."""
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError) as error:
+        chart.validate_schema(values)
+    assert key in str(error.value)
+    with pytest.raises(helm.HelmValuesError, match=re.escape(key)):
+        render(values)

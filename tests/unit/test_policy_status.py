@@ -1,0 +1,429 @@
+"""The ParetoPolicy controller's pure decisions (compass.k8s.policy_status) and the operator
+process's small helpers; the kopf timer around them runs in tests/k8s/test_policy_controller.py."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+from compass.cli import main
+from compass.domain.elastico import Observation, PolicyState
+from compass.domain.policy import MetricsSourceType
+from compass.domain.space import config_key
+from compass.handlers.runtime import OperatorMetrics
+from compass.k8s import policy_status as ps
+from compass.k8s.crds import PARETO_POLICY, build_crd
+from compass.k8s.policy_resource import ConditionType, ParetoPolicyStatus
+from compass.manager import _quiet_timer_successes, scope
+from compass.settings import OperatorSettings
+
+FAST = {"generator_model": "small", "retriever_k": 20}
+ACCURATE = {"generator_model": "large", "retriever_k": 20}
+NOW = 1_800_000_000.0
+ISO = ps.rfc3339(NOW)
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    """A valid ParetoPolicy spec (camelCase, as the API server hands it over)."""
+    value: dict[str, Any] = {
+        "front": [
+            {"config": FAST, "accuracy": 0.83, "latencyMeanMs": 20, "latencyP95Ms": 23},
+            {"config": ACCURATE, "accuracy": 0.86, "latencyMeanMs": 33, "latencyP95Ms": 37},
+        ],
+        "slo": {"latencyMs": 150},
+        "hysteresis": {"downscaleCooldownSeconds": 2, "cooldownExponent": 0, "slackBufferMs": 20},
+        "routing": {"grpcEndpoint": "triton.serving:8001"},
+    }
+    value.update(overrides)
+    return value
+
+
+COMPILED = ps.compile_policy(spec(), generation=1)
+PLAN = COMPILED.plan
+FAST_NAME, ACCURATE_NAME = PLAN.names
+
+
+# ---------------------------------------------------------------------------- compile
+
+
+def test_compile_derives_plan_and_endpoints() -> None:
+    assert COMPILED.generation == 1
+    assert COMPILED.grpc_address == "triton.serving:8001"
+    assert COMPILED.router_model == "router"
+    # No metrics section: Triton's own /metrics on the routing host.
+    assert COMPILED.metrics == ps.MetricsTarget(
+        MetricsSourceType.TRITON, "http://triton.serving:8002/metrics", None, None
+    )
+    assert PLAN.names == ("small/20", "large/20")
+
+
+def test_address_override_replaces_the_routing_endpoint() -> None:
+    compiled = ps.compile_policy(spec(routing=None), 3, address_override="127.0.0.1:9001")
+    assert compiled.grpc_address == "127.0.0.1:9001"
+    assert compiled.metrics.url == "http://127.0.0.1:8002/metrics"
+
+
+def test_prometheus_source_keeps_its_queries() -> None:
+    metrics = {"type": "prometheus", "url": "http://prom:9090", "query": "q", "arrivalsQuery": "a"}
+    compiled = ps.compile_policy(spec(metrics=metrics), 1)
+    assert compiled.metrics == ps.MetricsTarget(
+        MetricsSourceType.PROMETHEUS, "http://prom:9090", "q", "a"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "fix"),
+    [
+        ({"slo": {"latencyMs": 10}}, "spec.slo.latencyMs", "raise the SLO above 23.0 ms"),
+        ({"routing": None}, "spec.routing.grpcEndpoint", "host:port"),
+        ({"routing": {"grpcEndpoint": "triton"}}, "spec.routing.grpcEndpoint", "triton:8001"),
+        ({"metrics": {"type": "prometheus"}}, "spec.metrics.url", "Prometheus' base URL"),
+        (
+            {"metrics": {"type": "triton", "arrivalsQuery": "x"}},
+            "spec.metrics.arrivalsQuery",
+            "remove it",
+        ),
+        ({"intervalSeconds": 0}, "spec.intervalSeconds", "correct it"),
+    ],
+)
+def test_a_spec_that_can_never_work_names_the_field_and_the_fix(
+    change: dict[str, Any], field: str, fix: str
+) -> None:
+    with pytest.raises(ps.SpecError) as error:
+        ps.compile_policy(spec(**change), 1)
+    message = str(error.value)
+    assert message.startswith(f"{field}: "), message
+    assert fix in message
+
+
+def test_a_check_the_crd_cannot_make_names_the_list_item() -> None:
+    front = spec()["front"]
+    front[1] = {**front[1], "latencyP99Ms": 30}  # below its p95: only pydantic sees this
+    with pytest.raises(ps.SpecError, match=r"^spec\.front\[1\]: latencyP99Ms 30 is below"):
+        ps.compile_policy(spec(front=front), 1)
+
+
+# ---------------------------------------------------------------------------- timing
+
+
+@pytest.mark.parametrize(
+    ("last", "now", "interval", "due"),
+    [
+        (None, 0.0, 5.0, True),
+        (0.0, 1.02, 1.0, True),
+        (0.0, 1.02, 2.0, False),
+        (0.0, 2.05, 2.0, True),
+        (0.0, 1.02, 0.2, True),  # below the 1 s tick: every tick
+        (0.0, 4.4, 5.0, False),
+        (0.0, 4.6, 5.0, True),
+    ],
+)
+def test_decision_due_honours_the_interval_to_half_a_tick(
+    last: float | None, now: float, interval: float, due: bool
+) -> None:
+    assert ps.decision_due(last, now, interval) is due
+
+
+def test_retry_delay_doubles_up_to_the_cap() -> None:
+    assert [ps.retry_delay(n, 1.0) for n in range(1, 6)] == [1.0, 2.0, 4.0, 8.0, 8.0]
+    assert ps.retry_delay(1, 3.0) == 3.0
+
+
+# ---------------------------------------------------------------------------- state
+
+
+def pending(active: str = FAST_NAME) -> PolicyState:
+    """On ``active``, with downscale evidence collected since NOW - 1 and one past switch."""
+    return PolicyState(
+        active=active,
+        active_since=NOW - 100,
+        last_switch_at=NOW - 100,
+        last_reason="queue 9 over large/20's limits",
+        switches=3,
+        downscale_since=NOW - 1,
+        entry_levels=((NOW - 1, ACCURATE_NAME),),
+        arrivals=((NOW - 1, 10.0),),
+    )
+
+
+def test_saved_state_is_resumed_whole_when_the_router_agrees() -> None:
+    saved = pending()
+    state, note = ps.align_state(saved, NOW - 1, config_key(FAST), PLAN, NOW, 5.0)
+    assert state == saved
+    assert note is None
+
+
+def test_state_round_trips_through_the_status() -> None:
+    status = ps.build_status(PLAN, pending(), None, {}, "hold", [], 1)
+    restored = PolicyState.from_dict(status["policyState"])
+    state, _ = ps.align_state(restored, NOW - 1, config_key(FAST), PLAN, NOW, 5.0)
+    assert state == pending()
+
+
+def test_downscale_evidence_is_dropped_after_a_gap_without_observations() -> None:
+    state, note = ps.align_state(pending(), NOW - 30, config_key(FAST), PLAN, NOW, 5.0)
+    assert (state.downscale_since, state.entry_levels) == (None, ())
+    # The rest is kept: the upscale cooldown still counts from the last switch.
+    assert (state.active, state.switches, state.last_switch_at) == (FAST_NAME, 3, NOW - 100)
+    assert note is not None
+    assert "downscale evidence restarts" in note
+
+
+def test_the_router_is_the_truth_when_it_differs() -> None:
+    state, note = ps.align_state(pending(), NOW - 1, config_key(ACCURATE), PLAN, NOW, 5.0)
+    assert state.active == ACCURATE_NAME
+    assert state.active_since == NOW
+    assert state.downscale_since is None
+    assert state.switches == 3
+    assert note is not None
+    assert "changed outside the policy" in note
+
+
+def test_a_fresh_policy_starts_from_what_the_router_serves() -> None:
+    state, note = ps.align_state(None, None, config_key(ACCURATE), PLAN, NOW, 5.0)
+    assert (state.active, state.active_since, state.switches) == (ACCURATE_NAME, NOW, 0)
+    assert note is None
+
+
+def test_a_configuration_off_the_front_leaves_no_active_one() -> None:
+    other = config_key({"generator_model": "other", "retriever_k": 1})
+    state, note = ps.align_state(None, None, other, PLAN, NOW, 5.0)
+    assert state.active is None  # the policy's first decision falls back to the fastest
+    decision, _ = COMPILED.policy.decide(Observation(NOW, 0.0), state, NOW)
+    assert decision.target == FAST_NAME
+    assert note is not None
+
+
+def test_pausing_drops_the_downscale_evidence_only() -> None:
+    state = ps.paused_state(pending())
+    assert (state.downscale_since, state.entry_levels) == (None, ())
+    assert state.active == FAST_NAME
+    assert state.arrivals == pending().arrivals
+
+
+# ---------------------------------------------------------------------------- conditions
+
+
+def conditions_of(health: ps.Health, previous: list[dict[str, Any]] | None = None) -> Any:
+    return ps.merge_conditions(previous or [], ps.health_conditions(health), ISO, 4)
+
+
+def by_type(conditions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in conditions}
+
+
+def test_serving_policy_is_ready_with_metrics() -> None:
+    health = ps.Health(metrics_read=True, metrics_source="m", active=FAST_NAME, decision="hold")
+    found = by_type(conditions_of(health))
+    assert list(found) == [t.value for t in ConditionType]
+    assert found["Ready"]["status"] == "True"
+    assert found["Ready"]["message"] == f"serving {FAST_NAME}; hold"
+    assert found["MetricsAvailable"]["status"] == "True"
+    assert found["Degraded"]["status"] == "False"
+    assert found["Paused"]["status"] == "False"
+    assert all(
+        c["lastTransitionTime"] == ISO and c["observedGeneration"] == 4 for c in found.values()
+    )
+
+
+def test_transition_time_stays_while_the_status_does_not_change() -> None:
+    first = conditions_of(ps.Health(metrics_read=True, active=FAST_NAME, decision="a"))
+    later = ps.merge_conditions(
+        first,
+        ps.health_conditions(ps.Health(metrics_read=True, active=ACCURATE_NAME, decision="b")),
+        ps.rfc3339(NOW + 10),
+        5,
+    )
+    ready = by_type(later)["Ready"]
+    assert ready["lastTransitionTime"] == ISO
+    assert ready["message"] == f"serving {ACCURATE_NAME}; b"
+    lost = ps.merge_conditions(
+        later,
+        ps.health_conditions(ps.Health(metrics_read=True, metrics_error="down", decision="x")),
+        ps.rfc3339(NOW + 20),
+        5,
+    )
+    assert by_type(lost)["MetricsAvailable"]["lastTransitionTime"] == ps.rfc3339(NOW + 20)
+
+
+def test_unreachable_triton_keeps_the_metrics_condition_it_could_not_check() -> None:
+    before = conditions_of(ps.Health(metrics_read=True, active=FAST_NAME))
+    after = by_type(
+        ps.merge_conditions(
+            before, ps.health_conditions(ps.Health(unreachable="Triton at x:1: refused")), ISO, 4
+        )
+    )
+    assert after["Ready"]["status"] == "False"
+    assert after["Ready"]["reason"] == "TritonUnreachable"
+    assert "x:1" in after["Ready"]["message"]
+    assert after["Degraded"]["reason"] == "TritonUnreachable"
+    assert after["MetricsAvailable"] == by_type(before)["MetricsAvailable"]
+
+
+def test_paused_and_invalid_spec_conditions() -> None:
+    paused = by_type(conditions_of(ps.Health(metrics_read=True, paused=True, active=FAST_NAME)))
+    assert (paused["Paused"]["status"], paused["Ready"]["reason"]) == ("True", "Paused")
+    invalid = by_type(conditions_of(ps.Health(spec_error="spec.slo.latencyMs: x; y")))
+    assert list(invalid) == ["Ready"]
+    assert invalid["Ready"]["reason"] == "InvalidSpec"
+
+
+def test_events_only_on_transitions() -> None:
+    ok = conditions_of(ps.Health(metrics_read=True, metrics_source="m", active=FAST_NAME))
+    lost = conditions_of(ps.Health(metrics_read=True, metrics_error="gone"), ok)
+    still_lost = conditions_of(ps.Health(metrics_read=True, metrics_error="gone"), lost)
+    back = conditions_of(ps.Health(metrics_read=True, metrics_source="m", active=FAST_NAME), lost)
+    assert ps.transition_events([], ok) == []
+    assert [(e.type, e.reason) for e in ps.transition_events(ok, lost)] == [
+        ("Warning", "MetricsLost")
+    ]
+    assert ps.transition_events(lost, still_lost) == []
+    assert [e.reason for e in ps.transition_events(lost, back)] == ["MetricsRestored"]
+    down = conditions_of(ps.Health(unreachable="refused"), ok)
+    assert [e.reason for e in ps.transition_events(ok, down)] == ["TritonUnreachable"]
+    assert ps.transition_events(down, conditions_of(ps.Health(unreachable="refused"), down)) == []
+    assert [e.reason for e in ps.transition_events(down, ok)] == ["TritonReachable"]
+
+
+def test_switch_event_is_one_line() -> None:
+    event = ps.switch_event(ACCURATE_NAME, FAST_NAME, 7.0, "queue 7 over large/20's limits")
+    assert (event.type, event.reason) == ("Normal", "ConfigurationSwitched")
+    assert (
+        event.message == f"{ACCURATE_NAME} -> {FAST_NAME}: queue 7; queue 7 over large/20's limits"
+    )
+    assert "\n" not in event.message
+
+
+# ---------------------------------------------------------------------------- status
+
+
+def test_status_matches_the_crd_model_and_has_no_empty_strings() -> None:
+    conditions = conditions_of(ps.Health(metrics_read=True, active=FAST_NAME))
+    state = replace(pending(), last_reason="")
+    status = ps.build_status(PLAN, state, Observation(NOW, 2.0), {}, "hold", conditions, 4)
+    parsed = ParetoPolicyStatus.model_validate(status)
+    assert parsed.active is not None
+    assert (parsed.active.name, parsed.active.index) == (FAST_NAME, 0)
+    assert status["lastQueueDepth"] == 2.0
+    assert status["lastObservationTime"] == ISO
+    assert [t["config"] for t in status["thresholds"]] == [FAST_NAME, ACCURATE_NAME]
+
+    def strings(value: Any) -> list[str]:
+        if isinstance(value, dict):
+            return [s for v in value.values() for s in strings(v)]
+        if isinstance(value, list):
+            return [s for v in value for s in strings(v)]
+        return [value] if isinstance(value, str) else []
+
+    assert "" not in strings(status)  # Degraded's empty message is left out
+
+
+def test_unobserved_fields_keep_their_previous_values() -> None:
+    previous = {"lastQueueDepth": 3.0, "lastObservationTime": "earlier"}
+    status = ps.build_status(PLAN, pending(), None, previous, "hold", [], 1)
+    assert (status["lastQueueDepth"], status["lastObservationTime"]) == (3.0, "earlier")
+
+
+def test_merge_patch_changes_removes_and_recurses() -> None:
+    old = {"a": 1, "b": {"x": 1, "y": 2}, "c": [1], "gone": 5, "none": None}
+    new = {"a": 1, "b": {"x": 1, "y": 3}, "c": [1, 2], "added": None, "none": None}
+    assert ps.merge_patch(old, new) == {"gone": None, "b": {"y": 3}, "c": [1, 2]}
+    assert ps.merge_patch(new, copy.deepcopy(new)) == {}
+
+
+def test_status_patch_waits_for_the_heartbeat_when_only_time_changed() -> None:
+    old = {"lastObservationTime": "t1", "switches": 1}
+    new = {"lastObservationTime": "t2", "switches": 1}
+    assert ps.status_patch(old, new, NOW, NOW - 1) == {}
+    assert ps.status_patch(old, new, NOW, NOW - ps.STATUS_HEARTBEAT_S) == {
+        "lastObservationTime": "t2"
+    }
+    assert ps.status_patch(old, {**new, "switches": 2}, NOW, NOW - 1) == {
+        "lastObservationTime": "t2",
+        "switches": 2,
+    }
+    assert ps.status_patch({}, new, NOW, None) == new
+    # New arrivals samples are routine too; new downscale evidence is not.
+    with_state = {**old, "policyState": {"arrivals": [[1, 2]], "downscale_since": None}}
+    more = {**new, "policyState": {"arrivals": [[1, 2], [2, 3]], "downscale_since": None}}
+    assert ps.status_patch(with_state, more, NOW, NOW - 1) == {}
+    pending = {**new, "policyState": {"arrivals": [[1, 2]], "downscale_since": 5}}
+    assert ps.status_patch(with_state, pending, NOW, NOW - 1) == {
+        "lastObservationTime": "t2",
+        "policyState": {"downscale_since": 5},
+    }
+
+
+def test_rfc3339_round_trip() -> None:
+    assert ISO.endswith("Z")
+    assert ps.parse_rfc3339(ISO) == pytest.approx(NOW, abs=1e-3)
+    assert ps.parse_rfc3339(None) is None
+    assert ps.parse_rfc3339("not a time") is None
+
+
+# ---------------------------------------------------------------------------- resource, process
+
+
+def test_printer_columns_show_what_the_on_call_needs() -> None:
+    version = build_crd(PARETO_POLICY)["spec"]["versions"][0]
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns == {
+        "Active": ".status.active.name",
+        "Queue": ".status.lastQueueDepth",
+        "Accuracy": ".status.active.accuracy",
+        "P95": ".status.active.latencyP95Ms",
+        "SLO": ".spec.slo.latencyMs",
+        "Switches": ".status.switches",
+        "Ready": '.status.conditions[?(@.type=="Ready")].status',
+        "Age": ".metadata.creationTimestamp",
+    }
+    assert build_crd(PARETO_POLICY)["spec"]["names"]["shortNames"] == ["pp"]
+
+
+def test_operator_scope() -> None:
+    settings = OperatorSettings(namespaces=["a", "b"])
+    assert scope(OperatorSettings(), None, False) == (True, [])
+    assert scope(settings, None, False) == (False, ["a", "b"])
+    assert scope(settings, ["c"], False) == (False, ["c"])
+    assert scope(settings, None, True) == (True, [])
+    with pytest.raises(ValueError, match="exclude each other"):
+        scope(settings, ["c"], True)
+
+
+def test_operator_command_rejects_conflicting_scopes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["operator", "--all-namespaces", "--namespace", "x"]) == 2
+    assert "exclude each other" in capsys.readouterr().err
+
+
+def test_operator_metrics_are_named_as_the_dashboard_reads_them() -> None:
+    metrics = OperatorMetrics()
+    metrics.reconciles.labels("ParetoPolicy", "ok").inc()
+    metrics.errors.labels("ParetoPolicy", "TritonUnreachable").inc()
+    metrics.decision_seconds.observe(0.01)
+    metrics.switches.labels("ns", "p", "faster").inc()
+    metrics.queue_depth.labels("ns", "p").set(4)
+    metrics.active_index.labels("ns", "p").set(1)
+    text = generate_latest(metrics.registry).decode()
+    for name in (
+        "compass_reconciles_total",
+        "compass_errors_total",
+        "compass_decision_seconds_bucket",
+        "compass_switches_total",
+        'compass_queue_depth{namespace="ns",policy="p"} 4.0',
+        'compass_active_configuration_index{namespace="ns",policy="p"} 1.0',
+    ):
+        assert name in text
+
+
+def test_timer_successes_are_not_logged_every_second() -> None:
+    def record(level: int, message: str) -> logging.LogRecord:
+        return logging.LogRecord("kopf.objects", level, __file__, 1, message, None, None)
+
+    assert not _quiet_timer_successes(record(logging.INFO, "Timer 'elastico' succeeded."))
+    assert _quiet_timer_successes(record(logging.ERROR, "Timer 'elastico' failed temporarily"))
+    assert _quiet_timer_successes(record(logging.INFO, "ConfigurationSwitched: a -> b"))

@@ -1,0 +1,575 @@
+"""The CompoundWorkflow controller's pure decisions (compass.k8s.reconcile) and builders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compass.k8s import reconcile
+from compass.k8s.builders import (
+    LEDGER_KEY,
+    PROFILES_KEY,
+    PROGRESS_KEY,
+    RESULT_KEY,
+    SEED_KEY,
+    SPEC_KEY,
+    build_job_role,
+    build_job_role_binding,
+    build_pareto_policy,
+    build_profile_job,
+    build_search_job,
+    build_state_config_map,
+    job_env,
+)
+from compass.k8s.jobrun import best_accuracy, one_line
+from compass.k8s.reconcile import (
+    Create,
+    InvalidSpecError,
+    JobView,
+    Observation,
+    decide,
+    job_view,
+    pod_failure_message,
+    seed_state,
+    set_condition,
+    validate_spec,
+)
+from compass.k8s.workflow import CompoundWorkflowSpec, CompoundWorkflowStatus, Condition, Phase
+
+NOW = "2026-01-01T00:00:00Z"
+LATER = "2026-01-01T00:01:00Z"
+WORKFLOW = {
+    "apiVersion": "compass.io/v1alpha1",
+    "kind": "CompoundWorkflow",
+    "metadata": {"name": "rag", "namespace": "ml", "uid": "uid-1", "generation": 1},
+}
+
+
+def _raw(**changes: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "space": {
+            "parameters": [
+                {"name": "generator", "values": ["big", "small"]},
+                {"name": "retriever_k", "type": "integer", "values": [5, 10]},
+                {"name": "reranker_k", "type": "integer", "values": [1, 5]},
+            ],
+            "constraints": ["reranker_k <= retriever_k"],
+        },
+        "evaluation": {
+            "dataset": {"size": 100, "imagePath": "/data/qa.jsonl"},
+            "tau": 0.8,
+            "evaluator": {"type": "replay", "replayConfigMap": "ledger"},
+        },
+        "slo": {"latencyMs": 300},
+        "triton": {"service": "triton"},
+    }
+    for path, value in changes.items():
+        node = raw
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return raw
+
+
+def _spec(**changes: Any) -> CompoundWorkflowSpec:
+    return CompoundWorkflowSpec.model_validate(_raw(**changes))
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def test_valid_spec_gives_its_space() -> None:
+    spec, space = validate_spec(_raw())
+    assert spec.evaluation.tau == 0.8
+    assert space.size == 8
+
+
+def test_unknown_parameter_in_a_constraint_names_the_constraint_and_the_fix() -> None:
+    raw = _raw()
+    raw["space"]["constraints"] = ["retriever_k >= 1", "reranker_k <= retriver_k"]
+    with pytest.raises(InvalidSpecError) as error:
+        validate_spec(raw)
+    assert error.value.field == "spec.space.constraints[1]"
+    assert str(error.value) == (
+        "spec.space.constraints[1]: constraint 'reranker_k <= retriver_k': unknown parameter "
+        "'retriver_k'; known parameters: generator, retriever_k, reranker_k (quote a "
+        "categorical value: 'retriver_k')"
+    )
+
+
+def test_budgets_beyond_the_dataset_name_the_budgets() -> None:
+    with pytest.raises(InvalidSpecError) as error:
+        validate_spec(_raw(**{"evaluation.budgets": [10, 50, 200]}))
+    assert error.value.field == "spec.evaluation.budgets"
+    assert "200 exceeds dataset.size 100; lower the last budget" in str(error.value)
+
+
+def test_incomplete_evaluator_names_its_field() -> None:
+    with pytest.raises(InvalidSpecError) as error:
+        validate_spec(_raw(**{"evaluation.evaluator": {"type": "command"}}))
+    assert error.value.field == "spec.evaluation.evaluator.command"
+
+
+def test_a_space_no_configuration_satisfies_is_invalid() -> None:
+    raw = _raw()
+    raw["space"]["constraints"] = ["reranker_k > retriever_k"]
+    with pytest.raises(InvalidSpecError) as error:
+        validate_spec(raw)
+    assert error.value.field == "spec.space"
+    assert "relax a constraint" in str(error.value)
+
+
+def test_missing_field_is_named() -> None:
+    raw = _raw()
+    del raw["slo"]
+    with pytest.raises(InvalidSpecError, match=r"^spec\.slo: Field required"):
+        validate_spec(raw)
+
+
+# ---------------------------------------------------------------------------- carrying state over
+
+
+def _state(spec: CompoundWorkflowSpec, **data: str) -> dict[str, str]:
+    return {SPEC_KEY: spec.model_dump_json(by_alias=True, exclude_none=True), **data}
+
+
+FULL = {
+    LEDGER_KEY: '{"config": {"generator": "big"}, "samples": [0], "scores": [1.0]}\n',
+    RESULT_KEY: '{"feasible": []}',
+    PROGRESS_KEY: '{"configs_evaluated": 1}',
+    PROFILES_KEY: '{"profiles": []}',
+}
+
+
+def test_only_the_slo_changed_reuses_ledger_result_and_profiles() -> None:
+    old = _spec()
+    seed = seed_state(_spec(**{"slo.latencyMs": 200}), 2, {1: _state(old, **FULL)})
+    assert (seed.ledger_from, seed.result_from, seed.profiles_from) == (1, 1, 1)
+    assert seed.data[PROFILES_KEY] == FULL[PROFILES_KEY]
+    assert json.loads(seed.data[SEED_KEY]) == {"ledger": 1, "result": 1, "profiles": 1}
+
+
+def test_a_new_tau_reuses_the_recorded_scores_only() -> None:
+    seed = seed_state(_spec(**{"evaluation.tau": 0.7}), 2, {1: _state(_spec(), **FULL)})
+    assert (seed.ledger_from, seed.result_from, seed.profiles_from) == (1, None, None)
+    assert set(seed.data) == {LEDGER_KEY, SEED_KEY}
+    assert seed.ledger_facts == 1
+
+
+def test_new_profiling_settings_reuse_the_result_but_profile_again() -> None:
+    seed = seed_state(_spec(**{"profiling.measuredRuns": 9}), 2, {1: _state(_spec(), **FULL)})
+    assert (seed.ledger_from, seed.result_from, seed.profiles_from) == (1, 1, None)
+
+
+def test_another_dataset_starts_from_nothing() -> None:
+    changed = _spec(**{"evaluation.dataset": {"size": 100, "imagePath": "/data/other.jsonl"}})
+    assert seed_state(changed, 2, {1: _state(_spec(), **FULL)}) == reconcile.Seed()
+
+
+def test_the_newest_matching_generation_is_the_seed() -> None:
+    other = _spec(**{"evaluation.metric": "f1"})
+    states = {1: _state(_spec(), **FULL), 2: _state(other, **FULL), 3: {SPEC_KEY: "garbage"}}
+    assert seed_state(_spec(**{"evaluation.tau": 0.9}), 4, states).ledger_from == 1
+
+
+def test_state_config_map_holds_the_frozen_spec_and_the_seed() -> None:
+    spec = _spec()
+    body = build_state_config_map(WORKFLOW, spec, {LEDGER_KEY: "x\n", SEED_KEY: "{}"})
+    assert body["metadata"]["name"] == "rag-search-g1"
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert body["data"][LEDGER_KEY] == "x\n"
+    assert CompoundWorkflowSpec.model_validate_json(body["data"][SPEC_KEY]) == spec
+    assert build_state_config_map(WORKFLOW, spec)["data"][LEDGER_KEY] == ""
+
+
+# ---------------------------------------------------------------------------- conditions and status
+
+
+def test_transition_time_moves_only_when_the_status_changes() -> None:
+    first = set_condition([], "PolicyReady", "False", "Planning", "a", 1, NOW)
+    same = set_condition(first, "PolicyReady", "False", "Other", "b", 2, LATER)
+    flipped = set_condition(same, "PolicyReady", "True", "PolicyReady", "c", 2, LATER)
+    assert same[0].last_transition_time == NOW
+    assert same[0].observed_generation == 2
+    assert flipped[0].last_transition_time == LATER
+    assert len(flipped) == 1
+
+
+def test_condition_messages_are_one_line() -> None:
+    [condition] = set_condition([], "X", "False", "R", "two\nlines   here", 1, NOW)
+    assert condition.message == "two lines here"
+
+
+def test_invalid_status_is_failed_with_the_reason() -> None:
+    error = InvalidSpecError("spec.space", "no configuration")
+    status = reconcile.invalid_status(CompoundWorkflowStatus(), 3, error, NOW)
+    assert status.phase is Phase.FAILED
+    assert status.observed_generation == 3
+    [condition] = status.conditions
+    assert (condition.type, condition.status, condition.reason) == (
+        "SpecValid",
+        "False",
+        "InvalidSpec",
+    )
+    assert condition.message == "spec.space: no configuration"
+
+
+def test_start_searching_names_the_job_and_resets_counts() -> None:
+    spec, space = validate_spec(_raw())
+    before = CompoundWorkflowStatus(phase=Phase.READY, samples_used=99, policy="rag")
+    status, event = reconcile.start_status(before, "rag", 2, spec, space, {LEDGER_KEY: ""}, NOW)
+    assert status.phase is Phase.SEARCHING
+    assert status.observed_generation == 2
+    assert status.search_job == "rag-search-g2"
+    assert status.ledger_config_map == "rag-search-g2"
+    assert status.samples_used == 0
+    assert status.policy == "rag"  # the previous plan keeps serving meanwhile
+    assert event.reason == "SearchStarted"
+    assert "searching 8 configurations for accuracy >= 0.8" in event.message
+
+
+def test_start_with_reused_profiles_goes_to_planning_without_a_job() -> None:
+    spec, space = validate_spec(_raw())
+    seed = seed_state(spec, 2, {1: _state(spec, **FULL)})
+    status, event = reconcile.start_status(
+        CompoundWorkflowStatus(), "rag", 2, spec, space, seed.data, NOW
+    )
+    assert status.phase is Phase.PLANNING
+    assert status.search_job is None
+    assert event.reason == "PlanningStarted"
+
+
+# ---------------------------------------------------------------------------- Jobs and pods
+
+
+def test_job_view_reads_the_final_condition() -> None:
+    job = {
+        "metadata": {"name": "j"},
+        "status": {
+            "failed": 2,
+            "conditions": [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "BackoffLimitExceeded",
+                    "message": "m",
+                }
+            ],
+        },
+    }
+    view = job_view(job)
+    assert (view.failed_final, view.complete, view.running, view.failed) == (True, False, False, 2)
+    assert view.reason == "BackoffLimitExceeded"
+    running = job_view({"metadata": {"name": "j"}, "status": {"active": 1}})
+    assert running.running
+
+
+def _pod(name: str, finished: str, message: str, code: int = 1) -> dict[str, Any]:
+    terminated = {"exitCode": code, "finishedAt": finished, "message": message}
+    return {
+        "metadata": {"name": name},
+        "status": {"containerStatuses": [{"state": {"terminated": terminated}}]},
+    }
+
+
+def test_pod_failure_message_is_the_last_pods_own_line() -> None:
+    pods = [
+        _pod("p-1", "2026-01-01T00:00:01Z", "compass job search: old"),
+        _pod("p-2", "2026-01-01T00:00:09Z", "noise\ncompass job search: X: boom\ntrailing"),
+    ]
+    assert pod_failure_message(pods) == "pod p-2 exited 1: compass job search: X: boom"
+    assert pod_failure_message([_pod("q", NOW, "a\n\nlast words\n")]) == (
+        "pod q exited 1: last words"
+    )
+    assert pod_failure_message([_pod("ok", NOW, "fine", code=0)]) is None
+
+
+# ---------------------------------------------------------------------------- the next step
+
+
+def _result(feasible: list[dict[str, Any]], evaluated: list[dict[str, Any]]) -> str:
+    return json.dumps(
+        {
+            "feasible": feasible,
+            "evaluated": evaluated,
+            "sample_evals": 40,
+            "configs_evaluated": len(evaluated),
+        }
+    )
+
+
+BEST = {"config": {"generator": "big", "retriever_k": 10}, "accuracy": 0.8731, "samples": 100}
+WORSE = {"config": {"generator": "small", "retriever_k": 5}, "accuracy": 0.61, "samples": 10}
+
+
+def _observe(
+    phase: Phase,
+    state: dict[str, str] | None,
+    search: JobView | None = None,
+    profile: JobView | None = None,
+    pod_message: str | None = None,
+    tau: float = 0.8,
+    slo_ms: float = 300,
+    conditions: list[Condition] | None = None,
+) -> Observation:
+    return Observation(
+        workflow="rag",
+        generation=1,
+        spec=_spec(**{"evaluation.tau": tau, "slo.latencyMs": slo_ms}),
+        status=CompoundWorkflowStatus(
+            phase=phase, observed_generation=1, conditions=conditions or []
+        ),
+        state=state,
+        search_job=search,
+        profile_job=profile,
+        pod_message=pod_message,
+        grpc_endpoint="triton.ml:8001",
+        metrics_url="http://triton.ml:8002/metrics",
+    )
+
+
+def test_progress_updates_counts_only_when_they_change() -> None:
+    progress = {
+        "configs_evaluated": 3,
+        "sample_evals": 30,
+        "feasible": 1,
+        "best_accuracy": 0.91234,
+    }
+    state = {PROGRESS_KEY: json.dumps(progress)}
+    step = decide(_observe(Phase.SEARCHING, state, JobView("rag-search-g1", active=1)), NOW)
+    assert step.status is not None
+    assert (step.status.configurations_evaluated, step.status.samples_used) == (3, 30)
+    assert (step.status.feasible_found, step.status.best_accuracy) == (1, 0.9123)
+    assert step.event is None
+    assert step.create == ()
+    unchanged = _observe(Phase.SEARCHING, state, JobView("rag-search-g1", active=1))
+    unchanged = Observation(**{**unchanged.__dict__, "status": step.status})
+    assert decide(unchanged, LATER) == reconcile.Step()
+
+
+def test_a_missing_search_job_is_created_again() -> None:
+    assert decide(_observe(Phase.SEARCHING, {}), NOW).create == (Create.SEARCH_JOB,)
+
+
+def test_search_success_starts_profiling() -> None:
+    state = {RESULT_KEY: _result([BEST], [BEST, WORSE])}
+    step = decide(_observe(Phase.SEARCHING, state, JobView("rag-search-g1", succeeded=1)), NOW)
+    assert step.create == (Create.PROFILE_JOB,)
+    assert step.status is not None
+    assert step.status.phase is Phase.PROFILING
+    assert step.status.profiling_job == "rag-profile-g1"
+    assert (step.status.feasible_found, step.status.best_accuracy) == (1, 0.8731)
+    assert step.event is not None
+    assert step.event.reason == "SearchSucceeded"
+    assert step.event.message.startswith("1 feasible of 2 configurations evaluated with 40 sample")
+
+
+def test_result_while_the_pod_still_runs_waits() -> None:
+    state = {RESULT_KEY: _result([BEST], [BEST])}
+    step = decide(_observe(Phase.SEARCHING, state, JobView("rag-search-g1", active=1)), NOW)
+    assert step.create == ()
+    assert step.status is None or step.status.phase is Phase.SEARCHING
+
+
+def test_no_feasible_configuration_names_the_best_accuracy_and_a_workable_tau() -> None:
+    state = {RESULT_KEY: _result([], [WORSE, BEST])}
+    step = decide(_observe(Phase.SEARCHING, state, tau=0.95), NOW)
+    assert step.status is not None
+    assert step.status.phase is Phase.FAILED
+    assert step.create == ()
+    empty = reconcile.condition(step.status, "FeasibleSetEmpty")
+    assert empty is not None
+    assert empty.status == "True"
+    assert empty.message == (
+        "no configuration reaches tau 0.95: the best accuracy reached is 0.873 (big/10 on 100 "
+        "samples, 2 configurations evaluated); set evaluation.tau to 0.87 or lower, or widen "
+        "the space"
+    )
+    assert step.event is not None
+    assert (step.event.type, step.event.reason) == ("Warning", "FeasibleSetEmpty")
+
+
+def test_a_failed_search_job_reports_the_pods_message() -> None:
+    job = JobView("rag-search-g1", failed=4, failed_final=True, reason="BackoffLimitExceeded")
+    step = decide(_observe(Phase.SEARCHING, {}, job, pod_message="pod p exited 1: boom"), NOW)
+    assert step.status is not None
+    assert step.status.phase is Phase.FAILED
+    searched = reconcile.condition(step.status, "SearchSucceeded")
+    assert searched is not None
+    assert searched.reason == "BackoffLimitExceeded"
+    assert searched.message == (
+        "search Job rag-search-g1 failed after 4 pod(s) (BackoffLimitExceeded: ); pod p exited "
+        "1: boom"
+    )
+    assert step.event is not None
+    assert step.event.reason == "SearchFailed"
+
+
+def test_a_failed_profiling_job_is_profiling_failed() -> None:
+    state = {RESULT_KEY: _result([BEST], [BEST])}
+    job = JobView("rag-profile-g1", failed=1, failed_final=True, reason="DeadlineExceeded")
+    step = decide(_observe(Phase.PROFILING, state, profile=job, pod_message="pod q: x"), NOW)
+    assert step.status is not None
+    assert step.status.phase is Phase.FAILED
+    assert step.event is not None
+    assert step.event.reason == "ProfilingFailed"
+    ready = reconcile.condition(step.status, "PolicyReady")
+    assert ready is not None
+    assert ready.reason == "ProfilingFailed"
+
+
+def _profiles(*entries: tuple[dict[str, Any], float, float, float]) -> str:
+    return json.dumps(
+        {
+            "profiles": [
+                {
+                    "config": config,
+                    "accuracy": accuracy,
+                    "latency_mean_ms": mean,
+                    "latency_p50_ms": mean,
+                    "latency_p95_ms": p95,
+                    "latency_p99_ms": p95 * 1.1,
+                    "latency_std_ms": 1.0,
+                }
+                for config, accuracy, mean, p95 in entries
+            ]
+        }
+    )
+
+
+PROFILES = _profiles(
+    ({"generator": "small", "retriever_k": 5}, 0.81, 20.0, 25.0),
+    ({"generator": "big", "retriever_k": 10}, 0.87, 30.0, 38.0),
+)
+
+
+def test_profiles_are_planned_into_a_policy() -> None:
+    state = {RESULT_KEY: _result([BEST], [BEST]), PROFILES_KEY: PROFILES}
+    done = JobView("rag-profile-g1", succeeded=1, complete=True)
+    step = decide(_observe(Phase.PROFILING, state, profile=done), NOW)
+    assert step.status is not None
+    assert step.status.phase is Phase.READY
+    assert step.status.policy == "rag"
+    assert step.policy_spec is not None
+    assert [e["accuracy"] for e in step.policy_spec["front"]] == [0.81, 0.87]
+    assert step.policy_spec["slo"] == {"latencyMs": 300.0, "percentile": 95.0}
+    assert step.policy_spec["routing"] == {
+        "grpcEndpoint": "triton.ml:8001",
+        "routerModel": "router",
+    }
+    assert step.policy_spec["metrics"]["type"] == "triton"
+    assert step.event is not None
+    assert step.event.reason == "PolicyReady"
+    assert step.event.message.startswith("ParetoPolicy rag: 2 configurations on the front")
+
+
+def test_an_slo_below_every_p95_names_the_closest_configuration() -> None:
+    state = {PROFILES_KEY: PROFILES}
+    step = decide(_observe(Phase.PLANNING, state, slo_ms=10), NOW)
+    assert step.policy_spec is None
+    assert step.status is not None
+    assert step.status.phase is Phase.FAILED
+    ready = reconcile.condition(step.status, "PolicyReady")
+    assert ready is not None
+    assert ready.reason == "SloUnreachable"
+    assert ready.message == (
+        "spec.slo.latencyMs: 10 ms is below every configuration's p95: the closest, small/5, "
+        "has 25.0 ms (15.0 ms over); raise the SLO above 25.0 ms or profile faster "
+        "configurations"
+    )
+    assert step.event is not None
+    assert step.event.reason == "PlanFailed"
+
+
+def test_blocked_policy_keeps_planning_and_warns_once() -> None:
+    observation = _observe(Phase.PLANNING, {PROFILES_KEY: PROFILES})
+    status, event = reconcile.policy_blocked(observation, "PolicyCrdMissing", "install it", NOW)
+    assert status.phase is Phase.PLANNING
+    assert event is not None
+    again = Observation(**{**observation.__dict__, "status": status})
+    status2, event2 = reconcile.policy_blocked(again, "PolicyCrdMissing", "install it", LATER)
+    assert event2 is None
+    assert status2 == status
+
+
+def test_lost_state_searches_again() -> None:
+    step = decide(_observe(Phase.PROFILING, None), NOW)
+    assert step.create == (Create.STATE, Create.SEARCH_JOB)
+    assert step.status is not None
+    assert step.status.phase is Phase.SEARCHING
+
+
+def test_inactive_or_unobserved_generations_are_left_alone() -> None:
+    assert decide(_observe(Phase.READY, {}), NOW) == reconcile.Step()
+    observation = _observe(Phase.SEARCHING, {})
+    stale = Observation(
+        **{**observation.__dict__, "status": CompoundWorkflowStatus(phase=Phase.SEARCHING)}
+    )
+    assert decide(stale, NOW) == reconcile.Step()
+
+
+# ---------------------------------------------------------------------------- builders and jobrun
+
+
+def test_job_role_may_only_get_and_patch_config_maps() -> None:
+    role = build_job_role("ml", "compass-job")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}
+    ]
+    binding = build_job_role_binding("ml", "compass-job")
+    assert binding["roleRef"]["name"] == "compass-job"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "compass-job", "namespace": "ml"}
+    ]
+
+
+def test_jobs_get_the_triton_override_only_when_set() -> None:
+    spec = _spec()
+    search = build_search_job(WORKFLOW, spec, "img", "sa", job_env("10.0.0.1:8001"))
+    env = {
+        e["name"]: e["value"] for e in search["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["COMPASS_TRITON_ADDRESS"] == "10.0.0.1:8001"
+    profile = build_profile_job(WORKFLOW, spec, "img", "sa", job_env(None))
+    names = [e["name"] for e in profile["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert "COMPASS_TRITON_ADDRESS" not in names
+
+
+def test_pareto_policy_is_owned_by_its_workflow() -> None:
+    policy = build_pareto_policy(WORKFLOW, 4, {"front": []})
+    assert policy["kind"] == "ParetoPolicy"
+    assert policy["metadata"]["name"] == "rag"
+    assert policy["metadata"]["labels"]["compass.io/generation"] == "4"
+    [owner] = policy["metadata"]["ownerReferences"]
+    assert (owner["uid"], owner["controller"], owner["blockOwnerDeletion"]) == (
+        "uid-1",
+        True,
+        True,
+    )
+
+
+def test_one_line_uses_the_api_servers_message() -> None:
+    class FakeApiError(Exception):
+        status = 404
+        reason = "Not Found"
+        body = json.dumps({"message": 'configmaps "x" not found'})
+
+    assert one_line(FakeApiError("(404)\nReason: Not Found\nHTTP...")) == (
+        'FakeApiError: 404 Not Found: configmaps "x" not found'
+    )
+    assert one_line(ValueError("a\n  b")) == "ValueError: a b"
+
+
+def test_best_accuracy_counts_configurations_with_enough_samples(tmp_path: Path) -> None:
+    from compass.evaluators import CheckpointLedger
+
+    ledger = CheckpointLedger(tmp_path / "ledger.jsonl")
+    ledger.append({"g": "a"}, [0, 1], [1.0, 0.0])
+    ledger.append({"g": "b"}, [0], [1.0])
+    assert best_accuracy(ledger, 2) == 0.5
+    assert best_accuracy(ledger, 1) == 1.0
+    assert best_accuracy(ledger, 3) is None
