@@ -65,6 +65,9 @@ class TritonRouter:
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.sleep = sleep
+        # Status calls must answer fast: a blackholed address would otherwise hold the
+        # operator's timer until gRPC gives up.
+        self.control_timeout_s = min(timeout_s, 5.0)
         self.client = grpcclient.InferenceServerClient(url)
 
     def close(self) -> None:
@@ -104,7 +107,9 @@ class TritonRouter:
     def model_config(self) -> dict[str, Any]:
         """The router's current model config (Triton's JSON form)."""
         try:
-            reply = self.client.get_model_config(self.model, as_json=True)
+            reply = self.client.get_model_config(
+                self.model, as_json=True, client_timeout=self.control_timeout_s
+            )
         except InferenceServerException as error:
             raise self._unreachable(error) from error
         config: dict[str, Any] = reply["config"]
@@ -130,11 +135,16 @@ class TritonRouter:
                 model_config = self.model_config()
                 parameters = model_config.setdefault("parameters", {})
                 parameters[ACTIVE_PARAMETER] = {"string_value": wanted}
-                self.client.load_model(self.model, config=json.dumps(model_config))
+                # A reload waits for the new instance; it gets the inference timeout.
+                self.client.load_model(
+                    self.model, config=json.dumps(model_config), client_timeout=self.timeout_s
+                )
                 now_active = self.active_config()
                 if now_active != wanted:
                     raise RoutingError(f"router reports {now_active} after the reload")
-                if not self.client.is_model_ready(self.model):
+                if not self.client.is_model_ready(
+                    self.model, client_timeout=self.control_timeout_s
+                ):
                     raise RoutingError("router is not ready after the reload")
                 return SwitchReport(wanted, attempt, time.perf_counter() - started)
             except (InferenceServerException, RoutingError) as error:
