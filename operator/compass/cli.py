@@ -69,7 +69,7 @@ from compass.evaluators import (
     read_ledger,
 )
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
-from compass.usage import Parser, UsageError, fail
+from compass.usage import Parser, UsageError, fail, parse_int
 
 DEFAULT_BUDGETS = (10, 25, 50, 100)
 DEFAULT_LEDGER = "compass-search.ledger.jsonl"
@@ -252,13 +252,6 @@ def _parse_float(field: str, text: str) -> float:
     return value
 
 
-def _parse_int(field: str, text: str, example: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        fail(field, f"{text!r} is not an integer", f"pass a whole number, e.g. {field} {example}")
-
-
 def _parse_budgets(text: str) -> tuple[int, ...]:
     """Comma-separated budgets, checked for shape; the dataset size is checked later."""
     fix = "pass comma-separated sample counts, smallest first, e.g. --budgets 10,25,50,100"
@@ -346,7 +339,7 @@ def _parse_settings(args: argparse.Namespace) -> _Settings:
         tau=tau,
         budgets=None if args.budgets is None else _parse_budgets(str(args.budgets)),
         confidence=confidence,
-        seed=_parse_int("--seed", str(args.seed), "0"),
+        seed=parse_int("--seed", str(args.seed), "0"),
         method=SearchMethod(args.method),
         interval=IntervalMethod(args.interval),
         output=output,
@@ -783,7 +776,7 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
             fail("--space", f"required with {live}", "pass --space SPACE.yaml")
         if args.samples is None:
             fail("--samples", f"required with {live}", "pass the dataset size, e.g. --samples 100")
-        population = _parse_int("--samples", str(args.samples), "100")
+        population = parse_int("--samples", str(args.samples), "100")
         if population < 1:
             fail(
                 "--samples", f"{population} is below 1", "pass the dataset size, e.g. --samples 100"

@@ -26,7 +26,7 @@ from compass.domain.simulator import (
     make_scenario,
 )
 from compass.domain.space import explain_validation_error
-from compass.usage import UsageError, fail
+from compass.usage import UsageError, fail, parse_number
 
 DEFAULT_POLICY = "paretopolicy.yaml"
 DEFAULT_TIMELINE = "compass-timeline.json"
@@ -91,18 +91,6 @@ def register(commands: Any) -> None:
 
 
 # ---------------------------------------------------------------------------- inputs
-
-
-def _number(flag: str, text: str, example: str, *, low: float, inclusive: bool) -> float:
-    """A finite float from the command line, above ``low`` (or equal when inclusive)."""
-    try:
-        value = float(text)
-    except ValueError:
-        fail(flag, f"{text!r} is not a number", f"pass e.g. {flag} {example}")
-    if not math.isfinite(value) or value < low or (value == low and not inclusive):
-        bound = f">= {low:g}" if inclusive else f"> {low:g}"
-        fail(flag, f"{text} is not {bound}", f"pass e.g. {flag} {example}")
-    return value
 
 
 def _read_document(flag: str, path: Path) -> object:
@@ -293,11 +281,11 @@ def timeline_document(
 
 def plan_command(args: argparse.Namespace) -> int:
     """`compass plan`: front, thresholds, policy file (and a plot)."""
-    slo_ms = _number("--slo-ms", str(args.slo_ms), "1000", low=0, inclusive=False)
-    percentile = _number("--percentile", str(args.percentile), "95", low=0, inclusive=False)
+    slo_ms = parse_number("--slo-ms", str(args.slo_ms), "1000", low=0, inclusive=False)
+    percentile = parse_number("--percentile", str(args.percentile), "95", low=0, inclusive=False)
     if percentile >= 100:
         fail("--percentile", f"{args.percentile} is not below 100", "pass e.g. --percentile 95")
-    slack = _number("--slack-ms", str(args.slack_ms), "50", low=0, inclusive=True)
+    slack = parse_number("--slack-ms", str(args.slack_ms), "50", low=0, inclusive=True)
     output = Path(str(args.output))
     _check_output("--output", output)
     plot = None if args.plot is None else Path(str(args.plot))
@@ -360,8 +348,8 @@ def pattern_from_args(args: argparse.Namespace) -> tuple[LoadPattern, int]:
     if (args.pattern == PatternKind.TRACE.value) != (args.trace is not None):
         fail("--trace", "--pattern trace and --trace FILE go together", "give both or neither")
     trace: Sequence[float] = () if args.trace is None else read_trace(Path(str(args.trace)))
-    duration = _number("--duration", str(args.duration), "180", low=0, inclusive=False)
-    base = _number("--base-qps", str(args.base_qps), "1.5", low=0, inclusive=False)
+    duration = parse_number("--duration", str(args.duration), "180", low=0, inclusive=False)
+    base = parse_number("--base-qps", str(args.base_qps), "1.5", low=0, inclusive=False)
     try:
         return make_pattern(args.pattern, base, duration, seed=seed, trace_s=trace), seed
     except SimulationError as exc:

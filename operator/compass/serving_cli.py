@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from compass.domain.evaluation import Config
-from compass.usage import fail
+from compass.usage import fail, parse_int, parse_number
 
 # The gRPC client is imported by the commands that use it, so `compass search` starts fast.
 DEFAULT_ROUTER = "router"
@@ -87,26 +87,6 @@ def register(commands: Any) -> None:
     serve.set_defaults(handler=serve_command)
 
 
-def _positive_int(field: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        fail(field, f"{text!r} is not an integer", "give a whole number such as 50")
-    if value < 1:
-        fail(field, f"{value} is not positive", "give a number >= 1")
-    return value
-
-
-def _positive_float(field: str, text: str, example: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        fail(field, f"{text!r} is not a number", f"give e.g. {example}")
-    if not value > 0 or value == float("inf"):
-        fail(field, f"{value:g} is not a positive number", f"give e.g. {example}")
-    return value
-
-
 def _feasible_from_result(path: Path) -> list[tuple[Config, float | None]]:
     """The feasible configurations of a search result, with their accuracy."""
     try:
@@ -140,10 +120,10 @@ def profile_command(args: argparse.Namespace) -> int:
 
     configs = _feasible_from_result(Path(args.result))
     settings = ProfileSettings(
-        warmup_runs=_positive_int("--warmup", args.warmup),
-        measured_runs=_positive_int("--runs", args.runs),
+        warmup_runs=parse_int("--warmup", args.warmup, "3", low=1),
+        measured_runs=parse_int("--runs", args.runs, "50", low=1),
     )
-    samples = _positive_int("--samples", args.samples)
+    samples = parse_int("--samples", args.samples, "100", low=1)
     router = TritonRouter(args.triton, model=args.router)
 
     def payload(index: int) -> dict[str, Any]:
@@ -180,7 +160,7 @@ def load_command(args: argparse.Namespace) -> int:
     from compass.planning_cli import pattern_from_args
     from compass.serving.load import run_load
 
-    samples = _positive_int("--samples", args.samples)
+    samples = parse_int("--samples", args.samples, "100", low=1)
     pattern, seed = pattern_from_args(args)
     scenario = make_scenario(pattern, seed)
     print(
@@ -207,7 +187,7 @@ def load_command(args: argparse.Namespace) -> int:
         p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
         print(f"latency ms: p50 {p50:.0f}  p95 {p95:.0f}  p99 {p99:.0f}")
     if args.slo_ms:
-        slo = _positive_float("--slo-ms", args.slo_ms, "1000")
+        slo = parse_number("--slo-ms", args.slo_ms, "1000", low=0, inclusive=False)
         within = sum(1 for r in ok if r.latency_s * 1000 <= slo)
         print(f"SLO {slo:g} ms: {100 * within / max(len(records), 1):.1f}% of requests within")
     if scores:
@@ -230,7 +210,11 @@ def serve_command(args: argparse.Namespace) -> int:
     from compass.serving.triton import RoutingError, TritonRouter
 
     spec = load_policy(Path(args.policy))
-    duration = _positive_float("--duration", args.duration, "60") if args.duration else None
+    duration = (
+        parse_number("--duration", args.duration, "60", low=0, inclusive=False)
+        if args.duration
+        else None
+    )
     policy = spec.elastico()
     loop = LiveLoop(
         policy,

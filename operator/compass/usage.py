@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import NoReturn
 
 
@@ -26,3 +27,26 @@ class Parser(argparse.ArgumentParser):
 def fail(field: str, what: str, fix: str) -> NoReturn:
     """Raise the one-line usage error `<field>: <what is wrong>; <the fix>`."""
     raise UsageError(f"{field}: {what}; {fix}")
+
+
+def parse_number(flag: str, text: str, example: str, *, low: float, inclusive: bool) -> float:
+    """A finite float from the command line, above ``low`` (or equal when inclusive)."""
+    try:
+        value = float(text)
+    except ValueError:
+        fail(flag, f"{text!r} is not a number", f"pass e.g. {flag} {example}")
+    if not math.isfinite(value) or value < low or (value == low and not inclusive):
+        bound = f">= {low:g}" if inclusive else f"> {low:g}"
+        fail(flag, f"{text} is not {bound}", f"pass e.g. {flag} {example}")
+    return value
+
+
+def parse_int(flag: str, text: str, example: str, *, low: int | None = None) -> int:
+    """An integer from the command line, at least ``low`` when given."""
+    try:
+        value = int(text)
+    except ValueError:
+        fail(flag, f"{text!r} is not an integer", f"pass a whole number, e.g. {flag} {example}")
+    if low is not None and value < low:
+        fail(flag, f"{value} is below {low}", f"pass e.g. {flag} {example}")
+    return value
