@@ -341,3 +341,41 @@ class Reader:
             vectors = self.encode([question, *(s for _, s in candidates)])
             scores = vectors[1:] @ vectors[0]
         return candidates[int(top(scores, 1)[0])]
+
+
+# ---------------------------------------------------------------------------- Triton glue
+# Shared by the component models (inside Triton only; pb_utils is imported when first used).
+
+
+def strings(request, name):
+    """A string input of a Triton request as a list of str."""
+    import triton_python_backend_utils as pb_utils
+
+    values = pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)
+    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+
+
+def ranked_tensors(ids, scores):
+    """The IDS and SCORES outputs of a retriever or reranker."""
+    import triton_python_backend_utils as pb_utils
+
+    return [
+        pb_utils.Tensor("IDS", np.array([i.encode() for i in ids], np.object_)),
+        pb_utils.Tensor("SCORES", np.asarray(scores, dtype=np.float32)),
+    ]
+
+
+def respond_each(requests, answer):
+    """One response per request from ``answer(request) -> output tensors``.
+
+    One bad request must fail alone: its error becomes its own response.
+    """
+    import triton_python_backend_utils as pb_utils
+
+    responses = []
+    for request in requests:
+        try:
+            responses.append(pb_utils.InferenceResponse(answer(request)))
+        except Exception as error:
+            responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))
+    return responses

@@ -3,7 +3,6 @@
 import importlib.util
 import os
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
@@ -16,37 +15,20 @@ def load_common(args):
     return module, root
 
 
-def strings(request, name):
-    """A string input as a list of str."""
-    values = pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)
-    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
-
-
 class TritonPythonModel:
     """QUESTION, K -> the K best passage IDS and their SCORES."""
 
     def initialize(self, args):
         """Load the corpus; the passages are embedded (through BLS) on the first request."""
         common, root = load_common(args)
+        self.common = common
         self.index = common.Dense(common.load_data(root), common.triton_encoder())
 
     def execute(self, requests):
         """Search each request's question."""
-        responses = []
-        for request in requests:
-            try:
-                question = strings(request, "QUESTION")[0]
-                k = int(pb_utils.get_input_tensor_by_name(request, "K").as_numpy().reshape(-1)[0])
-                ids, scores = self.index.search(question, k)
-                responses.append(
-                    pb_utils.InferenceResponse(
-                        [
-                            pb_utils.Tensor("IDS", np.array([i.encode() for i in ids], np.object_)),
-                            pb_utils.Tensor("SCORES", np.asarray(scores, dtype=np.float32)),
-                        ]
-                    )
-                )
-            # One bad request must fail alone.
-            except Exception as error:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))
-        return responses
+        return self.common.respond_each(requests, self._search)
+
+    def _search(self, request):
+        question = self.common.strings(request, "QUESTION")[0]
+        k = int(pb_utils.get_input_tensor_by_name(request, "K").as_numpy().reshape(-1)[0])
+        return self.common.ranked_tensors(*self.index.search(question, k))

@@ -22,22 +22,15 @@ class TritonPythonModel:
     def initialize(self, args):
         """Load the model on CPU and run it once."""
         common, _ = load_common(args)
+        self.common = common
         parameters = json.loads(args["model_config"]).get("parameters", {})
         self.encode = common.load_encoder(parameters.get("threads", {}).get("string_value", "1"))
         self.encode(["warm-up"])
 
     def execute(self, requests):
         """Embed each request's texts."""
-        responses = []
-        for request in requests:
-            try:
-                raw = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
-                texts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in raw]
-                vectors = self.encode(texts)
-                responses.append(
-                    pb_utils.InferenceResponse([pb_utils.Tensor("EMBEDDING", vectors)])
-                )
-            # One bad request must fail alone.
-            except Exception as error:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))
-        return responses
+        return self.common.respond_each(requests, self._embed)
+
+    def _embed(self, request):
+        vectors = self.encode(self.common.strings(request, "TEXT"))
+        return [pb_utils.Tensor("EMBEDDING", vectors)]

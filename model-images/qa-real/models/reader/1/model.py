@@ -16,12 +16,6 @@ def load_common(args):
     return module, root
 
 
-def strings(request, name):
-    """A string input as a list of str."""
-    values = pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)
-    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
-
-
 def text_tensor(name, value):
     """A one-element string output."""
     return pb_utils.Tensor(name, np.array([value.encode("utf-8")], dtype=np.object_))
@@ -38,25 +32,18 @@ class TritonPythonModel:
 
     def execute(self, requests):
         """Read each request's passages and grade the answer."""
-        responses = []
-        for request in requests:
-            try:
-                question = strings(request, "QUESTION")[0]
-                mode = strings(request, "MODE")[0]
-                sample = pb_utils.get_input_tensor_by_name(request, "SAMPLE").as_numpy()
-                passage, answer = self.reader.read(question, strings(request, "IDS"), mode)
-                gold = self.common.question_of(self.data, int(sample.reshape(-1)[0]))
-                score = self.common.supports(gold, passage, answer)
-                responses.append(
-                    pb_utils.InferenceResponse(
-                        [
-                            text_tensor("ANSWER", answer),
-                            text_tensor("PASSAGE", passage),
-                            pb_utils.Tensor("SCORE", np.array([score], dtype=np.float32)),
-                        ]
-                    )
-                )
-            # One bad request must fail alone.
-            except Exception as error:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))
-        return responses
+        return self.common.respond_each(requests, self._read)
+
+    def _read(self, request):
+        strings = self.common.strings
+        question = strings(request, "QUESTION")[0]
+        mode = strings(request, "MODE")[0]
+        sample = pb_utils.get_input_tensor_by_name(request, "SAMPLE").as_numpy()
+        passage, answer = self.reader.read(question, strings(request, "IDS"), mode)
+        gold = self.common.question_of(self.data, int(sample.reshape(-1)[0]))
+        score = self.common.supports(gold, passage, answer)
+        return [
+            text_tensor("ANSWER", answer),
+            text_tensor("PASSAGE", passage),
+            pb_utils.Tensor("SCORE", np.array([score], dtype=np.float32)),
+        ]
