@@ -36,13 +36,13 @@ DEFAULT_SLACK_BUFFER_MS = 50.0
 DEFAULT_THRESHOLD_MODEL = ThresholdModel.TAIL
 
 
-class PolicyModel(BaseModel):
+class CamelModel(BaseModel):
     """camelCase on the wire (Kubernetes convention), snake_case in Python; unknown keys rejected."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
-class FrontEntry(PolicyModel):
+class FrontEntry(CamelModel):
     """One configuration of the Pareto front with its accuracy and measured service time."""
 
     config: dict[str, ParamValue] = Field(
@@ -108,7 +108,7 @@ class FrontEntry(PolicyModel):
         )
 
 
-class SloSpec(PolicyModel):
+class SloSpec(CamelModel):
     """The latency objective at a percentile of requests."""
 
     latency_ms: Annotated[float, Field(gt=0, description="Latency target in milliseconds.")]
@@ -117,7 +117,7 @@ class SloSpec(PolicyModel):
     ] = 95.0
 
 
-class Hysteresis(PolicyModel):
+class Hysteresis(CamelModel):
     """How eagerly the policy switches: fast towards speed, slowly towards accuracy."""
 
     upscale_cooldown_seconds: Annotated[
@@ -152,7 +152,7 @@ class MetricsSourceType(StrEnum):
     TRITON = "triton"
 
 
-class MetricsSource(PolicyModel):
+class MetricsSource(CamelModel):
     """The queue depth (and arrivals) the policy observes."""
 
     type: MetricsSourceType = Field(
@@ -167,7 +167,7 @@ class MetricsSource(PolicyModel):
     )
 
 
-class RoutingTarget(PolicyModel):
+class RoutingTarget(CamelModel):
     """The Triton router whose active configuration the policy switches."""
 
     grpc_endpoint: str | None = Field(
@@ -176,7 +176,7 @@ class RoutingTarget(PolicyModel):
     router_model: str = Field(default="router", description="Name of the router model.")
 
 
-class ParetoPolicySpec(PolicyModel):
+class ParetoPolicySpec(CamelModel):
     """A Pareto front of configurations and the rules for switching between them."""
 
     front: list[FrontEntry] = Field(

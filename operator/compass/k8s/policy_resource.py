@@ -15,7 +15,8 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from compass.domain.evaluation import ParamValue
-from compass.k8s.workflow import CamelModel, Condition
+from compass.domain.policy import CamelModel
+from compass.k8s.workflow import Condition
 
 KIND = "ParetoPolicy"
 PLURAL = "paretopolicies"

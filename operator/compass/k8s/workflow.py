@@ -5,20 +5,12 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, model_validator
 
+from compass.domain.policy import CamelModel
 from compass.domain.space import SpaceSpec
 
 DEFAULT_BUDGETS = [10, 25, 50, 100]
-
-
-class CamelModel(BaseModel):
-    """camelCase on the wire (Kubernetes convention), snake_case in Python; unknown keys rejected."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=False
-    )
 
 
 class ConfigMapDataset(CamelModel):
