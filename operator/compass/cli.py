@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 _BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -568,23 +568,6 @@ def _describe_config(config: Mapping[str, ParamValue]) -> str:
     return " ".join(f"{name}={value}" for name, value in config.items())
 
 
-def result_json(outcome: SearchOutcome) -> dict[str, Any]:
-    """The result file's content: feasible, evaluated, sample_evals, configs_evaluated."""
-
-    def entry(index: int, accuracy: float, samples: int) -> dict[str, Any]:
-        return {"config": outcome.space.config(index), "accuracy": accuracy, "samples": samples}
-
-    return {
-        "feasible": [entry(a.index, a.accuracy, a.samples) for a in outcome.feasible],
-        "evaluated": [
-            {**entry(a.index, a.accuracy, a.samples), "verdict": a.verdict.value}
-            for a in outcome.assessments
-        ],
-        "sample_evals": outcome.sample_evals,
-        "configs_evaluated": outcome.configs_evaluated,
-    }
-
-
 def _write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file in the same directory, so readers never see half a file."""
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -659,7 +642,7 @@ def _run(
 def _write_result(outcome: SearchOutcome, output: Path | None) -> Path | None:
     """Write the result file if asked; return where it went."""
     if output is not None:
-        _write_atomic(output, json.dumps(result_json(outcome), indent=2) + "\n")
+        _write_atomic(output, json.dumps(outcome.result_document(), indent=2) + "\n")
     return output
 
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -130,6 +131,20 @@ class SearchOutcome:
     def configs_evaluated(self) -> int:
         """Configurations evaluated on at least one sample."""
         return len(self.assessments)
+
+    def result_document(self) -> dict[str, Any]:
+        """The result file's content: feasible, evaluated, sample_evals, configs_evaluated."""
+
+        def entry(record: Assessment) -> dict[str, Any]:
+            config = self.space.config(record.index)
+            return {"config": config, "accuracy": record.accuracy, "samples": record.samples}
+
+        return {
+            "feasible": [entry(a) for a in self.feasible],
+            "evaluated": [{**entry(a), "verdict": a.verdict.value} for a in self.assessments],
+            "sample_evals": self.sample_evals,
+            "configs_evaluated": self.configs_evaluated,
+        }
 
 
 class _Search:

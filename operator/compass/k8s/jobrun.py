@@ -155,9 +155,7 @@ def run_search(state_name: str, namespace: str) -> int:
         interval=IntervalMethod(evaluation.interval.value),
     )
     outcome = search(space, mirrored, evaluation.dataset.size, settings, progress)
-    from compass.cli import result_json
-
-    result = result_json(outcome)
+    result = outcome.result_document()
     store.write(
         {
             LEDGER_KEY: ledger.read_text(encoding="utf-8"),
