@@ -48,6 +48,7 @@ from compass.k8s.builders import (
     triton_address,
 )
 from compass.k8s.crds import GROUP, VERSION
+from compass.k8s.schema import without_empty_strings
 from compass.k8s.workflow import CompoundWorkflowSpec, CompoundWorkflowStatus, Phase
 from compass.settings import OperatorSettings
 
@@ -138,12 +139,7 @@ def _write_status(
     namespace: str, name: str, resource_version: str, status: CompoundWorkflowStatus
 ) -> bool:
     """Merge-patch the status if the workflow is unchanged since resource_version; False if not."""
-    wire = status.model_dump(mode="json", by_alias=True)
-    # An empty message is left out: the models read it back as "", and a 1.20 API server built
-    # with Go 1.19 decodes "" as null and rejects it for a string field.
-    wire["conditions"] = [
-        {k: v for k, v in c.items() if v != ""} for c in wire.get("conditions") or []
-    ]
+    wire = without_empty_strings(status.model_dump(mode="json", by_alias=True))
     body = {"metadata": {"resourceVersion": resource_version}, "status": wire}
     try:
         client.CustomObjectsApi(_api()).patch_namespaced_custom_object_status(

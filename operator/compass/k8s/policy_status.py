@@ -33,6 +33,7 @@ from compass.k8s.policy_resource import (
     ParetoPolicyStatus,
     ThresholdStatus,
 )
+from compass.k8s.schema import without_empty_strings
 from compass.k8s.workflow import Condition
 
 # The kopf timer's period; intervalSeconds below it decide at every tick.
@@ -430,25 +431,18 @@ def build_status(
     )
     data = status.model_dump(by_alias=True, mode="json")
     data["conditions"] = conditions
-    return dict(compact(data))
+    return dict(without_empty_strings(data))
 
 
 def error_status(
     previous: Mapping[str, Any], conditions: list[dict[str, Any]], generation: int | None
 ) -> dict[str, Any]:
     """The previous status with new conditions: what a tick that could not decide writes."""
-    return dict(compact({**previous, "conditions": conditions, "observedGeneration": generation}))
-
-
-def compact(value: Any) -> Any:
-    """The value without empty-string fields, at any depth: a 1.20 API server built with Go 1.19
-    decodes "" inside an object as null and rejects it for a string field (the models read an
-    absent string back as "")."""
-    if isinstance(value, Mapping):
-        return {k: compact(v) for k, v in value.items() if v != ""}
-    if isinstance(value, list):
-        return [compact(item) for item in value]
-    return value
+    return dict(
+        without_empty_strings(
+            {**previous, "conditions": conditions, "observedGeneration": generation}
+        )
+    )
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -146,3 +146,17 @@ def _merge_variants(
         merged["x-kubernetes-preserve-unknown-fields"] = True
         return merged
     raise SchemaError(f"{path}: a union of {sorted(str(k) for k in kinds)} is not structural")
+
+
+def without_empty_strings(value: Any) -> Any:
+    """The value without empty-string fields, at any depth, for writing to the API server.
+
+    The same server quirk as empty-string defaults above: kube-apiserver 1.20 built with Go 1.19
+    decodes "" inside an object as null and rejects it for a string field. The models read an
+    absent string back as "", so leaving it out loses nothing.
+    """
+    if isinstance(value, Mapping):
+        return {k: without_empty_strings(v) for k, v in value.items() if v != ""}
+    if isinstance(value, list):
+        return [without_empty_strings(item) for item in value]
+    return value
