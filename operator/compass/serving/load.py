@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import tritonclient.grpc as grpcclient
 
-from compass.serving.triton import DEFAULT_ROUTER
+from compass.serving.triton import DEFAULT_ROUTER, read_reply, request_tensor
 
 
 @dataclass(frozen=True)
@@ -45,10 +43,7 @@ def run_load(
     start = time.perf_counter()
 
     def send(index: int) -> None:
-        tensor = grpcclient.InferInput("REQUEST", [1], "BYTES")
-        tensor.set_data_from_numpy(
-            np.array([json.dumps(payload(index)).encode()], dtype=np.object_)
-        )
+        tensor = request_tensor(payload(index))
         sent = time.perf_counter()
 
         def callback(result: Any, error: Any) -> None:
@@ -56,12 +51,12 @@ def run_load(
             if error is not None:
                 record = RequestRecord(sent - start, latency, None, None, str(error))
             else:
-                body = json.loads(_text(result.as_numpy("RESULT")))
+                body, served_by = read_reply(result)
                 score = body.get("score")
                 record = RequestRecord(
                     sent - start,
                     latency,
-                    _text(result.as_numpy("CONFIG")),
+                    served_by,
                     float(score) if score is not None else None,
                     None,
                 )
@@ -83,8 +78,3 @@ def run_load(
     finally:
         client.close()
     return [r for r in records if r is not None]
-
-
-def _text(array: Any) -> str:
-    value = np.asarray(array).reshape(-1)[0]
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)

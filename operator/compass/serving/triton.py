@@ -84,8 +84,7 @@ class TritonRouter:
         timeout_s: float | None = None,
     ) -> RouterReply:
         """Send one request; ``config`` overrides the active configuration for it alone."""
-        tensor = grpcclient.InferInput("REQUEST", [1], "BYTES")
-        tensor.set_data_from_numpy(np.array([json.dumps(dict(request)).encode()], dtype=np.object_))
+        tensor = request_tensor(request)
         parameters = {OVERRIDE_PARAMETER: config_key(config)} if config else None
         started = time.perf_counter()
         try:
@@ -98,11 +97,8 @@ class TritonRouter:
         except InferenceServerException as error:
             raise self._unreachable(error) from error
         latency = time.perf_counter() - started
-        return RouterReply(
-            result=json.loads(_text(response.as_numpy("RESULT"))),
-            config=_text(response.as_numpy("CONFIG")),
-            latency_s=latency,
-        )
+        result, served_by = read_reply(response)
+        return RouterReply(result=result, config=served_by, latency_s=latency)
 
     def model_config(self) -> dict[str, Any]:
         """The router's current model config (Triton's JSON form)."""
@@ -156,6 +152,19 @@ class TritonRouter:
             f"switch of {self.model} at {self.url} to {wanted} failed after {self.attempts} "
             f"attempts: {_message(last)}"
         )
+
+
+def request_tensor(request: Mapping[str, Any]) -> grpcclient.InferInput:
+    """The router's one input: the request as JSON."""
+    tensor = grpcclient.InferInput("REQUEST", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([json.dumps(dict(request)).encode()], dtype=np.object_))
+    return tensor
+
+
+def read_reply(response: Any) -> tuple[dict[str, Any], str]:
+    """The router's outputs: the pipeline's result and the configuration that served it."""
+    result: dict[str, Any] = json.loads(_text(response.as_numpy("RESULT")))
+    return result, _text(response.as_numpy("CONFIG"))
 
 
 def _text(array: Any) -> str:
