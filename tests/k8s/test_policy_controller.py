@@ -9,22 +9,18 @@ One operator process serves the module (it watches one namespace); the restart t
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, free_port, log_tail, wait_for
+from cluster import Cluster, free_port, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from node import venv_executable
+from operator_process import Operator
 
 from compass.domain.space import config_key
 from compass.serving.load import run_load
@@ -55,7 +51,6 @@ ACCURATE = {**FASTEST, "generator_model": "gemma3:12b"}
 FAST_NAME, ACCURATE_NAME = "llama3.2:3b/1/ms-marco/20", "gemma3:12b/1/ms-marco/20"
 # More than either configuration can serve: the queue builds on both, faster on ACCURATE.
 LOAD_QPS, LOAD_S = 55.0, 3.0
-OPERATOR_START_S = 60.0
 
 
 # ---------------------------------------------------------------------------- fixtures
@@ -108,76 +103,6 @@ def namespace(k8s_api: Any, crds: None) -> Iterator[str]:
     core.create_namespace({"metadata": {"name": name}}, _preload_content=False)
     yield name
     core.delete_namespace(name, _preload_content=False)
-
-
-@dataclass
-class Operator:
-    """`compass operator` as a child process watching one namespace."""
-
-    cluster: Cluster
-    namespace: str
-    log: Path
-    env: dict[str, str] = field(default_factory=dict)
-    process: subprocess.Popen[bytes] | None = None
-    metrics_port: int = 0
-    health_port: int = 0
-
-    def start(self) -> Operator:
-        """Start it and wait for its liveness endpoint."""
-        self.metrics_port, self.health_port = free_port(), free_port()
-        env = {
-            **os.environ,
-            **self.cluster.env(),
-            **self.env,
-            "COMPASS_METRICS_PORT": str(self.metrics_port),
-            "COMPASS_HEALTH_PORT": str(self.health_port),
-        }
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [
-                    venv_executable("compass"),
-                    "operator",
-                    "--verbose",
-                    "--namespace",
-                    self.namespace,
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        wait_for(self._alive, OPERATOR_START_S, f"the operator's /healthz\n{self.tail()}", 0.2)
-        return self
-
-    def _alive(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise AssertionError(f"the operator exited {self.process.returncode}:\n{self.tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1):
-                return True
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        """SIGTERM, and SIGKILL if it does not stop in time."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
-
-    def metrics(self) -> str:
-        """The operator's own /metrics."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return str(response.read().decode())
-
-    def tail(self) -> str:
-        """The end of its log."""
-        return log_tail(self.log, 40)
 
 
 @pytest.fixture(scope="module")
