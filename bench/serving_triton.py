@@ -18,7 +18,6 @@ import json
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -33,8 +32,8 @@ from compass.domain.policy import Hysteresis, spec_for_plan  # noqa: E402
 from compass.domain.profiles import parse_profiles  # noqa: E402
 from compass.domain.simulator import compare, make_pattern, make_scenario  # noqa: E402
 from compass.domain.space import config_key  # noqa: E402
+from compass.serving.experiment import serve  # noqa: E402
 from compass.serving.live import LiveLoop  # noqa: E402
-from compass.serving.load import RequestRecord, run_load  # noqa: E402
 from compass.serving.local import LocalTriton, assemble_repository  # noqa: E402
 from compass.serving.metrics import TritonQueueDepth  # noqa: E402
 from compass.serving.profiler import ProfileSettings, profile_configurations  # noqa: E402
@@ -71,48 +70,6 @@ FRONT = [
 ]
 
 
-def compliance(records: list[RequestRecord], slo_s: float, total: int) -> float:
-    """% of requests answered within the SLO (failed or missing ones count as misses)."""
-    within = sum(1 for r in records if r.error is None and r.latency_s <= slo_s)
-    return 100.0 * within / max(total, 1)
-
-
-def accuracy(records: list[RequestRecord]) -> float:
-    """Mean score of the answered requests."""
-    scores = [r.score for r in records if r.score is not None]
-    return float(np.mean(scores)) if scores else float("nan")
-
-
-def run_live_loop(
-    loop: LiveLoop,
-    interval_s: float,
-    origin: float,
-    stop: threading.Event,
-    events: list[tuple[float, str, float]],
-    trace: list[dict[str, object]] | None = None,
-) -> None:
-    """Step the loop every interval until ``stop``; record (time, target, reload s) per switch."""
-    state = loop.initial_state(time.monotonic())
-    while not stop.is_set():
-        tick = time.monotonic()
-        result = loop.step(state, tick)
-        state = result.state
-        if result.switch is not None:
-            events.append((tick - origin, result.switch.config, result.switch.seconds))
-        if trace is not None:
-            trace.append(
-                {
-                    "t": round(tick - origin, 3),
-                    "queue": result.observation.queue_depth if result.observation else None,
-                    "active": state.active,
-                    "action": result.decision.action.value,
-                    "reason": result.decision.reason,
-                    "step_s": round(time.monotonic() - tick, 3),
-                }
-            )
-        stop.wait(max(0.0, interval_s - (time.monotonic() - tick)))
-
-
 def main() -> int:
     """Run the benchmark and print its tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -125,7 +82,6 @@ def main() -> int:
     parser.add_argument(
         "--runs", default="fastest,accurate,policy", help="which runs, comma-separated"
     )
-    parser.add_argument("--trace", metavar="FILE", help="write every live-loop step (JSON Lines)")
     args = parser.parse_args()
     scale = args.time_scale
     slos = [float(s) for s in args.slos.split(",")]
@@ -172,9 +128,8 @@ def main() -> int:
             f"{'p95 ms':>7} {'failed':>6} {'switches':>8}"
         )
         print(header)
-        switch_reloads: list[float] = []
-        switch_effects: list[float] = []
-        trace: list[dict[str, object]] = []
+        reloads_ms: list[float] = []
+        effects_ms: list[float] = []
         for slo_ms in slos:
             plan = plan_from_profiles(profiles, Slo(slo_ms * scale, 95.0), 50.0 * scale)
             spec = spec_for_plan(
@@ -184,57 +139,42 @@ def main() -> int:
             predicted = compare(
                 {"policy": spec.elastico()}, members, scenario, slo_ms * scale, interval_s=scale
             )
-            eligible = plan.eligible
-            runs = {"fastest": 0, "accurate": len(members) - 1, "policy": None}
+            runs = {"fastest": 0, "accurate": len(members) - 1, "policy": plan.eligible[0]}
             wanted = set(args.runs.split(","))
             for label, index in ((k, v) for k, v in runs.items() if k in wanted):
-                start_config = members[index if index is not None else eligible[0]].config
-                router.switch(start_config)
-                time.sleep(1.0)
-                events: list[tuple[float, str, float]] = []
-                stop = threading.Event()
-                load_start = time.monotonic()
-                loop_thread = None
-                if index is None:
-                    loop = LiveLoop(spec.elastico(), TritonQueueDepth(triton.metrics_url), router)
-                    loop_thread = threading.Thread(
-                        target=run_live_loop,
-                        args=(loop, scale, load_start, stop, events, trace),
-                    )
-                    loop_thread.start()
-                records = run_load(triton.grpc_url, arrivals, payload)
-                stop.set()
-                if loop_thread is not None:
-                    loop_thread.join()
-                for decided, target, reload_s in events:
-                    switch_reloads.append(reload_s / scale)
-                    served = [
-                        r.sent_s + r.latency_s
-                        for r in records
-                        if r.config == target and r.sent_s + r.latency_s > decided
-                    ]
-                    if served:
-                        switch_effects.append((min(served) - decided) / scale)
-                latencies = [r.latency_s / scale * 1000 for r in records if r.error is None]
+                loop = (
+                    LiveLoop(spec.elastico(), TritonQueueDepth(triton.metrics_url), router)
+                    if label == "policy"
+                    else None
+                )
+                run = serve(
+                    router,
+                    label,
+                    members[index].config,
+                    arrivals,
+                    payload,
+                    slo_ms,
+                    loop=loop,
+                    interval_s=scale,
+                    time_scale=scale,
+                )
+                # Reloads are real time at any time scale; the effect is reported unscaled.
+                reloads_ms += [e.reload_s * 1000 for e in run.switch_events]
+                effects_ms += [e * scale * 1000 for e in run.switch_effects_s()]
                 report = predicted.get(label)
                 print(
-                    f"{slo_ms:5.0f} {label:<9} {compliance(records, slo_ms * scale / 1000, len(arrivals)):7.1f} "
+                    f"{slo_ms:5.0f} {label:<9} {run.compliance:7.1f} "
                     f"{report.compliance if report else float('nan'):6.1f} "
-                    f"{accuracy(records):8.4f} {np.percentile(latencies, 95):7.0f} "
-                    f"{sum(1 for r in records if r.error):6d} {len(events):8d}"
+                    f"{run.accuracy:8.4f} {run.percentile_ms(95):7.0f} "
+                    f"{run.failed:6d} {run.switches:8d}"
                 )
         router.close()
-    if args.trace:
-        Path(args.trace).write_text("".join(json.dumps(step) + "\n" for step in trace))
-    if switch_reloads:
-        # The reload is real time, not scaled: what a switch costs at any time scale.
-        reload_ms = [r * scale * 1000 for r in switch_reloads]
-        effect_ms = [e * scale * 1000 for e in switch_effects]
+    if reloads_ms:
         print(
-            f"\nswitches: {len(reload_ms)}; router reload over gRPC (real ms): median "
-            f"{statistics.median(reload_ms):.0f}, max {max(reload_ms):.0f}; decision -> first "
+            f"\nswitches: {len(reloads_ms)}; router reload over gRPC (real ms): median "
+            f"{statistics.median(reloads_ms):.0f}, max {max(reloads_ms):.0f}; decision -> first "
             f"reply served by the new configuration (real ms): median "
-            f"{statistics.median(effect_ms):.0f}, max {max(effect_ms):.0f}"
+            f"{statistics.median(effects_ms):.0f}, max {max(effects_ms):.0f}"
         )
     print(f"wall time {time.monotonic() - started:.0f} s")
     return 0

@@ -69,7 +69,7 @@ from compass.evaluators import (
     read_ledger,
 )
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
-from compass.usage import Parser, UsageError, fail, parse_int
+from compass.usage import Parser, UsageError, fail, parse_int, parse_number
 
 DEFAULT_BUDGETS = (10, 25, 50, 100)
 DEFAULT_LEDGER = "compass-search.ledger.jsonl"
@@ -175,12 +175,41 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="search the paper's RAG grid (embedded; a few seconds)",
-        description="Run the search on the embedded RAG example from the Compass paper: 234 "
-        f"configurations, each replayed over {RAG_PAPER_SAMPLES} samples from its recorded "
-        "accuracy. Writes nothing unless --output is given.",
+        help="the whole method on this machine: search, profile, plan, serve a spike (minutes)",
+        description="Start a real tritonserver serving rag-sim (the paper's RAG workflow: 234 "
+        "configurations with the paper's measured accuracy and latency), run COMPASS-V through "
+        "its router, profile the feasible configurations, plan, and serve a seeded load spike "
+        "with the static fastest, the static most accurate and Elastico; tables on stdout, "
+        "files and plots in --output-dir. --search-only runs the search alone on the embedded "
+        "replay (seconds, no Triton).",
     )
-    _add_settings(demo, tau_default="0.8")
+    # 0.75: the accuracy floor of the paper's own planning and serving runs.
+    _add_settings(demo, tau_default="0.75")
+    demo.add_argument(
+        "--search-only",
+        action="store_true",
+        help=f"only the search, replaying the embedded grid in memory ({RAG_PAPER_SAMPLES} "
+        "samples a configuration); --output writes its result",
+    )
+    demo.add_argument(
+        "--output-dir", default="compass-demo", help="where the demo writes (default compass-demo)"
+    )
+    demo.add_argument(
+        "--time-scale",
+        default="0.2",
+        help="rag-sim serves its latencies times this; the load, SLO and cooldowns follow "
+        "(default 0.2: the 180 s spike runs in 36 s)",
+    )
+    demo.add_argument("--slo-ms", default="1000", help="p95 latency SLO, ms (default 1000)")
+    demo.add_argument(
+        "--base-qps",
+        help="load before and after the spike (default: the paper's 1.5 QPS relative to this "
+        "machine: the spike peaks at 77%% of the fastest configuration's capacity)",
+    )
+    demo.add_argument("--duration", default="180", help="seconds of load (default 180)")
+    demo.add_argument(
+        "--profile-runs", default="30", help="measured requests per configuration (default 30)"
+    )
     demo.set_defaults(handler=_demo_command)
     serving_cli.register(commands)
     planning_cli.register(commands)
@@ -624,7 +653,7 @@ def _summary(
     return "\n".join(lines)
 
 
-def _run(
+def search_with_progress(
     space: Space,
     evaluator: Evaluator,
     population: int,
@@ -823,7 +852,7 @@ def _search_command(args: argparse.Namespace) -> int:
     evaluator = CheckpointedEvaluator(plan.inner, checkpoint)
     resume_hint = f"rerun with --resume {plan.checkpoint} to continue"
     try:
-        outcome = _run(plan.space, evaluator, plan.population, plan.settings)
+        outcome = search_with_progress(plan.space, evaluator, plan.population, plan.settings)
         result = _write_result(outcome, plan.output)
     except (EvaluationError, LedgerError, OSError) as exc:
         done = checkpoint.ledger.fact_count
@@ -862,17 +891,41 @@ def demo_ledger() -> tuple[Space, Ledger]:
 
 
 def _demo_command(args: argparse.Namespace) -> int:
-    """`compass demo`: the search on the paper's RAG grid, replayed in memory."""
+    """`compass demo`: the whole method on a local Triton, or (--search-only) the search alone."""
     settings = _parse_settings(args)
     budgets = _resolve_budgets(settings.budgets, RAG_PAPER_SAMPLES, "the embedded example")
     search_settings = settings.search_settings(budgets)
+    if not args.search_only:
+        from compass.demo import DemoSettings, run_demo
+
+        if settings.output is not None:
+            fail("--output", "only with --search-only", "the demo writes into --output-dir")
+
+        def positive(flag: str, example: str) -> float:
+            text = str(getattr(args, flag[2:].replace("-", "_")))
+            return parse_number(flag, text, example, low=0, inclusive=False)
+
+        return run_demo(
+            DemoSettings(
+                output_dir=Path(str(args.output_dir)),
+                search=search_settings,
+                time_scale=positive("--time-scale", "0.2"),
+                slo_ms=positive("--slo-ms", "1000"),
+                base_qps=None if args.base_qps is None else positive("--base-qps", "1.5"),
+                duration_s=positive("--duration", "180"),
+                load_seed=search_settings.seed,
+                measured_runs=parse_int("--profile-runs", str(args.profile_runs), "30", low=2),
+            )
+        )
     space, ledger = demo_ledger()
     print(
         f"compass demo: the Compass paper's RAG grid ({space.size} configurations; each "
         f"replays its recorded accuracy over {RAG_PAPER_SAMPLES} samples)"
     )
     try:
-        outcome = _run(space, ReplayEvaluator(ledger), RAG_PAPER_SAMPLES, search_settings)
+        outcome = search_with_progress(
+            space, ReplayEvaluator(ledger), RAG_PAPER_SAMPLES, search_settings
+        )
         result = _write_result(outcome, settings.output)
     except (EvaluationError, OSError) as exc:
         print(f"compass demo: error: {exc}", file=sys.stderr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import matplotlib
 
@@ -15,10 +15,25 @@ import numpy as np
 
 from compass.domain.planner import Plan
 from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import RunReport, Scenario
+from compass.domain.simulator import Scenario, Tick
 
 BASELINE_STYLE = {"fastest": "tab:green", "middle": "tab:orange", "accurate": "tab:red"}
 POLICY_COLOUR = "tab:blue"
+
+
+class TimelineRun(Protocol):
+    """What a timeline draws of a run: a simulated RunReport or a live run on Triton."""
+
+    @property
+    def slo_ms(self) -> float: ...
+    @property
+    def ticks(self) -> Sequence[Tick]: ...
+    @property
+    def arrivals_s(self) -> Any: ...
+    @property
+    def latencies_ms(self) -> Any: ...
+    @property
+    def compliance(self) -> float: ...
 
 
 def draw_front(axes: Any, plan: Plan, profiles: Sequence[LatencyProfile] = ()) -> None:
@@ -61,7 +76,7 @@ def save_plan_figure(path: Path, plan: Plan, profiles: Sequence[LatencyProfile])
 
 
 def draw_timeline(
-    axes: Sequence[Any], plan: Plan, reports: Mapping[str, RunReport], label: str = "policy"
+    axes: Sequence[Any], plan: Plan, reports: Mapping[str, TimelineRun], label: str = "policy"
 ) -> None:
     """Four panels: load, queue depth, active configuration, latency against the SLO."""
     load, queue, active, latency = axes
@@ -102,19 +117,34 @@ def draw_timeline(
 
 
 def save_simulation_figure(
-    path: Path, plan: Plan, reports: Mapping[str, RunReport], scenario: Scenario
+    path: Path, plan: Plan, reports: Mapping[str, TimelineRun], scenario: Scenario
 ) -> None:
     """The front (left) beside the policy's timeline (right), as an image."""
+    save_timeline_figure(
+        path,
+        plan,
+        reports,
+        f"{scenario.pattern.kind.value} load, seed {scenario.seed}: "
+        f"{scenario.requests} requests, the same for every policy",
+    )
+
+
+def save_timeline_figure(
+    path: Path,
+    plan: Plan,
+    reports: Mapping[str, TimelineRun],
+    title: str,
+    label: str = "policy",
+    profiles: Sequence[LatencyProfile] = (),
+) -> None:
+    """The front (left) beside one run's timeline, the others' latencies behind it (right)."""
     figure = plt.figure(figsize=(15, 9))
     grid = figure.add_gridspec(4, 2, width_ratios=(1, 1.6))
-    draw_front(figure.add_subplot(grid[:, 0]), plan)
+    draw_front(figure.add_subplot(grid[:, 0]), plan, profiles)
     first = figure.add_subplot(grid[0, 1])
     rest = [figure.add_subplot(grid[i, 1], sharex=first) for i in range(1, 4)]
-    draw_timeline([first, *rest], plan, reports)
-    figure.suptitle(
-        f"{scenario.pattern.kind.value} load, seed {scenario.seed}: "
-        f"{scenario.requests} requests, the same for every policy"
-    )
+    draw_timeline([first, *rest], plan, reports, label)
+    figure.suptitle(title)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -12,6 +12,7 @@ from ragsim import ACCURATE, FASTEST, TIME_SCALE
 from compass.cli import main
 from compass.domain.space import config_key
 from compass.serving.local import LocalTriton
+from compass.serving.profiler import ProfileSettings, profile_configurations
 from compass.serving.triton import TritonRouter
 
 
@@ -94,3 +95,62 @@ def test_profile_of_a_result_without_feasible_configurations_says_so(
     err = capsys.readouterr().err
     assert "--result" in err
     assert "no feasible configuration" in err
+
+
+def test_screening_measures_only_what_can_be_on_the_front(
+    triton: LocalTriton, router: TritonRouter
+) -> None:
+    """A configuration that a more accurate one beats clearly keeps its screening profile."""
+    # ACCURATE is ~2x slower than FASTEST; told it is also less accurate, it cannot be on the
+    # front, so it is timed only by the screening pass. A near tie (FASTEST against itself
+    # under another claimed accuracy) is never screened out: the margin protects it.
+    configs = [(FASTEST, 0.9), (ACCURATE, 0.8), (dict(FASTEST), 0.85)]
+    settings = ProfileSettings(warmup_runs=1, measured_runs=12, screen_runs=4)
+    seen: list[tuple[int, int]] = []
+    document = profile_configurations(
+        router, configs, settings, lambda i: {"sample": i % 100}, lambda d, t: seen.append((d, t))
+    )
+    runs = [p["measurement_runs"] for p in document["profiles"]]
+    assert runs == [12, 4, 12]
+    assert [p.get("screened", False) for p in document["profiles"]] == [False, True, False]
+    assert [p["accuracy"] for p in document["profiles"]] == [0.9, 0.8, 0.85]
+    assert document["metadata"]["screened_out"] == 1
+    # Progress counts passes: three screenings, then two full measurements.
+    assert seen[-1] == (5, 5)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_without_screening_every_configuration_is_measured_in_full(
+    triton: LocalTriton, router: TritonRouter
+) -> None:
+    """screen_runs 0 (the default of `compass profile` and the profiling Job) screens nothing."""
+    configs = [(FASTEST, 0.9), (ACCURATE, 0.8)]
+    document = profile_configurations(
+        router, configs, ProfileSettings(warmup_runs=1, measured_runs=6), lambda i: {"sample": i}
+    )
+    assert [p["measurement_runs"] for p in document["profiles"]] == [6, 6]
+    assert document["metadata"]["screened_out"] == 0
+
+
+def test_a_screening_verdict_is_rechecked_against_the_full_measurement(
+    triton: LocalTriton, router: TritonRouter
+) -> None:
+    """When the full measurement shows the dominating configuration slower than its screening
+    did, the configuration it seemed to beat is measured in full as well."""
+
+    # rag-sim serves the quantile a request asks for: the screening pass (requests 0-4) sees
+    # every configuration at its fastest, the full pass mostly at its slowest.
+    def payload(index: int) -> dict[str, object]:
+        return {"sample": index % 100, "quantile": 0.005 if index < 5 else 0.995}
+
+    configs = [(FASTEST, 0.9), (ACCURATE, 0.8)]
+    settings = ProfileSettings(warmup_runs=1, measured_runs=30, screen_runs=4)
+    seen: list[tuple[int, int]] = []
+    document = profile_configurations(
+        router, configs, settings, payload, lambda d, t: seen.append((d, t))
+    )
+    # FASTEST at its 0.5% quantile beat ACCURATE's by > 25% in the screening; in full, its
+    # 99.5% quantile no longer does, so ACCURATE was measured in full too.
+    assert [p["measurement_runs"] for p in document["profiles"]] == [30, 30]
+    assert document["metadata"]["screened_out"] == 0
+    assert seen[-1] == (4, 4)

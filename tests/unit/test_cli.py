@@ -755,11 +755,11 @@ def test_subprocess_killed_with_sigkill_resumes_without_reevaluating(inputs: Pat
 # ---------------------------------------------------------------------------- demo
 
 
-def test_demo_runs_in_seconds_and_writes_nothing(tmp_path: Path) -> None:
-    """`python -m compass.cli demo`, as a user runs it: the summary, quickly, no files."""
+def test_search_only_demo_runs_in_seconds_and_writes_nothing(tmp_path: Path) -> None:
+    """`python -m compass.cli demo --search-only`, as a user runs it: the summary, no files."""
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "compass.cli", "demo"],
+        [sys.executable, "-m", "compass.cli", "demo", "--search-only"],
         cwd=tmp_path,
         env=subprocess_env(),
         capture_output=True,
@@ -773,7 +773,7 @@ def test_demo_runs_in_seconds_and_writes_nothing(tmp_path: Path) -> None:
     assert files(tmp_path) == set()
     out = done.stdout
     assert out.startswith("compass demo: the Compass paper's RAG grid (234 configurations")
-    assert "tau 0.8, method compass-v" in out
+    assert "tau 0.75, method compass-v" in out
     assert "space: 234 configurations, 100 samples each" in out
     assert "feasible: " in out
     assert "savings: " in out
@@ -788,7 +788,7 @@ def test_demo_output_finds_the_feasible_configurations(
 ) -> None:
     """--output writes the result; recall against the recorded accuracies is (nearly) total."""
     result_path = tmp_path / "demo.json"
-    assert main(["demo", "--tau", "0.75", "--output", str(result_path)]) == 0
+    assert main(["demo", "--search-only", "--output", str(result_path)]) == 0
     assert f"result: {result_path}" in capsys.readouterr().out
     assert files(tmp_path) == {"demo.json"}
     result = json.loads(result_path.read_text())

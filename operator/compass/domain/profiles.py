@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -198,10 +198,51 @@ class LatencyProfile:
             return measured[percentile]
         return float(self.distribution.quantile(percentile / 100))
 
+    def scaled(self, factor: float) -> LatencyProfile:
+        """The same profile with every time multiplied by ``factor`` (a time-scaled replay)."""
+
+        def times(value: float | None) -> float | None:
+            return None if value is None else value * factor
+
+        return replace(
+            self,
+            mean_ms=self.mean_ms * factor,
+            p95_ms=self.p95_ms * factor,
+            p50_ms=times(self.p50_ms),
+            p99_ms=times(self.p99_ms),
+            std_ms=times(self.std_ms),
+        )
+
     @cached_property
     def distribution(self) -> ServiceDistribution:
         """The service-time distribution fitted to the measurements (see fit_distribution)."""
         return fit_distribution(self.mean_ms, self.measured_percentiles(), self.std_ms)
+
+
+def clearly_dominated(
+    screened: Sequence[tuple[float | None, float]],
+    margin: float,
+    by: Collection[int] | None = None,
+) -> set[int]:
+    """Which (accuracy, mean ms) screenings another one beats: as accurate and clearly faster.
+
+    ``margin`` is relative: i is dominated when some j (from ``by``, default any) has accuracy
+    >= i's and a mean at least ``margin`` x faster, so screening noise well inside the margin
+    never drops a front member. An entry without an accuracy is never dropped (nor drops).
+    """
+    return {
+        i
+        for i, (accuracy_i, mean_i) in enumerate(screened)
+        if accuracy_i is not None
+        and any(
+            j != i
+            and (by is None or j in by)
+            and accuracy_j is not None
+            and accuracy_j >= accuracy_i
+            and mean_j * (1 + margin) <= mean_i
+            for j, (accuracy_j, mean_j) in enumerate(screened)
+        )
+    }
 
 
 # ---------------------------------------------------------------------------- parsing

@@ -1,0 +1,106 @@
+"""`compass demo` as a user runs it: the whole method against a real local Triton, shrunk.
+
+A shorter search (budgets 10,20), fewer profiling requests, a 60 s spike at a tenth of rag-sim's
+latency: the same steps and files as the default run, in about a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from compass.domain.policy import ParetoPolicySpec
+from compass.serving.local import LocalServerError, TritonInstallation
+
+TAU = 0.8
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One shrunk demo run: its process result and its output folder."""
+    try:
+        TritonInstallation.find()
+    except LocalServerError as error:
+        pytest.skip(f"no tritonserver here: {error}")
+    out = tmp_path_factory.mktemp("demo") / "out"
+    argv = [
+        *(sys.executable, "-m", "compass.cli", "demo", "--output-dir", str(out)),
+        *("--tau", str(TAU), "--budgets", "10,20", "--time-scale", "0.1"),
+        *("--duration", "60", "--profile-runs", "8"),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    return done, out
+
+
+def test_demo_runs_every_step_and_writes_its_files(
+    demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    done, out = demo
+    assert done.returncode == 0, done.stderr[-3000:]
+    for step in range(1, 7):
+        assert f"[{step}/6] " in done.stdout
+    for name in ("timeline.png", "front.png"):
+        assert (out / name).read_bytes().startswith(PNG_MAGIC)
+    for name in ("comparison.json", "policy.yaml", "profiles.json", "search-result.json"):
+        assert (out / name).stat().st_size > 0
+    assert (out / "search.ledger.jsonl").read_text().count("\n") > 0
+
+
+def test_the_front_uses_each_feasible_configurations_accuracy_on_every_sample(
+    demo: tuple[subprocess.CompletedProcess[str], Path], rag_sim_data: dict[str, Any]
+) -> None:
+    """The search stops early; the profiles carry the mean over all 100 of rag-sim's scores."""
+    _, out = demo
+    profiles = json.loads((out / "profiles.json").read_text())["profiles"]
+    assert profiles
+    for profile in profiles:
+        scores = rag_sim_data["configs"][json.dumps(profile["config"], sort_keys=True)]["scores"]
+        assert profile["accuracy"] == pytest.approx(float(np.mean(scores)), abs=1e-9)
+
+
+def test_the_profiles_and_the_written_policy_agree(
+    demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    _, out = demo
+    profiles = json.loads((out / "profiles.json").read_text())
+    result = json.loads((out / "search-result.json").read_text())
+    assert len(profiles["profiles"]) == len(result["feasible"])
+    assert profiles["metadata"]["time_scale"] == 0.1
+    measured = [p for p in profiles["profiles"] if not p.get("screened")]
+    assert all(p["measurement_runs"] == 8 for p in measured)
+    spec = ParetoPolicySpec.model_validate(yaml.safe_load((out / "policy.yaml").read_text()))
+    front = {json.dumps(e.config, sort_keys=True) for e in spec.front}
+    # Only fully measured configurations reach the front; the front is ordered by speed.
+    assert front <= {json.dumps(p["config"], sort_keys=True) for p in measured}
+    means = [e.latency_mean_ms for e in spec.front]
+    assert means == sorted(means)
+    assert spec.slo.latency_ms == 1000
+
+
+def test_elastico_beats_the_most_accurate_static_under_the_spike(
+    demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    done, out = demo
+    comparison = json.loads((out / "comparison.json").read_text())
+    runs = {r["run"]: r for r in comparison["runs"]}
+    assert set(runs) == {"static fastest", "static most accurate", "Elastico"}
+    assert all(r["failed"] == 0 for r in runs.values())
+    elastico, accurate, fastest = (
+        runs["Elastico"],
+        runs["static most accurate"],
+        runs["static fastest"],
+    )
+    # The spike overloads the most accurate configuration; Elastico moves to faster ones.
+    assert elastico["switches"] >= 1
+    assert len(comparison["switches"]) == elastico["switches"]
+    assert elastico["compliance_pct"] > accurate["compliance_pct"] + 20
+    assert fastest["accuracy"] < accurate["accuracy"]
+    assert "Elastico met the SLO for" in done.stdout
