@@ -13,10 +13,8 @@ SCRIPT = REPO_ROOT / "bench" / "serving_sim.py"
 DATA = REPO_ROOT.parent / "shared" / "data" / "compass-paper"
 
 
-def test_serving_bench_prints_the_table_the_floors_and_the_paper_runs(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """One cell, in-process: the front, a table row, the floor verdicts, the paper comparison."""
+def run_bench(argv: list[str]) -> int:
+    """Load the script as a module and run its main in-process."""
     if not (DATA / "planner_latency_profiles.json").is_file():
         pytest.skip(f"paper data not found at {DATA} (shared/ must sit beside the clone)")
     spec = importlib.util.spec_from_file_location("bench_serving_sim", SCRIPT)
@@ -26,10 +24,23 @@ def test_serving_bench_prints_the_table_the_floors_and_the_paper_runs(
     sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
-        argv = ["--seeds", "1", "--jobs", "1", "--slos", "1000", "--patterns", "spike"]
-        code = module.main([*argv, "--data", str(DATA)])
+        code: int = module.main([*argv, "--data", str(DATA)])
     finally:
         sys.modules.pop(spec.name, None)
+    return code
+
+
+def table_row(out: str, slo: str, pattern: str) -> str:
+    """The policies table's row for one cell."""
+    return next(line for line in out.splitlines() if line.split()[:2] == [slo, pattern])
+
+
+def test_serving_bench_prints_the_table_the_floors_and_the_paper_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One cell, in-process: the front, a table row, the floor verdicts, the paper comparison."""
+    argv = ["--seeds", "1", "--jobs", "1", "--slos", "1000", "--patterns", "spike"]
+    code = run_bench(argv)
     out = capsys.readouterr().out
     assert code == 0
     assert "Pareto front of 4" in out
@@ -44,3 +55,18 @@ def test_serving_bench_prints_the_table_the_floors_and_the_paper_runs(
             line.startswith(("PASS ", "FAIL ")) and floor in line for line in out.splitlines()
         ), floor
     assert "spike_slo1000" in out  # the paper's run beside the simulator's
+
+
+def test_seed_offset_draws_other_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    """--seed-offset 100 serves seeds from 100 (a held-out set), not the default seeds."""
+    argv = ["--seeds", "1", "--jobs", "1", "--slos", "500", "--patterns", "bursty"]
+    assert run_bench(argv) == 0
+    default = capsys.readouterr().out
+    assert run_bench([*argv, "--seed-offset", "100"]) == 0
+    held_out = capsys.readouterr().out
+    assert "1 seeds from 0" in default
+    assert "1 seeds from 100" in held_out
+    # Bursty draws its bursts from the seed: another seed, another static fastest's figure.
+    assert table_row(default, "500", "bursty") != table_row(held_out, "500", "bursty")
+    with pytest.raises(SystemExit):
+        run_bench([*argv, "--seed-offset", "-1"])

@@ -288,6 +288,96 @@ def test_rate_limits_keep_a_slow_configuration_out_under_load() -> None:
     assert steps[-1][2].active == "slow"
 
 
+# A front whose second member the planner cannot tell from the fastest on the queue (the same
+# stay and entry queue limits at 600 ms), only on the rate: a "queue peer" of the fastest.
+PEER = profile("peer", 0.78, 104, 15)
+PEER_PLAN = plan_thresholds([FAST, PEER, SLOW], Slo(600), 50)
+
+
+def rate(qps: float, depth: float = 0) -> Callable[[float], Observation]:
+    """A measured arrival rate (no counter) and a queue depth, the same at every observation."""
+    return lambda now: Observation(now, depth, arrival_rate_qps=qps)
+
+
+def test_the_queue_peer_plan_is_what_the_overload_tests_need() -> None:
+    """Same queue limits as the fastest, a lower rate limit; slow differs on the queue."""
+    fast, peer, slow = PEER_PLAN.thresholds
+    assert (peer.stay_max_queue, peer.enter_max_queue) == (fast.stay_max_queue, 3)
+    assert fast.enter_max_queue == 3
+    assert peer.stay_max_qps is not None
+    assert fast.stay_max_qps is not None
+    assert peer.stay_max_qps < fast.stay_max_qps
+    assert slow.stay_max_queue != fast.stay_max_queue
+
+
+def test_in_an_overload_a_queue_peer_serves_while_the_queue_is_short() -> None:
+    """Arrivals over every rate limit: the peer after its cooldown with an empty queue, the
+    fastest at once when the queue passes half the limit, the peer again after a calm queue."""
+    policy = Elastico(PEER_PLAN)
+    fast_limit = PEER_PLAN.thresholds[0].stay_max_qps
+    stay = PEER_PLAN.thresholds[1].stay_max_queue
+    assert fast_limit is not None
+    assert stay is not None
+    overload = 1.3 * fast_limit
+
+    def observe(now: float) -> Observation:
+        # Empty for 10 s, then half the stay limit (still served by the peer), then over it.
+        depth = 0 if now < 10 else stay // 2 if now < 15 else stay // 2 + 1
+        return Observation(now, depth, arrival_rate_qps=overload)
+
+    steps = run(policy, on("fast"), 20, observe)
+    moved = [(now, d.target, d.action) for now, d in switches(steps)]
+    assert moved == [
+        (np.ceil(policy.cooldown_s(1)), "peer", Action.MORE_ACCURATE),
+        (15.0, "fast", Action.FASTER),
+    ]
+    # Without a peer (mid is far slower than fast): the fastest holds through the overload.
+    steps = run(Elastico(PLAN), on("fast"), 20, rate(20.0))
+    assert not switches(steps)
+    assert "overload" in steps[-1][1].reason
+
+
+def test_between_the_peer_and_the_fastest_rate_limits_the_rate_still_decides() -> None:
+    """Arrivals over the peer's limits but within the fastest's: no overload, so the fastest
+    serves, whatever the queue (the peer's own rate limit applies as to any configuration)."""
+    policy = Elastico(PEER_PLAN)
+    fast, peer, _ = PEER_PLAN.thresholds
+    assert fast.stay_max_qps is not None
+    assert peer.stay_max_qps is not None
+    between = (fast.stay_max_qps + peer.stay_max_qps) / 2
+    assert not switches(run(policy, on("fast"), 60, rate(between)))
+    decision, _ = policy.decide(Observation(0.0, 0, arrival_rate_qps=between), on("peer"), 0.0)
+    assert (decision.action, decision.target) == (Action.FASTER, "fast")
+
+
+def test_a_short_burst_does_not_restart_a_queue_peer_cooldown() -> None:
+    """One observation over the peer's entry rate with a short queue: its cooldown goes on
+    (the rate over the whole window decides at the end); for a configuration that is not a
+    peer the same burst restarts it."""
+    fast, peer, _ = PEER_PLAN.thresholds
+    assert peer.enter_max_qps is not None
+    assert fast.stay_max_qps is not None
+    burst = (peer.enter_max_qps + fast.stay_max_qps) / 2
+
+    def observe(now: float) -> Observation:
+        return Observation(now, 0, arrival_rate_qps=burst if now == 3.0 else 2.0)
+
+    policy = Elastico(PEER_PLAN)
+    moved = switches(run(policy, on("fast"), 15, observe))
+    assert moved[0][0] == np.ceil(policy.cooldown_s(1))
+    assert moved[0][1].target == "peer"
+    # In PLAN, mid's queue limits differ from fast's: the burst restarts its clock at t = 4.
+    mid_limit = PLAN.thresholds[1].enter_max_qps
+    assert mid_limit is not None
+    flat = Elastico(PLAN, ElasticoSettings(cooldown_exponent=0))
+
+    def observe_mid(now: float) -> Observation:
+        return Observation(now, 0, arrival_rate_qps=mid_limit + 1 if now == 3.0 else 2.0)
+
+    moved = switches(run(flat, on("fast"), 15, observe_mid))
+    assert moved[0][0] == 9.0
+
+
 def test_counter_reset_and_measured_rate() -> None:
     """A counter that goes down starts a new history; a measured rate is used as it is."""
     policy = Elastico(PLAN)

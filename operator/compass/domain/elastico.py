@@ -30,6 +30,17 @@ fast one a little longer only costs some accuracy.
   once, up to the highest configuration whose condition, and every lower one's, has held for
   its own cooldown: each step is proven, so walking them one cooldown at a time would only
   delay the same conclusion.
+- Overload: when the arrivals exceed even the fastest configuration's rate limit (with
+  ``LEAVE_CONFIDENCE``), no configuration meets the SLO in steady state and the rate limits no
+  longer tell them apart: each only says it is over. The queue still does: a request waits for
+  the queue ahead of it, served by the configuration in force when each service starts, so a
+  short queue is served in time by a configuration about as fast as the fastest, and once the
+  queue builds the fastest takes over within one interval. A "queue peer" of the fastest (the
+  same stay and entry queue limits: the planner cannot tell them apart on the queue) is then
+  judged on the queue alone, within half its limits (the other half is headroom for the excess
+  arrivals until the next look), and entered after its usual cooldown. During the cooldown a
+  peer's evidence is that short queue whatever the short windows show; unless the overload is
+  still on at the end, the arrivals over the whole window must fit its rate limit as usual.
 - Missing or stale metrics: ``hold`` keeps the active configuration, ``fastest`` switches to
   the fastest one at once. Either way the downscale evidence restarts.
 """
@@ -232,7 +243,10 @@ class Elastico:
         state = self._record(state, observation)
         depth = observation.queue_depth
         rate, window_rate = self._rates(state, observation)
-        if not self._can_stay(active, depth, rate):
+        if not self._can_stay(active, depth, rate) and not (
+            # In an overload the fastest is over its limits too, but a queue peer may serve.
+            active == self.fastest and self._overloaded(rate)
+        ):
             return self._faster(state, active, depth, rate, now)
         return self._maybe_more_accurate(state, active, depth, rate, window_rate, now)
 
@@ -286,8 +300,43 @@ class Elastico:
         count, seconds = measured
         return rate_upper_bound(count, seconds, ENTER_CONFIDENCE)
 
+    def _overloaded(self, rate: float | None) -> bool:
+        """Whether the arrivals are over even the fastest configuration's rate limit."""
+        limit = self.plan.thresholds[self.fastest].stay_max_qps
+        return rate is not None and limit is not None and rate > limit
+
+    def _queue_peer(self, index: int) -> bool:
+        """Whether a configuration other than the fastest tolerates as deep a queue as it."""
+        fastest = self.plan.thresholds[self.fastest]
+        threshold = self.plan.thresholds[index]
+        return (
+            index != self.fastest
+            and threshold.eligible
+            and threshold.stay_max_queue is not None
+            and threshold.enter_max_queue is not None
+            and threshold.stay_max_queue == fastest.stay_max_queue
+            and threshold.enter_max_queue == fastest.enter_max_queue
+        )
+
     def _can_stay(self, index: int, depth: float, rate: float | None) -> bool:
-        return self.plan.thresholds[index].can_stay(depth, rate)
+        threshold = self.plan.thresholds[index]
+        if self._overloaded(rate) and self._queue_peer(index):
+            # The rate only says every configuration is over: judge on the queue, with headroom.
+            return threshold.stay_max_queue is not None and depth <= threshold.stay_max_queue // 2
+        return threshold.can_stay(depth, rate)
+
+    def _short_queue(self, index: int, depth: float) -> bool:
+        """The queue within half the configuration's entry limit (an overload's headroom)."""
+        limit = self.plan.thresholds[index].enter_max_queue
+        return limit is not None and depth <= limit // 2
+
+    def _entry_holds(self, index: int, depth: float, rate: float | None) -> bool:
+        """The entry condition at one observation during the cooldown."""
+        if self.plan.thresholds[index].can_enter(depth, rate):
+            return True
+        # A queue peer of the fastest that keeps its queue short gathers evidence whatever the
+        # short windows show: the rate is judged at the end, over the whole cooldown window.
+        return self._queue_peer(index) and self._short_queue(index, depth)
 
     # ------------------------------------------------------------------ moves
 
@@ -321,11 +370,14 @@ class Elastico:
         # beyond its limit in the recent arrivals), every step below it included.
         level = active
         for index in above:
-            if not self.plan.thresholds[index].can_enter(depth, rate):
+            if not self._entry_holds(index, depth, rate):
                 break
             level = index
         if level == active:
             state = replace(state, downscale_since=None, entry_levels=())
+            if self._overloaded(rate):
+                what = f"queue {depth:g}, arrivals >= {rate:.2f}/s: overload"
+                return self._hold(state, active, f"{what}, no queue peer fits")
             return self._hold(state, active, f"queue {depth:g}: steady")
         since = now if state.downscale_since is None else state.downscale_since
         levels = [*state.entry_levels, (now, self.plan.names[level])]
@@ -340,8 +392,12 @@ class Elastico:
                 break
             if self._lowest_level_since(state.entry_levels, now - cooldown) < index:
                 break
-            # And the arrivals over its whole cooldown window fit its limit too.
-            if not self.plan.thresholds[index].can_enter(depth, window_rate(cooldown)):
+            # And the arrivals over its whole cooldown window fit its limit too (in an
+            # overload that the recent arrivals show, a queue peer of the fastest is judged on
+            # the queue alone: the whole window's rate would only repeat it).
+            overload_peer = self._overloaded(rate) and self._queue_peer(index)
+            threshold = self.plan.thresholds[index]
+            if not overload_peer and not threshold.can_enter(depth, window_rate(cooldown)):
                 break
             target = index
         if target is None:
