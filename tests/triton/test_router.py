@@ -88,6 +88,40 @@ def test_switch_is_verified_and_a_refused_switch_keeps_the_old_instance_serving(
     assert router.infer({"sample": 3}).config == config_key(ACCURATE)
 
 
+def _router_instances(triton: LocalTriton) -> set[int]:
+    """PIDs of the router's Python stub processes: a reload starts a new one."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or int((proc / "stat").read_text().split()[3]) != triton.pid:
+                continue
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # exited meanwhile
+        if any(arg.endswith(b"/router/1/model.py") for arg in argv):
+            found.add(int(proc.name))
+    return found
+
+
+def test_switching_to_what_the_router_serves_reloads_nothing(
+    triton: LocalTriton, router: TritonRouter
+) -> None:
+    """No new instance for a switch that changes nothing; a real switch still reloads."""
+    router.switch(ACCURATE)
+    # The replaced instance's stub takes a moment to exit after a reload.
+    deadline = time.monotonic() + 15
+    while len(before := _router_instances(triton)) != 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(before) == 1
+    again = router.switch(ACCURATE)
+    assert (again.config, again.reloaded) == (config_key(ACCURATE), False)
+    assert _router_instances(triton) == before
+    moved = router.switch(FASTEST)
+    assert moved.reloaded
+    assert router.infer({"sample": 1}).config == config_key(FASTEST)
+    assert _router_instances(triton) - before  # a new instance (the old one may linger)
+
+
 def test_router_response_names_the_configuration_as_canonical_json(router: TritonRouter) -> None:
     reply = router.infer({"sample": 5}, config={**FASTEST, "retriever_k": 20.0})
     assert json.loads(reply.config) == FASTEST

@@ -40,11 +40,15 @@ class RouterReply:
 
 @dataclass(frozen=True)
 class SwitchReport:
-    """A switch that took effect: to what, after how many attempts, how long it took."""
+    """A switch that took effect: to what, after how many attempts, how long it took.
+
+    ``reloaded`` is False when the router already served the configuration: nothing to do.
+    """
 
     config: str
     attempts: int
     seconds: float
+    reloaded: bool = True
 
 
 class TritonRouter:
@@ -113,15 +117,14 @@ class TritonRouter:
 
     def active_config(self) -> str:
         """Canonical key of the configuration the router serves now."""
-        parameters = self.model_config().get("parameters", {})
-        raw = parameters.get(ACTIVE_PARAMETER, {}).get("string_value", "{}")
-        return config_key(json.loads(raw))
+        return _active_in(self.model_config().get("parameters", {}))
 
     def switch(self, config: Config) -> SwitchReport:
         """Make ``config`` the active configuration; retries with backoff, verifies the result.
 
         A failed reload leaves the old instance serving (Triton unloads nothing until the new
-        one is ready), so a failure here never leaves the router down.
+        one is ready), so a failure here never leaves the router down. A router that already
+        serves ``config`` is not reloaded: a reload costs a new instance (hundreds of ms of CPU).
         """
         wanted = config_key(config)
         started = time.perf_counter()
@@ -130,6 +133,10 @@ class TritonRouter:
             try:
                 model_config = self.model_config()
                 parameters = model_config.setdefault("parameters", {})
+                if _active_in(parameters) == wanted and self.client.is_model_ready(
+                    self.model, client_timeout=self.control_timeout_s
+                ):
+                    return SwitchReport(wanted, attempt, time.perf_counter() - started, False)
                 parameters[ACTIVE_PARAMETER] = {"string_value": wanted}
                 # A reload waits for the new instance; it gets the inference timeout.
                 self.client.load_model(
@@ -152,6 +159,11 @@ class TritonRouter:
             f"switch of {self.model} at {self.url} to {wanted} failed after {self.attempts} "
             f"attempts: {_message(last)}"
         )
+
+
+def _active_in(parameters: Mapping[str, Any]) -> str:
+    """Canonical key of the active configuration in a model config's parameters."""
+    return config_key(json.loads(parameters.get(ACTIVE_PARAMETER, {}).get("string_value", "{}")))
 
 
 def request_tensor(request: Mapping[str, Any]) -> grpcclient.InferInput:
