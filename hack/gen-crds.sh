@@ -8,6 +8,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/venv.sh"
 ensure_venv
 cd "${REPO_ROOT}"
-for dir in crds charts/compass-operator/crds; do
-    "${VENV}/bin/compass" crds --output-dir "${dir}" "$@"
-done
+"${VENV}/bin/compass" crds --output-dir crds "$@"
+# The chart's copy leaves the CEL rules out: Helm 4 installs crds/ with server-side apply, which
+# a Kubernetes < 1.25 API server refuses for x-kubernetes-validations (the operator checks the
+# same rules; crds/ keeps them for current servers).
+"${VENV}/bin/compass" crds --without-cel --output-dir charts/compass-operator/crds "$@"

@@ -223,6 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     crds.add_argument("--output-dir", default="crds", help="where to write (default: crds)")
     crds.add_argument("--check", action="store_true", help="fail if the files are stale")
+    crds.add_argument(
+        "--without-cel",
+        action="store_true",
+        help="leave out the CEL rules (x-kubernetes-validations), for Helm 4 on Kubernetes < 1.25",
+    )
     crds.set_defaults(handler=_crds_command)
 
     job = commands.add_parser(
@@ -253,7 +258,7 @@ def _crds_command(args: argparse.Namespace) -> int:
     if not directory.is_dir():
         fail("--output-dir", f"{directory} is not a directory", "create it or pass another")
     stale = []
-    for name, text in render_crds().items():
+    for name, text in render_crds(cel=not args.without_cel).items():
         path = directory / name
         current = path.read_text(encoding="utf-8") if path.exists() else None
         if current == text:
@@ -264,7 +269,8 @@ def _crds_command(args: argparse.Namespace) -> int:
     if args.check and stale:
         print(
             f"compass crds: stale in {directory}: {', '.join(stale)}; run `compass crds "
-            f"--output-dir {directory}` and commit the result",
+            f"{'--without-cel ' if args.without_cel else ''}--output-dir {directory}` and "
+            "commit the result",
             file=sys.stderr,
         )
         return 1

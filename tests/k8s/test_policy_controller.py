@@ -12,12 +12,12 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster import Cluster, free_port, wait_for
+from e2e_shared import Policies, condition, install_crds
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_process import Operator
@@ -89,10 +89,7 @@ def router(triton: LocalTriton) -> Iterator[TritonRouter]:
 @pytest.fixture(scope="module")
 def crds(k8s_cluster: Cluster) -> None:
     """The compass.io CRDs from crds/ (what `compass crds` generates), established."""
-    k8s_cluster.kubectl("apply", "-f", str(REPO / "crds"))
-    k8s_cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=30s", f"crd/{PLURAL}.{GROUP}"
-    )
+    install_crds(k8s_cluster)
 
 
 @pytest.fixture(scope="module")
@@ -116,78 +113,6 @@ def operator(
     running.stop()
 
 
-@dataclass
-class Policies:
-    """ParetoPolicies in the module's namespace, deleted (and waited for) after each test."""
-
-    api: client.CustomObjectsApi
-    core: client.CoreV1Api
-    namespace: str
-    created: list[str] = field(default_factory=list)
-
-    def create(self, name: str, spec: dict[str, Any]) -> None:
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "ParetoPolicy",
-            "metadata": {"name": name},
-            "spec": spec,
-        }
-        self.api.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, body, _preload_content=False
-        )
-        self.created.append(name)
-
-    def get(self, name: str) -> dict[str, Any]:
-        response = self.api.get_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, name, _preload_content=False
-        )
-        return dict(json.loads(response.data))
-
-    def status(self, name: str) -> dict[str, Any]:
-        return dict(self.get(name).get("status") or {})
-
-    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
-        self.api.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec}, _preload_content=False
-        )
-
-    def events(self, name: str, reason: str) -> list[dict[str, Any]]:
-        response = self.core.list_namespaced_event(
-            self.namespace,
-            field_selector=f"involvedObject.name={name},reason={reason}",
-            _preload_content=False,
-        )
-        return list(json.loads(response.data)["items"])
-
-    def wait_events(self, name: str, reason: str, count: int = 1) -> list[dict[str, Any]]:
-        """At least ``count`` Events (kopf posts them in the background, a moment later)."""
-
-        def enough() -> list[dict[str, Any]] | None:
-            found = self.events(name, reason)
-            return found if len(found) >= count else None
-
-        return list(wait_for(enough, 10, f"{count} {reason} Event(s) on {name}"))
-
-    def delete_all(self) -> None:
-        for name in self.created:
-            try:
-                self.api.delete_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, name, _preload_content=False
-                )
-            except ApiException as error:
-                if error.status != 404:
-                    raise
-        # The operator removes its finalizer once the timer has stopped.
-        wait_for(lambda: all(self._gone(n) for n in self.created), 30, "the policies to go")
-
-    def _gone(self, name: str) -> bool:
-        try:
-            self.get(name)
-        except ApiException as error:
-            return error.status == 404
-        return False
-
-
 @pytest.fixture
 def policies(k8s_api: Any, namespace: str, operator: Operator) -> Iterator[Policies]:
     """Create policies; each is deleted after the test, so no two switch the same router."""
@@ -195,11 +120,6 @@ def policies(k8s_api: Any, namespace: str, operator: Operator) -> Iterator[Polic
     yield made
     print(f"operator log:\n{operator.tail()}")  # pytest shows it when the test failed
     made.delete_all()
-
-
-def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The condition of this type in a status, or {}."""
-    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
 
 
 def front() -> list[dict[str, Any]]:

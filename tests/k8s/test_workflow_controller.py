@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,9 @@ import kopf
 import pytest
 import yaml
 from cluster import Cluster, wait_for
+from e2e_shared import Workflows
+from e2e_shared import json_data as _data
+from e2e_shared import phase_is as _phase
 from kopf.testing import KopfRunner
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -67,10 +70,6 @@ RAG_SIM_COMPONENTS = ("retriever", "reranker", "generator")
 
 
 # ---------------------------------------------------------------------------- fixtures
-
-
-def _data(response: Any) -> Any:
-    return json.loads(response.data)
 
 
 def _established(extensions: client.ApiextensionsV1Api, name: str) -> bool:
@@ -253,137 +252,6 @@ def _create_replay_ledger(api: Any, namespace: str) -> None:
     )
 
 
-class Workflows:
-    """Reads and writes CompoundWorkflows of one namespace; waits with useful failure output."""
-
-    def __init__(self, api: Any, namespace: str) -> None:
-        self.api, self.namespace = api, namespace
-        self.custom = client.CustomObjectsApi(api)
-        self.batch = client.BatchV1Api(api)
-        self.core = client.CoreV1Api(api)
-
-    def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        created: dict[str, Any] = _data(
-            self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, body, _preload_content=False
-            )
-        )
-        return created
-
-    def get(self, name: str) -> dict[str, Any]:
-        found: dict[str, Any] = _data(
-            self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, name, _preload_content=False
-            )
-        )
-        return found
-
-    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            self.namespace,
-            PLURAL,
-            name,
-            {"spec": spec},
-            _content_type="application/merge-patch+json",
-            _preload_content=False,
-        )
-
-    def condition(self, name: str, type_: str) -> dict[str, Any] | None:
-        conditions = self.get(name).get("status", {}).get("conditions") or []
-        return next((c for c in conditions if c["type"] == type_), None)
-
-    def jobs(self, name: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = _data(
-            self.batch.list_namespaced_job(
-                self.namespace,
-                label_selector=f"compass.io/workflow={name}",
-                _preload_content=False,
-            )
-        )["items"]
-        return items
-
-    def config_maps(self, name: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = _data(
-            self.core.list_namespaced_config_map(
-                self.namespace,
-                label_selector=f"compass.io/workflow={name}",
-                _preload_content=False,
-            )
-        )["items"]
-        return items
-
-    def pods(self, selector: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = _data(
-            self.core.list_namespaced_pod(
-                self.namespace, label_selector=selector, _preload_content=False
-            )
-        )["items"]
-        return sorted(items, key=lambda p: p["metadata"]["creationTimestamp"])
-
-    def policy(self, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = _data(
-                self.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, POLICY_PLURAL, name, _preload_content=False
-                )
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return found
-
-    def events(self, name: str) -> list[tuple[str, str, str]]:
-        """(type, reason, message) of the workflow's Events, oldest first."""
-        items = _data(
-            self.core.list_namespaced_event(
-                self.namespace,
-                field_selector=f"involvedObject.name={name},involvedObject.kind=CompoundWorkflow",
-                _preload_content=False,
-            )
-        )["items"]
-        # Creation order: timestamps have a resolution of one second, revisions do not.
-        items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
-        return [(e["type"], e["reason"], e["message"]) for e in items]
-
-    def wait_events(self, name: str, reasons: list[str], timeout_s: float = 15) -> None:
-        """Wait until the workflow's Events have exactly these reasons, in this order.
-
-        kopf posts Events from a queue: wait for them while the operator runs.
-        """
-        try:
-            wait_for(lambda: _reasons(self.events(name)) == reasons, timeout_s, "the Events")
-        except TimeoutError:
-            assert self.events(name) == reasons  # shows what was posted instead
-
-    def wait(
-        self, name: str, check: Callable[[dict[str, Any]], Any], timeout_s: float, what: str
-    ) -> Any:
-        """Poll the workflow until check(workflow) is truthy; on timeout, show what is there."""
-        try:
-            return wait_for(lambda: check(self.get(name)), timeout_s, what, interval_s=0.2)
-        except TimeoutError as error:
-            jobs = [(j["metadata"]["name"], j.get("status")) for j in self.jobs(name)]
-            raise AssertionError(
-                f"{error}\nstatus: {json.dumps(self.get(name).get('status'), indent=1)}\n"
-                f"jobs: {jobs}\nevents: {self.events(name)}"
-            ) from None
-
-
-def _phase(phase: str, generation: int = 1) -> Callable[[dict[str, Any]], bool]:
-    def check(workflow: dict[str, Any]) -> bool:
-        status = workflow.get("status") or {}
-        return status.get("phase") == phase and status.get("observedGeneration") == generation
-
-    return check
-
-
-def _reasons(events: list[tuple[str, str, str]]) -> list[str]:
-    return [reason for _, reason, _ in events]
-
-
 def _can(api: Any, namespace: str, account: str, verb: str, resource: str) -> bool:
     review = {
         "apiVersion": "authorization.k8s.io/v1",
@@ -418,7 +286,12 @@ def test_invalid_spec_is_a_permanent_error_until_fixed(
     k8s_api: Any, k8s_namespace: str, k8s_node: Node, crds: None, operator_env: dict[str, str]
 ) -> None:
     """(d) A constraint naming an unknown parameter: Failed, SpecValid False naming the field and
-    the fix, no Job; a schema-invalid spec never gets in (the API server names the field)."""
+    the fix, no Job; a schema-invalid spec never gets in (the API server names the field).
+
+    A CEL rule of the CRD (the last budget within the dataset) is enforced by current API
+    servers only: 1.20 drops x-kubernetes-validations and stores the spec, and the operator's
+    own check of the same rule reports it, naming the field the newer server's error names.
+    """
     flows = Workflows(k8s_api, k8s_namespace)
     bad = _workflow("typo", tau=0.8)
     bad["spec"]["space"] = {**SUBSPACE, "constraints": ["reranker_k <= retriver_k"]}
@@ -427,7 +300,29 @@ def test_invalid_spec_is_a_permanent_error_until_fixed(
     assert rejected.value.status == 422
     assert "spec.evaluation.tau" in json.loads(rejected.value.body)["message"]
 
+    generated = (REPO_ROOT / "crds" / f"{PLURAL}.{GROUP}.yaml").read_text()
+    assert "x-kubernetes-validations" in generated
+    served = _data(
+        client.ApiextensionsV1Api(k8s_api).read_custom_resource_definition(
+            f"{PLURAL}.{GROUP}", _preload_content=False
+        )
+    )
+    # The schema as stored (kubectl apply's last-applied annotation keeps the raw text).
+    schemas = json.dumps([v["schema"] for v in served["spec"]["versions"]])
+    assert "x-kubernetes-validations" not in schemas, "1.20 drops the CEL rules"
+    beyond = _workflow("beyond", tau=0.8, budgets=[10, 50, SAMPLES + 1])
+    flows.create(beyond)  # a current server refuses it: spec.evaluation.budgets (CEL)
+
     with operator(k8s_namespace):
+        flows.wait("beyond", _phase("Failed"), 30, "the budget beyond the dataset to be reported")
+        spec_valid = flows.condition("beyond", "SpecValid")
+        assert spec_valid is not None
+        assert spec_valid["status"] == "False"
+        assert spec_valid["reason"] == "InvalidSpec"
+        assert spec_valid["message"].startswith("spec.evaluation.budgets: ")
+        assert f"{SAMPLES + 1} exceeds dataset.size {SAMPLES}" in spec_valid["message"]
+        assert flows.jobs("beyond") == []
+
         flows.create(bad)
         flows.wait("typo", _phase("Failed"), 30, "the invalid spec to be reported")
         spec_valid = flows.condition("typo", "SpecValid")

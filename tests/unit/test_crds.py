@@ -7,10 +7,13 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from compass.cli import main
-from compass.k8s.crds import RESOURCES, build_crd, render_crds
+from compass.domain.policy import CamelModel
+from compass.domain.rules import CelRule, cel_rules
+from compass.k8s.crds import RESOURCES, build_crd, render_crds, without_cel
+from compass.k8s.schema import SchemaError, structural_schema
 from compass.k8s.workflow import CompoundWorkflowSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,12 +33,24 @@ def _nodes(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, 
 
 # The same generated files live in crds/ and in the Helm chart's crds/ (which Helm installs
 # before the templates): `compass crds --output-dir DIR` writes either, hack/gen-crds.sh both.
+# The chart's copy leaves the CEL rules out (Helm 4's server-side apply on a 1.20 API server
+# refuses them): `compass crds --without-cel`.
 CRD_DIRS = ("crds", "charts/compass-operator/crds")
+FLAGS = {"crds": [], "charts/compass-operator/crds": ["--without-cel"]}
 
 
 @pytest.mark.parametrize("directory", CRD_DIRS)
 def test_checked_in_crds_are_current(directory: str) -> None:
-    assert main(["crds", "--check", "--output-dir", str(REPO / directory)]) == 0
+    assert main(["crds", "--check", *FLAGS[directory], "--output-dir", str(REPO / directory)]) == 0
+
+
+def test_the_chart_copy_differs_only_by_the_cel_rules() -> None:
+    with_rules, without = render_crds(), render_crds(cel=False)
+    assert with_rules.keys() == without.keys()
+    for name, text in with_rules.items():
+        assert "x-kubernetes-validations" in text
+        assert "x-kubernetes-validations" not in without[name]
+        assert without_cel(yaml.safe_load(text)) == yaml.safe_load(without[name])
 
 
 @pytest.mark.parametrize("directory", CRD_DIRS)
@@ -100,3 +115,29 @@ def test_invalid_workflow_names_the_field(change: Any, field: str) -> None:
     with pytest.raises(ValidationError) as error:
         CompoundWorkflowSpec.model_validate(spec)
     assert field in str(error.value)
+
+
+def test_cel_rules_reach_the_schema_of_their_model() -> None:
+    crd = build_crd(RESOURCES[0])
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    evaluation = spec["properties"]["evaluation"]
+    assert {r["fieldPath"] for r in evaluation["x-kubernetes-validations"]} == {".budgets"}
+    dataset = evaluation["properties"]["dataset"]
+    assert len(dataset["x-kubernetes-validations"]) == 1
+    # Only the models that declare rules carry them.
+    assert "x-kubernetes-validations" not in spec["properties"]["slo"]
+
+
+def test_a_rule_reporting_at_an_unknown_field_is_refused() -> None:
+    """Current API servers reject such a CRD; the generator says which model is wrong."""
+
+    class Broken(CamelModel):
+        """A model whose rule reports at a field it does not have."""
+
+        low: int = 0
+        model_config = ConfigDict(
+            json_schema_extra=cel_rules(CelRule("self.low >= 0", "low: negative", ".lowest"))
+        )
+
+    with pytest.raises(SchemaError, match=r"Broken: rule fieldPath '\.lowest'"):
+        structural_schema(Broken)

@@ -27,6 +27,7 @@ from compass.domain.elastico import (
 from compass.domain.evaluation import ParamValue
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile
+from compass.domain.rules import CelRule, cel_rules
 from compass.domain.space import config_key
 
 DEFAULT_SLACK_BUFFER_MS = 50.0
@@ -34,6 +35,9 @@ DEFAULT_SLACK_BUFFER_MS = 50.0
 # the most accurate configuration (it misses 13% of requests there) because its queue is empty
 # at every decision; see bench/serving_sim.py for both models side by side.
 DEFAULT_THRESHOLD_MODEL = ThresholdModel.TAIL
+# Bounds the CEL rules on front entries: the server's cost estimate multiplies a rule's cost by
+# how many entries the list may hold. A Pareto front has tens of entries.
+MAX_FRONT = 1024
 
 
 class CamelModel(BaseModel):
@@ -60,6 +64,29 @@ class FrontEntry(CamelModel):
     latency_std_ms: Annotated[
         float | None, Field(ge=0, description="Standard deviation of the service time in ms.")
     ] = None
+
+    # The same rules as _percentiles_ordered, for the API server.
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule="!has(self.latencyP50Ms) || self.latencyP50Ms <= self.latencyP95Ms",
+                message="latencyP95Ms is below latencyP50Ms; percentiles must not decrease",
+                field_path=".latencyP95Ms",
+            ),
+            CelRule(
+                rule="!has(self.latencyP99Ms) || self.latencyP95Ms <= self.latencyP99Ms",
+                message="latencyP99Ms is below latencyP95Ms; percentiles must not decrease",
+                field_path=".latencyP99Ms",
+            ),
+            CelRule(
+                rule="self.latencyMeanMs"
+                " <= (has(self.latencyP99Ms) ? self.latencyP99Ms : self.latencyP95Ms)",
+                message="latencyMeanMs is above the highest percentile (latencyP99Ms if given, "
+                "else latencyP95Ms)",
+                field_path=".latencyMeanMs",
+            ),
+        )
+    )
 
     @model_validator(mode="after")
     def _percentiles_ordered(self) -> FrontEntry:
@@ -180,7 +207,10 @@ class ParetoPolicySpec(CamelModel):
     """A Pareto front of configurations and the rules for switching between them."""
 
     front: list[FrontEntry] = Field(
-        min_length=1, description="The Pareto front, fastest first (the planner re-derives it)."
+        min_length=1,
+        max_length=MAX_FRONT,
+        description="The Pareto front, fastest first (the planner re-derives it); at most "
+        f"{MAX_FRONT} entries.",
     )
     slo: SloSpec = Field(description="The latency SLO the policy keeps.")
     hysteresis: Hysteresis = Field(

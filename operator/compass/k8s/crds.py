@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel
 
 from compass.domain.policy import ParetoPolicySpec
+from compass.domain.rules import VALIDATIONS
 from compass.k8s.policy_resource import ParetoPolicyStatus
 from compass.k8s.schema import structural_schema
 from compass.k8s.workflow import CompoundWorkflowSpec, CompoundWorkflowStatus
@@ -147,11 +148,32 @@ PARETO_POLICY = Resource(
 RESOURCES = (COMPOUND_WORKFLOW, PARETO_POLICY)
 
 
-def render_crds() -> dict[str, str]:
-    """File name -> YAML text of every CRD, as checked in under crds/."""
-    header = "# Generated from compass.k8s by `compass crds`; do not edit by hand.\n"
+def without_cel(value: Any) -> Any:
+    """The CRD (or any part of it) without its CEL rules (x-kubernetes-validations)."""
+    if isinstance(value, dict):
+        return {k: without_cel(v) for k, v in value.items() if k != VALIDATIONS}
+    if isinstance(value, list):
+        return [without_cel(item) for item in value]
+    return value
+
+
+def render_crds(*, cel: bool = True) -> dict[str, str]:
+    """File name -> YAML text of every CRD, as checked in under crds/.
+
+    cel=False leaves the CEL rules out, for clients that check a CRD against a pre-1.25
+    CustomResourceDefinition schema and refuse the unknown keyword: Helm 4 installs a chart's
+    crds/ with server-side apply, which a 1.20 API server rejects ("field not declared in
+    schema"), where a plain create (kubectl --validate=false, the kubernetes client) just
+    drops it. The operator checks the same rules either way.
+    """
+    command = "compass crds" if cel else "compass crds --without-cel"
+    header = f"# Generated from compass.k8s by `{command}`; do not edit by hand.\n"
     return {
         f"{resource.name}.yaml": header
-        + yaml.safe_dump(build_crd(resource), sort_keys=False, width=100)
+        + yaml.safe_dump(
+            build_crd(resource) if cel else without_cel(build_crd(resource)),
+            sort_keys=False,
+            width=100,
+        )
         for resource in RESOURCES
     }

@@ -4,7 +4,9 @@ Kubernetes accepts a subset of OpenAPI v3 and insists on a "structural" schema: 
 a type (or says it preserves unknown fields), no $ref, no anyOf/oneOf carrying types, no
 ``const``, no ``title``. Pydantic emits JSON Schema with $defs, ``anyOf: [X, null]`` for optional
 fields and ``const`` for single-value literals; this module rewrites that into what both
-Kubernetes 1.20 and current servers accept.
+Kubernetes 1.20 and current servers accept. CEL rules (``x-kubernetes-validations``, declared
+by the models through compass.domain.rules) pass through: current servers enforce them, 1.20
+drops the keyword.
 """
 
 from __future__ import annotations
@@ -112,6 +114,13 @@ def _convert(node: Mapping[str, Any], definitions: Mapping[str, Any], path: str)
             # False is the default for a structural schema with properties: drop it.
         elif key in _ALLOWED:
             result[key] = value
+    for entry in result.get("x-kubernetes-validations", []):
+        # Current servers reject a CRD whose rule reports at a field the object does not have.
+        field = entry.get("fieldPath")
+        if field is not None and field.lstrip(".").split(".")[0] not in result.get(
+            "properties", {}
+        ):
+            raise SchemaError(f"{path}: rule fieldPath {field!r} names no field of the object")
     if "type" not in result and not result.get("x-kubernetes-preserve-unknown-fields"):
         raise SchemaError(f"{path}: no type; give the field a concrete type")
     if (

@@ -5,12 +5,18 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from compass.domain.policy import CamelModel
+from compass.domain.rules import CelRule, cel_rules, strictly_increasing
 from compass.domain.space import SpaceSpec
 
 DEFAULT_BUDGETS = [10, 25, 50, 100]
+# Bounds that the CEL rules' cost estimate needs (current API servers reject a CRD whose rules
+# could cost too much on unbounded input); far above what a workflow uses.
+MAX_BUDGETS = 32
+MAX_PATH_LENGTH = 4096
+MAX_NAME_LENGTH = 253  # a Kubernetes object name (DNS subdomain)
 
 
 class ConfigMapDataset(CamelModel):
@@ -36,12 +42,35 @@ class Dataset(CamelModel):
     )
     volume: VolumeDataset | None = Field(default=None, description="Dataset on a volume.")
     image_path: str | None = Field(
-        default=None, description="Dataset at this path inside the evaluator image."
+        default=None,
+        max_length=MAX_PATH_LENGTH,
+        description=f"Dataset at this path inside the evaluator image (at most "
+        f"{MAX_PATH_LENGTH} characters).",
+    )
+
+    # The same rule as _one_source, for the API server (an empty imagePath counts as unset).
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule="(has(self.configMap) ? 1 : 0) + (has(self.volume) ? 1 : 0)"
+                " + (has(self.imagePath) && self.imagePath != '' ? 1 : 0) <= 1",
+                message="dataset: more than one source is set; give one of configMap, volume, "
+                "imagePath",
+            )
+        )
     )
 
     @model_validator(mode="after")
     def _one_source(self) -> Dataset:
-        given = [n for n in ("config_map", "volume", "image_path") if getattr(self, n)]
+        given = [
+            alias
+            for name, alias in (
+                ("config_map", "configMap"),
+                ("volume", "volume"),
+                ("image_path", "imagePath"),
+            )
+            if getattr(self, name)
+        ]
         if len(given) > 1:
             raise ValueError(
                 f"dataset: {' and '.join(given)} are both set; give one of configMap, volume, "
@@ -84,7 +113,29 @@ class Evaluator(CamelModel):
     )
     replay_config_map: str | None = Field(
         default=None,
-        description="For type replay: ConfigMap whose key 'ledger.jsonl' holds the recorded scores.",
+        max_length=MAX_NAME_LENGTH,
+        description="For type replay: ConfigMap whose key 'ledger.jsonl' holds the recorded scores "
+        f"(an object name, at most {MAX_NAME_LENGTH} characters).",
+    )
+
+    # The same rules as _complete, for the API server.
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule="!has(self.type) || self.type != 'command'"
+                " || (has(self.command) && size(self.command) > 0)",
+                message="evaluator.command: type command needs the command to run",
+                field_path=".command",
+                reason="FieldValueRequired",
+            ),
+            CelRule(
+                rule="!has(self.type) || self.type != 'replay'"
+                " || (has(self.replayConfigMap) && self.replayConfigMap != '')",
+                message="evaluator.replayConfigMap: type replay needs the ledger ConfigMap",
+                field_path=".replayConfigMap",
+                reason="FieldValueRequired",
+            ),
+        )
     )
 
     @model_validator(mode="after")
@@ -128,9 +179,15 @@ class Evaluation(CamelModel):
         list[Annotated[int, Field(ge=1)]],
         Field(
             min_length=1,
-            description="Increasing sample budgets at which a configuration is judged.",
+            max_length=MAX_BUDGETS,
+            description="Strictly increasing sample budgets at which a configuration is judged; "
+            f"the last at most dataset.size (at most {MAX_BUDGETS} budgets).",
         ),
-    ] = Field(default_factory=lambda: list(DEFAULT_BUDGETS))
+    ] = Field(
+        # A plain default (pydantic copies it per instance) so that the CRD carries it too: the
+        # server fills it in before the CEL rules read self.budgets.
+        default=DEFAULT_BUDGETS,
+    )
     confidence: Annotated[
         float, Field(gt=0.5, lt=1, description="Confidence of the early-stopping verdicts.")
     ] = 0.95
@@ -142,6 +199,25 @@ class Evaluation(CamelModel):
     )
     seed: Annotated[int, Field(ge=0, description="Seed of the sample order and the search.")] = 0
     evaluator: Evaluator = Field(default_factory=Evaluator, description="Who scores samples.")
+
+    # The same rules as _budgets_fit, for the API server.
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule=strictly_increasing("budgets", MAX_BUDGETS),
+                message="evaluation.budgets: the budgets are not strictly increasing; "
+                "e.g. 10,25,50,100",
+                field_path=".budgets",
+            ),
+            CelRule(
+                rule="size(self.budgets) == 0"
+                " || self.budgets[size(self.budgets) - 1] <= self.dataset.size",
+                message="evaluation.budgets: the last budget exceeds dataset.size; lower the last "
+                "budget",
+                field_path=".budgets",
+            ),
+        )
+    )
 
     @model_validator(mode="after")
     def _budgets_fit(self) -> Evaluation:

@@ -1,0 +1,256 @@
+"""Helpers shared by the k8s tier's controller tests and the e2e tier (tests/e2e).
+
+The CRDs from crds/, and readers of CompoundWorkflows and ParetoPolicies that wait with useful
+failure output. Moved here from test_workflow_controller.py and test_policy_controller.py so
+that tests/e2e imports them instead of copying them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster import Cluster, wait_for
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP, VERSION = "compass.io", "v1alpha1"
+PLURAL, POLICY_PLURAL = "compoundworkflows", "paretopolicies"
+
+
+def install_crds(cluster: Cluster) -> None:
+    """The compass.io CRDs from crds/ (what `compass crds` generates), established."""
+    # kubectl 1.20 validates a CRD against its own schema, which predates the CEL rules
+    # (x-kubernetes-validations, 1.25+) and rejects the file; the 1.20 API server itself accepts
+    # it and drops the rules, as it does for the kubernetes client's create.
+    cluster.kubectl("apply", "--validate=false", "-f", str(REPO / "crds"))
+    for plural in (PLURAL, POLICY_PLURAL):
+        cluster.kubectl(
+            "wait", "--for=condition=Established", "--timeout=30s", f"crd/{plural}.{GROUP}"
+        )
+
+
+def json_data(response: Any) -> Any:
+    """The decoded body of a response read with _preload_content=False."""
+    return json.loads(response.data)
+
+
+@dataclass
+class Policies:
+    """ParetoPolicies in the module's namespace, deleted (and waited for) after each test."""
+
+    api: client.CustomObjectsApi
+    core: client.CoreV1Api
+    namespace: str
+    created: list[str] = field(default_factory=list)
+
+    def create(self, name: str, spec: dict[str, Any]) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ParetoPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        self.api.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, POLICY_PLURAL, body, _preload_content=False
+        )
+        self.created.append(name)
+
+    def get(self, name: str) -> dict[str, Any]:
+        response = self.api.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, POLICY_PLURAL, name, _preload_content=False
+        )
+        return dict(json.loads(response.data))
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(self.get(name).get("status") or {})
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        self.api.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.namespace,
+            POLICY_PLURAL,
+            name,
+            {"spec": spec},
+            _preload_content=False,
+        )
+
+    def events(self, name: str, reason: str) -> list[dict[str, Any]]:
+        response = self.core.list_namespaced_event(
+            self.namespace,
+            field_selector=f"involvedObject.name={name},reason={reason}",
+            _preload_content=False,
+        )
+        return list(json.loads(response.data)["items"])
+
+    def wait_events(self, name: str, reason: str, count: int = 1) -> list[dict[str, Any]]:
+        """At least ``count`` Events (kopf posts them in the background, a moment later)."""
+
+        def enough() -> list[dict[str, Any]] | None:
+            found = self.events(name, reason)
+            return found if len(found) >= count else None
+
+        return list(wait_for(enough, 10, f"{count} {reason} Event(s) on {name}"))
+
+    def delete_all(self) -> None:
+        for name in self.created:
+            try:
+                self.api.delete_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, POLICY_PLURAL, name, _preload_content=False
+                )
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+        # The operator removes its finalizer once the timer has stopped.
+        wait_for(lambda: all(self._gone(n) for n in self.created), 30, "the policies to go")
+
+    def _gone(self, name: str) -> bool:
+        try:
+            self.get(name)
+        except ApiException as error:
+            return error.status == 404
+        return False
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The condition of this type in a status, or {}."""
+    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
+
+
+class Workflows:
+    """Reads and writes CompoundWorkflows of one namespace; waits with useful failure output."""
+
+    def __init__(self, api: Any, namespace: str) -> None:
+        self.api, self.namespace = api, namespace
+        self.custom = client.CustomObjectsApi(api)
+        self.batch = client.BatchV1Api(api)
+        self.core = client.CoreV1Api(api)
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = json_data(
+            self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, body, _preload_content=False
+            )
+        )
+        return created
+
+    def get(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = json_data(
+            self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, name, _preload_content=False
+            )
+        )
+        return found
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            name,
+            {"spec": spec},
+            _content_type="application/merge-patch+json",
+            _preload_content=False,
+        )
+
+    def condition(self, name: str, type_: str) -> dict[str, Any] | None:
+        conditions = self.get(name).get("status", {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == type_), None)
+
+    def jobs(self, name: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json_data(
+            self.batch.list_namespaced_job(
+                self.namespace,
+                label_selector=f"compass.io/workflow={name}",
+                _preload_content=False,
+            )
+        )["items"]
+        return items
+
+    def config_maps(self, name: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json_data(
+            self.core.list_namespaced_config_map(
+                self.namespace,
+                label_selector=f"compass.io/workflow={name}",
+                _preload_content=False,
+            )
+        )["items"]
+        return items
+
+    def pods(self, selector: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json_data(
+            self.core.list_namespaced_pod(
+                self.namespace, label_selector=selector, _preload_content=False
+            )
+        )["items"]
+        return sorted(items, key=lambda p: p["metadata"]["creationTimestamp"])
+
+    def policy(self, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = json_data(
+                self.custom.get_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, POLICY_PLURAL, name, _preload_content=False
+                )
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return found
+
+    def events(self, name: str) -> list[tuple[str, str, str]]:
+        """(type, reason, message) of the workflow's Events, oldest first."""
+        items = json_data(
+            self.core.list_namespaced_event(
+                self.namespace,
+                field_selector=f"involvedObject.name={name},involvedObject.kind=CompoundWorkflow",
+                _preload_content=False,
+            )
+        )["items"]
+        # Creation order: timestamps have a resolution of one second, revisions do not.
+        items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
+        return [(e["type"], e["reason"], e["message"]) for e in items]
+
+    def wait_events(self, name: str, reasons: list[str], timeout_s: float = 15) -> None:
+        """Wait until the workflow's Events have exactly these reasons, in this order.
+
+        kopf posts Events from a queue: wait for them while the operator runs.
+        """
+        try:
+            wait_for(lambda: event_reasons(self.events(name)) == reasons, timeout_s, "the Events")
+        except TimeoutError:
+            assert self.events(name) == reasons  # shows what was posted instead
+
+    def wait(
+        self, name: str, check: Callable[[dict[str, Any]], Any], timeout_s: float, what: str
+    ) -> Any:
+        """Poll the workflow until check(workflow) is truthy; on timeout, show what is there."""
+        try:
+            return wait_for(lambda: check(self.get(name)), timeout_s, what, interval_s=0.2)
+        except TimeoutError as error:
+            jobs = [(j["metadata"]["name"], j.get("status")) for j in self.jobs(name)]
+            raise AssertionError(
+                f"{error}\nstatus: {json.dumps(self.get(name).get('status'), indent=1)}\n"
+                f"jobs: {jobs}\nevents: {self.events(name)}"
+            ) from None
+
+
+def phase_is(phase: str, generation: int = 1) -> Callable[[dict[str, Any]], bool]:
+    """A check that the workflow is in this phase for this generation."""
+
+    def check(workflow: dict[str, Any]) -> bool:
+        status = workflow.get("status") or {}
+        return status.get("phase") == phase and status.get("observedGeneration") == generation
+
+    return check
+
+
+def event_reasons(events: list[tuple[str, str, str]]) -> list[str]:
+    """The reasons of (type, reason, message) Events."""
+    return [reason for _, reason, _ in events]

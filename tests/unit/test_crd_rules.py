@@ -1,0 +1,446 @@
+"""The CRDs' CEL rules (x-kubernetes-validations) agree with the pydantic validators.
+
+Every rule in the generated CRDs is evaluated with a real CEL implementation (cel-python,
+module celpy) the way a current kube-apiserver does it: defaults applied first, each rule run
+on every present object its schema node describes with ``self`` typed by the schema (``number``
+fields are doubles even when written as 1, fields without a schema type are not visible), an
+evaluation error counts as a rejection. For valid and invalid specs, the CEL verdict must equal
+the pydantic verdict, and a rejection must name the same field on both sides.
+
+celpy lacks two things Kubernetes' cel-go has, so the rules avoid them: heterogeneous equality
+(``1 == 1.0`` is an error in celpy, true in cel-go) and Kubernetes' list library (isSorted()).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import celpy
+import pytest
+import yaml
+from celpy import celtypes
+from pydantic import BaseModel, ValidationError
+
+from compass.domain.policy import MAX_FRONT, ParetoPolicySpec
+from compass.k8s.crds import COMPOUND_WORKFLOW, PARETO_POLICY, Resource, build_crd
+from compass.k8s.reconcile import InvalidSpecError, validate_spec
+from compass.k8s.workflow import MAX_BUDGETS, CompoundWorkflowSpec
+
+REPO = Path(__file__).resolve().parents[2]
+VALIDATIONS = "x-kubernetes-validations"
+ENV = celpy.Environment()
+
+
+def _spec_schema(resource: Resource) -> dict[str, Any]:
+    crd = build_crd(resource)
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema["properties"]["spec"]  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------- a kube-apiserver's CEL pass
+
+
+def _defaulted(value: Any, schema: dict[str, Any]) -> Any:
+    """The value with the schema's defaults filled in, as the server does before validating."""
+    if isinstance(value, dict):
+        result = dict(value)
+        for name, child in schema.get("properties", {}).items():
+            if name not in result and "default" in child:
+                result[name] = copy.deepcopy(child["default"])
+            if name in result:
+                result[name] = _defaulted(result[name], child)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            result = {k: _defaulted(v, extra) for k, v in result.items()}
+        return result
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_defaulted(item, schema["items"]) for item in value]
+    return value
+
+
+def _exposed(schema: dict[str, Any]) -> bool:
+    """Whether Kubernetes declares the node in CEL (untyped preserved values are hidden)."""
+    kind = schema.get("type")
+    if kind == "array":
+        return _exposed(schema["items"])
+    if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
+        return _exposed(schema["additionalProperties"])
+    return kind in {"object", "string", "integer", "number", "boolean"}
+
+
+def _to_cel(value: Any, schema: dict[str, Any]) -> Any:
+    """The value as the CEL type the schema declares (Kubernetes' UnstructuredToVal)."""
+    kind = schema.get("type")
+    if value is None:
+        return None
+    if kind == "number":
+        return celtypes.DoubleType(float(value))
+    if kind == "integer":
+        return celtypes.IntType(value)
+    if kind == "string":
+        return celtypes.StringType(value)
+    if kind == "boolean":
+        return celtypes.BoolType(value)
+    if kind == "array":
+        return celtypes.ListType([_to_cel(v, schema["items"]) for v in value])
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        return celtypes.MapType(
+            {celtypes.StringType(k): _to_cel(v, extra) for k, v in value.items()}
+        )
+    fields = schema.get("properties", {})
+    return celtypes.MapType(
+        {
+            celtypes.StringType(k): _to_cel(v, fields[k])
+            for k, v in value.items()
+            if k in fields and _exposed(fields[k])
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One failed rule: where the server reports it and what it says."""
+
+    node: str  # the object the rule ran on, relative to spec: "evaluation", "front[1]"
+    field: str  # node + fieldPath: the path the server's error names
+    message: str
+    rule: str
+
+
+def _run(rule: str, value: Any) -> bool:
+    program = ENV.program(ENV.compile(rule))
+    try:
+        return bool(program.evaluate({"self": value}))
+    except celpy.CELEvalError:
+        return False  # the server reports an evaluation error as an invalid value
+
+
+def _join(path: str, part: str) -> str:
+    return f"{path}.{part}" if path else part
+
+
+def cel_rejections(data: Any, schema: dict[str, Any], path: str = "") -> Iterator[Rejection]:
+    """Every rule of the schema that the (defaulted) data fails, depth first."""
+    if data is None:
+        return
+    for entry in schema.get(VALIDATIONS, []):
+        if not _run(entry["rule"], _to_cel(data, schema)):
+            field = path + entry.get("fieldPath", "")
+            yield Rejection(path, field, entry["message"], entry["rule"])
+    if isinstance(data, dict):
+        for name, child in schema.get("properties", {}).items():
+            if name in data:
+                yield from cel_rejections(data[name], child, _join(path, name))
+    if isinstance(data, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(data):
+            yield from cel_rejections(item, schema["items"], f"{path}[{index}]")
+
+
+def _rules(schema: dict[str, Any]) -> Iterator[str]:
+    yield from (entry["rule"] for entry in schema.get(VALIDATIONS, []))
+    for child in schema.get("properties", {}).values():
+        yield from _rules(child)
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            yield from _rules(schema[key])
+
+
+# ---------------------------------------------------------------- the specs
+
+
+def _workflow() -> dict[str, Any]:
+    text = (REPO / "examples" / "rag-sim-workflow.yaml").read_text()
+    return yaml.safe_load(text)["spec"]  # type: ignore[no-any-return]
+
+
+def _policy() -> dict[str, Any]:
+    text = (REPO / "examples" / "pareto-policy-gitops.yaml").read_text()
+    return yaml.safe_load(text)["spec"]  # type: ignore[no-any-return]
+
+
+Change = Callable[[dict[str, Any]], None]
+
+
+def _evaluation(**fields: Any) -> Change:
+    return lambda spec: spec["evaluation"].update(fields)
+
+
+def _dataset(**fields: Any) -> Change:
+    return lambda spec: spec["evaluation"]["dataset"].update(fields)
+
+
+def _entry(index: int, **fields: Any) -> Change:
+    def change(spec: dict[str, Any]) -> None:
+        for name, value in fields.items():
+            if value is None:
+                spec["front"][index].pop(name)
+            else:
+                spec["front"][index][name] = value
+
+    return change
+
+
+CONFIG_MAP = {"name": "qa", "key": "samples.jsonl"}
+VOLUME = {"claimName": "data", "path": "/qa.jsonl"}
+
+# (model, spec change, valid?): each invalid one breaks exactly one cross-field rule and is
+# otherwise schema-valid, so the server would reject it for the CEL rule alone.
+CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
+    "workflow as given": (CompoundWorkflowSpec, lambda s: None, True),
+    "one budget": (CompoundWorkflowSpec, _evaluation(budgets=[7]), True),
+    "last budget is the dataset": (CompoundWorkflowSpec, _evaluation(budgets=[50, 100]), True),
+    "budgets at the limit": (
+        CompoundWorkflowSpec,
+        _evaluation(budgets=list(range(1, MAX_BUDGETS + 1))),
+        True,
+    ),
+    "budgets default": (
+        CompoundWorkflowSpec,
+        lambda s: s["evaluation"].pop("budgets"),
+        True,
+    ),
+    "no dataset source": (
+        CompoundWorkflowSpec,
+        lambda s: s["evaluation"]["dataset"].pop("imagePath"),
+        True,
+    ),
+    "configMap and an empty imagePath": (
+        CompoundWorkflowSpec,
+        _dataset(configMap=CONFIG_MAP, imagePath=""),
+        True,
+    ),
+    "volume alone": (
+        CompoundWorkflowSpec,
+        lambda s: s["evaluation"].update(dataset={"size": 100, "volume": VOLUME}),
+        True,
+    ),
+    "command evaluator": (
+        CompoundWorkflowSpec,
+        _evaluation(evaluator={"type": "command", "command": ["score"], "image": "x"}),
+        True,
+    ),
+    "replay evaluator": (
+        CompoundWorkflowSpec,
+        _evaluation(evaluator={"type": "replay", "replayConfigMap": "ledger"}),
+        True,
+    ),
+    "evaluator type defaulted": (CompoundWorkflowSpec, _evaluation(evaluator={}), True),
+    "budgets decrease": (CompoundWorkflowSpec, _evaluation(budgets=[50, 10]), False),
+    "budgets repeat": (CompoundWorkflowSpec, _evaluation(budgets=[10, 25, 25, 100]), False),
+    "a late budget decreases": (
+        CompoundWorkflowSpec,
+        _evaluation(budgets=[*range(1, MAX_BUDGETS), 2]),
+        False,
+    ),
+    "last budget above the dataset": (
+        CompoundWorkflowSpec,
+        _evaluation(budgets=[10, 200]),
+        False,
+    ),
+    "imagePath and configMap": (CompoundWorkflowSpec, _dataset(configMap=CONFIG_MAP), False),
+    "configMap and volume": (
+        CompoundWorkflowSpec,
+        lambda s: s["evaluation"].update(
+            dataset={"size": 100, "configMap": CONFIG_MAP, "volume": VOLUME}
+        ),
+        False,
+    ),
+    "command evaluator without a command": (
+        CompoundWorkflowSpec,
+        _evaluation(evaluator={"type": "command"}),
+        False,
+    ),
+    "command evaluator with an empty command": (
+        CompoundWorkflowSpec,
+        _evaluation(evaluator={"type": "command", "command": []}),
+        False,
+    ),
+    "replay evaluator without a ledger": (
+        CompoundWorkflowSpec,
+        _evaluation(evaluator={"type": "replay"}),
+        False,
+    ),
+    "replay evaluator with an empty ledger name": (
+        CompoundWorkflowSpec,
+        _evaluation(evaluator={"type": "replay", "replayConfigMap": ""}),
+        False,
+    ),
+    "policy as given": (ParetoPolicySpec, lambda s: None, True),
+    "only p95": (
+        ParetoPolicySpec,
+        _entry(0, latencyP50Ms=None, latencyP99Ms=None, latencyMeanMs=155.96),
+        True,
+    ),
+    "equal percentiles": (
+        ParetoPolicySpec,
+        _entry(1, latencyP50Ms=234.02, latencyP99Ms=234.02, latencyMeanMs=234.02),
+        True,
+    ),
+    "whole-number latencies": (
+        ParetoPolicySpec,
+        _entry(2, latencyMeanMs=250, latencyP50Ms=260, latencyP95Ms=301, latencyP99Ms=315),
+        True,
+    ),
+    "p50 above p95": (ParetoPolicySpec, _entry(1, latencyP50Ms=240.0), False),
+    "p99 below p95": (ParetoPolicySpec, _entry(0, latencyP99Ms=150.5), False),
+    "mean above p99": (ParetoPolicySpec, _entry(2, latencyMeanMs=320), False),
+    "mean above p95 without p99": (
+        ParetoPolicySpec,
+        _entry(0, latencyP99Ms=None, latencyMeanMs=160.0),
+        False,
+    ),
+    "mean above p95 with p50 only": (
+        ParetoPolicySpec,
+        _entry(1, latencyP99Ms=None, latencyMeanMs=240.0),
+        False,
+    ),
+}
+
+# Rules that CEL cannot state on these schemas stay with the operator (pydantic): the server
+# accepts these specs and the operator reports them (SpecValid=False / a PermanentError).
+OPERATOR_ONLY: dict[str, tuple[type[BaseModel], Change, str]] = {
+    # front[].config is a map of untyped scalars (string, number or boolean): Kubernetes does
+    # not expose such values to CEL, so configurations cannot be compared on the server.
+    "two entries with one configuration": (
+        ParetoPolicySpec,
+        lambda s: s["front"][1].update(config=dict(s["front"][0]["config"])),
+        "front[1].config",
+    ),
+    # A constraint is an expression over parameters: parsing it is beyond CEL.
+    "constraint naming an unknown parameter": (
+        CompoundWorkflowSpec,
+        lambda s: s["space"].update(constraints=["reranker_k <= retriver_k"]),
+        "retriver_k",
+    ),
+}
+
+
+def _schema_for(model: type[BaseModel]) -> dict[str, Any]:
+    return _spec_schema(COMPOUND_WORKFLOW if model is CompoundWorkflowSpec else PARETO_POLICY)
+
+
+def _base(model: type[BaseModel]) -> dict[str, Any]:
+    return _workflow() if model is CompoundWorkflowSpec else _policy()
+
+
+def _pydantic_errors(model: type[BaseModel], spec: dict[str, Any]) -> list[dict[str, Any]]:
+    try:
+        model.model_validate(spec)
+    except ValidationError as error:
+        return [dict(e) for e in error.errors()]
+    return []
+
+
+def _k8s_path(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        text = f"{text}[{part}]" if isinstance(part, int) else _join(text, part)
+    return text
+
+
+def _leaf(path: str) -> str:
+    """The field a path ends at: "front[1].latencyP95Ms" -> "latencyP95Ms"."""
+    return re.sub(r"\[\d+\]$", "", path).rsplit(".", 1)[-1]
+
+
+# ---------------------------------------------------------------- the tests
+
+
+def test_every_rule_compiles_in_cel() -> None:
+    for model in (CompoundWorkflowSpec, ParetoPolicySpec):
+        rules = list(_rules(_schema_for(model)))
+        assert rules, f"{model.__name__} has no CEL rules"
+        for rule in rules:
+            ENV.compile(rule)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_cel_and_pydantic_agree(name: str) -> None:
+    model, change, valid = CASES[name]
+    spec = _base(model)
+    change(spec)
+    schema = _schema_for(model)
+    rejections = list(cel_rejections(_defaulted(spec, schema), schema))
+    errors = _pydantic_errors(model, spec)
+    assert (not rejections) is valid, rejections
+    assert (not errors) is valid, errors
+    if valid:
+        return
+    # The first pydantic error and every failed rule name the same object and field.
+    where = _k8s_path(tuple(errors[0]["loc"]))
+    message = str(errors[0]["msg"])
+    for rejection in rejections:
+        assert rejection.node == where, (rejection, errors[0])
+        leaf = _leaf(rejection.field)
+        assert leaf in rejection.message, rejection
+        assert leaf in message, (leaf, message)
+
+
+@pytest.mark.parametrize(
+    "name", [n for n, (m, _, valid) in CASES.items() if m is CompoundWorkflowSpec and not valid]
+)
+def test_operator_condition_names_the_field_the_server_names(name: str) -> None:
+    """validate_spec's field (SpecValid=False's message) is the path the server's error names."""
+    _, change, _ = CASES[name]
+    spec = _workflow()
+    change(spec)
+    schema = _schema_for(CompoundWorkflowSpec)
+    fields = {f"spec.{r.field}" for r in cel_rejections(_defaulted(spec, schema), schema)}
+    with pytest.raises(InvalidSpecError) as error:
+        validate_spec(spec)
+    assert error.value.field in fields
+
+
+def test_every_rule_rejects_some_case() -> None:
+    """No rule is dead: each one is the reason at least one invalid case is rejected."""
+    failed: set[str] = set()
+    for model, change, _ in CASES.values():
+        spec = _base(model)
+        change(spec)
+        schema = _schema_for(model)
+        failed |= {r.rule for r in cel_rejections(_defaulted(spec, schema), schema)}
+    every = {r for m in (CompoundWorkflowSpec, ParetoPolicySpec) for r in _rules(_schema_for(m))}
+    assert every - failed == set()
+
+
+@pytest.mark.parametrize("name", OPERATOR_ONLY)
+def test_rules_cel_cannot_state_are_left_to_the_operator(name: str) -> None:
+    model, change, field = OPERATOR_ONLY[name]
+    spec = _base(model)
+    change(spec)
+    schema = _schema_for(model)
+    assert list(cel_rejections(_defaulted(spec, schema), schema)) == []
+    errors = _pydantic_errors(model, spec)
+    assert errors
+    assert field in f"{_k8s_path(tuple(errors[0]['loc']))}: {errors[0]['msg']}"
+
+
+def test_rules_that_iterate_have_bounded_input() -> None:
+    """The bounds the cost estimate needs are in the schema and enforced by pydantic alike."""
+    workflow = _schema_for(CompoundWorkflowSpec)
+    budgets = workflow["properties"]["evaluation"]["properties"]["budgets"]
+    assert budgets["maxItems"] == MAX_BUDGETS
+    assert str(MAX_BUDGETS) in budgets["description"]
+    front = _schema_for(ParetoPolicySpec)["properties"]["front"]
+    assert front["maxItems"] == MAX_FRONT
+    assert str(MAX_FRONT) in front["description"]
+    too_many = _workflow()
+    too_many["evaluation"]["budgets"] = list(range(1, MAX_BUDGETS + 2))
+    too_many["evaluation"]["dataset"]["size"] = MAX_BUDGETS + 1
+    assert _pydantic_errors(CompoundWorkflowSpec, too_many)
+    policy = _policy()
+    policy["front"] = [dict(policy["front"][0], config={"k": i}) for i in range(MAX_FRONT + 1)]
+    assert _pydantic_errors(ParetoPolicySpec, policy)
+
+
+def test_number_fields_are_doubles_in_cel() -> None:
+    """A whole number in a `number` field is a double to the server's CEL (no int/double mix)."""
+    schema = _schema_for(ParetoPolicySpec)["properties"]["front"]["items"]
+    value = _to_cel({"latencyMeanMs": 5, "latencyP95Ms": 5.5}, schema)
+    assert isinstance(value[celtypes.StringType("latencyMeanMs")], celtypes.DoubleType)
