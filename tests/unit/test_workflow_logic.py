@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from compass.domain.policy import ParetoPolicySpec
 from compass.k8s import reconcile
 from compass.k8s.builders import (
     LEDGER_KEY,
@@ -465,6 +467,50 @@ def test_profiles_are_planned_into_a_policy() -> None:
     assert step.event is not None
     assert step.event.reason == "PolicyReady"
     assert step.event.message.startswith("ParetoPolicy rag: 2 configurations on the front")
+
+
+def test_the_serving_settings_reach_the_generated_policy_and_its_plan() -> None:
+    """spec.serving: hysteresis, model, metrics source and interval, used by the planner too."""
+    serving = {
+        "hysteresis": {"downscaleCooldownSeconds": 2, "cooldownExponent": 0, "slackBufferMs": 5},
+        "thresholdModel": "paper-mean",
+        "metrics": {"type": "prometheus", "url": "http://prometheus.monitoring:9090"},
+        "onMetricsLoss": "fastest",
+        "intervalSeconds": 0.5,
+    }
+    state = {RESULT_KEY: _result([BEST], [BEST]), PROFILES_KEY: PROFILES}
+    observation = _observe(Phase.PROFILING, state, profile=JobView("p", succeeded=1, complete=True))
+    observation = replace(
+        observation,
+        spec=CompoundWorkflowSpec.model_validate(
+            {**observation.spec.model_dump(by_alias=True, mode="json"), "serving": serving}
+        ),
+    )
+    policy = decide(observation, NOW).policy_spec
+    assert policy is not None
+    assert policy["hysteresis"] == {
+        "upscaleCooldownSeconds": 0.0,
+        "downscaleCooldownSeconds": 2.0,
+        "cooldownExponent": 0.0,
+        "slackBufferMs": 5.0,
+    }
+    assert policy["thresholdModel"] == "paper-mean"
+    assert policy["metrics"] == {"type": "prometheus", "url": "http://prometheus.monitoring:9090"}
+    assert (policy["onMetricsLoss"], policy["intervalSeconds"]) == ("fastest", 0.5)
+    # The routing still comes from spec.triton; the plan used the slack buffer and model.
+    assert policy["routing"]["grpcEndpoint"] == "triton.ml:8001"
+    planned = ParetoPolicySpec.model_validate(policy).plan()
+    assert (planned.slack_buffer_ms, planned.model.value) == (5.0, "paper-mean")
+
+
+def test_a_serving_change_alone_reuses_ledger_result_and_profiles() -> None:
+    """Like an SLO change: the serving settings only shape the plan, never a measurement."""
+    old = _spec()
+    new = CompoundWorkflowSpec.model_validate(
+        {**old.model_dump(by_alias=True, mode="json"), "serving": {"intervalSeconds": 2}}
+    )
+    seed = seed_state(new, 2, {1: _state(old, **FULL)})
+    assert (seed.ledger_from, seed.result_from, seed.profiles_from) == (1, 1, 1)
 
 
 def test_an_slo_below_every_p95_names_the_closest_configuration() -> None:

@@ -203,16 +203,9 @@ class RoutingTarget(CamelModel):
     router_model: str = Field(default="router", description="Name of the router model.")
 
 
-class ParetoPolicySpec(CamelModel):
-    """A Pareto front of configurations and the rules for switching between them."""
+class ServingSettings(CamelModel):
+    """How a policy serves its front: what a CompoundWorkflow hands its generated ParetoPolicy."""
 
-    front: list[FrontEntry] = Field(
-        min_length=1,
-        max_length=MAX_FRONT,
-        description="The Pareto front, fastest first (the planner re-derives it); at most "
-        f"{MAX_FRONT} entries.",
-    )
-    slo: SloSpec = Field(description="The latency SLO the policy keeps.")
     hysteresis: Hysteresis = Field(
         default_factory=Hysteresis, description="Cooldowns and the slack buffer."
     )
@@ -224,10 +217,6 @@ class ParetoPolicySpec(CamelModel):
     metrics: MetricsSource | None = Field(
         default=None, description="Where the queue depth is read (not needed to simulate)."
     )
-    routing: RoutingTarget | None = Field(
-        default=None, description="The router to switch (not needed to simulate)."
-    )
-    paused: bool = Field(default=False, description="Hold the active configuration.")
     on_metrics_loss: MetricsLoss = Field(
         default=MetricsLoss.HOLD,
         description="When metrics are missing or stale: hold, or switch to the fastest.",
@@ -238,6 +227,22 @@ class ParetoPolicySpec(CamelModel):
     interval_seconds: Annotated[float, Field(gt=0, description="Time between two decisions.")] = (
         DEFAULT_INTERVAL_S
     )
+
+
+class ParetoPolicySpec(ServingSettings):
+    """A Pareto front of configurations and the rules for switching between them."""
+
+    front: list[FrontEntry] = Field(
+        min_length=1,
+        max_length=MAX_FRONT,
+        description="The Pareto front, fastest first (the planner re-derives it); at most "
+        f"{MAX_FRONT} entries.",
+    )
+    slo: SloSpec = Field(description="The latency SLO the policy keeps.")
+    routing: RoutingTarget | None = Field(
+        default=None, description="The router to switch (not needed to simulate)."
+    )
+    paused: bool = Field(default=False, description="Hold the active configuration.")
 
     @model_validator(mode="after")
     def _distinct_configs(self) -> ParetoPolicySpec:
@@ -283,18 +288,21 @@ class ParetoPolicySpec(CamelModel):
 def spec_for_plan(
     plan: Plan,
     hysteresis: Hysteresis | None = None,
+    serving: ServingSettings | None = None,
     **fields: Any,
 ) -> ParetoPolicySpec:
-    """The ParetoPolicy spec for a plan: its front, SLO, slack buffer and model."""
-    chosen = (hysteresis or Hysteresis()).model_copy(
+    """The ParetoPolicy spec for a plan (its front, SLO, slack buffer and model) and settings."""
+    base = serving or ServingSettings()
+    chosen = (hysteresis or base.hysteresis).model_copy(
         update={"slack_buffer_ms": plan.slack_buffer_ms}
     )
+    settings = {**base.model_dump(exclude={"hysteresis", "threshold_model"}), **fields}
     return ParetoPolicySpec(
         front=[FrontEntry.from_profile(t.profile) for t in plan.thresholds],
         slo=SloSpec(latency_ms=plan.slo.latency_ms, percentile=plan.slo.percentile),
         hysteresis=chosen,
         threshold_model=plan.model,
-        **fields,
+        **settings,
     )
 
 

@@ -527,13 +527,20 @@ def plan_policy(
     except (ValueError, ProfileError) as error:
         return PlanOutcome(None, f"{PROFILES_KEY}: {error}", "InvalidProfiles")
     try:
-        plan = plan_from_profiles(profiles, Slo(spec.slo.latency_ms, spec.slo.percentile))
+        plan = plan_from_profiles(
+            profiles,
+            Slo(spec.slo.latency_ms, spec.slo.percentile),
+            spec.serving.hysteresis.slack_buffer_ms,
+            spec.serving.threshold_model,
+        )
     except PlanError as error:
         return PlanOutcome(None, f"spec.{error.field}: {error.what}; {error.fix}", "SloUnreachable")
     policy = spec_for_plan(
         plan,
+        serving=spec.serving,
         routing=RoutingTarget(grpc_endpoint=grpc_endpoint, router_model=spec.triton.router_model),
-        metrics=MetricsSource(type=MetricsSourceType.TRITON, url=metrics_url),
+        metrics=spec.serving.metrics
+        or MetricsSource(type=MetricsSourceType.TRITON, url=metrics_url),
     )
     front = plan.thresholds
     fastest, accurate = front[0].profile, front[-1].profile

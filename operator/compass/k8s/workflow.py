@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, model_validator
 
-from compass.domain.policy import CamelModel
+from compass.domain.policy import CamelModel, ServingSettings
 from compass.domain.rules import CelRule, cel_rules, strictly_increasing
 from compass.domain.space import SpaceSpec
 
@@ -327,6 +327,12 @@ class CompoundWorkflowSpec(CamelModel):
     )
     slo: Slo = Field(description="The latency SLO the serving policy keeps.")
     triton: TritonEndpoint = Field(description="The Triton server and router model.")
+    serving: ServingSettings = Field(
+        default_factory=ServingSettings,
+        description="How the generated ParetoPolicy serves: hysteresis, threshold model, metrics "
+        "source (default: Triton's own /metrics at spec.triton), decision interval. A change "
+        "re-plans without any Job.",
+    )
 
 
 class Phase(StrEnum):
