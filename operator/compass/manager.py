@@ -1,11 +1,17 @@
 """The operator process (`compass operator`): kopf in-process, a liveness endpoint, and the
 operator's own Prometheus metrics.
 
-Exactly one operator must act on a cluster: two would both switch the same routers. kopf runs
-in standalone mode (no peering objects), and the Helm chart's Deployment has one replica with
-the Recreate strategy, so the old pod is gone before the new one starts: that is the
-documented way to have a single actor. A restarted operator loses nothing: every policy's
-state is in its status.
+Exactly one operator may act on a policy: two would both switch the same router. Two ways:
+
+- peering (`--peering NAME` / COMPASS_PEERING, what the Helm chart does): every replica joins
+  kopf's peering object NAME (a ClusterKopfPeering when watching the cluster, a KopfPeering in
+  each watched namespace) and only the live peer with the highest priority acts; the others
+  start paused and take over when it stops, or within the peering lifetime when it dies.
+  kopf pauses ALL peers that share the highest priority, so priorities must differ: by default
+  each process takes one derived from its start time (`automatic_priority`), the oldest acting.
+- standalone (the default by hand): no peering objects; run one process only.
+
+A replica that takes over loses nothing: every policy's state is in its status.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,6 +31,14 @@ from compass.usage import fail
 
 logger = logging.getLogger(__name__)
 
+PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
+# Helm creates custom resources (the peering objects) after the Deployment: give them a moment.
+PEERING_WAIT_S = 30.0
+
+
+class PeeringError(Exception):
+    """The peering CRD or object this operator must join is not there."""
+
 
 def register(commands: Any) -> None:
     """Add `compass operator` to the `compass` parser (kopf is imported when it runs)."""
@@ -32,7 +48,8 @@ def register(commands: Any) -> None:
         description="Run the kopf operator in this process: one Elastico timer per ParetoPolicy "
         "and the CompoundWorkflow handlers, kopf's liveness endpoint on COMPASS_HEALTH_PORT "
         "(/healthz) and the operator's Prometheus metrics on COMPASS_METRICS_PORT (/metrics). "
-        "Run one replica only (standalone: no peering).",
+        "Without --peering it runs standalone: run one process only. With --peering NAME "
+        "(COMPASS_PEERING) any number may run: only the one with the highest priority acts.",
     )
     command.add_argument(
         "-n",
@@ -45,6 +62,27 @@ def register(commands: Any) -> None:
     command.add_argument(
         "-A", "--all-namespaces", action="store_true", help="watch the whole cluster"
     )
+    peering = command.add_mutually_exclusive_group()
+    peering.add_argument(
+        "--peering",
+        metavar="NAME",
+        help="join kopf's peering object NAME (ClusterKopfPeering, or a KopfPeering in each "
+        "watched namespace; it must exist): only the highest-priority live operator acts "
+        "(default: COMPASS_PEERING, else standalone)",
+    )
+    peering.add_argument(
+        "--standalone",
+        action="store_true",
+        help="no peering even if COMPASS_PEERING is set: the only operator of its namespaces",
+    )
+    command.add_argument(
+        "--priority",
+        type=int,
+        metavar="N",
+        help="peering priority (default: COMPASS_PEERING_PRIORITY, else from the start time, "
+        "negative, so the oldest acts and any N >= 0 takes over from it); equal priorities "
+        "pause every peer that has them",
+    )
     command.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     command.set_defaults(handler=operator_command)
 
@@ -55,6 +93,7 @@ def operator_command(args: argparse.Namespace) -> int:
         settings = OperatorSettings()
     except ValidationError as error:
         fail("COMPASS_*", explain_validation_error(error), "fix that environment variable")
+    settings = with_command_line(settings, args)
     try:
         return run(
             settings,
@@ -64,6 +103,111 @@ def operator_command(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         fail("--namespace", str(error), "see 'compass operator --help'")
+    except PeeringError as error:
+        fail("--peering", str(error), PEERING_FIX)
+
+
+def with_command_line(settings: OperatorSettings, args: argparse.Namespace) -> OperatorSettings:
+    """The settings with the command line's peering options applied (they win over COMPASS_*)."""
+    update: dict[str, Any] = {}
+    if getattr(args, "standalone", False):
+        update["peering"] = None
+    elif getattr(args, "peering", None):
+        update["peering"] = args.peering
+    if getattr(args, "priority", None) is not None:
+        update["peering_priority"] = args.priority
+    return settings.model_copy(update=update)
+
+
+@dataclass(frozen=True)
+class Peering:
+    """How this process joins kopf's peering: the object's name, its priority, the lifetime."""
+
+    name: str
+    priority: int
+    lifetime_seconds: int
+
+
+def automatic_priority(started_ns: int) -> int:
+    """A priority from the start time (ns since the epoch): earlier is higher, so a replica
+    started later (a rolling update, a second replica) waits for the one already acting rather
+    than taking over mid-decision. Microseconds make a tie (which would pause both) practically
+    impossible; the value is negative, so any explicit priority >= 0 wins (kopf's --dev: 666)."""
+    return -(started_ns // 1000)
+
+
+def peering_of(settings: OperatorSettings, started_ns: int) -> Peering | None:
+    """This process's peering, or None when it runs standalone."""
+    if settings.peering is None:
+        return None
+    priority = settings.peering_priority
+    return Peering(
+        name=settings.peering,
+        priority=automatic_priority(started_ns) if priority is None else priority,
+        lifetime_seconds=settings.peering_lifetime_seconds,
+    )
+
+
+PEERING_FIX = (
+    "apply the chart's crds/kopf-peerings.yml and create the object (kind ClusterKopfPeering "
+    "when watching the cluster, else a KopfPeering in each watched namespace; apiVersion "
+    "kopf.dev/v1, no spec), or run without --peering"
+)
+
+
+def peering_kind(clusterwide: bool) -> tuple[str, str]:
+    """(kind, plural) of the peering objects kopf uses in this mode."""
+    if clusterwide:
+        return "ClusterKopfPeering", "clusterkopfpeerings"
+    return "KopfPeering", "kopfpeerings"
+
+
+def missing_peering_objects(
+    api: Any, name: str, clusterwide: bool, namespaces: list[str]
+) -> list[str]:
+    """Where the peering object is missing: [""] cluster-wide, else the namespaces. Listed by
+    name (list is what kopf needs anyway, get is not granted). PeeringError without the CRD."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    kind, plural = peering_kind(clusterwide)
+    custom: Any = client.CustomObjectsApi(api)
+    selector = f"metadata.name={name}"
+    missing = []
+    for namespace in [""] if clusterwide else namespaces:
+        try:
+            if clusterwide:
+                found = custom.list_cluster_custom_object(
+                    PEERING_GROUP, PEERING_VERSION, plural, field_selector=selector
+                )
+            else:
+                found = custom.list_namespaced_custom_object(
+                    PEERING_GROUP, PEERING_VERSION, namespace, plural, field_selector=selector
+                )
+        except ApiException as error:
+            if error.status == 404:
+                raise PeeringError(
+                    f"the {kind} CRD ({plural}.{PEERING_GROUP}) is missing"
+                ) from error
+            raise
+        if not found.get("items"):
+            missing.append(namespace)
+    return missing
+
+
+def wait_for_peering_objects(
+    api: Any, peering: Peering, clusterwide: bool, namespaces: list[str]
+) -> None:
+    """Wait up to PEERING_WAIT_S for the peering objects: kopf would stay paused, silently,
+    without them."""
+    kind, _ = peering_kind(clusterwide)
+    deadline = time.monotonic() + PEERING_WAIT_S
+    while missing := missing_peering_objects(api, peering.name, clusterwide, namespaces):
+        where = "cluster-wide" if clusterwide else "in " + ", ".join(missing)
+        if time.monotonic() >= deadline:
+            raise PeeringError(f"no {kind} {peering.name!r} {where}")
+        logger.warning("waiting for the %s %r %s", kind, peering.name, where)
+        time.sleep(2.0)
 
 
 def liveness_endpoint(settings: OperatorSettings) -> str:
@@ -84,12 +228,21 @@ def scope(
     return False, chosen
 
 
-def kopf_settings() -> Any:
-    """kopf's settings (a kopf.OperatorSettings) for this operator: standalone, no peering."""
+def kopf_settings(peering: Peering | None = None) -> Any:
+    """kopf's settings (a kopf.OperatorSettings) for this operator: standalone without peering;
+    with it, peering is mandatory (paused from the start until kopf has seen the peers, and
+    while the peering CRD is missing) so that a new replica never acts before it knows."""
     import kopf
 
     settings = kopf.OperatorSettings()
-    settings.peering.standalone = True
+    if peering is None:
+        settings.peering.standalone = True
+    else:
+        settings.peering.standalone = False
+        settings.peering.mandatory = True
+        settings.peering.name = peering.name
+        settings.peering.priority = peering.priority
+        settings.peering.lifetime = peering.lifetime_seconds
     # Events are posted where the code asks (switches, transitions), not from kopf's log lines.
     settings.posting.loggers = False
     return settings
@@ -115,6 +268,7 @@ def run(
 ) -> int:
     """Run the operator until SIGINT/SIGTERM (or ``stop_flag``); the exit code."""
     clusterwide, watched = scope(settings, namespaces, all_namespaces)
+    peering = peering_of(settings, time.time_ns())
     # Imported here so that `compass --help` and the other commands do not load kopf.
     # Importing compass.handlers registers every handler with kopf's default registry.
     import kopf
@@ -136,12 +290,27 @@ def run(
         settings.metrics_port,
         settings.health_port,
     )
+    if peering is None:
+        logger.info("compass operator: standalone (no peering): run no other operator here")
+    else:
+        kind, _ = peering_kind(clusterwide)
+        logger.info(
+            "compass operator: peering in %s %r with priority %d, lifetime %d s: acts only while "
+            "no live peer has a higher priority (paused until the peers are known)",
+            kind,
+            peering.name,
+            peering.priority,
+            peering.lifetime_seconds,
+        )
+    runtime = Runtime(settings=settings, metrics=metrics)
     memo: Any = kopf.Memo()
-    memo[RUNTIME_KEY] = Runtime(settings=settings, metrics=metrics)
+    memo[RUNTIME_KEY] = runtime
     try:
+        if peering is not None:
+            wait_for_peering_objects(runtime.api(), peering, clusterwide, watched)
         kopf.run(
-            settings=kopf_settings(),
-            standalone=True,
+            settings=kopf_settings(peering),
+            standalone=peering is None,
             clusterwide=clusterwide,
             namespaces=watched,
             liveness_endpoint=liveness_endpoint(settings),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -35,3 +35,26 @@ class OperatorSettings(BaseSettings):
         default=None,
         description="Reach every Triton at this host:port instead of its Service (tests, demo).",
     )
+    peering: str | None = Field(
+        default=None,
+        description="kopf peering object to join (a ClusterKopfPeering when watching the cluster, "
+        "a KopfPeering in each watched namespace); unset: standalone, no peering.",
+        max_length=253,
+    )
+    peering_priority: int | None = Field(
+        default=None,
+        description="Peering priority: the live operator with the highest acts, the rest pause; "
+        "unset: derived from the start time, so the oldest replica acts.",
+    )
+    peering_lifetime_seconds: int = Field(
+        default=60,
+        ge=5,
+        description="How long a peer counts as alive after its last keep-alive: a killed "
+        "operator's standby takes over within this.",
+    )
+
+    @field_validator("peering")
+    @classmethod
+    def _peering_name(cls, value: str | None) -> str | None:
+        """Empty means standalone (a Helm value rendered as "")."""
+        return value or None

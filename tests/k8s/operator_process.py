@@ -17,7 +17,8 @@ OPERATOR_START_S = 60.0
 
 @dataclass
 class Operator:
-    """`compass operator` as a child process watching one namespace."""
+    """`compass operator` as a child process watching one namespace (``args`` are added to its
+    command line, e.g. ("--peering", "name"))."""
 
     cluster: Cluster
     namespace: str
@@ -26,6 +27,7 @@ class Operator:
     process: subprocess.Popen[bytes] | None = None
     metrics_port: int = 0
     health_port: int = 0
+    args: tuple[str, ...] = ()
 
     def start(self) -> Operator:
         """Start it and wait for its liveness endpoint."""
@@ -45,6 +47,7 @@ class Operator:
                     "--verbose",
                     "--namespace",
                     self.namespace,
+                    *self.args,
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -73,6 +76,13 @@ class Operator:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=5)
+
+    def kill(self) -> None:
+        """SIGKILL: no clean exit (a node lost, an OOM kill), so nothing is handed over."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.kill()
+        self.process.wait(timeout=10)
 
     def metrics(self) -> str:
         """The operator's own /metrics."""

@@ -34,7 +34,7 @@ from compass.k8s.builders import (
     build_job_service_account,
 )
 from compass.k8s.crds import render_crds
-from compass.k8s.rbac import DISCOVERY_RULES, OPERATOR_RULES, permissions
+from compass.k8s.rbac import DISCOVERY_RULES, Rule, operator_rules, permissions
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "compass-operator"
@@ -75,7 +75,16 @@ FORBIDDEN: tuple[tuple[str, str, str, str], ...] = (
     ("create", "rbac.authorization.k8s.io", "clusterroles", ALL_NAMESPACES),
     ("bind", "rbac.authorization.k8s.io", "clusterroles", ALL_NAMESPACES),
     ("create", "rbac.authorization.k8s.io", "clusterrolebindings", ALL_NAMESPACES),
+    # Peering: kopf lists, watches and patches the objects the chart made, nothing more.
+    ("create", "kopf.dev", "kopfpeerings", HERE),
+    ("delete", "kopf.dev", "kopfpeerings", HERE),
+    ("update", "kopf.dev", "kopfpeerings", HERE),
+    ("create", "kopf.dev", "clusterkopfpeerings", ALL_NAMESPACES),
+    ("delete", "kopf.dev", "clusterkopfpeerings", ALL_NAMESPACES),
+    ("update", "kopf.dev", "clusterkopfpeerings", ALL_NAMESPACES),
+    ("get", "kopf.dev", "clusterkopfpeerings", ALL_NAMESPACES),
 )
+PEERING_CRDS = CHART / "crds" / "kopf-peerings.yml"
 
 
 @dataclass(frozen=True)
@@ -188,12 +197,27 @@ def _answers(
     return {check: _allowed(api, installed, *check) for check in checks}
 
 
-def _needed(namespaces: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
-    """(verb, group, resource, namespace) for every operator permission in these namespaces."""
+def _needed(
+    namespaces: tuple[str, ...], rules: tuple[Rule, ...] | None = None
+) -> list[tuple[str, str, str, str]]:
+    """(verb, group, resource, namespace) for every operator permission in these namespaces
+    (by default the namespaced mode's, with peering)."""
+    chosen = rules if rules is not None else operator_rules(clusterwide=False, peering=True)
     return [
         (verb, group, resource, namespace)
-        for group, resource, verb in sorted(permissions(OPERATOR_RULES))
+        for group, resource, verb in sorted(permissions(chosen))
         for namespace in namespaces
+    ]
+
+
+def _cluster_peering() -> list[tuple[str, str, str, str]]:
+    """list/watch/patch on the cluster-scoped ClusterKopfPeering objects."""
+    return [
+        (verb, group, resource, ALL_NAMESPACES)
+        for group, resource, verb in sorted(
+            permissions(operator_rules(clusterwide=True, peering=True))
+            - permissions(operator_rules(clusterwide=True, peering=False))
+        )
     ]
 
 
@@ -226,15 +250,18 @@ def test_chart_installs_its_objects(k8s_api: Any, cluster_mode: Installed) -> No
     deployment = json.loads(
         apps.read_namespaced_deployment(name, cluster_mode.namespace, _preload_content=False).data
     )
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    # Peering (the default): rolling, the new pod paused until the old one has exited.
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     assert deployment["spec"]["replicas"] == 1
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["COMPASS_PEERING"]["value"] == "compass-operator"
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == name
     assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
     core.read_namespaced_service_account(name, cluster_mode.namespace, _preload_content=False)
     core.read_namespaced_service(f"{name}-metrics", cluster_mode.namespace, _preload_content=False)
     extensions: Any = client.ApiextensionsV1Api(k8s_api)
-    for crd in render_crds():
+    for crd in [*render_crds(), *_peering_crds()]:
         status = json.loads(
             extensions.read_custom_resource_definition(
                 crd.removesuffix(".yaml"), _preload_content=False
@@ -242,6 +269,16 @@ def test_chart_installs_its_objects(k8s_api: Any, cluster_mode: Installed) -> No
         )["status"]
         conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
         assert conditions.get("Established") == "True", crd
+    # The chart's peering object, which every replica joins (kopf pauses without it).
+    custom: Any = client.CustomObjectsApi(k8s_api)
+    custom.get_cluster_custom_object(
+        "kopf.dev", "v1", "clusterkopfpeerings", "compass-operator", _preload_content=False
+    )
+
+
+def _peering_crds() -> list[str]:
+    """Names of the chart's kopf peering CRDs (crds/kopf-peerings.yml, not generated)."""
+    return [d["metadata"]["name"] for d in yaml.safe_load_all(PEERING_CRDS.read_text()) if d]
 
 
 def test_bad_values_fail_install_naming_the_key(k8s_cluster: Cluster, k8s_api: Any) -> None:
@@ -264,16 +301,43 @@ def test_uninstall_keeps_the_crds(k8s_cluster: Cluster, k8s_api: Any) -> None:
     """Helm never deletes crds/: the custom resources outlive a `helm uninstall`."""
     release = f"tmp{_suffix()}"
     rbac = client.RbacAuthorizationV1Api(k8s_api)
-    with _release(k8s_cluster, k8s_api, release, {}, ()):
+    # Its own peering object: the module's cluster-mode release holds the default one.
+    with _release(k8s_cluster, k8s_api, release, {"peering": {"name": release}}, ()):
         rbac.read_cluster_role(f"{release}-compass-operator", _preload_content=False)
     with pytest.raises(ApiException) as gone:
         rbac.read_cluster_role(f"{release}-compass-operator", _preload_content=False)
     assert gone.value.status == 404
     extensions = client.ApiextensionsV1Api(k8s_api)
-    for crd in render_crds():
+    for crd in [*render_crds(), *_peering_crds()]:
         extensions.read_custom_resource_definition(
             crd.removesuffix(".yaml"), _preload_content=False
         )
+
+
+def test_second_release_on_the_same_peering_fails_to_install(
+    k8s_cluster: Cluster, k8s_api: Any, cluster_mode: Installed
+) -> None:
+    """Two cluster-wide releases would be two operators on every policy: the second one's
+    ClusterKopfPeering (the same default name) belongs to the first, so Helm refuses it."""
+    namespace = f"second-{_suffix()}"
+    _create_namespaces(k8s_api, namespace)
+    try:
+        with _helm(k8s_cluster, namespace) as config:
+            with pytest.raises(helm.HelmError) as error:
+                config.install(str(CHART), "second", {}, namespace=namespace, timeout=60)
+            message = str(error.value)
+            assert 'ClusterKopfPeering "compass-operator"' in message, message
+            assert cluster_mode.release in message, message
+            with contextlib.suppress(helm.HelmError):
+                config.uninstall("second", timeout=60)
+    finally:
+        _delete_namespaces(k8s_api, namespace)
+    # Nothing of the second release was left behind.
+    with pytest.raises(ApiException) as absent:
+        client.RbacAuthorizationV1Api(k8s_api).read_cluster_role(
+            "second-compass-operator", _preload_content=False
+        )
+    assert absent.value.status == 404
 
 
 # ------------------------------------------------------------------------------ RBAC
@@ -281,9 +345,10 @@ def test_uninstall_keeps_the_crds(k8s_cluster: Cluster, k8s_api: Any) -> None:
 
 def test_cluster_mode_allows_what_the_operator_needs(k8s_api: Any, cluster_mode: Installed) -> None:
     """Every operator permission in any namespace (list/watch across all too), and discovery."""
-    checks = _needed((*cluster_mode.workloads, "any-namespace-at-all"))
-    checks += [c for c in _needed((ALL_NAMESPACES,)) if c[0] in ("list", "watch")]
-    checks += _discovery()
+    rules = operator_rules(clusterwide=True, peering=False)
+    checks = _needed((*cluster_mode.workloads, "any-namespace-at-all"), rules)
+    checks += [c for c in _needed((ALL_NAMESPACES,), rules) if c[0] in ("list", "watch")]
+    checks += _discovery() + _cluster_peering()
     denied = [
         check for check, allowed in _answers(k8s_api, cluster_mode, checks).items() if not allowed
     ]
@@ -302,11 +367,14 @@ def test_cluster_mode_denies_the_rest(k8s_api: Any, cluster_mode: Installed) -> 
 def test_namespaced_mode_allows_only_the_watched_namespaces(
     k8s_api: Any, namespaced_mode: Installed
 ) -> None:
-    """Everything the operator needs in team-a and team-b; none of it in team-c or cluster-wide."""
+    """Everything the operator needs in team-a and team-b (its KopfPeerings too); none of it in
+    team-c or cluster-wide, nor the cluster-scoped ClusterKopfPeerings."""
     allowed = _answers(k8s_api, namespaced_mode, _needed(namespaced_mode.workloads) + _discovery())
     assert [check for check, ok in allowed.items() if not ok] == []
     elsewhere = _answers(
-        k8s_api, namespaced_mode, _needed((namespaced_mode.elsewhere, ALL_NAMESPACES))
+        k8s_api,
+        namespaced_mode,
+        _needed((namespaced_mode.elsewhere, ALL_NAMESPACES)) + _cluster_peering(),
     )
     assert [check for check, ok in elsewhere.items() if ok] == []
 

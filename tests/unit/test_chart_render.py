@@ -17,7 +17,14 @@ import helm_python as helm
 import pytest
 import yaml
 
-from compass.k8s.rbac import DISCOVERY_RULES, OPERATOR_RULES, permissions
+from compass.k8s.rbac import (
+    CLUSTER_PEERING_RULES,
+    DISCOVERY_RULES,
+    NAMESPACED_PEERING_RULES,
+    OPERATOR_RULES,
+    operator_rules,
+    permissions,
+)
 from compass.settings import OperatorSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,8 +86,8 @@ def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def env(objects: list[dict[str, Any]]) -> dict[str, str]:
-    """The operator container's environment (plain values)."""
-    return {e["name"]: e["value"] for e in container(objects)["env"]}
+    """The operator container's environment (plain values; not those from valueFrom)."""
+    return {e["name"]: e["value"] for e in container(objects)["env"] if "value" in e}
 
 
 def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
@@ -114,11 +121,13 @@ def test_chart_metadata_matches_the_project() -> None:
         None,
         {
             "watchNamespaces": ["team-a", "team-b"],
+            "replicaCount": 2,
             "metrics": {"serviceMonitor": {"enabled": True}},
             "grafanaDashboard": {"enabled": True},
         },
+        {"peering": {"enabled": False}},
     ],
-    ids=["defaults", "everything-on"],
+    ids=["defaults", "everything-on", "standalone"],
 )
 def test_lint_is_clean(values: dict[str, Any] | None) -> None:
     """`helm lint --strict`: no warnings or errors (only the icon suggestion, an info)."""
@@ -165,10 +174,12 @@ def test_every_values_key_is_commented_and_in_the_schema() -> None:
 
 
 def test_default_render_is_cluster_mode() -> None:
-    """Defaults: ServiceAccount, ClusterRoles and bindings, Deployment, metrics Service."""
+    """Defaults: ServiceAccount, ClusterRoles and bindings, the ClusterKopfPeering, Deployment,
+    metrics Service."""
     objects = render()
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == [
+        "ClusterKopfPeering",
         "ClusterRole",
         "ClusterRole",
         "ClusterRoleBinding",
@@ -180,19 +191,24 @@ def test_default_render_is_cluster_mode() -> None:
     for obj in objects:
         labels = obj["metadata"]["labels"]
         assert STANDARD_LABELS.items() <= labels.items(), obj["metadata"]["name"]
-        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"):
             assert obj["metadata"]["namespace"] == NAMESPACE
     assert "COMPASS_NAMESPACES" not in env(objects)
     assert "cluster-wide" in notes()
 
 
 def test_deployment_is_one_locked_down_operator() -> None:
-    """One replica, Recreate, `compass operator`, probes, resources, non-root, read-only root."""
+    """One replica, rolling (peering), `compass operator`, probes, resources, non-root,
+    read-only root."""
     objects = render()
     deployment = only(objects, "Deployment")
     spec = deployment["spec"]
     assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    # Peering: the new pod starts before the old one goes, and waits (paused) for it to exit.
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     pod = spec["template"]["spec"]
     selector = spec["selector"]["matchLabels"]
     assert selector == {
@@ -242,6 +258,8 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
         "COMPASS_NAMESPACES",
         "COMPASS_METRICS_PORT",
         "COMPASS_HEALTH_PORT",
+        "COMPASS_PEERING",
+        "COMPASS_PEERING_LIFETIME_SECONDS",
     }
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
@@ -250,6 +268,12 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
     assert settings.job_service_account == "runner"
     assert settings.namespaces == ["team-a", "team-b"]
     assert (settings.metrics_port, settings.health_port) == (9090, 9091)
+    assert settings.peering == "compass-operator"
+    assert settings.peering_priority is None  # each replica its own, from its start time
+    assert settings.peering_lifetime_seconds == 60
+    # kopf names a replica in the peering object by POD_ID: the pod's name.
+    [pod_id] = [e for e in container(objects)["env"] if e["name"] == "POD_ID"]
+    assert pod_id["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     ports = {p["name"]: p["containerPort"] for p in container(objects)["ports"]}
     assert ports == {"metrics": 9090, "health": 9091}
 
@@ -266,7 +290,14 @@ def test_cluster_rbac_is_exactly_what_the_operator_needs() -> None:
     """The ClusterRole grants compass.k8s.rbac's rules and nothing more; bound to the SA."""
     objects = render()
     roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
-    assert granted(roles[FULLNAME]["rules"]) == permissions(OPERATOR_RULES)
+    assert granted(roles[FULLNAME]["rules"]) == permissions(
+        operator_rules(clusterwide=True, peering=True)
+    )
+    standalone = render({"peering": {"enabled": False}})
+    [plain] = [
+        o for o in standalone if o["metadata"]["name"] == FULLNAME and o["kind"] == "ClusterRole"
+    ]
+    assert granted(plain["rules"]) == permissions(OPERATOR_RULES)
     assert granted(roles[f"{FULLNAME}-discovery"]["rules"]) == permissions(DISCOVERY_RULES)
     for rule in [*roles[FULLNAME]["rules"], *roles[f"{FULLNAME}-discovery"]["rules"]]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
@@ -288,7 +319,9 @@ def test_namespaced_mode_grants_a_role_per_watched_namespace() -> None:
     assert sorted(r["metadata"]["namespace"] for r in roles) == watched
     assert sorted(b["metadata"]["namespace"] for b in bindings) == watched
     for role in roles:
-        assert granted(role["rules"]) == permissions(OPERATOR_RULES)
+        assert granted(role["rules"]) == permissions(
+            operator_rules(clusterwide=False, peering=True)
+        )
     for binding in bindings:
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
@@ -372,6 +405,64 @@ def test_grafana_dashboard_configmap() -> None:
     assert len(ids) == len(set(ids))
 
 
+# ------------------------------------------------------------------------------ peering
+
+
+def _peering_crds() -> dict[str, dict[str, Any]]:
+    """The chart's kopf peering CRDs by kind."""
+    documents = yaml.safe_load_all((CHART / "crds" / "kopf-peerings.yml").read_text())
+    return {d["spec"]["names"]["kind"]: d for d in documents if d}
+
+
+def test_peering_crds_are_what_kopf_watches() -> None:
+    """kopf.dev/v1 ClusterKopfPeering (Cluster) and KopfPeering (Namespaced), no status
+    subresource (kopf merge-patches the object), and the RBAC names their plurals."""
+    from kopf._cogs.structs import references
+
+    crds = _peering_crds()
+    assert set(crds) == {"ClusterKopfPeering", "KopfPeering"}
+    expected = {
+        "ClusterKopfPeering": ("Cluster", references.CLUSTER_PEERINGS_K, CLUSTER_PEERING_RULES),
+        "KopfPeering": ("Namespaced", references.NAMESPACED_PEERINGS_K, NAMESPACED_PEERING_RULES),
+    }
+    for kind, (scope, selector, rules) in expected.items():
+        spec = crds[kind]["spec"]
+        assert spec["scope"] == scope
+        assert (spec["group"], spec["versions"][0]["name"]) == (selector.group, selector.version)
+        assert spec["names"]["plural"] == selector.any_name
+        assert crds[kind]["metadata"]["name"] == f"{selector.any_name}.{spec['group']}"
+        assert "subresources" not in spec["versions"][0]
+        assert {(r.api_group, r.resources) for r in rules} == {
+            (spec["group"], (selector.any_name,))
+        }
+
+
+def test_peering_objects_follow_the_mode() -> None:
+    """One ClusterKopfPeering (cluster mode) or a KopfPeering per watched namespace, named as
+    COMPASS_PEERING says; none (and Recreate, one replica) without peering."""
+    cluster = render({"peering": {"name": "ops-peering"}})
+    peering = only(cluster, "ClusterKopfPeering")
+    assert peering["apiVersion"] == "kopf.dev/v1"
+    assert "namespace" not in peering["metadata"]
+    assert peering["metadata"]["name"] == env(cluster)["COMPASS_PEERING"] == "ops-peering"
+    watched = ["team-a", "team-b"]
+    namespaced = render({"watchNamespaces": watched, "replicaCount": 2})
+    peerings = [o for o in namespaced if o["kind"] == "KopfPeering"]
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == watched
+    assert {p["metadata"]["name"] for p in peerings} == {"compass-operator"}
+    assert not [o for o in namespaced if o["kind"] == "ClusterKopfPeering"]
+    assert only(namespaced, "Deployment")["spec"]["replicas"] == 2
+
+    standalone = render({"peering": {"enabled": False}})
+    assert not {o["kind"] for o in standalone} & {"ClusterKopfPeering", "KopfPeering"}
+    assert "COMPASS_PEERING" not in env(standalone)
+    assert "POD_ID" not in {e["name"] for e in container(standalone)["env"]}
+    spec = only(standalone, "Deployment")["spec"]
+    assert (spec["replicas"], spec["strategy"]) == (1, {"type": "Recreate"})
+    assert "Peering is off" in notes({"peering": {"enabled": False}})
+    assert "kubectl get clusterkopfpeering compass-operator" in notes()
+
+
 # ------------------------------------------------------------------------------ bad values
 
 
@@ -389,7 +480,11 @@ def test_grafana_dashboard_configmap() -> None:
         ({"metrics": {"serviceMonitor": {"interval": "30"}}}, "/metrics/serviceMonitor/interval"),
         ({"metrics": {"serviceMonitor": {"enable": True}}}, "enable"),
         ({"rbac": {"create": "yes"}}, "/rbac/create"),
-        ({"replicaCount": 2}, "replicaCount"),
+        ({"replicaCount": 2, "peering": {"enabled": False}}, "replicaCount"),
+        ({"replicaCount": 0}, "/replicaCount"),
+        ({"peering": {"name": "Not_A_Name"}}, "/peering/name"),
+        ({"peering": {"lifetimeSeconds": 1}}, "/peering/lifetimeSeconds"),
+        ({"peering": {"enable": True}}, "enable"),
         ({"grafanaDashboard": {"sloLatencyMs": 0}}, "/grafanaDashboard/sloLatencyMs"),
     ],
 )

@@ -102,3 +102,19 @@ appear later, and lists Namespaces to resolve its namespace patterns. */}}
   resources: ["namespaces"]
   verbs: ["get", "list", "watch"]
 {{- end }}
+
+{{/* kopf's peering (peering.enabled): list and watch the peering objects and merge-patch this
+replica's keep-alive into their status, nothing else (the chart creates them). Cluster mode:
+the cluster-scoped ClusterKopfPeering, in the ClusterRole; namespaced mode: the KopfPeering of
+each watched namespace, in its Role. */}}
+{{- define "compass-operator.clusterPeeringRules" -}}
+- apiGroups: ["kopf.dev"]
+  resources: ["clusterkopfpeerings"]
+  verbs: ["list", "watch", "patch"]
+{{- end }}
+
+{{- define "compass-operator.namespacedPeeringRules" -}}
+- apiGroups: ["kopf.dev"]
+  resources: ["kopfpeerings"]
+  verbs: ["list", "watch", "patch"]
+{{- end }}

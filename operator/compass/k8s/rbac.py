@@ -55,6 +55,27 @@ DISCOVERY_RULES: tuple[Rule, ...] = (
 )
 
 
+# kopf's peering (chart value peering.enabled), what kopf itself does with the objects: list and
+# watch them (the peering observer) and merge-patch its own keep-alive into their status (the
+# CRDs have no status subresource, so the object itself). It never creates, gets or deletes
+# them: the chart creates them (`compass operator` lists them by name at start, to fail
+# clearly where one is missing). Cluster mode uses the cluster-scoped ClusterKopfPeering (in the
+# ClusterRole), namespaced mode a KopfPeering in each watched namespace (in each Role).
+CLUSTER_PEERING_RULES: tuple[Rule, ...] = (
+    Rule("kopf.dev", ("clusterkopfpeerings",), ("list", "watch", "patch")),
+)
+NAMESPACED_PEERING_RULES: tuple[Rule, ...] = (
+    Rule("kopf.dev", ("kopfpeerings",), ("list", "watch", "patch")),
+)
+
+
+def operator_rules(*, clusterwide: bool, peering: bool) -> tuple[Rule, ...]:
+    """The rules of the operator's ClusterRole (cluster mode) or of each Role (namespaced)."""
+    if not peering:
+        return OPERATOR_RULES
+    return OPERATOR_RULES + (CLUSTER_PEERING_RULES if clusterwide else NAMESPACED_PEERING_RULES)
+
+
 def permissions(rules: tuple[Rule, ...]) -> set[tuple[str, str, str]]:
     """Every (api group, resource, verb) the rules grant."""
     return set().union(*(rule.permissions() for rule in rules))

@@ -1,0 +1,257 @@
+"""Two `compass operator` processes with kopf peering on one namespace: only one acts.
+
+A real API server, the chart's kopf peering CRDs, a KopfPeering object, a real tritonserver with
+rag-sim (the fixtures of test_policy_controller.py) and one ParetoPolicy: the risk peering
+guards against is two operators switching the same router. Each process has its own /metrics
+and log, so which one decides is observable: the one started first acts (its priority is
+higher, see compass.manager.automatic_priority), the other stays paused; SIGKILL the active
+one and the standby takes over once the dead one's keep-alive expires, carrying on from the
+status without a flip. With equal priorities kopf pauses both until one leaves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import Cluster, wait_for
+from e2e_shared import GROUP, POLICY_PLURAL, VERSION, Policies, install_crds
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from operator_process import Operator
+from test_policy_controller import (  # noqa: F401 (router, triton: fixtures)
+    ACCURATE,
+    ACCURATE_NAME,
+    FASTEST,
+    policy_spec,
+    router,
+    triton,
+    wait_active,
+)
+
+from compass.domain.space import config_key
+from compass.manager import missing_peering_objects
+from compass.serving.local import LocalTriton
+from compass.serving.triton import TritonRouter
+
+REPO = Path(__file__).resolve().parents[2]
+PEERING_CRDS = REPO / "charts" / "compass-operator" / "crds" / "kopf-peerings.yml"
+# Short, so that a takeover after a kill is quick; kopf sends a keep-alive 5-10 s before it
+# runs out (at least every second), so a live peer never expires.
+LIFETIME_S = 10
+# The latest a live peer's last keep-alive can be before it is killed (kopf: lifetime - 5 s).
+KEEPALIVE_MAX_S = LIFETIME_S - 5
+# After the dead peer's deadline: kopf re-lists the policies, the timer starts, the first tick.
+RESUME_S = 5.0
+DECISIONS = re.compile(r'^compass_reconciles_total\{kind="ParetoPolicy",result="ok"\} (\S+)$', re.M)
+
+
+@pytest.fixture(scope="module")
+def crds(k8s_cluster: Cluster) -> None:
+    """The compass.io CRDs, and kopf's peering CRDs from the chart's crds/, established."""
+    install_crds(k8s_cluster)
+    k8s_cluster.kubectl("apply", "-f", str(PEERING_CRDS))
+    k8s_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=30s", "crd/kopfpeerings.kopf.dev"
+    )
+
+
+@pytest.fixture(scope="module")
+def namespace(k8s_api: Any, crds: None) -> Iterator[str]:
+    """One namespace for the module."""
+    core = client.CoreV1Api(k8s_api)
+    name = f"peering-{time.monotonic_ns() % 100000}"
+    core.create_namespace({"metadata": {"name": name}}, _preload_content=False)
+    yield name
+    core.delete_namespace(name, _preload_content=False)
+
+
+class Peers:
+    """Operator processes joining one KopfPeering object, stopped after the test."""
+
+    def __init__(self, cluster: Cluster, api: Any, namespace: str, name: str, logs: Path) -> None:
+        self.cluster, self.namespace, self.name, self.logs = cluster, namespace, name, logs
+        self.custom: Any = client.CustomObjectsApi(api)
+        self.started: list[Operator] = []
+        body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": name}}
+        self.custom.create_namespaced_custom_object(
+            "kopf.dev", "v1", namespace, "kopfpeerings", body, _preload_content=False
+        )
+
+    def start(self, identity: str, *args: str) -> Operator:
+        """`compass operator --peering NAME` as ``identity`` (kopf's POD_ID), once it is a peer."""
+        operator = Operator(
+            self.cluster,
+            self.namespace,
+            self.logs / f"{identity}.log",
+            env={"POD_ID": identity, "COMPASS_PEERING_LIFETIME_SECONDS": str(LIFETIME_S)},
+            args=("--peering", self.name, *args),
+        )
+        self.started.append(operator)
+        operator.start()
+        wait_for(lambda: identity in self.peers(), 30, f"{identity}'s keep-alive", 0.2)
+        return operator
+
+    def peers(self) -> dict[str, Any]:
+        """The peering object's status: identity -> priority, lifetime, lastseen."""
+        response = self.custom.get_namespaced_custom_object(
+            "kopf.dev", "v1", self.namespace, "kopfpeerings", self.name, _preload_content=False
+        )
+        return dict(json.loads(response.data).get("status") or {})
+
+    def stop_all(self) -> None:
+        for operator in self.started:
+            operator.stop()
+
+
+@pytest.fixture
+def peers(
+    k8s_cluster: Cluster, k8s_api: Any, namespace: str, tmp_path: Path, request: Any
+) -> Iterator[Peers]:
+    """A fresh peering object for the test (named after it) and the operators that join it."""
+    name = request.node.name.replace("_", "-")[:40].strip("-")
+    made = Peers(k8s_cluster, k8s_api, namespace, name, tmp_path)
+    yield made
+    for operator in made.started:
+        print(f"{operator.log.name}:\n{operator.tail()}")  # pytest shows it when a test failed
+    made.stop_all()
+
+
+@pytest.fixture
+def policies(k8s_api: Any, namespace: str, peers: Peers) -> Iterator[Policies]:
+    """Policies of one test, deleted after it while its operators still run (one removes the
+    finalizer); where none acts (a failed test), the finalizers are dropped instead."""
+    made = Policies(client.CustomObjectsApi(k8s_api), client.CoreV1Api(k8s_api), namespace)
+    yield made
+    try:
+        made.delete_all()
+    except TimeoutError:
+        for name in made.created:
+            with contextlib.suppress(ApiException):
+                made.api.patch_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    POLICY_PLURAL,
+                    name,
+                    {"metadata": {"finalizers": None}},
+                    _preload_content=False,
+                )
+        raise
+
+
+def log(operator: Operator) -> str:
+    """The process's whole log (kopf's debug lines included)."""
+    return operator.log.read_text(encoding="utf-8", errors="replace")
+
+
+def decisions(operator: Operator) -> float:
+    """The ParetoPolicy decisions this process made (its compass_reconciles_total)."""
+    found = DECISIONS.search(operator.metrics())
+    return float(found.group(1)) if found else 0.0
+
+
+def acts_on(operator: Operator, namespace: str, policy: str) -> bool:
+    """Whether this process has published the policy's gauges (only a deciding one does)."""
+    return f'namespace="{namespace}",policy="{policy}"' in operator.metrics()
+
+
+def test_only_the_oldest_acts_and_the_standby_takes_over_after_a_kill(
+    triton: LocalTriton,  # noqa: F811
+    router: TritonRouter,  # noqa: F811
+    peers: Peers,
+    policies: Policies,
+) -> None:
+    first = peers.start("operator-a")
+    second = peers.start("operator-b")
+    priorities = {identity: peer["priority"] for identity, peer in peers.peers().items()}
+    assert priorities["operator-a"] > priorities["operator-b"], priorities
+    assert {peer["lifetime"] for peer in peers.peers().values()} == {LIFETIME_S}
+
+    policies.create("shared", policy_spec(triton))
+    # Idle: the policy climbs from FASTEST (what the router serves) to ACCURATE after 2 s.
+    before = wait_active(policies, "shared", router, ACCURATE, 30)
+    wait_for(lambda: decisions(first) >= 5, 30, "five decisions by operator-a", 0.2)
+    assert decisions(second) == 0
+    assert acts_on(first, policies.namespace, "shared")
+    assert not acts_on(second, policies.namespace, "shared")
+    # The standby says why it does nothing: kopf keeps its policy watch paused on the peering.
+    paused = (
+        f"Pausing the watch-stream for paretopolicies.v1alpha1.compass.io in '{policies.namespace}'"
+    )
+    assert paused in log(second), log(second)
+    assert f"blockers: {peers.name}@{policies.namespace}" in log(second)
+    assert before["switches"] == 1
+
+    first.kill()
+    killed_at = time.monotonic()
+    wait_for(
+        lambda: decisions(second) > 0, LIFETIME_S + RESUME_S + 30, "operator-b's takeover", 0.1
+    )
+    took = time.monotonic() - killed_at
+    print(f"operator-b took over {took:.1f} s after operator-a was killed")
+    # Not before the dead peer's keep-alive could have expired, and within the lifetime once
+    # kopf noticed (plus the re-listing and the first tick).
+    assert LIFETIME_S - KEEPALIVE_MAX_S - 0.5 <= took <= LIFETIME_S + RESUME_S, took
+
+    # It carries on from the status: the same configuration, no switch, no flip of the router.
+    time.sleep(3)  # three more decisions
+    after = policies.status("shared")
+    assert decisions(second) >= 3
+    assert router.active_config() == config_key(ACCURATE)
+    assert after["switches"] == before["switches"] == 1
+    assert after["active"]["name"] == ACCURATE_NAME
+    assert after["lastObservationTime"] > before["lastObservationTime"]
+    assert acts_on(second, policies.namespace, "shared")
+    assert len(policies.events("shared", "ConfigurationSwitched")) == 1
+    assert set(peers.peers()) == {"operator-b"}, "the dead peer was not cleaned up"
+
+
+def test_equal_priorities_pause_both_until_one_leaves(
+    triton: LocalTriton,  # noqa: F811
+    router: TritonRouter,  # noqa: F811
+    peers: Peers,
+    policies: Policies,
+) -> None:
+    """kopf's rule, and why compass gives every process its own priority by default."""
+    first = peers.start("tie-a", "--priority", "7")
+    second = peers.start("tie-b", "--priority", "7")
+    policies.create("tied", policy_spec(triton))
+    for operator in (first, second):
+        wait_for(
+            lambda op=operator: "Possibly conflicting operators with the same priority" in log(op),
+            30,
+            f"{operator.log.name}'s warning",
+        )
+    time.sleep(4)  # past the 2 s cooldown: an acting operator would have decided and climbed
+    assert decisions(first) == decisions(second) == 0
+    assert not policies.status("tied")
+    assert router.active_config() == config_key(FASTEST)
+
+    # A clean exit removes the peer at once: the other resumes without waiting for a lifetime.
+    left_at = time.monotonic()
+    first.stop()
+    wait_for(lambda: decisions(second) > 0, 30, "tie-b resuming", 0.1)
+    assert time.monotonic() - left_at < LIFETIME_S
+    assert "Resuming operations after the pause" in log(second)
+    wait_active(policies, "tied", router, ACCURATE, 30)
+
+
+def test_missing_peering_objects_are_named(k8s_api: Any, namespace: str) -> None:
+    """What `compass operator --peering` checks first: kopf would stay paused, silently,
+    without its peering object."""
+    assert missing_peering_objects(k8s_api, "absent", False, [namespace]) == [namespace]
+    assert missing_peering_objects(k8s_api, "absent", True, []) == [""]
+    custom: Any = client.CustomObjectsApi(k8s_api)
+    body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "present"}}
+    custom.create_namespaced_custom_object(
+        "kopf.dev", "v1", namespace, "kopfpeerings", body, _preload_content=False
+    )
+    assert missing_peering_objects(k8s_api, "present", False, [namespace]) == []
+    assert missing_peering_objects(k8s_api, "present", False, [namespace, "default"]) == ["default"]
