@@ -1,0 +1,289 @@
+"""What bench/operator_scale.py and bench/operator_latency.py share: the real control plane,
+rag-sim on Triton, `compass operator` as a child process, and reading its CPU, RSS and metrics.
+
+Not a benchmark itself. Every process started here is registered on an ExitStack, so it is
+stopped by PID on exit, on an error and on Ctrl-C / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+for _path in (REPO_ROOT / "operator", REPO_ROOT / "tests" / "k8s"):
+    if str(_path) not in sys.path:
+        sys.path.append(str(_path))
+
+from cluster import Cluster, ensure_binaries, free_port, log_tail, wait_for  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from compass.domain.evaluation import Config  # noqa: E402
+from compass.serving.local import LocalTriton, assemble_repository  # noqa: E402
+
+GROUP, VERSION = "compass.io", "v1alpha1"
+POLICY_PLURAL, WORKFLOW_PLURAL = "paretopolicies", "compoundworkflows"
+OUT_DIR = REPO_ROOT / "bench" / "out"
+COMPONENTS = ("retriever", "reranker", "generator")
+# rag-sim at a tenth of its measured latencies (as tests/k8s/test_policy_controller.py): through
+# the router the fastest configuration takes ~20 ms a request, the most accurate ~33 ms.
+TIME_SCALE = 0.1
+FASTEST: Config = {
+    "generator_model": "llama3.2:3b",
+    "retriever_k": 20,
+    "reranker_k": 1,
+    "reranker_model": "ms-marco",
+}
+ACCURATE: Config = {**FASTEST, "generator_model": "gemma3:12b"}
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def interrupt_on_sigterm() -> None:
+    """SIGTERM and SIGINT raise KeyboardInterrupt, so the ExitStack's clean-up runs (SIGINT
+    too when started in the background by a shell, which would leave it ignored)."""
+
+    def _raise(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _raise)
+    signal.signal(signal.SIGINT, _raise)
+
+
+def start_cluster(stack: contextlib.ExitStack, workdir: Path) -> Cluster:
+    """etcd + kube-apiserver + kube-controller-manager (hack/k8s/build.sh's cached binaries),
+    with the compass.io CRDs applied and established."""
+    binaries = ensure_binaries(stream=sys.stderr)
+    cluster = Cluster(binaries, workdir / "k8s")
+    stack.callback(cluster.stop)
+    cluster.start()
+    # Client-side validation off: kubectl 1.20 rejects schema keywords newer than itself
+    # (x-kubernetes-validations), which the 1.20 API server simply drops.
+    cluster.kubectl("apply", "--validate=false", "-f", str(REPO_ROOT / "crds"))
+    for plural in (POLICY_PLURAL, WORKFLOW_PLURAL):
+        cluster.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{plural}.{GROUP}"
+        )
+    return cluster
+
+
+def start_triton(
+    stack: contextlib.ExitStack, workdir: Path, active: Mapping[str, Any] | None = None
+) -> LocalTriton:
+    """tritonserver serving rag-sim (router + three components) at TIME_SCALE."""
+    parameters: dict[str, dict[str, str]] = {c: {"time_scale": str(TIME_SCALE)} for c in COMPONENTS}
+    if active is not None:
+        parameters["router"] = {"compass_active_config": json.dumps(active, sort_keys=True)}
+    repository = assemble_repository("rag-sim", workdir / "models", parameters)
+    server = LocalTriton(repository=repository, models=[*COMPONENTS, "router"])
+    stack.callback(server.stop)
+    return server.start(workdir)
+
+
+def create_namespace(cluster: Cluster, name: str) -> str:
+    """A namespace whose default service account has its token (pods can be admitted)."""
+    cluster.request("/api/v1/namespaces", "POST", {"metadata": {"name": name}})
+
+    def has_token() -> bool:
+        try:
+            account = cluster.request(f"/api/v1/namespaces/{name}/serviceaccounts/default")
+        except OSError:
+            return False
+        return bool(account.get("secrets"))
+
+    wait_for(has_token, 30, f"the default service account of {name}")
+    return name
+
+
+@dataclass
+class OperatorProcess:
+    """`compass operator` watching one namespace, as it runs in production (not --verbose)."""
+
+    cluster: Cluster
+    namespace: str
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    metrics_port: int = 0
+    health_port: int = 0
+
+    def start(self) -> OperatorProcess:
+        """Start it and wait for its liveness endpoint."""
+        self.metrics_port, self.health_port = free_port(), free_port()
+        env = {
+            **os.environ,
+            **self.cluster.env(),
+            **self.env,
+            "COMPASS_METRICS_PORT": str(self.metrics_port),
+            "COMPASS_HEALTH_PORT": str(self.health_port),
+        }
+        compass = Path(sys.executable).parent / "compass"
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [str(compass), "operator", "--namespace", self.namespace],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        wait_for(self._alive, 60, f"the operator's /healthz\n{log_tail(self.log)}", 0.2)
+        return self
+
+    @property
+    def pid(self) -> int:
+        """The operator's PID."""
+        assert self.process is not None
+        return self.process.pid
+
+    def _alive(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the operator exited {self.process.returncode}:\n{self.tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """SIGTERM, and SIGKILL if it does not stop in time."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+
+    def metrics(self) -> str:
+        """The operator's own /metrics."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+
+    def tail(self, lines: int = 40) -> str:
+        """The end of its log."""
+        return log_tail(self.log, lines)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # After the ")" that ends the command name, utime and stime are fields 12 and 13.
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process in MiB (/proc/PID/statm)."""
+    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return pages * PAGE_BYTES / 2**20
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A Prometheus histogram's cumulative buckets (upper bound -> count), sum and count."""
+
+    buckets: tuple[tuple[float, float], ...]
+    total: float
+    count: float
+
+    def minus(self, earlier: Histogram) -> Histogram:
+        """The observations made since ``earlier``."""
+        before = dict(earlier.buckets)
+        return Histogram(
+            tuple((bound, n - before.get(bound, 0.0)) for bound, n in self.buckets),
+            self.total - earlier.total,
+            self.count - earlier.count,
+        )
+
+    def quantile(self, q: float) -> float | None:
+        """histogram_quantile(): linear interpolation inside the bucket (None when empty)."""
+        if self.count <= 0:
+            return None
+        rank = q * self.count
+        lower, below = 0.0, 0.0
+        for bound, cumulative in self.buckets:
+            if cumulative >= rank:
+                if math.isinf(bound):
+                    return lower
+                inside = cumulative - below
+                share = (rank - below) / inside if inside > 0 else 1.0
+                return lower + (bound - lower) * share
+            lower, below = bound, cumulative
+        return lower
+
+    def mean(self) -> float | None:
+        """Mean observation (None when empty)."""
+        return self.total / self.count if self.count > 0 else None
+
+
+def histogram(metrics_text: str, name: str) -> Histogram:
+    """One unlabelled histogram from a /metrics page."""
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != name:
+            continue
+        buckets: list[tuple[float, float]] = []
+        total = count = 0.0
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                buckets.append((float(sample.labels["le"]), float(sample.value)))
+            elif sample.name.endswith("_sum"):
+                total = float(sample.value)
+            elif sample.name.endswith("_count"):
+                count = float(sample.value)
+        return Histogram(tuple(sorted(buckets)), total, count)
+    return Histogram((), 0.0, 0.0)
+
+
+def counter_total(metrics_text: str, name: str, **labels: str) -> float:
+    """The sum of a counter's samples whose labels include ``labels``."""
+    total = 0.0
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            named = sample.name in (name, f"{name}_total")
+            if named and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += float(sample.value)
+    return total
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile (0..1) by linear interpolation; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def write_json(name: str, data: Mapping[str, Any]) -> Path:
+    """Write raw results to bench/out/<name> and return the path."""
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    path = OUT_DIR / name
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def fmt(value: float | None, spec: str = ".1f") -> str:
+    """A number for a table, '-' when unknown."""
+    return "-" if value is None else format(value, spec)
+
+
+@contextlib.contextmanager
+def timed(label: str) -> Iterator[None]:
+    """Print how long a set-up step took (to stderr, with the progress lines)."""
+    started = time.monotonic()
+    yield
+    print(f"  {label}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)

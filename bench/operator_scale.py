@@ -1,0 +1,428 @@
+"""How the operator scales with the number of ParetoPolicies: 1, 10, then 100 Elastico timers.
+
+    python bench/operator_scale.py [--counts 1,10,100] [--window 30] [--no-switch-phase]
+                                   [--py-spy SECONDS]
+
+Everything is real: etcd, kube-apiserver and kube-controller-manager (tests/k8s/cluster.py,
+binaries from hack/k8s/build.sh), one tritonserver serving rag-sim, and one `compass operator`
+process watching one namespace. All policies point at the same router and its metrics. The
+router already serves the most accurate configuration and nothing loads it, so each policy
+holds there: every tick is the steady-state one (read the queue, decide, ask the router what
+it serves, write the status when due). For each count, over --window seconds, it reports the
+operator's CPU (% of one core, /proc/PID/stat) and RSS, the achieved decision period per policy
+and the decision latency (the operator's compass_decision_seconds histogram).
+
+The decision times come from the policies' own status: status.policyState.arrivals keeps one
+(time, arrivals) sample per decision for the longest hysteresis window (the downscale cooldown,
+30 s here), and the statuses are read every few seconds (one list call): nothing is added to the operator.
+
+The switch phase (at the largest count) flips the router to the fastest configuration every
+--flip-every seconds from outside; each policy adopts it, and after a 2 s cooldown of empty
+queue the policies climb back: real reloads made by the operator while all timers run.
+
+--py-spy SECONDS records the operator's stacks (py-spy's collapsed "raw" format, idle threads
+included, for flamegraph.pl or speedscope) during the largest count's windows. Raw results go
+to bench/out/operator_scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import itertools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+for _path in (REPO_ROOT / "bench", REPO_ROOT / "operator", REPO_ROOT / "tests" / "k8s"):
+    if str(_path) not in sys.path:
+        sys.path.append(str(_path))
+
+from cluster import Cluster, wait_for  # noqa: E402
+
+from compass.domain.space import config_key  # noqa: E402
+from compass.serving.triton import TritonRouter  # noqa: E402
+from operator_common import (  # noqa: E402
+    ACCURATE,
+    FASTEST,
+    GROUP,
+    OUT_DIR,
+    POLICY_PLURAL,
+    VERSION,
+    OperatorProcess,
+    counter_total,
+    cpu_seconds,
+    create_namespace,
+    fmt,
+    histogram,
+    interrupt_on_sigterm,
+    percentile,
+    rss_mib,
+    start_cluster,
+    start_triton,
+    timed,
+    write_json,
+)
+
+STEADY_COOLDOWN_S = 30.0  # also how long each status keeps its decision times
+SWITCH_COOLDOWN_S = 2.0
+STATUS_POLL_S = 4.0
+# A policy whose median period is this long has fallen behind its 1 s interval (kopf's timer
+# sleeps 1 s after each tick, so a healthy one runs at 1 s plus the tick's own time).
+BEHIND_S = 1.25
+
+
+def front() -> list[dict[str, Any]]:
+    """rag-sim's fastest and most accurate configurations, as measured through the router."""
+    return [
+        {"config": FASTEST, "accuracy": 0.8318, "latencyMeanMs": 20.5, "latencyP95Ms": 23.0},
+        {"config": ACCURATE, "accuracy": 0.8604, "latencyMeanMs": 33.5, "latencyP95Ms": 37.5},
+    ]
+
+
+def policy_body(name: str, metrics_url: str, grpc_url: str) -> dict[str, Any]:
+    """A ParetoPolicy on the shared router, deciding every second."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ParetoPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "front": front(),
+            "slo": {"latencyMs": 150, "percentile": 95},
+            "hysteresis": {
+                "upscaleCooldownSeconds": 0,
+                "downscaleCooldownSeconds": STEADY_COOLDOWN_S,
+                "cooldownExponent": 0,
+                "slackBufferMs": 20,
+            },
+            "metrics": {"type": "triton", "url": metrics_url},
+            "routing": {"grpcEndpoint": grpc_url, "routerModel": "router"},
+            "intervalSeconds": 1,
+        },
+    }
+
+
+class Policies:
+    """The benchmark's ParetoPolicies in one namespace."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        from kubernetes import client
+
+        self.api = client.CustomObjectsApi(cluster.api_client())
+        self.namespace = namespace
+        self.names: list[str] = []
+
+    def create(self, body: dict[str, Any]) -> None:
+        self.api.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, POLICY_PLURAL, body, _preload_content=False
+        )
+        self.names.append(body["metadata"]["name"])
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        self.api.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, POLICY_PLURAL, name, {"spec": spec},
+            _content_type="application/merge-patch+json", _preload_content=False,
+        )  # fmt: skip
+
+    def statuses(self) -> dict[str, dict[str, Any]]:
+        """Every policy's status by name (one list call)."""
+        response: Any = self.api.list_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, POLICY_PLURAL, _preload_content=False
+        )
+        items = json.loads(response.data)["items"]
+        return {i["metadata"]["name"]: dict(i.get("status") or {}) for i in items}
+
+    def all_ready(self, count: int) -> bool:
+        """Whether ``count`` policies have decided and say Ready=True."""
+        ready = 0
+        for status in self.statuses().values():
+            conditions = {c["type"]: c for c in status.get("conditions") or []}
+            if conditions.get("Ready", {}).get("status") == "True" and status.get("policyState"):
+                ready += 1
+        return ready >= count
+
+
+class DecisionTimes:
+    """Decision times per policy, collected from status.policyState.arrivals while polling."""
+
+    def __init__(self, policies: Policies) -> None:
+        self.policies = policies
+        self.times: dict[str, set[float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self.polls = 0
+
+    def __enter__(self) -> DecisionTimes:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.collect()  # the statuses written in the window's last seconds
+
+    def _poll(self) -> None:
+        while not self._stop.wait(STATUS_POLL_S):
+            self.collect()
+
+    def collect(self) -> None:
+        for name, status in self.policies.statuses().items():
+            samples = (status.get("policyState") or {}).get("arrivals") or []
+            self.times.setdefault(name, set()).update(float(t) for t, _ in samples)
+        self.polls += 1
+
+    def periods(self, start: float, end: float) -> dict[str, list[float]]:
+        """Per policy, the gaps between consecutive decisions that both fell in [start, end]."""
+        found: dict[str, list[float]] = {}
+        for name, times in self.times.items():
+            inside = sorted(t for t in times if start <= t <= end)
+            found[name] = [b - a for a, b in itertools.pairwise(inside)]
+        return found
+
+
+class Flipper:
+    """Switches the router to the fastest configuration every few seconds, from outside."""
+
+    def __init__(self, router: TritonRouter, every_s: float) -> None:
+        self.router, self.every_s = router, every_s
+        self.flips: list[float] = []
+        self.recoveries: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Flipper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        accurate = config_key(ACCURATE)
+        while not self._stop.is_set():
+            self.router.switch(FASTEST)
+            flipped = time.time()
+            self.flips.append(flipped)
+            while not self._stop.is_set() and time.time() - flipped < self.every_s:
+                if self.router.active_config() == accurate:
+                    self.recoveries.append(time.time() - flipped)
+                    self._stop.wait(max(0.0, self.every_s - (time.time() - flipped)))
+                    break
+                time.sleep(0.05)
+
+
+def cpu_of(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of each named process."""
+    return {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+
+def measure(
+    label: str,
+    count: int,
+    window_s: float,
+    operator: OperatorProcess,
+    policies: Policies,
+    pids: dict[str, int],
+    flipper: Flipper | None = None,
+    py_spy_s: float = 0.0,
+) -> dict[str, Any]:
+    """One window: CPU, RSS, decision periods and decision latency of the operator."""
+    print(f"measuring {label}: {count} policies for {window_s:.0f} s", file=sys.stderr, flush=True)
+    metrics0, cpu0, start = operator.metrics(), cpu_of(pids), time.time()
+    spy = None
+    if py_spy_s > 0:
+        out = OUT_DIR / f"operator_scale_{label}.pyspy.txt"
+        spy = subprocess.Popen(
+            [shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy", "record", "-d", str(int(py_spy_s)), "-p", str(operator.pid),
+             "-o", str(out), "--format", "raw", "--threads", "--idle", "--nonblocking"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    rss: list[float] = []
+    with DecisionTimes(policies) as times, flipper or contextlib.nullcontext():
+        while time.time() - start < window_s:
+            rss.append(rss_mib(operator.pid))
+            time.sleep(min(2.0, max(0.0, window_s - (time.time() - start))))
+        end = time.time()
+        metrics1, cpu1 = operator.metrics(), cpu_of(pids)
+    if spy is not None:
+        spy.wait(timeout=py_spy_s + 60)
+    elapsed = end - start
+    cpu = {name: 100.0 * (cpu1[name] - cpu0[name]) / elapsed for name in pids}
+    latency = histogram(metrics1, "compass_decision_seconds").minus(
+        histogram(metrics0, "compass_decision_seconds")
+    )
+    per_policy = times.periods(start, end)
+    gaps = [gap for found in per_policy.values() for gap in found]
+    medians = {n: statistics.median(g) for n, g in per_policy.items() if g}
+    switches = counter_total(metrics1, "compass_switches") - counter_total(
+        metrics0, "compass_switches"
+    )
+    result = {
+        "label": label,
+        "policies": count,
+        "window_s": elapsed,
+        "cpu_percent": cpu,
+        "rss_mib": max(rss),
+        "decisions": latency.count,
+        "decisions_per_s": latency.count / elapsed,
+        "decision_latency_s": {
+            "mean": latency.mean(),
+            "p50": latency.quantile(0.5),
+            "p95": latency.quantile(0.95),
+            "p99": latency.quantile(0.99),
+            "buckets": latency.buckets,
+        },
+        "period_s": {
+            "median": percentile(gaps, 0.5),
+            "p95": percentile(gaps, 0.95),
+            "max": max(gaps) if gaps else None,
+            "intervals": len(gaps),
+            "policies_seen": len(medians),
+            "over_1_5s": sum(1 for g in gaps if g > 1.5),
+        },
+        "policies_behind": sorted(n for n, m in medians.items() if m > BEHIND_S),
+        "switches": switches,
+        "status_polls": times.polls,
+    }
+    if flipper is not None:
+        result["flips"] = len(flipper.flips)
+        result["recovery_s"] = {
+            "median": percentile(flipper.recoveries, 0.5),
+            "max": max(flipper.recoveries) if flipper.recoveries else None,
+            "count": len(flipper.recoveries),
+        }
+    return result
+
+
+def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]:
+    """Start everything, measure each count, return the raw results."""
+    workdir = Path(tempfile.mkdtemp(prefix="compass-operator-scale-"))
+    if not args.keep_workdir:
+        stack.callback(shutil.rmtree, workdir, ignore_errors=True)
+    print(f"work directory {workdir}", file=sys.stderr, flush=True)
+    with timed("control plane"):
+        cluster = start_cluster(stack, workdir)
+    with timed("tritonserver"):
+        triton = start_triton(stack, workdir / "triton", active=ACCURATE)
+    router = TritonRouter(triton.grpc_url, backoff_s=0.05)
+    stack.callback(router.close)
+    # One request, so Triton exports the router's request counters (the arrivals).
+    router.infer({"sample": 0})
+    namespace = create_namespace(cluster, "operator-scale")
+    operator = OperatorProcess(cluster, namespace, workdir / "operator.log")
+    stack.callback(operator.stop)
+    with timed("compass operator"):
+        operator.start()
+    pids = {
+        "operator": operator.pid,
+        "tritonserver": triton.pid,
+        **{p.name: p.popen.pid for p in cluster._processes},
+    }
+    policies = Policies(cluster, namespace)
+    results: list[dict[str, Any]] = []
+    counts = [int(c) for c in args.counts.split(",")]
+    for count in counts:
+        with timed(f"{count} policies created and Ready"):
+            for index in range(len(policies.names), count):
+                policies.create(policy_body(f"p{index:03d}", triton.metrics_url, triton.grpc_url))
+            ready = functools.partial(policies.all_ready, count)
+            wait_for(ready, 60 + count, f"{count} policies Ready", 1.0)
+        time.sleep(args.settle)
+        spy = args.py_spy if count == counts[-1] else 0.0
+        results.append(measure(f"steady-{count}", count, args.window, operator, policies, pids,
+                               py_spy_s=spy))  # fmt: skip
+    if not args.no_switch_phase:
+        with timed("cooldown patched"):
+            for name in policies.names:
+                policies.patch_spec(
+                    name, {"hysteresis": {"downscaleCooldownSeconds": SWITCH_COOLDOWN_S}}
+                )
+            time.sleep(args.settle)
+        flipper = Flipper(TritonRouter(triton.grpc_url, backoff_s=0.05), args.flip_every)
+        stack.callback(flipper.router.close)
+        results.append(
+            measure(f"switching-{counts[-1]}", counts[-1], args.window, operator, policies, pids,
+                    flipper=flipper, py_spy_s=args.py_spy)
+        )  # fmt: skip
+        router.switch(ACCURATE)
+    errors = operator.metrics()
+    return {
+        "machine": {
+            "cpus": len(os.sched_getaffinity(0)),
+            "loadavg": Path("/proc/loadavg").read_text().split()[:3],
+        },
+        "behind_threshold_s": BEHIND_S,
+        "results": results,
+        "operator_errors": [
+            line for line in errors.splitlines() if line.startswith("compass_errors_total{")
+        ],
+        "operator_log_tail": operator.tail(20),
+    }
+
+
+def print_table(data: dict[str, Any]) -> None:
+    """The short table."""
+    print(
+        f"{'phase':<15}{'op CPU %':>9}{'RSS MiB':>9}{'dec/s':>7}{'period p50':>11}"
+        f"{'p95':>7}{'max':>7}{'behind':>8}{'lat p50 ms':>11}{'p95 ms':>8}"
+        f"{'apisrv %':>9}{'triton %':>9}{'switches':>9}"
+    )
+    for r in data["results"]:
+        period, latency, cpu = r["period_s"], r["decision_latency_s"], r["cpu_percent"]
+        ms = [None if v is None else v * 1000 for v in (latency["p50"], latency["p95"])]
+        print(
+            f"{r['label']:<15}{cpu['operator']:>9.1f}{r['rss_mib']:>9.0f}"
+            f"{r['decisions_per_s']:>7.1f}{fmt(period['median'], '.3f'):>11}"
+            f"{fmt(period['p95'], '.2f'):>7}{fmt(period['max'], '.2f'):>7}"
+            f"{len(r['policies_behind']):>5}/{r['policies']:<3}{fmt(ms[0]):>10}{fmt(ms[1]):>8}"
+            f"{cpu['kube-apiserver']:>9.1f}{cpu['tritonserver']:>9.1f}{r['switches']:>9.0f}"
+        )
+    for r in data["results"]:
+        if "flips" in r:
+            rec = r["recovery_s"]
+            print(
+                f"{r['label']}: {r['flips']} flips from outside, {r['switches']:.0f} switches by "
+                f"the operator, back on the accurate configuration after "
+                f"{fmt(rec['median'], '.2f')} s median, {fmt(rec['max'], '.2f')} s max "
+                f"(cooldown {SWITCH_COOLDOWN_S:.0f} s)"
+            )
+
+
+def main() -> int:
+    """Run the benchmark and print its table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", default="1,10,100", help="policy counts, increasing")
+    parser.add_argument("--window", type=float, default=30.0, help="seconds measured per count")
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds before each window")
+    parser.add_argument("--flip-every", type=float, default=6.0, help="switch phase: seconds")
+    parser.add_argument("--no-switch-phase", action="store_true")
+    parser.add_argument("--py-spy", type=float, default=0.0, metavar="SECONDS")
+    parser.add_argument("--keep-workdir", action="store_true", help="keep logs and etcd data")
+    parser.add_argument("--out", default="operator_scale.json", help="file name in bench/out/")
+    args = parser.parse_args()
+    interrupt_on_sigterm()
+    with contextlib.ExitStack() as stack:
+        try:
+            data = run(args, stack)
+        except KeyboardInterrupt:
+            print("interrupted: stopping everything", file=sys.stderr)
+            return 130
+    path = write_json(args.out, {"args": vars(args), **data})
+    print_table(data)
+    print(f"raw results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
