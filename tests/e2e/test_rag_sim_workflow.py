@@ -400,6 +400,18 @@ def test_example_workflow_to_a_policy_that_switches_triton_under_a_spike(
     policy_compliance = compliance(records, slo_ms, len(arrivals))
     policy_accuracy = mean_score(records)
 
+    # What the on-call engineer sees: the printer columns, from kubectl itself.
+    shown = k8s_cluster.kubectl("get", "cwf,pp", "-n", namespace).stdout
+    print(f"$ kubectl get cwf,pp\n{shown}")
+    rows = {line.split()[0]: line.split() for line in shown.splitlines() if "/" in line}
+    workflow_row = rows[f"compoundworkflow.compass.io/{name}"]
+    assert workflow_row[1:3] == ["Ready", str(manifest["spec"]["evaluation"]["tau"])]
+    assert workflow_row[3] == str(status["feasibleFound"])
+    policy_row = rows[f"paretopolicy.compass.io/{name}"]
+    active = policies.status(name)["active"]
+    assert policy_row[1] == active["name"]
+    assert policy_row[-2] == "True"  # Ready
+
     # ---- the same arrivals on the most accurate configuration, statically
     policies.patch_spec(name, {"paused": True})
     wait_for(

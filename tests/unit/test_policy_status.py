@@ -427,3 +427,13 @@ def test_timer_successes_are_not_logged_every_second() -> None:
     assert not _quiet_timer_successes(record(logging.INFO, "Timer 'elastico' succeeded."))
     assert _quiet_timer_successes(record(logging.ERROR, "Timer 'elastico' failed temporarily"))
     assert _quiet_timer_successes(record(logging.INFO, "ConfigurationSwitched: a -> b"))
+
+
+def test_the_active_configuration_is_rounded_for_kubectl() -> None:
+    """Printer columns print every digit: the status shows 4-digit accuracy, 0.1 ms latency."""
+    front = spec()["front"]
+    front[0] = {**front[0], "accuracy": 0.8482380950450897, "latencyP95Ms": 34.08395180167645}
+    plan = ps.compile_policy(spec(front=front), generation=1).plan
+    active = ps.active_configuration(plan, plan.names[0])
+    assert active is not None
+    assert (active.accuracy, active.latency_p95_ms, active.latency_mean_ms) == (0.8482, 34.1, 20.0)

@@ -391,13 +391,14 @@ def active_configuration(plan: Plan, name: str | None) -> ActiveConfiguration | 
     if index is None:
         return None
     profile = plan.thresholds[index].profile
+    # Rounded for people (kubectl's printer columns print every digit); the spec keeps them all.
     return ActiveConfiguration(
         name=profile.name,
         config=dict(profile.config),
         index=index,
-        accuracy=profile.accuracy,
-        latency_mean_ms=profile.mean_ms,
-        latency_p95_ms=profile.p95_ms,
+        accuracy=round(profile.accuracy, 4),
+        latency_mean_ms=round(profile.mean_ms, 1),
+        latency_p95_ms=round(profile.p95_ms, 1),
     )
 
 
