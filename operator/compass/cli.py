@@ -228,6 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave out the CEL rules (x-kubernetes-validations), for Helm 4 on Kubernetes < 1.25",
     )
+    crds.add_argument(
+        "--reference",
+        metavar="FILE",
+        help="also write (with --check: verify) the markdown CRD reference rendered from the "
+        "same models, e.g. docs/crd-reference.md (always with the CEL rules)",
+    )
     crds.set_defaults(handler=_crds_command)
 
     job = commands.add_parser(
@@ -266,17 +272,44 @@ def _crds_command(args: argparse.Namespace) -> int:
         stale.append(name)
         if not args.check:
             _write_atomic(path, text)
-    if args.check and stale:
-        print(
-            f"compass crds: stale in {directory}: {', '.join(stale)}; run `compass crds "
-            f"{'--without-cel ' if args.without_cel else ''}--output-dir {directory}` and "
-            "commit the result",
-            file=sys.stderr,
-        )
+    reference_stale = args.reference is not None and _crd_reference(
+        Path(str(args.reference)), write=not args.check
+    )
+    if args.check and (stale or reference_stale):
+        if stale:
+            print(
+                f"compass crds: stale in {directory}: {', '.join(stale)}; run `compass crds "
+                f"{'--without-cel ' if args.without_cel else ''}--output-dir {directory}` and "
+                "commit the result",
+                file=sys.stderr,
+            )
+        if reference_stale:
+            print(
+                f"compass crds: stale: {args.reference}; run `compass crds --reference "
+                f"{args.reference}` (hack/gen-crds.sh does) and commit the result",
+                file=sys.stderr,
+            )
         return 1
     verb = "up to date" if not stale else f"wrote {', '.join(stale)}"
     print(f"compass crds: {directory}: {verb}")
+    if args.reference is not None:
+        done = "wrote it" if reference_stale else "up to date"
+        print(f"compass crds: {args.reference}: {done}")
     return 0
+
+
+def _crd_reference(path: Path, *, write: bool) -> bool:
+    """Whether the CRD reference at path is stale; rewritten when write is set."""
+    from compass.k8s.crd_reference import render_reference
+
+    if not path.parent.is_dir():
+        fail("--reference", f"{path.parent} is not a directory", "create it or pass another")
+    text = render_reference()
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return False
+    if write:
+        _write_atomic(path, text)
+    return True
 
 
 def _parse_float(field: str, text: str) -> float:

@@ -36,6 +36,11 @@ PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
 PEERING_WAIT_S = 30.0
 
 
+# How often a running operator re-checks for missing compass.io CRDs (and says so in its log).
+CRD_RECHECK_S = 10.0
+CRD_FIX = "kubectl apply -f crds/ (or the Helm chart's crds/; `helm install` applies them)"
+
+
 class PeeringError(Exception):
     """The peering CRD or object this operator must join is not there."""
 
@@ -210,6 +215,78 @@ def wait_for_peering_objects(
         time.sleep(2.0)
 
 
+def required_crds() -> dict[str, str]:
+    """plural -> CRD name of every compass.io resource the operator serves."""
+    from compass.k8s.crds import RESOURCES
+
+    return {resource.plural: resource.name for resource in RESOURCES}
+
+
+def missing_crds(served: set[str] | None) -> list[str]:
+    """The CRD names the operator needs that are not served (None: the API group is absent)."""
+    return sorted(name for plural, name in required_crds().items() if plural not in (served or ()))
+
+
+def served_resources(api: Any) -> set[str] | None:
+    """The plural names the API server serves in compass.io/v1alpha1 (discovery, which every
+    authenticated client may read); None when the group/version is not served at all."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from compass.k8s.crds import GROUP, VERSION
+
+    custom: Any = client.CustomObjectsApi(api)
+    try:
+        found = custom.get_api_resources(GROUP, VERSION)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    return {str(r.name) for r in found.resources or [] if "/" not in r.name}
+
+
+def missing_crds_message(missing: list[str]) -> str:
+    """The one log line for missing CRDs: which, the fix, and what the operator does meanwhile."""
+    return (
+        f"compass operator: the compass.io CRD(s) {', '.join(missing)} are not installed; "
+        f"install them: {CRD_FIX}. Running meanwhile (liveness up), re-checking every "
+        f"{CRD_RECHECK_S:g} s; their resources are served once they exist"
+    )
+
+
+def startup_missing_crds(api: Any) -> list[str]:
+    """The CRDs missing at start-up ([] when unknown: kopf then retries and says so itself)."""
+    try:
+        return missing_crds(served_resources(api))
+    except Exception as error:  # e.g. the API server unreachable
+        logger.warning("compass operator: cannot check the compass.io CRDs: %s", error)
+        return []
+
+
+def wait_for_crds(api: Any, stop: threading.Event, found: threading.Event) -> None:
+    """Re-check every CRD_RECHECK_S until the CRDs are all served (then set ``found`` and
+    ``stop``) or until ``stop``; one log line per check, so the log shows the cadence."""
+    while not stop.wait(CRD_RECHECK_S):
+        try:
+            missing = missing_crds(served_resources(api))
+        except Exception as error:  # a flaky API server must not end the re-checks
+            logger.warning("compass operator: cannot check the compass.io CRDs: %s", error)
+            continue
+        if not missing:
+            logger.info(
+                "compass operator: the compass.io CRDs are installed now; restarting the "
+                "controllers to serve them"
+            )
+            found.set()
+            stop.set()
+            return
+        logger.warning(
+            "compass operator: still missing the compass.io CRD(s) %s; install them: %s",
+            ", ".join(missing),
+            CRD_FIX,
+        )
+
+
 def liveness_endpoint(settings: OperatorSettings) -> str:
     """kopf's liveness endpoint URL (the equivalent of `kopf run --liveness`)."""
     return f"http://0.0.0.0:{settings.health_port}/healthz"
@@ -255,6 +332,38 @@ def _quiet_timer_successes(record: logging.LogRecord) -> bool:
         and record.getMessage().endswith("' succeeded.")
         and record.getMessage().startswith("Timer '")
     )
+
+
+def _serve_until_crds_appear(
+    api: Any, missing: list[str], options: dict[str, Any], stop_flag: threading.Event | None
+) -> bool:
+    """Run kopf (liveness up) while the CRDs are missing, re-checking them; True once they are
+    served, so the caller starts kopf afresh, False when stopped first (a signal, stop_flag).
+
+    kopf serves a CRD created after it started only if its CRD watch sees the CRD while the API
+    server's discovery already lists the resource: with both CRDs applied at once, discovery
+    lagged behind the watch on the test API server (kopf saw compoundworkflows, never
+    paretopolicies), and without the rights to watch CRDs (rbac.discovery off) kopf sees none.
+    Discovery needs no rights, so this process polls it and restarts kopf once all are there.
+    """
+    import kopf
+
+    logger.warning(missing_crds_message(missing))
+    stop, found = threading.Event(), threading.Event()
+    threading.Thread(
+        target=wait_for_crds, args=(api, stop, found), name="compass-crds", daemon=True
+    ).start()
+    if stop_flag is not None:
+        outer = stop_flag
+
+        def forward() -> None:
+            outer.wait()
+            stop.set()
+
+        threading.Thread(target=forward, name="compass-stop", daemon=True).start()
+    kopf.run(**options, stop_flag=stop)
+    stop.set()  # kopf returned on its own (a signal): end the re-checks
+    return found.is_set() and not (stop_flag is not None and stop_flag.is_set())
 
 
 def run(
@@ -305,19 +414,23 @@ def run(
     runtime = Runtime(settings=settings, metrics=metrics)
     memo: Any = kopf.Memo()
     memo[RUNTIME_KEY] = runtime
+    options: dict[str, Any] = {
+        "settings": kopf_settings(peering),
+        "standalone": peering is None,
+        "clusterwide": clusterwide,
+        "namespaces": watched,
+        "liveness_endpoint": liveness_endpoint(settings),
+        "memo": memo,
+        "ready_flag": ready_flag,
+    }
     try:
         if peering is not None:
             wait_for_peering_objects(runtime.api(), peering, clusterwide, watched)
-        kopf.run(
-            settings=kopf_settings(peering),
-            standalone=peering is None,
-            clusterwide=clusterwide,
-            namespaces=watched,
-            liveness_endpoint=liveness_endpoint(settings),
-            memo=memo,
-            stop_flag=stop_flag,
-            ready_flag=ready_flag,
-        )
+        missing = startup_missing_crds(runtime.api())
+        if missing and not _serve_until_crds_appear(runtime.api(), missing, options, stop_flag):
+            return 0
+        # Fresh settings: the first run's startup handlers changed its copy.
+        kopf.run(**{**options, "settings": kopf_settings(peering)}, stop_flag=stop_flag)
     finally:
         server.shutdown()
         thread.join(timeout=5)

@@ -386,6 +386,59 @@ def test_prometheus_source_reads_the_queue(
     assert len(policies.events("prom", "MetricsLost")) == lost_before + 1
 
 
+def test_prometheus_unreachable_at_start_is_reported_and_recovers_when_it_appears(
+    triton: LocalTriton,
+    policies: Policies,
+    operator: Operator,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A bad install: the policy's Prometheus is not there yet. The operator keeps running, the
+    conditions name the URL and the reason, and the policy recovers once Prometheus is up."""
+    try:
+        prometheus_binary()
+    except LocalServerError as error:
+        pytest.skip(f"no prometheus here: {error}")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    policies.create("prom-late", policy_spec(triton, metrics={"type": "prometheus", "url": url}))
+
+    def unavailable() -> dict[str, Any] | None:
+        status = policies.status("prom-late")
+        metrics = condition(status, "MetricsAvailable")
+        return status if metrics.get("status") == "False" else None
+
+    status = wait_for(unavailable, 20, "MetricsAvailable=False for the dead Prometheus")
+    metrics, ready = condition(status, "MetricsAvailable"), condition(status, "Ready")
+    assert metrics["reason"] == "MetricsUnavailable"
+    assert url in metrics["message"]
+    assert "refused" in metrics["message"].lower(), metrics["message"]  # the reason, not a guess
+    assert ready["status"] == "False"
+    assert ready["reason"] == "MetricsUnavailable"
+    assert url in ready["message"]
+    assert status.get("switches", 0) == 0
+    time.sleep(3)  # more failed reads: the operator retries and keeps running
+    assert operator.process is not None
+    assert operator.process.poll() is None
+    assert condition(policies.status("prom-late"), "MetricsAvailable")["status"] == "False"
+
+    prometheus = LocalPrometheus(
+        targets=[f"127.0.0.1:{triton.metrics_port}"], interval_s=0.5, port=port
+    )
+    with prometheus:
+        prometheus.start(tmp_path_factory.mktemp("prometheus-late"))
+        assert prometheus.url == url
+
+        def recovered() -> dict[str, Any] | None:
+            status = policies.status("prom-late")
+            ok = condition(status, "MetricsAvailable").get("status") == "True"
+            return status if ok and condition(status, "Ready").get("status") == "True" else None
+
+        status = wait_for(recovered, 30, "the policy to recover once Prometheus is up")
+    assert url in condition(status, "MetricsAvailable")["message"]
+    assert condition(status, "Ready")["reason"] == "Serving"
+    assert status["lastQueueDepth"] == 0
+
+
 def _seconds(stamp: str) -> float:
     from datetime import datetime
 

@@ -251,7 +251,8 @@ def prometheus_binary() -> Path:
 
 @dataclass
 class LocalPrometheus(_Process):
-    """A Prometheus scraping the given targets every ``interval_s`` seconds."""
+    """A Prometheus scraping the given targets every ``interval_s`` seconds (on ``port``, or a
+    free one)."""
 
     targets: Sequence[str] = ()
     interval_s: float = 1.0
@@ -264,7 +265,7 @@ class LocalPrometheus(_Process):
 
     def start(self, workdir: Path) -> LocalPrometheus:
         """Write the scrape config, start the server and wait until it is ready."""
-        self.port = free_port()
+        self.port = self.port or free_port()  # a given port: a Prometheus appearing at a URL
         self.log = workdir / "prometheus.log"
         config = workdir / "prometheus.yml"
         targets = ", ".join(f'"{t}"' for t in self.targets)
