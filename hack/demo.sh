@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Run the COMPASS-V search on an embedded example; no cluster needed.
-# Extra arguments go to `compass demo`.
+# The whole method on this machine, no cluster needed: a local Triton serving rag-sim, the
+# COMPASS-V search through it, profiling, planning, and Elastico against a load spike.
+# Extra arguments go to `compass demo` (`--search-only`: the search alone, seconds, no Triton).
 set -euo pipefail
 
 # shellcheck source=hack/lib/venv.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/venv.sh"
-ensure_venv
+# [local]: the tritonserver binary and Python backend from NVIDIA's PyTriton wheel.
+ensure_venv local
 
 cd "${REPO_ROOT}"
 exec "${VENV}/bin/compass" demo "$@"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Start a local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) and a
 # node helper that runs pods as local processes; print the KUBECONFIG; Ctrl-C stops everything.
-# The same code the k8s test tier uses (tests/k8s/cluster.py, tests/k8s/node.py).
+# The same code the k8s test tier and `compass demo --cluster` use (compass.devcluster,
+# compass.devnode).
 #   hack/k8s/start.sh [--workdir DIR] [--no-node]
 set -euo pipefail
 # shellcheck source=hack/lib/venv.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/venv.sh"
 ensure_venv dev
-cd "${REPO_ROOT}/tests/k8s"
-exec "${VENV}/bin/python" cluster.py "$@"
+exec "${VENV}/bin/python" -m compass.devcluster "$@"

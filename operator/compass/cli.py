@@ -195,10 +195,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-dir", default="compass-demo", help="where the demo writes (default compass-demo)"
     )
     demo.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the same through the operator: a local Kubernetes API server (hack/k8s/build.sh's "
+        "binaries), `compass operator`, `kubectl apply` of examples/rag-sim-workflow.yaml (its "
+        "own tau and budgets; the search replays rag-sim's scores), the spike served by the "
+        "operator's policy and by the most accurate configuration (a few minutes)",
+    )
+    demo.add_argument(
         "--time-scale",
-        default="0.2",
         help="rag-sim serves its latencies times this; the load, SLO and cooldowns follow "
-        "(default 0.2: the 180 s spike runs in 36 s)",
+        "(default 0.2: the 180 s spike runs in 36 s; 0.1 with --cluster)",
     )
     demo.add_argument("--slo-ms", default="1000", help="p95 latency SLO, ms (default 1000)")
     demo.add_argument(
@@ -208,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--duration", default="180", help="seconds of load (default 180)")
     demo.add_argument(
-        "--profile-runs", default="30", help="measured requests per configuration (default 30)"
+        "--profile-runs",
+        help="measured requests per configuration (default 30; 20 with --cluster)",
     )
     demo.set_defaults(handler=_demo_command)
     serving_cli.register(commands)
@@ -934,26 +942,47 @@ def _demo_command(args: argparse.Namespace) -> int:
     settings = _parse_settings(args)
     budgets = _resolve_budgets(settings.budgets, RAG_PAPER_SAMPLES, "the embedded example")
     search_settings = settings.search_settings(budgets)
+    if args.cluster and args.search_only:
+        fail("--cluster", "not with --search-only", "pass one of them")
     if not args.search_only:
         from compass.demo import DemoSettings, run_demo
 
         if settings.output is not None:
             fail("--output", "only with --search-only", "the demo writes into --output-dir")
 
-        def positive(flag: str, example: str) -> float:
-            text = str(getattr(args, flag[2:].replace("-", "_")))
-            return parse_number(flag, text, example, low=0, inclusive=False)
+        def positive(flag: str, example: str, default: str | None = None) -> float:
+            text = getattr(args, flag[2:].replace("-", "_"))
+            return parse_number(flag, str(text or default), example, low=0, inclusive=False)
 
+        base_qps = None if args.base_qps is None else positive("--base-qps", "1.5")
+        if args.cluster:
+            from compass.clusterdemo import ClusterDemoSettings, run_cluster_demo
+
+            return run_cluster_demo(
+                ClusterDemoSettings(
+                    output_dir=Path(str(args.output_dir)),
+                    time_scale=positive("--time-scale", "0.1", "0.1"),
+                    slo_ms=positive("--slo-ms", "1000"),
+                    base_qps=base_qps,
+                    duration_s=positive("--duration", "180"),
+                    load_seed=search_settings.seed,
+                    measured_runs=parse_int(
+                        "--profile-runs", str(args.profile_runs or 20), "20", low=2
+                    ),
+                )
+            )
         return run_demo(
             DemoSettings(
                 output_dir=Path(str(args.output_dir)),
                 search=search_settings,
-                time_scale=positive("--time-scale", "0.2"),
+                time_scale=positive("--time-scale", "0.2", "0.2"),
                 slo_ms=positive("--slo-ms", "1000"),
-                base_qps=None if args.base_qps is None else positive("--base-qps", "1.5"),
+                base_qps=base_qps,
                 duration_s=positive("--duration", "180"),
                 load_seed=search_settings.seed,
-                measured_runs=parse_int("--profile-runs", str(args.profile_runs), "30", low=2),
+                measured_runs=parse_int(
+                    "--profile-runs", str(args.profile_runs or 30), "30", low=2
+                ),
             )
         )
     space, ledger = demo_ledger()

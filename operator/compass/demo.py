@@ -28,7 +28,14 @@ from compass.domain.planner import Plan, PlanError, Slo, plan_from_profiles
 from compass.domain.policy import Hysteresis, ParetoPolicySpec, spec_for_plan
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.search import SearchOutcome, SearchSettings
-from compass.domain.simulator import RunReport, Scenario, compare, make_pattern, make_scenario
+from compass.domain.simulator import (
+    SPIKE_FACTOR,
+    RunReport,
+    Scenario,
+    compare,
+    make_pattern,
+    make_scenario,
+)
 from compass.domain.space import Space
 from compass.evaluators import CheckpointedEvaluator, CheckpointLedger
 from compass.evaluators.triton import TritonEvaluator
@@ -50,8 +57,7 @@ COMPONENTS = ("retriever", "reranker", "generator")
 # The paper's spike (1.5 QPS, x4) peaks at 77% of its fastest configuration's capacity (mean
 # 128.6 ms). On a CPU-only machine Triton's own overhead lengthens every service time, so the
 # demo keeps that peak utilisation rather than the absolute rate.
-PAPER_PEAK_UTILIZATION = 6.0 * 0.1286
-SPIKE_FACTOR = 4.0
+PAPER_PEAK_UTILIZATION = SPIKE_FACTOR * 1.5 * 0.1286
 # What the static runs are called in tables and plots (the simulator's baseline labels).
 RUN_TITLES = {
     "fastest": "static fastest",
@@ -248,7 +254,9 @@ def serve_spike(
 
 
 def comparison_rows(
-    runs: dict[str, LiveRun], predicted: dict[str, RunReport]
+    runs: dict[str, LiveRun],
+    predicted: dict[str, RunReport],
+    titles: dict[str, str] = RUN_TITLES,
 ) -> list[dict[str, Any]]:
     """One row per run: measured on Triton, and the simulator's prediction beside it."""
     rows = []
@@ -256,7 +264,7 @@ def comparison_rows(
         report = predicted.get(label)
         rows.append(
             {
-                "run": RUN_TITLES[label],
+                "run": titles[label],
                 "compliance_pct": round(run.compliance, 2),
                 "simulated_compliance_pct": round(report.compliance, 2) if report else None,
                 "accuracy": round(run.accuracy, 4),
@@ -278,10 +286,16 @@ def comparison_text(rows: Sequence[dict[str, Any]]) -> str:
     for row in rows:
         lines.append(
             f"  {row['run']:<21} {row['compliance_pct']:7.1f}% "
-            f"{row['simulated_compliance_pct']:6.1f}% {row['accuracy']:8.4f} {row['simulated_accuracy']:7.4f} {row['p95_ms']:7.0f} "
+            f"{_optional(row['simulated_compliance_pct'], '6.1f')}% {row['accuracy']:8.4f} "
+            f"{_optional(row['simulated_accuracy'], '7.4f')} {row['p95_ms']:7.0f} "
             f"{row['failed']:6d} {row['switches']:8d}"
         )
     return "\n".join(lines)
+
+
+def _optional(value: float | None, spec: str) -> str:
+    """A number formatted to ``spec``, or a dash as wide when there is none."""
+    return format(value, spec) if value is not None else "-".rjust(int(spec.split(".")[0]))
 
 
 def _search_step(

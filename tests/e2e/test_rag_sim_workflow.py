@@ -21,7 +21,6 @@ What the test changes in the example, and why (each is a comment where it is don
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
 import time
@@ -47,6 +46,7 @@ from node import Node
 from operator_process import Operator
 from ragsim import TIME_SCALE
 
+from compass.clusterdemo import ClusterDemoSettings, adaptations, replay_ledger
 from compass.domain.simulator import SPIKE_FACTOR, make_pattern, make_scenario
 from compass.domain.space import config_key
 from compass.k8s.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
@@ -67,49 +67,6 @@ PROFILE_RUNS = 20
 
 
 # ---------------------------------------------------------------------------- pure helpers
-
-
-def adapted_example(
-    example: dict[str, Any], time_scale: float, ledger: str, prometheus_url: str
-) -> dict[str, Any]:
-    """The shipped example with the changes this machine needs (see the module docstring)."""
-    manifest = copy.deepcopy(example)
-    spec = manifest["spec"]
-    evaluation = spec["evaluation"]
-    # Triton-evaluated, the search takes minutes of sequential requests (measured: ~435 s at
-    # time scale 0.1); the ledger replays the very scores the rag-sim router returns, so the
-    # search's verdicts are the ones it would reach through Triton (spot-checked below).
-    assert evaluation["evaluator"] == {"type": "triton"}, "the example changed: revisit this"
-    evaluation["evaluator"] = {"type": "replay", "replayConfigMap": ledger}
-    # rag-sim serves its latencies scaled by time_scale: the SLO scales with them.
-    spec["slo"]["latencyMs"] = spec["slo"]["latencyMs"] * time_scale
-    # 3 + 50 requests for each of the 33 feasible configurations took 105 s here (two shared
-    # cores); 1 + PROFILE_RUNS keeps the profiling Job within the tier's time.
-    spec["profiling"].update(warmupRuns=1, measuredRuns=PROFILE_RUNS)
-    # This machine's Prometheus, and the hysteresis on the test's time scale: the default 50 ms
-    # slack buffer is half this SLO, and cooldowns growing with the 4th power of the
-    # service-time ratio would keep the most accurate configuration ~60 s away.
-    assert spec["serving"]["metrics"]["type"] == "prometheus", "the example changed"
-    spec["serving"]["metrics"]["url"] = prometheus_url
-    spec["serving"]["hysteresis"] = {
-        "downscaleCooldownSeconds": DOWNSCALE_COOLDOWN_S,
-        "cooldownExponent": 0,
-        "slackBufferMs": 50.0 * time_scale,
-    }
-    return manifest
-
-
-def replay_ledger(rag_sim: dict[str, Any]) -> str:
-    """rag-sim's recorded per-question scores as a replay ledger, rounded as Triton returns them
-    (the generator's SCORE output is float32)."""
-    lines = [
-        {
-            "config": json.loads(key),
-            "scores": [float(np.float32(s)) for s in entry["scores"]],
-        }
-        for key, entry in rag_sim["configs"].items()
-    ]
-    return "".join(json.dumps(line) + "\n" for line in lines)
 
 
 def spike_base_qps(front: list[dict[str, Any]]) -> float:
@@ -227,7 +184,20 @@ def test_example_workflow_to_a_policy_that_switches_triton_under_a_spike(
     )
     example = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     name = example["metadata"]["name"]
-    manifest = adapted_example(example, TIME_SCALE, LEDGER_CONFIG_MAP, prometheus.url)
+    # The shipped example with what this machine needs (the same changes `compass demo
+    # --cluster` makes and prints: replayed scores, the time scale, fewer profiling requests,
+    # this machine's Prometheus).
+    manifest, _ = adaptations(
+        example,
+        ClusterDemoSettings(
+            output_dir=Path("."),  # unused: nothing is written
+            time_scale=TIME_SCALE,
+            measured_runs=PROFILE_RUNS,
+            downscale_cooldown_s=DOWNSCALE_COOLDOWN_S / TIME_SCALE,
+        ),
+        LEDGER_CONFIG_MAP,
+        {"type": "prometheus", "url": prometheus.url},
+    )
     slo_ms = manifest["spec"]["slo"]["latencyMs"]
     k8s_cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
 

@@ -1,0 +1,151 @@
+"""`compass demo --cluster` as a user runs it: the example workflow through the operator on a local
+real API server, shrunk (10 profiling requests a configuration; the default 180 s spike at a tenth
+of rag-sim's latency, 18 s a run), and interrupted with Ctrl-C part way, which must leave nothing
+running.
+
+The demo starts its own control plane, Triton, Prometheus (when installed) and operator, so this
+module uses no fixture of the tiers but their skip reasons: no control plane (COMPASS_K8S_REQUIRED=1
+fails instead), no tritonserver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compass.devcluster import Binaries
+from compass.domain.policy import ParetoPolicySpec
+from compass.serving.local import LocalServerError, TritonInstallation
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+STEPS = 8
+
+
+def demo_argv(out: Path, *extra: str) -> list[str]:
+    """The shrunk demo's command line."""
+    return [
+        *(sys.executable, "-m", "compass.cli", "demo", "--cluster", "--output-dir", str(out)),
+        *("--profile-runs", "10", *extra),
+    ]
+
+
+def processes_under(folder: Path, but: int | None = None) -> list[str]:
+    """Live processes that name folder in their command line, environment (the operator's
+    KUBECONFIG) or working directory (the pods'): every child the demo starts does."""
+    found = []
+    needle = str(folder).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in (os.getpid(), but):
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+            cwd = os.readlink(entry / "cwd").encode()
+            state = (entry / "stat").read_text().split(") ", 1)[1][0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and any(needle in text for text in (argv, environ, cwd)):
+            command = argv.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name}: {command}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def runnable(k8s_binaries: Binaries) -> None:
+    """The k8s tier's binaries (its skip reason) and a tritonserver."""
+    try:
+        TritonInstallation.find()
+    except LocalServerError as error:
+        pytest.skip(f"no tritonserver here: {error}")
+
+
+@pytest.fixture(scope="module")
+def demo(
+    runnable: None, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[subprocess.CompletedProcess[str], Path, float]:
+    """One shrunk run: its process result, its output folder, its wall time."""
+    out = tmp_path_factory.mktemp("cluster-demo") / "out"
+    started = time.monotonic()
+    done = subprocess.run(demo_argv(out), capture_output=True, text=True, timeout=600, check=False)
+    return done, out, time.monotonic() - started
+
+
+def test_the_demo_runs_every_step_and_writes_its_files(
+    demo: tuple[subprocess.CompletedProcess[str], Path, float],
+) -> None:
+    done, out, took = demo
+    print(done.stdout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for step in range(1, STEPS + 1):
+        assert f"[{step}/{STEPS}] " in done.stdout
+    # The workflow went through the operator's phases, shown by `kubectl get cwf,pp`.
+    lines = done.stdout.splitlines()
+    seen = [line.split()[1] for line in lines if line.strip().startswith("phase ")]
+    assert [p for p in seen if p in ("Searching", "Profiling", "Ready")] == [
+        "Searching",
+        "Profiling",
+        "Ready",
+    ], seen
+    assert "paretopolicy.compass.io/rag-sim" in done.stdout
+    for name in ("timeline.png", "front.png"):
+        assert (out / name).read_bytes().startswith(PNG_MAGIC)
+    for name in ("profiles.json", "search-result.json", "comparison.json"):
+        assert json.loads((out / name).read_text())
+    # What was applied is the example with the adaptations it printed, and the policy is the
+    # operator's, owned by the workflow.
+    applied = yaml.safe_load((out / "workflow.yaml").read_text())
+    assert applied["spec"]["evaluation"]["evaluator"]["type"] == "replay"
+    assert applied["spec"]["slo"]["latencyMs"] == pytest.approx(100.0)
+    assert applied["spec"]["profiling"]["measuredRuns"] == 10
+    policy = yaml.safe_load((out / "policy.yaml").read_text())
+    assert policy["metadata"]["ownerReferences"][0]["kind"] == "CompoundWorkflow"
+    assert len(ParetoPolicySpec.model_validate(policy["spec"]).front) >= 2
+    assert processes_under(out) == [], "the demo left processes running"
+    print(f"compass demo --cluster took {took:.0f} s")
+
+
+def test_the_operator_beats_the_static_most_accurate_configuration(
+    demo: tuple[subprocess.CompletedProcess[str], Path, float],
+) -> None:
+    done, out, _ = demo
+    assert done.returncode == 0, done.stderr[-3000:]
+    comparison = json.loads((out / "comparison.json").read_text())
+    runs = {row["run"]: row for row in comparison["runs"]}
+    operator, accurate = runs["Elastico (operator)"], runs["static most accurate"]
+    assert operator["failed"] == accurate["failed"] == 0
+    assert operator["switches"] >= 1
+    assert len(comparison["switches"]) == operator["switches"]
+    assert accurate["switches"] == 0
+    # The spike must overload the most accurate configuration, or the comparison proves nothing.
+    assert accurate["compliance_pct"] < 100.0
+    assert operator["compliance_pct"] > accurate["compliance_pct"]
+    assert comparison["adaptations"]
+    assert comparison["metrics"]["type"] in ("prometheus", "triton")
+
+
+def test_ctrl_c_stops_everything_it_started(runnable: None, tmp_path: Path) -> None:
+    """SIGINT to the demo alone (not its process group) once the operator runs: it cleans up."""
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        demo_argv(out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if line.startswith(f"[5/{STEPS}]"):
+            break
+    # The cluster, Triton and the operator are up (the demo itself aside).
+    assert len(processes_under(out, but=process.pid)) >= 5, "".join(seen)
+    process.send_signal(signal.SIGINT)
+    rest, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, "".join(seen) + rest
+    assert processes_under(out) == []

@@ -1,0 +1,87 @@
+"""`compass demo --cluster`'s pure parts (the run itself is tests/e2e/test_demo_cluster.py), and
+the one error path a machine with a control plane cannot show: no control plane."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from compass import clusterdemo
+from compass.clusterdemo import (
+    EXAMPLE,
+    ClusterDemoSettings,
+    adaptations,
+    replay_ledger,
+    status_ticks,
+)
+from compass.devcluster import ClusterUnavailableError
+
+
+def test_the_adapted_example_changes_only_what_it_says() -> None:
+    example = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    settings = ClusterDemoSettings(Path("out"), time_scale=0.1, measured_runs=10)
+    metrics = {"type": "triton", "url": "http://127.0.0.1:1/metrics"}
+    manifest, notes = adaptations(example, settings, "ledger", metrics)
+    spec, shipped = manifest["spec"], example["spec"]
+    assert spec["evaluation"]["evaluator"] == {"type": "replay", "replayConfigMap": "ledger"}
+    assert spec["slo"]["latencyMs"] == pytest.approx(100.0)
+    assert (spec["profiling"]["warmupRuns"], spec["profiling"]["measuredRuns"]) == (1, 10)
+    assert spec["serving"]["metrics"] == metrics
+    assert spec["serving"]["hysteresis"]["downscaleCooldownSeconds"] == pytest.approx(2.0)
+    # The rest is the example's: the space, tau and budgets, the Triton target, the GPU pool.
+    for key in ("space", "triton"):
+        assert spec[key] == shipped[key]
+    assert spec["evaluation"]["tau"] == shipped["evaluation"]["tau"]
+    assert spec["profiling"]["nodeSelector"] == shipped["profiling"]["nodeSelector"]
+    assert example["spec"]["evaluation"]["evaluator"] == {"type": "triton"}  # not mutated
+    assert len(notes) == 5
+
+
+def test_the_replay_ledger_rounds_scores_as_triton_returns_them() -> None:
+    data = {"configs": {'{"a": 1}': {"scores": [0.1, 1.0]}}}
+    line = yaml.safe_load(replay_ledger(data))
+    assert line["config"] == {"a": 1}
+    assert line["scores"][0] != 0.1  # float32's nearest
+    assert line["scores"][0] == pytest.approx(0.1, abs=1e-7)
+
+
+def status(index: int | None, queue: int = 0) -> dict[str, Any]:
+    return {"active": {"index": index}, "lastQueueDepth": queue} if index is not None else {}
+
+
+def test_ticks_come_from_the_status_samples_from_the_loads_start() -> None:
+    samples = [
+        (-0.5, status(3)),
+        (-0.1, status(3)),
+        (0.4, status(3, 2)),
+        (0.9, status(None)),
+        (1.2, status(0, 6)),
+        (2.0, status(0, 1)),
+    ]
+    ticks = status_ticks(samples, lambda t: 2.0 * t, [0.0, 1.0, 2.0, 9.0, 10.0, 11.0], 0.1)
+    assert [t.time_s for t in ticks] == pytest.approx([0.0, 4.0, 12.0, 20.0])
+    assert [t.active for t in ticks] == [3, 3, 0, 0]
+    assert [t.switched for t in ticks] == [False, False, True, False]
+    assert [t.queue_depth for t in ticks] == [0, 2, 6, 1]
+    assert [t.offered_qps for t in ticks] == pytest.approx([0.0, 8.0, 24.0, 40.0])
+    assert math.isnan(ticks[0].observed_qps)
+    assert ticks[1].observed_qps == pytest.approx(3 / 4)  # 0, 1 and 2 s within 4 s
+    assert ticks[2].observed_qps == pytest.approx(3 / 5)  # 9, 10, 11 within (7, 12]
+
+
+def test_no_control_plane_is_a_clear_error_and_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def unavailable(**_: object) -> None:
+        raise ClusterUnavailableError("cannot build the Kubernetes control plane here: not root")
+
+    monkeypatch.setattr(clusterdemo, "ensure_binaries", unavailable)
+    monkeypatch.setattr(clusterdemo.TritonInstallation, "find", staticmethod(lambda: None))
+    assert clusterdemo.run_cluster_demo(ClusterDemoSettings(tmp_path)) == 1
+    err = capsys.readouterr().err
+    assert "no Kubernetes control plane on this machine" in err
+    assert "not root" in err
