@@ -27,7 +27,7 @@ from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, PlanError, Slo, plan_from_profiles
 from compass.domain.policy import Hysteresis, ParetoPolicySpec, spec_for_plan
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.search import SearchOutcome, SearchSettings
+from compass.domain.search import SearchOutcome, SearchSettings, complete_feasible
 from compass.domain.simulator import (
     SPIKE_FACTOR,
     RunReport,
@@ -133,25 +133,17 @@ class Searched:
 def run_search(
     router: TritonRouter, space: Space, population: int, settings: DemoSettings
 ) -> Searched:
-    """COMPASS-V through the router, then the feasible set scored on the whole dataset.
-
-    The search accepts a configuration as soon as its bound clears tau, often after a quarter
-    of the samples; the front is ordered by accuracy, so the demo completes those (what a team
-    would do before choosing between near-ties), reusing every score the search recorded.
-    """
+    """COMPASS-V through the router, then the feasible set scored on the whole dataset (as the
+    operator's search Job does: complete_feasible), reusing every score the search recorded."""
     from compass.cli import search_with_progress
 
     ledger_path = settings.output_dir / "search.ledger.jsonl"
     ledger_path.unlink(missing_ok=True)
     evaluator = CheckpointedEvaluator(TritonEvaluator(router), CheckpointLedger(ledger_path))
     outcome = search_with_progress(space, evaluator, population, settings.search)
-    before = evaluator.computed
-    every = list(range(population))
-    accuracy = {
-        a.index: float(np.mean(evaluator.evaluate(space.config(a.index), every)))
-        for a in outcome.feasible
-    }
-    return Searched(outcome, accuracy, evaluator.computed - before)
+    completed = complete_feasible(outcome, evaluator)
+    accuracy = {a.index: a.accuracy for a in completed.feasible}
+    return Searched(outcome, accuracy, completed.sample_evals - outcome.sample_evals)
 
 
 def profile_feasible(

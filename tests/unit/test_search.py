@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -19,10 +20,12 @@ from compass.domain.search import (
     SearchOutcome,
     SearchSettings,
     _Search,
+    complete_feasible,
     search,
 )
 from compass.domain.space import Space, config_key
 from compass.domain.statistics import IntervalMethod, Verdict
+from compass.evaluators import CheckpointedEvaluator, CheckpointLedger
 
 IntArray = npt.NDArray[np.int64]
 N = 40
@@ -473,3 +476,30 @@ def test_progress_reports_every_batch_and_outcome_orders_feasible_by_accuracy() 
     accuracies = [a.accuracy for a in outcome.feasible]
     assert accuracies == sorted(accuracies, reverse=True)
     assert all(a.verdict is not Verdict.UNDECIDED for a in outcome.assessments)
+
+
+def test_complete_feasible_scores_the_feasible_set_on_every_sample_once(tmp_path: Path) -> None:
+    """Exact accuracies for the front; verdicts and the rest untouched; no sample twice."""
+    outcome, replay, _ = _run(additive_with_interactions, 0.3, seed=3)
+    early = [a for a in outcome.feasible if a.samples < N]
+    assert early, "the landscape must accept some configuration before the last budget"
+    # The search's checkpoint: every score it recorded.
+    checkpoint = CheckpointLedger(tmp_path / "ledger.jsonl")
+    for index, samples in replay.sequences.items():
+        recorded = list(dict.fromkeys(samples))
+        checkpoint.append(replay.space.config(index), recorded, replay.scores[index, recorded])
+    before = Counter(replay.asked)
+    checkpointed = CheckpointedEvaluator(replay, checkpoint)
+    completed = complete_feasible(outcome, checkpointed)
+    for old, new in zip(outcome.assessments, completed.assessments, strict=True):
+        assert (new.index, new.verdict) == (old.index, old.verdict)
+        if old.feasible:
+            assert new.samples == N
+            assert new.accuracy == pytest.approx(float(replay.scores[old.index].mean()))
+        else:
+            assert new.scores == old.scores
+    # Only the feasible configurations' missing samples were asked for, each once.
+    extra = replay.asked - before
+    assert set(extra.values()) == {1}
+    assert {i for i, _ in extra} == {a.index for a in early}
+    assert completed.sample_evals - outcome.sample_evals == sum(N - a.samples for a in early)

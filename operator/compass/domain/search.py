@@ -25,7 +25,7 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
@@ -409,6 +409,24 @@ class _Search:
 def _quadratic_forms(rows: FloatArray, matrix: FloatArray) -> FloatArray:
     """x_i^T M x_i for every row x_i (einsum's three-operand form is far slower)."""
     return np.asarray(((rows @ matrix) * rows).sum(axis=1))
+
+
+def complete_feasible(outcome: SearchOutcome, evaluator: Evaluator) -> SearchOutcome:
+    """The outcome with every feasible configuration scored on the whole dataset.
+
+    The search accepts a configuration once its bound clears tau, often after a quarter of the
+    samples, so its point estimate can be several points off; the Pareto front is ordered by
+    accuracy, so the planner needs the real one. Verdicts do not change. Pass a checkpointed
+    evaluator: the samples the search already scored are then not evaluated again.
+    """
+    every = list(range(outcome.population))
+    completed = tuple(
+        replace(a, scores=list(evaluator.evaluate(outcome.space.config(a.index), every)))
+        if a.feasible and a.samples < outcome.population
+        else a
+        for a in outcome.assessments
+    )
+    return replace(outcome, assessments=completed)
 
 
 def search(
