@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -166,3 +167,27 @@ def test_compass_load_records_every_request_with_its_configuration(
     out = capsys.readouterr().out
     assert f"requests {expected}, failed 0" in out
     assert "SLO 500 ms" in out
+
+
+def test_children_forked_while_a_channel_is_busy_do_not_abort(router: TritonRouter) -> None:
+    """grpc/grpc#43055: with gRPC's fork support on, ~2% of children forked with preexec_fn
+    while RPCs run died with SIGABRT before exec; compass turns the fork support off."""
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            router.infer({"sample": 1})
+
+    workers = [threading.Thread(target=busy) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    try:
+        codes = [
+            subprocess.run(["true"], capture_output=True, preexec_fn=lambda: None).returncode
+            for _ in range(200)
+        ]
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
+    assert codes == [0] * 200, f"{sum(1 for c in codes if c)} children died"
