@@ -12,23 +12,20 @@ import json
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-for _path in (REPO_ROOT / "operator", REPO_ROOT / "tests" / "k8s"):
-    if str(_path) not in sys.path:
-        sys.path.append(str(_path))
+if str(REPO_ROOT / "operator") not in sys.path:
+    sys.path.append(str(REPO_ROOT / "operator"))
 
-from cluster import Cluster, ensure_binaries, free_port, log_tail, wait_for  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from compass.devcluster import Cluster, ensure_binaries, wait_for  # noqa: E402
 from compass.domain.evaluation import Config  # noqa: E402
 from compass.serving.local import LocalTriton, assemble_repository  # noqa: E402
 
@@ -104,77 +101,6 @@ def create_namespace(cluster: Cluster, name: str) -> str:
 
     wait_for(has_token, 30, f"the default service account of {name}")
     return name
-
-
-@dataclass
-class OperatorProcess:
-    """`compass operator` watching one namespace, as it runs in production (not --verbose)."""
-
-    cluster: Cluster
-    namespace: str
-    log: Path
-    env: dict[str, str] = field(default_factory=dict)
-    process: subprocess.Popen[bytes] | None = None
-    metrics_port: int = 0
-    health_port: int = 0
-
-    def start(self) -> OperatorProcess:
-        """Start it and wait for its liveness endpoint."""
-        self.metrics_port, self.health_port = free_port(), free_port()
-        env = {
-            **os.environ,
-            **self.cluster.env(),
-            **self.env,
-            "COMPASS_METRICS_PORT": str(self.metrics_port),
-            "COMPASS_HEALTH_PORT": str(self.health_port),
-        }
-        compass = Path(sys.executable).parent / "compass"
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [str(compass), "operator", "--namespace", self.namespace],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        wait_for(self._alive, 60, f"the operator's /healthz\n{log_tail(self.log)}", 0.2)
-        return self
-
-    @property
-    def pid(self) -> int:
-        """The operator's PID."""
-        assert self.process is not None
-        return self.process.pid
-
-    def _alive(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise RuntimeError(f"the operator exited {self.process.returncode}:\n{self.tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1):
-                return True
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        """SIGTERM, and SIGKILL if it does not stop in time."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
-
-    def metrics(self) -> str:
-        """The operator's own /metrics."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return str(response.read().decode())
-
-    def tail(self, lines: int = 40) -> str:
-        """The end of its log."""
-        return log_tail(self.log, lines)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -43,13 +43,12 @@ from typing import Any
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-for _path in (REPO_ROOT / "bench", REPO_ROOT / "operator", REPO_ROOT / "tests" / "k8s"):
+for _path in (REPO_ROOT / "bench", REPO_ROOT / "operator"):
     if str(_path) not in sys.path:
         sys.path.append(str(_path))
 
-from cluster import Cluster, wait_for  # noqa: E402
-from node import LocalImage, Node, venv_executable  # noqa: E402
-
+from compass.devcluster import Cluster, Operator, venv_executable, wait_for  # noqa: E402
+from compass.devnode import LocalImage, Node  # noqa: E402
 from compass.domain.space import config_key  # noqa: E402
 from compass.examples import build_replay_ledger, load_rag_paper  # noqa: E402
 from compass.k8s.builders import LEDGER_KEY  # noqa: E402
@@ -64,7 +63,6 @@ from operator_common import (  # noqa: E402
     POLICY_PLURAL,
     VERSION,
     WORKFLOW_PLURAL,
-    OperatorProcess,
     create_namespace,
     fmt,
     interrupt_on_sigterm,
@@ -437,10 +435,11 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]
     api = Api(cluster, namespace)
     ledger: Any = {"metadata": {"name": "rag-ledger"}, "data": {LEDGER_KEY: replay_ledger()}}
     api.core.create_namespaced_config_map(namespace, ledger, _preload_content=False)
-    operator = OperatorProcess(
+    operator = Operator(
         cluster,
         namespace,
         workdir / "operator.log",
+        verbose=False,
         env={
             "COMPASS_POLL_INTERVAL_SECONDS": str(args.poll_interval),
             "COMPASS_IMAGE": "ghcr.io/compass-operator/compass-operator:bench",

@@ -3,7 +3,7 @@
     python bench/operator_scale.py [--counts 1,10,100] [--window 30] [--no-switch-phase]
                                    [--py-spy SECONDS]
 
-Everything is real: etcd, kube-apiserver and kube-controller-manager (tests/k8s/cluster.py,
+Everything is real: etcd, kube-apiserver and kube-controller-manager (compass.devcluster,
 binaries from hack/k8s/build.sh), one tritonserver serving rag-sim, and one `compass operator`
 process watching one namespace. All policies point at the same router and its metrics. The
 router already serves the most accurate configuration and nothing loads it, so each policy
@@ -44,12 +44,11 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-for _path in (REPO_ROOT / "bench", REPO_ROOT / "operator", REPO_ROOT / "tests" / "k8s"):
+for _path in (REPO_ROOT / "bench", REPO_ROOT / "operator"):
     if str(_path) not in sys.path:
         sys.path.append(str(_path))
 
-from cluster import Cluster, wait_for  # noqa: E402
-
+from compass.devcluster import Cluster, Operator, wait_for  # noqa: E402
 from compass.domain.space import config_key  # noqa: E402
 from compass.serving.triton import TritonRouter  # noqa: E402
 from operator_common import (  # noqa: E402
@@ -59,7 +58,6 @@ from operator_common import (  # noqa: E402
     OUT_DIR,
     POLICY_PLURAL,
     VERSION,
-    OperatorProcess,
     counter_total,
     cpu_seconds,
     create_namespace,
@@ -231,7 +229,7 @@ def measure(
     label: str,
     count: int,
     window_s: float,
-    operator: OperatorProcess,
+    operator: Operator,
     policies: Policies,
     pids: dict[str, int],
     flipper: Flipper | None = None,
@@ -320,7 +318,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]
     # One request, so Triton exports the router's request counters (the arrivals).
     router.infer({"sample": 0})
     namespace = create_namespace(cluster, "operator-scale")
-    operator = OperatorProcess(cluster, namespace, workdir / "operator.log")
+    operator = Operator(cluster, namespace, workdir / "operator.log", verbose=False)
     stack.callback(operator.stop)
     with timed("compass operator"):
         operator.start()

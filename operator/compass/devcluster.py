@@ -546,6 +546,13 @@ class Operator:
     metrics_port: int = 0
     health_port: int = 0
     args: tuple[str, ...] = ()
+    verbose: bool = True  # debug logs (the tests read them); off as in production (benchmarks)
+
+    @property
+    def pid(self) -> int:
+        """The operator's PID (once started)."""
+        assert self.process is not None
+        return self.process.pid
 
     def start(self) -> Operator:
         """Start it and wait for its liveness endpoint."""
@@ -562,7 +569,7 @@ class Operator:
                 [
                     venv_executable("compass"),
                     "operator",
-                    "--verbose",
+                    *(["--verbose"] if self.verbose else []),
                     "--namespace",
                     self.namespace,
                     *self.args,
@@ -609,9 +616,9 @@ class Operator:
         with urllib.request.urlopen(url, timeout=5) as response:
             return str(response.read().decode())
 
-    def tail(self) -> str:
+    def tail(self, lines: int = 40) -> str:
         """The end of its log."""
-        return log_tail(self.log, 40)
+        return log_tail(self.log, lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
