@@ -56,7 +56,7 @@ from compass.domain.simulator import (
 )
 from compass.domain.space import config_key
 from compass.k8s.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
-from compass.serving.experiment import OBSERVED_WINDOW_S, LiveRun, SwitchEvent, serve
+from compass.serving.experiment import OBSERVED_WINDOW_S, SETTLE_S, LiveRun, SwitchEvent, serve
 from compass.serving.local import (
     LocalPrometheus,
     LocalServerError,
@@ -76,9 +76,6 @@ GROUP, VERSION = "compass.io", "v1alpha1"
 PLURAL, POLICY_PLURAL = "compoundworkflows", "paretopolicies"
 TITLES = {"policy": "Elastico (operator)", "accurate": "static most accurate"}
 SAMPLE_EVERY_S = 0.25  # how often the policy's status is read while the load runs
-# Mirrors compass.serving.experiment.SETTLE_S: serve() waits this long after its switch before
-# the load's clock starts, so the status samples share the load's origin to a few ms.
-SETTLE_S = 1.0
 PHASES_TIMEOUT_S = 600.0  # the search and profiling Jobs: ~1.5 min on two busy cores
 
 
@@ -652,6 +649,8 @@ def _serve_both(
     try:
         before = kube.status(POLICY_PLURAL, name).get("switches") or 0
         started = time.monotonic()
+        # serve() waits SETTLE_S after its switch before the load's clock starts: the status
+        # samples share the load's origin to a few ms.
         sampler = _Sampler(kube, name, started + SETTLE_S)
         thread = threading.Thread(target=sampler.run, daemon=True)
         thread.start()

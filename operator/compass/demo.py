@@ -123,11 +123,15 @@ def _write(path: Path, text: str) -> Path:
 
 @dataclass(frozen=True)
 class Searched:
-    """The search's outcome, and each feasible configuration's accuracy on every sample."""
+    """The search's outcome, and the same with the feasible set scored on every sample."""
 
     outcome: SearchOutcome
-    accuracy: dict[int, float]
-    extra_evaluations: int
+    completed: SearchOutcome
+
+    @property
+    def extra_evaluations(self) -> int:
+        """Sample evaluations the completion added."""
+        return self.completed.sample_evals - self.outcome.sample_evals
 
 
 def run_search(
@@ -141,9 +145,7 @@ def run_search(
     ledger_path.unlink(missing_ok=True)
     evaluator = CheckpointedEvaluator(TritonEvaluator(router), CheckpointLedger(ledger_path))
     outcome = search_with_progress(space, evaluator, population, settings.search)
-    completed = complete_feasible(outcome, evaluator)
-    accuracy = {a.index: a.accuracy for a in completed.feasible}
-    return Searched(outcome, accuracy, completed.sample_evals - outcome.sample_evals)
+    return Searched(outcome, complete_feasible(outcome, evaluator))
 
 
 def profile_feasible(
@@ -152,9 +154,9 @@ def profile_feasible(
     settings: DemoSettings,
 ) -> tuple[dict[str, Any], tuple[LatencyProfile, ...]]:
     """Profile every feasible configuration; the document and its profiles, both unscaled."""
-    outcome = searched.outcome
+    outcome = searched.completed
     configs: list[tuple[Config, float | None]] = [
-        (outcome.space.config(index), accuracy) for index, accuracy in searched.accuracy.items()
+        (outcome.space.config(a.index), a.accuracy) for a in outcome.feasible
     ]
     document = profile_configurations(
         router,
@@ -325,7 +327,7 @@ def _profile_step(
 ) -> tuple[LatencyProfile, ...]:
     """Step 3: rag-sim at its (scaled) latency, every feasible configuration profiled."""
     say.step(
-        f"profile the {len(searched.accuracy)} feasible configurations through the router, one "
+        f"profile the {len(searched.completed.feasible)} feasible configurations through the router, one "
         f"request at a time ({settings.screen_runs} each, then {settings.measured_runs} for "
         "those no more accurate configuration clearly beats)"
     )

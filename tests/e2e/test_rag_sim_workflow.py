@@ -46,8 +46,9 @@ from node import Node
 from operator_process import Operator
 from ragsim import TIME_SCALE
 
-from compass.clusterdemo import ClusterDemoSettings, adaptations, replay_ledger
-from compass.domain.simulator import SPIKE_FACTOR, make_pattern, make_scenario
+from compass.clusterdemo import ClusterDemoSettings, adaptations, replay_ledger, spike_scenario
+from compass.domain.policy import ParetoPolicySpec
+from compass.domain.simulator import SPIKE_FACTOR
 from compass.domain.space import config_key
 from compass.k8s.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.serving.load import RequestRecord, run_load
@@ -67,15 +68,6 @@ PROFILE_RUNS = 20
 
 
 # ---------------------------------------------------------------------------- pure helpers
-
-
-def spike_base_qps(front: list[dict[str, Any]]) -> float:
-    """The base rate of a spike beyond the most accurate configuration's capacity but within the
-    fastest's, as the profiling Job measured them (this machine's speed varies with its load)."""
-    fastest, accurate = (1000.0 / front[i]["latencyMeanMs"] for i in (0, -1))
-    spike = min(1.25 * accurate, 0.75 * fastest)
-    assert spike > accurate, f"the front's ends are too close to tell apart under load: {front}"
-    return spike / SPIKE_FACTOR
 
 
 def compliance(records: list[RequestRecord], slo_ms: float, sent: int) -> float:
@@ -299,8 +291,15 @@ def test_example_workflow_to_a_policy_that_switches_triton_under_a_spike(
     assert idle["lastQueueDepth"] == 0
 
     # ---- the spike, with the operator switching
-    base_qps = spike_base_qps(front)
-    scenario = make_scenario(make_pattern("spike", base_qps, DURATION_S), SEED)
+    # Beyond the most accurate configuration's capacity, within the fastest's, as profiled here
+    # (this machine's speed varies with its load): the spike `compass demo --cluster` serves.
+    plan = ParetoPolicySpec.model_validate(policy["spec"]).plan()
+    scenario = spike_scenario(
+        plan, ClusterDemoSettings(output_dir=Path("."), duration_s=DURATION_S, load_seed=SEED)
+    )
+    base_qps = scenario.pattern.base_qps
+    accurate_qps = 1000.0 / front[-1]["latencyMeanMs"]
+    assert SPIKE_FACTOR * base_qps > accurate_qps, f"the front's ends are too close: {front}"
     arrivals = scenario.arrivals_s.tolist()
 
     def payload(index: int) -> dict[str, Any]:

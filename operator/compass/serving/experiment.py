@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from compass.domain.evaluation import Config
 from compass.domain.simulator import Tick
-from compass.serving.live import LiveLoop
+from compass.serving.live import LiveLoop, StepResult
 from compass.serving.load import RequestRecord, run_load
 from compass.serving.triton import TritonRouter
 
@@ -111,7 +111,7 @@ def run_live_loop(
     interval_s: float,
     origin: float,
     stop: threading.Event,
-    on_step: Callable[[float, Any], None],
+    on_step: Callable[[float, StepResult], None],
 ) -> None:
     """Step the loop every interval until ``stop``; hand each step to ``on_step(t, result)``."""
     state = loop.initial_state(time.monotonic())
@@ -147,9 +147,9 @@ def serve(
     switches: list[SwitchEvent] = []
     reasons: list[tuple[float, str]] = []
     counts: list[tuple[float, float]] = []  # (unscaled s, arrivals counter) for the rate
+    names = [th.profile.name for th in loop.policy.plan.thresholds] if loop is not None else []
 
-    def on_step(t: float, result: Any) -> None:
-        assert loop is not None
+    def on_step(t: float, result: StepResult) -> None:
         at = t / time_scale
         observation = result.observation
         if observation is not None and observation.arrivals_total is not None:
@@ -160,7 +160,6 @@ def serve(
             if len(window) > 1 and window[-1][0] > window[0][0]
             else float("nan")
         )
-        names = [th.profile.name for th in loop.policy.plan.thresholds]
         active = result.state.active
         ticks.append(
             Tick(
