@@ -25,9 +25,9 @@ if str(REPO_ROOT / "operator") not in sys.path:
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from compass.devcluster import Cluster, ensure_binaries, wait_for  # noqa: E402
 from compass.domain.evaluation import Config  # noqa: E402
-from compass.serving.local import LocalTriton, assemble_repository  # noqa: E402
+from compass.lab.devcluster import Cluster, ensure_binaries, wait_for  # noqa: E402
+from compass.lab.local_triton import LocalTriton, assemble_repository  # noqa: E402
 
 GROUP, VERSION = "compass.io", "v1alpha1"
 POLICY_PLURAL, WORKFLOW_PLURAL = "paretopolicies", "compoundworkflows"

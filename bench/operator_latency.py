@@ -47,15 +47,15 @@ for _path in (REPO_ROOT / "bench", REPO_ROOT / "operator"):
     if str(_path) not in sys.path:
         sys.path.append(str(_path))
 
-from compass.devcluster import Cluster, Operator, venv_executable, wait_for  # noqa: E402
-from compass.devnode import LocalImage, Node  # noqa: E402
+from compass.controllers.builders import LEDGER_KEY  # noqa: E402
+from compass.controllers.policy import parse_rfc3339  # noqa: E402
+from compass.dataplane.load import RequestRecord, run_load  # noqa: E402
+from compass.dataplane.triton import TritonRouter  # noqa: E402
 from compass.domain.space import config_key  # noqa: E402
 from compass.examples import build_replay_ledger, load_rag_paper  # noqa: E402
-from compass.k8s.builders import LEDGER_KEY  # noqa: E402
-from compass.k8s.policy_status import parse_rfc3339  # noqa: E402
-from compass.serving.load import RequestRecord, run_load  # noqa: E402
-from compass.serving.local import LocalTriton  # noqa: E402
-from compass.serving.triton import TritonRouter  # noqa: E402
+from compass.lab.devcluster import Cluster, Operator, venv_executable, wait_for  # noqa: E402
+from compass.lab.devnode import LocalImage, Node  # noqa: E402
+from compass.lab.local_triton import LocalTriton  # noqa: E402
 from operator_common import (  # noqa: E402
     ACCURATE,
     FASTEST,

@@ -3,7 +3,7 @@
     python bench/operator_scale.py [--counts 1,10,100] [--window 30] [--no-switch-phase]
                                    [--py-spy SECONDS]
 
-Everything is real: etcd, kube-apiserver and kube-controller-manager (compass.devcluster,
+Everything is real: etcd, kube-apiserver and kube-controller-manager (compass.lab.devcluster,
 binaries from hack/k8s/build.sh), one tritonserver serving rag-sim, and one `compass operator`
 process watching one namespace. All policies point at the same router and its metrics. The
 router already serves the most accurate configuration and nothing loads it, so each policy
@@ -48,9 +48,9 @@ for _path in (REPO_ROOT / "bench", REPO_ROOT / "operator"):
     if str(_path) not in sys.path:
         sys.path.append(str(_path))
 
-from compass.devcluster import Cluster, Operator, wait_for  # noqa: E402
+from compass.dataplane.triton import TritonRouter  # noqa: E402
 from compass.domain.space import config_key  # noqa: E402
-from compass.serving.triton import TritonRouter  # noqa: E402
+from compass.lab.devcluster import Cluster, Operator, wait_for  # noqa: E402
 from operator_common import (  # noqa: E402
     ACCURATE,
     FASTEST,

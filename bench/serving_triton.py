@@ -27,17 +27,17 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT / "operator") not in sys.path:
     sys.path.append(str(REPO_ROOT / "operator"))
 
+from compass.api.paretopolicy import Hysteresis, spec_for_plan  # noqa: E402
+from compass.dataplane.live import LiveLoop  # noqa: E402
+from compass.dataplane.metrics import TritonQueueDepth  # noqa: E402
+from compass.dataplane.profiler import ProfileSettings, profile_configurations  # noqa: E402
+from compass.dataplane.triton import TritonRouter  # noqa: E402
 from compass.domain.planner import Slo, plan_from_profiles  # noqa: E402
-from compass.domain.policy import Hysteresis, spec_for_plan  # noqa: E402
 from compass.domain.profiles import parse_profiles  # noqa: E402
 from compass.domain.simulator import compare, make_pattern, make_scenario  # noqa: E402
 from compass.domain.space import config_key  # noqa: E402
-from compass.serving.experiment import serve  # noqa: E402
-from compass.serving.live import LiveLoop  # noqa: E402
-from compass.serving.local import LocalTriton, assemble_repository  # noqa: E402
-from compass.serving.metrics import TritonQueueDepth  # noqa: E402
-from compass.serving.profiler import ProfileSettings, profile_configurations  # noqa: E402
-from compass.serving.triton import TritonRouter  # noqa: E402
+from compass.lab.experiment import serve  # noqa: E402
+from compass.lab.local_triton import LocalTriton, assemble_repository  # noqa: E402
 
 COMPONENTS = ("retriever", "reranker", "generator")
 # The paper's Pareto front (planner_pareto_frontier.json) plus the one faster configuration

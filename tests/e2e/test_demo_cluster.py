@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compass.devcluster import Binaries
-from compass.domain.policy import ParetoPolicySpec
-from compass.serving.local import LocalServerError, TritonInstallation
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.lab.devcluster import Binaries
+from compass.lab.local_triton import LocalServerError, TritonInstallation
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STEPS = 8
@@ -32,7 +32,15 @@ STEPS = 8
 def demo_argv(out: Path, *extra: str) -> list[str]:
     """The shrunk demo's command line."""
     return [
-        *(sys.executable, "-m", "compass.cli", "demo", "--cluster", "--output-dir", str(out)),
+        *(
+            sys.executable,
+            "-m",
+            "compass.commands.main",
+            "demo",
+            "--cluster",
+            "--output-dir",
+            str(out),
+        ),
         *("--profile-runs", "10", *extra),
     ]
 
@@ -142,7 +150,7 @@ def test_ctrl_c_stops_everything_it_started(runnable: None, tmp_path: Path) -> N
         argv[0],
         "-c",
         "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "from compass.cli import main; sys.exit(main(sys.argv[1:]))",
+        "from compass.commands.main import main; sys.exit(main(sys.argv[1:]))",
         *argv[3:],
     ]
     process = subprocess.Popen(

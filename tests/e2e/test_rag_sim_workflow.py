@@ -46,14 +46,14 @@ from node import Node
 from operator_process import Operator
 from ragsim import TIME_SCALE
 
-from compass.clusterdemo import ClusterDemoSettings, adaptations, replay_ledger, spike_scenario
-from compass.domain.policy import ParetoPolicySpec
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
+from compass.dataplane.load import RequestRecord, run_load
+from compass.dataplane.triton import TritonRouter
 from compass.domain.simulator import SPIKE_FACTOR
 from compass.domain.space import config_key
-from compass.k8s.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
-from compass.serving.load import RequestRecord, run_load
-from compass.serving.local import LocalPrometheus, LocalTriton
-from compass.serving.triton import TritonRouter
+from compass.lab.clusterdemo import ClusterDemoSettings, adaptations, replay_ledger, spike_scenario
+from compass.lab.local_triton import LocalPrometheus, LocalTriton
 
 EXAMPLE = REPO / "examples" / "rag-sim-workflow.yaml"
 LEDGER_CONFIG_MAP = "rag-sim-ledger"

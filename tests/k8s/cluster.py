@@ -1,4 +1,4 @@
-"""The k8s tier's control plane: compass.devcluster, under the name the tests import.
+"""The k8s tier's control plane: compass.lab.devcluster, under the name the tests import.
 
 The code moved into the package so that `compass demo --cluster` runs the same control plane
 (the package may not import from tests/); `python tests/k8s/cluster.py` still starts one by hand.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from compass.devcluster import (
+from compass.lab.devcluster import (
     ADMIN_USER,
     BUILD_SCRIPT,
     CANNOT_BUILD,

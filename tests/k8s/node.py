@@ -1,11 +1,11 @@
-"""The k8s tier's node helper: compass.devnode, under the name the tests import.
+"""The k8s tier's node helper: compass.lab.devnode, under the name the tests import.
 
 The code moved into the package so that `compass demo --cluster` runs the same node.
 """
 
 from __future__ import annotations
 
-from compass.devnode import (
+from compass.lab.devnode import (
     MESSAGE_BYTES,
     MESSAGE_LINES,
     RESTART_DELAY_S,

@@ -3,7 +3,7 @@
 Helm 4 runs in-process (helm-python-sdk) against the k8s tier's kube-apiserver 1.20 with the
 admin kubeconfig, in both modes: cluster-wide (ClusterRole) and namespaced (`watchNamespaces`:
 a Role per watched namespace). The API server itself then answers SubjectAccessReviews for the
-operator's ServiceAccount: every permission compass.k8s.rbac lists is allowed (in namespaced
+operator's ServiceAccount: every permission compass.controllers.rbac lists is allowed (in namespaced
 mode only in the watched namespaces), and representative dangerous ones are denied. The chart's
 CRDs also accept every example manifest as written (nothing pruned).
 
@@ -28,13 +28,13 @@ from cluster import Cluster, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from compass.k8s.builders import (
+from compass.api.crds import render_crds
+from compass.controllers.builders import (
     build_job_role,
     build_job_role_binding,
     build_job_service_account,
 )
-from compass.k8s.crds import render_crds
-from compass.k8s.rbac import DISCOVERY_RULES, Rule, operator_rules, permissions
+from compass.controllers.rbac import DISCOVERY_RULES, Rule, operator_rules, permissions
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "compass-operator"
@@ -400,7 +400,7 @@ def test_operator_can_set_up_the_jobs_service_account(
     operator = k8s_cluster.api_client(impersonate=installed.user)
     core: Any = client.CoreV1Api(operator)
     rbac: Any = client.RbacAuthorizationV1Api(operator)
-    # Exactly what the workflow handler creates (compass.k8s.builders).
+    # Exactly what the workflow handler creates (compass.controllers.builders).
     account = "compass-job"
     core.create_namespaced_service_account(
         namespace, build_job_service_account(namespace, account), _preload_content=False
@@ -468,7 +468,7 @@ def _policy_crd_missing() -> bool:
             "pareto-policy-gitops.yaml",
             marks=pytest.mark.skipif(
                 _policy_crd_missing(),
-                reason="compass.k8s.crds renders no ParetoPolicy CRD yet, so the chart has none",
+                reason="compass.api.crds renders no ParetoPolicy CRD yet, so the chart has none",
             ),
         ),
         "prometheus-scrape.yaml",

@@ -23,8 +23,8 @@ from e2e_shared import Policies, condition
 from kubernetes import client
 from operator_process import Operator
 
-from compass.k8s.rbac import OPERATOR_RULES
-from compass.manager import CRD_RECHECK_S
+from compass.controllers.manager import CRD_RECHECK_S
+from compass.controllers.rbac import OPERATOR_RULES
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = ("compoundworkflows.compass.io", "paretopolicies.compass.io")
@@ -150,7 +150,7 @@ def _service_account_kubeconfig(
     cluster: Cluster, core: client.CoreV1Api, namespace: str, where: Path
 ) -> Path:
     """A kubeconfig for a service account holding the operator's rules in ``namespace`` only
-    (compass.k8s.rbac, what the chart's Role grants), nothing cluster-wide."""
+    (compass.controllers.rbac, what the chart's Role grants), nothing cluster-wide."""
     rbac = client.RbacAuthorizationV1Api(cluster.api_client())
     core.create_namespaced_service_account(namespace, {"metadata": {"name": "operator"}})
     rules = [

@@ -4,7 +4,7 @@ A real API server, the chart's kopf peering CRDs, a KopfPeering object, a real t
 rag-sim (the fixtures of test_policy_controller.py) and one ParetoPolicy: the risk peering
 guards against is two operators switching the same router. Each process has its own /metrics
 and log, so which one decides is observable: the one started first acts (its priority is
-higher, see compass.manager.automatic_priority), the other stays paused; SIGKILL the active
+higher, see compass.controllers.manager.automatic_priority), the other stays paused; SIGKILL the active
 one and the standby takes over once the dead one's keep-alive expires, carrying on from the
 status without a flip. With equal priorities kopf pauses both until one leaves.
 """
@@ -35,10 +35,10 @@ from test_policy_controller import (  # noqa: F401 (router, triton: fixtures)
     wait_active,
 )
 
+from compass.controllers.manager import missing_peering_objects
+from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
-from compass.manager import missing_peering_objects
-from compass.serving.local import LocalTriton
-from compass.serving.triton import TritonRouter
+from compass.lab.local_triton import LocalTriton
 
 REPO = Path(__file__).resolve().parents[2]
 PEERING_CRDS = REPO / "charts" / "compass-operator" / "crds" / "kopf-peerings.yml"

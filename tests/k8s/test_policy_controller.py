@@ -22,9 +22,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_process import Operator
 
+from compass.dataplane.load import run_load
+from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
-from compass.serving.load import run_load
-from compass.serving.local import (
+from compass.lab.local_triton import (
     LocalPrometheus,
     LocalServerError,
     LocalTriton,
@@ -32,7 +33,6 @@ from compass.serving.local import (
     assemble_repository,
     prometheus_binary,
 )
-from compass.serving.triton import TritonRouter
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "compass.io", "v1alpha1", "paretopolicies"

@@ -37,10 +37,10 @@ from node import Node
 
 # Import the handlers package now: whatever it registers goes to kopf's default registry, never
 # to the fresh registries the operator runs below get (they hold the workflow handlers only).
-import compass.handlers.runtime  # noqa: F401
+import compass.controllers.runtime  # noqa: F401
+from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
+from compass.controllers.workflow import job_view
 from compass.examples import build_replay_ledger, load_rag_paper
-from compass.k8s.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
-from compass.k8s.reconcile import job_view
 
 GROUP, VERSION = "compass.io", "v1alpha1"
 PLURAL, POLICY_PLURAL = "compoundworkflows", "paretopolicies"
@@ -131,7 +131,7 @@ def crds(k8s_api: Any) -> None:
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """tritonserver serving rag-sim (router + three components) at time_scale 0.1."""
-    from compass.serving.local import (
+    from compass.lab.local_triton import (
         LocalServerError,
         LocalTriton,
         TritonInstallation,

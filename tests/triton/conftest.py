@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 from ragsim import COMPONENTS, FASTEST, TIME_SCALE
 
-from compass.serving.local import (
+from compass.dataplane.triton import TritonRouter
+from compass.lab.local_triton import (
     LocalPrometheus,
     LocalServerError,
     LocalTriton,
@@ -21,7 +22,6 @@ from compass.serving.local import (
     model_images,
     prometheus_binary,
 )
-from compass.serving.triton import TritonRouter
 
 
 @pytest.fixture(scope="session")

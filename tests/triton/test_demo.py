@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import yaml
 
-from compass.domain.policy import ParetoPolicySpec
-from compass.serving.local import LocalServerError, TritonInstallation
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.lab.local_triton import LocalServerError, TritonInstallation
 
 TAU = 0.8
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -32,7 +32,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Completed
         pytest.skip(f"no tritonserver here: {error}")
     out = tmp_path_factory.mktemp("demo") / "out"
     argv = [
-        *(sys.executable, "-m", "compass.cli", "demo", "--output-dir", str(out)),
+        *(sys.executable, "-m", "compass.commands.main", "demo", "--output-dir", str(out)),
         *("--tau", str(TAU), "--budgets", "10,20", "--time-scale", "0.1"),
         *("--duration", "60", "--profile-runs", "8"),
     ]

@@ -12,15 +12,15 @@ import pytest
 import yaml
 from ragsim import ACCURATE, FASTEST, TIME_SCALE
 
-from compass.cli import main
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.commands.main import main
+from compass.dataplane.live import LiveLoop
+from compass.dataplane.load import run_load
+from compass.dataplane.metrics import PrometheusQueueDepth, TritonQueueDepth
+from compass.dataplane.triton import TritonRouter
 from compass.domain.elastico import PolicyState
-from compass.domain.policy import ParetoPolicySpec
 from compass.domain.space import config_key
-from compass.serving.live import LiveLoop
-from compass.serving.load import run_load
-from compass.serving.local import LocalTriton, free_port
-from compass.serving.metrics import PrometheusQueueDepth, TritonQueueDepth
-from compass.serving.triton import TritonRouter
+from compass.lab.local_triton import LocalTriton, free_port
 
 # rag-sim's 1000 ms SLO at the test time scale.
 SLO_MS = 1000 * TIME_SCALE

@@ -8,15 +8,15 @@ import time
 import pytest
 from ragsim import ACCURATE
 
-from compass.serving.load import run_load
-from compass.serving.local import LocalPrometheus, LocalTriton, free_port
-from compass.serving.metrics import (
+from compass.dataplane.load import run_load
+from compass.dataplane.metrics import (
     MetricsUnavailableError,
     PrometheusQueueDepth,
     QueueDepthSource,
     TritonQueueDepth,
 )
-from compass.serving.triton import TritonRouter
+from compass.dataplane.triton import TritonRouter
+from compass.lab.local_triton import LocalPrometheus, LocalTriton, free_port
 
 
 def _peak_depth_during_burst(
@@ -107,7 +107,7 @@ def test_unknown_model_on_triton_metrics_is_a_clear_error(triton: LocalTriton) -
 
 
 def test_unreachable_triton_is_a_routing_error_naming_the_endpoint() -> None:
-    from compass.serving.triton import RoutingError
+    from compass.dataplane.triton import RoutingError
 
     port = free_port()
     router = TritonRouter(f"127.0.0.1:{port}", attempts=2, backoff_s=0.01, timeout_s=2)

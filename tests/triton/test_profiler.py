@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from ragsim import ACCURATE, FASTEST, TIME_SCALE
 
-from compass.cli import main
+from compass.commands.main import main
+from compass.dataplane.profiler import ProfileSettings, profile_configurations
+from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
-from compass.serving.local import LocalTriton
-from compass.serving.profiler import ProfileSettings, profile_configurations
-from compass.serving.triton import TritonRouter
+from compass.lab.local_triton import LocalTriton
 
 
 def _expected_mean_ms(data: dict[str, object], config: dict[str, object]) -> float:

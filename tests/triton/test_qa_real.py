@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 import yaml
 
+from compass.dataplane.triton import RouterReply, RoutingError, TritonRouter
 from compass.domain.space import Space, SpaceSpec, config_key
-from compass.serving.local import (
+from compass.lab.local_triton import (
     LocalServerError,
     LocalTriton,
     TritonInstallation,
     assemble_repository,
     model_images,
 )
-from compass.serving.triton import RouterReply, RoutingError, TritonRouter
 
 COMPONENTS = ("encoder", "bm25", "dense", "reranker", "reader")
 # The router's default: no neural network anywhere.

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from ragsim import ACCURATE, FASTEST, scores_of
 
+from compass.dataplane.load import run_load
+from compass.dataplane.triton import RoutingError, TritonRouter
 from compass.domain.space import config_key
-from compass.serving.load import run_load
-from compass.serving.local import LocalTriton
-from compass.serving.triton import RoutingError, TritonRouter
+from compass.lab.local_triton import LocalTriton
 
 
 def test_router_serves_the_active_configuration_and_its_recorded_scores(
@@ -132,7 +132,7 @@ def test_router_response_names_the_configuration_as_canonical_json(router: Trito
 def test_compass_load_records_every_request_with_its_configuration(
     triton: LocalTriton, router: TritonRouter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from compass.cli import main
+    from compass.commands.main import main
 
     output = tmp_path / "records.jsonl"
     code = main(

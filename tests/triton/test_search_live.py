@@ -7,11 +7,11 @@ from pathlib import Path
 
 import yaml
 
-from compass.cli import main
+from compass.commands.main import main
+from compass.dataplane.triton import TritonRouter
 from compass.domain.search import SearchSettings, search
 from compass.domain.space import Space, config_key
-from compass.serving.local import LocalTriton
-from compass.serving.triton import TritonRouter
+from compass.lab.local_triton import LocalTriton
 
 SPACE = {
     "parameters": [

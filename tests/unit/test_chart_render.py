@@ -17,7 +17,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from compass.k8s.rbac import (
+from compass.controllers.rbac import (
     CLUSTER_PEERING_RULES,
     DISCOVERY_RULES,
     NAMESPACED_PEERING_RULES,
@@ -25,7 +25,7 @@ from compass.k8s.rbac import (
     operator_rules,
     permissions,
 )
-from compass.settings import OperatorSettings
+from compass.controllers.settings import OperatorSettings
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "compass-operator"
@@ -287,7 +287,7 @@ def test_digest_pins_the_operator_and_the_jobs_image() -> None:
 
 
 def test_cluster_rbac_is_exactly_what_the_operator_needs() -> None:
-    """The ClusterRole grants compass.k8s.rbac's rules and nothing more; bound to the SA."""
+    """The ClusterRole grants compass.controllers.rbac's rules and nothing more; bound to the SA."""
     objects = render()
     roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
     assert granted(roles[FULLNAME]["rules"]) == permissions(

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from compass.cli import main
+from compass.commands.main import main
 from compass.domain.space import Space, config_key
 from compass.evaluators import read_ledger
 from compass.examples import build_replay_ledger, load_rag_paper, replay_scores
@@ -671,9 +671,14 @@ def subprocess_env() -> dict[str, str]:
 
 
 def test_subprocess_search_and_bad_input(inputs: Path) -> None:
-    """`python -m compass.cli` exits 0 on a search and 2 on bad input, with the same output."""
+    """`python -m compass.commands.main` exits 0 on a search and 2 on bad input, with the same output."""
     done = subprocess.run(
-        [sys.executable, "-m", "compass.cli", *search_args("--tau", "0.8", "--output", "r.json")],
+        [
+            sys.executable,
+            "-m",
+            "compass.commands.main",
+            *search_args("--tau", "0.8", "--output", "r.json"),
+        ],
         cwd=inputs,
         env=subprocess_env(),
         capture_output=True,
@@ -686,7 +691,7 @@ def test_subprocess_search_and_bad_input(inputs: Path) -> None:
     assert "feasible: 9 found" in done.stdout
     assert set(json.loads((inputs / "r.json").read_text())) == RESULT_KEYS
     bad = subprocess.run(
-        [sys.executable, "-m", "compass.cli", *search_args("--tau", "1.5")],
+        [sys.executable, "-m", "compass.commands.main", *search_args("--tau", "1.5")],
         cwd=inputs,
         env=subprocess_env(),
         capture_output=True,
@@ -706,7 +711,12 @@ def test_subprocess_killed_with_sigkill_resumes_without_reevaluating(inputs: Pat
 
     slow = evaluator_command(inputs, "killed.log", delay=0.05)
     process = subprocess.Popen(
-        [sys.executable, "-m", "compass.cli", *command_args(slow, "--output", "run.json")],
+        [
+            sys.executable,
+            "-m",
+            "compass.commands.main",
+            *command_args(slow, "--output", "run.json"),
+        ],
         cwd=inputs,
         env=subprocess_env(),
         stdout=subprocess.DEVNULL,
@@ -731,7 +741,7 @@ def test_subprocess_killed_with_sigkill_resumes_without_reevaluating(inputs: Pat
         [
             sys.executable,
             "-m",
-            "compass.cli",
+            "compass.commands.main",
             *command_args(resumed, "--output", "run.json", "--resume", "run.ledger.jsonl"),
         ],
         cwd=inputs,
@@ -756,10 +766,10 @@ def test_subprocess_killed_with_sigkill_resumes_without_reevaluating(inputs: Pat
 
 
 def test_search_only_demo_runs_in_seconds_and_writes_nothing(tmp_path: Path) -> None:
-    """`python -m compass.cli demo --search-only`, as a user runs it: the summary, no files."""
+    """`python -m compass.commands.main demo --search-only`, as a user runs it: the summary, no files."""
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "compass.cli", "demo", "--search-only"],
+        [sys.executable, "-m", "compass.commands.main", "demo", "--search-only"],
         cwd=tmp_path,
         env=subprocess_env(),
         capture_output=True,
@@ -802,7 +812,7 @@ def test_demo_output_finds_the_feasible_configurations(
 
 def test_demo_replays_the_embedded_ledger_exactly() -> None:
     """The demo's in-memory ledger holds each row's accuracy as its full mean."""
-    from compass.cli import demo_ledger
+    from compass.commands.main import demo_ledger
 
     space, ledger = demo_ledger()
     _, rows = load_rag_paper()

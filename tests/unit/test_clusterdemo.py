@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 import yaml
 
-from compass import clusterdemo
-from compass.clusterdemo import (
+from compass.lab import clusterdemo
+from compass.lab.clusterdemo import (
     EXAMPLE,
     ClusterDemoSettings,
     adaptations,
     replay_ledger,
     status_ticks,
 )
-from compass.devcluster import ClusterUnavailableError
+from compass.lab.devcluster import ClusterUnavailableError
 
 
 def test_the_adapted_example_changes_only_what_it_says() -> None:

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from compass.cli import main
-from compass.domain.rules import VALIDATIONS
-from compass.k8s.crd_reference import (
+from compass.api.crds import RESOURCES, Resource, build_crd
+from compass.api.reference import (
     REFERENCE_PATH,
     anchor,
     constraints_of,
     object_sections,
     render_reference,
 )
-from compass.k8s.crds import RESOURCES, Resource, build_crd
+from compass.api.rules import VALIDATIONS
+from compass.commands.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 REGENERATE = f"hack/gen-crds.sh (or `compass crds --reference {REFERENCE_PATH}`)"

@@ -26,10 +26,10 @@ import yaml
 from celpy import celtypes
 from pydantic import BaseModel, ValidationError
 
-from compass.domain.policy import MAX_FRONT, ParetoPolicySpec
-from compass.k8s.crds import COMPOUND_WORKFLOW, PARETO_POLICY, Resource, build_crd
-from compass.k8s.reconcile import InvalidSpecError, validate_spec
-from compass.k8s.workflow import MAX_BUDGETS, CompoundWorkflowSpec
+from compass.api.compoundworkflow import MAX_BUDGETS, CompoundWorkflowSpec
+from compass.api.crds import COMPOUND_WORKFLOW, PARETO_POLICY, Resource, build_crd
+from compass.api.paretopolicy import MAX_FRONT, ParetoPolicySpec
+from compass.controllers.workflow import InvalidSpecError, validate_spec
 
 REPO = Path(__file__).resolve().parents[2]
 VALIDATIONS = "x-kubernetes-validations"

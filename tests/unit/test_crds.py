@@ -9,12 +9,12 @@ import pytest
 import yaml
 from pydantic import ConfigDict, ValidationError
 
-from compass.cli import main
-from compass.domain.policy import CamelModel
-from compass.domain.rules import CelRule, cel_rules
-from compass.k8s.crds import RESOURCES, build_crd, render_crds, without_cel
-from compass.k8s.schema import SchemaError, structural_schema
-from compass.k8s.workflow import CompoundWorkflowSpec
+from compass.api.compoundworkflow import CompoundWorkflowSpec
+from compass.api.crds import RESOURCES, build_crd, render_crds, without_cel
+from compass.api.paretopolicy import CamelModel
+from compass.api.rules import CelRule, cel_rules
+from compass.api.schema import SchemaError, structural_schema
+from compass.commands.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 FORBIDDEN = {"$ref", "$defs", "anyOf", "oneOf", "allOf", "const", "title", "not"}

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from compass.domain.policy import ParetoPolicySpec
+from compass.api.compoundworkflow import CompoundWorkflowSpec
+from compass.api.paretopolicy import ParetoPolicySpec
 from compass.domain.space import config_key
-from compass.k8s.workflow import CompoundWorkflowSpec
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from compass.serving.experiment import LiveRun, SwitchEvent
-from compass.serving.load import RequestRecord
+from compass.dataplane.load import RequestRecord
+from compass.lab.experiment import LiveRun, SwitchEvent
 
 
 def _run(

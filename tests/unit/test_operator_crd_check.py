@@ -3,8 +3,8 @@ live: tests/k8s/test_missing_crds.py)."""
 
 from __future__ import annotations
 
-from compass.k8s.crds import RESOURCES
-from compass.manager import CRD_FIX, CRD_RECHECK_S, missing_crds, missing_crds_message
+from compass.api.crds import RESOURCES
+from compass.controllers.manager import CRD_FIX, CRD_RECHECK_S, missing_crds, missing_crds_message
 
 
 def test_every_resource_is_required() -> None:

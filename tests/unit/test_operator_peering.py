@@ -8,16 +8,16 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from compass.cli import build_parser
-from compass.manager import (
+from compass.commands.main import build_parser
+from compass.commands.operator import with_command_line
+from compass.console import UsageError
+from compass.controllers.manager import (
     Peering,
     automatic_priority,
     kopf_settings,
     peering_of,
-    with_command_line,
 )
-from compass.settings import OperatorSettings
-from compass.usage import UsageError
+from compass.controllers.settings import OperatorSettings
 
 STARTED_NS = 1_763_000_000_123_456_000  # on a microsecond
 

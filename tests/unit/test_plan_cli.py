@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from compass.cli import main
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.commands.main import main
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
-from compass.domain.policy import ParetoPolicySpec
 from compass.domain.profiles import parse_profiles
 
 

@@ -1,4 +1,4 @@
-"""The ParetoPolicy controller's pure decisions (compass.k8s.policy_status) and the operator
+"""The ParetoPolicy controller's pure decisions (compass.controllers.policy) and the operator
 process's small helpers; the kopf timer around them runs in tests/k8s/test_policy_controller.py."""
 
 from __future__ import annotations
@@ -11,16 +11,15 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from compass.cli import main
+from compass.api.crds import PARETO_POLICY, build_crd
+from compass.api.paretopolicy import ConditionType, MetricsSourceType, ParetoPolicyStatus
+from compass.commands.main import main
+from compass.controllers import policy as ps
+from compass.controllers.manager import _quiet_timer_successes, scope
+from compass.controllers.runtime import OperatorMetrics
+from compass.controllers.settings import OperatorSettings
 from compass.domain.elastico import Observation, PolicyState
-from compass.domain.policy import MetricsSourceType
 from compass.domain.space import config_key
-from compass.handlers.runtime import OperatorMetrics
-from compass.k8s import policy_status as ps
-from compass.k8s.crds import PARETO_POLICY, build_crd
-from compass.k8s.policy_resource import ConditionType, ParetoPolicyStatus
-from compass.manager import _quiet_timer_successes, scope
-from compass.settings import OperatorSettings
 
 FAST = {"generator_model": "small", "retriever_k": 20}
 ACCURATE = {"generator_model": "large", "retriever_k": 20}

@@ -1,4 +1,4 @@
-"""The CompoundWorkflow controller's pure decisions (compass.k8s.reconcile) and builders."""
+"""The CompoundWorkflow controller's pure decisions (compass.controllers.workflow) and builders."""
 
 from __future__ import annotations
 
@@ -9,9 +9,16 @@ from typing import Any
 
 import pytest
 
-from compass.domain.policy import ParetoPolicySpec
-from compass.k8s import reconcile
-from compass.k8s.builders import (
+from compass.api.compoundworkflow import (
+    CompoundWorkflowSpec,
+    CompoundWorkflowStatus,
+    Phase,
+)
+from compass.api.conditions import Condition
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.commands.job import best_accuracy, one_line
+from compass.controllers import workflow as reconcile
+from compass.controllers.builders import (
     LEDGER_KEY,
     PROFILES_KEY,
     PROGRESS_KEY,
@@ -26,8 +33,7 @@ from compass.k8s.builders import (
     build_state_config_map,
     job_env,
 )
-from compass.k8s.jobrun import best_accuracy, one_line
-from compass.k8s.reconcile import (
+from compass.controllers.workflow import (
     Create,
     InvalidSpecError,
     JobView,
@@ -39,7 +45,6 @@ from compass.k8s.reconcile import (
     set_condition,
     validate_spec,
 )
-from compass.k8s.workflow import CompoundWorkflowSpec, CompoundWorkflowStatus, Condition, Phase
 
 NOW = "2026-01-01T00:00:00Z"
 LATER = "2026-01-01T00:01:00Z"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from compass.dataplane.triton import RoutingError, TritonRouter
 from compass.domain.evaluation import Config, EvaluationError
-from compass.serving.triton import RoutingError, TritonRouter
 
 
 class TritonEvaluator:

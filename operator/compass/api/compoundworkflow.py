@@ -1,0 +1,376 @@
+"""The CompoundWorkflow custom resource: what the user declares, and what the operator reports."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, model_validator
+
+from compass.api.conditions import Condition
+from compass.api.meta import CamelModel
+from compass.api.paretopolicy import ServingSettings
+from compass.api.rules import CelRule, cel_rules, strictly_increasing
+from compass.domain.space import SpaceSpec
+
+DEFAULT_BUDGETS = [10, 25, 50, 100]
+# Bounds that the CEL rules' cost estimate needs (current API servers reject a CRD whose rules
+# could cost too much on unbounded input); far above what a workflow uses.
+MAX_BUDGETS = 32
+MAX_PATH_LENGTH = 4096
+MAX_NAME_LENGTH = 253  # a Kubernetes object name (DNS subdomain)
+
+
+class ConfigMapDataset(CamelModel):
+    """A dataset stored in a ConfigMap key."""
+
+    name: str = Field(description="Name of the ConfigMap in the workflow's namespace.")
+    key: str = Field(description="Key holding the dataset (JSON Lines, one sample a line).")
+
+
+class VolumeDataset(CamelModel):
+    """A dataset on a PersistentVolumeClaim."""
+
+    claim_name: str = Field(description="Name of the PersistentVolumeClaim.")
+    path: str = Field(description="Path of the dataset inside the volume.")
+
+
+class Dataset(CamelModel):
+    """Where the evaluation samples come from; exactly one source."""
+
+    size: Annotated[int, Field(ge=1, description="Number of samples in the dataset.")]
+    config_map: ConfigMapDataset | None = Field(
+        default=None, description="Dataset in a ConfigMap key."
+    )
+    volume: VolumeDataset | None = Field(default=None, description="Dataset on a volume.")
+    image_path: str | None = Field(
+        default=None,
+        max_length=MAX_PATH_LENGTH,
+        description=f"Dataset at this path inside the evaluator image (at most "
+        f"{MAX_PATH_LENGTH} characters).",
+    )
+
+    # The same rule as _one_source, for the API server (an empty imagePath counts as unset).
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule="(has(self.configMap) ? 1 : 0) + (has(self.volume) ? 1 : 0)"
+                " + (has(self.imagePath) && self.imagePath != '' ? 1 : 0) <= 1",
+                message="dataset: more than one source is set; give one of configMap, volume, "
+                "imagePath",
+            )
+        )
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Dataset:
+        given = [
+            alias
+            for name, alias in (
+                ("config_map", "configMap"),
+                ("volume", "volume"),
+                ("image_path", "imagePath"),
+            )
+            if getattr(self, name)
+        ]
+        if len(given) > 1:
+            raise ValueError(
+                f"dataset: {' and '.join(given)} are both set; give one of configMap, volume, "
+                f"imagePath"
+            )
+        return self
+
+
+class Metric(StrEnum):
+    """How one answer is scored against its reference."""
+
+    EXACT_MATCH = "exact_match"
+    F1 = "f1"
+    ACCURACY = "accuracy"
+    COMMAND = "command"
+
+
+class EvaluatorType(StrEnum):
+    """Who scores a configuration on samples during the search."""
+
+    TRITON = "triton"
+    COMMAND = "command"
+    REPLAY = "replay"
+
+
+class Evaluator(CamelModel):
+    """The evaluator of the search Job."""
+
+    type: EvaluatorType = Field(
+        default=EvaluatorType.TRITON,
+        description="triton: send samples to the router with a per-request configuration; "
+        "command: run a command that scores a configuration on sample indices; replay: read "
+        "recorded scores from a ledger.",
+    )
+    command: list[str] | None = Field(
+        default=None, description="For type command: the command and its arguments."
+    )
+    image: str | None = Field(
+        default=None, description="For type command: the image the command runs in."
+    )
+    replay_config_map: str | None = Field(
+        default=None,
+        max_length=MAX_NAME_LENGTH,
+        description="For type replay: ConfigMap whose key 'ledger.jsonl' holds the recorded scores "
+        f"(an object name, at most {MAX_NAME_LENGTH} characters).",
+    )
+
+    # The same rules as _complete, for the API server.
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule="!has(self.type) || self.type != 'command'"
+                " || (has(self.command) && size(self.command) > 0)",
+                message="evaluator.command: type command needs the command to run",
+                field_path=".command",
+                reason="FieldValueRequired",
+            ),
+            CelRule(
+                rule="!has(self.type) || self.type != 'replay'"
+                " || (has(self.replayConfigMap) && self.replayConfigMap != '')",
+                message="evaluator.replayConfigMap: type replay needs the ledger ConfigMap",
+                field_path=".replayConfigMap",
+                reason="FieldValueRequired",
+            ),
+        )
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> Evaluator:
+        if self.type is EvaluatorType.COMMAND and not self.command:
+            raise ValueError("evaluator.command: type command needs the command to run")
+        if self.type is EvaluatorType.REPLAY and not self.replay_config_map:
+            raise ValueError("evaluator.replayConfigMap: type replay needs the ledger ConfigMap")
+        return self
+
+
+class SearchMethodName(StrEnum):
+    """Which configurations the search evaluates."""
+
+    COMPASS_V = "compass-v"
+    GRID = "grid"
+
+
+class IntervalName(StrEnum):
+    """The early-stopping test."""
+
+    WILSON = "wilson"
+    BETTING = "betting"
+
+
+class Evaluation(CamelModel):
+    """How accuracy is measured, and the accuracy target tau."""
+
+    dataset: Dataset = Field(description="The evaluation samples.")
+    metric: Metric = Field(default=Metric.ACCURACY, description="How an answer is scored.")
+    tau: Annotated[
+        float,
+        Field(
+            gt=0,
+            le=1,
+            description="Accuracy target: the search finds every configuration whose accuracy "
+            "is >= tau.",
+        ),
+    ]
+    budgets: Annotated[
+        list[Annotated[int, Field(ge=1)]],
+        Field(
+            min_length=1,
+            max_length=MAX_BUDGETS,
+            description="Strictly increasing sample budgets at which a configuration is judged; "
+            f"the last at most dataset.size (at most {MAX_BUDGETS} budgets).",
+        ),
+    ] = Field(
+        # A plain default (pydantic copies it per instance) so that the CRD carries it too: the
+        # server fills it in before the CEL rules read self.budgets.
+        default=DEFAULT_BUDGETS,
+    )
+    confidence: Annotated[
+        float, Field(gt=0.5, lt=1, description="Confidence of the early-stopping verdicts.")
+    ] = 0.95
+    interval: IntervalName = Field(
+        default=IntervalName.WILSON, description="Early-stopping test: wilson or betting."
+    )
+    method: SearchMethodName = Field(
+        default=SearchMethodName.COMPASS_V, description="compass-v, or grid (the baseline)."
+    )
+    seed: Annotated[int, Field(ge=0, description="Seed of the sample order and the search.")] = 0
+    evaluator: Evaluator = Field(default_factory=Evaluator, description="Who scores samples.")
+
+    # The same rules as _budgets_fit, for the API server.
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule=strictly_increasing("budgets", MAX_BUDGETS),
+                message="evaluation.budgets: the budgets are not strictly increasing; "
+                "e.g. 10,25,50,100",
+                field_path=".budgets",
+            ),
+            CelRule(
+                rule="size(self.budgets) == 0"
+                " || self.budgets[size(self.budgets) - 1] <= self.dataset.size",
+                message="evaluation.budgets: the last budget exceeds dataset.size; lower the last "
+                "budget",
+                field_path=".budgets",
+            ),
+        )
+    )
+
+    @model_validator(mode="after")
+    def _budgets_fit(self) -> Evaluation:
+        if any(b <= a for a, b in zip(self.budgets, self.budgets[1:], strict=False)):
+            raise ValueError(
+                f"evaluation.budgets: {self.budgets} is not strictly increasing; e.g. 10,25,50,100"
+            )
+        if self.budgets[-1] > self.dataset.size:
+            raise ValueError(
+                f"evaluation.budgets: {self.budgets[-1]} exceeds dataset.size "
+                f"{self.dataset.size}; lower the last budget"
+            )
+        return self
+
+
+class Toleration(CamelModel):
+    """A Kubernetes toleration for the profiling pod."""
+
+    key: str | None = Field(default=None, description="Taint key.")
+    operator: str | None = Field(
+        default=None, description="Equal or Exists.", pattern="^(Equal|Exists)$"
+    )
+    value: str | None = Field(default=None, description="Taint value.")
+    effect: str | None = Field(
+        default=None,
+        description="NoSchedule, PreferNoSchedule or NoExecute.",
+        pattern="^(NoSchedule|PreferNoSchedule|NoExecute)$",
+    )
+    toleration_seconds: int | None = Field(
+        default=None, description="For NoExecute: how long the pod stays bound."
+    )
+
+
+class Resources(CamelModel):
+    """Container resources, e.g. limits {nvidia.com/gpu: '1'}."""
+
+    requests: dict[str, str] = Field(default_factory=dict, description="Requested resources.")
+    limits: dict[str, str] = Field(default_factory=dict, description="Resource limits.")
+
+
+class Profiling(CamelModel):
+    """Where and how the latency of feasible configurations is measured."""
+
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Pins the profiling Job to the target node pool."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Tolerations for the target node pool's taints."
+    )
+    resources: Resources = Field(default_factory=Resources, description="The profiler's resources.")
+    warmup_runs: Annotated[
+        int, Field(ge=0, description="Unmeasured requests per configuration.")
+    ] = 3
+    measured_runs: Annotated[
+        int, Field(ge=2, description="Measured requests per configuration.")
+    ] = 50
+    image: str | None = Field(
+        default=None, description="Profiler image (default: the operator's image)."
+    )
+    active_deadline_seconds: Annotated[
+        int, Field(ge=1, description="The profiling Job's deadline.")
+    ] = 3600
+
+
+class Slo(CamelModel):
+    """The latency objective at a percentile of requests."""
+
+    latency_ms: Annotated[float, Field(gt=0, description="Latency target in milliseconds.")]
+    percentile: Annotated[
+        float, Field(gt=0, lt=100, description="Percentile of requests held to the target.")
+    ] = 95.0
+
+
+class TritonEndpoint(CamelModel):
+    """The Triton server that serves the workflow."""
+
+    service: str = Field(description="Service name (or host) of Triton.")
+    namespace: str | None = Field(
+        default=None, description="Namespace of the Service (default: the workflow's)."
+    )
+    grpc_port: Annotated[int, Field(ge=1, le=65535, description="gRPC port.")] = 8001
+    http_port: Annotated[int, Field(ge=1, le=65535, description="HTTP port.")] = 8000
+    metrics_port: Annotated[int, Field(ge=1, le=65535, description="Metrics port.")] = 8002
+    router_model: str = Field(default="router", description="Name of the router model.")
+
+
+class Search(CamelModel):
+    """Limits of the search Job."""
+
+    active_deadline_seconds: Annotated[
+        int, Field(ge=1, description="The search Job's deadline.")
+    ] = 86400
+    backoff_limit: Annotated[
+        int, Field(ge=0, le=20, description="Pod retries; the ledger makes each retry resume.")
+    ] = 3
+    image: str | None = Field(default=None, description="Image (default: the operator's image).")
+
+
+class CompoundWorkflowSpec(CamelModel):
+    """A compound-AI workflow, its configuration space, how to evaluate it and its SLO."""
+
+    space: SpaceSpec = Field(description="The components' parameters and their constraints.")
+    evaluation: Evaluation = Field(description="Accuracy measurement and the target tau.")
+    search: Search = Field(default_factory=Search, description="Limits of the search Job.")
+    profiling: Profiling = Field(
+        default_factory=Profiling, description="Latency profiling on the target node pool."
+    )
+    slo: Slo = Field(description="The latency SLO the serving policy keeps.")
+    triton: TritonEndpoint = Field(description="The Triton server and router model.")
+    serving: ServingSettings = Field(
+        default_factory=ServingSettings,
+        description="How the generated ParetoPolicy serves: hysteresis, threshold model, metrics "
+        "source (default: Triton's own /metrics at spec.triton), decision interval. A change "
+        "re-plans without any Job.",
+    )
+
+
+class Phase(StrEnum):
+    """Where a CompoundWorkflow is in its life."""
+
+    PENDING = "Pending"
+    SEARCHING = "Searching"
+    PROFILING = "Profiling"
+    PLANNING = "Planning"
+    READY = "Ready"
+    FAILED = "Failed"
+
+
+class CompoundWorkflowStatus(CamelModel):
+    """What the operator has done for a CompoundWorkflow."""
+
+    phase: Phase = Field(default=Phase.PENDING, description="Where the workflow is in its life.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="SearchSucceeded, Profiled, PolicyReady, ..."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation the status describes."
+    )
+    configurations_evaluated: int | None = Field(
+        default=None, description="Configurations the search has evaluated so far."
+    )
+    samples_used: int | None = Field(default=None, description="Sample evaluations so far.")
+    feasible_found: int | None = Field(
+        default=None, description="Configurations found with accuracy >= tau."
+    )
+    best_accuracy: float | None = Field(
+        default=None, description="Highest accuracy seen (what tau could be at most)."
+    )
+    search_job: str | None = Field(default=None, description="Name of the search Job.")
+    profiling_job: str | None = Field(default=None, description="Name of the profiling Job.")
+    ledger_config_map: str | None = Field(
+        default=None, description="ConfigMap holding the search ledger (the checkpoint)."
+    )
+    policy: str | None = Field(default=None, description="Name of the generated ParetoPolicy.")

@@ -1,0 +1,395 @@
+"""The ParetoPolicy kind: the front, the SLO and how Elastico switches (spec); what it did (status).
+
+This pydantic model is the single source of truth for the ParetoPolicy custom resource's spec
+(camelCase on the wire, every field described for the CRD generator). ``compass plan`` writes
+it; ``compass simulate`` and the operator read it back and derive the thresholds, which belong
+in the resource's status (they follow from the spec, so GitOps never fights the operator).
+"""
+
+from __future__ import annotations
+
+import itertools
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, model_validator
+
+from compass.api.conditions import Condition
+from compass.api.meta import CamelModel
+from compass.api.rules import CelRule, cel_rules
+from compass.domain.elastico import (
+    DEFAULT_COOLDOWN_EXPONENT,
+    DEFAULT_DOWNSCALE_COOLDOWN_S,
+    DEFAULT_INTERVAL_S,
+    DEFAULT_STALE_AFTER_S,
+    Elastico,
+    ElasticoSettings,
+    MetricsLoss,
+)
+from compass.domain.evaluation import ParamValue
+from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
+from compass.domain.profiles import LatencyProfile
+from compass.domain.space import config_key
+
+DEFAULT_SLACK_BUFFER_MS = 50.0
+# The sound model is the default: at 1.5 requests/s and a 500 ms SLO the paper's model keeps
+# the most accurate configuration (it misses 13% of requests there) because its queue is empty
+# at every decision; see bench/serving_sim.py for both models side by side.
+DEFAULT_THRESHOLD_MODEL = ThresholdModel.TAIL
+# Bounds the CEL rules on front entries: the server's cost estimate multiplies a rule's cost by
+# how many entries the list may hold. A Pareto front has tens of entries.
+MAX_FRONT = 1024
+
+
+class FrontEntry(CamelModel):
+    """One configuration of the Pareto front with its accuracy and measured service time."""
+
+    config: dict[str, ParamValue] = Field(
+        min_length=1, description="The configuration's parameter values (the router applies them)."
+    )
+    accuracy: Annotated[float, Field(ge=0, le=1, description="Measured accuracy in [0, 1].")]
+    latency_mean_ms: Annotated[float, Field(gt=0, description="Mean service time in ms.")]
+    latency_p95_ms: Annotated[float, Field(gt=0, description="95th percentile service time in ms.")]
+    latency_p50_ms: Annotated[
+        float | None, Field(gt=0, description="Median service time in ms, if measured.")
+    ] = None
+    latency_p99_ms: Annotated[
+        float | None, Field(gt=0, description="99th percentile service time in ms, if measured.")
+    ] = None
+    latency_std_ms: Annotated[
+        float | None, Field(ge=0, description="Standard deviation of the service time in ms.")
+    ] = None
+
+    # The same rules as _percentiles_ordered, for the API server.
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule="!has(self.latencyP50Ms) || self.latencyP50Ms <= self.latencyP95Ms",
+                message="latencyP95Ms is below latencyP50Ms; percentiles must not decrease",
+                field_path=".latencyP95Ms",
+            ),
+            CelRule(
+                rule="!has(self.latencyP99Ms) || self.latencyP95Ms <= self.latencyP99Ms",
+                message="latencyP99Ms is below latencyP95Ms; percentiles must not decrease",
+                field_path=".latencyP99Ms",
+            ),
+            CelRule(
+                rule="self.latencyMeanMs"
+                " <= (has(self.latencyP99Ms) ? self.latencyP99Ms : self.latencyP95Ms)",
+                message="latencyMeanMs is above the highest percentile (latencyP99Ms if given, "
+                "else latencyP95Ms)",
+                field_path=".latencyMeanMs",
+            ),
+        )
+    )
+
+    @model_validator(mode="after")
+    def _percentiles_ordered(self) -> FrontEntry:
+        ordered = [
+            (name, value)
+            for name, value in (
+                ("latencyP50Ms", self.latency_p50_ms),
+                ("latencyP95Ms", self.latency_p95_ms),
+                ("latencyP99Ms", self.latency_p99_ms),
+            )
+            if value is not None
+        ]
+        for (low_name, low), (high_name, high) in itertools.pairwise(ordered):
+            if high < low:
+                raise ValueError(f"{high_name} {high:g} is below {low_name} {low:g}")
+        if self.latency_mean_ms > ordered[-1][1]:
+            raise ValueError(
+                f"latencyMeanMs {self.latency_mean_ms:g} is above {ordered[-1][0]} "
+                f"{ordered[-1][1]:g}"
+            )
+        return self
+
+    def profile(self) -> LatencyProfile:
+        """The entry as a latency profile for the planner and the simulator."""
+        return LatencyProfile(
+            config=dict(self.config),
+            accuracy=self.accuracy,
+            mean_ms=self.latency_mean_ms,
+            p95_ms=self.latency_p95_ms,
+            p50_ms=self.latency_p50_ms,
+            p99_ms=self.latency_p99_ms,
+            std_ms=self.latency_std_ms,
+        )
+
+    @staticmethod
+    def from_profile(profile: LatencyProfile) -> FrontEntry:
+        """The entry for a latency profile."""
+        return FrontEntry(
+            config=dict(profile.config),
+            accuracy=profile.accuracy,
+            latency_mean_ms=profile.mean_ms,
+            latency_p95_ms=profile.p95_ms,
+            latency_p50_ms=profile.p50_ms,
+            latency_p99_ms=profile.p99_ms,
+            latency_std_ms=profile.std_ms,
+        )
+
+
+class SloSpec(CamelModel):
+    """The latency objective at a percentile of requests."""
+
+    latency_ms: Annotated[float, Field(gt=0, description="Latency target in milliseconds.")]
+    percentile: Annotated[
+        float, Field(gt=0, lt=100, description="Percentile of requests held to the target.")
+    ] = 95.0
+
+
+class Hysteresis(CamelModel):
+    """How eagerly the policy switches: fast towards speed, slowly towards accuracy."""
+
+    upscale_cooldown_seconds: Annotated[
+        float, Field(ge=0, description="Minimum time after a switch before switching faster.")
+    ] = 0.0
+    downscale_cooldown_seconds: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="How long the entry condition of a configuration about as fast as the "
+            "fastest must hold before switching to it.",
+        ),
+    ] = DEFAULT_DOWNSCALE_COOLDOWN_S
+    cooldown_exponent: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="A slower configuration's cooldown is the downscale cooldown times "
+            "(its mean service time / the fastest's) to this power; 0: one cooldown for all.",
+        ),
+    ] = DEFAULT_COOLDOWN_EXPONENT
+    slack_buffer_ms: Annotated[
+        float,
+        Field(ge=0, description="Latency headroom required to switch to a more accurate one."),
+    ] = DEFAULT_SLACK_BUFFER_MS
+
+
+class MetricsSourceType(StrEnum):
+    """Where the queue depth comes from."""
+
+    PROMETHEUS = "prometheus"
+    TRITON = "triton"
+
+
+class MetricsSource(CamelModel):
+    """The queue depth (and arrivals) the policy observes."""
+
+    type: MetricsSourceType = Field(
+        default=MetricsSourceType.PROMETHEUS, description="Prometheus, or Triton's own /metrics."
+    )
+    url: str | None = Field(default=None, description="Prometheus or Triton metrics URL.")
+    query: str | None = Field(
+        default=None, description="PromQL for the router's pending-request count (queue depth)."
+    )
+    arrivals_query: str | None = Field(
+        default=None, description="PromQL for the cumulative count of requests that arrived."
+    )
+
+
+class RoutingTarget(CamelModel):
+    """The Triton router whose active configuration the policy switches."""
+
+    grpc_endpoint: str | None = Field(
+        default=None, description="Triton's gRPC endpoint, host:port (e.g. triton:8001)."
+    )
+    router_model: str = Field(default="router", description="Name of the router model.")
+
+
+class ServingSettings(CamelModel):
+    """How a policy serves its front: what a CompoundWorkflow hands its generated ParetoPolicy."""
+
+    hysteresis: Hysteresis = Field(
+        default_factory=Hysteresis, description="Cooldowns and the slack buffer."
+    )
+    threshold_model: ThresholdModel = Field(
+        default=DEFAULT_THRESHOLD_MODEL,
+        description="tail: percentile of the queued work and M/G/1 arrival-rate limits; "
+        "paper-mean: the paper's N * mean + p95 <= SLO.",
+    )
+    metrics: MetricsSource | None = Field(
+        default=None, description="Where the queue depth is read (not needed to simulate)."
+    )
+    on_metrics_loss: MetricsLoss = Field(
+        default=MetricsLoss.HOLD,
+        description="When metrics are missing or stale: hold, or switch to the fastest.",
+    )
+    stale_after_seconds: Annotated[
+        float, Field(gt=0, description="Metrics older than this count as missing.")
+    ] = DEFAULT_STALE_AFTER_S
+    interval_seconds: Annotated[float, Field(gt=0, description="Time between two decisions.")] = (
+        DEFAULT_INTERVAL_S
+    )
+
+
+class ParetoPolicySpec(ServingSettings):
+    """A Pareto front of configurations and the rules for switching between them."""
+
+    front: list[FrontEntry] = Field(
+        min_length=1,
+        max_length=MAX_FRONT,
+        description="The Pareto front, fastest first (the planner re-derives it); at most "
+        f"{MAX_FRONT} entries.",
+    )
+    slo: SloSpec = Field(description="The latency SLO the policy keeps.")
+    routing: RoutingTarget | None = Field(
+        default=None, description="The router to switch (not needed to simulate)."
+    )
+    paused: bool = Field(default=False, description="Hold the active configuration.")
+
+    @model_validator(mode="after")
+    def _distinct_configs(self) -> ParetoPolicySpec:
+        seen: dict[str, int] = {}
+        for index, entry in enumerate(self.front):
+            key = config_key(entry.config)
+            if key in seen:
+                raise ValueError(
+                    f"front[{index}].config is the same configuration as front[{seen[key]}]"
+                )
+            seen[key] = index
+        return self
+
+    def profiles(self) -> tuple[LatencyProfile, ...]:
+        """The front entries as latency profiles."""
+        return tuple(entry.profile() for entry in self.front)
+
+    def plan(self) -> Plan:
+        """The thresholds derived from this spec (PlanError when the SLO admits none)."""
+        return plan_from_profiles(
+            self.profiles(),
+            Slo(self.slo.latency_ms, self.slo.percentile),
+            self.hysteresis.slack_buffer_ms,
+            self.threshold_model,
+        )
+
+    def settings(self) -> ElasticoSettings:
+        """The policy knobs this spec sets."""
+        return ElasticoSettings(
+            upscale_cooldown_s=self.hysteresis.upscale_cooldown_seconds,
+            downscale_cooldown_s=self.hysteresis.downscale_cooldown_seconds,
+            cooldown_exponent=self.hysteresis.cooldown_exponent,
+            on_metrics_loss=self.on_metrics_loss,
+            stale_after_s=self.stale_after_seconds,
+            paused=self.paused,
+        )
+
+    def elastico(self) -> Elastico:
+        """The Elastico policy this spec describes."""
+        return Elastico(self.plan(), self.settings())
+
+
+def spec_for_plan(
+    plan: Plan,
+    hysteresis: Hysteresis | None = None,
+    serving: ServingSettings | None = None,
+    **fields: Any,
+) -> ParetoPolicySpec:
+    """The ParetoPolicy spec for a plan (its front, SLO, slack buffer and model) and settings."""
+    base = serving or ServingSettings()
+    chosen = (hysteresis or base.hysteresis).model_copy(
+        update={"slack_buffer_ms": plan.slack_buffer_ms}
+    )
+    settings = {**base.model_dump(exclude={"hysteresis", "threshold_model"}), **fields}
+    return ParetoPolicySpec(
+        front=[FrontEntry.from_profile(t.profile) for t in plan.thresholds],
+        slo=SloSpec(latency_ms=plan.slo.latency_ms, percentile=plan.slo.percentile),
+        hysteresis=chosen,
+        threshold_model=plan.model,
+        **settings,
+    )
+
+
+def thresholds_status(plan: Plan) -> list[dict[str, Any]]:
+    """The derived thresholds as a ParetoPolicy status would list them (camelCase)."""
+    return [
+        {
+            "config": t.profile.name,
+            "eligible": t.eligible,
+            "slackMs": round(t.slack_ms, 3),
+            "stayMaxQueue": t.stay_max_queue,
+            "enterMaxQueue": t.enter_max_queue,
+            "stayMaxQps": None if t.stay_max_qps is None else round(t.stay_max_qps, 4),
+            "enterMaxQps": None if t.enter_max_qps is None else round(t.enter_max_qps, 4),
+        }
+        for t in plan.thresholds
+    ]
+
+
+class ConditionType(StrEnum):
+    """The conditions a ParetoPolicy reports."""
+
+    READY = "Ready"
+    METRICS_AVAILABLE = "MetricsAvailable"
+    DEGRADED = "Degraded"
+    PAUSED = "Paused"
+
+
+class ActiveConfiguration(CamelModel):
+    """The configuration the router serves now, as the planned front describes it."""
+
+    name: str = Field(description="Short name: the parameter values joined by '/'.")
+    config: dict[str, ParamValue] = Field(description="The parameter values the router applies.")
+    index: Annotated[int, Field(ge=0, description="Position on the planned front, 0 = fastest.")]
+    accuracy: float = Field(description="Its measured accuracy.")
+    latency_mean_ms: float = Field(description="Its mean service time in ms.")
+    latency_p95_ms: float = Field(description="Its 95th percentile service time in ms.")
+
+
+class ThresholdStatus(CamelModel):
+    """One front member's derived limits (see compass.domain.planner)."""
+
+    config: str = Field(description="Name of the front member.")
+    eligible: bool = Field(description="Whether the policy may switch to it (slack > 0).")
+    slack_ms: float = Field(description="SLO minus its tail latency, in ms.")
+    stay_max_queue: int | None = Field(
+        default=None, description="Largest queue depth at which it still meets the SLO."
+    )
+    enter_max_queue: int | None = Field(
+        default=None, description="Largest queue depth at which it may be entered (slack buffer)."
+    )
+    stay_max_qps: float | None = Field(
+        default=None, description="Highest arrival rate it can stay at (tail model)."
+    )
+    enter_max_qps: float | None = Field(
+        default=None, description="Highest arrival rate at which it may be entered (tail model)."
+    )
+
+
+class ParetoPolicyStatus(CamelModel):
+    """What the operator observed and decided for a ParetoPolicy."""
+
+    active: ActiveConfiguration | None = Field(
+        default=None, description="The configuration the router serves now."
+    )
+    last_queue_depth: float | None = Field(
+        default=None, description="The queue depth at the last observation."
+    )
+    last_observation_time: str | None = Field(
+        default=None, description="When the metrics were last read successfully (RFC 3339)."
+    )
+    last_decision: str | None = Field(
+        default=None, description="What the last decision did and why (one line)."
+    )
+    last_switch_time: str | None = Field(
+        default=None, description="When the active configuration last changed (RFC 3339)."
+    )
+    last_switch_reason: str | None = Field(
+        default=None, description="Why the active configuration last changed."
+    )
+    switches: int = Field(default=0, description="Switches made by this policy since it began.")
+    thresholds: list[ThresholdStatus] = Field(
+        default_factory=list, description="Queue-depth and arrival-rate limits per front member."
+    )
+    policy_state: dict[str, Any] | None = Field(
+        default=None,
+        description="Elastico's runtime state (hysteresis timers, recent arrivals): a restarted "
+        "operator resumes from it. Internal; times are seconds since the epoch.",
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, MetricsAvailable, Degraded and Paused."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="The spec generation the status describes."
+    )

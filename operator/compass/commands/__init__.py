@@ -1,0 +1,1 @@
+"""The `compass` command line: one module per subcommand."""

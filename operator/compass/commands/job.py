@@ -1,0 +1,241 @@
+"""`compass job search|profile --state NAME`: what the operator's Jobs run inside their pods.
+
+The state ConfigMap holds the workflow spec frozen at one generation and the search ledger. The
+search mirrors every evaluated batch into the ledger before asking for more, so a pod that is
+killed and retried (the Job's backoffLimit) or an operator that restarts resumes exactly where
+the last batch ended, without evaluating any sample twice. Results go back into the same
+ConfigMap for the operator to read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType
+from compass.controllers.builders import (
+    LEDGER_KEY,
+    PROFILES_KEY,
+    PROGRESS_KEY,
+    RESULT_KEY,
+    SPEC_KEY,
+    triton_address,
+)
+from compass.domain.evaluation import Config, Evaluator
+from compass.domain.search import (
+    Progress,
+    SearchMethod,
+    SearchSettings,
+    complete_feasible,
+    search,
+)
+from compass.domain.space import Space
+from compass.domain.statistics import IntervalMethod
+from compass.evaluators import CheckpointedEvaluator, CheckpointLedger, CommandEvaluator
+
+# A condition message is one line; the operator copies the pod's last line into one.
+_MESSAGE_CHARS = 600
+
+
+class StateStore:
+    """The state ConfigMap, read and patched through the Kubernetes API."""
+
+    def __init__(self, name: str, namespace: str) -> None:
+        from kubernetes import client, config
+
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        self.api = client.CoreV1Api()
+        self.name = name
+        self.namespace = namespace
+
+    def read(self) -> dict[str, str]:
+        """The ConfigMap's data."""
+        found = self.api.read_namespaced_config_map(self.name, self.namespace)
+        return dict(found.data or {})
+
+    def write(self, data: dict[str, str]) -> None:
+        """Patch these keys."""
+        self.api.patch_namespaced_config_map(self.name, self.namespace, {"data": data})
+
+
+def best_accuracy(checkpoint: CheckpointLedger, min_samples: int) -> float | None:
+    """The highest mean score of a configuration scored on at least min_samples samples."""
+    ledger = checkpoint.ledger
+    means = [
+        sum(scores.values()) / len(scores)
+        for scores in (ledger.scores(config) for config in ledger.configs())
+        if len(scores) >= min_samples
+    ]
+    return max(means) if means else None
+
+
+def progress_document(progress: Progress, best: float | None) -> dict[str, Any]:
+    """progress.json: the search's last snapshot and the best accuracy seen so far."""
+    return {**progress.__dict__, "best_accuracy": best}
+
+
+class MirroredEvaluator:
+    """After each evaluated batch, copies the local checkpoint ledger into the ConfigMap."""
+
+    def __init__(
+        self,
+        inner: CheckpointedEvaluator,
+        store: StateStore,
+        ledger: Path,
+        min_samples: int = 1,
+    ) -> None:
+        self.inner = inner
+        self.store = store
+        self.ledger = ledger
+        self.min_samples = min_samples
+        self.progress: Progress | None = None
+
+    def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
+        """Evaluate, then mirror the ledger (and the last progress) before returning."""
+        before = self.inner.computed
+        scores = self.inner.evaluate(config, sample_indices)
+        if self.inner.computed != before:
+            data = {LEDGER_KEY: self.ledger.read_text(encoding="utf-8")}
+            if self.progress is not None:
+                best = best_accuracy(self.inner.checkpoint, self.min_samples)
+                data[PROGRESS_KEY] = json.dumps(progress_document(self.progress, best))
+            self.store.write(data)
+        return scores
+
+
+def _evaluator(spec: CompoundWorkflowSpec, namespace: str, state: dict[str, str]) -> Evaluator:
+    kind = spec.evaluation.evaluator.type
+    if kind is EvaluatorType.TRITON:
+        from compass.dataplane.triton import TritonRouter
+        from compass.evaluators.triton import TritonEvaluator
+
+        workflow = {"metadata": {"namespace": namespace}}
+        address = os.environ.get("COMPASS_TRITON_ADDRESS") or triton_address(workflow, spec)
+        return TritonEvaluator(TritonRouter(address, model=spec.triton.router_model))
+    if kind is EvaluatorType.COMMAND:
+        assert spec.evaluation.evaluator.command
+        return CommandEvaluator(spec.evaluation.evaluator.command)
+    from compass.evaluators import ReplayEvaluator, read_ledger
+
+    name = spec.evaluation.evaluator.replay_config_map
+    assert name is not None
+    recorded = StateStore(name, namespace).read().get(LEDGER_KEY, "")
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as handle:
+        handle.write(recorded)
+    return ReplayEvaluator(read_ledger(handle.name))
+
+
+def run_search(state_name: str, namespace: str) -> int:
+    """Search the frozen spec, resuming from the ledger in the state ConfigMap."""
+    store = StateStore(state_name, namespace)
+    state = store.read()
+    spec = CompoundWorkflowSpec.model_validate_json(state[SPEC_KEY])
+    space = Space(spec.space)
+    workdir = Path(tempfile.mkdtemp(prefix="compass-search-"))
+    ledger = workdir / LEDGER_KEY
+    ledger.write_text(state.get(LEDGER_KEY, ""), encoding="utf-8")
+    checkpoint = CheckpointLedger(ledger)
+    if checkpoint.facts_at_open:
+        print(f"resuming: {checkpoint.facts_at_open} sample evaluations already recorded")
+    checkpointed = CheckpointedEvaluator(_evaluator(spec, namespace, state), checkpoint)
+    mirrored = MirroredEvaluator(checkpointed, store, ledger, spec.evaluation.budgets[0])
+
+    def progress(snapshot: Progress) -> None:
+        mirrored.progress = snapshot
+
+    evaluation = spec.evaluation
+    settings = SearchSettings(
+        tau=evaluation.tau,
+        budgets=tuple(evaluation.budgets),
+        confidence=evaluation.confidence,
+        seed=evaluation.seed,
+        method=SearchMethod(evaluation.method.value),
+        interval=IntervalMethod(evaluation.interval.value),
+    )
+    searched = search(space, mirrored, evaluation.dataset.size, settings, progress)
+    # The planner orders the front by accuracy: score the feasible set on every sample.
+    outcome = complete_feasible(searched, mirrored)
+    result = outcome.result_document()
+    store.write(
+        {
+            LEDGER_KEY: ledger.read_text(encoding="utf-8"),
+            RESULT_KEY: json.dumps(result),
+            PROGRESS_KEY: json.dumps(
+                {
+                    "phase": "done",
+                    "configs_evaluated": outcome.configs_evaluated,
+                    "sample_evals": outcome.sample_evals,
+                    "feasible": len(outcome.feasible),
+                    "space_size": space.size,
+                    "best_accuracy": max((a.accuracy for a in outcome.assessments), default=None),
+                }
+            ),
+        }
+    )
+    print(
+        f"search done: {len(outcome.feasible)} feasible of {outcome.configs_evaluated} evaluated, "
+        f"{searched.sample_evals} sample evaluations, then "
+        f"{outcome.sample_evals - searched.sample_evals} to score the feasible ones on all "
+        f"{evaluation.dataset.size} samples ({checkpointed.reused} reused from the ledger)"
+    )
+    return 0
+
+
+def run_profile(state_name: str, namespace: str) -> int:
+    """Profile the search's feasible configurations through the router."""
+    from compass.dataplane.profiler import ProfileSettings, profile_configurations
+    from compass.dataplane.triton import TritonRouter
+
+    store = StateStore(state_name, namespace)
+    state = store.read()
+    spec = CompoundWorkflowSpec.model_validate_json(state[SPEC_KEY])
+    result: dict[str, Any] = json.loads(state[RESULT_KEY])
+    configs = [(entry["config"], entry["accuracy"]) for entry in result["feasible"]]
+    workflow = {"metadata": {"namespace": namespace}}
+    address = os.environ.get("COMPASS_TRITON_ADDRESS") or triton_address(workflow, spec)
+    router = TritonRouter(address, model=spec.triton.router_model)
+    size = spec.evaluation.dataset.size
+    document = profile_configurations(
+        router,
+        configs,
+        ProfileSettings(spec.profiling.warmup_runs, spec.profiling.measured_runs),
+        lambda i: {"sample": i % size},
+    )
+    store.write({PROFILES_KEY: json.dumps(document)})
+    print(f"profiled {len(configs)} configurations")
+    return 0
+
+
+def one_line(error: BaseException) -> str:
+    """An exception as one line: the API's own message for API errors, whitespace collapsed."""
+    status = getattr(error, "status", None)
+    body = getattr(error, "body", None)
+    text = str(error)
+    if status is not None and body:
+        try:
+            message = json.loads(body).get("message")
+        except (TypeError, ValueError, AttributeError):
+            message = None
+        text = f"{status} {getattr(error, 'reason', '')}: {message or body}"
+    line = " ".join(f"{type(error).__name__}: {text}".split())
+    return line[:_MESSAGE_CHARS]
+
+
+def main(role: str, state_name: str) -> int:
+    """Entry point of `compass job ROLE --state NAME`."""
+    namespace = os.environ.get("COMPASS_NAMESPACE", "default")
+    runner = run_search if role == "search" else run_profile
+    try:
+        return runner(state_name, namespace)
+    except Exception as error:
+        # The last line becomes the pod's termination message, then the workflow's condition.
+        print(f"compass job {role}: {one_line(error)}", file=sys.stderr)
+        return 1

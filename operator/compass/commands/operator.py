@@ -1,0 +1,92 @@
+"""`compass operator`: the command line of the operator process (compass.controllers.manager)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pydantic import ValidationError
+
+from compass.console import fail
+from compass.controllers.manager import PEERING_FIX, PeeringError, run
+from compass.controllers.settings import OperatorSettings
+from compass.domain.space import explain_validation_error
+
+
+def register(commands: Any) -> None:
+    """Add `compass operator` to the `compass` parser (kopf is imported when it runs)."""
+    command = commands.add_parser(
+        "operator",
+        help="run the operator: the ParetoPolicy and CompoundWorkflow controllers (kopf)",
+        description="Run the kopf operator in this process: one Elastico timer per ParetoPolicy "
+        "and the CompoundWorkflow handlers, kopf's liveness endpoint on COMPASS_HEALTH_PORT "
+        "(/healthz) and the operator's Prometheus metrics on COMPASS_METRICS_PORT (/metrics). "
+        "Without --peering it runs standalone: run one process only. With --peering NAME "
+        "(COMPASS_PEERING) any number may run: only the one with the highest priority acts.",
+    )
+    command.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        metavar="NS",
+        help="watch this namespace (repeatable; default: COMPASS_NAMESPACES, else the cluster)",
+    )
+    command.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="watch the whole cluster"
+    )
+    peering = command.add_mutually_exclusive_group()
+    peering.add_argument(
+        "--peering",
+        metavar="NAME",
+        help="join kopf's peering object NAME (ClusterKopfPeering, or a KopfPeering in each "
+        "watched namespace; it must exist): only the highest-priority live operator acts "
+        "(default: COMPASS_PEERING, else standalone)",
+    )
+    peering.add_argument(
+        "--standalone",
+        action="store_true",
+        help="no peering even if COMPASS_PEERING is set: the only operator of its namespaces",
+    )
+    command.add_argument(
+        "--priority",
+        type=int,
+        metavar="N",
+        help="peering priority (default: COMPASS_PEERING_PRIORITY, else from the start time, "
+        "negative, so the oldest acts and any N >= 0 takes over from it); equal priorities "
+        "pause every peer that has them",
+    )
+    command.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    command.set_defaults(handler=operator_command)
+
+
+def operator_command(args: argparse.Namespace) -> int:
+    """`compass operator`: load the settings (COMPASS_*) and run until stopped."""
+    try:
+        settings = OperatorSettings()
+    except ValidationError as error:
+        fail("COMPASS_*", explain_validation_error(error), "fix that environment variable")
+    settings = with_command_line(settings, args)
+    try:
+        return run(
+            settings,
+            namespaces=args.namespaces,
+            all_namespaces=bool(args.all_namespaces),
+            verbose=bool(args.verbose),
+        )
+    except ValueError as error:
+        fail("--namespace", str(error), "see 'compass operator --help'")
+    except PeeringError as error:
+        fail("--peering", str(error), PEERING_FIX)
+
+
+def with_command_line(settings: OperatorSettings, args: argparse.Namespace) -> OperatorSettings:
+    """The settings with the command line's peering options applied (they win over COMPASS_*)."""
+    update: dict[str, Any] = {}
+    if getattr(args, "standalone", False):
+        update["peering"] = None
+    elif getattr(args, "peering", None):
+        update["peering"] = args.peering
+    if getattr(args, "priority", None) is not None:
+        update["peering_priority"] = args.priority
+    return settings.model_copy(update=update)

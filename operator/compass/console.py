@@ -1,0 +1,166 @@
+"""What the command line shows people: one-line usage errors (exit code 2), the search's
+progress line, the plan table and the policy file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn, TextIO
+
+import yaml
+
+from compass.api.meta import API_VERSION
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.domain.evaluation import Evaluator
+from compass.domain.planner import Plan, ThresholdModel
+from compass.domain.search import Progress, SearchOutcome, SearchSettings, search
+from compass.domain.space import Space
+
+PROGRESS_INTERVAL_S = 0.1
+BAR_WIDTH = 20
+
+
+class UsageError(Exception):
+    """Bad input: a one-line `<field>: <what is wrong>; <the fix>`; exit code 2."""
+
+    def __init__(self, message: str, prog: str | None = None) -> None:
+        """`prog` names the (sub)command when argparse itself found the problem."""
+        super().__init__(message)
+        self.prog = prog
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line and leave the exit to main()."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raise instead of printing the usage block and exiting."""
+        raise UsageError(f"{message}; see '{self.prog} --help'", prog=self.prog)
+
+
+def fail(field: str, what: str, fix: str) -> NoReturn:
+    """Raise the one-line usage error `<field>: <what is wrong>; <the fix>`."""
+    raise UsageError(f"{field}: {what}; {fix}")
+
+
+def parse_number(flag: str, text: str, example: str, *, low: float, inclusive: bool) -> float:
+    """A finite float from the command line, above ``low`` (or equal when inclusive)."""
+    try:
+        value = float(text)
+    except ValueError:
+        fail(flag, f"{text!r} is not a number", f"pass e.g. {flag} {example}")
+    if not math.isfinite(value) or value < low or (value == low and not inclusive):
+        bound = f">= {low:g}" if inclusive else f"> {low:g}"
+        fail(flag, f"{text} is not {bound}", f"pass e.g. {flag} {example}")
+    return value
+
+
+def parse_int(flag: str, text: str, example: str, *, low: int | None = None) -> int:
+    """An integer from the command line, at least ``low`` when given."""
+    try:
+        value = int(text)
+    except ValueError:
+        fail(flag, f"{text!r} is not an integer", f"pass a whole number, e.g. {flag} {example}")
+    if low is not None and value < low:
+        fail(flag, f"{value} is below {low}", f"pass e.g. {flag} {example}")
+    return value
+
+
+# ---------------------------------------------------------------------------- output
+
+
+class ProgressLine:
+    """One line on a terminal, redrawn in place after each evaluated batch."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.shown = False
+        self.last = 0.0
+
+    def __call__(self, progress: Progress) -> None:
+        now = time.monotonic()
+        if self.shown and now - self.last < PROGRESS_INTERVAL_S:
+            return
+        self.last = now
+        done = progress.configs_evaluated / max(progress.space_size, 1)
+        filled = round(done * BAR_WIDTH)
+        line = (
+            f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {progress.phase:<10} "
+            f"configs {progress.configs_evaluated}/{progress.space_size}  "
+            f"samples {progress.sample_evals:,}  feasible {progress.feasible}"
+        )
+        # A line longer than the terminal wraps, and \r then redraws only its last part.
+        width = shutil.get_terminal_size().columns - 1
+        self.stream.write("\r\x1b[K" + line[:width])
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        """Erase the line so that what follows starts on a clean one."""
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
+def search_with_progress(
+    space: Space,
+    evaluator: Evaluator,
+    population: int,
+    settings: SearchSettings,
+) -> SearchOutcome:
+    """Run the search with a progress line when stderr is a terminal."""
+    progress = ProgressLine(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        return search(space, evaluator, population, settings, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+def _limit(value: int | float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return f"{value:.{digits}f}" if digits else str(value)
+
+
+def plan_table(plan: Plan) -> str:
+    """The front and each member's thresholds, one row each, fastest first."""
+    p = f"p{plan.slo.percentile:g}"
+    rates = plan.model is ThresholdModel.TAIL
+    header = (
+        f"  #  {'accuracy':>8}  {'mean ms':>8}  {p + ' ms':>8}  {'slack ms':>8}  "
+        f"{'stay<=N':>7}  {'enter<=N':>8}"
+        + (f"  {'stay<=qps':>9}  {'enter<=qps':>10}" if rates else "")
+        + "  configuration"
+    )
+    lines = [header]
+    for index, t in enumerate(plan.thresholds):
+        row = (
+            f"{index:>3}  {t.profile.accuracy:>8.4f}  {t.profile.mean_ms:>8.1f}  "
+            f"{t.tail_ms:>8.1f}  {t.slack_ms:>8.1f}  {_limit(t.stay_max_queue):>7}  "
+            f"{_limit(t.enter_max_queue):>8}"
+        )
+        if rates:
+            row += f"  {_limit(t.stay_max_qps, 2):>9}  {_limit(t.enter_max_qps, 2):>10}"
+        note = "" if t.eligible else "  (never switched to: slack <= 0)"
+        lines.append(f"{row}  {t.profile.name}{note}")
+    return "\n".join(lines)
+
+
+def policy_text(spec: ParetoPolicySpec, path: Path) -> str:
+    """The spec as JSON (for .json paths) or YAML, camelCase, defaults written out."""
+    body = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if path.suffix.lower() == ".json":
+        return json.dumps(body, indent=2) + "\n"
+    header = (
+        f"# ParetoPolicy spec ({API_VERSION}), written by `compass plan`.\n"
+        "# Use it as the spec of a ParetoPolicy resource, or pass it to `compass simulate`.\n"
+    )
+    return header + yaml.safe_dump(body, sort_keys=False, width=100)

@@ -1,0 +1,290 @@
+"""Pure builders of the Kubernetes objects the operator creates: no I/O, plain dicts in and out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from compass.api.compoundworkflow import CompoundWorkflowSpec
+from compass.api.meta import GROUP, POLICY_KIND, VERSION
+
+MANAGED_BY = "compass-operator"
+WORKFLOW_LABEL = f"{GROUP}/workflow"
+GENERATION_LABEL = f"{GROUP}/generation"
+ROLE_LABEL = f"{GROUP}/role"
+SPEC_KEY = "spec.json"
+LEDGER_KEY = "ledger.jsonl"
+RESULT_KEY = "result.json"
+PROFILES_KEY = "profiles.json"
+PROGRESS_KEY = "progress.json"
+# Which earlier generation the ledger, the result and the profiles were carried over from.
+SEED_KEY = "seed.json"
+# What the Jobs' pods may do: read their spec and patch their state ConfigMap, nothing else.
+JOB_RULES = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}]
+# Kubernetes names are at most 63 characters in labels; Job names feed pod labels.
+_MAX_NAME = 52
+
+
+def _name(workflow: str, role: str, generation: int) -> str:
+    suffix = f"-{role}-g{generation}"
+    return f"{workflow[: _MAX_NAME - len(suffix)]}{suffix}"
+
+
+def search_name(workflow: str, generation: int) -> str:
+    """Name of the search Job and of its state ConfigMap for one spec generation."""
+    return _name(workflow, "search", generation)
+
+
+def profile_name(workflow: str, generation: int) -> str:
+    """Name of the profiling Job for one spec generation."""
+    return _name(workflow, "profile", generation)
+
+
+def policy_name(workflow: str) -> str:
+    """Name of the ParetoPolicy generated for a workflow (one per workflow, updated in place)."""
+    return workflow
+
+
+def labels(workflow: str, role: str, generation: int) -> dict[str, str]:
+    """The labels of everything built for one workflow generation."""
+    return {
+        "app.kubernetes.io/name": "compass",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/component": role,
+        WORKFLOW_LABEL: workflow,
+        GENERATION_LABEL: str(generation),
+    }
+
+
+def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
+    """A controller owner reference: deleting the owner garbage-collects the object."""
+    metadata = owner["metadata"]
+    return {
+        "apiVersion": owner.get("apiVersion", f"{GROUP}/{VERSION}"),
+        "kind": owner["kind"],
+        "name": metadata["name"],
+        "uid": metadata["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def build_state_config_map(
+    workflow: Mapping[str, Any],
+    spec: CompoundWorkflowSpec,
+    seed: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The search's state: the spec it searches (frozen at this generation) and its ledger.
+
+    The search Job appends every evaluated batch to the ledger here, so a pod that restarts,
+    or an operator that restarts, resumes without evaluating any sample twice. ``seed`` adds
+    keys carried over from an earlier generation (its ledger, result or profiles).
+    """
+    name = workflow["metadata"]["name"]
+    generation = int(workflow["metadata"].get("generation", 1))
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": search_name(name, generation),
+            "namespace": workflow["metadata"]["namespace"],
+            "labels": labels(name, "search", generation),
+            "ownerReferences": [owner_reference(workflow)],
+        },
+        "data": {
+            LEDGER_KEY: "",
+            **(seed or {}),
+            SPEC_KEY: spec.model_dump_json(by_alias=True, exclude_none=True),
+        },
+    }
+
+
+def _job(
+    workflow: Mapping[str, Any],
+    role: str,
+    name: str,
+    command: list[str],
+    image: str,
+    service_account: str,
+    backoff_limit: int,
+    deadline_s: int,
+    pod_extra: Mapping[str, Any] | None = None,
+    resources: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    metadata = workflow["metadata"]
+    generation = int(metadata.get("generation", 1))
+    job_labels = labels(metadata["name"], role, generation)
+    container: dict[str, Any] = {
+        "name": role,
+        "image": image,
+        "command": command,
+        "env": [
+            {"name": "COMPASS_NAMESPACE", "value": metadata["namespace"]},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            *({"name": k, "value": v} for k, v in sorted((env or {}).items())),
+        ],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        # The last lines of output become the pod's termination message, which the operator
+        # copies into the workflow's condition when the Job fails.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if resources:
+        container["resources"] = dict(resources)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": metadata["namespace"],
+            "labels": job_labels,
+            "ownerReferences": [owner_reference(workflow)],
+        },
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "activeDeadlineSeconds": deadline_s,
+            "template": {
+                "metadata": {"labels": job_labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "serviceAccountName": service_account,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [container],
+                    **(pod_extra or {}),
+                },
+            },
+        },
+    }
+
+
+def triton_address(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> str:
+    """host:port of the workflow's Triton gRPC endpoint inside the cluster."""
+    namespace = spec.triton.namespace or workflow["metadata"]["namespace"]
+    host = (
+        spec.triton.service if "." in spec.triton.service else f"{spec.triton.service}.{namespace}"
+    )
+    return f"{host}:{spec.triton.grpc_port}"
+
+
+def build_search_job(
+    workflow: Mapping[str, Any],
+    spec: CompoundWorkflowSpec,
+    image: str,
+    service_account: str,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The Job that runs COMPASS-V for the workflow's current generation."""
+    name = workflow["metadata"]["name"]
+    generation = int(workflow["metadata"].get("generation", 1))
+    state = search_name(name, generation)
+    return _job(
+        workflow,
+        "search",
+        state,
+        ["compass", "job", "search", "--state", state],
+        spec.search.image or image,
+        service_account,
+        spec.search.backoff_limit,
+        spec.search.active_deadline_seconds,
+        env=env,
+    )
+
+
+def build_profile_job(
+    workflow: Mapping[str, Any],
+    spec: CompoundWorkflowSpec,
+    image: str,
+    service_account: str,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The Job that profiles the feasible configurations on the target node pool."""
+    name = workflow["metadata"]["name"]
+    generation = int(workflow["metadata"].get("generation", 1))
+    pod: dict[str, Any] = {}
+    if spec.profiling.node_selector:
+        pod["nodeSelector"] = dict(spec.profiling.node_selector)
+    if spec.profiling.tolerations:
+        pod["tolerations"] = [
+            t.model_dump(by_alias=True, exclude_none=True) for t in spec.profiling.tolerations
+        ]
+    resources = spec.profiling.resources.model_dump(by_alias=True, exclude_defaults=True)
+    return _job(
+        workflow,
+        "profile",
+        profile_name(name, generation),
+        ["compass", "job", "profile", "--state", search_name(name, generation)],
+        spec.profiling.image or image,
+        service_account,
+        spec.search.backoff_limit,
+        spec.profiling.active_deadline_seconds,
+        pod_extra=pod,
+        resources=resources,
+        env=env,
+    )
+
+
+def job_env(triton_override: str | None) -> dict[str, str]:
+    """Extra environment of the Jobs: where Triton is, when the operator is told to override it."""
+    return {"COMPASS_TRITON_ADDRESS": triton_override} if triton_override else {}
+
+
+def _rbac_labels() -> dict[str, str]:
+    return {"app.kubernetes.io/name": "compass", "app.kubernetes.io/managed-by": MANAGED_BY}
+
+
+def build_job_service_account(namespace: str, name: str) -> dict[str, Any]:
+    """The ServiceAccount the Jobs' pods run as (shared by every workflow of the namespace)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": namespace, "labels": _rbac_labels()},
+    }
+
+
+def build_job_role(namespace: str, name: str) -> dict[str, Any]:
+    """The Role of the Jobs' pods: get and patch ConfigMaps (their state), nothing else."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": name, "namespace": namespace, "labels": _rbac_labels()},
+        "rules": [dict(rule) for rule in JOB_RULES],
+    }
+
+
+def build_job_role_binding(namespace: str, name: str) -> dict[str, Any]:
+    """Binds the Jobs' Role to their ServiceAccount (same name for all three)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace, "labels": _rbac_labels()},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    }
+
+
+def build_pareto_policy(
+    workflow: Mapping[str, Any], generation: int, policy_spec: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The ParetoPolicy planned for a workflow: owned by it, so deleting the workflow deletes it."""
+    name = workflow["metadata"]["name"]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": POLICY_KIND,
+        "metadata": {
+            "name": policy_name(name),
+            "namespace": workflow["metadata"]["namespace"],
+            "labels": labels(name, "policy", generation),
+            "ownerReferences": [owner_reference(workflow)],
+        },
+        "spec": dict(policy_spec),
+    }
+
+
+def canonical_json(value: Any) -> str:
+    """Stable JSON for ConfigMap values (sorted keys, compact)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,353 @@
+"""The operator process (`compass operator`): kopf in-process, a liveness endpoint, and the
+operator's own Prometheus metrics.
+
+Exactly one operator may act on a policy: two would both switch the same router. Two ways:
+
+- peering (`--peering NAME` / COMPASS_PEERING, what the Helm chart does): every replica joins
+  kopf's peering object NAME (a ClusterKopfPeering when watching the cluster, a KopfPeering in
+  each watched namespace) and only the live peer with the highest priority acts; the others
+  start paused and take over when it stops, or within the peering lifetime when it dies.
+  kopf pauses ALL peers that share the highest priority, so priorities must differ: by default
+  each process takes one derived from its start time (`automatic_priority`), the oldest acting.
+- standalone (the default by hand): no peering objects; run one process only.
+
+A replica that takes over loses nothing: every policy's state is in its status.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from compass.controllers.settings import OperatorSettings
+
+logger = logging.getLogger(__name__)
+
+PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
+# Helm creates custom resources (the peering objects) after the Deployment: give them a moment.
+PEERING_WAIT_S = 30.0
+
+
+# How often a running operator re-checks for missing compass.io CRDs (and says so in its log).
+CRD_RECHECK_S = 10.0
+CRD_FIX = "kubectl apply -f crds/ (or the Helm chart's crds/; `helm install` applies them)"
+
+
+class PeeringError(Exception):
+    """The peering CRD or object this operator must join is not there."""
+
+
+@dataclass(frozen=True)
+class Peering:
+    """How this process joins kopf's peering: the object's name, its priority, the lifetime."""
+
+    name: str
+    priority: int
+    lifetime_seconds: int
+
+
+def automatic_priority(started_ns: int) -> int:
+    """A priority from the start time (ns since the epoch): earlier is higher, so a replica
+    started later (a rolling update, a second replica) waits for the one already acting rather
+    than taking over mid-decision. Microseconds make a tie (which would pause both) practically
+    impossible; the value is negative, so any explicit priority >= 0 wins (kopf's --dev: 666)."""
+    return -(started_ns // 1000)
+
+
+def peering_of(settings: OperatorSettings, started_ns: int) -> Peering | None:
+    """This process's peering, or None when it runs standalone."""
+    if settings.peering is None:
+        return None
+    priority = settings.peering_priority
+    return Peering(
+        name=settings.peering,
+        priority=automatic_priority(started_ns) if priority is None else priority,
+        lifetime_seconds=settings.peering_lifetime_seconds,
+    )
+
+
+PEERING_FIX = (
+    "apply the chart's crds/kopf-peerings.yml and create the object (kind ClusterKopfPeering "
+    "when watching the cluster, else a KopfPeering in each watched namespace; apiVersion "
+    "kopf.dev/v1, no spec), or run without --peering"
+)
+
+
+def peering_kind(clusterwide: bool) -> tuple[str, str]:
+    """(kind, plural) of the peering objects kopf uses in this mode."""
+    if clusterwide:
+        return "ClusterKopfPeering", "clusterkopfpeerings"
+    return "KopfPeering", "kopfpeerings"
+
+
+def missing_peering_objects(
+    api: Any, name: str, clusterwide: bool, namespaces: list[str]
+) -> list[str]:
+    """Where the peering object is missing: [""] cluster-wide, else the namespaces. Listed by
+    name (list is what kopf needs anyway, get is not granted). PeeringError without the CRD."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    kind, plural = peering_kind(clusterwide)
+    custom: Any = client.CustomObjectsApi(api)
+    selector = f"metadata.name={name}"
+    missing = []
+    for namespace in [""] if clusterwide else namespaces:
+        try:
+            if clusterwide:
+                found = custom.list_cluster_custom_object(
+                    PEERING_GROUP, PEERING_VERSION, plural, field_selector=selector
+                )
+            else:
+                found = custom.list_namespaced_custom_object(
+                    PEERING_GROUP, PEERING_VERSION, namespace, plural, field_selector=selector
+                )
+        except ApiException as error:
+            if error.status == 404:
+                raise PeeringError(
+                    f"the {kind} CRD ({plural}.{PEERING_GROUP}) is missing"
+                ) from error
+            raise
+        if not found.get("items"):
+            missing.append(namespace)
+    return missing
+
+
+def wait_for_peering_objects(
+    api: Any, peering: Peering, clusterwide: bool, namespaces: list[str]
+) -> None:
+    """Wait up to PEERING_WAIT_S for the peering objects: kopf would stay paused, silently,
+    without them."""
+    kind, _ = peering_kind(clusterwide)
+    deadline = time.monotonic() + PEERING_WAIT_S
+    while missing := missing_peering_objects(api, peering.name, clusterwide, namespaces):
+        where = "cluster-wide" if clusterwide else "in " + ", ".join(missing)
+        if time.monotonic() >= deadline:
+            raise PeeringError(f"no {kind} {peering.name!r} {where}")
+        logger.warning("waiting for the %s %r %s", kind, peering.name, where)
+        time.sleep(2.0)
+
+
+def required_crds() -> dict[str, str]:
+    """plural -> CRD name of every compass.io resource the operator serves."""
+    from compass.api.crds import RESOURCES
+
+    return {resource.plural: resource.name for resource in RESOURCES}
+
+
+def missing_crds(served: set[str] | None) -> list[str]:
+    """The CRD names the operator needs that are not served (None: the API group is absent)."""
+    return sorted(name for plural, name in required_crds().items() if plural not in (served or ()))
+
+
+def served_resources(api: Any) -> set[str] | None:
+    """The plural names the API server serves in compass.io/v1alpha1 (discovery, which every
+    authenticated client may read); None when the group/version is not served at all."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from compass.api.meta import GROUP, VERSION
+
+    custom: Any = client.CustomObjectsApi(api)
+    try:
+        found = custom.get_api_resources(GROUP, VERSION)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    return {str(r.name) for r in found.resources or [] if "/" not in r.name}
+
+
+def missing_crds_message(missing: list[str]) -> str:
+    """The one log line for missing CRDs: which, the fix, and what the operator does meanwhile."""
+    return (
+        f"compass operator: the compass.io CRD(s) {', '.join(missing)} are not installed; "
+        f"install them: {CRD_FIX}. Running meanwhile (liveness up), re-checking every "
+        f"{CRD_RECHECK_S:g} s; their resources are served once they exist"
+    )
+
+
+def startup_missing_crds(api: Any) -> list[str]:
+    """The CRDs missing at start-up ([] when unknown: kopf then retries and says so itself)."""
+    try:
+        return missing_crds(served_resources(api))
+    except Exception as error:  # e.g. the API server unreachable
+        logger.warning("compass operator: cannot check the compass.io CRDs: %s", error)
+        return []
+
+
+def wait_for_crds(api: Any, stop: threading.Event, found: threading.Event) -> None:
+    """Re-check every CRD_RECHECK_S until the CRDs are all served (then set ``found`` and
+    ``stop``) or until ``stop``; one log line per check, so the log shows the cadence."""
+    while not stop.wait(CRD_RECHECK_S):
+        try:
+            missing = missing_crds(served_resources(api))
+        except Exception as error:  # a flaky API server must not end the re-checks
+            logger.warning("compass operator: cannot check the compass.io CRDs: %s", error)
+            continue
+        if not missing:
+            logger.info(
+                "compass operator: the compass.io CRDs are installed now; restarting the "
+                "controllers to serve them"
+            )
+            found.set()
+            stop.set()
+            return
+        logger.warning(
+            "compass operator: still missing the compass.io CRD(s) %s; install them: %s",
+            ", ".join(missing),
+            CRD_FIX,
+        )
+
+
+def liveness_endpoint(settings: OperatorSettings) -> str:
+    """kopf's liveness endpoint URL (the equivalent of `kopf run --liveness`)."""
+    return f"http://0.0.0.0:{settings.health_port}/healthz"
+
+
+def scope(
+    settings: OperatorSettings, namespaces: list[str] | None, all_namespaces: bool
+) -> tuple[bool, list[str]]:
+    """(cluster-wide, namespaces): the command line wins over COMPASS_NAMESPACES; none given
+    means the whole cluster."""
+    chosen = list(namespaces or settings.namespaces)
+    if all_namespaces and namespaces:
+        raise ValueError("--all-namespaces and --namespace exclude each other; pass one")
+    if all_namespaces or not chosen:
+        return True, []
+    return False, chosen
+
+
+def kopf_settings(peering: Peering | None = None) -> Any:
+    """kopf's settings (a kopf.OperatorSettings) for this operator: standalone without peering;
+    with it, peering is mandatory (paused from the start until kopf has seen the peers, and
+    while the peering CRD is missing) so that a new replica never acts before it knows."""
+    import kopf
+
+    settings = kopf.OperatorSettings()
+    if peering is None:
+        settings.peering.standalone = True
+    else:
+        settings.peering.standalone = False
+        settings.peering.mandatory = True
+        settings.peering.name = peering.name
+        settings.peering.priority = peering.priority
+        settings.peering.lifetime = peering.lifetime_seconds
+    # Events are posted where the code asks (switches, transitions), not from kopf's log lines.
+    settings.posting.loggers = False
+    return settings
+
+
+def _quiet_timer_successes(record: logging.LogRecord) -> bool:
+    """Drop kopf's "Timer '...' succeeded." lines: one a second per policy says nothing."""
+    return not (
+        record.levelno == logging.INFO
+        and record.getMessage().endswith("' succeeded.")
+        and record.getMessage().startswith("Timer '")
+    )
+
+
+def _serve_until_crds_appear(
+    api: Any, missing: list[str], options: dict[str, Any], stop_flag: threading.Event | None
+) -> bool:
+    """Run kopf (liveness up) while the CRDs are missing, re-checking them; True once they are
+    served, so the caller starts kopf afresh, False when stopped first (a signal, stop_flag).
+
+    kopf serves a CRD created after it started only if its CRD watch sees the CRD while the API
+    server's discovery already lists the resource: with both CRDs applied at once, discovery
+    lagged behind the watch on the test API server (kopf saw compoundworkflows, never
+    paretopolicies), and without the rights to watch CRDs (rbac.discovery off) kopf sees none.
+    Discovery needs no rights, so this process polls it and restarts kopf once all are there.
+    """
+    import kopf
+
+    logger.warning(missing_crds_message(missing))
+    stop, found = threading.Event(), threading.Event()
+    threading.Thread(
+        target=wait_for_crds, args=(api, stop, found), name="compass-crds", daemon=True
+    ).start()
+    if stop_flag is not None:
+        outer = stop_flag
+
+        def forward() -> None:
+            outer.wait()
+            stop.set()
+
+        threading.Thread(target=forward, name="compass-stop", daemon=True).start()
+    kopf.run(**options, stop_flag=stop)
+    stop.set()  # kopf returned on its own (a signal): end the re-checks
+    return found.is_set() and not (stop_flag is not None and stop_flag.is_set())
+
+
+def run(
+    settings: OperatorSettings,
+    *,
+    namespaces: list[str] | None = None,
+    all_namespaces: bool = False,
+    verbose: bool = False,
+    stop_flag: threading.Event | None = None,
+    ready_flag: threading.Event | None = None,
+) -> int:
+    """Run the operator until SIGINT/SIGTERM (or ``stop_flag``); the exit code."""
+    clusterwide, watched = scope(settings, namespaces, all_namespaces)
+    peering = peering_of(settings, time.time_ns())
+    # Imported here so that `compass --help` and the other commands do not load kopf.
+    # Importing compass.controllers.handlers registers every handler with kopf's default registry.
+    import kopf
+    from prometheus_client import start_http_server
+
+    import compass.controllers.handlers  # noqa: F401
+    from compass.controllers.runtime import RUNTIME_KEY, OperatorMetrics, Runtime
+
+    kopf.configure(verbose=verbose)
+    if not verbose:
+        logging.getLogger("kopf.objects").addFilter(_quiet_timer_successes)
+
+    metrics = OperatorMetrics()
+    server, thread = start_http_server(settings.metrics_port, registry=metrics.registry)
+    where = "the whole cluster" if clusterwide else ", ".join(watched)
+    logger.info(
+        "compass operator: watching %s; metrics on :%d/metrics, liveness on :%d/healthz",
+        where,
+        settings.metrics_port,
+        settings.health_port,
+    )
+    if peering is None:
+        logger.info("compass operator: standalone (no peering): run no other operator here")
+    else:
+        kind, _ = peering_kind(clusterwide)
+        logger.info(
+            "compass operator: peering in %s %r with priority %d, lifetime %d s: acts only while "
+            "no live peer has a higher priority (paused until the peers are known)",
+            kind,
+            peering.name,
+            peering.priority,
+            peering.lifetime_seconds,
+        )
+    runtime = Runtime(settings=settings, metrics=metrics)
+    memo: Any = kopf.Memo()
+    memo[RUNTIME_KEY] = runtime
+    options: dict[str, Any] = {
+        "settings": kopf_settings(peering),
+        "standalone": peering is None,
+        "clusterwide": clusterwide,
+        "namespaces": watched,
+        "liveness_endpoint": liveness_endpoint(settings),
+        "memo": memo,
+        "ready_flag": ready_flag,
+    }
+    try:
+        if peering is not None:
+            wait_for_peering_objects(runtime.api(), peering, clusterwide, watched)
+        missing = startup_missing_crds(runtime.api())
+        if missing and not _serve_until_crds_appear(runtime.api(), missing, options, stop_flag):
+            return 0
+        # Fresh settings: the first run's startup handlers changed its copy.
+        kopf.run(**{**options, "settings": kopf_settings(peering)}, stop_flag=stop_flag)
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
+    return 0

@@ -1,0 +1,483 @@
+"""Pure decisions of the ParetoPolicy controller; the kopf timer (compass.controllers.policy_handlers) only
+does the I/O around them.
+
+- ``compile_policy``: the spec as the operator uses it (plan, policy, endpoints), or a
+  ``SpecError`` naming the field and the fix (a spec that can never work).
+- ``decision_due``: the timer ticks every second; a decision is taken when intervalSeconds
+  has passed.
+- ``align_state``: the policy state to decide from, given what the router really serves: a
+  restarted operator resumes the state saved in the status (hysteresis timers included), so it
+  never flips the configuration on start; routing changed behind its back is adopted.
+- ``health_conditions`` / ``merge_conditions``: Ready, MetricsAvailable, Degraded and Paused,
+  with lastTransitionTime kept while a condition's status does not change.
+- ``transition_events``: the Kubernetes Events to post, on transitions only.
+- ``build_status`` / ``status_patch``: the status, and the merge patch that writes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from compass.api.conditions import Condition
+from compass.api.paretopolicy import (
+    ActiveConfiguration,
+    ConditionType,
+    MetricsSourceType,
+    ParetoPolicySpec,
+    ParetoPolicyStatus,
+    ThresholdStatus,
+    thresholds_status,
+)
+from compass.api.schema import without_empty_strings
+from compass.domain.elastico import Elastico, Observation, PolicyState
+from compass.domain.planner import Plan, PlanError
+
+# The kopf timer's period; intervalSeconds below it decide at every tick.
+TICK_S = 1.0
+# A status whose only change is the observation time is written at most this often: an idle
+# policy should not write to etcd every second.
+STATUS_HEARTBEAT_S = 10.0
+# Retry delays while Triton is unreachable grow up to this, so a long outage costs few calls
+# but a restarted Triton is found again within seconds.
+MAX_RETRY_DELAY_S = 8.0
+# Triton's default metrics port, used when the spec names no metrics URL.
+TRITON_METRICS_PORT = 8002
+
+
+class SpecError(ValueError):
+    """The spec can never work: one line naming the field, what is wrong and the fix."""
+
+    def __init__(self, field: str, what: str, fix: str) -> None:
+        super().__init__(f"spec.{field}: {what}; {fix}")
+        self.field, self.what, self.fix = field, what, fix
+
+
+@dataclass(frozen=True)
+class MetricsTarget:
+    """Where the queue depth (and, from Prometheus, the arrivals counter) is read."""
+
+    type: MetricsSourceType
+    url: str
+    query: str | None
+    arrivals_query: str | None
+
+
+@dataclass(frozen=True)
+class CompiledPolicy:
+    """A validated spec with everything derived from it, for one generation."""
+
+    generation: int | None
+    spec: ParetoPolicySpec
+    policy: Elastico
+    grpc_address: str
+    router_model: str
+    metrics: MetricsTarget
+
+    @property
+    def plan(self) -> Plan:
+        """The planned front and its thresholds."""
+        return self.policy.plan
+
+
+def _field(location: Sequence[int | str]) -> str:
+    """A pydantic error location as a spec path: front[0].latencyP95Ms."""
+    path = ""
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    host, _, port = address.rpartition(":")
+    return (host, int(port)) if host and port.isdigit() else None
+
+
+def compile_policy(
+    raw_spec: Mapping[str, Any], generation: int | None, address_override: str | None = None
+) -> CompiledPolicy:
+    """Validate the spec and derive the plan and the endpoints; SpecError if it cannot work."""
+    try:
+        spec = ParetoPolicySpec.model_validate(dict(raw_spec))
+    except ValidationError as error:
+        first = error.errors()[0]
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise SpecError(
+            _field(first["loc"]) or "front", message, "correct it and apply the policy again"
+        ) from error
+    try:
+        policy = spec.elastico()
+    except PlanError as error:
+        raise SpecError(error.field, error.what, error.fix) from error
+    routing = spec.routing
+    endpoint = routing.grpc_endpoint if routing is not None else None
+    address = address_override or endpoint
+    if not address:
+        raise SpecError(
+            "routing.grpcEndpoint",
+            "not set, so there is no router to switch",
+            "give Triton's gRPC endpoint as host:port, e.g. triton.serving:8001",
+        )
+    host_port = _host_port(address)
+    if host_port is None:
+        raise SpecError(
+            "routing.grpcEndpoint", f"{address!r} is not host:port", "write it as triton:8001"
+        )
+    router_model = routing.router_model if routing is not None else "router"
+    return CompiledPolicy(
+        generation=generation,
+        spec=spec,
+        policy=policy,
+        grpc_address=address,
+        router_model=router_model,
+        metrics=_metrics_target(spec, host_port[0]),
+    )
+
+
+def _metrics_target(spec: ParetoPolicySpec, triton_host: str) -> MetricsTarget:
+    """The spec's metrics source; none given means Triton's own /metrics on the routing host."""
+    source = spec.metrics
+    if source is None or source.type is MetricsSourceType.TRITON:
+        if source is not None and source.arrivals_query:
+            raise SpecError(
+                "metrics.arrivalsQuery",
+                "set for a Triton metrics source, which has no PromQL",
+                "remove it, or read the metrics through Prometheus (metrics.type: prometheus)",
+            )
+        url = (source.url if source is not None else None) or (
+            f"http://{triton_host}:{TRITON_METRICS_PORT}/metrics"
+        )
+        return MetricsTarget(MetricsSourceType.TRITON, url, None, None)
+    if not source.url:
+        raise SpecError(
+            "metrics.url",
+            "not set for a Prometheus source",
+            "give Prometheus' base URL (e.g. http://prometheus.monitoring:9090), or use "
+            "metrics.type: triton to read Triton's /metrics directly",
+        )
+    return MetricsTarget(source.type, source.url, source.query, source.arrivals_query)
+
+
+def decision_due(
+    last_tick: float | None, now: float, interval_s: float, tick_s: float = TICK_S
+) -> bool:
+    """Whether a decision is due: intervalSeconds since the last one, to half a tick."""
+    return last_tick is None or now - last_tick >= interval_s - tick_s / 2
+
+
+def retry_delay(failures: int, interval_s: float) -> float:
+    """Delay before retrying after ``failures`` failed ticks in a row: doubling, capped."""
+    base = max(interval_s, TICK_S)
+    return float(min(MAX_RETRY_DELAY_S, base * 2 ** max(failures - 1, 0)))
+
+
+def align_state(
+    saved: PolicyState | None,
+    last_observed: float | None,
+    router_key: str,
+    plan: Plan,
+    now: float,
+    stale_after_s: float,
+) -> tuple[PolicyState, str | None]:
+    """The state to decide from, given the configuration the router really serves.
+
+    The saved state is kept, hysteresis timers included, when its active configuration is
+    what the router serves; its downscale evidence is dropped if nothing was observed for
+    longer than the staleness limit (the entry condition must hold at every observation, and
+    there were none). Otherwise the router's configuration is adopted (counters kept); one
+    not on the front gives no active configuration, so the policy falls back to the fastest.
+    """
+    names = {t.profile.key: t.profile.name for t in plan.thresholds}
+    serving = names.get(router_key)
+    if saved is not None and saved.active is not None and saved.active == serving:
+        if last_observed is not None and now - last_observed <= stale_after_s:
+            return saved, None
+        dropped = saved.downscale_since is not None
+        state = replace(saved, downscale_since=None, entry_levels=())
+        return state, (
+            "no observation for a while: downscale evidence restarts" if dropped else None
+        )
+    # Counters and the last switch (its time gates the upscale cooldown) are kept.
+    base = saved or PolicyState()
+    reset = replace(base, downscale_since=None, entry_levels=(), active_since=now)
+    if serving is None:
+        note = f"the router serves {router_key}, which is not on the front"
+        return replace(reset, active=None), note
+    if saved is None or saved.active is None:
+        return replace(reset, active=serving), None
+    note = f"the router serves {serving}, not {saved.active}: adopted (changed outside the policy)"
+    return replace(reset, active=serving), note
+
+
+def paused_state(state: PolicyState) -> PolicyState:
+    """While paused nothing is decided: no downscale evidence accumulates."""
+    return replace(state, downscale_since=None, entry_levels=())
+
+
+# ---------------------------------------------------------------------------- conditions
+
+
+@dataclass(frozen=True)
+class Health:
+    """What one tick found, for the conditions."""
+
+    spec_error: str | None = None
+    unreachable: str | None = None
+    switch_failed: str | None = None
+    metrics_error: str | None = None
+    metrics_read: bool = False
+    metrics_source: str = ""
+    paused: bool = False
+    active: str | None = None
+    decision: str = ""
+
+
+def health_conditions(health: Health) -> list[Condition]:
+    """Ready, MetricsAvailable (when the metrics were tried), Degraded and Paused."""
+    ready = ConditionType.READY.value
+    if health.spec_error is not None:
+        return [
+            Condition(type=ready, status="False", reason="InvalidSpec", message=health.spec_error)
+        ]
+    problem: tuple[str, str] | None = None
+    if health.unreachable is not None:
+        problem = ("TritonUnreachable", f"{health.unreachable}; holding, retrying")
+    elif health.switch_failed is not None:
+        problem = ("SwitchFailed", health.switch_failed)
+    elif health.metrics_error is not None:
+        problem = ("MetricsUnavailable", f"{health.metrics_error}; {health.decision}")
+    conditions = []
+    if problem is not None:
+        reason, message = problem
+        conditions.append(Condition(type=ready, status="False", reason=reason, message=message))
+    else:
+        serving = f"serving {health.active}" if health.active else "no active configuration"
+        conditions.append(
+            Condition(
+                type=ready,
+                status="True",
+                reason="Paused" if health.paused else "Serving",
+                message=f"{serving}; {health.decision}" if health.decision else serving,
+            )
+        )
+    if health.metrics_read:
+        available = health.metrics_error is None
+        conditions.append(
+            Condition(
+                type=ConditionType.METRICS_AVAILABLE.value,
+                status="True" if available else "False",
+                reason="MetricsRead" if available else "MetricsUnavailable",
+                message=f"queue depth from {health.metrics_source}"
+                if available
+                else str(health.metrics_error),
+            )
+        )
+    conditions.append(
+        Condition(
+            type=ConditionType.DEGRADED.value,
+            status="False" if problem is None else "True",
+            reason="AsPlanned" if problem is None else problem[0],
+            message="" if problem is None else problem[1],
+        )
+    )
+    conditions.append(
+        Condition(
+            type=ConditionType.PAUSED.value,
+            status="True" if health.paused else "False",
+            reason="PausedBySpec" if health.paused else "Active",
+            message=f"spec.paused: holding {health.active}" if health.paused else "",
+        )
+    )
+    return conditions
+
+
+def merge_conditions(
+    previous: Sequence[Mapping[str, Any]],
+    updates: Sequence[Condition],
+    now_iso: str,
+    generation: int | None,
+) -> list[dict[str, Any]]:
+    """The new condition list: updated ones replace theirs (keeping lastTransitionTime while
+    their status is unchanged), the others stay as they were."""
+    by_type = {c.get("type"): dict(c) for c in previous}
+    for update in updates:
+        old = by_type.get(update.type)
+        kept = old.get("lastTransitionTime") if old and old.get("status") == update.status else None
+        transition = kept or now_iso
+        by_type[update.type] = update.model_copy(
+            update={"last_transition_time": transition, "observed_generation": generation}
+        ).model_dump(by_alias=True, mode="json")
+    order = [t.value for t in ConditionType]
+    return sorted(
+        by_type.values(),
+        key=lambda c: (
+            order.index(c["type"]) if c.get("type") in order else len(order),
+            str(c.get("type")),
+        ),
+    )
+
+
+def condition(conditions: Sequence[Mapping[str, Any]], kind: ConditionType) -> Mapping[str, Any]:
+    """The condition of this type, or an empty mapping."""
+    return next((c for c in conditions if c.get("type") == kind.value), {})
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to post on the ParetoPolicy."""
+
+    type: str
+    reason: str
+    message: str
+
+
+def switch_event(
+    previous: str | None, target: str, queue_depth: float | None, reason: str
+) -> Event:
+    """ConfigurationSwitched: from -> to, the queue depth and why, on one line."""
+    depth = "unknown" if queue_depth is None else f"{queue_depth:g}"
+    message = f"{previous or 'none'} -> {target}: queue {depth}; {reason}"
+    return Event("Normal", "ConfigurationSwitched", message)
+
+
+def transition_events(
+    previous: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]
+) -> list[Event]:
+    """Events for conditions that changed: metrics lost or restored, Triton unreachable or
+    reachable again, a switch failing; nothing while a state persists."""
+    events = []
+    old_metrics = condition(previous, ConditionType.METRICS_AVAILABLE).get("status")
+    new_metrics = condition(current, ConditionType.METRICS_AVAILABLE)
+    if new_metrics.get("status") == "False" and old_metrics != "False":
+        events.append(Event("Warning", "MetricsLost", str(new_metrics.get("message", ""))))
+    elif new_metrics.get("status") == "True" and old_metrics == "False":
+        events.append(Event("Normal", "MetricsRestored", str(new_metrics.get("message", ""))))
+    old_ready = condition(previous, ConditionType.READY)
+    new_ready = condition(current, ConditionType.READY)
+    old_reason, new_reason = old_ready.get("reason"), new_ready.get("reason")
+    loud = ("TritonUnreachable", "SwitchFailed", "InvalidSpec")
+    if new_reason in loud and new_reason != old_reason:
+        events.append(Event("Warning", str(new_reason), str(new_ready.get("message", ""))))
+    elif old_reason == "TritonUnreachable" and new_ready.get("status") == "True":
+        events.append(Event("Normal", "TritonReachable", str(new_ready.get("message", ""))))
+    return events
+
+
+# ---------------------------------------------------------------------------- status
+
+
+def rfc3339(seconds: float) -> str:
+    """Epoch seconds as RFC 3339 UTC with milliseconds."""
+    stamp = datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+def parse_rfc3339(value: object) -> float | None:
+    """RFC 3339 back to epoch seconds; None if absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
+
+
+def active_configuration(plan: Plan, name: str | None) -> ActiveConfiguration | None:
+    """The front member with this name as the status shows it."""
+    index = None if name is None else plan.index(name)
+    if index is None:
+        return None
+    profile = plan.thresholds[index].profile
+    # Rounded for people (kubectl's printer columns print every digit); the spec keeps them all.
+    return ActiveConfiguration(
+        name=profile.name,
+        config=dict(profile.config),
+        index=index,
+        accuracy=round(profile.accuracy, 4),
+        latency_mean_ms=round(profile.mean_ms, 1),
+        latency_p95_ms=round(profile.p95_ms, 1),
+    )
+
+
+def build_status(
+    plan: Plan,
+    state: PolicyState,
+    observation: Observation | None,
+    previous: Mapping[str, Any],
+    decision: str,
+    conditions: list[dict[str, Any]],
+    generation: int | None,
+) -> dict[str, Any]:
+    """The whole status (camelCase, JSON-ready); unobserved fields keep their previous values."""
+    depth = observation.queue_depth if observation is not None else previous.get("lastQueueDepth")
+    observed = (
+        rfc3339(observation.time)
+        if observation is not None
+        else previous.get("lastObservationTime")
+    )
+    status = ParetoPolicyStatus(
+        active=active_configuration(plan, state.active),
+        last_queue_depth=None if depth is None or not math.isfinite(depth) else float(depth),
+        last_observation_time=observed,
+        last_decision=decision,
+        last_switch_time=None if state.last_switch_at is None else rfc3339(state.last_switch_at),
+        last_switch_reason=state.last_reason if state.last_switch_at is not None else None,
+        switches=state.switches,
+        thresholds=[ThresholdStatus.model_validate(t) for t in thresholds_status(plan)],
+        policy_state=state.to_dict(),
+        observed_generation=generation,
+    )
+    data = status.model_dump(by_alias=True, mode="json")
+    data["conditions"] = conditions
+    return dict(without_empty_strings(data))
+
+
+def error_status(
+    previous: Mapping[str, Any], conditions: list[dict[str, Any]], generation: int | None
+) -> dict[str, Any]:
+    """The previous status with new conditions: what a tick that could not decide writes."""
+    return dict(
+        without_empty_strings(
+            {**previous, "conditions": conditions, "observedGeneration": generation}
+        )
+    )
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: changed keys, nested
+    objects recursively, removed keys as null; empty when nothing changed."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            nested = merge_patch(before, value)
+            if nested:
+                patch[key] = nested
+        elif (key not in old and value is not None) or (key in old and before != value):
+            patch[key] = value
+    return patch
+
+
+def status_patch(
+    previous: Mapping[str, Any],
+    new: Mapping[str, Any],
+    now: float,
+    last_write: float | None,
+    heartbeat_s: float = STATUS_HEARTBEAT_S,
+) -> dict[str, Any]:
+    """What to write to the status: the changes, except routine ones (the observation time and
+    the arrivals samples), which wait for the heartbeat: an idle policy should not write every
+    second. A restart then loses at most a heartbeat of arrivals samples (rate evidence)."""
+    patch = merge_patch(previous, new)
+    state = patch.get("policyState")
+    quiet = set(patch) <= {"lastObservationTime", "policyState"} and (
+        state is None or (isinstance(state, Mapping) and set(state) <= {"arrivals"})
+    )
+    if quiet and last_write is not None and now - last_write < heartbeat_s:
+        return {}
+    return patch

@@ -1,0 +1,374 @@
+"""kopf handlers of ParetoPolicy: Elastico as a timer, one per policy.
+
+Every second each policy's timer: compiles the spec (cached per generation); skips the tick
+unless spec.intervalSeconds has passed; asks the router what it serves; resumes the policy
+state (from memory, else from status.policyState, so a restarted operator keeps the hysteresis
+timers and never flips the configuration on start); runs one LiveLoop step (queue depth,
+decision, switch) or, when paused, only reads the queue; writes the status; and posts Events
+on switches and transitions only. The decisions live in compass.controllers.policy and
+compass.domain: this module is I/O.
+
+Errors: a spec that can never work is a kopf.PermanentError with the condition Ready=False
+(InvalidSpec) naming the field and the fix, reported once per generation. An unreachable Triton
+is a kopf.TemporaryError: nothing switches, Ready=False (TritonUnreachable), and the timer
+retries with a growing delay. Missing metrics are not an error of the timer: the policy holds
+(or falls back to the fastest, as spec.onMetricsLoss says) and the conditions say so.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from compass.api.meta import GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
+from compass.api.paretopolicy import ConditionType
+from compass.controllers import policy as ps
+from compass.controllers.runtime import Runtime, runtime_of
+from compass.dataplane.live import LiveLoop
+from compass.dataplane.metrics import QueueDepthSource, source_for
+from compass.dataplane.triton import RoutingError, TritonRouter
+from compass.domain.elastico import Observation, PolicyState
+
+MEMORY_KEY = "compass_policy"
+# An unexpected exception (a bug) is retried after this; TemporaryError brings its own delay.
+ERROR_BACKOFF_S = 5.0
+# A reload takes 150-300 ms; a router that does not answer should not hold the timer long.
+ROUTER_TIMEOUT_S = 10.0
+ROUTER_ATTEMPTS = 3
+ROUTER_BACKOFF_S = 0.1
+
+
+@dataclass
+class ObservingLoop(LiveLoop):
+    """LiveLoop that remembers why its last observation failed (for the conditions)."""
+
+    metrics_problem: str | None = None
+
+    def observe(self, now: float) -> tuple[Observation | None, str | None]:
+        """The queue depth and arrivals counter, as LiveLoop reads them."""
+        observation, problem = super().observe(now)
+        self.metrics_problem = problem if observation is None else None
+        return observation, problem
+
+
+@dataclass
+class Connections:
+    """The router client and metrics sources for one set of endpoints."""
+
+    key: tuple[str, str, ps.MetricsTarget]
+    router: TritonRouter
+    source: QueueDepthSource
+
+
+@dataclass
+class PolicyMemory:
+    """What the timer remembers about one policy during one operator run (kopf's memo)."""
+
+    compiled: ps.CompiledPolicy | None = None
+    reported_error: tuple[int | None, str] | None = None
+    connections: Connections | None = None
+    state: PolicyState | None = None
+    # The status as last decided, and as last written (None: unknown, use the live body's).
+    status: dict[str, Any] | None = None
+    written: dict[str, Any] | None = None
+    last_tick: float | None = None
+    last_write: float | None = None
+    last_observed: float | None = None
+    failures: int = 0
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Post Events only where the code asks: a 1 s timer would otherwise post kopf's log line
+    'Timer succeeded' as an Event every second (kopf.event/info/warn are unaffected)."""
+    settings.posting.loggers = False
+    runtime_of(memo)
+
+
+@kopf.timer(
+    GROUP, VERSION, POLICY_PLURAL, id="elastico", interval=ps.TICK_S, backoff=ERROR_BACKOFF_S
+)
+def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """One Elastico tick of one ParetoPolicy."""
+    runtime = runtime_of(memo)
+    memory = memo.get(MEMORY_KEY)
+    if not isinstance(memory, PolicyMemory):
+        memory = memo[MEMORY_KEY] = PolicyMemory()
+    count = runtime.metrics.reconciles
+    try:
+        decided = _tick(body, memory, runtime, logger, time.time())
+    except kopf.TemporaryError:
+        count.labels(POLICY_KIND, "retry").inc()
+        runtime.metrics.errors.labels(POLICY_KIND, "TritonUnreachable").inc()
+        raise
+    except kopf.PermanentError:
+        count.labels(POLICY_KIND, "permanent").inc()
+        runtime.metrics.errors.labels(POLICY_KIND, "InvalidSpec").inc()
+        raise
+    except Exception as error:
+        count.labels(POLICY_KIND, "error").inc()
+        runtime.metrics.errors.labels(POLICY_KIND, type(error).__name__).inc()
+        raise
+    if decided:
+        count.labels(POLICY_KIND, "ok").inc()
+
+
+def _tick(
+    body: kopf.Body,
+    memory: PolicyMemory,
+    runtime: Runtime,
+    logger: kopf.Logger,
+    now: float,
+) -> bool:
+    """Decide once if due; True if it did."""
+    generation = body.get("metadata", {}).get("generation")
+    first = memory.status is None
+    previous = memory.status if memory.status is not None else dict(body.get("status") or {})
+    if first:
+        memory.last_observed = ps.parse_rfc3339(previous.get("lastObservationTime"))
+    compiled = _compile(body, memory, runtime, logger, previous, generation, now)
+    if compiled is None or not ps.decision_due(
+        memory.last_tick, now, compiled.spec.interval_seconds
+    ):
+        return False
+    memory.last_tick = now
+    connections = _connections(memory, compiled)
+    try:
+        router_key = connections.router.active_config()
+    except RoutingError as error:
+        memory.failures += 1
+        health = ps.Health(
+            unreachable=str(error),
+            paused=compiled.spec.paused,
+            active=(previous.get("active") or {}).get("name"),
+        )
+        _publish(body, memory, runtime, logger, previous, health, None, now, generation)
+        delay = ps.retry_delay(memory.failures, compiled.spec.interval_seconds)
+        message = f"Triton unreachable, nothing switched: {error}"
+        raise kopf.TemporaryError(message, delay=delay) from error
+    memory.failures = 0
+    saved = memory.state if memory.state is not None else _saved_state(previous)
+    state, note = ps.align_state(
+        saved,
+        memory.last_observed,
+        router_key,
+        compiled.plan,
+        now,
+        compiled.spec.stale_after_seconds,
+    )
+    if note:
+        logger.info(note)
+    outcome = _decide(body, compiled, connections, state, runtime, logger, now)
+    if outcome.observation is not None:
+        memory.last_observed = outcome.observation.time
+    memory.state = outcome.state
+    health = ps.Health(
+        switch_failed=outcome.switch_failed,
+        metrics_error=outcome.metrics_error,
+        metrics_read=True,
+        metrics_source=connections.source.describe(),
+        paused=compiled.spec.paused,
+        active=outcome.state.active,
+        decision=outcome.decision,
+    )
+    decided = (compiled, outcome.state, outcome.observation)
+    _publish(body, memory, runtime, logger, previous, health, decided, now, generation)
+    return True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one decision saw and did."""
+
+    observation: Observation | None
+    state: PolicyState
+    decision: str
+    metrics_error: str | None
+    switch_failed: str | None
+
+
+def _decide(
+    body: kopf.Body,
+    compiled: ps.CompiledPolicy,
+    connections: Connections,
+    state: PolicyState,
+    runtime: Runtime,
+    logger: kopf.Logger,
+    now: float,
+) -> Outcome:
+    """One LiveLoop step (or, paused, only an observation); Event and counter on a switch."""
+    loop = ObservingLoop(
+        policy=compiled.policy, source=connections.source, router=connections.router
+    )
+    if compiled.spec.paused:
+        observation, _ = loop.observe(now)  # a metrics problem is in loop.metrics_problem
+        held = ps.paused_state(state)
+        return Outcome(
+            observation, held, f"paused: holding {held.active}", loop.metrics_problem, None
+        )
+    started = time.perf_counter()
+    result = loop.step(state, now)
+    runtime.metrics.decision_seconds.observe(time.perf_counter() - started)
+    decision = f"{result.decision.action.value}: {result.decision.reason}"
+    if result.problem and result.observation is not None:
+        decision = f"{decision} ({result.problem})"
+    failed = result.problem if result.decision.switched and result.switch is None else None
+    if result.switched:
+        depth = None if result.observation is None else result.observation.queue_depth
+        target = result.state.active or result.decision.target
+        event = ps.switch_event(state.active, target, depth, result.decision.reason)
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        logger.info(f"{event.reason}: {event.message}")
+        namespace, name = _names(body)
+        runtime.metrics.switches.labels(namespace, name, result.decision.action.value).inc()
+    return Outcome(result.observation, result.state, decision, loop.metrics_problem, failed)
+
+
+def _compile(
+    body: kopf.Body,
+    memory: PolicyMemory,
+    runtime: Runtime,
+    logger: kopf.Logger,
+    previous: dict[str, Any],
+    generation: int | None,
+    now: float,
+) -> ps.CompiledPolicy | None:
+    """The compiled spec of this generation; None if its error was already reported."""
+    if memory.compiled is not None and memory.compiled.generation == generation:
+        return memory.compiled
+    try:
+        memory.compiled = ps.compile_policy(
+            body.get("spec") or {}, generation, runtime.settings.triton_address_override
+        )
+    except ps.SpecError as error:
+        if memory.reported_error == (generation, str(error)):
+            return None
+        memory.reported_error = (generation, str(error))
+        health = ps.Health(spec_error=str(error))
+        _publish(body, memory, runtime, logger, previous, health, None, now, generation)
+        raise kopf.PermanentError(str(error)) from error
+    memory.reported_error = None
+    return memory.compiled
+
+
+def _publish(
+    body: kopf.Body,
+    memory: PolicyMemory,
+    runtime: Runtime,
+    logger: kopf.Logger,
+    previous: dict[str, Any],
+    health: ps.Health,
+    decided: tuple[ps.CompiledPolicy, PolicyState, Observation | None] | None,
+    now: float,
+    generation: int | None,
+) -> None:
+    """Write the status (when it changed), post the transition Events, set the gauges."""
+    old_conditions = previous.get("conditions") or []
+    conditions = ps.merge_conditions(
+        old_conditions, ps.health_conditions(health), ps.rfc3339(now), generation
+    )
+    namespace, name = _names(body)
+    gauges = runtime.metrics
+    if decided is None:
+        status = ps.error_status(previous, conditions, generation)
+    else:
+        compiled, state, observation = decided
+        status = ps.build_status(
+            compiled.plan, state, observation, previous, health.decision, conditions, generation
+        )
+        if observation is not None:
+            gauges.queue_depth.labels(namespace, name).set(observation.queue_depth)
+        index = None if state.active is None else compiled.plan.index(state.active)
+        if index is not None:
+            gauges.active_index.labels(namespace, name).set(index)
+    ready = ps.condition(conditions, ConditionType.READY).get("status") == "True"
+    gauges.ready.labels(namespace, name).set(1 if ready else 0)
+    written = memory.written if memory.written is not None else dict(body.get("status") or {})
+    changes = ps.status_patch(written, status, now, memory.last_write)
+    if changes:
+        if _write_status(runtime, body, changes, logger):
+            memory.written, memory.last_write = status, now
+        else:
+            memory.written = None  # compare with the live body next time
+    memory.status = status
+    for event in ps.transition_events(old_conditions, conditions):
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def _write_status(
+    runtime: Runtime, body: kopf.Body, changes: dict[str, Any], logger: kopf.Logger
+) -> bool:
+    """Merge-patch the status subresource; False (logged, counted) if it failed.
+
+    Written here rather than through kopf's patch: kopf's timer task ends for good when its
+    status patch is rejected, and the policy would silently stop being controlled.
+    """
+    namespace, name = _names(body)
+    try:
+        client.CustomObjectsApi(runtime.api()).patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            namespace,
+            POLICY_PLURAL,
+            name,
+            {"status": changes},
+            _content_type="application/merge-patch+json",
+        )
+    except ApiException as error:
+        if error.status != 404:  # 404: deleted meanwhile, nothing to report
+            logger.warning(f"status not written (HTTP {error.status}): {error.body or error}")
+            runtime.metrics.errors.labels(POLICY_KIND, "StatusWriteFailed").inc()
+        return False
+    except (urllib3.exceptions.HTTPError, OSError) as error:
+        logger.warning(f"status not written: {error}")
+        runtime.metrics.errors.labels(POLICY_KIND, "StatusWriteFailed").inc()
+        return False
+    return True
+
+
+def _connections(memory: PolicyMemory, compiled: ps.CompiledPolicy) -> Connections:
+    """The router and metrics clients for the compiled endpoints (reused while they hold)."""
+    key = (compiled.grpc_address, compiled.router_model, compiled.metrics)
+    if memory.connections is not None and memory.connections.key == key:
+        return memory.connections
+    if memory.connections is not None:
+        memory.connections.router.close()
+    router = TritonRouter(
+        compiled.grpc_address,
+        model=compiled.router_model,
+        timeout_s=ROUTER_TIMEOUT_S,
+        attempts=ROUTER_ATTEMPTS,
+        backoff_s=ROUTER_BACKOFF_S,
+    )
+    target = compiled.metrics
+    source = source_for(
+        target.type.value, target.url, compiled.router_model, target.query, target.arrivals_query
+    )
+    memory.connections = Connections(key, router, source)
+    return memory.connections
+
+
+def _saved_state(status: dict[str, Any]) -> PolicyState | None:
+    """The policy state a previous operator run saved in the status, if readable."""
+    saved = status.get("policyState")
+    if not isinstance(saved, dict):
+        return None
+    try:
+        return PolicyState.from_dict(saved)
+    except (TypeError, ValueError) as error:
+        logging.getLogger(__name__).warning(
+            "status.policyState unreadable, starting afresh: %s", error
+        )
+        return None
+
+
+def _names(body: kopf.Body) -> tuple[str, str]:
+    metadata = body.get("metadata", {})
+    return str(metadata.get("namespace", "")), str(metadata.get("name", ""))

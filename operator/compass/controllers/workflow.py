@@ -1,0 +1,824 @@
+"""The CompoundWorkflow controller's decisions: pure functions from what is observed to what next.
+
+No I/O here: compass.controllers.workflow_handlers reads the workflow, its state ConfigMap, its Jobs and their
+pods, calls these functions, and writes back what they return. Everything a decision needs lives
+in the cluster (the workflow's status, the state ConfigMap, the Jobs), so a restarted operator
+decides exactly as the one before it would have.
+
+The life of one spec generation::
+
+    Searching --result.json--> Profiling --profiles.json--> (plan) Ready
+        |  no feasible configuration -> Failed (FeasibleSetEmpty)
+        |  Job failed (after its backoffLimit) -> Failed (the pod's message)
+    Planning: the profiles were carried over from an earlier generation (only the SLO changed)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pydantic import ValidationError
+
+from compass.api.compoundworkflow import (
+    CompoundWorkflowSpec,
+    CompoundWorkflowStatus,
+    EvaluatorType,
+    Phase,
+)
+from compass.api.conditions import Condition
+from compass.api.paretopolicy import MetricsSource, MetricsSourceType, RoutingTarget, spec_for_plan
+from compass.controllers.builders import (
+    LEDGER_KEY,
+    PROFILES_KEY,
+    PROGRESS_KEY,
+    RESULT_KEY,
+    SEED_KEY,
+    SPEC_KEY,
+    policy_name,
+    profile_name,
+    search_name,
+)
+from compass.domain.planner import PlanError, Slo, plan_from_profiles
+from compass.domain.profiles import ProfileError, parse_profiles
+from compass.domain.space import Space, SpaceError
+
+ACTIVE_PHASES = frozenset({Phase.SEARCHING, Phase.PROFILING, Phase.PLANNING})
+# Condition types.
+SPEC_VALID = "SpecValid"
+SEARCH_SUCCEEDED = "SearchSucceeded"
+FEASIBLE_SET_EMPTY = "FeasibleSetEmpty"
+PROFILED = "Profiled"
+POLICY_READY = "PolicyReady"
+# A condition message is one line that fits a `kubectl describe` screen.
+_MESSAGE_CHARS = 600
+
+
+class InvalidSpecError(ValueError):
+    """A spec that can never work: one line, `<field>: <what is wrong and the fix>`."""
+
+    def __init__(self, field: str, what: str) -> None:
+        super().__init__(f"{field}: {what}")
+        self.field, self.what = field, what
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def _path(loc: Sequence[int | str]) -> str:
+    text = "spec"
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text
+
+
+def validate_spec(raw: Mapping[str, Any]) -> tuple[CompoundWorkflowSpec, Space]:
+    """The spec and its space, or InvalidSpecError naming the first bad field and the fix.
+
+    The API server has already checked the schema (types, ranges, enums); what is left is what
+    the schema cannot say: constraints naming known parameters, budgets within the dataset, a
+    space that is not empty.
+    """
+    try:
+        spec = CompoundWorkflowSpec.model_validate(dict(raw))
+    except ValidationError as error:
+        first = error.errors()[0]
+        loc = list(first["loc"])
+        what = str(first["msg"]).removeprefix("Value error, ")
+        # Model validators already name the field inside their section ("evaluation.budgets:
+        # ..."): join the two paths rather than repeat the section.
+        named = re.match(r"^([A-Za-z][\w.]*(?:\[\d+\])?): (.*)$", what)
+        if named and loc and named.group(1).split(".")[0] == loc[-1]:
+            return _raise(_path(loc[:-1]) + "." + named.group(1), named.group(2))
+        constraint = re.match(r"^constraint '(.*?)': (.*)$", what)
+        constraints = list((raw.get("space") or {}).get("constraints") or [])
+        if constraint and constraint.group(1) in constraints:
+            index = constraints.index(constraint.group(1))
+            return _raise(f"spec.space.constraints[{index}]", constraint.group(0))
+        return _raise(_path(loc), what)
+    try:
+        space = Space(spec.space)
+    except SpaceError as error:
+        raise InvalidSpecError("spec.space", str(error)) from None
+    return spec, space
+
+
+def _raise(field: str, what: str) -> tuple[CompoundWorkflowSpec, Space]:
+    raise InvalidSpecError(field, what)
+
+
+# ---------------------------------------------------------------------------- carrying state over
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def scoring_key(spec: CompoundWorkflowSpec) -> str:
+    """What a recorded score depends on: the dataset, the metric and who scores."""
+    evaluation = spec.evaluation.model_dump(mode="json", by_alias=True)
+    parts: dict[str, Any] = {k: evaluation[k] for k in ("dataset", "metric", "evaluator")}
+    if spec.evaluation.evaluator.type is EvaluatorType.TRITON:
+        parts["triton"] = spec.triton.model_dump(mode="json", by_alias=True)
+    return _digest(parts)
+
+
+def search_key(spec: CompoundWorkflowSpec) -> str:
+    """What a search result depends on: the scores, the space and the search settings."""
+    return _digest(
+        {
+            "scoring": scoring_key(spec),
+            "space": spec.space.model_dump(mode="json"),
+            "evaluation": spec.evaluation.model_dump(mode="json", by_alias=True),
+        }
+    )
+
+
+def profile_key(spec: CompoundWorkflowSpec) -> str:
+    """What profiles depend on: the configurations profiled, where and how."""
+    return _digest(
+        {
+            "search": search_key(spec),
+            "profiling": spec.profiling.model_dump(mode="json", by_alias=True),
+            "triton": spec.triton.model_dump(mode="json", by_alias=True),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Seed:
+    """What a new generation's state ConfigMap starts with, and where it came from."""
+
+    data: dict[str, str] = field(default_factory=dict)
+    ledger_from: int | None = None
+    result_from: int | None = None
+    profiles_from: int | None = None
+
+    @property
+    def ledger_facts(self) -> int:
+        """Lines of ledger carried over."""
+        return sum(1 for line in self.data.get(LEDGER_KEY, "").splitlines() if line.strip())
+
+
+def seed_state(
+    spec: CompoundWorkflowSpec, generation: int, previous: Mapping[int, Mapping[str, str]]
+) -> Seed:
+    """Carry over from the newest earlier generation whose scores are still valid.
+
+    The ledger is reused when the scores mean the same (dataset, metric, evaluator unchanged):
+    a new tau or new budgets re-run the search without evaluating any recorded sample again.
+    The result is reused when the search itself is unchanged, the profiles when the profiling
+    is unchanged too: a change of the SLO alone is re-planned without any Job.
+    """
+    for earlier in sorted((g for g in previous if g < generation), reverse=True):
+        data = previous[earlier]
+        try:
+            old = CompoundWorkflowSpec.model_validate_json(data.get(SPEC_KEY, ""))
+        except ValidationError:
+            continue
+        if scoring_key(old) != scoring_key(spec):
+            continue
+        seed: dict[str, str] = {LEDGER_KEY: data.get(LEDGER_KEY, "")}
+        result_from = profiles_from = None
+        if search_key(old) == search_key(spec) and data.get(RESULT_KEY):
+            seed[RESULT_KEY] = data[RESULT_KEY]
+            if data.get(PROGRESS_KEY):
+                seed[PROGRESS_KEY] = data[PROGRESS_KEY]
+            result_from = earlier
+            if profile_key(old) == profile_key(spec) and data.get(PROFILES_KEY):
+                seed[PROFILES_KEY] = data[PROFILES_KEY]
+                profiles_from = earlier
+        origin = {"ledger": earlier, "result": result_from, "profiles": profiles_from}
+        seed[SEED_KEY] = json.dumps(origin, sort_keys=True)
+        return Seed(seed, earlier, result_from, profiles_from)
+    return Seed()
+
+
+def seed_origin(state: Mapping[str, str]) -> dict[str, int | None]:
+    """Which generation the state's ledger, result and profiles came from (None: its own)."""
+    try:
+        origin = json.loads(state.get(SEED_KEY) or "{}")
+    except ValueError:
+        origin = {}
+    return {k: origin.get(k) for k in ("ledger", "result", "profiles")}
+
+
+# ---------------------------------------------------------------------------- conditions
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:_MESSAGE_CHARS]
+
+
+def set_condition(
+    conditions: Sequence[Condition],
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int,
+    now: str,
+) -> list[Condition]:
+    """The conditions with one set; its transition time moves only when its status changes."""
+    old = next((c for c in conditions if c.type == type_), None)
+    changed = old is None or old.status != status
+    new = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=_one_line(message),
+        last_transition_time=now if changed or old is None else old.last_transition_time,
+        observed_generation=generation,
+    )
+    return [new if c.type == type_ else c for c in conditions] + ([new] if old is None else [])
+
+
+def condition(status: CompoundWorkflowStatus, type_: str) -> Condition | None:
+    """The condition of this type, if set."""
+    return next((c for c in status.conditions if c.type == type_), None)
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event on the workflow: posted once, when its transition is written."""
+
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+# ---------------------------------------------------------------------------- starting a generation
+
+
+def invalid_status(
+    previous: CompoundWorkflowStatus, generation: int, error: InvalidSpecError, now: str
+) -> CompoundWorkflowStatus:
+    """Failed, with SpecValid False naming the field and the fix."""
+    conditions = set_condition([], SPEC_VALID, "False", "InvalidSpec", str(error), generation, now)
+    return previous.model_copy(
+        update={
+            "phase": Phase.FAILED,
+            "observed_generation": generation,
+            "conditions": conditions,
+            "search_job": None,
+            "profiling_job": None,
+        }
+    )
+
+
+def start_status(
+    previous: CompoundWorkflowStatus,
+    workflow: str,
+    generation: int,
+    spec: CompoundWorkflowSpec,
+    space: Space,
+    state: Mapping[str, str],
+    now: str,
+) -> tuple[CompoundWorkflowStatus, Event]:
+    """The status of a generation just started from its state ConfigMap, and its Event.
+
+    Profiles carried over: Planning (the timer plans at once). Otherwise Searching: the search
+    Job runs, or, when the result was carried over, the timer moves on at its first tick.
+    """
+    origin = seed_origin(state)
+    conditions = set_condition(
+        [],
+        SPEC_VALID,
+        "True",
+        "Valid",
+        f"{space.size} configurations in the space",
+        generation,
+        now,
+    )
+    counts = _counts(state)
+    update: dict[str, Any] = {
+        "observed_generation": generation,
+        "ledger_config_map": search_name(workflow, generation),
+        "profiling_job": None,
+        **counts,
+    }
+    if origin["profiles"] is not None and state.get(PROFILES_KEY):
+        message = (
+            f"generation {generation}: only the SLO changed; re-planning the profiles of "
+            f"generation {origin['profiles']}"
+        )
+        conditions = set_condition(
+            conditions, SEARCH_SUCCEEDED, "True", "Reused", message, generation, now
+        )
+        conditions = set_condition(conditions, PROFILED, "True", "Reused", message, generation, now)
+        status = previous.model_copy(
+            update={**update, "phase": Phase.PLANNING, "search_job": None, "conditions": conditions}
+        )
+        return status, Event("Normal", "PlanningStarted", message)
+    if origin["result"] is not None and state.get(RESULT_KEY):
+        message = (
+            f"generation {generation}: the search is unchanged; reusing the result of "
+            f"generation {origin['result']}"
+        )
+        search_job = None
+    else:
+        resumed = _ledger_facts(state)
+        message = (
+            f"generation {generation}: searching {space.size} configurations for accuracy >= "
+            f"{spec.evaluation.tau:g} (budgets {','.join(map(str, spec.evaluation.budgets))})"
+            + (
+                f", {resumed} recorded batches carried over from generation {origin['ledger']}"
+                if resumed and origin["ledger"] is not None
+                else ""
+            )
+        )
+        search_job = search_name(workflow, generation)
+    conditions = set_condition(
+        conditions, SEARCH_SUCCEEDED, "Unknown", "Searching", message, generation, now
+    )
+    status = previous.model_copy(
+        update={
+            **update,
+            "phase": Phase.SEARCHING,
+            "search_job": search_job,
+            "conditions": conditions,
+        }
+    )
+    return status, Event("Normal", "SearchStarted", message)
+
+
+def _ledger_facts(state: Mapping[str, str]) -> int:
+    return sum(1 for line in state.get(LEDGER_KEY, "").splitlines() if line.strip())
+
+
+# ---------------------------------------------------------------------------- observing
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What the controller needs from a Job's status."""
+
+    name: str
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    complete: bool = False
+    failed_final: bool = False
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def running(self) -> bool:
+        """Still has work to do (not Complete, not Failed)."""
+        return not (self.complete or self.failed_final)
+
+
+def job_view(job: Mapping[str, Any]) -> JobView:
+    """The Job's counts and its final condition, if it has one."""
+    status = job.get("status") or {}
+    complete = failed = False
+    reason = message = ""
+    for item in status.get("conditions") or []:
+        if item.get("status") != "True":
+            continue
+        if item.get("type") == "Complete":
+            complete = True
+        elif item.get("type") == "Failed":
+            failed = True
+            reason, message = item.get("reason", ""), item.get("message", "")
+    return JobView(
+        name=job["metadata"]["name"],
+        active=int(status.get("active") or 0),
+        succeeded=int(status.get("succeeded") or 0),
+        failed=int(status.get("failed") or 0),
+        complete=complete,
+        failed_final=failed,
+        reason=reason,
+        message=message,
+    )
+
+
+def pod_failure_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """The last failed pod's termination message as one line, or None if no pod said anything.
+
+    A compass Job prints its error last as `compass job ROLE: ...`; other programs' last
+    non-empty line is taken.
+    """
+    found: list[tuple[str, str, int, str]] = []
+    for pod in pods:
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        for container in statuses:
+            for state in (container.get("state") or {}, container.get("lastState") or {}):
+                terminated = state.get("terminated")
+                if terminated and int(terminated.get("exitCode", 0)) != 0:
+                    found.append(
+                        (
+                            terminated.get("finishedAt") or "",
+                            pod["metadata"]["name"],
+                            int(terminated["exitCode"]),
+                            terminated.get("message") or terminated.get("reason") or "",
+                        )
+                    )
+    if not found:
+        return None
+    _, pod_name, code, text = max(found)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    ours = [line for line in lines if line.startswith("compass job ")]
+    line = (ours or lines or ["(no output)"])[-1]
+    return _one_line(f"pod {pod_name} exited {code}: {line}")
+
+
+def _job_failure(role: str, job: JobView, pod_message: str | None) -> str:
+    attempts = job.failed or 1
+    cause = f"{job.reason}: {job.message}" if job.reason else "failed"
+    where = f"; {pod_message}" if pod_message else ""
+    return f"{role} Job {job.name} failed after {attempts} pod(s) ({cause}){where}"
+
+
+# ---------------------------------------------------------------------------- counts and results
+
+
+def _json(state: Mapping[str, str], key: str) -> Any:
+    text = state.get(key)
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _counts(state: Mapping[str, str]) -> dict[str, Any]:
+    """Status counts from the result (once there) or the last progress snapshot."""
+    result = _json(state, RESULT_KEY)
+    if isinstance(result, dict):
+        evaluated = result.get("evaluated") or []
+        best = max((float(e["accuracy"]) for e in evaluated), default=None)
+        return {
+            "configurations_evaluated": int(result.get("configs_evaluated", len(evaluated))),
+            "samples_used": int(result.get("sample_evals", 0)),
+            "feasible_found": len(result.get("feasible") or []),
+            "best_accuracy": None if best is None else round(best, 4),
+        }
+    progress = _json(state, PROGRESS_KEY)
+    if isinstance(progress, dict):
+        best = progress.get("best_accuracy")
+        return {
+            "configurations_evaluated": int(progress.get("configs_evaluated", 0)),
+            "samples_used": int(progress.get("sample_evals", 0)),
+            "feasible_found": int(progress.get("feasible", 0)),
+            "best_accuracy": None if best is None else round(float(best), 4),
+        }
+    return {
+        "configurations_evaluated": 0,
+        "samples_used": 0,
+        "feasible_found": 0,
+        "best_accuracy": None,
+    }
+
+
+def config_name(config: Mapping[str, Any]) -> str:
+    """A configuration as a short label: its values joined by '/' (as the planner names it)."""
+    return "/".join(str(v) for v in config.values())
+
+
+def feasible_set_empty_message(result: Mapping[str, Any], tau: float) -> str:
+    """Why no configuration qualifies: the best accuracy reached and a tau that would work."""
+    evaluated = list(result.get("evaluated") or [])
+    if not evaluated:
+        return (
+            f"no configuration reaches tau {tau:g}: the search evaluated none; check the "
+            f"evaluator and the dataset"
+        )
+    best = max(evaluated, key=lambda e: float(e["accuracy"]))
+    accuracy = float(best["accuracy"])
+    workable = math.floor(accuracy * 100) / 100
+    return (
+        f"no configuration reaches tau {tau:g}: the best accuracy reached is {accuracy:.3f} "
+        f"({config_name(best['config'])} on {best.get('samples', '?')} samples, "
+        f"{len(evaluated)} configurations evaluated); set evaluation.tau to {workable:.2f} or "
+        f"lower, or widen the space"
+    )
+
+
+# ---------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    """A ParetoPolicy spec (camelCase, ready to apply) and a summary, or why there is none."""
+
+    policy_spec: dict[str, Any] | None
+    message: str
+    reason: str
+
+
+def plan_policy(
+    spec: CompoundWorkflowSpec,
+    profiles_text: str,
+    grpc_endpoint: str,
+    metrics_url: str,
+) -> PlanOutcome:
+    """Plan the measured profiles against the spec's SLO into a ParetoPolicy spec."""
+    try:
+        profiles = parse_profiles(json.loads(profiles_text), PROFILES_KEY)
+    except (ValueError, ProfileError) as error:
+        return PlanOutcome(None, f"{PROFILES_KEY}: {error}", "InvalidProfiles")
+    try:
+        plan = plan_from_profiles(
+            profiles,
+            Slo(spec.slo.latency_ms, spec.slo.percentile),
+            spec.serving.hysteresis.slack_buffer_ms,
+            spec.serving.threshold_model,
+        )
+    except PlanError as error:
+        return PlanOutcome(None, f"spec.{error.field}: {error.what}; {error.fix}", "SloUnreachable")
+    policy = spec_for_plan(
+        plan,
+        serving=spec.serving,
+        routing=RoutingTarget(grpc_endpoint=grpc_endpoint, router_model=spec.triton.router_model),
+        metrics=spec.serving.metrics
+        or MetricsSource(type=MetricsSourceType.TRITON, url=metrics_url),
+    )
+    front = plan.thresholds
+    fastest, accurate = front[0].profile, front[-1].profile
+    message = (
+        f"{len(front)} configurations on the front ({len(plan.eligible)} within the SLO "
+        f"{spec.slo.latency_ms:g} ms at p{spec.slo.percentile:g}): fastest {fastest.name} "
+        f"(p{spec.slo.percentile:g} {front[0].tail_ms:.1f} ms), most accurate {accurate.name} "
+        f"(accuracy {accurate.accuracy:.3f})"
+    )
+    return PlanOutcome(
+        policy.model_dump(mode="json", by_alias=True, exclude_none=True), message, ""
+    )
+
+
+# ---------------------------------------------------------------------------- the next step
+
+
+class Create(StrEnum):
+    """Objects a step needs to exist (created idempotently)."""
+
+    STATE = "state"
+    SEARCH_JOB = "search-job"
+    PROFILE_JOB = "profile-job"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One workflow generation as the controller sees it."""
+
+    workflow: str
+    generation: int
+    spec: CompoundWorkflowSpec
+    status: CompoundWorkflowStatus
+    state: Mapping[str, str] | None
+    search_job: JobView | None
+    profile_job: JobView | None
+    pod_message: str | None = None  # of the failed Job of the current phase, if it failed
+    grpc_endpoint: str = ""
+    metrics_url: str = ""
+
+
+@dataclass(frozen=True)
+class Step:
+    """What to do: objects to create, a policy to apply, the status to write, an Event.
+
+    The Event is posted only when the status write wins (optimistic concurrency), so a
+    transition is announced once even when two handlers race.
+    """
+
+    status: CompoundWorkflowStatus | None = None
+    create: tuple[Create, ...] = ()
+    policy_spec: dict[str, Any] | None = None
+    event: Event | None = None
+
+
+def decide(observation: Observation, now: str) -> Step:
+    """The next step for an active generation (Searching, Profiling, Planning)."""
+    status = observation.status
+    if status.observed_generation != observation.generation or status.phase not in ACTIVE_PHASES:
+        return Step()
+    if observation.state is None:
+        return _lost_state(observation, now)
+    if status.phase is Phase.SEARCHING:
+        return _searching(observation, observation.state, now)
+    if observation.state.get(PROFILES_KEY) and not (
+        observation.profile_job is not None and observation.profile_job.running
+    ):
+        return _planning(observation, observation.state, now)
+    return _profiling(observation, now)
+
+
+def _update(
+    observation: Observation,
+    now: str,
+    conditions: Sequence[tuple[str, str, str, str]],
+    **fields: Any,
+) -> CompoundWorkflowStatus:
+    """The status with these fields and conditions (type, status, reason, message) set."""
+    current = list(observation.status.conditions)
+    for type_, value, reason, message in conditions:
+        current = set_condition(current, type_, value, reason, message, observation.generation, now)
+    return observation.status.model_copy(update={**fields, "conditions": current})
+
+
+def _lost_state(observation: Observation, now: str) -> Step:
+    message = (
+        f"state ConfigMap {search_name(observation.workflow, observation.generation)} is gone "
+        f"(deleted by hand?): searching again from an empty ledger"
+    )
+    status = _update(
+        observation,
+        now,
+        [(SEARCH_SUCCEEDED, "Unknown", "Searching", message)],
+        phase=Phase.SEARCHING,
+        search_job=search_name(observation.workflow, observation.generation),
+        profiling_job=None,
+    )
+    return Step(
+        status=status,
+        create=(Create.STATE, Create.SEARCH_JOB),
+        event=Event("Warning", "SearchStarted", message),
+    )
+
+
+def _searching(observation: Observation, state: Mapping[str, str], now: str) -> Step:
+    job = observation.search_job
+    result = _json(state, RESULT_KEY)
+    counts = _counts(state)
+    if isinstance(result, dict) and not (job is not None and job.running and job.active):
+        return _search_done(observation, state, result, counts, now)
+    if job is not None and job.failed_final:
+        message = _job_failure("search", job, observation.pod_message)
+        status = _update(
+            observation,
+            now,
+            [(SEARCH_SUCCEEDED, "False", job.reason or "JobFailed", message)],
+            phase=Phase.FAILED,
+            **counts,
+        )
+        return Step(status=status, event=Event("Warning", "SearchFailed", message))
+    if job is not None and job.complete:
+        message = f"search Job {job.name} completed without writing {RESULT_KEY}"
+        status = _update(
+            observation,
+            now,
+            [(SEARCH_SUCCEEDED, "False", "NoResult", message)],
+            phase=Phase.FAILED,
+        )
+        return Step(status=status, event=Event("Warning", "SearchFailed", message))
+    if job is None and result is None:
+        # Started but the Job is missing (deleted by hand, or the start was cut short):
+        # create it again; it resumes from the ledger.
+        status = _update(observation, now, [], **counts)
+        return Step(status=_changed(observation.status, status), create=(Create.SEARCH_JOB,))
+    status = _update(observation, now, [], **counts)
+    return Step(status=_changed(observation.status, status))
+
+
+def _changed(
+    before: CompoundWorkflowStatus, after: CompoundWorkflowStatus
+) -> CompoundWorkflowStatus | None:
+    return None if before == after else after
+
+
+def _search_done(
+    observation: Observation,
+    state: Mapping[str, str],
+    result: Mapping[str, Any],
+    counts: Mapping[str, Any],
+    now: str,
+) -> Step:
+    feasible = list(result.get("feasible") or [])
+    origin = seed_origin(state)
+    reused = (
+        f" (result reused from generation {origin['result']})"
+        if origin["result"] is not None
+        else ""
+    )
+    summary = (
+        f"{len(feasible)} feasible of {counts['configurations_evaluated']} configurations "
+        f"evaluated with {counts['samples_used']} sample evaluations{reused}"
+    )
+    if not feasible:
+        message = feasible_set_empty_message(result, observation.spec.evaluation.tau)
+        status = _update(
+            observation,
+            now,
+            [
+                (SEARCH_SUCCEEDED, "True", "Completed", summary),
+                (FEASIBLE_SET_EMPTY, "True", "NoConfigurationReachesTau", message),
+                (POLICY_READY, "False", "FeasibleSetEmpty", message),
+            ],
+            phase=Phase.FAILED,
+            **counts,
+        )
+        return Step(status=status, event=Event("Warning", "FeasibleSetEmpty", message))
+    job = profile_name(observation.workflow, observation.generation)
+    status = _update(
+        observation,
+        now,
+        [
+            (SEARCH_SUCCEEDED, "True", "FeasibleFound", summary),
+            (FEASIBLE_SET_EMPTY, "False", "FeasibleFound", summary),
+            (PROFILED, "Unknown", "Profiling", f"profiling {len(feasible)} configurations"),
+        ],
+        phase=Phase.PROFILING,
+        profiling_job=job,
+        **counts,
+    )
+    return Step(
+        status=status,
+        create=(Create.PROFILE_JOB,),
+        event=Event("Normal", "SearchSucceeded", f"{summary}; profiling Job {job}"),
+    )
+
+
+def _profiling(observation: Observation, now: str) -> Step:
+    job = observation.profile_job
+    if job is not None and job.failed_final:
+        message = _job_failure("profiling", job, observation.pod_message)
+        status = _update(
+            observation,
+            now,
+            [
+                (PROFILED, "False", job.reason or "JobFailed", message),
+                (POLICY_READY, "False", "ProfilingFailed", message),
+            ],
+            phase=Phase.FAILED,
+        )
+        return Step(status=status, event=Event("Warning", "ProfilingFailed", message))
+    if job is not None and job.complete:
+        message = f"profiling Job {job.name} completed without writing {PROFILES_KEY}"
+        status = _update(
+            observation,
+            now,
+            [(PROFILED, "False", "NoProfiles", message)],
+            phase=Phase.FAILED,
+        )
+        return Step(status=status, event=Event("Warning", "ProfilingFailed", message))
+    if job is None:
+        name = profile_name(observation.workflow, observation.generation)
+        status = observation.status.model_copy(
+            update={"phase": Phase.PROFILING, "profiling_job": name}
+        )
+        return Step(status=_changed(observation.status, status), create=(Create.PROFILE_JOB,))
+    return Step()
+
+
+def _planning(observation: Observation, state: Mapping[str, str], now: str) -> Step:
+    outcome = plan_policy(
+        observation.spec, state[PROFILES_KEY], observation.grpc_endpoint, observation.metrics_url
+    )
+    profiled = condition(observation.status, PROFILED)
+    profiled_ok = (PROFILED, "True", "Profiled", "latency measured on the target node pool")
+    if profiled is not None and profiled.reason == "Reused":
+        profiled_ok = (PROFILED, "True", "Reused", profiled.message)
+    if outcome.policy_spec is None:
+        status = _update(
+            observation,
+            now,
+            [
+                profiled_ok
+                if outcome.reason == "SloUnreachable"
+                else (PROFILED, "False", outcome.reason, outcome.message),
+                (POLICY_READY, "False", outcome.reason, outcome.message),
+            ],
+            phase=Phase.FAILED,
+        )
+        return Step(status=status, event=Event("Warning", "PlanFailed", outcome.message))
+    name = policy_name(observation.workflow)
+    message = f"ParetoPolicy {name}: {outcome.message}"
+    status = _update(
+        observation,
+        now,
+        [profiled_ok, (POLICY_READY, "True", "PolicyReady", message)],
+        phase=Phase.READY,
+        policy=name,
+    )
+    return Step(
+        status=status,
+        policy_spec=outcome.policy_spec,
+        event=Event("Normal", "PolicyReady", message),
+    )
+
+
+def policy_blocked(
+    observation: Observation, reason: str, message: str, now: str
+) -> tuple[CompoundWorkflowStatus, Event | None]:
+    """Planned, but the ParetoPolicy cannot be written yet: stay in Planning and say why.
+
+    The Event goes out only the first time this reason is reported.
+    """
+    before = condition(observation.status, POLICY_READY)
+    status = _update(
+        observation,
+        now,
+        [(POLICY_READY, "False", reason, message)],
+        phase=Phase.PLANNING,
+    )
+    fresh = before is None or before.reason != reason
+    return status, Event("Warning", reason, message) if fresh else None

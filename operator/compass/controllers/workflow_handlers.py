@@ -1,0 +1,520 @@
+"""kopf handlers of CompoundWorkflow: thin adapters between the API server and compass.controllers.workflow.
+
+Two handlers drive a workflow, and neither keeps state in memory:
+
+- ``start_generation`` (create, spec change, operator start): validates the spec, makes sure the
+  Jobs' ServiceAccount and Role exist, creates the generation's state ConfigMap (seeded from the
+  previous generation where its scores are still valid) and its search Job, supersedes the
+  Jobs of older generations, and writes the status.
+- ``advance`` (a timer while the workflow is Searching, Profiling or Planning): reads the state
+  ConfigMap and the Jobs, and takes the step ``reconcile.decide`` returns: progress counts,
+  the profiling Job, the plan and the ParetoPolicy, or a failure with the pod's own message.
+
+Status writes carry the resourceVersion they were decided on (optimistic concurrency): a
+decision made on a stale view is dropped and taken again on fresh data, so each transition, and
+its Event, happens once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import kopf
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from compass.api.compoundworkflow import CompoundWorkflowSpec, CompoundWorkflowStatus, Phase
+from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_KIND, WORKFLOW_PLURAL
+from compass.api.schema import without_empty_strings
+from compass.controllers import workflow as reconcile
+from compass.controllers.builders import (
+    GENERATION_LABEL,
+    WORKFLOW_LABEL,
+    build_job_role,
+    build_job_role_binding,
+    build_job_service_account,
+    build_pareto_policy,
+    build_profile_job,
+    build_search_job,
+    build_state_config_map,
+    job_env,
+    policy_name,
+    profile_name,
+    search_name,
+    triton_address,
+)
+from compass.controllers.runtime import runtime_of
+from compass.controllers.settings import OperatorSettings
+
+# kopf fixes a timer's interval when the handler is registered (at import): the one setting
+# read here; everything else comes from the process's Runtime (kopf's memo).
+POLL_INTERVAL_S = OperatorSettings().poll_interval_seconds
+# Attempts of a read-decide-write cycle that lost to a concurrent write before giving up
+# (kopf then retries the handler).
+_WRITE_ATTEMPTS = 5
+
+
+# ---------------------------------------------------------------------------- operator set-up
+
+
+@kopf.on.startup(id="workflow-startup")
+def configure_workflows(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Events on transitions only (kopf.event), never kopf's log lines ('Handler succeeded')."""
+    settings.posting.loggers = False
+    runtime_of(memo)
+
+
+@functools.cache
+def _api() -> client.ApiClient:
+    """The handlers' API client: in a pod its service account, else $KUBECONFIG as set now."""
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+        )
+    return client.ApiClient(configuration)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _data(response: Any) -> Any:
+    return json.loads(response.data)
+
+
+def _read(call: Callable[..., Any], *args: Any) -> Any:
+    """The object as JSON, or None if it does not exist."""
+    try:
+        return _data(call(*args, _preload_content=False))
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+class _OwnedByAnotherError(Exception):
+    """An object with our name exists and belongs to something else (e.g. a deleted workflow)."""
+
+
+def _create(
+    create: Callable[..., Any],
+    read: Callable[..., Any],
+    namespace: str,
+    body: Mapping[str, Any],
+    uid: str,
+) -> None:
+    """Create, or accept an existing object of that name if the same workflow owns it."""
+    try:
+        create(namespace, body, _preload_content=False)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        existing = _read(read, body["metadata"]["name"], namespace)
+        if existing is not None and _owner_uid(existing) not in (None, uid):
+            raise _OwnedByAnotherError(
+                f"{body['kind']} {body['metadata']['name']} belongs to an earlier workflow of "
+                f"this name; waiting for the garbage collector to delete it"
+            ) from None
+
+
+def _owner_uid(obj: Mapping[str, Any]) -> str | None:
+    for reference in obj.get("metadata", {}).get("ownerReferences") or []:
+        if reference.get("controller"):
+            return str(reference["uid"])
+    return None
+
+
+def _write_status(
+    namespace: str, name: str, resource_version: str, status: CompoundWorkflowStatus
+) -> bool:
+    """Merge-patch the status if the workflow is unchanged since resource_version; False if not."""
+    wire = without_empty_strings(status.model_dump(mode="json", by_alias=True))
+    body = {"metadata": {"resourceVersion": resource_version}, "status": wire}
+    try:
+        client.CustomObjectsApi(_api()).patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            namespace,
+            WORKFLOW_PLURAL,
+            name,
+            body,
+            _content_type="application/merge-patch+json",
+            _preload_content=False,
+        )
+    except ApiException as error:
+        if error.status in (404, 409):  # changed meanwhile (or deleted): decide again
+            return False
+        raise
+    return True
+
+
+def _read_workflow(namespace: str, name: str) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = _read(
+        client.CustomObjectsApi(_api()).get_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        namespace,
+        WORKFLOW_PLURAL,
+        name,
+    )
+    return found
+
+
+def _status_of(body: Mapping[str, Any]) -> CompoundWorkflowStatus:
+    known = set(CompoundWorkflowStatus.model_fields) | {
+        f.alias for f in CompoundWorkflowStatus.model_fields.values() if f.alias
+    }
+    raw = {k: v for k, v in dict(body.get("status") or {}).items() if k in known}
+    return CompoundWorkflowStatus.model_validate(raw)
+
+
+def _post(body: Mapping[str, Any], event: reconcile.Event | None) -> None:
+    if event is not None:
+        kopf.event(
+            kopf.Body(cast(kopf.RawBody, dict(body))),
+            type=event.type,
+            reason=event.reason,
+            message=event.message,
+        )
+
+
+def _owned(items: list[dict[str, Any]], uid: str) -> list[dict[str, Any]]:
+    return [item for item in items if _owner_uid(item) == uid]
+
+
+def _generation_of(obj: Mapping[str, Any]) -> int:
+    try:
+        return int(obj["metadata"].get("labels", {}).get(GENERATION_LABEL, "0"))
+    except ValueError:
+        return 0
+
+
+def _supersede(namespace: str, name: str, uid: str, generation: int) -> None:
+    """Delete this workflow's Jobs of other generations (their pods with them)."""
+    batch = client.BatchV1Api(_api())
+    jobs = _data(
+        batch.list_namespaced_job(
+            namespace, label_selector=f"{WORKFLOW_LABEL}={name}", _preload_content=False
+        )
+    )["items"]
+    for job in _owned(jobs, uid):
+        if _generation_of(job) != generation and not job["metadata"].get("deletionTimestamp"):
+            try:
+                batch.delete_namespaced_job(
+                    job["metadata"]["name"],
+                    namespace,
+                    propagation_policy="Background",
+                    _preload_content=False,
+                )
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+
+
+def _ensure_rbac(namespace: str, account: str) -> None:
+    """The Jobs' ServiceAccount, Role and RoleBinding, created where missing (never changed)."""
+    core, rbac = client.CoreV1Api(_api()), client.RbacAuthorizationV1Api(_api())
+    creations: tuple[tuple[Callable[..., Any], dict[str, Any]], ...] = (
+        (core.create_namespaced_service_account, build_job_service_account(namespace, account)),
+        (rbac.create_namespaced_role, build_job_role(namespace, account)),
+        (rbac.create_namespaced_role_binding, build_job_role_binding(namespace, account)),
+    )
+    for create, body in creations:
+        try:
+            create(namespace, body, _preload_content=False)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+
+
+def _states(namespace: str, name: str, uid: str) -> dict[int, dict[str, str]]:
+    """This workflow's state ConfigMaps by generation."""
+    items = _data(
+        client.CoreV1Api(_api()).list_namespaced_config_map(
+            namespace, label_selector=f"{WORKFLOW_LABEL}={name}", _preload_content=False
+        )
+    )["items"]
+    return {
+        _generation_of(item): dict(item.get("data") or {})
+        for item in _owned(items, uid)
+        if not item["metadata"].get("deletionTimestamp")
+    }
+
+
+def _delete_states(namespace: str, name: str, keep: int, states: Mapping[int, Any]) -> None:
+    core = client.CoreV1Api(_api())
+    for generation in states:
+        if generation != keep:
+            try:
+                core.delete_namespaced_config_map(
+                    search_name(name, generation), namespace, _preload_content=False
+                )
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+
+
+def _create_job(
+    body: Mapping[str, Any],
+    spec: CompoundWorkflowSpec,
+    which: reconcile.Create,
+    settings: OperatorSettings,
+) -> None:
+    build = build_search_job if which is reconcile.Create.SEARCH_JOB else build_profile_job
+    job = build(
+        body,
+        spec,
+        settings.image,
+        settings.job_service_account,
+        job_env(settings.triton_address_override),
+    )
+    batch = client.BatchV1Api(_api())
+    metadata = body["metadata"]
+    _create(
+        batch.create_namespaced_job,
+        batch.read_namespaced_job,
+        metadata["namespace"],
+        job,
+        metadata["uid"],
+    )
+
+
+# ---------------------------------------------------------------------------- starting a generation
+
+
+@kopf.on.resume(GROUP, VERSION, WORKFLOW_PLURAL)
+@kopf.on.create(GROUP, VERSION, WORKFLOW_PLURAL)
+@kopf.on.update(GROUP, VERSION, WORKFLOW_PLURAL, field="spec")
+def start_generation(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """Make the current spec generation run: idempotent, so a restart may call it again."""
+    assert namespace is not None  # a namespaced resource
+    runtime = runtime_of(memo)
+    count = runtime.metrics.reconciles
+    try:
+        for _attempt in range(_WRITE_ATTEMPTS):
+            # A fresh read each attempt: the decision must rest on what the write will check.
+            current = _read_workflow(namespace, name)
+            if current is None or _start(current, runtime.settings):
+                count.labels(WORKFLOW_KIND, "ok").inc()
+                return
+    except kopf.PermanentError:
+        count.labels(WORKFLOW_KIND, "permanent").inc()
+        runtime.metrics.errors.labels(WORKFLOW_KIND, "InvalidSpec").inc()
+        raise
+    count.labels(WORKFLOW_KIND, "retry").inc()
+    raise kopf.TemporaryError("the workflow kept changing while its status was written", delay=2)
+
+
+def _start(workflow: dict[str, Any], settings: OperatorSettings) -> bool:
+    """One read-decide-write attempt; False when the status write lost a race."""
+    metadata = workflow["metadata"]
+    name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
+    generation = int(metadata.get("generation", 1))
+    version = metadata["resourceVersion"]
+    status = _status_of(workflow)
+    now = _now()
+    try:
+        spec, space = reconcile.validate_spec(workflow.get("spec") or {})
+    except reconcile.InvalidSpecError as error:
+        _supersede(namespace, name, uid, generation)
+        new = reconcile.invalid_status(status, generation, error, now)
+        if new != status:
+            if not _write_status(namespace, name, version, new):
+                return False
+            _post(workflow, reconcile.Event("Warning", "InvalidSpec", str(error)))
+        raise kopf.PermanentError(str(error)) from None
+    _ensure_rbac(namespace, settings.job_service_account)
+    if status.observed_generation == generation and status.phase is not Phase.PENDING:
+        return True  # already started; the timer carries it on
+    # Older generations' Jobs go first, so that they stop writing to the ledgers seeded from.
+    _supersede(namespace, name, uid, generation)
+    states = _states(namespace, name, uid)
+    try:
+        if generation not in states:
+            seed = reconcile.seed_state(spec, generation, states)
+            state_map = build_state_config_map(workflow, spec, seed.data)
+            core = client.CoreV1Api(_api())
+            _create(
+                core.create_namespaced_config_map,
+                core.read_namespaced_config_map,
+                namespace,
+                state_map,
+                uid,
+            )
+            # Re-read: if a racing start made it first, its ledger is what counts.
+            states = _states(namespace, name, uid)
+        state = states.get(generation, {})
+        new, event = reconcile.start_status(status, name, generation, spec, space, state, now)
+        if new.search_job is not None:
+            _create_job(workflow, spec, reconcile.Create.SEARCH_JOB, settings)
+    except _OwnedByAnotherError as error:
+        raise kopf.TemporaryError(str(error), delay=5) from None
+    if not _write_status(namespace, name, version, new):
+        return False
+    _delete_states(namespace, name, generation, states)
+    _post(workflow, event)
+    return True
+
+
+# ---------------------------------------------------------------------------- progress and transitions
+
+
+def _is_active(status: kopf.Status, **_: Any) -> bool:
+    return status.get("phase") in {p.value for p in reconcile.ACTIVE_PHASES}
+
+
+@kopf.timer(
+    GROUP, VERSION, WORKFLOW_PLURAL, id="advance", interval=POLL_INTERVAL_S, when=_is_active
+)
+def advance(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """Read the generation's state and Jobs; take the step reconcile.decide returns."""
+    assert namespace is not None  # a namespaced resource
+    runtime = runtime_of(memo)
+    try:
+        result = _advance(namespace, name, runtime.settings)
+    except Exception as error:
+        runtime.metrics.errors.labels(WORKFLOW_KIND, type(error).__name__).inc()
+        raise
+    runtime.metrics.reconciles.labels(WORKFLOW_KIND, result).inc()
+
+
+def _advance(namespace: str, name: str, settings: OperatorSettings) -> str:
+    """One read-decide-act cycle: "ok", "idle" (nothing to do) or "conflict" (decide again)."""
+    workflow = _read_workflow(namespace, name)
+    if workflow is None:
+        return "idle"
+    metadata = workflow["metadata"]
+    generation = int(metadata.get("generation", 1))
+    status = _status_of(workflow)
+    if status.observed_generation != generation:
+        return "idle"  # start_generation has not taken this generation yet
+    spec, _space = reconcile.validate_spec(workflow.get("spec") or {})
+    uid = metadata["uid"]
+    core, batch = client.CoreV1Api(_api()), client.BatchV1Api(_api())
+    state_map = _read(core.read_namespaced_config_map, search_name(name, generation), namespace)
+    jobs = {
+        job["metadata"]["name"]: reconcile.job_view(job)
+        for job in _owned(
+            _data(
+                batch.list_namespaced_job(
+                    namespace, label_selector=f"{WORKFLOW_LABEL}={name}", _preload_content=False
+                )
+            )["items"],
+            uid,
+        )
+        if _generation_of(job) == generation
+    }
+    search_job = jobs.get(search_name(name, generation))
+    profile_job = jobs.get(profile_name(name, generation))
+    current = search_job if status.phase is Phase.SEARCHING else profile_job
+    pod_message = None
+    if current is not None and current.failed_final:
+        pods = _data(
+            core.list_namespaced_pod(
+                namespace, label_selector=f"job-name={current.name}", _preload_content=False
+            )
+        )["items"]
+        pod_message = reconcile.pod_failure_message(pods)
+    observation = reconcile.Observation(
+        workflow=name,
+        generation=generation,
+        spec=spec,
+        status=status,
+        state=None if state_map is None else dict(state_map.get("data") or {}),
+        search_job=search_job,
+        profile_job=profile_job,
+        pod_message=pod_message,
+        grpc_endpoint=triton_address(workflow, spec),
+        metrics_url=_metrics_url(workflow, spec),
+    )
+    now = _now()
+    step = reconcile.decide(observation, now)
+    new, event = step.status, step.event
+    try:
+        for which in step.create:
+            if which is reconcile.Create.STATE:
+                state_body = build_state_config_map(workflow, spec)
+                _create(
+                    core.create_namespaced_config_map,
+                    core.read_namespaced_config_map,
+                    namespace,
+                    state_body,
+                    uid,
+                )
+            else:
+                _create_job(workflow, spec, which, settings)
+    except _OwnedByAnotherError as error:
+        raise kopf.TemporaryError(str(error), delay=5) from None
+    if step.policy_spec is not None:
+        blocked = _apply_policy(workflow, generation, step.policy_spec)
+        if blocked is not None:
+            new, event = reconcile.policy_blocked(observation, *blocked, now)
+            if new == status:
+                return "idle"
+    if new is None:
+        return "ok" if step.create else "idle"
+    if not _write_status(namespace, name, metadata["resourceVersion"], new):
+        return "conflict"
+    _post(workflow, event)
+    return "ok"
+
+
+def _metrics_url(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> str:
+    host = triton_address(workflow, spec).rsplit(":", 1)[0]
+    return f"http://{host}:{spec.triton.metrics_port}/metrics"
+
+
+def _apply_policy(
+    workflow: Mapping[str, Any], generation: int, policy_spec: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """Create or update the workflow's ParetoPolicy; (reason, message) when it cannot be."""
+    custom = client.CustomObjectsApi(_api())
+    metadata = workflow["metadata"]
+    namespace, name = metadata["namespace"], policy_name(metadata["name"])
+    wanted = build_pareto_policy(workflow, generation, policy_spec)
+    try:
+        existing = _read(
+            custom.get_namespaced_custom_object, GROUP, VERSION, namespace, POLICY_PLURAL, name
+        )
+        if existing is None:
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, POLICY_PLURAL, wanted, _preload_content=False
+            )
+            return None
+    except ApiException as error:
+        if error.status == 404:  # the resource type itself is unknown
+            return (
+                "PolicyCrdMissing",
+                f"the API server does not serve {POLICY_PLURAL}.{GROUP}: install the "
+                f"ParetoPolicy CRD (crds/); the plan is kept and applied once it is there",
+            )
+        raise
+    if _owner_uid(existing) != metadata["uid"]:
+        return (
+            "PolicyConflict",
+            f"ParetoPolicy {name} exists and is not owned by this workflow; delete it or "
+            f"rename the workflow",
+        )
+    if existing.get("spec") == wanted["spec"] and (
+        existing["metadata"].get("labels") == wanted["metadata"]["labels"]
+    ):
+        return None
+    existing["spec"] = wanted["spec"]
+    existing["metadata"]["labels"] = wanted["metadata"]["labels"]
+    try:
+        custom.replace_namespaced_custom_object(
+            GROUP, VERSION, namespace, POLICY_PLURAL, name, existing, _preload_content=False
+        )
+    except ApiException as error:
+        if error.status == 409:  # changed meanwhile: the next tick applies it again
+            raise kopf.TemporaryError(f"ParetoPolicy {name} changed meanwhile", delay=1) from None
+        raise
+    return None

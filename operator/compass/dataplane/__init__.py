@@ -1,0 +1,1 @@
+"""The data plane's clients: the Triton router, switching, metrics, profiling and load."""

@@ -1,0 +1,88 @@
+"""One Elastico step against real metrics and the real router: the operator's timer calls this.
+
+``step`` reads the queue depth, asks the pure policy for a decision and, when it switches,
+patches Triton's routing. If the metrics are unavailable the policy sees no observation (and
+holds or falls back, as the policy says); if Triton refuses or cannot be reached, the switch is
+not recorded: the state keeps the configuration that is really active, and the note says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from compass.dataplane.metrics import MetricsUnavailableError, QueueDepthSource
+from compass.dataplane.triton import RoutingError, SwitchReport, TritonRouter
+from compass.domain.elastico import Decision, Elastico, Observation, PolicyState
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step saw and did."""
+
+    observation: Observation | None
+    decision: Decision
+    state: PolicyState
+    switch: SwitchReport | None
+    problem: str | None
+
+    @property
+    def switched(self) -> bool:
+        """Whether the routing really changed in this step."""
+        return self.switch is not None
+
+
+@dataclass
+class LiveLoop:
+    """The policy wired to one metrics source and one router."""
+
+    policy: Elastico
+    source: QueueDepthSource
+    router: TritonRouter
+    arrival_rate: Callable[[], float | None] | None = None
+
+    def initial_state(self, now: float) -> PolicyState:
+        """Start from what the router really serves, so a restart never flips the routing.
+
+        A configuration that is not on the front gives an empty state: the policy's first
+        decision then falls back to the fastest member.
+        """
+        active = self.router.active_config()
+        for threshold in self.policy.plan.thresholds:
+            if threshold.profile.key == active:
+                return PolicyState(
+                    active=threshold.profile.name, active_since=now, last_reason="found active"
+                )
+        return PolicyState()
+
+    def observe(self, now: float) -> tuple[Observation | None, str | None]:
+        """The current observation, or None and what went wrong."""
+        try:
+            reading = self.source.read()
+            rate = self.arrival_rate() if self.arrival_rate is not None else None
+        except MetricsUnavailableError as error:
+            return None, f"metrics unavailable: {error}"
+        observation = Observation(
+            time=now,
+            queue_depth=reading.queue_depth,
+            arrivals_total=reading.arrivals_total,
+            arrival_rate_qps=rate,
+        )
+        return observation, None
+
+    def step(self, state: PolicyState, now: float) -> StepResult:
+        """Observe, decide, actuate; the returned state is what is really active."""
+        observation, problem = self.observe(now)
+        decision, proposed = self.policy.decide(observation, state, now)
+        if not decision.switched:
+            return StepResult(observation, decision, proposed, None, problem)
+        config = self.policy.plan.thresholds[decision.index].profile.config
+        try:
+            report = self.router.switch(config)
+        except RoutingError as error:
+            # The router still serves the old configuration: keep the old state (and its
+            # timers), so the next step decides again from what is true.
+            held = replace(state, last_reason=f"switch to {decision.target} failed: {error}")
+            note = f"holding {state.active}: switch to {decision.target} failed: {error}"
+            return StepResult(observation, decision, held, None, note)
+        return StepResult(observation, decision, proposed, report, problem)

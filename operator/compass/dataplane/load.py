@@ -1,0 +1,80 @@
+"""Open-loop load against the router: requests leave at their arrival times, whatever the replies."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import tritonclient.grpc as grpcclient
+
+from compass.dataplane.triton import DEFAULT_ROUTER, read_reply, request_tensor
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request: when it was sent (s from the start), how long it took, who served it."""
+
+    sent_s: float
+    latency_s: float
+    config: str | None
+    score: float | None
+    error: str | None
+
+
+def run_load(
+    url: str,
+    arrivals: Sequence[float],
+    payload: Callable[[int], dict[str, Any]],
+    model: str = DEFAULT_ROUTER,
+    timeout_s: float = 120.0,
+    on_reply: Callable[[RequestRecord], None] | None = None,
+) -> list[RequestRecord]:
+    """Send request i at ``arrivals[i]`` seconds (open loop) and wait for every reply.
+
+    Requests go out asynchronously on one gRPC channel, so a slow reply never delays the next
+    arrival: queueing happens in Triton, where Elastico can see it.
+    """
+    client = grpcclient.InferenceServerClient(url)
+    records: list[RequestRecord | None] = [None] * len(arrivals)
+    done = threading.Semaphore(0)
+    start = time.perf_counter()
+
+    def send(index: int) -> None:
+        tensor = request_tensor(payload(index))
+        sent = time.perf_counter()
+
+        def callback(result: Any, error: Any) -> None:
+            latency = time.perf_counter() - sent
+            if error is not None:
+                record = RequestRecord(sent - start, latency, None, None, str(error))
+            else:
+                body, served_by = read_reply(result)
+                score = body.get("score")
+                record = RequestRecord(
+                    sent - start,
+                    latency,
+                    served_by,
+                    float(score) if score is not None else None,
+                    None,
+                )
+            records[index] = record
+            if on_reply is not None:
+                on_reply(record)
+            done.release()
+
+        client.async_infer(model, [tensor], callback, client_timeout=timeout_s)
+
+    try:
+        for index, at in enumerate(arrivals):
+            delay = at - (time.perf_counter() - start)
+            if delay > 0:
+                time.sleep(delay)
+            send(index)
+        for _ in arrivals:
+            done.acquire()
+    finally:
+        client.close()
+    return [r for r in records if r is not None]

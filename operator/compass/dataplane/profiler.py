@@ -1,0 +1,129 @@
+"""Latency profiling through the router: each configuration by per-request override, one at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from compass.dataplane.triton import TritonRouter
+from compass.domain.evaluation import Config
+from compass.domain.profiles import clearly_dominated
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """Warm-up and measured requests per configuration, and the optional screening pass.
+
+    With ``screen_runs`` > 0, every configuration is first timed with that many requests, and
+    one that a more accurate configuration beats by more than ``screen_margin`` (relative mean
+    latency) keeps its screening profile instead of the full measurement: it cannot be on the
+    Pareto front, so measuring it precisely buys nothing.
+    """
+
+    warmup_runs: int = 3
+    measured_runs: int = 50
+    screen_runs: int = 0
+    screen_margin: float = 0.25
+
+
+def profile_configuration(
+    router: TritonRouter,
+    config: Config,
+    settings: ProfileSettings,
+    payload: Callable[[int], Mapping[str, Any]],
+) -> dict[str, Any]:
+    """Latency statistics (ms) of one configuration, requests sent back to back.
+
+    One request at a time: this measures the service time the planner's queueing model needs,
+    not the queueing itself.
+    """
+    for run in range(settings.warmup_runs):
+        router.infer(payload(run), config=config)
+    latencies = np.array(
+        [
+            router.infer(payload(settings.warmup_runs + run), config=config).latency_s * 1000.0
+            for run in range(settings.measured_runs)
+        ]
+    )
+    return _statistics(config, latencies, settings.warmup_runs)
+
+
+def _statistics(config: Config, latencies: Any, warmup_runs: int) -> dict[str, Any]:
+    """A profile entry from measured latencies (ms)."""
+    return {
+        "config": dict(config),
+        "latency_mean_ms": float(latencies.mean()),
+        "latency_p50_ms": float(np.percentile(latencies, 50)),
+        "latency_p95_ms": float(np.percentile(latencies, 95)),
+        "latency_p99_ms": float(np.percentile(latencies, 99)),
+        "latency_std_ms": float(latencies.std(ddof=1)) if len(latencies) > 1 else 0.0,
+        "warmup_runs": warmup_runs,
+        "measurement_runs": len(latencies),
+    }
+
+
+def profile_configurations(
+    router: TritonRouter,
+    configs: Sequence[tuple[Config, float | None]],
+    settings: ProfileSettings,
+    payload: Callable[[int], Mapping[str, Any]],
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """The profiles document the planner reads: metadata and one entry per configuration.
+
+    ``progress(done, total)`` counts profiling passes over a configuration (two with screening).
+    """
+    accuracies = [accuracy for _, accuracy in configs]
+    screening = settings.screen_runs > 0 and len(configs) > 1
+    total = len(configs) * (2 if screening else 1)
+    done = 0
+    entries: dict[int, dict[str, Any]] = {}
+
+    def measure(index: int, how: ProfileSettings, **marks: Any) -> None:
+        nonlocal done
+        entries[index] = {**profile_configuration(router, configs[index][0], how, payload), **marks}
+        done += 1
+        if progress is not None:
+            progress(done, max(done, total))
+
+    def beaten(by: set[int] | None) -> set[int]:
+        means = [(accuracies[i], entries[i]["latency_mean_ms"]) for i in range(len(configs))]
+        return clearly_dominated(means, settings.screen_margin, by)
+
+    pending = list(range(len(configs)))
+    if screening:
+        quick = ProfileSettings(warmup_runs=1, measured_runs=settings.screen_runs)
+        for index in pending:
+            measure(index, quick, screened=True)
+        pending = sorted(set(pending) - beaten(None))
+        total = len(configs) + len(pending)
+    while pending:
+        for index in pending:
+            measure(index, settings)
+        # A screening is a handful of requests: its verdict stands only while a configuration
+        # measured in full still beats it; otherwise that one is measured in full too.
+        measured = {i for i, entry in entries.items() if not entry.get("screened")}
+        pending = sorted(
+            i for i, entry in entries.items() if entry.get("screened") and i not in beaten(measured)
+        )
+        total += len(pending)
+    profiles = []
+    for index, accuracy in enumerate(accuracies):
+        entry = entries[index]
+        if accuracy is not None:
+            entry["accuracy"] = accuracy
+        profiles.append(entry)
+    return {
+        "metadata": {
+            "n_configs": len(profiles),
+            "warmup_runs": settings.warmup_runs,
+            "measurement_runs": settings.measured_runs,
+            "screen_runs": settings.screen_runs,
+            "screened_out": sum(1 for entry in profiles if entry.get("screened")),
+            "router": f"{router.url}/{router.model}",
+        },
+        "profiles": profiles,
+    }

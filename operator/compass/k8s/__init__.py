@@ -1,1 +1,0 @@
-"""Kubernetes: the CRD models (single source of truth), their YAML, and pure object builders."""

@@ -1,0 +1,1 @@
+"""The lab: demos, a local control plane and node, local Triton, experiments, plots, scenarios."""

@@ -1,0 +1,489 @@
+"""`compass demo`: the whole method on one machine, against a real local Triton serving rag-sim.
+
+COMPASS-V through the router, latency profiles of the feasible configurations, the plan, then
+the same seeded load spike served three ways (static fastest, static most accurate, Elastico),
+beside the simulator's prediction; tables on stdout, files and plots in one folder.
+
+rag-sim's components serve the paper's measured latencies scaled by ``--time-scale`` (service
+times, arrivals, SLO and cooldowns together, so the queueing is unchanged in scaled time), and
+every figure is reported unscaled. While the search scores accuracy the components answer
+without their simulated latency: accuracy does not depend on it, and 12,000 requests at full
+latency would take most of an hour.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compass.api.paretopolicy import Hysteresis, ParetoPolicySpec, spec_for_plan
+from compass.console import fail
+from compass.dataplane.live import LiveLoop
+from compass.dataplane.metrics import TritonQueueDepth
+from compass.dataplane.profiler import ProfileSettings, profile_configurations
+from compass.dataplane.triton import TritonRouter
+from compass.domain.evaluation import Config
+from compass.domain.planner import Plan, PlanError, Slo, plan_from_profiles
+from compass.domain.profiles import LatencyProfile, parse_profiles
+from compass.domain.search import SearchOutcome, SearchSettings, complete_feasible
+from compass.domain.simulator import (
+    SPIKE_FACTOR,
+    RunReport,
+    Scenario,
+    compare,
+    make_pattern,
+    make_scenario,
+)
+from compass.domain.space import Space
+from compass.evaluators import CheckpointedEvaluator, CheckpointLedger
+from compass.evaluators.triton import TritonEvaluator
+from compass.examples import RAG_PAPER_SAMPLES, load_rag_paper
+from compass.lab.experiment import LiveRun, serve
+from compass.lab.local_triton import (
+    LocalServerError,
+    LocalTriton,
+    TritonInstallation,
+    assemble_repository,
+)
+
+COMPONENTS = ("retriever", "reranker", "generator")
+# The paper's spike (1.5 QPS, x4) peaks at 77% of its fastest configuration's capacity (mean
+# 128.6 ms). On a CPU-only machine Triton's own overhead lengthens every service time, so the
+# demo keeps that peak utilisation rather than the absolute rate.
+PAPER_PEAK_UTILIZATION = SPIKE_FACTOR * 1.5 * 0.1286
+# What the static runs are called in tables and plots (the simulator's baseline labels).
+RUN_TITLES = {
+    "fastest": "static fastest",
+    "accurate": "static most accurate",
+    "policy": "Elastico",
+}
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """What the demo searches for, how it measures, and the load it serves."""
+
+    output_dir: Path
+    search: SearchSettings
+    time_scale: float = 0.2
+    slo_ms: float = 1000.0
+    percentile: float = 95.0
+    slack_buffer_ms: float = 50.0
+    base_qps: float | None = None  # None: the paper's spike, relative to this machine
+    duration_s: float = 180.0
+    load_seed: int = 0
+    warmup_runs: int = 3
+    measured_runs: int = 30
+    screen_runs: int = 5
+
+
+class Reporter:
+    """Numbered steps with their wall time, flushed as they happen."""
+
+    def __init__(self, steps: int, stream: Any = sys.stdout) -> None:
+        self.steps = steps
+        self.done = 0
+        self.stream = stream
+        self.started = time.monotonic()
+        self.step_started = self.started
+
+    def step(self, title: str) -> None:
+        """Start the next step."""
+        self.done += 1
+        self.step_started = time.monotonic()
+        self.say(f"[{self.done}/{self.steps}] {title}")
+
+    def say(self, line: str) -> None:
+        """One line now."""
+        print(line, file=self.stream, flush=True)
+
+    def took(self) -> str:
+        """Seconds since the step started."""
+        return f"{time.monotonic() - self.step_started:.0f} s"
+
+
+def _set_time_scale(router: TritonRouter, component: str, scale: float) -> None:
+    """Reload a rag-sim component with another ``time_scale`` (Triton's config override)."""
+    config = router.client.get_model_config(component, as_json=True)["config"]
+    config["parameters"]["time_scale"] = {"string_value": repr(scale)}
+    router.client.load_model(component, config=json.dumps(config))
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@dataclass(frozen=True)
+class Searched:
+    """The search's outcome, and the same with the feasible set scored on every sample."""
+
+    outcome: SearchOutcome
+    completed: SearchOutcome
+
+    @property
+    def extra_evaluations(self) -> int:
+        """Sample evaluations the completion added."""
+        return self.completed.sample_evals - self.outcome.sample_evals
+
+
+def run_search(
+    router: TritonRouter, space: Space, population: int, settings: DemoSettings
+) -> Searched:
+    """COMPASS-V through the router, then the feasible set scored on the whole dataset (as the
+    operator's search Job does: complete_feasible), reusing every score the search recorded."""
+    from compass.console import search_with_progress
+
+    ledger_path = settings.output_dir / "search.ledger.jsonl"
+    ledger_path.unlink(missing_ok=True)
+    evaluator = CheckpointedEvaluator(TritonEvaluator(router), CheckpointLedger(ledger_path))
+    outcome = search_with_progress(space, evaluator, population, settings.search)
+    return Searched(outcome, complete_feasible(outcome, evaluator))
+
+
+def profile_feasible(
+    router: TritonRouter,
+    searched: Searched,
+    settings: DemoSettings,
+) -> tuple[dict[str, Any], tuple[LatencyProfile, ...]]:
+    """Profile every feasible configuration; the document and its profiles, both unscaled."""
+    outcome = searched.completed
+    configs: list[tuple[Config, float | None]] = [
+        (outcome.space.config(a.index), a.accuracy) for a in outcome.feasible
+    ]
+    document = profile_configurations(
+        router,
+        configs,
+        ProfileSettings(
+            settings.warmup_runs, settings.measured_runs, screen_runs=settings.screen_runs
+        ),
+        lambda i: {"sample": i % outcome.population},
+    )
+    scale = settings.time_scale
+    for entry in document["profiles"]:
+        for key in [k for k in entry if k.startswith("latency_")]:
+            entry[key] = entry[key] / scale
+    document["metadata"]["time_scale"] = scale
+    document["metadata"]["note"] = (
+        f"measured through Triton with rag-sim's latencies x{scale:g}; times divided back by it"
+    )
+    return document, parse_profiles(document)
+
+
+def live_policy(profiles: Sequence[LatencyProfile], settings: DemoSettings) -> ParetoPolicySpec:
+    """The policy the live run uses: the same plan, every time scaled."""
+    scale = settings.time_scale
+    scaled = [p.scaled(scale) for p in profiles]
+    plan = plan_from_profiles(
+        scaled,
+        Slo(settings.slo_ms * scale, settings.percentile),
+        settings.slack_buffer_ms * scale,
+    )
+    default = Hysteresis()
+    return spec_for_plan(
+        plan,
+        Hysteresis(
+            upscale_cooldown_seconds=default.upscale_cooldown_seconds * scale,
+            downscale_cooldown_seconds=default.downscale_cooldown_seconds * scale,
+        ),
+        interval_seconds=scale,
+    )
+
+
+def serve_spike(
+    router: TritonRouter,
+    metrics_url: str,
+    plan: Plan,
+    live: ParetoPolicySpec,
+    scenario: Scenario,
+    population: int,
+    settings: DemoSettings,
+    reporter: Reporter,
+) -> dict[str, LiveRun]:
+    """The spike served by the static fastest, the static most accurate, then Elastico."""
+    scale = settings.time_scale
+    members = [t.profile for t in plan.thresholds]
+    arrivals = (scenario.arrivals_s * scale).tolist()
+
+    def payload(index: int) -> dict[str, object]:
+        return {"sample": index % population, "quantile": float(scenario.luck[index])}
+
+    def offered(t: float) -> float:
+        return float(scenario.pattern.rate(np.array([t]))[0])
+
+    starts = {"fastest": 0, "accurate": len(members) - 1, "policy": plan.eligible[0]}
+    runs = {}
+    for label, index in starts.items():
+        started = time.monotonic()
+        loop = (
+            LiveLoop(live.elastico(), TritonQueueDepth(metrics_url, router.model), router)
+            if label == "policy"
+            else None
+        )
+        run = serve(
+            router,
+            label,
+            members[index].config,
+            arrivals,
+            payload,
+            settings.slo_ms,
+            loop=loop,
+            interval_s=live.interval_seconds,
+            time_scale=scale,
+            offered_qps=offered,
+        )
+        runs[label] = run
+        reporter.say(
+            f"      {RUN_TITLES[label]:<21} {run.compliance:5.1f}% within the SLO, accuracy "
+            f"{run.accuracy:.4f}, {run.switches} switches ({time.monotonic() - started:.0f} s)"
+        )
+    return runs
+
+
+def comparison_rows(
+    runs: dict[str, LiveRun],
+    predicted: dict[str, RunReport],
+    titles: dict[str, str] = RUN_TITLES,
+) -> list[dict[str, Any]]:
+    """One row per run: measured on Triton, and the simulator's prediction beside it."""
+    rows = []
+    for label, run in runs.items():
+        report = predicted.get(label)
+        rows.append(
+            {
+                "run": titles[label],
+                "compliance_pct": round(run.compliance, 2),
+                "simulated_compliance_pct": round(report.compliance, 2) if report else None,
+                "accuracy": round(run.accuracy, 4),
+                "simulated_accuracy": round(report.mean_accuracy, 4) if report else None,
+                "p95_ms": round(run.percentile_ms(95), 1),
+                "failed": run.failed,
+                "switches": run.switches,
+            }
+        )
+    return rows
+
+
+def comparison_text(rows: Sequence[dict[str, Any]]) -> str:
+    """The comparison as an aligned table."""
+    lines = [
+        f"  {'run':<21} {'SLO met':>8} {'(sim)':>7} {'accuracy':>8} {'(sim)':>7} "
+        f"{'p95 ms':>7} {'failed':>6} {'switches':>8}"
+    ]
+    for row in rows:
+        lines.append(
+            f"  {row['run']:<21} {row['compliance_pct']:7.1f}% "
+            f"{_optional(row['simulated_compliance_pct'], '6.1f')}% {row['accuracy']:8.4f} "
+            f"{_optional(row['simulated_accuracy'], '7.4f')} {row['p95_ms']:7.0f} "
+            f"{row['failed']:6d} {row['switches']:8d}"
+        )
+    return "\n".join(lines)
+
+
+def _optional(value: float | None, spec: str) -> str:
+    """A number formatted to ``spec``, or a dash as wide when there is none."""
+    return format(value, spec) if value is not None else "-".rjust(int(spec.split(".")[0]))
+
+
+def _search_step(
+    router: TritonRouter, space: Space, settings: DemoSettings, say: Reporter
+) -> Searched:
+    """Step 2: the search, its result file, its summary; no feasible set is a usage error."""
+    population = RAG_PAPER_SAMPLES  # rag-sim serves the embedded example's scores
+    say.step(
+        f"COMPASS-V through the router: every configuration of {space.size} with accuracy "
+        f">= {settings.search.tau:g}, {population} samples each"
+    )
+    searched = run_search(router, space, population, settings)
+    outcome = searched.outcome
+    out = settings.output_dir
+    _write(out / "search-result.json", json.dumps(outcome.result_document(), indent=2) + "\n")
+    if not outcome.feasible:
+        best = max(a.accuracy for a in outcome.assessments)
+        fail(
+            "--tau",
+            f"no configuration reaches {settings.search.tau:g} (best {best:.3f})",
+            "lower it",
+        )
+    saved = 1 - outcome.sample_evals / (space.size * population)
+    say.say(
+        f"      {len(outcome.feasible)} feasible; {outcome.configs_evaluated} configurations "
+        f"evaluated, {outcome.sample_evals:,} sample evaluations ({saved:.1%} fewer than "
+        f"exhaustive), then {searched.extra_evaluations:,} more to score the feasible ones on "
+        f"all {population} samples for the front ({say.took()})"
+    )
+    return searched
+
+
+def _profile_step(
+    router: TritonRouter, searched: Searched, settings: DemoSettings, say: Reporter
+) -> tuple[LatencyProfile, ...]:
+    """Step 3: rag-sim at its (scaled) latency, every feasible configuration profiled."""
+    say.step(
+        f"profile the {len(searched.completed.feasible)} feasible configurations through the router, one "
+        f"request at a time ({settings.screen_runs} each, then {settings.measured_runs} for "
+        "those no more accurate configuration clearly beats)"
+    )
+    for component in COMPONENTS:
+        _set_time_scale(router, component, settings.time_scale)
+    document, profiles = profile_feasible(router, searched, settings)
+    _write(settings.output_dir / "profiles.json", json.dumps(document, indent=2) + "\n")
+    say.say(
+        f"      {document['metadata']['screened_out']} screened out, "
+        f"{len(profiles) - document['metadata']['screened_out']} measured ({say.took()})"
+    )
+    return profiles
+
+
+def _plan_step(
+    profiles: Sequence[LatencyProfile], settings: DemoSettings, say: Reporter
+) -> tuple[Plan, ParetoPolicySpec, ParetoPolicySpec]:
+    """Step 4: the plan (unscaled, written as the policy) and the live loop's scaled twin."""
+    from compass.console import plan_table, policy_text
+    from compass.lab.plots import save_plan_figure
+
+    slo = Slo(settings.slo_ms, settings.percentile)
+    say.step(
+        f"plan: the Pareto front and its thresholds for p{slo.percentile:g} <= "
+        f"{slo.latency_ms:g} ms"
+    )
+    try:
+        plan = plan_from_profiles(profiles, slo, settings.slack_buffer_ms)
+        live = live_policy(profiles, settings)
+    except PlanError as error:
+        fail("--slo-ms", str(error), "raise it")
+    say.say(plan_table(plan))
+    policy = spec_for_plan(plan)
+    out = settings.output_dir
+    _write(out / "policy.yaml", policy_text(policy, out / "policy.yaml"))
+    save_plan_figure(out / "front.png", plan, profiles)
+    return plan, policy, live
+
+
+def spike_scenario(plan: Plan, settings: DemoSettings) -> Scenario:
+    """The seeded spike; by default the paper's, relative to this machine's fastest member."""
+    fastest_s = plan.thresholds[plan.eligible[0]].profile.mean_ms / 1000
+    base_qps = settings.base_qps or PAPER_PEAK_UTILIZATION / (SPIKE_FACTOR * fastest_s)
+    pattern = make_pattern("spike", base_qps, settings.duration_s, seed=settings.load_seed)
+    return make_scenario(pattern, settings.load_seed)
+
+
+def _comparison_document(
+    settings: DemoSettings, scenario: Scenario, runs: dict[str, LiveRun], rows: list[Any]
+) -> dict[str, Any]:
+    """What comparison.json holds: the load, every run's figures, Elastico's switches."""
+    return {
+        "slo_ms": settings.slo_ms,
+        "percentile": settings.percentile,
+        "pattern": {
+            "kind": "spike",
+            "base_qps": round(scenario.pattern.base_qps, 4),
+            "duration_s": settings.duration_s,
+            "seed": settings.load_seed,
+        },
+        "requests": scenario.requests,
+        "time_scale": settings.time_scale,
+        "runs": rows,
+        "switches": [
+            {
+                "time_s": round(e.time_s, 2),
+                "config": e.config,
+                "reload_ms": round(e.reload_s * 1000, 1),
+            }
+            for e in runs["policy"].switch_events
+        ],
+    }
+
+
+OUTPUTS = (
+    "timeline.png",
+    "front.png",
+    "comparison.json",
+    "policy.yaml",
+    "profiles.json",
+    "search-result.json",
+    "search.ledger.jsonl",
+)
+
+
+def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
+    """Run every step; 0 when done, 1 when this machine cannot run Triton (the message says why)."""
+    from compass.lab.plots import save_timeline_figure
+
+    say = say or Reporter(steps=6)
+    out = settings.output_dir
+    try:
+        TritonInstallation.find()
+    except LocalServerError as error:
+        print(
+            f"compass demo: error: no tritonserver here ({error}); install it with "
+            "pip install 'compass-operator[local]' (hack/demo.sh does), or run "
+            "`compass demo --search-only` (the search alone, no Triton)",
+            file=sys.stderr,
+        )
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    space = Space.from_spec(load_rag_paper()[0])
+    say.say(
+        f"compass demo: the whole method on this machine, into {out}/ (rag-sim's latencies "
+        f"x{settings.time_scale:g}; every figure below is at the paper's scale)"
+    )
+    say.step("start tritonserver with rag-sim: the router and its three components")
+    workdir = out / "triton"
+    # Latency 0 while the search scores accuracy; the profiling step sets the real scale.
+    repository = assemble_repository(
+        "rag-sim", workdir / "models", {c: {"time_scale": "0"} for c in COMPONENTS}
+    )
+    triton = LocalTriton(repository=repository, models=[*COMPONENTS, "router"])
+    with triton.start(workdir):
+        router = TritonRouter(triton.grpc_url)
+        say.say(f"      Triton at {triton.grpc_url}, its log in {workdir} ({say.took()})")
+        searched = _search_step(router, space, settings, say)
+        profiles = _profile_step(router, searched, settings, say)
+        plan, policy, live = _plan_step(profiles, settings, say)
+        scenario = spike_scenario(plan, settings)
+        fastest_s = plan.thresholds[plan.eligible[0]].profile.mean_ms / 1000
+        say.step(
+            f"serve a load spike three ways: {scenario.pattern.base_qps:.2f} QPS, x4 for the "
+            f"middle third (peak at {SPIKE_FACTOR * scenario.pattern.base_qps * fastest_s:.0%} "
+            f"of the fastest configuration's capacity), {settings.duration_s:g} s, "
+            f"{scenario.requests} requests (the same for every run)"
+        )
+        runs = serve_spike(
+            router, triton.metrics_url, plan, live, scenario, RAG_PAPER_SAMPLES, settings, say
+        )
+        router.close()
+
+    say.step("compare with the simulator's prediction on the same arrivals")
+    members = [t.profile for t in plan.thresholds]
+    predicted = compare(
+        {"policy": policy.elastico()}, members, scenario, settings.slo_ms, policy.interval_seconds
+    )
+    rows = comparison_rows(runs, predicted)
+    say.say(comparison_text(rows))
+    document = _comparison_document(settings, scenario, runs, rows)
+    _write(out / "comparison.json", json.dumps(document, indent=2) + "\n")
+    save_timeline_figure(
+        out / "timeline.png",
+        plan,
+        runs,
+        f"rag-sim on a real Triton: spike at {scenario.pattern.base_qps:.2f} QPS x4, SLO p"
+        f"{settings.percentile:g} <= {settings.slo_ms:g} ms, {scenario.requests} requests",
+        profiles=profiles,
+    )
+    elastico, accurate, fastest = runs["policy"], runs["accurate"], runs["fastest"]
+    say.say(
+        f"Elastico met the SLO for {elastico.compliance:.1f}% of requests (static most "
+        f"accurate: {accurate.compliance:.1f}%) at accuracy {elastico.accuracy:.4f} (static "
+        f"fastest: {fastest.accuracy:.4f})"
+    )
+    say.say(f"wrote {', '.join(str(out / name) for name in OUTPUTS)}")
+    say.say(f"done in {time.monotonic() - say.started:.0f} s")
+    return 0

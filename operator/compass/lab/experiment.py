@@ -1,0 +1,204 @@
+"""One serving run on a live Triton: seeded open-loop load, a static configuration or Elastico.
+
+What `compass demo` and `bench/serving_triton.py` measure. Runs may be time-scaled (service
+times, arrivals, SLO and cooldowns shrunk together, which leaves the queueing unchanged in
+scaled time); a `LiveRun` reports at the unscaled time, so it compares with the simulator's
+`RunReport` on the same scenario.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from compass.dataplane.live import LiveLoop, StepResult
+from compass.dataplane.load import RequestRecord, run_load
+from compass.dataplane.triton import TritonRouter
+from compass.domain.evaluation import Config
+from compass.domain.simulator import Tick
+
+FloatArray = npt.NDArray[np.float64]
+# Long enough for the router's reload to settle and Triton's queue gauge to read empty.
+SETTLE_S = 1.0
+OBSERVED_WINDOW_S = 5.0  # unscaled: the arrival rate drawn on the timeline
+
+
+@dataclass(frozen=True)
+class SwitchEvent:
+    """A switch the live loop made: when (s from the load's start), to what, the reload's cost."""
+
+    time_s: float
+    config: str
+    reload_s: float
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """The requests and (for a policy) the decisions of one run, in unscaled seconds and ms."""
+
+    label: str
+    slo_ms: float
+    sent: int
+    records: tuple[RequestRecord, ...]
+    ticks: tuple[Tick, ...] = ()
+    switch_events: tuple[SwitchEvent, ...] = ()
+    reasons: tuple[tuple[float, str], ...] = field(default=())
+
+    @property
+    def answered(self) -> tuple[RequestRecord, ...]:
+        """The requests that got an answer."""
+        return tuple(r for r in self.records if r.error is None)
+
+    @property
+    def failed(self) -> int:
+        """Requests that failed or never returned."""
+        return self.sent - len(self.answered)
+
+    @property
+    def arrivals_s(self) -> FloatArray:
+        """When each answered request was sent."""
+        return np.array([r.sent_s for r in self.answered], dtype=np.float64)
+
+    @property
+    def latencies_ms(self) -> FloatArray:
+        """Each answered request's latency."""
+        return np.array([r.latency_s * 1000 for r in self.answered], dtype=np.float64)
+
+    @property
+    def compliance(self) -> float:
+        """% of the requests sent that were answered within the SLO (a failure is a miss)."""
+        within = int(np.sum(self.latencies_ms <= self.slo_ms))
+        return 100.0 * within / max(self.sent, 1)
+
+    @property
+    def accuracy(self) -> float:
+        """Mean score of the answered requests that returned one."""
+        scores = [r.score for r in self.answered if r.score is not None]
+        return float(np.mean(scores)) if scores else float("nan")
+
+    def percentile_ms(self, q: float) -> float:
+        """A latency percentile of the answered requests."""
+        latencies = self.latencies_ms
+        return float(np.percentile(latencies, q)) if len(latencies) else float("nan")
+
+    @property
+    def switches(self) -> int:
+        """How many switches took effect."""
+        return len(self.switch_events)
+
+    def switch_effects_s(self) -> list[float]:
+        """Per switch: from the decision to the first reply served by the new configuration."""
+        effects = []
+        for event in self.switch_events:
+            served = [
+                r.sent_s + r.latency_s
+                for r in self.answered
+                if r.config == event.config and r.sent_s + r.latency_s > event.time_s
+            ]
+            if served:
+                effects.append(min(served) - event.time_s)
+        return effects
+
+
+def run_live_loop(
+    loop: LiveLoop,
+    interval_s: float,
+    origin: float,
+    stop: threading.Event,
+    on_step: Callable[[float, StepResult], None],
+) -> None:
+    """Step the loop every interval until ``stop``; hand each step to ``on_step(t, result)``."""
+    state = loop.initial_state(time.monotonic())
+    while not stop.is_set():
+        tick = time.monotonic()
+        result = loop.step(state, tick)
+        state = result.state
+        on_step(tick - origin, result)
+        stop.wait(max(0.0, interval_s - (time.monotonic() - tick)))
+
+
+def serve(
+    router: TritonRouter,
+    label: str,
+    start: Config,
+    arrivals_s: Sequence[float],
+    payload: Callable[[int], dict[str, Any]],
+    slo_ms: float,
+    *,
+    loop: LiveLoop | None = None,
+    interval_s: float = 1.0,
+    time_scale: float = 1.0,
+    offered_qps: Callable[[float], float] | None = None,
+) -> LiveRun:
+    """Serve the (scaled) arrivals from ``start``; with a loop, Elastico switches meanwhile.
+
+    ``arrivals_s``, ``interval_s`` and the loop's policy are in scaled time; ``slo_ms`` and
+    ``offered_qps(t)`` unscaled. The run is reported unscaled.
+    """
+    router.switch(start)
+    time.sleep(SETTLE_S)
+    ticks: list[Tick] = []
+    switches: list[SwitchEvent] = []
+    reasons: list[tuple[float, str]] = []
+    counts: list[tuple[float, float]] = []  # (unscaled s, arrivals counter) for the rate
+    names = [th.profile.name for th in loop.policy.plan.thresholds] if loop is not None else []
+
+    def on_step(t: float, result: StepResult) -> None:
+        at = t / time_scale
+        observation = result.observation
+        if observation is not None and observation.arrivals_total is not None:
+            counts.append((at, observation.arrivals_total))
+        window = [c for c in counts if c[0] >= at - OBSERVED_WINDOW_S]
+        observed = (
+            (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
+            if len(window) > 1 and window[-1][0] > window[0][0]
+            else float("nan")
+        )
+        active = result.state.active
+        ticks.append(
+            Tick(
+                time_s=at,
+                offered_qps=offered_qps(at) if offered_qps is not None else float("nan"),
+                observed_qps=observed,
+                queue_depth=round(observation.queue_depth) if observation is not None else 0,
+                active=names.index(active) if active in names else 0,
+                switched=result.switch is not None,
+            )
+        )
+        if result.switch is not None:
+            switches.append(SwitchEvent(at, result.switch.config, result.switch.seconds))
+            reasons.append((at, result.decision.reason))
+
+    stop = threading.Event()
+    origin = time.monotonic()
+    thread = None
+    if loop is not None:
+        thread = threading.Thread(
+            target=run_live_loop, args=(loop, interval_s, origin, stop, on_step), daemon=True
+        )
+        thread.start()
+    try:
+        records = run_load(router.url, arrivals_s, payload, model=router.model)
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join()
+    unscaled = tuple(
+        RequestRecord(r.sent_s / time_scale, r.latency_s / time_scale, r.config, r.score, r.error)
+        for r in records
+    )
+    return LiveRun(
+        label=label,
+        slo_ms=slo_ms,
+        sent=len(arrivals_s),
+        records=unscaled,
+        ticks=tuple(ticks),
+        switch_events=tuple(switches),
+        reasons=tuple(reasons),
+    )

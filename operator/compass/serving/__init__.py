@@ -1,1 +1,0 @@
-"""The data plane: Triton routing, queue-depth metrics, latency profiling and load generation."""
