@@ -44,7 +44,7 @@ from compass.examples import build_replay_ledger  # noqa: E402
 # (ground-truth feasible count, per method the (sample_evals, feasible) points of seed 0)
 Trace = tuple[int, dict[SearchMethod, list[tuple[int, int]]]]
 
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "compass-paper"
+DEFAULT_DATA = REPO_ROOT / "bench" / "data" / "compass-paper"
 CONFIDENCE = 0.95
 # Ground truth uses the same float tolerance as the search's exact checks.
 TOLERANCE = 1e-9

@@ -41,7 +41,7 @@ from compass.domain.simulator import (  # noqa: E402
     simulate,
 )
 
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "compass-paper"
+DEFAULT_DATA = REPO_ROOT / "bench" / "data" / "compass-paper"
 PROFILES_FILE = "planner_latency_profiles.json"
 PAPER_RUNS_FILE = "serving_run5_summary.json"
 BASE_QPS = 1.5

@@ -1,6 +1,6 @@
 """Write rag-sim's data file from the paper's measurements (run when the data or the model change).
 
-    python hack/gen_rag_sim.py [--data ../shared/data/compass-paper] [--output PATH]
+    python hack/gen_rag_sim.py [--data bench/data/compass-paper] [--output PATH]
 
 Per configuration of the RAG grid (234): its per-question scores (the embedded replay ledger,
 so searching rag-sim through Triton sees exactly what `compass demo` replays) and its latency
@@ -28,7 +28,7 @@ from compass.domain.profiles import parse_profile  # noqa: E402
 from compass.domain.space import Space, config_key  # noqa: E402
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper  # noqa: E402
 
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "compass-paper"
+DEFAULT_DATA = REPO_ROOT / "bench" / "data" / "compass-paper"
 DEFAULT_OUTPUT = REPO_ROOT / "model-images" / "rag-sim" / "models" / "rag_sim.json"
 LEDGER_SEED = 0  # the demo's replay seed (compass.commands.main.DEMO_LEDGER_SEED)
 # Midpoints of 201 equal-probability bins: the fitted distributions have unbounded tails, so the

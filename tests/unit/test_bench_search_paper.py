@@ -10,15 +10,12 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "bench" / "search_paper.py"
-DATA = REPO_ROOT.parent / "shared" / "data" / "compass-paper"
 
 
 def test_search_paper_bench_prints_table_and_floors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """One seed, two RAG thresholds, in-process: the table rows, floors and ASCII plot appear."""
-    if not (DATA / "search_rag_grid_100.json").is_file():
-        pytest.skip(f"paper data not found at {DATA} (shared/ must sit beside the clone)")
     spec = importlib.util.spec_from_file_location("bench_search_paper", SCRIPT)
     assert spec is not None
     assert spec.loader is not None
@@ -36,8 +33,6 @@ def test_search_paper_bench_prints_table_and_floors(
                 "rag",
                 "--taus",
                 "0.8,0.9",
-                "--data",
-                str(DATA),
                 "--plot",
                 str(tmp_path / "plot.png"),
             ]

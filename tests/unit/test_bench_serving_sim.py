@@ -10,13 +10,10 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "bench" / "serving_sim.py"
-DATA = REPO_ROOT.parent / "shared" / "data" / "compass-paper"
 
 
 def run_bench(argv: list[str]) -> int:
     """Load the script as a module and run its main in-process."""
-    if not (DATA / "planner_latency_profiles.json").is_file():
-        pytest.skip(f"paper data not found at {DATA} (shared/ must sit beside the clone)")
     spec = importlib.util.spec_from_file_location("bench_serving_sim", SCRIPT)
     assert spec is not None
     assert spec.loader is not None
@@ -24,7 +21,7 @@ def run_bench(argv: list[str]) -> int:
     sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
-        code: int = module.main([*argv, "--data", str(DATA)])
+        code: int = module.main(argv)
     finally:
         sys.modules.pop(spec.name, None)
     return code

@@ -21,7 +21,7 @@ from compass.domain.space import config_key
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-PAPER_FRONT = REPO.parent / "shared" / "data" / "compass-paper" / "planner_pareto_frontier.json"
+PAPER_FRONT = REPO / "bench" / "data" / "compass-paper" / "planner_pareto_frontier.json"
 COVERED = {
     "rag-sim-workflow.yaml",
     "pareto-policy-gitops.yaml",
@@ -94,8 +94,6 @@ def test_policy_example_is_a_plannable_pareto_policy() -> None:
 
 def test_policy_example_is_the_papers_front() -> None:
     """The front is the paper's measured front, rounded (accuracy 4 places, latencies 2)."""
-    if not PAPER_FRONT.exists():
-        pytest.skip(f"{PAPER_FRONT} is not present")
     paper = json.loads(PAPER_FRONT.read_text())["pareto_frontier"]
     spec = ParetoPolicySpec.model_validate(load("pareto-policy-gitops.yaml")["spec"])
     by_config = {config_key(p["config"]): p for p in paper}

@@ -14,7 +14,7 @@ from compass.domain.space import Space, config_key
 from compass.examples import build_replay_ledger, load_rag_paper, replay_scores
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PAPER_DATA = REPO_ROOT.parent / "shared" / "data" / "compass-paper" / "search_rag_grid_100.json"
+PAPER_DATA = REPO_ROOT / "bench" / "data" / "compass-paper" / "search_rag_grid_100.json"
 
 
 @pytest.mark.parametrize("accuracy", [0.0, 0.01, 0.3, 0.5, 0.7998528138528138, 0.864, 0.999, 1.0])
@@ -89,8 +89,6 @@ def test_rag_paper_is_the_papers_grid() -> None:
 
 def test_rag_paper_rows_are_the_recorded_ones() -> None:
     """The embedded rows are the paper's all_evaluated list, config and accuracy only."""
-    if not PAPER_DATA.exists():
-        pytest.skip(f"{PAPER_DATA} is not present")
     recorded = json.loads(PAPER_DATA.read_text(encoding="utf-8"))["all_evaluated"]
     _, rows = load_rag_paper()
     assert {config_key(r["config"]): r["accuracy"] for r in rows} == {

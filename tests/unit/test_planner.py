@@ -26,7 +26,7 @@ from compass.domain.planner import (
 )
 from compass.domain.profiles import LatencyProfile, ProfileError, fit_distribution, parse_profiles
 
-PAPER = Path(__file__).resolve().parents[3] / "shared" / "data" / "compass-paper"
+PAPER = Path(__file__).resolve().parents[2] / "bench" / "data" / "compass-paper"
 PROFILES = PAPER / "planner_latency_profiles.json"
 
 
@@ -59,8 +59,6 @@ def entry(**overrides: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def paper_profiles() -> tuple[LatencyProfile, ...]:
-    if not PROFILES.is_file():
-        pytest.skip(f"paper data not found at {PAPER}")
     return parse_profiles(json.loads(PROFILES.read_text(encoding="utf-8")))
 
 
