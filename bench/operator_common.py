@@ -19,15 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from compass.domain.evaluation import Config
+from compass.lab.devcluster import Cluster, ensure_binaries, wait_for
+from compass.lab.local_triton import LocalTriton, assemble_repository
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT / "operator") not in sys.path:
-    sys.path.append(str(REPO_ROOT / "operator"))
-
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
-from compass.domain.evaluation import Config  # noqa: E402
-from compass.lab.devcluster import Cluster, ensure_binaries, wait_for  # noqa: E402
-from compass.lab.local_triton import LocalTriton, assemble_repository  # noqa: E402
 
 GROUP, VERSION = "compass.io", "v1alpha1"
 POLICY_PLURAL, WORKFLOW_PLURAL = "paretopolicies", "compoundworkflows"

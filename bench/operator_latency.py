@@ -4,8 +4,8 @@ to the router serving the new configuration.
     python bench/operator_latency.py [--repeats 3] [--poll-interval 5] [--cycles 4]
                                      [--reloads 10] [--skip-workflow] [--skip-switch]
 
-Everything is real: etcd, kube-apiserver and kube-controller-manager (tests/k8s/cluster.py), the
-node helper running the Jobs' pods as local processes (tests/k8s/node.py), one tritonserver
+Everything is real: etcd, kube-apiserver and kube-controller-manager (compass.lab.devcluster), the
+node helper running the Jobs' pods as local processes (compass.lab.devnode), one tritonserver
 serving rag-sim at a tenth of its latencies, and one `compass operator` process.
 
 (a) `kubectl apply` of a rag-sim CompoundWorkflow with a REPLAY evaluator (the 16-configuration
@@ -42,21 +42,16 @@ from typing import Any
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-for _path in (REPO_ROOT / "bench", REPO_ROOT / "operator"):
-    if str(_path) not in sys.path:
-        sys.path.append(str(_path))
-
-from compass.controllers.builders import LEDGER_KEY  # noqa: E402
-from compass.controllers.policy import parse_rfc3339  # noqa: E402
-from compass.dataplane.load import RequestRecord, run_load  # noqa: E402
-from compass.dataplane.triton import TritonRouter  # noqa: E402
-from compass.domain.space import config_key  # noqa: E402
-from compass.examples import build_replay_ledger, load_rag_paper  # noqa: E402
-from compass.lab.devcluster import Cluster, Operator, venv_executable, wait_for  # noqa: E402
-from compass.lab.devnode import LocalImage, Node  # noqa: E402
-from compass.lab.local_triton import LocalTriton  # noqa: E402
-from operator_common import (  # noqa: E402
+from compass.controllers.builders import LEDGER_KEY
+from compass.controllers.policy import parse_rfc3339
+from compass.dataplane.load import RequestRecord, run_load
+from compass.dataplane.triton import TritonRouter
+from compass.domain.space import config_key
+from compass.examples import build_replay_ledger, load_rag_paper
+from compass.lab.devcluster import Cluster, Operator, venv_executable, wait_for
+from compass.lab.devnode import LocalImage, Node
+from compass.lab.local_triton import LocalTriton
+from operator_common import (
     ACCURATE,
     FASTEST,
     GROUP,

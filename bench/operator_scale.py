@@ -43,15 +43,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-for _path in (REPO_ROOT / "bench", REPO_ROOT / "operator"):
-    if str(_path) not in sys.path:
-        sys.path.append(str(_path))
-
-from compass.dataplane.triton import TritonRouter  # noqa: E402
-from compass.domain.space import config_key  # noqa: E402
-from compass.lab.devcluster import Cluster, Operator, wait_for  # noqa: E402
-from operator_common import (  # noqa: E402
+from compass.dataplane.triton import TritonRouter
+from compass.domain.space import config_key
+from compass.lab.devcluster import Cluster, Operator, wait_for
+from operator_common import (
     ACCURATE,
     FASTEST,
     GROUP,

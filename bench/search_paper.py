@@ -26,20 +26,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT / "operator") not in sys.path:
-    # Lets ``python bench/search_paper.py`` run from a bare checkout without PYTHONPATH.
-    sys.path.append(str(REPO_ROOT / "operator"))
-
-from compass.domain.evaluation import Config  # noqa: E402
-from compass.domain.search import (  # noqa: E402
+from compass.domain.evaluation import Config
+from compass.domain.search import (
     Progress,
     SearchMethod,
     SearchSettings,
     search,
 )
-from compass.domain.space import Space, config_key  # noqa: E402
-from compass.examples import build_replay_ledger  # noqa: E402
+from compass.domain.space import Space, config_key
+from compass.examples import build_replay_ledger
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # (ground-truth feasible count, per method the (sample_evals, feasible) points of seed 0)
 Trace = tuple[int, dict[SearchMethod, list[tuple[int, int]]]]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -25,21 +24,18 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT / "operator") not in sys.path:
-    # Lets ``python bench/serving_sim.py`` run from a bare checkout without PYTHONPATH.
-    sys.path.append(str(REPO_ROOT / "operator"))
-
-from compass.domain.elastico import Elastico  # noqa: E402
-from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles  # noqa: E402
-from compass.domain.profiles import LatencyProfile, parse_profiles  # noqa: E402
-from compass.domain.simulator import (  # noqa: E402
+from compass.domain.elastico import Elastico
+from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
+from compass.domain.profiles import LatencyProfile, parse_profiles
+from compass.domain.simulator import (
     Controller,
     StaticController,
     make_pattern,
     make_scenario,
     simulate,
 )
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_DATA = REPO_ROOT / "bench" / "data" / "compass-paper"
 PROFILES_FILE = "planner_latency_profiles.json"

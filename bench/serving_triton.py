@@ -16,28 +16,23 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT / "operator") not in sys.path:
-    sys.path.append(str(REPO_ROOT / "operator"))
-
-from compass.api.paretopolicy import Hysteresis, spec_for_plan  # noqa: E402
-from compass.dataplane.live import LiveLoop  # noqa: E402
-from compass.dataplane.metrics import TritonQueueDepth  # noqa: E402
-from compass.dataplane.profiler import ProfileSettings, profile_configurations  # noqa: E402
-from compass.dataplane.triton import TritonRouter  # noqa: E402
-from compass.domain.planner import Slo, plan_from_profiles  # noqa: E402
-from compass.domain.profiles import parse_profiles  # noqa: E402
-from compass.domain.simulator import compare, make_pattern, make_scenario  # noqa: E402
-from compass.domain.space import config_key  # noqa: E402
-from compass.lab.experiment import serve  # noqa: E402
-from compass.lab.local_triton import LocalTriton, assemble_repository  # noqa: E402
+from compass.api.paretopolicy import Hysteresis, spec_for_plan
+from compass.dataplane.live import LiveLoop
+from compass.dataplane.metrics import TritonQueueDepth
+from compass.dataplane.profiler import ProfileSettings, profile_configurations
+from compass.dataplane.triton import TritonRouter
+from compass.domain.planner import Slo, plan_from_profiles
+from compass.domain.profiles import parse_profiles
+from compass.domain.simulator import compare, make_pattern, make_scenario
+from compass.domain.space import config_key
+from compass.lab.experiment import serve
+from compass.lab.local_triton import LocalTriton, assemble_repository
 
 COMPONENTS = ("retriever", "reranker", "generator")
 # The paper's Pareto front (planner_pareto_frontier.json) plus the one faster configuration

@@ -64,3 +64,14 @@ def test_the_paper_data_is_tracked() -> None:
     assert len(listed) == 5
     for file in sorted(listed):
         assert f"bench/data/compass-paper/{file}" in names, file
+
+
+def test_bench_scripts_import_the_installed_package() -> None:
+    """No bench script edits sys.path: they run on the package installed in .venv (editable)."""
+    edits = [
+        f"{script.relative_to(REPO_ROOT)}:{number}"
+        for script in sorted((REPO_ROOT / "bench").glob("*.py"))
+        for number, line in enumerate(script.read_text(encoding="utf-8").splitlines(), start=1)
+        if re.search(r"\bsys\.path\b", line)
+    ]
+    assert not edits, f"sys.path edited in {edits}"
