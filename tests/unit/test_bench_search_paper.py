@@ -5,17 +5,18 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "bench" / "search_paper.py"
+# The floors' labels, in the order the bench prints its "FLOOR PASS: " / "FLOOR FAIL: " lines.
+FLOORS = ("(a) COMPASS-V mean recall", "(b) COMPASS-V no seed below", "(c) COMPASS-V mean savings")
 
 
-def test_search_paper_bench_prints_table_and_floors(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """One seed, two RAG thresholds, in-process: the table rows, floors and ASCII plot appear."""
+def run_bench(argv: list[str], **constants: Any) -> int:
+    """Load the script as a module, override its module constants, and run its main in-process."""
     spec = importlib.util.spec_from_file_location("bench_search_paper", SCRIPT)
     assert spec is not None
     assert spec.loader is not None
@@ -23,22 +24,31 @@ def test_search_paper_bench_prints_table_and_floors(
     sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
-        code = module.main(
-            [
-                "--seeds",
-                "1",
-                "--jobs",
-                "1",
-                "--only",
-                "rag",
-                "--taus",
-                "0.8,0.9",
-                "--plot",
-                str(tmp_path / "plot.png"),
-            ]
-        )
+        for name, value in constants.items():
+            assert hasattr(module, name), name
+            setattr(module, name, value)
+        code: int = module.main(argv)
     finally:
         sys.modules.pop(spec.name, None)
+    return code
+
+
+def assert_floors_pass(out: str) -> None:
+    """The bench printed the three floors' verdicts, in order, and every one is PASS."""
+    verdicts = [line for line in out.splitlines() if line.startswith("FLOOR ")]
+    shown = "\n".join(verdicts) or "(the bench printed no floors)"
+    assert len(verdicts) == len(FLOORS), shown
+    for verdict, floor in zip(verdicts, FLOORS, strict=True):
+        assert verdict.startswith(("FLOOR PASS: " + floor, "FLOOR FAIL: " + floor)), shown
+        assert verdict.startswith("FLOOR PASS: "), shown
+
+
+def test_search_paper_bench_prints_table_and_floors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One seed, two RAG thresholds, in-process: the table rows, floors and ASCII plot appear."""
+    argv = ["--seeds", "1", "--jobs", "1", "--only", "rag", "--taus", "0.8,0.9"]
+    code = run_bench([*argv, "--plot", str(tmp_path / "plot.png")])
     out = capsys.readouterr().out
     assert code == 0
     assert "rag: 234 configurations" in out
@@ -47,10 +57,21 @@ def test_search_paper_bench_prints_table_and_floors(
     assert [line.split()[1] for line in rows] == ["0.8", "0.9"]
     assert rows[0].split()[2] == "33"  # ground-truth feasible at tau 0.8
     assert rows[1].split()[2] == "0"
-    for floor in ("(a)", "(b)", "(c)"):
-        assert any(
-            line.startswith(("FLOOR PASS: " + floor, "FLOOR FAIL: " + floor))
-            for line in out.splitlines()
-        ), floor
+    assert_floors_pass(out)
     assert "rag tau=0.8 (ground truth 33 feasible)" in out
     assert "Wall time:" in out
+
+
+def test_a_failing_floor_fails_the_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the savings floor out of reach the bench prints FAIL for it, and the check fails."""
+    # tau 0.9 alone: nothing is feasible, so the search is the cheapest one on the grid.
+    argv = ["--seeds", "1", "--jobs", "1", "--only", "rag", "--taus", "0.9"]
+    assert run_bench([*argv, "--plot", str(tmp_path / "plot.png")], FLOOR_SAVINGS=1.01) == 0
+    out = capsys.readouterr().out
+    assert any(line.startswith("FLOOR FAIL: (c)") for line in out.splitlines())
+    with pytest.raises(AssertionError, match="FLOOR FAIL: \\(c\\)"):
+        assert_floors_pass(out)
+    with pytest.raises(AssertionError, match="printed no floors"):
+        assert_floors_pass("")

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "bench" / "serving_sim.py"
+# The floors' verdict lines, in the order the bench prints them (the spike floor only when the
+# run has the 1000 ms spike cell).
+COMPLIANCE_FLOOR = "compliance within 1.5 points of static fastest, every SLO and pattern"
+ACCURACY_FLOOR = "accuracy gain >= 25% of the fastest-to-accurate gap, every SLO and pattern"
+SPIKE_FLOOR = "spike at 1000 ms"
 
 
-def run_bench(argv: list[str]) -> int:
-    """Load the script as a module and run its main in-process."""
+def run_bench(argv: list[str], **constants: Any) -> int:
+    """Load the script as a module, override its module constants, and run its main in-process."""
     spec = importlib.util.spec_from_file_location("bench_serving_sim", SCRIPT)
     assert spec is not None
     assert spec.loader is not None
@@ -21,10 +28,25 @@ def run_bench(argv: list[str]) -> int:
     sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
+        for name, value in constants.items():
+            assert hasattr(module, name), name
+            setattr(module, name, value)
         code: int = module.main(argv)
     finally:
         sys.modules.pop(spec.name, None)
     return code
+
+
+def assert_floors_pass(out: str, floors: Sequence[str]) -> None:
+    """The bench printed exactly these floors' verdicts, in order, and every one is PASS."""
+    verdicts = [line for line in out.splitlines() if line.startswith(("PASS ", "FAIL "))]
+    # The message shows the section as printed: a FAIL's detail lines name the failing cells.
+    start = out.find("floors (")
+    section = out[start:].split("\n\n", 1)[0] if start >= 0 else "(the bench printed no floors)"
+    assert len(verdicts) == len(floors), section
+    for verdict, floor in zip(verdicts, floors, strict=True):
+        assert verdict.split(" ", 1)[1].startswith(floor), section
+        assert verdict.startswith("PASS "), section
 
 
 def table_row(out: str, slo: str, pattern: str) -> str:
@@ -47,10 +69,7 @@ def test_serving_bench_prints_the_table_the_floors_and_the_paper_runs(
     compliance = [float(cell.split("/")[0]) for cell in cells]
     assert all(0 <= c <= 100 for c in compliance)
     assert compliance[0] > compliance[2]  # static fastest beats static most accurate on a spike
-    for floor in ("compliance within 1.5 points", "accuracy gain >=", "spike at 1000 ms"):
-        assert any(
-            line.startswith(("PASS ", "FAIL ")) and floor in line for line in out.splitlines()
-        ), floor
+    assert_floors_pass(out, (COMPLIANCE_FLOOR, ACCURACY_FLOOR, SPIKE_FLOOR))
     assert "spike_slo1000" in out  # the paper's run beside the simulator's
 
 
@@ -63,7 +82,21 @@ def test_seed_offset_draws_other_scenarios(capsys: pytest.CaptureFixture[str]) -
     held_out = capsys.readouterr().out
     assert "1 seeds from 0" in default
     assert "1 seeds from 100" in held_out
+    assert_floors_pass(default, (COMPLIANCE_FLOOR, ACCURACY_FLOOR))
+    assert_floors_pass(held_out, (COMPLIANCE_FLOOR, ACCURACY_FLOOR))
     # Bursty draws its bursts from the seed: another seed, another static fastest's figure.
     assert table_row(default, "500", "bursty") != table_row(held_out, "500", "bursty")
     with pytest.raises(SystemExit):
         run_bench([*argv, "--seed-offset", "-1"])
+
+
+def test_a_failing_floor_fails_the_check(capsys: pytest.CaptureFixture[str]) -> None:
+    """With the spike floor out of reach the bench prints FAIL for it, and the check fails."""
+    argv = ["--seeds", "1", "--jobs", "1", "--slos", "1000", "--patterns", "spike"]
+    assert run_bench(argv, SPIKE_MARGIN=1000.0) == 0  # the bench itself always exits 0
+    out = capsys.readouterr().out
+    assert any(line.startswith(f"FAIL {SPIKE_FLOOR}") for line in out.splitlines())
+    with pytest.raises(AssertionError, match="FAIL spike at 1000 ms"):
+        assert_floors_pass(out, (COMPLIANCE_FLOOR, ACCURACY_FLOOR, SPIKE_FLOOR))
+    with pytest.raises(AssertionError, match="printed no floors"):
+        assert_floors_pass("", (COMPLIANCE_FLOOR,))
