@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "operator"))
+from compass.domain.profiles import parse_profile
+from compass.domain.space import Space, config_key
+from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
 
-from compass.domain.profiles import parse_profile  # noqa: E402
-from compass.domain.space import Space, config_key  # noqa: E402
-from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_DATA = REPO_ROOT / "bench" / "data" / "compass-paper"
 DEFAULT_OUTPUT = REPO_ROOT / "model-images" / "rag-sim" / "models" / "rag_sim.json"
