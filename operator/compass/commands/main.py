@@ -60,10 +60,11 @@ from compass.domain.statistics import IntervalMethod, StoppingRule
 from compass.evaluators import (
     CheckpointedEvaluator,
     CheckpointLedger,
-    CommandEvaluator,
     Ledger,
     LedgerError,
     ReplayEvaluator,
+    ScoreSource,
+    make_evaluator,
     read_ledger,
 )
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
@@ -774,7 +775,7 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
                     f"{space.size:,} configurations; the search stops with an error if it "
                     "needs one"
                 )
-        inner = ReplayEvaluator(replay)
+        inner = make_evaluator(ScoreSource(replay=replay))
     else:
         live = "--command" if args.command is not None else "--triton"
         if space is None:
@@ -788,10 +789,9 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
             )
         budgets = _resolve_budgets(settings.budgets, population, "--samples")
         if args.triton is not None:
-            from compass.dataplane.triton import TritonRouter
-            from compass.evaluators.triton import TritonEvaluator
-
-            inner = TritonEvaluator(TritonRouter(str(args.triton), model=str(args.router)))
+            inner = make_evaluator(
+                ScoreSource(triton=str(args.triton), router_model=str(args.router))
+            )
         else:
             argv = shlex.split(str(args.command))
             if not argv:
@@ -800,7 +800,7 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
                     "empty",
                     'pass the program and its arguments, e.g. --command "python score.py"',
                 )
-            inner = CommandEvaluator(argv)
+            inner = make_evaluator(ScoreSource(command=argv))
     search_settings = settings.search_settings(budgets)
     try:
         StoppingRule(
