@@ -45,9 +45,7 @@ _load_numerics_single_threaded()
 import yaml
 from pydantic import ValidationError
 
-from compass.commands import operator
-from compass.commands import planning as planning_cli
-from compass.commands import serving as serving_cli
+from compass.commands import load, operator, plan, profile, serve, simulate
 from compass.console import Parser, UsageError, fail, parse_int, parse_number, search_with_progress
 from compass.domain.evaluation import EvaluationError, Evaluator, ParamValue
 from compass.domain.search import (
@@ -215,8 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="measured requests per configuration (default 30; 20 with --cluster)",
     )
     demo.set_defaults(handler=_demo_command)
-    serving_cli.register(commands)
-    planning_cli.register(commands)
+    profile.register(commands)
+    load.register(commands)
+    serve.register(commands)
+    plan.register(commands)
+    simulate.register(commands)
     operator.register(commands)  # `compass operator`; kopf is imported only when it runs
 
     crds = commands.add_parser(
