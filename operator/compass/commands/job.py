@@ -9,6 +9,7 @@ ConfigMap for the operator to read.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -242,3 +243,22 @@ def main(role: str, state_name: str) -> int:
         # The last line becomes the pod's termination message, then the workflow's condition.
         print(f"compass job {role}: {one_line(error)}", file=sys.stderr)
         return 1
+
+
+def register(commands: Any) -> None:
+    """Add `compass job` to the `compass` parser."""
+    job = commands.add_parser(
+        "job",
+        help="run inside the operator's Jobs (search or profile a CompoundWorkflow)",
+        description="What the search and profiling Jobs run: read the workflow spec and the "
+        "ledger from the state ConfigMap (namespace from $COMPASS_NAMESPACE), resume, and write "
+        "the ledger, the progress and the result back to it.",
+    )
+    job.add_argument("role", choices=["search", "profile"], help="which Job this is")
+    job.add_argument("--state", required=True, metavar="CONFIGMAP", help="the state ConfigMap")
+    job.set_defaults(handler=job_command)
+
+
+def job_command(args: argparse.Namespace) -> int:
+    """`compass job search|profile --state NAME`."""
+    return main(str(args.role), str(args.state))
