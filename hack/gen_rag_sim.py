@@ -28,7 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_DATA = REPO_ROOT / "bench" / "data" / "compass-paper"
 DEFAULT_OUTPUT = REPO_ROOT / "model-images" / "rag-sim" / "models" / "rag_sim.json"
-LEDGER_SEED = 0  # the demo's replay seed (compass.commands.main.DEMO_LEDGER_SEED)
+LEDGER_SEED = 0  # the demo's replay seed (compass.commands.demo.DEMO_LEDGER_SEED)
 # Midpoints of 201 equal-probability bins: the fitted distributions have unbounded tails, so the
 # quantile function is tabulated inside (0, 1); a request's luck outside [0.0025, 0.9975] is
 # served at the end values.

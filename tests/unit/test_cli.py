@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from compass.commands.demo import demo_ledger
 from compass.commands.main import main
 from compass.domain.space import Space, config_key
 from compass.evaluators import read_ledger
@@ -812,8 +813,6 @@ def test_demo_output_finds_the_feasible_configurations(
 
 def test_demo_replays_the_embedded_ledger_exactly() -> None:
     """The demo's in-memory ledger holds each row's accuracy as its full mean."""
-    from compass.commands.main import demo_ledger
-
     space, ledger = demo_ledger()
     _, rows = load_rag_paper()
     assert len(ledger) == space.size == len(rows)

@@ -9,6 +9,7 @@ ConfigMap for the operator to read.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -26,7 +27,7 @@ from compass.controllers.builders import (
     SPEC_KEY,
     triton_address,
 )
-from compass.domain.evaluation import Config, Evaluator
+from compass.domain.evaluation import Config
 from compass.domain.search import (
     Progress,
     SearchMethod,
@@ -36,7 +37,13 @@ from compass.domain.search import (
 )
 from compass.domain.space import Space
 from compass.domain.statistics import IntervalMethod
-from compass.evaluators import CheckpointedEvaluator, CheckpointLedger, CommandEvaluator
+from compass.evaluators import (
+    CheckpointedEvaluator,
+    CheckpointLedger,
+    ScoreSource,
+    make_evaluator,
+    read_ledger,
+)
 
 # A condition message is one line; the operator copies the pod's last line into one.
 _MESSAGE_CHARS = 600
@@ -111,26 +118,22 @@ class MirroredEvaluator:
         return scores
 
 
-def _evaluator(spec: CompoundWorkflowSpec, namespace: str, state: dict[str, str]) -> Evaluator:
-    kind = spec.evaluation.evaluator.type
-    if kind is EvaluatorType.TRITON:
-        from compass.dataplane.triton import TritonRouter
-        from compass.evaluators.triton import TritonEvaluator
-
+def _score_source(spec: CompoundWorkflowSpec, namespace: str) -> ScoreSource:
+    """Where the spec's evaluator takes its scores from, as the evaluator factory reads it."""
+    evaluator = spec.evaluation.evaluator
+    if evaluator.type is EvaluatorType.TRITON:
         workflow = {"metadata": {"namespace": namespace}}
         address = os.environ.get("COMPASS_TRITON_ADDRESS") or triton_address(workflow, spec)
-        return TritonEvaluator(TritonRouter(address, model=spec.triton.router_model))
-    if kind is EvaluatorType.COMMAND:
-        assert spec.evaluation.evaluator.command
-        return CommandEvaluator(spec.evaluation.evaluator.command)
-    from compass.evaluators import ReplayEvaluator, read_ledger
-
-    name = spec.evaluation.evaluator.replay_config_map
+        return ScoreSource(triton=address, router_model=spec.triton.router_model)
+    if evaluator.type is EvaluatorType.COMMAND:
+        assert evaluator.command
+        return ScoreSource(command=evaluator.command)
+    name = evaluator.replay_config_map
     assert name is not None
     recorded = StateStore(name, namespace).read().get(LEDGER_KEY, "")
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as handle:
         handle.write(recorded)
-    return ReplayEvaluator(read_ledger(handle.name))
+    return ScoreSource(replay=read_ledger(handle.name))
 
 
 def run_search(state_name: str, namespace: str) -> int:
@@ -145,7 +148,7 @@ def run_search(state_name: str, namespace: str) -> int:
     checkpoint = CheckpointLedger(ledger)
     if checkpoint.facts_at_open:
         print(f"resuming: {checkpoint.facts_at_open} sample evaluations already recorded")
-    checkpointed = CheckpointedEvaluator(_evaluator(spec, namespace, state), checkpoint)
+    checkpointed = CheckpointedEvaluator(make_evaluator(_score_source(spec, namespace)), checkpoint)
     mirrored = MirroredEvaluator(checkpointed, store, ledger, spec.evaluation.budgets[0])
 
     def progress(snapshot: Progress) -> None:
@@ -191,6 +194,7 @@ def run_search(state_name: str, namespace: str) -> int:
 
 def run_profile(state_name: str, namespace: str) -> int:
     """Profile the search's feasible configurations through the router."""
+    # Deliberately lazy: the gRPC client takes a while to load; the search Job never needs it.
     from compass.dataplane.profiler import ProfileSettings, profile_configurations
     from compass.dataplane.triton import TritonRouter
 
@@ -239,3 +243,22 @@ def main(role: str, state_name: str) -> int:
         # The last line becomes the pod's termination message, then the workflow's condition.
         print(f"compass job {role}: {one_line(error)}", file=sys.stderr)
         return 1
+
+
+def register(commands: Any) -> None:
+    """Add `compass job` to the `compass` parser."""
+    job = commands.add_parser(
+        "job",
+        help="run inside the operator's Jobs (search or profile a CompoundWorkflow)",
+        description="What the search and profiling Jobs run: read the workflow spec and the "
+        "ledger from the state ConfigMap (namespace from $COMPASS_NAMESPACE), resume, and write "
+        "the ledger, the progress and the result back to it.",
+    )
+    job.add_argument("role", choices=["search", "profile"], help="which Job this is")
+    job.add_argument("--state", required=True, metavar="CONFIGMAP", help="the state ConfigMap")
+    job.set_defaults(handler=job_command)
+
+
+def job_command(args: argparse.Namespace) -> int:
+    """`compass job search|profile --state NAME`."""
+    return main(str(args.role), str(args.state))

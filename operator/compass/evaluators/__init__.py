@@ -1,6 +1,7 @@
-"""Evaluators: replay from a ledger, run a command, and the checkpoint that makes search resumable."""
+"""Evaluators (replay, command, Triton, and the factory that picks one) and the search checkpoint."""
 
 from compass.evaluators.command import CommandEvaluator
+from compass.evaluators.factory import ScoreSource, make_evaluator
 from compass.evaluators.ledger import (
     CheckpointedEvaluator,
     CheckpointLedger,
@@ -17,5 +18,7 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "ReplayEvaluator",
+    "ScoreSource",
+    "make_evaluator",
     "read_ledger",
 ]

@@ -1,0 +1,157 @@
+"""What several subcommands share: reading and writing files, the load-pattern flags, policies."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.console import UsageError, fail, parse_number
+from compass.domain.planner import PlanError
+from compass.domain.simulator import LoadPattern, PatternKind, SimulationError, make_pattern
+from compass.domain.space import explain_validation_error
+
+# compass.dataplane.triton's default, restated so that building the parser loads no gRPC client.
+DEFAULT_ROUTER = "router"
+# Where a planner error's field comes from on the command line.
+_PLAN_FLAGS = {"slo.latencyMs": "--slo-ms", "slo.percentile": "--percentile"}
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def read_document(flag: str, path: Path) -> object:
+    """A parsed YAML or JSON file; any problem is one line naming the flag."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        fail(flag, f"{path}: no such file", "check the path")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(flag, f"{path}: cannot read it ({exc})", "check the path")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        fail(f"{flag} {path}{where}", "not valid YAML or JSON", "fix the syntax")
+
+
+def load_policy(path: Path) -> ParetoPolicySpec:
+    """A ParetoPolicy spec body, or a whole ParetoPolicy manifest (its spec is used)."""
+    data = read_document("--policy", path)
+    prefix = ""
+    if isinstance(data, Mapping) and isinstance(data.get("spec"), Mapping):
+        data, prefix = data["spec"], "spec."
+    if not isinstance(data, Mapping):
+        fail(f"--policy {path}", "expected a ParetoPolicy spec (a mapping)", "run `compass plan`")
+    try:
+        return ParetoPolicySpec.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(f"--policy {path}: {prefix}{explain_validation_error(exc)}") from None
+
+
+def plan_error(exc: PlanError, source: str | None = None) -> UsageError:
+    """A planner error as a usage error that names the flag (or the file) to fix."""
+    flag = _PLAN_FLAGS.get(exc.field) if source is None else None
+    where = flag or (exc.field if source is None else f"{source}: {exc.field}")
+    return UsageError(f"{where}: {exc.what}; {exc.fix}")
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def check_output(flag: str, path: Path) -> None:
+    """Fail unless path names a file in an existing directory."""
+    if path.is_dir():
+        fail(flag, f"{path} is a directory", "name a file")
+    if not path.parent.is_dir():
+        fail(flag, f"directory {path.parent} does not exist", "create it or choose another path")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a file; a failure is a usage error naming the path."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(str(path), f"cannot write it ({exc.strerror})", "choose another path")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file in the same directory, so readers never see half a file."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        # mkstemp makes the file private; a result file should get the usual permissions.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+# ---------------------------------------------------------------------------- load patterns
+
+
+def add_pattern_arguments(parser: argparse.ArgumentParser) -> None:
+    """The load-pattern flags `compass simulate` and `compass load` share."""
+    parser.add_argument(
+        "--pattern",
+        default=PatternKind.SPIKE.value,
+        choices=[k.value for k in PatternKind],
+        help="load shape (default spike: 4x for the middle third)",
+    )
+    parser.add_argument("--trace", metavar="FILE", help="arrival timestamps (s), one a line")
+    parser.add_argument("--duration", default="180", help="seconds of load (default 180)")
+    parser.add_argument("--base-qps", default="1.5", help="base arrival rate (default 1.5)")
+    parser.add_argument("--seed", default="0", help="seed of the arrivals and service times")
+
+
+def read_trace(path: Path) -> list[float]:
+    """Arrival times (s) from a file, one a line."""
+    try:
+        words = path.read_text(encoding="utf-8").split()
+    except OSError as exc:
+        fail("--trace", f"{path}: cannot read it ({exc.strerror})", "check the path")
+    times = []
+    for number, word in enumerate(words, start=1):
+        try:
+            times.append(float(word))
+        except ValueError:
+            fail(
+                "--trace",
+                f"{path}: entry {number} ({word!r}) is not a number",
+                "one time (s) a line",
+            )
+    return times
+
+
+def pattern_from_args(args: argparse.Namespace) -> tuple[LoadPattern, int]:
+    """The load pattern and seed the shared flags describe; UsageError names the bad flag."""
+    seed_text = str(args.seed)
+    try:
+        seed = int(seed_text)
+    except ValueError:
+        fail("--seed", f"{seed_text!r} is not an integer", "pass e.g. --seed 0")
+    if (args.pattern == PatternKind.TRACE.value) != (args.trace is not None):
+        fail("--trace", "--pattern trace and --trace FILE go together", "give both or neither")
+    trace: Sequence[float] = () if args.trace is None else read_trace(Path(str(args.trace)))
+    duration = parse_number("--duration", str(args.duration), "180", low=0, inclusive=False)
+    base = parse_number("--base-qps", str(args.base_qps), "1.5", low=0, inclusive=False)
+    try:
+        return make_pattern(args.pattern, base, duration, seed=seed, trace_s=trace), seed
+    except SimulationError as exc:
+        flag = {"base_qps": "--base-qps", "duration": "--duration"}.get(exc.field, "--trace")
+        raise UsageError(f"{flag}: {exc.what}; {exc.fix}") from None

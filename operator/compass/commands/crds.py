@@ -1,0 +1,95 @@
+"""`compass crds`: write (or check) the CRD YAML and reference generated from the models."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from compass.api.crds import render_crds
+from compass.api.reference import render_reference
+from compass.commands.common import write_atomic
+from compass.console import fail
+
+
+def register(commands: Any) -> None:
+    """Add `compass crds` to the `compass` parser."""
+    crds = commands.add_parser(
+        "crds",
+        help="write the CustomResourceDefinition YAML generated from the models",
+        description="Render the compass.io CRDs from their pydantic models (the single source "
+        "of truth) into a directory; --check only reports whether the files there are current.",
+    )
+    crds.add_argument("--output-dir", default="crds", help="where to write (default: crds)")
+    crds.add_argument("--check", action="store_true", help="fail if the files are stale")
+    crds.add_argument(
+        "--without-cel",
+        action="store_true",
+        help="leave out the CEL rules (x-kubernetes-validations), for Helm 4 on Kubernetes < 1.25",
+    )
+    crds.add_argument(
+        "--reference",
+        metavar="FILE",
+        help="also write (with --check: verify) the markdown CRD reference rendered from the "
+        "same models, e.g. docs/crd-reference.md (always with the CEL rules)",
+    )
+    crds.set_defaults(handler=crds_command)
+
+
+def _stale_crds(directory: Path, *, cel: bool, write: bool) -> list[str]:
+    """The CRD files in directory that differ from the models; rewritten when write is set."""
+    stale = []
+    for name, text in render_crds(cel=cel).items():
+        path = directory / name
+        current = path.read_text(encoding="utf-8") if path.exists() else None
+        if current == text:
+            continue
+        stale.append(name)
+        if write:
+            write_atomic(path, text)
+    return stale
+
+
+def _stale_reference(path: Path, *, write: bool) -> bool:
+    """Whether the CRD reference at path is stale; rewritten when write is set."""
+    if not path.parent.is_dir():
+        fail("--reference", f"{path.parent} is not a directory", "create it or pass another")
+    text = render_reference()
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return False
+    if write:
+        write_atomic(path, text)
+    return True
+
+
+def crds_command(args: argparse.Namespace) -> int:
+    """`compass crds`: write or check the generated CRD YAML."""
+    directory = Path(str(args.output_dir))
+    if not directory.is_dir():
+        fail("--output-dir", f"{directory} is not a directory", "create it or pass another")
+    stale = _stale_crds(directory, cel=not args.without_cel, write=not args.check)
+    reference_stale = args.reference is not None and _stale_reference(
+        Path(str(args.reference)), write=not args.check
+    )
+    if args.check and (stale or reference_stale):
+        if stale:
+            print(
+                f"compass crds: stale in {directory}: {', '.join(stale)}; run `compass crds "
+                f"{'--without-cel ' if args.without_cel else ''}--output-dir {directory}` and "
+                "commit the result",
+                file=sys.stderr,
+            )
+        if reference_stale:
+            print(
+                f"compass crds: stale: {args.reference}; run `compass crds --reference "
+                f"{args.reference}` (hack/gen-crds.sh does) and commit the result",
+                file=sys.stderr,
+            )
+        return 1
+    verb = "up to date" if not stale else f"wrote {', '.join(stale)}"
+    print(f"compass crds: {directory}: {verb}")
+    if args.reference is not None:
+        done = "wrote it" if reference_stale else "up to date"
+        print(f"compass crds: {args.reference}: {done}")
+    return 0

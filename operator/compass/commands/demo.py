@@ -1,0 +1,161 @@
+"""`compass demo`: the whole method on this machine, or (--search-only) the search alone."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from compass.commands.search_common import (
+    SearchOptions,
+    add_settings,
+    parse_settings,
+    resolve_budgets,
+    summary,
+    write_result,
+)
+from compass.console import fail, parse_int, parse_number, search_with_progress
+from compass.domain.evaluation import EvaluationError
+from compass.domain.search import SearchSettings
+from compass.domain.space import Space
+from compass.evaluators import Ledger, ReplayEvaluator
+from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
+
+DEMO_LEDGER_SEED = 0
+
+
+def register(commands: Any) -> None:
+    """Add `compass demo` to the `compass` parser."""
+    demo = commands.add_parser(
+        "demo",
+        help="the whole method on this machine: search, profile, plan, serve a spike (minutes)",
+        description="Start a real tritonserver serving rag-sim (the paper's RAG workflow: 234 "
+        "configurations with the paper's measured accuracy and latency), run COMPASS-V through "
+        "its router, profile the feasible configurations, plan, and serve a seeded load spike "
+        "with the static fastest, the static most accurate and Elastico; tables on stdout, "
+        "files and plots in --output-dir. --search-only runs the search alone on the embedded "
+        "replay (seconds, no Triton).",
+    )
+    # 0.75: the accuracy floor of the paper's own planning and serving runs.
+    add_settings(demo, tau_default="0.75")
+    demo.add_argument(
+        "--search-only",
+        action="store_true",
+        help=f"only the search, replaying the embedded grid in memory ({RAG_PAPER_SAMPLES} "
+        "samples a configuration); --output writes its result",
+    )
+    demo.add_argument(
+        "--output-dir", default="compass-demo", help="where the demo writes (default compass-demo)"
+    )
+    demo.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the same through the operator: a local Kubernetes API server (hack/k8s/build.sh's "
+        "binaries), `compass operator`, `kubectl apply` of examples/rag-sim-workflow.yaml (its "
+        "own tau and budgets; the search replays rag-sim's scores), the spike served by the "
+        "operator's policy and by the most accurate configuration (a few minutes)",
+    )
+    demo.add_argument(
+        "--time-scale",
+        help="rag-sim serves its latencies times this; the load, SLO and cooldowns follow "
+        "(default 0.2: the 180 s spike runs in 36 s; 0.1 with --cluster)",
+    )
+    demo.add_argument("--slo-ms", default="1000", help="p95 latency SLO, ms (default 1000)")
+    demo.add_argument(
+        "--base-qps",
+        help="load before and after the spike (default: the paper's 1.5 QPS relative to this "
+        "machine: the spike peaks at 77%% of the fastest configuration's capacity)",
+    )
+    demo.add_argument("--duration", default="180", help="seconds of load (default 180)")
+    demo.add_argument(
+        "--profile-runs",
+        help="measured requests per configuration (default 30; 20 with --cluster)",
+    )
+    demo.set_defaults(handler=demo_command)
+
+
+def demo_ledger() -> tuple[Space, Ledger]:
+    """The embedded RAG example as a space and an in-memory replay ledger."""
+    spec, rows = load_rag_paper()
+    space = Space.from_spec(spec)
+    ledger = Ledger("embedded RAG example")
+    for line in build_replay_ledger(rows, RAG_PAPER_SAMPLES, DEMO_LEDGER_SEED):
+        ledger.add(line["config"], range(len(line["scores"])), line["scores"])
+    return space, ledger
+
+
+def _positive(
+    args: argparse.Namespace, flag: str, example: str, default: str | None = None
+) -> float:
+    """The value of a flag that must be a number > 0 (its default when not given)."""
+    text = getattr(args, flag[2:].replace("-", "_"))
+    return parse_number(flag, str(text or default), example, low=0, inclusive=False)
+
+
+def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: SearchSettings) -> int:
+    """Search, profile, plan and serve a spike on a local Triton (or through the operator)."""
+    # Deliberately lazy: the lab loads the gRPC client and starts servers; --search-only and
+    # every other command start without it.
+    from compass.lab.demo import DemoSettings, run_demo
+
+    if options.output is not None:
+        fail("--output", "only with --search-only", "the demo writes into --output-dir")
+    base_qps = None if args.base_qps is None else _positive(args, "--base-qps", "1.5")
+    if args.cluster:
+        from compass.lab.clusterdemo import ClusterDemoSettings, run_cluster_demo
+
+        return run_cluster_demo(
+            ClusterDemoSettings(
+                output_dir=Path(str(args.output_dir)),
+                time_scale=_positive(args, "--time-scale", "0.1", "0.1"),
+                slo_ms=_positive(args, "--slo-ms", "1000"),
+                base_qps=base_qps,
+                duration_s=_positive(args, "--duration", "180"),
+                load_seed=settings.seed,
+                measured_runs=parse_int(
+                    "--profile-runs", str(args.profile_runs or 20), "20", low=2
+                ),
+            )
+        )
+    return run_demo(
+        DemoSettings(
+            output_dir=Path(str(args.output_dir)),
+            search=settings,
+            time_scale=_positive(args, "--time-scale", "0.2", "0.2"),
+            slo_ms=_positive(args, "--slo-ms", "1000"),
+            base_qps=base_qps,
+            duration_s=_positive(args, "--duration", "180"),
+            load_seed=settings.seed,
+            measured_runs=parse_int("--profile-runs", str(args.profile_runs or 30), "30", low=2),
+        )
+    )
+
+
+def _run_search_only(options: SearchOptions, settings: SearchSettings) -> int:
+    """The search alone, replaying the embedded grid in memory."""
+    space, ledger = demo_ledger()
+    print(
+        f"compass demo: the Compass paper's RAG grid ({space.size} configurations; each "
+        f"replays its recorded accuracy over {RAG_PAPER_SAMPLES} samples)"
+    )
+    try:
+        outcome = search_with_progress(space, ReplayEvaluator(ledger), RAG_PAPER_SAMPLES, settings)
+        result = write_result(outcome, options.output)
+    except (EvaluationError, OSError) as exc:
+        print(f"compass demo: error: {exc}", file=sys.stderr)
+        return 1
+    print(summary(outcome, settings, result, "none (the demo replays in memory)"))
+    return 0
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    """`compass demo`: the whole method on a local Triton, or (--search-only) the search alone."""
+    options = parse_settings(args)
+    budgets = resolve_budgets(options.budgets, RAG_PAPER_SAMPLES, "the embedded example")
+    settings = options.search_settings(budgets)
+    if args.cluster and args.search_only:
+        fail("--cluster", "not with --search-only", "pass one of them")
+    if args.search_only:
+        return _run_search_only(options, settings)
+    return _run_whole(args, options, settings)

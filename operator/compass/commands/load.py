@@ -1,0 +1,78 @@
+"""`compass load`: open-loop load through the router, every request recorded."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compass.commands.common import DEFAULT_ROUTER, add_pattern_arguments, pattern_from_args
+from compass.console import parse_int, parse_number
+from compass.domain.simulator import make_scenario
+
+
+def register(commands: Any) -> None:
+    """Add `compass load` to the `compass` parser."""
+    load = commands.add_parser(
+        "load",
+        help="send open-loop load to the router and record every request",
+        description="Open-loop Poisson arrivals shaped by a pattern (the simulator's patterns, "
+        "same seed, same arrivals); records per request its send time, latency, the "
+        "configuration that served it, its score and any error, as JSON Lines.",
+    )
+    load.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
+    load.add_argument("--router", default=DEFAULT_ROUTER, help="router model name")
+    add_pattern_arguments(load)
+    load.add_argument("--samples", default="100", help="requests cycle through samples 0..N-1")
+    load.add_argument("--slo-ms", help="also report compliance with this latency target")
+    load.add_argument("--output", metavar="RECORDS.jsonl", help="write one line per request")
+    load.set_defaults(handler=load_command)
+
+
+def load_command(args: argparse.Namespace) -> int:
+    """Drive the router with a load pattern and report what was served."""
+    # Deliberately lazy: the gRPC client takes a while to load; the other commands never need it.
+    from compass.dataplane.load import run_load
+
+    samples = parse_int("--samples", args.samples, "100", low=1)
+    pattern, seed = pattern_from_args(args)
+    scenario = make_scenario(pattern, seed)
+    print(
+        f"compass load: {scenario.requests} requests over {pattern.duration_s:g} s "
+        f"({args.pattern}, peak {pattern.peak_qps:.2f} QPS) to {args.router} at {args.triton}",
+        file=sys.stderr,
+    )
+
+    def payload(index: int) -> dict[str, Any]:
+        # The simulator's per-request luck travels as the latency quantile, so a workflow
+        # that honours it (rag-sim) serves the very requests the simulator replays.
+        return {"sample": index % samples, "quantile": float(scenario.luck[index])}
+
+    records = run_load(args.triton, scenario.arrivals_s.tolist(), payload, model=args.router)
+    if args.output:
+        with Path(args.output).open("w", encoding="utf-8") as out:
+            for record in records:
+                out.write(json.dumps(record.__dict__) + "\n")
+    ok = [r for r in records if r.error is None]
+    latencies = np.array([r.latency_s * 1000 for r in ok])
+    scores = [r.score for r in ok if r.score is not None]
+    print(f"requests {len(records)}, failed {len(records) - len(ok)}")
+    if len(latencies):
+        p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
+        print(f"latency ms: p50 {p50:.0f}  p95 {p95:.0f}  p99 {p99:.0f}")
+    if args.slo_ms:
+        slo = parse_number("--slo-ms", args.slo_ms, "1000", low=0, inclusive=False)
+        within = sum(1 for r in ok if r.latency_s * 1000 <= slo)
+        print(f"SLO {slo:g} ms: {100 * within / max(len(records), 1):.1f}% of requests within")
+    if scores:
+        print(f"mean score {sum(scores) / len(scores):.4f}")
+    served: dict[str, int] = {}
+    for record in ok:
+        served[record.config or "?"] = served.get(record.config or "?", 0) + 1
+    for config, count in sorted(served.items(), key=lambda item: -item[1]):
+        print(f"  {count:6d}  {config}")
+    return 0 if len(ok) == len(records) else 1

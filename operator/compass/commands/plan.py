@@ -1,0 +1,105 @@
+"""`compass plan`: the Pareto front of latency profiles, its thresholds, and the policy file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from compass.api.paretopolicy import DEFAULT_SLACK_BUFFER_MS, spec_for_plan
+from compass.commands.common import check_output, plan_error, read_document, write_text
+from compass.console import UsageError, fail, parse_number, plan_table, policy_text
+from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_from_profiles
+from compass.domain.profiles import LatencyProfile, ProfileError, parse_profiles
+
+DEFAULT_POLICY = "paretopolicy.yaml"
+
+
+def register(commands: Any) -> None:
+    """Add `compass plan` to the `compass` parser."""
+    plan = commands.add_parser(
+        "plan",
+        help="Pareto front and switching thresholds from latency profiles",
+        description="Keep the configurations no other beats on both accuracy and tail latency, "
+        "order them by mean service time, derive each one's queue-depth (and, with the tail "
+        "model, arrival-rate) limits for the SLO, print them, and write the ParetoPolicy spec.",
+    )
+    plan.add_argument(
+        "--profiles", required=True, metavar="PROFILES.json", help="`compass profile` output"
+    )
+    plan.add_argument("--slo-ms", required=True, help="latency target in ms")
+    plan.add_argument("--percentile", default="95", help="percentile held to it (default 95)")
+    plan.add_argument(
+        "--slack-ms",
+        default=f"{DEFAULT_SLACK_BUFFER_MS:g}",
+        help=f"headroom to switch to a more accurate one (default {DEFAULT_SLACK_BUFFER_MS:g})",
+    )
+    plan.add_argument(
+        "--model",
+        choices=[m.value for m in ThresholdModel],
+        default=ThresholdModel.TAIL.value,
+        help="tail (default: tail of the queued work and M/G/1 rate limits) or paper-mean",
+    )
+    plan.add_argument(
+        "--output",
+        default=DEFAULT_POLICY,
+        metavar="POLICY.yaml",
+        help=f"the ParetoPolicy spec, YAML or .json (default {DEFAULT_POLICY})",
+    )
+    plan.add_argument("--plot", metavar="FRONT.png", help="draw the front and its thresholds")
+    plan.set_defaults(handler=plan_command)
+
+
+def load_profiles(path: Path) -> tuple[LatencyProfile, ...]:
+    """The profiles file, validated."""
+    data = read_document("--profiles", path)
+    try:
+        return parse_profiles(data)
+    except ProfileError as exc:
+        raise UsageError(f"--profiles {path}: {exc}") from None
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    """`compass plan`: front, thresholds, policy file (and a plot)."""
+    slo_ms = parse_number("--slo-ms", str(args.slo_ms), "1000", low=0, inclusive=False)
+    percentile = parse_number("--percentile", str(args.percentile), "95", low=0, inclusive=False)
+    if percentile >= 100:
+        fail("--percentile", f"{args.percentile} is not below 100", "pass e.g. --percentile 95")
+    slack = parse_number("--slack-ms", str(args.slack_ms), "50", low=0, inclusive=True)
+    output = Path(str(args.output))
+    check_output("--output", output)
+    plot = None if args.plot is None else Path(str(args.plot))
+    if plot is not None:
+        check_output("--plot", plot)
+    profiles = load_profiles(Path(str(args.profiles)))
+    try:
+        plan = plan_from_profiles(
+            profiles, Slo(slo_ms, percentile), slack, ThresholdModel(args.model)
+        )
+    except PlanError as exc:
+        raise plan_error(exc) from None
+    spec = spec_for_plan(plan)
+    print(
+        f"compass plan: {len(profiles)} profiles -> Pareto front of {len(plan.thresholds)} "
+        f"(accuracy up, p{percentile:g} down), fastest first; SLO {slo_ms:g} ms at "
+        f"p{percentile:g}, slack buffer {slack:g} ms, model {plan.model.value}"
+    )
+    print(plan_table(plan))
+    print(
+        "stay<=N: switch faster when more requests wait; enter<=N: switch to it only when "
+        "at most N wait"
+        + (
+            "; qps: the same for the arrival rate (M/G/1)"
+            if plan.model is ThresholdModel.TAIL
+            else ""
+        )
+    )
+    write_text(output, policy_text(spec, output))
+    print(f"policy: {output}")
+    if plot is not None:
+        # Deliberately lazy: matplotlib takes most of a second to load, and only --plot needs it.
+        from compass.lab import plots
+
+        plots.save_plan_figure(plot, plan, profiles)
+        print(f"plot: {plot}")
+    return 0

@@ -1,0 +1,106 @@
+"""`compass profile`: the latency of a search's feasible configurations, through the router."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from compass.commands.common import DEFAULT_ROUTER
+from compass.console import fail, parse_int
+from compass.domain.evaluation import Config
+
+
+def register(commands: Any) -> None:
+    """Add `compass profile` to the `compass` parser."""
+    profile = commands.add_parser(
+        "profile",
+        help="measure the latency of configurations through the router",
+        description="Send warm-up and measured requests, one at a time, through the router "
+        "with a per-request configuration override (production traffic keeps its "
+        "configuration), and write mean/p50/p95/p99/std per configuration in the profiles "
+        "format `compass plan` reads.",
+    )
+    profile.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
+    profile.add_argument("--router", default=DEFAULT_ROUTER, help="router model name")
+    profile.add_argument(
+        "--result",
+        required=True,
+        metavar="RESULT.json",
+        help="a `compass search` result: its feasible configurations are profiled",
+    )
+    profile.add_argument("--warmup", default="3", help="unmeasured requests per configuration")
+    profile.add_argument("--runs", default="50", help="measured requests per configuration")
+    profile.add_argument(
+        "--samples", default="100", help="requests cycle through sample indices 0..N-1"
+    )
+    profile.add_argument("--output", required=True, metavar="PROFILES.json")
+    profile.set_defaults(handler=profile_command)
+
+
+def _feasible_from_result(path: Path) -> list[tuple[Config, float | None]]:
+    """The feasible configurations of a search result, with their accuracy."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        fail("--result", f"cannot read {path}: {error.strerror}", "give a `compass search` result")
+    except json.JSONDecodeError as error:
+        fail(
+            "--result",
+            f"{path} is not JSON ({error.msg}, line {error.lineno})",
+            "give a `compass search` result",
+        )
+    feasible = document.get("feasible") if isinstance(document, dict) else None
+    if not isinstance(feasible, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("config"), dict) for e in feasible
+    ):
+        fail(
+            "--result",
+            f"{path} has no 'feasible' list of {{config, accuracy}}",
+            "give a `compass search` result",
+        )
+    if not feasible:
+        fail("--result", f"{path} has no feasible configuration", "lower tau and search again")
+    return [(entry["config"], entry.get("accuracy")) for entry in feasible]
+
+
+def profile_command(args: argparse.Namespace) -> int:
+    """Profile every feasible configuration of a search result through the router."""
+    # Deliberately lazy: the gRPC client takes a while to load; the other commands never need it.
+    from compass.dataplane.profiler import ProfileSettings, profile_configurations
+    from compass.dataplane.triton import RoutingError, TritonRouter
+
+    configs = _feasible_from_result(Path(args.result))
+    settings = ProfileSettings(
+        warmup_runs=parse_int("--warmup", args.warmup, "3", low=1),
+        measured_runs=parse_int("--runs", args.runs, "50", low=1),
+    )
+    samples = parse_int("--samples", args.samples, "100", low=1)
+    router = TritonRouter(args.triton, model=args.router)
+
+    def payload(index: int) -> dict[str, Any]:
+        return {"sample": index % samples}
+
+    def progress(done: int, total: int) -> None:
+        print(f"\rprofiled {done}/{total}", end="", file=sys.stderr, flush=True)
+
+    try:
+        document = profile_configurations(router, configs, settings, payload, progress)
+    except RoutingError as error:
+        print(f"\ncompass profile: error: {error}", file=sys.stderr)
+        return 1
+    finally:
+        router.close()
+    print(file=sys.stderr)
+    output = Path(args.output)
+    output.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    print(f"{'mean':>8} {'p95':>8}  configuration (ms)")
+    for entry in document["profiles"]:
+        print(
+            f"{entry['latency_mean_ms']:8.1f} {entry['latency_p95_ms']:8.1f}  "
+            f"{json.dumps(entry['config'], sort_keys=True)}"
+        )
+    print(f"wrote {output}: {len(document['profiles'])} profiles")
+    return 0

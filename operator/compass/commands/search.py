@@ -1,0 +1,525 @@
+"""`compass search`: every configuration that reaches tau, scored by replay, a command or Triton."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from compass.commands.common import DEFAULT_ROUTER
+from compass.commands.search_common import (
+    SearchOptions,
+    add_settings,
+    parse_settings,
+    resolve_budgets,
+    summary,
+    write_result,
+)
+from compass.console import UsageError, fail, parse_int, search_with_progress
+from compass.domain.evaluation import EvaluationError, Evaluator, ParamValue
+from compass.domain.search import SearchSettings
+from compass.domain.space import Space, SpaceError, SpaceSpec, config_key, explain_validation_error
+from compass.domain.statistics import StoppingRule
+from compass.evaluators import (
+    CheckpointedEvaluator,
+    CheckpointLedger,
+    Ledger,
+    LedgerError,
+    ScoreSource,
+    make_evaluator,
+    read_ledger,
+)
+
+DEFAULT_LEDGER = "compass-search.ledger.jsonl"
+_PROG = "compass search"
+
+# The fix to suggest for pydantic errors whose message does not carry one.
+_PYDANTIC_FIXES = {
+    "missing": "add it",
+    "too_short": "give at least one",
+    "extra_forbidden": "remove it or fix its spelling",
+    "enum": "use one of those",
+    "literal_error": "use one of those",
+    "string_pattern_mismatch": "start with a letter or _ and use only letters, digits and _",
+    "string_too_long": "shorten it",
+}
+
+
+def register(commands: Any) -> None:
+    """Add `compass search` to the `compass` parser."""
+    run = commands.add_parser(
+        "search",
+        help="search a configuration space",
+        description="Search a configuration space for every configuration whose accuracy is "
+        ">= tau. Scores come from a replay ledger (--replay) or from your own command "
+        "(--command). Every evaluated batch is appended to a checkpoint ledger, so an "
+        "interrupted run continues with --resume.",
+    )
+    run.add_argument("--space", help="space file (YAML or JSON: parameters and constraints)")
+    run.add_argument(
+        "--replay",
+        metavar="LEDGER",
+        help='JSONL ledger of recorded scores, one {"config": ..., "scores": [...]} a line',
+    )
+    run.add_argument(
+        "--command",
+        metavar='"CMD ARGS"',
+        help="command that scores a configuration: reads "
+        '{"config": ..., "samples": [...]} on stdin, prints a JSON list of scores',
+    )
+    run.add_argument(
+        "--triton",
+        metavar="HOST:PORT",
+        help="score live through the Triton router (gRPC) with a per-request configuration",
+    )
+    run.add_argument("--router", default=DEFAULT_ROUTER, help="router model name (with --triton)")
+    run.add_argument("--samples", metavar="N", help="dataset size (with --command or --triton)")
+    run.add_argument(
+        "--ledger",
+        metavar="PATH",
+        help=f"checkpoint ledger (default: next to --output, else ./{DEFAULT_LEDGER})",
+    )
+    run.add_argument("--resume", metavar="LEDGER", help="continue the run checkpointed in LEDGER")
+    add_settings(run, tau_default=None)
+    run.set_defaults(handler=search_command)
+
+
+# ---------------------------------------------------------------------------- the space file
+
+
+def _explain_pydantic(error: ValidationError) -> str:
+    """explain_validation_error, with a fix appended when pydantic's message has none."""
+    message = explain_validation_error(error)
+    if "; " not in message:
+        kind = str(error.errors()[0].get("type", ""))
+        message += f"; {_PYDANTIC_FIXES.get(kind, 'fix the space file')}"
+    return message
+
+
+def _load_space(path: Path) -> Space:
+    """Read and validate a space file; any problem is a UsageError naming the file."""
+    field = f"--space {path}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        fail("--space", f"{path}: no such file", "check the path")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail("--space", f"{path}: cannot read it ({exc})", "check the path")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        fail(f"{field}{where}", f"not valid YAML or JSON ({problem})", "fix the syntax")
+    prefix = ""
+    if isinstance(data, dict) and isinstance(data.get("spec"), dict) and "space" in data["spec"]:
+        # A whole CompoundWorkflow manifest: its spec.space is the space.
+        data, prefix = data["spec"]["space"], "spec.space."
+    if not isinstance(data, dict):
+        fail(
+            field,
+            f"expected a mapping with parameters and constraints, got {type(data).__name__}",
+            "write parameters: [...] and constraints: [...] at the top level",
+        )
+    try:
+        spec = SpaceSpec.model_validate(data)
+    except ValidationError as exc:
+        message = _explain_pydantic(exc)
+        raise UsageError(f"{field}: {prefix}{message}") from None
+    try:
+        return Space(spec)
+    except SpaceError as exc:
+        raise UsageError(f"{field}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------- the replay ledger
+
+
+@dataclass(frozen=True)
+class _ReplayLine:
+    """Where one replay-ledger line is, and what it holds."""
+
+    number: int
+    config: dict[str, ParamValue]
+    samples: list[int]
+
+
+def _replay_lines(path: Path) -> list[_ReplayLine]:
+    """The lines of a ledger that read_ledger has already validated, with their numbers."""
+    found = []
+    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            # read_ledger accepted the file, so this is the torn final line it dropped.
+            break
+        scores = obj["scores"]
+        samples = obj.get("samples", list(range(len(scores))))
+        found.append(_ReplayLine(number, obj["config"], [int(i) for i in samples]))
+    return found
+
+
+@dataclass(frozen=True)
+class _Replay:
+    """A validated replay ledger and the dataset size it implies."""
+
+    ledger: Ledger
+    population: int
+    budgets: tuple[int, ...]
+    space: Space
+    inferred: bool
+
+
+def _check_replay_line(
+    line: _ReplayLine,
+    path: Path,
+    first: _ReplayLine,
+    longest: _ReplayLine,
+    budgets: tuple[int, ...],
+    space: Space | None,
+) -> None:
+    """One line of the replay ledger against the others, the budgets and the space."""
+    where = f"--replay {path} line {line.number}"
+    count = len(line.samples)
+    population = len(longest.samples)
+    if sorted(line.samples) != list(range(count)):
+        fail(
+            where,
+            f"its samples are not 0..{count - 1}",
+            'a replay ledger scores every configuration on samples 0..N-1 (leave "samples" '
+            "out to mean 0..len-1)",
+        )
+    if count < budgets[-1]:
+        fail(
+            where,
+            f"{count} scores, fewer than the largest budget {budgets[-1]}",
+            f"record at least {budgets[-1]} samples for every configuration, or lower --budgets",
+        )
+    if count != population:
+        fail(
+            where,
+            f"{count} scores, but line {longest.number} has {population}",
+            "every line must score the same samples 0..N-1",
+        )
+    if space is not None:
+        try:
+            space.index(line.config)
+        except SpaceError as exc:
+            fail(where, str(exc), "remove the line, or add the configuration to --space")
+    elif sorted(line.config) != sorted(first.config):
+        fail(
+            where,
+            f"it sets {', '.join(sorted(line.config))}, line {first.number} sets "
+            f"{', '.join(sorted(first.config))}",
+            "every configuration must set the same parameters (or pass --space)",
+        )
+
+
+def _load_replay(path: Path, space: Space | None, given: tuple[int, ...] | None) -> _Replay:
+    """Read a replay ledger, check it against the budgets and the space (or infer the space)."""
+    try:
+        ledger = read_ledger(path)
+    except LedgerError as exc:
+        raise UsageError(f"--replay: {exc}") from None
+    lines = _replay_lines(path)
+    if not lines:
+        fail(
+            "--replay",
+            f"{path} holds no scores",
+            'write one {"config": ..., "scores": [...]} a line',
+        )
+    longest = max(lines, key=lambda line: len(line.samples))
+    population = len(longest.samples)
+    budgets = resolve_budgets(given, population, f"scores per line of {path}")
+    for line in lines:
+        _check_replay_line(line, path, lines[0], longest, budgets, space)
+    if space is not None:
+        return _Replay(ledger, population, budgets, space, inferred=False)
+    try:
+        inferred = Space.infer(ledger.configs())
+    except SpaceError as exc:
+        raise UsageError(f"--replay {path}: {exc}") from None
+    return _Replay(ledger, population, budgets, inferred, inferred=True)
+
+
+# ---------------------------------------------------------------------------- the checkpoint
+
+
+def _checkpoint_path(args: argparse.Namespace, output: Path | None) -> tuple[Path, bool]:
+    """The checkpoint ledger's path and whether it continues an earlier run."""
+    if args.resume is not None:
+        resume = Path(str(args.resume))
+        if args.ledger is not None and Path(str(args.ledger)).resolve() != resume.resolve():
+            fail(
+                "--ledger",
+                f"{args.ledger} differs from --resume {resume}",
+                "pass only --resume: new batches are appended to the ledger being resumed",
+            )
+        if not resume.is_file():
+            fail(
+                "--resume",
+                f"{resume}: no such file",
+                "check the path, or leave --resume out to start afresh",
+            )
+        return resume, True
+    if args.ledger is not None:
+        path = Path(str(args.ledger))
+    elif output is not None:
+        path = output.with_suffix(".ledger.jsonl")
+    else:
+        path = Path(DEFAULT_LEDGER)
+    if path.exists():
+        fail(
+            "--ledger", f"{path} exists", f"pass --resume {path} to continue that run, or remove it"
+        )
+    if not path.parent.is_dir():
+        fail(
+            "--ledger",
+            f"directory {path.parent} does not exist",
+            "create it first or choose another path",
+        )
+    return path, False
+
+
+def _check_resume(path: Path, space: Space, population: int, replay: Ledger | None) -> int:
+    """Check a checkpoint belongs to this search; return how many facts it holds."""
+    try:
+        facts = read_ledger(path)
+    except LedgerError as exc:
+        raise UsageError(f"--resume: {exc}") from None
+    other = "this checkpoint belongs to another search: pass that search's inputs, or remove it"
+    for config in facts.configs():
+        key = config_key(config)
+        if config not in space:
+            fail(f"--resume {path}", f"configuration {key} is not in the space", other)
+        scores = facts.scores(config)
+        if max(scores, default=-1) >= population:
+            fail(
+                f"--resume {path}",
+                f"configuration {key} has sample {max(scores)} but the dataset has "
+                f"{population} samples",
+                other,
+            )
+        if replay is None:
+            continue
+        recorded = replay.lookup(config, list(scores))
+        for (index, score), expected in zip(scores.items(), recorded.tolist(), strict=True):
+            if score != expected:
+                fail(
+                    f"--resume {path}",
+                    f"sample {index} of configuration {key} scores {score} here but "
+                    f"{expected} in the replay ledger",
+                    other,
+                )
+    return facts.fact_count
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+@dataclass(frozen=True)
+class _Scores:
+    """Where the scores come from, and what that settles: the space, dataset size and budgets."""
+
+    source: ScoreSource
+    space: Space
+    population: int
+    budgets: tuple[int, ...]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A fully validated search, ready to run; nothing has been written yet."""
+
+    space: Space
+    inner: Evaluator
+    population: int
+    settings: SearchSettings
+    checkpoint: Path
+    resumed_facts: int | None
+    output: Path | None
+    notes: tuple[str, ...]
+
+
+def _check_one_source(args: argparse.Namespace) -> None:
+    """Exactly one of --replay, --command and --triton."""
+    sources = [a for a in ("replay", "command", "triton") if getattr(args, a) is not None]
+    if len(sources) != 1:
+        what = "neither given" if not sources else f"{' and '.join(sources)} given"
+        fail(
+            "--replay/--command/--triton",
+            what,
+            'pass exactly one: --replay LEDGER (recorded scores), --command "CMD ARGS" or '
+            "--triton HOST:PORT (score live)",
+        )
+
+
+def _replay_scores(
+    args: argparse.Namespace, space: Space | None, options: SearchOptions, checkpoint: Path
+) -> _Scores:
+    """--replay: the ledger settles the dataset size, and the space when --space is absent."""
+    if args.samples is not None:
+        fail(
+            "--samples",
+            "only used with --command",
+            "leave it out: the replay ledger sets the dataset size",
+        )
+    path = Path(str(args.replay))
+    if path.resolve() == checkpoint.resolve():
+        fail("--ledger", f"{checkpoint} is the --replay ledger", "give the checkpoint its own file")
+    replay = _load_replay(path, space, options.budgets)
+    notes: list[str] = []
+    if replay.inferred:
+        notes.append(
+            f"no --space given: inferred the space from the {len(replay.ledger):,} "
+            f"configurations in {path} (pass --space to search beyond them):\n"
+            f"{replay.space.describe()}"
+        )
+    else:
+        absent = sum(
+            1 for i in range(replay.space.size) if replay.space.config(i) not in replay.ledger
+        )
+        if absent:
+            notes.append(
+                f"note: {path} has no scores for {absent:,} of the space's "
+                f"{replay.space.size:,} configurations; the search stops with an error if it "
+                "needs one"
+            )
+    return _Scores(
+        source=ScoreSource(replay=replay.ledger),
+        space=replay.space,
+        population=replay.population,
+        budgets=replay.budgets,
+        notes=tuple(notes),
+    )
+
+
+def _live_scores(args: argparse.Namespace, space: Space | None, options: SearchOptions) -> _Scores:
+    """--command or --triton: scores computed now, over a space and dataset size given here."""
+    live = "--command" if args.command is not None else "--triton"
+    if space is None:
+        fail("--space", f"required with {live}", "pass --space SPACE.yaml")
+    if args.samples is None:
+        fail("--samples", f"required with {live}", "pass the dataset size, e.g. --samples 100")
+    population = parse_int("--samples", str(args.samples), "100")
+    if population < 1:
+        fail("--samples", f"{population} is below 1", "pass the dataset size, e.g. --samples 100")
+    budgets = resolve_budgets(options.budgets, population, "--samples")
+    if args.triton is not None:
+        source = ScoreSource(triton=str(args.triton), router_model=str(args.router))
+    else:
+        argv = shlex.split(str(args.command))
+        if not argv:
+            fail(
+                "--command",
+                "empty",
+                'pass the program and its arguments, e.g. --command "python score.py"',
+            )
+        source = ScoreSource(command=argv)
+    return _Scores(source=source, space=space, population=population, budgets=budgets)
+
+
+def _check_stopping_rule(scores: _Scores, settings: SearchSettings) -> None:
+    """The budgets, confidence and dataset size must admit an early-stopping test."""
+    try:
+        StoppingRule(
+            tau=settings.tau,
+            population=scores.population,
+            budgets=scores.budgets,
+            confidence=settings.confidence,
+            space_size=scores.space.size,
+            method=settings.interval,
+        )
+    except ValueError as exc:
+        fail("--budgets", str(exc), "fix the search settings")
+
+
+def _plan_search(args: argparse.Namespace) -> _Plan:
+    """Validate every input of `compass search`; raise UsageError on the first problem."""
+    _check_one_source(args)
+    options = parse_settings(args)
+    checkpoint, resuming = _checkpoint_path(args, options.output)
+    if options.output is not None and options.output.resolve() == checkpoint.resolve():
+        fail("--output", f"{options.output} is also the checkpoint ledger", "choose another path")
+    space = None if args.space is None else _load_space(Path(str(args.space)))
+    if args.replay is not None:
+        scores = _replay_scores(args, space, options, checkpoint)
+    else:
+        scores = _live_scores(args, space, options)
+    settings = options.search_settings(scores.budgets)
+    _check_stopping_rule(scores, settings)
+    resumed = (
+        _check_resume(checkpoint, scores.space, scores.population, scores.source.replay)
+        if resuming
+        else None
+    )
+    return _Plan(
+        space=scores.space,
+        inner=make_evaluator(scores.source),
+        population=scores.population,
+        settings=settings,
+        checkpoint=checkpoint,
+        resumed_facts=resumed,
+        output=options.output,
+        notes=scores.notes,
+    )
+
+
+# ---------------------------------------------------------------------------- the command
+
+
+def search_command(args: argparse.Namespace) -> int:
+    """`compass search`: validate everything, then search with a checkpoint."""
+    plan = _plan_search(args)
+    for note in plan.notes:
+        print(f"{_PROG}: {note}", file=sys.stderr)
+    if plan.resumed_facts is not None:
+        print(
+            f"{_PROG}: resuming from {plan.checkpoint} ({plan.resumed_facts:,} sample evaluations "
+            "recorded)",
+            file=sys.stderr,
+        )
+    try:
+        checkpoint = CheckpointLedger(plan.checkpoint)
+    except (LedgerError, OSError) as exc:
+        fail("--ledger", str(exc), "check the path")
+    evaluator = CheckpointedEvaluator(plan.inner, checkpoint)
+    resume_hint = f"rerun with --resume {plan.checkpoint} to continue"
+    try:
+        outcome = search_with_progress(plan.space, evaluator, plan.population, plan.settings)
+        result = write_result(outcome, plan.output)
+    except (EvaluationError, LedgerError, OSError) as exc:
+        done = checkpoint.ledger.fact_count
+        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        print(
+            f"{_PROG}: {plan.checkpoint} keeps the {done:,} sample evaluations done so far; "
+            f"fix the problem and {resume_hint}",
+            file=sys.stderr,
+        )
+        return 1
+    except KeyboardInterrupt:
+        print(f"{_PROG}: interrupted; {resume_hint}", file=sys.stderr)
+        return 130
+    if plan.resumed_facts is not None:
+        print(
+            f"{_PROG}: reused {evaluator.reused:,} sample evaluations from {plan.checkpoint}; "
+            f"evaluated {evaluator.computed:,} new",
+            file=sys.stderr,
+        )
+    ledger = (
+        f"{plan.checkpoint} ({evaluator.computed:,} new sample evaluations, "
+        f"{evaluator.reused:,} reused)"
+    )
+    print(summary(outcome, plan.settings, result, ledger))
+    return 0

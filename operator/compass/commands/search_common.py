@@ -1,0 +1,209 @@
+"""What `compass search` and `compass demo` share: the search options and the closing report."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from compass.commands.common import write_atomic
+from compass.console import fail, parse_int
+from compass.domain.evaluation import ParamValue
+from compass.domain.search import SearchMethod, SearchOutcome, SearchSettings
+from compass.domain.statistics import IntervalMethod
+
+DEFAULT_BUDGETS = (10, 25, 50, 100)
+SHOWN_FEASIBLE = 10
+
+
+# ---------------------------------------------------------------------------- options
+
+
+def add_settings(parser: argparse.ArgumentParser, tau_default: str | None) -> None:
+    """Options shared by `search` and `demo`: what the search looks for and how."""
+    if tau_default is None:
+        parser.add_argument(
+            "--tau", required=True, help="accuracy target in (0, 1]: find every config >= it"
+        )
+    else:
+        parser.add_argument(
+            "--tau", default=tau_default, help=f"accuracy target in (0, 1] (default {tau_default})"
+        )
+    parser.add_argument(
+        "--budgets",
+        help="comma-separated, strictly increasing sample counts at which a configuration is "
+        "judged (default 10,25,50,100, capped at the dataset size)",
+    )
+    parser.add_argument(
+        "--confidence", default="0.95", help="confidence of each verdict (default 0.95)"
+    )
+    parser.add_argument("--seed", default="0", help="seed of the sample order and the search")
+    parser.add_argument(
+        "--method",
+        choices=[m.value for m in SearchMethod],
+        default=SearchMethod.COMPASS_V.value,
+        help="compass-v (default) or grid (every configuration, with early stopping)",
+    )
+    parser.add_argument(
+        "--interval",
+        choices=[m.value for m in IntervalMethod],
+        default=IntervalMethod.WILSON.value,
+        help="early-stopping test (default wilson)",
+    )
+    parser.add_argument("--output", metavar="RESULT.json", help="write the result JSON here")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Parsed options common to both commands, before the dataset size is known."""
+
+    tau: float
+    budgets: tuple[int, ...] | None
+    confidence: float
+    seed: int
+    method: SearchMethod
+    interval: IntervalMethod
+    output: Path | None
+
+    def search_settings(self, budgets: tuple[int, ...]) -> SearchSettings:
+        """The domain settings, once the budgets are resolved."""
+        return SearchSettings(
+            tau=self.tau,
+            budgets=budgets,
+            confidence=self.confidence,
+            seed=self.seed,
+            method=self.method,
+            interval=self.interval,
+        )
+
+
+def parse_settings(args: argparse.Namespace) -> SearchOptions:
+    """The options add_settings declared, checked; UsageError names the first bad one."""
+    tau = _parse_float("--tau", str(args.tau))
+    if not 0 < tau <= 1:
+        fail(
+            "--tau",
+            f"{args.tau} is outside (0, 1]",
+            "pass the target accuracy as a fraction, e.g. --tau 0.8",
+        )
+    confidence = _parse_float("--confidence", str(args.confidence))
+    if not 0 < confidence < 1:
+        fail("--confidence", f"{args.confidence} is outside (0, 1)", "pass e.g. --confidence 0.95")
+    output = None if args.output is None else Path(str(args.output))
+    if output is not None:
+        if output.is_dir():
+            fail("--output", f"{output} is a directory", "name a file, e.g. --output result.json")
+        if not output.parent.is_dir():
+            fail(
+                "--output",
+                f"directory {output.parent} does not exist",
+                "create it first or choose another path",
+            )
+    return SearchOptions(
+        tau=tau,
+        budgets=None if args.budgets is None else parse_budgets(str(args.budgets)),
+        confidence=confidence,
+        seed=parse_int("--seed", str(args.seed), "0"),
+        method=SearchMethod(args.method),
+        interval=IntervalMethod(args.interval),
+        output=output,
+    )
+
+
+def _parse_float(field: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        fail(field, f"{text!r} is not a number", f"pass a number, e.g. {field} 0.8")
+    return value
+
+
+def parse_budgets(text: str) -> tuple[int, ...]:
+    """Comma-separated budgets, checked for shape; the dataset size is checked later."""
+    fix = "pass comma-separated sample counts, smallest first, e.g. --budgets 10,25,50,100"
+    budgets = []
+    for part in text.split(","):
+        try:
+            budgets.append(int(part.strip()))
+        except ValueError:
+            fail("--budgets", f"{part.strip()!r} is not an integer", fix)
+    if budgets[0] < 1:
+        fail("--budgets", f"{budgets[0]} is below 1", fix)
+    for before, after in itertools.pairwise(budgets):
+        if after <= before:
+            fail("--budgets", f"{text} is not strictly increasing ({before} then {after})", fix)
+    return tuple(budgets)
+
+
+def resolve_budgets(given: tuple[int, ...] | None, population: int, source: str) -> tuple[int, ...]:
+    """The budgets to use: the given ones if they fit the dataset, else the capped defaults."""
+    if given is None:
+        # Small datasets still get a schedule: the defaults below N, then N itself.
+        return tuple(
+            sorted(
+                {b for b in DEFAULT_BUDGETS if b < population}
+                | {min(population, DEFAULT_BUDGETS[-1])}
+            )
+        )
+    if given[-1] > population:
+        fail(
+            "--budgets",
+            f"{given[-1]} is above the dataset size {population} ({source})",
+            f"keep every budget <= {population}",
+        )
+    return given
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def describe_config(config: Mapping[str, ParamValue]) -> str:
+    """A configuration as name=value pairs."""
+    return " ".join(f"{name}={value}" for name, value in config.items())
+
+
+def summary(
+    outcome: SearchOutcome, settings: SearchSettings, result: Path | None, ledger: str
+) -> str:
+    """The one-screen report printed at the end of a search."""
+    space_size = outcome.space.size
+    population = outcome.population
+    feasible = outcome.feasible
+    lines = [
+        f"tau {settings.tau:g}, method {settings.method.value}, interval "
+        f"{settings.interval.value} (confidence {settings.confidence:g}), budgets "
+        f"{','.join(map(str, settings.budgets))}, seed {settings.seed}",
+        f"space: {space_size:,} configurations, {population:,} samples each",
+        f"feasible: {len(feasible)} found (accuracy >= {settings.tau:g}); accuracy below is the "
+        "mean over the samples evaluated",
+    ]
+    if feasible:
+        lines.append(f"  {'accuracy':>8}  {'samples':>7}  configuration")
+        for a in feasible[:SHOWN_FEASIBLE]:
+            described = describe_config(outcome.space.config(a.index))
+            lines.append(f"  {a.accuracy:>8.3f}  {a.samples:>7}  {described}")
+        if len(feasible) > SHOWN_FEASIBLE:
+            where = "with --output RESULT.json" if result is None else f"in {result}"
+            lines.append(f"  ... and {len(feasible) - SHOWN_FEASIBLE} more, listed {where}")
+    exhaustive = space_size * population
+    savings = 1 - outcome.sample_evals / exhaustive
+    lines += [
+        f"evaluated: {outcome.configs_evaluated:,} of {space_size:,} configurations, "
+        f"{outcome.sample_evals:,} sample evaluations",
+        f"savings: {savings:.1%} fewer sample evaluations than exhaustive "
+        f"({exhaustive:,} = {space_size:,} configurations x {population:,} samples)",
+        f"stopped: {outcome.stop_reason}",
+        f"result: {result or 'not written (pass --output RESULT.json to keep it)'}",
+        f"ledger: {ledger}",
+    ]
+    return "\n".join(lines)
+
+
+def write_result(outcome: SearchOutcome, output: Path | None) -> Path | None:
+    """Write the result file if asked; return where it went."""
+    if output is not None:
+        write_atomic(output, json.dumps(outcome.result_document(), indent=2) + "\n")
+    return output

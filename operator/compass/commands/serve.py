@@ -1,0 +1,96 @@
+"""`compass serve`: Elastico live against Triton, outside Kubernetes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from compass.commands.common import DEFAULT_ROUTER, load_policy
+from compass.console import parse_number
+
+
+def register(commands: Any) -> None:
+    """Add `compass serve` to the `compass` parser."""
+    serve = commands.add_parser(
+        "serve",
+        help="run Elastico live against Triton, outside Kubernetes",
+        description="Every interval: read the router's queue depth (Triton's /metrics or "
+        "Prometheus), run the policy's decide, and switch the router when it says so: the "
+        "code path the operator's timer runs. Prints one line per switch or problem.",
+    )
+    serve.add_argument(
+        "--policy", required=True, metavar="POLICY.yaml", help="`compass plan` output"
+    )
+    serve.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
+    serve.add_argument("--router", default=DEFAULT_ROUTER, help="router model name")
+    serve.add_argument(
+        "--metrics",
+        required=True,
+        metavar="URL",
+        help="Triton's metrics URL (http://host:8002/metrics) or Prometheus' base URL",
+    )
+    serve.add_argument(
+        "--metrics-type",
+        choices=["triton", "prometheus"],
+        default="triton",
+        help="what --metrics is",
+    )
+    serve.add_argument("--query", help="PromQL for the queue depth (prometheus)")
+    serve.add_argument("--duration", help="stop after this many seconds (default: run until ^C)")
+    serve.set_defaults(handler=serve_command)
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Run the live loop until --duration passes or the user interrupts."""
+    # Deliberately lazy: the gRPC and HTTP metrics clients take a while to load; the other
+    # commands never need them.
+    from compass.dataplane.live import LiveLoop
+    from compass.dataplane.metrics import source_for
+    from compass.dataplane.triton import RoutingError, TritonRouter
+
+    spec = load_policy(Path(args.policy))
+    duration = (
+        parse_number("--duration", args.duration, "60", low=0, inclusive=False)
+        if args.duration
+        else None
+    )
+    policy = spec.elastico()
+    loop = LiveLoop(
+        policy,
+        source_for(args.metrics_type, args.metrics, args.router, args.query),
+        TritonRouter(args.triton, model=args.router),
+    )
+    started = time.monotonic()
+    try:
+        state = loop.initial_state(started)
+    except RoutingError as error:
+        print(f"compass serve: error: {error}", file=sys.stderr)
+        return 1
+    print(f"compass serve: starting on {state.active or 'an unknown configuration'}")
+    last_problem: str | None = None
+    try:
+        while duration is None or time.monotonic() - started < duration:
+            tick = time.monotonic()
+            result = loop.step(state, tick)
+            state = result.state
+            if result.switch is not None:
+                depth = result.observation.queue_depth if result.observation else float("nan")
+                print(
+                    f"{tick - started:7.1f}s switched to {result.decision.target} "
+                    f"(queue {depth:g}; {result.decision.reason}; reload "
+                    f"{result.switch.seconds * 1000:.0f} ms)",
+                    flush=True,
+                )
+            if result.problem != last_problem:
+                # Problems are reported when they start and when they end, not every tick.
+                message = result.problem or "recovered"
+                print(f"{tick - started:7.1f}s {message}", flush=True)
+                last_problem = result.problem
+            time.sleep(max(0.0, spec.interval_seconds - (time.monotonic() - tick)))
+    except KeyboardInterrupt:
+        pass
+    print(f"compass serve: stopped on {state.active} after {state.switches} switches")
+    return 0

@@ -1,0 +1,140 @@
+"""`compass simulate`: a policy and the static baselines served one seeded load, compared."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from compass.commands.common import (
+    add_pattern_arguments,
+    check_output,
+    load_policy,
+    pattern_from_args,
+    plan_error,
+    write_text,
+)
+from compass.domain.planner import PlanError
+from compass.domain.simulator import RunReport, Scenario, compare, make_scenario
+
+DEFAULT_TIMELINE = "compass-timeline.json"
+
+
+def register(commands: Any) -> None:
+    """Add `compass simulate` to the `compass` parser."""
+    simulate = commands.add_parser(
+        "simulate",
+        help="run a policy and the static baselines through the serving simulator",
+        description="Serve one seeded load (FIFO, one server: the paper's M/G/1) with the "
+        "policy and with the fastest, middle and most accurate front members held static, on "
+        "the same arrivals and service-time draws, and compare them.",
+    )
+    simulate.add_argument(
+        "--policy", required=True, metavar="POLICY.yaml", help="`compass plan` output"
+    )
+    add_pattern_arguments(simulate)
+    simulate.add_argument(
+        "--timeline",
+        default=DEFAULT_TIMELINE,
+        metavar="TIMELINE.json",
+        help=f"where the policy's timeline goes (default {DEFAULT_TIMELINE})",
+    )
+    simulate.add_argument("--plot", metavar="OUT.png", help="draw the front and the timeline")
+    simulate.set_defaults(handler=simulate_command)
+
+
+def comparison_table(reports: Mapping[str, RunReport]) -> str:
+    """One row per policy: compliance, accuracy, latency percentiles, switches, time shares."""
+    names = next(iter(reports.values())).names
+    lines = [
+        f"{'policy':<9} {'compliance':>10} {'accuracy':>9} {'p50 ms':>8} {'p95 ms':>8} "
+        f"{'p99 ms':>8} {'switches':>8}  time in each configuration (s, by #)"
+    ]
+    for label, report in reports.items():
+        shares = " ".join(
+            f"#{i}:{seconds:.0f}" for i, seconds in enumerate(report.time_in_config_s) if seconds
+        )
+        lines.append(
+            f"{label:<9} {report.compliance:>9.1f}% {report.mean_accuracy:>9.4f} "
+            f"{report.latency_percentile(50):>8.0f} {report.latency_percentile(95):>8.0f} "
+            f"{report.latency_percentile(99):>8.0f} {report.switches:>8}  {shares}"
+        )
+    legend = "  ".join(f"#{i} {name}" for i, name in enumerate(names))
+    return "\n".join([*lines, f"configurations: {legend}"])
+
+
+def timeline_document(
+    reports: Mapping[str, RunReport], scenario: Scenario, label: str = "policy"
+) -> dict[str, Any]:
+    """The policy's run as plain data: every decision tick, every request, every switch."""
+    report = reports[label]
+    names = report.names
+    return {
+        "pattern": scenario.pattern.kind.value,
+        "seed": scenario.seed,
+        "slo_ms": report.slo_ms,
+        "configurations": list(names),
+        "summary": {name: r.summary() for name, r in reports.items()},
+        "ticks": [
+            {
+                "time_s": t.time_s,
+                "offered_qps": t.offered_qps,
+                "observed_qps": t.observed_qps,
+                "queue_depth": t.queue_depth,
+                "active": names[t.active],
+                "switched": t.switched,
+            }
+            for t in report.ticks
+        ],
+        "switches": [{"time_s": time, "reason": reason} for time, reason in report.reasons],
+        "requests": [
+            {
+                "arrival_s": round(float(a), 6),
+                "start_s": round(float(s), 6),
+                "latency_ms": round(float(latency), 3),
+                "configuration": names[int(c)],
+            }
+            for a, s, latency, c in zip(
+                report.arrivals_s, report.starts_s, report.latencies_ms, report.configs, strict=True
+            )
+        ],
+    }
+
+
+def simulate_command(args: argparse.Namespace) -> int:
+    """`compass simulate`: the policy against the static baselines on one seeded load."""
+    policy_path = Path(str(args.policy))
+    timeline = Path(str(args.timeline))
+    check_output("--timeline", timeline)
+    plot = None if args.plot is None else Path(str(args.plot))
+    if plot is not None:
+        check_output("--plot", plot)
+    pattern, seed = pattern_from_args(args)
+    spec = load_policy(policy_path)
+    try:
+        policy = spec.elastico()
+    except PlanError as exc:
+        raise plan_error(exc, f"--policy {policy_path}") from None
+    front = [t.profile for t in policy.plan.thresholds]
+    scenario = make_scenario(pattern, seed)
+    reports = compare(
+        {"policy": policy}, front, scenario, spec.slo.latency_ms, spec.interval_seconds
+    )
+    print(
+        f"compass simulate: {pattern.kind.value}, base {pattern.base_qps:g} QPS for "
+        f"{pattern.duration_s:g} s (peak {pattern.peak_qps:.2f}), seed {seed}: "
+        f"{scenario.requests} requests, the same arrivals for every policy; SLO "
+        f"{spec.slo.latency_ms:g} ms, model {spec.threshold_model.value}"
+    )
+    print(comparison_table(reports))
+    write_text(timeline, json.dumps(timeline_document(reports, scenario), indent=1) + "\n")
+    print(f"timeline: {timeline}")
+    if plot is not None:
+        # Deliberately lazy: matplotlib takes most of a second to load, and only --plot needs it.
+        from compass.lab import plots
+
+        plots.save_simulation_figure(plot, policy.plan, reports, scenario)
+        print(f"plot: {plot}")
+    return 0

@@ -1,0 +1,49 @@
+"""The one place a description of where scores come from becomes an Evaluator.
+
+`compass search` describes it with --replay, --command or --triton; the operator's search Job
+with the CompoundWorkflow's spec.evaluation.evaluator. Both check their own input (they know
+its field names) and then build the evaluator here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from compass.domain.evaluation import Evaluator
+from compass.evaluators.command import CommandEvaluator
+from compass.evaluators.ledger import Ledger, ReplayEvaluator
+
+
+@dataclass(frozen=True)
+class ScoreSource:
+    """Where a search's scores come from: exactly one of a replay ledger, a command or Triton."""
+
+    replay: Ledger | None = None
+    command: Sequence[str] | None = None
+    # host:port of Triton's gRPC endpoint; requests go to router_model there (None: the
+    # router client's default model name).
+    triton: str | None = None
+    router_model: str | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse a description that names no source, or more than one."""
+        given = [self.replay is not None, self.command is not None, self.triton is not None]
+        if given.count(True) != 1:
+            raise ValueError("give exactly one score source: a replay ledger, a command or Triton")
+
+
+def make_evaluator(source: ScoreSource) -> Evaluator:
+    """The evaluator that scores samples from this source."""
+    if source.replay is not None:
+        return ReplayEvaluator(source.replay)
+    if source.command is not None:
+        return CommandEvaluator(source.command)
+    assert source.triton is not None  # __post_init__ guarantees one source
+    # Deliberately lazy: tritonclient's gRPC stack is loaded only for a search that scores
+    # through Triton, so replay and command searches (and every other command) start without it.
+    from compass.dataplane.triton import DEFAULT_ROUTER, TritonRouter
+    from compass.evaluators.triton import TritonEvaluator
+
+    model = DEFAULT_ROUTER if source.router_model is None else source.router_model
+    return TritonEvaluator(TritonRouter(source.triton, model=model))
