@@ -28,7 +28,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from compass.api.meta import GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
-from compass.api.paretopolicy import ConditionType
 from compass.controllers import policy as ps
 from compass.controllers.runtime import Runtime, runtime_of
 from compass.dataplane.live import LiveLoop
@@ -288,8 +287,7 @@ def _publish(
         index = None if state.active is None else compiled.plan.index(state.active)
         if index is not None:
             gauges.active_index.labels(namespace, name).set(index)
-    ready = ps.condition(conditions, ConditionType.READY).get("status") == "True"
-    gauges.ready.labels(namespace, name).set(1 if ready else 0)
+    gauges.ready.labels(namespace, name).set(1 if ps.is_ready(conditions) else 0)
     written = memory.written if memory.written is not None else dict(body.get("status") or {})
     changes = ps.status_patch(written, status, now, memory.last_write)
     if changes:
