@@ -412,7 +412,7 @@ def test_failing_job_is_retried_then_reported(
     assert message.startswith("search Job broken-search-g1 failed after ")
     # The pod's own last line: what went wrong, in the words of the program that failed.
     assert message.endswith(
-        "exited 1: compass job search: NotFoundException: 404 Not Found: configmaps "
+        "exited 1: compass job search: NotFoundError: 404 Not Found: configmaps "
         '"no-such-ledger" not found'
     ), message
 

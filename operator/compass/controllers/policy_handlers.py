@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
-import urllib3
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from compass.api.meta import GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
+from compass.controllers import kubeapi
 from compass.controllers import policy as ps
 from compass.controllers.runtime import Runtime, runtime_of
 from compass.dataplane.live import LiveLoop
@@ -309,26 +308,22 @@ def _write_status(
     status patch is rejected, and the policy would silently stop being controlled.
     """
     namespace, name = _names(body)
+    custom = client.CustomObjectsApi(runtime.api())
     try:
-        client.CustomObjectsApi(runtime.api()).patch_namespaced_custom_object_status(
+        written = kubeapi.patch_status(
+            custom.patch_namespaced_custom_object_status,
             GROUP,
             VERSION,
             namespace,
             POLICY_PLURAL,
             name,
-            {"status": changes},
-            _content_type="application/merge-patch+json",
+            body={"status": changes},
         )
-    except ApiException as error:
-        if error.status != 404:  # 404: deleted meanwhile, nothing to report
-            logger.warning(f"status not written (HTTP {error.status}): {error.body or error}")
-            runtime.metrics.errors.labels(POLICY_KIND, "StatusWriteFailed").inc()
-        return False
-    except (urllib3.exceptions.HTTPError, OSError) as error:
-        logger.warning(f"status not written: {error}")
+    except kubeapi.ERRORS as error:
+        logger.warning(f"status not written: {kubeapi.describe(error)}")
         runtime.metrics.errors.labels(POLICY_KIND, "StatusWriteFailed").inc()
         return False
-    return True
+    return written  # False: deleted meanwhile, nothing to report
 
 
 def _connections(memory: PolicyMemory, compiled: ps.CompiledPolicy) -> Connections:
