@@ -1,8 +1,8 @@
 """The CompoundWorkflow controller against a real API server, with the operator running in-process.
 
-kopf runs compass/handlers/workflow.py (kopf.testing.KopfRunner, one namespace, a fresh handler
-registry per run: stopping the runner and starting another is an operator restart with nothing
-kept in memory). The node helper runs the Jobs' pods as local processes (`compass job ...` from
+kopf runs compass/controllers/workflow_handlers.py (kopf.testing.KopfRunner, one namespace, a
+fresh handler registry per run: stopping the runner and starting another is an operator restart
+with nothing kept in memory). The node helper runs the Jobs' pods as local processes (`compass job ...` from
 the venv); the profiling Job measures a real tritonserver serving rag-sim at time_scale 0.1.
 
 Each test is one story: the happy path to a ParetoPolicy (then SLO changes re-planned without
@@ -48,7 +48,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 _compass = importlib.util.find_spec("compass")
 assert _compass is not None
 assert _compass.origin is not None
-HANDLERS = Path(_compass.origin).parent / "handlers" / "workflow.py"
+HANDLERS = Path(_compass.origin).parent / "controllers" / "workflow_handlers.py"
 POLL_S = "0.5"
 SAMPLES = 100  # the replayed dataset
 # A 16-configuration corner of the paper's RAG grid (accuracies 0.61-0.86).
@@ -412,7 +412,7 @@ def test_failing_job_is_retried_then_reported(
     assert message.startswith("search Job broken-search-g1 failed after ")
     # The pod's own last line: what went wrong, in the words of the program that failed.
     assert message.endswith(
-        "exited 1: compass job search: NotFoundException: 404 Not Found: configmaps "
+        "exited 1: compass job search: NotFoundError: 404 Not Found: configmaps "
         '"no-such-ledger" not found'
     ), message
 

@@ -264,6 +264,13 @@ def test_unreachable_triton_keeps_the_metrics_condition_it_could_not_check() -> 
     assert after["MetricsAvailable"] == by_type(before)["MetricsAvailable"]
 
 
+def test_a_condition_of_another_type_is_kept_and_sorted_last() -> None:
+    foreign = {"type": "Audited", "status": "True", "reason": "ByHand", "lastTransitionTime": ISO}
+    merged = conditions_of(ps.Health(metrics_read=True, active=FAST_NAME), [foreign])
+    assert [c["type"] for c in merged] == [*(t.value for t in ConditionType), "Audited"]
+    assert {k: v for k, v in merged[-1].items() if v not in ("", None)} == foreign
+
+
 def test_paused_and_invalid_spec_conditions() -> None:
     paused = by_type(conditions_of(ps.Health(metrics_read=True, paused=True, active=FAST_NAME)))
     assert (paused["Paused"]["status"], paused["Ready"]["reason"]) == ("True", "Paused")

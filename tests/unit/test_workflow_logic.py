@@ -42,8 +42,8 @@ from compass.controllers.workflow import (
     job_view,
     pod_failure_message,
     seed_state,
-    set_condition,
     validate_spec,
+    workflow_condition,
 )
 
 NOW = "2026-01-01T00:00:00Z"
@@ -196,19 +196,22 @@ def test_state_config_map_holds_the_frozen_spec_and_the_seed() -> None:
 # ---------------------------------------------------------------------------- conditions and status
 
 
-def test_transition_time_moves_only_when_the_status_changes() -> None:
-    first = set_condition([], "PolicyReady", "False", "Planning", "a", 1, NOW)
-    same = set_condition(first, "PolicyReady", "False", "Other", "b", 2, LATER)
-    flipped = set_condition(same, "PolicyReady", "True", "PolicyReady", "c", 2, LATER)
-    assert same[0].last_transition_time == NOW
-    assert same[0].observed_generation == 2
-    assert flipped[0].last_transition_time == LATER
-    assert len(flipped) == 1
-
-
-def test_condition_messages_are_one_line() -> None:
-    [condition] = set_condition([], "X", "False", "R", "two\nlines   here", 1, NOW)
+def test_workflow_conditions_carry_the_generation_and_one_line() -> None:
+    condition = workflow_condition("X", "False", "R", "two\nlines   here", 3)
     assert condition.message == "two lines here"
+    assert condition.observed_generation == 3
+
+
+def test_a_step_keeps_the_transition_time_of_an_unchanged_status() -> None:
+    planning = _observe(Phase.PLANNING, {})
+    first, _ = reconcile.policy_blocked(planning, "PolicyCrdMissing", "a", NOW)
+    again, _ = reconcile.policy_blocked(
+        replace(planning, status=first), "PolicyConflict", "b", LATER
+    )
+    ready = reconcile.condition(again, "PolicyReady")
+    assert ready is not None
+    assert (ready.reason, ready.last_transition_time) == ("PolicyConflict", NOW)
+    assert [c.type for c in again.conditions] == ["PolicyReady"]
 
 
 def test_invalid_status_is_failed_with_the_reason() -> None:

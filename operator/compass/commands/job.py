@@ -50,27 +50,30 @@ _MESSAGE_CHARS = 600
 
 
 class StateStore:
-    """The state ConfigMap, read and patched through the Kubernetes API."""
+    """The state ConfigMap, read and patched through compass.controllers.kubeapi (so with its
+    request timeout: a pod must fail, and be retried, rather than hang on a lost API server)."""
 
     def __init__(self, name: str, namespace: str) -> None:
-        from kubernetes import client, config
+        # Imported here: the other `compass` commands need no Kubernetes client.
+        from kubernetes import client
 
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
-        self.api = client.CoreV1Api()
+        from compass.controllers import kubeapi
+
+        self._kubeapi = kubeapi  # the module, imported lazily above
+        self.api = client.CoreV1Api(kubeapi.load_client())
         self.name = name
         self.namespace = namespace
 
     def read(self) -> dict[str, str]:
         """The ConfigMap's data."""
-        found = self.api.read_namespaced_config_map(self.name, self.namespace)
-        return dict(found.data or {})
+        found = self._kubeapi.call(self.api.read_namespaced_config_map, self.name, self.namespace)
+        return dict(found.get("data") or {})
 
     def write(self, data: dict[str, str]) -> None:
         """Patch these keys."""
-        self.api.patch_namespaced_config_map(self.name, self.namespace, {"data": data})
+        self._kubeapi.call(
+            self.api.patch_namespaced_config_map, self.name, self.namespace, {"data": data}
+        )
 
 
 def best_accuracy(checkpoint: CheckpointLedger, min_samples: int) -> float | None:

@@ -89,7 +89,8 @@ def missing_peering_objects(
     """Where the peering object is missing: [""] cluster-wide, else the namespaces. Listed by
     name (list is what kopf needs anyway, get is not granted). PeeringError without the CRD."""
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
+
+    from compass.controllers import kubeapi
 
     kind, plural = peering_kind(clusterwide)
     custom: Any = client.CustomObjectsApi(api)
@@ -98,20 +99,25 @@ def missing_peering_objects(
     for namespace in [""] if clusterwide else namespaces:
         try:
             if clusterwide:
-                found = custom.list_cluster_custom_object(
-                    PEERING_GROUP, PEERING_VERSION, plural, field_selector=selector
+                found = kubeapi.list_items(
+                    custom.list_cluster_custom_object,
+                    PEERING_GROUP,
+                    PEERING_VERSION,
+                    plural,
+                    field_selector=selector,
                 )
             else:
-                found = custom.list_namespaced_custom_object(
-                    PEERING_GROUP, PEERING_VERSION, namespace, plural, field_selector=selector
+                found = kubeapi.list_items(
+                    custom.list_namespaced_custom_object,
+                    PEERING_GROUP,
+                    PEERING_VERSION,
+                    namespace,
+                    plural,
+                    field_selector=selector,
                 )
-        except ApiException as error:
-            if error.status == 404:
-                raise PeeringError(
-                    f"the {kind} CRD ({plural}.{PEERING_GROUP}) is missing"
-                ) from error
-            raise
-        if not found.get("items"):
+        except kubeapi.NotFoundError as error:
+            raise PeeringError(f"the {kind} CRD ({plural}.{PEERING_GROUP}) is missing") from error
+        if not found:
             missing.append(namespace)
     return missing
 
@@ -147,18 +153,15 @@ def served_resources(api: Any) -> set[str] | None:
     """The plural names the API server serves in compass.io/v1alpha1 (discovery, which every
     authenticated client may read); None when the group/version is not served at all."""
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
     from compass.api.meta import GROUP, VERSION
+    from compass.controllers import kubeapi
 
     custom: Any = client.CustomObjectsApi(api)
-    try:
-        found = custom.get_api_resources(GROUP, VERSION)
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-    return {str(r.name) for r in found.resources or [] if "/" not in r.name}
+    found = kubeapi.read(custom.get_api_resources, GROUP, VERSION)
+    if found is None:
+        return None
+    return {str(r["name"]) for r in found.get("resources") or [] if "/" not in r["name"]}
 
 
 def missing_crds_message(missing: list[str]) -> str:

@@ -24,7 +24,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from compass.api.conditions import Condition
+from compass.api.conditions import (
+    Condition,
+    find_condition,
+    parse_conditions,
+    set_conditions,
+)
 from compass.api.paretopolicy import (
     ActiveConfiguration,
     ConditionType,
@@ -302,29 +307,25 @@ def merge_conditions(
     now_iso: str,
     generation: int | None,
 ) -> list[dict[str, Any]]:
-    """The new condition list: updated ones replace theirs (keeping lastTransitionTime while
-    their status is unchanged), the others stay as they were."""
-    by_type = {c.get("type"): dict(c) for c in previous}
-    for update in updates:
-        old = by_type.get(update.type)
-        kept = old.get("lastTransitionTime") if old and old.get("status") == update.status else None
-        transition = kept or now_iso
-        by_type[update.type] = update.model_copy(
-            update={"last_transition_time": transition, "observed_generation": generation}
-        ).model_dump(by_alias=True, mode="json")
+    """The new condition list (camelCase): updated ones replace theirs (keeping
+    lastTransitionTime while their status is unchanged), the others stay as they were; in
+    ConditionType order, unknown types last."""
+    stamped = [u.model_copy(update={"observed_generation": generation}) for u in updates]
+    merged = set_conditions(parse_conditions(previous), stamped, now_iso)
     order = [t.value for t in ConditionType]
-    return sorted(
-        by_type.values(),
-        key=lambda c: (
-            order.index(c["type"]) if c.get("type") in order else len(order),
-            str(c.get("type")),
-        ),
-    )
+    merged.sort(key=lambda c: (order.index(c.type) if c.type in order else len(order), c.type))
+    return [c.model_dump(by_alias=True, mode="json") for c in merged]
 
 
-def condition(conditions: Sequence[Mapping[str, Any]], kind: ConditionType) -> Mapping[str, Any]:
-    """The condition of this type, or an empty mapping."""
-    return next((c for c in conditions if c.get("type") == kind.value), {})
+def condition(conditions: Sequence[Mapping[str, Any]], kind: ConditionType) -> Condition | None:
+    """The condition of this type in a status's (camelCase) list, if set."""
+    return find_condition(parse_conditions(conditions), kind.value)
+
+
+def is_ready(conditions: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the condition Ready is True (the policy is in control of the routing)."""
+    ready = condition(conditions, ConditionType.READY)
+    return ready is not None and ready.status == "True"
 
 
 @dataclass(frozen=True)
@@ -351,20 +352,23 @@ def transition_events(
     """Events for conditions that changed: metrics lost or restored, Triton unreachable or
     reachable again, a switch failing; nothing while a state persists."""
     events = []
-    old_metrics = condition(previous, ConditionType.METRICS_AVAILABLE).get("status")
+    old_metrics = condition(previous, ConditionType.METRICS_AVAILABLE)
     new_metrics = condition(current, ConditionType.METRICS_AVAILABLE)
-    if new_metrics.get("status") == "False" and old_metrics != "False":
-        events.append(Event("Warning", "MetricsLost", str(new_metrics.get("message", ""))))
-    elif new_metrics.get("status") == "True" and old_metrics == "False":
-        events.append(Event("Normal", "MetricsRestored", str(new_metrics.get("message", ""))))
+    old_metrics_status = None if old_metrics is None else old_metrics.status
+    if new_metrics is not None:
+        if new_metrics.status == "False" and old_metrics_status != "False":
+            events.append(Event("Warning", "MetricsLost", new_metrics.message))
+        elif new_metrics.status == "True" and old_metrics_status == "False":
+            events.append(Event("Normal", "MetricsRestored", new_metrics.message))
     old_ready = condition(previous, ConditionType.READY)
     new_ready = condition(current, ConditionType.READY)
-    old_reason, new_reason = old_ready.get("reason"), new_ready.get("reason")
+    old_reason = None if old_ready is None else old_ready.reason
     loud = ("TritonUnreachable", "SwitchFailed", "InvalidSpec")
-    if new_reason in loud and new_reason != old_reason:
-        events.append(Event("Warning", str(new_reason), str(new_ready.get("message", ""))))
-    elif old_reason == "TritonUnreachable" and new_ready.get("status") == "True":
-        events.append(Event("Normal", "TritonReachable", str(new_ready.get("message", ""))))
+    if new_ready is not None:
+        if new_ready.reason in loud and new_ready.reason != old_reason:
+            events.append(Event("Warning", new_ready.reason, new_ready.message))
+        elif old_reason == "TritonUnreachable" and new_ready.status == "True":
+            events.append(Event("Normal", "TritonReachable", new_ready.message))
     return events
 
 

@@ -23,12 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import kopf
-import urllib3
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from compass.api.meta import GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
-from compass.api.paretopolicy import ConditionType
+from compass.controllers import kubeapi
 from compass.controllers import policy as ps
 from compass.controllers.runtime import Runtime, runtime_of
 from compass.dataplane.live import LiveLoop
@@ -288,8 +286,7 @@ def _publish(
         index = None if state.active is None else compiled.plan.index(state.active)
         if index is not None:
             gauges.active_index.labels(namespace, name).set(index)
-    ready = ps.condition(conditions, ConditionType.READY).get("status") == "True"
-    gauges.ready.labels(namespace, name).set(1 if ready else 0)
+    gauges.ready.labels(namespace, name).set(1 if ps.is_ready(conditions) else 0)
     written = memory.written if memory.written is not None else dict(body.get("status") or {})
     changes = ps.status_patch(written, status, now, memory.last_write)
     if changes:
@@ -311,26 +308,22 @@ def _write_status(
     status patch is rejected, and the policy would silently stop being controlled.
     """
     namespace, name = _names(body)
+    custom = client.CustomObjectsApi(runtime.api())
     try:
-        client.CustomObjectsApi(runtime.api()).patch_namespaced_custom_object_status(
+        written = kubeapi.patch_status(
+            custom.patch_namespaced_custom_object_status,
             GROUP,
             VERSION,
             namespace,
             POLICY_PLURAL,
             name,
-            {"status": changes},
-            _content_type="application/merge-patch+json",
+            body={"status": changes},
         )
-    except ApiException as error:
-        if error.status != 404:  # 404: deleted meanwhile, nothing to report
-            logger.warning(f"status not written (HTTP {error.status}): {error.body or error}")
-            runtime.metrics.errors.labels(POLICY_KIND, "StatusWriteFailed").inc()
-        return False
-    except (urllib3.exceptions.HTTPError, OSError) as error:
-        logger.warning(f"status not written: {error}")
+    except kubeapi.ERRORS as error:
+        logger.warning(f"status not written: {kubeapi.describe(error)}")
         runtime.metrics.errors.labels(POLICY_KIND, "StatusWriteFailed").inc()
         return False
-    return True
+    return written  # False: deleted meanwhile, nothing to report
 
 
 def _connections(memory: PolicyMemory, compiled: ps.CompiledPolicy) -> Connections:

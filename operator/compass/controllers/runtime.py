@@ -6,15 +6,15 @@ it, so every handler sees the same one. Under a bare `kopf run`, a startup handl
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from compass.controllers import kubeapi
 from compass.controllers.settings import OperatorSettings
 
 RUNTIME_KEY = "compass_runtime"
@@ -82,19 +82,10 @@ class Runtime:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def api(self) -> client.ApiClient:
-        """A Kubernetes client for the handlers' own writes: the pod's service account, else
-        $KUBECONFIG as it is now (not when the kubernetes package was imported)."""
+        """The process's Kubernetes client (compass.controllers.kubeapi loads it on first use)."""
         with self._lock:
             if self._api is None:
-                configuration = client.Configuration()
-                try:
-                    config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-                except config.ConfigException:
-                    config.load_kube_config(  # type: ignore[no-untyped-call]
-                        config_file=os.environ.get("KUBECONFIG"),
-                        client_configuration=configuration,
-                    )
-                self._api = client.ApiClient(configuration)
+                self._api = kubeapi.load_client()
             return self._api
 
 

@@ -32,7 +32,12 @@ from compass.api.compoundworkflow import (
     EvaluatorType,
     Phase,
 )
-from compass.api.conditions import Condition
+from compass.api.conditions import (
+    Condition,
+    find_condition,
+    set_condition,
+    set_conditions,
+)
 from compass.api.paretopolicy import MetricsSource, MetricsSourceType, RoutingTarget, spec_for_plan
 from compass.controllers.builders import (
     LEDGER_KEY,
@@ -217,32 +222,22 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:_MESSAGE_CHARS]
 
 
-def set_condition(
-    conditions: Sequence[Condition],
-    type_: str,
-    status: str,
-    reason: str,
-    message: str,
-    generation: int,
-    now: str,
-) -> list[Condition]:
-    """The conditions with one set; its transition time moves only when its status changes."""
-    old = next((c for c in conditions if c.type == type_), None)
-    changed = old is None or old.status != status
-    new = Condition(
+def workflow_condition(
+    type_: str, status: str, reason: str, message: str, generation: int
+) -> Condition:
+    """A condition of this generation, its message made one line."""
+    return Condition(
         type=type_,
         status=status,
         reason=reason,
         message=_one_line(message),
-        last_transition_time=now if changed or old is None else old.last_transition_time,
         observed_generation=generation,
     )
-    return [new if c.type == type_ else c for c in conditions] + ([new] if old is None else [])
 
 
 def condition(status: CompoundWorkflowStatus, type_: str) -> Condition | None:
     """The condition of this type, if set."""
-    return next((c for c in status.conditions if c.type == type_), None)
+    return find_condition(status.conditions, type_)
 
 
 @dataclass(frozen=True)
@@ -261,7 +256,8 @@ def invalid_status(
     previous: CompoundWorkflowStatus, generation: int, error: InvalidSpecError, now: str
 ) -> CompoundWorkflowStatus:
     """Failed, with SpecValid False naming the field and the fix."""
-    conditions = set_condition([], SPEC_VALID, "False", "InvalidSpec", str(error), generation, now)
+    invalid = workflow_condition(SPEC_VALID, "False", "InvalidSpec", str(error), generation)
+    conditions = set_condition([], invalid, now)
     return previous.model_copy(
         update={
             "phase": Phase.FAILED,
@@ -288,14 +284,9 @@ def start_status(
     Job runs, or, when the result was carried over, the timer moves on at its first tick.
     """
     origin = seed_origin(state)
+    valid = f"{space.size} configurations in the space"
     conditions = set_condition(
-        [],
-        SPEC_VALID,
-        "True",
-        "Valid",
-        f"{space.size} configurations in the space",
-        generation,
-        now,
+        [], workflow_condition(SPEC_VALID, "True", "Valid", valid, generation), now
     )
     counts = _counts(state)
     update: dict[str, Any] = {
@@ -309,10 +300,14 @@ def start_status(
             f"generation {generation}: only the SLO changed; re-planning the profiles of "
             f"generation {origin['profiles']}"
         )
-        conditions = set_condition(
-            conditions, SEARCH_SUCCEEDED, "True", "Reused", message, generation, now
+        conditions = set_conditions(
+            conditions,
+            [
+                workflow_condition(SEARCH_SUCCEEDED, "True", "Reused", message, generation),
+                workflow_condition(PROFILED, "True", "Reused", message, generation),
+            ],
+            now,
         )
-        conditions = set_condition(conditions, PROFILED, "True", "Reused", message, generation, now)
         status = previous.model_copy(
             update={**update, "phase": Phase.PLANNING, "search_job": None, "conditions": conditions}
         )
@@ -335,9 +330,8 @@ def start_status(
             )
         )
         search_job = search_name(workflow, generation)
-    conditions = set_condition(
-        conditions, SEARCH_SUCCEEDED, "Unknown", "Searching", message, generation, now
-    )
+    searching = workflow_condition(SEARCH_SUCCEEDED, "Unknown", "Searching", message, generation)
+    conditions = set_condition(conditions, searching, now)
     status = previous.model_copy(
         update={
             **update,
@@ -619,9 +613,8 @@ def _update(
     **fields: Any,
 ) -> CompoundWorkflowStatus:
     """The status with these fields and conditions (type, status, reason, message) set."""
-    current = list(observation.status.conditions)
-    for type_, value, reason, message in conditions:
-        current = set_condition(current, type_, value, reason, message, observation.generation, now)
+    updates = [workflow_condition(*c, observation.generation) for c in conditions]
+    current = set_conditions(observation.status.conditions, updates, now)
     return observation.status.model_copy(update={**fields, "conditions": current})
 
 

@@ -17,20 +17,17 @@ its Event, happens once.
 
 from __future__ import annotations
 
-import functools
-import json
-import os
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec, CompoundWorkflowStatus, Phase
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_KIND, WORKFLOW_PLURAL
 from compass.api.schema import without_empty_strings
+from compass.controllers import kubeapi
 from compass.controllers import workflow as reconcile
 from compass.controllers.builders import (
     GENERATION_LABEL,
@@ -69,96 +66,34 @@ def configure_workflows(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: A
     runtime_of(memo)
 
 
-@functools.cache
-def _api() -> client.ApiClient:
-    """The handlers' API client: in a pod its service account, else $KUBECONFIG as set now."""
-    configuration = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
-        )
-    return client.ApiClient(configuration)
-
-
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _data(response: Any) -> Any:
-    return json.loads(response.data)
-
-
-def _read(call: Callable[..., Any], *args: Any) -> Any:
-    """The object as JSON, or None if it does not exist."""
-    try:
-        return _data(call(*args, _preload_content=False))
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-
-
-class _OwnedByAnotherError(Exception):
-    """An object with our name exists and belongs to something else (e.g. a deleted workflow)."""
-
-
-def _create(
-    create: Callable[..., Any],
-    read: Callable[..., Any],
-    namespace: str,
-    body: Mapping[str, Any],
-    uid: str,
-) -> None:
-    """Create, or accept an existing object of that name if the same workflow owns it."""
-    try:
-        create(namespace, body, _preload_content=False)
-    except ApiException as error:
-        if error.status != 409:
-            raise
-        existing = _read(read, body["metadata"]["name"], namespace)
-        if existing is not None and _owner_uid(existing) not in (None, uid):
-            raise _OwnedByAnotherError(
-                f"{body['kind']} {body['metadata']['name']} belongs to an earlier workflow of "
-                f"this name; waiting for the garbage collector to delete it"
-            ) from None
-
-
-def _owner_uid(obj: Mapping[str, Any]) -> str | None:
-    for reference in obj.get("metadata", {}).get("ownerReferences") or []:
-        if reference.get("controller"):
-            return str(reference["uid"])
-    return None
-
-
 def _write_status(
-    namespace: str, name: str, resource_version: str, status: CompoundWorkflowStatus
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    resource_version: str,
+    status: CompoundWorkflowStatus,
 ) -> bool:
-    """Merge-patch the status if the workflow is unchanged since resource_version; False if not."""
+    """Merge-patch the status if the workflow is unchanged since resource_version; False if not
+    (changed meanwhile, or deleted: decide again)."""
     wire = without_empty_strings(status.model_dump(mode="json", by_alias=True))
-    body = {"metadata": {"resourceVersion": resource_version}, "status": wire}
-    try:
-        client.CustomObjectsApi(_api()).patch_namespaced_custom_object_status(
-            GROUP,
-            VERSION,
-            namespace,
-            WORKFLOW_PLURAL,
-            name,
-            body,
-            _content_type="application/merge-patch+json",
-            _preload_content=False,
-        )
-    except ApiException as error:
-        if error.status in (404, 409):  # changed meanwhile (or deleted): decide again
-            return False
-        raise
-    return True
+    return kubeapi.patch_status(
+        client.CustomObjectsApi(api).patch_namespaced_custom_object_status,
+        GROUP,
+        VERSION,
+        namespace,
+        WORKFLOW_PLURAL,
+        name,
+        body={"metadata": {"resourceVersion": resource_version}, "status": wire},
+    )
 
 
-def _read_workflow(namespace: str, name: str) -> dict[str, Any] | None:
-    found: dict[str, Any] | None = _read(
-        client.CustomObjectsApi(_api()).get_namespaced_custom_object,
+def _read_workflow(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = kubeapi.read(
+        client.CustomObjectsApi(api).get_namespaced_custom_object,
         GROUP,
         VERSION,
         namespace,
@@ -187,7 +122,7 @@ def _post(body: Mapping[str, Any], event: reconcile.Event | None) -> None:
 
 
 def _owned(items: list[dict[str, Any]], uid: str) -> list[dict[str, Any]]:
-    return [item for item in items if _owner_uid(item) == uid]
+    return [item for item in items if kubeapi.controller_uid(item) == uid]
 
 
 def _generation_of(obj: Mapping[str, Any]) -> int:
@@ -197,51 +132,50 @@ def _generation_of(obj: Mapping[str, Any]) -> int:
         return 0
 
 
-def _supersede(namespace: str, name: str, uid: str, generation: int) -> None:
+def _jobs(api: client.ApiClient, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
+    """This workflow's Jobs, of every generation."""
+    jobs = kubeapi.list_items(
+        client.BatchV1Api(api).list_namespaced_job,
+        namespace,
+        label_selector=f"{WORKFLOW_LABEL}={name}",
+    )
+    return _owned(jobs, uid)
+
+
+def _supersede(api: client.ApiClient, namespace: str, name: str, uid: str, generation: int) -> None:
     """Delete this workflow's Jobs of other generations (their pods with them)."""
-    batch = client.BatchV1Api(_api())
-    jobs = _data(
-        batch.list_namespaced_job(
-            namespace, label_selector=f"{WORKFLOW_LABEL}={name}", _preload_content=False
-        )
-    )["items"]
-    for job in _owned(jobs, uid):
+    batch = client.BatchV1Api(api)
+    for job in _jobs(api, namespace, name, uid):
         if _generation_of(job) != generation and not job["metadata"].get("deletionTimestamp"):
-            try:
-                batch.delete_namespaced_job(
-                    job["metadata"]["name"],
-                    namespace,
-                    propagation_policy="Background",
-                    _preload_content=False,
-                )
-            except ApiException as error:
-                if error.status != 404:
-                    raise
+            kubeapi.delete(
+                batch.delete_namespaced_job,
+                job["metadata"]["name"],
+                namespace,
+                propagation_policy="Background",
+            )
 
 
-def _ensure_rbac(namespace: str, account: str) -> None:
+def _ensure_rbac(api: client.ApiClient, namespace: str, account: str) -> None:
     """The Jobs' ServiceAccount, Role and RoleBinding, created where missing (never changed)."""
-    core, rbac = client.CoreV1Api(_api()), client.RbacAuthorizationV1Api(_api())
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
     creations: tuple[tuple[Callable[..., Any], dict[str, Any]], ...] = (
         (core.create_namespaced_service_account, build_job_service_account(namespace, account)),
         (rbac.create_namespaced_role, build_job_role(namespace, account)),
         (rbac.create_namespaced_role_binding, build_job_role_binding(namespace, account)),
     )
     for create, body in creations:
-        try:
-            create(namespace, body, _preload_content=False)
-        except ApiException as error:
-            if error.status != 409:
-                raise
+        kubeapi.create(create, namespace, body)
 
 
-def _states(namespace: str, name: str, uid: str) -> dict[int, dict[str, str]]:
+def _states(
+    api: client.ApiClient, namespace: str, name: str, uid: str
+) -> dict[int, dict[str, str]]:
     """This workflow's state ConfigMaps by generation."""
-    items = _data(
-        client.CoreV1Api(_api()).list_namespaced_config_map(
-            namespace, label_selector=f"{WORKFLOW_LABEL}={name}", _preload_content=False
-        )
-    )["items"]
+    items = kubeapi.list_items(
+        client.CoreV1Api(api).list_namespaced_config_map,
+        namespace,
+        label_selector=f"{WORKFLOW_LABEL}={name}",
+    )
     return {
         _generation_of(item): dict(item.get("data") or {})
         for item in _owned(items, uid)
@@ -249,20 +183,31 @@ def _states(namespace: str, name: str, uid: str) -> dict[int, dict[str, str]]:
     }
 
 
-def _delete_states(namespace: str, name: str, keep: int, states: Mapping[int, Any]) -> None:
-    core = client.CoreV1Api(_api())
+def _delete_states(
+    api: client.ApiClient, namespace: str, name: str, keep: int, states: Mapping[int, Any]
+) -> None:
+    core = client.CoreV1Api(api)
     for generation in states:
         if generation != keep:
-            try:
-                core.delete_namespaced_config_map(
-                    search_name(name, generation), namespace, _preload_content=False
-                )
-            except ApiException as error:
-                if error.status != 404:
-                    raise
+            kubeapi.delete(
+                core.delete_namespaced_config_map, search_name(name, generation), namespace
+            )
+
+
+def _create_state(api: client.ApiClient, workflow: Mapping[str, Any], body: dict[str, Any]) -> None:
+    core = client.CoreV1Api(api)
+    metadata = workflow["metadata"]
+    kubeapi.create_or_adopt(
+        core.create_namespaced_config_map,
+        core.read_namespaced_config_map,
+        metadata["namespace"],
+        body,
+        metadata["uid"],
+    )
 
 
 def _create_job(
+    api: client.ApiClient,
     body: Mapping[str, Any],
     spec: CompoundWorkflowSpec,
     which: reconcile.Create,
@@ -276,14 +221,23 @@ def _create_job(
         settings.job_service_account,
         job_env(settings.triton_address_override),
     )
-    batch = client.BatchV1Api(_api())
+    batch = client.BatchV1Api(api)
     metadata = body["metadata"]
-    _create(
+    kubeapi.create_or_adopt(
         batch.create_namespaced_job,
         batch.read_namespaced_job,
         metadata["namespace"],
         job,
         metadata["uid"],
+    )
+
+
+def _wait_for_collection(error: kubeapi.OwnedByAnotherError) -> kopf.TemporaryError:
+    """Retry later: the other owner is an earlier workflow of this name, being deleted."""
+    return kopf.TemporaryError(
+        f"{error}, an earlier workflow of this name: waiting for the garbage collector to "
+        f"delete it",
+        delay=5,
     )
 
 
@@ -301,8 +255,8 @@ def start_generation(name: str, namespace: str | None, memo: kopf.Memo, **_: Any
     try:
         for _attempt in range(_WRITE_ATTEMPTS):
             # A fresh read each attempt: the decision must rest on what the write will check.
-            current = _read_workflow(namespace, name)
-            if current is None or _start(current, runtime.settings):
+            current = _read_workflow(runtime.api(), namespace, name)
+            if current is None or _start(runtime.api(), current, runtime.settings):
                 count.labels(WORKFLOW_KIND, "ok").inc()
                 return
     except kopf.PermanentError:
@@ -313,7 +267,7 @@ def start_generation(name: str, namespace: str | None, memo: kopf.Memo, **_: Any
     raise kopf.TemporaryError("the workflow kept changing while its status was written", delay=2)
 
 
-def _start(workflow: dict[str, Any], settings: OperatorSettings) -> bool:
+def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSettings) -> bool:
     """One read-decide-write attempt; False when the status write lost a race."""
     metadata = workflow["metadata"]
     name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
@@ -324,42 +278,34 @@ def _start(workflow: dict[str, Any], settings: OperatorSettings) -> bool:
     try:
         spec, space = reconcile.validate_spec(workflow.get("spec") or {})
     except reconcile.InvalidSpecError as error:
-        _supersede(namespace, name, uid, generation)
+        _supersede(api, namespace, name, uid, generation)
         new = reconcile.invalid_status(status, generation, error, now)
         if new != status:
-            if not _write_status(namespace, name, version, new):
+            if not _write_status(api, namespace, name, version, new):
                 return False
             _post(workflow, reconcile.Event("Warning", "InvalidSpec", str(error)))
         raise kopf.PermanentError(str(error)) from None
-    _ensure_rbac(namespace, settings.job_service_account)
+    _ensure_rbac(api, namespace, settings.job_service_account)
     if status.observed_generation == generation and status.phase is not Phase.PENDING:
         return True  # already started; the timer carries it on
     # Older generations' Jobs go first, so that they stop writing to the ledgers seeded from.
-    _supersede(namespace, name, uid, generation)
-    states = _states(namespace, name, uid)
+    _supersede(api, namespace, name, uid, generation)
+    states = _states(api, namespace, name, uid)
     try:
         if generation not in states:
             seed = reconcile.seed_state(spec, generation, states)
-            state_map = build_state_config_map(workflow, spec, seed.data)
-            core = client.CoreV1Api(_api())
-            _create(
-                core.create_namespaced_config_map,
-                core.read_namespaced_config_map,
-                namespace,
-                state_map,
-                uid,
-            )
+            _create_state(api, workflow, build_state_config_map(workflow, spec, seed.data))
             # Re-read: if a racing start made it first, its ledger is what counts.
-            states = _states(namespace, name, uid)
+            states = _states(api, namespace, name, uid)
         state = states.get(generation, {})
         new, event = reconcile.start_status(status, name, generation, spec, space, state, now)
         if new.search_job is not None:
-            _create_job(workflow, spec, reconcile.Create.SEARCH_JOB, settings)
-    except _OwnedByAnotherError as error:
-        raise kopf.TemporaryError(str(error), delay=5) from None
-    if not _write_status(namespace, name, version, new):
+            _create_job(api, workflow, spec, reconcile.Create.SEARCH_JOB, settings)
+    except kubeapi.OwnedByAnotherError as error:
+        raise _wait_for_collection(error) from None
+    if not _write_status(api, namespace, name, version, new):
         return False
-    _delete_states(namespace, name, generation, states)
+    _delete_states(api, namespace, name, generation, states)
     _post(workflow, event)
     return True
 
@@ -379,16 +325,16 @@ def advance(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None
     assert namespace is not None  # a namespaced resource
     runtime = runtime_of(memo)
     try:
-        result = _advance(namespace, name, runtime.settings)
+        result = _advance(runtime.api(), namespace, name, runtime.settings)
     except Exception as error:
         runtime.metrics.errors.labels(WORKFLOW_KIND, type(error).__name__).inc()
         raise
     runtime.metrics.reconciles.labels(WORKFLOW_KIND, result).inc()
 
 
-def _advance(namespace: str, name: str, settings: OperatorSettings) -> str:
+def _advance(api: client.ApiClient, namespace: str, name: str, settings: OperatorSettings) -> str:
     """One read-decide-act cycle: "ok", "idle" (nothing to do) or "conflict" (decide again)."""
-    workflow = _read_workflow(namespace, name)
+    workflow = _read_workflow(api, namespace, name)
     if workflow is None:
         return "idle"
     metadata = workflow["metadata"]
@@ -398,18 +344,13 @@ def _advance(namespace: str, name: str, settings: OperatorSettings) -> str:
         return "idle"  # start_generation has not taken this generation yet
     spec, _space = reconcile.validate_spec(workflow.get("spec") or {})
     uid = metadata["uid"]
-    core, batch = client.CoreV1Api(_api()), client.BatchV1Api(_api())
-    state_map = _read(core.read_namespaced_config_map, search_name(name, generation), namespace)
+    core = client.CoreV1Api(api)
+    state_map = kubeapi.read(
+        core.read_namespaced_config_map, search_name(name, generation), namespace
+    )
     jobs = {
         job["metadata"]["name"]: reconcile.job_view(job)
-        for job in _owned(
-            _data(
-                batch.list_namespaced_job(
-                    namespace, label_selector=f"{WORKFLOW_LABEL}={name}", _preload_content=False
-                )
-            )["items"],
-            uid,
-        )
+        for job in _jobs(api, namespace, name, uid)
         if _generation_of(job) == generation
     }
     search_job = jobs.get(search_name(name, generation))
@@ -417,11 +358,9 @@ def _advance(namespace: str, name: str, settings: OperatorSettings) -> str:
     current = search_job if status.phase is Phase.SEARCHING else profile_job
     pod_message = None
     if current is not None and current.failed_final:
-        pods = _data(
-            core.list_namespaced_pod(
-                namespace, label_selector=f"job-name={current.name}", _preload_content=False
-            )
-        )["items"]
+        pods = kubeapi.list_items(
+            core.list_namespaced_pod, namespace, label_selector=f"job-name={current.name}"
+        )
         pod_message = reconcile.pod_failure_message(pods)
     observation = reconcile.Observation(
         workflow=name,
@@ -441,27 +380,20 @@ def _advance(namespace: str, name: str, settings: OperatorSettings) -> str:
     try:
         for which in step.create:
             if which is reconcile.Create.STATE:
-                state_body = build_state_config_map(workflow, spec)
-                _create(
-                    core.create_namespaced_config_map,
-                    core.read_namespaced_config_map,
-                    namespace,
-                    state_body,
-                    uid,
-                )
+                _create_state(api, workflow, build_state_config_map(workflow, spec))
             else:
-                _create_job(workflow, spec, which, settings)
-    except _OwnedByAnotherError as error:
-        raise kopf.TemporaryError(str(error), delay=5) from None
+                _create_job(api, workflow, spec, which, settings)
+    except kubeapi.OwnedByAnotherError as error:
+        raise _wait_for_collection(error) from None
     if step.policy_spec is not None:
-        blocked = _apply_policy(workflow, generation, step.policy_spec)
+        blocked = _apply_policy(api, workflow, generation, step.policy_spec)
         if blocked is not None:
             new, event = reconcile.policy_blocked(observation, *blocked, now)
             if new == status:
                 return "idle"
     if new is None:
         return "ok" if step.create else "idle"
-    if not _write_status(namespace, name, metadata["resourceVersion"], new):
+    if not _write_status(api, namespace, name, metadata["resourceVersion"], new):
         return "conflict"
     _post(workflow, event)
     return "ok"
@@ -473,31 +405,37 @@ def _metrics_url(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> str
 
 
 def _apply_policy(
-    workflow: Mapping[str, Any], generation: int, policy_spec: Mapping[str, Any]
+    api: client.ApiClient,
+    workflow: Mapping[str, Any],
+    generation: int,
+    policy_spec: Mapping[str, Any],
 ) -> tuple[str, str] | None:
     """Create or update the workflow's ParetoPolicy; (reason, message) when it cannot be."""
-    custom = client.CustomObjectsApi(_api())
+    custom = client.CustomObjectsApi(api)
     metadata = workflow["metadata"]
     namespace, name = metadata["namespace"], policy_name(metadata["name"])
     wanted = build_pareto_policy(workflow, generation, policy_spec)
-    try:
-        existing = _read(
-            custom.get_namespaced_custom_object, GROUP, VERSION, namespace, POLICY_PLURAL, name
-        )
-        if existing is None:
-            custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, POLICY_PLURAL, wanted, _preload_content=False
+    existing = kubeapi.read(
+        custom.get_namespaced_custom_object, GROUP, VERSION, namespace, POLICY_PLURAL, name
+    )
+    if existing is None:
+        try:
+            kubeapi.call(
+                custom.create_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                POLICY_PLURAL,
+                wanted,
             )
-            return None
-    except ApiException as error:
-        if error.status == 404:  # the resource type itself is unknown
+        except kubeapi.NotFoundError:  # the resource type itself is unknown
             return (
                 "PolicyCrdMissing",
                 f"the API server does not serve {POLICY_PLURAL}.{GROUP}: install the "
                 f"ParetoPolicy CRD (crds/); the plan is kept and applied once it is there",
             )
-        raise
-    if _owner_uid(existing) != metadata["uid"]:
+        return None
+    if kubeapi.controller_uid(existing) != metadata["uid"]:
         return (
             "PolicyConflict",
             f"ParetoPolicy {name} exists and is not owned by this workflow; delete it or "
@@ -510,11 +448,15 @@ def _apply_policy(
     existing["spec"] = wanted["spec"]
     existing["metadata"]["labels"] = wanted["metadata"]["labels"]
     try:
-        custom.replace_namespaced_custom_object(
-            GROUP, VERSION, namespace, POLICY_PLURAL, name, existing, _preload_content=False
+        kubeapi.call(
+            custom.replace_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            POLICY_PLURAL,
+            name,
+            existing,
         )
-    except ApiException as error:
-        if error.status == 409:  # changed meanwhile: the next tick applies it again
-            raise kopf.TemporaryError(f"ParetoPolicy {name} changed meanwhile", delay=1) from None
-        raise
+    except kubeapi.ConflictError:  # changed meanwhile: the next tick applies it again
+        raise kopf.TemporaryError(f"ParetoPolicy {name} changed meanwhile", delay=1) from None
     return None

@@ -1,0 +1,165 @@
+"""The operator's Kubernetes I/O: where the client configuration is loaded, and the few calls
+every controller makes, each with a request timeout and its expected status codes handled here.
+
+Each helper takes a bound method of a kubernetes.client API class (``CoreV1Api(api).
+read_namespaced_config_map``...) and its arguments, and returns the response as JSON (dicts and
+lists, never the client's models, so what is read is what a status or spec looks like on the
+wire). A 404 or 409 that a caller must tell apart comes back as NotFoundError or ConflictError
+(both still ApiExceptions); the callers never look at an HTTP status themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+# (connect, read) seconds for every call. Without one, a call to an API server that stopped
+# answering (a half-open connection) blocks forever: it holds one of kopf's handler threads and,
+# for a ParetoPolicy, its Elastico timer, so the routing would silently stop being controlled.
+# The server answers these calls (one object, one workflow's Jobs by label, a state ConfigMap
+# of at most 1 MiB) in milliseconds; 15 s to read leaves room for an API server or etcd under
+# heavy load, and 5 s to connect for a slow network. A false timeout only costs a retry: every
+# handler is idempotent and kopf retries it, and a Job's pod is retried (its ledger resumes).
+# Note urllib3 retries a timed-out GET, PUT or DELETE (3 times by default): such a call can last
+# up to 4 times this before it fails.
+REQUEST_TIMEOUT_S: tuple[float, float] = (5.0, 15.0)
+
+# What a failed call raises: the server's answer, or no answer (refused, reset, timed out).
+ERRORS: tuple[type[Exception], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+_MERGE_PATCH = "application/merge-patch+json"
+
+
+class NotFoundError(ApiException):
+    """404: the object, its namespace or its resource type does not exist."""
+
+
+class ConflictError(ApiException):
+    """409: the name is taken (create), or the object changed since it was read (write)."""
+
+
+class OwnedByAnotherError(Exception):
+    """An object with the wanted name exists and belongs to something else."""
+
+
+def load_client() -> client.ApiClient:
+    """A client with its own configuration: the pod's service account in a cluster, else
+    $KUBECONFIG as it is now (not when the kubernetes package was imported), else
+    ~/.kube/config."""
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+        )
+    return client.ApiClient(configuration)
+
+
+def call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``method(*args, **kwargs)`` with the request timeout; the response's JSON (None if
+    empty). A 404 raises NotFoundError, a 409 ConflictError."""
+    try:
+        response = method(
+            *args, **kwargs, _request_timeout=REQUEST_TIMEOUT_S, _preload_content=False
+        )
+    except ApiException as error:
+        typed = _typed(error)
+        if typed is error:
+            raise
+        raise typed from error
+    return json.loads(response.data) if response.data else None
+
+
+def read(method: Callable[..., Any], *args: Any) -> Any:
+    """The object, or None if it does not exist."""
+    try:
+        return call(method, *args)
+    except NotFoundError:
+        return None
+
+
+def list_items(method: Callable[..., Any], *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """The ``items`` of a list call (e.g. with label_selector=...)."""
+    return list(call(method, *args, **kwargs).get("items") or [])
+
+
+def create(method: Callable[..., Any], *args: Any) -> Any:
+    """The created object, or None if one of that name exists already."""
+    try:
+        return call(method, *args)
+    except ConflictError:
+        return None
+
+
+def create_or_adopt(
+    create_method: Callable[..., Any],
+    read_method: Callable[..., Any],
+    namespace: str,
+    body: Mapping[str, Any],
+    owner_uid: str,
+) -> Any:
+    """Create a namespaced object, or take the existing one of that name if it has no
+    controller or ``owner_uid`` is its controller (a retried or repeated create). The object,
+    or None if the existing one was deleted meanwhile. OwnedByAnotherError if another owns it."""
+    created = create(create_method, namespace, body)
+    if created is not None:
+        return created
+    name = body["metadata"]["name"]
+    existing = read(read_method, name, namespace)
+    other = None if existing is None else controller_uid(existing)
+    if other not in (None, owner_uid):
+        raise OwnedByAnotherError(f"{body['kind']} {name} is controlled by another owner ({other})")
+    return existing
+
+
+def patch_status(method: Callable[..., Any], *args: Any, body: Mapping[str, Any]) -> bool:
+    """Merge-patch a status subresource; False if the object is gone or changed since the
+    resourceVersion the body carries (decide again on a fresh read)."""
+    try:
+        call(method, *args, body, _content_type=_MERGE_PATCH)
+    except (NotFoundError, ConflictError):
+        return False
+    return True
+
+
+def delete(method: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+    """Delete (e.g. with propagation_policy=...); False if it was gone already."""
+    try:
+        call(method, *args, **kwargs)
+    except NotFoundError:
+        return False
+    return True
+
+
+def controller_uid(obj: Mapping[str, Any]) -> str | None:
+    """The uid of the object's controlling owner, if it has one."""
+    for reference in obj.get("metadata", {}).get("ownerReferences") or []:
+        if reference.get("controller"):
+            return str(reference["uid"])
+    return None
+
+
+def describe(error: BaseException) -> str:
+    """A failed call in one line for a log: the HTTP status and the server's answer, or the
+    transport error."""
+    if isinstance(error, ApiException):
+        return f"HTTP {error.status}: {error.body or error}"
+    return str(error)
+
+
+def _typed(error: ApiException) -> ApiException:
+    """The error as NotFoundError or ConflictError where it is one (same status, reason, body,
+    headers), else itself."""
+    kind = {404: NotFoundError, 409: ConflictError}.get(error.status)
+    if kind is None:
+        return error
+    typed = kind(status=error.status, reason=error.reason)
+    typed.body, typed.headers = error.body, error.headers
+    return typed

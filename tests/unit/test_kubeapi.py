@@ -1,0 +1,146 @@
+"""compass.controllers.kubeapi without an API server: its pure helpers, and the request timeout
+against a server that accepts connections and never answers (what no real API server shows on
+demand). The helpers against a real API server: tests/k8s/test_kubeapi.py."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from compass.controllers import kubeapi
+
+
+def test_the_controller_is_the_owner_marked_controller() -> None:
+    owned = {
+        "metadata": {
+            "ownerReferences": [
+                {"uid": "plain", "kind": "ConfigMap"},
+                {"uid": "boss", "kind": "CompoundWorkflow", "controller": True},
+            ]
+        }
+    }
+    assert kubeapi.controller_uid(owned) == "boss"
+    assert kubeapi.controller_uid({"metadata": {"ownerReferences": [{"uid": "x"}]}}) is None
+    assert kubeapi.controller_uid({"metadata": {}}) is None
+
+
+def test_404_and_409_get_their_own_types_and_keep_what_the_server_said() -> None:
+    for status, kind in ((404, kubeapi.NotFoundError), (409, kubeapi.ConflictError)):
+        error = ApiException(status=status, reason="Why")
+        error.body, error.headers = '{"message": "m"}', {"h": "v"}
+        typed = kubeapi._typed(error)
+        assert isinstance(typed, kind)
+        assert isinstance(typed, ApiException)
+        assert (typed.status, typed.reason, typed.body, typed.headers) == (
+            status,
+            "Why",
+            '{"message": "m"}',
+            {"h": "v"},
+        )
+    other = ApiException(status=500, reason="Boom")
+    assert kubeapi._typed(other) is other
+
+
+def test_describe_names_the_status_or_the_transport_error() -> None:
+    error = ApiException(status=500, reason="Internal")
+    error.body = "etcd unavailable"
+    assert kubeapi.describe(error) == "HTTP 500: etcd unavailable"
+    assert kubeapi.describe(ConnectionRefusedError("refused")) == "refused"
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP port whose server accepts every connection and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join()
+    for connection in accepted:
+        connection.close()
+    listener.close()
+
+
+def _kubeconfig(path: Path, port: int) -> Path:
+    path.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters:
+- name: silent
+  cluster: {{server: "http://127.0.0.1:{port}"}}
+users:
+- name: nobody
+  user: {{token: "t"}}
+contexts:
+- name: silent
+  context: {{cluster: silent, user: nobody}}
+current-context: silent
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_load_client_reads_kubeconfig_as_it_is_now(
+    silent_server: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a pod
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "config", silent_server)))
+    api = kubeapi.load_client()
+    assert api.configuration.host == f"http://127.0.0.1:{silent_server}"
+
+
+def test_every_call_gives_up_after_the_request_timeout(
+    silent_server: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "config", silent_server)))
+    monkeypatch.setattr(kubeapi, "REQUEST_TIMEOUT_S", (1.0, 0.1))
+    core = client.CoreV1Api(kubeapi.load_client())
+    body = {"metadata": {"name": "x"}}
+    calls = {
+        # urllib3 retries a GET or DELETE 3 times: 4 attempts of 0.1 s.
+        "read": lambda: kubeapi.read(core.read_namespaced_config_map, "x", "ns"),
+        "list": lambda: kubeapi.list_items(core.list_namespaced_config_map, "ns"),
+        "create": lambda: kubeapi.create(core.create_namespaced_config_map, "ns", body),
+        "delete": lambda: kubeapi.delete(core.delete_namespaced_config_map, "x", "ns"),
+        "patch_status": lambda: kubeapi.patch_status(
+            client.CustomObjectsApi(core.api_client).patch_namespaced_custom_object_status,
+            "g",
+            "v1",
+            "ns",
+            "things",
+            "x",
+            body={"status": {}},
+        ),
+    }
+    for what, call in calls.items():
+        started = time.monotonic()
+        with pytest.raises(urllib3.exceptions.HTTPError) as raised:
+            call()
+        elapsed = time.monotonic() - started
+        assert isinstance(raised.value, kubeapi.ERRORS)
+        # Without the timeout it would wait forever: any bound shows it, so a generous one.
+        assert elapsed < 10, f"{what} took {elapsed:.1f} s"
