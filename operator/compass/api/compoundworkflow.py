@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, model_validator
 
 from compass.api.conditions import Condition
-from compass.api.meta import CamelModel
+from compass.api.meta import DEFAULT_ROUTER_MODEL, CamelModel
 from compass.api.paretopolicy import ServingSettings
 from compass.api.rules import CelRule, cel_rules, strictly_increasing
 from compass.domain.space import SpaceSpec
@@ -303,7 +303,7 @@ class TritonEndpoint(CamelModel):
     grpc_port: Annotated[int, Field(ge=1, le=65535, description="gRPC port.")] = 8001
     http_port: Annotated[int, Field(ge=1, le=65535, description="HTTP port.")] = 8000
     metrics_port: Annotated[int, Field(ge=1, le=65535, description="Metrics port.")] = 8002
-    router_model: str = Field(default="router", description="Name of the router model.")
+    router_model: str = Field(default=DEFAULT_ROUTER_MODEL, description="Name of the router model.")
 
 
 class Search(CamelModel):

@@ -12,6 +12,8 @@ WORKFLOW_KIND = "CompoundWorkflow"
 WORKFLOW_PLURAL = "compoundworkflows"
 POLICY_KIND = "ParetoPolicy"
 POLICY_PLURAL = "paretopolicies"
+# The Triton model that runs the workflow and applies the active configuration.
+DEFAULT_ROUTER_MODEL = "router"
 
 
 class CamelModel(BaseModel):

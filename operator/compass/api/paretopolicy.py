@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, model_validator
 
 from compass.api.conditions import Condition
-from compass.api.meta import CamelModel
+from compass.api.meta import DEFAULT_ROUTER_MODEL, CamelModel
 from compass.api.rules import CelRule, cel_rules
 from compass.domain.elastico import (
     DEFAULT_COOLDOWN_EXPONENT,
@@ -195,7 +195,7 @@ class RoutingTarget(CamelModel):
     grpc_endpoint: str | None = Field(
         default=None, description="Triton's gRPC endpoint, host:port (e.g. triton:8001)."
     )
-    router_model: str = Field(default="router", description="Name of the router model.")
+    router_model: str = Field(default=DEFAULT_ROUTER_MODEL, description="Name of the router model.")
 
 
 class ServingSettings(CamelModel):

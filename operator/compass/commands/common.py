@@ -19,7 +19,6 @@ from compass.domain.simulator import LoadPattern, PatternKind, SimulationError, 
 from compass.domain.space import explain_validation_error
 
 # compass.dataplane.triton's default, restated so that building the parser loads no gRPC client.
-DEFAULT_ROUTER = "router"
 # Where a planner error's field comes from on the command line.
 _PLAN_FLAGS = {"slo.latencyMs": "--slo-ms", "slo.percentile": "--percentile"}
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from compass.commands.common import DEFAULT_ROUTER, add_pattern_arguments, pattern_from_args
+from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.commands.common import add_pattern_arguments, pattern_from_args
 from compass.console import parse_int, parse_number
 from compass.domain.simulator import make_scenario
 
@@ -25,7 +26,7 @@ def register(commands: Any) -> None:
         "configuration that served it, its score and any error, as JSON Lines.",
     )
     load.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
-    load.add_argument("--router", default=DEFAULT_ROUTER, help="router model name")
+    load.add_argument("--router", default=DEFAULT_ROUTER_MODEL, help="router model name")
     add_pattern_arguments(load)
     load.add_argument("--samples", default="100", help="requests cycle through samples 0..N-1")
     load.add_argument("--slo-ms", help="also report compliance with this latency target")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from compass.commands.common import DEFAULT_ROUTER
+from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.console import fail, parse_int
 from compass.domain.evaluation import Config
 
@@ -24,7 +24,7 @@ def register(commands: Any) -> None:
         "format `compass plan` reads.",
     )
     profile.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
-    profile.add_argument("--router", default=DEFAULT_ROUTER, help="router model name")
+    profile.add_argument("--router", default=DEFAULT_ROUTER_MODEL, help="router model name")
     profile.add_argument(
         "--result",
         required=True,

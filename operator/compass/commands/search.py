@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from compass.commands.common import DEFAULT_ROUTER
+from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.commands.search_common import (
     SearchOptions,
     add_settings,
@@ -79,7 +79,9 @@ def register(commands: Any) -> None:
         metavar="HOST:PORT",
         help="score live through the Triton router (gRPC) with a per-request configuration",
     )
-    run.add_argument("--router", default=DEFAULT_ROUTER, help="router model name (with --triton)")
+    run.add_argument(
+        "--router", default=DEFAULT_ROUTER_MODEL, help="router model name (with --triton)"
+    )
     run.add_argument("--samples", metavar="N", help="dataset size (with --command or --triton)")
     run.add_argument(
         "--ledger",

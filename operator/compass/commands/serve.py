@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compass.commands.common import DEFAULT_ROUTER, load_policy
+from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.commands.common import load_policy
 from compass.console import parse_number
 
 
@@ -25,7 +26,7 @@ def register(commands: Any) -> None:
         "--policy", required=True, metavar="POLICY.yaml", help="`compass plan` output"
     )
     serve.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
-    serve.add_argument("--router", default=DEFAULT_ROUTER, help="router model name")
+    serve.add_argument("--router", default=DEFAULT_ROUTER_MODEL, help="router model name")
     serve.add_argument(
         "--metrics",
         required=True,

@@ -30,6 +30,7 @@ from compass.api.conditions import (
     parse_conditions,
     set_conditions,
 )
+from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.paretopolicy import (
     ActiveConfiguration,
     ConditionType,
@@ -133,7 +134,7 @@ def compile_policy(
         raise SpecError(
             "routing.grpcEndpoint", f"{address!r} is not host:port", "write it as triton:8001"
         )
-    router_model = routing.router_model if routing is not None else "router"
+    router_model = routing.router_model if routing is not None else DEFAULT_ROUTER_MODEL
     return CompiledPolicy(
         generation=generation,
         spec=spec,

@@ -10,7 +10,8 @@ from typing import Any
 
 import tritonclient.grpc as grpcclient
 
-from compass.dataplane.triton import DEFAULT_ROUTER, read_reply, request_tensor
+from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.dataplane.triton import read_reply, request_tensor
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ def run_load(
     url: str,
     arrivals: Sequence[float],
     payload: Callable[[int], dict[str, Any]],
-    model: str = DEFAULT_ROUTER,
+    model: str = DEFAULT_ROUTER_MODEL,
     timeout_s: float = 120.0,
     on_reply: Callable[[RequestRecord], None] | None = None,
 ) -> list[RequestRecord]:

@@ -13,15 +13,15 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-DEFAULT_ROUTER = "router"
+from compass.api.meta import DEFAULT_ROUTER_MODEL
 
 
-def default_query(model: str = DEFAULT_ROUTER) -> str:
+def default_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
     """PromQL for the router's queue: Triton's pending requests, summed over versions."""
     return f'sum(nv_inference_pending_request_count{{model="{model}"}})'
 
 
-def default_arrivals_query(model: str = DEFAULT_ROUTER) -> str:
+def default_arrivals_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
     """PromQL for the router's arrivals so far: finished (ok or failed) plus still pending."""
     return " + ".join(
         f'sum(nv_inference_{name}{{model="{model}"}})'
@@ -135,7 +135,7 @@ class TritonQueueDepth:
     def __init__(
         self,
         metrics_url: str,
-        model: str = DEFAULT_ROUTER,
+        model: str = DEFAULT_ROUTER_MODEL,
         metric: str = "nv_inference_pending_request_count",
         timeout_s: float = 2.0,
     ) -> None:
@@ -180,7 +180,7 @@ class TritonQueueDepth:
 def source_for(
     kind: str,
     url: str,
-    model: str = DEFAULT_ROUTER,
+    model: str = DEFAULT_ROUTER_MODEL,
     query: str | None = None,
     arrivals_query: str | None = None,
 ) -> QueueDepthSource:

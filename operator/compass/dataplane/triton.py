@@ -17,12 +17,12 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.domain.evaluation import Config
 from compass.domain.space import config_key
 
 ACTIVE_PARAMETER = "compass_active_config"
 OVERRIDE_PARAMETER = "compass_config"
-DEFAULT_ROUTER = "router"
 
 
 class RoutingError(RuntimeError):
@@ -57,7 +57,7 @@ class TritonRouter:
     def __init__(
         self,
         url: str,
-        model: str = DEFAULT_ROUTER,
+        model: str = DEFAULT_ROUTER_MODEL,
         timeout_s: float = 30.0,
         attempts: int = 4,
         backoff_s: float = 0.25,

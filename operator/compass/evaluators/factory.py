@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.domain.evaluation import Evaluator
 from compass.evaluators.command import CommandEvaluator
 from compass.evaluators.ledger import Ledger, ReplayEvaluator
@@ -42,8 +43,8 @@ def make_evaluator(source: ScoreSource) -> Evaluator:
     assert source.triton is not None  # __post_init__ guarantees one source
     # Deliberately lazy: tritonclient's gRPC stack is loaded only for a search that scores
     # through Triton, so replay and command searches (and every other command) start without it.
-    from compass.dataplane.triton import DEFAULT_ROUTER, TritonRouter
+    from compass.dataplane.triton import TritonRouter
     from compass.evaluators.triton import TritonEvaluator
 
-    model = DEFAULT_ROUTER if source.router_model is None else source.router_model
+    model = DEFAULT_ROUTER_MODEL if source.router_model is None else source.router_model
     return TritonEvaluator(TritonRouter(source.triton, model=model))
