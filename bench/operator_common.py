@@ -7,6 +7,7 @@ stopped by PID on exit, on an error and on Ctrl-C / SIGTERM.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -14,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,3 +212,23 @@ def timed(label: str) -> Iterator[None]:
     started = time.monotonic()
     yield
     print(f"  {label}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+
+
+def run_benchmark(
+    args: argparse.Namespace,
+    run: Callable[[argparse.Namespace, contextlib.ExitStack], dict[str, Any]],
+    report: Callable[[dict[str, Any]], None],
+) -> int:
+    """Run a benchmark whose servers live in one ExitStack, so Ctrl-C or SIGTERM stops them all;
+    then keep its raw results in bench/out/ and print its tables."""
+    interrupt_on_sigterm()
+    with contextlib.ExitStack() as stack:
+        try:
+            data = run(args, stack)
+        except KeyboardInterrupt:
+            print("interrupted: stopping everything", file=sys.stderr)
+            return 130
+    path = write_json(args.out, {"args": vars(args), **data})
+    report(data)
+    print(f"raw results: {path}")
+    return 0

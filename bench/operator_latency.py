@@ -60,12 +60,11 @@ from operator_common import (
     WORKFLOW_PLURAL,
     create_namespace,
     fmt,
-    interrupt_on_sigterm,
     percentile,
+    run_benchmark,
     start_cluster,
     start_triton,
     timed,
-    write_json,
 )
 
 SAMPLES = 100
@@ -534,18 +533,7 @@ def main() -> int:
     parser.add_argument("--skip-switch", action="store_true")
     parser.add_argument("--keep-workdir", action="store_true", help="keep logs and etcd data")
     parser.add_argument("--out", default="operator_latency.json", help="file name in bench/out/")
-    args = parser.parse_args()
-    interrupt_on_sigterm()
-    with contextlib.ExitStack() as stack:
-        try:
-            data = run(args, stack)
-        except KeyboardInterrupt:
-            print("interrupted: stopping everything", file=sys.stderr)
-            return 130
-    path = write_json(args.out, {"args": vars(args), **data})
-    print_tables(data)
-    print(f"raw results: {path}")
-    return 0
+    return run_benchmark(parser.parse_args(), run, print_tables)
 
 
 if __name__ == "__main__":

@@ -58,13 +58,12 @@ from operator_common import (
     create_namespace,
     fmt,
     histogram,
-    interrupt_on_sigterm,
     percentile,
     rss_mib,
+    run_benchmark,
     start_cluster,
     start_triton,
     timed,
-    write_json,
 )
 
 STEADY_COOLDOWN_S = 30.0  # also how long each status keeps its decision times
@@ -403,18 +402,7 @@ def main() -> int:
     parser.add_argument("--py-spy", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--keep-workdir", action="store_true", help="keep logs and etcd data")
     parser.add_argument("--out", default="operator_scale.json", help="file name in bench/out/")
-    args = parser.parse_args()
-    interrupt_on_sigterm()
-    with contextlib.ExitStack() as stack:
-        try:
-            data = run(args, stack)
-        except KeyboardInterrupt:
-            print("interrupted: stopping everything", file=sys.stderr)
-            return 130
-    path = write_json(args.out, {"args": vars(args), **data})
-    print_table(data)
-    print(f"raw results: {path}")
-    return 0
+    return run_benchmark(parser.parse_args(), run, print_table)
 
 
 if __name__ == "__main__":

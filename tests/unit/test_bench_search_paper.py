@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_runner import run_bench as run_script
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "bench" / "search_paper.py"
 # The floors' labels, in the order the bench prints its "FLOOR PASS: " / "FLOOR FAIL: " lines.
 FLOORS = ("(a) COMPASS-V mean recall", "(b) COMPASS-V no seed below", "(c) COMPASS-V mean savings")
 
 
 def run_bench(argv: list[str], **constants: Any) -> int:
-    """Load the script as a module, override its module constants, and run its main in-process."""
-    spec = importlib.util.spec_from_file_location("bench_search_paper", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        for name, value in constants.items():
-            assert hasattr(module, name), name
-            setattr(module, name, value)
-        code: int = module.main(argv)
-    finally:
-        sys.modules.pop(spec.name, None)
-    return code
+    """Run bench/search_paper.py in-process with some module constants overridden."""
+    return run_script("search_paper.py", argv, **constants)
 
 
 def assert_floors_pass(out: str) -> None:

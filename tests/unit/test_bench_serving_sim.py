@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_runner import run_bench as run_script
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = REPO_ROOT / "bench" / "serving_sim.py"
 # The floors' verdict lines, in the order the bench prints them (the spike floor only when the
 # run has the 1000 ms spike cell).
 COMPLIANCE_FLOOR = "compliance within 1.5 points of static fastest, every SLO and pattern"
@@ -20,21 +16,8 @@ SPIKE_FLOOR = "spike at 1000 ms"
 
 
 def run_bench(argv: list[str], **constants: Any) -> int:
-    """Load the script as a module, override its module constants, and run its main in-process."""
-    spec = importlib.util.spec_from_file_location("bench_serving_sim", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        for name, value in constants.items():
-            assert hasattr(module, name), name
-            setattr(module, name, value)
-        code: int = module.main(argv)
-    finally:
-        sys.modules.pop(spec.name, None)
-    return code
+    """Run bench/serving_sim.py in-process with some module constants overridden."""
+    return run_script("serving_sim.py", argv, **constants)
 
 
 def assert_floors_pass(out: str, floors: Sequence[str]) -> None:
