@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from profiles_for_tests import normal_profile as profile
 
 from compass.domain.elastico import (
     Action,
@@ -20,21 +21,6 @@ from compass.domain.elastico import (
     rate_upper_bound,
 )
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_thresholds
-from compass.domain.profiles import LatencyProfile
-
-
-def profile(name: str, accuracy: float, mean: float, spread: float) -> LatencyProfile:
-    """A normal-ish profile: p95 and p99 at 1.645 and 2.33 spreads above the mean."""
-    return LatencyProfile(
-        {"c": name},
-        accuracy,
-        mean,
-        mean + 1.645 * spread,
-        p50_ms=mean,
-        p99_ms=mean + 2.326 * spread,
-        std_ms=spread,
-    )
-
 
 FAST = profile("fast", 0.70, 100, 15)
 MID = profile("mid", 0.80, 150, 20)

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from profiles_for_tests import normal_profile as profile
 
 from compass.domain.elastico import Action, Decision, Elastico, Observation, PolicyState
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds, violation_probability
-from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import (
     BURST_FACTORS,
     BURST_SECONDS,
@@ -25,19 +25,6 @@ from compass.domain.simulator import (
     simulate,
     trace_pattern,
 )
-
-
-def profile(name: str, accuracy: float, mean: float, spread: float) -> LatencyProfile:
-    return LatencyProfile(
-        {"c": name},
-        accuracy,
-        mean,
-        mean + 1.645 * spread,
-        p50_ms=mean,
-        p99_ms=mean + 2.326 * spread,
-        std_ms=spread,
-    )
-
 
 FRONT = [
     profile("fast", 0.70, 100, 15),
