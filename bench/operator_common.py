@@ -25,24 +25,19 @@ if str(REPO_ROOT / "operator") not in sys.path:
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from compass.domain.evaluation import Config  # noqa: E402
 from compass.lab.devcluster import Cluster, ensure_binaries, wait_for  # noqa: E402
-from compass.lab.local_triton import LocalTriton, assemble_repository  # noqa: E402
+from compass.lab.local_triton import LocalTriton  # noqa: E402
+from compass.lab.scenarios import ACCURATE as ACCURATE  # noqa: E402
+from compass.lab.scenarios import FASTEST as FASTEST  # noqa: E402
+from compass.lab.scenarios import rag_sim_triton  # noqa: E402
 
 GROUP, VERSION = "compass.io", "v1alpha1"
 POLICY_PLURAL, WORKFLOW_PLURAL = "paretopolicies", "compoundworkflows"
 OUT_DIR = REPO_ROOT / "bench" / "out"
-COMPONENTS = ("retriever", "reranker", "generator")
 # rag-sim at a tenth of its measured latencies (as tests/k8s/test_policy_controller.py): through
-# the router the fastest configuration takes ~20 ms a request, the most accurate ~33 ms.
+# the router FASTEST takes ~20 ms a request, ACCURATE ~33 ms (compass.lab.scenarios, imported
+# above for the benchmarks).
 TIME_SCALE = 0.1
-FASTEST: Config = {
-    "generator_model": "llama3.2:3b",
-    "retriever_k": 20,
-    "reranker_k": 1,
-    "reranker_model": "ms-marco",
-}
-ACCURATE: Config = {**FASTEST, "generator_model": "gemma3:12b"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
@@ -79,11 +74,7 @@ def start_triton(
     stack: contextlib.ExitStack, workdir: Path, active: Mapping[str, Any] | None = None
 ) -> LocalTriton:
     """tritonserver serving rag-sim (router + three components) at TIME_SCALE."""
-    parameters: dict[str, dict[str, str]] = {c: {"time_scale": str(TIME_SCALE)} for c in COMPONENTS}
-    if active is not None:
-        parameters["router"] = {"compass_active_config": json.dumps(active, sort_keys=True)}
-    repository = assemble_repository("rag-sim", workdir / "models", parameters)
-    server = LocalTriton(repository=repository, models=[*COMPONENTS, "router"])
+    server = rag_sim_triton(workdir, TIME_SCALE, active)
     stack.callback(server.stop)
     return server.start(workdir)
 

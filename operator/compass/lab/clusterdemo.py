@@ -38,16 +38,9 @@ from compass.dataplane.triton import TritonRouter
 from compass.domain.elastico import Elastico
 from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import (
-    SPIKE_FACTOR,
-    Scenario,
-    Tick,
-    compare,
-    make_pattern,
-    make_scenario,
-)
+from compass.domain.simulator import SPIKE_FACTOR, Scenario, Tick, compare
 from compass.domain.space import config_key
-from compass.lab.demo import COMPONENTS, Reporter, comparison_rows, comparison_text
+from compass.lab.demo import Reporter, comparison_rows, comparison_text
 from compass.lab.devcluster import (
     REPO_ROOT,
     Cluster,
@@ -64,10 +57,9 @@ from compass.lab.local_triton import (
     LocalServerError,
     LocalTriton,
     TritonInstallation,
-    assemble_repository,
-    model_images,
     prometheus_binary,
 )
+from compass.lab.scenarios import RagSimLoad, rag_sim_data, rag_sim_triton, spike_scenario
 
 EXAMPLE = REPO_ROOT / "examples" / "rag-sim-workflow.yaml"
 CRDS = REPO_ROOT / "crds"
@@ -172,17 +164,6 @@ def unscaled_elastico(spec: ParetoPolicySpec, plan: Plan, scale: float) -> Elast
             stale_after_s=settings.stale_after_s / scale,
         ),
     )
-
-
-def spike_scenario(plan: Plan, settings: ClusterDemoSettings) -> Scenario:
-    """The seeded spike: its peak 1.25 x the most accurate configuration's capacity, at most
-    0.75 x the fastest's, as profiled here (unscaled), unless --base-qps says otherwise."""
-    fastest, accurate = (
-        1000.0 / t.profile.mean_ms for t in (plan.thresholds[0], plan.thresholds[-1])
-    )
-    base = settings.base_qps or min(1.25 * accurate, 0.75 * fastest) / SPIKE_FACTOR
-    pattern = make_pattern("spike", base, settings.duration_s, seed=settings.load_seed)
-    return make_scenario(pattern, settings.load_seed)
 
 
 def status_ticks(
@@ -390,10 +371,7 @@ def _run(
     )
 
     say.step("start tritonserver with rag-sim, and Prometheus scraping it if installed")
-    repository = assemble_repository(
-        "rag-sim", work / "triton" / "models", {c: {"time_scale": repr(scale)} for c in COMPONENTS}
-    )
-    triton = LocalTriton(repository=repository, models=[*COMPONENTS, "router"])
+    triton = rag_sim_triton(work / "triton", scale)
     stack.callback(triton.stop)
     triton.start(work / "triton")
     metrics = {"type": "triton", "url": triton.metrics_url}
@@ -441,9 +419,8 @@ def _run(
     manifest, notes = adaptations(example, settings, LEDGER_CONFIG_MAP, metrics)
     for note in notes:
         say.say(f"      - {note}")
-    rag_sim = json.loads((model_images() / "rag-sim" / "models" / "rag_sim.json").read_text())
     ledger = out / "replay-ledger.jsonl"
-    ledger.write_text(replay_ledger(rag_sim), encoding="utf-8")
+    ledger.write_text(replay_ledger(rag_sim_data()), encoding="utf-8")
     workflow = out / "workflow.yaml"
     workflow.write_text(yaml.safe_dump(manifest, sort_keys=False), encoding="utf-8")
     kube.kubectl("create", "configmap", LEDGER_CONFIG_MAP, f"--from-file={LEDGER_KEY}={ledger}")
@@ -470,7 +447,7 @@ def _run(
         f"({say.took()})"
     )
 
-    scenario = spike_scenario(plan, settings)
+    scenario = spike_scenario(plan, settings.duration_s, settings.load_seed, settings.base_qps)
     say.step(
         f"serve a load spike twice: {scenario.pattern.base_qps:.2f} QPS, x{SPIKE_FACTOR:g} for the "
         f"middle third, {settings.duration_s:g} s, {scenario.requests} requests (the same both "
@@ -634,16 +611,8 @@ def _serve_both(
 ) -> dict[str, LiveRun]:
     """The spike with the operator switching the router, then on the most accurate, paused."""
     scale = settings.time_scale
-    arrivals = (scenario.arrivals_s * scale).tolist()
-    population = 100  # rag-sim's questions
-
-    def payload(index: int) -> dict[str, object]:
-        # The same service-time luck for the same request in both runs: a paired comparison.
-        return {"sample": index % population, "quantile": float(scenario.luck[index])}
-
-    def offered(t: float) -> float:
-        return float(scenario.pattern.rate(np.array([t]))[0])
-
+    load = RagSimLoad(scenario)
+    arrivals = load.arrivals_s(scale)
     router = TritonRouter(triton.grpc_url)
     try:
         before = kube.status(POLICY_PLURAL, name).get("switches") or 0
@@ -660,14 +629,16 @@ def _serve_both(
                 "policy",
                 plan.thresholds[top].profile.config,
                 arrivals,
-                payload,
+                load.payload,
                 settings.slo_ms,
                 time_scale=scale,
             )
         finally:
             sampler.stop.set()
             thread.join()
-        ticks = status_ticks(sampler.samples, offered, [r.sent_s for r in run.records], scale)
+        ticks = status_ticks(
+            sampler.samples, load.offered_qps, [r.sent_s for r in run.records], scale
+        )
         runs = {"policy": replace(run, ticks=ticks, switch_events=status_switches(ticks, plan))}
         after = kube.status(POLICY_PLURAL, name).get("switches") or 0
         served = sorted({t.active for t in ticks})
@@ -690,7 +661,7 @@ def _serve_both(
             "accurate",
             plan.thresholds[-1].profile.config,
             arrivals,
-            payload,
+            load.payload,
             settings.slo_ms,
             time_scale=scale,
         )

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from compass.api.paretopolicy import Hysteresis, ParetoPolicySpec, spec_for_plan
 from compass.console import fail
 from compass.dataplane.live import LiveLoop
@@ -33,31 +31,22 @@ from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, PlanError, Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.search import SearchOutcome, SearchSettings, complete_feasible
-from compass.domain.simulator import (
-    SPIKE_FACTOR,
-    RunReport,
-    Scenario,
-    compare,
-    make_pattern,
-    make_scenario,
-)
+from compass.domain.simulator import SPIKE_FACTOR, RunReport, Scenario, compare
 from compass.domain.space import Space
 from compass.evaluators import CheckpointedEvaluator, CheckpointLedger
 from compass.evaluators.triton import TritonEvaluator
-from compass.examples import RAG_PAPER_SAMPLES, load_rag_paper
+from compass.examples import load_rag_paper
 from compass.lab.experiment import LiveRun, serve
-from compass.lab.local_triton import (
-    LocalServerError,
-    LocalTriton,
-    TritonInstallation,
-    assemble_repository,
+from compass.lab.local_triton import LocalServerError, TritonInstallation
+from compass.lab.scenarios import (
+    COMPONENTS,
+    QUESTIONS,
+    RagSimLoad,
+    fastest_mean_s,
+    rag_sim_triton,
+    spike_scenario,
 )
 
-COMPONENTS = ("retriever", "reranker", "generator")
-# The paper's spike (1.5 QPS, x4) peaks at 77% of its fastest configuration's capacity (mean
-# 128.6 ms). On a CPU-only machine Triton's own overhead lengthens every service time, so the
-# demo keeps that peak utilisation rather than the absolute rate.
-PAPER_PEAK_UTILIZATION = SPIKE_FACTOR * 1.5 * 0.1286
 # What the static runs are called in tables and plots (the simulator's baseline labels).
 RUN_TITLES = {
     "fastest": "static fastest",
@@ -203,21 +192,13 @@ def serve_spike(
     plan: Plan,
     live: ParetoPolicySpec,
     scenario: Scenario,
-    population: int,
     settings: DemoSettings,
     reporter: Reporter,
 ) -> dict[str, LiveRun]:
     """The spike served by the static fastest, the static most accurate, then Elastico."""
     scale = settings.time_scale
     members = [t.profile for t in plan.thresholds]
-    arrivals = (scenario.arrivals_s * scale).tolist()
-
-    def payload(index: int) -> dict[str, object]:
-        return {"sample": index % population, "quantile": float(scenario.luck[index])}
-
-    def offered(t: float) -> float:
-        return float(scenario.pattern.rate(np.array([t]))[0])
-
+    load = RagSimLoad(scenario)
     starts = {"fastest": 0, "accurate": len(members) - 1, "policy": plan.eligible[0]}
     runs = {}
     for label, index in starts.items():
@@ -231,13 +212,13 @@ def serve_spike(
             router,
             label,
             members[index].config,
-            arrivals,
-            payload,
+            load.arrivals_s(scale),
+            load.payload,
             settings.slo_ms,
             loop=loop,
             interval_s=live.interval_seconds,
             time_scale=scale,
-            offered_qps=offered,
+            offered_qps=load.offered_qps,
         )
         runs[label] = run
         reporter.say(
@@ -296,7 +277,7 @@ def _search_step(
     router: TritonRouter, space: Space, settings: DemoSettings, say: Reporter
 ) -> Searched:
     """Step 2: the search, its result file, its summary; no feasible set is a usage error."""
-    population = RAG_PAPER_SAMPLES  # rag-sim serves the embedded example's scores
+    population = QUESTIONS
     say.step(
         f"COMPASS-V through the router: every configuration of {space.size} with accuracy "
         f">= {settings.search.tau:g}, {population} samples each"
@@ -367,14 +348,6 @@ def _plan_step(
     return plan, policy, live
 
 
-def spike_scenario(plan: Plan, settings: DemoSettings) -> Scenario:
-    """The seeded spike; by default the paper's, relative to this machine's fastest member."""
-    fastest_s = plan.thresholds[plan.eligible[0]].profile.mean_ms / 1000
-    base_qps = settings.base_qps or PAPER_PEAK_UTILIZATION / (SPIKE_FACTOR * fastest_s)
-    pattern = make_pattern("spike", base_qps, settings.duration_s, seed=settings.load_seed)
-    return make_scenario(pattern, settings.load_seed)
-
-
 def _comparison_document(
     settings: DemoSettings, scenario: Scenario, runs: dict[str, LiveRun], rows: list[Any]
 ) -> dict[str, Any]:
@@ -438,27 +411,22 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     say.step("start tritonserver with rag-sim: the router and its three components")
     workdir = out / "triton"
     # Latency 0 while the search scores accuracy; the profiling step sets the real scale.
-    repository = assemble_repository(
-        "rag-sim", workdir / "models", {c: {"time_scale": "0"} for c in COMPONENTS}
-    )
-    triton = LocalTriton(repository=repository, models=[*COMPONENTS, "router"])
+    triton = rag_sim_triton(workdir, 0)
     with triton.start(workdir):
         router = TritonRouter(triton.grpc_url)
         say.say(f"      Triton at {triton.grpc_url}, its log in {workdir} ({say.took()})")
         searched = _search_step(router, space, settings, say)
         profiles = _profile_step(router, searched, settings, say)
         plan, policy, live = _plan_step(profiles, settings, say)
-        scenario = spike_scenario(plan, settings)
-        fastest_s = plan.thresholds[plan.eligible[0]].profile.mean_ms / 1000
+        scenario = spike_scenario(plan, settings.duration_s, settings.load_seed, settings.base_qps)
+        peak = SPIKE_FACTOR * scenario.pattern.base_qps * fastest_mean_s(plan)
         say.step(
             f"serve a load spike three ways: {scenario.pattern.base_qps:.2f} QPS, x4 for the "
-            f"middle third (peak at {SPIKE_FACTOR * scenario.pattern.base_qps * fastest_s:.0%} "
+            f"middle third (peak at {peak:.0%} "
             f"of the fastest configuration's capacity), {settings.duration_s:g} s, "
             f"{scenario.requests} requests (the same for every run)"
         )
-        runs = serve_spike(
-            router, triton.metrics_url, plan, live, scenario, RAG_PAPER_SAMPLES, settings, say
-        )
+        runs = serve_spike(router, triton.metrics_url, plan, live, scenario, settings, say)
         router.close()
 
     say.step("compare with the simulator's prediction on the same arrivals")
