@@ -48,8 +48,6 @@ from compass.lab.devcluster import (
     ClusterUnavailableError,
     Operator,
     ensure_binaries,
-    venv_executable,
-    wait_for,
 )
 from compass.lab.experiment import OBSERVED_WINDOW_S, SETTLE_S, LiveRun, SwitchEvent, serve
 from compass.lab.local_triton import (
@@ -59,6 +57,7 @@ from compass.lab.local_triton import (
     TritonInstallation,
     prometheus_binary,
 )
+from compass.lab.processes import venv_executable, wait_for
 from compass.lab.scenarios import RagSimLoad, rag_sim_data, rag_sim_triton, spike_scenario
 
 EXAMPLE = REPO_ROOT / "examples" / "rag-sim-workflow.yaml"
