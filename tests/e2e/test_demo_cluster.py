@@ -1,7 +1,7 @@
 """`compass demo --cluster` as a user runs it: the example workflow through the operator on a local
 real API server, shrunk (10 profiling requests a configuration; the default 180 s spike at a tenth
-of rag-sim's latency, 18 s a run), and interrupted with Ctrl-C part way, which must leave nothing
-running.
+of rag-sim's latency, 18 s a run), from another directory than the checkout with a relative
+--output-dir, and interrupted with Ctrl-C part way, which must leave nothing running.
 
 The demo starts its own control plane, Triton, Prometheus (when installed) and operator, so this
 module uses no fixture of the tiers but their skip reasons: no control plane (COMPASS_K8S_REQUIRED=1
@@ -79,11 +79,14 @@ def runnable(k8s_binaries: Binaries) -> None:
 def demo(
     runnable: None, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[subprocess.CompletedProcess[str], Path, float]:
-    """One shrunk run: its process result, its output folder, its wall time."""
-    out = tmp_path_factory.mktemp("cluster-demo") / "out"
+    """One shrunk run, started in a folder of its own with a relative --output-dir (as the README
+    gives the command): its process result, its output folder, its wall time."""
+    cwd = tmp_path_factory.mktemp("cluster-demo")
     started = time.monotonic()
-    done = subprocess.run(demo_argv(out), capture_output=True, text=True, timeout=600, check=False)
-    return done, out, time.monotonic() - started
+    done = subprocess.run(
+        demo_argv(Path("out")), cwd=cwd, capture_output=True, text=True, timeout=600, check=False
+    )
+    return done, cwd / "out", time.monotonic() - started
 
 
 def test_the_demo_runs_every_step_and_writes_its_files(
@@ -168,3 +171,29 @@ def test_ctrl_c_stops_everything_it_started(runnable: None, tmp_path: Path) -> N
     rest, _ = process.communicate(timeout=120)
     assert process.returncode == 130, "".join(seen) + rest
     assert processes_under(out) == []
+
+
+def test_the_control_plane_starts_from_another_directory_with_a_relative_workdir(
+    k8s_binaries: Binaries, tmp_path: Path
+) -> None:
+    """`hack/k8s/start.sh --workdir k8s` outside the checkout (the control plane the cluster demo
+    starts): the API server runs in the work directory, so a relative path must not reach it."""
+    cwd = tmp_path.resolve()
+    argv = [sys.executable, "-m", "compass.lab.devcluster", "--workdir", "k8s", "--no-node"]
+    process = subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert process.stdout is not None
+    seen = []
+    try:
+        for line in process.stdout:
+            seen.append(line)
+            if line.startswith("Ctrl-C stops it."):
+                break
+    finally:
+        process.send_signal(signal.SIGTERM)
+        rest, _ = process.communicate(timeout=60)
+    shown = "".join(seen) + rest
+    assert f"export KUBECONFIG={cwd / 'k8s' / 'kubeconfig'}" in shown, shown
+    assert process.returncode == 0, shown
+    assert processes_under(cwd) == []

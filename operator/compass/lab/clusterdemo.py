@@ -302,6 +302,9 @@ def _error(message: str) -> int:
 def run_cluster_demo(settings: ClusterDemoSettings, say: Reporter | None = None) -> int:
     """Every step; 0 when done, 1 when this machine cannot run it (the message says why)."""
     say = say or Reporter(steps=8)
+    # Resolved once, here: these paths reach processes that run in other directories (the API
+    # server's flags from the control plane's folder, the pods' KUBECONFIG from theirs).
+    settings = replace(settings, output_dir=settings.output_dir.resolve())
     try:
         TritonInstallation.find()
     except LocalServerError as error:

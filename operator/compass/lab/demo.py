@@ -17,7 +17,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -391,6 +391,9 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     from compass.lab.plots import save_timeline_figure
 
     say = say or Reporter(steps=6)
+    # Resolved once, here: tritonserver and its Python stubs get these paths, and the demo must
+    # not depend on the directory it was started from.
+    settings = replace(settings, output_dir=settings.output_dir.resolve())
     out = settings.output_dir
     try:
         TritonInstallation.find()

@@ -577,7 +577,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="default: a new temporary directory")
     parser.add_argument("--no-node", action="store_true", help="do not run pods locally")
     args = parser.parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="compass-k8s-"))
+    # Absolute: the control plane's processes run in the work directory, not in this one.
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="compass-k8s-"))).resolve()
     try:
         binaries = ensure_binaries(stream=sys.stderr)
     except ClusterUnavailableError as error:
