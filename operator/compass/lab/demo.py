@@ -252,6 +252,17 @@ def comparison_rows(
     return rows
 
 
+def verdict(runs: dict[str, LiveRun], who: str = "Elastico") -> str:
+    """The comparison in a line: the policy's compliance beside the static most accurate's, its
+    accuracy beside the static fastest's."""
+    policy, accurate, fastest = runs["policy"], runs["accurate"], runs["fastest"]
+    return (
+        f"{who} met the SLO for {policy.compliance:.1f}% of requests (static most accurate: "
+        f"{accurate.compliance:.1f}%) at accuracy {policy.accuracy:.4f} (static fastest: "
+        f"{fastest.accuracy:.4f})"
+    )
+
+
 def comparison_text(rows: Sequence[dict[str, Any]]) -> str:
     """The comparison as an aligned table."""
     lines = [
@@ -449,12 +460,7 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
         f"{settings.percentile:g} <= {settings.slo_ms:g} ms, {scenario.requests} requests",
         profiles=profiles,
     )
-    elastico, accurate, fastest = runs["policy"], runs["accurate"], runs["fastest"]
-    say.say(
-        f"Elastico met the SLO for {elastico.compliance:.1f}% of requests (static most "
-        f"accurate: {accurate.compliance:.1f}%) at accuracy {elastico.accuracy:.4f} (static "
-        f"fastest: {fastest.accuracy:.4f})"
-    )
+    say.say(verdict(runs))
     say.say(f"wrote {', '.join(str(out / name) for name in OUTPUTS)}")
     say.say(f"done in {time.monotonic() - say.started:.0f} s")
     return 0
