@@ -589,16 +589,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             from compass.lab.devnode import Node  # the kubernetes client: only with a node
 
             stack.enter_context(Node(cluster.api_client(), workdir / "node"))
-        print(
-            f"Kubernetes {cluster.request('/version')['gitVersion']} ready in "
-            f"{cluster.startup_s:.1f} s; logs in {cluster.log_dir}\n"
-            f"  export KUBECONFIG={cluster.kubeconfig}\n"
-            f"  alias kubectl={binaries.kubectl}\n"
-            "Ctrl-C stops it.",
-            flush=True,
-        )
+        version = cluster.request("/version")["gitVersion"]
+        # Before saying Ctrl-C stops it: a SIGTERM from then on must unwind through the stack.
         signal.signal(signal.SIGTERM, _interrupt)
         with contextlib.suppress(KeyboardInterrupt):
+            print(
+                f"Kubernetes {version} ready in {cluster.startup_s:.1f} s; logs in "
+                f"{cluster.log_dir}\n"
+                f"  export KUBECONFIG={cluster.kubeconfig}\n"
+                f"  alias kubectl={binaries.kubectl}\n"
+                "Ctrl-C stops it.",
+                flush=True,
+            )
             while True:
                 time.sleep(3600)
     return 0
