@@ -27,7 +27,6 @@ if str(REPO_ROOT / "operator") not in sys.path:
     sys.path.append(str(REPO_ROOT / "operator"))
 
 from compass.api.paretopolicy import Hysteresis, spec_for_plan  # noqa: E402
-from compass.dataplane.live import LiveLoop  # noqa: E402
 from compass.dataplane.metrics import TritonQueueDepth  # noqa: E402
 from compass.dataplane.profiler import ProfileSettings, profile_configurations  # noqa: E402
 from compass.dataplane.triton import TritonRouter  # noqa: E402
@@ -35,7 +34,7 @@ from compass.domain.planner import Slo, plan_from_profiles  # noqa: E402
 from compass.domain.profiles import parse_profiles  # noqa: E402
 from compass.domain.simulator import compare, make_pattern, make_scenario  # noqa: E402
 from compass.domain.space import config_key  # noqa: E402
-from compass.lab.experiment import serve  # noqa: E402
+from compass.lab.experiment import serve_each  # noqa: E402
 from compass.lab.scenarios import (  # noqa: E402
     PAPER_FRONT,
     QUESTIONS,
@@ -110,25 +109,18 @@ def main() -> int:
             predicted = compare(
                 {"policy": spec.elastico()}, members, scenario, slo_ms * scale, interval_s=scale
             )
-            runs = {"fastest": 0, "accurate": len(members) - 1, "policy": plan.eligible[0]}
-            wanted = set(args.runs.split(","))
-            for label, index in ((k, v) for k, v in runs.items() if k in wanted):
-                loop = (
-                    LiveLoop(spec.elastico(), TritonQueueDepth(triton.metrics_url), router)
-                    if label == "policy"
-                    else None
-                )
-                run = serve(
-                    router,
-                    label,
-                    members[index].config,
-                    arrivals,
-                    load.payload,
-                    slo_ms,
-                    loop=loop,
-                    interval_s=scale,
-                    time_scale=scale,
-                )
+            for label, run in serve_each(
+                router,
+                plan,
+                spec.elastico(),
+                TritonQueueDepth(triton.metrics_url),
+                arrivals,
+                load.payload,
+                slo_ms,
+                interval_s=scale,
+                time_scale=scale,
+                labels=set(args.runs.split(",")),
+            ):
                 # Reloads are real time at any time scale; the effect is reported unscaled.
                 reloads_ms += [e.reload_s * 1000 for e in run.switch_events]
                 effects_ms += [e * scale * 1000 for e in run.switch_effects_s()]

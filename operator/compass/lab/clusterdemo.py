@@ -40,7 +40,14 @@ from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import SPIKE_FACTOR, Scenario, Tick, compare
 from compass.domain.space import config_key
-from compass.lab.demo import RUN_TITLES, Reporter, comparison_rows, comparison_text, verdict
+from compass.lab.demo import (
+    RUN_TITLES,
+    Reporter,
+    comparison_document,
+    comparison_rows,
+    comparison_text,
+    verdict,
+)
 from compass.lab.devcluster import (
     REPO_ROOT,
     Cluster,
@@ -473,24 +480,14 @@ def _run(
             f"  {TITLES[label]:<21} before / during / after the spike: "
             f"{by_third(run, settings.duration_s)}"
         )
-    document = {
-        "slo_ms": settings.slo_ms,
-        "percentile": spec.slo.percentile,
-        "pattern": {
-            "kind": "spike",
-            "base_qps": round(scenario.pattern.base_qps, 4),
-            "duration_s": settings.duration_s,
-            "seed": settings.load_seed,
-        },
-        "requests": scenario.requests,
-        "time_scale": scale,
-        "metrics": metrics,
-        "adaptations": notes,
-        "runs": rows,
-        "switches": [
-            {"time_s": round(e.time_s, 2), "config": e.config} for e in runs["policy"].switch_events
-        ],
-    }
+    # The switches as the status showed them: the reload's cost is the operator's, not seen here.
+    switches = [
+        {"time_s": round(e.time_s, 2), "config": e.config} for e in runs["policy"].switch_events
+    ]
+    slo = Slo(settings.slo_ms, spec.slo.percentile)
+    document = comparison_document(
+        scenario, slo, scale, rows, switches, metrics=metrics, adaptations=notes
+    )
     _write(out / "comparison.json", json.dumps(document, indent=2) + "\n")
     save_timeline_figure(
         out / "timeline.png",

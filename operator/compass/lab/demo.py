@@ -23,7 +23,6 @@ from typing import Any
 
 from compass.api.paretopolicy import Hysteresis, ParetoPolicySpec, spec_for_plan
 from compass.console import fail
-from compass.dataplane.live import LiveLoop
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
@@ -36,7 +35,7 @@ from compass.domain.space import Space
 from compass.evaluators import CheckpointedEvaluator, CheckpointLedger
 from compass.evaluators.triton import TritonEvaluator
 from compass.examples import load_rag_paper
-from compass.lab.experiment import LiveRun, serve
+from compass.lab.experiment import LiveRun, serve_each
 from compass.lab.local_triton import LocalServerError, TritonInstallation
 from compass.lab.scenarios import (
     COMPONENTS,
@@ -197,34 +196,27 @@ def serve_spike(
 ) -> dict[str, LiveRun]:
     """The spike served by the static fastest, the static most accurate, then Elastico."""
     scale = settings.time_scale
-    members = [t.profile for t in plan.thresholds]
     load = RagSimLoad(scenario)
-    starts = {"fastest": 0, "accurate": len(members) - 1, "policy": plan.eligible[0]}
     runs = {}
-    for label, index in starts.items():
-        started = time.monotonic()
-        loop = (
-            LiveLoop(live.elastico(), TritonQueueDepth(metrics_url, router.model), router)
-            if label == "policy"
-            else None
-        )
-        run = serve(
-            router,
-            label,
-            members[index].config,
-            load.arrivals_s(scale),
-            load.payload,
-            settings.slo_ms,
-            loop=loop,
-            interval_s=live.interval_seconds,
-            time_scale=scale,
-            offered_qps=load.offered_qps,
-        )
+    started = time.monotonic()
+    for label, run in serve_each(
+        router,
+        plan,
+        live.elastico(),
+        TritonQueueDepth(metrics_url, router.model),
+        load.arrivals_s(scale),
+        load.payload,
+        settings.slo_ms,
+        interval_s=live.interval_seconds,
+        time_scale=scale,
+        offered_qps=load.offered_qps,
+    ):
         runs[label] = run
         reporter.say(
             f"      {RUN_TITLES[label]:<21} {run.compliance:5.1f}% within the SLO, accuracy "
             f"{run.accuracy:.4f}, {run.switches} switches ({time.monotonic() - started:.0f} s)"
         )
+        started = time.monotonic()
     return runs
 
 
@@ -359,30 +351,30 @@ def _plan_step(
     return plan, policy, live
 
 
-def _comparison_document(
-    settings: DemoSettings, scenario: Scenario, runs: dict[str, LiveRun], rows: list[Any]
+def comparison_document(
+    scenario: Scenario,
+    slo: Slo,
+    time_scale: float,
+    rows: list[dict[str, Any]],
+    switches: list[dict[str, Any]],
+    **extra: Any,
 ) -> dict[str, Any]:
-    """What comparison.json holds: the load, every run's figures, Elastico's switches."""
+    """What comparison.json holds: the load, every run's figures, the policy's switches (and what
+    else a demo adds, before the runs)."""
     return {
-        "slo_ms": settings.slo_ms,
-        "percentile": settings.percentile,
+        "slo_ms": slo.latency_ms,
+        "percentile": slo.percentile,
         "pattern": {
             "kind": "spike",
             "base_qps": round(scenario.pattern.base_qps, 4),
-            "duration_s": settings.duration_s,
-            "seed": settings.load_seed,
+            "duration_s": scenario.pattern.duration_s,
+            "seed": scenario.seed,
         },
         "requests": scenario.requests,
-        "time_scale": settings.time_scale,
+        "time_scale": time_scale,
+        **extra,
         "runs": rows,
-        "switches": [
-            {
-                "time_s": round(e.time_s, 2),
-                "config": e.config,
-                "reload_ms": round(e.reload_s * 1000, 1),
-            }
-            for e in runs["policy"].switch_events
-        ],
+        "switches": switches,
     }
 
 
@@ -450,7 +442,12 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     )
     rows = comparison_rows(runs, predicted)
     say.say(comparison_text(rows))
-    document = _comparison_document(settings, scenario, runs, rows)
+    switches = [
+        {"time_s": round(e.time_s, 2), "config": e.config, "reload_ms": round(e.reload_s * 1000, 1)}
+        for e in runs["policy"].switch_events
+    ]
+    slo = Slo(settings.slo_ms, settings.percentile)
+    document = comparison_document(scenario, slo, settings.time_scale, rows, switches)
     _write(out / "comparison.json", json.dumps(document, indent=2) + "\n")
     save_timeline_figure(
         out / "timeline.png",
