@@ -47,6 +47,7 @@ from compass.lab.demo import (
     comparison_rows,
     comparison_text,
     verdict,
+    write_file,
 )
 from compass.lab.devcluster import (
     REPO_ROOT,
@@ -445,9 +446,11 @@ def _run(
     state = _state(kube, name)
     profiles_document = json.loads(state[PROFILES_KEY])
     all_profiles = tuple(p.scaled(1 / scale) for p in parse_profiles(profiles_document))
-    _write(out / "profiles.json", json.dumps(profiles_document, indent=2) + "\n")
-    _write(out / "search-result.json", json.dumps(json.loads(state[RESULT_KEY]), indent=2) + "\n")
-    _write(out / "policy.yaml", yaml.safe_dump(policy, sort_keys=False))
+    write_file(out / "profiles.json", json.dumps(profiles_document, indent=2) + "\n")
+    write_file(
+        out / "search-result.json", json.dumps(json.loads(state[RESULT_KEY]), indent=2) + "\n"
+    )
+    write_file(out / "policy.yaml", yaml.safe_dump(policy, sort_keys=False))
     save_plan_figure(out / "front.png", plan, all_profiles)
     say.say(plan_table(plan))
     top = wait_for(lambda: _climbed(kube, name), 60, "the policy to climb while idle", 0.2)
@@ -488,7 +491,7 @@ def _run(
     document = comparison_document(
         scenario, slo, scale, rows, switches, metrics=metrics, adaptations=notes
     )
-    _write(out / "comparison.json", json.dumps(document, indent=2) + "\n")
+    write_file(out / "comparison.json", json.dumps(document, indent=2) + "\n")
     save_timeline_figure(
         out / "timeline.png",
         plan,
@@ -515,10 +518,6 @@ OUTPUTS = (
     "profiles.json",
     "search-result.json",
 )
-
-
-def _write(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
 
 
 def _has_token(cluster: Cluster) -> bool:

@@ -104,7 +104,8 @@ def _set_time_scale(router: TritonRouter, component: str, scale: float) -> None:
     router.client.load_model(component, config=json.dumps(config))
 
 
-def _write(path: Path, text: str) -> Path:
+def write_file(path: Path, text: str) -> Path:
+    """Write a UTF-8 text file; its path."""
     path.write_text(text, encoding="utf-8")
     return path
 
@@ -288,7 +289,7 @@ def _search_step(
     searched = run_search(router, space, population, settings)
     outcome = searched.outcome
     out = settings.output_dir
-    _write(out / "search-result.json", json.dumps(outcome.result_document(), indent=2) + "\n")
+    write_file(out / "search-result.json", json.dumps(outcome.result_document(), indent=2) + "\n")
     if not outcome.feasible:
         best = max(a.accuracy for a in outcome.assessments)
         fail(
@@ -318,7 +319,7 @@ def _profile_step(
     for component in COMPONENTS:
         _set_time_scale(router, component, settings.time_scale)
     document, profiles = profile_feasible(router, searched, settings)
-    _write(settings.output_dir / "profiles.json", json.dumps(document, indent=2) + "\n")
+    write_file(settings.output_dir / "profiles.json", json.dumps(document, indent=2) + "\n")
     say.say(
         f"      {document['metadata']['screened_out']} screened out, "
         f"{len(profiles) - document['metadata']['screened_out']} measured ({say.took()})"
@@ -346,7 +347,7 @@ def _plan_step(
     say.say(plan_table(plan))
     policy = spec_for_plan(plan)
     out = settings.output_dir
-    _write(out / "policy.yaml", policy_text(policy, out / "policy.yaml"))
+    write_file(out / "policy.yaml", policy_text(policy, out / "policy.yaml"))
     save_plan_figure(out / "front.png", plan, profiles)
     return plan, policy, live
 
@@ -448,7 +449,7 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     ]
     slo = Slo(settings.slo_ms, settings.percentile)
     document = comparison_document(scenario, slo, settings.time_scale, rows, switches)
-    _write(out / "comparison.json", json.dumps(document, indent=2) + "\n")
+    write_file(out / "comparison.json", json.dumps(document, indent=2) + "\n")
     save_timeline_figure(
         out / "timeline.png",
         plan,
