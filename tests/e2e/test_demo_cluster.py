@@ -80,8 +80,7 @@ def runnable(k8s_binaries: Binaries) -> None:
 def demo(
     runnable: None, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[subprocess.CompletedProcess[str], Path, float]:
-    """One shrunk run, started in a folder of its own with a relative --output-dir (as the README
-    gives the command): its process result, its output folder, its wall time."""
+    """One shrunk run from a folder of its own, --output-dir relative: result, folder, wall time."""
     cwd = tmp_path_factory.mktemp("cluster-demo")
     started = time.monotonic()
     done = subprocess.run(
@@ -197,8 +196,7 @@ def test_ctrl_c_stops_everything_it_started(runnable: None, tmp_path: Path) -> N
 def test_the_control_plane_starts_from_another_directory_with_a_relative_workdir(
     k8s_binaries: Binaries, tmp_path: Path
 ) -> None:
-    """`hack/k8s/start.sh --workdir k8s` outside the checkout (the control plane the cluster demo
-    starts): the API server runs in the work directory, so a relative path must not reach it."""
+    """`hack/k8s/start.sh --workdir k8s` from elsewhere: the API server runs in the workdir."""
     cwd = tmp_path.resolve()
     argv = [sys.executable, "-m", "compass.lab.devcluster", "--workdir", "k8s", "--no-node"]
     process = subprocess.Popen(

@@ -390,8 +390,7 @@ def respond_each(requests, answer):
 
 
 class Component:
-    """A component's TritonPythonModel: ``load`` what it needs from ``self.root`` once, then
-    ``answer`` each request with its output tensors (a request's error is its response alone)."""
+    """A component's TritonPythonModel: subclasses ``load`` once and ``answer`` each request."""
 
     def initialize(self, args):
         """Find the repository root and the model's parameters, then load."""

@@ -246,8 +246,7 @@ def comparison_rows(
 
 
 def verdict(runs: dict[str, LiveRun], who: str = "Elastico") -> str:
-    """The comparison in a line: the policy's compliance beside the static most accurate's, its
-    accuracy beside the static fastest's."""
+    """One line: compliance against the static most accurate, accuracy against the fastest."""
     policy, accurate, fastest = runs["policy"], runs["accurate"], runs["fastest"]
     return (
         f"{who} met the SLO for {policy.compliance:.1f}% of requests (static most accurate: "
@@ -360,8 +359,7 @@ def comparison_document(
     switches: list[dict[str, Any]],
     **extra: Any,
 ) -> dict[str, Any]:
-    """What comparison.json holds: the load, every run's figures, the policy's switches (and what
-    else a demo adds, before the runs)."""
+    """What comparison.json holds: the load, ``extra``, every run's figures, the switches."""
     return {
         "slo_ms": slo.latency_ms,
         "percentile": slo.percentile,

@@ -224,8 +224,8 @@ def serve_each(
     offered_qps: Callable[[float], float] | None = None,
     labels: Collection[str] = RUNS,
 ) -> Iterator[tuple[str, LiveRun]]:
-    """The same arrivals on the front's fastest member, on its most accurate, then with the policy
-    switching from the fastest eligible one (those of them in ``labels``), each run as it ends."""
+    """The arrivals on the fastest, the most accurate, then with the policy; each run as it ends."""
+    # The policy starts from the fastest eligible member; ``labels`` picks which runs to make.
     starts = {"fastest": 0, "accurate": len(plan.thresholds) - 1, "policy": plan.eligible[0]}
     for label in (label for label in RUNS if label in labels):
         loop = LiveLoop(policy, queue, router) if label == "policy" else None

@@ -57,9 +57,9 @@ def rag_sim_data() -> dict[str, Any]:
 
 
 def rag_sim_triton(workdir: Path, time_scale: float, active: Config | None = None) -> LocalTriton:
-    """tritonserver for rag-sim's router and components (not started), its repository laid out in
-    workdir/models: every component serves its latency x ``time_scale`` (0: none), the router
-    starts on ``active`` (None: its config's default)."""
+    """rag-sim's tritonserver, not started: latencies x ``time_scale``, the router on ``active``."""
+    # The repository goes to workdir/models; time_scale 0 serves no latency at all, and active
+    # None leaves the router on its config's default.
     parameters: dict[str, dict[str, str]] = {
         c: {"time_scale": repr(float(time_scale))} for c in COMPONENTS
     }
@@ -77,16 +77,15 @@ def fastest_mean_s(plan: Plan) -> float:
 def spike_scenario(
     plan: Plan, duration_s: float, seed: int, base_qps: float | None = None
 ) -> Scenario:
-    """The seeded spike (unscaled); by default the paper's relative to this machine: its peak at
-    the paper's utilisation of the plan's fastest eligible member, as profiled here."""
+    """The seeded spike, unscaled; by default peaking at the paper's utilisation of the fastest."""
+    # Relative to the plan's fastest eligible member as profiled here, not the paper's 1.5 QPS.
     base = base_qps or PAPER_PEAK_UTILIZATION / (SPIKE_FACTOR * fastest_mean_s(plan))
     return make_scenario(make_pattern("spike", base, duration_s, seed=seed), seed)
 
 
 @dataclass(frozen=True)
 class RagSimLoad:
-    """A scenario as rag-sim requests: every run sends the same arrivals, questions and
-    service-time luck, so the runs compare request for request."""
+    """A scenario as rag-sim requests: the same arrivals, questions and luck in every run."""
 
     scenario: Scenario
 
