@@ -22,26 +22,21 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from compass.domain.evaluation import Config
 from compass.lab.devcluster import Cluster, ensure_binaries, wait_for
-from compass.lab.local_triton import LocalTriton, assemble_repository
+from compass.lab.local_triton import LocalTriton
+from compass.lab.scenarios import ACCURATE as ACCURATE
+from compass.lab.scenarios import FASTEST as FASTEST
+from compass.lab.scenarios import rag_sim_triton
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 GROUP, VERSION = "compass.io", "v1alpha1"
 POLICY_PLURAL, WORKFLOW_PLURAL = "paretopolicies", "compoundworkflows"
 OUT_DIR = REPO_ROOT / "bench" / "out"
-COMPONENTS = ("retriever", "reranker", "generator")
 # rag-sim at a tenth of its measured latencies (as tests/k8s/test_policy_controller.py): through
-# the router the fastest configuration takes ~20 ms a request, the most accurate ~33 ms.
+# the router FASTEST takes ~20 ms a request, ACCURATE ~33 ms (compass.lab.scenarios, imported
+# above for the benchmarks).
 TIME_SCALE = 0.1
-FASTEST: Config = {
-    "generator_model": "llama3.2:3b",
-    "retriever_k": 20,
-    "reranker_k": 1,
-    "reranker_model": "ms-marco",
-}
-ACCURATE: Config = {**FASTEST, "generator_model": "gemma3:12b"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
@@ -78,11 +73,7 @@ def start_triton(
     stack: contextlib.ExitStack, workdir: Path, active: Mapping[str, Any] | None = None
 ) -> LocalTriton:
     """tritonserver serving rag-sim (router + three components) at TIME_SCALE."""
-    parameters: dict[str, dict[str, str]] = {c: {"time_scale": str(TIME_SCALE)} for c in COMPONENTS}
-    if active is not None:
-        parameters["router"] = {"compass_active_config": json.dumps(active, sort_keys=True)}
-    repository = assemble_repository("rag-sim", workdir / "models", parameters)
-    server = LocalTriton(repository=repository, models=[*COMPONENTS, "router"])
+    server = rag_sim_triton(workdir, TIME_SCALE, active)
     stack.callback(server.stop)
     return server.start(workdir)
 

@@ -14,7 +14,6 @@ Figures are reported at the paper's scale (ms and QPS divided back by the time s
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -23,7 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from compass.api.paretopolicy import Hysteresis, spec_for_plan
-from compass.dataplane.live import LiveLoop
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
@@ -31,38 +29,14 @@ from compass.domain.planner import Slo, plan_from_profiles
 from compass.domain.profiles import parse_profiles
 from compass.domain.simulator import compare, make_pattern, make_scenario
 from compass.domain.space import config_key
-from compass.lab.experiment import serve
-from compass.lab.local_triton import LocalTriton, assemble_repository
-
-COMPONENTS = ("retriever", "reranker", "generator")
-# The paper's Pareto front (planner_pareto_frontier.json) plus the one faster configuration
-# our planner keeps on it: what `compass plan` finds on the paper's profiles.
-FRONT = [
-    {
-        "generator_model": "llama3.2:3b",
-        "retriever_k": 10,
-        "reranker_k": 1,
-        "reranker_model": "ms-marco",
-    },
-    {
-        "generator_model": "llama3.2:3b",
-        "retriever_k": 20,
-        "reranker_k": 1,
-        "reranker_model": "ms-marco",
-    },
-    {
-        "generator_model": "llama3.1:8b",
-        "retriever_k": 20,
-        "reranker_k": 3,
-        "reranker_model": "ms-marco",
-    },
-    {
-        "generator_model": "gemma3:12b",
-        "retriever_k": 20,
-        "reranker_k": 1,
-        "reranker_model": "ms-marco",
-    },
-]
+from compass.lab.experiment import serve_each
+from compass.lab.scenarios import (
+    PAPER_FRONT,
+    QUESTIONS,
+    RagSimLoad,
+    rag_sim_data,
+    rag_sim_triton,
+)
 
 
 def main() -> int:
@@ -82,21 +56,18 @@ def main() -> int:
     slos = [float(s) for s in args.slos.split(",")]
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="compass-bench-"))
-    repository = assemble_repository(
-        "rag-sim", workdir / "models", {c: {"time_scale": str(scale)} for c in COMPONENTS}
-    )
-    data = json.loads((repository / "rag_sim.json").read_text())
-    with LocalTriton(repository=repository, models=[*COMPONENTS, "router"]).start(
-        workdir
-    ) as triton:
+    data = rag_sim_data()
+    with rag_sim_triton(workdir, scale).start(workdir) as triton:
         router = TritonRouter(triton.grpc_url)
         # Profile the front through the router, as `compass profile` does.
-        configs = [(c, float(np.mean(data["configs"][config_key(c)]["scores"]))) for c in FRONT]
+        configs = [
+            (c, float(np.mean(data["configs"][config_key(c)]["scores"]))) for c in PAPER_FRONT
+        ]
         document = profile_configurations(
             router,
             configs,
             ProfileSettings(warmup_runs=5, measured_runs=args.profile_runs),
-            lambda i: {"sample": i % 100},
+            lambda i: {"sample": i % QUESTIONS},
         )
         profiles = parse_profiles(document)
         print(f"rag-sim on Triton 2.51 (CPU), time scale {scale:g}; profiled front (paper scale):")
@@ -109,14 +80,13 @@ def main() -> int:
             "spike", args.base_qps / scale, args.duration * scale, seed=args.seed
         )
         scenario = make_scenario(pattern, args.seed)
-        arrivals = scenario.arrivals_s.tolist()
+        # Already scaled: the pattern was made at the scaled rate and duration.
+        load = RagSimLoad(scenario)
+        arrivals = load.arrivals_s()
         print(
             f"spike: base {args.base_qps:g} QPS, x4 for the middle third, {args.duration:g} s, "
             f"{scenario.requests} requests, seed {args.seed}\n"
         )
-
-        def payload(index: int) -> dict[str, object]:
-            return {"sample": index % 100, "quantile": float(scenario.luck[index])}
 
         header = (
             f"{'SLO':>5} {'run':<9} {'compl%':>7} {'sim%':>6} {'accuracy':>8} "
@@ -134,25 +104,18 @@ def main() -> int:
             predicted = compare(
                 {"policy": spec.elastico()}, members, scenario, slo_ms * scale, interval_s=scale
             )
-            runs = {"fastest": 0, "accurate": len(members) - 1, "policy": plan.eligible[0]}
-            wanted = set(args.runs.split(","))
-            for label, index in ((k, v) for k, v in runs.items() if k in wanted):
-                loop = (
-                    LiveLoop(spec.elastico(), TritonQueueDepth(triton.metrics_url), router)
-                    if label == "policy"
-                    else None
-                )
-                run = serve(
-                    router,
-                    label,
-                    members[index].config,
-                    arrivals,
-                    payload,
-                    slo_ms,
-                    loop=loop,
-                    interval_s=scale,
-                    time_scale=scale,
-                )
+            for label, run in serve_each(
+                router,
+                plan,
+                spec.elastico(),
+                TritonQueueDepth(triton.metrics_url),
+                arrivals,
+                load.payload,
+                slo_ms,
+                interval_s=scale,
+                time_scale=scale,
+                labels=set(args.runs.split(",")),
+            ):
                 # Reloads are real time at any time scale; the effect is reported unscaled.
                 reloads_ms += [e.reload_s * 1000 for e in run.switch_events]
                 effects_ms += [e * scale * 1000 for e in run.switch_effects_s()]

@@ -14,17 +14,6 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
-def canonical(config):
-    """Canonical JSON of a configuration, as the data file keys it."""
-
-    def plain(value):
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        return value
-
-    return json.dumps({k: plain(v) for k, v in config.items()}, sort_keys=True)
-
-
 class TritonPythonModel:
     """retriever, reranker or generator, by the model config's ``share`` and ``scores``."""
 
@@ -48,8 +37,10 @@ class TritonPythonModel:
         """Sleep this component's share of the request's latency, then answer."""
         responses = []
         for request in requests:
+            # The router hands the pipeline the canonical configuration, and the pipeline sends
+            # it as sorted JSON: the data file's key as it stands.
             raw = pb_utils.get_input_tensor_by_name(request, "CONFIG").as_numpy().reshape(-1)[0]
-            key = canonical(json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw))
+            key = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
             if key not in self.configs:
                 responses.append(
                     pb_utils.InferenceResponse(

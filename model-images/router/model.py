@@ -56,8 +56,8 @@ class TritonPythonModel:
         model_config = json.loads(args["model_config"])
         parameters = model_config.get("parameters", {})
         raw = parameters.get(ACTIVE_PARAMETER, {}).get("string_value", "{}")
-        self.active = json.loads(raw)
-        self.active_key = canonical(self.active)
+        self.active_key = canonical(json.loads(raw))
+        self.active = json.loads(self.active_key)
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         spec = importlib.util.spec_from_file_location(
             "compass_pipeline", os.path.join(version_dir, "pipeline.py")
@@ -87,8 +87,9 @@ class TritonPythonModel:
         config, key = self.active, self.active_key
         override = json.loads(request.parameters() or "{}").get(OVERRIDE_PARAMETER)
         if override:
-            config = json.loads(override) if isinstance(override, str) else override
-            key = canonical(config)
+            key = canonical(json.loads(override) if isinstance(override, str) else override)
+            # The pipeline gets the canonical form too: its components may key data by it.
+            config = json.loads(key)
         if not config:
             raise ValueError(
                 f"no configuration: set the router's {ACTIVE_PARAMETER} parameter or the "

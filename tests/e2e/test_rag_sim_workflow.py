@@ -52,8 +52,9 @@ from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import TritonRouter
 from compass.domain.simulator import SPIKE_FACTOR
 from compass.domain.space import config_key
-from compass.lab.clusterdemo import ClusterDemoSettings, adaptations, replay_ledger, spike_scenario
+from compass.lab.clusterdemo import ClusterDemoSettings, adaptations, replay_ledger
 from compass.lab.local_triton import LocalPrometheus, LocalTriton
+from compass.lab.scenarios import RagSimLoad, spike_scenario
 
 EXAMPLE = REPO / "examples" / "rag-sim-workflow.yaml"
 LEDGER_CONFIG_MAP = "rag-sim-ledger"
@@ -291,26 +292,23 @@ def test_example_workflow_to_a_policy_that_switches_triton_under_a_spike(
     assert idle["lastQueueDepth"] == 0
 
     # ---- the spike, with the operator switching
-    # Beyond the most accurate configuration's capacity, within the fastest's, as profiled here
-    # (this machine's speed varies with its load): the spike `compass demo --cluster` serves.
+    # The spike `compass demo --cluster` serves: its peak at the paper's utilisation of the
+    # fastest configuration as profiled here (this machine's speed varies with its load), which
+    # must be beyond the most accurate one's capacity.
     plan = ParetoPolicySpec.model_validate(policy["spec"]).plan()
-    scenario = spike_scenario(
-        plan, ClusterDemoSettings(output_dir=Path("."), duration_s=DURATION_S, load_seed=SEED)
-    )
+    scenario = spike_scenario(plan, DURATION_S, SEED)
     base_qps = scenario.pattern.base_qps
     accurate_qps = 1000.0 / front[-1]["latencyMeanMs"]
     assert SPIKE_FACTOR * base_qps > accurate_qps, f"the front's ends are too close: {front}"
-    arrivals = scenario.arrivals_s.tolist()
-
-    def payload(index: int) -> dict[str, Any]:
-        # The same service-time luck for the same request in both runs: a paired comparison.
-        return {"sample": index % 100, "quantile": float(scenario.luck[index])}
+    # The same arrivals, questions and service-time luck in both runs: a paired comparison.
+    load = RagSimLoad(scenario)
+    arrivals = load.arrivals_s()
 
     timeline = Timeline(TritonRouter(triton.grpc_url), policies, name, time.monotonic())
     sampler = threading.Thread(target=timeline.run)
     sampler.start()
     try:
-        records = run_load(triton.grpc_url, arrivals, payload)
+        records = run_load(triton.grpc_url, arrivals, load.payload)
     finally:
         timeline.stop.set()
         sampler.join()
@@ -388,7 +386,7 @@ def test_example_workflow_to_a_policy_that_switches_triton_under_a_spike(
     )
     most_accurate = len(front) - 1
     router.switch(front[most_accurate]["config"])
-    baseline = run_load(triton.grpc_url, arrivals, payload)
+    baseline = run_load(triton.grpc_url, arrivals, load.payload)
     assert [r.error for r in baseline if r.error] == []
     assert {served_index(r, keys) for r in baseline} == {most_accurate}
     baseline_compliance = compliance(baseline, slo_ms, len(arrivals))

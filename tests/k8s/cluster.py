@@ -20,11 +20,9 @@ from compass.lab.devcluster import (
     ClusterError,
     ClusterUnavailableError,
     ensure_binaries,
-    free_port,
-    log_tail,
     main,
-    wait_for,
 )
+from compass.lab.processes import free_port, log_tail, wait_for
 
 __all__ = [
     "ADMIN_USER",

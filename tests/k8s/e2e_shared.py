@@ -163,32 +163,21 @@ class Workflows:
         conditions = self.get(name).get("status", {}).get("conditions") or []
         return next((c for c in conditions if c["type"] == type_), None)
 
-    def jobs(self, name: str) -> list[dict[str, Any]]:
+    def _listed(self, list_namespaced: Any, selector: str) -> list[dict[str, Any]]:
+        """The items of a namespaced list call with this label selector."""
         items: list[dict[str, Any]] = json_data(
-            self.batch.list_namespaced_job(
-                self.namespace,
-                label_selector=f"compass.io/workflow={name}",
-                _preload_content=False,
-            )
+            list_namespaced(self.namespace, label_selector=selector, _preload_content=False)
         )["items"]
         return items
+
+    def jobs(self, name: str) -> list[dict[str, Any]]:
+        return self._listed(self.batch.list_namespaced_job, f"compass.io/workflow={name}")
 
     def config_maps(self, name: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = json_data(
-            self.core.list_namespaced_config_map(
-                self.namespace,
-                label_selector=f"compass.io/workflow={name}",
-                _preload_content=False,
-            )
-        )["items"]
-        return items
+        return self._listed(self.core.list_namespaced_config_map, f"compass.io/workflow={name}")
 
     def pods(self, selector: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = json_data(
-            self.core.list_namespaced_pod(
-                self.namespace, label_selector=selector, _preload_content=False
-            )
-        )["items"]
+        items = self._listed(self.core.list_namespaced_pod, selector)
         return sorted(items, key=lambda p: p["metadata"]["creationTimestamp"])
 
     def policy(self, name: str) -> dict[str, Any] | None:

@@ -17,8 +17,8 @@ from compass.lab.devnode import (
     Pod,
     expand,
     image_keys,
-    venv_executable,
 )
+from compass.lab.processes import venv_executable
 
 __all__ = [
     "MESSAGE_BYTES",

@@ -30,23 +30,15 @@ from compass.lab.local_triton import (
     LocalServerError,
     LocalTriton,
     TritonInstallation,
-    assemble_repository,
     prometheus_binary,
 )
+from compass.lab.scenarios import ACCURATE, FASTEST, rag_sim_triton
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "compass.io", "v1alpha1", "paretopolicies"
 # rag-sim at a tenth of its measured latencies; through the router on this machine the fastest
 # configuration takes ~20 ms a request (capacity ~50/s), the most accurate ~33 ms (~30/s).
 TIME_SCALE = 0.1
-COMPONENTS = ("retriever", "reranker", "generator")
-FASTEST = {
-    "generator_model": "llama3.2:3b",
-    "retriever_k": 20,
-    "reranker_k": 1,
-    "reranker_model": "ms-marco",
-}
-ACCURATE = {**FASTEST, "generator_model": "gemma3:12b"}
 # Names join the values in the key order the API server returns (sorted).
 FAST_NAME, ACCURATE_NAME = "llama3.2:3b/1/ms-marco/20", "gemma3:12b/1/ms-marco/20"
 # More than either configuration can serve: the queue builds on both, faster on ACCURATE.
@@ -64,15 +56,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
     except LocalServerError as error:
         pytest.skip(f"no tritonserver here: {error}")
     workdir = tmp_path_factory.mktemp("triton")
-    repository = assemble_repository(
-        "rag-sim",
-        workdir / "models",
-        {
-            **{c: {"time_scale": str(TIME_SCALE)} for c in COMPONENTS},
-            "router": {"compass_active_config": json.dumps(FASTEST, sort_keys=True)},
-        },
-    )
-    server = LocalTriton(repository=repository, models=[*COMPONENTS, "router"]).start(workdir)
+    server = rag_sim_triton(workdir, TIME_SCALE, FASTEST).start(workdir)
     yield server
     server.stop()
 

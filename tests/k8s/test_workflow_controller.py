@@ -66,7 +66,6 @@ SUBSPACE: dict[str, Any] = {
     "constraints": ["reranker_k <= retriever_k"],
 }
 TIME_SCALE = 0.1
-RAG_SIM_COMPONENTS = ("retriever", "reranker", "generator")
 
 
 # ---------------------------------------------------------------------------- fixtures
@@ -131,26 +130,17 @@ def crds(k8s_api: Any) -> None:
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """tritonserver serving rag-sim (router + three components) at time_scale 0.1."""
-    from compass.lab.local_triton import (
-        LocalServerError,
-        LocalTriton,
-        TritonInstallation,
-        assemble_repository,
-    )
+    from compass.lab.local_triton import LocalServerError, TritonInstallation
+    from compass.lab.scenarios import rag_sim_triton
 
     workdir = tmp_path_factory.mktemp("triton")
-    repository = assemble_repository(
-        "rag-sim",
-        workdir / "models",
-        {c: {"time_scale": str(TIME_SCALE)} for c in RAG_SIM_COMPONENTS},
-    )
+    server = rag_sim_triton(workdir, TIME_SCALE)
     try:
         TritonInstallation.find()
     except LocalServerError as error:
         if os.environ.get("COMPASS_K8S_REQUIRED") == "1":
             pytest.fail(f"no tritonserver here: {error}", pytrace=False)
         pytest.skip(f"no tritonserver here: {error}")
-    server = LocalTriton(repository=repository, models=[*RAG_SIM_COMPONENTS, "router"])
     server.start(workdir)
     yield server
     server.stop()

@@ -1,24 +1,15 @@
-"""rag-sim constants and helpers shared by the triton tier's tests."""
+"""rag-sim as the triton tier serves it: compass.lab.scenarios' facts, at the tier's time scale."""
 
 from __future__ import annotations
 
 import json
 
+from compass.lab.scenarios import ACCURATE, COMPONENTS, FASTEST
+
+__all__ = ["ACCURATE", "COMPONENTS", "FASTEST", "TIME_SCALE", "scores_of"]
+
 # rag-sim's measured latencies (130-330 ms) scaled down 10x: the same queueing shape, 10x faster.
 TIME_SCALE = 0.1
-COMPONENTS = ("retriever", "reranker", "generator")
-FASTEST = {
-    "generator_model": "llama3.2:3b",
-    "retriever_k": 20,
-    "reranker_k": 1,
-    "reranker_model": "ms-marco",
-}
-ACCURATE = {
-    "generator_model": "gemma3:12b",
-    "retriever_k": 20,
-    "reranker_k": 1,
-    "reranker_model": "ms-marco",
-}
 
 
 def scores_of(data: dict[str, object], config: dict[str, object]) -> list[float]:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from compass.dataplane.load import RequestRecord
 from compass.lab import clusterdemo
 from compass.lab.clusterdemo import (
     EXAMPLE,
@@ -18,7 +19,9 @@ from compass.lab.clusterdemo import (
     replay_ledger,
     status_ticks,
 )
+from compass.lab.demo import verdict
 from compass.lab.devcluster import ClusterUnavailableError
+from compass.lab.experiment import LiveRun
 
 
 def test_the_adapted_example_changes_only_what_it_says() -> None:
@@ -85,3 +88,22 @@ def test_no_control_plane_is_a_clear_error_and_exit_1(
     err = capsys.readouterr().err
     assert "no Kubernetes control plane on this machine" in err
     assert "not root" in err
+
+
+def test_the_summary_reads_the_policy_against_both_static_ends() -> None:
+    def run(label: str, latencies_s: list[float], score: float) -> LiveRun:
+        records = tuple(
+            RequestRecord(float(i), latency, label, score, None)
+            for i, latency in enumerate(latencies_s)
+        )
+        return LiveRun(label, 1000.0, len(records), records)
+
+    runs = {
+        "fastest": run("fastest", [0.1, 0.2, 0.3, 0.4], 0.75),
+        "accurate": run("accurate", [0.5, 2.0, 3.0, 4.0], 0.875),
+        "policy": run("policy", [0.1, 0.5, 0.9, 1.5], 0.8125),
+    }
+    assert verdict(runs, "the operator") == (
+        "the operator met the SLO for 75.0% of requests (static most accurate: 25.0%) at "
+        "accuracy 0.8125 (static fastest: 0.7500)"
+    )

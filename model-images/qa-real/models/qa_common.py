@@ -1,7 +1,8 @@
 """Code shared by qa-real's component models and its pipeline (no Triton imports here).
 
-Lives at the model repository's root next to the data file ``qa_real.json``; each model loads
-it by path with ``load_common`` (Triton puts only a model's own version folder on sys.path).
+Lives at the model repository's root next to the data file ``qa_real.json``. Triton puts only a
+model's own folders on sys.path, so each model's ``1/model.py`` adds the root (three folders up
+from itself) and subclasses ``Component``; the router's pipeline loads this file by path.
 """
 
 import json
@@ -365,6 +366,13 @@ def ranked_tensors(ids, scores):
     ]
 
 
+def integer(request, name):
+    """A one-element integer input of a Triton request."""
+    import triton_python_backend_utils as pb_utils
+
+    return int(pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0])
+
+
 def respond_each(requests, answer):
     """One response per request from ``answer(request) -> output tensors``.
 
@@ -379,3 +387,34 @@ def respond_each(requests, answer):
         except Exception as error:
             responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))
     return responses
+
+
+class Component:
+    """A component's TritonPythonModel: subclasses ``load`` once and ``answer`` each request."""
+
+    def initialize(self, args):
+        """Find the repository root and the model's parameters, then load."""
+        self.root = os.path.dirname(args["model_repository"].rstrip("/"))
+        parameters = json.loads(args["model_config"]).get("parameters", {})
+        self.parameters = {key: value["string_value"] for key, value in parameters.items()}
+        self.load()
+
+    def load(self):
+        """Read the data, build the index or load the model."""
+
+    def answer(self, request):
+        """The output tensors of one request."""
+        raise NotImplementedError
+
+    def execute(self, requests):
+        """One response per request."""
+        return respond_each(requests, self.answer)
+
+
+class Retriever(Component):
+    """QUESTION, K -> the K best passage IDS and their SCORES from ``self.index`` (set by load)."""
+
+    def answer(self, request):
+        """Search the request's question."""
+        question = strings(request, "QUESTION")[0]
+        return ranked_tensors(*self.index.search(question, integer(request, "K")))

@@ -7,7 +7,7 @@ processes), a local tritonserver serving rag-sim, Prometheus when it is installe
 examples/rag-sim-workflow.yaml, adapted only as far as this machine needs (each change is listed
 by `adaptations` and printed); the operator searches, profiles, plans and creates the
 ParetoPolicy; then the same seeded spike is served with the operator switching the router, and
-by the most accurate configuration with the policy paused.
+by the most accurate and by the fastest configuration with the policy paused.
 
 Times: rag-sim serves its latencies x ``time_scale`` and the workflow's SLO and cooldowns follow;
 every figure printed or drawn is unscaled (the paper's scale), as in the plain demo.
@@ -38,16 +38,17 @@ from compass.dataplane.triton import TritonRouter
 from compass.domain.elastico import Elastico
 from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import (
-    SPIKE_FACTOR,
-    Scenario,
-    Tick,
-    compare,
-    make_pattern,
-    make_scenario,
-)
+from compass.domain.simulator import SPIKE_FACTOR, Scenario, Tick, compare
 from compass.domain.space import config_key
-from compass.lab.demo import COMPONENTS, Reporter, comparison_rows, comparison_text
+from compass.lab.demo import (
+    RUN_TITLES,
+    Reporter,
+    comparison_document,
+    comparison_rows,
+    comparison_text,
+    verdict,
+    write_file,
+)
 from compass.lab.devcluster import (
     REPO_ROOT,
     Cluster,
@@ -55,8 +56,6 @@ from compass.lab.devcluster import (
     ClusterUnavailableError,
     Operator,
     ensure_binaries,
-    venv_executable,
-    wait_for,
 )
 from compass.lab.experiment import OBSERVED_WINDOW_S, SETTLE_S, LiveRun, SwitchEvent, serve
 from compass.lab.local_triton import (
@@ -64,16 +63,16 @@ from compass.lab.local_triton import (
     LocalServerError,
     LocalTriton,
     TritonInstallation,
-    assemble_repository,
-    model_images,
     prometheus_binary,
 )
+from compass.lab.processes import venv_executable, wait_for
+from compass.lab.scenarios import RagSimLoad, rag_sim_data, rag_sim_triton, spike_scenario
 
 EXAMPLE = REPO_ROOT / "examples" / "rag-sim-workflow.yaml"
 CRDS = REPO_ROOT / "crds"
 NAMESPACE = "compass-demo"
 LEDGER_CONFIG_MAP = "rag-sim-ledger"
-TITLES = {"policy": "Elastico (operator)", "accurate": "static most accurate"}
+TITLES = {**RUN_TITLES, "policy": "Elastico (operator)"}
 SAMPLE_EVERY_S = 0.25  # how often the policy's status is read while the load runs
 PHASES_TIMEOUT_S = 600.0  # the search and profiling Jobs: ~1.5 min on two busy cores
 
@@ -172,17 +171,6 @@ def unscaled_elastico(spec: ParetoPolicySpec, plan: Plan, scale: float) -> Elast
             stale_after_s=settings.stale_after_s / scale,
         ),
     )
-
-
-def spike_scenario(plan: Plan, settings: ClusterDemoSettings) -> Scenario:
-    """The seeded spike: its peak 1.25 x the most accurate configuration's capacity, at most
-    0.75 x the fastest's, as profiled here (unscaled), unless --base-qps says otherwise."""
-    fastest, accurate = (
-        1000.0 / t.profile.mean_ms for t in (plan.thresholds[0], plan.thresholds[-1])
-    )
-    base = settings.base_qps or min(1.25 * accurate, 0.75 * fastest) / SPIKE_FACTOR
-    pattern = make_pattern("spike", base, settings.duration_s, seed=settings.load_seed)
-    return make_scenario(pattern, settings.load_seed)
 
 
 def status_ticks(
@@ -322,6 +310,9 @@ def _error(message: str) -> int:
 def run_cluster_demo(settings: ClusterDemoSettings, say: Reporter | None = None) -> int:
     """Every step; 0 when done, 1 when this machine cannot run it (the message says why)."""
     say = say or Reporter(steps=8)
+    # Resolved once, here: these paths reach processes that run in other directories (the API
+    # server's flags from the control plane's folder, the pods' KUBECONFIG from theirs).
+    settings = replace(settings, output_dir=settings.output_dir.resolve())
     try:
         TritonInstallation.find()
     except LocalServerError as error:
@@ -390,10 +381,7 @@ def _run(
     )
 
     say.step("start tritonserver with rag-sim, and Prometheus scraping it if installed")
-    repository = assemble_repository(
-        "rag-sim", work / "triton" / "models", {c: {"time_scale": repr(scale)} for c in COMPONENTS}
-    )
-    triton = LocalTriton(repository=repository, models=[*COMPONENTS, "router"])
+    triton = rag_sim_triton(work / "triton", scale)
     stack.callback(triton.stop)
     triton.start(work / "triton")
     metrics = {"type": "triton", "url": triton.metrics_url}
@@ -441,9 +429,8 @@ def _run(
     manifest, notes = adaptations(example, settings, LEDGER_CONFIG_MAP, metrics)
     for note in notes:
         say.say(f"      - {note}")
-    rag_sim = json.loads((model_images() / "rag-sim" / "models" / "rag_sim.json").read_text())
     ledger = out / "replay-ledger.jsonl"
-    ledger.write_text(replay_ledger(rag_sim), encoding="utf-8")
+    ledger.write_text(replay_ledger(rag_sim_data()), encoding="utf-8")
     workflow = out / "workflow.yaml"
     workflow.write_text(yaml.safe_dump(manifest, sort_keys=False), encoding="utf-8")
     kube.kubectl("create", "configmap", LEDGER_CONFIG_MAP, f"--from-file={LEDGER_KEY}={ledger}")
@@ -459,9 +446,11 @@ def _run(
     state = _state(kube, name)
     profiles_document = json.loads(state[PROFILES_KEY])
     all_profiles = tuple(p.scaled(1 / scale) for p in parse_profiles(profiles_document))
-    _write(out / "profiles.json", json.dumps(profiles_document, indent=2) + "\n")
-    _write(out / "search-result.json", json.dumps(json.loads(state[RESULT_KEY]), indent=2) + "\n")
-    _write(out / "policy.yaml", yaml.safe_dump(policy, sort_keys=False))
+    write_file(out / "profiles.json", json.dumps(profiles_document, indent=2) + "\n")
+    write_file(
+        out / "search-result.json", json.dumps(json.loads(state[RESULT_KEY]), indent=2) + "\n"
+    )
+    write_file(out / "policy.yaml", yaml.safe_dump(policy, sort_keys=False))
     save_plan_figure(out / "front.png", plan, all_profiles)
     say.say(plan_table(plan))
     top = wait_for(lambda: _climbed(kube, name), 60, "the policy to climb while idle", 0.2)
@@ -470,13 +459,13 @@ def _run(
         f"({say.took()})"
     )
 
-    scenario = spike_scenario(plan, settings)
+    scenario = spike_scenario(plan, settings.duration_s, settings.load_seed, settings.base_qps)
     say.step(
-        f"serve a load spike twice: {scenario.pattern.base_qps:.2f} QPS, x{SPIKE_FACTOR:g} for the "
-        f"middle third, {settings.duration_s:g} s, {scenario.requests} requests (the same both "
-        "times)"
+        f"serve a load spike three ways: {scenario.pattern.base_qps:.2f} QPS, x{SPIKE_FACTOR:g} "
+        f"for the middle third, {settings.duration_s:g} s, {scenario.requests} requests (the "
+        "same every time)"
     )
-    runs = _serve_both(kube, name, triton, plan, scenario, top, settings, say)
+    runs = _serve_three_ways(kube, name, triton, plan, scenario, top, settings, say)
     kube.show("get", "cwf,pp")
 
     say.step("compare (the simulator's prediction on the same arrivals beside each run)")
@@ -494,25 +483,15 @@ def _run(
             f"  {TITLES[label]:<21} before / during / after the spike: "
             f"{by_third(run, settings.duration_s)}"
         )
-    document = {
-        "slo_ms": settings.slo_ms,
-        "percentile": spec.slo.percentile,
-        "pattern": {
-            "kind": "spike",
-            "base_qps": round(scenario.pattern.base_qps, 4),
-            "duration_s": settings.duration_s,
-            "seed": settings.load_seed,
-        },
-        "requests": scenario.requests,
-        "time_scale": scale,
-        "metrics": metrics,
-        "adaptations": notes,
-        "runs": rows,
-        "switches": [
-            {"time_s": round(e.time_s, 2), "config": e.config} for e in runs["policy"].switch_events
-        ],
-    }
-    _write(out / "comparison.json", json.dumps(document, indent=2) + "\n")
+    # The switches as the status showed them: the reload's cost is the operator's, not seen here.
+    switches = [
+        {"time_s": round(e.time_s, 2), "config": e.config} for e in runs["policy"].switch_events
+    ]
+    slo = Slo(settings.slo_ms, spec.slo.percentile)
+    document = comparison_document(
+        scenario, slo, scale, rows, switches, metrics=metrics, adaptations=notes
+    )
+    write_file(out / "comparison.json", json.dumps(document, indent=2) + "\n")
     save_timeline_figure(
         out / "timeline.png",
         plan,
@@ -522,12 +501,7 @@ def _run(
         f"{settings.slo_ms:g} ms, {scenario.requests} requests",
         profiles=all_profiles,
     )
-    policy_run, accurate = runs["policy"], runs["accurate"]
-    say.say(
-        f"the operator met the SLO for {policy_run.compliance:.1f}% of requests (static most "
-        f"accurate: {accurate.compliance:.1f}%) at accuracy {policy_run.accuracy:.4f} "
-        f"({accurate.accuracy:.4f})"
-    )
+    say.say(verdict(runs, "the operator"))
     say.say(f"wrote {', '.join(str(out / n) for n in OUTPUTS)}; logs under {work}")
     say.say("stopping the operator, Prometheus, Triton, the node and the control plane")
     stack.close()
@@ -544,10 +518,6 @@ OUTPUTS = (
     "profiles.json",
     "search-result.json",
 )
-
-
-def _write(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
 
 
 def _has_token(cluster: Cluster) -> bool:
@@ -622,7 +592,7 @@ class _Sampler:
             self.stop.wait(SAMPLE_EVERY_S)
 
 
-def _serve_both(
+def _serve_three_ways(
     kube: Kube,
     name: str,
     triton: LocalTriton,
@@ -632,18 +602,11 @@ def _serve_both(
     settings: ClusterDemoSettings,
     say: Reporter,
 ) -> dict[str, LiveRun]:
-    """The spike with the operator switching the router, then on the most accurate, paused."""
+    """The spike with the operator switching the router, then on the most accurate and on the
+    fastest configuration with the policy paused."""
     scale = settings.time_scale
-    arrivals = (scenario.arrivals_s * scale).tolist()
-    population = 100  # rag-sim's questions
-
-    def payload(index: int) -> dict[str, object]:
-        # The same service-time luck for the same request in both runs: a paired comparison.
-        return {"sample": index % population, "quantile": float(scenario.luck[index])}
-
-    def offered(t: float) -> float:
-        return float(scenario.pattern.rate(np.array([t]))[0])
-
+    load = RagSimLoad(scenario)
+    arrivals = load.arrivals_s(scale)
     router = TritonRouter(triton.grpc_url)
     try:
         before = kube.status(POLICY_PLURAL, name).get("switches") or 0
@@ -660,14 +623,16 @@ def _serve_both(
                 "policy",
                 plan.thresholds[top].profile.config,
                 arrivals,
-                payload,
+                load.payload,
                 settings.slo_ms,
                 time_scale=scale,
             )
         finally:
             sampler.stop.set()
             thread.join()
-        ticks = status_ticks(sampler.samples, offered, [r.sent_s for r in run.records], scale)
+        ticks = status_ticks(
+            sampler.samples, load.offered_qps, [r.sent_s for r in run.records], scale
+        )
         runs = {"policy": replace(run, ticks=ticks, switch_events=status_switches(ticks, plan))}
         after = kube.status(POLICY_PLURAL, name).get("switches") or 0
         served = sorted({t.active for t in ticks})
@@ -684,21 +649,24 @@ def _serve_both(
             "the policy to be Paused",
             0.2,
         )
-        started = time.monotonic()
-        accurate = serve(
-            router,
-            "accurate",
-            plan.thresholds[-1].profile.config,
-            arrivals,
-            payload,
-            settings.slo_ms,
-            time_scale=scale,
-        )
-        runs["accurate"] = accurate
-        say.say(
-            f"      {TITLES['accurate']:<21} {accurate.compliance:5.1f}% within the SLO, "
-            f"accuracy {accurate.accuracy:.4f} ({time.monotonic() - started:.0f} s)"
-        )
+        # The same arrivals on each end of the front, pinned while the policy is paused.
+        for label, index in (("accurate", len(plan.thresholds) - 1), ("fastest", 0)):
+            started = time.monotonic()
+            pinned = serve(
+                router,
+                label,
+                plan.thresholds[index].profile.config,
+                arrivals,
+                load.payload,
+                settings.slo_ms,
+                time_scale=scale,
+            )
+            runs[label] = pinned
+            say.say(
+                f"      {TITLES[label]:<21} {pinned.compliance:5.1f}% within the SLO, "
+                f"accuracy {pinned.accuracy:.4f} ({time.monotonic() - started:.0f} s)"
+            )
     finally:
         router.close()
-    return runs
+    # In the local demo's order: the static ends first, the policy last.
+    return {label: runs[label] for label in ("fastest", "accurate", "policy")}

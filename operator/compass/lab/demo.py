@@ -17,15 +17,12 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from compass.api.paretopolicy import Hysteresis, ParetoPolicySpec, spec_for_plan
 from compass.console import fail
-from compass.dataplane.live import LiveLoop
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
@@ -33,31 +30,22 @@ from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, PlanError, Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.search import SearchOutcome, SearchSettings, complete_feasible
-from compass.domain.simulator import (
-    SPIKE_FACTOR,
-    RunReport,
-    Scenario,
-    compare,
-    make_pattern,
-    make_scenario,
-)
+from compass.domain.simulator import SPIKE_FACTOR, RunReport, Scenario, compare
 from compass.domain.space import Space
 from compass.evaluators import CheckpointedEvaluator, CheckpointLedger
 from compass.evaluators.triton import TritonEvaluator
-from compass.examples import RAG_PAPER_SAMPLES, load_rag_paper
-from compass.lab.experiment import LiveRun, serve
-from compass.lab.local_triton import (
-    LocalServerError,
-    LocalTriton,
-    TritonInstallation,
-    assemble_repository,
+from compass.examples import load_rag_paper
+from compass.lab.experiment import LiveRun, serve_each
+from compass.lab.local_triton import LocalServerError, TritonInstallation
+from compass.lab.scenarios import (
+    COMPONENTS,
+    QUESTIONS,
+    RagSimLoad,
+    fastest_mean_s,
+    rag_sim_triton,
+    spike_scenario,
 )
 
-COMPONENTS = ("retriever", "reranker", "generator")
-# The paper's spike (1.5 QPS, x4) peaks at 77% of its fastest configuration's capacity (mean
-# 128.6 ms). On a CPU-only machine Triton's own overhead lengthens every service time, so the
-# demo keeps that peak utilisation rather than the absolute rate.
-PAPER_PEAK_UTILIZATION = SPIKE_FACTOR * 1.5 * 0.1286
 # What the static runs are called in tables and plots (the simulator's baseline labels).
 RUN_TITLES = {
     "fastest": "static fastest",
@@ -116,7 +104,8 @@ def _set_time_scale(router: TritonRouter, component: str, scale: float) -> None:
     router.client.load_model(component, config=json.dumps(config))
 
 
-def _write(path: Path, text: str) -> Path:
+def write_file(path: Path, text: str) -> Path:
+    """Write a UTF-8 text file; its path."""
     path.write_text(text, encoding="utf-8")
     return path
 
@@ -203,47 +192,32 @@ def serve_spike(
     plan: Plan,
     live: ParetoPolicySpec,
     scenario: Scenario,
-    population: int,
     settings: DemoSettings,
     reporter: Reporter,
 ) -> dict[str, LiveRun]:
     """The spike served by the static fastest, the static most accurate, then Elastico."""
     scale = settings.time_scale
-    members = [t.profile for t in plan.thresholds]
-    arrivals = (scenario.arrivals_s * scale).tolist()
-
-    def payload(index: int) -> dict[str, object]:
-        return {"sample": index % population, "quantile": float(scenario.luck[index])}
-
-    def offered(t: float) -> float:
-        return float(scenario.pattern.rate(np.array([t]))[0])
-
-    starts = {"fastest": 0, "accurate": len(members) - 1, "policy": plan.eligible[0]}
+    load = RagSimLoad(scenario)
     runs = {}
-    for label, index in starts.items():
-        started = time.monotonic()
-        loop = (
-            LiveLoop(live.elastico(), TritonQueueDepth(metrics_url, router.model), router)
-            if label == "policy"
-            else None
-        )
-        run = serve(
-            router,
-            label,
-            members[index].config,
-            arrivals,
-            payload,
-            settings.slo_ms,
-            loop=loop,
-            interval_s=live.interval_seconds,
-            time_scale=scale,
-            offered_qps=offered,
-        )
+    started = time.monotonic()
+    for label, run in serve_each(
+        router,
+        plan,
+        live.elastico(),
+        TritonQueueDepth(metrics_url, router.model),
+        load.arrivals_s(scale),
+        load.payload,
+        settings.slo_ms,
+        interval_s=live.interval_seconds,
+        time_scale=scale,
+        offered_qps=load.offered_qps,
+    ):
         runs[label] = run
         reporter.say(
             f"      {RUN_TITLES[label]:<21} {run.compliance:5.1f}% within the SLO, accuracy "
             f"{run.accuracy:.4f}, {run.switches} switches ({time.monotonic() - started:.0f} s)"
         )
+        started = time.monotonic()
     return runs
 
 
@@ -271,6 +245,16 @@ def comparison_rows(
     return rows
 
 
+def verdict(runs: dict[str, LiveRun], who: str = "Elastico") -> str:
+    """One line: compliance against the static most accurate, accuracy against the fastest."""
+    policy, accurate, fastest = runs["policy"], runs["accurate"], runs["fastest"]
+    return (
+        f"{who} met the SLO for {policy.compliance:.1f}% of requests (static most accurate: "
+        f"{accurate.compliance:.1f}%) at accuracy {policy.accuracy:.4f} (static fastest: "
+        f"{fastest.accuracy:.4f})"
+    )
+
+
 def comparison_text(rows: Sequence[dict[str, Any]]) -> str:
     """The comparison as an aligned table."""
     lines = [
@@ -296,7 +280,7 @@ def _search_step(
     router: TritonRouter, space: Space, settings: DemoSettings, say: Reporter
 ) -> Searched:
     """Step 2: the search, its result file, its summary; no feasible set is a usage error."""
-    population = RAG_PAPER_SAMPLES  # rag-sim serves the embedded example's scores
+    population = QUESTIONS
     say.step(
         f"COMPASS-V through the router: every configuration of {space.size} with accuracy "
         f">= {settings.search.tau:g}, {population} samples each"
@@ -304,7 +288,7 @@ def _search_step(
     searched = run_search(router, space, population, settings)
     outcome = searched.outcome
     out = settings.output_dir
-    _write(out / "search-result.json", json.dumps(outcome.result_document(), indent=2) + "\n")
+    write_file(out / "search-result.json", json.dumps(outcome.result_document(), indent=2) + "\n")
     if not outcome.feasible:
         best = max(a.accuracy for a in outcome.assessments)
         fail(
@@ -334,7 +318,7 @@ def _profile_step(
     for component in COMPONENTS:
         _set_time_scale(router, component, settings.time_scale)
     document, profiles = profile_feasible(router, searched, settings)
-    _write(settings.output_dir / "profiles.json", json.dumps(document, indent=2) + "\n")
+    write_file(settings.output_dir / "profiles.json", json.dumps(document, indent=2) + "\n")
     say.say(
         f"      {document['metadata']['screened_out']} screened out, "
         f"{len(profiles) - document['metadata']['screened_out']} measured ({say.took()})"
@@ -362,43 +346,34 @@ def _plan_step(
     say.say(plan_table(plan))
     policy = spec_for_plan(plan)
     out = settings.output_dir
-    _write(out / "policy.yaml", policy_text(policy, out / "policy.yaml"))
+    write_file(out / "policy.yaml", policy_text(policy, out / "policy.yaml"))
     save_plan_figure(out / "front.png", plan, profiles)
     return plan, policy, live
 
 
-def spike_scenario(plan: Plan, settings: DemoSettings) -> Scenario:
-    """The seeded spike; by default the paper's, relative to this machine's fastest member."""
-    fastest_s = plan.thresholds[plan.eligible[0]].profile.mean_ms / 1000
-    base_qps = settings.base_qps or PAPER_PEAK_UTILIZATION / (SPIKE_FACTOR * fastest_s)
-    pattern = make_pattern("spike", base_qps, settings.duration_s, seed=settings.load_seed)
-    return make_scenario(pattern, settings.load_seed)
-
-
-def _comparison_document(
-    settings: DemoSettings, scenario: Scenario, runs: dict[str, LiveRun], rows: list[Any]
+def comparison_document(
+    scenario: Scenario,
+    slo: Slo,
+    time_scale: float,
+    rows: list[dict[str, Any]],
+    switches: list[dict[str, Any]],
+    **extra: Any,
 ) -> dict[str, Any]:
-    """What comparison.json holds: the load, every run's figures, Elastico's switches."""
+    """What comparison.json holds: the load, ``extra``, every run's figures, the switches."""
     return {
-        "slo_ms": settings.slo_ms,
-        "percentile": settings.percentile,
+        "slo_ms": slo.latency_ms,
+        "percentile": slo.percentile,
         "pattern": {
             "kind": "spike",
             "base_qps": round(scenario.pattern.base_qps, 4),
-            "duration_s": settings.duration_s,
-            "seed": settings.load_seed,
+            "duration_s": scenario.pattern.duration_s,
+            "seed": scenario.seed,
         },
         "requests": scenario.requests,
-        "time_scale": settings.time_scale,
+        "time_scale": time_scale,
+        **extra,
         "runs": rows,
-        "switches": [
-            {
-                "time_s": round(e.time_s, 2),
-                "config": e.config,
-                "reload_ms": round(e.reload_s * 1000, 1),
-            }
-            for e in runs["policy"].switch_events
-        ],
+        "switches": switches,
     }
 
 
@@ -418,6 +393,9 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     from compass.lab.plots import save_timeline_figure
 
     say = say or Reporter(steps=6)
+    # Resolved once, here: tritonserver and its Python stubs get these paths, and the demo must
+    # not depend on the directory it was started from.
+    settings = replace(settings, output_dir=settings.output_dir.resolve())
     out = settings.output_dir
     try:
         TritonInstallation.find()
@@ -438,27 +416,22 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     say.step("start tritonserver with rag-sim: the router and its three components")
     workdir = out / "triton"
     # Latency 0 while the search scores accuracy; the profiling step sets the real scale.
-    repository = assemble_repository(
-        "rag-sim", workdir / "models", {c: {"time_scale": "0"} for c in COMPONENTS}
-    )
-    triton = LocalTriton(repository=repository, models=[*COMPONENTS, "router"])
+    triton = rag_sim_triton(workdir, 0)
     with triton.start(workdir):
         router = TritonRouter(triton.grpc_url)
         say.say(f"      Triton at {triton.grpc_url}, its log in {workdir} ({say.took()})")
         searched = _search_step(router, space, settings, say)
         profiles = _profile_step(router, searched, settings, say)
         plan, policy, live = _plan_step(profiles, settings, say)
-        scenario = spike_scenario(plan, settings)
-        fastest_s = plan.thresholds[plan.eligible[0]].profile.mean_ms / 1000
+        scenario = spike_scenario(plan, settings.duration_s, settings.load_seed, settings.base_qps)
+        peak = SPIKE_FACTOR * scenario.pattern.base_qps * fastest_mean_s(plan)
         say.step(
             f"serve a load spike three ways: {scenario.pattern.base_qps:.2f} QPS, x4 for the "
-            f"middle third (peak at {SPIKE_FACTOR * scenario.pattern.base_qps * fastest_s:.0%} "
+            f"middle third (peak at {peak:.0%} "
             f"of the fastest configuration's capacity), {settings.duration_s:g} s, "
             f"{scenario.requests} requests (the same for every run)"
         )
-        runs = serve_spike(
-            router, triton.metrics_url, plan, live, scenario, RAG_PAPER_SAMPLES, settings, say
-        )
+        runs = serve_spike(router, triton.metrics_url, plan, live, scenario, settings, say)
         router.close()
 
     say.step("compare with the simulator's prediction on the same arrivals")
@@ -468,8 +441,13 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     )
     rows = comparison_rows(runs, predicted)
     say.say(comparison_text(rows))
-    document = _comparison_document(settings, scenario, runs, rows)
-    _write(out / "comparison.json", json.dumps(document, indent=2) + "\n")
+    switches = [
+        {"time_s": round(e.time_s, 2), "config": e.config, "reload_ms": round(e.reload_s * 1000, 1)}
+        for e in runs["policy"].switch_events
+    ]
+    slo = Slo(settings.slo_ms, settings.percentile)
+    document = comparison_document(scenario, slo, settings.time_scale, rows, switches)
+    write_file(out / "comparison.json", json.dumps(document, indent=2) + "\n")
     save_timeline_figure(
         out / "timeline.png",
         plan,
@@ -478,12 +456,7 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
         f"{settings.percentile:g} <= {settings.slo_ms:g} ms, {scenario.requests} requests",
         profiles=profiles,
     )
-    elastico, accurate, fastest = runs["policy"], runs["accurate"], runs["fastest"]
-    say.say(
-        f"Elastico met the SLO for {elastico.compliance:.1f}% of requests (static most "
-        f"accurate: {accurate.compliance:.1f}%) at accuracy {elastico.accuracy:.4f} (static "
-        f"fastest: {fastest.accuracy:.4f})"
-    )
+    say.say(verdict(runs))
     say.say(f"wrote {', '.join(str(out / name) for name in OUTPUTS)}")
     say.say(f"done in {time.monotonic() - say.started:.0f} s")
     return 0

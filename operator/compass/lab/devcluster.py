@@ -18,14 +18,12 @@ killed). There is no kubelet and no scheduler: compass.lab.devnode plays the nod
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import platform
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -38,6 +36,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+
+from compass.lab.processes import die_with_parent, free_port, log_tail, stop
+from compass.lab.processes import venv_executable as venv_executable  # the benchmarks import
+from compass.lab.processes import wait_for as wait_for  # these two from here
 
 # operator/compass/lab/devcluster.py -> the checkout (the build script is not in an installed wheel).
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -133,43 +135,6 @@ def ensure_binaries(*, stream: TextIO | None = None, timeout_s: float = 3600) ->
         tail = "\n".join(lines[-40:])
         raise ClusterError(f"{BUILD_SCRIPT} failed (exit {rc}):\n{tail}")
     return Binaries.in_dir(Path(stdout.strip().splitlines()[-1]))
-
-
-def wait_for(
-    condition: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.1
-) -> Any:
-    """Poll condition() until it returns something truthy, and return that (TimeoutError: what)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def log_tail(path: Path, lines: int = 30) -> str:
-    """The last lines of a log file ('' when it does not exist)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the parent thread dies (a killed test run)."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -330,13 +295,7 @@ class Cluster:
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM each process (newest first) by PID, SIGKILL after timeout_s; idempotent."""
         for process in reversed(self._processes):
-            if process.popen.poll() is None:
-                process.popen.send_signal(signal.SIGTERM)
-                try:
-                    process.popen.wait(timeout=timeout_s)
-                except subprocess.TimeoutExpired:
-                    process.popen.kill()
-                    process.popen.wait(timeout=timeout_s)
+            stop(process.popen, timeout_s, timeout_s)
         self._processes.clear()
 
     # ------------------------------------------------------------------ clients
@@ -401,7 +360,7 @@ class Cluster:
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
                 env={**os.environ, **env} if env else None,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )
         process = _Process(name, popen, log)
         self._processes.append(process)
@@ -525,11 +484,6 @@ def _http_ok(
         return False
 
 
-def venv_executable(name: str) -> str:
-    """A program installed in the running interpreter's environment (e.g. .venv/bin/compass)."""
-    return str(Path(sys.executable).parent / name)
-
-
 OPERATOR_START_S = 60.0
 
 
@@ -577,7 +531,7 @@ class Operator:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )
         wait_for(self._alive, OPERATOR_START_S, f"the operator's /healthz\n{self.tail()}", 0.2)
         return self
@@ -594,14 +548,7 @@ class Operator:
 
     def stop(self) -> None:
         """SIGTERM, and SIGKILL if it does not stop in time."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
+        stop(self.process, 20, 5)
 
     def kill(self) -> None:
         """SIGKILL: no clean exit (a node lost, an OOM kill), so nothing is handed over."""
@@ -630,7 +577,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="default: a new temporary directory")
     parser.add_argument("--no-node", action="store_true", help="do not run pods locally")
     args = parser.parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="compass-k8s-"))
+    # Absolute: the control plane's processes run in the work directory, not in this one.
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="compass-k8s-"))).resolve()
     try:
         binaries = ensure_binaries(stream=sys.stderr)
     except ClusterUnavailableError as error:
@@ -638,19 +586,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return CANNOT_BUILD
     with Cluster(binaries, workdir) as cluster, contextlib.ExitStack() as stack:
         if not args.no_node:
-            from compass.lab.devnode import Node
+            from compass.lab.devnode import Node  # the kubernetes client: only with a node
 
             stack.enter_context(Node(cluster.api_client(), workdir / "node"))
-        print(
-            f"Kubernetes {cluster.request('/version')['gitVersion']} ready in "
-            f"{cluster.startup_s:.1f} s; logs in {cluster.log_dir}\n"
-            f"  export KUBECONFIG={cluster.kubeconfig}\n"
-            f"  alias kubectl={binaries.kubectl}\n"
-            "Ctrl-C stops it.",
-            flush=True,
-        )
+        version = cluster.request("/version")["gitVersion"]
+        # Before saying Ctrl-C stops it: a SIGTERM from then on must unwind through the stack.
         signal.signal(signal.SIGTERM, _interrupt)
         with contextlib.suppress(KeyboardInterrupt):
+            print(
+                f"Kubernetes {version} ready in {cluster.startup_s:.1f} s; logs in "
+                f"{cluster.log_dir}\n"
+                f"  export KUBECONFIG={cluster.kubeconfig}\n"
+                f"  alias kubectl={binaries.kubectl}\n"
+                "Ctrl-C stops it.",
+                flush=True,
+            )
             while True:
                 time.sleep(3600)
     return 0

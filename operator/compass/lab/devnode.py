@@ -39,8 +39,6 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from compass.lab.devcluster import venv_executable as venv_executable  # re-exported
-
 Pod = dict[str, Any]  # a Pod as the API returns it (JSON), not the client's models
 Container = dict[str, Any]
 CommandHook = Callable[[Pod, Container, list[str]], list[str]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,8 +19,11 @@ import numpy.typing as npt
 
 from compass.dataplane.live import LiveLoop, StepResult
 from compass.dataplane.load import RequestRecord, run_load
+from compass.dataplane.metrics import QueueDepthSource
 from compass.dataplane.triton import TritonRouter
+from compass.domain.elastico import Elastico
 from compass.domain.evaluation import Config
+from compass.domain.planner import Plan
 from compass.domain.simulator import Tick
 
 FloatArray = npt.NDArray[np.float64]
@@ -202,3 +205,42 @@ def serve(
         switch_events=tuple(switches),
         reasons=tuple(reasons),
     )
+
+
+RUNS = ("fastest", "accurate", "policy")
+
+
+def serve_each(
+    router: TritonRouter,
+    plan: Plan,
+    policy: Elastico,
+    queue: QueueDepthSource,
+    arrivals_s: Sequence[float],
+    payload: Callable[[int], dict[str, Any]],
+    slo_ms: float,
+    *,
+    interval_s: float,
+    time_scale: float = 1.0,
+    offered_qps: Callable[[float], float] | None = None,
+    labels: Collection[str] = RUNS,
+) -> Iterator[tuple[str, LiveRun]]:
+    """The arrivals on the fastest, the most accurate, then with the policy; each run as it ends."""
+    # The policy starts from the fastest eligible member; ``labels`` picks which runs to make.
+    starts = {"fastest": 0, "accurate": len(plan.thresholds) - 1, "policy": plan.eligible[0]}
+    for label in (label for label in RUNS if label in labels):
+        loop = LiveLoop(policy, queue, router) if label == "policy" else None
+        yield (
+            label,
+            serve(
+                router,
+                label,
+                plan.thresholds[starts[label]].profile.config,
+                arrivals_s,
+                payload,
+                slo_ms,
+                loop=loop,
+                interval_s=interval_s,
+                time_scale=time_scale,
+                offered_qps=offered_qps,
+            ),
+        )

@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -25,6 +23,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from compass.lab.processes import free_port as free_port  # the triton tier imports it from here
+from compass.lab.processes import stop
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ROUTER_MODEL = "router"
 STARTUP_TIMEOUT_S = 60.0
@@ -37,13 +38,6 @@ class LocalServerError(RuntimeError):
 def model_images() -> Path:
     """The model-images folder: $COMPASS_MODEL_IMAGES, else the one in this checkout."""
     return Path(os.environ.get("COMPASS_MODEL_IMAGES", REPO_ROOT / "model-images"))
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _set_parameter(pbtxt: str, key: str, value: str) -> str:
@@ -171,14 +165,7 @@ class _Process:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after a grace period."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=5)
+        stop(self.process, 15, 5)
 
 
 @dataclass

@@ -9,11 +9,15 @@ the score (1.0 when the answer sentence states a gold answer from a supporting p
 answer, the passages read and each stage's wall time.
 """
 
-import importlib.util
 import os
+import sys
 import time
 
+# qa_common.py sits at the model repository's root, three folders up from this file, as for the
+# component models.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import numpy as np
+import qa_common as common
 
 # The configuration space; model-images/qa-real/space.yaml declares the same one.
 SPACE = {
@@ -23,11 +27,7 @@ SPACE = {
     "reader": ("lexical", "minilm"),
 }
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("qa_common", os.path.join(_ROOT, "qa_common.py"))
-common = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(common)
-DATA = common.load_data(_ROOT)
+DATA = common.load_data(os.path.dirname(common.__file__))
 
 
 def _matches(value, allowed):

@@ -1,0 +1,102 @@
+"""rag-sim as the lab serves it: its models, its configurations, the seeded spike, its requests.
+
+`compass demo`, `compass demo --cluster`, bench/serving_triton.py and the triton, k8s and e2e test
+tiers all serve rag-sim (model-images/rag-sim: the paper's RAG workflow, replayed); what they
+share about it lives here, once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compass.domain.evaluation import Config
+from compass.domain.planner import Plan
+from compass.domain.simulator import SPIKE_FACTOR, Scenario, make_pattern, make_scenario
+from compass.domain.space import config_key
+from compass.examples import RAG_PAPER_SAMPLES
+from compass.lab.local_triton import LocalTriton, assemble_repository, model_images
+
+WORKFLOW = "rag-sim"
+COMPONENTS = ("retriever", "reranker", "generator")
+# rag-sim replays the embedded example's per-question scores: request i asks question i mod this.
+QUESTIONS = RAG_PAPER_SAMPLES
+
+# The paper's Pareto front (planner_pareto_frontier.json) plus the one faster configuration our
+# planner keeps on it, fastest first: what `compass plan` finds on the paper's profiles.
+PAPER_FRONT: tuple[Config, ...] = tuple(
+    {"generator_model": model, "retriever_k": k, "reranker_k": rerank, "reranker_model": "ms-marco"}
+    for model, k, rerank in (
+        ("llama3.2:3b", 10, 1),
+        ("llama3.2:3b", 20, 1),
+        ("llama3.1:8b", 20, 3),
+        ("gemma3:12b", 20, 1),
+    )
+)
+# The pair the tests and the operator benchmarks switch between: through the router at a tenth
+# of rag-sim's latency ~20 ms and ~33 ms a request, far enough apart for a load to overload one
+# long before the other.
+FASTEST: Config = PAPER_FRONT[1]
+ACCURATE: Config = PAPER_FRONT[3]
+
+# The paper's spike (1.5 QPS, x4) peaks at 77% of its fastest configuration's capacity (mean
+# 128.6 ms). On a CPU-only machine Triton's own overhead lengthens every service time, so the
+# spike keeps that peak utilisation rather than the absolute rate.
+PAPER_PEAK_UTILIZATION = SPIKE_FACTOR * 1.5 * 0.1286
+
+
+def rag_sim_data() -> dict[str, Any]:
+    """The data file rag-sim's components serve: per configuration, latency quantiles and scores."""
+    path = model_images() / WORKFLOW / "models" / "rag_sim.json"
+    loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return loaded
+
+
+def rag_sim_triton(workdir: Path, time_scale: float, active: Config | None = None) -> LocalTriton:
+    """rag-sim's tritonserver, not started: latencies x ``time_scale``, the router on ``active``."""
+    # The repository goes to workdir/models; time_scale 0 serves no latency at all, and active
+    # None leaves the router on its config's default.
+    parameters: dict[str, dict[str, str]] = {
+        c: {"time_scale": repr(float(time_scale))} for c in COMPONENTS
+    }
+    if active is not None:
+        parameters["router"] = {"compass_active_config": config_key(active)}
+    repository = assemble_repository(WORKFLOW, workdir / "models", parameters)
+    return LocalTriton(repository=repository, models=[*COMPONENTS, "router"])
+
+
+def fastest_mean_s(plan: Plan) -> float:
+    """The mean service time of the plan's fastest member that meets the SLO, in seconds."""
+    return plan.thresholds[plan.eligible[0]].profile.mean_ms / 1000
+
+
+def spike_scenario(
+    plan: Plan, duration_s: float, seed: int, base_qps: float | None = None
+) -> Scenario:
+    """The seeded spike, unscaled; by default peaking at the paper's utilisation of the fastest."""
+    # Relative to the plan's fastest eligible member as profiled here, not the paper's 1.5 QPS.
+    base = base_qps or PAPER_PEAK_UTILIZATION / (SPIKE_FACTOR * fastest_mean_s(plan))
+    return make_scenario(make_pattern("spike", base, duration_s, seed=seed), seed)
+
+
+@dataclass(frozen=True)
+class RagSimLoad:
+    """A scenario as rag-sim requests: the same arrivals, questions and luck in every run."""
+
+    scenario: Scenario
+
+    def arrivals_s(self, time_scale: float = 1.0) -> list[float]:
+        """When each request is sent, scaled."""
+        return [float(t) * time_scale for t in self.scenario.arrivals_s]
+
+    def payload(self, index: int) -> dict[str, object]:
+        """Request ``index``: its question, and the latency quantile its components serve."""
+        return {"sample": index % QUESTIONS, "quantile": float(self.scenario.luck[index])}
+
+    def offered_qps(self, t: float) -> float:
+        """The load's rate at unscaled time ``t``."""
+        return float(self.scenario.pattern.rate(np.array([t]))[0])

@@ -1,0 +1,74 @@
+"""rag-sim's shared facts: the spike every lab run serves, its paired requests, its Triton."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from compass.domain.planner import Slo, plan_from_profiles
+from compass.domain.profiles import LatencyProfile
+from compass.domain.simulator import SPIKE_FACTOR
+from compass.domain.space import config_key
+from compass.lab import scenarios
+from compass.lab.scenarios import (
+    ACCURATE,
+    FASTEST,
+    PAPER_FRONT,
+    PAPER_PEAK_UTILIZATION,
+    RagSimLoad,
+    rag_sim_triton,
+    spike_scenario,
+)
+
+PLAN = plan_from_profiles(
+    [
+        LatencyProfile(FASTEST, 0.83, mean_ms=150.0, p95_ms=180.0),
+        LatencyProfile(ACCURATE, 0.86, mean_ms=300.0, p95_ms=360.0),
+    ],
+    Slo(1000.0, 95.0),
+    50.0,
+)
+
+
+def test_the_spike_loads_the_fastest_configuration_as_the_papers_loads_the_papers() -> None:
+    scenario = spike_scenario(PLAN, 180.0, seed=0)
+    peak = SPIKE_FACTOR * scenario.pattern.base_qps * 0.150
+    assert peak == pytest.approx(PAPER_PEAK_UTILIZATION)
+    assert round(PAPER_PEAK_UTILIZATION, 2) == 0.77  # the README's figure
+    assert spike_scenario(PLAN, 180.0, seed=0, base_qps=2.0).pattern.base_qps == 2.0
+
+
+def test_every_run_of_a_load_sends_the_same_requests() -> None:
+    scenario = spike_scenario(PLAN, 30.0, seed=3)
+    load = RagSimLoad(scenario)
+    again = RagSimLoad(spike_scenario(PLAN, 30.0, seed=3))
+    assert load.arrivals_s(0.1) == pytest.approx([0.1 * t for t in again.arrivals_s()])
+    index = scenario.requests - 1
+    assert load.payload(index) == again.payload(index)
+    assert load.payload(index)["sample"] == index % scenarios.QUESTIONS
+    assert load.payload(index)["quantile"] == pytest.approx(float(scenario.luck[index]))
+    base = scenario.pattern.base_qps
+    assert [load.offered_qps(t) for t in (1.0, 15.0, 25.0)] == pytest.approx(
+        [base, SPIKE_FACTOR * base, base]
+    )
+
+
+def test_the_test_pair_is_on_the_papers_front_fastest_first() -> None:
+    assert PAPER_FRONT.index(FASTEST) < PAPER_FRONT.index(ACCURATE)
+    data = scenarios.rag_sim_data()
+    for config in PAPER_FRONT:
+        assert config_key(config) in data["configs"]
+
+
+def test_the_triton_serves_rag_sim_at_the_time_scale_from_the_active_configuration(
+    tmp_path: Path,
+) -> None:
+    triton = rag_sim_triton(tmp_path, 0.1, FASTEST)
+    assert list(triton.models) == [*scenarios.COMPONENTS, "router"]
+    for component in scenarios.COMPONENTS:
+        config = (triton.repository / component / "config.pbtxt").read_text()
+        assert 'key: "time_scale" value: { string_value: "0.1" }' in config
+    router = (triton.repository / "router" / "config.pbtxt").read_text()
+    assert json.dumps(config_key(FASTEST))[1:-1] in router
