@@ -47,8 +47,11 @@ def k8s_binaries(request: pytest.FixtureRequest) -> Binaries:
         )
     if rc == "3":
         # hack/test.sh ran the build already and it said it cannot build here: no second run.
-        reason = os.environ.get("COMPASS_K8S_BUILD_REASON") or "see hack/test.sh's output above"
-        unavailable(f"no Kubernetes control plane here: hack/k8s/build.sh exit 3: {reason}")
+        # Its reason is build.sh's last line, which names the script itself.
+        reason = os.environ.get("COMPASS_K8S_BUILD_REASON") or (
+            "hack/k8s/build.sh exited 3 in hack/test.sh; its reason is in the output above"
+        )
+        unavailable(f"no Kubernetes control plane here: {reason}")
     capture = request.config.pluginmanager.getplugin("capturemanager")
     try:
         # A cold build takes minutes: let its progress reach the terminal.
