@@ -1,5 +1,4 @@
-"""What every tier shares: tests/ on sys.path, so that each tier imports `tiers` (the one
-skip-or-fail rule for servers that cannot start here, see tests/tiers.py)."""
+"""What every tier shares: tests/ on sys.path, for `tiers` (tests/tiers.py, skip or fail)."""
 
 from __future__ import annotations
 

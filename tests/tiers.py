@@ -53,8 +53,9 @@ def require_prometheus() -> None:
 
 
 def _current_tier() -> str:
-    """The tier of the test being set up or run (tests/<tier>/...): shared fixtures such as the
-    e2e tier's copies of the k8s and triton ones then name the tier that asked."""
+    """The tier (tests/<tier>/) of the test being set up or run, "this" outside one."""
+    # From the test, not the fixture: the e2e tier's copies of the k8s and triton fixtures then
+    # name the tier that asked.
     # pytest sets it for every setup, call and teardown: "tests/e2e/test_x.py::test_y (setup)".
     current = os.environ.get("PYTEST_CURRENT_TEST", "")
     parts = current.split("::", 1)[0].replace(os.sep, "/").split("/")

@@ -197,8 +197,7 @@ def policies_watch_paused(operator: Operator, namespace: str) -> bool:
 
 
 def fresh_keepalive(peers: Peers, identity: str) -> dict[str, Any]:
-    """The peer's entry once it has renewed its keep-alive (kopf does every 1-5 s here), so
-    that its lifetime runs out as late as it can from now."""
+    """The peer's entry once it renews its keep-alive (every 1-5 s): it expires LIFETIME_S on."""
     seen = peers.peers()[identity]["lastseen"]
     return dict(
         wait_for(

@@ -52,8 +52,9 @@ def test_override_outside_the_space_fails_that_request_with_the_reason(
 
 @dataclass
 class _Traffic:
-    """Open-loop load of the router in rounds of a second, recording when each request was sent
-    and answered (perf_counter), to order them against the switches."""
+    """Open-loop load in one-second rounds; when each request was sent and answered."""
+
+    # perf_counter times, ordered against the switches' by the test.
 
     sent_at: list[float] = field(default_factory=list)  # by request number
     replied_at: dict[int, float] = field(default_factory=dict)  # by id() of its record
@@ -100,9 +101,9 @@ class _Traffic:
 def test_switch_under_concurrent_load_fails_no_request(
     triton: LocalTriton, router: TritonRouter
 ) -> None:
-    """Four switches under open-loop load. No request fails, those in flight during a reload
-    included, and they are served by the old or the new configuration; a request sent after a
-    switch returned and answered before the next began is served by the new one."""
+    """Four switches under open-loop load: no request fails, each is served as switched."""
+    # In flight during a reload: served by the old or the new configuration. Sent after a switch
+    # returned and answered before the next began: by the new one.
     configs = [FASTEST, ACCURATE, FASTEST, ACCURATE, FASTEST]  # the first serves already
     traffic = _Traffic()
     done = threading.Event()

@@ -63,8 +63,7 @@ def test_ci_run_is_executable() -> None:
 
 
 def test_ci_makes_every_tier_mandatory() -> None:
-    """.ci/run sets COMPASS_REQUIRE_TIERS=1 before the test command: a tier that cannot start its
-    servers fails CI instead of skipping (tests/tiers.py)."""
+    """.ci/run sets COMPASS_REQUIRE_TIERS=1 before the test command: no tier skips in CI."""
     ci_lines = _ci_command_lines()
     export = "export COMPASS_REQUIRE_TIERS=1"
     assert export in ci_lines, f".ci/run does not {export}:\n{ci_lines}"
@@ -76,8 +75,8 @@ def test_ci_makes_every_tier_mandatory() -> None:
 
 
 def _fake_checkout(root: Path, build_rc: int, pytest_rc: int) -> Path:
-    """.ci/run and hack/test.sh as they are, over stand-ins: a venv whose python records its
-    environment and exits ``pytest_rc``, a hack/k8s/build.sh that exits ``build_rc``."""
+    """.ci/run and hack/test.sh as they are, over stand-in venv, system packages and build."""
+    # The stand-in python records its environment and exits pytest_rc; build.sh exits build_rc.
     (root / ".ci").mkdir()
     (root / "hack" / "lib").mkdir(parents=True)
     (root / "hack" / "k8s").mkdir()
@@ -107,8 +106,7 @@ def _run(script: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_ci_hands_the_rule_and_the_build_reason_to_pytest(tmp_path: Path) -> None:
-    """What pytest sees when CI runs where the control plane cannot be built: the tiers are
-    mandatory, and the k8s tier gets the build's exit status and its reason."""
+    """Where no control plane can be built, CI's pytest gets the rule, the status, the reason."""
     seen = _fake_checkout(tmp_path, build_rc=3, pytest_rc=0)
     done = _run(tmp_path / ".ci" / "run")
     assert done.returncode == 0, done.stderr

@@ -788,8 +788,7 @@ def running(needle: str) -> list[int]:
 
 
 def test_search_only_demo_runs_the_search_alone_and_writes_nothing(tmp_path: Path) -> None:
-    """`python -m compass.commands.main demo --search-only`, as a user runs it: the summary, no
-    files, and none of the live demo's steps (Triton, profiling, serving: the minutes)."""
+    """`compass demo --search-only`, as a user runs it: the summary, no files, no live steps."""
     done = subprocess.run(
         [sys.executable, "-m", "compass.commands.main", "demo", "--search-only"],
         cwd=tmp_path,
