@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # System packages the test tiers need, from Debian: prometheus (the triton tier's metrics).
 # Source it, then call ensure_system_packages. Installs only what is missing, only as root;
-# otherwise it says what to install and the tests that need it skip loudly.
+# otherwise it says what to install and the tests that need it skip loudly (or fail, under
+# COMPASS_REQUIRE_TIERS=1 as in CI: tests/tiers.py).
 
 ensure_system_packages() {
     local missing=()

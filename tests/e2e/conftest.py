@@ -4,8 +4,8 @@ Prometheus, reused as they are.
 Every tier's conftest is a module named `conftest`, so the k8s and triton tiers' conftest files
 are loaded here under names of their own and their fixtures re-exported; their helper modules
 (cluster, node, operator_process, e2e_shared; ragsim) are importable because both folders go on
-sys.path. The fixtures therefore skip here for the same reasons as in their own tiers: no
-Kubernetes control plane (COMPASS_K8S_REQUIRED=1 makes that a failure), no tritonserver, no
+sys.path. The fixtures therefore skip here for the same reasons as in their own tiers (or fail
+under COMPASS_REQUIRE_TIERS=1, tests/tiers.py): no Kubernetes control plane, no tritonserver, no
 prometheus. Fixtures are per folder in pytest, so a run of the whole suite starts this tier's own
 session-wide control plane, Triton and Prometheus.
 """

@@ -4,8 +4,8 @@ of rag-sim's latency, 18 s a run), from another directory than the checkout with
 --output-dir, and interrupted with Ctrl-C part way, which must leave nothing running.
 
 The demo starts its own control plane, Triton, Prometheus (when installed) and operator, so this
-module uses no fixture of the tiers but their skip reasons: no control plane (COMPASS_K8S_REQUIRED=1
-fails instead), no tritonserver.
+module uses no fixture of the tiers but their skip reasons: no control plane, no tritonserver
+(failures instead under COMPASS_REQUIRE_TIERS=1, see tests/tiers.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import yaml
 
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.lab.devcluster import Binaries
-from compass.lab.local_triton import LocalServerError, TritonInstallation
+from tiers import require_tritonserver
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STEPS = 8
@@ -70,10 +70,7 @@ def processes_under(folder: Path, but: int | None = None) -> list[str]:
 @pytest.fixture(scope="module")
 def runnable(k8s_binaries: Binaries) -> None:
     """The k8s tier's binaries (its skip reason) and a tritonserver."""
-    try:
-        TritonInstallation.find()
-    except LocalServerError as error:
-        pytest.skip(f"no tritonserver here: {error}")
+    require_tritonserver()
 
 
 @pytest.fixture(scope="module")

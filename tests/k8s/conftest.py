@@ -6,8 +6,8 @@
 
 The binaries are built once by hack/k8s/build.sh (hack/test.sh runs it first, so its progress
 shows) and cached. Where they cannot be built (not root, no apt-get) every test here SKIPS with
-the reason, which `pytest -ra` prints; set COMPASS_K8S_REQUIRED=1 to make that a failure
-instead. A build that fails where it should work is an error, never a skip.
+the reason, which `pytest -ra` prints, or FAILS with it under COMPASS_REQUIRE_TIERS=1 (CI; the
+rule is tests/tiers.py). A build that fails where it should work is an error, never a skip.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from node import LocalImage, Node, venv_executable
 
+from tiers import unavailable
+
 
 @pytest.fixture(scope="session")
 def k8s_binaries(request: pytest.FixtureRequest) -> Binaries:
@@ -43,15 +45,20 @@ def k8s_binaries(request: pytest.FixtureRequest) -> Binaries:
             f"hack/k8s/build.sh failed in hack/test.sh (exit {rc}); its output is above",
             pytrace=False,
         )
+    if rc == "3":
+        # hack/test.sh ran the build already and it said it cannot build here: no second run.
+        # Its reason is build.sh's last line, which names the script itself.
+        reason = os.environ.get("COMPASS_K8S_BUILD_REASON") or (
+            "hack/k8s/build.sh exited 3 in hack/test.sh; its reason is in the output above"
+        )
+        unavailable(f"no Kubernetes control plane here: {reason}")
     capture = request.config.pluginmanager.getplugin("capturemanager")
     try:
         # A cold build takes minutes: let its progress reach the terminal.
         with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
             return ensure_binaries(stream=sys.stderr)
     except ClusterUnavailableError as error:
-        if os.environ.get("COMPASS_K8S_REQUIRED") == "1":
-            pytest.fail(f"k8s tier required but unavailable: {error}", pytrace=False)
-        pytest.skip(f"k8s tier: no Kubernetes control plane here: {error}")
+        unavailable(f"no Kubernetes control plane here: {error}")
     except ClusterError as error:
         pytest.fail(str(error), pytrace=False)
 

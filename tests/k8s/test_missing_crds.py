@@ -10,9 +10,10 @@ delete every test's objects), so this module starts its own control plane, witho
 from __future__ import annotations
 
 import base64
-import time
+import re
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,10 @@ from compass.controllers.rbac import OPERATOR_RULES
 REPO = Path(__file__).resolve().parents[2]
 CRDS = ("compoundworkflows.compass.io", "paretopolicies.compass.io")
 FIX = "kubectl apply -f crds/"
+# kopf's log format: "[2024-05-01 12:00:00,123] compass.controllers.m [WARNING ] message".
+LOGGED_AT = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] ")
+# A logged time is cut to the millisecond.
+LOG_RESOLUTION = timedelta(milliseconds=1)
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +64,22 @@ def _lines(operator: Operator, needle: str) -> list[str]:
     return [line for line in _log(operator).splitlines() if needle in line]
 
 
+def _logged_at(line: str) -> datetime:
+    """When the operator logged a line (kopf's "[YYYY-mm-dd HH:MM:SS,mmm]" prefix, local time)."""
+    stamp = LOGGED_AT.match(line)
+    assert stamp, f"no timestamp on {line!r}"
+    return datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone()
+
+
 def _scenario(cluster: Cluster, namespace: str, operator: Operator) -> None:
-    """The operator started without the CRDs: one clear line, re-checks at a visible cadence,
-    liveness up; then the CRDs applied, and a ParetoPolicy handled."""
+    """Started without the CRDs: one line, re-checks at their interval, then the CRDs served."""
+    # Liveness stays up meanwhile; the CRDs, once applied, are noticed by the re-checks and a
+    # ParetoPolicy is handled. A loop that dies or stalls fails: each step waits for its next line.
     api = cluster.api_client()
     policies = Policies(client.CustomObjectsApi(api), client.CoreV1Api(api), namespace)
+    interval = timedelta(seconds=CRD_RECHECK_S)
     try:
-        # One line names both CRDs and the fix, then the cadence shows (two re-checks).
+        # One line names both CRDs and the fix.
         [first] = wait_for(
             lambda: _lines(operator, "are not installed") or None, 30, "the missing-CRD line"
         )
@@ -73,22 +87,38 @@ def _scenario(cluster: Cluster, namespace: str, operator: Operator) -> None:
             assert name in first
         assert FIX in first
         assert f"every {CRD_RECHECK_S:g} s" in first
-        still = wait_for(
-            lambda: (len(found := _lines(operator, "still missing")) >= 2 and found) or None,
+        # The loop keeps re-checking: two lines, then one more after the test has seen them, so
+        # it is alive right before the CRDs are applied (each wait bounds a hang only).
+        wait_for(
+            lambda: len(_lines(operator, "still missing")) >= 2 or None,
             3 * CRD_RECHECK_S + 30,
             "two re-check lines",
         )
+        seen = len(_lines(operator, "still missing"))
+        still = wait_for(
+            lambda: (len(found := _lines(operator, "still missing")) > seen and found) or None,
+            CRD_RECHECK_S + 30,
+            "one more re-check line",
+        )
         assert all(FIX in line and CRDS[1] in line for line in still)
+        # At its interval, never faster: each re-check waits a whole interval after the last
+        # (so the k-th comes k intervals after the first line at the earliest; slower is fine).
+        began = _logged_at(first)
+        for k, line in enumerate(still, start=1):
+            assert _logged_at(line) + LOG_RESOLUTION >= began + k * interval, (k, line)
         assert _healthy(operator)
         assert operator.process is not None
         assert operator.process.poll() is None
 
+        applied = datetime.now().astimezone()
         cluster.kubectl("apply", "--validate=false", "-f", str(REPO / "crds"))
-        wait_for(
+        [noticed] = wait_for(
             lambda: _lines(operator, "CRDs are installed now") or None,
             CRD_RECHECK_S + 30,
-            "the operator to notice the CRDs",
+            "the re-check loop to notice the CRDs",
         )
+        noticed_at = _logged_at(noticed)
+        assert noticed_at + LOG_RESOLUTION >= applied, noticed
         # A ParetoPolicy is handled: its dead router gets a Ready=False condition.
         wait_for(lambda: _create(policies), 30, "the ParetoPolicy resource to be served", 1.0)
         ready = wait_for(
@@ -99,10 +129,20 @@ def _scenario(cluster: Cluster, namespace: str, operator: Operator) -> None:
         assert ready["status"] == "False"
         assert ready["reason"] == "TritonUnreachable"
         wait_for(lambda: _healthy(operator), 30, "liveness after the restart", 0.5)
-        # The re-checks stopped once the CRDs were there.
-        count = len(_lines(operator, "still missing"))
-        time.sleep(CRD_RECHECK_S + 2)
-        assert len(_lines(operator, "still missing")) == count
+        # The re-checks ended with the CRDs: none logged after that line, up to a line the
+        # process logged later than the next re-check would have come (the policy's ticks log).
+        wait_for(
+            lambda: any(
+                _logged_at(line) > noticed_at + interval
+                for line in _log(operator).splitlines()
+                if LOGGED_AT.match(line)
+            ),
+            CRD_RECHECK_S + 60,
+            "a log line past the next re-check's time",
+            0.5,
+        )
+        after = _log(operator).split(noticed, 1)[1]
+        assert "still missing" not in after, after
         assert operator.process.poll() is None
     finally:
         print(f"operator log:\n{operator.tail()}")

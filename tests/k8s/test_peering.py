@@ -16,6 +16,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,14 @@ PEERING_CRDS = REPO / "charts" / "compass-operator" / "crds" / "kopf-peerings.ym
 # Short, so that a takeover after a kill is quick; kopf sends a keep-alive 5-10 s before it
 # runs out (at least every second), so a live peer never expires.
 LIFETIME_S = 10
-# The latest a live peer's last keep-alive can be before it is killed (kopf: lifetime - 5 s).
-KEEPALIVE_MAX_S = LIFETIME_S - 5
 # After the dead peer's deadline: kopf re-lists the policies, the timer starts, the first tick.
 RESUME_S = 5.0
 DECISIONS = re.compile(r'^compass_reconciles_total\{kind="ParetoPolicy",result="ok"\} (\S+)$', re.M)
+# kopf's log format: "[2024-05-01 12:00:00,123] kopf... [INFO    ] message".
+LOGGED_AT = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] ")
+# A logged time is cut to the millisecond.
+LOG_RESOLUTION = timedelta(milliseconds=1)
+RESUMED = "Resuming operations after the pause"
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +166,49 @@ def acts_on(operator: Operator, namespace: str, policy: str) -> bool:
     return f'namespace="{namespace}",policy="{policy}"' in operator.metrics()
 
 
+def logged_at(line: str) -> datetime:
+    """When kopf logged a line: its "[YYYY-mm-dd HH:MM:SS,mmm]" prefix, local time."""
+    stamp = LOGGED_AT.match(line)
+    assert stamp, f"no timestamp on {line!r}"
+    return datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone()
+
+
+def lines(operator: Operator, needle: str) -> list[str]:
+    """The process's log lines that contain needle."""
+    return [line for line in log(operator).splitlines() if needle in line]
+
+
+def lastseen(peer: dict[str, Any]) -> datetime:
+    """A peer's last keep-alive (kopf writes UTC; it reads a time without a zone as UTC too)."""
+    seen = datetime.fromisoformat(peer["lastseen"])
+    return seen if seen.tzinfo else seen.replace(tzinfo=UTC)
+
+
+def expiry(peer: dict[str, Any]) -> datetime:
+    """When a peer's last keep-alive runs out (kopf: lastseen + lifetime, on the same clock)."""
+    return lastseen(peer) + timedelta(seconds=peer["lifetime"])
+
+
+def policies_watch_paused(operator: Operator, namespace: str) -> bool:
+    """Whether kopf's last word on this process's ParetoPolicy watch is that it is paused."""
+    stream = f"the watch-stream for paretopolicies.v1alpha1.compass.io in '{namespace}'"
+    said = [line for line in lines(operator, stream) if " Pausing " in line or " Resuming " in line]
+    return bool(said) and " Pausing " in said[-1]
+
+
+def fresh_keepalive(peers: Peers, identity: str) -> dict[str, Any]:
+    """The peer's entry once it renews its keep-alive (every 1-5 s): it expires LIFETIME_S on."""
+    seen = peers.peers()[identity]["lastseen"]
+    return dict(
+        wait_for(
+            lambda: (peer := peers.peers()[identity])["lastseen"] != seen and peer,
+            2 * LIFETIME_S,
+            f"{identity}'s next keep-alive",
+            0.05,
+        )
+    )
+
+
 def test_only_the_oldest_acts_and_the_standby_takes_over_after_a_kill(
     triton: LocalTriton,  # noqa: F811
     router: TritonRouter,  # noqa: F811
@@ -190,20 +237,28 @@ def test_only_the_oldest_acts_and_the_standby_takes_over_after_a_kill(
     assert before["switches"] == 1
 
     first.kill()
-    killed_at = time.monotonic()
-    wait_for(
-        lambda: decisions(second) > 0, LIFETIME_S + RESUME_S + 30, "operator-b's takeover", 0.1
-    )
-    took = time.monotonic() - killed_at
-    print(f"operator-b took over {took:.1f} s after operator-a was killed")
-    # Not before the dead peer's keep-alive could have expired, and within the lifetime once
-    # kopf noticed (plus the re-listing and the first tick).
-    assert LIFETIME_S - KEEPALIVE_MAX_S - 0.5 <= took <= LIFETIME_S + RESUME_S, took
+    # Its last keep-alive stays in the peering object until it runs out (then operator-b
+    # removes it): read now, it is the one whose expiry operator-b has to wait for.
+    assert "operator-a" in peers.peers(), "the killed peer vanished before its keep-alive ran out"
+    expires = expiry(peers.peers()["operator-a"])
+
+    def took_over() -> bool:
+        count = decisions(second)
+        # A decision seen before the expiry was made before it: two acting operators.
+        assert count == 0 or datetime.now(UTC) >= expires, "operator-b acted too early"
+        return count > 0
+
+    # The timeout bounds a hang only (the lifetime, the re-listing, the first tick, a margin).
+    wait_for(took_over, LIFETIME_S + RESUME_S + 30, "operator-b's takeover", 0.1)
+    # Not before the dead peer's keep-alive had expired: operator-b's own word for its resumption.
+    resumed = lines(second, RESUMED)
+    assert resumed, log(second)
+    assert all(logged_at(line) + LOG_RESOLUTION >= expires for line in resumed), (expires, resumed)
 
     # It carries on from the status: the same configuration, no switch, no flip of the router.
-    time.sleep(3)  # three more decisions
+    taken = decisions(second)
+    wait_for(lambda: decisions(second) >= taken + 3, 30, "three more decisions by operator-b", 0.2)
     after = policies.status("shared")
-    assert decisions(second) >= 3
     assert router.active_config() == config_key(ACCURATE)
     assert after["switches"] == before["switches"] == 1
     assert after["active"]["name"] == ACCURATE_NAME
@@ -222,24 +277,48 @@ def test_equal_priorities_pause_both_until_one_leaves(
     """kopf's rule, and why compass gives every process its own priority by default."""
     first = peers.start("tie-a", "--priority", "7")
     second = peers.start("tie-b", "--priority", "7")
-    policies.create("tied", policy_spec(triton))
+    spec = policy_spec(triton)
+    policies.create("tied", spec)
+    # What an acting operator needs to decide and climb: a tick, then the cooldown.
+    hysteresis = spec["hysteresis"]
+    cooldown = max(hysteresis["upscaleCooldownSeconds"], hysteresis["downscaleCooldownSeconds"])
+    would_have_acted = datetime.now(UTC) + timedelta(seconds=spec["intervalSeconds"] + cooldown)
     for operator in (first, second):
         wait_for(
             lambda op=operator: "Possibly conflicting operators with the same priority" in log(op),
             30,
             f"{operator.log.name}'s warning",
         )
-    time.sleep(4)  # past the 2 s cooldown: an acting operator would have decided and climbed
+        # Why neither acts: kopf stopped watching the policies in both.
+        wait_for(
+            lambda op=operator: policies_watch_paused(op, policies.namespace),
+            30,
+            f"{operator.log.name} pausing its ParetoPolicy watch",
+        )
+    # A keep-alive of each from after that time: both still running, still tied, still paused.
+    wait_for(
+        lambda: all(lastseen(peer) > would_have_acted for peer in peers.peers().values()),
+        60,
+        "a keep-alive of each peer after an acting one would have decided",
+        0.2,
+    )
+    for operator in (first, second):
+        assert policies_watch_paused(operator, policies.namespace), log(operator)
     assert decisions(first) == decisions(second) == 0
     assert not policies.status("tied")
     assert router.active_config() == config_key(FASTEST)
+    assert not lines(second, RESUMED)
 
-    # A clean exit removes the peer at once: the other resumes without waiting for a lifetime.
-    left_at = time.monotonic()
+    # A clean exit removes the peer at once: the other resumes before tie-a's keep-alive (just
+    # renewed, so LIFETIME_S away) could have run out, which is what it would wait for otherwise.
+    expires = expiry(fresh_keepalive(peers, "tie-a"))
+    leaving = datetime.now().astimezone()
     first.stop()
-    wait_for(lambda: decisions(second) > 0, 30, "tie-b resuming", 0.1)
-    assert time.monotonic() - left_at < LIFETIME_S
-    assert "Resuming operations after the pause" in log(second)
+    assert "tie-a" not in peers.peers(), "tie-a did not remove itself on its way out"
+    [resumed] = wait_for(lambda: lines(second, RESUMED), 2 * LIFETIME_S, "tie-b resuming", 0.1)
+    assert leaving <= logged_at(resumed) + LOG_RESOLUTION, "tie-b resumed before tie-a left"
+    assert logged_at(resumed) < expires, "tie-b waited for tie-a's keep-alive to run out"
+    wait_for(lambda: decisions(second) > 0, 30, "tie-b deciding", 0.1)
     wait_active(policies, "tied", router, ACCURATE, 30)
 
 

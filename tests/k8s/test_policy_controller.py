@@ -25,14 +25,9 @@ from operator_process import Operator
 from compass.dataplane.load import run_load
 from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
-from compass.lab.local_triton import (
-    LocalPrometheus,
-    LocalServerError,
-    LocalTriton,
-    TritonInstallation,
-    prometheus_binary,
-)
+from compass.lab.local_triton import LocalPrometheus, LocalTriton
 from compass.lab.scenarios import ACCURATE, FASTEST, rag_sim_triton
+from tiers import require_prometheus, require_tritonserver
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "compass.io", "v1alpha1", "paretopolicies"
@@ -51,10 +46,7 @@ LOAD_QPS, LOAD_S = 55.0, 3.0
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
     """tritonserver with rag-sim (router + three components), FASTEST active."""
-    try:
-        TritonInstallation.find()
-    except LocalServerError as error:
-        pytest.skip(f"no tritonserver here: {error}")
+    require_tritonserver()
     workdir = tmp_path_factory.mktemp("triton")
     server = rag_sim_triton(workdir, TIME_SCALE, FASTEST).start(workdir)
     yield server
@@ -334,10 +326,7 @@ def test_prometheus_source_reads_the_queue(
     policies: Policies,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    try:
-        prometheus_binary()
-    except LocalServerError as error:
-        pytest.skip(f"no prometheus here: {error}")
+    require_prometheus()
     with LocalPrometheus(targets=[f"127.0.0.1:{triton.metrics_port}"], interval_s=0.5) as prom:
         prom.start(tmp_path_factory.mktemp("prometheus"))
         metrics = {"type": "prometheus", "url": prom.url}
@@ -378,10 +367,7 @@ def test_prometheus_unreachable_at_start_is_reported_and_recovers_when_it_appear
 ) -> None:
     """A bad install: the policy's Prometheus is not there yet. The operator keeps running, the
     conditions name the URL and the reason, and the policy recovers once Prometheus is up."""
-    try:
-        prometheus_binary()
-    except LocalServerError as error:
-        pytest.skip(f"no prometheus here: {error}")
+    require_prometheus()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     policies.create("prom-late", policy_spec(triton, metrics={"type": "prometheus", "url": url}))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -41,6 +40,7 @@ import compass.controllers.runtime  # noqa: F401
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.workflow import job_view
 from compass.examples import build_replay_ledger, load_rag_paper
+from tiers import require_tritonserver
 
 GROUP, VERSION = "compass.io", "v1alpha1"
 PLURAL, POLICY_PLURAL = "compoundworkflows", "paretopolicies"
@@ -130,17 +130,11 @@ def crds(k8s_api: Any) -> None:
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """tritonserver serving rag-sim (router + three components) at time_scale 0.1."""
-    from compass.lab.local_triton import LocalServerError, TritonInstallation
     from compass.lab.scenarios import rag_sim_triton
 
+    require_tritonserver()
     workdir = tmp_path_factory.mktemp("triton")
     server = rag_sim_triton(workdir, TIME_SCALE)
-    try:
-        TritonInstallation.find()
-    except LocalServerError as error:
-        if os.environ.get("COMPASS_K8S_REQUIRED") == "1":
-            pytest.fail(f"no tritonserver here: {error}", pytrace=False)
-        pytest.skip(f"no tritonserver here: {error}")
     server.start(workdir)
     yield server
     server.stop()

@@ -1,7 +1,8 @@
 """Fixtures for the triton tier: a real tritonserver serving rag-sim and a real Prometheus.
 
 Both are child processes on free loopback ports, stopped by PID at the end of the session. A
-missing binary skips the tier with the reason (pytest -ra prints it); it never passes silently.
+missing binary skips the tier with the reason (pytest -ra prints it), or fails it under
+COMPASS_REQUIRE_TIERS=1 (CI): tests/tiers.py decides; it never passes silently.
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ from ragsim import COMPONENTS, FASTEST, TIME_SCALE
 from compass.dataplane.triton import TritonRouter
 from compass.lab.local_triton import (
     LocalPrometheus,
-    LocalServerError,
     LocalTriton,
-    TritonInstallation,
     assemble_repository,
     model_images,
-    prometheus_binary,
 )
+from tiers import require_prometheus, require_tritonserver
 
 
 @pytest.fixture(scope="session")
@@ -44,10 +43,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
             "router": {"compass_active_config": json.dumps(FASTEST, sort_keys=True)},
         },
     )
-    try:
-        TritonInstallation.find()
-    except LocalServerError as error:
-        pytest.skip(f"no tritonserver here: {error}")
+    require_tritonserver()
     server = LocalTriton(repository=repository, models=[*COMPONENTS, "router"]).start(workdir)
     yield server
     server.stop()
@@ -67,10 +63,7 @@ def prometheus(
     triton: LocalTriton, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalPrometheus]:
     """Prometheus scraping Triton's metrics port every 0.5 s."""
-    try:
-        prometheus_binary()
-    except LocalServerError as error:
-        pytest.skip(f"no prometheus here: {error}")
+    require_prometheus()
     server = LocalPrometheus(targets=[f"127.0.0.1:{triton.metrics_port}"], interval_s=0.5)
     server.start(tmp_path_factory.mktemp("prometheus"))
     yield server

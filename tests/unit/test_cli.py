@@ -732,7 +732,12 @@ def test_subprocess_killed_with_sigkill_resumes_without_reevaluating(inputs: Pat
     assert process.poll() is None, "the search finished before it could be killed"
     process.kill()
     process.wait(timeout=30)
-    time.sleep(0.2)  # the evaluator child runs in its own session; let it finish its batch
+    # The evaluator child runs in its own session, so the kill spares it: let it finish its batch.
+    evaluator = str(inputs / "killed.log")
+    deadline = time.monotonic() + 60  # bounds a hang only
+    while running(evaluator) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not running(evaluator), "the killed search's evaluator never finished its batch"
     recorded = read_ledger(ledger)
     assert recorded.fact_count > 0
     assert not (inputs / "run.json").exists()
@@ -763,22 +768,37 @@ def test_subprocess_killed_with_sigkill_resumes_without_reevaluating(inputs: Pat
     assert Counter(logged(inputs / "resumed.log")).most_common(1)[0][1] == 1
 
 
+def running(needle: str) -> list[int]:
+    """PIDs of live processes whose command line contains needle (none where there is no /proc)."""
+    proc = Path("/proc")
+    found = []
+    for entry in proc.iterdir() if proc.is_dir() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+        if state != "Z" and needle.encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
 # ---------------------------------------------------------------------------- demo
 
 
-def test_search_only_demo_runs_in_seconds_and_writes_nothing(tmp_path: Path) -> None:
-    """`python -m compass.commands.main demo --search-only`, as a user runs it: the summary, no files."""
-    started = time.monotonic()
+def test_search_only_demo_runs_the_search_alone_and_writes_nothing(tmp_path: Path) -> None:
+    """`compass demo --search-only`, as a user runs it: the summary, no files, no live steps."""
     done = subprocess.run(
         [sys.executable, "-m", "compass.commands.main", "demo", "--search-only"],
         cwd=tmp_path,
         env=subprocess_env(),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=120,  # bounds a hang only
         check=False,
     )
-    elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert files(tmp_path) == set()
@@ -789,9 +809,10 @@ def test_search_only_demo_runs_in_seconds_and_writes_nothing(tmp_path: Path) -> 
     assert "feasible: " in out
     assert "savings: " in out
     assert "result: not written" in out
-    assert "ledger: none" in out
-    # Generous: a busy CI machine is slower; the point is seconds, not minutes.
-    assert elapsed < 60
+    # What keeps it to seconds: the replay in memory, and no step of the live demo ("[1/8] ...").
+    assert "ledger: none (the demo replays in memory)" in out
+    assert not [line for line in out.splitlines() if line.startswith("[")], out
+    assert "Triton" not in out
 
 
 def test_demo_output_finds_the_feasible_configurations(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -122,29 +125,53 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks process state through /proc")
 def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     """A hung command and the children it started are killed, and the error says timeout."""
-    pid_file = tmp_path / "child.pid"
+    pid_file = tmp_path / "pids"
+    # It never ends on its own (nor does its child): evaluate() can only return by killing both.
     evaluator = _python(
         f"""
-        import subprocess, sys, time
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        open({str(pid_file)!r}, "w").write(str(child.pid))
+        import os, subprocess, sys, threading
+        child = subprocess.Popen([sys.executable, "-c", "import threading; threading.Event().wait()"])
+        open({str(pid_file)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
         print("still working", file=sys.stderr, flush=True)
-        time.sleep(60)
+        threading.Event().wait()
         """,
-        timeout_s=1.0,
+        # Long enough for the command to start its child and say so on a busy machine.
+        timeout_s=3.0,
     )
-    start = time.monotonic()
-    with pytest.raises(EvaluationError) as info:
-        evaluator.evaluate(CONFIG, [0])
-    assert time.monotonic() - start < 15
-    message = str(info.value)
-    assert "timed out after 1 s" in message.splitlines()[0]
-    assert "still working" in message
-    child = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
+    outcome: list[BaseException] = []
+
+    def evaluate() -> None:
+        try:
+            evaluator.evaluate(CONFIG, [0])
+        except BaseException as error:  # handed to the test's thread
+            outcome.append(error)
+
+    caller = threading.Thread(target=evaluate, daemon=True)
+    caller.start()
+    caller.join(timeout=120)  # bounds a hang only: the command would never return by itself
+    assert pid_file.exists(), "the command was stopped before it had started its child"
+    command, child = (int(pid) for pid in pid_file.read_text().split())
+    try:
+        assert not caller.is_alive(), "evaluate() still waits on a command past its timeout"
+        [error] = outcome
+        assert isinstance(error, EvaluationError)
+        message = str(error)
+        assert "timed out after 3 s" in message.splitlines()[0]
+        assert "still working" in message
+        assert not _alive(command)
+        _wait_until_gone(child)
+    finally:
+        for pid in (command, child):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _wait_until_gone(pid: int) -> None:
+    """Wait for a killed process to be reaped by init (it was orphaned), bounded against a hang."""
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child)
+    assert not _alive(pid), f"{pid} outlived its command's timeout"
 
 
 def test_empty_command_is_rejected() -> None:

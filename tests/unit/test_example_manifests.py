@@ -18,6 +18,7 @@ import yaml
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.domain.space import config_key
+from tiers import unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -153,7 +154,7 @@ def test_promtool_accepts_the_scrape_config(tmp_path: Path) -> None:
     """
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.skip("promtool not on PATH (Debian: apt-get install prometheus)")
+        unavailable("promtool not on PATH (Debian: apt-get install prometheus)")
     config = scrape_config()
     for job in config["scrape_configs"]:
         assert job.pop("kubernetes_sd_configs") == [{"role": "endpoints"}]
