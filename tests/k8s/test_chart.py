@@ -456,21 +456,11 @@ def _contains(stored: Any, expected: Any, path: str = "") -> list[str]:
     return [] if stored == expected else [f"{path}: {stored!r} != {expected!r}"]
 
 
-def _policy_crd_missing() -> bool:
-    return "paretopolicies.compass.io.yaml" not in render_crds()
-
-
 @pytest.mark.parametrize(
     "example",
     [
         "rag-sim-workflow.yaml",
-        pytest.param(
-            "pareto-policy-gitops.yaml",
-            marks=pytest.mark.skipif(
-                _policy_crd_missing(),
-                reason="compass.api.crds renders no ParetoPolicy CRD yet, so the chart has none",
-            ),
-        ),
+        "pareto-policy-gitops.yaml",
         "prometheus-scrape.yaml",
     ],
 )
