@@ -223,3 +223,42 @@ def run_benchmark(
     report(data)
     print(f"raw results: {path}")
     return 0
+
+
+def rag_sim_policy(
+    name: str, metrics_url: str, grpc_url: str, downscale_cooldown_s: float
+) -> dict[str, Any]:
+    """A ParetoPolicy on the rag-sim router (time scale 0.1), deciding every second: its fastest
+    and most accurate configurations as measured through the router, SLO 150 ms, switching to
+    the fastest at once and back after the cooldown."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ParetoPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "front": [
+                {
+                    "config": FASTEST,
+                    "accuracy": 0.8318,
+                    "latencyMeanMs": 20.5,
+                    "latencyP95Ms": 23.0,
+                },
+                {
+                    "config": ACCURATE,
+                    "accuracy": 0.8604,
+                    "latencyMeanMs": 33.5,
+                    "latencyP95Ms": 37.5,
+                },
+            ],
+            "slo": {"latencyMs": 150, "percentile": 95},
+            "hysteresis": {
+                "upscaleCooldownSeconds": 0,
+                "downscaleCooldownSeconds": downscale_cooldown_s,
+                "cooldownExponent": 0,
+                "slackBufferMs": 20,
+            },
+            "metrics": {"type": "triton", "url": metrics_url},
+            "routing": {"grpcEndpoint": grpc_url, "routerModel": "router"},
+            "intervalSeconds": 1,
+        },
+    }

@@ -51,6 +51,7 @@ from compass.examples import build_replay_ledger, load_rag_paper
 from compass.lab.devcluster import Cluster, Operator, venv_executable, wait_for
 from compass.lab.devnode import LocalImage, Node
 from compass.lab.local_triton import LocalTriton
+from compass.lab.scenarios import RAG_CORNER_SPACE
 from operator_common import (
     ACCURATE,
     FASTEST,
@@ -61,6 +62,7 @@ from operator_common import (
     create_namespace,
     fmt,
     percentile,
+    rag_sim_policy,
     run_benchmark,
     start_cluster,
     start_triton,
@@ -68,21 +70,6 @@ from operator_common import (
 )
 
 SAMPLES = 100
-# A 16-configuration corner of the paper's RAG grid (accuracies 0.61-0.86), as the k8s tier's
-# workflow test uses.
-SUBSPACE: dict[str, Any] = {
-    "parameters": [
-        {
-            "name": "generator_model",
-            "type": "categorical",
-            "values": ["gemma3:12b", "llama3.1:8b", "llama3.2:3b", "llama3.2:1b"],
-        },
-        {"name": "retriever_k", "type": "integer", "values": [10, 20]},
-        {"name": "reranker_k", "type": "integer", "values": [1, 3]},
-        {"name": "reranker_model", "type": "categorical", "values": ["ms-marco"]},
-    ],
-    "constraints": ["reranker_k <= retriever_k"],
-}
 PHASES = ("Pending", "Searching", "Profiling", "Planning", "Ready")
 LOAD_QPS, LOAD_S = 55.0, 3.0
 # Light enough that the most accurate configuration stays within its limits (its capacity is
@@ -96,7 +83,7 @@ ROUTER_POLL_S = 0.01
 def replay_ledger() -> str:
     """The recorded ledger of the subspace (the paper's accuracies replayed over samples)."""
     _, rows = load_rag_paper()
-    values = {p["name"]: p["values"] for p in SUBSPACE["parameters"]}
+    values = {p["name"]: p["values"] for p in RAG_CORNER_SPACE["parameters"]}
     chosen = [r for r in rows if all(r["config"][k] in v for k, v in values.items())]
     return "".join(json.dumps(line) + "\n" for line in build_replay_ledger(chosen, SAMPLES, 7))
 
@@ -112,7 +99,7 @@ def workflow(name: str, grpc_port: int, metrics_port: int) -> dict[str, Any]:
         "kind": "CompoundWorkflow",
         "metadata": {"name": name},
         "spec": {
-            "space": SUBSPACE,
+            "space": RAG_CORNER_SPACE,
             "evaluation": {
                 "dataset": {"size": SAMPLES, "imagePath": "/data/rag.jsonl"},
                 "tau": 0.82,
@@ -132,38 +119,8 @@ def workflow(name: str, grpc_port: int, metrics_port: int) -> dict[str, Any]:
 
 
 def policy_body(name: str, metrics_url: str, grpc_url: str) -> dict[str, Any]:
-    """A ParetoPolicy on the router: SLO 150 ms, switch up at once, down after 2 s."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "ParetoPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "front": [
-                {
-                    "config": FASTEST,
-                    "accuracy": 0.8318,
-                    "latencyMeanMs": 20.5,
-                    "latencyP95Ms": 23.0,
-                },
-                {
-                    "config": ACCURATE,
-                    "accuracy": 0.8604,
-                    "latencyMeanMs": 33.5,
-                    "latencyP95Ms": 37.5,
-                },
-            ],
-            "slo": {"latencyMs": 150, "percentile": 95},
-            "hysteresis": {
-                "upscaleCooldownSeconds": 0,
-                "downscaleCooldownSeconds": COOLDOWN_S,
-                "cooldownExponent": 0,
-                "slackBufferMs": 20,
-            },
-            "metrics": {"type": "triton", "url": metrics_url},
-            "routing": {"grpcEndpoint": grpc_url, "routerModel": "router"},
-            "intervalSeconds": 1,
-        },
-    }
+    """The benchmark's ParetoPolicy on the shared rag-sim router."""
+    return rag_sim_policy(name, metrics_url, grpc_url, COOLDOWN_S)
 
 
 class Api:

@@ -59,6 +59,7 @@ from operator_common import (
     fmt,
     histogram,
     percentile,
+    rag_sim_policy,
     rss_mib,
     run_benchmark,
     start_cluster,
@@ -74,34 +75,9 @@ STATUS_POLL_S = 4.0
 BEHIND_S = 1.25
 
 
-def front() -> list[dict[str, Any]]:
-    """rag-sim's fastest and most accurate configurations, as measured through the router."""
-    return [
-        {"config": FASTEST, "accuracy": 0.8318, "latencyMeanMs": 20.5, "latencyP95Ms": 23.0},
-        {"config": ACCURATE, "accuracy": 0.8604, "latencyMeanMs": 33.5, "latencyP95Ms": 37.5},
-    ]
-
-
 def policy_body(name: str, metrics_url: str, grpc_url: str) -> dict[str, Any]:
-    """A ParetoPolicy on the shared router, deciding every second."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "ParetoPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "front": front(),
-            "slo": {"latencyMs": 150, "percentile": 95},
-            "hysteresis": {
-                "upscaleCooldownSeconds": 0,
-                "downscaleCooldownSeconds": STEADY_COOLDOWN_S,
-                "cooldownExponent": 0,
-                "slackBufferMs": 20,
-            },
-            "metrics": {"type": "triton", "url": metrics_url},
-            "routing": {"grpcEndpoint": grpc_url, "routerModel": "router"},
-            "intervalSeconds": 1,
-        },
-    }
+    """The benchmark's ParetoPolicy on the shared rag-sim router."""
+    return rag_sim_policy(name, metrics_url, grpc_url, STEADY_COOLDOWN_S)
 
 
 class Policies:

@@ -7,7 +7,15 @@ The code moved into the package so that `compass demo --cluster` runs the same c
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
+import pytest
+from kubernetes import client
+
+from compass.controllers import kubeapi
 from compass.lab.devcluster import (
     ADMIN_USER,
     BUILD_SCRIPT,
@@ -35,12 +43,36 @@ __all__ = [
     "Cluster",
     "ClusterError",
     "ClusterUnavailableError",
+    "crd_established",
     "ensure_binaries",
     "free_port",
     "log_tail",
     "main",
+    "running_cluster",
     "wait_for",
 ]
+
+
+@contextmanager
+def running_cluster(binaries: Binaries, workdir: Path) -> Iterator[Cluster]:
+    """A control plane started in workdir and stopped on exit; a failed start fails the test."""
+    cluster = Cluster(binaries, workdir)
+    try:
+        cluster.start()
+    except ClusterError as error:
+        pytest.fail(str(error), pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def crd_established(api: Any, name: str) -> bool:
+    """Whether the CustomResourceDefinition `name` has condition Established=True."""
+    crd = kubeapi.call(client.ApiextensionsV1Api(api).read_custom_resource_definition_status, name)
+    conditions = crd.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -27,6 +27,7 @@ from cluster import (
     ClusterError,
     ClusterUnavailableError,
     ensure_binaries,
+    running_cluster,
     wait_for,
 )
 from kubernetes import client
@@ -68,13 +69,8 @@ def k8s_cluster(
     k8s_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     """A running control plane for the whole session; admin kubeconfig at .kubeconfig."""
-    cluster = Cluster(k8s_binaries, tmp_path_factory.mktemp("k8s"))
-    try:
-        cluster.start()
-    except ClusterError as error:
-        pytest.fail(str(error), pytrace=False)
-    yield cluster
-    cluster.stop()
+    with running_cluster(k8s_binaries, tmp_path_factory.mktemp("k8s")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from cluster import Cluster, wait_for
+from cluster import Cluster, crd_established, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from node import Node
@@ -182,15 +182,9 @@ def test_crd_structural_schema_validates(k8s_api: Any, k8s_namespace: str) -> No
         _preload_content=False,
     )
     try:
-
-        def established() -> bool:
-            crd = _data(
-                extensions.read_custom_resource_definition_status(crd_name, _preload_content=False)
-            )
-            conditions = crd.get("status", {}).get("conditions") or []
-            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-        wait_for(established, 20, f"CRD {crd_name} to be established")
+        wait_for(
+            lambda: crd_established(k8s_api, crd_name), 20, f"CRD {crd_name} to be established"
+        )
 
         def create(name: str, spec: dict[str, Any]) -> Any:
             body = {

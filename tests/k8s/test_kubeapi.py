@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import Cluster, wait_for
+from cluster import Cluster, crd_established, wait_for
 from kubernetes import client
 
 from compass.commands.job import StateStore
@@ -47,12 +47,7 @@ def gadgets(k8s_api: Any) -> Iterator[client.CustomObjectsApi]:
     name = GADGET_CRD["metadata"]["name"]
     kubeapi.create(extensions.create_custom_resource_definition, GADGET_CRD)
 
-    def established() -> bool:
-        crd = kubeapi.call(extensions.read_custom_resource_definition_status, name)
-        conditions = crd.get("status", {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    wait_for(established, 30, f"CRD {name}")
+    wait_for(lambda: crd_established(k8s_api, name), 30, f"CRD {name}")
     yield client.CustomObjectsApi(k8s_api)
     kubeapi.delete(extensions.delete_custom_resource_definition, name)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import Binaries, Cluster, ClusterError, free_port, wait_for
+from cluster import Binaries, Cluster, free_port, running_cluster, wait_for
 from e2e_shared import Policies, condition
 from kubernetes import client
 from operator_process import Operator
@@ -41,13 +41,8 @@ def bare_cluster(
     k8s_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     """A control plane of its own, with no compass.io CRDs."""
-    cluster = Cluster(k8s_binaries, tmp_path_factory.mktemp("bare-k8s"))
-    try:
-        cluster.start()
-    except ClusterError as error:
-        pytest.fail(str(error), pytrace=False)
-    yield cluster
-    cluster.stop()
+    with running_cluster(k8s_binaries, tmp_path_factory.mktemp("bare-k8s")) as cluster:
+        yield cluster
 
 
 def _healthy(operator: Operator) -> bool:

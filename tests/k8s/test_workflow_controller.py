@@ -24,7 +24,7 @@ from typing import Any
 import kopf
 import pytest
 import yaml
-from cluster import Cluster, wait_for
+from cluster import Cluster, crd_established, wait_for
 from e2e_shared import Workflows
 from e2e_shared import json_data as _data
 from e2e_shared import phase_is as _phase
@@ -40,6 +40,7 @@ import compass.controllers.runtime  # noqa: F401
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.workflow import job_view
 from compass.examples import build_replay_ledger, load_rag_paper
+from compass.lab.scenarios import RAG_CORNER_SPACE
 from tiers import require_tritonserver
 
 GROUP, VERSION = "compass.io", "v1alpha1"
@@ -51,71 +52,23 @@ assert _compass.origin is not None
 HANDLERS = Path(_compass.origin).parent / "controllers" / "workflow_handlers.py"
 POLL_S = "0.5"
 SAMPLES = 100  # the replayed dataset
-# A 16-configuration corner of the paper's RAG grid (accuracies 0.61-0.86).
-SUBSPACE: dict[str, Any] = {
-    "parameters": [
-        {
-            "name": "generator_model",
-            "type": "categorical",
-            "values": ["gemma3:12b", "llama3.1:8b", "llama3.2:3b", "llama3.2:1b"],
-        },
-        {"name": "retriever_k", "type": "integer", "values": [10, 20]},
-        {"name": "reranker_k", "type": "integer", "values": [1, 3]},
-        {"name": "reranker_model", "type": "categorical", "values": ["ms-marco"]},
-    ],
-    "constraints": ["reranker_k <= retriever_k"],
-}
 TIME_SCALE = 0.1
 
 
 # ---------------------------------------------------------------------------- fixtures
 
 
-def _established(extensions: client.ApiextensionsV1Api, name: str) -> bool:
-    crd = _data(extensions.read_custom_resource_definition_status(name, _preload_content=False))
-    conditions = crd.get("status", {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-
-PERMISSIVE_POLICY_CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": f"{POLICY_PLURAL}.{GROUP}"},
-    "spec": {
-        "group": GROUP,
-        "scope": "Namespaced",
-        "names": {"plural": POLICY_PLURAL, "singular": "paretopolicy", "kind": "ParetoPolicy"},
-        "versions": [
-            {
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
-
-
 @pytest.fixture(scope="module")
 def crds(k8s_api: Any) -> None:
-    """The CompoundWorkflow CRD (generated) and the ParetoPolicy CRD, installed once.
+    """The generated CompoundWorkflow and ParetoPolicy CRDs, installed once.
 
-    The ParetoPolicy CRD is the generated one when its YAML is in crds/, else a permissive
-    stand-in. CRDs are cluster-wide and other tests may use them: they are left installed.
+    CRDs are cluster-wide and other tests may use them: they are left installed.
     """
     extensions = client.ApiextensionsV1Api(k8s_api)
-    policy = REPO_ROOT / "crds" / f"{POLICY_PLURAL}.{GROUP}.yaml"
-    manifests = [yaml.safe_load((REPO_ROOT / "crds" / f"{PLURAL}.{GROUP}.yaml").read_text())]
-    manifests.append(
-        yaml.safe_load(policy.read_text()) if policy.exists() else PERMISSIVE_POLICY_CRD
-    )
+    manifests = [
+        yaml.safe_load((REPO_ROOT / "crds" / f"{plural}.{GROUP}.yaml").read_text())
+        for plural in (PLURAL, POLICY_PLURAL)
+    ]
     for manifest in manifests:
         try:
             extensions.create_custom_resource_definition(manifest, _preload_content=False)
@@ -124,7 +77,7 @@ def crds(k8s_api: Any) -> None:
                 raise
     for manifest in manifests:
         name = manifest["metadata"]["name"]
-        wait_for(lambda n=name: _established(extensions, n), 30, f"CRD {name}")
+        wait_for(lambda n=name: crd_established(k8s_api, n), 30, f"CRD {name}")
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +150,7 @@ def _workflow(
         "kind": "CompoundWorkflow",
         "metadata": {"name": name},
         "spec": {
-            "space": space or SUBSPACE,
+            "space": space or RAG_CORNER_SPACE,
             "evaluation": {
                 "dataset": {"size": samples, "imagePath": "/data/rag.jsonl"},
                 "tau": tau,
@@ -221,7 +174,7 @@ def _workflow(
 def _replay_rows(samples: int = SAMPLES) -> list[dict[str, Any]]:
     """The recorded ledger of the subspace: the paper's accuracies replayed over samples."""
     _, rows = load_rag_paper()
-    values = {p["name"]: p["values"] for p in SUBSPACE["parameters"]}
+    values = {p["name"]: p["values"] for p in RAG_CORNER_SPACE["parameters"]}
     chosen = [r for r in rows if all(r["config"][k] in v for k, v in values.items())]
     assert len(chosen) == 16
     return build_replay_ledger(chosen, samples, seed=7)
@@ -278,7 +231,7 @@ def test_invalid_spec_is_a_permanent_error_until_fixed(
     """
     flows = Workflows(k8s_api, k8s_namespace)
     bad = _workflow("typo", tau=0.8)
-    bad["spec"]["space"] = {**SUBSPACE, "constraints": ["reranker_k <= retriver_k"]}
+    bad["spec"]["space"] = {**RAG_CORNER_SPACE, "constraints": ["reranker_k <= retriver_k"]}
     with pytest.raises(ApiException) as rejected:
         flows.create({**_workflow("too-high", tau=1.5)})
     assert rejected.value.status == 422
@@ -323,7 +276,7 @@ def test_invalid_spec_is_a_permanent_error_until_fixed(
 
         # Fixing the spec (a new generation) starts the search: the error was permanent for
         # generation 1 only.
-        fixed = {**SUBSPACE, "constraints": ["reranker_k <= retriever_k"]}
+        fixed = {**RAG_CORNER_SPACE, "constraints": ["reranker_k <= retriever_k"]}
         flows.patch_spec("typo", {"space": fixed})
         flows.wait("typo", _phase("Searching", 2), 30, "generation 2 to start")
         spec_valid = flows.condition("typo", "SpecValid")

@@ -25,6 +25,21 @@ WORKFLOW = "rag-sim"
 COMPONENTS = ("retriever", "reranker", "generator")
 # rag-sim replays the embedded example's per-question scores: request i asks question i mod this.
 QUESTIONS = RAG_PAPER_SAMPLES
+# A 16-configuration corner of the paper's RAG grid (accuracies 0.61-0.86): a search small enough
+# for the k8s tier's workflow tests and the operator latency bench, large enough to have a front.
+RAG_CORNER_SPACE: dict[str, Any] = {
+    "parameters": [
+        {
+            "name": "generator_model",
+            "type": "categorical",
+            "values": ["gemma3:12b", "llama3.1:8b", "llama3.2:3b", "llama3.2:1b"],
+        },
+        {"name": "retriever_k", "type": "integer", "values": [10, 20]},
+        {"name": "reranker_k", "type": "integer", "values": [1, 3]},
+        {"name": "reranker_model", "type": "categorical", "values": ["ms-marco"]},
+    ],
+    "constraints": ["reranker_k <= retriever_k"],
+}
 
 # The paper's Pareto front (planner_pareto_frontier.json) plus the one faster configuration our
 # planner keeps on it, fastest first: what `compass plan` finds on the paper's profiles.
