@@ -22,6 +22,10 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from compass.api.meta import GROUP as GROUP
+from compass.api.meta import POLICY_PLURAL as POLICY_PLURAL
+from compass.api.meta import VERSION as VERSION
+from compass.api.meta import WORKFLOW_PLURAL as WORKFLOW_PLURAL
 from compass.lab.devcluster import Cluster, ensure_binaries, wait_for
 from compass.lab.local_triton import LocalTriton
 from compass.lab.scenarios import ACCURATE as ACCURATE
@@ -30,8 +34,6 @@ from compass.lab.scenarios import rag_sim_triton
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-GROUP, VERSION = "compass.io", "v1alpha1"
-POLICY_PLURAL, WORKFLOW_PLURAL = "paretopolicies", "compoundworkflows"
 OUT_DIR = REPO_ROOT / "bench" / "out"
 # rag-sim at a tenth of its measured latencies (as tests/k8s/test_policy_controller.py): through
 # the router FASTEST takes ~20 ms a request, ACCURATE ~33 ms (compass.lab.scenarios, imported

@@ -17,9 +17,10 @@ from cluster import Cluster, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
+from compass.lab.clusterdemo import condition
+
 REPO = Path(__file__).resolve().parents[2]
-GROUP, VERSION = "compass.io", "v1alpha1"
-PLURAL, POLICY_PLURAL = "compoundworkflows", "paretopolicies"
 
 
 def install_crds(cluster: Cluster) -> None:
@@ -28,7 +29,7 @@ def install_crds(cluster: Cluster) -> None:
     # (x-kubernetes-validations, 1.25+) and rejects the file; the 1.20 API server itself accepts
     # it and drops the rules, as it does for the kubernetes client's create.
     cluster.kubectl("apply", "--validate=false", "-f", str(REPO / "crds"))
-    for plural in (PLURAL, POLICY_PLURAL):
+    for plural in (WORKFLOW_PLURAL, POLICY_PLURAL):
         cluster.kubectl(
             "wait", "--for=condition=Established", "--timeout=30s", f"crd/{plural}.{GROUP}"
         )
@@ -117,11 +118,6 @@ class Policies:
         return False
 
 
-def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The condition of this type in a status, or {}."""
-    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
-
-
 class Workflows:
     """Reads and writes CompoundWorkflows of one namespace; waits with useful failure output."""
 
@@ -134,7 +130,7 @@ class Workflows:
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
         created: dict[str, Any] = json_data(
             self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, body, _preload_content=False
+                GROUP, VERSION, self.namespace, WORKFLOW_PLURAL, body, _preload_content=False
             )
         )
         return created
@@ -142,7 +138,7 @@ class Workflows:
     def get(self, name: str) -> dict[str, Any]:
         found: dict[str, Any] = json_data(
             self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, name, _preload_content=False
+                GROUP, VERSION, self.namespace, WORKFLOW_PLURAL, name, _preload_content=False
             )
         )
         return found
@@ -152,7 +148,7 @@ class Workflows:
             GROUP,
             VERSION,
             self.namespace,
-            PLURAL,
+            WORKFLOW_PLURAL,
             name,
             {"spec": spec},
             _content_type="application/merge-patch+json",
@@ -160,8 +156,7 @@ class Workflows:
         )
 
     def condition(self, name: str, type_: str) -> dict[str, Any] | None:
-        conditions = self.get(name).get("status", {}).get("conditions") or []
-        return next((c for c in conditions if c["type"] == type_), None)
+        return condition(self.get(name).get("status", {}), type_) or None
 
     def _listed(self, list_namespaced: Any, selector: str) -> list[dict[str, Any]]:
         """The items of a namespaced list call with this label selector."""

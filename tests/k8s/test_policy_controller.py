@@ -30,7 +30,6 @@ from compass.lab.scenarios import ACCURATE, FASTEST, rag_sim_triton
 from tiers import require_prometheus, require_tritonserver
 
 REPO = Path(__file__).resolve().parents[2]
-GROUP, VERSION, PLURAL = "compass.io", "v1alpha1", "paretopolicies"
 # rag-sim at a tenth of its measured latencies; through the router on this machine the fastest
 # configuration takes ~20 ms a request (capacity ~50/s), the most accurate ~33 ms (~30/s).
 TIME_SCALE = 0.1

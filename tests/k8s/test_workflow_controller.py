@@ -37,14 +37,13 @@ from node import Node
 # Import the handlers package now: whatever it registers goes to kopf's default registry, never
 # to the fresh registries the operator runs below get (they hold the workflow handlers only).
 import compass.controllers.runtime  # noqa: F401
+from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.workflow import job_view
 from compass.examples import build_replay_ledger, load_rag_paper
 from compass.lab.scenarios import RAG_CORNER_SPACE
 from tiers import require_tritonserver
 
-GROUP, VERSION = "compass.io", "v1alpha1"
-PLURAL, POLICY_PLURAL = "compoundworkflows", "paretopolicies"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _compass = importlib.util.find_spec("compass")
 assert _compass is not None
@@ -67,7 +66,7 @@ def crds(k8s_api: Any) -> None:
     extensions = client.ApiextensionsV1Api(k8s_api)
     manifests = [
         yaml.safe_load((REPO_ROOT / "crds" / f"{plural}.{GROUP}.yaml").read_text())
-        for plural in (PLURAL, POLICY_PLURAL)
+        for plural in (WORKFLOW_PLURAL, POLICY_PLURAL)
     ]
     for manifest in manifests:
         try:
@@ -237,11 +236,11 @@ def test_invalid_spec_is_a_permanent_error_until_fixed(
     assert rejected.value.status == 422
     assert "spec.evaluation.tau" in json.loads(rejected.value.body)["message"]
 
-    generated = (REPO_ROOT / "crds" / f"{PLURAL}.{GROUP}.yaml").read_text()
+    generated = (REPO_ROOT / "crds" / f"{WORKFLOW_PLURAL}.{GROUP}.yaml").read_text()
     assert "x-kubernetes-validations" in generated
     served = _data(
         client.ApiextensionsV1Api(k8s_api).read_custom_resource_definition(
-            f"{PLURAL}.{GROUP}", _preload_content=False
+            f"{WORKFLOW_PLURAL}.{GROUP}", _preload_content=False
         )
     )
     # The schema as stored (kubectl apply's last-applied annotation keeps the raw text).
@@ -478,7 +477,7 @@ def test_happy_path_to_a_pareto_policy(
         # (g) Deleting the workflow (the operator running: kopf may still hold its finalizer):
         # the garbage collector removes its ConfigMap and its policy.
         flows.custom.delete_namespaced_custom_object(
-            GROUP, VERSION, k8s_namespace, PLURAL, "rag", propagation_policy="Background"
+            GROUP, VERSION, k8s_namespace, WORKFLOW_PLURAL, "rag", propagation_policy="Background"
         )
         wait_for(
             lambda: not flows.config_maps("rag") and flows.policy("rag") is None,
@@ -582,7 +581,7 @@ def test_operator_restart_mid_search_resumes(
             "slow-profile-g1",
         }
         flows.custom.delete_namespaced_custom_object(
-            GROUP, VERSION, k8s_namespace, PLURAL, "slow", propagation_policy="Background"
+            GROUP, VERSION, k8s_namespace, WORKFLOW_PLURAL, "slow", propagation_policy="Background"
         )
 
         def left() -> list[str]:
