@@ -171,3 +171,19 @@ def test_a_missing_server_skips_on_a_workstation_and_fails_where_tiers_are_requi
     assert "k8s tier: no such server here: install it" in summary[0]
     if require is not None:
         assert "(COMPASS_REQUIRE_TIERS=1: every tier must run)" in summary[0]
+
+
+def test_every_test_module_has_its_own_name_across_the_tiers() -> None:
+    """The tiers have no __init__.py, so pytest imports test modules by basename: two tiers'
+    test_x.py break the whole suite's collection, which no single tier's run shows."""
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted((REPO_ROOT / "tests").rglob("*.py")):
+        if path.name == "conftest.py":
+            continue
+        if path.name in seen:
+            clashes.append(
+                f"{seen[path.name].relative_to(REPO_ROOT)} and {path.relative_to(REPO_ROOT)}"
+            )
+        seen[path.name] = path
+    assert not clashes, f"rename one of each pair: {clashes}"
