@@ -11,8 +11,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -72,6 +73,35 @@ def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> Path:
     return path
 
 
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def files(directory: Path) -> set[str]:
+    return {str(p.relative_to(directory)) for p in directory.rglob("*")}
+
+
+def search_args(*extra: str) -> list[str]:
+    """`compass search` on the inputs fixture's space and replay ledger, then extra."""
+    return ["search", "--space", "space.yaml", "--replay", "ledger.jsonl", *extra]
+
+
+def reused(count: int, checkpoint: str) -> str:
+    """What a resumed search says on stderr about the evaluations it took from its checkpoint."""
+    return f"reused {count:,} sample evaluations from {checkpoint}"
+
+
+class Outcome(NamedTuple):
+    """One in-process `compass` run: its exit code and what it printed."""
+
+    code: int
+    out: str
+    err: str
+
+
+Cli = Callable[[list[str]], Outcome]
+
+
 @pytest.fixture
 def inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A directory (the cwd) holding space.yaml and ledger.jsonl for the synthetic space."""
@@ -81,40 +111,34 @@ def inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def files(directory: Path) -> set[str]:
-    return {str(p.relative_to(directory)) for p in directory.rglob("*")}
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    """Runs main(argv) and returns its exit code with the stdout and stderr of that run alone."""
+
+    def run(argv: list[str]) -> Outcome:
+        code = main(argv)
+        out, err = capsys.readouterr()
+        return Outcome(code, out, err)
+
+    return run
 
 
-def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_exits_zero(cli: Cli) -> None:
     """--help prints usage and succeeds."""
-    assert main(["search", "--help"]) == 0
-    assert "--replay" in capsys.readouterr().out
+    run = cli(["search", "--help"])
+    assert run.code == 0
+    assert "--replay" in run.out
 
 
 # ---------------------------------------------------------------------------- replay
 
 
-def test_replay_search_writes_result_and_ledger(
-    inputs: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_replay_search_writes_result_and_ledger(inputs: Path, cli: Cli) -> None:
     """A replay search writes exactly the result keys, a checkpoint ledger and a summary."""
-    code = main(
-        [
-            "search",
-            "--space",
-            "space.yaml",
-            "--replay",
-            "ledger.jsonl",
-            "--tau",
-            "0.8",
-            "--output",
-            "result.json",
-        ]
-    )
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    assert err == ""  # not a terminal: no progress line, and nothing else to say
-    result = json.loads((inputs / "result.json").read_text())
+    run = cli(search_args("--tau", "0.8", "--output", "result.json"))
+    assert run.code == 0, run.err
+    assert run.err == ""  # not a terminal: no progress line, and nothing else to say
+    result = read_json(inputs / "result.json")
     assert set(result) == RESULT_KEYS
     evaluated = result["evaluated"]
     assert result["configs_evaluated"] == len(evaluated)
@@ -145,100 +169,62 @@ def test_replay_search_writes_result_and_ledger(
         "result: result.json",
         "ledger: result.ledger.jsonl",
     ):
-        assert expected in out
-    assert len(out.splitlines()) <= 24  # one screen
+        assert expected in run.out
+    assert len(run.out.splitlines()) <= 24  # one screen
 
 
-def test_grid_method_evaluates_every_configuration(
-    inputs: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_grid_method_evaluates_every_configuration(inputs: Path, cli: Cli) -> None:
     """--method grid --interval betting: all 27 configurations, in space order."""
-    code = main(
-        [
-            "search",
-            "--space",
-            "space.yaml",
-            "--replay",
-            "ledger.jsonl",
-            "--tau",
-            "0.8",
-            "--method",
-            "grid",
-            "--interval",
-            "betting",
-            "--budgets",
-            "10,20,40",
-            "--output",
-            "grid.json",
-        ]
-    )
-    out = capsys.readouterr().out
-    assert code == 0
-    result = json.loads((inputs / "grid.json").read_text())
-    assert result["configs_evaluated"] == 27
-    assert "method grid, interval betting" in out
-    assert "budgets 10,20,40" in out
+    grid = ("--method", "grid", "--interval", "betting", "--budgets", "10,20,40")
+    run = cli(search_args("--tau", "0.8", *grid, "--output", "grid.json"))
+    assert run.code == 0
+    assert read_json(inputs / "grid.json")["configs_evaluated"] == 27
+    assert "method grid, interval betting" in run.out
+    assert "budgets 10,20,40" in run.out
 
 
-def test_without_output_the_ledger_goes_to_the_cwd(
-    inputs: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("extra", "checkpoint"),
+    [
+        pytest.param((), "compass-search.ledger.jsonl", id="default-in-the-cwd"),
+        pytest.param(("--ledger", "ck.jsonl"), "ck.jsonl", id="explicit-ledger"),
+    ],
+)
+def test_without_output_only_the_checkpoint_is_written(
+    inputs: Path, cli: Cli, extra: tuple[str, ...], checkpoint: str
 ) -> None:
-    """No --output: the checkpoint is ./compass-search.ledger.jsonl and no result is written."""
-    code = main(["search", "--space", "space.yaml", "--replay", "ledger.jsonl", "--tau", "0.7"])
-    out = capsys.readouterr().out
-    assert code == 0
-    assert files(inputs) == {"space.yaml", "ledger.jsonl", "compass-search.ledger.jsonl"}
-    assert "result: not written" in out
+    """No --output: no result; the checkpoint is --ledger, else ./compass-search.ledger.jsonl."""
+    run = cli(search_args("--tau", "0.7", *extra))
+    assert run.code == 0
+    assert files(inputs) == {"space.yaml", "ledger.jsonl", checkpoint}
+    assert (inputs / checkpoint).stat().st_size > 0
+    assert "result: not written" in run.out
+    assert f"ledger: {checkpoint}" in run.out
 
 
-def test_explicit_ledger_path(inputs: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--ledger puts the checkpoint where asked."""
-    code = main(
-        [
-            "search",
-            "--space",
-            "space.yaml",
-            "--replay",
-            "ledger.jsonl",
-            "--tau",
-            "0.7",
-            "--ledger",
-            "ck.jsonl",
-        ]
-    )
-    assert code == 0
-    assert (inputs / "ck.jsonl").stat().st_size > 0
-    assert "ledger: ck.jsonl" in capsys.readouterr().out
-
-
-def test_space_is_inferred_from_the_ledger_and_said_so(
-    inputs: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_space_is_inferred_from_the_ledger_and_said_so(inputs: Path, cli: Cli) -> None:
     """No --space: the ledger's configurations span the space; stderr lists the parameters."""
-    code = main(["search", "--replay", "ledger.jsonl", "--tau", "0.8", "--output", "r.json"])
-    out, err = capsys.readouterr()
-    assert code == 0
-    assert "no --space given: inferred the space from the 27 configurations" in err
-    assert "model (categorical): large, medium, small" in err
-    assert "k (integer): 1, 2, 4, 8" in err
-    assert "rerank (integer): 1, 2, 4" in err
-    assert "space: 27 configurations" in out
+    run = cli(["search", "--replay", "ledger.jsonl", "--tau", "0.8", "--output", "r.json"])
+    assert run.code == 0
+    assert "no --space given: inferred the space from the 27 configurations" in run.err
+    assert "model (categorical): large, medium, small" in run.err
+    assert "k (integer): 1, 2, 4, 8" in run.err
+    assert "rerank (integer): 1, 2, 4" in run.err
+    assert "space: 27 configurations" in run.out
 
 
-def test_a_compound_workflow_manifest_is_accepted_as_space(
-    inputs: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_compound_workflow_manifest_is_accepted_as_space(inputs: Path, cli: Cli) -> None:
     """A CompoundWorkflow document: its spec.space is the space."""
     indented = "".join(f"    {line}\n" for line in SPACE_YAML.splitlines())
     (inputs / "workflow.yaml").write_text(
         f"kind: CompoundWorkflow\nspec:\n  space:\n{indented}", encoding="utf-8"
     )
-    code = main(["search", "--space", "workflow.yaml", "--replay", "ledger.jsonl", "--tau", "0.8"])
-    assert code == 0, capsys.readouterr().err
+    run = cli(["search", "--space", "workflow.yaml", "--replay", "ledger.jsonl", "--tau", "0.8"])
+    assert run.code == 0, run.err
 
 
 def test_progress_line_only_on_a_terminal(
-    inputs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    inputs: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli
 ) -> None:
     """On a TTY, one line redrawn in place with phase, configs/space, samples and feasible."""
 
@@ -248,8 +234,8 @@ def test_progress_line_only_on_a_terminal(
 
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    code = main(["search", "--space", "space.yaml", "--replay", "ledger.jsonl", "--tau", "0.8"])
-    assert code == 0
+    run = cli(search_args("--tau", "0.8"))
+    assert run.code == 0
     drawn = terminal.getvalue()
     assert drawn.startswith("\r\x1b[K")
     assert "\n" not in drawn  # redrawn in place, never scrolled
@@ -260,24 +246,20 @@ def test_progress_line_only_on_a_terminal(
     assert "samples" in frames[0]
     assert "feasible" in frames[0]
     assert "configs" in frames[0]
-    assert "feasible:" in capsys.readouterr().out
+    assert "feasible:" in run.out
 
 
 # ---------------------------------------------------------------------------- bad input
 
 
-def search_args(*extra: str) -> list[str]:
-    return ["search", "--space", "space.yaml", "--replay", "ledger.jsonl", *extra]
-
-
-def bad_space(text: str) -> Any:
+def bad_space(text: str) -> Callable[[Path], None]:
     def write(directory: Path) -> None:
         (directory / "space.yaml").write_text(text, encoding="utf-8")
 
     return write
 
 
-def bad_ledger(change: Any) -> Any:
+def bad_ledger(change: Callable[[list[dict[str, Any]]], object]) -> Callable[[Path], None]:
     def write(directory: Path) -> None:
         lines = ledger_lines()
         change(lines)
@@ -306,257 +288,209 @@ def _gappy(lines: list[dict[str, Any]]) -> None:
     lines[1]["samples"] = list(range(1, N + 1))
 
 
-CONSTRAINT_UNKNOWN = SPACE_YAML.replace("rerank <= k", "reranker <= k")
-EMPTY_VALUES = SPACE_YAML.replace("[1, 2, 4, 8]", "[]")
-DUPLICATE_VALUE = SPACE_YAML.replace("[large, medium, small]", "[large, medium, large]")
-MALFORMED = SPACE_YAML.replace("  - name: k\n", "  - name: k\n   oops: [\n")
+def _out_of_range(lines: list[dict[str, Any]]) -> None:
+    lines[3]["scores"][0] = 1.5
+
+
+# A broken space.yaml, each with what the error says, under `search_args("--tau", "0.8")`.
+BAD_SPACES = {
+    "constraint-unknown-parameter": (
+        SPACE_YAML.replace("rerank <= k", "reranker <= k"),
+        "--space space.yaml: constraint 'reranker <= k': unknown parameter 'reranker'",
+    ),
+    "empty-values": (
+        SPACE_YAML.replace("[1, 2, 4, 8]", "[]"),
+        "--space space.yaml: parameters.1.values: List should have at least 1 item",
+    ),
+    "duplicate-value": (
+        SPACE_YAML.replace("[large, medium, small]", "[large, medium, large]"),
+        "parameters.0.values: value 'large' is listed twice; list each value once",
+    ),
+    "malformed-yaml": (
+        SPACE_YAML.replace("  - name: k\n", "  - name: k\n   oops: [\n"),
+        "--space space.yaml line 6, column 4: not valid YAML or JSON",
+    ),
+    "space-not-a-mapping": (
+        "- just\n- a list\n",
+        "--space space.yaml: expected a mapping with parameters and constraints",
+    ),
+}
+# A change that breaks ledger.jsonl, each with what the error says, under the same arguments.
+BAD_LEDGERS = {
+    "ledger-line-outside-space": (_outside, "--replay ledger.jsonl line 3: configuration"),
+    "ledger-line-violates-constraint": (_violates, "--replay ledger.jsonl line 28: configuration"),
+    "ledger-line-too-short": (
+        _short,
+        "--replay ledger.jsonl line 5: 20 scores, fewer than the largest budget 40",
+    ),
+    "ledger-line-not-contiguous": (
+        _gappy,
+        "--replay ledger.jsonl line 2: its samples are not 0..39",
+    ),
+    "ledger-score-out-of-range": (_out_of_range, "--replay: ledger.jsonl line 4:"),
+}
+# Arguments refused on good inputs, each with what the error says.
+BAD_ARGUMENTS = {
+    "tau-0": (search_args("--tau", "0"), "--tau: 0 is outside (0, 1]"),
+    "tau-1.5": (search_args("--tau", "1.5"), "--tau: 1.5 is outside (0, 1]"),
+    "tau-text": (search_args("--tau", "high"), "--tau: 'high' is not a number"),
+    "budgets-not-increasing": (
+        search_args("--tau", "0.8", "--budgets", "10,25,25"),
+        "--budgets: 10,25,25 is not strictly increasing",
+    ),
+    "budgets-decreasing": (
+        search_args("--tau", "0.8", "--budgets", "20,10"),
+        "--budgets: 20,10 is not strictly increasing",
+    ),
+    "budgets-above-dataset": (
+        search_args("--tau", "0.8", "--budgets", "10,20,80"),
+        "--budgets: 80 is above the dataset size 40",
+    ),
+    "confidence": (
+        search_args("--tau", "0.8", "--confidence", "1"),
+        "--confidence: 1 is outside (0, 1)",
+    ),
+    "missing-space": (
+        ["search", "--space", "nope.yaml", "--replay", "ledger.jsonl", "--tau", "0.8"],
+        "--space: nope.yaml: no such file; check the path",
+    ),
+    "missing-ledger": (
+        ["search", "--replay", "nope.jsonl", "--tau", "0.8"],
+        "--replay: nope.jsonl: no such file; check the path",
+    ),
+    "missing-resume": (
+        search_args("--tau", "0.8", "--resume", "nope.jsonl"),
+        "--resume: nope.jsonl: no such file",
+    ),
+    "output-dir-missing": (
+        search_args("--tau", "0.8", "--output", "no/such/dir/r.json"),
+        "--output: directory no/such/dir does not exist",
+    ),
+    "replay-and-command": (
+        search_args("--tau", "0.8", "--command", "true"),
+        "--replay/--command/--triton: replay and command given; pass exactly one",
+    ),
+    "neither-replay-nor-command": (
+        ["search", "--space", "space.yaml", "--tau", "0.8"],
+        "--replay/--command/--triton: neither given; pass exactly one",
+    ),
+    "command-without-samples": (
+        ["search", "--space", "space.yaml", "--command", "true", "--tau", "0.8"],
+        "--samples: required with --command",
+    ),
+    "empty-command-and-replay": (
+        ["search", "--replay", "ledger.jsonl", "--command", "", "--tau", "0.8"],
+        "--replay/--command/--triton: replay and command given",
+    ),
+    "empty-command": (
+        ["search", "--space", "space.yaml", "--command", " ", "--samples", "10", "--tau", "1"],
+        "--command: empty",
+    ),
+    "tau-missing": (
+        ["search", "--replay", "ledger.jsonl"],
+        "the following arguments are required: --tau",
+    ),
+}
 
 
 @pytest.mark.parametrize(
     ("setup", "argv", "expected"),
     [
-        pytest.param(
-            bad_space(CONSTRAINT_UNKNOWN),
-            search_args("--tau", "0.8"),
-            "--space space.yaml: constraint 'reranker <= k': unknown parameter 'reranker'",
-            id="constraint-unknown-parameter",
+        *(
+            pytest.param(bad_space(text), search_args("--tau", "0.8"), expected, id=name)
+            for name, (text, expected) in BAD_SPACES.items()
         ),
-        pytest.param(
-            bad_space(EMPTY_VALUES),
-            search_args("--tau", "0.8"),
-            "--space space.yaml: parameters.1.values: List should have at least 1 item",
-            id="empty-values",
+        *(
+            pytest.param(bad_ledger(change), search_args("--tau", "0.8"), expected, id=name)
+            for name, (change, expected) in BAD_LEDGERS.items()
         ),
-        pytest.param(
-            bad_space(DUPLICATE_VALUE),
-            search_args("--tau", "0.8"),
-            "parameters.0.values: value 'large' is listed twice; list each value once",
-            id="duplicate-value",
-        ),
-        pytest.param(
-            bad_space(MALFORMED),
-            search_args("--tau", "0.8"),
-            "--space space.yaml line 6, column 4: not valid YAML or JSON",
-            id="malformed-yaml",
-        ),
-        pytest.param(
-            bad_space("- just\n- a list\n"),
-            search_args("--tau", "0.8"),
-            "--space space.yaml: expected a mapping with parameters and constraints",
-            id="space-not-a-mapping",
-        ),
-        pytest.param(
-            bad_ledger(_outside),
-            search_args("--tau", "0.8"),
-            "--replay ledger.jsonl line 3: configuration",
-            id="ledger-line-outside-space",
-        ),
-        pytest.param(
-            bad_ledger(_violates),
-            search_args("--tau", "0.8"),
-            "--replay ledger.jsonl line 28: configuration",
-            id="ledger-line-violates-constraint",
-        ),
-        pytest.param(
-            bad_ledger(_short),
-            search_args("--tau", "0.8"),
-            "--replay ledger.jsonl line 5: 20 scores, fewer than the largest budget 40",
-            id="ledger-line-too-short",
-        ),
-        pytest.param(
-            bad_ledger(_gappy),
-            search_args("--tau", "0.8"),
-            "--replay ledger.jsonl line 2: its samples are not 0..39",
-            id="ledger-line-not-contiguous",
-        ),
-        pytest.param(
-            bad_ledger(lambda lines: lines[3]["scores"].__setitem__(0, 1.5)),
-            search_args("--tau", "0.8"),
-            "--replay: ledger.jsonl line 4:",
-            id="ledger-score-out-of-range",
-        ),
-        pytest.param(nothing, search_args("--tau", "0"), "--tau: 0 is outside (0, 1]", id="tau-0"),
-        pytest.param(
-            nothing, search_args("--tau", "1.5"), "--tau: 1.5 is outside (0, 1]", id="tau-1.5"
-        ),
-        pytest.param(
-            nothing, search_args("--tau", "high"), "--tau: 'high' is not a number", id="tau-text"
-        ),
-        pytest.param(
-            nothing,
-            search_args("--tau", "0.8", "--budgets", "10,25,25"),
-            "--budgets: 10,25,25 is not strictly increasing",
-            id="budgets-not-increasing",
-        ),
-        pytest.param(
-            nothing,
-            search_args("--tau", "0.8", "--budgets", "20,10"),
-            "--budgets: 20,10 is not strictly increasing",
-            id="budgets-decreasing",
-        ),
-        pytest.param(
-            nothing,
-            search_args("--tau", "0.8", "--budgets", "10,20,80"),
-            "--budgets: 80 is above the dataset size 40",
-            id="budgets-above-dataset",
-        ),
-        pytest.param(
-            nothing,
-            search_args("--tau", "0.8", "--confidence", "1"),
-            "--confidence: 1 is outside (0, 1)",
-            id="confidence",
-        ),
-        pytest.param(
-            nothing,
-            ["search", "--space", "nope.yaml", "--replay", "ledger.jsonl", "--tau", "0.8"],
-            "--space: nope.yaml: no such file; check the path",
-            id="missing-space",
-        ),
-        pytest.param(
-            nothing,
-            ["search", "--replay", "nope.jsonl", "--tau", "0.8"],
-            "--replay: nope.jsonl: no such file; check the path",
-            id="missing-ledger",
-        ),
-        pytest.param(
-            nothing,
-            search_args("--tau", "0.8", "--resume", "nope.jsonl"),
-            "--resume: nope.jsonl: no such file",
-            id="missing-resume",
-        ),
-        pytest.param(
-            nothing,
-            search_args("--tau", "0.8", "--output", "no/such/dir/r.json"),
-            "--output: directory no/such/dir does not exist",
-            id="output-dir-missing",
-        ),
-        pytest.param(
-            nothing,
-            search_args("--tau", "0.8", "--command", "true"),
-            "--replay/--command/--triton: replay and command given; pass exactly one",
-            id="replay-and-command",
-        ),
-        pytest.param(
-            nothing,
-            ["search", "--space", "space.yaml", "--tau", "0.8"],
-            "--replay/--command/--triton: neither given; pass exactly one",
-            id="neither-replay-nor-command",
-        ),
-        pytest.param(
-            nothing,
-            ["search", "--space", "space.yaml", "--command", "true", "--tau", "0.8"],
-            "--samples: required with --command",
-            id="command-without-samples",
-        ),
-        pytest.param(
-            nothing,
-            ["search", "--replay", "ledger.jsonl", "--command", "", "--tau", "0.8"],
-            "--replay/--command/--triton: replay and command given",
-            id="empty-command-and-replay",
-        ),
-        pytest.param(
-            nothing,
-            ["search", "--space", "space.yaml", "--command", " ", "--samples", "10", "--tau", "1"],
-            "--command: empty",
-            id="empty-command",
-        ),
-        pytest.param(
-            nothing,
-            ["search", "--replay", "ledger.jsonl"],
-            "the following arguments are required: --tau",
-            id="tau-missing",
+        *(
+            pytest.param(nothing, argv, expected, id=name)
+            for name, (argv, expected) in BAD_ARGUMENTS.items()
         ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     inputs: Path,
-    capsys: pytest.CaptureFixture[str],
-    setup: Any,
+    cli: Cli,
+    setup: Callable[[Path], None],
     argv: list[str],
     expected: str,
 ) -> None:
     """`compass search: error: <field>: <what>; <fix>`, exit 2, no result and no ledger."""
     setup(inputs)
     before = files(inputs)
-    code = main(argv)
-    out, err = capsys.readouterr()
-    assert code == 2
-    assert out == ""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
+    run = cli(argv)
+    assert run.code == 2
+    assert run.out == ""
+    lines = run.err.strip().splitlines()
+    assert len(lines) == 1, run.err
     assert lines[0].startswith("compass search: error: ")
     assert expected in lines[0]
     assert "; " in lines[0]  # every message ends with the fix
     assert files(inputs) == before
 
 
-def test_an_existing_ledger_is_never_clobbered(
-    inputs: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_an_existing_ledger_is_never_clobbered(inputs: Path, cli: Cli) -> None:
     """A second run with the same checkpoint path refuses unless --resume is given."""
     argv = search_args("--tau", "0.8", "--output", "r.json")
-    assert main(argv) == 0
-    capsys.readouterr()
+    assert cli(argv).code == 0
     ledger = inputs / "r.ledger.jsonl"
     content = ledger.read_bytes()
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.strip() == (
+    again = cli(argv)
+    assert again.code == 2
+    assert again.err.strip() == (
         "compass search: error: --ledger: r.ledger.jsonl exists; pass --resume r.ledger.jsonl "
         "to continue that run, or remove it"
     )
     assert ledger.read_bytes() == content
 
 
-def test_a_checkpoint_from_another_search_is_refused(
-    inputs: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_checkpoint_from_another_search_is_refused(inputs: Path, cli: Cli) -> None:
     """Resuming with a checkpoint whose scores contradict the replay ledger is an error."""
-    assert main(search_args("--tau", "0.8", "--ledger", "ck.jsonl")) == 0
+    assert cli(search_args("--tau", "0.8", "--ledger", "ck.jsonl")).code == 0
     write_jsonl(inputs / "ledger.jsonl", ledger_lines(seed=1))
-    capsys.readouterr()
-    assert main(search_args("--tau", "0.8", "--resume", "ck.jsonl")) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("compass search: error: --resume ck.jsonl: sample ")
-    assert "in the replay ledger; this checkpoint belongs to another search" in err
+    run = cli(search_args("--tau", "0.8", "--resume", "ck.jsonl"))
+    assert run.code == 2
+    assert run.err.startswith("compass search: error: --resume ck.jsonl: sample ")
+    assert "in the replay ledger; this checkpoint belongs to another search" in run.err
 
 
-def test_a_config_missing_from_the_replay_ledger_fails_at_run_time(
-    inputs: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def failed_keeping_checkpoint(run: Outcome, result: Path) -> int:
+    """Assert run failed at run time (exit 1, no stdout, no result); its checkpoint's fact count."""
+    assert run.code == 1
+    assert run.out == ""
+    assert not result.exists()
+    return read_ledger(result.with_suffix(".ledger.jsonl")).fact_count
+
+
+def test_a_config_missing_from_the_replay_ledger_fails_at_run_time(inputs: Path, cli: Cli) -> None:
     """The space is larger than the ledger: a warning up front, exit 1 when one is needed."""
     write_jsonl(inputs / "ledger.jsonl", ledger_lines()[:20])
-    code = main(search_args("--tau", "0.5", "--method", "grid", "--output", "r.json"))
-    out, err = capsys.readouterr()
-    assert code == 1
-    assert out == ""
-    assert "has no scores for 7 of the space's 27 configurations" in err
+    run = cli(search_args("--tau", "0.5", "--method", "grid", "--output", "r.json"))
+    assert failed_keeping_checkpoint(run, inputs / "r.json") > 0
+    assert "has no scores for 7 of the space's 27 configurations" in run.err
     assert (
-        "compass search: error: replay ledger ledger.jsonl has no scores for configuration" in err
+        "compass search: error: replay ledger ledger.jsonl has no scores for configuration"
+        in run.err
     )
-    assert "r.ledger.jsonl keeps the " in err
-    assert "--resume r.ledger.jsonl" in err
-    assert not (inputs / "r.json").exists()
-    assert read_ledger(inputs / "r.ledger.jsonl").fact_count > 0
+    assert "r.ledger.jsonl keeps the " in run.err
+    assert "--resume r.ledger.jsonl" in run.err
 
 
 # ---------------------------------------------------------------------------- resume
 
 
-def test_resume_from_a_replay_checkpoint_reuses_everything(
-    inputs: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_resume_from_a_replay_checkpoint_reuses_everything(inputs: Path, cli: Cli) -> None:
     """A finished run resumed: same result, every sample evaluation reused."""
-    assert main(search_args("--tau", "0.8", "--output", "a.json")) == 0
-    capsys.readouterr()
-    code = main(search_args("--tau", "0.8", "--output", "b.json", "--resume", "a.ledger.jsonl"))
-    out, err = capsys.readouterr()
-    assert code == 0
-    first = json.loads((inputs / "a.json").read_text())
-    assert json.loads((inputs / "b.json").read_text()) == first
-    assert f"reused {first['sample_evals']:,} sample evaluations from a.ledger.jsonl" in err
-    assert "evaluated 0 new" in err
-    assert "(0 new sample evaluations" in out
+    assert cli(search_args("--tau", "0.8", "--output", "a.json")).code == 0
+    run = cli(search_args("--tau", "0.8", "--output", "b.json", "--resume", "a.ledger.jsonl"))
+    assert run.code == 0
+    first = read_json(inputs / "a.json")
+    assert read_json(inputs / "b.json") == first
+    assert reused(first["sample_evals"], "a.ledger.jsonl") in run.err
+    assert "evaluated 0 new" in run.err
+    assert "(0 new sample evaluations" in run.out
 
 
 EVALUATOR = """\
@@ -595,66 +529,45 @@ def evaluator_command(directory: Path, log: str, fail_after: int = 0, delay: flo
     calls = directory / f"{log}.calls"
     calls.unlink(missing_ok=True)
     # -S: no site import, so each evaluation starts fast.
-    return shlex.join(
-        [
-            sys.executable,
-            "-S",
-            str(script),
-            str(directory / log),
-            str(calls),
-            str(fail_after),
-            str(delay),
-        ]
-    )
+    arguments = (script, directory / log, calls, fail_after, delay)
+    return shlex.join([sys.executable, "-S", *map(str, arguments)])
 
 
 def command_args(command: str, *extra: str) -> list[str]:
-    return [
-        "search",
-        "--space",
-        "space.yaml",
-        "--command",
-        command,
-        "--samples",
-        str(COMMAND_SAMPLES),
-        "--budgets",
-        "5,10,20",
-        "--tau",
-        "0.8",
-        *extra,
-    ]
+    """`compass search` with command as the evaluator on the space of the inputs fixture."""
+    settings = ["--samples", str(COMMAND_SAMPLES), "--budgets", "5,10,20", "--tau", "0.8"]
+    return ["search", "--space", "space.yaml", "--command", command, *settings, *extra]
 
 
 def logged(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+@pytest.fixture
+def clean_result(inputs: Path, cli: Cli) -> Any:
+    """An uninterrupted command search: clean.json's result; clean.log logs its evaluations."""
+    clean = evaluator_command(inputs, "clean.log")
+    assert cli(command_args(clean, "--output", "clean.json")).code == 0
+    return read_json(inputs / "clean.json")
+
+
 def test_command_search_killed_midway_resumes_to_the_same_result(
-    inputs: Path, capsys: pytest.CaptureFixture[str]
+    inputs: Path, cli: Cli, clean_result: Any
 ) -> None:
     """An evaluator crash after 6 calls: exit 1, checkpoint kept; resume matches a clean run."""
-    clean = evaluator_command(inputs, "clean.log")
-    assert main(command_args(clean, "--output", "clean.json")) == 0
-    capsys.readouterr()
-
     crashing = evaluator_command(inputs, "run.log", fail_after=6)
-    assert main(command_args(crashing, "--output", "run.json")) == 1
-    out, err = capsys.readouterr()
-    assert out == ""
-    assert err.startswith("compass search: error: evaluator command ")
-    assert "exit code 3" in err
-    assert "simulated crash" in err
-    assert not (inputs / "run.json").exists()
-    done = read_ledger(inputs / "run.ledger.jsonl").fact_count
+    crashed = cli(command_args(crashing, "--output", "run.json"))
+    done = failed_keeping_checkpoint(crashed, inputs / "run.json")
+    assert crashed.err.startswith("compass search: error: evaluator command ")
+    assert "exit code 3" in crashed.err
+    assert "simulated crash" in crashed.err
     assert done == len(logged(inputs / "run.log")) > 0
 
     resumed = evaluator_command(inputs, "run.log")
-    code = main(command_args(resumed, "--output", "run.json", "--resume", "run.ledger.jsonl"))
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    assert f"reused {done:,} sample evaluations from run.ledger.jsonl" in err
-    clean_result = json.loads((inputs / "clean.json").read_text())
-    assert json.loads((inputs / "run.json").read_text()) == clean_result
+    run = cli(command_args(resumed, "--output", "run.json", "--resume", "run.ledger.jsonl"))
+    assert run.code == 0, run.err
+    assert reused(done, "run.ledger.jsonl") in run.err
+    assert read_json(inputs / "run.json") == clean_result
     # Interrupted plus resumed did the clean run's work exactly once.
     run_log = logged(inputs / "run.log")
     assert Counter(run_log).most_common(1)[0][1] == 1
@@ -664,6 +577,8 @@ def test_command_search_killed_midway_resumes_to_the_same_result(
 
 # ---------------------------------------------------------------------------- subprocess
 
+MODULE = [sys.executable, "-m", "compass.commands.main"]
+
 
 def subprocess_env() -> dict[str, str]:
     """The current environment with the package importable from the source tree."""
@@ -671,101 +586,29 @@ def subprocess_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
-def test_subprocess_search_and_bad_input(inputs: Path) -> None:
-    """`python -m compass.commands.main` exits 0 on a search and 2 on bad input, with the same output."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compass.commands.main",
-            *search_args("--tau", "0.8", "--output", "r.json"),
-        ],
-        cwd=inputs,
+def run_module(cwd: Path, argv: list[str], timeout: int = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m compass.commands.main argv` in cwd, as a user runs it; timeout bounds a hang."""
+    return subprocess.run(
+        [*MODULE, *argv],
+        cwd=cwd,
         env=subprocess_env(),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
-    assert "feasible: 9 found" in done.stdout
-    assert set(json.loads((inputs / "r.json").read_text())) == RESULT_KEYS
-    bad = subprocess.run(
-        [sys.executable, "-m", "compass.commands.main", *search_args("--tau", "1.5")],
-        cwd=inputs,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert bad.returncode == 2
-    assert bad.stdout == ""
-    assert bad.stderr.startswith("compass search: error: --tau: 1.5 is outside (0, 1]; ")
 
 
-def test_subprocess_killed_with_sigkill_resumes_without_reevaluating(inputs: Path) -> None:
-    """SIGKILL the CLI mid-search, resume: nothing recorded before the kill is evaluated again."""
-    clean = evaluator_command(inputs, "clean.log")
-    assert main(command_args(clean, "--output", "clean.json")) == 0
-
-    slow = evaluator_command(inputs, "killed.log", delay=0.05)
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "compass.commands.main",
-            *command_args(slow, "--output", "run.json"),
-        ],
-        cwd=inputs,
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    ledger = inputs / "run.ledger.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        if ledger.exists() and len(ledger.read_bytes().splitlines()) >= 4:
-            break
+def wait_for(condition: Callable[[], bool], seconds: float = 60) -> bool:
+    """Poll condition until it holds or seconds pass (a bound on a hang only); its last value."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert process.poll() is None, "the search finished before it could be killed"
-    process.kill()
-    process.wait(timeout=30)
-    # The evaluator child runs in its own session, so the kill spares it: let it finish its batch.
-    evaluator = str(inputs / "killed.log")
-    deadline = time.monotonic() + 60  # bounds a hang only
-    while running(evaluator) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not running(evaluator), "the killed search's evaluator never finished its batch"
-    recorded = read_ledger(ledger)
-    assert recorded.fact_count > 0
-    assert not (inputs / "run.json").exists()
+    return condition()
 
-    resumed = evaluator_command(inputs, "resumed.log")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "compass.commands.main",
-            *command_args(resumed, "--output", "run.json", "--resume", "run.ledger.jsonl"),
-        ],
-        cwd=inputs,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert f"reused {recorded.fact_count:,} sample evaluations" in done.stderr
-    assert json.loads((inputs / "run.json").read_text()) == json.loads(
-        (inputs / "clean.json").read_text()
-    )
-    for line in logged(inputs / "resumed.log"):
-        config, sample = json.loads(line)
-        assert not recorded.known(config, [sample])[0], f"re-evaluated {line}"
-    assert Counter(logged(inputs / "resumed.log")).most_common(1)[0][1] == 1
+
+def line_count(path: Path) -> int:
+    return len(path.read_bytes().splitlines()) if path.exists() else 0
 
 
 def running(needle: str) -> list[int]:
@@ -785,20 +628,63 @@ def running(needle: str) -> list[int]:
     return found
 
 
+def test_subprocess_search_and_bad_input(inputs: Path) -> None:
+    """`python -m compass.commands.main` exits 0 on a search and 2 on bad input, with the same output."""
+    done = run_module(inputs, search_args("--tau", "0.8", "--output", "r.json"))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert "feasible: 9 found" in done.stdout
+    assert set(read_json(inputs / "r.json")) == RESULT_KEYS
+    bad = run_module(inputs, search_args("--tau", "1.5"))
+    assert bad.returncode == 2
+    assert bad.stdout == ""
+    assert bad.stderr.startswith("compass search: error: --tau: 1.5 is outside (0, 1]; ")
+
+
+def test_subprocess_killed_with_sigkill_resumes_without_reevaluating(
+    inputs: Path, clean_result: Any
+) -> None:
+    """SIGKILL the CLI mid-search, resume: nothing recorded before the kill is evaluated again."""
+    slow = evaluator_command(inputs, "killed.log", delay=0.05)
+    process = subprocess.Popen(
+        [*MODULE, *command_args(slow, "--output", "run.json")],
+        cwd=inputs,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    ledger = inputs / "run.ledger.jsonl"
+    wait_for(lambda: process.poll() is not None or line_count(ledger) >= 4)
+    assert process.poll() is None, "the search finished before it could be killed"
+    process.kill()
+    process.wait(timeout=30)
+    # The evaluator child runs in its own session, so the kill spares it: let it finish its batch.
+    evaluator = str(inputs / "killed.log")
+    assert wait_for(lambda: not running(evaluator)), (
+        "the killed search's evaluator never finished its batch"
+    )
+    recorded = read_ledger(ledger)
+    assert recorded.fact_count > 0
+    assert not (inputs / "run.json").exists()
+
+    resumed = evaluator_command(inputs, "resumed.log")
+    resume = command_args(resumed, "--output", "run.json", "--resume", "run.ledger.jsonl")
+    done = run_module(inputs, resume, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert reused(recorded.fact_count, "run.ledger.jsonl") in done.stderr
+    assert read_json(inputs / "run.json") == clean_result
+    for line in logged(inputs / "resumed.log"):
+        config, sample = json.loads(line)
+        assert not recorded.known(config, [sample])[0], f"re-evaluated {line}"
+    assert Counter(logged(inputs / "resumed.log")).most_common(1)[0][1] == 1
+
+
 # ---------------------------------------------------------------------------- demo
 
 
 def test_search_only_demo_runs_the_search_alone_and_writes_nothing(tmp_path: Path) -> None:
     """`compass demo --search-only`, as a user runs it: the summary, no files, no live steps."""
-    done = subprocess.run(
-        [sys.executable, "-m", "compass.commands.main", "demo", "--search-only"],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,  # bounds a hang only
-        check=False,
-    )
+    done = run_module(tmp_path, ["demo", "--search-only"])
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert files(tmp_path) == set()
@@ -815,15 +701,14 @@ def test_search_only_demo_runs_the_search_alone_and_writes_nothing(tmp_path: Pat
     assert "Triton" not in out
 
 
-def test_demo_output_finds_the_feasible_configurations(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_demo_output_finds_the_feasible_configurations(tmp_path: Path, cli: Cli) -> None:
     """--output writes the result; recall against the recorded accuracies is (nearly) total."""
     result_path = tmp_path / "demo.json"
-    assert main(["demo", "--search-only", "--output", str(result_path)]) == 0
-    assert f"result: {result_path}" in capsys.readouterr().out
+    run = cli(["demo", "--search-only", "--output", str(result_path)])
+    assert run.code == 0
+    assert f"result: {result_path}" in run.out
     assert files(tmp_path) == {"demo.json"}
-    result = json.loads(result_path.read_text())
+    result = read_json(result_path)
     assert set(result) == RESULT_KEYS
     spec, rows = load_rag_paper()
     truth = {config_key(r["config"]) for r in rows if r["accuracy"] >= 0.75}
