@@ -27,8 +27,7 @@ def replay_scores(accuracy: float, n: int, rng: np.random.Generator) -> list[flo
     if ones < n:
         # total - ones is exact (Sterbenz), so the scores sum to exactly accuracy * n.
         scores[ones] = total - ones
-    # Gather through the permutation, as bench/search_paper.py's fallback copy does, so both
-    # produce the same ledger for the same seed.
+    # Gather through one permutation: the same seed gives the same ledger everywhere it is built.
     return [float(s) for s in scores[rng.permutation(n)]]
 
 
