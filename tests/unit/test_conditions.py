@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from compass.api.compoundworkflow import WorkflowConditionType
 from compass.api.conditions import (
+    MESSAGE_CHARS,
     Condition,
     find_condition,
+    one_line,
     parse_conditions,
     set_condition,
     set_conditions,
@@ -59,6 +62,19 @@ def test_find_condition() -> None:
     conditions = [_c("A", "True"), _c("B", "False")]
     assert find_condition(conditions, "B") is conditions[1]
     assert find_condition(conditions, "Z") is None
+
+
+def test_find_condition_takes_a_condition_type_enum() -> None:
+    conditions = [_c("SpecValid", "True"), _c("Profiled", "False")]
+    assert find_condition(conditions, WorkflowConditionType.PROFILED) is conditions[1]
+
+
+def test_one_line_collapses_whitespace_and_bounds_the_length() -> None:
+    assert one_line("  a\n\tb   c \r\n") == "a b c"
+    assert one_line("") == ""
+    long = one_line("word " * 1000)
+    assert len(long) == MESSAGE_CHARS
+    assert long.startswith("word word")
 
 
 def test_parse_reads_the_wire_format_and_skips_what_is_no_condition() -> None:

@@ -13,10 +13,11 @@ from compass.api.compoundworkflow import (
     CompoundWorkflowSpec,
     CompoundWorkflowStatus,
     Phase,
+    WorkflowConditionType,
 )
-from compass.api.conditions import Condition
+from compass.api.conditions import MESSAGE_CHARS, Condition, find_condition
 from compass.api.paretopolicy import ParetoPolicySpec
-from compass.commands.job import best_accuracy, one_line
+from compass.commands.job import best_accuracy, error_line
 from compass.controllers import workflow as reconcile
 from compass.controllers.builders import (
     LEDGER_KEY,
@@ -32,13 +33,16 @@ from compass.controllers.builders import (
     build_search_job,
     build_state_config_map,
     job_env,
+    metrics_url,
 )
 from compass.controllers.workflow import (
     Create,
     InvalidSpecError,
     JobView,
     Observation,
+    PolicyAction,
     decide,
+    decide_policy_apply,
     job_view,
     pod_failure_message,
     seed_state,
@@ -197,9 +201,13 @@ def test_state_config_map_holds_the_frozen_spec_and_the_seed() -> None:
 
 
 def test_workflow_conditions_carry_the_generation_and_one_line() -> None:
-    condition = workflow_condition("X", "False", "R", "two\nlines   here", 3)
-    assert condition.message == "two lines here"
+    condition = workflow_condition(
+        WorkflowConditionType.PROFILED, "False", "R", "two\nlines   here", 3
+    )
+    assert (condition.type, condition.message) == ("Profiled", "two lines here")
     assert condition.observed_generation == 3
+    long = workflow_condition(WorkflowConditionType.PROFILED, "False", "R", "x " * 1000, 3)
+    assert len(long.message) == MESSAGE_CHARS
 
 
 def test_a_step_keeps_the_transition_time_of_an_unchanged_status() -> None:
@@ -208,7 +216,7 @@ def test_a_step_keeps_the_transition_time_of_an_unchanged_status() -> None:
     again, _ = reconcile.policy_blocked(
         replace(planning, status=first), "PolicyConflict", "b", LATER
     )
-    ready = reconcile.condition(again, "PolicyReady")
+    ready = find_condition(again.conditions, "PolicyReady")
     assert ready is not None
     assert (ready.reason, ready.last_transition_time) == ("PolicyConflict", NOW)
     assert [c.type for c in again.conditions] == ["PolicyReady"]
@@ -391,7 +399,7 @@ def test_no_feasible_configuration_names_the_best_accuracy_and_a_workable_tau() 
     assert step.status is not None
     assert step.status.phase is Phase.FAILED
     assert step.create == ()
-    empty = reconcile.condition(step.status, "FeasibleSetEmpty")
+    empty = find_condition(step.status.conditions, "FeasibleSetEmpty")
     assert empty is not None
     assert empty.status == "True"
     assert empty.message == (
@@ -408,7 +416,7 @@ def test_a_failed_search_job_reports_the_pods_message() -> None:
     step = decide(_observe(Phase.SEARCHING, {}, job, pod_message="pod p exited 1: boom"), NOW)
     assert step.status is not None
     assert step.status.phase is Phase.FAILED
-    searched = reconcile.condition(step.status, "SearchSucceeded")
+    searched = find_condition(step.status.conditions, "SearchSucceeded")
     assert searched is not None
     assert searched.reason == "BackoffLimitExceeded"
     assert searched.message == (
@@ -427,7 +435,7 @@ def test_a_failed_profiling_job_is_profiling_failed() -> None:
     assert step.status.phase is Phase.FAILED
     assert step.event is not None
     assert step.event.reason == "ProfilingFailed"
-    ready = reconcile.condition(step.status, "PolicyReady")
+    ready = find_condition(step.status.conditions, "PolicyReady")
     assert ready is not None
     assert ready.reason == "ProfilingFailed"
 
@@ -527,7 +535,7 @@ def test_an_slo_below_every_p95_names_the_closest_configuration() -> None:
     assert step.policy_spec is None
     assert step.status is not None
     assert step.status.phase is Phase.FAILED
-    ready = reconcile.condition(step.status, "PolicyReady")
+    ready = find_condition(step.status.conditions, "PolicyReady")
     assert ready is not None
     assert ready.reason == "SloUnreachable"
     assert ready.message == (
@@ -550,6 +558,127 @@ def test_blocked_policy_keeps_planning_and_warns_once() -> None:
     assert status2 == status
 
 
+@pytest.mark.parametrize(
+    ("phase", "search", "profile", "type_", "reason", "event", "key"),
+    [
+        (
+            Phase.SEARCHING,
+            JobView("rag-search-g1", succeeded=1, complete=True),
+            None,
+            "SearchSucceeded",
+            "NoResult",
+            "SearchFailed",
+            RESULT_KEY,
+        ),
+        (
+            Phase.PROFILING,
+            None,
+            JobView("rag-profile-g1", succeeded=1, complete=True),
+            "Profiled",
+            "NoProfiles",
+            "ProfilingFailed",
+            PROFILES_KEY,
+        ),
+    ],
+)
+def test_a_job_completed_without_its_output_fails_the_workflow(
+    phase: Phase,
+    search: JobView | None,
+    profile: JobView | None,
+    type_: str,
+    reason: str,
+    event: str,
+    key: str,
+) -> None:
+    state = {} if phase is Phase.SEARCHING else {RESULT_KEY: _result([BEST], [BEST])}
+    step = decide(_observe(phase, state, search, profile), NOW)
+    assert step.status is not None
+    assert step.status.phase is Phase.FAILED
+    assert step.create == ()
+    failed = find_condition(step.status.conditions, type_)
+    assert failed is not None
+    job = (search or profile or JobView("")).name
+    role = "search" if phase is Phase.SEARCHING else "profiling"
+    assert (failed.status, failed.reason) == ("False", reason)
+    assert failed.message == f"{role} Job {job} completed without writing {key}"
+    assert step.event == reconcile.Event("Warning", event, failed.message)
+
+
+def _existing(policy: dict[str, Any], **metadata: Any) -> dict[str, Any]:
+    """The policy as the API server returns it: with a resourceVersion and what else is set."""
+    existing = json.loads(json.dumps(policy))
+    existing["metadata"].update({"resourceVersion": "7", **metadata})
+    return existing
+
+
+def test_a_missing_policy_is_created_as_planned() -> None:
+    wanted = build_pareto_policy(WORKFLOW, 4, {"front": [1]})
+    apply = decide_policy_apply(None, wanted, "uid-1")
+    assert (apply.action, apply.body) == (PolicyAction.CREATE, wanted)
+
+
+def test_the_workflows_own_policy_as_planned_is_left_alone() -> None:
+    wanted = build_pareto_policy(WORKFLOW, 4, {"front": [1]})
+    existing = _existing(wanted, annotations={"note": "kept"})
+    assert decide_policy_apply(existing, wanted, "uid-1").action is PolicyAction.LEAVE
+
+
+@pytest.mark.parametrize(
+    ("generation", "spec"),
+    [(4, {"front": [2]}), (5, {"front": [1]})],
+    ids=["spec-changed", "labels-changed"],
+)
+def test_the_workflows_own_policy_is_replaced_keeping_its_version(
+    generation: int, spec: dict[str, Any]
+) -> None:
+    existing = _existing(
+        build_pareto_policy(WORKFLOW, 4, {"front": [1]}), annotations={"note": "kept"}
+    )
+    before = json.loads(json.dumps(existing))
+    wanted = build_pareto_policy(WORKFLOW, generation, spec)
+    apply = decide_policy_apply(existing, wanted, "uid-1")
+    assert apply.action is PolicyAction.REPLACE
+    assert apply.body is not None
+    assert apply.body["spec"] == spec
+    assert apply.body["metadata"]["labels"] == wanted["metadata"]["labels"]
+    # The replace is conditional on what was read, and keeps what others set on the object.
+    assert apply.body["metadata"]["resourceVersion"] == "7"
+    assert apply.body["metadata"]["annotations"] == {"note": "kept"}
+    assert existing == before
+
+
+@pytest.mark.parametrize(
+    "owners",
+    [
+        [{"uid": "uid-other", "controller": True}],
+        [{"uid": "uid-1"}],  # a plain owner reference, not the controller
+        [],
+    ],
+    ids=["another-controller", "not-controller", "no-owner"],
+)
+def test_a_policy_this_workflow_does_not_control_blocks_it(owners: list[dict[str, Any]]) -> None:
+    wanted = build_pareto_policy(WORKFLOW, 4, {"front": [1]})
+    # Even one already as planned: it is someone else's to change.
+    existing = _existing(wanted, ownerReferences=owners)
+    apply = decide_policy_apply(existing, wanted, "uid-1")
+    assert (apply.action, apply.body, apply.reason) == (
+        PolicyAction.BLOCKED,
+        None,
+        "PolicyConflict",
+    )
+    assert apply.message == (
+        "ParetoPolicy rag exists and is not owned by this workflow; delete it or rename the "
+        "workflow"
+    )
+
+
+def test_a_missing_policy_crd_blocks_with_the_fix() -> None:
+    apply = reconcile.policy_crd_missing()
+    assert (apply.action, apply.reason) == (PolicyAction.BLOCKED, "PolicyCrdMissing")
+    assert "paretopolicies.compass.io" in apply.message
+    assert "install the ParetoPolicy CRD" in apply.message
+
+
 def test_lost_state_searches_again() -> None:
     step = decide(_observe(Phase.PROFILING, None), NOW)
     assert step.create == (Create.STATE, Create.SEARCH_JOB)
@@ -566,7 +695,7 @@ def test_inactive_or_unobserved_generations_are_left_alone() -> None:
     assert decide(stale, NOW) == reconcile.Step()
 
 
-# ---------------------------------------------------------------------------- builders and jobrun
+# ---------------------------------------------------------------------------- builders and commands.job
 
 
 def test_job_role_may_only_get_and_patch_config_maps() -> None:
@@ -593,6 +722,10 @@ def test_jobs_get_the_triton_override_only_when_set() -> None:
     assert "COMPASS_TRITON_ADDRESS" not in names
 
 
+def test_metrics_url_is_tritons_metrics_port_on_its_grpc_host() -> None:
+    assert metrics_url(WORKFLOW, _spec()) == "http://triton.ml:8002/metrics"
+
+
 def test_pareto_policy_is_owned_by_its_workflow() -> None:
     policy = build_pareto_policy(WORKFLOW, 4, {"front": []})
     assert policy["kind"] == "ParetoPolicy"
@@ -606,16 +739,18 @@ def test_pareto_policy_is_owned_by_its_workflow() -> None:
     )
 
 
-def test_one_line_uses_the_api_servers_message() -> None:
+def test_error_line_uses_the_api_servers_message() -> None:
     class FakeApiError(Exception):
         status = 404
         reason = "Not Found"
         body = json.dumps({"message": 'configmaps "x" not found'})
 
-    assert one_line(FakeApiError("(404)\nReason: Not Found\nHTTP...")) == (
+    assert error_line(FakeApiError("(404)\nReason: Not Found\nHTTP...")) == (
         'FakeApiError: 404 Not Found: configmaps "x" not found'
     )
-    assert one_line(ValueError("a\n  b")) == "ValueError: a b"
+    assert error_line(ValueError("a\n  b")) == "ValueError: a b"
+    # Bounded like a condition message, since the operator copies it into one.
+    assert len(error_line(ValueError("y" * 5000))) == MESSAGE_CHARS
 
 
 def test_best_accuracy_counts_configurations_with_enough_samples(tmp_path: Path) -> None:

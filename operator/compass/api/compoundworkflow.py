@@ -348,6 +348,16 @@ class Phase(StrEnum):
     FAILED = "Failed"
 
 
+class WorkflowConditionType(StrEnum):
+    """The conditions a CompoundWorkflow reports."""
+
+    SPEC_VALID = "SpecValid"
+    SEARCH_SUCCEEDED = "SearchSucceeded"
+    FEASIBLE_SET_EMPTY = "FeasibleSetEmpty"
+    PROFILED = "Profiled"
+    POLICY_READY = "PolicyReady"
+
+
 class CompoundWorkflowStatus(CamelModel):
     """What the operator has done for a CompoundWorkflow."""
 

@@ -13,6 +13,10 @@ from pydantic import Field, ValidationError
 
 from compass.api.meta import CamelModel
 
+# A condition message is one line that fits a `kubectl describe` screen; a Job's error line is
+# bounded the same, since the operator copies it into one.
+MESSAGE_CHARS = 600
+
 
 class Condition(CamelModel):
     """A Kubernetes-style condition: one aspect of the resource's state and why."""
@@ -27,6 +31,11 @@ class Condition(CamelModel):
     observed_generation: int | None = Field(
         default=None, description="The spec generation the condition describes."
     )
+
+
+def one_line(text: str) -> str:
+    """The text with its whitespace collapsed to single spaces, cut to MESSAGE_CHARS."""
+    return " ".join(text.split())[:MESSAGE_CHARS]
 
 
 def find_condition(conditions: Iterable[Condition], type_: str) -> Condition | None:

@@ -206,10 +206,12 @@ def render_resource(resource: Resource) -> list[str]:
 
 def render_reference() -> str:
     """The whole reference as markdown."""
+    # Named from the models themselves, so the note follows them if they move.
+    modules = ", ".join(dict.fromkeys(m.__module__ for r in RESOURCES for m in (r.spec, r.status)))
     lines = [
         f"# `{GROUP}/{VERSION}` custom resources: reference",
         "",
-        "<!-- Generated from the pydantic models (compass.api.crds) by `compass crds --reference "
+        f"<!-- Generated from the pydantic models ({modules}) by `compass crds --reference "
         f"{REFERENCE_PATH}` (hack/gen-crds.sh); do not edit by hand. -->",
         "",
         "Generated from the same pydantic models as the CRDs in `crds/`: every field with its "

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType
+from compass.api.conditions import one_line
 from compass.controllers.builders import (
     LEDGER_KEY,
     PROFILES_KEY,
@@ -45,33 +46,35 @@ from compass.evaluators import (
     read_ledger,
 )
 
-# A condition message is one line; the operator copies the pod's last line into one.
-_MESSAGE_CHARS = 600
-
 
 class StateStore:
     """The state ConfigMap, read and patched through compass.controllers.kubeapi (so with its
     request timeout: a pod must fail, and be retried, rather than hang on a lost API server)."""
 
+    # kubeapi is imported where used, not at the top: every `compass` command imports this
+    # module, and the others need no Kubernetes client (about a second to import).
+
     def __init__(self, name: str, namespace: str) -> None:
-        # Imported here: the other `compass` commands need no Kubernetes client.
         from kubernetes import client
 
         from compass.controllers import kubeapi
 
-        self._kubeapi = kubeapi  # the module, imported lazily above
         self.api = client.CoreV1Api(kubeapi.load_client())
         self.name = name
         self.namespace = namespace
 
     def read(self) -> dict[str, str]:
         """The ConfigMap's data."""
-        found = self._kubeapi.call(self.api.read_namespaced_config_map, self.name, self.namespace)
+        from compass.controllers import kubeapi
+
+        found = kubeapi.call(self.api.read_namespaced_config_map, self.name, self.namespace)
         return dict(found.get("data") or {})
 
     def write(self, data: dict[str, str]) -> None:
         """Patch these keys."""
-        self._kubeapi.call(
+        from compass.controllers import kubeapi
+
+        kubeapi.call(
             self.api.patch_namespaced_config_map, self.name, self.namespace, {"data": data}
         )
 
@@ -221,7 +224,7 @@ def run_profile(state_name: str, namespace: str) -> int:
     return 0
 
 
-def one_line(error: BaseException) -> str:
+def error_line(error: BaseException) -> str:
     """An exception as one line: the API's own message for API errors, whitespace collapsed."""
     status = getattr(error, "status", None)
     body = getattr(error, "body", None)
@@ -232,8 +235,8 @@ def one_line(error: BaseException) -> str:
         except (TypeError, ValueError, AttributeError):
             message = None
         text = f"{status} {getattr(error, 'reason', '')}: {message or body}"
-    line = " ".join(f"{type(error).__name__}: {text}".split())
-    return line[:_MESSAGE_CHARS]
+    # The operator copies the pod's last line into a condition message: bounded the same.
+    return one_line(f"{type(error).__name__}: {text}")
 
 
 def main(role: str, state_name: str) -> int:
@@ -244,7 +247,7 @@ def main(role: str, state_name: str) -> int:
         return runner(state_name, namespace)
     except Exception as error:
         # The last line becomes the pod's termination message, then the workflow's condition.
-        print(f"compass job {role}: {one_line(error)}", file=sys.stderr)
+        print(f"compass job {role}: {error_line(error)}", file=sys.stderr)
         return 1
 
 

@@ -70,6 +70,14 @@ def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def controller_uid(obj: Mapping[str, Any]) -> str | None:
+    """The uid of the object's controlling owner, if it has one."""
+    for reference in obj.get("metadata", {}).get("ownerReferences") or []:
+        if reference.get("controller"):
+            return str(reference["uid"])
+    return None
+
+
 def build_state_config_map(
     workflow: Mapping[str, Any],
     spec: CompoundWorkflowSpec,
@@ -169,6 +177,12 @@ def triton_address(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> s
         spec.triton.service if "." in spec.triton.service else f"{spec.triton.service}.{namespace}"
     )
     return f"{host}:{spec.triton.grpc_port}"
+
+
+def metrics_url(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> str:
+    """Triton's Prometheus metrics URL inside the cluster (the host of its gRPC endpoint)."""
+    host = triton_address(workflow, spec).rsplit(":", 1)[0]
+    return f"http://{host}:{spec.triton.metrics_port}/metrics"
 
 
 def build_search_job(

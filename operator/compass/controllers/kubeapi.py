@@ -19,6 +19,9 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+# Pure, so it lives beside owner_reference, where the pure decisions take it from too.
+from compass.controllers.builders import controller_uid as controller_uid
+
 # (connect, read) seconds for every call. Without one, a call to an API server that stopped
 # answering (a half-open connection) blocks forever: it holds one of kopf's handler threads and,
 # for a ParetoPolicy, its Elastico timer, so the routing would silently stop being controlled.
@@ -136,14 +139,6 @@ def delete(method: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
     except NotFoundError:
         return False
     return True
-
-
-def controller_uid(obj: Mapping[str, Any]) -> str | None:
-    """The uid of the object's controlling owner, if it has one."""
-    for reference in obj.get("metadata", {}).get("ownerReferences") or []:
-        if reference.get("controller"):
-            return str(reference["uid"])
-    return None
 
 
 def describe(error: BaseException) -> str:

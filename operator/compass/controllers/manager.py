@@ -175,9 +175,11 @@ def missing_crds_message(missing: list[str]) -> str:
 
 def startup_missing_crds(api: Any) -> list[str]:
     """The CRDs missing at start-up ([] when unknown: kopf then retries and says so itself)."""
+    from compass.controllers import kubeapi
+
     try:
         return missing_crds(served_resources(api))
-    except Exception as error:  # e.g. the API server unreachable
+    except kubeapi.ERRORS as error:  # e.g. the API server unreachable
         logger.warning("compass operator: cannot check the compass.io CRDs: %s", error)
         return []
 
@@ -185,10 +187,14 @@ def startup_missing_crds(api: Any) -> list[str]:
 def wait_for_crds(api: Any, stop: threading.Event, found: threading.Event) -> None:
     """Re-check every CRD_RECHECK_S until the CRDs are all served (then set ``found`` and
     ``stop``) or until ``stop``; one log line per check, so the log shows the cadence."""
+    from compass.controllers import kubeapi
+
+    # A flaky API server, or a proxy answering with a non-JSON page, must not end the re-checks.
+    recheck_errors: tuple[type[Exception], ...] = (*kubeapi.ERRORS, ValueError)
     while not stop.wait(CRD_RECHECK_S):
         try:
             missing = missing_crds(served_resources(api))
-        except Exception as error:  # a flaky API server must not end the re-checks
+        except recheck_errors as error:
             logger.warning("compass operator: cannot check the compass.io CRDs: %s", error)
             continue
         if not missing:
@@ -230,6 +236,8 @@ def kopf_settings(peering: Peering | None = None) -> Any:
     while the peering CRD is missing) so that a new replica never acts before it knows."""
     import kopf
 
+    from compass.controllers import kubeapi
+
     settings = kopf.OperatorSettings()
     if peering is None:
         settings.peering.standalone = True
@@ -241,6 +249,14 @@ def kopf_settings(peering: Peering | None = None) -> Any:
         settings.peering.lifetime = peering.lifetime_seconds
     # Events are posted where the code asks (switches, transitions), not from kopf's log lines.
     settings.posting.loggers = False
+    # kopf's own calls (its status patches, Events, peering) get the operator's timeouts, not
+    # kopf's 300 s and no connect timeout: a half-open connection would hold them for minutes.
+    # kopf's request_timeout bounds a whole short request (connect and read together) and is
+    # never applied to a watch (those take settings.watching's, unset: the server ends them);
+    # the connect timeout applies to a watch's connection too.
+    connect_s, read_s = kubeapi.REQUEST_TIMEOUT_S
+    settings.networking.connect_timeout = connect_s
+    settings.networking.request_timeout = connect_s + read_s
     return settings
 
 

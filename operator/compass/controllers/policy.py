@@ -318,14 +318,9 @@ def merge_conditions(
     return [c.model_dump(by_alias=True, mode="json") for c in merged]
 
 
-def condition(conditions: Sequence[Mapping[str, Any]], kind: ConditionType) -> Condition | None:
-    """The condition of this type in a status's (camelCase) list, if set."""
-    return find_condition(parse_conditions(conditions), kind.value)
-
-
 def is_ready(conditions: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the condition Ready is True (the policy is in control of the routing)."""
-    ready = condition(conditions, ConditionType.READY)
+    ready = find_condition(parse_conditions(conditions), ConditionType.READY)
     return ready is not None and ready.status == "True"
 
 
@@ -353,16 +348,17 @@ def transition_events(
     """Events for conditions that changed: metrics lost or restored, Triton unreachable or
     reachable again, a switch failing; nothing while a state persists."""
     events = []
-    old_metrics = condition(previous, ConditionType.METRICS_AVAILABLE)
-    new_metrics = condition(current, ConditionType.METRICS_AVAILABLE)
+    before, after = parse_conditions(previous), parse_conditions(current)
+    old_metrics = find_condition(before, ConditionType.METRICS_AVAILABLE)
+    new_metrics = find_condition(after, ConditionType.METRICS_AVAILABLE)
     old_metrics_status = None if old_metrics is None else old_metrics.status
     if new_metrics is not None:
         if new_metrics.status == "False" and old_metrics_status != "False":
             events.append(Event("Warning", "MetricsLost", new_metrics.message))
         elif new_metrics.status == "True" and old_metrics_status == "False":
             events.append(Event("Normal", "MetricsRestored", new_metrics.message))
-    old_ready = condition(previous, ConditionType.READY)
-    new_ready = condition(current, ConditionType.READY)
+    old_ready = find_condition(before, ConditionType.READY)
+    new_ready = find_condition(after, ConditionType.READY)
     old_reason = None if old_ready is None else old_ready.reason
     loud = ("TritonUnreachable", "SwitchFailed", "InvalidSpec")
     if new_ready is not None:

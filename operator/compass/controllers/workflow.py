@@ -15,6 +15,7 @@ The life of one spec generation::
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -22,7 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -31,13 +32,16 @@ from compass.api.compoundworkflow import (
     CompoundWorkflowStatus,
     EvaluatorType,
     Phase,
+    WorkflowConditionType,
 )
 from compass.api.conditions import (
     Condition,
     find_condition,
+    one_line,
     set_condition,
     set_conditions,
 )
+from compass.api.meta import GROUP, POLICY_PLURAL
 from compass.api.paretopolicy import MetricsSource, MetricsSourceType, RoutingTarget, spec_for_plan
 from compass.controllers.builders import (
     LEDGER_KEY,
@@ -46,6 +50,7 @@ from compass.controllers.builders import (
     RESULT_KEY,
     SEED_KEY,
     SPEC_KEY,
+    controller_uid,
     policy_name,
     profile_name,
     search_name,
@@ -55,14 +60,6 @@ from compass.domain.profiles import ProfileError, parse_profiles
 from compass.domain.space import Space, SpaceError
 
 ACTIVE_PHASES = frozenset({Phase.SEARCHING, Phase.PROFILING, Phase.PLANNING})
-# Condition types.
-SPEC_VALID = "SpecValid"
-SEARCH_SUCCEEDED = "SearchSucceeded"
-FEASIBLE_SET_EMPTY = "FeasibleSetEmpty"
-PROFILED = "Profiled"
-POLICY_READY = "PolicyReady"
-# A condition message is one line that fits a `kubectl describe` screen.
-_MESSAGE_CHARS = 600
 
 
 class InvalidSpecError(ValueError):
@@ -218,26 +215,17 @@ def seed_origin(state: Mapping[str, str]) -> dict[str, int | None]:
 # ---------------------------------------------------------------------------- conditions
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:_MESSAGE_CHARS]
-
-
 def workflow_condition(
-    type_: str, status: str, reason: str, message: str, generation: int
+    type_: WorkflowConditionType, status: str, reason: str, message: str, generation: int
 ) -> Condition:
     """A condition of this generation, its message made one line."""
     return Condition(
         type=type_,
         status=status,
         reason=reason,
-        message=_one_line(message),
+        message=one_line(message),
         observed_generation=generation,
     )
-
-
-def condition(status: CompoundWorkflowStatus, type_: str) -> Condition | None:
-    """The condition of this type, if set."""
-    return find_condition(status.conditions, type_)
 
 
 @dataclass(frozen=True)
@@ -256,7 +244,9 @@ def invalid_status(
     previous: CompoundWorkflowStatus, generation: int, error: InvalidSpecError, now: str
 ) -> CompoundWorkflowStatus:
     """Failed, with SpecValid False naming the field and the fix."""
-    invalid = workflow_condition(SPEC_VALID, "False", "InvalidSpec", str(error), generation)
+    invalid = workflow_condition(
+        WorkflowConditionType.SPEC_VALID, "False", "InvalidSpec", str(error), generation
+    )
     conditions = set_condition([], invalid, now)
     return previous.model_copy(
         update={
@@ -286,7 +276,9 @@ def start_status(
     origin = seed_origin(state)
     valid = f"{space.size} configurations in the space"
     conditions = set_condition(
-        [], workflow_condition(SPEC_VALID, "True", "Valid", valid, generation), now
+        [],
+        workflow_condition(WorkflowConditionType.SPEC_VALID, "True", "Valid", valid, generation),
+        now,
     )
     counts = _counts(state)
     update: dict[str, Any] = {
@@ -303,8 +295,12 @@ def start_status(
         conditions = set_conditions(
             conditions,
             [
-                workflow_condition(SEARCH_SUCCEEDED, "True", "Reused", message, generation),
-                workflow_condition(PROFILED, "True", "Reused", message, generation),
+                workflow_condition(
+                    WorkflowConditionType.SEARCH_SUCCEEDED, "True", "Reused", message, generation
+                ),
+                workflow_condition(
+                    WorkflowConditionType.PROFILED, "True", "Reused", message, generation
+                ),
             ],
             now,
         )
@@ -330,7 +326,9 @@ def start_status(
             )
         )
         search_job = search_name(workflow, generation)
-    searching = workflow_condition(SEARCH_SUCCEEDED, "Unknown", "Searching", message, generation)
+    searching = workflow_condition(
+        WorkflowConditionType.SEARCH_SUCCEEDED, "Unknown", "Searching", message, generation
+    )
     conditions = set_condition(conditions, searching, now)
     status = previous.model_copy(
         update={
@@ -421,7 +419,7 @@ def pod_failure_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     ours = [line for line in lines if line.startswith("compass job ")]
     line = (ours or lines or ["(no output)"])[-1]
-    return _one_line(f"pod {pod_name} exited {code}: {line}")
+    return one_line(f"pod {pod_name} exited {code}: {line}")
 
 
 def _job_failure(role: str, job: JobView, pod_message: str | None) -> str:
@@ -609,7 +607,7 @@ def decide(observation: Observation, now: str) -> Step:
 def _update(
     observation: Observation,
     now: str,
-    conditions: Sequence[tuple[str, str, str, str]],
+    conditions: Sequence[tuple[WorkflowConditionType, str, str, str]],
     **fields: Any,
 ) -> CompoundWorkflowStatus:
     """The status with these fields and conditions (type, status, reason, message) set."""
@@ -626,7 +624,7 @@ def _lost_state(observation: Observation, now: str) -> Step:
     status = _update(
         observation,
         now,
-        [(SEARCH_SUCCEEDED, "Unknown", "Searching", message)],
+        [(WorkflowConditionType.SEARCH_SUCCEEDED, "Unknown", "Searching", message)],
         phase=Phase.SEARCHING,
         search_job=search_name(observation.workflow, observation.generation),
         profiling_job=None,
@@ -649,20 +647,13 @@ def _searching(observation: Observation, state: Mapping[str, str], now: str) -> 
         status = _update(
             observation,
             now,
-            [(SEARCH_SUCCEEDED, "False", job.reason or "JobFailed", message)],
+            [(WorkflowConditionType.SEARCH_SUCCEEDED, "False", job.reason or "JobFailed", message)],
             phase=Phase.FAILED,
             **counts,
         )
         return Step(status=status, event=Event("Warning", "SearchFailed", message))
     if job is not None and job.complete:
-        message = f"search Job {job.name} completed without writing {RESULT_KEY}"
-        status = _update(
-            observation,
-            now,
-            [(SEARCH_SUCCEEDED, "False", "NoResult", message)],
-            phase=Phase.FAILED,
-        )
-        return Step(status=status, event=Event("Warning", "SearchFailed", message))
+        return _no_output(observation, job, now, "search")
     if job is None and result is None:
         # Started but the Job is missing (deleted by hand, or the start was cut short):
         # create it again; it resumes from the ledger.
@@ -670,6 +661,24 @@ def _searching(observation: Observation, state: Mapping[str, str], now: str) -> 
         return Step(status=_changed(observation.status, status), create=(Create.SEARCH_JOB,))
     status = _update(observation, now, [], **counts)
     return Step(status=_changed(observation.status, status))
+
+
+# What each Job must write, and how its absence after a Complete Job is reported:
+# role -> (state key, condition, reason, Event reason).
+_OUTPUTS: dict[str, tuple[str, WorkflowConditionType, str, str]] = {
+    "search": (RESULT_KEY, WorkflowConditionType.SEARCH_SUCCEEDED, "NoResult", "SearchFailed"),
+    "profiling": (PROFILES_KEY, WorkflowConditionType.PROFILED, "NoProfiles", "ProfilingFailed"),
+}
+
+
+def _no_output(
+    observation: Observation, job: JobView, now: str, role: Literal["search", "profiling"]
+) -> Step:
+    """Failed: the Job completed but wrote no output for the next phase to start from."""
+    key, type_, reason, event = _OUTPUTS[role]
+    message = f"{role} Job {job.name} completed without writing {key}"
+    status = _update(observation, now, [(type_, "False", reason, message)], phase=Phase.FAILED)
+    return Step(status=status, event=Event("Warning", event, message))
 
 
 def _changed(
@@ -702,9 +711,14 @@ def _search_done(
             observation,
             now,
             [
-                (SEARCH_SUCCEEDED, "True", "Completed", summary),
-                (FEASIBLE_SET_EMPTY, "True", "NoConfigurationReachesTau", message),
-                (POLICY_READY, "False", "FeasibleSetEmpty", message),
+                (WorkflowConditionType.SEARCH_SUCCEEDED, "True", "Completed", summary),
+                (
+                    WorkflowConditionType.FEASIBLE_SET_EMPTY,
+                    "True",
+                    "NoConfigurationReachesTau",
+                    message,
+                ),
+                (WorkflowConditionType.POLICY_READY, "False", "FeasibleSetEmpty", message),
             ],
             phase=Phase.FAILED,
             **counts,
@@ -715,9 +729,14 @@ def _search_done(
         observation,
         now,
         [
-            (SEARCH_SUCCEEDED, "True", "FeasibleFound", summary),
-            (FEASIBLE_SET_EMPTY, "False", "FeasibleFound", summary),
-            (PROFILED, "Unknown", "Profiling", f"profiling {len(feasible)} configurations"),
+            (WorkflowConditionType.SEARCH_SUCCEEDED, "True", "FeasibleFound", summary),
+            (WorkflowConditionType.FEASIBLE_SET_EMPTY, "False", "FeasibleFound", summary),
+            (
+                WorkflowConditionType.PROFILED,
+                "Unknown",
+                "Profiling",
+                f"profiling {len(feasible)} configurations",
+            ),
         ],
         phase=Phase.PROFILING,
         profiling_job=job,
@@ -738,21 +757,14 @@ def _profiling(observation: Observation, now: str) -> Step:
             observation,
             now,
             [
-                (PROFILED, "False", job.reason or "JobFailed", message),
-                (POLICY_READY, "False", "ProfilingFailed", message),
+                (WorkflowConditionType.PROFILED, "False", job.reason or "JobFailed", message),
+                (WorkflowConditionType.POLICY_READY, "False", "ProfilingFailed", message),
             ],
             phase=Phase.FAILED,
         )
         return Step(status=status, event=Event("Warning", "ProfilingFailed", message))
     if job is not None and job.complete:
-        message = f"profiling Job {job.name} completed without writing {PROFILES_KEY}"
-        status = _update(
-            observation,
-            now,
-            [(PROFILED, "False", "NoProfiles", message)],
-            phase=Phase.FAILED,
-        )
-        return Step(status=status, event=Event("Warning", "ProfilingFailed", message))
+        return _no_output(observation, job, now, "profiling")
     if job is None:
         name = profile_name(observation.workflow, observation.generation)
         status = observation.status.model_copy(
@@ -766,10 +778,15 @@ def _planning(observation: Observation, state: Mapping[str, str], now: str) -> S
     outcome = plan_policy(
         observation.spec, state[PROFILES_KEY], observation.grpc_endpoint, observation.metrics_url
     )
-    profiled = condition(observation.status, PROFILED)
-    profiled_ok = (PROFILED, "True", "Profiled", "latency measured on the target node pool")
+    profiled = find_condition(observation.status.conditions, WorkflowConditionType.PROFILED)
+    profiled_ok = (
+        WorkflowConditionType.PROFILED,
+        "True",
+        "Profiled",
+        "latency measured on the target node pool",
+    )
     if profiled is not None and profiled.reason == "Reused":
-        profiled_ok = (PROFILED, "True", "Reused", profiled.message)
+        profiled_ok = (WorkflowConditionType.PROFILED, "True", "Reused", profiled.message)
     if outcome.policy_spec is None:
         status = _update(
             observation,
@@ -777,8 +794,8 @@ def _planning(observation: Observation, state: Mapping[str, str], now: str) -> S
             [
                 profiled_ok
                 if outcome.reason == "SloUnreachable"
-                else (PROFILED, "False", outcome.reason, outcome.message),
-                (POLICY_READY, "False", outcome.reason, outcome.message),
+                else (WorkflowConditionType.PROFILED, "False", outcome.reason, outcome.message),
+                (WorkflowConditionType.POLICY_READY, "False", outcome.reason, outcome.message),
             ],
             phase=Phase.FAILED,
         )
@@ -788,7 +805,7 @@ def _planning(observation: Observation, state: Mapping[str, str], now: str) -> S
     status = _update(
         observation,
         now,
-        [profiled_ok, (POLICY_READY, "True", "PolicyReady", message)],
+        [profiled_ok, (WorkflowConditionType.POLICY_READY, "True", "PolicyReady", message)],
         phase=Phase.READY,
         policy=name,
     )
@@ -799,6 +816,61 @@ def _planning(observation: Observation, state: Mapping[str, str], now: str) -> S
     )
 
 
+class PolicyAction(StrEnum):
+    """What to do with the workflow's ParetoPolicy."""
+
+    CREATE = "create"
+    REPLACE = "replace"
+    LEAVE = "leave"  # already as planned
+    BLOCKED = "blocked"  # cannot be written yet: reason and message say why
+
+
+@dataclass(frozen=True)
+class PolicyApply:
+    """The action on the ParetoPolicy: the body to create or replace it with, or why not."""
+
+    action: PolicyAction
+    body: dict[str, Any] | None = None
+    reason: str = ""
+    message: str = ""
+
+
+def decide_policy_apply(
+    existing: Mapping[str, Any] | None, wanted: Mapping[str, Any], owner_uid: str
+) -> PolicyApply:
+    """Create the planned ParetoPolicy, replace the workflow's own one where its spec or labels
+    differ, leave it as it is, or stay blocked by one of that name it does not own."""
+    if existing is None:
+        return PolicyApply(PolicyAction.CREATE, dict(wanted))
+    if controller_uid(existing) != owner_uid:
+        name = wanted["metadata"]["name"]
+        return PolicyApply(
+            PolicyAction.BLOCKED,
+            reason="PolicyConflict",
+            message=f"ParetoPolicy {name} exists and is not owned by this workflow; delete it "
+            f"or rename the workflow",
+        )
+    labels = wanted["metadata"]["labels"]
+    if existing.get("spec") == wanted["spec"] and existing["metadata"].get("labels") == labels:
+        return PolicyApply(PolicyAction.LEAVE)
+    # The existing object, so the replace carries its resourceVersion: a policy changed since
+    # it was read is not overwritten (409), and what else is set on it (annotations) is kept.
+    body = copy.deepcopy(dict(existing))
+    body["spec"] = copy.deepcopy(wanted["spec"])
+    body["metadata"]["labels"] = dict(labels)
+    return PolicyApply(PolicyAction.REPLACE, body)
+
+
+def policy_crd_missing() -> PolicyApply:
+    """Blocked: the API server does not serve ParetoPolicies (its create answered 404)."""
+    return PolicyApply(
+        PolicyAction.BLOCKED,
+        reason="PolicyCrdMissing",
+        message=f"the API server does not serve {POLICY_PLURAL}.{GROUP}: install the "
+        f"ParetoPolicy CRD (crds/); the plan is kept and applied once it is there",
+    )
+
+
 def policy_blocked(
     observation: Observation, reason: str, message: str, now: str
 ) -> tuple[CompoundWorkflowStatus, Event | None]:
@@ -806,11 +878,11 @@ def policy_blocked(
 
     The Event goes out only the first time this reason is reported.
     """
-    before = condition(observation.status, POLICY_READY)
+    before = find_condition(observation.status.conditions, WorkflowConditionType.POLICY_READY)
     status = _update(
         observation,
         now,
-        [(POLICY_READY, "False", reason, message)],
+        [(WorkflowConditionType.POLICY_READY, "False", reason, message)],
         phase=Phase.PLANNING,
     )
     fresh = before is None or before.reason != reason

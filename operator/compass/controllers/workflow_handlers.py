@@ -39,7 +39,9 @@ from compass.controllers.builders import (
     build_profile_job,
     build_search_job,
     build_state_config_map,
+    controller_uid,
     job_env,
+    metrics_url,
     policy_name,
     profile_name,
     search_name,
@@ -122,7 +124,7 @@ def _post(body: Mapping[str, Any], event: reconcile.Event | None) -> None:
 
 
 def _owned(items: list[dict[str, Any]], uid: str) -> list[dict[str, Any]]:
-    return [item for item in items if kubeapi.controller_uid(item) == uid]
+    return [item for item in items if controller_uid(item) == uid]
 
 
 def _generation_of(obj: Mapping[str, Any]) -> int:
@@ -372,7 +374,7 @@ def _advance(api: client.ApiClient, namespace: str, name: str, settings: Operato
         profile_job=profile_job,
         pod_message=pod_message,
         grpc_endpoint=triton_address(workflow, spec),
-        metrics_url=_metrics_url(workflow, spec),
+        metrics_url=metrics_url(workflow, spec),
     )
     now = _now()
     step = reconcile.decide(observation, now)
@@ -386,9 +388,9 @@ def _advance(api: client.ApiClient, namespace: str, name: str, settings: Operato
     except kubeapi.OwnedByAnotherError as error:
         raise _wait_for_collection(error) from None
     if step.policy_spec is not None:
-        blocked = _apply_policy(api, workflow, generation, step.policy_spec)
-        if blocked is not None:
-            new, event = reconcile.policy_blocked(observation, *blocked, now)
+        applied = _apply_policy(api, workflow, generation, step.policy_spec)
+        if applied.action is reconcile.PolicyAction.BLOCKED:
+            new, event = reconcile.policy_blocked(observation, applied.reason, applied.message, now)
             if new == status:
                 return "idle"
     if new is None:
@@ -399,18 +401,14 @@ def _advance(api: client.ApiClient, namespace: str, name: str, settings: Operato
     return "ok"
 
 
-def _metrics_url(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> str:
-    host = triton_address(workflow, spec).rsplit(":", 1)[0]
-    return f"http://{host}:{spec.triton.metrics_port}/metrics"
-
-
 def _apply_policy(
     api: client.ApiClient,
     workflow: Mapping[str, Any],
     generation: int,
     policy_spec: Mapping[str, Any],
-) -> tuple[str, str] | None:
-    """Create or update the workflow's ParetoPolicy; (reason, message) when it cannot be."""
+) -> reconcile.PolicyApply:
+    """Create or replace the workflow's ParetoPolicy as reconcile.decide_policy_apply says;
+    what was done (BLOCKED: why it could not be)."""
     custom = client.CustomObjectsApi(api)
     metadata = workflow["metadata"]
     namespace, name = metadata["namespace"], policy_name(metadata["name"])
@@ -418,7 +416,8 @@ def _apply_policy(
     existing = kubeapi.read(
         custom.get_namespaced_custom_object, GROUP, VERSION, namespace, POLICY_PLURAL, name
     )
-    if existing is None:
+    apply = reconcile.decide_policy_apply(existing, wanted, metadata["uid"])
+    if apply.action is reconcile.PolicyAction.CREATE:
         try:
             kubeapi.call(
                 custom.create_namespaced_custom_object,
@@ -426,37 +425,21 @@ def _apply_policy(
                 VERSION,
                 namespace,
                 POLICY_PLURAL,
-                wanted,
+                apply.body,
             )
         except kubeapi.NotFoundError:  # the resource type itself is unknown
-            return (
-                "PolicyCrdMissing",
-                f"the API server does not serve {POLICY_PLURAL}.{GROUP}: install the "
-                f"ParetoPolicy CRD (crds/); the plan is kept and applied once it is there",
+            return reconcile.policy_crd_missing()
+    elif apply.action is reconcile.PolicyAction.REPLACE:
+        try:
+            kubeapi.call(
+                custom.replace_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                POLICY_PLURAL,
+                name,
+                apply.body,
             )
-        return None
-    if kubeapi.controller_uid(existing) != metadata["uid"]:
-        return (
-            "PolicyConflict",
-            f"ParetoPolicy {name} exists and is not owned by this workflow; delete it or "
-            f"rename the workflow",
-        )
-    if existing.get("spec") == wanted["spec"] and (
-        existing["metadata"].get("labels") == wanted["metadata"]["labels"]
-    ):
-        return None
-    existing["spec"] = wanted["spec"]
-    existing["metadata"]["labels"] = wanted["metadata"]["labels"]
-    try:
-        kubeapi.call(
-            custom.replace_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            namespace,
-            POLICY_PLURAL,
-            name,
-            existing,
-        )
-    except kubeapi.ConflictError:  # changed meanwhile: the next tick applies it again
-        raise kopf.TemporaryError(f"ParetoPolicy {name} changed meanwhile", delay=1) from None
-    return None
+        except kubeapi.ConflictError:  # changed meanwhile: the next tick applies it again
+            raise kopf.TemporaryError(f"ParetoPolicy {name} changed meanwhile", delay=1) from None
+    return apply

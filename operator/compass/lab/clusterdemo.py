@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from compass.api.conditions import find_condition, parse_conditions
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
@@ -259,17 +260,11 @@ class Kube:
 
     def get(self, plural: str, name: str) -> dict[str, Any] | None:
         """A compass.io object, or None while it does not exist."""
-        from kubernetes.client.exceptions import ApiException
+        from compass.controllers import kubeapi  # the Kubernetes client only when a demo runs
 
-        try:
-            response = self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, plural, name, _preload_content=False
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        found: dict[str, Any] = json.loads(response.data)
+        found: dict[str, Any] | None = kubeapi.read(
+            self._custom.get_namespaced_custom_object, GROUP, VERSION, self.namespace, plural, name
+        )
         return found
 
     def status(self, plural: str, name: str) -> dict[str, Any]:
@@ -284,8 +279,9 @@ class Kube:
 
 
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The condition of this type in a status, or {}."""
-    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
+    """The condition of this type in a status (camelCase, as on the wire), or {}."""
+    found = find_condition(parse_conditions(status.get("conditions") or []), kind)
+    return {} if found is None else found.model_dump(mode="json", by_alias=True)
 
 
 @contextlib.contextmanager
