@@ -30,15 +30,11 @@ from compass.lab.devcluster import Cluster, ensure_binaries, wait_for
 from compass.lab.local_triton import LocalTriton
 from compass.lab.scenarios import ACCURATE as ACCURATE
 from compass.lab.scenarios import FASTEST as FASTEST
-from compass.lab.scenarios import rag_sim_triton
+from compass.lab.scenarios import TEST_TIME_SCALE, rag_sim_triton
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 OUT_DIR = REPO_ROOT / "bench" / "out"
-# rag-sim at a tenth of its measured latencies (as tests/k8s/test_policy_controller.py): through
-# the router FASTEST takes ~20 ms a request, ACCURATE ~33 ms (compass.lab.scenarios, imported
-# above for the benchmarks).
-TIME_SCALE = 0.1
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
@@ -74,8 +70,9 @@ def start_cluster(stack: contextlib.ExitStack, workdir: Path) -> Cluster:
 def start_triton(
     stack: contextlib.ExitStack, workdir: Path, active: Mapping[str, Any] | None = None
 ) -> LocalTriton:
-    """tritonserver serving rag-sim (router + three components) at TIME_SCALE."""
-    server = rag_sim_triton(workdir, TIME_SCALE, active)
+    """tritonserver serving rag-sim (router + three components) at the test tiers' time scale
+    (compass.lab.scenarios.TEST_TIME_SCALE: FASTEST ~20 ms a request, ACCURATE ~33 ms)."""
+    server = rag_sim_triton(workdir, TEST_TIME_SCALE, active)
     stack.callback(server.stop)
     return server.start(workdir)
 

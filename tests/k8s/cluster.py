@@ -44,11 +44,14 @@ __all__ = [
     "ClusterError",
     "ClusterUnavailableError",
     "crd_established",
+    "create_namespace",
+    "delete_namespace",
     "ensure_binaries",
     "free_port",
     "log_tail",
     "main",
     "running_cluster",
+    "temporary_namespace",
     "wait_for",
 ]
 
@@ -72,6 +75,40 @@ def crd_established(api: Any, name: str) -> bool:
     crd = kubeapi.call(client.ApiextensionsV1Api(api).read_custom_resource_definition_status, name)
     conditions = crd.get("status", {}).get("conditions") or []
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+def create_namespace(api: Any, name: str, *, admit_pods: bool = False) -> str:
+    """Create the namespace ``name``; with ``admit_pods``, wait until pods can be admitted there
+    (1.20's ServiceAccount admission refuses them until the default account has its token)."""
+    core = client.CoreV1Api(api)
+    kubeapi.call(core.create_namespace, {"metadata": {"name": name}})
+    if admit_pods:
+        wait_for(
+            lambda: _has_token(core, name),
+            30,
+            f"the default service account of {name}",
+        )
+    return name
+
+
+def delete_namespace(api: Any, name: str) -> None:
+    """Start deleting the namespace and all in it (not waited for); gone already is fine."""
+    kubeapi.delete(client.CoreV1Api(api).delete_namespace, name)
+
+
+@contextmanager
+def temporary_namespace(api: Any, name: str, *, admit_pods: bool = False) -> Iterator[str]:
+    """The namespace ``name`` (create_namespace), deleted on exit."""
+    create_namespace(api, name, admit_pods=admit_pods)
+    try:
+        yield name
+    finally:
+        delete_namespace(api, name)
+
+
+def _has_token(core: client.CoreV1Api, namespace: str) -> bool:
+    account = kubeapi.read(core.read_namespaced_service_account, "default", namespace)
+    return bool(account and account.get("secrets"))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ rule is tests/tiers.py). A build that fails where it should work is an error, ne
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -28,10 +27,8 @@ from cluster import (
     ClusterUnavailableError,
     ensure_binaries,
     running_cluster,
-    wait_for,
+    temporary_namespace,
 )
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from node import LocalImage, Node, venv_executable
 
 from tiers import unavailable
@@ -94,25 +91,8 @@ def k8s_node(k8s_api: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 @pytest.fixture
 def k8s_namespace(k8s_api: Any, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace per test (pods can be admitted: its default service account is ready)."""
-    core = client.CoreV1Api(k8s_api)
     base = request.node.name.lower().replace("_", "-")
     name = "".join(c for c in base if c.isalnum() or c == "-")[:50].strip("-")
     name = f"{name}-{time.monotonic_ns() % 100000}"
-    core.create_namespace({"metadata": {"name": name}}, _preload_content=False)
-    wait_for(lambda: _has_token(core, name), 30, f"the default service account of {name}")
-    yield name
-    try:
-        core.delete_namespace(name, _preload_content=False)
-    except ApiException as error:
-        if error.status != 404:
-            raise
-
-
-def _has_token(core: client.CoreV1Api, namespace: str) -> bool:
-    try:
-        response = core.read_namespaced_service_account(
-            "default", namespace, _preload_content=False
-        )
-    except ApiException:
-        return False
-    return bool(json.loads(response.data).get("secrets"))
+    with temporary_namespace(k8s_api, name, admit_pods=True):
+        yield name

@@ -15,9 +15,9 @@ from typing import Any
 
 from cluster import Cluster, wait_for
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
+from compass.controllers import kubeapi
 from compass.lab.clusterdemo import condition
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,16 +56,28 @@ class Policies:
             "metadata": {"name": name},
             "spec": spec,
         }
-        self.api.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, POLICY_PLURAL, body, _preload_content=False
+        # kubeapi.NotFoundError while the resource is not served; other refusals as they are.
+        kubeapi.call(
+            self.api.create_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            POLICY_PLURAL,
+            body,
         )
         self.created.append(name)
 
     def get(self, name: str) -> dict[str, Any]:
-        response = self.api.get_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, POLICY_PLURAL, name, _preload_content=False
+        return dict(
+            kubeapi.call(
+                self.api.get_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                self.namespace,
+                POLICY_PLURAL,
+                name,
+            )
         )
-        return dict(json.loads(response.data))
 
     def status(self, name: str) -> dict[str, Any]:
         return dict(self.get(name).get("status") or {})
@@ -99,23 +111,18 @@ class Policies:
         return list(wait_for(enough, 10, f"{count} {reason} Event(s) on {name}"))
 
     def delete_all(self) -> None:
+        where = (GROUP, VERSION, self.namespace, POLICY_PLURAL)
         for name in self.created:
-            try:
-                self.api.delete_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, POLICY_PLURAL, name, _preload_content=False
-                )
-            except ApiException as error:
-                if error.status != 404:
-                    raise
+            kubeapi.delete(self.api.delete_namespaced_custom_object, *where, name)
         # The operator removes its finalizer once the timer has stopped.
-        wait_for(lambda: all(self._gone(n) for n in self.created), 30, "the policies to go")
-
-    def _gone(self, name: str) -> bool:
-        try:
-            self.get(name)
-        except ApiException as error:
-            return error.status == 404
-        return False
+        wait_for(
+            lambda: all(
+                kubeapi.read(self.api.get_namespaced_custom_object, *where, n) is None
+                for n in self.created
+            ),
+            30,
+            "the policies to go",
+        )
 
 
 class Workflows:
@@ -176,16 +183,14 @@ class Workflows:
         return sorted(items, key=lambda p: p["metadata"]["creationTimestamp"])
 
     def policy(self, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = json_data(
-                self.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, POLICY_PLURAL, name, _preload_content=False
-                )
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+        found: dict[str, Any] | None = kubeapi.read(
+            self.custom.get_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            POLICY_PLURAL,
+            name,
+        )
         return found
 
     def events(self, name: str) -> list[tuple[str, str, str]]:

@@ -24,11 +24,12 @@ from typing import Any
 import helm_python as helm
 import pytest
 import yaml
-from cluster import Cluster, wait_for
+from cluster import Cluster, temporary_namespace, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from compass.api.crds import render_crds
+from compass.controllers import kubeapi
 from compass.controllers.builders import (
     build_job_role,
     build_job_role_binding,
@@ -107,19 +108,6 @@ def _suffix() -> str:
     return str(time.monotonic_ns() % 1_000_000)
 
 
-def _create_namespaces(api: Any, *names: str) -> None:
-    core: Any = client.CoreV1Api(api)
-    for name in names:
-        core.create_namespace({"metadata": {"name": name}}, _preload_content=False)
-
-
-def _delete_namespaces(api: Any, *names: str) -> None:
-    core = client.CoreV1Api(api)
-    for name in names:
-        with contextlib.suppress(ApiException):
-            core.delete_namespace(name, _preload_content=False)
-
-
 def _helm(cluster: Cluster, namespace: str) -> helm.Config:
     """A Helm client for the test cluster's admin, releases stored in namespace."""
     return helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace=namespace)
@@ -131,8 +119,9 @@ def _release(
 ) -> Iterator[str]:
     """Install the chart (namespaces created first), yield its namespace, uninstall."""
     namespace = f"{release}-system"
-    _create_namespaces(api, namespace, *workloads)
-    try:
+    with contextlib.ExitStack() as namespaces:
+        for name in (namespace, *workloads):
+            namespaces.enter_context(temporary_namespace(api, name))
         with _helm(cluster, namespace) as config:
             result = config.install(str(CHART), release, values, namespace=namespace, timeout=60)
             assert result["status"] == "deployed", result
@@ -140,8 +129,6 @@ def _release(
                 yield namespace
             finally:
                 config.uninstall(release, timeout=60)
-    finally:
-        _delete_namespaces(api, namespace, *workloads)
 
 
 @pytest.fixture(scope="module")
@@ -284,17 +271,13 @@ def _peering_crds() -> list[str]:
 def test_bad_values_fail_install_naming_the_key(k8s_cluster: Cluster, k8s_api: Any) -> None:
     """helm install with a value the schema rejects fails, names the key, creates nothing."""
     namespace = f"bad-{_suffix()}"
-    _create_namespaces(k8s_api, namespace)
-    try:
-        with _helm(k8s_cluster, namespace) as config:
-            with pytest.raises(helm.HelmError) as error:
-                config.install(
-                    str(CHART), "bad", {"watchNamespaces": ["Not_A_Namespace"]}, namespace=namespace
-                )
-            assert "/watchNamespaces/0" in str(error.value)
-            assert config.list(all_states=True) == []
-    finally:
-        _delete_namespaces(k8s_api, namespace)
+    with temporary_namespace(k8s_api, namespace), _helm(k8s_cluster, namespace) as config:
+        with pytest.raises(helm.HelmError) as error:
+            config.install(
+                str(CHART), "bad", {"watchNamespaces": ["Not_A_Namespace"]}, namespace=namespace
+            )
+        assert "/watchNamespaces/0" in str(error.value)
+        assert config.list(all_states=True) == []
 
 
 def test_uninstall_keeps_the_crds(k8s_cluster: Cluster, k8s_api: Any) -> None:
@@ -304,9 +287,7 @@ def test_uninstall_keeps_the_crds(k8s_cluster: Cluster, k8s_api: Any) -> None:
     # Its own peering object: the module's cluster-mode release holds the default one.
     with _release(k8s_cluster, k8s_api, release, {"peering": {"name": release}}, ()):
         rbac.read_cluster_role(f"{release}-compass-operator", _preload_content=False)
-    with pytest.raises(ApiException) as gone:
-        rbac.read_cluster_role(f"{release}-compass-operator", _preload_content=False)
-    assert gone.value.status == 404
+    assert kubeapi.read(rbac.read_cluster_role, f"{release}-compass-operator") is None
     extensions = client.ApiextensionsV1Api(k8s_api)
     for crd in [*render_crds(), *_peering_crds()]:
         extensions.read_custom_resource_definition(
@@ -320,24 +301,17 @@ def test_second_release_on_the_same_peering_fails_to_install(
     """Two cluster-wide releases would be two operators on every policy: the second one's
     ClusterKopfPeering (the same default name) belongs to the first, so Helm refuses it."""
     namespace = f"second-{_suffix()}"
-    _create_namespaces(k8s_api, namespace)
-    try:
-        with _helm(k8s_cluster, namespace) as config:
-            with pytest.raises(helm.HelmError) as error:
-                config.install(str(CHART), "second", {}, namespace=namespace, timeout=60)
-            message = str(error.value)
-            assert 'ClusterKopfPeering "compass-operator"' in message, message
-            assert cluster_mode.release in message, message
-            with contextlib.suppress(helm.HelmError):
-                config.uninstall("second", timeout=60)
-    finally:
-        _delete_namespaces(k8s_api, namespace)
+    with temporary_namespace(k8s_api, namespace), _helm(k8s_cluster, namespace) as config:
+        with pytest.raises(helm.HelmError) as error:
+            config.install(str(CHART), "second", {}, namespace=namespace, timeout=60)
+        message = str(error.value)
+        assert 'ClusterKopfPeering "compass-operator"' in message, message
+        assert cluster_mode.release in message, message
+        with contextlib.suppress(helm.HelmError):
+            config.uninstall("second", timeout=60)
     # Nothing of the second release was left behind.
-    with pytest.raises(ApiException) as absent:
-        client.RbacAuthorizationV1Api(k8s_api).read_cluster_role(
-            "second-compass-operator", _preload_content=False
-        )
-    assert absent.value.status == 404
+    rbac = client.RbacAuthorizationV1Api(k8s_api)
+    assert kubeapi.read(rbac.read_cluster_role, "second-compass-operator") is None
 
 
 # ------------------------------------------------------------------------------ RBAC

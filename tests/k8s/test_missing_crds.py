@@ -19,12 +19,13 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import Binaries, Cluster, free_port, running_cluster, wait_for
+from cluster import Binaries, Cluster, create_namespace, free_port, running_cluster, wait_for
 from e2e_shared import Policies, condition
 from kubernetes import client
 from operator_process import Operator
 
-from compass.controllers.manager import CRD_RECHECK_S
+from compass.controllers import kubeapi
+from compass.controllers.manager import CRD_RECHECK_S, served_resources
 from compass.controllers.rbac import OPERATOR_RULES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,9 +149,7 @@ def _scenario(cluster: Cluster, namespace: str, operator: Operator) -> None:
 def test_missing_crds_are_named_and_served_once_applied(
     bare_cluster: Cluster, tmp_path: Path
 ) -> None:
-    namespace = "bad-install"
-    core = client.CoreV1Api(bare_cluster.api_client())
-    core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
+    namespace = create_namespace(bare_cluster.api_client(), "bad-install")
     operator = Operator(bare_cluster, namespace, tmp_path / "operator.log")
     _scenario(bare_cluster, namespace, operator.start())
 
@@ -161,24 +160,15 @@ def test_missing_crds_are_served_without_the_right_to_watch_crds(
     """The chart with rbac.discovery off: the operator's Role in its namespace only, so kopf
     cannot watch CRDs and would never notice them; the operator's own re-checks do."""
     bare_cluster.kubectl("delete", "--ignore-not-found", "-f", str(REPO / "crds"))
-    custom = client.CustomObjectsApi(bare_cluster.api_client())
-    wait_for(lambda: _group_gone(custom), 60, "the compass.io API group to go", 0.5)
-    namespace = "no-discovery"
-    core = client.CoreV1Api(bare_cluster.api_client())
-    core.create_namespace({"metadata": {"name": namespace}}, _preload_content=False)
+    api = bare_cluster.api_client()
+    wait_for(lambda: served_resources(api) is None, 60, "the compass.io API group to go", 0.5)
+    namespace = create_namespace(api, "no-discovery")
+    core = client.CoreV1Api(api)
     kubeconfig = _service_account_kubeconfig(bare_cluster, core, namespace, tmp_path)
     log = tmp_path / "operator.log"
     operator = Operator(bare_cluster, namespace, log, env={"KUBECONFIG": str(kubeconfig)})
     _scenario(bare_cluster, namespace, operator.start())
     assert "Not enough permissions to watch for resources" in _log(operator)
-
-
-def _group_gone(custom: Any) -> bool:
-    try:
-        custom.get_api_resources("compass.io", "v1alpha1")
-    except client.exceptions.ApiException as error:
-        return bool(error.status == 404)
-    return False
 
 
 def _service_account_kubeconfig(
@@ -219,10 +209,8 @@ def _create(policies: Policies) -> bool:
         return True
     try:
         policies.create("late", _policy_spec())
-    except client.exceptions.ApiException as error:
-        if error.status == 404:  # the CRD is not established yet
-            return False
-        raise
+    except kubeapi.NotFoundError:  # the CRD is not established yet
+        return False
     return True
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, wait_for
+from cluster import Cluster, temporary_namespace, wait_for
 from e2e_shared import GROUP, POLICY_PLURAL, VERSION, Policies, install_crds
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -69,11 +69,8 @@ def crds(k8s_cluster: Cluster) -> None:
 @pytest.fixture(scope="module")
 def namespace(k8s_api: Any, crds: None) -> Iterator[str]:
     """One namespace for the module."""
-    core = client.CoreV1Api(k8s_api)
-    name = f"peering-{time.monotonic_ns() % 100000}"
-    core.create_namespace({"metadata": {"name": name}}, _preload_content=False)
-    yield name
-    core.delete_namespace(name, _preload_content=False)
+    with temporary_namespace(k8s_api, f"peering-{time.monotonic_ns() % 100000}") as name:
+        yield name
 
 
 class Peers:

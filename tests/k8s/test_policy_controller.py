@@ -12,29 +12,26 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, free_port, wait_for
+from cluster import Cluster, free_port, temporary_namespace, wait_for
 from e2e_shared import Policies, condition, install_crds
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_process import Operator
 
+from compass.controllers.policy import compile_policy
 from compass.dataplane.load import run_load
 from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalPrometheus, LocalTriton
-from compass.lab.scenarios import ACCURATE, FASTEST, rag_sim_triton
+from compass.lab.scenarios import ACCURATE, FASTEST, TEST_TIME_SCALE, rag_sim_triton
 from tiers import require_prometheus, require_tritonserver
 
 REPO = Path(__file__).resolve().parents[2]
-# rag-sim at a tenth of its measured latencies; through the router on this machine the fastest
-# configuration takes ~20 ms a request (capacity ~50/s), the most accurate ~33 ms (~30/s).
-TIME_SCALE = 0.1
-# Names join the values in the key order the API server returns (sorted).
-FAST_NAME, ACCURATE_NAME = "llama3.2:3b/1/ms-marco/20", "gemma3:12b/1/ms-marco/20"
 # More than either configuration can serve: the queue builds on both, faster on ACCURATE.
 LOAD_QPS, LOAD_S = 55.0, 3.0
 
@@ -47,7 +44,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
     """tritonserver with rag-sim (router + three components), FASTEST active."""
     require_tritonserver()
     workdir = tmp_path_factory.mktemp("triton")
-    server = rag_sim_triton(workdir, TIME_SCALE, FASTEST).start(workdir)
+    server = rag_sim_triton(workdir, TEST_TIME_SCALE, FASTEST).start(workdir)
     yield server
     server.stop()
 
@@ -70,11 +67,9 @@ def crds(k8s_cluster: Cluster) -> None:
 @pytest.fixture(scope="module")
 def namespace(k8s_api: Any, crds: None) -> Iterator[str]:
     """One namespace for the module: the operator watches only it."""
-    core = client.CoreV1Api(k8s_api)
     name = f"policy-controller-{time.monotonic_ns() % 100000}"
-    core.create_namespace({"metadata": {"name": name}}, _preload_content=False)
-    yield name
-    core.delete_namespace(name, _preload_content=False)
+    with temporary_namespace(k8s_api, name):
+        yield name
 
 
 @pytest.fixture(scope="module")
@@ -99,11 +94,23 @@ def policies(k8s_api: Any, namespace: str, operator: Operator) -> Iterator[Polic
 
 def front() -> list[dict[str, Any]]:
     """rag-sim's fastest and most accurate configurations, as measured through the router here
-    (rag_sim.json's profiles scaled by TIME_SCALE, plus ~7 ms of gRPC and BLS overhead)."""
+    (rag_sim.json's profiles scaled by TEST_TIME_SCALE, plus ~7 ms of gRPC and BLS overhead)."""
     return [
         {"config": FASTEST, "accuracy": 0.8318, "latencyMeanMs": 20.5, "latencyP95Ms": 23.0},
         {"config": ACCURATE, "accuracy": 0.8604, "latencyMeanMs": 33.5, "latencyP95Ms": 37.5},
     ]
+
+
+def _names_in_status() -> tuple[str, str]:
+    """FASTEST's and ACCURATE's names as the status gives them: the operator's plan names for
+    the front as the API server hands it over (a custom object's keys come back sorted)."""
+    served = json.loads(json.dumps(front(), sort_keys=True))
+    spec = {"front": served, "slo": {"latencyMs": 150}, "routing": {"grpcEndpoint": "r:8001"}}
+    fast, accurate = compile_policy(spec, generation=None).plan.names
+    return fast, accurate
+
+
+FAST_NAME, ACCURATE_NAME = _names_in_status()
 
 
 def policy_spec(triton: LocalTriton, **overrides: Any) -> dict[str, Any]:
@@ -216,7 +223,9 @@ def test_paused_policy_holds_and_resumes_when_unpaused(
 def test_restart_resumes_the_hysteresis_state_and_never_flips(
     triton: LocalTriton, router: TritonRouter, policies: Policies, operator: Operator
 ) -> None:
-    cooldown = 10.0
+    # Long enough for the restarted process to decide before it runs out (a restart took ~6 s
+    # on a busy 2-core machine), so that decision shows the timer it resumed.
+    cooldown = 20.0
     spec = policy_spec(
         triton,
         hysteresis={
@@ -233,31 +242,33 @@ def test_restart_resumes_the_hysteresis_state_and_never_flips(
         15,
         "the downscale evidence to start",
     )
-    time.sleep(max(0.0, since + 3 - time.time()))  # some evidence, well short of the cooldown
     operator.stop()
     restarted_at = time.time()
     operator.start()
-    # The new process resumes the evidence from the status: the switch comes `cooldown` after
-    # the evidence began (about restarted_at + 7 s), not `cooldown` after the new process's
-    # first decision (after restarted_at + 10 s: the process takes seconds to start).
-    state = wait_active(policies, "restart", router, ACCURATE, 30)["policyState"]
-    assert state["switches"] == 1
-    assert since + cooldown - 0.5 <= state["last_switch_at"] < restarted_at + cooldown, (
+    # The new process's first decision resumes the evidence from the status: the timer still
+    # runs from `since`, not from that decision (a fresh start would write its own time).
+    resumed = wait_for(
+        lambda: _observed_after(policies.status("restart"), restarted_at),
+        30,
+        "the first decision of the new operator",
+    )["policyState"]
+    assert (resumed["switches"], resumed["downscale_since"]) == (0, since), (
+        "the new process did not resume the downscale timer (or decided only after the cooldown)",
         since,
-        restarted_at,
-        state,
+        resumed,
         operator.tail(),
     )
+    # And it switches on that evidence, once the cooldown since `since` has passed.
+    state = wait_active(policies, "restart", router, ACCURATE, 30)["policyState"]
+    assert state["switches"] == 1
+    assert state["last_switch_at"] >= since + cooldown, (since, state)
 
     # Restarted while serving ACCURATE (not where a fresh policy starts): no flip.
     operator.stop()
     restarted_at = time.time()
     operator.start()
     wait_for(
-        lambda: (
-            (ps := policies.status("restart")).get("lastObservationTime")
-            and _seconds(ps["lastObservationTime"]) > restarted_at
-        ),
+        lambda: _observed_after(policies.status("restart"), restarted_at),
         30,
         "the first decision of the new operator",
     )
@@ -408,7 +419,8 @@ def test_prometheus_unreachable_at_start_is_reported_and_recovers_when_it_appear
     assert status["lastQueueDepth"] == 0
 
 
-def _seconds(stamp: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(stamp).timestamp()
+def _observed_after(status: dict[str, Any], started_at: float) -> dict[str, Any] | None:
+    """The status if an operator started at ``started_at`` has written it (the observation
+    time is its own decision's), else None."""
+    stamp = status.get("lastObservationTime")
+    return status if stamp and datetime.fromisoformat(stamp).timestamp() > started_at else None

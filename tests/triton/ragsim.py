@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 
 from compass.lab.scenarios import ACCURATE, COMPONENTS, FASTEST
+from compass.lab.scenarios import TEST_TIME_SCALE as TIME_SCALE
 
 __all__ = ["ACCURATE", "COMPONENTS", "FASTEST", "TIME_SCALE", "scores_of"]
-
-# rag-sim's measured latencies (130-330 ms) scaled down 10x: the same queueing shape, 10x faster.
-TIME_SCALE = 0.1
 
 
 def scores_of(data: dict[str, object], config: dict[str, object]) -> list[float]:

@@ -25,6 +25,7 @@ from compass.controllers.rbac import (
     operator_rules,
     permissions,
 )
+from compass.controllers.runtime import OperatorMetrics
 from compass.controllers.settings import OperatorSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +40,8 @@ STANDARD_LABELS = {
     "app.kubernetes.io/part-of": "compass-operator",
     "helm.sh/chart": "compass-operator-0.1.0",
 }
-# The series the operator exports (compass.serving / handlers); the dashboard must use them.
+# The series the dashboard charts, each exported by the operator (compass.controllers.runtime's
+# OperatorMetrics, which also exports compass_policy_ready: the dashboard does not chart it).
 OPERATOR_METRICS = (
     "compass_queue_depth",
     "compass_active_configuration_index",
@@ -399,10 +401,18 @@ def test_grafana_dashboard_configmap() -> None:
     assert "compass_active_configuration_index" in exprs["Active configuration"]
     assert "rate(compass_switches_total" in exprs["Configuration switches"]
     assert "$slo_ms" in exprs["SLO compliance"]
+    exported = _exported_series()
     for metric in OPERATOR_METRICS:
+        assert metric in exported, metric
         assert metric in text, metric
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def _exported_series() -> set[str]:
+    """The series names OperatorMetrics exports (a counter's with its _total)."""
+    families = OperatorMetrics().registry.collect()
+    return {f.name + "_total" if f.type == "counter" else f.name for f in families}
 
 
 # ------------------------------------------------------------------------------ peering

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -16,10 +16,8 @@ def test_stop_kills_a_child_that_ignores_sigterm() -> None:
     child = subprocess.Popen([sys.executable, "-c", ignores], stdout=subprocess.PIPE)
     assert child.stdout is not None
     child.stdout.readline()  # the handler is in place
-    started = time.monotonic()
-    stop(child, grace_s=0.5, kill_wait_s=5)
-    assert child.returncode is not None
-    assert time.monotonic() - started < 5
+    stop(child, grace_s=0.5, kill_wait_s=5)  # TimeoutExpired if even SIGKILL did not end it
+    assert child.returncode == -signal.SIGKILL  # SIGTERM was ignored: it took the kill
     stop(child, grace_s=0.5, kill_wait_s=5)  # already gone: nothing to do
     stop(None, grace_s=0.5, kill_wait_s=5)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 import subprocess
 from pathlib import Path
-
-import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PAPER_DATA = REPO_ROOT / "bench" / "data" / "compass-paper"
@@ -21,14 +21,68 @@ OUTSIDE = re.compile(
 )
 
 
+# Where a checkout without .git (an exported tree, an image) holds what git would not list: the
+# folders .gitignore names, and the caches of tools run in it (some ignored by a global git
+# config, not by .gitignore).
+NOT_SOURCE = ("*_cache", ".git", ".hypothesis", "node_modules")
+
+
 def tracked_files() -> list[str]:
-    """The files git tracks in this checkout."""
+    """The files git tracks in this checkout; without .git, the tree's source files."""
     if not (REPO_ROOT / ".git").exists():
-        pytest.skip("not a git checkout: nothing to list the tracked files with")
+        return source_files(REPO_ROOT)
     listed = subprocess.run(
         ["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True
     ).stdout.decode()
     return [name for name in listed.split("\0") if name]
+
+
+def source_files(root: Path) -> list[str]:
+    """Every file under root (relative, '/'-separated), less the folders .gitignore names
+    ("name/" anywhere, "a/b/" from the root) and NOT_SOURCE."""
+    ignore = root / ".gitignore"
+    lines = ignore.read_text(encoding="utf-8").splitlines() if ignore.is_file() else []
+    folders = [line.strip().rstrip("/") for line in lines if line.strip().endswith("/")]
+    anywhere = [*NOT_SOURCE, *(f for f in folders if "/" not in f)]
+    anchored = {f.lstrip("/") for f in folders if "/" in f}
+    found = []
+    for here, dirs, files in os.walk(root):
+        base = Path(here).relative_to(root)
+        dirs[:] = [
+            d
+            for d in dirs
+            if not any(fnmatch.fnmatch(d, pattern) for pattern in anywhere)
+            and (base / d).as_posix() not in anchored
+        ]
+        found += [(base / name).as_posix() for name in files]
+    return sorted(found)
+
+
+def test_without_git_the_tree_walk_leaves_out_what_git_would(tmp_path: Path) -> None:
+    (tmp_path / ".gitignore").write_text(".venv/\n*.egg-info/\nbench/out/\n*.pyc\n")
+    for name in (
+        "README.md",
+        "bench/run.py",
+        "bench/outline.md",
+        "src/pkg/mod.py",
+        ".github/workflows/ci.yml",
+        ".venv/lib/site.py",
+        "src/pkg.egg-info/PKG-INFO",
+        "bench/out/result.json",
+        "src/pkg/.mypy_cache/x.json",
+        ".hypothesis/examples/x",
+        ".git/config",
+    ):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    assert source_files(tmp_path) == [
+        ".github/workflows/ci.yml",
+        ".gitignore",
+        "README.md",
+        "bench/outline.md",
+        "bench/run.py",
+        "src/pkg/mod.py",
+    ]
 
 
 def test_no_tracked_file_points_outside_the_clone() -> None:
