@@ -47,6 +47,7 @@ from compass.lab.demo import (
     comparison_document,
     comparison_rows,
     comparison_text,
+    shown,
     verdict,
     write_file,
 )
@@ -320,7 +321,7 @@ def run_cluster_demo(settings: ClusterDemoSettings, say: Reporter | None = None)
     out.mkdir(parents=True, exist_ok=True)
     say.say(
         f"compass demo --cluster: examples/rag-sim-workflow.yaml through the operator on a local "
-        f"Kubernetes API server, into {out}/ (rag-sim's latencies x{settings.time_scale:g}; every "
+        f"Kubernetes API server, into {shown(out)}/ (rag-sim's latencies x{settings.time_scale:g}; every "
         "figure below is at the paper's scale)"
     )
     say.step("the control plane binaries (hack/k8s/build.sh: cached after the first build)")
@@ -498,7 +499,7 @@ def _run(
         profiles=all_profiles,
     )
     say.say(verdict(runs, "the operator"))
-    say.say(f"wrote {', '.join(str(out / n) for n in OUTPUTS)}; logs under {work}")
+    say.say(f"wrote {shown(out)}/: {', '.join(OUTPUTS)}; logs under {shown(work)}")
     say.say("stopping the operator, Prometheus, Triton, the node and the control plane")
     stack.close()
     say.say(f"done in {time.monotonic() - say.started:.0f} s")

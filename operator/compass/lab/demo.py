@@ -104,6 +104,14 @@ def _set_time_scale(router: TritonRouter, component: str, scale: float) -> None:
     router.client.load_model(component, config=json.dumps(config))
 
 
+def shown(path: Path) -> str:
+    """A resolved path as people typed it: relative to the working directory when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def write_file(path: Path, text: str) -> Path:
     """Write a UTF-8 text file; its path."""
     path.write_text(text, encoding="utf-8")
@@ -410,7 +418,7 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     space = Space.from_spec(load_rag_paper()[0])
     say.say(
-        f"compass demo: the whole method on this machine, into {out}/ (rag-sim's latencies "
+        f"compass demo: the whole method on this machine, into {shown(out)}/ (rag-sim's latencies "
         f"x{settings.time_scale:g}; every figure below is at the paper's scale)"
     )
     say.step("start tritonserver with rag-sim: the router and its three components")
@@ -457,6 +465,6 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
         profiles=profiles,
     )
     say.say(verdict(runs))
-    say.say(f"wrote {', '.join(str(out / name) for name in OUTPUTS)}")
+    say.say(f"wrote {shown(out)}/: {', '.join(OUTPUTS)}")
     say.say(f"done in {time.monotonic() - say.started:.0f} s")
     return 0
