@@ -49,8 +49,15 @@ def test_a_bug_in_the_crd_check_is_not_taken_for_an_unreachable_server(
         startup_missing_crds(object())
 
 
+class _HtmlPage:
+    """What a proxy in front of the API server answers: 200, and an HTML error page."""
+
+    status, data = 200, b"<html><body>502 Bad Gateway</body></html>"
+
+
 def _not_json(api: object) -> set[str] | None:
-    raise ValueError("Expecting value: line 1 column 1 (char 0)")  # a proxy's HTML error page
+    kubeapi.call(lambda **_: _HtmlPage())
+    raise AssertionError("kubeapi.call returned a non-JSON answer")
 
 
 @pytest.mark.parametrize("failure", [_unreachable, _not_json], ids=["unreachable", "not-json"])

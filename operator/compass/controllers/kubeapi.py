@@ -77,7 +77,16 @@ def call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if typed is error:
             raise
         raise typed from error
-    return json.loads(response.data) if response.data else None
+    if not response.data:
+        return None
+    try:
+        return json.loads(response.data)
+    except ValueError as error:
+        # Not the API server's answer (a proxy's error page, say): a failed call like any other,
+        # so every caller that survives a failed call survives this one too.
+        raise ApiException(
+            status=response.status, reason=f"the answer is not JSON ({error})"
+        ) from error
 
 
 def read(method: Callable[..., Any], *args: Any) -> Any:

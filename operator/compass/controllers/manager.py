@@ -189,12 +189,10 @@ def wait_for_crds(api: Any, stop: threading.Event, found: threading.Event) -> No
     ``stop``) or until ``stop``; one log line per check, so the log shows the cadence."""
     from compass.controllers import kubeapi
 
-    # A flaky API server, or a proxy answering with a non-JSON page, must not end the re-checks.
-    recheck_errors: tuple[type[Exception], ...] = (*kubeapi.ERRORS, ValueError)
     while not stop.wait(CRD_RECHECK_S):
         try:
             missing = missing_crds(served_resources(api))
-        except recheck_errors as error:
+        except kubeapi.ERRORS as error:  # a flaky API server must not end the re-checks
             logger.warning("compass operator: cannot check the compass.io CRDs: %s", error)
             continue
         if not missing:
