@@ -301,22 +301,6 @@ def spec_for_plan(
     )
 
 
-def thresholds_status(plan: Plan) -> list[dict[str, Any]]:
-    """The derived thresholds as a ParetoPolicy status would list them (camelCase)."""
-    return [
-        {
-            "config": t.profile.name,
-            "eligible": t.eligible,
-            "slackMs": round(t.slack_ms, 3),
-            "stayMaxQueue": t.stay_max_queue,
-            "enterMaxQueue": t.enter_max_queue,
-            "stayMaxQps": None if t.stay_max_qps is None else round(t.stay_max_qps, 4),
-            "enterMaxQps": None if t.enter_max_qps is None else round(t.enter_max_qps, 4),
-        }
-        for t in plan.thresholds
-    ]
-
-
 class ConditionType(StrEnum):
     """The conditions a ParetoPolicy reports."""
 
@@ -355,6 +339,22 @@ class ThresholdStatus(CamelModel):
     enter_max_qps: float | None = Field(
         default=None, description="Highest arrival rate at which it may be entered (tail model)."
     )
+
+    @staticmethod
+    def of_plan(plan: Plan) -> list[ThresholdStatus]:
+        """Every front member's limits, fastest first, rounded for the status."""
+        return [
+            ThresholdStatus(
+                config=t.profile.name,
+                eligible=t.eligible,
+                slack_ms=round(t.slack_ms, 3),
+                stay_max_queue=t.stay_max_queue,
+                enter_max_queue=t.enter_max_queue,
+                stay_max_qps=None if t.stay_max_qps is None else round(t.stay_max_qps, 4),
+                enter_max_qps=None if t.enter_max_qps is None else round(t.enter_max_qps, 4),
+            )
+            for t in plan.thresholds
+        ]
 
 
 class ParetoPolicyStatus(CamelModel):

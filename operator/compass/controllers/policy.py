@@ -38,7 +38,6 @@ from compass.api.paretopolicy import (
     ParetoPolicySpec,
     ParetoPolicyStatus,
     ThresholdStatus,
-    thresholds_status,
 )
 from compass.api.schema import without_empty_strings
 from compass.domain.elastico import Elastico, Observation, PolicyState
@@ -429,7 +428,7 @@ def build_status(
         last_switch_time=None if state.last_switch_at is None else rfc3339(state.last_switch_at),
         last_switch_reason=state.last_reason if state.last_switch_at is not None else None,
         switches=state.switches,
-        thresholds=[ThresholdStatus.model_validate(t) for t in thresholds_status(plan)],
+        thresholds=ThresholdStatus.of_plan(plan),
         policy_state=state.to_dict(),
         observed_generation=generation,
     )

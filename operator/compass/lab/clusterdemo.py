@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from compass.api.conditions import find_condition, parse_conditions
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
@@ -280,9 +279,8 @@ class Kube:
 
 
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The condition of this type in a status (camelCase, as on the wire), or {}."""
-    found = find_condition(parse_conditions(status.get("conditions") or []), kind)
-    return {} if found is None else found.model_dump(mode="json", by_alias=True)
+    """The condition of this type in a status as read from the server (camelCase), or {}."""
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
 
 
 @contextlib.contextmanager
