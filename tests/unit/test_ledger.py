@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from compass.domain.evaluation import EvaluationError, ParamValue
-from compass.evaluators import Ledger, LedgerError, ReplayEvaluator, read_ledger
+from compass.evaluators import Ledger, LedgerError, ReplayEvaluator, parse_ledger, read_ledger
 
 A: dict[str, ParamValue] = {"retriever_k": 5, "model": "small"}
 B: dict[str, ParamValue] = {"retriever_k": 10, "model": "large"}
@@ -239,3 +239,19 @@ def test_lookup_work_does_not_grow_with_the_batch_or_the_ledger() -> None:
     one = _python_lines_run(lambda: small.lookup({"k": 0}, [0]))
     many = _python_lines_run(lambda: large.lookup(configs[137], batch))
     assert many == one, f"{many} lines for 50 samples of 200 configurations, {one} for 1 of 1"
+
+
+def test_a_ledger_in_memory_parses_like_its_file_and_errors_name_its_source(
+    tmp_path: Path,
+) -> None:
+    """parse_ledger (a ConfigMap key) and read_ledger (a file) agree; errors name the source."""
+    text = '{"config": {"k": 1}, "scores": [1, 0, 1]}\n{"config": {"k": 2}, "scores": [0, 0]}\n'
+    path = tmp_path / "l.jsonl"
+    path.write_text(text, encoding="utf-8")
+    from_file, in_memory = read_ledger(path), parse_ledger(text, "ConfigMap rag key ledger.jsonl")
+    for config in ({"k": 1}, {"k": 2}):
+        assert in_memory.complete_length(config) == from_file.complete_length(config)
+    with pytest.raises(
+        LedgerError, match=r"^ConfigMap rag key ledger\.jsonl line 1: not valid JSON"
+    ):
+        parse_ledger("{oops\n" + text, "ConfigMap rag key ledger.jsonl")

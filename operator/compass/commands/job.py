@@ -43,7 +43,7 @@ from compass.evaluators import (
     CheckpointLedger,
     ScoreSource,
     make_evaluator,
-    read_ledger,
+    parse_ledger,
 )
 
 
@@ -137,9 +137,7 @@ def _score_source(spec: CompoundWorkflowSpec, namespace: str) -> ScoreSource:
     name = evaluator.replay_config_map
     assert name is not None
     recorded = StateStore(name, namespace).read().get(LEDGER_KEY, "")
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as handle:
-        handle.write(recorded)
-    return ScoreSource(replay=read_ledger(handle.name))
+    return ScoreSource(replay=parse_ledger(recorded, f"ConfigMap {name} key {LEDGER_KEY}"))
 
 
 def run_search(state_name: str, namespace: str) -> int:

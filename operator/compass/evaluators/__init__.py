@@ -8,6 +8,7 @@ from compass.evaluators.ledger import (
     Ledger,
     LedgerError,
     ReplayEvaluator,
+    parse_ledger,
     read_ledger,
 )
 
@@ -20,5 +21,6 @@ __all__ = [
     "ReplayEvaluator",
     "ScoreSource",
     "make_evaluator",
+    "parse_ledger",
     "read_ledger",
 ]

@@ -22,10 +22,9 @@ class ScoreSource:
 
     replay: Ledger | None = None
     command: Sequence[str] | None = None
-    # host:port of Triton's gRPC endpoint; requests go to router_model there (None: the
-    # router client's default model name).
+    # host:port of Triton's gRPC endpoint; requests go to router_model there.
     triton: str | None = None
-    router_model: str | None = None
+    router_model: str = DEFAULT_ROUTER_MODEL
 
     def __post_init__(self) -> None:
         """Refuse a description that names no source, or more than one."""
@@ -46,5 +45,4 @@ def make_evaluator(source: ScoreSource) -> Evaluator:
     from compass.dataplane.triton import TritonRouter
     from compass.evaluators.triton import TritonEvaluator
 
-    model = DEFAULT_ROUTER_MODEL if source.router_model is None else source.router_model
-    return TritonEvaluator(TritonRouter(source.triton, model=model))
+    return TritonEvaluator(TritonRouter(source.triton, model=source.router_model))

@@ -211,6 +211,11 @@ def _read(path: Path) -> tuple[Ledger, int]:
         raise LedgerError(f"{source}: no such file; check the path") from None
     except OSError as exc:
         raise LedgerError(f"{source}: cannot read ({exc.strerror}); check the path") from None
+    return _parse(data, source)
+
+
+def _parse(data: bytes, source: str) -> tuple[Ledger, int]:
+    """Parse a ledger's bytes (``source`` names them in errors); also the intact byte length."""
     ledger = Ledger(source)
     lines = data.split(b"\n")
     intact = len(data)
@@ -250,6 +255,11 @@ def _read(path: Path) -> tuple[Ledger, int]:
 def read_ledger(path: str | os.PathLike[str]) -> Ledger:
     """Read and validate a ledger file (replay or checkpoint format)."""
     return _read(Path(path))[0]
+
+
+def parse_ledger(text: str, source: str) -> Ledger:
+    """Validate a ledger held in memory (e.g. a ConfigMap key); ``source`` names it in errors."""
+    return _parse(text.encode("utf-8"), source)[0]
 
 
 class ReplayEvaluator:
