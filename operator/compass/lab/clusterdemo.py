@@ -49,6 +49,7 @@ from compass.lab.demo import (
     shown,
     verdict,
     write_file,
+    write_json,
 )
 from compass.lab.devcluster import (
     REPO_ROOT,
@@ -441,10 +442,8 @@ def _run(
     state = _state(kube, name)
     profiles_document = json.loads(state[PROFILES_KEY])
     all_profiles = tuple(p.scaled(1 / scale) for p in parse_profiles(profiles_document))
-    write_file(out / "profiles.json", json.dumps(profiles_document, indent=2) + "\n")
-    write_file(
-        out / "search-result.json", json.dumps(json.loads(state[RESULT_KEY]), indent=2) + "\n"
-    )
+    write_json(out / "profiles.json", profiles_document)
+    write_json(out / "search-result.json", json.loads(state[RESULT_KEY]))
     write_file(out / "policy.yaml", yaml.safe_dump(policy, sort_keys=False))
     save_plan_figure(out / "front.png", plan, all_profiles)
     say.say(plan_table(plan))
@@ -486,7 +485,7 @@ def _run(
     document = comparison_document(
         scenario, slo, scale, rows, switches, metrics=metrics, adaptations=notes
     )
-    write_file(out / "comparison.json", json.dumps(document, indent=2) + "\n")
+    write_json(out / "comparison.json", document)
     save_timeline_figure(
         out / "timeline.png",
         plan,

@@ -118,6 +118,11 @@ def write_file(path: Path, text: str) -> Path:
     return path
 
 
+def write_json(path: Path, document: Any) -> Path:
+    """Write a document as indented JSON, as every file the demos leave is; its path."""
+    return write_file(path, json.dumps(document, indent=2) + "\n")
+
+
 @dataclass(frozen=True)
 class Searched:
     """The search's outcome, and the same with the feasible set scored on every sample."""
@@ -296,7 +301,7 @@ def _search_step(
     searched = run_search(router, space, population, settings)
     outcome = searched.outcome
     out = settings.output_dir
-    write_file(out / "search-result.json", json.dumps(outcome.result_document(), indent=2) + "\n")
+    write_json(out / "search-result.json", outcome.result_document())
     if not outcome.feasible:
         best = max(a.accuracy for a in outcome.assessments)
         fail(
@@ -326,7 +331,7 @@ def _profile_step(
     for component in COMPONENTS:
         _set_time_scale(router, component, settings.time_scale)
     document, profiles = profile_feasible(router, searched, settings)
-    write_file(settings.output_dir / "profiles.json", json.dumps(document, indent=2) + "\n")
+    write_json(settings.output_dir / "profiles.json", document)
     say.say(
         f"      {document['metadata']['screened_out']} screened out, "
         f"{len(profiles) - document['metadata']['screened_out']} measured ({say.took()})"
@@ -455,7 +460,7 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     ]
     slo = Slo(settings.slo_ms, settings.percentile)
     document = comparison_document(scenario, slo, settings.time_scale, rows, switches)
-    write_file(out / "comparison.json", json.dumps(document, indent=2) + "\n")
+    write_json(out / "comparison.json", document)
     save_timeline_figure(
         out / "timeline.png",
         plan,
