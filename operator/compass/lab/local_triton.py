@@ -23,11 +23,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.lab.processes import free_port as free_port  # the triton tier imports it from here
 from compass.lab.processes import stop
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-ROUTER_MODEL = "router"
 STARTUP_TIMEOUT_S = 60.0
 
 
@@ -77,7 +77,7 @@ def assemble_repository(
         if not (version / "model.py").exists():
             shared = (
                 model_images() / "router" / "model.py"
-                if model.name == ROUTER_MODEL
+                if model.name == DEFAULT_ROUTER_MODEL
                 else model_images() / workflow / "component.py"
             )
             shutil.copy(shared, version / "model.py")

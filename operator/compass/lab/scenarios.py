@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
 from compass.domain.simulator import SPIKE_FACTOR, Scenario, make_pattern, make_scenario
@@ -85,9 +86,9 @@ def rag_sim_triton(workdir: Path, time_scale: float, active: Config | None = Non
         c: {"time_scale": repr(float(time_scale))} for c in COMPONENTS
     }
     if active is not None:
-        parameters["router"] = {"compass_active_config": config_key(active)}
+        parameters[DEFAULT_ROUTER_MODEL] = {"compass_active_config": config_key(active)}
     repository = assemble_repository(WORKFLOW, workdir / "models", parameters)
-    return LocalTriton(repository=repository, models=[*COMPONENTS, "router"])
+    return LocalTriton(repository=repository, models=[*COMPONENTS, DEFAULT_ROUTER_MODEL])
 
 
 def fastest_mean_s(plan: Plan) -> float:
