@@ -49,7 +49,8 @@ CANNOT_BUILD = 3
 
 # What the tests need by default: Jobs -> Pods, garbage collection, namespaces that get a default
 # service account with a token (the ServiceAccount admission plugin rejects pods without one),
-# and Deployments for the operator's own manifests.
+# Deployments (-> ReplicaSets -> Pods) for the operator's own manifests, and EndpointSlices
+# (discovery.k8s.io/v1beta1 in 1.20) for Services whose pods the node runs on their own IPs.
 DEFAULT_CONTROLLERS = (
     "job",
     "garbagecollector",
@@ -58,6 +59,7 @@ DEFAULT_CONTROLLERS = (
     "serviceaccount-token",
     "deployment",
     "replicaset",
+    "endpointslice",
 )
 ADMIN_USER = "compass-admin"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
