@@ -6,8 +6,10 @@ The code moved into the package so that `compass demo --cluster` runs the same n
 from __future__ import annotations
 
 from compass.lab.devnode import (
+    HOST_IP,
     MESSAGE_BYTES,
     MESSAGE_LINES,
+    POD_NETWORK,
     RESTART_DELAY_S,
     CommandHook,
     Container,
@@ -21,8 +23,10 @@ from compass.lab.devnode import (
 from compass.lab.processes import venv_executable
 
 __all__ = [
+    "HOST_IP",
     "MESSAGE_BYTES",
     "MESSAGE_LINES",
+    "POD_NETWORK",
     "RESTART_DELAY_S",
     "CommandHook",
     "Container",
