@@ -14,8 +14,22 @@ Images do not exist here, so a container's program is its `command` as written (
 CMD, programs to substitute (e.g. the image `compass-operator`'s `compass` -> the venv's
 `compass`), and extra environment. A `command_hook` may rewrite any argv last.
 
-Not modelled: volumes (mounts are ignored), probes, resources, pod-level activeDeadlineSeconds,
-the image's WORKDIR (each pod gets its own directory), `kubectl logs` (use Node.log()).
+Networking: the Node registers its Node object (Ready, InternalIP 127.0.0.1), and each pod gets
+its own loopback address from `pod_network` (127.0.2.0/24; all of 127.0.0.0/8 is loopback on
+Linux, so a process binds one with no setup), kept across container restarts and freed when the
+pod ends: status.podIP and status.podIPs say it, and so does the downward API's status.podIP
+(`--bind $(POD_IP)`). hostNetwork pods, and every pod when pod_network is None, are 127.0.0.1.
+readinessProbe (httpGet, tcpSocket, exec) decides containerStatuses[].ready and the Ready and
+ContainersReady conditions, so the real endpointslice controller lists a Service's pods as
+ready or not; a container without a probe is ready while it runs. restartPolicy Always and
+OnFailure run a container again in the same pod (a Deployment's pod whose process dies), unready
+until its new run passes the probe.
+
+Not modelled: volumes (mounts are ignored), liveness and startup probes, resources, a grace
+period on delete (the processes get SIGKILL), pod-level activeDeadlineSeconds, the image's
+WORKDIR (each pod gets its own directory), ports (a process binds what it binds: nothing stops
+it binding 0.0.0.0 or the node's 127.0.0.1), node heartbeats (no Lease; the nodelifecycle
+controller, not run by default, would mark the node NotReady), `kubectl logs` (use Node.log()).
 """
 
 from __future__ import annotations
