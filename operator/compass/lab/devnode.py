@@ -783,8 +783,8 @@ class Node:
     def _report(self, run: _Run) -> None:
         """Write the Running pod's status as its containers' states and readiness are now."""
         with run.lock:
-            if run.finished:
-                return  # a late probe result or restart: the pod has ended
+            if run.finished or run.deleted.is_set():
+                return  # a late probe result or restart: the pod has ended or is going
             statuses = self._statuses(run, run.pod["spec"]["containers"])
             unready = [s["name"] for s in statuses if not s["ready"]]
             status = {
