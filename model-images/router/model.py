@@ -1,23 +1,42 @@
-"""Compass router: runs a workflow's pipeline with the active configuration (Triton Python backend, BLS).
+"""Compass router and its control model (Triton Python backend, BLS).
 
-One generic file for every workflow. The workflow itself lives in ``pipeline.py`` next to this
-file: ``run(request, config, call) -> dict`` where ``call(model, inputs, outputs)`` runs a
-component model through BLS. The active configuration is the model config parameter
-``compass_active_config`` (JSON); Elastico switches it by reloading this model over gRPC with a
-new config, and Triton keeps serving on the old instance until the new one is ready. A request
-parameter ``compass_config`` (JSON) overrides it for that request only: that is how search and
-profiling evaluate a configuration without moving production traffic.
+One generic file for every workflow, in two roles chosen by the model config parameter
+``compass_role``:
+
+- ``router`` (the default): runs the workflow's ``pipeline.py`` (next to this file:
+  ``run(request, config, call) -> dict`` where ``call(model, inputs, outputs)`` runs a component
+  model through BLS) with the active configuration. A request parameter ``compass_config``
+  (JSON) overrides it for that request only: that is how search and profiling evaluate a
+  configuration without moving production traffic.
+- ``control``: a small model beside the router (``<router>_control``) that sets and reports the
+  router's active configuration. A switch is one inference request to it: no reload, no new
+  process, and it does not queue behind the router's requests (its own model, its own queue).
+
+Why a state file: the router's instances and the control model are separate stub processes of
+one tritonserver, and a file replaced atomically (write, then rename) is the cheapest state they
+can share. The router stats it before each request (about a microsecond) and rereads it only
+when it changed, so every request that starts after a switch returned is served by the new
+configuration, in every router instance. The file is keyed by the tritonserver (the stubs'
+parent: its PID and start time), so a restarted server starts from its config's default, never
+from a stale switch, and two servers on one host never share one. ``compass_active_config`` in the router's
+config is that default.
 """
 
+import contextlib
 import importlib.util
 import json
 import os
+import tempfile
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 ACTIVE_PARAMETER = "compass_active_config"
 OVERRIDE_PARAMETER = "compass_config"
+ROLE_PARAMETER = "compass_role"
+ROUTER_PARAMETER = "compass_router_model"
+# Where the state files live; default /dev/shm (memory), else the temporary directory.
+STATE_DIR_ENV = "COMPASS_STATE_DIR"
 
 
 def canonical(config):
@@ -31,8 +50,92 @@ def canonical(config):
     return json.dumps({k: plain(v) for k, v in config.items()}, sort_keys=True)
 
 
+def state_path(router_model):
+    """The state file of this server's router ``router_model``."""
+    directory = os.environ.get(STATE_DIR_ENV)
+    if not directory:
+        shm = "/dev/shm"
+        directory = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    return os.path.join(directory, f"compass-{_server_identity()}-{router_model}.json")
+
+
+def _server_identity():
+    """The tritonserver (the stubs' parent) as PID and start time: unique across restarts.
+
+    The PID alone is not: a restarted container's server often gets the same one, and /dev/shm
+    outlives the container (it is the pod's).
+    """
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/stat", encoding="ascii") as stat:
+            # Field 22, counted after the command name (which may hold spaces).
+            started = stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return str(parent)
+    return f"{parent}-{started}"
+
+
+def write_state(path, key, exclusive=False):
+    """Write the active configuration atomically; ``exclusive``: only if there is none yet."""
+    directory = os.path.dirname(path)
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".compass-")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump({"config": key}, out)
+        if exclusive:
+            # Fails if the control model wrote first: then its switch stands.
+            with contextlib.suppress(FileExistsError):
+                os.link(temporary, path)
+        else:
+            os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+class ActiveConfig:
+    """The active configuration as the state file says, reread only when the file changed."""
+
+    def __init__(self, path, default_key):
+        self.path = path
+        self.key = default_key
+        self.stamp = None
+
+    def current(self):
+        """Canonical key of the active configuration now."""
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return self.key
+        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        if stamp != self.stamp:
+            try:
+                with open(self.path, encoding="utf-8") as state:
+                    self.key = canonical(json.loads(json.load(state)["config"]))
+                self.stamp = stamp
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # mid-replace or damaged: keep the last good one, read again next time
+        return self.key
+
+
 def _bytes_tensor(name, text):
     return pb_utils.Tensor(name, np.array([text.encode("utf-8")], dtype=np.object_))
+
+
+def _request_body(request):
+    payload = pb_utils.get_input_tensor_by_name(request, "REQUEST").as_numpy().reshape(-1)[0]
+    return json.loads(payload.decode("utf-8") if isinstance(payload, bytes) else payload)
+
+
+def _load_pipeline(version_dir):
+    """The workflow's pipeline module from ``version_dir``, or None if there is none."""
+    path = os.path.join(version_dir, "pipeline.py")
+    if not os.path.exists(path):
+        return None
+    spec = importlib.util.spec_from_file_location("compass_pipeline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def call(model, inputs, outputs):
@@ -49,47 +152,61 @@ def call(model, inputs, outputs):
 
 
 class TritonPythonModel:
-    """The router model: one instance, so Triton's pending count is the M/G/1 queue."""
+    """The router, or (``compass_role: control``) the model that switches it."""
 
     def initialize(self, args):
-        """Read the active configuration and load the workflow's pipeline."""
+        """Read the role, the default configuration and the pipeline."""
         model_config = json.loads(args["model_config"])
         parameters = model_config.get("parameters", {})
-        raw = parameters.get(ACTIVE_PARAMETER, {}).get("string_value", "{}")
-        self.active_key = canonical(json.loads(raw))
-        self.active = json.loads(self.active_key)
+
+        def parameter(key, default):
+            return parameters.get(key, {}).get("string_value", default) or default
+
+        self.role = parameter(ROLE_PARAMETER, "router")
+        if self.role not in ("router", "control"):
+            raise ValueError(f"{ROLE_PARAMETER} {self.role!r}: use router or control")
         version_dir = os.path.join(args["model_repository"], args["model_version"])
-        spec = importlib.util.spec_from_file_location(
-            "compass_pipeline", os.path.join(version_dir, "pipeline.py")
-        )
-        self.pipeline = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(self.pipeline)
+        if self.role == "control":
+            router = parameter(ROUTER_PARAMETER, args["model_name"].removesuffix("_control"))
+            self.state = state_path(router)
+            # The router's pipeline checks a configuration before it becomes active.
+            repository = os.path.dirname(args["model_repository"].rstrip("/"))
+            self.pipeline = _load_pipeline(os.path.join(repository, router, "1"))
+            return
+        self.pipeline = _load_pipeline(version_dir)
+        if self.pipeline is None:
+            raise ValueError(f"no pipeline.py in {version_dir}")
+        default = canonical(json.loads(parameter(ACTIVE_PARAMETER, "{}")))
+        self._check(json.loads(default))
+        path = state_path(args["model_name"])
+        # The first router instance publishes the default, so the control model can report it.
+        write_state(path, default, exclusive=True)
+        self.active = ActiveConfig(path, default)
+
+    def _check(self, config):
         check = getattr(self.pipeline, "check_config", None)
-        if check is not None and self.active:
-            # A configuration the pipeline cannot run must fail the load, so the old
-            # instance keeps serving and the actuator sees the error.
-            check(self.active)
+        if check is not None and config:
+            check(config)
 
     def execute(self, requests):
-        """Run each request through the pipeline with its configuration."""
+        """Answer each request; one bad request fails alone, never the others."""
         responses = []
         for request in requests:
             try:
-                responses.append(self._serve(request))
-            # One bad request must fail alone, never the others in the batch.
+                serve = self._control if self.role == "control" else self._serve
+                responses.append(serve(request))
             except Exception as error:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))
         return responses
 
     def _serve(self, request):
-        payload = pb_utils.get_input_tensor_by_name(request, "REQUEST").as_numpy().reshape(-1)[0]
-        body = json.loads(payload.decode("utf-8") if isinstance(payload, bytes) else payload)
-        config, key = self.active, self.active_key
+        body = _request_body(request)
+        key = self.active.current()
         override = json.loads(request.parameters() or "{}").get(OVERRIDE_PARAMETER)
         if override:
             key = canonical(json.loads(override) if isinstance(override, str) else override)
-            # The pipeline gets the canonical form too: its components may key data by it.
-            config = json.loads(key)
+        # The pipeline gets the canonical form too: its components may key data by it.
+        config = json.loads(key)
         if not config:
             raise ValueError(
                 f"no configuration: set the router's {ACTIVE_PARAMETER} parameter or the "
@@ -99,3 +216,27 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )
+
+    def _control(self, request):
+        """``{"set": config}`` makes it active; ``{}`` only reports what is active."""
+        body = _request_body(request)
+        previous = self._read()
+        active = previous
+        if "set" in body:
+            wanted = canonical(body["set"])
+            self._check(json.loads(wanted))
+            if wanted != previous:
+                write_state(self.state, wanted)
+            active = wanted
+        result = {"active": active, "previous": previous, "changed": active != previous}
+        return pb_utils.InferenceResponse(
+            [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", active or "")]
+        )
+
+    def _read(self):
+        """The active configuration's key, or None before the router published its default."""
+        try:
+            with open(self.state, encoding="utf-8") as state:
+                return canonical(json.loads(json.load(state)["config"]))
+        except FileNotFoundError:
+            return None

@@ -44,7 +44,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
         },
     )
     require_tritonserver()
-    server = LocalTriton(repository=repository, models=[*COMPONENTS, "router"]).start(workdir)
+    server = LocalTriton(repository=repository).start(workdir)
     yield server
     server.stop()
 

@@ -66,7 +66,7 @@ def qa_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]
     require_tritonserver()
     workdir = tmp_path_factory.mktemp("qa-real")
     repository = assemble_repository("qa-real", workdir / "models")
-    server = LocalTriton(repository=repository, models=[*COMPONENTS, "router"]).start(workdir)
+    server = LocalTriton(repository=repository).start(workdir)
     # One request through every stage: dense embeds the corpus on its first request.
     warm = TritonRouter(server.grpc_url, timeout_s=120.0)
     warm.infer({"sample": 0}, config=SLOWEST)

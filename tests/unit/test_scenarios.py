@@ -66,7 +66,9 @@ def test_the_triton_serves_rag_sim_at_the_time_scale_from_the_active_configurati
     tmp_path: Path,
 ) -> None:
     triton = rag_sim_triton(tmp_path, 0.1, FASTEST)
-    assert list(triton.models) == [*scenarios.COMPONENTS, "router"]
+    assert list(triton.models) == []  # all of them: the components, router and router_control
+    control = (triton.repository / "router_control" / "1" / "model.py").read_text()
+    assert control == (triton.repository / "router" / "1" / "model.py").read_text()
     for component in scenarios.COMPONENTS:
         config = (triton.repository / component / "config.pbtxt").read_text()
         assert 'key: "time_scale" value: { string_value: "0.1" }' in config

@@ -1,8 +1,10 @@
 """The routing actuator and client for the Compass router model on Triton (gRPC).
 
-A switch reloads the router with a new ``compass_active_config`` parameter: Triton keeps serving
-on the old instance until the new one is ready, then swaps, so no request fails. Reloads go over
-gRPC: a reload over HTTP stalls concurrent HTTP inference for the whole load.
+A switch is one inference request to the router's control model (``<router>_control``, the
+same generic model.py in its control role): it replaces a small state file that every router
+instance reads before each request. Nothing reloads and no process starts, so a switch costs a
+few milliseconds and no request fails; requests already running finish on the old
+configuration, every request that starts afterwards runs on the new one.
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ from compass.domain.space import config_key
 
 ACTIVE_PARAMETER = "compass_active_config"
 OVERRIDE_PARAMETER = "compass_config"
+ROLE_PARAMETER = "compass_role"
+CONTROL_SUFFIX = "_control"
+
+
+def control_model_of(router_model: str) -> str:
+    """The name of a router's control model."""
+    return f"{router_model}{CONTROL_SUFFIX}"
 
 
 class RoutingError(RuntimeError):
@@ -42,13 +51,13 @@ class RouterReply:
 class SwitchReport:
     """A switch that took effect: to what, after how many attempts, how long it took.
 
-    ``reloaded`` is False when the router already served the configuration: nothing to do.
+    ``changed`` is False when the router already served the configuration: nothing changed.
     """
 
     config: str
     attempts: int
     seconds: float
-    reloaded: bool = True
+    changed: bool = True
 
 
 class TritonRouter:
@@ -65,6 +74,7 @@ class TritonRouter:
     ) -> None:
         self.url = url
         self.model = model
+        self.control_model = control_model_of(model)
         self.timeout_s = timeout_s
         self.attempts = attempts
         self.backoff_s = backoff_s
@@ -105,7 +115,7 @@ class TritonRouter:
         return RouterReply(result=result, config=served_by, latency_s=latency)
 
     def model_config(self) -> dict[str, Any]:
-        """The router's current model config (Triton's JSON form)."""
+        """The router's model config (Triton's JSON form)."""
         try:
             reply = self.client.get_model_config(
                 self.model, as_json=True, client_timeout=self.control_timeout_s
@@ -115,42 +125,52 @@ class TritonRouter:
         config: dict[str, Any] = reply["config"]
         return config
 
+    def control(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """One request to the control model: ``{"set": config}`` or ``{}`` (report only)."""
+        try:
+            response = self.client.infer(
+                self.control_model,
+                [request_tensor(body)],
+                client_timeout=self.control_timeout_s,
+            )
+        except InferenceServerException as error:
+            message = _message(error)
+            if "unknown model" in message or "not found" in message:
+                message += (
+                    f" (the router's control model {self.control_model} must be in the model "
+                    f"repository: see model-images/README.md)"
+                )
+            raise RoutingError(f"Triton at {self.url} ({self.control_model}): {message}") from error
+        result, _ = read_reply(response)
+        return result
+
     def active_config(self) -> str:
         """Canonical key of the configuration the router serves now."""
-        return _active_in(self.model_config().get("parameters", {}))
+        active = self.control({}).get("active")
+        if not active:
+            raise RoutingError(
+                f"Triton at {self.url}: {self.model} has not published its configuration yet "
+                f"(is it loaded?)"
+            )
+        return str(active)
 
     def switch(self, config: Config) -> SwitchReport:
         """Make ``config`` the active configuration; retries with backoff, verifies the result.
 
-        A failed reload leaves the old instance serving (Triton unloads nothing until the new
-        one is ready), so a failure here never leaves the router down. A router that already
-        serves ``config`` is not reloaded: a reload costs a new instance (hundreds of ms of CPU).
+        A refused switch (the pipeline's check_config rejects the configuration, or Triton
+        cannot be reached) changes nothing: the router keeps serving what it served.
         """
         wanted = config_key(config)
         started = time.perf_counter()
         last: Exception | None = None
         for attempt in range(1, self.attempts + 1):
             try:
-                model_config = self.model_config()
-                parameters = model_config.setdefault("parameters", {})
-                if _active_in(parameters) == wanted and self.client.is_model_ready(
-                    self.model, client_timeout=self.control_timeout_s
-                ):
-                    return SwitchReport(wanted, attempt, time.perf_counter() - started, False)
-                parameters[ACTIVE_PARAMETER] = {"string_value": wanted}
-                # A reload waits for the new instance; it gets the inference timeout.
-                self.client.load_model(
-                    self.model, config=json.dumps(model_config), client_timeout=self.timeout_s
-                )
-                now_active = self.active_config()
-                if now_active != wanted:
-                    raise RoutingError(f"router reports {now_active} after the reload")
-                if not self.client.is_model_ready(
-                    self.model, client_timeout=self.control_timeout_s
-                ):
-                    raise RoutingError("router is not ready after the reload")
-                return SwitchReport(wanted, attempt, time.perf_counter() - started)
-            except (InferenceServerException, RoutingError) as error:
+                result = self.control({"set": json.loads(wanted)})
+                if result.get("active") != wanted:
+                    raise RoutingError(f"control model reports {result.get('active')}")
+                changed = bool(result.get("changed"))
+                return SwitchReport(wanted, attempt, time.perf_counter() - started, changed)
+            except RoutingError as error:
                 last = error
                 if attempt < self.attempts:
                     self.sleep(self.backoff_s * 2 ** (attempt - 1))
@@ -161,13 +181,8 @@ class TritonRouter:
         )
 
 
-def _active_in(parameters: Mapping[str, Any]) -> str:
-    """Canonical key of the active configuration in a model config's parameters."""
-    return config_key(json.loads(parameters.get(ACTIVE_PARAMETER, {}).get("string_value", "{}")))
-
-
 def request_tensor(request: Mapping[str, Any]) -> grpcclient.InferInput:
-    """The router's one input: the request as JSON."""
+    """The one input of the router and of its control model: the request as JSON."""
     tensor = grpcclient.InferInput("REQUEST", [1], "BYTES")
     tensor.set_data_from_numpy(np.array([json.dumps(dict(request)).encode()], dtype=np.object_))
     return tensor

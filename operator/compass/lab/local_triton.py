@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Self
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.dataplane.triton import ROLE_PARAMETER
 from compass.lab.processes import free_port as free_port  # the triton tier imports it from here
 from compass.lab.processes import stop
 
@@ -62,7 +63,8 @@ def assemble_repository(
     """Copy a workflow's model repository and fill in the shared code, as its Dockerfile does.
 
     ``model-images/<workflow>/models`` holds each model's config; a model without its own
-    ``1/model.py`` gets the generic router (``router``) or the workflow's ``component.py``.
+    ``1/model.py`` gets the generic router code (``router`` and its control model, whose config
+    names a ``compass_role``) or the workflow's ``component.py``.
     ``parameters`` sets model config parameters, e.g. {"generator": {"time_scale": "0.1"}}.
     """
     source = model_images() / workflow / "models"
@@ -74,14 +76,16 @@ def assemble_repository(
         model = config.parent
         version = model / "1"
         version.mkdir(exist_ok=True)
+        text = config.read_text(encoding="utf-8")
         if not (version / "model.py").exists():
+            # The router and its control model share the generic router code.
+            routing = model.name == DEFAULT_ROUTER_MODEL or ROLE_PARAMETER in text
             shared = (
                 model_images() / "router" / "model.py"
-                if model.name == DEFAULT_ROUTER_MODEL
+                if routing
                 else model_images() / workflow / "component.py"
             )
             shutil.copy(shared, version / "model.py")
-        text = config.read_text(encoding="utf-8")
         for key, value in (parameters or {}).get(model.name, {}).items():
             text = _set_parameter(text, key, value)
         config.write_text(text, encoding="utf-8")
@@ -170,10 +174,15 @@ class _Process:
 
 @dataclass
 class LocalTriton(_Process):
-    """A tritonserver serving one model repository on free loopback ports."""
+    """A tritonserver serving one model repository on loopback (free ports unless given).
+
+    ``models`` are the models to load (none given: all of them); ``host`` is the loopback
+    address to bind, so several servers can share ports on their own addresses, as pods do.
+    """
 
     repository: Path = field(default_factory=Path)
     models: Sequence[str] = ()
+    host: str = "127.0.0.1"
     http_port: int = 0
     grpc_port: int = 0
     metrics_port: int = 0
@@ -181,22 +190,25 @@ class LocalTriton(_Process):
     @property
     def grpc_url(self) -> str:
         """host:port of the gRPC endpoint."""
-        return f"127.0.0.1:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     @property
     def http_url(self) -> str:
         """host:port of the HTTP endpoint."""
-        return f"127.0.0.1:{self.http_port}"
+        return f"{self.host}:{self.http_port}"
 
     @property
     def metrics_url(self) -> str:
         """URL of Triton's Prometheus metrics."""
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+        return f"http://{self.host}:{self.metrics_port}/metrics"
 
     def start(self, workdir: Path) -> LocalTriton:
         """Start the server and wait until every model is ready."""
         installation = TritonInstallation.find()
-        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.http_port = self.http_port or free_port()
+        self.grpc_port = self.grpc_port or free_port()
+        self.metrics_port = self.metrics_port or free_port()
+        workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "tritonserver.log"
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
@@ -211,9 +223,12 @@ class LocalTriton(_Process):
             "--disable-auto-complete-config",
             "--allow-gpu-metrics=false",
             "--model-control-mode=explicit",
-            *(f"--load-model={m}" for m in self.models),
+            *(f"--load-model={m}" for m in self.models or ["*"]),
+            f"--http-address={self.host}",
             f"--http-port={self.http_port}",
+            f"--grpc-address={self.host}",
             f"--grpc-port={self.grpc_port}",
+            f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
             "--metrics-interval-ms=250",
             "--log-verbose=0",

@@ -78,8 +78,11 @@ def rag_sim_data() -> dict[str, Any]:
     return loaded
 
 
-def rag_sim_triton(workdir: Path, time_scale: float, active: Config | None = None) -> LocalTriton:
-    """rag-sim's tritonserver, not started: latencies x ``time_scale``, the router on ``active``."""
+def rag_sim_triton(
+    workdir: Path, time_scale: float, active: Config | None = None, host: str = "127.0.0.1"
+) -> LocalTriton:
+    """rag-sim's tritonserver on ``host``, not started: latencies x ``time_scale``, the router
+    on ``active``."""
     # The repository goes to workdir/models; time_scale 0 serves no latency at all, and active
     # None leaves the router on its config's default.
     parameters: dict[str, dict[str, str]] = {
@@ -88,7 +91,7 @@ def rag_sim_triton(workdir: Path, time_scale: float, active: Config | None = Non
     if active is not None:
         parameters[DEFAULT_ROUTER_MODEL] = {"compass_active_config": config_key(active)}
     repository = assemble_repository(WORKFLOW, workdir / "models", parameters)
-    return LocalTriton(repository=repository, models=[*COMPONENTS, DEFAULT_ROUTER_MODEL])
+    return LocalTriton(repository=repository, host=host)
 
 
 def fastest_mean_s(plan: Plan) -> float:
