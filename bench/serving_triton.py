@@ -1,36 +1,46 @@
-"""rag-sim on a real Triton under a load spike: the live Elastico loop against static baselines.
+"""rag-sim on real Tritons under load: the live Elastico loop against static baselines.
 
-    python bench/serving_triton.py [--time-scale 0.25] [--slos 750,1000,1500] [--seed 0]
+    python bench/serving_triton.py [--replicas 2] [--pattern spike] [--time-scale 0.25]
+                                   [--slos 750,1000,1500] [--seed 0] [--json PATH]
 
-Everything runs for real on this machine: tritonserver (nvidia-pytriton's CPU build) serving
-rag-sim, the open-loop load generator, the latency profiler and Elastico's live loop switching
-the router over gRPC. Time is scaled down by --time-scale (service times, arrival rates, SLO,
-cooldowns and the decision interval together), which leaves the queueing unchanged in scaled
-time. Every run replays the same seeded arrivals and service-time luck (the simulator's
-scenario), so the static baselines, the live policy and the simulator's prediction are paired.
-Figures are reported at the paper's scale (ms and QPS divided back by the time scale).
+Everything runs for real on this machine: N tritonservers (nvidia-pytriton's CPU build), each
+on its own loopback address like pods behind a Service, serving rag-sim; the open-loop load
+generator, which sends each request to one replica (the simulator's seeded assignment); the
+latency profiler; and Elastico's live loop, which reads every replica's queue and switches
+every replica's router through its control model. Time is scaled down by --time-scale
+(service times, arrival rates, SLO, cooldowns and the decision interval together), which
+leaves the queueing unchanged in scaled time. Every run replays the same seeded arrivals,
+assignment and service-time luck (the simulator's scenario), so the static baselines, the live
+policy and the simulator's prediction (N pods, the measured switch delay) are paired. Figures
+are reported at the paper's scale (ms and QPS divided back by the time scale); switch times
+are real milliseconds.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import json
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from compass.api.paretopolicy import Hysteresis, spec_for_plan
-from compass.dataplane.metrics import TritonQueueDepth
+from compass.commands.common import add_pattern_arguments, pattern_from_args, read_trace
+from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
 from compass.domain.planner import Slo, plan_from_profiles
 from compass.domain.profiles import parse_profiles
-from compass.domain.simulator import compare, make_pattern, make_scenario
+from compass.domain.simulator import PatternKind, compare, make_pattern, make_scenario
 from compass.domain.space import config_key
 from compass.lab.experiment import serve_each
 from compass.lab.scenarios import (
+    ACCURATE,
+    FASTEST,
     PAPER_FRONT,
     QUESTIONS,
     RagSimLoad,
@@ -38,103 +48,181 @@ from compass.lab.scenarios import (
     rag_sim_triton,
 )
 
+IDLE_SWITCHES = 40
+
+
+def percentiles_ms(seconds: list[float]) -> dict[str, float]:
+    """p50, p95 and max of some durations, in ms."""
+    if not seconds:
+        return {"p50": float("nan"), "p95": float("nan"), "max": float("nan")}
+    ms = np.asarray(seconds) * 1000
+    return {
+        "p50": round(float(np.percentile(ms, 50)), 2),
+        "p95": round(float(np.percentile(ms, 95)), 2),
+        "max": round(float(ms.max()), 2),
+    }
+
 
 def main() -> int:
-    """Run the benchmark and print its tables."""
+    """Run the benchmark, print its tables and (with --json) write its figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=2, help="Triton servers (pods)")
     parser.add_argument("--time-scale", type=float, default=0.25)
     parser.add_argument("--slos", default="750,1000,1500", help="SLOs in ms at the paper's scale")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--duration", type=float, default=180.0, help="seconds, paper scale")
-    parser.add_argument("--base-qps", type=float, default=1.5, help="paper scale")
     parser.add_argument("--profile-runs", type=int, default=40)
     parser.add_argument(
         "--runs", default="fastest,accurate,policy", help="which runs, comma-separated"
     )
+    parser.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
+    add_pattern_arguments(parser)
+    parser.set_defaults(base_qps="1.5")
     args = parser.parse_args()
+    if args.replicas < 1:
+        parser.error("--replicas: give 1 or more")
     scale = args.time_scale
     slos = [float(s) for s in args.slos.split(",")]
+    pattern, seed = pattern_from_args(args)  # validated at the paper's scale
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="compass-bench-"))
     data = rag_sim_data()
-    with rag_sim_triton(workdir, scale).start(workdir) as triton:
-        router = TritonRouter(triton.grpc_url)
-        # Profile the front through the router, as `compass profile` does.
+    with ExitStack() as stack:
+        servers = [
+            stack.enter_context(
+                rag_sim_triton(workdir / f"pod{k}", scale, host=f"127.0.3.{k + 1}").start(
+                    workdir / f"pod{k}"
+                )
+            )
+            for k in range(args.replicas)
+        ]
+        fleet = RouterFleet(
+            [Endpoint(f"pod{k}", s.grpc_url, s.metrics_url) for k, s in enumerate(servers)]
+        )
+        stack.callback(fleet.close)
+        # Profile the front through one replica's router, as `compass profile` does.
+        profiler = TritonRouter(servers[0].grpc_url)
+        stack.callback(profiler.close)
         configs = [
             (c, float(np.mean(data["configs"][config_key(c)]["scores"]))) for c in PAPER_FRONT
         ]
         document = profile_configurations(
-            router,
+            profiler,
             configs,
             ProfileSettings(warmup_runs=5, measured_runs=args.profile_runs),
             lambda i: {"sample": i % QUESTIONS},
         )
         profiles = parse_profiles(document)
-        print(f"rag-sim on Triton 2.51 (CPU), time scale {scale:g}; profiled front (paper scale):")
+        # The switch's cost, measured: decision -> every replica serving it, at idle.
+        idle = [fleet.switch(ACCURATE if i % 2 else FASTEST).seconds for i in range(IDLE_SWITCHES)]
+        switch_delay_s = float(np.percentile(idle, 95))
+        print(
+            f"rag-sim on {args.replicas} Triton 2.51 replica(s) (CPU), time scale {scale:g}; "
+            f"profiled front (paper scale):"
+        )
         for p in profiles:
             print(
                 f"  accuracy {p.accuracy:.4f}  mean {p.mean_ms / scale:6.1f} ms  "
                 f"p95 {p.p95_ms / scale:6.1f} ms  {p.name}"
             )
-        pattern = make_pattern(
-            "spike", args.base_qps / scale, args.duration * scale, seed=args.seed
+        idle_ms = percentiles_ms(idle)
+        print(
+            f"switch of every replica at idle ({IDLE_SWITCHES}x, real ms): p50 {idle_ms['p50']}, "
+            f"p95 {idle_ms['p95']}, max {idle_ms['max']}"
         )
-        scenario = make_scenario(pattern, args.seed)
-        # Already scaled: the pattern was made at the scaled rate and duration.
+        if pattern.kind is PatternKind.TRACE:
+            trace = [t * scale for t in read_trace(Path(args.trace))]
+            scaled = make_pattern(PatternKind.TRACE, 1.0, 1.0, trace_s=trace)
+        else:
+            # The base rate is per replica: the Service splits the arrivals among them.
+            scaled = make_pattern(
+                pattern.kind,
+                pattern.base_qps * args.replicas / scale,
+                pattern.duration_s * scale,
+                seed=seed,
+            )
+        scenario = make_scenario(scaled, seed)
+        replicas = scenario.pods_of(args.replicas).tolist()
         load = RagSimLoad(scenario)
         arrivals = load.arrivals_s()
         print(
-            f"spike: base {args.base_qps:g} QPS, x4 for the middle third, {args.duration:g} s, "
-            f"{scenario.requests} requests, seed {args.seed}\n"
+            f"{pattern.kind.value}: base {pattern.base_qps:g} QPS per replica, "
+            f"{pattern.duration_s:g} s, {scenario.requests} requests, seed {seed}\n"
         )
-
         header = (
             f"{'SLO':>5} {'run':<9} {'compl%':>7} {'sim%':>6} {'accuracy':>8} "
             f"{'p95 ms':>7} {'failed':>6} {'switches':>8}"
         )
         print(header)
-        reloads_ms: list[float] = []
-        effects_ms: list[float] = []
+        runs: list[dict[str, Any]] = []
+        under_load: list[float] = []
         for slo_ms in slos:
-            plan = plan_from_profiles(profiles, Slo(slo_ms * scale, 95.0), 50.0 * scale)
+            plan = plan_from_profiles(
+                profiles,
+                Slo(slo_ms * scale, 95.0),
+                50.0 * scale,
+                switch_delay_ms=1000 * switch_delay_s,
+            )
             spec = spec_for_plan(
                 plan, Hysteresis(downscale_cooldown_seconds=5.0 * scale), interval_seconds=scale
             )
             members = [t.profile for t in plan.thresholds]
             predicted = compare(
-                {"policy": spec.elastico()}, members, scenario, slo_ms * scale, interval_s=scale
+                {"policy": spec.elastico()},
+                members,
+                scenario,
+                slo_ms * scale,
+                interval_s=scale,
+                pods=args.replicas,
+                switch_delay_s=switch_delay_s,
             )
             for label, run in serve_each(
-                router,
+                fleet,
                 plan,
                 spec.elastico(),
-                TritonQueueDepth(triton.metrics_url),
+                FleetQueueDepth(lambda: fleet.endpoints),
                 arrivals,
                 load.payload,
                 slo_ms,
                 interval_s=scale,
                 time_scale=scale,
                 labels=set(args.runs.split(",")),
+                replicas=replicas,
             ):
-                # Reloads are real time at any time scale; the effect is reported unscaled.
-                reloads_ms += [e.reload_s * 1000 for e in run.switch_events]
-                effects_ms += [e * scale * 1000 for e in run.switch_effects_s()]
+                under_load += [e.switch_s for e in run.switch_events]
                 report = predicted.get(label)
+                sim = report.compliance if report else float("nan")
                 print(
-                    f"{slo_ms:5.0f} {label:<9} {run.compliance:7.1f} "
-                    f"{report.compliance if report else float('nan'):6.1f} "
+                    f"{slo_ms:5.0f} {label:<9} {run.compliance:7.1f} {sim:6.1f} "
                     f"{run.accuracy:8.4f} {run.percentile_ms(95):7.0f} "
-                    f"{run.failed:6d} {run.switches:8d}"
+                    f"{run.failed:6d} {run.switches:8d}",
+                    flush=True,
                 )
-        router.close()
-    if reloads_ms:
-        print(
-            f"\nswitches: {len(reloads_ms)}; router reload over gRPC (real ms): median "
-            f"{statistics.median(reloads_ms):.0f}, max {max(reloads_ms):.0f}; decision -> first "
-            f"reply served by the new configuration (real ms): median "
-            f"{statistics.median(effects_ms):.0f}, max {max(effects_ms):.0f}"
-        )
+                runs.append(
+                    {
+                        "slo_ms": slo_ms,
+                        "run": label,
+                        "compliance_pct": round(run.compliance, 2),
+                        "sim_compliance_pct": round(sim, 2),
+                        "accuracy": round(run.accuracy, 4),
+                        "failed": run.failed,
+                        "switches": run.switches,
+                    }
+                )
+    loaded_ms = percentiles_ms(under_load)
+    print(
+        f"\nswitches under load: {len(under_load)}; every replica switched (real ms): "
+        f"p50 {loaded_ms['p50']}, p95 {loaded_ms['p95']}, max {loaded_ms['max']}"
+    )
     print(f"wall time {time.monotonic() - started:.0f} s")
+    if args.json:
+        document = {
+            "replicas": args.replicas,
+            "pattern": pattern.kind.value,
+            "time_scale": scale,
+            "runs": runs,
+            "switch_ms": idle_ms,
+            "switch_under_load_ms": loaded_ms,
+        }
+        Path(args.json).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     return 0
 
 

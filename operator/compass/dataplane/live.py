@@ -1,30 +1,52 @@
-"""One Elastico step against real metrics and the real router: the operator's timer calls this.
+"""One Elastico step against real metrics and the real routers: the operator's timer calls this.
 
-``step`` reads the queue depth, asks the pure policy for a decision and, when it switches,
-patches Triton's routing. If the metrics are unavailable the policy sees no observation (and
-holds or falls back, as the policy says); if Triton refuses or cannot be reached, the switch is
-not recorded: the state keeps the configuration that is really active, and the note says so.
+``step`` reads the queue depth, asks the pure policy for a decision and puts the routing where
+the decision says, on every pod, every step: a switch is idempotent and costs milliseconds, so
+repeating it is how a pod that joined or restarted catches up within one interval. If the
+metrics are unavailable the policy sees no observation (and holds or falls back, as the policy
+says); if no pod takes a switch, it is not recorded: the state keeps the configuration that is
+really active, and the note says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
+from compass.dataplane.fleet import FleetSwitch
 from compass.dataplane.metrics import MetricsUnavailableError, QueueDepthSource
-from compass.dataplane.triton import RoutingError, SwitchReport, TritonRouter
+from compass.dataplane.triton import RoutingError, SwitchReport
 from compass.domain.elastico import Decision, Elastico, Observation, PolicyState
+from compass.domain.evaluation import Config
+
+
+class Router(Protocol):
+    """What the loop switches: one Triton's router (TritonRouter) or every pod's (RouterFleet)."""
+
+    def active_config(self) -> str:
+        """Canonical key of the configuration served now."""
+        ...
+
+    def switch(self, config: Config) -> SwitchReport:
+        """Make ``config`` active (idempotent); raises RoutingError if it could not."""
+        ...
 
 
 @dataclass(frozen=True)
 class StepResult:
-    """What one step saw and did."""
+    """What one step saw and did.
+
+    ``switch`` is the switch a decision made; ``routing`` the report of this step's routing
+    call, a switch or a hold (for a fleet: each pod's outcome).
+    """
 
     observation: Observation | None
     decision: Decision
     state: PolicyState
     switch: SwitchReport | None
     problem: str | None
+    routing: SwitchReport | None = None
 
     @property
     def switched(self) -> bool:
@@ -34,11 +56,11 @@ class StepResult:
 
 @dataclass
 class LiveLoop:
-    """The policy wired to one metrics source and one router."""
+    """The policy wired to one metrics source and one router (or a fleet of them)."""
 
     policy: Elastico
     source: QueueDepthSource
-    router: TritonRouter
+    router: Router
     arrival_rate: Callable[[], float | None] | None = None
 
     def initial_state(self, now: float) -> PolicyState:
@@ -67,6 +89,7 @@ class LiveLoop:
             queue_depth=reading.queue_depth,
             arrivals_total=reading.arrivals_total,
             arrival_rate_qps=rate,
+            pods=reading.pods,
         )
         return observation, None
 
@@ -74,15 +97,24 @@ class LiveLoop:
         """Observe, decide, actuate; the returned state is what is really active."""
         observation, problem = self.observe(now)
         decision, proposed = self.policy.decide(observation, state, now)
-        if not decision.switched:
-            return StepResult(observation, decision, proposed, None, problem)
         config = self.policy.plan.thresholds[decision.index].profile.config
         try:
             report = self.router.switch(config)
         except RoutingError as error:
+            if not decision.switched:
+                note = f"routing of {decision.target} not confirmed: {error}"
+                return StepResult(observation, decision, proposed, None, _join(problem, note))
             # The router still serves the old configuration: keep the old state (and its
             # timers), so the next step decides again from what is true.
             held = replace(state, last_reason=f"switch to {decision.target} failed: {error}")
             note = f"holding {state.active}: switch to {decision.target} failed: {error}"
             return StepResult(observation, decision, held, None, note)
-        return StepResult(observation, decision, proposed, report, problem)
+        if isinstance(report, FleetSwitch) and report.lagging:
+            lagging = ", ".join(f"{p.pod} ({p.error or p.config})" for p in report.lagging)
+            problem = _join(problem, f"pods not serving {decision.target}: {lagging}")
+        switch = report if decision.switched else None
+        return StepResult(observation, decision, proposed, switch, problem, report)
+
+
+def _join(first: str | None, second: str) -> str:
+    return second if first is None else f"{first}; {second}"

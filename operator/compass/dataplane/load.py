@@ -26,19 +26,27 @@ class RequestRecord:
 
 
 def run_load(
-    url: str,
+    url: str | Sequence[str],
     arrivals: Sequence[float],
     payload: Callable[[int], dict[str, Any]],
     model: str = DEFAULT_ROUTER_MODEL,
     timeout_s: float = 120.0,
     on_reply: Callable[[RequestRecord], None] | None = None,
+    replicas: Sequence[int] | None = None,
 ) -> list[RequestRecord]:
     """Send request i at ``arrivals[i]`` seconds (open loop) and wait for every reply.
 
-    Requests go out asynchronously on one gRPC channel, so a slow reply never delays the next
-    arrival: queueing happens in Triton, where Elastico can see it.
+    Requests go out asynchronously on one gRPC channel per server, so a slow reply never delays
+    the next arrival: queueing happens in Triton, where Elastico can see it. With several
+    servers (``url`` a list), request i goes to ``url[replicas[i]]``, as a Service that
+    balances each request would send it (the simulator's assignment, so runs stay paired).
     """
-    client = grpcclient.InferenceServerClient(url)
+    urls = [url] if isinstance(url, str) else list(url)
+    if replicas is None:
+        replicas = [0] * len(arrivals)
+    if len(replicas) != len(arrivals) or any(not 0 <= r < len(urls) for r in replicas):
+        raise ValueError(f"replicas: one index in [0, {len(urls)}) per arrival")
+    clients = [grpcclient.InferenceServerClient(u) for u in urls]
     records: list[RequestRecord | None] = [None] * len(arrivals)
     done = threading.Semaphore(0)
     start = time.perf_counter()
@@ -66,6 +74,7 @@ def run_load(
                 on_reply(record)
             done.release()
 
+        client = clients[replicas[index]]
         client.async_infer(model, [tensor], callback, client_timeout=timeout_s)
 
     try:
@@ -77,5 +86,6 @@ def run_load(
         for _ in arrivals:
             done.acquire()
     finally:
-        client.close()
+        for client in clients:
+            client.close()
     return [r for r in records if r is not None]

@@ -6,6 +6,7 @@ import math
 import re
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,10 +32,15 @@ def default_arrivals_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
 
 @dataclass(frozen=True)
 class MetricsReading:
-    """One reading: the queue depth now and, when known, a counter of arrivals so far."""
+    """One reading: the queue depth now and, when known, a counter of arrivals so far.
+
+    Read from several pods, both are per pod (``pods`` of them): the depth aggregated over the
+    pods, the counter the arrivals divided among them.
+    """
 
     queue_depth: float
     arrivals_total: float | None = None
+    pods: int = 1
 
 
 class MetricsUnavailableError(RuntimeError):
@@ -58,7 +64,11 @@ class QueueDepthSource(Protocol):
 
 
 class PrometheusQueueDepth:
-    """A PromQL query through prometheus-api-client; the query must return one number."""
+    """A PromQL query through prometheus-api-client; the query must return one number.
+
+    The queries give totals over every pod (``sum``); with ``pods`` (how many are ready now)
+    the reading is per pod: both divided by it, as the planner's thresholds are per server.
+    """
 
     def __init__(
         self,
@@ -66,8 +76,10 @@ class PrometheusQueueDepth:
         query: str | None = None,
         timeout_s: float = 2.0,
         arrivals_query: str | None = None,
+        pods: Callable[[], int] | None = None,
     ) -> None:
         self.url = url
+        self.pods = pods
         self.query = query or default_query()
         self.arrivals_query = arrivals_query
         self.timeout_s = timeout_s
@@ -89,7 +101,8 @@ class PrometheusQueueDepth:
         """Queue depth, and arrivals when an arrivals query is configured."""
         depth = self._scalar(self.query)
         arrivals = self._scalar(self.arrivals_query) if self.arrivals_query else None
-        return MetricsReading(depth, arrivals)
+        pods = max(self.pods(), 1) if self.pods is not None else 1
+        return MetricsReading(depth / pods, None if arrivals is None else arrivals / pods, pods)
 
     def _scalar(self, query: str) -> float:
         """Evaluate a query that must return one number."""
@@ -183,8 +196,10 @@ def source_for(
     model: str = DEFAULT_ROUTER_MODEL,
     query: str | None = None,
     arrivals_query: str | None = None,
+    pods: Callable[[], int] | None = None,
 ) -> QueueDepthSource:
-    """The metrics source a policy names: ``prometheus`` (PromQL) or ``triton`` (/metrics)."""
+    """The metrics source a policy names: ``prometheus`` (PromQL, totals divided among the
+    ``pods``) or ``triton`` (one server's /metrics)."""
     if kind == "triton":
         return TritonQueueDepth(url, model=model)
     if kind == "prometheus":
@@ -192,5 +207,6 @@ def source_for(
             url,
             query or default_query(model),
             arrivals_query=arrivals_query or default_arrivals_query(model),
+            pods=pods,
         )
     raise ValueError(f"metrics type {kind!r}: use prometheus or triton")

@@ -97,12 +97,17 @@ class Observation:
     ``arrivals_total`` is a counter of requests that arrived (the policy derives rates with
     confidence bounds from it); ``arrival_rate_qps`` is a rate the metrics source measured
     itself, used as it is when there is no counter (its own window sets its noise).
+
+    With several pods behind a Service all three are per pod, as the planner's thresholds are:
+    the queue aggregated over the ``pods``, the counter and the rate divided among them. The
+    confidence bounds count the arrivals of all pods (``pods`` times the per-pod counter).
     """
 
     time: float
     queue_depth: float
     arrivals_total: float | None = None
     arrival_rate_qps: float | None = None
+    pods: int = 1
 
 
 @dataclass(frozen=True)
@@ -274,23 +279,26 @@ class Elastico:
         if observation.arrivals_total is None:
             measured = observation.arrival_rate_qps
             return measured, lambda _window: measured
+        pods = max(observation.pods, 1)
         return (
-            self._leave_rate(state, observation.time),
-            lambda window: self._enter_rate(state, observation.time, window),
+            self._leave_rate(state, observation.time, pods),
+            lambda window: self._enter_rate(state, observation.time, window, pods),
         )
 
-    def _leave_rate(self, state: PolicyState, now: float) -> float | None:
-        """The highest rate the recent arrivals show with LEAVE_CONFIDENCE; None if unknown."""
+    def _leave_rate(self, state: PolicyState, now: float, pods: int) -> float | None:
+        """The highest per-pod rate the recent arrivals show with LEAVE_CONFIDENCE, if known."""
         bounds = [
-            rate_lower_bound(count, seconds, LEAVE_CONFIDENCE)
+            rate_lower_bound(count * pods, seconds, LEAVE_CONFIDENCE) / pods
             for window in LEAVE_WINDOWS_S
             if (measured := _arrivals_in(state.arrivals, now, window)) is not None
             for count, seconds in [measured]
         ]
         return max(bounds) if bounds else None
 
-    def _enter_rate(self, state: PolicyState, now: float, window_s: float) -> float | None:
-        """The rate over the window that the arrivals stay under with ENTER_CONFIDENCE."""
+    def _enter_rate(
+        self, state: PolicyState, now: float, window_s: float, pods: int
+    ) -> float | None:
+        """The per-pod rate over the window that the arrivals stay under with ENTER_CONFIDENCE."""
         if not state.arrivals:
             return None
         measured = _arrivals_in(state.arrivals, now, window_s)
@@ -298,7 +306,7 @@ class Elastico:
             # The counter is younger than the window: it cannot vouch for all of it yet.
             return math.inf
         count, seconds = measured
-        return rate_upper_bound(count, seconds, ENTER_CONFIDENCE)
+        return rate_upper_bound(count * pods, seconds, ENTER_CONFIDENCE) / pods
 
     def _overloaded(self, rate: float | None) -> bool:
         """Whether the arrivals are over even the fastest configuration's rate limit."""

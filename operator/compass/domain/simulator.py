@@ -420,3 +420,17 @@ def compare(
         label: simulate(controller, front, scenario, slo_ms, label, interval_s)
         for label, controller in controllers.items()
     }
+
+
+class QueueAggregate(StrEnum):
+    """How the pods' queues make the one queue depth the policy sees."""
+
+    MEAN = "mean"
+    MAX = "max"
+
+
+def aggregate_queue(depths: Sequence[float], aggregate: QueueAggregate) -> float:
+    """The pods' queue depths as one per-pod depth: their mean or their maximum."""
+    if not depths:
+        return 0.0
+    return float(max(depths) if aggregate is QueueAggregate.MAX else sum(depths) / len(depths))

@@ -455,7 +455,7 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     rows = comparison_rows(runs, predicted)
     say.say(comparison_text(rows))
     switches = [
-        {"time_s": round(e.time_s, 2), "config": e.config, "reload_ms": round(e.reload_s * 1000, 1)}
+        {"time_s": round(e.time_s, 2), "config": e.config, "switch_ms": round(e.switch_s * 1000, 1)}
         for e in runs["policy"].switch_events
     ]
     slo = Slo(settings.slo_ms, settings.percentile)

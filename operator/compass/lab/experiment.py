@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from compass.dataplane.fleet import RouterFleet
 from compass.dataplane.live import LiveLoop, StepResult
 from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.metrics import QueueDepthSource
@@ -27,18 +28,19 @@ from compass.domain.planner import Plan
 from compass.domain.simulator import Tick
 
 FloatArray = npt.NDArray[np.float64]
-# Long enough for the router's reload to settle and Triton's queue gauge to read empty.
+# Long enough for Triton's queue gauge to read empty after the previous run.
 SETTLE_S = 1.0
 OBSERVED_WINDOW_S = 5.0  # unscaled: the arrival rate drawn on the timeline
 
 
 @dataclass(frozen=True)
 class SwitchEvent:
-    """A switch the live loop made: when (s from the load's start), to what, the reload's cost."""
+    """A switch the live loop made: when (s from the load's start), to what, and how long the
+    switch call took (real seconds: to every pod, for a fleet)."""
 
     time_s: float
     config: str
-    reload_s: float
+    switch_s: float
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,18 @@ def run_live_loop(
         stop.wait(max(0.0, interval_s - (time.monotonic() - tick)))
 
 
+Routing = TritonRouter | RouterFleet
+
+
+def load_urls(router: Routing) -> list[str]:
+    """The gRPC addresses the load goes to: the one server, or every pod of the fleet."""
+    if isinstance(router, RouterFleet):
+        return [endpoint.grpc_url for endpoint in router.endpoints]
+    return [router.url]
+
+
 def serve(
-    router: TritonRouter,
+    router: Routing,
     label: str,
     start: Config,
     arrivals_s: Sequence[float],
@@ -138,11 +150,13 @@ def serve(
     interval_s: float = 1.0,
     time_scale: float = 1.0,
     offered_qps: Callable[[float], float] | None = None,
+    replicas: Sequence[int] | None = None,
 ) -> LiveRun:
     """Serve the (scaled) arrivals from ``start``; with a loop, Elastico switches meanwhile.
 
     ``arrivals_s``, ``interval_s`` and the loop's policy are in scaled time; ``slo_ms`` and
-    ``offered_qps(t)`` unscaled. The run is reported unscaled.
+    ``offered_qps(t)`` unscaled. The run is reported unscaled. With a fleet, request i goes to
+    pod ``replicas[i]`` (the scenario's assignment).
     """
     router.switch(start)
     time.sleep(SETTLE_S)
@@ -187,7 +201,9 @@ def serve(
         )
         thread.start()
     try:
-        records = run_load(router.url, arrivals_s, payload, model=router.model)
+        records = run_load(
+            load_urls(router), arrivals_s, payload, model=router.model, replicas=replicas
+        )
     finally:
         stop.set()
         if thread is not None:
@@ -211,7 +227,7 @@ RUNS = ("fastest", "accurate", "policy")
 
 
 def serve_each(
-    router: TritonRouter,
+    router: Routing,
     plan: Plan,
     policy: Elastico,
     queue: QueueDepthSource,
@@ -223,6 +239,7 @@ def serve_each(
     time_scale: float = 1.0,
     offered_qps: Callable[[float], float] | None = None,
     labels: Collection[str] = RUNS,
+    replicas: Sequence[int] | None = None,
 ) -> Iterator[tuple[str, LiveRun]]:
     """The arrivals on the fastest, the most accurate, then with the policy; each run as it ends."""
     # The policy starts from the fastest eligible member; ``labels`` picks which runs to make.
@@ -242,5 +259,6 @@ def serve_each(
                 interval_s=interval_s,
                 time_scale=time_scale,
                 offered_qps=offered_qps,
+                replicas=replicas,
             ),
         )

@@ -1,0 +1,238 @@
+"""Every Triton pod of a deployment, switched together, and their queues read together.
+
+A ``RouterFleet`` holds one ``TritonRouter`` per pod (its endpoints come from Kubernetes
+EndpointSlices, a list, or a single address) and makes each switch on all of them in parallel:
+the decision reaches every pod in about one control request's time. A pod that refuses or
+cannot be reached does not stop the others; the report names it, and the next tick tries it
+again (``switch`` is idempotent, so the live loop repeats it every tick: a pod that joins or
+restarts serves the active configuration within one interval).
+
+``FleetQueueDepth`` scrapes every pod's /metrics in parallel and turns them into the one
+observation the policy takes: the per-pod queue (the planner's thresholds are for one server),
+and a per-pod arrivals counter that stays continuous when pods come and go.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.dataplane.metrics import MetricsReading, MetricsUnavailableError, TritonQueueDepth
+from compass.dataplane.triton import RoutingError, SwitchReport, TritonRouter
+from compass.domain.evaluation import Config
+from compass.domain.simulator import QueueAggregate, aggregate_queue
+from compass.domain.space import config_key
+
+# Parallel calls at once: a switch to a hundred pods takes a few rounds, not a hundred.
+MAX_PARALLEL = 32
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One Triton pod: its name and where its gRPC and metrics ports are."""
+
+    name: str
+    grpc_url: str
+    metrics_url: str | None = None
+
+
+@dataclass(frozen=True)
+class PodSwitch:
+    """What one pod serves after a switch, or why it could not be reached or refused."""
+
+    pod: str
+    config: str | None
+    seconds: float
+    changed: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class FleetSwitch(SwitchReport):
+    """A switch of every pod: the slowest pod's time, and each pod's outcome."""
+
+    pods: tuple[PodSwitch, ...] = ()
+
+    @property
+    def lagging(self) -> tuple[PodSwitch, ...]:
+        """The pods that do not serve the configuration."""
+        return tuple(p for p in self.pods if p.config != self.config)
+
+    @property
+    def serving(self) -> int:
+        """How many pods serve the configuration."""
+        return len(self.pods) - len(self.lagging)
+
+
+def _parallel(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Run the calls at once; their results in order."""
+    if len(calls) <= 1:
+        return [call() for call in calls]
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(calls))) as pool:
+        return list(pool.map(lambda call: call(), calls))
+
+
+class RouterFleet:
+    """The router model of every pod; endpoints may change between ticks (``update``)."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[Endpoint] = (),
+        model: str = DEFAULT_ROUTER_MODEL,
+        timeout_s: float = 10.0,
+        attempts: int = 1,
+        backoff_s: float = 0.1,
+    ) -> None:
+        self.model = model
+        self.timeout_s, self.attempts, self.backoff_s = timeout_s, attempts, backoff_s
+        self.routers: dict[Endpoint, TritonRouter] = {}
+        self.update(endpoints)
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        """The pods now, in name order."""
+        return tuple(sorted(self.routers, key=lambda e: e.name))
+
+    def update(self, endpoints: Sequence[Endpoint]) -> None:
+        """Follow the pods: open clients for new ones, close those of pods that left."""
+        wanted = set(endpoints)
+        for gone in set(self.routers) - wanted:
+            self.routers.pop(gone).close()
+        for endpoint in wanted - set(self.routers):
+            self.routers[endpoint] = TritonRouter(
+                endpoint.grpc_url,
+                model=self.model,
+                timeout_s=self.timeout_s,
+                attempts=self.attempts,
+                backoff_s=self.backoff_s,
+            )
+
+    def close(self) -> None:
+        """Close every client."""
+        self.update(())
+
+    def _each(self, act: Callable[[Endpoint, TritonRouter], PodSwitch]) -> list[PodSwitch]:
+        return _parallel([partial(act, e, self.routers[e]) for e in self.endpoints])
+
+    def active_config(self) -> str:
+        """What most pods serve (a tie: the first pod's); RoutingError if none answers."""
+        if not self.routers:
+            raise RoutingError(f"no ready Triton pod serves {self.model}")
+
+        def ask(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
+            try:
+                return PodSwitch(endpoint.name, router.active_config(), 0.0)
+            except RoutingError as error:
+                return PodSwitch(endpoint.name, None, 0.0, error=str(error))
+
+        answers = self._each(ask)
+        served = Counter(a.config for a in answers if a.config is not None)
+        if not served:
+            raise RoutingError("; ".join(f"{a.pod}: {a.error}" for a in answers))
+        return served.most_common(1)[0][0]  # ties keep the first pod's: Counter is ordered
+
+    def switch(self, config: Config) -> FleetSwitch:
+        """Make ``config`` active on every pod at once; RoutingError only if no pod took it."""
+        wanted = config_key(config)
+        if not self.routers:
+            raise RoutingError(f"no ready Triton pod serves {self.model}: nothing to switch")
+
+        def set_one(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
+            try:
+                report = router.switch(config)
+            except RoutingError as error:
+                return PodSwitch(endpoint.name, None, 0.0, error=str(error))
+            return PodSwitch(endpoint.name, report.config, report.seconds, report.changed)
+
+        pods = tuple(self._each(set_one))
+        report = FleetSwitch(
+            config=wanted,
+            attempts=1,
+            seconds=max(p.seconds for p in pods),
+            changed=any(p.changed for p in pods),
+            pods=pods,
+        )
+        if not report.serving:
+            raise RoutingError(
+                f"switch to {wanted} failed on every pod: "
+                + "; ".join(f"{p.pod}: {p.error}" for p in pods)
+            )
+        return report
+
+
+@dataclass
+class FleetQueueDepth:
+    """Every pod's Triton /metrics, scraped at once, as one per-pod observation."""
+
+    endpoints: Callable[[], Sequence[Endpoint]]
+    model: str = DEFAULT_ROUTER_MODEL
+    aggregate: QueueAggregate = QueueAggregate.MEAN
+    timeout_s: float = 2.0
+    # The arrivals counter per pod at the last reading, and the per-pod total so far.
+    last: dict[str, float] = field(default_factory=dict)
+    per_pod_arrivals: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def describe(self) -> str:
+        """Which pods, which series."""
+        names = ", ".join(e.name for e in self.endpoints()) or "no pods"
+        return (
+            f"Triton metrics of {names}: nv_inference_pending_request_count"
+            f"{{model={self.model!r}}}, {self.aggregate.value} over pods"
+        )
+
+    def queue_depth(self) -> float:
+        """The per-pod queue depth now."""
+        return self.read().queue_depth
+
+    def read(self) -> MetricsReading:
+        """Scrape every pod; pods that cannot be read are left out (all of them: an error)."""
+        endpoints = [e for e in self.endpoints() if e.metrics_url]
+        if not endpoints:
+            raise MetricsUnavailableError(f"no pod with a metrics URL for {self.model}")
+
+        def scrape(endpoint: Endpoint) -> MetricsReading | str:
+            assert endpoint.metrics_url is not None
+            source = TritonQueueDepth(endpoint.metrics_url, self.model, timeout_s=self.timeout_s)
+            try:
+                return source.read()
+            except MetricsUnavailableError as error:
+                return str(error)
+
+        results = _parallel([partial(scrape, e) for e in endpoints])
+        readings = {
+            e.name: r for e, r in zip(endpoints, results, strict=True) if not isinstance(r, str)
+        }
+        if not readings:
+            raise MetricsUnavailableError("; ".join(str(r) for r in results))
+        with self.lock:
+            arrivals = self._advance(readings)
+        depth = aggregate_queue([r.queue_depth for r in readings.values()], self.aggregate)
+        return MetricsReading(depth, arrivals, pods=len(readings))
+
+    def _advance(self, readings: Mapping[str, MetricsReading]) -> float | None:
+        """Add the arrivals since the last reading, per pod; a pod's first reading is a baseline.
+
+        Like Prometheus' rate(): a counter that went down was reset (its pod restarted), and
+        everything it shows counts as new.
+        """
+        if any(r.arrivals_total is None for r in readings.values()):
+            return None
+        increase = 0.0
+        for name, reading in readings.items():
+            assert reading.arrivals_total is not None
+            before = self.last.get(name)
+            if before is not None:
+                now = reading.arrivals_total
+                increase += now - before if now >= before else now
+            self.last[name] = reading.arrivals_total
+        for name in set(self.last) - set(readings):
+            del self.last[name]
+        self.per_pod_arrivals += increase / len(readings)
+        return self.per_pod_arrivals
