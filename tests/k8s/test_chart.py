@@ -436,23 +436,27 @@ def _contains(stored: Any, expected: Any, path: str = "") -> list[str]:
         "rag-sim-workflow.yaml",
         "pareto-policy-gitops.yaml",
         "prometheus-scrape.yaml",
+        "rag-sim-triton.yaml",
     ],
 )
 def test_example_applies_as_written(
     k8s_cluster: Cluster, cluster_mode: Installed, example: str
 ) -> None:
     """kubectl apply with the chart's CRDs: accepted, and read back with nothing pruned."""
-    document = yaml.safe_load((EXAMPLES / example).read_text())
+    documents = [d for d in yaml.safe_load_all((EXAMPLES / example).read_text()) if d]
     namespace = cluster_mode.workloads[0]
     k8s_cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / example))
-    kind, name = document["kind"].lower(), document["metadata"]["name"]
+    for document in documents:
+        kind, name = document["kind"].lower(), document["metadata"]["name"]
 
-    def stored() -> Any:
-        result = k8s_cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
-        return json.loads(result.stdout) if result.returncode == 0 else None
+        def stored(kind: str = kind, name: str = name) -> Any:
+            result = k8s_cluster.kubectl(
+                "get", kind, name, "-n", namespace, "-o", "json", check=False
+            )
+            return json.loads(result.stdout) if result.returncode == 0 else None
 
-    found = wait_for(stored, 10, f"{kind}/{name}")
-    body = {k: v for k, v in document.items() if k not in ("apiVersion", "kind", "metadata")}
-    assert _contains(found, body) == []
-    labels = document["metadata"].get("labels", {})
-    assert labels.items() <= found["metadata"].get("labels", {}).items()
+        found = wait_for(stored, 10, f"{kind}/{name}")
+        body = {k: v for k, v in document.items() if k not in ("apiVersion", "kind", "metadata")}
+        assert _contains(found, body) == []
+        labels = document["metadata"].get("labels", {})
+        assert labels.items() <= found["metadata"].get("labels", {}).items()

@@ -300,6 +300,16 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
         _entry(1, latencyP99Ms=None, latencyMeanMs=240.0),
         False,
     ),
+    "routing to a Service's pods": (
+        ParetoPolicySpec,
+        lambda s: s.update(routing={"service": "triton", "grpcPort": 8001}),
+        True,
+    ),
+    "routing to a Service and an address": (
+        ParetoPolicySpec,
+        lambda s: s.update(routing={"service": "triton", "grpcEndpoint": "triton:8001"}),
+        False,
+    ),
 }
 
 # Rules that CEL cannot state on these schemas stay with the operator (pydantic): the server

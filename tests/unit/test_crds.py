@@ -81,7 +81,8 @@ def test_schema_is_structural_and_documented(resource: Any) -> None:
     for part in ("spec", "status"):
         for path, node in _nodes(root["properties"][part], part):
             assert not FORBIDDEN & set(node), f"{path}: {FORBIDDEN & set(node)}"
-            assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+            untyped = ("x-kubernetes-preserve-unknown-fields", "x-kubernetes-int-or-string")
+            assert "type" in node or any(node.get(k) for k in untyped), path
             for bound in ("exclusiveMinimum", "exclusiveMaximum"):
                 assert node.get(bound, True) is True, f"{path}: {bound} must be a boolean"
             if not path.endswith(("[]", "{}")):

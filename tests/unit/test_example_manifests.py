@@ -27,6 +27,7 @@ COVERED = {
     "rag-sim-workflow.yaml",
     "pareto-policy-gitops.yaml",
     "prometheus-scrape.yaml",
+    "rag-sim-triton.yaml",
 }
 
 
@@ -91,6 +92,34 @@ def test_policy_example_is_a_plannable_pareto_policy() -> None:
     # The spec round-trips: what GitOps stores is what the operator reads back.
     dumped = spec.model_dump(by_alias=True, exclude_unset=True, mode="json")
     assert ParetoPolicySpec.model_validate(dumped) == spec
+
+
+def test_triton_example_is_what_the_workflow_and_the_policy_target() -> None:
+    """examples/rag-sim-triton.yaml: 2 ready-probed replicas behind the Service both name, with
+    the named ports the policy's routing uses."""
+    deployment, service = yaml.safe_load_all((EXAMPLES / "rag-sim-triton.yaml").read_text())
+    assert (deployment["kind"], service["kind"]) == ("Deployment", "Service")
+    workflow = CompoundWorkflowSpec.model_validate(load("rag-sim-workflow.yaml")["spec"])
+    policy = ParetoPolicySpec.model_validate(load("pareto-policy-gitops.yaml")["spec"])
+    assert policy.routing is not None
+    assert service["metadata"]["name"] == workflow.triton.service == policy.routing.service
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]
+    selector = service["spec"]["selector"]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    assert selector == deployment["spec"]["selector"]["matchLabels"]
+    (container,) = pod["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    service_ports = {p["name"]: p for p in service["spec"]["ports"]}
+    for name, number in [
+        (policy.routing.grpc_port, workflow.triton.grpc_port),
+        (policy.routing.metrics_port, workflow.triton.metrics_port),
+    ]:
+        assert ports[str(name)] == number
+        assert service_ports[str(name)]["targetPort"] == name
+    probe = container["readinessProbe"]["httpGet"]
+    assert probe["path"] == "/v2/health/ready"
+    assert ports[probe["port"]] == workflow.triton.http_port
 
 
 def test_policy_example_is_the_papers_front() -> None:

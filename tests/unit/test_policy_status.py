@@ -67,6 +67,18 @@ def test_address_override_replaces_the_routing_endpoint() -> None:
     assert compiled.metrics.url == "http://127.0.0.1:8002/metrics"
 
 
+def test_a_service_target_switches_its_pods_and_reads_each_pods_metrics() -> None:
+    routing = {"service": "triton", "grpcPort": "grpc", "metricsPort": 9102}
+    compiled = ps.compile_policy(spec(routing=routing), 1)
+    assert (compiled.service, compiled.grpc_address) == ("triton", None)
+    assert (compiled.grpc_port, compiled.metrics_port) == ("grpc", 9102)
+    # No metrics section: every pod's own /metrics, no single URL.
+    assert compiled.metrics == ps.MetricsTarget(MetricsSourceType.TRITON, None, None, None)
+    # The address override (a dev setting) still wins over the Service.
+    overridden = ps.compile_policy(spec(routing=routing), 1, address_override="127.0.0.1:9")
+    assert (overridden.service, overridden.grpc_address) == (None, "127.0.0.1:9")
+
+
 def test_prometheus_source_keeps_its_queries() -> None:
     metrics = {"type": "prometheus", "url": "http://prom:9090", "query": "q", "arrivalsQuery": "a"}
     compiled = ps.compile_policy(spec(metrics=metrics), 1)
@@ -79,7 +91,12 @@ def test_prometheus_source_keeps_its_queries() -> None:
     ("change", "field", "fix"),
     [
         ({"slo": {"latencyMs": 10}}, "spec.slo.latencyMs", "raise the SLO above 23.0 ms"),
-        ({"routing": None}, "spec.routing.grpcEndpoint", "host:port"),
+        ({"routing": None}, "spec.routing.service", "routing.service: triton"),
+        (
+            {"routing": {"service": "triton", "grpcEndpoint": "t:8001"}},
+            "spec.routing",
+            "not both",
+        ),
         ({"routing": {"grpcEndpoint": "triton"}}, "spec.routing.grpcEndpoint", "triton:8001"),
         ({"metrics": {"type": "prometheus"}}, "spec.metrics.url", "Prometheus' base URL"),
         (
@@ -219,7 +236,7 @@ def by_type(conditions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def test_serving_policy_is_ready_with_metrics() -> None:
     health = ps.Health(metrics_read=True, metrics_source="m", active=FAST_NAME, decision="hold")
     found = by_type(conditions_of(health))
-    assert list(found) == [t.value for t in ConditionType]
+    assert list(found) == [t.value for t in ConditionType if t is not ConditionType.PODS_SERVING]
     assert found["Ready"]["status"] == "True"
     assert found["Ready"]["message"] == f"serving {FAST_NAME}; hold"
     assert found["MetricsAvailable"]["status"] == "True"
@@ -266,7 +283,11 @@ def test_unreachable_triton_keeps_the_metrics_condition_it_could_not_check() -> 
 
 def test_a_condition_of_another_type_is_kept_and_sorted_last() -> None:
     foreign = {"type": "Audited", "status": "True", "reason": "ByHand", "lastTransitionTime": ISO}
-    merged = conditions_of(ps.Health(metrics_read=True, active=FAST_NAME), [foreign])
+    key = config_key(FAST)
+    routing = ps.routing_status([("a", key, None)], key)
+    merged = conditions_of(
+        ps.Health(metrics_read=True, active=FAST_NAME, routing=routing), [foreign]
+    )
     assert [c["type"] for c in merged] == [*(t.value for t in ConditionType), "Audited"]
     assert {k: v for k, v in merged[-1].items() if v not in ("", None)} == foreign
 
@@ -443,3 +464,41 @@ def test_the_active_configuration_is_rounded_for_kubectl() -> None:
     active = ps.active_configuration(plan, plan.names[0])
     assert active is not None
     assert (active.accuracy, active.latency_p95_ms, active.latency_mean_ms) == (0.8482, 34.1, 20.0)
+
+
+# ---------------------------------------------------------------------------- pods
+
+
+def test_routing_status_counts_serving_pods_and_names_the_lagging_ones() -> None:
+    key = config_key(FAST)
+    pods = [("a", key, None), ("b", "other", None), ("c", None, "unreachable: refused")]
+    status = ps.routing_status(pods, key)
+    assert (status.pods, status.serving) == (3, 1)
+    assert [(p.name, p.reason) for p in status.lagging] == [
+        ("b", "serves other"),
+        ("c", "unreachable: refused"),
+    ]
+    many = ps.routing_status([(f"p{i}", None, "down") for i in range(50)], key)
+    assert (many.pods, many.serving, len(many.lagging)) == (50, 0, 20)
+
+
+def test_pods_condition_and_events_name_the_lagging_pod() -> None:
+    key = config_key(FAST)
+    serving = ps.Health(active=FAST_NAME, routing=ps.routing_status([("a", key, None)] * 2, key))
+    lagging = ps.Health(
+        active=FAST_NAME, routing=ps.routing_status([("a", key, None), ("b", None, "down")], key)
+    )
+    all_ok = ps.merge_conditions([], ps.health_conditions(serving), ISO, 1)
+    one_down = ps.merge_conditions(all_ok, ps.health_conditions(lagging), ISO, 1)
+    pods = {c["type"]: c for c in one_down}["PodsServing"]
+    assert (pods["status"], pods["reason"]) == ("False", "PodsLagging")
+    assert "1/2 pods serve" in pods["message"]
+    assert "b (down)" in pods["message"]
+    events = ps.transition_events(all_ok, one_down)
+    assert [(e.type, e.reason) for e in events] == [("Warning", "PodsLagging")]
+    assert "b (down)" in events[0].message
+    assert ps.transition_events(one_down, one_down) == []  # the same pods lagging: quiet
+    back = ps.merge_conditions(one_down, ps.health_conditions(serving), ISO, 1)
+    assert [e.reason for e in ps.transition_events(one_down, back)] == ["PodsServing"]
+    # A single Triton (no fleet) reports no PodsServing condition at all.
+    assert "PodsServing" not in {c.type for c in ps.health_conditions(ps.Health(active="x"))}

@@ -16,7 +16,7 @@ from compass.api.compoundworkflow import (
     WorkflowConditionType,
 )
 from compass.api.conditions import MESSAGE_CHARS, Condition, find_condition
-from compass.api.paretopolicy import ParetoPolicySpec
+from compass.api.paretopolicy import ParetoPolicySpec, RoutingTarget
 from compass.commands.job import best_accuracy, error_line
 from compass.controllers import workflow as reconcile
 from compass.controllers.builders import (
@@ -34,6 +34,7 @@ from compass.controllers.builders import (
     build_state_config_map,
     job_env,
     metrics_url,
+    routing_target,
 )
 from compass.controllers.workflow import (
     Create,
@@ -345,7 +346,7 @@ def _observe(
         search_job=search,
         profile_job=profile,
         pod_message=pod_message,
-        grpc_endpoint="triton.ml:8001",
+        routing=routing_target(WORKFLOW, _spec()),
         metrics_url="http://triton.ml:8002/metrics",
     )
 
@@ -475,11 +476,14 @@ def test_profiles_are_planned_into_a_policy() -> None:
     assert step.policy_spec is not None
     assert [e["accuracy"] for e in step.policy_spec["front"]] == [0.81, 0.87]
     assert step.policy_spec["slo"] == {"latencyMs": 300.0, "percentile": 95.0}
+    # Every pod of the workflow's Triton Service, each read on its own metrics port.
     assert step.policy_spec["routing"] == {
-        "grpcEndpoint": "triton.ml:8001",
+        "service": "triton",
+        "grpcPort": 8001,
+        "metricsPort": 8002,
         "routerModel": "router",
     }
-    assert step.policy_spec["metrics"]["type"] == "triton"
+    assert "metrics" not in step.policy_spec
     assert step.event is not None
     assert step.event.reason == "PolicyReady"
     assert step.event.message.startswith("ParetoPolicy rag: 2 configurations on the front")
@@ -514,7 +518,7 @@ def test_the_serving_settings_reach_the_generated_policy_and_its_plan() -> None:
     assert policy["metrics"] == {"type": "prometheus", "url": "http://prometheus.monitoring:9090"}
     assert (policy["onMetricsLoss"], policy["intervalSeconds"]) == ("fastest", 0.5)
     # The routing still comes from spec.triton; the plan used the slack buffer and model.
-    assert policy["routing"]["grpcEndpoint"] == "triton.ml:8001"
+    assert policy["routing"]["service"] == "triton"
     planned = ParetoPolicySpec.model_validate(policy).plan()
     assert (planned.slack_buffer_ms, planned.model.value) == (5.0, "paper-mean")
 
@@ -720,6 +724,13 @@ def test_jobs_get_the_triton_override_only_when_set() -> None:
     profile = build_profile_job(WORKFLOW, spec, "img", "sa", job_env(None))
     names = [e["name"] for e in profile["spec"]["template"]["spec"]["containers"][0]["env"]]
     assert "COMPASS_TRITON_ADDRESS" not in names
+
+
+def test_a_triton_service_in_another_namespace_is_routed_to_by_address() -> None:
+    """A policy watches EndpointSlices in its own namespace only: elsewhere, the address."""
+    spec = _spec(**{"triton.namespace": "serving"})
+    assert routing_target(WORKFLOW, spec) == RoutingTarget(grpc_endpoint="triton.serving:8001")
+    assert routing_target(WORKFLOW, _spec()).service == "triton"
 
 
 def test_metrics_url_is_tritons_metrics_port_on_its_grpc_host() -> None:

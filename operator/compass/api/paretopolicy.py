@@ -39,6 +39,8 @@ DEFAULT_THRESHOLD_MODEL = ThresholdModel.TAIL
 # Bounds the CEL rules on front entries: the server's cost estimate multiplies a rule's cost by
 # how many entries the list may hold. A Pareto front has tens of entries.
 MAX_FRONT = 1024
+# The status lists this many lagging pods at most: it must stay small whatever the fleet.
+MAX_LAGGING_PODS = 20
 
 
 class FrontEntry(CamelModel):
@@ -189,13 +191,51 @@ class MetricsSource(CamelModel):
     )
 
 
-class RoutingTarget(CamelModel):
-    """The Triton router whose active configuration the policy switches."""
+PortRef = Annotated[
+    int | str,
+    Field(
+        description="A port of the pods: a number, or the name of a port of the Service (as its "
+        "EndpointSlices name it)."
+    ),
+]
 
+
+class RoutingTarget(CamelModel):
+    """The Triton routers whose active configuration the policy switches: every ready pod
+    behind a Service, or one Triton at a fixed address."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule="!(has(self.service) && has(self.grpcEndpoint))",
+                message="give routing.service (Triton pods in the cluster) or "
+                "routing.grpcEndpoint (one Triton outside it), not both",
+            )
+        )
+    )
+
+    service: str | None = Field(
+        default=None,
+        description="A Service in the policy's namespace: every ready Triton pod behind it (its "
+        "EndpointSlices, watched) is switched, and its queue read.",
+    )
+    grpc_port: PortRef = "grpc"
+    metrics_port: PortRef = "metrics"
     grpc_endpoint: str | None = Field(
-        default=None, description="Triton's gRPC endpoint, host:port (e.g. triton:8001)."
+        default=None,
+        description="One Triton's gRPC endpoint, host:port, for a Triton outside the cluster "
+        "(e.g. triton.example.com:8001).",
     )
     router_model: str = Field(default=DEFAULT_ROUTER_MODEL, description="Name of the router model.")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RoutingTarget:
+        if self.service and self.grpc_endpoint:
+            raise ValueError(
+                "give routing.service (Triton pods in the cluster) or routing.grpcEndpoint "
+                "(one Triton outside it), not both"
+            )
+        return self
 
 
 class ServingSettings(CamelModel):
@@ -308,6 +348,7 @@ class ConditionType(StrEnum):
     METRICS_AVAILABLE = "MetricsAvailable"
     DEGRADED = "Degraded"
     PAUSED = "Paused"
+    PODS_SERVING = "PodsServing"
 
 
 class ActiveConfiguration(CamelModel):
@@ -357,6 +398,25 @@ class ThresholdStatus(CamelModel):
         ]
 
 
+class LaggingPod(CamelModel):
+    """A pod that does not serve the active configuration, and why."""
+
+    name: str = Field(description="The pod.")
+    reason: str = Field(description="What it serves instead, or why it could not be reached.")
+
+
+class RoutingStatus(CamelModel):
+    """How many Triton pods the policy switches, and which lag behind."""
+
+    pods: int = Field(description="Ready pods behind the routing target.")
+    serving: int = Field(description="Pods serving the active configuration.")
+    lagging: list[LaggingPod] = Field(
+        default_factory=list,
+        max_length=MAX_LAGGING_PODS,
+        description=f"Pods that do not serve it (at most {MAX_LAGGING_PODS} listed).",
+    )
+
+
 class ParetoPolicyStatus(CamelModel):
     """What the operator observed and decided for a ParetoPolicy."""
 
@@ -379,6 +439,9 @@ class ParetoPolicyStatus(CamelModel):
         default=None, description="Why the active configuration last changed."
     )
     switches: int = Field(default=0, description="Switches made by this policy since it began.")
+    routing: RoutingStatus | None = Field(
+        default=None, description="The pods switched at the last decision."
+    )
     thresholds: list[ThresholdStatus] = Field(
         default_factory=list, description="Queue-depth and arrival-rate limits per front member."
     )

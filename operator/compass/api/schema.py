@@ -121,7 +121,8 @@ def _convert(node: Mapping[str, Any], definitions: Mapping[str, Any], path: str)
             "properties", {}
         ):
             raise SchemaError(f"{path}: rule fieldPath {field!r} names no field of the object")
-    if "type" not in result and not result.get("x-kubernetes-preserve-unknown-fields"):
+    untyped_allowed = ("x-kubernetes-preserve-unknown-fields", "x-kubernetes-int-or-string")
+    if "type" not in result and not any(result.get(k) for k in untyped_allowed):
         raise SchemaError(f"{path}: no type; give the field a concrete type")
     if (
         result.get("type") == "object"
@@ -147,6 +148,13 @@ def _merge_variants(
             merged["nullable"] = True
         return merged
     kinds = {v.get("type") for v in concrete}
+    if kinds == {"string", "integer"}:
+        # A port (number or name): Kubernetes' own int-or-string, which servers validate.
+        merged = {k: v for k, v in node.items() if k in ("description", "default")}
+        merged["x-kubernetes-int-or-string"] = True
+        if nullable:
+            merged["nullable"] = True
+        return merged
     if kinds <= {"string", "integer", "number", "boolean"}:
         # A parameter value may be a string, a number or a boolean; structural schemas cannot
         # say "one of these scalars", so the node keeps whatever it is given and the operator

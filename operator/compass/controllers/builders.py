@@ -8,6 +8,7 @@ from typing import Any
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.meta import GROUP, POLICY_KIND, VERSION
+from compass.api.paretopolicy import RoutingTarget
 
 MANAGED_BY = "compass-operator"
 WORKFLOW_LABEL = f"{GROUP}/workflow"
@@ -177,6 +178,23 @@ def triton_address(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> s
         spec.triton.service if "." in spec.triton.service else f"{spec.triton.service}.{namespace}"
     )
     return f"{host}:{spec.triton.grpc_port}"
+
+
+def routing_target(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> RoutingTarget:
+    """What the workflow's ParetoPolicy switches: every pod of its Triton Service when the
+    Service is in the workflow's namespace (the policy's), else the Service's one address."""
+    namespace = workflow["metadata"]["namespace"]
+    triton = spec.triton
+    if "." not in triton.service and triton.namespace in (None, namespace):
+        return RoutingTarget(
+            service=triton.service,
+            grpc_port=triton.grpc_port,
+            metrics_port=triton.metrics_port,
+            router_model=triton.router_model,
+        )
+    return RoutingTarget(
+        grpc_endpoint=triton_address(workflow, spec), router_model=triton.router_model
+    )
 
 
 def metrics_url(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> str:

@@ -30,13 +30,16 @@ from compass.api.conditions import (
     parse_conditions,
     set_conditions,
 )
-from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.paretopolicy import (
+    MAX_LAGGING_PODS,
     ActiveConfiguration,
     ConditionType,
+    LaggingPod,
     MetricsSourceType,
     ParetoPolicySpec,
     ParetoPolicyStatus,
+    RoutingStatus,
+    RoutingTarget,
     ThresholdStatus,
 )
 from compass.api.schema import without_empty_strings
@@ -65,24 +68,32 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class MetricsTarget:
-    """Where the queue depth (and, from Prometheus, the arrivals counter) is read."""
+    """Where the queue depth (and the arrivals counter) is read; a Triton source without a URL
+    reads every pod's own /metrics."""
 
     type: MetricsSourceType
-    url: str
+    url: str | None
     query: str | None
     arrivals_query: str | None
 
 
 @dataclass(frozen=True)
 class CompiledPolicy:
-    """A validated spec with everything derived from it, for one generation."""
+    """A validated spec with everything derived from it, for one generation.
+
+    The routers are the ready pods behind ``service`` (on their ``grpc_port``), or the one
+    Triton at ``grpc_address``.
+    """
 
     generation: int | None
     spec: ParetoPolicySpec
     policy: Elastico
-    grpc_address: str
+    grpc_address: str | None
     router_model: str
     metrics: MetricsTarget
+    service: str | None = None
+    grpc_port: int | str = "grpc"
+    metrics_port: int | str = "metrics"
 
     @property
     def plan(self) -> Plan:
@@ -119,33 +130,45 @@ def compile_policy(
         policy = spec.elastico()
     except PlanError as error:
         raise SpecError(error.field, error.what, error.fix) from error
-    routing = spec.routing
-    endpoint = routing.grpc_endpoint if routing is not None else None
-    address = address_override or endpoint
+    routing = spec.routing or RoutingTarget()
+    if routing.service and not address_override:
+        return CompiledPolicy(
+            generation=generation,
+            spec=spec,
+            policy=policy,
+            grpc_address=None,
+            router_model=routing.router_model,
+            metrics=_metrics_target(spec, None),
+            service=routing.service,
+            grpc_port=routing.grpc_port,
+            metrics_port=routing.metrics_port,
+        )
+    address = address_override or routing.grpc_endpoint
     if not address:
         raise SpecError(
-            "routing.grpcEndpoint",
-            "not set, so there is no router to switch",
-            "give Triton's gRPC endpoint as host:port, e.g. triton.serving:8001",
+            "routing.service",
+            "not set (nor routing.grpcEndpoint), so there is no router to switch",
+            "name the Service of the Triton pods (routing.service: triton), or give one "
+            "Triton's gRPC endpoint as routing.grpcEndpoint: host:port",
         )
     host_port = _host_port(address)
     if host_port is None:
         raise SpecError(
             "routing.grpcEndpoint", f"{address!r} is not host:port", "write it as triton:8001"
         )
-    router_model = routing.router_model if routing is not None else DEFAULT_ROUTER_MODEL
     return CompiledPolicy(
         generation=generation,
         spec=spec,
         policy=policy,
         grpc_address=address,
-        router_model=router_model,
+        router_model=routing.router_model,
         metrics=_metrics_target(spec, host_port[0]),
     )
 
 
-def _metrics_target(spec: ParetoPolicySpec, triton_host: str) -> MetricsTarget:
-    """The spec's metrics source; none given means Triton's own /metrics on the routing host."""
+def _metrics_target(spec: ParetoPolicySpec, triton_host: str | None) -> MetricsTarget:
+    """The spec's metrics source; none given means Triton's own /metrics: on the routing host,
+    or (``triton_host`` None: a Service) on every pod."""
     source = spec.metrics
     if source is None or source.type is MetricsSourceType.TRITON:
         if source is not None and source.arrivals_query:
@@ -155,7 +178,7 @@ def _metrics_target(spec: ParetoPolicySpec, triton_host: str) -> MetricsTarget:
                 "remove it, or read the metrics through Prometheus (metrics.type: prometheus)",
             )
         url = (source.url if source is not None else None) or (
-            f"http://{triton_host}:{TRITON_METRICS_PORT}/metrics"
+            None if triton_host is None else f"http://{triton_host}:{TRITON_METRICS_PORT}/metrics"
         )
         return MetricsTarget(MetricsSourceType.TRITON, url, None, None)
     if not source.url:
@@ -240,10 +263,37 @@ class Health:
     paused: bool = False
     active: str | None = None
     decision: str = ""
+    routing: RoutingStatus | None = None
+
+
+def routing_status(
+    pods: Sequence[tuple[str, str | None, str | None]], active: str
+) -> RoutingStatus:
+    """The pods a routing call reached, from (pod, configuration it serves, error) triples."""
+    lagging = [
+        LaggingPod(name=pod, reason=error or f"serves {config}")
+        for pod, config, error in pods
+        if config != active
+    ]
+    return RoutingStatus(
+        pods=len(pods), serving=len(pods) - len(lagging), lagging=lagging[:MAX_LAGGING_PODS]
+    )
+
+
+def _pods_condition(routing: RoutingStatus, active: str | None) -> Condition:
+    """PodsServing: every ready pod serves the active configuration, or which do not."""
+    kind = ConditionType.PODS_SERVING.value
+    if not routing.lagging:
+        message = f"{routing.serving}/{routing.pods} pods serve {active}"
+        return Condition(type=kind, status="True", reason="AllPodsServing", message=message)
+    shown = ", ".join(f"{p.name} ({p.reason})" for p in routing.lagging)
+    message = f"{routing.serving}/{routing.pods} pods serve {active}; lagging: {shown}"
+    return Condition(type=kind, status="False", reason="PodsLagging", message=message)
 
 
 def health_conditions(health: Health) -> list[Condition]:
-    """Ready, MetricsAvailable (when the metrics were tried), Degraded and Paused."""
+    """Ready, MetricsAvailable (when the metrics were tried), Degraded, Paused and (when the
+    pods were reached) PodsServing."""
     ready = ConditionType.READY.value
     if health.spec_error is not None:
         return [
@@ -298,6 +348,8 @@ def health_conditions(health: Health) -> list[Condition]:
             message=f"spec.paused: holding {health.active}" if health.paused else "",
         )
     )
+    if health.routing is not None:
+        conditions.append(_pods_condition(health.routing, health.active))
     return conditions
 
 
@@ -365,6 +417,14 @@ def transition_events(
             events.append(Event("Warning", new_ready.reason, new_ready.message))
         elif old_reason == "TritonUnreachable" and new_ready.status == "True":
             events.append(Event("Normal", "TritonReachable", new_ready.message))
+    old_pods = find_condition(before, ConditionType.PODS_SERVING)
+    new_pods = find_condition(after, ConditionType.PODS_SERVING)
+    if new_pods is not None and new_pods.status == "False":
+        # A new lagging set names its pods again; the same set persisting posts nothing.
+        if old_pods is None or old_pods.status != "False" or old_pods.message != new_pods.message:
+            events.append(Event("Warning", "PodsLagging", new_pods.message))
+    elif new_pods is not None and old_pods is not None and old_pods.status == "False":
+        events.append(Event("Normal", "PodsServing", new_pods.message))
     return events
 
 
@@ -412,6 +472,7 @@ def build_status(
     decision: str,
     conditions: list[dict[str, Any]],
     generation: int | None,
+    routing: RoutingStatus | None = None,
 ) -> dict[str, Any]:
     """The whole status (camelCase, JSON-ready); unobserved fields keep their previous values."""
     depth = observation.queue_depth if observation is not None else previous.get("lastQueueDepth")
@@ -428,6 +489,7 @@ def build_status(
         last_switch_time=None if state.last_switch_at is None else rfc3339(state.last_switch_at),
         last_switch_reason=state.last_reason if state.last_switch_at is not None else None,
         switches=state.switches,
+        routing=routing,
         thresholds=ThresholdStatus.of_plan(plan),
         policy_state=state.to_dict(),
         observed_generation=generation,

@@ -1,7 +1,9 @@
 """kopf handlers of ParetoPolicy: Elastico as a timer, one per policy.
 
 Every second each policy's timer: compiles the spec (cached per generation); skips the tick
-unless spec.intervalSeconds has passed; asks the router what it serves; resumes the policy
+unless spec.intervalSeconds has passed; finds the Triton pods (the ready endpoints of
+spec.routing.service, from a kopf index over EndpointSlices: watched, never listed per tick, or
+the one spec.routing.grpcEndpoint); asks them what they serve; resumes the policy
 state (from memory, else from status.policyState, so a restarted operator keeps the hysteresis
 timers and never flips the configuration on start); runs one LiveLoop step (queue depth,
 decision, switch) or, when paused, only reads the queue; writes the status; and posts Events
@@ -26,21 +28,32 @@ import kopf
 from kubernetes import client
 
 from compass.api.meta import GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
+from compass.api.paretopolicy import RoutingStatus
 from compass.controllers import kubeapi
 from compass.controllers import policy as ps
+from compass.controllers.endpoints import (
+    SERVICE_NAME_LABEL,
+    PortError,
+    SliceEntry,
+    ready_endpoints,
+    slice_entries,
+)
 from compass.controllers.runtime import Runtime, runtime_of
+from compass.dataplane.fleet import Endpoint, FleetQueueDepth, FleetSwitch, RouterFleet
 from compass.dataplane.live import LiveLoop
 from compass.dataplane.metrics import QueueDepthSource, source_for
-from compass.dataplane.triton import RoutingError, TritonRouter
+from compass.dataplane.triton import RoutingError
 from compass.domain.elastico import Observation, PolicyState
 
 MEMORY_KEY = "compass_policy"
 # An unexpected exception (a bug) is retried after this; TemporaryError brings its own delay.
 ERROR_BACKOFF_S = 5.0
-# A reload takes 150-300 ms; a router that does not answer should not hold the timer long.
-ROUTER_TIMEOUT_S = 10.0
-ROUTER_ATTEMPTS = 3
-ROUTER_BACKOFF_S = 0.1
+# A switch takes milliseconds; a pod that does not answer should not hold the timer long (the
+# pods are called in parallel, and a lagging one is tried again at the next tick).
+ROUTER_TIMEOUT_S = 5.0
+ROUTER_ATTEMPTS = 2
+ROUTER_BACKOFF_S = 0.05
+SlicesIndex = kopf.Index[tuple[str, str], tuple[SliceEntry, ...]]
 
 
 @dataclass
@@ -58,10 +71,10 @@ class ObservingLoop(LiveLoop):
 
 @dataclass
 class Connections:
-    """The router client and metrics sources for one set of endpoints."""
+    """The routers (one per pod) and the metrics source of one routing target."""
 
-    key: tuple[str, str, ps.MetricsTarget]
-    router: TritonRouter
+    key: tuple[str | None, str | None, str, ps.MetricsTarget]
+    router: RouterFleet
     source: QueueDepthSource
 
 
@@ -90,18 +103,30 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     runtime_of(memo)
 
 
+@kopf.index("discovery.k8s.io", "endpointslices", labels={SERVICE_NAME_LABEL: kopf.PRESENT})
+def triton_slices(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], tuple[SliceEntry, ...]]:
+    """Every Service's EndpointSlices, by (namespace, Service): the pods a policy switches.
+
+    Versionless, so kopf watches the version the cluster prefers (v1; v1beta1 before 1.21).
+    """
+    return {(namespace or "", labels[SERVICE_NAME_LABEL]): slice_entries(body)}
+
+
 @kopf.timer(
     GROUP, VERSION, POLICY_PLURAL, id="elastico", interval=ps.TICK_S, backoff=ERROR_BACKOFF_S
 )
-def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-    """One Elastico tick of one ParetoPolicy."""
+def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
+    """One Elastico tick of one ParetoPolicy (kopf passes the slices index as a keyword)."""
+    slices: SlicesIndex = kwargs["triton_slices"]
     runtime = runtime_of(memo)
     memory = memo.get(MEMORY_KEY)
     if not isinstance(memory, PolicyMemory):
         memory = memo[MEMORY_KEY] = PolicyMemory()
     count = runtime.metrics.reconciles
     try:
-        decided = _tick(body, memory, runtime, logger, time.time())
+        decided = _tick(body, memory, runtime, logger, time.time(), slices)
     except kopf.TemporaryError:
         count.labels(POLICY_KIND, "retry").inc()
         runtime.metrics.errors.labels(POLICY_KIND, "TritonUnreachable").inc()
@@ -124,6 +149,7 @@ def _tick(
     runtime: Runtime,
     logger: kopf.Logger,
     now: float,
+    slices: SlicesIndex,
 ) -> bool:
     """Decide once if due; True if it did."""
     generation = body.get("metadata", {}).get("generation")
@@ -139,6 +165,7 @@ def _tick(
     memory.last_tick = now
     connections = _connections(memory, compiled)
     try:
+        connections.router.update(_endpoints(body, compiled, slices))
         router_key = connections.router.active_config()
     except RoutingError as error:
         memory.failures += 1
@@ -175,6 +202,7 @@ def _tick(
         paused=compiled.spec.paused,
         active=outcome.state.active,
         decision=outcome.decision,
+        routing=outcome.routing,
     )
     decided = (compiled, outcome.state, outcome.observation)
     _publish(body, memory, runtime, logger, previous, health, decided, now, generation)
@@ -190,6 +218,7 @@ class Outcome:
     decision: str
     metrics_error: str | None
     switch_failed: str | None
+    routing: RoutingStatus | None = None
 
 
 def _decide(
@@ -218,6 +247,10 @@ def _decide(
     if result.problem and result.observation is not None:
         decision = f"{decision} ({result.problem})"
     failed = result.problem if result.decision.switched and result.switch is None else None
+    routing = None
+    if isinstance(result.routing, FleetSwitch):
+        pods = [(p.pod, p.config, p.error) for p in result.routing.pods]
+        routing = ps.routing_status(pods, result.routing.config)
     if result.switched:
         depth = None if result.observation is None else result.observation.queue_depth
         target = result.state.active or result.decision.target
@@ -226,7 +259,9 @@ def _decide(
         logger.info(f"{event.reason}: {event.message}")
         namespace, name = _names(body)
         runtime.metrics.switches.labels(namespace, name, result.decision.action.value).inc()
-    return Outcome(result.observation, result.state, decision, loop.metrics_problem, failed)
+    return Outcome(
+        result.observation, result.state, decision, loop.metrics_problem, failed, routing
+    )
 
 
 def _compile(
@@ -279,7 +314,14 @@ def _publish(
     else:
         compiled, state, observation = decided
         status = ps.build_status(
-            compiled.plan, state, observation, previous, health.decision, conditions, generation
+            compiled.plan,
+            state,
+            observation,
+            previous,
+            health.decision,
+            conditions,
+            generation,
+            health.routing,
         )
         if observation is not None:
             gauges.queue_depth.labels(namespace, name).set(observation.queue_depth)
@@ -327,25 +369,50 @@ def _write_status(
 
 
 def _connections(memory: PolicyMemory, compiled: ps.CompiledPolicy) -> Connections:
-    """The router and metrics clients for the compiled endpoints (reused while they hold)."""
-    key = (compiled.grpc_address, compiled.router_model, compiled.metrics)
+    """The routers and metrics source for the compiled target (reused while it holds)."""
+    target = compiled.metrics
+    key = (compiled.service, compiled.grpc_address, compiled.router_model, target)
     if memory.connections is not None and memory.connections.key == key:
         return memory.connections
     if memory.connections is not None:
         memory.connections.router.close()
-    router = TritonRouter(
-        compiled.grpc_address,
+    fleet = RouterFleet(
         model=compiled.router_model,
         timeout_s=ROUTER_TIMEOUT_S,
         attempts=ROUTER_ATTEMPTS,
         backoff_s=ROUTER_BACKOFF_S,
     )
-    target = compiled.metrics
-    source = source_for(
-        target.type.value, target.url, compiled.router_model, target.query, target.arrivals_query
-    )
-    memory.connections = Connections(key, router, source)
+    source: QueueDepthSource
+    if target.url is None:  # Triton's /metrics of every pod
+        source = FleetQueueDepth(lambda: fleet.endpoints, compiled.router_model)
+    else:
+        source = source_for(
+            target.type.value,
+            target.url,
+            compiled.router_model,
+            target.query,
+            target.arrivals_query,
+            pods=lambda: max(len(fleet.endpoints), 1),
+        )
+    memory.connections = Connections(key, fleet, source)
     return memory.connections
+
+
+def _endpoints(body: kopf.Body, compiled: ps.CompiledPolicy, slices: SlicesIndex) -> list[Endpoint]:
+    """The pods to switch now: the Service's ready endpoints, or the one gRPC address."""
+    if compiled.service is None:
+        assert compiled.grpc_address is not None
+        return [Endpoint(compiled.grpc_address, compiled.grpc_address)]
+    namespace, _ = _names(body)
+    metrics_port = compiled.metrics_port if compiled.metrics.url is None else None
+    try:
+        return list(
+            ready_endpoints(
+                slices.get((namespace, compiled.service), ()), compiled.grpc_port, metrics_port
+            )
+        )
+    except PortError as error:
+        raise RoutingError(f"spec.routing of Service {compiled.service}: {error}") from error
 
 
 def _saved_state(status: dict[str, Any]) -> PolicyState | None:

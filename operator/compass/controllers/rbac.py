@@ -44,6 +44,8 @@ OPERATOR_RULES: tuple[Rule, ...] = (
     Rule("batch", ("jobs",), ("create", "get", "list", "watch", "delete")),
     Rule("", ("configmaps",), ("create", "get", "list", "watch", "patch", "delete")),
     Rule("", ("pods",), ("get", "list", "watch")),
+    # The Triton pods a ParetoPolicy switches: the EndpointSlices of its routing.service.
+    Rule("discovery.k8s.io", ("endpointslices",), ("get", "list", "watch")),
     Rule("", ("events",), ("create", "patch")),
     Rule("", ("serviceaccounts",), ("create", "get")),
     Rule("rbac.authorization.k8s.io", ("roles", "rolebindings"), ("create", "get")),

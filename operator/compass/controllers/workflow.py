@@ -510,7 +510,7 @@ class PlanOutcome:
 def plan_policy(
     spec: CompoundWorkflowSpec,
     profiles_text: str,
-    grpc_endpoint: str,
+    routing: RoutingTarget,
     metrics_url: str,
 ) -> PlanOutcome:
     """Plan the measured profiles against the spec's SLO into a ParetoPolicy spec."""
@@ -530,9 +530,14 @@ def plan_policy(
     policy = spec_for_plan(
         plan,
         serving=spec.serving,
-        routing=RoutingTarget(grpc_endpoint=grpc_endpoint, router_model=spec.triton.router_model),
+        routing=routing,
+        # Without a source, Triton's own /metrics: every pod's (a Service) or the address's.
         metrics=spec.serving.metrics
-        or MetricsSource(type=MetricsSourceType.TRITON, url=metrics_url),
+        or (
+            None
+            if routing.service
+            else MetricsSource(type=MetricsSourceType.TRITON, url=metrics_url)
+        ),
     )
     front = plan.thresholds
     fastest, accurate = front[0].profile, front[-1].profile
@@ -570,7 +575,7 @@ class Observation:
     search_job: JobView | None
     profile_job: JobView | None
     pod_message: str | None = None  # of the failed Job of the current phase, if it failed
-    grpc_endpoint: str = ""
+    routing: RoutingTarget | None = None
     metrics_url: str = ""
 
 
@@ -776,7 +781,10 @@ def _profiling(observation: Observation, now: str) -> Step:
 
 def _planning(observation: Observation, state: Mapping[str, str], now: str) -> Step:
     outcome = plan_policy(
-        observation.spec, state[PROFILES_KEY], observation.grpc_endpoint, observation.metrics_url
+        observation.spec,
+        state[PROFILES_KEY],
+        observation.routing or RoutingTarget(),
+        observation.metrics_url,
     )
     profiled = find_condition(observation.status.conditions, WorkflowConditionType.PROFILED)
     profiled_ok = (

@@ -44,8 +44,8 @@ from compass.controllers.builders import (
     metrics_url,
     policy_name,
     profile_name,
+    routing_target,
     search_name,
-    triton_address,
 )
 from compass.controllers.runtime import runtime_of
 from compass.controllers.settings import OperatorSettings
@@ -373,7 +373,7 @@ def _advance(api: client.ApiClient, namespace: str, name: str, settings: Operato
         search_job=search_job,
         profile_job=profile_job,
         pod_message=pod_message,
-        grpc_endpoint=triton_address(workflow, spec),
+        routing=routing_target(workflow, spec),
         metrics_url=metrics_url(workflow, spec),
     )
     now = _now()
