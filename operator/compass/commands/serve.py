@@ -10,7 +10,7 @@ from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.commands.common import load_policy
-from compass.console import parse_number
+from compass.console import fail, parse_number
 
 
 def register(commands: Any) -> None:
@@ -19,19 +19,26 @@ def register(commands: Any) -> None:
         "serve",
         help="run Elastico live against Triton, outside Kubernetes",
         description="Every interval: read the router's queue depth (Triton's /metrics or "
-        "Prometheus), run the policy's decide, and switch the router when it says so: the "
-        "code path the operator's timer runs. Prints one line per switch or problem.",
+        "Prometheus), run the policy's decide, and put every replica's router on the "
+        "configuration it says: the code path the operator's timer runs. Prints one line per "
+        "switch or problem.",
     )
     serve.add_argument(
         "--policy", required=True, metavar="POLICY.yaml", help="`compass plan` output"
     )
-    serve.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
+    serve.add_argument(
+        "--triton",
+        required=True,
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="Triton gRPC endpoint; several (comma-separated): replicas switched together",
+    )
     serve.add_argument("--router", default=DEFAULT_ROUTER_MODEL, help="router model name")
     serve.add_argument(
         "--metrics",
         required=True,
-        metavar="URL",
-        help="Triton's metrics URL (http://host:8002/metrics) or Prometheus' base URL",
+        metavar="URL[,URL...]",
+        help="Triton's metrics URL (http://host:8002/metrics; one per replica, in --triton's "
+        "order) or Prometheus' base URL (its query sums the replicas)",
     )
     serve.add_argument(
         "--metrics-type",
@@ -48,22 +55,45 @@ def serve_command(args: argparse.Namespace) -> int:
     """Run the live loop until --duration passes or the user interrupts."""
     # Deliberately lazy: the gRPC and HTTP metrics clients take a while to load; the other
     # commands never need them.
+    from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
     from compass.dataplane.live import LiveLoop
-    from compass.dataplane.metrics import source_for
-    from compass.dataplane.triton import RoutingError, TritonRouter
+    from compass.dataplane.metrics import QueueDepthSource, source_for
+    from compass.dataplane.triton import RoutingError
 
+    addresses = [a.strip() for a in str(args.triton).split(",") if a.strip()]
+    metrics = [m.strip() for m in str(args.metrics).split(",") if m.strip()]
+    per_replica = args.metrics_type == "triton"
+    if per_replica and len(metrics) != len(addresses):
+        fail(
+            "--metrics",
+            f"{len(metrics)} metrics URL(s) for {len(addresses)} Triton replica(s)",
+            "give one Triton metrics URL per --triton address, in the same order",
+        )
     spec = load_policy(Path(args.policy))
     duration = (
         parse_number("--duration", args.duration, "60", low=0, inclusive=False)
         if args.duration
         else None
     )
-    policy = spec.elastico()
-    loop = LiveLoop(
-        policy,
-        source_for(args.metrics_type, args.metrics, args.router, args.query),
-        TritonRouter(args.triton, model=args.router),
+    fleet = RouterFleet(
+        [
+            Endpoint(address, address, metrics[k] if per_replica else None)
+            for k, address in enumerate(addresses)
+        ],
+        model=args.router,
     )
+    source: QueueDepthSource = (
+        FleetQueueDepth(lambda: fleet.endpoints, args.router)
+        if per_replica
+        else source_for(
+            args.metrics_type,
+            metrics[0],
+            args.router,
+            args.query,
+            pods=lambda: len(fleet.endpoints),
+        )
+    )
+    loop = LiveLoop(spec.elastico(), source, fleet)
     started = time.monotonic()
     try:
         state = loop.initial_state(started)
@@ -81,7 +111,7 @@ def serve_command(args: argparse.Namespace) -> int:
                 depth = result.observation.queue_depth if result.observation else float("nan")
                 print(
                     f"{tick - started:7.1f}s switched to {result.decision.target} "
-                    f"(queue {depth:g}; {result.decision.reason}; reload "
+                    f"(queue {depth:g}; {result.decision.reason}; every replica in "
                     f"{result.switch.seconds * 1000:.0f} ms)",
                     flush=True,
                 )

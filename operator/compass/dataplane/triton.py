@@ -27,6 +27,18 @@ ACTIVE_PARAMETER = "compass_active_config"
 OVERRIDE_PARAMETER = "compass_config"
 ROLE_PARAMETER = "compass_role"
 CONTROL_SUFFIX = "_control"
+# gRPC's reconnect back-off grows to 120 s by default, and channels to one address share their
+# connection: a pod that restarted at the same address would stay "unreachable" to every client
+# for up to two minutes after it is back. Each client keeps its own connection, retried within
+# half a second, so a restarted pod is switched at the next tick.
+CHANNEL_ARGS = [
+    ("grpc.max_send_message_length", 2**31 - 1),
+    ("grpc.max_receive_message_length", 2**31 - 1),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+    ("grpc.use_local_subchannel_pool", 1),
+]
 
 
 def control_model_of(router_model: str) -> str:
@@ -82,7 +94,7 @@ class TritonRouter:
         # Status calls must answer fast: a blackholed address would otherwise hold the
         # operator's timer until gRPC gives up.
         self.control_timeout_s = min(timeout_s, 5.0)
-        self.client = grpcclient.InferenceServerClient(url)
+        self.client = grpcclient.InferenceServerClient(url, channel_args=CHANNEL_ARGS)
 
     def close(self) -> None:
         """Close the gRPC channel."""
