@@ -1,8 +1,11 @@
 """Elastico against static configurations in the serving simulator, on the paper's profiles.
 
 Run as ``python bench/serving_sim.py [--seeds 10] [--seed-offset 0] [--jobs 2]
-[--slos 500,750,1000,1500] [--patterns spike,ramp,step,bursty]``; ``--seed-offset 100`` draws a
-held-out set of scenarios (seeds 100, 101, ...) to check a change on seeds it was not made on. The paper's 79 latency profiles give the Pareto front;
+[--slos 500,750,1000,1500] [--patterns spike,ramp,step,bursty] [--pods 1] [--aggregate mean]``;
+``--seed-offset 100`` draws a held-out set of scenarios (seeds 100, 101, ...) to check a change
+on seeds it was not made on. ``--pods N`` serves N times the load on N servers behind one
+Service (each request to one at random) with one policy over all of them, which sees the pods'
+queues as their mean or their maximum (``--aggregate``). The paper's 79 latency profiles give the Pareto front;
 every (SLO, pattern, seed) draws one scenario (arrivals and service-time luck) that every policy
 serves, so each comparison is paired. Printed: compliance and mean accuracy per policy (mean over
 seeds), the issue's floors as PASS/FAIL lines, the two threshold models side by side, and the
@@ -29,6 +32,7 @@ from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import (
     Controller,
+    QueueAggregate,
     StaticController,
     make_pattern,
     make_scenario,
@@ -73,6 +77,8 @@ class Job:
     slo_ms: float
     pattern: str
     seed: int
+    pods: int = 1
+    aggregate: QueueAggregate = QueueAggregate.MEAN
 
 
 # Per policy: (SLO compliance %, mean accuracy, switches, requests).
@@ -84,7 +90,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
     plans = {model: plan_for(job.data_dir, job.slo_ms, model) for model in MODELS}
     front = [t.profile for t in plans[ThresholdModel.TAIL].thresholds]
     scenario = make_scenario(
-        make_pattern(job.pattern, BASE_QPS, DURATION_S, seed=job.seed), job.seed
+        make_pattern(job.pattern, BASE_QPS * job.pods, DURATION_S, seed=job.seed), job.seed
     )
     controllers: dict[str, Controller] = {
         f"#{i}": StaticController(profile.name, i) for i, profile in enumerate(front)
@@ -93,7 +99,15 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
         controllers[POLICY[model]] = Elastico(plan)
     outcome: Outcome = {}
     for label, controller in controllers.items():
-        report = simulate(controller, front, scenario, job.slo_ms, label)
+        report = simulate(
+            controller,
+            front,
+            scenario,
+            job.slo_ms,
+            label,
+            pods=job.pods,
+            queue_aggregate=job.aggregate,
+        )
         outcome[label] = (
             report.compliance,
             report.mean_accuracy,
@@ -113,7 +127,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--slos", default="500,750,1000,1500", help="SLOs in ms, comma-separated")
     parser.add_argument("--patterns", default="spike,ramp,step,bursty", help="load patterns")
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="the paper's data directory")
+    parser.add_argument("--pods", type=int, default=1, help="servers, each with the base load")
+    parser.add_argument(
+        "--aggregate",
+        default=QueueAggregate.MEAN.value,
+        choices=[a.value for a in QueueAggregate],
+        help="the pods' queues as the policy sees them",
+    )
     args = parser.parse_args(argv)
+    if args.pods < 1:
+        parser.error("--pods must be >= 1")
     if args.seeds < 1 or args.jobs < 1:
         parser.error("--seeds and --jobs must be >= 1")
     if args.seed_offset < 0:
@@ -178,7 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"p95 {profile.p95_ms:6.1f} ms  {profile.name}"
         )
     print(
-        f"base {BASE_QPS:g} QPS, {DURATION_S:g} s, {args.seeds} seeds from {args.seed_offset}; "
+        f"{args.pods} pod(s), {args.aggregate} queue over pods; base {BASE_QPS:g} QPS per pod, "
+        f"{DURATION_S:g} s, {args.seeds} seeds from {args.seed_offset}; "
         "ramp and step go to 2x base, spike is 4x for the middle third, bursty has 2-5x bursts of "
         "5-15 s every 10-30 s;"
         " every policy serves the same arrivals and service-time draws (paired)"
@@ -188,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tail model (default); paper: Elastico with the paper-mean thresholds\n"
     )
     jobs = [
-        Job(args.data, slo, pattern, seed)
+        Job(args.data, slo, pattern, seed, args.pods, QueueAggregate(args.aggregate))
         for slo in slos
         for pattern in patterns
         for seed in range(args.seed_offset, args.seed_offset + args.seeds)

@@ -379,3 +379,25 @@ def test_plan_index_and_names_follow_the_front_order() -> None:
     assert plan.index(slow.name) == 1
     assert plan.index("nope") is None
     assert math.isfinite(plan.thresholds[0].stay_max_qps or math.nan)
+
+
+def test_the_switch_delay_is_left_out_of_the_queue_budgets_only() -> None:
+    """A 100 ms switch delay lowers the queue limits as a 100 ms lower SLO would; the rate
+    limits (steady state) stay."""
+    front = [profile("fast", 0.7, 100, 130), profile("slow", 0.9, 200, 260)]
+    prompt = plan_thresholds(front, Slo(1000), 50)
+    delayed = plan_thresholds(front, Slo(1000), 50, switch_delay_ms=100)
+    lower = plan_thresholds(front, Slo(900), 50)
+    assert delayed.switch_delay_ms == 100
+    for quick, late, short in zip(
+        prompt.thresholds, delayed.thresholds, lower.thresholds, strict=True
+    ):
+        assert (late.stay_max_queue, late.enter_max_queue) == (
+            short.stay_max_queue,
+            short.enter_max_queue,
+        )
+        assert late.stay_max_qps == quick.stay_max_qps
+        assert late.slack_ms == quick.slack_ms
+    assert delayed.thresholds[0].stay_max_queue < prompt.thresholds[0].stay_max_queue
+    with pytest.raises(PlanError, match="switchDelayMs"):
+        plan_thresholds(front, Slo(1000), 50, switch_delay_ms=-1)

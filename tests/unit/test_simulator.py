@@ -17,8 +17,10 @@ from compass.domain.simulator import (
     SPIKE_FACTOR,
     STEP_FACTOR,
     PatternKind,
+    QueueAggregate,
     SimulationError,
     StaticController,
+    aggregate_queue,
     compare,
     make_pattern,
     make_scenario,
@@ -210,3 +212,90 @@ def test_report_figures_are_computed_from_the_requests() -> None:
     # The policy used more than one configuration and switched for a reason it recorded.
     assert len(set(report.configs.tolist())) > 1
     assert len(report.reasons) == report.switches
+
+
+# ---------------------------------------------------------------------------- pods and delays
+
+
+def test_the_pod_assignment_is_seeded_uniform_and_leaves_the_scenario_alone() -> None:
+    scenario = make_scenario(make_pattern("constant", 20.0, 120), 5)
+    again = make_scenario(make_pattern("constant", 20.0, 120), 5)
+    assert np.array_equal(scenario.pods_of(3), again.pods_of(3))
+    counts = np.bincount(scenario.pods_of(3), minlength=3)
+    assert counts.sum() == scenario.requests
+    assert np.all(np.abs(counts - scenario.requests / 3) < 4 * np.sqrt(scenario.requests / 3))
+    assert set(scenario.pods_of(1).tolist()) == {0}
+    with pytest.raises(SimulationError, match="pods: 0 is not >= 1"):
+        scenario.pods_of(0)
+
+
+def test_two_pods_split_a_load_one_server_cannot_keep_up_with() -> None:
+    """Twice the load one server sustains: one pod's queue grows without bound, two keep up."""
+    scenario = make_scenario(make_pattern("constant", 12.0, 60), 2)  # fast: 10/s each
+    one = simulate(StaticController("fast", 0), FRONT, scenario, 1000)
+    two = simulate(StaticController("fast", 0), FRONT, scenario, 1000, pods=2)
+    assert one.waits_ms.mean() > 10 * two.waits_ms.mean()
+    assigned = scenario.pods_of(2)
+    for pod in range(2):
+        mine = assigned == pod
+        starts, finishes = two.starts_s[mine], two.finishes_s[mine]
+        assert np.all(starts[1:] >= finishes[:-1] - 1e-12)  # FIFO on each pod
+    # The two pods overlap in time: the load really was served in parallel.
+    first = two.finishes_s[assigned == 0]
+    second = two.starts_s[assigned == 1]
+    assert np.any((second[:, None] < first[None, :]) & (second[:, None] > first[None, :] - 0.1))
+
+
+@dataclass
+class Recorder:
+    """Holds `fast` and records the observations it was given."""
+
+    seen: list[Observation]
+
+    def initial_state(self, now: float) -> PolicyState:
+        return PolicyState(active="fast")
+
+    def decide(
+        self, observation: Observation | None, state: PolicyState, now: float
+    ) -> tuple[Decision, PolicyState]:
+        assert observation is not None
+        self.seen.append(observation)
+        return Decision("fast", 0, Action.HOLD, "test"), state
+
+
+@pytest.mark.parametrize("aggregate", list(QueueAggregate))
+def test_the_policy_sees_the_per_pod_queue_and_arrivals(aggregate: QueueAggregate) -> None:
+    scenario = make_scenario(make_pattern("constant", 18.0, 30), 4)
+    recorder = Recorder([])
+    report = simulate(recorder, FRONT, scenario, 1000, pods=3, queue_aggregate=aggregate)
+    assigned = scenario.pods_of(3)
+    for observation in recorder.seen[1:]:
+        now = observation.time
+        arrived = scenario.arrivals_s <= now
+        waiting = [
+            int(np.sum(arrived & (assigned == pod) & (report.starts_s > now))) for pod in range(3)
+        ]
+        assert observation.pods == 3
+        assert observation.queue_depth == pytest.approx(aggregate_queue(waiting, aggregate))
+        assert observation.arrivals_total == pytest.approx(arrived.sum() / 3)
+    assert aggregate_queue([0, 2, 7], QueueAggregate.MEAN) == 3
+    assert aggregate_queue([0, 2, 7], QueueAggregate.MAX) == 7
+
+
+def test_a_switch_takes_effect_after_its_delay() -> None:
+    """With a 0.4 s delay, requests starting in the first 0.4 s after a decision keep the old
+    configuration; with none, every request after the decision gets the new one."""
+    scenario = make_scenario(make_pattern("constant", 6.0, 60), 1)
+    prompt = simulate(Alternate(), FRONT, scenario, 1000)
+    late = simulate(Alternate(), FRONT, scenario, 1000, switch_delay_s=0.4)
+    phase = np.floor(late.starts_s) // 7 % 2  # which configuration was decided last
+    since = late.starts_s - 7 * (np.floor(late.starts_s) // 7)  # time since that decision
+    expected = np.where(phase == 1, 2, 0)
+    settled = since > 0.4 + 1e-9
+    assert np.array_equal(late.configs[settled], expected[settled])
+    early = ~settled & (late.starts_s > 7)
+    assert np.any(early)
+    assert np.all(late.configs[early] != expected[early])
+    assert not np.array_equal(prompt.configs, late.configs)
+    with pytest.raises(SimulationError, match="switch_delay"):
+        simulate(Alternate(), FRONT, scenario, 1000, switch_delay_s=-1)

@@ -259,6 +259,14 @@ class ServingSettings(CamelModel):
     stale_after_seconds: Annotated[
         float, Field(gt=0, description="Metrics older than this count as missing.")
     ] = DEFAULT_STALE_AFTER_S
+    switch_delay_ms: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="How long a switch takes to reach every pod (its p95; "
+            "bench/serving_triton.py measures it): the queue limits leave it out of the SLO.",
+        ),
+    ] = 0.0
     interval_seconds: Annotated[float, Field(gt=0, description="Time between two decisions.")] = (
         DEFAULT_INTERVAL_S
     )
@@ -302,6 +310,7 @@ class ParetoPolicySpec(ServingSettings):
             Slo(self.slo.latency_ms, self.slo.percentile),
             self.hysteresis.slack_buffer_ms,
             self.threshold_model,
+            self.switch_delay_ms,
         )
 
     def settings(self) -> ElasticoSettings:
@@ -331,7 +340,11 @@ def spec_for_plan(
     chosen = (hysteresis or base.hysteresis).model_copy(
         update={"slack_buffer_ms": plan.slack_buffer_ms}
     )
-    settings = {**base.model_dump(exclude={"hysteresis", "threshold_model"}), **fields}
+    settings = {
+        **base.model_dump(exclude={"hysteresis", "threshold_model"}),
+        "switch_delay_ms": plan.switch_delay_ms,
+        **fields,
+    }
     return ParetoPolicySpec(
         front=[FrontEntry.from_profile(t.profile) for t in plan.thresholds],
         slo=SloSpec(latency_ms=plan.slo.latency_ms, percentile=plan.slo.percentile),

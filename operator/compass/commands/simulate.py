@@ -16,6 +16,7 @@ from compass.commands.common import (
     plan_error,
     write_text,
 )
+from compass.console import fail, parse_number
 from compass.domain.planner import PlanError
 from compass.domain.simulator import RunReport, Scenario, compare, make_scenario
 
@@ -27,14 +28,24 @@ def register(commands: Any) -> None:
     simulate = commands.add_parser(
         "simulate",
         help="run a policy and the static baselines through the serving simulator",
-        description="Serve one seeded load (FIFO, one server: the paper's M/G/1) with the "
-        "policy and with the fastest, middle and most accurate front members held static, on "
-        "the same arrivals and service-time draws, and compare them.",
+        description="Serve one seeded load (FIFO, one server per pod: the paper's M/G/1) with "
+        "the policy and with the fastest, middle and most accurate front members held static, "
+        "on the same arrivals, pod assignment and service-time draws, and compare them.",
     )
     simulate.add_argument(
         "--policy", required=True, metavar="POLICY.yaml", help="`compass plan` output"
     )
     add_pattern_arguments(simulate)
+    simulate.add_argument(
+        "--pods",
+        default="1",
+        help="Triton pods behind the Service: each request goes to one at random, the policy "
+        "sees the per-pod queue (default 1)",
+    )
+    simulate.add_argument(
+        "--switch-delay-ms",
+        help="how long a switch takes to reach every pod (default: the policy's switchDelayMs)",
+    )
     simulate.add_argument(
         "--timeline",
         default=DEFAULT_TIMELINE,
@@ -112,7 +123,13 @@ def simulate_command(args: argparse.Namespace) -> int:
     if plot is not None:
         check_output("--plot", plot)
     pattern, seed = pattern_from_args(args)
+    pods = parse_number("--pods", str(args.pods), "2", low=1, inclusive=True)
+    if not pods.is_integer():
+        fail("--pods", f"{pods:g} is not a whole number", "pass e.g. --pods 2")
     spec = load_policy(policy_path)
+    if args.switch_delay_ms is not None:
+        delay = parse_number("--switch-delay-ms", args.switch_delay_ms, "10", low=0, inclusive=True)
+        spec = spec.model_copy(update={"switch_delay_ms": delay})
     try:
         policy = spec.elastico()
     except PlanError as exc:
@@ -120,13 +137,20 @@ def simulate_command(args: argparse.Namespace) -> int:
     front = [t.profile for t in policy.plan.thresholds]
     scenario = make_scenario(pattern, seed)
     reports = compare(
-        {"policy": policy}, front, scenario, spec.slo.latency_ms, spec.interval_seconds
+        {"policy": policy},
+        front,
+        scenario,
+        spec.slo.latency_ms,
+        spec.interval_seconds,
+        pods=int(pods),
+        switch_delay_s=spec.switch_delay_ms / 1000,
     )
     print(
         f"compass simulate: {pattern.kind.value}, base {pattern.base_qps:g} QPS for "
         f"{pattern.duration_s:g} s (peak {pattern.peak_qps:.2f}), seed {seed}: "
-        f"{scenario.requests} requests, the same arrivals for every policy; SLO "
-        f"{spec.slo.latency_ms:g} ms, model {spec.threshold_model.value}"
+        f"{scenario.requests} requests, the same arrivals for every policy; {int(pods)} pod(s), "
+        f"switch delay {spec.switch_delay_ms:g} ms; SLO {spec.slo.latency_ms:g} ms, model "
+        f"{spec.threshold_model.value}"
     )
     print(comparison_table(reports))
     write_text(timeline, json.dumps(timeline_document(reports, scenario), indent=1) + "\n")

@@ -30,6 +30,7 @@ queue already there. Both are optimistic. ``tail`` fixes both:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -278,6 +279,7 @@ class Plan:
     model: ThresholdModel
     thresholds: tuple[Threshold, ...]
     dominated: tuple[Dominated, ...] = ()
+    switch_delay_ms: float = 0.0
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -300,28 +302,38 @@ def plan_thresholds(
     slack_buffer_ms: float = 50.0,
     model: ThresholdModel = ThresholdModel.TAIL,
     dominated: Sequence[Dominated] = (),
+    switch_delay_ms: float = 0.0,
 ) -> Plan:
     """Each front member's slack L - p_k and its stay / enter queue-depth limits.
 
     Members with slack <= 0 stay in the plan (the report shows them) but are never targets.
     Raises PlanError when no member has positive slack, naming the closest one.
+
+    A switch reaches the pods ``switch_delay_ms`` after the decision: the requests queued when
+    it is taken wait that much longer behind the old configuration, so the queue limits leave
+    it out of the budget. (The rate limits are steady-state: a switch's delay does not move them.)
     """
     if not front:
         raise PlanError("front", "empty, nothing to switch between", "profile at least one")
     if slack_buffer_ms < 0:
         raise PlanError("slackBufferMs", f"{slack_buffer_ms:g} is negative", "use e.g. 50")
+    if not switch_delay_ms >= 0 or not math.isfinite(switch_delay_ms):
+        raise PlanError("switchDelayMs", f"{switch_delay_ms:g} is not >= 0", "use e.g. 10")
     thresholds = []
     for profile in front:
         tail = profile.latency_at(slo.percentile)
         stay_budget, enter_budget = slo.latency_ms, slo.latency_ms - slack_buffer_ms
         with_rates = model is ThresholdModel.TAIL and tail < slo.latency_ms
+        queue_limit = functools.partial(
+            max_queue_depth, profile, percentile=slo.percentile, model=model
+        )
         thresholds.append(
             Threshold(
                 profile=profile,
                 tail_ms=tail,
                 slack_ms=slo.latency_ms - tail,
-                stay_max_queue=max_queue_depth(profile, stay_budget, slo.percentile, model),
-                enter_max_queue=max_queue_depth(profile, enter_budget, slo.percentile, model),
+                stay_max_queue=queue_limit(stay_budget - switch_delay_ms),
+                enter_max_queue=queue_limit(enter_budget - switch_delay_ms),
                 stay_max_qps=max_arrival_rate(profile, stay_budget, slo.percentile)
                 if with_rates
                 else None,
@@ -339,7 +351,7 @@ def plan_thresholds(
             f"({closest.tail_ms - slo.latency_ms:.1f} ms over)",
             f"raise the SLO above {closest.tail_ms:.1f} ms or profile faster configurations",
         )
-    return Plan(slo, slack_buffer_ms, model, tuple(thresholds), tuple(dominated))
+    return Plan(slo, slack_buffer_ms, model, tuple(thresholds), tuple(dominated), switch_delay_ms)
 
 
 def plan_from_profiles(
@@ -347,7 +359,10 @@ def plan_from_profiles(
     slo: Slo,
     slack_buffer_ms: float = 50.0,
     model: ThresholdModel = ThresholdModel.TAIL,
+    switch_delay_ms: float = 0.0,
 ) -> Plan:
     """The front of these profiles at the SLO's percentile, and its thresholds."""
     front = pareto_front(profiles, slo.percentile)
-    return plan_thresholds(front.members, slo, slack_buffer_ms, model, front.dominated)
+    return plan_thresholds(
+        front.members, slo, slack_buffer_ms, model, front.dominated, switch_delay_ms
+    )

@@ -1,4 +1,5 @@
-"""A discrete-event serving simulator: one FIFO server (the paper's M/G/1), a policy, a load.
+"""A discrete-event serving simulator: FIFO servers (the paper's M/G/1, one per pod), a policy, a
+load.
 
 Requests arrive by a (non-homogeneous) Poisson process shaped by a load pattern, or replay a
 trace. Each request draws one uniform number when it is generated; the configuration active
@@ -10,6 +11,13 @@ The policy is asked every ``interval_s`` with the queue depth (requests waiting,
 service, as Triton's pending-request count) and the cumulative count of arrivals (a counter,
 as Prometheus or Triton's /metrics give it), exactly as the operator will ask it. The timeline
 also records the arrival rate over the last ``rate_window_s``, for people to look at.
+
+With ``pods`` > 1 the arrivals are split among that many servers, each request to one of them
+at random (a Service balancing each request; the scenario's seeded assignment, the same for
+every policy), and one decision switches them all. The policy then sees the per-pod view the
+planner's thresholds are made for: the pods' queues aggregated (``QueueAggregate``) and the
+arrivals counter divided among the pods. A decision takes effect ``switch_delay_s`` after it is
+taken: a request that starts service before then is served by the old configuration.
 """
 
 from __future__ import annotations
@@ -39,6 +47,22 @@ BURST_SECONDS = (5.0, 15.0)
 BURST_GAP_SECONDS = (10.0, 30.0)
 # A run that has not drained this long after the last arrival is reported as it stands.
 MAX_DRAIN_S = 3600.0
+
+
+class QueueAggregate(StrEnum):
+    """How the pods' queues make the one queue depth the policy sees."""
+
+    MEAN = "mean"
+    MAX = "max"
+
+
+def aggregate_queue(depths: Sequence[float], aggregate: QueueAggregate) -> float:
+    """The pods' queue depths as one per-pod depth: their mean or their maximum."""
+    if not depths:
+        return 0.0
+    if aggregate is QueueAggregate.MAX:
+        return float(max(depths))
+    return float(sum(depths)) / len(depths)
 
 
 class SimulationError(ValueError):
@@ -171,6 +195,15 @@ class Scenario:
     def requests(self) -> int:
         """Number of requests."""
         return len(self.arrivals_s)
+
+    def pods_of(self, pods: int) -> IntArray:
+        """The pod (0 .. pods-1) each request goes to: uniform, seeded, the same every time."""
+        if pods < 1:
+            raise SimulationError("pods", f"{pods} is not >= 1", "give 1 or more")
+        # The third child of the scenario's seed: the arrivals and the luck keep theirs.
+        rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(3)[2])
+        assigned: IntArray = rng.integers(0, pods, self.requests, dtype=np.int64)
+        return assigned
 
 
 def make_scenario(pattern: LoadPattern, seed: int) -> Scenario:
@@ -319,61 +352,99 @@ def simulate(
     label: str = "policy",
     interval_s: float = DEFAULT_INTERVAL_S,
     rate_window_s: float = DEFAULT_RATE_WINDOW_S,
+    *,
+    pods: int = 1,
+    switch_delay_s: float = 0.0,
+    queue_aggregate: QueueAggregate = QueueAggregate.MEAN,
 ) -> RunReport:
-    """Serve the scenario's requests FIFO with the controller choosing the configuration."""
+    """Serve the scenario's requests FIFO on each pod, the controller choosing the configuration."""
+    if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
+        raise SimulationError("switch_delay", f"{switch_delay_s:g} s is not >= 0", "give e.g. 0.01")
     names = tuple(p.name for p in front)
     index_of = {name: i for i, name in enumerate(names)}
     # Seconds of service for every (configuration, request): the common random numbers.
     service_s = np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in front])
     arrivals = scenario.arrivals_s
     n = len(arrivals)
+    assigned = scenario.pods_of(pods)
+    # Each pod's requests in arrival order, and how many of them have started.
+    queues = [np.flatnonzero(assigned == pod) for pod in range(pods)]
+    pod_arrivals = [arrivals[queue] for queue in queues]
+    started_on = [0] * pods
+    free_at = [0.0] * pods
     starts = np.empty(n)
     finishes = np.empty(n)
     configs = np.empty(n, dtype=np.int64)
     state = controller.initial_state(0.0)
     active = index_of[state.active] if state.active is not None else 0
+    # Switches decided but not yet in force: (in force for services starting after, index).
+    pending: list[tuple[float, int]] = []
     seen: list[tuple[float, float, int, int, bool]] = []
     reasons: list[tuple[float, str]] = []
     time_in = [0.0] * len(front)
     switches = 0
-    started = 0
-    free_at = 0.0
     last_arrival = float(arrivals[-1]) if n else 0.0
     horizon = max(scenario.pattern.duration_s, last_arrival) + MAX_DRAIN_S
     tick = 0
     now = 0.0
+
+    def config_at(begin: float) -> int:
+        chosen = active
+        for effective, index in pending:
+            if begin > effective:
+                chosen = index
+        return chosen
+
     while True:
-        # Start every request whose service begins by `now`, with the configuration active then.
-        while started < n:
-            begin = max(arrivals[started], free_at)
-            if begin > now:
-                break
-            starts[started] = begin
-            configs[started] = active
-            free_at = begin + service_s[active, started]
-            finishes[started] = free_at
-            started += 1
+        # Start every request whose service begins by `now`, with the configuration in force then.
+        for pod, queue in enumerate(queues):
+            while started_on[pod] < len(queue):
+                request = queue[started_on[pod]]
+                begin = max(arrivals[request], free_at[pod])
+                if begin > now:
+                    break
+                config = config_at(begin)
+                starts[request] = begin
+                configs[request] = config
+                free_at[pod] = begin + service_s[config, request]
+                finishes[request] = free_at[pod]
+                started_on[pod] += 1
+        while pending and pending[0][0] <= now:
+            active = pending.pop(0)[1]
+        started = sum(started_on)
         if (started >= n and now >= scenario.pattern.duration_s) or now > horizon:
             break
         arrived = int(np.searchsorted(arrivals, now, side="right"))
-        depth = arrived - started
+        waiting = [
+            int(np.searchsorted(pod_arrivals[pod], now, side="right")) - started_on[pod]
+            for pod in range(pods)
+        ]
+        depth = aggregate_queue(waiting, queue_aggregate) if pods > 1 else float(waiting[0])
         recent = arrived - int(np.searchsorted(arrivals, now - rate_window_s, side="right"))
         observed = recent / min(rate_window_s, now) if now > 0 else 0.0
-        observation = Observation(time=now, queue_depth=depth, arrivals_total=float(arrived))
+        observation = Observation(
+            time=now, queue_depth=depth, arrivals_total=float(arrived) / pods, pods=pods
+        )
         decision, state = controller.decide(observation, state, now)
+        target = index_of[decision.target]
+        in_force = pending[-1][1] if pending else active
         if decision.switched:
             switches += 1
-            reasons.append((now, f"{names[active]} -> {decision.target}: {decision.reason}"))
-        active = index_of[decision.target]
-        seen.append((now, observed, depth, active, decision.switched))
-        time_in[active] += interval_s
+            reasons.append((now, f"{names[in_force]} -> {decision.target}: {decision.reason}"))
+        if target != in_force:
+            pending.append((now + switch_delay_s, target))
+        seen.append((now, observed, round(depth), target, decision.switched))
+        time_in[target] += interval_s
         tick += 1
         now = tick * interval_s
-    if started < n:
-        # Past the drain horizon: the rest never start; count them at the horizon.
-        starts[started:] = horizon
-        finishes[started:] = horizon
-        configs[started:] = active
+    final = pending[-1][1] if pending else active
+    for pod, queue in enumerate(queues):
+        if started_on[pod] < len(queue):
+            # Past the drain horizon: the rest never start; count them at the horizon.
+            rest = queue[started_on[pod] :]
+            starts[rest] = horizon
+            finishes[rest] = horizon
+            configs[rest] = final
     offered = scenario.pattern.rate(np.array([t for t, *_ in seen]))
     ticks = tuple(
         Tick(t, float(rate), observed, depth, index, switched)
@@ -409,6 +480,10 @@ def compare(
     scenario: Scenario,
     slo_ms: float,
     interval_s: float = DEFAULT_INTERVAL_S,
+    *,
+    pods: int = 1,
+    switch_delay_s: float = 0.0,
+    queue_aggregate: QueueAggregate = QueueAggregate.MEAN,
 ) -> dict[str, RunReport]:
     """The static baselines and the given policies, all on the same scenario (paired)."""
     controllers: dict[str, Controller] = {
@@ -417,20 +492,16 @@ def compare(
     }
     controllers.update(policies)
     return {
-        label: simulate(controller, front, scenario, slo_ms, label, interval_s)
+        label: simulate(
+            controller,
+            front,
+            scenario,
+            slo_ms,
+            label,
+            interval_s,
+            pods=pods,
+            switch_delay_s=switch_delay_s,
+            queue_aggregate=queue_aggregate,
+        )
         for label, controller in controllers.items()
     }
-
-
-class QueueAggregate(StrEnum):
-    """How the pods' queues make the one queue depth the policy sees."""
-
-    MEAN = "mean"
-    MAX = "max"
-
-
-def aggregate_queue(depths: Sequence[float], aggregate: QueueAggregate) -> float:
-    """The pods' queue depths as one per-pod depth: their mean or their maximum."""
-    if not depths:
-        return 0.0
-    return float(max(depths) if aggregate is QueueAggregate.MAX else sum(depths) / len(depths))
