@@ -244,7 +244,7 @@ def workflow_to_policy(
 
 
 def reload_times(router: TritonRouter, count: int) -> list[float]:
-    """Seconds per router switch (read config, load_model, verify), alternating, no load."""
+    """Seconds per router switch (one control-model request), alternating, no load."""
     times = []
     for index in range(count):
         report = router.switch(ACCURATE if index % 2 else FASTEST)
@@ -417,7 +417,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]
         results["workflow"] = runs
     if not args.skip_switch:
         router.switch(ACCURATE)
-        with timed(f"{args.reloads} direct router reloads"):
+        with timed(f"{args.reloads} direct router switches"):
             results["reload_s"] = reload_times(router, args.reloads)
         router.switch(ACCURATE)
         with timed(f"{args.cycles} load cycles"):
@@ -451,7 +451,7 @@ def print_tables(data: dict[str, Any]) -> None:
     if "reload_s" in data:
         reload = summary(data["reload_s"])
         print(
-            f"(b) router reload (switch() over gRPC, no load): median "
+            f"(b) router switch (switch() over gRPC, no load): median "
             f"{fmt(_ms(reload['median']), '.0f')} ms, max {fmt(_ms(reload['max']), '.0f')} ms "
             f"over {reload['n']}"
         )

@@ -23,6 +23,7 @@ import json
 import tempfile
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +36,20 @@ from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
 from compass.domain.planner import Slo, plan_from_profiles
 from compass.domain.profiles import parse_profiles
-from compass.domain.simulator import PatternKind, compare, make_pattern, make_scenario
+from compass.domain.simulator import (
+    SPIKE_FACTOR,
+    PatternKind,
+    compare,
+    make_pattern,
+    make_scenario,
+)
 from compass.domain.space import config_key
 from compass.lab.experiment import serve_each
 from compass.lab.scenarios import (
     ACCURATE,
     FASTEST,
     PAPER_FRONT,
+    PAPER_PEAK_UTILIZATION,
     QUESTIONS,
     RagSimLoad,
     rag_sim_data,
@@ -75,8 +83,13 @@ def main() -> int:
     )
     parser.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
     add_pattern_arguments(parser)
-    parser.set_defaults(base_qps="1.5")
+    # Default: the paper's spike relative to this machine (its peak at the paper's utilisation
+    # of the profiled fastest configuration), per replica, as the demo serves it.
+    parser.set_defaults(base_qps=None)
     args = parser.parse_args()
+    auto_base = args.base_qps is None
+    if auto_base:
+        args.base_qps = "1"  # validated now, set once the fastest is profiled
     if args.replicas < 1:
         parser.error("--replicas: give 1 or more")
     scale = args.time_scale
@@ -128,6 +141,9 @@ def main() -> int:
             f"switch of every replica at idle ({IDLE_SWITCHES}x, real ms): p50 {idle_ms['p50']}, "
             f"p95 {idle_ms['p95']}, max {idle_ms['max']}"
         )
+        if auto_base:
+            fastest_s = min(p.mean_ms for p in profiles) / 1000 / scale
+            pattern = replace(pattern, base_qps=PAPER_PEAK_UTILIZATION / (SPIKE_FACTOR * fastest_s))
         if pattern.kind is PatternKind.TRACE:
             trace = [t * scale for t in read_trace(Path(args.trace))]
             scaled = make_pattern(PatternKind.TRACE, 1.0, 1.0, trace_s=trace)
@@ -144,7 +160,7 @@ def main() -> int:
         load = RagSimLoad(scenario)
         arrivals = load.arrivals_s()
         print(
-            f"{pattern.kind.value}: base {pattern.base_qps:g} QPS per replica, "
+            f"{pattern.kind.value}: base {pattern.base_qps:.2f} QPS per replica, "
             f"{pattern.duration_s:g} s, {scenario.requests} requests, seed {seed}\n"
         )
         header = (
