@@ -222,3 +222,15 @@ def test_compass_serve_wants_one_metrics_url_per_replica(
     code = main(["serve", "--policy", "unused.yaml", *arguments, "--metrics", "http://m/x"])
     assert code == 2
     assert "--metrics: 1 metrics URL(s) for 2 Triton replica(s)" in capsys.readouterr().err
+
+
+def test_a_pod_on_its_default_does_not_outvote_the_expected_configuration(
+    replicas: list[LocalTriton], fleet: RouterFleet
+) -> None:
+    """One pod restarted on FASTEST, one on the policy's ACCURATE: a tie the policy must win."""
+    TritonRouter(replicas[1].grpc_url).switch(ACCURATE)
+    assert fleet.active_config() == config_key(FASTEST)  # a tie, no expectation: the first pod
+    assert fleet.active_config(expected=config_key(ACCURATE)) == config_key(ACCURATE)
+    # An expectation no pod serves is not invented: the pods' own answer stands.
+    third = {**ACCURATE, "retriever_k": 10}
+    assert fleet.active_config(expected=config_key(third)) == config_key(FASTEST)

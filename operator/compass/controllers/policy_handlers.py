@@ -48,10 +48,11 @@ from compass.domain.elastico import Observation, PolicyState
 MEMORY_KEY = "compass_policy"
 # An unexpected exception (a bug) is retried after this; TemporaryError brings its own delay.
 ERROR_BACKOFF_S = 5.0
-# A switch takes milliseconds; a pod that does not answer should not hold the timer long (the
-# pods are called in parallel, and a lagging one is tried again at the next tick).
-ROUTER_TIMEOUT_S = 5.0
-ROUTER_ATTEMPTS = 2
+# A control request takes milliseconds; a pod that does not answer within a second is reported
+# lagging and asked again at the next tick, rather than holding every decision of the policy
+# (the pods are called in parallel; a silent one is skipped for the rest of its tick).
+ROUTER_TIMEOUT_S = 1.0
+ROUTER_ATTEMPTS = 1
 ROUTER_BACKOFF_S = 0.05
 SlicesIndex = kopf.Index[tuple[str, str], tuple[SliceEntry, ...]]
 
@@ -166,7 +167,7 @@ def _tick(
     connections = _connections(memory, compiled)
     try:
         connections.router.update(_endpoints(body, compiled, slices))
-        router_key = connections.router.active_config()
+        router_key = connections.router.active_config(_expected_key(memory, previous, compiled))
     except RoutingError as error:
         memory.failures += 1
         health = ps.Health(
@@ -237,8 +238,10 @@ def _decide(
     if compiled.spec.paused:
         observation, _ = loop.observe(now)  # a metrics problem is in loop.metrics_problem
         held = ps.paused_state(state)
+        # Holding means every pod serves it, a pod that joined or restarted meanwhile too.
+        routing = _hold_routing(compiled, connections, held, logger)
         return Outcome(
-            observation, held, f"paused: holding {held.active}", loop.metrics_problem, None
+            observation, held, f"paused: holding {held.active}", loop.metrics_problem, None, routing
         )
     started = time.perf_counter()
     result = loop.step(state, now)
@@ -413,6 +416,30 @@ def _endpoints(body: kopf.Body, compiled: ps.CompiledPolicy, slices: SlicesIndex
         )
     except PortError as error:
         raise RoutingError(f"spec.routing of Service {compiled.service}: {error}") from error
+
+
+def _expected_key(
+    memory: PolicyMemory, previous: dict[str, Any], compiled: ps.CompiledPolicy
+) -> str | None:
+    """The configuration the policy last had active (memory, else the status), as a key."""
+    state = memory.state if memory.state is not None else _saved_state(previous)
+    index = None if state is None or state.active is None else compiled.plan.index(state.active)
+    return None if index is None else compiled.plan.thresholds[index].profile.key
+
+
+def _hold_routing(
+    compiled: ps.CompiledPolicy, connections: Connections, held: PolicyState, logger: kopf.Logger
+) -> RoutingStatus | None:
+    """Put every pod on the held configuration; what each serves now (None: nothing held)."""
+    index = None if held.active is None else compiled.plan.index(held.active)
+    if index is None:
+        return None
+    try:
+        report = connections.router.switch(compiled.plan.thresholds[index].profile.config)
+    except RoutingError as error:
+        logger.warning(f"paused: the pods could not be kept on {held.active}: {error}")
+        return None
+    return ps.routing_status([(p.pod, p.config, p.error) for p in report.pods], report.config)
 
 
 def _saved_state(status: dict[str, Any]) -> PolicyState | None:

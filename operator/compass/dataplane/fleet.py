@@ -92,6 +92,9 @@ class RouterFleet:
         self.model = model
         self.timeout_s, self.attempts, self.backoff_s = timeout_s, attempts, backoff_s
         self.routers: dict[Endpoint, TritonRouter] = {}
+        # Pods that did not answer the last active_config: the switch after it skips them, so
+        # one hung pod costs a tick one timeout, not one per call (it is asked again next tick).
+        self.silent: dict[str, str] = {}
         self.update(endpoints)
 
     @property
@@ -120,8 +123,13 @@ class RouterFleet:
     def _each(self, act: Callable[[Endpoint, TritonRouter], PodSwitch]) -> list[PodSwitch]:
         return _parallel([partial(act, e, self.routers[e]) for e in self.endpoints])
 
-    def active_config(self) -> str:
-        """What most pods serve (a tie: the first pod's); RoutingError if none answers."""
+    def active_config(self, expected: str | None = None) -> str:
+        """What the pods serve: ``expected`` if any pod serves it, else what most pods serve
+        (a tie: the first pod's); RoutingError if none answers.
+
+        A pod that joined or restarted serves its image's default until the next switch: it
+        must not outvote the pods that serve what the policy chose (``expected``).
+        """
         if not self.routers:
             raise RoutingError(f"no ready Triton pod serves {self.model}")
 
@@ -132,9 +140,12 @@ class RouterFleet:
                 return PodSwitch(endpoint.name, None, 0.0, error=str(error))
 
         answers = self._each(ask)
+        self.silent = {a.pod: a.error or "" for a in answers if a.config is None}
         served = Counter(a.config for a in answers if a.config is not None)
         if not served:
             raise RoutingError("; ".join(f"{a.pod}: {a.error}" for a in answers))
+        if expected is not None and expected in served:
+            return expected
         return served.most_common(1)[0][0]  # ties keep the first pod's: Counter is ordered
 
     def switch(self, config: Config) -> FleetSwitch:
@@ -144,6 +155,8 @@ class RouterFleet:
             raise RoutingError(f"no ready Triton pod serves {self.model}: nothing to switch")
 
         def set_one(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
+            if endpoint.name in self.silent:
+                return PodSwitch(endpoint.name, None, 0.0, error=self.silent[endpoint.name])
             try:
                 report = router.switch(config)
             except RoutingError as error:
@@ -151,6 +164,7 @@ class RouterFleet:
             return PodSwitch(endpoint.name, report.config, report.seconds, report.changed)
 
         pods = tuple(self._each(set_one))
+        self.silent = {}
         report = FleetSwitch(
             config=wanted,
             attempts=1,
@@ -173,7 +187,7 @@ class FleetQueueDepth:
     endpoints: Callable[[], Sequence[Endpoint]]
     model: str = DEFAULT_ROUTER_MODEL
     aggregate: QueueAggregate = QueueAggregate.MEAN
-    timeout_s: float = 2.0
+    timeout_s: float = 1.0
     # The arrivals counter per pod at the last reading, and the per-pod total so far.
     last: dict[str, float] = field(default_factory=dict)
     per_pod_arrivals: float = 0.0
