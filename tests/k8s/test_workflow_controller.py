@@ -425,8 +425,11 @@ def test_happy_path_to_a_pareto_policy(
         front = policy["spec"]["front"]
         assert 1 <= len(front) <= len(profiles)
         assert policy["spec"]["slo"]["latencyMs"] == 300
+        # The Triton Service is in the workflow's namespace: every ready pod behind it.
         assert policy["spec"]["routing"] == {
-            "grpcEndpoint": f"triton.{k8s_namespace}:8001",
+            "service": "triton",
+            "grpcPort": 8001,
+            "metricsPort": 8002,
             "routerModel": "router",
         }
         feasible = {json.dumps(f["config"], sort_keys=True) for f in result["feasible"]}

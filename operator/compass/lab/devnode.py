@@ -555,7 +555,9 @@ class Node:
         try:
             self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
         except ApiException as error:
-            if error.status in (404, 409):  # gone, or bound elsewhere
+            # Gone, bound elsewhere, or its namespace is being deleted (the pod goes with it).
+            terminating = error.status == 403 and "NamespaceTerminating" in str(error.body)
+            if error.status in (404, 409) or terminating:
                 return False
             raise
         return True
