@@ -16,12 +16,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,26 +61,9 @@ def rag_image(k8s_node: Node, tmp_path_factory: pytest.TempPathFactory) -> Itera
     installation = TritonInstallation.find()
     workdir = tmp_path_factory.mktemp("rag-sim-image")
     repository = rag_sim_triton(workdir, TEST_TIME_SCALE, FASTEST).repository
-    # The flags LocalTriton.start gives, less the addresses and ports: the pod's args say those.
-    entrypoint = [
-        str(installation.binary),
-        f"--model-repository={repository}",
-        f"--backend-directory={installation.backends}",
-        "--disable-auto-complete-config",
-        "--allow-gpu-metrics=false",
-        "--model-control-mode=explicit",
-        "--load-model=*",
-        "--metrics-interval-ms=250",
-        "--log-verbose=0",
-        "--exit-timeout-secs=5",
-    ]
-    env = {
-        "LD_LIBRARY_PATH": os.pathsep.join(
-            p for p in (installation.library_path, os.environ.get("LD_LIBRARY_PATH", "")) if p
-        ),
-        # The Python backend's stubs run `python` from PATH: this interpreter's environment.
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-    }
+    # The addresses and ports are the pod's: its args say those.
+    entrypoint = installation.server_command(repository)
+    env = installation.environment()
     k8s_node.images[IMAGE] = LocalImage(entrypoint=entrypoint, env=env)
     yield IMAGE
     del k8s_node.images[IMAGE]

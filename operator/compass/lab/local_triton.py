@@ -126,6 +126,33 @@ class TritonInstallation:
         library_path = os.pathsep.join([str(libs), str(sysconfig.get_config_var("LIBDIR") or "")])
         return TritonInstallation(root / "bin" / "tritonserver", backends, library_path)
 
+    def server_command(self, repository: Path, models: Sequence[str] = ()) -> list[str]:
+        """tritonserver serving ``repository`` (``models``, or all of them), without addresses
+        and ports: the caller adds those (loopback ports here, a pod's IP in the k8s tier)."""
+        return [
+            str(self.binary),
+            f"--model-repository={repository}",
+            f"--backend-directory={self.backends}",
+            "--disable-auto-complete-config",
+            "--allow-gpu-metrics=false",
+            "--model-control-mode=explicit",
+            *(f"--load-model={m}" for m in models or ["*"]),
+            "--metrics-interval-ms=250",
+            "--log-verbose=0",
+            # In-flight requests get this long at shutdown; tests and the demo stop often.
+            "--exit-timeout-secs=5",
+        ]
+
+    def environment(self) -> dict[str, str]:
+        """The variables tritonserver needs on top of this process's environment."""
+        return {
+            "LD_LIBRARY_PATH": os.pathsep.join(
+                p for p in (self.library_path, os.environ.get("LD_LIBRARY_PATH", "")) if p
+            ),
+            # The Python backend runs `python` stubs from PATH: this interpreter's environment.
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        }
+
 
 def _wait_http(url: str, process: subprocess.Popen[bytes], log: Path, what: str) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -210,31 +237,16 @@ class LocalTriton(_Process):
         self.metrics_port = self.metrics_port or free_port()
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "tritonserver.log"
-        env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (installation.library_path, env.get("LD_LIBRARY_PATH", "")) if p
-        )
-        # The Python backend runs `python` stubs from PATH: this interpreter's environment.
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         command = [
-            str(installation.binary),
-            f"--model-repository={self.repository}",
-            f"--backend-directory={installation.backends}",
-            "--disable-auto-complete-config",
-            "--allow-gpu-metrics=false",
-            "--model-control-mode=explicit",
-            *(f"--load-model={m}" for m in self.models or ["*"]),
+            *installation.server_command(self.repository, self.models),
             f"--http-address={self.host}",
             f"--http-port={self.http_port}",
             f"--grpc-address={self.host}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
-            "--metrics-interval-ms=250",
-            "--log-verbose=0",
-            # In-flight requests get this long at shutdown; tests and the demo stop often.
-            "--exit-timeout-secs=5",
         ]
+        env = {**os.environ, **installation.environment()}
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         _wait_http(
