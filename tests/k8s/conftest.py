@@ -29,7 +29,10 @@ from cluster import (
     running_cluster,
     temporary_namespace,
 )
+from e2e_shared import Policies
+from kubernetes import client
 from node import LocalImage, Node, venv_executable
+from operator_process import Operator
 
 from tiers import unavailable
 
@@ -96,3 +99,23 @@ def k8s_namespace(k8s_api: Any, request: pytest.FixtureRequest) -> Iterator[str]
     name = f"{name}-{time.monotonic_ns() % 100000}"
     with temporary_namespace(k8s_api, name, admit_pods=True):
         yield name
+
+
+@pytest.fixture(scope="module")
+def operator(
+    k8s_cluster: Cluster, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    """One `compass operator` process for the module, watching its ``namespace`` fixture's."""
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    running = Operator(k8s_cluster, namespace, log).start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def policies(k8s_api: Any, namespace: str, operator: Operator) -> Iterator[Policies]:
+    """Create policies; each is deleted after the test, so no two switch the same routers."""
+    made = Policies(client.CustomObjectsApi(k8s_api), client.CoreV1Api(k8s_api), namespace)
+    yield made
+    print(f"operator log:\n{operator.tail()}")  # pytest shows it when the test failed
+    made.delete_all()

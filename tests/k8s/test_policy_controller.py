@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from cluster import Cluster, free_port, temporary_namespace, wait_for
 from e2e_shared import Policies, condition, install_crds
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_process import Operator
 
@@ -70,26 +69,6 @@ def namespace(k8s_api: Any, crds: None) -> Iterator[str]:
     name = f"policy-controller-{time.monotonic_ns() % 100000}"
     with temporary_namespace(k8s_api, name):
         yield name
-
-
-@pytest.fixture(scope="module")
-def operator(
-    k8s_cluster: Cluster, namespace: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    """One operator process for the module."""
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    running = Operator(k8s_cluster, namespace, log).start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def policies(k8s_api: Any, namespace: str, operator: Operator) -> Iterator[Policies]:
-    """Create policies; each is deleted after the test, so no two switch the same router."""
-    made = Policies(client.CustomObjectsApi(k8s_api), client.CoreV1Api(k8s_api), namespace)
-    yield made
-    print(f"operator log:\n{operator.tail()}")  # pytest shows it when the test failed
-    made.delete_all()
 
 
 def front() -> list[dict[str, Any]]:

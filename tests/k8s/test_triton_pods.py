@@ -27,7 +27,6 @@ from cluster import Cluster, temporary_namespace, wait_for
 from e2e_shared import Policies, install_crds
 from kubernetes import client
 from node import LocalImage, Node
-from operator_process import Operator
 
 from compass.controllers.policy import compile_policy
 from compass.dataplane.load import RequestRecord, run_load
@@ -76,26 +75,6 @@ def namespace(k8s_api: Any, k8s_cluster: Cluster) -> Iterator[str]:
     name = f"triton-pods-{time.monotonic_ns() % 100000}"
     with temporary_namespace(k8s_api, name, admit_pods=True):
         yield name
-
-
-@pytest.fixture(scope="module")
-def operator(
-    k8s_cluster: Cluster, namespace: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    """One operator process for the module."""
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    running = Operator(k8s_cluster, namespace, log).start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def policies(k8s_api: Any, namespace: str, operator: Operator) -> Iterator[Policies]:
-    """Create policies; each is deleted after the test."""
-    made = Policies(client.CustomObjectsApi(k8s_api), client.CoreV1Api(k8s_api), namespace)
-    yield made
-    print(f"operator log:\n{operator.tail()}")  # pytest shows it when the test failed
-    made.delete_all()
 
 
 @dataclass
