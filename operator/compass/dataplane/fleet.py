@@ -31,6 +31,10 @@ from compass.domain.space import config_key
 
 # Parallel calls at once: a switch to a hundred pods takes a few rounds, not a hundred.
 MAX_PARALLEL = 32
+# One pool for every fleet in the process, its threads started once and reused: the calls run
+# every tick of every policy, and a pool per call would start and stop its threads each time.
+# (No call made in the pool submits to it again, so the pool cannot deadlock on itself.)
+_POOL = ThreadPoolExecutor(max_workers=MAX_PARALLEL, thread_name_prefix="compass-fleet")
 
 
 @dataclass(frozen=True)
@@ -74,8 +78,7 @@ def _parallel(calls: Sequence[Callable[[], Any]]) -> list[Any]:
     """Run the calls at once; their results in order."""
     if len(calls) <= 1:
         return [call() for call in calls]
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(calls))) as pool:
-        return list(pool.map(lambda call: call(), calls))
+    return list(_POOL.map(lambda call: call(), calls))
 
 
 class RouterFleet:
