@@ -250,10 +250,7 @@ def _decide(
     if result.problem and result.observation is not None:
         decision = f"{decision} ({result.problem})"
     failed = result.problem if result.decision.switched and result.switch is None else None
-    routing = None
-    if isinstance(result.routing, FleetSwitch):
-        pods = [(p.pod, p.config, p.error) for p in result.routing.pods]
-        routing = ps.routing_status(pods, result.routing.config)
+    routing = _routing(result.routing) if isinstance(result.routing, FleetSwitch) else None
     if result.switched:
         depth = None if result.observation is None else result.observation.queue_depth
         target = result.state.active or result.decision.target
@@ -439,6 +436,11 @@ def _hold_routing(
     except RoutingError as error:
         logger.warning(f"paused: the pods could not be kept on {held.active}: {error}")
         return None
+    return _routing(report)
+
+
+def _routing(report: FleetSwitch) -> RoutingStatus:
+    """The status's view of a switch of every pod."""
     return ps.routing_status([(p.pod, p.config, p.error) for p in report.pods], report.config)
 
 
