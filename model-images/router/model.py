@@ -93,6 +93,12 @@ def write_state(path, key, exclusive=False):
             os.unlink(temporary)
 
 
+def read_state(path):
+    """The active configuration's key in a state file; raises if absent or unreadable."""
+    with open(path, encoding="utf-8") as state:
+        return canonical(json.loads(json.load(state)["config"]))
+
+
 class ActiveConfig:
     """The active configuration as the state file says, reread only when the file changed."""
 
@@ -110,8 +116,7 @@ class ActiveConfig:
         stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         if stamp != self.stamp:
             try:
-                with open(self.path, encoding="utf-8") as state:
-                    self.key = canonical(json.loads(json.load(state)["config"]))
+                self.key = read_state(self.path)
                 self.stamp = stamp
             except (OSError, ValueError, KeyError, TypeError):
                 pass  # mid-replace or damaged: keep the last good one, read again next time
@@ -236,7 +241,6 @@ class TritonPythonModel:
     def _read(self):
         """The active configuration's key, or None before the router published its default."""
         try:
-            with open(self.state, encoding="utf-8") as state:
-                return canonical(json.loads(json.load(state)["config"]))
+            return read_state(self.state)
         except FileNotFoundError:
             return None
