@@ -419,7 +419,7 @@ def simulate(
             int(np.searchsorted(pod_arrivals[pod], now, side="right")) - started_on[pod]
             for pod in range(pods)
         ]
-        depth = aggregate_queue(waiting, queue_aggregate) if pods > 1 else float(waiting[0])
+        depth = aggregate_queue(waiting, queue_aggregate)
         recent = arrived - int(np.searchsorted(arrivals, now - rate_window_s, side="right"))
         observed = recent / min(rate_window_s, now) if now > 0 else 0.0
         observation = Observation(
