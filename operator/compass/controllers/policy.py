@@ -131,38 +131,34 @@ def compile_policy(
     except PlanError as error:
         raise SpecError(error.field, error.what, error.fix) from error
     routing = spec.routing or RoutingTarget()
-    if routing.service and not address_override:
-        return CompiledPolicy(
-            generation=generation,
-            spec=spec,
-            policy=policy,
-            grpc_address=None,
-            router_model=routing.router_model,
-            metrics=_metrics_target(spec, None),
-            service=routing.service,
-            grpc_port=routing.grpc_port,
-            metrics_port=routing.metrics_port,
-        )
-    address = address_override or routing.grpc_endpoint
-    if not address:
-        raise SpecError(
-            "routing.service",
-            "not set (nor routing.grpcEndpoint), so there is no router to switch",
-            "name the Service of the Triton pods (routing.service: triton), or give one "
-            "Triton's gRPC endpoint as routing.grpcEndpoint: host:port",
-        )
-    host_port = _host_port(address)
-    if host_port is None:
-        raise SpecError(
-            "routing.grpcEndpoint", f"{address!r} is not host:port", "write it as triton:8001"
-        )
+    # The address override (a development setting) wins over a Service.
+    service = None if address_override else routing.service
+    address, metrics_host = None, None
+    if not service:
+        address = address_override or routing.grpc_endpoint
+        if not address:
+            raise SpecError(
+                "routing.service",
+                "not set (nor routing.grpcEndpoint), so there is no router to switch",
+                "name the Service of the Triton pods (routing.service: triton), or give one "
+                "Triton's gRPC endpoint as routing.grpcEndpoint: host:port",
+            )
+        host_port = _host_port(address)
+        if host_port is None:
+            raise SpecError(
+                "routing.grpcEndpoint", f"{address!r} is not host:port", "write it as triton:8001"
+            )
+        metrics_host = host_port[0]
     return CompiledPolicy(
         generation=generation,
         spec=spec,
         policy=policy,
         grpc_address=address,
         router_model=routing.router_model,
-        metrics=_metrics_target(spec, host_port[0]),
+        metrics=_metrics_target(spec, metrics_host),
+        service=service or None,
+        grpc_port=routing.grpc_port,
+        metrics_port=routing.metrics_port,
     )
 
 
