@@ -55,6 +55,7 @@ from typing import Any
 
 from scipy.special import gammaincinv
 
+from compass.domain.mix import Mix
 from compass.domain.planner import Plan
 
 DEFAULT_DOWNSCALE_COOLDOWN_S = 5.0
@@ -112,17 +113,29 @@ class Observation:
 
 @dataclass(frozen=True)
 class Decision:
-    """The configuration to serve from now on, and why."""
+    """The configuration to serve from now on, and why.
+
+    A strategy that splits the traffic also names ``blend``, the member that serves a share
+    ``weight`` of the requests (``target`` serves the rest).
+    """
 
     target: str
     index: int
     action: Action
     reason: str
+    blend: str | None = None
+    blend_index: int | None = None
+    weight: float = 0.0
 
     @property
     def switched(self) -> bool:
-        """Whether the active configuration changes."""
+        """Whether the routing changes."""
         return self.action is not Action.HOLD
+
+    @property
+    def mix(self) -> Mix:
+        """The routing as front indices and the blend's share."""
+        return Mix(self.index, self.blend_index, self.weight)
 
 
 @dataclass(frozen=True)
@@ -130,6 +143,9 @@ class PolicyState:
     """Everything the policy remembers between decisions; plain data, JSON-serialisable."""
 
     active: str | None = None
+    # The split strategy's blend: the member serving a share `weight` of the requests.
+    blend: str | None = None
+    weight: float = 0.0
     active_since: float | None = None
     last_switch_at: float | None = None
     last_reason: str = ""

@@ -1,0 +1,97 @@
+"""A mix of two front members: the split strategy's routing, and how requests are dealt to it.
+
+A mix serves a share ``weight`` of the requests with ``blend`` and the rest with ``base``.
+Weights are multiples of ``1 / WEIGHT_STEPS`` and requests are dealt by smooth weighted
+round-robin (nginx's), which is deterministic: every run of ``WEIGHT_STEPS`` consecutive
+requests holds exactly the mix, and the two members interleave as evenly as they can (a 30%
+blend never serves three requests in a row). A random draw per request would be exact only on
+average, and a window of a few seconds is what the queue and the SLO see.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+# 5% steps: fine enough that the policy is not held back by the grid, coarse enough that a
+# window of 20 requests (a few seconds of traffic) is already exact.
+WEIGHT_STEPS = 20
+
+T = TypeVar("T", bound=Hashable)
+
+
+def quantize_weight(weight: float) -> float:
+    """The weight rounded down to the grid, within [0, 1] (never more blend than asked)."""
+    if not math.isfinite(weight):
+        raise ValueError(f"weight {weight!r} is not a finite number: give one in [0, 1]")
+    steps = math.floor(min(max(weight, 0.0), 1.0) * WEIGHT_STEPS + 1e-9)
+    return steps / WEIGHT_STEPS
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Front members by index: ``weight`` of the requests to ``blend``, the rest to ``base``."""
+
+    base: int
+    blend: int | None = None
+    weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        weight = quantize_weight(self.weight) if self.blend is not None else 0.0
+        blend = self.blend if weight > 0 else None
+        if weight >= 1.0 and blend is not None:
+            # All of the requests to blend: that is serving blend alone.
+            object.__setattr__(self, "base", blend)
+            blend, weight = None, 0.0
+        object.__setattr__(self, "blend", blend)
+        object.__setattr__(self, "weight", weight)
+
+    @property
+    def shares(self) -> tuple[tuple[int, float], ...]:
+        """(member, share of requests), base first; one entry when it is not a mix."""
+        if self.blend is None:
+            return ((self.base, 1.0),)
+        return ((self.base, 1.0 - self.weight), (self.blend, self.weight))
+
+    @property
+    def position(self) -> float:
+        """Where the mix sits between its members: base + weight when blend is base + 1."""
+        if self.blend is None:
+            return float(self.base)
+        return self.base + self.weight * (self.blend - self.base)
+
+    @staticmethod
+    def at(position: float) -> Mix:
+        """The mix of neighbours base and base + 1 at a position on the front."""
+        base = math.floor(position + 1e-9)
+        return Mix(base, base + 1, position - base)
+
+
+class SmoothWeighting(Generic[T]):
+    """Smooth weighted round-robin over integer weights: deterministic and evenly interleaved.
+
+    Each pick adds every member's weight to its credit and takes the member with the most
+    credit, which then pays the total back (nginx's algorithm; ties go to the first listed).
+    """
+
+    def __init__(self, weights: Sequence[tuple[T, int]]) -> None:
+        self.weights = [(member, weight) for member, weight in weights if weight > 0]
+        if not self.weights:
+            raise ValueError("no member has a positive weight")
+        self.total = sum(weight for _, weight in self.weights)
+        self.credit = [0] * len(self.weights)
+
+    def pick(self) -> T:
+        """The member that serves the next request."""
+        for i, (_, weight) in enumerate(self.weights):
+            self.credit[i] += weight
+        best = max(range(len(self.weights)), key=lambda i: (self.credit[i], -i))
+        self.credit[best] -= self.total
+        return self.weights[best][0]
+
+
+def mix_weighting(mix: Mix) -> SmoothWeighting[int]:
+    """The round-robin that deals a mix's requests to its members."""
+    return SmoothWeighting([(member, round(share * WEIGHT_STEPS)) for member, share in mix.shares])
