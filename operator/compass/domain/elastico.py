@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from scipy.special import gammaincinv
+from scipy.special import bdtr, bdtrc, gammaincinv
 
 from compass.domain.mix import Mix
 from compass.domain.planner import Plan
@@ -71,6 +71,12 @@ LEAVE_WINDOWS_S = (1.0, 2.0, 5.0)
 # benchmark, with the cooldown exponent: see bench/serving_sim.py.)
 LEAVE_CONFIDENCE = 0.8
 ENTER_CONFIDENCE = 0.7
+# The adaptive rate evidence: windows tried, shortest first, and the significance at which an
+# older stretch is judged to differ from the newer one: a rise is believed sooner than a fall
+# (the same asymmetry as the hysteresis: fast to degrade, slow to recover).
+STEADY_WINDOWS_S = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+RISE_SIGNIFICANCE = 0.05
+FALL_SIGNIFICANCE = 0.01
 # Counter samples older than the longest window needed are dropped; this caps the state.
 MAX_HISTORY_S = 600.0
 
@@ -187,6 +193,9 @@ class ElasticoSettings:
     on_metrics_loss: MetricsLoss = MetricsLoss.HOLD
     stale_after_s: float = DEFAULT_STALE_AFTER_S
     paused: bool = False
+    # Rate evidence from the longest recent window over which the arrivals look steady (see
+    # steady_window) instead of fixed windows: precise enough to sit close to a limit.
+    adaptive_rate: bool = False
 
 
 def rate_lower_bound(count: float, window_s: float, confidence: float) -> float:
@@ -201,6 +210,35 @@ def rate_upper_bound(count: float, window_s: float, confidence: float) -> float:
     if window_s <= 0:
         return math.inf
     return float(gammaincinv(max(count, 0.0) + 1, confidence)) / window_s
+
+
+def steady_window(
+    samples: Sequence[tuple[float, float]], now: float, pods: int = 1
+) -> tuple[float, float] | None:
+    """(arrivals of all pods, seconds) over the longest recent window in which they look steady.
+
+    Windows double from the shortest; a window is extended while its older half is consistent
+    with its newer half (a binomial test: given the total,
+    the newer part's count is binomial in its share of the time; a rise is tested at
+    ``RISE_SIGNIFICANCE``, a fall at ``FALL_SIGNIFICANCE``). A change of rate therefore
+    shortens the window at once, and a steady rate is measured over minutes.
+    """
+    best: tuple[float, float] | None = None
+    for window in STEADY_WINDOWS_S:
+        measured = _arrivals_in(samples, now, window)
+        if measured is None:
+            break
+        count, seconds = round(measured[0] * pods), measured[1]
+        if best is not None and seconds > best[1]:
+            newer, newer_s = best
+            share = newer_s / seconds
+            # P(newer count this low) and P(this high) if the rate had not changed.
+            fell = float(bdtr(newer, count, share))
+            rose = float(bdtrc(newer - 1, count, share)) if newer >= 1 else 1.0
+            if rose < RISE_SIGNIFICANCE or fell < FALL_SIGNIFICANCE:
+                break
+        best = (count, seconds)
+    return best
 
 
 def _arrivals_in(
@@ -286,7 +324,9 @@ class Elastico:
         return replace(state, arrivals=tuple(samples[older[-1] if older else 0 :]))
 
     def _longest_window(self) -> float:
-        return max([*LEAVE_WINDOWS_S, *(self.cooldown_s(i) for i in self.plan.eligible[1:])])
+        adaptive = STEADY_WINDOWS_S if self.settings.adaptive_rate else ()
+        cooldowns = [self.cooldown_s(i) for i in self.plan.eligible[1:]]
+        return float(max([*LEAVE_WINDOWS_S, *adaptive, *cooldowns]))
 
     def _rates(
         self, state: PolicyState, observation: Observation
@@ -296,6 +336,14 @@ class Elastico:
             measured = observation.arrival_rate_qps
             return measured, lambda _window: measured
         pods = max(observation.pods, 1)
+        if self.settings.adaptive_rate:
+            steady = steady_window(state.arrivals, observation.time, pods)
+            if steady is None:
+                return None, lambda _window: math.inf if state.arrivals else None
+            count, seconds = steady
+            leave = rate_lower_bound(count, seconds, LEAVE_CONFIDENCE) / pods
+            enter = rate_upper_bound(count, seconds, ENTER_CONFIDENCE) / pods
+            return leave, lambda _window: enter
         return (
             self._leave_rate(state, observation.time, pods),
             lambda window: self._enter_rate(state, observation.time, window, pods),

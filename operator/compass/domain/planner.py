@@ -31,6 +31,7 @@ queue already there. Both are optimistic. ``tail`` fixes both:
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import brentq
 
+from compass.domain.mix import WEIGHT_STEPS, Mix
 from compass.domain.profiles import LatencyProfile
 
 FloatArray = npt.NDArray[np.float64]
@@ -151,78 +153,117 @@ def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -
 
 def sum_percentile_ms(profile: LatencyProfile, services: int, percentile: float) -> float:
     """The percentile of the sum of ``services`` service times (n mean + sqrt(n) (p - mean))."""
-    mean = profile.mean_ms
-    return services * mean + math.sqrt(services) * (profile.latency_at(percentile) - mean)
+    return _sum_tail(profile.mean_ms, profile.latency_at(percentile), services)
+
+
+def _sum_tail(mean: float, tail: float, services: int) -> float:
+    return services * mean + math.sqrt(services) * (tail - mean)
 
 
 def max_queue_depth(
     profile: LatencyProfile, budget_ms: float, percentile: float, model: ThresholdModel
 ) -> int | None:
     """The deepest queue at which this configuration still meets ``budget_ms``; None if none."""
-    tail = profile.latency_at(percentile)
+    return _queue_limit(
+        profile.mean_ms, profile.latency_at(percentile), budget_ms, percentile, model
+    )
+
+
+def _queue_limit(
+    mean: float, tail: float, budget_ms: float, percentile: float, model: ThresholdModel
+) -> int | None:
+    """The deepest queue meeting ``budget_ms`` for service times of this mean and percentile."""
     if tail > budget_ms + _TOLERANCE:
         return None
-    mean = profile.mean_ms
     if model is ThresholdModel.PAPER_MEAN:
         return math.floor((budget_ms - tail) / mean + _TOLERANCE)
+
     # n mean + sqrt(n) (p - mean) <= budget is a quadratic in x = sqrt(n).
     spread = tail - mean
     root = (-spread + math.sqrt(spread * spread + 4 * mean * budget_ms)) / (2 * mean)
     services = max(1, math.floor(root * root + _TOLERANCE))
     # The closed form can be off by one in floating point: settle it on the exact condition.
-    while sum_percentile_ms(profile, services + 1, percentile) <= budget_ms + _TOLERANCE:
+    while _sum_tail(mean, tail, services + 1) <= budget_ms + _TOLERANCE:
         services += 1
-    while (
-        services > 1 and sum_percentile_ms(profile, services, percentile) > budget_ms + _TOLERANCE
-    ):
+    while services > 1 and _sum_tail(mean, tail, services) > budget_ms + _TOLERANCE:
         services -= 1
     return services - 1
 
 
-def _service_grid_s(profile: LatencyProfile) -> FloatArray:
-    """Service times (s) at evenly spaced probabilities: expectations become plain means."""
+@dataclass(frozen=True)
+class _Service:
+    """A service-time distribution as weighted points (s): expectations become dot products."""
+
+    times_s: FloatArray
+    weights: FloatArray
+
+    def expect(self, values: FloatArray) -> float:
+        """E[values(S)]."""
+        return float(values @ self.weights)
+
+    @property
+    def mean_s(self) -> float:
+        """E[S]."""
+        return self.expect(self.times_s)
+
+
+def _service_grid(profile: LatencyProfile) -> _Service:
+    """Service times (s) at evenly spaced probabilities, equally weighted."""
     levels = (np.arange(_GRID) + 0.5) / _GRID
-    return profile.distribution.quantile(levels) / 1000
+    return _Service(profile.distribution.quantile(levels) / 1000, np.full(_GRID, 1 / _GRID))
+
+
+def _mixture(shares: Sequence[tuple[LatencyProfile, float]]) -> _Service:
+    """The service time of requests dealt to these profiles in these shares."""
+    grids = [(_service_grid(profile), share) for profile, share in shares if share > 0]
+    return _Service(
+        np.concatenate([grid.times_s for grid, _ in grids]),
+        np.concatenate([grid.weights * share for grid, share in grids]),
+    )
 
 
 def violation_probability(profile: LatencyProfile, arrival_qps: float, budget_ms: float) -> float:
     """P(latency > budget) in steady state at this Poisson arrival rate (Cramer-Lundberg)."""
-    return _violation(_service_grid_s(profile), arrival_qps, budget_ms / 1000)
+    return _violation(_service_grid(profile), arrival_qps, budget_ms / 1000)
 
 
-def _violation(service: FloatArray, rate: float, budget_s: float) -> float:
-    rho = rate * float(service.mean())
+def _violation(service: _Service, rate: float, budget_s: float) -> float:
+    times = service.times_s
+    rho = rate * service.mean_s
     if rho >= 1:
         return 1.0
     if rate <= 0:
-        return float(np.mean(service > budget_s))
+        return service.expect((times > budget_s).astype(np.float64))
 
     def excess(gamma: float) -> float:
-        return rate * (float(np.mean(np.exp(gamma * service))) - 1) - gamma
+        return rate * (service.expect(np.exp(gamma * times)) - 1) - gamma
 
     # excess(0) = 0, excess'(0) = rho - 1 < 0 and excess is convex: one positive root. The
     # heavy-traffic value 2 (1 - rho) / (lambda E[S^2]) is of its order: bracket from there.
-    guess = 2 * (1 - rho) / (rate * float(np.mean(service * service)))
+    guess = 2 * (1 - rho) / (rate * service.expect(times * times))
     low, high = guess / 2, guess
     while excess(low) >= 0:
         low /= 2
     while excess(high) < 0:
         low, high = high, 2 * high
     gamma = float(brentq(excess, low, high, xtol=_XTOL * guess))
-    constant = (1 - rho) / (rate * float(np.mean(service * np.exp(gamma * service))) - 1)
-    slack = budget_s - service
+    constant = (1 - rho) / (rate * service.expect(times * np.exp(gamma * times)) - 1)
+    slack = budget_s - times
     tail = np.where(slack <= 0, 1.0, np.minimum(1.0, constant * np.exp(-gamma * slack)))
-    return float(tail.mean())
+    return service.expect(tail)
 
 
 def max_arrival_rate(profile: LatencyProfile, budget_ms: float, percentile: float) -> float:
     """The highest arrival rate (requests/s) keeping P(latency > budget) <= 1 - P/100 (0: none)."""
-    service = _service_grid_s(profile)
+    return _max_rate(_service_grid(profile), budget_ms, percentile)
+
+
+def _max_rate(service: _Service, budget_ms: float, percentile: float) -> float:
     allowed = 1 - percentile / 100
     budget_s = budget_ms / 1000
     if _violation(service, 0.0, budget_s) > allowed:
         return 0.0
-    saturation = 1 / float(service.mean())
+    saturation = 1 / service.mean_s
 
     def over(rate: float) -> float:
         return _violation(service, rate, budget_s) - allowed
@@ -319,29 +360,18 @@ def plan_thresholds(
         raise PlanError("slackBufferMs", f"{slack_buffer_ms:g} is negative", "use e.g. 50")
     if not switch_delay_ms >= 0 or not math.isfinite(switch_delay_ms):
         raise PlanError("switchDelayMs", f"{switch_delay_ms:g} is not >= 0", "use e.g. 10")
-    thresholds = []
-    for profile in front:
-        tail = profile.latency_at(slo.percentile)
-        stay_budget, enter_budget = slo.latency_ms, slo.latency_ms - slack_buffer_ms
-        with_rates = model is ThresholdModel.TAIL and tail < slo.latency_ms
-        queue_limit = functools.partial(
-            max_queue_depth, profile, percentile=slo.percentile, model=model
+    thresholds = [
+        _threshold(
+            profile,
+            _service_grid(profile),
+            profile.latency_at(slo.percentile),
+            slo,
+            slack_buffer_ms,
+            model,
+            switch_delay_ms,
         )
-        thresholds.append(
-            Threshold(
-                profile=profile,
-                tail_ms=tail,
-                slack_ms=slo.latency_ms - tail,
-                stay_max_queue=queue_limit(stay_budget - switch_delay_ms),
-                enter_max_queue=queue_limit(enter_budget - switch_delay_ms),
-                stay_max_qps=max_arrival_rate(profile, stay_budget, slo.percentile)
-                if with_rates
-                else None,
-                enter_max_qps=max_arrival_rate(profile, enter_budget, slo.percentile)
-                if with_rates
-                else None,
-            )
-        )
+        for profile in front
+    ]
     if not any(t.eligible for t in thresholds):
         closest = min(thresholds, key=lambda t: t.tail_ms)
         raise PlanError(
@@ -352,6 +382,113 @@ def plan_thresholds(
             f"raise the SLO above {closest.tail_ms:.1f} ms or profile faster configurations",
         )
     return Plan(slo, slack_buffer_ms, model, tuple(thresholds), tuple(dominated), switch_delay_ms)
+
+
+def _threshold(
+    profile: LatencyProfile,
+    service: _Service,
+    tail: float,
+    slo: Slo,
+    slack_buffer_ms: float,
+    model: ThresholdModel,
+    switch_delay_ms: float,
+) -> Threshold:
+    """The limits of one member (or mix) whose service time is ``service``, p at the SLO ``tail``."""
+    stay_budget, enter_budget = slo.latency_ms, slo.latency_ms - slack_buffer_ms
+    with_rates = model is ThresholdModel.TAIL and tail < slo.latency_ms
+    queue_limit = functools.partial(
+        _queue_limit, profile.mean_ms, tail, percentile=slo.percentile, model=model
+    )
+    return Threshold(
+        profile=profile,
+        tail_ms=tail,
+        slack_ms=slo.latency_ms - tail,
+        stay_max_queue=queue_limit(stay_budget - switch_delay_ms),
+        enter_max_queue=queue_limit(enter_budget - switch_delay_ms),
+        stay_max_qps=_max_rate(service, stay_budget, slo.percentile) if with_rates else None,
+        enter_max_qps=_max_rate(service, enter_budget, slo.percentile) if with_rates else None,
+    )
+
+
+def _quantile_ms(service: _Service, percentile: float) -> float:
+    """The service time (ms) at this percentile of a weighted distribution."""
+    order = np.argsort(service.times_s)
+    levels = np.cumsum(service.weights[order])
+    at = min(int(np.searchsorted(levels, percentile / 100)), len(order) - 1)
+    return float(service.times_s[order][at] * 1000)
+
+
+@dataclass(frozen=True)
+class MixPlan:
+    """The mixes of neighbouring eligible members, on the weight grid, as a plan of their own.
+
+    ``plan`` has one member per mix, fastest first, with thresholds from the mix's own service
+    time (the members' distributions in the mix's shares): a policy over it moves along the
+    front in steps of one weight, and ``mixes[i]`` says what member i routes, in indices of
+    the original plan.
+    """
+
+    base: Plan
+    plan: Plan
+    mixes: tuple[Mix, ...]
+
+    def index(self, mix: Mix) -> int | None:
+        """The member of ``plan`` routing this mix, or None if it is not on the grid."""
+        return next((i for i, known in enumerate(self.mixes) if known == mix), None)
+
+
+def plan_mixes(plan: Plan) -> MixPlan:
+    """Every mix of each eligible member with the next eligible one, weights on the grid."""
+    eligible = plan.eligible
+    mixes: list[Mix] = []
+    thresholds: list[Threshold] = []
+    for base, blend in itertools.pairwise(eligible):
+        for step in range(WEIGHT_STEPS):
+            mix = Mix(base, blend, step / WEIGHT_STEPS)
+            mixes.append(mix)
+            thresholds.append(
+                plan.thresholds[base] if mix.blend is None else _mix_threshold(plan, mix)
+            )
+    mixes.append(Mix(eligible[-1]))
+    thresholds.append(plan.thresholds[eligible[-1]])
+    mixed = Plan(
+        plan.slo,
+        plan.slack_buffer_ms,
+        plan.model,
+        tuple(thresholds),
+        plan.dominated,
+        plan.switch_delay_ms,
+    )
+    return MixPlan(plan, mixed, tuple(mixes))
+
+
+def _mix_threshold(plan: Plan, mix: Mix) -> Threshold:
+    """The thresholds of a mix: its service time is the members' in the mix's shares."""
+    members = [(plan.thresholds[index].profile, share) for index, share in mix.shares]
+    service = _mixture(members)
+    (base, _), (blend, weight) = members
+    percentiles = {p: _quantile_ms(service, p) for p in (50.0, 95.0, 99.0)}
+    mean_ms = service.mean_s * 1000
+    profile = LatencyProfile(
+        # A label, not a configuration: the policy names its members in reasons and events.
+        config={"mix": f"{base.name} + {weight:.0%} {blend.name}"},
+        accuracy=sum(p.accuracy * share for p, share in members),
+        mean_ms=mean_ms,
+        p95_ms=percentiles[95.0],
+        p50_ms=percentiles[50.0],
+        p99_ms=percentiles[99.0],
+        std_ms=math.sqrt(max(service.expect(service.times_s**2) * 1e6 - mean_ms**2, 0.0)),
+    )
+    tail = _quantile_ms(service, plan.slo.percentile)
+    return _threshold(
+        profile,
+        service,
+        tail,
+        plan.slo,
+        plan.slack_buffer_ms,
+        plan.model,
+        plan.switch_delay_ms,
+    )
 
 
 def plan_from_profiles(

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from compass.domain.elastico import Action, Decision, Observation, PolicyState
+from compass.domain.mix import Mix, SmoothWeighting, mix_weighting
 from compass.domain.profiles import LatencyProfile
 
 FloatArray = npt.NDArray[np.float64]
@@ -267,6 +268,7 @@ class Tick:
     queue_depth: int
     active: int
     switched: bool
+    mix: Mix | None = None
 
 
 @dataclass(frozen=True)
@@ -376,10 +378,12 @@ def simulate(
     finishes = np.empty(n)
     configs = np.empty(n, dtype=np.int64)
     state = controller.initial_state(0.0)
-    active = index_of[state.active] if state.active is not None else 0
-    # Switches decided but not yet in force: (in force for services starting after, index).
-    pending: list[tuple[float, int]] = []
-    seen: list[tuple[float, float, int, int, bool]] = []
+    active = _initial_mix(state, index_of)
+    # Switches decided but not yet in force: (in force for services starting after, mix).
+    pending: list[tuple[float, Mix]] = []
+    # Each pod deals its requests to the mix in force by its own round-robin, as a router does.
+    dealt: list[tuple[Mix, SmoothWeighting[int]] | None] = [None] * pods
+    seen: list[tuple[float, float, int, Mix, bool]] = []
     reasons: list[tuple[float, str]] = []
     time_in = [0.0] * len(front)
     switches = 0
@@ -388,12 +392,18 @@ def simulate(
     tick = 0
     now = 0.0
 
-    def config_at(begin: float) -> int:
+    def config_at(pod: int, begin: float) -> int:
         chosen = active
-        for effective, index in pending:
+        for effective, mix in pending:
             if begin > effective:
-                chosen = index
-        return chosen
+                chosen = mix
+        if chosen.blend is None:
+            return chosen.base
+        current = dealt[pod]
+        if current is None or current[0] != chosen:
+            current = (chosen, mix_weighting(chosen))
+            dealt[pod] = current
+        return current[1].pick()
 
     while True:
         # Start every request whose service begins by `now`, with the configuration in force then.
@@ -403,7 +413,7 @@ def simulate(
                 begin = max(arrivals[request], free_at[pod])
                 if begin > now:
                     break
-                config = config_at(begin)
+                config = config_at(pod, begin)
                 starts[request] = begin
                 configs[request] = config
                 free_at[pod] = begin + service_s[config, request]
@@ -426,18 +436,21 @@ def simulate(
             time=now, queue_depth=depth, arrivals_total=float(arrived) / pods, pods=pods
         )
         decision, state = controller.decide(observation, state, now)
-        target = index_of[decision.target]
+        target = decision.mix
         in_force = pending[-1][1] if pending else active
         if decision.switched:
             switches += 1
-            reasons.append((now, f"{names[in_force]} -> {decision.target}: {decision.reason}"))
+            reasons.append(
+                (now, f"{_label(in_force, names)} -> {_label(target, names)}: {decision.reason}")
+            )
         if target != in_force:
             pending.append((now + switch_delay_s, target))
         seen.append((now, observed, round(depth), target, decision.switched))
-        time_in[target] += interval_s
+        for member, share in target.shares:
+            time_in[member] += share * interval_s
         tick += 1
         now = tick * interval_s
-    final = pending[-1][1] if pending else active
+    final = (pending[-1][1] if pending else active).base
     for pod, queue in enumerate(queues):
         if started_on[pod] < len(queue):
             # Past the drain horizon: the rest never start; count them at the horizon.
@@ -447,8 +460,8 @@ def simulate(
             configs[rest] = final
     offered = scenario.pattern.rate(np.array([t for t, *_ in seen]))
     ticks = tuple(
-        Tick(t, float(rate), observed, depth, index, switched)
-        for (t, observed, depth, index, switched), rate in zip(seen, offered, strict=True)
+        Tick(t, float(rate), observed, depth, mix.base, switched, mix)
+        for (t, observed, depth, mix, switched), rate in zip(seen, offered, strict=True)
     )
     return RunReport(
         label=label,
@@ -464,6 +477,20 @@ def simulate(
         time_in_config_s=tuple(time_in),
         reasons=tuple(reasons),
     )
+
+
+def _initial_mix(state: PolicyState, index_of: Mapping[str, int]) -> Mix:
+    """The mix a controller's initial state routes (the first member if it names none)."""
+    base = index_of[state.active] if state.active is not None else 0
+    blend = None if state.blend is None else index_of[state.blend]
+    return Mix(base, blend, state.weight)
+
+
+def _label(mix: Mix, names: Sequence[str]) -> str:
+    """A mix as people read it: a member, or a member with a share of the next."""
+    if mix.blend is None:
+        return names[mix.base]
+    return f"{names[mix.base]} + {mix.weight:.0%} {names[mix.blend]}"
 
 
 BASELINES = ("fastest", "middle", "accurate")

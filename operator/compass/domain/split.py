@@ -1,0 +1,92 @@
+"""The split strategy: Elastico over the mixes of neighbouring front members.
+
+Elastico jumps between front members, and the gap between two neighbours can be wide: on the
+paper's front at a 1,000 ms SLO the fastest member holds 6.2 requests/s, the next 5.9 and the
+one after it 3.9. A load of 5 requests/s then forces the second member although a mix of it
+with the third would hold that load too, and a load of 6 forces the fastest. Serving a share of
+the requests with the next more accurate member moves capacity and accuracy in steps of one
+weight instead (``compass.domain.mix``: 5% steps, dealt exactly).
+
+Each mix is a member of a plan of its own (``plan_mixes``): its thresholds come from its own
+service time, the members' distributions in its shares, by the same queueing model. The split
+strategy is Elastico's decision over that plan, unchanged: fast to leave a mix the queue or the
+arrivals no longer allow (several steps at once), slow to enter a more accurate one (its entry
+condition held for a cooldown that grows with its mean service time). Its state names the base
+member, the blend and the weight, as the routers serve them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from compass.domain.elastico import Decision, Elastico, ElasticoSettings, Observation, PolicyState
+from compass.domain.mix import Mix
+from compass.domain.planner import MixPlan, Plan, plan_mixes
+
+
+@dataclass(frozen=True)
+class Split:
+    """The split strategy over one plan: Elastico on the grid of mixes of its neighbours."""
+
+    plan: Plan
+    settings: ElasticoSettings = field(default_factory=ElasticoSettings)
+    mixes: MixPlan = field(init=False, repr=False, compare=False)
+    inner: Elastico = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        mixes = plan_mixes(self.plan)
+        object.__setattr__(self, "mixes", mixes)
+        settings = replace(self.settings, adaptive_rate=True)
+        object.__setattr__(self, "inner", Elastico(mixes.plan, settings))
+
+    def initial_state(self, now: float) -> PolicyState:
+        """A fresh policy starts on the fastest eligible member alone."""
+        return self._outer(self.inner.initial_state(now))
+
+    def decide(
+        self, observation: Observation | None, state: PolicyState, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """The mix to serve after this observation, and the policy's new state."""
+        decision, inner = self.inner.decide(observation, self._inner(state), now)
+        mix = self.mixes.mixes[decision.index]
+        names = self.plan.names
+        blend = None if mix.blend is None else names[mix.blend]
+        routed = Decision(
+            names[mix.base],
+            mix.base,
+            decision.action,
+            decision.reason,
+            blend=blend,
+            blend_index=mix.blend,
+            weight=mix.weight,
+        )
+        return routed, self._outer(inner)
+
+    def _inner(self, state: PolicyState) -> PolicyState:
+        """The state as Elastico over the mixes knows it: the active mix by its member name."""
+        mix = self._mix_of(state)
+        active = None if mix is None else self.mixes.index(mix)
+        name = None if active is None else self.mixes.plan.names[active]
+        if name is None and state.active is not None:
+            # Not a mix of this plan (the front changed): Elastico falls back and says so.
+            name = f"{state.active} + {state.weight:.0%} {state.blend}"
+        return replace(state, active=name, blend=None, weight=0.0)
+
+    def _outer(self, state: PolicyState) -> PolicyState:
+        """The state with the active mix as the routers serve it: base, blend and weight."""
+        index = None if state.active is None else self.mixes.plan.index(state.active)
+        if index is None:
+            return state
+        mix = self.mixes.mixes[index]
+        names = self.plan.names
+        blend = None if mix.blend is None else names[mix.blend]
+        return replace(state, active=names[mix.base], blend=blend, weight=mix.weight)
+
+    def _mix_of(self, state: PolicyState) -> Mix | None:
+        base = None if state.active is None else self.plan.index(state.active)
+        if base is None:
+            return None
+        if state.blend is None:
+            return Mix(base)
+        blend = self.plan.index(state.blend)
+        return None if blend is None else Mix(base, blend, state.weight)
