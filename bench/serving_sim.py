@@ -1,7 +1,8 @@
 """Elastico against static configurations in the serving simulator, on the paper's profiles.
 
 Run as ``python bench/serving_sim.py [--seeds 10] [--seed-offset 0] [--jobs 2]
-[--slos 500,750,1000,1500] [--patterns spike,ramp,step,bursty] [--pods 1] [--aggregate mean]``;
+[--slos 500,750,1000,1500] [--patterns spike,ramp,step,bursty] [--pods 1] [--aggregate mean]
+[--json PATH]``;
 ``--seed-offset 100`` draws a held-out set of scenarios (seeds 100, 101, ...) to check a change
 on seeds it was not made on. ``--pods N`` serves N times the load on N servers behind one
 Service (each request to one at random) with one policy over all of them, which sees the pods'
@@ -9,7 +10,11 @@ queues as their mean or their maximum (``--aggregate``). The paper's 79 latency 
 every (SLO, pattern, seed) draws one scenario (arrivals and service-time luck) that every policy
 serves, so each comparison is paired. Printed: compliance and mean accuracy per policy (mean over
 seeds), the issue's floors as PASS/FAIL lines, the two threshold models side by side, and the
-paper's own serving runs beside the simulator's. The script always exits 0.
+paper's own serving runs beside the simulator's. Then the strategies (Elastico and split)
+against the hindsight oracle (compass.domain.oracle: per window, the most accurate mix of the
+front that keeps the window's requests within the SLO as often as static fastest): each
+strategy's share of the oracle's accuracy gain beside its compliance, and that section's floors.
+``--json PATH`` writes every cell and policy as data. The script always exits 0.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from compass.domain.elastico import Elastico
+from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import (
@@ -38,6 +44,7 @@ from compass.domain.simulator import (
     make_scenario,
     simulate,
 )
+from compass.domain.split import Split
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,6 +60,14 @@ SPIKE_MARGIN = 70.0
 SPIKE_SLO = 1000.0
 MODELS = (ThresholdModel.TAIL, ThresholdModel.PAPER_MEAN)
 POLICY = {ThresholdModel.TAIL: "policy", ThresholdModel.PAPER_MEAN: "paper"}
+# The strategies measured against the hindsight oracle (issue 14), by their table label.
+STRATEGIES = {"elastico": "policy", "split": "split"}
+ORACLE_WINDOW_S = 5.0
+# Issue 14's floors: compliance within this of static fastest in every cell, and accuracy gain
+# shares of the oracle's gain, on average and in every cell.
+ORACLE_COMPLIANCE_TOLERANCE = 0.5
+ORACLE_SHARE_MEAN = 0.75
+ORACLE_SHARE_CELL = 0.50
 
 
 @lru_cache(maxsize=1)
@@ -97,6 +112,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
     }
     for model, plan in plans.items():
         controllers[POLICY[model]] = Elastico(plan)
+    controllers["split"] = Split(plans[ThresholdModel.TAIL])
     outcome: Outcome = {}
     for label, controller in controllers.items():
         report = simulate(
@@ -114,6 +130,8 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             report.switches,
             report.requests,
         )
+    oracle = hindsight_oracle(front, scenario, job.slo_ms, pods=job.pods, window_s=ORACLE_WINDOW_S)
+    outcome["oracle"] = (oracle.compliance, oracle.mean_accuracy, 0, oracle.requests)
     return job, outcome
 
 
@@ -128,6 +146,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--patterns", default="spike,ramp,step,bursty", help="load patterns")
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="the paper's data directory")
     parser.add_argument("--pods", type=int, default=1, help="servers, each with the base load")
+    parser.add_argument("--json", default=None, help="write every cell's figures to this file")
     parser.add_argument(
         "--aggregate",
         default=QueueAggregate.MEAN.value,
@@ -184,6 +203,97 @@ def paper_rows(
     return lines
 
 
+Means = dict[tuple[float, str], dict[str, npt.NDArray[np.float64]]]
+
+
+def oracle_share(cell: dict[str, npt.NDArray[np.float64]], label: str) -> float:
+    """A policy's accuracy gain over static fastest as a share of the oracle's gain."""
+    gain = cell["oracle"][1] - cell["#0"][1]
+    return float((cell[label][1] - cell["#0"][1]) / gain) if gain > 0 else float("inf")
+
+
+def oracle_section(means: Means) -> list[str]:
+    """Each strategy against the hindsight oracle, per cell, and issue 14's floors."""
+    lines = [
+        f"\nstrategies against the hindsight oracle ({ORACLE_WINDOW_S:g} s windows): compliance % "
+        "/ share of the oracle's accuracy gain over static fastest",
+        f"{'SLO':>5} {'pattern':<8} {'fastest':>15} {'oracle':>15}"
+        + "".join(f"{name:>17}" for name in STRATEGIES),
+    ]
+    wrong: list[str] = []
+    for (slo, pattern), cell in means.items():
+        row = (
+            f"{slo:>5.0f} {pattern:<8} {cell['#0'][0]:>7.1f}/{cell['#0'][1]:.4f}"
+            f" {cell['oracle'][0]:>7.1f}/{cell['oracle'][1]:.4f}"
+        )
+        for name, label in STRATEGIES.items():
+            row += f" {cell[label][0]:>9.1f}/{oracle_share(cell, label):>6.0%}"
+            if cell[label][0] > cell["oracle"][0] and cell[label][1] > cell["oracle"][1]:
+                wrong.append(f"{slo:.0f} ms {pattern}: {name}")
+        lines.append(row)
+    lines.append(
+        f"floors (compliance >= static fastest - {ORACLE_COMPLIANCE_TOLERANCE:g} in every cell, "
+        f">= {ORACLE_SHARE_MEAN:.0%} of the oracle's gain on average and >= "
+        f"{ORACLE_SHARE_CELL:.0%} in every cell):"
+    )
+    for name, label in STRATEGIES.items():
+        short = [
+            f"{slo:.0f} {pattern} ({cell[label][0] - cell['#0'][0]:+.1f})"
+            for (slo, pattern), cell in means.items()
+            if cell[label][0] < cell["#0"][0] - ORACLE_COMPLIANCE_TOLERANCE
+        ]
+        under = [
+            f"{slo:.0f} {pattern} ({oracle_share(cell, label):.0%})"
+            for (slo, pattern), cell in means.items()
+            if oracle_share(cell, label) < ORACLE_SHARE_CELL
+        ]
+        # A cell where the oracle gains nothing counts as a full share, not as infinity.
+        mean_share = float(np.mean([min(oracle_share(c, label), 1.0) for c in means.values()]))
+        checks = (
+            (not short, f"compliance in {len(means) - len(short)}/{len(means)} cells", short),
+            (mean_share >= ORACLE_SHARE_MEAN, f"{mean_share:.0%} of the oracle's gain", []),
+            (not under, f"share in {len(means) - len(under)}/{len(means)} cells", under),
+        )
+        for ok, what, misses in checks:
+            detail = f": {', '.join(misses)}" if misses else ""
+            lines.append(f"  {'pass' if ok else 'FAIL'} {name}: {what}{detail}")
+    lines.append(
+        "oracle check: "
+        + (
+            "no strategy beats the oracle on both compliance and accuracy in any cell"
+            if not wrong
+            else "THE ORACLE IS WRONG, a strategy beats it on both in: " + ", ".join(wrong)
+        )
+    )
+    return lines
+
+
+def json_cells(means: Means) -> dict[str, list[dict[str, object]]]:
+    """Every cell and policy as data (means over seeds), one row per policy."""
+    names = {"policy": "elastico", "paper": "elastico-paper-mean", "split": "split"}
+
+    def figures(values: npt.NDArray[np.float64]) -> dict[str, float]:
+        return {"compliance_pct": float(values[0]), "accuracy": float(values[1])}
+
+    return {
+        "cells": [
+            {
+                "slo_ms": slo,
+                "pattern": pattern,
+                "policy": name,
+                **figures(cell[label]),
+                "dropped_pct": 0.0,
+                "fastest": figures(cell["#0"]),
+                "accurate": figures(cell["#3"]),
+                "oracle_accuracy": float(cell["oracle"][1]),
+                "oracle_compliance_pct": float(cell["oracle"][0]),
+            }
+            for (slo, pattern), cell in means.items()
+            for label, name in names.items()
+        ]
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
@@ -236,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("accurate", "#3"),
         ("policy", "policy"),
         ("paper", "paper"),
+        ("split", "split"),
     ]
     print("compliance % / mean accuracy (mean over seeds); sw: policy switches per run")
     print(
@@ -291,6 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "the paper: +71.6)"
         )
     print("(no oscillation under a load on a threshold: tests/unit/test_elastico.py)")
+    print("\n".join(oracle_section(means)))
+    if args.json:
+        Path(args.json).write_text(json.dumps(json_cells(means), indent=1), encoding="utf-8")
+        print(f"\nwrote {args.json}")
     print("\nthreshold models, same Elastico policy (compliance %, mean accuracy):")
     print(
         f"{'SLO':>5} {'pattern':<8} {'paper-mean':>9} {'tail':>9} {'delta':>7}   {'paper-mean':>6}  {'tail':>6} {'delta':>8}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,7 +49,7 @@ def test_serving_bench_prints_the_table_the_floors_and_the_paper_runs(
     assert code == 0
     assert "Pareto front of 4" in out
     rows = [line for line in out.splitlines() if line.split()[:2] == ["1000", "spike"]]
-    assert len(rows) == 2  # the policies table and the threshold-model table
+    assert len(rows) == 3  # the policies, oracle and threshold-model tables
     cells = rows[0].split()[2:7]
     compliance = [float(cell.split("/")[0]) for cell in cells]
     assert all(0 <= c <= 100 for c in compliance)
@@ -83,3 +85,33 @@ def test_a_failing_floor_fails_the_check(capsys: pytest.CaptureFixture[str]) -> 
         assert_floors_pass(out, (COMPLIANCE_FLOOR, ACCURACY_FLOOR, SPIKE_FLOOR))
     with pytest.raises(AssertionError, match="printed no floors"):
         assert_floors_pass("", (COMPLIANCE_FLOOR,))
+
+
+def test_strategies_are_measured_against_the_oracle_and_written_as_json(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The oracle section prints each strategy's share of the oracle's gain and its floors;
+    --json writes one row per cell and policy with the fields the issue names."""
+    target = tmp_path / "cells.json"
+    argv = ["--seeds", "1", "--jobs", "1", "--slos", "750", "--patterns", "spike,step"]
+    assert run_bench([*argv, "--json", str(target)]) == 0
+    out = capsys.readouterr().out
+    section = out[out.index("strategies against the hindsight oracle") :]
+    for strategy in ("elastico", "split"):
+        assert sum(f" {strategy}: " in line for line in section.splitlines()) == 3
+    assert "THE ORACLE IS WRONG" not in section
+    cells = json.loads(target.read_text(encoding="utf-8"))["cells"]
+    assert {(c["pattern"], c["policy"]) for c in cells} == {
+        (pattern, policy)
+        for pattern in ("spike", "step")
+        for policy in ("elastico", "elastico-paper-mean", "split")
+    }
+    for cell in cells:
+        assert cell["slo_ms"] == 750
+        assert 0 <= cell["compliance_pct"] <= 100
+        assert cell["dropped_pct"] == 0.0
+        # The oracle sits between static fastest and the most accurate on accuracy, and keeps
+        # static fastest's compliance.
+        assert cell["fastest"]["accuracy"] <= cell["oracle_accuracy"]
+        assert cell["oracle_accuracy"] <= cell["accurate"]["accuracy"]
+        assert cell["oracle_compliance_pct"] >= cell["fastest"]["compliance_pct"] - 0.5
