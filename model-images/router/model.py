@@ -20,6 +20,12 @@ configuration, in every router instance. The file is keyed by the tritonserver (
 parent: its PID and start time), so a restarted server starts from its config's default, never
 from a stale switch, and two servers on one host never share one. ``compass_active_config`` in the router's
 config is that default.
+
+The state may also name a ``blend`` and its ``weight`` (the split strategy: a share of the
+requests served by the next more accurate configuration, in 5% steps). Each router instance
+deals its requests by smooth weighted round-robin, not by a random draw: it is deterministic,
+so every 20 consecutive requests of an instance hold the mix exactly, and the two
+configurations interleave instead of running in blocks.
 """
 
 import contextlib
@@ -37,6 +43,10 @@ ROLE_PARAMETER = "compass_role"
 ROUTER_PARAMETER = "compass_router_model"
 # Where the state files live; default /dev/shm (memory), else the temporary directory.
 STATE_DIR_ENV = "COMPASS_STATE_DIR"
+# Blend weights are multiples of 1 / WEIGHT_STEPS (compass.domain.mix).
+WEIGHT_STEPS = 20
+# A mix's routing key: the prefix tells it from a configuration key (a JSON object).
+MIX_PREFIX = "mix:"
 
 
 def canonical(config):
@@ -75,13 +85,57 @@ def _server_identity():
     return f"{parent}-{started}"
 
 
-def write_state(path, key, exclusive=False):
-    """Write the active configuration atomically; ``exclusive``: only if there is none yet."""
+def routing_key(state):
+    """One string for a state: its configuration's key, or the mix with its blend and weight.
+
+    The same as compass.dataplane.triton.routing_key.
+    """
+    if not state.get("blend"):
+        return state["config"]
+    return MIX_PREFIX + json.dumps([state["config"], state["blend"], state["weight"]])
+
+
+def blend_state(config_key, blend, weight):
+    """The state for a configuration with an optional blend; checks and normalises the weight."""
+    if blend is None or weight in (None, 0, 0.0):
+        return {"config": config_key}
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight != weight:
+        raise ValueError(f"weight {weight!r} is not a number: give a share in [0, 1], e.g. 0.25")
+    if not 0 <= weight <= 1 or weight in (float("inf"), float("-inf")):
+        raise ValueError(f"weight {weight!r} is outside [0, 1]: give a share, e.g. 0.25")
+    # Down to the grid, never more blend than asked (compass.domain.mix.quantize_weight).
+    steps = int(weight * WEIGHT_STEPS + 1e-9)
+    if steps == 0:
+        return {"config": config_key}
+    if steps == WEIGHT_STEPS:
+        return {"config": canonical(blend)}
+    return {"config": config_key, "blend": canonical(blend), "weight": steps / WEIGHT_STEPS}
+
+
+class SmoothWeighting:
+    """Smooth weighted round-robin (nginx's): deterministic and evenly interleaved."""
+
+    def __init__(self, weights):
+        self.weights = [(member, weight) for member, weight in weights if weight > 0]
+        self.total = sum(weight for _, weight in self.weights)
+        self.credit = [0] * len(self.weights)
+
+    def pick(self):
+        """The member that serves the next request."""
+        for i, (_, weight) in enumerate(self.weights):
+            self.credit[i] += weight
+        best = max(range(len(self.weights)), key=lambda i: (self.credit[i], -i))
+        self.credit[best] -= self.total
+        return self.weights[best][0]
+
+
+def write_state(path, state, exclusive=False):
+    """Write the routing state atomically; ``exclusive``: only if there is none yet."""
     directory = os.path.dirname(path)
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=".compass-")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump({"config": key}, out)
+            json.dump(state, out)
         if exclusive:
             # Fails if the control model wrote first: then its switch stands.
             with contextlib.suppress(FileExistsError):
@@ -94,33 +148,48 @@ def write_state(path, key, exclusive=False):
 
 
 def read_state(path):
-    """The active configuration's key in a state file; raises if absent or unreadable."""
-    with open(path, encoding="utf-8") as state:
-        return canonical(json.loads(json.load(state)["config"]))
+    """The routing state in a state file (keys canonical); raises if absent or unreadable."""
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    state = {"config": canonical(json.loads(data["config"]))}
+    if data.get("blend"):
+        state.update(blend=canonical(json.loads(data["blend"])), weight=float(data["weight"]))
+    return state
 
 
 class ActiveConfig:
-    """The active configuration as the state file says, reread only when the file changed."""
+    """The routing as the state file says, reread only when the file changed."""
 
     def __init__(self, path, default_key):
         self.path = path
-        self.key = default_key
+        self.state = {"config": default_key}
+        self.dealer = None
         self.stamp = None
 
     def current(self):
-        """Canonical key of the active configuration now."""
+        """Canonical key of the configuration that serves the next request."""
         try:
             stat = os.stat(self.path)
         except FileNotFoundError:
-            return self.key
-        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        if stamp != self.stamp:
+            stat = None
+        stamp = None if stat is None else (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        if stamp is not None and stamp != self.stamp:
             try:
-                self.key = read_state(self.path)
-                self.stamp = stamp
+                state = read_state(self.path)
             except (OSError, ValueError, KeyError, TypeError):
-                pass  # mid-replace or damaged: keep the last good one, read again next time
-        return self.key
+                state = None  # mid-replace or damaged: keep the last good one, read again next time
+            if state is not None:
+                self.stamp = stamp
+                if state != self.state:
+                    self.state, self.dealer = state, None
+        if not self.state.get("blend"):
+            return self.state["config"]
+        if self.dealer is None:
+            blended = round(self.state["weight"] * WEIGHT_STEPS)
+            self.dealer = SmoothWeighting(
+                [(self.state["config"], WEIGHT_STEPS - blended), (self.state["blend"], blended)]
+            )
+        return self.dealer.pick()
 
 
 def _bytes_tensor(name, text):
@@ -185,7 +254,7 @@ class TritonPythonModel:
         self._check(json.loads(default))
         path = state_path(args["model_name"])
         # The first router instance publishes the default, so the control model can report it.
-        write_state(path, default, exclusive=True)
+        write_state(path, {"config": default}, exclusive=True)
         self.active = ActiveConfig(path, default)
 
     def _check(self, config):
@@ -223,23 +292,34 @@ class TritonPythonModel:
         )
 
     def _control(self, request):
-        """``{"set": config}`` makes it active; ``{}`` only reports what is active."""
+        """``{"set": config}`` (optionally ``"blend": config2, "weight": share``) makes it
+        active; ``{}`` only reports what is active."""
         body = _request_body(request)
         previous = self._read()
         active = previous
         if "set" in body:
-            wanted = canonical(body["set"])
-            self._check(json.loads(wanted))
+            wanted = blend_state(canonical(body["set"]), body.get("blend"), body.get("weight"))
+            for key in (wanted["config"], wanted.get("blend")):
+                if key:
+                    self._check(json.loads(key))
             if wanted != previous:
                 write_state(self.state, wanted)
             active = wanted
-        result = {"active": active, "previous": previous, "changed": active != previous}
+        routing = None if active is None else routing_key(active)
+        result = {
+            "active": None if active is None else active["config"],
+            "blend": None if active is None else active.get("blend"),
+            "weight": 0.0 if active is None else active.get("weight", 0.0),
+            "routing": routing,
+            "previous": None if previous is None else routing_key(previous),
+            "changed": active != previous,
+        }
         return pb_utils.InferenceResponse(
-            [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", active or "")]
+            [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", routing or "")]
         )
 
     def _read(self):
-        """The active configuration's key, or None before the router published its default."""
+        """The routing state, or None before the router published its default."""
         try:
             return read_state(self.state)
         except FileNotFoundError:

@@ -14,7 +14,7 @@ from ragsim import ACCURATE, FASTEST, TIME_SCALE
 
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
 from compass.dataplane.load import RequestRecord, run_load
-from compass.dataplane.triton import TritonRouter
+from compass.dataplane.triton import TritonRouter, parse_routing_key, routing_key
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalTriton, free_port
 from compass.lab.scenarios import rag_sim_triton
@@ -234,3 +234,25 @@ def test_a_pod_on_its_default_does_not_outvote_the_expected_configuration(
     # An expectation no pod serves is not invented: the pods' own answer stands.
     third = {**ACCURATE, "retriever_k": 10}
     assert fleet.active_config(expected=config_key(third)) == config_key(FASTEST)
+
+
+def test_every_replica_takes_the_blend_and_a_pod_on_another_weight_is_brought_back(
+    replicas: list[LocalTriton], fleet: RouterFleet
+) -> None:
+    """A mix reaches every pod; a pod on the same configurations at another weight does not
+    outvote the policy's routing, and the next switch brings it back."""
+    wanted = routing_key(FASTEST, ACCURATE, 0.25)
+    report = fleet.switch(FASTEST, ACCURATE, 0.25)
+    assert (report.config, report.serving, report.lagging) == (wanted, 2, ())
+    assert fleet.active_config() == wanted
+    other = TritonRouter(replicas[1].grpc_url)
+    try:
+        other.switch(FASTEST, ACCURATE, 0.5)
+        assert fleet.active_config(expected=wanted) == wanted
+        # The next switch (every tick repeats it) brings the pod back to the policy's weight.
+        again = fleet.switch(FASTEST, ACCURATE, 0.25)
+        assert (again.serving, again.changed) == (2, True)
+        assert [p.changed for p in again.pods] == [False, True]
+        assert parse_routing_key(other.active_config())[2] == 0.25
+    finally:
+        other.close()

@@ -14,7 +14,7 @@ import pytest
 from ragsim import ACCURATE, COMPONENTS, FASTEST, scores_of
 
 from compass.dataplane.load import RequestRecord, run_load
-from compass.dataplane.triton import RoutingError, TritonRouter
+from compass.dataplane.triton import RoutingError, TritonRouter, parse_routing_key, routing_key
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalTriton, assemble_repository
 
@@ -288,3 +288,42 @@ def test_children_forked_while_a_channel_is_busy_do_not_abort(router: TritonRout
         for worker in workers:
             worker.join()
     assert codes == [0] * 200, f"{sum(1 for c in codes if c)} children died"
+
+
+def test_a_blend_serves_its_share_exactly_in_every_twenty_requests(router: TritonRouter) -> None:
+    """The split strategy's routing: 30% of the requests to the blend, dealt deterministically."""
+    report = router.switch(FASTEST, ACCURATE, 0.3)
+    assert report.config == routing_key(FASTEST, ACCURATE, 0.3) == router.active_config()
+    served = [router.infer({"sample": s % 50}).config for s in range(40)]
+    assert set(served) == {config_key(FASTEST), config_key(ACCURATE)}
+    assert served.count(config_key(ACCURATE)) == 12
+    for start in range(len(served) - 19):
+        assert served[start : start + 20].count(config_key(ACCURATE)) == 6, served
+    # The routing key reads back as what was asked.
+    assert parse_routing_key(router.active_config()) == (
+        config_key(FASTEST),
+        config_key(ACCURATE),
+        0.3,
+    )
+    # Weight 0 is the base alone again.
+    assert router.switch(FASTEST, ACCURATE, 0.0).config == config_key(FASTEST)
+    assert {router.infer({"sample": s}).config for s in range(10)} == {config_key(FASTEST)}
+
+
+def test_a_weight_off_the_grid_is_taken_down_and_a_bad_one_is_refused(
+    router: TritonRouter,
+) -> None:
+    assert router.switch(FASTEST, ACCURATE, 0.33).config == routing_key(FASTEST, ACCURATE, 0.3)
+    reply = router.control({})
+    assert (reply["blend"], reply["weight"]) == (config_key(ACCURATE), 0.3)
+    router.attempts = 1
+    for weight in (1.5, "x"):
+        with pytest.raises(RoutingError, match="weight"):
+            router.control({"set": FASTEST, "blend": ACCURATE, "weight": weight})
+    # Nothing changed.
+    assert router.active_config() == routing_key(FASTEST, ACCURATE, 0.3)
+    # A blend outside the space is refused like a configuration outside it.
+    invalid = {**ACCURATE, "retriever_k": 3, "reranker_k": 10}
+    with pytest.raises(RoutingError, match="reranker_k must be"):
+        router.switch(FASTEST, invalid, 0.5)
+    assert router.active_config() == routing_key(FASTEST, ACCURATE, 0.3)

@@ -24,10 +24,9 @@ from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.dataplane.metrics import MetricsReading, MetricsUnavailableError, TritonQueueDepth
-from compass.dataplane.triton import RoutingError, SwitchReport, TritonRouter
+from compass.dataplane.triton import RoutingError, SwitchReport, TritonRouter, routing_key
 from compass.domain.evaluation import Config
 from compass.domain.simulator import QueueAggregate, aggregate_queue
-from compass.domain.space import config_key
 
 # Parallel calls at once: a switch to a hundred pods takes a few rounds, not a hundred.
 MAX_PARALLEL = 32
@@ -151,9 +150,12 @@ class RouterFleet:
             return expected
         return served.most_common(1)[0][0]  # ties keep the first pod's: Counter is ordered
 
-    def switch(self, config: Config) -> FleetSwitch:
-        """Make ``config`` active on every pod at once; RoutingError only if no pod took it."""
-        wanted = config_key(config)
+    def switch(
+        self, config: Config, blend: Config | None = None, weight: float = 0.0
+    ) -> FleetSwitch:
+        """Make ``config`` (and its blend) active on every pod at once; RoutingError only if no
+        pod took it. A pod serving another mix or weight lags like one on another config."""
+        wanted = routing_key(config, blend, weight)
         if not self.routers:
             raise RoutingError(f"no ready Triton pod serves {self.model}: nothing to switch")
 
@@ -161,7 +163,7 @@ class RouterFleet:
             if endpoint.name in self.silent:
                 return PodSwitch(endpoint.name, None, 0.0, error=self.silent[endpoint.name])
             try:
-                report = router.switch(config)
+                report = router.switch(config, blend, weight)
             except RoutingError as error:
                 return PodSwitch(endpoint.name, None, 0.0, error=str(error))
             return PodSwitch(endpoint.name, report.config, report.seconds, report.changed)

@@ -1,4 +1,4 @@
-"""One Elastico step against real metrics and the real routers: the operator's timer calls this.
+"""One policy step against real metrics and the real routers: the operator's timer calls this.
 
 ``step`` reads the queue depth, asks the pure policy for a decision and puts the routing where
 the decision says, on every pod, every step: a switch is idempotent and costs milliseconds, so
@@ -16,9 +16,10 @@ from typing import Protocol
 
 from compass.dataplane.fleet import FleetSwitch
 from compass.dataplane.metrics import MetricsUnavailableError, QueueDepthSource
-from compass.dataplane.triton import RoutingError, SwitchReport
-from compass.domain.elastico import Decision, Elastico, Observation, PolicyState
+from compass.dataplane.triton import RoutingError, SwitchReport, parse_routing_key
+from compass.domain.elastico import Decision, Observation, PolicyState
 from compass.domain.evaluation import Config
+from compass.domain.strategy import Policy
 
 
 class Router(Protocol):
@@ -28,8 +29,11 @@ class Router(Protocol):
         """Canonical key of the configuration served now."""
         ...
 
-    def switch(self, config: Config) -> SwitchReport:
-        """Make ``config`` active (idempotent); raises RoutingError if it could not."""
+    def switch(
+        self, config: Config, blend: Config | None = None, weight: float = 0.0
+    ) -> SwitchReport:
+        """Make ``config`` (with ``blend`` serving a share ``weight``) active (idempotent);
+        raises RoutingError if it could not."""
         ...
 
 
@@ -58,7 +62,7 @@ class StepResult:
 class LiveLoop:
     """The policy wired to one metrics source and one router (or a fleet of them)."""
 
-    policy: Elastico
+    policy: Policy
     source: QueueDepthSource
     router: Router
     arrival_rate: Callable[[], float | None] | None = None
@@ -69,13 +73,17 @@ class LiveLoop:
         A configuration that is not on the front gives an empty state: the policy's first
         decision then falls back to the fastest member.
         """
-        active = self.router.active_config()
-        for threshold in self.policy.plan.thresholds:
-            if threshold.profile.key == active:
-                return PolicyState(
-                    active=threshold.profile.name, active_since=now, last_reason="found active"
-                )
-        return PolicyState()
+        base, blend, weight = parse_routing_key(self.router.active_config())
+        names = {t.profile.key: t.profile.name for t in self.policy.plan.thresholds}
+        if base not in names or (blend is not None and blend not in names):
+            return PolicyState()
+        return PolicyState(
+            active=names[base],
+            blend=None if blend is None else names[blend],
+            weight=weight,
+            active_since=now,
+            last_reason="found active",
+        )
 
     def observe(self, now: float) -> tuple[Observation | None, str | None]:
         """The current observation, or None and what went wrong."""
@@ -97,9 +105,13 @@ class LiveLoop:
         """Observe, decide, actuate; the returned state is what is really active."""
         observation, problem = self.observe(now)
         decision, proposed = self.policy.decide(observation, state, now)
-        config = self.policy.plan.thresholds[decision.index].profile.config
+        thresholds = self.policy.plan.thresholds
+        config = thresholds[decision.index].profile.config
+        blend = None if decision.blend_index is None else thresholds[decision.blend_index]
         try:
-            report = self.router.switch(config)
+            report = self.router.switch(
+                config, None if blend is None else blend.profile.config, decision.weight
+            )
         except RoutingError as error:
             if not decision.switched:
                 note = f"routing of {decision.target} not confirmed: {error}"

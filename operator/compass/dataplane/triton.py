@@ -21,12 +21,15 @@ from tritonclient.utils import InferenceServerException
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.domain.evaluation import Config
+from compass.domain.mix import quantize_weight
 from compass.domain.space import config_key
 
 ACTIVE_PARAMETER = "compass_active_config"
 OVERRIDE_PARAMETER = "compass_config"
 ROLE_PARAMETER = "compass_role"
 CONTROL_SUFFIX = "_control"
+# A mix's routing key starts with this (a configuration's key is a JSON object).
+MIX_PREFIX = "mix:"
 # gRPC's reconnect back-off grows to 120 s by default, and channels to one address share their
 # connection: a pod that restarted at the same address would stay "unreachable" to every client
 # for up to two minutes after it is back. Each client keeps its own connection, retried within
@@ -39,6 +42,35 @@ CHANNEL_ARGS = [
     ("grpc.max_reconnect_backoff_ms", 500),
     ("grpc.use_local_subchannel_pool", 1),
 ]
+
+
+def routing_key(config: Config, blend: Config | None = None, weight: float = 0.0) -> str:
+    """One string for what a router serves: the configuration's key, or the mix.
+
+    The same as the control model's ``routing_key`` (model-images/router/model.py), so a
+    report can be compared with what was asked; the weight is taken down to the grid first.
+    """
+    mix = _mix_weight(blend, weight)
+    if blend is None or mix == 0.0:
+        return config_key(config)
+    if mix == 1.0:
+        return config_key(blend)
+    return MIX_PREFIX + json.dumps([config_key(config), config_key(blend), mix])
+
+
+def parse_routing_key(key: str) -> tuple[str, str | None, float]:
+    """A routing key back to (configuration key, blend key or None, weight)."""
+    if not key.startswith(MIX_PREFIX):
+        return key, None, 0.0
+    try:
+        base, blend, weight = json.loads(key.removeprefix(MIX_PREFIX))
+        return str(base), str(blend), float(weight)
+    except (ValueError, TypeError) as error:
+        raise RoutingError(f"unreadable routing {key!r}: {error}") from error
+
+
+def _mix_weight(blend: Config | None, weight: float) -> float:
+    return 0.0 if blend is None else quantize_weight(weight)
 
 
 def control_model_of(router_model: str) -> str:
@@ -157,8 +189,9 @@ class TritonRouter:
         return result
 
     def active_config(self) -> str:
-        """Canonical key of the configuration the router serves now."""
-        active = self.control({}).get("active")
+        """What the router serves now: the configuration's key, or a mix's routing key."""
+        reply = self.control({})
+        active = reply.get("routing") or reply.get("active")
         if not active:
             raise RoutingError(
                 f"Triton at {self.url}: {self.model} has not published its configuration yet "
@@ -166,20 +199,27 @@ class TritonRouter:
             )
         return str(active)
 
-    def switch(self, config: Config) -> SwitchReport:
-        """Make ``config`` the active configuration; retries with backoff, verifies the result.
+    def switch(
+        self, config: Config, blend: Config | None = None, weight: float = 0.0
+    ) -> SwitchReport:
+        """Make ``config`` active (with ``blend`` serving a share ``weight`` of the requests,
+        on the 5% grid); retries with backoff, verifies the result.
 
-        A refused switch (the pipeline's check_config rejects the configuration, or Triton
+        A refused switch (the pipeline's check_config rejects a configuration, or Triton
         cannot be reached) changes nothing: the router keeps serving what it served.
         """
-        wanted = config_key(config)
+        wanted = routing_key(config, blend, weight)
+        body: dict[str, Any] = {"set": json.loads(config_key(config))}
+        if blend is not None:
+            body.update(blend=json.loads(config_key(blend)), weight=_mix_weight(blend, weight))
         started = time.perf_counter()
         last: Exception | None = None
         for attempt in range(1, self.attempts + 1):
             try:
-                result = self.control({"set": json.loads(wanted)})
-                if result.get("active") != wanted:
-                    raise RoutingError(f"control model reports {result.get('active')}")
+                result = self.control(body)
+                reported = result.get("routing") or result.get("active")
+                if reported != wanted:
+                    raise RoutingError(f"control model reports {reported}")
                 changed = bool(result.get("changed"))
                 return SwitchReport(wanted, attempt, time.perf_counter() - started, changed)
             except RoutingError as error:
