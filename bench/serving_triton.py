@@ -44,6 +44,7 @@ from compass.domain.simulator import (
     make_scenario,
 )
 from compass.domain.space import config_key
+from compass.domain.strategy import Strategy
 from compass.lab.experiment import serve_each
 from compass.lab.scenarios import (
     ACCURATE,
@@ -82,6 +83,12 @@ def main() -> int:
         "--runs", default="fastest,accurate,policy", help="which runs, comma-separated"
     )
     parser.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
+    parser.add_argument(
+        "--strategy",
+        default=Strategy.ELASTICO.value,
+        choices=[s.value for s in Strategy],
+        help="the policy run's strategy",
+    )
     add_pattern_arguments(parser)
     # Default: the paper's spike relative to this machine (its peak at the paper's utilisation
     # of the profiled fastest configuration), per replica, as the demo serves it.
@@ -178,11 +185,14 @@ def main() -> int:
                 switch_delay_ms=1000 * switch_delay_s,
             )
             spec = spec_for_plan(
-                plan, Hysteresis(downscale_cooldown_seconds=5.0 * scale), interval_seconds=scale
+                plan,
+                Hysteresis(downscale_cooldown_seconds=5.0 * scale),
+                interval_seconds=scale,
+                strategy=Strategy(args.strategy),
             )
             members = [t.profile for t in plan.thresholds]
             predicted = compare(
-                {"policy": spec.elastico()},
+                {"policy": spec.policy()},
                 members,
                 scenario,
                 slo_ms * scale,
@@ -193,7 +203,7 @@ def main() -> int:
             for label, run in serve_each(
                 fleet,
                 plan,
-                spec.elastico(),
+                spec.policy(),
                 FleetQueueDepth(lambda: fleet.endpoints),
                 arrivals,
                 load.payload,

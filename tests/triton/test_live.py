@@ -17,7 +17,7 @@ from compass.commands.main import main
 from compass.dataplane.live import LiveLoop
 from compass.dataplane.load import run_load
 from compass.dataplane.metrics import PrometheusQueueDepth, TritonQueueDepth
-from compass.dataplane.triton import TritonRouter
+from compass.dataplane.triton import TritonRouter, routing_key
 from compass.domain.elastico import PolicyState
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalTriton, free_port
@@ -66,20 +66,56 @@ def test_loop_starts_from_what_the_router_serves(
     triton: LocalTriton, router: TritonRouter, policy: ParetoPolicySpec
 ) -> None:
     router.switch(ACCURATE)
-    loop = LiveLoop(policy.elastico(), TritonQueueDepth(triton.metrics_url), router)
+    loop = LiveLoop(policy.policy(), TritonQueueDepth(triton.metrics_url), router)
     state = loop.initial_state(time.monotonic())
-    assert state.active == policy.elastico().plan.names[1]
+    assert state.active == policy.policy().plan.names[1]
     # No load: the first decision keeps the accurate configuration: a restart never flips it.
     result = loop.step(state, time.monotonic())
     assert not result.switched
     assert router.active_config() == config_key(ACCURATE)
 
 
+def test_the_split_loop_resumes_the_mix_the_routers_serve_and_leaves_it_under_a_burst(
+    triton: LocalTriton, router: TritonRouter, policy: ParetoPolicySpec
+) -> None:
+    """A restarted operator finds the blend and its weight; a queue over the mix's limits moves
+    every request to the fastest at once."""
+    split = ParetoPolicySpec.model_validate(
+        {**policy.model_dump(by_alias=True), "strategy": "split"}
+    ).policy()
+    router.switch(FASTEST, ACCURATE, 0.4)
+    loop = LiveLoop(split, TritonQueueDepth(triton.metrics_url), router)
+    state = loop.initial_state(time.monotonic())
+    names = split.plan.names
+    assert (state.active, state.blend, state.weight) == (names[0], names[1], 0.4)
+    result = loop.step(state, time.monotonic())
+    assert not result.switched
+    assert router.active_config() == routing_key(FASTEST, ACCURATE, 0.4)
+    # 100 requests in one second: a queue far over the mix's limits.
+    burst = threading.Thread(
+        target=run_load,
+        args=(triton.grpc_url, [i * 0.01 for i in range(100)], lambda i: {"sample": i}),
+    )
+    burst.start()
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            result = loop.step(result.state, time.monotonic())
+            if result.switched:
+                break
+    finally:
+        burst.join()
+    assert result.switched
+    assert result.decision.mix.blend is None
+    assert router.active_config() == config_key(FASTEST)
+
+
 def test_loop_degrades_under_a_burst_and_recovers_after_the_cooldown(
     triton: LocalTriton, router: TritonRouter, policy: ParetoPolicySpec
 ) -> None:
     router.switch(ACCURATE)
-    loop = LiveLoop(policy.elastico(), TritonQueueDepth(triton.metrics_url), router)
+    loop = LiveLoop(policy.policy(), TritonQueueDepth(triton.metrics_url), router)
     state = loop.initial_state(time.monotonic())
     results = []
     stop = threading.Event()
@@ -121,8 +157,8 @@ def test_unreachable_triton_holds_the_last_decision_and_says_so(
     triton: LocalTriton, policy: ParetoPolicySpec
 ) -> None:
     dead = TritonRouter(f"127.0.0.1:{free_port()}", attempts=2, backoff_s=0.01, timeout_s=2)
-    loop = LiveLoop(policy.elastico(), TritonQueueDepth(triton.metrics_url), dead)
-    state = PolicyState(active=policy.elastico().plan.names[1], active_since=0.0)
+    loop = LiveLoop(policy.policy(), TritonQueueDepth(triton.metrics_url), dead)
+    state = PolicyState(active=policy.policy().plan.names[1], active_since=0.0)
     # An empty state makes the policy fall back to the fastest: a switch it cannot make.
     result = loop.step(PolicyState(), time.monotonic())
     assert result.decision.switched
@@ -145,7 +181,7 @@ def test_prometheus_down_means_no_observation_and_the_policy_holds(
 ) -> None:
     router.switch(ACCURATE)
     source = PrometheusQueueDepth(f"http://127.0.0.1:{free_port()}")
-    loop = LiveLoop(policy.elastico(), source, router)
+    loop = LiveLoop(policy.policy(), source, router)
     state = loop.initial_state(time.monotonic())
     result = loop.step(state, time.monotonic())
     assert result.observation is None

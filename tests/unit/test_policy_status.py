@@ -20,6 +20,7 @@ from compass.controllers.runtime import OperatorMetrics
 from compass.controllers.settings import OperatorSettings
 from compass.domain.elastico import Observation, PolicyState
 from compass.domain.space import config_key
+from compass.domain.split import Split
 
 FAST = {"generator_model": "small", "retriever_k": 20}
 ACCURATE = {"generator_model": "large", "retriever_k": 20}
@@ -466,6 +467,26 @@ def test_the_active_configuration_is_rounded_for_kubectl() -> None:
     assert (active.accuracy, active.latency_p95_ms, active.latency_mean_ms) == (0.8482, 34.1, 20.0)
 
 
+def test_the_strategy_picks_the_policy_and_the_status_shows_the_blend() -> None:
+    assert not isinstance(ps.compile_policy(spec(), generation=1).policy, Split)
+    compiled = ps.compile_policy(spec(strategy="split"), generation=1)
+    assert isinstance(compiled.policy, Split)
+    plan = compiled.plan
+    active = ps.active_configuration(plan, plan.names[0], plan.names[1], 0.35)
+    assert active is not None
+    assert active.blend is not None
+    assert (active.blend.name, active.blend.index, active.blend.weight) == (plan.names[1], 1, 0.35)
+    status = active.model_dump(by_alias=True, mode="json")
+    assert status["blend"] == {"name": plan.names[1], "index": 1, "weight": 0.35}
+    # No blend, an unknown blend or a weight of 0: the member alone.
+    for blend, weight in ((None, 0.0), ("gone", 0.5), (plan.names[1], 0.0)):
+        alone = ps.active_configuration(plan, plan.names[0], blend, weight)
+        assert alone is not None
+        assert alone.blend is None
+    with pytest.raises(ps.SpecError, match="strategy"):
+        ps.compile_policy(spec(strategy="random"), generation=1)
+
+
 # ---------------------------------------------------------------------------- pods
 
 
@@ -502,3 +523,11 @@ def test_pods_condition_and_events_name_the_lagging_pod() -> None:
     assert [e.reason for e in ps.transition_events(one_down, back)] == ["PodsServing"]
     # A single Triton (no fleet) reports no PodsServing condition at all.
     assert "PodsServing" not in {c.type for c in ps.health_conditions(ps.Health(active="x"))}
+
+
+def test_a_switch_event_names_the_mix() -> None:
+    before = PolicyState(active="a", blend="b", weight=0.25)
+    after = PolicyState(active="a", blend="b", weight=0.4)
+    event = ps.switch_event(ps.routing_label(before), ps.routing_label(after) or "", 2, "why")
+    assert event.message == "a + 25% b -> a + 40% b: queue 2; why"
+    assert ps.routing_label(PolicyState(active="a")) == "a"

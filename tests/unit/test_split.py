@@ -168,3 +168,10 @@ def test_the_steady_window_grows_over_a_steady_rate_and_shrinks_at_a_change() ->
     _, seconds = steady_window(fallen, 200.0) or (0, 0)
     assert seconds <= 8.0
     assert steady_window(_counter([2.0]), 1.0) is None
+
+
+def test_elastico_taking_over_a_mix_ends_the_blend() -> None:
+    state = PolicyState(active="fast", blend="mid", weight=0.35, active_since=0.0)
+    decision, after = Elastico(PLAN).decide(Observation(time=1, queue_depth=0), state, 1)
+    assert decision.mix == Mix(0)
+    assert (after.blend, after.weight) == (None, 0.0)

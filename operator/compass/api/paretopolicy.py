@@ -30,6 +30,8 @@ from compass.domain.evaluation import ParamValue
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile
 from compass.domain.space import config_key
+from compass.domain.split import Split
+from compass.domain.strategy import Strategy, build_policy
 
 DEFAULT_SLACK_BUFFER_MS = 50.0
 # The sound model is the default: at 1.5 requests/s and a 500 ms SLO the paper's model keeps
@@ -270,6 +272,12 @@ class ServingSettings(CamelModel):
     interval_seconds: Annotated[float, Field(gt=0, description="Time between two decisions.")] = (
         DEFAULT_INTERVAL_S
     )
+    strategy: Strategy = Field(
+        default=Strategy.ELASTICO,
+        description="elastico: switch between front members (the paper's policy); split: also "
+        "serve a share of the requests (5% steps) with the next more accurate member, so "
+        "capacity and accuracy move in small steps (bench/serving_sim.py compares them).",
+    )
 
 
 class ParetoPolicySpec(ServingSettings):
@@ -324,9 +332,9 @@ class ParetoPolicySpec(ServingSettings):
             paused=self.paused,
         )
 
-    def elastico(self) -> Elastico:
-        """The Elastico policy this spec describes."""
-        return Elastico(self.plan(), self.settings())
+    def policy(self) -> Elastico | Split:
+        """The runtime policy this spec describes: its strategy over its plan."""
+        return build_policy(self.strategy, self.plan(), self.settings())
 
 
 def spec_for_plan(
@@ -364,6 +372,16 @@ class ConditionType(StrEnum):
     PODS_SERVING = "PodsServing"
 
 
+class BlendStatus(CamelModel):
+    """The front member serving a share of the requests (the split strategy)."""
+
+    name: str = Field(description="Short name: the parameter values joined by '/'.")
+    index: Annotated[int, Field(ge=0, description="Position on the planned front, 0 = fastest.")]
+    weight: Annotated[
+        float, Field(gt=0, lt=1, description="Share of the requests it serves (5% steps).")
+    ]
+
+
 class ActiveConfiguration(CamelModel):
     """The configuration the router serves now, as the planned front describes it."""
 
@@ -373,6 +391,11 @@ class ActiveConfiguration(CamelModel):
     accuracy: float = Field(description="Its measured accuracy.")
     latency_mean_ms: float = Field(description="Its mean service time in ms.")
     latency_p95_ms: float = Field(description="Its 95th percentile service time in ms.")
+    blend: BlendStatus | None = Field(
+        default=None,
+        description="With the split strategy: the member serving a share of the requests "
+        "(this configuration serves the rest).",
+    )
 
 
 class ThresholdStatus(CamelModel):

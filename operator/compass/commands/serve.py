@@ -93,7 +93,7 @@ def serve_command(args: argparse.Namespace) -> int:
             pods=lambda: len(fleet.endpoints),
         )
     )
-    loop = LiveLoop(spec.elastico(), source, fleet)
+    loop = LiveLoop(spec.policy(), source, fleet)
     started = time.monotonic()
     try:
         state = loop.initial_state(started)

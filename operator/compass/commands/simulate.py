@@ -131,7 +131,7 @@ def simulate_command(args: argparse.Namespace) -> int:
         delay = parse_number("--switch-delay-ms", args.switch_delay_ms, "10", low=0, inclusive=True)
         spec = spec.model_copy(update={"switch_delay_ms": delay})
     try:
-        policy = spec.elastico()
+        policy = spec.policy()
     except PlanError as exc:
         raise plan_error(exc, f"--policy {policy_path}") from None
     front = [t.profile for t in policy.plan.thresholds]

@@ -33,6 +33,7 @@ from compass.api.conditions import (
 from compass.api.paretopolicy import (
     MAX_LAGGING_PODS,
     ActiveConfiguration,
+    BlendStatus,
     ConditionType,
     LaggingPod,
     MetricsSourceType,
@@ -45,6 +46,7 @@ from compass.api.paretopolicy import (
 from compass.api.schema import without_empty_strings
 from compass.domain.elastico import Elastico, Observation, PolicyState
 from compass.domain.planner import Plan, PlanError
+from compass.domain.split import Split
 
 # The kopf timer's period; intervalSeconds below it decide at every tick.
 TICK_S = 1.0
@@ -87,7 +89,7 @@ class CompiledPolicy:
 
     generation: int | None
     spec: ParetoPolicySpec
-    policy: Elastico
+    policy: Elastico | Split
     grpc_address: str | None
     router_model: str
     metrics: MetricsTarget
@@ -127,7 +129,7 @@ def compile_policy(
             _field(first["loc"]) or "front", message, "correct it and apply the policy again"
         ) from error
     try:
-        policy = spec.elastico()
+        policy = spec.policy()
     except PlanError as error:
         raise SpecError(error.field, error.what, error.fix) from error
     routing = spec.routing or RoutingTarget()
@@ -380,6 +382,13 @@ class Event:
     message: str
 
 
+def routing_label(state: PolicyState) -> str | None:
+    """What a state routes, as people read it: a member, or a member with a share of another."""
+    if state.active is None or state.blend is None:
+        return state.active
+    return f"{state.active} + {state.weight:.0%} {state.blend}"
+
+
 def switch_event(
     previous: str | None, target: str, queue_depth: float | None, reason: str
 ) -> Event:
@@ -443,11 +452,19 @@ def parse_rfc3339(value: object) -> float | None:
         return None
 
 
-def active_configuration(plan: Plan, name: str | None) -> ActiveConfiguration | None:
-    """The front member with this name as the status shows it."""
+def active_configuration(
+    plan: Plan, name: str | None, blend: str | None = None, weight: float = 0.0
+) -> ActiveConfiguration | None:
+    """The front member with this name as the status shows it, with its blend if any."""
     index = None if name is None else plan.index(name)
     if index is None:
         return None
+    blend_index = None if blend is None else plan.index(blend)
+    blended = (
+        None
+        if blend is None or blend_index is None or not 0 < weight < 1
+        else BlendStatus(name=blend, index=blend_index, weight=round(weight, 4))
+    )
     profile = plan.thresholds[index].profile
     # Rounded for people (kubectl's printer columns print every digit); the spec keeps them all.
     return ActiveConfiguration(
@@ -457,6 +474,7 @@ def active_configuration(plan: Plan, name: str | None) -> ActiveConfiguration | 
         accuracy=round(profile.accuracy, 4),
         latency_mean_ms=round(profile.mean_ms, 1),
         latency_p95_ms=round(profile.p95_ms, 1),
+        blend=blended,
     )
 
 
@@ -478,7 +496,7 @@ def build_status(
         else previous.get("lastObservationTime")
     )
     status = ParetoPolicyStatus(
-        active=active_configuration(plan, state.active),
+        active=active_configuration(plan, state.active, state.blend, state.weight),
         last_queue_depth=None if depth is None or not math.isfinite(depth) else float(depth),
         last_observation_time=observed,
         last_decision=decision,

@@ -253,8 +253,8 @@ def _decide(
     routing = _routing(result.routing) if isinstance(result.routing, FleetSwitch) else None
     if result.switched:
         depth = None if result.observation is None else result.observation.queue_depth
-        target = result.state.active or result.decision.target
-        event = ps.switch_event(state.active, target, depth, result.decision.reason)
+        target = ps.routing_label(result.state) or result.decision.target
+        event = ps.switch_event(ps.routing_label(state), target, depth, result.decision.reason)
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
         logger.info(f"{event.reason}: {event.message}")
         namespace, name = _names(body)

@@ -284,6 +284,9 @@ class Elastico:
         self, observation: Observation | None, state: PolicyState, now: float
     ) -> tuple[Decision, PolicyState]:
         """The configuration to serve after this observation, and the policy's new state."""
+        if state.blend is not None:
+            # Elastico serves members alone: a blend left by the split strategy ends here.
+            state = replace(state, blend=None, weight=0.0)
         active = None if state.active is None else self.plan.index(state.active)
         if active is None or not self.plan.thresholds[active].eligible:
             # No state yet, or the front changed under it: restart from the safe end.

@@ -46,6 +46,6 @@ def build_policy(
 ) -> Elastico | Split:
     """The policy of this strategy over the plan."""
     settings = settings or ElasticoSettings()
-    if strategy is Strategy.SPLIT:
+    if Strategy(strategy) is Strategy.SPLIT:
         return Split(plan, settings)
     return Elastico(plan, settings)

@@ -216,7 +216,7 @@ def serve_spike(
     for label, run in serve_each(
         router,
         plan,
-        live.elastico(),
+        live.policy(),
         TritonQueueDepth(metrics_url, router.model),
         load.arrivals_s(scale),
         load.payload,
@@ -450,7 +450,7 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     say.step("compare with the simulator's prediction on the same arrivals")
     members = [t.profile for t in plan.thresholds]
     predicted = compare(
-        {"policy": policy.elastico()}, members, scenario, settings.slo_ms, policy.interval_seconds
+        {"policy": policy.policy()}, members, scenario, settings.slo_ms, policy.interval_seconds
     )
     rows = comparison_rows(runs, predicted)
     say.say(comparison_text(rows))

@@ -22,10 +22,10 @@ from compass.dataplane.live import LiveLoop, StepResult
 from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.metrics import QueueDepthSource
 from compass.dataplane.triton import TritonRouter
-from compass.domain.elastico import Elastico
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
 from compass.domain.simulator import Tick
+from compass.domain.strategy import Policy
 
 FloatArray = npt.NDArray[np.float64]
 # Long enough for Triton's queue gauge to read empty after the previous run.
@@ -229,7 +229,7 @@ RUNS = ("fastest", "accurate", "policy")
 def serve_each(
     router: Routing,
     plan: Plan,
-    policy: Elastico,
+    policy: Policy,
     queue: QueueDepthSource,
     arrivals_s: Sequence[float],
     payload: Callable[[int], dict[str, Any]],
