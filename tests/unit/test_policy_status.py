@@ -175,6 +175,30 @@ def test_saved_state_is_resumed_whole_when_the_router_agrees() -> None:
     assert note is None
 
 
+def test_a_mix_the_routers_serve_is_resumed_and_one_changed_outside_is_adopted() -> None:
+    saved = replace(pending(), blend=ACCURATE_NAME, weight=0.25)
+    key = ps.state_routing_key(PLAN, saved)
+    assert key is not None
+    assert key.startswith("mix:")
+    state, note = ps.align_state(saved, NOW - 1, key, PLAN, NOW, 5.0)
+    assert (state, note) == (saved, None)
+    # The pods serve another weight: adopted, and the note names both mixes.
+    other = ps.state_routing_key(PLAN, replace(saved, weight=0.5))
+    assert other is not None
+    state, note = ps.align_state(saved, NOW - 1, other, PLAN, NOW, 5.0)
+    assert (state.active, state.blend, state.weight) == (FAST_NAME, ACCURATE_NAME, 0.5)
+    assert note is not None
+    assert "+ 50%" in note
+    assert "+ 25%" in note
+    # A saved mix while the pods serve the base alone: the base alone is adopted.
+    state, _ = ps.align_state(saved, NOW - 1, config_key(FAST), PLAN, NOW, 5.0)
+    assert (state.active, state.blend, state.weight) == (FAST_NAME, None, 0.0)
+    # A mix with a configuration off the front is not on the front.
+    state, note = ps.align_state(saved, NOW - 1, 'mix:["{}", "{}", 0.5]', PLAN, NOW, 5.0)
+    assert state.active is None
+    assert note is not None
+
+
 def test_state_round_trips_through_the_status() -> None:
     status = ps.build_status(PLAN, pending(), None, {}, "hold", [], 1)
     restored = PolicyState.from_dict(status["policyState"])

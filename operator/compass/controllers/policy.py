@@ -44,6 +44,7 @@ from compass.api.paretopolicy import (
     ThresholdStatus,
 )
 from compass.api.schema import without_empty_strings
+from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
 from compass.domain.elastico import Elastico, Observation, PolicyState
 from compass.domain.planner import Plan, PlanError
 from compass.domain.split import Split
@@ -218,9 +219,8 @@ def align_state(
     there were none). Otherwise the router's configuration is adopted (counters kept); one
     not on the front gives no active configuration, so the policy falls back to the fastest.
     """
-    names = {t.profile.key: t.profile.name for t in plan.thresholds}
-    serving = names.get(router_key)
-    if saved is not None and saved.active is not None and saved.active == serving:
+    serving = routing_names(plan, router_key)
+    if saved is not None and saved.active is not None and _routed(saved) == serving:
         if last_observed is not None and now - last_observed <= stale_after_s:
             return saved, None
         dropped = saved.downscale_since is not None
@@ -233,11 +233,44 @@ def align_state(
     reset = replace(base, downscale_since=None, entry_levels=(), active_since=now)
     if serving is None:
         note = f"the router serves {router_key}, which is not on the front"
-        return replace(reset, active=None), note
+        return replace(reset, active=None, blend=None, weight=0.0), note
+    active, blend, weight = serving
+    adopted = replace(reset, active=active, blend=blend, weight=weight)
     if saved is None or saved.active is None:
-        return replace(reset, active=serving), None
-    note = f"the router serves {serving}, not {saved.active}: adopted (changed outside the policy)"
-    return replace(reset, active=serving), note
+        return adopted, None
+    note = (
+        f"the router serves {routing_label(adopted)}, not {routing_label(saved)}: adopted "
+        "(changed outside the policy)"
+    )
+    return adopted, note
+
+
+def routing_names(plan: Plan, router_key: str) -> tuple[str, str | None, float] | None:
+    """What a router's routing key serves, as front member names; None if not on the front."""
+    try:
+        base, blend, weight = parse_routing_key(router_key)
+    except RoutingError:
+        return None
+    names = {t.profile.key: t.profile.name for t in plan.thresholds}
+    if base not in names or (blend is not None and blend not in names):
+        return None
+    return names[base], None if blend is None else names[blend], weight
+
+
+def state_routing_key(plan: Plan, state: PolicyState) -> str | None:
+    """The routing key of what a state routes (as the routers report it); None if unknown."""
+    index = None if state.active is None else plan.index(state.active)
+    if index is None:
+        return None
+    blend = None if state.blend is None else plan.index(state.blend)
+    config = plan.thresholds[index].profile.config
+    if blend is None:
+        return routing_key(config)
+    return routing_key(config, plan.thresholds[blend].profile.config, state.weight)
+
+
+def _routed(state: PolicyState) -> tuple[str | None, str | None, float]:
+    return state.active, state.blend, state.weight if state.blend is not None else 0.0
 
 
 def paused_state(state: PolicyState) -> PolicyState:

@@ -418,21 +418,26 @@ def _endpoints(body: kopf.Body, compiled: ps.CompiledPolicy, slices: SlicesIndex
 def _expected_key(
     memory: PolicyMemory, previous: dict[str, Any], compiled: ps.CompiledPolicy
 ) -> str | None:
-    """The configuration the policy last had active (memory, else the status), as a key."""
+    """The routing the policy last had active (memory, else the status), as a routing key."""
     state = memory.state if memory.state is not None else _saved_state(previous)
-    index = None if state is None or state.active is None else compiled.plan.index(state.active)
-    return None if index is None else compiled.plan.thresholds[index].profile.key
+    return None if state is None else ps.state_routing_key(compiled.plan, state)
 
 
 def _hold_routing(
     compiled: ps.CompiledPolicy, connections: Connections, held: PolicyState, logger: kopf.Logger
 ) -> RoutingStatus | None:
     """Put every pod on the held configuration; what each serves now (None: nothing held)."""
+    thresholds = compiled.plan.thresholds
     index = None if held.active is None else compiled.plan.index(held.active)
     if index is None:
         return None
+    blend = None if held.blend is None else compiled.plan.index(held.blend)
     try:
-        report = connections.router.switch(compiled.plan.thresholds[index].profile.config)
+        report = connections.router.switch(
+            thresholds[index].profile.config,
+            None if blend is None else thresholds[blend].profile.config,
+            held.weight if blend is not None else 0.0,
+        )
     except RoutingError as error:
         logger.warning(f"paused: the pods could not be kept on {held.active}: {error}")
         return None
