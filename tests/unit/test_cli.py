@@ -159,7 +159,7 @@ def test_replay_search_writes_result_and_ledger(inputs: Path, cli: Cli) -> None:
     assert ledger.fact_count == result["sample_evals"]
     assert files(inputs) == {"space.yaml", "ledger.jsonl", "result.json", "result.ledger.jsonl"}
     for expected in (
-        "tau 0.8, method compass-v, interval wilson",
+        "tau 0.8, method compass-v, interval betting (confidence 0.95), budgets adaptive",
         "space: 27 configurations, 40 samples each",
         f"feasible: {len(truth)} found",
         f"evaluated: {len(evaluated)} of 27 configurations, {result['sample_evals']:,} sample",
@@ -321,7 +321,7 @@ BAD_LEDGERS = {
     "ledger-line-violates-constraint": (_violates, "--replay ledger.jsonl line 28: configuration"),
     "ledger-line-too-short": (
         _short,
-        "--replay ledger.jsonl line 5: 20 scores, fewer than the largest budget 40",
+        "--replay ledger.jsonl line 5: 20 scores, but line 1 has 40",
     ),
     "ledger-line-not-contiguous": (
         _gappy,
@@ -407,6 +407,12 @@ BAD_ARGUMENTS = {
         *(
             pytest.param(nothing, argv, expected, id=name)
             for name, (argv, expected) in BAD_ARGUMENTS.items()
+        ),
+        pytest.param(
+            bad_ledger(_short),
+            search_args("--tau", "0.8", "--budgets", "10,20,40"),
+            "--replay ledger.jsonl line 5: 20 scores, fewer than the largest budget 40",
+            id="ledger-line-shorter-than-budgets",
         ),
     ],
 )

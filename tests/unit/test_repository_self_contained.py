@@ -115,7 +115,7 @@ def test_the_paper_data_is_tracked() -> None:
     names = set(tracked_files())
     readme = (PAPER_DATA / "README.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"^\| `([\w.]+\.json)` \|", readme, flags=re.MULTILINE))
-    assert len(listed) == 5
+    assert len(listed) == 6
     for file in sorted(listed):
         assert f"bench/data/compass-paper/{file}" in names, file
 

@@ -24,7 +24,7 @@ from compass.domain.search import (
     search,
 )
 from compass.domain.space import Space, config_key
-from compass.domain.statistics import IntervalMethod, Verdict
+from compass.domain.statistics import IntervalMethod, StoppingRule, Verdict
 from compass.evaluators import CheckpointedEvaluator, CheckpointLedger
 
 IntArray = npt.NDArray[np.int64]
@@ -252,6 +252,42 @@ def test_betting_interval_is_complete_too() -> None:
     for seed in (0, 1):
         outcome, _, truth = _run(two_regions, 0.08, seed, interval=IntervalMethod.BETTING)
         assert truth <= {a.index for a in outcome.feasible}
+
+
+@pytest.mark.parametrize(("landscape", "fraction"), LANDSCAPES[:2])
+def test_default_schedule_is_every_sample_in_fewer_calls(
+    landscape: Landscape, fraction: float
+) -> None:
+    """The default (betting, no budgets) stops each configuration at the first sample where a
+    look after every sample would have stopped it, in a fraction of the evaluator calls, and
+    finds every feasible configuration."""
+    space, ones = landscape(np.random.default_rng(4))
+    needed = _threshold(ones, fraction)
+    truth = {i for i in range(space.size) if ones[i] >= needed}
+    replay = Replay(space, ones, N, 4)
+    calls = 0
+    record = replay.evaluate
+
+    def counted(config: Config, samples: Sequence[int]) -> list[float]:
+        nonlocal calls
+        calls += 1
+        return list(record(config, samples))
+
+    replay.evaluate = counted  # type: ignore[method-assign]
+    settings_ = SearchSettings(tau=needed / N, seed=4)
+    assert settings_.budgets is None
+    assert settings_.interval is IntervalMethod.BETTING
+    outcome = search(space, replay, N, settings_)
+    rule = StoppingRule(tau=settings_.tau, population=N, space_size=space.size)
+    for assessment in outcome.assessments:
+        first = next(
+            seen
+            for seen in range(1, N + 1)
+            if rule.judge(assessment.scores[:seen]) is not Verdict.UNDECIDED
+        )
+        assert assessment.samples == first
+    assert truth <= {a.index for a in outcome.feasible}
+    assert calls * 2 < outcome.sample_evals
 
 
 # -- (c) (d) (e) evaluation order ------------------------------------------------------------

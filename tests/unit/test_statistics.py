@@ -22,6 +22,7 @@ from compass.domain.statistics import (
     Verdict,
     betting_log_capital,
     lower_tail_bound,
+    reference_budgets,
     wilson_interval,
 )
 
@@ -464,3 +465,103 @@ def test_default_method_is_the_one_the_docstring_names() -> None:
     default = SearchSettings(tau=0.8).interval
     assert named.group(1).lower() == default.value
     assert StoppingRule(tau=0.8, population=10, budgets=(10,)).method is default
+
+
+# -- where to look -----------------------------------------------------------------------------
+
+
+def _first_decisive(rule: StoppingRule, scores: npt.NDArray[np.float64]) -> int:
+    """The sample count at which looking after every sample first reaches a verdict."""
+    for seen in range(1, len(scores) + 1):
+        if rule.judge(scores[:seen]) is not Verdict.UNDECIDED:
+            return seen
+    raise AssertionError("the full dataset always decides")
+
+
+def _looks(rule: StoppingRule, scores: npt.NDArray[np.float64]) -> list[int]:
+    """The sample counts the search looks at, following next_look until a verdict."""
+    seen, looks = 0, []
+    while True:
+        look = rule.next_look(scores[:seen])
+        assert look is not None
+        assert look > seen
+        looks.append(look)
+        seen = look
+        if rule.judge(scores[:seen]) is not Verdict.UNDECIDED:
+            return looks
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    mean=st.floats(0.05, 0.95),
+    tau=st.floats(0.1, 0.95),
+    binary=st.booleans(),
+    space_size=st.sampled_from([1, 50, 5000]),
+    seed=st.integers(0, 2**31),
+)
+def test_next_look_skips_only_looks_that_could_not_decide(
+    mean: float, tau: float, binary: bool, space_size: int, seed: int
+) -> None:
+    """Following next_look stops at exactly the sample a look after every sample stops at."""
+    rng = np.random.default_rng(seed)
+    population = 150
+    scores = (
+        (rng.random(population) < mean).astype(np.float64)
+        if binary
+        else np.clip(rng.normal(mean, 0.15, population), 0, 1)
+    )
+    rule = StoppingRule(tau=tau, population=population, space_size=space_size)
+    assert rule.schedule == tuple(range(1, population + 1))
+    looks = _looks(rule, scores)
+    assert looks[-1] == _first_decisive(rule, scores)
+
+
+def test_next_look_saves_evaluator_calls() -> None:
+    """Far from any threshold the first looks jump ahead; the verdict needs few calls."""
+    rng = np.random.default_rng(3)
+    scores = (rng.random(400) < 0.6).astype(np.float64)
+    rule = StoppingRule(tau=0.8, population=400, space_size=300)
+    first = rule.next_look(scores[:0])
+    assert first == 1  # nothing is known yet: even one score is a look
+    assert rule.next_look(scores[:1]) is not None
+    assert rule.next_look(scores[:1]) > 5  # no single score can reject at 1/300 of 5%
+    looks = _looks(rule, scores)
+    assert len(looks) <= looks[-1] / 4, looks
+
+
+def test_next_look_keeps_wilson_on_its_budgets() -> None:
+    """Wilson's looks are fixed in advance (its Bonferroni split counts them)."""
+    rule = StoppingRule(tau=0.8, population=200, method=IntervalMethod.WILSON)
+    assert rule.schedule == (10, 25, 50, 100, 200)
+    assert rule.next_look(np.ones(10)) == 25
+    assert rule.next_look([]) == 10
+
+
+@pytest.mark.parametrize(
+    ("population", "expected"),
+    [
+        (5, (5,)),
+        (10, (10,)),
+        (40, (10, 25, 40)),
+        (100, (10, 25, 50, 100)),
+        (1000, (10, 25, 50, 100, 1000)),
+    ],
+)
+def test_reference_budgets_end_at_the_dataset_size(
+    population: int, expected: tuple[int, ...]
+) -> None:
+    """Every default schedule ends at N, so no verdict falls back to a point estimate."""
+    assert reference_budgets(population) == expected
+    for method in IntervalMethod:
+        assert StoppingRule(tau=0.5, population=population, method=method).exact_at_end
+    assert not StoppingRule(tau=0.5, population=1000, budgets=(10, 100)).exact_at_end
+
+
+def test_betting_past_a_short_schedule_looks_at_its_end() -> None:
+    """With budgets ending below N, an undecided configuration goes to the last budget."""
+    rule = StoppingRule(tau=0.62, population=1000, budgets=(10, 20, 40), space_size=10**4)
+    scores = np.array([1.0, 0.0] * 20)
+    # No ten scores could reject at 5% / 10^4 by 20, so 20 is skipped.
+    assert _looks(rule, scores) == [10, 40]
+    assert rule.next_look(scores) is None
+    assert rule.judge(scores) is Verdict.INFEASIBLE  # the point estimate 0.5 < 0.62

@@ -13,7 +13,6 @@ from compass.api.paretopolicy import ServingSettings
 from compass.api.rules import CelRule, cel_rules, strictly_increasing
 from compass.domain.space import SpaceSpec
 
-DEFAULT_BUDGETS = [10, 25, 50, 100]
 # Bounds that the CEL rules' cost estimate needs (current API servers reject a CRD whose rules
 # could cost too much on unbounded input); far above what a workflow uses.
 MAX_BUDGETS = 32
@@ -178,23 +177,24 @@ class Evaluation(CamelModel):
         ),
     ]
     budgets: Annotated[
-        list[Annotated[int, Field(ge=1)]],
+        list[Annotated[int, Field(ge=1)]] | None,
         Field(
             min_length=1,
             max_length=MAX_BUDGETS,
-            description="Strictly increasing sample budgets at which a configuration is judged; "
-            f"the last at most dataset.size (at most {MAX_BUDGETS} budgets).",
+            description="Strictly increasing sample counts at which a configuration may be "
+            "judged; the last at most dataset.size (at most "
+            f"{MAX_BUDGETS}). Leave it out: betting then looks wherever a verdict has become "
+            "possible and wilson uses 10,25,50,100 below dataset.size, then dataset.size, so "
+            "that every verdict is covered by the confidence bound.",
         ),
-    ] = Field(
-        # A plain default (pydantic copies it per instance) so that the CRD carries it too: the
-        # server fills it in before the CEL rules read self.budgets.
-        default=DEFAULT_BUDGETS,
-    )
+    ] = None
     confidence: Annotated[
         float, Field(gt=0.5, lt=1, description="Confidence of the early-stopping verdicts.")
     ] = 0.95
     interval: IntervalName = Field(
-        default=IntervalName.WILSON, description="Early-stopping test: wilson or betting."
+        default=IntervalName.BETTING,
+        description="Early-stopping test: betting (anytime-valid: any number of looks) or "
+        "wilson (Bonferroni over the budgets).",
     )
     method: SearchMethodName = Field(
         default=SearchMethodName.COMPASS_V, description="compass-v, or grid (the baseline)."
@@ -206,14 +206,16 @@ class Evaluation(CamelModel):
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
             CelRule(
-                rule=strictly_increasing("budgets", MAX_BUDGETS),
+                # A conditional rather than ||: the API server short-circuits both, but the
+                # CEL library the unit tests use evaluates .all() over the missing list.
+                rule=f"has(self.budgets) ? ({strictly_increasing('budgets', MAX_BUDGETS)}) : true",
                 message="evaluation.budgets: the budgets are not strictly increasing; "
                 "e.g. 10,25,50,100",
                 field_path=".budgets",
             ),
             CelRule(
-                rule="size(self.budgets) == 0"
-                " || self.budgets[size(self.budgets) - 1] <= self.dataset.size",
+                rule="has(self.budgets) ? (size(self.budgets) == 0"
+                " || self.budgets[size(self.budgets) - 1] <= self.dataset.size) : true",
                 message="evaluation.budgets: the last budget exceeds dataset.size; lower the last "
                 "budget",
                 field_path=".budgets",
@@ -223,6 +225,8 @@ class Evaluation(CamelModel):
 
     @model_validator(mode="after")
     def _budgets_fit(self) -> Evaluation:
+        if self.budgets is None:
+            return self
         if any(b <= a for a, b in zip(self.budgets, self.budgets[1:], strict=False)):
             raise ValueError(
                 f"evaluation.budgets: {self.budgets} is not strictly increasing; e.g. 10,25,50,100"

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,9 @@ class StateStore:
         )
 
 
+PROGRESS_MIN_SAMPLES = 10
+
+
 def best_accuracy(checkpoint: CheckpointLedger, min_samples: int) -> float | None:
     """The highest mean score of a configuration scored on at least min_samples samples."""
     ledger = checkpoint.ledger
@@ -95,8 +100,15 @@ def progress_document(progress: Progress, best: float | None) -> dict[str, Any]:
     return {**progress.__dict__, "best_accuracy": best}
 
 
+# The ConfigMap takes the whole ledger on every write, so writes are spaced by at least this
+# much: a killed pod redoes at most the batch in flight and the evaluations of the last second,
+# and a search of many short batches (the adaptive looks) does not rewrite the ledger per batch.
+MIRROR_INTERVAL_S = 1.0
+
+
 class MirroredEvaluator:
-    """After each evaluated batch, copies the local checkpoint ledger into the ConfigMap."""
+    """After an evaluated batch, copies the local checkpoint ledger into the ConfigMap, at most
+    once per MIRROR_INTERVAL_S (run_search writes the final ledger with the result)."""
 
     def __init__(
         self,
@@ -104,18 +116,23 @@ class MirroredEvaluator:
         store: StateStore,
         ledger: Path,
         min_samples: int = 1,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inner = inner
         self.store = store
         self.ledger = ledger
         self.min_samples = min_samples
+        self.clock = clock
+        self.mirrored_at = -math.inf
         self.progress: Progress | None = None
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
-        """Evaluate, then mirror the ledger (and the last progress) before returning."""
+        """Evaluate, then mirror the ledger (and the last progress) when the last copy is old."""
         before = self.inner.computed
         scores = self.inner.evaluate(config, sample_indices)
-        if self.inner.computed != before:
+        now = self.clock()
+        if self.inner.computed != before and now - self.mirrored_at >= MIRROR_INTERVAL_S:
+            self.mirrored_at = now
             data = {LEDGER_KEY: self.ledger.read_text(encoding="utf-8")}
             if self.progress is not None:
                 best = best_accuracy(self.inner.checkpoint, self.min_samples)
@@ -153,7 +170,10 @@ def run_search(state_name: str, namespace: str) -> int:
     if checkpoint.facts_at_open:
         print(f"resuming: {checkpoint.facts_at_open} sample evaluations already recorded")
     checkpointed = CheckpointedEvaluator(make_evaluator(_score_source(spec, namespace)), checkpoint)
-    mirrored = MirroredEvaluator(checkpointed, store, ledger, spec.evaluation.budgets[0])
+    budgets = spec.evaluation.budgets
+    # A mean over a handful of samples is noise: the progress's best needs some evidence.
+    least = budgets[0] if budgets else min(PROGRESS_MIN_SAMPLES, spec.evaluation.dataset.size)
+    mirrored = MirroredEvaluator(checkpointed, store, ledger, least)
 
     def progress(snapshot: Progress) -> None:
         mirrored.progress = snapshot
@@ -161,7 +181,7 @@ def run_search(state_name: str, namespace: str) -> int:
     evaluation = spec.evaluation
     settings = SearchSettings(
         tau=evaluation.tau,
-        budgets=tuple(evaluation.budgets),
+        budgets=None if evaluation.budgets is None else tuple(evaluation.budgets),
         confidence=evaluation.confidence,
         seed=evaluation.seed,
         method=SearchMethod(evaluation.method.value),

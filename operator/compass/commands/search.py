@@ -177,7 +177,7 @@ class _Replay:
 
     ledger: Ledger
     population: int
-    budgets: tuple[int, ...]
+    budgets: tuple[int, ...] | None
     space: Space
     inferred: bool
 
@@ -187,7 +187,7 @@ def _check_replay_line(
     path: Path,
     first: _ReplayLine,
     longest: _ReplayLine,
-    budgets: tuple[int, ...],
+    budgets: tuple[int, ...] | None,
     space: Space | None,
 ) -> None:
     """One line of the replay ledger against the others, the budgets and the space."""
@@ -201,7 +201,7 @@ def _check_replay_line(
             'a replay ledger scores every configuration on samples 0..N-1 (leave "samples" '
             "out to mean 0..len-1)",
         )
-    if count < budgets[-1]:
+    if budgets is not None and count < budgets[-1]:
         fail(
             where,
             f"{count} scores, fewer than the largest budget {budgets[-1]}",
@@ -336,7 +336,7 @@ class _Scores:
     source: ScoreSource
     space: Space
     population: int
-    budgets: tuple[int, ...]
+    budgets: tuple[int, ...] | None
     notes: tuple[str, ...] = ()
 
 

@@ -13,9 +13,8 @@ from compass.commands.common import write_atomic
 from compass.console import fail, parse_int
 from compass.domain.evaluation import ParamValue
 from compass.domain.search import SearchMethod, SearchOutcome, SearchSettings
-from compass.domain.statistics import IntervalMethod
+from compass.domain.statistics import IntervalMethod, reference_budgets
 
-DEFAULT_BUDGETS = (10, 25, 50, 100)
 SHOWN_FEASIBLE = 10
 
 
@@ -34,8 +33,9 @@ def add_settings(parser: argparse.ArgumentParser, tau_default: str | None) -> No
         )
     parser.add_argument(
         "--budgets",
-        help="comma-separated, strictly increasing sample counts at which a configuration is "
-        "judged (default 10,25,50,100, capped at the dataset size)",
+        help="comma-separated, strictly increasing sample counts at which a configuration may "
+        "be judged (default: betting looks wherever a verdict has become possible; wilson uses "
+        "10,25,50,100 below the dataset size, then the dataset size)",
     )
     parser.add_argument(
         "--confidence", default="0.95", help="confidence of each verdict (default 0.95)"
@@ -50,8 +50,8 @@ def add_settings(parser: argparse.ArgumentParser, tau_default: str | None) -> No
     parser.add_argument(
         "--interval",
         choices=[m.value for m in IntervalMethod],
-        default=IntervalMethod.WILSON.value,
-        help="early-stopping test (default wilson)",
+        default=IntervalMethod.BETTING.value,
+        help="early-stopping test: betting (default; anytime-valid) or wilson",
     )
     parser.add_argument("--output", metavar="RESULT.json", help="write the result JSON here")
 
@@ -68,7 +68,7 @@ class SearchOptions:
     interval: IntervalMethod
     output: Path | None
 
-    def search_settings(self, budgets: tuple[int, ...]) -> SearchSettings:
+    def search_settings(self, budgets: tuple[int, ...] | None) -> SearchSettings:
         """The domain settings, once the budgets are resolved."""
         return SearchSettings(
             tau=self.tau,
@@ -138,16 +138,12 @@ def parse_budgets(text: str) -> tuple[int, ...]:
     return tuple(budgets)
 
 
-def resolve_budgets(given: tuple[int, ...] | None, population: int, source: str) -> tuple[int, ...]:
-    """The budgets to use: the given ones if they fit the dataset, else the capped defaults."""
+def resolve_budgets(
+    given: tuple[int, ...] | None, population: int, source: str
+) -> tuple[int, ...] | None:
+    """The given budgets if they fit the dataset; None (the test's own schedule) if none given."""
     if given is None:
-        # Small datasets still get a schedule: the defaults below N, then N itself.
-        return tuple(
-            sorted(
-                {b for b in DEFAULT_BUDGETS if b < population}
-                | {min(population, DEFAULT_BUDGETS[-1])}
-            )
-        )
+        return None
     if given[-1] > population:
         fail(
             "--budgets",
@@ -158,6 +154,15 @@ def resolve_budgets(given: tuple[int, ...] | None, population: int, source: str)
 
 
 # ---------------------------------------------------------------------------- report
+
+
+def describe_budgets(settings: SearchSettings, population: int) -> str:
+    """The schedule as the user would pass it, or what the default does."""
+    if settings.budgets is not None:
+        return ",".join(map(str, settings.budgets))
+    if settings.interval is IntervalMethod.WILSON:
+        return ",".join(map(str, reference_budgets(population)))
+    return "adaptive (a look wherever a verdict has become possible)"
 
 
 def describe_config(config: Mapping[str, ParamValue]) -> str:
@@ -175,7 +180,7 @@ def summary(
     lines = [
         f"tau {settings.tau:g}, method {settings.method.value}, interval "
         f"{settings.interval.value} (confidence {settings.confidence:g}), budgets "
-        f"{','.join(map(str, settings.budgets))}, seed {settings.seed}",
+        f"{describe_budgets(settings, outcome.population)}, seed {settings.seed}",
         f"space: {space_size:,} configurations, {population:,} samples each",
         f"feasible: {len(feasible)} found (accuracy >= {settings.tau:g}); accuracy below is the "
         "mean over the samples evaluated",

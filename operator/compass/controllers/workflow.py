@@ -318,7 +318,7 @@ def start_status(
         resumed = _ledger_facts(state)
         message = (
             f"generation {generation}: searching {space.size} configurations for accuracy >= "
-            f"{spec.evaluation.tau:g} (budgets {','.join(map(str, spec.evaluation.budgets))})"
+            f"{spec.evaluation.tau:g} (budgets {_budgets_text(spec.evaluation.budgets)})"
             + (
                 f", {resumed} recorded batches carried over from generation {origin['ledger']}"
                 if resumed and origin["ledger"] is not None
@@ -895,3 +895,8 @@ def policy_blocked(
     )
     fresh = before is None or before.reason != reason
     return status, Event("Warning", reason, message) if fresh else None
+
+
+def _budgets_text(budgets: list[int] | None) -> str:
+    """The search's budgets for a status message; the default's name when none are given."""
+    return "default" if budgets is None else ",".join(map(str, budgets))

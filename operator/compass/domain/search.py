@@ -9,14 +9,18 @@ budgets with confidence-interval early stopping), made complete:
 - expansion visits every neighbour of every feasible configuration, not a handful: each
   adjacent value of a numeric parameter and every other value of a categorical one;
 - feasible regions not connected to the first one are found by a completion phase: a Bayesian
-  model of accuracy (main effects and pairwise interactions) over all evaluated configurations, which keeps evaluating the most
-  promising unevaluated configuration until every one left is predicted below tau with the
-  search's rejection confidence. Where the space has no additive structure the model's residual
-  grows, its bounds widen and the search degrades towards a grid rather than towards a miss
-  (a lone feasible spike that no main effect or pairwise interaction hints at can still hide);
+  model of accuracy (main effects and pairwise interactions) over all evaluated configurations
+  keeps evaluating the unevaluated configuration with the highest upper bound on accuracy until
+  the number of feasible configurations it expects among those left is below 1 - confidence
+  (its misfit is estimated by Paule-Mandel, so a few early-stopped, biased means cannot
+  widen every prediction). Where the space
+  has no additive structure the model's residual grows, its bounds widen and the search
+  degrades towards a grid rather than towards a miss (a lone feasible spike that no main effect
+  or pairwise interaction hints at can still hide);
 - every configuration is scored on the same seeded permutation of the dataset, so prefixes are
   simple random samples and comparable across configurations;
-- early stopping corrects for repeated looks (see ``statistics``).
+- early stopping is anytime-valid by default (betting), and each configuration is looked at
+  only where a verdict has become possible (see ``statistics``).
 """
 
 from __future__ import annotations
@@ -32,11 +36,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from scipy.optimize import brentq
 from scipy.stats import norm
 
 from compass.domain.evaluation import EvaluationError, Evaluator
 from compass.domain.space import Space
-from compass.domain.statistics import IntervalMethod, StoppingRule, Verdict
+from compass.domain.statistics import TOLERANCE, IntervalMethod, StoppingRule, Verdict
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -65,11 +70,11 @@ class SearchSettings:
     """Everything that steers one search besides the space and the evaluator."""
 
     tau: float
-    budgets: tuple[int, ...] = (10, 25, 50, 100)
+    budgets: tuple[int, ...] | None = None
     confidence: float = 0.95
     seed: int = 0
     method: SearchMethod = SearchMethod.COMPASS_V
-    interval: IntervalMethod = IntervalMethod.WILSON
+    interval: IntervalMethod = IntervalMethod.BETTING
     initial_configs: int | None = None
 
 
@@ -189,7 +194,7 @@ class _Search:
         self.assessed[index] = record
         config = self.space.config(index)
         while record.verdict is Verdict.UNDECIDED:
-            budget = self.rule.next_budget(record.samples)
+            budget = self.rule.next_look(record.scores)
             assert budget is not None, "the last budget always yields a verdict"
             indices = [int(i) for i in self.order[record.samples : budget]]
             scores = self.evaluator.evaluate(config, indices)
@@ -251,12 +256,18 @@ class _Search:
         self.expand(a.index for a in list(self.assessed.values()) if a.feasible)
         self.phase = "completing"
         while len(self.assessed) < self.space.size:
-            candidate, bound = self.most_promising()
-            if bound < self.rule.tau:
+            candidates, mean, sd = self.predict_unevaluated()
+            expected = float(norm.sf((self.rule.tau - TOLERANCE - mean) / sd).sum())
+            if expected < self.rule.alpha_accept:
                 return self.outcome(
-                    f"every unevaluated configuration is predicted below tau "
-                    f"(highest upper bound {bound:.3f})"
+                    f"the model expects {expected:.3f} feasible configurations among the "
+                    f"{len(candidates)} never evaluated (below {self.rule.alpha_accept:g})"
                 )
+            # Explore by the upper bound, not by the chance of feasibility: a region the model
+            # knows little about (wide sd) is looked at before it is written off. Ordering by
+            # chance alone missed a second feasible region that only a three-way effect makes.
+            upper = mean + self.exploration_z * sd
+            candidate = int(candidates[int(np.argmax(upper))])
             if self.assess(candidate).feasible:
                 self.phase = "expanding"
                 self.expand([candidate])
@@ -338,16 +349,18 @@ class _Search:
                 if self.assess(neighbour).feasible:
                     queue.append(neighbour)
 
-    def most_promising(self) -> tuple[int, float]:
-        """The unevaluated configuration with the highest upper bound on accuracy, and the bound."""
+    def predict_unevaluated(self) -> tuple[IntArray, FloatArray, FloatArray]:
+        """The configurations never evaluated, and the model's mean and sd of their accuracy."""
         remaining = np.setdiff1d(
             np.arange(self.space.size), np.fromiter(self.assessed, dtype=np.int64)
         )
         mean, sd = self.surrogate(remaining)
-        level = 1 - self.rule.alpha_reject
-        upper = mean + float(norm.ppf(level)) * sd
-        best = int(np.argmax(upper))
-        return int(remaining[best]), float(upper[best])
+        return remaining, mean, sd
+
+    @cached_property
+    def exploration_z(self) -> float:
+        """The normal quantile of the search's per-configuration rejection level."""
+        return float(norm.ppf(1 - self.rule.alpha_reject))
 
     def surrogate(self, targets: IntArray) -> tuple[FloatArray, FloatArray]:
         """Posterior mean and sd of accuracy at ``targets`` under a Bayesian regression.
@@ -375,7 +388,7 @@ class _Search:
             residual = y - intercept - features @ effects
             leverage = _quadratic_forms(features, covariance) * weights
             dof = max(len(y) - float(leverage.sum()), 1.0)
-            misfit = max(float((residual**2 - sampling).sum()) / dof, MIN_RESIDUAL_SD**2)
+            misfit = _misfit(residual**2, sampling, dof)
         target_features = self.design(targets)
         mean = intercept + target_features @ effects
         variance = _quadratic_forms(target_features, covariance)
@@ -404,6 +417,26 @@ class _Search:
             for a, b in itertools.combinations(range(len(sizes)), 2)
         ]
         return np.concatenate(mains + pairs)
+
+
+def _misfit(squares: FloatArray, sampling: FloatArray, dof: float) -> float:
+    """The model's misfit variance m at which sum(r^2 / (sampling + m)) equals the dof.
+
+    Paule-Mandel's estimator: each residual counts by its own precision, so a configuration
+    judged on a few samples (whose early-stopped mean is biased as well as noisy) cannot
+    inflate the misfit of every prediction, as the plain mean of r^2 - sampling let it.
+    """
+    floor = MIN_RESIDUAL_SD**2
+
+    def excess(misfit: float) -> float:
+        return float((squares / (sampling + misfit)).sum()) - dof
+
+    if excess(floor) <= 0:
+        return floor
+    low, high = floor, max(2 * floor, float(squares.max()))
+    while excess(high) > 0:
+        high *= 2
+    return float(brentq(excess, low, high, xtol=1e-9))
 
 
 def _quadratic_forms(rows: FloatArray, matrix: FloatArray) -> FloatArray:

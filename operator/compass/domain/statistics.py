@@ -8,10 +8,18 @@ Three layers decide, in order:
 1. Exact bounds: the unseen N - b scores lie in [0, 1], so the full mean lies in
    [S/N, (S + N - b)/N]. When that interval clears tau the verdict is certain; at b = N it is
    always certain.
-2. A statistical test at this look: Wilson (the default of SearchSettings.interval; it rejects
-   only when an exact tail bound agrees) or betting, which decides sooner when scores vary
-   little (e.g. F1 near its mean).
-3. At the largest budget, if the test is still undecided, the point estimate decides.
+2. A statistical test at this look: betting (the default of SearchSettings.interval) or
+   Wilson. Betting is anytime-valid (a test martingale: by Ville's inequality it ever crosses
+   its threshold under the null with probability <= alpha, however often it is looked at), so
+   a configuration can be looked at after any sample; Wilson splits its error over a fixed list
+   of looks (Bonferroni) and rejects only when an exact tail bound agrees.
+3. At the largest budget, if the test is still undecided, the point estimate decides. A
+   schedule that ends at N (every default does) never gets here: the exact bounds decide.
+
+Looks cost nothing statistically under betting, but each one is an evaluator call. So the next
+look is the first point of the schedule at which a verdict is possible at all, given the most
+favourable scores that could still come (``StoppingRule.next_look``): as few samples as looking
+after every one, in far fewer calls.
 
 The two errors are not equally bad. A wrongly rejected configuration is never looked at again:
 it silently vanishes from the Pareto front. A wrongly accepted one is reported with its sample
@@ -59,22 +67,43 @@ class Verdict(StrEnum):
     UNDECIDED = "undecided"
 
 
+# The reference's schedule (COMPASS-V's paper), Wilson's default: Bonferroni needs few looks.
+REFERENCE_BUDGETS = (10, 25, 50, 100)
+
+
+def reference_budgets(population: int) -> tuple[int, ...]:
+    """The reference's budgets below the dataset size, then the dataset size itself.
+
+    Ending at N keeps every verdict exact or statistical: a schedule that stops short judges
+    what is still undecided by its point estimate, outside any bound.
+    """
+    return tuple(sorted({b for b in REFERENCE_BUDGETS if b < population} | {population}))
+
+
 @dataclass(frozen=True)
 class StoppingRule:
-    """The early-stopping test shared by every configuration of one search."""
+    """The early-stopping test shared by every configuration of one search.
+
+    ``budgets`` lists the sample counts at which a configuration may be judged; None (the
+    default) lets betting judge after any sample and Wilson use ``reference_budgets``.
+    """
 
     tau: float
     population: int
-    budgets: tuple[int, ...]
+    budgets: tuple[int, ...] | None = None
     confidence: float = 0.95
     space_size: int = 1
-    method: IntervalMethod = IntervalMethod.WILSON
+    method: IntervalMethod = IntervalMethod.BETTING
 
     def __post_init__(self) -> None:
         if not 0 < self.tau <= 1:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
+        if self.population < 1:
+            raise ValueError(f"the dataset size must be >= 1, got {self.population}")
+        if self.budgets is None:
+            return
         if not self.budgets or any(b <= a for a, b in itertools.pairwise(self.budgets)):
             raise ValueError(f"budgets must be strictly increasing, got {list(self.budgets)}")
         if self.budgets[0] < 1 or self.budgets[-1] > self.population:
@@ -82,6 +111,20 @@ class StoppingRule:
                 f"budgets must lie in 1..{self.population} (the dataset size), "
                 f"got {list(self.budgets)}"
             )
+
+    @property
+    def schedule(self) -> tuple[int, ...]:
+        """The sample counts at which a look may happen."""
+        if self.budgets is not None:
+            return self.budgets
+        if self.method is IntervalMethod.WILSON:
+            return reference_budgets(self.population)
+        return tuple(range(1, self.population + 1))
+
+    @property
+    def exact_at_end(self) -> bool:
+        """Whether the schedule ends at the dataset size, so that no verdict is a guess."""
+        return self.schedule[-1] == self.population
 
     @property
     def alpha_accept(self) -> float:
@@ -96,7 +139,7 @@ class StoppingRule:
     @property
     def statistical_looks(self) -> int:
         """Looks that can stop on evidence; a look at the full dataset is exact and spends none."""
-        return max(1, sum(1 for b in self.budgets if b < self.population))
+        return max(1, sum(1 for b in self.schedule if b < self.population))
 
     def judge(self, scores: Sequence[float] | FloatArray) -> Verdict:
         """The verdict after seeing these scores, in draw order (len(scores) is the budget)."""
@@ -112,14 +155,56 @@ class StoppingRule:
             verdict = self._wilson(total / seen, seen)
         else:
             verdict = self._betting(x)
-        if verdict is Verdict.UNDECIDED and seen >= self.budgets[-1]:
+        if verdict is Verdict.UNDECIDED and seen >= self.schedule[-1]:
             mean = total / seen
             return Verdict.FEASIBLE if mean >= self.tau - TOLERANCE else Verdict.INFEASIBLE
         return verdict
 
     def next_budget(self, seen: int) -> int | None:
-        """The next budget above what was seen, or None when the schedule is spent."""
-        return next((b for b in self.budgets if b > seen), None)
+        """The next point of the schedule above what was seen, or None when it is spent."""
+        return next((b for b in self.schedule if b > seen), None)
+
+    def next_look(self, scores: Sequence[float] | FloatArray) -> int | None:
+        """The first point of the schedule at which these scores and more could reach a verdict.
+
+        Under betting, a point before it is skipped: no scores could decide there, so looking
+        would only cost an evaluator call. Wilson's looks are fixed in advance.
+        """
+        x = np.asarray(scores, dtype=np.float64)
+        seen = len(x)
+        schedule = self.schedule
+        if self.method is IntervalMethod.WILSON or seen == 0:
+            return self.next_budget(seen)
+        if seen >= schedule[-1]:
+            return None
+        earliest = seen + self._samples_before_verdict(x)
+        # Past the schedule's end the last point decides (by point estimate if it is not N).
+        return next((b for b in schedule if b >= earliest), schedule[-1])
+
+    def _samples_before_verdict(self, x: FloatArray) -> int:
+        """A lower bound (>= 1) on the further samples any verdict needs, under betting."""
+        n, seen, total = self.population, len(x), float(x.sum())
+        left = n - seen
+        if left <= 0:
+            return 1
+        target = n * self.tau
+        # Exact bounds: enough ones to reach N tau, or enough zeros to rule it out.
+        ones_needed = math.ceil(target - total - 1e-6)
+        zeros_needed = math.floor(total + left - target - 1e-6)
+        exact = max(1, min(ones_needed, zeros_needed + 1))
+        up, down = betting_log_capital(x, self.tau, n)
+        steps = np.arange(1, left + 1, dtype=np.float64)
+        # Along all ones the null mean of the unseen scores falls fastest, which maximises the
+        # largest gain a capped up-bet can make on each draw; along all zeros the same for down.
+        c_ones = np.clip((target - total - (steps - 1)) / (left - steps + 1), 1e-12, 1 - 1e-12)
+        c_zeros = np.clip((target - total) / (left - steps + 1), 1e-12, 1 - 1e-12)
+        best_up = up + np.cumsum(np.log1p(BET_CAP * (1 - c_ones) / c_ones))
+        best_down = down + np.cumsum(np.log1p(BET_CAP * c_zeros / (1 - c_zeros)))
+        reachable = (best_up >= math.log(1 / self.alpha_accept)) | (
+            best_down >= math.log(1 / self.alpha_reject)
+        )
+        statistical = int(np.argmax(reachable)) + 1 if reachable.any() else left
+        return max(1, min(exact, statistical))
 
     @cached_property
     def _wilson_z(self) -> tuple[float, float]:
