@@ -202,7 +202,12 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
     ),
     "budgets default": (
         CompoundWorkflowSpec,
-        lambda s: s["evaluation"].pop("budgets"),
+        lambda s: s["evaluation"].pop("budgets", None),
+        True,
+    ),
+    "budgets the reference's": (
+        CompoundWorkflowSpec,
+        _evaluation(budgets=[10, 25, 50, 100]),
         True,
     ),
     "no dataset source": (
