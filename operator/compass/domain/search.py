@@ -11,12 +11,11 @@ budgets with confidence-interval early stopping), made complete:
 - feasible regions not connected to the first one are found by a completion phase: a Bayesian
   model of accuracy (main effects and pairwise interactions) over all evaluated configurations
   keeps evaluating the unevaluated configuration with the highest upper bound on accuracy until
-  the number of feasible configurations it expects among those left is below 1 - confidence
-  (its misfit is estimated by Paule-Mandel, so a few early-stopped, biased means cannot
-  widen every prediction). Where the space
-  has no additive structure the model's residual grows, its bounds widen and the search
-  degrades towards a grid rather than towards a miss (a lone feasible spike that no main effect
-  or pairwise interaction hints at can still hide);
+  the number of feasible configurations it expects among those left is below 1 - confidence.
+  Its misfit is Paule-Mandel's, so a few early-stopped, biased means cannot widen every
+  prediction. Where the space has no additive structure the misfit grows, the bounds widen and
+  the search degrades towards a grid rather than towards a miss (a lone feasible spike that no
+  main effect or pairwise interaction hints at can still hide);
 - every configuration is scored on the same seeded permutation of the dataset, so prefixes are
   simple random samples and comparable across configurations;
 - early stopping is anytime-valid by default (betting), and each configuration is looked at
