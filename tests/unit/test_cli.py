@@ -342,6 +342,14 @@ BAD_ARGUMENTS = {
         search_args("--tau", "0.8", "--budgets", "20,10"),
         "--budgets: 20,10 is not strictly increasing",
     ),
+    "output-is-the-replay": (
+        search_args("--tau", "0.8", "--output", "ledger.jsonl"),
+        "--output: ledger.jsonl is also --replay",
+    ),
+    "output-is-the-space": (
+        search_args("--tau", "0.8", "--output", "space.yaml"),
+        "--output: space.yaml is also --space",
+    ),
     "budgets-above-dataset": (
         search_args("--tau", "0.8", "--budgets", "10,20,80"),
         "--budgets: 80 is above the dataset size 40",
@@ -734,3 +742,30 @@ def test_demo_replays_the_embedded_ledger_exactly() -> None:
     rng = np.random.default_rng(0)
     first = replay_scores(rows[0]["accuracy"], 100, rng)
     assert ledger.lookup(rows[0]["config"], list(range(100))).tolist() == first
+
+
+def test_a_json_space_reads_exponents_as_numbers(inputs: Path, cli: Cli) -> None:
+    """1e-3 is a float in JSON (and in YAML 1.2), not the string PyYAML's YAML 1.1 makes it."""
+    space = {"parameters": [{"name": "lr", "type": "float", "values": [1e-3, 2e-3, 5e-1]}]}
+    (inputs / "space.json").write_text(json.dumps(space).replace("0.001", "1e-3"))
+    (inputs / "space.yaml").write_text(
+        "parameters:\n  - {name: lr, type: float, values: [1e-3, 2E-3, .5]}\n"
+    )
+    lines = [{"config": {"lr": v}, "scores": [1.0] * 10} for v in (1e-3, 2e-3, 0.5)]
+    write_jsonl(inputs / "exp.jsonl", lines)
+    for name in ("space.json", "space.yaml"):
+        run = cli(
+            [
+                "search",
+                "--space",
+                name,
+                "--replay",
+                "exp.jsonl",
+                "--tau",
+                "0.5",
+                "--ledger",
+                f"{name}.ledger",
+            ]
+        )
+        assert run.code == 0, run.err
+        assert "feasible: 3 found" in run.out

@@ -214,6 +214,7 @@ def write_profiles(workdir: Path, profiles: Any) -> None:
         (PROFILES, ["--percentile", "100"], "--percentile: 100 is not below 100"),
         (PROFILES, ["--slack-ms", "-1"], "--slack-ms: -1 is not >= 0"),
         (PROFILES, ["--output", "missing/dir/p.yaml"], "--output: directory missing/dir"),
+        (PROFILES, ["--output", "profiles.json"], "--output: profiles.json is also --profiles"),
         (PROFILES, ["--model", "magic"], "argument --model: invalid choice"),
     ],
 )
@@ -227,9 +228,11 @@ def test_plan_bad_input_is_one_line_and_exit_2(
     """Each bad input names the field; nothing is written."""
     write_profiles(workdir, profiles)
     argv = ["plan", "--profiles", "profiles.json", "--slo-ms", "1000", *args]
+    before = (workdir / "profiles.json").read_bytes()
     assert main(argv) == 2
     assert expected in one_error_line(capsys, "plan")
     assert not (workdir / "paretopolicy.yaml").exists()
+    assert (workdir / "profiles.json").read_bytes() == before
 
 
 def test_plan_slo_error_names_the_closest_configuration(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +28,33 @@ _PLAN_FLAGS = {"slo.latencyMs": "--slo-ms", "slo.percentile": "--percentile"}
 # ---------------------------------------------------------------------------- reading
 
 
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader (YAML 1.1), reading 1e-3 as the number YAML 1.2 and JSON make it."""
+
+
+# YAML 1.1 wants a dot in a float's mantissa, so 1e-3 would load as the string '1e-3'.
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def parse_document(text: str) -> object:
+    """JSON as JSON; anything else as YAML (1e-3 is a number in both); raises yaml.YAMLError."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return yaml.load(text, Loader=_Yaml12Loader)  # a SafeLoader subclass: safe
+
+
+def check_not_input(flag: str, output: Path, inputs: Mapping[str, str | Path | None]) -> None:
+    """Fail when the output would overwrite one of the command's input files."""
+    for input_flag, given in inputs.items():
+        if given is not None and Path(given).resolve() == output.resolve():
+            fail(flag, f"{output} is also {input_flag}", "write the output to another path")
+
+
 def read_document(flag: str, path: Path) -> object:
     """A parsed YAML or JSON file; any problem is one line naming the flag."""
     try:
@@ -35,7 +64,7 @@ def read_document(flag: str, path: Path) -> object:
     except (OSError, UnicodeDecodeError) as exc:
         fail(flag, f"{path}: cannot read it ({exc})", "check the path")
     try:
-        return yaml.safe_load(text)
+        return parse_document(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

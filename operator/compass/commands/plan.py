@@ -7,7 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from compass.api.paretopolicy import DEFAULT_SLACK_BUFFER_MS, spec_for_plan
-from compass.commands.common import check_output, plan_error, read_document, write_text
+from compass.commands.common import (
+    check_not_input,
+    check_output,
+    plan_error,
+    read_document,
+    write_text,
+)
 from compass.console import UsageError, fail, parse_number, plan_table, policy_text
 from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profiles
@@ -68,6 +74,7 @@ def plan_command(args: argparse.Namespace) -> int:
     slack = parse_number("--slack-ms", str(args.slack_ms), "50", low=0, inclusive=True)
     output = Path(str(args.output))
     check_output("--output", output)
+    check_not_input("--output", output, {"--profiles": args.profiles})
     plot = None if args.plot is None else Path(str(args.plot))
     if plot is not None:
         check_output("--plot", plot)

@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.commands.common import check_not_input, parse_document
 from compass.commands.search_common import (
     SearchOptions,
     add_settings,
@@ -115,7 +116,7 @@ def _load_space(path: Path) -> Space:
     except (OSError, UnicodeDecodeError) as exc:
         fail("--space", f"{path}: cannot read it ({exc})", "check the path")
     try:
-        data = yaml.safe_load(text)
+        data = parse_document(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -454,6 +455,8 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
     checkpoint, resuming = _checkpoint_path(args, options.output)
     if options.output is not None and options.output.resolve() == checkpoint.resolve():
         fail("--output", f"{options.output} is also the checkpoint ledger", "choose another path")
+    if options.output is not None:
+        check_not_input("--output", options.output, {"--replay": args.replay, "--space": args.space})
     space = None if args.space is None else _load_space(Path(str(args.space)))
     if args.replay is not None:
         scores = _replay_scores(args, space, options, checkpoint)
