@@ -59,14 +59,18 @@ def parse_number(flag: str, text: str, example: str, *, low: float, inclusive: b
     return value
 
 
-def parse_int(flag: str, text: str, example: str, *, low: int | None = None) -> int:
-    """An integer from the command line, at least ``low`` when given."""
+def parse_int(
+    flag: str, text: str, example: str, *, low: int | None = None, high: int | None = None
+) -> int:
+    """An integer from the command line, within [low, high] where they are given."""
     try:
         value = int(text)
     except ValueError:
         fail(flag, f"{text!r} is not an integer", f"pass a whole number, e.g. {flag} {example}")
     if low is not None and value < low:
         fail(flag, f"{value} is below {low}", f"pass e.g. {flag} {example}")
+    if high is not None and value > high:
+        fail(flag, f"{value} is above {high:,}", f"pass e.g. {flag} {example}")
     return value
 
 

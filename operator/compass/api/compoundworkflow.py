@@ -11,6 +11,7 @@ from compass.api.conditions import Condition
 from compass.api.meta import DEFAULT_ROUTER_MODEL, CamelModel
 from compass.api.paretopolicy import ServingSettings
 from compass.api.rules import CelRule, cel_rules, strictly_increasing
+from compass.domain.search import MAX_DATASET_SIZE
 from compass.domain.space import SpaceSpec
 
 # Bounds that the CEL rules' cost estimate needs (current API servers reject a CRD whose rules
@@ -37,7 +38,14 @@ class VolumeDataset(CamelModel):
 class Dataset(CamelModel):
     """Where the evaluation samples come from; exactly one source."""
 
-    size: Annotated[int, Field(ge=1, description="Number of samples in the dataset.")]
+    size: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=MAX_DATASET_SIZE,
+            description=f"Number of samples in the dataset (at most {MAX_DATASET_SIZE:,}).",
+        ),
+    ]
     config_map: ConfigMapDataset | None = Field(
         default=None, description="Dataset in a ConfigMap key."
     )

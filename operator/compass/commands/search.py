@@ -25,7 +25,7 @@ from compass.commands.search_common import (
 )
 from compass.console import UsageError, fail, parse_int, search_with_progress
 from compass.domain.evaluation import EvaluationError, Evaluator, ParamValue
-from compass.domain.search import SearchSettings
+from compass.domain.search import MAX_DATASET_SIZE, SearchSettings
 from compass.domain.space import Space, SpaceError, SpaceSpec, config_key, explain_validation_error
 from compass.domain.statistics import StoppingRule
 from compass.evaluators import (
@@ -415,14 +415,15 @@ def _live_scores(args: argparse.Namespace, space: Space | None, options: SearchO
         fail("--space", f"required with {live}", "pass --space SPACE.yaml")
     if args.samples is None:
         fail("--samples", f"required with {live}", "pass the dataset size, e.g. --samples 100")
-    population = parse_int("--samples", str(args.samples), "100")
-    if population < 1:
-        fail("--samples", f"{population} is below 1", "pass the dataset size, e.g. --samples 100")
+    population = parse_int("--samples", str(args.samples), "100", low=1, high=MAX_DATASET_SIZE)
     budgets = resolve_budgets(options.budgets, population, "--samples")
     if args.triton is not None:
         source = ScoreSource(triton=str(args.triton), router_model=str(args.router))
     else:
-        argv = shlex.split(str(args.command))
+        try:
+            argv = shlex.split(str(args.command))
+        except ValueError as exc:  # an unbalanced quote
+            fail("--command", f"{args.command!r}: {exc}", "balance the quotes, as a shell would")
         if not argv:
             fail(
                 "--command",
@@ -456,7 +457,9 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
     if options.output is not None and options.output.resolve() == checkpoint.resolve():
         fail("--output", f"{options.output} is also the checkpoint ledger", "choose another path")
     if options.output is not None:
-        check_not_input("--output", options.output, {"--replay": args.replay, "--space": args.space})
+        check_not_input(
+            "--output", options.output, {"--replay": args.replay, "--space": args.space}
+        )
     space = None if args.space is None else _load_space(Path(str(args.space)))
     if args.replay is not None:
         scores = _replay_scores(args, space, options, checkpoint)

@@ -106,7 +106,7 @@ def parse_settings(args: argparse.Namespace) -> SearchOptions:
         tau=tau,
         budgets=None if args.budgets is None else parse_budgets(str(args.budgets)),
         confidence=confidence,
-        seed=parse_int("--seed", str(args.seed), "0"),
+        seed=parse_int("--seed", str(args.seed), "0", low=0),
         method=SearchMethod(args.method),
         interval=IntervalMethod(args.interval),
         output=output,

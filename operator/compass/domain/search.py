@@ -55,6 +55,8 @@ EFFECT_PRIOR_SD = 0.5
 INTERACTION_PRIOR_SD = 0.3
 # Floor on the model's residual standard deviation: a perfect fit on few points is luck.
 MIN_RESIDUAL_SD = 0.01
+# The search holds one permutation of the dataset's indices (8 bytes each): 80 MB at most.
+MAX_DATASET_SIZE = 10_000_000
 
 
 class SearchMethod(StrEnum):
