@@ -173,7 +173,7 @@ class StoppingRule:
         x = np.asarray(scores, dtype=np.float64)
         seen = len(x)
         schedule = self.schedule
-        if self.method is IntervalMethod.WILSON or seen == 0:
+        if self.method is IntervalMethod.WILSON:
             return self.next_budget(seen)
         if seen >= schedule[-1]:
             return None
@@ -192,7 +192,7 @@ class StoppingRule:
         ones_needed = math.ceil(target - total - 1e-6)
         zeros_needed = math.floor(total + left - target - 1e-6)
         exact = max(1, min(ones_needed, zeros_needed + 1))
-        up, down = betting_log_capital(x, self.tau, n)
+        up, down = betting_log_capital(x, self.tau, n) if seen else (0.0, 0.0)
         steps = np.arange(1, left + 1, dtype=np.float64)
         # Along all ones the null mean of the unseen scores falls fastest, which maximises the
         # largest gain a capped up-bet can make on each draw; along all zeros the same for down.
