@@ -68,7 +68,7 @@ def test_live_search_through_the_router_matches_the_recorded_scores(
         Space.from_spec(SPACE),
         _RecordedScores(rag_sim_data),  # type: ignore[arg-type]
         100,
-        SearchSettings(tau=0.83, budgets=(10, 25, 50, 100)),
+        SearchSettings(tau=0.83),  # the CLI's defaults
     )
     assert live["sample_evals"] == expected.sample_evals
     assert sorted(config_key(e["config"]) for e in live["feasible"]) == sorted(

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,15 +98,8 @@ def progress_document(progress: Progress, best: float | None) -> dict[str, Any]:
     return {**progress.__dict__, "best_accuracy": best}
 
 
-# The ConfigMap takes the whole ledger on every write, so writes are spaced by at least this
-# much: a killed pod redoes at most the batch in flight and the evaluations of the last second,
-# and a search of many short batches (the adaptive looks) does not rewrite the ledger per batch.
-MIRROR_INTERVAL_S = 1.0
-
-
 class MirroredEvaluator:
-    """After an evaluated batch, copies the local checkpoint ledger into the ConfigMap, at most
-    once per MIRROR_INTERVAL_S (run_search writes the final ledger with the result)."""
+    """After each evaluated batch, copies the local checkpoint ledger into the ConfigMap."""
 
     def __init__(
         self,
@@ -116,23 +107,18 @@ class MirroredEvaluator:
         store: StateStore,
         ledger: Path,
         min_samples: int = 1,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inner = inner
         self.store = store
         self.ledger = ledger
         self.min_samples = min_samples
-        self.clock = clock
-        self.mirrored_at = -math.inf
         self.progress: Progress | None = None
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
-        """Evaluate, then mirror the ledger (and the last progress) when the last copy is old."""
+        """Evaluate, then mirror the ledger (and the last progress) before returning."""
         before = self.inner.computed
         scores = self.inner.evaluate(config, sample_indices)
-        now = self.clock()
-        if self.inner.computed != before and now - self.mirrored_at >= MIRROR_INTERVAL_S:
-            self.mirrored_at = now
+        if self.inner.computed != before:
             data = {LEDGER_KEY: self.ledger.read_text(encoding="utf-8")}
             if self.progress is not None:
                 best = best_accuracy(self.inner.checkpoint, self.min_samples)
