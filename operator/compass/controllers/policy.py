@@ -46,6 +46,7 @@ from compass.api.paretopolicy import (
 from compass.api.schema import without_empty_strings
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
 from compass.domain.elastico import Elastico, Observation, PolicyState
+from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, PlanError
 from compass.domain.split import Split
 
@@ -257,16 +258,22 @@ def routing_names(plan: Plan, router_key: str) -> tuple[str, str | None, float] 
     return names[base], None if blend is None else names[blend], weight
 
 
-def state_routing_key(plan: Plan, state: PolicyState) -> str | None:
-    """The routing key of what a state routes (as the routers report it); None if unknown."""
+def state_routing(plan: Plan, state: PolicyState) -> tuple[Config, Config | None, float] | None:
+    """What a state routes, as a router switch takes it: (config, blend or None, weight)."""
     index = None if state.active is None else plan.index(state.active)
     if index is None:
         return None
     blend = None if state.blend is None else plan.index(state.blend)
     config = plan.thresholds[index].profile.config
     if blend is None:
-        return routing_key(config)
-    return routing_key(config, plan.thresholds[blend].profile.config, state.weight)
+        return config, None, 0.0
+    return config, plan.thresholds[blend].profile.config, state.weight
+
+
+def state_routing_key(plan: Plan, state: PolicyState) -> str | None:
+    """The routing key of what a state routes (as the routers report it); None if unknown."""
+    routing = state_routing(plan, state)
+    return None if routing is None else routing_key(*routing)
 
 
 def _routed(state: PolicyState) -> tuple[str | None, str | None, float]:

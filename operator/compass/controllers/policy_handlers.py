@@ -427,17 +427,11 @@ def _hold_routing(
     compiled: ps.CompiledPolicy, connections: Connections, held: PolicyState, logger: kopf.Logger
 ) -> RoutingStatus | None:
     """Put every pod on the held configuration; what each serves now (None: nothing held)."""
-    thresholds = compiled.plan.thresholds
-    index = None if held.active is None else compiled.plan.index(held.active)
-    if index is None:
+    routing = ps.state_routing(compiled.plan, held)
+    if routing is None:
         return None
-    blend = None if held.blend is None else compiled.plan.index(held.blend)
     try:
-        report = connections.router.switch(
-            thresholds[index].profile.config,
-            None if blend is None else thresholds[blend].profile.config,
-            held.weight if blend is not None else 0.0,
-        )
+        report = connections.router.switch(*routing)
     except RoutingError as error:
         logger.warning(f"paused: the pods could not be kept on {held.active}: {error}")
         return None
