@@ -194,8 +194,8 @@ class _Search:
         record = Assessment(index)
         self.assessed[index] = record
         config = self.space.config(index)
+        budget = self.rule.next_look(record.scores)
         while record.verdict is Verdict.UNDECIDED:
-            budget = self.rule.next_look(record.scores)
             assert budget is not None, "the last budget always yields a verdict"
             indices = [int(i) for i in self.order[record.samples : budget]]
             scores = self.evaluator.evaluate(config, indices)
@@ -205,7 +205,7 @@ class _Search:
                 )
             record.scores.extend(float(s) for s in scores)
             self.samples += len(indices)
-            record.verdict = self.rule.judge(record.scores)
+            record.verdict, budget = self.rule.look(record.scores)
             if record.feasible:
                 self.feasible_count += 1
             self._report()

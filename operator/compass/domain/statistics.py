@@ -112,19 +112,29 @@ class StoppingRule:
                 f"got {list(self.budgets)}"
             )
 
-    @property
-    def schedule(self) -> tuple[int, ...]:
-        """The sample counts at which a look may happen."""
+    @cached_property
+    def _points(self) -> tuple[int, ...] | None:
+        """The sample counts at which a look may happen; None: after any sample."""
         if self.budgets is not None:
             return self.budgets
         if self.method is IntervalMethod.WILSON:
             return reference_budgets(self.population)
-        return tuple(range(1, self.population + 1))
+        return None
+
+    @property
+    def schedule(self) -> tuple[int, ...]:
+        """The sample counts at which a look may happen, spelled out."""
+        return self._points or tuple(range(1, self.population + 1))
+
+    @property
+    def last_look(self) -> int:
+        """The schedule's last point: the verdict there is final."""
+        return self._points[-1] if self._points else self.population
 
     @property
     def exact_at_end(self) -> bool:
         """Whether the schedule ends at the dataset size, so that no verdict is a guess."""
-        return self.schedule[-1] == self.population
+        return self.last_look == self.population
 
     @property
     def alpha_accept(self) -> float:
@@ -139,11 +149,45 @@ class StoppingRule:
     @property
     def statistical_looks(self) -> int:
         """Looks that can stop on evidence; a look at the full dataset is exact and spends none."""
-        return max(1, sum(1 for b in self.schedule if b < self.population))
+        if self._points is None:
+            return max(1, self.population - 1)
+        return max(1, sum(1 for b in self._points if b < self.population))
+
+    def look(self, scores: Sequence[float] | FloatArray) -> tuple[Verdict, int | None]:
+        """The verdict after these scores and, while undecided, the sample count to look at
+        next: ``judge`` and ``next_look`` at once, betting's capital computed once."""
+        x = np.asarray(scores, dtype=np.float64)
+        capital = self._capital(x)
+        verdict = self._verdict(x, capital)
+        return verdict, None if verdict is not Verdict.UNDECIDED else self._next_look(x, capital)
 
     def judge(self, scores: Sequence[float] | FloatArray) -> Verdict:
         """The verdict after seeing these scores, in draw order (len(scores) is the budget)."""
         x = np.asarray(scores, dtype=np.float64)
+        return self._verdict(x, self._capital(x))
+
+    def next_budget(self, seen: int) -> int | None:
+        """The next point of the schedule above what was seen, or None when it is spent."""
+        if self._points is None:
+            return seen + 1 if seen < self.population else None
+        return next((b for b in self._points if b > seen), None)
+
+    def next_look(self, scores: Sequence[float] | FloatArray) -> int | None:
+        """The first point of the schedule at which these scores and more could reach a verdict.
+
+        Under betting, a point before it is skipped: no scores could decide there, so looking
+        would only cost an evaluator call. Wilson's looks are fixed in advance.
+        """
+        x = np.asarray(scores, dtype=np.float64)
+        return self._next_look(x, self._capital(x))
+
+    def _capital(self, x: FloatArray) -> tuple[float, float]:
+        """Betting's log capital (up, down) after these scores; zero before any, or for Wilson."""
+        if self.method is IntervalMethod.WILSON or len(x) == 0:
+            return 0.0, 0.0
+        return betting_log_capital(x, self.tau, self.population)
+
+    def _verdict(self, x: FloatArray, capital: tuple[float, float]) -> Verdict:
         seen = len(x)
         total = float(x.sum())
         n = self.population
@@ -154,34 +198,25 @@ class StoppingRule:
         if self.method is IntervalMethod.WILSON:
             verdict = self._wilson(total / seen, seen)
         else:
-            verdict = self._betting(x)
-        if verdict is Verdict.UNDECIDED and seen >= self.schedule[-1]:
+            verdict = self._betting(*capital)
+        if verdict is Verdict.UNDECIDED and seen >= self.last_look:
             mean = total / seen
             return Verdict.FEASIBLE if mean >= self.tau - TOLERANCE else Verdict.INFEASIBLE
         return verdict
 
-    def next_budget(self, seen: int) -> int | None:
-        """The next point of the schedule above what was seen, or None when it is spent."""
-        return next((b for b in self.schedule if b > seen), None)
-
-    def next_look(self, scores: Sequence[float] | FloatArray) -> int | None:
-        """The first point of the schedule at which these scores and more could reach a verdict.
-
-        Under betting, a point before it is skipped: no scores could decide there, so looking
-        would only cost an evaluator call. Wilson's looks are fixed in advance.
-        """
-        x = np.asarray(scores, dtype=np.float64)
+    def _next_look(self, x: FloatArray, capital: tuple[float, float]) -> int | None:
         seen = len(x)
-        schedule = self.schedule
         if self.method is IntervalMethod.WILSON:
             return self.next_budget(seen)
-        if seen >= schedule[-1]:
+        if seen >= self.last_look:
             return None
-        earliest = seen + self._samples_before_verdict(x)
+        earliest = seen + self._samples_before_verdict(x, capital)
+        if self._points is None:
+            return min(earliest, self.population)
         # Past the schedule's end the last point decides (by point estimate if it is not N).
-        return next((b for b in schedule if b >= earliest), schedule[-1])
+        return next((b for b in self._points if b >= earliest), self.last_look)
 
-    def _samples_before_verdict(self, x: FloatArray) -> int:
+    def _samples_before_verdict(self, x: FloatArray, capital: tuple[float, float]) -> int:
         """A lower bound (>= 1) on the further samples any verdict needs, under betting."""
         n, seen, total = self.population, len(x), float(x.sum())
         left = n - seen
@@ -192,7 +227,7 @@ class StoppingRule:
         ones_needed = math.ceil(target - total - 1e-6)
         zeros_needed = math.floor(total + left - target - 1e-6)
         exact = max(1, min(ones_needed, zeros_needed + 1))
-        up, down = betting_log_capital(x, self.tau, n) if seen else (0.0, 0.0)
+        up, down = capital
         steps = np.arange(1, left + 1, dtype=np.float64)
         # Along all ones the null mean of the unseen scores falls fastest, which maximises the
         # largest gain a capped up-bet can make on each draw; along all zeros the same for down.
@@ -233,8 +268,7 @@ class StoppingRule:
             return Verdict.INFEASIBLE
         return Verdict.UNDECIDED
 
-    def _betting(self, x: FloatArray) -> Verdict:
-        up, down = betting_log_capital(x, self.tau, self.population)
+    def _betting(self, up: float, down: float) -> Verdict:
         if up >= math.log(1 / self.alpha_accept):
             return Verdict.FEASIBLE
         if down >= math.log(1 / self.alpha_reject):
