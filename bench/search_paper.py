@@ -39,7 +39,7 @@ from compass.domain.search import (
     search,
 )
 from compass.domain.space import Space, config_key
-from compass.domain.statistics import IntervalMethod, reference_budgets
+from compass.domain.statistics import IntervalMethod, describe_schedule, reference_budgets
 from compass.examples import build_replay_ledger
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -458,15 +458,6 @@ def paper_reference(data_dir: str) -> dict[float, tuple[float, float]]:
     return {float(r["slo"]): (float(r["recall"]), float(r["savings"])) for r in results}
 
 
-def describe_schedule(variant: Variant, budgets: tuple[int, ...] | None, population: int) -> str:
-    """The looks a variant may take on a grid."""
-    if variant.reference_schedule:
-        return ",".join(map(str, reference_budgets(population)))
-    if budgets is not None:
-        return ",".join(map(str, budgets))
-    return "adaptive"
-
-
 def floor_lines(rows: Sequence[Row], reference_rows: Sequence[Row]) -> list[tuple[str, bool, str]]:
     """The issue's floors: recall and savings at the defaults, savings on the reference's schedule."""
     count = len(rows)
@@ -523,8 +514,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         workflow = WORKFLOWS[name]
         space, rows, _ = load_grid(data_dir, name)
         taus = selected_taus(workflow, args.taus, args.only is not None)
+        budgets = {
+            v.name: reference_budgets(workflow.population)
+            if v.reference_schedule
+            else schedules[name]
+            for v in VARIANTS
+        }
         looks = "; ".join(
-            f"{v.name} {v.interval.value} {describe_schedule(v, schedules[name], workflow.population)}"
+            f"{v.name} {v.interval.value} "
+            f"{describe_schedule(budgets[v.name], v.interval, workflow.population)}"
             for v in VARIANTS
         )
         print(
@@ -535,15 +533,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  schedules: {looks}")
         plot_tau = workflow.plot_tau if workflow.plot_tau in taus else (taus[-1] if taus else None)
         for variant in VARIANTS:
-            budgets = (
-                reference_budgets(workflow.population)
-                if variant.reference_schedule
-                else schedules[name]
-            )
             for tau in taus:
                 for seed in seeds:
                     trace = variant is DEFAULTS and seed == seeds.start and tau == plot_tau
-                    jobs.append(Job(data_dir, name, tau, seed, variant, budgets, trace))
+                    jobs.append(
+                        Job(data_dir, name, tau, seed, variant, budgets[variant.name], trace)
+                    )
     if not jobs:
         print("No thresholds selected: nothing to run.")
         return 0

@@ -13,7 +13,7 @@ from compass.commands.common import write_atomic
 from compass.console import fail, parse_int
 from compass.domain.evaluation import ParamValue
 from compass.domain.search import SearchMethod, SearchOutcome, SearchSettings
-from compass.domain.statistics import IntervalMethod, reference_budgets
+from compass.domain.statistics import IntervalMethod, describe_schedule
 
 SHOWN_FEASIBLE = 10
 
@@ -156,15 +156,6 @@ def resolve_budgets(
 # ---------------------------------------------------------------------------- report
 
 
-def describe_budgets(settings: SearchSettings, population: int) -> str:
-    """The schedule as the user would pass it, or what the default does."""
-    if settings.budgets is not None:
-        return ",".join(map(str, settings.budgets))
-    if settings.interval is IntervalMethod.WILSON:
-        return ",".join(map(str, reference_budgets(population)))
-    return "adaptive (a look wherever a verdict has become possible)"
-
-
 def describe_config(config: Mapping[str, ParamValue]) -> str:
     """A configuration as name=value pairs."""
     return " ".join(f"{name}={value}" for name, value in config.items())
@@ -180,7 +171,7 @@ def summary(
     lines = [
         f"tau {settings.tau:g}, method {settings.method.value}, interval "
         f"{settings.interval.value} (confidence {settings.confidence:g}), budgets "
-        f"{describe_budgets(settings, outcome.population)}, seed {settings.seed}",
+        f"{describe_schedule(settings.budgets, settings.interval, outcome.population)}, seed {settings.seed}",
         f"space: {space_size:,} configurations, {population:,} samples each",
         f"feasible: {len(feasible)} found (accuracy >= {settings.tau:g}); accuracy below is the "
         "mean over the samples evaluated",

@@ -58,6 +58,7 @@ from compass.controllers.builders import (
 from compass.domain.planner import PlanError, Slo, plan_from_profiles
 from compass.domain.profiles import ProfileError, parse_profiles
 from compass.domain.space import Space, SpaceError
+from compass.domain.statistics import IntervalMethod, describe_schedule
 
 ACTIVE_PHASES = frozenset({Phase.SEARCHING, Phase.PROFILING, Phase.PLANNING})
 
@@ -318,7 +319,7 @@ def start_status(
         resumed = _ledger_facts(state)
         message = (
             f"generation {generation}: searching {space.size} configurations for accuracy >= "
-            f"{spec.evaluation.tau:g} (budgets {_budgets_text(spec.evaluation.budgets)})"
+            f"{spec.evaluation.tau:g} (budgets {_budgets_text(spec)})"
             + (
                 f", {resumed} recorded batches carried over from generation {origin['ledger']}"
                 if resumed and origin["ledger"] is not None
@@ -897,6 +898,9 @@ def policy_blocked(
     return status, Event("Warning", reason, message) if fresh else None
 
 
-def _budgets_text(budgets: list[int] | None) -> str:
-    """The search's budgets for a status message; the default's name when none are given."""
-    return "default" if budgets is None else ",".join(map(str, budgets))
+def _budgets_text(spec: CompoundWorkflowSpec) -> str:
+    """The search's schedule for a status message."""
+    evaluation = spec.evaluation
+    budgets = None if evaluation.budgets is None else tuple(evaluation.budgets)
+    method = IntervalMethod(evaluation.interval.value)
+    return describe_schedule(budgets, method, evaluation.dataset.size)

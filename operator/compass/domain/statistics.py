@@ -80,6 +80,23 @@ def reference_budgets(population: int) -> tuple[int, ...]:
     return tuple(sorted({b for b in REFERENCE_BUDGETS if b < population} | {population}))
 
 
+def schedule_points(
+    budgets: tuple[int, ...] | None, method: IntervalMethod, population: int
+) -> tuple[int, ...] | None:
+    """The sample counts a test may look at: the budgets given, else its default (None: any)."""
+    if budgets is not None:
+        return budgets
+    return reference_budgets(population) if method is IntervalMethod.WILSON else None
+
+
+def describe_schedule(
+    budgets: tuple[int, ...] | None, method: IntervalMethod, population: int
+) -> str:
+    """A schedule as a user would pass it, or "adaptive" for betting's default."""
+    points = schedule_points(budgets, method, population)
+    return "adaptive" if points is None else ",".join(map(str, points))
+
+
 @dataclass(frozen=True)
 class StoppingRule:
     """The early-stopping test shared by every configuration of one search.
@@ -115,11 +132,7 @@ class StoppingRule:
     @cached_property
     def _points(self) -> tuple[int, ...] | None:
         """The sample counts at which a look may happen; None: after any sample."""
-        if self.budgets is not None:
-            return self.budgets
-        if self.method is IntervalMethod.WILSON:
-            return reference_budgets(self.population)
-        return None
+        return schedule_points(self.budgets, self.method, self.population)
 
     @property
     def schedule(self) -> tuple[int, ...]:
