@@ -86,6 +86,21 @@ def search_args(*extra: str) -> list[str]:
     return ["search", "--space", "space.yaml", "--replay", "ledger.jsonl", *extra]
 
 
+def live_args(command: str, samples: str) -> list[str]:
+    """`compass search` scoring with command on the inputs fixture's space, at tau 0.8."""
+    return [
+        "search",
+        "--space",
+        "space.yaml",
+        "--tau",
+        "0.8",
+        "--command",
+        command,
+        "--samples",
+        samples,
+    ]
+
+
 def reused(count: int, checkpoint: str) -> str:
     """What a resumed search says on stderr about the evaluations it took from its checkpoint."""
     return f"reused {count:,} sample evaluations from {checkpoint}"
@@ -344,31 +359,11 @@ BAD_ARGUMENTS = {
     ),
     "seed-negative": (search_args("--tau", "0.8", "--seed", "-1"), "--seed: -1 is below 0"),
     "samples-beyond-memory": (
-        [
-            "search",
-            "--space",
-            "space.yaml",
-            "--tau",
-            "0.8",
-            "--command",
-            "true",
-            "--samples",
-            "10" + "0" * 11,
-        ],
+        live_args("true", "10" + "0" * 11),
         "--samples: 1000000000000 is above 10,000,000",
     ),
     "command-unbalanced-quote": (
-        [
-            "search",
-            "--space",
-            "space.yaml",
-            "--tau",
-            "0.8",
-            "--command",
-            "python 'x",
-            "--samples",
-            "10",
-        ],
+        live_args("python 'x", "10"),
         '--command: "python \'x": No closing quotation',
     ),
     "output-is-the-replay": (
