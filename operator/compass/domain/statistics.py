@@ -241,18 +241,26 @@ class StoppingRule:
         zeros_needed = math.floor(total + left - target - 1e-6)
         exact = max(1, min(ones_needed, zeros_needed + 1))
         up, down = capital
-        steps = np.arange(1, left + 1, dtype=np.float64)
-        # Along all ones the null mean of the unseen scores falls fastest, which maximises the
-        # largest gain a capped up-bet can make on each draw; along all zeros the same for down.
-        c_ones = np.clip((target - total - (steps - 1)) / (left - steps + 1), 1e-12, 1 - 1e-12)
-        c_zeros = np.clip((target - total) / (left - steps + 1), 1e-12, 1 - 1e-12)
-        best_up = up + np.cumsum(np.log1p(BET_CAP * (1 - c_ones) / c_ones))
-        best_down = down + np.cumsum(np.log1p(BET_CAP * c_zeros / (1 - c_zeros)))
-        reachable = (best_up >= math.log(1 / self.alpha_accept)) | (
-            best_down >= math.log(1 / self.alpha_reject)
-        )
-        statistical = int(np.argmax(reachable)) + 1 if reachable.any() else left
-        return max(1, min(exact, statistical))
+        # Only draws before the exact bounds could decide matter; look at them in growing
+        # chunks, as the test usually becomes reachable within a few dozen.
+        limit, horizon = min(left, exact), 64
+        while True:
+            horizon = min(horizon, limit)
+            steps = np.arange(1, horizon + 1, dtype=np.float64)
+            # Along all ones the null mean of the unseen scores falls fastest, which maximises
+            # the largest gain a capped up-bet can make on each draw; all zeros, the same down.
+            c_ones = np.clip((target - total - (steps - 1)) / (left - steps + 1), 1e-12, 1 - 1e-12)
+            c_zeros = np.clip((target - total) / (left - steps + 1), 1e-12, 1 - 1e-12)
+            best_up = up + np.cumsum(np.log1p(BET_CAP * (1 - c_ones) / c_ones))
+            best_down = down + np.cumsum(np.log1p(BET_CAP * c_zeros / (1 - c_zeros)))
+            reachable = (best_up >= math.log(1 / self.alpha_accept)) | (
+                best_down >= math.log(1 / self.alpha_reject)
+            )
+            if reachable.any():
+                return max(1, int(np.argmax(reachable)) + 1)
+            if horizon == limit:
+                return max(1, limit)
+            horizon *= 4
 
     @cached_property
     def _wilson_z(self) -> tuple[float, float]:
