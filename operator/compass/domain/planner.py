@@ -12,6 +12,14 @@ then takes its own. Configuration k meets a latency SLO L at percentile P while
 
 and configuration k+1 may be entered when its condition holds with a slack buffer h_s.
 
+A pod whose router runs c instances serves c requests at once (``servers``): with N waiting, a
+new request waits for about N / c service times. ``erlang-c`` takes the one-at-a-time profiles
+and an M/G/c queue (Erlang C, its decay corrected for the service time's variability, as
+Allen-Cunneen do); ``measured`` takes each configuration's latency-throughput curve
+(``compass.domain.capacity``): its rate limit is where the measured percentile crosses the SLO,
+and a saturated pod drains its queue at the measured throughput. The paper's ``paper-mean`` and
+``tail`` (M/G/1) ignore c, as the paper's single sequential server does.
+
 The paper's model takes the mean as a proxy for the tail of the wait, and it looks only at the
 queue already there. Both are optimistic. ``tail`` fixes both:
 
@@ -33,7 +41,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -41,6 +49,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import brentq
 
+from compass.domain.capacity import erlang_c
 from compass.domain.mix import WEIGHT_STEPS, Mix
 from compass.domain.profiles import LatencyProfile
 
@@ -67,6 +76,18 @@ class ThresholdModel(StrEnum):
 
     PAPER_MEAN = "paper-mean"
     TAIL = "tail"
+    ERLANG_C = "erlang-c"
+    MEASURED = "measured"
+
+    @property
+    def with_rates(self) -> bool:
+        """Whether the model also limits the arrival rate (all but the paper's)."""
+        return self is not ThresholdModel.PAPER_MEAN
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether the model serves ``servers`` requests at once (else one, as the paper)."""
+        return self in (ThresholdModel.ERLANG_C, ThresholdModel.MEASURED)
 
 
 @dataclass(frozen=True)
@@ -156,38 +177,103 @@ def sum_percentile_ms(profile: LatencyProfile, services: int, percentile: float)
     return _sum_tail(profile.mean_ms, profile.latency_at(percentile), services)
 
 
-def _sum_tail(mean: float, tail: float, services: int) -> float:
+def _sum_tail(mean: float, tail: float, services: float) -> float:
     return services * mean + math.sqrt(services) * (tail - mean)
 
 
 def max_queue_depth(
-    profile: LatencyProfile, budget_ms: float, percentile: float, model: ThresholdModel
+    profile: LatencyProfile,
+    budget_ms: float,
+    percentile: float,
+    model: ThresholdModel,
+    servers: int = 1,
 ) -> int | None:
     """The deepest queue at which this configuration still meets ``budget_ms``; None if none."""
-    return _queue_limit(
-        profile.mean_ms, profile.latency_at(percentile), budget_ms, percentile, model
+    capacity = _member_capacity(
+        profile, _service_grid(profile), profile.latency_at(percentile), percentile, model, servers
     )
+    return capacity.queue_limit(budget_ms, model)
+
+
+@dataclass(frozen=True)
+class _Capacity:
+    """How fast a pod serving one member (or mix) drains its queue, and its rate limit.
+
+    ``holding_*`` is the time a request holds one of the ``servers`` once the pod is busy: the
+    one-at-a-time service time, or from a measured curve the holding time of a saturated pod
+    (Little: servers / drain rate) with the profile's spread scaled to it. ``rate_limit`` maps
+    a latency budget (ms) to the highest arrival rate that meets it; None for the paper's model.
+    """
+
+    holding_mean_ms: float
+    holding_tail_ms: float
+    servers: int
+    rate_limit: Callable[[float], float] | None
+
+    def queue_limit(self, budget_ms: float, model: ThresholdModel) -> int | None:
+        """The deepest queue meeting ``budget_ms``."""
+        return _queue_limit(
+            self.holding_mean_ms, self.holding_tail_ms, budget_ms, model, self.servers
+        )
+
+
+def _member_capacity(
+    profile: LatencyProfile,
+    service: _Service,
+    tail: float,
+    percentile: float,
+    model: ThresholdModel,
+    servers: int,
+) -> _Capacity:
+    """A front member's capacity under the model: M/G/1, M/G/c, or its measured curve."""
+    curve = profile.capacity
+    if model is ThresholdModel.MEASURED and curve is not None:
+        holding = curve.holding_ms()
+        scale = holding / profile.mean_ms
+        return _Capacity(
+            holding,
+            tail * scale,
+            curve.servers,
+            functools.partial(curve.max_rate, percentile=percentile, idle_ms=tail),
+        )
+    if model.concurrent:
+        # No curve: the analytic M/G/c fallback.
+        rate: Callable[[float], float] | None = functools.partial(
+            _max_rate, service, percentile=percentile, servers=servers
+        )
+        return _Capacity(profile.mean_ms, tail, servers, rate)
+    rate = (
+        functools.partial(_max_rate, service, percentile=percentile) if model.with_rates else None
+    )
+    return _Capacity(profile.mean_ms, tail, 1, rate)
 
 
 def _queue_limit(
-    mean: float, tail: float, budget_ms: float, percentile: float, model: ThresholdModel
+    mean: float, tail: float, budget_ms: float, model: ThresholdModel, servers: int = 1
 ) -> int | None:
-    """The deepest queue meeting ``budget_ms`` for service times of this mean and percentile."""
+    """The deepest queue meeting ``budget_ms`` for service times of this mean and percentile.
+
+    With N waiting and ``servers`` serving at once, a new request waits for N / servers service
+    times and then takes its own: n = N / servers + 1 in the tail of a sum of n.
+    """
     if tail > budget_ms + _TOLERANCE:
         return None
     if model is ThresholdModel.PAPER_MEAN:
-        return math.floor((budget_ms - tail) / mean + _TOLERANCE)
+        return math.floor(servers * (budget_ms - tail) / mean + _TOLERANCE)
+
+    def meets(depth: int) -> bool:
+        return _sum_tail(mean, tail, depth / servers + 1) <= budget_ms + _TOLERANCE
 
     # n mean + sqrt(n) (p - mean) <= budget is a quadratic in x = sqrt(n).
     spread = tail - mean
     root = (-spread + math.sqrt(spread * spread + 4 * mean * budget_ms)) / (2 * mean)
-    services = max(1, math.floor(root * root + _TOLERANCE))
+    depth = max(0, math.floor((root * root - 1) * servers + _TOLERANCE))
     # The closed form can be off by one in floating point: settle it on the exact condition.
-    while _sum_tail(mean, tail, services + 1) <= budget_ms + _TOLERANCE:
-        services += 1
-    while services > 1 and _sum_tail(mean, tail, services) > budget_ms + _TOLERANCE:
-        services -= 1
-    return services - 1
+    while meets(depth + 1):
+        depth += 1
+    while depth > 0 and not meets(depth):
+        depth -= 1
+    return depth
 
 
 @dataclass(frozen=True)
@@ -255,18 +341,45 @@ def _violation(service: _Service, rate: float, budget_s: float) -> float:
 
 def max_arrival_rate(profile: LatencyProfile, budget_ms: float, percentile: float) -> float:
     """The highest arrival rate (requests/s) keeping P(latency > budget) <= 1 - P/100 (0: none)."""
-    return _max_rate(_service_grid(profile), budget_ms, percentile)
+    return _max_rate(_service_grid(profile), budget_ms, percentile=percentile)
 
 
-def _max_rate(service: _Service, budget_ms: float, percentile: float) -> float:
+def _violation_mgc(service: _Service, rate: float, budget_s: float, servers: int) -> float:
+    """P(latency > budget) in an M/G/c queue: Erlang C's wait, its decay scaled by 2 / (1 + cv^2).
+
+    The wait is exponential in M/M/c, P(W > t) = C(c, a) exp(-(c / E[S] - lambda) t); for
+    general service times the decay is scaled by 2 / (1 + cv^2) (Allen-Cunneen), which at c = 1
+    is the heavy-traffic exponent of the M/G/1 tail above.
+    """
+    mean = service.mean_s
+    load = rate * mean
+    if load >= servers:
+        return 1.0
+    times = service.times_s
+    if rate <= 0:
+        return service.expect((times > budget_s).astype(np.float64))
+    variability = service.expect(times * times) / (mean * mean) - 1
+    decay = (servers / mean - rate) * 2 / (1 + variability)
+    waits = erlang_c(servers, load)
+    slack = budget_s - times
+    tail = np.where(slack <= 0, 1.0, np.minimum(1.0, waits * np.exp(-decay * slack)))
+    return service.expect(tail)
+
+
+def _max_rate(
+    service: _Service, budget_ms: float, *, percentile: float, servers: int | None = None
+) -> float:
+    """The highest rate keeping the violation within 1 - P/100: M/G/1 (None) or M/G/c."""
     allowed = 1 - percentile / 100
     budget_s = budget_ms / 1000
     if _violation(service, 0.0, budget_s) > allowed:
         return 0.0
-    saturation = 1 / service.mean_s
+    saturation = (servers or 1) / service.mean_s
 
     def over(rate: float) -> float:
-        return _violation(service, rate, budget_s) - allowed
+        if servers is None:
+            return _violation(service, rate, budget_s) - allowed
+        return _violation_mgc(service, rate, budget_s, servers) - allowed
 
     # The violation grows with the load towards 1 at saturation (where the tail formula loses
     # precision: stop just short of it).
@@ -321,6 +434,7 @@ class Plan:
     thresholds: tuple[Threshold, ...]
     dominated: tuple[Dominated, ...] = ()
     switch_delay_ms: float = 0.0
+    servers: int = 1
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -344,8 +458,12 @@ def plan_thresholds(
     model: ThresholdModel = ThresholdModel.TAIL,
     dominated: Sequence[Dominated] = (),
     switch_delay_ms: float = 0.0,
+    servers: int = 1,
 ) -> Plan:
     """Each front member's slack L - p_k and its stay / enter queue-depth limits.
+
+    ``servers`` is how many requests a pod serves at once (its router's instances); only the
+    concurrent models read it, and a measured curve must have been measured at it.
 
     Members with slack <= 0 stay in the plan (the report shows them) but are never targets.
     Raises PlanError when no member has positive slack, naming the closest one.
@@ -360,18 +478,24 @@ def plan_thresholds(
         raise PlanError("slackBufferMs", f"{slack_buffer_ms:g} is negative", "use e.g. 50")
     if not switch_delay_ms >= 0 or not math.isfinite(switch_delay_ms):
         raise PlanError("switchDelayMs", f"{switch_delay_ms:g} is not >= 0", "use e.g. 10")
-    thresholds = [
-        _threshold(
-            profile,
-            _service_grid(profile),
-            profile.latency_at(slo.percentile),
-            slo,
-            slack_buffer_ms,
-            model,
-            switch_delay_ms,
+    if servers < 1:
+        raise PlanError("servers", f"{servers} is not >= 1", "give the router's instance count")
+    if model is ThresholdModel.MEASURED:
+        for profile in front:
+            if profile.capacity is not None and profile.capacity.servers != servers:
+                raise PlanError(
+                    "capacity.servers",
+                    f"{profile.name}'s curve was measured at {profile.capacity.servers} router "
+                    f"instance(s), the plan serves {servers}",
+                    f"profile again at {servers} or plan for {profile.capacity.servers}",
+                )
+    thresholds = []
+    for profile in front:
+        service, tail = _service_grid(profile), profile.latency_at(slo.percentile)
+        capacity = _member_capacity(profile, service, tail, slo.percentile, model, servers)
+        thresholds.append(
+            _threshold(profile, capacity, tail, slo, slack_buffer_ms, model, switch_delay_ms)
         )
-        for profile in front
-    ]
     if not any(t.eligible for t in thresholds):
         closest = min(thresholds, key=lambda t: t.tail_ms)
         raise PlanError(
@@ -381,32 +505,31 @@ def plan_thresholds(
             f"({closest.tail_ms - slo.latency_ms:.1f} ms over)",
             f"raise the SLO above {closest.tail_ms:.1f} ms or profile faster configurations",
         )
-    return Plan(slo, slack_buffer_ms, model, tuple(thresholds), tuple(dominated), switch_delay_ms)
+    return Plan(
+        slo, slack_buffer_ms, model, tuple(thresholds), tuple(dominated), switch_delay_ms, servers
+    )
 
 
 def _threshold(
     profile: LatencyProfile,
-    service: _Service,
+    capacity: _Capacity,
     tail: float,
     slo: Slo,
     slack_buffer_ms: float,
     model: ThresholdModel,
     switch_delay_ms: float,
 ) -> Threshold:
-    """The limits of one member (or mix) whose service time is ``service``, p at the SLO ``tail``."""
+    """The limits of one member (or mix) with this capacity, p at the SLO ``tail``."""
     stay_budget, enter_budget = slo.latency_ms, slo.latency_ms - slack_buffer_ms
-    with_rates = model is ThresholdModel.TAIL and tail < slo.latency_ms
-    queue_limit = functools.partial(
-        _queue_limit, profile.mean_ms, tail, percentile=slo.percentile, model=model
-    )
+    rate_limit = capacity.rate_limit if tail < slo.latency_ms else None
     return Threshold(
         profile=profile,
         tail_ms=tail,
         slack_ms=slo.latency_ms - tail,
-        stay_max_queue=queue_limit(stay_budget - switch_delay_ms),
-        enter_max_queue=queue_limit(enter_budget - switch_delay_ms),
-        stay_max_qps=_max_rate(service, stay_budget, slo.percentile) if with_rates else None,
-        enter_max_qps=_max_rate(service, enter_budget, slo.percentile) if with_rates else None,
+        stay_max_queue=capacity.queue_limit(stay_budget - switch_delay_ms, model),
+        enter_max_queue=capacity.queue_limit(enter_budget - switch_delay_ms, model),
+        stay_max_qps=rate_limit(stay_budget) if rate_limit else None,
+        enter_max_qps=rate_limit(enter_budget) if rate_limit else None,
     )
 
 
@@ -458,6 +581,7 @@ def plan_mixes(plan: Plan) -> MixPlan:
         tuple(thresholds),
         plan.dominated,
         plan.switch_delay_ms,
+        plan.servers,
     )
     return MixPlan(plan, mixed, tuple(mixes))
 
@@ -480,9 +604,15 @@ def _mix_threshold(plan: Plan, mix: Mix) -> Threshold:
         std_ms=math.sqrt(max(service.expect(service.times_s**2) * 1e6 - mean_ms**2, 0.0)),
     )
     tail = _quantile_ms(service, plan.slo.percentile)
+    capacity = _member_capacity(
+        profile, service, tail, plan.slo.percentile, plan.model, plan.servers
+    )
+    curves = [p.capacity for p, _ in members]
+    if plan.model is ThresholdModel.MEASURED and all(curves):
+        capacity = _mix_of_curves(members, tail, mean_ms, plan.slo.percentile)
     return _threshold(
         profile,
-        service,
+        capacity,
         tail,
         plan.slo,
         plan.slack_buffer_ms,
@@ -491,15 +621,39 @@ def _mix_threshold(plan: Plan, mix: Mix) -> Threshold:
     )
 
 
+def _mix_of_curves(
+    members: Sequence[tuple[LatencyProfile, float]], tail: float, mean_ms: float, percentile: float
+) -> _Capacity:
+    """A mix of measured members: holding times add in the shares, so rates blend harmonically.
+
+    A request of member i costs the pod 1 / rate_i of its capacity at the budget; a mix of
+    shares w_i costs sum(w_i / rate_i), whose inverse is the mix's rate.
+    """
+    parts = [(p, p.capacity, share) for p, share in members if p.capacity is not None]
+    holding = sum(curve.holding_ms() * share for _, curve, share in parts)
+
+    def rate_limit(budget_ms: float) -> float:
+        rates = [
+            (curve.max_rate(budget_ms, percentile, p.latency_at(percentile)), share)
+            for p, curve, share in parts
+        ]
+        if any(rate <= 0 for rate, _ in rates):
+            return 0.0
+        return 1 / sum(share / rate for rate, share in rates)
+
+    return _Capacity(holding, tail * holding / mean_ms, parts[0][1].servers, rate_limit)
+
+
 def plan_from_profiles(
     profiles: Sequence[LatencyProfile],
     slo: Slo,
     slack_buffer_ms: float = 50.0,
     model: ThresholdModel = ThresholdModel.TAIL,
     switch_delay_ms: float = 0.0,
+    servers: int = 1,
 ) -> Plan:
     """The front of these profiles at the SLO's percentile, and its thresholds."""
     front = pareto_front(profiles, slo.percentile)
     return plan_thresholds(
-        front.members, slo, slack_buffer_ms, model, front.dominated, switch_delay_ms
+        front.members, slo, slack_buffer_ms, model, front.dominated, switch_delay_ms, servers
     )

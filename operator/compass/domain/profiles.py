@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtri
 
+from compass.domain.capacity import CapacityCurve, CapacityError, parse_curve
 from compass.domain.evaluation import ParamValue
 from compass.domain.space import config_key
 
@@ -175,6 +176,7 @@ class LatencyProfile:
     p50_ms: float | None = None
     p99_ms: float | None = None
     std_ms: float | None = None
+    capacity: CapacityCurve | None = None
 
     @property
     def key(self) -> str:
@@ -211,6 +213,7 @@ class LatencyProfile:
             p50_ms=times(self.p50_ms),
             p99_ms=times(self.p99_ms),
             std_ms=times(self.std_ms),
+            capacity=None if self.capacity is None else self.capacity.scaled(factor),
         )
 
     @cached_property
@@ -315,6 +318,12 @@ def parse_profile(entry: object, where: str) -> LatencyProfile:
             f"{mean:g} is above the highest percentile measured ({ordered[-1][1]:g})",
             "check the units and the run",
         )
+    capacity = None
+    if entry.get("capacity") is not None:
+        try:
+            capacity = parse_curve(entry["capacity"], f"{where}.capacity")
+        except CapacityError as error:
+            raise ProfileError(error.field, error.what, error.fix) from None
     return LatencyProfile(
         config=dict(config),
         accuracy=accuracy,
@@ -323,6 +332,7 @@ def parse_profile(entry: object, where: str) -> LatencyProfile:
         p50_ms=p50,
         p99_ms=p99,
         std_ms=std,
+        capacity=capacity,
     )
 
 
