@@ -17,6 +17,7 @@ from pydantic import ConfigDict, Field, model_validator
 from compass.api.conditions import Condition
 from compass.api.meta import DEFAULT_ROUTER_MODEL, CamelModel
 from compass.api.rules import CelRule, cel_rules
+from compass.domain.capacity import MAX_CURVE_POINTS, CapacityCurve, CapacityError, parse_curve
 from compass.domain.elastico import (
     DEFAULT_COOLDOWN_EXPONENT,
     DEFAULT_DOWNSCALE_COOLDOWN_S,
@@ -45,6 +46,47 @@ MAX_FRONT = 1024
 MAX_LAGGING_PODS = 20
 
 
+class CurvePointSpec(CamelModel):
+    """What a pod did at one offered rate of its capacity curve."""
+
+    offered_qps: Annotated[float, Field(gt=0, description="Requests per second offered.")]
+    throughput_qps: Annotated[float, Field(gt=0, description="Requests per second served.")]
+    latency_mean_ms: Annotated[float, Field(gt=0, description="Mean latency in ms.")]
+    latency_p50_ms: Annotated[float, Field(gt=0, description="Median latency in ms.")]
+    latency_p95_ms: Annotated[float, Field(gt=0, description="95th percentile latency in ms.")]
+    latency_p99_ms: Annotated[float, Field(gt=0, description="99th percentile latency in ms.")]
+
+
+class CapacitySpec(CamelModel):
+    """A configuration's measured latency-throughput curve (the threshold model ``measured``)."""
+
+    servers: Annotated[
+        int, Field(ge=1, description="Router instances per pod the curve was measured at.")
+    ]
+    points: list[CurvePointSpec] = Field(
+        min_length=1,
+        max_length=MAX_CURVE_POINTS,
+        description=f"One point per offered rate, ascending; at most {MAX_CURVE_POINTS}.",
+    )
+
+    def curve(self) -> CapacityCurve:
+        """The domain curve (its checks: rates ascending, percentiles ordered)."""
+        return parse_curve(self.model_dump(by_alias=False), "capacity")
+
+    @model_validator(mode="after")
+    def _valid_curve(self) -> CapacitySpec:
+        try:
+            self.curve()
+        except CapacityError as error:
+            raise ValueError(f"{error.field.removeprefix('capacity.')}: {error.what}") from None
+        return self
+
+    @staticmethod
+    def from_curve(curve: CapacityCurve) -> CapacitySpec:
+        """The spec of a domain curve."""
+        return CapacitySpec.model_validate(curve.to_json())
+
+
 class FrontEntry(CamelModel):
     """One configuration of the Pareto front with its accuracy and measured service time."""
 
@@ -63,6 +105,10 @@ class FrontEntry(CamelModel):
     latency_std_ms: Annotated[
         float | None, Field(ge=0, description="Standard deviation of the service time in ms.")
     ] = None
+    capacity: CapacitySpec | None = Field(
+        default=None,
+        description="The latency-throughput curve at the deployed router instances, if measured.",
+    )
 
     # The same rules as _percentiles_ordered, for the API server.
     model_config = ConfigDict(
@@ -118,6 +164,7 @@ class FrontEntry(CamelModel):
             p50_ms=self.latency_p50_ms,
             p99_ms=self.latency_p99_ms,
             std_ms=self.latency_std_ms,
+            capacity=None if self.capacity is None else self.capacity.curve(),
         )
 
     @staticmethod
@@ -131,6 +178,9 @@ class FrontEntry(CamelModel):
             latency_p50_ms=profile.p50_ms,
             latency_p99_ms=profile.p99_ms,
             latency_std_ms=profile.std_ms,
+            capacity=None
+            if profile.capacity is None
+            else CapacitySpec.from_curve(profile.capacity),
         )
 
 
@@ -249,8 +299,19 @@ class ServingSettings(CamelModel):
     threshold_model: ThresholdModel = Field(
         default=DEFAULT_THRESHOLD_MODEL,
         description="tail: percentile of the queued work and M/G/1 arrival-rate limits; "
-        "paper-mean: the paper's N * mean + p95 <= SLO.",
+        "paper-mean: the paper's N * mean + p95 <= SLO; erlang-c: M/G/c with routerInstances "
+        "servers per pod; measured: each front entry's capacity curve (erlang-c for an entry "
+        "without one).",
     )
+    router_instances: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=1024,
+            description="Requests a pod's router serves at once (its instance_group count); "
+            "the erlang-c and measured models plan for it.",
+        ),
+    ] = 1
     metrics: MetricsSource | None = Field(
         default=None, description="Where the queue depth is read (not needed to simulate)."
     )
@@ -319,6 +380,7 @@ class ParetoPolicySpec(ServingSettings):
             self.hysteresis.slack_buffer_ms,
             self.threshold_model,
             self.switch_delay_ms,
+            self.router_instances,
         )
 
     def settings(self) -> ElasticoSettings:

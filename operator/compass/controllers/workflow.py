@@ -525,6 +525,8 @@ def plan_policy(
             Slo(spec.slo.latency_ms, spec.slo.percentile),
             spec.serving.hysteresis.slack_buffer_ms,
             spec.serving.threshold_model,
+            spec.serving.switch_delay_ms,
+            spec.serving.router_instances,
         )
     except PlanError as error:
         return PlanOutcome(None, f"spec.{error.field}: {error.what}; {error.fix}", "SloUnreachable")

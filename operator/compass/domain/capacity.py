@@ -25,16 +25,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from scipy.special import ndtri
+
+FloatArray = npt.NDArray[np.float64]
 
 # A curve is measured in at most this many rates (the profiler's cost bound; the CRD's too).
 MAX_CURVE_POINTS = 16
 # The ladder's first rate, as a fraction of one server's capacity (1 / mean service time).
-LADDER_START = 0.5
+LADDER_START = 0.25
 # Each rung offers this much more than the one below until the pod saturates.
-LADDER_GROWTH = 1.2
+LADDER_GROWTH = 1.5
+# The ladder stops filling in once neighbouring rates are within this ratio.
+LADDER_FINEST = 1.1
 # A rate is past saturation when the pod achieves less than this share of it.
 SATURATED_SHARE = 0.95
+# The share of a rate's requests (the first) whose latencies a point leaves out: the warm-up.
+WARMUP_SHARE = 0.2
 # The latency percentiles a curve point stores (a profile's own levels).
 CURVE_PERCENTILES = (50.0, 95.0, 99.0)
 _FIELDS = {50.0: "latency_p50_ms", 95.0: "latency_p95_ms", 99.0: "latency_p99_ms"}
@@ -85,15 +92,22 @@ class CurvePoint:
 
 
 def measure_point(
-    offered_qps: float, arrivals_s: Sequence[float], finishes_s: Sequence[float]
+    offered_qps: float,
+    arrivals_s: Sequence[float] | FloatArray,
+    finishes_s: Sequence[float] | FloatArray,
 ) -> CurvePoint:
-    """A curve point from one open-loop run: each request's arrival and finish (s)."""
+    """A curve point from one open-loop run: each request's arrival and finish (s), in order.
+
+    The first ``WARMUP_SHARE`` of the requests found the pod emptier than it stays: their
+    latencies are left out (the throughput counts them all).
+    """
     arrivals = np.asarray(arrivals_s, dtype=np.float64)
     finishes = np.asarray(finishes_s, dtype=np.float64)
     if len(arrivals) < 2:
         raise CapacityError("points", "a rate was measured with fewer than 2 requests", "send more")
-    latencies = (finishes - arrivals) * 1000
     span = float(finishes.max() - arrivals.min())
+    steady = int(len(arrivals) * WARMUP_SHARE)
+    latencies = (finishes[steady:] - arrivals[steady:]) * 1000
     return CurvePoint(
         offered_qps=offered_qps,
         throughput_qps=len(arrivals) / span if span > 0 else math.inf,
@@ -126,22 +140,23 @@ class CapacityCurve:
     def max_rate(self, budget_ms: float, percentile: float, idle_ms: float) -> float:
         """The highest offered rate whose latency percentile stays within ``budget_ms``.
 
-        Linear between measured rates, from the one-at-a-time percentile ``idle_ms`` at rate 0:
-        latency is convex in the rate, so the line overestimates it and the rate is on the safe
-        side. Past the last rate measured nothing is claimed; a saturated rate counts as over.
+        Latency rises with the load, so the measured percentiles are first made monotone (pool
+        adjacent violators: a few hundred requests per rate leave noise that would otherwise
+        end the curve early). Then linear between measured rates, from the one-at-a-time
+        percentile ``idle_ms`` at rate 0: latency is convex in the rate, so the line
+        overestimates it and the rate is on the safe side. Past the last unsaturated rate
+        nothing is claimed.
         """
-        previous_rate, previous_ms = 0.0, idle_ms
-        if previous_ms > budget_ms:
+        if idle_ms > budget_ms:
             return 0.0
-        for point in self.points:
-            latency = math.inf if point.saturated else point.latency_at(percentile)
-            if latency > budget_ms:
-                if math.isinf(latency):
-                    return previous_rate
-                share = (budget_ms - previous_ms) / (latency - previous_ms)
-                return previous_rate + share * (point.offered_qps - previous_rate)
-            previous_rate, previous_ms = point.offered_qps, latency
-        return previous_rate
+        measured = [point for point in self.points if not point.saturated]
+        rates = [0.0] + [point.offered_qps for point in measured]
+        latencies = _monotone([idle_ms] + [point.latency_at(percentile) for point in measured])
+        for i in range(1, len(rates)):
+            if latencies[i] > budget_ms:
+                share = (budget_ms - latencies[i - 1]) / (latencies[i] - latencies[i - 1])
+                return rates[i - 1] + share * (rates[i] - rates[i - 1])
+        return rates[-1]
 
     def scaled(self, factor: float) -> CapacityCurve:
         """The same curve with times multiplied by ``factor`` and so rates divided by it."""
@@ -163,25 +178,43 @@ class CapacityCurve:
         return {"servers": self.servers, "points": [point.to_json() for point in self.points]}
 
 
-def next_rate(points: Sequence[CurvePoint], mean_ms: float) -> float | None:
+def _monotone(values: Sequence[float]) -> list[float]:
+    """The closest non-decreasing sequence in least squares (pool adjacent violators)."""
+    blocks: list[tuple[float, int]] = []
+    for value in values:
+        total, count = value, 1
+        while blocks and blocks[-1][0] / blocks[-1][1] > total / count:
+            previous_total, previous_count = blocks.pop()
+            total, count = total + previous_total, count + previous_count
+        blocks.append((total, count))
+    return [total / count for total, count in blocks for _ in range(count)]
+
+
+def next_rate(
+    points: Sequence[CurvePoint], mean_ms: float, max_points: int = MAX_CURVE_POINTS
+) -> float | None:
     """The next rate the ladder offers, or None when the curve is complete.
 
-    It starts at half of one server's capacity and grows by ``LADDER_GROWTH`` until a rate
-    saturates the pod, then halves the last gap once: the knee, where the SLO's rate usually
-    lies, gets the finest step. At most ``MAX_CURVE_POINTS`` rates.
+    First it climbs: from a quarter of one server's capacity, each rate ``LADDER_GROWTH`` times
+    the last, until one saturates the pod. Then it fills in: the midpoint of the widest gap
+    (by ratio) below saturation, until every gap is within ``LADDER_FINEST`` or the budget of
+    ``max_points`` rates is spent. The SLO's rate may lie anywhere below saturation (a tight
+    SLO crosses early), so the whole range gets the same relative resolution.
     """
     if not points:
         return LADDER_START * 1000 / mean_ms
-    if len(points) >= MAX_CURVE_POINTS:
+    if len(points) >= max_points:
         return None
-    ordered = sorted(points, key=lambda point: point.offered_qps)
-    first_saturated = next((i for i, point in enumerate(ordered) if point.saturated), None)
-    if first_saturated is None:
-        return ordered[-1].offered_qps * LADDER_GROWTH
-    if first_saturated == 0 or len(points) > first_saturated + 1:
-        return None
-    below, above = ordered[first_saturated - 1].offered_qps, ordered[first_saturated].offered_qps
-    return (below + above) / 2
+    rates = sorted(point.offered_qps for point in points)
+    saturated = [point.offered_qps for point in points if point.saturated]
+    if not saturated:
+        return rates[-1] * LADDER_GROWTH
+    below = [rate for rate in rates if rate <= min(saturated)]
+    if len(below) < 2:
+        # Saturated at the first rate: climb down instead.
+        return rates[0] / LADDER_GROWTH
+    ratio, low, high = max((high / low, low, high) for low, high in itertools.pairwise(below))
+    return None if ratio <= LADDER_FINEST else (low + high) / 2
 
 
 def parse_curve(entry: object, where: str) -> CapacityCurve:

@@ -18,12 +18,22 @@ every policy), and one decision switches them all. The policy then sees the per-
 planner's thresholds are made for: the pods' queues aggregated (``QueueAggregate``) and the
 arrivals counter divided among the pods. A decision takes effect ``switch_delay_s`` after it is
 taken: a request that starts service before then is served by the old configuration.
+
+A pod need not serve one request at a time (``PodModel``): its router may run several instances
+(``servers``), FIFO from one queue, and a request may pass through ``stages``, components of one
+instance each that can batch the requests waiting for them. A request holds its router instance
+until its last stage is done, as a BLS router does. Without stages each instance serves its
+requests alone (independent servers: M/G/c). The queue depth is the router's: requests that
+arrived and hold no instance yet, as Triton's pending count of the router model.
 """
 
 from __future__ import annotations
 
+import functools
+import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -31,6 +41,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from compass.domain.capacity import CapacityCurve, CurvePoint, measure_point, next_rate
 from compass.domain.elastico import Action, Decision, Observation, PolicyState
 from compass.domain.mix import Mix, SmoothWeighting, mix_weighting
 from compass.domain.profiles import LatencyProfile
@@ -72,6 +83,53 @@ class SimulationError(ValueError):
     def __init__(self, field: str, what: str, fix: str) -> None:
         super().__init__(f"{field}: {what}; {fix}")
         self.field, self.what, self.fix = field, what, fix
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A component of one instance that serves ``share`` of each request's service time.
+
+    It batches: when free it takes up to ``max_batch`` waiting requests at once, and a batch of b
+    takes its longest request's time x (1 + ``batch_cost`` (b - 1)); a cost below 1 is what makes
+    batching pay (an accelerator's kernel serves b requests in little more than one's time).
+    """
+
+    share: float
+    max_batch: int = 1
+    batch_cost: float = 1.0
+
+    def batch_time(self, services_s: Sequence[float]) -> float:
+        """How long this stage takes for a batch of requests with these whole service times."""
+        return self.share * max(services_s) * (1 + self.batch_cost * (len(services_s) - 1))
+
+
+@dataclass(frozen=True)
+class PodModel:
+    """How one pod serves: router instances, and the components a request passes through."""
+
+    servers: int = 1
+    stages: tuple[Stage, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.servers < 1:
+            raise SimulationError("servers", f"{self.servers} is not >= 1", "give 1 or more")
+        if self.stages and not math.isclose(sum(s.share for s in self.stages), 1.0):
+            raise SimulationError(
+                "stages",
+                f"the shares add up to {sum(s.share for s in self.stages):g}",
+                "make them add up to 1 (a request alone takes its profiled time)",
+            )
+        for stage in self.stages:
+            if stage.max_batch < 1 or not stage.batch_cost >= 0 or not stage.share > 0:
+                raise SimulationError(
+                    "stages", f"{stage} is invalid", "give share > 0, max_batch >= 1, cost >= 0"
+                )
+
+
+# rag-sim's pipeline as its model repository deploys it: retriever and reranker of one instance
+# each, and a generator that batches up to 8 requests, a batch of b taking 1 + 0.25 (b - 1)
+# times its longest request (model-images/rag-sim/component.py serves the same model).
+RAG_SIM_STAGES = (Stage(0.1), Stage(0.2), Stage(0.7, max_batch=8, batch_cost=0.25))
 
 
 class PatternKind(StrEnum):
@@ -226,6 +284,146 @@ def make_scenario(pattern: LoadPattern, seed: int) -> Scenario:
     return Scenario(pattern, seed, arrivals, luck_rng.uniform(0, 1, len(arrivals)))
 
 
+class _Pod:
+    """One pod's requests, started FIFO on its router instances as time advances.
+
+    Without stages each instance serves a request alone: the next request starts on the instance
+    that frees first, so a heap of free times is the whole queue (with one instance, the
+    paper's M/G/1). Stages make it a network of queues, run event by event (``_StagedPod``).
+    """
+
+    def __init__(
+        self,
+        model: PodModel,
+        requests: IntArray,
+        arrivals: FloatArray,
+        service_s: FloatArray,
+        choose: Callable[[float], int],
+        record: tuple[FloatArray, FloatArray, IntArray],
+    ) -> None:
+        self.model = model
+        self.requests = requests
+        self.arrivals = arrivals
+        self.service_s = service_s
+        self.choose = choose
+        self.starts, self.finishes, self.configs = record
+        self.started = 0
+        self._free = [0.0] * model.servers
+
+    def _start(self, request: int, begin: float) -> int:
+        """Record a request's start on the configuration in force then; returns that config."""
+        config = self.choose(begin)
+        self.starts[request] = begin
+        self.configs[request] = config
+        self.started += 1
+        return config
+
+    def advance(self, until: float) -> None:
+        """Start every request whose service begins by ``until``."""
+        while self.started < len(self.requests):
+            request = self.requests[self.started]
+            begin = max(self.arrivals[request], self._free[0])
+            if begin > until:
+                break
+            config = self._start(request, begin)
+            finish = begin + self.service_s[config, request]
+            heapq.heapreplace(self._free, finish)
+            self.finishes[request] = finish
+
+    def drain(self) -> None:
+        """Finish what has started (every finish is known when its request starts)."""
+
+
+class _StagedPod(_Pod):
+    """A pod whose requests pass through stages of one batching instance each."""
+
+    def __init__(
+        self,
+        model: PodModel,
+        requests: IntArray,
+        arrivals: FloatArray,
+        service_s: FloatArray,
+        choose: Callable[[float], int],
+        record: tuple[FloatArray, FloatArray, IntArray],
+    ) -> None:
+        super().__init__(model, requests, arrivals, service_s, choose, record)
+        self._idle_servers = model.servers
+        self._waiting: list[deque[int]] = [deque() for _ in model.stages]
+        self._busy = [False] * len(model.stages)
+        # (time, order, stage, batch): a stage finishing a batch.
+        self._events: list[tuple[float, int, int, tuple[int, ...]]] = []
+        self._order = 0
+
+    def _serve(self, stage: int, now: float) -> None:
+        """Start the stage's next batch if it is free and requests wait for it."""
+        if self._busy[stage] or not self._waiting[stage]:
+            return
+        queue = self._waiting[stage]
+        batch = tuple(
+            queue.popleft() for _ in range(min(len(queue), self.model.stages[stage].max_batch))
+        )
+        took = self.model.stages[stage].batch_time(
+            [self.service_s[self.configs[r], r] for r in batch]
+        )
+        self._busy[stage] = True
+        self._order += 1
+        heapq.heappush(self._events, (now + took, self._order, stage, batch))
+
+    def _admit(self, now: float) -> None:
+        """Start waiting requests that have arrived on idle router instances."""
+        while self._idle_servers and self.started < len(self.requests):
+            request = self.requests[self.started]
+            if self.arrivals[request] > now:
+                break
+            self._start(request, now)
+            self._idle_servers -= 1
+            self._waiting[0].append(request)
+        # After every arrival of this instant: requests that arrive together batch together.
+        self._serve(0, now)
+
+    def advance(self, until: float, admit: bool = True) -> None:
+        """Run every arrival and batch completion up to ``until``."""
+        while True:
+            pending = self.started < len(self.requests) and admit and self._idle_servers > 0
+            arrival = self.arrivals[self.requests[self.started]] if pending else math.inf
+            event = self._events[0][0] if self._events else math.inf
+            now = min(arrival, event)
+            if now > until or math.isinf(now):
+                return
+            if event <= arrival:
+                _, _, stage, batch = heapq.heappop(self._events)
+                self._busy[stage] = False
+                last = stage == len(self.model.stages) - 1
+                for request in batch:
+                    if last:
+                        self.finishes[request] = now
+                        self._idle_servers += 1
+                    else:
+                        self._waiting[stage + 1].append(request)
+                self._serve(stage, now)
+                if not last:
+                    self._serve(stage + 1, now)
+            if admit:
+                self._admit(now)
+
+    def drain(self) -> None:
+        """Finish every request that has started; start no more."""
+        self.advance(math.inf, admit=False)
+
+
+def _pod(
+    model: PodModel,
+    requests: IntArray,
+    arrivals: FloatArray,
+    service_s: FloatArray,
+    choose: Callable[[float], int],
+    record: tuple[FloatArray, FloatArray, IntArray],
+) -> _Pod:
+    """The pod that serves ``requests`` as the model says."""
+    kind = _StagedPod if model.stages else _Pod
+    return kind(model, requests, arrivals, service_s, choose, record)
+
+
 class Controller(Protocol):
     """A policy the simulator can run: Elastico, or a static baseline."""
 
@@ -358,6 +556,7 @@ def simulate(
     pods: int = 1,
     switch_delay_s: float = 0.0,
     queue_aggregate: QueueAggregate = QueueAggregate.MEAN,
+    pod_model: PodModel = PodModel(),
 ) -> RunReport:
     """Serve the scenario's requests FIFO on each pod, the controller choosing the configuration."""
     if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
@@ -369,11 +568,9 @@ def simulate(
     arrivals = scenario.arrivals_s
     n = len(arrivals)
     assigned = scenario.pods_of(pods)
-    # Each pod's requests in arrival order, and how many of them have started.
+    # Each pod's requests in arrival order.
     queues = [np.flatnonzero(assigned == pod) for pod in range(pods)]
     pod_arrivals = [arrivals[queue] for queue in queues]
-    started_on = [0] * pods
-    free_at = [0.0] * pods
     starts = np.empty(n)
     finishes = np.empty(n)
     configs = np.empty(n, dtype=np.int64)
@@ -405,28 +602,29 @@ def simulate(
             dealt[pod] = current
         return current[1].pick()
 
+    servers = [
+        _pod(
+            pod_model,
+            queue,
+            arrivals,
+            service_s,
+            functools.partial(config_at, pod),
+            (starts, finishes, configs),
+        )
+        for pod, queue in enumerate(queues)
+    ]
     while True:
         # Start every request whose service begins by `now`, with the configuration in force then.
-        for pod, queue in enumerate(queues):
-            while started_on[pod] < len(queue):
-                request = queue[started_on[pod]]
-                begin = max(arrivals[request], free_at[pod])
-                if begin > now:
-                    break
-                config = config_at(pod, begin)
-                starts[request] = begin
-                configs[request] = config
-                free_at[pod] = begin + service_s[config, request]
-                finishes[request] = free_at[pod]
-                started_on[pod] += 1
+        for server in servers:
+            server.advance(now)
         while pending and pending[0][0] <= now:
             active = pending.pop(0)[1]
-        started = sum(started_on)
+        started = sum(server.started for server in servers)
         if (started >= n and now >= scenario.pattern.duration_s) or now > horizon:
             break
         arrived = int(np.searchsorted(arrivals, now, side="right"))
         waiting = [
-            int(np.searchsorted(pod_arrivals[pod], now, side="right")) - started_on[pod]
+            int(np.searchsorted(pod_arrivals[pod], now, side="right")) - servers[pod].started
             for pod in range(pods)
         ]
         depth = aggregate_queue(waiting, queue_aggregate)
@@ -451,10 +649,11 @@ def simulate(
         tick += 1
         now = tick * interval_s
     final = (pending[-1][1] if pending else active).base
-    for pod, queue in enumerate(queues):
-        if started_on[pod] < len(queue):
+    for server, queue in zip(servers, queues, strict=True):
+        server.drain()
+        if server.started < len(queue):
             # Past the drain horizon: the rest never start; count them at the horizon.
-            rest = queue[started_on[pod] :]
+            rest = queue[server.started :]
             starts[rest] = horizon
             finishes[rest] = horizon
             configs[rest] = final
@@ -511,6 +710,7 @@ def compare(
     pods: int = 1,
     switch_delay_s: float = 0.0,
     queue_aggregate: QueueAggregate = QueueAggregate.MEAN,
+    pod_model: PodModel = PodModel(),
 ) -> dict[str, RunReport]:
     """The static baselines and the given policies, all on the same scenario (paired)."""
     controllers: dict[str, Controller] = {
@@ -529,6 +729,26 @@ def compare(
             pods=pods,
             switch_delay_s=switch_delay_s,
             queue_aggregate=queue_aggregate,
+            pod_model=pod_model,
         )
         for label, controller in controllers.items()
     }
+
+
+def measure_capacity(
+    profile: LatencyProfile, pod_model: PodModel, seed: int = 0, requests: int = 400
+) -> CapacityCurve:
+    """A configuration's latency-throughput curve in the simulator, by the profiler's ladder.
+
+    Each rate offers ``requests`` Poisson arrivals to one pod serving ``profile`` alone: the
+    simulator plays the hardware, so plans made from the curve can be checked against it.
+    """
+    points: list[CurvePoint] = []
+    while (rate := next_rate(points, profile.mean_ms)) is not None:
+        pattern = make_pattern(PatternKind.CONSTANT, rate, requests / rate)
+        scenario = make_scenario(pattern, seed * 1009 + len(points))
+        report = simulate(
+            StaticController(profile.name, 0), [profile], scenario, math.inf, pod_model=pod_model
+        )
+        points.append(measure_point(rate, report.arrivals_s, report.finishes_s))
+    return CapacityCurve(pod_model.servers, tuple(sorted(points, key=lambda p: p.offered_qps)))

@@ -157,6 +157,8 @@ def unscaled_plan(spec: ParetoPolicySpec, scale: float) -> tuple[Plan, tuple[Lat
         Slo(spec.slo.latency_ms / scale, spec.slo.percentile),
         spec.hysteresis.slack_buffer_ms / scale,
         spec.threshold_model,
+        spec.switch_delay_ms / scale,
+        spec.router_instances,
     )
     return plan, profiles
 

@@ -1,0 +1,277 @@
+"""Capacity under concurrency: predicted against measured, and Elastico on each capacity model.
+
+Run as ``python bench/capacity.py [--servers 1,4] [--slos 500,750,1000,1500]
+[--patterns spike,ramp,step,bursty] [--seeds 10] [--seed-offset 0] [--jobs 2]
+[--requests 1000] [--json PATH]``.
+
+The simulator plays the hardware: a pod of rag-sim's pipeline (``RAG_SIM_STAGES``: retriever and
+reranker of one instance each, a generator that batches) behind a router of c instances, serving
+the paper's Pareto front. Two sections:
+
+1. Capacity. Each front configuration's curve is measured by the profiler's ladder (seed 0);
+   the planner's maximum rate at each SLO is read off it and, beside it, off the analytic models
+   (M/G/c Erlang C and the paper's M/G/1). Each is compared with the rate at which a long run
+   (``--check-requests`` Poisson arrivals, another seed) has its p95 cross the SLO, found by
+   bisection. Floor: the measured-curve prediction within 15% for every configuration.
+2. Serving. Every (SLO, pattern, seed) scenario, at the paper's load relative to the fastest
+   configuration's measured capacity, served by static fastest, static most accurate and
+   Elastico on each model's thresholds. Floors (measured curve): compliance >= static fastest
+   - 1.0 point in every cell and >= 30% of the fastest-to-accurate accuracy gap on average.
+
+The script always exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from compass.domain.elastico import Elastico
+from compass.domain.planner import Plan, Slo, ThresholdModel, pareto_front, plan_thresholds
+from compass.domain.profiles import LatencyProfile, parse_profiles
+from compass.domain.simulator import (
+    RAG_SIM_STAGES,
+    Controller,
+    PodModel,
+    StaticController,
+    make_pattern,
+    make_scenario,
+    measure_capacity,
+    simulate,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PROFILES = REPO_ROOT / "bench" / "data" / "compass-paper" / "planner_latency_profiles.json"
+# The paper's base load (1.5 QPS) relative to its fastest configuration's capacity at c = 1.
+BASE_QPS_AT_ONE_SERVER = 1.5
+DURATION_S = 180.0
+SLACK_BUFFER_MS = 50.0
+PERCENTILE = 95.0
+MODELS = (ThresholdModel.MEASURED, ThresholdModel.ERLANG_C, ThresholdModel.TAIL)
+LABELS = {
+    ThresholdModel.MEASURED: "measured",
+    ThresholdModel.ERLANG_C: "erlang-c",
+    ThresholdModel.TAIL: "m/g/1",
+}
+CAPACITY_TOLERANCE = 0.15
+COMPLIANCE_TOLERANCE = 1.0
+GAP_SHARE = 0.30
+
+
+@lru_cache(maxsize=1)
+def front() -> tuple[LatencyProfile, ...]:
+    """The paper's Pareto front at p95."""
+    profiles = parse_profiles(json.loads(PROFILES.read_text(encoding="utf-8")))
+    return pareto_front(profiles, PERCENTILE).members
+
+
+@lru_cache(maxsize=4)
+def measured_front(servers: int, requests: int) -> tuple[LatencyProfile, ...]:
+    """The front with each member's curve measured in a pod of ``servers`` instances."""
+    pod = PodModel(servers, RAG_SIM_STAGES)
+    return tuple(
+        replace(profile, capacity=measure_capacity(profile, pod, seed=0, requests=requests))
+        for profile in front()
+    )
+
+
+def crossing_qps(
+    profile: LatencyProfile, pod: PodModel, slo_ms: float, requests: int, seed: int
+) -> float:
+    """The rate at which a long run's p95 crosses the SLO (bisection; 0 if it never meets it)."""
+
+    def p95(rate: float) -> float:
+        scenario = make_scenario(make_pattern("constant", rate, requests / rate), seed)
+        report = simulate(
+            StaticController(profile.name, 0), [profile], scenario, math.inf, pod_model=pod
+        )
+        return float(np.percentile(report.latencies_ms[requests // 5 :], PERCENTILE))
+
+    if profile.latency_at(PERCENTILE) > slo_ms:
+        return 0.0
+    low, high = 0.0, 2 * pod.servers * 1000 / profile.mean_ms
+    while high - low > 0.005 * high:
+        middle = (low + high) / 2
+        low, high = (middle, high) if p95(middle) <= slo_ms else (low, middle)
+    return low
+
+
+def plan_for(servers: int, requests: int, slo_ms: float, model: ThresholdModel) -> Plan:
+    """One model's thresholds for the measured front."""
+    return plan_thresholds(
+        measured_front(servers, requests),
+        Slo(slo_ms, PERCENTILE),
+        SLACK_BUFFER_MS,
+        model,
+        servers=servers,
+    )
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (servers, SLO, pattern, seed) scenario served by every policy."""
+
+    servers: int
+    requests: int
+    slo_ms: float
+    pattern: str
+    seed: int
+
+
+def base_qps(servers: int, requests: int) -> float:
+    """The paper's base load, scaled by how much more the pod serves at ``servers``."""
+    fastest = measured_front(servers, requests)[0]
+    assert fastest.capacity is not None
+    return BASE_QPS_AT_ONE_SERVER * fastest.capacity.saturation_qps * fastest.mean_ms / 1000
+
+
+def run_job(job: Job) -> tuple[Job, dict[str, tuple[float, float]]]:
+    """Compliance and accuracy of each policy on one scenario."""
+    members = measured_front(job.servers, job.requests)
+    pod = PodModel(job.servers, RAG_SIM_STAGES)
+    pattern = make_pattern(
+        job.pattern, base_qps(job.servers, job.requests), DURATION_S, seed=job.seed
+    )
+    scenario = make_scenario(pattern, job.seed)
+    controllers: dict[str, Controller] = {
+        "fastest": StaticController(members[0].name, 0),
+        "accurate": StaticController(members[-1].name, len(members) - 1),
+    }
+    for model in MODELS:
+        plan = plan_for(job.servers, job.requests, job.slo_ms, model)
+        controllers[LABELS[model]] = Elastico(plan)
+    outcome = {}
+    for label, controller in controllers.items():
+        report = simulate(controller, members, scenario, job.slo_ms, label, pod_model=pod)
+        outcome[label] = (report.compliance, report.mean_accuracy)
+    return job, outcome
+
+
+def capacity_section(servers: int, slos: Sequence[float], args: argparse.Namespace) -> list[str]:
+    """Predicted against measured maximum rates, and the capacity floor."""
+    pod = PodModel(servers, RAG_SIM_STAGES)
+    lines = [f"capacity at c = {servers} (rag-sim stages), QPS at which p95 crosses the SLO:"]
+    lines.append(
+        f"  {'SLO':>5} {'configuration':<34} {'measured':>8} {'curve':>7} {'err':>6}"
+        f" {'erlang-c':>8} {'err':>6} {'m/g/1':>6} {'err':>6}"
+    )
+    worst = 0.0
+    for slo in slos:
+        plans = {model: plan_for(servers, args.requests, slo, model) for model in MODELS}
+        for i, profile in enumerate(measured_front(servers, args.requests)):
+            truth = crossing_qps(profile, pod, slo, args.check_requests, seed=args.check_seed)
+            if truth <= 0:
+                continue
+            cells = []
+            for model in MODELS:
+                predicted = plans[model].thresholds[i].stay_max_qps or 0.0
+                error = predicted / truth - 1
+                cells.append((predicted, error))
+            worst = max(worst, abs(cells[0][1]))
+            figures = " ".join(
+                f"{p:>{w}.2f} {e:>+6.0%}" for (p, e), w in zip(cells, (7, 8, 6), strict=False)
+            )
+            lines.append(f"  {slo:>5g} {profile.name:<34} {truth:>8.2f} {figures}")
+    verdict = "PASS" if worst <= CAPACITY_TOLERANCE else "FAIL"
+    lines.append(
+        f"  {verdict} measured curve within {CAPACITY_TOLERANCE:.0%} of the crossing for every "
+        f"configuration (worst {worst:.1%})"
+    )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", default="1,4", help="router instances per pod, e.g. 1,4")
+    parser.add_argument("--slos", default="500,750,1000,1500", help="SLOs in ms")
+    parser.add_argument("--patterns", default="spike,ramp,step,bursty", help="load patterns")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds per cell")
+    parser.add_argument("--seed-offset", type=int, default=0, help="first seed (held out: 100)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
+    parser.add_argument("--requests", type=int, default=1000, help="requests per curve rate")
+    parser.add_argument("--check-requests", type=int, default=4000, help="requests per check")
+    parser.add_argument("--check-seed", type=int, default=7, help="seed of the check runs")
+    parser.add_argument("--json", type=Path, help="write the serving cells here")
+    args = parser.parse_args(argv)
+    servers = [int(s) for s in args.servers.split(",")]
+    slos = [float(s) for s in args.slos.split(",")]
+    patterns = args.patterns.split(",")
+    started = time.monotonic()
+    for c in servers:
+        print("\n".join(capacity_section(c, slos, args)))
+    jobs = [
+        Job(c, args.requests, slo, pattern, seed)
+        for c in servers
+        for slo in slos
+        for pattern in patterns
+        for seed in range(args.seed_offset, args.seed_offset + args.seeds)
+    ]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(run_job, jobs))
+    cells: dict[tuple[int, float, str], dict[str, list[tuple[float, float]]]] = {}
+    for job, outcome in results:
+        cell = cells.setdefault((job.servers, job.slo_ms, job.pattern), {})
+        for label, figures in outcome.items():
+            cell.setdefault(label, []).append(figures)
+    labels = ["fastest", "accurate", *LABELS.values()]
+    rows = []
+    for c in servers:
+        print(
+            f"\nserving at c = {c}: base {base_qps(c, args.requests):.2f} QPS per pod, "
+            f"{args.seeds} seeds from {args.seed_offset}; compliance % / share of the "
+            "fastest-to-accurate accuracy gap"
+        )
+        print(f"  {'SLO':>5} {'pattern':<7} " + " ".join(f"{label:>14}" for label in labels))
+        shares: dict[str, list[float]] = {label: [] for label in LABELS.values()}
+        misses: dict[str, list[str]] = {label: [] for label in LABELS.values()}
+        for slo in slos:
+            for pattern in patterns:
+                cell = {
+                    label: np.mean(np.asarray(values), axis=0)
+                    for label, values in cells[(c, slo, pattern)].items()
+                }
+                fast_c, fast_a = cell["fastest"]
+                gap = cell["accurate"][1] - fast_a
+                parts = []
+                row: dict[str, object] = {"servers": c, "slo_ms": slo, "pattern": pattern}
+                for label in labels:
+                    compliance, accuracy = cell[label]
+                    share = (accuracy - fast_a) / gap if gap > 0 else 0.0
+                    row[label] = {"compliance_pct": compliance, "accuracy": accuracy}
+                    if label in shares:
+                        shares[label].append(share)
+                        if compliance < fast_c - COMPLIANCE_TOLERANCE:
+                            misses[label].append(f"{slo:g} {pattern} ({compliance - fast_c:+.1f})")
+                        parts.append(f"{compliance:>6.1f}/{share:>6.0%}")
+                    else:
+                        parts.append(f"{compliance:>6.1f}/{accuracy:.4f}")
+                rows.append(row)
+                print(f"  {slo:>5g} {pattern:<7} " + " ".join(f"{p:>14}" for p in parts))
+        for label in LABELS.values():
+            mean_share = float(np.mean(shares[label]))
+            compliance_ok = not misses[label]
+            verdict = "PASS" if compliance_ok and mean_share >= GAP_SHARE else "FAIL"
+            where = f": {', '.join(misses[label])}" if misses[label] else ""
+            print(
+                f"  {verdict} {label}: compliance >= fastest - {COMPLIANCE_TOLERANCE:g} in "
+                f"{len(shares[label]) - len(misses[label])}/{len(shares[label])} cells{where}; "
+                f"{mean_share:.0%} of the accuracy gap on average (floor {GAP_SHARE:.0%})"
+            )
+    if args.json:
+        args.json.write_text(json.dumps({"cells": rows}, indent=1), encoding="utf-8")
+    print(f"({time.monotonic() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

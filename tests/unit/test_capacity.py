@@ -1,0 +1,377 @@
+"""Capacity under concurrency: curves, the ladder, Erlang C, pods of several servers and stages,
+and the planner's concurrent models."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from profiles_for_tests import normal_profile
+from pydantic import ValidationError
+
+from compass.api.paretopolicy import CapacitySpec, FrontEntry, ParetoPolicySpec
+from compass.domain.capacity import (
+    LADDER_FINEST,
+    MAX_CURVE_POINTS,
+    CapacityCurve,
+    CurvePoint,
+    erlang_c,
+    measure_point,
+    next_rate,
+    parse_curve,
+)
+from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_thresholds
+from compass.domain.profiles import LatencyProfile, ProfileError, parse_profile
+from compass.domain.simulator import (
+    RAG_SIM_STAGES,
+    PodModel,
+    SimulationError,
+    Stage,
+    StaticController,
+    make_pattern,
+    make_scenario,
+    measure_capacity,
+    simulate,
+)
+
+FAST = normal_profile("fast", 0.7, 100, 15)
+
+
+def point(rate: float, p95: float, throughput: float | None = None) -> CurvePoint:
+    """A curve point whose percentiles are spread around ``p95``."""
+    return CurvePoint(
+        rate,
+        rate if throughput is None else throughput,
+        p95 * 0.7,
+        ((50, p95 * 0.6), (95, p95), (99, p95 * 1.3)),
+    )
+
+
+def exponential(mean: float) -> LatencyProfile:
+    """A profile of exponential service times (M/M/c when served by c servers)."""
+    return LatencyProfile(
+        {"c": "exp"},
+        0.5,
+        mean,
+        mean * math.log(20),
+        p50_ms=mean * math.log(2),
+        p99_ms=mean * math.log(100),
+        std_ms=mean,
+    )
+
+
+# ------------------------------------------------------------------------------- Erlang C
+
+
+def test_erlang_c_matches_the_textbook_values() -> None:
+    """C(1, a) = a; C(2, 1) = 1/3; the probability grows with the load and hits 1 at c."""
+    assert erlang_c(1, 0.6) == pytest.approx(0.6)
+    assert erlang_c(2, 1.0) == pytest.approx(1 / 3)
+    loads = [erlang_c(4, a) for a in (0.5, 1.5, 2.5, 3.5)]
+    assert loads == sorted(loads)
+    assert erlang_c(4, 4.0) == 1.0
+    assert erlang_c(4, 0.0) == 0.0
+
+
+def test_simulated_independent_servers_wait_as_often_as_erlang_c_says() -> None:
+    """Four independent servers in the simulator: P(wait) is Erlang C's at the load served.
+
+    The fitted distribution is exponential-like, not exponential (its lower tail is clipped at
+    0), so the load is the rate times the mean service time the run actually drew.
+    """
+    profile = exponential(100)
+    rate = 30.0  # about 3 busy servers of 4
+    waited, loads = [], []
+    for seed in range(3):
+        scenario = make_scenario(make_pattern("constant", rate, 600), seed)
+        report = simulate(
+            StaticController(profile.name, 0), [profile], scenario, 1000, pod_model=PodModel(4)
+        )
+        waited.append(np.mean(report.waits_ms[1000:] > 1e-9))
+        loads.append(rate * np.mean(report.finishes_s - report.starts_s))
+    assert np.mean(waited) == pytest.approx(erlang_c(4, float(np.mean(loads))), abs=0.03)
+    assert erlang_c(4, float(np.mean(loads))) > 0.5
+
+
+# ----------------------------------------------------------------------------- the curve
+
+
+def test_max_rate_interpolates_where_the_percentile_crosses_the_budget() -> None:
+    """Linear between rates (from the idle percentile at 0); nothing claimed past the curve."""
+    curve = CapacityCurve(1, (point(2, 200), point(4, 400), point(6, 800)))
+    assert curve.max_rate(300, 95, idle_ms=100) == pytest.approx(3.0)
+    assert curve.max_rate(150, 95, idle_ms=100) == pytest.approx(1.0)
+    assert curve.max_rate(5000, 95, idle_ms=100) == 6.0
+    assert curve.max_rate(90, 95, idle_ms=100) == 0.0
+
+
+def test_max_rate_ignores_saturated_rates_and_noise_that_falls() -> None:
+    """A saturated rate claims nothing; a dip from noise is pooled, not read as a crossing."""
+    saturated = CapacityCurve(1, (point(2, 200), point(4, 250, throughput=3.0)))
+    assert saturated.max_rate(300, 95, idle_ms=100) == 2.0
+    noisy = CapacityCurve(1, (point(2, 320), point(3, 280), point(4, 600)))
+    # Pooled: 300 at rates 2 and 3, so the budget of 300 holds up to rate 3.
+    assert noisy.max_rate(300, 95, idle_ms=100) == pytest.approx(3.0)
+
+
+def test_percentiles_between_stored_levels_are_interpolated_in_normal_score() -> None:
+    """p90 lies between p50 and p95, closer to p95; below p50 and above p99 they clamp."""
+    sample = point(1, 100)
+    assert 60 < sample.latency_at(90) < 100
+    assert sample.latency_at(90) > (60 + 100) / 2
+    assert sample.latency_at(10) == 60
+    assert sample.latency_at(99.9) == 130
+
+
+def test_measure_point_leaves_out_the_warm_up_and_counts_throughput() -> None:
+    """Latencies from the steady part; throughput over the whole run."""
+    arrivals = np.arange(10.0)
+    finishes = arrivals + np.array([0.01, 0.01] + [0.1] * 8)
+    measured = measure_point(1.0, arrivals, finishes)
+    assert measured.latency_at(50) == pytest.approx(100)
+    assert measured.throughput_qps == pytest.approx(10 / 9.1)
+    assert not measured.saturated
+
+
+def test_curves_scale_times_up_and_rates_down() -> None:
+    """A time-scaled replay: a curve at half speed serves half the rate at twice the latency."""
+    curve = CapacityCurve(2, (point(2, 200), point(4, 400)))
+    slow = curve.scaled(2.0)
+    assert slow.points[1].offered_qps == 2.0
+    assert slow.points[1].latency_at(95) == 800
+    assert slow.max_rate(600, 95, idle_ms=200) == pytest.approx(curve.max_rate(300, 95, 100) / 2)
+
+
+# ---------------------------------------------------------------------------- the ladder
+
+
+def test_ladder_climbs_to_saturation_then_fills_in_the_widest_gaps() -> None:
+    """Rates grow until one saturates, then midpoints go where the ratio is widest."""
+    capacity = 10.0
+
+    def run(rate: float) -> CurvePoint:
+        return point(rate, 100 / max(1 - rate / capacity, 0.01), min(rate, capacity))
+
+    points: list[CurvePoint] = []
+    while (rate := next_rate(points, mean_ms=100)) is not None:
+        points.append(run(rate))
+    rates = sorted(p.offered_qps for p in points)
+    assert rates[0] == pytest.approx(2.5)
+    assert any(p.saturated for p in points)
+    assert len(points) <= MAX_CURVE_POINTS
+    below = [r for r in rates if r <= min(p.offered_qps for p in points if p.saturated)]
+    ratios = [b / a for a, b in itertools.pairwise(below)]
+    assert len(points) == MAX_CURVE_POINTS or max(ratios) <= LADDER_FINEST
+
+
+def test_ladder_climbs_down_when_its_first_rate_saturates() -> None:
+    """A pod slower than one server's profile saturates at once: the next rate is lower."""
+    first = next_rate([], mean_ms=100)
+    assert first is not None
+    assert next_rate([point(first, 900, throughput=first / 3)], 100) == pytest.approx(first / 1.5)
+
+
+def test_ladder_respects_its_budget() -> None:
+    """No more than ``max_points`` rates."""
+    points = [point(1.0 + i, 100) for i in range(5)]
+    assert next_rate(points, 100, max_points=5) is None
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def test_a_curve_round_trips_through_json() -> None:
+    curve = CapacityCurve(4, (point(2, 200), point(4, 400)))
+    assert parse_curve(curve.to_json(), "capacity") == curve
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"servers": 0}, "capacity.servers"),
+        ({"servers": True}, "capacity.servers"),
+        ({"points": []}, "capacity.points"),
+        ({"points": [{"offered_qps": 1}] * (MAX_CURVE_POINTS + 1)}, "capacity.points"),
+    ],
+)
+def test_bad_curves_name_the_field(change: dict[str, object], field: str) -> None:
+    entry = {**CapacityCurve(1, (point(2, 200),)).to_json(), **change}
+    with pytest.raises(ValueError, match=f"^{field}:"):
+        parse_curve(entry, "capacity")
+
+
+def test_bad_points_name_the_field() -> None:
+    good = CapacityCurve(1, (point(2, 200), point(4, 400))).to_json()
+    swapped = {**good, "points": good["points"][::-1]}
+    with pytest.raises(ValueError, match=r"capacity.points\[1\].offered_qps: .* ascending"):
+        parse_curve(swapped, "capacity")
+    broken = {**good, "points": [{**good["points"][0], "latency_p99_ms": 1.0}]}
+    with pytest.raises(ValueError, match=r"points\[0\].latency_p99_ms: .* below"):
+        parse_curve(broken, "capacity")
+    missing = {**good, "points": [{**good["points"][0], "throughput_qps": "x"}]}
+    with pytest.raises(ValueError, match=r"points\[0\].throughput_qps: 'x' is not a number"):
+        parse_curve(missing, "capacity")
+
+
+def test_a_profile_carries_its_curve_and_names_its_errors() -> None:
+    """``capacity`` in a profiles file entry; a bad one is a ProfileError under the entry."""
+    curve = CapacityCurve(4, (point(2, 200), point(4, 400)))
+    entry = {
+        "config": {"c": "fast"},
+        "accuracy": 0.7,
+        "latency_mean_ms": 100.0,
+        "latency_p95_ms": 125.0,
+        "capacity": curve.to_json(),
+    }
+    assert parse_profile(entry, "profiles[0]").capacity == curve
+    with pytest.raises(ProfileError, match=r"^profiles\[0\].capacity.servers:"):
+        parse_profile({**entry, "capacity": {**curve.to_json(), "servers": -1}}, "profiles[0]")
+
+
+# ------------------------------------------------------------------------ pods in the simulator
+
+
+def test_pod_models_are_checked() -> None:
+    with pytest.raises(SimulationError, match=r"^servers:"):
+        PodModel(0)
+    with pytest.raises(SimulationError, match=r"^stages: the shares add up to 0\.5"):
+        PodModel(2, (Stage(0.5),))
+    with pytest.raises(SimulationError, match=r"^stages:"):
+        PodModel(2, (Stage(1.0, max_batch=0),))
+
+
+def test_a_batch_takes_its_longest_request_times_the_batch_cost() -> None:
+    """Two requests at once into one batching stage finish together, 1.5 x the longer one."""
+    assert Stage(1.0, max_batch=4, batch_cost=0.5).batch_time([0.1, 0.2]) == pytest.approx(0.3)
+    profile = normal_profile("one", 0.5, 100, 1e-6)
+    scenario = make_scenario(make_pattern("constant", 1.0, 1.0), 0)
+    arrivals = np.array([0.0, 0.0])
+    scenario = replace(scenario, arrivals_s=arrivals, luck=np.array([0.5, 0.5]))
+    pod = PodModel(2, (Stage(1.0, max_batch=2, batch_cost=0.5),))
+    report = simulate(StaticController(profile.name, 0), [profile], scenario, 1000, pod_model=pod)
+    assert report.finishes_s.tolist() == pytest.approx([0.15, 0.15])
+    alone = PodModel(2, (Stage(1.0),))
+    one_at_a_time = simulate(
+        StaticController(profile.name, 0), [profile], scenario, 1000, pod_model=alone
+    )
+    assert sorted(one_at_a_time.finishes_s.tolist()) == pytest.approx([0.1, 0.2])
+
+
+def test_stages_at_one_server_serve_the_profiled_time() -> None:
+    """One router instance through stages whose shares add to 1: the same latencies as none."""
+    scenario = make_scenario(make_pattern("spike", 3.0, 120), 4)
+    plain = simulate(StaticController(FAST.name, 0), [FAST], scenario, 500)
+    staged = simulate(
+        StaticController(FAST.name, 0), [FAST], scenario, 500, pod_model=PodModel(1, RAG_SIM_STAGES)
+    )
+    assert staged.finishes_s == pytest.approx(plain.finishes_s)
+
+
+def test_pipelined_stages_serve_more_than_one_server_and_less_than_ideal_ones() -> None:
+    """rag-sim's pipeline at c = 4 saturates between 1 / mean and 4 / mean; batching helps."""
+    ideal = measure_capacity(FAST, PodModel(4), requests=400).saturation_qps
+    piped = measure_capacity(FAST, PodModel(4, RAG_SIM_STAGES), requests=400).saturation_qps
+    unbatched = PodModel(4, tuple(replace(stage, max_batch=1) for stage in RAG_SIM_STAGES))
+    serial = measure_capacity(FAST, unbatched, requests=400).saturation_qps
+    one = 1000 / FAST.mean_ms
+    assert one < serial < piped < ideal
+    assert serial == pytest.approx(one / 0.7, rel=0.1)  # the generator's share is the bottleneck
+    assert ideal == pytest.approx(4 * one, rel=0.1)
+
+
+def test_the_measured_curve_predicts_where_a_long_run_crosses_the_slo() -> None:
+    """The plan's rate limit from the curve is within 15% of a long run's p95 crossing."""
+    pod = PodModel(4, RAG_SIM_STAGES)
+    measured = replace(FAST, capacity=measure_capacity(FAST, pod, seed=0, requests=1000))
+    plan = plan_thresholds([measured], Slo(400), 0, ThresholdModel.MEASURED, servers=4)
+    predicted = plan.thresholds[0].stay_max_qps
+    assert predicted is not None
+
+    def p95(rate: float) -> float:
+        scenario = make_scenario(make_pattern("constant", rate, 4000 / rate), 11)
+        report = simulate(StaticController(FAST.name, 0), [FAST], scenario, 400, pod_model=pod)
+        return float(np.percentile(report.latencies_ms[800:], 95))
+
+    assert p95(predicted * 0.85) <= 400 < p95(predicted * 1.15)
+
+
+# --------------------------------------------------------------------------- the planner
+
+
+def test_erlang_c_agrees_with_the_mg1_tail_at_one_server_and_scales_with_servers() -> None:
+    """At c = 1 the two analytic models are within a few percent; at c = 4 about 4x the rate."""
+    one = plan_thresholds([FAST], Slo(400), 50, ThresholdModel.ERLANG_C).thresholds[0]
+    tail = plan_thresholds([FAST], Slo(400), 50, ThresholdModel.TAIL).thresholds[0]
+    four = plan_thresholds([FAST], Slo(400), 50, ThresholdModel.ERLANG_C, servers=4).thresholds[0]
+    assert one.stay_max_qps == pytest.approx(tail.stay_max_qps, rel=0.05)
+    assert one.stay_max_queue == tail.stay_max_queue
+    assert four.stay_max_qps is not None
+    assert one.stay_max_qps is not None
+    assert 3.5 * one.stay_max_qps < four.stay_max_qps < 4 * 1000 / FAST.mean_ms
+    assert one.stay_max_queue is not None
+    assert four.stay_max_queue is not None
+    assert four.stay_max_queue >= 4 * one.stay_max_queue
+
+
+def test_the_paper_models_ignore_servers() -> None:
+    """paper-mean and tail describe one sequential server, whatever the pod runs."""
+    for model in (ThresholdModel.PAPER_MEAN, ThresholdModel.TAIL):
+        one = plan_thresholds([FAST], Slo(400), 50, model).thresholds[0]
+        four = plan_thresholds([FAST], Slo(400), 50, model, servers=4).thresholds[0]
+        assert one == four
+
+
+def test_the_measured_model_reads_the_curve_and_falls_back_to_erlang_c() -> None:
+    """With a curve its limits come from it; a member without one gets the M/G/c limits."""
+    curve = CapacityCurve(2, (point(5, 200), point(10, 300), point(15, 900), point(20, 5000, 16)))
+    measured = replace(FAST, capacity=curve)
+    other = normal_profile("other", 0.8, 150, 20)
+    plan = plan_thresholds([measured, other], Slo(500), 50, ThresholdModel.MEASURED, servers=2)
+    fallback = plan_thresholds([other], Slo(500), 50, ThresholdModel.ERLANG_C, servers=2)
+    assert plan.thresholds[0].stay_max_qps == pytest.approx(
+        curve.max_rate(500, 95, FAST.latency_at(95))
+    )
+    assert plan.thresholds[1] == replace(fallback.thresholds[0])
+    # The queue drains at the measured 16 requests/s: (N / 2 + 1) x 125 ms plus the spread.
+    assert plan.thresholds[0].stay_max_queue == 5
+
+
+def test_a_curve_measured_at_other_servers_is_refused() -> None:
+    measured = replace(FAST, capacity=CapacityCurve(1, (point(5, 200),)))
+    with pytest.raises(PlanError, match=r"^capacity\.servers: .* measured at 1 .* serves 4"):
+        plan_thresholds([measured], Slo(500), 50, ThresholdModel.MEASURED, servers=4)
+    with pytest.raises(PlanError, match=r"^servers:"):
+        plan_thresholds([FAST], Slo(500), 50, ThresholdModel.ERLANG_C, servers=0)
+
+
+# ------------------------------------------------------------------------------ the API
+
+
+def test_a_front_entry_carries_the_curve_to_the_plan() -> None:
+    """A ParetoPolicy front entry keeps the curve; routerInstances is the plan's servers."""
+    curve = CapacityCurve(2, (point(5, 200), point(10, 300), point(15, 900)))
+    measured = replace(FAST, capacity=curve)
+    entry = FrontEntry.from_profile(measured)
+    assert entry.profile() == measured
+    wire = {
+        "front": [entry.model_dump(by_alias=True, exclude_none=True)],
+        "slo": {"latencyMs": 500},
+        "thresholdModel": "measured",
+        "routerInstances": 2,
+    }
+    plan = ParetoPolicySpec.model_validate(wire).plan()
+    assert plan.servers == 2
+    assert plan.thresholds[0].stay_max_qps == pytest.approx(
+        curve.max_rate(500, 95, FAST.latency_at(95))
+    )
+    with pytest.raises(PlanError, match=r"^capacity\.servers"):
+        ParetoPolicySpec.model_validate({**wire, "routerInstances": 4}).plan()
+
+
+def test_a_front_entry_refuses_a_curve_out_of_order() -> None:
+    good = CapacityCurve(1, (point(2, 200), point(4, 400))).to_json()
+    with pytest.raises(ValidationError, match=r"points\[1\]\.offered_qps: .* not above"):
+        CapacitySpec.model_validate({**good, "points": good["points"][::-1]})
