@@ -2,7 +2,8 @@
 
 Run as ``python bench/capacity.py [--servers 1,4] [--slos 500,750,1000,1500]
 [--patterns spike,ramp,step,bursty] [--seeds 10] [--seed-offset 0] [--jobs 2]
-[--requests 1000] [--json PATH]``.
+[--requests 2000] [--json PATH]``, or with ``--live [--time-scale 0.2]`` on real Triton
+servers (below).
 
 The simulator plays the hardware: a pod of rag-sim's pipeline (``RAG_SIM_STAGES``: retriever and
 reranker of one instance each, a generator that batches) behind a router of c instances, serving
@@ -17,6 +18,13 @@ the paper's Pareto front. Two sections:
    configuration's measured capacity, served by static fastest, static most accurate and
    Elastico on each model's thresholds. Floors (measured curve): compliance >= static fastest
    - 1.0 point in every cell and >= 30% of the fastest-to-accurate accuracy gap on average.
+
+``--live`` measures the same on rag-sim served by a real tritonserver (this machine's CPU) per
+router instance count: each front configuration is profiled one at a time, its curve measured
+by the profiler's ladder (``--live-requests`` per rate, at most ``--live-points`` rates), and
+the predicted rate at each SLO checked by two open-loop runs of ``--live-check-requests``:
+at 0.85 and 1.15 times the prediction. The prediction is within 15% of where p95 crosses the
+SLO when p95 is within the SLO at the first and over it at the second.
 
 The script always exits 0.
 """
@@ -190,6 +198,116 @@ def capacity_section(servers: int, slos: Sequence[float], args: argparse.Namespa
     return lines
 
 
+def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) -> list[str]:
+    """On a real tritonserver: curves measured, predictions checked at 0.85x and 1.15x."""
+    import tempfile
+
+    from compass.dataplane.load import run_load
+    from compass.dataplane.profiler import (
+        CurveSettings,
+        ProfileSettings,
+        measure_curve,
+        profile_configuration,
+    )
+    from compass.dataplane.triton import OVERRIDE_PARAMETER, TritonRouter
+    from compass.domain.profiles import parse_profile
+    from compass.domain.space import config_key
+    from compass.lab.scenarios import PAPER_FRONT, QUESTIONS, rag_sim_triton
+
+    scale = args.time_scale
+    rng = np.random.default_rng(args.check_seed)
+    luck = rng.uniform(0, 1, 1_000_000)
+
+    def payload(index: int) -> dict[str, object]:
+        return {"sample": index % QUESTIONS, "quantile": float(luck[index % len(luck)])}
+
+    def p95_at(router: TritonRouter, config: dict[str, object], rate: float) -> float:
+        gaps = rng.exponential(1 / rate, args.live_check_requests)
+        records = run_load(
+            router.url,
+            (np.cumsum(gaps) - gaps[0]).tolist(),
+            payload,
+            parameters={OVERRIDE_PARAMETER: config_key(config)},
+        )
+        latencies = [r.latency_s * 1000 for r in records if r.error is None]
+        if len(latencies) < len(records):
+            return math.inf
+        return float(np.percentile(latencies[len(latencies) // 5 :], PERCENTILE))
+
+    lines = [
+        f"live: rag-sim on tritonserver (CPU), router of {servers} instance(s), time scale "
+        f"{scale:g}; rates and latencies at the paper's scale"
+    ]
+    lines.append(
+        f"  {'SLO':>5} {'configuration':<34} {'curve':>7} {'erlang-c':>8} {'m/g/1':>6}"
+        f" {'p95@0.85x':>9} {'p95@1.15x':>9}  within 15%"
+    )
+    passed = checked = 0
+    workdir = Path(tempfile.mkdtemp(prefix="compass-capacity-"))
+    server = rag_sim_triton(workdir, scale, router_instances=servers).start(workdir)
+    router = TritonRouter(server.grpc_url)
+    try:
+        for config in PAPER_FRONT:
+            entry = profile_configuration(router, config, ProfileSettings(5, 60), payload)
+            started = time.monotonic()
+            curve = measure_curve(
+                router,
+                config,
+                entry["latency_mean_ms"],
+                servers,
+                payload,
+                CurveSettings(args.live_requests, args.live_points),
+                progress=lambda point: print(
+                    f"    {point.offered_qps:7.2f}/s -> {point.throughput_qps:7.2f}/s, "
+                    f"p95 {point.latency_at(95):7.1f} ms",
+                    flush=True,
+                ),
+            )
+            entry = {**entry, "accuracy": 0.5, "capacity": curve.to_json()}
+            profile = parse_profile(entry, "live")
+            print(
+                f"  {profile.name}: curve in {time.monotonic() - started:.0f} s, saturates at "
+                f"{curve.saturation_qps:.1f}/s",
+                flush=True,
+            )
+            for slo in slos:
+                budget = slo * scale
+                rates = {
+                    model: plan_thresholds(
+                        [profile], Slo(budget, PERCENTILE), 0.0, model, servers=servers
+                    )
+                    .thresholds[0]
+                    .stay_max_qps
+                    or 0.0
+                    for model in MODELS
+                }
+                predicted = rates[ThresholdModel.MEASURED]
+                if predicted <= 0:
+                    continue
+                below = p95_at(router, config, 0.85 * predicted)
+                above = p95_at(router, config, 1.15 * predicted)
+                ok = below <= budget < above
+                passed += ok
+                checked += 1
+                figures = " ".join(
+                    f"{rates[m] * scale:>{w}.2f}" for m, w in zip(MODELS, (7, 8, 6), strict=True)
+                )
+                lines.append(
+                    f"  {slo:>5g} {profile.name:<34} {figures} {below / scale:>9.0f} "
+                    f"{above / scale:>9.0f}  {'yes' if ok else 'NO'}"
+                )
+                print(lines[-1], flush=True)
+    finally:
+        router.close()
+        server.stop()
+    verdict = "PASS" if passed == checked else "FAIL"
+    lines.append(
+        f"  {verdict} the measured curve's rate is within 15% of the crossing for {passed}/"
+        f"{checked} (configuration, SLO) pairs"
+    )
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", default="1,4", help="router instances per pod, e.g. 1,4")
@@ -198,15 +316,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10, help="seeds per cell")
     parser.add_argument("--seed-offset", type=int, default=0, help="first seed (held out: 100)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
-    parser.add_argument("--requests", type=int, default=1000, help="requests per curve rate")
+    parser.add_argument("--requests", type=int, default=2000, help="requests per curve rate")
     parser.add_argument("--check-requests", type=int, default=4000, help="requests per check")
     parser.add_argument("--check-seed", type=int, default=7, help="seed of the check runs")
     parser.add_argument("--json", type=Path, help="write the serving cells here")
+    parser.add_argument("--live", action="store_true", help="on real Triton servers instead")
+    parser.add_argument("--time-scale", type=float, default=0.2, help="live: latencies x this")
+    parser.add_argument("--live-requests", type=int, default=200, help="live: per curve rate")
+    parser.add_argument("--live-points", type=int, default=10, help="live: rates per curve")
+    parser.add_argument("--live-check-requests", type=int, default=400, help="live: per check")
     args = parser.parse_args(argv)
     servers = [int(s) for s in args.servers.split(",")]
     slos = [float(s) for s in args.slos.split(",")]
     patterns = args.patterns.split(",")
     started = time.monotonic()
+    if args.live:
+        for c in servers:
+            print("\n".join(live_section(c, slos, args)))
+        print(f"({time.monotonic() - started:.0f} s)")
+        return 0
     for c in servers:
         print("\n".join(capacity_section(c, slos, args)))
     jobs = [

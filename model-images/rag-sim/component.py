@@ -24,6 +24,7 @@ class TritonPythonModel:
         self.share = float(parameters["share"])
         self.time_scale = float(parameters.get("time_scale", "1.0"))
         self.returns_score = parameters.get("returns_score", "false") == "true"
+        self.batch_cost = float(parameters.get("batch_cost", "1.0"))
         root = os.path.dirname(args["model_repository"].rstrip("/"))
         with open(os.path.join(root, "rag_sim.json"), encoding="utf-8") as handle:
             data = json.load(handle)
@@ -34,29 +35,53 @@ class TritonPythonModel:
         }
 
     def execute(self, requests):
-        """Sleep this component's share of the request's latency, then answer."""
-        responses = []
+        """Sleep this component's share of the batch's latency, then answer every request.
+
+        With dynamic batching (the generator) Triton hands several requests at once. The batch
+        takes its longest request's share x (1 + batch_cost (n - 1)): what batching costs on an
+        accelerator, where n requests take little more than one. A batch of one takes exactly
+        its request's share. (compass.domain.simulator.RAG_SIM_STAGES is the same model.)
+        """
+        served = []
+        latencies = []
         for request in requests:
             # The router hands the pipeline the canonical configuration, and the pipeline sends
             # it as sorted JSON: the data file's key as it stands.
-            raw = pb_utils.get_input_tensor_by_name(request, "CONFIG").as_numpy().reshape(-1)[0]
+            raw = _scalar(request, "CONFIG")
             key = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
             if key not in self.configs:
-                responses.append(
-                    pb_utils.InferenceResponse(
-                        error=pb_utils.TritonError(f"configuration {key} is not in rag-sim's space")
-                    )
+                served.append(
+                    pb_utils.TritonError(f"configuration {key} is not in rag-sim's space")
                 )
                 continue
             quantiles, scores = self.configs[key]
-            u = float(pb_utils.get_input_tensor_by_name(request, "QUANTILE").as_numpy()[0])
-            sample = int(pb_utils.get_input_tensor_by_name(request, "SAMPLE").as_numpy()[0])
-            latency_ms = float(np.interp(u, self.grid, quantiles))
-            time.sleep(self.share * latency_ms * self.time_scale / 1000.0)
+            u = float(_scalar(request, "QUANTILE"))
+            sample = int(_scalar(request, "SAMPLE"))
+            latencies.append(float(np.interp(u, self.grid, quantiles)))
+            served.append(scores[sample % len(scores)])
+        if latencies:
+            batch = 1 + self.batch_cost * (len(latencies) - 1)
+            time.sleep(self.share * max(latencies) * batch * self.time_scale / 1000.0)
+        responses = []
+        for request, outcome in zip(requests, served, strict=True):
+            if isinstance(outcome, pb_utils.TritonError):
+                responses.append(pb_utils.InferenceResponse(error=outcome))
+                continue
+            shape = _shape(request)
             if self.returns_score:
-                score = np.array([scores[sample % len(scores)]], dtype=np.float32)
+                score = np.full(shape, outcome, dtype=np.float32)
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SCORE", score)]))
             else:
-                done = np.array([True], dtype=np.bool_)
+                done = np.full(shape, True, dtype=np.bool_)
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("DONE", done)]))
         return responses
+
+
+def _scalar(request, name):
+    """The single value of an input, with or without the batch dimension."""
+    return pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0]
+
+
+def _shape(request):
+    """The shape of an output: [1], or [1, 1] under the batch dimension."""
+    return pb_utils.get_input_tensor_by_name(request, "SAMPLE").as_numpy().shape

@@ -117,6 +117,23 @@ def test_max_rate_ignores_saturated_rates_and_noise_that_falls() -> None:
     assert noisy.max_rate(300, 95, idle_ms=100) == pytest.approx(3.0)
 
 
+def test_rates_at_capacity_or_still_growing_are_not_read_for_latency() -> None:
+    """A finite run just short of the drain rate, or one whose latency still grew, is no
+    steady state: the crossing is read below it."""
+    near = CapacityCurve(
+        1, (point(2, 200), point(4, 400), point(7.9, 600), point(9, 5000, throughput=8))
+    )
+    assert [p.offered_qps for p in near.steady_points()] == [2, 4]
+    assert near.max_rate(700, 95, idle_ms=100) == 4.0
+    growing = replace(point(4, 400), growing=True)
+    assert growing.saturated
+    assert parse_curve(CapacityCurve(1, (point(2, 200), growing)).to_json(), "c").points[1].growing
+    arrivals = np.arange(100.0)
+    queue = measure_point(1.0, arrivals, arrivals + np.linspace(0.1, 0.6, 100))
+    assert queue.growing
+    assert queue.saturated
+
+
 def test_percentiles_between_stored_levels_are_interpolated_in_normal_score() -> None:
     """p90 lies between p50 and p95, closer to p95; below p50 and above p99 they clamp."""
     sample = point(1, 100)
@@ -127,13 +144,16 @@ def test_percentiles_between_stored_levels_are_interpolated_in_normal_score() ->
 
 
 def test_measure_point_leaves_out_the_warm_up_and_counts_throughput() -> None:
-    """Latencies from the steady part; throughput over the whole run."""
+    """Latencies from the steady part; throughput over the whole run; the realised rate."""
     arrivals = np.arange(10.0)
     finishes = arrivals + np.array([0.01, 0.01] + [0.1] * 8)
     measured = measure_point(1.0, arrivals, finishes)
     assert measured.latency_at(50) == pytest.approx(100)
-    assert measured.throughput_qps == pytest.approx(10 / 9.1)
+    assert measured.offered_qps == pytest.approx(1.0)  # what the arrivals realised
+    assert measured.throughput_qps == pytest.approx(9 / 9.1)
     assert not measured.saturated
+    late = measure_point(1.0, arrivals, arrivals + np.linspace(0.1, 3.0, 10))
+    assert late.saturated
 
 
 def test_curves_scale_times_up_and_rates_down() -> None:
@@ -148,8 +168,9 @@ def test_curves_scale_times_up_and_rates_down() -> None:
 # ---------------------------------------------------------------------------- the ladder
 
 
-def test_ladder_climbs_to_saturation_then_fills_in_the_widest_gaps() -> None:
-    """Rates grow until one saturates, then midpoints go where the ratio is widest."""
+def test_ladder_climbs_to_saturation_then_fills_in_where_latency_bends() -> None:
+    """Rates grow until one saturates; then midpoints go where the p95 rises most, until every
+    gap is narrow or flat (a line across a flat stretch is already right)."""
     capacity = 10.0
 
     def run(rate: float) -> CurvePoint:
@@ -158,13 +179,19 @@ def test_ladder_climbs_to_saturation_then_fills_in_the_widest_gaps() -> None:
     points: list[CurvePoint] = []
     while (rate := next_rate(points, mean_ms=100)) is not None:
         points.append(run(rate))
-    rates = sorted(p.offered_qps for p in points)
-    assert rates[0] == pytest.approx(2.5)
+    ordered = sorted(points, key=lambda p: p.offered_qps)
+    assert ordered[0].offered_qps == pytest.approx(2.5)
     assert any(p.saturated for p in points)
     assert len(points) <= MAX_CURVE_POINTS
-    below = [r for r in rates if r <= min(p.offered_qps for p in points if p.saturated)]
-    ratios = [b / a for a, b in itertools.pairwise(below)]
-    assert len(points) == MAX_CURVE_POINTS or max(ratios) <= LADDER_FINEST
+    first_saturated = next(i for i, p in enumerate(ordered) if p.saturated)
+    below = ordered[: first_saturated + 1]
+    # The knee got the finest steps: the last gap before saturation is the narrowest.
+    ratios = [b.offered_qps / a.offered_qps for a, b in itertools.pairwise(below)]
+    assert ratios[-1] == min(ratios)
+    if len(points) < MAX_CURVE_POINTS:
+        for low, high in itertools.pairwise(below[:-1]):
+            wide = high.offered_qps / low.offered_qps > LADDER_FINEST
+            assert not wide or high.latency_at(95) / low.latency_at(95) <= LADDER_FINEST
 
 
 def test_ladder_climbs_down_when_its_first_rate_saturates() -> None:

@@ -20,6 +20,7 @@ from compass.api.paretopolicy import ParetoPolicySpec, RoutingTarget
 from compass.commands.job import best_accuracy, error_line
 from compass.controllers import workflow as reconcile
 from compass.controllers.builders import (
+    CURVE_PROGRESS_KEY,
     LEDGER_KEY,
     PROFILES_KEY,
     PROGRESS_KEY,
@@ -439,6 +440,30 @@ def test_a_failed_profiling_job_is_profiling_failed() -> None:
     ready = find_condition(step.status.conditions, "PolicyReady")
     assert ready is not None
     assert ready.reason == "ProfilingFailed"
+
+
+def test_the_profiling_job_reports_its_capacity_curves_in_the_profiled_condition() -> None:
+    """While the Job measures curves, the Profiled condition says which and how far."""
+    progress = {
+        "curves_done": 1,
+        "curves_total": 3,
+        "configuration": "big/10",
+        "offered_qps": 12.5,
+        "p95_ms": 140.2,
+    }
+    state = {RESULT_KEY: _result([BEST], [BEST]), CURVE_PROGRESS_KEY: json.dumps(progress)}
+    job = JobView("rag-profile-g1", active=1)
+    step = decide(_observe(Phase.PROFILING, state, profile=job), NOW)
+    assert step.status is not None
+    profiled = find_condition(step.status.conditions, "Profiled")
+    assert profiled is not None
+    assert profiled.status == "Unknown"
+    assert profiled.message == (
+        "measuring capacity curves: 1 of 3 done; big/10 at 12.5/s, p95 140.2 ms"
+    )
+    # The same progress again changes nothing.
+    again = _observe(Phase.PROFILING, state, profile=job, conditions=step.status.conditions)
+    assert decide(again, NOW).status is None
 
 
 def _profiles(*entries: tuple[dict[str, Any], float, float, float]) -> str:

@@ -11,6 +11,7 @@ from compass.api.conditions import Condition
 from compass.api.meta import DEFAULT_ROUTER_MODEL, CamelModel
 from compass.api.paretopolicy import ServingSettings
 from compass.api.rules import CelRule, cel_rules, strictly_increasing
+from compass.domain.capacity import MAX_CURVE_POINTS
 from compass.domain.search import MAX_DATASET_SIZE
 from compass.domain.space import SpaceSpec
 
@@ -288,6 +289,24 @@ class Profiling(CamelModel):
     measured_runs: Annotated[
         int, Field(ge=2, description="Measured requests per configuration.")
     ] = 50
+    curve_requests_per_rate: Annotated[
+        int,
+        Field(
+            ge=20,
+            le=100000,
+            description="With serving.thresholdModel measured: the open-loop requests offered "
+            "at each rate of a front configuration's capacity curve.",
+        ),
+    ] = 300
+    curve_max_points: Annotated[
+        int,
+        Field(
+            ge=2,
+            le=MAX_CURVE_POINTS,
+            description="With serving.thresholdModel measured: at most this many rates per "
+            "capacity curve (the curve's cost is this times curveRequestsPerRate).",
+        ),
+    ] = 12
     image: str | None = Field(
         default=None, description="Profiler image (default: the operator's image)."
     )

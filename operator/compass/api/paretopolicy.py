@@ -55,6 +55,10 @@ class CurvePointSpec(CamelModel):
     latency_p50_ms: Annotated[float, Field(gt=0, description="Median latency in ms.")]
     latency_p95_ms: Annotated[float, Field(gt=0, description="95th percentile latency in ms.")]
     latency_p99_ms: Annotated[float, Field(gt=0, description="99th percentile latency in ms.")]
+    growing: bool = Field(
+        default=False,
+        description="The latency still grew at the end of this rate's run (saturated).",
+    )
 
 
 class CapacitySpec(CamelModel):

@@ -21,6 +21,7 @@ from typing import Any
 from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType
 from compass.api.conditions import one_line
 from compass.controllers.builders import (
+    CURVE_PROGRESS_KEY,
     LEDGER_KEY,
     PROFILES_KEY,
     PROGRESS_KEY,
@@ -28,7 +29,10 @@ from compass.controllers.builders import (
     SPEC_KEY,
     triton_address,
 )
+from compass.domain.capacity import CurvePoint
 from compass.domain.evaluation import Config
+from compass.domain.planner import ThresholdModel, pareto_front
+from compass.domain.profiles import parse_profiles
 from compass.domain.search import (
     Progress,
     SearchMethod,
@@ -203,7 +207,8 @@ def run_search(state_name: str, namespace: str) -> int:
 
 
 def run_profile(state_name: str, namespace: str) -> int:
-    """Profile the search's feasible configurations through the router."""
+    """Profile the search's feasible configurations through the router; with the measured
+    threshold model, then the capacity curve of each configuration on the front."""
     # Deliberately lazy: the gRPC client takes a while to load; the search Job never needs it.
     from compass.dataplane.profiler import ProfileSettings, profile_configurations
     from compass.dataplane.triton import TritonRouter
@@ -223,9 +228,64 @@ def run_profile(state_name: str, namespace: str) -> int:
         ProfileSettings(spec.profiling.warmup_runs, spec.profiling.measured_runs),
         lambda i: {"sample": i % size},
     )
+    if spec.serving.threshold_model is ThresholdModel.MEASURED:
+        document = _with_curves(store, router, spec, document, lambda i: {"sample": i % size})
     store.write({PROFILES_KEY: json.dumps(document)})
     print(f"profiled {len(configs)} configurations")
     return 0
+
+
+def _with_curves(
+    store: StateStore,
+    router: Any,
+    spec: CompoundWorkflowSpec,
+    document: dict[str, Any],
+    payload: Any,
+) -> dict[str, Any]:
+    """The profiles with a capacity curve on every member of the front (the others cannot be
+    served by the policy, so their curves would buy nothing)."""
+    from compass.dataplane.profiler import CurveSettings, measure_curve
+
+    profiles = parse_profiles(document)
+    front = pareto_front(profiles, spec.slo.percentile).members
+    on_front = {profile.key for profile in front}
+    settings = CurveSettings(
+        spec.profiling.curve_requests_per_rate, spec.profiling.curve_max_points
+    )
+    entries = document["profiles"]
+    done = 0
+    for entry, profile in zip(entries, profiles, strict=True):
+        if profile.key not in on_front:
+            continue
+
+        def progress(point: CurvePoint, name: str = profile.name, done: int = done) -> None:
+            store.write(
+                {
+                    CURVE_PROGRESS_KEY: json.dumps(
+                        {
+                            "curves_done": done,
+                            "curves_total": len(front),
+                            "configuration": name,
+                            "offered_qps": round(point.offered_qps, 3),
+                            "p95_ms": round(point.latency_at(95), 1),
+                        }
+                    )
+                }
+            )
+
+        curve = measure_curve(
+            router,
+            profile.config,
+            profile.mean_ms,
+            spec.serving.router_instances,
+            payload,
+            settings,
+            progress,
+        )
+        entry["capacity"] = curve.to_json()
+        done += 1
+        print(f"capacity of {profile.name}: saturates at {curve.saturation_qps:.2f}/s")
+    return document
 
 
 def error_line(error: BaseException) -> str:

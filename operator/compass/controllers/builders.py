@@ -19,6 +19,8 @@ LEDGER_KEY = "ledger.jsonl"
 RESULT_KEY = "result.json"
 PROFILES_KEY = "profiles.json"
 PROGRESS_KEY = "progress.json"
+# The profiling Job's progress through the capacity curves (threshold model measured).
+CURVE_PROGRESS_KEY = "curve-progress.json"
 # Which earlier generation the ledger, the result and the profiles were carried over from.
 SEED_KEY = "seed.json"
 # What the Jobs' pods may do: read their spec and patch their state ConfigMap, nothing else.

@@ -44,6 +44,7 @@ from compass.api.conditions import (
 from compass.api.meta import GROUP, POLICY_PLURAL
 from compass.api.paretopolicy import MetricsSource, MetricsSourceType, RoutingTarget, spec_for_plan
 from compass.controllers.builders import (
+    CURVE_PROGRESS_KEY,
     LEDGER_KEY,
     PROFILES_KEY,
     PROGRESS_KEY,
@@ -55,7 +56,7 @@ from compass.controllers.builders import (
     profile_name,
     search_name,
 )
-from compass.domain.planner import PlanError, Slo, plan_from_profiles
+from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import ProfileError, parse_profiles
 from compass.domain.space import Space, SpaceError
 from compass.domain.statistics import IntervalMethod, describe_schedule
@@ -145,14 +146,16 @@ def search_key(spec: CompoundWorkflowSpec) -> str:
 
 
 def profile_key(spec: CompoundWorkflowSpec) -> str:
-    """What profiles depend on: the configurations profiled, where and how."""
-    return _digest(
-        {
-            "search": search_key(spec),
-            "profiling": spec.profiling.model_dump(mode="json", by_alias=True),
-            "triton": spec.triton.model_dump(mode="json", by_alias=True),
-        }
-    )
+    """What profiles depend on: the configurations profiled, where and how (with the measured
+    model, the capacity curves too: the front they are measured for, and at what concurrency)."""
+    inputs: dict[str, Any] = {
+        "search": search_key(spec),
+        "profiling": spec.profiling.model_dump(mode="json", by_alias=True),
+        "triton": spec.triton.model_dump(mode="json", by_alias=True),
+    }
+    if spec.serving.threshold_model is ThresholdModel.MEASURED:
+        inputs["curves"] = [spec.serving.router_instances, spec.slo.percentile]
+    return _digest(inputs)
 
 
 @dataclass(frozen=True)
@@ -779,7 +782,23 @@ def _profiling(observation: Observation, now: str) -> Step:
             update={"phase": Phase.PROFILING, "profiling_job": name}
         )
         return Step(status=_changed(observation.status, status), create=(Create.PROFILE_JOB,))
+    progress = _json(observation.state or {}, CURVE_PROGRESS_KEY)
+    if isinstance(progress, dict):
+        message = curve_progress_message(progress)
+        status = _update(
+            observation, now, [(WorkflowConditionType.PROFILED, "Unknown", "Profiling", message)]
+        )
+        return Step(status=_changed(observation.status, status))
     return Step()
+
+
+def curve_progress_message(progress: Mapping[str, Any]) -> str:
+    """The profiling Job's progress through the capacity curves, as a condition message."""
+    return (
+        f"measuring capacity curves: {progress.get('curves_done', 0)} of "
+        f"{progress.get('curves_total', '?')} done; {progress.get('configuration', '?')} at "
+        f"{progress.get('offered_qps', '?')}/s, p95 {progress.get('p95_ms', '?')} ms"
+    )
 
 
 def _planning(observation: Observation, state: Mapping[str, str], now: str) -> Step:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ def run_load(
     timeout_s: float = 120.0,
     on_reply: Callable[[RequestRecord], None] | None = None,
     replicas: Sequence[int] | None = None,
+    parameters: Mapping[str, str] | None = None,
 ) -> list[RequestRecord]:
     """Send request i at ``arrivals[i]`` seconds (open loop) and wait for every reply.
 
@@ -40,6 +41,7 @@ def run_load(
     the next arrival: queueing happens in Triton, where Elastico can see it. With several
     servers (``url`` a list), request i goes to ``url[replicas[i]]``, as a Service that
     balances each request would send it (the simulator's assignment, so runs stay paired).
+    ``parameters`` go with every request (e.g. a configuration override, as profiling sends).
     """
     urls = [url] if isinstance(url, str) else list(url)
     if replicas is None:
@@ -75,7 +77,13 @@ def run_load(
             done.release()
 
         client = clients[replicas[index]]
-        client.async_infer(model, [tensor], callback, client_timeout=timeout_s)
+        client.async_infer(
+            model,
+            [tensor],
+            callback,
+            client_timeout=timeout_s,
+            parameters=dict(parameters) if parameters else None,
+        )
 
     try:
         for index, at in enumerate(arrivals):

@@ -8,9 +8,19 @@ from typing import Any
 
 import numpy as np
 
-from compass.dataplane.triton import TritonRouter
+from compass.dataplane.load import run_load
+from compass.dataplane.triton import OVERRIDE_PARAMETER, TritonRouter
+from compass.domain.capacity import (
+    MAX_CURVE_POINTS,
+    CapacityCurve,
+    CapacityError,
+    CurvePoint,
+    measure_point,
+    next_rate,
+)
 from compass.domain.evaluation import Config
 from compass.domain.profiles import clearly_dominated
+from compass.domain.space import config_key
 
 
 @dataclass(frozen=True)
@@ -127,3 +137,60 @@ def profile_configurations(
         },
         "profiles": profiles,
     }
+
+
+@dataclass(frozen=True)
+class CurveSettings:
+    """The cost of one capacity curve: requests per offered rate, at most ``max_points`` rates."""
+
+    requests_per_rate: int = 300
+    max_points: int = MAX_CURVE_POINTS
+    seed: int = 0
+
+
+def measure_curve(
+    router: TritonRouter,
+    config: Config,
+    mean_ms: float,
+    servers: int,
+    payload: Callable[[int], Mapping[str, Any]],
+    settings: CurveSettings = CurveSettings(),
+    progress: Callable[[CurvePoint], None] | None = None,
+) -> CapacityCurve:
+    """A configuration's latency-throughput curve: open-loop Poisson load up the ladder of rates.
+
+    Every request carries the configuration as an override, so the router's active one (what
+    production traffic gets) never moves. ``mean_ms`` is its one-at-a-time mean (where the
+    ladder starts); ``servers`` the router's instances the server was deployed with.
+    ``progress`` sees each point as it is measured. A failed request fails the curve: a point
+    missing its slowest replies would read fast.
+    """
+    rng = np.random.default_rng(settings.seed)
+    points: list[CurvePoint] = []
+    while (rate := next_rate(points, mean_ms, settings.max_points)) is not None:
+        gaps = rng.exponential(1 / rate, settings.requests_per_rate)
+        arrivals = np.cumsum(gaps) - gaps[0]
+        records = run_load(
+            router.url,
+            arrivals.tolist(),
+            lambda index: dict(payload(index)),
+            model=router.model,
+            parameters={OVERRIDE_PARAMETER: config_key(config)},
+        )
+        failed = [r.error for r in records if r.error is not None]
+        if failed or len(records) < len(arrivals):
+            reason = failed[0] if failed else "replies missing"
+            raise CapacityError(
+                "capacity",
+                f"{len(failed) or len(arrivals) - len(records)} request(s) failed at "
+                f"{rate:.2f}/s: {reason}",
+                "check the server's log; profile with fewer requests per rate",
+            )
+        sent = np.array([r.sent_s for r in records])
+        order = np.argsort(sent)
+        finished = sent + np.array([r.latency_s for r in records])
+        point = measure_point(rate, sent[order], finished[order])
+        points.append(point)
+        if progress is not None:
+            progress(point)
+    return CapacityCurve(servers, tuple(sorted(points, key=lambda p: p.offered_qps)))

@@ -14,6 +14,8 @@ The JSON form (a profile's ``capacity``; at most ``MAX_CURVE_POINTS`` points, ra
     {"servers": 4, "points": [{"offered_qps": 2.0, "throughput_qps": 1.98,
                                "latency_mean_ms": 140.2, "latency_p50_ms": 131.0,
                                "latency_p95_ms": 210.5, "latency_p99_ms": 260.1}, ...]}
+
+(``"growing": true`` marks a rate whose latency still grew at the end of its run: saturated.)
 """
 
 from __future__ import annotations
@@ -38,8 +40,12 @@ LADDER_START = 0.25
 LADDER_GROWTH = 1.5
 # The ladder stops filling in once neighbouring rates are within this ratio.
 LADDER_FINEST = 1.1
-# A rate is past saturation when the pod achieves less than this share of it.
+# A rate is past saturation when the pod achieves less than this share of it, or when its
+# latency at the end of the run is this many times that after the warm-up.
 SATURATED_SHARE = 0.95
+LATENCY_GROWTH = 2.0
+# Rates this close to the measured drain rate are not read for latency (see steady_points).
+NEAR_CAPACITY = 0.97
 # The share of a rate's requests (the first) whose latencies a point leaves out: the warm-up.
 WARMUP_SHARE = 0.2
 # The latency percentiles a curve point stores (a profile's own levels).
@@ -63,11 +69,13 @@ class CurvePoint:
     throughput_qps: float
     mean_ms: float
     percentiles_ms: tuple[tuple[float, float], ...]
+    growing: bool = False
 
     @property
     def saturated(self) -> bool:
-        """Whether the pod fell behind the offered rate (its queue grew without bound)."""
-        return self.throughput_qps < SATURATED_SHARE * self.offered_qps
+        """Whether the pod fell behind the offered rate: it served less than was offered, or
+        its latency was still growing at the end of the run (no steady state to read)."""
+        return self.growing or self.throughput_qps < SATURATED_SHARE * self.offered_qps
 
     def latency_at(self, percentile: float) -> float:
         """The latency at this percentile, interpolated in normal score between stored levels."""
@@ -88,6 +96,8 @@ class CurvePoint:
             "latency_mean_ms": self.mean_ms,
         }
         entry.update({_FIELDS[p]: v for p, v in self.percentiles_ms})
+        if self.growing:
+            entry["growing"] = True
         return entry
 
 
@@ -98,21 +108,33 @@ def measure_point(
 ) -> CurvePoint:
     """A curve point from one open-loop run: each request's arrival and finish (s), in order.
 
+    The point's rate is the one the arrivals realised (a few hundred Poisson arrivals stray from
+    the nominal ``offered_qps`` by several percent, which would otherwise read as saturation).
     The first ``WARMUP_SHARE`` of the requests found the pod emptier than it stays: their
     latencies are left out (the throughput counts them all).
     """
     arrivals = np.asarray(arrivals_s, dtype=np.float64)
     finishes = np.asarray(finishes_s, dtype=np.float64)
-    if len(arrivals) < 2:
-        raise CapacityError("points", "a rate was measured with fewer than 2 requests", "send more")
-    span = float(finishes.max() - arrivals.min())
+    if len(arrivals) < 2 or not arrivals[-1] > arrivals[0]:
+        raise CapacityError(
+            "points", f"the rate {offered_qps:g}/s was measured with under 2 requests", "send more"
+        )
+    realised = (len(arrivals) - 1) / float(arrivals[-1] - arrivals[0])
+    # The same count over the span from the first arrival to the last finish.
+    throughput = (len(arrivals) - 1) / float(finishes.max() - arrivals[0])
     steady = int(len(arrivals) * WARMUP_SHARE)
     latencies = (finishes[steady:] - arrivals[steady:]) * 1000
+    # A queue that grows through the run: its last quarter waits much longer than the quarter
+    # after the warm-up. A finite run at a rate just over capacity serves nearly all of it
+    # (the drain hides in the span), so the throughput alone does not show it.
+    quarter = max(len(latencies) // 4, 1)
+    growing = bool(latencies[-quarter:].mean() > LATENCY_GROWTH * latencies[:quarter].mean())
     return CurvePoint(
-        offered_qps=offered_qps,
-        throughput_qps=len(arrivals) / span if span > 0 else math.inf,
+        offered_qps=realised,
+        throughput_qps=throughput,
         mean_ms=float(latencies.mean()),
         percentiles_ms=tuple((p, float(np.percentile(latencies, p))) for p in CURVE_PERCENTILES),
+        growing=growing,
     )
 
 
@@ -133,6 +155,13 @@ class CapacityCurve:
         """Whether the ladder reached saturation (else the drain rate is a lower bound)."""
         return any(point.saturated for point in self.points)
 
+    def steady_points(self) -> list[CurvePoint]:
+        """The points that reached a steady state: not saturated, and (once the curve found
+        saturation) offered less than ``NEAR_CAPACITY`` of the drain rate: a finite run just
+        short of capacity drifts like a random walk and its percentiles read anything."""
+        ceiling = NEAR_CAPACITY * self.saturation_qps if self.saturated else math.inf
+        return [p for p in self.points if not p.saturated and p.offered_qps < ceiling]
+
     def holding_ms(self) -> float:
         """How long a request holds a router instance when all are busy (Little: servers / rate)."""
         return self.servers / self.saturation_qps * 1000
@@ -149,7 +178,7 @@ class CapacityCurve:
         """
         if idle_ms > budget_ms:
             return 0.0
-        measured = [point for point in self.points if not point.saturated]
+        measured = self.steady_points()
         rates = [0.0] + [point.offered_qps for point in measured]
         latencies = _monotone([idle_ms] + [point.latency_at(percentile) for point in measured])
         for i in range(1, len(rates)):
@@ -168,6 +197,7 @@ class CapacityCurve:
                     point.throughput_qps / factor,
                     point.mean_ms * factor,
                     tuple((p, v * factor) for p, v in point.percentiles_ms),
+                    point.growing,
                 )
                 for point in self.points
             ),
@@ -196,25 +226,38 @@ def next_rate(
     """The next rate the ladder offers, or None when the curve is complete.
 
     First it climbs: from a quarter of one server's capacity, each rate ``LADDER_GROWTH`` times
-    the last, until one saturates the pod. Then it fills in: the midpoint of the widest gap
-    (by ratio) below saturation, until every gap is within ``LADDER_FINEST`` or the budget of
-    ``max_points`` rates is spent. The SLO's rate may lie anywhere below saturation (a tight
-    SLO crosses early), so the whole range gets the same relative resolution.
+    the last, until one saturates the pod. Then it fills in the gap below saturation where the
+    p95 rises most (by ratio), among gaps wider than ``LADDER_FINEST``: where latency is flat a
+    line between two rates is already exact, and the knee, where it bends, is where an SLO's
+    rate lies. It stops when no gap is both wide and steep, or at ``max_points`` rates.
     """
     if not points:
         return LADDER_START * 1000 / mean_ms
     if len(points) >= max_points:
         return None
-    rates = sorted(point.offered_qps for point in points)
-    saturated = [point.offered_qps for point in points if point.saturated]
-    if not saturated:
-        return rates[-1] * LADDER_GROWTH
-    below = [rate for rate in rates if rate <= min(saturated)]
-    if len(below) < 2:
+    ordered = sorted(points, key=lambda point: point.offered_qps)
+    first_saturated = next((i for i, point in enumerate(ordered) if point.saturated), None)
+    if first_saturated is None:
+        return ordered[-1].offered_qps * LADDER_GROWTH
+    if first_saturated == 0:
         # Saturated at the first rate: climb down instead.
-        return rates[0] / LADDER_GROWTH
-    ratio, low, high = max((high / low, low, high) for low, high in itertools.pairwise(below))
-    return None if ratio <= LADDER_FINEST else (low + high) / 2
+        return ordered[0].offered_qps / LADDER_GROWTH
+    gaps = [
+        (_steepness(low, high), low.offered_qps, high.offered_qps)
+        for low, high in itertools.pairwise(ordered[: first_saturated + 1])
+        if high.offered_qps / low.offered_qps > LADDER_FINEST
+    ]
+    steepest = max(gaps, default=None)
+    if steepest is None or steepest[0] <= LADDER_FINEST:
+        return None
+    return (steepest[1] + steepest[2]) / 2
+
+
+def _steepness(low: CurvePoint, high: CurvePoint) -> float:
+    """How much the p95 rises across a gap, as a ratio (a saturated end counts as steep)."""
+    if high.saturated:
+        return math.inf
+    return high.latency_at(95.0) / low.latency_at(95.0)
 
 
 def parse_curve(entry: object, where: str) -> CapacityCurve:
@@ -262,8 +305,15 @@ def _parse_point(item: object, where: str) -> CurvePoint:
                 f"{high:g} is below {_FIELDS[low_p]} {low:g}",
                 "percentiles must not decrease",
             )
+    growing = item.get("growing", False)
+    if not isinstance(growing, bool):
+        raise CapacityError(f"{where}.growing", f"{growing!r} is not true or false", "drop it")
     return CurvePoint(
-        number("offered_qps"), number("throughput_qps"), number("latency_mean_ms"), percentiles
+        number("offered_qps"),
+        number("throughput_qps"),
+        number("latency_mean_ms"),
+        percentiles,
+        growing,
     )
 
 

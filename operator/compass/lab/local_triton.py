@@ -55,17 +55,27 @@ def _set_parameter(pbtxt: str, key: str, value: str) -> str:
     return pbtxt.rstrip("\n") + "\n" + entry + "\n"
 
 
+def _set_instances(pbtxt: str, count: int) -> str:
+    """Set the instance count of a model config's (single) instance group."""
+    pattern = re.compile(r"(instance_group\s*\[\s*\{[^}]*?count:\s*)\d+")
+    if not pattern.search(pbtxt):
+        raise LocalServerError("the model config has no instance_group count to set")
+    return pattern.sub(lambda match: f"{match.group(1)}{count}", pbtxt, count=1)
+
+
 def assemble_repository(
     workflow: str,
     destination: Path,
     parameters: Mapping[str, Mapping[str, str]] | None = None,
+    instances: Mapping[str, int] | None = None,
 ) -> Path:
     """Copy a workflow's model repository and fill in the shared code, as its Dockerfile does.
 
     ``model-images/<workflow>/models`` holds each model's config; a model without its own
     ``1/model.py`` gets the generic router code (``router`` and its control model, whose config
     names a ``compass_role``) or the workflow's ``component.py``.
-    ``parameters`` sets model config parameters, e.g. {"generator": {"time_scale": "0.1"}}.
+    ``parameters`` sets model config parameters, e.g. {"generator": {"time_scale": "0.1"}};
+    ``instances`` sets models' instance counts, e.g. {"router": 4} (requests served at once).
     """
     source = model_images() / workflow / "models"
     if not source.is_dir():
@@ -88,6 +98,8 @@ def assemble_repository(
             shutil.copy(shared, version / "model.py")
         for key, value in (parameters or {}).get(model.name, {}).items():
             text = _set_parameter(text, key, value)
+        if model.name in (instances or {}):
+            text = _set_instances(text, (instances or {})[model.name])
         config.write_text(text, encoding="utf-8")
     return destination
 

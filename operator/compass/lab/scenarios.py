@@ -79,10 +79,14 @@ def rag_sim_data() -> dict[str, Any]:
 
 
 def rag_sim_triton(
-    workdir: Path, time_scale: float, active: Config | None = None, host: str = "127.0.0.1"
+    workdir: Path,
+    time_scale: float,
+    active: Config | None = None,
+    host: str = "127.0.0.1",
+    router_instances: int = 1,
 ) -> LocalTriton:
     """rag-sim's tritonserver on ``host``, not started: latencies x ``time_scale``, the router
-    on ``active``."""
+    on ``active`` with ``router_instances`` instances (requests served at once)."""
     # The repository goes to workdir/models; time_scale 0 serves no latency at all, and active
     # None leaves the router on its config's default.
     parameters: dict[str, dict[str, str]] = {
@@ -90,7 +94,9 @@ def rag_sim_triton(
     }
     if active is not None:
         parameters[DEFAULT_ROUTER_MODEL] = {"compass_active_config": config_key(active)}
-    repository = assemble_repository(WORKFLOW, workdir / "models", parameters)
+    repository = assemble_repository(
+        WORKFLOW, workdir / "models", parameters, {DEFAULT_ROUTER_MODEL: router_instances}
+    )
     return LocalTriton(repository=repository, host=host)
 
 

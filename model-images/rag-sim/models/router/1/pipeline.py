@@ -32,5 +32,7 @@ def run(request, config, call):
     }
     call("retriever", inputs, ["DONE"])
     call("reranker", inputs, ["DONE"])
-    score = call("generator", inputs, ["SCORE"])["SCORE"]
+    # The generator batches: its inputs carry the batch dimension.
+    batched = {name: value.reshape(1, -1) for name, value in inputs.items()}
+    score = call("generator", batched, ["SCORE"])["SCORE"]
     return {"sample": sample, "score": float(score.reshape(-1)[0])}
