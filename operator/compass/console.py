@@ -17,7 +17,7 @@ import yaml
 from compass.api.meta import API_VERSION
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.domain.evaluation import Evaluator
-from compass.domain.planner import Plan, ThresholdModel
+from compass.domain.planner import Plan
 from compass.domain.search import Progress, SearchOutcome, SearchSettings, search
 from compass.domain.space import Space
 
@@ -137,7 +137,7 @@ def _limit(value: int | float | None, digits: int = 0) -> str:
 def plan_table(plan: Plan) -> str:
     """The front and each member's thresholds, one row each, fastest first."""
     p = f"p{plan.slo.percentile:g}"
-    rates = plan.model is ThresholdModel.TAIL
+    rates = plan.model.with_rates
     header = (
         f"  #  {'accuracy':>8}  {'mean ms':>8}  {p + ' ms':>8}  {'slack ms':>8}  "
         f"{'stay<=N':>7}  {'enter<=N':>8}"

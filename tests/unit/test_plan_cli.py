@@ -158,13 +158,47 @@ def test_simulate_serves_several_pods_with_a_switch_delay(
     argv = ["simulate", "--policy", "paretopolicy.yaml", "--duration", "60", "--base-qps", "3"]
     assert main([*argv, "--pods", "2", "--switch-delay-ms", "20"]) == 0
     out = capsys.readouterr().out
-    assert "2 pod(s), switch delay 20 ms" in out
+    assert "2 pod(s) of 1 router instance(s) (independent), switch delay 20 ms" in out
     two = json.loads((workdir / "compass-timeline.json").read_text())["summary"]
     assert main(argv) == 0
     one = json.loads((workdir / "compass-timeline.json").read_text())["summary"]
     # The same requests, served by two servers: less waiting on a static configuration.
     assert two["accurate"]["requests"] == one["accurate"]["requests"]
     assert two["accurate"]["p95_ms"] < one["accurate"]["p95_ms"]
+
+
+def test_a_policy_of_several_router_instances_plans_and_simulates_them(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--router-instances goes into the policy; simulate serves that many at once per pod."""
+    plan = ["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--model", "erlang-c"]
+    assert main([*plan, "--router-instances", "4", "--output", "four.yaml"]) == 0
+    assert main([*plan, "--output", "one.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "qps: the same for the arrival rate (M/G/c, Erlang C)" in out
+    four = ParetoPolicySpec.model_validate(yaml.safe_load((workdir / "four.yaml").read_text()))
+    one = ParetoPolicySpec.model_validate(yaml.safe_load((workdir / "one.yaml").read_text()))
+    assert four.router_instances == 4
+    fast_four, fast_one = four.plan().thresholds[0], one.plan().thresholds[0]
+    assert fast_four.stay_max_qps is not None
+    assert fast_one.stay_max_qps is not None
+    assert fast_four.stay_max_qps > 3 * fast_one.stay_max_qps
+    load = ["--duration", "60", "--base-qps", "6", "--pattern", "constant"]
+    summaries = {}
+    for name, stages in (("four", "independent"), ("one", "independent"), ("four", "rag-sim")):
+        argv = ["simulate", "--policy", f"{name}.yaml", *load, "--stages", stages]
+        assert main(argv) == 0
+        header = capsys.readouterr().out.splitlines()[0]
+        assert f"of {4 if name == 'four' else 1} router instance(s) ({stages})" in header
+        timeline = json.loads((workdir / "compass-timeline.json").read_text())
+        summaries[name, stages] = timeline["summary"]["accurate"]
+    # Six requests/s at 250 ms: over one server's capacity, within four's; the pipeline of
+    # one-instance stages serves between the two.
+    p95 = {key: summary["p95_ms"] for key, summary in summaries.items()}
+    assert p95["four", "independent"] < p95["four", "rag-sim"] < p95["one", "independent"]
+    bad = ["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--router-instances", "0"]
+    assert main(bad) == 2
+    assert "--router-instances" in one_error_line(capsys, "plan")
 
 
 def test_plots_are_written(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -42,6 +42,8 @@ DEFAULT_THRESHOLD_MODEL = ThresholdModel.TAIL
 # Bounds the CEL rules on front entries: the server's cost estimate multiplies a rule's cost by
 # how many entries the list may hold. A Pareto front has tens of entries.
 MAX_FRONT = 1024
+# A router's instances (a bound for the schema; Triton runs far fewer per GPU).
+MAX_ROUTER_INSTANCES = 1024
 # The status lists this many lagging pods at most: it must stay small whatever the fleet.
 MAX_LAGGING_PODS = 20
 
@@ -311,7 +313,7 @@ class ServingSettings(CamelModel):
         int,
         Field(
             ge=1,
-            le=1024,
+            le=MAX_ROUTER_INSTANCES,
             description="Requests a pod's router serves at once (its instance_group count); "
             "the erlang-c and measured models plan for it.",
         ),
@@ -417,6 +419,7 @@ def spec_for_plan(
     settings = {
         **base.model_dump(exclude={"hysteresis", "threshold_model"}),
         "switch_delay_ms": plan.switch_delay_ms,
+        "router_instances": plan.servers,
         **fields,
     }
     return ParetoPolicySpec(

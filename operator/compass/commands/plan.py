@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from compass.api.paretopolicy import DEFAULT_SLACK_BUFFER_MS, spec_for_plan
+from compass.api.paretopolicy import DEFAULT_SLACK_BUFFER_MS, MAX_ROUTER_INSTANCES, spec_for_plan
 from compass.commands.common import (
     check_not_input,
     check_output,
@@ -14,7 +14,7 @@ from compass.commands.common import (
     read_document,
     write_text,
 )
-from compass.console import UsageError, fail, parse_number, plan_table, policy_text
+from compass.console import UsageError, fail, parse_int, parse_number, plan_table, policy_text
 from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profiles
 
@@ -44,7 +44,14 @@ def register(commands: Any) -> None:
         "--model",
         choices=[m.value for m in ThresholdModel],
         default=ThresholdModel.TAIL.value,
-        help="tail (default: tail of the queued work and M/G/1 rate limits) or paper-mean",
+        help="tail (default: tail of the queued work and M/G/1 rate limits), paper-mean, "
+        "erlang-c (M/G/c with --router-instances servers) or measured (each profile's capacity "
+        "curve; erlang-c for a profile without one)",
+    )
+    plan.add_argument(
+        "--router-instances",
+        default="1",
+        help="requests a pod's router serves at once (its instance count; default 1)",
     )
     plan.add_argument(
         "--output",
@@ -54,6 +61,14 @@ def register(commands: Any) -> None:
     )
     plan.add_argument("--plot", metavar="FRONT.png", help="draw the front and its thresholds")
     plan.set_defaults(handler=plan_command)
+
+
+# What each model's arrival-rate limits come from, as the plan's legend says it.
+RATE_MODELS = {
+    ThresholdModel.TAIL: "M/G/1",
+    ThresholdModel.ERLANG_C: "M/G/c, Erlang C",
+    ThresholdModel.MEASURED: "the measured curves",
+}
 
 
 def load_profiles(path: Path) -> tuple[LatencyProfile, ...]:
@@ -78,10 +93,17 @@ def plan_command(args: argparse.Namespace) -> int:
     plot = None if args.plot is None else Path(str(args.plot))
     if plot is not None:
         check_output("--plot", plot)
+    servers = parse_int(
+        "--router-instances", str(args.router_instances), "4", low=1, high=MAX_ROUTER_INSTANCES
+    )
     profiles = load_profiles(Path(str(args.profiles)))
     try:
         plan = plan_from_profiles(
-            profiles, Slo(slo_ms, percentile), slack, ThresholdModel(args.model)
+            profiles,
+            Slo(slo_ms, percentile),
+            slack,
+            ThresholdModel(args.model),
+            servers=servers,
         )
     except PlanError as exc:
         raise plan_error(exc) from None
@@ -96,8 +118,8 @@ def plan_command(args: argparse.Namespace) -> int:
         "stay<=N: switch faster when more requests wait; enter<=N: switch to it only when "
         "at most N wait"
         + (
-            "; qps: the same for the arrival rate (M/G/1)"
-            if plan.model is ThresholdModel.TAIL
+            f"; qps: the same for the arrival rate ({RATE_MODELS[plan.model]})"
+            if plan.model.with_rates
             else ""
         )
     )

@@ -18,7 +18,14 @@ from compass.commands.common import (
 )
 from compass.console import fail, parse_number
 from compass.domain.planner import PlanError
-from compass.domain.simulator import RunReport, Scenario, compare, make_scenario
+from compass.domain.simulator import (
+    POD_STAGES,
+    PodModel,
+    RunReport,
+    Scenario,
+    compare,
+    make_scenario,
+)
 
 DEFAULT_TIMELINE = "compass-timeline.json"
 
@@ -28,9 +35,10 @@ def register(commands: Any) -> None:
     simulate = commands.add_parser(
         "simulate",
         help="run a policy and the static baselines through the serving simulator",
-        description="Serve one seeded load (FIFO, one server per pod: the paper's M/G/1) with "
-        "the policy and with the fastest, middle and most accurate front members held static, "
-        "on the same arrivals, pod assignment and service-time draws, and compare them.",
+        description="Serve one seeded load (FIFO, the policy's routerInstances servers per pod: "
+        "with 1, the paper's M/G/1) with the policy and with the fastest, middle and most "
+        "accurate front members held static, on the same arrivals, pod assignment and "
+        "service-time draws, and compare them.",
     )
     simulate.add_argument(
         "--policy", required=True, metavar="POLICY.yaml", help="`compass plan` output"
@@ -41,6 +49,14 @@ def register(commands: Any) -> None:
         default="1",
         help="Triton pods behind the Service: each request goes to one at random, the policy "
         "sees the per-pod queue (default 1)",
+    )
+    simulate.add_argument(
+        "--stages",
+        choices=sorted(POD_STAGES),
+        default="independent",
+        help="what a request passes through in a pod: independent (each router instance "
+        "serves it alone) or rag-sim (one-instance retriever and reranker, a batching "
+        "generator); default independent",
     )
     simulate.add_argument(
         "--switch-delay-ms",
@@ -144,11 +160,13 @@ def simulate_command(args: argparse.Namespace) -> int:
         spec.interval_seconds,
         pods=int(pods),
         switch_delay_s=spec.switch_delay_ms / 1000,
+        pod_model=PodModel(spec.router_instances, POD_STAGES[str(args.stages)]),
     )
     print(
         f"compass simulate: {pattern.kind.value}, base {pattern.base_qps:g} QPS for "
         f"{pattern.duration_s:g} s (peak {pattern.peak_qps:.2f}), seed {seed}: "
-        f"{scenario.requests} requests, the same arrivals for every policy; {int(pods)} pod(s), "
+        f"{scenario.requests} requests, the same arrivals for every policy; {int(pods)} pod(s) "
+        f"of {spec.router_instances} router instance(s) ({args.stages}), "
         f"switch delay {spec.switch_delay_ms:g} ms; SLO {spec.slo.latency_ms:g} ms, model "
         f"{spec.threshold_model.value}"
     )

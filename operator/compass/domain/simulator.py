@@ -130,6 +130,8 @@ class PodModel:
 # each, and a generator that batches up to 8 requests, a batch of b taking 1 + 0.25 (b - 1)
 # times its longest request (model-images/rag-sim/component.py serves the same model).
 RAG_SIM_STAGES = (Stage(0.1), Stage(0.2), Stage(0.7, max_batch=8, batch_cost=0.25))
+# The pipelines `compass simulate --stages` knows, by name.
+POD_STAGES: dict[str, tuple[Stage, ...]] = {"independent": (), "rag-sim": RAG_SIM_STAGES}
 
 
 class PatternKind(StrEnum):
