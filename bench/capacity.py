@@ -2,7 +2,7 @@
 
 Run as ``python bench/capacity.py [--servers 1,4] [--slos 500,750,1000,1500]
 [--patterns spike,ramp,step,bursty] [--seeds 10] [--seed-offset 0] [--jobs 2]
-[--requests 2000] [--json PATH]``, or with ``--live [--time-scale 0.2]`` on real Triton
+[--requests 2000] [--interval 1] [--burst-memory 60] [--json PATH]``, or with ``--live [--time-scale 0.2]`` on real Triton
 servers (below).
 
 The simulator plays the hardware: a pod of rag-sim's pipeline (``RAG_SIM_STAGES``: retriever and
@@ -16,8 +16,9 @@ the paper's Pareto front. Two sections:
    bisection. Floor: the measured-curve prediction within 15% for every configuration.
 2. Serving. Every (SLO, pattern, seed) scenario, at the paper's load relative to the fastest
    configuration's measured capacity, served by static fastest, static most accurate and
-   Elastico on each model's thresholds. Floors (measured curve): compliance >= static fastest
-   - 1.0 point in every cell and >= 30% of the fastest-to-accurate accuracy gap on average.
+   Elastico on each model's thresholds, and on the measured ones with a burst memory
+   (``+memory``). Floors (measured curve): compliance >= static fastest - 1.0 point in every
+   cell and >= 30% of the fastest-to-accurate accuracy gap on average.
 
 ``--live`` measures the same on rag-sim served by a real tritonserver (this machine's CPU) per
 router instance count: each front configuration is profiled one at a time, its curve measured
@@ -44,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compass.domain.elastico import Elastico
+from compass.domain.elastico import Elastico, ElasticoSettings
 from compass.domain.planner import Plan, Slo, ThresholdModel, pareto_front, plan_thresholds
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import (
@@ -71,6 +72,8 @@ LABELS = {
     ThresholdModel.ERLANG_C: "erlang-c",
     ThresholdModel.TAIL: "m/g/1",
 }
+# Elastico on the measured thresholds with the burst memory (--burst-memory).
+MEMORY = "+memory"
 CAPACITY_TOLERANCE = 0.15
 COMPLIANCE_TOLERANCE = 1.0
 GAP_SHARE = 0.30
@@ -134,6 +137,8 @@ class Job:
     slo_ms: float
     pattern: str
     seed: int
+    interval_s: float
+    burst_memory_s: float
 
 
 def base_qps(servers: int, requests: int) -> float:
@@ -158,9 +163,13 @@ def run_job(job: Job) -> tuple[Job, dict[str, tuple[float, float]]]:
     for model in MODELS:
         plan = plan_for(job.servers, job.requests, job.slo_ms, model)
         controllers[LABELS[model]] = Elastico(plan)
+    measured = plan_for(job.servers, job.requests, job.slo_ms, ThresholdModel.MEASURED)
+    controllers[MEMORY] = Elastico(measured, ElasticoSettings(burst_memory_s=job.burst_memory_s))
     outcome = {}
     for label, controller in controllers.items():
-        report = simulate(controller, members, scenario, job.slo_ms, label, pod_model=pod)
+        report = simulate(
+            controller, members, scenario, job.slo_ms, label, job.interval_s, pod_model=pod
+        )
         outcome[label] = (report.compliance, report.mean_accuracy)
     return job, outcome
 
@@ -319,6 +328,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=2000, help="requests per curve rate")
     parser.add_argument("--check-requests", type=int, default=4000, help="requests per check")
     parser.add_argument("--check-seed", type=int, default=7, help="seed of the check runs")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between looks")
+    parser.add_argument(
+        "--burst-memory", type=float, default=60.0, help=f"seconds, for the {MEMORY} column"
+    )
     parser.add_argument("--json", type=Path, help="write the serving cells here")
     parser.add_argument("--live", action="store_true", help="on real Triton servers instead")
     parser.add_argument("--time-scale", type=float, default=0.2, help="live: latencies x this")
@@ -338,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for c in servers:
         print("\n".join(capacity_section(c, slos, args)))
     jobs = [
-        Job(c, args.requests, slo, pattern, seed)
+        Job(c, args.requests, slo, pattern, seed, args.interval, args.burst_memory)
         for c in servers
         for slo in slos
         for pattern in patterns
@@ -351,17 +364,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         cell = cells.setdefault((job.servers, job.slo_ms, job.pattern), {})
         for label, figures in outcome.items():
             cell.setdefault(label, []).append(figures)
-    labels = ["fastest", "accurate", *LABELS.values()]
+    policies = [*LABELS.values(), MEMORY]
+    labels = ["fastest", "accurate", *policies]
     rows = []
     for c in servers:
         print(
             f"\nserving at c = {c}: base {base_qps(c, args.requests):.2f} QPS per pod, "
-            f"{args.seeds} seeds from {args.seed_offset}; compliance % / share of the "
-            "fastest-to-accurate accuracy gap"
+            f"{args.seeds} seeds from {args.seed_offset}, a look every {args.interval:g} s, "
+            f"{MEMORY}: measured with a {args.burst_memory:g} s burst memory; compliance % / "
+            "share of the fastest-to-accurate accuracy gap"
         )
         print(f"  {'SLO':>5} {'pattern':<7} " + " ".join(f"{label:>14}" for label in labels))
-        shares: dict[str, list[float]] = {label: [] for label in LABELS.values()}
-        misses: dict[str, list[str]] = {label: [] for label in LABELS.values()}
+        shares: dict[str, list[float]] = {label: [] for label in policies}
+        misses: dict[str, list[str]] = {label: [] for label in policies}
         for slo in slos:
             for pattern in patterns:
                 cell = {
@@ -385,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         parts.append(f"{compliance:>6.1f}/{accuracy:.4f}")
                 rows.append(row)
                 print(f"  {slo:>5g} {pattern:<7} " + " ".join(f"{p:>14}" for p in parts))
-        for label in LABELS.values():
+        for label in policies:
             mean_share = float(np.mean(shares[label]))
             compliance_ok = not misses[label]
             verdict = "PASS" if compliance_ok and mean_share >= GAP_SHARE else "FAIL"

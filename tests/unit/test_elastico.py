@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -272,6 +273,29 @@ def test_rate_limits_keep_a_slow_configuration_out_under_load() -> None:
     paper = Elastico(make_plan(ThresholdModel.PAPER_MEAN), ElasticoSettings(cooldown_exponent=0))
     steps = run(paper, on("fast"), 120, poisson_counter(lambda now: 4.0, seed=1))
     assert steps[-1][2].active == "slow"
+
+
+def returning_bursts(now: float) -> float:
+    """1 request/s, with 10 s at 10 requests/s every 40 s for the first 200 s."""
+    return 10.0 if now < 200 and now % 40 >= 30 else 1.0
+
+
+def test_a_burst_memory_keeps_out_what_returning_bursts_overwhelm() -> None:
+    """Without a memory the policy climbs back between bursts and each burst catches it there;
+    with a 60 s memory it stays on the fastest until a minute after the last burst."""
+    settings = ElasticoSettings(cooldown_exponent=0)
+    forgetful = run(Elastico(PLAN, settings), on("fast"), 300, poisson_counter(returning_bursts, 2))
+    caught = [now for now, d in switches(forgetful) if d.action is Action.FASTER and now < 200]
+    assert len(caught) >= 4
+
+    remembering = Elastico(PLAN, replace(settings, burst_memory_s=60))
+    moves = switches(run(remembering, on("fast"), 300, poisson_counter(returning_bursts, 2)))
+    # Caught by the first burst (a step or two down); then no move until the memory of the
+    # last burst (its last look at 199 s) has gone, and the climb to slow resumes.
+    assert [now for now, d in moves if d.action is Action.FASTER and now < 200] in ([30], [30, 31])
+    assert [now for now, _ in moves if 32 < now < 259] == []
+    climbed = [d.target for now, d in moves if now >= 259 and d.action is Action.MORE_ACCURATE]
+    assert "slow" in climbed
 
 
 # A front whose second member the planner cannot tell from the fastest on the queue (the same

@@ -517,7 +517,12 @@ def test_profiles_are_planned_into_a_policy() -> None:
 def test_the_serving_settings_reach_the_generated_policy_and_its_plan() -> None:
     """spec.serving: hysteresis, model, metrics source and interval, used by the planner too."""
     serving = {
-        "hysteresis": {"downscaleCooldownSeconds": 2, "cooldownExponent": 0, "slackBufferMs": 5},
+        "hysteresis": {
+            "downscaleCooldownSeconds": 2,
+            "cooldownExponent": 0,
+            "slackBufferMs": 5,
+            "burstMemorySeconds": 30,
+        },
         "thresholdModel": "paper-mean",
         "metrics": {"type": "prometheus", "url": "http://prometheus.monitoring:9090"},
         "onMetricsLoss": "fastest",
@@ -538,6 +543,7 @@ def test_the_serving_settings_reach_the_generated_policy_and_its_plan() -> None:
         "downscaleCooldownSeconds": 2.0,
         "cooldownExponent": 0.0,
         "slackBufferMs": 5.0,
+        "burstMemorySeconds": 30.0,
     }
     assert policy["thresholdModel"] == "paper-mean"
     assert policy["metrics"] == {"type": "prometheus", "url": "http://prometheus.monitoring:9090"}

@@ -23,6 +23,7 @@ from compass.domain.elastico import (
     DEFAULT_DOWNSCALE_COOLDOWN_S,
     DEFAULT_INTERVAL_S,
     DEFAULT_STALE_AFTER_S,
+    MAX_BURST_MEMORY_S,
     Elastico,
     ElasticoSettings,
     MetricsLoss,
@@ -225,6 +226,16 @@ class Hysteresis(CamelModel):
         float,
         Field(ge=0, description="Latency headroom required to switch to a more accurate one."),
     ] = DEFAULT_SLACK_BUFFER_MS
+    burst_memory_seconds: Annotated[
+        float,
+        Field(
+            ge=0,
+            le=MAX_BURST_MEMORY_S,
+            description="How long a burst is remembered: no configuration is entered while a "
+            "look within this many seconds showed arrivals over its rate limit (0: at once). "
+            "Set it when bursts come back, as on a busy web front end.",
+        ),
+    ] = 0.0
 
 
 class MetricsSourceType(StrEnum):
@@ -398,6 +409,7 @@ class ParetoPolicySpec(ServingSettings):
             on_metrics_loss=self.on_metrics_loss,
             stale_after_s=self.stale_after_seconds,
             paused=self.paused,
+            burst_memory_s=self.hysteresis.burst_memory_seconds,
         )
 
     def policy(self) -> Elastico | Split:

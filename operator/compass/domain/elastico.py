@@ -48,6 +48,7 @@ fast one a little longer only costs some accuracy.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
@@ -79,6 +80,8 @@ RISE_SIGNIFICANCE = 0.05
 FALL_SIGNIFICANCE = 0.01
 # Counter samples older than the longest window needed are dropped; this caps the state.
 MAX_HISTORY_S = 600.0
+# The longest burst memory a policy may ask for (its looks stay well within the history).
+MAX_BURST_MEMORY_S = 300.0
 
 
 class MetricsLoss(StrEnum):
@@ -196,6 +199,9 @@ class ElasticoSettings:
     # Rate evidence from the longest recent window over which the arrivals look steady (see
     # steady_window) instead of fixed windows: precise enough to sit close to a limit.
     adaptive_rate: bool = False
+    # How long a burst is remembered: a configuration is not entered while the arrivals showed,
+    # within this many seconds, a rate above its stay limit (0: forget at once).
+    burst_memory_s: float = 0.0
 
 
 def rate_lower_bound(count: float, window_s: float, confidence: float) -> float:
@@ -310,7 +316,8 @@ class Elastico:
             active == self.fastest and self._overloaded(rate)
         ):
             return self._faster(state, active, depth, rate, now)
-        return self._maybe_more_accurate(state, active, depth, rate, window_rate, now)
+        peak = self._peak_rate(state, observation)
+        return self._maybe_more_accurate(state, active, depth, rate, window_rate, peak, now)
 
     # ------------------------------------------------------------------ evidence
 
@@ -329,7 +336,8 @@ class Elastico:
     def _longest_window(self) -> float:
         adaptive = STEADY_WINDOWS_S if self.settings.adaptive_rate else ()
         cooldowns = [self.cooldown_s(i) for i in self.plan.eligible[1:]]
-        return float(max([*LEAVE_WINDOWS_S, *adaptive, *cooldowns]))
+        memory = self.settings.burst_memory_s + max(LEAVE_WINDOWS_S)
+        return float(max([*LEAVE_WINDOWS_S, *adaptive, *cooldowns, memory]))
 
     def _rates(
         self, state: PolicyState, observation: Observation
@@ -374,6 +382,29 @@ class Elastico:
             return math.inf
         count, seconds = measured
         return rate_upper_bound(count * pods, seconds, ENTER_CONFIDENCE) / pods
+
+    def _peak_rate(self, state: PolicyState, observation: Observation) -> float:
+        """The highest leave rate (per pod) of any look within the burst memory: what the
+        policy would have left a configuration on (0 without a memory or a counter)."""
+        memory = self.settings.burst_memory_s
+        if memory <= 0 or observation.arrivals_total is None:
+            return 0.0
+        pods = max(observation.pods, 1)
+        samples = state.arrivals
+        times = [t for t, _ in samples]
+        peak = 0.0
+        for end, (t1, total1) in enumerate(samples):
+            if t1 < observation.time - memory:
+                continue
+            for window in LEAVE_WINDOWS_S:
+                # The latest sample at or before the window's start (as _arrivals_in finds it).
+                start = bisect_right(times, t1 - window + 1e-9, hi=end) - 1
+                if start < 0:
+                    continue
+                t0, total0 = samples[start]
+                bound = rate_lower_bound((total1 - total0) * pods, t1 - t0, LEAVE_CONFIDENCE)
+                peak = max(peak, bound / pods)
+        return peak
 
     def _overloaded(self, rate: float | None) -> bool:
         """Whether the arrivals are over even the fastest configuration's rate limit."""
@@ -438,6 +469,7 @@ class Elastico:
         depth: float,
         rate: float | None,
         window_rate: Callable[[float], float | None],
+        peak: float,
         now: float,
     ) -> tuple[Decision, PolicyState]:
         above = [i for i in self.plan.eligible if i > active]
@@ -473,6 +505,11 @@ class Elastico:
             overload_peer = self._overloaded(rate) and self._queue_peer(index)
             threshold = self.plan.thresholds[index]
             if not overload_peer and not threshold.can_enter(depth, window_rate(cooldown)):
+                break
+            # Nor while a burst it could not have stayed through is remembered: bursts that
+            # come back would catch it, and the queue one builds before the next look outlasts
+            # the switch.
+            if threshold.stay_max_qps is not None and peak > threshold.stay_max_qps:
                 break
             target = index
         if target is None:
