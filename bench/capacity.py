@@ -23,8 +23,10 @@ the paper's Pareto front. Two sections:
 ``--live`` measures the same on rag-sim served by a real tritonserver (this machine's CPU) per
 router instance count: each front configuration is profiled one at a time, its curve measured
 by the profiler's ladder (``--live-requests`` per rate, at most ``--live-points`` rates), and
-the predicted rate at each SLO checked by two open-loop runs of ``--live-check-requests``:
-at 0.85 and 1.15 times the prediction. The prediction is within 15% of where p95 crosses the
+the predicted rate at each SLO checked by two open-loop runs of ``--live-check-requests``
+(and at least ``--live-check-seconds``) at 0.85 and 1.15 times the prediction.
+``--workflow qa-real`` does the same on qa-real (real retrieval and MiniLM on this CPU, its
+encoder and reranker batching) for four of its configurations, at their own latencies. The prediction is within 15% of where p95 crosses the
 SLO when p95 is within the SLO at the first and over it at the second.
 
 The script always exits 0.
@@ -74,6 +76,15 @@ LABELS = {
 }
 # Elastico on the measured thresholds with the burst memory (--burst-memory).
 MEMORY = "+memory"
+# qa-real's configurations measured live, fastest to most accurate (README of qa-real): no
+# neural network; a MiniLM reader; the reranker (batching) before it; hybrid retrieval.
+QA_REAL_FRONT: tuple[dict[str, object], ...] = (
+    {"reader": "lexical", "rerank": "none", "retriever": "bm25", "top_k": 1},
+    {"reader": "minilm", "rerank": "none", "retriever": "bm25", "top_k": 1},
+    {"reader": "minilm", "rerank": "minilm", "retriever": "bm25", "top_k": 1},
+    {"reader": "minilm", "rerank": "none", "retriever": "hybrid", "top_k": 3},
+)
+QA_REAL_QUESTIONS = 149
 CAPACITY_TOLERANCE = 0.15
 COMPLIANCE_TOLERANCE = 1.0
 GAP_SHARE = 0.30
@@ -221,17 +232,37 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
     from compass.dataplane.triton import OVERRIDE_PARAMETER, TritonRouter
     from compass.domain.profiles import parse_profile
     from compass.domain.space import config_key
+    from compass.lab.local_triton import LocalTriton, assemble_repository
     from compass.lab.scenarios import PAPER_FRONT, QUESTIONS, rag_sim_triton
 
-    scale = args.time_scale
     rng = np.random.default_rng(args.check_seed)
     luck = rng.uniform(0, 1, 1_000_000)
+    workdir = Path(tempfile.mkdtemp(prefix="compass-capacity-"))
+    if args.workflow == "qa-real":
+        # Real computation: latencies are what they are (no time scale).
+        scale = 1.0
+        configs: Sequence[dict[str, object]] = QA_REAL_FRONT
 
-    def payload(index: int) -> dict[str, object]:
-        return {"sample": index % QUESTIONS, "quantile": float(luck[index % len(luck)])}
+        def payload(index: int) -> dict[str, object]:
+            return {"sample": index % QA_REAL_QUESTIONS}
+
+        repository = assemble_repository(
+            "qa-real", workdir / "models", instances={"router": servers}
+        )
+        server = LocalTriton(repository=repository)
+    else:
+        scale = args.time_scale
+        configs = PAPER_FRONT
+
+        def payload(index: int) -> dict[str, object]:
+            return {"sample": index % QUESTIONS, "quantile": float(luck[index % len(luck)])}
+
+        server = rag_sim_triton(workdir, scale, router_instances=servers)
 
     def p95_at(router: TritonRouter, config: dict[str, object], rate: float) -> float:
-        gaps = rng.exponential(1 / rate, args.live_check_requests)
+        # Long enough for a queue to show: near saturation it grows slowly.
+        requests = max(args.live_check_requests, int(rate * args.live_check_seconds))
+        gaps = rng.exponential(1 / rate, requests)
         records = run_load(
             router.url,
             (np.cumsum(gaps) - gaps[0]).tolist(),
@@ -244,19 +275,20 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
         return float(np.percentile(latencies[len(latencies) // 5 :], PERCENTILE))
 
     lines = [
-        f"live: rag-sim on tritonserver (CPU), router of {servers} instance(s), time scale "
-        f"{scale:g}; rates and latencies at the paper's scale"
+        f"live: {args.workflow} on tritonserver (CPU), router of {servers} instance(s), time "
+        f"scale {scale:g}; rates and latencies at the workflow's own scale"
     ]
     lines.append(
         f"  {'SLO':>5} {'configuration':<34} {'curve':>7} {'erlang-c':>8} {'m/g/1':>6}"
         f" {'p95@0.85x':>9} {'p95@1.15x':>9}  within 15%"
     )
     passed = checked = 0
-    workdir = Path(tempfile.mkdtemp(prefix="compass-capacity-"))
-    server = rag_sim_triton(workdir, scale, router_instances=servers).start(workdir)
-    router = TritonRouter(server.grpc_url)
+    server.start(workdir)
+    router = TritonRouter(server.grpc_url, timeout_s=120.0)
     try:
-        for config in PAPER_FRONT:
+        # qa-real's dense retriever embeds the corpus on its first request.
+        router.infer(payload(0), config=configs[-1])
+        for config in configs:
             entry = profile_configuration(router, config, ProfileSettings(5, 60), payload)
             started = time.monotonic()
             curve = measure_curve(
@@ -265,7 +297,9 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
                 entry["latency_mean_ms"],
                 servers,
                 payload,
-                CurveSettings(args.live_requests, args.live_points),
+                CurveSettings(
+                    args.live_requests, args.live_points, seconds_per_rate=args.live_seconds
+                ),
                 progress=lambda point: print(
                     f"    {point.offered_qps:7.2f}/s -> {point.throughput_qps:7.2f}/s, "
                     f"p95 {point.latency_at(95):7.1f} ms",
@@ -334,10 +368,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="write the serving cells here")
     parser.add_argument("--live", action="store_true", help="on real Triton servers instead")
+    parser.add_argument(
+        "--workflow", choices=("rag-sim", "qa-real"), default="rag-sim", help="live: which one"
+    )
     parser.add_argument("--time-scale", type=float, default=0.2, help="live: latencies x this")
     parser.add_argument("--live-requests", type=int, default=200, help="live: per curve rate")
     parser.add_argument("--live-points", type=int, default=10, help="live: rates per curve")
+    parser.add_argument(
+        "--live-seconds", type=float, default=10.0, help="live: at least, per curve rate"
+    )
     parser.add_argument("--live-check-requests", type=int, default=400, help="live: per check")
+    parser.add_argument(
+        "--live-check-seconds", type=float, default=20.0, help="live: at least, per check"
+    )
     args = parser.parse_args(argv)
     servers = [int(s) for s in args.servers.split(",")]
     slos = [float(s) for s in args.slos.split(",")]

@@ -114,7 +114,7 @@ def test_the_curve_of_four_instances_saturates_beyond_one_server(
             profile["latency_mean_ms"],
             SERVERS,
             lambda i: {"sample": i % 100},
-            CurveSettings(requests_per_rate=80, max_points=10),
+            CurveSettings(requests_per_rate=80, max_points=10, seconds_per_rate=0),
             progress=seen.append,
         )
         active = router.active_config()

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import importlib.util
 import statistics
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import yaml
+from tritonclient.utils import InferenceServerException
 
 from compass.dataplane.triton import RouterReply, RoutingError, TritonRouter
 from compass.domain.space import Space, SpaceSpec, config_key
@@ -206,3 +210,80 @@ def test_switch_moves_production_traffic_to_a_real_configuration(
     assert reply.config == config_key(ACCURATE)
     assert reply.result["read"][0] == "p004"
     assert len(reply.result["read"]) == 3
+
+
+def _strings_input(name: str, values: list[str]) -> grpcclient.InferInput:
+    """A [1, n] string input: one request of a batching model."""
+    array = np.array([[v.encode() for v in values]], dtype=np.object_)
+    tensor = grpcclient.InferInput(name, list(array.shape), "BYTES")
+    tensor.set_data_from_numpy(array)
+    return tensor
+
+
+def _concurrently(
+    client: grpcclient.InferenceServerClient, model: str, requests: list[Any]
+) -> list[Any]:
+    """Send every request at once; the results in request order."""
+    done = threading.Semaphore(0)
+    results: list[Any] = [None] * len(requests)
+
+    def callback(index: int) -> Callable[[Any, Any], None]:
+        def record(result: Any, error: Any) -> None:
+            results[index] = error if error is not None else result
+            done.release()
+
+        return record
+
+    for index, inputs in enumerate(requests):
+        client.async_infer(model, inputs, callback(index))
+    for _ in requests:
+        assert done.acquire(timeout=120)
+    for result in results:
+        assert not isinstance(result, InferenceServerException), result
+    return results
+
+
+def _counts(client: grpcclient.InferenceServerClient, model: str) -> tuple[int, int]:
+    stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+
+
+def test_the_encoder_and_reranker_batch_what_waits_and_answer_each_request_alone(
+    qa_triton: LocalTriton,
+) -> None:
+    """Requests sent at once are served in fewer executions than requests (dynamic batching),
+    and each gets exactly what it would get alone: the ragged batch is split back right."""
+    client = grpcclient.InferenceServerClient(qa_triton.grpc_url)
+    try:
+        texts = [[f"sentence {i} of request {r}" for i in range(1 + 3 * r)] for r in range(8)]
+        alone = [
+            client.infer("encoder", [_strings_input("TEXT", t)]).as_numpy("EMBEDDING")
+            for t in texts
+        ]
+        before = _counts(client, "encoder")
+        together = _concurrently(client, "encoder", [[_strings_input("TEXT", t)] for t in texts])
+        inferences, executions = np.subtract(_counts(client, "encoder"), before)
+        assert inferences == len(texts)
+        assert executions < inferences
+        for single, batched, t in zip(alone, together, texts, strict=True):
+            assert batched.as_numpy("EMBEDDING").shape == (1, len(t), 384)
+            np.testing.assert_allclose(batched.as_numpy("EMBEDDING"), single, atol=1e-5)
+
+        common = _pipeline().common
+        ids = [p["id"] for p in common.load_data(str(_workflow() / "models"))["passages"]]
+        queries = [
+            [
+                _strings_input("QUESTION", [f"question {q}"]),
+                _strings_input("IDS", ids[q : q + 2 + q]),
+            ]
+            for q in range(8)
+        ]
+        alone = [client.infer("reranker", query).as_numpy("IDS") for query in queries]
+        before = _counts(client, "reranker")
+        together = _concurrently(client, "reranker", queries)
+        inferences, executions = np.subtract(_counts(client, "reranker"), before)
+        assert inferences == len(queries)
+        assert executions < inferences
+        assert [r.as_numpy("IDS").tolist() for r in together] == [a.tolist() for a in alone]
+    finally:
+        client.close()

@@ -233,7 +233,8 @@ def triton_encoder(model="encoder"):
     import triton_python_backend_utils as pb_utils
 
     def encode(texts):
-        text = np.array([t.encode("utf-8") for t in texts], dtype=np.object_)
+        # One request of [1, n] texts: the encoder batches requests (ragged).
+        text = np.array([[t.encode("utf-8") for t in texts]], dtype=np.object_)
         request = pb_utils.InferenceRequest(
             model_name=model,
             requested_output_names=["EMBEDDING"],
@@ -295,17 +296,30 @@ class Reranker:
 
     def rerank(self, question, ids):
         """The ids, best first, and their scores."""
-        if not ids:
-            return [], np.zeros(0, dtype=np.float32)
-        split = [sentences(self.by_id[i]["text"]) for i in ids]
-        vectors = self.encode([question, *(s for group in split for s in group)])
-        similarity = vectors[1:] @ vectors[0]
-        best, start = [], 0
-        for group in split:
-            best.append(float(similarity[start : start + len(group)].max()))
-            start += len(group)
-        order = top(np.asarray(best), len(ids))
-        return [ids[i] for i in order], np.asarray(best, dtype=np.float32)[order]
+        return self.rerank_many([(question, ids)])[0]
+
+    def rerank_many(self, queries):
+        """``rerank`` for each (question, ids), every text embedded in one encoder call."""
+        texts, layouts = [], []
+        for question, ids in queries:
+            split = [sentences(self.by_id[i]["text"]) for i in ids]
+            layouts.append((len(texts), split))
+            texts += [question, *(s for group in split for s in group)] if ids else []
+        vectors = self.encode(texts) if texts else np.zeros((0, EMBEDDING_SIZE), np.float32)
+        results = []
+        for (question, ids), (first, split) in zip(queries, layouts):
+            if not ids:
+                results.append(([], np.zeros(0, dtype=np.float32)))
+                continue
+            size = sum(len(group) for group in split)
+            similarity = vectors[first + 1 : first + 1 + size] @ vectors[first]
+            best, start = [], 0
+            for group in split:
+                best.append(float(similarity[start : start + len(group)].max()))
+                start += len(group)
+            order = top(np.asarray(best), len(ids))
+            results.append(([ids[i] for i in order], np.asarray(best, dtype=np.float32)[order]))
+        return results
 
 
 class Reader:
@@ -356,13 +370,14 @@ def strings(request, name):
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
 
 
-def ranked_tensors(ids, scores):
-    """The IDS and SCORES outputs of a retriever or reranker."""
+def ranked_tensors(ids, scores, batched=False):
+    """The IDS and SCORES outputs of a retriever or reranker ([1, k] for a batching model)."""
     import triton_python_backend_utils as pb_utils
 
+    shape = (1, -1) if batched else (-1,)
     return [
-        pb_utils.Tensor("IDS", np.array([i.encode() for i in ids], np.object_)),
-        pb_utils.Tensor("SCORES", np.asarray(scores, dtype=np.float32)),
+        pb_utils.Tensor("IDS", np.array([i.encode() for i in ids], np.object_).reshape(shape)),
+        pb_utils.Tensor("SCORES", np.asarray(scores, dtype=np.float32).reshape(shape)),
     ]
 
 
@@ -371,6 +386,34 @@ def integer(request, name):
     import triton_python_backend_utils as pb_utils
 
     return int(pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0])
+
+
+def respond_batch(requests, parse, answer_all):
+    """One response per request from ``answer_all(parsed) -> [output tensors]``, all the
+    requests that ``parse`` accepts answered together (a dynamic batch).
+
+    A request that cannot be parsed fails alone; if the batch's work fails, each of its requests
+    gets the error.
+    """
+    import triton_python_backend_utils as pb_utils
+
+    responses = [None] * len(requests)
+    parsed = []
+    for index, request in enumerate(requests):
+        try:
+            parsed.append((index, parse(request)))
+        except Exception as error:
+            responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error)))
+    try:
+        outputs = answer_all([item for _, item in parsed]) if parsed else []
+    except Exception as error:
+        outputs = [pb_utils.TritonError(str(error))] * len(parsed)
+    for (index, _), output in zip(parsed, outputs):
+        if isinstance(output, pb_utils.TritonError):
+            responses[index] = pb_utils.InferenceResponse(error=output)
+        else:
+            responses[index] = pb_utils.InferenceResponse(output)
+    return responses
 
 
 def respond_each(requests, answer):

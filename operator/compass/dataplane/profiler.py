@@ -141,11 +141,14 @@ def profile_configurations(
 
 @dataclass(frozen=True)
 class CurveSettings:
-    """The cost of one capacity curve: requests per offered rate, at most ``max_points`` rates."""
+    """The cost of one capacity curve: requests per offered rate (and at least
+    ``seconds_per_rate`` of them: at a fast configuration's high rates a few hundred requests
+    pass before an overload's queue can show), at most ``max_points`` rates."""
 
     requests_per_rate: int = 300
     max_points: int = MAX_CURVE_POINTS
     seed: int = 0
+    seconds_per_rate: float = 10.0
 
 
 def measure_curve(
@@ -168,7 +171,8 @@ def measure_curve(
     rng = np.random.default_rng(settings.seed)
     points: list[CurvePoint] = []
     while (rate := next_rate(points, mean_ms, settings.max_points)) is not None:
-        gaps = rng.exponential(1 / rate, settings.requests_per_rate)
+        requests = max(settings.requests_per_rate, int(rate * settings.seconds_per_rate))
+        gaps = rng.exponential(1 / rate, requests)
         arrivals = np.cumsum(gaps) - gaps[0]
         records = run_load(
             router.url,

@@ -18,7 +18,18 @@ class TritonPythonModel(qa_common.Component):
         self.encode = qa_common.load_encoder(self.parameters.get("threads", "1"))
         self.encode(["warm-up"])
 
-    def answer(self, request):
-        """Embed the request's texts."""
-        vectors = self.encode(qa_common.strings(request, "TEXT"))
-        return [pb_utils.Tensor("EMBEDDING", vectors)]
+    def execute(self, requests):
+        """Embed the texts of every request of the batch in one forward pass."""
+        return qa_common.respond_batch(
+            requests, lambda request: qa_common.strings(request, "TEXT"), self.embed
+        )
+
+    def embed(self, batches):
+        """[1, n, 384] embeddings per list of texts, from one call of the model."""
+        vectors = self.encode([text for texts in batches for text in texts])
+        outputs, start = [], 0
+        for texts in batches:
+            rows = vectors[start : start + len(texts)].reshape(1, len(texts), -1)
+            outputs.append([pb_utils.Tensor("EMBEDDING", rows)])
+            start += len(texts)
+        return outputs

@@ -18,8 +18,14 @@ class TritonPythonModel(qa_common.Component):
             qa_common.load_data(self.root), qa_common.triton_encoder()
         )
 
-    def answer(self, request):
-        """Rerank the request's candidates."""
+    def execute(self, requests):
+        """Rerank the candidates of every request of the batch, with one encoder call."""
         strings = qa_common.strings
-        ranked = self.reranker.rerank(strings(request, "QUESTION")[0], strings(request, "IDS"))
-        return qa_common.ranked_tensors(*ranked)
+        return qa_common.respond_batch(
+            requests,
+            lambda request: (strings(request, "QUESTION")[0], strings(request, "IDS")),
+            lambda queries: [
+                qa_common.ranked_tensors(*ranked, batched=True)
+                for ranked in self.reranker.rerank_many(queries)
+            ],
+        )

@@ -90,7 +90,9 @@ def run(request, config, call):
 
     if rerank:
         started = time.perf_counter()
-        reply = call("reranker", {"QUESTION": _text(question), "IDS": _text_list(ids)}, ["IDS"])
+        # The reranker batches: one request is [1, ...] (a batch of one).
+        inputs = {"QUESTION": _text(question).reshape(1, 1), "IDS": _text_list(ids).reshape(1, -1)}
+        reply = call("reranker", inputs, ["IDS"])
         ids = _strings(reply["IDS"])
         stages["rerank"] = time.perf_counter() - started
     ids = ids[:top_k]
