@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from compass.domain.elastico import Elastico, ElasticoSettings
+from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, Slo, ThresholdModel, pareto_front, plan_thresholds
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import (
@@ -78,7 +79,7 @@ LABELS = {
 MEMORY = "+memory"
 # qa-real's configurations measured live, fastest to most accurate (README of qa-real): no
 # neural network; a MiniLM reader; the reranker (batching) before it; hybrid retrieval.
-QA_REAL_FRONT: tuple[dict[str, object], ...] = (
+QA_REAL_FRONT: tuple[Config, ...] = (
     {"reader": "lexical", "rerank": "none", "retriever": "bm25", "top_k": 1},
     {"reader": "minilm", "rerank": "none", "retriever": "bm25", "top_k": 1},
     {"reader": "minilm", "rerank": "minilm", "retriever": "bm25", "top_k": 1},
@@ -241,7 +242,7 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
     if args.workflow == "qa-real":
         # Real computation: latencies are what they are (no time scale).
         scale = 1.0
-        configs: Sequence[dict[str, object]] = QA_REAL_FRONT
+        configs: Sequence[Config] = QA_REAL_FRONT
 
         def payload(index: int) -> dict[str, object]:
             return {"sample": index % QA_REAL_QUESTIONS}
@@ -259,7 +260,7 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
 
         server = rag_sim_triton(workdir, scale, router_instances=servers)
 
-    def p95_at(router: TritonRouter, config: dict[str, object], rate: float) -> float:
+    def p95_at(router: TritonRouter, config: Config, rate: float) -> float:
         # Long enough for a queue to show: near saturation it grows slowly.
         requests = max(args.live_check_requests, int(rate * args.live_check_seconds))
         gaps = rng.exponential(1 / rate, requests)
@@ -422,16 +423,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         misses: dict[str, list[str]] = {label: [] for label in policies}
         for slo in slos:
             for pattern in patterns:
-                cell = {
-                    label: np.mean(np.asarray(values), axis=0)
+                means = {
+                    label: (
+                        float(np.mean([v[0] for v in values])),
+                        float(np.mean([v[1] for v in values])),
+                    )
                     for label, values in cells[(c, slo, pattern)].items()
                 }
-                fast_c, fast_a = cell["fastest"]
-                gap = cell["accurate"][1] - fast_a
+                fast_c, fast_a = means["fastest"]
+                gap = means["accurate"][1] - fast_a
                 parts = []
                 row: dict[str, object] = {"servers": c, "slo_ms": slo, "pattern": pattern}
                 for label in labels:
-                    compliance, accuracy = cell[label]
+                    compliance, accuracy = means[label]
                     share = (accuracy - fast_a) / gap if gap > 0 else 0.0
                     row[label] = {"compliance_pct": compliance, "accuracy": accuracy}
                     if label in shares:
