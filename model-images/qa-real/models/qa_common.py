@@ -307,7 +307,7 @@ class Reranker:
             texts += [question, *(s for group in split for s in group)] if ids else []
         vectors = self.encode(texts) if texts else np.zeros((0, EMBEDDING_SIZE), np.float32)
         results = []
-        for (question, ids), (first, split) in zip(queries, layouts):
+        for (_, ids), (first, split) in zip(queries, layouts, strict=True):
             if not ids:
                 results.append(([], np.zeros(0, dtype=np.float32)))
                 continue
@@ -408,7 +408,7 @@ def respond_batch(requests, parse, answer_all):
         outputs = answer_all([item for _, item in parsed]) if parsed else []
     except Exception as error:
         outputs = [pb_utils.TritonError(str(error))] * len(parsed)
-    for (index, _), output in zip(parsed, outputs):
+    for (index, _), output in zip(parsed, outputs, strict=True):
         if isinstance(output, pb_utils.TritonError):
             responses[index] = pb_utils.InferenceResponse(error=output)
         else:
