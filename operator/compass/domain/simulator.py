@@ -311,6 +311,13 @@ class _Pod:
         self.starts, self.finishes, self.configs = record
         self.started = 0
         self._free = [0.0] * model.servers
+        # A staged pod's network of queues (empty without stages).
+        self._idle_servers = model.servers
+        self._waiting: list[deque[int]] = [deque() for _ in model.stages]
+        self._busy = [False] * len(model.stages)
+        # (time, order, stage, batch): a stage finishing a batch.
+        self._events: list[tuple[float, int, int, tuple[int, ...]]] = []
+        self._order = 0
 
     def _start(self, request: int, begin: float) -> int:
         """Record a request's start on the configuration in force then; returns that config."""
@@ -338,23 +345,6 @@ class _Pod:
 
 class _StagedPod(_Pod):
     """A pod whose requests pass through stages of one batching instance each."""
-
-    def __init__(
-        self,
-        model: PodModel,
-        requests: IntArray,
-        arrivals: FloatArray,
-        service_s: FloatArray,
-        choose: Callable[[float], int],
-        record: tuple[FloatArray, FloatArray, IntArray],
-    ) -> None:
-        super().__init__(model, requests, arrivals, service_s, choose, record)
-        self._idle_servers = model.servers
-        self._waiting: list[deque[int]] = [deque() for _ in model.stages]
-        self._busy = [False] * len(model.stages)
-        # (time, order, stage, batch): a stage finishing a batch.
-        self._events: list[tuple[float, int, int, tuple[int, ...]]] = []
-        self._order = 0
 
     def _serve(self, stage: int, now: float) -> None:
         """Start the stage's next batch if it is free and requests wait for it."""
@@ -411,19 +401,6 @@ class _StagedPod(_Pod):
     def drain(self) -> None:
         """Finish every request that has started; start no more."""
         self.advance(math.inf, admit=False)
-
-
-def _pod(
-    model: PodModel,
-    requests: IntArray,
-    arrivals: FloatArray,
-    service_s: FloatArray,
-    choose: Callable[[float], int],
-    record: tuple[FloatArray, FloatArray, IntArray],
-) -> _Pod:
-    """The pod that serves ``requests`` as the model says."""
-    kind = _StagedPod if model.stages else _Pod
-    return kind(model, requests, arrivals, service_s, choose, record)
 
 
 class Controller(Protocol):
@@ -605,7 +582,7 @@ def simulate(
         return current[1].pick()
 
     servers = [
-        _pod(
+        (_StagedPod if pod_model.stages else _Pod)(
             pod_model,
             queue,
             arrivals,
