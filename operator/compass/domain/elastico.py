@@ -47,6 +47,7 @@ fast one a little longer only costs some accuracy.
 
 from __future__ import annotations
 
+import functools
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
@@ -247,16 +248,27 @@ def steady_window(
     return best
 
 
+def _leave_rate(samples: Sequence[tuple[float, float]], now: float, pods: int) -> float | None:
+    """The highest per-pod rate the arrivals up to ``now`` show with LEAVE_CONFIDENCE, if known."""
+    bounds = [
+        rate_lower_bound(count * pods, seconds, LEAVE_CONFIDENCE) / pods
+        for window in LEAVE_WINDOWS_S
+        if (measured := _arrivals_in(samples, now, window)) is not None
+        for count, seconds in [measured]
+    ]
+    return max(bounds) if bounds else None
+
+
 def _arrivals_in(
     samples: Sequence[tuple[float, float]], now: float, window_s: float
 ) -> tuple[float, float] | None:
     """(arrivals, seconds) over the last ``window_s``, from the latest sample at or before its
     start; None when the samples do not reach back that far."""
-    start = now - window_s
-    before = [(t, total) for t, total in samples if t <= start + 1e-9]
-    if not before or not samples:
+    # Samples are in time order: a binary search, as every look reads several windows.
+    before = bisect_right(samples, now - window_s + 1e-9, key=lambda sample: sample[0])
+    if before == 0:
         return None
-    t0, total0 = before[-1]
+    t0, total0 = samples[before - 1]
     t1, total1 = samples[-1]
     return total1 - total0, t1 - t0
 
@@ -316,7 +328,8 @@ class Elastico:
             active == self.fastest and self._overloaded(rate)
         ):
             return self._faster(state, active, depth, rate, now)
-        peak = self._peak_rate(state, observation)
+        # Read only when an entry gets as far as the burst memory (a look's worth of bounds).
+        peak = functools.cache(lambda: self._peak_rate(state, observation))
         return self._maybe_more_accurate(state, active, depth, rate, window_rate, peak, now)
 
     # ------------------------------------------------------------------ evidence
@@ -356,19 +369,9 @@ class Elastico:
             enter = rate_upper_bound(count, seconds, ENTER_CONFIDENCE) / pods
             return leave, lambda _window: enter
         return (
-            self._leave_rate(state, observation.time, pods),
+            _leave_rate(state.arrivals, observation.time, pods),
             lambda window: self._enter_rate(state, observation.time, window, pods),
         )
-
-    def _leave_rate(self, state: PolicyState, now: float, pods: int) -> float | None:
-        """The highest per-pod rate the recent arrivals show with LEAVE_CONFIDENCE, if known."""
-        bounds = [
-            rate_lower_bound(count * pods, seconds, LEAVE_CONFIDENCE) / pods
-            for window in LEAVE_WINDOWS_S
-            if (measured := _arrivals_in(state.arrivals, now, window)) is not None
-            for count, seconds in [measured]
-        ]
-        return max(bounds) if bounds else None
 
     def _enter_rate(
         self, state: PolicyState, now: float, window_s: float, pods: int
@@ -391,20 +394,12 @@ class Elastico:
             return 0.0
         pods = max(observation.pods, 1)
         samples = state.arrivals
-        times = [t for t, _ in samples]
-        peak = 0.0
-        for end, (t1, total1) in enumerate(samples):
-            if t1 < observation.time - memory:
-                continue
-            for window in LEAVE_WINDOWS_S:
-                # The latest sample at or before the window's start (as _arrivals_in finds it).
-                start = bisect_right(times, t1 - window + 1e-9, hi=end) - 1
-                if start < 0:
-                    continue
-                t0, total0 = samples[start]
-                bound = rate_lower_bound((total1 - total0) * pods, t1 - t0, LEAVE_CONFIDENCE)
-                peak = max(peak, bound / pods)
-        return peak
+        rates = [
+            _leave_rate(samples[: end + 1], time, pods)
+            for end, (time, _) in enumerate(samples)
+            if time >= observation.time - memory
+        ]
+        return max((rate for rate in rates if rate is not None), default=0.0)
 
     def _overloaded(self, rate: float | None) -> bool:
         """Whether the arrivals are over even the fastest configuration's rate limit."""
@@ -469,7 +464,7 @@ class Elastico:
         depth: float,
         rate: float | None,
         window_rate: Callable[[float], float | None],
-        peak: float,
+        peak: Callable[[], float],
         now: float,
     ) -> tuple[Decision, PolicyState]:
         above = [i for i in self.plan.eligible if i > active]
@@ -509,7 +504,7 @@ class Elastico:
             # Nor while a burst it could not have stayed through is remembered: bursts that
             # come back would catch it, and the queue one builds before the next look outlasts
             # the switch.
-            if threshold.stay_max_qps is not None and peak > threshold.stay_max_qps:
+            if threshold.stay_max_qps is not None and peak() > threshold.stay_max_qps:
                 break
             target = index
         if target is None:
