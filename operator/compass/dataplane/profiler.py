@@ -15,8 +15,8 @@ from compass.domain.capacity import (
     CapacityCurve,
     CapacityError,
     CurvePoint,
+    climb_ladder,
     measure_point,
-    next_rate,
 )
 from compass.domain.evaluation import Config
 from compass.domain.profiles import clearly_dominated
@@ -169,8 +169,8 @@ def measure_curve(
     missing its slowest replies would read fast.
     """
     rng = np.random.default_rng(settings.seed)
-    points: list[CurvePoint] = []
-    while (rate := next_rate(points, mean_ms, settings.max_points)) is not None:
+
+    def measure(rate: float) -> CurvePoint:
         requests = max(settings.requests_per_rate, int(rate * settings.seconds_per_rate))
         gaps = rng.exponential(1 / rate, requests)
         arrivals = np.cumsum(gaps) - gaps[0]
@@ -193,8 +193,6 @@ def measure_curve(
         sent = np.array([r.sent_s for r in records])
         order = np.argsort(sent)
         finished = sent + np.array([r.latency_s for r in records])
-        point = measure_point(rate, sent[order], finished[order])
-        points.append(point)
-        if progress is not None:
-            progress(point)
-    return CapacityCurve(servers, tuple(sorted(points, key=lambda p: p.offered_qps)))
+        return measure_point(rate, sent[order], finished[order])
+
+    return climb_ladder(mean_ms, servers, measure, settings.max_points, progress)

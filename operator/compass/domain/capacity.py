@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,6 +251,24 @@ def next_rate(
     if steepest is None or steepest[0] <= LADDER_FINEST:
         return None
     return (steepest[1] + steepest[2]) / 2
+
+
+def climb_ladder(
+    mean_ms: float,
+    servers: int,
+    measure: Callable[[float], CurvePoint],
+    max_points: int = MAX_CURVE_POINTS,
+    progress: Callable[[CurvePoint], None] | None = None,
+) -> CapacityCurve:
+    """The curve of the rates ``next_rate`` offers, each point from ``measure(rate)`` (a real
+    server's open-loop run, or the simulator's); ``progress`` sees each point as it comes."""
+    points: list[CurvePoint] = []
+    while (rate := next_rate(points, mean_ms, max_points)) is not None:
+        point = measure(rate)
+        points.append(point)
+        if progress is not None:
+            progress(point)
+    return CapacityCurve(servers, tuple(sorted(points, key=lambda p: p.offered_qps)))
 
 
 def _steepness(low: CurvePoint, high: CurvePoint) -> float:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -41,7 +42,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from compass.domain.capacity import CapacityCurve, CurvePoint, measure_point, next_rate
+from compass.domain.capacity import CapacityCurve, CurvePoint, climb_ladder, measure_point
 from compass.domain.elastico import Action, Decision, Observation, PolicyState
 from compass.domain.mix import Mix, SmoothWeighting, mix_weighting
 from compass.domain.profiles import LatencyProfile
@@ -722,12 +723,14 @@ def measure_capacity(
     Each rate offers ``requests`` Poisson arrivals to one pod serving ``profile`` alone: the
     simulator plays the hardware, so plans made from the curve can be checked against it.
     """
-    points: list[CurvePoint] = []
-    while (rate := next_rate(points, profile.mean_ms)) is not None:
+    rates_done = itertools.count()
+
+    def measure(rate: float) -> CurvePoint:
         pattern = make_pattern(PatternKind.CONSTANT, rate, requests / rate)
-        scenario = make_scenario(pattern, seed * 1009 + len(points))
+        scenario = make_scenario(pattern, seed * 1009 + next(rates_done))
         report = simulate(
             StaticController(profile.name, 0), [profile], scenario, math.inf, pod_model=pod_model
         )
-        points.append(measure_point(rate, report.arrivals_s, report.finishes_s))
-    return CapacityCurve(pod_model.servers, tuple(sorted(points, key=lambda p: p.offered_qps)))
+        return measure_point(rate, report.arrivals_s, report.finishes_s)
+
+    return climb_ladder(profile.mean_ms, pod_model.servers, measure)
