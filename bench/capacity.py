@@ -223,16 +223,16 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
     """On a real tritonserver: curves measured, predictions checked at 0.85x and 1.15x."""
     import tempfile
 
-    from compass.dataplane.load import run_load
     from compass.dataplane.profiler import (
         CurveSettings,
         ProfileSettings,
         measure_curve,
+        measure_rate,
         profile_configuration,
     )
-    from compass.dataplane.triton import OVERRIDE_PARAMETER, TritonRouter
+    from compass.dataplane.triton import TritonRouter
+    from compass.domain.capacity import CapacityError
     from compass.domain.profiles import parse_profile
-    from compass.domain.space import config_key
     from compass.lab.local_triton import LocalTriton, assemble_repository
     from compass.lab.scenarios import PAPER_FRONT, QUESTIONS, rag_sim_triton
 
@@ -263,17 +263,11 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
     def p95_at(router: TritonRouter, config: Config, rate: float) -> float:
         # Long enough for a queue to show: near saturation it grows slowly.
         requests = max(args.live_check_requests, int(rate * args.live_check_seconds))
-        gaps = rng.exponential(1 / rate, requests)
-        records = run_load(
-            router.url,
-            (np.cumsum(gaps) - gaps[0]).tolist(),
-            payload,
-            parameters={OVERRIDE_PARAMETER: config_key(config)},
-        )
-        latencies = [r.latency_s * 1000 for r in records if r.error is None]
-        if len(latencies) < len(records):
+        try:
+            point = measure_rate(router, config, rate, requests, payload, rng)
+        except CapacityError:
             return math.inf
-        return float(np.percentile(latencies[len(latencies) // 5 :], PERCENTILE))
+        return point.latency_at(PERCENTILE)
 
     lines = [
         f"live: {args.workflow} on tritonserver (CPU), router of {servers} instance(s), time "

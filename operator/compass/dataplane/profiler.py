@@ -172,27 +172,40 @@ def measure_curve(
 
     def measure(rate: float) -> CurvePoint:
         requests = max(settings.requests_per_rate, int(rate * settings.seconds_per_rate))
-        gaps = rng.exponential(1 / rate, requests)
-        arrivals = np.cumsum(gaps) - gaps[0]
-        records = run_load(
-            router.url,
-            arrivals.tolist(),
-            lambda index: dict(payload(index)),
-            model=router.model,
-            parameters={OVERRIDE_PARAMETER: config_key(config)},
-        )
-        failed = [r.error for r in records if r.error is not None]
-        if failed or len(records) < len(arrivals):
-            reason = failed[0] if failed else "replies missing"
-            raise CapacityError(
-                "capacity",
-                f"{len(failed) or len(arrivals) - len(records)} request(s) failed at "
-                f"{rate:.2f}/s: {reason}",
-                "check the server's log; profile with fewer requests per rate",
-            )
-        sent = np.array([r.sent_s for r in records])
-        order = np.argsort(sent)
-        finished = sent + np.array([r.latency_s for r in records])
-        return measure_point(rate, sent[order], finished[order])
+        return measure_rate(router, config, rate, requests, payload, rng)
 
     return climb_ladder(mean_ms, servers, measure, settings.max_points, progress)
+
+
+def measure_rate(
+    router: TritonRouter,
+    config: Config,
+    rate: float,
+    requests: int,
+    payload: Callable[[int], Mapping[str, Any]],
+    rng: np.random.Generator,
+) -> CurvePoint:
+    """One curve point: ``requests`` open-loop Poisson arrivals at ``rate``, each overriding
+    the configuration; a failed or missing reply raises CapacityError."""
+    gaps = rng.exponential(1 / rate, requests)
+    arrivals = np.cumsum(gaps) - gaps[0]
+    records = run_load(
+        router.url,
+        arrivals.tolist(),
+        lambda index: dict(payload(index)),
+        model=router.model,
+        parameters={OVERRIDE_PARAMETER: config_key(config)},
+    )
+    failed = [r.error for r in records if r.error is not None]
+    if failed or len(records) < len(arrivals):
+        reason = failed[0] if failed else "replies missing"
+        raise CapacityError(
+            "capacity",
+            f"{len(failed) or len(arrivals) - len(records)} request(s) failed at "
+            f"{rate:.2f}/s: {reason}",
+            "check the server's log; profile with fewer requests per rate",
+        )
+    sent = np.array([r.sent_s for r in records])
+    order = np.argsort(sent)
+    finished = sent + np.array([r.latency_s for r in records])
+    return measure_point(rate, sent[order], finished[order])
