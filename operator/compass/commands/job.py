@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -222,14 +222,18 @@ def run_profile(state_name: str, namespace: str) -> int:
     address = os.environ.get("COMPASS_TRITON_ADDRESS") or triton_address(workflow, spec)
     router = TritonRouter(address, model=spec.triton.router_model)
     size = spec.evaluation.dataset.size
+
+    def payload(index: int) -> dict[str, Any]:
+        return {"sample": index % size}
+
     document = profile_configurations(
         router,
         configs,
         ProfileSettings(spec.profiling.warmup_runs, spec.profiling.measured_runs),
-        lambda i: {"sample": i % size},
+        payload,
     )
     if spec.serving.threshold_model is ThresholdModel.MEASURED:
-        document = _with_curves(store, router, spec, document, lambda i: {"sample": i % size})
+        document = _with_curves(store, router, spec, document, payload)
     store.write({PROFILES_KEY: json.dumps(document)})
     print(f"profiled {len(configs)} configurations")
     return 0
@@ -240,7 +244,7 @@ def _with_curves(
     router: Any,
     spec: CompoundWorkflowSpec,
     document: dict[str, Any],
-    payload: Any,
+    payload: Callable[[int], dict[str, Any]],
 ) -> dict[str, Any]:
     """The profiles with a capacity curve on every member of the front (the others cannot be
     served by the policy, so their curves would buy nothing)."""
