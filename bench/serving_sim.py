@@ -13,7 +13,10 @@ seeds), the issue's floors as PASS/FAIL lines, the two threshold models side by 
 paper's own serving runs beside the simulator's. Then the strategies (Elastico and split)
 against the hindsight oracle (compass.domain.oracle: per window, the most accurate mix of the
 front that keeps the window's requests within the SLO as often as static fastest): each
-strategy's share of the oracle's accuracy gain beside its compliance, and that section's floors.
+strategy's share of the oracle's accuracy gain beside its compliance, and that section's floors;
+each strategy also runs with proactive admission (``+adm``, compass.domain.admission: a request
+predicted late at arrival is served on the fastest member, or dropped and counted as a miss;
+``--admission-quantile`` of its own service time), whose floor is static fastest's compliance.
 ``--json PATH`` writes every cell and policy as data. The script always exits 0.
 """
 
@@ -32,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from compass.domain.admission import Admission
 from compass.domain.elastico import Elastico
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
@@ -60,8 +64,16 @@ SPIKE_MARGIN = 70.0
 SPIKE_SLO = 1000.0
 MODELS = (ThresholdModel.TAIL, ThresholdModel.PAPER_MEAN)
 POLICY = {ThresholdModel.TAIL: "policy", ThresholdModel.PAPER_MEAN: "paper"}
-# The strategies measured against the hindsight oracle (issue 14), by their table label.
-STRATEGIES = {"elastico": "policy", "split": "split"}
+# The strategies measured against the hindsight oracle (issue 14), by their table label; "+adm":
+# the same strategy with proactive admission (compass.domain.admission).
+STRATEGIES = {
+    "elastico": "policy",
+    "split": "split",
+    "elastico+adm": "policy+adm",
+    "split+adm": "split+adm",
+}
+ADMITTED = {"policy+adm": "policy", "split+adm": "split"}
+DEFAULT_ADMISSION_QUANTILE = 0.5
 ORACLE_WINDOW_S = 5.0
 # Issue 14's floors: compliance within this of static fastest in every cell, and accuracy gain
 # shares of the oracle's gain, on average and in every cell.
@@ -94,10 +106,11 @@ class Job:
     seed: int
     pods: int = 1
     aggregate: QueueAggregate = QueueAggregate.MEAN
+    admission_quantile: float = DEFAULT_ADMISSION_QUANTILE
 
 
-# Per policy: (SLO compliance %, mean accuracy, switches, requests).
-Outcome = dict[str, tuple[float, float, int, int]]
+# Per policy: (SLO compliance %, mean accuracy, switches, requests, dropped %).
+Outcome = dict[str, tuple[float, float, int, int, float]]
 
 
 def run_job(job: Job) -> tuple[Job, Outcome]:
@@ -113,6 +126,9 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
     for model, plan in plans.items():
         controllers[POLICY[model]] = Elastico(plan)
     controllers["split"] = Split(plans[ThresholdModel.TAIL])
+    for label, plain in ADMITTED.items():
+        controllers[label] = controllers[plain]
+    admission = Admission(job.slo_ms, job.admission_quantile)
     outcome: Outcome = {}
     for label, controller in controllers.items():
         report = simulate(
@@ -123,15 +139,17 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             label,
             pods=job.pods,
             queue_aggregate=job.aggregate,
+            admission=admission if label in ADMITTED else None,
         )
         outcome[label] = (
             report.compliance,
             report.mean_accuracy,
             report.switches,
             report.requests,
+            report.dropped_pct,
         )
     oracle = hindsight_oracle(front, scenario, job.slo_ms, pods=job.pods, window_s=ORACLE_WINDOW_S)
-    outcome["oracle"] = (oracle.compliance, oracle.mean_accuracy, 0, oracle.requests)
+    outcome["oracle"] = (oracle.compliance, oracle.mean_accuracy, 0, oracle.requests, 0.0)
     return job, outcome
 
 
@@ -153,6 +171,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=[a.value for a in QueueAggregate],
         help="the pods' queues as the policy sees them",
     )
+    parser.add_argument(
+        "--admission-quantile",
+        type=float,
+        default=DEFAULT_ADMISSION_QUANTILE,
+        help="the +adm strategies drop a request whose wait plus this quantile of its service "
+        "time exceeds the SLO",
+    )
     args = parser.parse_args(argv)
     if args.pods < 1:
         parser.error("--pods must be >= 1")
@@ -160,6 +185,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--seeds and --jobs must be >= 1")
     if args.seed_offset < 0:
         parser.error("--seed-offset must be >= 0")
+    if not 0 < args.admission_quantile < 1:
+        parser.error("--admission-quantile must be in (0, 1), e.g. 0.5")
     return args
 
 
@@ -216,9 +243,12 @@ def oracle_section(means: Means) -> list[str]:
     """Each strategy against the hindsight oracle, per cell, and issue 14's floors."""
     lines = [
         f"\nstrategies against the hindsight oracle ({ORACLE_WINDOW_S:g} s windows): compliance % "
-        "/ share of the oracle's accuracy gain over static fastest",
+        "/ share of the oracle's accuracy gain over static fastest (+adm: and % dropped at "
+        "arrival, counted as misses)",
         f"{'SLO':>5} {'pattern':<8} {'fastest':>15} {'oracle':>15}"
-        + "".join(f"{name:>17}" for name in STRATEGIES),
+        + "".join(
+            f"{name:>{22 if label in ADMITTED else 17}}" for name, label in STRATEGIES.items()
+        ),
     ]
     wrong: list[str] = []
     for (slo, pattern), cell in means.items():
@@ -228,19 +258,23 @@ def oracle_section(means: Means) -> list[str]:
         )
         for name, label in STRATEGIES.items():
             row += f" {cell[label][0]:>9.1f}/{oracle_share(cell, label):>6.0%}"
+            if label in ADMITTED:
+                row += f" {cell[label][4]:>4.1f}"
             if cell[label][0] > cell["oracle"][0] and cell[label][1] > cell["oracle"][1]:
                 wrong.append(f"{slo:.0f} ms {pattern}: {name}")
         lines.append(row)
     lines.append(
         f"floors (compliance >= static fastest - {ORACLE_COMPLIANCE_TOLERANCE:g} in every cell, "
+        ">= static fastest with admission; "
         f">= {ORACLE_SHARE_MEAN:.0%} of the oracle's gain on average and >= "
         f"{ORACLE_SHARE_CELL:.0%} in every cell):"
     )
     for name, label in STRATEGIES.items():
+        tolerance = 0.0 if label in ADMITTED else ORACLE_COMPLIANCE_TOLERANCE
         short = [
             f"{slo:.0f} {pattern} ({cell[label][0] - cell['#0'][0]:+.1f})"
             for (slo, pattern), cell in means.items()
-            if cell[label][0] < cell["#0"][0] - ORACLE_COMPLIANCE_TOLERANCE
+            if cell[label][0] < cell["#0"][0] - tolerance
         ]
         under = [
             f"{slo:.0f} {pattern} ({oracle_share(cell, label):.0%})"
@@ -270,7 +304,13 @@ def oracle_section(means: Means) -> list[str]:
 
 def json_cells(means: Means) -> dict[str, list[dict[str, object]]]:
     """Every cell and policy as data (means over seeds), one row per policy."""
-    names = {"policy": "elastico", "paper": "elastico-paper-mean", "split": "split"}
+    names = {
+        "policy": "elastico",
+        "paper": "elastico-paper-mean",
+        "split": "split",
+        "policy+adm": "elastico+admission",
+        "split+adm": "split+admission",
+    }
 
     def figures(values: npt.NDArray[np.float64]) -> dict[str, float]:
         return {"compliance_pct": float(values[0]), "accuracy": float(values[1])}
@@ -282,7 +322,7 @@ def json_cells(means: Means) -> dict[str, list[dict[str, object]]]:
                 "pattern": pattern,
                 "policy": name,
                 **figures(cell[label]),
-                "dropped_pct": 0.0,
+                "dropped_pct": float(cell[label][4]),
                 "fastest": figures(cell["#0"]),
                 "accurate": figures(cell["#3"]),
                 "oracle_accuracy": float(cell["oracle"][1]),
@@ -322,7 +362,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tail model (default); paper: Elastico with the paper-mean thresholds\n"
     )
     jobs = [
-        Job(args.data, slo, pattern, seed, args.pods, QueueAggregate(args.aggregate))
+        Job(
+            args.data,
+            slo,
+            pattern,
+            seed,
+            args.pods,
+            QueueAggregate(args.aggregate),
+            args.admission_quantile,
+        )
         for slo in slos
         for pattern in patterns
         for seed in range(args.seed_offset, args.seed_offset + args.seeds)

@@ -97,19 +97,30 @@ def test_strategies_are_measured_against_the_oracle_and_written_as_json(
     assert run_bench([*argv, "--json", str(target)]) == 0
     out = capsys.readouterr().out
     section = out[out.index("strategies against the hindsight oracle") :]
-    for strategy in ("elastico", "split"):
+    for strategy in ("elastico", "split", "elastico+adm", "split+adm"):
         assert sum(f" {strategy}: " in line for line in section.splitlines()) == 3
     assert "THE ORACLE IS WRONG" not in section
     cells = json.loads(target.read_text(encoding="utf-8"))["cells"]
     assert {(c["pattern"], c["policy"]) for c in cells} == {
         (pattern, policy)
         for pattern in ("spike", "step")
-        for policy in ("elastico", "elastico-paper-mean", "split")
+        for policy in (
+            "elastico",
+            "elastico-paper-mean",
+            "split",
+            "elastico+admission",
+            "split+admission",
+        )
     }
     for cell in cells:
         assert cell["slo_ms"] == 750
         assert 0 <= cell["compliance_pct"] <= 100
-        assert cell["dropped_pct"] == 0.0
+        # Only admission drops; a dropped request is a miss.
+        admitting = cell["policy"].endswith("+admission")
+        assert cell["dropped_pct"] == 0 or admitting
+        if admitting and cell["pattern"] == "spike":
+            assert cell["dropped_pct"] > 0
+        assert cell["compliance_pct"] <= 100 - cell["dropped_pct"]
         # The oracle sits between static fastest and the most accurate on accuracy, and keeps
         # static fastest's compliance.
         assert cell["fastest"]["accuracy"] <= cell["oracle_accuracy"]

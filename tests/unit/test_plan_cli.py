@@ -167,6 +167,34 @@ def test_simulate_serves_several_pods_with_a_switch_delay(
     assert two["accurate"]["p95_ms"] < one["accurate"]["p95_ms"]
 
 
+def test_simulate_with_admission_drops_what_would_be_late_and_says_so(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--admission: the policy drops requests at arrival under a spike; the baselines drop none;
+    the timeline marks each dropped request and counts it as a miss."""
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]) == 0
+    capsys.readouterr()
+    argv = ["simulate", "--policy", "paretopolicy.yaml", "--pattern", "spike", "--seed", "4"]
+    load = ["--duration", "120", "--base-qps", "3"]
+    assert main([*argv, *load, "--admission"]) == 0
+    out = capsys.readouterr().out
+    assert "the policy with admission (q 0.5)" in out
+    timeline = json.loads((workdir / "compass-timeline.json").read_text())
+    summary = timeline["summary"]
+    assert summary["policy"]["dropped_pct"] > 0
+    assert all(summary[b]["dropped_pct"] == 0 for b in ("fastest", "middle", "accurate"))
+    dropped = [r for r in timeline["requests"] if r["dropped"]]
+    assert dropped
+    assert all(r["configuration"] is None for r in dropped)
+    within = sum(r["latency_ms"] <= 800 and not r["dropped"] for r in timeline["requests"])
+    requests = summary["policy"]["requests"]
+    assert summary["policy"]["slo_compliance_pct"] == pytest.approx(100 * within / requests)
+    assert main([*argv, *load]) == 0
+    plain = json.loads((workdir / "compass-timeline.json").read_text())["summary"]["policy"]
+    assert plain["dropped_pct"] == 0
+    assert summary["policy"]["slo_compliance_pct"] > plain["slo_compliance_pct"]
+
+
 def test_a_policy_of_several_router_instances_plans_and_simulates_them(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -327,6 +355,8 @@ def policy(workdir: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
         ({}, ["--pods", "0"], "--pods: 0 is not >= 1"),
         ({}, ["--pods", "1.5"], "--pods: 1.5 is not a whole number"),
         ({}, ["--switch-delay-ms", "-3"], "--switch-delay-ms: -3 is not >= 0"),
+        ({}, ["--admission", "--admission-quantile", "1"], "--admission-quantile: 1 is not < 1"),
+        ({}, ["--admission", "--admission-quantile", "0"], "--admission-quantile: 0 is not > 0"),
     ],
 )
 def test_simulate_bad_input_is_one_line_and_exit_2(

@@ -17,6 +17,7 @@ from compass.commands.common import (
     write_text,
 )
 from compass.console import fail, parse_number
+from compass.domain.admission import Admission
 from compass.domain.planner import PlanError
 from compass.domain.simulator import (
     POD_STAGES,
@@ -63,6 +64,19 @@ def register(commands: Any) -> None:
         help="how long a switch takes to reach every pod (default: the policy's switchDelayMs)",
     )
     simulate.add_argument(
+        "--admission",
+        action="store_true",
+        help="the policy refuses at arrival a request predicted late (its wait plus the "
+        "--admission-quantile of its service time over the SLO), serving it on the fastest "
+        "member first if that brings it in time; the baselines serve everything",
+    )
+    simulate.add_argument(
+        "--admission-quantile",
+        default="0.5",
+        help="with --admission: the quantile of a request's own service time it is judged on "
+        "(default 0.5)",
+    )
+    simulate.add_argument(
         "--timeline",
         default=DEFAULT_TIMELINE,
         metavar="TIMELINE.json",
@@ -77,7 +91,7 @@ def comparison_table(reports: Mapping[str, RunReport]) -> str:
     names = next(iter(reports.values())).names
     lines = [
         f"{'policy':<9} {'compliance':>10} {'accuracy':>9} {'p50 ms':>8} {'p95 ms':>8} "
-        f"{'p99 ms':>8} {'switches':>8}  time in each configuration (s, by #)"
+        f"{'p99 ms':>8} {'dropped':>8} {'switches':>8}  time in each configuration (s, by #)"
     ]
     for label, report in reports.items():
         shares = " ".join(
@@ -86,7 +100,8 @@ def comparison_table(reports: Mapping[str, RunReport]) -> str:
         lines.append(
             f"{label:<9} {report.compliance:>9.1f}% {report.mean_accuracy:>9.4f} "
             f"{report.latency_percentile(50):>8.0f} {report.latency_percentile(95):>8.0f} "
-            f"{report.latency_percentile(99):>8.0f} {report.switches:>8}  {shares}"
+            f"{report.latency_percentile(99):>8.0f} {report.dropped_pct:>7.1f}% "
+            f"{report.switches:>8}  {shares}"
         )
     legend = "  ".join(f"#{i} {name}" for i, name in enumerate(names))
     return "\n".join([*lines, f"configurations: {legend}"])
@@ -121,10 +136,17 @@ def timeline_document(
                 "arrival_s": round(float(a), 6),
                 "start_s": round(float(s), 6),
                 "latency_ms": round(float(latency), 3),
-                "configuration": names[int(c)],
+                # A request dropped at arrival was served by none.
+                "configuration": None if dropped else names[int(c)],
+                "dropped": bool(dropped),
             }
-            for a, s, latency, c in zip(
-                report.arrivals_s, report.starts_s, report.latencies_ms, report.configs, strict=True
+            for a, s, latency, c, dropped in zip(
+                report.arrivals_s,
+                report.starts_s,
+                report.latencies_ms,
+                report.configs,
+                report.dropped,
+                strict=True,
             )
         ],
     }
@@ -151,6 +173,13 @@ def simulate_command(args: argparse.Namespace) -> int:
     except PlanError as exc:
         raise plan_error(exc, f"--policy {policy_path}") from None
     front = [t.profile for t in policy.plan.thresholds]
+    admission = None
+    if args.admission:
+        flag = "--admission-quantile"
+        quantile = parse_number(flag, str(args.admission_quantile), "0.5", low=0, inclusive=False)
+        if quantile >= 1:
+            fail(flag, f"{quantile:g} is not < 1", f"pass e.g. {flag} 0.5")
+        admission = Admission(spec.slo.latency_ms, quantile)
     scenario = make_scenario(pattern, seed)
     reports = compare(
         {"policy": policy},
@@ -161,6 +190,7 @@ def simulate_command(args: argparse.Namespace) -> int:
         pods=int(pods),
         switch_delay_s=spec.switch_delay_ms / 1000,
         pod_model=PodModel(spec.router_instances, POD_STAGES[str(args.stages)]),
+        admission=admission,
     )
     print(
         f"compass simulate: {pattern.kind.value}, base {pattern.base_qps:g} QPS for "
@@ -169,6 +199,7 @@ def simulate_command(args: argparse.Namespace) -> int:
         f"of {spec.router_instances} router instance(s) ({args.stages}), "
         f"switch delay {spec.switch_delay_ms:g} ms; SLO {spec.slo.latency_ms:g} ms, model "
         f"{spec.threshold_model.value}"
+        + ("" if admission is None else f"; the policy with admission (q {admission.quantile:g})")
     )
     print(comparison_table(reports))
     write_text(timeline, json.dumps(timeline_document(reports, scenario), indent=1) + "\n")

@@ -42,6 +42,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from compass.domain.admission import Admission, ServiceGrid, Verdict, judge
 from compass.domain.capacity import CapacityCurve, CurvePoint, climb_ladder, measure_point
 from compass.domain.elastico import Action, Decision, Observation, PolicyState
 from compass.domain.mix import Mix, SmoothWeighting, mix_weighting
@@ -49,6 +50,7 @@ from compass.domain.profiles import LatencyProfile
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_RATE_WINDOW_S = 5.0
@@ -287,12 +289,19 @@ def make_scenario(pattern: LoadPattern, seed: int) -> Scenario:
     return Scenario(pattern, seed, arrivals, luck_rng.uniform(0, 1, len(arrivals)))
 
 
+# What becomes of a request arriving at a pod: (arrival time, requests queued ahead of it, how
+# long each busy instance has served its request, s).
+AdmitFn = Callable[[float, int, list[float]], Verdict]
+
+
 class _Pod:
     """One pod's requests, started FIFO on its router instances as time advances.
 
     Without stages each instance serves a request alone: the next request starts on the instance
     that frees first, so a heap of free times is the whole queue (with one instance, the
     paper's M/G/1). Stages make it a network of queues, run event by event (``_StagedPod``).
+    Each arrival is first admitted or dropped (``admit``; every one is admitted without it),
+    in time order with the starts, so the decision sees the pod as it is at that arrival.
     """
 
     def __init__(
@@ -302,16 +311,27 @@ class _Pod:
         arrivals: FloatArray,
         service_s: FloatArray,
         choose: Callable[[float], int],
-        record: tuple[FloatArray, FloatArray, IntArray],
+        record: tuple[FloatArray, FloatArray, IntArray, npt.NDArray[np.bool_]],
+        admit: AdmitFn | None = None,
     ) -> None:
         self.model = model
         self.requests = requests
         self.arrivals = arrivals
         self.service_s = service_s
         self.choose = choose
-        self.starts, self.finishes, self.configs = record
+        self.admit = admit
+        self.starts, self.finishes, self.configs, self.dropped = record
+        # Requests whose admission is decided (of ``requests``), those admitted in order, and how
+        # many of those have started.
+        self.decided = 0
+        self.admitted: list[int] = []
         self.started = 0
-        self._free = [0.0] * model.servers
+        # Admitted requests that admission sent to the fastest member (the front's first).
+        self.on_fastest: set[int] = set()
+        # (finish, start) of each instance's last request.
+        self._free = [(0.0, 0.0)] * model.servers
+        # Requests holding an instance of a staged pod, and when each started.
+        self._holding: dict[int, float] = {}
         # A staged pod's network of queues (empty without stages).
         self._idle_servers = model.servers
         self._waiting: list[deque[int]] = [deque() for _ in model.stages]
@@ -320,24 +340,69 @@ class _Pod:
         self._events: list[tuple[float, int, int, tuple[int, ...]]] = []
         self._order = 0
 
+    @property
+    def waiting(self) -> int:
+        """Requests admitted and not started: the router's queue."""
+        return len(self.admitted) - self.started
+
+    @property
+    def done(self) -> bool:
+        """Every request decided, and every admitted one started."""
+        return self.decided == len(self.requests) and self.waiting == 0
+
+    @property
+    def next_arrival(self) -> float:
+        """When the next undecided request arrives (inf when none is left)."""
+        if self.decided == len(self.requests):
+            return math.inf
+        return float(self.arrivals[self.requests[self.decided]])
+
+    def _busy_elapsed(self, now: float) -> list[float]:
+        """How long each busy instance has served its request, s."""
+        return [now - start for finish, start in self._free if finish > now]
+
+    def _decide(self, now: float) -> None:
+        """Admit or drop the next arrival (at ``now``), as the pod stands at that instant."""
+        request = int(self.requests[self.decided])
+        self.decided += 1
+        verdict = Verdict.SERVE
+        if self.admit is not None:
+            verdict = self.admit(now, self.waiting, self._busy_elapsed(now))
+        if verdict is not Verdict.DROP:
+            if verdict is Verdict.FASTEST:
+                self.on_fastest.add(request)
+            self.admitted.append(request)
+            return
+        self.dropped[request] = True
+        self.starts[request] = self.finishes[request] = now
+        self.configs[request] = -1
+
     def _start(self, request: int, begin: float) -> int:
-        """Record a request's start on the configuration in force then; returns that config."""
-        config = self.choose(begin)
+        """Record a request's start on the configuration in force then (or the fastest, where
+        admission said so); returns that config."""
+        config = 0 if request in self.on_fastest else self.choose(begin)
         self.starts[request] = begin
         self.configs[request] = config
         self.started += 1
         return config
 
     def advance(self, until: float) -> None:
-        """Start every request whose service begins by ``until``."""
-        while self.started < len(self.requests):
-            request = self.requests[self.started]
-            begin = max(self.arrivals[request], self._free[0])
-            if begin > until:
-                break
+        """Decide every arrival and start every request whose service begins by ``until``."""
+        while True:
+            begin = math.inf
+            if self.waiting:
+                request = self.admitted[self.started]
+                begin = max(self.arrivals[request], self._free[0][0])
+            arrival = self.next_arrival
+            if min(begin, arrival) > until or math.isinf(min(begin, arrival)):
+                return
+            if arrival < begin:
+                self._decide(arrival)
+                continue
+            # At a tie the start comes first: a request starting at this instant is not queued.
             config = self._start(request, begin)
             finish = begin + self.service_s[config, request]
-            heapq.heapreplace(self._free, finish)
+            heapq.heapreplace(self._free, (finish, begin))
             self.finishes[request] = finish
 
     def drain(self) -> None:
@@ -362,13 +427,16 @@ class _StagedPod(_Pod):
         self._order += 1
         heapq.heappush(self._events, (now + took, self._order, stage, batch))
 
-    def _admit(self, now: float) -> None:
-        """Start waiting requests that have arrived on idle router instances."""
-        while self._idle_servers and self.started < len(self.requests):
-            request = self.requests[self.started]
-            if self.arrivals[request] > now:
-                break
+    def _busy_elapsed(self, now: float) -> list[float]:
+        """How long each request holding an instance has been in service, s."""
+        return [now - start for start in self._holding.values()]
+
+    def _start_waiting(self, now: float) -> None:
+        """Start admitted requests on idle router instances."""
+        while self._idle_servers and self.waiting:
+            request = self.admitted[self.started]
             self._start(request, now)
+            self._holding[request] = now
             self._idle_servers -= 1
             self._waiting[0].append(request)
         # After every arrival of this instant: requests that arrive together batch together.
@@ -377,8 +445,7 @@ class _StagedPod(_Pod):
     def advance(self, until: float, admit: bool = True) -> None:
         """Run every arrival and batch completion up to ``until``."""
         while True:
-            pending = self.started < len(self.requests) and admit and self._idle_servers > 0
-            arrival = self.arrivals[self.requests[self.started]] if pending else math.inf
+            arrival = self.next_arrival if admit else math.inf
             event = self._events[0][0] if self._events else math.inf
             now = min(arrival, event)
             if now > until or math.isinf(now):
@@ -391,13 +458,18 @@ class _StagedPod(_Pod):
                     if last:
                         self.finishes[request] = now
                         self._idle_servers += 1
+                        del self._holding[request]
                     else:
                         self._waiting[stage + 1].append(request)
                 self._serve(stage, now)
                 if not last:
                     self._serve(stage + 1, now)
             if admit:
-                self._admit(now)
+                # Every arrival of this instant is decided before any request starts, so requests
+                # that arrive together batch together.
+                while self.next_arrival <= now:
+                    self._decide(now)
+                self._start_waiting(now)
 
     def drain(self) -> None:
         """Finish every request that has started; start no more."""
@@ -460,7 +532,9 @@ class RunReport:
     arrivals_s: FloatArray
     starts_s: FloatArray
     finishes_s: FloatArray
+    # The front member that served each request; -1 where it was dropped at arrival.
     configs: IntArray
+    dropped: BoolArray
     ticks: tuple[Tick, ...]
     switches: int
     time_in_config_s: tuple[float, ...]
@@ -468,8 +542,13 @@ class RunReport:
 
     @property
     def requests(self) -> int:
-        """Number of requests served."""
+        """Number of requests that arrived (served or dropped)."""
         return len(self.arrivals_s)
+
+    @property
+    def dropped_pct(self) -> float:
+        """Percentage of requests dropped at arrival (0 when there were none)."""
+        return float(np.mean(self.dropped) * 100) if self.requests else 0.0
 
     @property
     def waits_ms(self) -> FloatArray:
@@ -485,17 +564,19 @@ class RunReport:
 
     @property
     def compliance(self) -> float:
-        """Percentage of requests within the SLO (100 when there were none)."""
+        """Percentage of requests served within the SLO (a dropped request is a miss; 100 when
+        there were none)."""
         if not self.requests:
             return 100.0
-        return float(np.mean(self.latencies_ms <= self.slo_ms) * 100)
+        return float(np.mean((self.latencies_ms <= self.slo_ms) & ~self.dropped) * 100)
 
     @property
     def mean_accuracy(self) -> float:
-        """Mean accuracy per request: the accuracy of the configuration that served it."""
-        if not self.requests:
+        """Mean accuracy per served request: the accuracy of the configuration that served it."""
+        served = self.configs[~self.dropped]
+        if not len(served):
             return math.nan
-        return float(np.asarray(self.accuracies)[self.configs].mean())
+        return float(np.asarray(self.accuracies)[served].mean())
 
     def latency_percentile(self, percentile: float) -> float:
         """A latency percentile over all requests, ms."""
@@ -515,6 +596,7 @@ class RunReport:
             "policy": self.label,
             "requests": self.requests,
             "slo_compliance_pct": self.compliance,
+            "dropped_pct": self.dropped_pct,
             "mean_accuracy": self.mean_accuracy,
             "p50_ms": self.latency_percentile(50),
             "p95_ms": self.latency_percentile(95),
@@ -537,8 +619,10 @@ def simulate(
     switch_delay_s: float = 0.0,
     queue_aggregate: QueueAggregate = QueueAggregate.MEAN,
     pod_model: PodModel = PodModel(),
+    admission: Admission | None = None,
 ) -> RunReport:
-    """Serve the scenario's requests FIFO on each pod, the controller choosing the configuration."""
+    """Serve the scenario's requests FIFO on each pod, the controller choosing the configuration
+    (and, with ``admission``, dropping at arrival what its prediction says is already late)."""
     if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
         raise SimulationError("switch_delay", f"{switch_delay_s:g} s is not >= 0", "give e.g. 0.01")
     names = tuple(p.name for p in front)
@@ -550,10 +634,10 @@ def simulate(
     assigned = scenario.pods_of(pods)
     # Each pod's requests in arrival order.
     queues = [np.flatnonzero(assigned == pod) for pod in range(pods)]
-    pod_arrivals = [arrivals[queue] for queue in queues]
     starts = np.empty(n)
     finishes = np.empty(n)
     configs = np.empty(n, dtype=np.int64)
+    dropped = np.zeros(n, dtype=np.bool_)
     state = controller.initial_state(0.0)
     active = _initial_mix(state, index_of)
     # Switches decided but not yet in force: (in force for services starting after, mix).
@@ -569,11 +653,15 @@ def simulate(
     tick = 0
     now = 0.0
 
-    def config_at(pod: int, begin: float) -> int:
+    def mix_at(when: float) -> Mix:
         chosen = active
         for effective, mix in pending:
-            if begin > effective:
+            if when > effective:
                 chosen = mix
+        return chosen
+
+    def config_at(pod: int, begin: float) -> int:
+        chosen = mix_at(begin)
         if chosen.blend is None:
             return chosen.base
         current = dealt[pod]
@@ -582,6 +670,19 @@ def simulate(
             dealt[pod] = current
         return current[1].pick()
 
+    admit: AdmitFn | None = None
+    if admission is not None:
+        rule = admission
+
+        @functools.cache
+        def grid_of(mix: Mix) -> ServiceGrid:
+            return ServiceGrid([(front[member], share) for member, share in mix.shares])
+
+        def admit(arrival: float, queued: int, busy_s: list[float]) -> Verdict:
+            busy_ms = [b * 1000 for b in busy_s]
+            grid, fastest = grid_of(mix_at(arrival)), grid_of(Mix(0))
+            return judge(rule, grid, fastest, queued, busy_ms, pod_model.servers)
+
     servers = [
         (_StagedPod if pod_model.stages else _Pod)(
             pod_model,
@@ -589,7 +690,8 @@ def simulate(
             arrivals,
             service_s,
             functools.partial(config_at, pod),
-            (starts, finishes, configs),
+            (starts, finishes, configs, dropped),
+            admit,
         )
         for pod, queue in enumerate(queues)
     ]
@@ -599,15 +701,11 @@ def simulate(
             server.advance(now)
         while pending and pending[0][0] <= now:
             active = pending.pop(0)[1]
-        started = sum(server.started for server in servers)
-        if (started >= n and now >= scenario.pattern.duration_s) or now > horizon:
+        done = all(server.done for server in servers)
+        if (done and now >= scenario.pattern.duration_s) or now > horizon:
             break
         arrived = int(np.searchsorted(arrivals, now, side="right"))
-        waiting = [
-            int(np.searchsorted(pod_arrivals[pod], now, side="right")) - servers[pod].started
-            for pod in range(pods)
-        ]
-        depth = aggregate_queue(waiting, queue_aggregate)
+        depth = aggregate_queue([server.waiting for server in servers], queue_aggregate)
         recent = arrived - int(np.searchsorted(arrivals, now - rate_window_s, side="right"))
         observed = recent / min(rate_window_s, now) if now > 0 else 0.0
         observation = Observation(
@@ -631,9 +729,9 @@ def simulate(
     final = (pending[-1][1] if pending else active).base
     for server, queue in zip(servers, queues, strict=True):
         server.drain()
-        if server.started < len(queue):
+        if not server.done:
             # Past the drain horizon: the rest never start; count them at the horizon.
-            rest = queue[server.started :]
+            rest = [*server.admitted[server.started :], *queue[server.decided :]]
             starts[rest] = horizon
             finishes[rest] = horizon
             configs[rest] = final
@@ -651,6 +749,7 @@ def simulate(
         starts_s=starts,
         finishes_s=finishes,
         configs=configs,
+        dropped=dropped,
         ticks=ticks,
         switches=switches,
         time_in_config_s=tuple(time_in),
@@ -691,8 +790,10 @@ def compare(
     switch_delay_s: float = 0.0,
     queue_aggregate: QueueAggregate = QueueAggregate.MEAN,
     pod_model: PodModel = PodModel(),
+    admission: Admission | None = None,
 ) -> dict[str, RunReport]:
-    """The static baselines and the given policies, all on the same scenario (paired)."""
+    """The static baselines and the given policies, all on the same scenario (paired); the
+    policies with ``admission``, the baselines serving everything."""
     controllers: dict[str, Controller] = {
         label: StaticController(front[i].name, i)
         for label, i in baseline_indices(len(front)).items()
@@ -710,6 +811,7 @@ def compare(
             switch_delay_s=switch_delay_s,
             queue_aggregate=queue_aggregate,
             pod_model=pod_model,
+            admission=admission if label in policies else None,
         )
         for label, controller in controllers.items()
     }

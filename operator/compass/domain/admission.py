@@ -1,0 +1,140 @@
+"""Proactive admission (PARD's idea): refuse a request at arrival when it is already late.
+
+A request that cannot meet the SLO is a miss whether it is served or not, but serving it costs
+the requests behind it their own chance. At each arrival the pod's state is known: how many
+requests wait ahead, and how long each busy instance has been serving its request. The
+predicted latency is the expected wait for an instance plus the request's own service time at
+a quantile (``quantile``, the median by default: refuse only what is more likely late than
+not). The wait counts each busy instance's expected residual service time given how long it
+has run (from the profile's distribution, so a long-tailed configuration is not expected to
+finish just because its mean has passed) and the queued requests' mean service, shared by the
+pod's instances.
+
+The service times are those of the mix in force at the arrival: the shares of its members.
+Triton's own queue policy (``max_queue_size``, per-request timeouts) is static or late; this
+module is the decision, usable wherever the queue's state is known at arrival (the simulator).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+from compass.domain.profiles import LatencyProfile
+
+FloatArray = npt.NDArray[np.float64]
+
+# Quantile points per member: the residual-time estimate is a mean over them.
+GRID_POINTS = 256
+
+
+class AdmissionError(ValueError):
+    """An admission setting is invalid: one line, `<field>: <what is wrong>; <the fix>`."""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """When to refuse a request at arrival: its predicted latency (wait for an instance plus
+    its own service time at ``quantile``) exceeds the SLO."""
+
+    slo_ms: float
+    quantile: float = 0.5
+    # Serve a request predicted late on the fastest member instead, when that brings it in time.
+    degrade: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.slo_ms > 0 or not math.isfinite(self.slo_ms):
+            raise AdmissionError(f"slo_ms: {self.slo_ms!r} is not > 0; give the SLO in ms")
+        if not 0 < self.quantile < 1:
+            raise AdmissionError(
+                f"admission quantile: {self.quantile!r} is not in (0, 1); give e.g. 0.5"
+            )
+
+
+class ServiceGrid:
+    """A mix's service time as equally likely points (each member's quantile grid, weighted by
+    its share): its mean, quantiles, and expected residual time after a given elapsed time."""
+
+    def __init__(self, members: Sequence[tuple[LatencyProfile, float]]) -> None:
+        if not members:
+            raise AdmissionError("members: none given; give at least one (profile, share)")
+        u = (np.arange(GRID_POINTS) + 0.5) / GRID_POINTS
+        values = [member.distribution.quantile(u) for member, _ in members]
+        weights = [np.full(GRID_POINTS, share / GRID_POINTS) for _, share in members]
+        order = np.argsort(np.concatenate(values), kind="stable")
+        self.values_ms: FloatArray = np.concatenate(values)[order]
+        self.weights: FloatArray = np.concatenate(weights)[order]
+        self.weights /= self.weights.sum()
+        self.mean_ms = float(self.values_ms @ self.weights)
+        self._cumulative = np.cumsum(self.weights)
+
+    def quantile_ms(self, q: float) -> float:
+        """The service time at quantile ``q`` (the first point whose cumulative weight reaches it)."""
+        index = int(np.searchsorted(self._cumulative, q, side="left"))
+        return float(self.values_ms[min(index, len(self.values_ms) - 1)])
+
+    def residual_ms(self, elapsed_ms: float) -> float:
+        """The expected service time left of a request that has run ``elapsed_ms``."""
+        longer = self.values_ms > elapsed_ms
+        weight = float(self.weights[longer].sum())
+        if weight <= 0:
+            # Past every point of the profile: it is about to end, as far as the profile knows.
+            return 0.0
+        return float((self.values_ms[longer] - elapsed_ms) @ self.weights[longer] / weight)
+
+
+def predicted_latency_ms(
+    grid: ServiceGrid,
+    queued_ahead: int,
+    busy_elapsed_ms: Sequence[float],
+    servers: int,
+    own_ms: float,
+) -> float:
+    """A request's expected wait for one of ``servers`` instances plus ``own_ms`` of service.
+
+    With an instance free for it (fewer waiting ahead than idle instances) it waits nothing;
+    otherwise for the work ahead (the busy instances' expected residual times and the queued
+    requests' mean service) shared by the instances.
+    """
+    if queued_ahead < servers - len(busy_elapsed_ms):
+        return own_ms
+    ahead = sum(grid.residual_ms(e) for e in busy_elapsed_ms) + queued_ahead * grid.mean_ms
+    return ahead / servers + own_ms
+
+
+class Verdict(StrEnum):
+    """What becomes of a request at arrival."""
+
+    SERVE = "serve"
+    FASTEST = "fastest"
+    DROP = "drop"
+
+
+def judge(
+    admission: Admission,
+    grid: ServiceGrid,
+    fastest: ServiceGrid,
+    queued_ahead: int,
+    busy_elapsed_ms: Sequence[float],
+    servers: int,
+) -> Verdict:
+    """Serve a request arriving now as routed if its predicted latency is within the SLO; else
+    on the fastest member if that brings it within (``degrade``); else drop it.
+
+    The wait is the same either way (the requests ahead are served as routed); only the
+    request's own service time changes.
+    """
+    wait_plus = functools.partial(
+        predicted_latency_ms, grid, queued_ahead, busy_elapsed_ms, servers
+    )
+    if wait_plus(grid.quantile_ms(admission.quantile)) <= admission.slo_ms:
+        return Verdict.SERVE
+    if admission.degrade and wait_plus(fastest.quantile_ms(admission.quantile)) <= admission.slo_ms:
+        return Verdict.FASTEST
+    return Verdict.DROP

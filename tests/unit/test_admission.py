@@ -1,0 +1,153 @@
+"""Proactive admission: the latency prediction, the verdicts, and admission in the simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from profiles_for_tests import normal_profile as profile
+
+from compass.domain.admission import (
+    Admission,
+    AdmissionError,
+    ServiceGrid,
+    Verdict,
+    judge,
+    predicted_latency_ms,
+)
+from compass.domain.simulator import (
+    RAG_SIM_STAGES,
+    PodModel,
+    StaticController,
+    make_pattern,
+    make_scenario,
+    simulate,
+)
+
+FAST = profile("fast", 0.70, 100, 10)
+SLOW = profile("slow", 0.90, 300, 30)
+FRONT = [FAST, SLOW]
+
+
+def test_the_grid_keeps_the_profiles_mean_and_weights_a_mix_by_its_shares() -> None:
+    fast, slow = ServiceGrid([(FAST, 1.0)]), ServiceGrid([(SLOW, 1.0)])
+    assert fast.mean_ms == pytest.approx(100, rel=0.01)
+    assert slow.quantile_ms(0.5) == pytest.approx(300, rel=0.01)
+    mix = ServiceGrid([(FAST, 0.75), (SLOW, 0.25)])
+    assert mix.mean_ms == pytest.approx(0.75 * fast.mean_ms + 0.25 * slow.mean_ms)
+    # A quarter of the mix is the slow member: its 80th percentile is past every fast point.
+    assert mix.quantile_ms(0.5) < 150 < mix.quantile_ms(0.8)
+
+
+def test_the_residual_time_is_what_is_left_given_how_long_it_ran() -> None:
+    grid = ServiceGrid([(SLOW, 1.0)])
+    assert grid.residual_ms(0) == pytest.approx(grid.mean_ms)
+    # Past its mean a request is expected to run on, less than the mean, more than nothing.
+    assert 0 < grid.residual_ms(310) < 50
+    assert grid.residual_ms(10_000) == 0
+
+
+def test_the_prediction_is_the_wait_for_an_instance_plus_its_own_service() -> None:
+    grid = ServiceGrid([(FAST, 1.0)])
+    # An idle instance: no wait.
+    assert predicted_latency_ms(grid, 0, [], 1, 100) == 100
+    assert predicted_latency_ms(grid, 1, [50, 50], 4, 100) == 100
+    # Two ahead take the two idle instances: it waits for a share of the work.
+    assert predicted_latency_ms(grid, 2, [50, 50], 4, 100) > 100
+    # One instance, busy 0 ms with 3 queued ahead: four mean services, then its own.
+    assert predicted_latency_ms(grid, 3, [0], 1, 100) == pytest.approx(4 * grid.mean_ms + 100)
+    # Four instances share the work ahead.
+    assert predicted_latency_ms(grid, 3, [0] * 4, 4, 100) == pytest.approx(
+        (4 + 3) * grid.mean_ms / 4 + 100
+    )
+
+
+def test_a_request_is_served_degraded_to_the_fastest_or_dropped_by_its_prediction() -> None:
+    slow, fast = ServiceGrid([(SLOW, 1.0)]), ServiceGrid([(FAST, 1.0)])
+    rule = Admission(slo_ms=1000)
+    # Behind one slow request just started: 300 wait + 300 service fits.
+    assert judge(rule, slow, fast, 0, [0], 1) is Verdict.SERVE
+    # Two queued behind it: 900 wait; 300 more does not fit, 100 on the fastest does.
+    assert judge(rule, slow, fast, 2, [0], 1) is Verdict.FASTEST
+    # Three queued: 1200 of wait, nothing fits.
+    assert judge(rule, slow, fast, 3, [0], 1) is Verdict.DROP
+    assert judge(Admission(1000, degrade=False), slow, fast, 2, [0], 1) is Verdict.DROP
+
+
+@pytest.mark.parametrize(
+    ("slo", "quantile", "field"), [(0, 0.5, "slo_ms"), (500, 1.0, "quantile"), (500, 0, "quantile")]
+)
+def test_bad_admission_settings_name_the_field(slo: float, quantile: float, field: str) -> None:
+    with pytest.raises(AdmissionError, match=field):
+        Admission(slo, quantile)
+
+
+def spike(seed: int = 3) -> object:
+    return make_scenario(make_pattern("spike", 2.5, 240, seed=seed), seed)
+
+
+@pytest.mark.parametrize("pod_model", [PodModel(), PodModel(2, RAG_SIM_STAGES)])
+def test_admission_that_refuses_nothing_changes_nothing(pod_model: PodModel) -> None:
+    """An SLO no prediction exceeds admits every request: the run is the run without admission."""
+    scenario = spike()
+    runs = [
+        simulate(
+            StaticController("slow", 1), FRONT, scenario, 1000, pod_model=pod_model, admission=rule
+        )
+        for rule in (None, Admission(slo_ms=1e12))
+    ]
+    assert not runs[1].dropped.any()
+    for a, b in zip(runs[0].finishes_s, runs[1].finishes_s, strict=True):
+        assert a == b
+    assert (runs[0].configs == runs[1].configs).all()
+
+
+@pytest.mark.parametrize(
+    ("pod_model", "gain", "served_in_time"),
+    [(PodModel(), 30, 0.9), (PodModel(2), 50, 0.9), (PodModel(2, RAG_SIM_STAGES), 10, 0.4)],
+)
+def test_admission_keeps_an_overloaded_queue_short_and_counts_its_drops_as_misses(
+    pod_model: PodModel, gain: float, served_in_time: float
+) -> None:
+    """Static slow under a spike it cannot serve: without admission the queue grows and most
+    requests miss; with it, the requests predicted late are dropped and the rest make it. (A
+    batching pod serves slower than its profile under load, which the prediction does not know:
+    it admits too much, and gains less.)"""
+    scenario = spike()
+    controller = StaticController("slow", 1)
+    servers = pod_model.servers
+    plain = simulate(controller, FRONT, scenario, 1000, pod_model=pod_model)
+    rule = Admission(slo_ms=1000, degrade=False)
+    admitted = simulate(controller, FRONT, scenario, 1000, pod_model=pod_model, admission=rule)
+    assert admitted.compliance > plain.compliance + gain
+    assert 5 < admitted.dropped_pct < 100 - admitted.compliance + 1e-9
+    served = ~admitted.dropped
+    # Those served mostly made it; a dropped request is a miss, with no configuration.
+    assert np.mean(admitted.latencies_ms[served] <= 1000) > served_in_time
+    assert (admitted.configs[admitted.dropped] == -1).all()
+    assert admitted.compliance == pytest.approx(
+        100 * np.mean((admitted.latencies_ms <= 1000) & served)
+    )
+    assert admitted.mean_accuracy == pytest.approx(SLOW.accuracy)
+    # The queue the policy saw never grew past what fits in the SLO.
+    assert max(t.queue_depth for t in admitted.ticks) <= 1000 / SLOW.mean_ms * servers + 1
+    assert max(t.queue_depth for t in plain.ticks) > 20
+
+
+def test_degrading_serves_on_the_fastest_what_would_be_late_on_the_routed_member() -> None:
+    scenario = spike()
+    controller = StaticController("slow", 1)
+    dropping = simulate(controller, FRONT, scenario, 1000, admission=Admission(1000, degrade=False))
+    degrading = simulate(controller, FRONT, scenario, 1000, admission=Admission(1000))
+    assert degrading.dropped_pct < dropping.dropped_pct
+    assert degrading.compliance > dropping.compliance
+    on_fastest = degrading.configs == 0
+    # The fastest serves where the queue is long: in the spike (the middle third), most of all.
+    in_spike = (degrading.arrivals_s >= 80) & (degrading.arrivals_s < 160)
+    assert on_fastest[in_spike].mean() > 3 * on_fastest[~in_spike].mean() > 0
+
+
+def test_no_request_is_dropped_at_a_load_the_configuration_keeps_up_with() -> None:
+    scenario = make_scenario(make_pattern("constant", 1.0, 300), 5)
+    run = simulate(StaticController("slow", 1), FRONT, scenario, 1000, admission=Admission(1000))
+    assert run.dropped_pct < 0.5
+    assert run.compliance > 99
