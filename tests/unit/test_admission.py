@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from profiles_for_tests import normal_profile as profile
@@ -20,6 +22,7 @@ from compass.domain.simulator import (
     StaticController,
     make_pattern,
     make_scenario,
+    measure_capacity,
     simulate,
 )
 
@@ -151,3 +154,32 @@ def test_no_request_is_dropped_at_a_load_the_configuration_keeps_up_with() -> No
     run = simulate(StaticController("slow", 1), FRONT, scenario, 1000, admission=Admission(1000))
     assert run.dropped_pct < 0.5
     assert run.compliance > 99
+
+
+def test_a_measured_capacity_curve_makes_a_batching_pods_prediction_hold() -> None:
+    """A batching pod holds each request longer than its profile when busy. With the capacity
+    curve measured at the pod's instances (the simulator playing the hardware), the prediction
+    knows it: fewer admitted requests end late, and more requests meet the SLO."""
+    pod_model = PodModel(2, RAG_SIM_STAGES)
+    curve = measure_capacity(SLOW, pod_model, requests=300)
+    assert curve.saturated
+    measured = dataclasses.replace(SLOW, capacity=curve)
+    assert ServiceGrid([(measured, 1.0)], servers=2).load_factor > 1.2
+    # A curve measured at another instance count says nothing about this pod.
+    assert ServiceGrid([(measured, 1.0)], servers=4).load_factor == 1.0
+    scenario = spike()
+    rule = Admission(slo_ms=1000, degrade=False)
+    runs = [
+        simulate(
+            StaticController("slow", 1),
+            [FAST, slow],
+            scenario,
+            1000,
+            pod_model=pod_model,
+            admission=rule,
+        )
+        for slow in (SLOW, measured)
+    ]
+    late = [np.mean(r.latencies_ms[~r.dropped] > 1000) for r in runs]
+    assert late[1] < late[0] / 2
+    assert runs[1].compliance > runs[0].compliance + 10

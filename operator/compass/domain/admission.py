@@ -59,9 +59,15 @@ class Admission:
 
 class ServiceGrid:
     """A mix's service time as equally likely points (each member's quantile grid, weighted by
-    its share): its mean, quantiles, and expected residual time after a given elapsed time."""
+    its share): its mean, quantiles, and expected residual time after a given elapsed time.
 
-    def __init__(self, members: Sequence[tuple[LatencyProfile, float]]) -> None:
+    ``servers``: the pod's router instances. Where every member has a capacity curve measured at
+    that many instances that reached saturation, a busy pod is known to hold each request for
+    the curve's holding time (servers / drain rate), longer than the profile's own time when
+    its components batch or contend; the wait ahead is stretched by that ratio.
+    """
+
+    def __init__(self, members: Sequence[tuple[LatencyProfile, float]], servers: int = 1) -> None:
         if not members:
             raise AdmissionError("members: none given; give at least one (profile, share)")
         u = (np.arange(GRID_POINTS) + 0.5) / GRID_POINTS
@@ -73,6 +79,17 @@ class ServiceGrid:
         self.weights /= self.weights.sum()
         self.mean_ms = float(self.values_ms @ self.weights)
         self._cumulative = np.cumsum(self.weights)
+        curves = [member.capacity for member, _ in members]
+        holding = [
+            (curve.holding_ms(), share)
+            for curve, (_, share) in zip(curves, members, strict=True)
+            if curve is not None and curve.servers == servers and curve.saturated
+        ]
+        # How much longer than its profile a request holds an instance when the pod is busy.
+        self.load_factor = 1.0
+        if len(holding) == len(members):
+            held = sum(ms * share for ms, share in holding) / sum(share for _, share in holding)
+            self.load_factor = max(1.0, held / self.mean_ms)
 
     def quantile_ms(self, q: float) -> float:
         """The service time at quantile ``q`` (the first point whose cumulative weight reaches it)."""
@@ -100,12 +117,13 @@ def predicted_latency_ms(
 
     With an instance free for it (fewer waiting ahead than idle instances) it waits nothing;
     otherwise for the work ahead (the busy instances' expected residual times and the queued
-    requests' mean service) shared by the instances.
+    requests' mean service, stretched by the grid's measured load factor) shared by the
+    instances.
     """
     if queued_ahead < servers - len(busy_elapsed_ms):
         return own_ms
     ahead = sum(grid.residual_ms(e) for e in busy_elapsed_ms) + queued_ahead * grid.mean_ms
-    return ahead / servers + own_ms
+    return ahead * grid.load_factor / servers + own_ms
 
 
 class Verdict(StrEnum):

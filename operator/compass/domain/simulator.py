@@ -676,7 +676,8 @@ def simulate(
 
         @functools.cache
         def grid_of(mix: Mix) -> ServiceGrid:
-            return ServiceGrid([(front[member], share) for member, share in mix.shares])
+            members = [(front[member], share) for member, share in mix.shares]
+            return ServiceGrid(members, pod_model.servers)
 
         def admit(arrival: float, queued: int, busy_s: list[float]) -> Verdict:
             busy_ms = [b * 1000 for b in busy_s]
