@@ -51,6 +51,8 @@ from compass.domain.profiles import LatencyProfile
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+# The configuration recorded for a request dropped at arrival: served by none.
+DROPPED = -1
 
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_RATE_WINDOW_S = 5.0
@@ -311,7 +313,7 @@ class _Pod:
         arrivals: FloatArray,
         service_s: FloatArray,
         choose: Callable[[float], int],
-        record: tuple[FloatArray, FloatArray, IntArray, npt.NDArray[np.bool_]],
+        record: tuple[FloatArray, FloatArray, IntArray],
         admit: AdmitFn | None = None,
     ) -> None:
         self.model = model
@@ -320,7 +322,7 @@ class _Pod:
         self.service_s = service_s
         self.choose = choose
         self.admit = admit
-        self.starts, self.finishes, self.configs, self.dropped = record
+        self.starts, self.finishes, self.configs = record
         # Requests whose admission is decided (of ``requests``), those admitted in order, and how
         # many of those have started.
         self.decided = 0
@@ -373,9 +375,8 @@ class _Pod:
                 self.on_fastest.add(request)
             self.admitted.append(request)
             return
-        self.dropped[request] = True
         self.starts[request] = self.finishes[request] = now
-        self.configs[request] = -1
+        self.configs[request] = DROPPED
 
     def _start(self, request: int, begin: float) -> int:
         """Record a request's start on the configuration in force then (or the fastest, where
@@ -394,7 +395,8 @@ class _Pod:
                 request = self.admitted[self.started]
                 begin = max(self.arrivals[request], self._free[0][0])
             arrival = self.next_arrival
-            if min(begin, arrival) > until or math.isinf(min(begin, arrival)):
+            first = min(begin, arrival)
+            if first > until or math.isinf(first):
                 return
             if arrival < begin:
                 self._decide(arrival)
@@ -532,9 +534,8 @@ class RunReport:
     arrivals_s: FloatArray
     starts_s: FloatArray
     finishes_s: FloatArray
-    # The front member that served each request; -1 where it was dropped at arrival.
+    # The front member that served each request; DROPPED where it was dropped at arrival.
     configs: IntArray
-    dropped: BoolArray
     ticks: tuple[Tick, ...]
     switches: int
     time_in_config_s: tuple[float, ...]
@@ -544,6 +545,12 @@ class RunReport:
     def requests(self) -> int:
         """Number of requests that arrived (served or dropped)."""
         return len(self.arrivals_s)
+
+    @property
+    def dropped(self) -> BoolArray:
+        """Which requests were dropped at arrival."""
+        dropped: BoolArray = self.configs == DROPPED
+        return dropped
 
     @property
     def dropped_pct(self) -> float:
@@ -637,7 +644,6 @@ def simulate(
     starts = np.empty(n)
     finishes = np.empty(n)
     configs = np.empty(n, dtype=np.int64)
-    dropped = np.zeros(n, dtype=np.bool_)
     state = controller.initial_state(0.0)
     active = _initial_mix(state, index_of)
     # Switches decided but not yet in force: (in force for services starting after, mix).
@@ -691,7 +697,7 @@ def simulate(
             arrivals,
             service_s,
             functools.partial(config_at, pod),
-            (starts, finishes, configs, dropped),
+            (starts, finishes, configs),
             admit,
         )
         for pod, queue in enumerate(queues)
@@ -750,7 +756,6 @@ def simulate(
         starts_s=starts,
         finishes_s=finishes,
         configs=configs,
-        dropped=dropped,
         ticks=ticks,
         switches=switches,
         time_in_config_s=tuple(time_in),
