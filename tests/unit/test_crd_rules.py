@@ -175,6 +175,10 @@ def _dataset(**fields: Any) -> Change:
     return lambda spec: spec["evaluation"]["dataset"].update(fields)
 
 
+def _metrics_url(url: str) -> Change:
+    return lambda spec: spec.update(metrics={"type": "prometheus", "url": url})
+
+
 def _entry(index: int, **fields: Any) -> Change:
     def change(spec: dict[str, Any]) -> None:
         for name, value in fields.items():
@@ -276,7 +280,26 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
         _evaluation(evaluator={"type": "replay", "replayConfigMap": ""}),
         False,
     ),
+    "workflow metrics url with a query": (
+        CompoundWorkflowSpec,
+        lambda s: s.update(serving={"metrics": {"url": "http://prom:9090/?q=up"}}),
+        False,
+    ),
     "policy as given": (ParetoPolicySpec, lambda s: None, True),
+    "metrics url with a port and a path": (
+        ParetoPolicySpec,
+        _metrics_url("https://prometheus.monitoring.svc:9090/prometheus"),
+        True,
+    ),
+    "metrics url read from a file": (ParetoPolicySpec, _metrics_url("file:///etc/passwd"), False),
+    "metrics url with a query": (ParetoPolicySpec, _metrics_url("http://prom:9090/?x="), False),
+    "metrics url with a fragment": (ParetoPolicySpec, _metrics_url("http://prom:9090#x"), False),
+    "metrics url with credentials": (
+        ParetoPolicySpec,
+        _metrics_url("http://user:secret@prom:9090"),
+        False,
+    ),
+    "metrics url without a host": (ParetoPolicySpec, _metrics_url("http:///metrics"), False),
     "only p95": (
         ParetoPolicySpec,
         _entry(0, latencyP50Ms=None, latencyP99Ms=None, latencyMeanMs=155.96),

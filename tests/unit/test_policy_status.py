@@ -118,6 +118,26 @@ def test_a_spec_that_can_never_work_names_the_field_and_the_fix(
     assert fix in message
 
 
+@pytest.mark.parametrize(
+    ("url", "what"),
+    [
+        ("file:///etc/passwd", "only http:// or https://"),
+        ("gopher://prom:70", "only http:// or https://"),
+        ("http://prom:9090/?x=", "has a query"),
+        ("http://prom:9090/api#frag", "has a fragment"),
+        ("http://admin:secret@prom:9090", "has credentials"),
+    ],
+)
+def test_a_metrics_url_of_another_shape_is_refused_naming_the_field(url: str, what: str) -> None:
+    """Only http(s)://host[:port][/path]: the operator appends to it and fetches it itself."""
+    metrics = {"type": "prometheus", "url": url}
+    with pytest.raises(ps.SpecError) as error:
+        ps.compile_policy(spec(metrics=metrics), 1)
+    assert str(error.value).startswith("spec.metrics.url: "), str(error.value)
+    assert what in str(error.value)
+    assert "secret" not in str(error.value)
+
+
 def test_a_check_the_crd_cannot_make_names_the_list_item() -> None:
     front = spec()["front"]
     front[1] = {**front[1], "latencyP99Ms": 30}  # below its p95: only pydantic sees this

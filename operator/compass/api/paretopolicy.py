@@ -17,6 +17,7 @@ from pydantic import ConfigDict, Field, model_validator
 from compass.api.conditions import Condition
 from compass.api.meta import DEFAULT_ROUTER_MODEL, CamelModel
 from compass.api.rules import CelRule, cel_rules
+from compass.api.urls import MAX_URL_LENGTH, cel_matches_url, url_problem
 from compass.domain.capacity import MAX_CURVE_POINTS, CapacityCurve, CapacityError, parse_curve
 from compass.domain.elastico import (
     DEFAULT_COOLDOWN_EXPONENT,
@@ -248,16 +249,41 @@ class MetricsSourceType(StrEnum):
 class MetricsSource(CamelModel):
     """The queue depth (and arrivals) the policy observes."""
 
+    # The same check as _url_shape, for the API server.
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule=f"!has(self.url) || {cel_matches_url('self.url')}",
+                message="url must be http(s)://host[:port][/path]: no other scheme, no "
+                "user@ credentials, no query (?...) or fragment (#...)",
+                field_path=".url",
+            )
+        )
+    )
+
     type: MetricsSourceType = Field(
         default=MetricsSourceType.PROMETHEUS, description="Prometheus, or Triton's own /metrics."
     )
-    url: str | None = Field(default=None, description="Prometheus or Triton metrics URL.")
+    url: str | None = Field(
+        default=None,
+        max_length=MAX_URL_LENGTH,
+        description="Prometheus' base URL or Triton's metrics URL: http(s)://host[:port][/path], "
+        "no query or fragment. The operator's settings decide which hosts it may read: by "
+        "default in-cluster Services only (see the chart's allowedHosts).",
+    )
     query: str | None = Field(
         default=None, description="PromQL for the router's pending-request count (queue depth)."
     )
     arrivals_query: str | None = Field(
         default=None, description="PromQL for the cumulative count of requests that arrived."
     )
+
+    @model_validator(mode="after")
+    def _url_shape(self) -> MetricsSource:
+        problem = None if self.url is None else url_problem(self.url)
+        if problem is not None:
+            raise ValueError(f"metrics.url: {problem}")
+        return self
 
 
 PortRef = Annotated[

@@ -17,6 +17,7 @@ does the I/O around them.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -126,9 +127,13 @@ def compile_policy(
         spec = ParetoPolicySpec.model_validate(dict(raw_spec))
     except ValidationError as error:
         first = error.errors()[0]
-        message = str(first["msg"]).removeprefix("Value error, ")
+        location, message = list(first["loc"]), str(first["msg"]).removeprefix("Value error, ")
+        # A model validator names the field inside its object ("metrics.url: ..."): join them.
+        named = re.match(r"^([A-Za-z][\w.]*): (.*)$", message)
+        if named and location and named.group(1).split(".")[0] == location[-1]:
+            location, message = [*location[:-1], *named.group(1).split(".")], named.group(2)
         raise SpecError(
-            _field(first["loc"]) or "front", message, "correct it and apply the policy again"
+            _field(location) or "front", message, "correct it and apply the policy again"
         ) from error
     try:
         policy = spec.policy()
