@@ -249,6 +249,8 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
             "image": {"repository": "registry.local/compass", "tag": "dev"},
             "jobServiceAccount": "runner",
             "watchNamespaces": ["team-a", "team-b"],
+            "allowedHosts": ["prometheus.example.com", "*.corp.example"],
+            "allowedTargetNamespaces": ["serving"],
             "metrics": {"port": 9090},
             "health": {"port": 9091},
         }
@@ -258,6 +260,8 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
         "COMPASS_IMAGE",
         "COMPASS_JOB_SERVICE_ACCOUNT",
         "COMPASS_NAMESPACES",
+        "COMPASS_ALLOWED_HOSTS",
+        "COMPASS_ALLOWED_TARGET_NAMESPACES",
         "COMPASS_METRICS_PORT",
         "COMPASS_HEALTH_PORT",
         "COMPASS_PEERING",
@@ -269,6 +273,8 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
     assert settings.image == container(objects)["image"] == "registry.local/compass:dev"
     assert settings.job_service_account == "runner"
     assert settings.namespaces == ["team-a", "team-b"]
+    assert settings.allowed_hosts == ["prometheus.example.com", "*.corp.example"]
+    assert settings.allowed_target_namespaces == ["serving"]
     assert (settings.metrics_port, settings.health_port) == (9090, 9091)
     assert settings.peering == "compass-operator"
     assert settings.peering_priority is None  # each replica its own, from its start time

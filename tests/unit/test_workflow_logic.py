@@ -37,14 +37,17 @@ from compass.controllers.builders import (
     metrics_url,
     routing_target,
 )
+from compass.controllers.targets import TargetAccess
 from compass.controllers.workflow import (
     Create,
     InvalidSpecError,
     JobView,
     Observation,
     PolicyAction,
+    authorize_targets,
     decide,
     decide_policy_apply,
+    invalid_status,
     job_view,
     pod_failure_message,
     seed_state,
@@ -760,12 +763,44 @@ def test_jobs_get_the_triton_override_only_when_set() -> None:
 def test_a_triton_service_in_another_namespace_is_routed_to_by_address() -> None:
     """A policy watches EndpointSlices in its own namespace only: elsewhere, the address."""
     spec = _spec(**{"triton.namespace": "serving"})
-    assert routing_target(WORKFLOW, spec) == RoutingTarget(grpc_endpoint="triton.serving:8001")
+    assert routing_target(WORKFLOW, spec) == RoutingTarget(grpc_endpoint="triton.serving.svc:8001")
     assert routing_target(WORKFLOW, _spec()).service == "triton"
 
 
 def test_metrics_url_is_tritons_metrics_port_on_its_grpc_host() -> None:
-    assert metrics_url(WORKFLOW, _spec()) == "http://triton.ml:8002/metrics"
+    assert metrics_url(WORKFLOW, _spec()) == "http://triton.ml.svc:8002/metrics"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"triton.namespace": "payments"}, "spec.triton.namespace"),
+        ({"triton.service": "triton.payments.svc"}, "spec.triton.service"),
+        ({"triton.service": "triton.example.com"}, "spec.triton.service"),
+    ],
+)
+def test_a_triton_the_settings_do_not_allow_is_refused_naming_the_field(
+    change: dict[str, Any], field: str
+) -> None:
+    """A workflow's policy switches its Triton: another namespace's only where the settings
+    allow it, a host outside the cluster only where they list it."""
+    spec = _spec(**change)
+    with pytest.raises(InvalidSpecError) as error:
+        authorize_targets(spec, "ml", TargetAccess())
+    assert (error.value.field, error.value.reason) == (field, "TargetNotAllowed")
+    assert "allowed" in str(error.value)
+    status = invalid_status(CompoundWorkflowStatus(), 1, error.value, NOW)
+    [condition] = status.conditions
+    assert (condition.status, condition.reason) == ("False", "TargetNotAllowed")
+    assert condition.message.startswith(f"{field}: ")
+    allowed = TargetAccess(("triton.example.com",), ("payments",))
+    authorize_targets(spec, "ml", allowed)
+
+
+def test_a_triton_of_the_workflows_own_namespace_needs_no_setting() -> None:
+    authorize_targets(_spec(), "ml", TargetAccess())
+    authorize_targets(_spec(**{"triton.namespace": "ml"}), "ml", TargetAccess())
+    authorize_targets(_spec(**{"triton.service": "triton.ml.svc"}), "ml", TargetAccess())
 
 
 def test_pareto_policy_is_owned_by_its_workflow() -> None:

@@ -176,8 +176,12 @@ def _job(
 def triton_address(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> str:
     """host:port of the workflow's Triton gRPC endpoint inside the cluster."""
     namespace = spec.triton.namespace or workflow["metadata"]["namespace"]
+    # NAME.NAMESPACE.svc, not NAME.NAMESPACE: only the former is sure to be a Service (see
+    # compass.controllers.targets), so the generated policy's endpoint passes its checks.
     host = (
-        spec.triton.service if "." in spec.triton.service else f"{spec.triton.service}.{namespace}"
+        spec.triton.service
+        if "." in spec.triton.service
+        else f"{spec.triton.service}.{namespace}.svc"
     )
     return f"{host}:{spec.triton.grpc_port}"
 

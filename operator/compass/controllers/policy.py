@@ -45,6 +45,12 @@ from compass.api.paretopolicy import (
     ThresholdStatus,
 )
 from compass.api.schema import without_empty_strings
+from compass.controllers.targets import (
+    TargetAccess,
+    TargetRefusedError,
+    resolve_host,
+    resolve_url,
+)
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
 from compass.domain.elastico import Elastico, Observation, PolicyState
 from compass.domain.evaluation import Config
@@ -64,11 +70,12 @@ TRITON_METRICS_PORT = 8002
 
 
 class SpecError(ValueError):
-    """The spec can never work: one line naming the field, what is wrong and the fix."""
+    """The spec can never work (``reason`` InvalidSpec) or reaches what the operator's settings
+    refuse (TargetNotAllowed): one line naming the field, what is wrong and the fix."""
 
-    def __init__(self, field: str, what: str, fix: str) -> None:
+    def __init__(self, field: str, what: str, fix: str, reason: str = "InvalidSpec") -> None:
         super().__init__(f"spec.{field}: {what}; {fix}")
-        self.field, self.what, self.fix = field, what, fix
+        self.field, self.what, self.fix, self.reason = field, what, fix, reason
 
 
 @dataclass(frozen=True)
@@ -169,6 +176,32 @@ def compile_policy(
         grpc_port=routing.grpc_port,
         metrics_port=routing.metrics_port,
     )
+
+
+def authorize_targets(
+    compiled: CompiledPolicy,
+    namespace: str,
+    access: TargetAccess,
+    address_override: str | None = None,
+) -> CompiledPolicy:
+    """The compiled policy with every host it reaches allowed by the operator's settings (a
+    bare Service name read in the policy's namespace); SpecError (TargetNotAllowed) naming the
+    field if one is not. The address override is the operator's own setting: not checked."""
+    spec, address = compiled.spec, compiled.grpc_address
+    try:
+        metrics = compiled.metrics
+        if address is not None and address != address_override:
+            host, port = _host_port(address) or (address, 0)
+            host = resolve_host(host, "routing.grpcEndpoint", namespace, access, router=True)
+            address = f"{host}:{port}"
+            # Triton's /metrics on the routing host, unless the spec names its own URL.
+            metrics = _metrics_target(spec, host)
+        if spec.metrics is not None and spec.metrics.url:
+            url = resolve_url(spec.metrics.url, "metrics.url", namespace, access)
+            metrics = replace(metrics, url=url)
+    except TargetRefusedError as error:
+        raise SpecError(error.field, error.what, error.fix, "TargetNotAllowed") from error
+    return replace(compiled, grpc_address=address, metrics=metrics)
 
 
 def _metrics_target(spec: ParetoPolicySpec, triton_host: str | None) -> MetricsTarget:
@@ -298,6 +331,7 @@ class Health:
     """What one tick found, for the conditions."""
 
     spec_error: str | None = None
+    spec_reason: str = "InvalidSpec"
     unreachable: str | None = None
     switch_failed: str | None = None
     metrics_error: str | None = None
@@ -340,7 +374,9 @@ def health_conditions(health: Health) -> list[Condition]:
     ready = ConditionType.READY.value
     if health.spec_error is not None:
         return [
-            Condition(type=ready, status="False", reason="InvalidSpec", message=health.spec_error)
+            Condition(
+                type=ready, status="False", reason=health.spec_reason, message=health.spec_error
+            )
         ]
     problem: tuple[str, str] | None = None
     if health.unreachable is not None:
@@ -461,7 +497,7 @@ def transition_events(
     old_ready = find_condition(before, ConditionType.READY)
     new_ready = find_condition(after, ConditionType.READY)
     old_reason = None if old_ready is None else old_ready.reason
-    loud = ("TritonUnreachable", "SwitchFailed", "InvalidSpec")
+    loud = ("TritonUnreachable", "SwitchFailed", "InvalidSpec", "TargetNotAllowed")
     if new_ready is not None:
         if new_ready.reason in loud and new_ready.reason != old_reason:
             events.append(Event("Warning", new_ready.reason, new_ready.message))

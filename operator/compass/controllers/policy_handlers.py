@@ -276,15 +276,18 @@ def _compile(
     """The compiled spec of this generation; None if its error was already reported."""
     if memory.compiled is not None and memory.compiled.generation == generation:
         return memory.compiled
+    override = runtime.settings.triton_address_override
+    namespace, _ = _names(body)
     try:
-        memory.compiled = ps.compile_policy(
-            body.get("spec") or {}, generation, runtime.settings.triton_address_override
+        compiled = ps.compile_policy(body.get("spec") or {}, generation, override)
+        memory.compiled = ps.authorize_targets(
+            compiled, namespace, runtime.settings.target_access(), override
         )
     except ps.SpecError as error:
         if memory.reported_error == (generation, str(error)):
             return None
         memory.reported_error = (generation, str(error))
-        health = ps.Health(spec_error=str(error))
+        health = ps.Health(spec_error=str(error), spec_reason=error.reason)
         _publish(body, memory, runtime, logger, previous, health, None, now, generation)
         raise kopf.PermanentError(str(error)) from error
     memory.reported_error = None

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from compass.controllers.targets import DEFAULT_CLUSTER_DOMAIN, TargetAccess
+
 
 class OperatorSettings(BaseSettings):
     """What the operator needs to know about its environment (env prefix COMPASS_)."""
@@ -35,6 +37,22 @@ class OperatorSettings(BaseSettings):
         default=None,
         description="Reach every Triton at this host:port instead of its Service (tests, demo).",
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts a resource's metrics URL or router endpoint may name besides "
+        "in-cluster Services (NAME, NAME.NAMESPACE.svc[.clusterDomain]): exact names or IPs, "
+        "*.example.com for the names under a domain, * for any host (an operator run outside a "
+        "cluster).",
+    )
+    allowed_target_namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces besides its own whose Triton routers a resource may switch "
+        "(routing.grpcEndpoint, a CompoundWorkflow's triton); * for every namespace.",
+    )
+    cluster_domain: str = Field(
+        default=DEFAULT_CLUSTER_DOMAIN,
+        description="The cluster's DNS domain: NAME.NAMESPACE.svc.<it> names a Service.",
+    )
     peering: str | None = Field(
         default=None,
         description="kopf peering object to join (a ClusterKopfPeering when watching the cluster, "
@@ -52,6 +70,12 @@ class OperatorSettings(BaseSettings):
         description="How long a peer counts as alive after its last keep-alive: a killed "
         "operator's standby takes over within this.",
     )
+
+    def target_access(self) -> TargetAccess:
+        """What resources may point the operator at, as compass.controllers.targets checks it."""
+        return TargetAccess(
+            tuple(self.allowed_hosts), tuple(self.allowed_target_namespaces), self.cluster_domain
+        )
 
     @field_validator("peering")
     @classmethod

@@ -56,6 +56,12 @@ from compass.controllers.builders import (
     profile_name,
     search_name,
 )
+from compass.controllers.targets import (
+    TargetAccess,
+    TargetRefusedError,
+    resolve_host,
+    resolve_url,
+)
 from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import ProfileError, parse_profiles
 from compass.domain.space import Space, SpaceError
@@ -65,11 +71,13 @@ ACTIVE_PHASES = frozenset({Phase.SEARCHING, Phase.PROFILING, Phase.PLANNING})
 
 
 class InvalidSpecError(ValueError):
-    """A spec that can never work: one line, `<field>: <what is wrong and the fix>`."""
+    """A spec that can never work (``reason`` InvalidSpec), or one naming a target the
+    operator's settings refuse (TargetNotAllowed): one line, `<field>: <what is wrong and the
+    fix>`."""
 
-    def __init__(self, field: str, what: str) -> None:
+    def __init__(self, field: str, what: str, reason: str = "InvalidSpec") -> None:
         super().__init__(f"{field}: {what}")
-        self.field, self.what = field, what
+        self.field, self.what, self.reason = field, what, reason
 
 
 # ---------------------------------------------------------------------------- validation
@@ -115,6 +123,32 @@ def validate_spec(raw: Mapping[str, Any]) -> tuple[CompoundWorkflowSpec, Space]:
 
 def _raise(field: str, what: str) -> tuple[CompoundWorkflowSpec, Space]:
     raise InvalidSpecError(field, what)
+
+
+def authorize_targets(spec: CompoundWorkflowSpec, namespace: str, access: TargetAccess) -> None:
+    """InvalidSpecError (TargetNotAllowed) naming the field when the workflow's Triton, whose
+    router its policy switches, or its metrics URL is not one the operator's settings allow."""
+    triton = spec.triton
+    try:
+        if triton.namespace not in (None, namespace) and not access.namespace_allowed(
+            triton.namespace, namespace
+        ):
+            raise TargetRefusedError(
+                "triton.namespace",
+                f"{triton.namespace} is not the workflow's namespace ({namespace}), and a "
+                "workflow may only switch routers in its own",
+                "serve the workflow from a Triton of this namespace, or ask the operator's "
+                f"administrator to add {triton.namespace} to allowedTargetNamespaces (Helm value)",
+            )
+        if "." in triton.service:  # a host: NAME.NAMESPACE.svc, or one outside the cluster
+            resolve_host(triton.service, "triton.service", namespace, access, router=True)
+        metrics = spec.serving.metrics
+        if metrics is not None and metrics.url:
+            resolve_url(metrics.url, "serving.metrics.url", namespace, access)
+    except TargetRefusedError as error:
+        raise InvalidSpecError(
+            f"spec.{error.field}", f"{error.what}; {error.fix}", "TargetNotAllowed"
+        ) from error
 
 
 # ---------------------------------------------------------------------------- carrying state over
@@ -249,7 +283,7 @@ def invalid_status(
 ) -> CompoundWorkflowStatus:
     """Failed, with SpecValid False naming the field and the fix."""
     invalid = workflow_condition(
-        WorkflowConditionType.SPEC_VALID, "False", "InvalidSpec", str(error), generation
+        WorkflowConditionType.SPEC_VALID, "False", error.reason, str(error), generation
     )
     conditions = set_condition([], invalid, now)
     return previous.model_copy(

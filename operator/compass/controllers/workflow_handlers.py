@@ -279,13 +279,14 @@ def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSe
     now = _now()
     try:
         spec, space = reconcile.validate_spec(workflow.get("spec") or {})
+        reconcile.authorize_targets(spec, namespace, settings.target_access())
     except reconcile.InvalidSpecError as error:
         _supersede(api, namespace, name, uid, generation)
         new = reconcile.invalid_status(status, generation, error, now)
         if new != status:
             if not _write_status(api, namespace, name, version, new):
                 return False
-            _post(workflow, reconcile.Event("Warning", "InvalidSpec", str(error)))
+            _post(workflow, reconcile.Event("Warning", error.reason, str(error)))
         raise kopf.PermanentError(str(error)) from None
     _ensure_rbac(api, namespace, settings.job_service_account)
     if status.observed_generation == generation and status.phase is not Phase.PENDING:
@@ -345,6 +346,8 @@ def _advance(api: client.ApiClient, namespace: str, name: str, settings: Operato
     if status.observed_generation != generation:
         return "idle"  # start_generation has not taken this generation yet
     spec, _space = reconcile.validate_spec(workflow.get("spec") or {})
+    # Started under these settings already; checked again so that none reaches a Job or policy.
+    reconcile.authorize_targets(spec, namespace, settings.target_access())
     uid = metadata["uid"]
     core = client.CoreV1Api(api)
     state_map = kubeapi.read(

@@ -516,6 +516,9 @@ class Operator:
         env = {
             **os.environ,
             **self.cluster.env(),
+            # Everything of a local cluster listens on loopback, which no in-cluster Service
+            # name reaches: allow it, as an operator run outside a cluster must.
+            "COMPASS_ALLOWED_HOSTS": '["127.0.0.1", "localhost"]',
             **self.env,
             "COMPASS_METRICS_PORT": str(self.metrics_port),
             "COMPASS_HEALTH_PORT": str(self.health_port),

@@ -1,0 +1,123 @@
+"""Which hosts and namespaces a resource may point the operator at: pure checks of its settings.
+
+The operator reads metrics and switches routers on behalf of whoever may write a ParetoPolicy
+or a CompoundWorkflow, from its own pod; a resource must not be able to aim it at a host its
+author could not reach (a cloud metadata endpoint, a service of the operator's own namespace)
+or at another namespace's router. The rules, the same for every field:
+
+- ``NAME.NAMESPACE.svc`` and ``NAME.NAMESPACE.svc.<cluster domain>``: in-cluster Services, read
+  as they are. A router target (routing.grpcEndpoint, a workflow's Triton) must be in the
+  resource's own namespace or one the settings allow (``allowed_target_namespaces``, ``*`` for
+  all); a metrics URL may name any namespace (Prometheus often lives in its own).
+- A host the settings list (``allowed_hosts``): an exact name or IP, ``*.example.com`` for the
+  names under a domain, ``*`` for any host (an operator run outside a cluster, where names
+  resolve where it runs). Read as it is.
+- ``NAME`` (one DNS label): a Service in the resource's own namespace, read as
+  ``NAME.NAMESPACE.svc``. Unqualified, it would resolve in the operator's namespace, and a
+  label that is no Service (localhost, metadata) would fall through to the node's resolver.
+- Anything else (two-label names such as example.com, IP addresses): refused, with a condition
+  naming the field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+ANY = "*"
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class TargetRefusedError(ValueError):
+    """The operator's settings do not let a resource reach this target: field, what, fix."""
+
+    def __init__(self, field: str, what: str, fix: str) -> None:
+        super().__init__(f"{field}: {what}; {fix}")
+        self.field, self.what, self.fix = field, what, fix
+
+
+@dataclass(frozen=True)
+class TargetAccess:
+    """The operator's settings on what resources may reach (empty: in-cluster Services only)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_target_namespaces: tuple[str, ...] = ()
+    cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+
+    def host_listed(self, host: str) -> bool:
+        """Whether the settings list this host: exactly, under a ``*.`` domain, or ``*``."""
+        host = host.lower().rstrip(".").strip("[]")
+        for allowed in (entry.lower().rstrip(".").strip("[]") for entry in self.allowed_hosts):
+            if allowed in (ANY, host):
+                return True
+            if allowed.startswith("*.") and host.endswith(allowed[1:]):
+                return True
+        return False
+
+    def namespace_allowed(self, target: str, own: str) -> bool:
+        """Whether a resource in namespace ``own`` may switch a router in ``target``."""
+        allowed = self.allowed_target_namespaces
+        return target == own or ANY in allowed or target in allowed
+
+
+def service_namespace(host: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> str | None:
+    """The namespace of an in-cluster Service name (NAME.NAMESPACE.svc[.domain]); None if the
+    host is not one."""
+    labels = host.lower().rstrip(".").split(".")
+    for suffix in (["svc"], ["svc", *cluster_domain.lower().split(".")]):
+        if (
+            len(labels) == 2 + len(suffix)
+            and labels[2:] == suffix
+            and all(_LABEL.match(label) for label in labels[:2])
+        ):
+            return labels[1]
+    return None
+
+
+def _refused_host(field: str, host: str) -> TargetRefusedError:
+    return TargetRefusedError(
+        field,
+        f"host {host!r} is not an in-cluster Service name and the operator's settings do not "
+        "allow it",
+        "name a Service (NAME for one in this namespace, or NAME.NAMESPACE.svc), or ask the "
+        "operator's administrator to add the host to allowedHosts (Helm value)",
+    )
+
+
+def resolve_host(
+    host: str, field: str, namespace: str, access: TargetAccess, *, router: bool = False
+) -> str:
+    """The host to reach for a resource in ``namespace``, or TargetRefusedError naming
+    ``field``; ``router``: the host's router is switched, so its namespace must be allowed."""
+    in_namespace = service_namespace(host, access.cluster_domain)
+    if in_namespace is not None:
+        if router and not access.namespace_allowed(in_namespace, namespace):
+            raise TargetRefusedError(
+                field,
+                f"{host} is a Service in namespace {in_namespace}, and a resource may only "
+                f"switch routers in its own ({namespace})",
+                "point it at a Service of this namespace, or ask the operator's administrator "
+                f"to add {in_namespace} to allowedTargetNamespaces (Helm value)",
+            )
+        return host
+    if access.host_listed(host):
+        return host
+    if _LABEL.match(host.lower()):
+        return f"{host.lower()}.{namespace}.svc"
+    raise _refused_host(field, host)
+
+
+def resolve_url(url: str, field: str, namespace: str, access: TargetAccess) -> str:
+    """The URL to read for a resource in ``namespace`` (a bare Service name qualified), or
+    TargetRefusedError naming ``field``."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    resolved = resolve_host(host, field, namespace, access) if host else None
+    if resolved is None:
+        raise _refused_host(field, host)
+    if resolved == host:
+        return url
+    netloc = resolved if parts.port is None else f"{resolved}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
