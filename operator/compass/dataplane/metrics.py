@@ -2,19 +2,104 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from email.message import Message
+from typing import IO, Any, Protocol
 
+import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.api.urls import url_problem
+
+LOG = logging.getLogger(__name__)
+# A metrics page larger than this is refused: Triton's is tens of kB, and an endpoint that
+# streams without end must not fill the operator's memory.
+MAX_METRICS_BYTES = 8 * 1024 * 1024
+# What the log may keep of an answer: this many characters, printable ASCII only. Nothing a
+# server answers goes into an error message, so none of it reaches a status or an Event.
+EXCERPT_CHARS = 200
+# Local socket and resolver failures, named in a fixed vocabulary.
+_CONNECTION_FAILURES = (
+    ("Name or service not known", "name not resolved"),
+    ("NameResolution", "name not resolved"),
+    ("nodename nor servname", "name not resolved"),
+    ("Connection refused", "connection refused"),
+    ("timed out", "timed out"),
+    ("Network is unreachable", "network unreachable"),
+)
+
+
+def excerpt(data: bytes | str) -> str:
+    """A short excerpt of what a server answered, safe for a log line."""
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    shown = "".join(c if " " <= c <= "~" else "?" for c in text[:EXCERPT_CHARS])
+    return shown + ("..." if len(text) > EXCERPT_CHARS else "")
+
+
+def connection_failure(error: BaseException) -> str:
+    """Why a connection failed, in a fixed vocabulary (never a server's words)."""
+    text = str(error)
+    return next((why for needle, why in _CONNECTION_FAILURES if needle in text), "cannot connect")
+
+
+def _checked_url(url: str) -> str:
+    """The URL if it is http(s)://host[:port][/path]; ValueError otherwise (the API checks the
+    same at admission: this is the data plane's own guard)."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise ValueError(f"metrics URL {problem}")
+    return url
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an HTTP error: following it would reach a host nobody checked."""
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: Message,
+        newurl: str,
+    ) -> None:
+        """Never follow."""
+        return None
+
+
+def _http_opener() -> urllib.request.OpenerDirector:
+    """An opener for http and https only (urlopen's default also reads file:// and ftp://),
+    that follows no redirect."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (
+        urllib.request.ProxyHandler(),
+        urllib.request.HTTPHandler(),
+        urllib.request.HTTPSHandler(),
+        urllib.request.HTTPDefaultErrorHandler(),
+        _NoRedirects(),
+        urllib.request.HTTPErrorProcessor(),
+    ):
+        opener.add_handler(handler)
+    return opener
+
+
+_OPENER = _http_opener()
+
+
+def _http_status(code: int) -> str:
+    """An HTTP error status as the conditions show it."""
+    if 300 <= code < 400:
+        return f"HTTP {code}: redirects are not followed; give the final URL"
+    return f"HTTP {code}"
 
 
 def default_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
@@ -78,15 +163,18 @@ class PrometheusQueueDepth:
         arrivals_query: str | None = None,
         pods: Callable[[], int] | None = None,
     ) -> None:
-        self.url = url
+        self.url = _checked_url(url)
         self.pods = pods
         self.query = query or default_query()
         self.arrivals_query = arrivals_query
         self.timeout_s = timeout_s
+        session = requests.Session()
+        session.verify = False  # as disable_ssl=True: in-cluster Prometheus, self-signed
+        session.max_redirects = 0  # a redirect would reach a host nobody checked
         # No client-side retries: the caller polls every second and must hear of an outage
         # now, not after the default retry schedule.
         self.client = PrometheusConnect(
-            url=url, disable_ssl=True, retry=Retry(total=0), timeout=timeout_s
+            url=url, session=session, retry=Retry(total=0), timeout=timeout_s
         )
 
     def describe(self) -> str:
@@ -112,12 +200,34 @@ class PrometheusQueueDepth:
                 params={"timeout": f"{round(self.timeout_s * 1000)}ms"},
                 timeout=self.timeout_s,
             )
-        except (PrometheusApiClientException, OSError, ValueError) as error:
-            raise MetricsUnavailableError(f"{self._where(query)}: {error}") from error
-        except Exception as error:  # requests' connection errors are not OSError subclasses
+        except PrometheusApiClientException as error:
+            # Its message carries the whole body the server sent: the log gets an excerpt.
+            status = re.search(r"HTTP Status Code (\d+)", str(error))
+            LOG.warning("%s answered: %s", self._where(query), excerpt(str(error)))
+            why = _http_status(int(status[1])) if status else "the request failed"
+            raise MetricsUnavailableError(f"{self._where(query)}: {why}") from error
+        except requests.TooManyRedirects as error:
             raise MetricsUnavailableError(
-                f"{self._where(query)}: {type(error).__name__}: {error}"
+                f"{self._where(query)}: redirected; redirects are not followed, give the final URL"
             ) from error
+        except (ValueError, KeyError, TypeError) as error:  # a 200 that is not the query API
+            raise MetricsUnavailableError(
+                f"{self._where(query)}: the answer is not Prometheus' query API (JSON)"
+            ) from error
+        except (requests.RequestException, OSError) as error:
+            raise MetricsUnavailableError(
+                f"{self._where(query)}: {connection_failure(error)}"
+            ) from error
+        try:
+            return self._one_number(query, result)
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            LOG.warning("%s: unreadable result: %s", self._where(query), excerpt(repr(result)))
+            raise MetricsUnavailableError(
+                f"{self._where(query)}: the answer holds no readable sample"
+            ) from error
+
+    def _one_number(self, query: str, result: list[dict[str, Any]]) -> float:
+        """The one sample's value of a query's result."""
         if not result:
             raise MetricsUnavailableError(
                 f"{self._where(query)}: no series (is Prometheus scraping Triton's metrics port, "
@@ -152,7 +262,7 @@ class TritonQueueDepth:
         metric: str = "nv_inference_pending_request_count",
         timeout_s: float = 2.0,
     ) -> None:
-        self.metrics_url = metrics_url
+        self.metrics_url = _checked_url(metrics_url)
         self.model = model
         self.metric = metric
         self.timeout_s = timeout_s
@@ -168,16 +278,34 @@ class TritonQueueDepth:
     def read(self) -> MetricsReading:
         """Scrape once: pending requests, and arrivals = finished + pending."""
         try:
-            with urllib.request.urlopen(self.metrics_url, timeout=self.timeout_s) as response:
-                text = response.read().decode("utf-8", errors="replace")
+            with _OPENER.open(self.metrics_url, timeout=self.timeout_s) as response:
+                data = response.read(MAX_METRICS_BYTES + 1)
+        except urllib.error.HTTPError as error:
+            # The status line's reason and the body are the server's words: the log only.
+            LOG.warning("%s answered HTTP %s: %s", self.describe(), error.code, excerpt(error.msg))
+            raise MetricsUnavailableError(
+                f"{self.describe()}: {_http_status(error.code)}"
+            ) from error
         except (urllib.error.URLError, OSError) as error:
-            raise MetricsUnavailableError(f"{self.describe()}: {error}") from error
+            why = connection_failure(error)
+            raise MetricsUnavailableError(f"{self.describe()}: {why}") from error
+        if len(data) > MAX_METRICS_BYTES:
+            raise MetricsUnavailableError(
+                f"{self.describe()}: the page is larger than {MAX_METRICS_BYTES} bytes"
+            )
         totals: dict[str, float] = {}
-        for line in text.splitlines():
+        for line in data.decode("utf-8", errors="replace").splitlines():
             match = _SAMPLE.match(line)
             if not match or dict(_LABEL.findall(match["labels"] or "")).get("model") != self.model:
                 continue
-            totals[match["name"]] = totals.get(match["name"], 0.0) + float(match["value"])
+            try:
+                value = float(match["value"])
+            except ValueError as error:
+                LOG.warning("%s: unreadable sample: %s", self.describe(), excerpt(line))
+                raise MetricsUnavailableError(
+                    f"{self.describe()}: an unreadable sample value"
+                ) from error
+            totals[match["name"]] = totals.get(match["name"], 0.0) + value
         if self.metric not in totals:
             raise MetricsUnavailableError(
                 f"{self.describe()}: no such series (is the model loaded?)"
