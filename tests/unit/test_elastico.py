@@ -185,9 +185,13 @@ def test_upscale_cooldown_delays_a_second_upscale() -> None:
 # ---------------------------------------------------------------------------- metrics
 
 
-def test_missing_or_stale_metrics_hold_by_default() -> None:
-    """No observation, or one older than staleAfter: hold, and the downscale clock restarts."""
-    policy = Elastico(PLAN, ElasticoSettings(cooldown_exponent=0, stale_after_s=5))
+def test_missing_or_stale_metrics_hold_when_asked() -> None:
+    """on_metrics_loss = hold: no observation, or one older than staleAfter, holds, and the
+    downscale clock restarts."""
+    policy = Elastico(
+        PLAN,
+        ElasticoSettings(cooldown_exponent=0, stale_after_s=5, on_metrics_loss=MetricsLoss.HOLD),
+    )
     steps = run(policy, on("fast"), 3, queue(0))
     state = steps[-1][2]
     assert state.downscale_since is not None
@@ -200,17 +204,54 @@ def test_missing_or_stale_metrics_hold_by_default() -> None:
     assert "stale" in decision.reason
     fresh, _ = policy.decide(Observation(time=0.5, queue_depth=0), state, 5.5)
     assert "stale" not in fresh.reason
+    on_slow, _ = policy.decide(None, replace(state, active="slow"), 60.0)
+    assert on_slow.action is Action.HOLD
 
 
-def test_missing_metrics_fall_back_to_the_fastest_when_asked() -> None:
-    """on_metrics_loss = fastest: at once to the fastest, whatever the cooldowns."""
+def test_by_default_metrics_lost_for_stale_after_fall_back_to_the_fastest() -> None:
+    """A failed read or two is a blip: hold. Once the newest sample is older than staleAfter,
+    the fastest: blind on the most accurate, a spike's queue would break the SLO unseen."""
+    policy = Elastico(PLAN, ElasticoSettings(stale_after_s=5))
+    assert policy.settings.on_metrics_loss is MetricsLoss.FASTEST
+    state = on("slow")
+    for now in (0.0, 1.0, 2.0):
+        _, state = policy.decide(Observation(now, 0), state, now)
+    assert state.observed_at == 2.0
+    for now in (3.0, 5.0, 7.0):
+        blip, state = policy.decide(None, state, now)
+        assert (blip.action, blip.target) == (Action.HOLD, "slow"), blip
+    lost, state = policy.decide(None, state, 7.5)
+    assert (lost.action, lost.target) == (Action.FALLBACK, "fast")
+    assert "metrics missing: fastest" in lost.reason
+
+
+def test_a_series_that_stopped_moving_is_stale_by_its_own_timestamp() -> None:
+    """Prometheus keeps answering with the last sample of a frozen series: its timestamp, not
+    the time of the read, says how old it is."""
+    policy = Elastico(PLAN, ElasticoSettings(stale_after_s=5))
+    state = on("slow")
+    steps = run(policy, state, 12, lambda now: Observation(time=min(now, 2.0), queue_depth=0))
+    held = [d for now, d, _ in steps if now <= 7]
+    assert all(d.action is Action.HOLD for d in held)
+    fallback = [(now, d) for now, d, _ in steps if d.action is Action.FALLBACK]
+    assert [now for now, _ in fallback] == [8.0]
+    assert "stale (6.0 s)" in fallback[0][1].reason
+
+
+def test_missing_metrics_fall_back_to_the_fastest_whatever_the_cooldowns() -> None:
+    """on_metrics_loss = fastest: to the fastest once lost, whatever the cooldowns; before
+    the first observation the grace runs from the active configuration's start."""
     policy = Elastico(
         PLAN, ElasticoSettings(on_metrics_loss=MetricsLoss.FASTEST, upscale_cooldown_s=60)
     )
-    decision, state = policy.decide(None, on("slow", 0.0), 1.0)
+    started, state = policy.decide(None, on("slow", 0.0), 1.0)
+    assert (started.action, started.target) == (Action.HOLD, "slow")
+    decision, state = policy.decide(None, state, 5.5)
     assert (decision.action, decision.target) == (Action.FALLBACK, "fast")
-    again, _ = policy.decide(None, state, 2.0)
+    again, _ = policy.decide(None, state, 6.5)
     assert again.action is Action.HOLD
+    unknown_start, _ = policy.decide(None, PolicyState(active="slow"), 1.0)
+    assert unknown_start.action is Action.FALLBACK
 
 
 def test_paused_and_unknown_active() -> None:

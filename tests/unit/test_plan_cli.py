@@ -405,7 +405,7 @@ def test_every_policy_spec_field_is_described_and_camel_case() -> None:
     entry = {"config": {"a": 1}, "accuracy": 0.5, "latencyMeanMs": 10, "latencyP95Ms": 12}
     spec = ParetoPolicySpec.model_validate({"front": [entry], "slo": {"latencyMs": 900}})
     assert spec.hysteresis.downscale_cooldown_seconds == 5.0
-    assert spec.on_metrics_loss.value == "hold"
+    assert spec.on_metrics_loss.value == "fastest"
     assert spec.interval_seconds == 1.0
     assert spec.metrics is None
     with pytest.raises(ValueError, match="same configuration"):

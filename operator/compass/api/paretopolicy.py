@@ -277,6 +277,13 @@ class MetricsSource(CamelModel):
     arrivals_query: str | None = Field(
         default=None, description="PromQL for the cumulative count of requests that arrived."
     )
+    age_query: str | None = Field(
+        default=None,
+        description="PromQL for how old, in seconds, the samples behind the queue depth are "
+        "(default with the default query: time() - min(timestamp(...)) of the router's "
+        "pending-request series). With a custom query and no ageQuery the samples count as "
+        "fresh: only a failed read is seen, not a series that stopped moving.",
+    )
 
     @model_validator(mode="after")
     def _url_shape(self) -> MetricsSource:
@@ -359,11 +366,21 @@ class ServingSettings(CamelModel):
         default=None, description="Where the queue depth is read (not needed to simulate)."
     )
     on_metrics_loss: MetricsLoss = Field(
-        default=MetricsLoss.HOLD,
-        description="When metrics are missing or stale: hold, or switch to the fastest.",
+        default=MetricsLoss.FASTEST,
+        description="Once no fresh queue depth has been read for staleAfterSeconds: fastest "
+        "(the default) switches to the fastest configuration, hold keeps the active one. "
+        "Fastest, because a queue that grows unseen on an accurate configuration breaks the "
+        "SLO, while the fastest only costs accuracy until the metrics return.",
     )
     stale_after_seconds: Annotated[
-        float, Field(gt=0, description="Metrics older than this count as missing.")
+        float,
+        Field(
+            gt=0,
+            description="A reading whose samples are older than this counts as missing (their "
+            "own timestamps: a Prometheus series that stopped moving goes stale); until the "
+            "newest sample is this old the policy holds through failed reads. Keep it above "
+            "the scrape interval.",
+        ),
     ] = DEFAULT_STALE_AFTER_S
     switch_delay_ms: Annotated[
         float,
@@ -570,7 +587,8 @@ class ParetoPolicyStatus(CamelModel):
         default=None, description="The queue depth at the last observation."
     )
     last_observation_time: str | None = Field(
-        default=None, description="When the metrics were last read successfully (RFC 3339)."
+        default=None,
+        description="When the samples of the last successful read were taken (RFC 3339).",
     )
     last_decision: str | None = Field(
         default=None, description="What the last decision did and why (one line)."

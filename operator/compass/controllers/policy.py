@@ -87,6 +87,7 @@ class MetricsTarget:
     url: str | None
     query: str | None
     arrivals_query: str | None
+    age_query: str | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,12 @@ def _metrics_target(spec: ParetoPolicySpec, triton_host: str | None) -> MetricsT
     or (``triton_host`` None: a Service) on every pod."""
     source = spec.metrics
     if source is None or source.type is MetricsSourceType.TRITON:
+        if source is not None and source.age_query:
+            raise SpecError(
+                "metrics.ageQuery",
+                "set for a Triton metrics source, which has no PromQL (and is read fresh)",
+                "remove it, or read the metrics through Prometheus (metrics.type: prometheus)",
+            )
         if source is not None and source.arrivals_query:
             raise SpecError(
                 "metrics.arrivalsQuery",
@@ -226,7 +233,9 @@ def _metrics_target(spec: ParetoPolicySpec, triton_host: str | None) -> MetricsT
             "give Prometheus' base URL (e.g. http://prometheus.monitoring:9090), or use "
             "metrics.type: triton to read Triton's /metrics directly",
         )
-    return MetricsTarget(source.type, source.url, source.query, source.arrivals_query)
+    return MetricsTarget(
+        source.type, source.url, source.query, source.arrivals_query, source.age_query
+    )
 
 
 def decision_due(
@@ -633,7 +642,7 @@ def status_patch(
     patch = merge_patch(previous, new)
     state = patch.get("policyState")
     quiet = set(patch) <= {"lastObservationTime", "policyState"} and (
-        state is None or (isinstance(state, Mapping) and set(state) <= {"arrivals"})
+        state is None or (isinstance(state, Mapping) and set(state) <= {"arrivals", "observed_at"})
     )
     if quiet and last_write is not None and now - last_write < heartbeat_s:
         return {}

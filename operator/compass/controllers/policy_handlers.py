@@ -20,6 +20,7 @@ retries with a growing delay. Missing metrics are not an error of the timer: the
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -59,14 +60,22 @@ SlicesIndex = kopf.Index[tuple[str, str], tuple[SliceEntry, ...]]
 
 @dataclass
 class ObservingLoop(LiveLoop):
-    """LiveLoop that remembers why its last observation failed (for the conditions)."""
+    """LiveLoop that remembers why its last observation failed or was stale (for the
+    conditions)."""
 
+    stale_after_s: float = math.inf
     metrics_problem: str | None = None
 
     def observe(self, now: float) -> tuple[Observation | None, str | None]:
         """The queue depth and arrivals counter, as LiveLoop reads them."""
         observation, problem = super().observe(now)
         self.metrics_problem = problem if observation is None else None
+        if observation is not None and now - observation.time > self.stale_after_s:
+            # Read, but its samples stopped moving: to the policy that is no observation.
+            self.metrics_problem = (
+                f"metrics stale: the samples are {now - observation.time:.1f} s old "
+                f"(staleAfterSeconds {self.stale_after_s:g})"
+            )
         return observation, problem
 
 
@@ -233,7 +242,10 @@ def _decide(
 ) -> Outcome:
     """One LiveLoop step (or, paused, only an observation); Event and counter on a switch."""
     loop = ObservingLoop(
-        policy=compiled.policy, source=connections.source, router=connections.router
+        policy=compiled.policy,
+        source=connections.source,
+        router=connections.router,
+        stale_after_s=compiled.spec.stale_after_seconds,
     )
     if compiled.spec.paused:
         observation, _ = loop.observe(now)  # a metrics problem is in loop.metrics_problem
@@ -396,6 +408,7 @@ def _connections(memory: PolicyMemory, compiled: ps.CompiledPolicy) -> Connectio
             target.query,
             target.arrivals_query,
             pods=lambda: max(len(fleet.endpoints), 1),
+            age_query=target.age_query,
         )
     memory.connections = Connections(key, fleet, source)
     return memory.connections

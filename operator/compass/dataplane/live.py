@@ -3,8 +3,8 @@
 ``step`` reads the queue depth, asks the pure policy for a decision and puts the routing where
 the decision says, on every pod, every step: a switch is idempotent and costs milliseconds, so
 repeating it is how a pod that joined or restarted catches up within one interval. If the
-metrics are unavailable the policy sees no observation (and holds or falls back, as the policy
-says); if no pod takes a switch, it is not recorded: the state keeps the configuration that is
+metrics are unavailable the policy sees no observation, and an observation is as old as its
+samples (the policy holds through a blip, then falls back or holds as it says); if no pod takes a switch, it is not recorded: the state keeps the configuration that is
 really active, and the note says so.
 """
 
@@ -92,8 +92,9 @@ class LiveLoop:
             rate = self.arrival_rate() if self.arrival_rate is not None else None
         except MetricsUnavailableError as error:
             return None, f"metrics unavailable: {error}"
+        # Stamped when its samples were taken, so a series that stopped moving goes stale.
         observation = Observation(
-            time=now,
+            time=now - reading.age_s,
             queue_depth=reading.queue_depth,
             arrivals_total=reading.arrivals_total,
             arrival_rate_qps=rate,

@@ -115,17 +115,25 @@ def default_arrivals_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
     )
 
 
+def default_age_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
+    """PromQL for how old the router's queue samples are: Prometheus' now minus the oldest
+    sample's own timestamp (an instant query stamps its result "now", however old the sample)."""
+    return f'time() - min(timestamp(nv_inference_pending_request_count{{model="{model}"}}))'
+
+
 @dataclass(frozen=True)
 class MetricsReading:
-    """One reading: the queue depth now and, when known, a counter of arrivals so far.
+    """One reading: the queue depth and, when known, a counter of arrivals so far.
 
     Read from several pods, both are per pod (``pods`` of them): the depth aggregated over the
-    pods, the counter the arrivals divided among them.
+    pods, the counter the arrivals divided among them. ``age_s`` is how old the samples were
+    when read (0: taken now, as a direct scrape is).
     """
 
     queue_depth: float
     arrivals_total: float | None = None
     pods: int = 1
+    age_s: float = 0.0
 
 
 class MetricsUnavailableError(RuntimeError):
@@ -162,11 +170,13 @@ class PrometheusQueueDepth:
         timeout_s: float = 2.0,
         arrivals_query: str | None = None,
         pods: Callable[[], int] | None = None,
+        age_query: str | None = None,
     ) -> None:
         self.url = _checked_url(url)
         self.pods = pods
         self.query = query or default_query()
         self.arrivals_query = arrivals_query
+        self.age_query = age_query
         self.timeout_s = timeout_s
         session = requests.Session()
         session.verify = False  # as disable_ssl=True: in-cluster Prometheus, self-signed
@@ -189,8 +199,13 @@ class PrometheusQueueDepth:
         """Queue depth, and arrivals when an arrivals query is configured."""
         depth = self._scalar(self.query)
         arrivals = self._scalar(self.arrivals_query) if self.arrivals_query else None
+        # Measured on Prometheus' clock alone, so no skew with this one; a sample stamped in
+        # the future (an exporter's own timestamp) counts as fresh.
+        age = max(self._scalar(self.age_query), 0.0) if self.age_query else 0.0
         pods = max(self.pods(), 1) if self.pods is not None else 1
-        return MetricsReading(depth / pods, None if arrivals is None else arrivals / pods, pods)
+        return MetricsReading(
+            depth / pods, None if arrivals is None else arrivals / pods, pods, age_s=age
+        )
 
     def _scalar(self, query: str) -> float:
         """Evaluate a query that must return one number."""
@@ -325,9 +340,11 @@ def source_for(
     query: str | None = None,
     arrivals_query: str | None = None,
     pods: Callable[[], int] | None = None,
+    age_query: str | None = None,
 ) -> QueueDepthSource:
     """The metrics source a policy names: ``prometheus`` (PromQL, totals divided among the
-    ``pods``) or ``triton`` (one server's /metrics)."""
+    ``pods``; the samples' age from ``age_query``, by default the default query's) or
+    ``triton`` (one server's /metrics)."""
     if kind == "triton":
         return TritonQueueDepth(url, model=model)
     if kind == "prometheus":
@@ -336,5 +353,6 @@ def source_for(
             query or default_query(model),
             arrivals_query=arrivals_query or default_arrivals_query(model),
             pods=pods,
+            age_query=age_query or (None if query else default_age_query(model)),
         )
     raise ValueError(f"metrics type {kind!r}: use prometheus or triton")

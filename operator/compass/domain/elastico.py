@@ -41,8 +41,16 @@ fast one a little longer only costs some accuracy.
   arrivals until the next look), and entered after its usual cooldown. During the cooldown a
   peer's evidence is that short queue whatever the short windows show; unless the overload is
   still on at the end, the arrivals over the whole window must fit its rate limit as usual.
-- Missing or stale metrics: ``hold`` keeps the active configuration, ``fastest`` switches to
-  the fastest one at once. Either way the downscale evidence restarts.
+- Missing or stale metrics: an observation's time is when its samples were taken (a
+  Prometheus series that stopped moving is as old as its last sample), and one older than
+  ``stale_after_s`` counts as missing. While the newest sample seen (before the first, the
+  active configuration's start) is within ``stale_after_s`` the policy holds (a failed read or two is a blip, and falling back on
+  every blip would cost each time the long climb back). After that, ``fastest`` (the default)
+  switches to the fastest configuration and ``hold`` keeps the active one. Fastest is the
+  default because the two mistakes are not equally costly here either: blind through a spike,
+  an accurate configuration's queue grows unseen and breaks the SLO for every request behind
+  it, while the fastest only gives up accuracy until the metrics return. Either way the
+  downscale evidence restarts.
 """
 
 from __future__ import annotations
@@ -86,7 +94,7 @@ MAX_BURST_MEMORY_S = 300.0
 
 
 class MetricsLoss(StrEnum):
-    """What the policy does when the queue depth is missing or stale."""
+    """What the policy does once the queue depth has been missing or stale for stale_after_s."""
 
     HOLD = "hold"
     FASTEST = "fastest"
@@ -166,6 +174,8 @@ class PolicyState:
     entry_levels: tuple[tuple[float, str], ...] = ()
     # Recent (time, arrivals counter) samples.
     arrivals: tuple[tuple[float, float], ...] = ()
+    # When the samples of the newest fresh observation were taken.
+    observed_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping (what a Kubernetes status would hold)."""
@@ -194,7 +204,7 @@ class ElasticoSettings:
     upscale_cooldown_s: float = 0.0
     downscale_cooldown_s: float = DEFAULT_DOWNSCALE_COOLDOWN_S
     cooldown_exponent: float = DEFAULT_COOLDOWN_EXPONENT
-    on_metrics_loss: MetricsLoss = MetricsLoss.HOLD
+    on_metrics_loss: MetricsLoss = MetricsLoss.FASTEST
     stale_after_s: float = DEFAULT_STALE_AFTER_S
     paused: bool = False
     # Rate evidence from the longest recent window over which the arrivals look steady (see
@@ -313,14 +323,8 @@ class Elastico:
         if self.settings.paused:
             return self._hold(state, active, "paused")
         if observation is None or now - observation.time > self.settings.stale_after_s:
-            what = "missing" if observation is None else f"stale ({now - observation.time:.1f} s)"
-            state = replace(state, downscale_since=None, entry_levels=())
-            if self.settings.on_metrics_loss is MetricsLoss.FASTEST and active != self.fastest:
-                return self._switch(
-                    state, self.fastest, Action.FALLBACK, f"metrics {what}: fastest", now
-                )
-            return self._hold(state, active, f"metrics {what}: hold")
-        state = self._record(state, observation)
+            return self._metrics_lost(state, active, observation, now)
+        state = replace(self._record(state, observation), observed_at=observation.time)
         depth = observation.queue_depth
         rate, window_rate = self._rates(state, observation)
         if not self._can_stay(active, depth, rate) and not (
@@ -331,6 +335,27 @@ class Elastico:
         # Read only when an entry gets as far as the burst memory (a look's worth of bounds).
         peak = functools.cache(lambda: self._peak_rate(state, observation))
         return self._maybe_more_accurate(state, active, depth, rate, window_rate, peak, now)
+
+    def _metrics_lost(
+        self, state: PolicyState, active: int, observation: Observation | None, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """No fresh observation: hold while the newest sample seen (before the first: the
+        active configuration's start) is within stale_after_s, then do what on_metrics_loss
+        says. The downscale evidence restarts either way."""
+        what = "missing" if observation is None else f"stale ({now - observation.time:.1f} s)"
+        state = replace(state, downscale_since=None, entry_levels=())
+        since = state.active_since if state.observed_at is None else state.observed_at
+        seen = [since, None if observation is None else observation.time]
+        newest = max((t for t in seen if t is not None), default=None)
+        if newest is not None and now - newest <= self.settings.stale_after_s:
+            return self._hold(
+                state, active, f"metrics {what}: hold, newest sample {now - newest:.1f} s old"
+            )
+        if self.settings.on_metrics_loss is MetricsLoss.FASTEST and active != self.fastest:
+            return self._switch(
+                state, self.fastest, Action.FALLBACK, f"metrics {what}: fastest", now
+            )
+        return self._hold(state, active, f"metrics {what}: hold")
 
     # ------------------------------------------------------------------ evidence
 
