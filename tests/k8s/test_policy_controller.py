@@ -295,6 +295,24 @@ def test_spec_that_can_never_work_is_reported_with_the_field_and_the_fix(
     assert event["message"] == ready["message"]
 
 
+def test_a_router_of_another_namespace_is_refused_naming_the_field(
+    triton: LocalTriton, router: TritonRouter, policies: Policies
+) -> None:
+    """The operator's settings allow no other namespace: nothing is switched there, and the
+    condition and the Event name the field."""
+    routing = {"grpcEndpoint": "triton.payments.svc:8001", "routerModel": "router"}
+    policies.create("elsewhere", policy_spec(triton, routing=routing))
+    ready = wait_for(
+        lambda: condition(policies.status("elsewhere"), "Ready") or None, 15, "a Ready condition"
+    )
+    assert (ready["status"], ready["reason"]) == ("False", "TargetNotAllowed")
+    assert ready["message"].startswith("spec.routing.grpcEndpoint: triton.payments.svc is a ")
+    assert "allowedTargetNamespaces" in ready["message"]
+    [event] = policies.wait_events("elsewhere", "TargetNotAllowed")
+    assert (event["type"], event["message"]) == ("Warning", ready["message"])
+    assert router.active_config() == config_key(FASTEST)
+
+
 def test_schema_invalid_policy_is_rejected_by_the_api_server_naming_the_fields(
     triton: LocalTriton, policies: Policies
 ) -> None:

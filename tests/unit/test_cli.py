@@ -793,3 +793,14 @@ def test_a_json_space_reads_exponents_as_numbers(inputs: Path, cli: Cli) -> None
         )
         assert run.code == 0, run.err
         assert "feasible: 3 found" in run.out
+
+
+def test_serve_refuses_a_metrics_url_it_would_not_read(cli: Cli) -> None:
+    """One line naming --metrics and the fix, exit 2: never a traceback from the data plane."""
+    run = cli(
+        ["serve", "--policy", "policy.yaml", "--triton", "t:8001", "--metrics", "file:///etc"]
+    )
+    assert run.code == 2
+    assert "--metrics" in run.err
+    assert "only http:// or https://" in run.err
+    assert "Traceback" not in run.err

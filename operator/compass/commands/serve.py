@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.api.urls import url_problem
 from compass.commands.common import load_policy
 from compass.console import fail, parse_number
 
@@ -63,6 +64,10 @@ def serve_command(args: argparse.Namespace) -> int:
     addresses = [a.strip() for a in str(args.triton).split(",") if a.strip()]
     metrics = [m.strip() for m in str(args.metrics).split(",") if m.strip()]
     per_replica = args.metrics_type == "triton"
+    for url in metrics:
+        problem = url_problem(url)
+        if problem is not None:
+            fail("--metrics", problem, "give http(s)://host:port/path")
     if per_replica and len(metrics) != len(addresses):
         fail(
             "--metrics",

@@ -230,7 +230,7 @@ def _metrics_target(spec: ParetoPolicySpec, triton_host: str | None) -> MetricsT
         raise SpecError(
             "metrics.url",
             "not set for a Prometheus source",
-            "give Prometheus' base URL (e.g. http://prometheus.monitoring:9090), or use "
+            "give Prometheus' base URL (e.g. http://prometheus.monitoring.svc:9090), or use "
             "metrics.type: triton to read Triton's /metrics directly",
         )
     return MetricsTarget(
