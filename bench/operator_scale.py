@@ -1,7 +1,7 @@
 """How the operator scales with the number of ParetoPolicies: 1, 10, then 100 Elastico timers.
 
     python bench/operator_scale.py [--counts 1,10,100] [--window 30] [--no-switch-phase]
-                                   [--py-spy SECONDS]
+                                   [--huge-workflows 2] [--py-spy SECONDS]
 
 Everything is real: etcd, kube-apiserver and kube-controller-manager (compass.lab.devcluster,
 binaries from hack/k8s/build.sh), one tritonserver serving rag-sim, and one `compass operator`
@@ -19,6 +19,12 @@ The decision times come from the policies' own status: status.policyState.arriva
 The switch phase (at the largest count) flips the router to the fastest configuration every
 --flip-every seconds from outside; each policy adopts it, and after a 2 s cooldown of empty
 queue the policies climb back: real reloads made by the operator while all timers run.
+
+The huge phase (at the largest count, --huge-workflows > 0) adds CompoundWorkflows in the
+same namespace, each with the largest space the operator takes (MAX_SPACE_SIZE combinations,
+every list at its schema bound where the product allows), and one beyond it (refused with
+condition InvalidSpec): the policies' periods in that window, beside the steady one, show
+whether one huge resource stretches the other resources' 1 s period.
 
 --py-spy SECONDS records the operator's stacks (py-spy's collapsed "raw" format, idle threads
 included, for flamegraph.pl or speedscope) during the largest count's windows. Raw results go
@@ -43,8 +49,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from compass.api.meta import WORKFLOW_PLURAL
 from compass.dataplane.triton import TritonRouter
-from compass.domain.space import config_key
+from compass.domain.space import MAX_CONSTRAINT_LENGTH, MAX_CONSTRAINTS, MAX_SPACE_SIZE, config_key
 from compass.lab.devcluster import Cluster, Operator, wait_for
 from operator_common import (
     ACCURATE,
@@ -78,6 +85,71 @@ BEHIND_S = 1.25
 def policy_body(name: str, metrics_url: str, grpc_url: str) -> dict[str, Any]:
     """The benchmark's ParetoPolicy on the shared rag-sim router."""
     return rag_sim_policy(name, metrics_url, grpc_url, STEADY_COOLDOWN_S)
+
+
+def huge_workflow_body(name: str, metrics_url: str, combinations: int) -> dict[str, Any]:
+    """A CompoundWorkflow whose space has ``combinations`` configurations (a power of ten times
+    one leading factor) and as many constraints as the schema takes, none of them binding."""
+    digits = len(str(combinations)) - 1
+    lead = combinations // 10**digits
+    parameters = [{"name": "lead", "type": "integer", "values": list(range(lead))}]
+    parameters += [
+        {"name": f"p{i}", "type": "integer", "values": list(range(10))} for i in range(digits)
+    ]
+    # Long, true for every configuration: their cost is paid on every row.
+    padding = " " * (MAX_CONSTRAINT_LENGTH - len("p0 <= 9") - 1)
+    constraints = [
+        f"p{i % digits} <= 9{padding}"[:MAX_CONSTRAINT_LENGTH] for i in range(MAX_CONSTRAINTS)
+    ]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CompoundWorkflow",
+        "metadata": {"name": name},
+        "spec": {
+            "space": {"parameters": parameters, "constraints": constraints},
+            "evaluation": {
+                "dataset": {"size": 100},
+                "tau": 0.8,
+                "evaluator": {"type": "command", "command": ["true"]},
+            },
+            "slo": {"latencyMs": 1000},
+            "triton": {"service": "rag-sim-triton"},
+            "serving": {"metrics": {"url": metrics_url}},
+        },
+    }
+
+
+def create_huge_workflows(cluster: Cluster, namespace: str, count: int) -> list[str]:
+    """``count`` workflows at the space limit and one beyond it; their names."""
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(cluster.api_client())
+    url = f"http://prometheus.{namespace}.svc:9090"
+    sizes = [MAX_SPACE_SIZE] * count + [MAX_SPACE_SIZE * 10]
+    names = []
+    for index, size in enumerate(sizes):
+        body = huge_workflow_body(f"huge-{index}", url, size)
+        api.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, WORKFLOW_PLURAL, body, _preload_content=False
+        )
+        names.append(body["metadata"]["name"])
+    return names
+
+
+def workflow_conditions(cluster: Cluster, namespace: str) -> dict[str, str]:
+    """Each workflow's phase and its conditions' reasons, one line each."""
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(cluster.api_client())
+    response: Any = api.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, WORKFLOW_PLURAL, _preload_content=False
+    )
+    found = {}
+    for item in json.loads(response.data)["items"]:
+        status = item.get("status") or {}
+        reasons = ",".join(c.get("reason", "") for c in status.get("conditions") or [])
+        found[item["metadata"]["name"]] = f"{status.get('phase')} [{reasons}]"
+    return found
 
 
 class Policies:
@@ -310,6 +382,13 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]
         spy = args.py_spy if count == counts[-1] else 0.0
         results.append(measure(f"steady-{count}", count, args.window, operator, policies, pids,
                                py_spy_s=spy))  # fmt: skip
+    if args.huge_workflows > 0:
+        with timed(f"{args.huge_workflows} huge workflows created"):
+            create_huge_workflows(cluster, namespace, args.huge_workflows)
+            time.sleep(args.settle)
+        result = measure(f"huge-{counts[-1]}", counts[-1], args.window, operator, policies, pids)
+        result["workflows"] = workflow_conditions(cluster, namespace)
+        results.append(result)
     if not args.no_switch_phase:
         with timed("cooldown patched"):
             for name in policies.names:
@@ -357,6 +436,8 @@ def print_table(data: dict[str, Any]) -> None:
             f"{cpu['kube-apiserver']:>9.1f}{cpu['tritonserver']:>9.1f}{r['switches']:>9.0f}"
         )
     for r in data["results"]:
+        for name, state in sorted(r.get("workflows", {}).items()):
+            print(f"{r['label']}: workflow {name}: {state}")
         if "flips" in r:
             rec = r["recovery_s"]
             print(
@@ -375,6 +456,7 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds before each window")
     parser.add_argument("--flip-every", type=float, default=6.0, help="switch phase: seconds")
     parser.add_argument("--no-switch-phase", action="store_true")
+    parser.add_argument("--huge-workflows", type=int, default=2, help="huge phase: workflows")
     parser.add_argument("--py-spy", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--keep-workdir", action="store_true", help="keep logs and etcd data")
     parser.add_argument("--out", default="operator_scale.json", help="file name in bench/out/")

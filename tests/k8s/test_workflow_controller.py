@@ -43,6 +43,7 @@ from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.workflow import job_view
 from compass.domain.planner import pareto_front
 from compass.domain.profiles import parse_profiles
+from compass.domain.space import MAX_PARAMETERS
 from compass.examples import build_replay_ledger, load_rag_paper
 from compass.lab.scenarios import RAG_CORNER_SPACE
 from tiers import require_tritonserver
@@ -233,6 +234,15 @@ def test_invalid_spec_is_a_permanent_error_until_fixed(
         flows.create({**_workflow("too-high", tau=1.5)})
     assert rejected.value.status == 422
     assert "spec.evaluation.tau" in json.loads(rejected.value.body)["message"]
+    # The schema bounds what a resource may make the operator hold: too many parameters.
+    crowded = _workflow("crowded", tau=0.8)
+    crowded["spec"]["space"] = {
+        "parameters": [{"name": f"p{i}", "values": [0, 1]} for i in range(MAX_PARAMETERS + 1)]
+    }
+    with pytest.raises(ApiException) as too_many:
+        flows.create(crowded)
+    assert too_many.value.status == 422
+    assert "spec.space.parameters: Too many" in json.loads(too_many.value.body)["message"]
 
     generated = (REPO_ROOT / "crds" / f"{WORKFLOW_PLURAL}.{GROUP}.yaml").read_text()
     assert "x-kubernetes-validations" in generated
@@ -295,6 +305,19 @@ def test_invalid_spec_is_a_permanent_error_until_fixed(
         )
         assert [c["metadata"]["name"] for c in flows.config_maps("typo")] == ["typo-search-g3"]
         flows.wait_events("typo", ["InvalidSpec", "SearchStarted", "SearchStarted"])
+
+        # Within every list bound but too many combinations to enumerate: refused once, by name.
+        huge = _workflow("huge", tau=0.8)
+        huge["spec"]["space"] = {
+            "parameters": [{"name": f"p{i}", "values": list(range(10))} for i in range(7)]
+        }
+        flows.create(huge)
+        flows.wait("huge", _phase("Failed"), 30, "the oversized space to be reported")
+        spec_valid = flows.condition("huge", "SpecValid")
+        assert spec_valid is not None
+        assert spec_valid["reason"] == "InvalidSpec"
+        assert spec_valid["message"].startswith("spec.space: space has 10,000,000 combinations")
+        assert flows.jobs("huge") == []
 
 
 def test_tau_no_configuration_reaches(

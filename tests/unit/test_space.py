@@ -263,6 +263,34 @@ def test_size_limit_is_checked_before_enumerating() -> None:
         Space.from_spec(data)
 
 
+def test_a_space_near_the_size_limit_enumerates_in_order_and_indexes_exactly() -> None:
+    """1.92M combinations, one constraint: the rows are the valid product in lexicographic
+    order, and index, config and neighbours agree on a spread of them."""
+    sizes = [20, 20, 20, 20, 12]
+    names = ["a", "b", "c", "d", "e"]
+    assert math.prod(sizes) <= MAX_SPACE_SIZE
+    data = {
+        "parameters": [
+            {"name": n, "type": "integer", "values": list(range(k))}
+            for n, k in zip(names, sizes, strict=True)
+        ],
+        "constraints": ["a <= b"],
+    }
+    space = Space.from_spec(data)
+    assert space.size == (20 * 21 // 2) * 20 * 20 * 12
+    radix = [math.prod(sizes[j + 1 :]) for j in range(len(sizes))]
+    assert np.all(np.diff(space.rows @ np.array(radix)) > 0)
+    for index in range(0, space.size, space.size // 97):
+        config = space.config(index)
+        assert config["a"] <= config["b"]
+        assert space.index(config) == index
+        for other in space.neighbours(index):
+            assert sum(space.config(other)[n] != config[n] for n in names) == 1
+            assert space.config(other)["a"] <= space.config(other)["b"]
+    with pytest.raises(SpaceError, match="violates a constraint"):
+        space.index({"a": 5, "b": 4, "c": 0, "d": 0, "e": 0})
+
+
 def test_index_and_config_round_trip_with_clear_errors() -> None:
     """Every configuration maps to its index and back; 20.0 finds 20; outsiders are named."""
     space = _rag()

@@ -8,7 +8,18 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, model_validator
 
 from compass.api.conditions import Condition
-from compass.api.meta import DEFAULT_ROUTER_MODEL, CamelModel
+from compass.api.meta import (
+    DEFAULT_ROUTER_MODEL,
+    MAX_ARG_LENGTH,
+    MAX_ARGS,
+    MAX_IMAGE_LENGTH,
+    MAX_MAP_ENTRIES,
+    MAX_NAME_LENGTH,
+    MAX_NAMESPACE_LENGTH,
+    MAX_TOLERATIONS,
+    CamelModel,
+    ShortText,
+)
 from compass.api.paretopolicy import ServingSettings
 from compass.api.rules import CelRule, cel_rules, strictly_increasing
 from compass.domain.capacity import MAX_CURVE_POINTS
@@ -19,21 +30,29 @@ from compass.domain.space import SpaceSpec
 # could cost too much on unbounded input); far above what a workflow uses.
 MAX_BUDGETS = 32
 MAX_PATH_LENGTH = 4096
-MAX_NAME_LENGTH = 253  # a Kubernetes object name (DNS subdomain)
 
 
 class ConfigMapDataset(CamelModel):
     """A dataset stored in a ConfigMap key."""
 
-    name: str = Field(description="Name of the ConfigMap in the workflow's namespace.")
-    key: str = Field(description="Key holding the dataset (JSON Lines, one sample a line).")
+    name: str = Field(
+        max_length=MAX_NAME_LENGTH, description="Name of the ConfigMap in the workflow's namespace."
+    )
+    key: str = Field(
+        max_length=MAX_NAME_LENGTH,
+        description="Key holding the dataset (JSON Lines, one sample a line).",
+    )
 
 
 class VolumeDataset(CamelModel):
     """A dataset on a PersistentVolumeClaim."""
 
-    claim_name: str = Field(description="Name of the PersistentVolumeClaim.")
-    path: str = Field(description="Path of the dataset inside the volume.")
+    claim_name: str = Field(
+        max_length=MAX_NAME_LENGTH, description="Name of the PersistentVolumeClaim."
+    )
+    path: str = Field(
+        max_length=MAX_PATH_LENGTH, description="Path of the dataset inside the volume."
+    )
 
 
 class Dataset(CamelModel):
@@ -115,11 +134,15 @@ class Evaluator(CamelModel):
         "command: run a command that scores a configuration on sample indices; replay: read "
         "recorded scores from a ledger.",
     )
-    command: list[str] | None = Field(
-        default=None, description="For type command: the command and its arguments."
+    command: list[Annotated[str, Field(max_length=MAX_ARG_LENGTH)]] | None = Field(
+        default=None,
+        max_length=MAX_ARGS,
+        description="For type command: the command and its arguments.",
     )
     image: str | None = Field(
-        default=None, description="For type command: the image the command runs in."
+        default=None,
+        max_length=MAX_IMAGE_LENGTH,
+        description="For type command: the image the command runs in.",
     )
     replay_config_map: str | None = Field(
         default=None,
@@ -251,11 +274,11 @@ class Evaluation(CamelModel):
 class Toleration(CamelModel):
     """A Kubernetes toleration for the profiling pod."""
 
-    key: str | None = Field(default=None, description="Taint key.")
+    key: ShortText | None = Field(default=None, description="Taint key.")
     operator: str | None = Field(
         default=None, description="Equal or Exists.", pattern="^(Equal|Exists)$"
     )
-    value: str | None = Field(default=None, description="Taint value.")
+    value: ShortText | None = Field(default=None, description="Taint value.")
     effect: str | None = Field(
         default=None,
         description="NoSchedule, PreferNoSchedule or NoExecute.",
@@ -269,18 +292,26 @@ class Toleration(CamelModel):
 class Resources(CamelModel):
     """Container resources, e.g. limits {nvidia.com/gpu: '1'}."""
 
-    requests: dict[str, str] = Field(default_factory=dict, description="Requested resources.")
-    limits: dict[str, str] = Field(default_factory=dict, description="Resource limits.")
+    requests: dict[str, ShortText] = Field(
+        default_factory=dict, max_length=MAX_MAP_ENTRIES, description="Requested resources."
+    )
+    limits: dict[str, ShortText] = Field(
+        default_factory=dict, max_length=MAX_MAP_ENTRIES, description="Resource limits."
+    )
 
 
 class Profiling(CamelModel):
     """Where and how the latency of feasible configurations is measured."""
 
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Pins the profiling Job to the target node pool."
+    node_selector: dict[str, ShortText] = Field(
+        default_factory=dict,
+        max_length=MAX_MAP_ENTRIES,
+        description="Pins the profiling Job to the target node pool.",
     )
     tolerations: list[Toleration] = Field(
-        default_factory=list, description="Tolerations for the target node pool's taints."
+        default_factory=list,
+        max_length=MAX_TOLERATIONS,
+        description="Tolerations for the target node pool's taints.",
     )
     resources: Resources = Field(default_factory=Resources, description="The profiler's resources.")
     warmup_runs: Annotated[
@@ -308,7 +339,9 @@ class Profiling(CamelModel):
         ),
     ] = 12
     image: str | None = Field(
-        default=None, description="Profiler image (default: the operator's image)."
+        default=None,
+        max_length=MAX_IMAGE_LENGTH,
+        description="Profiler image (default: the operator's image).",
     )
     active_deadline_seconds: Annotated[
         int, Field(ge=1, description="The profiling Job's deadline.")
@@ -327,14 +360,22 @@ class Slo(CamelModel):
 class TritonEndpoint(CamelModel):
     """The Triton server that serves the workflow."""
 
-    service: str = Field(description="Service name (or host) of Triton.")
+    service: str = Field(
+        max_length=MAX_NAME_LENGTH, description="Service name (or host) of Triton."
+    )
     namespace: str | None = Field(
-        default=None, description="Namespace of the Service (default: the workflow's)."
+        default=None,
+        max_length=MAX_NAMESPACE_LENGTH,
+        description="Namespace of the Service (default: the workflow's).",
     )
     grpc_port: Annotated[int, Field(ge=1, le=65535, description="gRPC port.")] = 8001
     http_port: Annotated[int, Field(ge=1, le=65535, description="HTTP port.")] = 8000
     metrics_port: Annotated[int, Field(ge=1, le=65535, description="Metrics port.")] = 8002
-    router_model: str = Field(default=DEFAULT_ROUTER_MODEL, description="Name of the router model.")
+    router_model: str = Field(
+        default=DEFAULT_ROUTER_MODEL,
+        max_length=MAX_NAME_LENGTH,
+        description="Name of the router model.",
+    )
 
 
 class Search(CamelModel):
@@ -346,7 +387,11 @@ class Search(CamelModel):
     backoff_limit: Annotated[
         int, Field(ge=0, le=20, description="Pod retries; the ledger makes each retry resume.")
     ] = 3
-    image: str | None = Field(default=None, description="Image (default: the operator's image).")
+    image: str | None = Field(
+        default=None,
+        max_length=MAX_IMAGE_LENGTH,
+        description="Image (default: the operator's image).",
+    )
 
 
 class CompoundWorkflowSpec(CamelModel):

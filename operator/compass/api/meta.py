@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 GROUP = "compass.io"
@@ -14,6 +16,20 @@ POLICY_KIND = "ParetoPolicy"
 POLICY_PLURAL = "paretopolicies"
 # The Triton model that runs the workflow and applies the active configuration.
 DEFAULT_ROUTER_MODEL = "router"
+
+# Bounds on what a resource may ask the operator to hold and read every interval: far above
+# what a workflow needs, low enough that one resource cannot cost the others their period.
+MAX_NAME_LENGTH = 253  # a Kubernetes object name (DNS subdomain)
+MAX_NAMESPACE_LENGTH = 63  # a DNS label
+MAX_IMAGE_LENGTH = 512
+MAX_QUERY_LENGTH = 4096
+MAX_ENDPOINT_LENGTH = 512
+MAX_ARGS = 128
+MAX_ARG_LENGTH = 4096
+MAX_MAP_ENTRIES = 64  # node selectors, resource maps
+MAX_TOLERATIONS = 32
+# A key, label value, taint or quantity: a short string.
+ShortText = Annotated[str, Field(max_length=MAX_NAME_LENGTH)]
 
 
 class CamelModel(BaseModel):

@@ -15,7 +15,13 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, model_validator
 
 from compass.api.conditions import Condition
-from compass.api.meta import DEFAULT_ROUTER_MODEL, CamelModel
+from compass.api.meta import (
+    DEFAULT_ROUTER_MODEL,
+    MAX_ENDPOINT_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_QUERY_LENGTH,
+    CamelModel,
+)
 from compass.api.rules import CelRule, cel_rules
 from compass.api.urls import MAX_URL_LENGTH, cel_matches_url, url_problem
 from compass.domain.capacity import MAX_CURVE_POINTS, CapacityCurve, CapacityError, parse_curve
@@ -32,7 +38,7 @@ from compass.domain.elastico import (
 from compass.domain.evaluation import ParamValue
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile
-from compass.domain.space import config_key
+from compass.domain.space import MAX_PARAMETERS, config_key
 from compass.domain.split import Split
 from compass.domain.strategy import Strategy, build_policy
 
@@ -99,7 +105,9 @@ class FrontEntry(CamelModel):
     """One configuration of the Pareto front with its accuracy and measured service time."""
 
     config: dict[str, ParamValue] = Field(
-        min_length=1, description="The configuration's parameter values (the router applies them)."
+        min_length=1,
+        max_length=MAX_PARAMETERS,
+        description="The configuration's parameter values (the router applies them).",
     )
     accuracy: Annotated[float, Field(ge=0, le=1, description="Measured accuracy in [0, 1].")]
     latency_mean_ms: Annotated[float, Field(gt=0, description="Mean service time in ms.")]
@@ -272,13 +280,18 @@ class MetricsSource(CamelModel):
         "default in-cluster Services only (see the chart's allowedHosts).",
     )
     query: str | None = Field(
-        default=None, description="PromQL for the router's pending-request count (queue depth)."
+        default=None,
+        max_length=MAX_QUERY_LENGTH,
+        description="PromQL for the router's pending-request count (queue depth).",
     )
     arrivals_query: str | None = Field(
-        default=None, description="PromQL for the cumulative count of requests that arrived."
+        default=None,
+        max_length=MAX_QUERY_LENGTH,
+        description="PromQL for the cumulative count of requests that arrived.",
     )
     age_query: str | None = Field(
         default=None,
+        max_length=MAX_QUERY_LENGTH,
         description="PromQL for how old, in seconds, the samples behind the queue depth are "
         "(default with the default query: time() - min(timestamp(...)) of the router's "
         "pending-request series). With a custom query and no ageQuery the samples count as "
@@ -318,6 +331,7 @@ class RoutingTarget(CamelModel):
 
     service: str | None = Field(
         default=None,
+        max_length=MAX_NAME_LENGTH,
         description="A Service in the policy's namespace: every ready Triton pod behind it (its "
         "EndpointSlices, watched) is switched, and its queue read.",
     )
@@ -325,10 +339,15 @@ class RoutingTarget(CamelModel):
     metrics_port: PortRef = "metrics"
     grpc_endpoint: str | None = Field(
         default=None,
+        max_length=MAX_ENDPOINT_LENGTH,
         description="One Triton's gRPC endpoint, host:port, for a Triton outside the cluster "
         "(e.g. triton.example.com:8001).",
     )
-    router_model: str = Field(default=DEFAULT_ROUTER_MODEL, description="Name of the router model.")
+    router_model: str = Field(
+        default=DEFAULT_ROUTER_MODEL,
+        max_length=MAX_NAME_LENGTH,
+        description="Name of the router model.",
+    )
 
     @model_validator(mode="after")
     def _one_target(self) -> RoutingTarget:

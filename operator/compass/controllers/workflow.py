@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import ValidationError
 
@@ -97,6 +97,16 @@ def validate_spec(raw: Mapping[str, Any]) -> tuple[CompoundWorkflowSpec, Space]:
     the schema cannot say: constraints naming known parameters, budgets within the dataset, a
     space that is not empty.
     """
+    spec = parse_spec(raw)
+    try:
+        space = Space(spec.space)
+    except SpaceError as error:
+        raise InvalidSpecError("spec.space", str(error)) from None
+    return spec, space
+
+
+def parse_spec(raw: Mapping[str, Any]) -> CompoundWorkflowSpec:
+    """The spec without enumerating its space; InvalidSpecError naming the field and the fix."""
     try:
         spec = CompoundWorkflowSpec.model_validate(dict(raw))
     except ValidationError as error:
@@ -114,14 +124,10 @@ def validate_spec(raw: Mapping[str, Any]) -> tuple[CompoundWorkflowSpec, Space]:
             index = constraints.index(constraint.group(1))
             return _raise(f"spec.space.constraints[{index}]", constraint.group(0))
         return _raise(_path(loc), what)
-    try:
-        space = Space(spec.space)
-    except SpaceError as error:
-        raise InvalidSpecError("spec.space", str(error)) from None
-    return spec, space
+    return spec
 
 
-def _raise(field: str, what: str) -> tuple[CompoundWorkflowSpec, Space]:
+def _raise(field: str, what: str) -> NoReturn:
     raise InvalidSpecError(field, what)
 
 

@@ -17,7 +17,7 @@ its Event, happens once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -315,6 +315,20 @@ def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSe
 
 # ---------------------------------------------------------------------------- progress and transitions
 
+_SPEC_KEY = "compass_workflow_spec"
+
+
+def _spec_of(
+    memo: MutableMapping[str, Any], generation: int, raw: Mapping[str, Any]
+) -> CompoundWorkflowSpec:
+    """The generation's spec, parsed once per generation in this resource's memo: the poll
+    runs every few seconds, and start_generation has validated it (space included) already."""
+    cached = memo.get(_SPEC_KEY)
+    if cached is None or cached[0] != generation:
+        cached = memo[_SPEC_KEY] = (generation, reconcile.parse_spec(raw))
+    spec: CompoundWorkflowSpec = cached[1]
+    return spec
+
 
 def _is_active(status: kopf.Status, **_: Any) -> bool:
     return status.get("phase") in {p.value for p in reconcile.ACTIVE_PHASES}
@@ -328,14 +342,20 @@ def advance(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None
     assert namespace is not None  # a namespaced resource
     runtime = runtime_of(memo)
     try:
-        result = _advance(runtime.api(), namespace, name, runtime.settings)
+        result = _advance(runtime.api(), namespace, name, runtime.settings, memo)
     except Exception as error:
         runtime.metrics.errors.labels(WORKFLOW_KIND, type(error).__name__).inc()
         raise
     runtime.metrics.reconciles.labels(WORKFLOW_KIND, result).inc()
 
 
-def _advance(api: client.ApiClient, namespace: str, name: str, settings: OperatorSettings) -> str:
+def _advance(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    settings: OperatorSettings,
+    memo: MutableMapping[str, Any],
+) -> str:
     """One read-decide-act cycle: "ok", "idle" (nothing to do) or "conflict" (decide again)."""
     workflow = _read_workflow(api, namespace, name)
     if workflow is None:
@@ -345,7 +365,7 @@ def _advance(api: client.ApiClient, namespace: str, name: str, settings: Operato
     status = _status_of(workflow)
     if status.observed_generation != generation:
         return "idle"  # start_generation has not taken this generation yet
-    spec, _space = reconcile.validate_spec(workflow.get("spec") or {})
+    spec = _spec_of(memo, generation, workflow.get("spec") or {})
     # Started under these settings already; checked again so that none reaches a Job or policy.
     reconcile.authorize_targets(spec, namespace, settings.target_access())
     uid = metadata["uid"]

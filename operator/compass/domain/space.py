@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import operator
@@ -22,6 +21,12 @@ from compass.domain.evaluation import Config, ParamValue
 # Enumeration is explicit (an index array per configuration); beyond this the search
 # would need a sampler instead, and the user should hear that rather than wait.
 MAX_SPACE_SIZE = 2_000_000
+# List bounds in the schema, so the API server refuses a resource the operator would spend its
+# time on before it reads it; far above any workflow's space.
+MAX_PARAMETERS = 64
+MAX_VALUES = 4096
+MAX_CONSTRAINTS = 64
+MAX_CONSTRAINT_LENGTH = 256
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -89,7 +94,11 @@ class ParameterSpec(BaseModel):
     )
     values: Annotated[
         list[ParamValue],
-        Field(min_length=1, description="The values it may take; numbers are sorted."),
+        Field(
+            min_length=1,
+            max_length=MAX_VALUES,
+            description=f"The values it may take (at most {MAX_VALUES}); numbers are sorted.",
+        ),
     ]
     scale: Scale = Field(
         default=Scale.LINEAR, description="For numbers: linear or log spacing of the values."
@@ -276,11 +285,19 @@ class SpaceSpec(BaseModel):
 
     parameters: Annotated[
         list[ParameterSpec],
-        Field(min_length=1, description="The components' tunable parameters."),
+        Field(
+            min_length=1,
+            max_length=MAX_PARAMETERS,
+            description=f"The components' tunable parameters (at most {MAX_PARAMETERS}; at most "
+            f"{MAX_SPACE_SIZE:,} combinations of their values).",
+        ),
     ]
-    constraints: list[str] = Field(
+    constraints: list[Annotated[str, Field(max_length=MAX_CONSTRAINT_LENGTH)]] = Field(
         default_factory=list,
-        description="Comparisons every configuration must satisfy, e.g. 'reranker_k <= retriever_k'.",
+        max_length=MAX_CONSTRAINTS,
+        description="Comparisons every configuration must satisfy, e.g. 'reranker_k <= "
+        f"retriever_k' (at most {MAX_CONSTRAINTS}, each at most {MAX_CONSTRAINT_LENGTH} "
+        "characters).",
     )
 
     @model_validator(mode="after")
@@ -310,17 +327,21 @@ class Space:
         self._value_index = [
             {_canonical(v): i for i, v in enumerate(p.values)} for p in self.parameters
         ]
-        product = math.prod(len(p.values) for p in self.parameters)
+        shape = tuple(len(p.values) for p in self.parameters)
+        product = math.prod(shape)
         if product > MAX_SPACE_SIZE:
             raise SpaceError(
                 f"space has {product:,} combinations; compass enumerates at most "
                 f"{MAX_SPACE_SIZE:,}: drop values or split the search"
             )
+        # A configuration's code is its row read as a mixed-radix number, so rows in
+        # lexicographic order have increasing codes and a lookup is a binary search: no Python
+        # object per configuration (a dict of 2M tuples cost seconds and ~300 MiB).
+        self._radix: IntArray = np.array(
+            [math.prod(shape[j + 1 :]) for j in range(len(shape))], dtype=np.int64
+        )
         if members is None:
-            rows = np.array(
-                list(itertools.product(*(range(len(p.values)) for p in self.parameters))),
-                dtype=np.int64,
-            ).reshape(product, len(self.parameters))
+            rows = np.indices(shape, dtype=np.int64).reshape(len(shape), -1).T
         else:
             rows = np.array(sorted({self._row(c) for c in members}), dtype=np.int64).reshape(
                 -1, len(self.parameters)
@@ -328,8 +349,14 @@ class Space:
         rows = rows[self._satisfies(rows)]
         if len(rows) == 0:
             raise SpaceError("no configuration satisfies every constraint; relax a constraint")
-        self.rows: IntArray = rows
-        self._index = {tuple(int(x) for x in row): i for i, row in enumerate(rows)}
+        self.rows: IntArray = np.ascontiguousarray(rows)
+        self._codes: IntArray = self.rows @ self._radix
+
+    def _find(self, row: Sequence[int]) -> int | None:
+        """The index of the configuration with these value indices, None if it is not valid."""
+        code = int(np.dot(row, self._radix))
+        at = int(np.searchsorted(self._codes, code))
+        return at if at < len(self._codes) and int(self._codes[at]) == code else None
 
     @staticmethod
     def from_spec(data: Mapping[str, Any]) -> Space:
@@ -419,7 +446,7 @@ class Space:
     def index(self, config: Config) -> int:
         """The index of a configuration; a clear error if it lies outside the space."""
         row = self._row(config)
-        found = self._index.get(row)
+        found = self._find(row)
         if found is None:
             raise SpaceError(
                 f"configuration {config_key(config)} violates a constraint or is not part of "
@@ -474,7 +501,7 @@ class Space:
             for value in choices:
                 if value == row[j] or not 0 <= value < len(spec.values):
                     continue
-                other = self._index.get((*row[:j], value, *row[j + 1 :]))
+                other = self._find((*row[:j], value, *row[j + 1 :]))
                 if other is not None:
                     found.append(other)
         return found
