@@ -37,9 +37,16 @@ from node import Node
 # Import the handlers package now: whatever it registers goes to kopf's default registry, never
 # to the fresh registries the operator runs below get (they hold the workflow handlers only).
 import compass.controllers.runtime  # noqa: F401
+from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.controllers import kubeapi
-from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
+from compass.controllers.builders import (
+    LEDGER_KEY,
+    PROFILES_KEY,
+    RESULT_KEY,
+    build_profile_job,
+    build_search_job,
+)
 from compass.controllers.workflow import job_view
 from compass.domain.planner import pareto_front
 from compass.domain.profiles import parse_profiles
@@ -242,7 +249,8 @@ def test_invalid_spec_is_a_permanent_error_until_fixed(
     with pytest.raises(ApiException) as too_many:
         flows.create(crowded)
     assert too_many.value.status == 422
-    assert "spec.space.parameters: Too many" in json.loads(too_many.value.body)["message"]
+    message = json.loads(too_many.value.body)["message"]
+    assert f"spec.space.parameters in body should have at most {MAX_PARAMETERS} items" in message
 
     generated = (REPO_ROOT / "crds" / f"{WORKFLOW_PLURAL}.{GROUP}.yaml").read_text()
     assert "x-kubernetes-validations" in generated
@@ -625,3 +633,35 @@ def test_operator_restart_mid_search_resumes(
             )
         except TimeoutError as error:
             raise AssertionError(f"{error}: {left()}") from None
+
+
+@pytest.mark.parametrize(
+    "dataset",
+    [
+        {"configMap": {"name": "qa", "key": "samples.jsonl"}},
+        {"volume": {"claimName": "data", "path": "sets/qa.jsonl"}},
+    ],
+    ids=["configMap", "volume"],
+)
+def test_the_api_server_accepts_the_jobs_pods_as_built(
+    k8s_api: Any, k8s_namespace: str, dataset: dict[str, Any]
+) -> None:
+    """The search Job with its dataset mounted, the profile Job, both read-only with a /tmp
+    emptyDir and resources: a server-side dry run validates every field the builders set."""
+    raw = _workflow("mounted", tau=0.8)
+    raw["spec"]["evaluation"]["dataset"] = {"size": SAMPLES, **dataset}
+    spec = CompoundWorkflowSpec.model_validate(raw["spec"])
+    workflow = {**raw, "metadata": {"name": "mounted", "namespace": k8s_namespace, "uid": "u-1"}}
+    batch = client.BatchV1Api(k8s_api)
+    for job in (
+        build_search_job(workflow, spec, "compass:test", "compass-job"),
+        build_profile_job(workflow, spec, "compass:test", "compass-job"),
+    ):
+        created = _data(
+            batch.create_namespaced_job(k8s_namespace, job, dry_run="All", _preload_content=False)
+        )
+        pod = created["spec"]["template"]["spec"]
+        assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+        assert [v["name"] for v in pod["volumes"]] == [
+            v["name"] for v in job["spec"]["template"]["spec"]["volumes"]
+        ]

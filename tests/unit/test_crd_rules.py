@@ -231,7 +231,7 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
     ),
     "command evaluator": (
         CompoundWorkflowSpec,
-        _evaluation(evaluator={"type": "command", "command": ["score"], "image": "x"}),
+        _evaluation(evaluator={"type": "command", "command": ["score"]}),
         True,
     ),
     "replay evaluator": (
@@ -253,6 +253,13 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
         False,
     ),
     "imagePath and configMap": (CompoundWorkflowSpec, _dataset(configMap=CONFIG_MAP), False),
+    "volume path leaves the volume": (
+        CompoundWorkflowSpec,
+        lambda s: s["evaluation"].update(
+            dataset={"size": 100, "volume": {"claimName": "data", "path": "a/../../etc"}}
+        ),
+        False,
+    ),
     "configMap and volume": (
         CompoundWorkflowSpec,
         lambda s: s["evaluation"].update(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from compass.api.compoundworkflow import (
+    DATASET_DIR,
     CompoundWorkflowSpec,
     CompoundWorkflowStatus,
     Phase,
@@ -21,6 +22,7 @@ from compass.commands.job import best_accuracy, error_line
 from compass.controllers import workflow as reconcile
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
+    DEFAULT_SEARCH_RESOURCES,
     LEDGER_KEY,
     PROFILES_KEY,
     PROGRESS_KEY,
@@ -187,7 +189,7 @@ def test_another_dataset_starts_from_nothing() -> None:
 
 
 def test_the_newest_matching_generation_is_the_seed() -> None:
-    other = _spec(**{"evaluation.metric": "f1"})
+    other = _spec(**{"evaluation.dataset": {"size": 100, "imagePath": "/data/other.jsonl"}})
     states = {1: _state(_spec(), **FULL), 2: _state(other, **FULL), 3: {SPEC_KEY: "garbage"}}
     assert seed_state(_spec(**{"evaluation.tau": 0.9}), 4, states).ledger_from == 1
 
@@ -758,6 +760,62 @@ def test_jobs_get_the_triton_override_only_when_set() -> None:
     profile = build_profile_job(WORKFLOW, spec, "img", "sa", job_env(None))
     names = [e["name"] for e in profile["spec"]["template"]["spec"]["containers"][0]["env"]]
     assert "COMPASS_TRITON_ADDRESS" not in names
+
+
+@pytest.mark.parametrize(
+    ("dataset", "volume", "path"),
+    [
+        (
+            {"configMap": {"name": "qa", "key": "samples.jsonl"}},
+            {"name": "dataset", "configMap": {"name": "qa"}},
+            f"{DATASET_DIR}/samples.jsonl",
+        ),
+        (
+            {"volume": {"claimName": "data", "path": "/sets/qa.jsonl"}},
+            {"name": "dataset", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}},
+            f"{DATASET_DIR}/sets/qa.jsonl",
+        ),
+        ({"imagePath": "/data/qa.jsonl"}, None, "/data/qa.jsonl"),
+        ({}, None, None),
+    ],
+    ids=["configMap", "volume", "imagePath", "none"],
+)
+def test_the_search_job_mounts_the_dataset_where_compass_dataset_says(
+    dataset: dict[str, Any], volume: dict[str, Any] | None, path: str | None
+) -> None:
+    spec = _spec(**{"evaluation.dataset": {"size": 100, **dataset}})
+    pod = build_search_job(WORKFLOW, spec, "img", "sa")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env.get("COMPASS_DATASET") == path
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert volumes.get("dataset") == volume
+    if volume is None:
+        assert "dataset" not in mounts
+    else:
+        assert mounts["dataset"] == {"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True}
+
+
+def test_job_pods_run_read_only_with_a_scratch_tmp_and_bounded_resources() -> None:
+    """The image cannot be written (only /tmp, an emptyDir), and a search pod without
+    resources given still has requests and a memory limit; given ones replace them."""
+    spec = _spec()
+    for job in (
+        build_search_job(WORKFLOW, spec, "img", "sa"),
+        build_profile_job(WORKFLOW, spec, "img", "sa"),
+    ):
+        pod = job["spec"]["template"]["spec"]
+        [container] = pod["containers"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+        assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+    search = build_search_job(WORKFLOW, spec, "img", "sa")
+    resources = search["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources == DEFAULT_SEARCH_RESOURCES
+    given = {"limits": {"memory": "4Gi"}}
+    search = build_search_job(WORKFLOW, _spec(**{"search.resources": given}), "img", "sa")
+    assert search["spec"]["template"]["spec"]["containers"][0]["resources"] == given
 
 
 def test_a_triton_service_in_another_namespace_is_routed_to_by_address() -> None:

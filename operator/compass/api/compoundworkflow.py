@@ -30,6 +30,8 @@ from compass.domain.space import SpaceSpec
 # could cost too much on unbounded input); far above what a workflow uses.
 MAX_BUDGETS = 32
 MAX_PATH_LENGTH = 4096
+# Where the search Job's pod finds a mounted dataset; $COMPASS_DATASET names the file.
+DATASET_DIR = "/var/run/compass/dataset"
 
 
 class ConfigMapDataset(CamelModel):
@@ -40,23 +42,47 @@ class ConfigMapDataset(CamelModel):
     )
     key: str = Field(
         max_length=MAX_NAME_LENGTH,
-        description="Key holding the dataset (JSON Lines, one sample a line).",
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        description=f"Key holding the dataset (JSON Lines, one sample a line); mounted as "
+        f"{DATASET_DIR}/KEY in the search Job.",
     )
 
 
 class VolumeDataset(CamelModel):
     """A dataset on a PersistentVolumeClaim."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule="!self.path.contains('..')",
+                message="volume.path: '..' leaves the volume; give a path inside it",
+                field_path=".path",
+            )
+        )
+    )
+
     claim_name: str = Field(
-        max_length=MAX_NAME_LENGTH, description="Name of the PersistentVolumeClaim."
+        max_length=MAX_NAME_LENGTH,
+        description=f"Name of the PersistentVolumeClaim, mounted read-only at {DATASET_DIR} in "
+        "the search Job.",
     )
     path: str = Field(
-        max_length=MAX_PATH_LENGTH, description="Path of the dataset inside the volume."
+        min_length=1,
+        max_length=MAX_PATH_LENGTH,
+        description="Path of the dataset inside the volume.",
     )
+
+    @model_validator(mode="after")
+    def _inside(self) -> VolumeDataset:
+        if ".." in self.path:
+            raise ValueError("volume.path: '..' leaves the volume; give a path inside it")
+        return self
 
 
 class Dataset(CamelModel):
-    """Where the evaluation samples come from; exactly one source."""
+    """Where the evaluation samples come from: at most one source, which the search Job's pod
+    sees at the path in $COMPASS_DATASET (a command evaluator reads it there; a Triton router
+    reads its own samples, and the source then only identifies the dataset)."""
 
     size: Annotated[
         int,
@@ -67,15 +93,25 @@ class Dataset(CamelModel):
         ),
     ]
     config_map: ConfigMapDataset | None = Field(
-        default=None, description="Dataset in a ConfigMap key."
+        default=None, description="Dataset in a ConfigMap key, mounted into the search Job."
     )
-    volume: VolumeDataset | None = Field(default=None, description="Dataset on a volume.")
+    volume: VolumeDataset | None = Field(
+        default=None, description="Dataset on a volume, mounted into the search Job."
+    )
     image_path: str | None = Field(
         default=None,
         max_length=MAX_PATH_LENGTH,
-        description=f"Dataset at this path inside the evaluator image (at most "
-        f"{MAX_PATH_LENGTH} characters).",
+        description=f"Dataset at this path inside the search Job's image (spec.search.image; "
+        f"at most {MAX_PATH_LENGTH} characters).",
     )
+
+    def path(self) -> str | None:
+        """Where the search Job's pod finds the dataset, None without a source."""
+        if self.config_map is not None:
+            return f"{DATASET_DIR}/{self.config_map.key}"
+        if self.volume is not None:
+            return f"{DATASET_DIR}/{self.volume.path.lstrip('/')}"
+        return self.image_path or None
 
     # The same rule as _one_source, for the API server (an empty imagePath counts as unset).
     model_config = ConfigDict(
@@ -108,15 +144,6 @@ class Dataset(CamelModel):
         return self
 
 
-class Metric(StrEnum):
-    """How one answer is scored against its reference."""
-
-    EXACT_MATCH = "exact_match"
-    F1 = "f1"
-    ACCURACY = "accuracy"
-    COMMAND = "command"
-
-
 class EvaluatorType(StrEnum):
     """Who scores a configuration on samples during the search."""
 
@@ -137,12 +164,8 @@ class Evaluator(CamelModel):
     command: list[Annotated[str, Field(max_length=MAX_ARG_LENGTH)]] | None = Field(
         default=None,
         max_length=MAX_ARGS,
-        description="For type command: the command and its arguments.",
-    )
-    image: str | None = Field(
-        default=None,
-        max_length=MAX_IMAGE_LENGTH,
-        description="For type command: the image the command runs in.",
+        description="For type command: the command and its arguments, run in the search Job's "
+        "image (spec.search.image); it reads the dataset at $COMPASS_DATASET.",
     )
     replay_config_map: str | None = Field(
         default=None,
@@ -198,7 +221,6 @@ class Evaluation(CamelModel):
     """How accuracy is measured, and the accuracy target tau."""
 
     dataset: Dataset = Field(description="The evaluation samples.")
-    metric: Metric = Field(default=Metric.ACCURACY, description="How an answer is scored.")
     tau: Annotated[
         float,
         Field(
@@ -390,7 +412,12 @@ class Search(CamelModel):
     image: str | None = Field(
         default=None,
         max_length=MAX_IMAGE_LENGTH,
-        description="Image (default: the operator's image).",
+        description="Image (default: the operator's image); a command evaluator runs in it.",
+    )
+    resources: Resources = Field(
+        default_factory=Resources,
+        description="The search pod's resources (default: requests cpu 250m and memory 256Mi, "
+        "limit memory 2Gi: a space at the 2,000,000-configuration limit needs about 1Gi).",
     )
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from compass.api.compoundworkflow import CompoundWorkflowSpec
+from compass.api.compoundworkflow import DATASET_DIR, CompoundWorkflowSpec
 from compass.api.meta import GROUP, POLICY_KIND, VERSION
 from compass.api.paretopolicy import RoutingTarget
 
@@ -25,6 +25,11 @@ CURVE_PROGRESS_KEY = "curve-progress.json"
 SEED_KEY = "seed.json"
 # What the Jobs' pods may do: read their spec and patch their state ConfigMap, nothing else.
 JOB_RULES = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}]
+# A search pod with no resources given: enough for a space at the enumeration limit (~1Gi).
+DEFAULT_SEARCH_RESOURCES = {
+    "requests": {"cpu": "250m", "memory": "256Mi"},
+    "limits": {"memory": "2Gi"},
+}
 # Kubernetes names are at most 63 characters in labels; Job names feed pod labels.
 _MAX_NAME = 52
 
@@ -123,6 +128,8 @@ def _job(
     pod_extra: Mapping[str, Any] | None = None,
     resources: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    volumes: Sequence[Mapping[str, Any]] = (),
+    mounts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     metadata = workflow["metadata"]
     generation = int(metadata.get("generation", 1))
@@ -139,8 +146,11 @@ def _job(
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         },
+        # The image stays read-only; the search's working copy of its ledger lives in /tmp.
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *map(dict, mounts)],
         # The last lines of output become the pod's termination message, which the operator
         # copies into the workflow's condition when the Job fails.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -166,6 +176,7 @@ def _job(
                     "serviceAccountName": service_account,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}, *map(dict, volumes)],
                     **(pod_extra or {}),
                 },
             },
@@ -216,10 +227,21 @@ def build_search_job(
     service_account: str,
     env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The Job that runs COMPASS-V for the workflow's current generation."""
+    """The Job that runs COMPASS-V for the workflow's current generation, with the dataset
+    mounted where $COMPASS_DATASET says."""
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
     state = search_name(name, generation)
+    dataset = spec.evaluation.dataset
+    volumes: list[dict[str, Any]] = []
+    if dataset.config_map is not None:
+        volumes.append({"name": "dataset", "configMap": {"name": dataset.config_map.name}})
+    elif dataset.volume is not None:
+        claim = {"claimName": dataset.volume.claim_name, "readOnly": True}
+        volumes.append({"name": "dataset", "persistentVolumeClaim": claim})
+    mounts = [{"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True}] if volumes else []
+    path = dataset.path()
+    resources = spec.search.resources.model_dump(by_alias=True, exclude_defaults=True)
     return _job(
         workflow,
         "search",
@@ -229,7 +251,10 @@ def build_search_job(
         service_account,
         spec.search.backoff_limit,
         spec.search.active_deadline_seconds,
-        env=env,
+        resources=resources or DEFAULT_SEARCH_RESOURCES,
+        env={**(env or {}), **({"COMPASS_DATASET": path} if path else {})},
+        volumes=volumes,
+        mounts=mounts,
     )
 
 

@@ -166,9 +166,9 @@ def _digest(value: Any) -> str:
 
 
 def scoring_key(spec: CompoundWorkflowSpec) -> str:
-    """What a recorded score depends on: the dataset, the metric and who scores."""
+    """What a recorded score depends on: the dataset and who scores."""
     evaluation = spec.evaluation.model_dump(mode="json", by_alias=True)
-    parts: dict[str, Any] = {k: evaluation[k] for k in ("dataset", "metric", "evaluator")}
+    parts: dict[str, Any] = {k: evaluation[k] for k in ("dataset", "evaluator")}
     if spec.evaluation.evaluator.type is EvaluatorType.TRITON:
         parts["triton"] = spec.triton.model_dump(mode="json", by_alias=True)
     return _digest(parts)
@@ -218,7 +218,7 @@ def seed_state(
 ) -> Seed:
     """Carry over from the newest earlier generation whose scores are still valid.
 
-    The ledger is reused when the scores mean the same (dataset, metric, evaluator unchanged):
+    The ledger is reused when the scores mean the same (dataset and evaluator unchanged):
     a new tau or new budgets re-run the search without evaluating any recorded sample again.
     The result is reused when the search itself is unchanged, the profiles when the profiling
     is unchanged too: a change of the SLO alone is re-planned without any Job.
