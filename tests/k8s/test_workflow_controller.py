@@ -327,6 +327,17 @@ def test_invalid_spec_is_a_permanent_error_until_fixed(
         assert spec_valid["message"].startswith("spec.space: space has 10,000,000 combinations")
         assert flows.jobs("huge") == []
 
+        # A Job image the operator's settings do not allow: refused by name, no Job.
+        foreign = _workflow("foreign", tau=0.8)
+        foreign["spec"]["search"]["image"] = "registry.example/miner:1"
+        flows.create(foreign)
+        flows.wait("foreign", _phase("Failed"), 30, "the foreign image to be refused")
+        spec_valid = flows.condition("foreign", "SpecValid")
+        assert spec_valid is not None
+        assert spec_valid["reason"] == "ImageNotAllowed"
+        assert spec_valid["message"].startswith("spec.search.image: registry.example/miner:1 ")
+        assert flows.jobs("foreign") == []
+
 
 def test_tau_no_configuration_reaches(
     k8s_api: Any, k8s_namespace: str, k8s_node: Node, crds: None, operator_env: dict[str, str]

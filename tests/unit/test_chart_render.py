@@ -251,6 +251,7 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
             "watchNamespaces": ["team-a", "team-b"],
             "allowedHosts": ["prometheus.example.com", "*.corp.example"],
             "allowedTargetNamespaces": ["serving"],
+            "allowedJobImages": ["registry.local/eval/*"],
             "metrics": {"port": 9090},
             "health": {"port": 9091},
         }
@@ -262,6 +263,7 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
         "COMPASS_NAMESPACES",
         "COMPASS_ALLOWED_HOSTS",
         "COMPASS_ALLOWED_TARGET_NAMESPACES",
+        "COMPASS_ALLOWED_JOB_IMAGES",
         "COMPASS_METRICS_PORT",
         "COMPASS_HEALTH_PORT",
         "COMPASS_PEERING",
@@ -275,6 +277,7 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
     assert settings.namespaces == ["team-a", "team-b"]
     assert settings.allowed_hosts == ["prometheus.example.com", "*.corp.example"]
     assert settings.allowed_target_namespaces == ["serving"]
+    assert settings.allowed_job_images == ["registry.local/eval/*"]
     assert (settings.metrics_port, settings.health_port) == (9090, 9091)
     assert settings.peering == "compass-operator"
     assert settings.peering_priority is None  # each replica its own, from its start time

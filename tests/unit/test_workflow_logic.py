@@ -46,6 +46,7 @@ from compass.controllers.workflow import (
     JobView,
     Observation,
     PolicyAction,
+    authorize_images,
     authorize_targets,
     decide,
     decide_policy_apply,
@@ -853,6 +854,38 @@ def test_a_triton_the_settings_do_not_allow_is_refused_naming_the_field(
     assert condition.message.startswith(f"{field}: ")
     allowed = TargetAccess(("triton.example.com",), ("payments",))
     authorize_targets(spec, "ml", allowed)
+
+
+@pytest.mark.parametrize(
+    ("change", "allowed", "field"),
+    [
+        ({"search.image": "evil.example/miner:1"}, [], "spec.search.image"),
+        (
+            {"profiling.image": "registry.local/other/x:1"},
+            ["registry.local/eval/*"],
+            "spec.profiling.image",
+        ),
+        ({"search.image": "registry.local/eval"}, ["registry.local/eval/*"], "spec.search.image"),
+        ({"search.image": "registry.local/eval/scorer:2"}, ["registry.local/eval/*"], None),
+        ({"search.image": "registry.local/scorer:2"}, ["registry.local/scorer:2"], None),
+        ({"search.image": "anything:1"}, ["*"], None),
+        ({"search.image": "img"}, [], None),
+        ({}, [], None),
+    ],
+)
+def test_job_images_are_the_operators_own_unless_the_settings_allow_more(
+    change: dict[str, Any], allowed: list[str], field: str | None
+) -> None:
+    """A Job runs with a ServiceAccount that writes its state: the image is the operator's
+    ("img") or one its settings list; a refusal names the field, ImageNotAllowed."""
+    spec = _spec(**change)
+    if field is None:
+        authorize_images(spec, "img", allowed)
+        return
+    with pytest.raises(InvalidSpecError) as error:
+        authorize_images(spec, "img", allowed)
+    assert (error.value.field, error.value.reason) == (field, "ImageNotAllowed")
+    assert "allowedJobImages" in str(error.value)
 
 
 def test_a_triton_of_the_workflows_own_namespace_needs_no_setting() -> None:

@@ -17,6 +17,12 @@ class OperatorSettings(BaseSettings):
         default="ghcr.io/compass-operator/compass-operator:0.1.0",
         description="Image of the search and profiling Jobs (the operator's own image).",
     )
+    allowed_job_images: list[str] = Field(
+        default_factory=list,
+        description="Images a workflow's search.image or profiling.image may name besides the "
+        "operator's own: exact references, or prefixes ending in * (registry.example.com/team/*); "
+        "* for any image.",
+    )
     job_service_account: str = Field(
         default="compass-job",
         description="ServiceAccount of the Jobs' pods: may read and patch their state ConfigMap.",

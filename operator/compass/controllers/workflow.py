@@ -157,6 +157,33 @@ def authorize_targets(spec: CompoundWorkflowSpec, namespace: str, access: Target
         ) from error
 
 
+def image_allowed(image: str, own: str, allowed: Sequence[str]) -> bool:
+    """Whether a Job may run this image: the operator's own, one listed, or one under a listed
+    prefix ending in '*' (registry.example.com/team/*); '*' alone allows any."""
+    return image == own or any(
+        image == pattern or (pattern.endswith("*") and image.startswith(pattern[:-1]))
+        for pattern in allowed
+    )
+
+
+def authorize_images(spec: CompoundWorkflowSpec, own: str, allowed: Sequence[str]) -> None:
+    """InvalidSpecError (ImageNotAllowed) naming the field when a Job would run an image the
+    operator's settings do not allow: the Jobs hold a ServiceAccount that writes their state,
+    so who may write a workflow must not also pick the code that runs with it."""
+    for name, image in (
+        ("search.image", spec.search.image),
+        ("profiling.image", spec.profiling.image),
+    ):
+        if image and not image_allowed(image, own, allowed):
+            raise InvalidSpecError(
+                f"spec.{name}",
+                f"{image} is not an image the operator's settings allow for Jobs (its own, "
+                f"{own}, and allowedJobImages); leave {name} out to use the operator's image, or "
+                "ask the operator's administrator to add it to allowedJobImages (Helm value)",
+                "ImageNotAllowed",
+            )
+
+
 # ---------------------------------------------------------------------------- carrying state over
 
 

@@ -280,6 +280,7 @@ def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSe
     try:
         spec, space = reconcile.validate_spec(workflow.get("spec") or {})
         reconcile.authorize_targets(spec, namespace, settings.target_access())
+        reconcile.authorize_images(spec, settings.image, settings.allowed_job_images)
     except reconcile.InvalidSpecError as error:
         _supersede(api, namespace, name, uid, generation)
         new = reconcile.invalid_status(status, generation, error, now)
@@ -368,6 +369,7 @@ def _advance(
     spec = _spec_of(memo, generation, workflow.get("spec") or {})
     # Started under these settings already; checked again so that none reaches a Job or policy.
     reconcile.authorize_targets(spec, namespace, settings.target_access())
+    reconcile.authorize_images(spec, settings.image, settings.allowed_job_images)
     uid = metadata["uid"]
     core = client.CoreV1Api(api)
     state_map = kubeapi.read(
