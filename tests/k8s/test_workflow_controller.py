@@ -676,3 +676,35 @@ def test_the_api_server_accepts_the_jobs_pods_as_built(
         assert [v["name"] for v in pod["volumes"]] == [
             v["name"] for v in job["spec"]["template"]["spec"]["volumes"]
         ]
+
+
+def test_a_foreign_job_service_account_is_refused_not_reused(
+    k8s_api: Any, k8s_namespace: str, crds: None, operator_env: dict[str, str]
+) -> None:
+    """A ServiceAccount named like the Jobs' that compass-operator did not make: no Job runs
+    with it, a Warning Event says why and what to do; once it is gone the search starts."""
+    core = client.CoreV1Api(k8s_api)
+    foreign = {"metadata": {"name": "compass-job", "labels": {"team": "someone-else"}}}
+    core.create_namespaced_service_account(k8s_namespace, foreign, _preload_content=False)
+    flows = Workflows(k8s_api, k8s_namespace)
+    with operator(k8s_namespace):
+        flows.create(_workflow("borrowed", tau=0.8))
+
+        def refused() -> bool:
+            return any(
+                "was not made by compass-operator" in message
+                for _kind, _reason, message in flows.events("borrowed")
+            )
+
+        wait_for(refused, 30, "the foreign ServiceAccount to be refused in an Event")
+        assert flows.jobs("borrowed") == []
+        rbac = client.RbacAuthorizationV1Api(k8s_api)
+        assert kubeapi.read(rbac.read_namespaced_role_binding, "compass-job", k8s_namespace) is None
+        core.delete_namespaced_service_account("compass-job", k8s_namespace, _preload_content=False)
+        flows.wait("borrowed", _phase("Searching"), 60, "the search to start once it is gone")
+        account = _data(
+            core.read_namespaced_service_account(
+                "compass-job", k8s_namespace, _preload_content=False
+            )
+        )
+        assert account["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "compass-operator"

@@ -11,6 +11,7 @@ from compass.api.meta import GROUP, POLICY_KIND, VERSION
 from compass.api.paretopolicy import RoutingTarget
 
 MANAGED_BY = "compass-operator"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 WORKFLOW_LABEL = f"{GROUP}/workflow"
 GENERATION_LABEL = f"{GROUP}/generation"
 ROLE_LABEL = f"{GROUP}/role"
@@ -58,7 +59,7 @@ def labels(workflow: str, role: str, generation: int) -> dict[str, str]:
     """The labels of everything built for one workflow generation."""
     return {
         "app.kubernetes.io/name": "compass",
-        "app.kubernetes.io/managed-by": MANAGED_BY,
+        MANAGED_BY_LABEL: MANAGED_BY,
         "app.kubernetes.io/component": role,
         WORKFLOW_LABEL: workflow,
         GENERATION_LABEL: str(generation),
@@ -297,7 +298,7 @@ def job_env(triton_override: str | None) -> dict[str, str]:
 
 
 def _rbac_labels() -> dict[str, str]:
-    return {"app.kubernetes.io/name": "compass", "app.kubernetes.io/managed-by": MANAGED_BY}
+    return {"app.kubernetes.io/name": "compass", MANAGED_BY_LABEL: MANAGED_BY}
 
 
 def build_job_service_account(namespace: str, name: str) -> dict[str, Any]:

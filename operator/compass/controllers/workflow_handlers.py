@@ -31,6 +31,8 @@ from compass.controllers import kubeapi
 from compass.controllers import workflow as reconcile
 from compass.controllers.builders import (
     GENERATION_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
     WORKFLOW_LABEL,
     build_job_role,
     build_job_role_binding,
@@ -157,16 +159,49 @@ def _supersede(api: client.ApiClient, namespace: str, name: str, uid: str, gener
             )
 
 
+# How soon a start blocked by someone else's ServiceAccount or Role is tried again.
+FOREIGN_RBAC_RETRY_S = 15.0
+
+
+class ForeignRbacError(Exception):
+    """The Jobs' ServiceAccount, Role or RoleBinding exists and is not the operator's."""
+
+
 def _ensure_rbac(api: client.ApiClient, namespace: str, account: str) -> None:
-    """The Jobs' ServiceAccount, Role and RoleBinding, created where missing (never changed)."""
+    """The Jobs' ServiceAccount, Role and RoleBinding, created where missing (never changed).
+
+    One of that name that the operator did not make is refused, not reused: its rules or its
+    holders are someone else's, and the Jobs would run with them (or grant them the state)."""
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    creations: tuple[tuple[Callable[..., Any], dict[str, Any]], ...] = (
-        (core.create_namespaced_service_account, build_job_service_account(namespace, account)),
-        (rbac.create_namespaced_role, build_job_role(namespace, account)),
-        (rbac.create_namespaced_role_binding, build_job_role_binding(namespace, account)),
+    creations: tuple[tuple[Callable[..., Any], Callable[..., Any], dict[str, Any]], ...] = (
+        (
+            core.create_namespaced_service_account,
+            core.read_namespaced_service_account,
+            build_job_service_account(namespace, account),
+        ),
+        (
+            rbac.create_namespaced_role,
+            rbac.read_namespaced_role,
+            build_job_role(namespace, account),
+        ),
+        (
+            rbac.create_namespaced_role_binding,
+            rbac.read_namespaced_role_binding,
+            build_job_role_binding(namespace, account),
+        ),
     )
-    for create, body in creations:
-        kubeapi.create(create, namespace, body)
+    for create, read, body in creations:
+        if kubeapi.create(create, namespace, body) is not None:
+            continue
+        existing = kubeapi.read(read, account, namespace) or {}
+        labels = (existing.get("metadata") or {}).get("labels") or {}
+        if existing and labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
+            raise ForeignRbacError(
+                f"{body['kind']} {account} in namespace {namespace} exists and was not made by "
+                f"compass-operator (label {MANAGED_BY_LABEL}={MANAGED_BY} missing): the Jobs will "
+                f"not run with it; delete it, or set the operator's jobServiceAccount (Helm "
+                f"value) to a free name"
+            )
 
 
 def _states(
@@ -289,7 +324,11 @@ def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSe
                 return False
             _post(workflow, reconcile.Event("Warning", error.reason, str(error)))
         raise kopf.PermanentError(str(error)) from None
-    _ensure_rbac(api, namespace, settings.job_service_account)
+    try:
+        _ensure_rbac(api, namespace, settings.job_service_account)
+    except ForeignRbacError as error:
+        _post(workflow, reconcile.Event("Warning", "ForeignJobAccount", str(error)))
+        raise kopf.TemporaryError(str(error), delay=FOREIGN_RBAC_RETRY_S) from None
     if status.observed_generation == generation and status.phase is not Phase.PENDING:
         return True  # already started; the timer carries it on
     # Older generations' Jobs go first, so that they stop writing to the ledgers seeded from.
