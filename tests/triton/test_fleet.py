@@ -92,12 +92,17 @@ def test_every_replica_switches_under_load_and_no_request_fails(
     assert [r.error for r in records if r.error] == []
     # Sent after a switch returned, answered before the next: the switched configuration. (The
     # load's clock started a moment after ours: a margin keeps the two apart.)
+    # A window may hold no whole request when the machine is busy (2 shared cores): every
+    # request that fits one must be the switched configuration, and most windows hold some.
     ends = [t for t, _ in switches[1:]] + [float("inf")]
+    checked = 0
     for (returned, report), end in zip(switches, ends, strict=True):
         between = {
             r.config for r in records if returned + 0.05 < r.sent_s and r.sent_s + r.latency_s < end
         }
-        assert between == {report.config}
+        assert between <= {report.config}
+        checked += bool(between)
+    assert checked >= 3, f"only {checked} of {len(switches)} windows held a whole request"
     # A reload took 150-600 ms here; two control requests in parallel take a few ms.
     assert statistics.median(report.seconds for _, report in switches) < 0.1
 
