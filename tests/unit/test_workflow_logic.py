@@ -227,7 +227,7 @@ def test_a_step_keeps_the_transition_time_of_an_unchanged_status() -> None:
     ready = find_condition(again.conditions, "PolicyReady")
     assert ready is not None
     assert (ready.reason, ready.last_transition_time) == ("PolicyConflict", NOW)
-    assert [c.type for c in again.conditions] == ["PolicyReady"]
+    assert [c.type for c in again.conditions] == ["PolicyReady", "Ready"]
 
 
 def test_invalid_status_is_failed_with_the_reason() -> None:
@@ -235,13 +235,21 @@ def test_invalid_status_is_failed_with_the_reason() -> None:
     status = reconcile.invalid_status(CompoundWorkflowStatus(), 3, error, NOW)
     assert status.phase is Phase.FAILED
     assert status.observed_generation == 3
-    [condition] = status.conditions
+    assert (status.start_time, status.completion_time) == (NOW, NOW)
+    condition, ready = status.conditions
     assert (condition.type, condition.status, condition.reason) == (
         "SpecValid",
         "False",
         "InvalidSpec",
     )
     assert condition.message == "spec.space: no configuration"
+    # kubectl wait --for=condition=Ready sees why it will not become ready.
+    assert (ready.type, ready.status, ready.reason, ready.message) == (
+        "Ready",
+        "False",
+        "InvalidSpec",
+        condition.message,
+    )
 
 
 def test_start_searching_names_the_job_and_resets_counts() -> None:
@@ -255,6 +263,12 @@ def test_start_searching_names_the_job_and_resets_counts() -> None:
     assert status.samples_used == 0
     assert status.policy == "rag"  # the previous plan keeps serving meanwhile
     assert event.reason == "SearchStarted"
+    # A new generation is not Ready until its own plan is: the search says what it does.
+    assert (status.start_time, status.completion_time) == (NOW, None)
+    ready = find_condition(status.conditions, "Ready")
+    assert ready is not None
+    assert (ready.status, ready.reason) == ("False", "Searching")
+    assert ready.message == event.message
     assert "searching 8 configurations for accuracy >= 0.8" in event.message
 
 
@@ -504,6 +518,10 @@ def test_profiles_are_planned_into_a_policy() -> None:
     assert step.status is not None
     assert step.status.phase is Phase.READY
     assert step.status.policy == "rag"
+    ready = find_condition(step.status.conditions, "Ready")
+    assert ready is not None
+    assert (ready.status, ready.reason, ready.last_transition_time) == ("True", "PolicyReady", NOW)
+    assert step.status.completion_time == NOW
     assert step.policy_spec is not None
     assert [e["accuracy"] for e in step.policy_spec["front"]] == [0.81, 0.87]
     assert step.policy_spec["slo"] == {"latencyMs": 300.0, "percentile": 95.0}
@@ -849,7 +867,8 @@ def test_a_triton_the_settings_do_not_allow_is_refused_naming_the_field(
     assert (error.value.field, error.value.reason) == (field, "TargetNotAllowed")
     assert "allowed" in str(error.value)
     status = invalid_status(CompoundWorkflowStatus(), 1, error.value, NOW)
-    [condition] = status.conditions
+    condition = find_condition(status.conditions, "SpecValid")
+    assert condition is not None
     assert (condition.status, condition.reason) == ("False", "TargetNotAllowed")
     assert condition.message.startswith(f"{field}: ")
     allowed = TargetAccess(("triton.example.com",), ("payments",))

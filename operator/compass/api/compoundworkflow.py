@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, model_validator
 
-from compass.api.conditions import Condition
+from compass.api.conditions import CONDITIONS_SCHEMA, MAX_CONDITIONS, Condition
 from compass.api.meta import (
     DEFAULT_ROUTER_MODEL,
     MAX_ARG_LENGTH,
@@ -454,6 +454,7 @@ class Phase(StrEnum):
 class WorkflowConditionType(StrEnum):
     """The conditions a CompoundWorkflow reports."""
 
+    READY = "Ready"
     SPEC_VALID = "SpecValid"
     SEARCH_SUCCEEDED = "SearchSucceeded"
     FEASIBLE_SET_EMPTY = "FeasibleSetEmpty"
@@ -466,7 +467,21 @@ class CompoundWorkflowStatus(CamelModel):
 
     phase: Phase = Field(default=Phase.PENDING, description="Where the workflow is in its life.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="SearchSucceeded, Profiled, PolicyReady, ..."
+        default_factory=list,
+        max_length=MAX_CONDITIONS,
+        description="Ready (kubectl wait --for=condition=Ready), SpecValid, SearchSucceeded, "
+        "Profiled, PolicyReady, ...",
+        json_schema_extra=CONDITIONS_SCHEMA,
+    )
+    start_time: str | None = Field(
+        default=None,
+        description="When the operator started the current generation (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+    completion_time: str | None = Field(
+        default=None,
+        description="When the current generation became Ready or Failed (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
     )
     observed_generation: int | None = Field(
         default=None, description="The spec generation the status describes."

@@ -16,6 +16,13 @@ from compass.api.meta import CamelModel
 # A condition message is one line that fits a `kubectl describe` screen; a Job's error line is
 # bounded the same, since the operator copies it into one.
 MESSAGE_CHARS = 600
+# One entry per type, merged by type on the server (server-side apply, kubectl): the list is a
+# map keyed by type, as Kubernetes' own conditions are.
+CONDITIONS_SCHEMA: dict[str, Any] = {
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["type"],
+}
+MAX_CONDITIONS = 16
 
 
 class Condition(CamelModel):
@@ -26,7 +33,9 @@ class Condition(CamelModel):
     reason: str = Field(description="One CamelCase word for machines.")
     message: str = Field(default="", description="One line for people: what and what to do.")
     last_transition_time: str | None = Field(
-        default=None, description="When the status last changed (RFC 3339)."
+        default=None,
+        description="When the status last changed (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
     )
     observed_generation: int | None = Field(
         default=None, description="The spec generation the condition describes."

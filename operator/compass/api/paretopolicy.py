@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
-from compass.api.conditions import Condition
+from compass.api.conditions import CONDITIONS_SCHEMA, MAX_CONDITIONS, Condition
 from compass.api.meta import (
     DEFAULT_ROUTER_MODEL,
     MAX_ENDPOINT_LENGTH,
@@ -631,7 +631,10 @@ class ParetoPolicyStatus(CamelModel):
         "operator resumes from it. Internal; times are seconds since the epoch.",
     )
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, MetricsAvailable, Degraded and Paused."
+        default_factory=list,
+        max_length=MAX_CONDITIONS,
+        description="Ready, MetricsAvailable, Degraded and Paused.",
+        json_schema_extra=CONDITIONS_SCHEMA,
     )
     observed_generation: int | None = Field(
         default=None, description="The spec generation the status describes."

@@ -319,13 +319,45 @@ def invalid_status(
         WorkflowConditionType.SPEC_VALID, "False", error.reason, str(error), generation
     )
     conditions = set_condition([], invalid, now)
-    return previous.model_copy(
+    status = previous.model_copy(
         update={
             "phase": Phase.FAILED,
             "observed_generation": generation,
             "conditions": conditions,
             "search_job": None,
             "profiling_job": None,
+            "start_time": now,
+            "completion_time": None,
+        }
+    )
+    return summarized(status, generation, now)
+
+
+def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> CompoundWorkflowStatus:
+    """The status with Ready and the completion time as its phase says: True once the policy
+    is written; False with the failing condition's reason, or with the phase while it works."""
+    others = [c for c in status.conditions if c.type != WorkflowConditionType.READY]
+    if status.phase is Phase.READY:
+        ready = ("True", "PolicyReady", f"ParetoPolicy {status.policy} serves the planned front")
+    elif status.phase is Phase.FAILED:
+        failing = next((c for c in others if c.status == "False"), None) or next(
+            (c for c in others if c.type == WorkflowConditionType.FEASIBLE_SET_EMPTY), None
+        )
+        ready = (
+            ("False", failing.reason, failing.message)
+            if failing is not None
+            else ("False", "Failed", f"generation {generation} failed")
+        )
+    else:
+        working = [c for c in others if c.status == "Unknown"]
+        message = working[-1].message if working else f"generation {generation}"
+        ready = ("False", status.phase.value, message)
+    condition = workflow_condition(WorkflowConditionType.READY, *ready, generation)
+    done = status.phase in (Phase.READY, Phase.FAILED)
+    return status.model_copy(
+        update={
+            "conditions": set_condition(status.conditions, condition, now),
+            "completion_time": (status.completion_time or now) if done else None,
         }
     )
 
@@ -356,6 +388,8 @@ def start_status(
         "observed_generation": generation,
         "ledger_config_map": search_name(workflow, generation),
         "profiling_job": None,
+        "start_time": now,
+        "completion_time": None,
         **counts,
     }
     if origin["profiles"] is not None and state.get(PROFILES_KEY):
@@ -378,7 +412,7 @@ def start_status(
         status = previous.model_copy(
             update={**update, "phase": Phase.PLANNING, "search_job": None, "conditions": conditions}
         )
-        return status, Event("Normal", "PlanningStarted", message)
+        return summarized(status, generation, now), Event("Normal", "PlanningStarted", message)
     if origin["result"] is not None and state.get(RESULT_KEY):
         message = (
             f"generation {generation}: the search is unchanged; reusing the result of "
@@ -409,7 +443,7 @@ def start_status(
             "conditions": conditions,
         }
     )
-    return status, Event("Normal", "SearchStarted", message)
+    return summarized(status, generation, now), Event("Normal", "SearchStarted", message)
 
 
 def _ledger_facts(state: Mapping[str, str]) -> int:
@@ -691,7 +725,8 @@ def _update(
     """The status with these fields and conditions (type, status, reason, message) set."""
     updates = [workflow_condition(*c, observation.generation) for c in conditions]
     current = set_conditions(observation.status.conditions, updates, now)
-    return observation.status.model_copy(update={**fields, "conditions": current})
+    status = observation.status.model_copy(update={**fields, "conditions": current})
+    return summarized(status, observation.generation, now)
 
 
 def _lost_state(observation: Observation, now: str) -> Step:
@@ -845,8 +880,10 @@ def _profiling(observation: Observation, now: str) -> Step:
         return _no_output(observation, job, now, "profiling")
     if job is None:
         name = profile_name(observation.workflow, observation.generation)
-        status = observation.status.model_copy(
-            update={"phase": Phase.PROFILING, "profiling_job": name}
+        status = summarized(
+            observation.status.model_copy(update={"phase": Phase.PROFILING, "profiling_job": name}),
+            observation.generation,
+            now,
         )
         return Step(status=_changed(observation.status, status), create=(Create.PROFILE_JOB,))
     progress = _json(observation.state or {}, CURVE_PROGRESS_KEY)
