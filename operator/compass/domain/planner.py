@@ -57,6 +57,9 @@ FloatArray = npt.NDArray[np.float64]
 
 # Floats: a queue depth that meets the SLO exactly must not be rounded away.
 _TOLERANCE = 1e-9
+# A latency target of more than a day is a unit mistake, and queue depths derived from
+# a huge one overflow.
+MAX_SLO_MS = 86_400_000.0
 # Probability levels at which a service distribution is tabulated for the M/G/1 tail.
 _GRID = 512
 # Relative precision of the Lundberg exponent and of the rate limits.
@@ -100,6 +103,12 @@ class Slo:
     def __post_init__(self) -> None:
         if not self.latency_ms > 0:
             raise PlanError("slo.latencyMs", f"{self.latency_ms:g} is not > 0", "give it in ms")
+        if not self.latency_ms <= MAX_SLO_MS:  # NaN fails too
+            raise PlanError(
+                "slo.latencyMs",
+                f"{self.latency_ms:g} ms is above a day",
+                f"give it in ms, at most {MAX_SLO_MS:,.0f}",
+            )
         if not 0 < self.percentile < 100:
             raise PlanError("slo.percentile", f"{self.percentile:g} is outside (0, 100)", "use 95")
 

@@ -262,7 +262,13 @@ def _number(
     value = entry[field]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ProfileError(f"{where}.{field}", f"{value!r} is not a number", "write a number")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        digits = len(str(abs(value)))
+        raise ProfileError(
+            f"{where}.{field}", f"an integer of {digits} digits", "re-measure it"
+        ) from None
     if not math.isfinite(number):
         raise ProfileError(f"{where}.{field}", f"{value!r} is not finite", "re-measure it")
     if number < 0:

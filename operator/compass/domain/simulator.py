@@ -64,6 +64,10 @@ BURST_SECONDS = (5.0, 15.0)
 BURST_GAP_SECONDS = (10.0, 30.0)
 # A run that has not drained this long after the last arrival is reported as it stands.
 MAX_DRAIN_S = 3600.0
+# Every request is simulated in Python, once per policy compared: about 10 us each, so a
+# million takes minutes; beyond it a typo (1e7 s at 1e4 QPS: TiBs of arrivals) would
+# exhaust memory before the first line is printed.
+MAX_REQUESTS = 1_000_000
 
 
 class QueueAggregate(StrEnum):
@@ -217,6 +221,16 @@ def make_pattern(
         raise SimulationError("base_qps", f"{base_qps:g} is not > 0", "give e.g. 1.5")
     if not duration_s > 0 or not math.isfinite(duration_s):
         raise SimulationError("duration", f"{duration_s:g} s is not > 0", "give e.g. 180")
+    peak = base_qps * max(SPIKE_FACTOR, STEP_FACTOR, RAMP_FACTOR, BURST_FACTORS[1])
+    requests = peak * duration_s
+    if requests > MAX_REQUESTS:
+        count = f"{requests:,.0f}" if requests < 1e15 else f"{requests:.3g}"
+        raise SimulationError(
+            "duration",
+            f"{duration_s:g} s at up to {peak:g} QPS is up to {count} requests, above the "
+            f"{MAX_REQUESTS:,} compass generates",
+            "shorten --duration or lower --base-qps",
+        )
     bursts: list[Burst] = []
     if kind is PatternKind.BURSTY:
         rng = np.random.default_rng([seed, 1])
@@ -232,6 +246,12 @@ def trace_pattern(timestamps: Sequence[float]) -> LoadPattern:
     """A pattern that replays these arrival timestamps (seconds; shifted to start at 0)."""
     if len(timestamps) == 0:
         raise SimulationError("trace", "no timestamps", "give one arrival time (s) a line")
+    if len(timestamps) > MAX_REQUESTS:
+        raise SimulationError(
+            "trace",
+            f"{len(timestamps):,} timestamps, above the {MAX_REQUESTS:,} compass replays",
+            "replay a shorter stretch",
+        )
     times = np.asarray(timestamps, dtype=np.float64)
     if not np.all(np.isfinite(times)):
         raise SimulationError("trace", "a timestamp is not a finite number", "fix the file")

@@ -14,7 +14,14 @@ from typing import Annotated, Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from compass.domain.evaluation import Config, ParamValue
 
@@ -27,6 +34,9 @@ MAX_PARAMETERS = 64
 MAX_VALUES = 4096
 MAX_CONSTRAINTS = 64
 MAX_CONSTRAINT_LENGTH = 256
+# Values are matched as floats (20 and 20.0 are one value): beyond 2**53 distinct integers
+# would collide, and a 400-digit one does not convert at all.
+MAX_NUMBER_MAGNITUDE = 2**53
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -53,6 +63,24 @@ class Scale(StrEnum):
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def value_problem(value: object) -> str | None:
+    """What makes a parameter value unusable (NaN, inf, a huge integer), or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value}, not a finite number"
+    if abs(value) > MAX_NUMBER_MAGNITUDE:
+        return f"{describe_number(value)}, beyond +-2**53"
+    return None
+
+
+def describe_number(value: int | float) -> str:
+    """A number as a message shows it: a huge integer by its length, not its 400 digits."""
+    if isinstance(value, int) and abs(value) >= 10**15:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _canonical(value: ParamValue) -> tuple[str, ParamValue]:
@@ -109,6 +137,9 @@ class ParameterSpec(BaseModel):
     def _no_duplicates(cls, values: list[ParamValue]) -> list[ParamValue]:
         seen: set[tuple[str, ParamValue]] = set()
         for value in values:
+            problem = value_problem(value)
+            if problem is not None:
+                raise ValueError(f"value {problem}; give finite numbers within +-2**53")
             if _canonical(value) in seen:
                 raise ValueError(f"value {value!r} is listed twice; list each value once")
             seen.add(_canonical(value))
@@ -164,6 +195,8 @@ _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
     "<": operator.lt,
     ">": operator.gt,
 }
+# ParameterSpec.name's pattern and length, for names read from a ledger.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _TOKEN = re.compile(
     r"""\s*(?:
         (?P<op><=|>=|==|!=|<|>)
@@ -384,13 +417,23 @@ class Space:
                     values[name].append(value)
         parameters = []
         for name in names:
+            if not _NAME.fullmatch(name):
+                raise SpaceError(
+                    f"parameter name {name!r} is not an identifier; start it with a letter or _ "
+                    "and use only ASCII letters, digits and _ (at most 63)"
+                )
             vals = values[name]
             if all(_is_number(v) for v in vals):
                 integral = all(float(v).is_integer() for v in vals)
                 kind = ParameterType.INTEGER if integral else ParameterType.FLOAT
             else:
                 kind = ParameterType.CATEGORICAL
-            parameters.append(ParameterSpec(name=name, type=kind, values=vals))
+            try:
+                parameters.append(ParameterSpec(name=name, type=kind, values=vals))
+            except ValidationError as error:
+                raise SpaceError(f"parameter {name!r}: {explain_validation_error(error)}") from None
+        if not parameters:
+            raise SpaceError("configuration 1 sets no parameters; give each one at least one")
         return Space(SpaceSpec(parameters=parameters), members=configs)
 
     def _row(self, config: Config) -> tuple[int, ...]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import operator
 import os
 from collections.abc import Iterable, Sequence
@@ -15,7 +14,8 @@ import numpy as np
 import numpy.typing as npt
 
 from compass.domain.evaluation import Config, EvaluationError, Evaluator, ParamValue
-from compass.domain.space import config_key
+from compass.domain.search import MAX_DATASET_SIZE
+from compass.domain.space import config_key, value_problem
 
 log = logging.getLogger(__name__)
 
@@ -157,11 +157,10 @@ def _parse_fact(obj: Any) -> tuple[dict[str, ParamValue], list[int], list[float]
             f'"config" is {_kind(config)}, not an object; write it as {{"param": value, ...}}'
         )
     for name, value in config.items():
-        finite = not isinstance(value, float) or math.isfinite(value)
-        if not isinstance(value, str | int | float) or not finite:
-            what = _kind(value) if finite else str(value)
+        problem = value_problem(value)
+        if not isinstance(value, str | int | float) or problem is not None:
             raise LedgerError(
-                f'"config" value of "{name}" is {what}; '
+                f'"config" value of "{name}" is {problem or _kind(value)}; '
                 "every parameter value must be a string, a finite number or a boolean"
             )
     if "scores" not in obj:
@@ -191,6 +190,13 @@ def _parse_fact(obj: Any) -> tuple[dict[str, ParamValue], list[int], list[float]
             raise LedgerError(f'"samples" has a non-integer value {_show(index)}; {_INDEX_RULE}')
         if index < 0:
             raise LedgerError(f'"samples" has a negative index {index}; {_INDEX_RULE}')
+        if index >= MAX_DATASET_SIZE:
+            # The scores are held in an array as long as the largest index: bound it.
+            what = f"index {index}" if index < 10**15 else f"an index of {len(str(index))} digits"
+            raise LedgerError(
+                f'"samples" has {what}, beyond the largest dataset compass searches '
+                f"({MAX_DATASET_SIZE:,} samples); {_INDEX_RULE} and below that"
+            )
         if index in seen:
             raise LedgerError(f'"samples" lists index {index} twice; list each sample once a line')
         seen.add(index)

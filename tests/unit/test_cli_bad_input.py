@@ -1,0 +1,147 @@
+"""Audit of the `compass` command line (issue 15 part 8): each bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from compass.commands.main import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_cli import SPACE_YAML, ledger_lines, write_jsonl
+from test_plan_cli import PROFILES
+
+HUGE = "9" * 400
+
+
+class Run(NamedTuple):
+    """One in-process `compass` run."""
+
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cwd holding space.yaml, replay.jsonl, profiles.json and policy.yaml."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(SPACE_YAML, encoding="utf-8")
+    write_jsonl(tmp_path / "replay.jsonl", ledger_lines())
+    (tmp_path / "profiles.json").write_text(json.dumps({"profiles": PROFILES}), encoding="utf-8")
+    assert (
+        main(["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--output", "policy.yaml"])
+        == 0
+    )
+    return tmp_path
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Any:
+    """main(argv) with what it printed."""
+
+    def run(argv: list[str]) -> Run:
+        code = main(argv)
+        out, err = capsys.readouterr()
+        return Run(code, out, err)
+
+    return run
+
+
+def refused(run: Run, *needles: str) -> str:
+    """Assert exit 2 and one stderr line holding every needle; return the line."""
+    assert run.code == 2, run.err
+    lines = run.err.splitlines()
+    assert len(lines) == 1, run.err
+    assert "Traceback" not in run.err + run.out
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def replay(path: Path, *lines: str) -> None:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------- values
+
+
+def test_a_non_ascii_parameter_name_in_a_replay_is_one_line(here: Path, cli: Any) -> None:
+    """Without --space the space is inferred; a name it cannot hold is named, not a traceback."""
+    replay(here / "r.jsonl", '{"config": {"\u00e9": 1}, "scores": [1]}')
+    line = refused(cli(["search", "--replay", "r.jsonl", "--tau", "0.5"]), "--replay r.jsonl")
+    assert "parameter name '\u00e9'" in line
+
+
+def test_an_empty_config_in_a_replay_is_one_line(here: Path, cli: Any) -> None:
+    """{"config": {}} sets no parameter: no space can be inferred from it."""
+    replay(here / "r.jsonl", '{"config": {}, "scores": [1]}')
+    refused(cli(["search", "--replay", "r.jsonl", "--tau", "0.5"]), "sets no parameters")
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        (f'{{"config": {{"k": {HUGE}}}, "scores": [1]}}', 'value of "k" is an integer of 400'),
+        (f'{{"config": {{"k": 1}}, "samples": [{HUGE}], "scores": [1]}}', "index of 400 digits"),
+        ('{"config": {"k": 1}, "samples": [1000000000000], "scores": [1]}', "10,000,000"),
+    ],
+    ids=["config-value", "sample-index", "sample-index-1e12"],
+)
+def test_huge_integers_in_a_replay_are_one_line(
+    here: Path, cli: Any, line: str, needle: str
+) -> None:
+    """A 400-digit integer does not convert to a float; an index of 1e12 would allocate TiBs."""
+    replay(here / "r.jsonl", line)
+    refused(cli(["search", "--replay", "r.jsonl", "--tau", "0.5"]), "r.jsonl line 1", needle)
+
+
+@pytest.mark.parametrize(
+    ("values", "needle"),
+    [("[1.0, .nan]", "nan"), ("[1.0, .inf]", "inf")],
+)
+def test_nan_and_inf_in_a_float_space_are_refused(
+    here: Path, cli: Any, values: str, needle: str
+) -> None:
+    """A NaN value never equals itself: a space holding one is refused with the field named."""
+    (here / "s.yaml").write_text(f"parameters:\n  - {{name: lr, type: float, values: {values}}}\n")
+    argv = ["search", "--space", "s.yaml", "--command", "true", "--samples", "10", "--tau", "0.5"]
+    refused(cli(argv), "--space s.yaml", "values", f"{needle}", "not a finite number")
+
+
+def test_a_huge_integer_in_a_space_is_refused(here: Path, cli: Any) -> None:
+    (here / "s.yaml").write_text(
+        f"parameters:\n  - {{name: k, type: integer, values: [1, {HUGE}]}}\n"
+    )
+    argv = ["search", "--space", "s.yaml", "--command", "true", "--samples", "10", "--tau", "0.5"]
+    refused(cli(argv), "--space s.yaml", "400 digits")
+
+
+def test_a_huge_integer_in_profiles_is_refused(here: Path, cli: Any) -> None:
+    text = (
+        (here / "profiles.json")
+        .read_text()
+        .replace('"latency_std_ms": 15', f'"latency_std_ms": {HUGE}')
+    )
+    (here / "profiles.json").write_text(text)
+    refused(
+        cli(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]), "--profiles", "400 digits"
+    )
+
+
+@pytest.mark.parametrize("value", ["1e308", "1e9"])
+def test_an_slo_beyond_a_day_is_refused(here: Path, cli: Any, value: str) -> None:
+    """1e308 ms overflowed the queue-depth limits into a traceback."""
+    refused(
+        cli(["plan", "--profiles", "profiles.json", "--slo-ms", value]), "--slo-ms", "86,400,000"
+    )
+
+
+def test_simulate_bounds_the_work_up_front(here: Path, cli: Any) -> None:
+    """1e7 s at 1e4 QPS asked numpy for TiBs; the limit is said before anything is drawn."""
+    argv = ["simulate", "--policy", "policy.yaml", "--duration", "1e7", "--base-qps", "1e4"]
+    refused(cli(argv), "--duration", "1,000,000", "--base-qps")
