@@ -47,15 +47,39 @@ def fail(field: str, what: str, fix: str) -> NoReturn:
     raise UsageError(f"{field}: {what}; {fix}")
 
 
-def parse_number(flag: str, text: str, example: str, *, low: float, inclusive: bool) -> float:
-    """A finite float from the command line, above ``low`` (or equal when inclusive)."""
+# A seed is hashed into numpy's generator: 32 bits are plenty, and a bound keeps it one line.
+MAX_SEED = 2**32 - 1
+# An echoed value longer than this is cut, so that an error stays one readable line.
+_SHOWN_CHARACTERS = 40
+
+
+def shown(text: str, *, quoted: bool = True) -> str:
+    """A value as an error message quotes it (repr, or as typed), cut to a readable length."""
+    show = repr if quoted else str
+    if len(text) <= _SHOWN_CHARACTERS:
+        return show(text)
+    return f"{show(text[: _SHOWN_CHARACTERS - 10])}... ({len(text):,} characters)"
+
+
+def parse_number(
+    flag: str,
+    text: str,
+    example: str,
+    *,
+    low: float,
+    inclusive: bool,
+    high: float | None = None,
+) -> float:
+    """A finite float from the command line, above ``low`` (or equal when inclusive), <= high."""
     try:
         value = float(text)
     except ValueError:
-        fail(flag, f"{text!r} is not a number", f"pass e.g. {flag} {example}")
+        fail(flag, f"{shown(text)} is not a number", f"pass e.g. {flag} {example}")
     if not math.isfinite(value) or value < low or (value == low and not inclusive):
         bound = f">= {low:g}" if inclusive else f"> {low:g}"
-        fail(flag, f"{text} is not {bound}", f"pass e.g. {flag} {example}")
+        fail(flag, f"{shown(text, quoted=False)} is not {bound}", f"pass e.g. {flag} {example}")
+    if high is not None and value > high:
+        fail(flag, f"{value:g} is above {high:g}", f"pass at most {high:g}, e.g. {flag} {example}")
     return value
 
 
@@ -63,15 +87,26 @@ def parse_int(
     flag: str, text: str, example: str, *, low: int | None = None, high: int | None = None
 ) -> int:
     """An integer from the command line, within [low, high] where they are given."""
+    digits = text.strip().lstrip("+-")
+    if len(digits) > 30 and digits.isdigit():
+        # int() would take it (or refuse past 4,300 digits); no flag has a use for it.
+        fail(flag, f"{len(digits):,} digits is too large", f"pass e.g. {flag} {example}")
     try:
         value = int(text)
     except ValueError:
-        fail(flag, f"{text!r} is not an integer", f"pass a whole number, e.g. {flag} {example}")
+        fail(
+            flag, f"{shown(text)} is not an integer", f"pass a whole number, e.g. {flag} {example}"
+        )
     if low is not None and value < low:
         fail(flag, f"{value} is below {low}", f"pass e.g. {flag} {example}")
     if high is not None and value > high:
-        fail(flag, f"{value} is above {high:,}", f"pass e.g. {flag} {example}")
+        fail(flag, f"{value} is above {high:,}", f"pass at most {high:,}, e.g. {flag} {example}")
     return value
+
+
+def parse_seed(text: str) -> int:
+    """A --seed: an integer in [0, MAX_SEED]."""
+    return parse_int("--seed", text, "0", low=0, high=MAX_SEED)
 
 
 # ---------------------------------------------------------------------------- output

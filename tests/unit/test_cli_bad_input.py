@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -145,3 +146,112 @@ def test_simulate_bounds_the_work_up_front(here: Path, cli: Any) -> None:
     """1e7 s at 1e4 QPS asked numpy for TiBs; the limit is said before anything is drawn."""
     argv = ["simulate", "--policy", "policy.yaml", "--duration", "1e7", "--base-qps", "1e4"]
     refused(cli(argv), "--duration", "1,000,000", "--base-qps")
+
+
+# ---------------------------------------------------------------------------- the command line
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (["simulate", "--policy", "policy.yaml", "--seed", "-1"], ["--seed: -1 is below 0"]),
+        (["simulate", "--policy", "policy.yaml", "--seed", HUGE], ["--seed: 400 digits"]),
+        (["search", "--replay", "replay.jsonl", "--tau", "0.5", "--seed", HUGE], ["--seed"]),
+        (
+            ["search", "--replay", "replay.jsonl", "--tau", "x" + HUGE],
+            ["--tau", "(401 characters)"],
+        ),
+        (["simulate", "--policy", "policy.yaml", "--pods", "1e300"], ["--pods", "1000"]),
+    ],
+    ids=["simulate-seed-negative", "simulate-seed-huge", "search-seed-huge", "tau-long", "pods"],
+)
+def test_flags_are_bounded_and_echoed_short(
+    here: Path, cli: Any, argv: list[str], needles: list[str]
+) -> None:
+    """A seed is an integer in [0, 2**32); a long value is cut in the message, not echoed whole."""
+    line = refused(cli(argv), *needles)
+    assert len(line) < 300
+
+
+def test_an_emoji_in_a_profile_name_on_an_ascii_terminal(
+    here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What stdout's encoding cannot show is escaped: the plan is printed, not a traceback."""
+    text = (here / "profiles.json").read_text().replace('"fast"', '"fast\\ud83d\\ude00"')
+    (here / "profiles.json").write_text(text)
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="ascii"))
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]) == 0
+    sys.stdout.flush()
+    assert b"fast\\U0001f600" in raw.getvalue()
+
+
+def test_a_json_file_is_read_as_json_only(here: Path, cli: Any) -> None:
+    """A .json file that is not JSON was read as YAML, which accepts a trailing comma."""
+    space = '{"parameters": [{"name": "lr", "type": "float", "values": [1e-3, 2e-3]}],}'
+    (here / "s.json").write_text(space)
+    argv = ["search", "--space", "s.json", "--command", "true", "--samples", "10", "--tau", "0.5"]
+    refused(cli(argv), "--space s.json line 1, column", "not valid JSON")
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["simulate", "--policy", "link.yaml", "--timeline", "policy.yaml"], "--timeline"),
+        (["simulate", "--policy", "policy.yaml", "--plot", "link.yaml"], "--plot"),
+        (
+            ["simulate", "--policy", "policy.yaml", "--timeline", "t.json", "--plot", "t.json"],
+            "--plot",
+        ),
+        (
+            ["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--plot", "profiles.json"],
+            "--plot",
+        ),
+        (
+            ["profile", "--triton", "x:1", "--result", "replay.jsonl", "--output", "replay.jsonl"],
+            "--output",
+        ),
+        (
+            ["search", "--replay", "replay.jsonl", "--tau", "0.5", "--output", "rlink.jsonl"],
+            "--output",
+        ),
+    ],
+    ids=[
+        "timeline-policy-symlink",
+        "plot-policy",
+        "plot-timeline",
+        "plan-plot",
+        "profile",
+        "search",
+    ],
+)
+def test_an_output_never_overwrites_an_input(
+    here: Path, cli: Any, argv: list[str], needle: str
+) -> None:
+    """Paths are compared resolved, so a symlink to an input is that input."""
+    (here / "link.yaml").symlink_to("policy.yaml")
+    (here / "rlink.jsonl").symlink_to("replay.jsonl")
+    before = {p.name: p.read_bytes() for p in here.iterdir() if p.is_file()}
+    refused(cli(argv), f"{needle}:", "is also")
+    assert {p.name: p.read_bytes() for p in here.iterdir() if p.is_file()} == before
+
+
+def test_serve_names_a_policy_that_plans_nothing(here: Path, cli: Any) -> None:
+    """A policy whose SLO no member meets was a traceback from spec.policy()."""
+    text = (here / "policy.yaml").read_text().replace("latencyMs: 800", "latencyMs: 5")
+    (here / "p.yaml").write_text(text)
+    argv = [
+        "serve",
+        "--policy",
+        "p.yaml",
+        "--triton",
+        "localhost:1",
+        "--metrics",
+        "http://localhost:2/m",
+    ]
+    refused(cli(argv), "--policy p.yaml: slo.latencyMs")
+
+
+def test_load_checks_slo_before_sending_anything(here: Path, cli: Any) -> None:
+    """--slo-ms was parsed after the whole load had run."""
+    refused(cli(["load", "--triton", "localhost:1", "--slo-ms", "soon"]), "--slo-ms")

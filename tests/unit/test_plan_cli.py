@@ -311,7 +311,7 @@ def test_plan_slo_error_names_the_closest_configuration(
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("{not json", "not valid YAML or JSON"), (None, "no such file")],
+    [("{not json", "line 1, column 2: not valid JSON"), (None, "no such file")],
 )
 def test_plan_unreadable_profiles(
     workdir: Path, capsys: pytest.CaptureFixture[str], text: str | None, expected: str

@@ -5,17 +5,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
 from compass.api.paretopolicy import ParetoPolicySpec
-from compass.console import UsageError, fail, parse_number
+from compass.console import UsageError, fail, parse_number, parse_seed
 from compass.domain.planner import PlanError
 from compass.domain.simulator import LoadPattern, PatternKind, SimulationError, make_pattern
 from compass.domain.space import explain_validation_error
@@ -40,8 +41,14 @@ _Yaml12Loader.add_implicit_resolver(
 )
 
 
-def parse_document(text: str) -> object:
-    """JSON as JSON; anything else as YAML (1e-3 is a number in both); raises yaml.YAMLError."""
+def parse_document(text: str, path: Path | None = None) -> object:
+    """A .json file as JSON only; other text as JSON if it is, else YAML (1e-3 a number in both).
+
+    Raises json.JSONDecodeError (a .json file) or yaml.YAMLError.
+    """
+    if path is not None and path.suffix.lower() == ".json":
+        # A .json file that is not JSON is a mistake: YAML would read it with other rules.
+        return json.loads(text)
     try:
         return json.loads(text)
     except ValueError:
@@ -49,14 +56,39 @@ def parse_document(text: str) -> object:
 
 
 def check_not_input(flag: str, output: Path, inputs: Mapping[str, str | Path | None]) -> None:
-    """Fail when the output would overwrite one of the command's input files."""
+    """Fail when the output would overwrite one of the command's input files (symlinks followed)."""
     for input_flag, given in inputs.items():
         if given is not None and Path(given).resolve() == output.resolve():
             fail(flag, f"{output} is also {input_flag}", "write the output to another path")
 
 
+# Larger integers have no use in any input compass reads, and do not convert to floats.
+_MAX_INTEGER = 2**63
+
+
+def _bad_number(data: object, where: str = "") -> tuple[str, str] | None:
+    """The first NaN, infinity or huge integer in a parsed document: (its path, what it is)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return where, f"{data} is not a finite number"
+    if isinstance(data, int) and not isinstance(data, bool) and abs(data) >= _MAX_INTEGER:
+        return where, f"an integer of {len(str(abs(data)))} digits is too large"
+    items: Iterable[tuple[object, object]] = ()
+    if isinstance(data, Mapping):
+        items = data.items()
+    elif isinstance(data, list):
+        items = enumerate(data)
+    for key, value in items:
+        inner = (
+            f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
+        )
+        found = _bad_number(value, inner)
+        if found is not None:
+            return found
+    return None
+
+
 def read_document(flag: str, path: Path) -> object:
-    """A parsed YAML or JSON file; any problem is one line naming the flag."""
+    """A parsed YAML or JSON file; any problem is one line naming the flag, the file and where."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -64,11 +96,22 @@ def read_document(flag: str, path: Path) -> object:
     except (OSError, UnicodeDecodeError) as exc:
         fail(flag, f"{path}: cannot read it ({exc})", "check the path")
     try:
-        return parse_document(text)
+        data = parse_document(text, path)
+    except json.JSONDecodeError as exc:
+        where = f"{flag} {path} line {exc.lineno}, column {exc.colno}"
+        fail(where, f"not valid JSON ({exc.msg})", "fix the syntax (a .json file is read as JSON)")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        fail(f"{flag} {path}{where}", "not valid YAML or JSON", "fix the syntax")
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        fail(f"{flag} {path}{where}", f"not valid YAML or JSON ({problem})", "fix the syntax")
+    except RecursionError:
+        fail(f"{flag} {path}", "nested too deeply", "flatten the document")
+    bad = _bad_number(data)
+    if bad is not None:
+        field, what = bad
+        fail(f"{flag} {path}: {field or 'the document'}", what, "write a finite number")
+    return data
 
 
 def load_policy(path: Path) -> ParetoPolicySpec:
@@ -168,11 +211,7 @@ def read_trace(path: Path) -> list[float]:
 
 def pattern_from_args(args: argparse.Namespace) -> tuple[LoadPattern, int]:
     """The load pattern and seed the shared flags describe; UsageError names the bad flag."""
-    seed_text = str(args.seed)
-    try:
-        seed = int(seed_text)
-    except ValueError:
-        fail("--seed", f"{seed_text!r} is not an integer", "pass e.g. --seed 0")
+    seed = parse_seed(str(args.seed))
     if (args.pattern == PatternKind.TRACE.value) != (args.trace is not None):
         fail("--trace", "--pattern trace and --trace FILE go together", "give both or neither")
     trace: Sequence[float] = () if args.trace is None else read_trace(Path(str(args.trace)))

@@ -11,7 +11,12 @@ from typing import Any
 import numpy as np
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.commands.common import add_pattern_arguments, pattern_from_args
+from compass.commands.common import (
+    add_pattern_arguments,
+    check_not_input,
+    check_output,
+    pattern_from_args,
+)
 from compass.console import parse_int, parse_number
 from compass.domain.simulator import make_scenario
 
@@ -39,7 +44,16 @@ def load_command(args: argparse.Namespace) -> int:
     # Deliberately lazy: the gRPC client takes a while to load; the other commands never need it.
     from compass.dataplane.load import run_load
 
+    if args.output:
+        check_output("--output", Path(args.output))
+        check_not_input("--output", Path(args.output), {"--trace": args.trace})
     samples = parse_int("--samples", args.samples, "100", low=1)
+    # Checked before any request is sent, not after the whole load has run.
+    slo = (
+        None
+        if args.slo_ms is None
+        else parse_number("--slo-ms", args.slo_ms, "1000", low=0, inclusive=False)
+    )
     pattern, seed = pattern_from_args(args)
     scenario = make_scenario(pattern, seed)
     print(
@@ -65,8 +79,7 @@ def load_command(args: argparse.Namespace) -> int:
     if len(latencies):
         p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
         print(f"latency ms: p50 {p50:.0f}  p95 {p95:.0f}  p99 {p99:.0f}")
-    if args.slo_ms:
-        slo = parse_number("--slo-ms", args.slo_ms, "1000", low=0, inclusive=False)
+    if slo is not None:
         within = sum(1 for r in ok if r.latency_s * 1000 <= slo)
         print(f"SLO {slo:g} ms: {100 * within / max(len(records), 1):.1f}% of requests within")
     if scores:

@@ -43,22 +43,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _escape_unencodable() -> None:
+    """Write what the terminal cannot encode (an emoji on an ASCII stdout) as escapes."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
+def _usage_error(prefix: str, exc: UsageError) -> int:
+    """Print a usage error as the one line it promises (a value may carry a newline)."""
+    print(f"{prefix}: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the `compass` command line; return the exit code."""
+    _escape_unencodable()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        print(f"{exc.prog or 'compass'}: error: {exc}", file=sys.stderr)
-        return 2
+        return _usage_error(exc.prog or "compass", exc)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
     except UsageError as exc:
-        print(f"compass {args.subcommand}: error: {exc}", file=sys.stderr)
-        return 2
+        return _usage_error(f"compass {args.subcommand}", exc)
     except KeyboardInterrupt:
         # `search` reports its own interruption with a resume hint; this is everything else.
         print(f"compass {args.subcommand}: interrupted", file=sys.stderr)

@@ -93,6 +93,7 @@ def plan_command(args: argparse.Namespace) -> int:
     plot = None if args.plot is None else Path(str(args.plot))
     if plot is not None:
         check_output("--plot", plot)
+        check_not_input("--plot", plot, {"--profiles": args.profiles, "--output": output})
     servers = parse_int(
         "--router-instances", str(args.router_instances), "4", low=1, high=MAX_ROUTER_INSTANCES
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.commands.common import check_not_input, check_output
 from compass.console import fail, parse_int
 from compass.domain.evaluation import Config
 
@@ -72,6 +73,9 @@ def profile_command(args: argparse.Namespace) -> int:
     from compass.dataplane.profiler import ProfileSettings, profile_configurations
     from compass.dataplane.triton import RoutingError, TritonRouter
 
+    output = Path(args.output)
+    check_output("--output", output)
+    check_not_input("--output", output, {"--result": args.result})
     configs = _feasible_from_result(Path(args.result))
     settings = ProfileSettings(
         warmup_runs=parse_int("--warmup", args.warmup, "3", low=1),
@@ -94,7 +98,6 @@ def profile_command(args: argparse.Namespace) -> int:
     finally:
         router.close()
     print(file=sys.stderr)
-    output = Path(args.output)
     output.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     print(f"{'mean':>8} {'p95':>8}  configuration (ms)")
     for entry in document["profiles"]:

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.commands.common import check_not_input, parse_document
+from compass.commands.common import check_not_input, read_document
 from compass.commands.search_common import (
     SearchOptions,
     add_settings,
@@ -109,19 +108,7 @@ def _explain_pydantic(error: ValidationError) -> str:
 def _load_space(path: Path) -> Space:
     """Read and validate a space file; any problem is a UsageError naming the file."""
     field = f"--space {path}"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        fail("--space", f"{path}: no such file", "check the path")
-    except (OSError, UnicodeDecodeError) as exc:
-        fail("--space", f"{path}: cannot read it ({exc})", "check the path")
-    try:
-        data = parse_document(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        fail(f"{field}{where}", f"not valid YAML or JSON ({problem})", "fix the syntax")
+    data = read_document("--space", path)
     prefix = ""
     if isinstance(data, dict) and isinstance(data.get("spec"), dict) and "space" in data["spec"]:
         # A whole CompoundWorkflow manifest: its spec.space is the space.

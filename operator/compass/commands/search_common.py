@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compass.commands.common import write_atomic
-from compass.console import fail, parse_int
+from compass.console import UsageError, fail, parse_int, parse_seed, shown
 from compass.domain.evaluation import ParamValue
 from compass.domain.search import SearchMethod, SearchOutcome, SearchSettings
 from compass.domain.statistics import IntervalMethod, describe_schedule
@@ -86,12 +86,12 @@ def parse_settings(args: argparse.Namespace) -> SearchOptions:
     if not 0 < tau <= 1:
         fail(
             "--tau",
-            f"{args.tau} is outside (0, 1]",
+            f"{tau:g} is outside (0, 1]",
             "pass the target accuracy as a fraction, e.g. --tau 0.8",
         )
     confidence = _parse_float("--confidence", str(args.confidence))
     if not 0 < confidence < 1:
-        fail("--confidence", f"{args.confidence} is outside (0, 1)", "pass e.g. --confidence 0.95")
+        fail("--confidence", f"{confidence:g} is outside (0, 1)", "pass e.g. --confidence 0.95")
     output = None if args.output is None else Path(str(args.output))
     if output is not None:
         if output.is_dir():
@@ -106,7 +106,7 @@ def parse_settings(args: argparse.Namespace) -> SearchOptions:
         tau=tau,
         budgets=None if args.budgets is None else parse_budgets(str(args.budgets)),
         confidence=confidence,
-        seed=parse_int("--seed", str(args.seed), "0", low=0),
+        seed=parse_seed(str(args.seed)),
         method=SearchMethod(args.method),
         interval=IntervalMethod(args.interval),
         output=output,
@@ -117,7 +117,7 @@ def _parse_float(field: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        fail(field, f"{text!r} is not a number", f"pass a number, e.g. {field} 0.8")
+        fail(field, f"{shown(text)} is not a number", f"pass a number, e.g. {field} 0.8")
     return value
 
 
@@ -127,9 +127,9 @@ def parse_budgets(text: str) -> tuple[int, ...]:
     budgets = []
     for part in text.split(","):
         try:
-            budgets.append(int(part.strip()))
-        except ValueError:
-            fail("--budgets", f"{part.strip()!r} is not an integer", fix)
+            budgets.append(parse_int("--budgets", part.strip(), "10,25,50,100"))
+        except UsageError:
+            fail("--budgets", f"{shown(part.strip())} is not a sample count", fix)
     if budgets[0] < 1:
         fail("--budgets", f"{budgets[0]} is below 1", fix)
     for before, after in itertools.pairwise(budgets):

@@ -10,8 +10,9 @@ from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.urls import url_problem
-from compass.commands.common import load_policy
+from compass.commands.common import load_policy, plan_error
 from compass.console import fail, parse_number
+from compass.domain.planner import PlanError
 
 
 def register(commands: Any) -> None:
@@ -75,6 +76,10 @@ def serve_command(args: argparse.Namespace) -> int:
             "give one Triton metrics URL per --triton address, in the same order",
         )
     spec = load_policy(Path(args.policy))
+    try:
+        policy = spec.policy()
+    except PlanError as exc:
+        raise plan_error(exc, f"--policy {args.policy}") from None
     duration = (
         parse_number("--duration", args.duration, "60", low=0, inclusive=False)
         if args.duration
@@ -98,7 +103,7 @@ def serve_command(args: argparse.Namespace) -> int:
             pods=lambda: len(fleet.endpoints),
         )
     )
-    loop = LiveLoop(spec.policy(), source, fleet)
+    loop = LiveLoop(policy, source, fleet)
     started = time.monotonic()
     try:
         state = loop.initial_state(started)

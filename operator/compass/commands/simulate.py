@@ -10,6 +10,7 @@ from typing import Any
 
 from compass.commands.common import (
     add_pattern_arguments,
+    check_not_input,
     check_output,
     load_policy,
     pattern_from_args,
@@ -29,6 +30,8 @@ from compass.domain.simulator import (
 )
 
 DEFAULT_TIMELINE = "compass-timeline.json"
+# Each pod is simulated as its own queue: a bound keeps a typo from exhausting memory.
+MAX_PODS = 1000
 
 
 def register(commands: Any) -> None:
@@ -156,12 +159,15 @@ def simulate_command(args: argparse.Namespace) -> int:
     """`compass simulate`: the policy against the static baselines on one seeded load."""
     policy_path = Path(str(args.policy))
     timeline = Path(str(args.timeline))
+    inputs = {"--policy": args.policy, "--trace": args.trace}
     check_output("--timeline", timeline)
+    check_not_input("--timeline", timeline, inputs)
     plot = None if args.plot is None else Path(str(args.plot))
     if plot is not None:
         check_output("--plot", plot)
+        check_not_input("--plot", plot, {**inputs, "--timeline": timeline})
     pattern, seed = pattern_from_args(args)
-    pods = parse_number("--pods", str(args.pods), "2", low=1, inclusive=True)
+    pods = parse_number("--pods", str(args.pods), "2", low=1, inclusive=True, high=MAX_PODS)
     if not pods.is_integer():
         fail("--pods", f"{pods:g} is not a whole number", "pass e.g. --pods 2")
     spec = load_policy(policy_path)
