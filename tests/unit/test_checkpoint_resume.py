@@ -13,6 +13,7 @@ from compass.evaluators import (
     CheckpointedEvaluator,
     CheckpointLedger,
     LedgerError,
+    partial_path,
     read_ledger,
 )
 
@@ -105,9 +106,13 @@ def test_torn_tail_is_cut_before_the_next_append(tmp_path: Path) -> None:
     """After a crash mid-write, the next line starts on a clean line, not glued to garbage."""
     path = tmp_path / "ckpt.jsonl"
     good = json.dumps({"config": A, "samples": [0], "scores": [1.0]}) + "\n"
-    path.write_text(good + '{"config": {"retriever_k": 10, "mo')
+    torn = '{"config": {"retriever_k": 10, "mo'
+    path.write_text(good + torn)
     checkpoint = CheckpointLedger(path)
     assert path.read_text() == good  # truncated on open, before any append
+    # ... but the cut line is set aside, never deleted.
+    assert checkpoint.set_aside == len(torn)
+    assert partial_path(path).read_text() == torn + "\n"
     checkpoint.append(B, [0], [0.5])
     ledger = read_ledger(path)
     assert ledger.configs() == [A, B]

@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from compass.domain.evaluation import EvaluationError, ParamValue
-from compass.evaluators import Ledger, LedgerError, ReplayEvaluator, parse_ledger, read_ledger
+from compass.evaluators import (
+    Ledger,
+    LedgerError,
+    ReplayEvaluator,
+    TruncatedLineError,
+    parse_ledger,
+    read_ledger,
+)
 
 A: dict[str, ParamValue] = {"retriever_k": 5, "model": "small"}
 B: dict[str, ParamValue] = {"retriever_k": 10, "model": "large"}
@@ -150,18 +157,20 @@ def test_invalid_final_line_with_newline_is_an_error_not_a_torn_write(tmp_path: 
         read_ledger(path)
 
 
-def test_torn_final_line_is_dropped_with_a_warning(
+def test_torn_final_line_is_refused_unless_allowed(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A crash mid-write loses only its own batch: the earlier lines still load."""
+    """A cut-short last line is an error naming it; allowed, only its own batch is lost."""
     path = tmp_path / "ckpt.jsonl"
     path.write_text(
         json.dumps({"config": A, "samples": [0], "scores": [1.0]})
         + "\n"
         + '{"config": {"retriever_k": 10, "model": "lar'
     )
+    with pytest.raises(TruncatedLineError, match=r"ckpt\.jsonl line 2: the last line is cut short"):
+        read_ledger(path)
     with caplog.at_level(logging.WARNING, logger="compass.evaluators.ledger"):
-        ledger = read_ledger(path)
+        ledger = read_ledger(path, allow_truncated=True)
     assert ledger.configs() == [A]
     assert ledger.scores(A) == {0: 1.0}
     assert any(
@@ -176,7 +185,7 @@ def test_torn_multibyte_character_is_a_torn_write(tmp_path: Path) -> None:
     torn = json.dumps({"config": {"model": "é"}, "scores": [1.0]}, ensure_ascii=False)
     cut = torn.encode("utf-8")[: torn.encode("utf-8").index("é".encode()) + 1]
     path.write_bytes(good.encode("utf-8") + cut)
-    assert read_ledger(path).configs() == [A]
+    assert read_ledger(path, allow_truncated=True).configs() == [A]
 
 
 def test_final_valid_line_without_newline_is_kept(tmp_path: Path) -> None:

@@ -33,7 +33,9 @@ from compass.evaluators import (
     Ledger,
     LedgerError,
     ScoreSource,
+    TruncatedLineError,
     make_evaluator,
+    partial_path,
     read_ledger,
 )
 
@@ -89,6 +91,12 @@ def register(commands: Any) -> None:
         help=f"checkpoint ledger (default: next to --output, else ./{DEFAULT_LEDGER})",
     )
     run.add_argument("--resume", metavar="LEDGER", help="continue the run checkpointed in LEDGER")
+    run.add_argument(
+        "--allow-truncated",
+        action="store_true",
+        help="accept a --replay ledger whose last line is cut short (no newline, not JSON: a "
+        "write that was interrupted) and skip that line; without it such a file is refused",
+    )
     add_settings(run, tau_default=None)
     run.set_defaults(handler=search_command)
 
@@ -215,10 +223,15 @@ def _check_replay_line(
         )
 
 
-def _load_replay(path: Path, space: Space | None, given: tuple[int, ...] | None) -> _Replay:
+def _load_replay(
+    path: Path, space: Space | None, given: tuple[int, ...] | None, allow_truncated: bool
+) -> _Replay:
     """Read a replay ledger, check it against the budgets and the space (or infer the space)."""
     try:
-        ledger = read_ledger(path)
+        ledger = read_ledger(path, allow_truncated=allow_truncated)
+    except TruncatedLineError as exc:
+        # Searching on what is left would silently drop a configuration's scores.
+        raise UsageError(f"--replay: {exc}, or pass --allow-truncated to skip it") from None
     except LedgerError as exc:
         raise UsageError(f"--replay: {exc}") from None
     lines = _replay_lines(path)
@@ -284,7 +297,8 @@ def _checkpoint_path(args: argparse.Namespace, output: Path | None) -> tuple[Pat
 def _check_resume(path: Path, space: Space, population: int, replay: Ledger | None) -> int:
     """Check a checkpoint belongs to this search; return how many facts it holds."""
     try:
-        facts = read_ledger(path)
+        # A checkpoint's cut-short last line is a killed run's: it is set aside on open.
+        facts = read_ledger(path, allow_truncated=True)
     except LedgerError as exc:
         raise UsageError(f"--resume: {exc}") from None
     other = "this checkpoint belongs to another search: pass that search's inputs, or remove it"
@@ -368,7 +382,7 @@ def _replay_scores(
     path = Path(str(args.replay))
     if path.resolve() == checkpoint.resolve():
         fail("--ledger", f"{checkpoint} is the --replay ledger", "give the checkpoint its own file")
-    replay = _load_replay(path, space, options.budgets)
+    replay = _load_replay(path, space, options.budgets, bool(args.allow_truncated))
     notes: list[str] = []
     if replay.inferred:
         notes.append(
@@ -489,6 +503,13 @@ def search_command(args: argparse.Namespace) -> int:
         checkpoint = CheckpointLedger(plan.checkpoint)
     except (LedgerError, OSError) as exc:
         fail("--ledger", str(exc), "check the path")
+    if checkpoint.set_aside:
+        print(
+            f"{_PROG}: the last line of {plan.checkpoint} was cut short (a killed run); its "
+            f"{checkpoint.set_aside:,} bytes are kept in {partial_path(plan.checkpoint)} and its "
+            "samples are evaluated again",
+            file=sys.stderr,
+        )
     evaluator = CheckpointedEvaluator(plan.inner, checkpoint)
     resume_hint = f"rerun with --resume {plan.checkpoint} to continue"
     try:

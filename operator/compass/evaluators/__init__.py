@@ -8,7 +8,9 @@ from compass.evaluators.ledger import (
     Ledger,
     LedgerError,
     ReplayEvaluator,
+    TruncatedLineError,
     parse_ledger,
+    partial_path,
     read_ledger,
 )
 
@@ -20,7 +22,9 @@ __all__ = [
     "LedgerError",
     "ReplayEvaluator",
     "ScoreSource",
+    "TruncatedLineError",
     "make_evaluator",
     "parse_ledger",
+    "partial_path",
     "read_ledger",
 ]

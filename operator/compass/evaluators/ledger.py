@@ -31,6 +31,10 @@ class LedgerError(ValueError):
     """A ledger file or fact is invalid; the message names the file, the line and the fix."""
 
 
+class TruncatedLineError(LedgerError):
+    """The last line lacks its newline and is not valid JSON: a write cut short."""
+
+
 def _kind(value: object) -> str:
     """The JSON type of a value, as a user would name it."""
     if value is None:
@@ -208,8 +212,8 @@ def _parse_fact(obj: Any) -> tuple[dict[str, ParamValue], list[int], list[float]
     return config, samples, [float(s) for s in scores]
 
 
-def _read(path: Path) -> tuple[Ledger, int]:
-    """Read a ledger; also return the byte length of its intact part (a torn tail excluded)."""
+def _read(path: Path, allow_truncated: bool) -> tuple[Ledger, bytes, int]:
+    """Read a ledger; also its bytes and the length of its intact part (a torn tail excluded)."""
     source = str(path)
     try:
         data = path.read_bytes()
@@ -217,11 +221,16 @@ def _read(path: Path) -> tuple[Ledger, int]:
         raise LedgerError(f"{source}: no such file; check the path") from None
     except OSError as exc:
         raise LedgerError(f"{source}: cannot read ({exc.strerror}); check the path") from None
-    return _parse(data, source)
+    ledger, intact = _parse(data, source, allow_truncated)
+    return ledger, data, intact
 
 
-def _parse(data: bytes, source: str) -> tuple[Ledger, int]:
-    """Parse a ledger's bytes (``source`` names them in errors); also the intact byte length."""
+def _parse(data: bytes, source: str, allow_truncated: bool) -> tuple[Ledger, int]:
+    """Parse a ledger's bytes (``source`` names them in errors); also the intact byte length.
+
+    A last line without its newline that is not JSON is what a write cut short leaves: it is
+    an error unless ``allow_truncated``, in which case it is skipped with a warning.
+    """
     ledger = Ledger(source)
     lines = data.split(b"\n")
     intact = len(data)
@@ -232,10 +241,9 @@ def _parse(data: bytes, source: str) -> tuple[Ledger, int]:
         try:
             obj = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            if last:
-                # A crash mid-write leaves a partial final line; its batch is simply lost.
+            if last and allow_truncated:
                 log.warning(
-                    "%s line %d: dropping an incomplete final line (%d bytes), "
+                    "%s line %d: skipping an incomplete final line (%d bytes), "
                     "left by an interrupted write",
                     source,
                     number,
@@ -243,6 +251,11 @@ def _parse(data: bytes, source: str) -> tuple[Ledger, int]:
                 )
                 intact = len(data) - len(raw)
                 break
+            if last:
+                raise TruncatedLineError(
+                    f"{source} line {number}: the last line is cut short (no newline, not "
+                    f"valid JSON: {len(raw)} bytes); complete it or remove it"
+                ) from None
             detail = (
                 f"{exc.msg} at column {exc.colno}"
                 if isinstance(exc, json.JSONDecodeError)
@@ -258,14 +271,19 @@ def _parse(data: bytes, source: str) -> tuple[Ledger, int]:
     return ledger, intact
 
 
-def read_ledger(path: str | os.PathLike[str]) -> Ledger:
+def read_ledger(path: str | os.PathLike[str], *, allow_truncated: bool = False) -> Ledger:
     """Read and validate a ledger file (replay or checkpoint format)."""
-    return _read(Path(path))[0]
+    return _read(Path(path), allow_truncated)[0]
 
 
 def parse_ledger(text: str, source: str) -> Ledger:
     """Validate a ledger held in memory (e.g. a ConfigMap key); ``source`` names it in errors."""
-    return _parse(text.encode("utf-8"), source)[0]
+    return _parse(text.encode("utf-8"), source, allow_truncated=False)[0]
+
+
+def partial_path(path: Path) -> Path:
+    """Where a checkpoint's cut-short last line is set aside."""
+    return path.with_name(path.name + ".partial")
 
 
 class ReplayEvaluator:
@@ -301,10 +319,19 @@ class CheckpointLedger:
     """An append-only ledger file: each batch is one line, on disk before append returns."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        """Open (or create) the checkpoint, load its facts and cut off any torn final line."""
+        """Open (or create) the checkpoint, load its facts, set any torn final line aside."""
         self.path = Path(path)
+        self.set_aside = 0  # bytes of a cut-short last line moved to partial_path(path)
         if self.path.exists():
-            self.ledger, intact = _read(self.path)
+            self.ledger, data, intact = _read(self.path, allow_truncated=True)
+            if intact < len(data):
+                # Keep every byte the user has: the cut line goes beside the ledger (appended,
+                # so an earlier one stays), durably, before the ledger loses it.
+                with partial_path(self.path).open("ab") as aside:
+                    aside.write(data[intact:] + b"\n")
+                    aside.flush()
+                    os.fsync(aside.fileno())
+                self.set_aside = len(data) - intact
             with self.path.open("r+b") as f:
                 f.truncate(intact)
                 if intact:
