@@ -34,6 +34,10 @@ class UsageError(Exception):
         self.prog = prog
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so that it cleans up as it does for Ctrl-C."""
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line and leave the exit to main()."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -193,3 +194,82 @@ def test_command_runs_without_a_shell(tmp_path: Path) -> None:
     evaluator.argv.append(f"; touch {marker}")
     assert evaluator.evaluate(CONFIG, [0]) == [1.0]
     assert not marker.exists()
+
+
+def _grandchild_command(pid_file: Path) -> list[str]:
+    """A command that starts a grandchild and waits for it: neither ends by itself."""
+    return ["sh", "-c", f"sleep 300 & echo $! > {pid_file}; wait"]
+
+
+def _pid_from(pid_file: Path) -> int:
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline, "the command never started its grandchild"
+        time.sleep(0.02)
+    return int(pid_file.read_text())
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks process state through /proc")
+def test_ctrl_c_kills_the_commands_process_group(tmp_path: Path) -> None:
+    """The command has its own session, so Ctrl-C never reaches it: evaluate() must end it."""
+    pid_file = tmp_path / "grandchild"
+    evaluator = CommandEvaluator(_grandchild_command(pid_file), timeout_s=300)
+
+    def interrupt() -> None:
+        _pid_from(pid_file)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        evaluator.evaluate(CONFIG, [0])
+    grandchild = _pid_from(pid_file)
+    try:
+        _wait_until_gone(grandchild)
+    finally:
+        if _alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks process state through /proc")
+def test_sigterm_to_a_search_kills_the_commands_process_group(tmp_path: Path) -> None:
+    """`compass search --command` killed with SIGTERM leaves no evaluator process behind."""
+    (tmp_path / "space.yaml").write_text(
+        "parameters:\n  - {name: k, type: integer, values: [1, 2]}\n"
+    )
+    pid_file = tmp_path / "grandchild"
+    command = f"sh -c 'sleep 300 & echo $! > {pid_file}; wait'"
+    package = str(Path(__file__).resolve().parents[2] / "operator")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")])),
+    }
+    argv = [
+        "search",
+        "--space",
+        "space.yaml",
+        "--command",
+        command,
+        "--samples",
+        "10",
+        "--tau",
+        "0.5",
+    ]
+    search = subprocess.Popen(
+        [sys.executable, "-m", "compass.commands.main", *argv],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        grandchild = _pid_from(pid_file)
+        search.terminate()
+        _, err = search.communicate(timeout=60)
+        assert search.returncode == 130, err
+        assert b"interrupted; rerun with --resume" in err
+        assert b"Traceback" not in err
+        _wait_until_gone(grandchild)
+    finally:
+        search.kill()
+        if pid_file.exists() and _alive(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)

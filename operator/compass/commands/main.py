@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from compass.commands import (
@@ -18,7 +20,7 @@ from compass.commands import (
     serve,
     simulate,
 )
-from compass.console import Parser, UsageError
+from compass.console import Parser, Terminated, UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,8 +59,25 @@ def _usage_error(prefix: str, exc: UsageError) -> int:
     return 2
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM's handler: an exception, so that a running evaluator command is ended too."""
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the `compass` command line; return the exit code."""
+    # Python's default SIGTERM exits at once, leaving a --command evaluator's group running.
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
+    """main() without the signal handling."""
     _escape_unencodable()
     parser = build_parser()
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import operator
@@ -17,6 +18,23 @@ from compass.domain.space import config_key
 STDERR_TAIL_LINES = 20
 # After a kill, wait this long for the pipes to close before giving up on the output.
 _REAP_TIMEOUT_S = 5.0
+
+
+# Process groups of commands still running: ended at exit, whatever way the run ends.
+_RUNNING: set[int] = set()
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL a command's process group (it may be gone already)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+@atexit.register
+def _kill_running() -> None:
+    """End every command still running, and what it started, when compass exits."""
+    for pgid in list(_RUNNING):
+        _kill_group(pgid)
 
 
 class CommandEvaluator:
@@ -61,15 +79,42 @@ class CommandEvaluator:
                 stderr=subprocess.PIPE,
                 cwd=self.cwd,
                 env=self.env,
-                # Its own process group, so a timeout kills whatever the command started too.
+                # Its own process group, so a timeout or an interrupt kills whatever the
+                # command started too.
                 start_new_session=True,
             )
         except OSError as exc:
             raise self._fail(
                 config, f"cannot start {self.argv[0]!r} ({exc.strerror}); check the command path"
             ) from None
+        _RUNNING.add(process.pid)
         try:
-            stdout, stderr = process.communicate(request.encode("utf-8"), timeout=self.timeout_s)
+            stdout, stderr = self._communicate(config, process, request.encode("utf-8"))
+        except EvaluationError:
+            raise  # a timeout: _communicate has ended the group already
+        except BaseException:
+            # Ctrl-C, SIGTERM (main() raises it) or a failure here: the command has its own
+            # session, so the terminal's signal never reached it; end it and its children.
+            _kill_group(process.pid)
+            process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=_REAP_TIMEOUT_S)
+            raise
+        finally:
+            _RUNNING.discard(process.pid)
+        if process.returncode < 0:
+            reason = f"killed by signal {signal.Signals(-process.returncode).name}"
+            raise self._fail(config, reason, stderr)
+        if process.returncode:
+            raise self._fail(config, f"exit code {process.returncode}", stderr)
+        return self._parse(config, len(sample_indices), stdout, stderr)
+
+    def _communicate(
+        self, config: Config, process: subprocess.Popen[bytes], request: bytes
+    ) -> tuple[bytes, bytes]:
+        """The command's stdout and stderr; on timeout its group is killed and this raises."""
+        try:
+            stdout, stderr = process.communicate(request, timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             # The group may already be gone if the command exited just as the timeout fired.
             with contextlib.suppress(ProcessLookupError):
@@ -85,12 +130,7 @@ class CommandEvaluator:
                 f"timed out after {self.timeout_s:g} s; make it faster or raise the timeout",
                 stderr,
             ) from None
-        if process.returncode < 0:
-            reason = f"killed by signal {signal.Signals(-process.returncode).name}"
-            raise self._fail(config, reason, stderr)
-        if process.returncode:
-            raise self._fail(config, f"exit code {process.returncode}", stderr)
-        return self._parse(config, len(sample_indices), stdout, stderr)
+        return stdout, stderr
 
     def _parse(self, config: Config, expected: int, stdout: bytes, stderr: bytes) -> list[float]:
         """Scores from stdout: a JSON list of numbers, or an object with a "scores" list."""
