@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
 from compass.commands.main import main
+from compass.evaluators import LedgerLock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cli import SPACE_YAML, ledger_lines, write_jsonl
@@ -284,3 +288,57 @@ def test_resume_keeps_a_cut_short_last_line(here: Path, cli: Any) -> None:
     assert "run.jsonl.partial" in run.err
     assert (here / "run.jsonl.partial").read_bytes() == torn + b"\n"
     assert ledger.read_bytes().endswith(b"\n")
+
+
+# ---------------------------------------------------------------------------- one ledger, one search
+
+
+def test_a_second_search_on_a_held_ledger_is_refused(here: Path, cli: Any) -> None:
+    """The lock names the ledger and its holder; the ledger is left as it was."""
+    argv = ["search", "--replay", "replay.jsonl", "--tau", "0.5", "--ledger", "run.jsonl"]
+    assert cli(argv).code == 0
+    assert not (here / "run.jsonl.lock").exists()  # released at the end
+    before = (here / "run.jsonl").read_bytes()
+    held = LedgerLock(here / "run.jsonl")
+    held.acquire()
+    try:
+        run = cli(["search", "--replay", "replay.jsonl", "--tau", "0.5", "--resume", "run.jsonl"])
+    finally:
+        held.release()
+    refused(run, "--resume: run.jsonl is in use by another search", f"(pid {os.getpid()})")
+    assert (here / "run.jsonl").read_bytes() == before
+
+
+def test_a_running_search_holds_its_ledger(here: Path, cli: Any) -> None:
+    """A real search process in flight: a second one on its ledger exits 2 naming its pid."""
+    command = "sh -c 'sleep 300 & wait'"
+    argv = ["search", "--space", "space.yaml", "--command", command, "--samples", "10"]
+    package = str(Path(__file__).resolve().parents[2] / "operator")
+    env = {**os.environ, "PYTHONPATH": package}
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "compass.commands.main",
+            *argv,
+            "--tau",
+            "0.5",
+            "--ledger",
+            "l.jsonl",
+        ],
+        cwd=here,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (here / "l.jsonl").exists() or not (here / "l.jsonl.lock").read_text().strip():
+            assert first.poll() is None, "the search ended before it held its ledger"
+            assert time.monotonic() < deadline, "the search never started"
+            time.sleep(0.05)
+        second = cli([*argv, "--tau", "0.5", "--resume", "l.jsonl"])
+        refused(second, "--resume: l.jsonl is in use by another search", f"(pid {first.pid})")
+    finally:
+        first.terminate()
+        first.wait(timeout=60)

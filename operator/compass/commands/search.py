@@ -31,7 +31,9 @@ from compass.evaluators import (
     CheckpointedEvaluator,
     CheckpointLedger,
     Ledger,
+    LedgerBusyError,
     LedgerError,
+    LedgerLock,
     ScoreSource,
     TruncatedLineError,
     make_evaluator,
@@ -491,6 +493,15 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
 def search_command(args: argparse.Namespace) -> int:
     """`compass search`: validate everything, then search with a checkpoint."""
     plan = _plan_search(args)
+    # Two searches appending to one ledger would interleave their batches.
+    lock = LedgerLock(plan.checkpoint)
+    flag = "--ledger" if plan.resumed_facts is None else "--resume"
+    try:
+        lock.acquire()
+    except LedgerBusyError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+    except OSError as exc:
+        fail(flag, f"cannot lock {plan.checkpoint} ({exc.strerror})", "check the directory")
     for note in plan.notes:
         print(f"{_PROG}: {note}", file=sys.stderr)
     if plan.resumed_facts is not None:
@@ -499,6 +510,17 @@ def search_command(args: argparse.Namespace) -> int:
             "recorded)",
             file=sys.stderr,
         )
+    try:
+        return _search_locked(plan)
+    finally:
+        lock.release()
+
+
+def _search_locked(plan: _Plan) -> int:
+    """The search, once it holds the checkpoint ledger's lock."""
+    if plan.resumed_facts is None and plan.checkpoint.exists():
+        # Another search made it between our check and our lock.
+        fail("--ledger", f"{plan.checkpoint} exists", f"pass --resume {plan.checkpoint}")
     try:
         checkpoint = CheckpointLedger(plan.checkpoint)
     except (LedgerError, OSError) as exc:

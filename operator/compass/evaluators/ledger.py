@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import operator
@@ -29,6 +31,10 @@ _INDEX_RULE = "every sample index must be an integer >= 0"
 
 class LedgerError(ValueError):
     """A ledger file or fact is invalid; the message names the file, the line and the fix."""
+
+
+class LedgerBusyError(LedgerError):
+    """Another search holds the checkpoint ledger's lock."""
 
 
 class TruncatedLineError(LedgerError):
@@ -375,6 +381,53 @@ class CheckpointLedger:
             f.write(line.encode("utf-8") + b"\n")
             f.flush()
             os.fsync(f.fileno())
+
+
+class LedgerLock:
+    """One search's exclusive hold on a checkpoint ledger: flock on ``<ledger>.lock``, which
+    names the holder's pid; two searches appending to one ledger would interleave batches."""
+
+    def __init__(self, ledger: Path) -> None:
+        """Nothing is locked until acquire()."""
+        self.ledger = ledger
+        self.path = ledger.with_name(ledger.name + ".lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise LedgerBusyError naming the holder's pid if it says."""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode("ascii", errors="replace").strip()
+                os.close(fd)
+                pid = f" (pid {holder})" if holder.isdigit() else ""
+                raise LedgerBusyError(
+                    f"{self.ledger} is in use by another search{pid}; wait for "
+                    "it to end or stop it (a stale lock is released when its process exits)"
+                ) from None
+            # The last holder unlinks the file on release: if it did so after our open, we
+            # locked a file no one else will see; lock the one at the path instead.
+            try:
+                current = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self._fd = fd
+
+    def release(self) -> None:
+        """Drop the lock and its file."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        os.close(self._fd)
+        self._fd = None
 
 
 def _checked_scores(values: Iterable[object], expected: int) -> list[float]:
