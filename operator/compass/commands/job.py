@@ -3,7 +3,7 @@
 The state ConfigMap holds the workflow spec frozen at one generation and the search ledger. The
 search mirrors every evaluated batch into the ledger before asking for more, so a pod that is
 killed and retried (the Job's backoffLimit) or an operator that restarts resumes exactly where
-the last batch ended, without evaluating any sample twice. Results go back into the same
+the last recorded batch ended (only the batch in flight is evaluated again). Results go back into the same
 ConfigMap for the operator to read.
 """
 

@@ -95,7 +95,7 @@ def build_state_config_map(
     """The search's state: the spec it searches (frozen at this generation) and its ledger.
 
     The search Job appends every evaluated batch to the ledger here, so a pod that restarts,
-    or an operator that restarts, resumes without evaluating any sample twice. ``seed`` adds
+    or an operator that restarts, resumes without evaluating a recorded sample again. ``seed`` adds
     keys carried over from an earlier generation (its ledger, result or profiles).
     """
     name = workflow["metadata"]["name"]
