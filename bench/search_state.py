@@ -1,0 +1,249 @@
+"""Bytes the search Job sends to its state ConfigMaps: the RAG grid replayed at 100 and 1,000 samples.
+
+Run as ``python bench/search_state.py [--samples 100,1000] [--tau 0.8]``. It runs the Job's own
+``compass.commands.job.run_search`` in-process against an in-memory ConfigMap API
+(``FakeConfigMaps``) that applies merge patches as the API server does, refuses a ConfigMap
+whose data and binaryData exceed 1 MiB with the server's 422, and counts the JSON bytes of every
+PATCH and POST body. It touches nothing the Job's code does not, so the same script measures any
+version of the package: ``PYTHONPATH=/work/main/operator python bench/search_state.py`` measures
+main. The replay ConfigMap holds the embedded RAG grid (234 configurations, compass.examples)
+replayed over the samples; it is set up directly, outside the counts and the limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import io
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+# The API server's limit on a ConfigMap's data plus binaryData (corevalidation.MaxSecretSize).
+CONFIG_MAP_LIMIT = 1024 * 1024
+NAMESPACE = "bench"
+STATE = "rag-search-g1"
+REPLAY = "rag-ledger"
+
+
+@dataclass
+class Response:
+    """What kubeapi.call reads of an answer given ``_preload_content=False``."""
+
+    status: int
+    data: bytes
+
+
+@dataclass
+class FakeConfigMaps:
+    """CoreV1Api's ConfigMap calls over a dict; ``failures`` are raised by the next calls."""
+
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sent: dict[str, int] = field(default_factory=lambda: {"patch": 0, "create": 0})
+    requests: dict[str, int] = field(default_factory=lambda: {"patch": 0, "create": 0, "read": 0})
+    failures: list[BaseException] = field(default_factory=list)
+
+    def _fail(self) -> None:
+        if self.failures:
+            raise self.failures.pop(0)
+
+    def _answer(self, obj: Any) -> Response:
+        return Response(200, json.dumps(obj).encode())
+
+    def read_namespaced_config_map(self, name: str, namespace: str, **_: Any) -> Response:
+        """GET."""
+        self._fail()
+        self.requests["read"] += 1
+        if name not in self.objects:
+            raise _error(404, "NotFound", f'configmaps "{name}" not found')
+        return self._answer(self.objects[name])
+
+    def patch_namespaced_config_map(
+        self, name: str, namespace: str, body: dict[str, Any], **_: Any
+    ) -> Response:
+        """A merge patch of data and binaryData (None deletes a key)."""
+        self._fail()
+        self.requests["patch"] += 1
+        self.sent["patch"] += len(json.dumps(body))
+        if name not in self.objects:
+            raise _error(404, "NotFound", f'configmaps "{name}" not found')
+        patched = json.loads(json.dumps(self.objects[name]))
+        for part in ("data", "binaryData"):
+            for key, value in (body.get(part) or {}).items():
+                if value is None:
+                    patched.setdefault(part, {}).pop(key, None)
+                else:
+                    patched.setdefault(part, {})[key] = value
+        _check_size(patched)
+        self.objects[name] = patched
+        return self._answer(patched)
+
+    def create_namespaced_config_map(
+        self, namespace: str, body: dict[str, Any], **_: Any
+    ) -> Response:
+        """POST: 409 if the name is taken."""
+        self._fail()
+        self.requests["create"] += 1
+        self.sent["create"] += len(json.dumps(body))
+        name = body["metadata"]["name"]
+        if name in self.objects:
+            raise _error(409, "AlreadyExists", f'configmaps "{name}" already exists')
+        _check_size(body)
+        self.objects[name] = json.loads(json.dumps(body))
+        return self._answer(body)
+
+
+def _error(status: int, reason: str, message: str) -> ApiException:
+    error = ApiException(status=status, reason=reason)
+    error.body = json.dumps({"kind": "Status", "message": message, "reason": reason})
+    return error
+
+
+def size_of(obj: dict[str, Any]) -> int:
+    """The size the API server limits: data values' bytes plus binaryData's decoded bytes."""
+    data = sum(len(v.encode()) for v in (obj.get("data") or {}).values())
+    binary = sum(len(base64.b64decode(v)) for v in (obj.get("binaryData") or {}).values())
+    return data + binary
+
+
+def _check_size(obj: dict[str, Any]) -> None:
+    if size_of(obj) > CONFIG_MAP_LIMIT:
+        raise _error(422, "Invalid", f"ConfigMap: Too long: must have at most {CONFIG_MAP_LIMIT}")
+
+
+@contextlib.contextmanager
+def fake_api(api: FakeConfigMaps) -> Iterator[None]:
+    """Every StateStore built meanwhile talks to ``api``."""
+    from kubernetes import client
+
+    from compass.controllers import kubeapi
+
+    saved = client.CoreV1Api, kubeapi.load_client
+    client.CoreV1Api = lambda *_: api  # type: ignore[assignment,misc]
+    kubeapi.load_client = lambda: None  # type: ignore[assignment,return-value]
+    try:
+        yield
+    finally:
+        client.CoreV1Api, kubeapi.load_client = saved  # type: ignore[misc]
+
+
+def rag_workflow(samples: int, tau: float) -> dict[str, Any]:
+    """A CompoundWorkflow over the embedded RAG grid, scored by the replay ConfigMap."""
+    from compass.examples import load_rag_paper
+
+    space, _ = load_rag_paper()
+    return {
+        "apiVersion": "compass.io/v1alpha1",
+        "kind": "CompoundWorkflow",
+        "metadata": {"name": "rag", "namespace": NAMESPACE, "uid": "u-rag", "generation": 1},
+        "spec": {
+            "space": space,
+            "evaluation": {
+                "dataset": {"size": samples, "imagePath": "/data/rag.jsonl"},
+                "tau": tau,
+                "evaluator": {"type": "replay", "replayConfigMap": REPLAY},
+            },
+            "slo": {"latencyMs": 1000},
+            "triton": {"service": "triton", "routerModel": "router"},
+        },
+    }
+
+
+def replay_config_map(samples: int) -> dict[str, Any]:
+    """The grid's recorded accuracies replayed over ``samples`` samples, as plain data."""
+    from compass.controllers.builders import LEDGER_KEY
+    from compass.examples import build_replay_ledger, load_rag_paper
+
+    _, rows = load_rag_paper()
+    text = "".join(json.dumps(line) + "\n" for line in build_replay_ledger(rows, samples, 7))
+    return {"metadata": {"name": REPLAY, "namespace": NAMESPACE}, "data": {LEDGER_KEY: text}}
+
+
+@dataclass
+class Run:
+    """One search's traffic to its state."""
+
+    samples: int
+    outcome: str
+    patched: int
+    created: int
+    patches: int
+    creates: int
+    config_maps: int
+    largest: int
+    seconds: float
+
+
+def measure(samples: int, tau: float) -> Run:
+    """Run the Job's search once on a fresh fake API; what it sent."""
+    from compass.api.compoundworkflow import CompoundWorkflowSpec
+    from compass.commands import job
+    from compass.controllers import builders
+
+    workflow = rag_workflow(samples, tau)
+    spec = CompoundWorkflowSpec.model_validate(workflow["spec"])
+    api = FakeConfigMaps()
+    api.objects[REPLAY] = replay_config_map(samples)
+    # Newer builders make the state and its chunks; older ones the state alone.
+    build = getattr(builders, "build_state_config_maps", None)
+    made = build(workflow, spec) if build else [builders.build_state_config_map(workflow, spec)]
+    for body in made:
+        api.objects[body["metadata"]["name"]] = body
+    started = time.perf_counter()
+    with fake_api(api), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            job.run_search(STATE, NAMESPACE)
+            outcome = "completed"
+        except ApiException as error:
+            outcome = f"failed: HTTP {error.status} {error.reason}"
+        except Exception as error:
+            outcome = f"failed: {job.error_line(error)}"
+    states = [o for n, o in api.objects.items() if n != REPLAY]
+    return Run(
+        samples=samples,
+        outcome=outcome,
+        patched=api.sent["patch"],
+        created=api.sent["create"],
+        patches=api.requests["patch"],
+        creates=api.requests["create"],
+        config_maps=len(states),
+        largest=max(size_of(o) for o in states),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """--samples and --tau."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", default="100,1000", help="dataset sizes (default 100,1000)")
+    parser.add_argument("--tau", type=float, default=0.8, help="accuracy target (default 0.8)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print one line per dataset size; exit 1 if a search failed."""
+    args = parse_args(argv)
+    import compass
+
+    print(f"compass from {compass.__file__}, tau {args.tau}, RAG grid replayed")
+    failed = False
+    for samples in (int(s) for s in args.samples.split(",")):
+        run = measure(samples, args.tau)
+        failed |= run.outcome != "completed"
+        print(
+            f"samples={run.samples:>5}  {run.outcome}  PATCHed {run.patched:>11,} B in "
+            f"{run.patches} requests, created {run.created:>9,} B in {run.creates}, "
+            f"total {run.patched + run.created:>11,} B; {run.config_maps} state ConfigMap(s), "
+            f"largest {run.largest:,} B; {run.seconds:.1f} s"
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
