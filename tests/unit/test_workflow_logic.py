@@ -34,11 +34,12 @@ from compass.controllers.builders import (
     build_pareto_policy,
     build_profile_job,
     build_search_job,
-    build_state_config_map,
+    build_state_config_maps,
     job_env,
     metrics_url,
     routing_target,
 )
+from compass.controllers.ledgerchunks import ledger_text
 from compass.controllers.targets import TargetAccess
 from compass.controllers.workflow import (
     Create,
@@ -197,12 +198,14 @@ def test_the_newest_matching_generation_is_the_seed() -> None:
 
 def test_state_config_map_holds_the_frozen_spec_and_the_seed() -> None:
     spec = _spec()
-    body = build_state_config_map(WORKFLOW, spec, {LEDGER_KEY: "x\n", SEED_KEY: "{}"})
+    [body] = build_state_config_maps(WORKFLOW, spec, {LEDGER_KEY: "x\n", SEED_KEY: "{}"})
     assert body["metadata"]["name"] == "rag-search-g1"
     assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
-    assert body["data"][LEDGER_KEY] == "x\n"
+    assert LEDGER_KEY not in body["data"]
+    assert ledger_text([body]) == "x\n"
     assert CompoundWorkflowSpec.model_validate_json(body["data"][SPEC_KEY]) == spec
-    assert build_state_config_map(WORKFLOW, spec)["data"][LEDGER_KEY] == ""
+    [empty] = build_state_config_maps(WORKFLOW, spec)
+    assert ledger_text([empty]) == ""
 
 
 # ---------------------------------------------------------------------------- conditions and status
@@ -757,10 +760,11 @@ def test_inactive_or_unobserved_generations_are_left_alone() -> None:
 # ---------------------------------------------------------------------------- builders and commands.job
 
 
-def test_job_role_may_only_get_and_patch_config_maps() -> None:
+def test_job_role_may_only_get_patch_and_create_config_maps() -> None:
     role = build_job_role("ml", "compass-job")
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
     ]
     binding = build_job_role_binding("ml", "compass-job")
     assert binding["roleRef"]["name"] == "compass-job"

@@ -1,10 +1,12 @@
 """`compass job search|profile --state NAME`: what the operator's Jobs run inside their pods.
 
 The state ConfigMap holds the workflow spec frozen at one generation and the search ledger. The
-search mirrors every evaluated batch into the ledger before asking for more, so a pod that is
-killed and retried (the Job's backoffLimit) or an operator that restarts resumes exactly where
-the last recorded batch ended (only the batch in flight is evaluated again). Results go back into the same
-ConfigMap for the operator to read.
+search appends every evaluated batch's lines to the ledger before asking for more (a gzip chunk,
+compass.controllers.ledgerchunks: a PATCH carries the new lines only, and the ledger rolls over
+into chunk ConfigMaps before the 1 MiB limit), so a pod that is killed and retried (the Job's
+backoffLimit) or an operator that restarts resumes exactly where the last recorded batch ended
+(only the batch in flight is evaluated again). Results go back into the same ConfigMap for the
+operator to read.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +32,19 @@ from compass.controllers.builders import (
     PROGRESS_KEY,
     RESULT_KEY,
     SPEC_KEY,
+    build_ledger_chunk,
     triton_address,
+)
+from compass.controllers.ledgerchunks import (
+    BUDGET,
+    COMPACT_AT,
+    RESERVE,
+    chunk_key,
+    chunk_name,
+    encode,
+    ledger_chunks,
+    ledger_text,
+    stored_size,
 )
 from compass.domain.capacity import CurvePoint
 from compass.domain.evaluation import Config
@@ -50,37 +67,251 @@ from compass.evaluators import (
     parse_ledger,
 )
 
+# A state read or write is retried on these answers (an API server restarting, overloaded or
+# behind a proxy that lost it): a search of hours must not fail on one blip, and a pod retry
+# would read the whole ledger again. Any other 4xx (a 403 of a Role without create, a 422 of a
+# ConfigMap too large) fails at once with the server's reason: retrying it changes nothing.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+ATTEMPTS = 8
+BACKOFF_S = 0.5  # doubling, capped: up to about 45 s of retries, an API server restart
+BACKOFF_CAP_S = 15.0
+_MERGE_PATCH = "application/merge-patch+json"
+
+
+class StateStoreError(Exception):
+    """A state read or write that still failed, transiently, after every attempt."""
+
+
+def _transient(error: BaseException, conflict: bool) -> bool:
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(error, ApiException):
+        return error.status in TRANSIENT_STATUSES or (conflict and error.status == 409)
+    return True  # no answer: refused, reset or timed out (kubeapi.ERRORS)
+
+
+def _delay(attempt: int, error: BaseException) -> float:
+    """Exponential backoff with jitter (pods of many workflows must not retry in step), at
+    least the server's Retry-After."""
+    headers = getattr(error, "headers", None) or {}
+    try:
+        after = float(headers.get("Retry-After", 0))
+    except (TypeError, ValueError):
+        after = 0.0
+    backoff = BACKOFF_S * 2**attempt * random.uniform(0.5, 1.0)
+    return float(min(BACKOFF_CAP_S, max(after, backoff)))
+
+
+@dataclass
+class _Holder:
+    """One ConfigMap holding ledger chunks (the state is index 0), as this pod has written it."""
+
+    name: str
+    index: int
+    # Bytes each key counts towards the 1 MiB limit ("data/KEY", "binaryData/KEY").
+    sizes: dict[str, int] = field(default_factory=dict)
+    # Per-batch chunks not yet merged: (key, text, stored bytes).
+    loose: list[tuple[str, str, int]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any], index: int) -> _Holder:
+        """What a ConfigMap as read holds."""
+        sizes = {f"data/{k}": len(v.encode("utf-8")) for k, v in (obj.get("data") or {}).items()}
+        binary: Mapping[str, str] = obj.get("binaryData") or {}
+        sizes.update({f"binaryData/{k}": stored_size(v) for k, v in binary.items()})
+        return cls(obj["metadata"]["name"], index, sizes)
+
+    @property
+    def size(self) -> int:
+        """The bytes the API server counts."""
+        return sum(self.sizes.values())
+
+    def after(self, data: Mapping[str, str], binary: Mapping[str, str | None]) -> dict[str, int]:
+        """The key sizes once this patch is applied."""
+        sizes = dict(self.sizes)
+        for key, text in data.items():
+            sizes[f"data/{key}"] = len(text.encode("utf-8"))
+        for key, value in binary.items():
+            if value is None:
+                sizes.pop(f"binaryData/{key}", None)
+            else:
+                sizes[f"binaryData/{key}"] = stored_size(value)
+        return sizes
+
 
 class StateStore:
-    """The state ConfigMap, read and patched through compass.controllers.kubeapi (so with its
-    request timeout: a pod must fail, and be retried, rather than hang on a lost API server)."""
+    """The state ConfigMap and its ledger chunks, read and patched through
+    compass.controllers.kubeapi (so with its request timeout: a pod must fail, and be retried,
+    rather than hang on a lost API server), each call retried on transient errors."""
 
     # kubeapi is imported where used, not at the top: every `compass` command imports this
     # module, and the others need no Kubernetes client (about a second to import).
 
-    def __init__(self, name: str, namespace: str) -> None:
-        from kubernetes import client
+    def __init__(
+        self,
+        name: str,
+        namespace: str,
+        api: Any = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if api is None:
+            from kubernetes import client
 
-        from compass.controllers import kubeapi
+            from compass.controllers import kubeapi
 
-        self.api = client.CoreV1Api(kubeapi.load_client())
+            api = client.CoreV1Api(kubeapi.load_client())
+        self.api = api
         self.name = name
         self.namespace = namespace
+        self.sleep = sleep
+        self._state: dict[str, Any] | None = None
+        self._holders: list[_Holder] = []
+        self._next = 0  # the next chunk's sequence number
+
+    def _call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """kubeapi.call, retried with backoff on transient errors (409 too, unless
+        conflict=False); StateStoreError once the attempts are spent."""
+        from compass.controllers import kubeapi
+
+        conflict = kwargs.pop("conflict", True)
+        for attempt in range(ATTEMPTS):
+            try:
+                return kubeapi.call(method, *args, **kwargs)
+            except kubeapi.ERRORS as error:
+                if not _transient(error, conflict):
+                    raise
+                if attempt + 1 == ATTEMPTS:
+                    raise StateStoreError(
+                        f"{what}: still failing after {ATTEMPTS} attempts: "
+                        f"{kubeapi.describe(error)}"
+                    ) from error
+                self.sleep(_delay(attempt, error))
+        raise AssertionError("unreachable")
+
+    def _read(self, name: str) -> dict[str, Any] | None:
+        from compass.controllers import kubeapi
+
+        try:
+            found: dict[str, Any] = self._call(
+                f"reading ConfigMap {name}",
+                self.api.read_namespaced_config_map,
+                name,
+                self.namespace,
+            )
+        except kubeapi.NotFoundError:
+            return None
+        return found
 
     def read(self) -> dict[str, str]:
-        """The ConfigMap's data."""
+        """The state ConfigMap's data (NotFoundError if it does not exist)."""
         from compass.controllers import kubeapi
 
-        found = kubeapi.call(self.api.read_namespaced_config_map, self.name, self.namespace)
+        found = self._read(self.name)
+        if found is None:
+            raise kubeapi.NotFoundError(status=404, reason=f"ConfigMap {self.name} not found")
+        self._state = found
         return dict(found.get("data") or {})
 
-    def write(self, data: dict[str, str]) -> None:
-        """Patch these keys."""
+    def read_ledger(self) -> str:
+        """The ledger of the state and of its chunk ConfigMaps, in order; later appends go
+        after it."""
+        if self._state is None:
+            self.read()
+        assert self._state is not None
+        found = [self._state]
+        # By name, one after the other until one is missing: the Role needs no list verb.
+        while (chunk := self._read(chunk_name(self.name, len(found)))) is not None:
+            found.append(chunk)
+        self._holders = [_Holder.of(obj, index) for index, obj in enumerate(found)]
+        self._next = 1 + max((seq for obj in found for seq, _ in ledger_chunks(obj)), default=-1)
+        return ledger_text(found)
+
+    def write(self, data: Mapping[str, str]) -> None:
+        """Patch these keys of the state."""
+        self._patch(self.name, {"data": dict(data)})
+        if self._holders:
+            self._holders[0].sizes = self._holders[0].after(data, {})
+
+    def _patch(self, name: str, body: Mapping[str, Any]) -> None:
+        self._call(
+            f"patching ConfigMap {name}",
+            self.api.patch_namespaced_config_map,
+            name,
+            self.namespace,
+            body,
+            _content_type=_MERGE_PATCH,
+        )
+
+    def append_ledger(self, text: str, data: Mapping[str, str] | None = None) -> None:
+        """Append ledger lines as one more chunk and patch these state keys: one request when
+        the chunk goes to the state; in a new chunk ConfigMap if the last would pass its budget."""
+        if not self._holders:
+            self.read_ledger()
+        holder = self._holders[-1]
+        state_data = dict(data or {})
+        together = state_data if holder.index == 0 else {}
+        loose = holder.loose
+        if loose and sum(len(t) for _, t, _ in loose) + len(text) >= COMPACT_AT:
+            # One gzip of the per-batch chunks and the new lines, under the first one's key (so
+            # in place in the order): the patch that writes it deletes the others.
+            value = encode("".join(t for _, t, _ in loose) + text)
+            binary: dict[str, str | None] = {loose[0][0]: value}
+            binary.update({k: None for k, _, _ in loose[1:]})
+            merged: list[tuple[str, str, int]] = []
+            sequence = self._next
+        else:
+            value = encode(text)
+            binary = {chunk_key(self._next): value}
+            merged = [*loose, (chunk_key(self._next), text, stored_size(value))]
+            sequence = self._next + 1
+        sizes = holder.after(together, binary)
+        if sum(sizes.values()) > BUDGET - (RESERVE if holder.index == 0 else 0):
+            self._roll_over(text)
+        else:
+            self._patch(
+                holder.name, {"binaryData": binary, **({"data": together} if together else {})}
+            )
+            holder.sizes, holder.loose, self._next = sizes, merged, sequence
+            if together:
+                return
+        if state_data:
+            self.write(state_data)
+
+    def _roll_over(self, text: str) -> None:
+        """Put the lines into the next chunk ConfigMap, created now."""
         from compass.controllers import kubeapi
 
-        kubeapi.call(
-            self.api.patch_namespaced_config_map, self.name, self.namespace, {"data": data}
-        )
+        assert self._state is not None
+        index = self._holders[-1].index + 1
+        key, value = chunk_key(self._next), encode(text)
+        body = build_ledger_chunk(self._state, index, {key: value})
+        name = body["metadata"]["name"]
+        try:
+            self._call(
+                f"creating ConfigMap {name}",
+                self.api.create_namespaced_config_map,
+                self.namespace,
+                body,
+                conflict=False,
+            )
+            found: dict[str, Any] = body
+        except kubeapi.ConflictError:
+            existing = self._read(name)
+            if existing is None:  # deleted meanwhile: create it again
+                return self._roll_over(text)
+            found = existing
+            if (found.get("binaryData") or {}).get(key) != value:
+                # Not our create answered late: another writer's chunk. Append after it.
+                self._holders.append(_Holder.of(found, index))
+                self._next = max(
+                    self._next, 1 + max((s for s, _ in ledger_chunks(found)), default=-1)
+                )
+                return self.append_ledger(text)
+        holder = _Holder.of(found, index)
+        holder.loose = [(key, text, stored_size(value))]
+        self._holders.append(holder)
+        self._next += 1
+        return None
 
 
 PROGRESS_MIN_SAMPLES = 10
@@ -103,7 +334,7 @@ def progress_document(progress: Progress, best: float | None) -> dict[str, Any]:
 
 
 class MirroredEvaluator:
-    """After each evaluated batch, copies the local checkpoint ledger into the ConfigMap."""
+    """After each evaluated batch, appends the checkpoint ledger's new lines to the state."""
 
     def __init__(
         self,
@@ -117,18 +348,31 @@ class MirroredEvaluator:
         self.ledger = ledger
         self.min_samples = min_samples
         self.progress: Progress | None = None
+        # Bytes of the local ledger the state holds already: what it was opened from.
+        self.mirrored = ledger.stat().st_size
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
-        """Evaluate, then mirror the ledger (and the last progress) before returning."""
+        """Evaluate, then mirror the new lines (and the last progress) before returning."""
         before = self.inner.computed
         scores = self.inner.evaluate(config, sample_indices)
         if self.inner.computed != before:
-            data = {LEDGER_KEY: self.ledger.read_text(encoding="utf-8")}
+            data = {}
             if self.progress is not None:
                 best = best_accuracy(self.inner.checkpoint, self.min_samples)
                 data[PROGRESS_KEY] = json.dumps(progress_document(self.progress, best))
-            self.store.write(data)
+            self.flush(data)
         return scores
+
+    def flush(self, data: Mapping[str, str]) -> None:
+        """Append the lines not yet in the state, with these state keys."""
+        with self.ledger.open("rb") as f:
+            f.seek(self.mirrored)
+            new = f.read()
+        if new:
+            self.store.append_ledger(new.decode("utf-8"), data)
+            self.mirrored += len(new)
+        elif data:
+            self.store.write(data)
 
 
 def _score_source(spec: CompoundWorkflowSpec, namespace: str) -> ScoreSource:
@@ -143,8 +387,8 @@ def _score_source(spec: CompoundWorkflowSpec, namespace: str) -> ScoreSource:
         return ScoreSource(command=evaluator.command)
     name = evaluator.replay_config_map
     assert name is not None
-    recorded = StateStore(name, namespace).read().get(LEDGER_KEY, "")
-    return ScoreSource(replay=parse_ledger(recorded, f"ConfigMap {name} key {LEDGER_KEY}"))
+    recorded = StateStore(name, namespace).read_ledger()
+    return ScoreSource(replay=parse_ledger(recorded, f"ConfigMap {name} (its ledger)"))
 
 
 def run_search(state_name: str, namespace: str) -> int:
@@ -155,7 +399,7 @@ def run_search(state_name: str, namespace: str) -> int:
     space = Space(spec.space)
     workdir = Path(tempfile.mkdtemp(prefix="compass-search-"))
     ledger = workdir / LEDGER_KEY
-    ledger.write_text(state.get(LEDGER_KEY, ""), encoding="utf-8")
+    ledger.write_text(store.read_ledger(), encoding="utf-8")
     checkpoint = CheckpointLedger(ledger)
     if checkpoint.facts_at_open:
         print(f"resuming: {checkpoint.facts_at_open} sample evaluations already recorded")
@@ -181,9 +425,8 @@ def run_search(state_name: str, namespace: str) -> int:
     # The planner orders the front by accuracy: score the feasible set on every sample.
     outcome = complete_feasible(searched, mirrored)
     result = outcome.result_document()
-    store.write(
+    mirrored.flush(
         {
-            LEDGER_KEY: ledger.read_text(encoding="utf-8"),
             RESULT_KEY: json.dumps(result),
             PROGRESS_KEY: json.dumps(
                 {

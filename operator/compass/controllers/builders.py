@@ -9,6 +9,19 @@ from typing import Any
 from compass.api.compoundworkflow import DATASET_DIR, CompoundWorkflowSpec
 from compass.api.meta import GROUP, POLICY_KIND, VERSION
 from compass.api.paretopolicy import RoutingTarget
+from compass.controllers.ledgerchunks import (
+    BUDGET,
+    CHUNK_OF_LABEL,
+    RESERVE,
+    chunk_name,
+    config_map_size,
+    encode,
+    pieces,
+    place,
+)
+
+# Where every module has taken it from: the state's keys are named here.
+from compass.controllers.ledgerchunks import LEDGER_KEY as LEDGER_KEY
 
 MANAGED_BY = "compass-operator"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -16,7 +29,6 @@ WORKFLOW_LABEL = f"{GROUP}/workflow"
 GENERATION_LABEL = f"{GROUP}/generation"
 ROLE_LABEL = f"{GROUP}/role"
 SPEC_KEY = "spec.json"
-LEDGER_KEY = "ledger.jsonl"
 RESULT_KEY = "result.json"
 PROFILES_KEY = "profiles.json"
 PROGRESS_KEY = "progress.json"
@@ -24,8 +36,14 @@ PROGRESS_KEY = "progress.json"
 CURVE_PROGRESS_KEY = "curve-progress.json"
 # Which earlier generation the ledger, the result and the profiles were carried over from.
 SEED_KEY = "seed.json"
-# What the Jobs' pods may do: read their spec and patch their state ConfigMap, nothing else.
-JOB_RULES = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}]
+# What the Jobs' pods may do: read their spec and patch their state ConfigMap, and create the
+# state's chunk ConfigMaps when its ledger outgrows one (compass.controllers.ledgerchunks).
+# RBAC cannot narrow create by name (resourceNames does not apply to create: the name is not
+# known when it is authorized), so create is a rule of its own, on configmaps only.
+JOB_RULES = [
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+]
 # A search pod with no resources given: enough for a space at the enumeration limit (~1Gi).
 DEFAULT_SEARCH_RESOURCES = {
     "requests": {"cpu": "250m", "memory": "256Mi"},
@@ -87,20 +105,23 @@ def controller_uid(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
-def build_state_config_map(
+def build_state_config_maps(
     workflow: Mapping[str, Any],
     spec: CompoundWorkflowSpec,
     seed: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """The search's state: the spec it searches (frozen at this generation) and its ledger.
+) -> list[dict[str, Any]]:
+    """The search's state: the spec it searches (frozen at this generation) and its ledger;
+    then the chunk ConfigMaps of a seeded ledger too large for the state (usually none).
 
     The search Job appends every evaluated batch to the ledger here, so a pod that restarts,
     or an operator that restarts, resumes without evaluating a recorded sample again. ``seed`` adds
-    keys carried over from an earlier generation (its ledger, result or profiles).
+    keys carried over from an earlier generation (its ledger, as text, result or profiles).
     """
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
-    return {
+    data = {k: v for k, v in (seed or {}).items() if k != LEDGER_KEY}
+    data[SPEC_KEY] = spec.model_dump_json(by_alias=True, exclude_none=True)
+    state: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
@@ -109,11 +130,33 @@ def build_state_config_map(
             "labels": labels(name, "search", generation),
             "ownerReferences": [owner_reference(workflow)],
         },
-        "data": {
-            LEDGER_KEY: "",
-            **(seed or {}),
-            SPEC_KEY: spec.model_dump_json(by_alias=True, exclude_none=True),
+        "data": data,
+    }
+    chunks = [encode(piece) for piece in pieces((seed or {}).get(LEDGER_KEY, ""))]
+    first, *rest = place(chunks, BUDGET - RESERVE - config_map_size(state))
+    if first:
+        state["binaryData"] = dict(first)
+    return [state] + [
+        build_ledger_chunk(state, index, dict(binary)) for index, binary in enumerate(rest, 1)
+    ]
+
+
+def build_ledger_chunk(
+    state: Mapping[str, Any], index: int, binary: Mapping[str, str]
+) -> dict[str, Any]:
+    """The state's index-th chunk ConfigMap: the state's labels and owner (deleting the workflow
+    collects it), and a label naming the state, by which the operator lists it."""
+    metadata = state["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": chunk_name(metadata["name"], index),
+            "namespace": metadata["namespace"],
+            "labels": {**(metadata.get("labels") or {}), CHUNK_OF_LABEL: metadata["name"]},
+            "ownerReferences": [dict(r) for r in metadata.get("ownerReferences") or []],
         },
+        "binaryData": dict(binary),
     }
 
 
@@ -311,7 +354,7 @@ def build_job_service_account(namespace: str, name: str) -> dict[str, Any]:
 
 
 def build_job_role(namespace: str, name: str) -> dict[str, Any]:
-    """The Role of the Jobs' pods: get and patch ConfigMaps (their state), nothing else."""
+    """The Role of the Jobs' pods: get, patch and create ConfigMaps (their state), nothing else."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",

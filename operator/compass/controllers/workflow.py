@@ -20,7 +20,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, NoReturn
@@ -56,6 +56,7 @@ from compass.controllers.builders import (
     profile_name,
     search_name,
 )
+from compass.controllers.ledgerchunks import CHUNK_OF_LABEL, ledger_text
 from compass.controllers.targets import (
     TargetAccess,
     TargetRefusedError,
@@ -223,6 +224,39 @@ def profile_key(spec: CompoundWorkflowSpec) -> str:
     if spec.serving.threshold_model is ThresholdModel.MEASURED:
         inputs["curves"] = [spec.serving.router_instances, spec.slo.percentile]
     return _digest(inputs)
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """One generation's state as read: its data, with the whole ledger (of its chunk
+    ConfigMaps too) as text under LEDGER_KEY, and the names of those ConfigMaps."""
+
+    data: dict[str, str]
+    names: tuple[str, ...]
+
+
+def stored_states(
+    items: Sequence[Mapping[str, Any]], generation_of: Callable[[Mapping[str, Any]], int]
+) -> dict[int, StoredState]:
+    """A workflow's state ConfigMaps by generation, each joined with its chunk ConfigMaps
+    (chunks whose state is gone are left to the garbage collector)."""
+    chunks: dict[str, list[Mapping[str, Any]]] = {}
+    states = []
+    for item in items:
+        of = (item["metadata"].get("labels") or {}).get(CHUNK_OF_LABEL)
+        if of is None:
+            states.append(item)
+        else:
+            chunks.setdefault(of, []).append(item)
+    found = {}
+    for state in states:
+        name = state["metadata"]["name"]
+        mine = chunks.get(name, [])
+        data = {k: v for k, v in (state.get("data") or {}).items() if k != LEDGER_KEY}
+        data[LEDGER_KEY] = ledger_text([state, *mine])
+        names = (name, *sorted(c["metadata"]["name"] for c in mine))
+        found[generation_of(state)] = StoredState(data, names)
+    return found
 
 
 @dataclass(frozen=True)

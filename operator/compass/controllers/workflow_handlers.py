@@ -40,7 +40,7 @@ from compass.controllers.builders import (
     build_pareto_policy,
     build_profile_job,
     build_search_job,
-    build_state_config_map,
+    build_state_config_maps,
     controller_uid,
     job_env,
     metrics_url,
@@ -206,41 +206,46 @@ def _ensure_rbac(api: client.ApiClient, namespace: str, account: str) -> None:
 
 def _states(
     api: client.ApiClient, namespace: str, name: str, uid: str
-) -> dict[int, dict[str, str]]:
-    """This workflow's state ConfigMaps by generation."""
+) -> dict[int, reconcile.StoredState]:
+    """This workflow's state ConfigMaps by generation, each with its ledger chunks read."""
     items = kubeapi.list_items(
         client.CoreV1Api(api).list_namespaced_config_map,
         namespace,
         label_selector=f"{WORKFLOW_LABEL}={name}",
     )
-    return {
-        _generation_of(item): dict(item.get("data") or {})
-        for item in _owned(items, uid)
-        if not item["metadata"].get("deletionTimestamp")
-    }
+    live = [item for item in _owned(items, uid) if not item["metadata"].get("deletionTimestamp")]
+    return reconcile.stored_states(live, _generation_of)
 
 
 def _delete_states(
-    api: client.ApiClient, namespace: str, name: str, keep: int, states: Mapping[int, Any]
+    api: client.ApiClient,
+    namespace: str,
+    keep: int,
+    states: Mapping[int, reconcile.StoredState],
 ) -> None:
     core = client.CoreV1Api(api)
-    for generation in states:
+    for generation, state in states.items():
         if generation != keep:
-            kubeapi.delete(
-                core.delete_namespaced_config_map, search_name(name, generation), namespace
-            )
+            for config_map in state.names:
+                kubeapi.delete(core.delete_namespaced_config_map, config_map, namespace)
 
 
-def _create_state(api: client.ApiClient, workflow: Mapping[str, Any], body: dict[str, Any]) -> None:
+def _create_state(
+    api: client.ApiClient, workflow: Mapping[str, Any], bodies: list[dict[str, Any]]
+) -> None:
+    """The state ConfigMap, after its chunks (a Job reads the state first, so the ledger it
+    sees is whole)."""
     core = client.CoreV1Api(api)
     metadata = workflow["metadata"]
-    kubeapi.create_or_adopt(
-        core.create_namespaced_config_map,
-        core.read_namespaced_config_map,
-        metadata["namespace"],
-        body,
-        metadata["uid"],
-    )
+    state, *chunks = bodies
+    for body in [*chunks, state]:
+        kubeapi.create_or_adopt(
+            core.create_namespaced_config_map,
+            core.read_namespaced_config_map,
+            metadata["namespace"],
+            body,
+            metadata["uid"],
+        )
 
 
 def _create_job(
@@ -336,11 +341,12 @@ def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSe
     states = _states(api, namespace, name, uid)
     try:
         if generation not in states:
-            seed = reconcile.seed_state(spec, generation, states)
-            _create_state(api, workflow, build_state_config_map(workflow, spec, seed.data))
+            datas = {g: state.data for g, state in states.items()}
+            seed = reconcile.seed_state(spec, generation, datas)
+            _create_state(api, workflow, build_state_config_maps(workflow, spec, seed.data))
             # Re-read: if a racing start made it first, its ledger is what counts.
             states = _states(api, namespace, name, uid)
-        state = states.get(generation, {})
+        state = states[generation].data if generation in states else {}
         new, event = reconcile.start_status(status, name, generation, spec, space, state, now)
         if new.search_job is not None:
             _create_job(api, workflow, spec, reconcile.Create.SEARCH_JOB, settings)
@@ -348,7 +354,7 @@ def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSe
         raise _wait_for_collection(error) from None
     if not _write_status(api, namespace, name, version, new):
         return False
-    _delete_states(api, namespace, name, generation, states)
+    _delete_states(api, namespace, generation, states)
     _post(workflow, event)
     return True
 
@@ -446,7 +452,7 @@ def _advance(
     try:
         for which in step.create:
             if which is reconcile.Create.STATE:
-                _create_state(api, workflow, build_state_config_map(workflow, spec))
+                _create_state(api, workflow, build_state_config_maps(workflow, spec))
             else:
                 _create_job(api, workflow, spec, which, settings)
     except kubeapi.OwnedByAnotherError as error:

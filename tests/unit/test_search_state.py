@@ -1,0 +1,352 @@
+"""The search ledger in ConfigMaps: gzip chunks appended, merged, rolled over, read back in order,
+resumed from, and every state call retried on transient errors only (an in-memory API)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from compass.api.compoundworkflow import CompoundWorkflowSpec
+from compass.commands import job
+from compass.commands.job import StateStore, StateStoreError
+from compass.controllers import kubeapi, ledgerchunks
+from compass.controllers.builders import (
+    LEDGER_KEY,
+    PROGRESS_KEY,
+    RESULT_KEY,
+    build_state_config_maps,
+)
+from compass.controllers.ledgerchunks import (
+    BUDGET,
+    CHUNK_OF_LABEL,
+    chunk_key,
+    config_map_size,
+    decode,
+    encode,
+    ledger_text,
+)
+from compass.controllers.workflow import stored_states
+from compass.examples import build_replay_ledger, load_rag_paper
+from compass.lab.scenarios import RAG_CORNER_SPACE
+
+_BENCH = Path(__file__).resolve().parents[2] / "bench" / "search_state.py"
+_spec = importlib.util.spec_from_file_location("bench_search_state", _BENCH)
+assert _spec is not None
+assert _spec.loader is not None
+bench = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = bench
+_spec.loader.exec_module(bench)
+
+NS = "ml"
+STATE = "rag-search-g1"
+OWNER = {"apiVersion": "compass.io/v1alpha1", "kind": "CompoundWorkflow", "name": "rag"}
+
+
+def _line(config: int, sample: int) -> str:
+    fact = {"config": {"generator_model": f"m{config}", "retriever_k": 10}, "samples": [sample]}
+    # A score that varies like a real metric's, so that gzip does not make every line vanish.
+    score = ((config * 7919 + sample * 104729) % 1000003) / 1000003
+    return json.dumps({**fact, "scores": [score]}) + "\n"
+
+
+def _state(api: Any, **data: str) -> None:
+    api.objects[STATE] = {
+        "metadata": {
+            "name": STATE,
+            "namespace": NS,
+            "labels": {"compass.io/workflow": "rag", "compass.io/generation": "1"},
+            "ownerReferences": [{**OWNER, "uid": "u1", "controller": True}],
+        },
+        "data": dict(data),
+    }
+
+
+@pytest.fixture
+def small(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Budgets a few batches fill, so that a short test rolls over and merges."""
+    monkeypatch.setattr(job, "BUDGET", 6000)
+    monkeypatch.setattr(job, "RESERVE", 1000)
+    monkeypatch.setattr(job, "COMPACT_AT", 2000)
+
+
+def _store(api: Any) -> tuple[StateStore, list[float]]:
+    slept: list[float] = []
+    return StateStore(STATE, NS, api=api, sleep=slept.append), slept
+
+
+# ---------------------------------------------------------------------------- encoding and order
+
+
+def test_a_chunk_round_trips_and_equal_texts_encode_equally() -> None:
+    text = "".join(_line(c, s) for c in range(5) for s in range(20))
+    assert decode(encode(text)) == text
+    assert encode(text) == encode(text)  # no timestamp: a retried write sends the same bytes
+    assert ledgerchunks.stored_size(encode(text)) < len(text) / 5
+
+
+def test_the_ledger_is_the_plain_key_then_every_chunk_in_sequence_order() -> None:
+    lines = [_line(0, s) for s in range(12)]
+    state = {"data": {LEDGER_KEY: lines[0].rstrip("\n")}, "binaryData": {}}
+    chunk = {"binaryData": {}}
+    # Sequence 10 sorts after 9 (numbers, not strings), wherever each chunk lives.
+    for sequence in range(1, 12):
+        holder = state if sequence % 2 else chunk
+        holder["binaryData"][chunk_key(sequence)] = encode(lines[sequence])
+    state["binaryData"]["unrelated.bin"] = encode("not ledger\n")
+    assert ledger_text([chunk, state]) == "".join(lines)
+
+
+def test_a_seeded_ledger_too_large_for_the_state_goes_to_chunk_config_maps() -> None:
+    workflow = {
+        "metadata": {"name": "rag", "namespace": NS, "uid": "u1", "generation": 2},
+        "kind": "CompoundWorkflow",
+    }
+    spec = CompoundWorkflowSpec.model_validate(bench.rag_workflow(100, 0.8)["spec"])
+    # Random scores do not compress: about 3 MB of gzip.
+    rng = __import__("random").Random(1)
+    text = "".join(
+        json.dumps(
+            {"config": {"c": c}, "samples": [s], "scores": [rng.random() for _ in range(40)]}
+        )
+        + "\n"
+        for c in range(200)
+        for s in range(20)
+    )
+    state, *chunks = build_state_config_maps(workflow, spec, {LEDGER_KEY: text})
+    assert chunks
+    assert all(config_map_size(c) <= BUDGET for c in [state, *chunks])
+    assert [c["metadata"]["name"] for c in chunks] == [
+        f"rag-search-g2-c{i}" for i in range(1, len(chunks) + 1)
+    ]
+    assert {c["metadata"]["labels"][CHUNK_OF_LABEL] for c in chunks} == {"rag-search-g2"}
+    assert all(c["metadata"]["ownerReferences"][0]["uid"] == "u1" for c in chunks)
+    # What the operator reads back, listing the workflow's ConfigMaps in any order.
+    [(generation, stored)] = stored_states([*chunks[::-1], state], lambda _: 2).items()
+    assert generation == 2
+    assert stored.data[LEDGER_KEY] == text
+    assert stored.names == ("rag-search-g2", *(c["metadata"]["name"] for c in chunks))
+
+
+# ---------------------------------------------------------------------------- appending
+
+
+def test_appends_send_only_the_new_lines_merge_and_roll_over_before_the_budget(
+    small: None,
+) -> None:
+    api = bench.FakeConfigMaps()
+    _state(api, **{"spec.json": "{}"})
+    store, _ = _store(api)
+    assert store.read_ledger() == ""
+    lines = [_line(c, s) for c in range(8) for s in range(60)]
+    for i, line in enumerate(lines):
+        before = api.sent["patch"] + api.sent["create"]
+        store.append_ledger(line, {PROGRESS_KEY: json.dumps({"batch": i})})
+        # A batch costs about its own lines (a merge: the per-batch chunks' text, gzip).
+        assert api.sent["patch"] + api.sent["create"] - before < 3000
+        for obj in api.objects.values():
+            room = job.BUDGET - (job.RESERVE if obj["metadata"]["name"] == STATE else 0)
+            assert config_map_size(obj) <= room
+    names = sorted(api.objects)
+    assert names[0] == STATE
+    assert len(names) >= 3, "never rolled over"
+    assert names[1:] == [f"{STATE}-c{i}" for i in range(1, len(names))]
+    chunk = api.objects[f"{STATE}-c1"]
+    assert chunk["metadata"]["labels"][CHUNK_OF_LABEL] == STATE
+    assert chunk["metadata"]["ownerReferences"][0]["uid"] == "u1"
+    # Merged: far fewer keys than batches.
+    keys = sum(len(o.get("binaryData") or {}) for o in api.objects.values())
+    assert keys < len(lines) / 4
+    assert json.loads(api.objects[STATE]["data"][PROGRESS_KEY]) == {"batch": len(lines) - 1}
+    # A new pod reads it all back, in order; and appends after it.
+    again, _ = _store(api)
+    assert again.read_ledger() == "".join(lines)
+    again.append_ledger(_line(99, 0))
+    assert StateStore(STATE, NS, api=api).read_ledger() == "".join(lines) + _line(99, 0)
+
+
+def test_a_create_whose_answer_was_lost_is_not_made_twice(small: None) -> None:
+    api = bench.FakeConfigMaps()
+    _state(api)
+    store, slept = _store(api)
+    store.read_ledger()
+    lines = [_line(0, s) for s in range(200)]
+    created = False
+    for line in lines:
+        if not created and config_map_size(api.objects[STATE]) > job.BUDGET - job.RESERVE - 300:
+            # The create goes through but its answer is lost; the retry gets 409 AlreadyExists.
+            real = api.create_namespaced_config_map
+
+            def lost(namespace: str, body: dict[str, Any], real: Any = real, **kw: Any) -> Any:
+                real(namespace, body, **kw)
+                api.create_namespaced_config_map = real  # type: ignore[method-assign]
+                raise urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out")
+
+            api.create_namespaced_config_map = lost  # type: ignore[method-assign]
+            created = True
+        store.append_ledger(line)
+    assert created
+    assert slept
+    assert StateStore(STATE, NS, api=api).read_ledger() == "".join(lines)
+
+
+# ---------------------------------------------------------------------------- retries
+
+
+def _api_error(status: int, headers: dict[str, str] | None = None) -> ApiException:
+    error = bench._error(status, "Reason", f"status {status}")
+    error.headers = headers
+    return error
+
+
+def test_transient_errors_are_retried_with_backoff() -> None:
+    api = bench.FakeConfigMaps()
+    _state(api)
+    store, slept = _store(api)
+    api.failures = [
+        _api_error(503),
+        _api_error(429, {"Retry-After": "3"}),
+        urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out"),
+        ConnectionResetError("reset by peer"),
+        _api_error(500),
+        _api_error(502),
+        _api_error(504),
+    ]
+    assert store.read_ledger() == ""
+    assert len(slept) == 7
+    assert slept[1] >= 3  # the server's Retry-After
+    assert all(0 < s <= job.BACKOFF_CAP_S for s in slept)
+    assert slept[4] > slept[0]  # backing off
+    api.failures = [_api_error(409), _api_error(503)]  # a patch that lost a race: sent again
+    store.append_ledger(_line(0, 0))
+    assert ledger_text([api.objects[STATE]]) == _line(0, 0)
+
+
+def test_transient_errors_give_up_after_the_attempts_with_the_last_one() -> None:
+    api = bench.FakeConfigMaps()
+    _state(api)
+    store, slept = _store(api)
+    api.failures = [_api_error(503)] * job.ATTEMPTS
+    with pytest.raises(StateStoreError) as error:
+        store.write({PROGRESS_KEY: "{}"})
+    assert f"after {job.ATTEMPTS} attempts" in str(error.value)
+    assert "HTTP 503" in str(error.value)
+    assert STATE in str(error.value)
+    assert len(slept) == job.ATTEMPTS - 1
+    assert "StateStoreError" in job.error_line(error.value)
+
+
+@pytest.mark.parametrize("status", [400, 403, 404, 422])
+def test_other_client_errors_fail_at_once_with_the_reason(status: int) -> None:
+    api = bench.FakeConfigMaps()
+    _state(api)
+    store, slept = _store(api)
+    api.failures = [_api_error(status)]
+    with pytest.raises(ApiException) as error:
+        store.write({PROGRESS_KEY: "{}"})
+    assert error.value.status == status
+    assert not slept
+    assert f"status {status}" in job.error_line(error.value)
+    with pytest.raises(kubeapi.NotFoundError):
+        StateStore("missing", NS, api=api).read()
+
+
+# ---------------------------------------------------------------------------- the Job's search
+
+
+def _corner_workflow(samples: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The RAG grid's 16-configuration corner scored by replay, and its replay ConfigMap."""
+    workflow = bench.rag_workflow(samples, 0.8)
+    workflow["spec"]["space"] = RAG_CORNER_SPACE
+    _, rows = load_rag_paper()
+    values = {p["name"]: p["values"] for p in RAG_CORNER_SPACE["parameters"]}
+    chosen = [r for r in rows if all(r["config"][k] in v for k, v in values.items())]
+    text = "".join(json.dumps(line) + "\n" for line in build_replay_ledger(chosen, samples, 7))
+    # The replay ConfigMap may hold its ledger as gzip chunks too (over 1 MiB as text).
+    replay = {"metadata": {"name": bench.REPLAY, "namespace": NS}, "binaryData": {}}
+    for sequence, piece in enumerate(ledgerchunks.pieces(text, 20_000)):
+        replay["binaryData"][chunk_key(sequence)] = encode(piece)
+    return workflow, replay
+
+
+class KilledError(Exception):
+    """The pod dies."""
+
+
+@contextlib.contextmanager
+def _running(api: Any) -> Iterator[io.StringIO]:
+    out = io.StringIO()
+    with bench.fake_api(api), contextlib.redirect_stdout(out):
+        yield out
+
+
+def test_a_search_killed_midway_resumes_from_every_chunk_without_redoing_work(
+    small: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(job, "RESERVE", 6000)  # room for the result
+    monkeypatch.setattr(job, "BUDGET", 12000)
+    workflow, replay = _corner_workflow(200)
+    workflow["metadata"]["namespace"] = bench.NAMESPACE
+    spec = CompoundWorkflowSpec.model_validate(workflow["spec"])
+    api = bench.FakeConfigMaps()
+    api.objects[bench.REPLAY] = replay
+    for body in build_state_config_maps(workflow, spec):
+        api.objects[body["metadata"]["name"]] = body
+    state = bench.STATE
+
+    asked: list[tuple[str, int]] = []
+    real_evaluate = job.CheckpointedEvaluator.evaluate
+
+    def counting(self: Any, config: Any, indices: Any) -> list[float]:
+        missing = self.checkpoint.ledger.lookup(config, indices)
+        key = json.dumps(config, sort_keys=True)
+        asked.extend((key, i) for i, v in zip(indices, missing, strict=True) if v != v)
+        return real_evaluate(self, config, indices)
+
+    monkeypatch.setattr(job.CheckpointedEvaluator, "evaluate", counting)
+    real_patch = api.patch_namespaced_config_map
+    after_roll_over = 0
+
+    def dying(name: str, namespace: str, body: dict[str, Any], **kw: Any) -> Any:
+        # Some batches after the first chunk ConfigMap, so that the resume reads them all.
+        nonlocal after_roll_over
+        after_roll_over += f"{state}-c1" in api.objects
+        if after_roll_over == 30:
+            raise KilledError
+        return real_patch(name, namespace, body, **kw)
+
+    api.patch_namespaced_config_map = dying  # type: ignore[method-assign]
+    with _running(api), pytest.raises(KilledError):
+        job.run_search(state, bench.NAMESPACE)
+    assert f"{state}-c1" in api.objects, "the first pod never rolled over"
+    before_restart = ledger_text(o for n, o in api.objects.items() if n != bench.REPLAY)
+    assert RESULT_KEY not in api.objects[state]["data"]
+
+    with _running(api) as out:
+        job.run_search(state, bench.NAMESPACE)
+    assert "resuming: " in out.getvalue()
+    final = ledger_text(o for n, o in api.objects.items() if n != bench.REPLAY)
+    assert final.startswith(before_restart)
+    pairs = [
+        (json.dumps(fact["config"], sort_keys=True), i)
+        for fact in map(json.loads, final.splitlines())
+        for i in fact["samples"]
+    ]
+    assert len(pairs) == len(set(pairs)), "a sample was recorded twice"
+    # At most the batch in flight when the pod died was asked again.
+    repeated = {p for p in asked if asked.count(p) > 1}
+    assert len(repeated) <= 200, repeated
+    result = json.loads(api.objects[state]["data"][RESULT_KEY])
+    assert result["sample_evals"] == len(pairs)
+    for obj in api.objects.values():
+        if obj["metadata"]["name"] != bench.REPLAY:
+            assert config_map_size(obj) <= job.BUDGET
