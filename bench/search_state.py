@@ -4,7 +4,8 @@ Run as ``python bench/search_state.py [--samples 100,1000] [--tau 0.8]``. It run
 ``compass.commands.job.run_search`` in-process against an in-memory ConfigMap API
 (``FakeConfigMaps``) that applies merge patches as the API server does, refuses a ConfigMap
 whose data and binaryData exceed 1 MiB with the server's 422, and counts the JSON bytes of every
-PATCH and POST body. It touches nothing the Job's code does not, so the same script measures any
+PATCH and POST body, and the bytes of the whole object each write leaves (what etcd stores as
+a new revision). It touches nothing the Job's code does not, so the same script measures any
 version of the package: ``PYTHONPATH=/work/main/operator python bench/search_state.py`` measures
 main. The replay ConfigMap holds the embedded RAG grid (234 configurations, compass.examples)
 replayed over the samples; it is set up directly, outside the counts and the limit.
@@ -46,6 +47,8 @@ class FakeConfigMaps:
 
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     sent: dict[str, int] = field(default_factory=lambda: {"patch": 0, "create": 0})
+    # What etcd stores at each write: the whole object (its data and decoded binaryData).
+    stored: int = 0
     requests: dict[str, int] = field(default_factory=lambda: {"patch": 0, "create": 0, "read": 0})
     failures: list[BaseException] = field(default_factory=list)
 
@@ -81,6 +84,7 @@ class FakeConfigMaps:
                 else:
                     patched.setdefault(part, {})[key] = value
         _check_size(patched)
+        self.stored += size_of(patched)
         self.objects[name] = patched
         return self._answer(patched)
 
@@ -95,6 +99,7 @@ class FakeConfigMaps:
         if name in self.objects:
             raise _error(409, "AlreadyExists", f'configmaps "{name}" already exists')
         _check_size(body)
+        self.stored += size_of(body)
         self.objects[name] = json.loads(json.dumps(body))
         return self._answer(body)
 
@@ -167,7 +172,7 @@ def replay_config_map(samples: int) -> dict[str, Any]:
 
 @dataclass
 class Run:
-    """One search's traffic to its state."""
+    """One search's traffic to its state (bytes of request bodies; of objects stored)."""
 
     samples: int
     outcome: str
@@ -175,7 +180,9 @@ class Run:
     created: int
     patches: int
     creates: int
+    stored: int
     config_maps: int
+    state: int
     largest: int
     seconds: float
 
@@ -212,7 +219,9 @@ def measure(samples: int, tau: float) -> Run:
         created=api.sent["create"],
         patches=api.requests["patch"],
         creates=api.requests["create"],
+        stored=api.stored,
         config_maps=len(states),
+        state=size_of(api.objects[STATE]),
         largest=max(size_of(o) for o in states),
         seconds=time.perf_counter() - started,
     )
@@ -239,7 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"samples={run.samples:>5}  {run.outcome}  PATCHed {run.patched:>11,} B in "
             f"{run.patches} requests, created {run.created:>9,} B in {run.creates}, "
-            f"total {run.patched + run.created:>11,} B; {run.config_maps} state ConfigMap(s), "
+            f"total {run.patched + run.created:>11,} B; objects stored (etcd) "
+            f"{run.stored:>13,} B; {run.config_maps} ConfigMap(s), the state {run.state:,} B, "
             f"largest {run.largest:,} B; {run.seconds:.1f} s"
         )
     return 1 if failed else 0

@@ -198,11 +198,13 @@ def test_the_newest_matching_generation_is_the_seed() -> None:
 
 def test_state_config_map_holds_the_frozen_spec_and_the_seed() -> None:
     spec = _spec()
-    [body] = build_state_config_maps(WORKFLOW, spec, {LEDGER_KEY: "x\n", SEED_KEY: "{}"})
+    body, chunk = build_state_config_maps(WORKFLOW, spec, {LEDGER_KEY: "x\n", SEED_KEY: "{}"})
     assert body["metadata"]["name"] == "rag-search-g1"
     assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     assert LEDGER_KEY not in body["data"]
-    assert ledger_text([body]) == "x\n"
+    assert chunk["metadata"]["name"] == "rag-search-g1-c1"
+    assert chunk["metadata"]["ownerReferences"] == body["metadata"]["ownerReferences"]
+    assert ledger_text([body, chunk]) == "x\n"
     assert CompoundWorkflowSpec.model_validate_json(body["data"][SPEC_KEY]) == spec
     [empty] = build_state_config_maps(WORKFLOW, spec)
     assert ledger_text([empty]) == ""

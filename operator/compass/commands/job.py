@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +37,11 @@ from compass.controllers.builders import (
 )
 from compass.controllers.ledgerchunks import (
     BUDGET,
-    COMPACT_AT,
-    RESERVE,
+    HOT_BUDGET,
     chunk_key,
     chunk_name,
+    config_map_size,
+    decode,
     encode,
     ledger_chunks,
     ledger_text,
@@ -91,8 +92,8 @@ def _transient(error: BaseException, conflict: bool) -> bool:
 
 
 def _delay(attempt: int, error: BaseException) -> float:
-    """Exponential backoff with jitter (pods of many workflows must not retry in step), at
-    least the server's Retry-After."""
+    """Exponential backoff with jitter, at least the server's Retry-After."""
+    # The jitter: the pods of many workflows must not retry in step.
     headers = getattr(error, "headers", None) or {}
     try:
         after = float(headers.get("Retry-After", 0))
@@ -104,45 +105,29 @@ def _delay(attempt: int, error: BaseException) -> float:
 
 @dataclass
 class _Holder:
-    """One ConfigMap holding ledger chunks (the state is index 0), as this pod has written it."""
+    """A chunk ConfigMap as this pod has written it: the bytes it counts towards the limit."""
 
     name: str
     index: int
-    # Bytes each key counts towards the 1 MiB limit ("data/KEY", "binaryData/KEY").
-    sizes: dict[str, int] = field(default_factory=dict)
-    # Per-batch chunks not yet merged: (key, text, stored bytes).
-    loose: list[tuple[str, str, int]] = field(default_factory=list)
+    size: int
 
-    @classmethod
-    def of(cls, obj: Mapping[str, Any], index: int) -> _Holder:
-        """What a ConfigMap as read holds."""
-        sizes = {f"data/{k}": len(v.encode("utf-8")) for k, v in (obj.get("data") or {}).items()}
-        binary: Mapping[str, str] = obj.get("binaryData") or {}
-        sizes.update({f"binaryData/{k}": stored_size(v) for k, v in binary.items()})
-        return cls(obj["metadata"]["name"], index, sizes)
 
-    @property
-    def size(self) -> int:
-        """The bytes the API server counts."""
-        return sum(self.sizes.values())
+@dataclass
+class _Hot:
+    """A chunk in the state itself: its key, batches and text (merged out with the others)."""
 
-    def after(self, data: Mapping[str, str], binary: Mapping[str, str | None]) -> dict[str, int]:
-        """The key sizes once this patch is applied."""
-        sizes = dict(self.sizes)
-        for key, text in data.items():
-            sizes[f"data/{key}"] = len(text.encode("utf-8"))
-        for key, value in binary.items():
-            if value is None:
-                sizes.pop(f"binaryData/{key}", None)
-            else:
-                sizes[f"binaryData/{key}"] = stored_size(value)
-        return sizes
+    key: str
+    first: int
+    last: int
+    text: str
+    size: int
 
 
 class StateStore:
-    """The state ConfigMap and its ledger chunks, read and patched through
-    compass.controllers.kubeapi (so with its request timeout: a pod must fail, and be retried,
-    rather than hang on a lost API server), each call retried on transient errors."""
+    """The state ConfigMap and its ledger chunks, each call retried on transient errors."""
+
+    # Calls go through compass.controllers.kubeapi, so with its request timeout: a pod must
+    # fail, and be retried, rather than hang on a lost API server.
 
     # kubeapi is imported where used, not at the top: every `compass` command imports this
     # module, and the others need no Kubernetes client (about a second to import).
@@ -165,12 +150,14 @@ class StateStore:
         self.namespace = namespace
         self.sleep = sleep
         self._state: dict[str, Any] | None = None
-        self._holders: list[_Holder] = []
-        self._next = 0  # the next chunk's sequence number
+        self._opened = False  # the ledger read, so appends know where they go
+        self._cold: list[_Holder] = []  # the chunk ConfigMaps, in order
+        self._hot: list[_Hot] = []  # the chunks in the state, in order
+        self._moved: list[str] = []  # state chunks merged out, for the next PATCH to delete
+        self._next = 0  # the next batch's number
 
     def _call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """kubeapi.call, retried with backoff on transient errors (409 too, unless
-        conflict=False); StateStoreError once the attempts are spent."""
+        """kubeapi.call, retried on transient errors (409 too, unless conflict=False)."""
         from compass.controllers import kubeapi
 
         conflict = kwargs.pop("conflict", True)
@@ -213,8 +200,7 @@ class StateStore:
         return dict(found.get("data") or {})
 
     def read_ledger(self) -> str:
-        """The ledger of the state and of its chunk ConfigMaps, in order; later appends go
-        after it."""
+        """The ledger of the state and its chunk ConfigMaps; later appends go after it."""
         if self._state is None:
             self.read()
         assert self._state is not None
@@ -222,15 +208,30 @@ class StateStore:
         # By name, one after the other until one is missing: the Role needs no list verb.
         while (chunk := self._read(chunk_name(self.name, len(found)))) is not None:
             found.append(chunk)
-        self._holders = [_Holder.of(obj, index) for index, obj in enumerate(found)]
-        self._next = 1 + max((seq for obj in found for seq, _ in ledger_chunks(obj)), default=-1)
+        self._cold = [
+            _Holder(obj["metadata"]["name"], index, config_map_size(obj))
+            for index, obj in enumerate(found[1:], 1)
+        ]
+        spans = [(first, last) for obj in found[1:] for first, last, _ in ledger_chunks(obj)]
+        binary: Mapping[str, str] = self._state.get("binaryData") or {}
+        self._hot, self._moved = [], []
+        for first, last, value in sorted(ledger_chunks(self._state)):
+            key = chunk_key(first, last)
+            if any(a <= first and last <= b for a, b in spans):
+                self._moved.append(key)  # merged out by a pod that died before deleting it
+            else:
+                self._hot.append(_Hot(key, first, last, decode(binary[key]), stored_size(value)))
+        self._next = 1 + max((span[1] for obj in found for span in ledger_chunks(obj)), default=-1)
+        self._opened = True
         return ledger_text(found)
 
     def write(self, data: Mapping[str, str]) -> None:
-        """Patch these keys of the state."""
-        self._patch(self.name, {"data": dict(data)})
-        if self._holders:
-            self._holders[0].sizes = self._holders[0].after(data, {})
+        """Patch these keys of the state (and delete the chunks merged out of it)."""
+        self._patch(self.name, {"data": dict(data), **self._deletions()})
+        self._moved = []
+
+    def _deletions(self) -> dict[str, Any]:
+        return {"binaryData": dict.fromkeys(self._moved)} if self._moved else {}
 
     def _patch(self, name: str, body: Mapping[str, Any]) -> None:
         self._call(
@@ -243,47 +244,46 @@ class StateStore:
         )
 
     def append_ledger(self, text: str, data: Mapping[str, str] | None = None) -> None:
-        """Append ledger lines as one more chunk and patch these state keys: one request when
-        the chunk goes to the state; in a new chunk ConfigMap if the last would pass its budget."""
-        if not self._holders:
+        """Append ledger lines as one more chunk of the state, with these keys, in one PATCH."""
+        if not self._opened:
             self.read_ledger()
-        holder = self._holders[-1]
-        state_data = dict(data or {})
-        together = state_data if holder.index == 0 else {}
-        loose = holder.loose
-        if loose and sum(len(t) for _, t, _ in loose) + len(text) >= COMPACT_AT:
-            # One gzip of the per-batch chunks and the new lines, under the first one's key (so
-            # in place in the order): the patch that writes it deletes the others.
-            value = encode("".join(t for _, t, _ in loose) + text)
-            binary: dict[str, str | None] = {loose[0][0]: value}
-            binary.update({k: None for k, _, _ in loose[1:]})
-            merged: list[tuple[str, str, int]] = []
-            sequence = self._next
-        else:
-            value = encode(text)
-            binary = {chunk_key(self._next): value}
-            merged = [*loose, (chunk_key(self._next), text, stored_size(value))]
-            sequence = self._next + 1
-        sizes = holder.after(together, binary)
-        if sum(sizes.values()) > BUDGET - (RESERVE if holder.index == 0 else 0):
-            self._roll_over(text)
-        else:
-            self._patch(
-                holder.name, {"binaryData": binary, **({"data": together} if together else {})}
-            )
-            holder.sizes, holder.loose, self._next = sizes, merged, sequence
-            if together:
-                return
-        if state_data:
-            self.write(state_data)
+        value = encode(text)
+        size = stored_size(value)
+        # etcd rewrites the whole state at every batch: its chunks move out past HOT_BUDGET.
+        if self._hot and sum(h.size for h in self._hot) + size > HOT_BUDGET:
+            self._merge_out()
+        key = chunk_key(self._next)
+        deletions = self._deletions().get("binaryData", {})
+        body: dict[str, Any] = {"binaryData": {**deletions, key: value}}
+        if data:
+            body["data"] = dict(data)
+        self._patch(self.name, body)
+        self._moved = []
+        self._hot.append(_Hot(key, self._next, self._next, text, size))
+        self._next += 1
 
-    def _roll_over(self, text: str) -> None:
-        """Put the lines into the next chunk ConfigMap, created now."""
+    def _merge_out(self) -> None:
+        """The state's chunks as one gzip into the last chunk ConfigMap (or a new one)."""
+        # Deleted from the state by its next PATCH: a pod that dies between the two leaves
+        # them in both, and the reader skips the copy whose batches are covered.
+        first, last = self._hot[0].first, self._hot[-1].last
+        key = chunk_key(first, last)
+        value = encode("".join(h.text for h in self._hot))
+        size = stored_size(value)
+        holder = self._cold[-1] if self._cold else None
+        if holder is not None and holder.size + size <= BUDGET:
+            self._patch(holder.name, {"binaryData": {key: value}})
+            holder.size += size
+        else:
+            self._create_chunk(len(self._cold) + 1, key, value)
+        self._moved += [h.key for h in self._hot]
+        self._hot = []
+
+    def _create_chunk(self, index: int, key: str, value: str) -> None:
+        """Create the index-th chunk ConfigMap holding this chunk."""
         from compass.controllers import kubeapi
 
         assert self._state is not None
-        index = self._holders[-1].index + 1
-        key, value = chunk_key(self._next), encode(text)
         body = build_ledger_chunk(self._state, index, {key: value})
         name = body["metadata"]["name"]
         try:
@@ -294,23 +294,16 @@ class StateStore:
                 body,
                 conflict=False,
             )
-            found: dict[str, Any] = body
         except kubeapi.ConflictError:
             existing = self._read(name)
             if existing is None:  # deleted meanwhile: create it again
-                return self._roll_over(text)
-            found = existing
-            if (found.get("binaryData") or {}).get(key) != value:
-                # Not our create answered late: another writer's chunk. Append after it.
-                self._holders.append(_Holder.of(found, index))
-                self._next = max(
-                    self._next, 1 + max((s for s, _ in ledger_chunks(found)), default=-1)
-                )
-                return self.append_ledger(text)
-        holder = _Holder.of(found, index)
-        holder.loose = [(key, text, stored_size(value))]
-        self._holders.append(holder)
-        self._next += 1
+                return self._create_chunk(index, key, value)
+            if (existing.get("binaryData") or {}).get(key) != value:
+                # Not our create answered late but another writer's ConfigMap: keep it, and
+                # put this chunk after it.
+                self._cold.append(_Holder(name, index, config_map_size(existing)))
+                return self._create_chunk(index + 1, key, value)
+        self._cold.append(_Holder(name, index, stored_size(value)))
         return None
 
 

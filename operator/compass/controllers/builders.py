@@ -9,16 +9,7 @@ from typing import Any
 from compass.api.compoundworkflow import DATASET_DIR, CompoundWorkflowSpec
 from compass.api.meta import GROUP, POLICY_KIND, VERSION
 from compass.api.paretopolicy import RoutingTarget
-from compass.controllers.ledgerchunks import (
-    BUDGET,
-    CHUNK_OF_LABEL,
-    RESERVE,
-    chunk_name,
-    config_map_size,
-    encode,
-    pieces,
-    place,
-)
+from compass.controllers.ledgerchunks import CHUNK_OF_LABEL, chunk_name, encode, pieces, place
 
 # Where every module has taken it from: the state's keys are named here.
 from compass.controllers.ledgerchunks import LEDGER_KEY as LEDGER_KEY
@@ -111,7 +102,7 @@ def build_state_config_maps(
     seed: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The search's state: the spec it searches (frozen at this generation) and its ledger;
-    then the chunk ConfigMaps of a seeded ledger too large for the state (usually none).
+    then the chunk ConfigMaps of a seeded ledger (merged chunks, as the Job leaves them).
 
     The search Job appends every evaluated batch to the ledger here, so a pod that restarts,
     or an operator that restarts, resumes without evaluating a recorded sample again. ``seed`` adds
@@ -132,20 +123,16 @@ def build_state_config_maps(
         },
         "data": data,
     }
-    chunks = [encode(piece) for piece in pieces((seed or {}).get(LEDGER_KEY, ""))]
-    first, *rest = place(chunks, BUDGET - RESERVE - config_map_size(state))
-    if first:
-        state["binaryData"] = dict(first)
+    chunks = place([encode(piece) for piece in pieces((seed or {}).get(LEDGER_KEY, ""))])
     return [state] + [
-        build_ledger_chunk(state, index, dict(binary)) for index, binary in enumerate(rest, 1)
+        build_ledger_chunk(state, index, binary) for index, binary in enumerate(chunks, 1)
     ]
 
 
 def build_ledger_chunk(
     state: Mapping[str, Any], index: int, binary: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The state's index-th chunk ConfigMap: the state's labels and owner (deleting the workflow
-    collects it), and a label naming the state, by which the operator lists it."""
+    """The state's index-th chunk ConfigMap: the state's labels and owner, and CHUNK_OF_LABEL."""
     metadata = state["metadata"]
     return {
         "apiVersion": "v1",

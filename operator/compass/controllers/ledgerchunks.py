@@ -1,16 +1,18 @@
 """The search ledger as gzip chunks in ConfigMaps: pure encoding, ordering and sizing, no I/O.
 
-The ledger is append-only, so it is stored as it grows: every evaluated batch adds one binaryData
-key ``ledger.NNNNNNNN.jsonl.gz`` (its new lines, gzip) to the state ConfigMap, and the ledger is
-the keys' texts in sequence order. A PATCH then carries only the new lines, not the ledger so far.
-Per-batch gzip barely compresses a line or two, so once a ConfigMap's per-batch keys hold
-``COMPACT_AT`` bytes of text, the next append replaces them by one gzip of all of them (one
-merge patch: atomic). When a ConfigMap would pass ``BUDGET``, the next chunk goes into a new
-ConfigMap ``STATE-cN`` (``chunk_name``), labelled ``CHUNK_OF_LABEL: STATE`` and owned like the
-state, so its garbage is collected with it. Sequence numbers are global across the ConfigMaps,
-so reading is: every ledger key of the state and of its chunk ConfigMaps, in sequence order.
-A plain ``ledger.jsonl`` data key (a hand-made replay ConfigMap, or a state written before
-chunks) comes first.
+The ledger is append-only, so it is stored as it grows. Every evaluated batch adds one binaryData
+key ``ledger.NNNNNNNN.jsonl.gz`` (its new lines, gzip) to the state ConfigMap, in the PATCH that
+updates the progress: a request carries the new lines only. etcd stores a whole object at every
+write, though, so the state must stay small: once its chunks pass ``HOT_BUDGET``, they are
+merged into one gzip ``ledger.FIRST-LAST.jsonl.gz`` (per-batch gzip barely compresses a line or
+two; merged, the repeated configurations do) written to a chunk ConfigMap ``STATE-cN``
+(``chunk_name``), and deleted from the state by its next PATCH. A chunk ConfigMap takes merged
+chunks until the next would pass ``BUDGET`` (the API server refuses 1 MiB), then the next one
+is created; chunk ConfigMaps are labelled ``CHUNK_OF_LABEL: STATE`` and owned like the state,
+so they are collected with it. The ledger is every chunk of the state and its chunk ConfigMaps
+in sequence order, a chunk whose range an earlier one covers skipped (a pod that died between
+the merge and the delete leaves both). A plain ``ledger.jsonl`` data key (a hand-made replay
+ConfigMap, or a state written before chunks) comes first.
 """
 
 from __future__ import annotations
@@ -25,30 +27,32 @@ from compass.api.meta import GROUP
 
 LEDGER_KEY = "ledger.jsonl"
 CHUNK_OF_LABEL = f"{GROUP}/ledger-of"
-# The API server refuses a ConfigMap whose data and binaryData (decoded) pass 1 MiB; roll over
-# before that with room to spare for the metadata and a last progress write.
+# The API server refuses a ConfigMap whose data and binaryData (decoded) pass 1 MiB: a chunk
+# ConfigMap rolls over before that, with room to spare for its metadata.
 BUDGET = 900 * 1024
-# What the state ConfigMap keeps free of ledger for what comes after the search: the result,
-# the profiles and the curve progress (each a few to tens of KB for the grids we know).
-RESERVE = 256 * 1024
-# Per-batch keys are merged into one gzip once their text reaches this: small enough that the
-# merging patch stays small, large enough that gzip finds the repeated configurations.
-COMPACT_AT = 64 * 1024
+# The state's own chunks, merged out once past this: the state is rewritten in etcd at every
+# batch, so its size is what a batch really costs (about 60 batches of the RAG grid).
+HOT_BUDGET = 8 * 1024
 # The most text one chunk of a seeded ledger holds: its gzip then fits any budget.
 PIECE_TEXT = 256 * 1024
 
-_KEY = re.compile(r"^ledger\.(\d+)\.jsonl\.gz$")
+_KEY = re.compile(r"^ledger\.(\d+)(?:-(\d+))?\.jsonl\.gz$")
 
 
-def chunk_key(sequence: int) -> str:
-    """The binaryData key of the ledger chunk with this sequence number."""
-    return f"ledger.{sequence:08d}.jsonl.gz"
+def chunk_key(first: int, last: int | None = None) -> str:
+    """The binaryData key of the chunk holding the batches first..last (one: first)."""
+    if last is None or last == first:
+        return f"ledger.{first:08d}.jsonl.gz"
+    return f"ledger.{first:08d}-{last:08d}.jsonl.gz"
 
 
-def chunk_sequence(key: str) -> int | None:
-    """The sequence number of a ledger chunk key; None for any other key."""
+def chunk_range(key: str) -> tuple[int, int] | None:
+    """The (first, last) batch of a ledger chunk key; None for any other key."""
     match = _KEY.match(key)
-    return int(match.group(1)) if match else None
+    if not match:
+        return None
+    first = int(match.group(1))
+    return first, int(match.group(2) or first)
 
 
 def chunk_name(state: str, index: int) -> str:
@@ -78,11 +82,11 @@ def config_map_size(obj: Mapping[str, Any]) -> int:
     return data + binary
 
 
-def ledger_chunks(obj: Mapping[str, Any]) -> list[tuple[int, str]]:
-    """The ConfigMap's ledger chunks as (sequence, binaryData value), unordered."""
+def ledger_chunks(obj: Mapping[str, Any]) -> list[tuple[int, int, str]]:
+    """The ConfigMap's ledger chunks as (first, last, binaryData value), unordered."""
     binary: Mapping[str, str] = obj.get("binaryData") or {}
-    found = ((chunk_sequence(key), value) for key, value in binary.items())
-    return [(sequence, value) for sequence, value in found if sequence is not None]
+    found = ((chunk_range(key), value) for key, value in binary.items())
+    return [(span[0], span[1], value) for span, value in found if span is not None]
 
 
 def ledger_text(config_maps: Iterable[Mapping[str, Any]]) -> str:
@@ -91,13 +95,20 @@ def ledger_text(config_maps: Iterable[Mapping[str, Any]]) -> str:
     plain = "".join(str((o.get("data") or {}).get(LEDGER_KEY) or "") for o in objects)
     if plain and not plain.endswith("\n"):
         plain += "\n"
-    chunks = sorted(chunk for obj in objects for chunk in ledger_chunks(obj))
-    return plain + "".join(decode(value) for _, value in chunks)
+    chunks = sorted(
+        (chunk for obj in objects for chunk in ledger_chunks(obj)), key=lambda c: (c[0], -c[1])
+    )
+    texts = []
+    covered = -1
+    for _first, last, value in chunks:
+        if last > covered:
+            texts.append(decode(value))
+            covered = last
+    return plain + "".join(texts)
 
 
 def pieces(text: str, limit: int = PIECE_TEXT) -> list[str]:
-    """Whole lines of text, grouped into pieces of at most ``limit`` characters where a line
-    allows (a longer line is a piece by itself)."""
+    """Whole lines grouped into pieces of at most ``limit`` characters (or one longer line)."""
     out: list[str] = []
     current: list[str] = []
     size = 0
@@ -112,20 +123,15 @@ def pieces(text: str, limit: int = PIECE_TEXT) -> list[str]:
     return out
 
 
-def place(
-    values: Sequence[str], first_room: int, room: int = BUDGET
-) -> list[list[tuple[str, str]]]:
-    """Encoded chunks (sequence numbers from 0) spread over ConfigMaps in order: the first
-    takes what fits in ``first_room`` bytes, each next one what fits in ``room``. Each list is
-    one ConfigMap's binaryData items; the first may be empty."""
-    placed: list[list[tuple[str, str]]] = [[]]
-    free = first_room
+def place(values: Sequence[str], room: int = BUDGET) -> list[dict[str, str]]:
+    """Encoded chunks (batches 0, 1...) spread in order over ConfigMaps' binaryData of ``room``."""
+    placed: list[dict[str, str]] = []
+    free = 0
     for sequence, value in enumerate(values):
         size = stored_size(value)
-        # A chunk ConfigMap takes at least one chunk, however large; the state may take none.
-        if size > free and (placed[-1] or len(placed) == 1):
-            placed.append([])
+        if not placed or size > free:
+            placed.append({})
             free = room
-        placed[-1].append((chunk_key(sequence), value))
+        placed[-1][chunk_key(sequence)] = value
         free -= size
     return placed

@@ -228,8 +228,7 @@ def profile_key(spec: CompoundWorkflowSpec) -> str:
 
 @dataclass(frozen=True)
 class StoredState:
-    """One generation's state as read: its data, with the whole ledger (of its chunk
-    ConfigMaps too) as text under LEDGER_KEY, and the names of those ConfigMaps."""
+    """One generation's state: its data, the whole ledger under LEDGER_KEY, its ConfigMaps."""
 
     data: dict[str, str]
     names: tuple[str, ...]
@@ -238,8 +237,8 @@ class StoredState:
 def stored_states(
     items: Sequence[Mapping[str, Any]], generation_of: Callable[[Mapping[str, Any]], int]
 ) -> dict[int, StoredState]:
-    """A workflow's state ConfigMaps by generation, each joined with its chunk ConfigMaps
-    (chunks whose state is gone are left to the garbage collector)."""
+    """A workflow's state ConfigMaps by generation, each joined with its chunk ConfigMaps."""
+    # Chunks whose state is gone are left to the garbage collector (they go with the workflow).
     chunks: dict[str, list[Mapping[str, Any]]] = {}
     states = []
     for item in items:
