@@ -48,6 +48,7 @@ from ragsim import TIME_SCALE
 
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
+from compass.controllers.ledgerchunks import ledger_text
 from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import TritonRouter
 from compass.domain.simulator import SPIKE_FACTOR
@@ -225,7 +226,7 @@ def test_example_workflow_to_a_policy_that_switches_triton_under_a_spike(
     router = TritonRouter(triton.grpc_url, backoff_s=0.05)
     recorded = [
         (fact["config"], sample, score)
-        for line in state[LEDGER_KEY].splitlines()
+        for line in ledger_text([state_map]).splitlines()
         if line.strip()
         for fact in [json.loads(line)]
         for sample, score in zip(fact["samples"], fact["scores"], strict=True)

@@ -364,7 +364,7 @@ def test_namespaced_mode_denies_the_rest(k8s_api: Any, namespaced_mode: Installe
 def test_operator_can_set_up_the_jobs_service_account(
     k8s_cluster: Cluster, mode: str, request: pytest.FixtureRequest
 ) -> None:
-    """As the operator: create the Jobs' ServiceAccount, Role (configmaps get/patch) and binding.
+    """As the operator: create the Jobs' ServiceAccount, Role (configmaps get/patch/create) and binding.
 
     No `escalate` or `bind` is needed because the operator holds those verbs itself; a Role that
     grants more (secrets) is refused by the API server's escalation check.

@@ -7,7 +7,8 @@ the venv); the profiling Job measures a real tritonserver serving rag-sim at tim
 
 Each test is one story: the happy path to a ParetoPolicy (then SLO changes re-planned without
 Jobs, and garbage collection); a tau no configuration reaches; an invalid spec; a Job whose pods
-fail; an operator restart in the middle of a search whose pod is killed too.
+fail; an operator restart in the middle of a search whose pod is killed too; and the search
+Job's code, in-process, through the whole RAG grid at 1,000 samples (its ledger in chunks).
 """
 
 from __future__ import annotations
@@ -39,15 +40,22 @@ from node import Node
 import compass.controllers.runtime  # noqa: F401
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
+from compass.commands import job
 from compass.controllers import kubeapi
 from compass.controllers.builders import (
+    GENERATION_LABEL,
     LEDGER_KEY,
     PROFILES_KEY,
     RESULT_KEY,
+    build_job_role,
+    build_job_role_binding,
+    build_job_service_account,
     build_profile_job,
     build_search_job,
+    build_state_config_maps,
 )
-from compass.controllers.workflow import job_view
+from compass.controllers.ledgerchunks import CHUNK_OF_LABEL, chunk_key, encode, ledger_text, pieces
+from compass.controllers.workflow import job_view, stored_states, validate_spec
 from compass.domain.planner import pareto_front
 from compass.domain.profiles import parse_profiles
 from compass.domain.space import MAX_PARAMETERS
@@ -611,9 +619,10 @@ def test_operator_restart_mid_search_resumes(
     with operator(k8s_namespace):
         flows.wait("slow", _phase("Profiling"), 90, "the restarted operator to see the result")
         status = flows.get("slow")["status"]
-        state = next(iter(flows.config_maps("slow")))["data"]
+        maps = flows.config_maps("slow")
+        [state] = [m["data"] for m in maps if m["metadata"]["name"] == "slow-search-g1"]
         result = json.loads(state[RESULT_KEY])
-        recorded = _ledger_pairs(state[LEDGER_KEY])
+        recorded = _ledger_pairs(ledger_text(maps))
         assert len(recorded) == len(set(recorded)), "a sample was recorded twice in the ledger"
         assert len(recorded) == result["sample_evals"] == status["samplesUsed"]
         assert (
@@ -672,17 +681,17 @@ def test_the_api_server_accepts_the_jobs_pods_as_built(
     spec = CompoundWorkflowSpec.model_validate(raw["spec"])
     workflow = {**raw, "metadata": {"name": "mounted", "namespace": k8s_namespace, "uid": "u-1"}}
     batch = client.BatchV1Api(k8s_api)
-    for job in (
+    for built in (
         build_search_job(workflow, spec, "compass:test", "compass-job"),
         build_profile_job(workflow, spec, "compass:test", "compass-job"),
     ):
         created = _data(
-            batch.create_namespaced_job(k8s_namespace, job, dry_run="All", _preload_content=False)
+            batch.create_namespaced_job(k8s_namespace, built, dry_run="All", _preload_content=False)
         )
         pod = created["spec"]["template"]["spec"]
         assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
         assert [v["name"] for v in pod["volumes"]] == [
-            v["name"] for v in job["spec"]["template"]["spec"]["volumes"]
+            v["name"] for v in built["spec"]["template"]["spec"]["volumes"]
         ]
 
 
@@ -716,3 +725,78 @@ def test_a_foreign_job_service_account_is_refused_not_reused(
             )
         )
         assert account["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "compass-operator"
+
+
+def test_a_1000_sample_search_of_the_rag_grid_completes_through_chunked_state(
+    k8s_api: Any,
+    k8s_cluster: Cluster,
+    k8s_namespace: str,
+    crds: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """(h) The search Job's own code, in-process as the Jobs' ServiceAccount under the Role the
+    operator gives it, searches the whole RAG grid replayed over 1,000 samples (the ledger that
+    broke the 1 MiB limit): the ledger is merged out of the state into chunk ConfigMaps (their
+    budget small enough that they roll over at this size), the search completes, the operator's reading of
+    the state is the Job's ledger with every sample once, and the chunks go with the workflow."""
+    samples = 1000
+    core = client.CoreV1Api(k8s_api)
+    rbac = client.RbacAuthorizationV1Api(k8s_api)
+    account = "compass-job"
+    core.create_namespaced_service_account(
+        k8s_namespace, build_job_service_account(k8s_namespace, account), _preload_content=False
+    )
+    rbac.create_namespaced_role(
+        k8s_namespace, build_job_role(k8s_namespace, account), _preload_content=False
+    )
+    rbac.create_namespaced_role_binding(
+        k8s_namespace, build_job_role_binding(k8s_namespace, account), _preload_content=False
+    )
+    # The replay is 1.2 MB as text: over the limit itself, so as gzip chunks.
+    space, rows = load_rag_paper()
+    replayed = "".join(json.dumps(r) + "\n" for r in build_replay_ledger(rows, samples, seed=7))
+    binary = {chunk_key(i): encode(p) for i, p in enumerate(pieces(replayed))}
+    core.create_namespaced_config_map(
+        k8s_namespace,
+        {"metadata": {"name": "rag-ledger"}, "binaryData": binary},
+        _preload_content=False,
+    )
+    flows = Workflows(k8s_api, k8s_namespace)
+    # The looks of the reference's schedule: a few hundred batches, so that the test takes a
+    # minute, and a ledger of 1.3 MB, which main's single ConfigMap refused with a 422.
+    body = _workflow("big", tau=0.8, samples=samples, space=space, budgets=[50, 200, 1000])
+    flows.create(body)
+    workflow = flows.get("big")
+    spec, _ = validate_spec(workflow["spec"])
+    [state_body] = build_state_config_maps(workflow, spec)
+    core.create_namespaced_config_map(k8s_namespace, state_body, _preload_content=False)
+    state = state_body["metadata"]["name"]
+
+    monkeypatch.setattr(job, "BUDGET", 48 * 1024)
+    as_job = k8s_cluster.api_client(impersonate=f"system:serviceaccount:{k8s_namespace}:{account}")
+    monkeypatch.setattr(kubeapi, "load_client", lambda: as_job)
+    assert job.run_search(state, k8s_namespace) == 0
+    print(capsys.readouterr().out)
+
+    maps = flows.config_maps("big")
+    chunks = [m for m in maps if (m["metadata"].get("labels") or {}).get(CHUNK_OF_LABEL) == state]
+    assert len(chunks) >= 2, [m["metadata"]["name"] for m in maps]
+    uid = workflow["metadata"]["uid"]
+    assert all(c["metadata"]["ownerReferences"][0]["uid"] == uid for c in chunks)
+    [(generation, stored)] = stored_states(
+        maps, lambda m: int(m["metadata"]["labels"][GENERATION_LABEL])
+    ).items()
+    assert generation == 1
+    assert stored.names == (state, *(f"{state}-c{i}" for i in range(1, len(chunks) + 1)))
+    recorded = _ledger_pairs(stored.data[LEDGER_KEY])
+    assert len(recorded) == len(set(recorded)), "a sample was recorded twice in the ledger"
+    result = json.loads(stored.data[RESULT_KEY])
+    assert result["sample_evals"] == len(recorded)
+    assert result["feasible"], "tau 0.8 has feasible configurations on the RAG grid"
+
+    # Deleting the workflow collects the state and its chunks.
+    flows.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, k8s_namespace, WORKFLOW_PLURAL, "big", propagation_policy="Background"
+    )
+    wait_for(lambda: not flows.config_maps("big"), 60, "the state and its chunks to be collected")
