@@ -60,7 +60,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* What the operator does in the namespaces it watches, and nothing more: kopf's handlers on
 the two compass.io resources, the search and profiling Jobs with their state ConfigMaps, the Jobs'
 pods (read only), events, and the Jobs' ServiceAccount with its Role and RoleBinding. That Role
-only grants configmaps get/patch, which the operator holds itself, so neither `escalate` nor
+only grants configmaps get/patch/create, which the operator holds itself, so neither `escalate` nor
 `bind` is needed. Used by the ClusterRole (cluster mode) and by each Role (namespaced mode). */}}
 {{- define "compass-operator.rules" -}}
 - apiGroups: ["compass.io"]
