@@ -1,6 +1,6 @@
 """Bytes the search Job sends to its state ConfigMaps: the RAG grid replayed at 100 and 1,000 samples.
 
-Run as ``python bench/search_state.py [--samples 100,1000] [--tau 0.8]``. It runs the Job's own
+Run as ``python bench/search_state.py [--samples 100,1000] [--tau 0.8] [--budgets 50,200,1000]``. It runs the Job's own
 ``compass.commands.job.run_search`` in-process against an in-memory ConfigMap API
 (``FakeConfigMaps``) that applies merge patches as the API server does, refuses a ConfigMap
 whose data and binaryData exceed 1 MiB with the server's 422, and counts the JSON bytes of every
@@ -138,11 +138,13 @@ def fake_api(api: FakeConfigMaps) -> Iterator[None]:
         client.CoreV1Api, kubeapi.load_client = saved  # type: ignore[misc]
 
 
-def rag_workflow(samples: int, tau: float) -> dict[str, Any]:
+def rag_workflow(samples: int, tau: float, budgets: Sequence[int] = ()) -> dict[str, Any]:
     """A CompoundWorkflow over the embedded RAG grid, scored by the replay ConfigMap."""
     from compass.examples import load_rag_paper
 
     space, _ = load_rag_paper()
+    # The looks below the dataset's size, then all of it (none: the adaptive default).
+    looks = [b for b in budgets if b < samples] + [samples] if budgets else None
     return {
         "apiVersion": "compass.io/v1alpha1",
         "kind": "CompoundWorkflow",
@@ -152,6 +154,7 @@ def rag_workflow(samples: int, tau: float) -> dict[str, Any]:
             "evaluation": {
                 "dataset": {"size": samples, "imagePath": "/data/rag.jsonl"},
                 "tau": tau,
+                **({"budgets": looks} if looks else {}),
                 "evaluator": {"type": "replay", "replayConfigMap": REPLAY},
             },
             "slo": {"latencyMs": 1000},
@@ -187,13 +190,13 @@ class Run:
     seconds: float
 
 
-def measure(samples: int, tau: float) -> Run:
+def measure(samples: int, tau: float, budgets: Sequence[int] = ()) -> Run:
     """Run the Job's search once on a fresh fake API; what it sent."""
     from compass.api.compoundworkflow import CompoundWorkflowSpec
     from compass.commands import job
     from compass.controllers import builders
 
-    workflow = rag_workflow(samples, tau)
+    workflow = rag_workflow(samples, tau, budgets)
     spec = CompoundWorkflowSpec.model_validate(workflow["spec"])
     api = FakeConfigMaps()
     api.objects[REPLAY] = replay_config_map(samples)
@@ -228,10 +231,15 @@ def measure(samples: int, tau: float) -> Run:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """--samples and --tau."""
+    """--samples, --tau and --budgets."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", default="100,1000", help="dataset sizes (default 100,1000)")
     parser.add_argument("--tau", type=float, default=0.8, help="accuracy target (default 0.8)")
+    parser.add_argument(
+        "--budgets",
+        default="",
+        help="looks, e.g. 50,200,1000 (those below each size, then the size; default adaptive)",
+    )
     return parser.parse_args(argv)
 
 
@@ -240,10 +248,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     import compass
 
-    print(f"compass from {compass.__file__}, tau {args.tau}, RAG grid replayed")
+    budgets = [int(b) for b in args.budgets.split(",") if b]
+    looks = f"budgets {args.budgets}" if budgets else "adaptive looks"
+    print(f"compass from {compass.__file__}, tau {args.tau}, {looks}, RAG grid replayed")
     failed = False
     for samples in (int(s) for s in args.samples.split(",")):
-        run = measure(samples, args.tau)
+        run = measure(samples, args.tau, budgets)
         failed |= run.outcome != "completed"
         print(
             f"samples={run.samples:>5}  {run.outcome}  PATCHed {run.patched:>11,} B in "
