@@ -170,8 +170,9 @@ class Evaluator(CamelModel):
     replay_config_map: str | None = Field(
         default=None,
         max_length=MAX_NAME_LENGTH,
-        description="For type replay: ConfigMap whose key 'ledger.jsonl' holds the recorded scores "
-        f"(an object name, at most {MAX_NAME_LENGTH} characters).",
+        description="For type replay: ConfigMap whose key 'ledger.jsonl' (or gzip ledger chunks, "
+        "as a search's state keeps them) holds the recorded scores (an object name, at most "
+        f"{MAX_NAME_LENGTH} characters).",
     )
 
     # The same rules as _complete, for the API server.
