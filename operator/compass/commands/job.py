@@ -175,27 +175,25 @@ class StateStore:
                 self.sleep(_delay(attempt, error))
         raise AssertionError("unreachable")
 
+    def _get(self, name: str) -> dict[str, Any]:
+        """A ConfigMap of this namespace; the server's NotFoundError if it does not exist."""
+        found: dict[str, Any] = self._call(
+            f"reading ConfigMap {name}", self.api.read_namespaced_config_map, name, self.namespace
+        )
+        return found
+
     def _read(self, name: str) -> dict[str, Any] | None:
         from compass.controllers import kubeapi
 
         try:
-            found: dict[str, Any] = self._call(
-                f"reading ConfigMap {name}",
-                self.api.read_namespaced_config_map,
-                name,
-                self.namespace,
-            )
+            return self._get(name)
         except kubeapi.NotFoundError:
             return None
-        return found
 
     def read(self) -> dict[str, str]:
-        """The state ConfigMap's data (NotFoundError if it does not exist)."""
-        from compass.controllers import kubeapi
-
-        found = self._read(self.name)
-        if found is None:
-            raise kubeapi.NotFoundError(status=404, reason=f"ConfigMap {self.name} not found")
+        """The state ConfigMap's data (the server's NotFoundError, its words in the pod's last
+        line, if it does not exist)."""
+        found = self._get(self.name)
         self._state = found
         return dict(found.get("data") or {})
 
