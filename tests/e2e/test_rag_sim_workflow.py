@@ -211,8 +211,7 @@ def test_example_workflow_to_a_policy_that_switches_triton_under_a_spike(
         f"{name}-search-g1",
         f"{name}-profile-g1",
     }
-    [state_map] = flows.config_maps(name)
-    state = state_map["data"]
+    state = flows.state_config_map(name)["data"]
     result = json.loads(state[RESULT_KEY])
     assert status["feasibleFound"] == len(result["feasible"]) > 1
     assert status["samplesUsed"] == result["sample_evals"]
@@ -226,7 +225,7 @@ def test_example_workflow_to_a_policy_that_switches_triton_under_a_spike(
     router = TritonRouter(triton.grpc_url, backoff_s=0.05)
     recorded = [
         (fact["config"], sample, score)
-        for line in ledger_text([state_map]).splitlines()
+        for line in ledger_text(flows.config_maps(name)).splitlines()
         if line.strip()
         for fact in [json.loads(line)]
         for sample, score in zip(fact["samples"], fact["scores"], strict=True)

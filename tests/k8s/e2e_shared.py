@@ -18,6 +18,7 @@ from kubernetes import client
 
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.controllers import kubeapi
+from compass.controllers.ledgerchunks import CHUNK_OF_LABEL
 from compass.lab.clusterdemo import condition
 
 REPO = Path(__file__).resolve().parents[2]
@@ -177,6 +178,15 @@ class Workflows:
 
     def config_maps(self, name: str) -> list[dict[str, Any]]:
         return self._listed(self.core.list_namespaced_config_map, f"compass.io/workflow={name}")
+
+    def state_config_map(self, name: str) -> dict[str, Any]:
+        """The workflow's one state ConfigMap (its ledger chunks, labelled, lie beside it)."""
+        [state] = [
+            c
+            for c in self.config_maps(name)
+            if CHUNK_OF_LABEL not in (c["metadata"].get("labels") or {})
+        ]
+        return state
 
     def pods(self, selector: str) -> list[dict[str, Any]]:
         items = self._listed(self.core.list_namespaced_pod, selector)

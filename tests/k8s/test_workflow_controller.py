@@ -218,16 +218,6 @@ def _can(api: Any, namespace: str, account: str, verb: str, resource: str) -> bo
     return bool(answer["status"].get("allowed"))
 
 
-def _state_map(flows: Workflows, name: str) -> dict[str, Any]:
-    """The workflow's one state ConfigMap, beside which its ledger chunks may lie."""
-    [state] = [
-        c
-        for c in flows.config_maps(name)
-        if CHUNK_OF_LABEL not in (c["metadata"].get("labels") or {})
-    ]
-    return state
-
-
 def _ledger_pairs(text: str) -> list[tuple[str, int]]:
     """(configuration, sample) of every recorded score, as many times as it was recorded."""
     pairs = []
@@ -374,7 +364,7 @@ def test_tau_no_configuration_reaches(
     assert empty is not None
     assert empty["status"] == "True"
     # The state, not its ledger chunks (labelled CHUNK_OF_LABEL).
-    state = _state_map(flows, "strict")["data"]
+    state = flows.state_config_map("strict")["data"]
     result = json.loads(state[RESULT_KEY])
     best = max(e["accuracy"] for e in result["evaluated"])
     assert result["feasible"] == []
@@ -460,7 +450,7 @@ def test_happy_path_to_a_pareto_policy(
         assert not _can(k8s_api, k8s_namespace, "compass-job", "delete", "configmaps")
 
         # The counts come from the search's result.
-        state = _state_map(flows, "rag")["data"]
+        state = flows.state_config_map("rag")["data"]
         result = json.loads(state[RESULT_KEY])
         assert status["observedGeneration"] == 1
         assert status["configurationsEvaluated"] == result["configs_evaluated"]
