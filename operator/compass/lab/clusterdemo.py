@@ -34,6 +34,7 @@ import yaml
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
+from compass.controllers.ledgerchunks import CHUNK_OF_LABEL
 from compass.dataplane.triton import TritonRouter
 from compass.domain.elastico import Elastico
 from compass.domain.planner import Plan, Slo, plan_from_profiles
@@ -548,10 +549,10 @@ def _watch_phases(kube: Kube, name: str, say: Reporter) -> None:
 
 
 def _state(kube: Kube, name: str) -> dict[str, str]:
-    """The data of the workflow's state ConfigMap (the Jobs' ledger, result and profiles)."""
-    listing = json.loads(
-        kube.kubectl("get", "configmaps", "-l", f"compass.io/workflow={name}", "-o", "json")
-    )
+    """The data of the workflow's state ConfigMap (its result and profiles; the ledger's
+    chunk ConfigMaps, labelled CHUNK_OF_LABEL, are left out)."""
+    selector = f"compass.io/workflow={name},!{CHUNK_OF_LABEL}"
+    listing = json.loads(kube.kubectl("get", "configmaps", "-l", selector, "-o", "json"))
     [state] = listing["items"]
     data: dict[str, str] = state["data"]
     return data
