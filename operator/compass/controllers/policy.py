@@ -17,7 +17,6 @@ does the I/O around them.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ from compass.api.conditions import (
     parse_conditions,
     set_conditions,
 )
+from compass.api.errors import field_path, first_error
 from compass.api.paretopolicy import (
     MAX_LAGGING_PODS,
     ActiveConfiguration,
@@ -114,14 +114,6 @@ class CompiledPolicy:
         return self.policy.plan
 
 
-def _field(location: Sequence[int | str]) -> str:
-    """A pydantic error location as a spec path: front[0].latencyP95Ms."""
-    path = ""
-    for part in location:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
-    return path
-
-
 def _host_port(address: str) -> tuple[str, int] | None:
     host, _, port = address.rpartition(":")
     return (host, int(port)) if host and port.isdigit() else None
@@ -134,14 +126,9 @@ def compile_policy(
     try:
         spec = ParetoPolicySpec.model_validate(dict(raw_spec))
     except ValidationError as error:
-        first = error.errors()[0]
-        location, message = list(first["loc"]), str(first["msg"]).removeprefix("Value error, ")
-        # A model validator names the field inside its object ("metrics.url: ..."): join them.
-        named = re.match(r"^([A-Za-z][\w.]*): (.*)$", message)
-        if named and location and named.group(1).split(".")[0] == location[-1]:
-            location, message = [*location[:-1], *named.group(1).split(".")], named.group(2)
+        location, message = first_error(error)
         raise SpecError(
-            _field(location) or "front", message, "correct it and apply the policy again"
+            field_path(location) or "front", message, "correct it and apply the policy again"
         ) from error
     try:
         policy = spec.policy()

@@ -41,6 +41,7 @@ from compass.api.conditions import (
     set_condition,
     set_conditions,
 )
+from compass.api.errors import field_path, first_error
 from compass.api.meta import GROUP, POLICY_PLURAL
 from compass.api.paretopolicy import MetricsSource, MetricsSourceType, RoutingTarget, spec_for_plan
 from compass.controllers.builders import (
@@ -84,13 +85,6 @@ class InvalidSpecError(ValueError):
 # ---------------------------------------------------------------------------- validation
 
 
-def _path(loc: Sequence[int | str]) -> str:
-    text = "spec"
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return text
-
-
 def validate_spec(raw: Mapping[str, Any]) -> tuple[CompoundWorkflowSpec, Space]:
     """The spec and its space, or InvalidSpecError naming the first bad field and the fix.
 
@@ -111,20 +105,13 @@ def parse_spec(raw: Mapping[str, Any]) -> CompoundWorkflowSpec:
     try:
         spec = CompoundWorkflowSpec.model_validate(dict(raw))
     except ValidationError as error:
-        first = error.errors()[0]
-        loc = list(first["loc"])
-        what = str(first["msg"]).removeprefix("Value error, ")
-        # Model validators already name the field inside their section ("evaluation.budgets:
-        # ..."): join the two paths rather than repeat the section.
-        named = re.match(r"^([A-Za-z][\w.]*(?:\[\d+\])?): (.*)$", what)
-        if named and loc and named.group(1).split(".")[0] == loc[-1]:
-            return _raise(_path(loc[:-1]) + "." + named.group(1), named.group(2))
+        loc, what = first_error(error)
         constraint = re.match(r"^constraint '(.*?)': (.*)$", what)
         constraints = list((raw.get("space") or {}).get("constraints") or [])
         if constraint and constraint.group(1) in constraints:
             index = constraints.index(constraint.group(1))
             return _raise(f"spec.space.constraints[{index}]", constraint.group(0))
-        return _raise(_path(loc), what)
+        return _raise(field_path(loc, "spec"), what)
     return spec
 
 
