@@ -110,6 +110,28 @@ def create(method: Callable[..., Any], *args: Any) -> Any:
         return None
 
 
+def create_or_take(
+    create_method: Callable[..., Any],
+    read_method: Callable[..., Any],
+    namespace: str,
+    body: Mapping[str, Any],
+    whose: Callable[[Mapping[str, Any]], str | None],
+) -> Any:
+    """Create a namespaced object, or take the existing one of that name unless ``whose``
+    says it is another's (a phrase such as "is controlled by another owner (UID)"; None: ours).
+    The object, or None if the existing one was deleted meanwhile. OwnedByAnotherError naming
+    the object and whose it is otherwise."""
+    created = create(create_method, namespace, body)
+    if created is not None:
+        return created
+    name = body["metadata"]["name"]
+    existing = read(read_method, name, namespace)
+    other = None if existing is None else whose(existing)
+    if other is not None:
+        raise OwnedByAnotherError(f"{body['kind']} {name} {other}")
+    return existing
+
+
 def create_or_adopt(
     create_method: Callable[..., Any],
     read_method: Callable[..., Any],
@@ -117,18 +139,14 @@ def create_or_adopt(
     body: Mapping[str, Any],
     owner_uid: str,
 ) -> Any:
-    """Create a namespaced object, or take the existing one of that name if it has no
-    controller or ``owner_uid`` is its controller (a retried or repeated create). The object,
-    or None if the existing one was deleted meanwhile. OwnedByAnotherError if another owns it."""
-    created = create(create_method, namespace, body)
-    if created is not None:
-        return created
-    name = body["metadata"]["name"]
-    existing = read(read_method, name, namespace)
-    other = None if existing is None else controller_uid(existing)
-    if other not in (None, owner_uid):
-        raise OwnedByAnotherError(f"{body['kind']} {name} is controlled by another owner ({other})")
-    return existing
+    """create_or_take for an owned object: the existing one is taken if it has no controller
+    or ``owner_uid`` is its controller (a retried or repeated create)."""
+
+    def whose(existing: Mapping[str, Any]) -> str | None:
+        other = controller_uid(existing)
+        return None if other in (None, owner_uid) else f"is controlled by another owner ({other})"
+
+    return create_or_take(create_method, read_method, namespace, body, whose)
 
 
 def patch_status(method: Callable[..., Any], *args: Any, body: Mapping[str, Any]) -> bool:

@@ -163,10 +163,6 @@ def _supersede(api: client.ApiClient, namespace: str, name: str, uid: str, gener
 FOREIGN_RBAC_RETRY_S = 15.0
 
 
-class ForeignRbacError(Exception):
-    """The Jobs' ServiceAccount, Role or RoleBinding exists and is not the operator's."""
-
-
 def _ensure_rbac(api: client.ApiClient, namespace: str, account: str) -> None:
     """The Jobs' ServiceAccount, Role and RoleBinding, created where missing (never changed).
 
@@ -191,17 +187,19 @@ def _ensure_rbac(api: client.ApiClient, namespace: str, account: str) -> None:
         ),
     )
     for create, read, body in creations:
-        if kubeapi.create(create, namespace, body) is not None:
-            continue
-        existing = kubeapi.read(read, account, namespace) or {}
-        labels = (existing.get("metadata") or {}).get("labels") or {}
-        if existing and labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
-            raise ForeignRbacError(
-                f"{body['kind']} {account} in namespace {namespace} exists and was not made by "
-                f"compass-operator (label {MANAGED_BY_LABEL}={MANAGED_BY} missing): the Jobs will "
-                f"not run with it; delete it, or set the operator's jobServiceAccount (Helm "
-                f"value) to a free name"
-            )
+        kubeapi.create_or_take(create, read, namespace, body, _not_made_here)
+
+
+def _not_made_here(existing: Mapping[str, Any]) -> str | None:
+    """Why an existing Job ServiceAccount, Role or RoleBinding is not the operator's; None if
+    it is (RBAC objects have no owner to tell: the label says who made them)."""
+    labels = (existing.get("metadata") or {}).get("labels") or {}
+    if labels.get(MANAGED_BY_LABEL) == MANAGED_BY:
+        return None
+    return (
+        f"exists and was not made by compass-operator (label {MANAGED_BY_LABEL}={MANAGED_BY} "
+        "missing)"
+    )
 
 
 def _states(
@@ -331,9 +329,13 @@ def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSe
         raise kopf.PermanentError(str(error)) from None
     try:
         _ensure_rbac(api, namespace, settings.job_service_account)
-    except ForeignRbacError as error:
-        _post(workflow, reconcile.Event("Warning", "ForeignJobAccount", str(error)))
-        raise kopf.TemporaryError(str(error), delay=FOREIGN_RBAC_RETRY_S) from None
+    except kubeapi.OwnedByAnotherError as error:
+        message = (
+            f"{error} in namespace {namespace}: the Jobs will not run with it; delete it, or set "
+            "the operator's jobServiceAccount (Helm value) to a free name"
+        )
+        _post(workflow, reconcile.Event("Warning", "ForeignJobAccount", message))
+        raise kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S) from None
     if status.observed_generation == generation and status.phase is not Phase.PENDING:
         return True  # already started; the timer carries it on
     # Older generations' Jobs go first, so that they stop writing to the ledgers seeded from.
