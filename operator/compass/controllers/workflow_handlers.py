@@ -307,6 +307,13 @@ def start_generation(name: str, namespace: str | None, memo: kopf.Memo, **_: Any
     raise kopf.TemporaryError("the workflow kept changing while its status was written", delay=2)
 
 
+def _authorize(spec: CompoundWorkflowSpec, namespace: str, settings: OperatorSettings) -> None:
+    """InvalidSpecError naming the field if the spec reaches a target or runs an image the
+    operator's settings refuse."""
+    reconcile.authorize_targets(spec, namespace, settings.target_access())
+    reconcile.authorize_images(spec, settings.image, settings.allowed_job_images)
+
+
 def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSettings) -> bool:
     """One read-decide-write attempt; False when the status write lost a race."""
     metadata = workflow["metadata"]
@@ -317,8 +324,7 @@ def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSe
     now = _now()
     try:
         spec, space = reconcile.validate_spec(workflow.get("spec") or {})
-        reconcile.authorize_targets(spec, namespace, settings.target_access())
-        reconcile.authorize_images(spec, settings.image, settings.allowed_job_images)
+        _authorize(spec, namespace, settings)
     except reconcile.InvalidSpecError as error:
         _supersede(api, namespace, name, uid, generation)
         new = reconcile.invalid_status(status, generation, error, now)
@@ -415,8 +421,7 @@ def _advance(
         return "idle"  # start_generation has not taken this generation yet
     spec = _spec_of(memo, generation, workflow.get("spec") or {})
     # Started under these settings already; checked again so that none reaches a Job or policy.
-    reconcile.authorize_targets(spec, namespace, settings.target_access())
-    reconcile.authorize_images(spec, settings.image, settings.allowed_job_images)
+    _authorize(spec, namespace, settings)
     uid = metadata["uid"]
     core = client.CoreV1Api(api)
     state_map = kubeapi.read(
