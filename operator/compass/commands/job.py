@@ -108,19 +108,22 @@ class _Holder:
     """A chunk ConfigMap as this pod has written it: the bytes it counts towards the limit."""
 
     name: str
-    index: int
     size: int
 
 
 @dataclass
 class _Hot:
-    """A chunk in the state itself: its key, batches and text (merged out with the others)."""
+    """A chunk in the state itself: its batches and text (merged out with the others)."""
 
-    key: str
     first: int
     last: int
     text: str
     size: int
+
+    @property
+    def key(self) -> str:
+        """Its binaryData key in the state."""
+        return chunk_key(self.first, self.last)
 
 
 class StateStore:
@@ -206,10 +209,7 @@ class StateStore:
         # By name, one after the other until one is missing: the Role needs no list verb.
         while (chunk := self._read(chunk_name(self.name, len(found)))) is not None:
             found.append(chunk)
-        self._cold = [
-            _Holder(obj["metadata"]["name"], index, config_map_size(obj))
-            for index, obj in enumerate(found[1:], 1)
-        ]
+        self._cold = [_Holder(obj["metadata"]["name"], config_map_size(obj)) for obj in found[1:]]
         spans = [(first, last) for obj in found[1:] for first, last, _ in ledger_chunks(obj)]
         binary: Mapping[str, str] = self._state.get("binaryData") or {}
         self._hot, self._moved = [], []
@@ -218,7 +218,7 @@ class StateStore:
             if any(a <= first and last <= b for a, b in spans):
                 self._moved.append(key)  # merged out by a pod that died before deleting it
             else:
-                self._hot.append(_Hot(key, first, last, decode(binary[key]), stored_size(value)))
+                self._hot.append(_Hot(first, last, decode(binary[key]), stored_size(value)))
         self._next = 1 + max((span[1] for obj in found for span in ledger_chunks(obj)), default=-1)
         self._opened = True
         return ledger_text(found)
@@ -257,7 +257,7 @@ class StateStore:
             body["data"] = dict(data)
         self._patch(self.name, body)
         self._moved = []
-        self._hot.append(_Hot(key, self._next, self._next, text, size))
+        self._hot.append(_Hot(self._next, self._next, text, size))
         self._next += 1
 
     def _merge_out(self) -> None:
@@ -299,9 +299,9 @@ class StateStore:
             if (existing.get("binaryData") or {}).get(key) != value:
                 # Not our create answered late but another writer's ConfigMap: keep it, and
                 # put this chunk after it.
-                self._cold.append(_Holder(name, index, config_map_size(existing)))
+                self._cold.append(_Holder(name, config_map_size(existing)))
                 return self._create_chunk(index + 1, key, value)
-        self._cold.append(_Holder(name, index, stored_size(value)))
+        self._cold.append(_Holder(name, stored_size(value)))
         return None
 
 
