@@ -34,6 +34,10 @@ MAX_PARAMETERS = 64
 MAX_VALUES = 4096
 MAX_CONSTRAINTS = 64
 MAX_CONSTRAINT_LENGTH = 256
+# A parameter name as the router's pipeline reads it; the schema and names read from a ledger
+# are checked against the same.
+PARAMETER_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+MAX_PARAMETER_NAME = 63
 # Values are matched as floats (20 and 20.0 are one value): beyond 2**53 distinct integers
 # would collide, and a 400-digit one does not convert at all.
 MAX_NUMBER_MAGNITUDE = 2**53
@@ -111,8 +115,8 @@ class ParameterSpec(BaseModel):
     name: Annotated[
         str,
         Field(
-            pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-            max_length=63,
+            pattern=f"^{PARAMETER_NAME}$",
+            max_length=MAX_PARAMETER_NAME,
             description="Parameter name, as the router's pipeline reads it (letters, digits, _).",
         ),
     ]
@@ -195,8 +199,6 @@ _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
     "<": operator.lt,
     ">": operator.gt,
 }
-# ParameterSpec.name's pattern and length, for names read from a ledger.
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _TOKEN = re.compile(
     r"""\s*(?:
         (?P<op><=|>=|==|!=|<|>)
@@ -417,7 +419,7 @@ class Space:
                     values[name].append(value)
         parameters = []
         for name in names:
-            if not _NAME.fullmatch(name):
+            if len(name) > MAX_PARAMETER_NAME or not re.fullmatch(PARAMETER_NAME, name):
                 raise SpaceError(
                     f"parameter name {name!r} is not an identifier; start it with a letter or _ "
                     "and use only ASCII letters, digits and _ (at most 63)"
