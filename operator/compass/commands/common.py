@@ -19,7 +19,7 @@ from compass.api.paretopolicy import ParetoPolicySpec
 from compass.console import UsageError, fail, parse_number, parse_seed
 from compass.domain.planner import PlanError
 from compass.domain.simulator import LoadPattern, PatternKind, SimulationError, make_pattern
-from compass.domain.space import explain_validation_error
+from compass.domain.space import describe_number, explain_validation_error
 
 # compass.dataplane.triton's default, restated so that building the parser loads no gRPC client.
 # Where a planner error's field comes from on the command line.
@@ -71,7 +71,7 @@ def _bad_number(data: object, where: str = "") -> tuple[str, str] | None:
     if isinstance(data, float) and not math.isfinite(data):
         return where, f"{data} is not a finite number"
     if isinstance(data, int) and not isinstance(data, bool) and abs(data) >= _MAX_INTEGER:
-        return where, f"an integer of {len(str(abs(data)))} digits is too large"
+        return where, f"{describe_number(data)} is too large"
     items: Iterable[tuple[object, object]] = ()
     if isinstance(data, Mapping):
         items = data.items()
