@@ -26,6 +26,7 @@ from e2e_shared import GROUP, POLICY_PLURAL, VERSION, Policies, install_crds
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_process import Operator
+from partition import PartitionableProxy
 from test_policy_controller import (  # noqa: F401 (router, triton: fixtures)
     ACCURATE,
     ACCURATE_NAME,
@@ -49,6 +50,9 @@ LIFETIME_S = 10
 # After the dead peer's deadline: kopf re-lists the policies, the timer starts, the first tick.
 RESUME_S = 5.0
 DECISIONS = re.compile(r'^compass_reconciles_total\{kind="ParetoPolicy",result="ok"\} (\S+)$', re.M)
+# Elastico steps (each reads Triton and may switch it), counted whether or not the status
+# write that follows succeeds: what a partitioned operator does is in these.
+STEPS = re.compile(r"^compass_decision_seconds_count (\S+)$", re.M)
 # kopf's log format: "[2024-05-01 12:00:00,123] kopf... [INFO    ] message".
 LOGGED_AT = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] ")
 # A logged time is cut to the millisecond.
@@ -85,13 +89,17 @@ class Peers:
             "kopf.dev", "v1", namespace, "kopfpeerings", body, _preload_content=False
         )
 
-    def start(self, identity: str, *args: str) -> Operator:
-        """`compass operator --peering NAME` as ``identity`` (kopf's POD_ID), once it is a peer."""
+    def start(self, identity: str, *args: str, kubeconfig: Path | None = None) -> Operator:
+        """`compass operator --peering NAME` as ``identity`` (kopf's POD_ID), once it is a peer;
+        through ``kubeconfig`` if given."""
+        env = {"POD_ID": identity, "COMPASS_PEERING_LIFETIME_SECONDS": str(LIFETIME_S)}
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
         operator = Operator(
             self.cluster,
             self.namespace,
             self.logs / f"{identity}.log",
-            env={"POD_ID": identity, "COMPASS_PEERING_LIFETIME_SECONDS": str(LIFETIME_S)},
+            env=env,
             args=("--peering", self.name, *args),
         )
         self.started.append(operator)
@@ -156,6 +164,18 @@ def decisions(operator: Operator) -> float:
     """The ParetoPolicy decisions this process made (its compass_reconciles_total)."""
     found = DECISIONS.search(operator.metrics())
     return float(found.group(1)) if found else 0.0
+
+
+def steps(operator: Operator) -> float:
+    """The Elastico steps this process took (STEPS)."""
+    found = STEPS.search(operator.metrics())
+    return float(found.group(1)) if found else 0.0
+
+
+def fenced(operator: Operator, namespace: str, policy: str) -> bool:
+    """Whether the process says its fence keeps it from acting on the policy."""
+    gauge = f'compass_policy_fenced{{namespace="{namespace}",policy="{policy}"}} 1.0'
+    return gauge in operator.metrics()
 
 
 def acts_on(operator: Operator, namespace: str, policy: str) -> bool:
@@ -263,6 +283,55 @@ def test_only_the_oldest_acts_and_the_standby_takes_over_after_a_kill(
     assert acts_on(second, policies.namespace, "shared")
     assert len(policies.events("shared", "ConfigurationSwitched")) == 1
     assert set(peers.peers()) == {"operator-b"}, "the dead peer was not cleaned up"
+
+
+def test_a_partitioned_actor_stops_switching_within_one_lifetime(
+    triton: LocalTriton,  # noqa: F811
+    router: TritonRouter,  # noqa: F811
+    peers: Peers,
+    policies: Policies,
+    k8s_cluster: Cluster,
+    tmp_path: Path,
+) -> None:
+    """Cut the acting operator off from the API server but not from Triton: kopf alone would let
+    it go on switching beside the standby that takes over; its fence stops it first."""
+    proxy = PartitionableProxy(k8s_cluster.api_port)
+    try:
+        kubeconfig = proxy.kubeconfig(k8s_cluster.kubeconfig, tmp_path / "via-proxy.kubeconfig")
+        first = peers.start("cut-a", kubeconfig=kubeconfig)
+        second = peers.start("cut-b")
+        policies.create("cut", policy_spec(triton))
+        wait_active(policies, "cut", router, ACCURATE, 30)
+        wait_for(lambda: steps(first) >= 3, 30, "three steps by cut-a", 0.2)
+        assert not fenced(first, policies.namespace, "cut")
+
+        fresh_keepalive(peers, "cut-a")
+        proxy.cut()
+        time.sleep(0.5)  # a keep-alive in flight at the cut has landed or is lost by now
+        # The last keep-alive the API server accepted: cut-b resumes once it runs out.
+        expires = expiry(peers.peers()["cut-a"])
+        wait_for(lambda: datetime.now(UTC) >= expires, 2 * LIFETIME_S, "the expiry", 0.1)
+        frozen = steps(first)
+        wait_for(lambda: decisions(second) >= 3, LIFETIME_S + RESUME_S + 30, "cut-b acting", 0.1)
+        # Still reaching Triton, cut-a took no step since its lifetime ran out, and says why.
+        assert steps(first) == frozen
+        assert first.process is not None, "cut-a never started"
+        assert first.process.poll() is None, "cut-a exited"
+        assert fenced(first, policies.namespace, "cut"), first.tail()
+        assert lines(first, "fenced: the API server has accepted no peering keep-alive")
+
+        # Reconnected, it is a peer again and the fence opens (kopf hands the policy back to the
+        # older peer, whose priority is higher).
+        proxy.heal()
+        wait_for(
+            lambda: not fenced(first, policies.namespace, "cut") and steps(first) > frozen,
+            3 * LIFETIME_S,
+            "cut-a acting again",
+            0.2,
+        )
+        assert lines(first, "fence open: the API server accepts this operator's keep-alives")
+    finally:
+        proxy.close()
 
 
 def test_equal_priorities_pause_both_until_one_leaves(

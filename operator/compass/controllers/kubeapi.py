@@ -37,6 +37,7 @@ REQUEST_TIMEOUT_S: tuple[float, float] = (5.0, 15.0)
 ERRORS: tuple[type[Exception], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
 _MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 class NotFoundError(ApiException):
@@ -65,13 +66,16 @@ def load_client() -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-def call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def call(
+    method: Callable[..., Any],
+    *args: Any,
+    timeout: tuple[float, float] = REQUEST_TIMEOUT_S,
+    **kwargs: Any,
+) -> Any:
     """``method(*args, **kwargs)`` with the request timeout; the response's JSON (None if
     empty). A 404 raises NotFoundError, a 409 ConflictError."""
     try:
-        response = method(
-            *args, **kwargs, _request_timeout=REQUEST_TIMEOUT_S, _preload_content=False
-        )
+        response = method(*args, **kwargs, _request_timeout=timeout, _preload_content=False)
     except ApiException as error:
         typed = _typed(error)
         if typed is error:

@@ -16,12 +16,18 @@ A replica that takes over loses nothing: every policy's state is in its status.
 
 from __future__ import annotations
 
+import getpass
 import logging
+import os
+import socket
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
+from compass.controllers import fencing
+from compass.controllers.fencing import Fence
 from compass.controllers.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -135,6 +141,73 @@ def wait_for_peering_objects(
             raise PeeringError(f"no {kind} {peering.name!r} {where}")
         logger.warning("waiting for the %s %r %s", kind, peering.name, where)
         time.sleep(2.0)
+
+
+def own_identity(started_ns: int) -> str:
+    """This process's name among the peers, as kopf would pick it: the pod's name ($POD_ID,
+    which the chart sets), else user@host/start/pid. Chosen here, not by kopf, because the
+    fence's keep-alives renew the same entry."""
+    pod = os.environ.get("POD_ID")
+    if pod:
+        return pod
+    return f"{getpass.getuser()}@{socket.gethostname()}/{started_ns // 1_000_000_000}/{os.getpid()}"
+
+
+def keep_fence(
+    api: Any,
+    peering: Peering,
+    identity: str,
+    fence: Fence,
+    namespaces: list[str],
+    stop: threading.Event,
+) -> None:
+    """Until ``stop``: renew this peer's keep-alive in every peering object, and open the fence
+    of each scope whose keep-alive the API server accepted (compass.controllers.fencing)."""
+    from kubernetes import client
+
+    from compass.controllers import kubeapi
+
+    _, plural = peering_kind(fence.clusterwide)
+    custom: Any = client.CustomObjectsApi(api)
+    # A keep-alive that takes longer than the renewal period is as good as lost.
+    wait_s = min(fence.renew_every_s, kubeapi.REQUEST_TIMEOUT_S[1])
+    timeout = (min(wait_s, kubeapi.REQUEST_TIMEOUT_S[0]), wait_s)
+    scopes = [fencing.CLUSTER_SCOPE] if fence.clusterwide else namespaces
+    while not stop.is_set():
+        round_started = time.monotonic()
+        accepted = 0
+        for scope in scopes:
+            sent_at = time.monotonic()
+            patch = fencing.keepalive_patch(identity, peering.priority, datetime.now(UTC))
+            where = [] if fence.clusterwide else [scope]
+            method = (
+                custom.patch_cluster_custom_object
+                if fence.clusterwide
+                else custom.patch_namespaced_custom_object
+            )
+            try:
+                kubeapi.call(
+                    method,
+                    PEERING_GROUP,
+                    PEERING_VERSION,
+                    *where,
+                    plural,
+                    peering.name,
+                    patch,
+                    timeout=timeout,
+                    _content_type=kubeapi.JSON_PATCH,
+                )
+            except kubeapi.ERRORS as error:
+                # 422 until kopf has added this peer (its first keep-alive), and after it left.
+                logger.debug(
+                    "fence keep-alive in %r not accepted: %s", scope, kubeapi.describe(error)
+                )
+                continue
+            fence.renewed(scope, sent_at)
+            accepted += 1
+        # Refused (kopf has not joined yet) or lost: try again soon rather than a period later.
+        period = fence.renew_every_s if accepted == len(scopes) else min(1.0, fence.renew_every_s)
+        stop.wait(max(0.0, period - (time.monotonic() - round_started)))
 
 
 def required_crds() -> dict[str, str]:
@@ -310,7 +383,9 @@ def run(
 ) -> int:
     """Run the operator until SIGINT/SIGTERM (or ``stop_flag``); the exit code."""
     clusterwide, watched = scope(settings, namespaces, all_namespaces)
-    peering = peering_of(settings, time.time_ns())
+    started_ns = time.time_ns()
+    peering = peering_of(settings, started_ns)
+    identity = own_identity(started_ns)
     # Imported here so that `compass --help` and the other commands do not load kopf.
     # Importing compass.controllers.handlers registers every handler with kopf's default registry.
     import kopf
@@ -337,14 +412,17 @@ def run(
     else:
         kind, _ = peering_kind(clusterwide)
         logger.info(
-            "compass operator: peering in %s %r with priority %d, lifetime %d s: acts only while "
-            "no live peer has a higher priority (paused until the peers are known)",
+            "compass operator: peering in %s %r as %s with priority %d, lifetime %d s: acts only "
+            "while no live peer has a higher priority (paused until the peers are known) and the "
+            "API server accepts its keep-alives",
             kind,
             peering.name,
+            identity,
             peering.priority,
             peering.lifetime_seconds,
         )
-    runtime = Runtime(settings=settings, metrics=metrics)
+    fence = None if peering is None else Fence(peering.lifetime_seconds, clusterwide)
+    runtime = Runtime(settings=settings, metrics=metrics, fence=fence)
     memo: Any = kopf.Memo()
     memo[RUNTIME_KEY] = runtime
     options: dict[str, Any] = {
@@ -355,16 +433,25 @@ def run(
         "liveness_endpoint": liveness_endpoint(settings),
         "memo": memo,
         "ready_flag": ready_flag,
+        "identity": identity,
     }
+    stop_fence = threading.Event()
     try:
-        if peering is not None:
+        if peering is not None and fence is not None:
             wait_for_peering_objects(runtime.api(), peering, clusterwide, watched)
+            threading.Thread(
+                target=keep_fence,
+                args=(runtime.api(), peering, identity, fence, watched, stop_fence),
+                name="compass-fence",
+                daemon=True,
+            ).start()
         missing = startup_missing_crds(runtime.api())
         if missing and not _serve_until_crds_appear(runtime.api(), missing, options, stop_flag):
             return 0
         # Fresh settings: the first run's startup handlers changed its copy.
         kopf.run(**{**options, "settings": kopf_settings(peering)}, stop_flag=stop_flag)
     finally:
+        stop_fence.set()
         server.shutdown()
         thread.join(timeout=5)
     return 0

@@ -103,6 +103,7 @@ class PolicyMemory:
     last_write: float | None = None
     last_observed: float | None = None
     failures: int = 0
+    fenced: bool = False
 
 
 @kopf.on.startup()
@@ -134,6 +135,8 @@ def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwar
     memory = memo.get(MEMORY_KEY)
     if not isinstance(memory, PolicyMemory):
         memory = memo[MEMORY_KEY] = PolicyMemory()
+    if _fenced(body, memory, runtime, logger, time.monotonic()):
+        return
     count = runtime.metrics.reconciles
     try:
         decided = _tick(body, memory, runtime, logger, time.time(), slices)
@@ -151,6 +154,35 @@ def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwar
         raise
     if decided:
         count.labels(POLICY_KIND, "ok").inc()
+
+
+def _fenced(
+    body: kopf.Body, memory: PolicyMemory, runtime: Runtime, logger: kopf.Logger, now: float
+) -> bool:
+    """Whether the fence forbids this process to act on the policy now (always False when
+    standalone); the gauge follows it, the log says when it closes and opens again."""
+    fence = runtime.fence
+    if fence is None:
+        return False
+    namespace, name = _names(body)
+    fenced = not fence.holds(namespace, now)
+    runtime.metrics.fenced.labels(namespace, name).set(float(fenced))
+    if fenced != memory.fenced:
+        memory.fenced = fenced
+        ago = fence.renewed_ago(namespace, now)
+        if fenced and ago is None:
+            logger.info("waiting for the API server to accept this operator's first keep-alive")
+        elif fenced:
+            logger.warning(
+                "fenced: the API server has accepted no peering keep-alive of this operator for "
+                "%.1f s (lifetime %.0f s), so a standby may take over: switching nothing until "
+                "it does",
+                ago,
+                fence.lifetime_s,
+            )
+        else:
+            logger.info("fence open: the API server accepts this operator's keep-alives again")
+    return fenced
 
 
 def _tick(

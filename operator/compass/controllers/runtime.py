@@ -15,6 +15,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from compass.controllers import kubeapi
+from compass.controllers.fencing import Fence
 from compass.controllers.settings import OperatorSettings
 
 RUNTIME_KEY = "compass_runtime"
@@ -64,6 +65,13 @@ class OperatorMetrics:
             labels,
             registry=self.registry,
         )
+        self.fenced = Gauge(
+            "compass_policy_fenced",
+            "1 while this operator switches nothing for the policy: the API server has not "
+            "accepted its peering keep-alive recently enough (a standby may take over).",
+            labels,
+            registry=self.registry,
+        )
         self.ready = Gauge(
             "compass_policy_ready",
             "1 while the policy is in control of the routing (condition Ready), else 0.",
@@ -78,6 +86,8 @@ class Runtime:
 
     settings: OperatorSettings = field(default_factory=OperatorSettings)
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    # None when standalone: no peer can take over, so nothing to fence.
+    fence: Fence | None = None
     _api: client.ApiClient | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -1,0 +1,89 @@
+"""Fencing: an operator switches routers only while no standby can have taken over from it.
+
+kopf's peering decides who acts from the keep-alives in the peering object: a standby resumes
+once the acting peer's last keep-alive is a lifetime old. kopf pauses a peer only when it reads
+a peer of higher priority from the API server, so a peer cut off from the API server but not
+from Triton would go on switching beside the standby that took over. The fence closes that gap
+from the inside: each keep-alive the API server accepts opens the fence until the moment the
+request was sent plus the lifetime, less a margin; the Elastico timer switches nothing while it
+is closed. Measured from the send, on this process's monotonic clock, so a slow answer or a
+wall-clock jump only shortens it; the margin covers the clock skew between peers (the standby
+compares the stamped `lastseen` with its own clock) and a decision already under way.
+
+Pure: the keep-alive loop (compass.controllers.manager) sends the patch and reports what the
+API server accepted.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+# Share of the lifetime kept back at the end of the fence, and how often a keep-alive is sent:
+# 60 s (the default lifetime) gives a keep-alive every 15 s and a fence that closes 45 s after
+# the last accepted one, 15 s before a standby may resume.
+MARGIN_SHARE = 0.25
+RENEWALS_PER_LIFETIME = 4
+# The peering object of a cluster-wide operator (a ClusterKopfPeering) has no namespace.
+CLUSTER_SCOPE = ""
+
+
+@dataclass
+class Fence:
+    """When each peering scope (a watched namespace, or the cluster) was last renewed."""
+
+    lifetime_s: float
+    clusterwide: bool
+    renewed_at: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def margin_s(self) -> float:
+        """What is kept back at the end: skew between the peers' clocks, a decision in flight."""
+        return self.lifetime_s * MARGIN_SHARE
+
+    @property
+    def renew_every_s(self) -> float:
+        """How often the keep-alive loop renews every scope."""
+        return self.lifetime_s / RENEWALS_PER_LIFETIME
+
+    def renewed(self, scope: str, sent_at: float) -> None:
+        """The API server accepted a keep-alive for ``scope`` sent at ``sent_at`` (monotonic)."""
+        with self._lock:
+            self.renewed_at[scope] = max(sent_at, self.renewed_at.get(scope, sent_at))
+
+    def scope(self, namespace: str) -> str:
+        """The peering scope a resource in ``namespace`` belongs to."""
+        return CLUSTER_SCOPE if self.clusterwide else namespace
+
+    def renewed_ago(self, namespace: str, now: float) -> float | None:
+        """Seconds since the last accepted keep-alive for ``namespace`` was sent; None: never."""
+        with self._lock:
+            sent_at = self.renewed_at.get(self.scope(namespace))
+        return None if sent_at is None else now - sent_at
+
+    def holds(self, namespace: str, now: float) -> bool:
+        """Whether this process may still act on a resource in ``namespace`` at ``now``
+        (monotonic)."""
+        ago = self.renewed_ago(namespace, now)
+        return ago is not None and ago < self.lifetime_s - self.margin_s
+
+
+def keepalive_patch(identity: str, priority: int, lastseen: datetime) -> list[dict[str, Any]]:
+    """A JSON patch renewing this peer's entry in a peering object's status, as kopf writes it
+    (an ISO 8601 `lastseen` in UTC). It first tests that the entry is there with our priority,
+    so it never creates one: a peer that kopf removed on its way out is not brought back (its
+    standby would wait a whole lifetime), and none is added before kopf has joined."""
+    entry = f"/status/{_pointer_token(identity)}"
+    return [
+        {"op": "test", "path": f"{entry}/priority", "value": priority},
+        {"op": "replace", "path": f"{entry}/lastseen", "value": lastseen.isoformat()},
+    ]
+
+
+def _pointer_token(key: str) -> str:
+    """``key`` as one JSON-pointer step (RFC 6901): a pod name has no / or ~, kopf's
+    out-of-cluster identity user@host/time/random has."""
+    return key.replace("~", "~0").replace("/", "~1")
