@@ -28,6 +28,7 @@ from cluster import Cluster, temporary_namespace, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.crds import render_crds
 from compass.controllers import kubeapi
 from compass.controllers.builders import (
@@ -35,6 +36,7 @@ from compass.controllers.builders import (
     build_job_role_binding,
     build_job_service_account,
 )
+from compass.controllers.ledgerchunks import MAX_CHUNKS
 from compass.controllers.rbac import DISCOVERY_RULES, Rule, operator_rules, permissions
 
 REPO = Path(__file__).resolve().parents[2]
@@ -170,6 +172,28 @@ def _allowed(api: Any, installed: Installed, verb: str, group: str, resource: st
                 f"system:serviceaccounts:{installed.namespace}",
                 "system:authenticated",
             ],
+            "resourceAttributes": attributes,
+        },
+    }
+    authorization: Any = client.AuthorizationV1Api(api)
+    response = authorization.create_subject_access_review(review, _preload_content=False)
+    return bool(json.loads(response.data)["status"].get("allowed"))
+
+
+def _subject_may(
+    api: Any, namespace: str, account: str, verb: str, resource: str, name: str = ""
+) -> bool:
+    """The API server's answer: may this ServiceAccount of the namespace do this (to the object
+    of this name, if given)?"""
+    attributes = {"namespace": namespace, "verb": verb, "resource": resource}
+    if name:
+        attributes["name"] = name
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{namespace}:{account}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
             "resourceAttributes": attributes,
         },
     }
@@ -364,7 +388,8 @@ def test_namespaced_mode_denies_the_rest(k8s_api: Any, namespaced_mode: Installe
 def test_operator_can_set_up_the_jobs_service_account(
     k8s_cluster: Cluster, mode: str, request: pytest.FixtureRequest
 ) -> None:
-    """As the operator: create the Jobs' ServiceAccount, Role (configmaps get/patch/create) and binding.
+    """As the operator: create the Jobs' ServiceAccount, a generation's Role (its state
+    ConfigMaps get/patch by name, configmaps create) and binding; the Jobs may then do exactly that.
 
     No `escalate` or `bind` is needed because the operator holds those verbs itself; a Role that
     grants more (secrets) is refused by the API server's escalation check.
@@ -374,17 +399,43 @@ def test_operator_can_set_up_the_jobs_service_account(
     operator = k8s_cluster.api_client(impersonate=installed.user)
     core: Any = client.CoreV1Api(operator)
     rbac: Any = client.RbacAuthorizationV1Api(operator)
-    # Exactly what the workflow handler creates (compass.controllers.builders).
+    # Exactly what the workflow handler creates (compass.controllers.builders): the account,
+    # a generation's state ConfigMap, then its Role and RoleBinding, owned by the state.
     account = "compass-job"
     core.create_namespaced_service_account(
         namespace, build_job_service_account(namespace, account), _preload_content=False
     )
-    rbac.create_namespaced_role(
-        namespace, build_job_role(namespace, account), _preload_content=False
+    state = json.loads(
+        core.create_namespaced_config_map(
+            namespace, {"metadata": {"name": "rag-search-g1"}}, _preload_content=False
+        ).data
     )
+    example = yaml.safe_load((REPO / "examples" / "rag-sim-workflow.yaml").read_text())
+    example["spec"]["evaluation"]["evaluator"] = {"type": "replay", "replayConfigMap": "rag-ledger"}
+    spec = CompoundWorkflowSpec.model_validate(example["spec"])
+    rbac.create_namespaced_role(namespace, build_job_role(state, spec), _preload_content=False)
     rbac.create_namespaced_role_binding(
-        namespace, build_job_role_binding(namespace, account), _preload_content=False
+        namespace, build_job_role_binding(state, account), _preload_content=False
     )
+
+    # What the Jobs may do, as the API server answers: their own state and its chunks, by name.
+    def job_may(verb: str, name: str = "", resource: str = "configmaps") -> bool:
+        return _subject_may(k8s_cluster.api_client(), namespace, account, verb, resource, name)
+
+    for verb in ("get", "patch"):
+        assert job_may(verb, "rag-search-g1")
+        assert job_may(verb, f"rag-search-g1-c{MAX_CHUNKS}")
+        assert not job_may(verb, f"rag-search-g1-c{MAX_CHUNKS + 1}")
+        assert not job_may(verb, "rag-search-g2")  # another generation's, or workflow's
+        assert not job_may(verb, "anything-else")
+    # The replayed ledger (and its chunks), read-only.
+    assert job_may("get", "rag-ledger")
+    assert job_may("get", "rag-ledger-c1")
+    assert not job_may("patch", "rag-ledger")
+    assert job_may("create")  # RBAC cannot narrow create by name (the rolled-over chunks)
+    assert not job_may("list")
+    assert not job_may("delete", "rag-search-g1")
+    assert not job_may("get", "rag-search-g1", "secrets")
     greedy = {
         "metadata": {"name": "greedy"},
         "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}],

@@ -202,14 +202,17 @@ def _create_replay_ledger(api: Any, namespace: str) -> None:
     )
 
 
-def _can(api: Any, namespace: str, account: str, verb: str, resource: str) -> bool:
+def _can(api: Any, namespace: str, account: str, verb: str, resource: str, name: str = "") -> bool:
+    attributes = {"namespace": namespace, "verb": verb, "resource": resource}
+    if name:
+        attributes["name"] = name
     review = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SubjectAccessReview",
         "spec": {
             "user": f"system:serviceaccount:{namespace}:{account}",
             "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
-            "resourceAttributes": {"namespace": namespace, "verb": verb, "resource": resource},
+            "resourceAttributes": attributes,
         },
     }
     answer = _data(
@@ -444,8 +447,17 @@ def test_happy_path_to_a_pareto_policy(
         assert pod_spec["serviceAccountName"] == "compass-job"
         for job in jobs.values():
             assert job["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
-        assert _can(k8s_api, k8s_namespace, "compass-job", "patch", "configmaps")
-        assert _can(k8s_api, k8s_namespace, "compass-job", "get", "configmaps")
+
+        # Their ServiceAccount reaches this generation's state, reads the replayed ledger, and
+        # nothing else.
+        def may(verb: str, name: str) -> bool:
+            return _can(k8s_api, k8s_namespace, "compass-job", verb, "configmaps", name)
+
+        assert may("get", "rag-search-g1")
+        assert may("patch", "rag-search-g1")
+        assert may("get", "rag-ledger")
+        assert not may("patch", "rag-ledger")
+        assert not may("get", "someone-elses")
         assert not _can(k8s_api, k8s_namespace, "compass-job", "list", "configmaps")
         assert not _can(k8s_api, k8s_namespace, "compass-job", "delete", "configmaps")
 
@@ -695,36 +707,50 @@ def test_the_api_server_accepts_the_jobs_pods_as_built(
         ]
 
 
-def test_a_foreign_job_service_account_is_refused_not_reused(
+def test_a_foreign_job_service_account_or_role_is_refused_not_reused(
     k8s_api: Any, k8s_namespace: str, crds: None, operator_env: dict[str, str]
 ) -> None:
-    """A ServiceAccount named like the Jobs' that compass-operator did not make: no Job runs
-    with it, a Warning Event says why and what to do; once it is gone the search starts."""
+    """A ServiceAccount named like the Jobs', then a Role named like a generation's, that
+    compass-operator did not make: no Job runs with them, a Warning Event says why and what to
+    do; once they are gone the search starts."""
     core = client.CoreV1Api(k8s_api)
-    foreign = {"metadata": {"name": "compass-job", "labels": {"team": "someone-else"}}}
+    rbac = client.RbacAuthorizationV1Api(k8s_api)
+    someone_else = {"labels": {"team": "someone-else"}}
+    foreign = {"metadata": {"name": "compass-job", **someone_else}}
     core.create_namespaced_service_account(k8s_namespace, foreign, _preload_content=False)
+    role = "borrowed-search-g1"
+    foreign_role = {"metadata": {"name": role, **someone_else}, "rules": []}
+    rbac.create_namespaced_role(k8s_namespace, foreign_role, _preload_content=False)
     flows = Workflows(k8s_api, k8s_namespace)
+
+    def refused(what: str) -> bool:
+        return any(
+            f"{what} exists and was not made by compass-operator" in message
+            for _kind, reason, message in flows.events("borrowed")
+            if reason == "ForeignJobAccount"
+        )
+
     with operator(k8s_namespace):
         flows.create(_workflow("borrowed", tau=0.8))
-
-        def refused() -> bool:
-            return any(
-                "was not made by compass-operator" in message
-                for _kind, _reason, message in flows.events("borrowed")
-            )
-
-        wait_for(refused, 30, "the foreign ServiceAccount to be refused in an Event")
+        wait_for(lambda: refused("ServiceAccount compass-job"), 30, "the ServiceAccount refused")
         assert flows.jobs("borrowed") == []
-        rbac = client.RbacAuthorizationV1Api(k8s_api)
-        assert kubeapi.read(rbac.read_namespaced_role_binding, "compass-job", k8s_namespace) is None
+        assert kubeapi.read(rbac.read_namespaced_role_binding, role, k8s_namespace) is None
         core.delete_namespaced_service_account("compass-job", k8s_namespace, _preload_content=False)
-        flows.wait("borrowed", _phase("Searching"), 60, "the search to start once it is gone")
+
+        wait_for(lambda: refused(f"Role {role}"), 30, "the Role refused")
+        assert flows.jobs("borrowed") == []
+        assert kubeapi.read(rbac.read_namespaced_role_binding, role, k8s_namespace) is None
+        rbac.delete_namespaced_role(role, k8s_namespace, _preload_content=False)
+        flows.wait("borrowed", _phase("Searching"), 60, "the search to start once they are gone")
         account = _data(
             core.read_namespaced_service_account(
                 "compass-job", k8s_namespace, _preload_content=False
             )
         )
         assert account["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "compass-operator"
+        made = _data(rbac.read_namespaced_role(role, k8s_namespace, _preload_content=False))
+        [owner] = made["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"]) == ("ConfigMap", role)
 
 
 def test_a_1000_sample_search_of_the_rag_grid_completes_through_chunked_state(
@@ -747,12 +773,6 @@ def test_a_1000_sample_search_of_the_rag_grid_completes_through_chunked_state(
     core.create_namespaced_service_account(
         k8s_namespace, build_job_service_account(k8s_namespace, account), _preload_content=False
     )
-    rbac.create_namespaced_role(
-        k8s_namespace, build_job_role(k8s_namespace, account), _preload_content=False
-    )
-    rbac.create_namespaced_role_binding(
-        k8s_namespace, build_job_role_binding(k8s_namespace, account), _preload_content=False
-    )
     # The replay is 1.2 MB as text: over the limit itself, so as gzip chunks.
     space, rows = load_rag_paper()
     replayed = "".join(json.dumps(r) + "\n" for r in build_replay_ledger(rows, samples, seed=7))
@@ -770,8 +790,14 @@ def test_a_1000_sample_search_of_the_rag_grid_completes_through_chunked_state(
     workflow = flows.get("big")
     spec, _ = validate_spec(workflow["spec"])
     [state_body] = build_state_config_maps(workflow, spec)
-    core.create_namespaced_config_map(k8s_namespace, state_body, _preload_content=False)
+    stored = _data(
+        core.create_namespaced_config_map(k8s_namespace, state_body, _preload_content=False)
+    )
     state = state_body["metadata"]["name"]
+    rbac.create_namespaced_role(k8s_namespace, build_job_role(stored, spec), _preload_content=False)
+    rbac.create_namespaced_role_binding(
+        k8s_namespace, build_job_role_binding(stored, account), _preload_content=False
+    )
 
     monkeypatch.setattr(job, "BUDGET", 48 * 1024)
     as_job = k8s_cluster.api_client(impersonate=f"system:serviceaccount:{k8s_namespace}:{account}")

@@ -185,6 +185,39 @@ def test_appends_send_only_the_new_lines_merge_out_and_roll_over_before_the_budg
     assert StateStore(STATE, NS, api=api).read_ledger() == "".join(lines) + _line(99, 0)
 
 
+def test_the_ledger_stops_at_the_chunk_config_maps_its_role_names(
+    small: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MAX_CHUNKS the Role grants nothing: a clear error, not a 403, and no ConfigMap the
+    Role does not name is created or read."""
+    monkeypatch.setattr(job, "MAX_CHUNKS", 1)
+    api = bench.FakeConfigMaps()
+    _state(api)
+    store, _ = _store(api)
+    store.read_ledger()
+    lines = [_line(c, s) for c in range(8) for s in range(60)]
+
+    def append_all() -> None:
+        for line in lines:
+            store.append_ledger(line)
+
+    with pytest.raises(job.LedgerFullError, match=r"fills 1 chunk ConfigMaps of rag-search-g1"):
+        append_all()
+    assert sorted(api.objects) == [STATE, f"{STATE}-c1"]
+    # A second chunk ConfigMap made by hand is not read either: the Role would refuse the get.
+    api.objects[f"{STATE}-c2"] = {"metadata": {"name": f"{STATE}-c2"}, "data": {}}
+    read = api.read_namespaced_config_map
+    names: list[str] = []
+
+    def reading(name: str, namespace: str, **kwargs: Any) -> Any:
+        names.append(name)
+        return read(name, namespace, **kwargs)
+
+    monkeypatch.setattr(api, "read_namespaced_config_map", reading)
+    StateStore(STATE, NS, api=api).read_ledger()
+    assert names == [STATE, f"{STATE}-c1"]
+
+
 def test_a_pod_that_died_after_a_merge_leaves_nothing_twice(small: None) -> None:
     api = bench.FakeConfigMaps()
     _state(api)

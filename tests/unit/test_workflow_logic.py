@@ -36,10 +36,11 @@ from compass.controllers.builders import (
     build_search_job,
     build_state_config_maps,
     job_env,
+    job_rules,
     metrics_url,
     routing_target,
 )
-from compass.controllers.ledgerchunks import ledger_text
+from compass.controllers.ledgerchunks import MAX_CHUNKS, ledger_text, state_names
 from compass.controllers.targets import TargetAccess
 from compass.controllers.workflow import (
     Create,
@@ -762,17 +763,33 @@ def test_inactive_or_unobserved_generations_are_left_alone() -> None:
 # ---------------------------------------------------------------------------- builders and commands.job
 
 
-def test_job_role_may_only_get_patch_and_create_config_maps() -> None:
-    role = build_job_role("ml", "compass-job")
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]},
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
-    ]
-    binding = build_job_role_binding("ml", "compass-job")
-    assert binding["roleRef"]["name"] == "compass-job"
+def test_a_generations_role_may_only_get_and_patch_its_own_state_and_create_config_maps() -> None:
+    spec = _spec()
+    [state] = build_state_config_maps(WORKFLOW, spec)
+    stored = {**state, "metadata": {**state["metadata"], "uid": "s1"}}
+    role = build_job_role(stored, spec)
+    name = "rag-search-g1"
+    assert role["metadata"]["name"] == name
+    by_name, create, replayed = role["rules"]
+    assert by_name["verbs"] == ["get", "patch"]
+    assert by_name["resources"] == ["configmaps"]
+    assert by_name["resourceNames"] == [name] + [f"{name}-c{i}" for i in range(1, MAX_CHUNKS + 1)]
+    # RBAC cannot narrow create by name: a rule of its own, on configmaps only.
+    assert create == {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}
+    # The replay evaluator's ledger (the spec's replayConfigMap) may be read, by name, only.
+    assert replayed["verbs"] == ["get"]
+    assert replayed["resourceNames"] == state_names("ledger")
+    assert job_rules(name) == [by_name, create]  # other evaluators read no ledger
+    binding = build_job_role_binding(stored, "compass-job")
+    assert binding["roleRef"]["name"] == name
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "compass-job", "namespace": "ml"}
     ]
+    # Owned by the state, so collected with it (an old generation's, or the workflow's).
+    for obj in (role, binding):
+        [owner] = obj["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("ConfigMap", name, "s1")
+        assert obj["metadata"]["labels"] == state["metadata"]["labels"]
 
 
 def test_jobs_get_the_triton_override_only_when_set() -> None:

@@ -38,6 +38,7 @@ from compass.controllers.builders import (
 from compass.controllers.ledgerchunks import (
     BUDGET,
     HOT_BUDGET,
+    MAX_CHUNKS,
     chunk_key,
     chunk_name,
     config_map_size,
@@ -81,6 +82,10 @@ _MERGE_PATCH = "application/merge-patch+json"
 
 class StateStoreError(Exception):
     """A state read or write that still failed, transiently, after every attempt."""
+
+
+class LedgerFullError(Exception):
+    """The ledger would need more chunk ConfigMaps than the Jobs' Role names."""
 
 
 def _transient(error: BaseException, conflict: bool) -> bool:
@@ -206,8 +211,9 @@ class StateStore:
             self.read()
         assert self._state is not None
         found = [self._state]
-        # By name, one after the other until one is missing: the Role needs no list verb.
-        while (chunk := self._read(chunk_name(self.name, len(found)))) is not None:
+        # By name, one after the other until one is missing: the Role needs no list verb (and
+        # names MAX_CHUNKS of them, no more).
+        while len(found) <= MAX_CHUNKS and (chunk := self._read(chunk_name(self.name, len(found)))):
             found.append(chunk)
         self._cold = [_Holder(obj["metadata"]["name"], config_map_size(obj)) for obj in found[1:]]
         spans = [(first, last) for obj in found[1:] for first, last, _ in ledger_chunks(obj)]
@@ -282,6 +288,11 @@ class StateStore:
         from compass.controllers import kubeapi
 
         assert self._state is not None
+        if index > MAX_CHUNKS:
+            raise LedgerFullError(
+                f"the search ledger fills {MAX_CHUNKS} chunk ConfigMaps of {self.name}, the most "
+                "its Role grants: search fewer samples (evaluation.samples) or a smaller space"
+            )
         body = build_ledger_chunk(self._state, index, {key: value})
         name = body["metadata"]["name"]
         try:

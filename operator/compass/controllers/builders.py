@@ -6,10 +6,17 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from compass.api.compoundworkflow import DATASET_DIR, CompoundWorkflowSpec
+from compass.api.compoundworkflow import DATASET_DIR, CompoundWorkflowSpec, EvaluatorType
 from compass.api.meta import GROUP, POLICY_KIND, VERSION
 from compass.api.paretopolicy import RoutingTarget
-from compass.controllers.ledgerchunks import CHUNK_OF_LABEL, chunk_name, encode, pieces, place
+from compass.controllers.ledgerchunks import (
+    CHUNK_OF_LABEL,
+    chunk_name,
+    encode,
+    pieces,
+    place,
+    state_names,
+)
 
 # Where every module has taken it from: the state's keys are named here.
 from compass.controllers.ledgerchunks import LEDGER_KEY as LEDGER_KEY
@@ -27,14 +34,6 @@ PROGRESS_KEY = "progress.json"
 CURVE_PROGRESS_KEY = "curve-progress.json"
 # Which earlier generation the ledger, the result and the profiles were carried over from.
 SEED_KEY = "seed.json"
-# What the Jobs' pods may do: read their spec and patch their state ConfigMap, and create the
-# state's chunk ConfigMaps when its ledger outgrows one (compass.controllers.ledgerchunks).
-# RBAC cannot narrow create by name (resourceNames does not apply to create: the name is not
-# known when it is authorized), so create is a rule of its own, on configmaps only.
-JOB_RULES = [
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
-]
 # A search pod with no resources given: enough for a space at the enumeration limit (~1Gi).
 DEFAULT_SEARCH_RESOURCES = {
     "requests": {"cpu": "250m", "memory": "256Mi"},
@@ -327,37 +326,96 @@ def job_env(triton_override: str | None) -> dict[str, str]:
     return {"COMPASS_TRITON_ADDRESS": triton_override} if triton_override else {}
 
 
-def _rbac_labels() -> dict[str, str]:
-    return {"app.kubernetes.io/name": "compass", MANAGED_BY_LABEL: MANAGED_BY}
-
-
 def build_job_service_account(namespace: str, name: str) -> dict[str, Any]:
-    """The ServiceAccount the Jobs' pods run as (shared by every workflow of the namespace)."""
+    """The ServiceAccount the Jobs' pods run as (shared by every workflow of the namespace; a
+    generation's Role and RoleBinding give it that generation's state)."""
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": {"name": name, "namespace": namespace, "labels": _rbac_labels()},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "compass", MANAGED_BY_LABEL: MANAGED_BY},
+        },
     }
 
 
-def build_job_role(namespace: str, name: str) -> dict[str, Any]:
-    """The Role of the Jobs' pods: get, patch and create ConfigMaps (their state), nothing else."""
+def job_rules(state: str, replayed: str | None = None) -> list[dict[str, Any]]:
+    """What one generation's Job pods may do: get and patch their state ConfigMap and its chunk
+    ConfigMaps, by name; get the replayed ledger's (a replay evaluator's), by name; and create
+    ConfigMaps, which RBAC cannot narrow by name (the name is not known when a create is
+    authorized): the chunks a long ledger rolls over into. A pod may so create a ConfigMap of
+    another name, but read or change none but these."""
+    rules: list[dict[str, Any]] = [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "verbs": ["get", "patch"],
+            "resourceNames": state_names(state),
+        },
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+    ]
+    if replayed is not None:
+        rules.append(
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "verbs": ["get"],
+                "resourceNames": state_names(replayed),
+            }
+        )
+    return rules
+
+
+def _job_access(state: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """The apiVersion, kind and metadata of a generation's Role or RoleBinding: named and
+    labelled as its state ConfigMap and owned by it, so collected with it (an old generation's
+    state is deleted once a new one has started, every state with its workflow)."""
+    metadata = state["metadata"]
+    owner = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": metadata["name"],
+        "uid": metadata["uid"],
+        "controller": True,
+        # Not needed (nothing waits on the Role), and it would ask for configmaps/finalizers
+        # where the OwnerReferencesPermissionEnforcement admission plugin runs.
+        "blockOwnerDeletion": False,
+    }
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": {"name": name, "namespace": namespace, "labels": _rbac_labels()},
-        "rules": [dict(rule) for rule in JOB_RULES],
+        "kind": kind,
+        "metadata": {
+            "name": metadata["name"],
+            "namespace": metadata["namespace"],
+            "labels": dict(metadata.get("labels") or {}),
+            "ownerReferences": [owner],
+        },
     }
 
 
-def build_job_role_binding(namespace: str, name: str) -> dict[str, Any]:
-    """Binds the Jobs' Role to their ServiceAccount (same name for all three)."""
+def build_job_role(state: Mapping[str, Any], spec: CompoundWorkflowSpec) -> dict[str, Any]:
+    """The Role of one generation's Job pods (job_rules), from its state ConfigMap as stored
+    and the spec it searches."""
+    evaluator = spec.evaluation.evaluator
+    replayed = evaluator.replay_config_map if evaluator.type is EvaluatorType.REPLAY else None
+    return {**_job_access(state, "Role"), "rules": job_rules(state["metadata"]["name"], replayed)}
+
+
+def build_job_role_binding(state: Mapping[str, Any], account: str) -> dict[str, Any]:
+    """Binds one generation's Role to the Jobs' ServiceAccount."""
+    binding = _job_access(state, "RoleBinding")
+    metadata = binding["metadata"]
     return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": name, "namespace": namespace, "labels": _rbac_labels()},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        **binding,
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": metadata["name"],
+        },
+        "subjects": [
+            {"kind": "ServiceAccount", "name": account, "namespace": metadata["namespace"]}
+        ],
     }
 
 

@@ -69,13 +69,14 @@ def load_client() -> client.ApiClient:
 def call(
     method: Callable[..., Any],
     *args: Any,
-    timeout: tuple[float, float] = REQUEST_TIMEOUT_S,
+    timeout: tuple[float, float] | None = None,
     **kwargs: Any,
 ) -> Any:
-    """``method(*args, **kwargs)`` with the request timeout; the response's JSON (None if
-    empty). A 404 raises NotFoundError, a 409 ConflictError."""
+    """``method(*args, **kwargs)`` with the request timeout (REQUEST_TIMEOUT_S unless given);
+    the response's JSON (None if empty). A 404 raises NotFoundError, a 409 ConflictError."""
+    limits = REQUEST_TIMEOUT_S if timeout is None else timeout
     try:
-        response = method(*args, **kwargs, _request_timeout=timeout, _preload_content=False)
+        response = method(*args, **kwargs, _request_timeout=limits, _preload_content=False)
     except ApiException as error:
         typed = _typed(error)
         if typed is error:
@@ -147,10 +148,16 @@ def create_or_adopt(
     or ``owner_uid`` is its controller (a retried or repeated create)."""
 
     def whose(existing: Mapping[str, Any]) -> str | None:
-        other = controller_uid(existing)
-        return None if other in (None, owner_uid) else f"is controlled by another owner ({other})"
+        return controlled_by_another(existing, owner_uid)
 
     return create_or_take(create_method, read_method, namespace, body, whose)
+
+
+def controlled_by_another(existing: Mapping[str, Any], owner_uid: str) -> str | None:
+    """Why ``existing`` is not ``owner_uid``'s to take (its controller is another); None if it
+    has no controller or that one."""
+    other = controller_uid(existing)
+    return None if other in (None, owner_uid) else f"is controlled by another owner ({other})"
 
 
 def patch_status(method: Callable[..., Any], *args: Any, body: Mapping[str, Any]) -> bool:

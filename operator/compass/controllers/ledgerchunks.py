@@ -33,6 +33,10 @@ BUDGET = 900 * 1024
 # The state's own chunks, merged out once past this: the state is rewritten in etcd at every
 # batch, so its size is what a batch really costs (about 60 batches of the RAG grid).
 HOT_BUDGET = 8 * 1024
+# The most chunk ConfigMaps one state may have: the Jobs' Role names each of them (RBAC narrows
+# get and patch by name only), and 64 of BUDGET hold about 56 MiB of gzip, some 80 times the
+# ledger of a 1,000-sample search of the RAG grid.
+MAX_CHUNKS = 64
 # The most text one chunk of a seeded ledger holds: its gzip then fits any budget.
 PIECE_TEXT = 256 * 1024
 
@@ -58,6 +62,11 @@ def chunk_range(key: str) -> tuple[int, int] | None:
 def chunk_name(state: str, index: int) -> str:
     """The name of the state's index-th chunk ConfigMap (index >= 1; 0 is the state itself)."""
     return f"{state}-c{index}"
+
+
+def state_names(state: str) -> list[str]:
+    """Every ConfigMap a state may span: itself, then its chunk ConfigMaps 1..MAX_CHUNKS."""
+    return [state, *(chunk_name(state, index) for index in range(1, MAX_CHUNKS + 1))]
 
 
 def encode(text: str) -> str:

@@ -163,31 +163,73 @@ def _supersede(api: client.ApiClient, namespace: str, name: str, uid: str, gener
 FOREIGN_RBAC_RETRY_S = 15.0
 
 
-def _ensure_rbac(api: client.ApiClient, namespace: str, account: str) -> None:
-    """The Jobs' ServiceAccount, Role and RoleBinding, created where missing (never changed).
+class ForeignJobAccessError(Exception):
+    """The Jobs' ServiceAccount, or a generation's Role or RoleBinding, exists and is another's."""
 
-    One of that name that the operator did not make is refused, not reused: its rules or its
-    holders are someone else's, and the Jobs would run with them (or grant them the state)."""
-    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    creations: tuple[tuple[Callable[..., Any], Callable[..., Any], dict[str, Any]], ...] = (
-        (
+
+def _ensure_service_account(api: client.ApiClient, namespace: str, account: str) -> None:
+    """The Jobs' ServiceAccount, created where missing (never changed).
+
+    One of that name that the operator did not make is refused, not reused: its holders are
+    someone else's, and they would be granted the workflows' state."""
+    core = client.CoreV1Api(api)
+    try:
+        kubeapi.create_or_take(
             core.create_namespaced_service_account,
             core.read_namespaced_service_account,
+            namespace,
             build_job_service_account(namespace, account),
-        ),
-        (
-            rbac.create_namespaced_role,
-            rbac.read_namespaced_role,
-            build_job_role(namespace, account),
-        ),
+            _not_made_here,
+        )
+    except kubeapi.OwnedByAnotherError as error:
+        raise ForeignJobAccessError(str(error)) from None
+
+
+def _ensure_job_access(
+    api: client.ApiClient, workflow: Mapping[str, Any], spec: CompoundWorkflowSpec, account: str
+) -> None:
+    """The current generation's Role and RoleBinding (its state ConfigMaps, by name) for the
+    Jobs' ServiceAccount, owned by its state; ones of those names that are not this state's
+    are refused. Nothing while the state is missing (a Job then fails its first read)."""
+    metadata = workflow["metadata"]
+    name = search_name(metadata["name"], int(metadata.get("generation", 1)))
+    state = kubeapi.read(
+        client.CoreV1Api(api).read_namespaced_config_map, name, metadata["namespace"]
+    )
+    if state is None:
+        return
+    rbac = client.RbacAuthorizationV1Api(api)
+    uid = state["metadata"]["uid"]
+
+    def whose(existing: Mapping[str, Any]) -> str | None:
+        return _not_made_here(existing) or kubeapi.controlled_by_another(existing, uid)
+
+    creations: tuple[tuple[Callable[..., Any], Callable[..., Any], dict[str, Any]], ...] = (
+        (rbac.create_namespaced_role, rbac.read_namespaced_role, build_job_role(state, spec)),
         (
             rbac.create_namespaced_role_binding,
             rbac.read_namespaced_role_binding,
-            build_job_role_binding(namespace, account),
+            build_job_role_binding(state, account),
         ),
     )
     for create, read, body in creations:
-        kubeapi.create_or_take(create, read, namespace, body, _not_made_here)
+        try:
+            kubeapi.create_or_take(create, read, state["metadata"]["namespace"], body, whose)
+        except kubeapi.OwnedByAnotherError as error:
+            raise ForeignJobAccessError(str(error)) from None
+
+
+def _refuse_foreign(
+    workflow: Mapping[str, Any], error: ForeignJobAccessError
+) -> kopf.TemporaryError:
+    """Retry later, with a Warning Event that names the object and the fix."""
+    namespace = workflow["metadata"]["namespace"]
+    message = (
+        f"{error} in namespace {namespace}: the Jobs will not run with it; delete it (for the "
+        "ServiceAccount, or set the operator's jobServiceAccount (Helm value) to a free name)"
+    )
+    _post(workflow, reconcile.Event("Warning", "ForeignJobAccount", message))
+    return kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S)
 
 
 def _not_made_here(existing: Mapping[str, Any]) -> str | None:
@@ -229,13 +271,16 @@ def _delete_states(
 
 
 def _create_state(
-    api: client.ApiClient, workflow: Mapping[str, Any], bodies: list[dict[str, Any]]
+    api: client.ApiClient,
+    workflow: Mapping[str, Any],
+    spec: CompoundWorkflowSpec,
+    seed: Mapping[str, str] | None = None,
 ) -> None:
     """The state ConfigMap, after its chunks (a Job reads the state first, so the ledger it
     sees is whole)."""
     core = client.CoreV1Api(api)
     metadata = workflow["metadata"]
-    state, *chunks = bodies
+    state, *chunks = build_state_config_maps(workflow, spec, seed)
     for body in [*chunks, state]:
         kubeapi.create_or_adopt(
             core.create_namespaced_config_map,
@@ -253,6 +298,8 @@ def _create_job(
     which: reconcile.Create,
     settings: OperatorSettings,
 ) -> None:
+    # Every Job starts with its access: a Role lost or refused earlier is made (or refused) now.
+    _ensure_job_access(api, body, spec, settings.job_service_account)
     build = build_search_job if which is reconcile.Create.SEARCH_JOB else build_profile_job
     job = build(
         body,
@@ -334,14 +381,9 @@ def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSe
             _post(workflow, reconcile.Event("Warning", error.reason, str(error)))
         raise kopf.PermanentError(str(error)) from None
     try:
-        _ensure_rbac(api, namespace, settings.job_service_account)
-    except kubeapi.OwnedByAnotherError as error:
-        message = (
-            f"{error} in namespace {namespace}: the Jobs will not run with it; delete it, or set "
-            "the operator's jobServiceAccount (Helm value) to a free name"
-        )
-        _post(workflow, reconcile.Event("Warning", "ForeignJobAccount", message))
-        raise kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S) from None
+        _ensure_service_account(api, namespace, settings.job_service_account)
+    except ForeignJobAccessError as error:
+        raise _refuse_foreign(workflow, error) from None
     if status.observed_generation == generation and status.phase is not Phase.PENDING:
         return True  # already started; the timer carries it on
     # Older generations' Jobs go first, so that they stop writing to the ledgers seeded from.
@@ -351,13 +393,15 @@ def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSe
         if generation not in states:
             datas = {g: state.data for g, state in states.items()}
             seed = reconcile.seed_state(spec, generation, datas)
-            _create_state(api, workflow, build_state_config_maps(workflow, spec, seed.data))
+            _create_state(api, workflow, spec, seed.data)
             # Re-read: if a racing start made it first, its ledger is what counts.
             states = _states(api, namespace, name, uid)
         state = states[generation].data if generation in states else {}
         new, event = reconcile.start_status(status, name, generation, spec, space, state, now)
         if new.search_job is not None:
             _create_job(api, workflow, spec, reconcile.Create.SEARCH_JOB, settings)
+    except ForeignJobAccessError as error:
+        raise _refuse_foreign(workflow, error) from None
     except kubeapi.OwnedByAnotherError as error:
         raise _wait_for_collection(error) from None
     if not _write_status(api, namespace, name, version, new):
@@ -459,9 +503,11 @@ def _advance(
     try:
         for which in step.create:
             if which is reconcile.Create.STATE:
-                _create_state(api, workflow, build_state_config_maps(workflow, spec))
+                _create_state(api, workflow, spec)
             else:
                 _create_job(api, workflow, spec, which, settings)
+    except ForeignJobAccessError as error:
+        raise _refuse_foreign(workflow, error) from None
     except kubeapi.OwnedByAnotherError as error:
         raise _wait_for_collection(error) from None
     if step.policy_spec is not None:
