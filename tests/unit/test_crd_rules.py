@@ -1,11 +1,8 @@
 """The CRDs' CEL rules (x-kubernetes-validations) agree with the pydantic validators.
 
-Every rule in the generated CRDs is evaluated with a real CEL implementation (cel-python,
-module celpy) the way a current kube-apiserver does it: defaults applied first, each rule run
-on every present object its schema node describes with ``self`` typed by the schema (``number``
-fields are doubles even when written as 1, fields without a schema type are not visible), an
-evaluation error counts as a rejection. For valid and invalid specs, the CEL verdict must equal
-the pydantic verdict, and a rejection must name the same field on both sides.
+Every rule in the generated CRDs is evaluated with a real CEL implementation the way a current
+kube-apiserver does it (apiserver_checks.py). For valid and invalid specs, the CEL verdict must
+equal the pydantic verdict, and a rejection must name the same field on both sides.
 
 celpy lacks two things Kubernetes' cel-go has, so the rules avoid them: heterogeneous equality
 (``1 == 1.0`` is an error in celpy, true in cel-go) and Kubernetes' list library (isSorted()).
@@ -13,142 +10,31 @@ celpy lacks two things Kubernetes' cel-go has, so the rules avoid them: heteroge
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import celpy
 import pytest
 import yaml
+from apiserver_checks import (
+    ENV,
+    cel_rejections,
+    defaulted,
+    join,
+    rules_of,
+    spec_schema,
+    to_cel,
+)
 from celpy import celtypes
 from pydantic import BaseModel, ValidationError
 
 from compass.api.compoundworkflow import MAX_BUDGETS, CompoundWorkflowSpec
-from compass.api.crds import COMPOUND_WORKFLOW, PARETO_POLICY, Resource, build_crd
+from compass.api.crds import COMPOUND_WORKFLOW, PARETO_POLICY
 from compass.api.paretopolicy import MAX_FRONT, ParetoPolicySpec
 from compass.controllers.workflow import InvalidSpecError, validate_spec
 
 REPO = Path(__file__).resolve().parents[2]
-VALIDATIONS = "x-kubernetes-validations"
-ENV = celpy.Environment()
-
-
-def _spec_schema(resource: Resource) -> dict[str, Any]:
-    crd = build_crd(resource)
-    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return schema["properties"]["spec"]  # type: ignore[no-any-return]
-
-
-# ---------------------------------------------------------------- a kube-apiserver's CEL pass
-
-
-def _defaulted(value: Any, schema: dict[str, Any]) -> Any:
-    """The value with the schema's defaults filled in, as the server does before validating."""
-    if isinstance(value, dict):
-        result = dict(value)
-        for name, child in schema.get("properties", {}).items():
-            if name not in result and "default" in child:
-                result[name] = copy.deepcopy(child["default"])
-            if name in result:
-                result[name] = _defaulted(result[name], child)
-        extra = schema.get("additionalProperties")
-        if isinstance(extra, dict):
-            result = {k: _defaulted(v, extra) for k, v in result.items()}
-        return result
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        return [_defaulted(item, schema["items"]) for item in value]
-    return value
-
-
-def _exposed(schema: dict[str, Any]) -> bool:
-    """Whether Kubernetes declares the node in CEL (untyped preserved values are hidden)."""
-    kind = schema.get("type")
-    if kind == "array":
-        return _exposed(schema["items"])
-    if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
-        return _exposed(schema["additionalProperties"])
-    return kind in {"object", "string", "integer", "number", "boolean"}
-
-
-def _to_cel(value: Any, schema: dict[str, Any]) -> Any:
-    """The value as the CEL type the schema declares (Kubernetes' UnstructuredToVal)."""
-    kind = schema.get("type")
-    if value is None:
-        return None
-    if kind == "number":
-        return celtypes.DoubleType(float(value))
-    if kind == "integer":
-        return celtypes.IntType(value)
-    if kind == "string":
-        return celtypes.StringType(value)
-    if kind == "boolean":
-        return celtypes.BoolType(value)
-    if kind == "array":
-        return celtypes.ListType([_to_cel(v, schema["items"]) for v in value])
-    extra = schema.get("additionalProperties")
-    if isinstance(extra, dict):
-        return celtypes.MapType(
-            {celtypes.StringType(k): _to_cel(v, extra) for k, v in value.items()}
-        )
-    fields = schema.get("properties", {})
-    return celtypes.MapType(
-        {
-            celtypes.StringType(k): _to_cel(v, fields[k])
-            for k, v in value.items()
-            if k in fields and _exposed(fields[k])
-        }
-    )
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """One failed rule: where the server reports it and what it says."""
-
-    node: str  # the object the rule ran on, relative to spec: "evaluation", "front[1]"
-    field: str  # node + fieldPath: the path the server's error names
-    message: str
-    rule: str
-
-
-def _run(rule: str, value: Any) -> bool:
-    program = ENV.program(ENV.compile(rule))
-    try:
-        return bool(program.evaluate({"self": value}))
-    except celpy.CELEvalError:
-        return False  # the server reports an evaluation error as an invalid value
-
-
-def _join(path: str, part: str) -> str:
-    return f"{path}.{part}" if path else part
-
-
-def cel_rejections(data: Any, schema: dict[str, Any], path: str = "") -> Iterator[Rejection]:
-    """Every rule of the schema that the (defaulted) data fails, depth first."""
-    if data is None:
-        return
-    for entry in schema.get(VALIDATIONS, []):
-        if not _run(entry["rule"], _to_cel(data, schema)):
-            field = path + entry.get("fieldPath", "")
-            yield Rejection(path, field, entry["message"], entry["rule"])
-    if isinstance(data, dict):
-        for name, child in schema.get("properties", {}).items():
-            if name in data:
-                yield from cel_rejections(data[name], child, _join(path, name))
-    if isinstance(data, list) and isinstance(schema.get("items"), dict):
-        for index, item in enumerate(data):
-            yield from cel_rejections(item, schema["items"], f"{path}[{index}]")
-
-
-def _rules(schema: dict[str, Any]) -> Iterator[str]:
-    yield from (entry["rule"] for entry in schema.get(VALIDATIONS, []))
-    for child in schema.get("properties", {}).values():
-        yield from _rules(child)
-    for key in ("items", "additionalProperties"):
-        if isinstance(schema.get(key), dict):
-            yield from _rules(schema[key])
 
 
 # ---------------------------------------------------------------- the specs
@@ -367,7 +253,7 @@ OPERATOR_ONLY: dict[str, tuple[type[BaseModel], Change, str]] = {
 
 
 def _schema_for(model: type[BaseModel]) -> dict[str, Any]:
-    return _spec_schema(COMPOUND_WORKFLOW if model is CompoundWorkflowSpec else PARETO_POLICY)
+    return spec_schema(COMPOUND_WORKFLOW if model is CompoundWorkflowSpec else PARETO_POLICY)
 
 
 def _base(model: type[BaseModel]) -> dict[str, Any]:
@@ -385,7 +271,7 @@ def _pydantic_errors(model: type[BaseModel], spec: dict[str, Any]) -> list[dict[
 def _k8s_path(loc: tuple[Any, ...]) -> str:
     text = ""
     for part in loc:
-        text = f"{text}[{part}]" if isinstance(part, int) else _join(text, part)
+        text = f"{text}[{part}]" if isinstance(part, int) else join(text, part)
     return text
 
 
@@ -399,7 +285,7 @@ def _leaf(path: str) -> str:
 
 def test_every_rule_compiles_in_cel() -> None:
     for model in (CompoundWorkflowSpec, ParetoPolicySpec):
-        rules = list(_rules(_schema_for(model)))
+        rules = list(rules_of(_schema_for(model)))
         assert rules, f"{model.__name__} has no CEL rules"
         for rule in rules:
             ENV.compile(rule)
@@ -411,7 +297,7 @@ def test_cel_and_pydantic_agree(name: str) -> None:
     spec = _base(model)
     change(spec)
     schema = _schema_for(model)
-    rejections = list(cel_rejections(_defaulted(spec, schema), schema))
+    rejections = list(cel_rejections(defaulted(spec, schema), schema))
     errors = _pydantic_errors(model, spec)
     assert (not rejections) is valid, rejections
     assert (not errors) is valid, errors
@@ -436,7 +322,7 @@ def test_operator_condition_names_the_field_the_server_names(name: str) -> None:
     spec = _workflow()
     change(spec)
     schema = _schema_for(CompoundWorkflowSpec)
-    fields = {f"spec.{r.field}" for r in cel_rejections(_defaulted(spec, schema), schema)}
+    fields = {f"spec.{r.field}" for r in cel_rejections(defaulted(spec, schema), schema)}
     with pytest.raises(InvalidSpecError) as error:
         validate_spec(spec)
     assert error.value.field in fields
@@ -449,8 +335,8 @@ def test_every_rule_rejects_some_case() -> None:
         spec = _base(model)
         change(spec)
         schema = _schema_for(model)
-        failed |= {r.rule for r in cel_rejections(_defaulted(spec, schema), schema)}
-    every = {r for m in (CompoundWorkflowSpec, ParetoPolicySpec) for r in _rules(_schema_for(m))}
+        failed |= {r.rule for r in cel_rejections(defaulted(spec, schema), schema)}
+    every = {r for m in (CompoundWorkflowSpec, ParetoPolicySpec) for r in rules_of(_schema_for(m))}
     assert every - failed == set()
 
 
@@ -460,7 +346,7 @@ def test_rules_cel_cannot_state_are_left_to_the_operator(name: str) -> None:
     spec = _base(model)
     change(spec)
     schema = _schema_for(model)
-    assert list(cel_rejections(_defaulted(spec, schema), schema)) == []
+    assert list(cel_rejections(defaulted(spec, schema), schema)) == []
     errors = _pydantic_errors(model, spec)
     assert errors
     assert field in f"{_k8s_path(tuple(errors[0]['loc']))}: {errors[0]['msg']}"
@@ -487,5 +373,5 @@ def test_rules_that_iterate_have_bounded_input() -> None:
 def test_number_fields_are_doubles_in_cel() -> None:
     """A whole number in a `number` field is a double to the server's CEL (no int/double mix)."""
     schema = _schema_for(ParetoPolicySpec)["properties"]["front"]["items"]
-    value = _to_cel({"latencyMeanMs": 5, "latencyP95Ms": 5.5}, schema)
+    value = to_cel({"latencyMeanMs": 5, "latencyP95Ms": 5.5}, schema)
     assert isinstance(value[celtypes.StringType("latencyMeanMs")], celtypes.DoubleType)

@@ -13,6 +13,7 @@ from compass.api.meta import (
     MAX_ARG_LENGTH,
     MAX_ARGS,
     MAX_IMAGE_LENGTH,
+    MAX_LATENCY_MS,
     MAX_MAP_ENTRIES,
     MAX_NAME_LENGTH,
     MAX_NAMESPACE_LENGTH,
@@ -374,7 +375,9 @@ class Profiling(CamelModel):
 class Slo(CamelModel):
     """The latency objective at a percentile of requests."""
 
-    latency_ms: Annotated[float, Field(gt=0, description="Latency target in milliseconds.")]
+    latency_ms: Annotated[
+        float, Field(gt=0, le=MAX_LATENCY_MS, description="Latency target in milliseconds.")
+    ]
     percentile: Annotated[
         float, Field(gt=0, lt=100, description="Percentile of requests held to the target.")
     ] = 95.0

@@ -18,6 +18,7 @@ from compass.api.conditions import CONDITIONS_SCHEMA, MAX_CONDITIONS, Condition
 from compass.api.meta import (
     DEFAULT_ROUTER_MODEL,
     MAX_ENDPOINT_LENGTH,
+    MAX_LATENCY_MS,
     MAX_NAME_LENGTH,
     MAX_QUERY_LENGTH,
     CamelModel,
@@ -61,10 +62,18 @@ class CurvePointSpec(CamelModel):
 
     offered_qps: Annotated[float, Field(gt=0, description="Requests per second offered.")]
     throughput_qps: Annotated[float, Field(gt=0, description="Requests per second served.")]
-    latency_mean_ms: Annotated[float, Field(gt=0, description="Mean latency in ms.")]
-    latency_p50_ms: Annotated[float, Field(gt=0, description="Median latency in ms.")]
-    latency_p95_ms: Annotated[float, Field(gt=0, description="95th percentile latency in ms.")]
-    latency_p99_ms: Annotated[float, Field(gt=0, description="99th percentile latency in ms.")]
+    latency_mean_ms: Annotated[
+        float, Field(gt=0, le=MAX_LATENCY_MS, description="Mean latency in ms.")
+    ]
+    latency_p50_ms: Annotated[
+        float, Field(gt=0, le=MAX_LATENCY_MS, description="Median latency in ms.")
+    ]
+    latency_p95_ms: Annotated[
+        float, Field(gt=0, le=MAX_LATENCY_MS, description="95th percentile latency in ms.")
+    ]
+    latency_p99_ms: Annotated[
+        float, Field(gt=0, le=MAX_LATENCY_MS, description="99th percentile latency in ms.")
+    ]
     growing: bool = Field(
         default=False,
         description="The latency still grew at the end of this rate's run (saturated).",
@@ -110,16 +119,25 @@ class FrontEntry(CamelModel):
         description="The configuration's parameter values (the router applies them).",
     )
     accuracy: Annotated[float, Field(ge=0, le=1, description="Measured accuracy in [0, 1].")]
-    latency_mean_ms: Annotated[float, Field(gt=0, description="Mean service time in ms.")]
-    latency_p95_ms: Annotated[float, Field(gt=0, description="95th percentile service time in ms.")]
+    latency_mean_ms: Annotated[
+        float, Field(gt=0, le=MAX_LATENCY_MS, description="Mean service time in ms.")
+    ]
+    latency_p95_ms: Annotated[
+        float, Field(gt=0, le=MAX_LATENCY_MS, description="95th percentile service time in ms.")
+    ]
     latency_p50_ms: Annotated[
-        float | None, Field(gt=0, description="Median service time in ms, if measured.")
+        float | None,
+        Field(gt=0, le=MAX_LATENCY_MS, description="Median service time in ms, if measured."),
     ] = None
     latency_p99_ms: Annotated[
-        float | None, Field(gt=0, description="99th percentile service time in ms, if measured.")
+        float | None,
+        Field(
+            gt=0, le=MAX_LATENCY_MS, description="99th percentile service time in ms, if measured."
+        ),
     ] = None
     latency_std_ms: Annotated[
-        float | None, Field(ge=0, description="Standard deviation of the service time in ms.")
+        float | None,
+        Field(ge=0, le=MAX_LATENCY_MS, description="Standard deviation of the service time in ms."),
     ] = None
     capacity: CapacitySpec | None = Field(
         default=None,
@@ -203,7 +221,9 @@ class FrontEntry(CamelModel):
 class SloSpec(CamelModel):
     """The latency objective at a percentile of requests."""
 
-    latency_ms: Annotated[float, Field(gt=0, description="Latency target in milliseconds.")]
+    latency_ms: Annotated[
+        float, Field(gt=0, le=MAX_LATENCY_MS, description="Latency target in milliseconds.")
+    ]
     percentile: Annotated[
         float, Field(gt=0, lt=100, description="Percentile of requests held to the target.")
     ] = 95.0

@@ -107,7 +107,9 @@ def parse_spec(raw: Mapping[str, Any]) -> CompoundWorkflowSpec:
     except ValidationError as error:
         loc, what = first_error(error)
         constraint = re.match(r"^constraint '(.*?)': (.*)$", what)
-        constraints = list((raw.get("space") or {}).get("constraints") or [])
+        space = raw.get("space")
+        listed = space.get("constraints") if isinstance(space, Mapping) else None
+        constraints = list(listed) if isinstance(listed, list) else []
         if constraint and constraint.group(1) in constraints:
             index = constraints.index(constraint.group(1))
             return _raise(f"spec.space.constraints[{index}]", constraint.group(0))

@@ -331,7 +331,10 @@ def _violation(service: _Service, rate: float, budget_s: float) -> float:
         return service.expect((times > budget_s).astype(np.float64))
 
     def excess(gamma: float) -> float:
-        return rate * (service.expect(np.exp(gamma * times)) - 1) - gamma
+        # Bracketing may try a gamma far past the root, where exp overflows to inf: inf is
+        # the right sign there, so the overflow is no error.
+        with np.errstate(over="ignore"):
+            return rate * (service.expect(np.exp(gamma * times)) - 1) - gamma
 
     # excess(0) = 0, excess'(0) = rho - 1 < 0 and excess is convex: one positive root. The
     # heavy-traffic value 2 (1 - rho) / (lambda E[S^2]) is of its order: bracket from there.
