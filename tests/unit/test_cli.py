@@ -804,3 +804,22 @@ def test_serve_refuses_a_metrics_url_it_would_not_read(cli: Cli) -> None:
     assert "--metrics" in run.err
     assert "only http:// or https://" in run.err
     assert "Traceback" not in run.err
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`compass simulate | head -1`: the pipe closes after one line; the command stops quietly
+    with what a shell reports for SIGPIPE (128 + 13)."""
+    policy = str(REPO_ROOT / "examples" / "pareto-policy-gitops.yaml")
+    process = subprocess.Popen(
+        [*MODULE, "simulate", "--policy", policy, "--duration", "60"],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().startswith(b"compass simulate:")
+    process.stdout.close()
+    _, err = process.communicate(timeout=120)
+    assert b"Traceback" not in err, err
+    assert process.returncode == 141, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -91,10 +92,19 @@ def _main(argv: list[str] | None) -> int:
         return handler(args)
     except UsageError as exc:
         return _usage_error(f"compass {args.subcommand}", exc)
-    except KeyboardInterrupt:
+    except BrokenPipeError:
+        # The reader has gone (`compass simulate | head`): nothing more can be read. stdout
+        # goes to /dev/null, or the interpreter's last flush fails on the pipe once more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt as exc:
         # `search` reports its own interruption with a resume hint; this is everything else.
-        print(f"compass {args.subcommand}: interrupted", file=sys.stderr)
-        return 130
+        terminated = isinstance(exc, Terminated)
+        print(
+            f"compass {args.subcommand}: {'terminated' if terminated else 'interrupted'}",
+            file=sys.stderr,
+        )
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from compass.commands.search_common import (
     summary,
     write_result,
 )
-from compass.console import UsageError, fail, parse_int, search_with_progress
+from compass.console import Terminated, UsageError, fail, parse_int, search_with_progress
 from compass.domain.evaluation import EvaluationError, Evaluator, ParamValue
 from compass.domain.search import MAX_DATASET_SIZE, SearchSettings
 from compass.domain.space import Space, SpaceError, SpaceSpec, config_key, explain_validation_error
@@ -546,9 +547,13 @@ def _search_locked(plan: _Plan) -> int:
             file=sys.stderr,
         )
         return 1
-    except KeyboardInterrupt:
-        print(f"{_PROG}: interrupted; {resume_hint}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print(
+            f"{_PROG}: {'terminated' if terminated else 'interrupted'}; {resume_hint}",
+            file=sys.stderr,
+        )
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
     if plan.resumed_facts is not None:
         print(
             f"{_PROG}: reused {evaluator.reused:,} sample evaluations from {plan.checkpoint}; "
