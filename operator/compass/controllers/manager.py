@@ -28,6 +28,7 @@ from typing import Any
 
 from compass.controllers import fencing
 from compass.controllers.fencing import Fence
+from compass.controllers.logs import configure_logging
 from compass.controllers.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -377,7 +378,6 @@ def run(
     *,
     namespaces: list[str] | None = None,
     all_namespaces: bool = False,
-    verbose: bool = False,
     stop_flag: threading.Event | None = None,
     ready_flag: threading.Event | None = None,
 ) -> int:
@@ -394,8 +394,8 @@ def run(
     import compass.controllers.handlers  # noqa: F401
     from compass.controllers.runtime import RUNTIME_KEY, OperatorMetrics, Runtime
 
-    kopf.configure(verbose=verbose)
-    if not verbose:
+    configure_logging(settings.log_level, settings.log_format)
+    if settings.log_level != "debug":
         logging.getLogger("kopf.objects").addFilter(_quiet_timer_successes)
 
     metrics = OperatorMetrics()
