@@ -40,7 +40,10 @@ PEERING_WAIT_S = 30.0
 
 # How often a running operator re-checks for missing compass.io CRDs (and says so in its log).
 CRD_RECHECK_S = 10.0
-CRD_FIX = "kubectl apply -f crds/ (or the Helm chart's crds/; `helm install` applies them)"
+CRD_FIX = (
+    "kubectl apply -f crds/ (with --validate=false before Kubernetes 1.28), or helm upgrade the "
+    "chart with crds.install=true"
+)
 
 
 class PeeringError(Exception):
