@@ -428,8 +428,10 @@ def test_upgrade_changes_the_crds_and_uninstall_keeps_them(
             GROUP, VERSION, namespace, POLICY_PLURAL, policy, _preload_content=False
         )
 
-        # The chart as it is: no force needed now.
-        upgraded = config.upgrade(str(CHART), release, values, namespace=namespace, timeout=60)
+        # The chart as it is, and replicaCount 2 (a PodDisruptionBudget): no force needed now.
+        upgraded = config.upgrade(
+            str(CHART), release, {**values, "replicaCount": 2}, namespace=namespace, timeout=60
+        )
         assert upgraded["status"] == "deployed"
         [rendered] = [
             d
@@ -452,6 +454,10 @@ def test_upgrade_changes_the_crds_and_uninstall_keeps_them(
             {"spec": {NEW_FIELD: 250}},
             _preload_content=False,
         )
+        budget = json.loads(k8s_cluster.kubectl("get", "pdb", "-n", namespace, "-o", "json").stdout)
+        [item] = budget["items"]
+        # 1.20 serves policy/v1beta1 only: the chart chose it (policy/v1 would fail the upgrade).
+        assert (item["apiVersion"], item["spec"]["maxUnavailable"]) == ("policy/v1beta1", 1)
 
         config.uninstall(release, timeout=60)
         rbac = client.RbacAuthorizationV1Api(k8s_api)

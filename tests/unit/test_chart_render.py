@@ -140,6 +140,7 @@ EVERYTHING_ON = {
     "replicaCount": 2,
     "metrics": {"serviceMonitor": {"enabled": True}},
     "grafanaDashboard": {"enabled": True},
+    "logging": {"level": "debug", "format": "json"},
 }
 
 
@@ -156,7 +157,7 @@ EVERYTHING_ON = {
 )
 def test_lint_is_clean(values: dict[str, Any] | None, kube_version: str | None) -> None:
     """`helm lint --strict`: no warnings or errors (only the icon suggestion, an info), also
-    for the oldest server the chart supports (no CEL there)."""
+    for the oldest server the chart supports (its PodDisruptionBudget API, no CEL)."""
     report = helm.lint(CHART, values, strict=True, kube_version=kube_version)
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
@@ -288,6 +289,7 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
             "allowedJobImages": ["registry.local/eval/*"],
             "metrics": {"port": 9090},
             "health": {"port": 9091},
+            "logging": {"level": "warning", "format": "json"},
         }
     )
     variables = env(objects)
@@ -300,6 +302,8 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
         "COMPASS_ALLOWED_JOB_IMAGES",
         "COMPASS_METRICS_PORT",
         "COMPASS_HEALTH_PORT",
+        "COMPASS_LOG_LEVEL",
+        "COMPASS_LOG_FORMAT",
         "COMPASS_PEERING",
         "COMPASS_PEERING_LIFETIME_SECONDS",
     }
@@ -313,6 +317,7 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
     assert settings.allowed_target_namespaces == ["serving"]
     assert settings.allowed_job_images == ["registry.local/eval/*"]
     assert (settings.metrics_port, settings.health_port) == (9090, 9091)
+    assert (settings.log_level, settings.log_format) == ("warning", "json")
     assert settings.peering == "compass-operator"
     assert settings.peering_priority is None  # each replica its own, from its start time
     assert settings.peering_lifetime_seconds == 60
@@ -458,6 +463,16 @@ def _exported_series() -> set[str]:
     return {f.name + "_total" if f.type == "counter" else f.name for f in families}
 
 
+def test_default_log_is_info_text_as_the_operators_own_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The chart's logging defaults are what the operator does without them."""
+    variables = env(render())
+    assert (variables["COMPASS_LOG_LEVEL"], variables["COMPASS_LOG_FORMAT"]) == ("info", "text")
+    defaults = OperatorSettings()
+    assert (defaults.log_level, defaults.log_format) == ("info", "text")
+
+
 # ------------------------------------------------------------------------------ CRDs
 
 
@@ -544,6 +559,31 @@ def test_cel_rules_only_where_the_api_server_knows_them(
             assert has_field_paths == ("fieldPath" not in left_out)
 
 
+# ------------------------------------------------------------------------------ disruptions
+
+
+def test_a_disruption_budget_only_for_more_than_one_replica() -> None:
+    """replicaCount 2: a PodDisruptionBudget with maxUnavailable 1 over the operator's pods
+    (policy/v1, or v1beta1 on 1.20, which has no policy/v1); none for one replica, whose budget
+    would block every drain, and none when switched off."""
+    assert "PodDisruptionBudget" not in {o["kind"] for o in render()}
+    objects = render({"replicaCount": 2})
+    budget = only(objects, "PodDisruptionBudget")
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["metadata"]["namespace"] == NAMESPACE
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert "minAvailable" not in budget["spec"]
+    pod_labels = only(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    old = render({"replicaCount": 2}, kube_version="1.20.2")
+    assert only(old, "PodDisruptionBudget")["apiVersion"] == "policy/v1beta1"
+    assert only(render({"replicaCount": 2}, kube_version="1.21.0"), "PodDisruptionBudget")[
+        "apiVersion"
+    ] == ("policy/v1")
+    switched_off = render({"replicaCount": 3, "podDisruptionBudget": {"enabled": False}})
+    assert "PodDisruptionBudget" not in {o["kind"] for o in switched_off}
+
+
 # ------------------------------------------------------------------------------ peering
 
 
@@ -627,6 +667,9 @@ def test_peering_objects_follow_the_mode() -> None:
         ({"grafanaDashboard": {"sloLatencyMs": 0}}, "/grafanaDashboard/sloLatencyMs"),
         ({"crds": {"install": "yes"}}, "/crds/install"),
         ({"crds": {"keepp": True}}, "keepp"),
+        ({"podDisruptionBudget": {"minAvailable": 1}}, "minAvailable"),
+        ({"logging": {"level": "verbose"}}, "/logging/level"),
+        ({"logging": {"format": "logfmt"}}, "/logging/format"),
     ],
 )
 def test_bad_values_fail_naming_the_key(values: dict[str, Any], key: str) -> None:
