@@ -7,6 +7,12 @@ operator's ServiceAccount: every permission compass.controllers.rbac lists is al
 mode only in the watched namespaces), and representative dangerous ones are denied. The chart's
 CRDs also accept every example manifest as written (nothing pruned).
 
+The CRDs are templates of the chart: a `helm upgrade` changes the served CRD, `helm uninstall`
+leaves the CRDs and every custom resource (crds.keep), and CRDs that kubectl applied pass to a
+release as the chart README says. They are cluster-wide, so one release owns them: the
+cluster-mode release and the CRD-upgrade test's take them over as the README says (other modules
+of the tier apply them with kubectl), every other release here installs with crds.install false.
+
 No pod runs the operator here (no node fixture is requested): these tests are about what the
 chart creates and grants, not about the operator's behaviour.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+import helm_python._native as helm_native
 import pytest
 import yaml
 from cluster import Cluster, temporary_namespace, wait_for
@@ -29,7 +37,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec
-from compass.api.crds import render_crds
+from compass.api.crds import PARETO_POLICY, RESOURCES, build_crd, crd_template, render_crds
+from compass.api.meta import GROUP, POLICY_PLURAL, VERSION
 from compass.controllers import kubeapi
 from compass.controllers.builders import (
     build_job_role,
@@ -88,6 +97,12 @@ FORBIDDEN: tuple[tuple[str, str, str, str], ...] = (
     ("get", "kopf.dev", "clusterkopfpeerings", ALL_NAMESPACES),
 )
 PEERING_CRDS = CHART / "crds" / "kopf-peerings.yml"
+CRD_NAMES = tuple(resource.name for resource in RESOURCES)
+# Helm's marks of the release an object belongs to (it refuses to take over one without them).
+OWNER_LABEL = "app.kubernetes.io/managed-by"
+OWNER_ANNOTATIONS = ("meta.helm.sh/release-name", "meta.helm.sh/release-namespace")
+# A ParetoPolicy field the "older" chart's CRD lacks (tests of the CRD upgrade).
+NEW_FIELD = "switchDelayMs"
 
 
 @dataclass(frozen=True)
@@ -115,15 +130,59 @@ def _helm(cluster: Cluster, namespace: str) -> helm.Config:
     return helm.Config(kubeconfig_path=str(cluster.kubeconfig), namespace=namespace)
 
 
+def _existing_crds(cluster: Cluster) -> list[str]:
+    """The compass.io CRDs the API server has."""
+    found = cluster.kubectl("get", "crd", "-o", "name", *CRD_NAMES, "--ignore-not-found")
+    return [
+        line.removeprefix("customresourcedefinition.apiextensions.k8s.io/")
+        for line in (found.stdout.split())
+    ]
+
+
+def _hand_crds_to(cluster: Cluster, release: str, namespace: str) -> None:
+    """The chart README's commands for CRDs a release did not install (kubectl applied them, or
+    an uninstalled release kept them): mark them as this release's, so Helm takes them over."""
+    existing = _existing_crds(cluster)
+    if not existing:
+        return
+    cluster.kubectl("label", "crd", *existing, f"{OWNER_LABEL}=Helm", "--overwrite")
+    release_name, release_namespace = OWNER_ANNOTATIONS
+    cluster.kubectl(
+        "annotate",
+        "crd",
+        *existing,
+        f"{release_name}={release}",
+        f"{release_namespace}={namespace}",
+        "--overwrite",
+    )
+
+
+def _install(
+    config: helm.Config, chart: Path, release: str, values: dict[str, Any], namespace: str
+) -> dict[str, Any]:
+    """`helm install --force-conflicts`: the library behind helm-python-sdk 0.2 takes the option,
+    its Config.install does not pass it on yet."""
+    options = {"namespace": namespace, "timeout_seconds": 60, "force_conflicts": True}
+    no_handle = helm_native.HANDLE(0)  # no cancellation context; the chart given by path
+    arguments = (config._raw(), no_handle, no_handle, str(chart), release, json.dumps(values))
+    result: dict[str, Any] = json.loads(
+        helm_native.call_string("helm_install", *arguments, json.dumps(options))
+    )
+    return result
+
+
 @contextlib.contextmanager
 def _release(
     cluster: Cluster, api: Any, release: str, values: dict[str, Any], workloads: tuple[str, ...]
 ) -> Iterator[str]:
-    """Install the chart (namespaces created first), yield its namespace, uninstall."""
+    """Install the chart (namespaces created first; the CRDs handed to it unless crds.install is
+    false), yield its namespace, uninstall."""
     namespace = f"{release}-system"
     with contextlib.ExitStack() as namespaces:
         for name in (namespace, *workloads):
             namespaces.enter_context(temporary_namespace(api, name))
+        if values.get("crds", {}).get("install", True):
+            _hand_crds_to(cluster, release, namespace)
         with _helm(cluster, namespace) as config:
             result = config.install(str(CHART), release, values, namespace=namespace, timeout=60)
             assert result["status"] == "deployed", result
@@ -149,7 +208,8 @@ def namespaced_mode(k8s_cluster: Cluster, k8s_api: Any) -> Iterator[Installed]:
     release = f"ns{suffix}"
     watched = (f"team-a-{suffix}", f"team-b-{suffix}")
     other = f"team-c-{suffix}"
-    values = {"watchNamespaces": list(watched)}
+    # The cluster-mode release owns the CRDs: a second release must not install them.
+    values = {"watchNamespaces": list(watched), "crds": {"install": False}}
     with _release(k8s_cluster, k8s_api, release, values, (*watched, other)) as namespace:
         yield Installed(release, namespace, f"{release}-compass-operator", watched, other)
 
@@ -280,6 +340,12 @@ def test_chart_installs_its_objects(k8s_api: Any, cluster_mode: Installed) -> No
         )["status"]
         conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
         assert conditions.get("Established") == "True", crd
+    for name in CRD_NAMES:
+        metadata = json.loads(
+            extensions.read_custom_resource_definition(name, _preload_content=False).data
+        )["metadata"]
+        assert metadata["annotations"]["meta.helm.sh/release-name"] == cluster_mode.release
+        assert metadata["annotations"]["helm.sh/resource-policy"] == "keep"
     # The chart's peering object, which every replica joins (kopf pauses without it).
     custom: Any = client.CustomObjectsApi(k8s_api)
     custom.get_cluster_custom_object(
@@ -304,19 +370,131 @@ def test_bad_values_fail_install_naming_the_key(k8s_cluster: Cluster, k8s_api: A
         assert config.list(all_states=True) == []
 
 
-def test_uninstall_keeps_the_crds(k8s_cluster: Cluster, k8s_api: Any) -> None:
-    """Helm never deletes crds/: the custom resources outlive a `helm uninstall`."""
-    release = f"tmp{_suffix()}"
-    rbac = client.RbacAuthorizationV1Api(k8s_api)
-    # Its own peering object: the module's cluster-mode release holds the default one.
-    with _release(k8s_cluster, k8s_api, release, {"peering": {"name": release}}, ()):
-        rbac.read_cluster_role(f"{release}-compass-operator", _preload_content=False)
-    assert kubeapi.read(rbac.read_cluster_role, f"{release}-compass-operator") is None
-    extensions = client.ApiextensionsV1Api(k8s_api)
-    for crd in [*render_crds(), *_peering_crds()]:
-        extensions.read_custom_resource_definition(
-            crd.removesuffix(".yaml"), _preload_content=False
+def _older_chart(directory: Path) -> Path:
+    """The chart as an earlier version of it: its ParetoPolicy CRD lacks spec.switchDelayMs."""
+    chart = directory / "compass-operator"
+    shutil.copytree(CHART, chart)
+    crd = build_crd(PARETO_POLICY)
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    del spec["properties"][NEW_FIELD]
+    (chart / "templates" / "crds" / f"{PARETO_POLICY.name}.yaml").write_text(crd_template(crd))
+    return chart
+
+
+def _served_policy_crd(api: Any) -> dict[str, Any]:
+    extensions: Any = client.ApiextensionsV1Api(api)
+    response = extensions.read_custom_resource_definition(
+        PARETO_POLICY.name, _preload_content=False
+    )
+    crd: dict[str, Any] = json.loads(response.data)
+    return crd
+
+
+def _stored_spec(api: Any, namespace: str, policy: dict[str, Any], *, patch: bool) -> Any:
+    """The spec the API server stores for this policy (a server-side dry run: nothing is
+    written), as a create, or as a merge patch of the existing one."""
+    custom: Any = client.CustomObjectsApi(api)
+    if patch:
+        response = custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            POLICY_PLURAL,
+            policy["metadata"]["name"],
+            {"spec": policy["spec"]},
+            dry_run="All",
+            _preload_content=False,
         )
+    else:
+        response = custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, POLICY_PLURAL, policy, dry_run="All", _preload_content=False
+        )
+    return json.loads(response.data)["spec"]
+
+
+def test_upgrade_changes_the_crds_and_uninstall_keeps_them(
+    k8s_cluster: Cluster, k8s_api: Any, tmp_path: Path
+) -> None:
+    """CRDs applied with kubectl pass to a release as the README says; an upgrade to a chart
+    whose CRD has a new field makes the API server keep that field (the older one pruned it);
+    helm uninstall leaves both CRDs and the custom resources."""
+    release = f"crd{_suffix()}"
+    namespace = f"{release}-system"
+    values: dict[str, Any] = {"peering": {"name": release}}  # its own ClusterKopfPeering
+    # The CRDs as `kubectl apply -f crds/` leaves them (or the chart when they were in its crds/).
+    k8s_cluster.kubectl("apply", "--validate=false", "-f", str(REPO / "crds"))
+    k8s_cluster.kubectl("label", "crd", *CRD_NAMES, f"{OWNER_LABEL}-")
+    k8s_cluster.kubectl("annotate", "crd", *CRD_NAMES, *(f"{a}-" for a in OWNER_ANNOTATIONS))
+    older = _older_chart(tmp_path)
+    policy = yaml.safe_load((EXAMPLES / "pareto-policy-gitops.yaml").read_text())
+    policy["spec"][NEW_FIELD] = 250
+    with temporary_namespace(k8s_api, namespace), _helm(k8s_cluster, namespace) as config:
+        with pytest.raises(helm.HelmError) as refused:
+            config.install(str(older), release, values, namespace=namespace, timeout=60)
+        message = str(refused.value)
+        assert 'CustomResourceDefinition "compoundworkflows.compass.io"' in message, message
+        assert "invalid ownership metadata" in message, message
+        assert config.list(all_states=True) == []
+
+        _hand_crds_to(k8s_cluster, release, namespace)
+        # kubectl owns the fields it applied: the first install that changes them needs
+        # --force-conflicts (Helm 4 applies server-side), as the README says.
+        assert _install(config, older, release, values, namespace)["status"] == "deployed"
+        served = _served_policy_crd(k8s_api)["spec"]["versions"][0]["schema"]
+        assert NEW_FIELD not in served["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        wait_for(
+            lambda: NEW_FIELD not in _stored_spec(k8s_api, namespace, policy, patch=False),
+            10,
+            "the older CRD pruning spec.switchDelayMs",
+        )
+        custom: Any = client.CustomObjectsApi(k8s_api)
+        custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, POLICY_PLURAL, policy, _preload_content=False
+        )
+
+        # The chart as it is, and replicaCount 2 (a PodDisruptionBudget): no force needed now.
+        upgraded = config.upgrade(
+            str(CHART), release, {**values, "replicaCount": 2}, namespace=namespace, timeout=60
+        )
+        assert upgraded["status"] == "deployed"
+        [rendered] = [
+            d
+            for d in yaml.safe_load_all(upgraded["manifest"])
+            if d and d["metadata"]["name"] == PARETO_POLICY.name
+        ]
+        served = _served_policy_crd(k8s_api)["spec"]["versions"][0]["schema"]
+        assert served == rendered["spec"]["versions"][0]["schema"]
+        wait_for(
+            lambda: _stored_spec(k8s_api, namespace, policy, patch=True).get(NEW_FIELD) == 250,
+            10,
+            "the upgraded CRD keeping spec.switchDelayMs",
+        )
+        custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            POLICY_PLURAL,
+            policy["metadata"]["name"],
+            {"spec": {NEW_FIELD: 250}},
+            _preload_content=False,
+        )
+        budget = json.loads(k8s_cluster.kubectl("get", "pdb", "-n", namespace, "-o", "json").stdout)
+        [item] = budget["items"]
+        # 1.20 serves policy/v1beta1 only: the chart chose it (policy/v1 would fail the upgrade).
+        assert (item["apiVersion"], item["spec"]["maxUnavailable"]) == ("policy/v1beta1", 1)
+
+        config.uninstall(release, timeout=60)
+        rbac = client.RbacAuthorizationV1Api(k8s_api)
+        assert kubeapi.read(rbac.read_cluster_role, f"{release}-compass-operator") is None
+        assert sorted(_existing_crds(k8s_cluster)) == sorted(CRD_NAMES)
+        kept = custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, POLICY_PLURAL, policy["metadata"]["name"]
+        )
+        assert _contains(kept["spec"], policy["spec"]) == []  # as written, the new field too
+    # kopf's peering CRDs come from the chart's crds/: installed once, never removed.
+    extensions = client.ApiextensionsV1Api(k8s_api)
+    for crd in _peering_crds():
+        extensions.read_custom_resource_definition(crd, _preload_content=False)
 
 
 def test_second_release_on_the_same_peering_fails_to_install(
@@ -326,8 +504,10 @@ def test_second_release_on_the_same_peering_fails_to_install(
     ClusterKopfPeering (the same default name) belongs to the first, so Helm refuses it."""
     namespace = f"second-{_suffix()}"
     with temporary_namespace(k8s_api, namespace), _helm(k8s_cluster, namespace) as config:
+        # crds.install false, as a second release must: the CRDs belong to the first.
+        second = {"crds": {"install": False}}
         with pytest.raises(helm.HelmError) as error:
-            config.install(str(CHART), "second", {}, namespace=namespace, timeout=60)
+            config.install(str(CHART), "second", second, namespace=namespace, timeout=60)
         message = str(error.value)
         assert 'ClusterKopfPeering "compass-operator"' in message, message
         assert cluster_mode.release in message, message

@@ -14,9 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+import helm_python._native as helm_native
 import pytest
 import yaml
 
+from compass.api.crds import RESOURCES, build_crd
+from compass.api.rules import VALIDATIONS
 from compass.controllers.rbac import (
     CLUSTER_PEERING_RULES,
     DISCOVERY_RULES,
@@ -52,10 +55,16 @@ OPERATOR_METRICS = (
 )
 
 
-def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The chart's objects for these values (NOTES.txt left out)."""
+def render(
+    values: dict[str, Any] | None = None, kube_version: str | None = None
+) -> list[dict[str, Any]]:
+    """The chart's objects for these values (NOTES.txt left out), as `helm template
+    --kube-version` renders them for that API server (default: Helm's own, a current one)."""
     with helm.Chart.load(CHART) as chart:
-        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        if kube_version is None:
+            manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        else:
+            manifests = _render_for(chart, values, kube_version)
     return [
         document
         for path, text in sorted(manifests.items())
@@ -63,6 +72,15 @@ def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         for document in yaml.safe_load_all(text)
         if document
     ]
+
+
+def _render_for(chart: helm.Chart, values: dict[str, Any] | None, kube_version: str) -> Any:
+    """chart.render for an API server version: the library's render takes `kube_version` (it
+    refuses an option it does not know), which helm-python-sdk 0.2's Chart.render does not
+    pass on yet; helm.lint does, through the same library."""
+    options = {"name": RELEASE, "namespace": NAMESPACE, "kube_version": kube_version}
+    arguments = (chart._raw(), json.dumps(values) if values else None, json.dumps(options))
+    return json.loads(helm_native.call_string("helm_render", *arguments))
 
 
 def notes(values: dict[str, Any] | None = None) -> str:
@@ -117,23 +135,30 @@ def test_chart_metadata_matches_the_project() -> None:
     assert OperatorSettings.model_fields["image"].default.endswith(f":{chart['appVersion']}")
 
 
+EVERYTHING_ON = {
+    "watchNamespaces": ["team-a", "team-b"],
+    "replicaCount": 2,
+    "metrics": {"serviceMonitor": {"enabled": True}},
+    "grafanaDashboard": {"enabled": True},
+    "logging": {"level": "debug", "format": "json"},
+}
+
+
 @pytest.mark.parametrize(
-    "values",
+    ("values", "kube_version"),
     [
-        None,
-        {
-            "watchNamespaces": ["team-a", "team-b"],
-            "replicaCount": 2,
-            "metrics": {"serviceMonitor": {"enabled": True}},
-            "grafanaDashboard": {"enabled": True},
-        },
-        {"peering": {"enabled": False}},
+        (None, None),
+        (EVERYTHING_ON, None),
+        (EVERYTHING_ON, "v1.20.2"),
+        (EVERYTHING_ON, "v1.26.0"),
+        ({"peering": {"enabled": False}}, None),
     ],
-    ids=["defaults", "everything-on", "standalone"],
+    ids=["defaults", "everything-on", "everything-on-1.20", "everything-on-1.26", "standalone"],
 )
-def test_lint_is_clean(values: dict[str, Any] | None) -> None:
-    """`helm lint --strict`: no warnings or errors (only the icon suggestion, an info)."""
-    report = helm.lint(CHART, values, strict=True)
+def test_lint_is_clean(values: dict[str, Any] | None, kube_version: str | None) -> None:
+    """`helm lint --strict`: no warnings or errors (only the icon suggestion, an info), also
+    for the oldest server the chart supports (its PodDisruptionBudget API, no CEL)."""
+    report = helm.lint(CHART, values, strict=True, kube_version=kube_version)
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= 2] == []
 
@@ -176,8 +201,8 @@ def test_every_values_key_is_commented_and_in_the_schema() -> None:
 
 
 def test_default_render_is_cluster_mode() -> None:
-    """Defaults: ServiceAccount, ClusterRoles and bindings, the ClusterKopfPeering, Deployment,
-    metrics Service."""
+    """Defaults: the CRDs, ServiceAccount, ClusterRoles and bindings, the ClusterKopfPeering,
+    Deployment, metrics Service."""
     objects = render()
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == [
@@ -186,15 +211,25 @@ def test_default_render_is_cluster_mode() -> None:
         "ClusterRole",
         "ClusterRoleBinding",
         "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "CustomResourceDefinition",
         "Deployment",
         "Service",
         "ServiceAccount",
     ]
+    cluster_scoped = (
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ClusterKopfPeering",
+        "CustomResourceDefinition",
+    )
     for obj in objects:
         labels = obj["metadata"]["labels"]
         assert STANDARD_LABELS.items() <= labels.items(), obj["metadata"]["name"]
-        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"):
+        if obj["kind"] not in cluster_scoped:
             assert obj["metadata"]["namespace"] == NAMESPACE
+        else:
+            assert "namespace" not in obj["metadata"], obj["metadata"]["name"]
     assert "COMPASS_NAMESPACES" not in env(objects)
     assert "cluster-wide" in notes()
 
@@ -254,6 +289,7 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
             "allowedJobImages": ["registry.local/eval/*"],
             "metrics": {"port": 9090},
             "health": {"port": 9091},
+            "logging": {"level": "warning", "format": "json"},
         }
     )
     variables = env(objects)
@@ -266,6 +302,8 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
         "COMPASS_ALLOWED_JOB_IMAGES",
         "COMPASS_METRICS_PORT",
         "COMPASS_HEALTH_PORT",
+        "COMPASS_LOG_LEVEL",
+        "COMPASS_LOG_FORMAT",
         "COMPASS_PEERING",
         "COMPASS_PEERING_LIFETIME_SECONDS",
     }
@@ -279,6 +317,7 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
     assert settings.allowed_target_namespaces == ["serving"]
     assert settings.allowed_job_images == ["registry.local/eval/*"]
     assert (settings.metrics_port, settings.health_port) == (9090, 9091)
+    assert (settings.log_level, settings.log_format) == ("warning", "json")
     assert settings.peering == "compass-operator"
     assert settings.peering_priority is None  # each replica its own, from its start time
     assert settings.peering_lifetime_seconds == 60
@@ -424,6 +463,127 @@ def _exported_series() -> set[str]:
     return {f.name + "_total" if f.type == "counter" else f.name for f in families}
 
 
+def test_default_log_is_info_text_as_the_operators_own_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The chart's logging defaults are what the operator does without them."""
+    variables = env(render())
+    assert (variables["COMPASS_LOG_LEVEL"], variables["COMPASS_LOG_FORMAT"]) == ("info", "text")
+    defaults = OperatorSettings()
+    assert (defaults.log_level, defaults.log_format) == ("info", "text")
+
+
+# ------------------------------------------------------------------------------ CRDs
+
+
+def _crds(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The rendered CRDs by name."""
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == "CustomResourceDefinition"}
+
+
+def test_crds_are_installed_and_kept_unless_told_otherwise() -> None:
+    """Both CRDs by default, with Helm's keep policy; crds.keep false drops the policy;
+    crds.install false renders none (a second release, or CRDs applied by hand)."""
+    names = {resource.name for resource in RESOURCES}
+    kept = _crds(render())
+    assert set(kept) == names
+    for crd in kept.values():
+        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    for crd in _crds(render({"crds": {"keep": False}})).values():
+        assert "annotations" not in crd["metadata"]
+    assert _crds(render({"crds": {"install": False}})) == {}
+    assert _crds(render({"crds": {"install": False}}, kube_version="1.30.0")) == {}
+    assert "helm uninstall leaves them" in notes()
+    assert "helm uninstall DELETES them" in notes({"crds": {"keep": False}})
+    assert "come from elsewhere" in notes({"crds": {"install": False}})
+
+
+def _without(fields: tuple[str, ...], value: Any) -> Any:
+    """value (a CRD or part of it) without its CEL rules (VALIDATIONS in fields), or without
+    these fields of each rule."""
+    if isinstance(value, dict):
+        return {
+            k: (
+                [{f: x for f, x in rule.items() if f not in fields} for rule in v]
+                if k == VALIDATIONS
+                else _without(fields, v)
+            )
+            for k, v in value.items()
+            if not (k == VALIDATIONS and VALIDATIONS in fields)
+        }
+    if isinstance(value, list):
+        return [_without(fields, item) for item in value]
+    return value
+
+
+def _rules(value: Any) -> list[dict[str, Any]]:
+    """Every CEL rule in value (a CRD or part of it)."""
+    if isinstance(value, dict):
+        return list(value.get(VALIDATIONS, [])) + [
+            rule for k, v in value.items() if k != VALIDATIONS for rule in _rules(v)
+        ]
+    if isinstance(value, list):
+        return [rule for item in value for rule in _rules(item)]
+    return []
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "left_out"),
+    [
+        ("1.20.2", (VALIDATIONS,)),  # the k8s tier's server: no CEL
+        ("1.24.17", (VALIDATIONS,)),  # alpha, off by default: the server would drop them
+        ("1.25.0", ("fieldPath", "reason")),  # rules enforced; their reason and fieldPath unknown
+        ("v1.27.16-eks-a18cd3a", ("fieldPath", "reason")),
+        ("1.28.0", ()),
+        ("v1.30.4+k3s1", ()),
+        (None, ()),  # helm template without --kube-version: Helm's own, a current one
+    ],
+)
+def test_cel_rules_only_where_the_api_server_knows_them(
+    kube_version: str | None, left_out: tuple[str, ...]
+) -> None:
+    """Each CRD is the generated one (crds/), less the CEL parts the server does not know:
+    server-side apply (Helm 4) refuses a field the server's CRD schema lacks."""
+    rendered = _crds(render(kube_version=kube_version))
+    for resource in RESOURCES:
+        crd = rendered[resource.name]
+        generated = build_crd(resource)
+        assert crd["spec"] == _without(left_out, generated["spec"])
+        assert generated["metadata"]["labels"].items() <= crd["metadata"]["labels"].items()
+        rules = _rules(crd)
+        if VALIDATIONS in left_out:
+            assert rules == []
+        else:
+            assert len(rules) == len(_rules(generated)) > 0
+            has_field_paths = any("fieldPath" in rule for rule in rules)
+            assert has_field_paths == ("fieldPath" not in left_out)
+
+
+# ------------------------------------------------------------------------------ disruptions
+
+
+def test_a_disruption_budget_only_for_more_than_one_replica() -> None:
+    """replicaCount 2: a PodDisruptionBudget with maxUnavailable 1 over the operator's pods
+    (policy/v1, or v1beta1 on 1.20, which has no policy/v1); none for one replica, whose budget
+    would block every drain, and none when switched off."""
+    assert "PodDisruptionBudget" not in {o["kind"] for o in render()}
+    objects = render({"replicaCount": 2})
+    budget = only(objects, "PodDisruptionBudget")
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["metadata"]["namespace"] == NAMESPACE
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert "minAvailable" not in budget["spec"]
+    pod_labels = only(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    old = render({"replicaCount": 2}, kube_version="1.20.2")
+    assert only(old, "PodDisruptionBudget")["apiVersion"] == "policy/v1beta1"
+    assert only(render({"replicaCount": 2}, kube_version="1.21.0"), "PodDisruptionBudget")[
+        "apiVersion"
+    ] == ("policy/v1")
+    switched_off = render({"replicaCount": 3, "podDisruptionBudget": {"enabled": False}})
+    assert "PodDisruptionBudget" not in {o["kind"] for o in switched_off}
+
+
 # ------------------------------------------------------------------------------ peering
 
 
@@ -505,6 +665,11 @@ def test_peering_objects_follow_the_mode() -> None:
         ({"peering": {"lifetimeSeconds": 1}}, "/peering/lifetimeSeconds"),
         ({"peering": {"enable": True}}, "enable"),
         ({"grafanaDashboard": {"sloLatencyMs": 0}}, "/grafanaDashboard/sloLatencyMs"),
+        ({"crds": {"install": "yes"}}, "/crds/install"),
+        ({"crds": {"keepp": True}}, "keepp"),
+        ({"podDisruptionBudget": {"minAvailable": 1}}, "minAvailable"),
+        ({"logging": {"level": "verbose"}}, "/logging/level"),
+        ({"logging": {"format": "logfmt"}}, "/logging/format"),
     ],
 )
 def test_bad_values_fail_naming_the_key(values: dict[str, Any], key: str) -> None:

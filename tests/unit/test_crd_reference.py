@@ -100,7 +100,7 @@ def test_every_cel_rule_is_listed_under_its_object_with_its_message(resource: Re
                 [line] = [line for line in markdown.splitlines() if f"`{rule['rule']}`" in line]
                 assert line.startswith(f"- {rule['message']}")
                 if "fieldPath" in rule:
-                    assert f"reported at `{rule['fieldPath']}`" in line
+                    assert f"reported at `{rule['fieldPath']}` from 1.28" in line
     if resource.kind == "CompoundWorkflow":
         assert rules >= 5  # evaluation (2), dataset (1), evaluator (2)
 

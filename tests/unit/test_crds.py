@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from pydantic import ConfigDict, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec
-from compass.api.crds import RESOURCES, build_crd, render_crds, without_cel
+from compass.api.crds import (
+    RESOURCES,
+    build_crd,
+    crd_template,
+    render_crd_templates,
+    render_crds,
+)
 from compass.api.paretopolicy import CamelModel
 from compass.api.rules import CelRule, cel_rules
 from compass.api.schema import SchemaError, structural_schema
@@ -31,12 +38,11 @@ def _nodes(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, 
     return found
 
 
-# The same generated files live in crds/ and in the Helm chart's crds/ (which Helm installs
-# before the templates): `compass crds --output-dir DIR` writes either, hack/gen-crds.sh both.
-# The chart's copy leaves the CEL rules out (Helm 4's server-side apply on a 1.20 API server
-# refuses them): `compass crds --without-cel`.
-CRD_DIRS = ("crds", "charts/compass-operator/crds")
-FLAGS = {"crds": [], "charts/compass-operator/crds": ["--without-cel"]}
+# The same models render the plain CRDs in crds/ (`compass crds --output-dir crds`) and the Helm
+# chart's CRD templates (`compass crds --helm-template`, with the Helm guards: what they render
+# is tests/unit/test_chart_render.py); hack/gen-crds.sh writes both.
+CRD_DIRS = ("crds", "charts/compass-operator/templates/crds")
+FLAGS = {"crds": [], "charts/compass-operator/templates/crds": ["--helm-template"]}
 
 
 @pytest.mark.parametrize("directory", CRD_DIRS)
@@ -44,19 +50,51 @@ def test_checked_in_crds_are_current(directory: str) -> None:
     assert main(["crds", "--check", *FLAGS[directory], "--output-dir", str(REPO / directory)]) == 0
 
 
-def test_the_chart_copy_differs_only_by_the_cel_rules() -> None:
-    with_rules, without = render_crds(), render_crds(cel=False)
-    assert with_rules.keys() == without.keys()
-    for name, text in with_rules.items():
-        assert "x-kubernetes-validations" in text
-        assert "x-kubernetes-validations" not in without[name]
-        assert without_cel(yaml.safe_load(text)) == yaml.safe_load(without[name])
-
-
 @pytest.mark.parametrize("directory", CRD_DIRS)
 def test_no_crd_is_left_over(directory: str) -> None:
     """Every CRD file there is one the models render (a removed resource leaves no YAML)."""
     assert {p.name for p in (REPO / directory).glob("*.yaml")} == set(render_crds())
+    assert set(render_crd_templates()) == set(render_crds())
+
+
+def test_the_charts_crds_folder_holds_only_kopfs_peering_crds() -> None:
+    """Helm never upgrades crds/: the compass.io CRDs are templates, kopf's (fixed) stay there."""
+    assert [p.name for p in (REPO / "charts/compass-operator/crds").iterdir()] == [
+        "kopf-peerings.yml"
+    ]
+
+
+def test_a_stale_template_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["crds", "--helm-template", "--output-dir", str(tmp_path)]) == 0
+    name = next(iter(render_crd_templates()))
+    (tmp_path / name).write_text(render_crds()[name])  # the plain CRD is not the template
+    assert main(["crds", "--check", "--helm-template", "--output-dir", str(tmp_path)]) == 1
+    assert f"stale in {tmp_path}: {name}; run `compass crds --helm-template" in (
+        capsys.readouterr().err
+    )
+
+
+class _BracesInDescription(CamelModel):
+    """A spec whose field description holds {{ .Values }}."""
+
+    size: int = Field(default=1, description="Size, e.g. {{ .Values.size }}.")
+
+
+class _BracesInRule(CamelModel):
+    """A spec whose CEL rule holds }}."""
+
+    size: int = 1
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(CelRule("self.size > 0 || '}}' == ''", "size: not positive"))
+    )
+
+
+@pytest.mark.parametrize("spec", [_BracesInDescription, _BracesInRule])
+def test_text_helm_would_read_as_a_template_action_is_refused(spec: type[CamelModel]) -> None:
+    """{{ or }} in the CRD would break the chart (or run as Helm code): the generator says so."""
+    resource = replace(RESOURCES[0], spec=spec)
+    with pytest.raises(ValueError, match=r"compoundworkflows\.compass\.io: .*'\{\{' or '\}\}'"):
+        crd_template(build_crd(resource))
 
 
 def test_no_empty_string_default() -> None:

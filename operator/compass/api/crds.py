@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,32 +154,131 @@ PARETO_POLICY = Resource(
 RESOURCES = (COMPOUND_WORKFLOW, PARETO_POLICY)
 
 
-def without_cel(value: Any) -> Any:
-    """The CRD (or any part of it) without its CEL rules (x-kubernetes-validations)."""
+# The API server versions that know the parts of a CEL rule, for the chart's CRD templates:
+# x-kubernetes-validations is enforced by default from 1.25 (beta; alpha and off before), and a
+# rule's reason and fieldPath exist from 1.28. Server-side apply (Helm 4 installs with it)
+# refuses a field the server's own CRD schema lacks, so each part is sent only where it is known.
+CEL_MIN_KUBE_VERSION = "1.25.0"
+CEL_FIELDS_MIN_KUBE_VERSION = "1.28.0"
+# The fields of a rule that CEL_FIELDS_MIN_KUBE_VERSION introduced.
+_CEL_FIELDS = ("fieldPath", "reason")
+_WIDTH = 100
+
+
+def render_crds() -> dict[str, str]:
+    """File name -> YAML text of every CRD, as checked in under crds/ (with the CEL rules)."""
+    header = "# Generated from compass.api by `compass crds`; do not edit by hand.\n"
+    return {
+        f"{resource.name}.yaml": header
+        + yaml.safe_dump(build_crd(resource), sort_keys=False, width=_WIDTH)
+        for resource in RESOURCES
+    }
+
+
+def render_crd_templates() -> dict[str, str]:
+    """File name -> Helm template of every CRD, as checked in under the chart's templates/crds/.
+
+    The chart installs and upgrades its CRDs as templates (Helm never upgrades a chart's crds/):
+    only with crds.install, with Helm's keep policy when crds.keep (an uninstall then leaves the
+    CRDs and every custom resource), and with each CEL rule part only where the API server
+    (.Capabilities.KubeVersion) knows it: see CEL_MIN_KUBE_VERSION.
+    """
+    return {f"{resource.name}.yaml": crd_template(build_crd(resource)) for resource in RESOURCES}
+
+
+def crd_template(crd: dict[str, Any]) -> str:
+    """One CRD as a Helm template: the YAML with Helm guards around what depends on values."""
+    if any("{{" in text or "}}" in text for text in _strings(crd)):
+        raise ValueError(
+            f"{crd['metadata']['name']}: a description or rule contains '{{{{' or '}}}}', which "
+            "Helm would read as a template action; reword it"
+        )
+    rules: list[list[dict[str, str]]] = []
+    body = _with_rule_placeholders(crd, rules)
+    del body["metadata"]["labels"]  # the chart's own labels, from its helper
+    text = yaml.safe_dump(body, sort_keys=False, width=_WIDTH)
+    lines = []
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(": ")
+        if key == VALIDATIONS and value.startswith(_PLACEHOLDER):
+            indent = line[: len(line) - len(line.lstrip())]
+            lines += _validations_template(rules[int(value.removeprefix(_PLACEHOLDER))], indent)
+        else:
+            lines.append(line)
+            if line.startswith("  name: ") and lines[-2] == "metadata:":
+                lines += _METADATA_TEMPLATE
+    return "\n".join([*_TEMPLATE_HEADER, *lines, "{{- end }}", ""])
+
+
+_PLACEHOLDER = "compass-cel-rules-"
+_TEMPLATE_HEADER = (
+    "{{- /* Generated from compass.api by `compass crds --helm-template`; do not edit by hand.",
+    f"CEL rules only where the API server enforces them (>= {CEL_MIN_KUBE_VERSION}), their "
+    f"{' and '.join(_CEL_FIELDS)} only",
+    f"where it knows them (>= {CEL_FIELDS_MIN_KUBE_VERSION}): server-side apply refuses a field "
+    "the server does not know. */}}",
+    "{{- if .Values.crds.install }}",
+    f'{{{{- $cel := semverCompare ">={CEL_MIN_KUBE_VERSION}-0" '
+    ".Capabilities.KubeVersion.Version }}",
+    f'{{{{- $celFields := semverCompare ">={CEL_FIELDS_MIN_KUBE_VERSION}-0" '
+    ".Capabilities.KubeVersion.Version }}",
+)
+_METADATA_TEMPLATE = (
+    "  labels:",
+    '    {{- include "compass-operator.labels" . | nindent 4 }}',
+    "  {{- if .Values.crds.keep }}",
+    "  annotations:",
+    "    # helm uninstall (or an upgrade with crds.install off) leaves the CRD and its resources.",
+    "    helm.sh/resource-policy: keep",
+    "  {{- end }}",
+)
+
+
+def _with_rule_placeholders(value: Any, rules: list[list[dict[str, str]]]) -> Any:
+    """A copy of the CRD with each rule list replaced by a numbered placeholder (kept in rules)."""
     if isinstance(value, dict):
-        return {k: without_cel(v) for k, v in value.items() if k != VALIDATIONS}
+        copy = {}
+        for key, item in value.items():
+            if key == VALIDATIONS:
+                copy[key] = f"{_PLACEHOLDER}{len(rules)}"
+                rules.append(item)
+            else:
+                copy[key] = _with_rule_placeholders(item, rules)
+        return copy
     if isinstance(value, list):
-        return [without_cel(item) for item in value]
+        return [_with_rule_placeholders(item, rules) for item in value]
     return value
 
 
-def render_crds(*, cel: bool = True) -> dict[str, str]:
-    """File name -> YAML text of every CRD, as checked in under crds/.
+def _validations_template(rules: list[dict[str, str]], indent: str) -> list[str]:
+    """The lines of one x-kubernetes-validations list, each part behind its version guard."""
+    # A guard's own indentation is trimmed away ({{-); it is there for whoever reads the file.
+    lines = [f"{indent}{{{{- if $cel }}}}", f"{indent}{VALIDATIONS}:"]
+    for rule in rules:
+        base = {k: v for k, v in rule.items() if k not in _CEL_FIELDS}
+        extra = {k: v for k, v in rule.items() if k in _CEL_FIELDS}
+        lines += _indented(yaml.safe_dump([base], sort_keys=False, width=_WIDTH), indent)
+        if extra:
+            lines.append(f"{indent}  {{{{- if $celFields }}}}")
+            lines += _indented(yaml.safe_dump(extra, sort_keys=False, width=_WIDTH), indent + "  ")
+            lines.append(f"{indent}  {{{{- end }}}}")
+    lines.append(f"{indent}{{{{- end }}}}")
+    return lines
 
-    cel=False leaves the CEL rules out, for clients that check a CRD against a pre-1.25
-    CustomResourceDefinition schema and refuse the unknown keyword: Helm 4 installs a chart's
-    crds/ with server-side apply, which a 1.20 API server rejects ("field not declared in
-    schema"), where a plain create (kubectl --validate=false, the kubernetes client) just
-    drops it. The operator checks the same rules either way.
-    """
-    command = "compass crds" if cel else "compass crds --without-cel"
-    header = f"# Generated from compass.api by `{command}`; do not edit by hand.\n"
-    return {
-        f"{resource.name}.yaml": header
-        + yaml.safe_dump(
-            build_crd(resource) if cel else without_cel(build_crd(resource)),
-            sort_keys=False,
-            width=100,
-        )
-        for resource in RESOURCES
-    }
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in value (a CRD or part of it): keys, descriptions, patterns, rules."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _indented(text: str, indent: str) -> list[str]:
+    """The lines of a YAML dump, each moved right by indent."""
+    return [indent + line for line in text.splitlines()]

@@ -101,7 +101,7 @@ def _cell(text: str) -> str:
 def _rules(node: dict[str, Any]) -> list[str]:
     return [
         f"- {rule['message']}"
-        + (f" (reported at `{rule['fieldPath']}`)" if rule.get("fieldPath") else "")
+        + (f" (reported at `{rule['fieldPath']}` from 1.28)" if rule.get("fieldPath") else "")
         + (f" ({rule['reason']})" if rule.get("reason") else "")
         + f": `{rule['rule']}`"
         for rule in node.get(VALIDATIONS, [])
@@ -215,10 +215,11 @@ def render_reference() -> str:
         f"{REFERENCE_PATH}` (hack/gen-crds.sh); do not edit by hand. -->",
         "",
         "Generated from the same pydantic models as the CRDs in `crds/`: every field with its "
-        "type, default, bounds and description, the CEL rules each object carries (current API "
-        "servers enforce them at admission; 1.20 drops them and the operator reports the same "
-        "error as a condition), the printer columns and short names. A field whose default is "
-        'empty (`""` or none) shows no default.',
+        "type, default, bounds and description, the CEL rules each object carries (Kubernetes "
+        ">= 1.25 enforces them at admission, and reports an error at the rule's field from 1.28; "
+        "older servers drop them and the operator reports the same error as a condition), the "
+        'printer columns and short names. A field whose default is empty (`""` or none) shows '
+        "no default.",
         "",
     ]
     lines += [f"- [{r.kind}](#{r.kind.lower()}) (`{r.short_names[0]}`)" for r in RESOURCES]

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from compass.api.crds import render_crds
+from compass.api.crds import render_crd_templates, render_crds
 from compass.api.reference import render_reference
 from compass.commands.common import write_atomic
 from compass.console import fail
@@ -24,9 +24,11 @@ def register(commands: Any) -> None:
     crds.add_argument("--output-dir", default="crds", help="where to write (default: crds)")
     crds.add_argument("--check", action="store_true", help="fail if the files are stale")
     crds.add_argument(
-        "--without-cel",
+        "--helm-template",
         action="store_true",
-        help="leave out the CEL rules (x-kubernetes-validations), for Helm 4 on Kubernetes < 1.25",
+        help="write the Helm chart's CRD templates instead (charts/compass-operator/templates/"
+        "crds): installed only with crds.install, kept on uninstall with crds.keep, the CEL "
+        "rules only where the API server supports them",
     )
     crds.add_argument(
         "--reference",
@@ -37,10 +39,11 @@ def register(commands: Any) -> None:
     crds.set_defaults(handler=crds_command)
 
 
-def _stale_crds(directory: Path, *, cel: bool, write: bool) -> list[str]:
+def _stale_crds(directory: Path, *, helm_template: bool, write: bool) -> list[str]:
     """The CRD files in directory that differ from the models; rewritten when write is set."""
     stale = []
-    for name, text in render_crds(cel=cel).items():
+    rendered = render_crd_templates() if helm_template else render_crds()
+    for name, text in rendered.items():
         path = directory / name
         current = path.read_text(encoding="utf-8") if path.exists() else None
         if current == text:
@@ -68,7 +71,7 @@ def crds_command(args: argparse.Namespace) -> int:
     directory = Path(str(args.output_dir))
     if not directory.is_dir():
         fail("--output-dir", f"{directory} is not a directory", "create it or pass another")
-    stale = _stale_crds(directory, cel=not args.without_cel, write=not args.check)
+    stale = _stale_crds(directory, helm_template=args.helm_template, write=not args.check)
     reference_stale = args.reference is not None and _stale_reference(
         Path(str(args.reference)), write=not args.check
     )
@@ -76,8 +79,8 @@ def crds_command(args: argparse.Namespace) -> int:
         if stale:
             print(
                 f"compass crds: stale in {directory}: {', '.join(stale)}; run `compass crds "
-                f"{'--without-cel ' if args.without_cel else ''}--output-dir {directory}` and "
-                "commit the result",
+                f"{'--helm-template ' if args.helm_template else ''}--output-dir {directory}` "
+                "(hack/gen-crds.sh does) and commit the result",
                 file=sys.stderr,
             )
         if reference_stale:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
 from compass.console import fail
+from compass.controllers.logs import LogFormat, LogLevel
 from compass.controllers.manager import PEERING_FIX, PeeringError, run
 from compass.controllers.settings import OperatorSettings
 from compass.domain.space import explain_validation_error
@@ -56,7 +57,20 @@ def register(commands: Any) -> None:
         "negative, so the oldest acts and any N >= 0 takes over from it); equal priorities "
         "pause every peer that has them",
     )
-    command.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    command.add_argument(
+        "--log-level",
+        choices=get_args(LogLevel),
+        help="the lowest level logged (default: COMPASS_LOG_LEVEL, else info)",
+    )
+    command.add_argument(
+        "--log-format",
+        choices=get_args(LogFormat),
+        help="text lines, or one JSON object a line for a log collector (default: "
+        "COMPASS_LOG_FORMAT, else text)",
+    )
+    command.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging (--log-level debug)"
+    )
     command.set_defaults(handler=operator_command)
 
 
@@ -72,7 +86,6 @@ def operator_command(args: argparse.Namespace) -> int:
             settings,
             namespaces=args.namespaces,
             all_namespaces=bool(args.all_namespaces),
-            verbose=bool(args.verbose),
         )
     except ValueError as error:
         fail("--namespace", str(error), "see 'compass operator --help'")
@@ -81,8 +94,15 @@ def operator_command(args: argparse.Namespace) -> int:
 
 
 def with_command_line(settings: OperatorSettings, args: argparse.Namespace) -> OperatorSettings:
-    """The settings with the command line's peering options applied (they win over COMPASS_*)."""
+    """The settings with the command line's peering and log options applied (they win over
+    COMPASS_*)."""
     update: dict[str, Any] = {}
+    if getattr(args, "verbose", False):
+        update["log_level"] = "debug"
+    elif getattr(args, "log_level", None):
+        update["log_level"] = args.log_level
+    if getattr(args, "log_format", None):
+        update["log_format"] = args.log_format
     if getattr(args, "standalone", False):
         update["peering"] = None
     elif getattr(args, "peering", None):

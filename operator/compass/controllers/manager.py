@@ -28,6 +28,7 @@ from typing import Any
 
 from compass.controllers import fencing
 from compass.controllers.fencing import Fence
+from compass.controllers.logs import configure_logging
 from compass.controllers.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,10 @@ PEERING_WAIT_S = 30.0
 
 # How often a running operator re-checks for missing compass.io CRDs (and says so in its log).
 CRD_RECHECK_S = 10.0
-CRD_FIX = "kubectl apply -f crds/ (or the Helm chart's crds/; `helm install` applies them)"
+CRD_FIX = (
+    "kubectl apply -f crds/ (with --validate=false before Kubernetes 1.28), or helm upgrade the "
+    "chart with crds.install=true"
+)
 
 
 class PeeringError(Exception):
@@ -377,7 +381,6 @@ def run(
     *,
     namespaces: list[str] | None = None,
     all_namespaces: bool = False,
-    verbose: bool = False,
     stop_flag: threading.Event | None = None,
     ready_flag: threading.Event | None = None,
 ) -> int:
@@ -394,8 +397,8 @@ def run(
     import compass.controllers.handlers  # noqa: F401
     from compass.controllers.runtime import RUNTIME_KEY, OperatorMetrics, Runtime
 
-    kopf.configure(verbose=verbose)
-    if not verbose:
+    configure_logging(settings.log_level, settings.log_format)
+    if settings.log_level != "debug":
         logging.getLogger("kopf.objects").addFilter(_quiet_timer_successes)
 
     metrics = OperatorMetrics()

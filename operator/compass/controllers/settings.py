@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from compass.controllers.logs import LogFormat, LogLevel
 from compass.controllers.targets import DEFAULT_CLUSTER_DOMAIN, TargetAccess
 
 
@@ -76,12 +77,27 @@ class OperatorSettings(BaseSettings):
         description="How long a peer counts as alive after its last keep-alive: a killed "
         "operator's standby takes over within this.",
     )
+    log_level: LogLevel = Field(
+        default="info",
+        description="The lowest level the operator logs: debug, info, warning or error.",
+    )
+    log_format: LogFormat = Field(
+        default="text",
+        description="text: one line a record; json: one JSON object a line (time, level, logger, "
+        "message, and the resource it is about under object), for a log collector.",
+    )
 
     def target_access(self) -> TargetAccess:
         """What resources may point the operator at, as compass.controllers.targets checks it."""
         return TargetAccess(
             tuple(self.allowed_hosts), tuple(self.allowed_target_namespaces), self.cluster_domain
         )
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lower_case(cls, value: object) -> object:
+        """INFO and JSON mean info and json (as logging and kopf's --log-format spell them)."""
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("peering")
     @classmethod
