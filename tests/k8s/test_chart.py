@@ -59,8 +59,9 @@ FORBIDDEN: tuple[tuple[str, str, str, str], ...] = (
     ("delete", "apiextensions.k8s.io", "customresourcedefinitions", ALL_NAMESPACES),
     ("create", "apiextensions.k8s.io", "customresourcedefinitions", ALL_NAMESPACES),
     ("patch", "apiextensions.k8s.io", "customresourcedefinitions", ALL_NAMESPACES),
-    ("get", "", "secrets", HERE),
+    # get (by name) is granted for metrics.authentication; enumerating them is not.
     ("list", "", "secrets", HERE),
+    ("watch", "", "secrets", HERE),
     ("list", "", "secrets", ALL_NAMESPACES),
     ("create", "", "pods", HERE),
     ("delete", "", "pods", HERE),
