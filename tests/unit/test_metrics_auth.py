@@ -1,7 +1,7 @@
 """Authenticated metrics: what the Secret must hold (and what the condition says when it does
 not, never a value), and that every request carries the credentials and headers and none is
 sent on where a redirect points. The endpoints are small HTTP servers on loopback that check the
-headers; Prometheus itself, behind basic auth and TLS, is in tests/triton/test_metrics_auth.py.
+headers; Prometheus itself, behind basic auth and TLS, is in tests/triton/test_prometheus_auth.py.
 """
 
 from __future__ import annotations
