@@ -40,6 +40,8 @@ class Tls:
     ca: Path
     cert: Path
     key: Path
+    client_cert: Path
+    client_key: Path
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -66,7 +68,23 @@ def _make_tls(directory: Path) -> Tls:
         "-CAcreateserial", "-days", "1", "-extfile", "san.ext", "-out", "server.crt",
         cwd=directory,
     )  # fmt: skip
-    return Tls(directory / "ca.crt", directory / "server.crt", directory / "server.key")
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=compass-operator",
+        "-keyout", "client.key", "-out", "client.csr",
+        cwd=directory,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", "client.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "1", "-out", "client.crt",
+        cwd=directory,
+    )  # fmt: skip
+    return Tls(
+        directory / "ca.crt",
+        directory / "server.crt",
+        directory / "server.key",
+        directory / "client.crt",
+        directory / "client.key",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +228,65 @@ def test_skipping_verification_must_be_asked_for(secured: tuple[LocalPrometheus,
     }
     auth = metricsauth.credentials(spec, secret, "team")
     assert PrometheusQueueDepth(prometheus.url, auth=auth).queue_depth() == QUEUE
+
+
+@pytest.fixture(scope="module")
+def mutual(
+    exporter: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LocalPrometheus, Tls]]:
+    """Prometheus serving https only to clients with a certificate its CA signed (mutual TLS)."""
+    require_prometheus()
+    workdir = tmp_path_factory.mktemp("prometheus-mtls")
+    tls = _make_tls(workdir)
+    web_config = workdir / "web.yml"
+    web_config.write_text(
+        "tls_server_config:\n"
+        f"  cert_file: {tls.cert}\n"
+        f"  key_file: {tls.key}\n"
+        "  client_auth_type: RequireAndVerifyClientCert\n"
+        f"  client_ca_file: {tls.ca}\n",
+        encoding="utf-8",
+    )
+    context = ssl.create_default_context(cafile=str(tls.ca))
+    context.load_cert_chain(tls.client_cert, tls.client_key)
+    server = LocalPrometheus(
+        targets=[exporter],
+        interval_s=0.5,
+        web_config=web_config,
+        tls=True,
+        ready_context=context,
+    )
+    server.start(workdir)
+    yield server, tls
+    server.stop()
+
+
+def test_a_client_certificate_from_the_secret_is_presented(
+    mutual: tuple[LocalPrometheus, Tls],
+) -> None:
+    prometheus, tls = mutual
+    spec = MetricsAuthentication.model_validate(
+        {
+            "secretRef": {"name": "prom-mtls"},
+            "tls": {"caKey": "ca.pem", "certKey": "client.pem", "keyKey": "client-key.pem"},
+        }
+    )
+    files = {"ca.pem": tls.ca, "client.pem": tls.client_cert, "client-key.pem": tls.client_key}
+    secret = {
+        "metadata": {"resourceVersion": "1"},
+        "data": {k: base64.b64encode(v.read_bytes()).decode() for k, v in files.items()},
+    }
+    source = PrometheusQueueDepth(prometheus.url, auth=metricsauth.credentials(spec, secret, "t"))
+    deadline = time.monotonic() + 15
+    while True:  # the first scrape may not have happened yet
+        try:
+            assert source.queue_depth() == QUEUE
+            break
+        except MetricsUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    # The CA alone, no client certificate: the handshake fails, in fixed words.
+    alone = PrometheusQueueDepth(prometheus.url, auth=HttpAuth(ca_pem=tls.ca.read_text()))
+    with pytest.raises(MetricsUnavailableError, match="TLS handshake failed"):
+        alone.queue_depth()
