@@ -8,11 +8,14 @@ One operator process serves the module (it watches one namespace); the restart t
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -421,3 +424,133 @@ def _observed_after(status: dict[str, Any], started_at: float) -> dict[str, Any]
     time is its own decision's), else None."""
     stamp = status.get("lastObservationTime")
     return status if stamp and datetime.fromisoformat(stamp).timestamp() > started_at else None
+
+
+@dataclass
+class GuardedMetrics:
+    """Triton's /metrics page on loopback, answered only to ``Authorization: Bearer <token>``
+    (401 otherwise); records the Authorization header of every request."""
+
+    token: str
+    seen: list[str | None] = field(default_factory=list)
+    url: str = ""
+
+
+@pytest.fixture
+def guarded_metrics() -> Iterator[GuardedMetrics]:
+    guarded = GuardedMetrics(token=f"tok-{time.monotonic_ns()}")
+    page = "".join(
+        f'{name}{{model="router",version="1"}} {value}\n'
+        for name, value in (
+            ("nv_inference_pending_request_count", 0),
+            ("nv_inference_request_success", 5),
+            ("nv_inference_request_failure", 0),
+        )
+    ).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            header = self.headers.get("Authorization")
+            guarded.seen.append(header)
+            ok = header == f"Bearer {guarded.token}"
+            self.send_response(200 if ok else 401)
+            self.end_headers()
+            self.wfile.write(page if ok else b"who are you")
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    guarded.url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    yield guarded
+    server.shutdown()
+    server.server_close()
+
+
+def _token_secret(name: str, token: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "data": {"token": base64.b64encode(f"{token}\n".encode()).decode()},
+    }
+
+
+def test_a_missing_metrics_secret_is_named_and_the_policy_recovers_once_it_exists(
+    triton: LocalTriton,
+    policies: Policies,
+    operator: Operator,
+    guarded_metrics: GuardedMetrics,
+    namespace: str,
+) -> None:
+    """The Secret a policy's metrics.authentication names does not exist yet: the conditions
+    name it, the key and the fix; once created the queue is read with its token; a rotated
+    token (the endpoint answers 401) is read again and the policy recovers. No value of the
+    Secret reaches the status, an Event or the operator's log."""
+    secret = f"metrics-token-{time.monotonic_ns() % 100000}"
+    metrics = {
+        "type": "triton",
+        "url": guarded_metrics.url,
+        "authentication": {"secretRef": {"name": secret}, "bearer": {}},
+    }
+    policies.create("auth-late", policy_spec(triton, metrics=metrics))
+
+    def metrics_condition(status: str, reason: str) -> Any:
+        def found() -> dict[str, Any] | None:
+            current = policies.status("auth-late")
+            available = condition(current, "MetricsAvailable")
+            matches = available.get("status") == status and available.get("reason") == reason
+            return current if matches else None
+
+        return found
+
+    status = wait_for(
+        metrics_condition("False", "MetricsCredentialsUnavailable"),
+        20,
+        "MetricsAvailable=False naming the missing Secret",
+    )
+    message = condition(status, "MetricsAvailable")["message"]
+    assert f"Secret {namespace}/{secret} (spec.metrics.authentication.secretRef) not found" in (
+        message
+    )
+    assert "create it in the policy's namespace with the keys token" in message
+    assert condition(status, "Ready")["reason"] == "MetricsCredentialsUnavailable"
+    assert guarded_metrics.seen == []  # nothing is sent without the credentials
+
+    core: Any = policies.core
+    core.create_namespaced_secret(namespace, _token_secret(secret, guarded_metrics.token))
+    try:
+        status = wait_for(
+            metrics_condition("True", "MetricsRead"), 30, "the policy to read the metrics"
+        )
+        assert condition(status, "Ready")["status"] == "True"
+        assert f"Bearer {guarded_metrics.token}" in guarded_metrics.seen
+
+        # Rotation: the endpoint wants a new token, the Secret gets it; the 401 makes the
+        # operator read the Secret again (within 5 s, not the minute of its periodic check).
+        old = guarded_metrics.token
+        guarded_metrics.token = f"{old}-rotated"
+        core.replace_namespaced_secret(
+            secret, namespace, _token_secret(secret, guarded_metrics.token)
+        )
+        wait_for(
+            lambda: f"Bearer {guarded_metrics.token}" in guarded_metrics.seen or None,
+            30,
+            "a request with the rotated token",
+        )
+        status = wait_for(metrics_condition("True", "MetricsRead"), 30, "the policy to recover")
+
+        events = [
+            e
+            for reason in ("MetricsLost", "MetricsRestored")
+            for e in policies.events("auth-late", reason)
+        ]
+        assert events  # lost for the missing Secret, restored once it exists
+        shown = json.dumps(policies.status("auth-late")) + json.dumps(events)
+        shown += operator.log.read_text(errors="replace")
+        for token in (old, guarded_metrics.token):
+            assert token not in shown
+            assert base64.b64encode(f"{token}\n".encode()).decode() not in shown
+    finally:
+        core.delete_namespaced_secret(secret, namespace)

@@ -24,7 +24,6 @@ from compass.controllers.rbac import (
     CLUSTER_PEERING_RULES,
     DISCOVERY_RULES,
     NAMESPACED_PEERING_RULES,
-    OPERATOR_RULES,
     operator_rules,
     permissions,
 )
@@ -347,7 +346,7 @@ def test_cluster_rbac_is_exactly_what_the_operator_needs() -> None:
     [plain] = [
         o for o in standalone if o["metadata"]["name"] == FULLNAME and o["kind"] == "ClusterRole"
     ]
-    assert granted(plain["rules"]) == permissions(OPERATOR_RULES)
+    assert granted(plain["rules"]) == permissions(operator_rules(clusterwide=True, peering=False))
     assert granted(roles[f"{FULLNAME}-discovery"]["rules"]) == permissions(DISCOVERY_RULES)
     for rule in [*roles[FULLNAME]["rules"], *roles[f"{FULLNAME}-discovery"]["rules"]]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
@@ -386,6 +385,26 @@ def test_namespaced_mode_grants_a_role_per_watched_namespace() -> None:
     assert granted(cluster_roles[0]["rules"]) == permissions(DISCOVERY_RULES)
     assert json.loads(env(objects)["COMPASS_NAMESPACES"]) == watched
     assert "team-a, team-b" in notes({"watchNamespaces": watched})
+
+
+@pytest.mark.parametrize("watched", [[], ["team-a"]])
+def test_reading_secrets_is_a_value(watched: list[str]) -> None:
+    """metricsAuthentication.readSecrets: get on Secrets (never list or watch) by default, in
+    the operator's (Cluster)Role; false: nothing on Secrets at all."""
+    for read in (True, False):
+        objects = render(
+            {"watchNamespaces": watched, "metricsAuthentication": {"readSecrets": read}}
+        )
+        [role] = [
+            o
+            for o in objects
+            if o["kind"] in ("Role", "ClusterRole") and o["metadata"]["name"] == FULLNAME
+        ]
+        secrets = {(g, r, v) for g, r, v in granted(role["rules"]) if r == "secrets"}
+        assert secrets == ({("", "secrets", "get")} if read else set())
+        assert granted(role["rules"]) == permissions(
+            operator_rules(clusterwide=not watched, peering=True, read_secrets=read)
+        )
 
 
 def test_rbac_can_be_left_to_the_platform_team() -> None:

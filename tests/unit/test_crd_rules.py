@@ -65,6 +65,12 @@ def _metrics_url(url: str) -> Change:
     return lambda spec: spec.update(metrics={"type": "prometheus", "url": url})
 
 
+def _metrics_auth(url: str = "https://prometheus.monitoring.svc:9090", **auth: Any) -> Change:
+    return lambda spec: spec.update(
+        metrics={"type": "prometheus", "url": url, "authentication": auth}
+    )
+
+
 def _entry(index: int, **fields: Any) -> Change:
     def change(spec: dict[str, Any]) -> None:
         for name, value in fields.items():
@@ -193,6 +199,47 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
         False,
     ),
     "metrics url without a host": (ParetoPolicySpec, _metrics_url("http:///metrics"), False),
+    "metrics with basic auth, a CA and a header": (
+        ParetoPolicySpec,
+        _metrics_auth(
+            secretRef={"name": "prom-auth"},
+            basic={},
+            tls={"certKey": "tls.crt", "keyKey": "tls.key"},
+            headers=[{"name": "X-Scope-OrgID", "value": "team-a"}],
+        ),
+        True,
+    ),
+    "metrics with bearer and basic auth": (
+        ParetoPolicySpec,
+        _metrics_auth(secretRef={"name": "prom-auth"}, bearer={}, basic={}),
+        False,
+    ),
+    "metrics with bearer auth and no Secret": (ParetoPolicySpec, _metrics_auth(bearer={}), False),
+    "metrics with a Secret nothing reads": (
+        ParetoPolicySpec,
+        _metrics_auth(secretRef={"name": "prom-auth"}),
+        False,
+    ),
+    "metrics skipping TLS verification without a Secret": (
+        ParetoPolicySpec,
+        _metrics_auth(tls={"insecureSkipVerify": True}),
+        True,
+    ),
+    "metrics with a client certificate and no key": (
+        ParetoPolicySpec,
+        _metrics_auth(secretRef={"name": "prom-auth"}, tls={"certKey": "tls.crt"}),
+        False,
+    ),
+    "metrics with an Authorization header": (
+        ParetoPolicySpec,
+        _metrics_auth(headers=[{"name": "authorization", "value": "Bearer x"}]),
+        False,
+    ),
+    "metrics with TLS over http": (
+        ParetoPolicySpec,
+        _metrics_auth("http://prometheus.monitoring.svc:9090", secretRef={"name": "a"}, tls={}),
+        False,
+    ),
     "only p95": (
         ParetoPolicySpec,
         _entry(0, latencyP50Ms=None, latencyP99Ms=None, latencyMeanMs=155.96),

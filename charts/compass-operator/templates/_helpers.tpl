@@ -93,6 +93,12 @@ only grants configmaps get/patch/create, which the operator holds itself, so nei
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["create", "get"]
+{{- if .Values.metricsAuthentication.readSecrets }}
+{{- /* The Secret a ParetoPolicy's metrics.authentication names: get by name, never list. */}}
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
 {{- end }}
 
 {{/* Read-only, cluster-scoped: kopf watches CustomResourceDefinitions to notice resources that

@@ -37,7 +37,7 @@ def url_problem(url: str) -> str | None:
     if "@" in parts.netloc:
         return (
             "has credentials (user@host), which anyone who reads the resource could read; "
-            "remove them (the operator reads metrics without authentication)"
+            "remove them, and put credentials in a Secret (metrics.authentication)"
         )
     if "?" in url:
         return (

@@ -37,6 +37,7 @@ from compass.api.paretopolicy import (
     BlendStatus,
     ConditionType,
     LaggingPod,
+    MetricsAuthentication,
     MetricsSourceType,
     ParetoPolicySpec,
     ParetoPolicyStatus,
@@ -88,6 +89,8 @@ class MetricsTarget:
     query: str | None
     arrivals_query: str | None
     age_query: str | None = None
+    # Credentials, CA and headers (read from the Secret it names when the source is built).
+    authentication: MetricsAuthentication | None = None
 
 
 @dataclass(frozen=True)
@@ -212,7 +215,8 @@ def _metrics_target(spec: ParetoPolicySpec, triton_host: str | None) -> MetricsT
         url = (source.url if source is not None else None) or (
             None if triton_host is None else f"http://{triton_host}:{TRITON_METRICS_PORT}/metrics"
         )
-        return MetricsTarget(MetricsSourceType.TRITON, url, None, None)
+        auth = None if source is None else source.authentication
+        return MetricsTarget(MetricsSourceType.TRITON, url, None, None, authentication=auth)
     if not source.url:
         raise SpecError(
             "metrics.url",
@@ -221,7 +225,12 @@ def _metrics_target(spec: ParetoPolicySpec, triton_host: str | None) -> MetricsT
             "metrics.type: triton to read Triton's /metrics directly",
         )
     return MetricsTarget(
-        source.type, source.url, source.query, source.arrivals_query, source.age_query
+        source.type,
+        source.url,
+        source.query,
+        source.arrivals_query,
+        source.age_query,
+        source.authentication,
     )
 
 
@@ -331,6 +340,8 @@ class Health:
     unreachable: str | None = None
     switch_failed: str | None = None
     metrics_error: str | None = None
+    # The conditions' reason while the metrics cannot be read.
+    metrics_reason: str = "MetricsUnavailable"
     metrics_read: bool = False
     metrics_source: str = ""
     paused: bool = False
@@ -380,7 +391,7 @@ def health_conditions(health: Health) -> list[Condition]:
     elif health.switch_failed is not None:
         problem = ("SwitchFailed", health.switch_failed)
     elif health.metrics_error is not None:
-        problem = ("MetricsUnavailable", f"{health.metrics_error}; {health.decision}")
+        problem = (health.metrics_reason, f"{health.metrics_error}; {health.decision}")
     conditions = []
     if problem is not None:
         reason, message = problem
@@ -401,7 +412,7 @@ def health_conditions(health: Health) -> list[Condition]:
             Condition(
                 type=ConditionType.METRICS_AVAILABLE.value,
                 status="True" if available else "False",
-                reason="MetricsRead" if available else "MetricsUnavailable",
+                reason="MetricsRead" if available else health.metrics_reason,
                 message=f"queue depth from {health.metrics_source}"
                 if available
                 else str(health.metrics_error),

@@ -30,7 +30,7 @@ from kubernetes import client
 
 from compass.api.meta import GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
 from compass.api.paretopolicy import RoutingStatus
-from compass.controllers import kubeapi
+from compass.controllers import kubeapi, metricsauth
 from compass.controllers import policy as ps
 from compass.controllers.endpoints import (
     SERVICE_NAME_LABEL,
@@ -41,8 +41,9 @@ from compass.controllers.endpoints import (
 )
 from compass.controllers.runtime import Runtime, runtime_of
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, FleetSwitch, RouterFleet
+from compass.dataplane.httpauth import HttpAuth
 from compass.dataplane.live import LiveLoop
-from compass.dataplane.metrics import QueueDepthSource, source_for
+from compass.dataplane.metrics import QueueDepthSource, UnavailableSource, source_for
 from compass.dataplane.triton import RoutingError
 from compass.domain.elastico import Observation, PolicyState
 
@@ -81,11 +82,16 @@ class ObservingLoop(LiveLoop):
 
 @dataclass
 class Connections:
-    """The routers (one per pod) and the metrics source of one routing target."""
+    """The routers (one per pod) and the metrics source of one routing target, with what the
+    source's credentials were built from (the Secret's resourceVersion, when it was read, and
+    why the credentials are unavailable, if they are)."""
 
     key: tuple[str | None, str | None, str, ps.MetricsTarget]
     router: RouterFleet
-    source: QueueDepthSource
+    source: QueueDepthSource | None = None
+    secret_version: str | None = None
+    secret_read_at: float | None = None
+    credentials_problem: str | None = None
 
 
 @dataclass
@@ -205,7 +211,8 @@ def _tick(
     ):
         return False
     memory.last_tick = now
-    connections = _connections(memory, compiled)
+    connections = _connections(memory, compiled, runtime, logger, now, _names(body)[0])
+    assert connections.source is not None
     try:
         connections.router.update(_endpoints(body, compiled, slices))
         router_key = connections.router.active_config(_expected_key(memory, previous, compiled))
@@ -239,6 +246,9 @@ def _tick(
     health = ps.Health(
         switch_failed=outcome.switch_failed,
         metrics_error=outcome.metrics_error,
+        metrics_reason=metricsauth.REASON
+        if connections.credentials_problem is not None
+        else "MetricsUnavailable",
         metrics_read=True,
         metrics_source=connections.source.describe(),
         paused=compiled.spec.paused,
@@ -273,6 +283,7 @@ def _decide(
     now: float,
 ) -> Outcome:
     """One LiveLoop step (or, paused, only an observation); Event and counter on a switch."""
+    assert connections.source is not None
     loop = ObservingLoop(
         policy=compiled.policy,
         source=connections.source,
@@ -415,35 +426,133 @@ def _write_status(
     return written  # False: deleted meanwhile, nothing to report
 
 
-def _connections(memory: PolicyMemory, compiled: ps.CompiledPolicy) -> Connections:
-    """The routers and metrics source for the compiled target (reused while it holds)."""
+def _connections(
+    memory: PolicyMemory,
+    compiled: ps.CompiledPolicy,
+    runtime: Runtime,
+    logger: kopf.Logger,
+    now: float,
+    namespace: str,
+) -> Connections:
+    """The routers and metrics source for the compiled target (reused while it holds; the
+    source rebuilt when its Secret changed)."""
     target = compiled.metrics
     key = (compiled.service, compiled.grpc_address, compiled.router_model, target)
-    if memory.connections is not None and memory.connections.key == key:
-        return memory.connections
-    if memory.connections is not None:
-        memory.connections.router.close()
-    fleet = RouterFleet(
-        model=compiled.router_model,
-        timeout_s=ROUTER_TIMEOUT_S,
-        attempts=ROUTER_ATTEMPTS,
-        backoff_s=ROUTER_BACKOFF_S,
-    )
-    source: QueueDepthSource
-    if target.url is None:  # Triton's /metrics of every pod
-        source = FleetQueueDepth(lambda: fleet.endpoints, compiled.router_model)
-    else:
-        source = source_for(
-            target.type.value,
-            target.url,
-            compiled.router_model,
-            target.query,
-            target.arrivals_query,
-            pods=lambda: max(len(fleet.endpoints), 1),
-            age_query=target.age_query,
+    if memory.connections is None or memory.connections.key != key:
+        if memory.connections is not None:
+            memory.connections.router.close()
+        fleet = RouterFleet(
+            model=compiled.router_model,
+            timeout_s=ROUTER_TIMEOUT_S,
+            attempts=ROUTER_ATTEMPTS,
+            backoff_s=ROUTER_BACKOFF_S,
         )
-    memory.connections = Connections(key, fleet, source)
-    return memory.connections
+        memory.connections = Connections(key, fleet)
+    connections = memory.connections
+    _refresh_source(connections, compiled, runtime, logger, now, namespace)
+    return connections
+
+
+def _refresh_source(
+    connections: Connections,
+    compiled: ps.CompiledPolicy,
+    runtime: Runtime,
+    logger: kopf.Logger,
+    now: float,
+    namespace: str,
+) -> None:
+    """Build the metrics source, reading its Secret (if any) when due: first, after a 401 or
+    403, and periodically, rebuilding only when the Secret's resourceVersion changed."""
+    target = compiled.metrics
+    name = metricsauth.secret_name(target.authentication)
+    rejected = bool(getattr(connections.source, "auth_rejected", False))
+    due = metricsauth.recheck_due(
+        connections.secret_read_at,
+        now,
+        available=connections.credentials_problem is None,
+        rejected=rejected,
+    )
+    if connections.source is not None and (name is None or not due):
+        return
+    secret = None
+    if name is not None:
+        connections.secret_read_at = now
+        core = client.CoreV1Api(runtime.api())
+        try:
+            secret = kubeapi.read(core.read_namespaced_secret, name, namespace)
+        except kubeapi.ERRORS as error:
+            # The status alone: nothing of the answer (which a proxy could fill) is shown.
+            status = getattr(error, "status", None)
+            why = (
+                "the operator may not read Secrets here (chart value "
+                "metricsAuthentication.readSecrets, and its RBAC)"
+                if status == 403
+                else f"HTTP {status}"
+                if status
+                else "the API server did not answer"
+            )
+            if connections.source is None:
+                _unavailable(
+                    connections,
+                    compiled,
+                    f"Secret {namespace}/{name} (spec.metrics.authentication.secretRef) could "
+                    f"not be read: {why}; retrying",
+                    logger,
+                )
+            return  # keep what was built: the credentials may well still be good
+        version = metricsauth.resource_version(secret)
+        unchanged = (
+            connections.source is not None
+            and connections.credentials_problem is None
+            and version == connections.secret_version
+        )
+        connections.secret_version = version
+        if unchanged:
+            return
+    try:
+        auth = (
+            None
+            if target.authentication is None
+            else metricsauth.credentials(target.authentication, secret, namespace)
+        )
+    except metricsauth.CredentialsError as error:
+        _unavailable(connections, compiled, str(error), logger)
+        return
+    if connections.credentials_problem is not None:
+        logger.info(f"metrics credentials readable again from Secret {namespace}/{name}")
+    connections.credentials_problem = None
+    connections.source = _source(connections, compiled, auth)
+
+
+def _unavailable(
+    connections: Connections, compiled: ps.CompiledPolicy, problem: str, logger: kopf.Logger
+) -> None:
+    """The metrics cannot be read until the credentials are fixed: a source that says why
+    (logged once per change; the message names the Secret and key, never a value)."""
+    if problem != connections.credentials_problem:
+        logger.warning(f"metrics credentials unavailable: {problem}")
+    connections.credentials_problem = problem
+    where = compiled.metrics.url or "Triton's /metrics of every pod"
+    connections.source = UnavailableSource(f"metrics {where}", problem)
+
+
+def _source(
+    connections: Connections, compiled: ps.CompiledPolicy, auth: HttpAuth | None
+) -> QueueDepthSource:
+    """The metrics source of the compiled target, with these credentials."""
+    target, fleet = compiled.metrics, connections.router
+    if target.url is None:  # Triton's /metrics of every pod
+        return FleetQueueDepth(lambda: fleet.endpoints, compiled.router_model, auth=auth)
+    return source_for(
+        target.type.value,
+        target.url,
+        compiled.router_model,
+        target.query,
+        target.arrivals_query,
+        pods=lambda: max(len(fleet.endpoints), 1),
+        age_query=target.age_query,
+        auth=auth,
+    )
 
 
 def _endpoints(body: kopf.Body, compiled: ps.CompiledPolicy, slices: SlicesIndex) -> list[Endpoint]:

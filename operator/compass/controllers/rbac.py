@@ -51,6 +51,12 @@ OPERATOR_RULES: tuple[Rule, ...] = (
     Rule("rbac.authorization.k8s.io", ("roles", "rolebindings"), ("create", "get")),
 )
 
+# Chart value metricsAuthentication.readSecrets (default true): get, by name, the Secret a
+# ParetoPolicy's spec.metrics.authentication.secretRef names in its own namespace. Never list or
+# watch: the operator reads only the Secrets policies name, and cannot enumerate the others.
+# Cluster mode grants it in every namespace (names vary, so no resourceNames).
+SECRET_RULES: tuple[Rule, ...] = (Rule("", ("secrets",), ("get",)),)
+
 # Cluster-scoped and read-only (chart value rbac.discovery): kopf watches CRDs to notice
 # resources created after it starts, and lists Namespaces to resolve its namespace patterns.
 DISCOVERY_RULES: tuple[Rule, ...] = (
@@ -73,11 +79,14 @@ NAMESPACED_PEERING_RULES: tuple[Rule, ...] = (
 )
 
 
-def operator_rules(*, clusterwide: bool, peering: bool) -> tuple[Rule, ...]:
+def operator_rules(
+    *, clusterwide: bool, peering: bool, read_secrets: bool = True
+) -> tuple[Rule, ...]:
     """The rules of the operator's ClusterRole (cluster mode) or of each Role (namespaced)."""
+    rules = OPERATOR_RULES + (SECRET_RULES if read_secrets else ())
     if not peering:
-        return OPERATOR_RULES
-    return OPERATOR_RULES + (CLUSTER_PEERING_RULES if clusterwide else NAMESPACED_PEERING_RULES)
+        return rules
+    return rules + (CLUSTER_PEERING_RULES if clusterwide else NAMESPACED_PEERING_RULES)
 
 
 def permissions(rules: tuple[Rule, ...]) -> set[tuple[str, str, str]]:

@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.dataplane.httpauth import HttpAuth
 from compass.dataplane.metrics import MetricsReading, MetricsUnavailableError, TritonQueueDepth
 from compass.dataplane.triton import RoutingError, SwitchReport, TritonRouter, routing_key
 from compass.domain.evaluation import Config
@@ -193,6 +194,10 @@ class FleetQueueDepth:
     model: str = DEFAULT_ROUTER_MODEL
     aggregate: QueueAggregate = QueueAggregate.MEAN
     timeout_s: float = 1.0
+    # Credentials and headers for every pod's /metrics.
+    auth: HttpAuth | None = None
+    # Whether a pod answered 401 or 403 at the last reading: the caller reads the Secret again.
+    auth_rejected: bool = False
     # The arrivals counter per pod at the last reading, and the per-pod total so far.
     last: dict[str, float] = field(default_factory=dict)
     per_pod_arrivals: float = 0.0
@@ -218,13 +223,18 @@ class FleetQueueDepth:
 
         def scrape(endpoint: Endpoint) -> MetricsReading | str:
             assert endpoint.metrics_url is not None
-            source = TritonQueueDepth(endpoint.metrics_url, self.model, timeout_s=self.timeout_s)
+            source = TritonQueueDepth(
+                endpoint.metrics_url, self.model, timeout_s=self.timeout_s, auth=self.auth
+            )
             try:
                 return source.read()
             except MetricsUnavailableError as error:
+                rejected.append(source.auth_rejected)
                 return str(error)
 
+        rejected: list[bool] = []
         results = _parallel([partial(scrape, e) for e in endpoints])
+        self.auth_rejected = any(rejected)
         readings = {
             e.name: r for e, r in zip(endpoints, results, strict=True) if not isinstance(r, str)
         }

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import Message
 from typing import IO, Any, Protocol
-
-import requests
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from urllib3.util.retry import Retry
+from urllib.parse import urlencode
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.urls import url_problem
+from compass.dataplane.httpauth import HttpAuth
 
 LOG = logging.getLogger(__name__)
 # A metrics page larger than this is refused: Triton's is tens of kB, and an endpoint that
@@ -27,8 +26,17 @@ MAX_METRICS_BYTES = 8 * 1024 * 1024
 # What the log may keep of an answer: this many characters, printable ASCII only. Nothing a
 # server answers goes into an error message, so none of it reaches a status or an Event.
 EXCERPT_CHARS = 200
-# Local socket and resolver failures, named in a fixed vocabulary.
+# Local socket, resolver and TLS failures, named in a fixed vocabulary (first match wins).
 _CONNECTION_FAILURES = (
+    ("Hostname mismatch", "TLS: the server's certificate is not for this host"),
+    ("IP address mismatch", "TLS: the server's certificate is not for this address"),
+    (
+        "CERTIFICATE_VERIFY_FAILED",
+        "TLS: the server's certificate is not signed by a trusted CA; give its CA "
+        "(metrics.authentication.tls.caKey)",
+    ),
+    ("WRONG_VERSION_NUMBER", "TLS handshake failed (is it an http:// endpoint?)"),
+    ("SSL", "TLS handshake failed"),
     ("Name or service not known", "name not resolved"),
     ("NameResolution", "name not resolved"),
     ("nodename nor servname", "name not resolved"),
@@ -47,7 +55,8 @@ def excerpt(data: bytes | str) -> str:
 
 def connection_failure(error: BaseException) -> str:
     """Why a connection failed, in a fixed vocabulary (never a server's words)."""
-    text = str(error)
+    reason = getattr(error, "reason", None)  # a URLError wraps the socket's or ssl's error
+    text = f"{error} {reason!r}" if isinstance(reason, BaseException) else str(error)
     return next((why for needle, why in _CONNECTION_FAILURES if needle in text), "cannot connect")
 
 
@@ -76,14 +85,15 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def _http_opener() -> urllib.request.OpenerDirector:
+def _http_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
     """An opener for http and https only (urlopen's default also reads file:// and ftp://),
-    that follows no redirect."""
+    that follows no redirect (so no credential is ever sent to a host it names); https
+    verifies against ``context`` (default: the system's roots)."""
     opener = urllib.request.OpenerDirector()
     for handler in (
         urllib.request.ProxyHandler(),
         urllib.request.HTTPHandler(),
-        urllib.request.HTTPSHandler(),
+        urllib.request.HTTPSHandler(context=context),
         urllib.request.HTTPDefaultErrorHandler(),
         _NoRedirects(),
         urllib.request.HTTPErrorProcessor(),
@@ -95,11 +105,52 @@ def _http_opener() -> urllib.request.OpenerDirector:
 _OPENER = _http_opener()
 
 
-def _http_status(code: int) -> str:
+def _http_status(code: int, authenticated: bool = False) -> str:
     """An HTTP error status as the conditions show it."""
     if 300 <= code < 400:
         return f"HTTP {code}: redirects are not followed; give the final URL"
+    if code in (401, 403):
+        return (
+            f"HTTP {code}: the credentials were refused; check the Secret's values "
+            "(metrics.authentication)"
+            if authenticated
+            else f"HTTP {code}: the endpoint requires authentication; set metrics.authentication"
+        )
     return f"HTTP {code}"
+
+
+class _Http:
+    """GETs with one source's headers and TLS trust: bounded answers, no redirects, and the
+    server's words in the log only."""
+
+    def __init__(self, auth: HttpAuth | None) -> None:
+        self.auth = auth
+        self.headers = {} if auth is None else auth.request_headers()
+        self.opener = _OPENER if auth is None else _http_opener(auth.ssl_context())
+        self.authenticated = "Authorization" in self.headers
+        # The last answer was 401 or 403: the caller reads the Secret again.
+        self.rejected = False
+
+    def get(self, url: str, timeout_s: float, where: str) -> bytes:
+        """The body of a 200; MetricsUnavailableError naming ``where`` otherwise."""
+        request = urllib.request.Request(url, headers=self.headers)
+        try:
+            with self.opener.open(request, timeout=timeout_s) as response:
+                data: bytes = response.read(MAX_METRICS_BYTES + 1)
+        except urllib.error.HTTPError as error:
+            self.rejected = error.code in (401, 403)
+            # The status line's reason and the body are the server's words: the log only.
+            LOG.warning("%s answered HTTP %s: %s", where, error.code, excerpt(error.msg))
+            why = _http_status(error.code, self.authenticated)
+            raise MetricsUnavailableError(f"{where}: {why}") from error
+        except (urllib.error.URLError, OSError) as error:
+            raise MetricsUnavailableError(f"{where}: {connection_failure(error)}") from error
+        self.rejected = False
+        if len(data) > MAX_METRICS_BYTES:
+            raise MetricsUnavailableError(
+                f"{where}: the answer is larger than {MAX_METRICS_BYTES} bytes"
+            )
+        return data
 
 
 def default_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
@@ -157,10 +208,12 @@ class QueueDepthSource(Protocol):
 
 
 class PrometheusQueueDepth:
-    """A PromQL query through prometheus-api-client; the query must return one number.
+    """A PromQL instant query (Prometheus' /api/v1/query); the query must return one number.
 
     The queries give totals over every pod (``sum``); with ``pods`` (how many are ready now)
     the reading is per pod: both divided by it, as the planner's thresholds are per server.
+    ``auth``: credentials, headers and TLS trust for every request (TlsMaterialError if its
+    CA or client pair cannot be loaded).
     """
 
     def __init__(
@@ -171,6 +224,7 @@ class PrometheusQueueDepth:
         arrivals_query: str | None = None,
         pods: Callable[[], int] | None = None,
         age_query: str | None = None,
+        auth: HttpAuth | None = None,
     ) -> None:
         self.url = _checked_url(url)
         self.pods = pods
@@ -178,14 +232,13 @@ class PrometheusQueueDepth:
         self.arrivals_query = arrivals_query
         self.age_query = age_query
         self.timeout_s = timeout_s
-        session = requests.Session()
-        session.verify = False  # as disable_ssl=True: in-cluster Prometheus, self-signed
-        session.max_redirects = 0  # a redirect would reach a host nobody checked
-        # No client-side retries: the caller polls every second and must hear of an outage
-        # now, not after the default retry schedule.
-        self.client = PrometheusConnect(
-            url=url, session=session, retry=Retry(total=0), timeout=timeout_s
-        )
+        # No retries: the caller polls every second and must hear of an outage now.
+        self.http = _Http(auth)
+
+    @property
+    def auth_rejected(self) -> bool:
+        """Whether the last request was answered 401 or 403."""
+        return self.http.rejected
 
     def describe(self) -> str:
         """Prometheus URL and query."""
@@ -209,36 +262,26 @@ class PrometheusQueueDepth:
 
     def _scalar(self, query: str) -> float:
         """Evaluate a query that must return one number."""
+        where = self._where(query)
+        params = {"query": query, "timeout": f"{round(self.timeout_s * 1000)}ms"}
+        url = f"{self.url.rstrip('/')}/api/v1/query?{urlencode(params)}"
+        data = self.http.get(url, self.timeout_s, where)
         try:
-            result = self.client.custom_query(
-                query=query,
-                params={"timeout": f"{round(self.timeout_s * 1000)}ms"},
-                timeout=self.timeout_s,
-            )
-        except PrometheusApiClientException as error:
-            # Its message carries the whole body the server sent: the log gets an excerpt.
-            status = re.search(r"HTTP Status Code (\d+)", str(error))
-            LOG.warning("%s answered: %s", self._where(query), excerpt(str(error)))
-            why = _http_status(int(status[1])) if status else "the request failed"
-            raise MetricsUnavailableError(f"{self._where(query)}: {why}") from error
-        except requests.TooManyRedirects as error:
-            raise MetricsUnavailableError(
-                f"{self._where(query)}: redirected; redirects are not followed, give the final URL"
-            ) from error
+            answer = json.loads(data)
+            if answer["status"] != "success":
+                raise ValueError("not a success")
+            result = answer["data"]["result"]
         except (ValueError, KeyError, TypeError) as error:  # a 200 that is not the query API
+            LOG.warning("%s: not the query API: %s", where, excerpt(data))
             raise MetricsUnavailableError(
-                f"{self._where(query)}: the answer is not Prometheus' query API (JSON)"
-            ) from error
-        except (requests.RequestException, OSError) as error:
-            raise MetricsUnavailableError(
-                f"{self._where(query)}: {connection_failure(error)}"
+                f"{where}: the answer is not Prometheus' query API (JSON)"
             ) from error
         try:
             return self._one_number(query, result)
         except (KeyError, IndexError, TypeError, ValueError) as error:
-            LOG.warning("%s: unreadable result: %s", self._where(query), excerpt(repr(result)))
+            LOG.warning("%s: unreadable result: %s", where, excerpt(repr(result)))
             raise MetricsUnavailableError(
-                f"{self._where(query)}: the answer holds no readable sample"
+                f"{where}: the answer holds no readable sample"
             ) from error
 
     def _one_number(self, query: str, result: list[dict[str, Any]]) -> float:
@@ -261,6 +304,27 @@ class PrometheusQueueDepth:
         return f"Prometheus {self.url} query {query}"
 
 
+@dataclass(frozen=True)
+class UnavailableSource:
+    """A source that cannot be read until its configuration is fixed (a missing Secret): every
+    read fails with ``problem``, so the policy treats it as lost metrics."""
+
+    where: str
+    problem: str
+
+    def describe(self) -> str:
+        """Where the number would come from."""
+        return self.where
+
+    def queue_depth(self) -> float:
+        """Never a number."""
+        raise MetricsUnavailableError(self.problem)
+
+    def read(self) -> MetricsReading:
+        """Never a reading."""
+        raise MetricsUnavailableError(self.problem)
+
+
 _SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)"
 )
@@ -276,11 +340,18 @@ class TritonQueueDepth:
         model: str = DEFAULT_ROUTER_MODEL,
         metric: str = "nv_inference_pending_request_count",
         timeout_s: float = 2.0,
+        auth: HttpAuth | None = None,
     ) -> None:
         self.metrics_url = _checked_url(metrics_url)
         self.model = model
         self.metric = metric
         self.timeout_s = timeout_s
+        self.http = _Http(auth)
+
+    @property
+    def auth_rejected(self) -> bool:
+        """Whether the last scrape was answered 401 or 403."""
+        return self.http.rejected
 
     def describe(self) -> str:
         """Metrics URL and series."""
@@ -292,22 +363,7 @@ class TritonQueueDepth:
 
     def read(self) -> MetricsReading:
         """Scrape once: pending requests, and arrivals = finished + pending."""
-        try:
-            with _OPENER.open(self.metrics_url, timeout=self.timeout_s) as response:
-                data = response.read(MAX_METRICS_BYTES + 1)
-        except urllib.error.HTTPError as error:
-            # The status line's reason and the body are the server's words: the log only.
-            LOG.warning("%s answered HTTP %s: %s", self.describe(), error.code, excerpt(error.msg))
-            raise MetricsUnavailableError(
-                f"{self.describe()}: {_http_status(error.code)}"
-            ) from error
-        except (urllib.error.URLError, OSError) as error:
-            why = connection_failure(error)
-            raise MetricsUnavailableError(f"{self.describe()}: {why}") from error
-        if len(data) > MAX_METRICS_BYTES:
-            raise MetricsUnavailableError(
-                f"{self.describe()}: the page is larger than {MAX_METRICS_BYTES} bytes"
-            )
+        data = self.http.get(self.metrics_url, self.timeout_s, self.describe())
         totals: dict[str, float] = {}
         for line in data.decode("utf-8", errors="replace").splitlines():
             match = _SAMPLE.match(line)
@@ -341,12 +397,13 @@ def source_for(
     arrivals_query: str | None = None,
     pods: Callable[[], int] | None = None,
     age_query: str | None = None,
+    auth: HttpAuth | None = None,
 ) -> QueueDepthSource:
     """The metrics source a policy names: ``prometheus`` (PromQL, totals divided among the
     ``pods``; the samples' age from ``age_query``, by default the default query's) or
-    ``triton`` (one server's /metrics)."""
+    ``triton`` (one server's /metrics); ``auth`` for every request."""
     if kind == "triton":
-        return TritonQueueDepth(url, model=model)
+        return TritonQueueDepth(url, model=model, auth=auth)
     if kind == "prometheus":
         return PrometheusQueueDepth(
             url,
@@ -354,5 +411,6 @@ def source_for(
             arrivals_query=arrivals_query or default_arrivals_query(model),
             pods=pods,
             age_query=age_query or (None if query else default_age_query(model)),
+            auth=auth,
         )
     raise ValueError(f"metrics type {kind!r}: use prometheus or triton")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import sysconfig
@@ -166,14 +167,22 @@ class TritonInstallation:
         }
 
 
-def _wait_http(url: str, process: subprocess.Popen[bytes], log: Path, what: str) -> None:
+def _wait_http(
+    url: str,
+    process: subprocess.Popen[bytes],
+    log: Path,
+    what: str,
+    headers: Mapping[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
+) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    request = urllib.request.Request(url, headers=dict(headers or {}))
     while time.monotonic() < deadline:
         if process.poll() is not None:
             tail = log.read_text(errors="replace")[-2000:]
             raise LocalServerError(f"{what} exited with {process.returncode}:\n{tail}")
         try:
-            with urllib.request.urlopen(url, timeout=1) as response:
+            with urllib.request.urlopen(request, timeout=1, context=context) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, OSError):
@@ -283,11 +292,17 @@ class LocalPrometheus(_Process):
     targets: Sequence[str] = ()
     interval_s: float = 1.0
     port: int = 0
+    # Its --web.config.file (TLS, basic auth): https when it serves TLS; the readiness check
+    # then sends these headers and trusts this context.
+    web_config: Path | None = None
+    tls: bool = False
+    ready_headers: Mapping[str, str] = field(default_factory=dict)
+    ready_context: ssl.SSLContext | None = None
 
     @property
     def url(self) -> str:
         """Base URL of the Prometheus HTTP API."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, workdir: Path) -> LocalPrometheus:
         """Write the scrape config, start the server and wait until it is ready."""
@@ -311,7 +326,16 @@ class LocalPrometheus(_Process):
             f"--web.listen-address=127.0.0.1:{self.port}",
             "--storage.tsdb.retention.time=1h",
         ]
+        if self.web_config is not None:
+            command.append(f"--web.config.file={self.web_config}")
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        _wait_http(f"{self.url}/-/ready", self.process, self.log, "prometheus")
+        _wait_http(
+            f"{self.url}/-/ready",
+            self.process,
+            self.log,
+            "prometheus",
+            self.ready_headers,
+            self.ready_context,
+        )
         return self

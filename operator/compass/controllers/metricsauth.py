@@ -1,0 +1,145 @@
+"""Pure decisions on a policy's metrics credentials: what the Secret must hold, when to read it
+again, and what the condition says when it is missing (the Secret and the key, never a value).
+
+The ParetoPolicy timer (compass.controllers.policy_handlers) reads the Secret through
+compass.controllers.kubeapi and hands the JSON here; what comes back is an HttpAuth for the
+data plane, or a CredentialsError whose message names the Secret, the key and the fix.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+from compass.api.paretopolicy import MetricsAuthentication
+from compass.dataplane.httpauth import HttpAuth, TlsMaterialError
+
+# A Secret that was read is checked again this often (its resourceVersion: the client is rebuilt
+# only when it changed).
+SECRET_RECHECK_S = 60.0
+# A Secret (or key) that was missing, or credentials the endpoint refused (401, 403), are read
+# again this often: a policy recovers within seconds of the fix.
+SECRET_RETRY_S = 5.0
+# The condition's reason while the credentials cannot be read.
+REASON = "MetricsCredentialsUnavailable"
+
+
+class CredentialsError(ValueError):
+    """The credentials cannot be had from the Secret: one line naming the Secret, the key (the
+    field that names it) and the fix; never a value."""
+
+
+def secret_name(auth: MetricsAuthentication | None) -> str | None:
+    """The Secret a policy's authentication reads, or None if it reads none."""
+    if auth is None or auth.secret_ref is None:
+        return None
+    return auth.secret_ref.name
+
+
+def recheck_due(read_at: float | None, now: float, *, available: bool, rejected: bool) -> bool:
+    """Whether to read the Secret again: never read, or its period passed: SECRET_RECHECK_S,
+    or SECRET_RETRY_S while the credentials are unavailable or were refused (401/403)."""
+    if read_at is None:
+        return True
+    return now - read_at >= (SECRET_RECHECK_S if available and not rejected else SECRET_RETRY_S)
+
+
+def resource_version(secret: Mapping[str, Any] | None) -> str | None:
+    """The Secret's resourceVersion (None: missing)."""
+    if secret is None:
+        return None
+    return str((secret.get("metadata") or {}).get("resourceVersion") or "") or None
+
+
+def credentials(
+    auth: MetricsAuthentication, secret: Mapping[str, Any] | None, namespace: str
+) -> HttpAuth:
+    """The HttpAuth a policy's authentication gives with this Secret (its JSON as the API
+    server returns it; None: not found). CredentialsError naming the Secret and key otherwise."""
+    headers = tuple((h.name, h.value) for h in auth.headers)
+    tls = auth.tls
+    insecure = tls is not None and tls.insecure_skip_verify
+    name = secret_name(auth)
+    if name is None:
+        return HttpAuth(headers=headers, insecure_skip_verify=insecure)
+    where = f"Secret {namespace}/{name} (spec.metrics.authentication.secretRef)"
+    if secret is None:
+        raise CredentialsError(
+            f"{where} not found; create it in the policy's namespace with the keys "
+            f"{', '.join(_wanted_keys(auth))}, or correct secretRef.name"
+        )
+    data = secret.get("data") or {}
+
+    def value(key: str, field: str, *, text: bool = True) -> str:
+        encoded = data.get(key)
+        if not encoded:
+            raise CredentialsError(
+                f"{where} has no key {key!r} (spec.metrics.authentication.{field}); add it to "
+                f"the Secret, or name the key that holds it in {field}"
+            )
+        try:
+            decoded = base64.b64decode(encoded, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise CredentialsError(
+                f"{where}: key {key!r} (spec.metrics.authentication.{field}) is not UTF-8 text; "
+                "store it as text"
+            ) from None
+        if not text:
+            return decoded
+        # A value written with echo ends in a newline; one inside would smuggle a header in.
+        decoded = decoded.strip()
+        if not decoded or any(c < " " or c == "\x7f" for c in decoded):
+            raise CredentialsError(
+                f"{where}: key {key!r} (spec.metrics.authentication.{field}) is empty or holds "
+                "a control character (a line break?); store the value alone"
+            )
+        return decoded
+
+    token = username = password = None
+    if auth.bearer is not None:
+        token = value(auth.bearer.token_key, "bearer.tokenKey")
+    elif auth.basic is not None:
+        username = value(auth.basic.username_key, "basic.usernameKey")
+        password = value(auth.basic.password_key, "basic.passwordKey")
+    ca = cert = key = None
+    if tls is not None:
+        if not tls.insecure_skip_verify:
+            ca = value(tls.ca_key, "tls.caKey", text=False)
+        if tls.cert_key is not None and tls.key_key is not None:
+            cert = value(tls.cert_key, "tls.certKey", text=False)
+            key = value(tls.key_key, "tls.keyKey", text=False)
+    result = HttpAuth(
+        bearer_token=token,
+        username=username,
+        password=password,
+        ca_pem=ca,
+        client_cert_pem=cert,
+        client_key_pem=key,
+        headers=headers,
+        insecure_skip_verify=insecure,
+    )
+    try:
+        result.ssl_context()  # load the CA and client pair now, to name the key that is wrong
+    except TlsMaterialError as error:
+        field = "tls.caKey" if error.part == "ca" else "tls.certKey and tls.keyKey"
+        raise CredentialsError(
+            f"{where}: {field} (spec.metrics.authentication.{field}): {error.what}; store the "
+            "PEM text (-----BEGIN CERTIFICATE-----...)"
+        ) from None
+    return result
+
+
+def _wanted_keys(auth: MetricsAuthentication) -> list[str]:
+    """The keys the Secret must hold, for the message."""
+    keys = []
+    if auth.bearer is not None:
+        keys.append(auth.bearer.token_key)
+    if auth.basic is not None:
+        keys += [auth.basic.username_key, auth.basic.password_key]
+    if auth.tls is not None:
+        if not auth.tls.insecure_skip_verify:
+            keys.append(auth.tls.ca_key)
+        keys += [k for k in (auth.tls.cert_key, auth.tls.key_key) if k is not None]
+    return keys

@@ -1,0 +1,88 @@
+"""Credentials, headers and TLS trust for reading a metrics endpoint (KEDA's TriggerAuthentication
+is the model): what the operator read from a Secret, in a form no log line can leak.
+
+Every field that holds a secret is left out of the repr, and nothing here formats a value into
+a message: a wrong CA or key is reported by the part it came from, never by its content.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+
+class TlsMaterialError(ValueError):
+    """A CA or client certificate/key that ssl cannot load; ``part`` is ca, cert or key."""
+
+    def __init__(self, part: str, what: str) -> None:
+        super().__init__(f"{part}: {what}")
+        self.part, self.what = part, what
+
+
+@dataclass(frozen=True)
+class HttpAuth:
+    """How to authenticate to a metrics endpoint: one of bearer token or basic auth, extra
+    headers, and whom to trust over https (``ca_pem``; None: the system's roots)."""
+
+    bearer_token: str | None = field(default=None, repr=False)
+    username: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+    ca_pem: str | None = field(default=None, repr=False)
+    client_cert_pem: str | None = field(default=None, repr=False)
+    client_key_pem: str | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = ()
+    insecure_skip_verify: bool = False
+
+    def request_headers(self) -> dict[str, str]:
+        """The headers every request carries: the spec's, then Authorization."""
+        headers = dict(self.headers)
+        if self.bearer_token is not None:
+            headers["Authorization"] = f"Bearer {self.bearer_token}"
+        elif self.username is not None:
+            pair = f"{self.username}:{self.password or ''}".encode()
+            headers["Authorization"] = f"Basic {base64.b64encode(pair).decode('ascii')}"
+        return headers
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context for https: verifying against the CA if given, else the system's
+        roots; no verification only when asked for explicitly. TlsMaterialError naming the
+        part that cannot be loaded. Built once (every pod's scrape shares it)."""
+        return self._context
+
+    @cached_property
+    def _context(self) -> ssl.SSLContext:
+        if self.ca_pem is not None and not self.insecure_skip_verify:
+            try:
+                context = ssl.create_default_context(cadata=self.ca_pem)
+            except (ssl.SSLError, ValueError) as error:
+                raise TlsMaterialError("ca", "not a PEM certificate ssl can load") from error
+        else:
+            context = ssl.create_default_context()
+        if self.insecure_skip_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if self.client_cert_pem is not None and self.client_key_pem is not None:
+            _load_client_pair(context, self.client_cert_pem, self.client_key_pem)
+        return context
+
+
+def _load_client_pair(context: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
+    """Load a client certificate and key (ssl reads them from files only: a private temporary
+    directory, removed at once)."""
+    with tempfile.TemporaryDirectory(prefix="compass-tls-") as directory:
+        cert, key = Path(directory) / "tls.crt", Path(directory) / "tls.key"
+        for path, text in ((cert, cert_pem), (key, key_pem)):
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+                out.write(text)
+        try:
+            context.load_cert_chain(cert, key)
+        except (ssl.SSLError, ValueError) as error:
+            raise TlsMaterialError(
+                "cert", "the client certificate and key are not a matching PEM pair"
+            ) from error
