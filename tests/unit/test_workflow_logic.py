@@ -561,7 +561,8 @@ def test_without_auto_apply_the_plan_waits_for_review_in_the_status() -> None:
     assert step.status.completion_time == NOW
     ready = find_condition(step.status.conditions, "Ready")
     policy = find_condition(step.status.conditions, "PolicyReady")
-    assert ready is not None and policy is not None
+    assert ready is not None
+    assert policy is not None
     assert (ready.status, ready.reason) == ("False", "AwaitingReview")
     assert (policy.status, policy.reason) == ("False", "AwaitingReview")
     command = (

@@ -19,12 +19,11 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-# Pure, so it lives beside owner_reference, where the pure decisions take it from too.
-from compass.controllers.builders import controller_uid as controller_uid
-
-# Who owns the fields the operator applies (kubectl get -o yaml --show-managed-fields): a
-# person's or another tool's fields stay theirs, and a re-plan changes only these.
+# FIELD_MANAGER: who owns the fields the operator applies (kubectl get -o yaml
+# --show-managed-fields); a person's or another tool's stay theirs, a re-plan changes only these.
+# controller_uid is pure, so it lives beside owner_reference, where the pure decisions take it.
 from compass.controllers.builders import FIELD_MANAGER
+from compass.controllers.builders import controller_uid as controller_uid
 
 # (connect, read) seconds for every call. Without one, a call to an API server that stopped
 # answering (a half-open connection) blocks forever: it holds one of kopf's handler threads and,

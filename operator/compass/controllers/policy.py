@@ -537,9 +537,9 @@ def transition_events(
     old_pause = find_condition(before, ConditionType.PAUSED)
     new_pause = find_condition(after, ConditionType.PAUSED)
     invalid = "InvalidPauseAnnotation"
-    if new_pause is not None and new_pause.reason == invalid:
-        if old_pause is None or old_pause.reason != invalid:
-            events.append(Event("Warning", invalid, new_pause.message))
+    fresh = old_pause is None or old_pause.reason != invalid
+    if new_pause is not None and new_pause.reason == invalid and fresh:
+        events.append(Event("Warning", invalid, new_pause.message))
     old_pods = find_condition(before, ConditionType.PODS_SERVING)
     new_pods = find_condition(after, ConditionType.PODS_SERVING)
     if new_pods is not None and new_pods.status == "False":
