@@ -176,9 +176,9 @@ def test_a_policy_first_written_by_replace_is_adopted(
 
     applied = _apply_policy(k8s_api, workflow, 2, _plan(250.0))
 
-    assert applied.adopt  # the takeover ran
     policy = _policy(k8s_api, namespace, name)
     assert "metrics" not in policy["spec"]  # owned only through the old manager, now removed
+    assert applied.adopt  # by the takeover
     assert policy["spec"]["slo"]["latencyMs"] == 250.0
     assert policy["spec"]["paused"] is True  # the person's, set after the replace
     assert policy["status"]["switches"] == 3  # status is not the apply's
