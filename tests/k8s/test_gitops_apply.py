@@ -9,6 +9,7 @@ PUT (manager OpenAPI-Generator) is taken over so that holds for it too.
 from __future__ import annotations
 
 import copy
+import shlex
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +22,7 @@ from kubernetes import client
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.controllers import kubeapi
 from compass.controllers import workflow as reconcile
-from compass.controllers.builders import GENERATION_LABEL, build_pareto_policy
+from compass.controllers.builders import GENERATION_LABEL, build_pareto_policy, planned_policy
 from compass.controllers.workflow_handlers import _apply_policy
 
 FRONT = [
@@ -209,3 +210,37 @@ def test_a_policy_another_workflow_controls_is_left_alone(
     applied = _apply_policy(k8s_api, workflow, 2, _plan(250.0))
     assert (applied.action, applied.reason) == (reconcile.PolicyAction.BLOCKED, "PolicyConflict")
     assert _policy(k8s_api, namespace, name)["spec"]["slo"]["latencyMs"] == 300.0
+
+
+def test_the_documented_review_command_applies_the_plan_and_auto_apply_takes_it_over(
+    k8s_cluster: Any, k8s_api: Any, namespace: str, workflow: dict[str, Any]
+) -> None:
+    """status.plannedPolicy through `kubectl get -o jsonpath | kubectl apply -f -`, as the
+    PolicyPlanned Event says; once autoApply turns true the workflow takes that policy over."""
+    name = workflow["metadata"]["name"]
+    manifest = planned_policy(name, namespace, 1, _plan(300.0))
+    kubeapi.patch_status(
+        client.CustomObjectsApi(k8s_api).patch_namespaced_custom_object_status,
+        GROUP,
+        VERSION,
+        namespace,
+        WORKFLOW_PLURAL,
+        name,
+        body={"status": {"phase": "Planned", "plannedPolicy": manifest}},
+    )
+    get, apply = (
+        shlex.split(part) for part in reconcile.review_command(name, namespace).split("|")
+    )
+    assert (get[0], apply) == ("kubectl", ["kubectl", "apply", "-f", "-"])
+    printed = k8s_cluster.kubectl(*get[1:]).stdout
+    k8s_cluster.kubectl(*apply[1:], input=printed)
+    policy = _policy(k8s_api, namespace, name)
+    assert policy["spec"]["front"] == manifest["spec"]["front"]
+    assert "ownerReferences" not in policy["metadata"]
+
+    applied = _apply_policy(k8s_api, workflow, 2, _plan(250.0))
+
+    assert applied.action is reconcile.PolicyAction.APPLY
+    policy = _policy(k8s_api, namespace, name)
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == workflow["metadata"]["uid"]
+    assert policy["spec"]["slo"]["latencyMs"] == 250.0
