@@ -546,8 +546,12 @@ def _apply_policy(
     assert apply.body is not None
     patch = custom.patch_namespaced_custom_object
     if apply.adopt and not kubeapi.json_patch(patch, *where, ops=apply.adopt):
-        # Changed since it was read: decide again on a fresh read.
-        raise kopf.TemporaryError(f"ParetoPolicy {name} changed meanwhile", delay=1)
+        # Changed (or deleted) since it was read: decide again on a fresh read.
+        raise kopf.TemporaryError(
+            f"ParetoPolicy {name}: taking over the fields an older operator wrote was refused "
+            "(changed since it was read); trying again",
+            delay=1,
+        )
     try:
         kubeapi.apply(patch, *where, body=apply.body)
     except kubeapi.NotFoundError:  # the resource type itself is unknown
