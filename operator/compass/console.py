@@ -9,12 +9,12 @@ import math
 import shutil
 import sys
 import time
-from pathlib import Path
-from typing import NoReturn, TextIO
+from collections.abc import Mapping
+from typing import Any, NoReturn, TextIO
 
 import yaml
 
-from compass.api.meta import API_VERSION
+from compass.api.meta import API_VERSION, POLICY_KIND
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.domain.evaluation import Evaluator
 from compass.domain.planner import Plan
@@ -197,13 +197,28 @@ def plan_table(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def policy_text(spec: ParetoPolicySpec, path: Path) -> str:
-    """The spec as JSON (for .json paths) or YAML, camelCase, defaults written out."""
-    body = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    if path.suffix.lower() == ".json":
-        return json.dumps(body, indent=2) + "\n"
+def policy_manifest(
+    spec: ParetoPolicySpec, name: str, namespace: str | None = None
+) -> dict[str, Any]:
+    """An applyable ParetoPolicy: apiVersion, kind, metadata (name, namespace if given) and the
+    spec, camelCase, defaults written out."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": API_VERSION,
+        "kind": POLICY_KIND,
+        "metadata": metadata,
+        "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+
+
+def policy_text(manifest: Mapping[str, Any], form: str) -> str:
+    """The manifest as JSON (``form`` "json") or YAML with a header saying how to use it."""
+    if form == "json":
+        return json.dumps(manifest, indent=2) + "\n"
     header = (
-        f"# ParetoPolicy spec ({API_VERSION}), written by `compass plan`.\n"
-        "# Use it as the spec of a ParetoPolicy resource, or pass it to `compass simulate`.\n"
+        "# A ParetoPolicy written by `compass plan`: kubectl apply -f this file (or commit it for\n"
+        "# GitOps), or pass it to `compass simulate --policy` / `compass serve --policy`.\n"
     )
-    return header + yaml.safe_dump(body, sort_keys=False, width=100)
+    return header + yaml.safe_dump(dict(manifest), sort_keys=False, width=100)

@@ -50,11 +50,16 @@ class Policies:
     namespace: str
     created: list[str] = field(default_factory=list)
 
-    def create(self, name: str, spec: dict[str, Any]) -> None:
+    def create(
+        self, name: str, spec: dict[str, Any], annotations: dict[str, str] | None = None
+    ) -> None:
+        metadata: dict[str, Any] = {"name": name}
+        if annotations:
+            metadata["annotations"] = annotations
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "ParetoPolicy",
-            "metadata": {"name": name},
+            "metadata": metadata,
             "spec": spec,
         }
         # kubeapi.NotFoundError while the resource is not served; other refusals as they are.
@@ -91,6 +96,18 @@ class Policies:
             POLICY_PLURAL,
             name,
             {"spec": spec},
+            _preload_content=False,
+        )
+
+    def annotate(self, name: str, annotations: dict[str, str | None]) -> None:
+        """Set (or, with None, remove) annotations, as kubectl annotate does."""
+        self.api.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.namespace,
+            POLICY_PLURAL,
+            name,
+            {"metadata": {"annotations": annotations}},
             _preload_content=False,
         )
 

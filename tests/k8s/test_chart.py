@@ -75,6 +75,8 @@ FORBIDDEN: tuple[tuple[str, str, str, str], ...] = (
     ("create", "compass.io", "compoundworkflows", HERE),
     ("update", "compass.io", "compoundworkflows", HERE),
     ("delete", "compass.io", "compoundworkflows", HERE),
+    # The generated policy is server-side applied, never replaced.
+    ("update", "compass.io", "paretopolicies", HERE),
     ("update", "", "configmaps", HERE),
     ("patch", "batch", "jobs", HERE),
     ("delete", "", "events", HERE),

@@ -156,6 +156,30 @@ def test_status_patch_and_the_errors_a_caller_tells_apart(
     assert kubeapi.read(gadgets.get_namespaced_custom_object, *unserved, "g") is None
 
 
+def test_apply_owns_its_fields_and_a_stale_json_patch_is_refused(
+    gadgets: client.CustomObjectsApi, k8s_namespace: str
+) -> None:
+    """apply: created when missing (who owns what is in tests/k8s/test_gitops_apply.py, on a
+    structural schema); json_patch: False when its resourceVersion test fails (changed since
+    read) or the object is gone."""
+    where = (GROUP, VERSION, k8s_namespace, PLURAL, "g")
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Gadget",
+        "metadata": {"name": "g"},
+        "spec": {"size": 3},
+    }
+    applied = kubeapi.apply(gadgets.patch_namespaced_custom_object, *where, body=body)
+    assert applied["spec"] == {"size": 3}
+    version = applied["metadata"]["resourceVersion"]
+    test = [{"op": "test", "path": "/metadata/resourceVersion", "value": version}]
+    relabel = [*test, {"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
+    assert kubeapi.json_patch(gadgets.patch_namespaced_custom_object, *where, ops=relabel)
+    assert not kubeapi.json_patch(gadgets.patch_namespaced_custom_object, *where, ops=relabel)
+    kubeapi.delete(gadgets.delete_namespaced_custom_object, *where)
+    assert not kubeapi.json_patch(gadgets.patch_namespaced_custom_object, *where, ops=relabel)
+
+
 def test_state_store_reads_and_patches_its_config_map(
     k8s_api: Any, k8s_cluster: Cluster, k8s_namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

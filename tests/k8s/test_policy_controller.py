@@ -202,6 +202,31 @@ def test_paused_policy_holds_and_resumes_when_unpaused(
     assert condition(policies.status("paused"), "Paused")["status"] == "False"
 
 
+def test_pause_annotation_holds_and_an_invalid_one_pauses_nothing(
+    triton: LocalTriton, router: TritonRouter, policies: Policies
+) -> None:
+    """compass.io/paused: "true" holds a policy whose spec says nothing of pausing (a spec that
+    GitOps owns is not touched); a value other than true/false is reported and pauses nothing."""
+    policies.create("held", policy_spec(triton), annotations={"compass.io/paused": "true"})
+    wait_for(
+        lambda: condition(policies.status("held"), "Paused").get("status") == "True", 15, "Paused"
+    )
+    time.sleep(3.5)  # well past the 2 s cooldown: an active policy would have climbed
+    status = policies.status("held")
+    assert router.active_config() == config_key(FASTEST)
+    assert status["switches"] == 0
+    paused = condition(status, "Paused")
+    assert paused["reason"] == "PausedByAnnotation"
+    assert paused["message"] == f"annotation compass.io/paused: holding {FAST_NAME}"
+
+    policies.annotate("held", {"compass.io/paused": "maybe"})
+    wait_for(lambda: router.active_config() == config_key(ACCURATE), 15, "the climb, not paused")
+    paused = condition(policies.status("held"), "Paused")
+    assert (paused["status"], paused["reason"]) == ("False", "InvalidPauseAnnotation")
+    assert "'maybe' is not one of 'true', 'false'" in paused["message"]
+    assert policies.wait_events("held", "InvalidPauseAnnotation")
+
+
 def test_restart_resumes_the_hysteresis_state_and_never_flips(
     triton: LocalTriton, router: TritonRouter, policies: Policies, operator: Operator
 ) -> None:

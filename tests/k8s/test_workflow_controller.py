@@ -547,6 +547,33 @@ def test_happy_path_to_a_pareto_policy(
             ],
         )
 
+        # GitOps: a person pauses the policy (kubectl edit); with autoApply false the next plan
+        # waits for review in the status and the policy is untouched; autoApply true applies it
+        # (profiles reused, no Job) and the person's pause survives the operator's re-plan.
+        custom = flows.custom
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, k8s_namespace, POLICY_PLURAL, "rag", {"spec": {"paused": True}},
+            field_manager="kubectl-edit",
+        )  # fmt: skip
+        flows.patch_spec("rag", {"autoApply": False, "slo": {"latencyMs": 260}})
+        flows.wait("rag", _phase("Planned", 4), 30, "the plan of generation 4 held for review")
+        held = flows.get("rag")["status"]
+        assert held["plannedPolicy"]["spec"]["slo"]["latencyMs"] == 260
+        ready = flows.condition("rag", "Ready")
+        assert ready is not None
+        assert (ready["status"], ready["reason"]) == ("False", "AwaitingReview")
+        policy = flows.policy("rag")
+        assert policy is not None
+        assert policy["spec"]["slo"]["latencyMs"] == 250
+        flows.patch_spec("rag", {"autoApply": True})
+        flows.wait("rag", _phase("Ready", 5), 30, "generation 5 applied")
+        policy = flows.policy("rag")
+        assert policy is not None
+        assert policy["spec"]["slo"]["latencyMs"] == 260
+        assert policy["spec"]["paused"] is True
+        assert "plannedPolicy" not in flows.get("rag")["status"]
+        assert all(j["metadata"].get("deletionTimestamp") for j in flows.jobs("rag"))
+
         # (g) Deleting the workflow (the operator running: kopf may still hold its finalizer):
         # the garbage collector removes its ConfigMap and its policy.
         flows.custom.delete_namespaced_custom_object(

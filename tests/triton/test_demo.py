@@ -73,7 +73,9 @@ def test_the_profiles_and_the_written_policy_agree(
     assert profiles["metadata"]["time_scale"] == 0.1
     measured = [p for p in profiles["profiles"] if not p.get("screened")]
     assert all(p["measurement_runs"] == 8 for p in measured)
-    spec = ParetoPolicySpec.model_validate(yaml.safe_load((out / "policy.yaml").read_text()))
+    manifest = yaml.safe_load((out / "policy.yaml").read_text())
+    assert (manifest["kind"], manifest["metadata"]["name"]) == ("ParetoPolicy", "rag")
+    spec = ParetoPolicySpec.model_validate(manifest["spec"])
     front = {json.dumps(e.config, sort_keys=True) for e in spec.front}
     # Only fully measured configurations reach the front; the front is ordered by speed.
     assert front <= {json.dumps(p["config"], sort_keys=True) for p in measured}

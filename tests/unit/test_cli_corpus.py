@@ -429,7 +429,7 @@ CASES = [
         "simulate-policy-field",
         ["simulate", *POLICY],
         "surprise",
-        replace("policy.yaml", "slo:", "surprise: 1\nslo:"),
+        replace("policy.yaml", "\n  slo:", "\n  surprise: 1\n  slo:"),
     ),
     Case(
         "simulate-policy-nan",

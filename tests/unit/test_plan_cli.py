@@ -58,7 +58,7 @@ def one_error_line(capsys: pytest.CaptureFixture[str], command: str) -> str:
 def test_plan_prints_the_front_and_writes_the_policy(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The front (fastest first) with its thresholds, and a ParetoPolicy spec that reloads."""
+    """The front (fastest first) with its thresholds, and a ParetoPolicy manifest that reloads."""
     code = main(["plan", "--profiles", "profiles.json", "--slo-ms", "1000"])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -71,7 +71,11 @@ def test_plan_prints_the_front_and_writes_the_policy(
         assert cells[6] == str(threshold.enter_max_queue)
         assert float(cells[7]) == pytest.approx(threshold.stay_max_qps, abs=0.006)
     assert "4 profiles -> Pareto front of 3" in out
-    document = yaml.safe_load((workdir / "paretopolicy.yaml").read_text(encoding="utf-8"))
+    manifest = yaml.safe_load((workdir / "paretopolicy.yaml").read_text(encoding="utf-8"))
+    # Applyable as it is: kubectl apply -f paretopolicy.yaml (the current namespace).
+    assert (manifest["apiVersion"], manifest["kind"]) == ("compass.io/v1alpha1", "ParetoPolicy")
+    assert manifest["metadata"] == {"name": "paretopolicy"}
+    document = manifest["spec"]
     assert document["slo"] == {"latencyMs": 1000.0, "percentile": 95.0}
     assert document["hysteresis"]["downscaleCooldownSeconds"] == 5.0
     assert document["hysteresis"]["upscaleCooldownSeconds"] == 0.0
@@ -103,11 +107,43 @@ def test_plan_options_and_json_output(workdir: Path, capsys: pytest.CaptureFixtu
     )
     out = capsys.readouterr().out
     assert code == 0
-    spec = ParetoPolicySpec.model_validate_json((workdir / "policy.json").read_text())
+    manifest = json.loads((workdir / "policy.json").read_text())
+    assert manifest["metadata"] == {"name": "policy"}
+    spec = ParetoPolicySpec.model_validate(manifest["spec"])
     assert (spec.slo.percentile, spec.hysteresis.slack_buffer_ms) == (99.0, 20.0)
     assert spec.threshold_model is ThresholdModel.PAPER_MEAN
     assert "p99 ms" in out
     assert "stay<=qps" not in out  # the paper's model has no rate limits
+
+
+def test_plan_names_the_manifest_and_picks_its_format(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--name, --namespace and --format reach the manifest; without --name the file names it."""
+    argv = ["plan", "--profiles", "profiles.json", "--slo-ms", "800"]
+    extra = ["--name", "rag", "--namespace", "serving", "--format", "json", "--output", "p.out"]
+    assert main([*argv, *extra]) == 0
+    manifest = json.loads((workdir / "p.out").read_text())
+    assert manifest["metadata"] == {"name": "rag", "namespace": "serving"}
+    ParetoPolicySpec.model_validate(manifest["spec"])
+    assert main([*argv, "--output", "My_Policy.v2.yaml"]) == 0
+    named = yaml.safe_load((workdir / "My_Policy.v2.yaml").read_text())
+    assert named["metadata"]["name"] == "my-policy.v2"
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--name", "Rag_Policy"), ("--name", "x-"), ("--namespace", "a.b"), ("--namespace", "X")],
+)
+def test_plan_refuses_a_name_kubernetes_would(
+    workdir: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    argv = ["plan", "--profiles", "profiles.json", "--slo-ms", "800", flag, value]
+    assert main(argv) == 2
+    line = one_error_line(capsys, "plan")
+    assert f"{flag}: {value!r} is not a valid Kubernetes name" in line
+    assert not (workdir / "paretopolicy.yaml").exists()
 
 
 def test_simulate_compares_the_policy_with_the_baselines(
@@ -204,8 +240,11 @@ def test_a_policy_of_several_router_instances_plans_and_simulates_them(
     assert main([*plan, "--output", "one.yaml"]) == 0
     out = capsys.readouterr().out
     assert "qps: the same for the arrival rate (M/G/c, Erlang C)" in out
-    four = ParetoPolicySpec.model_validate(yaml.safe_load((workdir / "four.yaml").read_text()))
-    one = ParetoPolicySpec.model_validate(yaml.safe_load((workdir / "one.yaml").read_text()))
+    four_spec = yaml.safe_load((workdir / "four.yaml").read_text())["spec"]
+    four = ParetoPolicySpec.model_validate(four_spec)
+    one = ParetoPolicySpec.model_validate(
+        yaml.safe_load((workdir / "one.yaml").read_text())["spec"]
+    )
     assert four.router_instances == 4
     fast_four, fast_one = four.plan().thresholds[0], one.plan().thresholds[0]
     assert fast_four.stay_max_qps is not None
@@ -232,7 +271,7 @@ def test_a_policy_of_several_router_instances_plans_and_simulates_them(
 def test_plots_are_written(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--plot draws PNG files for both commands; a whole ParetoPolicy manifest is accepted."""
     assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--plot", "f.png"]) == 0
-    spec = yaml.safe_load((workdir / "paretopolicy.yaml").read_text())
+    spec = yaml.safe_load((workdir / "paretopolicy.yaml").read_text())["spec"]
     manifest = {"apiVersion": "compass.io/v1alpha1", "kind": "ParetoPolicy", "spec": spec}
     (workdir / "manifest.yaml").write_text(yaml.safe_dump(manifest))
     code = main(
@@ -329,10 +368,10 @@ def test_plan_unreadable_profiles(
 
 @pytest.fixture
 def policy(workdir: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    """A valid policy spec, as parsed YAML."""
+    """A valid policy spec, as parsed YAML (a bare spec is accepted as well as a manifest)."""
     assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]) == 0
     capsys.readouterr()
-    loaded: dict[str, Any] = yaml.safe_load((workdir / "paretopolicy.yaml").read_text())
+    loaded: dict[str, Any] = yaml.safe_load((workdir / "paretopolicy.yaml").read_text())["spec"]
     return loaded
 
 

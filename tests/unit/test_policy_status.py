@@ -338,8 +338,12 @@ def test_a_condition_of_another_type_is_kept_and_sorted_last() -> None:
 
 
 def test_paused_and_invalid_spec_conditions() -> None:
-    paused = by_type(conditions_of(ps.Health(metrics_read=True, paused=True, active=FAST_NAME)))
+    pause = ps.pause_of(COMPILED.spec.model_copy(update={"paused": True}), {})
+    health = ps.Health(metrics_read=True, pause=pause, active=FAST_NAME)
+    paused = by_type(conditions_of(health))
     assert (paused["Paused"]["status"], paused["Ready"]["reason"]) == ("True", "Paused")
+    assert paused["Paused"]["reason"] == "PausedBySpec"
+    assert paused["Paused"]["message"] == f"spec.paused: holding {FAST_NAME}"
     invalid = by_type(conditions_of(ps.Health(spec_error="spec.slo.latencyMs: x; y")))
     assert list(invalid) == ["Ready"]
     assert invalid["Ready"]["reason"] == "InvalidSpec"
@@ -575,3 +579,58 @@ def test_a_switch_event_names_the_mix() -> None:
     event = ps.switch_event(ps.routing_label(before), ps.routing_label(after) or "", 2, "why")
     assert event.message == "a + 25% b -> a + 40% b: queue 2; why"
     assert ps.routing_label(PolicyState(active="a")) == "a"
+
+
+ANNOTATION = "compass.io/paused"
+
+
+@pytest.mark.parametrize(
+    ("paused", "annotations", "expected"),
+    [
+        (False, None, (False, "Active")),
+        (False, {}, (False, "Active")),
+        (False, {ANNOTATION: "false"}, (False, "Active")),
+        (False, {ANNOTATION: "true"}, (True, "PausedByAnnotation")),
+        (True, {ANNOTATION: "false"}, (True, "PausedBySpec")),
+        (True, {ANNOTATION: "true"}, (True, "PausedBySpec")),
+        (False, {ANNOTATION: "yes"}, (False, "InvalidPauseAnnotation")),
+        (True, {ANNOTATION: "yes"}, (True, "PausedBySpec")),
+        (False, {"other.io/paused": "true"}, (False, "Active")),
+    ],
+)
+def test_pause_by_spec_or_annotation(
+    paused: bool, annotations: dict[str, str] | None, expected: tuple[bool, str]
+) -> None:
+    pause = ps.pause_of(COMPILED.spec.model_copy(update={"paused": paused}), annotations)
+    assert (pause.paused, pause.reason) == expected
+
+
+def test_an_invalid_pause_annotation_pauses_nothing_and_says_what_to_write() -> None:
+    pause = ps.pause_of(COMPILED.spec, {ANNOTATION: "True "})
+    assert not pause.paused
+    assert pause.message == (
+        "annotation compass.io/paused: 'True ' is not one of 'true', 'false'; the policy is not "
+        "paused"
+    )
+    before = conditions_of(ps.Health(metrics_read=True, active=FAST_NAME))
+    after = conditions_of(ps.Health(metrics_read=True, active=FAST_NAME, pause=pause), before)
+    condition = by_type(after)["Paused"]
+    assert (condition["status"], condition["reason"]) == ("False", "InvalidPauseAnnotation")
+    assert condition["message"] == pause.message
+    assert by_type(after)["Ready"]["reason"] == "Serving"
+    events = ps.transition_events(before, after)
+    assert [(e.type, e.reason, e.message) for e in events] == [
+        ("Warning", "InvalidPauseAnnotation", pause.message)
+    ]
+    assert ps.transition_events(after, conditions_of(ps.Health(pause=pause), after)) == []
+
+
+def test_a_pause_annotation_holds_like_spec_paused() -> None:
+    pause = ps.pause_of(COMPILED.spec, {ANNOTATION: "true"})
+    paused = by_type(conditions_of(ps.Health(metrics_read=True, pause=pause, active=FAST_NAME)))
+    assert (paused["Paused"]["status"], paused["Paused"]["reason"]) == (
+        "True",
+        "PausedByAnnotation",
+    )
+    assert paused["Paused"]["message"] == f"annotation {ANNOTATION}: holding {FAST_NAME}"
+    assert paused["Ready"]["reason"] == "Paused"

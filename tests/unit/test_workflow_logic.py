@@ -29,6 +29,7 @@ from compass.controllers.builders import (
     RESULT_KEY,
     SEED_KEY,
     SPEC_KEY,
+    WORKFLOW_LABEL,
     build_job_role,
     build_job_role_binding,
     build_pareto_policy,
@@ -38,16 +39,19 @@ from compass.controllers.builders import (
     job_env,
     job_rules,
     metrics_url,
+    planned_policy,
     routing_target,
 )
 from compass.controllers.ledgerchunks import MAX_CHUNKS, ledger_text, state_names
 from compass.controllers.targets import TargetAccess
 from compass.controllers.workflow import (
+    LEGACY_MANAGER,
     Create,
     InvalidSpecError,
     JobView,
     Observation,
     PolicyAction,
+    adoption_patch,
     authorize_images,
     authorize_targets,
     decide,
@@ -544,6 +548,70 @@ def test_profiles_are_planned_into_a_policy() -> None:
     assert step.event.message.startswith("ParetoPolicy rag: 2 configurations on the front")
 
 
+def test_without_auto_apply_the_plan_waits_for_review_in_the_status() -> None:
+    state = {RESULT_KEY: _result([BEST], [BEST]), PROFILES_KEY: PROFILES}
+    done = JobView("rag-profile-g1", succeeded=1, complete=True)
+    base = _observe(Phase.PROFILING, state, profile=done)
+    observation = replace(base, spec=base.spec.model_copy(update={"auto_apply": False}))
+    observation = replace(observation, namespace="team")
+    step = decide(observation, NOW)
+    assert step.policy_spec is None  # nothing is applied
+    assert step.status is not None
+    assert step.status.phase is Phase.PLANNED
+    assert step.status.completion_time == NOW
+    ready = find_condition(step.status.conditions, "Ready")
+    policy = find_condition(step.status.conditions, "PolicyReady")
+    assert ready is not None
+    assert policy is not None
+    assert (ready.status, ready.reason) == ("False", "AwaitingReview")
+    assert (policy.status, policy.reason) == ("False", "AwaitingReview")
+    command = (
+        "kubectl get compoundworkflow rag -n team -o jsonpath='{.status.plannedPolicy}' "
+        "| kubectl apply -f -"
+    )
+    assert command in policy.message
+    assert "set spec.autoApply to true" in policy.message
+    manifest = step.status.planned_policy
+    assert manifest is not None
+    assert (manifest["apiVersion"], manifest["kind"]) == ("compass.io/v1alpha1", "ParetoPolicy")
+    assert (manifest["metadata"]["name"], manifest["metadata"]["namespace"]) == ("rag", "team")
+    assert "ownerReferences" not in manifest["metadata"]
+    assert [e["accuracy"] for e in manifest["spec"]["front"]] == [0.81, 0.87]
+    assert "paused" not in manifest["spec"]
+    # What the manifest holds is a valid ParetoPolicy spec.
+    ParetoPolicySpec.model_validate(manifest["spec"])
+    assert step.event is not None
+    assert (step.event.reason, step.event.message) == ("PolicyPlanned", policy.message)
+    # Planned is done for this generation: the timer stops.
+    assert Phase.PLANNED not in reconcile.ACTIVE_PHASES
+
+
+def test_a_new_generation_clears_the_plan_held_for_review() -> None:
+    spec, space = validate_spec(_raw())
+    seed = seed_state(spec, 2, {1: _state(spec, **FULL)})
+    held = CompoundWorkflowStatus(phase=Phase.PLANNED, planned_policy={"kind": "ParetoPolicy"})
+    status, _ = reconcile.start_status(held, "rag", 2, spec, space, seed.data, NOW)
+    assert status.phase is Phase.PLANNING
+    assert status.planned_policy is None
+
+
+def test_auto_apply_is_no_part_of_what_the_search_or_profiles_depend_on() -> None:
+    on, off = _spec(), _spec().model_copy(update={"auto_apply": False})
+    assert reconcile.profile_key(on) == reconcile.profile_key(off)
+    # A flip is a spec change whose profiles carry over: it re-plans, it does not search.
+    spec, space = validate_spec(_raw())
+    previous = _state(off, **FULL)
+    seed = seed_state(spec, 2, {1: previous})
+    status, event = reconcile.start_status(
+        CompoundWorkflowStatus(), "rag", 2, spec, space, seed.data, NOW
+    )
+    assert (status.phase, status.search_job, event.reason) == (
+        Phase.PLANNING,
+        None,
+        "PlanningStarted",
+    )
+
+
 def test_the_serving_settings_reach_the_generated_policy_and_its_plan() -> None:
     """spec.serving: hysteresis, model, metrics source and interval, used by the planner too."""
     serving = {
@@ -676,55 +744,74 @@ def _existing(policy: dict[str, Any], **metadata: Any) -> dict[str, Any]:
     return existing
 
 
-def test_a_missing_policy_is_created_as_planned() -> None:
-    wanted = build_pareto_policy(WORKFLOW, 4, {"front": [1]})
+def test_the_planned_policy_is_applied_whole_and_never_sets_paused() -> None:
+    wanted = build_pareto_policy(WORKFLOW, 4, {"front": [1], "paused": False})
+    assert "paused" not in wanted["spec"]
     apply = decide_policy_apply(None, wanted, "uid-1")
-    assert (apply.action, apply.body) == (PolicyAction.CREATE, wanted)
+    assert (apply.action, apply.body, apply.adopt) == (PolicyAction.APPLY, wanted, [])
 
 
-def test_the_workflows_own_policy_as_planned_is_left_alone() -> None:
-    wanted = build_pareto_policy(WORKFLOW, 4, {"front": [1]})
-    existing = _existing(wanted, annotations={"note": "kept"})
-    assert decide_policy_apply(existing, wanted, "uid-1").action is PolicyAction.LEAVE
-
-
-@pytest.mark.parametrize(
-    ("generation", "spec"),
-    [(4, {"front": [2]}), (5, {"front": [1]})],
-    ids=["spec-changed", "labels-changed"],
-)
-def test_the_workflows_own_policy_is_replaced_keeping_its_version(
-    generation: int, spec: dict[str, Any]
-) -> None:
+def test_the_workflows_own_applied_policy_is_applied_again_without_adoption() -> None:
+    wanted = build_pareto_policy(WORKFLOW, 5, {"front": [2]})
     existing = _existing(
-        build_pareto_policy(WORKFLOW, 4, {"front": [1]}), annotations={"note": "kept"}
+        build_pareto_policy(WORKFLOW, 4, {"front": [1]}),
+        managedFields=[
+            {"manager": "compass-operator", "operation": "Apply", "fieldsV1": {"f:spec": {}}},
+            {"manager": LEGACY_MANAGER, "operation": "Update", "fieldsV1": {"f:status": {}}},
+        ],
     )
-    before = json.loads(json.dumps(existing))
-    wanted = build_pareto_policy(WORKFLOW, generation, spec)
     apply = decide_policy_apply(existing, wanted, "uid-1")
-    assert apply.action is PolicyAction.REPLACE
-    assert apply.body is not None
-    assert apply.body["spec"] == spec
-    assert apply.body["metadata"]["labels"] == wanted["metadata"]["labels"]
-    # The replace is conditional on what was read, and keeps what others set on the object.
-    assert apply.body["metadata"]["resourceVersion"] == "7"
-    assert apply.body["metadata"]["annotations"] == {"note": "kept"}
-    assert existing == before
+    # Server-side apply: only the planned fields; what others set stays theirs.
+    assert (apply.action, apply.body, apply.adopt) == (PolicyAction.APPLY, wanted, [])
+
+
+def test_a_policy_written_by_replace_is_adopted_status_left_to_its_writer() -> None:
+    spec_and_status = {"f:metadata": {"f:labels": {}}, "f:spec": {"f:front": {}}, "f:status": {}}
+    person = {"manager": "kubectl-edit", "operation": "Update", "fieldsV1": {"f:spec": {}}}
+    legacy = {
+        "manager": LEGACY_MANAGER,
+        "operation": "Update",
+        "apiVersion": "compass.io/v1alpha1",
+        "time": NOW,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": spec_and_status,
+    }
+    existing = _existing(build_pareto_policy(WORKFLOW, 4, {}), managedFields=[legacy, person])
+    ops = adoption_patch(existing)
+    assert ops[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
+    assert ops[1]["path"] == "/metadata/managedFields"
+    assert ops[1]["value"] == [
+        {
+            **legacy,
+            "manager": "compass-operator",
+            "operation": "Apply",
+            "fieldsV1": {"f:metadata": {"f:labels": {}}, "f:spec": {"f:front": {}}},
+        },
+        {**legacy, "fieldsV1": {"f:status": {}}},
+        person,
+    ]
+    apply = decide_policy_apply(existing, build_pareto_policy(WORKFLOW, 5, {}), "uid-1")
+    assert apply.adopt == ops
 
 
 @pytest.mark.parametrize(
-    "owners",
+    ("owners", "labels"),
     [
-        [{"uid": "uid-other", "controller": True}],
-        [{"uid": "uid-1"}],  # a plain owner reference, not the controller
-        [],
+        ([{"uid": "uid-other", "controller": True}], None),
+        ([{"uid": "uid-1"}], {}),  # a plain owner reference, not the controller
+        ([], {}),  # nobody's, and not from this workflow's plan
+        ([], {WORKFLOW_LABEL: "other"}),
     ],
-    ids=["another-controller", "not-controller", "no-owner"],
+    ids=["another-controller", "not-controller", "no-owner", "another-workflows-plan"],
 )
-def test_a_policy_this_workflow_does_not_control_blocks_it(owners: list[dict[str, Any]]) -> None:
+def test_a_policy_this_workflow_does_not_control_blocks_it(
+    owners: list[dict[str, Any]], labels: dict[str, str] | None
+) -> None:
     wanted = build_pareto_policy(WORKFLOW, 4, {"front": [1]})
     # Even one already as planned: it is someone else's to change.
     existing = _existing(wanted, ownerReferences=owners)
+    if labels is not None:
+        existing["metadata"]["labels"] = labels
     apply = decide_policy_apply(existing, wanted, "uid-1")
     assert (apply.action, apply.body, apply.reason) == (
         PolicyAction.BLOCKED,
@@ -735,6 +822,14 @@ def test_a_policy_this_workflow_does_not_control_blocks_it(owners: list[dict[str
         "ParetoPolicy rag exists and is not owned by this workflow; delete it or rename the "
         "workflow"
     )
+
+
+def test_a_reviewed_plan_applied_by_hand_is_taken_when_auto_apply_turns_on() -> None:
+    manifest = planned_policy("rag", "team", 4, {"front": [1]})
+    assert "ownerReferences" not in manifest["metadata"]
+    wanted = build_pareto_policy(WORKFLOW, 5, {"front": [1]})
+    apply = decide_policy_apply(_existing(manifest), wanted, "uid-1")
+    assert (apply.action, apply.body) == (PolicyAction.APPLY, wanted)
 
 
 def test_a_missing_policy_crd_blocks_with_the_fix() -> None:

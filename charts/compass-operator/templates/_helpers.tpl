@@ -61,14 +61,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 the two compass.io resources, the search and profiling Jobs with their state ConfigMaps, the Jobs'
 pods (read only), events, and the Jobs' ServiceAccount with its Role and RoleBinding. That Role
 only grants configmaps get/patch/create, which the operator holds itself, so neither `escalate` nor
-`bind` is needed. Used by the ClusterRole (cluster mode) and by each Role (namespaced mode). */}}
+`bind` is needed. The generated ParetoPolicy is server-side applied (patch, and create when it is
+new), never replaced: no `update`. Used by the ClusterRole (cluster mode) and by each Role
+(namespaced mode). */}}
 {{- define "compass-operator.rules" -}}
 - apiGroups: ["compass.io"]
   resources: ["compoundworkflows"]
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["compass.io"]
   resources: ["paretopolicies"]
-  verbs: ["get", "list", "watch", "patch", "create", "update", "delete"]
+  verbs: ["get", "list", "watch", "patch", "create", "delete"]
 - apiGroups: ["compass.io"]
   resources: ["compoundworkflows/status", "paretopolicies/status"]
   verbs: ["get", "patch", "update"]

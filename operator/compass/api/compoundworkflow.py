@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -442,6 +442,12 @@ class CompoundWorkflowSpec(CamelModel):
         "source (default: Triton's own /metrics at spec.triton), decision interval. A change "
         "re-plans without any Job.",
     )
+    auto_apply: bool = Field(
+        default=True,
+        description="Apply the planned ParetoPolicy. false: the plan waits for review in "
+        "status.plannedPolicy (phase Planned, Ready False AwaitingReview) and a person or GitOps "
+        "applies it; turning it true applies the plan without searching again.",
+    )
 
 
 class Phase(StrEnum):
@@ -451,6 +457,7 @@ class Phase(StrEnum):
     SEARCHING = "Searching"
     PROFILING = "Profiling"
     PLANNING = "Planning"
+    PLANNED = "Planned"  # planned, not applied (spec.autoApply false): awaiting review
     READY = "Ready"
     FAILED = "Failed"
 
@@ -506,3 +513,9 @@ class CompoundWorkflowStatus(CamelModel):
         default=None, description="ConfigMap holding the search ledger (the checkpoint)."
     )
     policy: str | None = Field(default=None, description="Name of the generated ParetoPolicy.")
+    planned_policy: dict[str, Any] | None = Field(
+        default=None,
+        description="With spec.autoApply false: the planned ParetoPolicy, an applyable manifest "
+        "(kubectl get compoundworkflow NAME -o jsonpath='{.status.plannedPolicy}' | kubectl "
+        "apply -f -). Its front has at most as many entries as a ParetoPolicy admits.",
+    )

@@ -677,7 +677,11 @@ class ParetoPolicySpec(ServingSettings):
     routing: RoutingTarget | None = Field(
         default=None, description="The router to switch (not needed to simulate)."
     )
-    paused: bool = Field(default=False, description="Hold the active configuration.")
+    paused: bool = Field(
+        default=False,
+        description='Hold the active configuration (the annotation compass.io/paused: "true" '
+        "does too, without touching the spec). A workflow's re-plan never sets it.",
+    )
 
     @model_validator(mode="after")
     def _distinct_configs(self) -> ParetoPolicySpec:

@@ -1,11 +1,14 @@
-"""`compass plan`: the Pareto front of latency profiles, its thresholds, and the policy file."""
+"""`compass plan`: the Pareto front of latency profiles, its thresholds, and the ParetoPolicy
+manifest (apiVersion, kind, metadata, spec) to kubectl apply or commit for GitOps."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
+from compass.api.meta import MAX_NAME_LENGTH, MAX_NAMESPACE_LENGTH
 from compass.api.paretopolicy import DEFAULT_SLACK_BUFFER_MS, MAX_ROUTER_INSTANCES, spec_for_plan
 from compass.commands.common import (
     check_not_input,
@@ -14,7 +17,15 @@ from compass.commands.common import (
     read_document,
     write_text,
 )
-from compass.console import UsageError, fail, parse_int, parse_number, plan_table, policy_text
+from compass.console import (
+    UsageError,
+    fail,
+    parse_int,
+    parse_number,
+    plan_table,
+    policy_manifest,
+    policy_text,
+)
 from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profiles
 
@@ -28,7 +39,8 @@ def register(commands: Any) -> None:
         help="Pareto front and switching thresholds from latency profiles",
         description="Keep the configurations no other beats on both accuracy and tail latency, "
         "order them by mean service time, derive each one's queue-depth (and, with the tail "
-        "model, arrival-rate) limits for the SLO, print them, and write the ParetoPolicy spec.",
+        "model, arrival-rate) limits for the SLO, print them, and write them as a ParetoPolicy "
+        "manifest to kubectl apply (or commit for GitOps).",
     )
     plan.add_argument(
         "--profiles", required=True, metavar="PROFILES.json", help="`compass profile` output"
@@ -57,7 +69,20 @@ def register(commands: Any) -> None:
         "--output",
         default=DEFAULT_POLICY,
         metavar="POLICY.yaml",
-        help=f"the ParetoPolicy spec, YAML or .json (default {DEFAULT_POLICY})",
+        help=f"the ParetoPolicy manifest (default {DEFAULT_POLICY})",
+    )
+    plan.add_argument(
+        "--format",
+        choices=("yaml", "json"),
+        help="the manifest's format (default: json for a .json --output, else yaml)",
+    )
+    plan.add_argument(
+        "--name",
+        help="metadata.name of the ParetoPolicy (default: the --output file's name without its "
+        "extension, made a valid Kubernetes name)",
+    )
+    plan.add_argument(
+        "--namespace", help="metadata.namespace (default: none, kubectl's current namespace)"
     )
     plan.add_argument("--plot", metavar="FRONT.png", help="draw the front and its thresholds")
     plan.set_defaults(handler=plan_command)
@@ -80,6 +105,36 @@ def load_profiles(path: Path) -> tuple[LatencyProfile, ...]:
         raise UsageError(f"--profiles {path}: {exc}") from None
 
 
+# Kubernetes object names: a DNS subdomain (a ParetoPolicy's name) and a DNS label (a namespace).
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _checked(flag: str, value: str | None, pattern: re.Pattern[str], fix: str) -> str | None:
+    """The value, or a usage error naming the flag if it is no valid Kubernetes name."""
+    if value is None:
+        return None
+    limit = MAX_NAME_LENGTH if pattern is _SUBDOMAIN else MAX_NAMESPACE_LENGTH
+    if len(value) > limit or not pattern.match(value):
+        fail(
+            flag,
+            f"{value!r} is not a valid Kubernetes name",
+            f"use lower case, digits and '-', {fix}",
+        )
+    return value
+
+
+def policy_name_of(name: str | None, output: Path) -> str:
+    """--name, checked; without it, the --output file's stem as a Kubernetes name."""
+    if name is not None:
+        checked = _checked("--name", name, _SUBDOMAIN, "e.g. rag-policy")
+        assert checked is not None
+        return checked
+    derived = re.sub(r"[^a-z0-9.-]+", "-", output.stem.lower())
+    derived = re.sub(r"^[^a-z0-9]+|[^a-z0-9]+$", "", derived)[:MAX_NAME_LENGTH].strip("-.")
+    return derived if derived and _SUBDOMAIN.match(derived) else "paretopolicy"
+
+
 def plan_command(args: argparse.Namespace) -> int:
     """`compass plan`: front, thresholds, policy file (and a plot)."""
     slo_ms = parse_number("--slo-ms", str(args.slo_ms), "1000", low=0, inclusive=False)
@@ -94,6 +149,9 @@ def plan_command(args: argparse.Namespace) -> int:
     if plot is not None:
         check_output("--plot", plot)
         check_not_input("--plot", plot, {"--profiles": args.profiles, "--output": output})
+    name = policy_name_of(args.name, output)
+    namespace = _checked("--namespace", args.namespace, _NAMESPACE, "a DNS label: e.g. serving")
+    form = args.format or ("json" if output.suffix.lower() == ".json" else "yaml")
     servers = parse_int(
         "--router-instances", str(args.router_instances), "4", low=1, high=MAX_ROUTER_INSTANCES
     )
@@ -109,6 +167,7 @@ def plan_command(args: argparse.Namespace) -> int:
     except PlanError as exc:
         raise plan_error(exc) from None
     spec = spec_for_plan(plan)
+    manifest = policy_manifest(spec, name, namespace)
     print(
         f"compass plan: {len(profiles)} profiles -> Pareto front of {len(plan.thresholds)} "
         f"(accuracy up, p{percentile:g} down), fastest first; SLO {slo_ms:g} ms at "
@@ -124,7 +183,7 @@ def plan_command(args: argparse.Namespace) -> int:
             else ""
         )
     )
-    write_text(output, policy_text(spec, output))
+    write_text(output, policy_text(manifest, form))
     print(f"policy: {output}")
     if plot is not None:
         # Deliberately lazy: matplotlib takes most of a second to load, and only --plot needs it.

@@ -23,6 +23,10 @@ from compass.controllers.ledgerchunks import LEDGER_KEY as LEDGER_KEY
 
 MANAGED_BY = "compass-operator"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+# The field manager of what the operator server-side applies (the generated ParetoPolicy).
+FIELD_MANAGER = MANAGED_BY
+# ParetoPolicy spec fields the operator never applies, so a person's value survives a re-plan.
+PERSON_OWNED_SPEC_FIELDS = ("paused",)
 WORKFLOW_LABEL = f"{GROUP}/workflow"
 GENERATION_LABEL = f"{GROUP}/generation"
 ROLE_LABEL = f"{GROUP}/role"
@@ -419,22 +423,33 @@ def build_job_role_binding(state: Mapping[str, Any], account: str) -> dict[str, 
     }
 
 
-def build_pareto_policy(
-    workflow: Mapping[str, Any], generation: int, policy_spec: Mapping[str, Any]
+def planned_policy(
+    workflow: str, namespace: str, generation: int, policy_spec: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The ParetoPolicy planned for a workflow: owned by it, so deleting the workflow deletes it."""
-    name = workflow["metadata"]["name"]
+    """The ParetoPolicy planned for a workflow as an applyable manifest, with only the fields
+    the operator owns: never spec.paused, which is a person's to set (kubectl edit, Git)."""
+    spec = {k: v for k, v in policy_spec.items() if k not in PERSON_OWNED_SPEC_FIELDS}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": POLICY_KIND,
         "metadata": {
-            "name": policy_name(name),
-            "namespace": workflow["metadata"]["namespace"],
-            "labels": labels(name, "policy", generation),
-            "ownerReferences": [owner_reference(workflow)],
+            "name": policy_name(workflow),
+            "namespace": namespace,
+            "labels": labels(workflow, "policy", generation),
         },
-        "spec": dict(policy_spec),
+        "spec": spec,
     }
+
+
+def build_pareto_policy(
+    workflow: Mapping[str, Any], generation: int, policy_spec: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The planned ParetoPolicy as the operator applies it: owned by the workflow, so deleting
+    the workflow deletes it."""
+    metadata = workflow["metadata"]
+    body = planned_policy(metadata["name"], metadata["namespace"], generation, policy_spec)
+    body["metadata"]["ownerReferences"] = [owner_reference(workflow)]
+    return body
 
 
 def canonical_json(value: Any) -> str:

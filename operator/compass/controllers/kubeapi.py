@@ -19,7 +19,10 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-# Pure, so it lives beside owner_reference, where the pure decisions take it from too.
+# FIELD_MANAGER: who owns the fields the operator applies (kubectl get -o yaml
+# --show-managed-fields); a person's or another tool's stay theirs, a re-plan changes only these.
+# controller_uid is pure, so it lives beside owner_reference, where the pure decisions take it.
+from compass.controllers.builders import FIELD_MANAGER
 from compass.controllers.builders import controller_uid as controller_uid
 
 # (connect, read) seconds for every call. Without one, a call to an API server that stopped
@@ -38,6 +41,9 @@ ERRORS: tuple[type[Exception], ...] = (ApiException, urllib3.exceptions.HTTPErro
 
 _MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+# Server-side apply. The client serializes a dict body as JSON for a +yaml type (JSON is YAML),
+# but picks no apply type by itself: it has to be named.
+_APPLY_PATCH = "application/apply-patch+yaml"
 
 
 class NotFoundError(ApiException):
@@ -167,6 +173,33 @@ def patch_status(method: Callable[..., Any], *args: Any, body: Mapping[str, Any]
         call(method, *args, body, _content_type=_MERGE_PATCH)
     except (NotFoundError, ConflictError):
         return False
+    return True
+
+
+def apply(
+    method: Callable[..., Any], *args: Any, body: Mapping[str, Any], force: bool = True
+) -> Any:
+    """Server-side apply ``body`` (a patch method, e.g. patch_namespaced_custom_object, and its
+    path arguments) as FIELD_MANAGER; the object as it is now. ``force`` takes over fields another
+    manager set to other values (the operator's plan wins on the fields it owns); fields it
+    applied before and leaves out now are removed unless someone else owns them too."""
+    return call(
+        method, *args, body, field_manager=FIELD_MANAGER, force=force, _content_type=_APPLY_PATCH
+    )
+
+
+def json_patch(method: Callable[..., Any], *args: Any, ops: list[dict[str, Any]]) -> bool:
+    """Apply a JSON patch (RFC 6902) as FIELD_MANAGER; False if the server refused it (422:
+    one of its ``test`` ops failed, the object having changed since it was read, or the patch
+    does not apply) or the object is gone. The API server's 422 does not say which."""
+    try:
+        call(method, *args, ops, field_manager=FIELD_MANAGER, _content_type=JSON_PATCH)
+    except NotFoundError:
+        return False
+    except ApiException as error:
+        if error.status == 422:
+            return False
+        raise
     return True
 
 

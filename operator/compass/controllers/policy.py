@@ -31,6 +31,7 @@ from compass.api.conditions import (
     set_conditions,
 )
 from compass.api.errors import field_path, first_error
+from compass.api.meta import GROUP
 from compass.api.paretopolicy import (
     MAX_LAGGING_PODS,
     ActiveConfiguration,
@@ -323,6 +324,39 @@ def _routed(state: PolicyState) -> tuple[str | None, str | None, float]:
     return state.active, state.blend, state.weight if state.blend is not None else 0.0
 
 
+# Holds a policy as spec.paused does, without touching the spec (KEDA's
+# autoscaling.keda.sh/paused): a person or a tool pauses a policy that GitOps or a workflow owns.
+PAUSE_ANNOTATION = f"{GROUP}/paused"
+PAUSE_VALUES = ("true", "false")
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Whether a policy is held, why (a Paused condition reason), and a note for people."""
+
+    paused: bool
+    reason: str  # PausedBySpec, PausedByAnnotation, InvalidPauseAnnotation or Active
+    message: str = ""
+
+
+def pause_of(spec: ParetoPolicySpec, annotations: Mapping[str, str] | None) -> Pause:
+    """Whether spec.paused or the PAUSE_ANNOTATION holds the policy; an annotation value other
+    than "true" or "false" pauses nothing and says what to write."""
+    value = (annotations or {}).get(PAUSE_ANNOTATION)
+    if spec.paused:
+        return Pause(True, "PausedBySpec", "spec.paused")
+    if value is None or value == "false":
+        return Pause(False, "Active")
+    if value == "true":
+        return Pause(True, "PausedByAnnotation", f"annotation {PAUSE_ANNOTATION}")
+    return Pause(
+        False,
+        "InvalidPauseAnnotation",
+        f"annotation {PAUSE_ANNOTATION}: {value[:64]!r} is not one of "
+        f"{', '.join(repr(v) for v in PAUSE_VALUES)}; the policy is not paused",
+    )
+
+
 def paused_state(state: PolicyState) -> PolicyState:
     """While paused nothing is decided: no downscale evidence accumulates."""
     return replace(state, downscale_since=None, entry_levels=())
@@ -344,7 +378,7 @@ class Health:
     metrics_reason: str = "MetricsUnavailable"
     metrics_read: bool = False
     metrics_source: str = ""
-    paused: bool = False
+    pause: Pause = Pause(False, "Active")
     active: str | None = None
     decision: str = ""
     routing: RoutingStatus | None = None
@@ -402,7 +436,7 @@ def health_conditions(health: Health) -> list[Condition]:
             Condition(
                 type=ready,
                 status="True",
-                reason="Paused" if health.paused else "Serving",
+                reason="Paused" if health.pause.paused else "Serving",
                 message=f"{serving}; {health.decision}" if health.decision else serving,
             )
         )
@@ -426,12 +460,13 @@ def health_conditions(health: Health) -> list[Condition]:
             message="" if problem is None else problem[1],
         )
     )
+    pause = health.pause
     conditions.append(
         Condition(
             type=ConditionType.PAUSED.value,
-            status="True" if health.paused else "False",
-            reason="PausedBySpec" if health.paused else "Active",
-            message=f"spec.paused: holding {health.active}" if health.paused else "",
+            status="True" if pause.paused else "False",
+            reason=pause.reason,
+            message=f"{pause.message}: holding {health.active}" if pause.paused else pause.message,
         )
     )
     if health.routing is not None:
@@ -510,6 +545,12 @@ def transition_events(
             events.append(Event("Warning", new_ready.reason, new_ready.message))
         elif old_reason == "TritonUnreachable" and new_ready.status == "True":
             events.append(Event("Normal", "TritonReachable", new_ready.message))
+    old_pause = find_condition(before, ConditionType.PAUSED)
+    new_pause = find_condition(after, ConditionType.PAUSED)
+    invalid = "InvalidPauseAnnotation"
+    fresh = old_pause is None or old_pause.reason != invalid
+    if new_pause is not None and new_pause.reason == invalid and fresh:
+        events.append(Event("Warning", invalid, new_pause.message))
     old_pods = find_condition(before, ConditionType.PODS_SERVING)
     new_pods = find_condition(after, ConditionType.PODS_SERVING)
     if new_pods is not None and new_pods.status == "False":

@@ -220,7 +220,7 @@ def _tick(
         memory.failures += 1
         health = ps.Health(
             unreachable=str(error),
-            paused=compiled.spec.paused,
+            pause=_pause(body, compiled),
             active=(previous.get("active") or {}).get("name"),
         )
         _publish(body, memory, runtime, logger, previous, health, None, now, generation)
@@ -239,7 +239,8 @@ def _tick(
     )
     if note:
         logger.info(note)
-    outcome = _decide(body, compiled, connections, state, runtime, logger, now)
+    pause = _pause(body, compiled)
+    outcome = _decide(body, compiled, connections, state, runtime, logger, now, pause)
     if outcome.observation is not None:
         memory.last_observed = outcome.observation.time
     memory.state = outcome.state
@@ -251,7 +252,7 @@ def _tick(
         else "MetricsUnavailable",
         metrics_read=True,
         metrics_source=connections.source.describe(),
-        paused=compiled.spec.paused,
+        pause=pause,
         active=outcome.state.active,
         decision=outcome.decision,
         routing=outcome.routing,
@@ -281,6 +282,7 @@ def _decide(
     runtime: Runtime,
     logger: kopf.Logger,
     now: float,
+    pause: ps.Pause,
 ) -> Outcome:
     """One LiveLoop step (or, paused, only an observation); Event and counter on a switch."""
     assert connections.source is not None
@@ -290,7 +292,7 @@ def _decide(
         router=connections.router,
         stale_after_s=compiled.spec.stale_after_seconds,
     )
-    if compiled.spec.paused:
+    if pause.paused:
         observation, _ = loop.observe(now)  # a metrics problem is in loop.metrics_problem
         held = ps.paused_state(state)
         # Holding means every pod serves it, a pod that joined or restarted meanwhile too.
@@ -612,6 +614,13 @@ def _saved_state(status: dict[str, Any]) -> PolicyState | None:
             "status.policyState unreadable, starting afresh: %s", error
         )
         return None
+
+
+def _pause(body: kopf.Body, compiled: ps.CompiledPolicy) -> ps.Pause:
+    """spec.paused or the pause annotation, read at every tick (an annotation is no new
+    generation, so it is never part of the compiled spec)."""
+    annotations = body.get("metadata", {}).get("annotations") or {}
+    return ps.pause_of(compiled.spec, annotations)
 
 
 def _names(body: kopf.Body) -> tuple[str, str]:

@@ -34,7 +34,8 @@ OPERATOR_RULES: tuple[Rule, ...] = (
     Rule(
         GROUP,
         (POLICY_PLURAL,),
-        ("get", "list", "watch", "patch", "create", "update", "delete"),
+        # The generated policy is server-side applied (a patch; create when new), never replaced.
+        ("get", "list", "watch", "patch", "create", "delete"),
     ),
     Rule(
         GROUP,

@@ -46,13 +46,16 @@ from compass.api.meta import GROUP, POLICY_PLURAL
 from compass.api.paretopolicy import MetricsSource, MetricsSourceType, RoutingTarget, spec_for_plan
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
+    FIELD_MANAGER,
     LEDGER_KEY,
     PROFILES_KEY,
     PROGRESS_KEY,
     RESULT_KEY,
     SEED_KEY,
     SPEC_KEY,
+    WORKFLOW_LABEL,
     controller_uid,
+    planned_policy,
     policy_name,
     profile_name,
     search_name,
@@ -70,6 +73,8 @@ from compass.domain.space import Space, SpaceError
 from compass.domain.statistics import IntervalMethod, describe_schedule
 
 ACTIVE_PHASES = frozenset({Phase.SEARCHING, Phase.PROFILING, Phase.PLANNING})
+# Ready's and PolicyReady's reason while a plan waits for review (spec.autoApply false).
+AWAITING_REVIEW = "AwaitingReview"
 
 
 class InvalidSpecError(ValueError):
@@ -361,6 +366,10 @@ def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> Com
     others = [c for c in status.conditions if c.type != WorkflowConditionType.READY]
     if status.phase is Phase.READY:
         ready = ("True", "PolicyReady", f"ParetoPolicy {status.policy} serves the planned front")
+    elif status.phase is Phase.PLANNED:
+        # Not Ready: nothing serves this plan until someone applies it.
+        awaiting = find_condition(others, WorkflowConditionType.POLICY_READY)
+        ready = ("False", AWAITING_REVIEW, awaiting.message if awaiting else "awaiting review")
     elif status.phase is Phase.FAILED:
         failing = next((c for c in others if c.status == "False"), None) or next(
             (c for c in others if c.type == WorkflowConditionType.FEASIBLE_SET_EMPTY), None
@@ -375,7 +384,7 @@ def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> Com
         message = working[-1].message if working else f"generation {generation}"
         ready = ("False", status.phase.value, message)
     condition = workflow_condition(WorkflowConditionType.READY, *ready, generation)
-    done = status.phase in (Phase.READY, Phase.FAILED)
+    done = status.phase in (Phase.READY, Phase.PLANNED, Phase.FAILED)
     return status.model_copy(
         update={
             "conditions": set_condition(status.conditions, condition, now),
@@ -410,6 +419,7 @@ def start_status(
         "observed_generation": generation,
         "ledger_config_map": search_name(workflow, generation),
         "profiling_job": None,
+        "planned_policy": None,
         "start_time": now,
         "completion_time": None,
         **counts,
@@ -706,6 +716,7 @@ class Observation:
     pod_message: str | None = None  # of the failed Job of the current phase, if it failed
     routing: RoutingTarget | None = None
     metrics_url: str = ""
+    namespace: str = ""
 
 
 @dataclass(frozen=True)
@@ -957,6 +968,8 @@ def _planning(observation: Observation, state: Mapping[str, str], now: str) -> S
         )
         return Step(status=status, event=Event("Warning", "PlanFailed", outcome.message))
     name = policy_name(observation.workflow)
+    if not observation.spec.auto_apply:
+        return _planned(observation, outcome, profiled_ok, now)
     message = f"ParetoPolicy {name}: {outcome.message}"
     status = _update(
         observation,
@@ -964,6 +977,7 @@ def _planning(observation: Observation, state: Mapping[str, str], now: str) -> S
         [profiled_ok, (WorkflowConditionType.POLICY_READY, "True", "PolicyReady", message)],
         phase=Phase.READY,
         policy=name,
+        planned_policy=None,
     )
     return Step(
         status=status,
@@ -972,21 +986,63 @@ def _planning(observation: Observation, state: Mapping[str, str], now: str) -> S
     )
 
 
+def review_command(workflow: str, namespace: str) -> str:
+    """The command that applies a workflow's plan held for review."""
+    where = f" -n {namespace}" if namespace else ""
+    return (
+        f"kubectl get compoundworkflow {workflow}{where} -o jsonpath='{{.status.plannedPolicy}}' "
+        "| kubectl apply -f -"
+    )
+
+
+def _planned(
+    observation: Observation,
+    outcome: PlanOutcome,
+    profiled_ok: tuple[WorkflowConditionType, str, str, str],
+    now: str,
+) -> Step:
+    """Planned, not applied (spec.autoApply false): the manifest waits in the status."""
+    assert outcome.policy_spec is not None
+    name = policy_name(observation.workflow)
+    manifest = planned_policy(
+        observation.workflow, observation.namespace, observation.generation, outcome.policy_spec
+    )
+    message = (
+        f"ParetoPolicy {name} planned, not applied (spec.autoApply is false): {outcome.message}. "
+        f"Review status.plannedPolicy; apply it with `"
+        f"{review_command(observation.workflow, observation.namespace)}`, or set spec.autoApply "
+        "to true (no new search)"
+    )
+    status = _update(
+        observation,
+        now,
+        [profiled_ok, (WorkflowConditionType.POLICY_READY, "False", AWAITING_REVIEW, message)],
+        phase=Phase.PLANNED,
+        planned_policy=manifest,
+    )
+    return Step(status=status, event=Event("Normal", "PolicyPlanned", message))
+
+
 class PolicyAction(StrEnum):
     """What to do with the workflow's ParetoPolicy."""
 
-    CREATE = "create"
-    REPLACE = "replace"
-    LEAVE = "leave"  # already as planned
+    APPLY = "apply"  # server-side apply the planned fields (creates it if missing)
     BLOCKED = "blocked"  # cannot be written yet: reason and message say why
+
+
+# The field manager the kubernetes client writes under when none is named (its User-Agent):
+# operators before server-side apply created and replaced the generated policy through it.
+LEGACY_MANAGER = "OpenAPI-Generator"
 
 
 @dataclass(frozen=True)
 class PolicyApply:
-    """The action on the ParetoPolicy: the body to create or replace it with, or why not."""
+    """The action on the ParetoPolicy: the body to apply (after the ``adopt`` JSON patch, when
+    there is one), or why it cannot be."""
 
     action: PolicyAction
     body: dict[str, Any] | None = None
+    adopt: list[dict[str, Any]] = field(default_factory=list)
     reason: str = ""
     message: str = ""
 
@@ -994,27 +1050,57 @@ class PolicyApply:
 def decide_policy_apply(
     existing: Mapping[str, Any] | None, wanted: Mapping[str, Any], owner_uid: str
 ) -> PolicyApply:
-    """Create the planned ParetoPolicy, replace the workflow's own one where its spec or labels
-    differ, leave it as it is, or stay blocked by one of that name it does not own."""
-    if existing is None:
-        return PolicyApply(PolicyAction.CREATE, dict(wanted))
-    if controller_uid(existing) != owner_uid:
-        name = wanted["metadata"]["name"]
-        return PolicyApply(
-            PolicyAction.BLOCKED,
-            reason="PolicyConflict",
-            message=f"ParetoPolicy {name} exists and is not owned by this workflow; delete it "
-            f"or rename the workflow",
+    """Apply the planned fields to the workflow's ParetoPolicy (first taking over what older
+    operators wrote through PUT), or stay blocked by one of that name it may not take.
+
+    A policy without a controller that carries this workflow's label is taken: it was applied
+    from this workflow's plan held for review (spec.autoApply false), which turned true."""
+    name = wanted["metadata"]["name"]
+    if existing is not None and controller_uid(existing) != owner_uid:
+        labels = (existing.get("metadata") or {}).get("labels") or {}
+        workflow = wanted["metadata"]["labels"][WORKFLOW_LABEL]
+        if controller_uid(existing) is not None or labels.get(WORKFLOW_LABEL) != workflow:
+            return PolicyApply(
+                PolicyAction.BLOCKED,
+                reason="PolicyConflict",
+                message=f"ParetoPolicy {name} exists and is not owned by this workflow; delete "
+                f"it or rename the workflow",
+            )
+    adopt = [] if existing is None else adoption_patch(existing)
+    return PolicyApply(PolicyAction.APPLY, copy.deepcopy(dict(wanted)), adopt)
+
+
+def adoption_patch(existing: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON patch that hands the fields an older operator wrote (manager LEGACY_MANAGER,
+    operation Update) to FIELD_MANAGER's apply; empty when there is nothing to take over.
+
+    Without it those fields stay co-owned by the old manager, and a field the new plan drops
+    would never be removed. Status fields stay with their writer: the apply does not own them.
+    The patch tests the resourceVersion, so it fails (422) rather than rewrite newer owners."""
+    metadata = existing.get("metadata") or {}
+    entries = list(metadata.get("managedFields") or [])
+    if any(entry.get("manager") == FIELD_MANAGER for entry in entries):
+        return []
+    rewritten, taken = [], False
+    for entry in entries:
+        fields = entry.get("fieldsV1") or {}
+        legacy = entry.get("manager") == LEGACY_MANAGER and entry.get("operation") == "Update"
+        if not (legacy and "f:spec" in fields):
+            rewritten.append(entry)
+            continue
+        taken = True
+        owned = {k: v for k, v in fields.items() if k != "f:status"}
+        rewritten.append(
+            {**entry, "manager": FIELD_MANAGER, "operation": "Apply", "fieldsV1": owned}
         )
-    labels = wanted["metadata"]["labels"]
-    if existing.get("spec") == wanted["spec"] and existing["metadata"].get("labels") == labels:
-        return PolicyApply(PolicyAction.LEAVE)
-    # The existing object, so the replace carries its resourceVersion: a policy changed since
-    # it was read is not overwritten (409), and what else is set on it (annotations) is kept.
-    body = copy.deepcopy(dict(existing))
-    body["spec"] = copy.deepcopy(wanted["spec"])
-    body["metadata"]["labels"] = dict(labels)
-    return PolicyApply(PolicyAction.REPLACE, body)
+        if "f:status" in fields:
+            rewritten.append({**entry, "fieldsV1": {"f:status": fields["f:status"]}})
+    if not taken:
+        return []
+    return [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata["resourceVersion"]},
+        {"op": "replace", "path": "/metadata/managedFields", "value": rewritten},
+    ]
 
 
 def policy_crd_missing() -> PolicyApply:

@@ -496,6 +496,7 @@ def _advance(
         pod_message=pod_message,
         routing=routing_target(workflow, spec),
         metrics_url=metrics_url(workflow, spec),
+        namespace=namespace,
     )
     now = _now()
     step = reconcile.decide(observation, now)
@@ -530,39 +531,29 @@ def _apply_policy(
     generation: int,
     policy_spec: Mapping[str, Any],
 ) -> reconcile.PolicyApply:
-    """Create or replace the workflow's ParetoPolicy as reconcile.decide_policy_apply says;
+    """Server-side apply the workflow's ParetoPolicy as reconcile.decide_policy_apply says;
     what was done (BLOCKED: why it could not be)."""
     custom = client.CustomObjectsApi(api)
     metadata = workflow["metadata"]
     namespace, name = metadata["namespace"], policy_name(metadata["name"])
     wanted = build_pareto_policy(workflow, generation, policy_spec)
-    existing = kubeapi.read(
-        custom.get_namespaced_custom_object, GROUP, VERSION, namespace, POLICY_PLURAL, name
-    )
+    where = (GROUP, VERSION, namespace, POLICY_PLURAL, name)
+    # None also when the API server does not serve ParetoPolicies: the apply then says so.
+    existing = kubeapi.read(custom.get_namespaced_custom_object, *where)
     apply = reconcile.decide_policy_apply(existing, wanted, metadata["uid"])
-    if apply.action is reconcile.PolicyAction.CREATE:
-        try:
-            kubeapi.call(
-                custom.create_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                POLICY_PLURAL,
-                apply.body,
-            )
-        except kubeapi.NotFoundError:  # the resource type itself is unknown
-            return reconcile.policy_crd_missing()
-    elif apply.action is reconcile.PolicyAction.REPLACE:
-        try:
-            kubeapi.call(
-                custom.replace_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                POLICY_PLURAL,
-                name,
-                apply.body,
-            )
-        except kubeapi.ConflictError:  # changed meanwhile: the next tick applies it again
-            raise kopf.TemporaryError(f"ParetoPolicy {name} changed meanwhile", delay=1) from None
+    if apply.action is reconcile.PolicyAction.BLOCKED:
+        return apply
+    assert apply.body is not None
+    patch = custom.patch_namespaced_custom_object
+    if apply.adopt and not kubeapi.json_patch(patch, *where, ops=apply.adopt):
+        # Changed (or deleted) since it was read: decide again on a fresh read.
+        raise kopf.TemporaryError(
+            f"ParetoPolicy {name}: taking over the fields an older operator wrote was refused "
+            "(changed since it was read); trying again",
+            delay=1,
+        )
+    try:
+        kubeapi.apply(patch, *where, body=apply.body)
+    except kubeapi.NotFoundError:  # the resource type itself is unknown
+        return reconcile.policy_crd_missing()
     return apply

@@ -343,7 +343,7 @@ def _plan_step(
     profiles: Sequence[LatencyProfile], settings: DemoSettings, say: Reporter
 ) -> tuple[Plan, ParetoPolicySpec, ParetoPolicySpec]:
     """Step 4: the plan (unscaled, written as the policy) and the live loop's scaled twin."""
-    from compass.console import plan_table, policy_text
+    from compass.console import plan_table, policy_manifest, policy_text
     from compass.lab.plots import save_plan_figure
 
     slo = Slo(settings.slo_ms, settings.percentile)
@@ -359,7 +359,7 @@ def _plan_step(
     say.say(plan_table(plan))
     policy = spec_for_plan(plan)
     out = settings.output_dir
-    write_file(out / "policy.yaml", policy_text(policy, out / "policy.yaml"))
+    write_file(out / "policy.yaml", policy_text(policy_manifest(policy, "rag"), "yaml"))
     save_plan_figure(out / "front.png", plan, profiles)
     return plan, policy, live
 
