@@ -513,7 +513,8 @@ def test_capacity_pressure_is_zero_unless_the_fastest_is_active_and_over_its_que
     """Above 1 exactly when the fastest's queue is over its stay limit: (queue + 1) / (limit + 1);
     0 on any other entry (accuracy is still there to give up), without a queue or an active."""
     limit = PLAN.thresholds[0].stay_max_queue
-    assert limit is not None and limit > 0
+    assert limit is not None
+    assert limit > 0
     assert capacity_pressure(PLAN, "fast", 0) == 0.0
     assert capacity_pressure(PLAN, "fast", limit) == 0.0
     assert capacity_pressure(PLAN, "fast", limit + 1) == pytest.approx((limit + 2) / (limit + 1))

@@ -313,7 +313,8 @@ def test_capacity_pressure_rises_during_a_spike_the_fastest_cannot_serve() -> No
     before = [t.capacity_pressure for t in report.ticks if t.time_s < spike_start]
     during = [t for t in report.ticks if spike_start <= t.time_s < spike_end]
     after = [t.capacity_pressure for t in report.ticks if t.time_s >= spike_end + 30]
-    assert before and after
+    assert before
+    assert after
     assert max(before) == 0.0
     assert max(after) == 0.0
     peak = max(during, key=lambda t: t.capacity_pressure)
