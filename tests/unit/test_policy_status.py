@@ -584,6 +584,9 @@ def test_timer_successes_are_not_logged_every_second() -> None:
     assert not _quiet_timer_successes(record(logging.INFO, "Timer 'elastico' succeeded."))
     assert _quiet_timer_successes(record(logging.ERROR, "Timer 'elastico' failed temporarily"))
     assert _quiet_timer_successes(record(logging.INFO, "ConfigurationSwitched: a -> b"))
+    forget = "Handler 'forget-policy-series' succeeded."
+    assert not _quiet_timer_successes(record(logging.INFO, forget))
+    assert _quiet_timer_successes(record(logging.INFO, "Handler 'start_generation' succeeded."))
 
 
 def test_the_active_configuration_is_rounded_for_kubectl() -> None:
