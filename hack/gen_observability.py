@@ -43,6 +43,9 @@ when the queue is over the limit. An autoscaler that sets replicas to `replicas 
 `threshold: "1"`) asks for as many pods as bring each pod's share of the queue back within the
 limit. Keep a scale-down stabilization window longer than your spikes: once the new replicas
 drain the queue the pressure is 0 again, and the operator climbs back to accurate entries.
+While the queue depth is not known fresh (metrics lost, Triton unreachable) the series is
+absent rather than stale: an autoscaler whose query then errs (KEDA's `ignoreNullValues:
+"false"`) holds its replicas.
 """
 
 

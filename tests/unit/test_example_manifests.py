@@ -225,6 +225,8 @@ def test_keda_example_scales_the_triton_deployment_on_the_capacity_pressure() ->
     assert (trigger["type"], trigger["metricType"]) == ("prometheus", "Value")
     metadata = trigger["metadata"]
     assert metadata["threshold"] == "1"
+    # No series while the operator is blind: an error, so the HPA holds instead of scaling in.
+    assert metadata["ignoreNullValues"] == "false"
     query = metadata["query"]
     exported = {f.name for f in OperatorMetrics().registry.collect()}
     named = set(re.findall(r"[a-z_]+(?=\{)", query))

@@ -529,7 +529,10 @@ def test_policy_gauges_show_the_active_entry_its_limits_and_the_pressure() -> No
     blended = PolicyState(active=FAST_NAME, blend=ACCURATE_NAME, weight=0.25)
     gauges = ps.policy_gauges(PLAN, blended, Observation(NOW, 0), [], False)
     assert gauges.served_accuracy == pytest.approx(0.75 * 0.83 + 0.25 * 0.86)
-    assert (gauges.metrics_available, gauges.capacity_pressure) == (None, 0.0)
+    assert (gauges.metrics_available, gauges.capacity_pressure) == (None, None)
+    # Read but stale (MetricsAvailable False): no pressure figure, however deep the queue.
+    stale = ps.policy_gauges(PLAN, on_fast, Observation(NOW, deep), _conditions("False"), False)
+    assert (stale.queue_depth, stale.capacity_pressure) == (deep, None)
 
 
 def _series(metrics: OperatorMetrics, namespace: str = "ns") -> list[str]:
@@ -551,11 +554,18 @@ def test_the_active_configuration_info_keeps_one_series_and_deletion_removes_all
         'compass_active_configuration_info{index="1",name="x/y",namespace="ns",policy="p"} 1.0'
     ]
     assert len(_series(metrics)) == 13  # 10 gauges, the info, a switch counter (and _created)
+    # A tick without a fresh queue removes the pressure's series (an autoscaler then holds).
+    metrics.set_policy("ns", "p", "uid-p", replace(full, capacity_pressure=None))
+    assert not [s for s in _series(metrics) if s.startswith("compass_capacity_pressure")]
+    assert len(_series(metrics)) == 12
+    metrics.set_fenced("ns", "p", "uid-p", False)
+    assert len(_series(metrics)) == 13
     metrics.forget_policy("ns", "p", "uid-p")
     assert _series(metrics) == []
     assert len(_series(metrics, "other")) == 11  # another namespace's policy of that name stays
     # A tick that was in flight at the delete sets nothing after it.
     metrics.set_policy("ns", "p", "uid-p", full)
+    metrics.set_fenced("ns", "p", "uid-p", True)
     assert _series(metrics) == []
     metrics.count_workflow("ns", "w", "uid-w", [("search", "started")], 30)
     metrics.count_workflow(

@@ -568,7 +568,8 @@ def active_configuration(
 
 @dataclass(frozen=True)
 class PolicyGauges:
-    """What the per-policy gauges show after one tick (None: leave that series as it is)."""
+    """What the per-policy gauges show after one tick (None: leave that series as it is, but
+    for the capacity pressure, whose series None removes)."""
 
     ready: bool
     paused: bool | None = None
@@ -581,6 +582,8 @@ class PolicyGauges:
     served_accuracy: float | None = None
     stay_queue_threshold: float | None = None
     enter_queue_threshold: float | None = None
+    # None while the queue is not known fresh: no figure, so that an autoscaler holds its
+    # replicas (its query errs) instead of acting on a stale one.
     capacity_pressure: float | None = None
 
 
@@ -592,16 +595,20 @@ def policy_gauges(
     paused: bool,
 ) -> PolicyGauges:
     """The policy's gauges after a decision: the active entry, what it serves and its limits,
-    and the capacity pressure on the queue just observed (none without an observation)."""
+    and the capacity pressure on the queue just observed (none unless it is fresh)."""
     metrics = find_condition(parse_conditions(conditions), ConditionType.METRICS_AVAILABLE)
+    fresh = metrics is not None and metrics.status == "True"
     index = None if state.active is None else plan.index(state.active)
     depth = None if observation is None else observation.queue_depth
+    pressure = None
+    if fresh and depth is not None:
+        pressure = capacity_pressure(plan, state.active, depth)
     gauges = PolicyGauges(
         ready=is_ready(conditions),
         paused=paused,
-        metrics_available=None if metrics is None else metrics.status == "True",
+        metrics_available=None if metrics is None else fresh,
         queue_depth=depth,
-        capacity_pressure=None if depth is None else capacity_pressure(plan, state.active, depth),
+        capacity_pressure=pressure,
     )
     if index is None:
         return gauges

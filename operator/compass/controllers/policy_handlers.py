@@ -182,7 +182,8 @@ def _fenced(
         return False
     namespace, name = _names(body)
     fenced = not fence.holds(namespace, now)
-    runtime.metrics.fenced.labels(namespace, name).set(float(fenced))
+    uid = str(body.get("metadata", {}).get("uid", ""))
+    runtime.metrics.set_fenced(namespace, name, uid, fenced)
     if fenced != memory.fenced:
         memory.fenced = fenced
         ago = fence.renewed_ago(namespace, now)
@@ -378,7 +379,9 @@ def _publish(
     namespace, name = _names(body)
     if decided is None:
         status = ps.error_status(previous, conditions, generation)
-        gauges = ps.PolicyGauges(ready=ps.is_ready(conditions), paused=health.paused)
+        # A spec that does not compile says nothing of paused; Triton unreachable does.
+        paused = None if health.spec_error is not None else health.paused
+        gauges = ps.PolicyGauges(ready=ps.is_ready(conditions), paused=paused)
     else:
         compiled, state, observation = decided
         status = ps.build_status(

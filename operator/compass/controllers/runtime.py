@@ -160,7 +160,8 @@ class OperatorMetrics:
         self.capacity_pressure = Gauge(
             "compass_capacity_pressure",
             "0 unless the fastest entry is active and its queue is over its stay limit; then "
-            "(queue + 1) / (limit + 1): scale Triton replicas on it with a target of 1.",
+            "(queue + 1) / (limit + 1): scale Triton replicas on it with a target of 1. No "
+            "series while the queue is not known fresh.",
             labels,
             registry=self.registry,
         )
@@ -212,11 +213,14 @@ class OperatorMetrics:
             (self.served_accuracy, gauges.served_accuracy),
             (self.stay_queue_threshold, gauges.stay_queue_threshold),
             (self.enter_queue_threshold, gauges.enter_queue_threshold),
-            (self.capacity_pressure, gauges.capacity_pressure),
         )
         for gauge, value in values:
             if value is not None:
                 gauge.labels(namespace, name).set(float(value))
+        if gauges.capacity_pressure is None:
+            self.capacity_pressure.remove(namespace, name)
+        else:
+            self.capacity_pressure.labels(namespace, name).set(gauges.capacity_pressure)
         if gauges.active_index is not None and gauges.active_name is not None:
             info = (str(gauges.active_index), gauges.active_name)
             with self._lock:
@@ -225,6 +229,11 @@ class OperatorMetrics:
                     self.active_info.remove(namespace, name, *old)
                 self._active_info[(namespace, name)] = info
             self.active_info.labels(namespace, name, *info).set(1)
+
+    def set_fenced(self, namespace: str, name: str, uid: str, fenced: bool) -> None:
+        """Whether this operator may act on the policy now (see Fence)."""
+        if not (uid and uid in self._gone):
+            self.fenced.labels(namespace, name).set(float(fenced))
 
     def forget_policy(self, namespace: str, name: str, uid: str = "") -> None:
         """Remove every series of a deleted ParetoPolicy (and set none for its uid again)."""
