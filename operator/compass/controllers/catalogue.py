@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from compass.api.compoundworkflow import WorkflowConditionType
 from compass.api.meta import POLICY_KIND, WORKFLOW_KIND
 from compass.api.paretopolicy import ConditionType
+from compass.controllers.metricsauth import REASON as METRICS_CREDENTIALS
 
 
 @dataclass(frozen=True)
@@ -86,12 +87,14 @@ CONDITIONS: tuple[ConditionEntry, ...] = (
     ConditionEntry(P, _PR, "True", "Serving", "in control of the routing"),
     ConditionEntry(P, _PR, "True", "Paused", "spec.paused: holding the active configuration"),
     ConditionEntry(P, _PR, "False", "MetricsUnavailable", "the queue depth is missing or stale"),
+    ConditionEntry(P, _PR, "False", METRICS_CREDENTIALS, "the metrics Secret cannot be read"),
     ConditionEntry(P, _PR, "False", "TritonUnreachable", "no router answered; retrying"),
     ConditionEntry(P, _PR, "False", "SwitchFailed", "a decided switch failed"),
     ConditionEntry(P, _PR, "False", "InvalidSpec", "the spec can never work"),
     ConditionEntry(P, _PR, "False", "TargetNotAllowed", "the operator's settings refuse a target"),
     ConditionEntry(P, _PM, "True", "MetricsRead", "the queue depth is read and fresh"),
     ConditionEntry(P, _PM, "False", "MetricsUnavailable", "missing, or older than staleAfter"),
+    ConditionEntry(P, _PM, "False", METRICS_CREDENTIALS, "the metrics Secret cannot be read"),
     ConditionEntry(P, _PD, "False", "AsPlanned", "nothing keeps the plan from being served"),
     ConditionEntry(P, _PD, "True", "(Ready's reason)", "as Ready=False says"),
     ConditionEntry(P, _PP, "True", "PausedBySpec", "spec.paused"),
