@@ -1,7 +1,7 @@
 """Whether a tier whose servers cannot start here skips (a developer's machine) or fails (CI).
 
 Every tier asks here, so the rule has one place: with COMPASS_REQUIRE_TIERS=1 (what .ci/run
-sets) a missing tritonserver, prometheus, qa-real model or Kubernetes control plane FAILS the
+sets) a missing tritonserver, prometheus, promtool, qa-real model or Kubernetes control plane FAILS the
 tests that need it, with the reason; without it they skip with the reason (`pytest -ra` prints
 it). Either way nothing passes silently.
 """
@@ -50,6 +50,14 @@ def require_prometheus() -> None:
         prometheus_binary()
     except LocalServerError as error:
         unavailable(f"no prometheus here: {error}")
+
+
+def require_promtool() -> None:
+    """promtool (Debian's prometheus package ships it) on PATH, or unavailable(why not)."""
+    import shutil
+
+    if shutil.which("promtool") is None:
+        unavailable("no promtool here: install Debian's prometheus package (hack/lib/system.sh)")
 
 
 def _current_tier() -> str:

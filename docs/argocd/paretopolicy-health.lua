@@ -28,6 +28,7 @@ local known = {
     TritonUnreachable = "Degraded",
     SwitchFailed = "Degraded",
     MetricsUnavailable = "Degraded",
+    MetricsCredentialsUnavailable = "Degraded",
   },
   Paused = {
     Active = true,
@@ -40,8 +41,13 @@ local known = {
     TritonUnreachable = "Degraded",
     SwitchFailed = "Degraded",
     MetricsUnavailable = "Degraded",
+    MetricsCredentialsUnavailable = "Degraded",
   },
-  MetricsAvailable = { MetricsRead = true, MetricsUnavailable = true },
+  MetricsAvailable = {
+    MetricsRead = true,
+    MetricsUnavailable = true,
+    MetricsCredentialsUnavailable = true,
+  },
   PodsServing = { AllPodsServing = true, PodsLagging = "Progressing" },
 }
 

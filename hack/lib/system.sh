@@ -1,12 +1,16 @@
 # shellcheck shell=bash
-# System packages the test tiers need, from Debian: prometheus (the triton tier's metrics).
+# System packages the test tiers need, from Debian: prometheus (the triton tier's metrics) and
+# its promtool (the unit tier checks the chart's alert rules with it).
 # Source it, then call ensure_system_packages. Installs only what is missing, only as root;
 # otherwise it says what to install and the tests that need it skip loudly (or fail, under
 # COMPASS_REQUIRE_TIERS=1 as in CI: tests/tiers.py).
 
 ensure_system_packages() {
     local missing=()
-    command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+    # promtool (the chart's alert rules are checked with it in the unit tier) ships with it.
+    if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+        missing+=(prometheus)
+    fi
     [[ ${#missing[@]} -eq 0 ]] && return 0
     if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
         echo "hack: missing ${missing[*]}; install with: sudo apt-get install ${missing[*]}" >&2

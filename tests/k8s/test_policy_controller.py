@@ -25,6 +25,8 @@ from e2e_shared import Policies, condition, install_crds
 from kubernetes.client.exceptions import ApiException
 from operator_process import Operator
 
+from compass.api.meta import GROUP, POLICY_PLURAL, VERSION
+from compass.controllers import kubeapi
 from compass.controllers.policy import compile_policy
 from compass.dataplane.load import run_load
 from compass.dataplane.triton import TritonRouter
@@ -178,6 +180,59 @@ def test_switches_to_the_fastest_under_load_and_back_after_the_cooldown(
         f'compass_active_configuration_index{{namespace="{policies.namespace}",policy="rag"}} 1.0'
         in metrics
     )
+
+
+def _policy_series(operator: Operator, namespace: str, name: str) -> dict[str, str]:
+    """The operator's /metrics lines of one policy, by metric name (and labels past them)."""
+    labels = f'namespace="{namespace}",policy="{name}"'
+    found = {}
+    for line in operator.metrics().splitlines():
+        if not line.startswith("#") and labels in line:
+            series, _, value = line.rpartition(" ")
+            # The info series by its whole label set, the others by their name.
+            found[series if "_info{" in series else series.split("{", 1)[0]] = value
+    return found
+
+
+def test_policy_series_describe_it_and_go_when_it_is_deleted(
+    triton: LocalTriton, router: TritonRouter, policies: Policies, operator: Operator
+) -> None:
+    """The per-policy series scraped from the operator's /metrics: the active entry by index and
+    name, what it serves, its limits, Ready, paused, fresh metrics, not at the fastest, no
+    pressure; all of them gone once the policy is deleted (no finalizer of ours holds it)."""
+    policies.create("obs", policy_spec(triton))
+    wait_active(policies, "obs", router, ACCURATE, 20)
+    namespace = policies.namespace
+    plan = compile_policy(policies.get("obs")["spec"], generation=None).plan
+    accurate = plan.thresholds[1]
+
+    def described() -> dict[str, str] | None:
+        series = _policy_series(operator, namespace, "obs")
+        info = [k for k in series if k.startswith("compass_active_configuration_info{")]
+        return series if info and f'name="{ACCURATE_NAME}"' in info[0] else None
+
+    series = wait_for(described, 10, "the series of the accurate entry")
+    [info] = [k for k in series if k.startswith("compass_active_configuration_info{")]
+    assert f'index="1",name="{ACCURATE_NAME}"' in info
+    assert series[info] == "1.0"
+    assert len([k for k in series if k.startswith("compass_active_configuration_info")]) == 1
+    assert series["compass_policy_ready"] == "1.0"
+    assert series["compass_policy_paused"] == "0.0"
+    assert series["compass_policy_metrics_available"] == "1.0"
+    assert series["compass_policy_at_fastest"] == "0.0"
+    assert series["compass_capacity_pressure"] == "0.0"
+    assert float(series["compass_served_accuracy"]) == pytest.approx(0.8604)
+    assert float(series["compass_stay_queue_threshold"]) == accurate.stay_max_queue
+    assert float(series["compass_enter_queue_threshold"]) == accurate.enter_max_queue
+    assert series["compass_active_configuration_index"] == "1.0"
+    assert "compass_build_info{" in operator.metrics()
+
+    where = (GROUP, VERSION, namespace, POLICY_PLURAL)
+    kubeapi.delete(policies.api.delete_namespaced_custom_object, *where, "obs")
+    wait_for(
+        lambda: not _policy_series(operator, namespace, "obs"), 30, "the policy's series to go"
+    )
+    assert kubeapi.read(policies.api.get_namespaced_custom_object, *where, "obs") is None
 
 
 def test_paused_policy_holds_and_resumes_when_unpaused(

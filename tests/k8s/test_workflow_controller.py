@@ -18,6 +18,7 @@ import importlib.util
 import json
 import sys
 import textwrap
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import kopf
 import pytest
 import yaml
-from cluster import Cluster, crd_established, wait_for
+from cluster import Cluster, crd_established, free_port, wait_for
 from e2e_shared import Workflows
 from e2e_shared import json_data as _data
 from e2e_shared import phase_is as _phase
@@ -34,6 +35,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import kube_config
 from node import Node
+from prometheus_client import start_http_server
 
 # Import the handlers package now: whatever it registers goes to kopf's default registry, never
 # to the fresh registries the operator runs below get (they hold the workflow handlers only).
@@ -55,6 +57,7 @@ from compass.controllers.builders import (
     build_state_config_maps,
 )
 from compass.controllers.ledgerchunks import CHUNK_OF_LABEL, chunk_key, encode, ledger_text, pieces
+from compass.controllers.runtime import RUNTIME_KEY, Runtime
 from compass.controllers.workflow import job_view, stored_states, validate_spec
 from compass.domain.planner import pareto_front
 from compass.domain.profiles import parse_profiles
@@ -125,11 +128,18 @@ def operator_env(k8s_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> dict[
 
 
 @contextlib.contextmanager
-def operator(namespace: str) -> Iterator[KopfRunner]:
-    """The operator, watching one namespace, until the block ends (a graceful stop)."""
+def operator(namespace: str, runtime: Runtime | None = None) -> Iterator[KopfRunner]:
+    """The operator, watching one namespace, until the block ends (a graceful stop); with
+    ``runtime``, its handlers share that one (its metrics, for a test to scrape)."""
     registry = kopf.OperatorRegistry()
     # What kopf's default registry does implicitly: log in through the kubernetes package.
     kopf.on.login(registry=registry)(kopf.login_via_client)
+    if runtime is not None:
+
+        @kopf.on.startup(registry=registry)
+        def share_runtime(memo: kopf.Memo, **_: Any) -> None:
+            memo[RUNTIME_KEY] = runtime
+
     previous = kopf.get_default_registry()
     kopf.set_default_registry(registry)  # the handlers file registers here as kopf loads it
     settings = kopf.OperatorSettings()
@@ -142,6 +152,32 @@ def operator(namespace: str) -> Iterator[KopfRunner]:
         kopf.set_default_registry(previous)
     if runner.exception is not None:
         raise AssertionError(f"the operator failed:\n{runner.output}") from runner.exception
+
+
+@contextlib.contextmanager
+def served_metrics() -> Iterator[tuple[Runtime, str]]:
+    """A Runtime whose metrics are served on /metrics as `compass operator` serves them (the
+    same prometheus_client call, manager.py), and the URL to scrape."""
+    runtime = Runtime()
+    port = free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=runtime.metrics.registry)
+    try:
+        yield runtime, f"http://127.0.0.1:{port}/metrics"
+    finally:
+        server.shutdown()
+        thread.join(5)
+
+
+def _series(url: str, namespace: str, workflow: str) -> dict[str, float]:
+    """The scraped series of one workflow: {name{labels}: value}."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    labels = f'namespace="{namespace}"'
+    return {
+        line.rpartition(" ")[0]: float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if not line.startswith("#") and labels in line and f'workflow="{workflow}"' in line
+    }
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -354,20 +390,27 @@ def test_tau_no_configuration_reaches(
     k8s_api: Any, k8s_namespace: str, k8s_node: Node, crds: None, operator_env: dict[str, str]
 ) -> None:
     """(b) tau 0.95 on a grid whose best is 0.86: FeasibleSetEmpty names the best accuracy and
-    a tau that would work; no profiling Job."""
+    a tau that would work; no profiling Job. The operator's /metrics counts one search started
+    and succeeded, and every sample evaluation; deleting the workflow removes its series."""
     flows = Workflows(k8s_api, k8s_namespace)
     _create_replay_ledger(k8s_api, k8s_namespace)
-    with operator(k8s_namespace):
+    with served_metrics() as (runtime, url), operator(k8s_namespace, runtime):
         flows.create(_workflow("strict", tau=0.95))
         flows.wait("strict", _phase("Failed"), 60, "the search to end")
         flows.wait_events("strict", ["SearchStarted", "FeasibleSetEmpty"])
-    workflow = flows.get("strict")
+        workflow = flows.get("strict")
+        empty = flows.condition("strict", "FeasibleSetEmpty")
+        # The state, not its ledger chunks (labelled CHUNK_OF_LABEL).
+        state = flows.state_config_map("strict")["data"]
+        jobs = [j["metadata"]["name"] for j in flows.jobs("strict")]
+        series = _series(url, k8s_namespace, "strict")
+        client.CustomObjectsApi(k8s_api).delete_namespaced_custom_object(
+            GROUP, VERSION, k8s_namespace, WORKFLOW_PLURAL, "strict"
+        )
+        wait_for(lambda: not _series(url, k8s_namespace, "strict"), 30, "its series to go")
     status = workflow["status"]
-    empty = flows.condition("strict", "FeasibleSetEmpty")
     assert empty is not None
     assert empty["status"] == "True"
-    # The state, not its ledger chunks (labelled CHUNK_OF_LABEL).
-    state = flows.state_config_map("strict")["data"]
     result = json.loads(state[RESULT_KEY])
     best = max(e["accuracy"] for e in result["evaluated"])
     assert result["feasible"] == []
@@ -376,7 +419,18 @@ def test_tau_no_configuration_reaches(
     assert status["feasibleFound"] == 0
     assert status["bestAccuracy"] == pytest.approx(best, abs=1e-4)
     assert status["configurationsEvaluated"] == result["configs_evaluated"]
-    assert [j["metadata"]["name"] for j in flows.jobs("strict")] == ["strict-search-g1"]
+    assert jobs == ["strict-search-g1"]
+    # The search Job started and succeeded (it found nothing: the search itself worked); no
+    # profiling Job; every sample evaluation counted once.
+    key = f'{{namespace="{k8s_namespace}",result="%s",workflow="strict"}}'
+    assert series[f"compass_workflow_searches_total{key % 'started'}"] == 1.0
+    assert series[f"compass_workflow_searches_total{key % 'succeeded'}"] == 1.0
+    assert f"compass_workflow_searches_total{key % 'failed'}" not in series
+    assert not [name for name in series if name.startswith("compass_workflow_profilings")]
+    samples = (
+        f'compass_workflow_samples_evaluated_total{{namespace="{k8s_namespace}",workflow="strict"}}'
+    )
+    assert series[samples] == status["samplesUsed"] > 0
 
 
 def test_failing_job_is_retried_then_reported(
@@ -386,10 +440,16 @@ def test_failing_job_is_retried_then_reported(
     backoffLimit, then the workflow is Failed with the pod's own message."""
     flows = Workflows(k8s_api, k8s_namespace)
     evaluator = {"type": "replay", "replayConfigMap": "no-such-ledger"}
-    with operator(k8s_namespace):
+    with served_metrics() as (runtime, url), operator(k8s_namespace, runtime):
         flows.create(_workflow("broken", tau=0.8, evaluator=evaluator, backoff_limit=1))
         flows.wait("broken", _phase("Failed"), 90, "the search Job to fail")
         flows.wait_events("broken", ["SearchStarted", "SearchFailed"])
+        counted = {
+            name.split('result="')[1].split('"')[0]: value
+            for name, value in _series(url, k8s_namespace, "broken").items()
+            if name.startswith("compass_workflow_searches_total")
+        }
+        assert counted == {"started": 1.0, "failed": 1.0}
     searched = flows.condition("broken", "SearchSucceeded")
     assert searched is not None
     assert searched["status"] == "False"

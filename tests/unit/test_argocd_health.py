@@ -32,6 +32,7 @@ from compass.api.schema import without_empty_strings
 from compass.controllers import policy as ps
 from compass.controllers import workflow as reconcile
 from compass.controllers.builders import PROFILES_KEY, RESULT_KEY, build_pareto_policy
+from compass.controllers.metricsauth import REASON as METRICS_CREDENTIALS
 from compass.domain.elastico import Observation, PolicyState
 from compass.domain.space import config_key
 
@@ -222,6 +223,7 @@ VARIED = {
     "unreachable",
     "switch_failed",
     "metrics_error",
+    "metrics_reason",
     "metrics_read",
     "metrics_source",
     "pause",
@@ -265,11 +267,15 @@ def _healths() -> list[tuple[str, ps.Health]]:
         (None, "refused"),
         (None, "switch refused"),
         (None, "metrics gone"),
+        ("MetricsUnavailable", METRICS_CREDENTIALS),
         (False, True),
         PAUSES.items(),
         ROUTINGS.items(),
     )
-    for (error_id, reason), unreachable, switch, metrics, read, (pause_id, pause), (
+    for (error_id, reason), unreachable, switch, metrics, metrics_reason, read, (
+        pause_id,
+        pause,
+    ), (
         routing_id,
         routing,
     ) in product:
@@ -279,6 +285,7 @@ def _healths() -> list[tuple[str, ps.Health]]:
             unreachable=unreachable,
             switch_failed=switch,
             metrics_error=metrics,
+            metrics_reason=metrics_reason,
             metrics_read=read,
             metrics_source="triton",
             pause=pause,
@@ -287,7 +294,7 @@ def _healths() -> list[tuple[str, ps.Health]]:
             routing=routing,
         )
         flags = [bool(unreachable), bool(switch), bool(metrics), read]
-        name = "-".join([error_id, *map(str, flags), pause_id, routing_id])
+        name = "-".join([error_id, *map(str, flags), metrics_reason, pause_id, routing_id])
         cases.append((name, health_))
     return cases
 

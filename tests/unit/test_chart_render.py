@@ -42,11 +42,19 @@ STANDARD_LABELS = {
     "app.kubernetes.io/part-of": "compass-operator",
     "helm.sh/chart": "compass-operator-0.1.0",
 }
-# The series the dashboard charts, each exported by the operator (compass.controllers.runtime's
-# OperatorMetrics, which also exports compass_policy_ready: the dashboard does not chart it).
+# Series the dashboard charts, each exported by the operator (compass.controllers.runtime's
+# OperatorMetrics).
 OPERATOR_METRICS = (
     "compass_queue_depth",
-    "compass_active_configuration_index",
+    "compass_stay_queue_threshold",
+    "compass_enter_queue_threshold",
+    "compass_active_configuration_info",
+    "compass_served_accuracy",
+    "compass_capacity_pressure",
+    "compass_policy_ready",
+    "compass_workflow_searches_total",
+    "compass_workflow_profilings_total",
+    "compass_workflow_samples_evaluated_total",
     "compass_switches_total",
     "compass_decision_seconds",
     "compass_reconciles_total",
@@ -463,9 +471,26 @@ def test_grafana_dashboard_configmap() -> None:
     assert variables["router_model"]["query"] == "router"
     titles = {p["title"]: p for p in dashboard["panels"]}
     exprs = {title: " ".join(t["expr"] for t in p["targets"]) for title, p in titles.items()}
-    assert "compass_queue_depth" in exprs["Queue depth vs switch threshold"]
-    assert "$queue_threshold" in exprs["Queue depth vs switch threshold"]
-    assert "compass_active_configuration_index" in exprs["Active configuration"]
+    # Namespace and policy variables from the operator's own series; every policy panel uses both.
+    assert (
+        variables["namespace"]["query"]["query"] == "label_values(compass_policy_ready, namespace)"
+    )
+    assert "$namespace" in variables["policy"]["query"]["query"]
+    assert "queue_threshold" not in variables  # the thresholds come from the metrics
+    queue = exprs["Queue depth vs the active entry's thresholds"]
+    for series in (
+        "compass_queue_depth",
+        "compass_stay_queue_threshold",
+        "compass_enter_queue_threshold",
+    ):
+        assert f'{series}{{namespace=~"$namespace", policy=~"$policy"}}' in queue
+    active = titles["Active configuration"]
+    assert active["type"] == "state-timeline"
+    assert "compass_active_configuration_info" in exprs["Active configuration"]
+    assert "{{name}}" in active["targets"][0]["legendFormat"]
+    assert "compass_served_accuracy" in exprs["Accuracy served"]
+    assert "compass_capacity_pressure" in exprs["Capacity pressure"]
+    assert "compass_workflow_searches_total" in exprs["Workflow Jobs and samples"]
     assert "rate(compass_switches_total" in exprs["Configuration switches"]
     assert "$slo_ms" in exprs["SLO compliance"]
     exported = _exported_series()

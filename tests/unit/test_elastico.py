@@ -18,6 +18,7 @@ from compass.domain.elastico import (
     MetricsLoss,
     Observation,
     PolicyState,
+    capacity_pressure,
     rate_lower_bound,
     rate_upper_bound,
 )
@@ -503,3 +504,24 @@ def test_state_from_an_older_or_newer_operator() -> None:
     assert state.active == "mid"
     assert state.entry_levels == ()
     assert ROUND[state.active] == 1
+
+
+# ---------------------------------------------------------------------------- capacity pressure
+
+
+def test_capacity_pressure_is_zero_unless_the_fastest_is_active_and_over_its_queue_limit() -> None:
+    """Above 1 exactly when the fastest's queue is over its stay limit: (queue + 1) / (limit + 1);
+    0 on any other entry (accuracy is still there to give up), without a queue or an active."""
+    limit = PLAN.thresholds[0].stay_max_queue
+    assert limit is not None
+    assert limit > 0
+    assert capacity_pressure(PLAN, "fast", 0) == 0.0
+    assert capacity_pressure(PLAN, "fast", limit) == 0.0
+    assert capacity_pressure(PLAN, "fast", limit + 1) == pytest.approx((limit + 2) / (limit + 1))
+    assert capacity_pressure(PLAN, "fast", 3 * limit + 2) == pytest.approx(3.0)
+    assert capacity_pressure(PLAN, "mid", 10 * limit) == 0.0
+    assert capacity_pressure(PLAN, "slow", 10 * limit) == 0.0
+    assert capacity_pressure(PLAN, None, 10 * limit) == 0.0
+    assert capacity_pressure(PLAN, "fast", None) == 0.0
+    assert capacity_pressure(PLAN, "fast", float("nan")) == 0.0
+    assert capacity_pressure(PLAN, "unknown", 10 * limit) == 0.0

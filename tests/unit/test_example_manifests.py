@@ -28,6 +28,7 @@ COVERED = {
     "pareto-policy-gitops.yaml",
     "prometheus-scrape.yaml",
     "rag-sim-triton.yaml",
+    "keda-scaledobject.yaml",
 }
 
 
@@ -61,7 +62,8 @@ def keeps(job: dict[str, Any], label: str) -> str:
 
 
 def test_every_example_is_checked_here() -> None:
-    """A new example must be added to this file (and to tests/k8s/test_chart.py)."""
+    """A new example must be added to this file (and to tests/k8s/test_chart.py, except the
+    KEDA ScaledObject: KEDA's CRDs are not part of the k8s tier)."""
     assert {p.name for p in EXAMPLES.glob("*.yaml")} == COVERED
 
 
@@ -198,3 +200,38 @@ def test_promtool_accepts_the_scrape_config(tmp_path: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_keda_example_scales_the_triton_deployment_on_the_capacity_pressure() -> None:
+    """examples/keda-scaledobject.yaml: a ScaledObject for the example Deployment whose
+    prometheus trigger queries a metric the operator really exports, for the example policy,
+    as a Value against 1 (replicas x pressure), from the Prometheus the policy reads."""
+    from compass.controllers.runtime import OperatorMetrics
+
+    document = load("keda-scaledobject.yaml")
+    assert (document["apiVersion"], document["kind"]) == ("keda.sh/v1alpha1", "ScaledObject")
+    spec = document["spec"]
+    triton = next(
+        d for d in yaml.safe_load_all((EXAMPLES / "rag-sim-triton.yaml").read_text()) if d
+    )
+    assert spec["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": triton["metadata"]["name"],
+    }
+    assert spec["minReplicaCount"] == triton["spec"]["replicas"]
+    assert spec["maxReplicaCount"] > spec["minReplicaCount"]
+    [trigger] = spec["triggers"]
+    assert (trigger["type"], trigger["metricType"]) == ("prometheus", "Value")
+    metadata = trigger["metadata"]
+    assert metadata["threshold"] == "1"
+    # No series while the operator is blind: an error, so the HPA holds instead of scaling in.
+    assert metadata["ignoreNullValues"] == "false"
+    query = metadata["query"]
+    exported = {f.name for f in OperatorMetrics().registry.collect()}
+    named = set(re.findall(r"[a-z_]+(?=\{)", query))
+    assert named == {"compass_capacity_pressure"}
+    assert named <= exported
+    policy = load("pareto-policy-gitops.yaml")
+    assert f'policy="{policy["metadata"]["name"]}"' in query
+    assert metadata["serverAddress"] == policy["spec"]["metrics"]["url"]

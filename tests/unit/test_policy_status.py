@@ -496,6 +496,101 @@ def test_operator_metrics_are_named_as_the_dashboard_reads_them() -> None:
         assert name in text
 
 
+def _conditions(metrics: str, ready: str = "True") -> list[dict[str, Any]]:
+    return [
+        {"type": "Ready", "status": ready, "reason": "Serving"},
+        {"type": "MetricsAvailable", "status": metrics, "reason": "MetricsRead"},
+    ]
+
+
+def test_policy_gauges_show_the_active_entry_its_limits_and_the_pressure() -> None:
+    fastest, accurate = PLAN.thresholds
+    assert fastest.stay_max_queue is not None
+    deep = float(fastest.stay_max_queue + 3)
+    on_fast = PolicyState(active=FAST_NAME)
+    gauges = ps.policy_gauges(PLAN, on_fast, Observation(NOW, deep), _conditions("True"), False)
+    assert gauges == ps.PolicyGauges(
+        ready=True,
+        paused=False,
+        metrics_available=True,
+        queue_depth=deep,
+        active_index=0,
+        active_name=FAST_NAME,
+        at_fastest=True,
+        served_accuracy=0.83,
+        stay_queue_threshold=float(fastest.stay_max_queue),
+        enter_queue_threshold=float(fastest.enter_max_queue or 0),
+        capacity_pressure=(deep + 1) / (fastest.stay_max_queue + 1),
+    )
+    on_accurate = PolicyState(active=ACCURATE_NAME)
+    gauges = ps.policy_gauges(PLAN, on_accurate, None, _conditions("False", "False"), True)
+    assert (gauges.ready, gauges.paused, gauges.metrics_available) == (False, True, False)
+    assert (gauges.active_index, gauges.at_fastest, gauges.served_accuracy) == (1, False, 0.86)
+    assert gauges.stay_queue_threshold == float(accurate.stay_max_queue or 0)
+    # No observation: the queue and the pressure keep their last values.
+    assert (gauges.queue_depth, gauges.capacity_pressure) == (None, None)
+    # A split's blend is weighted into the accuracy served.
+    blended = PolicyState(active=FAST_NAME, blend=ACCURATE_NAME, weight=0.25)
+    gauges = ps.policy_gauges(PLAN, blended, Observation(NOW, 0), [], False)
+    assert gauges.served_accuracy == pytest.approx(0.75 * 0.83 + 0.25 * 0.86)
+    assert (gauges.metrics_available, gauges.capacity_pressure) == (None, None)
+    # Read but stale (MetricsAvailable False): no pressure figure, however deep the queue.
+    stale = ps.policy_gauges(PLAN, on_fast, Observation(NOW, deep), _conditions("False"), False)
+    assert (stale.queue_depth, stale.capacity_pressure) == (deep, None)
+
+
+def _series(metrics: OperatorMetrics, namespace: str = "ns") -> list[str]:
+    text = generate_latest(metrics.registry).decode()
+    return [line for line in text.splitlines() if f'namespace="{namespace}"' in line]
+
+
+def test_the_active_configuration_info_keeps_one_series_and_deletion_removes_all() -> None:
+    metrics = OperatorMetrics()
+    full = ps.policy_gauges(
+        PLAN, PolicyState(active=FAST_NAME), Observation(NOW, 1), _conditions("True"), False
+    )
+    metrics.set_policy("ns", "p", "uid-p", full)
+    metrics.set_policy("other", "p", "uid-o", full)
+    metrics.switches.labels("ns", "p", "faster").inc()
+    metrics.set_policy("ns", "p", "uid-p", replace(full, active_index=1, active_name="x/y"))
+    info = [s for s in _series(metrics) if s.startswith("compass_active_configuration_info")]
+    assert info == [
+        'compass_active_configuration_info{index="1",name="x/y",namespace="ns",policy="p"} 1.0'
+    ]
+    assert len(_series(metrics)) == 13  # 10 gauges, the info, a switch counter (and _created)
+    # A tick without a fresh queue removes the pressure's series (an autoscaler then holds).
+    metrics.set_policy("ns", "p", "uid-p", replace(full, capacity_pressure=None))
+    assert not [s for s in _series(metrics) if s.startswith("compass_capacity_pressure")]
+    assert len(_series(metrics)) == 12
+    metrics.set_fenced("ns", "p", "uid-p", False)
+    assert len(_series(metrics)) == 13
+    metrics.forget_policy("ns", "p", "uid-p")
+    assert _series(metrics) == []
+    assert len(_series(metrics, "other")) == 11  # another namespace's policy of that name stays
+    # A tick that was in flight at the delete sets nothing after it.
+    metrics.set_policy("ns", "p", "uid-p", full)
+    metrics.set_fenced("ns", "p", "uid-p", True)
+    assert _series(metrics) == []
+    metrics.count_workflow("ns", "w", "uid-w", [("search", "started")], 30)
+    metrics.count_workflow(
+        "ns", "w", "uid-w", [("search", "succeeded"), ("profiling", "started")], 5
+    )
+    text = "\n".join(_series(metrics))
+    assert (
+        'compass_workflow_searches_total{namespace="ns",result="started",workflow="w"} 1.0' in text
+    )
+    assert 'compass_workflow_samples_evaluated_total{namespace="ns",workflow="w"} 35.0' in text
+    metrics.forget_workflow("ns", "w", "uid-w")
+    metrics.count_workflow("ns", "w", "uid-w", [("profiling", "failed")], 1)
+    assert _series(metrics) == []
+
+
+def test_build_info_names_the_version() -> None:
+    text = generate_latest(OperatorMetrics().registry).decode()
+    assert 'compass_build_info{kopf="1.45.2",python="' in text
+    assert 'version="0.1.0"} 1.0' in text
+
+
 def test_timer_successes_are_not_logged_every_second() -> None:
     def record(level: int, message: str) -> logging.LogRecord:
         return logging.LogRecord("kopf.objects", level, __file__, 1, message, None, None)
@@ -503,6 +598,9 @@ def test_timer_successes_are_not_logged_every_second() -> None:
     assert not _quiet_timer_successes(record(logging.INFO, "Timer 'elastico' succeeded."))
     assert _quiet_timer_successes(record(logging.ERROR, "Timer 'elastico' failed temporarily"))
     assert _quiet_timer_successes(record(logging.INFO, "ConfigurationSwitched: a -> b"))
+    forget = "Handler 'forget-policy-series' succeeded."
+    assert not _quiet_timer_successes(record(logging.INFO, forget))
+    assert _quiet_timer_successes(record(logging.INFO, "Handler 'start_generation' succeeded."))
 
 
 def test_the_active_configuration_is_rounded_for_kubectl() -> None:

@@ -299,3 +299,34 @@ def test_a_switch_takes_effect_after_its_delay() -> None:
     assert not np.array_equal(prompt.configs, late.configs)
     with pytest.raises(SimulationError, match="switch_delay"):
         simulate(Alternate(), FRONT, scenario, 1000, switch_delay_s=-1)
+
+
+def test_capacity_pressure_rises_during_a_spike_the_fastest_cannot_serve() -> None:
+    """A 4x spike past the fastest's capacity (12/s against ~10/s): the pressure the operator
+    would export is 0 before it, rises past 1 while the fastest's queue builds, and is 0 again
+    once the queue has drained after it."""
+    plan = plan_thresholds(FRONT, Slo(1000), 50, ThresholdModel.TAIL)
+    scenario = make_scenario(make_pattern("spike", 3.0, 180), seed=1)
+    assert scenario.pattern.peak_qps == 3.0 * SPIKE_FACTOR
+    report = simulate(Elastico(plan), FRONT, scenario, 1000, plan=plan)
+    spike_start, spike_end = 60.0, 120.0
+    before = [t.capacity_pressure for t in report.ticks if t.time_s < spike_start]
+    during = [t for t in report.ticks if spike_start <= t.time_s < spike_end]
+    after = [t.capacity_pressure for t in report.ticks if t.time_s >= spike_end + 30]
+    assert before
+    assert after
+    assert max(before) == 0.0
+    assert max(after) == 0.0
+    peak = max(during, key=lambda t: t.capacity_pressure)
+    assert peak.capacity_pressure > 2.0
+    assert peak.active == 0  # only ever on the fastest
+    assert all(t.active == 0 for t in report.ticks if t.capacity_pressure > 0)
+    # It rises with the queue: the spike's last third presses harder than its first.
+    third = len(during) // 3
+    first = np.mean([t.capacity_pressure for t in during[:third]])
+    last = np.mean([t.capacity_pressure for t in during[-third:]])
+    assert last > first > 1.0
+    # Without the plan nothing is recorded (the static baselines have no thresholds).
+    assert all(
+        t.capacity_pressure == 0.0 for t in simulate(Elastico(plan), FRONT, scenario, 1000).ticks
+    )

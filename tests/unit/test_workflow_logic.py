@@ -1067,3 +1067,50 @@ def test_best_accuracy_counts_configurations_with_enough_samples(tmp_path: Path)
     assert best_accuracy(ledger, 2) == 0.5
     assert best_accuracy(ledger, 1) == 1.0
     assert best_accuracy(ledger, 3) is None
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+def test_job_progress_counts_each_jobs_start_and_end_once() -> None:
+    """A workflow's life, status write by status write: what the Job counters and the samples
+    counter add at each (compass_workflow_searches_total, ..._profilings_total, ...)."""
+    spec, space = validate_spec(_raw())
+    empty = CompoundWorkflowStatus()
+    started, _ = reconcile.start_status(empty, "rag", 1, spec, space, {LEDGER_KEY: ""}, NOW)
+    assert reconcile.job_progress(empty, started) == (("search", "started"),)
+    assert reconcile.job_progress(started, started) == ()
+
+    def step(status: CompoundWorkflowStatus, state: dict[str, str], **jobs: Any) -> Any:
+        seen = _observe(status.phase, state, **jobs)
+        return decide(Observation(**{**seen.__dict__, "status": status}), LATER).status
+
+    progress = {"configs_evaluated": 3, "sample_evals": 30, "feasible": 1}
+    running = JobView("rag-search-g1", active=1)
+    searching = step(started, {PROGRESS_KEY: json.dumps(progress)}, search=running)
+    assert reconcile.job_progress(started, searching) == ()
+    assert reconcile.samples_evaluated(started, searching) == 30
+    done = JobView("rag-search-g1", succeeded=1)
+    profiling = step(searching, {RESULT_KEY: _result([BEST], [BEST, WORSE])}, search=done)
+    assert reconcile.job_progress(searching, profiling) == (
+        ("search", "succeeded"),
+        ("profiling", "started"),
+    )
+    assert reconcile.samples_evaluated(searching, profiling) == 10  # 40 in the result
+    failed_job = JobView("rag-profile-g1", failed=1, failed_final=True, reason="DeadlineExceeded")
+    failed = step(profiling, {RESULT_KEY: _result([BEST], [BEST])}, profile=failed_job)
+    assert failed.phase is Phase.FAILED
+    assert reconcile.job_progress(profiling, failed) == (("profiling", "failed"),)
+    # A new generation's search is a new Job; its carried-over samples were counted before.
+    again, _ = reconcile.start_status(failed, "rag", 2, spec, space, {LEDGER_KEY: ""}, NOW)
+    assert reconcile.job_progress(failed, again) == (("search", "started"),)
+    assert reconcile.samples_evaluated(failed, again) == 0
+
+
+def test_reused_results_and_profiles_count_no_job() -> None:
+    spec, space = validate_spec(_raw())
+    seed = seed_state(spec, 2, {1: _state(spec, **FULL)})
+    status, _ = reconcile.start_status(
+        CompoundWorkflowStatus(), "rag", 2, spec, space, seed.data, NOW
+    )
+    assert reconcile.job_progress(CompoundWorkflowStatus(), status) == ()

@@ -335,12 +335,19 @@ def kopf_settings(peering: Peering | None = None) -> Any:
     return settings
 
 
+# Handlers run on every watch event of their resource (each status write): their "succeeded"
+# lines would say nothing every second either.
+_QUIET_HANDLERS = ("Handler 'forget-policy-series'", "Handler 'forget-workflow-series'")
+
+
 def _quiet_timer_successes(record: logging.LogRecord) -> bool:
-    """Drop kopf's "Timer '...' succeeded." lines: one a second per policy says nothing."""
+    """Drop kopf's "Timer '...' succeeded." lines, and those of the handlers that watch every
+    event: one a second per policy says nothing."""
+    message = record.getMessage()
     return not (
         record.levelno == logging.INFO
-        and record.getMessage().endswith("' succeeded.")
-        and record.getMessage().startswith("Timer '")
+        and message.endswith("' succeeded.")
+        and (message.startswith("Timer '") or message.startswith(_QUIET_HANDLERS))
     )
 
 

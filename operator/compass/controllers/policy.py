@@ -54,7 +54,7 @@ from compass.controllers.targets import (
     resolve_url,
 )
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
-from compass.domain.elastico import Elastico, Observation, PolicyState
+from compass.domain.elastico import Elastico, Observation, PolicyState, capacity_pressure
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, PlanError
 from compass.domain.split import Split
@@ -605,6 +605,75 @@ def active_configuration(
         latency_p95_ms=round(profile.p95_ms, 1),
         blend=blended,
     )
+
+
+@dataclass(frozen=True)
+class PolicyGauges:
+    """What the per-policy gauges show after one tick (None: leave that series as it is, but
+    for the capacity pressure, whose series None removes)."""
+
+    ready: bool
+    paused: bool | None = None
+    metrics_available: bool | None = None
+    queue_depth: float | None = None
+    # The active entry: position, name, accuracy served, queue thresholds; None: none known.
+    active_index: int | None = None
+    active_name: str | None = None
+    at_fastest: bool | None = None
+    served_accuracy: float | None = None
+    stay_queue_threshold: float | None = None
+    enter_queue_threshold: float | None = None
+    # None while the queue is not known fresh: no figure, so that an autoscaler holds its
+    # replicas (its query errs) instead of acting on a stale one.
+    capacity_pressure: float | None = None
+
+
+def policy_gauges(
+    plan: Plan,
+    state: PolicyState,
+    observation: Observation | None,
+    conditions: Sequence[Mapping[str, Any]],
+    paused: bool,
+) -> PolicyGauges:
+    """The policy's gauges after a decision: the active entry, what it serves and its limits,
+    and the capacity pressure on the queue just observed (none unless it is fresh)."""
+    metrics = find_condition(parse_conditions(conditions), ConditionType.METRICS_AVAILABLE)
+    fresh = metrics is not None and metrics.status == "True"
+    index = None if state.active is None else plan.index(state.active)
+    depth = None if observation is None else observation.queue_depth
+    pressure = None
+    if fresh and depth is not None:
+        pressure = capacity_pressure(plan, state.active, depth)
+    gauges = PolicyGauges(
+        ready=is_ready(conditions),
+        paused=paused,
+        metrics_available=None if metrics is None else fresh,
+        queue_depth=depth,
+        capacity_pressure=pressure,
+    )
+    if index is None:
+        return gauges
+    threshold = plan.thresholds[index]
+    accuracy = threshold.profile.accuracy
+    blend = None if state.blend is None else plan.index(state.blend)
+    if blend is not None and 0 < state.weight < 1:
+        share = state.weight
+        accuracy = (1 - share) * accuracy + share * plan.thresholds[blend].profile.accuracy
+    eligible = plan.eligible
+    return replace(
+        gauges,
+        active_index=index,
+        active_name=threshold.profile.name,
+        at_fastest=bool(eligible) and index == eligible[0],
+        served_accuracy=accuracy,
+        stay_queue_threshold=_limit(threshold.stay_max_queue),
+        enter_queue_threshold=_limit(threshold.enter_max_queue),
+    )
+
+
+def _limit(queue: int | None) -> float:
+    """A queue limit as a gauge: none means no queue at all is allowed (0)."""
+    return 0.0 if queue is None else float(queue)
 
 
 def build_status(

@@ -162,6 +162,16 @@ def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwar
         count.labels(POLICY_KIND, "ok").inc()
 
 
+@kopf.on.event(GROUP, VERSION, POLICY_PLURAL, id="forget-policy-series")
+def forget_deleted_policy(
+    type: str, namespace: str | None, name: str | None, uid: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    """A deleted policy's series go with it (watched, not a finalizer: nothing can block the
+    delete); a tick still in flight sets none of them again."""
+    if type == "DELETED" and name:
+        runtime_of(memo).metrics.forget_policy(namespace or "", name, uid or "")
+
+
 def _fenced(
     body: kopf.Body, memory: PolicyMemory, runtime: Runtime, logger: kopf.Logger, now: float
 ) -> bool:
@@ -172,7 +182,8 @@ def _fenced(
         return False
     namespace, name = _names(body)
     fenced = not fence.holds(namespace, now)
-    runtime.metrics.fenced.labels(namespace, name).set(float(fenced))
+    uid = str(body.get("metadata", {}).get("uid", ""))
+    runtime.metrics.set_fenced(namespace, name, uid, fenced)
     if fenced != memory.fenced:
         memory.fenced = fenced
         ago = fence.renewed_ago(namespace, now)
@@ -368,9 +379,11 @@ def _publish(
         old_conditions, ps.health_conditions(health), ps.rfc3339(now), generation
     )
     namespace, name = _names(body)
-    gauges = runtime.metrics
     if decided is None:
         status = ps.error_status(previous, conditions, generation)
+        # A spec that does not compile says nothing of paused; Triton unreachable does.
+        paused = None if health.spec_error is not None else health.paused
+        gauges = ps.PolicyGauges(ready=ps.is_ready(conditions), paused=paused)
     else:
         compiled, state, observation = decided
         status = ps.build_status(
@@ -383,12 +396,11 @@ def _publish(
             generation,
             health.routing,
         )
-        if observation is not None:
-            gauges.queue_depth.labels(namespace, name).set(observation.queue_depth)
-        index = None if state.active is None else compiled.plan.index(state.active)
-        if index is not None:
-            gauges.active_index.labels(namespace, name).set(index)
-    gauges.ready.labels(namespace, name).set(1 if ps.is_ready(conditions) else 0)
+        gauges = ps.policy_gauges(
+            compiled.plan, state, observation, conditions, compiled.spec.paused
+        )
+    uid = str(body.get("metadata", {}).get("uid", ""))
+    runtime.metrics.set_policy(namespace, name, uid, gauges)
     written = memory.written if memory.written is not None else dict(body.get("status") or {})
     changes = ps.status_patch(written, status, now, memory.last_write)
     if changes:

@@ -6,29 +6,65 @@ it, so every handler sees the same one. Under a bare `kopf run`, a startup handl
 
 from __future__ import annotations
 
+import platform
 import threading
-from collections.abc import MutableMapping
+from collections import deque
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from compass import __version__
 from compass.controllers import kubeapi
 from compass.controllers.fencing import Fence
+from compass.controllers.policy import PolicyGauges
 from compass.controllers.settings import OperatorSettings
+from compass.domain.elastico import Action
 
 RUNTIME_KEY = "compass_runtime"
 # One Elastico step reads the metrics (a few ms) and sometimes reloads the router (150-300 ms).
 DECISION_BUCKETS = (0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# The direction label of compass_switches_total (Elastico's switching actions).
+SWITCH_DIRECTIONS = tuple(a.value for a in Action if a is not Action.HOLD)
+# The result label of the workflow Job counters.
+JOB_RESULTS = ("started", "succeeded", "failed")
+GONE_REMEMBERED = 1024
+
+
+def _kopf_version() -> str:
+    try:
+        return metadata.version("kopf")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class OperatorMetrics:
-    """The operator's own Prometheus metrics, in a registry of their own."""
+    """The operator's own Prometheus metrics, in a registry of their own.
+
+    Every series of a ParetoPolicy or CompoundWorkflow carries its namespace and name, and is
+    removed when the object is deleted (forget_policy, forget_workflow): a deleted policy's
+    last values would otherwise stay exported, and alert, until the operator restarts.
+    """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         labels = ["namespace", "policy"]
+        flows = ["namespace", "workflow"]
+        # The label set of each policy's active_info series, so that a change removes the old.
+        self._active_info: dict[tuple[str, str], tuple[str, str]] = {}
+        # Deleted policies and workflows (by uid): a tick that was in flight at the delete sets nothing after.
+        self._gone: deque[str] = deque(maxlen=GONE_REMEMBERED)
+        self._lock = threading.Lock()
+        self.build_info = Gauge(
+            "compass_build_info",
+            "Always 1; the labels say which operator runs: its version, Python's and kopf's.",
+            ["version", "python", "kopf"],
+            registry=self.registry,
+        )
+        self.build_info.labels(__version__, platform.python_version(), _kopf_version()).set(1)
         self.reconciles = Counter(
             "compass_reconciles_total",
             "Reconciliations (ParetoPolicy decisions, CompoundWorkflow steps) by result.",
@@ -78,6 +114,165 @@ class OperatorMetrics:
             labels,
             registry=self.registry,
         )
+        self.paused = Gauge(
+            "compass_policy_paused",
+            "1 while spec.paused holds the policy on its active configuration, else 0.",
+            labels,
+            registry=self.registry,
+        )
+        self.metrics_available = Gauge(
+            "compass_policy_metrics_available",
+            "1 while the queue depth is read and fresh (condition MetricsAvailable), else 0.",
+            labels,
+            registry=self.registry,
+        )
+        self.at_fastest = Gauge(
+            "compass_policy_at_fastest",
+            "1 while the active configuration is the fastest eligible front entry, else 0.",
+            labels,
+            registry=self.registry,
+        )
+        self.served_accuracy = Gauge(
+            "compass_served_accuracy",
+            "Accuracy of what the policy serves: the active entry's (a split's blend weighted in).",
+            labels,
+            registry=self.registry,
+        )
+        self.stay_queue_threshold = Gauge(
+            "compass_stay_queue_threshold",
+            "The active entry's stay limit: the deepest per-pod queue it may stay on.",
+            labels,
+            registry=self.registry,
+        )
+        self.enter_queue_threshold = Gauge(
+            "compass_enter_queue_threshold",
+            "The active entry's entry limit: the deepest per-pod queue it may be entered with.",
+            labels,
+            registry=self.registry,
+        )
+        self.active_info = Gauge(
+            "compass_active_configuration_info",
+            "Always 1; the labels name the active configuration and its front index (one series "
+            "per policy: a switch replaces it).",
+            [*labels, "index", "name"],
+            registry=self.registry,
+        )
+        self.capacity_pressure = Gauge(
+            "compass_capacity_pressure",
+            "0 unless the fastest entry is active and its queue is over its stay limit; then "
+            "(queue + 1) / (limit + 1): scale Triton replicas on it with a target of 1. No "
+            "series while the queue is not known fresh.",
+            labels,
+            registry=self.registry,
+        )
+        self.searches = Counter(
+            "compass_workflow_searches",
+            "Search Jobs by result: started, succeeded, failed.",
+            [*flows, "result"],
+            registry=self.registry,
+        )
+        self.profilings = Counter(
+            "compass_workflow_profilings",
+            "Profiling Jobs by result: started, succeeded, failed.",
+            [*flows, "result"],
+            registry=self.registry,
+        )
+        self.samples_evaluated = Counter(
+            "compass_workflow_samples_evaluated",
+            "Sample evaluations the workflow's searches recorded (status.samplesUsed as it grows).",
+            flows,
+            registry=self.registry,
+        )
+
+    def _policy_gauges(self) -> tuple[Gauge, ...]:
+        return (
+            self.queue_depth,
+            self.active_index,
+            self.fenced,
+            self.ready,
+            self.paused,
+            self.metrics_available,
+            self.at_fastest,
+            self.served_accuracy,
+            self.stay_queue_threshold,
+            self.enter_queue_threshold,
+            self.capacity_pressure,
+        )
+
+    def set_policy(self, namespace: str, name: str, uid: str, gauges: PolicyGauges) -> None:
+        """Set one policy's gauges after a tick; a value left None keeps its series as is."""
+        if uid and uid in self._gone:
+            return
+        values: tuple[tuple[Gauge, float | bool | None], ...] = (
+            (self.ready, gauges.ready),
+            (self.paused, gauges.paused),
+            (self.metrics_available, gauges.metrics_available),
+            (self.queue_depth, gauges.queue_depth),
+            (self.active_index, gauges.active_index),
+            (self.at_fastest, gauges.at_fastest),
+            (self.served_accuracy, gauges.served_accuracy),
+            (self.stay_queue_threshold, gauges.stay_queue_threshold),
+            (self.enter_queue_threshold, gauges.enter_queue_threshold),
+        )
+        for gauge, value in values:
+            if value is not None:
+                gauge.labels(namespace, name).set(float(value))
+        if gauges.capacity_pressure is None:
+            self.capacity_pressure.remove(namespace, name)
+        else:
+            self.capacity_pressure.labels(namespace, name).set(gauges.capacity_pressure)
+        if gauges.active_index is not None and gauges.active_name is not None:
+            info = (str(gauges.active_index), gauges.active_name)
+            with self._lock:
+                old = self._active_info.get((namespace, name))
+                if old is not None and old != info:
+                    self.active_info.remove(namespace, name, *old)
+                self._active_info[(namespace, name)] = info
+            self.active_info.labels(namespace, name, *info).set(1)
+
+    def set_fenced(self, namespace: str, name: str, uid: str, fenced: bool) -> None:
+        """Whether this operator may act on the policy now (see Fence)."""
+        if not (uid and uid in self._gone):
+            self.fenced.labels(namespace, name).set(float(fenced))
+
+    def forget_policy(self, namespace: str, name: str, uid: str = "") -> None:
+        """Remove every series of a deleted ParetoPolicy (and set none for its uid again)."""
+        if uid:
+            self._gone.append(uid)
+        for gauge in self._policy_gauges():
+            gauge.remove(namespace, name)
+        for direction in SWITCH_DIRECTIONS:
+            self.switches.remove(namespace, name, direction)
+        with self._lock:
+            old = self._active_info.pop((namespace, name), None)
+        if old is not None:
+            self.active_info.remove(namespace, name, *old)
+
+    def count_workflow(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        progress: Iterable[tuple[str, str]],
+        samples: int,
+    ) -> None:
+        """Count a workflow's Job transitions ((search|profiling, result)) and new samples."""
+        if uid and uid in self._gone:
+            return
+        for stage, result in progress:
+            counter = self.searches if stage == "search" else self.profilings
+            counter.labels(namespace, name, result).inc()
+        if samples > 0:
+            self.samples_evaluated.labels(namespace, name).inc(samples)
+
+    def forget_workflow(self, namespace: str, name: str, uid: str = "") -> None:
+        """Remove every series of a deleted CompoundWorkflow (and count none for its uid)."""
+        if uid:
+            self._gone.append(uid)
+        for counter in (self.searches, self.profilings):
+            for result in JOB_RESULTS:
+                counter.remove(namespace, name, result)
+        self.samples_evaluated.remove(namespace, name)
 
 
 @dataclass

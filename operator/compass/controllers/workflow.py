@@ -1137,3 +1137,45 @@ def _budgets_text(spec: CompoundWorkflowSpec) -> str:
     budgets = None if evaluation.budgets is None else tuple(evaluation.budgets)
     method = IntervalMethod(evaluation.interval.value)
     return describe_schedule(budgets, method, evaluation.dataset.size)
+
+
+# ---------------------------------------------------------------------------- metrics
+
+# The Jobs a workflow runs: the condition that reports each, and the status field naming it.
+_JOB_CONDITIONS: tuple[tuple[str, WorkflowConditionType, str], ...] = (
+    ("search", WorkflowConditionType.SEARCH_SUCCEEDED, "search_job"),
+    ("profiling", WorkflowConditionType.PROFILED, "profiling_job"),
+)
+_JOB_RESULTS = {"Unknown": "started", "True": "succeeded", "False": "failed"}
+
+
+def job_progress(
+    before: CompoundWorkflowStatus, after: CompoundWorkflowStatus
+) -> tuple[tuple[str, str], ...]:
+    """The Job transitions a status write makes, as (search|profiling, started|succeeded|
+    failed): the Job's condition turned Unknown, True or False, or the same for a newer
+    generation. A result or profiles reused from an earlier generation ran no Job here and
+    count nothing, and a condition written again unchanged counts once."""
+    progress = []
+    for stage, type_, job_field in _JOB_CONDITIONS:
+        new = find_condition(after.conditions, type_)
+        if new is None or getattr(after, job_field) is None or new.reason == "Reused":
+            continue
+        old = find_condition(before.conditions, type_)
+        if old is not None and (old.status, old.observed_generation) == (
+            new.status,
+            new.observed_generation,
+        ):
+            continue
+        result = _JOB_RESULTS.get(new.status)
+        if result is not None:
+            progress.append((stage, result))
+    return tuple(progress)
+
+
+def samples_evaluated(before: CompoundWorkflowStatus, after: CompoundWorkflowStatus) -> int:
+    """New sample evaluations between two statuses of one generation (a new generation's
+    count starts from what it carried over, which was counted when it was evaluated)."""
+    if before.observed_generation != after.observed_generation:
+        return 0
+    return max(0, (after.samples_used or 0) - (before.samples_used or 0))

@@ -49,7 +49,7 @@ from compass.controllers.builders import (
     routing_target,
     search_name,
 )
-from compass.controllers.runtime import runtime_of
+from compass.controllers.runtime import OperatorMetrics, runtime_of
 from compass.controllers.settings import OperatorSettings
 
 # kopf fixes a timer's interval when the handler is registered (at import): the one setting
@@ -123,6 +123,34 @@ def _post(body: Mapping[str, Any], event: reconcile.Event | None) -> None:
             reason=event.reason,
             message=event.message,
         )
+
+
+def _count(
+    metrics: OperatorMetrics | None,
+    workflow: Mapping[str, Any],
+    before: CompoundWorkflowStatus,
+    after: CompoundWorkflowStatus,
+) -> None:
+    """Count the Jobs started and ended, and the samples evaluated, by a written status."""
+    if metrics is not None:
+        metadata = workflow["metadata"]
+        metrics.count_workflow(
+            metadata["namespace"],
+            metadata["name"],
+            str(metadata.get("uid", "")),
+            reconcile.job_progress(before, after),
+            reconcile.samples_evaluated(before, after),
+        )
+
+
+@kopf.on.event(GROUP, VERSION, WORKFLOW_PLURAL, id="forget-workflow-series")
+def forget_deleted_workflow(
+    type: str, namespace: str | None, name: str | None, uid: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    """A deleted workflow's series go with it (watched, not a finalizer: nothing can block the
+    delete); a step still in flight counts nothing after."""
+    if type == "DELETED" and name:
+        runtime_of(memo).metrics.forget_workflow(namespace or "", name, uid or "")
 
 
 def _owned(items: list[dict[str, Any]], uid: str) -> list[dict[str, Any]]:
@@ -338,12 +366,13 @@ def start_generation(name: str, namespace: str | None, memo: kopf.Memo, **_: Any
     """Make the current spec generation run: idempotent, so a restart may call it again."""
     assert namespace is not None  # a namespaced resource
     runtime = runtime_of(memo)
-    count = runtime.metrics.reconciles
+    metrics = runtime.metrics
+    count = metrics.reconciles
     try:
         for _attempt in range(_WRITE_ATTEMPTS):
             # A fresh read each attempt: the decision must rest on what the write will check.
             current = _read_workflow(runtime.api(), namespace, name)
-            if current is None or _start(runtime.api(), current, runtime.settings):
+            if current is None or _start(runtime.api(), current, runtime.settings, metrics):
                 count.labels(WORKFLOW_KIND, "ok").inc()
                 return
     except kopf.PermanentError:
@@ -361,7 +390,12 @@ def _authorize(spec: CompoundWorkflowSpec, namespace: str, settings: OperatorSet
     reconcile.authorize_images(spec, settings.image, settings.allowed_job_images)
 
 
-def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSettings) -> bool:
+def _start(
+    api: client.ApiClient,
+    workflow: dict[str, Any],
+    settings: OperatorSettings,
+    metrics: OperatorMetrics | None = None,
+) -> bool:
     """One read-decide-write attempt; False when the status write lost a race."""
     metadata = workflow["metadata"]
     name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
@@ -406,6 +440,7 @@ def _start(api: client.ApiClient, workflow: dict[str, Any], settings: OperatorSe
         raise _wait_for_collection(error) from None
     if not _write_status(api, namespace, name, version, new):
         return False
+    _count(metrics, workflow, status, new)
     _delete_states(api, namespace, generation, states)
     _post(workflow, event)
     return True
@@ -440,7 +475,7 @@ def advance(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None
     assert namespace is not None  # a namespaced resource
     runtime = runtime_of(memo)
     try:
-        result = _advance(runtime.api(), namespace, name, runtime.settings, memo)
+        result = _advance(runtime.api(), namespace, name, runtime.settings, memo, runtime.metrics)
     except Exception as error:
         runtime.metrics.errors.labels(WORKFLOW_KIND, type(error).__name__).inc()
         raise
@@ -453,6 +488,7 @@ def _advance(
     name: str,
     settings: OperatorSettings,
     memo: MutableMapping[str, Any],
+    metrics: OperatorMetrics | None = None,
 ) -> str:
     """One read-decide-act cycle: "ok", "idle" (nothing to do) or "conflict" (decide again)."""
     workflow = _read_workflow(api, namespace, name)
@@ -521,6 +557,7 @@ def _advance(
         return "ok" if step.create else "idle"
     if not _write_status(api, namespace, name, metadata["resourceVersion"], new):
         return "conflict"
+    _count(metrics, workflow, status, new)
     _post(workflow, event)
     return "ok"
 

@@ -283,6 +283,28 @@ def _arrivals_in(
     return total1 - total0, t1 - t0
 
 
+def capacity_pressure(plan: Plan, active: str | None, queue_depth: float | None) -> float:
+    """How far past what Elastico can absorb the pod is: 0 unless the fastest eligible entry is
+    active and its queue is over that entry's stay limit; then (queue + 1) / (limit + 1).
+
+    The ratio counts the request in service too, so it is above 1 exactly when the queue is
+    over the limit, and a limit of 0 still gives a finite figure. An autoscaler that sizes
+    replicas as replicas x pressure (the HPA's rule for a target value of 1, KEDA's
+    ``metricType: Value`` with ``threshold: "1"``) asks for as many more pods as would bring each
+    pod's share of the queue back within the limit; below the fastest entry the operator still
+    has accuracy to give up, so the figure is 0 there and replicas are not asked for.
+    """
+    if active is None or queue_depth is None or not math.isfinite(queue_depth):
+        return 0.0
+    eligible = plan.eligible
+    if not eligible or plan.index(active) != eligible[0]:
+        return 0.0
+    limit = plan.thresholds[eligible[0]].stay_max_queue or 0
+    if queue_depth <= limit:
+        return 0.0
+    return (queue_depth + 1) / (limit + 1)
+
+
 @dataclass(frozen=True)
 class Elastico:
     """The Elastico policy over one plan (front and thresholds)."""

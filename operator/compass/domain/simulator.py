@@ -44,8 +44,9 @@ import numpy.typing as npt
 
 from compass.domain.admission import Admission, ServiceGrid, Verdict, judge
 from compass.domain.capacity import CapacityCurve, CurvePoint, climb_ladder, measure_point
-from compass.domain.elastico import Action, Decision, Observation, PolicyState
+from compass.domain.elastico import Action, Decision, Observation, PolicyState, capacity_pressure
 from compass.domain.mix import Mix, SmoothWeighting, mix_weighting
+from compass.domain.planner import Plan
 from compass.domain.profiles import LatencyProfile
 
 FloatArray = npt.NDArray[np.float64]
@@ -541,6 +542,8 @@ class Tick:
     active: int
     switched: bool
     mix: Mix | None = None
+    # compass_capacity_pressure after this decision (0 when simulate() was given no plan).
+    capacity_pressure: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -647,9 +650,13 @@ def simulate(
     queue_aggregate: QueueAggregate = QueueAggregate.MEAN,
     pod_model: PodModel = PodModel(),
     admission: Admission | None = None,
+    plan: Plan | None = None,
 ) -> RunReport:
     """Serve the scenario's requests FIFO on each pod, the controller choosing the configuration
-    (and, with ``admission``, dropping at arrival what its prediction says is already late)."""
+    (and, with ``admission``, dropping at arrival what its prediction says is already late).
+
+    With the controller's ``plan``, each tick also records the capacity pressure the operator
+    would export after that decision."""
     if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
         raise SimulationError("switch_delay", f"{switch_delay_s:g} s is not >= 0", "give e.g. 0.01")
     names = tuple(p.name for p in front)
@@ -670,7 +677,7 @@ def simulate(
     pending: list[tuple[float, Mix]] = []
     # Each pod deals its requests to the mix in force by its own round-robin, as a router does.
     dealt: list[tuple[Mix, SmoothWeighting[int]] | None] = [None] * pods
-    seen: list[tuple[float, float, int, Mix, bool]] = []
+    seen: list[tuple[float, float, int, Mix, bool, float]] = []
     reasons: list[tuple[float, str]] = []
     time_in = [0.0] * len(front)
     switches = 0
@@ -748,7 +755,8 @@ def simulate(
             )
         if target != in_force:
             pending.append((now + switch_delay_s, target))
-        seen.append((now, observed, round(depth), target, decision.switched))
+        pressure = 0.0 if plan is None else capacity_pressure(plan, names[target.base], depth)
+        seen.append((now, observed, round(depth), target, decision.switched, pressure))
         for member, share in target.shares:
             time_in[member] += share * interval_s
         tick += 1
@@ -764,8 +772,8 @@ def simulate(
             configs[rest] = final
     offered = scenario.pattern.rate(np.array([t for t, *_ in seen]))
     ticks = tuple(
-        Tick(t, float(rate), observed, depth, mix.base, switched, mix)
-        for (t, observed, depth, mix, switched), rate in zip(seen, offered, strict=True)
+        Tick(t, float(rate), observed, depth, mix.base, switched, mix, pressure)
+        for (t, observed, depth, mix, switched, pressure), rate in zip(seen, offered, strict=True)
     )
     return RunReport(
         label=label,
