@@ -258,10 +258,11 @@ def test_paused_policy_holds_and_resumes_when_unpaused(
 
 
 def test_pause_annotation_holds_and_an_invalid_one_pauses_nothing(
-    triton: LocalTriton, router: TritonRouter, policies: Policies
+    triton: LocalTriton, router: TritonRouter, policies: Policies, operator: Operator
 ) -> None:
     """compass.io/paused: "true" holds a policy whose spec says nothing of pausing (a spec that
-    GitOps owns is not touched); a value other than true/false is reported and pauses nothing."""
+    GitOps owns is not touched), and its paused gauge says so; a value other than true/false is
+    reported and pauses nothing."""
     policies.create("held", policy_spec(triton), annotations={"compass.io/paused": "true"})
     wait_for(
         lambda: condition(policies.status("held"), "Paused").get("status") == "True", 15, "Paused"
@@ -273,6 +274,7 @@ def test_pause_annotation_holds_and_an_invalid_one_pauses_nothing(
     paused = condition(status, "Paused")
     assert paused["reason"] == "PausedByAnnotation"
     assert paused["message"] == f"annotation compass.io/paused: holding {FAST_NAME}"
+    assert _policy_series(operator, policies.namespace, "held")["compass_policy_paused"] == "1.0"
 
     policies.annotate("held", {"compass.io/paused": "maybe"})
     wait_for(lambda: router.active_config() == config_key(ACCURATE), 15, "the climb, not paused")
@@ -280,6 +282,7 @@ def test_pause_annotation_holds_and_an_invalid_one_pauses_nothing(
     assert (paused["status"], paused["reason"]) == ("False", "InvalidPauseAnnotation")
     assert "'maybe' is not one of 'true', 'false'" in paused["message"]
     assert policies.wait_events("held", "InvalidPauseAnnotation")
+    assert _policy_series(operator, policies.namespace, "held")["compass_policy_paused"] == "0.0"
 
 
 def test_restart_resumes_the_hysteresis_state_and_never_flips(

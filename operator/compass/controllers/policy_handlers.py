@@ -382,7 +382,7 @@ def _publish(
     if decided is None:
         status = ps.error_status(previous, conditions, generation)
         # A spec that does not compile says nothing of paused; Triton unreachable does.
-        paused = None if health.spec_error is not None else health.paused
+        paused = None if health.spec_error is not None else health.pause.paused
         gauges = ps.PolicyGauges(ready=ps.is_ready(conditions), paused=paused)
     else:
         compiled, state, observation = decided
@@ -397,7 +397,7 @@ def _publish(
             health.routing,
         )
         gauges = ps.policy_gauges(
-            compiled.plan, state, observation, conditions, compiled.spec.paused
+            compiled.plan, state, observation, conditions, health.pause.paused
         )
     uid = str(body.get("metadata", {}).get("uid", ""))
     runtime.metrics.set_policy(namespace, name, uid, gauges)
