@@ -562,14 +562,14 @@ def test_the_active_configuration_info_keeps_one_series_and_deletion_removes_all
     metrics.set_policy("ns", "p", "uid-p", replace(full, capacity_pressure=None))
     assert not [s for s in _series(metrics) if s.startswith("compass_capacity_pressure")]
     assert len(_series(metrics)) == 12
-    metrics.set_fenced("ns", "p", "uid-p", False)
+    metrics.set_fenced("ns", "p", "uid-p", False, ps.SERIES_TTL_S)
     assert len(_series(metrics)) == 13
     metrics.forget_policy("ns", "p", "uid-p")
     assert _series(metrics) == []
     assert len(_series(metrics, "other")) == 11  # another namespace's policy of that name stays
     # A tick that was in flight at the delete sets nothing after it.
     metrics.set_policy("ns", "p", "uid-p", full)
-    metrics.set_fenced("ns", "p", "uid-p", True)
+    metrics.set_fenced("ns", "p", "uid-p", True, ps.SERIES_TTL_S)
     assert _series(metrics) == []
     metrics.count_workflow("ns", "w", "uid-w", [("search", "started")], 30)
     metrics.count_workflow(
@@ -583,6 +583,43 @@ def test_the_active_configuration_info_keeps_one_series_and_deletion_removes_all
     metrics.forget_workflow("ns", "w", "uid-w")
     metrics.count_workflow("ns", "w", "uid-w", [("profiling", "failed")], 1)
     assert _series(metrics) == []
+
+
+def test_a_policy_no_longer_ticked_here_loses_its_gauges_and_keeps_its_counters() -> None:
+    """A replica that peering paused, or that the fence holds, stops exporting its last view of
+    a policy (its Ready, at-fastest, pressure would alert beside the acting replica's) once
+    SERIES_TTL_S passes without a tick; while ticking (every second) nothing lapses."""
+    now = [1000.0]
+    metrics = OperatorMetrics(clock=lambda: now[0])
+    full = ps.policy_gauges(
+        PLAN, PolicyState(active=FAST_NAME), Observation(NOW, 1), _conditions("True"), False
+    )
+    for key in ("p", "q"):
+        metrics.touch_policy("ns", key, ps.SERIES_TTL_S)
+        metrics.set_policy("ns", key, f"uid-{key}", full)
+        metrics.set_fenced("ns", key, f"uid-{key}", False, ps.SERIES_TTL_S)
+    metrics.switches.labels("ns", "p", "faster").inc()
+    ticked = len(_series(metrics))
+    for _ in range(int(ps.SERIES_TTL_S) + 5):  # "q" ticks every second; "p" is fenced
+        now[0] += 1.0
+        metrics.touch_policy("ns", "q", ps.SERIES_TTL_S)
+        metrics.set_fenced("ns", "p", "uid-p", True, ps.SERIES_TTL_S)
+        metrics.set_fenced("ns", "q", "uid-q", False, ps.SERIES_TTL_S)
+    text = "\n".join(_series(metrics))
+    assert 'compass_policy_ready{namespace="ns",policy="q"} 1.0' in text
+    assert 'compass_policy_ready{namespace="ns",policy="p"}' not in text
+    assert 'compass_active_configuration_info{index="0"' in text  # q's only
+    assert text.count("compass_active_configuration_info{") == 1
+    # What the fenced replica still knows: that it is fenced, and what it switched.
+    assert 'compass_policy_fenced{namespace="ns",policy="p"} 1.0' in text
+    assert 'compass_switches_total{direction="faster",namespace="ns",policy="p"} 1.0' in text
+    assert len(_series(metrics)) == ticked - 11  # p's ten gauges and its info series
+    # Peering paused the whole process: nothing ticks, every gauge goes, the counters stay.
+    now[0] += ps.SERIES_TTL_S + 1
+    assert [s.split("{")[0] for s in _series(metrics)] == [
+        "compass_switches_total",
+        "compass_switches_created",
+    ]
 
 
 def test_build_info_names_the_version() -> None:

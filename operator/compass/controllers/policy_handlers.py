@@ -143,6 +143,8 @@ def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwar
         memory = memo[MEMORY_KEY] = PolicyMemory()
     if _fenced(body, memory, runtime, logger, time.monotonic()):
         return
+    # Acting on it: its gauges stay current (a paused or fenced replica's go: OperatorMetrics).
+    runtime.metrics.touch_policy(*_names(body), ps.SERIES_TTL_S)
     count = runtime.metrics.reconciles
     try:
         decided = _tick(body, memory, runtime, logger, time.time(), slices)
@@ -183,7 +185,7 @@ def _fenced(
     namespace, name = _names(body)
     fenced = not fence.holds(namespace, now)
     uid = str(body.get("metadata", {}).get("uid", ""))
-    runtime.metrics.set_fenced(namespace, name, uid, fenced)
+    runtime.metrics.set_fenced(namespace, name, uid, fenced, ps.SERIES_TTL_S)
     if fenced != memory.fenced:
         memory.fenced = fenced
         ago = fence.renewed_ago(namespace, now)

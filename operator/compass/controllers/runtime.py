@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import platform
 import threading
+import time
 from collections import deque
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import Metric
 
 from compass import __version__
 from compass.controllers import kubeapi
@@ -46,11 +48,23 @@ class OperatorMetrics:
 
     Every series of a ParetoPolicy or CompoundWorkflow carries its namespace and name, and is
     removed when the object is deleted (forget_policy, forget_workflow): a deleted policy's
-    last values would otherwise stay exported, and alert, until the operator restarts.
+    last values would otherwise stay exported, and alert, until the operator restarts. A
+    policy's gauges also go when this process stops ticking it (touch_policy): a replica that peering paused or the fence holds would otherwise export its last view beside
+    the acting replica's, and a stale Ready False or held-at-fastest would alert.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self._clock = clock
+        # When each policy's gauges (and its fenced gauge) stop being current.
+        self._expires: dict[tuple[str, str], float] = {}
+        self._fenced_expires: dict[tuple[str, str], float] = {}
+        # Registered first, so that a scrape drops expired series before the gauges are read.
+        self.registry.register(_ExpireAtScrape(self))
         labels = ["namespace", "policy"]
         flows = ["namespace", "workflow"]
         # The label set of each policy's active_info series, so that a change removes the old.
@@ -199,6 +213,11 @@ class OperatorMetrics:
             self.capacity_pressure,
         )
 
+    def touch_policy(self, namespace: str, name: str, ttl_s: float) -> None:
+        """This process ticks the policy: keep its gauges for ``ttl_s`` more (then they go)."""
+        with self._lock:
+            self._expires[(namespace, name)] = self._clock() + ttl_s
+
     def set_policy(self, namespace: str, name: str, uid: str, gauges: PolicyGauges) -> None:
         """Set one policy's gauges after a tick; a value left None keeps its series as is."""
         if uid and uid in self._gone:
@@ -230,23 +249,50 @@ class OperatorMetrics:
                 self._active_info[(namespace, name)] = info
             self.active_info.labels(namespace, name, *info).set(1)
 
-    def set_fenced(self, namespace: str, name: str, uid: str, fenced: bool) -> None:
-        """Whether this operator may act on the policy now (see Fence)."""
+    def set_fenced(self, namespace: str, name: str, uid: str, fenced: bool, ttl_s: float) -> None:
+        """Whether this operator may act on the policy now (see Fence); gone if not set again
+        within ``ttl_s``."""
         if not (uid and uid in self._gone):
+            with self._lock:
+                self._fenced_expires[(namespace, name)] = self._clock() + ttl_s
             self.fenced.labels(namespace, name).set(float(fenced))
+
+    def expire(self) -> None:
+        """Remove the gauges of every policy this process has stopped ticking (kept: the switch
+        counters, which only ever count up)."""
+        now = self._clock()
+        with self._lock:
+            stale = [key for key, until in self._expires.items() if until < now]
+            stale_fenced = [key for key, until in self._fenced_expires.items() if until < now]
+            for key in stale:
+                del self._expires[key]
+            for key in stale_fenced:
+                del self._fenced_expires[key]
+        for namespace, name in stale:
+            self._remove_gauges(namespace, name, keep=self.fenced)
+        for namespace, name in stale_fenced:
+            self.fenced.remove(namespace, name)
+
+    def _remove_gauges(self, namespace: str, name: str, keep: Gauge | None = None) -> None:
+        """Remove a policy's gauges and its info series (all but ``keep``)."""
+        for gauge in self._policy_gauges():
+            if gauge is not keep:
+                gauge.remove(namespace, name)
+        with self._lock:
+            old = self._active_info.pop((namespace, name), None)
+        if old is not None:
+            self.active_info.remove(namespace, name, *old)
 
     def forget_policy(self, namespace: str, name: str, uid: str = "") -> None:
         """Remove every series of a deleted ParetoPolicy (and set none for its uid again)."""
         if uid:
             self._gone.append(uid)
-        for gauge in self._policy_gauges():
-            gauge.remove(namespace, name)
+        with self._lock:
+            self._expires.pop((namespace, name), None)
+            self._fenced_expires.pop((namespace, name), None)
+        self._remove_gauges(namespace, name)
         for direction in SWITCH_DIRECTIONS:
             self.switches.remove(namespace, name, direction)
-        with self._lock:
-            old = self._active_info.pop((namespace, name), None)
-        if old is not None:
-            self.active_info.remove(namespace, name, *old)
 
     def count_workflow(
         self,
@@ -273,6 +319,17 @@ class OperatorMetrics:
             for result in JOB_RESULTS:
                 counter.remove(namespace, name, result)
         self.samples_evaluated.remove(namespace, name)
+
+
+class _ExpireAtScrape:
+    """A collector of no series: a scrape first drops the policies' expired gauges."""
+
+    def __init__(self, metrics: OperatorMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        self._metrics.expire()
+        return iter(())
 
 
 @dataclass
