@@ -30,7 +30,9 @@ compass.controllers.catalogue (Events, conditions): edit those and run it, never
 The operator exports its own metrics on port `metrics` (8080), path `/metrics`
 (`COMPASS_METRICS_PORT`, the chart's `metrics.port`). Every series of a ParetoPolicy
 carries `namespace` and `policy`, every series of a CompoundWorkflow `namespace` and `workflow`;
-they are removed when the object is deleted. The chart adds an optional ServiceMonitor, Grafana
+they are removed when the object is deleted. A policy's gauges are exported only by the replica
+that acts on it: one that peering pauses or the fence holds drops them within 30 s of its last
+tick (its switch counters stay). The chart adds an optional ServiceMonitor, Grafana
 dashboard and PrometheusRule (`charts/compass-operator/README.md`);
 `examples/keda-scaledobject.yaml` scales Triton replicas on `compass_capacity_pressure`.
 
