@@ -16,6 +16,7 @@ from pathlib import Path
 from prometheus_client.metrics import MetricWrapperBase
 
 from compass.controllers.catalogue import CONDITIONS, EVENTS
+from compass.controllers.policy import SERIES_TTL_S
 from compass.controllers.runtime import OperatorMetrics
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +32,7 @@ The operator exports its own metrics on port `metrics` (8080), path `/metrics`
 (`COMPASS_METRICS_PORT`, the chart's `metrics.port`). Every series of a ParetoPolicy
 carries `namespace` and `policy`, every series of a CompoundWorkflow `namespace` and `workflow`;
 they are removed when the object is deleted. A policy's gauges are exported only by the replica
-that acts on it: one that peering pauses or the fence holds drops them within 30 s of its last
+that acts on it: one that peering pauses or the fence holds drops them within SERIES_TTL s of its last
 tick (its switch counters stay). The chart adds an optional ServiceMonitor, Grafana
 dashboard and PrometheusRule (`charts/compass-operator/README.md`);
 `examples/keda-scaledobject.yaml` scales Triton replicas on `compass_capacity_pressure`.
@@ -68,7 +69,13 @@ def _metric_rows() -> list[str]:
 
 def render() -> str:
     """The whole document."""
-    lines = [INTRO, "## Metrics", "", *_metric_rows(), ""]
+    lines = [
+        INTRO.replace("SERIES_TTL", f"{SERIES_TTL_S:g}"),
+        "## Metrics",
+        "",
+        *_metric_rows(),
+        "",
+    ]
     lines += ["## Events", "", "Posted on transitions only, never every tick.", ""]
     lines += ["| kind | reason | type | when |", "| --- | --- | --- | --- |"]
     lines += [f"| {e.kind} | `{e.reason}` | {e.type} | {e.when} |" for e in EVENTS]
