@@ -555,7 +555,7 @@ def _token_secret(name: str, token: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {"compass.io/metrics-credentials": "true"}},
         "data": {"token": base64.b64encode(f"{token}\n".encode()).decode()},
     }
 

@@ -146,7 +146,11 @@ def _secret(tls: Tls, password: str = PASSWORD) -> dict[str, object]:
     """The Secret as the API server returns it."""
     data = {"username": USER, "password": password, "ca.crt": tls.ca.read_text()}
     return {
-        "metadata": {"name": "prom-auth", "resourceVersion": "1"},
+        "metadata": {
+            "name": "prom-auth",
+            "resourceVersion": "1",
+            "labels": {metricsauth.CONSENT_LABEL: "true"},
+        },
         "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
     }
 
@@ -220,7 +224,7 @@ def test_skipping_verification_must_be_asked_for(secured: tuple[LocalPrometheus,
         {"secretRef": {"name": "prom-auth"}, "basic": {}, "tls": {"insecureSkipVerify": True}}
     )
     secret = {
-        "metadata": {"resourceVersion": "1"},
+        "metadata": {"resourceVersion": "1", "labels": {metricsauth.CONSENT_LABEL: "true"}},
         "data": {
             "username": base64.b64encode(USER.encode()).decode(),
             "password": base64.b64encode(PASSWORD.encode()).decode(),
@@ -273,7 +277,7 @@ def test_a_client_certificate_from_the_secret_is_presented(
     )
     files = {"ca.pem": tls.ca, "client.pem": tls.client_cert, "client-key.pem": tls.client_key}
     secret = {
-        "metadata": {"resourceVersion": "1"},
+        "metadata": {"resourceVersion": "1", "labels": {metricsauth.CONSENT_LABEL: "true"}},
         "data": {k: base64.b64encode(v.read_bytes()).decode() for k, v in files.items()},
     }
     source = PrometheusQueueDepth(prometheus.url, auth=metricsauth.credentials(spec, secret, "t"))

@@ -156,9 +156,11 @@ def test_the_credentials_repr_shows_no_secret() -> None:
 # ------------------------------------------------------------------ the Secret
 
 
-def _secret(version: str = "1", **data: str) -> dict[str, Any]:
+def _secret(version: str = "1", consent: str | None = "true", **data: str) -> dict[str, Any]:
     encoded = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
-    return {"metadata": {"name": "prom-auth", "resourceVersion": version}, "data": encoded}
+    labels = {} if consent is None else {metricsauth.CONSENT_LABEL: consent}
+    metadata = {"name": "prom-auth", "resourceVersion": version, "labels": labels}
+    return {"metadata": metadata, "data": encoded}
 
 
 def _auth(**fields: Any) -> MetricsAuthentication:
@@ -187,6 +189,23 @@ def test_basic_auth_from_chosen_keys() -> None:
     ("auth", "secret", "names"),
     [
         (_auth(bearer={}), None, ["Secret team/prom-auth", "not found", "token", "create it"]),
+        # Whoever writes a policy may not send any Secret of the namespace to a URL of theirs.
+        (
+            _auth(bearer={}),
+            _secret(consent=None, token=TOKEN),
+            ["Secret team/prom-auth", "not labelled compass.io/metrics-credentials=true"],
+        ),
+        (
+            _auth(bearer={}),
+            _secret(consent="yes", token=TOKEN),
+            ["kubectl label secret prom-auth -n team compass.io/metrics-credentials=true"],
+        ),
+        # A header travels as Latin-1: a token outside ASCII would fail every request.
+        (
+            _auth(bearer={}),
+            _secret(token=TOKEN + "\u20ac"),
+            ["'token'", "outside printable ASCII"],
+        ),
         (
             _auth(basic={}),
             _secret(username="compass", passwd=PASSWORD),

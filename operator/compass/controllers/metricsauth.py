@@ -24,6 +24,11 @@ SECRET_RECHECK_S = 60.0
 SECRET_RETRY_S = 5.0
 # The condition's reason while the credentials cannot be read.
 REASON = "MetricsCredentialsUnavailable"
+# The label a Secret must carry before its values are sent anywhere: without it, whoever may
+# write a ParetoPolicy could name any Secret of the namespace (a ServiceAccount's token) and a
+# metrics URL of their own, and have the operator send it there. Labelling a Secret takes
+# write access to it, which already reads it.
+CONSENT_LABEL = "compass.io/metrics-credentials"
 
 
 class CredentialsError(ValueError):
@@ -70,6 +75,13 @@ def credentials(
             f"{where} not found; create it in the policy's namespace with the keys "
             f"{', '.join(_wanted_keys(auth))}, or correct secretRef.name"
         )
+    labels = (secret.get("metadata") or {}).get("labels") or {}
+    if labels.get(CONSENT_LABEL) != "true":
+        raise CredentialsError(
+            f"{where} is not labelled {CONSENT_LABEL}=true, so it is never sent: label it "
+            f"(kubectl label secret {name} -n {namespace} {CONSENT_LABEL}=true) if its values "
+            "are meant for this metrics endpoint"
+        )
     data = secret.get("data") or {}
 
     def value(key: str, field: str, *, text: bool = True) -> str:
@@ -88,12 +100,14 @@ def credentials(
             ) from None
         if not text:
             return decoded
-        # A value written with echo ends in a newline; one inside would smuggle a header in.
+        # A value written with echo ends in a newline; one inside would smuggle a header in,
+        # and a header is Latin-1 on the wire: printable ASCII only, as the spec's headers.
         decoded = decoded.strip()
-        if not decoded or any(c < " " or c == "\x7f" for c in decoded):
+        if not decoded or not all(" " <= c < "\x7f" for c in decoded):
             raise CredentialsError(
                 f"{where}: key {key!r} (spec.metrics.authentication.{field}) is empty or holds "
-                "a control character (a line break?); store the value alone"
+                "a control character (a line break?) or a character outside printable ASCII; "
+                "store the value alone"
             )
         return decoded
 

@@ -73,16 +73,21 @@ class HttpAuth:
 
 def _load_client_pair(context: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
     """Load a client certificate and key (ssl reads them from files only: a private temporary
-    directory, removed at once)."""
-    with tempfile.TemporaryDirectory(prefix="compass-tls-") as directory:
-        cert, key = Path(directory) / "tls.crt", Path(directory) / "tls.key"
-        for path, text in ((cert, cert_pem), (key, key_pem)):
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-                out.write(text)
-        try:
-            context.load_cert_chain(cert, key)
-        except (ssl.SSLError, ValueError) as error:
-            raise TlsMaterialError(
-                "cert", "the client certificate and key are not a matching PEM pair"
-            ) from error
+    directory, removed at once; the chart mounts /tmp in memory)."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="compass-tls-") as directory:
+            cert, key = Path(directory) / "tls.crt", Path(directory) / "tls.key"
+            for path, text in ((cert, cert_pem), (key, key_pem)):
+                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+                    out.write(text)
+            try:
+                context.load_cert_chain(cert, key)
+            except (ssl.SSLError, ValueError) as error:
+                raise TlsMaterialError(
+                    "cert", "the client certificate and key are not a matching PEM pair"
+                ) from error
+    except OSError as error:  # no room or no writable /tmp: not the pair's fault, but no pair
+        raise TlsMaterialError(
+            "cert", f"the pair could not be written to a temporary file ({error.strerror})"
+        ) from error

@@ -127,7 +127,10 @@ class _Http:
         self.auth = auth
         self.headers = {} if auth is None else auth.request_headers()
         self.opener = _OPENER if auth is None else _http_opener(auth.ssl_context())
-        self.authenticated = "Authorization" in self.headers
+        # Credentials sent: a header from the Secret, or a client certificate (mutual TLS).
+        self.authenticated = "Authorization" in self.headers or (
+            auth is not None and auth.client_cert_pem is not None
+        )
         # The last answer was 401 or 403: the caller reads the Secret again.
         self.rejected = False
 
