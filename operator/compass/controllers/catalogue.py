@@ -87,7 +87,7 @@ _WR, _WV, _WS, _WE, _WP, _WY = (
 
 CONDITIONS: tuple[ConditionEntry, ...] = (
     ConditionEntry(P, _PR, "True", "Serving", "in control of the routing"),
-    ConditionEntry(P, _PR, "True", "Paused", "spec.paused: holding the active configuration"),
+    ConditionEntry(P, _PR, "True", "Paused", "spec.paused or the annotation: holding it"),
     ConditionEntry(P, _PR, "False", "MetricsUnavailable", "the queue depth is missing or stale"),
     ConditionEntry(P, _PR, "False", METRICS_CREDENTIALS, "the metrics Secret cannot be read"),
     ConditionEntry(P, _PR, "False", "TritonUnreachable", "no router answered; retrying"),

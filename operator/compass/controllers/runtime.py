@@ -49,7 +49,8 @@ class OperatorMetrics:
     Every series of a ParetoPolicy or CompoundWorkflow carries its namespace and name, and is
     removed when the object is deleted (forget_policy, forget_workflow): a deleted policy's
     last values would otherwise stay exported, and alert, until the operator restarts. A
-    policy's gauges also go when this process stops ticking it (touch_policy): a replica that peering paused or the fence holds would otherwise export its last view beside
+    policy's gauges also go when this process stops ticking it (touch_policy): a replica that
+    peering paused or the fence holds would otherwise export its last view beside
     the acting replica's, and a stale Ready False or held-at-fastest would alert.
     """
 
@@ -71,6 +72,7 @@ class OperatorMetrics:
         self._active_info: dict[tuple[str, str], tuple[str, str]] = {}
         # Deleted policies and workflows (by uid): a tick that was in flight at the delete sets nothing after.
         self._gone: deque[str] = deque(maxlen=GONE_REMEMBERED)
+        # One lock for every change to the per-object series and the books kept on them.
         self._lock = threading.Lock()
         self.build_info = Gauge(
             "compass_build_info",
@@ -130,7 +132,8 @@ class OperatorMetrics:
         )
         self.paused = Gauge(
             "compass_policy_paused",
-            "1 while spec.paused holds the policy on its active configuration, else 0.",
+            "1 while spec.paused or the compass.io/paused annotation holds the policy on its "
+            "active configuration, else 0.",
             labels,
             registry=self.registry,
         )
@@ -220,8 +223,6 @@ class OperatorMetrics:
 
     def set_policy(self, namespace: str, name: str, uid: str, gauges: PolicyGauges) -> None:
         """Set one policy's gauges after a tick; a value left None keeps its series as is."""
-        if uid and uid in self._gone:
-            return
         values: tuple[tuple[Gauge, float | bool | None], ...] = (
             (self.ready, gauges.ready),
             (self.paused, gauges.paused),
@@ -233,66 +234,67 @@ class OperatorMetrics:
             (self.stay_queue_threshold, gauges.stay_queue_threshold),
             (self.enter_queue_threshold, gauges.enter_queue_threshold),
         )
-        for gauge, value in values:
-            if value is not None:
-                gauge.labels(namespace, name).set(float(value))
-        if gauges.capacity_pressure is None:
-            self.capacity_pressure.remove(namespace, name)
-        else:
-            self.capacity_pressure.labels(namespace, name).set(gauges.capacity_pressure)
-        if gauges.active_index is not None and gauges.active_name is not None:
-            info = (str(gauges.active_index), gauges.active_name)
-            with self._lock:
+        # Under the lock with the uid check: a delete between the two would leave a series
+        # that neither the delete nor the expiry removes.
+        with self._lock:
+            if uid and uid in self._gone:
+                return
+            for gauge, value in values:
+                if value is not None:
+                    gauge.labels(namespace, name).set(float(value))
+            if gauges.capacity_pressure is None:
+                self.capacity_pressure.remove(namespace, name)
+            else:
+                self.capacity_pressure.labels(namespace, name).set(gauges.capacity_pressure)
+            if gauges.active_index is not None and gauges.active_name is not None:
+                info = (str(gauges.active_index), gauges.active_name)
                 old = self._active_info.get((namespace, name))
                 if old is not None and old != info:
                     self.active_info.remove(namespace, name, *old)
                 self._active_info[(namespace, name)] = info
-            self.active_info.labels(namespace, name, *info).set(1)
+                self.active_info.labels(namespace, name, *info).set(1)
 
     def set_fenced(self, namespace: str, name: str, uid: str, fenced: bool, ttl_s: float) -> None:
         """Whether this operator may act on the policy now (see Fence); gone if not set again
         within ``ttl_s``."""
-        if not (uid and uid in self._gone):
-            with self._lock:
+        with self._lock:
+            if not (uid and uid in self._gone):
                 self._fenced_expires[(namespace, name)] = self._clock() + ttl_s
-            self.fenced.labels(namespace, name).set(float(fenced))
+                self.fenced.labels(namespace, name).set(float(fenced))
 
     def expire(self) -> None:
         """Remove the gauges of every policy this process has stopped ticking (kept: the switch
         counters, which only ever count up)."""
-        now = self._clock()
         with self._lock:
-            stale = [key for key, until in self._expires.items() if until < now]
-            stale_fenced = [key for key, until in self._fenced_expires.items() if until < now]
-            for key in stale:
-                del self._expires[key]
-            for key in stale_fenced:
-                del self._fenced_expires[key]
-        for namespace, name in stale:
-            self._remove_gauges(namespace, name, keep=self.fenced)
-        for namespace, name in stale_fenced:
-            self.fenced.remove(namespace, name)
+            now = self._clock()
+            for key, until in list(self._expires.items()):
+                if until < now:
+                    del self._expires[key]
+                    self._remove_gauges(*key, keep=self.fenced)
+            for key, until in list(self._fenced_expires.items()):
+                if until < now:
+                    del self._fenced_expires[key]
+                    self.fenced.remove(*key)
 
     def _remove_gauges(self, namespace: str, name: str, keep: Gauge | None = None) -> None:
-        """Remove a policy's gauges and its info series (all but ``keep``)."""
+        """Remove a policy's gauges and its info series (all but ``keep``); under the lock."""
         for gauge in self._policy_gauges():
             if gauge is not keep:
                 gauge.remove(namespace, name)
-        with self._lock:
-            old = self._active_info.pop((namespace, name), None)
+        old = self._active_info.pop((namespace, name), None)
         if old is not None:
             self.active_info.remove(namespace, name, *old)
 
     def forget_policy(self, namespace: str, name: str, uid: str = "") -> None:
         """Remove every series of a deleted ParetoPolicy (and set none for its uid again)."""
-        if uid:
-            self._gone.append(uid)
         with self._lock:
+            if uid:
+                self._gone.append(uid)
             self._expires.pop((namespace, name), None)
             self._fenced_expires.pop((namespace, name), None)
-        self._remove_gauges(namespace, name)
-        for direction in SWITCH_DIRECTIONS:
-            self.switches.remove(namespace, name, direction)
+            self._remove_gauges(namespace, name)
+            for direction in SWITCH_DIRECTIONS:
+                self.switches.remove(namespace, name, direction)
 
     def count_workflow(
         self,
@@ -303,22 +305,24 @@ class OperatorMetrics:
         samples: int,
     ) -> None:
         """Count a workflow's Job transitions ((search|profiling, result)) and new samples."""
-        if uid and uid in self._gone:
-            return
-        for stage, result in progress:
-            counter = self.searches if stage == "search" else self.profilings
-            counter.labels(namespace, name, result).inc()
-        if samples > 0:
-            self.samples_evaluated.labels(namespace, name).inc(samples)
+        with self._lock:
+            if uid and uid in self._gone:
+                return
+            for stage, result in progress:
+                counter = self.searches if stage == "search" else self.profilings
+                counter.labels(namespace, name, result).inc()
+            if samples > 0:
+                self.samples_evaluated.labels(namespace, name).inc(samples)
 
     def forget_workflow(self, namespace: str, name: str, uid: str = "") -> None:
         """Remove every series of a deleted CompoundWorkflow (and count none for its uid)."""
-        if uid:
-            self._gone.append(uid)
-        for counter in (self.searches, self.profilings):
-            for result in JOB_RESULTS:
-                counter.remove(namespace, name, result)
-        self.samples_evaluated.remove(namespace, name)
+        with self._lock:
+            if uid:
+                self._gone.append(uid)
+            for counter in (self.searches, self.profilings):
+                for result in JOB_RESULTS:
+                    counter.remove(namespace, name, result)
+            self.samples_evaluated.remove(namespace, name)
 
 
 class _ExpireAtScrape:
