@@ -14,8 +14,8 @@ from typing import Any, NoReturn, TextIO
 
 import yaml
 
-from compass.api.meta import API_VERSION, POLICY_KIND
 from compass.api.paretopolicy import ParetoPolicySpec
+from compass.api.paretopolicy import policy_manifest as manifest_of
 from compass.domain.evaluation import Evaluator
 from compass.domain.planner import Plan
 from compass.domain.search import Progress, SearchOutcome, SearchSettings, search
@@ -200,17 +200,10 @@ def plan_table(plan: Plan) -> str:
 def policy_manifest(
     spec: ParetoPolicySpec, name: str, namespace: str | None = None
 ) -> dict[str, Any]:
-    """An applyable ParetoPolicy: apiVersion, kind, metadata (name, namespace if given) and the
-    spec, camelCase, defaults written out."""
-    metadata: dict[str, Any] = {"name": name}
-    if namespace:
-        metadata["namespace"] = namespace
-    return {
-        "apiVersion": API_VERSION,
-        "kind": POLICY_KIND,
-        "metadata": metadata,
-        "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
-    }
+    """An applyable ParetoPolicy of a plan: apiVersion, kind, metadata (name, namespace if
+    given) and the spec, camelCase, defaults written out (none a person owns: no paused)."""
+    dumped = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return manifest_of(name, namespace, dumped)
 
 
 def policy_text(manifest: Mapping[str, Any], form: str) -> str:

@@ -9,6 +9,7 @@ in the resource's status (they follow from the spec, so GitOps never fights the 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -16,11 +17,13 @@ from pydantic import ConfigDict, Field, model_validator
 
 from compass.api.conditions import CONDITIONS_SCHEMA, MAX_CONDITIONS, Condition
 from compass.api.meta import (
+    API_VERSION,
     DEFAULT_ROUTER_MODEL,
     MAX_ENDPOINT_LENGTH,
     MAX_LATENCY_MS,
     MAX_NAME_LENGTH,
     MAX_QUERY_LENGTH,
+    POLICY_KIND,
     CamelModel,
 )
 from compass.api.rules import CelRule, cel_rules
@@ -887,3 +890,29 @@ class ParetoPolicyStatus(CamelModel):
     observed_generation: int | None = Field(
         default=None, description="The spec generation the status describes."
     )
+
+
+# Spec fields a person (kubectl edit, Git) sets and a plan never writes: a manifest made from a
+# plan leaves them out, so applying it (or a re-plan, by server-side apply) keeps theirs.
+PERSON_OWNED_SPEC_FIELDS = ("paused",)
+
+
+def policy_manifest(
+    name: str,
+    namespace: str | None,
+    spec: Mapping[str, Any],
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A planned ParetoPolicy as an applyable manifest (apiVersion, kind, metadata, spec), with
+    only the fields a plan owns: never PERSON_OWNED_SPEC_FIELDS."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": POLICY_KIND,
+        "metadata": metadata,
+        "spec": {k: v for k, v in spec.items() if k not in PERSON_OWNED_SPEC_FIELDS},
+    }

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from compass.api.compoundworkflow import DATASET_DIR, CompoundWorkflowSpec, EvaluatorType
-from compass.api.meta import GROUP, POLICY_KIND, VERSION
-from compass.api.paretopolicy import RoutingTarget
+from compass.api.meta import GROUP, VERSION
+from compass.api.paretopolicy import RoutingTarget, policy_manifest
 from compass.controllers.ledgerchunks import (
     CHUNK_OF_LABEL,
     chunk_name,
@@ -25,8 +25,6 @@ MANAGED_BY = "compass-operator"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 # The field manager of what the operator server-side applies (the generated ParetoPolicy).
 FIELD_MANAGER = MANAGED_BY
-# ParetoPolicy spec fields the operator never applies, so a person's value survives a re-plan.
-PERSON_OWNED_SPEC_FIELDS = ("paused",)
 WORKFLOW_LABEL = f"{GROUP}/workflow"
 GENERATION_LABEL = f"{GROUP}/generation"
 ROLE_LABEL = f"{GROUP}/role"
@@ -427,18 +425,10 @@ def planned_policy(
     workflow: str, namespace: str, generation: int, policy_spec: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The ParetoPolicy planned for a workflow as an applyable manifest, with only the fields
-    the operator owns: never spec.paused, which is a person's to set (kubectl edit, Git)."""
-    spec = {k: v for k, v in policy_spec.items() if k not in PERSON_OWNED_SPEC_FIELDS}
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": POLICY_KIND,
-        "metadata": {
-            "name": policy_name(workflow),
-            "namespace": namespace,
-            "labels": labels(workflow, "policy", generation),
-        },
-        "spec": spec,
-    }
+    the operator owns (never spec.paused, a person's to set) and the workflow's labels."""
+    return policy_manifest(
+        policy_name(workflow), namespace, policy_spec, labels(workflow, "policy", generation)
+    )
 
 
 def build_pareto_policy(
