@@ -21,6 +21,9 @@ DEFAULT_ROUTER_MODEL = "router"
 # what a workflow needs, low enough that one resource cannot cost the others their period.
 MAX_NAME_LENGTH = 253  # a Kubernetes object name (DNS subdomain)
 MAX_NAMESPACE_LENGTH = 63  # a DNS label
+# Kubernetes names: a DNS subdomain (most objects, Secrets) and a DNS label (a namespace).
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 MAX_IMAGE_LENGTH = 512
 MAX_QUERY_LENGTH = 4096
 MAX_ENDPOINT_LENGTH = 512

@@ -19,6 +19,7 @@ from compass.api.conditions import CONDITIONS_SCHEMA, MAX_CONDITIONS, Condition
 from compass.api.meta import (
     API_VERSION,
     DEFAULT_ROUTER_MODEL,
+    DNS_SUBDOMAIN_PATTERN,
     MAX_ENDPOINT_LENGTH,
     MAX_LATENCY_MS,
     MAX_NAME_LENGTH,
@@ -280,7 +281,7 @@ class MetricsSourceType(StrEnum):
 # A Secret's data key (Kubernetes' own rule for them).
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 # A DNS subdomain: a Secret's name.
-SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+SECRET_NAME_PATTERN = DNS_SUBDOMAIN_PATTERN
 # Extra request headers: a few short ones (a tenant ID, an API version), never a credential.
 MAX_HEADERS = 16
 MAX_HEADER_NAME_LENGTH = 128

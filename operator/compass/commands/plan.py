@@ -8,7 +8,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from compass.api.meta import MAX_NAME_LENGTH, MAX_NAMESPACE_LENGTH
+from compass.api.meta import (
+    DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
+    MAX_NAME_LENGTH,
+    MAX_NAMESPACE_LENGTH,
+)
 from compass.api.paretopolicy import DEFAULT_SLACK_BUFFER_MS, MAX_ROUTER_INSTANCES, spec_for_plan
 from compass.commands.common import (
     check_not_input,
@@ -106,8 +111,8 @@ def load_profiles(path: Path) -> tuple[LatencyProfile, ...]:
 
 
 # Kubernetes object names: a DNS subdomain (a ParetoPolicy's name) and a DNS label (a namespace).
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_PATTERN)
+_NAMESPACE = re.compile(DNS_LABEL_PATTERN)
 
 
 def _checked(flag: str, value: str | None, pattern: re.Pattern[str], fix: str) -> str | None:

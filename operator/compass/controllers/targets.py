@@ -25,9 +25,11 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from compass.api.meta import DNS_LABEL_PATTERN
+
 ANY = "*"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL = re.compile(DNS_LABEL_PATTERN)
 
 
 class TargetRefusedError(ValueError):
