@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from compass.dataplane.load import run_load
 from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalPrometheus, LocalTriton
+from compass.lab.processes import QuietHandler, serve_http
 from compass.lab.scenarios import ACCURATE, FASTEST, TEST_TIME_SCALE, rag_sim_triton
 from tiers import require_prometheus, require_tritonserver
 
@@ -531,7 +531,7 @@ def guarded_metrics() -> Iterator[GuardedMetrics]:
         )
     ).encode()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             header = self.headers.get("Authorization")
             guarded.seen.append(header)
@@ -540,15 +540,9 @@ def guarded_metrics() -> Iterator[GuardedMetrics]:
             self.end_headers()
             self.wfile.write(page if ok else b"who are you")
 
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    guarded.url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    yield guarded
-    server.shutdown()
-    server.server_close()
+    with serve_http(Handler) as address:
+        guarded.url = f"http://{address}/metrics"
+        yield guarded
 
 
 def _token_secret(name: str, token: str) -> dict[str, Any]:

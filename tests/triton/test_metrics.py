@@ -6,7 +6,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from compass.dataplane.triton import TritonRouter
 from compass.domain.elastico import Action
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalPrometheus, LocalTriton, free_port
+from compass.lab.processes import QuietHandler, serve_http
 from tiers import require_prometheus
 
 
@@ -174,22 +174,15 @@ def exporter() -> Iterator[Exporter]:
     """An Exporter serving on loopback."""
     exporter = Exporter()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.end_headers()
             self.wfile.write(exporter.page())
 
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    exporter.address = f"127.0.0.1:{server.server_address[1]}"
-    yield exporter
-    server.shutdown()
-    server.server_close()
+    with serve_http(Handler) as exporter.address:
+        yield exporter
 
 
 STALE_AFTER_S = 3.0

@@ -11,11 +11,9 @@ import base64
 import shutil
 import ssl
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import bcrypt
@@ -26,6 +24,7 @@ from compass.controllers import metricsauth
 from compass.dataplane.httpauth import HttpAuth
 from compass.dataplane.metrics import MetricsUnavailableError, PrometheusQueueDepth
 from compass.lab.local_triton import LocalPrometheus
+from compass.lab.processes import QuietHandler, serve_http
 from tiers import require_prometheus
 
 USER = "compass"
@@ -91,7 +90,7 @@ def _make_tls(directory: Path) -> Tls:
 def exporter() -> Iterator[str]:
     """A Triton-shaped /metrics page on loopback: the router's queue is QUEUE."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -100,14 +99,8 @@ def exporter() -> Iterator[str]:
                 f'nv_inference_pending_request_count{{model="router",version="1"}} {QUEUE}\n'.encode()
             )
 
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve_http(Handler) as address:
+        yield address
 
 
 @pytest.fixture(scope="module")
@@ -160,21 +153,26 @@ SPEC = MetricsAuthentication.model_validate(
 )
 
 
+def _first_queue(source: PrometheusQueueDepth) -> float:
+    """The queue depth once Prometheus has scraped the exporter (its first scrape may not have
+    happened yet; up to 15 s)."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return source.queue_depth()
+        except MetricsUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def test_the_queue_is_read_with_the_secrets_credentials_and_ca(
     secured: tuple[LocalPrometheus, Tls],
 ) -> None:
     prometheus, tls = secured
     auth = metricsauth.credentials(SPEC, _secret(tls), "team")
     source = PrometheusQueueDepth(prometheus.url, auth=auth)
-    deadline = time.monotonic() + 15
-    while True:  # the first scrape may not have happened yet
-        try:
-            assert source.queue_depth() == QUEUE
-            break
-        except MetricsUnavailableError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    assert _first_queue(source) == QUEUE
     assert not source.auth_rejected
 
 
@@ -281,15 +279,7 @@ def test_a_client_certificate_from_the_secret_is_presented(
         "data": {k: base64.b64encode(v.read_bytes()).decode() for k, v in files.items()},
     }
     source = PrometheusQueueDepth(prometheus.url, auth=metricsauth.credentials(spec, secret, "t"))
-    deadline = time.monotonic() + 15
-    while True:  # the first scrape may not have happened yet
-        try:
-            assert source.queue_depth() == QUEUE
-            break
-        except MetricsUnavailableError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    assert _first_queue(source) == QUEUE
     # The CA alone, no client certificate: the handshake fails, in fixed words.
     alone = PrometheusQueueDepth(prometheus.url, auth=HttpAuth(ca_pem=tls.ca.read_text()))
     with pytest.raises(MetricsUnavailableError, match="TLS handshake failed"):

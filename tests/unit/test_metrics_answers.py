@@ -4,9 +4,8 @@ or broken one would."""
 
 from __future__ import annotations
 
-import threading
+import contextlib
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -17,6 +16,7 @@ from compass.dataplane.metrics import (
     QueueDepthSource,
     TritonQueueDepth,
 )
+from compass.lab.processes import QuietHandler, serve_http
 
 SECRET = "token-3f9a <script>alert(1)</script>"
 Answer = tuple[int, dict[str, str], str]
@@ -25,12 +25,11 @@ Answer = tuple[int, dict[str, str], str]
 @pytest.fixture
 def endpoint() -> Iterator[Callable[[Answer], str]]:
     """Serve one fixed answer (status, headers, body) to every GET; gives the base URL."""
-    servers: list[ThreadingHTTPServer] = []
 
     def serve(answer: Answer) -> str:
         status, headers, body = answer
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 self.send_response(status, f"reason {SECRET}")
                 for name, value in headers.items():
@@ -38,18 +37,10 @@ def endpoint() -> Iterator[Callable[[Answer], str]]:
                 self.end_headers()
                 self.wfile.write(body.encode())
 
-            def log_message(self, *_: object) -> None:
-                pass
+        return f"http://{servers.enter_context(serve_http(Handler))}"
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield serve
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with contextlib.ExitStack() as servers:
+        yield serve
 
 
 def _sources(base: str) -> list[QueueDepthSource]:

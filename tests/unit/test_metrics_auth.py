@@ -7,10 +7,9 @@ headers; Prometheus itself, behind basic auth and TLS, is in tests/triton/test_p
 from __future__ import annotations
 
 import base64
-import threading
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from compass.dataplane.metrics import (
     PrometheusQueueDepth,
     TritonQueueDepth,
 )
+from compass.lab.processes import QuietHandler, serve_http
 
 TOKEN = "s3cr3t-token-value"
 PASSWORD = "s3cr3t-password-value"
@@ -45,12 +45,10 @@ class Guarded:
 
 @pytest.fixture
 def guarded() -> Iterator[Any]:
-    servers: list[ThreadingHTTPServer] = []
-
     def start(expected: str, redirect: str | None = None) -> Guarded:
         state = Guarded(expected, redirect)
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 # Header names are case-insensitive (urllib sends X-scope-orgid).
                 state.seen.append({k.lower(): v for k, v in self.headers.items()})
@@ -69,19 +67,11 @@ def guarded() -> Iterator[Any]:
                 self.end_headers()
                 self.wfile.write(body.encode())
 
-            def log_message(self, *_: object) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        state.url = f"http://127.0.0.1:{server.server_address[1]}"
+        state.url = f"http://{servers.enter_context(serve_http(Handler))}"
         return state
 
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with contextlib.ExitStack() as servers:
+        yield start
 
 
 def _basic(user: str, password: str) -> str:

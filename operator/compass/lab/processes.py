@@ -1,7 +1,8 @@
 """Child processes on loopback, as the lab runs them: ports, waiting, logs, stopping by PID.
 
 Shared by the control plane (devcluster), the node helper (devnode) and the local servers
-(local_triton), none of which imports another for these.
+(local_triton), none of which imports another for these; and a loopback HTTP server in a thread
+for the tests' stand-ins of a metrics endpoint.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,26 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that logs nothing (the tests' output stays theirs)."""
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve_http(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve ``handler`` on a free 127.0.0.1 port from a thread; gives host:port; stopped on
+    exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def wait_for(
