@@ -198,6 +198,8 @@ class FleetQueueDepth:
     auth: HttpAuth | None = None
     # Whether a pod answered 401 or 403 at the last reading: the caller reads the Secret again.
     auth_rejected: bool = False
+    # Each pod's scraper (it keeps that pod's counter steady), by pod name and URL.
+    scrapers: dict[tuple[str, str], TritonQueueDepth] = field(default_factory=dict)
     # The arrivals counter per pod at the last reading, and the per-pod total so far.
     last: dict[str, float] = field(default_factory=dict)
     per_pod_arrivals: float = 0.0
@@ -221,11 +223,20 @@ class FleetQueueDepth:
         if not endpoints:
             raise MetricsUnavailableError(f"no pod with a metrics URL for {self.model}")
 
+        with self.lock:
+            scrapers = {
+                (e.name, e.metrics_url): self.scrapers.get((e.name, e.metrics_url))
+                or TritonQueueDepth(
+                    e.metrics_url, self.model, timeout_s=self.timeout_s, auth=self.auth
+                )
+                for e in endpoints
+                if e.metrics_url
+            }
+            self.scrapers = scrapers
+
         def scrape(endpoint: Endpoint) -> MetricsReading | str:
             assert endpoint.metrics_url is not None
-            source = TritonQueueDepth(
-                endpoint.metrics_url, self.model, timeout_s=self.timeout_s, auth=self.auth
-            )
+            source = scrapers[endpoint.name, endpoint.metrics_url]
             try:
                 return source.read()
             except MetricsUnavailableError as error:

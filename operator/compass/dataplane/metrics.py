@@ -7,6 +7,7 @@ import logging
 import math
 import re
 import ssl
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -350,6 +351,9 @@ class TritonQueueDepth:
         self.metric = metric
         self.timeout_s = timeout_s
         self.http = _Http(auth)
+        # The arrivals counter given at the last reading and the finished count behind it.
+        self.counted: tuple[float, float] | None = None
+        self.lock = threading.Lock()
 
     @property
     def auth_rejected(self) -> bool:
@@ -384,12 +388,28 @@ class TritonQueueDepth:
             raise MetricsUnavailableError(
                 f"{self.describe()}: no such series (is the model loaded?)"
             )
+        pending = totals[self.metric]
         finished = [totals.get(f"nv_inference_request_{k}") for k in ("success", "failure")]
-        # The one request in service counts in neither: the counter lags by at most one.
-        arrivals = (
-            None if None in finished else sum(f or 0.0 for f in finished) + totals[self.metric]
-        )
-        return MetricsReading(totals[self.metric], arrivals)
+        if None in finished:
+            return MetricsReading(pending, None)
+        with self.lock:
+            arrivals = self._count(sum(f or 0.0 for f in finished), pending)
+        return MetricsReading(pending, arrivals)
+
+    def _count(self, finished: float, pending: float) -> float:
+        """Arrivals so far: finished + pending, held at its highest until the server restarts.
+
+        Requests in service count in neither, so the sum dips when the next request is taken up
+        before the last one's success is counted. Without a restart it never falls below the
+        finished count read last time (a true counter): a dip above that is the lag, not a reset.
+        """
+        arrivals = finished + pending
+        if self.counted is not None:
+            highest, finished_before = self.counted
+            if finished >= finished_before:
+                arrivals = max(arrivals, highest)
+        self.counted = (arrivals, finished)
+        return arrivals
 
 
 def source_for(
