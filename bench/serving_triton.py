@@ -2,6 +2,8 @@
 
     python bench/serving_triton.py [--replicas 2] [--pattern spike] [--time-scale 0.25]
                                    [--slos 750,1000,1500] [--seed 0] [--json PATH]
+                                   [--runs fastest,accurate,policy,policy+adm]
+                                   [--admission-quantile 0.5]
 
 Everything runs for real on this machine: N tritonservers (nvidia-pytriton's CPU build), each
 on its own loopback address like pods behind a Service, serving rag-sim; the open-loop load
@@ -14,6 +16,12 @@ assignment and service-time luck (the simulator's scenario), so the static basel
 policy and the simulator's prediction (N pods, the measured switch delay) are paired. Figures
 are reported at the paper's scale (ms and QPS divided back by the time scale); switch times
 are real milliseconds.
+
+``policy+adm`` is the policy with admission at dispatch: each request carries the SLO as its
+deadline and every router serves a request that would miss it on the fastest configuration, or
+refuses it (UNAVAILABLE, counted as a miss in ``refused``, not as a failure), judged on each
+front member's service time at ``--admission-quantile``; the simulator predicts it with the same
+rule (compass.domain.admission, ``AdmissionPoint.DISPATCH``).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from compass.commands.common import add_pattern_arguments, pattern_from_args, re
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
+from compass.domain.admission import Admission, AdmissionPoint, router_admission
 from compass.domain.planner import Slo, plan_from_profiles
 from compass.domain.profiles import parse_profiles
 from compass.domain.simulator import (
@@ -45,7 +54,7 @@ from compass.domain.simulator import (
 )
 from compass.domain.space import config_key
 from compass.domain.strategy import Strategy
-from compass.lab.experiment import serve_each
+from compass.lab.experiment import ADMITTED_RUN, RUNS, serve_each
 from compass.lab.scenarios import (
     ACCURATE,
     FASTEST,
@@ -79,8 +88,12 @@ def main() -> int:
     parser.add_argument("--time-scale", type=float, default=0.25)
     parser.add_argument("--slos", default="750,1000,1500", help="SLOs in ms at the paper's scale")
     parser.add_argument("--profile-runs", type=int, default=40)
+    parser.add_argument("--runs", default=",".join(RUNS), help="which runs, comma-separated")
     parser.add_argument(
-        "--runs", default="fastest,accurate,policy", help="which runs, comma-separated"
+        "--admission-quantile",
+        type=float,
+        default=0.5,
+        help="policy+adm: a request is judged on this quantile of each configuration's time",
     )
     parser.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
     parser.add_argument(
@@ -99,6 +112,13 @@ def main() -> int:
         args.base_qps = "1"  # validated now, set once the fastest is profiled
     if args.replicas < 1:
         parser.error("--replicas: give 1 or more")
+    if not 0 < args.admission_quantile < 1:
+        parser.error("--admission-quantile: give a quantile in (0, 1), e.g. 0.5")
+    unknown = set(args.runs.split(",")) - set(RUNS)
+    if unknown:
+        parser.error(
+            f"--runs: {', '.join(sorted(unknown))} unknown; give some of {', '.join(RUNS)}"
+        )
     scale = args.time_scale
     slos = [float(s) for s in args.slos.split(",")]
     pattern, seed = pattern_from_args(args)  # validated at the paper's scale
@@ -171,8 +191,8 @@ def main() -> int:
             f"{pattern.duration_s:g} s, {scenario.requests} requests, seed {seed}\n"
         )
         header = (
-            f"{'SLO':>5} {'run':<9} {'compl%':>7} {'sim%':>6} {'accuracy':>8} "
-            f"{'p95 ms':>7} {'failed':>6} {'switches':>8}"
+            f"{'SLO':>5} {'run':<10} {'compl%':>7} {'sim%':>6} {'accuracy':>8} "
+            f"{'p95 ms':>7} {'failed':>6} {'refused':>7} {'switches':>8}"
         )
         print(header)
         runs: list[dict[str, Any]] = []
@@ -191,15 +211,30 @@ def main() -> int:
                 strategy=Strategy(args.strategy),
             )
             members = [t.profile for t in plan.thresholds]
-            predicted = compare(
-                {"policy": spec.policy()},
-                members,
-                scenario,
-                slo_ms * scale,
-                interval_s=scale,
-                pods=args.replicas,
-                switch_delay_s=switch_delay_s,
+            admission = Admission(
+                slo_ms * scale, args.admission_quantile, at=AdmissionPoint.DISPATCH
             )
+            predicted = {
+                **compare(
+                    {"policy": spec.policy()},
+                    members,
+                    scenario,
+                    slo_ms * scale,
+                    interval_s=scale,
+                    pods=args.replicas,
+                    switch_delay_s=switch_delay_s,
+                ),
+                **compare(
+                    {ADMITTED_RUN: spec.policy()},
+                    members,
+                    scenario,
+                    slo_ms * scale,
+                    interval_s=scale,
+                    pods=args.replicas,
+                    switch_delay_s=switch_delay_s,
+                    admission=admission,
+                ),
+            }
             for label, run in serve_each(
                 fleet,
                 plan,
@@ -212,14 +247,15 @@ def main() -> int:
                 time_scale=scale,
                 labels=set(args.runs.split(",")),
                 replicas=replicas,
+                admission=router_admission(members, admission),
             ):
                 under_load += [e.switch_s for e in run.switch_events]
                 report = predicted.get(label)
                 sim = report.compliance if report else float("nan")
                 print(
-                    f"{slo_ms:5.0f} {label:<9} {run.compliance:7.1f} {sim:6.1f} "
+                    f"{slo_ms:5.0f} {label:<10} {run.compliance:7.1f} {sim:6.1f} "
                     f"{run.accuracy:8.4f} {run.percentile_ms(95):7.0f} "
-                    f"{run.failed:6d} {run.switches:8d}",
+                    f"{run.failed:6d} {run.refused:7d} {run.switches:8d}",
                     flush=True,
                 )
                 runs.append(
@@ -230,6 +266,7 @@ def main() -> int:
                         "sim_compliance_pct": round(sim, 2),
                         "accuracy": round(run.accuracy, 4),
                         "failed": run.failed,
+                        "refused": run.refused,
                         "switches": run.switches,
                     }
                 )

@@ -26,6 +26,15 @@ requests served by the next more accurate configuration, in 5% steps). Each rout
 deals its requests by smooth weighted round-robin, not by a random draw: it is deterministic,
 so every 20 consecutive requests of an instance hold the mix exactly, and the two
 configurations interleave instead of running in blocks.
+
+Admission at dispatch (optional): a switch may carry an ``admission`` table (each configuration's
+service time at a quantile, in ms, and the fastest's key), kept in a second state file. A request
+that carries its deadline (request parameter ``compass_deadline_ns``: ns since the epoch, set by
+the client or gateway that owns the SLO) is judged when an instance takes it up, which is when
+its wait is known: Triton queues a request before the router sees it. It is served as routed if
+that configuration's time fits what is left of its deadline, else on the fastest if that fits,
+else refused with UNAVAILABLE ("compass admission: late ..."), so that it costs the requests
+behind it nothing. Requests without a deadline, and overrides, are served as before.
 """
 
 import contextlib
@@ -33,12 +42,15 @@ import importlib.util
 import json
 import os
 import tempfile
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 ACTIVE_PARAMETER = "compass_active_config"
 OVERRIDE_PARAMETER = "compass_config"
+DEADLINE_PARAMETER = "compass_deadline_ns"
+LATE_MESSAGE = "compass admission: late"
 ROLE_PARAMETER = "compass_role"
 ROUTER_PARAMETER = "compass_router_model"
 # Where the state files live; default /dev/shm (memory), else the temporary directory.
@@ -67,6 +79,20 @@ def state_path(router_model):
         shm = "/dev/shm"
         directory = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
     return os.path.join(directory, f"compass-{_server_identity()}-{router_model}.json")
+
+
+def admission_path(router_model):
+    """The admission table's file beside the routing state of ``router_model``."""
+    return state_path(router_model).removesuffix(".json") + "-admission.json"
+
+
+def _stamp(path):
+    """What tells a replaced file from the last one read (None: there is none)."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
 def _server_identity():
@@ -168,11 +194,7 @@ class ActiveConfig:
 
     def current(self):
         """Canonical key of the configuration that serves the next request."""
-        try:
-            stat = os.stat(self.path)
-        except FileNotFoundError:
-            stat = None
-        stamp = None if stat is None else (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        stamp = _stamp(self.path)
         if stamp is not None and stamp != self.stamp:
             try:
                 state = read_state(self.path)
@@ -190,6 +212,75 @@ class ActiveConfig:
                 [(self.state["config"], WEIGHT_STEPS - blended), (self.state["blend"], blended)]
             )
         return self.dealer.pick()
+
+
+class LateError(Exception):
+    """A request that would miss its deadline whatever served it."""
+
+
+def check_admission(table):
+    """The admission table as a switch sends it, checked: quantiles (ms, >= 0) by key and the
+    fastest's key among them."""
+    if not isinstance(table, dict) or not isinstance(table.get("quantiles_ms"), dict):
+        raise ValueError("admission: give {'quantiles_ms': {config: ms}, 'fastest': config}")
+    quantiles = {}
+    for key, ms in table["quantiles_ms"].items():
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms < float("inf"):
+            raise ValueError(f"admission: quantile {ms!r} of {key} is not a time in ms >= 0")
+        quantiles[canonical(json.loads(key))] = float(ms)
+    fastest = canonical(json.loads(table.get("fastest") or "null") or {})
+    if fastest not in quantiles:
+        raise ValueError("admission: fastest is not one of the quantiles' configurations")
+    return {"quantiles_ms": quantiles, "fastest": fastest}
+
+
+class Admission:
+    """The admission table as its file says, reread only when the file changed."""
+
+    def __init__(self, path):
+        self.path = path
+        self.table = None
+        self.stamp = None
+
+    def current(self):
+        """The table, or None when admission is off."""
+        stamp = _stamp(self.path)
+        if stamp is None:
+            self.table, self.stamp = None, None
+        elif stamp != self.stamp:
+            try:
+                with open(self.path, encoding="utf-8") as handle:
+                    self.table = check_admission(json.load(handle))
+                self.stamp = stamp
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # mid-replace or damaged: keep the last good one, read again next time
+        return self.table
+
+    def judge(self, key, deadline_ns):
+        """The configuration that serves a request with this deadline now; LateError if none
+        can make it."""
+        table = self.current()
+        own = None if table is None else table["quantiles_ms"].get(key)
+        if own is None:
+            return key
+        left_ms = (int(deadline_ns) - time.time_ns()) / 1e6
+        if own <= left_ms:
+            return key
+        fastest = table["fastest"]
+        if table["quantiles_ms"][fastest] <= left_ms:
+            return fastest
+        raise LateError(
+            f"{LATE_MESSAGE}: {max(left_ms, 0.0):.0f} ms of its deadline left, the fastest "
+            f"configuration needs {table['quantiles_ms'][fastest]:.0f} ms; retry later"
+        )
+
+
+def _unavailable(message):
+    """A retryable error (UNAVAILABLE where this Triton's Python backend has codes)."""
+    code = getattr(pb_utils.TritonError, "UNAVAILABLE", None)
+    if code is None:
+        return pb_utils.TritonError(message)
+    return pb_utils.TritonError(message, code)
 
 
 def _bytes_tensor(name, text):
@@ -243,6 +334,7 @@ class TritonPythonModel:
         if self.role == "control":
             router = parameter(ROUTER_PARAMETER, args["model_name"].removesuffix("_control"))
             self.state = state_path(router)
+            self.admission_file = admission_path(router)
             # The router's pipeline checks a configuration before it becomes active.
             repository = os.path.dirname(args["model_repository"].rstrip("/"))
             self.pipeline = _load_pipeline(os.path.join(repository, router, "1"))
@@ -256,6 +348,7 @@ class TritonPythonModel:
         # The first router instance publishes the default, so the control model can report it.
         write_state(path, {"config": default}, exclusive=True)
         self.active = ActiveConfig(path, default)
+        self.admission = Admission(admission_path(args["model_name"]))
 
     def _check(self, config):
         check = getattr(self.pipeline, "check_config", None)
@@ -269,6 +362,8 @@ class TritonPythonModel:
             try:
                 serve = self._control if self.role == "control" else self._serve
                 responses.append(serve(request))
+            except LateError as error:
+                responses.append(pb_utils.InferenceResponse(error=_unavailable(str(error))))
             except Exception as error:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))
         return responses
@@ -276,9 +371,12 @@ class TritonPythonModel:
     def _serve(self, request):
         body = _request_body(request)
         key = self.active.current()
-        override = json.loads(request.parameters() or "{}").get(OVERRIDE_PARAMETER)
+        parameters = json.loads(request.parameters() or "{}")
+        override = parameters.get(OVERRIDE_PARAMETER)
         if override:
             key = canonical(json.loads(override) if isinstance(override, str) else override)
+        elif parameters.get(DEADLINE_PARAMETER) is not None:
+            key = self.admission.judge(key, parameters[DEADLINE_PARAMETER])
         # The pipeline gets the canonical form too: its components may key data by it.
         config = json.loads(key)
         if not config:
@@ -295,6 +393,9 @@ class TritonPythonModel:
         """``{"set": config}`` (optionally ``"blend": config2, "weight": share``) makes it
         active; ``{}`` only reports what is active."""
         body = _request_body(request)
+        # Checked before anything is written: a bad table changes nothing.
+        table = body.get("admission")
+        table = None if table is None else check_admission(table)
         previous = self._read()
         active = previous
         if "set" in body:
@@ -305,6 +406,8 @@ class TritonPythonModel:
             if wanted != previous:
                 write_state(self.state, wanted)
             active = wanted
+        if "admission" in body:
+            self._set_admission(table)
         routing = None if active is None else routing_key(active)
         result = {
             "active": None if active is None else active["config"],
@@ -313,10 +416,25 @@ class TritonPythonModel:
             "routing": routing,
             "previous": None if previous is None else routing_key(previous),
             "changed": active != previous,
+            "admission": os.path.exists(self.admission_file),
         }
         return pb_utils.InferenceResponse(
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", routing or "")]
         )
+
+    def _set_admission(self, table):
+        """Write the checked admission table (None: remove it, admission off) if it changed."""
+        if table is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.admission_file)
+            return
+        try:
+            with open(self.admission_file, encoding="utf-8") as handle:
+                if check_admission(json.load(handle)) == table:
+                    return
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        write_state(self.admission_file, table)
 
     def _read(self):
         """The routing state, or None before the router published its default."""

@@ -11,10 +11,14 @@ from profiles_for_tests import normal_profile as profile
 from compass.domain.admission import (
     Admission,
     AdmissionError,
+    AdmissionPoint,
     ServiceGrid,
     Verdict,
     judge,
+    judge_at_dispatch,
     predicted_latency_ms,
+    router_admission,
+    service_quantiles_ms,
 )
 from compass.domain.simulator import (
     RAG_SIM_STAGES,
@@ -183,3 +187,43 @@ def test_a_measured_capacity_curve_makes_a_batching_pods_prediction_hold() -> No
     late = [np.mean(r.latencies_ms[~r.dropped] > 1000) for r in runs]
     assert late[1] < late[0] / 2
     assert runs[1].compliance > runs[0].compliance + 10
+
+
+def test_at_dispatch_the_real_wait_decides() -> None:
+    rule = Admission(1000, at=AdmissionPoint.DISPATCH)
+    assert judge_at_dispatch(rule, 500, routed_ms=300, fastest_ms=100) is Verdict.SERVE
+    assert judge_at_dispatch(rule, 200, routed_ms=300, fastest_ms=100) is Verdict.FASTEST
+    assert judge_at_dispatch(rule, 50, routed_ms=300, fastest_ms=100) is Verdict.DROP
+    keep = dataclasses.replace(rule, degrade=False)
+    assert judge_at_dispatch(keep, 200, routed_ms=300, fastest_ms=100) is Verdict.DROP
+
+
+@pytest.mark.parametrize("pod_model", [PodModel(), PodModel(2, RAG_SIM_STAGES)])
+def test_admission_at_dispatch_serves_in_time_what_it_serves(pod_model: PodModel) -> None:
+    """Static slow under a spike, judged when each request starts: a request is dropped only
+    when even the fastest could not make it, the rest are served by the fastest where the
+    slow one would be late, and compliance rises far above serving everything."""
+    scenario = spike()
+    controller = StaticController("slow", 1)
+    plain = simulate(controller, FRONT, scenario, 1000, pod_model=pod_model)
+    rule = Admission(1000, at=AdmissionPoint.DISPATCH)
+    run = simulate(controller, FRONT, scenario, 1000, pod_model=pod_model, admission=rule)
+    assert run.compliance > plain.compliance + 10
+    waited_ms = (run.starts_s - run.arrivals_s) * 1000
+    own = service_quantiles_ms(FRONT, 0.5)
+    dropped, on_fast, on_slow = run.dropped, run.configs == 0, run.configs == 1
+    assert dropped.any()
+    assert on_fast.any()
+    # Dropped at the moment it would start, taking no service: only when even fast was late.
+    assert (waited_ms[dropped] > 1000 - own[0]).all()
+    assert (run.finishes_s[dropped] == run.starts_s[dropped]).all()
+    assert (waited_ms[on_fast] > 1000 - own[1]).all()
+    assert (waited_ms[on_slow] <= 1000 - own[1]).all()
+
+
+def test_the_router_gets_each_members_quantile_by_key() -> None:
+    table = router_admission(FRONT, Admission(1000, 0.5), time_scale=0.5)
+    assert table["fastest"] == FAST.key
+    assert table["quantiles_ms"][SLOW.key] == pytest.approx(150, rel=0.01)
+    with pytest.raises(AdmissionError, match="front: empty"):
+        router_admission([], Admission(1000))

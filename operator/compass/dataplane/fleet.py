@@ -98,7 +98,19 @@ class RouterFleet:
         # Pods that did not answer the last active_config: the switch after it skips them, so
         # one hung pod costs a tick one timeout, not one per call (it is asked again next tick).
         self.silent: dict[str, str] = {}
+        self._admission: Mapping[str, Any] | None = None
         self.update(endpoints)
+
+    @property
+    def admission(self) -> Mapping[str, Any] | None:
+        """The admission table every pod's router gets with each switch (None: off)."""
+        return self._admission
+
+    @admission.setter
+    def admission(self, table: Mapping[str, Any] | None) -> None:
+        self._admission = table
+        for router in self.routers.values():
+            router.admission = table
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
@@ -118,6 +130,7 @@ class RouterFleet:
                 attempts=self.attempts,
                 backoff_s=self.backoff_s,
             )
+            self.routers[endpoint].admission = self._admission
 
     def close(self) -> None:
         """Close every client."""

@@ -11,7 +11,7 @@ from typing import Any
 import tritonclient.grpc as grpcclient
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.dataplane.triton import read_reply, request_tensor
+from compass.dataplane.triton import DEADLINE_PARAMETER, LATE_MESSAGE, read_reply, request_tensor
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,11 @@ class RequestRecord:
     score: float | None
     error: str | None
 
+    @property
+    def refused(self) -> bool:
+        """Refused by admission as late (retryable), not failed."""
+        return self.error is not None and LATE_MESSAGE in self.error
+
 
 def run_load(
     url: str | Sequence[str],
@@ -34,6 +39,7 @@ def run_load(
     on_reply: Callable[[RequestRecord], None] | None = None,
     replicas: Sequence[int] | None = None,
     parameters: Mapping[str, str] | None = None,
+    deadline_s: float | None = None,
 ) -> list[RequestRecord]:
     """Send request i at ``arrivals[i]`` seconds (open loop) and wait for every reply.
 
@@ -42,6 +48,8 @@ def run_load(
     servers (``url`` a list), request i goes to ``url[replicas[i]]``, as a Service that
     balances each request would send it (the simulator's assignment, so runs stay paired).
     ``parameters`` go with every request (e.g. a configuration override, as profiling sends).
+    With ``deadline_s`` each request carries its deadline, that long after it is sent, for the
+    router's admission to judge it by.
     """
     urls = [url] if isinstance(url, str) else list(url)
     if replicas is None:
@@ -55,6 +63,9 @@ def run_load(
 
     def send(index: int) -> None:
         tensor = request_tensor(payload(index))
+        extra: dict[str, Any] = dict(parameters or {})
+        if deadline_s is not None:
+            extra[DEADLINE_PARAMETER] = time.time_ns() + round(deadline_s * 1e9)
         sent = time.perf_counter()
 
         def callback(result: Any, error: Any) -> None:
@@ -82,7 +93,7 @@ def run_load(
             [tensor],
             callback,
             client_timeout=timeout_s,
-            parameters=dict(parameters) if parameters else None,
+            parameters=extra or None,
         )
 
     try:

@@ -26,6 +26,11 @@ from compass.domain.space import config_key
 
 ACTIVE_PARAMETER = "compass_active_config"
 OVERRIDE_PARAMETER = "compass_config"
+# A request's deadline (int, ns since the epoch): with admission, the router serves a request
+# that would miss it on the fastest configuration, or refuses it (UNAVAILABLE).
+DEADLINE_PARAMETER = "compass_deadline_ns"
+# The start of the router's message for a request it refused as late (retryable).
+LATE_MESSAGE = "compass admission: late"
 ROLE_PARAMETER = "compass_role"
 CONTROL_SUFFIX = "_control"
 # A mix's routing key starts with this (a configuration's key is a JSON object).
@@ -127,6 +132,9 @@ class TritonRouter:
         # operator's timer until gRPC gives up.
         self.control_timeout_s = min(timeout_s, 5.0)
         self.client = grpcclient.InferenceServerClient(url, channel_args=CHANNEL_ARGS)
+        # Admission at dispatch (compass.domain.admission.router_admission), sent with every
+        # switch so that a restarted server has it again at the next one; None: off.
+        self.admission: Mapping[str, Any] | None = None
 
     def close(self) -> None:
         """Close the gRPC channel."""
@@ -140,16 +148,22 @@ class TritonRouter:
         request: Mapping[str, Any],
         config: Config | None = None,
         timeout_s: float | None = None,
+        deadline_ns: int | None = None,
     ) -> RouterReply:
-        """Send one request; ``config`` overrides the active configuration for it alone."""
+        """Send one request; ``config`` overrides the active configuration for it alone;
+        ``deadline_ns`` (ns since the epoch) lets admission judge it."""
         tensor = request_tensor(request)
-        parameters = {OVERRIDE_PARAMETER: config_key(config)} if config else None
+        parameters: dict[str, Any] = {}
+        if config:
+            parameters[OVERRIDE_PARAMETER] = config_key(config)
+        if deadline_ns is not None:
+            parameters[DEADLINE_PARAMETER] = int(deadline_ns)
         started = time.perf_counter()
         try:
             response = self.client.infer(
                 self.model,
                 [tensor],
-                parameters=parameters,
+                parameters=parameters or None,
                 client_timeout=timeout_s or self.timeout_s,
             )
         except InferenceServerException as error:
@@ -210,6 +224,7 @@ class TritonRouter:
         """
         wanted = routing_key(config, blend, weight)
         body: dict[str, Any] = {"set": json.loads(config_key(config))}
+        body["admission"] = None if self.admission is None else dict(self.admission)
         if blend is not None:
             body.update(blend=json.loads(config_key(blend)), weight=_mix_weight(blend, weight))
         started = time.perf_counter()

@@ -13,6 +13,13 @@ pod's instances.
 The service times are those of the mix in force at the arrival: the shares of its members.
 Triton's own queue policy (``max_queue_size``, per-request timeouts) is static or late; this
 module is the decision, usable wherever the queue's state is known at arrival (the simulator).
+
+At dispatch (``AdmissionPoint.DISPATCH``) the same rule runs where a live router can run it:
+when an instance takes the request up, its wait is no longer a prediction but a fact (the
+request's deadline minus the clock), and only its own service time is predicted. Triton queues a
+request before the router sees it, so this is the rule the router applies
+(model-images/router: a request that carries its deadline, a table of service-time quantiles
+the policy sends with each switch); the simulator runs it the same way.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +40,13 @@ FloatArray = npt.NDArray[np.float64]
 
 # Quantile points per member: the residual-time estimate is a mean over them.
 GRID_POINTS = 256
+
+
+class AdmissionPoint(StrEnum):
+    """Where the rule runs: at arrival on a predicted wait, or at dispatch on the real one."""
+
+    ARRIVAL = "arrival"
+    DISPATCH = "dispatch"
 
 
 class AdmissionError(ValueError):
@@ -47,6 +62,7 @@ class Admission:
     quantile: float = 0.5
     # Serve a request predicted late on the fastest member instead, when that brings it in time.
     degrade: bool = True
+    at: AdmissionPoint = AdmissionPoint.ARRIVAL
 
     def __post_init__(self) -> None:
         if not self.slo_ms > 0 or not math.isfinite(self.slo_ms):
@@ -156,3 +172,37 @@ def judge(
     if admission.degrade and wait_plus(fastest.quantile_ms(admission.quantile)) <= admission.slo_ms:
         return Verdict.FASTEST
     return Verdict.DROP
+
+
+def judge_at_dispatch(
+    admission: Admission, left_ms: float, routed_ms: float, fastest_ms: float
+) -> Verdict:
+    """Serve a request an instance takes up now as routed if its own service time at the
+    quantile (``routed_ms``) fits the ``left_ms`` of its budget; else on the fastest member if
+    that fits (``degrade``); else drop it (it would be late whatever served it)."""
+    if routed_ms <= left_ms:
+        return Verdict.SERVE
+    if admission.degrade and fastest_ms <= left_ms:
+        return Verdict.FASTEST
+    return Verdict.DROP
+
+
+def service_quantiles_ms(members: Sequence[LatencyProfile], quantile: float) -> list[float]:
+    """Each member's service time (ms) at ``quantile``: what a router judges a request on."""
+    return [float(m.distribution.quantile(np.array([quantile]))[0]) for m in members]
+
+
+def router_admission(
+    front: Sequence[LatencyProfile], admission: Admission, time_scale: float = 1.0
+) -> dict[str, Any]:
+    """What the router is sent to judge requests at dispatch: each front member's service time
+    at the quantile by configuration key, and the fastest's key (the front's first).
+
+    ``time_scale`` scales the times for a server whose services are scaled (the lab's)."""
+    if not front:
+        raise AdmissionError("front: empty; give the plan's members, fastest first")
+    own = service_quantiles_ms(front, admission.quantile)
+    return {
+        "quantiles_ms": {m.key: ms * time_scale for m, ms in zip(front, own, strict=True)},
+        "fastest": front[0].key,
+    }

@@ -42,7 +42,15 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from compass.domain.admission import Admission, ServiceGrid, Verdict, judge
+from compass.domain.admission import (
+    Admission,
+    AdmissionPoint,
+    ServiceGrid,
+    Verdict,
+    judge,
+    judge_at_dispatch,
+    service_quantiles_ms,
+)
 from compass.domain.capacity import CapacityCurve, CurvePoint, climb_ladder, measure_point
 from compass.domain.elastico import Action, Decision, Observation, PolicyState, capacity_pressure
 from compass.domain.mix import Mix, SmoothWeighting, mix_weighting
@@ -315,6 +323,8 @@ def make_scenario(pattern: LoadPattern, seed: int) -> Scenario:
 # What becomes of a request arriving at a pod: (arrival time, requests queued ahead of it, how
 # long each busy instance has served its request, s).
 AdmitFn = Callable[[float, int, list[float]], Verdict]
+# (seconds the request waited, the configuration routed) -> the one that serves it, or DROPPED.
+DispatchFn = Callable[[float, int], int]
 
 
 class _Pod:
@@ -336,6 +346,7 @@ class _Pod:
         choose: Callable[[float], int],
         record: tuple[FloatArray, FloatArray, IntArray],
         admit: AdmitFn | None = None,
+        dispatch: DispatchFn | None = None,
     ) -> None:
         self.model = model
         self.requests = requests
@@ -343,6 +354,7 @@ class _Pod:
         self.service_s = service_s
         self.choose = choose
         self.admit = admit
+        self.dispatch = dispatch
         self.starts, self.finishes, self.configs = record
         # Requests whose admission is decided (of ``requests``), those admitted in order, and how
         # many of those have started.
@@ -401,11 +413,16 @@ class _Pod:
 
     def _start(self, request: int, begin: float) -> int:
         """Record a request's start on the configuration in force then (or the fastest, where
-        admission said so); returns that config."""
+        admission said so); returns that config, or DROPPED where admission at dispatch drops
+        it (it then takes no instance)."""
         config = 0 if request in self.on_fastest else self.choose(begin)
+        if self.dispatch is not None:
+            config = self.dispatch(begin - float(self.arrivals[request]), config)
         self.starts[request] = begin
         self.configs[request] = config
         self.started += 1
+        if config == DROPPED:
+            self.finishes[request] = begin
         return config
 
     def advance(self, until: float) -> None:
@@ -424,6 +441,8 @@ class _Pod:
                 continue
             # At a tie the start comes first: a request starting at this instant is not queued.
             config = self._start(request, begin)
+            if config == DROPPED:
+                continue
             finish = begin + self.service_s[config, request]
             heapq.heapreplace(self._free, (finish, begin))
             self.finishes[request] = finish
@@ -458,7 +477,8 @@ class _StagedPod(_Pod):
         """Start admitted requests on idle router instances."""
         while self._idle_servers and self.waiting:
             request = self.admitted[self.started]
-            self._start(request, now)
+            if self._start(request, now) == DROPPED:
+                continue
             self._holding[request] = now
             self._idle_servers -= 1
             self._waiting[0].append(request)
@@ -704,7 +724,17 @@ def simulate(
         return current[1].pick()
 
     admit: AdmitFn | None = None
-    if admission is not None:
+    dispatch: DispatchFn | None = None
+    if admission is not None and admission.at is AdmissionPoint.DISPATCH:
+        rule_at_dispatch = admission
+        own_ms = service_quantiles_ms(front, admission.quantile)
+
+        def dispatch(waited_s: float, config: int) -> int:
+            left_ms = rule_at_dispatch.slo_ms - waited_s * 1000
+            verdict = judge_at_dispatch(rule_at_dispatch, left_ms, own_ms[config], own_ms[0])
+            return {Verdict.SERVE: config, Verdict.FASTEST: 0}.get(verdict, DROPPED)
+
+    elif admission is not None:
         rule = admission
 
         @functools.cache
@@ -726,6 +756,7 @@ def simulate(
             functools.partial(config_at, pod),
             (starts, finishes, configs),
             admit,
+            dispatch,
         )
         for pod, queue in enumerate(queues)
     ]

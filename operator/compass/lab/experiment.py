@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,9 +61,14 @@ class LiveRun:
         return tuple(r for r in self.records if r.error is None)
 
     @property
+    def refused(self) -> int:
+        """Requests admission refused as late (misses, not failures)."""
+        return sum(r.refused for r in self.records)
+
+    @property
     def failed(self) -> int:
-        """Requests that failed or never returned."""
-        return self.sent - len(self.answered)
+        """Requests that failed or never returned (a refusal is neither)."""
+        return self.sent - len(self.answered) - self.refused
 
     @property
     def arrivals_s(self) -> FloatArray:
@@ -151,12 +156,14 @@ def serve(
     time_scale: float = 1.0,
     offered_qps: Callable[[float], float] | None = None,
     replicas: Sequence[int] | None = None,
+    deadlines: bool = False,
 ) -> LiveRun:
     """Serve the (scaled) arrivals from ``start``; with a loop, Elastico switches meanwhile.
 
     ``arrivals_s``, ``interval_s`` and the loop's policy are in scaled time; ``slo_ms`` and
     ``offered_qps(t)`` unscaled. The run is reported unscaled. With a fleet, request i goes to
-    pod ``replicas[i]`` (the scenario's assignment).
+    pod ``replicas[i]`` (the scenario's assignment). With ``deadlines`` each request carries
+    the SLO as its deadline, for the routers' admission.
     """
     router.switch(start)
     time.sleep(SETTLE_S)
@@ -202,7 +209,12 @@ def serve(
         thread.start()
     try:
         records = run_load(
-            load_urls(router), arrivals_s, payload, model=router.model, replicas=replicas
+            load_urls(router),
+            arrivals_s,
+            payload,
+            model=router.model,
+            replicas=replicas,
+            deadline_s=slo_ms * time_scale / 1000 if deadlines else None,
         )
     finally:
         stop.set()
@@ -223,7 +235,9 @@ def serve(
     )
 
 
-RUNS = ("fastest", "accurate", "policy")
+RUNS = ("fastest", "accurate", "policy", "policy+adm")
+# The run whose requests carry deadlines and whose routers judge them (admission at dispatch).
+ADMITTED_RUN = "policy+adm"
 
 
 def serve_each(
@@ -238,17 +252,24 @@ def serve_each(
     interval_s: float,
     time_scale: float = 1.0,
     offered_qps: Callable[[float], float] | None = None,
-    labels: Collection[str] = RUNS,
+    labels: Collection[str] = RUNS[:3],
     replicas: Sequence[int] | None = None,
+    admission: Mapping[str, Any] | None = None,
 ) -> Iterator[tuple[str, LiveRun]]:
-    """The arrivals on the fastest, the most accurate, then with the policy; each run as it ends."""
-    # The policy starts from the fastest eligible member; ``labels`` picks which runs to make.
-    starts = {"fastest": 0, "accurate": len(plan.thresholds) - 1, "policy": plan.eligible[0]}
+    """The arrivals on the fastest, the most accurate, then with the policy, and with the
+    policy and ``admission`` (the routers' table, ``policy+adm``); each run as it ends."""
+    # The policies start from the fastest eligible member; ``labels`` picks which runs to make.
+    first = plan.eligible[0]
+    starts = {"fastest": 0, "accurate": len(plan.thresholds) - 1, "policy": first}
+    starts[ADMITTED_RUN] = first
     for label in (label for label in RUNS if label in labels):
-        loop = LiveLoop(policy, queue, router) if label == "policy" else None
-        yield (
-            label,
-            serve(
+        admitted = label == ADMITTED_RUN
+        if admitted and admission is None:
+            raise ValueError(f"the {ADMITTED_RUN} run needs the routers' admission table")
+        loop = LiveLoop(policy, queue, router) if label.startswith("policy") else None
+        router.admission = admission if admitted else None
+        try:
+            run = serve(
                 router,
                 label,
                 plan.thresholds[starts[label]].profile.config,
@@ -260,5 +281,8 @@ def serve_each(
                 time_scale=time_scale,
                 offered_qps=offered_qps,
                 replicas=replicas,
-            ),
-        )
+                deadlines=admitted,
+            )
+        finally:
+            router.admission = None
+        yield label, run
