@@ -28,7 +28,7 @@ from compass.api.meta import GROUP, POLICY_PLURAL, VERSION
 from compass.controllers import kubeapi
 from compass.controllers.policy import compile_policy
 from compass.dataplane.load import run_load
-from compass.dataplane.triton import TritonRouter
+from compass.dataplane.triton import LATE_MESSAGE, RoutingError, TritonRouter
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalPrometheus, LocalTriton
 from compass.lab.processes import QuietHandler, serve_http
@@ -255,6 +255,32 @@ def test_paused_policy_holds_and_resumes_when_unpaused(
         lambda: router.active_config() == config_key(ACCURATE), 15, "the climb after unpausing"
     )
     assert condition(policies.status("paused"), "Paused")["status"] == "False"
+
+
+def test_admission_reaches_the_router_and_goes_when_turned_off(
+    triton: LocalTriton, router: TritonRouter, policies: Policies
+) -> None:
+    """spec.admission.enabled: the operator sends the table with its switches; a request whose
+    deadline passed is refused as late, one with time to spare is served as routed; off again,
+    the next tick removes the table and nothing is refused."""
+    policies.create("admitting", policy_spec(triton, admission={"enabled": True}))
+    wait_active(policies, "admitting", router, ACCURATE, 20)
+
+    def late() -> str | None:
+        try:
+            router.infer({"sample": 0}, deadline_ns=time.time_ns() - 10**9)
+        except RoutingError as error:
+            return str(error)
+        return None
+
+    refusal = wait_for(late, 10, "a late request to be refused")
+    assert LATE_MESSAGE in refusal
+    spared = router.infer({"sample": 1}, deadline_ns=time.time_ns() + 10 * 10**9)
+    assert spared.config == config_key(ACCURATE)
+
+    policies.patch_spec("admitting", {"admission": {"enabled": False}})
+    wait_for(lambda: late() is None, 10, "admission to be turned off")
+    assert router.active_config() == config_key(ACCURATE)
 
 
 def test_pause_annotation_holds_and_an_invalid_one_pauses_nothing(

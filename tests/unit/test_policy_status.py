@@ -62,6 +62,18 @@ def test_compile_derives_plan_and_endpoints() -> None:
     assert PLAN.names == ("small/20", "large/20")
 
 
+def test_admission_gives_the_routers_each_members_time_by_its_key() -> None:
+    assert COMPILED.admission is None  # off by default
+    table = ps.compile_policy(spec(admission={"enabled": True, "quantile": 0.9}), 1).admission
+    assert table is not None
+    assert table["fastest"] == config_key(FAST)
+    quantiles = table["quantiles_ms"]
+    assert set(quantiles) == {config_key(FAST), config_key(ACCURATE)}
+    # The 90th percentile of each entry: between its mean and its p95.
+    assert 20 < quantiles[config_key(FAST)] < 23
+    assert 33 < quantiles[config_key(ACCURATE)] < 37
+
+
 def test_address_override_replaces_the_routing_endpoint() -> None:
     compiled = ps.compile_policy(spec(routing=None), 3, address_override="127.0.0.1:9001")
     assert compiled.grpc_address == "127.0.0.1:9001"
@@ -106,6 +118,7 @@ def test_prometheus_source_keeps_its_queries() -> None:
             "remove it",
         ),
         ({"intervalSeconds": 0}, "spec.intervalSeconds", "correct it"),
+        ({"admission": {"enabled": True, "quantile": 1}}, "spec.admission.quantile", "correct"),
     ],
 )
 def test_a_spec_that_can_never_work_names_the_field_and_the_fix(

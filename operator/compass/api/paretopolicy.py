@@ -607,6 +607,28 @@ class RoutingTarget(CamelModel):
         return self
 
 
+class AdmissionSettings(CamelModel):
+    """What the routers do with a request that would miss its deadline (admission at dispatch)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Judge each request that carries its deadline (request parameter "
+        "compass_deadline_ns, ns since the epoch, set by the client or gateway) when a router "
+        "instance takes it up: served as routed if that configuration's time fits what is left, "
+        "else on the fastest if that fits, else refused with UNAVAILABLE (retryable). Requests "
+        "without a deadline are served as before.",
+    )
+    quantile: Annotated[
+        float,
+        Field(
+            gt=0,
+            lt=1,
+            description="The quantile of each front entry's service time a request is judged on "
+            "(0.5: refuse only what is more likely late than not).",
+        ),
+    ] = 0.5
+
+
 class ServingSettings(CamelModel):
     """How a policy serves its front: what a CompoundWorkflow hands its generated ParetoPolicy."""
 
@@ -659,6 +681,11 @@ class ServingSettings(CamelModel):
     ] = 0.0
     interval_seconds: Annotated[float, Field(gt=0, description="Time between two decisions.")] = (
         DEFAULT_INTERVAL_S
+    )
+    admission: AdmissionSettings = Field(
+        default_factory=AdmissionSettings,
+        description="Admission at dispatch (off by default): the routers serve a request that "
+        "would miss its deadline on the fastest entry, or refuse it.",
     )
     strategy: Strategy = Field(
         default=Strategy.ELASTICO,

@@ -226,6 +226,7 @@ def _tick(
     memory.last_tick = now
     connections = _connections(memory, compiled, runtime, logger, now, _names(body)[0])
     assert connections.source is not None
+    connections.router.admission = compiled.admission
     try:
         connections.router.update(_endpoints(body, compiled, slices))
         router_key = connections.router.active_config(_expected_key(memory, previous, compiled))
