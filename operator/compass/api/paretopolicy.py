@@ -29,6 +29,7 @@ from compass.api.meta import (
 )
 from compass.api.rules import CelRule, cel_rules
 from compass.api.urls import MAX_URL_LENGTH, cel_matches_url, url_problem
+from compass.domain.admission import Admission, AdmissionPoint, router_admission
 from compass.domain.capacity import MAX_CURVE_POINTS, CapacityCurve, CapacityError, parse_curve
 from compass.domain.elastico import (
     DEFAULT_COOLDOWN_EXPONENT,
@@ -756,6 +757,14 @@ class ParetoPolicySpec(ServingSettings):
     def policy(self) -> Elastico | Split:
         """The runtime policy this spec describes: its strategy over its plan."""
         return build_policy(self.strategy, self.plan(), self.settings())
+
+    def admission_table(self, plan: Plan) -> dict[str, Any] | None:
+        """What every router gets with each switch to judge requests at dispatch, for this
+        spec's plan (None: admission off)."""
+        if not self.admission.enabled:
+            return None
+        rule = Admission(self.slo.latency_ms, self.admission.quantile, at=AdmissionPoint.DISPATCH)
+        return router_admission([t.profile for t in plan.thresholds], rule)
 
 
 def spec_for_plan(

@@ -92,6 +92,7 @@ def serve_command(args: argparse.Namespace) -> int:
         ],
         model=args.router,
     )
+    fleet.admission = spec.admission_table(policy.plan)
     source: QueueDepthSource = (
         FleetQueueDepth(lambda: fleet.endpoints, args.router)
         if per_replica

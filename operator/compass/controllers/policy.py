@@ -54,7 +54,6 @@ from compass.controllers.targets import (
     resolve_url,
 )
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
-from compass.domain.admission import Admission, AdmissionPoint, router_admission
 from compass.domain.elastico import Elastico, Observation, PolicyState, capacity_pressure
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, PlanError
@@ -125,11 +124,7 @@ class CompiledPolicy:
     @property
     def admission(self) -> dict[str, Any] | None:
         """The table every router gets with each switch (None: admission off)."""
-        settings = self.spec.admission
-        if not settings.enabled:
-            return None
-        rule = Admission(self.spec.slo.latency_ms, settings.quantile, at=AdmissionPoint.DISPATCH)
-        return router_admission([t.profile for t in self.plan.thresholds], rule)
+        return self.spec.admission_table(self.plan)
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
