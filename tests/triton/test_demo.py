@@ -90,8 +90,15 @@ def test_elastico_beats_the_most_accurate_static_under_the_spike(
     done, out = demo
     comparison = json.loads((out / "comparison.json").read_text())
     runs = {r["run"]: r for r in comparison["runs"]}
-    assert set(runs) == {"static fastest", "static most accurate", "Elastico"}
+    assert set(runs) == {
+        "static fastest",
+        "static most accurate",
+        "Elastico",
+        "Elastico + admission",
+    }
     assert all(r["failed"] == 0 for r in runs.values())
+    # Only the run whose requests carry deadlines can have requests refused as late.
+    assert all(r["refused"] == 0 for name, r in runs.items() if name != "Elastico + admission")
     elastico, accurate, fastest = (
         runs["Elastico"],
         runs["static most accurate"],
@@ -101,5 +108,9 @@ def test_elastico_beats_the_most_accurate_static_under_the_spike(
     assert elastico["switches"] >= 1
     assert len(comparison["switches"]) == elastico["switches"]
     assert elastico["compliance_pct"] > accurate["compliance_pct"] + 20
+    admitted = runs["Elastico + admission"]
+    assert admitted["compliance_pct"] > accurate["compliance_pct"] + 20
+    assert admitted["simulated_compliance_pct"] is not None
+    assert "with admission" in done.stdout
     assert fastest["accuracy"] < accurate["accuracy"]
     assert "Elastico met the SLO for" in done.stdout

@@ -26,6 +26,7 @@ from compass.console import fail
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
+from compass.domain.admission import Admission, AdmissionPoint, router_admission
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, PlanError, Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
@@ -35,7 +36,7 @@ from compass.domain.space import Space
 from compass.evaluators import CheckpointedEvaluator, CheckpointLedger
 from compass.evaluators.triton import TritonEvaluator
 from compass.examples import load_rag_paper
-from compass.lab.experiment import LiveRun, serve_each
+from compass.lab.experiment import ADMITTED_RUN, RUNS, LiveRun, serve_each
 from compass.lab.local_triton import LocalServerError, TritonInstallation
 from compass.lab.scenarios import (
     COMPONENTS,
@@ -51,6 +52,7 @@ RUN_TITLES = {
     "fastest": "static fastest",
     "accurate": "static most accurate",
     "policy": "Elastico",
+    ADMITTED_RUN: "Elastico + admission",
 }
 
 
@@ -208,15 +210,18 @@ def serve_spike(
     settings: DemoSettings,
     reporter: Reporter,
 ) -> dict[str, LiveRun]:
-    """The spike served by the static fastest, the static most accurate, then Elastico."""
+    """The spike served by the static fastest, the static most accurate, then Elastico, and
+    Elastico with admission at dispatch (each request carrying the SLO as its deadline)."""
     scale = settings.time_scale
     load = RagSimLoad(scenario)
     runs = {}
     started = time.monotonic()
+    policy = live.policy()
+    rule = Admission(settings.slo_ms * scale, at=AdmissionPoint.DISPATCH)
     for label, run in serve_each(
         router,
         plan,
-        live.policy(),
+        policy,
         TritonQueueDepth(metrics_url, router.model),
         load.arrivals_s(scale),
         load.payload,
@@ -224,11 +229,15 @@ def serve_spike(
         interval_s=live.interval_seconds,
         time_scale=scale,
         offered_qps=load.offered_qps,
+        labels=RUNS,
+        admission=router_admission([t.profile for t in policy.plan.thresholds], rule),
     ):
         runs[label] = run
         reporter.say(
             f"      {RUN_TITLES[label]:<21} {run.compliance:5.1f}% within the SLO, accuracy "
-            f"{run.accuracy:.4f}, {run.switches} switches ({time.monotonic() - started:.0f} s)"
+            f"{run.accuracy:.4f}, {run.switches} switches"
+            + (f", {run.refused} refused as late" if run.refused else "")
+            + f" ({time.monotonic() - started:.0f} s)"
         )
         started = time.monotonic()
     return runs
@@ -252,6 +261,7 @@ def comparison_rows(
                 "simulated_accuracy": round(report.mean_accuracy, 4) if report else None,
                 "p95_ms": round(run.percentile_ms(95), 1),
                 "failed": run.failed,
+                "refused": run.refused,
                 "switches": run.switches,
             }
         )
@@ -261,10 +271,18 @@ def comparison_rows(
 def verdict(runs: dict[str, LiveRun], who: str = "Elastico") -> str:
     """One line: compliance against the static most accurate, accuracy against the fastest."""
     policy, accurate, fastest = runs["policy"], runs["accurate"], runs["fastest"]
-    return (
+    line = (
         f"{who} met the SLO for {policy.compliance:.1f}% of requests (static most accurate: "
         f"{accurate.compliance:.1f}%) at accuracy {policy.accuracy:.4f} (static fastest: "
         f"{fastest.accuracy:.4f})"
+    )
+    admitted = runs.get(ADMITTED_RUN)
+    if admitted is None:
+        return line
+    return (
+        f"{line}; with admission {admitted.compliance:.1f}% (static fastest: "
+        f"{fastest.compliance:.1f}%) at accuracy {admitted.accuracy:.4f}, "
+        f"{admitted.refused} refused as late"
     )
 
 
@@ -272,14 +290,14 @@ def comparison_text(rows: Sequence[dict[str, Any]]) -> str:
     """The comparison as an aligned table."""
     lines = [
         f"  {'run':<21} {'SLO met':>8} {'(sim)':>7} {'accuracy':>8} {'(sim)':>7} "
-        f"{'p95 ms':>7} {'failed':>6} {'switches':>8}"
+        f"{'p95 ms':>7} {'failed':>6} {'refused':>7} {'switches':>8}"
     ]
     for row in rows:
         lines.append(
             f"  {row['run']:<21} {row['compliance_pct']:7.1f}% "
             f"{_optional(row['simulated_compliance_pct'], '6.1f')}% {row['accuracy']:8.4f} "
             f"{_optional(row['simulated_accuracy'], '7.4f')} {row['p95_ms']:7.0f} "
-            f"{row['failed']:6d} {row['switches']:8d}"
+            f"{row['failed']:6d} {row['refused']:7d} {row['switches']:8d}"
         )
     return "\n".join(lines)
 
@@ -439,7 +457,7 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
         scenario = spike_scenario(plan, settings.duration_s, settings.load_seed, settings.base_qps)
         peak = SPIKE_FACTOR * scenario.pattern.base_qps * fastest_mean_s(plan)
         say.step(
-            f"serve a load spike three ways: {scenario.pattern.base_qps:.2f} QPS, x4 for the "
+            f"serve a load spike four ways: {scenario.pattern.base_qps:.2f} QPS, x4 for the "
             f"middle third (peak at {peak:.0%} "
             f"of the fastest configuration's capacity), {settings.duration_s:g} s, "
             f"{scenario.requests} requests (the same for every run)"
@@ -452,6 +470,14 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     predicted = compare(
         {"policy": policy.policy()}, members, scenario, settings.slo_ms, policy.interval_seconds
     )
+    predicted[ADMITTED_RUN] = compare(
+        {ADMITTED_RUN: policy.policy()},
+        members,
+        scenario,
+        settings.slo_ms,
+        policy.interval_seconds,
+        admission=Admission(settings.slo_ms, at=AdmissionPoint.DISPATCH),
+    )[ADMITTED_RUN]
     rows = comparison_rows(runs, predicted)
     say.say(comparison_text(rows))
     switches = [
