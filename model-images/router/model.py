@@ -263,7 +263,14 @@ class Admission:
         own = None if table is None else table["quantiles_ms"].get(key)
         if own is None:
             return key
-        left_ms = (int(deadline_ns) - time.time_ns()) / 1e6
+        if isinstance(deadline_ns, bool) or not isinstance(deadline_ns, (int, str)):
+            raise ValueError(f"{DEADLINE_PARAMETER} {deadline_ns!r}: give ns since the epoch")
+        try:
+            left_ms = (int(deadline_ns) - time.time_ns()) / 1e6
+        except ValueError:
+            raise ValueError(
+                f"{DEADLINE_PARAMETER} {deadline_ns!r} is not an integer: give ns since the epoch"
+            ) from None
         if own <= left_ms:
             return key
         fastest = table["fastest"]

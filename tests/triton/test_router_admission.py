@@ -8,9 +8,16 @@ from collections.abc import Iterator
 
 import pytest
 from ragsim import ACCURATE, FASTEST
+from tritonclient.utils import InferenceServerException
 
 from compass.dataplane.load import run_load
-from compass.dataplane.triton import LATE_MESSAGE, RoutingError, TritonRouter
+from compass.dataplane.triton import (
+    DEADLINE_PARAMETER,
+    LATE_MESSAGE,
+    RoutingError,
+    TritonRouter,
+    request_tensor,
+)
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalTriton
 
@@ -54,6 +61,18 @@ def test_a_request_late_whatever_serves_it_is_refused_with_the_reason(
         admitting.infer({"sample": 0}, deadline_ns=_in(-1.0))
     assert "retry later" in str(refused.value)
     # The refusal is per request: the next one is served.
+    assert admitting.infer({"sample": 1}).config == config_key(ACCURATE)
+
+
+def test_a_deadline_that_is_not_a_time_fails_that_request_naming_the_parameter(
+    admitting: TritonRouter,
+) -> None:
+    with pytest.raises(InferenceServerException, match="compass_deadline_ns 'soon' is not an"):
+        admitting.client.infer(
+            admitting.model,
+            [request_tensor({"sample": 0})],
+            parameters={DEADLINE_PARAMETER: "soon"},
+        )
     assert admitting.infer({"sample": 1}).config == config_key(ACCURATE)
 
 
