@@ -206,7 +206,8 @@ def test_simulate_serves_several_pods_with_a_switch_delay(
 def test_simulate_with_admission_drops_what_would_be_late_and_says_so(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--admission: the policy drops requests at arrival under a spike; the baselines drop none;
+    """--admission: the policy's routers drop under a spike what would be late; the baselines
+    drop none;
     the timeline marks each dropped request and counts it as a miss."""
     assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]) == 0
     capsys.readouterr()
@@ -229,6 +230,12 @@ def test_simulate_with_admission_drops_what_would_be_late_and_says_so(
     plain = json.loads((workdir / "compass-timeline.json").read_text())["summary"]["policy"]
     assert plain["dropped_pct"] == 0
     assert summary["policy"]["slo_compliance_pct"] > plain["slo_compliance_pct"]
+    # A policy with admission.enabled is simulated with it, at its own quantile.
+    policy = yaml.safe_load((workdir / "paretopolicy.yaml").read_text())
+    policy["spec"]["admission"] = {"enabled": True, "quantile": 0.7}
+    (workdir / "paretopolicy.yaml").write_text(yaml.safe_dump(policy))
+    assert main([*argv, *load]) == 0
+    assert "the policy with admission (q 0.7)" in capsys.readouterr().out
 
 
 def test_a_policy_of_several_router_instances_plans_and_simulates_them(

@@ -18,7 +18,7 @@ from compass.commands.common import (
     write_text,
 )
 from compass.console import fail, parse_number
-from compass.domain.admission import Admission
+from compass.domain.admission import Admission, AdmissionPoint
 from compass.domain.planner import PlanError
 from compass.domain.simulator import (
     POD_STAGES,
@@ -69,15 +69,23 @@ def register(commands: Any) -> None:
     simulate.add_argument(
         "--admission",
         action="store_true",
-        help="the policy refuses at arrival a request predicted late (its wait plus the "
-        "--admission-quantile of its service time over the SLO), serving it on the fastest "
-        "member first if that brings it in time; the baselines serve everything",
+        help="the policy's routers serve a request that would be late (its wait plus the "
+        "--admission-quantile of its service time over the SLO) on the fastest member if "
+        "that brings it in time, else refuse it; the baselines serve everything (on by "
+        "itself when the policy has admission.enabled)",
     )
     simulate.add_argument(
         "--admission-quantile",
-        default="0.5",
-        help="with --admission: the quantile of a request's own service time it is judged on "
-        "(default 0.5)",
+        default=None,
+        help="with admission: the quantile of a request's own service time it is judged on "
+        "(default: the policy's admission.quantile, 0.5)",
+    )
+    simulate.add_argument(
+        "--admission-at",
+        default=AdmissionPoint.DISPATCH.value,
+        choices=[a.value for a in AdmissionPoint],
+        help="dispatch (default): judged when a router instance takes it up, on its real "
+        "wait, as the live routers do; arrival: on a predicted wait",
     )
     simulate.add_argument(
         "--timeline",
@@ -180,12 +188,16 @@ def simulate_command(args: argparse.Namespace) -> int:
         raise plan_error(exc, f"--policy {policy_path}") from None
     front = [t.profile for t in policy.plan.thresholds]
     admission = None
-    if args.admission:
+    if args.admission or spec.admission.enabled:
         flag = "--admission-quantile"
-        quantile = parse_number(flag, str(args.admission_quantile), "0.5", low=0, inclusive=False)
+        quantile = spec.admission.quantile
+        if args.admission_quantile is not None:
+            quantile = parse_number(
+                flag, str(args.admission_quantile), "0.5", low=0, inclusive=False
+            )
         if quantile >= 1:
             fail(flag, f"{quantile:g} is not < 1", f"pass e.g. {flag} 0.5")
-        admission = Admission(spec.slo.latency_ms, quantile)
+        admission = Admission(spec.slo.latency_ms, quantile, at=AdmissionPoint(args.admission_at))
     scenario = make_scenario(pattern, seed)
     reports = compare(
         {"policy": policy},
