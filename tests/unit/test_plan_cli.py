@@ -207,8 +207,7 @@ def test_simulate_with_admission_drops_what_would_be_late_and_says_so(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """--admission: the policy's routers drop under a spike what would be late; the baselines
-    drop none;
-    the timeline marks each dropped request and counts it as a miss."""
+    drop none; the timeline marks each dropped request and counts it as a miss."""
     assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]) == 0
     capsys.readouterr()
     argv = ["simulate", "--policy", "paretopolicy.yaml", "--pattern", "spike", "--seed", "4"]
