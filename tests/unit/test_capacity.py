@@ -134,6 +134,51 @@ def test_rates_at_capacity_or_still_growing_are_not_read_for_latency() -> None:
     assert queue.saturated
 
 
+# qa-real's lexical configuration at c = 4, measured live (rate, throughput, p95 ms): steady up
+# to 613.9/s, collapsed at 661.7/s, where the overloaded pod (client and server on two shared
+# cores) drained only 592.3/s, less than it had served steadily.
+LEXICAL = (
+    (84.13, 84.04, 5.6),
+    (125.93, 125.89, 5.6),
+    (183.92, 183.85, 6.9),
+    (286.91, 286.75, 9.3),
+    (354.61, 354.36, 8.4),
+    (383.16, 383.02, 8.1),
+    (436.72, 436.04, 27.4),
+    (552.72, 552.42, 16.3),
+    (613.92, 613.72, 12.6),
+    (661.71, 592.26, 1506.4),
+)
+
+
+def test_the_drain_rate_comes_from_saturated_points_only() -> None:
+    """A steady point's throughput is the rate it was offered, not what the pod drains."""
+    curve = CapacityCurve(4, tuple(point(r, p95, throughput=t) for r, t, p95 in LEXICAL))
+    assert curve.saturated
+    assert curve.saturation_qps == pytest.approx(592.26)
+    assert curve.holding_ms() == pytest.approx(4 / 592.26 * 1000)
+    never = CapacityCurve(4, (point(2, 200), point(4, 400, throughput=3.9)))
+    # Never saturated: the highest throughput is a lower bound, and nothing is near it.
+    assert not never.saturated
+    assert never.saturation_qps == pytest.approx(3.9)
+    assert not never.capacity_known()
+    assert never.steady_points() == list(never.points)
+
+
+def test_a_steady_point_just_below_a_collapse_is_read() -> None:
+    """Served steadily faster than the overloaded pod drains: the drain rate is no capacity
+    that point is near, so the planner claims up to it (it claimed 552.7/s, 10% short)."""
+    curve = CapacityCurve(4, tuple(point(r, p95, throughput=t) for r, t, p95 in LEXICAL))
+    assert curve.max_rate(250, 95, idle_ms=5.0) == pytest.approx(613.92)
+    assert curve.steady_points()[-1].offered_qps == 613.92
+    assert not curve.capacity_known()
+    # Where the drain rate is the capacity (served no slower than the steady rates), the
+    # guard stays: 613.9/s is within 3% of a 620/s drain rate, a random walk's reading.
+    consistent = replace(curve, points=(*curve.points[:-1], point(661.71, 1506.4, 620.0)))
+    assert consistent.capacity_known()
+    assert consistent.max_rate(250, 95, idle_ms=5.0) == pytest.approx(552.72)
+
+
 def test_percentiles_between_stored_levels_are_interpolated_in_normal_score() -> None:
     """p90 lies between p50 and p95, closer to p95; below p50 and above p99 they clamp."""
     sample = point(1, 100)

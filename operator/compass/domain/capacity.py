@@ -147,23 +147,44 @@ class CapacityCurve:
 
     @property
     def saturation_qps(self) -> float:
-        """The highest throughput the pod achieved: the rate at which it drains a queue."""
-        return max(point.throughput_qps for point in self.points)
+        """The rate at which a saturated pod drains its queue: the highest throughput among the
+        points that saturated it. A steady point's throughput is only the rate it was offered;
+        when no point saturated, the highest of those is all that is known (a lower bound)."""
+        drained = [point.throughput_qps for point in self.points if point.saturated]
+        return max(drained or [point.throughput_qps for point in self.points])
 
     @property
     def saturated(self) -> bool:
         """Whether the ladder reached saturation (else the drain rate is a lower bound)."""
         return any(point.saturated for point in self.points)
 
+    def capacity_known(self) -> bool:
+        """Whether the drain rate is the pod's capacity: the curve saturated, and no steady
+        point was served faster than it by more than ``NEAR_CAPACITY``'s margin. A pod that
+        slows down when overloaded (contention for the cores, its load generator's among them)
+        drains a queue slower than the rates it sustains; then its capacity lies somewhere
+        between its highest steady rate and its first saturated one."""
+        if not self.saturated:
+            return False
+        drain = self.saturation_qps
+        return all(
+            NEAR_CAPACITY * point.throughput_qps <= drain
+            for point in self.points
+            if not point.saturated
+        )
+
     def steady_points(self) -> list[CurvePoint]:
-        """The points that reached a steady state: not saturated, and (once the curve found
-        saturation) offered less than ``NEAR_CAPACITY`` of the drain rate: a finite run just
-        short of capacity drifts like a random walk and its percentiles read anything."""
-        ceiling = NEAR_CAPACITY * self.saturation_qps if self.saturated else math.inf
+        """The points that reached a steady state: not saturated, and (where the drain rate is
+        the capacity, see ``capacity_known``) offered less than ``NEAR_CAPACITY`` of it: a
+        finite run just short of capacity drifts like a random walk and its percentiles read
+        anything. A point's own throughput is never its ceiling: a steady point is not near a
+        capacity it measured itself."""
+        ceiling = NEAR_CAPACITY * self.saturation_qps if self.capacity_known() else math.inf
         return [p for p in self.points if not p.saturated and p.offered_qps < ceiling]
 
     def holding_ms(self) -> float:
-        """How long a request holds a router instance when all are busy (Little: servers / rate)."""
+        """How long a request holds a router instance when all are busy (Little: servers / the
+        drain rate; an upper bound when the curve never saturated)."""
         return self.servers / self.saturation_qps * 1000
 
     def max_rate(self, budget_ms: float, percentile: float, idle_ms: float) -> float:
