@@ -18,6 +18,7 @@ from compass.domain.capacity import (
     MAX_CURVE_POINTS,
     CapacityCurve,
     CurvePoint,
+    climb_ladder,
     erlang_c,
     measure_point,
     next_rate,
@@ -177,6 +178,25 @@ def test_a_steady_point_just_below_a_collapse_is_read() -> None:
     consistent = replace(curve, points=(*curve.points[:-1], point(661.71, 1506.4, 620.0)))
     assert consistent.capacity_known()
     assert consistent.max_rate(250, 95, idle_ms=5.0) == pytest.approx(552.72)
+
+
+def test_the_ladder_refines_the_knee_of_a_pod_that_slows_when_overloaded() -> None:
+    """Steady up to 10/s, and past it a drain of 9/s: the ladder halves the gap between the last
+    rate the planner reads and the first saturated one down to ``LADDER_FINEST``, and the
+    planner's rate is within that of the collapse."""
+
+    def run(rate: float) -> CurvePoint:
+        if rate >= 10:
+            return point(rate, 5000, throughput=9.0)
+        return point(rate, 100 * (1 + rate / 10))
+
+    curve = climb_ladder(100, 1, run)
+    assert len(curve.points) <= MAX_CURVE_POINTS
+    last = curve.steady_points()[-1].offered_qps
+    first_saturated = next(p.offered_qps for p in curve.points if p.saturated)
+    assert first_saturated / last <= LADDER_FINEST
+    assert curve.max_rate(1000, 95, idle_ms=100) == last
+    assert last >= 10 / LADDER_FINEST
 
 
 def test_percentiles_between_stored_levels_are_interpolated_in_normal_score() -> None:

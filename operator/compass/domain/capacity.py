@@ -250,7 +250,10 @@ def next_rate(
     the last, until one saturates the pod. Then it fills in the gap below saturation where the
     p95 rises most (by ratio), among gaps wider than ``LADDER_FINEST``: where latency is flat a
     line between two rates is already exact, and the knee, where it bends, is where an SLO's
-    rate lies. It stops when no gap is both wide and steep, or at ``max_points`` rates.
+    rate lies. The knee's gap (from the last rate the planner reads, see
+    ``CapacityCurve.steady_points``, to the next one up) counts as steepest, so it is halved
+    first, down to ``LADDER_FINEST``. It stops when no gap is both wide and steep, or at
+    ``max_points`` rates.
     """
     if not points:
         return LADDER_START * 1000 / mean_ms
@@ -260,11 +263,12 @@ def next_rate(
     first_saturated = next((i for i, point in enumerate(ordered) if point.saturated), None)
     if first_saturated is None:
         return ordered[-1].offered_qps * LADDER_GROWTH
-    if first_saturated == 0:
-        # Saturated at the first rate: climb down instead.
+    readable = {id(point) for point in CapacityCurve(1, tuple(ordered)).steady_points()}
+    if first_saturated == 0 or id(ordered[0]) not in readable:
+        # Saturated (or too near it to read) at the first rate: climb down instead.
         return ordered[0].offered_qps / LADDER_GROWTH
     gaps = [
-        (_steepness(low, high), low.offered_qps, high.offered_qps)
+        (_steepness(low, high, id(high) in readable), low.offered_qps, high.offered_qps)
         for low, high in itertools.pairwise(ordered[: first_saturated + 1])
         if high.offered_qps / low.offered_qps > LADDER_FINEST
     ]
@@ -292,9 +296,10 @@ def climb_ladder(
     return CapacityCurve(servers, tuple(sorted(points, key=lambda p: p.offered_qps)))
 
 
-def _steepness(low: CurvePoint, high: CurvePoint) -> float:
-    """How much the p95 rises across a gap, as a ratio (a saturated end counts as steep)."""
-    if high.saturated:
+def _steepness(low: CurvePoint, high: CurvePoint, readable: bool) -> float:
+    """How much the p95 rises across a gap, as a ratio (an end the planner does not read,
+    saturated or too near it, counts as steep)."""
+    if not readable:
         return math.inf
     return high.latency_at(95.0) / low.latency_at(95.0)
 
