@@ -259,6 +259,16 @@ def test_ladder_climbs_to_saturation_then_fills_in_where_latency_bends() -> None
             assert not wide or high.latency_at(95) / low.latency_at(95) <= LADDER_FINEST
 
 
+def test_ladder_halves_a_gap_up_to_a_rate_too_near_capacity_to_read() -> None:
+    """A steady rate within ``NEAR_CAPACITY`` of the drain rate is not read by the planner, so
+    the gap below it is the knee, however flat its p95 looks; and a first rate too near to read
+    climbs down."""
+    points = [point(5, 100), point(9.8, 105), point(11, 5000, throughput=10)]
+    assert [p.offered_qps for p in CapacityCurve(1, tuple(points)).steady_points()] == [5]
+    assert next_rate(points, 100) == pytest.approx(7.4)
+    assert next_rate(points[1:], 100) == pytest.approx(9.8 / 1.5)
+
+
 def test_ladder_climbs_down_when_its_first_rate_saturates() -> None:
     """A pod slower than one server's profile saturates at once: the next rate is lower."""
     first = next_rate([], mean_ms=100)

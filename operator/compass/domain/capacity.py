@@ -251,8 +251,8 @@ def next_rate(
     p95 rises most (by ratio), among gaps wider than ``LADDER_FINEST``: where latency is flat a
     line between two rates is already exact, and the knee, where it bends, is where an SLO's
     rate lies. The knee's gap (from the last rate the planner reads, see
-    ``CapacityCurve.steady_points``, to the next one up) counts as steepest, so it is halved
-    first, down to ``LADDER_FINEST``. It stops when no gap is both wide and steep, or at
+    ``CapacityCurve.steady_points``, to the next one up, saturated or too near it to read)
+    counts as steepest, so it is halved first, down to ``LADDER_FINEST``. It stops when no gap is both wide and steep, or at
     ``max_points`` rates.
     """
     if not points:
@@ -270,7 +270,8 @@ def next_rate(
     gaps = [
         (_steepness(low, high, id(high) in readable), low.offered_qps, high.offered_qps)
         for low, high in itertools.pairwise(ordered[: first_saturated + 1])
-        if high.offered_qps / low.offered_qps > LADDER_FINEST
+        # Above the last rate it reads the planner claims nothing: no gap there is worth a rate.
+        if id(low) in readable and high.offered_qps / low.offered_qps > LADDER_FINEST
     ]
     steepest = max(gaps, default=None)
     if steepest is None or steepest[0] <= LADDER_FINEST:
