@@ -7,7 +7,8 @@ components may batch or contend for the same cores, so its capacity is neither `
 are offered open loop (Poisson) at a ladder of rates up to saturation, as Triton's
 perf_analyzer does, and each rate's achieved throughput and latency percentiles make one point
 of the curve. The planner reads off it the highest rate whose latency percentile stays within
-the SLO, and the rate at which a saturated pod drains its queue.
+the SLO, and the rate at which a saturated pod drains its queue: the throughput of the rates
+that saturated it (a steady rate's throughput is only the rate offered).
 
 The JSON form (a profile's ``capacity``; at most ``MAX_CURVE_POINTS`` points, rates ascending)::
 
