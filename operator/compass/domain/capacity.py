@@ -253,8 +253,8 @@ def next_rate(
     line between two rates is already exact, and the knee, where it bends, is where an SLO's
     rate lies. The knee's gap (from the last rate the planner reads, see
     ``CapacityCurve.steady_points``, to the next one up, saturated or too near it to read)
-    counts as steepest, so it is halved first, down to ``LADDER_FINEST``. It stops when no gap is both wide and steep, or at
-    ``max_points`` rates.
+    counts as steepest, so it is halved first, down to ``LADDER_FINEST``. It stops when no
+    gap is both wide and steep, or at ``max_points`` rates.
     """
     if not points:
         return LADDER_START * 1000 / mean_ms
@@ -264,15 +264,15 @@ def next_rate(
     first_saturated = next((i for i, point in enumerate(ordered) if point.saturated), None)
     if first_saturated is None:
         return ordered[-1].offered_qps * LADDER_GROWTH
-    readable = {id(point) for point in CapacityCurve(1, tuple(ordered)).steady_points()}
-    if first_saturated == 0 or id(ordered[0]) not in readable:
+    readable = set(CapacityCurve(1, tuple(ordered)).steady_points())
+    if first_saturated == 0 or ordered[0] not in readable:
         # Saturated (or too near it to read) at the first rate: climb down instead.
         return ordered[0].offered_qps / LADDER_GROWTH
     gaps = [
-        (_steepness(low, high, id(high) in readable), low.offered_qps, high.offered_qps)
+        (_steepness(low, high, high in readable), low.offered_qps, high.offered_qps)
         for low, high in itertools.pairwise(ordered[: first_saturated + 1])
         # Above the last rate it reads the planner claims nothing: no gap there is worth a rate.
-        if id(low) in readable and high.offered_qps / low.offered_qps > LADDER_FINEST
+        if low in readable and high.offered_qps / low.offered_qps > LADDER_FINEST
     ]
     steepest = max(gaps, default=None)
     if steepest is None or steepest[0] <= LADDER_FINEST:
