@@ -323,6 +323,14 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
             )
             for slo in slos:
                 budget = slo * scale
+                if profile.latency_at(PERCENTILE) > budget:
+                    # No rate meets it (the planner refuses such an SLO): nothing to check.
+                    lines.append(
+                        f"  {slo:>5g} {profile.name:<34} one at a time p95 "
+                        f"{profile.latency_at(PERCENTILE) / scale:.0f} ms is over the SLO"
+                    )
+                    print(lines[-1], flush=True)
+                    continue
                 rates = {
                     model: plan_thresholds(
                         [profile], Slo(budget, PERCENTILE), 0.0, model, servers=servers
