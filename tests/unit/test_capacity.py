@@ -173,6 +173,9 @@ def test_a_steady_point_just_below_a_collapse_is_read() -> None:
     assert curve.max_rate(250, 95, idle_ms=5.0) == pytest.approx(613.92)
     assert curve.steady_points()[-1].offered_qps == 613.92
     assert not curve.capacity_known()
+    # Nor past the collapse: a run above it that stayed steady is luck, not capacity.
+    lucky = replace(curve, points=(*curve.points, point(700.0, 15.0)))
+    assert lucky.max_rate(250, 95, idle_ms=5.0) == pytest.approx(613.92)
     # Where the drain rate is the capacity (served no slower than the steady rates), the
     # guard stays: 613.9/s is within 3% of a 620/s drain rate, a random walk's reading.
     consistent = replace(curve, points=(*curve.points[:-1], point(661.71, 1506.4, 620.0)))

@@ -179,8 +179,12 @@ class CapacityCurve:
         the capacity, see ``capacity_known``) offered less than ``NEAR_CAPACITY`` of it: a
         finite run just short of capacity drifts like a random walk and its percentiles read
         anything. A point's own throughput is never its ceiling: a steady point is not near a
-        capacity it measured itself."""
-        ceiling = NEAR_CAPACITY * self.saturation_qps if self.capacity_known() else math.inf
+        capacity it measured itself. Where the capacity is not known, the ceiling is the first
+        saturated rate: the pod collapsed there, and a run above it that did not is luck."""
+        if self.capacity_known():
+            ceiling = NEAR_CAPACITY * self.saturation_qps
+        else:
+            ceiling = min((p.offered_qps for p in self.points if p.saturated), default=math.inf)
         return [p for p in self.points if not p.saturated and p.offered_qps < ceiling]
 
     def holding_ms(self) -> float:
