@@ -18,6 +18,7 @@ from compass.domain.capacity import (
     MAX_CURVE_POINTS,
     CapacityCurve,
     CurvePoint,
+    climb_ladder,
     erlang_c,
     measure_point,
     next_rate,
@@ -134,6 +135,73 @@ def test_rates_at_capacity_or_still_growing_are_not_read_for_latency() -> None:
     assert queue.saturated
 
 
+# qa-real's lexical configuration at c = 4, measured live (rate, throughput, p95 ms): steady up
+# to 613.9/s, collapsed at 661.7/s, where the overloaded pod (client and server on two shared
+# cores) drained only 592.3/s, less than it had served steadily.
+LEXICAL = (
+    (84.13, 84.04, 5.6),
+    (125.93, 125.89, 5.6),
+    (183.92, 183.85, 6.9),
+    (286.91, 286.75, 9.3),
+    (354.61, 354.36, 8.4),
+    (383.16, 383.02, 8.1),
+    (436.72, 436.04, 27.4),
+    (552.72, 552.42, 16.3),
+    (613.92, 613.72, 12.6),
+    (661.71, 592.26, 1506.4),
+)
+
+
+def test_the_drain_rate_comes_from_saturated_points_only() -> None:
+    """A steady point's throughput is the rate it was offered, not what the pod drains."""
+    curve = CapacityCurve(4, tuple(point(r, p95, throughput=t) for r, t, p95 in LEXICAL))
+    assert curve.saturated
+    assert curve.saturation_qps == pytest.approx(592.26)
+    assert curve.holding_ms() == pytest.approx(4 / 592.26 * 1000)
+    never = CapacityCurve(4, (point(2, 200), point(4, 400, throughput=3.9)))
+    # Never saturated: the highest throughput is a lower bound, and nothing is near it.
+    assert not never.saturated
+    assert never.saturation_qps == pytest.approx(3.9)
+    assert not never.capacity_known()
+    assert never.steady_points() == list(never.points)
+
+
+def test_a_steady_point_just_below_a_collapse_is_read() -> None:
+    """Served steadily faster than the overloaded pod drains: the drain rate is no capacity
+    that point is near, so the planner claims up to it (it claimed 552.7/s, 10% short)."""
+    curve = CapacityCurve(4, tuple(point(r, p95, throughput=t) for r, t, p95 in LEXICAL))
+    assert curve.max_rate(250, 95, idle_ms=5.0) == pytest.approx(613.92)
+    assert curve.steady_points()[-1].offered_qps == 613.92
+    assert not curve.capacity_known()
+    # Nor past the collapse: a run above it that stayed steady is luck, not capacity.
+    lucky = replace(curve, points=(*curve.points, point(700.0, 15.0)))
+    assert lucky.max_rate(250, 95, idle_ms=5.0) == pytest.approx(613.92)
+    # Where the drain rate is the capacity (served no slower than the steady rates), the
+    # guard stays: 613.9/s is within 3% of a 620/s drain rate, a random walk's reading.
+    consistent = replace(curve, points=(*curve.points[:-1], point(661.71, 1506.4, 620.0)))
+    assert consistent.capacity_known()
+    assert consistent.max_rate(250, 95, idle_ms=5.0) == pytest.approx(552.72)
+
+
+def test_the_ladder_refines_the_knee_of_a_pod_that_slows_when_overloaded() -> None:
+    """Steady up to 10/s, and past it a drain of 9/s: the ladder halves the gap between the last
+    rate the planner reads and the first saturated one down to ``LADDER_FINEST``, and the
+    planner's rate is within that of the collapse."""
+
+    def run(rate: float) -> CurvePoint:
+        if rate >= 10:
+            return point(rate, 5000, throughput=9.0)
+        return point(rate, 100 * (1 + rate / 10))
+
+    curve = climb_ladder(100, 1, run)
+    assert len(curve.points) <= MAX_CURVE_POINTS
+    last = curve.steady_points()[-1].offered_qps
+    first_saturated = next(p.offered_qps for p in curve.points if p.saturated)
+    assert first_saturated / last <= LADDER_FINEST
+    assert curve.max_rate(1000, 95, idle_ms=100) == last
+    assert last >= 10 / LADDER_FINEST
+
+
 def test_percentiles_between_stored_levels_are_interpolated_in_normal_score() -> None:
     """p90 lies between p50 and p95, closer to p95; below p50 and above p99 they clamp."""
     sample = point(1, 100)
@@ -192,6 +260,16 @@ def test_ladder_climbs_to_saturation_then_fills_in_where_latency_bends() -> None
         for low, high in itertools.pairwise(below[:-1]):
             wide = high.offered_qps / low.offered_qps > LADDER_FINEST
             assert not wide or high.latency_at(95) / low.latency_at(95) <= LADDER_FINEST
+
+
+def test_ladder_halves_a_gap_up_to_a_rate_too_near_capacity_to_read() -> None:
+    """A steady rate within ``NEAR_CAPACITY`` of the drain rate is not read by the planner, so
+    the gap below it is the knee, however flat its p95 looks; and a first rate too near to read
+    climbs down."""
+    points = [point(5, 100), point(9.8, 105), point(11, 5000, throughput=10)]
+    assert [p.offered_qps for p in CapacityCurve(1, tuple(points)).steady_points()] == [5]
+    assert next_rate(points, 100) == pytest.approx(7.4)
+    assert next_rate(points[1:], 100) == pytest.approx(9.8 / 1.5)
 
 
 def test_ladder_climbs_down_when_its_first_rate_saturates() -> None:

@@ -533,7 +533,12 @@ def _with_curves(
         )
         entry["capacity"] = curve.to_json()
         done += 1
-        print(f"capacity of {profile.name}: saturates at {curve.saturation_qps:.2f}/s")
+        drain = (
+            f"drains {curve.saturation_qps:.2f}/s saturated"
+            if curve.saturated
+            else f"never saturated (served {curve.saturation_qps:.2f}/s, a lower bound)"
+        )
+        print(f"capacity of {profile.name}: {drain}")
     return document
 
 

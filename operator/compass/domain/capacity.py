@@ -7,7 +7,8 @@ components may batch or contend for the same cores, so its capacity is neither `
 are offered open loop (Poisson) at a ladder of rates up to saturation, as Triton's
 perf_analyzer does, and each rate's achieved throughput and latency percentiles make one point
 of the curve. The planner reads off it the highest rate whose latency percentile stays within
-the SLO, and the rate at which a saturated pod drains its queue.
+the SLO, and the rate at which a saturated pod drains its queue: the throughput of the rates
+that saturated it (a steady rate's throughput is only the rate offered).
 
 The JSON form (a profile's ``capacity``; at most ``MAX_CURVE_POINTS`` points, rates ascending)::
 
@@ -147,23 +148,48 @@ class CapacityCurve:
 
     @property
     def saturation_qps(self) -> float:
-        """The highest throughput the pod achieved: the rate at which it drains a queue."""
-        return max(point.throughput_qps for point in self.points)
+        """The rate at which a saturated pod drains its queue: the highest throughput among the
+        points that saturated it. A steady point's throughput is only the rate it was offered;
+        when no point saturated, the highest of those is all that is known (a lower bound)."""
+        drained = [point.throughput_qps for point in self.points if point.saturated]
+        return max(drained or [point.throughput_qps for point in self.points])
 
     @property
     def saturated(self) -> bool:
         """Whether the ladder reached saturation (else the drain rate is a lower bound)."""
         return any(point.saturated for point in self.points)
 
+    def capacity_known(self) -> bool:
+        """Whether the drain rate is the pod's capacity: the curve saturated, and no steady
+        point was served faster than it by more than ``NEAR_CAPACITY``'s margin. A pod that
+        slows down when overloaded (contention for the cores, its load generator's among them)
+        drains a queue slower than the rates it sustains; then its capacity lies somewhere
+        between its highest steady rate and its first saturated one."""
+        if not self.saturated:
+            return False
+        drain = self.saturation_qps
+        return all(
+            NEAR_CAPACITY * point.throughput_qps <= drain
+            for point in self.points
+            if not point.saturated
+        )
+
     def steady_points(self) -> list[CurvePoint]:
-        """The points that reached a steady state: not saturated, and (once the curve found
-        saturation) offered less than ``NEAR_CAPACITY`` of the drain rate: a finite run just
-        short of capacity drifts like a random walk and its percentiles read anything."""
-        ceiling = NEAR_CAPACITY * self.saturation_qps if self.saturated else math.inf
+        """The points that reached a steady state: not saturated, and (where the drain rate is
+        the capacity, see ``capacity_known``) offered less than ``NEAR_CAPACITY`` of it: a
+        finite run just short of capacity drifts like a random walk and its percentiles read
+        anything. A point's own throughput is never its ceiling: a steady point is not near a
+        capacity it measured itself. Where the capacity is not known, the ceiling is the first
+        saturated rate: the pod collapsed there, and a run above it that did not is luck."""
+        if self.capacity_known():
+            ceiling = NEAR_CAPACITY * self.saturation_qps
+        else:
+            ceiling = min((p.offered_qps for p in self.points if p.saturated), default=math.inf)
         return [p for p in self.points if not p.saturated and p.offered_qps < ceiling]
 
     def holding_ms(self) -> float:
-        """How long a request holds a router instance when all are busy (Little: servers / rate)."""
+        """How long a request holds a router instance when all are busy (Little: servers / the
+        drain rate; an upper bound when the curve never saturated)."""
         return self.servers / self.saturation_qps * 1000
 
     def max_rate(self, budget_ms: float, percentile: float, idle_ms: float) -> float:
@@ -229,7 +255,10 @@ def next_rate(
     the last, until one saturates the pod. Then it fills in the gap below saturation where the
     p95 rises most (by ratio), among gaps wider than ``LADDER_FINEST``: where latency is flat a
     line between two rates is already exact, and the knee, where it bends, is where an SLO's
-    rate lies. It stops when no gap is both wide and steep, or at ``max_points`` rates.
+    rate lies. The knee's gap (from the last rate the planner reads, see
+    ``CapacityCurve.steady_points``, to the next one up, saturated or too near it to read)
+    counts as steepest, so it is halved first, down to ``LADDER_FINEST``. It stops when no
+    gap is both wide and steep, or at ``max_points`` rates.
     """
     if not points:
         return LADDER_START * 1000 / mean_ms
@@ -239,13 +268,15 @@ def next_rate(
     first_saturated = next((i for i, point in enumerate(ordered) if point.saturated), None)
     if first_saturated is None:
         return ordered[-1].offered_qps * LADDER_GROWTH
-    if first_saturated == 0:
-        # Saturated at the first rate: climb down instead.
+    readable = set(CapacityCurve(1, tuple(ordered)).steady_points())
+    if first_saturated == 0 or ordered[0] not in readable:
+        # Saturated (or too near it to read) at the first rate: climb down instead.
         return ordered[0].offered_qps / LADDER_GROWTH
     gaps = [
-        (_steepness(low, high), low.offered_qps, high.offered_qps)
+        (_steepness(low, high, high in readable), low.offered_qps, high.offered_qps)
         for low, high in itertools.pairwise(ordered[: first_saturated + 1])
-        if high.offered_qps / low.offered_qps > LADDER_FINEST
+        # Above the last rate it reads the planner claims nothing: no gap there is worth a rate.
+        if low in readable and high.offered_qps / low.offered_qps > LADDER_FINEST
     ]
     steepest = max(gaps, default=None)
     if steepest is None or steepest[0] <= LADDER_FINEST:
@@ -271,9 +302,10 @@ def climb_ladder(
     return CapacityCurve(servers, tuple(sorted(points, key=lambda p: p.offered_qps)))
 
 
-def _steepness(low: CurvePoint, high: CurvePoint) -> float:
-    """How much the p95 rises across a gap, as a ratio (a saturated end counts as steep)."""
-    if high.saturated:
+def _steepness(low: CurvePoint, high: CurvePoint, readable: bool) -> float:
+    """How much the p95 rises across a gap, as a ratio (an end the planner does not read,
+    saturated or too near it, counts as steep)."""
+    if not readable:
         return math.inf
     return high.latency_at(95.0) / low.latency_at(95.0)
 
