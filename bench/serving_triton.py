@@ -32,6 +32,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -214,26 +215,18 @@ def main() -> int:
             admission = Admission(
                 slo_ms * scale, args.admission_quantile, at=AdmissionPoint.DISPATCH
             )
+            predict = partial(
+                compare,
+                front=members,
+                scenario=scenario,
+                slo_ms=slo_ms * scale,
+                interval_s=scale,
+                pods=args.replicas,
+                switch_delay_s=switch_delay_s,
+            )
             predicted = {
-                **compare(
-                    {"policy": spec.policy()},
-                    members,
-                    scenario,
-                    slo_ms * scale,
-                    interval_s=scale,
-                    pods=args.replicas,
-                    switch_delay_s=switch_delay_s,
-                ),
-                **compare(
-                    {ADMITTED_RUN: spec.policy()},
-                    members,
-                    scenario,
-                    slo_ms * scale,
-                    interval_s=scale,
-                    pods=args.replicas,
-                    switch_delay_s=switch_delay_s,
-                    admission=admission,
-                ),
+                **predict({"policy": spec.policy()}),
+                **predict({ADMITTED_RUN: spec.policy()}, admission=admission),
             }
             for label, run in serve_each(
                 fleet,
