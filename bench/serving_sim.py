@@ -37,6 +37,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from compass.commands.common import add_admission_arguments, admission_quantile
+from compass.console import UsageError
 from compass.domain.admission import Admission, AdmissionPoint
 from compass.domain.elastico import Elastico
 from compass.domain.oracle import hindsight_oracle
@@ -174,20 +176,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=[a.value for a in QueueAggregate],
         help="the pods' queues as the policy sees them",
     )
-    parser.add_argument(
-        "--admission-quantile",
-        type=float,
-        default=DEFAULT_ADMISSION_QUANTILE,
-        help="the +adm strategies drop a request whose wait plus this quantile of its service "
-        "time exceeds the SLO",
-    )
-    parser.add_argument(
-        "--admission-at",
-        default=AdmissionPoint.DISPATCH.value,
-        choices=[a.value for a in AdmissionPoint],
-        help="judge each request when an instance takes it up, on its real wait (what a live "
-        "router does), or at arrival, on a predicted wait",
-    )
+    add_admission_arguments(parser, str(DEFAULT_ADMISSION_QUANTILE))
     args = parser.parse_args(argv)
     if args.pods < 1:
         parser.error("--pods must be >= 1")
@@ -195,8 +184,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--seeds and --jobs must be >= 1")
     if args.seed_offset < 0:
         parser.error("--seed-offset must be >= 0")
-    if not 0 < args.admission_quantile < 1:
-        parser.error("--admission-quantile must be in (0, 1), e.g. 0.5")
+    try:
+        args.admission_quantile = admission_quantile(args, DEFAULT_ADMISSION_QUANTILE)
+    except UsageError as error:
+        parser.error(str(error))
     return args
 
 

@@ -39,7 +39,14 @@ from typing import Any
 import numpy as np
 
 from compass.api.paretopolicy import Hysteresis, spec_for_plan
-from compass.commands.common import add_pattern_arguments, pattern_from_args, read_trace
+from compass.commands.common import (
+    add_admission_arguments,
+    add_pattern_arguments,
+    admission_quantile,
+    pattern_from_args,
+    read_trace,
+)
+from compass.console import UsageError
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
@@ -90,12 +97,7 @@ def main() -> int:
     parser.add_argument("--slos", default="750,1000,1500", help="SLOs in ms at the paper's scale")
     parser.add_argument("--profile-runs", type=int, default=40)
     parser.add_argument("--runs", default=",".join(RUNS), help="which runs, comma-separated")
-    parser.add_argument(
-        "--admission-quantile",
-        type=float,
-        default=0.5,
-        help="policy+adm: a request is judged on this quantile of each configuration's time",
-    )
+    add_admission_arguments(parser, "0.5", where=False)
     parser.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
     parser.add_argument(
         "--strategy",
@@ -113,8 +115,10 @@ def main() -> int:
         args.base_qps = "1"  # validated now, set once the fastest is profiled
     if args.replicas < 1:
         parser.error("--replicas: give 1 or more")
-    if not 0 < args.admission_quantile < 1:
-        parser.error("--admission-quantile: give a quantile in (0, 1), e.g. 0.5")
+    try:
+        quantile = admission_quantile(args, 0.5)
+    except UsageError as error:
+        parser.error(str(error))
     unknown = set(args.runs.split(",")) - set(RUNS)
     if unknown:
         parser.error(
@@ -212,9 +216,7 @@ def main() -> int:
                 strategy=Strategy(args.strategy),
             )
             members = [t.profile for t in plan.thresholds]
-            admission = Admission(
-                slo_ms * scale, args.admission_quantile, at=AdmissionPoint.DISPATCH
-            )
+            admission = Admission(slo_ms * scale, quantile, at=AdmissionPoint.DISPATCH)
             predict = partial(
                 compare,
                 front=members,

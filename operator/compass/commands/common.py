@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.console import UsageError, fail, parse_number, parse_seed
+from compass.domain.admission import AdmissionPoint
 from compass.domain.planner import PlanError
 from compass.domain.simulator import LoadPattern, PatternKind, SimulationError, make_pattern
 from compass.domain.space import describe_number, explain_validation_error
@@ -188,6 +189,41 @@ def add_pattern_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", default="180", help="seconds of load (default 180)")
     parser.add_argument("--base-qps", default="1.5", help="base arrival rate (default 1.5)")
     parser.add_argument("--seed", default="0", help="seed of the arrivals and service times")
+
+
+# ---------------------------------------------------------------------------- admission
+
+
+def add_admission_arguments(
+    parser: argparse.ArgumentParser, default_quantile: str, *, where: bool = True
+) -> None:
+    """The admission flags `compass simulate` and the benches share: the quantile a request is
+    judged on and (``where``) whether at dispatch, as the live routers judge, or at arrival."""
+    parser.add_argument(
+        "--admission-quantile",
+        default=None,
+        help="with admission: the quantile of a request's own service time it is judged on "
+        f"(default {default_quantile})",
+    )
+    if where:
+        parser.add_argument(
+            "--admission-at",
+            default=AdmissionPoint.DISPATCH.value,
+            choices=[a.value for a in AdmissionPoint],
+            help="dispatch (default): judged when a router instance takes it up, on its real "
+            "wait, as the live routers do; arrival: on a predicted wait",
+        )
+
+
+def admission_quantile(args: argparse.Namespace, default: float) -> float:
+    """--admission-quantile, checked to lie in (0, 1); ``default`` when it is not given."""
+    flag = "--admission-quantile"
+    if args.admission_quantile is None:
+        return default
+    quantile = parse_number(flag, str(args.admission_quantile), "0.5", low=0, inclusive=False)
+    if quantile >= 1:
+        fail(flag, f"{quantile:g} is not < 1", f"pass e.g. {flag} 0.5")
+    return quantile
 
 
 def read_trace(path: Path) -> list[float]:

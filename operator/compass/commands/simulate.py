@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from compass.commands.common import (
+    add_admission_arguments,
     add_pattern_arguments,
+    admission_quantile,
     check_not_input,
     check_output,
     load_policy,
@@ -74,19 +76,7 @@ def register(commands: Any) -> None:
         "that brings it in time, else refuse it; the baselines serve everything (on by "
         "itself when the policy has admission.enabled)",
     )
-    simulate.add_argument(
-        "--admission-quantile",
-        default=None,
-        help="with admission: the quantile of a request's own service time it is judged on "
-        "(default: the policy's admission.quantile, 0.5)",
-    )
-    simulate.add_argument(
-        "--admission-at",
-        default=AdmissionPoint.DISPATCH.value,
-        choices=[a.value for a in AdmissionPoint],
-        help="dispatch (default): judged when a router instance takes it up, on its real "
-        "wait, as the live routers do; arrival: on a predicted wait",
-    )
+    add_admission_arguments(simulate, "the policy's admission.quantile, 0.5")
     simulate.add_argument(
         "--timeline",
         default=DEFAULT_TIMELINE,
@@ -189,14 +179,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     front = [t.profile for t in policy.plan.thresholds]
     admission = None
     if args.admission or spec.admission.enabled:
-        flag = "--admission-quantile"
-        quantile = spec.admission.quantile
-        if args.admission_quantile is not None:
-            quantile = parse_number(
-                flag, str(args.admission_quantile), "0.5", low=0, inclusive=False
-            )
-        if quantile >= 1:
-            fail(flag, f"{quantile:g} is not < 1", f"pass e.g. {flag} 0.5")
+        quantile = admission_quantile(args, spec.admission.quantile)
         admission = Admission(spec.slo.latency_ms, quantile, at=AdmissionPoint(args.admission_at))
     scenario = make_scenario(pattern, seed)
     reports = compare(
