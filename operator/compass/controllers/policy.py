@@ -20,6 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from pydantic import ValidationError
@@ -121,9 +122,10 @@ class CompiledPolicy:
         """The planned front and its thresholds."""
         return self.policy.plan
 
-    @property
+    @cached_property
     def admission(self) -> dict[str, Any] | None:
-        """The table every router gets with each switch (None: admission off)."""
+        """The table every router gets with each switch (None: admission off); built once a
+        generation, not every tick."""
         return self.spec.admission_table(self.plan)
 
 
