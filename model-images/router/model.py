@@ -423,7 +423,6 @@ class TritonPythonModel:
             "routing": routing,
             "previous": None if previous is None else routing_key(previous),
             "changed": active != previous,
-            "admission": os.path.exists(self.admission_file),
         }
         return pb_utils.InferenceResponse(
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", routing or "")]
