@@ -260,8 +260,12 @@ def serve_each(
     policy and ``admission`` (the routers' table, ``policy+adm``); each run as it ends."""
     # The policies start from the fastest eligible member; ``labels`` picks which runs to make.
     first = plan.eligible[0]
-    starts = {"fastest": 0, "accurate": len(plan.thresholds) - 1, "policy": first}
-    starts[ADMITTED_RUN] = first
+    starts = {
+        "fastest": 0,
+        "accurate": len(plan.thresholds) - 1,
+        "policy": first,
+        ADMITTED_RUN: first,
+    }
     for label in (label for label in RUNS if label in labels):
         admitted = label == ADMITTED_RUN
         if admitted and admission is None:
