@@ -37,12 +37,17 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from compass.commands.common import add_admission_arguments, admission_quantile
+from compass.commands.common import (
+    add_admission_arguments,
+    admission_degrade_after,
+    admission_quantile,
+)
 from compass.console import UsageError
-from compass.domain.admission import Admission, AdmissionPoint
+from compass.domain.admission import DEFAULT_DEGRADE_AFTER, Admission, AdmissionPoint
 from compass.domain.elastico import Elastico
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
+from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import (
     Controller,
@@ -75,8 +80,10 @@ STRATEGIES = {
     "split": "split",
     "elastico+adm": "policy+adm",
     "split+adm": "split+adm",
+    "predictive": "predictive",
+    "predictive+adm": "predictive+adm",
 }
-ADMITTED = {"policy+adm": "policy", "split+adm": "split"}
+ADMITTED = {"policy+adm": "policy", "split+adm": "split", "predictive+adm": "predictive"}
 DEFAULT_ADMISSION_QUANTILE = 0.5
 ORACLE_WINDOW_S = 5.0
 # Issue 14's floors: compliance within this of static fastest in every cell, and accuracy gain
@@ -112,6 +119,7 @@ class Job:
     aggregate: QueueAggregate = QueueAggregate.MEAN
     admission_quantile: float = DEFAULT_ADMISSION_QUANTILE
     admission_at: AdmissionPoint = AdmissionPoint.DISPATCH
+    degrade_after: float = DEFAULT_DEGRADE_AFTER
 
 
 # Per policy: (SLO compliance %, mean accuracy, switches, requests, dropped %).
@@ -131,9 +139,12 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
     for model, plan in plans.items():
         controllers[POLICY[model]] = Elastico(plan)
     controllers["split"] = Split(plans[ThresholdModel.TAIL])
+    controllers["predictive"] = Predictive(plans[ThresholdModel.TAIL])
     for label, plain in ADMITTED.items():
         controllers[label] = controllers[plain]
-    admission = Admission(job.slo_ms, job.admission_quantile, at=job.admission_at)
+    admission = Admission(
+        job.slo_ms, job.admission_quantile, at=job.admission_at, degrade_after=job.degrade_after
+    )
     outcome: Outcome = {}
     for label, controller in controllers.items():
         report = simulate(
@@ -186,6 +197,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--seed-offset must be >= 0")
     try:
         args.admission_quantile = admission_quantile(args, DEFAULT_ADMISSION_QUANTILE)
+        args.degrade_after = admission_degrade_after(args, DEFAULT_DEGRADE_AFTER)
     except UsageError as error:
         parser.error(str(error))
     return args
@@ -372,6 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             QueueAggregate(args.aggregate),
             args.admission_quantile,
             AdmissionPoint(args.admission_at),
+            args.degrade_after,
         )
         for slo in slos
         for pattern in patterns

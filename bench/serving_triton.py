@@ -3,7 +3,7 @@
     python bench/serving_triton.py [--replicas 2] [--pattern spike] [--time-scale 0.25]
                                    [--slos 750,1000,1500] [--seed 0] [--json PATH]
                                    [--runs fastest,accurate,policy,policy+adm]
-                                   [--admission-quantile 0.5]
+                                   [--admission-quantile 0.5] [--degrade-after 0.25]
 
 Everything runs for real on this machine: N tritonservers (nvidia-pytriton's CPU build), each
 on its own loopback address like pods behind a Service, serving rag-sim; the open-loop load
@@ -42,6 +42,7 @@ from compass.api.paretopolicy import Hysteresis, spec_for_plan
 from compass.commands.common import (
     add_admission_arguments,
     add_pattern_arguments,
+    admission_degrade_after,
     admission_quantile,
     pattern_from_args,
     read_trace,
@@ -50,7 +51,12 @@ from compass.console import UsageError
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
-from compass.domain.admission import Admission, AdmissionPoint, router_admission
+from compass.domain.admission import (
+    DEFAULT_DEGRADE_AFTER,
+    Admission,
+    AdmissionPoint,
+    router_admission,
+)
 from compass.domain.planner import Slo, plan_from_profiles
 from compass.domain.profiles import parse_profiles
 from compass.domain.simulator import (
@@ -117,6 +123,7 @@ def main() -> int:
         parser.error("--replicas: give 1 or more")
     try:
         quantile = admission_quantile(args, 0.5)
+        degrade_after = admission_degrade_after(args, DEFAULT_DEGRADE_AFTER)
     except UsageError as error:
         parser.error(str(error))
     unknown = set(args.runs.split(",")) - set(RUNS)
@@ -216,7 +223,9 @@ def main() -> int:
                 strategy=Strategy(args.strategy),
             )
             members = [t.profile for t in plan.thresholds]
-            admission = Admission(slo_ms * scale, quantile, at=AdmissionPoint.DISPATCH)
+            admission = Admission(
+                slo_ms * scale, quantile, at=AdmissionPoint.DISPATCH, degrade_after=degrade_after
+            )
             predict = partial(
                 compare,
                 front=members,

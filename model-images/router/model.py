@@ -32,9 +32,10 @@ service time at a quantile, in ms, and the fastest's key), kept in a second stat
 that carries its deadline (request parameter ``compass_deadline_ns``: ns since the epoch, set by
 the client or gateway that owns the SLO) is judged when an instance takes it up, which is when
 its wait is known: Triton queues a request before the router sees it. It is served as routed if
-that configuration's time fits what is left of its deadline, else on the fastest if that fits,
-else refused with UNAVAILABLE ("compass admission: late ..."), so that it costs the requests
-behind it nothing. Requests without a deadline, and overrides, are served as before.
+that configuration's time fits what is left of its deadline and at least ``degrade_below_ms``
+is left (less means it waited long, so a queue stands behind it: the fastest shortens it),
+else on the fastest if that fits, else refused with UNAVAILABLE ("compass admission: late
+..."), so that it costs the requests behind it nothing. Requests without a deadline, and overrides, are served as before.
 """
 
 import contextlib
@@ -231,7 +232,14 @@ def check_admission(table):
     fastest = canonical(json.loads(table.get("fastest") or "null") or {})
     if fastest not in quantiles:
         raise ValueError("admission: fastest is not one of the quantiles' configurations")
-    return {"quantiles_ms": quantiles, "fastest": fastest}
+    below = table.get("degrade_below_ms", 0.0)
+    if (
+        isinstance(below, bool)
+        or not isinstance(below, (int, float))
+        or not 0 <= below < float("inf")
+    ):
+        raise ValueError(f"admission: degrade_below_ms {below!r} is not a time in ms >= 0")
+    return {"quantiles_ms": quantiles, "fastest": fastest, "degrade_below_ms": float(below)}
 
 
 class Admission:
@@ -271,11 +279,13 @@ class Admission:
             raise ValueError(
                 f"{DEADLINE_PARAMETER} {deadline_ns!r} is not an integer: give ns since the epoch"
             ) from None
-        if own <= left_ms:
-            return key
         fastest = table["fastest"]
+        if own <= left_ms and left_ms >= table["degrade_below_ms"]:
+            return key
         if table["quantiles_ms"][fastest] <= left_ms:
             return fastest
+        if own <= left_ms:
+            return key
         raise LateError(
             f"{LATE_MESSAGE}: {max(left_ms, 0.0):.0f} ms of its deadline left, the fastest "
             f"configuration needs {table['quantiles_ms'][fastest]:.0f} ms; retry later"

@@ -54,6 +54,21 @@ def test_a_request_that_would_be_late_is_served_on_the_fastest(admitting: Triton
     assert override.config == config_key(ACCURATE)
 
 
+def test_a_request_that_waited_long_is_served_on_the_fastest(router: TritonRouter) -> None:
+    """With degrade_below_ms, a request with less than that left (it waited: a queue stands
+    behind it) is served on the fastest although ACCURATE would still fit; more left, as
+    routed."""
+    router.admission = {**_table(100.0), "degrade_below_ms": 30_000.0}
+    router.switch(ACCURATE)
+    try:
+        waited = router.infer({"sample": 0}, deadline_ns=_in(20.0))
+        fresh = router.infer({"sample": 1}, deadline_ns=_in(60.0))
+    finally:
+        router.admission = None
+    assert waited.config == config_key(FASTEST)
+    assert fresh.config == config_key(ACCURATE)
+
+
 def test_a_request_late_whatever_serves_it_is_refused_with_the_reason(
     admitting: TritonRouter,
 ) -> None:
@@ -85,6 +100,9 @@ def test_admission_is_off_after_a_switch_without_a_table(admitting: TritonRouter
 def test_a_bad_table_is_refused_and_changes_nothing(admitting: TritonRouter) -> None:
     admitting.admission = {"quantiles_ms": {config_key(ACCURATE): -1}, "fastest": "{}"}
     with pytest.raises(RoutingError, match="admission: quantile -1"):
+        admitting.switch(FASTEST)
+    admitting.admission = {**_table(1.0), "degrade_below_ms": "soon"}
+    with pytest.raises(RoutingError, match="admission: degrade_below_ms 'soon'"):
         admitting.switch(FASTEST)
     admitting.admission = None
     assert admitting.active_config() == config_key(ACCURATE)

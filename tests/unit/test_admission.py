@@ -190,12 +190,27 @@ def test_a_measured_capacity_curve_makes_a_batching_pods_prediction_hold() -> No
 
 
 def test_at_dispatch_the_real_wait_decides() -> None:
-    rule = Admission(1000, at=AdmissionPoint.DISPATCH)
+    rule = Admission(1000, at=AdmissionPoint.DISPATCH, degrade_after=1.0)
     assert judge_at_dispatch(rule, 500, routed_ms=300, fastest_ms=100) is Verdict.SERVE
     assert judge_at_dispatch(rule, 200, routed_ms=300, fastest_ms=100) is Verdict.FASTEST
     assert judge_at_dispatch(rule, 50, routed_ms=300, fastest_ms=100) is Verdict.DROP
     keep = dataclasses.replace(rule, degrade=False)
     assert judge_at_dispatch(keep, 200, routed_ms=300, fastest_ms=100) is Verdict.DROP
+
+
+def test_at_dispatch_a_long_wait_is_served_on_the_fastest() -> None:
+    """Past degrade_after of the SLO waited (a queue behind it), the fastest serves even a
+    request its routed member would bring in time; where only the routed one fits, it does."""
+    rule = Admission(1000, at=AdmissionPoint.DISPATCH, degrade_after=0.25)
+    assert judge_at_dispatch(rule, 800, routed_ms=300, fastest_ms=100) is Verdict.SERVE
+    assert judge_at_dispatch(rule, 700, routed_ms=300, fastest_ms=100) is Verdict.FASTEST
+    assert judge_at_dispatch(rule, 700, routed_ms=300, fastest_ms=750) is Verdict.SERVE
+    assert judge_at_dispatch(rule, 50, routed_ms=300, fastest_ms=100) is Verdict.DROP
+    keep = dataclasses.replace(rule, degrade=False)
+    assert judge_at_dispatch(keep, 700, routed_ms=300, fastest_ms=100) is Verdict.SERVE
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(AdmissionError, match="degradeAfter"):
+            Admission(1000, degrade_after=bad)
 
 
 @pytest.mark.parametrize("pod_model", [PodModel(), PodModel(2, RAG_SIM_STAGES)])
@@ -206,7 +221,7 @@ def test_admission_at_dispatch_serves_in_time_what_it_serves(pod_model: PodModel
     scenario = spike()
     controller = StaticController("slow", 1)
     plain = simulate(controller, FRONT, scenario, 1000, pod_model=pod_model)
-    rule = Admission(1000, at=AdmissionPoint.DISPATCH)
+    rule = Admission(1000, at=AdmissionPoint.DISPATCH, degrade_after=1.0)
     run = simulate(controller, FRONT, scenario, 1000, pod_model=pod_model, admission=rule)
     assert run.compliance > plain.compliance + 10
     waited_ms = (run.starts_s - run.arrivals_s) * 1000
@@ -219,11 +234,21 @@ def test_admission_at_dispatch_serves_in_time_what_it_serves(pod_model: PodModel
     assert (run.finishes_s[dropped] == run.starts_s[dropped]).all()
     assert (waited_ms[on_fast] > 1000 - own[1]).all()
     assert (waited_ms[on_slow] <= 1000 - own[1]).all()
+    # Degrading after a quarter of the SLO waited: the slow member serves only short waits,
+    # and the queue it leaves is shorter (fewer dropped).
+    early = dataclasses.replace(rule, degrade_after=0.25)
+    quick = simulate(controller, FRONT, scenario, 1000, pod_model=pod_model, admission=early)
+    quick_waited_ms = (quick.starts_s - quick.arrivals_s) * 1000
+    assert (quick_waited_ms[quick.configs == 1] <= 250).all()
+    assert quick.dropped.sum() < run.dropped.sum()
 
 
 def test_the_router_gets_each_members_quantile_by_key() -> None:
-    table = router_admission(FRONT, Admission(1000, 0.5), time_scale=0.5)
+    table = router_admission(FRONT, Admission(1000, 0.5, degrade_after=0.25), time_scale=0.5)
     assert table["fastest"] == FAST.key
+    assert table["degrade_below_ms"] == pytest.approx(750 * 0.5)
+    undegraded = router_admission(FRONT, Admission(1000, degrade=False))
+    assert undegraded["degrade_below_ms"] == 0
     assert table["quantiles_ms"][SLOW.key] == pytest.approx(150, rel=0.01)
     with pytest.raises(AdmissionError, match="front: empty"):
         router_admission([], Admission(1000))

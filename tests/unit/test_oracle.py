@@ -7,8 +7,8 @@ import pytest
 from profiles_for_tests import normal_profile as profile
 
 from compass.domain.elastico import Elastico
-from compass.domain.mix import Mix
-from compass.domain.oracle import accuracy_hull, hindsight_oracle
+from compass.domain.mix import Mix, accuracy_hull
+from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, plan_thresholds
 from compass.domain.simulator import (
     SimulationError,
@@ -30,7 +30,7 @@ FRONT = [
 def test_the_hull_drops_members_a_mix_of_their_neighbours_beats() -> None:
     assert accuracy_hull(FRONT) == (0, 2, 3)
     assert accuracy_hull(FRONT[:1]) == (0,)
-    with pytest.raises(SimulationError, match="front"):
+    with pytest.raises(ValueError, match="front"):
         accuracy_hull([])
 
 

@@ -29,7 +29,12 @@ from compass.api.meta import (
 )
 from compass.api.rules import CelRule, cel_rules
 from compass.api.urls import MAX_URL_LENGTH, cel_matches_url, url_problem
-from compass.domain.admission import Admission, AdmissionPoint, router_admission
+from compass.domain.admission import (
+    DEFAULT_DEGRADE_AFTER,
+    Admission,
+    AdmissionPoint,
+    router_admission,
+)
 from compass.domain.capacity import MAX_CURVE_POINTS, CapacityCurve, CapacityError, parse_curve
 from compass.domain.elastico import (
     DEFAULT_COOLDOWN_EXPONENT,
@@ -37,7 +42,6 @@ from compass.domain.elastico import (
     DEFAULT_INTERVAL_S,
     DEFAULT_STALE_AFTER_S,
     MAX_BURST_MEMORY_S,
-    Elastico,
     ElasticoSettings,
     MetricsLoss,
 )
@@ -45,8 +49,7 @@ from compass.domain.evaluation import ParamValue
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile
 from compass.domain.space import MAX_PARAMETERS, config_key
-from compass.domain.split import Split
-from compass.domain.strategy import Strategy, build_policy
+from compass.domain.strategy import Policy, Strategy, build_policy
 
 DEFAULT_SLACK_BUFFER_MS = 50.0
 # The sound model is the default: at 1.5 requests/s and a 500 ms SLO the paper's model keeps
@@ -628,6 +631,16 @@ class AdmissionSettings(CamelModel):
             "(0.5: refuse only what is more likely late than not).",
         ),
     ] = 0.5
+    degrade_after: Annotated[
+        float,
+        Field(
+            gt=0,
+            le=1,
+            description="A request that has waited more than this share of the SLO is served on "
+            "the fastest entry even where its routed one would fit: a long wait means a queue "
+            "behind it, and the fastest shortens it at once (1: only what would be late).",
+        ),
+    ] = DEFAULT_DEGRADE_AFTER
 
 
 class ServingSettings(CamelModel):
@@ -692,7 +705,10 @@ class ServingSettings(CamelModel):
         default=Strategy.ELASTICO,
         description="elastico: switch between front members (the paper's policy); split: also "
         "serve a share of the requests (5% steps) with the next more accurate member, so "
-        "capacity and accuracy move in small steps (bench/serving_sim.py compares them).",
+        "capacity and accuracy move in small steps; predictive: each interval, the most accurate "
+        "mix along the front whose next 10 s, forecast from the queue and the arrival rate, "
+        "misses at most 5% more than the fastest would (meant to run with admission; "
+        "bench/serving_sim.py compares them).",
     )
 
 
@@ -754,7 +770,7 @@ class ParetoPolicySpec(ServingSettings):
             burst_memory_s=self.hysteresis.burst_memory_seconds,
         )
 
-    def policy(self) -> Elastico | Split:
+    def policy(self) -> Policy:
         """The runtime policy this spec describes: its strategy over its plan."""
         return build_policy(self.strategy, self.plan(), self.settings())
 
@@ -763,7 +779,12 @@ class ParetoPolicySpec(ServingSettings):
         spec's plan (None: admission off)."""
         if not self.admission.enabled:
             return None
-        rule = Admission(self.slo.latency_ms, self.admission.quantile, at=AdmissionPoint.DISPATCH)
+        rule = Admission(
+            self.slo.latency_ms,
+            self.admission.quantile,
+            at=AdmissionPoint.DISPATCH,
+            degrade_after=self.admission.degrade_after,
+        )
         return router_admission([t.profile for t in plan.thresholds], rule)
 
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.console import UsageError, fail, parse_number, parse_seed
-from compass.domain.admission import AdmissionPoint
+from compass.domain.admission import DEFAULT_DEGRADE_AFTER, AdmissionPoint
 from compass.domain.planner import PlanError
 from compass.domain.simulator import LoadPattern, PatternKind, SimulationError, make_pattern
 from compass.domain.space import describe_number, explain_validation_error
@@ -205,6 +205,13 @@ def add_admission_arguments(
         help="with admission: the quantile of a request's own service time it is judged on "
         f"(default {default_quantile})",
     )
+    parser.add_argument(
+        "--degrade-after",
+        default=None,
+        help="with admission: the share of the SLO a request may have waited and still be served "
+        f"as routed; past it, on the fastest (default {DEFAULT_DEGRADE_AFTER}; 1: only what would "
+        "be late)",
+    )
     if where:
         parser.add_argument(
             "--admission-at",
@@ -224,6 +231,17 @@ def admission_quantile(args: argparse.Namespace, default: float) -> float:
     if quantile >= 1:
         fail(flag, f"{quantile:g} is not < 1", f"pass e.g. {flag} 0.5")
     return quantile
+
+
+def admission_degrade_after(args: argparse.Namespace, default: float) -> float:
+    """--degrade-after, checked to lie in (0, 1]; ``default`` when it is not given."""
+    flag = "--degrade-after"
+    if args.degrade_after is None:
+        return default
+    share = parse_number(flag, str(args.degrade_after), "0.25", low=0, inclusive=False)
+    if share > 1:
+        fail(flag, f"{share:g} is not <= 1", f"pass e.g. {flag} 0.25")
+    return share
 
 
 def read_trace(path: Path) -> list[float]:

@@ -11,6 +11,7 @@ from typing import Any
 from compass.commands.common import (
     add_admission_arguments,
     add_pattern_arguments,
+    admission_degrade_after,
     admission_quantile,
     check_not_input,
     check_output,
@@ -180,7 +181,13 @@ def simulate_command(args: argparse.Namespace) -> int:
     admission = None
     if args.admission or spec.admission.enabled:
         quantile = admission_quantile(args, spec.admission.quantile)
-        admission = Admission(spec.slo.latency_ms, quantile, at=AdmissionPoint(args.admission_at))
+        degrade_after = admission_degrade_after(args, spec.admission.degrade_after)
+        admission = Admission(
+            spec.slo.latency_ms,
+            quantile,
+            at=AdmissionPoint(args.admission_at),
+            degrade_after=degrade_after,
+        )
     scenario = make_scenario(pattern, seed)
     reports = compare(
         {"policy": policy},

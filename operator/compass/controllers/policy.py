@@ -55,10 +55,10 @@ from compass.controllers.targets import (
     resolve_url,
 )
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
-from compass.domain.elastico import Elastico, Observation, PolicyState, capacity_pressure
+from compass.domain.elastico import Observation, PolicyState, capacity_pressure
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, PlanError
-from compass.domain.split import Split
+from compass.domain.strategy import Policy
 
 # The kopf timer's period; intervalSeconds below it decide at every tick.
 TICK_S = 1.0
@@ -109,7 +109,7 @@ class CompiledPolicy:
 
     generation: int | None
     spec: ParetoPolicySpec
-    policy: Elastico | Split
+    policy: Policy
     grpc_address: str | None
     router_model: str
     metrics: MetricsTarget

@@ -283,6 +283,21 @@ def _arrivals_in(
     return total1 - total0, t1 - t0
 
 
+def record_arrivals(state: PolicyState, observation: Observation, keep_s: float) -> PolicyState:
+    """The state with the observation's arrivals counter sample added and samples older than
+    ``keep_s`` dropped (the one at the window's start kept); a counter that went down was
+    reset: start over. Without a counter, no samples."""
+    if observation.arrivals_total is None:
+        return replace(state, arrivals=())
+    samples = [s for s in state.arrivals if s[0] < observation.time]
+    if samples and observation.arrivals_total < samples[-1][1]:
+        samples = []
+    samples.append((observation.time, observation.arrivals_total))
+    keep_from = observation.time - keep_s
+    older = [i for i, (t, _) in enumerate(samples) if t <= keep_from]
+    return replace(state, arrivals=tuple(samples[older[-1] if older else 0 :]))
+
+
 def capacity_pressure(plan: Plan, active: str | None, queue_depth: float | None) -> float:
     """How far past what Elastico can absorb the pod is: 0 unless the fastest eligible entry is
     active and its queue is over that entry's stay limit; then (queue + 1) / (limit + 1).
@@ -382,16 +397,8 @@ class Elastico:
     # ------------------------------------------------------------------ evidence
 
     def _record(self, state: PolicyState, observation: Observation) -> PolicyState:
-        """Add the arrivals counter sample; a counter that went down was reset: start over."""
-        if observation.arrivals_total is None:
-            return replace(state, arrivals=())
-        samples = [s for s in state.arrivals if s[0] < observation.time]
-        if samples and observation.arrivals_total < samples[-1][1]:
-            samples = []
-        samples.append((observation.time, observation.arrivals_total))
-        keep_from = observation.time - min(self._longest_window(), MAX_HISTORY_S)
-        older = [i for i, (t, _) in enumerate(samples) if t <= keep_from]
-        return replace(state, arrivals=tuple(samples[older[-1] if older else 0 :]))
+        """Add the arrivals counter sample, keeping what the longest window needs."""
+        return record_arrivals(state, observation, min(self._longest_window(), MAX_HISTORY_S))
 
     def _longest_window(self) -> float:
         adaptive = STEADY_WINDOWS_S if self.settings.adaptive_rate else ()

@@ -10,10 +10,13 @@ average, and a window of a few seconds is what the queue and the SLO see.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from compass.domain.profiles import LatencyProfile
 
 # 5% steps: fine enough that the policy is not held back by the grid, coarse enough that a
 # window of 20 requests (a few seconds of traffic) is already exact.
@@ -95,3 +98,34 @@ class SmoothWeighting(Generic[T]):
 def mix_weighting(mix: Mix) -> SmoothWeighting[int]:
     """The round-robin that deals a mix's requests to its members."""
     return SmoothWeighting([(member, round(share * WEIGHT_STEPS)) for member, share in mix.shares])
+
+
+def accuracy_hull(front: Sequence[LatencyProfile]) -> tuple[int, ...]:
+    """Front indices on the upper concave hull of (mean service time, accuracy), fastest first."""
+    if not front:
+        raise ValueError("front: empty; give at least one profile")
+    hull = [0]
+    for index in range(1, len(front)):
+        point = front[index]
+        if point.accuracy <= front[hull[-1]].accuracy or point.mean_ms <= front[hull[-1]].mean_ms:
+            continue
+        while len(hull) >= 2:
+            a, b = front[hull[-2]], front[hull[-1]]
+            # b is under the chord from a to the new point: a mix of those two beats it.
+            left = (b.accuracy - a.accuracy) * (point.mean_ms - a.mean_ms)
+            right = (point.accuracy - a.accuracy) * (b.mean_ms - a.mean_ms)
+            if left > right:
+                break
+            hull.pop()
+        hull.append(index)
+    return tuple(hull)
+
+
+def hull_mixes(hull: Sequence[int]) -> list[Mix]:
+    """Every mix of neighbours along the hull in weight steps, fastest first: the positions a
+    strategy that moves along the whole front chooses between."""
+    return [Mix(hull[0])] + [
+        Mix(base, blend, step / WEIGHT_STEPS)
+        for base, blend in itertools.pairwise(hull)
+        for step in range(1, WEIGHT_STEPS + 1)
+    ]

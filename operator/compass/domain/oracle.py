@@ -25,7 +25,6 @@ bench checks for that.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from compass.domain.mix import WEIGHT_STEPS, Mix, SmoothWeighting, mix_weighting
+from compass.domain.mix import Mix, SmoothWeighting, accuracy_hull, hull_mixes, mix_weighting
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import Scenario, SimulationError
 
@@ -51,27 +50,6 @@ class OracleReport:
     requests: int
     window_s: float
     mixes: tuple[Mix, ...]
-
-
-def accuracy_hull(front: Sequence[LatencyProfile]) -> tuple[int, ...]:
-    """Front indices on the upper concave hull of (mean service time, accuracy), fastest first."""
-    if not front:
-        raise SimulationError("front", "empty", "give at least one profile")
-    hull = [0]
-    for index in range(1, len(front)):
-        point = front[index]
-        if point.accuracy <= front[hull[-1]].accuracy or point.mean_ms <= front[hull[-1]].mean_ms:
-            continue
-        while len(hull) >= 2:
-            a, b = front[hull[-2]], front[hull[-1]]
-            # b is under the chord from a to the new point: a mix of those two beats it.
-            left = (b.accuracy - a.accuracy) * (point.mean_ms - a.mean_ms)
-            right = (point.accuracy - a.accuracy) * (b.mean_ms - a.mean_ms)
-            if left > right:
-                break
-            hull.pop()
-        hull.append(index)
-    return tuple(hull)
 
 
 @dataclass
@@ -152,11 +130,7 @@ def hindsight_oracle(
     for index, requests in enumerate(windows):
         targets.append(_serve(requests, fastest, reference, arrivals, assigned, service_s, slo_s))
         backlogs.append(max(reference.backlog_s((index + 1) * window_s), slo_s * pods))
-    positions = [Mix(hull[0])] + [
-        Mix(base, blend, step / WEIGHT_STEPS)
-        for base, blend in itertools.pairwise(hull)
-        for step in range(1, WEIGHT_STEPS + 1)
-    ]
+    positions = hull_mixes(hull)
     state = _Pods([0.0] * pods)
     configs = np.zeros(n, dtype=np.int64)
     latencies = np.zeros(n)

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from compass.domain.elastico import Decision, Elastico, ElasticoSettings, Observation, PolicyState
 from compass.domain.planner import Plan
+from compass.domain.predictive import Predictive
 from compass.domain.split import Split
 
 
@@ -20,6 +21,7 @@ class Strategy(StrEnum):
 
     ELASTICO = "elastico"
     SPLIT = "split"
+    PREDICTIVE = "predictive"
 
 
 class Policy(Protocol):
@@ -43,9 +45,11 @@ class Policy(Protocol):
 
 def build_policy(
     strategy: Strategy, plan: Plan, settings: ElasticoSettings | None = None
-) -> Elastico | Split:
+) -> Policy:
     """The policy of this strategy over the plan."""
     settings = settings or ElasticoSettings()
     if Strategy(strategy) is Strategy.SPLIT:
         return Split(plan, settings)
+    if Strategy(strategy) is Strategy.PREDICTIVE:
+        return Predictive(plan, settings)
     return Elastico(plan, settings)

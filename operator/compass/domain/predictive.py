@@ -1,0 +1,286 @@
+"""The predictive strategy: each interval, the most accurate mix whose near future looks safe.
+
+Elastico and split guard every climb with a cooldown and steady-state rate limits, which keeps
+them safe in bursts and slow everywhere else: the most accurate member of the paper's front
+waits 82 s of calm. This strategy looks ahead instead. Each interval it forecasts the next
+``horizon_s`` seconds from what it knows now (the queue, and the arrival rate's confidence
+bound from the longest steady window of the arrivals counter) and serves the most accurate mix
+along the front's accuracy hull (``compass.domain.mix.hull_mixes``, 5% steps) under which the
+requests of that horizon miss the SLO at most ``risk`` more often than the fastest member
+would, starting idle. The comparison is with the fastest *from idle*, not from the queue the
+policy built, so a queue the policy let grow counts against it and cannot creep.
+
+The forecast is a Monte Carlo of ``PATHS`` arrival paths (Poisson at the forecast rate) and
+service times drawn from each member's profile, the same draws for every mix (common random
+numbers, fixed seed): the decision is deterministic, and two mixes differ only by what they
+serve. It runs the pod's router instances (``plan.servers``) FIFO, as the simulator does.
+
+A climb is judged at a higher confidence bound of the rate (``CLIMB_CONFIDENCE``) than a stay
+(``STAY_CONFIDENCE``): the same asymmetry as Elastico's, without its timers. A burst shows in the
+queue and shortens the steady window at once, so the next look moves to a faster mix. What
+protects the requests queued when a burst starts is admission at dispatch (a request that has
+waited past ``degradeAfter`` of its budget is served on the fastest member): the strategy is
+measured with and without it (bench/serving_sim.py), and it is meant to run with it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from compass.domain.elastico import (
+    ENTER_CONFIDENCE,
+    STEADY_WINDOWS_S,
+    Action,
+    Decision,
+    ElasticoSettings,
+    MetricsLoss,
+    Observation,
+    PolicyState,
+    rate_upper_bound,
+    record_arrivals,
+    steady_window,
+)
+from compass.domain.mix import Mix, accuracy_hull, hull_mixes, mix_weighting
+from compass.domain.planner import Plan
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+# The forecast: how far ahead, over how many arrival paths, and how much worse than the fastest
+# from idle its requests may fare. 10 s is several intervals (a mix is re-judged long before its
+# horizon ends) and short enough that the rate of the last steady window still holds; the
+# risk was chosen on bench/serving_sim.py with admission (see its strategies section).
+DEFAULT_HORIZON_S = 10.0
+DEFAULT_RISK = 0.05
+PATHS = 64
+SEED = 20261126
+# The rate a stay is judged on, and the higher one a climb must fit.
+STAY_CONFIDENCE = ENTER_CONFIDENCE
+CLIMB_CONFIDENCE = 0.9
+# Before a steady window this long the rate is not known: serve the fastest.
+MIN_EVIDENCE_S = 2.0
+# Requests one path holds at most (a higher forecast shortens the horizon).
+MAX_PATH_REQUESTS = 2000
+
+
+class _Paths:
+    """The forecast's random draws, fixed at construction: unit-rate inter-arrival times and
+    every member's service time (s) for each path and request."""
+
+    def __init__(self, plan: Plan, requests: int) -> None:
+        rng = np.random.default_rng(SEED)
+        self.gaps: FloatArray = rng.exponential(size=(PATHS, requests))
+        luck = rng.uniform(size=(PATHS, requests))
+        profiles = [t.profile for t in plan.thresholds]
+        self.service_s: FloatArray = np.stack(
+            [p.distribution.quantile(luck) / 1000 for p in profiles]
+        )
+        self.requests = requests
+        self._dealt: dict[Mix, IntArray] = {}
+
+    def dealt(self, mix: Mix) -> IntArray:
+        """The member serving each request in turn under the mix (its router's round-robin)."""
+        members = self._dealt.get(mix)
+        if members is None:
+            weighting = mix_weighting(mix)
+            members = np.array([weighting.pick() for _ in range(self.requests)], dtype=np.int64)
+            self._dealt[mix] = members
+        return members
+
+
+@dataclass(frozen=True)
+class Predictive:
+    """The predictive strategy over one plan (see the module docstring)."""
+
+    plan: Plan
+    settings: ElasticoSettings = field(default_factory=ElasticoSettings)
+    risk: float = DEFAULT_RISK
+    horizon_s: float = DEFAULT_HORIZON_S
+    positions: tuple[Mix, ...] = field(init=False, repr=False, compare=False)
+    paths: _Paths = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.risk < 1:
+            raise ValueError(f"risk: {self.risk!r} is not in [0, 1); give e.g. {DEFAULT_RISK}")
+        if not 0 < self.horizon_s <= max(STEADY_WINDOWS_S):
+            raise ValueError(
+                f"horizon_s: {self.horizon_s!r} is not in (0, {max(STEADY_WINDOWS_S):g}]; "
+                f"give e.g. {DEFAULT_HORIZON_S:g}"
+            )
+        eligible = self.plan.eligible
+        hull = accuracy_hull([self.plan.thresholds[i].profile for i in eligible])
+        object.__setattr__(self, "positions", tuple(hull_mixes([eligible[i] for i in hull])))
+        object.__setattr__(self, "paths", _Paths(self.plan, MAX_PATH_REQUESTS))
+
+    @property
+    def fastest(self) -> Mix:
+        """The fastest eligible member alone (the safe default)."""
+        return self.positions[0]
+
+    def initial_state(self, now: float) -> PolicyState:
+        """A fresh policy starts on the fastest eligible member alone."""
+        name = self.plan.names[self.fastest.base]
+        return PolicyState(active=name, active_since=now, last_reason="initial: fastest")
+
+    def decide(
+        self, observation: Observation | None, state: PolicyState, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """The mix to serve after this observation, and the policy's new state."""
+        current = self._mix_of(state)
+        if current is None:
+            reason = "active mix not on the front's hull: fastest"
+            return self._route(state, self.fastest, reason, now, fallback=True)
+        if self.settings.paused:
+            return self._route(state, current, "paused", now)
+        if observation is None or now - observation.time > self.settings.stale_after_s:
+            return self._metrics_lost(state, current, observation, now)
+        keep = max(STEADY_WINDOWS_S) + self.settings.stale_after_s
+        state = replace(record_arrivals(state, observation, keep), observed_at=observation.time)
+        rates = self._rates(state, observation)
+        if rates is None:
+            return self._route(state, self.fastest, "no arrival rate known yet: fastest", now)
+        stay_rate, climb_rate = rates
+        depth = max(observation.queue_depth, 0.0)
+        reference: dict[float, float] = {}
+
+        def safe(position: int) -> bool:
+            mix = self.positions[position]
+            rate = climb_rate if mix.position > current.position + 1e-9 else stay_rate
+            if rate not in reference:
+                reference[rate] = self.miss_share(self.fastest, rate, 0.0, current)
+            return self.miss_share(mix, rate, depth, current) <= reference[rate] + self.risk
+
+        # The most accurate safe position, assuming (as the oracle does) that a more accurate
+        # mix never misses less.
+        low, high = 0, len(self.positions) - 1
+        if safe(high):
+            low = high
+        while low < high - 1:
+            middle = (low + high) // 2
+            low, high = (middle, high) if safe(middle) else (low, middle)
+        target = self.positions[low]
+        reason = (
+            f"forecast {stay_rate:.2f}/s per pod (climb {climb_rate:.2f}/s), queue {depth:g}: "
+            f"the most accurate mix within {self.risk:.0%} more misses than the fastest over "
+            f"{self.horizon_s:g} s"
+        )
+        return self._route(state, target, reason, now)
+
+    def miss_share(self, mix: Mix, rate: float, queued: float, active: Mix) -> float:
+        """The share of the next ``horizon_s`` of arrivals (Poisson at ``rate`` per s) that miss
+        the SLO if ``mix`` serves them and the ``queued`` requests ahead of them, the instances
+        busy with ``active``'s requests when anything is queued (else as often as the rate
+        keeps them: half a service left each)."""
+        if rate <= 0:
+            return 0.0
+        servers = max(self.plan.servers, 1)
+        ahead = min(round(queued), self.paths.requests - 1)
+        expected = rate * self.horizon_s
+        count = min(math.ceil(expected + 4 * math.sqrt(expected) + 3), self.paths.requests - ahead)
+        members = self.paths.dealt(mix)[: ahead + count]
+        service = self.paths.service_s[members, :, np.arange(ahead + count)]
+        active_mean = sum(
+            self.plan.thresholds[m].profile.mean_ms * share for m, share in active.shares
+        )
+        busy = 1.0 if ahead else min(1.0, rate * active_mean / 1000 / servers)
+        # When each instance frees, per path; the queued requests start as instances free.
+        free = np.full((PATHS, servers), 0.5 * busy * active_mean / 1000)
+        rows = np.arange(PATHS)
+        for j in range(ahead):
+            slot = free.argmin(axis=1)
+            free[rows, slot] += service[j]
+        arrivals = np.cumsum(self.paths.gaps[:, :count], axis=1) / rate
+        slo_s = self.plan.slo.latency_ms / 1000
+        missed = np.zeros(PATHS)
+        counted = np.zeros(PATHS)
+        for j in range(count):
+            at = arrivals[:, j]
+            inside = at < self.horizon_s
+            slot = free.argmin(axis=1)
+            finish = np.maximum(at, free[rows, slot]) + service[ahead + j]
+            free[rows, slot] = np.where(inside, finish, free[rows, slot])
+            missed += inside & (finish - at > slo_s)
+            counted += inside
+        total = float(counted.sum())
+        return float(missed.sum()) / total if total else 0.0
+
+    def _rates(self, state: PolicyState, observation: Observation) -> tuple[float, float] | None:
+        """(the rate a stay is judged on, the higher one a climb must fit), per pod; None while
+        the arrivals do not say yet."""
+        if observation.arrivals_total is None:
+            measured = observation.arrival_rate_qps
+            return None if measured is None else (measured, measured)
+        pods = max(observation.pods, 1)
+        steady = steady_window(state.arrivals, observation.time, pods)
+        if steady is None or steady[1] < MIN_EVIDENCE_S:
+            return None
+        count, seconds = steady
+        return (
+            rate_upper_bound(count, seconds, STAY_CONFIDENCE) / pods,
+            rate_upper_bound(count, seconds, CLIMB_CONFIDENCE) / pods,
+        )
+
+    def _metrics_lost(
+        self, state: PolicyState, current: Mix, observation: Observation | None, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """Hold while the newest sample seen is within stale_after_s (a failed read or two is a
+        blip), then do what on_metrics_loss says."""
+        what = "missing" if observation is None else f"stale ({now - observation.time:.1f} s)"
+        since = state.active_since if state.observed_at is None else state.observed_at
+        seen = [since, None if observation is None else observation.time]
+        newest = max((t for t in seen if t is not None), default=None)
+        if newest is not None and now - newest <= self.settings.stale_after_s:
+            return self._route(state, current, f"metrics {what}: hold", now)
+        if self.settings.on_metrics_loss is MetricsLoss.FASTEST:
+            reason = f"metrics {what}: fastest"
+            return self._route(state, self.fastest, reason, now, fallback=True)
+        return self._route(state, current, f"metrics {what}: hold", now)
+
+    def _mix_of(self, state: PolicyState) -> Mix | None:
+        """The state's routing as a position on the hull, or None when it is not one."""
+        base = None if state.active is None else self.plan.index(state.active)
+        blend = None if state.blend is None else self.plan.index(state.blend)
+        if base is None or (state.blend is not None and blend is None):
+            return None
+        mix = Mix(base, blend, state.weight)
+        return mix if mix in self.positions else None
+
+    def _route(
+        self, state: PolicyState, target: Mix, reason: str, now: float, fallback: bool = False
+    ) -> tuple[Decision, PolicyState]:
+        """The decision to serve ``target``, and the state that says so."""
+        current = self._mix_of(state)
+        names = self.plan.names
+        blend = None if target.blend is None else names[target.blend]
+        if current == target:
+            action = Action.HOLD
+        elif current is None or fallback:
+            action = Action.FALLBACK
+        else:
+            faster = target.position < current.position
+            action = Action.FASTER if faster else Action.MORE_ACCURATE
+        decision = Decision(
+            names[target.base],
+            target.base,
+            action,
+            reason,
+            blend=blend,
+            blend_index=target.blend,
+            weight=target.weight,
+        )
+        if action is Action.HOLD:
+            return decision, state
+        return decision, replace(
+            state,
+            active=names[target.base],
+            blend=blend,
+            weight=target.weight,
+            active_since=now,
+            last_switch_at=now,
+            last_reason=reason,
+            switches=state.switches + 1,
+        )

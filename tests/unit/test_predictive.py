@@ -1,0 +1,176 @@
+"""The predictive strategy: a forecast of the next seconds picks the most accurate safe mix."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from profiles_for_tests import normal_profile as profile
+
+from compass.domain.admission import Admission, AdmissionPoint
+from compass.domain.elastico import (
+    Action,
+    Elastico,
+    ElasticoSettings,
+    MetricsLoss,
+    Observation,
+    PolicyState,
+)
+from compass.domain.mix import Mix
+from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
+from compass.domain.predictive import MIN_EVIDENCE_S, Predictive
+from compass.domain.simulator import StaticController, make_pattern, make_scenario, simulate
+from compass.domain.strategy import Strategy, build_policy
+
+FRONT = [
+    profile("fast", 0.70, 100, 15),
+    profile("mid", 0.80, 150, 20),
+    profile("slow", 0.90, 250, 30),
+]
+PLAN = plan_thresholds(FRONT, Slo(1000), 50, ThresholdModel.TAIL)
+MOST_ACCURATE = Mix(2)
+
+
+def steady_run(
+    policy: Predictive, qps: float, seconds: int, queue: float = 0.0
+) -> tuple[Mix, PolicyState, list[Action]]:
+    """Observations once a second of arrivals at ``qps`` and a fixed queue; the last routing."""
+    state = policy.initial_state(0.0)
+    actions = []
+    decision = None
+    for t in range(1, seconds + 1):
+        observation = Observation(float(t), queue, arrivals_total=qps * t)
+        decision, state = policy.decide(observation, state, float(t))
+        actions.append(decision.action)
+    assert decision is not None
+    return decision.mix, state, actions
+
+
+def test_a_light_steady_load_is_served_by_the_most_accurate_member() -> None:
+    mix, state, actions = steady_run(Predictive(PLAN), qps=1.0, seconds=10)
+    assert mix == MOST_ACCURATE
+    assert state.active == "slow"
+    assert state.blend is None
+    # It climbs once the rate is known, and then stays.
+    assert actions[-1] is Action.HOLD
+    assert Action.MORE_ACCURATE in actions
+
+
+def test_before_the_rate_is_known_it_serves_the_fastest() -> None:
+    policy = Predictive(PLAN)
+    decision, _ = policy.decide(Observation(0.5, 0, arrivals_total=1), policy.initial_state(0), 0.5)
+    assert decision.mix == Mix(0)
+    assert "no arrival rate" in decision.reason
+    assert MIN_EVIDENCE_S > 0.5
+
+
+def test_a_heavy_load_keeps_the_fastest_and_a_moderate_one_a_mix_between() -> None:
+    # The fastest holds 10/s at 100 ms; the most accurate only 4/s.
+    heavy, _, _ = steady_run(Predictive(PLAN), qps=8.0, seconds=20)
+    moderate, _, _ = steady_run(Predictive(PLAN), qps=4.5, seconds=20)
+    assert heavy.position < moderate.position < MOST_ACCURATE.position
+
+
+def test_a_queue_drives_it_to_a_faster_mix_at_once() -> None:
+    policy = Predictive(PLAN)
+    _, state, _ = steady_run(policy, qps=1.0, seconds=10)
+    assert state.active == "slow"
+    decision, after = policy.decide(Observation(11.0, 12, arrivals_total=11.0), state, 11.0)
+    assert decision.action is Action.FASTER
+    assert decision.mix.position < MOST_ACCURATE.position
+    assert after.switches == state.switches + 1
+
+
+def test_more_risk_buys_more_accuracy() -> None:
+    careful, _, _ = steady_run(Predictive(PLAN, risk=0.0), qps=4.0, seconds=20)
+    bold, _, _ = steady_run(Predictive(PLAN, risk=0.2), qps=4.0, seconds=20)
+    assert careful.position < bold.position
+
+
+def test_the_forecast_is_deterministic_and_grows_with_the_queue_and_the_mix() -> None:
+    policy = Predictive(PLAN)
+    again = Predictive(PLAN)
+    share = policy.miss_share(Mix(1, 2, 0.5), 3.0, 2, Mix(1))
+    assert share == again.miss_share(Mix(1, 2, 0.5), 3.0, 2, Mix(1))
+    assert policy.miss_share(Mix(1, 2, 0.5), 3.0, 8, Mix(1)) > share
+    assert (
+        policy.miss_share(Mix(2), 3.0, 2, Mix(1))
+        >= share
+        >= policy.miss_share(Mix(0), 3.0, 2, Mix(1))
+    )
+    assert policy.miss_share(Mix(2), 0.0, 0, Mix(2)) == 0.0
+
+
+def test_a_stale_reading_holds_then_falls_back_unless_told_to_hold() -> None:
+    policy = Predictive(PLAN)
+    _, state, _ = steady_run(policy, qps=1.0, seconds=10)
+    old = Observation(10.0, 0, arrivals_total=10.0)
+    held, state_held = policy.decide(old, state, 13.0)
+    assert held.action is Action.HOLD
+    assert held.mix == MOST_ACCURATE
+    fallback, _ = policy.decide(old, state_held, 20.0)
+    assert fallback.action is Action.FALLBACK
+    assert fallback.mix == Mix(0)
+    holding = Predictive(PLAN, ElasticoSettings(on_metrics_loss=MetricsLoss.HOLD))
+    kept, _ = holding.decide(None, state, 20.0)
+    assert kept.action is Action.HOLD
+    assert kept.mix == MOST_ACCURATE
+
+
+def test_paused_it_holds_whatever_the_load() -> None:
+    paused = Predictive(PLAN, ElasticoSettings(paused=True))
+    state = PolicyState(active="slow", active_since=0.0)
+    decision, after = paused.decide(Observation(5.0, 50, arrivals_total=100), state, 5.0)
+    assert decision.action is Action.HOLD
+    assert decision.mix == MOST_ACCURATE
+    assert after == state
+
+
+def test_a_routing_off_its_hull_falls_back_to_the_fastest() -> None:
+    policy = Predictive(PLAN)
+    state = PolicyState(active="gone", active_since=0.0)
+    decision, after = policy.decide(Observation(1.0, 0, arrivals_total=1), state, 1.0)
+    assert decision.action is Action.FALLBACK
+    assert decision.mix == Mix(0)
+    assert after.active == "fast"
+
+
+def test_its_state_survives_a_round_trip_through_json() -> None:
+    policy = Predictive(PLAN)
+    _, state, _ = steady_run(policy, qps=4.5, seconds=20)
+    restored = PolicyState.from_dict(json.loads(json.dumps(state.to_dict())))
+    observation = Observation(21.0, 1, arrivals_total=4.5 * 21)
+    assert policy.decide(observation, restored, 21.0) == policy.decide(observation, state, 21.0)
+
+
+@pytest.mark.parametrize(("field", "value"), [("risk", 1.0), ("risk", -0.1), ("horizon_s", 0.0)])
+def test_bad_settings_name_the_field(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=field):
+        Predictive(PLAN, **{field: value})
+
+
+def test_the_spec_enum_builds_it() -> None:
+    assert isinstance(build_policy(Strategy.PREDICTIVE, PLAN), Predictive)
+
+
+def test_with_admission_it_keeps_the_slo_as_the_fastest_does_and_wins_more_than_elastico() -> None:
+    """A spike in the simulator (seeds averaged): with admission at dispatch it meets the SLO at
+    least as often as static fastest, and wins more accuracy than Elastico with admission."""
+    plan = plan_thresholds(FRONT, Slo(600), 50, ThresholdModel.TAIL)
+    admission = Admission(600, at=AdmissionPoint.DISPATCH)
+    policies = {
+        "fastest": (StaticController("fast", 0), None),
+        "elastico": (Elastico(plan), admission),
+        "predictive": (Predictive(plan), admission),
+    }
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in policies}
+    for seed in range(3):
+        scenario = make_scenario(make_pattern("spike", 1.0, 120, seed=seed), seed)
+        for name, (controller, rule) in policies.items():
+            run = simulate(controller, FRONT, scenario, 600, admission=rule)
+            runs[name].append((run.compliance, run.mean_accuracy))
+    means = {name: np.mean(figures, axis=0) for name, figures in runs.items()}
+    assert means["predictive"][0] >= means["fastest"][0]
+    gap = 0.90 - 0.70
+    assert means["predictive"][1] - means["elastico"][1] > 0.2 * gap
