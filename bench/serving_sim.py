@@ -10,15 +10,16 @@ queues as their mean or their maximum (``--aggregate``). The paper's 79 latency 
 every (SLO, pattern, seed) draws one scenario (arrivals and service-time luck) that every policy
 serves, so each comparison is paired. Printed: compliance and mean accuracy per policy (mean over
 seeds), the issue's floors as PASS/FAIL lines, the two threshold models side by side, and the
-paper's own serving runs beside the simulator's. Then the strategies (Elastico and split)
-against the hindsight oracle (compass.domain.oracle: per window, the most accurate mix of the
+paper's own serving runs beside the simulator's. Then the strategies (Elastico, split and
+predictive) against the hindsight oracle (compass.domain.oracle: per window, the most accurate mix of the
 front that keeps the window's requests within the SLO as often as static fastest): each
 strategy's share of the oracle's accuracy gain beside its compliance, and that section's floors;
 each strategy also runs with proactive admission (``+adm``, compass.domain.admission: a request
 that would be late is served on the fastest member, or dropped and counted as a miss; judged on
 ``--admission-quantile`` of its own service time, by default when an instance takes it up, on
-its real wait, as the live router does, or with ``--admission-at arrival`` on a predicted
-wait), whose floor is static fastest's compliance.
+its real wait, as the live router does, and served on the fastest once it has waited
+``--degrade-after`` of the SLO; or with ``--admission-at arrival`` on a predicted wait), whose
+floor is static fastest's compliance.
 ``--json PATH`` writes every cell and policy as data. The script always exits 0.
 """
 

@@ -94,11 +94,11 @@ def test_elastico_beats_the_most_accurate_static_under_the_spike(
         "static fastest",
         "static most accurate",
         "Elastico",
-        "Elastico + admission",
+        "predictive + admission",
     }
     assert all(r["failed"] == 0 for r in runs.values())
     # Only the run whose requests carry deadlines can have requests refused as late.
-    assert all(r["refused"] == 0 for name, r in runs.items() if name != "Elastico + admission")
+    assert all(r["refused"] == 0 for name, r in runs.items() if name != "predictive + admission")
     elastico, accurate, fastest = (
         runs["Elastico"],
         runs["static most accurate"],
@@ -108,9 +108,9 @@ def test_elastico_beats_the_most_accurate_static_under_the_spike(
     assert elastico["switches"] >= 1
     assert len(comparison["switches"]) == elastico["switches"]
     assert elastico["compliance_pct"] > accurate["compliance_pct"] + 20
-    admitted = runs["Elastico + admission"]
+    admitted = runs["predictive + admission"]
     assert admitted["compliance_pct"] > accurate["compliance_pct"] + 20
     assert admitted["simulated_compliance_pct"] is not None
-    assert "with admission" in done.stdout
+    assert "predictive with admission" in done.stdout
     assert fastest["accuracy"] < accurate["accuracy"]
     assert "Elastico met the SLO for" in done.stdout

@@ -33,6 +33,7 @@ from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.search import SearchOutcome, SearchSettings, complete_feasible
 from compass.domain.simulator import SPIKE_FACTOR, RunReport, Scenario, compare
 from compass.domain.space import Space
+from compass.domain.strategy import Strategy
 from compass.evaluators import CheckpointedEvaluator, CheckpointLedger
 from compass.evaluators.triton import TritonEvaluator
 from compass.examples import load_rag_paper
@@ -52,7 +53,7 @@ RUN_TITLES = {
     "fastest": "static fastest",
     "accurate": "static most accurate",
     "policy": "Elastico",
-    ADMITTED_RUN: "Elastico + admission",
+    ADMITTED_RUN: "predictive + admission",
 }
 
 
@@ -201,6 +202,11 @@ def live_policy(profiles: Sequence[LatencyProfile], settings: DemoSettings) -> P
     )
 
 
+def predictive(spec: ParetoPolicySpec) -> ParetoPolicySpec:
+    """The spec with the predictive strategy: what the demo serves with admission."""
+    return spec.model_copy(update={"strategy": Strategy.PREDICTIVE})
+
+
 def serve_spike(
     router: TritonRouter,
     metrics_url: str,
@@ -210,8 +216,9 @@ def serve_spike(
     settings: DemoSettings,
     reporter: Reporter,
 ) -> dict[str, LiveRun]:
-    """The spike served by the static fastest, the static most accurate, then Elastico, and
-    Elastico with admission at dispatch (each request carrying the SLO as its deadline)."""
+    """The spike served by the static fastest, the static most accurate, then Elastico, and the
+    predictive strategy with admission at dispatch (each request carrying the SLO as its
+    deadline)."""
     scale = settings.time_scale
     load = RagSimLoad(scenario)
     runs = {}
@@ -231,10 +238,11 @@ def serve_spike(
         offered_qps=load.offered_qps,
         labels=RUNS,
         admission=router_admission([t.profile for t in policy.plan.thresholds], rule),
+        admitted_policy=predictive(live).policy(),
     ):
         runs[label] = run
         reporter.say(
-            f"      {RUN_TITLES[label]:<21} {run.compliance:5.1f}% within the SLO, accuracy "
+            f"      {RUN_TITLES[label]:<22} {run.compliance:5.1f}% within the SLO, accuracy "
             f"{run.accuracy:.4f}, {run.switches} switches"
             + (f", {run.refused} refused as late" if run.refused else "")
             + f" ({time.monotonic() - started:.0f} s)"
@@ -280,7 +288,7 @@ def verdict(runs: dict[str, LiveRun], who: str = "Elastico") -> str:
     if admitted is None:
         return line
     return (
-        f"{line}; with admission {admitted.compliance:.1f}% (static fastest: "
+        f"{line}; predictive with admission {admitted.compliance:.1f}% (static fastest: "
         f"{fastest.compliance:.1f}%) at accuracy {admitted.accuracy:.4f}, "
         f"{admitted.refused} refused as late"
     )
@@ -289,12 +297,12 @@ def verdict(runs: dict[str, LiveRun], who: str = "Elastico") -> str:
 def comparison_text(rows: Sequence[dict[str, Any]]) -> str:
     """The comparison as an aligned table."""
     lines = [
-        f"  {'run':<21} {'SLO met':>8} {'(sim)':>7} {'accuracy':>8} {'(sim)':>7} "
+        f"  {'run':<22} {'SLO met':>8} {'(sim)':>7} {'accuracy':>8} {'(sim)':>7} "
         f"{'p95 ms':>7} {'failed':>6} {'refused':>7} {'switches':>8}"
     ]
     for row in rows:
         lines.append(
-            f"  {row['run']:<21} {row['compliance_pct']:7.1f}% "
+            f"  {row['run']:<22} {row['compliance_pct']:7.1f}% "
             f"{_optional(row['simulated_compliance_pct'], '6.1f')}% {row['accuracy']:8.4f} "
             f"{_optional(row['simulated_accuracy'], '7.4f')} {row['p95_ms']:7.0f} "
             f"{row['failed']:6d} {row['refused']:7d} {row['switches']:8d}"
@@ -471,7 +479,7 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
         {"policy": policy.policy()}, members, scenario, settings.slo_ms, policy.interval_seconds
     )
     predicted[ADMITTED_RUN] = compare(
-        {ADMITTED_RUN: policy.policy()},
+        {ADMITTED_RUN: predictive(policy).policy()},
         members,
         scenario,
         settings.slo_ms,

@@ -255,9 +255,11 @@ def serve_each(
     labels: Collection[str] = RUNS[:3],
     replicas: Sequence[int] | None = None,
     admission: Mapping[str, Any] | None = None,
+    admitted_policy: Policy | None = None,
 ) -> Iterator[tuple[str, LiveRun]]:
-    """The arrivals on the fastest, the most accurate, then with the policy, and with the
-    policy and ``admission`` (the routers' table, ``policy+adm``); each run as it ends."""
+    """The arrivals on the fastest, the most accurate, then with the policy, and with
+    ``admitted_policy`` (default: the policy) and ``admission`` (the routers' table,
+    ``policy+adm``); each run as it ends."""
     # The policies start from the fastest eligible member; ``labels`` picks which runs to make.
     first = plan.eligible[0]
     starts = {
@@ -270,7 +272,8 @@ def serve_each(
         admitted = label == ADMITTED_RUN
         if admitted and admission is None:
             raise ValueError(f"the {ADMITTED_RUN} run needs the routers' admission table")
-        loop = LiveLoop(policy, queue, router) if label.startswith("policy") else None
+        deciding = (admitted_policy or policy) if admitted else policy
+        loop = LiveLoop(deciding, queue, router) if label.startswith("policy") else None
         router.admission = admission if admitted else None
         try:
             run = serve(
