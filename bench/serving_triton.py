@@ -21,13 +21,17 @@ are real milliseconds.
 deadline and every router serves a request that would miss it on the fastest configuration, or
 refuses it (UNAVAILABLE, counted as a miss in ``refused``, not as a failure), judged on each
 front member's service time at ``--admission-quantile``; the simulator predicts it with the same
-rule (compass.domain.admission, ``AdmissionPoint.DISPATCH``).
+rule (compass.domain.admission, ``AdmissionPoint.DISPATCH``). ``oracle%`` is a run's accuracy
+gain over static fastest as a share of what the hindsight oracle (compass.domain.oracle) wins
+on the same arrivals in the simulator. ``--strategy predictive`` runs the policy runs with the
+predictive strategy (meant for ``policy+adm``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import tempfile
 import time
 from contextlib import ExitStack
@@ -57,6 +61,7 @@ from compass.domain.admission import (
     AdmissionPoint,
     router_admission,
 )
+from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, plan_from_profiles
 from compass.domain.profiles import parse_profiles
 from compass.domain.simulator import (
@@ -203,7 +208,7 @@ def main() -> int:
             f"{pattern.duration_s:g} s, {scenario.requests} requests, seed {seed}\n"
         )
         header = (
-            f"{'SLO':>5} {'run':<10} {'compl%':>7} {'sim%':>6} {'accuracy':>8} "
+            f"{'SLO':>5} {'run':<10} {'compl%':>7} {'sim%':>6} {'accuracy':>8} {'oracle%':>7} "
             f"{'p95 ms':>7} {'failed':>6} {'refused':>7} {'switches':>8}"
         )
         print(header)
@@ -239,6 +244,10 @@ def main() -> int:
                 **predict({"policy": spec.policy()}),
                 **predict({ADMITTED_RUN: spec.policy()}, admission=admission),
             }
+            # What hindsight could win on these arrivals (the simulator's oracle): each run's
+            # accuracy gain over static fastest as a share of the oracle's.
+            oracle = hindsight_oracle(members, scenario, slo_ms * scale, pods=args.replicas)
+            fastest_accuracy = members[0].accuracy
             for label, run in serve_each(
                 fleet,
                 plan,
@@ -256,9 +265,13 @@ def main() -> int:
                 under_load += [e.switch_s for e in run.switch_events]
                 report = predicted.get(label)
                 sim = report.compliance if report else float("nan")
+                if label == "fastest":
+                    fastest_accuracy = run.accuracy
+                gain = oracle.mean_accuracy - fastest_accuracy
+                share = 100 * (run.accuracy - fastest_accuracy) / gain if gain > 0 else math.nan
                 print(
                     f"{slo_ms:5.0f} {label:<10} {run.compliance:7.1f} {sim:6.1f} "
-                    f"{run.accuracy:8.4f} {run.percentile_ms(95):7.0f} "
+                    f"{run.accuracy:8.4f} {share:7.0f} {run.percentile_ms(95):7.0f} "
                     f"{run.failed:6d} {run.refused:7d} {run.switches:8d}",
                     flush=True,
                 )
@@ -269,12 +282,18 @@ def main() -> int:
                         "compliance_pct": round(run.compliance, 2),
                         "sim_compliance_pct": round(sim, 2),
                         "accuracy": round(run.accuracy, 4),
+                        "oracle_accuracy": round(oracle.mean_accuracy, 4),
+                        "oracle_share_pct": None if math.isnan(share) else round(share, 1),
                         "failed": run.failed,
                         "refused": run.refused,
                         "switches": run.switches,
                     }
                 )
     loaded_ms = percentiles_ms(under_load)
+    print(
+        "oracle%: the run's accuracy gain over static fastest as a share of the hindsight "
+        "oracle's (compass.domain.oracle, simulated on the same arrivals)"
+    )
     print(
         f"\nswitches under load: {len(under_load)}; every replica switched (real ms): "
         f"p50 {loaded_ms['p50']}, p95 {loaded_ms['p95']}, max {loaded_ms['max']}"

@@ -19,7 +19,7 @@ from compass.domain.elastico import (
 )
 from compass.domain.mix import Mix
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
-from compass.domain.predictive import MIN_EVIDENCE_S, Predictive
+from compass.domain.predictive import MIN_EVIDENCE_S, Predictive, fifo_finishes
 from compass.domain.simulator import StaticController, make_pattern, make_scenario, simulate
 from compass.domain.strategy import Strategy, build_policy
 
@@ -174,3 +174,23 @@ def test_with_admission_it_keeps_the_slo_as_the_fastest_does_and_wins_more_than_
     assert means["predictive"][0] >= means["fastest"][0]
     gap = 0.90 - 0.70
     assert means["predictive"][1] - means["elastico"][1] > 0.2 * gap
+
+
+def test_one_instance_finishes_match_the_request_by_request_recursion() -> None:
+    """The closed form for one instance equals the general loop (here with a second instance
+    that never frees, so the loop uses the first alone), queued requests included."""
+    rng = np.random.default_rng(7)
+    paths, queued, arriving = 5, 3, 40
+    arrivals = np.cumsum(rng.exponential(0.1, (paths, arriving)), axis=1)
+    service = rng.gamma(2.0, 0.06, (paths, arriving))
+    ahead = rng.gamma(2.0, 0.06, (paths, queued))
+    start = rng.uniform(0, 0.2, (paths, 1))
+    closed = fifo_finishes(start, ahead, arrivals, service)
+    looped = fifo_finishes(
+        np.hstack([start, np.full((paths, 1), np.inf)]), ahead, arrivals, service
+    )
+    np.testing.assert_allclose(closed, looped)
+    # Two instances finish no later than one.
+    two = fifo_finishes(np.hstack([start, start]), ahead, arrivals, service)
+    assert (two <= closed + 1e-9).all()
+    assert (two < closed - 1e-3).any()

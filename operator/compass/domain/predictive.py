@@ -182,31 +182,23 @@ class Predictive:
         expected = rate * self.horizon_s
         count = min(math.ceil(expected + 4 * math.sqrt(expected) + 3), self.paths.requests - ahead)
         members = self.paths.dealt(mix)[: ahead + count]
-        service = self.paths.service_s[members, :, np.arange(ahead + count)]
-        active_mean = sum(
-            self.plan.thresholds[m].profile.mean_ms * share for m, share in active.shares
+        # (paths, requests): the queued ones first, then the horizon's arrivals.
+        service = self.paths.service_s[members, :, np.arange(ahead + count)].T
+        active_mean_s = (
+            sum(self.plan.thresholds[m].profile.mean_ms * share for m, share in active.shares)
+            / 1000
         )
-        busy = 1.0 if ahead else min(1.0, rate * active_mean / 1000 / servers)
-        # When each instance frees, per path; the queued requests start as instances free.
-        free = np.full((PATHS, servers), 0.5 * busy * active_mean / 1000)
-        rows = np.arange(PATHS)
-        for j in range(ahead):
-            slot = free.argmin(axis=1)
-            free[rows, slot] += service[j]
+        busy = 1.0 if ahead else min(1.0, rate * active_mean_s / servers)
+        # When each instance frees, per path: half a service left where it is busy.
+        free = np.full((PATHS, servers), 0.5 * busy * active_mean_s)
         arrivals = np.cumsum(self.paths.gaps[:, :count], axis=1) / rate
-        slo_s = self.plan.slo.latency_ms / 1000
-        missed = np.zeros(PATHS)
-        counted = np.zeros(PATHS)
-        for j in range(count):
-            at = arrivals[:, j]
-            inside = at < self.horizon_s
-            slot = free.argmin(axis=1)
-            finish = np.maximum(at, free[rows, slot]) + service[ahead + j]
-            free[rows, slot] = np.where(inside, finish, free[rows, slot])
-            missed += inside & (finish - at > slo_s)
-            counted += inside
-        total = float(counted.sum())
-        return float(missed.sum()) / total if total else 0.0
+        finishes = fifo_finishes(free, service[:, :ahead], arrivals, service[:, ahead:])
+        # A later arrival never delays an earlier one (FIFO), so the ones past the horizon
+        # are simply not counted.
+        inside = arrivals < self.horizon_s
+        late = (finishes - arrivals) > self.plan.slo.latency_ms / 1000
+        total = int(inside.sum())
+        return float((inside & late).sum()) / total if total else 0.0
 
     def _rates(self, state: PolicyState, observation: Observation) -> tuple[float, float] | None:
         """(the rate a stay is judged on, the higher one a climb must fit), per pod; None while
@@ -284,3 +276,31 @@ class Predictive:
             last_reason=reason,
             switches=state.switches + 1,
         )
+
+
+def fifo_finishes(
+    free: FloatArray, queued: FloatArray, arrivals: FloatArray, service: FloatArray
+) -> FloatArray:
+    """When each arrival finishes on FIFO instances, per path (rows): the instances free at
+    ``free`` (paths x instances) and first serve the ``queued`` services (paths x queued),
+    then each arrival (paths x arrivals, times increasing) in turn on the first one free."""
+    if free.shape[1] == 1:
+        # One instance: finish_j = max(arrival_j, finish_j-1) + service_j unrolls to
+        # S_j + max(start, max over k <= j of (arrival_k - S_k-1)), S the running service sum,
+        # so the whole recursion is two cumulative passes instead of a loop.
+        start = free[:, 0] + queued.sum(axis=1)
+        total = np.cumsum(service, axis=1)
+        earliest = np.maximum.accumulate(arrivals - (total - service), axis=1)
+        finishes: FloatArray = total + np.maximum(start[:, None], earliest)
+        return finishes
+    free = free.copy()
+    rows = np.arange(free.shape[0])
+    for j in range(queued.shape[1]):
+        slot = free.argmin(axis=1)
+        free[rows, slot] += queued[:, j]
+    finishes = np.empty_like(arrivals)
+    for j in range(arrivals.shape[1]):
+        slot = free.argmin(axis=1)
+        finishes[:, j] = np.maximum(arrivals[:, j], free[rows, slot]) + service[:, j]
+        free[rows, slot] = finishes[:, j]
+    return finishes
