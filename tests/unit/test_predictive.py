@@ -17,7 +17,7 @@ from compass.domain.elastico import (
     Observation,
     PolicyState,
 )
-from compass.domain.mix import Mix
+from compass.domain.mix import Mix, mix_weighting
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
 from compass.domain.predictive import MIN_EVIDENCE_S, Predictive, fifo_finishes
 from compass.domain.simulator import StaticController, make_pattern, make_scenario, simulate
@@ -194,3 +194,11 @@ def test_one_instance_finishes_match_the_request_by_request_recursion() -> None:
     two = fifo_finishes(np.hstack([start, start]), ahead, arrivals, service)
     assert (two <= closed + 1e-9).all()
     assert (two < closed - 1e-3).any()
+
+
+def test_the_forecast_deals_a_mix_as_its_router_does() -> None:
+    policy = Predictive(PLAN)
+    mix = Mix(1, 2, 0.35)
+    weighting = mix_weighting(mix)
+    expected = [weighting.pick() for _ in range(100)]
+    assert policy.paths.dealt(mix)[:100].tolist() == expected

@@ -86,8 +86,10 @@ class _Paths:
         """The member serving each request in turn under the mix (its router's round-robin)."""
         members = self._dealt.get(mix)
         if members is None:
+            # Smooth weighted round-robin repeats itself every (sum of the weights) picks.
             weighting = mix_weighting(mix)
-            members = np.array([weighting.pick() for _ in range(self.requests)], dtype=np.int64)
+            period = [weighting.pick() for _ in range(weighting.total)]
+            members = np.resize(np.array(period, dtype=np.int64), self.requests)
             self._dealt[mix] = members
         return members
 
