@@ -408,6 +408,11 @@ CASES = [
         ["simulate", *POLICY, "--admission", "--admission-quantile", "1"],
         "--admission-quantile",
     ),
+    Case(
+        "simulate-degrade-after",
+        ["simulate", *POLICY, "--admission", "--degrade-after", "2"],
+        "--degrade-after",
+    ),
     Case("simulate-trace-without-file", ["simulate", *POLICY, "--pattern", "trace"], "--trace"),
     Case(
         "simulate-trace-text",

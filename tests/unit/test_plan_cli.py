@@ -402,6 +402,8 @@ def policy(workdir: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
         ({}, ["--switch-delay-ms", "-3"], "--switch-delay-ms: -3 is not >= 0"),
         ({}, ["--admission", "--admission-quantile", "1"], "--admission-quantile: 1 is not < 1"),
         ({}, ["--admission", "--admission-quantile", "0"], "--admission-quantile: 0 is not > 0"),
+        ({}, ["--admission", "--degrade-after", "1.5"], "--degrade-after: 1.5 is not <= 1"),
+        ({}, ["--admission", "--degrade-after", "0"], "--degrade-after: 0 is not > 0"),
     ],
 )
 def test_simulate_bad_input_is_one_line_and_exit_2(

@@ -19,6 +19,7 @@ from compass.controllers.manager import _quiet_timer_successes, scope
 from compass.controllers.runtime import OperatorMetrics
 from compass.controllers.settings import OperatorSettings
 from compass.domain.elastico import Observation, PolicyState
+from compass.domain.predictive import Predictive
 from compass.domain.space import config_key
 from compass.domain.split import Split
 
@@ -679,8 +680,21 @@ def test_the_strategy_picks_the_policy_and_the_status_shows_the_blend() -> None:
         alone = ps.active_configuration(plan, plan.names[0], blend, weight)
         assert alone is not None
         assert alone.blend is None
+    assert isinstance(
+        ps.compile_policy(spec(strategy="predictive"), generation=1).policy, Predictive
+    )
     with pytest.raises(ps.SpecError, match="strategy"):
         ps.compile_policy(spec(strategy="random"), generation=1)
+
+
+def test_the_admission_table_carries_degrade_after() -> None:
+    admission = {"enabled": True, "degradeAfter": 0.5}
+    compiled = ps.compile_policy(spec(admission=admission), generation=1)
+    table = compiled.admission
+    assert table is not None
+    assert table["degrade_below_ms"] == pytest.approx(compiled.spec.slo.latency_ms * 0.5)
+    with pytest.raises(ps.SpecError, match="degradeAfter"):
+        ps.compile_policy(spec(admission={"enabled": True, "degradeAfter": 0}), generation=1)
 
 
 # ---------------------------------------------------------------------------- pods
