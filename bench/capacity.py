@@ -17,8 +17,9 @@ the paper's Pareto front. Two sections:
 2. Serving. Every (SLO, pattern, seed) scenario, at the paper's load relative to the fastest
    configuration's measured capacity, served by static fastest, static most accurate and
    Elastico on each model's thresholds, and on the measured ones with a burst memory
-   (``+memory``). Floors (measured curve): compliance >= static fastest - 1.0 point in every
-   cell and >= 30% of the fastest-to-accurate accuracy gap on average.
+   (``+memory``), and the predictive strategy with admission at dispatch (``predictive+adm``).
+   Floors (measured curve): compliance >= static fastest - 1.0 point in every cell and >= 30%
+   of the fastest-to-accurate accuracy gap on average.
 
 ``--live`` measures the same on rag-sim served by a real tritonserver (this machine's CPU) per
 router instance count: each front configuration is profiled one at a time, its curve measured
@@ -48,9 +49,11 @@ from pathlib import Path
 
 import numpy as np
 
+from compass.domain.admission import Admission, AdmissionPoint
 from compass.domain.elastico import Elastico, ElasticoSettings
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, Slo, ThresholdModel, pareto_front, plan_thresholds
+from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import (
     RAG_SIM_STAGES,
@@ -78,6 +81,8 @@ LABELS = {
 }
 # Elastico on the measured thresholds with the burst memory (--burst-memory).
 MEMORY = "+memory"
+# The predictive strategy on the measured thresholds' plan, with admission at dispatch.
+PREDICTIVE = "predictive+adm"
 # qa-real's configurations measured live, fastest to most accurate (README of qa-real): no
 # neural network; a MiniLM reader; the reranker (batching) before it; hybrid retrieval.
 QA_REAL_FRONT: tuple[Config, ...] = (
@@ -178,10 +183,19 @@ def run_job(job: Job) -> tuple[Job, dict[str, tuple[float, float]]]:
         controllers[LABELS[model]] = Elastico(plan)
     measured = plan_for(job.servers, job.requests, job.slo_ms, ThresholdModel.MEASURED)
     controllers[MEMORY] = Elastico(measured, ElasticoSettings(burst_memory_s=job.burst_memory_s))
+    controllers[PREDICTIVE] = Predictive(measured)
+    admission = Admission(job.slo_ms, at=AdmissionPoint.DISPATCH)
     outcome = {}
     for label, controller in controllers.items():
         report = simulate(
-            controller, members, scenario, job.slo_ms, label, job.interval_s, pod_model=pod
+            controller,
+            members,
+            scenario,
+            job.slo_ms,
+            label,
+            job.interval_s,
+            pod_model=pod,
+            admission=admission if label == PREDICTIVE else None,
         )
         outcome[label] = (report.compliance, report.mean_accuracy)
     return job, outcome
@@ -426,15 +440,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         cell = cells.setdefault((job.servers, job.slo_ms, job.pattern), {})
         for label, figures in outcome.items():
             cell.setdefault(label, []).append(figures)
-    policies = [*LABELS.values(), MEMORY]
+    policies = [*LABELS.values(), MEMORY, PREDICTIVE]
     labels = ["fastest", "accurate", *policies]
     rows = []
     for c in servers:
         print(
             f"\nserving at c = {c}: base {base_qps(c, args.requests):.2f} QPS per pod, "
             f"{args.seeds} seeds from {args.seed_offset}, a look every {args.interval:g} s, "
-            f"{MEMORY}: measured with a {args.burst_memory:g} s burst memory; compliance % / "
-            "share of the fastest-to-accurate accuracy gap"
+            f"{MEMORY}: measured with a {args.burst_memory:g} s burst memory; {PREDICTIVE}: the "
+            "predictive strategy with admission at dispatch; compliance % / share of the "
+            "fastest-to-accurate accuracy gap"
         )
         print(f"  {'SLO':>5} {'pattern':<7} " + " ".join(f"{label:>14}" for label in labels))
         shares: dict[str, list[float]] = {label: [] for label in policies}

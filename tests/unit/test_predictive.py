@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from profiles_for_tests import normal_profile as profile
 
 from compass.domain.admission import Admission, AdmissionPoint
+from compass.domain.capacity import CapacityCurve, CurvePoint
 from compass.domain.elastico import (
     Action,
     Elastico,
@@ -19,7 +22,8 @@ from compass.domain.elastico import (
 )
 from compass.domain.mix import Mix, mix_weighting
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
-from compass.domain.predictive import MIN_EVIDENCE_S, Predictive, fifo_finishes
+from compass.domain.predictive import MIN_EVIDENCE_S, Predictive, fifo_starts
+from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import StaticController, make_pattern, make_scenario, simulate
 from compass.domain.strategy import Strategy, build_policy
 
@@ -176,24 +180,52 @@ def test_with_admission_it_keeps_the_slo_as_the_fastest_does_and_wins_more_than_
     assert means["predictive"][1] - means["elastico"][1] > 0.2 * gap
 
 
-def test_one_instance_finishes_match_the_request_by_request_recursion() -> None:
+def test_one_instance_starts_match_the_request_by_request_recursion() -> None:
     """The closed form for one instance equals the general loop (here with a second instance
     that never frees, so the loop uses the first alone), queued requests included."""
     rng = np.random.default_rng(7)
     paths, queued, arriving = 5, 3, 40
     arrivals = np.cumsum(rng.exponential(0.1, (paths, arriving)), axis=1)
-    service = rng.gamma(2.0, 0.06, (paths, arriving))
+    holding = rng.gamma(2.0, 0.06, (paths, arriving))
     ahead = rng.gamma(2.0, 0.06, (paths, queued))
     start = rng.uniform(0, 0.2, (paths, 1))
-    closed = fifo_finishes(start, ahead, arrivals, service)
-    looped = fifo_finishes(
-        np.hstack([start, np.full((paths, 1), np.inf)]), ahead, arrivals, service
-    )
+    closed = fifo_starts(start, ahead, arrivals, holding)
+    looped = fifo_starts(np.hstack([start, np.full((paths, 1), np.inf)]), ahead, arrivals, holding)
     np.testing.assert_allclose(closed, looped)
-    # Two instances finish no later than one.
-    two = fifo_finishes(np.hstack([start, start]), ahead, arrivals, service)
+    assert (closed >= arrivals - 1e-12).all()
+    # Two instances start requests no later than one, and some sooner.
+    two = fifo_starts(np.hstack([start, start]), ahead, arrivals, holding)
     assert (two <= closed + 1e-9).all()
     assert (two < closed - 1e-3).any()
+
+
+def test_a_pod_that_drains_slower_than_its_profiles_is_forecast_so() -> None:
+    """A member whose capacity curve says a busy pod holds each request twice its profile's
+    time: the forecast misses more at the same load, so the policy serves a faster mix."""
+
+    def halved(member: LatencyProfile) -> LatencyProfile:
+        drain = 1000 / (2 * member.mean_ms)
+        points = (
+            CurvePoint(drain / 2, drain / 2, member.mean_ms, ((50.0, member.mean_ms),)),
+            CurvePoint(2 * drain, drain, 5000.0, ((50.0, 5000.0),), growing=True),
+        )
+        return dataclasses.replace(member, capacity=CapacityCurve(1, points))
+
+    slow_pod = [halved(m) for m in FRONT]
+    plan = plan_thresholds(FRONT, Slo(1000), 50, ThresholdModel.TAIL)
+    stretched = replace(
+        plan,
+        thresholds=tuple(
+            dataclasses.replace(t, profile=p)
+            for t, p in zip(plan.thresholds, slow_pod, strict=True)
+        ),
+    )
+    assert Predictive(stretched).miss_share(Mix(0), 4.0, 2, Mix(0)) > Predictive(plan).miss_share(
+        Mix(0), 4.0, 2, Mix(0)
+    )
+    plain, _, _ = steady_run(Predictive(plan), qps=3.0, seconds=20)
+    slowed, _, _ = steady_run(Predictive(stretched), qps=3.0, seconds=20)
+    assert slowed.position < plain.position
 
 
 def test_the_forecast_deals_a_mix_as_its_router_does() -> None:

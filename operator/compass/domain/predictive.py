@@ -13,7 +13,10 @@ policy built, so a queue the policy let grow counts against it and cannot creep.
 The forecast is a Monte Carlo of ``PATHS`` arrival paths (Poisson at the forecast rate) and
 service times drawn from each member's profile, the same draws for every mix (common random
 numbers, fixed seed): the decision is deterministic, and two mixes differ only by what they
-serve. It runs the pod's router instances (``plan.servers``) FIFO, as the simulator does.
+serve. It runs the pod's router instances (``plan.servers``) FIFO, as the simulator does; where a
+member's capacity curve was measured at that many instances, a request holds its instance for
+the curve's holding time (instances / drain rate: longer than its own time where components
+batch or contend), while its own latency is still its profile's.
 
 A climb is judged at a higher confidence bound of the rate (``CLIMB_CONFIDENCE``) than a stay
 (``STAY_CONFIDENCE``): the same asymmetry as Elastico's, without its timers. A burst shows in the
@@ -46,6 +49,7 @@ from compass.domain.elastico import (
 )
 from compass.domain.mix import Mix, accuracy_hull, hull_mixes, mix_weighting
 from compass.domain.planner import Plan
+from compass.domain.profiles import LatencyProfile
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -79,6 +83,12 @@ class _Paths:
         self.service_s: FloatArray = np.stack(
             [p.distribution.quantile(luck) / 1000 for p in profiles]
         )
+        # How long each request holds an instance once the pod is busy: its own time, longer
+        # where the member's capacity curve, measured at the plan's router instances, says
+        # the pod drains slower than that (components that batch or contend; the same
+        # stretch admission's ServiceGrid uses).
+        stretch = np.array([_holding_stretch(p, plan.servers) for p in profiles])
+        self.holding_s: FloatArray = self.service_s * stretch[:, None, None]
         self.requests = requests
         self._dealt: dict[Mix, IntArray] = {}
 
@@ -185,7 +195,9 @@ class Predictive:
         count = min(math.ceil(expected + 4 * math.sqrt(expected) + 3), self.paths.requests - ahead)
         members = self.paths.dealt(mix)[: ahead + count]
         # (paths, requests): the queued ones first, then the horizon's arrivals.
-        service = self.paths.service_s[members, :, np.arange(ahead + count)].T
+        requests = np.arange(ahead + count)
+        service = self.paths.service_s[members, :, requests].T
+        holding = self.paths.holding_s[members, :, requests].T
         active_mean_s = (
             sum(self.plan.thresholds[m].profile.mean_ms * share for m, share in active.shares)
             / 1000
@@ -194,11 +206,11 @@ class Predictive:
         # When each instance frees, per path: half a service left where it is busy.
         free = np.full((PATHS, servers), 0.5 * busy * active_mean_s)
         arrivals = np.cumsum(self.paths.gaps[:, :count], axis=1) / rate
-        finishes = fifo_finishes(free, service[:, :ahead], arrivals, service[:, ahead:])
+        starts = fifo_starts(free, holding[:, :ahead], arrivals, holding[:, ahead:])
         # A later arrival never delays an earlier one (FIFO), so the ones past the horizon
         # are simply not counted.
         inside = arrivals < self.horizon_s
-        late = (finishes - arrivals) > self.plan.slo.latency_ms / 1000
+        late = (starts - arrivals + service[:, ahead:]) > self.plan.slo.latency_ms / 1000
         total = int(inside.sum())
         return float((inside & late).sum()) / total if total else 0.0
 
@@ -280,29 +292,41 @@ class Predictive:
         )
 
 
-def fifo_finishes(
-    free: FloatArray, queued: FloatArray, arrivals: FloatArray, service: FloatArray
+def fifo_starts(
+    free: FloatArray, queued: FloatArray, arrivals: FloatArray, holding: FloatArray
 ) -> FloatArray:
-    """When each arrival finishes on FIFO instances, per path (rows): the instances free at
-    ``free`` (paths x instances) and first serve the ``queued`` services (paths x queued),
-    then each arrival (paths x arrivals, times increasing) in turn on the first one free."""
+    """When each arrival starts on FIFO instances, per path (rows): the instances free at
+    ``free`` (paths x instances) and first hold the ``queued`` requests (paths x queued) for
+    their holding times, then each arrival (paths x arrivals, times increasing) in turn on the
+    first one free, for its ``holding`` time."""
     if free.shape[1] == 1:
-        # One instance: finish_j = max(arrival_j, finish_j-1) + service_j unrolls to
-        # S_j + max(start, max over k <= j of (arrival_k - S_k-1)), S the running service sum,
-        # so the whole recursion is two cumulative passes instead of a loop.
+        # One instance: release_j = max(arrival_j, release_j-1) + holding_j unrolls to
+        # H_j + max(start, max over k <= j of (arrival_k - H_k-1)), H the running sum of the
+        # holding times, so the whole recursion is two cumulative passes instead of a loop.
         start = free[:, 0] + queued.sum(axis=1)
-        total = np.cumsum(service, axis=1)
-        earliest = np.maximum.accumulate(arrivals - (total - service), axis=1)
-        finishes: FloatArray = total + np.maximum(start[:, None], earliest)
-        return finishes
+        total = np.cumsum(holding, axis=1)
+        before = total - holding
+        starts: FloatArray = before + np.maximum(
+            start[:, None], np.maximum.accumulate(arrivals - before, axis=1)
+        )
+        return starts
     free = free.copy()
     rows = np.arange(free.shape[0])
     for j in range(queued.shape[1]):
         slot = free.argmin(axis=1)
         free[rows, slot] += queued[:, j]
-    finishes = np.empty_like(arrivals)
+    starts = np.empty_like(arrivals)
     for j in range(arrivals.shape[1]):
         slot = free.argmin(axis=1)
-        finishes[:, j] = np.maximum(arrivals[:, j], free[rows, slot]) + service[:, j]
-        free[rows, slot] = finishes[:, j]
-    return finishes
+        starts[:, j] = np.maximum(arrivals[:, j], free[rows, slot])
+        free[rows, slot] = starts[:, j] + holding[:, j]
+    return starts
+
+
+def _holding_stretch(profile: LatencyProfile, servers: int) -> float:
+    """How much longer than its profile's mean a request of this member holds one of
+    ``servers`` instances of a busy pod (1 without a saturated curve measured at them)."""
+    curve = profile.capacity
+    if curve is None or curve.servers != servers or not curve.saturated:
+        return 1.0
+    return max(1.0, curve.holding_ms() / profile.mean_ms)
