@@ -707,8 +707,9 @@ class ServingSettings(CamelModel):
         "serve a share of the requests (5% steps) with the next more accurate member, so "
         "capacity and accuracy move in small steps; predictive: each interval, the most accurate "
         "mix along the front whose next 10 s, forecast from the queue and the arrival rate, "
-        "misses at most 5% more than the fastest would (meant to run with admission; "
-        "bench/serving_sim.py compares them).",
+        "misses at most 5% more than the fastest would (no cooldowns: hysteresis's cooldowns "
+        "and burst memory do not apply; meant to run with admission; bench/serving_sim.py "
+        "compares them).",
     )
 
 
