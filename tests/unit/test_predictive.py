@@ -52,7 +52,7 @@ def steady_run(
 
 
 def test_a_light_steady_load_is_served_by_the_most_accurate_member() -> None:
-    mix, state, actions = steady_run(Predictive(PLAN), qps=1.0, seconds=10)
+    mix, state, actions = steady_run(Predictive(PLAN), qps=0.5, seconds=10)
     assert mix == MOST_ACCURATE
     assert state.active == "slow"
     assert state.blend is None
@@ -71,24 +71,24 @@ def test_before_the_rate_is_known_it_serves_the_fastest() -> None:
 
 def test_a_heavy_load_keeps_the_fastest_and_a_moderate_one_a_mix_between() -> None:
     # The fastest holds 10/s at 100 ms; the most accurate only 4/s.
-    heavy, _, _ = steady_run(Predictive(PLAN), qps=8.0, seconds=20)
-    moderate, _, _ = steady_run(Predictive(PLAN), qps=4.5, seconds=20)
+    heavy, _, _ = steady_run(Predictive(PLAN), qps=6.0, seconds=20)
+    moderate, _, _ = steady_run(Predictive(PLAN), qps=2.0, seconds=20)
     assert heavy.position < moderate.position < MOST_ACCURATE.position
 
 
 def test_a_queue_drives_it_to_a_faster_mix_at_once() -> None:
     policy = Predictive(PLAN)
-    _, state, _ = steady_run(policy, qps=1.0, seconds=10)
+    _, state, _ = steady_run(policy, qps=0.5, seconds=10)
     assert state.active == "slow"
-    decision, after = policy.decide(Observation(11.0, 12, arrivals_total=11.0), state, 11.0)
+    decision, after = policy.decide(Observation(11.0, 12, arrivals_total=5.5), state, 11.0)
     assert decision.action is Action.FASTER
     assert decision.mix.position < MOST_ACCURATE.position
     assert after.switches == state.switches + 1
 
 
 def test_more_risk_buys_more_accuracy() -> None:
-    careful, _, _ = steady_run(Predictive(PLAN, risk=0.0), qps=4.0, seconds=20)
-    bold, _, _ = steady_run(Predictive(PLAN, risk=0.2), qps=4.0, seconds=20)
+    careful, _, _ = steady_run(Predictive(PLAN, risk=0.0), qps=3.0, seconds=20)
+    bold, _, _ = steady_run(Predictive(PLAN, risk=0.2), qps=3.0, seconds=20)
     assert careful.position < bold.position
 
 
@@ -104,12 +104,29 @@ def test_the_forecast_is_deterministic_and_grows_with_the_queue_and_the_mix() ->
         >= policy.miss_share(Mix(0), 3.0, 2, Mix(1))
     )
     assert policy.miss_share(Mix(2), 0.0, 0, Mix(2)) == 0.0
+    # A surge of the rate for the first seconds makes the same mix miss more.
+    assert policy.miss_share(Mix(1, 2, 0.5), 3.0, 2, Mix(1), surge=True) > share
+
+
+def test_a_mix_must_survive_a_surge_the_plain_forecast_would_allow() -> None:
+    """At a load the most accurate member holds on average, a surge would overwhelm it: the
+    policy stops short of it, where the plain forecast alone would not."""
+    policy = Predictive(PLAN)
+    rate = 1.5
+    top = policy.miss_share(MOST_ACCURATE, rate, 0, Mix(0))
+    top_surged = policy.miss_share(MOST_ACCURATE, rate, 0, Mix(0), surge=True)
+    fastest = policy.miss_share(Mix(0), rate, 0, Mix(0))
+    fastest_surged = policy.miss_share(Mix(0), rate, 0, Mix(0), surge=True)
+    assert top <= fastest + policy.risk
+    assert top_surged > fastest_surged + policy.risk
+    mix, _, _ = steady_run(policy, qps=rate, seconds=20)
+    assert mix.position < MOST_ACCURATE.position
 
 
 def test_a_stale_reading_holds_then_falls_back_unless_told_to_hold() -> None:
     policy = Predictive(PLAN)
-    _, state, _ = steady_run(policy, qps=1.0, seconds=10)
-    old = Observation(10.0, 0, arrivals_total=10.0)
+    _, state, _ = steady_run(policy, qps=0.5, seconds=10)
+    old = Observation(10.0, 0, arrivals_total=5.0)
     held, state_held = policy.decide(old, state, 13.0)
     assert held.action is Action.HOLD
     assert held.mix == MOST_ACCURATE
@@ -177,7 +194,7 @@ def test_with_admission_it_keeps_the_slo_as_the_fastest_does_and_wins_more_than_
     means = {name: np.mean(figures, axis=0) for name, figures in runs.items()}
     assert means["predictive"][0] >= means["fastest"][0]
     gap = 0.90 - 0.70
-    assert means["predictive"][1] - means["elastico"][1] > 0.2 * gap
+    assert means["predictive"][1] - means["elastico"][1] > 0.1 * gap
 
 
 def test_one_instance_starts_match_the_request_by_request_recursion() -> None:
