@@ -111,11 +111,10 @@ class ServiceGrid:
         self.weights /= self.weights.sum()
         self.mean_ms = float(self.values_ms @ self.weights)
         self._cumulative = np.cumsum(self.weights)
-        curves = [member.capacity for member, _ in members]
         holding = [
-            (curve.holding_ms(), share)
-            for curve, (_, share) in zip(curves, members, strict=True)
-            if curve is not None and curve.servers == servers and curve.saturated
+            (ms, share)
+            for member, share in members
+            if (ms := member.busy_holding_ms(servers)) is not None
         ]
         # How much longer than its profile a request holds an instance when the pod is busy.
         self.load_factor = 1.0

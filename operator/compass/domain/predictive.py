@@ -52,7 +52,6 @@ from compass.domain.elastico import (
 )
 from compass.domain.mix import Mix, accuracy_hull, hull_mixes, mix_weighting
 from compass.domain.planner import Plan
-from compass.domain.profiles import LatencyProfile
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -100,7 +99,9 @@ class _Paths:
         # where the member's capacity curve, measured at the plan's router instances, says
         # the pod drains slower than that (components that batch or contend; the same
         # stretch admission's ServiceGrid uses).
-        stretch = np.array([_holding_stretch(p, plan.servers) for p in profiles])
+        stretch = np.array(
+            [max(1.0, (p.busy_holding_ms(plan.servers) or 0.0) / p.mean_ms) for p in profiles]
+        )
         self.holding_s: FloatArray = self.service_s * stretch[:, None, None]
         self.requests = requests
         self._dealt: dict[Mix, IntArray] = {}
@@ -351,12 +352,3 @@ def fifo_starts(
         starts[:, j] = np.maximum(arrivals[:, j], free[rows, slot])
         free[rows, slot] = starts[:, j] + holding[:, j]
     return starts
-
-
-def _holding_stretch(profile: LatencyProfile, servers: int) -> float:
-    """How much longer than its profile's mean a request of this member holds one of
-    ``servers`` instances of a busy pod (1 without a saturated curve measured at them)."""
-    curve = profile.capacity
-    if curve is None or curve.servers != servers or not curve.saturated:
-        return 1.0
-    return max(1.0, curve.holding_ms() / profile.mean_ms)

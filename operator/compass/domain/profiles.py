@@ -200,6 +200,14 @@ class LatencyProfile:
             return measured[percentile]
         return float(self.distribution.quantile(percentile / 100))
 
+    def busy_holding_ms(self, servers: int) -> float | None:
+        """How long a request holds one of ``servers`` router instances once the pod is busy,
+        from a saturated capacity curve measured at that many (None without one)."""
+        curve = self.capacity
+        if curve is None or curve.servers != servers or not curve.saturated:
+            return None
+        return curve.holding_ms()
+
     def scaled(self, factor: float) -> LatencyProfile:
         """The same profile with every time multiplied by ``factor`` (a time-scaled replay)."""
 
