@@ -2,7 +2,7 @@
 
 Run as ``python bench/serving_sim.py [--seeds 10] [--seed-offset 0] [--jobs 2]
 [--slos 500,750,1000,1500] [--patterns spike,ramp,step,bursty] [--pods 1] [--aggregate mean]
-[--json PATH]``;
+[--forecaster none] [--json PATH]``;
 ``--seed-offset 100`` draws a held-out set of scenarios (seeds 100, 101, ...) to check a change
 on seeds it was not made on. ``--pods N`` serves N times the load on N servers behind one
 Service (each request to one at random) with one policy over all of them, which sees the pods'
@@ -46,6 +46,7 @@ from compass.commands.common import (
 from compass.console import UsageError
 from compass.domain.admission import DEFAULT_DEGRADE_AFTER, Admission, AdmissionPoint
 from compass.domain.elastico import Elastico
+from compass.domain.forecast import ForecasterKind, build_forecaster
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.predictive import Predictive
@@ -121,6 +122,7 @@ class Job:
     admission_quantile: float = DEFAULT_ADMISSION_QUANTILE
     admission_at: AdmissionPoint = AdmissionPoint.DISPATCH
     degrade_after: float = DEFAULT_DEGRADE_AFTER
+    forecaster: ForecasterKind = ForecasterKind.NONE
 
 
 # Per policy: (SLO compliance %, mean accuracy, switches, requests, dropped %).
@@ -140,7 +142,9 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
     for model, plan in plans.items():
         controllers[POLICY[model]] = Elastico(plan)
     controllers["split"] = Split(plans[ThresholdModel.TAIL])
-    controllers["predictive"] = Predictive(plans[ThresholdModel.TAIL])
+    controllers["predictive"] = Predictive(
+        plans[ThresholdModel.TAIL], forecaster=build_forecaster(job.forecaster)
+    )
     for label, plain in ADMITTED.items():
         controllers[label] = controllers[plain]
     admission = Admission(
@@ -187,6 +191,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=QueueAggregate.MEAN.value,
         choices=[a.value for a in QueueAggregate],
         help="the pods' queues as the policy sees them",
+    )
+    parser.add_argument(
+        "--forecaster",
+        default=ForecasterKind.NONE.value,
+        choices=[k.value for k in ForecasterKind],
+        help="the predictive strategy's load forecaster (bench/forecast.py compares them)",
     )
     add_admission_arguments(parser, str(DEFAULT_ADMISSION_QUANTILE))
     args = parser.parse_args(argv)
@@ -367,6 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"{args.pods} pod(s), {args.aggregate} queue over pods; base {BASE_QPS:g} QPS per pod, "
         f"{DURATION_S:g} s, {args.seeds} seeds from {args.seed_offset}; "
+        f"predictive's forecaster: {args.forecaster}; "
         "ramp and step go to 2x base, spike is 4x for the middle third, bursty has 2-5x bursts of "
         "5-15 s every 10-30 s;"
         " every policy serves the same arrivals and service-time draws (paired)"
@@ -386,6 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.admission_quantile,
             AdmissionPoint(args.admission_at),
             args.degrade_after,
+            ForecasterKind(args.forecaster),
         )
         for slo in slos
         for pattern in patterns

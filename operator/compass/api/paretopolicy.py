@@ -46,6 +46,7 @@ from compass.domain.elastico import (
     MetricsLoss,
 )
 from compass.domain.evaluation import ParamValue
+from compass.domain.forecast import ForecasterKind
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile
 from compass.domain.space import MAX_PARAMETERS, config_key
@@ -646,6 +647,19 @@ class AdmissionSettings(CamelModel):
 class ServingSettings(CamelModel):
     """How a policy serves its front: what a CompoundWorkflow hands its generated ParetoPolicy."""
 
+    # The same rule as _forecaster_needs_predictive, for the API server.
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule="!has(self.forecaster) || self.forecaster == 'none'"
+                " || (has(self.strategy) && self.strategy == 'predictive')",
+                message="forecaster: only strategy predictive takes one; set strategy: "
+                "predictive or forecaster: none",
+                field_path=".forecaster",
+            ),
+        )
+    )
+
     hysteresis: Hysteresis = Field(
         default_factory=Hysteresis, description="Cooldowns and the slack buffer."
     )
@@ -712,6 +726,23 @@ class ServingSettings(CamelModel):
         "and burst memory do not apply; meant to run with admission; bench/serving_sim.py "
         "compares them).",
     )
+    forecaster: ForecasterKind = Field(
+        default=ForecasterKind.NONE,
+        description="predictive only: a load forecast over the last 120 s of arrivals that may "
+        "raise the rate a mix is judged on, never lower it (it moves towards speed before a "
+        "queue builds). smoother: Holt's trend-aware exponential smoothing; lstm: a small "
+        "LSTM shipped with compass (numpy, no torch at run time); none: the arrivals' steady "
+        "window alone. bench/forecast.py compares them.",
+    )
+
+    @model_validator(mode="after")
+    def _forecaster_needs_predictive(self) -> ServingSettings:
+        if self.forecaster is not ForecasterKind.NONE and self.strategy is not Strategy.PREDICTIVE:
+            raise ValueError(
+                f"forecaster: {self.forecaster.value} needs strategy: predictive (it is "
+                f"{self.strategy.value}); set strategy: predictive or forecaster: none"
+            )
+        return self
 
 
 class ParetoPolicySpec(ServingSettings):
@@ -774,7 +805,7 @@ class ParetoPolicySpec(ServingSettings):
 
     def policy(self) -> Policy:
         """The runtime policy this spec describes: its strategy over its plan."""
-        return build_policy(self.strategy, self.plan(), self.settings())
+        return build_policy(self.strategy, self.plan(), self.settings(), self.forecaster)
 
     def admission_table(self, plan: Plan) -> dict[str, Any] | None:
         """What every router gets with each switch to judge requests at dispatch, for this

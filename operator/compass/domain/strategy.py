@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from compass.domain.elastico import Decision, Elastico, ElasticoSettings, Observation, PolicyState
+from compass.domain.forecast import ForecasterKind, build_forecaster
 from compass.domain.planner import Plan
 from compass.domain.predictive import Predictive
 from compass.domain.split import Split
@@ -44,12 +45,17 @@ class Policy(Protocol):
 
 
 def build_policy(
-    strategy: Strategy, plan: Plan, settings: ElasticoSettings | None = None
+    strategy: Strategy,
+    plan: Plan,
+    settings: ElasticoSettings | None = None,
+    forecaster: ForecasterKind = ForecasterKind.NONE,
 ) -> Policy:
-    """The policy of this strategy over the plan."""
+    """The policy of this strategy over the plan (a forecaster only for predictive)."""
     settings = settings or ElasticoSettings()
+    if ForecasterKind(forecaster) is not ForecasterKind.NONE and strategy != Strategy.PREDICTIVE:
+        raise ValueError(f"forecaster {forecaster}: only the predictive strategy takes one")
     if Strategy(strategy) is Strategy.SPLIT:
         return Split(plan, settings)
     if Strategy(strategy) is Strategy.PREDICTIVE:
-        return Predictive(plan, settings)
+        return Predictive(plan, settings, forecaster=build_forecaster(forecaster))
     return Elastico(plan, settings)
