@@ -83,15 +83,6 @@ LABELS = {
 MEMORY = "+memory"
 # The predictive strategy on the measured thresholds' plan, with admission at dispatch.
 PREDICTIVE = "predictive+adm"
-# qa-real's configurations measured live, fastest to most accurate (README of qa-real): no
-# neural network; a MiniLM reader; the reranker (batching) before it; hybrid retrieval.
-QA_REAL_FRONT: tuple[Config, ...] = (
-    {"reader": "lexical", "rerank": "none", "retriever": "bm25", "top_k": 1},
-    {"reader": "minilm", "rerank": "none", "retriever": "bm25", "top_k": 1},
-    {"reader": "minilm", "rerank": "minilm", "retriever": "bm25", "top_k": 1},
-    {"reader": "minilm", "rerank": "none", "retriever": "hybrid", "top_k": 3},
-)
-QA_REAL_QUESTIONS = 149
 CAPACITY_TOLERANCE = 0.15
 COMPLIANCE_TOLERANCE = 1.0
 GAP_SHARE = 0.30
@@ -249,7 +240,13 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
     from compass.domain.capacity import CapacityError
     from compass.domain.profiles import parse_profile
     from compass.lab.local_triton import LocalTriton, assemble_repository
-    from compass.lab.scenarios import PAPER_FRONT, QUESTIONS, rag_sim_triton
+    from compass.lab.scenarios import (
+        PAPER_FRONT,
+        QA_REAL_FRONT,
+        QA_REAL_QUESTIONS,
+        QUESTIONS,
+        rag_sim_triton,
+    )
 
     rng = np.random.default_rng(args.check_seed)
     luck = rng.uniform(0, 1, 1_000_000)

@@ -1,6 +1,7 @@
-"""rag-sim on real Tritons under load: the live Elastico loop against static baselines.
+"""rag-sim or qa-real on real Tritons under load: the live policy against static baselines.
 
-    python bench/serving_triton.py [--replicas 2] [--pattern spike] [--time-scale 0.25]
+    python bench/serving_triton.py [--workflow rag-sim] [--replicas 2] [--router-instances 1]
+                                   [--pattern spike] [--time-scale 0.25]
                                    [--slos 750,1000,1500] [--seed 0] [--json PATH]
                                    [--runs fastest,accurate,policy,policy+adm]
                                    [--admission-quantile 0.5] [--degrade-after 0.25]
@@ -25,6 +26,15 @@ rule (compass.domain.admission, ``AdmissionPoint.DISPATCH``). ``oracle%`` is a r
 gain over static fastest as a share of what the hindsight oracle (compass.domain.oracle) wins
 on the same arrivals in the simulator. ``--strategy predictive`` runs the policy runs with the
 predictive strategy (meant for ``policy+adm``).
+
+``--workflow qa-real`` serves qa-real instead: real retrieval and MiniLM on this CPU, so no time
+scale (1) and each request's accuracy is its real answer's score; by default one replica whose
+router runs 4 instances (``--router-instances``), SLOs 500 and 1000 ms. Each front member's
+capacity curve is measured at those instances first (the profiler's ladder), the plan's
+thresholds come from the curves (``measured``), the simulator's pod shares its cores among the
+busy instances as the curves say (``PodModel.contended``), and the default spike peaks at 1.2x
+what the most accurate member drains. The oracle's column needs one instance per pod (its FIFO
+is one server): ``-`` otherwise.
 """
 
 from __future__ import annotations
@@ -53,7 +63,12 @@ from compass.commands.common import (
 )
 from compass.console import UsageError
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
-from compass.dataplane.profiler import ProfileSettings, profile_configurations
+from compass.dataplane.profiler import (
+    CurveSettings,
+    ProfileSettings,
+    measure_curve,
+    profile_configurations,
+)
 from compass.dataplane.triton import TritonRouter
 from compass.domain.admission import (
     DEFAULT_DEGRADE_AFTER,
@@ -61,12 +76,15 @@ from compass.domain.admission import (
     AdmissionPoint,
     router_admission,
 )
+from compass.domain.evaluation import Config
 from compass.domain.oracle import hindsight_oracle
-from compass.domain.planner import Slo, plan_from_profiles
+from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import parse_profiles
 from compass.domain.simulator import (
+    RAG_SIM_STAGES,
     SPIKE_FACTOR,
     PatternKind,
+    PodModel,
     compare,
     make_pattern,
     make_scenario,
@@ -79,13 +97,22 @@ from compass.lab.scenarios import (
     FASTEST,
     PAPER_FRONT,
     PAPER_PEAK_UTILIZATION,
+    QA_REAL_FRONT,
+    QA_REAL_QUESTIONS,
     QUESTIONS,
     RagSimLoad,
+    qa_real_triton,
     rag_sim_data,
     rag_sim_triton,
 )
 
 IDLE_SWITCHES = 40
+# qa-real's serving front: the fastest, the first MiniLM reader, the most accurate (its
+# reranked member is as accurate as the last at three times its time).
+QA_REAL_SERVING = (QA_REAL_FRONT[0], QA_REAL_FRONT[1], QA_REAL_FRONT[3])
+# qa-real's default spike peaks at this many times the most accurate member's drain rate.
+QA_REAL_PEAK_OVER_DRAIN = 1.2
+CURVE_POINTS = 10
 
 
 def percentiles_ms(seconds: list[float]) -> dict[str, float]:
@@ -100,12 +127,35 @@ def percentiles_ms(seconds: list[float]) -> dict[str, float]:
     }
 
 
+def qa_real_accuracy(router: TritonRouter, config: Config) -> float:
+    """The configuration's accuracy: its answers' mean score over qa-real's questions."""
+    scores = [
+        float(router.infer({"sample": i}, config=config).result.get("score") or 0.0)
+        for i in range(QA_REAL_QUESTIONS)
+    ]
+    return float(np.mean(scores))
+
+
 def main() -> int:
     """Run the benchmark, print its tables and (with --json) write its figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--replicas", type=int, default=2, help="Triton servers (pods)")
-    parser.add_argument("--time-scale", type=float, default=0.25)
-    parser.add_argument("--slos", default="750,1000,1500", help="SLOs in ms at the paper's scale")
+    parser.add_argument("--workflow", choices=("rag-sim", "qa-real"), default="rag-sim")
+    parser.add_argument(
+        "--replicas", type=int, default=None, help="Triton servers (pods; rag-sim 2, qa-real 1)"
+    )
+    parser.add_argument(
+        "--router-instances",
+        type=int,
+        default=None,
+        help="requests each router serves at once (rag-sim 1, qa-real 4)",
+    )
+    parser.add_argument(
+        "--curve-requests", type=int, default=60, help="qa-real: requests per curve rate"
+    )
+    parser.add_argument("--time-scale", type=float, default=0.25, help="rag-sim only")
+    parser.add_argument(
+        "--slos", default=None, help="SLOs in ms (rag-sim 750,1000,1500; qa-real 500,1000)"
+    )
     parser.add_argument("--profile-runs", type=int, default=40)
     parser.add_argument("--runs", default=",".join(RUNS), help="which runs, comma-separated")
     add_admission_arguments(parser, "0.5", where=False)
@@ -121,11 +171,17 @@ def main() -> int:
     # of the profiled fastest configuration), per replica, as the demo serves it.
     parser.set_defaults(base_qps=None)
     args = parser.parse_args()
+    qa_real = args.workflow == "qa-real"
+    args.replicas = args.replicas or (1 if qa_real else 2)
+    instances = args.router_instances or (4 if qa_real else 1)
+    args.slos = args.slos or ("500,1000" if qa_real else "750,1000,1500")
+    if qa_real:
+        args.time_scale = 1.0  # real computation: latencies are what they are
     auto_base = args.base_qps is None
     if auto_base:
         args.base_qps = "1"  # validated now, set once the fastest is profiled
-    if args.replicas < 1:
-        parser.error("--replicas: give 1 or more")
+    if args.replicas < 1 or instances < 1:
+        parser.error("--replicas and --router-instances: give 1 or more")
     try:
         quantile = admission_quantile(args, 0.5)
         degrade_after = admission_degrade_after(args, DEFAULT_DEGRADE_AFTER)
@@ -141,13 +197,19 @@ def main() -> int:
     pattern, seed = pattern_from_args(args)  # validated at the paper's scale
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="compass-bench-"))
-    data = rag_sim_data()
     with ExitStack() as stack:
         servers = [
             stack.enter_context(
-                rag_sim_triton(workdir / f"pod{k}", scale, host=f"127.0.3.{k + 1}").start(
-                    workdir / f"pod{k}"
-                )
+                (
+                    qa_real_triton(workdir / f"pod{k}", f"127.0.3.{k + 1}", instances)
+                    if qa_real
+                    else rag_sim_triton(
+                        workdir / f"pod{k}",
+                        scale,
+                        host=f"127.0.3.{k + 1}",
+                        router_instances=instances,
+                    )
+                ).start(workdir / f"pod{k}")
             )
             for k in range(args.replicas)
         ]
@@ -156,24 +218,62 @@ def main() -> int:
         )
         stack.callback(fleet.close)
         # Profile the front through one replica's router, as `compass profile` does.
-        profiler = TritonRouter(servers[0].grpc_url)
+        profiler = TritonRouter(servers[0].grpc_url, timeout_s=120.0)
         stack.callback(profiler.close)
-        configs = [
-            (c, float(np.mean(data["configs"][config_key(c)]["scores"]))) for c in PAPER_FRONT
-        ]
+        questions = QA_REAL_QUESTIONS if qa_real else QUESTIONS
+        front = QA_REAL_SERVING if qa_real else PAPER_FRONT
+        if qa_real:
+            # Its dense retriever embeds the corpus on the first request; each member's
+            # accuracy is its real answers' score over every question.
+            profiler.infer({"sample": 0}, config=front[-1])
+            configs = [(c, qa_real_accuracy(profiler, c)) for c in front]
+        else:
+            data = rag_sim_data()
+            configs = [(c, float(np.mean(data["configs"][config_key(c)]["scores"]))) for c in front]
         document = profile_configurations(
             profiler,
             configs,
             ProfileSettings(warmup_runs=5, measured_runs=args.profile_runs),
-            lambda i: {"sample": i % QUESTIONS},
+            lambda i: {"sample": i % questions},
         )
+        if instances > 1:
+            # What each member drains at the deployed instances: the thresholds, the
+            # simulator's pod and the predictive forecast read it.
+            for config, entry in zip(front, document["profiles"], strict=True):
+                curve = measure_curve(
+                    profiler,
+                    config,
+                    entry["latency_mean_ms"],
+                    instances,
+                    lambda i: {"sample": i % questions},
+                    # Enough rates to reach saturation: a curve that never saturated
+                    # says nothing of the drain rate, and the pod would look uncontended.
+                    CurveSettings(args.curve_requests, CURVE_POINTS, seconds_per_rate=5.0),
+                    progress=lambda point: print(
+                        f"    {point.offered_qps:7.2f}/s -> {point.throughput_qps:7.2f}/s, "
+                        f"p95 {point.latency_at(95):7.1f} ms",
+                        flush=True,
+                    ),
+                )
+                entry["capacity"] = curve.to_json()
+                print(
+                    f"  curve of {config_key(config)} at {instances} instances: drains "
+                    f"{curve.saturation_qps:.2f}/s{'' if curve.saturated else ' (not saturated)'}",
+                    flush=True,
+                )
         profiles = parse_profiles(document)
+        fast_config, accurate_config = front[0], front[-1]
+        if not qa_real:
+            fast_config, accurate_config = FASTEST, ACCURATE
         # The switch's cost, measured: decision -> every replica serving it, at idle.
-        idle = [fleet.switch(ACCURATE if i % 2 else FASTEST).seconds for i in range(IDLE_SWITCHES)]
+        idle = [
+            fleet.switch(accurate_config if i % 2 else fast_config).seconds
+            for i in range(IDLE_SWITCHES)
+        ]
         switch_delay_s = float(np.percentile(idle, 95))
         print(
-            f"rag-sim on {args.replicas} Triton 2.51 replica(s) (CPU), time scale {scale:g}; "
-            f"profiled front (paper scale):"
+            f"{args.workflow} on {args.replicas} Triton 2.51 replica(s) (CPU), router of "
+            f"{instances} instance(s), time scale {scale:g}; profiled front (paper scale):"
         )
         for p in profiles:
             print(
@@ -185,7 +285,12 @@ def main() -> int:
             f"switch of every replica at idle ({IDLE_SWITCHES}x, real ms): p50 {idle_ms['p50']}, "
             f"p95 {idle_ms['p95']}, max {idle_ms['max']}"
         )
-        if auto_base:
+        if auto_base and qa_real:
+            accurate = max(profiles, key=lambda p: p.accuracy)
+            drain = accurate.capacity.saturation_qps if accurate.capacity else 0.0
+            drain = drain or instances * 1000 / accurate.mean_ms
+            pattern = replace(pattern, base_qps=QA_REAL_PEAK_OVER_DRAIN * drain / SPIKE_FACTOR)
+        elif auto_base:
             fastest_s = min(p.mean_ms for p in profiles) / 1000 / scale
             pattern = replace(pattern, base_qps=PAPER_PEAK_UTILIZATION / (SPIKE_FACTOR * fastest_s))
         if pattern.kind is PatternKind.TRACE:
@@ -203,6 +308,11 @@ def main() -> int:
         replicas = scenario.pods_of(args.replicas).tolist()
         load = RagSimLoad(scenario)
         arrivals = load.arrivals_s()
+        payload = (lambda i: {"sample": i % QA_REAL_QUESTIONS}) if qa_real else load.payload
+        if qa_real:
+            pod_model = PodModel(servers=instances, contended=True)
+        else:
+            pod_model = PodModel(servers=instances, stages=RAG_SIM_STAGES if instances > 1 else ())
         print(
             f"{pattern.kind.value}: base {pattern.base_qps:.2f} QPS per replica, "
             f"{pattern.duration_s:g} s, {scenario.requests} requests, seed {seed}\n"
@@ -219,7 +329,9 @@ def main() -> int:
                 profiles,
                 Slo(slo_ms * scale, 95.0),
                 50.0 * scale,
+                ThresholdModel.MEASURED if instances > 1 else ThresholdModel.TAIL,
                 switch_delay_ms=1000 * switch_delay_s,
+                servers=instances,
             )
             spec = spec_for_plan(
                 plan,
@@ -239,6 +351,7 @@ def main() -> int:
                 interval_s=scale,
                 pods=args.replicas,
                 switch_delay_s=switch_delay_s,
+                pod_model=pod_model,
             )
             predicted = {
                 **predict({"policy": spec.policy()}),
@@ -246,7 +359,11 @@ def main() -> int:
             }
             # What hindsight could win on these arrivals (the simulator's oracle): each run's
             # accuracy gain over static fastest as a share of the oracle's.
-            oracle = hindsight_oracle(members, scenario, slo_ms * scale, pods=args.replicas)
+            oracle = (
+                hindsight_oracle(members, scenario, slo_ms * scale, pods=args.replicas)
+                if instances == 1
+                else None
+            )
             fastest_accuracy = members[0].accuracy
             for label, run in serve_each(
                 fleet,
@@ -254,7 +371,7 @@ def main() -> int:
                 spec.policy(),
                 FleetQueueDepth(lambda: fleet.endpoints),
                 arrivals,
-                load.payload,
+                payload,
                 slo_ms,
                 interval_s=scale,
                 time_scale=scale,
@@ -267,11 +384,12 @@ def main() -> int:
                 sim = report.compliance if report else float("nan")
                 if label == "fastest":
                     fastest_accuracy = run.accuracy
-                gain = oracle.mean_accuracy - fastest_accuracy
+                gain = oracle.mean_accuracy - fastest_accuracy if oracle else math.nan
                 share = 100 * (run.accuracy - fastest_accuracy) / gain if gain > 0 else math.nan
                 print(
                     f"{slo_ms:5.0f} {label:<10} {run.compliance:7.1f} {sim:6.1f} "
-                    f"{run.accuracy:8.4f} {share:7.0f} {run.percentile_ms(95):7.0f} "
+                    f"{run.accuracy:8.4f} {'-' if math.isnan(share) else f'{share:.0f}':>7} "
+                    f"{run.percentile_ms(95):7.0f} "
                     f"{run.failed:6d} {run.refused:7d} {run.switches:8d}",
                     flush=True,
                 )
@@ -282,7 +400,7 @@ def main() -> int:
                         "compliance_pct": round(run.compliance, 2),
                         "sim_compliance_pct": round(sim, 2),
                         "accuracy": round(run.accuracy, 4),
-                        "oracle_accuracy": round(oracle.mean_accuracy, 4),
+                        "oracle_accuracy": round(oracle.mean_accuracy, 4) if oracle else None,
                         "oracle_share_pct": None if math.isnan(share) else round(share, 1),
                         "failed": run.failed,
                         "refused": run.refused,
@@ -301,7 +419,9 @@ def main() -> int:
     print(f"wall time {time.monotonic() - started:.0f} s")
     if args.json:
         document = {
+            "workflow": args.workflow,
             "replicas": args.replicas,
+            "router_instances": instances,
             "pattern": pattern.kind.value,
             "time_scale": scale,
             "runs": runs,

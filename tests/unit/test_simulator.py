@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from profiles_for_tests import normal_profile as profile
 
+from compass.domain.capacity import CapacityCurve, CurvePoint
 from compass.domain.elastico import Action, Decision, Elastico, Observation, PolicyState
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds, violation_probability
+from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import (
     BURST_FACTORS,
     BURST_SECONDS,
+    RAG_SIM_STAGES,
     RAMP_FACTOR,
     SPIKE_FACTOR,
     STEP_FACTOR,
     PatternKind,
+    PodModel,
     QueueAggregate,
+    RunReport,
+    Scenario,
     SimulationError,
     StaticController,
     aggregate_queue,
@@ -330,3 +337,40 @@ def test_capacity_pressure_rises_during_a_spike_the_fastest_cannot_serve() -> No
     assert all(
         t.capacity_pressure == 0.0 for t in simulate(Elastico(plan), FRONT, scenario, 1000).ticks
     )
+
+
+def contended_member(servers: int, holding_factor: float) -> LatencyProfile:
+    """A 100 ms member whose capacity curve at ``servers`` instances drains as if each request
+    held its instance ``holding_factor`` times its own time (instances sharing cores)."""
+    member = profile("cpu", 0.8, 100, 10)
+    drain = servers * 1000 / (holding_factor * member.mean_ms)
+    points = (
+        CurvePoint(drain / 2, drain / 2, member.mean_ms, ((50.0, member.mean_ms),)),
+        CurvePoint(2 * drain, drain, 5000.0, ((50.0, 5000.0),), growing=True),
+    )
+    return dataclasses.replace(member, capacity=CapacityCurve(servers, points))
+
+
+def test_a_contended_pod_drains_at_its_curves_rate_and_a_light_load_keeps_its_own_time() -> None:
+    member = contended_member(4, holding_factor=2.0)
+    heavy = make_scenario(make_pattern("constant", 60.0, 60.0, seed=1), 1)
+    light = make_scenario(make_pattern("constant", 1.0, 600.0, seed=1), 1)
+    fixed = StaticController("cpu", 0)
+
+    def served(scenario: Scenario, contended: bool) -> RunReport:
+        model = PodModel(servers=4, contended=contended)
+        return simulate(fixed, [member], scenario, 1000, pod_model=model)
+
+    # 60/s offered; 4 instances at 100 ms would drain 40/s, contended only 20/s.
+    free_run, contended_run = served(heavy, False), served(heavy, True)
+    drain_s = heavy.requests / 20.0
+    assert contended_run.finishes_s.max() == pytest.approx(drain_s, rel=0.1)
+    assert free_run.finishes_s.max() < 0.75 * drain_s
+    # Rarely two at once at 1/s: about the member's own 100 ms.
+    calm = served(light, True).latencies_ms
+    assert float(np.median(calm)) == pytest.approx(100.0, rel=0.1)
+
+
+def test_a_pod_is_contended_or_staged_not_both() -> None:
+    with pytest.raises(SimulationError, match="contended"):
+        PodModel(servers=4, stages=RAG_SIM_STAGES, contended=True)

@@ -181,11 +181,14 @@ class Lstm:
         driven = inputs @ self.weight_ih.T + self.bias
         state = np.zeros(hidden)
         cell = np.zeros(hidden)
+        # Few numpy calls a step (each costs more than its arithmetic at this size): one
+        # sigmoid over all four gates, of which the cell's input (g) is not used.
+        cell_input = slice(2 * hidden, 3 * hidden)
         for step in driven:
             gates = step + self.weight_hh @ state
-            i, f, g, o = np.split(gates, 4)
-            cell = _sigmoid(f) * cell + _sigmoid(i) * np.tanh(g)
-            state = _sigmoid(o) * np.tanh(cell)
+            opened = _sigmoid(gates)
+            cell = opened[hidden : 2 * hidden] * cell + opened[:hidden] * np.tanh(gates[cell_input])
+            state = opened[3 * hidden :] * np.tanh(cell)
         out = float(self.head_weight @ state) + self.head_bias
         # softplus, written to stay finite for large outputs
         return scale * (max(out, 0.0) + math.log1p(math.exp(-abs(out))))

@@ -127,10 +127,22 @@ class PodModel:
 
     servers: int = 1
     stages: tuple[Stage, ...] = ()
+    # The instances contend for the same cores (a CPU-bound pipeline): a request that starts
+    # while k of the servers are busy (itself included) takes its own time x (1 + (s - 1)
+    # (k - 1) / (servers - 1)), s its member's busy holding time over its mean (the capacity
+    # curve measured at this many instances; 1 without one). Fixed when it starts: a cheap
+    # stand-in for processor sharing that is exact where it matters, at saturation.
+    contended: bool = False
 
     def __post_init__(self) -> None:
         if self.servers < 1:
             raise SimulationError("servers", f"{self.servers} is not >= 1", "give 1 or more")
+        if self.contended and self.stages:
+            raise SimulationError(
+                "contended",
+                "a pod with stages models its components itself",
+                "give stages or contended, not both",
+            )
         if self.stages and not math.isclose(sum(s.share for s in self.stages), 1.0):
             raise SimulationError(
                 "stages",
@@ -347,8 +359,11 @@ class _Pod:
         record: tuple[FloatArray, FloatArray, IntArray],
         admit: AdmitFn | None = None,
         dispatch: DispatchFn | None = None,
+        stretch: FloatArray | None = None,
     ) -> None:
         self.model = model
+        # Per member: how much longer a request takes with every instance busy (contended).
+        self.stretch = stretch if model.contended and model.servers > 1 else None
         self.requests = requests
         self.arrivals = arrivals
         self.service_s = service_s
@@ -443,7 +458,13 @@ class _Pod:
             config = self._start(request, begin)
             if config == DROPPED:
                 continue
-            finish = begin + self.service_s[config, request]
+            service = float(self.service_s[config, request])
+            if self.stretch is not None:
+                # The instance at the heap's top is the one this request takes (free by now).
+                others = sum(1 for busy_until, _ in self._free if busy_until > begin)
+                share = others / (self.model.servers - 1)
+                service *= 1 + (float(self.stretch[config]) - 1) * share
+            finish = begin + service
             heapq.heapreplace(self._free, (finish, begin))
             self.finishes[request] = finish
 
@@ -747,6 +768,9 @@ def simulate(
             grid, fastest = grid_of(mix_at(arrival)), grid_of(Mix(0))
             return judge(rule, grid, fastest, queued, busy_ms, pod_model.servers)
 
+    stretch = np.array(
+        [max(1.0, (p.busy_holding_ms(pod_model.servers) or p.mean_ms) / p.mean_ms) for p in front]
+    )
     servers = [
         (_StagedPod if pod_model.stages else _Pod)(
             pod_model,
@@ -757,6 +781,7 @@ def simulate(
             (starts, finishes, configs),
             admit,
             dispatch,
+            stretch,
         )
         for pod, queue in enumerate(queues)
     ]

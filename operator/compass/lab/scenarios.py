@@ -71,6 +71,17 @@ TEST_TIME_SCALE = 0.1
 PAPER_PEAK_UTILIZATION = SPIKE_FACTOR * 1.5 * 0.1286
 
 
+# qa-real's configurations measured live, fastest to most accurate (its README): no neural
+# network; a MiniLM reader; the reranker (batching) before it; hybrid retrieval.
+QA_REAL_FRONT: tuple[Config, ...] = (
+    {"reader": "lexical", "rerank": "none", "retriever": "bm25", "top_k": 1},
+    {"reader": "minilm", "rerank": "none", "retriever": "bm25", "top_k": 1},
+    {"reader": "minilm", "rerank": "minilm", "retriever": "bm25", "top_k": 1},
+    {"reader": "minilm", "rerank": "none", "retriever": "hybrid", "top_k": 3},
+)
+QA_REAL_QUESTIONS = 149
+
+
 def rag_sim_data() -> dict[str, Any]:
     """The data file rag-sim's components serve: per configuration, latency quantiles and scores."""
     path = model_images() / WORKFLOW / "models" / "rag_sim.json"
@@ -96,6 +107,17 @@ def rag_sim_triton(
         parameters[DEFAULT_ROUTER_MODEL] = {"compass_active_config": config_key(active)}
     repository = assemble_repository(
         WORKFLOW, workdir / "models", parameters, {DEFAULT_ROUTER_MODEL: router_instances}
+    )
+    return LocalTriton(repository=repository, host=host)
+
+
+def qa_real_triton(
+    workdir: Path, host: str = "127.0.0.1", router_instances: int = 1
+) -> LocalTriton:
+    """qa-real's tritonserver on ``host``, not started: real retrieval and MiniLM on this CPU,
+    the router with ``router_instances`` instances."""
+    repository = assemble_repository(
+        "qa-real", workdir / "models", instances={DEFAULT_ROUTER_MODEL: router_instances}
     )
     return LocalTriton(repository=repository, host=host)
 
