@@ -258,7 +258,13 @@ def test_a_policy_of_several_router_instances_plans_and_simulates_them(
     assert fast_four.stay_max_qps > 3 * fast_one.stay_max_qps
     load = ["--duration", "60", "--base-qps", "6", "--pattern", "constant"]
     summaries = {}
-    for name, stages in (("four", "independent"), ("one", "independent"), ("four", "rag-sim")):
+    runs = (
+        ("four", "independent"),
+        ("one", "independent"),
+        ("four", "rag-sim"),
+        ("four", "contended"),
+    )
+    for name, stages in runs:
         argv = ["simulate", "--policy", f"{name}.yaml", *load, "--stages", stages]
         assert main(argv) == 0
         header = capsys.readouterr().out.splitlines()[0]
@@ -269,6 +275,8 @@ def test_a_policy_of_several_router_instances_plans_and_simulates_them(
     # one-instance stages serves between the two.
     p95 = {key: summary["p95_ms"] for key, summary in summaries.items()}
     assert p95["four", "independent"] < p95["four", "rag-sim"] < p95["one", "independent"]
+    # Profiles without a capacity curve say nothing of shared cores: contended serves as free.
+    assert p95["four", "contended"] == p95["four", "independent"]
     bad = ["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--router-instances", "0"]
     assert main(bad) == 2
     assert "--router-instances" in one_error_line(capsys, "plan")

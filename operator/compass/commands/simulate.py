@@ -36,6 +36,9 @@ DEFAULT_TIMELINE = "compass-timeline.json"
 # Each pod is simulated as its own queue: a bound keeps a typo from exhausting memory.
 MAX_PODS = 1000
 
+# --stages: router instances that share the cores (PodModel.contended).
+CONTENDED = "contended"
+
 
 def register(commands: Any) -> None:
     """Add `compass simulate` to the `compass` parser."""
@@ -59,11 +62,13 @@ def register(commands: Any) -> None:
     )
     simulate.add_argument(
         "--stages",
-        choices=sorted(POD_STAGES),
+        choices=sorted([*POD_STAGES, CONTENDED]),
         default="independent",
         help="what a request passes through in a pod: independent (each router instance "
-        "serves it alone) or rag-sim (one-instance retriever and reranker, a batching "
-        "generator); default independent",
+        "serves it alone), rag-sim (one-instance retriever and reranker, a batching "
+        "generator) or contended (the instances share the cores: a busy pod slows each "
+        "request as the member's capacity curve says, none without a curve); default "
+        "independent",
     )
     simulate.add_argument(
         "--switch-delay-ms",
@@ -197,7 +202,11 @@ def simulate_command(args: argparse.Namespace) -> int:
         spec.interval_seconds,
         pods=int(pods),
         switch_delay_s=spec.switch_delay_ms / 1000,
-        pod_model=PodModel(spec.router_instances, POD_STAGES[str(args.stages)]),
+        pod_model=PodModel(
+            spec.router_instances,
+            POD_STAGES.get(str(args.stages), ()),
+            contended=args.stages == CONTENDED,
+        ),
         admission=admission,
     )
     print(
