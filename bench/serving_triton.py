@@ -221,6 +221,10 @@ def main() -> int:
         profiler = TritonRouter(servers[0].grpc_url, timeout_s=120.0)
         stack.callback(profiler.close)
         questions = QA_REAL_QUESTIONS if qa_real else QUESTIONS
+
+        def sample(index: int) -> dict[str, object]:
+            return {"sample": index % questions}
+
         front = QA_REAL_SERVING if qa_real else PAPER_FRONT
         if qa_real:
             # Its dense retriever embeds the corpus on the first request; each member's
@@ -234,7 +238,7 @@ def main() -> int:
             profiler,
             configs,
             ProfileSettings(warmup_runs=5, measured_runs=args.profile_runs),
-            lambda i: {"sample": i % questions},
+            sample,
         )
         if instances > 1:
             # What each member drains at the deployed instances: the thresholds, the
@@ -245,7 +249,7 @@ def main() -> int:
                     config,
                     entry["latency_mean_ms"],
                     instances,
-                    lambda i: {"sample": i % questions},
+                    sample,
                     # Enough rates to reach saturation: a curve that never saturated
                     # says nothing of the drain rate, and the pod would look uncontended.
                     CurveSettings(args.curve_requests, CURVE_POINTS, seconds_per_rate=5.0),
@@ -262,9 +266,7 @@ def main() -> int:
                     flush=True,
                 )
         profiles = parse_profiles(document)
-        fast_config, accurate_config = front[0], front[-1]
-        if not qa_real:
-            fast_config, accurate_config = FASTEST, ACCURATE
+        fast_config, accurate_config = (front[0], front[-1]) if qa_real else (FASTEST, ACCURATE)
         # The switch's cost, measured: decision -> every replica serving it, at idle.
         idle = [
             fleet.switch(accurate_config if i % 2 else fast_config).seconds
@@ -308,7 +310,7 @@ def main() -> int:
         replicas = scenario.pods_of(args.replicas).tolist()
         load = RagSimLoad(scenario)
         arrivals = load.arrivals_s()
-        payload = (lambda i: {"sample": i % QA_REAL_QUESTIONS}) if qa_real else load.payload
+        payload = sample if qa_real else load.payload
         if qa_real:
             pod_model = PodModel(servers=instances, contended=True)
         else:

@@ -20,6 +20,7 @@ from compass.domain.forecast import (
     Lstm,
     arrival_series,
     build_forecaster,
+    lstm_inputs,
 )
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
 from compass.domain.predictive import Predictive
@@ -109,8 +110,6 @@ def test_the_numpy_lstm_computes_what_torch_does_with_the_same_weights() -> None
         head.bias.copy_(torch.tensor(weights["head_bias"], dtype=torch.float64))
     series = np.random.default_rng(4).poisson(5.0, HISTORY_S).astype(np.float64)
     ours = Lstm.from_json(weights)
-    from compass.domain.forecast import lstm_inputs
-
     inputs, scale = lstm_inputs(series, 90)
     with torch.no_grad():
         out, _ = layer(torch.tensor(inputs)[None])

@@ -100,9 +100,7 @@ class _Paths:
         # where the member's capacity curve, measured at the plan's router instances, says
         # the pod drains slower than that (components that batch or contend; the same
         # stretch admission's ServiceGrid uses).
-        stretch = np.array(
-            [max(1.0, (p.busy_holding_ms(plan.servers) or 0.0) / p.mean_ms) for p in profiles]
-        )
+        stretch = np.array([p.busy_stretch(plan.servers) for p in profiles])
         self.holding_s: FloatArray = self.service_s * stretch[:, None, None]
         self.requests = requests
         self._dealt: dict[Mix, IntArray] = {}

@@ -208,6 +208,11 @@ class LatencyProfile:
             return None
         return curve.holding_ms()
 
+    def busy_stretch(self, servers: int) -> float:
+        """How many times its own time a request holds one of ``servers`` instances once the
+        pod is busy (the curve's holding time over the mean; 1 without a saturated curve)."""
+        return max(1.0, (self.busy_holding_ms(servers) or self.mean_ms) / self.mean_ms)
+
     def scaled(self, factor: float) -> LatencyProfile:
         """The same profile with every time multiplied by ``factor`` (a time-scaled replay)."""
 

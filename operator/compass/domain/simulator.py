@@ -363,7 +363,7 @@ class _Pod:
     ) -> None:
         self.model = model
         # Per member: how much longer a request takes with every instance busy (contended).
-        self.stretch = stretch if model.contended and model.servers > 1 else None
+        self.stretch = stretch
         self.requests = requests
         self.arrivals = arrivals
         self.service_s = service_s
@@ -768,8 +768,10 @@ def simulate(
             grid, fastest = grid_of(mix_at(arrival)), grid_of(Mix(0))
             return judge(rule, grid, fastest, queued, busy_ms, pod_model.servers)
 
-    stretch = np.array(
-        [max(1.0, (p.busy_holding_ms(pod_model.servers) or p.mean_ms) / p.mean_ms) for p in front]
+    stretch = (
+        np.array([p.busy_stretch(pod_model.servers) for p in front])
+        if pod_model.contended and pod_model.servers > 1
+        else None
     )
     servers = [
         (_StagedPod if pod_model.stages else _Pod)(
