@@ -123,6 +123,7 @@ class Job:
     admission_at: AdmissionPoint = AdmissionPoint.DISPATCH
     degrade_after: float = DEFAULT_DEGRADE_AFTER
     forecaster: ForecasterKind = ForecasterKind.NONE
+    base_qps: float = BASE_QPS
 
 
 # Per policy: (SLO compliance %, mean accuracy, switches, requests, dropped %).
@@ -134,7 +135,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
     plans = {model: plan_for(job.data_dir, job.slo_ms, model) for model in MODELS}
     front = [t.profile for t in plans[ThresholdModel.TAIL].thresholds]
     scenario = make_scenario(
-        make_pattern(job.pattern, BASE_QPS * job.pods, DURATION_S, seed=job.seed), job.seed
+        make_pattern(job.pattern, job.base_qps * job.pods, DURATION_S, seed=job.seed), job.seed
     )
     controllers: dict[str, Controller] = {
         f"#{i}": StaticController(profile.name, i) for i, profile in enumerate(front)
@@ -185,6 +186,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--patterns", default="spike,ramp,step,bursty", help="load patterns")
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="the paper's data directory")
     parser.add_argument("--pods", type=int, default=1, help="servers, each with the base load")
+    parser.add_argument(
+        "--base-qps",
+        type=float,
+        default=BASE_QPS,
+        help=f"base arrival rate per pod (default {BASE_QPS:g}, the paper's)",
+    )
     parser.add_argument("--json", default=None, help="write every cell's figures to this file")
     parser.add_argument(
         "--aggregate",
@@ -202,6 +209,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.pods < 1:
         parser.error("--pods must be >= 1")
+    if not args.base_qps > 0:
+        parser.error("--base-qps must be > 0")
     if args.seeds < 1 or args.jobs < 1:
         parser.error("--seeds and --jobs must be >= 1")
     if args.seed_offset < 0:
@@ -375,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"p95 {profile.p95_ms:6.1f} ms  {profile.name}"
         )
     print(
-        f"{args.pods} pod(s), {args.aggregate} queue over pods; base {BASE_QPS:g} QPS per pod, "
+        f"{args.pods} pod(s), {args.aggregate} queue over pods; base {args.base_qps:g} QPS per pod, "
         f"{DURATION_S:g} s, {args.seeds} seeds from {args.seed_offset}; "
         f"predictive's forecaster: {args.forecaster}; "
         "ramp and step go to 2x base, spike is 4x for the middle third, bursty has 2-5x bursts of "
@@ -398,6 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             AdmissionPoint(args.admission_at),
             args.degrade_after,
             ForecasterKind(args.forecaster),
+            args.base_qps,
         )
         for slo in slos
         for pattern in patterns

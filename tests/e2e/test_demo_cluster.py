@@ -141,7 +141,8 @@ def test_the_operator_beats_the_static_most_accurate_configuration(
     [summary] = [line for line in done.stdout.splitlines() if line.startswith("the operator met")]
     said = re.fullmatch(
         r"the operator met the SLO for ([\d.]+)% of requests \(static most accurate: ([\d.]+)%\) "
-        r"at accuracy ([\d.]+) \(static fastest: ([\d.]+)\)",
+        r"at accuracy ([\d.]+) \(served ([\d.]+)\) "
+        r"\(static fastest: ([\d.]+) \(served ([\d.]+)\)\)",
         summary,
     )
     assert said, summary
@@ -150,7 +151,15 @@ def test_the_operator_beats_the_static_most_accurate_configuration(
     assert shown[:2] == pytest.approx(
         [operator["compliance_pct"], accurate["compliance_pct"]], abs=0.051
     )
-    assert shown[2:] == pytest.approx([operator["accuracy"], fastest["accuracy"]], abs=1e-4)
+    assert shown[2:] == pytest.approx(
+        [
+            operator["accuracy"],
+            operator["served_accuracy"],
+            fastest["accuracy"],
+            fastest["served_accuracy"],
+        ],
+        abs=1e-4,
+    )
     assert fastest["accuracy"] < accurate["accuracy"]
     # The spike must overload the most accurate configuration, or the comparison proves nothing.
     assert accurate["compliance_pct"] < 100.0

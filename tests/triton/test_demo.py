@@ -113,4 +113,12 @@ def test_elastico_beats_the_most_accurate_static_under_the_spike(
     assert admitted["simulated_compliance_pct"] is not None
     assert "predictive with admission" in done.stdout
     assert fastest["accuracy"] < accurate["accuracy"]
+    # What served each request, by the members' profiled accuracies: a policy's lies between
+    # the two static ends whatever questions each member drew.
+    assert (
+        fastest["served_accuracy"]
+        <= min(elastico["served_accuracy"], admitted["served_accuracy"])
+        <= max(elastico["served_accuracy"], admitted["served_accuracy"])
+        <= accurate["served_accuracy"]
+    )
     assert "Elastico met the SLO for" in done.stdout

@@ -3,6 +3,7 @@ the one error path a machine with a control plane cannot show: no control plane.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 from compass.dataplane.load import RequestRecord
+from compass.domain.profiles import LatencyProfile
 from compass.lab import clusterdemo
 from compass.lab.clusterdemo import (
     EXAMPLE,
@@ -91,19 +93,24 @@ def test_no_control_plane_is_a_clear_error_and_exit_1(
 
 
 def test_the_summary_reads_the_policy_against_both_static_ends() -> None:
-    def run(label: str, latencies_s: list[float], score: float) -> LiveRun:
+    front = [
+        LatencyProfile({"c": "fastest"}, 0.7, 100.0, 150.0),
+        LatencyProfile({"c": "accurate"}, 0.9, 900.0, 1200.0),
+    ]
+
+    def run(label: str, latencies_s: list[float], score: float, served: list[str]) -> LiveRun:
         records = tuple(
-            RequestRecord(float(i), latency, label, score, None)
-            for i, latency in enumerate(latencies_s)
+            RequestRecord(float(i), latency, json.dumps({"c": config}), score, None)
+            for i, (latency, config) in enumerate(zip(latencies_s, served, strict=True))
         )
         return LiveRun(label, 1000.0, len(records), records)
 
     runs = {
-        "fastest": run("fastest", [0.1, 0.2, 0.3, 0.4], 0.75),
-        "accurate": run("accurate", [0.5, 2.0, 3.0, 4.0], 0.875),
-        "policy": run("policy", [0.1, 0.5, 0.9, 1.5], 0.8125),
+        "fastest": run("fastest", [0.1, 0.2, 0.3, 0.4], 0.75, ["fastest"] * 4),
+        "accurate": run("accurate", [0.5, 2.0, 3.0, 4.0], 0.875, ["accurate"] * 4),
+        "policy": run("policy", [0.1, 0.5, 0.9, 1.5], 0.8125, ["fastest"] * 3 + ["accurate"]),
     }
-    assert verdict(runs, "the operator") == (
+    assert verdict(runs, front, "the operator") == (
         "the operator met the SLO for 75.0% of requests (static most accurate: 25.0%) at "
-        "accuracy 0.8125 (static fastest: 0.7500)"
+        "accuracy 0.8125 (served 0.7500) (static fastest: 0.7500 (served 0.7000))"
     )

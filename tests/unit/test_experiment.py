@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
 from compass.dataplane.load import RequestRecord
+from compass.domain.space import config_key
 from compass.lab.experiment import LiveRun, SwitchEvent
 
 
@@ -49,3 +51,20 @@ def test_switch_effect_is_the_first_reply_of_the_new_configuration_after_the_dec
     assert run.switches == 2
     # The second switch never served a reply: it has no effect to report.
     assert run.switch_effects_s() == [pytest.approx(1.2)]
+
+
+def test_served_accuracy_credits_each_answer_with_its_configurations_accuracy() -> None:
+    fast, accurate = {"k": 1, "m": "fast"}, {"m": "accurate", "k": 2.0}
+    records = [
+        # Keys as a router may write them (any key order, 2.0 for 2): canonicalised.
+        RequestRecord(0.0, 0.1, json.dumps(fast), 0.0, None),
+        RequestRecord(1.0, 0.1, json.dumps({"m": "fast", "k": 1}), 1.0, None),
+        RequestRecord(2.0, 0.3, json.dumps(accurate), 0.0, None),
+        RequestRecord(3.0, 0.1, None, None, "late: refused"),  # not answered: not counted
+    ]
+    run = _run(records, sent=4)
+    accuracy_of = {config_key(fast): 0.7, config_key({"k": 2, "m": "accurate"}): 0.9}
+    # The answers scored 1/3; what served them is worth (0.7 + 0.7 + 0.9) / 3.
+    assert run.accuracy == pytest.approx(1 / 3)
+    assert run.served_accuracy(accuracy_of) == pytest.approx(2.3 / 3)
+    assert math.isnan(_run([], sent=0).served_accuracy(accuracy_of))

@@ -131,11 +131,16 @@ class Front:
 
 
 def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -> Front:
-    """The profiles not beaten on both accuracy and tail latency, ordered by mean service time.
+    """The profiles not beaten on accuracy, tail latency and mean at once, by mean service time.
 
-    Exact duplicates (same accuracy and same tail latency) keep one member: the lower mean, then
-    the first given. A member that is slower on the mean than an earlier (faster) member and no
-    more accurate is dropped too: switching to it would cost throughput and buy nothing.
+    The mean counts as well as the tail because under load the mean is the capacity: a member
+    as fast in the tail as a more accurate one (within its measurement noise, as two profiles
+    of near-equal configurations are) but faster on the mean is what a spike needs, so a more
+    accurate member beats it only when it is no slower on the mean either. Between members of
+    equal accuracy the tail decides; exact duplicates (same accuracy and tail) keep one member:
+    the lower mean, then the first given.
+    A member that is slower on the mean than an earlier (faster) member and no more accurate is
+    dropped too: switching to it would cost throughput and buy nothing.
     """
     if not profiles:
         raise PlanError("profiles", "none given, so the front is empty", "profile at least one")
@@ -147,24 +152,32 @@ def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -
     )
     kept: list[LatencyProfile] = []
     dominated: list[Dominated] = []
-    # Every kept profile is at least as accurate as the next one: the kept profile with the
-    # lowest tail decides whether the next one is beaten.
-    fastest_kept: LatencyProfile | None = None
+    # Every kept profile is at least as accurate as the next one: one kept as fast in the tail
+    # beats it if it is also as fast on the mean, or equally accurate.
     for _, profile in ranked:
-        if fastest_kept is not None and tail[id(fastest_kept)] <= tail[id(profile)]:
-            tie = (fastest_kept.accuracy, tail[id(fastest_kept)]) == (
+        beaten_by = next(
+            (
+                k
+                for k in kept
+                if tail[id(k)] <= tail[id(profile)]
+                and (k.mean_ms <= profile.mean_ms or k.accuracy == profile.accuracy)
+            ),
+            None,
+        )
+        if beaten_by is not None:
+            tie = (beaten_by.accuracy, tail[id(beaten_by)]) == (
                 profile.accuracy,
                 tail[id(profile)],
             )
             reason = (
                 f"ties with it on accuracy and p{percentile:g}"
                 if tie
-                else f"it is at least as accurate and at least as fast at p{percentile:g}"
+                else f"it is at least as accurate and at least as fast at p{percentile:g} and "
+                "on the mean"
             )
-            dominated.append(Dominated(profile, fastest_kept, reason))
+            dominated.append(Dominated(profile, beaten_by, reason))
             continue
         kept.append(profile)
-        fastest_kept = profile
     by_speed = sorted(kept, key=lambda p: (p.mean_ms, tail[id(p)]))
     members: list[LatencyProfile] = []
     for profile in by_speed:

@@ -473,7 +473,7 @@ def _run(
         settings.slo_ms,
         spec.interval_seconds / scale,
     )
-    rows = comparison_rows(runs, predicted, TITLES)
+    rows = comparison_rows(runs, predicted, front_profiles, TITLES)
     say.say(comparison_text(rows))
     for label, run in runs.items():
         say.say(
@@ -498,7 +498,7 @@ def _run(
         f"{settings.slo_ms:g} ms, {scenario.requests} requests",
         profiles=all_profiles,
     )
-    say.say(verdict(runs, "the operator"))
+    say.say(verdict(runs, front_profiles, "the operator"))
     say.say(f"wrote {shown(out)}/: {', '.join(OUTPUTS)}; logs under {shown(work)}")
     say.say("stopping the operator, Prometheus, Triton, the node and the control plane")
     stack.close()

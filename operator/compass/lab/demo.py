@@ -254,9 +254,14 @@ def serve_spike(
 def comparison_rows(
     runs: dict[str, LiveRun],
     predicted: dict[str, RunReport],
+    front: Sequence[LatencyProfile],
     titles: dict[str, str] = RUN_TITLES,
 ) -> list[dict[str, Any]]:
-    """One row per run: measured on Triton, and the simulator's prediction beside it."""
+    """One row per run: measured on Triton, and the simulator's prediction beside it.
+
+    ``served_accuracy`` credits each answer with the profiled accuracy of the ``front`` member
+    that served it: what the simulator counts, without the luck of which questions it drew."""
+    accuracy_of = {member.key: member.accuracy for member in front}
     rows = []
     for label, run in runs.items():
         report = predicted.get(label)
@@ -266,6 +271,7 @@ def comparison_rows(
                 "compliance_pct": round(run.compliance, 2),
                 "simulated_compliance_pct": round(report.compliance, 2) if report else None,
                 "accuracy": round(run.accuracy, 4),
+                "served_accuracy": round(run.served_accuracy(accuracy_of), 4),
                 "simulated_accuracy": round(report.mean_accuracy, 4) if report else None,
                 "p95_ms": round(run.percentile_ms(95), 1),
                 "failed": run.failed,
@@ -276,20 +282,28 @@ def comparison_rows(
     return rows
 
 
-def verdict(runs: dict[str, LiveRun], who: str = "Elastico") -> str:
-    """One line: compliance against the static most accurate, accuracy against the fastest."""
+def verdict(
+    runs: dict[str, LiveRun], front: Sequence[LatencyProfile], who: str = "Elastico"
+) -> str:
+    """One line: compliance against the static most accurate, accuracy against the fastest
+    (the answers' score, and what served them by the ``front``'s profiled accuracies)."""
+    accuracy_of = {member.key: member.accuracy for member in front}
+
+    def accuracy(run: LiveRun) -> str:
+        return f"{run.accuracy:.4f} (served {run.served_accuracy(accuracy_of):.4f})"
+
     policy, accurate, fastest = runs["policy"], runs["accurate"], runs["fastest"]
     line = (
         f"{who} met the SLO for {policy.compliance:.1f}% of requests (static most accurate: "
-        f"{accurate.compliance:.1f}%) at accuracy {policy.accuracy:.4f} (static fastest: "
-        f"{fastest.accuracy:.4f})"
+        f"{accurate.compliance:.1f}%) at accuracy {accuracy(policy)} (static fastest: "
+        f"{accuracy(fastest)})"
     )
     admitted = runs.get(ADMITTED_RUN)
     if admitted is None:
         return line
     return (
         f"{line}; predictive with admission {admitted.compliance:.1f}% (static fastest: "
-        f"{fastest.compliance:.1f}%) at accuracy {admitted.accuracy:.4f}, "
+        f"{fastest.compliance:.1f}%) at accuracy {accuracy(admitted)}, "
         f"{admitted.refused} refused as late"
     )
 
@@ -297,13 +311,14 @@ def verdict(runs: dict[str, LiveRun], who: str = "Elastico") -> str:
 def comparison_text(rows: Sequence[dict[str, Any]]) -> str:
     """The comparison as an aligned table."""
     lines = [
-        f"  {'run':<22} {'SLO met':>8} {'(sim)':>7} {'accuracy':>8} {'(sim)':>7} "
+        f"  {'run':<22} {'SLO met':>8} {'(sim)':>7} {'accuracy':>8} {'served':>7} {'(sim)':>7} "
         f"{'p95 ms':>7} {'failed':>6} {'refused':>7} {'switches':>8}"
     ]
     for row in rows:
         lines.append(
             f"  {row['run']:<22} {row['compliance_pct']:7.1f}% "
             f"{_optional(row['simulated_compliance_pct'], '6.1f')}% {row['accuracy']:8.4f} "
+            f"{row['served_accuracy']:7.4f} "
             f"{_optional(row['simulated_accuracy'], '7.4f')} {row['p95_ms']:7.0f} "
             f"{row['failed']:6d} {row['refused']:7d} {row['switches']:8d}"
         )
@@ -486,7 +501,7 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
         policy.interval_seconds,
         admission=Admission(settings.slo_ms, at=AdmissionPoint.DISPATCH),
     )[ADMITTED_RUN]
-    rows = comparison_rows(runs, predicted)
+    rows = comparison_rows(runs, predicted, members)
     say.say(comparison_text(rows))
     switches = [
         {"time_s": round(e.time_s, 2), "config": e.config, "switch_ms": round(e.switch_s * 1000, 1)}
@@ -503,7 +518,7 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
         f"{settings.percentile:g} <= {settings.slo_ms:g} ms, {scenario.requests} requests",
         profiles=profiles,
     )
-    say.say(verdict(runs))
+    say.say(verdict(runs, members))
     say.say(f"wrote {shown(out)}/: {', '.join(OUTPUTS)}")
     say.say(f"done in {time.monotonic() - say.started:.0f} s")
     return 0

@@ -8,6 +8,7 @@ scaled time); a `LiveRun` reports at the unscaled time, so it compares with the 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -25,6 +26,7 @@ from compass.dataplane.triton import TritonRouter
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
 from compass.domain.simulator import Tick
+from compass.domain.space import config_key
 from compass.domain.strategy import Policy
 
 FloatArray = npt.NDArray[np.float64]
@@ -91,6 +93,13 @@ class LiveRun:
         """Mean score of the answered requests that returned one."""
         scores = [r.score for r in self.answered if r.score is not None]
         return float(np.mean(scores)) if scores else float("nan")
+
+    def served_accuracy(self, accuracy_of: Mapping[str, float]) -> float:
+        """Mean profiled accuracy of what served each answered request (``accuracy_of`` by
+        configuration key): what the simulator and the oracle count, free of the luck of which
+        questions each configuration happened to draw."""
+        served = [accuracy_of[config_key(json.loads(r.config))] for r in self.answered if r.config]
+        return float(np.mean(served)) if served else float("nan")
 
     def percentile_ms(self, q: float) -> float:
         """A latency percentile of the answered requests."""
