@@ -1,6 +1,7 @@
 """How the operator scales with the number of ParetoPolicies: 1, 10, then 100 Elastico timers.
 
     python bench/operator_scale.py [--counts 1,10,100] [--window 30] [--no-switch-phase]
+                                   [--strategy elastico|split|predictive] [--forecaster lstm]
                                    [--huge-workflows 2] [--py-spy SECONDS]
 
 Everything is real: etcd, kube-apiserver and kube-controller-manager (compass.lab.devcluster,
@@ -51,7 +52,9 @@ from typing import Any
 
 from compass.api.meta import WORKFLOW_PLURAL
 from compass.dataplane.triton import TritonRouter
+from compass.domain.forecast import ForecasterKind
 from compass.domain.space import MAX_CONSTRAINT_LENGTH, MAX_CONSTRAINTS, MAX_SPACE_SIZE, config_key
+from compass.domain.strategy import Strategy
 from compass.lab.devcluster import Cluster, Operator, wait_for
 from operator_common import (
     ACCURATE,
@@ -82,9 +85,15 @@ STATUS_POLL_S = 4.0
 BEHIND_S = 1.25
 
 
-def policy_body(name: str, metrics_url: str, grpc_url: str) -> dict[str, Any]:
-    """The benchmark's ParetoPolicy on the shared rag-sim router."""
-    return rag_sim_policy(name, metrics_url, grpc_url, STEADY_COOLDOWN_S)
+def policy_body(
+    name: str, metrics_url: str, grpc_url: str, strategy: str, forecaster: str
+) -> dict[str, Any]:
+    """The benchmark's ParetoPolicy on the shared rag-sim router, with its strategy."""
+    body = rag_sim_policy(name, metrics_url, grpc_url, STEADY_COOLDOWN_S)
+    body["spec"]["strategy"] = strategy
+    if forecaster != ForecasterKind.NONE.value:
+        body["spec"]["forecaster"] = forecaster
+    return body
 
 
 def huge_workflow_body(name: str, metrics_url: str, combinations: int) -> dict[str, Any]:
@@ -375,7 +384,14 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]
     for count in counts:
         with timed(f"{count} policies created and Ready"):
             for index in range(len(policies.names), count):
-                policies.create(policy_body(f"p{index:03d}", triton.metrics_url, triton.grpc_url))
+                body = policy_body(
+                    f"p{index:03d}",
+                    triton.metrics_url,
+                    triton.grpc_url,
+                    args.strategy,
+                    args.forecaster,
+                )
+                policies.create(body)
             ready = functools.partial(policies.all_ready, count)
             wait_for(ready, 60 + count, f"{count} policies Ready", 1.0)
         time.sleep(args.settle)
@@ -460,7 +476,22 @@ def main() -> int:
     parser.add_argument("--py-spy", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--keep-workdir", action="store_true", help="keep logs and etcd data")
     parser.add_argument("--out", default="operator_scale.json", help="file name in bench/out/")
-    return run_benchmark(parser.parse_args(), run, print_table)
+    parser.add_argument(
+        "--strategy",
+        default=Strategy.ELASTICO.value,
+        choices=[s.value for s in Strategy],
+        help="every policy's strategy (predictive runs its forecast each decision)",
+    )
+    parser.add_argument(
+        "--forecaster",
+        default=ForecasterKind.NONE.value,
+        choices=[k.value for k in ForecasterKind],
+        help="with --strategy predictive: its load forecaster",
+    )
+    args = parser.parse_args()
+    if args.forecaster != ForecasterKind.NONE.value and args.strategy != Strategy.PREDICTIVE:
+        parser.error("--forecaster: only --strategy predictive takes one")
+    return run_benchmark(args, run, print_table)
 
 
 if __name__ == "__main__":

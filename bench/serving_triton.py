@@ -374,7 +374,6 @@ def main() -> int:
             # profiled accuracies, as the simulator and the oracle count): the answers' own
             # scores add the luck of which questions each member drew, about +-0.01 on a
             # thousand requests, as large as the gains measured.
-            accuracy_of = {m.key: m.accuracy for m in members}
             fastest_accuracy = members[0].accuracy
             gap = max(m.accuracy for m in members) - fastest_accuracy
             for label, run in serve_each(
@@ -395,7 +394,7 @@ def main() -> int:
                 report = predicted.get(label)
                 sim = report.compliance if report else float("nan")
                 sim_accuracy = report.mean_accuracy if report else math.nan
-                served = run.served_accuracy(accuracy_of)
+                served = run.served_accuracy(members)
                 gain = oracle.mean_accuracy - fastest_accuracy if oracle else math.nan
                 share = 100 * (served - fastest_accuracy) / gain if gain > 0 else math.nan
                 of_gap = 100 * (served - fastest_accuracy) / gap if gap > 0 else math.nan

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from compass.dataplane.load import RequestRecord
-from compass.domain.space import config_key
+from compass.domain.profiles import LatencyProfile
 from compass.lab.experiment import LiveRun, SwitchEvent
 
 
@@ -63,8 +63,14 @@ def test_served_accuracy_credits_each_answer_with_its_configurations_accuracy() 
         RequestRecord(3.0, 0.1, None, None, "late: refused"),  # not answered: not counted
     ]
     run = _run(records, sent=4)
-    accuracy_of = {config_key(fast): 0.7, config_key({"k": 2, "m": "accurate"}): 0.9}
+    front = [
+        LatencyProfile(fast, 0.7, 100.0, 120.0),
+        LatencyProfile({"k": 2, "m": "accurate"}, 0.9, 300.0, 350.0),
+    ]
     # The answers scored 1/3; what served them is worth (0.7 + 0.7 + 0.9) / 3.
     assert run.accuracy == pytest.approx(1 / 3)
-    assert run.served_accuracy(accuracy_of) == pytest.approx(2.3 / 3)
-    assert math.isnan(_run([], sent=0).served_accuracy(accuracy_of))
+    assert run.served_accuracy(front) == pytest.approx(2.3 / 3)
+    assert math.isnan(_run([], sent=0).served_accuracy(front))
+    # A member the front does not hold is named, not guessed.
+    with pytest.raises(ValueError, match="not on the front"):
+        run.served_accuracy(front[:1])

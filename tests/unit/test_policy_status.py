@@ -426,7 +426,7 @@ def test_merge_patch_changes_removes_and_recurses() -> None:
     assert ps.merge_patch(new, copy.deepcopy(new)) == {}
 
 
-def test_status_patch_waits_for_the_heartbeat_when_only_time_changed() -> None:
+def test_status_patch_waits_for_the_heartbeat_when_only_routine_fields_changed() -> None:
     old = {"lastObservationTime": "t1", "switches": 1}
     new = {"lastObservationTime": "t2", "switches": 1}
     assert ps.status_patch(old, new, NOW, NOW - 1) == {}
@@ -447,6 +447,29 @@ def test_status_patch_waits_for_the_heartbeat_when_only_time_changed() -> None:
         "lastObservationTime": "t2",
         "policyState": {"downscale_since": 5},
     }
+
+    # So is the decision's wording (predictive quotes a rate that moves every tick), until the
+    # heartbeat or a real change carries it.
+    reworded = {**new, "lastDecision": "forecast 1.02/s"}
+    before = {**old, "lastDecision": "forecast 1.01/s"}
+    assert ps.status_patch(before, reworded, NOW, NOW - 1) == {}
+    assert ps.status_patch(before, {**reworded, "switches": 2}, NOW, NOW - 1) == {
+        "lastObservationTime": "t2",
+        "lastDecision": "forecast 1.02/s",
+        "switches": 2,
+    }
+
+    # A condition reworded with the same status and reason waits too; a new reason does not.
+    def ready(reason: str, message: str) -> dict[str, object]:
+        return {"conditions": [{"type": "Ready", "status": "True", "reason": reason,
+                                "message": message}]}  # fmt: skip
+
+    was = {**old, **ready("Serving", "serving a; forecast 1.01/s")}
+    assert ps.status_patch(was, {**new, **ready("Serving", "serving a; forecast 1.02/s")},
+                           NOW, NOW - 1) == {}  # fmt: skip
+    paused = ps.status_patch(was, {**new, **ready("Paused", "serving a")}, NOW, NOW - 1)
+    assert paused["conditions"][0]["reason"] == "Paused"
+    assert ps.status_patch(was, {**new, "conditions": []}, NOW, NOW - 1)["conditions"] == []
 
 
 def test_rfc3339_round_trip() -> None:

@@ -952,7 +952,9 @@ class ParetoPolicyStatus(CamelModel):
         description="When the samples of the last successful read were taken (RFC 3339).",
     )
     last_decision: str | None = Field(
-        default=None, description="What the last decision did and why (one line)."
+        default=None,
+        description="What the last decision did and why (one line; while nothing else changes, "
+        "refreshed every 10 s).",
     )
     last_switch_time: str | None = Field(
         default=None, description="When the active configuration last changed (RFC 3339)."

@@ -748,6 +748,16 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
     return patch
 
 
+def _condition_states(conditions: Any) -> list[tuple[Any, ...]] | None:
+    """Each condition's type, status and reason: what a condition says, less its wording."""
+    if not isinstance(conditions, list):
+        return None
+    return [
+        (c.get("type"), c.get("status"), c.get("reason")) if isinstance(c, Mapping) else (c,)
+        for c in conditions
+    ]
+
+
 def status_patch(
     previous: Mapping[str, Any],
     new: Mapping[str, Any],
@@ -755,13 +765,24 @@ def status_patch(
     last_write: float | None,
     heartbeat_s: float = STATUS_HEARTBEAT_S,
 ) -> dict[str, Any]:
-    """What to write to the status: the changes, except routine ones (the observation time and
-    the arrivals samples), which wait for the heartbeat: an idle policy should not write every
-    second. A restart then loses at most a heartbeat of arrivals samples (rate evidence)."""
+    """What to write to the status: the changes, except routine ones (the observation time, the
+    arrivals samples, and the wording of the last decision and of conditions whose status and
+    reason stay), which wait for the heartbeat: an idle policy should not write every second
+    (the predictive strategy's reason quotes a rate that moves every tick). A restart then
+    loses at most a heartbeat of arrivals samples (rate evidence)."""
     patch = merge_patch(previous, new)
     state = patch.get("policyState")
-    quiet = set(patch) <= {"lastObservationTime", "policyState"} and (
-        state is None or (isinstance(state, Mapping) and set(state) <= {"arrivals", "observed_at"})
+    quiet = (
+        set(patch) <= {"lastObservationTime", "lastDecision", "policyState", "conditions"}
+        and (
+            state is None
+            or (isinstance(state, Mapping) and set(state) <= {"arrivals", "observed_at"})
+        )
+        and (
+            "conditions" not in patch
+            or _condition_states(previous.get("conditions"))
+            == _condition_states(new.get("conditions"))
+        )
     )
     if quiet and last_write is not None and now - last_write < heartbeat_s:
         return {}

@@ -55,6 +55,7 @@ from compass.domain.mix import Mix, accuracy_hull, hull_mixes, mix_weighting
 from compass.domain.planner import Plan
 
 FloatArray = npt.NDArray[np.float64]
+Float32Array = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 
 # The forecast: how far ahead, over how many arrival paths, and how much worse than the fastest
@@ -86,22 +87,25 @@ MAX_PATH_REQUESTS = 2000
 
 class _Paths:
     """The forecast's random draws, fixed at construction: unit-rate inter-arrival times and
-    every member's service time (s) for each path and request."""
+    every member's service time (s) for each path and request.
+
+    Kept in float32 (summed and compared in float64): an operator holds one set per policy,
+    and at float64 with a holding-time copy a four-member front took 9 MB a policy."""
 
     def __init__(self, plan: Plan, requests: int) -> None:
         rng = np.random.default_rng(SEED)
-        self.gaps: FloatArray = rng.exponential(size=(PATHS, requests))
+        self.gaps: Float32Array = rng.exponential(size=(PATHS, requests)).astype(np.float32)
         luck = rng.uniform(size=(PATHS, requests))
         profiles = [t.profile for t in plan.thresholds]
-        self.service_s: FloatArray = np.stack(
-            [p.distribution.quantile(luck) / 1000 for p in profiles]
+        self.service_s: Float32Array = np.stack(
+            [(p.distribution.quantile(luck) / 1000).astype(np.float32) for p in profiles]
         )
         # How long each request holds an instance once the pod is busy: its own time, longer
         # where the member's capacity curve, measured at the plan's router instances, says
         # the pod drains slower than that (components that batch or contend; the same
-        # stretch admission's ServiceGrid uses).
+        # stretch admission's ServiceGrid uses). None: every member holds for its own time.
         stretch = np.array([p.busy_stretch(plan.servers) for p in profiles])
-        self.holding_s: FloatArray = self.service_s * stretch[:, None, None]
+        self.stretch: FloatArray | None = None if np.all(stretch == 1.0) else stretch
         self.requests = requests
         self._dealt: dict[Mix, IntArray] = {}
 
@@ -228,8 +232,9 @@ class Predictive:
         members = self.paths.dealt(mix)[: ahead + count]
         # (paths, requests): the queued ones first, then the horizon's arrivals.
         requests = np.arange(ahead + count)
-        service = self.paths.service_s[members, :, requests].T
-        holding = self.paths.holding_s[members, :, requests].T
+        service = self.paths.service_s[members, :, requests].T.astype(np.float64)
+        stretch = self.paths.stretch
+        holding = service if stretch is None else service * stretch[members]
         active_mean_s = (
             sum(self.plan.thresholds[m].profile.mean_ms * share for m, share in active.shares)
             / 1000
@@ -238,7 +243,7 @@ class Predictive:
         # When each instance frees, per path: half a service left where it is busy.
         free = np.full((PATHS, servers), 0.5 * busy * active_mean_s)
         # Unit-rate arrival times, stretched to the surge's rate, then the forecast's.
-        unit = np.cumsum(self.paths.gaps[:, :count], axis=1)
+        unit = np.cumsum(self.paths.gaps[:, :count], axis=1, dtype=np.float64)
         in_surge = SURGE_FACTOR * rate * surge_s
         arrivals = np.where(
             unit < in_surge,

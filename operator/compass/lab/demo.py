@@ -261,7 +261,6 @@ def comparison_rows(
 
     ``served_accuracy`` credits each answer with the profiled accuracy of the ``front`` member
     that served it: what the simulator counts, without the luck of which questions it drew."""
-    accuracy_of = {member.key: member.accuracy for member in front}
     rows = []
     for label, run in runs.items():
         report = predicted.get(label)
@@ -271,7 +270,7 @@ def comparison_rows(
                 "compliance_pct": round(run.compliance, 2),
                 "simulated_compliance_pct": round(report.compliance, 2) if report else None,
                 "accuracy": round(run.accuracy, 4),
-                "served_accuracy": round(run.served_accuracy(accuracy_of), 4),
+                "served_accuracy": round(run.served_accuracy(front), 4),
                 "simulated_accuracy": round(report.mean_accuracy, 4) if report else None,
                 "p95_ms": round(run.percentile_ms(95), 1),
                 "failed": run.failed,
@@ -287,10 +286,9 @@ def verdict(
 ) -> str:
     """One line: compliance against the static most accurate, accuracy against the fastest
     (the answers' score, and what served them by the ``front``'s profiled accuracies)."""
-    accuracy_of = {member.key: member.accuracy for member in front}
 
     def accuracy(run: LiveRun) -> str:
-        return f"{run.accuracy:.4f} (served {run.served_accuracy(accuracy_of):.4f})"
+        return f"{run.accuracy:.4f} (served {run.served_accuracy(front):.4f})"
 
     policy, accurate, fastest = runs["policy"], runs["accurate"], runs["fastest"]
     line = (

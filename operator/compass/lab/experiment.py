@@ -25,6 +25,7 @@ from compass.dataplane.metrics import QueueDepthSource
 from compass.dataplane.triton import TritonRouter
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
+from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import Tick
 from compass.domain.space import config_key
 from compass.domain.strategy import Policy
@@ -94,11 +95,18 @@ class LiveRun:
         scores = [r.score for r in self.answered if r.score is not None]
         return float(np.mean(scores)) if scores else float("nan")
 
-    def served_accuracy(self, accuracy_of: Mapping[str, float]) -> float:
-        """Mean profiled accuracy of what served each answered request (``accuracy_of`` by
-        configuration key): what the simulator and the oracle count, free of the luck of which
-        questions each configuration happened to draw."""
-        served = [accuracy_of[config_key(json.loads(r.config))] for r in self.answered if r.config]
+    def served_accuracy(self, front: Sequence[LatencyProfile]) -> float:
+        """Mean profiled accuracy of the ``front`` members that served the answered requests:
+        what the simulator and the oracle count, free of the luck of which questions each
+        member happened to draw."""
+        accuracy_of = {member.key: member.accuracy for member in front}
+        served = []
+        for record in self.answered:
+            if record.config:
+                key = config_key(json.loads(record.config))
+                if key not in accuracy_of:
+                    raise ValueError(f"served by {key}, which is not on the front given")
+                served.append(accuracy_of[key])
         return float(np.mean(served)) if served else float("nan")
 
     def percentile_ms(self, q: float) -> float:
