@@ -384,7 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"p95 {profile.p95_ms:6.1f} ms  {profile.name}"
         )
     print(
-        f"{args.pods} pod(s), {args.aggregate} queue over pods; base {args.base_qps:g} QPS per pod, "
+        f"{args.pods} pod(s), {args.aggregate} queue over pods; "
+        f"base {args.base_qps:g} QPS per pod, "
         f"{DURATION_S:g} s, {args.seeds} seeds from {args.seed_offset}; "
         f"predictive's forecaster: {args.forecaster}; "
         "ramp and step go to 2x base, spike is 4x for the middle third, bursty has 2-5x bursts of "

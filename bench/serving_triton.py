@@ -27,8 +27,8 @@ score; ``served`` the mean profiled accuracy of the members that served the requ
 simulator counts, ``sim``), which judges the policy's choices without the luck of which
 questions each member drew; ``gap%`` is served's share of the fastest-to-most-accurate gap and
 ``oracle%`` its gain over static fastest as a share of what the hindsight oracle
-(compass.domain.oracle) wins on the same arrivals in the simulator. ``--strategy predictive`` runs the policy runs with the
-predictive strategy (meant for ``policy+adm``).
+(compass.domain.oracle) wins on the same arrivals in the simulator. ``--strategy predictive``
+runs the policy runs with the predictive strategy (meant for ``policy+adm``).
 
 ``--workflow qa-real`` serves qa-real instead: real retrieval and MiniLM on this CPU, so no time
 scale (1) and each request's accuracy is its real answer's score; by default one replica whose
