@@ -50,11 +50,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from compass.api.meta import WORKFLOW_PLURAL
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.commands.common import add_forecaster_argument, add_strategy_argument
 from compass.dataplane.triton import TritonRouter
 from compass.domain.forecast import ForecasterKind
-from compass.domain.space import MAX_CONSTRAINT_LENGTH, MAX_CONSTRAINTS, MAX_SPACE_SIZE, config_key
-from compass.domain.strategy import Strategy
+from compass.domain.space import (
+    MAX_CONSTRAINT_LENGTH,
+    MAX_CONSTRAINTS,
+    MAX_SPACE_SIZE,
+    config_key,
+    explain_validation_error,
+)
 from compass.lab.devcluster import Cluster, Operator, wait_for
 from operator_common import (
     ACCURATE,
@@ -476,21 +485,19 @@ def main() -> int:
     parser.add_argument("--py-spy", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--keep-workdir", action="store_true", help="keep logs and etcd data")
     parser.add_argument("--out", default="operator_scale.json", help="file name in bench/out/")
-    parser.add_argument(
-        "--strategy",
-        default=Strategy.ELASTICO.value,
-        choices=[s.value for s in Strategy],
-        help="every policy's strategy (predictive runs its forecast each decision)",
+    add_strategy_argument(
+        parser, "every policy's strategy (predictive runs its forecast each decision)"
     )
-    parser.add_argument(
-        "--forecaster",
-        default=ForecasterKind.NONE.value,
-        choices=[k.value for k in ForecasterKind],
-        help="with --strategy predictive: its load forecaster",
-    )
+    add_forecaster_argument(parser, "with --strategy predictive: its load forecaster")
     args = parser.parse_args()
-    if args.forecaster != ForecasterKind.NONE.value and args.strategy != Strategy.PREDICTIVE:
-        parser.error("--forecaster: only --strategy predictive takes one")
+    # The spec model says what the API server will refuse (a forecaster without predictive),
+    # before a cluster is started for nothing.
+    sample = policy_body("p", "http://triton:8002/metrics", "triton:8001", args.strategy,
+                         args.forecaster)["spec"]  # fmt: skip
+    try:
+        ParetoPolicySpec.model_validate(sample)
+    except ValidationError as error:
+        parser.error(explain_validation_error(error))
     return run_benchmark(args, run, print_table)
 
 

@@ -40,6 +40,7 @@ import numpy.typing as npt
 
 from compass.commands.common import (
     add_admission_arguments,
+    add_forecaster_argument,
     admission_degrade_after,
     admission_quantile,
 )
@@ -199,11 +200,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=[a.value for a in QueueAggregate],
         help="the pods' queues as the policy sees them",
     )
-    parser.add_argument(
-        "--forecaster",
-        default=ForecasterKind.NONE.value,
-        choices=[k.value for k in ForecasterKind],
-        help="the predictive strategy's load forecaster (bench/forecast.py compares them)",
+    add_forecaster_argument(
+        parser, "the predictive strategy's load forecaster (bench/forecast.py compares them)"
     )
     add_admission_arguments(parser, str(DEFAULT_ADMISSION_QUANTILE))
     args = parser.parse_args(argv)

@@ -59,6 +59,7 @@ from compass.api.paretopolicy import Hysteresis, spec_for_plan
 from compass.commands.common import (
     add_admission_arguments,
     add_pattern_arguments,
+    add_strategy_argument,
     admission_degrade_after,
     admission_quantile,
     pattern_from_args,
@@ -163,12 +164,7 @@ def main() -> int:
     parser.add_argument("--runs", default=",".join(RUNS), help="which runs, comma-separated")
     add_admission_arguments(parser, "0.5", where=False)
     parser.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
-    parser.add_argument(
-        "--strategy",
-        default=Strategy.ELASTICO.value,
-        choices=[s.value for s in Strategy],
-        help="the policy run's strategy",
-    )
+    add_strategy_argument(parser, "the policy run's strategy")
     add_pattern_arguments(parser)
     # Default: the paper's spike relative to this machine (its peak at the paper's utilisation
     # of the profiled fastest configuration), per replica, as the demo serves it.

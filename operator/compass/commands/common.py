@@ -18,9 +18,11 @@ from pydantic import ValidationError
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.console import UsageError, fail, parse_number, parse_seed
 from compass.domain.admission import DEFAULT_DEGRADE_AFTER, AdmissionPoint
+from compass.domain.forecast import ForecasterKind
 from compass.domain.planner import PlanError
 from compass.domain.simulator import LoadPattern, PatternKind, SimulationError, make_pattern
 from compass.domain.space import describe_number, explain_validation_error
+from compass.domain.strategy import Strategy
 
 # compass.dataplane.triton's default, restated so that building the parser loads no gRPC client.
 # Where a planner error's field comes from on the command line.
@@ -189,6 +191,29 @@ def add_pattern_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", default="180", help="seconds of load (default 180)")
     parser.add_argument("--base-qps", default="1.5", help="base arrival rate (default 1.5)")
     parser.add_argument("--seed", default="0", help="seed of the arrivals and service times")
+
+
+# ---------------------------------------------------------------------------- strategy
+
+
+def add_strategy_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """--strategy: one of the ParetoPolicy's strategies (default elastico)."""
+    parser.add_argument(
+        "--strategy",
+        default=Strategy.ELASTICO.value,
+        choices=[s.value for s in Strategy],
+        help=help_text,
+    )
+
+
+def add_forecaster_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """--forecaster: the predictive strategy's load forecaster (default none)."""
+    parser.add_argument(
+        "--forecaster",
+        default=ForecasterKind.NONE.value,
+        choices=[k.value for k in ForecasterKind],
+        help=help_text,
+    )
 
 
 # ---------------------------------------------------------------------------- admission
