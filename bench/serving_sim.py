@@ -335,12 +335,9 @@ def oracle_section(means: Means) -> list[str]:
 
 def json_cells(means: Means) -> dict[str, list[dict[str, object]]]:
     """Every cell and policy as data (means over seeds), one row per policy."""
-    names = {
-        "policy": "elastico",
-        "paper": "elastico-paper-mean",
-        "split": "split",
-        "policy+adm": "elastico+admission",
-        "split+adm": "split+admission",
+    # Every strategy of the oracle section (its "+adm" spelled out) and the paper-mean Elastico.
+    names = {"paper": "elastico-paper-mean"} | {
+        label: name.replace("+adm", "+admission") for name, label in STRATEGIES.items()
     }
 
     def figures(values: npt.NDArray[np.float64]) -> dict[str, float]:

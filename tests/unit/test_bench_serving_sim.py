@@ -97,7 +97,8 @@ def test_strategies_are_measured_against_the_oracle_and_written_as_json(
     assert run_bench([*argv, "--json", str(target)]) == 0
     out = capsys.readouterr().out
     section = out[out.index("strategies against the hindsight oracle") :]
-    for strategy in ("elastico", "split", "elastico+adm", "split+adm"):
+    strategies = ("elastico", "split", "elastico+adm", "split+adm", "predictive", "predictive+adm")
+    for strategy in strategies:
         assert sum(f" {strategy}: " in line for line in section.splitlines()) == 3
     assert "THE ORACLE IS WRONG" not in section
     cells = json.loads(target.read_text(encoding="utf-8"))["cells"]
@@ -110,6 +111,8 @@ def test_strategies_are_measured_against_the_oracle_and_written_as_json(
             "split",
             "elastico+admission",
             "split+admission",
+            "predictive",
+            "predictive+admission",
         )
     }
     for cell in cells:
