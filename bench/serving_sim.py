@@ -45,7 +45,12 @@ from compass.commands.common import (
     admission_quantile,
 )
 from compass.console import UsageError
-from compass.domain.admission import DEFAULT_DEGRADE_AFTER, Admission, AdmissionPoint
+from compass.domain.admission import (
+    DEFAULT_DEGRADE_AFTER,
+    Admission,
+    AdmissionPoint,
+    late_after_ms,
+)
 from compass.domain.elastico import Elastico
 from compass.domain.forecast import ForecasterKind, build_forecaster
 from compass.domain.oracle import hindsight_oracle
@@ -54,6 +59,7 @@ from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import (
     Controller,
+    PodModel,
     QueueAggregate,
     StaticController,
     make_pattern,
@@ -87,6 +93,8 @@ STRATEGIES = {
     "predictive+adm": "predictive+adm",
 }
 ADMITTED = {"policy+adm": "policy", "split+adm": "split", "predictive+adm": "predictive"}
+# With --late-last: static fastest on a FIFO queue, for reference.
+FIFO_FASTEST = "#0 fifo"
 DEFAULT_ADMISSION_QUANTILE = 0.5
 ORACLE_WINDOW_S = 5.0
 # Issue 14's floors: compliance within this of static fastest in every cell, and accuracy gain
@@ -125,6 +133,7 @@ class Job:
     degrade_after: float = DEFAULT_DEGRADE_AFTER
     forecaster: ForecasterKind = ForecasterKind.NONE
     base_qps: float = BASE_QPS
+    late_last: bool = False
 
 
 # Per policy: (SLO compliance %, mean accuracy, switches, requests, dropped %).
@@ -152,6 +161,15 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
     admission = Admission(
         job.slo_ms, job.admission_quantile, at=job.admission_at, degrade_after=job.degrade_after
     )
+    # With a late-last queue every run has it, the baselines' too (the same data plane), and
+    # static fastest also runs FIFO beside them: what the queue order alone is worth.
+    late_after_s = (
+        late_after_ms(job.slo_ms, front[0], job.admission_quantile) / 1000
+        if job.late_last
+        else None
+    )
+    if job.late_last:
+        controllers[FIFO_FASTEST] = controllers["#0"]
     outcome: Outcome = {}
     for label, controller in controllers.items():
         report = simulate(
@@ -163,6 +181,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             pods=job.pods,
             queue_aggregate=job.aggregate,
             admission=admission if label in ADMITTED else None,
+            pod_model=PodModel(late_after_s=None if label == FIFO_FASTEST else late_after_s),
         )
         outcome[label] = (
             report.compliance,
@@ -171,7 +190,14 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             report.requests,
             report.dropped_pct,
         )
-    oracle = hindsight_oracle(front, scenario, job.slo_ms, pods=job.pods, window_s=ORACLE_WINDOW_S)
+    oracle = hindsight_oracle(
+        front,
+        scenario,
+        job.slo_ms,
+        pods=job.pods,
+        window_s=ORACLE_WINDOW_S,
+        late_after_s=late_after_s,
+    )
     outcome["oracle"] = (oracle.compliance, oracle.mean_accuracy, 0, oracle.requests, 0.0)
     return job, outcome
 
@@ -204,6 +230,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser, "the predictive strategy's load forecaster (bench/forecast.py compares them)"
     )
     add_admission_arguments(parser, str(DEFAULT_ADMISSION_QUANTILE))
+    parser.add_argument(
+        "--late-last",
+        action="store_true",
+        help="every run (and the oracle) on routers whose queue serves a request that can no "
+        "longer meet the SLO after every one that can (Triton's DELAY timeout action); static "
+        "fastest also runs FIFO, for reference",
+    )
     args = parser.parse_args(argv)
     if args.pods < 1:
         parser.error("--pods must be >= 1")
@@ -281,6 +314,13 @@ def oracle_section(means: Means) -> list[str]:
             f"{name:>{22 if label in ADMITTED else 17}}" for name, label in STRATEGIES.items()
         ),
     ]
+    late_last = any(FIFO_FASTEST in cell for cell in means.values())
+    if late_last:
+        lines[0] += (
+            "; every run on a late-last queue, static fastest's too (fastest fifo: the same on "
+            "a FIFO queue)"
+        )
+        lines[1] += f"{'fastest fifo':>14}"
     wrong: list[str] = []
     for (slo, pattern), cell in means.items():
         row = (
@@ -293,6 +333,8 @@ def oracle_section(means: Means) -> list[str]:
                 row += f" {cell[label][4]:>4.1f}"
             if cell[label][0] > cell["oracle"][0] and cell[label][1] > cell["oracle"][1]:
                 wrong.append(f"{slo:.0f} ms {pattern}: {name}")
+        if late_last:
+            row += f" {cell[FIFO_FASTEST][0]:>13.1f}"
         lines.append(row)
     lines.append(
         f"floors (compliance >= static fastest - {ORACLE_COMPLIANCE_TOLERANCE:g} in every cell, "
@@ -355,6 +397,7 @@ def json_cells(means: Means) -> dict[str, list[dict[str, object]]]:
                 "accurate": figures(cell["#3"]),
                 "oracle_accuracy": float(cell["oracle"][1]),
                 "oracle_compliance_pct": float(cell["oracle"][0]),
+                **({"fastest_fifo": figures(cell[FIFO_FASTEST])} if FIFO_FASTEST in cell else {}),
             }
             for (slo, pattern), cell in means.items()
             for label, name in names.items()
@@ -404,6 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.degrade_after,
             ForecasterKind(args.forecaster),
             args.base_qps,
+            args.late_last,
         )
         for slo in slos
         for pattern in patterns

@@ -11,6 +11,7 @@ from compass.domain.mix import Mix, accuracy_hull
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, plan_thresholds
 from compass.domain.simulator import (
+    PodModel,
     SimulationError,
     StaticController,
     make_pattern,
@@ -70,6 +71,26 @@ def test_no_strategy_beats_the_oracle_on_both_counts() -> None:
         scenario = make_scenario(make_pattern("bursty", 2.0, 180, seed=seed), seed)
         elastico = simulate(Elastico(plan), FRONT, scenario, 800)
         oracle = hindsight_oracle(FRONT, scenario, 800)
+        assert not (
+            elastico.compliance > oracle.compliance
+            and elastico.mean_accuracy > oracle.mean_accuracy
+        )
+
+
+def test_on_late_last_queues_the_oracle_meets_static_fastest_there_and_bounds_elastico() -> None:
+    """With late-last queues (static fastest's too) the oracle keeps static fastest's compliance
+    on them, gains accuracy, and Elastico on the same queues does not beat it on both."""
+    plan = plan_thresholds(FRONT, Slo(500))
+    late = PodModel(late_after_s=0.4)
+    for seed in range(3):
+        scenario = make_scenario(make_pattern("spike", 2.5, 180, seed=seed), seed)
+        fastest = simulate(StaticController("fast", 0), FRONT, scenario, 500, pod_model=late)
+        fifo = hindsight_oracle(FRONT, scenario, 500)
+        oracle = hindsight_oracle(FRONT, scenario, 500, late_after_s=0.4)
+        elastico = simulate(Elastico(plan), FRONT, scenario, 500, pod_model=late)
+        assert oracle.compliance >= fastest.compliance - 1e-9
+        assert oracle.compliance > fifo.compliance
+        assert oracle.mean_accuracy > fastest.mean_accuracy + 0.02
         assert not (
             elastico.compliance > oracle.compliance
             and elastico.mean_accuracy > oracle.mean_accuracy

@@ -374,3 +374,41 @@ def test_a_contended_pod_drains_at_its_curves_rate_and_a_light_load_keeps_its_ow
 def test_a_pod_is_contended_or_staged_not_both() -> None:
     with pytest.raises(SimulationError, match="contended"):
         PodModel(servers=4, stages=RAG_SIM_STAGES, contended=True)
+
+
+# ---------------------------------------------------------------------------- late-last queue
+
+
+def _late_last(late_after_s: float | None, **pod: object) -> RunReport:
+    """Static "mid" on a spike that overloads it, the pod's queue FIFO or late-last."""
+    scenario = make_scenario(make_pattern("spike", 4.0, 120), 5)
+    model = PodModel(late_after_s=late_after_s, **pod)  # type: ignore[arg-type]
+    return simulate(StaticController("mid", 1), FRONT, scenario, 500, pod_model=model)
+
+
+@pytest.mark.parametrize("pod", [{}, {"servers": 2, "stages": RAG_SIM_STAGES}])
+def test_a_late_last_queue_serves_a_late_request_after_every_one_in_time(
+    pod: dict[str, object],
+) -> None:
+    """Whenever a request starts, no request still within ``late_after_s`` of its arrival waited
+    longer than it did while it was itself past that; and the order meets the SLO more often
+    than FIFO under an overload, serving every request all the same."""
+    late_after = 0.35
+    fifo, late_last = _late_last(None, **pod), _late_last(late_after, **pod)
+    waited = late_last.starts_s - late_last.arrivals_s
+    for request in np.flatnonzero(waited > late_after + 1e-9):
+        begin = late_last.starts_s[request]
+        # Requests waiting when it started (arrived before, started after) were all late too.
+        behind = (late_last.arrivals_s < begin) & (late_last.starts_s > begin)
+        assert np.all(begin - late_last.arrivals_s[behind] > late_after - 1e-9)
+    assert np.any(waited > late_after), "the spike made no request late"
+    assert late_last.requests == fifo.requests
+    assert np.all(late_last.finishes_s > late_last.starts_s)
+    assert late_last.compliance > fifo.compliance + 5
+    # Pure FIFO where nothing waits that long.
+    assert np.array_equal(_late_last(1e6, **pod).starts_s, fifo.starts_s)
+
+
+def test_a_negative_late_after_is_refused() -> None:
+    with pytest.raises(SimulationError, match="late_after"):
+        PodModel(late_after_s=-1.0)

@@ -40,6 +40,7 @@ def run_load(
     replicas: Sequence[int] | None = None,
     parameters: Mapping[str, str] | None = None,
     deadline_s: float | None = None,
+    queue_timeout_s: float | None = None,
 ) -> list[RequestRecord]:
     """Send request i at ``arrivals[i]`` seconds (open loop) and wait for every reply.
 
@@ -49,8 +50,14 @@ def run_load(
     balances each request would send it (the simulator's assignment, so runs stay paired).
     ``parameters`` go with every request (e.g. a configuration override, as profiling sends).
     With ``deadline_s`` each request carries its deadline, that long after it is sent, for the
-    router's admission to judge it by.
+    router's admission to judge it by. With ``queue_timeout_s`` each request carries Triton's
+    own queue timeout, which the router's queue policy acts on if it has one (bench/
+    triton_queue.py: DELAY serves a request past it after the ones in time; REJECT refuses it).
     """
+    if queue_timeout_s is not None and not queue_timeout_s > 0:
+        raise ValueError(f"queue_timeout_s: {queue_timeout_s!r} is not > 0; give seconds, or None")
+    # Triton takes the timeout in whole microseconds; 0 would mean none.
+    timeout_us = None if queue_timeout_s is None else max(round(queue_timeout_s * 1e6), 1)
     urls = [url] if isinstance(url, str) else list(url)
     if replicas is None:
         replicas = [0] * len(arrivals)
@@ -94,6 +101,7 @@ def run_load(
             callback,
             client_timeout=timeout_s,
             parameters=extra or None,
+            timeout=timeout_us,
         )
 
     try:

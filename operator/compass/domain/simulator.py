@@ -133,10 +133,20 @@ class PodModel:
     # curve measured at this many instances; 1 without one). Fixed when it starts: a cheap
     # stand-in for processor sharing that is exact where it matters, at saturation.
     contended: bool = False
+    # The router's queue order (None: FIFO). A request that has waited longer than this goes
+    # behind every request that has not: Triton's DELAY timeout action, with each request's
+    # timeout set to this (compass.domain.admission.late_after_ms). A request that waited that
+    # long misses the SLO whatever serves it, and served first it would make the requests
+    # behind it miss too.
+    late_after_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.servers < 1:
             raise SimulationError("servers", f"{self.servers} is not >= 1", "give 1 or more")
+        if self.late_after_s is not None and not self.late_after_s >= 0:
+            raise SimulationError(
+                "late_after", f"{self.late_after_s:g} s is not >= 0", "give e.g. 0.4, or none"
+            )
         if self.contended and self.stages:
             raise SimulationError(
                 "contended",
@@ -340,7 +350,8 @@ DispatchFn = Callable[[float, int], int]
 
 
 class _Pod:
-    """One pod's requests, started FIFO on its router instances as time advances.
+    """One pod's requests, started FIFO (or late-last: ``PodModel.late_after_s``) on its router
+    instances as time advances.
 
     Without stages each instance serves a request alone: the next request starts on the instance
     that frees first, so a heap of free times is the whole queue (with one instance, the
@@ -394,6 +405,20 @@ class _Pod:
     def waiting(self) -> int:
         """Requests admitted and not started: the router's queue."""
         return len(self.admitted) - self.started
+
+    def _next_waiting(self, now: float) -> int:
+        """The admitted request an instance takes up at ``now``: the oldest, or under a
+        late-last order the oldest that has not waited past ``late_after_s`` (the oldest late
+        one when every one has)."""
+        late_after = self.model.late_after_s
+        if late_after is not None and self.waiting > 1:
+            for index in range(self.started, len(self.admitted)):
+                if now - self.arrivals[self.admitted[index]] <= late_after:
+                    # Ahead of the late ones, which keep their order behind it.
+                    if index != self.started:
+                        self.admitted.insert(self.started, self.admitted.pop(index))
+                    break
+        return self.admitted[self.started]
 
     @property
     def done(self) -> bool:
@@ -455,6 +480,8 @@ class _Pod:
                 self._decide(arrival)
                 continue
             # At a tie the start comes first: a request starting at this instant is not queued.
+            # Every admitted request has arrived by `begin` (later ones are not yet decided).
+            request = self._next_waiting(begin)
             config = self._start(request, begin)
             if config == DROPPED:
                 continue
@@ -497,7 +524,7 @@ class _StagedPod(_Pod):
     def _start_waiting(self, now: float) -> None:
         """Start admitted requests on idle router instances."""
         while self._idle_servers and self.waiting:
-            request = self.admitted[self.started]
+            request = self._next_waiting(now)
             if self._start(request, now) == DROPPED:
                 continue
             self._holding[request] = now
@@ -693,8 +720,9 @@ def simulate(
     admission: Admission | None = None,
     plan: Plan | None = None,
 ) -> RunReport:
-    """Serve the scenario's requests FIFO on each pod, the controller choosing the configuration
-    (and, with ``admission``, dropping at arrival what its prediction says is already late).
+    """Serve the scenario's requests FIFO on each pod (late-last where ``pod_model`` says so),
+    the controller choosing the configuration (and, with ``admission``, dropping at arrival
+    what its prediction says is already late).
 
     With the controller's ``plan``, each tick also records the capacity pressure the operator
     would export after that decision."""
