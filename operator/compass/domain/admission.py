@@ -212,8 +212,7 @@ def degrade_below_ms(admission: Admission) -> float:
 def late_after_ms(slo_ms: float, fastest: LatencyProfile, quantile: float = 0.5) -> float:
     """How long a request may wait and still meet the SLO on the fastest member (its service
     time at ``quantile``): past it the request is late whatever serves it, and a late-last
-    queue (Triton's DELAY timeout action, this as each request's timeout) serves it after
-    every request that still has a chance."""
+    queue (``PodModel.late_after_s``) serves it after every request that still has a chance."""
     return max(slo_ms - service_quantiles_ms([fastest], quantile)[0], 0.0)
 
 

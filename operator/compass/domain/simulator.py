@@ -133,11 +133,11 @@ class PodModel:
     # curve measured at this many instances; 1 without one). Fixed when it starts: a cheap
     # stand-in for processor sharing that is exact where it matters, at saturation.
     contended: bool = False
-    # The router's queue order (None: FIFO). A request that has waited longer than this goes
-    # behind every request that has not: Triton's DELAY timeout action, with each request's
-    # timeout set to this (compass.domain.admission.late_after_ms). A request that waited that
-    # long misses the SLO whatever serves it, and served first it would make the requests
-    # behind it miss too.
+    # The router's queue order (None: FIFO). A request that has waited longer than this
+    # (compass.domain.admission.late_after_ms) goes behind every request that has not: it
+    # misses the SLO whatever serves it, and served first it would make the requests behind it
+    # miss too. What the order is worth; the routers ship FIFO (Triton's own late-last policy
+    # stalls its queue: bench/triton_queue.py).
     late_after_s: float | None = None
 
     def __post_init__(self) -> None:
