@@ -8,8 +8,8 @@ DELAY`` moves a request whose timeout (Triton's per-request ``timeout``, us) pas
 queued behind every request still in time, and the router can enable the dynamic batcher
 without batching (``max_batch_size: 0``). This bench serves one burst on rag-sim's router,
 every request on the most accurate configuration, three ways: the router as shipped (FIFO),
-with the DELAY policy and no per-request timeouts, and with it and each request's timeout set
-to ``--late-after`` services. It prints how long the burst took to drain against its work
+with the DELAY policy and no per-request timeouts (its default timeout, an hour, is one too),
+and with it and each request's timeout set to ``--late-after`` services. It prints how long the burst took to drain against its work
 (burst x one service), how many requests finished within ``--late-after`` + 1 services, and
 the order in which they finished.
 
@@ -17,7 +17,8 @@ Measured on nvidia-pytriton's Triton (2.51): any queue timeout turns off the dyn
 payload prefetch, and then an instance that finishes is not taken up again until a new
 request arrives or 500 ms pass (the batcher is woken when the payload completes, before the
 instance waits for the next one): a backlog drains with a stall after some services. The
-order works; the stalls cost more than it wins, so the router ships FIFO and the simulator
+order itself works (probed: a request past its timeout served after a later one still in
+time), but the stalls cost more than it wins, so the router ships FIFO and the simulator
 measures what the order would be worth (bench/serving_sim.py --late-last).
 """
 
@@ -110,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for name, late_after, delay_policy in (
         ("FIFO (as shipped)", None, False),
-        ("DELAY, no timeouts", None, True),
+        ("DELAY, no request timeout", None, True),
         (f"DELAY, timeout {args.late_after:g} services", args.late_after, True),
     ):
         with tempfile.TemporaryDirectory(prefix="compass-queue-") as tmp:
