@@ -2,7 +2,7 @@
 
 Run as ``python bench/serving_sim.py [--seeds 10] [--seed-offset 0] [--jobs 2]
 [--slos 500,750,1000,1500] [--patterns spike,ramp,step,bursty] [--pods 1] [--aggregate mean]
-[--forecaster none] [--json PATH]``;
+[--forecaster none] [--late-last] [--json PATH]``;
 ``--seed-offset 100`` draws a held-out set of scenarios (seeds 100, 101, ...) to check a change
 on seeds it was not made on. ``--pods N`` serves N times the load on N servers behind one
 Service (each request to one at random) with one policy over all of them, which sees the pods'
@@ -19,7 +19,10 @@ that would be late is served on the fastest member, or dropped and counted as a 
 ``--admission-quantile`` of its own service time, by default when an instance takes it up, on
 its real wait, as the live router does, and served on the fastest once it has waited
 ``--degrade-after`` of the SLO; or with ``--admission-at arrival`` on a predicted wait), whose
-floor is static fastest's compliance.
+floor is static fastest's compliance. ``--late-last`` puts every run, static ones included, and
+the oracle on routers whose queue serves a request that can no longer meet the SLO after every
+one that can (``PodModel.late_after_s``), with static fastest on a FIFO queue beside them: what
+that order is worth (the routers ship FIFO: bench/triton_queue.py).
 ``--json PATH`` writes every cell and policy as data. The script always exits 0.
 """
 
