@@ -54,7 +54,7 @@ from pydantic import ValidationError
 
 from compass.api.meta import WORKFLOW_PLURAL
 from compass.api.paretopolicy import ParetoPolicySpec
-from compass.commands.common import add_forecaster_argument, add_strategy_argument
+from compass.commands.common import add_enum_argument
 from compass.dataplane.triton import TritonRouter
 from compass.domain.forecast import ForecasterKind
 from compass.domain.space import (
@@ -64,6 +64,7 @@ from compass.domain.space import (
     config_key,
     explain_validation_error,
 )
+from compass.domain.strategy import Strategy
 from compass.lab.devcluster import Cluster, Operator, wait_for
 from operator_common import (
     ACCURATE,
@@ -485,10 +486,18 @@ def main() -> int:
     parser.add_argument("--py-spy", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--keep-workdir", action="store_true", help="keep logs and etcd data")
     parser.add_argument("--out", default="operator_scale.json", help="file name in bench/out/")
-    add_strategy_argument(
-        parser, "every policy's strategy (predictive runs its forecast each decision)"
+    add_enum_argument(
+        parser,
+        "--strategy",
+        Strategy.ELASTICO,
+        "every policy's strategy (predictive runs its forecast each decision)",
     )
-    add_forecaster_argument(parser, "with --strategy predictive: its load forecaster")
+    add_enum_argument(
+        parser,
+        "--forecaster",
+        ForecasterKind.NONE,
+        "with --strategy predictive: its load forecaster",
+    )
     args = parser.parse_args()
     # The spec model says what the API server will refuse (a forecaster without predictive),
     # before a cluster is started for nothing.

@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from compass.commands.common import (
     add_admission_arguments,
-    add_forecaster_argument,
+    add_enum_argument,
     admission_degrade_after,
     admission_quantile,
 )
@@ -166,12 +166,9 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
     )
     # With a late-last queue every run has it, the baselines' too (the same data plane), and
     # static fastest also runs FIFO beside them: what the queue order alone is worth.
-    late_after_s = (
-        late_after_ms(job.slo_ms, front[0], job.admission_quantile) / 1000
-        if job.late_last
-        else None
-    )
+    late_after_s = None
     if job.late_last:
+        late_after_s = late_after_ms(job.slo_ms, front[0], job.admission_quantile) / 1000
         controllers[FIFO_FASTEST] = controllers["#0"]
     outcome: Outcome = {}
     for label, controller in controllers.items():
@@ -229,16 +226,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=[a.value for a in QueueAggregate],
         help="the pods' queues as the policy sees them",
     )
-    add_forecaster_argument(
-        parser, "the predictive strategy's load forecaster (bench/forecast.py compares them)"
+    add_enum_argument(
+        parser,
+        "--forecaster",
+        ForecasterKind.NONE,
+        "the predictive strategy's load forecaster (bench/forecast.py compares them)",
     )
     add_admission_arguments(parser, str(DEFAULT_ADMISSION_QUANTILE))
     parser.add_argument(
         "--late-last",
         action="store_true",
         help="every run (and the oracle) on routers whose queue serves a request that can no "
-        "longer meet the SLO after every one that can (Triton's DELAY timeout action); static "
-        "fastest also runs FIFO, for reference",
+        "longer meet the SLO after every one that can (simulated only: the routers ship FIFO, "
+        "bench/triton_queue.py); static fastest also runs FIFO, for reference",
     )
     args = parser.parse_args(argv)
     if args.pods < 1:

@@ -58,8 +58,8 @@ import numpy as np
 from compass.api.paretopolicy import Hysteresis, spec_for_plan
 from compass.commands.common import (
     add_admission_arguments,
+    add_enum_argument,
     add_pattern_arguments,
-    add_strategy_argument,
     admission_degrade_after,
     admission_quantile,
     pattern_from_args,
@@ -164,7 +164,7 @@ def main() -> int:
     parser.add_argument("--runs", default=",".join(RUNS), help="which runs, comma-separated")
     add_admission_arguments(parser, "0.5", where=False)
     parser.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
-    add_strategy_argument(parser, "the policy run's strategy")
+    add_enum_argument(parser, "--strategy", Strategy.ELASTICO, "the policy run's strategy")
     add_pattern_arguments(parser)
     # Default: the paper's spike relative to this machine (its peak at the paper's utilisation
     # of the profiled fastest configuration), per replica, as the demo serves it.

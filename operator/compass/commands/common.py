@@ -10,6 +10,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from enum import StrEnum
 from pathlib import Path
 
 import yaml
@@ -18,11 +19,9 @@ from pydantic import ValidationError
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.console import UsageError, fail, parse_number, parse_seed
 from compass.domain.admission import DEFAULT_DEGRADE_AFTER, AdmissionPoint
-from compass.domain.forecast import ForecasterKind
 from compass.domain.planner import PlanError
 from compass.domain.simulator import LoadPattern, PatternKind, SimulationError, make_pattern
 from compass.domain.space import describe_number, explain_validation_error
-from compass.domain.strategy import Strategy
 
 # compass.dataplane.triton's default, restated so that building the parser loads no gRPC client.
 # Where a planner error's field comes from on the command line.
@@ -181,11 +180,11 @@ def write_atomic(path: Path, text: str) -> None:
 
 def add_pattern_arguments(parser: argparse.ArgumentParser) -> None:
     """The load-pattern flags `compass simulate` and `compass load` share."""
-    parser.add_argument(
+    add_enum_argument(
+        parser,
         "--pattern",
-        default=PatternKind.SPIKE.value,
-        choices=[k.value for k in PatternKind],
-        help="load shape (default spike: 4x for the middle third)",
+        PatternKind.SPIKE,
+        "load shape (default spike: 4x for the middle third)",
     )
     parser.add_argument("--trace", metavar="FILE", help="arrival timestamps (s), one a line")
     parser.add_argument("--duration", default="180", help="seconds of load (default 180)")
@@ -193,26 +192,15 @@ def add_pattern_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", default="0", help="seed of the arrivals and service times")
 
 
-# ---------------------------------------------------------------------------- strategy
+# ---------------------------------------------------------------------------- enum flags
 
 
-def add_strategy_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
-    """--strategy: one of the ParetoPolicy's strategies (default elastico)."""
+def add_enum_argument(
+    parser: argparse.ArgumentParser, flag: str, default: StrEnum, help_text: str
+) -> None:
+    """A flag whose values are an enum's (e.g. ``--strategy``, ``Strategy.ELASTICO``)."""
     parser.add_argument(
-        "--strategy",
-        default=Strategy.ELASTICO.value,
-        choices=[s.value for s in Strategy],
-        help=help_text,
-    )
-
-
-def add_forecaster_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
-    """--forecaster: the predictive strategy's load forecaster (default none)."""
-    parser.add_argument(
-        "--forecaster",
-        default=ForecasterKind.NONE.value,
-        choices=[k.value for k in ForecasterKind],
-        help=help_text,
+        flag, default=default.value, choices=[m.value for m in type(default)], help=help_text
     )
 
 
@@ -238,12 +226,12 @@ def add_admission_arguments(
         "be late)",
     )
     if where:
-        parser.add_argument(
+        add_enum_argument(
+            parser,
             "--admission-at",
-            default=AdmissionPoint.DISPATCH.value,
-            choices=[a.value for a in AdmissionPoint],
-            help="dispatch (default): judged when a router instance takes it up, on its real "
-            "wait, as the live routers do; arrival: on a predicted wait",
+            AdmissionPoint.DISPATCH,
+            "dispatch (default): judged when a router instance takes it up, on its real wait, "
+            "as the live routers do; arrival: on a predicted wait",
         )
 
 
