@@ -16,10 +16,12 @@ from compass.api.paretopolicy import CapacitySpec, FrontEntry, ParetoPolicySpec
 from compass.domain.capacity import (
     LADDER_FINEST,
     MAX_CURVE_POINTS,
+    NEAR_CAPACITY,
     CapacityCurve,
     CurvePoint,
     climb_ladder,
     erlang_c,
+    heavy_traffic_rate,
     measure_point,
     next_rate,
     parse_curve,
@@ -110,9 +112,12 @@ def test_max_rate_interpolates_where_the_percentile_crosses_the_budget() -> None
 
 
 def test_max_rate_ignores_saturated_rates_and_noise_that_falls() -> None:
-    """A saturated rate claims nothing; a dip from noise is pooled, not read as a crossing."""
+    """A saturated rate's latency is not read (only its drain rate); a dip from noise is
+    pooled, not read as a crossing."""
     saturated = CapacityCurve(1, (point(2, 200), point(4, 250, throughput=3.0)))
-    assert saturated.max_rate(300, 95, idle_ms=100) == 2.0
+    # Past 2/s the queueing it showed (100 ms at rho 2/3) grows as rho / (1 - rho) on the 3/s
+    # drain rate: 200 ms at rho 0.8, whatever the saturated run's 250 ms said.
+    assert saturated.max_rate(300, 95, idle_ms=100) == pytest.approx(2.4)
     noisy = CapacityCurve(1, (point(2, 320), point(3, 280), point(4, 600)))
     # Pooled: 300 at rates 2 and 3, so the budget of 300 holds up to rate 3.
     assert noisy.max_rate(300, 95, idle_ms=100) == pytest.approx(3.0)
@@ -125,7 +130,8 @@ def test_rates_at_capacity_or_still_growing_are_not_read_for_latency() -> None:
         1, (point(2, 200), point(4, 400), point(7.9, 600), point(9, 5000, throughput=8))
     )
     assert [p.offered_qps for p in near.steady_points()] == [2, 4]
-    assert near.max_rate(700, 95, idle_ms=100) == 4.0
+    # From 4/s (rho 0.5 of the 8/s drain, 300 ms of queueing) to 600 ms: rho 2/3.
+    assert near.max_rate(700, 95, idle_ms=100) == pytest.approx(16 / 3)
     growing = replace(point(4, 400), growing=True)
     assert growing.saturated
     assert parse_curve(CapacityCurve(1, (point(2, 200), growing)).to_json(), "c").points[1].growing
@@ -177,10 +183,12 @@ def test_a_steady_point_just_below_a_collapse_is_read() -> None:
     lucky = replace(curve, points=(*curve.points, point(700.0, 15.0)))
     assert lucky.max_rate(250, 95, idle_ms=5.0) == pytest.approx(613.92)
     # Where the drain rate is the capacity (served no slower than the steady rates), the
-    # guard stays: 613.9/s is within 3% of a 620/s drain rate, a random walk's reading.
+    # guard stays: 613.9/s is within 3% of a 620/s drain rate, a random walk's reading, and
+    # the claim past 552.7/s stops there too.
     consistent = replace(curve, points=(*curve.points[:-1], point(661.71, 1506.4, 620.0)))
     assert consistent.capacity_known()
-    assert consistent.max_rate(250, 95, idle_ms=5.0) == pytest.approx(552.72)
+    assert consistent.steady_points()[-1].offered_qps == 552.72
+    assert consistent.max_rate(250, 95, idle_ms=5.0) == pytest.approx(NEAR_CAPACITY * 620.0)
 
 
 def test_the_ladder_refines_the_knee_of_a_pod_that_slows_when_overloaded() -> None:
@@ -401,6 +409,39 @@ def test_the_measured_curve_predicts_where_a_long_run_crosses_the_slo() -> None:
         return float(np.percentile(report.latencies_ms[800:], 95))
 
     assert p95(predicted * 0.85) <= 400 < p95(predicted * 1.15)
+
+
+def test_heavy_traffic_scaling_past_the_last_steady_rate() -> None:
+    """Queueing grows as rho / (1 - rho): twice the delay at rho 0.5 is rho 2/3; it never
+    claims past NEAR_CAPACITY of the drain rate, nor past a rate that queued nothing."""
+    assert heavy_traffic_rate(5.0, 100.0, 200.0, 10.0) == pytest.approx(20 / 3)
+    assert heavy_traffic_rate(5.0, 100.0, 1e9, 10.0) == pytest.approx(NEAR_CAPACITY * 10)
+    assert heavy_traffic_rate(5.0, 0.0, 200.0, 10.0) == 5.0
+    assert heavy_traffic_rate(9.9, 100.0, 200.0, 10.0) == pytest.approx(NEAR_CAPACITY * 10)
+
+
+@pytest.mark.parametrize("pod", [PodModel(1), PodModel(4, RAG_SIM_STAGES)], ids=["c1", "c4"])
+def test_a_budget_past_the_curve_is_met_near_where_a_long_run_crosses_it(pod: PodModel) -> None:
+    """A coarse curve (read up to 80% of the drain rate, as a noisy ladder may end) and an SLO
+    above every p95 it read: the rate claimed past its last steady rate is within 15% of a long
+    run's crossing, where that last rate alone falls more than 15% short."""
+    full = measure_capacity(FAST, pod, seed=0, requests=1000)
+    drain = full.saturation_qps
+    coarse = CapacityCurve(
+        pod.servers,
+        tuple(p for p in full.points if p.saturated or p.offered_qps <= 0.8 * drain),
+    )
+    last = coarse.steady_points()[-1]
+    budget = 3 * last.latency_at(95)
+    predicted = coarse.max_rate(budget, 95, FAST.latency_at(95))
+
+    def p95(rate: float) -> float:
+        scenario = make_scenario(make_pattern("constant", rate, 8000 / rate), 11)
+        report = simulate(StaticController(FAST.name, 0), [FAST], scenario, budget, pod_model=pod)
+        return float(np.percentile(report.latencies_ms[1600:], 95))
+
+    assert p95(predicted * 0.85) <= budget < p95(predicted * 1.15)
+    assert p95(last.offered_qps * 1.15) <= budget
 
 
 # --------------------------------------------------------------------------- the planner

@@ -199,8 +199,11 @@ class CapacityCurve:
         adjacent violators: a few hundred requests per rate leave noise that would otherwise
         end the curve early). Then linear between measured rates, from the one-at-a-time
         percentile ``idle_ms`` at rate 0: latency is convex in the rate, so the line
-        overestimates it and the rate is on the safe side. Past the last unsaturated rate
-        nothing is claimed.
+        overestimates it and the rate is on the safe side. Past the last unsaturated rate,
+        where the drain rate is the capacity (``capacity_known``), the queueing delay that rate
+        showed grows as rho / (1 - rho), rho the load on that capacity (Kingman's heavy-traffic
+        law, which M/M/c's tail quantiles follow as well), up to ``NEAR_CAPACITY`` of it;
+        without a known capacity nothing is claimed past the last unsaturated rate.
         """
         if idle_ms > budget_ms:
             return 0.0
@@ -211,7 +214,14 @@ class CapacityCurve:
             if latencies[i] > budget_ms:
                 share = (budget_ms - latencies[i - 1]) / (latencies[i] - latencies[i - 1])
                 return rates[i - 1] + share * (rates[i] - rates[i - 1])
-        return rates[-1]
+        if not measured or not self.capacity_known():
+            return rates[-1]
+        return max(
+            rates[-1],
+            heavy_traffic_rate(
+                rates[-1], latencies[-1] - idle_ms, budget_ms - idle_ms, self.saturation_qps
+            ),
+        )
 
     def scaled(self, factor: float) -> CapacityCurve:
         """The same curve with times multiplied by ``factor`` and so rates divided by it."""
@@ -232,6 +242,21 @@ class CapacityCurve:
     def to_json(self) -> dict[str, Any]:
         """The curve as the profiles file stores it."""
         return {"servers": self.servers, "points": [point.to_json() for point in self.points]}
+
+
+def heavy_traffic_rate(
+    rate: float, queueing_ms: float, allowed_ms: float, capacity: float
+) -> float:
+    """The rate at which a pod that queued ``queueing_ms`` at ``rate`` queues ``allowed_ms``,
+    the delay growing as rho / (1 - rho) with rho = rate / capacity, at most
+    ``NEAR_CAPACITY`` of the capacity (and ``rate`` itself where it queued nothing)."""
+    ceiling = NEAR_CAPACITY * capacity
+    if queueing_ms <= 0 or rate >= ceiling:
+        # No queueing seen to scale from: claim nothing past the rate measured.
+        return min(rate, ceiling)
+    load = rate / capacity
+    grown = load / (1 - load) * allowed_ms / queueing_ms
+    return min(grown / (1 + grown) * capacity, ceiling)
 
 
 def _monotone(values: Sequence[float]) -> list[float]:
