@@ -411,6 +411,18 @@ def test_the_measured_curve_predicts_where_a_long_run_crosses_the_slo() -> None:
     assert p95(predicted * 0.85) <= 400 < p95(predicted * 1.15)
 
 
+def test_with_a_known_capacity_rates_between_points_are_read_in_heavy_traffic_terms() -> None:
+    """Linear in rho / (1 - rho), not in the rate: across a wide gap below the knee the line in
+    the rate claims far less than the queue allows (4.6/s here, against 6.5/s)."""
+    curve = CapacityCurve(1, (point(2, 150), point(8, 500), point(12, 5000, throughput=10.0)))
+    assert curve.capacity_known()
+    # rho / (1 - rho): 0.25 at 2/s, 4 at 8/s; 300 ms is 3/7 of the way from 150 to 500.
+    x = 0.25 + 3 / 7 * (4 - 0.25)
+    assert curve.max_rate(300, 95, idle_ms=100) == pytest.approx(10 * x / (1 + x))
+    unknown = CapacityCurve(1, curve.points[:2])
+    assert unknown.max_rate(300, 95, idle_ms=100) == pytest.approx(2 + 3 / 7 * 6)
+
+
 def test_heavy_traffic_scaling_past_the_last_steady_rate() -> None:
     """Queueing grows as rho / (1 - rho): twice the delay at rho 0.5 is rho 2/3; it never
     claims past NEAR_CAPACITY of the drain rate, nor past a rate that queued nothing."""

@@ -198,22 +198,29 @@ class CapacityCurve:
         Latency rises with the load, so the measured percentiles are first made monotone (pool
         adjacent violators: a few hundred requests per rate leave noise that would otherwise
         end the curve early). Then linear between measured rates, from the one-at-a-time
-        percentile ``idle_ms`` at rate 0: latency is convex in the rate, so the line
-        overestimates it and the rate is on the safe side. Past the last unsaturated rate,
-        where the drain rate is the capacity (``capacity_known``), the queueing delay that rate
-        showed grows as rho / (1 - rho), rho the load on that capacity (Kingman's heavy-traffic
-        law, which M/M/c's tail quantiles follow as well), up to ``NEAR_CAPACITY`` of it;
-        without a known capacity nothing is claimed past the last unsaturated rate.
+        percentile ``idle_ms`` at rate 0. Where the drain rate is the capacity
+        (``capacity_known``), linear in rho / (1 - rho), rho the load on it, rather than in the
+        rate: queueing delay grows so (Kingman's heavy-traffic law, which M/M/c's tail
+        quantiles follow as well), and a line in the rate across a wide gap below the knee
+        claims far less than the pod sustains. Past the last unsaturated rate the delay it
+        showed grows the same way, up to ``NEAR_CAPACITY`` of the capacity. Without a known
+        capacity the line is in the rate (latency is convex in it: the line overestimates it,
+        the rate is on the safe side) and nothing is claimed past the last unsaturated rate.
         """
         if idle_ms > budget_ms:
             return 0.0
         measured = self.steady_points()
         rates = [0.0] + [point.offered_qps for point in measured]
         latencies = _monotone([idle_ms] + [point.latency_at(percentile) for point in measured])
+        known = bool(measured) and self.capacity_known()
+        capacity = self.saturation_qps
+        # Where the capacity is known, between rates the delay is linear in rho / (1 - rho).
+        axis = [r / (capacity - r) for r in rates] if known else rates
         for i in range(1, len(rates)):
             if latencies[i] > budget_ms:
                 share = (budget_ms - latencies[i - 1]) / (latencies[i] - latencies[i - 1])
-                return rates[i - 1] + share * (rates[i] - rates[i - 1])
+                x = axis[i - 1] + share * (axis[i] - axis[i - 1])
+                return capacity * x / (1 + x) if known else x
         if not measured or not self.capacity_known():
             return rates[-1]
         return max(
