@@ -221,14 +221,9 @@ class CapacityCurve:
                 share = (budget_ms - latencies[i - 1]) / (latencies[i] - latencies[i - 1])
                 x = axis[i - 1] + share * (axis[i] - axis[i - 1])
                 return capacity * x / (1 + x) if known else x
-        if not measured or not self.capacity_known():
+        if not known:
             return rates[-1]
-        return max(
-            rates[-1],
-            heavy_traffic_rate(
-                rates[-1], latencies[-1] - idle_ms, budget_ms - idle_ms, self.saturation_qps
-            ),
-        )
+        return heavy_traffic_rate(rates[-1], latencies[-1] - idle_ms, budget_ms - idle_ms, capacity)
 
     def scaled(self, factor: float) -> CapacityCurve:
         """The same curve with times multiplied by ``factor`` and so rates divided by it."""
