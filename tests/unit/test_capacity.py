@@ -395,6 +395,13 @@ def test_pipelined_stages_serve_more_than_one_server_and_less_than_ideal_ones() 
     assert ideal == pytest.approx(4 * one, rel=0.1)
 
 
+def long_run_p95(pod: PodModel, rate: float, requests: int) -> float:
+    """FAST's p95 (ms) over a long constant run at ``rate``, past its first fifth (warm-up)."""
+    scenario = make_scenario(make_pattern("constant", rate, requests / rate), 11)
+    report = simulate(StaticController(FAST.name, 0), [FAST], scenario, math.inf, pod_model=pod)
+    return float(np.percentile(report.latencies_ms[requests // 5 :], 95))
+
+
 def test_the_measured_curve_predicts_where_a_long_run_crosses_the_slo() -> None:
     """The plan's rate limit from the curve is within 15% of a long run's p95 crossing."""
     pod = PodModel(4, RAG_SIM_STAGES)
@@ -404,9 +411,7 @@ def test_the_measured_curve_predicts_where_a_long_run_crosses_the_slo() -> None:
     assert predicted is not None
 
     def p95(rate: float) -> float:
-        scenario = make_scenario(make_pattern("constant", rate, 4000 / rate), 11)
-        report = simulate(StaticController(FAST.name, 0), [FAST], scenario, 400, pod_model=pod)
-        return float(np.percentile(report.latencies_ms[800:], 95))
+        return long_run_p95(pod, rate, 4000)
 
     assert p95(predicted * 0.85) <= 400 < p95(predicted * 1.15)
 
@@ -448,9 +453,7 @@ def test_a_budget_past_the_curve_is_met_near_where_a_long_run_crosses_it(pod: Po
     predicted = coarse.max_rate(budget, 95, FAST.latency_at(95))
 
     def p95(rate: float) -> float:
-        scenario = make_scenario(make_pattern("constant", rate, 8000 / rate), 11)
-        report = simulate(StaticController(FAST.name, 0), [FAST], scenario, budget, pod_model=pod)
-        return float(np.percentile(report.latencies_ms[1600:], 95))
+        return long_run_p95(pod, rate, 8000)
 
     assert p95(predicted * 0.85) <= budget < p95(predicted * 1.15)
     assert p95(last.offered_qps * 1.15) <= budget

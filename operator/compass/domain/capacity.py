@@ -212,15 +212,15 @@ class CapacityCurve:
         measured = self.steady_points()
         rates = [0.0] + [point.offered_qps for point in measured]
         latencies = _monotone([idle_ms] + [point.latency_at(percentile) for point in measured])
-        known = bool(measured) and self.capacity_known()
+        known = self.capacity_known()
         capacity = self.saturation_qps
         # Where the capacity is known, between rates the delay is linear in rho / (1 - rho).
-        axis = [r / (capacity - r) for r in rates] if known else rates
+        axis = [_congestion(r, capacity) for r in rates] if known else rates
         for i in range(1, len(rates)):
             if latencies[i] > budget_ms:
                 share = (budget_ms - latencies[i - 1]) / (latencies[i] - latencies[i - 1])
                 x = axis[i - 1] + share * (axis[i] - axis[i - 1])
-                return capacity * x / (1 + x) if known else x
+                return _rate_at_congestion(x, capacity) if known else x
         if not known:
             return rates[-1]
         return heavy_traffic_rate(rates[-1], latencies[-1] - idle_ms, budget_ms - idle_ms, capacity)
@@ -256,9 +256,18 @@ def heavy_traffic_rate(
     if queueing_ms <= 0 or rate >= ceiling:
         # No queueing seen to scale from: claim nothing past the rate measured.
         return min(rate, ceiling)
-    load = rate / capacity
-    grown = load / (1 - load) * allowed_ms / queueing_ms
-    return min(grown / (1 + grown) * capacity, ceiling)
+    grown = _congestion(rate, capacity) * allowed_ms / queueing_ms
+    return min(_rate_at_congestion(grown, capacity), ceiling)
+
+
+def _congestion(rate: float, capacity: float) -> float:
+    """rho / (1 - rho), rho = rate / capacity: what queueing delay grows with."""
+    return rate / (capacity - rate)
+
+
+def _rate_at_congestion(congestion: float, capacity: float) -> float:
+    """The rate whose ``_congestion`` is this."""
+    return capacity * congestion / (1 + congestion)
 
 
 def _monotone(values: Sequence[float]) -> list[float]:
