@@ -13,6 +13,7 @@ from profiles_for_tests import normal_profile
 from pydantic import ValidationError
 
 from compass.api.paretopolicy import CapacitySpec, FrontEntry, ParetoPolicySpec
+from compass.dataplane.profiler import MIN_REQUESTS_PER_RATE, CurveSettings
 from compass.domain.capacity import (
     LADDER_FINEST,
     MAX_CURVE_POINTS,
@@ -291,6 +292,16 @@ def test_ladder_respects_its_budget() -> None:
     """No more than ``max_points`` rates."""
     points = [point(1.0 + i, 100) for i in range(5)]
     assert next_rate(points, 100, max_points=5) is None
+
+
+def test_each_rate_offers_its_requests_within_the_time_bounds() -> None:
+    """The count between the bounds, at least 10 s at a fast rate, at most 60 s at a slow one,
+    and never so few that a p95 is one slow reply."""
+    settings = CurveSettings(requests_per_rate=300, seconds_per_rate=10.0, max_seconds_per_rate=60)
+    assert settings.requests_at(10.0) == 300
+    assert settings.requests_at(100.0) == 1000
+    assert settings.requests_at(0.7) == 42
+    assert settings.requests_at(0.1) == MIN_REQUESTS_PER_RATE
 
 
 # ---------------------------------------------------------------------------- parsing

@@ -362,6 +362,16 @@ class Profiling(CamelModel):
             "capacity curve (the curve's cost is this times curveRequestsPerRate).",
         ),
     ] = 12
+    curve_max_seconds_per_rate: Annotated[
+        float,
+        Field(
+            ge=5,
+            le=3600,
+            description="With serving.thresholdModel measured: at most this many seconds of "
+            "arrivals at each rate, fewer than curveRequestsPerRate where a slow configuration's "
+            "low rates would take minutes a point (never under 20 requests).",
+        ),
+    ] = 120
     image: str | None = Field(
         default=None,
         max_length=MAX_IMAGE_LENGTH,

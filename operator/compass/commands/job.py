@@ -499,7 +499,9 @@ def _with_curves(
     front = pareto_front(profiles, spec.slo.percentile).members
     on_front = {profile.key for profile in front}
     settings = CurveSettings(
-        spec.profiling.curve_requests_per_rate, spec.profiling.curve_max_points
+        spec.profiling.curve_requests_per_rate,
+        spec.profiling.curve_max_points,
+        max_seconds_per_rate=spec.profiling.curve_max_seconds_per_rate,
     )
     entries = document["profiles"]
     done = 0

@@ -139,16 +139,28 @@ def profile_configurations(
     }
 
 
+# Fewer would read a point's p95 off its slowest one or two replies.
+MIN_REQUESTS_PER_RATE = 20
+
+
 @dataclass(frozen=True)
 class CurveSettings:
     """The cost of one capacity curve: requests per offered rate (and at least
     ``seconds_per_rate`` of them: at a fast configuration's high rates a few hundred requests
-    pass before an overload's queue can show), at most ``max_points`` rates."""
+    pass before an overload's queue can show; at most ``max_seconds_per_rate`` of them: a
+    slow configuration's low rates would take minutes a point), at most ``max_points`` rates."""
 
     requests_per_rate: int = 300
     max_points: int = MAX_CURVE_POINTS
     seed: int = 0
     seconds_per_rate: float = 10.0
+    max_seconds_per_rate: float = 120.0
+
+    def requests_at(self, rate: float) -> int:
+        """The requests offered at ``rate``: the bounds in seconds win over the count, and
+        never fewer than MIN_REQUESTS_PER_RATE."""
+        wanted = max(self.requests_per_rate, int(rate * self.seconds_per_rate))
+        return max(MIN_REQUESTS_PER_RATE, min(wanted, int(rate * self.max_seconds_per_rate)))
 
 
 def measure_curve(
@@ -171,8 +183,7 @@ def measure_curve(
     rng = np.random.default_rng(settings.seed)
 
     def measure(rate: float) -> CurvePoint:
-        requests = max(settings.requests_per_rate, int(rate * settings.seconds_per_rate))
-        return measure_rate(router, config, rate, requests, payload, rng)
+        return measure_rate(router, config, rate, settings.requests_at(rate), payload, rng)
 
     return climb_ladder(mean_ms, servers, measure, settings.max_points, progress)
 
