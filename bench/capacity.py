@@ -24,8 +24,9 @@ the paper's Pareto front. Two sections:
 ``--live`` measures the same on rag-sim served by a real tritonserver (this machine's CPU) per
 router instance count: each front configuration is profiled one at a time, its curve measured
 by the profiler's ladder (``--live-requests`` per rate, at most ``--live-points`` rates), and
-the predicted rate at each SLO checked by two open-loop runs of ``--live-check-requests``
-(and at least ``--live-check-seconds``) at 0.85 and 1.15 times the prediction;
+the predicted rate at each SLO checked at 0.85 and 1.15 times the prediction, each by the
+median p95 of ``--live-check-repeats`` open-loop runs of ``--live-check-requests`` (and at
+least ``--live-check-seconds``); a curve rate runs at most ``--live-max-seconds``;
 ``--live-configs 0,1`` measures only those members of the front (fastest first).
 ``--workflow qa-real`` does the same on qa-real (real retrieval and MiniLM on this CPU, its
 encoder and reranker batching) for four of its configurations, at their own latencies. The prediction is within 15% of where p95 crosses the
@@ -273,13 +274,25 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
         server = rag_sim_triton(workdir, scale, router_instances=servers)
 
     def p95_at(router: TritonRouter, config: Config, rate: float) -> float:
+        """The median p95 of ``--live-check-repeats`` runs: one run's p95 near a crossing
+        moves with whatever else the machine does (two runs here at one rate read 177 ms and
+        2,054 ms), and a median of three needs two of them to agree."""
         # Long enough for a queue to show: near saturation it grows slowly.
         requests = max(args.live_check_requests, int(rate * args.live_check_seconds))
-        try:
-            point = measure_rate(router, config, rate, requests, payload, rng)
-        except CapacityError:
-            return math.inf
-        return point.latency_at(PERCENTILE)
+        runs = []
+        for _ in range(args.live_check_repeats):
+            try:
+                point = measure_rate(router, config, rate, requests, payload, rng)
+                runs.append(point.latency_at(PERCENTILE))
+            except CapacityError:
+                runs.append(math.inf)
+        print(
+            f"    check at {rate * scale:.2f}/s: p95 "
+            + ", ".join(f"{run / scale:.0f}" for run in runs)
+            + " ms",
+            flush=True,
+        )
+        return float(np.median(runs))
 
     lines = [
         f"live: {args.workflow} on tritonserver (CPU), router of {servers} instance(s), time "
@@ -313,7 +326,10 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
                 servers,
                 payload,
                 CurveSettings(
-                    args.live_requests, args.live_points, seconds_per_rate=args.live_seconds
+                    args.live_requests,
+                    args.live_points,
+                    seconds_per_rate=args.live_seconds,
+                    max_seconds_per_rate=args.live_max_seconds,
                 ),
                 progress=lambda point: print(
                     f"    {point.offered_qps:7.2f}/s -> {point.throughput_qps:7.2f}/s, "
@@ -405,13 +421,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--live-seconds", type=float, default=10.0, help="live: at least, per curve rate"
     )
     parser.add_argument(
+        "--live-max-seconds", type=float, default=60.0, help="live: at most, per curve rate"
+    )
+    parser.add_argument(
         "--live-configs", default="", help="live: front indices to measure, e.g. 0,1 (all)"
     )
     parser.add_argument("--live-check-requests", type=int, default=400, help="live: per check")
     parser.add_argument(
         "--live-check-seconds", type=float, default=20.0, help="live: at least, per check"
     )
+    parser.add_argument(
+        "--live-check-repeats", type=int, default=3, help="live: runs per check (median p95)"
+    )
     args = parser.parse_args(argv)
+    if args.live_check_repeats < 1:
+        parser.error("--live-check-repeats: give 1 or more runs per check")
     servers = [int(s) for s in args.servers.split(",")]
     slos = [float(s) for s in args.slos.split(",")]
     patterns = args.patterns.split(",")
