@@ -23,7 +23,8 @@ the paper's Pareto front. Two sections:
 
 ``--live`` measures the same on rag-sim served by a real tritonserver (this machine's CPU) per
 router instance count: each front configuration is profiled one at a time, its curve measured
-by the profiler's ladder (``--live-requests`` per rate, at most ``--live-points`` rates), and
+by the profiler's ladder (``--live-requests`` per rate, each rate the median of
+``--live-curve-repeats`` runs, at most ``--live-points`` rates), and
 the predicted rate at each SLO checked at 0.85 and 1.15 times the prediction, each by the
 median p95 of ``--live-check-repeats`` open-loop runs of ``--live-check-requests`` (and at
 least ``--live-check-seconds``); a curve rate runs at most ``--live-max-seconds``;
@@ -330,6 +331,7 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
                     args.live_points,
                     seconds_per_rate=args.live_seconds,
                     max_seconds_per_rate=args.live_max_seconds,
+                    repeats_per_rate=args.live_curve_repeats,
                 ),
                 progress=lambda point: print(
                     f"    {point.offered_qps:7.2f}/s -> {point.throughput_qps:7.2f}/s, "
@@ -433,9 +435,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--live-check-repeats", type=int, default=3, help="live: runs per check (median p95)"
     )
+    parser.add_argument(
+        "--live-curve-repeats", type=int, default=3, help="live: runs per curve rate (median)"
+    )
     args = parser.parse_args(argv)
-    if args.live_check_repeats < 1:
-        parser.error("--live-check-repeats: give 1 or more runs per check")
+    if args.live_check_repeats < 1 or args.live_curve_repeats < 1:
+        parser.error("--live-check-repeats, --live-curve-repeats: give 1 or more runs")
     servers = [int(s) for s in args.servers.split(",")]
     slos = [float(s) for s in args.slos.split(",")]
     patterns = args.patterns.split(",")

@@ -19,11 +19,13 @@ from compass.domain.capacity import (
     MAX_CURVE_POINTS,
     NEAR_CAPACITY,
     CapacityCurve,
+    CapacityError,
     CurvePoint,
     climb_ladder,
     erlang_c,
     heavy_traffic_rate,
     measure_point,
+    median_point,
     next_rate,
     parse_curve,
 )
@@ -292,6 +294,16 @@ def test_ladder_respects_its_budget() -> None:
     """No more than ``max_points`` rates."""
     points = [point(1.0 + i, 100) for i in range(5)]
     assert next_rate(points, 100, max_points=5) is None
+
+
+def test_repeated_runs_at_a_rate_give_the_run_of_median_p95() -> None:
+    """A busy moment's run and a quiet one's are both outvoted; the point is one whole run."""
+    quiet, usual, busy = point(10, 150), point(10.2, 180, throughput=10.1), point(9.9, 900)
+    assert median_point([busy, quiet, usual]) is usual
+    assert median_point([busy, quiet]) is quiet
+    assert median_point([usual]) is usual
+    with pytest.raises(CapacityError, match="runs"):
+        median_point([])
 
 
 def test_each_rate_offers_its_requests_within_the_time_bounds() -> None:

@@ -372,6 +372,16 @@ class Profiling(CamelModel):
             "low rates would take minutes a point (never under 20 requests).",
         ),
     ] = 120
+    curve_repeats_per_rate: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=5,
+            description="With serving.thresholdModel measured: runs at each rate of a capacity "
+            "curve; the point is the run of median p95 (3 on nodes other work shares: one run "
+            "can meet a busy moment). The curve's cost grows by this factor.",
+        ),
+    ] = 1
     image: str | None = Field(
         default=None,
         max_length=MAX_IMAGE_LENGTH,

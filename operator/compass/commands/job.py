@@ -502,6 +502,7 @@ def _with_curves(
         spec.profiling.curve_requests_per_rate,
         spec.profiling.curve_max_points,
         max_seconds_per_rate=spec.profiling.curve_max_seconds_per_rate,
+        repeats_per_rate=spec.profiling.curve_repeats_per_rate,
     )
     entries = document["profiles"]
     done = 0

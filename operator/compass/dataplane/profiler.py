@@ -17,6 +17,7 @@ from compass.domain.capacity import (
     CurvePoint,
     climb_ladder,
     measure_point,
+    median_point,
 )
 from compass.domain.evaluation import Config
 from compass.domain.profiles import clearly_dominated
@@ -148,13 +149,16 @@ class CurveSettings:
     """The cost of one capacity curve: requests per offered rate (and at least
     ``seconds_per_rate`` of them: at a fast configuration's high rates a few hundred requests
     pass before an overload's queue can show; at most ``max_seconds_per_rate`` of them: a
-    slow configuration's low rates would take minutes a point), at most ``max_points`` rates."""
+    slow configuration's low rates would take minutes a point), at most ``max_points`` rates,
+    each run ``repeats_per_rate`` times (the point is the run of median p95: on shared nodes one
+    run can meet a busy moment)."""
 
     requests_per_rate: int = 300
     max_points: int = MAX_CURVE_POINTS
     seed: int = 0
     seconds_per_rate: float = 10.0
     max_seconds_per_rate: float = 120.0
+    repeats_per_rate: int = 1
 
     def requests_at(self, rate: float) -> int:
         """The requests offered at ``rate``: the bounds in seconds win over the count, and
@@ -183,7 +187,12 @@ def measure_curve(
     rng = np.random.default_rng(settings.seed)
 
     def measure(rate: float) -> CurvePoint:
-        return measure_rate(router, config, rate, settings.requests_at(rate), payload, rng)
+        requests = settings.requests_at(rate)
+        runs = [
+            measure_rate(router, config, rate, requests, payload, rng)
+            for _ in range(settings.repeats_per_rate)
+        ]
+        return median_point(runs)
 
     return climb_ladder(mean_ms, servers, measure, settings.max_points, progress)
 

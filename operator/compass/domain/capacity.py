@@ -102,6 +102,16 @@ class CurvePoint:
         return entry
 
 
+def median_point(runs: Sequence[CurvePoint], percentile: float = 95.0) -> CurvePoint:
+    """Of repeated runs at one rate, the one whose ``percentile`` is the median (the lower of
+    the middle two for an even count): a run that met a busy or a quiet moment of a shared
+    machine is outvoted, and the point keeps one run's consistent figures."""
+    if not runs:
+        raise CapacityError("runs", "none given", "measure the rate at least once")
+    ordered = sorted(runs, key=lambda point: point.latency_at(percentile))
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def measure_point(
     offered_qps: float,
     arrivals_s: Sequence[float] | FloatArray,
