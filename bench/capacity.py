@@ -28,7 +28,9 @@ by the profiler's ladder (``--live-requests`` per rate, each rate the median of
 the predicted rate at each SLO checked at 0.85 and 1.15 times the prediction, each by the
 median p95 of ``--live-check-repeats`` open-loop runs of ``--live-check-requests`` (and at
 least ``--live-check-seconds``); a curve rate runs at most ``--live-max-seconds``;
-``--live-configs 0,1`` measures only those members of the front (fastest first).
+``--live-configs 0,1`` measures only those members of the front (fastest first). The server
+runs on half of the cores and the load generator on the rest (``--no-live-pin``: both on all),
+as in a deployment, where clients do not share the pod's cores.
 ``--workflow qa-real`` does the same on qa-real (real retrieval and MiniLM on this CPU, its
 encoder and reranker batching) for four of its configurations, at their own latencies. The prediction is within 15% of where p95 crosses the
 SLO when p95 is within the SLO at the first and over it at the second.
@@ -227,6 +229,16 @@ def capacity_section(servers: int, slos: Sequence[float], args: argparse.Namespa
     return lines
 
 
+def split_cores() -> tuple[set[int], set[int]] | None:
+    """This process's cores in two halves, the server's and the load generator's (None with
+    fewer than two)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    half = len(cores) // 2
+    return set(cores[:half]), set(cores[half:])
+
+
 def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) -> list[str]:
     """On a real tritonserver: curves measured, predictions checked at 0.85x and 1.15x."""
     import tempfile
@@ -312,7 +324,17 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
             )
         configs = [configs[i] for i in chosen]
     passed = checked = 0
+    cores = split_cores() if args.live_pin else None
+    if cores is not None:
+        # The server (and its stubs, which inherit it) on one half, this load generator on the
+        # other: on shared cores the generator's own load moved the pod's capacity between runs.
+        os.sched_setaffinity(0, cores[0])
     server.start(workdir)
+    if cores is not None:
+        os.sched_setaffinity(0, cores[1])
+        lines[0] += (
+            f"; the server on cores {sorted(cores[0])}, the load generator on {sorted(cores[1])}"
+        )
     router = TritonRouter(server.grpc_url, timeout_s=120.0)
     try:
         # qa-real's dense retriever embeds the corpus on its first request.
@@ -434,6 +456,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--live-check-repeats", type=int, default=3, help="live: runs per check (median p95)"
+    )
+    parser.add_argument(
+        "--live-pin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="live: the server on half the cores, the load generator on the rest",
     )
     parser.add_argument(
         "--live-curve-repeats", type=int, default=3, help="live: runs per curve rate (median)"
