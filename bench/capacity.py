@@ -410,6 +410,9 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
     finally:
         router.close()
         server.stop()
+        if cores is not None:
+            # Back on every core: the next router size splits them again.
+            os.sched_setaffinity(0, cores[0] | cores[1])
     verdict = "PASS" if passed == checked else "FAIL"
     lines.append(
         f"  {verdict} the measured curve's rate is within 15% of the crossing for {passed}/"
