@@ -37,7 +37,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from compass.lab.processes import die_with_parent, free_port, log_tail, stop
+from compass.lab.processes import die_with_parent, free_ports, log_tail, stop
 from compass.lab.processes import venv_executable as venv_executable  # the benchmarks import
 from compass.lab.processes import wait_for as wait_for  # these two from here
 
@@ -210,9 +210,7 @@ class Cluster:
         self.log_dir.mkdir(exist_ok=True)
         pki = self._make_pki()
         self.timings["pki"] = time.monotonic() - started
-        etcd_port, peer_port = free_port(), free_port()
-        self.api_port = free_port()
-        kcm_port = free_port()
+        etcd_port, peer_port, self.api_port, kcm_port = free_ports(4)
 
         data_dir = self.workdir / "etcd"
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -512,7 +510,7 @@ class Operator:
 
     def start(self) -> Operator:
         """Start it and wait for its liveness endpoint."""
-        self.metrics_port, self.health_port = free_port(), free_port()
+        self.metrics_port, self.health_port = free_ports(2)
         env = {
             **os.environ,
             **self.cluster.env(),

@@ -27,7 +27,7 @@ from typing import Self
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.dataplane.triton import ROLE_PARAMETER
 from compass.lab.processes import free_port as free_port  # the triton tier imports it from here
-from compass.lab.processes import stop
+from compass.lab.processes import free_ports, stop
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 STARTUP_TIMEOUT_S = 60.0
@@ -253,9 +253,10 @@ class LocalTriton(_Process):
     def start(self, workdir: Path) -> LocalTriton:
         """Start the server and wait until every model is ready."""
         installation = TritonInstallation.find()
-        self.http_port = self.http_port or free_port()
-        self.grpc_port = self.grpc_port or free_port()
-        self.metrics_port = self.metrics_port or free_port()
+        spare = free_ports(3)
+        self.http_port = self.http_port or spare[0]
+        self.grpc_port = self.grpc_port or spare[1]
+        self.metrics_port = self.metrics_port or spare[2]
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "tritonserver.log"
         command = [
