@@ -13,10 +13,11 @@ from profiles_for_tests import normal_profile
 from pydantic import ValidationError
 
 from compass.api.paretopolicy import CapacitySpec, FrontEntry, ParetoPolicySpec
-from compass.dataplane.profiler import MIN_REQUESTS_PER_RATE, CurveSettings
+from compass.dataplane.profiler import CurveSettings
 from compass.domain.capacity import (
     LADDER_FINEST,
     MAX_CURVE_POINTS,
+    MIN_REQUESTS_PER_RATE,
     NEAR_CAPACITY,
     CapacityCurve,
     CapacityError,

@@ -23,7 +23,7 @@ from compass.api.meta import (
 )
 from compass.api.paretopolicy import ServingSettings
 from compass.api.rules import CelRule, cel_rules, strictly_increasing
-from compass.domain.capacity import MAX_CURVE_POINTS
+from compass.domain.capacity import MAX_CURVE_POINTS, MIN_REQUESTS_PER_RATE
 from compass.domain.search import MAX_DATASET_SIZE
 from compass.domain.space import SpaceSpec
 
@@ -347,7 +347,7 @@ class Profiling(CamelModel):
     curve_requests_per_rate: Annotated[
         int,
         Field(
-            ge=20,
+            ge=MIN_REQUESTS_PER_RATE,
             le=100000,
             description="With serving.thresholdModel measured: the open-loop requests offered "
             "at each rate of a front configuration's capacity curve.",
@@ -369,7 +369,7 @@ class Profiling(CamelModel):
             le=3600,
             description="With serving.thresholdModel measured: at most this many seconds of "
             "arrivals at each rate, fewer than curveRequestsPerRate where a slow configuration's "
-            "low rates would take minutes a point (never under 20 requests).",
+            f"low rates would take minutes a point (never under {MIN_REQUESTS_PER_RATE} requests).",
         ),
     ] = 120
     curve_repeats_per_rate: Annotated[

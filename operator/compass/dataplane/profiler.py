@@ -12,6 +12,7 @@ from compass.dataplane.load import run_load
 from compass.dataplane.triton import OVERRIDE_PARAMETER, TritonRouter
 from compass.domain.capacity import (
     MAX_CURVE_POINTS,
+    MIN_REQUESTS_PER_RATE,
     CapacityCurve,
     CapacityError,
     CurvePoint,
@@ -138,10 +139,6 @@ def profile_configurations(
         },
         "profiles": profiles,
     }
-
-
-# Fewer would read a point's p95 off its slowest one or two replies.
-MIN_REQUESTS_PER_RATE = 20
 
 
 @dataclass(frozen=True)

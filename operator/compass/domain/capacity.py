@@ -47,6 +47,8 @@ SATURATED_SHARE = 0.95
 LATENCY_GROWTH = 2.0
 # Rates this close to the measured drain rate are not read for latency (see steady_points).
 NEAR_CAPACITY = 0.97
+# Fewer requests at a curve rate would read its p95 off the slowest one or two replies.
+MIN_REQUESTS_PER_RATE = 20
 # The share of a rate's requests (the first) whose latencies a point leaves out: the warm-up.
 WARMUP_SHARE = 0.2
 # The latency percentiles a curve point stores (a profile's own levels).
