@@ -35,7 +35,9 @@ its wait is known: Triton queues a request before the router sees it. It is serv
 that configuration's time fits what is left of its deadline and at least ``degrade_below_ms``
 is left (less means it waited long, so a queue stands behind it: the fastest shortens it),
 else on the fastest if that fits, else refused with UNAVAILABLE ("compass admission: late
-..."), so that it costs the requests behind it nothing. Requests without a deadline, and overrides, are served as before.
+..."), so that it costs the requests behind it nothing; where the table says ``refuse: false``
+(clients that cannot retry), served on the fastest instead, which holds them up the least.
+Requests without a deadline, and overrides, are served as before.
 """
 
 import contextlib
@@ -220,8 +222,8 @@ class LateError(Exception):
 
 
 def check_admission(table):
-    """The admission table as a switch sends it, checked: quantiles (ms, >= 0) by key and the
-    fastest's key among them."""
+    """The admission table as a switch sends it, checked: quantiles (ms, >= 0) by key, the
+    fastest's key among them, and whether late requests are refused (true when absent)."""
     if not isinstance(table, dict) or not isinstance(table.get("quantiles_ms"), dict):
         raise ValueError("admission: give {'quantiles_ms': {config: ms}, 'fastest': config}")
     quantiles = {}
@@ -239,7 +241,15 @@ def check_admission(table):
         or not 0 <= below < float("inf")
     ):
         raise ValueError(f"admission: degrade_below_ms {below!r} is not a time in ms >= 0")
-    return {"quantiles_ms": quantiles, "fastest": fastest, "degrade_below_ms": float(below)}
+    refuse = table.get("refuse", True)
+    if not isinstance(refuse, bool):
+        raise ValueError(f"admission: refuse {refuse!r} is not true or false")
+    return {
+        "quantiles_ms": quantiles,
+        "fastest": fastest,
+        "degrade_below_ms": float(below),
+        "refuse": refuse,
+    }
 
 
 class Admission:
@@ -266,7 +276,7 @@ class Admission:
 
     def judge(self, key, deadline_ns):
         """The configuration that serves a request with this deadline now; LateError if none
-        can make it."""
+        can make it and the table refuses such requests."""
         table = self.current()
         own = None if table is None else table["quantiles_ms"].get(key)
         if own is None:
@@ -286,6 +296,8 @@ class Admission:
             return fastest
         if own <= left_ms:
             return key
+        if not table["refuse"]:
+            return fastest
         raise LateError(
             f"{LATE_MESSAGE}: {max(left_ms, 0.0):.0f} ms of its deadline left, the fastest "
             f"configuration needs {table['quantiles_ms'][fastest]:.0f} ms; retry later"

@@ -1,5 +1,6 @@
 """Admission at dispatch on a real Triton: a request that carries its deadline is served as
-routed, on the fastest configuration, or refused (retryable) when it would be late anyway."""
+routed, on the fastest configuration, or refused (retryable) when it would be late anyway
+(served on the fastest where the table says not to refuse)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,20 @@ def test_a_request_late_whatever_serves_it_is_refused_with_the_reason(
     assert admitting.infer({"sample": 1}).config == config_key(ACCURATE)
 
 
+def test_refusing_nothing_serves_a_late_request_on_the_fastest(router: TritonRouter) -> None:
+    """With refuse false in the table, what no configuration brings in time is served on the
+    fastest (the client cannot retry), not refused."""
+    router.admission = {**_table(SLOW_MS, 1_000.0), "refuse": False}
+    router.switch(ACCURATE)
+    try:
+        late = router.infer({"sample": 0}, deadline_ns=_in(-1.0))
+        fresh = router.infer({"sample": 1}, deadline_ns=_in(60.0))
+    finally:
+        router.admission = None
+    assert late.config == config_key(FASTEST)
+    assert fresh.config == config_key(ACCURATE)
+
+
 def test_a_deadline_that_is_not_a_time_fails_that_request_naming_the_parameter(
     admitting: TritonRouter,
 ) -> None:
@@ -103,6 +118,9 @@ def test_a_bad_table_is_refused_and_changes_nothing(admitting: TritonRouter) -> 
         admitting.switch(FASTEST)
     admitting.admission = {**_table(1.0), "degrade_below_ms": "soon"}
     with pytest.raises(RoutingError, match="admission: degrade_below_ms 'soon'"):
+        admitting.switch(FASTEST)
+    admitting.admission = {**_table(1.0), "refuse": "no"}
+    with pytest.raises(RoutingError, match="admission: refuse 'no' is not true or false"):
         admitting.switch(FASTEST)
     admitting.admission = None
     assert admitting.active_config() == config_key(ACCURATE)

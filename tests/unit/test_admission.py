@@ -79,6 +79,12 @@ def test_a_request_is_served_degraded_to_the_fastest_or_dropped_by_its_predictio
     # Three queued: 1200 of wait, nothing fits.
     assert judge(rule, slow, fast, 3, [0], 1) is Verdict.DROP
     assert judge(Admission(1000, degrade=False), slow, fast, 2, [0], 1) is Verdict.DROP
+    # Refusing nothing: what nothing brings in time goes to the fastest (as routed without
+    # degrading).
+    assert judge(Admission(1000, refuse=False), slow, fast, 3, [0], 1) is Verdict.FASTEST
+    assert judge(Admission(1000, degrade=False, refuse=False), slow, fast, 3, [0], 1) is (
+        Verdict.SERVE
+    )
 
 
 @pytest.mark.parametrize(
@@ -197,6 +203,9 @@ def test_at_dispatch_the_real_wait_decides() -> None:
     assert judge_at_dispatch(rule, 50, routed_ms=300, fastest_ms=100) is Verdict.DROP
     keep = dataclasses.replace(rule, degrade=False)
     assert judge_at_dispatch(keep, 200, routed_ms=300, fastest_ms=100) is Verdict.DROP
+    serving = dataclasses.replace(rule, refuse=False)
+    assert judge_at_dispatch(serving, 50, routed_ms=300, fastest_ms=100) is Verdict.FASTEST
+    assert judge_at_dispatch(serving, 200, routed_ms=300, fastest_ms=100) is Verdict.FASTEST
 
 
 def test_at_dispatch_a_long_wait_is_served_on_the_fastest() -> None:
@@ -242,6 +251,16 @@ def test_admission_at_dispatch_serves_in_time_what_it_serves(pod_model: PodModel
     quick_waited_ms = (quick.starts_s - quick.arrivals_s) * 1000
     assert (quick_waited_ms[quick.configs == 1] <= 250).all()
     assert quick.dropped.sum() < run.dropped.sum()
+    # Refusing nothing: what would have been dropped is served on the fastest, late, and
+    # every other request is judged as before until then.
+    serving = dataclasses.replace(rule, refuse=False)
+    kept = simulate(controller, FRONT, scenario, 1000, pod_model=pod_model, admission=serving)
+    assert not kept.dropped.any()
+    first = int(np.argmax(dropped))
+    assert kept.configs[first] == 0
+    assert (kept.configs[:first] == run.configs[:first]).all()
+    assert kept.compliance < run.compliance
+    assert kept.compliance > plain.compliance
 
 
 def test_the_router_gets_each_members_quantile_by_key() -> None:
@@ -250,6 +269,8 @@ def test_the_router_gets_each_members_quantile_by_key() -> None:
     assert table["degrade_below_ms"] == pytest.approx(750 * 0.5)
     undegraded = router_admission(FRONT, Admission(1000, degrade=False))
     assert undegraded["degrade_below_ms"] == 0
+    assert table["refuse"] is True
+    assert router_admission(FRONT, Admission(1000, refuse=False))["refuse"] is False
     assert table["quantiles_ms"][SLOW.key] == pytest.approx(150, rel=0.01)
     with pytest.raises(AdmissionError, match="front: empty"):
         router_admission([], Admission(1000))

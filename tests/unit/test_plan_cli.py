@@ -235,6 +235,15 @@ def test_simulate_with_admission_drops_what_would_be_late_and_says_so(
     (workdir / "paretopolicy.yaml").write_text(yaml.safe_dump(policy))
     assert main([*argv, *load]) == 0
     assert "the policy with admission (q 0.7)" in capsys.readouterr().out
+    # Refusing nothing (the flag, or the policy's admission.refuse: false): none dropped.
+    assert main([*argv, *load, "--no-refuse"]) == 0
+    assert "the policy with admission (q 0.7, refusing nothing)" in capsys.readouterr().out
+    kept = json.loads((workdir / "compass-timeline.json").read_text())["summary"]["policy"]
+    assert kept["dropped_pct"] == 0
+    policy["spec"]["admission"]["refuse"] = False
+    (workdir / "paretopolicy.yaml").write_text(yaml.safe_dump(policy))
+    assert main([*argv, *load]) == 0
+    assert "refusing nothing" in capsys.readouterr().out
 
 
 def test_a_policy_of_several_router_instances_plans_and_simulates_them(

@@ -710,12 +710,16 @@ def test_the_strategy_picks_the_policy_and_the_status_shows_the_blend() -> None:
         ps.compile_policy(spec(strategy="random"), generation=1)
 
 
-def test_the_admission_table_carries_degrade_after() -> None:
+def test_the_admission_table_carries_degrade_after_and_refuse() -> None:
     admission = {"enabled": True, "degradeAfter": 0.5}
     compiled = ps.compile_policy(spec(admission=admission), generation=1)
     table = compiled.admission
     assert table is not None
     assert table["degrade_below_ms"] == pytest.approx(compiled.spec.slo.latency_ms * 0.5)
+    assert table["refuse"] is True
+    keeping = ps.compile_policy(spec(admission={**admission, "refuse": False}), generation=1)
+    assert keeping.admission is not None
+    assert keeping.admission["refuse"] is False
     with pytest.raises(ps.SpecError, match="degradeAfter"):
         ps.compile_policy(spec(admission={"enabled": True, "degradeAfter": 0}), generation=1)
 

@@ -642,6 +642,13 @@ class AdmissionSettings(CamelModel):
             "behind it, and the fastest shortens it at once (1: only what would be late).",
         ),
     ] = DEFAULT_DEGRADE_AFTER
+    refuse: bool = Field(
+        default=True,
+        description="Refuse a request that would be late whatever serves it (UNAVAILABLE, "
+        "retryable): it frees the queue for the requests behind it. false: serve it on the "
+        "fastest entry instead (for clients that cannot retry); it is still late, and holds up "
+        "the requests behind it the least.",
+    )
 
 
 class ServingSettings(CamelModel):
@@ -713,7 +720,7 @@ class ServingSettings(CamelModel):
     admission: AdmissionSettings = Field(
         default_factory=AdmissionSettings,
         description="Admission at dispatch (off by default): the routers serve a request that "
-        "would miss its deadline on the fastest entry, or refuse it.",
+        "would miss its deadline on the fastest entry, or refuse it (refuse: false never does).",
     )
     strategy: Strategy = Field(
         default=Strategy.ELASTICO,
@@ -817,6 +824,7 @@ class ParetoPolicySpec(ServingSettings):
             self.admission.quantile,
             at=AdmissionPoint.DISPATCH,
             degrade_after=self.admission.degrade_after,
+            refuse=self.admission.refuse,
         )
         return router_admission([t.profile for t in plan.thresholds], rule)
 

@@ -84,6 +84,12 @@ def register(commands: Any) -> None:
     )
     add_admission_arguments(simulate, "the policy's admission.quantile, 0.5")
     simulate.add_argument(
+        "--no-refuse",
+        action="store_true",
+        help="with admission: serve a request that would be late whatever serves it on the "
+        "fastest member instead of refusing it (the policy's admission.refuse: false)",
+    )
+    simulate.add_argument(
         "--timeline",
         default=DEFAULT_TIMELINE,
         metavar="TIMELINE.json",
@@ -192,6 +198,7 @@ def simulate_command(args: argparse.Namespace) -> int:
             quantile,
             at=AdmissionPoint(args.admission_at),
             degrade_after=degrade_after,
+            refuse=spec.admission.refuse and not args.no_refuse,
         )
     scenario = make_scenario(pattern, seed)
     reports = compare(
@@ -216,7 +223,13 @@ def simulate_command(args: argparse.Namespace) -> int:
         f"of {spec.router_instances} router instance(s) ({args.stages}), "
         f"switch delay {spec.switch_delay_ms:g} ms; SLO {spec.slo.latency_ms:g} ms, model "
         f"{spec.threshold_model.value}"
-        + ("" if admission is None else f"; the policy with admission (q {admission.quantile:g})")
+        + (
+            ""
+            if admission is None
+            else f"; the policy with admission (q {admission.quantile:g}"
+            + ("" if admission.refuse else ", refusing nothing")
+            + ")"
+        )
     )
     print(comparison_table(reports))
     write_text(timeline, json.dumps(timeline_document(reports, scenario), indent=1) + "\n")

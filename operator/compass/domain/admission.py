@@ -23,6 +23,10 @@ the policy sends with each switch); the simulator runs it the same way. The wait
 when a queue stands behind the request: one that has waited past ``degrade_after`` of the SLO
 is served on the fastest member, which shortens the queue for every request behind it within
 one service, where the policy would see the queue only at its next look.
+
+Refusing is optional (``refuse``): where clients cannot retry, a request that would be late
+whatever serves it is served on the fastest member instead. It is still a miss, but it costs
+the requests behind it the least of any member.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ class Admission:
     at: AdmissionPoint = AdmissionPoint.ARRIVAL
     # At dispatch: past this share of the SLO waited, served on the fastest (1: never).
     degrade_after: float = DEFAULT_DEGRADE_AFTER
+    # A request late whatever serves it: refused (True), or served on the fastest member.
+    refuse: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.degrade_after <= 1:
@@ -174,7 +180,7 @@ def judge(
     servers: int,
 ) -> Verdict:
     """Serve a request arriving now as routed if its predicted latency is within the SLO; else
-    on the fastest member if that brings it within (``degrade``); else drop it.
+    on the fastest member if that brings it within (``degrade``); else drop it (``refuse``).
 
     The wait is the same either way (the requests ahead are served as routed); only the
     request's own service time changes.
@@ -186,7 +192,7 @@ def judge(
         return Verdict.SERVE
     if admission.degrade and wait_plus(fastest.quantile_ms(admission.quantile)) <= admission.slo_ms:
         return Verdict.FASTEST
-    return Verdict.DROP
+    return late_verdict(admission)
 
 
 def judge_at_dispatch(
@@ -195,13 +201,21 @@ def judge_at_dispatch(
     """Serve a request an instance takes up now as routed if its own service time at the
     quantile (``routed_ms``) fits the ``left_ms`` of its budget and it has not waited past
     ``degrade_after`` of the SLO; else on the fastest member if that fits (``degrade``); else
-    as routed if that fits; else drop it (it would be late whatever served it)."""
+    as routed if that fits; else drop it (it would be late whatever served it; ``refuse``)."""
     fits = routed_ms <= left_ms
     if fits and not (admission.degrade and left_ms < degrade_below_ms(admission)):
         return Verdict.SERVE
     if admission.degrade and fastest_ms <= left_ms:
         return Verdict.FASTEST
-    return Verdict.SERVE if fits else Verdict.DROP
+    return Verdict.SERVE if fits else late_verdict(admission)
+
+
+def late_verdict(admission: Admission) -> Verdict:
+    """What becomes of a request that would be late whatever serves it: refused, or (without
+    ``refuse``) served on the fastest, which holds up the requests behind it the least."""
+    if admission.refuse:
+        return Verdict.DROP
+    return Verdict.FASTEST if admission.degrade else Verdict.SERVE
 
 
 def degrade_below_ms(admission: Admission) -> float:
@@ -225,8 +239,9 @@ def router_admission(
     front: Sequence[LatencyProfile], admission: Admission, time_scale: float = 1.0
 ) -> dict[str, Any]:
     """What the router is sent to judge requests at dispatch: each front member's service time
-    at the quantile by configuration key, the fastest's key (the front's first), and how
-    little of its budget a request may have left and still be served as routed.
+    at the quantile by configuration key, the fastest's key (the front's first), how
+    little of its budget a request may have left and still be served as routed, and whether a
+    request late whatever serves it is refused (else served on the fastest).
 
     ``time_scale`` scales the times for a server whose services are scaled (the lab's)."""
     if not front:
@@ -236,4 +251,5 @@ def router_admission(
         "quantiles_ms": {m.key: ms * time_scale for m, ms in zip(front, own, strict=True)},
         "fastest": front[0].key,
         "degrade_below_ms": degrade_below_ms(admission) * time_scale if admission.degrade else 0.0,
+        "refuse": admission.refuse,
     }
