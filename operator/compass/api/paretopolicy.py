@@ -819,14 +819,18 @@ class ParetoPolicySpec(ServingSettings):
         spec's plan (None: admission off)."""
         if not self.admission.enabled:
             return None
-        rule = Admission(
+        return router_admission([t.profile for t in plan.thresholds], self.admission_rule())
+
+    def admission_rule(self) -> Admission:
+        """The admission rule this spec's settings describe, judged at dispatch as the routers
+        judge (whether or not it is enabled: ``compass simulate --admission`` runs it anyway)."""
+        return Admission(
             self.slo.latency_ms,
             self.admission.quantile,
             at=AdmissionPoint.DISPATCH,
             degrade_after=self.admission.degrade_after,
             refuse=self.admission.refuse,
         )
-        return router_admission([t.profile for t in plan.thresholds], rule)
 
 
 def spec_for_plan(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from compass.commands.common import (
     write_text,
 )
 from compass.console import fail, parse_number
-from compass.domain.admission import Admission, AdmissionPoint
+from compass.domain.admission import AdmissionPoint
 from compass.domain.planner import PlanError
 from compass.domain.simulator import (
     POD_STAGES,
@@ -191,14 +192,13 @@ def simulate_command(args: argparse.Namespace) -> int:
     front = [t.profile for t in policy.plan.thresholds]
     admission = None
     if args.admission or spec.admission.enabled:
-        quantile = admission_quantile(args, spec.admission.quantile)
-        degrade_after = admission_degrade_after(args, spec.admission.degrade_after)
-        admission = Admission(
-            spec.slo.latency_ms,
-            quantile,
+        rule = spec.admission_rule()
+        admission = replace(
+            rule,
+            quantile=admission_quantile(args, rule.quantile),
             at=AdmissionPoint(args.admission_at),
-            degrade_after=degrade_after,
-            refuse=spec.admission.refuse and not args.no_refuse,
+            degrade_after=admission_degrade_after(args, rule.degrade_after),
+            refuse=rule.refuse and not args.no_refuse,
         )
     scenario = make_scenario(pattern, seed)
     reports = compare(
