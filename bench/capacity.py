@@ -296,12 +296,16 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
 
         server = rag_sim_triton(workdir, scale, router_instances=servers)
 
+    def check_requests(rate: float) -> int:
+        """A check run's requests: long enough for a queue to show (near saturation it grows
+        slowly)."""
+        return max(int(args.live_check_requests), int(rate * args.live_check_seconds))
+
     def p95_at(router: TritonRouter, config: Config, rate: float) -> float:
         """The median p95 of ``--live-check-repeats`` runs: one run's p95 near a crossing
         moves with whatever else the machine does (two runs here at one rate read 177 ms and
         2,054 ms), and a median of three needs two of them to agree."""
-        # Long enough for a queue to show: near saturation it grows slowly.
-        requests = max(args.live_check_requests, int(rate * args.live_check_seconds))
+        requests = check_requests(rate)
         runs = []
         for _ in range(args.live_check_repeats):
             try:
@@ -321,9 +325,8 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
         """The drain rate measured ``--live-drift`` times more (overloaded runs: their
         throughput is what the pod drains at that moment), and how far it moved."""
         rate = DRIFT_OVERLOAD * curve_qps
-        requests = max(args.live_check_requests, int(rate * args.live_check_seconds))
         runs = [
-            measure_rate(router, config, rate, requests, payload, rng).throughput_qps
+            measure_rate(router, config, rate, check_requests(rate), payload, rng).throughput_qps
             for _ in range(args.live_drift)
         ]
         low, high = min(runs), max(runs)
