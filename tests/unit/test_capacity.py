@@ -145,6 +145,20 @@ def test_rates_at_capacity_or_still_growing_are_not_read_for_latency() -> None:
     assert queue.saturated
 
 
+def test_a_fast_configurations_latency_doubling_is_no_queue() -> None:
+    """At 600/s a 5 ms reply reading 12 ms at the end of a 30 s run is noise: a queue that
+    piled up only 7 ms in 20 s would be a pod 0.04% behind. A wait that grows by 1.5% of the
+    elapsed time is one."""
+    rng = np.random.default_rng(3)
+    arrivals = np.sort(rng.uniform(0.0, 30.0, 18_000))
+    drift = np.where(arrivals > 24.0, 0.012, 0.005)
+    noisy = measure_point(600.0, arrivals, arrivals + drift * rng.uniform(0.8, 1.2, len(arrivals)))
+    assert not noisy.growing
+    assert not noisy.saturated
+    behind = arrivals + 0.005 + 0.015 * np.maximum(arrivals - 6.0, 0.0)
+    assert measure_point(600.0, arrivals, behind).growing
+
+
 # qa-real's lexical configuration at c = 4, measured live (rate, throughput, p95 ms): steady up
 # to 613.9/s, collapsed at 661.7/s, where the overloaded pod (client and server on two shared
 # cores) drained only 592.3/s, less than it had served steadily.

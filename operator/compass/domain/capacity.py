@@ -45,6 +45,10 @@ LADDER_FINEST = 1.1
 # latency at the end of the run is this many times that after the warm-up.
 SATURATED_SHARE = 0.95
 LATENCY_GROWTH = 2.0
+# ... and the latency grew by more than this share of the time between: the wait a pod that
+# falls 0.25% behind its arrivals piles up. Below it a doubling is noise (a fast
+# configuration's 5 ms reading 12 ms at the end of a run), not a queue.
+QUEUE_GROWTH_FLOOR = 0.0025
 # Rates this close to the measured drain rate are not read for latency (see steady_points).
 NEAR_CAPACITY = 0.97
 # Fewer requests at a curve rate would read its p95 off the slowest one or two replies.
@@ -138,10 +142,13 @@ def measure_point(
     steady = int(len(arrivals) * WARMUP_SHARE)
     latencies = (finishes[steady:] - arrivals[steady:]) * 1000
     # A queue that grows through the run: its last quarter waits much longer than the quarter
-    # after the warm-up. A finite run at a rate just over capacity serves nearly all of it
-    # (the drain hides in the span), so the throughput alone does not show it.
+    # after the warm-up, and longer by what falling behind the arrivals piles up over the time
+    # between them. A finite run at a rate just over capacity serves nearly all of it (the
+    # drain hides in the span), so the throughput alone does not show it.
     quarter = max(len(latencies) // 4, 1)
-    growing = bool(latencies[-quarter:].mean() > LATENCY_GROWTH * latencies[:quarter].mean())
+    first, last = latencies[:quarter].mean(), latencies[-quarter:].mean()
+    elapsed_ms = (arrivals[steady:][-quarter:].mean() - arrivals[steady:][:quarter].mean()) * 1000
+    growing = bool(last > LATENCY_GROWTH * first and last - first > QUEUE_GROWTH_FLOOR * elapsed_ms)
     return CurvePoint(
         offered_qps=realised,
         throughput_qps=throughput,
