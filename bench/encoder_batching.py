@@ -245,7 +245,7 @@ def measure(
     """Load the encoder on one device and precision and measure it."""
     import torch
 
-    sys.path.insert(0, str(MODELS))
+    # The pipeline imports qa_common by name: it finds this one in sys.modules.
     common = load_module("qa_common", MODELS / "qa_common.py")
     pipeline = load_module("qa_real_pipeline", MODELS / "router" / "1" / "pipeline.py")
     data = common.load_data(str(MODELS))

@@ -56,12 +56,8 @@ def test_a_batch_cost_needs_a_batch_of_more_than_one(bench: ModuleType) -> None:
 
 def test_the_pipeline_in_process_scores_as_the_readme_says(bench: ModuleType) -> None:
     """The fastest configuration needs no encoder: 104 of 149 questions right, as in Triton."""
-    sys.path.insert(0, str(bench.MODELS))
-    try:
-        common = bench.load_module("qa_common", bench.MODELS / "qa_common.py")
-        pipeline = bench.load_module("qa_real_pipeline", bench.MODELS / "router/1/pipeline.py")
-    finally:
-        sys.path.remove(str(bench.MODELS))
+    common = bench.load_module("qa_common", bench.MODELS / "qa_common.py")
+    pipeline = bench.load_module("qa_real_pipeline", bench.MODELS / "router/1/pipeline.py")
 
     def no_encoder(texts: object) -> object:
         raise AssertionError("the fastest configuration must not embed anything")
@@ -100,10 +96,6 @@ def test_a_short_run_times_every_batch_size_on_this_cpu(tmp_path: Path) -> None:
 
 
 def test_an_unknown_precision_is_refused_naming_it(bench: ModuleType) -> None:
-    sys.path.insert(0, str(bench.MODELS))
-    try:
-        common = bench.load_module("qa_common", bench.MODELS / "qa_common.py")
-    finally:
-        sys.path.remove(str(bench.MODELS))
+    common = bench.load_module("qa_common", bench.MODELS / "qa_common.py")
     with pytest.raises(ValueError, match="precision 'float64' is not one of float32, float16"):
         common.load_encoder(1, "cpu", "float64")

@@ -218,7 +218,7 @@ def load_encoder(threads=1, device="cpu", precision="float32"):
         raise ValueError(f"encoder precision {precision!r} is not one of float32, float16")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    # On a CPU the tokeniser's threads would take the cores the forward pass is pinned off; on a
+    # On a CPU the tokeniser's threads would compete with the forward pass for the cores; on a
     # GPU node tokenising is most of a batch's time (bench/encoder_batching.py) and the cores
     # are free.
     on_cpu = str(device).startswith("cpu")
@@ -232,7 +232,7 @@ def load_encoder(threads=1, device="cpu", precision="float32"):
     model = model.half() if precision == "float16" else model.float()
     # On a CPU a longer chunk only pads more; on a GPU one forward pass for the whole dynamic
     # batch is what batching is for.
-    chunk = 64 if torch.device(device).type == "cpu" else 1024
+    chunk = 64 if on_cpu else 1024
 
     def encode(texts):
         vectors = model.encode(
