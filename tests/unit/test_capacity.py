@@ -574,3 +574,20 @@ def test_a_front_entry_refuses_a_curve_out_of_order() -> None:
     good = CapacityCurve(1, (point(2, 200), point(4, 400))).to_json()
     with pytest.raises(ValidationError, match=r"points\[1\]\.offered_qps: .* not above"):
         CapacitySpec.model_validate({**good, "points": good["points"][::-1]})
+
+
+def test_the_profiling_spec_sets_each_curve_rates_length() -> None:
+    """curveMinSecondsPerRate lengthens a fast rate's run (30 s at 600/s: 18,000 requests);
+    curveMaxSecondsPerRate still caps a slow one, and wins where the two disagree."""
+    from compass.api.compoundworkflow import Profiling
+    from compass.commands.job import curve_settings
+
+    default = curve_settings(Profiling())
+    assert default.requests_at(600.0) == 6000
+    longer = curve_settings(Profiling.model_validate({"curveMinSecondsPerRate": 30}))
+    assert longer.requests_at(600.0) == 18000
+    assert longer.requests_at(1.0) == 120  # 300 requests would take 300 s: capped at 120 s
+    capped = curve_settings(
+        Profiling.model_validate({"curveMinSecondsPerRate": 60, "curveMaxSecondsPerRate": 20})
+    )
+    assert capped.requests_at(600.0) == 12000

@@ -362,6 +362,17 @@ class Profiling(CamelModel):
             "capacity curve (the curve's cost is this times curveRequestsPerRate).",
         ),
     ] = 12
+    curve_min_seconds_per_rate: Annotated[
+        float,
+        Field(
+            ge=1,
+            le=3600,
+            description="With serving.thresholdModel measured: at least this many seconds of "
+            "arrivals at each rate, more than curveRequestsPerRate where a fast configuration's "
+            "high rates would end before an overload's queue shows. On nodes other work shares, "
+            "30 steadies the p95 a run reads. curveMaxSecondsPerRate wins where the two disagree.",
+        ),
+    ] = 10
     curve_max_seconds_per_rate: Annotated[
         float,
         Field(

@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType
+from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType, Profiling
 from compass.api.conditions import one_line
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
@@ -68,6 +68,9 @@ from compass.evaluators import (
     make_evaluator,
     parse_ledger,
 )
+
+if TYPE_CHECKING:
+    from compass.dataplane.profiler import CurveSettings
 
 # A state read or write is retried on these answers (an API server restarting, overloaded or
 # behind a proxy that lost it): a search of hours must not fail on one blip, and a pod retry
@@ -484,6 +487,19 @@ def run_profile(state_name: str, namespace: str) -> int:
     return 0
 
 
+def curve_settings(profiling: Profiling) -> CurveSettings:
+    """What the spec's profiling settings ask of each capacity curve."""
+    from compass.dataplane.profiler import CurveSettings
+
+    return CurveSettings(
+        profiling.curve_requests_per_rate,
+        profiling.curve_max_points,
+        seconds_per_rate=profiling.curve_min_seconds_per_rate,
+        max_seconds_per_rate=profiling.curve_max_seconds_per_rate,
+        repeats_per_rate=profiling.curve_repeats_per_rate,
+    )
+
+
 def _with_curves(
     store: StateStore,
     router: Any,
@@ -493,17 +509,12 @@ def _with_curves(
 ) -> dict[str, Any]:
     """The profiles with a capacity curve on every member of the front (the others cannot be
     served by the policy, so their curves would buy nothing)."""
-    from compass.dataplane.profiler import CurveSettings, measure_curve
+    from compass.dataplane.profiler import measure_curve
 
     profiles = parse_profiles(document)
     front = pareto_front(profiles, spec.slo.percentile).members
     on_front = {profile.key for profile in front}
-    settings = CurveSettings(
-        spec.profiling.curve_requests_per_rate,
-        spec.profiling.curve_max_points,
-        max_seconds_per_rate=spec.profiling.curve_max_seconds_per_rate,
-        repeats_per_rate=spec.profiling.curve_repeats_per_rate,
-    )
+    settings = curve_settings(spec.profiling)
     entries = document["profiles"]
     done = 0
     for entry, profile in zip(entries, profiles, strict=True):
