@@ -140,14 +140,15 @@ def measure_point(
     # The same count over the span from the first arrival to the last finish.
     throughput = (len(arrivals) - 1) / float(finishes.max() - arrivals[0])
     steady = int(len(arrivals) * WARMUP_SHARE)
-    latencies = (finishes[steady:] - arrivals[steady:]) * 1000
+    measured = arrivals[steady:]
+    latencies = (finishes[steady:] - measured) * 1000
     # A queue that grows through the run: its last quarter waits much longer than the quarter
     # after the warm-up, and longer by what falling behind the arrivals piles up over the time
     # between them. A finite run at a rate just over capacity serves nearly all of it (the
     # drain hides in the span), so the throughput alone does not show it.
     quarter = max(len(latencies) // 4, 1)
     first, last = latencies[:quarter].mean(), latencies[-quarter:].mean()
-    elapsed_ms = (arrivals[steady:][-quarter:].mean() - arrivals[steady:][:quarter].mean()) * 1000
+    elapsed_ms = (measured[-quarter:].mean() - measured[:quarter].mean()) * 1000
     growing = bool(last > LATENCY_GROWTH * first and last - first > QUEUE_GROWTH_FLOOR * elapsed_ms)
     return CurvePoint(
         offered_qps=realised,
