@@ -21,7 +21,10 @@ its real wait, as the live router does, and served on the fastest once it has wa
 ``--degrade-after`` of the SLO; or with ``--admission-at arrival`` on a predicted wait), whose
 floor is static fastest's compliance; Elastico and predictive also run with admission that
 refuses nothing (``+deg``, ``admission.refuse: false``: what would be late anyway is served on
-the fastest), held to the floors of serving everything. A strategy that serves every request and beats the oracle
+the fastest), held to the floors of serving everything. Beside the hindsight oracle the
+known-load oracle (``known_load_oracle``: told the load pattern ahead and the queue, not the
+arrivals, and degrading at dispatch as ``+deg`` does) says how much of the hindsight oracle's
+gain knowing the load is worth, at what compliance. A strategy that serves every request and beats the oracle
 on both compliance and accuracy in a cell means the oracle is wrong, and the bench says so; an
 admission strategy can (the oracle never refuses a request, and refusing the doomed ones frees
 the queue for the rest), and the bench lists it apart. ``--late-last`` puts every run, static ones included, and
@@ -61,7 +64,7 @@ from compass.domain.admission import (
 )
 from compass.domain.elastico import Elastico
 from compass.domain.forecast import ForecasterKind, build_forecaster
-from compass.domain.oracle import hindsight_oracle
+from compass.domain.oracle import hindsight_oracle, known_load_oracle
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
@@ -109,6 +112,8 @@ DEGRADING = {"policy+deg": "policy", "predictive+deg": "predictive"}
 FIFO_FASTEST = "#0 fifo"
 DEFAULT_ADMISSION_QUANTILE = 0.5
 ORACLE_WINDOW_S = 5.0
+# The known-load oracle's label (not run with --late-last: it draws FIFO queues).
+KNOWN_LOAD = "known load"
 # Issue 14's floors: compliance within this of static fastest in every cell, and accuracy gain
 # shares of the oracle's gain, on average and in every cell.
 ORACLE_COMPLIANCE_TOLERANCE = 0.5
@@ -211,6 +216,16 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
         late_after_s=late_after_s,
     )
     outcome["oracle"] = (oracle.compliance, oracle.mean_accuracy, 0, oracle.requests, 0.0)
+    if not job.late_last:
+        known = known_load_oracle(
+            front,
+            scenario,
+            job.slo_ms,
+            pods=job.pods,
+            window_s=ORACLE_WINDOW_S,
+            degrade_after=job.degrade_after,
+        )
+        outcome[KNOWN_LOAD] = (known.compliance, known.mean_accuracy, 0, known.requests, 0.0)
     return job, outcome
 
 
@@ -330,6 +345,9 @@ def oracle_section(means: Means) -> list[str]:
         ),
     ]
     late_last = any(FIFO_FASTEST in cell for cell in means.values())
+    known = all(KNOWN_LOAD in cell for cell in means.values())
+    if known:
+        lines[1] += f"{KNOWN_LOAD:>17}"
     if late_last:
         lines[0] += (
             "; every run on a late-last queue, static fastest's too (fastest fifo: the same on "
@@ -351,6 +369,8 @@ def oracle_section(means: Means) -> list[str]:
                 # The oracle serves every request: refusing the doomed ones frees the queue for
                 # the rest, so an admission strategy beating it on both is no contradiction.
                 (refusing if label in ADMITTED else wrong).append(f"{slo:.0f} ms {pattern}: {name}")
+        if known:
+            row += f" {cell[KNOWN_LOAD][0]:>9.1f}/{oracle_share(cell, KNOWN_LOAD):>6.0%}"
         if late_last:
             row += f" {cell[FIFO_FASTEST][0]:>13.1f}"
         lines.append(row)
@@ -374,7 +394,7 @@ def oracle_section(means: Means) -> list[str]:
         ]
         # A cell where the oracle gains nothing counts as a full share, not as infinity.
         mean_share = float(np.mean([min(oracle_share(c, label), 1.0) for c in means.values()]))
-        checks = (
+        checks: tuple[tuple[bool, str, list[str]], ...] = (
             (not short, f"compliance in {len(means) - len(short)}/{len(means)} cells", short),
             (mean_share >= ORACLE_SHARE_MEAN, f"{mean_share:.0%} of the oracle's gain", []),
             (not under, f"share in {len(means) - len(under)}/{len(means)} cells", under),
@@ -382,6 +402,8 @@ def oracle_section(means: Means) -> list[str]:
         for ok, what, misses in checks:
             detail = f": {', '.join(misses)}" if misses else ""
             lines.append(f"  {'pass' if ok else 'FAIL'} {name}: {what}{detail}")
+    if known:
+        lines.append(known_load_line(means))
     lines.append(
         "oracle check: "
         + (
@@ -398,6 +420,22 @@ def oracle_section(means: Means) -> list[str]:
             + ")"
         )
     return lines
+
+
+def known_load_line(means: Means) -> str:
+    """What the known-load oracle wins and keeps: the reach of a perfect load forecast."""
+    close = sum(
+        cell[KNOWN_LOAD][0] >= cell["#0"][0] - ORACLE_COMPLIANCE_TOLERANCE
+        for cell in means.values()
+    )
+    shares = [oracle_share(cell, KNOWN_LOAD) for cell in means.values()]
+    worst = min(cell[KNOWN_LOAD][0] - cell["#0"][0] for cell in means.values())
+    return (
+        f"known load (told the load ahead, not the arrivals): "
+        f"{float(np.mean(np.minimum(shares, 1.0))):.0%} of the oracle's gain (every cell >= "
+        f"{min(shares):.0%}), compliance within {ORACLE_COMPLIANCE_TOLERANCE:g} of static "
+        f"fastest in {close}/{len(means)} cells (worst {worst:+.1f})"
+    )
 
 
 def json_cells(means: Means) -> dict[str, list[dict[str, object]]]:
@@ -424,6 +462,7 @@ def json_cells(means: Means) -> dict[str, list[dict[str, object]]]:
                 "oracle_accuracy": float(cell["oracle"][1]),
                 "oracle_compliance_pct": float(cell["oracle"][0]),
                 **({"fastest_fifo": figures(cell[FIFO_FASTEST])} if FIFO_FASTEST in cell else {}),
+                **({"known_load_oracle": figures(cell[KNOWN_LOAD])} if KNOWN_LOAD in cell else {}),
             }
             for (slo, pattern), cell in means.items()
             for label, name in names.items()

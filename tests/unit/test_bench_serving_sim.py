@@ -110,6 +110,7 @@ def test_strategies_are_measured_against_the_oracle_and_written_as_json(
     for strategy in strategies:
         assert sum(f" {strategy}: " in line for line in section.splitlines()) == 3
     assert "THE ORACLE IS WRONG" not in section
+    assert "known load (told the load ahead, not the arrivals): " in section
     cells = json.loads(target.read_text(encoding="utf-8"))["cells"]
     assert {(c["pattern"], c["policy"]) for c in cells} == {
         (pattern, policy)
@@ -149,6 +150,9 @@ def test_strategies_are_measured_against_the_oracle_and_written_as_json(
         assert cell["fastest"]["accuracy"] <= cell["oracle_accuracy"]
         assert cell["oracle_accuracy"] <= cell["accurate"]["accuracy"]
         assert cell["oracle_compliance_pct"] >= cell["fastest"]["compliance_pct"] - 0.5
+        # Knowing the load, not the arrivals, still serves the accurate members between.
+        known = cell["known_load_oracle"]
+        assert cell["fastest"]["accuracy"] < known["accuracy"] <= cell["accurate"]["accuracy"]
 
 
 def test_admission_beyond_the_oracle_is_told_apart_from_a_wrong_oracle(
@@ -177,8 +181,11 @@ def test_late_last_runs_everything_on_that_queue_beside_a_fifo_static_fastest(
     out = capsys.readouterr().out
     assert "fastest fifo" in out
     assert "THE ORACLE IS WRONG" not in out
+    # The known-load oracle draws FIFO queues only: not run here.
+    assert "known load" not in out
     cells = json.loads(target.read_text(encoding="utf-8"))["cells"]
     for cell in cells:
         assert cell["fastest"]["compliance_pct"] > cell["fastest_fifo"]["compliance_pct"] + 5
         assert cell["fastest"]["accuracy"] == cell["fastest_fifo"]["accuracy"]
+        assert "known_load_oracle" not in cell
         assert cell["oracle_compliance_pct"] >= cell["fastest"]["compliance_pct"] - 0.5

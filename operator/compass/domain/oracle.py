@@ -25,24 +25,50 @@ with one window of lookahead, and it assumes that more accuracy never meets the 
 (true on average, not request by request). Switches are instant and the configuration is chosen
 by arrival window. A strategy that beats it on both compliance and accuracy shows it wrong; the
 bench checks for that.
+
+A second yardstick, ``known_load_oracle``, is told the load and not the arrivals: the pattern's
+rate at every instant, bursts included, and the real queue at each window's start, but neither
+the next window's arrivals nor their service times. Per window it takes the most accurate
+position under which ``worlds`` other draws of the same pattern, each started from that queue,
+meet the SLO at least as often as static fastest does in those draws, by the same rules as the
+hindsight oracle, and serves the real window with it; requests are served with the
+dispatch-time degrade the strategies that refuse nothing have (``degrade_after``). It is no
+bound: a policy that looks more often than once a window can do better. What it measures is how
+much of the hindsight oracle's gain knowing the load ahead is worth, which no forecaster can
+exceed by much; the rest of the gain is knowing each arrival and its service time.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from compass.domain.admission import (
+    Admission,
+    AdmissionPoint,
+    Verdict,
+    judge_at_dispatch,
+    service_quantiles_ms,
+)
 from compass.domain.mix import Mix, SmoothWeighting, accuracy_hull, hull_mixes, mix_weighting
 from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import Scenario, SimulationError
+from compass.domain.simulator import PatternKind, Scenario, SimulationError, make_scenario
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 DEFAULT_WINDOW_S = 5.0
+# The known-load oracle's draws of the pattern per window: 32 keep two runs of one scenario
+# within a few tenths of a point of each other; each costs a serve of the window per position.
+KNOWN_LOAD_WORLDS = 32
+# Its draws' seeds start here, far from any scenario seed a bench uses.
+KNOWN_LOAD_SEED = 1_000_000_000
+# A request's routed member is replaced at dispatch (front index -> front index).
+Dispatch = Callable[[float, int], int]
 
 
 @dataclass(frozen=True)
@@ -80,10 +106,12 @@ def _serve(
     slo_s: float,
     record: tuple[IntArray, FloatArray] | None = None,
     late_after_s: float = math.inf,
+    dispatch: Dispatch | None = None,
 ) -> int:
     """Serve these requests (in arrival order) with the mix; returns how many met the SLO.
 
     ``record``: arrays to write each request's configuration and latency into.
+    ``dispatch``: given how long a request waited and its routed member, the member serving it.
     ``late_after_s``: a request that would wait longer is late; a late-last queue serves it
     after every request in time, which the oracle counts as served then but holding no server
     (its work done in time nobody needed): optimistic, as a bound should be.
@@ -100,6 +128,8 @@ def _serve(
                 dealer = dealers[pod] = mix_weighting(mix)
             config = dealer.pick()
         begin = max(float(arrivals[request]), pods.free_at[pod])
+        if dispatch is not None:
+            config = dispatch(begin - float(arrivals[request]), config)
         finish = begin + float(service_s[config, request])
         if begin - float(arrivals[request]) <= late_after_s:
             pods.free_at[pod] = finish
@@ -165,22 +195,24 @@ def hindsight_oracle(
         return after >= targets[index + 1]
 
     for index, requests in enumerate(windows):
-        best = 0
+        mix = positions[0]
         if len(requests):
-            low, high = 0, len(positions) - 1
-            if feasible(index, positions[high]):
-                best = high
-            else:
-                # The highest feasible position, assuming feasibility falls with accuracy.
-                while low < high - 1:
-                    middle = (low + high) // 2
-                    low, high = (
-                        (middle, high) if feasible(index, positions[middle]) else (low, middle)
-                    )
-                best = low
-        mix = positions[best]
+            mix = _most_accurate(positions, functools.partial(feasible, index))
         chosen.append(mix)
         serve(requests, mix, state, (configs, latencies))
+    return _report(front, configs, latencies, slo_s, window_s, chosen)
+
+
+def _report(
+    front: Sequence[LatencyProfile],
+    configs: IntArray,
+    latencies: FloatArray,
+    slo_s: float,
+    window_s: float,
+    chosen: Sequence[Mix],
+) -> OracleReport:
+    """The figures of a run that served each request with ``configs`` in ``latencies``."""
+    n = len(configs)
     met = int(np.sum(latencies <= slo_s))
     accuracies = np.array([p.accuracy for p in front])
     return OracleReport(
@@ -190,3 +222,158 @@ def hindsight_oracle(
         window_s=window_s,
         mixes=tuple(chosen),
     )
+
+
+def _most_accurate(positions: Sequence[Mix], feasible: Callable[[Mix], bool]) -> Mix:
+    """The highest feasible position, assuming feasibility falls with accuracy (the fastest if
+    none is)."""
+    low, high = 0, len(positions) - 1
+    if feasible(positions[high]):
+        return positions[high]
+    while low < high - 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if feasible(positions[middle]) else (low, middle)
+    return positions[low]
+
+
+@dataclass(frozen=True)
+class _Draw:
+    """One realisation of the load, cut into the oracle's windows."""
+
+    arrivals: FloatArray
+    service_s: FloatArray
+    assigned: IntArray
+    windows: tuple[IntArray, ...]
+
+    @staticmethod
+    def of(
+        front: Sequence[LatencyProfile], scenario: Scenario, pods: int, window_s: float, count: int
+    ) -> _Draw:
+        """The scenario's arrivals, every member's service times and pods, in ``count`` windows."""
+        arrivals = scenario.arrivals_s
+        window_of = np.floor(arrivals / window_s).astype(np.int64)
+        return _Draw(
+            arrivals,
+            np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in front]),
+            scenario.pods_of(pods),
+            tuple(np.flatnonzero(window_of == w) for w in range(count)),
+        )
+
+    def serve(
+        self,
+        index: int,
+        mix: Mix,
+        pods: _Pods,
+        slo_s: float,
+        dispatch: Dispatch | None,
+        record: tuple[IntArray, FloatArray] | None = None,
+    ) -> int:
+        """Serve window ``index`` with the mix; how many met the SLO."""
+        requests = self.windows[index]
+        return _serve(
+            requests,
+            mix,
+            pods,
+            self.arrivals,
+            self.assigned,
+            self.service_s,
+            slo_s,
+            record,
+            dispatch=dispatch,
+        )
+
+
+def degrading_dispatch(
+    front: Sequence[LatencyProfile], slo_ms: float, degrade_after: float
+) -> Dispatch:
+    """The dispatch-time degrade of admission that refuses nothing (``refuse: false``): a
+    request that waited past ``degrade_after`` of the SLO, or whose routed member's median no
+    longer fits what is left of it, is served on the fastest (front index 0)."""
+    rule = Admission(slo_ms, at=AdmissionPoint.DISPATCH, degrade_after=degrade_after, refuse=False)
+    own_ms = service_quantiles_ms(front, rule.quantile)
+
+    def dispatch(waited_s: float, config: int) -> int:
+        verdict = judge_at_dispatch(rule, slo_ms - waited_s * 1000, own_ms[config], own_ms[0])
+        return config if verdict is Verdict.SERVE else 0
+
+    return dispatch
+
+
+def known_load_oracle(
+    front: Sequence[LatencyProfile],
+    scenario: Scenario,
+    slo_ms: float,
+    *,
+    pods: int = 1,
+    window_s: float = DEFAULT_WINDOW_S,
+    worlds: int = KNOWN_LOAD_WORLDS,
+    degrade_after: float | None = None,
+) -> OracleReport:
+    """What knowing the load ahead, not the arrivals, wins over the scenario (see the module
+    docstring); ``degrade_after``: served with the dispatch-time degrade (None: as routed)."""
+    pattern = scenario.pattern
+    if pattern.kind is PatternKind.TRACE:
+        raise SimulationError(
+            "pattern", "a trace has no load to draw again", "give a generated pattern"
+        )
+    if not window_s > 0 or not math.isfinite(window_s):
+        raise SimulationError("window_s", f"{window_s:g} is not > 0", "give e.g. 5")
+    if worlds < 1:
+        raise SimulationError("worlds", f"{worlds} is not >= 1", f"give e.g. {KNOWN_LOAD_WORLDS}")
+    slo_s = slo_ms / 1000
+    count = max(math.ceil(pattern.duration_s / window_s), 1)
+    dispatch = None if degrade_after is None else degrading_dispatch(front, slo_ms, degrade_after)
+    draws = [
+        _Draw.of(
+            front,
+            make_scenario(pattern, KNOWN_LOAD_SEED + scenario.seed * worlds + world),
+            pods,
+            window_s,
+            count,
+        )
+        for world in range(worlds)
+    ]
+    fastest = Mix(0)
+    # Static fastest in each draw: the met count each window must reach, summed over the
+    # draws, and the work it leaves (or one SLO per pod if that is more).
+    references = [_Pods([0.0] * pods) for _ in draws]
+    targets: list[int] = []
+    backlogs: list[float] = []
+    for index in range(count):
+        end = (index + 1) * window_s
+        targets.append(
+            sum(
+                d.serve(index, fastest, r, slo_s, dispatch)
+                for d, r in zip(draws, references, strict=True)
+            )
+        )
+        backlogs.append(sum(max(r.backlog_s(end), slo_s * pods) for r in references))
+    positions = hull_mixes(accuracy_hull(front))
+    real = _Draw.of(front, scenario, pods, window_s, count)
+    state = _Pods([0.0] * pods)
+    configs = np.zeros(scenario.requests, dtype=np.int64)
+    latencies = np.zeros(scenario.requests)
+    chosen: list[Mix] = []
+
+    def feasible(index: int, position: Mix) -> bool:
+        # Every draw starts from the real queue: the oracle sees it, as a policy would.
+        trials = [state.copy() for _ in draws]
+        met = sum(
+            d.serve(index, position, t, slo_s, dispatch) for d, t in zip(draws, trials, strict=True)
+        )
+        left = sum(t.backlog_s((index + 1) * window_s) for t in trials)
+        if met < targets[index] or left > backlogs[index]:
+            return False
+        if index + 1 == count:
+            return True
+        after = sum(
+            d.serve(index + 1, fastest, t, slo_s, dispatch)
+            for d, t in zip(draws, trials, strict=True)
+        )
+        return after >= targets[index + 1]
+
+    for index in range(count):
+        mix = _most_accurate(positions, functools.partial(feasible, index))
+        chosen.append(mix)
+        real.serve(index, mix, state, slo_s, dispatch, (configs, latencies))
+    return _report(front, configs, latencies, slo_s, window_s, chosen)
