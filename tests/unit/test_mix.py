@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
-from compass.domain.mix import WEIGHT_STEPS, Mix, SmoothWeighting, mix_weighting, quantize_weight
+from compass.domain.mix import (
+    WEIGHT_STEPS,
+    Mix,
+    SmoothWeighting,
+    mix_weighting,
+    most_accurate,
+    quantize_weight,
+)
 
 
 def test_weights_are_rounded_down_to_the_grid_and_clipped() -> None:
@@ -50,3 +58,22 @@ def test_members_interleave_instead_of_running_in_blocks() -> None:
 def test_a_weighting_needs_a_positive_weight() -> None:
     with pytest.raises(ValueError, match="positive"):
         SmoothWeighting([("a", 0)])
+
+
+def test_most_accurate_bisects_to_the_last_feasible_position() -> None:
+    """Among 61 positions it finds the last feasible one in a handful of looks, the most
+    accurate when all are, and the fastest when none is."""
+    positions = [Mix.at(step / WEIGHT_STEPS) for step in range(3 * WEIGHT_STEPS + 1)]
+    looked: list[Mix] = []
+
+    def below(limit: float) -> Callable[[Mix], bool]:
+        def feasible(mix: Mix) -> bool:
+            looked.append(mix)
+            return mix.position <= limit + 1e-9
+
+        return feasible
+
+    assert most_accurate(positions, below(1.35)) == Mix.at(1.35)
+    assert len(looked) <= 8
+    assert most_accurate(positions, below(3.0)) == positions[-1]
+    assert most_accurate(positions, below(-1.0)) == positions[0]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -129,3 +129,16 @@ def hull_mixes(hull: Sequence[int]) -> list[Mix]:
         for base, blend in itertools.pairwise(hull)
         for step in range(1, WEIGHT_STEPS + 1)
     ]
+
+
+def most_accurate(positions: Sequence[Mix], feasible: Callable[[Mix], bool]) -> Mix:
+    """The most accurate of ``positions`` (ordered by accuracy) that is feasible, found by
+    bisection on the assumption that a more accurate mix is never more feasible; the first
+    (the fastest) if none is."""
+    low, high = 0, len(positions) - 1
+    if feasible(positions[high]):
+        return positions[high]
+    while low < high - 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if feasible(positions[middle]) else (low, middle)
+    return positions[low]

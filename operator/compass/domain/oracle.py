@@ -55,7 +55,14 @@ from compass.domain.admission import (
     judge_at_dispatch,
     service_quantiles_ms,
 )
-from compass.domain.mix import Mix, SmoothWeighting, accuracy_hull, hull_mixes, mix_weighting
+from compass.domain.mix import (
+    Mix,
+    SmoothWeighting,
+    accuracy_hull,
+    hull_mixes,
+    mix_weighting,
+    most_accurate,
+)
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import PatternKind, Scenario, SimulationError, make_scenario
 
@@ -153,55 +160,11 @@ def hindsight_oracle(
 ) -> OracleReport:
     """The oracle's run over the scenario (see the module docstring); ``late_after_s``: on
     pods with a late-last queue (``PodModel.late_after_s``), static fastest's included."""
-    if not window_s > 0 or not math.isfinite(window_s):
-        raise SimulationError("window_s", f"{window_s:g} is not > 0", "give e.g. 5")
-    hull = accuracy_hull(front)
-    arrivals = scenario.arrivals_s
-    n = len(arrivals)
-    slo_s = slo_ms / 1000
-    service_s = np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in front])
-    assigned = scenario.pods_of(pods)
-    window_of = np.floor(arrivals / window_s).astype(np.int64)
-    windows = [np.flatnonzero(window_of == w) for w in range(int(window_of.max(initial=-1)) + 1)]
-    fastest = Mix(0)
+    _check_window(window_s)
+    real = _Draw.of(front, scenario, pods, window_s)
     late = math.inf if late_after_s is None else late_after_s
-
-    def serve(
-        requests: IntArray, mix: Mix, free: _Pods, record: tuple[IntArray, FloatArray] | None = None
-    ) -> int:
-        return _serve(requests, mix, free, arrivals, assigned, service_s, slo_s, record, late)
-
-    # Static fastest's met count per window: the target each window must reach.
-    reference = _Pods([0.0] * pods)
-    targets: list[int] = []
-    # And the work it leaves at the window's end, or one SLO per pod if that is more.
-    backlogs: list[float] = []
-    for index, requests in enumerate(windows):
-        targets.append(serve(requests, fastest, reference))
-        backlogs.append(max(reference.backlog_s((index + 1) * window_s), slo_s * pods))
-    positions = hull_mixes(hull)
-    state = _Pods([0.0] * pods)
-    configs = np.zeros(n, dtype=np.int64)
-    latencies = np.zeros(n)
-    chosen: list[Mix] = []
-
-    def feasible(index: int, position: Mix) -> bool:
-        trial = state.copy()
-        met = serve(windows[index], position, trial)
-        if met < targets[index] or trial.backlog_s((index + 1) * window_s) > backlogs[index]:
-            return False
-        if index + 1 == len(windows):
-            return True
-        after = serve(windows[index + 1], fastest, trial)
-        return after >= targets[index + 1]
-
-    for index, requests in enumerate(windows):
-        mix = positions[0]
-        if len(requests):
-            mix = _most_accurate(positions, functools.partial(feasible, index))
-        chosen.append(mix)
-        serve(requests, mix, state, (configs, latencies))
-    return _report(front, configs, latencies, slo_s, window_s, chosen)
+    # In hindsight the only draw is the real one.
+    return _search(front, real, (real,), _Rules(slo_ms / 1000, pods, window_s, late_after_s=late))
 
 
 def _report(
@@ -225,16 +188,21 @@ def _report(
     )
 
 
-def _most_accurate(positions: Sequence[Mix], feasible: Callable[[Mix], bool]) -> Mix:
-    """The highest feasible position, assuming feasibility falls with accuracy (the fastest if
-    none is)."""
-    low, high = 0, len(positions) - 1
-    if feasible(positions[high]):
-        return positions[high]
-    while low < high - 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if feasible(positions[middle]) else (low, middle)
-    return positions[low]
+@dataclass(frozen=True)
+class _Rules:
+    """How the oracles serve: the SLO (s), pods, window, and the routers' rules."""
+
+    slo_s: float
+    pods: int
+    window_s: float
+    dispatch: Dispatch | None = None
+    late_after_s: float = math.inf
+
+
+def _check_window(window_s: float) -> None:
+    """Refuse a window that is not a positive, finite number of seconds, naming it."""
+    if not window_s > 0 or not math.isfinite(window_s):
+        raise SimulationError("window_s", f"{window_s:g} is not > 0", "give e.g. 5")
 
 
 @dataclass(frozen=True)
@@ -248,11 +216,18 @@ class _Draw:
 
     @staticmethod
     def of(
-        front: Sequence[LatencyProfile], scenario: Scenario, pods: int, window_s: float, count: int
+        front: Sequence[LatencyProfile],
+        scenario: Scenario,
+        pods: int,
+        window_s: float,
+        count: int | None = None,
     ) -> _Draw:
-        """The scenario's arrivals, every member's service times and pods, in ``count`` windows."""
+        """The scenario's arrivals, every member's service times and pods, in ``count`` windows
+        (None: up to the last arrival's)."""
         arrivals = scenario.arrivals_s
         window_of = np.floor(arrivals / window_s).astype(np.int64)
+        if count is None:
+            count = int(window_of.max(initial=-1)) + 1
         return _Draw(
             arrivals,
             np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in front]),
@@ -265,23 +240,72 @@ class _Draw:
         index: int,
         mix: Mix,
         pods: _Pods,
-        slo_s: float,
-        dispatch: Dispatch | None,
+        rules: _Rules,
         record: tuple[IntArray, FloatArray] | None = None,
     ) -> int:
         """Serve window ``index`` with the mix; how many met the SLO."""
-        requests = self.windows[index]
         return _serve(
-            requests,
+            self.windows[index],
             mix,
             pods,
             self.arrivals,
             self.assigned,
             self.service_s,
-            slo_s,
+            rules.slo_s,
             record,
-            dispatch=dispatch,
+            rules.late_after_s,
+            rules.dispatch,
         )
+
+
+def _search(
+    front: Sequence[LatencyProfile], real: _Draw, draws: Sequence[_Draw], rules: _Rules
+) -> OracleReport:
+    """Per window of ``real``, the most accurate hull position under which ``draws``, each
+    started from the real queue, meet the SLO at least as often as static fastest does in them
+    and leave no more work (or one SLO per pod) at the window's end, with one window of
+    lookahead; each window is then served on ``real`` with its position."""
+    fastest = Mix(0)
+    count = len(real.windows)
+    pods, window_s = rules.pods, rules.window_s
+    # Static fastest in each draw: the met count each window must reach, summed over the
+    # draws, and the work it leaves, or one SLO per pod if that is more.
+    references = [_Pods([0.0] * pods) for _ in draws]
+    targets: list[int] = []
+    backlogs: list[float] = []
+    for index in range(count):
+        end = (index + 1) * window_s
+        targets.append(
+            sum(d.serve(index, fastest, r, rules) for d, r in zip(draws, references, strict=True))
+        )
+        backlogs.append(sum(max(r.backlog_s(end), rules.slo_s * pods) for r in references))
+    positions = hull_mixes(accuracy_hull(front))
+    state = _Pods([0.0] * pods)
+    configs = np.zeros(len(real.arrivals), dtype=np.int64)
+    latencies = np.zeros(len(real.arrivals))
+    chosen: list[Mix] = []
+
+    def feasible(index: int, position: Mix) -> bool:
+        # Every draw starts from the real queue: the oracle sees it, as a policy would.
+        trials = [state.copy() for _ in draws]
+        met = sum(d.serve(index, position, t, rules) for d, t in zip(draws, trials, strict=True))
+        left = sum(t.backlog_s((index + 1) * window_s) for t in trials)
+        if met < targets[index] or left > backlogs[index]:
+            return False
+        if index + 1 == count:
+            return True
+        after = sum(
+            d.serve(index + 1, fastest, t, rules) for d, t in zip(draws, trials, strict=True)
+        )
+        return after >= targets[index + 1]
+
+    for index in range(count):
+        mix = positions[0]
+        if len(real.windows[index]):
+            mix = most_accurate(positions, functools.partial(feasible, index))
+        chosen.append(mix)
+        real.serve(index, mix, state, rules, (configs, latencies))
+    return _report(front, configs, latencies, rules.slo_s, window_s, chosen)
 
 
 def degrading_dispatch(
@@ -317,13 +341,10 @@ def known_load_oracle(
         raise SimulationError(
             "pattern", "a trace has no load to draw again", "give a generated pattern"
         )
-    if not window_s > 0 or not math.isfinite(window_s):
-        raise SimulationError("window_s", f"{window_s:g} is not > 0", "give e.g. 5")
+    _check_window(window_s)
     if worlds < 1:
         raise SimulationError("worlds", f"{worlds} is not >= 1", f"give e.g. {KNOWN_LOAD_WORLDS}")
-    slo_s = slo_ms / 1000
     count = max(math.ceil(pattern.duration_s / window_s), 1)
-    dispatch = None if degrade_after is None else degrading_dispatch(front, slo_ms, degrade_after)
     draws = [
         _Draw.of(
             front,
@@ -334,47 +355,6 @@ def known_load_oracle(
         )
         for world in range(worlds)
     ]
-    fastest = Mix(0)
-    # Static fastest in each draw: the met count each window must reach, summed over the
-    # draws, and the work it leaves (or one SLO per pod if that is more).
-    references = [_Pods([0.0] * pods) for _ in draws]
-    targets: list[int] = []
-    backlogs: list[float] = []
-    for index in range(count):
-        end = (index + 1) * window_s
-        targets.append(
-            sum(
-                d.serve(index, fastest, r, slo_s, dispatch)
-                for d, r in zip(draws, references, strict=True)
-            )
-        )
-        backlogs.append(sum(max(r.backlog_s(end), slo_s * pods) for r in references))
-    positions = hull_mixes(accuracy_hull(front))
-    real = _Draw.of(front, scenario, pods, window_s, count)
-    state = _Pods([0.0] * pods)
-    configs = np.zeros(scenario.requests, dtype=np.int64)
-    latencies = np.zeros(scenario.requests)
-    chosen: list[Mix] = []
-
-    def feasible(index: int, position: Mix) -> bool:
-        # Every draw starts from the real queue: the oracle sees it, as a policy would.
-        trials = [state.copy() for _ in draws]
-        met = sum(
-            d.serve(index, position, t, slo_s, dispatch) for d, t in zip(draws, trials, strict=True)
-        )
-        left = sum(t.backlog_s((index + 1) * window_s) for t in trials)
-        if met < targets[index] or left > backlogs[index]:
-            return False
-        if index + 1 == count:
-            return True
-        after = sum(
-            d.serve(index + 1, fastest, t, slo_s, dispatch)
-            for d, t in zip(draws, trials, strict=True)
-        )
-        return after >= targets[index + 1]
-
-    for index in range(count):
-        mix = _most_accurate(positions, functools.partial(feasible, index))
-        chosen.append(mix)
-        real.serve(index, mix, state, slo_s, dispatch, (configs, latencies))
-    return _report(front, configs, latencies, slo_s, window_s, chosen)
+    dispatch = None if degrade_after is None else degrading_dispatch(front, slo_ms, degrade_after)
+    rules = _Rules(slo_ms / 1000, pods, window_s, dispatch)
+    return _search(front, _Draw.of(front, scenario, pods, window_s, count), draws, rules)

@@ -51,7 +51,7 @@ from compass.domain.elastico import (
     steady_window,
 )
 from compass.domain.forecast import Forecaster, arrival_series
-from compass.domain.mix import Mix, accuracy_hull, hull_mixes, mix_weighting
+from compass.domain.mix import Mix, accuracy_hull, hull_mixes, mix_weighting, most_accurate
 from compass.domain.planner import Plan
 
 FloatArray = npt.NDArray[np.float64]
@@ -189,8 +189,7 @@ class Predictive:
             share = self.miss_share(mix, rate, depth, current, surge)
             return share <= reference[rate, surge] + self.risk
 
-        def safe(position: int) -> bool:
-            mix = self.positions[position]
+        def safe(mix: Mix) -> bool:
             rate = climb_rate if mix.position > current.position + 1e-9 else stay_rate
             # At the forecast rate, and through a surge of it. The plain forecast alone
             # decides where a surge would overwhelm every mix alike (an overload).
@@ -198,13 +197,7 @@ class Predictive:
 
         # The most accurate safe position, assuming (as the oracle does) that a more accurate
         # mix never misses less.
-        low, high = 0, len(self.positions) - 1
-        if safe(high):
-            low = high
-        while low < high - 1:
-            middle = (low + high) // 2
-            low, high = (middle, high) if safe(middle) else (low, middle)
-        target = self.positions[low]
+        target = most_accurate(self.positions, safe)
         told = "" if ahead is None else f", forecaster {ahead:.2f}/s"
         reason = (
             f"forecast {stay_rate:.2f}/s per pod (climb {climb_rate:.2f}/s{told}), "
