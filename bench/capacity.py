@@ -390,6 +390,7 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
                     f"p95 {point.latency_at(95):7.1f} ms",
                     flush=True,
                 ),
+                idle_p95_ms=entry["latency_p95_ms"],
             )
             entry = {**entry, "accuracy": 0.5, "capacity": curve.to_json()}
             profile = parse_profile(entry, "live")

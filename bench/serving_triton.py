@@ -257,6 +257,7 @@ def main() -> int:
                         f"p95 {point.latency_at(95):7.1f} ms",
                         flush=True,
                     ),
+                    idle_p95_ms=entry["latency_p95_ms"],
                 )
                 entry["capacity"] = curve.to_json()
                 print(

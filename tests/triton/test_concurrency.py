@@ -116,6 +116,7 @@ def test_the_curve_of_four_instances_saturates_beyond_one_server(
             lambda i: {"sample": i % 100},
             CurveSettings(requests_per_rate=80, max_points=10, seconds_per_rate=0),
             progress=seen.append,
+            idle_p95_ms=profile["latency_p95_ms"],
         )
         active = router.active_config()
     finally:

@@ -16,6 +16,9 @@ from compass.api.paretopolicy import CapacitySpec, FrontEntry, ParetoPolicySpec
 from compass.dataplane.profiler import CurveSettings
 from compass.domain.capacity import (
     LADDER_FINEST,
+    LADDER_FLOOR,
+    LADDER_GROWTH,
+    LADDER_START,
     MAX_CURVE_POINTS,
     MIN_REQUESTS_PER_RATE,
     NEAR_CAPACITY,
@@ -219,7 +222,7 @@ def test_the_ladder_refines_the_knee_of_a_pod_that_slows_when_overloaded() -> No
             return point(rate, 5000, throughput=9.0)
         return point(rate, 100 * (1 + rate / 10))
 
-    curve = climb_ladder(100, 1, run)
+    curve = climb_ladder(100, 1, run, idle_p95_ms=100)
     assert len(curve.points) <= MAX_CURVE_POINTS
     last = curve.steady_points()[-1].offered_qps
     first_saturated = next(p.offered_qps for p in curve.points if p.saturated)
@@ -263,18 +266,22 @@ def test_curves_scale_times_up_and_rates_down() -> None:
 
 
 def test_ladder_climbs_to_saturation_then_fills_in_where_latency_bends() -> None:
-    """Rates grow until one saturates; then midpoints go where the p95 rises most, until every
-    gap is narrow or flat (a line across a flat stretch is already right)."""
+    """Below its first rate it halves until the p95 is near the one-at-a-time one; then rates
+    grow until one saturates; then midpoints go where the p95 rises most, until every gap is
+    narrow or flat (a line across a flat stretch is already right)."""
     capacity = 10.0
 
     def run(rate: float) -> CurvePoint:
         return point(rate, 100 / max(1 - rate / capacity, 0.01), min(rate, capacity))
 
     points: list[CurvePoint] = []
-    while (rate := next_rate(points, mean_ms=100)) is not None:
+    while (rate := next_rate(points, mean_ms=100, idle_p95_ms=100)) is not None:
         points.append(run(rate))
     ordered = sorted(points, key=lambda p: p.offered_qps)
-    assert ordered[0].offered_qps == pytest.approx(2.5)
+    assert points[0].offered_qps == pytest.approx(2.5)
+    # 133 ms at 2.5/s, 114 at 1.25/s, 107 at 0.625/s: within LADDER_FINEST of 100 ms idle.
+    assert [p.offered_qps for p in points[1:3]] == pytest.approx([1.25, 0.625])
+    assert ordered[0].latency_at(95) <= LADDER_FINEST * 100 < ordered[1].latency_at(95)
     assert any(p.saturated for p in points)
     assert len(points) <= MAX_CURVE_POINTS
     first_saturated = next(i for i, p in enumerate(ordered) if p.saturated)
@@ -294,21 +301,36 @@ def test_ladder_halves_a_gap_up_to_a_rate_too_near_capacity_to_read() -> None:
     climbs down."""
     points = [point(5, 100), point(9.8, 105), point(11, 5000, throughput=10)]
     assert [p.offered_qps for p in CapacityCurve(1, tuple(points)).steady_points()] == [5]
-    assert next_rate(points, 100) == pytest.approx(7.4)
-    assert next_rate(points[1:], 100) == pytest.approx(9.8 / 1.5)
+    assert next_rate(points, 100, idle_p95_ms=100) == pytest.approx(7.4)
+    assert next_rate(points[1:], 100, idle_p95_ms=100) == pytest.approx(9.8 / 1.5)
+
+
+def test_ladder_climbs_down_below_a_steep_first_rate_no_further_than_its_floor() -> None:
+    """A p95 twice the one-at-a-time one at every rate: the ladder halves its first rate down
+    to ``LADDER_FLOOR`` of one server's capacity, then climbs as usual."""
+    first = LADDER_START * 10
+    points = [point(first, 200)]
+    while (rate := next_rate(points, 100, idle_p95_ms=100)) is not None and rate < first:
+        points.append(point(rate, 200))
+    assert [p.offered_qps for p in points] == pytest.approx(
+        [first, first / 2, first / 4, first / 8]
+    )
+    assert first / 16 < LADDER_FLOOR * 10 <= first / 8
+    assert rate == pytest.approx(first * LADDER_GROWTH)
 
 
 def test_ladder_climbs_down_when_its_first_rate_saturates() -> None:
     """A pod slower than one server's profile saturates at once: the next rate is lower."""
-    first = next_rate([], mean_ms=100)
+    first = next_rate([], mean_ms=100, idle_p95_ms=100)
     assert first is not None
-    assert next_rate([point(first, 900, throughput=first / 3)], 100) == pytest.approx(first / 1.5)
+    saturated = [point(first, 900, throughput=first / 3)]
+    assert next_rate(saturated, 100, idle_p95_ms=100) == pytest.approx(first / 1.5)
 
 
 def test_ladder_respects_its_budget() -> None:
     """No more than ``max_points`` rates."""
     points = [point(1.0 + i, 100) for i in range(5)]
-    assert next_rate(points, 100, max_points=5) is None
+    assert next_rate(points, 100, max_points=5, idle_p95_ms=100) is None
 
 
 def test_repeated_runs_at_a_rate_give_the_run_of_median_p95() -> None:
@@ -452,6 +474,28 @@ def test_the_measured_curve_predicts_where_a_long_run_crosses_the_slo() -> None:
         return long_run_p95(pod, rate, 4000)
 
     assert p95(predicted * 0.85) <= 400 < p95(predicted * 1.15)
+
+
+def test_a_budget_below_the_first_rates_p95_is_read_off_rates_measured_below_it() -> None:
+    """One near-deterministic server (c = 1) and a budget 1.4 times its one-at-a-time p95: the
+    p95 jumps once 5% of arrivals wait, so the line from rate 0 to the ladder's first rate
+    claims more than 15% past a long run's crossing; the rates the ladder measured below its
+    first one put the plan's limit within 15% of it."""
+    pod = PodModel(1)
+    curve = measure_capacity(FAST, pod, seed=0, requests=1000)
+    idle = FAST.latency_at(95)
+    budget = 1.4 * idle
+    first = LADDER_START * 1000 / FAST.mean_ms
+    assert curve.points[0].offered_qps < first / 2
+    predicted = curve.max_rate(budget, 95, idle)
+    line = replace(curve, points=tuple(p for p in curve.points if p.offered_qps > 0.9 * first))
+    claimed = line.max_rate(budget, 95, idle)
+
+    def p95(rate: float) -> float:
+        return long_run_p95(pod, rate, 8000)
+
+    assert p95(predicted * 0.85) <= budget < p95(predicted * 1.15)
+    assert p95(claimed * 0.85) > budget
 
 
 def test_with_a_known_capacity_rates_between_points_are_read_in_heavy_traffic_terms() -> None:

@@ -544,6 +544,7 @@ def _with_curves(
             payload,
             settings,
             progress,
+            idle_p95_ms=profile.latency_at(95.0),
         )
         entry["capacity"] = curve.to_json()
         done += 1

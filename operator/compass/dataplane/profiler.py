@@ -172,12 +172,15 @@ def measure_curve(
     payload: Callable[[int], Mapping[str, Any]],
     settings: CurveSettings = CurveSettings(),
     progress: Callable[[CurvePoint], None] | None = None,
+    *,
+    idle_p95_ms: float,
 ) -> CapacityCurve:
     """A configuration's latency-throughput curve: open-loop Poisson load up the ladder of rates.
 
     Every request carries the configuration as an override, so the router's active one (what
-    production traffic gets) never moves. ``mean_ms`` is its one-at-a-time mean (where the
-    ladder starts); ``servers`` the router's instances the server was deployed with.
+    production traffic gets) never moves. ``mean_ms`` and ``idle_p95_ms`` are its one-at-a-time
+    mean (where the ladder starts) and p95 (what its lowest rates are compared with);
+    ``servers`` the router's instances the server was deployed with.
     ``progress`` sees each point as it is measured. A failed request fails the curve: a point
     missing its slowest replies would read fast.
     """
@@ -191,7 +194,9 @@ def measure_curve(
         ]
         return median_point(runs)
 
-    return climb_ladder(mean_ms, servers, measure, settings.max_points, progress)
+    return climb_ladder(
+        mean_ms, servers, measure, settings.max_points, progress, idle_p95_ms=idle_p95_ms
+    )
 
 
 def measure_rate(

@@ -41,6 +41,10 @@ LADDER_START = 0.25
 LADDER_GROWTH = 1.5
 # The ladder stops filling in once neighbouring rates are within this ratio.
 LADDER_FINEST = 1.1
+# Below its first rate the ladder fills in down to this fraction of one server's capacity:
+# under it fewer than 5% of a single server's arrivals find it busy, so the p95 is the
+# one-at-a-time one (and a rate's run would take minutes to read a tail).
+LADDER_FLOOR = LADDER_START / 8
 # A rate is past saturation when the pod achieves less than this share of it, or when its
 # latency at the end of the run is this many times that after the warm-up.
 SATURATED_SHARE = 0.95
@@ -303,7 +307,11 @@ def _monotone(values: Sequence[float]) -> list[float]:
 
 
 def next_rate(
-    points: Sequence[CurvePoint], mean_ms: float, max_points: int = MAX_CURVE_POINTS
+    points: Sequence[CurvePoint],
+    mean_ms: float,
+    max_points: int = MAX_CURVE_POINTS,
+    *,
+    idle_p95_ms: float,
 ) -> float | None:
     """The next rate the ladder offers, or None when the curve is complete.
 
@@ -313,21 +321,34 @@ def next_rate(
     line between two rates is already exact, and the knee, where it bends, is where an SLO's
     rate lies. The knee's gap (from the last rate the planner reads, see
     ``CapacityCurve.steady_points``, to the next one up, saturated or too near it to read)
-    counts as steepest, so it is halved first, down to ``LADDER_FINEST``. It stops when no
-    gap is both wide and steep, or at ``max_points`` rates.
+    counts as steepest, so it is halved first, down to ``LADDER_FINEST``. It stops when no gap
+    is both wide and steep, or at ``max_points`` rates.
+
+    Before all that it climbs down: while its lowest rate's p95 is more than ``LADDER_FINEST``
+    times the one-at-a-time p95 ``idle_p95_ms``, it halves that rate, down to ``LADDER_FLOOR``.
+    A tail percentile is concave at light load (it jumps once 5% of arrivals wait behind
+    another request), so a line from rate 0 to a steep first rate overstates the rate for a
+    budget in between; and the knee's noisy gaps would otherwise spend every rate left.
     """
     if not points:
         return LADDER_START * 1000 / mean_ms
     if len(points) >= max_points:
         return None
     ordered = sorted(points, key=lambda point: point.offered_qps)
+    lowest = ordered[0]
+    if (
+        not lowest.saturated
+        and lowest.latency_at(95.0) > LADDER_FINEST * idle_p95_ms
+        and lowest.offered_qps / 2 >= LADDER_FLOOR * 1000 / mean_ms
+    ):
+        return lowest.offered_qps / 2
     first_saturated = next((i for i, point in enumerate(ordered) if point.saturated), None)
     if first_saturated is None:
         return ordered[-1].offered_qps * LADDER_GROWTH
     readable = set(CapacityCurve(1, tuple(ordered)).steady_points())
-    if first_saturated == 0 or ordered[0] not in readable:
+    if first_saturated == 0 or lowest not in readable:
         # Saturated (or too near it to read) at the first rate: climb down instead.
-        return ordered[0].offered_qps / LADDER_GROWTH
+        return lowest.offered_qps / LADDER_GROWTH
     gaps = [
         (_steepness(low, high, high in readable), low.offered_qps, high.offered_qps)
         for low, high in itertools.pairwise(ordered[: first_saturated + 1])
@@ -346,11 +367,13 @@ def climb_ladder(
     measure: Callable[[float], CurvePoint],
     max_points: int = MAX_CURVE_POINTS,
     progress: Callable[[CurvePoint], None] | None = None,
+    *,
+    idle_p95_ms: float,
 ) -> CapacityCurve:
     """The curve of the rates ``next_rate`` offers, each point from ``measure(rate)`` (a real
     server's open-loop run, or the simulator's); ``progress`` sees each point as it comes."""
     points: list[CurvePoint] = []
-    while (rate := next_rate(points, mean_ms, max_points)) is not None:
+    while (rate := next_rate(points, mean_ms, max_points, idle_p95_ms=idle_p95_ms)) is not None:
         point = measure(rate)
         points.append(point)
         if progress is not None:

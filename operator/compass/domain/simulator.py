@@ -955,4 +955,6 @@ def measure_capacity(
         )
         return measure_point(rate, report.arrivals_s, report.finishes_s)
 
-    return climb_ladder(profile.mean_ms, pod_model.servers, measure)
+    return climb_ladder(
+        profile.mean_ms, pod_model.servers, measure, idle_p95_ms=profile.latency_at(95.0)
+    )
