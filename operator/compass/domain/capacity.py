@@ -315,20 +315,19 @@ def next_rate(
 ) -> float | None:
     """The next rate the ladder offers, or None when the curve is complete.
 
-    First it climbs: from a quarter of one server's capacity, each rate ``LADDER_GROWTH`` times
-    the last, until one saturates the pod. Then it fills in the gap below saturation where the
-    p95 rises most (by ratio), among gaps wider than ``LADDER_FINEST``: where latency is flat a
-    line between two rates is already exact, and the knee, where it bends, is where an SLO's
-    rate lies. The knee's gap (from the last rate the planner reads, see
+    It starts at a quarter of one server's capacity. While its lowest rate's p95 is more than
+    ``LADDER_FINEST`` times the one-at-a-time p95 ``idle_p95_ms``, it halves that rate, down to
+    ``LADDER_FLOOR``: a tail percentile is concave at light load (it jumps once 5% of arrivals
+    wait behind another request), so a line from rate 0 to a steep first rate would overstate
+    the rate for a budget in between (and the knee's noisy gaps, below, would spend every rate
+    left before this one came up). Then it climbs, each rate ``LADDER_GROWTH`` times the last,
+    until one saturates the pod. Then it fills in the gap below saturation where the p95 rises
+    most (by ratio), among gaps wider than ``LADDER_FINEST``: where latency is flat a line
+    between two rates is already exact, and the knee, where it bends, is where an SLO's rate
+    lies. The knee's gap (from the last rate the planner reads, see
     ``CapacityCurve.steady_points``, to the next one up, saturated or too near it to read)
     counts as steepest, so it is halved first, down to ``LADDER_FINEST``. It stops when no gap
     is both wide and steep, or at ``max_points`` rates.
-
-    Before all that it climbs down: while its lowest rate's p95 is more than ``LADDER_FINEST``
-    times the one-at-a-time p95 ``idle_p95_ms``, it halves that rate, down to ``LADDER_FLOOR``.
-    A tail percentile is concave at light load (it jumps once 5% of arrivals wait behind
-    another request), so a line from rate 0 to a steep first rate overstates the rate for a
-    budget in between; and the knee's noisy gaps would otherwise spend every rate left.
     """
     if not points:
         return LADDER_START * 1000 / mean_ms
