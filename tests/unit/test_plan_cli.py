@@ -116,6 +116,41 @@ def test_plan_options_and_json_output(workdir: Path, capsys: pytest.CaptureFixtu
     assert "stay<=qps" not in out  # the paper's model has no rate limits
 
 
+def test_plan_writes_the_strategy_and_admission_asked_for(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--strategy, --forecaster and the admission flags land in the manifest, which `compass
+    simulate` then serves as that strategy with admission, with no hand edit."""
+    argv = ["plan", "--profiles", "profiles.json", "--slo-ms", "1000", "--strategy", "predictive"]
+    argv += ["--forecaster", "smoother", "--admission", "--degrade-after", "0.5", "--no-refuse"]
+    assert main(argv) == 0
+    assert "strategy predictive (smoother), admission on" in capsys.readouterr().out
+    document = yaml.safe_load((workdir / "paretopolicy.yaml").read_text(encoding="utf-8"))["spec"]
+    assert (document["strategy"], document["forecaster"]) == ("predictive", "smoother")
+    assert document["admission"] == {
+        "enabled": True,
+        "quantile": 0.5,
+        "degradeAfter": 0.5,
+        "refuse": False,
+    }
+    spec = ParetoPolicySpec.model_validate(document)
+    assert spec.admission_rule().degrade_after == 0.5
+    simulate = ["simulate", "--policy", "paretopolicy.yaml", "--duration", "30", "--base-qps", "2"]
+    assert main(simulate) == 0
+    assert "the policy with admission (q 0.5, refusing nothing" in capsys.readouterr().out
+
+
+def test_plan_writes_elastico_without_admission_by_default(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the flags the manifest keeps the CRD's defaults: elastico, no forecaster, off."""
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "1000"]) == 0
+    assert "strategy elastico\n" in capsys.readouterr().out
+    document = yaml.safe_load((workdir / "paretopolicy.yaml").read_text(encoding="utf-8"))["spec"]
+    assert (document["strategy"], document["forecaster"]) == ("elastico", "none")
+    assert document["admission"]["enabled"] is False
+
+
 def test_plan_names_the_manifest_and_picks_its_format(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -340,6 +375,24 @@ def write_profiles(workdir: Path, profiles: Any) -> None:
         (PROFILES, ["--output", "missing/dir/p.yaml"], "--output: directory missing/dir"),
         (PROFILES, ["--output", "profiles.json"], "--output: profiles.json is also --profiles"),
         (PROFILES, ["--model", "magic"], "argument --model: invalid choice"),
+        (PROFILES, ["--strategy", "greedy"], "argument --strategy: invalid choice"),
+        (
+            PROFILES,
+            ["--forecaster", "lstm"],
+            "--forecaster: lstm needs --strategy predictive (it is elastico)",
+        ),
+        (PROFILES, ["--no-refuse"], "--no-refuse: only applies with --admission"),
+        (
+            PROFILES,
+            ["--degrade-after", "0.5"],
+            "--degrade-after: only applies with --admission",
+        ),
+        (
+            PROFILES,
+            ["--admission", "--admission-quantile", "1"],
+            "--admission-quantile: 1 is not < 1",
+        ),
+        (PROFILES, ["--admission", "--degrade-after", "2"], "--degrade-after: 2 is not <= 1"),
     ],
 )
 def test_plan_bad_input_is_one_line_and_exit_2(

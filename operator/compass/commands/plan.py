@@ -14,8 +14,17 @@ from compass.api.meta import (
     MAX_NAME_LENGTH,
     MAX_NAMESPACE_LENGTH,
 )
-from compass.api.paretopolicy import DEFAULT_SLACK_BUFFER_MS, MAX_ROUTER_INSTANCES, spec_for_plan
+from compass.api.paretopolicy import (
+    DEFAULT_SLACK_BUFFER_MS,
+    MAX_ROUTER_INSTANCES,
+    AdmissionSettings,
+    spec_for_plan,
+)
 from compass.commands.common import (
+    add_admission_arguments,
+    add_enum_argument,
+    admission_degrade_after,
+    admission_quantile,
     check_not_input,
     check_output,
     plan_error,
@@ -31,8 +40,10 @@ from compass.console import (
     policy_manifest,
     policy_text,
 )
+from compass.domain.forecast import ForecasterKind
 from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profiles
+from compass.domain.strategy import Strategy
 
 DEFAULT_POLICY = "paretopolicy.yaml"
 
@@ -69,6 +80,34 @@ def register(commands: Any) -> None:
         "--router-instances",
         default="1",
         help="requests a pod's router serves at once (its instance count; default 1)",
+    )
+    add_enum_argument(
+        plan,
+        "--strategy",
+        Strategy.ELASTICO,
+        "how the policy moves along the front: elastico (default: switch between members), "
+        "split (also serve a share with the next more accurate member) or predictive (the "
+        "most accurate mix whose next 10 s forecast keeps the SLO; meant with --admission)",
+    )
+    add_enum_argument(
+        plan,
+        "--forecaster",
+        ForecasterKind.NONE,
+        "with --strategy predictive: a load forecast that may raise the rate a mix is judged "
+        "on (default none)",
+    )
+    plan.add_argument(
+        "--admission",
+        action="store_true",
+        help="the routers judge each request that carries its deadline: served as routed if "
+        "that fits, else on the fastest member, else refused (retryable); off by default",
+    )
+    add_admission_arguments(plan, "0.5", where=False)
+    plan.add_argument(
+        "--no-refuse",
+        action="store_true",
+        help="with --admission: serve a request that would be late whatever serves it on the "
+        "fastest member instead of refusing it (admission.refuse: false)",
     )
     plan.add_argument(
         "--output",
@@ -140,6 +179,35 @@ def policy_name_of(name: str | None, output: Path) -> str:
     return derived if derived and _SUBDOMAIN.match(derived) else "paretopolicy"
 
 
+def serving_choice(args: argparse.Namespace) -> dict[str, Any]:
+    """The strategy, forecaster and admission the flags ask for, as ParetoPolicy spec fields;
+    a usage error names the flag when they do not go together."""
+    strategy = Strategy(args.strategy)
+    forecaster = ForecasterKind(args.forecaster)
+    if forecaster is not ForecasterKind.NONE and strategy is not Strategy.PREDICTIVE:
+        fail(
+            "--forecaster",
+            f"{forecaster.value} needs --strategy predictive (it is {strategy.value})",
+            "add --strategy predictive or drop --forecaster",
+        )
+    tuned = {
+        "--admission-quantile": args.admission_quantile,
+        "--degrade-after": args.degrade_after,
+        "--no-refuse": args.no_refuse or None,
+    }
+    for flag, value in tuned.items():
+        if value is not None and not args.admission:
+            fail(flag, "only applies with --admission", f"add --admission or drop {flag}")
+    defaults = AdmissionSettings()
+    admission = AdmissionSettings(
+        enabled=bool(args.admission),
+        quantile=admission_quantile(args, defaults.quantile),
+        degrade_after=admission_degrade_after(args, defaults.degrade_after),
+        refuse=not args.no_refuse,
+    )
+    return {"strategy": strategy, "forecaster": forecaster, "admission": admission}
+
+
 def plan_command(args: argparse.Namespace) -> int:
     """`compass plan`: front, thresholds, policy file (and a plot)."""
     slo_ms = parse_number("--slo-ms", str(args.slo_ms), "1000", low=0, inclusive=False)
@@ -160,6 +228,7 @@ def plan_command(args: argparse.Namespace) -> int:
     servers = parse_int(
         "--router-instances", str(args.router_instances), "4", low=1, high=MAX_ROUTER_INSTANCES
     )
+    serving = serving_choice(args)
     profiles = load_profiles(Path(str(args.profiles)))
     try:
         plan = plan_from_profiles(
@@ -171,12 +240,15 @@ def plan_command(args: argparse.Namespace) -> int:
         )
     except PlanError as exc:
         raise plan_error(exc) from None
-    spec = spec_for_plan(plan)
+    spec = spec_for_plan(plan, **serving)
     manifest = policy_manifest(spec, name, namespace)
     print(
         f"compass plan: {len(profiles)} profiles -> Pareto front of {len(plan.thresholds)} "
         f"(accuracy up, p{percentile:g} down), fastest first; SLO {slo_ms:g} ms at "
-        f"p{percentile:g}, slack buffer {slack:g} ms, model {plan.model.value}"
+        f"p{percentile:g}, slack buffer {slack:g} ms, model {plan.model.value}; strategy "
+        f"{spec.strategy.value}"
+        + ("" if spec.forecaster is ForecasterKind.NONE else f" ({spec.forecaster.value})")
+        + (", admission on" if spec.admission.enabled else "")
     )
     print(plan_table(plan))
     print(
