@@ -63,4 +63,6 @@ def test_every_benchmark_script_has_its_figures_in_bench_readme() -> None:
     rows = re.findall(r"^\| `(\w+\.py)", table, re.M)
     helpers = {"operator_common.py"}  # imported by the operator benches, not run
     scripts = {p.name for p in (REPO_ROOT / "bench").glob("*.py")} - helpers
-    assert scripts <= set(rows), f"no row in bench/README.md's Latest figures: {scripts - set(rows)}"
+    assert scripts <= set(rows), (
+        f"no row in bench/README.md's Latest figures: {scripts - set(rows)}"
+    )
