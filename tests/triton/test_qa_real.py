@@ -161,7 +161,7 @@ def test_override_of_each_parameter_changes_what_is_served_and_the_score(
 
 def test_accuracy_latency_trade_off_is_real(qa_router: TritonRouter) -> None:
     # Every third question (50 of 149) keeps the module short on two cores; over all of them
-    # the two score 0.70 and 0.87 (README).
+    # the two score 0.70 and 0.87 (docs/serving.md, model-images/qa-real/README.md).
     questions = range(0, len(_pipeline().DATA["questions"]), 3)
     fast = _run(qa_router, FASTEST, questions)
     accurate = _run(qa_router, ACCURATE, questions)

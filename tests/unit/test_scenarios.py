@@ -36,7 +36,7 @@ def test_the_spike_loads_the_fastest_configuration_as_the_papers_loads_the_paper
     scenario = spike_scenario(PLAN, 180.0, seed=0)
     peak = SPIKE_FACTOR * scenario.pattern.base_qps * 0.150
     assert peak == pytest.approx(PAPER_PEAK_UTILIZATION)
-    assert round(PAPER_PEAK_UTILIZATION, 2) == 0.77  # the README's figure
+    assert round(PAPER_PEAK_UTILIZATION, 2) == 0.77  # bench/README.md's demo run prints it
     assert spike_scenario(PLAN, 180.0, seed=0, base_qps=2.0).pattern.base_qps == 2.0
 
 

@@ -1,17 +1,9 @@
 """Fencing: an operator switches routers only while no standby can have taken over from it.
 
-kopf's peering decides who acts from the keep-alives in the peering object: a standby resumes
-once the acting peer's last keep-alive is a lifetime old. kopf pauses a peer only when it reads
-a peer of higher priority from the API server, so a peer cut off from the API server but not
-from Triton would go on switching beside the standby that took over. The fence closes that gap
-from the inside: each keep-alive the API server accepts opens the fence until the moment the
-request was sent plus the lifetime, less a margin; the Elastico timer switches nothing while it
-is closed. Measured from the send, on this process's monotonic clock, so a slow answer or a
-wall-clock jump only shortens it; the margin covers the clock skew between peers (the standby
-compares the stamped `lastseen` with its own clock) and a decision already under way.
-
-Pure: the keep-alive loop (compass.controllers.manager) sends the patch and reports what the
-API server accepted.
+Each keep-alive the API server accepts opens the fence until the moment the request was sent
+plus the peering lifetime, less a margin, on this process's monotonic clock; the Elastico timer
+switches nothing while it is closed. Pure: the keep-alive loop (compass.controllers.manager)
+sends the patch and reports what the API server accepted. Why: docs/operations.md, "One actor".
 """
 
 from __future__ import annotations

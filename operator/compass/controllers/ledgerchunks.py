@@ -1,18 +1,10 @@
 """The search ledger as gzip chunks in ConfigMaps: pure encoding, ordering and sizing, no I/O.
 
-The ledger is append-only, so it is stored as it grows. Every evaluated batch adds one binaryData
-key ``ledger.NNNNNNNN.jsonl.gz`` (its new lines, gzip) to the state ConfigMap, in the PATCH that
-updates the progress: a request carries the new lines only. etcd stores a whole object at every
-write, though, so the state must stay small: once its chunks pass ``HOT_BUDGET``, they are
-merged into one gzip ``ledger.FIRST-LAST.jsonl.gz`` (per-batch gzip barely compresses a line or
-two; merged, the repeated configurations do) written to a chunk ConfigMap ``STATE-cN``
-(``chunk_name``), and deleted from the state by its next PATCH. A chunk ConfigMap takes merged
-chunks until the next would pass ``BUDGET`` (the API server refuses 1 MiB), then the next one
-is created; chunk ConfigMaps are labelled ``CHUNK_OF_LABEL: STATE`` and owned like the state,
-so they are collected with it. The ledger is every chunk of the state and its chunk ConfigMaps
-in sequence order, a chunk whose range an earlier one covers skipped (a pod that died between
-the merge and the delete leaves both). A plain ``ledger.jsonl`` data key (a hand-made replay
-ConfigMap, or a state written before chunks) comes first.
+Every evaluated batch adds one gzip key to the state ConfigMap; past ``HOT_BUDGET`` the chunks
+are merged into chunk ConfigMaps (``chunk_name``, labelled ``CHUNK_OF_LABEL``, each under
+``BUDGET``), so etcd never rewrites a growing ledger per batch. The ledger is every chunk in
+sequence order, a chunk an earlier one covers skipped; a plain ``ledger.jsonl`` key comes first.
+Why and how: docs/operations.md, "The search ledger in ConfigMaps".
 """
 
 from __future__ import annotations

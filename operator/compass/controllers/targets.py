@@ -1,22 +1,11 @@
 """Which hosts and namespaces a resource may point the operator at: pure checks of its settings.
 
-The operator reads metrics and switches routers on behalf of whoever may write a ParetoPolicy
-or a CompoundWorkflow, from its own pod; a resource must not be able to aim it at a host its
-author could not reach (a cloud metadata endpoint, a service of the operator's own namespace)
-or at another namespace's router. The rules, the same for every field:
-
-- ``NAME.NAMESPACE.svc`` and ``NAME.NAMESPACE.svc.<cluster domain>``: in-cluster Services, read
-  as they are. A router target (routing.grpcEndpoint, a workflow's Triton) must be in the
-  resource's own namespace or one the settings allow (``allowed_target_namespaces``, ``*`` for
-  all); a metrics URL may name any namespace (Prometheus often lives in its own).
-- A host the settings list (``allowed_hosts``): an exact name or IP, ``*.example.com`` for the
-  names under a domain, ``*`` for any host (an operator run outside a cluster, where names
-  resolve where it runs). Read as it is.
-- ``NAME`` (one DNS label): a Service in the resource's own namespace, read as
-  ``NAME.NAMESPACE.svc``. Unqualified, it would resolve in the operator's namespace, and a
-  label that is no Service (localhost, metadata) would fall through to the node's resolver.
-- Anything else (two-label names such as example.com, IP addresses): refused, with a condition
-  naming the field.
+The operator reads metrics and switches routers from its own pod for whoever may write a
+resource, so a resource must not aim it at a host its author could not reach or at another
+namespace's router. In-cluster Service names are read as they are, a bare ``NAME`` as a Service
+of the resource's namespace, hosts in ``allowed_hosts`` as listed; anything else is refused with
+a condition naming the field. The rules: docs/operations.md, "What a resource may point the
+operator at".
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Every Triton pod of a deployment, switched together, and their queues read together.
 
-A ``RouterFleet`` holds one ``TritonRouter`` per pod (its endpoints come from Kubernetes
-EndpointSlices, a list, or a single address) and makes each switch on all of them in parallel:
-the decision reaches every pod in about one control request's time. A pod that refuses or
-cannot be reached does not stop the others; the report names it, and the next tick tries it
-again (``switch`` is idempotent, so the live loop repeats it every tick: a pod that joins or
-restarts serves the active configuration within one interval).
-
-``FleetQueueDepth`` scrapes every pod's /metrics in parallel and turns them into the one
-observation the policy takes: the per-pod queue (the planner's thresholds are for one server),
-and a per-pod arrivals counter that stays continuous when pods come and go.
+``RouterFleet`` holds one ``TritonRouter`` per pod and switches them all in parallel; a pod that
+refuses or cannot be reached does not stop the others, and ``switch`` is idempotent, so the live
+loop repeats it every tick. ``FleetQueueDepth`` scrapes every pod's /metrics and turns them into
+one per-pod observation (the planner's thresholds are for one server). docs/serving.md.
 """
 
 from __future__ import annotations

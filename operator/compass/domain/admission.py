@@ -1,32 +1,11 @@
-"""Proactive admission (PARD's idea): refuse a request at arrival when it is already late.
+"""Proactive admission (PARD's idea): refuse or degrade a request that would be late.
 
-A request that cannot meet the SLO is a miss whether it is served or not, but serving it costs
-the requests behind it their own chance. At each arrival the pod's state is known: how many
-requests wait ahead, and how long each busy instance has been serving its request. The
-predicted latency is the expected wait for an instance plus the request's own service time at
-a quantile (``quantile``, the median by default: refuse only what is more likely late than
-not). The wait counts each busy instance's expected residual service time given how long it
-has run (from the profile's distribution, so a long-tailed configuration is not expected to
-finish just because its mean has passed) and the queued requests' mean service, shared by the
-pod's instances.
-
-The service times are those of the mix in force at the arrival: the shares of its members.
-Triton's own queue policy (``max_queue_size``, per-request timeouts) is static or late; this
-module is the decision, usable wherever the queue's state is known at arrival (the simulator).
-
-At dispatch (``AdmissionPoint.DISPATCH``) the same rule runs where a live router can run it:
-when an instance takes the request up, its wait is no longer a prediction but a fact (the
-request's deadline minus the clock), and only its own service time is predicted. Triton queues a
-request before the router sees it, so this is the rule the router applies
-(model-images/router: a request that carries its deadline, a table of service-time quantiles
-the policy sends with each switch); the simulator runs it the same way. The wait also says
-when a queue stands behind the request: one that has waited past ``degrade_after`` of the SLO
-is served on the fastest member, which shortens the queue for every request behind it within
-one service, where the policy would see the queue only at its next look.
-
-Refusing is optional (``refuse``): where clients cannot retry, a request that would be late
-whatever serves it is served on the fastest member instead. It is still a miss, but it costs
-the requests behind it the least of any member.
+A request that cannot meet the SLO is a miss whether it is served or not, and serving it costs
+the requests behind it. The predicted latency is the wait plus the request's own service time
+at ``quantile``: at arrival the wait is predicted from the pod's state, at dispatch
+(``AdmissionPoint.DISPATCH``, what the live router runs) it is a fact. A request that would be
+late is served on the fastest member if that brings it in time, else refused (or, with
+``refuse`` off, served on the fastest anyway). Why: docs/method.md, "Admission".
 """
 
 from __future__ import annotations

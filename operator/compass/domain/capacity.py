@@ -1,22 +1,11 @@
 """Capacity under concurrency: a configuration's measured latency-throughput curve, the ladder
 of rates that measures it, and the Erlang-C fallback when only one-at-a-time profiles exist.
 
-A pod whose router runs ``servers`` instances serves several requests at once, and its
-components may batch or contend for the same cores, so its capacity is neither ``servers / mean``
-(ideal parallel servers) nor ``1 / mean`` (the paper's single server). It is measured: requests
-are offered open loop (Poisson) at a ladder of rates up to saturation, as Triton's
-perf_analyzer does, and each rate's achieved throughput and latency percentiles make one point
-of the curve. The planner reads off it the highest rate whose latency percentile stays within
-the SLO, and the rate at which a saturated pod drains its queue: the throughput of the rates
-that saturated it (a steady rate's throughput is only the rate offered).
-
-The JSON form (a profile's ``capacity``; at most ``MAX_CURVE_POINTS`` points, rates ascending)::
-
-    {"servers": 4, "points": [{"offered_qps": 2.0, "throughput_qps": 1.98,
-                               "latency_mean_ms": 140.2, "latency_p50_ms": 131.0,
-                               "latency_p95_ms": 210.5, "latency_p99_ms": 260.1}, ...]}
-
-(``"growing": true`` marks a rate whose latency still grew at the end of its run: saturated.)
+A pod of ``servers`` router instances whose components batch or contend has a capacity that is
+neither ``servers / mean`` nor ``1 / mean``, so it is measured: open-loop load at a ladder of
+rates, each rate one point of the curve (at most ``MAX_CURVE_POINTS``; ``"growing": true``
+marks a saturated rate). The planner reads off it the rate whose percentile meets the SLO and
+the rate at which a saturated pod drains. Why: docs/method.md, "Routers of several instances".
 """
 
 from __future__ import annotations

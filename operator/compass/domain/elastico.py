@@ -1,56 +1,11 @@
 """Elastico: the runtime policy that switches the active configuration as the load changes.
 
 ``Elastico.decide(observation, state, now) -> (decision, state)`` is pure: time is an input and
-the state is a plain, JSON-serialisable object, so the same policy runs in the simulator, in a
-unit test with a fake clock, and in the operator with its state kept in a Kubernetes status.
-
-An observation is the queue depth (requests waiting) and, when the metrics have it, the
-cumulative count of arrivals (a Prometheus-style counter). The policy keeps recent counter
-samples in its state and turns them into arrival-rate evidence over the windows it needs.
-
-The hysteresis is asymmetric because the two mistakes are not equally costly: staying on a slow
-configuration while a queue builds breaks the SLO for every request behind it; staying on a
-fast one a little longer only costs some accuracy.
-
-- Faster ("upscale"): at once (upscale cooldown 0 by default) and several steps in one
-  decision. When the queue is over the active configuration's limit, or the arrivals show with
-  ``LEAVE_CONFIDENCE`` (a Poisson lower bound over the last 1, 2 and 5 s) a rate above its rate
-  limit, jump straight to the most accurate configuration that fits the same evidence, or to
-  the fastest. Walking one step per decision would let the queue grow for one more interval
-  per step, and every request queued then waits behind it.
-- More accurate ("downscale"): only after the entry condition of the target has held at every
-  observation for the target's whole cooldown: the queue within its entry limit (slack buffer
-  included) and no burst beyond its rate limit; and at the end the arrivals over the whole
-  cooldown window below its limit with ``ENTER_CONFIDENCE`` (a Poisson upper bound). The
-  cooldown is ``downscale_cooldown_s * (mean_k / mean_fastest) ** cooldown_exponent``: 5 s
-  for a configuration about as fast as the fastest, four times longer for one 1.4x slower.
-  The slow configurations are the ones a burst overwhelms first and whose rate limits sit
-  closest to the load, so they need the longest calm (and the longer window also holds more
-  arrivals, so the rate evidence for them is the most precise). Several steps may be taken at
-  once, up to the highest configuration whose condition, and every lower one's, has held for
-  its own cooldown: each step is proven, so walking them one cooldown at a time would only
-  delay the same conclusion.
-- Overload: when the arrivals exceed even the fastest configuration's rate limit (with
-  ``LEAVE_CONFIDENCE``), no configuration meets the SLO in steady state and the rate limits no
-  longer tell them apart: each only says it is over. The queue still does: a request waits for
-  the queue ahead of it, served by the configuration in force when each service starts, so a
-  short queue is served in time by a configuration about as fast as the fastest, and once the
-  queue builds the fastest takes over within one interval. A "queue peer" of the fastest (the
-  same stay and entry queue limits: the planner cannot tell them apart on the queue) is then
-  judged on the queue alone, within half its limits (the other half is headroom for the excess
-  arrivals until the next look), and entered after its usual cooldown. During the cooldown a
-  peer's evidence is that short queue whatever the short windows show; unless the overload is
-  still on at the end, the arrivals over the whole window must fit its rate limit as usual.
-- Missing or stale metrics: an observation's time is when its samples were taken (a
-  Prometheus series that stopped moving is as old as its last sample), and one older than
-  ``stale_after_s`` counts as missing. While the newest sample seen (before the first, the
-  active configuration's start) is within ``stale_after_s`` the policy holds (a failed read or two is a blip, and falling back on
-  every blip would cost each time the long climb back). After that, ``fastest`` (the default)
-  switches to the fastest configuration and ``hold`` keeps the active one. Fastest is the
-  default because the two mistakes are not equally costly here either: blind through a spike,
-  an accurate configuration's queue grows unseen and breaks the SLO for every request behind
-  it, while the fastest only gives up accuracy until the metrics return. Either way the
-  downscale evidence restarts.
+the state is plain JSON, so the same policy runs in the simulator, in a unit test with a fake
+clock, and in the operator with its state kept in a Kubernetes status. Its hysteresis is
+asymmetric: it leaves for a faster configuration at once (several steps if needed) on the queue
+or the arrival rate, and enters a more accurate one only after that one's entry condition held
+for its whole cooldown. The rules, overload and lost metrics: docs/method.md, "Elastico".
 """
 
 from __future__ import annotations

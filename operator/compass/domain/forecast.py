@@ -1,13 +1,10 @@
 """Short-horizon forecasts of a pod's arrival rate, from the arrivals counter the policy keeps.
 
-Two forecasters over the same input, the last ``HISTORY_S`` seconds of per-second arrivals
-(IPA's window): a trend-aware exponential smoother (Holt's linear method) and a small LSTM in
-IPA's style, trained offline on the simulator's load patterns by ``hack/train_forecaster.py``
-and shipped as its weights (``forecast-lstm.json``, 1,297 numbers), run here in numpy so
-the operator needs no torch. Each says the mean arrival rate over the next ``HORIZON_S``
-seconds. ``bench/forecast.py`` compares them with the last window's rate on held-out seeds and
-on load shapes neither was fitted on. The predictive strategy takes a forecast only to raise
-the rate it plans for (to move towards speed before the queue builds), never to lower it.
+Two forecasters over the last ``HISTORY_S`` seconds of per-second arrivals: Holt's trend-aware
+smoother and a small LSTM trained offline by ``hack/train_forecaster.py`` and shipped as its
+weights (``forecast-lstm.json``), run here in numpy so the operator needs no torch. Each says
+the mean rate over the next ``HORIZON_S`` seconds; the predictive strategy takes a forecast only
+to raise the rate it plans for. docs/method.md, "Forecasters".
 """
 
 from __future__ import annotations

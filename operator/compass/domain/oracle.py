@@ -1,41 +1,11 @@
-"""A hindsight oracle: what a policy that knew the arrivals in advance could have served.
+"""Yardsticks for the strategies: what a policy that knew the arrivals, or the load, could serve.
 
-Strategies are measured against it (bench/serving_sim.py): a share of the oracle's accuracy gain
-over static fastest says how much of what was possible a strategy won, which a share of the
-fastest-to-most-accurate gap cannot say (in a tight cell even hindsight wins little of that).
-
-Per window of ``window_s`` seconds the oracle serves the window's arrivals with one mix of the
-front, the most accurate mix that keeps the window's requests within the SLO at least as often
-as static fastest does (the same requests, pods and service-time luck) and leaves no more work
-queued at the window's end than static fastest did, or one SLO's worth per pod if that is more
-(without that, in an overload where static fastest misses every request of a window, any mix
-would "match" it and leave a longer queue to the windows after). Maximising accuracy
-under a budget on the mean service time is a linear programme over the front whose optimum is
-a mix of two neighbours on the upper concave hull of (mean service time, accuracy), so the
-oracle searches one position along that hull, in the routers' weight steps. A window's choice
-also leaves a backlog for the next: a position is taken only if the next window, served by the
-fastest member, still meets its own target (one window of lookahead).
-
-On pods whose router queue is late-last (``late_after_s``, ``PodModel.late_after_s``) both
-the target and the oracle run on such queues: a request that would wait past it holds no
-server (see ``_serve``).
-
-This is a strong heuristic in hindsight, not a proven optimum: the search is greedy in time
-with one window of lookahead, and it assumes that more accuracy never meets the SLO more often
-(true on average, not request by request). Switches are instant and the configuration is chosen
-by arrival window. A strategy that beats it on both compliance and accuracy shows it wrong; the
-bench checks for that.
-
-A second yardstick, ``known_load_oracle``, is told the load and not the arrivals: the pattern's
-rate at every instant, bursts included, and the real queue at each window's start, but neither
-the next window's arrivals nor their service times. Per window it takes the most accurate
-position under which ``worlds`` other draws of the same pattern, each started from that queue,
-meet the SLO at least as often as static fastest does in those draws, by the same rules as the
-hindsight oracle, and serves the real window with it; requests are served with the
-dispatch-time degrade the strategies that refuse nothing have (``degrade_after``). It is no
-bound: a policy that looks more often than once a window can do better. What it measures is how
-much of the hindsight oracle's gain knowing the load ahead is worth, which no forecaster can
-exceed by much; the rest of the gain is knowing each arrival and its service time.
+The hindsight oracle serves each window of ``window_s`` with the most accurate mix of the front
+that keeps its requests within the SLO at least as often as static fastest and leaves no more
+work queued (one position along the front's accuracy hull, one window of lookahead): a strong
+heuristic, not a proven optimum. ``known_load_oracle`` is told the load ahead but not the
+arrivals. A strategy's share of the oracle's accuracy gain says how much of what was possible it
+won. Why and how: docs/method.md, "Oracles".
 """
 
 from __future__ import annotations

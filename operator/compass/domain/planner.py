@@ -1,39 +1,10 @@
 """The planner: the Pareto front of the profiles and the queue-depth thresholds of each member.
 
-The front keeps every configuration that no other beats on both accuracy (higher) and tail
-latency (lower p at the SLO's percentile), ordered by mean service time, fastest first: the
-mean is what drains a queue. The thresholds come from the paper's M/G/1 argument (Eqs. 7-13):
-with N requests waiting, a new request at configuration k waits for about N service times and
-then takes its own. Configuration k meets a latency SLO L at percentile P while
-
-    paper-mean:  N * mean_k + p_k <= L                   (switch faster above it)
-    tail:        P-th percentile of S_1 + ... + S_(N+1) <= L, and the arrival rate within
-                 the configuration's M/G/1 limit (below)
-
-and configuration k+1 may be entered when its condition holds with a slack buffer h_s.
-
-A pod whose router runs c instances serves c requests at once (``servers``): with N waiting, a
-new request waits for about N / c service times. ``erlang-c`` takes the one-at-a-time profiles
-and an M/G/c queue (Erlang C, its decay corrected for the service time's variability, as
-Allen-Cunneen do); ``measured`` takes each configuration's latency-throughput curve
-(``compass.domain.capacity``): its rate limit is where the measured percentile crosses the SLO,
-and a saturated pod drains its queue at the measured throughput. The paper's ``paper-mean`` and
-``tail`` (M/G/1) ignore c, as the paper's single sequential server does.
-
-The paper's model takes the mean as a proxy for the tail of the wait, and it looks only at the
-queue already there. Both are optimistic. ``tail`` fixes both:
-
-- the queue now: the percentile of the sum of the N + 1 service times, n * mean + sqrt(n) *
-  (p - mean), exact at N = 0 and for normal service times (the spread of a sum of n grows with
-  sqrt(n));
-- the queue to come: at arrival rate lambda an M/G/1 queue has P(wait > t) ~ C exp(-gamma t)
-  (Cramer-Lundberg: gamma solves lambda (E[exp(gamma S)] - 1) = gamma, C = (1 - rho) /
-  (lambda E[S exp(gamma S)] - 1)), so P(latency > L) = E_S[min(1, C exp(-gamma (L - S)))].
-  Each configuration gets the highest arrival rate at which that stays within 1 - P/100: a
-  configuration with an empty queue now but more load than it can serve within the SLO is not
-  entered, and is left before its queue shows it. (At 1.5 requests/s and a 500 ms SLO the
-  paper's most accurate configuration misses 13% of requests with the queue empty at every
-  decision.)
+The front keeps every configuration that no other beats on both accuracy and tail latency,
+ordered by mean service time, fastest first (the mean drains a queue). Each member gets stay and
+entry queue limits and an arrival-rate limit from a threshold model: the paper's M/G/1 mean
+(``paper-mean``), its sound tail version (``tail``, the default), M/G/c Erlang C (``erlang-c``)
+or the measured capacity curve (``measured``). The models and why: docs/method.md, "Planning".
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """The predictive strategy: each interval, the most accurate mix whose near future looks safe.
 
-Elastico and split guard every climb with a cooldown and steady-state rate limits, which keeps
-them safe in bursts and slow everywhere else: the most accurate member of the paper's front
-waits 82 s of calm. This strategy looks ahead instead. Each interval it forecasts the next
-``horizon_s`` seconds from what it knows now (the queue, and the arrival rate's confidence
-bound from the longest steady window of the arrivals counter) and serves the most accurate mix
-along the front's accuracy hull (``compass.domain.mix.hull_mixes``, 5% steps) under which the
-requests of that horizon miss the SLO at most ``risk`` more often than the fastest member
-would, starting idle: at the forecast rate, and again if the load surged for the first
-seconds (``SURGE_FACTOR`` for ``SURGE_S``: what a mix must survive until the policy sees the
-rise and moves). The comparison
-is with the fastest *from idle*, not from the queue the policy built, so a queue the policy let
-grow counts against it and cannot creep.
-
-The forecast is a Monte Carlo of ``PATHS`` arrival paths (Poisson at the forecast rate) and
-service times drawn from each member's profile, the same draws for every mix (common random
-numbers, fixed seed): the decision is deterministic, and two mixes differ only by what they
-serve. It runs the pod's router instances (``plan.servers``) FIFO, as the simulator does; where a
-member's capacity curve was measured at that many instances, a request holds its instance for
-the curve's holding time (instances / drain rate: longer than its own time where components
-batch or contend), while its own latency is still its profile's.
-
-A climb is judged at a higher confidence bound of the rate (``CLIMB_CONFIDENCE``) than a stay
-(``STAY_CONFIDENCE``): the same asymmetry as Elastico's, without its timers. A burst shows in the
-queue and shortens the steady window at once, so the next look moves to a faster mix. What
-protects the requests queued when a burst starts is admission at dispatch (a request that has
-waited past ``degradeAfter`` of its budget is served on the fastest member): the strategy is
-measured with and without it (bench/serving_sim.py), and it is meant to run with it.
+No cooldowns: each interval it forecasts the next ``horizon_s`` seconds by a fixed-seed Monte
+Carlo (``PATHS`` Poisson arrival paths at the rate's confidence bound, from the queue the pod
+holds, service times from the members' profiles) and serves the most accurate mix along the
+front's accuracy hull whose requests miss the SLO at most ``risk`` more often than the fastest
+member would from idle, also through a surge (``SURGE_FACTOR`` for ``SURGE_S``). It is meant to
+run with admission at dispatch. Why: docs/method.md, "Predictive".
 """
 
 from __future__ import annotations

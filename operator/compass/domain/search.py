@@ -1,25 +1,11 @@
 """COMPASS-V: find every configuration whose accuracy is >= tau, with few sample evaluations.
 
-The paper's method (Latin-hypercube seeds, hill-climbing on inverse-distance-weighted
-finite-difference gradients, lateral expansion along the feasibility boundary, progressive
-budgets with confidence-interval early stopping), made complete:
-
-- climbs consider every neighbour in both directions and walk through configurations already
-  seen instead of stopping there;
-- expansion visits every neighbour of every feasible configuration, not a handful: each
-  adjacent value of a numeric parameter and every other value of a categorical one;
-- feasible regions not connected to the first one are found by a completion phase: a Bayesian
-  model of accuracy (main effects and pairwise interactions) over all evaluated configurations
-  keeps evaluating the unevaluated configuration with the highest upper bound on accuracy until
-  the number of feasible configurations it expects among those left is below 1 - confidence.
-  Its misfit is Paule-Mandel's, so a few early-stopped, biased means cannot widen every
-  prediction. Where the space has no additive structure the misfit grows, the bounds widen and
-  the search degrades towards a grid rather than towards a miss (a lone feasible spike that no
-  main effect or pairwise interaction hints at can still hide);
-- every configuration is scored on the same seeded permutation of the dataset, so prefixes are
-  simple random samples and comparable across configurations;
-- early stopping is anytime-valid by default (betting), and each configuration is looked at
-  only where a verdict has become possible (see ``statistics``).
+The paper's method (Latin-hypercube seeds, hill-climbing, lateral expansion along the
+feasibility boundary, progressive budgets with early stopping), made complete: climbs and
+expansion visit every neighbour, a completion phase driven by a Bayesian model of accuracy
+finds feasible regions not connected to the first, and every configuration is scored on one
+seeded permutation of the dataset. Early stopping is in ``statistics``. What it changes and what
+it guarantees: docs/method.md, "Search".
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The split strategy: Elastico over the mixes of neighbouring front members.
 
-Elastico jumps between front members, and the gap between two neighbours can be wide: on the
-paper's front at a 1,000 ms SLO the fastest member holds 6.2 requests/s, the next 5.9 and the
-one after it 3.9. A load of 5 requests/s then forces the second member although a mix of it
-with the third would hold that load too, and a load of 6 forces the fastest. Serving a share of
-the requests with the next more accurate member moves capacity and accuracy in steps of one
-weight instead (``compass.domain.mix``: 5% steps, dealt exactly).
-
-Each mix is a member of a plan of its own (``plan_mixes``): its thresholds come from its own
-service time, the members' distributions in its shares, by the same queueing model. The split
-strategy is Elastico's decision over that plan, unchanged: fast to leave a mix the queue or the
-arrivals no longer allow (several steps at once), slow to enter a more accurate one (its entry
-condition held for a cooldown that grows with its mean service time). Its state names the base
-member, the blend and the weight, as the routers serve them.
+Serving a share of the requests (``compass.domain.mix``: 5% steps, dealt exactly) with the next
+more accurate member moves capacity and accuracy in steps of one weight instead of one member.
+Each mix is a member of a plan of its own (``plan_mixes``), its thresholds from its own service
+time; the decision is Elastico's over that plan, unchanged. Why: docs/method.md, "Split".
 """
 
 from __future__ import annotations

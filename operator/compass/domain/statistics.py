@@ -1,32 +1,12 @@
 """Early stopping: decide from a prefix of a configuration's scores whether it reaches tau.
 
-Feasibility is defined on the whole dataset of N samples: a configuration is feasible when its
-mean score over all N is >= tau. The search draws samples without replacement in one seeded
-order, so a prefix of b scores is a simple random sample of the finite population.
-
-Three layers decide, in order:
-1. Exact bounds: the unseen N - b scores lie in [0, 1], so the full mean lies in
-   [S/N, (S + N - b)/N]. When that interval clears tau the verdict is certain; at b = N it is
-   always certain.
-2. A statistical test at this look: betting (the default of SearchSettings.interval) or
-   Wilson. Betting is anytime-valid (a test martingale: by Ville's inequality it ever crosses
-   its threshold under the null with probability <= alpha, however often it is looked at), so
-   a configuration can be looked at after any sample; Wilson splits its error over a fixed list
-   of looks (Bonferroni) and rejects only when an exact tail bound agrees.
-3. At the largest budget, if the test is still undecided, the point estimate decides. A
-   schedule that ends at N (every default does) never gets here: the exact bounds decide.
-
-Looks cost nothing statistically under betting, but each one is an evaluator call. So the next
-look is the first point of the schedule at which a verdict is possible at all, given the most
-favourable scores that could still come (``StoppingRule.next_look``): as few samples as looking
-after every one, in far fewer calls.
-
-The two errors are not equally bad. A wrongly rejected configuration is never looked at again:
-it silently vanishes from the Pareto front. A wrongly accepted one is reported with its sample
-count and sits next to tau. So rejection is controlled for the whole search (the probability of
-rejecting ANY feasible configuration is <= 1 - confidence, split over the space), while
-acceptance is controlled per configuration (each accepted one is >= tau with probability
->= confidence).
+A configuration is feasible when its mean score over all N samples is >= tau; the samples are
+drawn without replacement in one seeded order, so a prefix is a simple random sample. Three
+layers decide, in order: exact bounds; a test at this look, anytime-valid
+betting (the default of SearchSettings.interval) or Wilson over fixed looks; at the largest
+budget the point estimate. Rejection is controlled for the whole search, acceptance per
+configuration; ``StoppingRule.next_look`` places each look where a verdict is possible.
+Why: docs/method.md, "Early stopping".
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """`compass demo --cluster`: the demo through the operator, on a local real Kubernetes API server.
 
-The k8s test tier's control plane (compass.lab.devcluster: etcd, kube-apiserver 1.20,
-kube-controller-manager; compass.lab.devnode plays the kubelet and runs the Jobs' pods as local
-processes), a local tritonserver serving rag-sim, Prometheus when it is installed, and
-`compass operator` as a process. `kubectl apply` of the CRDs and of
-examples/rag-sim-workflow.yaml, adapted only as far as this machine needs (each change is listed
-by `adaptations` and printed); the operator searches, profiles, plans and creates the
-ParetoPolicy; then the same seeded spike is served with the operator switching the router, and
-by the most accurate and by the fastest configuration with the policy paused.
-
-Times: rag-sim serves its latencies x ``time_scale`` and the workflow's SLO and cooldowns follow;
-every figure printed or drawn is unscaled (the paper's scale), as in the plain demo.
+The k8s test tier's control plane (compass.lab.devcluster, compass.lab.devnode), a local
+tritonserver serving rag-sim and `compass operator` as a process; `kubectl apply` of the CRDs and
+of examples/rag-sim-workflow.yaml, adapted only as far as this machine needs (``adaptations``,
+each change printed); then the same seeded spike served by the operator's policy and, paused,
+by the most accurate and the fastest configuration. rag-sim runs at ``time_scale``; every figure
+printed is unscaled. docs/development.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """`compass demo`: the whole method on one machine, against a real local Triton serving rag-sim.
 
 COMPASS-V through the router, latency profiles of the feasible configurations, the plan, then
-the same seeded load spike served three ways (static fastest, static most accurate, Elastico),
-beside the simulator's prediction; tables on stdout, files and plots in one folder.
-
-rag-sim's components serve the paper's measured latencies scaled by ``--time-scale`` (service
-times, arrivals, SLO and cooldowns together, so the queueing is unchanged in scaled time), and
-every figure is reported unscaled. While the search scores accuracy the components answer
-without their simulated latency: accuracy does not depend on it, and 12,000 requests at full
-latency would take most of an hour.
+the same seeded load spike served several ways beside the simulator's prediction; tables on
+stdout, files and plots in one folder. rag-sim's latencies are scaled by ``--time-scale`` (the
+SLO and cooldowns with them) and every figure is reported unscaled; while the search scores
+accuracy the components skip their simulated latency. docs/development.md.
 """
 
 from __future__ import annotations

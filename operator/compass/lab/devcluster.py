@@ -1,18 +1,10 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager.
 
-Plain Python (no pytest), used by the k8s test tier (tests/k8s/cluster.py re-exports it),
-`compass demo --cluster`, hack/k8s/start.sh (`python -m compass.lab.devcluster`) and the benches::
-
-    binaries = ensure_binaries()                 # hack/k8s/build.sh: cached after the first build
-    with Cluster(binaries, Path("/tmp/k8s")) as cluster:
-        core = kubernetes.client.CoreV1Api(cluster.api_client())
-        print(cluster.kubectl("get", "namespaces").stdout)
-
-The binaries come from Debian's kubernetes source package (v1.20.2), built by hack/k8s/build.sh.
-Every process is a child on free loopback ports, logs to a file under the work directory and is
-stopped by its PID (and dies with its parent thread, through PR_SET_PDEATHSIG, if the test run is
-killed). There is no kubelet and no scheduler: compass.lab.devnode plays the node. `Operator` runs
-`compass operator` as a child process against such a cluster.
+Plain Python (no pytest), used by the k8s test tier, `compass demo --cluster`,
+hack/k8s/start.sh and the benches: ``with Cluster(ensure_binaries(), workdir) as cluster:``.
+Every process is a child on free loopback ports, logs to a file and is stopped by its PID.
+There is no kubelet and no scheduler: compass.lab.devnode plays the node. `Operator` runs
+`compass operator` as a child process. docs/development.md, "The local control plane".
 """
 
 from __future__ import annotations
