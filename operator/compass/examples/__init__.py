@@ -1,7 +1,8 @@
-"""Embedded examples: the paper's RAG grid, replayable as per-sample scores."""
+"""Embedded examples: the paper's RAG grid (replayable as per-sample scores) and public traces."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -9,9 +10,12 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 RAG_PAPER_FILE = "rag_paper.json"
 RAG_PAPER_SAMPLES = 100
+TRACES_DIR = "traces"
+TRACE_SUFFIX = ".txt.gz"
 
 
 def replay_scores(accuracy: float, n: int, rng: np.random.Generator) -> list[float]:
@@ -47,3 +51,27 @@ def load_rag_paper() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     text = resources.files(__name__).joinpath(RAG_PAPER_FILE).read_text(encoding="utf-8")
     data = json.loads(text)
     return dict(data["space"]), [dict(row) for row in data["rows"]]
+
+
+def shipped_traces() -> tuple[str, ...]:
+    """The names of the production arrival traces in traces/ (README.md there says whose)."""
+    folder = resources.files(__name__).joinpath(TRACES_DIR)
+    names = (
+        e.name[: -len(TRACE_SUFFIX)] for e in folder.iterdir() if e.name.endswith(TRACE_SUFFIX)
+    )
+    return tuple(sorted(names))
+
+
+def load_trace(name: str) -> npt.NDArray[np.float64]:
+    """A shipped trace's arrival offsets (s from its first arrival, sorted, float64).
+
+    The file is gzip text, one offset a line: decompressed, it is what
+    ``compass simulate --pattern trace --trace FILE`` reads.
+    """
+    known = shipped_traces()
+    if name not in known:
+        raise ValueError(f"trace: no shipped trace named {name!r}; use one of: {', '.join(known)}")
+    packed = (
+        resources.files(__name__).joinpath(TRACES_DIR).joinpath(name + TRACE_SUFFIX).read_bytes()
+    )
+    return np.array(gzip.decompress(packed).decode("ascii").split(), dtype=np.float64)

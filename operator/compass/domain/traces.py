@@ -1,0 +1,254 @@
+"""Public production arrival traces as the yardstick: windows cut, stretched and enumerated.
+
+Pure: it takes arrival offsets (seconds from the trace's start, sorted) and never reads a file;
+``compass.examples.load_trace(name)`` reads the shipped ones. Every bench cuts and stretches a
+window the same way, so here is the one definition.
+
+**A window** (``TraceWindow``) is ``[start_s, start_s + length_s)`` of one trace, in the trace's
+own seconds; it must lie inside the trace, ``0 <= start_s`` and ``start_s + length_s <= span``
+(the span is the trace's last offset). Its arrivals are the offsets ``t`` with
+``start_s <= t < start_s + length_s``, shifted by ``-start_s`` so the window starts at 0.
+
+**Its mean rate** is ``arrivals / length_s``: the window's whole length, quiet edges included.
+
+**Stretching** gives it the mean rate ``utilisation x capacity_qps`` (capacity: requests/s the
+front's fastest configuration serves). Every shifted offset (so every inter-arrival time, and
+the gap before the first arrival) is multiplied by one factor,
+``factor = window mean rate / (utilisation x capacity_qps)``, and the window lasts
+``length_s x factor``: the mean rate over that length is the target, and the burst shape (the
+order, ties, and every ratio between gaps, so the inter-arrivals' coefficient of variation) is
+unchanged. factor > 1 slows the trace down, < 1 speeds it up.
+
+The stretched arrivals feed the simulator's existing trace pattern unchanged:
+``make_pattern("trace", 1, 1, trace_s=stretched.arrivals_s.tolist())`` (it re-shifts to the first
+arrival, so its own ``base_qps`` is arrivals over first-to-last, a little above the target).
+
+**Choosing windows.** ``kth_window`` (the k-th of n evenly spaced starts) and ``random_window``
+(a seeded uniform start) pick one. ``trace_windows`` enumerates a bench's windows: each trace's
+span is cut into ``floor(span / length_s)`` non-overlapping slots ``[j L, (j + 1) L)``; a
+generator seeded with ``[seed, crc32(name)]`` (so one trace's windows do not depend on which
+other traces are asked for) shuffles that trace's slots, the first ``count`` are taken, and they
+alternate tuning, held-out, tuning, ... in shuffled order: each trace gives ``ceil(count / 2)``
+tuning and ``floor(count / 2)`` held-out windows, and no held-out window overlaps a tuning one.
+Each set is listed in the order of ``names``, then by start.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+# The traces shipped in compass/examples/traces/ (README.md there: source, licence, checksums),
+# and each one's span in seconds (its last offset; the first is 0). tests/unit/test_traces.py
+# checks these against the files.
+TRACE_SPANS: Mapping[str, float] = {
+    "azure-llm-code-2023": 3435.948056,
+    "azure-llm-conv-2023": 3501.721937,
+    "mooncake-conversation": 3536.999,
+}
+TRACE_NAMES: tuple[str, ...] = tuple(TRACE_SPANS)
+
+
+class TraceError(ValueError):
+    """A trace window or its parameters are invalid: `<field>: <what is wrong>; <the fix>`."""
+
+    def __init__(self, field: str, what: str, fix: str) -> None:
+        super().__init__(f"{field}: {what}; {fix}")
+        self.field, self.what, self.fix = field, what, fix
+
+
+@dataclass(frozen=True)
+class TraceWindow:
+    """``[start_s, start_s + length_s)`` of the named trace, in the trace's own seconds."""
+
+    trace: str
+    start_s: float
+    length_s: float
+
+
+@dataclass(frozen=True)
+class StretchedWindow:
+    """A window's arrivals after stretching, from 0, and what the stretch did."""
+
+    window: TraceWindow
+    arrivals_s: FloatArray
+    factor: float
+    duration_s: float
+
+    @property
+    def mean_qps(self) -> float:
+        """Arrivals over the stretched length: the target rate."""
+        return len(self.arrivals_s) / self.duration_s
+
+
+@dataclass(frozen=True)
+class WindowSets:
+    """A bench's windows: the ones it may tune on and the ones it reports on."""
+
+    tuning: tuple[TraceWindow, ...]
+    held_out: tuple[TraceWindow, ...]
+
+
+def _positive(field: str, value: float, example: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TraceError(field, f"{value!r} is not a number", f"give e.g. {example}")
+    if not math.isfinite(value) or not value > 0:
+        raise TraceError(field, f"{value:g} is not a finite number > 0", f"give e.g. {example}")
+    return float(value)
+
+
+def _count(field: str, value: int, low: int, example: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TraceError(field, f"{value!r} is not a whole number", f"give e.g. {example}")
+    if value < low:
+        raise TraceError(field, f"{value} is not >= {low}", f"give e.g. {example}")
+    return int(value)
+
+
+def _span(name: str, spans: Mapping[str, float] | None) -> float:
+    table = TRACE_SPANS if spans is None else spans
+    if name not in table:
+        known = ", ".join(sorted(table)) or "none"
+        raise TraceError("trace", f"no trace named {name!r}", f"use one of: {known}")
+    return _positive(f"span of {name}", table[name], "3600")
+
+
+def check_arrivals(arrivals_s: npt.ArrayLike) -> FloatArray:
+    """The offsets as floats, after checking them: non-empty, finite, >= 0 and sorted."""
+    times = np.asarray(arrivals_s, dtype=np.float64)
+    if times.ndim != 1 or len(times) == 0:
+        raise TraceError("arrivals", "not a non-empty list of offsets", "load a shipped trace")
+    if not np.all(np.isfinite(times)):
+        raise TraceError("arrivals", "an offset is not a finite number", "fix the trace file")
+    if times[0] < 0:
+        raise TraceError("arrivals", f"the first offset is {times[0]:g} < 0", "shift it to 0")
+    if np.any(np.diff(times) < 0):
+        where = int(np.argmax(np.diff(times) < 0)) + 1
+        raise TraceError(
+            "arrivals", f"offset {where + 1} ({times[where]:g}) is before the one above it", "sort"
+        )
+    return times
+
+
+def check_window(window: TraceWindow, span_s: float) -> None:
+    """Raise TraceError unless the window is a finite, positive stretch inside [0, span_s]."""
+    length = _positive("length_s", window.length_s, "600")
+    if isinstance(window.start_s, bool) or not isinstance(window.start_s, int | float):
+        raise TraceError("start_s", f"{window.start_s!r} is not a number", "give e.g. 0")
+    if not math.isfinite(window.start_s) or window.start_s < 0:
+        raise TraceError("start_s", f"{window.start_s:g} is not a finite number >= 0", "give 0")
+    if window.start_s + length > span_s:
+        raise TraceError(
+            "start_s",
+            f"the window [{window.start_s:g}, {window.start_s + length:g}) s ends after "
+            f"{window.trace}'s {span_s:g} s",
+            f"start at most at {max(span_s - length, 0.0):g} s or shorten length_s",
+        )
+
+
+def cut_window(arrivals_s: npt.ArrayLike, window: TraceWindow) -> FloatArray:
+    """The window's arrivals, shifted to start at 0 (``start_s <= t < start_s + length_s``)."""
+    times = check_arrivals(arrivals_s)
+    check_window(window, float(times[-1]))
+    low, high = np.searchsorted(times, [window.start_s, window.start_s + window.length_s], "left")
+    shifted: FloatArray = times[low:high] - window.start_s
+    return shifted
+
+
+def stretch_factor(
+    arrivals: int, length_s: float, utilisation: float, capacity_qps: float
+) -> float:
+    """``(arrivals / length_s) / (utilisation x capacity_qps)``: what every gap is multiplied by."""
+    _positive("utilisation", utilisation, "0.7")
+    _positive("capacity_qps", capacity_qps, "4.0")
+    _positive("length_s", length_s, "600")
+    if arrivals < 1:
+        raise TraceError(
+            "window", "it holds no arrival, so no stretch gives it a rate", "pick another window"
+        )
+    return (arrivals / length_s) / (utilisation * capacity_qps)
+
+
+def stretch_window(
+    arrivals_s: npt.ArrayLike, window: TraceWindow, utilisation: float, capacity_qps: float
+) -> StretchedWindow:
+    """The window cut from these offsets, stretched to mean rate ``utilisation x capacity_qps``."""
+    shifted = cut_window(arrivals_s, window)
+    factor = stretch_factor(len(shifted), window.length_s, utilisation, capacity_qps)
+    stretched: FloatArray = shifted * factor
+    return StretchedWindow(window, stretched, factor, window.length_s * factor)
+
+
+def kth_window(
+    name: str, k: int, n: int, length_s: float, spans: Mapping[str, float] | None = None
+) -> TraceWindow:
+    """The k-th (0-based) of n windows whose starts are evenly spaced over [0, span - length]."""
+    span = _span(name, spans)
+    length = _positive("length_s", length_s, "600")
+    n = _count("n", n, 1, "4")
+    k = _count("k", k, 0, "0")
+    if k >= n:
+        raise TraceError("k", f"{k} is not below n = {n}", f"give 0 .. {n - 1}")
+    if length > span:
+        raise TraceError(
+            "length_s", f"{length:g} s is longer than {name}'s {span:g} s", "shorten it"
+        )
+    start = 0.0 if n == 1 else k * (span - length) / (n - 1)
+    return TraceWindow(name, start, length)
+
+
+def random_window(
+    name: str, length_s: float, seed: int, spans: Mapping[str, float] | None = None
+) -> TraceWindow:
+    """A window whose start is uniform over [0, span - length], drawn from ``[seed, crc32]``."""
+    span = _span(name, spans)
+    length = _positive("length_s", length_s, "600")
+    seed = _count("seed", seed, 0, "0")
+    if length > span:
+        raise TraceError(
+            "length_s", f"{length:g} s is longer than {name}'s {span:g} s", "shorten it"
+        )
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
+    return TraceWindow(name, float(rng.uniform(0.0, span - length)), length)
+
+
+def trace_windows(
+    names: Sequence[str],
+    count: int,
+    length_s: float,
+    seed: int,
+    spans: Mapping[str, float] | None = None,
+) -> WindowSets:
+    """``count`` non-overlapping windows per trace, split into tuning and held-out (module doc)."""
+    if isinstance(names, str) or len(names) == 0:
+        raise TraceError("names", "no trace named", f"give e.g. {list(TRACE_NAMES)}")
+    if len(set(names)) != len(names):
+        raise TraceError("names", f"{list(names)} names a trace twice", "name each once")
+    count = _count("count", count, 2, "4")
+    length = _positive("length_s", length_s, "600")
+    seed = _count("seed", seed, 0, "0")
+    tuning: list[TraceWindow] = []
+    held_out: list[TraceWindow] = []
+    for name in names:
+        span = _span(name, spans)
+        slots = math.floor(span / length)
+        if slots * length > span:  # span / length rounded up across a whole number
+            slots -= 1
+        if slots < count:
+            raise TraceError(
+                "count",
+                f"{name} ({span:g} s) holds {slots} windows of {length:g} s, not {count}",
+                f"ask for at most {slots} or shorten length_s to {span / count:g} s or less",
+            )
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
+        picked = rng.permutation(slots)[:count]
+        tuning.extend(TraceWindow(name, float(j * length), length) for j in sorted(picked[0::2]))
+        held_out.extend(TraceWindow(name, float(j * length), length) for j in sorted(picked[1::2]))
+    return WindowSets(tuple(tuning), tuple(held_out))
