@@ -231,153 +231,226 @@ def simulate(
     would export after that decision."""
     if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
         raise SimulationError("switch_delay", f"{switch_delay_s:g} s is not >= 0", "give e.g. 0.01")
-    names = tuple(p.name for p in front)
-    index_of = {name: i for i, name in enumerate(names)}
-    # Seconds of service for every (configuration, request): the common random numbers.
-    service_s = np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in front])
-    arrivals = scenario.arrivals_s
-    n = len(arrivals)
-    assigned = scenario.pods_of(pods)
-    # Each pod's requests in arrival order.
-    queues = [np.flatnonzero(assigned == pod) for pod in range(pods)]
-    starts = np.empty(n)
-    finishes = np.empty(n)
-    configs = np.empty(n, dtype=np.int64)
-    state = controller.initial_state(0.0)
-    active = _initial_mix(state, index_of)
-    # Switches decided but not yet in force: (in force for services starting after, mix).
-    pending: list[tuple[float, Mix]] = []
-    # Each pod deals its requests to the mix in force by its own round-robin, as a router does.
-    dealt: list[tuple[Mix, SmoothWeighting[int]] | None] = [None] * pods
-    seen: list[tuple[float, float, int, Mix, bool, float]] = []
-    reasons: list[tuple[float, str]] = []
-    time_in = [0.0] * len(front)
-    switches = 0
-    last_arrival = float(arrivals[-1]) if n else 0.0
-    horizon = max(scenario.pattern.duration_s, last_arrival) + MAX_DRAIN_S
-    tick = 0
-    now = 0.0
+    run = _Run(
+        controller,
+        front,
+        scenario,
+        interval_s=interval_s,
+        rate_window_s=rate_window_s,
+        pods=pods,
+        switch_delay_s=switch_delay_s,
+        queue_aggregate=queue_aggregate,
+        pod_model=pod_model,
+        admission=admission,
+        plan=plan,
+    )
+    run.serve()
+    return run.report(label, slo_ms)
 
-    def mix_at(when: float) -> Mix:
-        chosen = active
-        for effective, mix in pending:
+
+class _Run:
+    """One policy's run over one scenario, tick by tick (``simulate``): the pods, the switches
+    decided and in force, and what the policy saw."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        front: Sequence[LatencyProfile],
+        scenario: Scenario,
+        *,
+        interval_s: float,
+        rate_window_s: float,
+        pods: int,
+        switch_delay_s: float,
+        queue_aggregate: QueueAggregate,
+        pod_model: PodModel,
+        admission: Admission | None,
+        plan: Plan | None,
+    ) -> None:
+        self.controller = controller
+        self.front = front
+        self.scenario = scenario
+        self.interval_s = interval_s
+        self.rate_window_s = rate_window_s
+        self.pods = pods
+        self.switch_delay_s = switch_delay_s
+        self.queue_aggregate = queue_aggregate
+        self.pod_model = pod_model
+        self.plan = plan
+        self.names = tuple(p.name for p in front)
+        index_of = {name: i for i, name in enumerate(self.names)}
+        # Seconds of service for every (configuration, request): the common random numbers.
+        service_s = np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in front])
+        self.arrivals = scenario.arrivals_s
+        n = len(self.arrivals)
+        assigned = scenario.pods_of(pods)
+        # Each pod's requests in arrival order.
+        self.queues = [np.flatnonzero(assigned == pod) for pod in range(pods)]
+        self.starts = np.empty(n)
+        self.finishes = np.empty(n)
+        self.configs = np.empty(n, dtype=np.int64)
+        self.state = controller.initial_state(0.0)
+        self.active = _initial_mix(self.state, index_of)
+        # Switches decided but not yet in force: (in force for services starting after, mix).
+        self.pending: list[tuple[float, Mix]] = []
+        # Each pod deals its requests to the mix in force by its own round-robin, as a router does.
+        self.dealt: list[tuple[Mix, SmoothWeighting[int]] | None] = [None] * pods
+        self.seen: list[tuple[float, float, int, Mix, bool, float]] = []
+        self.reasons: list[tuple[float, str]] = []
+        self.time_in = [0.0] * len(front)
+        self.switches = 0
+        last_arrival = float(self.arrivals[-1]) if n else 0.0
+        self.horizon = max(scenario.pattern.duration_s, last_arrival) + MAX_DRAIN_S
+        admit: AdmitFn | None = None
+        dispatch: DispatchFn | None = None
+        # The members' own service quantiles (admission at dispatch), and each mix's service
+        # grid (admission at arrival), made once.
+        self.own_ms: list[float] = []
+        self.grids: dict[Mix, ServiceGrid] = {}
+        if admission is not None and admission.at is AdmissionPoint.DISPATCH:
+            self.own_ms = service_quantiles_ms(front, admission.quantile)
+            dispatch = functools.partial(self.dispatch, admission)
+        elif admission is not None:
+            admit = functools.partial(self.admit, admission)
+        stretch = (
+            np.array([p.busy_stretch(pod_model.servers) for p in front])
+            if pod_model.contended and pod_model.servers > 1
+            else None
+        )
+        self.servers = [
+            (StagedPod if pod_model.stages else Pod)(
+                pod_model,
+                queue,
+                self.arrivals,
+                service_s,
+                functools.partial(self.config_at, pod),
+                (self.starts, self.finishes, self.configs),
+                admit,
+                dispatch,
+                stretch,
+            )
+            for pod, queue in enumerate(self.queues)
+        ]
+
+    def mix_at(self, when: float) -> Mix:
+        """The mix in force for a service starting at ``when``."""
+        chosen = self.active
+        for effective, mix in self.pending:
             if when > effective:
                 chosen = mix
         return chosen
 
-    def config_at(pod: int, begin: float) -> int:
-        chosen = mix_at(begin)
+    def config_at(self, pod: int, begin: float) -> int:
+        """The member serving the pod's next request, starting at ``begin``: the mix in force,
+        dealt by the pod's round-robin."""
+        chosen = self.mix_at(begin)
         if chosen.blend is None:
             return chosen.base
-        current = dealt[pod]
+        current = self.dealt[pod]
         if current is None or current[0] != chosen:
             current = (chosen, mix_weighting(chosen))
-            dealt[pod] = current
+            self.dealt[pod] = current
         return current[1].pick()
 
-    admit: AdmitFn | None = None
-    dispatch: DispatchFn | None = None
-    if admission is not None and admission.at is AdmissionPoint.DISPATCH:
-        rule_at_dispatch = admission
-        own_ms = service_quantiles_ms(front, admission.quantile)
+    def dispatch(self, rule: Admission, waited_s: float, config: int) -> int:
+        """Admission at dispatch by ``rule``: the member that serves a request routed to
+        ``config``, or DROPPED."""
+        left_ms = rule.slo_ms - waited_s * 1000
+        verdict = judge_at_dispatch(rule, left_ms, self.own_ms[config], self.own_ms[0])
+        return {Verdict.SERVE: config, Verdict.FASTEST: 0}.get(verdict, DROPPED)
 
-        def dispatch(waited_s: float, config: int) -> int:
-            left_ms = rule_at_dispatch.slo_ms - waited_s * 1000
-            verdict = judge_at_dispatch(rule_at_dispatch, left_ms, own_ms[config], own_ms[0])
-            return {Verdict.SERVE: config, Verdict.FASTEST: 0}.get(verdict, DROPPED)
+    def grid_of(self, mix: Mix) -> ServiceGrid:
+        """The mix's service grid (made on first use)."""
+        grid = self.grids.get(mix)
+        if grid is None:
+            members = [(self.front[member], share) for member, share in mix.shares]
+            grid = self.grids[mix] = ServiceGrid(members, self.pod_model.servers)
+        return grid
 
-    elif admission is not None:
-        rule = admission
+    def admit(self, rule: Admission, arrival: float, queued: int, busy_s: list[float]) -> Verdict:
+        """Admission at arrival by ``rule``: the verdict on a request arriving at a pod."""
+        busy_ms = [b * 1000 for b in busy_s]
+        grid, fastest = self.grid_of(self.mix_at(arrival)), self.grid_of(Mix(0))
+        return judge(rule, grid, fastest, queued, busy_ms, self.pod_model.servers)
 
-        @functools.cache
-        def grid_of(mix: Mix) -> ServiceGrid:
-            members = [(front[member], share) for member, share in mix.shares]
-            return ServiceGrid(members, pod_model.servers)
+    def serve(self) -> None:
+        """Tick until every request has started and the pattern is over (or the horizon), then
+        drain the pods."""
+        tick = 0
+        now = 0.0
+        while True:
+            # Start every request whose service begins by `now`, with the configuration in force
+            # then.
+            for server in self.servers:
+                server.advance(now)
+            while self.pending and self.pending[0][0] <= now:
+                self.active = self.pending.pop(0)[1]
+            done = all(server.done for server in self.servers)
+            if (done and now >= self.scenario.pattern.duration_s) or now > self.horizon:
+                break
+            self.decide(now)
+            tick += 1
+            now = tick * self.interval_s
+        final = (self.pending[-1][1] if self.pending else self.active).base
+        for server, queue in zip(self.servers, self.queues, strict=True):
+            server.drain()
+            if not server.done:
+                # Past the drain horizon: the rest never start; count them at the horizon.
+                rest = [*server.admitted[server.started :], *queue[server.decided :]]
+                self.starts[rest] = self.horizon
+                self.finishes[rest] = self.horizon
+                self.configs[rest] = final
 
-        def admit(arrival: float, queued: int, busy_s: list[float]) -> Verdict:
-            busy_ms = [b * 1000 for b in busy_s]
-            grid, fastest = grid_of(mix_at(arrival)), grid_of(Mix(0))
-            return judge(rule, grid, fastest, queued, busy_ms, pod_model.servers)
-
-    stretch = (
-        np.array([p.busy_stretch(pod_model.servers) for p in front])
-        if pod_model.contended and pod_model.servers > 1
-        else None
-    )
-    servers = [
-        (StagedPod if pod_model.stages else Pod)(
-            pod_model,
-            queue,
-            arrivals,
-            service_s,
-            functools.partial(config_at, pod),
-            (starts, finishes, configs),
-            admit,
-            dispatch,
-            stretch,
-        )
-        for pod, queue in enumerate(queues)
-    ]
-    while True:
-        # Start every request whose service begins by `now`, with the configuration in force then.
-        for server in servers:
-            server.advance(now)
-        while pending and pending[0][0] <= now:
-            active = pending.pop(0)[1]
-        done = all(server.done for server in servers)
-        if (done and now >= scenario.pattern.duration_s) or now > horizon:
-            break
+    def decide(self, now: float) -> None:
+        """Ask the controller at ``now``, as the operator would, and record what it saw."""
+        arrivals, rate_window_s, names = self.arrivals, self.rate_window_s, self.names
         arrived = int(np.searchsorted(arrivals, now, side="right"))
-        depth = aggregate_queue([server.waiting for server in servers], queue_aggregate)
+        depth = aggregate_queue([server.waiting for server in self.servers], self.queue_aggregate)
         recent = arrived - int(np.searchsorted(arrivals, now - rate_window_s, side="right"))
         observed = recent / min(rate_window_s, now) if now > 0 else 0.0
         observation = Observation(
-            time=now, queue_depth=depth, arrivals_total=float(arrived) / pods, pods=pods
+            time=now, queue_depth=depth, arrivals_total=float(arrived) / self.pods, pods=self.pods
         )
-        decision, state = controller.decide(observation, state, now)
+        decision, self.state = self.controller.decide(observation, self.state, now)
         target = decision.mix
-        in_force = pending[-1][1] if pending else active
+        in_force = self.pending[-1][1] if self.pending else self.active
         if decision.switched:
-            switches += 1
-            reasons.append(
+            self.switches += 1
+            self.reasons.append(
                 (now, f"{_label(in_force, names)} -> {_label(target, names)}: {decision.reason}")
             )
         if target != in_force:
-            pending.append((now + switch_delay_s, target))
-        pressure = 0.0 if plan is None else capacity_pressure(plan, names[target.base], depth)
-        seen.append((now, observed, round(depth), target, decision.switched, pressure))
+            self.pending.append((now + self.switch_delay_s, target))
+        pressure = (
+            0.0 if self.plan is None else capacity_pressure(self.plan, names[target.base], depth)
+        )
+        self.seen.append((now, observed, round(depth), target, decision.switched, pressure))
         for member, share in target.shares:
-            time_in[member] += share * interval_s
-        tick += 1
-        now = tick * interval_s
-    final = (pending[-1][1] if pending else active).base
-    for server, queue in zip(servers, queues, strict=True):
-        server.drain()
-        if not server.done:
-            # Past the drain horizon: the rest never start; count them at the horizon.
-            rest = [*server.admitted[server.started :], *queue[server.decided :]]
-            starts[rest] = horizon
-            finishes[rest] = horizon
-            configs[rest] = final
-    offered = scenario.pattern.rate(np.array([t for t, *_ in seen]))
-    ticks = tuple(
-        Tick(t, float(rate), observed, depth, mix.base, switched, mix, pressure)
-        for (t, observed, depth, mix, switched, pressure), rate in zip(seen, offered, strict=True)
-    )
-    return RunReport(
-        label=label,
-        slo_ms=slo_ms,
-        names=names,
-        accuracies=tuple(p.accuracy for p in front),
-        arrivals_s=arrivals,
-        starts_s=starts,
-        finishes_s=finishes,
-        configs=configs,
-        ticks=ticks,
-        switches=switches,
-        time_in_config_s=tuple(time_in),
-        reasons=tuple(reasons),
-    )
+            self.time_in[member] += share * self.interval_s
+
+    def report(self, label: str, slo_ms: float) -> RunReport:
+        """The run as served."""
+        offered = self.scenario.pattern.rate(np.array([t for t, *_ in self.seen]))
+        ticks = tuple(
+            Tick(t, float(rate), observed, depth, mix.base, switched, mix, pressure)
+            for (t, observed, depth, mix, switched, pressure), rate in zip(
+                self.seen, offered, strict=True
+            )
+        )
+        return RunReport(
+            label=label,
+            slo_ms=slo_ms,
+            names=self.names,
+            accuracies=tuple(p.accuracy for p in self.front),
+            arrivals_s=self.arrivals,
+            starts_s=self.starts,
+            finishes_s=self.finishes,
+            configs=self.configs,
+            ticks=ticks,
+            switches=self.switches,
+            time_in_config_s=tuple(self.time_in),
+            reasons=tuple(self.reasons),
+        )
 
 
 def _initial_mix(state: PolicyState, index_of: Mapping[str, int]) -> Mix:
