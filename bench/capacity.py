@@ -59,21 +59,14 @@ from pathlib import Path
 import numpy as np
 
 from compass.domain.admission import Admission, AdmissionPoint
+from compass.domain.arrivals import make_pattern, make_scenario
 from compass.domain.elastico import Elastico, ElasticoSettings
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, Slo, ThresholdModel, pareto_front, plan_thresholds
+from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
 from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import (
-    RAG_SIM_STAGES,
-    Controller,
-    PodModel,
-    StaticController,
-    make_pattern,
-    make_scenario,
-    measure_capacity,
-    simulate,
-)
+from compass.domain.simulator import Controller, StaticController, measure_capacity, simulate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROFILES = REPO_ROOT / "bench" / "data" / "compass-paper" / "planner_latency_profiles.json"

@@ -2,7 +2,7 @@
 device's precision does to qa-real's answers.
 
 The simulator and rag-sim's components model a batch of n requests as taking its longest
-request's time x (1 + batch_cost (n - 1)) (compass.domain.simulator.Stage); rag-sim's generator
+request's time x (1 + batch_cost (n - 1)) (compass.domain.podmodel.Stage); rag-sim's generator
 assumes batch_cost 0.25. This measures the real figure for qa-real's heaviest encoder user, the
 reranker: one request is a question and the sentences of its 10 BM25 candidates (about 31
 texts), and a batch of n requests is one call of the encoder on all their texts, the call the

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from compass.domain.arrivals import make_pattern
 from compass.domain.forecast import (
     HISTORY_S,
     HORIZON_S,
@@ -32,7 +33,6 @@ from compass.domain.forecast import (
     Lstm,
     arrival_series,
 )
-from compass.domain.simulator import make_pattern
 
 FloatArray = npt.NDArray[np.float64]
 DURATION_S = 300.0

@@ -62,21 +62,15 @@ from compass.domain.admission import (
     AdmissionPoint,
     late_after_ms,
 )
+from compass.domain.arrivals import make_pattern, make_scenario
 from compass.domain.elastico import Elastico
 from compass.domain.forecast import ForecasterKind, build_forecaster
 from compass.domain.oracle import hindsight_oracle, known_load_oracle
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
+from compass.domain.podmodel import PodModel
 from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import (
-    Controller,
-    PodModel,
-    QueueAggregate,
-    StaticController,
-    make_pattern,
-    make_scenario,
-    simulate,
-)
+from compass.domain.simulator import Controller, QueueAggregate, StaticController, simulate
 from compass.domain.split import Split
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

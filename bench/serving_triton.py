@@ -80,19 +80,13 @@ from compass.domain.admission import (
     AdmissionPoint,
     router_admission,
 )
+from compass.domain.arrivals import SPIKE_FACTOR, PatternKind, make_pattern, make_scenario
 from compass.domain.evaluation import Config
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
+from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
 from compass.domain.profiles import parse_profiles
-from compass.domain.simulator import (
-    RAG_SIM_STAGES,
-    SPIKE_FACTOR,
-    PatternKind,
-    PodModel,
-    compare,
-    make_pattern,
-    make_scenario,
-)
+from compass.domain.simulator import compare
 from compass.domain.space import config_key
 from compass.domain.strategy import Strategy
 from compass.lab.experiment import ADMITTED_RUN, RUNS, serve_each

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from compass.domain.arrivals import PatternKind, make_pattern
 from compass.domain.forecast import (
     HISTORY_S,
     HORIZON_S,
@@ -30,7 +31,6 @@ from compass.domain.forecast import (
     Holt,
     lstm_inputs,
 )
-from compass.domain.simulator import PatternKind, make_pattern
 
 OUT = Path(__file__).resolve().parent.parent / "operator" / "compass" / "domain" / LSTM_WEIGHTS
 SEED = 10**6

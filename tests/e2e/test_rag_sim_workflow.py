@@ -51,7 +51,7 @@ from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.ledgerchunks import ledger_text
 from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import TritonRouter
-from compass.domain.simulator import SPIKE_FACTOR
+from compass.domain.arrivals import SPIKE_FACTOR
 from compass.domain.space import config_key
 from compass.lab.clusterdemo import ClusterDemoSettings, adaptations, replay_ledger
 from compass.lab.local_triton import LocalPrometheus, LocalTriton

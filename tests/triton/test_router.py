@@ -253,7 +253,7 @@ def test_compass_load_records_every_request_with_its_configuration(
     assert code == 0
     records = [json.loads(line) for line in output.read_text().splitlines()]
     # The simulator's scenario for the same pattern and seed: the same number of arrivals.
-    from compass.domain.simulator import make_pattern, make_scenario
+    from compass.domain.arrivals import make_pattern, make_scenario
 
     expected = make_scenario(make_pattern("spike", 10, 3, seed=4), 4).requests
     assert len(records) == expected

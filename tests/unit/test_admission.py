@@ -21,15 +21,9 @@ from compass.domain.admission import (
     router_admission,
     service_quantiles_ms,
 )
-from compass.domain.simulator import (
-    RAG_SIM_STAGES,
-    PodModel,
-    StaticController,
-    make_pattern,
-    make_scenario,
-    measure_capacity,
-    simulate,
-)
+from compass.domain.arrivals import make_pattern, make_scenario
+from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
+from compass.domain.simulator import StaticController, measure_capacity, simulate
 
 FAST = profile("fast", 0.70, 100, 10)
 SLOW = profile("slow", 0.90, 300, 30)

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from compass.api.paretopolicy import CapacitySpec, FrontEntry, ParetoPolicySpec
 from compass.dataplane.profiler import CurveSettings
+from compass.domain.arrivals import SimulationError, make_pattern, make_scenario
 from compass.domain.capacity import (
     LADDER_FINEST,
     LADDER_FLOOR,
@@ -34,18 +35,9 @@ from compass.domain.capacity import (
     parse_curve,
 )
 from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_thresholds
+from compass.domain.podmodel import RAG_SIM_STAGES, PodModel, Stage
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profile
-from compass.domain.simulator import (
-    RAG_SIM_STAGES,
-    PodModel,
-    SimulationError,
-    Stage,
-    StaticController,
-    make_pattern,
-    make_scenario,
-    measure_capacity,
-    simulate,
-)
+from compass.domain.simulator import StaticController, measure_capacity, simulate
 
 FAST = normal_profile("fast", 0.7, 100, 15)
 

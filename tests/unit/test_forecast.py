@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from profiles_for_tests import normal_profile as profile
 
+from compass.domain.arrivals import make_pattern
 from compass.domain.elastico import Observation
 from compass.domain.forecast import (
     HISTORY_S,
@@ -24,7 +25,6 @@ from compass.domain.forecast import (
 )
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
 from compass.domain.predictive import Predictive
-from compass.domain.simulator import make_pattern
 from compass.domain.strategy import Strategy, build_policy
 
 PLAN = plan_thresholds(

@@ -6,19 +6,13 @@ import numpy as np
 import pytest
 from profiles_for_tests import normal_profile as profile
 
+from compass.domain.arrivals import SimulationError, make_pattern, make_scenario, trace_pattern
 from compass.domain.elastico import Elastico
 from compass.domain.mix import Mix, accuracy_hull
 from compass.domain.oracle import degrading_dispatch, hindsight_oracle, known_load_oracle
 from compass.domain.planner import Slo, plan_thresholds
-from compass.domain.simulator import (
-    PodModel,
-    SimulationError,
-    StaticController,
-    make_pattern,
-    make_scenario,
-    simulate,
-    trace_pattern,
-)
+from compass.domain.podmodel import PodModel
+from compass.domain.simulator import StaticController, simulate
 
 FRONT = [
     profile("fast", 0.70, 100, 15),

@@ -11,6 +11,7 @@ import pytest
 from profiles_for_tests import normal_profile as profile
 
 from compass.domain.admission import Admission, AdmissionPoint
+from compass.domain.arrivals import make_pattern, make_scenario
 from compass.domain.capacity import CapacityCurve, CurvePoint
 from compass.domain.elastico import (
     Action,
@@ -24,7 +25,7 @@ from compass.domain.mix import Mix, mix_weighting
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
 from compass.domain.predictive import MIN_EVIDENCE_S, Predictive, fifo_starts
 from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import StaticController, make_pattern, make_scenario, simulate
+from compass.domain.simulator import StaticController, simulate
 from compass.domain.strategy import Strategy, build_policy
 
 FRONT = [

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from compass.domain.arrivals import SPIKE_FACTOR
 from compass.domain.planner import Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import SPIKE_FACTOR
 from compass.domain.space import config_key
 from compass.lab import scenarios
 from compass.lab.scenarios import (

@@ -9,30 +9,31 @@ import numpy as np
 import pytest
 from profiles_for_tests import normal_profile as profile
 
-from compass.domain.capacity import CapacityCurve, CurvePoint
-from compass.domain.elastico import Action, Decision, Elastico, Observation, PolicyState
-from compass.domain.planner import Slo, ThresholdModel, plan_thresholds, violation_probability
-from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import (
+from compass.domain.arrivals import (
     BURST_FACTORS,
     BURST_SECONDS,
-    RAG_SIM_STAGES,
     RAMP_FACTOR,
     SPIKE_FACTOR,
     STEP_FACTOR,
     PatternKind,
-    PodModel,
-    QueueAggregate,
-    RunReport,
     Scenario,
     SimulationError,
+    make_pattern,
+    make_scenario,
+    trace_pattern,
+)
+from compass.domain.capacity import CapacityCurve, CurvePoint
+from compass.domain.elastico import Action, Decision, Elastico, Observation, PolicyState
+from compass.domain.planner import Slo, ThresholdModel, plan_thresholds, violation_probability
+from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
+from compass.domain.profiles import LatencyProfile
+from compass.domain.simulator import (
+    QueueAggregate,
+    RunReport,
     StaticController,
     aggregate_queue,
     compare,
-    make_pattern,
-    make_scenario,
     simulate,
-    trace_pattern,
 )
 
 FRONT = [

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from profiles_for_tests import normal_profile as profile
 
+from compass.domain.arrivals import make_pattern, make_scenario
 from compass.domain.elastico import (
     Action,
     Decision,
@@ -20,7 +21,7 @@ from compass.domain.elastico import (
 )
 from compass.domain.mix import WEIGHT_STEPS, Mix
 from compass.domain.planner import Slo, ThresholdModel, plan_mixes, plan_thresholds
-from compass.domain.simulator import make_pattern, make_scenario, simulate
+from compass.domain.simulator import simulate
 from compass.domain.split import Split
 from compass.domain.strategy import Strategy, build_policy
 

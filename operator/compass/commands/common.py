@@ -19,8 +19,8 @@ from pydantic import ValidationError
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.console import UsageError, fail, parse_number, parse_seed
 from compass.domain.admission import DEFAULT_DEGRADE_AFTER, AdmissionPoint
+from compass.domain.arrivals import LoadPattern, PatternKind, SimulationError, make_pattern
 from compass.domain.planner import PlanError
-from compass.domain.simulator import LoadPattern, PatternKind, SimulationError, make_pattern
 from compass.domain.space import describe_number, explain_validation_error
 
 # compass.dataplane.triton's default, restated so that building the parser loads no gRPC client.

@@ -18,7 +18,7 @@ from compass.commands.common import (
     pattern_from_args,
 )
 from compass.console import parse_int, parse_number
-from compass.domain.simulator import make_scenario
+from compass.domain.arrivals import make_scenario
 
 
 def register(commands: Any) -> None:

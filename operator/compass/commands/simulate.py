@@ -23,15 +23,10 @@ from compass.commands.common import (
 )
 from compass.console import fail, parse_number
 from compass.domain.admission import AdmissionPoint
+from compass.domain.arrivals import Scenario, make_scenario
 from compass.domain.planner import PlanError
-from compass.domain.simulator import (
-    POD_STAGES,
-    PodModel,
-    RunReport,
-    Scenario,
-    compare,
-    make_scenario,
-)
+from compass.domain.podmodel import POD_STAGES, PodModel
+from compass.domain.simulator import RunReport, compare
 
 DEFAULT_TIMELINE = "compass-timeline.json"
 # Each pod is simulated as its own queue: a bound keeps a typo from exhausting memory.

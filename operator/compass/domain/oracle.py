@@ -25,6 +25,7 @@ from compass.domain.admission import (
     judge_at_dispatch,
     service_quantiles_ms,
 )
+from compass.domain.arrivals import PatternKind, Scenario, SimulationError, make_scenario
 from compass.domain.mix import (
     Mix,
     SmoothWeighting,
@@ -34,7 +35,6 @@ from compass.domain.mix import (
     most_accurate,
 )
 from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import PatternKind, Scenario, SimulationError, make_scenario
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -1,40 +1,19 @@
-"""A discrete-event serving simulator: FIFO servers (the paper's M/G/1, one per pod), a policy, a
-load.
+"""The serving simulator: a policy run over a scenario on simulated pods, and the comparisons.
 
-Requests arrive by a (non-homogeneous) Poisson process shaped by a load pattern, or replay a
-trace. Each request draws one uniform number when it is generated; the configuration active
-when it STARTS service turns that number into a service time through the configuration's
-fitted distribution. Every policy run on the same scenario therefore sees the same arrivals and
-the same luck (common random numbers): comparisons between policies are paired.
-
-The policy is asked every ``interval_s`` with the queue depth (requests waiting, not the one in
-service, as Triton's pending-request count) and the cumulative count of arrivals (a counter,
-as Prometheus or Triton's /metrics give it), exactly as the operator will ask it. The timeline
-also records the arrival rate over the last ``rate_window_s``, for people to look at.
-
-With ``pods`` > 1 the arrivals are split among that many servers, each request to one of them
-at random (a Service balancing each request; the scenario's seeded assignment, the same for
-every policy), and one decision switches them all. The policy then sees the per-pod view the
-planner's thresholds are made for: the pods' queues aggregated (``QueueAggregate``) and the
-arrivals counter divided among the pods. A decision takes effect ``switch_delay_s`` after it is
-taken: a request that starts service before then is served by the old configuration.
-
-A pod need not serve one request at a time (``PodModel``): its router may run several instances
-(``servers``), FIFO from one queue, and a request may pass through ``stages``, components of one
-instance each that can batch the requests waiting for them. A request holds its router instance
-until its last stage is done, as a BLS router does. Without stages each instance serves its
-requests alone (independent servers: M/G/c). The queue depth is the router's: requests that
-arrived and hold no instance yet, as Triton's pending count of the router model.
+Every ``interval_s`` the policy is asked what the operator asks it: the pods' queue depth
+(aggregated: ``QueueAggregate``) and the arrivals counter per pod. Each request goes to a seeded
+random pod; one decision switches every pod, ``switch_delay_s`` after it is taken. ``compare``
+runs the static baselines and the policies on one scenario (paired: the same arrivals and luck);
+``measure_capacity`` measures a configuration's latency-throughput curve, the simulator playing
+the hardware.
 """
 
 from __future__ import annotations
 
 import functools
-import heapq
 import itertools
 import math
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -51,32 +30,28 @@ from compass.domain.admission import (
     judge_at_dispatch,
     service_quantiles_ms,
 )
+from compass.domain.arrivals import (
+    PatternKind,
+    Scenario,
+    SimulationError,
+    make_pattern,
+    make_scenario,
+)
 from compass.domain.capacity import CapacityCurve, CurvePoint, climb_ladder, measure_point
 from compass.domain.elastico import Action, Decision, Observation, PolicyState, capacity_pressure
 from compass.domain.mix import Mix, SmoothWeighting, mix_weighting
 from compass.domain.planner import Plan
+from compass.domain.podmodel import DROPPED, AdmitFn, DispatchFn, Pod, PodModel, StagedPod
 from compass.domain.profiles import LatencyProfile
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
-# The configuration recorded for a request dropped at arrival: served by none.
-DROPPED = -1
 
 DEFAULT_INTERVAL_S = 1.0
 DEFAULT_RATE_WINDOW_S = 5.0
-SPIKE_FACTOR = 4.0
-STEP_FACTOR = 2.0
-RAMP_FACTOR = 2.0
-BURST_FACTORS = (2.0, 5.0)
-BURST_SECONDS = (5.0, 15.0)
-BURST_GAP_SECONDS = (10.0, 30.0)
 # A run that has not drained this long after the last arrival is reported as it stands.
 MAX_DRAIN_S = 3600.0
-# Every request is simulated in Python, once per policy compared: about 10 us each, so a
-# million takes minutes; beyond it a typo (1e7 s at 1e4 QPS: TiBs of arrivals) would
-# exhaust memory before the first line is printed.
-MAX_REQUESTS = 1_000_000
 
 
 class QueueAggregate(StrEnum):
@@ -93,478 +68,6 @@ def aggregate_queue(depths: Sequence[float], aggregate: QueueAggregate) -> float
     if aggregate is QueueAggregate.MAX:
         return float(max(depths))
     return float(sum(depths)) / len(depths)
-
-
-class SimulationError(ValueError):
-    """A load pattern or trace is invalid: one line, `<field>: <what is wrong>; <the fix>`."""
-
-    def __init__(self, field: str, what: str, fix: str) -> None:
-        super().__init__(f"{field}: {what}; {fix}")
-        self.field, self.what, self.fix = field, what, fix
-
-
-@dataclass(frozen=True)
-class Stage:
-    """A component of one instance that serves ``share`` of each request's service time.
-
-    It batches: when free it takes up to ``max_batch`` waiting requests at once, and a batch of b
-    takes its longest request's time x (1 + ``batch_cost`` (b - 1)); a cost below 1 is what makes
-    batching pay (an accelerator's kernel serves b requests in little more than one's time).
-    """
-
-    share: float
-    max_batch: int = 1
-    batch_cost: float = 1.0
-
-    def batch_time(self, services_s: Sequence[float]) -> float:
-        """How long this stage takes for a batch of requests with these whole service times."""
-        return self.share * max(services_s) * (1 + self.batch_cost * (len(services_s) - 1))
-
-
-@dataclass(frozen=True)
-class PodModel:
-    """How one pod serves: router instances, and the components a request passes through."""
-
-    servers: int = 1
-    stages: tuple[Stage, ...] = ()
-    # The instances contend for the same cores (a CPU-bound pipeline): a request that starts
-    # while k of the servers are busy (itself included) takes its own time x (1 + (s - 1)
-    # (k - 1) / (servers - 1)), s its member's busy holding time over its mean (the capacity
-    # curve measured at this many instances; 1 without one). Fixed when it starts: a cheap
-    # stand-in for processor sharing that is exact where it matters, at saturation.
-    contended: bool = False
-    # The router's queue order (None: FIFO). A request that has waited longer than this
-    # (compass.domain.admission.late_after_ms) goes behind every request that has not: it
-    # misses the SLO whatever serves it, and served first it would make the requests behind it
-    # miss too. What the order is worth; the routers ship FIFO (Triton's own late-last policy
-    # stalls its queue: bench/triton_queue.py).
-    late_after_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.servers < 1:
-            raise SimulationError("servers", f"{self.servers} is not >= 1", "give 1 or more")
-        if self.late_after_s is not None and not self.late_after_s >= 0:
-            raise SimulationError(
-                "late_after", f"{self.late_after_s:g} s is not >= 0", "give e.g. 0.4, or none"
-            )
-        if self.contended and self.stages:
-            raise SimulationError(
-                "contended",
-                "a pod with stages models its components itself",
-                "give stages or contended, not both",
-            )
-        if self.stages and not math.isclose(sum(s.share for s in self.stages), 1.0):
-            raise SimulationError(
-                "stages",
-                f"the shares add up to {sum(s.share for s in self.stages):g}",
-                "make them add up to 1 (a request alone takes its profiled time)",
-            )
-        for stage in self.stages:
-            if stage.max_batch < 1 or not stage.batch_cost >= 0 or not stage.share > 0:
-                raise SimulationError(
-                    "stages", f"{stage} is invalid", "give share > 0, max_batch >= 1, cost >= 0"
-                )
-
-
-# rag-sim's pipeline as its model repository deploys it: retriever and reranker of one instance
-# each, and a generator that batches up to 8 requests, a batch of b taking 1 + 0.25 (b - 1)
-# times its longest request (model-images/rag-sim/component.py serves the same model).
-RAG_SIM_STAGES = (Stage(0.1), Stage(0.2), Stage(0.7, max_batch=8, batch_cost=0.25))
-# The pipelines `compass simulate --stages` knows, by name.
-POD_STAGES: dict[str, tuple[Stage, ...]] = {"independent": (), "rag-sim": RAG_SIM_STAGES}
-
-
-class PatternKind(StrEnum):
-    """The shape of the offered load over time."""
-
-    CONSTANT = "constant"
-    STEP = "step"
-    RAMP = "ramp"
-    SPIKE = "spike"
-    BURSTY = "bursty"
-    TRACE = "trace"
-
-
-@dataclass(frozen=True)
-class Burst:
-    """A stretch of time during which the load is multiplied."""
-
-    start_s: float
-    end_s: float
-    factor: float
-
-
-@dataclass(frozen=True)
-class LoadPattern:
-    """Offered load (requests per second) as a function of time."""
-
-    kind: PatternKind
-    base_qps: float
-    duration_s: float
-    bursts: tuple[Burst, ...] = ()
-    trace_s: tuple[float, ...] = ()
-
-    def rate(self, t: FloatArray) -> FloatArray:
-        """The offered rate at these times (for a trace, its arrivals per second, binned)."""
-        t = np.asarray(t, dtype=np.float64)
-        base = np.full_like(t, self.base_qps)
-        d = self.duration_s
-        if self.kind is PatternKind.STEP:
-            shaped = np.where(t >= d / 2, STEP_FACTOR * base, base)
-        elif self.kind is PatternKind.RAMP:
-            shaped = base * (1 + (RAMP_FACTOR - 1) * np.clip(t / d, 0.0, 1.0))
-        elif self.kind is PatternKind.SPIKE:
-            shaped = np.where((t >= d / 3) & (t < 2 * d / 3), SPIKE_FACTOR * base, base)
-        elif self.kind is PatternKind.BURSTY:
-            shaped = base.copy()
-            for burst in self.bursts:
-                inside = (t >= burst.start_s) & (t < burst.end_s)
-                shaped = np.where(inside, burst.factor * base, shaped)
-        elif self.kind is PatternKind.TRACE:
-            arrivals = np.asarray(self.trace_s)
-            bins = np.floor(t).astype(np.int64)
-            counts = np.bincount(np.floor(arrivals).astype(np.int64), minlength=int(d) + 2)
-            shaped = counts[np.clip(bins, 0, len(counts) - 1)].astype(np.float64)
-        else:
-            shaped = base
-        result: FloatArray = np.where((t >= 0) & (t < d), shaped, 0.0)
-        return result
-
-    @property
-    def peak_qps(self) -> float:
-        """The highest offered rate."""
-        grid = np.linspace(0, self.duration_s, 2001)[:-1]
-        return float(self.rate(grid).max(initial=0.0))
-
-
-def make_pattern(
-    kind: PatternKind | str,
-    base_qps: float,
-    duration_s: float,
-    seed: int = 0,
-    trace_s: Sequence[float] = (),
-) -> LoadPattern:
-    """A load pattern; bursty draws its bursts from ``seed`` (same seed, same bursts)."""
-    kind = PatternKind(kind)
-    if kind is PatternKind.TRACE:
-        return trace_pattern(trace_s)
-    if not base_qps > 0 or not math.isfinite(base_qps):
-        raise SimulationError("base_qps", f"{base_qps:g} is not > 0", "give e.g. 1.5")
-    if not duration_s > 0 or not math.isfinite(duration_s):
-        raise SimulationError("duration", f"{duration_s:g} s is not > 0", "give e.g. 180")
-    peak = base_qps * max(SPIKE_FACTOR, STEP_FACTOR, RAMP_FACTOR, BURST_FACTORS[1])
-    requests = peak * duration_s
-    if requests > MAX_REQUESTS:
-        count = f"{requests:,.0f}" if requests < 1e15 else f"{requests:.3g}"
-        raise SimulationError(
-            "duration",
-            f"{duration_s:g} s at up to {peak:g} QPS is up to {count} requests, above the "
-            f"{MAX_REQUESTS:,} compass generates",
-            "shorten --duration or lower --base-qps",
-        )
-    bursts: list[Burst] = []
-    if kind is PatternKind.BURSTY:
-        rng = np.random.default_rng([seed, 1])
-        t = float(rng.uniform(*BURST_GAP_SECONDS))
-        while t < duration_s:
-            length = float(rng.uniform(*BURST_SECONDS))
-            bursts.append(Burst(t, min(t + length, duration_s), float(rng.uniform(*BURST_FACTORS))))
-            t += length + float(rng.uniform(*BURST_GAP_SECONDS))
-    return LoadPattern(kind, base_qps, duration_s, tuple(bursts))
-
-
-def trace_pattern(timestamps: Sequence[float]) -> LoadPattern:
-    """A pattern that replays these arrival timestamps (seconds; shifted to start at 0)."""
-    if len(timestamps) == 0:
-        raise SimulationError("trace", "no timestamps", "give one arrival time (s) a line")
-    if len(timestamps) > MAX_REQUESTS:
-        raise SimulationError(
-            "trace",
-            f"{len(timestamps):,} timestamps, above the {MAX_REQUESTS:,} compass replays",
-            "replay a shorter stretch",
-        )
-    times = np.asarray(timestamps, dtype=np.float64)
-    if not np.all(np.isfinite(times)):
-        raise SimulationError("trace", "a timestamp is not a finite number", "fix the file")
-    if np.any(np.diff(times) < 0):
-        where = int(np.argmax(np.diff(times) < 0)) + 1
-        raise SimulationError(
-            "trace",
-            f"timestamp {where + 1} ({times[where]:g}) is before the one above it",
-            "sort the trace",
-        )
-    times = times - times[0]
-    duration = max(float(times[-1]), 1e-9) + 1e-9
-    mean_rate = len(times) / duration
-    return LoadPattern(PatternKind.TRACE, mean_rate, duration, trace_s=tuple(times.tolist()))
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """One realisation of the load: arrival times and each request's service-time luck."""
-
-    pattern: LoadPattern
-    seed: int
-    arrivals_s: FloatArray
-    luck: FloatArray
-
-    @property
-    def requests(self) -> int:
-        """Number of requests."""
-        return len(self.arrivals_s)
-
-    def pods_of(self, pods: int) -> IntArray:
-        """The pod (0 .. pods-1) each request goes to: uniform, seeded, the same every time."""
-        if pods < 1:
-            raise SimulationError("pods", f"{pods} is not >= 1", "give 1 or more")
-        # The third child of the scenario's seed: the arrivals and the luck keep theirs.
-        rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(3)[2])
-        assigned: IntArray = rng.integers(0, pods, self.requests, dtype=np.int64)
-        return assigned
-
-
-def make_scenario(pattern: LoadPattern, seed: int) -> Scenario:
-    """Seeded arrivals (Poisson, thinned to the pattern's rate) and service-time luck."""
-    arrival_rng, luck_rng = (
-        np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2)
-    )
-    if pattern.kind is PatternKind.TRACE:
-        arrivals = np.asarray(pattern.trace_s, dtype=np.float64)
-    else:
-        peak = pattern.peak_qps
-        candidates = np.sort(
-            arrival_rng.uniform(
-                0, pattern.duration_s, arrival_rng.poisson(peak * pattern.duration_s)
-            )
-        )
-        keep = arrival_rng.uniform(0, peak, len(candidates)) < pattern.rate(candidates)
-        arrivals = candidates[keep]
-    return Scenario(pattern, seed, arrivals, luck_rng.uniform(0, 1, len(arrivals)))
-
-
-# What becomes of a request arriving at a pod: (arrival time, requests queued ahead of it, how
-# long each busy instance has served its request, s).
-AdmitFn = Callable[[float, int, list[float]], Verdict]
-# (seconds the request waited, the configuration routed) -> the one that serves it, or DROPPED.
-DispatchFn = Callable[[float, int], int]
-
-
-class _Pod:
-    """One pod's requests, started FIFO (or late-last: ``PodModel.late_after_s``) on its router
-    instances as time advances.
-
-    Without stages each instance serves a request alone: the next request starts on the instance
-    that frees first, so a heap of free times is the whole queue (with one instance, the
-    paper's M/G/1). Stages make it a network of queues, run event by event (``_StagedPod``).
-    Each arrival is first admitted or dropped (``admit``; every one is admitted without it),
-    in time order with the starts, so the decision sees the pod as it is at that arrival.
-    """
-
-    def __init__(
-        self,
-        model: PodModel,
-        requests: IntArray,
-        arrivals: FloatArray,
-        service_s: FloatArray,
-        choose: Callable[[float], int],
-        record: tuple[FloatArray, FloatArray, IntArray],
-        admit: AdmitFn | None = None,
-        dispatch: DispatchFn | None = None,
-        stretch: FloatArray | None = None,
-    ) -> None:
-        self.model = model
-        # Per member: how much longer a request takes with every instance busy (contended).
-        self.stretch = stretch
-        self.requests = requests
-        self.arrivals = arrivals
-        self.service_s = service_s
-        self.choose = choose
-        self.admit = admit
-        self.dispatch = dispatch
-        self.starts, self.finishes, self.configs = record
-        # Requests whose admission is decided (of ``requests``), those admitted in order, and how
-        # many of those have started.
-        self.decided = 0
-        self.admitted: list[int] = []
-        self.started = 0
-        # Admitted requests that admission sent to the fastest member (the front's first).
-        self.on_fastest: set[int] = set()
-        # (finish, start) of each instance's last request.
-        self._free = [(0.0, 0.0)] * model.servers
-        # Requests holding an instance of a staged pod, and when each started.
-        self._holding: dict[int, float] = {}
-        # A staged pod's network of queues (empty without stages).
-        self._idle_servers = model.servers
-        self._waiting: list[deque[int]] = [deque() for _ in model.stages]
-        self._busy = [False] * len(model.stages)
-        # (time, order, stage, batch): a stage finishing a batch.
-        self._events: list[tuple[float, int, int, tuple[int, ...]]] = []
-        self._order = 0
-
-    @property
-    def waiting(self) -> int:
-        """Requests admitted and not started: the router's queue."""
-        return len(self.admitted) - self.started
-
-    def _next_waiting(self, now: float) -> int:
-        """The admitted request an instance takes up at ``now``: the oldest, or under a
-        late-last order the oldest that has not waited past ``late_after_s`` (the oldest late
-        one when every one has)."""
-        late_after = self.model.late_after_s
-        if late_after is not None and self.waiting > 1:
-            for index in range(self.started, len(self.admitted)):
-                if now - self.arrivals[self.admitted[index]] <= late_after:
-                    # Ahead of the late ones, which keep their order behind it.
-                    if index != self.started:
-                        self.admitted.insert(self.started, self.admitted.pop(index))
-                    break
-        return self.admitted[self.started]
-
-    @property
-    def done(self) -> bool:
-        """Every request decided, and every admitted one started."""
-        return self.decided == len(self.requests) and self.waiting == 0
-
-    @property
-    def next_arrival(self) -> float:
-        """When the next undecided request arrives (inf when none is left)."""
-        if self.decided == len(self.requests):
-            return math.inf
-        return float(self.arrivals[self.requests[self.decided]])
-
-    def _busy_elapsed(self, now: float) -> list[float]:
-        """How long each busy instance has served its request, s."""
-        return [now - start for finish, start in self._free if finish > now]
-
-    def _decide(self, now: float) -> None:
-        """Admit or drop the next arrival (at ``now``), as the pod stands at that instant."""
-        request = int(self.requests[self.decided])
-        self.decided += 1
-        verdict = Verdict.SERVE
-        if self.admit is not None:
-            verdict = self.admit(now, self.waiting, self._busy_elapsed(now))
-        if verdict is not Verdict.DROP:
-            if verdict is Verdict.FASTEST:
-                self.on_fastest.add(request)
-            self.admitted.append(request)
-            return
-        self.starts[request] = self.finishes[request] = now
-        self.configs[request] = DROPPED
-
-    def _start(self, request: int, begin: float) -> int:
-        """Record a request's start on the configuration in force then (or the fastest, where
-        admission said so); returns that config, or DROPPED where admission at dispatch drops
-        it (it then takes no instance)."""
-        config = 0 if request in self.on_fastest else self.choose(begin)
-        if self.dispatch is not None:
-            config = self.dispatch(begin - float(self.arrivals[request]), config)
-        self.starts[request] = begin
-        self.configs[request] = config
-        self.started += 1
-        if config == DROPPED:
-            self.finishes[request] = begin
-        return config
-
-    def advance(self, until: float) -> None:
-        """Decide every arrival and start every request whose service begins by ``until``."""
-        while True:
-            begin = math.inf
-            if self.waiting:
-                request = self.admitted[self.started]
-                begin = max(self.arrivals[request], self._free[0][0])
-            arrival = self.next_arrival
-            first = min(begin, arrival)
-            if first > until or math.isinf(first):
-                return
-            if arrival < begin:
-                self._decide(arrival)
-                continue
-            # At a tie the start comes first: a request starting at this instant is not queued.
-            # Every admitted request has arrived by `begin` (later ones are not yet decided).
-            request = self._next_waiting(begin)
-            config = self._start(request, begin)
-            if config == DROPPED:
-                continue
-            service = float(self.service_s[config, request])
-            if self.stretch is not None:
-                # The instance at the heap's top is the one this request takes (free by now).
-                others = sum(1 for busy_until, _ in self._free if busy_until > begin)
-                share = others / (self.model.servers - 1)
-                service *= 1 + (float(self.stretch[config]) - 1) * share
-            finish = begin + service
-            heapq.heapreplace(self._free, (finish, begin))
-            self.finishes[request] = finish
-
-    def drain(self) -> None:
-        """Finish what has started (every finish is known when its request starts)."""
-
-
-class _StagedPod(_Pod):
-    """A pod whose requests pass through stages of one batching instance each."""
-
-    def _serve(self, stage: int, now: float) -> None:
-        """Start the stage's next batch if it is free and requests wait for it."""
-        if self._busy[stage] or not self._waiting[stage]:
-            return
-        queue = self._waiting[stage]
-        batch = tuple(
-            queue.popleft() for _ in range(min(len(queue), self.model.stages[stage].max_batch))
-        )
-        took = self.model.stages[stage].batch_time(
-            [self.service_s[self.configs[r], r] for r in batch]
-        )
-        self._busy[stage] = True
-        self._order += 1
-        heapq.heappush(self._events, (now + took, self._order, stage, batch))
-
-    def _busy_elapsed(self, now: float) -> list[float]:
-        """How long each request holding an instance has been in service, s."""
-        return [now - start for start in self._holding.values()]
-
-    def _start_waiting(self, now: float) -> None:
-        """Start admitted requests on idle router instances."""
-        while self._idle_servers and self.waiting:
-            request = self._next_waiting(now)
-            if self._start(request, now) == DROPPED:
-                continue
-            self._holding[request] = now
-            self._idle_servers -= 1
-            self._waiting[0].append(request)
-        # After every arrival of this instant: requests that arrive together batch together.
-        self._serve(0, now)
-
-    def advance(self, until: float, admit: bool = True) -> None:
-        """Run every arrival and batch completion up to ``until``."""
-        while True:
-            arrival = self.next_arrival if admit else math.inf
-            event = self._events[0][0] if self._events else math.inf
-            now = min(arrival, event)
-            if now > until or math.isinf(now):
-                return
-            if event <= arrival:
-                _, _, stage, batch = heapq.heappop(self._events)
-                self._busy[stage] = False
-                last = stage == len(self.model.stages) - 1
-                for request in batch:
-                    if last:
-                        self.finishes[request] = now
-                        self._idle_servers += 1
-                        del self._holding[request]
-                    else:
-                        self._waiting[stage + 1].append(request)
-                self._serve(stage, now)
-                if not last:
-                    self._serve(stage + 1, now)
-            if admit:
-                # Every arrival of this instant is decided before any request starts, so requests
-                # that arrive together batch together.
-                while self.next_arrival <= now:
-                    self._decide(now)
-                self._start_waiting(now)
-
-    def drain(self) -> None:
-        """Finish every request that has started; start no more."""
-        self.advance(math.inf, admit=False)
 
 
 class Controller(Protocol):
@@ -728,153 +231,226 @@ def simulate(
     would export after that decision."""
     if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
         raise SimulationError("switch_delay", f"{switch_delay_s:g} s is not >= 0", "give e.g. 0.01")
-    names = tuple(p.name for p in front)
-    index_of = {name: i for i, name in enumerate(names)}
-    # Seconds of service for every (configuration, request): the common random numbers.
-    service_s = np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in front])
-    arrivals = scenario.arrivals_s
-    n = len(arrivals)
-    assigned = scenario.pods_of(pods)
-    # Each pod's requests in arrival order.
-    queues = [np.flatnonzero(assigned == pod) for pod in range(pods)]
-    starts = np.empty(n)
-    finishes = np.empty(n)
-    configs = np.empty(n, dtype=np.int64)
-    state = controller.initial_state(0.0)
-    active = _initial_mix(state, index_of)
-    # Switches decided but not yet in force: (in force for services starting after, mix).
-    pending: list[tuple[float, Mix]] = []
-    # Each pod deals its requests to the mix in force by its own round-robin, as a router does.
-    dealt: list[tuple[Mix, SmoothWeighting[int]] | None] = [None] * pods
-    seen: list[tuple[float, float, int, Mix, bool, float]] = []
-    reasons: list[tuple[float, str]] = []
-    time_in = [0.0] * len(front)
-    switches = 0
-    last_arrival = float(arrivals[-1]) if n else 0.0
-    horizon = max(scenario.pattern.duration_s, last_arrival) + MAX_DRAIN_S
-    tick = 0
-    now = 0.0
+    run = _Run(
+        controller,
+        front,
+        scenario,
+        interval_s=interval_s,
+        rate_window_s=rate_window_s,
+        pods=pods,
+        switch_delay_s=switch_delay_s,
+        queue_aggregate=queue_aggregate,
+        pod_model=pod_model,
+        admission=admission,
+        plan=plan,
+    )
+    run.serve()
+    return run.report(label, slo_ms)
 
-    def mix_at(when: float) -> Mix:
-        chosen = active
-        for effective, mix in pending:
+
+class _Run:
+    """One policy's run over one scenario, tick by tick (``simulate``): the pods, the switches
+    decided and in force, and what the policy saw."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        front: Sequence[LatencyProfile],
+        scenario: Scenario,
+        *,
+        interval_s: float,
+        rate_window_s: float,
+        pods: int,
+        switch_delay_s: float,
+        queue_aggregate: QueueAggregate,
+        pod_model: PodModel,
+        admission: Admission | None,
+        plan: Plan | None,
+    ) -> None:
+        self.controller = controller
+        self.front = front
+        self.scenario = scenario
+        self.interval_s = interval_s
+        self.rate_window_s = rate_window_s
+        self.pods = pods
+        self.switch_delay_s = switch_delay_s
+        self.queue_aggregate = queue_aggregate
+        self.pod_model = pod_model
+        self.plan = plan
+        self.names = tuple(p.name for p in front)
+        index_of = {name: i for i, name in enumerate(self.names)}
+        # Seconds of service for every (configuration, request): the common random numbers.
+        service_s = np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in front])
+        self.arrivals = scenario.arrivals_s
+        n = len(self.arrivals)
+        assigned = scenario.pods_of(pods)
+        # Each pod's requests in arrival order.
+        self.queues = [np.flatnonzero(assigned == pod) for pod in range(pods)]
+        self.starts = np.empty(n)
+        self.finishes = np.empty(n)
+        self.configs = np.empty(n, dtype=np.int64)
+        self.state = controller.initial_state(0.0)
+        self.active = _initial_mix(self.state, index_of)
+        # Switches decided but not yet in force: (in force for services starting after, mix).
+        self.pending: list[tuple[float, Mix]] = []
+        # Each pod deals its requests to the mix in force by its own round-robin, as a router does.
+        self.dealt: list[tuple[Mix, SmoothWeighting[int]] | None] = [None] * pods
+        self.seen: list[tuple[float, float, int, Mix, bool, float]] = []
+        self.reasons: list[tuple[float, str]] = []
+        self.time_in = [0.0] * len(front)
+        self.switches = 0
+        last_arrival = float(self.arrivals[-1]) if n else 0.0
+        self.horizon = max(scenario.pattern.duration_s, last_arrival) + MAX_DRAIN_S
+        admit: AdmitFn | None = None
+        dispatch: DispatchFn | None = None
+        # The members' own service quantiles (admission at dispatch), and each mix's service
+        # grid (admission at arrival), made once.
+        self.own_ms: list[float] = []
+        self.grids: dict[Mix, ServiceGrid] = {}
+        if admission is not None and admission.at is AdmissionPoint.DISPATCH:
+            self.own_ms = service_quantiles_ms(front, admission.quantile)
+            dispatch = functools.partial(self.dispatch, admission)
+        elif admission is not None:
+            admit = functools.partial(self.admit, admission)
+        stretch = (
+            np.array([p.busy_stretch(pod_model.servers) for p in front])
+            if pod_model.contended and pod_model.servers > 1
+            else None
+        )
+        self.servers = [
+            (StagedPod if pod_model.stages else Pod)(
+                pod_model,
+                queue,
+                self.arrivals,
+                service_s,
+                functools.partial(self.config_at, pod),
+                (self.starts, self.finishes, self.configs),
+                admit,
+                dispatch,
+                stretch,
+            )
+            for pod, queue in enumerate(self.queues)
+        ]
+
+    def mix_at(self, when: float) -> Mix:
+        """The mix in force for a service starting at ``when``."""
+        chosen = self.active
+        for effective, mix in self.pending:
             if when > effective:
                 chosen = mix
         return chosen
 
-    def config_at(pod: int, begin: float) -> int:
-        chosen = mix_at(begin)
+    def config_at(self, pod: int, begin: float) -> int:
+        """The member serving the pod's next request, starting at ``begin``: the mix in force,
+        dealt by the pod's round-robin."""
+        chosen = self.mix_at(begin)
         if chosen.blend is None:
             return chosen.base
-        current = dealt[pod]
+        current = self.dealt[pod]
         if current is None or current[0] != chosen:
             current = (chosen, mix_weighting(chosen))
-            dealt[pod] = current
+            self.dealt[pod] = current
         return current[1].pick()
 
-    admit: AdmitFn | None = None
-    dispatch: DispatchFn | None = None
-    if admission is not None and admission.at is AdmissionPoint.DISPATCH:
-        rule_at_dispatch = admission
-        own_ms = service_quantiles_ms(front, admission.quantile)
+    def dispatch(self, rule: Admission, waited_s: float, config: int) -> int:
+        """Admission at dispatch by ``rule``: the member that serves a request routed to
+        ``config``, or DROPPED."""
+        left_ms = rule.slo_ms - waited_s * 1000
+        verdict = judge_at_dispatch(rule, left_ms, self.own_ms[config], self.own_ms[0])
+        return {Verdict.SERVE: config, Verdict.FASTEST: 0}.get(verdict, DROPPED)
 
-        def dispatch(waited_s: float, config: int) -> int:
-            left_ms = rule_at_dispatch.slo_ms - waited_s * 1000
-            verdict = judge_at_dispatch(rule_at_dispatch, left_ms, own_ms[config], own_ms[0])
-            return {Verdict.SERVE: config, Verdict.FASTEST: 0}.get(verdict, DROPPED)
+    def grid_of(self, mix: Mix) -> ServiceGrid:
+        """The mix's service grid (made on first use)."""
+        grid = self.grids.get(mix)
+        if grid is None:
+            members = [(self.front[member], share) for member, share in mix.shares]
+            grid = self.grids[mix] = ServiceGrid(members, self.pod_model.servers)
+        return grid
 
-    elif admission is not None:
-        rule = admission
+    def admit(self, rule: Admission, arrival: float, queued: int, busy_s: list[float]) -> Verdict:
+        """Admission at arrival by ``rule``: the verdict on a request arriving at a pod."""
+        busy_ms = [b * 1000 for b in busy_s]
+        grid, fastest = self.grid_of(self.mix_at(arrival)), self.grid_of(Mix(0))
+        return judge(rule, grid, fastest, queued, busy_ms, self.pod_model.servers)
 
-        @functools.cache
-        def grid_of(mix: Mix) -> ServiceGrid:
-            members = [(front[member], share) for member, share in mix.shares]
-            return ServiceGrid(members, pod_model.servers)
+    def serve(self) -> None:
+        """Tick until every request has started and the pattern is over (or the horizon), then
+        drain the pods."""
+        tick = 0
+        now = 0.0
+        while True:
+            # Start every request whose service begins by `now`, with the configuration in force
+            # then.
+            for server in self.servers:
+                server.advance(now)
+            while self.pending and self.pending[0][0] <= now:
+                self.active = self.pending.pop(0)[1]
+            done = all(server.done for server in self.servers)
+            if (done and now >= self.scenario.pattern.duration_s) or now > self.horizon:
+                break
+            self.decide(now)
+            tick += 1
+            now = tick * self.interval_s
+        final = (self.pending[-1][1] if self.pending else self.active).base
+        for server, queue in zip(self.servers, self.queues, strict=True):
+            server.drain()
+            if not server.done:
+                # Past the drain horizon: the rest never start; count them at the horizon.
+                rest = [*server.admitted[server.started :], *queue[server.decided :]]
+                self.starts[rest] = self.horizon
+                self.finishes[rest] = self.horizon
+                self.configs[rest] = final
 
-        def admit(arrival: float, queued: int, busy_s: list[float]) -> Verdict:
-            busy_ms = [b * 1000 for b in busy_s]
-            grid, fastest = grid_of(mix_at(arrival)), grid_of(Mix(0))
-            return judge(rule, grid, fastest, queued, busy_ms, pod_model.servers)
-
-    stretch = (
-        np.array([p.busy_stretch(pod_model.servers) for p in front])
-        if pod_model.contended and pod_model.servers > 1
-        else None
-    )
-    servers = [
-        (_StagedPod if pod_model.stages else _Pod)(
-            pod_model,
-            queue,
-            arrivals,
-            service_s,
-            functools.partial(config_at, pod),
-            (starts, finishes, configs),
-            admit,
-            dispatch,
-            stretch,
-        )
-        for pod, queue in enumerate(queues)
-    ]
-    while True:
-        # Start every request whose service begins by `now`, with the configuration in force then.
-        for server in servers:
-            server.advance(now)
-        while pending and pending[0][0] <= now:
-            active = pending.pop(0)[1]
-        done = all(server.done for server in servers)
-        if (done and now >= scenario.pattern.duration_s) or now > horizon:
-            break
+    def decide(self, now: float) -> None:
+        """Ask the controller at ``now``, as the operator would, and record what it saw."""
+        arrivals, rate_window_s, names = self.arrivals, self.rate_window_s, self.names
         arrived = int(np.searchsorted(arrivals, now, side="right"))
-        depth = aggregate_queue([server.waiting for server in servers], queue_aggregate)
+        depth = aggregate_queue([server.waiting for server in self.servers], self.queue_aggregate)
         recent = arrived - int(np.searchsorted(arrivals, now - rate_window_s, side="right"))
         observed = recent / min(rate_window_s, now) if now > 0 else 0.0
         observation = Observation(
-            time=now, queue_depth=depth, arrivals_total=float(arrived) / pods, pods=pods
+            time=now, queue_depth=depth, arrivals_total=float(arrived) / self.pods, pods=self.pods
         )
-        decision, state = controller.decide(observation, state, now)
+        decision, self.state = self.controller.decide(observation, self.state, now)
         target = decision.mix
-        in_force = pending[-1][1] if pending else active
+        in_force = self.pending[-1][1] if self.pending else self.active
         if decision.switched:
-            switches += 1
-            reasons.append(
+            self.switches += 1
+            self.reasons.append(
                 (now, f"{_label(in_force, names)} -> {_label(target, names)}: {decision.reason}")
             )
         if target != in_force:
-            pending.append((now + switch_delay_s, target))
-        pressure = 0.0 if plan is None else capacity_pressure(plan, names[target.base], depth)
-        seen.append((now, observed, round(depth), target, decision.switched, pressure))
+            self.pending.append((now + self.switch_delay_s, target))
+        pressure = (
+            0.0 if self.plan is None else capacity_pressure(self.plan, names[target.base], depth)
+        )
+        self.seen.append((now, observed, round(depth), target, decision.switched, pressure))
         for member, share in target.shares:
-            time_in[member] += share * interval_s
-        tick += 1
-        now = tick * interval_s
-    final = (pending[-1][1] if pending else active).base
-    for server, queue in zip(servers, queues, strict=True):
-        server.drain()
-        if not server.done:
-            # Past the drain horizon: the rest never start; count them at the horizon.
-            rest = [*server.admitted[server.started :], *queue[server.decided :]]
-            starts[rest] = horizon
-            finishes[rest] = horizon
-            configs[rest] = final
-    offered = scenario.pattern.rate(np.array([t for t, *_ in seen]))
-    ticks = tuple(
-        Tick(t, float(rate), observed, depth, mix.base, switched, mix, pressure)
-        for (t, observed, depth, mix, switched, pressure), rate in zip(seen, offered, strict=True)
-    )
-    return RunReport(
-        label=label,
-        slo_ms=slo_ms,
-        names=names,
-        accuracies=tuple(p.accuracy for p in front),
-        arrivals_s=arrivals,
-        starts_s=starts,
-        finishes_s=finishes,
-        configs=configs,
-        ticks=ticks,
-        switches=switches,
-        time_in_config_s=tuple(time_in),
-        reasons=tuple(reasons),
-    )
+            self.time_in[member] += share * self.interval_s
+
+    def report(self, label: str, slo_ms: float) -> RunReport:
+        """The run as served."""
+        offered = self.scenario.pattern.rate(np.array([t for t, *_ in self.seen]))
+        ticks = tuple(
+            Tick(t, float(rate), observed, depth, mix.base, switched, mix, pressure)
+            for (t, observed, depth, mix, switched, pressure), rate in zip(
+                self.seen, offered, strict=True
+            )
+        )
+        return RunReport(
+            label=label,
+            slo_ms=slo_ms,
+            names=self.names,
+            accuracies=tuple(p.accuracy for p in self.front),
+            arrivals_s=self.arrivals,
+            starts_s=self.starts,
+            finishes_s=self.finishes,
+            configs=self.configs,
+            ticks=ticks,
+            switches=self.switches,
+            time_in_config_s=tuple(self.time_in),
+            reasons=tuple(self.reasons),
+        )
 
 
 def _initial_mix(state: PolicyState, index_of: Mapping[str, int]) -> Mix:

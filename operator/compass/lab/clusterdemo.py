@@ -31,10 +31,11 @@ from compass.api.paretopolicy import ParetoPolicySpec
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.ledgerchunks import CHUNK_OF_LABEL
 from compass.dataplane.triton import TritonRouter
+from compass.domain.arrivals import SPIKE_FACTOR, Scenario
 from compass.domain.elastico import Elastico
 from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import SPIKE_FACTOR, Scenario, Tick, compare
+from compass.domain.simulator import Tick, compare
 from compass.domain.space import config_key
 from compass.lab.demo import (
     RUN_TITLES,

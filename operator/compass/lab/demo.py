@@ -23,11 +23,12 @@ from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
 from compass.domain.admission import Admission, AdmissionPoint, router_admission
+from compass.domain.arrivals import SPIKE_FACTOR, Scenario
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, PlanError, Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.search import SearchOutcome, SearchSettings, complete_feasible
-from compass.domain.simulator import SPIKE_FACTOR, RunReport, Scenario, compare
+from compass.domain.simulator import RunReport, compare
 from compass.domain.space import Space
 from compass.domain.strategy import Strategy
 from compass.evaluators import CheckpointedEvaluator, CheckpointLedger

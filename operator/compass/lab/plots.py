@@ -13,9 +13,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from compass.domain.arrivals import Scenario
 from compass.domain.planner import Plan
 from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import Scenario, Tick
+from compass.domain.simulator import Tick
 
 BASELINE_STYLE = {"fastest": "tab:green", "middle": "tab:orange", "accurate": "tab:red"}
 POLICY_COLOUR = "tab:blue"

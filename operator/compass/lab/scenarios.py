@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.domain.arrivals import SPIKE_FACTOR, Scenario, make_pattern, make_scenario
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
-from compass.domain.simulator import SPIKE_FACTOR, Scenario, make_pattern, make_scenario
 from compass.domain.space import config_key
 from compass.examples import RAG_PAPER_SAMPLES
 from compass.lab.local_triton import LocalTriton, assemble_repository, model_images
