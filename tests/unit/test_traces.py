@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from compass.domain.simulator import PatternKind, make_pattern, make_scenario
+from compass.domain.arrivals import PatternKind, make_pattern, make_scenario
 from compass.domain.traces import (
     TRACE_NAMES,
     TRACE_SPANS,

@@ -1,36 +1,12 @@
 """Public production arrival traces as the yardstick: windows cut, stretched and enumerated.
 
-Pure: it takes arrival offsets (seconds from the trace's start, sorted) and never reads a file;
-``compass.examples.load_trace(name)`` reads the shipped ones. Every bench cuts and stretches a
-window the same way, so here is the one definition.
-
-**A window** (``TraceWindow``) is ``[start_s, start_s + length_s)`` of one trace, in the trace's
-own seconds; it must lie inside the trace, ``0 <= start_s`` and ``start_s + length_s <= span``
-(the span is the trace's last offset). Its arrivals are the offsets ``t`` with
-``start_s <= t < start_s + length_s``, shifted by ``-start_s`` so the window starts at 0.
-
-**Its mean rate** is ``arrivals / length_s``: the window's whole length, quiet edges included.
-
-**Stretching** gives it the mean rate ``utilisation x capacity_qps`` (capacity: requests/s the
-front's fastest configuration serves). Every shifted offset (so every inter-arrival time, and
-the gap before the first arrival) is multiplied by one factor,
-``factor = window mean rate / (utilisation x capacity_qps)``, and the window lasts
-``length_s x factor``: the mean rate over that length is the target, and the burst shape (the
-order, ties, and every ratio between gaps, so the inter-arrivals' coefficient of variation) is
-unchanged. factor > 1 slows the trace down, < 1 speeds it up.
-
-The stretched arrivals feed the simulator's existing trace pattern unchanged:
-``make_pattern("trace", 1, 1, trace_s=stretched.arrivals_s.tolist())`` (it re-shifts to the first
-arrival, so its own ``base_qps`` is arrivals over first-to-last, a little above the target).
-
-**Choosing windows.** ``kth_window`` (the k-th of n evenly spaced starts) and ``random_window``
-(a seeded uniform start) pick one. ``trace_windows`` enumerates a bench's windows: each trace's
-span is cut into ``floor(span / length_s)`` non-overlapping slots ``[j L, (j + 1) L)``; a
-generator seeded with ``[seed, crc32(name)]`` (so one trace's windows do not depend on which
-other traces are asked for) shuffles that trace's slots, the first ``count`` are taken, and they
-alternate tuning, held-out, tuning, ... in shuffled order: each trace gives ``ceil(count / 2)``
-tuning and ``floor(count / 2)`` held-out windows, and no held-out window overlaps a tuning one.
-Each set is listed in the order of ``names``, then by start.
+Pure: it takes arrival offsets (seconds from the trace's start, sorted) and never reads a file
+(``compass.examples.load_trace(name)`` reads the shipped ones). One definition for every bench:
+a window is ``[start_s, start_s + length_s)`` of one trace, shifted to start at 0; stretching
+multiplies every offset by one factor so the window's mean rate is ``utilisation x capacity``
+of the front's fastest configuration, keeping the burst shape; ``trace_windows`` deals each
+trace's non-overlapping slots, seeded per trace, alternately into tuning and held-out sets.
+The exact rules: docs/method.md, "Real load: trace windows".
 """
 
 from __future__ import annotations
