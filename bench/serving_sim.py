@@ -62,7 +62,7 @@ from compass.domain.admission import (
     AdmissionPoint,
     late_after_ms,
 )
-from compass.domain.arrivals import make_pattern, make_scenario
+from compass.domain.arrivals import Scenario, make_pattern, make_scenario
 from compass.domain.elastico import Elastico
 from compass.domain.forecast import ForecasterKind, build_forecaster
 from compass.domain.oracle import hindsight_oracle, known_load_oracle
@@ -72,6 +72,8 @@ from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import Controller, QueueAggregate, StaticController, simulate
 from compass.domain.split import Split
+from compass.domain.traces import TRACE_NAMES, TraceWindow, stretch_window, trace_windows
+from compass.examples import load_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,6 +115,13 @@ KNOWN_LOAD = "known load"
 ORACLE_COMPLIANCE_TOLERANCE = 0.5
 ORACLE_SHARE_MEAN = 0.75
 ORACLE_SHARE_CELL = 0.50
+# Real load (--traces): windows of each trace, stretched to these shares of the front's fastest
+# configuration's capacity: light, near capacity, and over it in the trace's own bursts.
+TRACE_UTILISATIONS = "0.4,0.7,0.9"
+TRACE_WINDOWS = 4
+TRACE_WINDOW_S = 600.0
+TRACE_WINDOW_SEED = 0
+TRACE_SEEDS = 1
 
 
 @lru_cache(maxsize=1)
@@ -145,6 +154,35 @@ class Job:
     forecaster: ForecasterKind = ForecasterKind.NONE
     base_qps: float = BASE_QPS
     late_last: bool = False
+    # Real load: a window of a shipped trace at this share of the fastest member's capacity
+    # (pattern is then the cell's label).
+    window: TraceWindow | None = None
+    utilisation: float = 0.0
+
+
+@lru_cache(maxsize=8)
+def trace_arrivals(name: str) -> npt.NDArray[np.float64]:
+    """A shipped trace's arrival offsets (read once per process)."""
+    return load_trace(name)
+
+
+def trace_label(window: TraceWindow, utilisation: float) -> str:
+    """A trace window's cell label: the trace, the utilisation, where the window starts."""
+    return f"{window.trace}@{utilisation:g}+{window.start_s:.0f}s"
+
+
+def job_scenario(job: Job, fastest: LatencyProfile) -> Scenario:
+    """The arrivals and service-time luck of one job: a synthetic pattern, or a trace window
+    stretched to the job's utilisation of the fastest member's capacity on every pod."""
+    if job.window is None:
+        pattern = make_pattern(job.pattern, job.base_qps * job.pods, DURATION_S, seed=job.seed)
+    else:
+        capacity = job.pods * 1000.0 / fastest.mean_ms
+        stretched = stretch_window(
+            trace_arrivals(job.window.trace), job.window, job.utilisation, capacity
+        )
+        pattern = make_pattern("trace", 1, 1, trace_s=stretched.arrivals_s.tolist())
+    return make_scenario(pattern, job.seed)
 
 
 # Per policy: (SLO compliance %, mean accuracy, switches, requests, dropped %).
@@ -155,9 +193,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
     """Serve one scenario with every static configuration and with Elastico under both models."""
     plans = {model: plan_for(job.data_dir, job.slo_ms, model) for model in MODELS}
     front = [t.profile for t in plans[ThresholdModel.TAIL].thresholds]
-    scenario = make_scenario(
-        make_pattern(job.pattern, job.base_qps * job.pods, DURATION_S, seed=job.seed), job.seed
-    )
+    scenario = job_scenario(job, front[0])
     controllers: dict[str, Controller] = {
         f"#{i}": StaticController(profile.name, i) for i, profile in enumerate(front)
     }
@@ -210,7 +246,8 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
         late_after_s=late_after_s,
     )
     outcome["oracle"] = (oracle.compliance, oracle.mean_accuracy, 0, oracle.requests, 0.0)
-    if not job.late_last:
+    # The known-load oracle draws the load again from its pattern: a trace has none to draw.
+    if not job.late_last and job.window is None:
         known = known_load_oracle(
             front,
             scenario,
@@ -231,7 +268,51 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument("--slos", default="500,750,1000,1500", help="SLOs in ms, comma-separated")
-    parser.add_argument("--patterns", default="spike,ramp,step,bursty", help="load patterns")
+    parser.add_argument(
+        "--patterns",
+        default="spike,ramp,step,bursty",
+        help="synthetic load patterns ('' for none: real load alone)",
+    )
+    parser.add_argument(
+        "--traces",
+        default="",
+        help=f"real load too: shipped production traces, comma-separated, or 'all' "
+        f"({', '.join(TRACE_NAMES)}); windows of each, stretched to each --utilisations "
+        "of the fastest member's capacity, split into tuning and held-out sets",
+    )
+    parser.add_argument(
+        "--utilisations",
+        default=TRACE_UTILISATIONS,
+        help=f"with --traces: mean load as shares of the fastest member's capacity on every "
+        f"pod (default {TRACE_UTILISATIONS})",
+    )
+    parser.add_argument(
+        "--windows",
+        type=int,
+        default=TRACE_WINDOWS,
+        help=f"with --traces: windows per trace, alternately tuning and held-out (default "
+        f"{TRACE_WINDOWS})",
+    )
+    parser.add_argument(
+        "--window-s",
+        type=float,
+        default=TRACE_WINDOW_S,
+        help=f"with --traces: each window's length in the trace's own seconds, before "
+        f"stretching (default {TRACE_WINDOW_S:g})",
+    )
+    parser.add_argument(
+        "--trace-seeds",
+        type=int,
+        default=TRACE_SEEDS,
+        help=f"with --traces: service-time draws per window (default {TRACE_SEEDS}: a window "
+        "is long, its arrivals are the sample)",
+    )
+    parser.add_argument(
+        "--window-seed",
+        type=int,
+        default=TRACE_WINDOW_SEED,
+        help=f"with --traces: which windows (default {TRACE_WINDOW_SEED})",
+    )
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="the paper's data directory")
     parser.add_argument("--pods", type=int, default=1, help="servers, each with the base load")
     parser.add_argument(
@@ -270,6 +351,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--seeds and --jobs must be >= 1")
     if args.seed_offset < 0:
         parser.error("--seed-offset must be >= 0")
+    args.trace_names = (
+        list(TRACE_NAMES)
+        if args.traces == "all"
+        else [name.strip() for name in args.traces.split(",") if name.strip()]
+    )
+    unknown = sorted(set(args.trace_names) - set(TRACE_NAMES))
+    if unknown:
+        parser.error(
+            f"--traces: no shipped trace {', '.join(unknown)}; use {', '.join(TRACE_NAMES)}"
+        )
+    try:
+        args.utilisation_list = [float(u) for u in args.utilisations.split(",")]
+    except ValueError:
+        parser.error(f"--utilisations: {args.utilisations!r} is not numbers; e.g. 0.4,0.7,0.9")
+    if not all(0 < u < 10 for u in args.utilisation_list):
+        parser.error("--utilisations must lie in (0, 10): shares of the fastest's capacity")
+    if args.windows < 2 or not args.window_s > 0 or args.trace_seeds < 1:
+        parser.error(
+            "--windows must be >= 2 (tuning and held-out), --window-s > 0, --trace-seeds >= 1"
+        )
     try:
         args.admission_quantile = admission_quantile(args, DEFAULT_ADMISSION_QUANTILE)
         args.degrade_after = admission_degrade_after(args, DEFAULT_DEGRADE_AFTER)
@@ -327,13 +428,14 @@ def oracle_share(cell: dict[str, npt.NDArray[np.float64]], label: str) -> float:
     return float((cell[label][1] - cell["#0"][1]) / gain) if gain > 0 else float("inf")
 
 
-def oracle_section(means: Means) -> list[str]:
-    """Each strategy against the hindsight oracle, per cell, and issue 14's floors."""
+def oracle_section(means: Means, title: str = "", width: int = 8) -> list[str]:
+    """Each strategy against the hindsight oracle, per cell (``width``: its label's column), and
+    issue 14's floors; ``title`` names the cells' set."""
     lines = [
-        f"\nstrategies against the hindsight oracle ({ORACLE_WINDOW_S:g} s windows): compliance % "
-        "/ share of the oracle's accuracy gain over static fastest (+adm: and % dropped, "
-        "arrival, counted as misses)",
-        f"{'SLO':>5} {'pattern':<8} {'fastest':>15} {'oracle':>15}"
+        f"\nstrategies against the hindsight oracle ({ORACLE_WINDOW_S:g} s windows){title}: "
+        "compliance % / share of the oracle's accuracy gain over static fastest (+adm: and % "
+        "dropped, arrival, counted as misses)",
+        f"{'SLO':>5} {'pattern':<{width}} {'fastest':>15} {'oracle':>15}"
         + "".join(
             f"{name:>{22 if label in ADMITTED else 17}}" for name, label in STRATEGIES.items()
         ),
@@ -352,7 +454,7 @@ def oracle_section(means: Means) -> list[str]:
     refusing: list[str] = []
     for (slo, pattern), cell in means.items():
         row = (
-            f"{slo:>5.0f} {pattern:<8} {cell['#0'][0]:>7.1f}/{cell['#0'][1]:.4f}"
+            f"{slo:>5.0f} {pattern:<{width}} {cell['#0'][0]:>7.1f}/{cell['#0'][1]:.4f}"
             f" {cell['oracle'][0]:>7.1f}/{cell['oracle'][1]:.4f}"
         )
         for name, label in STRATEGIES.items():
@@ -468,7 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     slos = [float(s) for s in args.slos.split(",")]
-    patterns = [p.strip() for p in args.patterns.split(",")]
+    patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
     plan = plan_for(args.data, slos[0], ThresholdModel.TAIL)
     front = [t.profile for t in plan.thresholds]
     print(
@@ -493,25 +595,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         "baselines: fastest #0, middle #2, accurate #3 held static; policy: Elastico with the "
         "tail model (default); paper: Elastico with the paper-mean thresholds\n"
     )
+    common = Job(
+        args.data,
+        slos[0],
+        "",
+        0,
+        args.pods,
+        QueueAggregate(args.aggregate),
+        args.admission_quantile,
+        AdmissionPoint(args.admission_at),
+        args.degrade_after,
+        ForecasterKind(args.forecaster),
+        args.base_qps,
+        args.late_last,
+    )
+    seeds = range(args.seed_offset, args.seed_offset + args.seeds)
     jobs = [
-        Job(
-            args.data,
-            slo,
-            pattern,
-            seed,
-            args.pods,
-            QueueAggregate(args.aggregate),
-            args.admission_quantile,
-            AdmissionPoint(args.admission_at),
-            args.degrade_after,
-            ForecasterKind(args.forecaster),
-            args.base_qps,
-            args.late_last,
-        )
+        replace(common, slo_ms=slo, pattern=pattern, seed=seed)
         for slo in slos
         for pattern in patterns
-        for seed in range(args.seed_offset, args.seed_offset + args.seeds)
+        for seed in seeds
     ]
+    # Real load: each window at each utilisation is a cell of its own, labelled by its set.
+    held_out: set[str] = set()
+    if args.trace_names:
+        sets = trace_windows(args.trace_names, args.windows, args.window_s, args.window_seed)
+        print(
+            f"real load: {len(sets.tuning)} tuning and {len(sets.held_out)} held-out windows of "
+            f"{args.window_s:g} s from {', '.join(args.trace_names)} (window seed "
+            f"{args.window_seed}), each stretched to {args.utilisations} of the fastest's "
+            "capacity on every pod (docs/method.md, Real load: trace windows)\n"
+        )
+        for group, windows in (("tuning", sets.tuning), ("held-out", sets.held_out)):
+            for window in windows:
+                for utilisation in args.utilisation_list:
+                    label = trace_label(window, utilisation)
+                    if group == "held-out":
+                        held_out.add(label)
+                    jobs += [
+                        replace(
+                            common,
+                            slo_ms=slo,
+                            pattern=label,
+                            seed=seed,
+                            window=window,
+                            utilisation=utilisation,
+                        )
+                        for slo in slos
+                        for seed in range(args.seed_offset, args.seed_offset + args.trace_seeds)
+                    ]
     results: dict[tuple[float, str], list[Outcome]] = {}
     if args.jobs == 1:
         outcomes = map(run_job, jobs)
@@ -521,10 +653,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             for job, outcome in pool.map(run_job, jobs, chunksize=4):
                 results.setdefault((job.slo_ms, job.pattern), []).append(outcome)
-    means = {
+    every_mean = {
         cell: {label: np.mean([o[label] for o in outcomes], axis=0) for label in outcomes[0]}
         for cell, outcomes in results.items()
     }
+    means = {cell: v for cell, v in every_mean.items() if cell[1] in patterns}
+    traced = {cell: v for cell, v in every_mean.items() if cell[1] not in patterns}
+    if means:
+        synthetic_report(args, means)
+    if traced:
+        width = max(len(pattern) for _, pattern in traced)
+        tuning = {cell: v for cell, v in traced.items() if cell[1] not in held_out}
+        held = {cell: v for cell, v in traced.items() if cell[1] in held_out}
+        print("\n".join(oracle_section(tuning, ", real load: TUNING windows", width)))
+        print("\n".join(oracle_section(held, ", real load: HELD-OUT windows", width)))
+    if args.json:
+        document: dict[str, object] = {**json_cells(every_mean)}
+        document["held_out"] = sorted(held_out)
+        Path(args.json).write_text(json.dumps(document, indent=1), encoding="utf-8")
+        print(f"\nwrote {args.json}")
+    print(f"\n{len(jobs)} scenarios, {len(jobs) * 6} runs in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+def synthetic_report(args: argparse.Namespace, means: Means) -> None:
+    """The synthetic patterns' tables: policies against the baselines, the floors, the oracle,
+    both threshold models, and the paper's own runs."""
     labels = [
         ("fastest", "#0"),
         ("middle", "#2"),
@@ -588,9 +742,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     print("(no oscillation under a load on a threshold: tests/unit/test_elastico.py)")
     print("\n".join(oracle_section(means)))
-    if args.json:
-        Path(args.json).write_text(json.dumps(json_cells(means), indent=1), encoding="utf-8")
-        print(f"\nwrote {args.json}")
     print("\nthreshold models, same Elastico policy (compliance %, mean accuracy):")
     print(
         f"{'SLO':>5} {'pattern':<8} {'paper-mean':>9} {'tail':>9} {'delta':>7}   {'paper-mean':>6}  {'tail':>6} {'delta':>8}"
@@ -600,8 +751,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "\nthe paper's serving runs (serving_run5_summary.json, one run each) / this simulator (mean):"
     )
     print("\n".join(paper_rows(args.data, means)))
-    print(f"\n{len(jobs)} scenarios, {len(jobs) * 6} runs in {time.monotonic() - started:.1f} s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from dataclasses import dataclass
 
 import numpy as np
@@ -413,3 +414,18 @@ def test_a_late_last_queue_serves_a_late_request_after_every_one_in_time(
 def test_a_negative_late_after_is_refused() -> None:
     with pytest.raises(SimulationError, match="late_after"):
         PodModel(late_after_s=-1.0)
+
+
+def test_a_simulation_error_crosses_a_process_boundary_whole() -> None:
+    """The benches run scenarios in worker processes: the error a worker raises reaches the
+    parent with its field, what and fix, not as a TypeError from unpickling it."""
+    with pytest.raises(SimulationError) as raised:
+        make_pattern("spike", 0, 180)
+    copy = pickle.loads(pickle.dumps(raised.value))
+    assert isinstance(copy, SimulationError)
+    assert (copy.field, copy.what, copy.fix) == (
+        raised.value.field,
+        raised.value.what,
+        raised.value.fix,
+    )
+    assert str(copy) == str(raised.value)

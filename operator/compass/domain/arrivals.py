@@ -38,6 +38,11 @@ class SimulationError(ValueError):
         super().__init__(f"{field}: {what}; {fix}")
         self.field, self.what, self.fix = field, what, fix
 
+    def __reduce__(self) -> tuple[type[SimulationError], tuple[str, str, str]]:
+        # Raised in a bench's worker process, it must reach the parent whole, not as a
+        # TypeError from unpickling an exception whose __init__ takes three arguments.
+        return type(self), (self.field, self.what, self.fix)
+
 
 class PatternKind(StrEnum):
     """The shape of the offered load over time."""
