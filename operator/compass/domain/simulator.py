@@ -46,11 +46,11 @@ from compass.domain.admission import (
     Admission,
     AdmissionPoint,
     ServiceGrid,
-    Verdict,
     judge,
     judge_at_dispatch,
     service_quantiles_ms,
 )
+from compass.domain.admission import AdmissionVerdict as Verdict
 from compass.domain.capacity import CapacityCurve, CurvePoint, climb_ladder, measure_point
 from compass.domain.elastico import Action, Decision, Observation, PolicyState, capacity_pressure
 from compass.domain.mix import Mix, SmoothWeighting, mix_weighting
