@@ -33,14 +33,13 @@ from compass.api.conditions import (
 )
 from compass.api.errors import field_path, first_error
 from compass.api.meta import GROUP
+from compass.api.metricsource import MetricsAuthentication, MetricsSourceType
 from compass.api.paretopolicy import (
     MAX_LAGGING_PODS,
     ActiveConfiguration,
     BlendStatus,
     ConditionType,
     LaggingPod,
-    MetricsAuthentication,
-    MetricsSourceType,
     ParetoPolicySpec,
     ParetoPolicyStatus,
     RoutingStatus,

@@ -43,7 +43,8 @@ from compass.api.conditions import (
 )
 from compass.api.errors import field_path, first_error
 from compass.api.meta import GROUP, POLICY_PLURAL
-from compass.api.paretopolicy import MetricsSource, MetricsSourceType, RoutingTarget, spec_for_plan
+from compass.api.metricsource import MetricsSource, MetricsSourceType
+from compass.api.paretopolicy import RoutingTarget, spec_for_plan
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
     FIELD_MANAGER,
