@@ -105,14 +105,6 @@ class Dataset(CamelModel):
         f"at most {MAX_PATH_LENGTH} characters).",
     )
 
-    def path(self) -> str | None:
-        """Where the search Job's pod finds the dataset, None without a source."""
-        if self.config_map is not None:
-            return f"{DATASET_DIR}/{self.config_map.key}"
-        if self.volume is not None:
-            return f"{DATASET_DIR}/{self.volume.path.lstrip('/')}"
-        return self.image_path or None
-
     # The same rule as _one_source, for the API server (an empty imagePath counts as unset).
     model_config = ConfigDict(
         json_schema_extra=cel_rules(

@@ -1,15 +1,12 @@
 """The ParetoPolicy kind: the front, the SLO and how Elastico switches (spec); what it did (status).
 
-This pydantic model is the single source of truth for the ParetoPolicy custom resource's spec
-(camelCase on the wire, every field described for the CRD generator). ``compass plan`` writes
-it; ``compass simulate`` and the operator read it back and derive the thresholds, which belong
-in the resource's status (they follow from the spec, so GitOps never fights the operator).
+The single source of truth for the resource's wire format (camelCase, every field described for
+the CRD generator). ``compass.conversion`` turns a spec into the domain's plan and policy.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -17,38 +14,29 @@ from pydantic import ConfigDict, Field, model_validator
 
 from compass.api.conditions import CONDITIONS_SCHEMA, MAX_CONDITIONS, Condition
 from compass.api.meta import (
-    API_VERSION,
     DEFAULT_ROUTER_MODEL,
     MAX_ENDPOINT_LENGTH,
     MAX_LATENCY_MS,
     MAX_NAME_LENGTH,
-    POLICY_KIND,
     CamelModel,
 )
 from compass.api.metricsource import MetricsSource
 from compass.api.rules import CelRule, cel_rules
-from compass.domain.admission import (
-    DEFAULT_DEGRADE_AFTER,
-    Admission,
-    AdmissionPoint,
-    router_admission,
-)
-from compass.domain.capacity import MAX_CURVE_POINTS, CapacityCurve, CapacityError, parse_curve
+from compass.domain.admission import DEFAULT_DEGRADE_AFTER
+from compass.domain.capacity import MAX_CURVE_POINTS, CapacityError, parse_curve
 from compass.domain.elastico import (
     DEFAULT_COOLDOWN_EXPONENT,
     DEFAULT_DOWNSCALE_COOLDOWN_S,
     DEFAULT_INTERVAL_S,
     DEFAULT_STALE_AFTER_S,
     MAX_BURST_MEMORY_S,
-    ElasticoSettings,
     MetricsLoss,
 )
 from compass.domain.evaluation import ParamValue
 from compass.domain.forecast import ForecasterKind
-from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
-from compass.domain.profiles import LatencyProfile
+from compass.domain.planner import ThresholdModel
 from compass.domain.space import MAX_PARAMETERS, config_key
-from compass.domain.strategy import Policy, Strategy, build_policy
+from compass.domain.strategy import Strategy
 
 DEFAULT_SLACK_BUFFER_MS = 50.0
 # The sound model is the default: at 1.5 requests/s and a 500 ms SLO the paper's model keeps
@@ -99,22 +87,14 @@ class CapacitySpec(CamelModel):
         description=f"One point per offered rate, ascending; at most {MAX_CURVE_POINTS}.",
     )
 
-    def curve(self) -> CapacityCurve:
-        """The domain curve (its checks: rates ascending, percentiles ordered)."""
-        return parse_curve(self.model_dump(by_alias=False), "capacity")
-
     @model_validator(mode="after")
     def _valid_curve(self) -> CapacitySpec:
+        """The domain curve's checks: rates ascending, percentiles ordered."""
         try:
-            self.curve()
+            parse_curve(self.model_dump(by_alias=False), "capacity")
         except CapacityError as error:
             raise ValueError(f"{error.field.removeprefix('capacity.')}: {error.what}") from None
         return self
-
-    @staticmethod
-    def from_curve(curve: CapacityCurve) -> CapacitySpec:
-        """The spec of a domain curve."""
-        return CapacitySpec.model_validate(curve.to_json())
 
 
 class FrontEntry(CamelModel):
@@ -194,35 +174,6 @@ class FrontEntry(CamelModel):
                 f"{ordered[-1][1]:g}"
             )
         return self
-
-    def profile(self) -> LatencyProfile:
-        """The entry as a latency profile for the planner and the simulator."""
-        return LatencyProfile(
-            config=dict(self.config),
-            accuracy=self.accuracy,
-            mean_ms=self.latency_mean_ms,
-            p95_ms=self.latency_p95_ms,
-            p50_ms=self.latency_p50_ms,
-            p99_ms=self.latency_p99_ms,
-            std_ms=self.latency_std_ms,
-            capacity=None if self.capacity is None else self.capacity.curve(),
-        )
-
-    @staticmethod
-    def from_profile(profile: LatencyProfile) -> FrontEntry:
-        """The entry for a latency profile."""
-        return FrontEntry(
-            config=dict(profile.config),
-            accuracy=profile.accuracy,
-            latency_mean_ms=profile.mean_ms,
-            latency_p95_ms=profile.p95_ms,
-            latency_p50_ms=profile.p50_ms,
-            latency_p99_ms=profile.p99_ms,
-            latency_std_ms=profile.std_ms,
-            capacity=None
-            if profile.capacity is None
-            else CapacitySpec.from_curve(profile.capacity),
-        )
 
 
 class SloSpec(CamelModel):
@@ -498,81 +449,6 @@ class ParetoPolicySpec(ServingSettings):
             seen[key] = index
         return self
 
-    def profiles(self) -> tuple[LatencyProfile, ...]:
-        """The front entries as latency profiles."""
-        return tuple(entry.profile() for entry in self.front)
-
-    def plan(self) -> Plan:
-        """The thresholds derived from this spec (PlanError when the SLO admits none)."""
-        return plan_from_profiles(
-            self.profiles(),
-            Slo(self.slo.latency_ms, self.slo.percentile),
-            self.hysteresis.slack_buffer_ms,
-            self.threshold_model,
-            self.switch_delay_ms,
-            self.router_instances,
-        )
-
-    def settings(self) -> ElasticoSettings:
-        """The policy knobs this spec sets."""
-        return ElasticoSettings(
-            upscale_cooldown_s=self.hysteresis.upscale_cooldown_seconds,
-            downscale_cooldown_s=self.hysteresis.downscale_cooldown_seconds,
-            cooldown_exponent=self.hysteresis.cooldown_exponent,
-            on_metrics_loss=self.on_metrics_loss,
-            stale_after_s=self.stale_after_seconds,
-            paused=self.paused,
-            burst_memory_s=self.hysteresis.burst_memory_seconds,
-        )
-
-    def policy(self) -> Policy:
-        """The runtime policy this spec describes: its strategy over its plan."""
-        return build_policy(self.strategy, self.plan(), self.settings(), self.forecaster)
-
-    def admission_table(self, plan: Plan) -> dict[str, Any] | None:
-        """What every router gets with each switch to judge requests at dispatch, for this
-        spec's plan (None: admission off)."""
-        if not self.admission.enabled:
-            return None
-        return router_admission([t.profile for t in plan.thresholds], self.admission_rule())
-
-    def admission_rule(self) -> Admission:
-        """The admission rule this spec's settings describe, judged at dispatch as the routers
-        judge (whether or not it is enabled: ``compass simulate --admission`` runs it anyway)."""
-        return Admission(
-            self.slo.latency_ms,
-            self.admission.quantile,
-            at=AdmissionPoint.DISPATCH,
-            degrade_after=self.admission.degrade_after,
-            refuse=self.admission.refuse,
-        )
-
-
-def spec_for_plan(
-    plan: Plan,
-    hysteresis: Hysteresis | None = None,
-    serving: ServingSettings | None = None,
-    **fields: Any,
-) -> ParetoPolicySpec:
-    """The ParetoPolicy spec for a plan (its front, SLO, slack buffer and model) and settings."""
-    base = serving or ServingSettings()
-    chosen = (hysteresis or base.hysteresis).model_copy(
-        update={"slack_buffer_ms": plan.slack_buffer_ms}
-    )
-    settings = {
-        **base.model_dump(exclude={"hysteresis", "threshold_model"}),
-        "switch_delay_ms": plan.switch_delay_ms,
-        "router_instances": plan.servers,
-        **fields,
-    }
-    return ParetoPolicySpec(
-        front=[FrontEntry.from_profile(t.profile) for t in plan.thresholds],
-        slo=SloSpec(latency_ms=plan.slo.latency_ms, percentile=plan.slo.percentile),
-        hysteresis=chosen,
-        threshold_model=plan.model,
-        **settings,
-    )
-
 
 class ConditionType(StrEnum):
     """The conditions a ParetoPolicy reports."""
@@ -628,22 +504,6 @@ class ThresholdStatus(CamelModel):
     enter_max_qps: float | None = Field(
         default=None, description="Highest arrival rate at which it may be entered (tail model)."
     )
-
-    @staticmethod
-    def of_plan(plan: Plan) -> list[ThresholdStatus]:
-        """Every front member's limits, fastest first, rounded for the status."""
-        return [
-            ThresholdStatus(
-                config=t.profile.name,
-                eligible=t.eligible,
-                slack_ms=round(t.slack_ms, 3),
-                stay_max_queue=t.stay_max_queue,
-                enter_max_queue=t.enter_max_queue,
-                stay_max_qps=None if t.stay_max_qps is None else round(t.stay_max_qps, 4),
-                enter_max_qps=None if t.enter_max_qps is None else round(t.enter_max_qps, 4),
-            )
-            for t in plan.thresholds
-        ]
 
 
 class LaggingPod(CamelModel):
@@ -710,29 +570,3 @@ class ParetoPolicyStatus(CamelModel):
     observed_generation: int | None = Field(
         default=None, description="The spec generation the status describes."
     )
-
-
-# Spec fields a person (kubectl edit, Git) sets and a plan never writes: a manifest made from a
-# plan leaves them out, so applying it (or a re-plan, by server-side apply) keeps theirs.
-PERSON_OWNED_SPEC_FIELDS = ("paused",)
-
-
-def policy_manifest(
-    name: str,
-    namespace: str | None,
-    spec: Mapping[str, Any],
-    labels: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """A planned ParetoPolicy as an applyable manifest (apiVersion, kind, metadata, spec), with
-    only the fields a plan owns: never PERSON_OWNED_SPEC_FIELDS."""
-    metadata: dict[str, Any] = {"name": name}
-    if namespace:
-        metadata["namespace"] = namespace
-    if labels:
-        metadata["labels"] = dict(labels)
-    return {
-        "apiVersion": API_VERSION,
-        "kind": POLICY_KIND,
-        "metadata": metadata,
-        "spec": {k: v for k, v in spec.items() if k not in PERSON_OWNED_SPEC_FIELDS},
-    }

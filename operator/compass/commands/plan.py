@@ -14,7 +14,7 @@ from compass.api.meta import (
     MAX_NAME_LENGTH,
     MAX_NAMESPACE_LENGTH,
 )
-from compass.api.paretopolicy import DEFAULT_SLACK_BUFFER_MS, MAX_ROUTER_INSTANCES, spec_for_plan
+from compass.api.paretopolicy import DEFAULT_SLACK_BUFFER_MS, MAX_ROUTER_INSTANCES
 from compass.commands.common import (
     check_not_input,
     check_output,
@@ -31,6 +31,7 @@ from compass.console import (
     policy_manifest,
     policy_text,
 )
+from compass.conversion import spec_for_plan
 from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profiles
 
