@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from compass.api.paretopolicy import Hysteresis, spec_for_plan
+from compass.api.paretopolicy import Hysteresis
 from compass.commands.common import (
     add_admission_arguments,
     add_enum_argument,
@@ -66,6 +66,7 @@ from compass.commands.common import (
     read_trace,
 )
 from compass.console import UsageError
+from compass.conversion import runtime_policy, spec_for_plan
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
 from compass.dataplane.profiler import (
     CurveSettings,
@@ -351,8 +352,8 @@ def main() -> int:
                 pod_model=pod_model,
             )
             predicted = {
-                **predict({"policy": spec.policy()}),
-                **predict({ADMITTED_RUN: spec.policy()}, admission=admission),
+                **predict({"policy": runtime_policy(spec)}),
+                **predict({ADMITTED_RUN: runtime_policy(spec)}, admission=admission),
             }
             # What hindsight could win on these arrivals (the simulator's oracle): each run's
             # accuracy gain over static fastest as a share of the oracle's.
@@ -370,7 +371,7 @@ def main() -> int:
             for label, run in serve_each(
                 fleet,
                 plan,
-                spec.policy(),
+                runtime_policy(spec),
                 FleetQueueDepth(lambda: fleet.endpoints),
                 arrivals,
                 payload,

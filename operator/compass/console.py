@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TextIO
 import yaml
 
 from compass.api.paretopolicy import ParetoPolicySpec
-from compass.api.paretopolicy import policy_manifest as manifest_of
+from compass.conversion import planned_manifest
 from compass.domain.evaluation import Evaluator
 from compass.domain.planner import Plan
 from compass.domain.search import Progress, SearchOutcome, SearchSettings, search
@@ -203,7 +203,7 @@ def policy_manifest(
     """An applyable ParetoPolicy of a plan: apiVersion, kind, metadata (name, namespace if
     given) and the spec, camelCase, defaults written out (none a person owns: no paused)."""
     dumped = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return manifest_of(name, namespace, dumped)
+    return planned_manifest(name, namespace, dumped)
 
 
 def policy_text(manifest: Mapping[str, Any], form: str) -> str:

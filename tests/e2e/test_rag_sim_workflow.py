@@ -49,6 +49,7 @@ from ragsim import TIME_SCALE
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.ledgerchunks import ledger_text
+from compass.conversion import policy_plan
 from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import TritonRouter
 from compass.domain.arrivals import SPIKE_FACTOR
@@ -295,7 +296,7 @@ def test_example_workflow_to_a_policy_that_switches_triton_under_a_spike(
     # The spike `compass demo --cluster` serves: its peak at the paper's utilisation of the
     # fastest configuration as profiled here (this machine's speed varies with its load), which
     # must be beyond the most accurate one's capacity.
-    plan = ParetoPolicySpec.model_validate(policy["spec"]).plan()
+    plan = policy_plan(ParetoPolicySpec.model_validate(policy["spec"]))
     scenario = spike_scenario(plan, DURATION_S, SEED)
     base_qps = scenario.pattern.base_qps
     accurate_qps = 1000.0 / front[-1]["latencyMeanMs"]

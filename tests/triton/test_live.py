@@ -14,6 +14,7 @@ from ragsim import ACCURATE, FASTEST, TIME_SCALE
 
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.commands.main import main
+from compass.conversion import runtime_policy
 from compass.dataplane.live import LiveLoop
 from compass.dataplane.load import run_load
 from compass.dataplane.metrics import PrometheusQueueDepth, TritonQueueDepth
@@ -66,9 +67,9 @@ def test_loop_starts_from_what_the_router_serves(
     triton: LocalTriton, router: TritonRouter, policy: ParetoPolicySpec
 ) -> None:
     router.switch(ACCURATE)
-    loop = LiveLoop(policy.policy(), TritonQueueDepth(triton.metrics_url), router)
+    loop = LiveLoop(runtime_policy(policy), TritonQueueDepth(triton.metrics_url), router)
     state = loop.initial_state(time.monotonic())
-    assert state.active == policy.policy().plan.names[1]
+    assert state.active == runtime_policy(policy).plan.names[1]
     # No load: the first decision keeps the accurate configuration: a restart never flips it.
     result = loop.step(state, time.monotonic())
     assert not result.switched
@@ -80,9 +81,9 @@ def test_the_split_loop_resumes_the_mix_the_routers_serve_and_leaves_it_under_a_
 ) -> None:
     """A restarted operator finds the blend and its weight; a queue over the mix's limits moves
     every request to the fastest at once."""
-    split = ParetoPolicySpec.model_validate(
-        {**policy.model_dump(by_alias=True), "strategy": "split"}
-    ).policy()
+    split = runtime_policy(
+        ParetoPolicySpec.model_validate({**policy.model_dump(by_alias=True), "strategy": "split"})
+    )
     router.switch(FASTEST, ACCURATE, 0.4)
     loop = LiveLoop(split, TritonQueueDepth(triton.metrics_url), router)
     state = loop.initial_state(time.monotonic())
@@ -115,7 +116,7 @@ def test_loop_degrades_under_a_burst_and_recovers_after_the_cooldown(
     triton: LocalTriton, router: TritonRouter, policy: ParetoPolicySpec
 ) -> None:
     router.switch(ACCURATE)
-    loop = LiveLoop(policy.policy(), TritonQueueDepth(triton.metrics_url), router)
+    loop = LiveLoop(runtime_policy(policy), TritonQueueDepth(triton.metrics_url), router)
     state = loop.initial_state(time.monotonic())
     results = []
     stop = threading.Event()
@@ -157,8 +158,8 @@ def test_unreachable_triton_holds_the_last_decision_and_says_so(
     triton: LocalTriton, policy: ParetoPolicySpec
 ) -> None:
     dead = TritonRouter(f"127.0.0.1:{free_port()}", attempts=2, backoff_s=0.01, timeout_s=2)
-    loop = LiveLoop(policy.policy(), TritonQueueDepth(triton.metrics_url), dead)
-    state = PolicyState(active=policy.policy().plan.names[1], active_since=0.0)
+    loop = LiveLoop(runtime_policy(policy), TritonQueueDepth(triton.metrics_url), dead)
+    state = PolicyState(active=runtime_policy(policy).plan.names[1], active_since=0.0)
     # An empty state makes the policy fall back to the fastest: a switch it cannot make.
     result = loop.step(PolicyState(), time.monotonic())
     assert result.decision.switched
@@ -181,7 +182,7 @@ def test_prometheus_down_means_no_observation_and_the_policy_holds(
 ) -> None:
     router.switch(ACCURATE)
     source = PrometheusQueueDepth(f"http://127.0.0.1:{free_port()}")
-    loop = LiveLoop(policy.policy(), source, router)
+    loop = LiveLoop(runtime_policy(policy), source, router)
     state = loop.initial_state(time.monotonic())
     result = loop.step(state, time.monotonic())
     assert result.observation is None

@@ -12,6 +12,7 @@ import pytest
 from ragsim import ACCURATE, FASTEST
 
 from compass.api.paretopolicy import ParetoPolicySpec
+from compass.conversion import runtime_policy
 from compass.dataplane.live import LiveLoop
 from compass.dataplane.load import run_load
 from compass.dataplane.metrics import (
@@ -199,16 +200,28 @@ def test_a_series_that_stopped_moving_is_stale_and_the_loop_falls_back_to_the_fa
     try:
         source = source_for("prometheus", prometheus.url)
         assert _first_reading(source).age_s < 2.0
-        policy = ParetoPolicySpec.model_validate(
-            {
-                "front": [
-                    {"config": FASTEST, "accuracy": 0.83, "latencyMeanMs": 20, "latencyP95Ms": 23},
-                    {"config": ACCURATE, "accuracy": 0.86, "latencyMeanMs": 33, "latencyP95Ms": 37},
-                ],
-                "slo": {"latencyMs": 1000},
-                "staleAfterSeconds": STALE_AFTER_S,
-            }
-        ).policy()
+        policy = runtime_policy(
+            ParetoPolicySpec.model_validate(
+                {
+                    "front": [
+                        {
+                            "config": FASTEST,
+                            "accuracy": 0.83,
+                            "latencyMeanMs": 20,
+                            "latencyP95Ms": 23,
+                        },
+                        {
+                            "config": ACCURATE,
+                            "accuracy": 0.86,
+                            "latencyMeanMs": 33,
+                            "latencyP95Ms": 37,
+                        },
+                    ],
+                    "slo": {"latencyMs": 1000},
+                    "staleAfterSeconds": STALE_AFTER_S,
+                }
+            )
+        )
         router.switch(ACCURATE)
         loop = LiveLoop(policy, source, router)
         state = loop.initial_state(time.time())

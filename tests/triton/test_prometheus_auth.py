@@ -19,7 +19,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from compass.api.paretopolicy import MetricsAuthentication
+from compass.api.metricsource import MetricsAuthentication
 from compass.controllers import metricsauth
 from compass.dataplane.httpauth import HttpAuth
 from compass.dataplane.metrics import MetricsUnavailableError, PrometheusQueueDepth

@@ -12,8 +12,8 @@ from compass.domain.admission import (
     Admission,
     AdmissionError,
     AdmissionPoint,
+    AdmissionVerdict,
     ServiceGrid,
-    Verdict,
     judge,
     judge_at_dispatch,
     late_after_ms,
@@ -67,17 +67,17 @@ def test_a_request_is_served_degraded_to_the_fastest_or_dropped_by_its_predictio
     slow, fast = ServiceGrid([(SLOW, 1.0)]), ServiceGrid([(FAST, 1.0)])
     rule = Admission(slo_ms=1000)
     # Behind one slow request just started: 300 wait + 300 service fits.
-    assert judge(rule, slow, fast, 0, [0], 1) is Verdict.SERVE
+    assert judge(rule, slow, fast, 0, [0], 1) is AdmissionVerdict.SERVE
     # Two queued behind it: 900 wait; 300 more does not fit, 100 on the fastest does.
-    assert judge(rule, slow, fast, 2, [0], 1) is Verdict.FASTEST
+    assert judge(rule, slow, fast, 2, [0], 1) is AdmissionVerdict.FASTEST
     # Three queued: 1200 of wait, nothing fits.
-    assert judge(rule, slow, fast, 3, [0], 1) is Verdict.DROP
-    assert judge(Admission(1000, degrade=False), slow, fast, 2, [0], 1) is Verdict.DROP
+    assert judge(rule, slow, fast, 3, [0], 1) is AdmissionVerdict.DROP
+    assert judge(Admission(1000, degrade=False), slow, fast, 2, [0], 1) is AdmissionVerdict.DROP
     # Refusing nothing: what nothing brings in time goes to the fastest (as routed without
     # degrading).
-    assert judge(Admission(1000, refuse=False), slow, fast, 3, [0], 1) is Verdict.FASTEST
+    assert judge(Admission(1000, refuse=False), slow, fast, 3, [0], 1) is AdmissionVerdict.FASTEST
     assert judge(Admission(1000, degrade=False, refuse=False), slow, fast, 3, [0], 1) is (
-        Verdict.SERVE
+        AdmissionVerdict.SERVE
     )
 
 
@@ -192,26 +192,28 @@ def test_a_measured_capacity_curve_makes_a_batching_pods_prediction_hold() -> No
 
 def test_at_dispatch_the_real_wait_decides() -> None:
     rule = Admission(1000, at=AdmissionPoint.DISPATCH, degrade_after=1.0)
-    assert judge_at_dispatch(rule, 500, routed_ms=300, fastest_ms=100) is Verdict.SERVE
-    assert judge_at_dispatch(rule, 200, routed_ms=300, fastest_ms=100) is Verdict.FASTEST
-    assert judge_at_dispatch(rule, 50, routed_ms=300, fastest_ms=100) is Verdict.DROP
+    assert judge_at_dispatch(rule, 500, routed_ms=300, fastest_ms=100) is AdmissionVerdict.SERVE
+    assert judge_at_dispatch(rule, 200, routed_ms=300, fastest_ms=100) is AdmissionVerdict.FASTEST
+    assert judge_at_dispatch(rule, 50, routed_ms=300, fastest_ms=100) is AdmissionVerdict.DROP
     keep = dataclasses.replace(rule, degrade=False)
-    assert judge_at_dispatch(keep, 200, routed_ms=300, fastest_ms=100) is Verdict.DROP
+    assert judge_at_dispatch(keep, 200, routed_ms=300, fastest_ms=100) is AdmissionVerdict.DROP
     serving = dataclasses.replace(rule, refuse=False)
-    assert judge_at_dispatch(serving, 50, routed_ms=300, fastest_ms=100) is Verdict.FASTEST
-    assert judge_at_dispatch(serving, 200, routed_ms=300, fastest_ms=100) is Verdict.FASTEST
+    assert judge_at_dispatch(serving, 50, routed_ms=300, fastest_ms=100) is AdmissionVerdict.FASTEST
+    assert (
+        judge_at_dispatch(serving, 200, routed_ms=300, fastest_ms=100) is AdmissionVerdict.FASTEST
+    )
 
 
 def test_at_dispatch_a_long_wait_is_served_on_the_fastest() -> None:
     """Past degrade_after of the SLO waited (a queue behind it), the fastest serves even a
     request its routed member would bring in time; where only the routed one fits, it does."""
     rule = Admission(1000, at=AdmissionPoint.DISPATCH, degrade_after=0.25)
-    assert judge_at_dispatch(rule, 800, routed_ms=300, fastest_ms=100) is Verdict.SERVE
-    assert judge_at_dispatch(rule, 700, routed_ms=300, fastest_ms=100) is Verdict.FASTEST
-    assert judge_at_dispatch(rule, 700, routed_ms=300, fastest_ms=750) is Verdict.SERVE
-    assert judge_at_dispatch(rule, 50, routed_ms=300, fastest_ms=100) is Verdict.DROP
+    assert judge_at_dispatch(rule, 800, routed_ms=300, fastest_ms=100) is AdmissionVerdict.SERVE
+    assert judge_at_dispatch(rule, 700, routed_ms=300, fastest_ms=100) is AdmissionVerdict.FASTEST
+    assert judge_at_dispatch(rule, 700, routed_ms=300, fastest_ms=750) is AdmissionVerdict.SERVE
+    assert judge_at_dispatch(rule, 50, routed_ms=300, fastest_ms=100) is AdmissionVerdict.DROP
     keep = dataclasses.replace(rule, degrade=False)
-    assert judge_at_dispatch(keep, 700, routed_ms=300, fastest_ms=100) is Verdict.SERVE
+    assert judge_at_dispatch(keep, 700, routed_ms=300, fastest_ms=100) is AdmissionVerdict.SERVE
     for bad in (0.0, 1.5, float("nan")):
         with pytest.raises(AdmissionError, match="degradeAfter"):
             Admission(1000, degrade_after=bad)

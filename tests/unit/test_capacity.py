@@ -12,7 +12,8 @@ import pytest
 from profiles_for_tests import normal_profile
 from pydantic import ValidationError
 
-from compass.api.paretopolicy import CapacitySpec, FrontEntry, ParetoPolicySpec
+from compass.api.paretopolicy import CapacitySpec, ParetoPolicySpec
+from compass.conversion import front_entry, latency_profile, policy_plan
 from compass.dataplane.profiler import CurveSettings
 from compass.domain.arrivals import SimulationError, make_pattern, make_scenario
 from compass.domain.capacity import (
@@ -589,21 +590,21 @@ def test_a_front_entry_carries_the_curve_to_the_plan() -> None:
     """A ParetoPolicy front entry keeps the curve; routerInstances is the plan's servers."""
     curve = CapacityCurve(2, (point(5, 200), point(10, 300), point(15, 900)))
     measured = replace(FAST, capacity=curve)
-    entry = FrontEntry.from_profile(measured)
-    assert entry.profile() == measured
+    entry = front_entry(measured)
+    assert latency_profile(entry) == measured
     wire = {
         "front": [entry.model_dump(by_alias=True, exclude_none=True)],
         "slo": {"latencyMs": 500},
         "thresholdModel": "measured",
         "routerInstances": 2,
     }
-    plan = ParetoPolicySpec.model_validate(wire).plan()
+    plan = policy_plan(ParetoPolicySpec.model_validate(wire))
     assert plan.servers == 2
     assert plan.thresholds[0].stay_max_qps == pytest.approx(
         curve.max_rate(500, 95, FAST.latency_at(95))
     )
     with pytest.raises(PlanError, match=r"^capacity\.servers"):
-        ParetoPolicySpec.model_validate({**wire, "routerInstances": 4}).plan()
+        policy_plan(ParetoPolicySpec.model_validate({**wire, "routerInstances": 4}))
 
 
 def test_a_front_entry_refuses_a_curve_out_of_order() -> None:

@@ -241,7 +241,7 @@ def test_an_output_never_overwrites_an_input(
 
 
 def test_serve_names_a_policy_that_plans_nothing(here: Path, cli: Any) -> None:
-    """A policy whose SLO no member meets was a traceback from spec.policy()."""
+    """A policy whose SLO no member meets was a traceback from runtime_policy(spec)."""
     text = (here / "policy.yaml").read_text().replace("latencyMs: 800", "latencyMs: 5")
     (here / "p.yaml").write_text(text)
     argv = [

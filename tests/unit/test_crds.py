@@ -18,7 +18,7 @@ from compass.api.crds import (
     render_crd_templates,
     render_crds,
 )
-from compass.api.paretopolicy import CamelModel
+from compass.api.meta import CamelModel
 from compass.api.rules import CelRule, cel_rules
 from compass.api.schema import SchemaError, structural_schema
 from compass.commands.main import main

@@ -17,6 +17,7 @@ import yaml
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.paretopolicy import ParetoPolicySpec
+from compass.conversion import policy_plan
 from compass.domain.space import config_key
 from tiers import unavailable
 
@@ -86,7 +87,7 @@ def test_policy_example_is_a_plannable_pareto_policy() -> None:
     accuracies = [entry.accuracy for entry in spec.front]
     assert means == sorted(means)
     assert accuracies == sorted(accuracies)
-    plan = spec.plan()
+    plan = policy_plan(spec)
     assert all(t.eligible and t.slack_ms > 0 for t in plan.thresholds)
     assert spec.metrics is not None
     assert spec.metrics.query

@@ -204,7 +204,8 @@ def test_build_policy_gives_predictive_its_forecaster_and_refuses_one_elsewhere(
 def test_the_spec_names_the_field_when_a_forecaster_comes_without_predictive() -> None:
     from pydantic import ValidationError
 
-    from compass.api.paretopolicy import ParetoPolicySpec, spec_for_plan
+    from compass.api.paretopolicy import ParetoPolicySpec
+    from compass.conversion import runtime_policy, spec_for_plan
 
     spec = spec_for_plan(PLAN)
     data = spec.model_dump(by_alias=True, mode="json")
@@ -213,7 +214,7 @@ def test_the_spec_names_the_field_when_a_forecaster_comes_without_predictive() -
     chosen = ParetoPolicySpec.model_validate(
         {**data, "forecaster": "lstm", "strategy": "predictive"}
     )
-    policy = chosen.policy()
+    policy = runtime_policy(chosen)
     assert isinstance(policy, Predictive)
     assert isinstance(policy.forecaster, Lstm)
     assert json.loads(chosen.model_dump_json(by_alias=True))["forecaster"] == "lstm"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from compass.api.paretopolicy import MetricsAuthentication
+from compass.api.metricsource import MetricsAuthentication
 from compass.controllers import metricsauth
 from compass.controllers import policy as ps
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth

@@ -11,6 +11,7 @@ import yaml
 
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.commands.main import main
+from compass.conversion import admission_rule, policy_plan
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import parse_profiles
 
@@ -83,7 +84,7 @@ def test_plan_prints_the_front_and_writes_the_policy(
     assert document["thresholdModel"] == "tail"
     spec = ParetoPolicySpec.model_validate(document)
     assert [entry.config["model"] for entry in spec.front] == ["fast", "mid", "slow"]
-    assert spec.plan().thresholds == expected.thresholds
+    assert policy_plan(spec).thresholds == expected.thresholds
 
 
 def test_plan_options_and_json_output(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,7 +135,7 @@ def test_plan_writes_the_strategy_and_admission_asked_for(
         "refuse": False,
     }
     spec = ParetoPolicySpec.model_validate(document)
-    assert spec.admission_rule().degrade_after == 0.5
+    assert admission_rule(spec).degrade_after == 0.5
     simulate = ["simulate", "--policy", "paretopolicy.yaml", "--duration", "30", "--base-qps", "2"]
     assert main(simulate) == 0
     assert "the policy with admission (q 0.5, refusing nothing" in capsys.readouterr().out
@@ -296,7 +297,7 @@ def test_a_policy_of_several_router_instances_plans_and_simulates_them(
         yaml.safe_load((workdir / "one.yaml").read_text())["spec"]
     )
     assert four.router_instances == 4
-    fast_four, fast_one = four.plan().thresholds[0], one.plan().thresholds[0]
+    fast_four, fast_one = policy_plan(four).thresholds[0], policy_plan(one).thresholds[0]
     assert fast_four.stay_max_qps is not None
     assert fast_one.stay_max_qps is not None
     assert fast_four.stay_max_qps > 3 * fast_one.stay_max_qps

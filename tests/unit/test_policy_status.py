@@ -12,7 +12,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from compass.api.crds import PARETO_POLICY, build_crd
-from compass.api.paretopolicy import ConditionType, MetricsSourceType, ParetoPolicyStatus
+from compass.api.metricsource import MetricsSourceType
+from compass.api.paretopolicy import ConditionType, ParetoPolicyStatus
 from compass.commands.main import main
 from compass.controllers import policy as ps
 from compass.controllers.manager import _quiet_timer_successes, scope

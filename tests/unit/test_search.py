@@ -24,7 +24,7 @@ from compass.domain.search import (
     search,
 )
 from compass.domain.space import Space, config_key
-from compass.domain.statistics import IntervalMethod, StoppingRule, Verdict
+from compass.domain.statistics import FeasibilityVerdict, IntervalMethod, StoppingRule
 from compass.evaluators import CheckpointedEvaluator, CheckpointLedger
 
 IntArray = npt.NDArray[np.int64]
@@ -283,7 +283,7 @@ def test_default_schedule_is_every_sample_in_fewer_calls(
         first = next(
             seen
             for seen in range(1, N + 1)
-            if rule.judge(assessment.scores[:seen]) is not Verdict.UNDECIDED
+            if rule.judge(assessment.scores[:seen]) is not FeasibilityVerdict.UNDECIDED
         )
         assert assessment.samples == first
     assert truth <= {a.index for a in outcome.feasible}
@@ -316,7 +316,9 @@ def test_same_seed_same_search_different_seed_different_order() -> None:
     """A search is a function of its seed: identical assessments for one seed; another seed
     changes which configurations are evaluated first and on which samples."""
 
-    def fingerprint(outcome: SearchOutcome) -> list[tuple[int, tuple[float, ...], Verdict]]:
+    def fingerprint(
+        outcome: SearchOutcome,
+    ) -> list[tuple[int, tuple[float, ...], FeasibilityVerdict]]:
         return [(a.index, tuple(a.scores), a.verdict) for a in outcome.assessments]
 
     first, first_replay, _ = _run(constrained, 0.06, 4)
@@ -511,7 +513,7 @@ def test_progress_reports_every_batch_and_outcome_orders_feasible_by_accuracy() 
     assert seen[0].phase == "seeding"
     accuracies = [a.accuracy for a in outcome.feasible]
     assert accuracies == sorted(accuracies, reverse=True)
-    assert all(a.verdict is not Verdict.UNDECIDED for a in outcome.assessments)
+    assert all(a.verdict is not FeasibilityVerdict.UNDECIDED for a in outcome.assessments)
 
 
 def test_complete_feasible_scores_the_feasible_set_on_every_sample_once(tmp_path: Path) -> None:

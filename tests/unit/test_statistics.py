@@ -17,9 +17,9 @@ from scipy.stats import hypergeom, norm
 from compass.domain import statistics
 from compass.domain.search import SearchSettings
 from compass.domain.statistics import (
+    FeasibilityVerdict,
     IntervalMethod,
     StoppingRule,
-    Verdict,
     betting_log_capital,
     lower_tail_bound,
     reference_budgets,
@@ -32,11 +32,13 @@ N = 100
 BUDGETS = (10, 25, 50, 100)
 
 
-def _first_verdict(rule: StoppingRule, scores: npt.NDArray[np.float64]) -> tuple[int, Verdict]:
+def _first_verdict(
+    rule: StoppingRule, scores: npt.NDArray[np.float64]
+) -> tuple[int, FeasibilityVerdict]:
     """Walk the budget schedule as the search does; the budget that decided and the verdict."""
     for budget in rule.budgets:
         verdict = rule.judge(scores[:budget])
-        if verdict is not Verdict.UNDECIDED:
+        if verdict is not FeasibilityVerdict.UNDECIDED:
             return budget, verdict
     raise AssertionError("the last budget must always yield a verdict")
 
@@ -103,15 +105,15 @@ def test_certain_verdicts_are_given_and_never_contradicted(
     lowest, highest = total / n, (total + n - seen) / n
     verdict = rule.judge(scores)
     if lowest >= rule.tau:
-        assert verdict is Verdict.FEASIBLE
+        assert verdict is FeasibilityVerdict.FEASIBLE
     if highest < rule.tau - 2e-9:
-        assert verdict is Verdict.INFEASIBLE
-    if verdict is Verdict.FEASIBLE:
+        assert verdict is FeasibilityVerdict.INFEASIBLE
+    if verdict is FeasibilityVerdict.FEASIBLE:
         assert highest >= rule.tau - 2e-9
-    if verdict is Verdict.INFEASIBLE:
+    if verdict is FeasibilityVerdict.INFEASIBLE:
         assert lowest < rule.tau
     if seen == rule.budgets[-1]:
-        assert verdict is not Verdict.UNDECIDED
+        assert verdict is not FeasibilityVerdict.UNDECIDED
 
 
 @settings(max_examples=80, deadline=None, derandomize=True)
@@ -144,7 +146,7 @@ def test_full_dataset_verdict_is_the_mean_against_tau(
         space_size=space_size,
         method=method,
     )
-    expected = Verdict.FEASIBLE if mean >= tau else Verdict.INFEASIBLE
+    expected = FeasibilityVerdict.FEASIBLE if mean >= tau else FeasibilityVerdict.INFEASIBLE
     assert rule.judge(order) is expected
 
 
@@ -155,7 +157,7 @@ def test_mean_at_tau_survives_float_summation() -> None:
     assert np.sum(scores) / len(scores) < tau  # the float sum really is off
     for method in METHODS:
         rule = StoppingRule(tau=tau, population=6, budgets=(3, 6), method=method)
-        assert rule.judge(scores) is Verdict.FEASIBLE
+        assert rule.judge(scores) is FeasibilityVerdict.FEASIBLE
 
 
 def test_last_budget_below_population_falls_back_to_the_point_estimate() -> None:
@@ -163,8 +165,11 @@ def test_last_budget_below_population_falls_back_to_the_point_estimate() -> None
     rule = StoppingRule(tau=0.8, population=1000, budgets=(10, 20), space_size=100)
     above = [1.0] * 17 + [0.0] * 3  # 0.85: too close to tau for any test at b = 20
     below = [1.0] * 15 + [0.0] * 5  # 0.75
-    for scores, expected in ((above, Verdict.FEASIBLE), (below, Verdict.INFEASIBLE)):
-        assert rule.judge(scores[:10]) is Verdict.UNDECIDED
+    for scores, expected in (
+        (above, FeasibilityVerdict.FEASIBLE),
+        (below, FeasibilityVerdict.INFEASIBLE),
+    ):
+        assert rule.judge(scores[:10]) is FeasibilityVerdict.UNDECIDED
         assert rule.judge(scores) is expected
 
 
@@ -221,12 +226,12 @@ def test_more_looks_and_larger_spaces_make_verdicts_harder() -> None:
             tau=0.72, population=1000, budgets=(100, 1000), space_size=10**6, method=method
         )
         if method is IntervalMethod.WILSON:
-            assert one_look.judge(high) is Verdict.FEASIBLE
-            assert ten_looks.judge(high) is Verdict.UNDECIDED
-            assert big.judge(high) is Verdict.FEASIBLE
-            assert one_look.judge(low) is Verdict.INFEASIBLE
-            assert ten_looks.judge(low) is Verdict.UNDECIDED
-        assert big.judge(low) is Verdict.UNDECIDED
+            assert one_look.judge(high) is FeasibilityVerdict.FEASIBLE
+            assert ten_looks.judge(high) is FeasibilityVerdict.UNDECIDED
+            assert big.judge(high) is FeasibilityVerdict.FEASIBLE
+            assert one_look.judge(low) is FeasibilityVerdict.INFEASIBLE
+            assert ten_looks.judge(low) is FeasibilityVerdict.UNDECIDED
+        assert big.judge(low) is FeasibilityVerdict.UNDECIDED
         # Betting needs no correction for looks: more looks change nothing.
         if method is IntervalMethod.BETTING:
             assert ten_looks.judge(high) is one_look.judge(high)
@@ -288,7 +293,7 @@ def _exact_reject_probability(
     population: int,
     ones: int,
     budgets: tuple[int, ...],
-    decide: Callable[[int, int], Verdict],
+    decide: Callable[[int, int], FeasibilityVerdict],
 ) -> float:
     """P(a binary configuration with this many ones is rejected) walking the schedule, exactly:
     the count of ones in each prefix is a hypergeometric chain."""
@@ -307,24 +312,28 @@ def _exact_reject_probability(
         alive = {}
         for count, p in nxt.items():
             verdict = decide(count, budget)
-            if verdict is Verdict.INFEASIBLE:
+            if verdict is FeasibilityVerdict.INFEASIBLE:
                 rejected += p
-            elif verdict is Verdict.UNDECIDED:
+            elif verdict is FeasibilityVerdict.UNDECIDED:
                 alive[count] = p
     return rejected
 
 
-def _uncorrected(tau: float, population: int) -> Callable[[int, int], Verdict]:
+def _uncorrected(tau: float, population: int) -> Callable[[int, int], FeasibilityVerdict]:
     """What a plain one-sided 95% Wilson test at every look would do (no Bonferroni)."""
     z = float(norm.ppf(0.95))
 
-    def decide(count: int, seen: int) -> Verdict:
+    def decide(count: int, seen: int) -> FeasibilityVerdict:
         if seen == population:
-            return Verdict.FEASIBLE if count / seen >= tau else Verdict.INFEASIBLE
+            return (
+                FeasibilityVerdict.FEASIBLE
+                if count / seen >= tau
+                else FeasibilityVerdict.INFEASIBLE
+            )
         lower, upper = wilson_interval(count / seen, seen, z, population)
         if upper < tau:
-            return Verdict.INFEASIBLE
-        return Verdict.FEASIBLE if lower >= tau else Verdict.UNDECIDED
+            return FeasibilityVerdict.INFEASIBLE
+        return FeasibilityVerdict.FEASIBLE if lower >= tau else FeasibilityVerdict.UNDECIDED
 
     return decide
 
@@ -338,7 +347,7 @@ def test_wilson_false_reject_probability_is_within_its_share(tau: float, space_s
     ones = math.ceil(N * tau - 1e-9)
     rule = StoppingRule(tau=tau, population=N, budgets=BUDGETS, space_size=space_size)
 
-    def ours(count: int, seen: int) -> Verdict:
+    def ours(count: int, seen: int) -> FeasibilityVerdict:
         return rule.judge(np.array([1.0] * count + [0.0] * (seen - count)))
 
     assert _exact_reject_probability(N, ones, BUDGETS, ours) <= rule.alpha_reject
@@ -369,7 +378,9 @@ def test_false_reject_rate_monte_carlo_both_methods() -> None:
         margin = 3 * math.sqrt(bound * (1 - bound) / len(populations))
         for method in METHODS:
             rule = StoppingRule(tau=tau, population=N, budgets=BUDGETS, method=method)
-            rejects = sum(_first_verdict(rule, p)[1] is Verdict.INFEASIBLE for p in populations)
+            rejects = sum(
+                _first_verdict(rule, p)[1] is FeasibilityVerdict.INFEASIBLE for p in populations
+            )
             assert rejects / len(populations) <= bound + margin, (name, method, rejects)
     at_tau = groups["binary at tau"]
     uncorrected = _uncorrected(tau, N)
@@ -377,8 +388,8 @@ def test_false_reject_rate_monte_carlo_both_methods() -> None:
     for p in at_tau:
         for budget in BUDGETS:
             verdict = uncorrected(int(p[:budget].sum()), budget)
-            if verdict is not Verdict.UNDECIDED:
-                plain += verdict is Verdict.INFEASIBLE
+            if verdict is not FeasibilityVerdict.UNDECIDED:
+                plain += verdict is FeasibilityVerdict.INFEASIBLE
                 break
     assert plain / len(at_tau) > bound + 3 * math.sqrt(bound * (1 - bound) / len(at_tau))
 
@@ -390,7 +401,7 @@ def test_infeasible_configurations_are_still_rejected_early() -> None:
     for method in METHODS:
         rule = StoppingRule(tau=0.8, population=N, budgets=BUDGETS, space_size=50, method=method)
         decided = [_first_verdict(rule, _binary(40, N, rng)) for _ in range(40)]
-        assert all(v is Verdict.INFEASIBLE for _, v in decided)
+        assert all(v is FeasibilityVerdict.INFEASIBLE for _, v in decided)
         spent = [b for b, _ in decided]
         assert max(spent) < N
         assert np.mean(spent) <= 35, (method, spent)
@@ -405,7 +416,10 @@ def test_betting_decides_earlier_on_low_variance_scores() -> None:
     the right verdict."""
     rng = np.random.default_rng(11)
     population, budgets = 200, (10, 25, 50, 100, 200)
-    for centre, expected in ((0.9, Verdict.FEASIBLE), (0.7, Verdict.INFEASIBLE)):
+    for centre, expected in (
+        (0.9, FeasibilityVerdict.FEASIBLE),
+        (0.7, FeasibilityVerdict.INFEASIBLE),
+    ):
         spent: dict[IntervalMethod, list[int]] = {m: [] for m in METHODS}
         for _ in range(30):
             scores = np.clip(rng.normal(centre, 0.03, population), 0, 1)
@@ -473,7 +487,7 @@ def test_default_method_is_the_one_the_docstring_names() -> None:
 def _first_decisive(rule: StoppingRule, scores: npt.NDArray[np.float64]) -> int:
     """The sample count at which looking after every sample first reaches a verdict."""
     for seen in range(1, len(scores) + 1):
-        if rule.judge(scores[:seen]) is not Verdict.UNDECIDED:
+        if rule.judge(scores[:seen]) is not FeasibilityVerdict.UNDECIDED:
             return seen
     raise AssertionError("the full dataset always decides")
 
@@ -487,7 +501,7 @@ def _looks(rule: StoppingRule, scores: npt.NDArray[np.float64]) -> list[int]:
         assert look > seen
         looks.append(look)
         seen = look
-        if rule.judge(scores[:seen]) is not Verdict.UNDECIDED:
+        if rule.judge(scores[:seen]) is not FeasibilityVerdict.UNDECIDED:
             return looks
 
 
@@ -525,7 +539,7 @@ def test_next_look_saves_evaluator_calls() -> None:
     assert first is not None
     # Nothing is known yet, and no score alone can decide: the first look waits until one can.
     assert first > 5
-    assert rule.judge(scores[: first - 1]) is Verdict.UNDECIDED
+    assert rule.judge(scores[: first - 1]) is FeasibilityVerdict.UNDECIDED
     looks = _looks(rule, scores)
     assert len(looks) <= looks[-1] / 4, looks
 
@@ -566,4 +580,4 @@ def test_betting_past_a_short_schedule_looks_at_its_end() -> None:
     # skipped; 20 can accept but not reject (which needs about 21 zeros), and does neither here.
     assert _looks(rule, scores) == [20, 40]
     assert rule.next_look(scores) is None
-    assert rule.judge(scores) is Verdict.INFEASIBLE  # the point estimate 0.5 < 0.62
+    assert rule.judge(scores) is FeasibilityVerdict.INFEASIBLE  # the point estimate 0.5 < 0.62

@@ -63,6 +63,7 @@ from compass.controllers.workflow import (
     validate_spec,
     workflow_condition,
 )
+from compass.conversion import policy_plan
 
 NOW = "2026-01-01T00:00:00Z"
 LATER = "2026-01-01T00:01:00Z"
@@ -648,7 +649,7 @@ def test_the_serving_settings_reach_the_generated_policy_and_its_plan() -> None:
     assert (policy["onMetricsLoss"], policy["intervalSeconds"]) == ("fastest", 0.5)
     # The routing still comes from spec.triton; the plan used the slack buffer and model.
     assert policy["routing"]["service"] == "triton"
-    planned = ParetoPolicySpec.model_validate(policy).plan()
+    planned = policy_plan(ParetoPolicySpec.model_validate(policy))
     assert (planned.slack_buffer_ms, planned.model.value) == (5.0, "paper-mean")
 
 

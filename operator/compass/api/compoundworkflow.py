@@ -13,7 +13,6 @@ from compass.api.meta import (
     MAX_ARG_LENGTH,
     MAX_ARGS,
     MAX_IMAGE_LENGTH,
-    MAX_LATENCY_MS,
     MAX_MAP_ENTRIES,
     MAX_NAME_LENGTH,
     MAX_NAMESPACE_LENGTH,
@@ -21,7 +20,7 @@ from compass.api.meta import (
     CamelModel,
     ShortText,
 )
-from compass.api.paretopolicy import ServingSettings
+from compass.api.paretopolicy import ServingSettings, SloSpec
 from compass.api.rules import CelRule, cel_rules, strictly_increasing
 from compass.domain.capacity import MAX_CURVE_POINTS, MIN_REQUESTS_PER_RATE
 from compass.domain.search import MAX_DATASET_SIZE
@@ -105,14 +104,6 @@ class Dataset(CamelModel):
         description=f"Dataset at this path inside the search Job's image (spec.search.image; "
         f"at most {MAX_PATH_LENGTH} characters).",
     )
-
-    def path(self) -> str | None:
-        """Where the search Job's pod finds the dataset, None without a source."""
-        if self.config_map is not None:
-            return f"{DATASET_DIR}/{self.config_map.key}"
-        if self.volume is not None:
-            return f"{DATASET_DIR}/{self.volume.path.lstrip('/')}"
-        return self.image_path or None
 
     # The same rule as _one_source, for the API server (an empty imagePath counts as unset).
     model_config = ConfigDict(
@@ -403,17 +394,6 @@ class Profiling(CamelModel):
     ] = 3600
 
 
-class Slo(CamelModel):
-    """The latency objective at a percentile of requests."""
-
-    latency_ms: Annotated[
-        float, Field(gt=0, le=MAX_LATENCY_MS, description="Latency target in milliseconds.")
-    ]
-    percentile: Annotated[
-        float, Field(gt=0, lt=100, description="Percentile of requests held to the target.")
-    ] = 95.0
-
-
 class TritonEndpoint(CamelModel):
     """The Triton server that serves the workflow."""
 
@@ -465,7 +445,7 @@ class CompoundWorkflowSpec(CamelModel):
     profiling: Profiling = Field(
         default_factory=Profiling, description="Latency profiling on the target node pool."
     )
-    slo: Slo = Field(description="The latency SLO the serving policy keeps.")
+    slo: SloSpec = Field(description="The latency SLO the serving policy keeps.")
     triton: TritonEndpoint = Field(description="The Triton server and router model.")
     serving: ServingSettings = Field(
         default_factory=ServingSettings,

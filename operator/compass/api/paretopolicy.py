@@ -1,15 +1,12 @@
 """The ParetoPolicy kind: the front, the SLO and how Elastico switches (spec); what it did (status).
 
-This pydantic model is the single source of truth for the ParetoPolicy custom resource's spec
-(camelCase on the wire, every field described for the CRD generator). ``compass plan`` writes
-it; ``compass simulate`` and the operator read it back and derive the thresholds, which belong
-in the resource's status (they follow from the spec, so GitOps never fights the operator).
+The single source of truth for the resource's wire format (camelCase, every field described for
+the CRD generator). ``compass.conversion`` turns a spec into the domain's plan and policy.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -17,40 +14,29 @@ from pydantic import ConfigDict, Field, model_validator
 
 from compass.api.conditions import CONDITIONS_SCHEMA, MAX_CONDITIONS, Condition
 from compass.api.meta import (
-    API_VERSION,
     DEFAULT_ROUTER_MODEL,
-    DNS_SUBDOMAIN_PATTERN,
     MAX_ENDPOINT_LENGTH,
     MAX_LATENCY_MS,
     MAX_NAME_LENGTH,
-    MAX_QUERY_LENGTH,
-    POLICY_KIND,
     CamelModel,
 )
+from compass.api.metricsource import MetricsSource
 from compass.api.rules import CelRule, cel_rules
-from compass.api.urls import MAX_URL_LENGTH, cel_matches_url, url_problem
-from compass.domain.admission import (
-    DEFAULT_DEGRADE_AFTER,
-    Admission,
-    AdmissionPoint,
-    router_admission,
-)
-from compass.domain.capacity import MAX_CURVE_POINTS, CapacityCurve, CapacityError, parse_curve
+from compass.domain.admission import DEFAULT_DEGRADE_AFTER
+from compass.domain.capacity import MAX_CURVE_POINTS, CapacityError, parse_curve
 from compass.domain.elastico import (
     DEFAULT_COOLDOWN_EXPONENT,
     DEFAULT_DOWNSCALE_COOLDOWN_S,
     DEFAULT_INTERVAL_S,
     DEFAULT_STALE_AFTER_S,
     MAX_BURST_MEMORY_S,
-    ElasticoSettings,
     MetricsLoss,
 )
 from compass.domain.evaluation import ParamValue
 from compass.domain.forecast import ForecasterKind
-from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
-from compass.domain.profiles import LatencyProfile
+from compass.domain.planner import ThresholdModel
 from compass.domain.space import MAX_PARAMETERS, config_key
-from compass.domain.strategy import Policy, Strategy, build_policy
+from compass.domain.strategy import Strategy
 
 DEFAULT_SLACK_BUFFER_MS = 50.0
 # The sound model is the default: at 1.5 requests/s and a 500 ms SLO the paper's model keeps
@@ -101,22 +87,14 @@ class CapacitySpec(CamelModel):
         description=f"One point per offered rate, ascending; at most {MAX_CURVE_POINTS}.",
     )
 
-    def curve(self) -> CapacityCurve:
-        """The domain curve (its checks: rates ascending, percentiles ordered)."""
-        return parse_curve(self.model_dump(by_alias=False), "capacity")
-
     @model_validator(mode="after")
     def _valid_curve(self) -> CapacitySpec:
+        """The domain curve's checks: rates ascending, percentiles ordered."""
         try:
-            self.curve()
+            parse_curve(self.model_dump(by_alias=False), "capacity")
         except CapacityError as error:
             raise ValueError(f"{error.field.removeprefix('capacity.')}: {error.what}") from None
         return self
-
-    @staticmethod
-    def from_curve(curve: CapacityCurve) -> CapacitySpec:
-        """The spec of a domain curve."""
-        return CapacitySpec.model_validate(curve.to_json())
 
 
 class FrontEntry(CamelModel):
@@ -197,35 +175,6 @@ class FrontEntry(CamelModel):
             )
         return self
 
-    def profile(self) -> LatencyProfile:
-        """The entry as a latency profile for the planner and the simulator."""
-        return LatencyProfile(
-            config=dict(self.config),
-            accuracy=self.accuracy,
-            mean_ms=self.latency_mean_ms,
-            p95_ms=self.latency_p95_ms,
-            p50_ms=self.latency_p50_ms,
-            p99_ms=self.latency_p99_ms,
-            std_ms=self.latency_std_ms,
-            capacity=None if self.capacity is None else self.capacity.curve(),
-        )
-
-    @staticmethod
-    def from_profile(profile: LatencyProfile) -> FrontEntry:
-        """The entry for a latency profile."""
-        return FrontEntry(
-            config=dict(profile.config),
-            accuracy=profile.accuracy,
-            latency_mean_ms=profile.mean_ms,
-            latency_p95_ms=profile.p95_ms,
-            latency_p50_ms=profile.p50_ms,
-            latency_p99_ms=profile.p99_ms,
-            latency_std_ms=profile.std_ms,
-            capacity=None
-            if profile.capacity is None
-            else CapacitySpec.from_curve(profile.capacity),
-        )
-
 
 class SloSpec(CamelModel):
     """The latency objective at a percentile of requests."""
@@ -274,289 +223,6 @@ class Hysteresis(CamelModel):
             "Set it when bursts come back, as on a busy web front end.",
         ),
     ] = 0.0
-
-
-class MetricsSourceType(StrEnum):
-    """Where the queue depth comes from."""
-
-    PROMETHEUS = "prometheus"
-    TRITON = "triton"
-
-
-# A Secret's data key (Kubernetes' own rule for them).
-SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
-# A DNS subdomain: a Secret's name.
-SECRET_NAME_PATTERN = DNS_SUBDOMAIN_PATTERN
-# Extra request headers: a few short ones (a tenant ID, an API version), never a credential.
-MAX_HEADERS = 16
-MAX_HEADER_NAME_LENGTH = 128
-MAX_HEADER_VALUE_LENGTH = 1024
-# An HTTP token (RFC 9110); a value is printable ASCII and spaces: no line break to smuggle
-# another header in.
-HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
-HEADER_VALUE_PATTERN = r"^[ -~]*$"
-# Headers the operator sets itself or that would change how the request is framed or routed;
-# Authorization in a resource would be a credential anyone who reads it can read.
-RESERVED_HEADERS = (
-    "authorization",
-    "proxy-authorization",
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-)
-_RESERVED_HEADER_RE = f"(?i)^({'|'.join(RESERVED_HEADERS)})$"
-
-
-def _secret_key(default: str | None, what: str) -> Any:
-    """A field naming a key of the Secret."""
-    return Field(
-        default=default,
-        min_length=1,
-        max_length=MAX_NAME_LENGTH,
-        pattern=SECRET_KEY_PATTERN,
-        description=f"The Secret's key that holds {what}.",
-    )
-
-
-class SecretReference(CamelModel):
-    """A Secret in the policy's own namespace."""
-
-    name: str = Field(
-        min_length=1,
-        max_length=MAX_NAME_LENGTH,
-        pattern=SECRET_NAME_PATTERN,
-        description="The Secret's name; it must be in the policy's namespace.",
-    )
-
-
-class BearerAuthentication(CamelModel):
-    """A bearer token from the Secret, sent as ``Authorization: Bearer <token>``."""
-
-    token_key: str = _secret_key("token", "the token")
-
-
-class BasicAuthentication(CamelModel):
-    """HTTP basic auth with a user name and password from the Secret."""
-
-    username_key: str = _secret_key("username", "the user name")
-    password_key: str = _secret_key("password", "the password")
-
-
-class MetricsTls(CamelModel):
-    """Whom to trust over https, and an optional client certificate (mutual TLS)."""
-
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="has(self.certKey) == has(self.keyKey)",
-                message="give both tls.certKey and tls.keyKey (mutual TLS), or neither",
-            )
-        )
-    )
-
-    ca_key: str = _secret_key(
-        "ca.crt", "the PEM CA bundle the server's certificate is verified against"
-    )
-    cert_key: str | None = _secret_key(None, "the PEM client certificate (mutual TLS)")
-    key_key: str | None = _secret_key(None, "the PEM client private key (mutual TLS)")
-    insecure_skip_verify: bool = Field(
-        default=False,
-        description="Do not verify the server's certificate at all (caKey is then not read). "
-        "Anyone on the path can then read the credentials: for a test cluster only.",
-    )
-
-    @model_validator(mode="after")
-    def _pair(self) -> MetricsTls:
-        if (self.cert_key is None) != (self.key_key is None):
-            raise ValueError("give both tls.certKey and tls.keyKey (mutual TLS), or neither")
-        return self
-
-
-class HttpHeader(CamelModel):
-    """One extra request header; its value is not secret (it is in the resource)."""
-
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule=f"!self.name.matches('{_RESERVED_HEADER_RE}')",
-                message="this header name may not be set here (Authorization, "
-                "Proxy-Authorization, Host, Content-Length, Transfer-Encoding, Connection): the "
-                "operator sets Authorization from the Secret (bearer or basic), and a credential "
-                "in the resource could be read by anyone who reads it",
-                field_path=".name",
-            )
-        )
-    )
-
-    name: str = Field(
-        min_length=1,
-        max_length=MAX_HEADER_NAME_LENGTH,
-        pattern=HEADER_NAME_PATTERN,
-        description="The header's name (an HTTP token); not Authorization, "
-        "Proxy-Authorization, Host, Content-Length, Transfer-Encoding or Connection.",
-    )
-    value: str = Field(
-        max_length=MAX_HEADER_VALUE_LENGTH,
-        pattern=HEADER_VALUE_PATTERN,
-        description="The header's value: printable ASCII. Not secret: put credentials in the "
-        "Secret.",
-    )
-
-    @model_validator(mode="after")
-    def _not_reserved(self) -> HttpHeader:
-        if self.name.lower() in RESERVED_HEADERS:
-            raise ValueError(
-                f"header name {self.name!r} may not be set here: for credentials use "
-                "metrics.authentication.secretRef with bearer or basic"
-            )
-        return self
-
-
-class MetricsAuthentication(CamelModel):
-    """How the operator authenticates to the metrics endpoint: credentials and CA from a
-    Secret of the policy's namespace (bearer token or basic auth, not both), extra headers."""
-
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="!(has(self.bearer) && has(self.basic))",
-                message="give authentication.bearer or authentication.basic, not both",
-            ),
-            CelRule(
-                rule="has(self.secretRef) || !(has(self.bearer) || has(self.basic) || "
-                "(has(self.tls) && !(has(self.tls.insecureSkipVerify) && "
-                "self.tls.insecureSkipVerify && !has(self.tls.certKey))))",
-                message="authentication.bearer, basic and tls read the Secret: give "
-                "authentication.secretRef.name",
-                field_path=".secretRef",
-                reason="FieldValueRequired",
-            ),
-            CelRule(
-                rule="!has(self.secretRef) || has(self.bearer) || has(self.basic) || has(self.tls)",
-                message="authentication.secretRef is not read: add bearer, basic or tls",
-                field_path=".secretRef",
-            ),
-        )
-    )
-
-    secret_ref: SecretReference | None = Field(
-        default=None,
-        description="The Secret (in the policy's namespace) holding the credentials and CA. "
-        "The operator reads it when it connects, again when it changes (checked every "
-        "minute) and at once when the endpoint answers 401 or 403.",
-    )
-    bearer: BearerAuthentication | None = Field(
-        default=None, description="Send the Secret's token as a bearer token."
-    )
-    basic: BasicAuthentication | None = Field(
-        default=None, description="Send the Secret's user name and password (basic auth)."
-    )
-    tls: MetricsTls | None = Field(
-        default=None,
-        description="Verify https against the Secret's CA (without tls: the system's roots), "
-        "and optionally present a client certificate.",
-    )
-    headers: list[HttpHeader] = Field(
-        default_factory=list,
-        max_length=MAX_HEADERS,
-        description=f"Extra request headers (e.g. X-Scope-OrgID); at most {MAX_HEADERS}, "
-        "names unique (case-insensitive).",
-    )
-
-    @model_validator(mode="after")
-    def _consistent(self) -> MetricsAuthentication:
-        if self.bearer is not None and self.basic is not None:
-            raise ValueError("give authentication.bearer or authentication.basic, not both")
-        needs_secret = (
-            self.bearer is not None
-            or self.basic is not None
-            or (
-                self.tls is not None
-                and not (self.tls.insecure_skip_verify and self.tls.cert_key is None)
-            )
-        )
-        if needs_secret and self.secret_ref is None:
-            raise ValueError(
-                "authentication.bearer, basic and tls read the Secret: give "
-                "authentication.secretRef.name"
-            )
-        if self.secret_ref is not None and not needs_secret and self.tls is None:
-            raise ValueError("authentication.secretRef is not read: add bearer, basic or tls")
-        seen: set[str] = set()
-        for header in self.headers:
-            if header.name.lower() in seen:
-                raise ValueError(f"authentication.headers: {header.name!r} is given twice")
-            seen.add(header.name.lower())
-        return self
-
-
-class MetricsSource(CamelModel):
-    """The queue depth (and arrivals) the policy observes."""
-
-    # The same check as _url_shape, for the API server.
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule=f"!has(self.url) || {cel_matches_url('self.url')}",
-                message="url must be http(s)://host[:port][/path]: no other scheme, no "
-                "user@ credentials, no query (?...) or fragment (#...)",
-                field_path=".url",
-            ),
-            CelRule(
-                rule="!has(self.authentication) || !has(self.authentication.tls) || "
-                "!has(self.url) || self.url.startsWith('https://')",
-                message="authentication.tls is set but url is http://; use https://",
-                field_path=".authentication.tls",
-            ),
-        )
-    )
-
-    type: MetricsSourceType = Field(
-        default=MetricsSourceType.PROMETHEUS, description="Prometheus, or Triton's own /metrics."
-    )
-    url: str | None = Field(
-        default=None,
-        max_length=MAX_URL_LENGTH,
-        description="Prometheus' base URL or Triton's metrics URL: http(s)://host[:port][/path], "
-        "no query or fragment. The operator's settings decide which hosts it may read: by "
-        "default in-cluster Services only (see the chart's allowedHosts).",
-    )
-    query: str | None = Field(
-        default=None,
-        max_length=MAX_QUERY_LENGTH,
-        description="PromQL for the router's pending-request count (queue depth).",
-    )
-    arrivals_query: str | None = Field(
-        default=None,
-        max_length=MAX_QUERY_LENGTH,
-        description="PromQL for the cumulative count of requests that arrived.",
-    )
-    age_query: str | None = Field(
-        default=None,
-        max_length=MAX_QUERY_LENGTH,
-        description="PromQL for how old, in seconds, the samples behind the queue depth are "
-        "(default with the default query: time() - min(timestamp(...)) of the router's "
-        "pending-request series). With a custom query and no ageQuery the samples count as "
-        "fresh: only a failed read is seen, not a series that stopped moving.",
-    )
-    authentication: MetricsAuthentication | None = Field(
-        default=None,
-        description="Credentials (bearer token or basic auth), TLS CA and client certificate "
-        "from a Secret of the policy's namespace, and extra headers, for every request to url "
-        "(or, without url, to every pod's /metrics). Without it: no credentials, and https "
-        "verified against the system's roots.",
-    )
-
-    @model_validator(mode="after")
-    def _url_shape(self) -> MetricsSource:
-        problem = None if self.url is None else url_problem(self.url)
-        if problem is not None:
-            raise ValueError(f"metrics.url: {problem}")
-        auth = self.authentication
-        if auth is not None and auth.tls is not None and self.url and self.url[:8] != "https://":
-            raise ValueError("metrics.authentication.tls is set but url is http://; use https://")
-        return self
 
 
 PortRef = Annotated[
@@ -783,81 +449,6 @@ class ParetoPolicySpec(ServingSettings):
             seen[key] = index
         return self
 
-    def profiles(self) -> tuple[LatencyProfile, ...]:
-        """The front entries as latency profiles."""
-        return tuple(entry.profile() for entry in self.front)
-
-    def plan(self) -> Plan:
-        """The thresholds derived from this spec (PlanError when the SLO admits none)."""
-        return plan_from_profiles(
-            self.profiles(),
-            Slo(self.slo.latency_ms, self.slo.percentile),
-            self.hysteresis.slack_buffer_ms,
-            self.threshold_model,
-            self.switch_delay_ms,
-            self.router_instances,
-        )
-
-    def settings(self) -> ElasticoSettings:
-        """The policy knobs this spec sets."""
-        return ElasticoSettings(
-            upscale_cooldown_s=self.hysteresis.upscale_cooldown_seconds,
-            downscale_cooldown_s=self.hysteresis.downscale_cooldown_seconds,
-            cooldown_exponent=self.hysteresis.cooldown_exponent,
-            on_metrics_loss=self.on_metrics_loss,
-            stale_after_s=self.stale_after_seconds,
-            paused=self.paused,
-            burst_memory_s=self.hysteresis.burst_memory_seconds,
-        )
-
-    def policy(self) -> Policy:
-        """The runtime policy this spec describes: its strategy over its plan."""
-        return build_policy(self.strategy, self.plan(), self.settings(), self.forecaster)
-
-    def admission_table(self, plan: Plan) -> dict[str, Any] | None:
-        """What every router gets with each switch to judge requests at dispatch, for this
-        spec's plan (None: admission off)."""
-        if not self.admission.enabled:
-            return None
-        return router_admission([t.profile for t in plan.thresholds], self.admission_rule())
-
-    def admission_rule(self) -> Admission:
-        """The admission rule this spec's settings describe, judged at dispatch as the routers
-        judge (whether or not it is enabled: ``compass simulate --admission`` runs it anyway)."""
-        return Admission(
-            self.slo.latency_ms,
-            self.admission.quantile,
-            at=AdmissionPoint.DISPATCH,
-            degrade_after=self.admission.degrade_after,
-            refuse=self.admission.refuse,
-        )
-
-
-def spec_for_plan(
-    plan: Plan,
-    hysteresis: Hysteresis | None = None,
-    serving: ServingSettings | None = None,
-    **fields: Any,
-) -> ParetoPolicySpec:
-    """The ParetoPolicy spec for a plan (its front, SLO, slack buffer and model) and settings."""
-    base = serving or ServingSettings()
-    chosen = (hysteresis or base.hysteresis).model_copy(
-        update={"slack_buffer_ms": plan.slack_buffer_ms}
-    )
-    settings = {
-        **base.model_dump(exclude={"hysteresis", "threshold_model"}),
-        "switch_delay_ms": plan.switch_delay_ms,
-        "router_instances": plan.servers,
-        **fields,
-    }
-    return ParetoPolicySpec(
-        front=[FrontEntry.from_profile(t.profile) for t in plan.thresholds],
-        slo=SloSpec(latency_ms=plan.slo.latency_ms, percentile=plan.slo.percentile),
-        hysteresis=chosen,
-        threshold_model=plan.model,
-        **settings,
-    )
-
 
 class ConditionType(StrEnum):
     """The conditions a ParetoPolicy reports."""
@@ -913,22 +504,6 @@ class ThresholdStatus(CamelModel):
     enter_max_qps: float | None = Field(
         default=None, description="Highest arrival rate at which it may be entered (tail model)."
     )
-
-    @staticmethod
-    def of_plan(plan: Plan) -> list[ThresholdStatus]:
-        """Every front member's limits, fastest first, rounded for the status."""
-        return [
-            ThresholdStatus(
-                config=t.profile.name,
-                eligible=t.eligible,
-                slack_ms=round(t.slack_ms, 3),
-                stay_max_queue=t.stay_max_queue,
-                enter_max_queue=t.enter_max_queue,
-                stay_max_qps=None if t.stay_max_qps is None else round(t.stay_max_qps, 4),
-                enter_max_qps=None if t.enter_max_qps is None else round(t.enter_max_qps, 4),
-            )
-            for t in plan.thresholds
-        ]
 
 
 class LaggingPod(CamelModel):
@@ -995,29 +570,3 @@ class ParetoPolicyStatus(CamelModel):
     observed_generation: int | None = Field(
         default=None, description="The spec generation the status describes."
     )
-
-
-# Spec fields a person (kubectl edit, Git) sets and a plan never writes: a manifest made from a
-# plan leaves them out, so applying it (or a re-plan, by server-side apply) keeps theirs.
-PERSON_OWNED_SPEC_FIELDS = ("paused",)
-
-
-def policy_manifest(
-    name: str,
-    namespace: str | None,
-    spec: Mapping[str, Any],
-    labels: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """A planned ParetoPolicy as an applyable manifest (apiVersion, kind, metadata, spec), with
-    only the fields a plan owns: never PERSON_OWNED_SPEC_FIELDS."""
-    metadata: dict[str, Any] = {"name": name}
-    if namespace:
-        metadata["namespace"] = namespace
-    if labels:
-        metadata["labels"] = dict(labels)
-    return {
-        "apiVersion": API_VERSION,
-        "kind": POLICY_KIND,
-        "metadata": metadata,
-        "spec": {k: v for k, v in spec.items() if k not in PERSON_OWNED_SPEC_FIELDS},
-    }

@@ -18,7 +18,6 @@ from compass.api.paretopolicy import (
     DEFAULT_SLACK_BUFFER_MS,
     MAX_ROUTER_INSTANCES,
     AdmissionSettings,
-    spec_for_plan,
 )
 from compass.commands.common import (
     add_admission_arguments,
@@ -40,6 +39,7 @@ from compass.console import (
     policy_manifest,
     policy_text,
 )
+from compass.conversion import spec_for_plan
 from compass.domain.forecast import ForecasterKind
 from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profiles

@@ -12,6 +12,7 @@ from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.urls import url_problem
 from compass.commands.common import load_policy, plan_error
 from compass.console import fail, parse_number
+from compass.conversion import admission_table, runtime_policy
 from compass.domain.planner import PlanError
 
 
@@ -77,7 +78,7 @@ def serve_command(args: argparse.Namespace) -> int:
         )
     spec = load_policy(Path(args.policy))
     try:
-        policy = spec.policy()
+        policy = runtime_policy(spec)
     except PlanError as exc:
         raise plan_error(exc, f"--policy {args.policy}") from None
     duration = (
@@ -92,7 +93,7 @@ def serve_command(args: argparse.Namespace) -> int:
         ],
         model=args.router,
     )
-    fleet.admission = spec.admission_table(policy.plan)
+    fleet.admission = admission_table(spec, policy.plan)
     source: QueueDepthSource = (
         FleetQueueDepth(lambda: fleet.endpoints, args.router)
         if per_replica

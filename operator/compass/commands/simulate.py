@@ -22,6 +22,7 @@ from compass.commands.common import (
     write_text,
 )
 from compass.console import fail, parse_number
+from compass.conversion import admission_rule, runtime_policy
 from compass.domain.admission import AdmissionPoint
 from compass.domain.arrivals import Scenario, make_scenario
 from compass.domain.planner import PlanError
@@ -181,13 +182,13 @@ def simulate_command(args: argparse.Namespace) -> int:
         delay = parse_number("--switch-delay-ms", args.switch_delay_ms, "10", low=0, inclusive=True)
         spec = spec.model_copy(update={"switch_delay_ms": delay})
     try:
-        policy = spec.policy()
+        policy = runtime_policy(spec)
     except PlanError as exc:
         raise plan_error(exc, f"--policy {policy_path}") from None
     front = [t.profile for t in policy.plan.thresholds]
     admission = None
     if args.admission or spec.admission.enabled:
-        rule = spec.admission_rule()
+        rule = admission_rule(spec)
         admission = replace(
             rule,
             quantile=admission_quantile(args, rule.quantile),

@@ -6,9 +6,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from compass.api.compoundworkflow import DATASET_DIR, CompoundWorkflowSpec, EvaluatorType
+from compass.api.compoundworkflow import DATASET_DIR, CompoundWorkflowSpec, Dataset, EvaluatorType
 from compass.api.meta import GROUP, VERSION
-from compass.api.paretopolicy import RoutingTarget, policy_manifest
+from compass.api.paretopolicy import RoutingTarget
 from compass.controllers.ledgerchunks import (
     CHUNK_OF_LABEL,
     chunk_name,
@@ -20,6 +20,7 @@ from compass.controllers.ledgerchunks import (
 
 # Where every module has taken it from: the state's keys are named here.
 from compass.controllers.ledgerchunks import LEDGER_KEY as LEDGER_KEY
+from compass.conversion import planned_manifest
 
 MANAGED_BY = "compass-operator"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -252,6 +253,16 @@ def metrics_url(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> str:
     return f"http://{host}:{spec.triton.metrics_port}/metrics"
 
 
+def dataset_path(dataset: Dataset) -> str | None:
+    """Where the search Job's pod finds the dataset (the mounts build_search_job makes), None
+    without a source."""
+    if dataset.config_map is not None:
+        return f"{DATASET_DIR}/{dataset.config_map.key}"
+    if dataset.volume is not None:
+        return f"{DATASET_DIR}/{dataset.volume.path.lstrip('/')}"
+    return dataset.image_path or None
+
+
 def build_search_job(
     workflow: Mapping[str, Any],
     spec: CompoundWorkflowSpec,
@@ -272,7 +283,7 @@ def build_search_job(
         claim = {"claimName": dataset.volume.claim_name, "readOnly": True}
         volumes.append({"name": "dataset", "persistentVolumeClaim": claim})
     mounts = [{"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True}] if volumes else []
-    path = dataset.path()
+    path = dataset_path(dataset)
     resources = spec.search.resources.model_dump(by_alias=True, exclude_defaults=True)
     return _job(
         workflow,
@@ -426,7 +437,7 @@ def planned_policy(
 ) -> dict[str, Any]:
     """The ParetoPolicy planned for a workflow as an applyable manifest, with only the fields
     the operator owns (never spec.paused, a person's to set) and the workflow's labels."""
-    return policy_manifest(
+    return planned_manifest(
         policy_name(workflow), namespace, policy_spec, labels(workflow, "policy", generation)
     )
 

@@ -13,7 +13,7 @@ import binascii
 from collections.abc import Mapping
 from typing import Any
 
-from compass.api.paretopolicy import MetricsAuthentication
+from compass.api.metricsource import MetricsAuthentication
 from compass.dataplane.httpauth import HttpAuth, TlsMaterialError
 
 # A Secret that was read is checked again this often (its resourceVersion: the client is rebuilt

@@ -33,19 +33,17 @@ from compass.api.conditions import (
 )
 from compass.api.errors import field_path, first_error
 from compass.api.meta import GROUP
+from compass.api.metricsource import MetricsAuthentication, MetricsSourceType
 from compass.api.paretopolicy import (
     MAX_LAGGING_PODS,
     ActiveConfiguration,
     BlendStatus,
     ConditionType,
     LaggingPod,
-    MetricsAuthentication,
-    MetricsSourceType,
     ParetoPolicySpec,
     ParetoPolicyStatus,
     RoutingStatus,
     RoutingTarget,
-    ThresholdStatus,
 )
 from compass.api.schema import without_empty_strings
 from compass.controllers.targets import (
@@ -54,6 +52,7 @@ from compass.controllers.targets import (
     resolve_host,
     resolve_url,
 )
+from compass.conversion import admission_table, runtime_policy, threshold_statuses
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
 from compass.domain.elastico import Observation, PolicyState, capacity_pressure
 from compass.domain.evaluation import Config
@@ -126,7 +125,7 @@ class CompiledPolicy:
     def admission(self) -> dict[str, Any] | None:
         """The table every router gets with each switch (None: admission off); built once a
         generation, not every tick."""
-        return self.spec.admission_table(self.plan)
+        return admission_table(self.spec, self.plan)
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
@@ -146,7 +145,7 @@ def compile_policy(
             field_path(location) or "front", message, "correct it and apply the policy again"
         ) from error
     try:
-        policy = spec.policy()
+        policy = runtime_policy(spec)
     except PlanError as error:
         raise SpecError(error.field, error.what, error.fix) from error
     routing = spec.routing or RoutingTarget()
@@ -713,7 +712,7 @@ def build_status(
         last_switch_reason=state.last_reason if state.last_switch_at is not None else None,
         switches=state.switches,
         routing=routing,
-        thresholds=ThresholdStatus.of_plan(plan),
+        thresholds=threshold_statuses(plan),
         policy_state=state.to_dict(),
         observed_generation=generation,
     )

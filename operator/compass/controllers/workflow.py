@@ -43,7 +43,8 @@ from compass.api.conditions import (
 )
 from compass.api.errors import field_path, first_error
 from compass.api.meta import GROUP, POLICY_PLURAL
-from compass.api.paretopolicy import MetricsSource, MetricsSourceType, RoutingTarget, spec_for_plan
+from compass.api.metricsource import MetricsSource, MetricsSourceType
+from compass.api.paretopolicy import RoutingTarget
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
     FIELD_MANAGER,
@@ -67,6 +68,7 @@ from compass.controllers.targets import (
     resolve_host,
     resolve_url,
 )
+from compass.conversion import spec_for_plan
 from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import ProfileError, parse_profiles
 from compass.domain.space import Space, SpaceError

@@ -142,7 +142,7 @@ def predicted_latency_ms(
     return ahead * grid.load_factor / servers + own_ms
 
 
-class Verdict(StrEnum):
+class AdmissionVerdict(StrEnum):
     """What becomes of a request at arrival."""
 
     SERVE = "serve"
@@ -157,7 +157,7 @@ def judge(
     queued_ahead: int,
     busy_elapsed_ms: Sequence[float],
     servers: int,
-) -> Verdict:
+) -> AdmissionVerdict:
     """Serve a request arriving now as routed if its predicted latency is within the SLO; else
     on the fastest member if that brings it within (``degrade``); else drop it (``refuse``).
 
@@ -168,33 +168,33 @@ def judge(
         predicted_latency_ms, grid, queued_ahead, busy_elapsed_ms, servers
     )
     if wait_plus(grid.quantile_ms(admission.quantile)) <= admission.slo_ms:
-        return Verdict.SERVE
+        return AdmissionVerdict.SERVE
     if admission.degrade and wait_plus(fastest.quantile_ms(admission.quantile)) <= admission.slo_ms:
-        return Verdict.FASTEST
+        return AdmissionVerdict.FASTEST
     return late_verdict(admission)
 
 
 def judge_at_dispatch(
     admission: Admission, left_ms: float, routed_ms: float, fastest_ms: float
-) -> Verdict:
+) -> AdmissionVerdict:
     """Serve a request an instance takes up now as routed if its own service time at the
     quantile (``routed_ms``) fits the ``left_ms`` of its budget and it has not waited past
     ``degrade_after`` of the SLO; else on the fastest member if that fits (``degrade``); else
     as routed if that fits; else drop it (it would be late whatever served it; ``refuse``)."""
     fits = routed_ms <= left_ms
     if fits and not (admission.degrade and left_ms < degrade_below_ms(admission)):
-        return Verdict.SERVE
+        return AdmissionVerdict.SERVE
     if admission.degrade and fastest_ms <= left_ms:
-        return Verdict.FASTEST
-    return Verdict.SERVE if fits else late_verdict(admission)
+        return AdmissionVerdict.FASTEST
+    return AdmissionVerdict.SERVE if fits else late_verdict(admission)
 
 
-def late_verdict(admission: Admission) -> Verdict:
+def late_verdict(admission: Admission) -> AdmissionVerdict:
     """What becomes of a request that would be late whatever serves it: refused, or (without
     ``refuse``) served on the fastest, which holds up the requests behind it the least."""
     if admission.refuse:
-        return Verdict.DROP
-    return Verdict.FASTEST if admission.degrade else Verdict.SERVE
+        return AdmissionVerdict.DROP
+    return AdmissionVerdict.FASTEST if admission.degrade else AdmissionVerdict.SERVE
 
 
 def degrade_below_ms(admission: Admission) -> float:

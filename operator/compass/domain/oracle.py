@@ -21,7 +21,7 @@ import numpy.typing as npt
 from compass.domain.admission import (
     Admission,
     AdmissionPoint,
-    Verdict,
+    AdmissionVerdict,
     judge_at_dispatch,
     service_quantiles_ms,
 )
@@ -289,7 +289,7 @@ def degrading_dispatch(
 
     def dispatch(waited_s: float, config: int) -> int:
         verdict = judge_at_dispatch(rule, slo_ms - waited_s * 1000, own_ms[config], own_ms[0])
-        return config if verdict is Verdict.SERVE else 0
+        return config if verdict is AdmissionVerdict.SERVE else 0
 
     return dispatch
 

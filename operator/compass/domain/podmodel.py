@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from compass.domain.admission import Verdict
+from compass.domain.admission import AdmissionVerdict
 from compass.domain.arrivals import SimulationError
 
 FloatArray = npt.NDArray[np.float64]
@@ -100,7 +100,7 @@ POD_STAGES: dict[str, tuple[Stage, ...]] = {"independent": (), "rag-sim": RAG_SI
 
 # What becomes of a request arriving at a pod: (arrival time, requests queued ahead of it, how
 # long each busy instance has served its request, s).
-AdmitFn = Callable[[float, int, list[float]], Verdict]
+AdmitFn = Callable[[float, int, list[float]], AdmissionVerdict]
 # (seconds the request waited, the configuration routed) -> the one that serves it, or DROPPED.
 DispatchFn = Callable[[float, int], int]
 
@@ -196,11 +196,11 @@ class Pod:
         """Admit or drop the next arrival (at ``now``), as the pod stands at that instant."""
         request = int(self.requests[self.decided])
         self.decided += 1
-        verdict = Verdict.SERVE
+        verdict = AdmissionVerdict.SERVE
         if self.admit is not None:
             verdict = self.admit(now, self.waiting, self._busy_elapsed(now))
-        if verdict is not Verdict.DROP:
-            if verdict is Verdict.FASTEST:
+        if verdict is not AdmissionVerdict.DROP:
+            if verdict is AdmissionVerdict.FASTEST:
                 self.on_fastest.add(request)
             self.admitted.append(request)
             return

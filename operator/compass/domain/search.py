@@ -26,7 +26,7 @@ from scipy.stats import norm
 
 from compass.domain.evaluation import EvaluationError, Evaluator
 from compass.domain.space import Space
-from compass.domain.statistics import TOLERANCE, IntervalMethod, StoppingRule, Verdict
+from compass.domain.statistics import TOLERANCE, FeasibilityVerdict, IntervalMethod, StoppingRule
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -71,7 +71,7 @@ class Assessment:
 
     index: int
     scores: list[float] = field(default_factory=list)
-    verdict: Verdict = Verdict.UNDECIDED
+    verdict: FeasibilityVerdict = FeasibilityVerdict.UNDECIDED
 
     @property
     def samples(self) -> int:
@@ -86,7 +86,7 @@ class Assessment:
     @property
     def feasible(self) -> bool:
         """Whether the verdict is feasible."""
-        return self.verdict is Verdict.FEASIBLE
+        return self.verdict is FeasibilityVerdict.FEASIBLE
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ class _Search:
         self.assessed[index] = record
         config = self.space.config(index)
         budget = self.rule.next_look(record.scores)
-        while record.verdict is Verdict.UNDECIDED:
+        while record.verdict is FeasibilityVerdict.UNDECIDED:
             assert budget is not None, "the last budget always yields a verdict"
             indices = [int(i) for i in self.order[record.samples : budget]]
             scores = self.evaluator.evaluate(config, indices)

@@ -24,8 +24,8 @@ import numpy.typing as npt
 from compass.domain.admission import (
     Admission,
     AdmissionPoint,
+    AdmissionVerdict,
     ServiceGrid,
-    Verdict,
     judge,
     judge_at_dispatch,
     service_quantiles_ms,
@@ -357,7 +357,7 @@ class _Run:
         ``config``, or DROPPED."""
         left_ms = rule.slo_ms - waited_s * 1000
         verdict = judge_at_dispatch(rule, left_ms, self.own_ms[config], self.own_ms[0])
-        return {Verdict.SERVE: config, Verdict.FASTEST: 0}.get(verdict, DROPPED)
+        return {AdmissionVerdict.SERVE: config, AdmissionVerdict.FASTEST: 0}.get(verdict, DROPPED)
 
     def grid_of(self, mix: Mix) -> ServiceGrid:
         """The mix's service grid (made on first use)."""
@@ -367,7 +367,9 @@ class _Run:
             grid = self.grids[mix] = ServiceGrid(members, self.pod_model.servers)
         return grid
 
-    def admit(self, rule: Admission, arrival: float, queued: int, busy_s: list[float]) -> Verdict:
+    def admit(
+        self, rule: Admission, arrival: float, queued: int, busy_s: list[float]
+    ) -> AdmissionVerdict:
         """Admission at arrival by ``rule``: the verdict on a request arriving at a pod."""
         busy_ms = [b * 1000 for b in busy_s]
         grid, fastest = self.grid_of(self.mix_at(arrival)), self.grid_of(Mix(0))

@@ -39,7 +39,7 @@ class IntervalMethod(StrEnum):
     BETTING = "betting"
 
 
-class Verdict(StrEnum):
+class FeasibilityVerdict(StrEnum):
     """What a look concluded about one configuration."""
 
     FEASIBLE = "feasible"
@@ -146,15 +146,17 @@ class StoppingRule:
             return max(1, self.population - 1)
         return max(1, sum(1 for b in self._points if b < self.population))
 
-    def look(self, scores: Sequence[float] | FloatArray) -> tuple[Verdict, int | None]:
+    def look(self, scores: Sequence[float] | FloatArray) -> tuple[FeasibilityVerdict, int | None]:
         """The verdict after these scores and, while undecided, the sample count to look at
         next: ``judge`` and ``next_look`` at once, betting's capital computed once."""
         x = np.asarray(scores, dtype=np.float64)
         capital = self._capital(x)
         verdict = self._verdict(x, capital)
-        return verdict, None if verdict is not Verdict.UNDECIDED else self._next_look(x, capital)
+        if verdict is not FeasibilityVerdict.UNDECIDED:
+            return verdict, None
+        return verdict, self._next_look(x, capital)
 
-    def judge(self, scores: Sequence[float] | FloatArray) -> Verdict:
+    def judge(self, scores: Sequence[float] | FloatArray) -> FeasibilityVerdict:
         """The verdict after seeing these scores, in draw order (len(scores) is the budget)."""
         x = np.asarray(scores, dtype=np.float64)
         return self._verdict(x, self._capital(x))
@@ -180,21 +182,25 @@ class StoppingRule:
             return 0.0, 0.0
         return betting_log_capital(x, self.tau, self.population)
 
-    def _verdict(self, x: FloatArray, capital: tuple[float, float]) -> Verdict:
+    def _verdict(self, x: FloatArray, capital: tuple[float, float]) -> FeasibilityVerdict:
         seen = len(x)
         total = float(x.sum())
         n = self.population
         if total / n >= self.tau - TOLERANCE:
-            return Verdict.FEASIBLE
+            return FeasibilityVerdict.FEASIBLE
         if (total + n - seen) / n < self.tau - TOLERANCE:
-            return Verdict.INFEASIBLE
+            return FeasibilityVerdict.INFEASIBLE
         if self.method is IntervalMethod.WILSON:
             verdict = self._wilson(total / seen, seen)
         else:
             verdict = self._betting(*capital)
-        if verdict is Verdict.UNDECIDED and seen >= self.last_look:
+        if verdict is FeasibilityVerdict.UNDECIDED and seen >= self.last_look:
             mean = total / seen
-            return Verdict.FEASIBLE if mean >= self.tau - TOLERANCE else Verdict.INFEASIBLE
+            return (
+                FeasibilityVerdict.FEASIBLE
+                if mean >= self.tau - TOLERANCE
+                else FeasibilityVerdict.INFEASIBLE
+            )
         return verdict
 
     def _next_look(self, x: FloatArray, capital: tuple[float, float]) -> int | None:
@@ -251,11 +257,11 @@ class StoppingRule:
             float(norm.ppf(1 - self.alpha_reject / looks)),
         )
 
-    def _wilson(self, mean: float, seen: int) -> Verdict:
+    def _wilson(self, mean: float, seen: int) -> FeasibilityVerdict:
         z_accept, z_reject = self._wilson_z
         lower, _ = wilson_interval(mean, seen, z_accept, self.population)
         if lower >= self.tau:
-            return Verdict.FEASIBLE
+            return FeasibilityVerdict.FEASIBLE
         _, upper = wilson_interval(mean, seen, z_reject, self.population)
         # Wilson's normal approximation underestimates the lower tail of a small prefix when
         # tau is near 1 (binary scores exactly at tau 0.95, N 100, 234 configurations: 33x the
@@ -266,15 +272,15 @@ class StoppingRule:
             and lower_tail_bound(mean * seen, seen, self.tau, self.population)
             <= self.alpha_reject / self.statistical_looks
         ):
-            return Verdict.INFEASIBLE
-        return Verdict.UNDECIDED
+            return FeasibilityVerdict.INFEASIBLE
+        return FeasibilityVerdict.UNDECIDED
 
-    def _betting(self, up: float, down: float) -> Verdict:
+    def _betting(self, up: float, down: float) -> FeasibilityVerdict:
         if up >= math.log(1 / self.alpha_accept):
-            return Verdict.FEASIBLE
+            return FeasibilityVerdict.FEASIBLE
         if down >= math.log(1 / self.alpha_reject):
-            return Verdict.INFEASIBLE
-        return Verdict.UNDECIDED
+            return FeasibilityVerdict.INFEASIBLE
+        return FeasibilityVerdict.UNDECIDED
 
 
 def wilson_interval(mean: float, seen: int, z: float, population: int) -> tuple[float, float]:

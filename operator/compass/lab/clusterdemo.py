@@ -30,6 +30,7 @@ from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.ledgerchunks import CHUNK_OF_LABEL
+from compass.conversion import elastico_settings, latency_profiles
 from compass.dataplane.triton import TritonRouter
 from compass.domain.arrivals import SPIKE_FACTOR, Scenario
 from compass.domain.elastico import Elastico
@@ -148,7 +149,7 @@ def replay_ledger(rag_sim: dict[str, Any]) -> str:
 
 def unscaled_plan(spec: ParetoPolicySpec, scale: float) -> tuple[Plan, tuple[LatencyProfile, ...]]:
     """The policy's plan at the paper's scale (the front's times and the SLO divided by scale)."""
-    profiles = tuple(p.scaled(1 / scale) for p in spec.profiles())
+    profiles = tuple(p.scaled(1 / scale) for p in latency_profiles(spec))
     plan = plan_from_profiles(
         profiles,
         Slo(spec.slo.latency_ms / scale, spec.slo.percentile),
@@ -162,7 +163,7 @@ def unscaled_plan(spec: ParetoPolicySpec, scale: float) -> tuple[Plan, tuple[Lat
 
 def unscaled_elastico(spec: ParetoPolicySpec, plan: Plan, scale: float) -> Elastico:
     """The policy as the simulator runs it at the paper's scale."""
-    settings = spec.settings()
+    settings = elastico_settings(spec)
     return Elastico(
         plan,
         replace(

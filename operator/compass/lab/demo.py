@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from compass.api.paretopolicy import Hysteresis, ParetoPolicySpec, spec_for_plan
+from compass.api.paretopolicy import Hysteresis, ParetoPolicySpec
 from compass.console import fail
+from compass.conversion import runtime_policy, spec_for_plan
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
@@ -220,7 +221,7 @@ def serve_spike(
     load = RagSimLoad(scenario)
     runs = {}
     started = time.monotonic()
-    policy = live.policy()
+    policy = runtime_policy(live)
     rule = Admission(settings.slo_ms * scale, at=AdmissionPoint.DISPATCH)
     for label, run in serve_each(
         router,
@@ -235,7 +236,7 @@ def serve_spike(
         offered_qps=load.offered_qps,
         labels=RUNS,
         admission=router_admission([t.profile for t in policy.plan.thresholds], rule),
-        admitted_policy=predictive(live).policy(),
+        admitted_policy=runtime_policy(predictive(live)),
     ):
         runs[label] = run
         reporter.say(
@@ -486,10 +487,14 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     say.step("compare with the simulator's prediction on the same arrivals")
     members = [t.profile for t in plan.thresholds]
     predicted = compare(
-        {"policy": policy.policy()}, members, scenario, settings.slo_ms, policy.interval_seconds
+        {"policy": runtime_policy(policy)},
+        members,
+        scenario,
+        settings.slo_ms,
+        policy.interval_seconds,
     )
     predicted[ADMITTED_RUN] = compare(
-        {ADMITTED_RUN: predictive(policy).policy()},
+        {ADMITTED_RUN: runtime_policy(predictive(policy))},
         members,
         scenario,
         settings.slo_ms,

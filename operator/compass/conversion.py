@@ -1,0 +1,188 @@
+"""Conversions between the wire types (compass.api) and the domain (compass.domain).
+
+A ParetoPolicy spec into the planner's profiles, the plan, Elastico's settings, the runtime
+policy and the admission rule; a plan back into a spec, its status thresholds and an applyable
+manifest. A layer of its own, just above api: it needs both sides, and api holds wire types only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from compass.api.meta import API_VERSION, POLICY_KIND
+from compass.api.paretopolicy import (
+    CapacitySpec,
+    FrontEntry,
+    Hysteresis,
+    ParetoPolicySpec,
+    ServingSettings,
+    SloSpec,
+    ThresholdStatus,
+)
+from compass.domain.admission import Admission, AdmissionPoint, router_admission
+from compass.domain.capacity import CapacityCurve, parse_curve
+from compass.domain.elastico import ElasticoSettings
+from compass.domain.planner import Plan, Slo, plan_from_profiles
+from compass.domain.profiles import LatencyProfile
+from compass.domain.strategy import Policy, build_policy
+
+# Spec fields a person (kubectl edit, Git) sets and a plan never writes: a manifest made from a
+# plan leaves them out, so applying it (or a re-plan, by server-side apply) keeps theirs.
+PERSON_OWNED_SPEC_FIELDS = ("paused",)
+
+
+def capacity_curve(capacity: CapacitySpec) -> CapacityCurve:
+    """The domain curve (its checks: rates ascending, percentiles ordered)."""
+    return parse_curve(capacity.model_dump(by_alias=False), "capacity")
+
+
+def capacity_spec(curve: CapacityCurve) -> CapacitySpec:
+    """The spec of a domain curve."""
+    return CapacitySpec.model_validate(curve.to_json())
+
+
+def latency_profile(entry: FrontEntry) -> LatencyProfile:
+    """The entry as a latency profile for the planner and the simulator."""
+    return LatencyProfile(
+        config=dict(entry.config),
+        accuracy=entry.accuracy,
+        mean_ms=entry.latency_mean_ms,
+        p95_ms=entry.latency_p95_ms,
+        p50_ms=entry.latency_p50_ms,
+        p99_ms=entry.latency_p99_ms,
+        std_ms=entry.latency_std_ms,
+        capacity=None if entry.capacity is None else capacity_curve(entry.capacity),
+    )
+
+
+def front_entry(profile: LatencyProfile) -> FrontEntry:
+    """The entry for a latency profile."""
+    return FrontEntry(
+        config=dict(profile.config),
+        accuracy=profile.accuracy,
+        latency_mean_ms=profile.mean_ms,
+        latency_p95_ms=profile.p95_ms,
+        latency_p50_ms=profile.p50_ms,
+        latency_p99_ms=profile.p99_ms,
+        latency_std_ms=profile.std_ms,
+        capacity=None if profile.capacity is None else capacity_spec(profile.capacity),
+    )
+
+
+def latency_profiles(spec: ParetoPolicySpec) -> tuple[LatencyProfile, ...]:
+    """The front entries as latency profiles."""
+    return tuple(latency_profile(entry) for entry in spec.front)
+
+
+def policy_plan(spec: ParetoPolicySpec) -> Plan:
+    """The thresholds derived from this spec (PlanError when the SLO admits none)."""
+    return plan_from_profiles(
+        latency_profiles(spec),
+        Slo(spec.slo.latency_ms, spec.slo.percentile),
+        spec.hysteresis.slack_buffer_ms,
+        spec.threshold_model,
+        spec.switch_delay_ms,
+        spec.router_instances,
+    )
+
+
+def elastico_settings(spec: ParetoPolicySpec) -> ElasticoSettings:
+    """The policy knobs this spec sets."""
+    return ElasticoSettings(
+        upscale_cooldown_s=spec.hysteresis.upscale_cooldown_seconds,
+        downscale_cooldown_s=spec.hysteresis.downscale_cooldown_seconds,
+        cooldown_exponent=spec.hysteresis.cooldown_exponent,
+        on_metrics_loss=spec.on_metrics_loss,
+        stale_after_s=spec.stale_after_seconds,
+        paused=spec.paused,
+        burst_memory_s=spec.hysteresis.burst_memory_seconds,
+    )
+
+
+def runtime_policy(spec: ParetoPolicySpec) -> Policy:
+    """The runtime policy this spec describes: its strategy over its plan."""
+    return build_policy(spec.strategy, policy_plan(spec), elastico_settings(spec), spec.forecaster)
+
+
+def admission_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
+    """What every router gets with each switch to judge requests at dispatch, for this spec's
+    plan (None: admission off)."""
+    if not spec.admission.enabled:
+        return None
+    return router_admission([t.profile for t in plan.thresholds], admission_rule(spec))
+
+
+def admission_rule(spec: ParetoPolicySpec) -> Admission:
+    """The admission rule this spec's settings describe, judged at dispatch as the routers judge
+    (whether or not it is enabled: ``compass simulate --admission`` runs it anyway)."""
+    return Admission(
+        spec.slo.latency_ms,
+        spec.admission.quantile,
+        at=AdmissionPoint.DISPATCH,
+        degrade_after=spec.admission.degrade_after,
+        refuse=spec.admission.refuse,
+    )
+
+
+def spec_for_plan(
+    plan: Plan,
+    hysteresis: Hysteresis | None = None,
+    serving: ServingSettings | None = None,
+    **fields: Any,
+) -> ParetoPolicySpec:
+    """The ParetoPolicy spec for a plan (its front, SLO, slack buffer and model) and settings."""
+    base = serving or ServingSettings()
+    chosen = (hysteresis or base.hysteresis).model_copy(
+        update={"slack_buffer_ms": plan.slack_buffer_ms}
+    )
+    settings = {
+        **base.model_dump(exclude={"hysteresis", "threshold_model"}),
+        "switch_delay_ms": plan.switch_delay_ms,
+        "router_instances": plan.servers,
+        **fields,
+    }
+    return ParetoPolicySpec(
+        front=[front_entry(t.profile) for t in plan.thresholds],
+        slo=SloSpec(latency_ms=plan.slo.latency_ms, percentile=plan.slo.percentile),
+        hysteresis=chosen,
+        threshold_model=plan.model,
+        **settings,
+    )
+
+
+def threshold_statuses(plan: Plan) -> list[ThresholdStatus]:
+    """Every front member's limits, fastest first, rounded for the status."""
+    return [
+        ThresholdStatus(
+            config=t.profile.name,
+            eligible=t.eligible,
+            slack_ms=round(t.slack_ms, 3),
+            stay_max_queue=t.stay_max_queue,
+            enter_max_queue=t.enter_max_queue,
+            stay_max_qps=None if t.stay_max_qps is None else round(t.stay_max_qps, 4),
+            enter_max_qps=None if t.enter_max_qps is None else round(t.enter_max_qps, 4),
+        )
+        for t in plan.thresholds
+    ]
+
+
+def planned_manifest(
+    name: str,
+    namespace: str | None,
+    spec: Mapping[str, Any],
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A planned ParetoPolicy as an applyable manifest (apiVersion, kind, metadata, spec), with
+    only the fields a plan owns: never PERSON_OWNED_SPEC_FIELDS."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": POLICY_KIND,
+        "metadata": metadata,
+        "spec": {k: v for k, v in spec.items() if k not in PERSON_OWNED_SPEC_FIELDS},
+    }
