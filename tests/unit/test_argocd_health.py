@@ -30,7 +30,13 @@ from test_workflow_logic import (
 from compass.api.compoundworkflow import CompoundWorkflowStatus, Phase
 from compass.api.schema import without_empty_strings
 from compass.controllers import policy as ps
-from compass.controllers import workflow as reconcile
+from compass.controllers import (
+    workflow_plan,
+    workflow_spec,
+    workflow_state,
+    workflow_status,
+    workflow_steps,
+)
 from compass.controllers.builders import PROFILES_KEY, RESULT_KEY, build_pareto_policy
 from compass.controllers.metricsauth import REASON as METRICS_CREDENTIALS
 from compass.domain.elastico import Observation, PolicyState
@@ -71,8 +77,8 @@ def _workflow(status: CompoundWorkflowStatus | None, generation: int = 1) -> dic
     return body
 
 
-def _stepped(observation: reconcile.Observation) -> CompoundWorkflowStatus:
-    step = reconcile.decide(observation, NOW)
+def _stepped(observation: workflow_steps.GenerationObservation) -> CompoundWorkflowStatus:
+    step = workflow_steps.decide(observation, NOW)
     assert step.status is not None
     return step.status
 
@@ -80,16 +86,16 @@ def _stepped(observation: reconcile.Observation) -> CompoundWorkflowStatus:
 def _blocked(reason: str) -> CompoundWorkflowStatus:
     """Planning, its policy blocked for this reason, as the handler writes it."""
     apply = (
-        reconcile.policy_crd_missing()
+        workflow_plan.policy_crd_missing()
         if reason == "PolicyCrdMissing"
-        else reconcile.decide_policy_apply(
+        else workflow_plan.decide_policy_apply(
             {"metadata": {"name": "rag", "ownerReferences": []}},
             build_pareto_policy(WORKFLOW, 1, {}),
             "uid-1",
         )
     )
     assert apply.reason == reason
-    status, _ = reconcile.policy_blocked(
+    status, _ = workflow_steps.policy_blocked(
         _observe(Phase.PLANNING, {}), apply.reason, apply.message, NOW
     )
     return status
@@ -98,23 +104,27 @@ def _blocked(reason: str) -> CompoundWorkflowStatus:
 def _workflow_statuses() -> dict[str, tuple[CompoundWorkflowStatus | None, str]]:
     """Every phase the controller writes (and the cases within a phase that differ), built by
     its functions, with the health each must have."""
-    spec, space = reconcile.validate_spec(_raw())
-    fresh, _ = reconcile.start_status(CompoundWorkflowStatus(), "rag", 1, spec, space, {}, NOW)
-    seed = reconcile.seed_state(spec, 2, {1: _state(spec, **FULL)})
-    replanning, _ = reconcile.start_status(
+    spec, space = workflow_spec.validate_spec(_raw())
+    fresh, _ = workflow_status.start_status(
+        CompoundWorkflowStatus(), "rag", 1, spec, space, {}, NOW
+    )
+    seed = workflow_state.seed_state(spec, 2, {1: _state(spec, **FULL)})
+    replanning, _ = workflow_status.start_status(
         CompoundWorkflowStatus(), "rag", 1, spec, space, seed.data, NOW
     )
     searched = {RESULT_KEY: _result([BEST], [BEST, WORSE])}
-    done = reconcile.JobView("rag-search-g1", succeeded=1, complete=True)
+    done = workflow_steps.JobView("rag-search-g1", succeeded=1, complete=True)
     profiled = {RESULT_KEY: _result([BEST], [BEST]), PROFILES_KEY: PROFILES}
-    profile_done = reconcile.JobView("rag-profile-g1", succeeded=1, complete=True)
+    profile_done = workflow_steps.JobView("rag-profile-g1", succeeded=1, complete=True)
     planning = _observe(Phase.PROFILING, profiled, profile=profile_done)
     review = dataclasses.replace(
         planning, spec=planning.spec.model_copy(update={"auto_apply": False})
     )
-    failed_job = reconcile.JobView("rag-search-g1", failed=2, failed_final=True, reason="Backoff")
-    invalid = reconcile.invalid_status(
-        CompoundWorkflowStatus(), 1, reconcile.InvalidSpecError("spec.slo", "bad"), NOW
+    failed_job = workflow_steps.JobView(
+        "rag-search-g1", failed=2, failed_final=True, reason="Backoff"
+    )
+    invalid = workflow_status.invalid_status(
+        CompoundWorkflowStatus(), 1, workflow_spec.InvalidSpecError("spec.slo", "bad"), NOW
     )
     return {
         "pending": (CompoundWorkflowStatus(), "Progressing"),
@@ -165,7 +175,7 @@ def test_every_workflow_phase_is_built_above_and_known_to_the_script() -> None:
 def test_every_blocked_policy_reason_is_degraded_in_the_script() -> None:
     """The reasons a plan cannot be written (PolicyApply BLOCKED in the controller) are those
     the script treats as waiting for a person."""
-    tree = ast.parse(Path(reconcile.__file__).read_text(encoding="utf-8"))
+    tree = ast.parse(Path(workflow_plan.__file__).read_text(encoding="utf-8"))
     reasons = {
         keyword.value.value
         for node in ast.walk(tree)

@@ -2,8 +2,8 @@
 (and, with hypothesis, several at once), then put through what a cluster would do with it: the
 API server's structural schema and CEL rules (apiserver_checks.py), then the operator's own
 checks (validate_spec and authorize_* for a CompoundWorkflow, compile_policy and
-authorize_targets for a ParetoPolicy), which run on every case, even one the server refuses
-(an older server without CEL lets more through).
+authorize_policy_targets for a ParetoPolicy), which run on every case, even one the server
+refuses (an older server without CEL lets more through).
 
 Each case must end in a clear refusal or in acceptance: no exception but the operator's own
 error, the field named (a path that exists in the CRD's schema) in one bounded line, the server
@@ -34,13 +34,13 @@ from compass.api.conditions import one_line
 from compass.api.crds import COMPOUND_WORKFLOW, PARETO_POLICY
 from compass.controllers import policy as ps
 from compass.controllers.targets import TargetAccess
-from compass.controllers.workflow import (
+from compass.controllers.workflow_spec import (
     InvalidSpecError,
     authorize_images,
-    authorize_targets,
-    invalid_status,
+    authorize_workflow_targets,
     validate_spec,
 )
+from compass.controllers.workflow_status import invalid_status
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "team-a"
@@ -82,7 +82,7 @@ class Kind:
 def _check_workflow(spec: dict[str, Any]) -> None:
     """What the workflow handlers do with a spec before any Job (InvalidSpecError if bad)."""
     parsed, _ = validate_spec(spec)
-    authorize_targets(parsed, NAMESPACE, TargetAccess())
+    authorize_workflow_targets(parsed, NAMESPACE, TargetAccess())
     authorize_images(parsed, OWN_IMAGE, ())
 
 
