@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from compass.api.compoundworkflow import CompoundWorkflowStatus, Phase
 from compass.api.conditions import one_line
 from compass.api.crds import COMPOUND_WORKFLOW, PARETO_POLICY
-from compass.controllers import policy as ps
+from compass.controllers import policy_compile
 from compass.controllers.targets import TargetAccess
 from compass.controllers.workflow_spec import (
     InvalidSpecError,
@@ -88,7 +88,9 @@ def _check_workflow(spec: dict[str, Any]) -> None:
 
 def _check_policy(spec: dict[str, Any]) -> None:
     """What the policy timer does with a spec before it decides (SpecError if bad)."""
-    ps.authorize_targets(ps.compile_policy(spec, 1), NAMESPACE, TargetAccess())
+    policy_compile.authorize_policy_targets(
+        policy_compile.compile_policy(spec, 1), NAMESPACE, TargetAccess()
+    )
 
 
 KINDS = {
@@ -206,7 +208,7 @@ def judge(kind: Kind, spec: dict[str, Any]) -> Verdict:
     """The server's answer, then the operator's, and whether they are what they must be."""
     try:
         kind.check(spec)
-    except (InvalidSpecError, ps.SpecError) as error:
+    except (InvalidSpecError, policy_compile.SpecError) as error:
         operator: tuple[str, str] | None = (error.field, str(error))
     except Exception as error:  # what the corpus exists to find
         return Verdict("traceback", problem=f"{type(error).__name__}: {error}")

@@ -37,9 +37,6 @@ class InvalidSpecError(ValueError):
         self.field, self.what, self.reason = field, what, reason
 
 
-# ---------------------------------------------------------------------------- validation
-
-
 def validate_spec(raw: Mapping[str, Any]) -> tuple[CompoundWorkflowSpec, Space]:
     """The spec and its space, or InvalidSpecError naming the first bad field and the fix.
 
