@@ -21,12 +21,7 @@ from compass.api.paretopolicy import (
     ParetoPolicySpec,
     RoutingTarget,
 )
-from compass.controllers.targets import (
-    TargetAccess,
-    TargetRefusedError,
-    resolve_host,
-    resolve_url,
-)
+from compass.controllers.targets import TargetAccess, TargetRefusedError, resolve_host, resolve_url
 from compass.domain.planner import Plan, PlanError
 from compass.domain.strategy import Policy
 

@@ -11,18 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compass.api.conditions import (
-    Condition,
-    find_condition,
-    parse_conditions,
-    set_conditions,
-)
-from compass.api.paretopolicy import (
-    MAX_LAGGING_PODS,
-    ConditionType,
-    LaggingPod,
-    RoutingStatus,
-)
+from compass.api.conditions import Condition, find_condition, parse_conditions, set_conditions
+from compass.api.paretopolicy import MAX_LAGGING_PODS, ConditionType, LaggingPod, RoutingStatus
 from compass.controllers.policy_decisions import NOT_PAUSED, Pause
 
 

@@ -12,9 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from compass.api.meta import GROUP
-from compass.api.paretopolicy import (
-    ParetoPolicySpec,
-)
+from compass.api.paretopolicy import ParetoPolicySpec
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
 from compass.domain.elastico import PolicyState
 from compass.domain.evaluation import Config

@@ -13,10 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from compass.api.conditions import (
-    find_condition,
-    parse_conditions,
-)
+from compass.api.conditions import find_condition, parse_conditions
 from compass.api.paretopolicy import (
     ActiveConfiguration,
     BlendStatus,

@@ -14,17 +14,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from compass.api.compoundworkflow import (
-    CompoundWorkflowSpec,
-)
+from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.meta import GROUP, POLICY_PLURAL
 from compass.api.paretopolicy import MetricsSource, MetricsSourceType, RoutingTarget, spec_for_plan
-from compass.controllers.builders import (
-    FIELD_MANAGER,
-    PROFILES_KEY,
-    WORKFLOW_LABEL,
-    controller_uid,
-)
+from compass.controllers.builders import FIELD_MANAGER, PROFILES_KEY, WORKFLOW_LABEL, controller_uid
 from compass.domain.planner import PlanError, Slo, plan_from_profiles
 from compass.domain.profiles import ProfileError, parse_profiles
 

@@ -14,16 +14,9 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from compass.api.compoundworkflow import (
-    CompoundWorkflowSpec,
-)
+from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.errors import field_path, first_error
-from compass.controllers.targets import (
-    TargetAccess,
-    TargetRefusedError,
-    resolve_host,
-    resolve_url,
-)
+from compass.controllers.targets import TargetAccess, TargetRefusedError, resolve_host, resolve_url
 from compass.domain.space import Space, SpaceError
 
 

@@ -17,10 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from compass.api.compoundworkflow import (
-    CompoundWorkflowSpec,
-    EvaluatorType,
-)
+from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType
 from compass.controllers.builders import (
     LEDGER_KEY,
     PROFILES_KEY,

@@ -28,11 +28,7 @@ from compass.api.conditions import (
     set_condition,
     set_conditions,
 )
-from compass.controllers.builders import (
-    PROFILES_KEY,
-    RESULT_KEY,
-    search_name,
-)
+from compass.controllers.builders import PROFILES_KEY, RESULT_KEY, search_name
 from compass.controllers.workflow_spec import InvalidSpecError
 from compass.controllers.workflow_state import ledger_facts, seed_origin, state_counts
 from compass.domain.space import Space

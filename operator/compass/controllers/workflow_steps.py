@@ -19,11 +19,7 @@ from compass.api.compoundworkflow import (
     Phase,
     WorkflowConditionType,
 )
-from compass.api.conditions import (
-    find_condition,
-    one_line,
-    set_conditions,
-)
+from compass.api.conditions import find_condition, one_line, set_conditions
 from compass.api.paretopolicy import RoutingTarget
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
