@@ -43,7 +43,7 @@ from typing import Any
 import yaml
 
 from compass.controllers.builders import LEDGER_KEY
-from compass.controllers.policy import parse_rfc3339
+from compass.controllers.policy_status import parse_rfc3339
 from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key

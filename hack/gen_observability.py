@@ -16,7 +16,7 @@ from pathlib import Path
 from prometheus_client.metrics import MetricWrapperBase
 
 from compass.controllers.catalogue import CONDITIONS, EVENTS
-from compass.controllers.policy import SERIES_TTL_S
+from compass.controllers.policy_decisions import SERIES_TTL_S
 from compass.controllers.runtime import OperatorMetrics
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -20,8 +20,7 @@ from e2e_shared import install_crds
 from kubernetes import client
 
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
-from compass.controllers import kubeapi
-from compass.controllers import workflow as reconcile
+from compass.controllers import kubeapi, workflow_plan
 from compass.controllers.builders import GENERATION_LABEL, build_pareto_policy, planned_policy
 from compass.controllers.workflow_handlers import _apply_policy
 
@@ -120,7 +119,7 @@ def test_a_persons_pause_and_label_survive_a_replan(
 ) -> None:
     name = workflow["metadata"]["name"]
     applied = _apply_policy(k8s_api, workflow, 1, _plan(300.0))
-    assert applied.action is reconcile.PolicyAction.APPLY
+    assert applied.action is workflow_plan.PolicyAction.APPLY
     first = _policy(k8s_api, namespace, name)
     assert ("compass-operator", "Apply") in _managers(first)
     # The operator never applies paused: the API server's default (false) is nobody's.
@@ -172,7 +171,7 @@ def test_a_policy_first_written_by_replace_is_adopted(
         _content_type="application/merge-patch+json",
     )
     before = _policy(k8s_api, namespace, name)
-    assert set(_managers(before)) == {(reconcile.LEGACY_MANAGER, "Update")}
+    assert set(_managers(before)) == {(workflow_plan.LEGACY_MANAGER, "Update")}
     _as_person(k8s_api, namespace, name, {"spec": {"paused": True}})
 
     applied = _apply_policy(k8s_api, workflow, 2, _plan(250.0))
@@ -185,7 +184,7 @@ def test_a_policy_first_written_by_replace_is_adopted(
     assert policy["status"]["switches"] == 3  # status is not the apply's
     managers = _managers(policy)
     assert ("compass-operator", "Apply") in managers
-    assert "f:spec" not in managers.get((reconcile.LEGACY_MANAGER, "Update"), {})
+    assert "f:spec" not in managers.get((workflow_plan.LEGACY_MANAGER, "Update"), {})
     # Once adopted, nothing is taken over again.
     assert not _apply_policy(k8s_api, workflow, 3, _plan(250.0)).adopt
 
@@ -208,7 +207,10 @@ def test_a_policy_another_workflow_controls_is_left_alone(
         body,
     )
     applied = _apply_policy(k8s_api, workflow, 2, _plan(250.0))
-    assert (applied.action, applied.reason) == (reconcile.PolicyAction.BLOCKED, "PolicyConflict")
+    assert (applied.action, applied.reason) == (
+        workflow_plan.PolicyAction.BLOCKED,
+        "PolicyConflict",
+    )
     assert _policy(k8s_api, namespace, name)["spec"]["slo"]["latencyMs"] == 300.0
 
 
@@ -229,7 +231,7 @@ def test_the_documented_review_command_applies_the_plan_and_auto_apply_takes_it_
         body={"status": {"phase": "Planned", "plannedPolicy": manifest}},
     )
     get, apply = (
-        shlex.split(part) for part in reconcile.review_command(name, namespace).split("|")
+        shlex.split(part) for part in workflow_plan.review_command(name, namespace).split("|")
     )
     assert (get[0], apply) == ("kubectl", ["kubectl", "apply", "-f", "-"])
     printed = k8s_cluster.kubectl(*get[1:]).stdout
@@ -240,7 +242,7 @@ def test_the_documented_review_command_applies_the_plan_and_auto_apply_takes_it_
 
     applied = _apply_policy(k8s_api, workflow, 2, _plan(250.0))
 
-    assert applied.action is reconcile.PolicyAction.APPLY
+    assert applied.action is workflow_plan.PolicyAction.APPLY
     policy = _policy(k8s_api, namespace, name)
     assert policy["metadata"]["ownerReferences"][0]["uid"] == workflow["metadata"]["uid"]
     assert policy["spec"]["slo"]["latencyMs"] == 250.0

@@ -26,7 +26,7 @@ from operator_process import Operator
 
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION
 from compass.controllers import kubeapi
-from compass.controllers.policy import compile_policy
+from compass.controllers.policy_compile import compile_policy
 from compass.dataplane.load import run_load
 from compass.dataplane.triton import LATE_MESSAGE, RoutingError, TritonRouter
 from compass.domain.space import config_key

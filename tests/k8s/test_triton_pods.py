@@ -28,7 +28,7 @@ from e2e_shared import Policies, install_crds
 from kubernetes import client
 from node import LocalImage, Node
 
-from compass.controllers.policy import compile_policy
+from compass.controllers.policy_compile import compile_policy
 from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import RoutingError, TritonRouter
 from compass.domain.evaluation import Config

@@ -58,7 +58,9 @@ from compass.controllers.builders import (
 )
 from compass.controllers.ledgerchunks import CHUNK_OF_LABEL, chunk_key, encode, ledger_text, pieces
 from compass.controllers.runtime import RUNTIME_KEY, Runtime
-from compass.controllers.workflow import job_view, stored_states, validate_spec
+from compass.controllers.workflow_spec import validate_spec
+from compass.controllers.workflow_state import stored_states
+from compass.controllers.workflow_steps import job_view
 from compass.domain.planner import pareto_front
 from compass.domain.profiles import parse_profiles
 from compass.domain.space import MAX_PARAMETERS

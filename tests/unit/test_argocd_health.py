@@ -29,8 +29,17 @@ from test_workflow_logic import (
 
 from compass.api.compoundworkflow import CompoundWorkflowStatus, Phase
 from compass.api.schema import without_empty_strings
-from compass.controllers import policy as ps
-from compass.controllers import workflow as reconcile
+from compass.controllers import (
+    policy_compile,
+    policy_conditions,
+    policy_decisions,
+    policy_status,
+    workflow_plan,
+    workflow_spec,
+    workflow_state,
+    workflow_status,
+    workflow_steps,
+)
 from compass.controllers.builders import PROFILES_KEY, RESULT_KEY, build_pareto_policy
 from compass.controllers.metricsauth import REASON as METRICS_CREDENTIALS
 from compass.domain.elastico import Observation, PolicyState
@@ -71,8 +80,8 @@ def _workflow(status: CompoundWorkflowStatus | None, generation: int = 1) -> dic
     return body
 
 
-def _stepped(observation: reconcile.Observation) -> CompoundWorkflowStatus:
-    step = reconcile.decide(observation, NOW)
+def _stepped(observation: workflow_steps.GenerationObservation) -> CompoundWorkflowStatus:
+    step = workflow_steps.decide(observation, NOW)
     assert step.status is not None
     return step.status
 
@@ -80,16 +89,16 @@ def _stepped(observation: reconcile.Observation) -> CompoundWorkflowStatus:
 def _blocked(reason: str) -> CompoundWorkflowStatus:
     """Planning, its policy blocked for this reason, as the handler writes it."""
     apply = (
-        reconcile.policy_crd_missing()
+        workflow_plan.policy_crd_missing()
         if reason == "PolicyCrdMissing"
-        else reconcile.decide_policy_apply(
+        else workflow_plan.decide_policy_apply(
             {"metadata": {"name": "rag", "ownerReferences": []}},
             build_pareto_policy(WORKFLOW, 1, {}),
             "uid-1",
         )
     )
     assert apply.reason == reason
-    status, _ = reconcile.policy_blocked(
+    status, _ = workflow_steps.policy_blocked(
         _observe(Phase.PLANNING, {}), apply.reason, apply.message, NOW
     )
     return status
@@ -98,23 +107,27 @@ def _blocked(reason: str) -> CompoundWorkflowStatus:
 def _workflow_statuses() -> dict[str, tuple[CompoundWorkflowStatus | None, str]]:
     """Every phase the controller writes (and the cases within a phase that differ), built by
     its functions, with the health each must have."""
-    spec, space = reconcile.validate_spec(_raw())
-    fresh, _ = reconcile.start_status(CompoundWorkflowStatus(), "rag", 1, spec, space, {}, NOW)
-    seed = reconcile.seed_state(spec, 2, {1: _state(spec, **FULL)})
-    replanning, _ = reconcile.start_status(
+    spec, space = workflow_spec.validate_spec(_raw())
+    fresh, _ = workflow_status.start_status(
+        CompoundWorkflowStatus(), "rag", 1, spec, space, {}, NOW
+    )
+    seed = workflow_state.seed_state(spec, 2, {1: _state(spec, **FULL)})
+    replanning, _ = workflow_status.start_status(
         CompoundWorkflowStatus(), "rag", 1, spec, space, seed.data, NOW
     )
     searched = {RESULT_KEY: _result([BEST], [BEST, WORSE])}
-    done = reconcile.JobView("rag-search-g1", succeeded=1, complete=True)
+    done = workflow_steps.JobView("rag-search-g1", succeeded=1, complete=True)
     profiled = {RESULT_KEY: _result([BEST], [BEST]), PROFILES_KEY: PROFILES}
-    profile_done = reconcile.JobView("rag-profile-g1", succeeded=1, complete=True)
+    profile_done = workflow_steps.JobView("rag-profile-g1", succeeded=1, complete=True)
     planning = _observe(Phase.PROFILING, profiled, profile=profile_done)
     review = dataclasses.replace(
         planning, spec=planning.spec.model_copy(update={"auto_apply": False})
     )
-    failed_job = reconcile.JobView("rag-search-g1", failed=2, failed_final=True, reason="Backoff")
-    invalid = reconcile.invalid_status(
-        CompoundWorkflowStatus(), 1, reconcile.InvalidSpecError("spec.slo", "bad"), NOW
+    failed_job = workflow_steps.JobView(
+        "rag-search-g1", failed=2, failed_final=True, reason="Backoff"
+    )
+    invalid = workflow_status.invalid_status(
+        CompoundWorkflowStatus(), 1, workflow_spec.InvalidSpecError("spec.slo", "bad"), NOW
     )
     return {
         "pending": (CompoundWorkflowStatus(), "Progressing"),
@@ -165,7 +178,7 @@ def test_every_workflow_phase_is_built_above_and_known_to_the_script() -> None:
 def test_every_blocked_policy_reason_is_degraded_in_the_script() -> None:
     """The reasons a plan cannot be written (PolicyApply BLOCKED in the controller) are those
     the script treats as waiting for a person."""
-    tree = ast.parse(Path(reconcile.__file__).read_text(encoding="utf-8"))
+    tree = ast.parse(Path(workflow_plan.__file__).read_text(encoding="utf-8"))
     reasons = {
         keyword.value.value
         for node in ast.walk(tree)
@@ -190,7 +203,7 @@ def test_workflow_without_status_or_of_a_newer_generation_is_progressing() -> No
 
 # ---------------------------------------------------------------------------- ParetoPolicy
 
-COMPILED = ps.compile_policy(
+COMPILED = policy_compile.compile_policy(
     {
         "front": [
             {"config": {"m": "fast"}, "accuracy": 0.8, "latencyMeanMs": 20, "latencyP95Ms": 25},
@@ -204,15 +217,21 @@ COMPILED = ps.compile_policy(
 FAST = COMPILED.plan.names[0]
 FAST_KEY = config_key(COMPILED.plan.thresholds[0].profile.config)
 PAUSES = {
-    "active": ps.pause_of(COMPILED.spec, {}),
-    "by-spec": ps.pause_of(COMPILED.spec.model_copy(update={"paused": True}), {}),
-    "by-annotation": ps.pause_of(COMPILED.spec, {ps.PAUSE_ANNOTATION: "true"}),
-    "invalid-annotation": ps.pause_of(COMPILED.spec, {ps.PAUSE_ANNOTATION: "on"}),
+    "active": policy_decisions.pause_of(COMPILED.spec, {}),
+    "by-spec": policy_decisions.pause_of(COMPILED.spec.model_copy(update={"paused": True}), {}),
+    "by-annotation": policy_decisions.pause_of(
+        COMPILED.spec, {policy_decisions.PAUSE_ANNOTATION: "true"}
+    ),
+    "invalid-annotation": policy_decisions.pause_of(
+        COMPILED.spec, {policy_decisions.PAUSE_ANNOTATION: "on"}
+    ),
 }
 ROUTINGS = {
     "none": None,
-    "serving": ps.routing_status([("a", FAST_KEY, None)], FAST_KEY),
-    "lagging": ps.routing_status([("a", FAST_KEY, None), ("b", None, "refused")], FAST_KEY),
+    "serving": policy_conditions.routing_status([("a", FAST_KEY, None)], FAST_KEY),
+    "lagging": policy_conditions.routing_status(
+        [("a", FAST_KEY, None), ("b", None, "refused")], FAST_KEY
+    ),
 }
 SPEC_ERRORS = {"none": None, "InvalidSpec": "InvalidSpec", "TargetNotAllowed": "TargetNotAllowed"}
 # What the product below varies, by Health field: a new field must be added here (and to the
@@ -233,19 +252,21 @@ VARIED = {
 }
 
 
-def _policy_status(health_: ps.Health) -> dict[str, Any]:
+def _policy_status(health_: policy_conditions.Health) -> dict[str, Any]:
     """The status as the policy controller writes it for what one tick found."""
-    conditions = ps.merge_conditions([], ps.health_conditions(health_), NOW, 1)
+    conditions = policy_conditions.merge_conditions(
+        [], policy_conditions.health_conditions(health_), NOW, 1
+    )
     if health_.spec_error is not None or health_.unreachable is not None:
-        return ps.error_status({}, conditions, 1)
+        return policy_status.error_status({}, conditions, 1)
     state = PolicyState(active=FAST)
     observation = Observation(time=1.8e9, queue_depth=2.0)
-    return ps.build_status(
+    return policy_status.build_status(
         COMPILED.plan, state, observation, {}, health_.decision, conditions, 1, health_.routing
     )
 
 
-def _expected(health_: ps.Health) -> str:
+def _expected(health_: policy_conditions.Health) -> str:
     """Worst first: the spec or the data path broken, a pause, pods catching up, fine."""
     if health_.spec_error is not None:
         return "Degraded"
@@ -260,7 +281,7 @@ def _expected(health_: ps.Health) -> str:
     return "Healthy"
 
 
-def _healths() -> list[tuple[str, ps.Health]]:
+def _healths() -> list[tuple[str, policy_conditions.Health]]:
     cases = []
     product = itertools.product(
         SPEC_ERRORS.items(),
@@ -279,7 +300,7 @@ def _healths() -> list[tuple[str, ps.Health]]:
         routing_id,
         routing,
     ) in product:
-        health_ = ps.Health(
+        health_ = policy_conditions.Health(
             spec_error=None if reason is None else f"spec.x: bad; fix ({reason})",
             spec_reason=reason or "InvalidSpec",
             unreachable=unreachable,
@@ -303,23 +324,25 @@ POLICY_CASES = _healths()
 
 
 def test_every_health_field_is_varied() -> None:
-    assert {f.name for f in dataclasses.fields(ps.Health)} == VARIED
+    assert {f.name for f in dataclasses.fields(policy_conditions.Health)} == VARIED
 
 
 @pytest.mark.parametrize(("name", "health_"), POLICY_CASES, ids=[n for n, _ in POLICY_CASES])
-def test_policy_health_of_each_status_the_controller_writes(name: str, health_: ps.Health) -> None:
+def test_policy_health_of_each_status_the_controller_writes(
+    name: str, health_: policy_conditions.Health
+) -> None:
     status = _policy_status(health_)
     found, message = health(POLICY_LUA, {"metadata": {"generation": 1}, "status": status})
     assert found == _expected(health_), f"{name}: {message}"
 
 
 def test_policy_health_message_says_why() -> None:
-    paused = ps.Health(metrics_read=True, pause=PAUSES["by-annotation"], active=FAST)
+    paused = policy_conditions.Health(metrics_read=True, pause=PAUSES["by-annotation"], active=FAST)
     found, message = health(
         POLICY_LUA, {"metadata": {"generation": 1}, "status": _policy_status(paused)}
     )
     assert (found, message) == ("Suspended", f"annotation compass.io/paused: holding {FAST}")
-    down = ps.Health(unreachable="connection refused", active=FAST)
+    down = policy_conditions.Health(unreachable="connection refused", active=FAST)
     found, message = health(
         POLICY_LUA, {"metadata": {"generation": 1}, "status": _policy_status(down)}
     )
@@ -328,14 +351,14 @@ def test_policy_health_message_says_why() -> None:
 
 def test_policy_before_its_first_decision_or_of_a_newer_generation_is_progressing() -> None:
     assert health(POLICY_LUA, {"metadata": {"generation": 1}})[0] == "Progressing"
-    serving = _policy_status(ps.Health(metrics_read=True, active=FAST))
+    serving = _policy_status(policy_conditions.Health(metrics_read=True, active=FAST))
     assert health(POLICY_LUA, {"metadata": {"generation": 2}, "status": serving})[0] == (
         "Progressing"
     )
 
 
 def test_a_policy_reason_unknown_to_the_script_is_unknown_not_healthy() -> None:
-    status = _policy_status(ps.Health(metrics_read=True, active=FAST))
+    status = _policy_status(policy_conditions.Health(metrics_read=True, active=FAST))
     for condition in status["conditions"]:
         if condition["type"] == "Paused":
             condition["reason"] = "PausedByMoonPhase"

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 from compass.api.compoundworkflow import MAX_BUDGETS, CompoundWorkflowSpec
 from compass.api.crds import COMPOUND_WORKFLOW, PARETO_POLICY
 from compass.api.paretopolicy import MAX_FRONT, ParetoPolicySpec
-from compass.controllers.workflow import InvalidSpecError, validate_spec
+from compass.controllers.workflow_spec import InvalidSpecError, validate_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from profiles_for_tests import normal_profile as profile
 
-from compass.controllers import policy as ps
+from compass.controllers import policy_conditions, policy_status
 from compass.controllers.policy_handlers import ObservingLoop
 from compass.dataplane.live import LiveLoop
 from compass.dataplane.metrics import MetricsReading
@@ -90,8 +90,12 @@ def test_the_operator_says_when_the_samples_are_stale() -> None:
     observation, _ = loop.observe(100.0)
     assert observation is not None
     assert loop.metrics_problem == "metrics stale: the samples are 12.0 s old (staleAfterSeconds 5)"
-    health = ps.Health(metrics_error=loop.metrics_problem, metrics_read=True, decision="hold")
-    [available] = [c for c in ps.health_conditions(health) if c.type == "MetricsAvailable"]
+    health = policy_conditions.Health(
+        metrics_error=loop.metrics_problem, metrics_read=True, decision="hold"
+    )
+    [available] = [
+        c for c in policy_conditions.health_conditions(health) if c.type == "MetricsAvailable"
+    ]
     assert (available.status, available.message) == ("False", loop.metrics_problem)
 
 
@@ -99,4 +103,4 @@ def test_the_newest_sample_time_alone_waits_for_the_heartbeat() -> None:
     """observed_at moves every tick: like the arrivals, it is no reason to write the status."""
     before = {"policyState": PolicyState(observed_at=1.0).to_dict()}
     after = {"policyState": PolicyState(observed_at=2.0).to_dict()}
-    assert ps.status_patch(before, after, now=3.0, last_write=2.5) == {}
+    assert policy_status.status_patch(before, after, now=3.0, last_write=2.5) == {}

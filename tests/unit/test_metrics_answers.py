@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from compass.controllers import policy as ps
+from compass.controllers import policy_conditions
 from compass.dataplane.metrics import (
     MetricsUnavailableError,
     PrometheusQueueDepth,
@@ -77,13 +77,13 @@ def test_what_an_endpoint_answers_stays_out_of_conditions_and_events(
         assert "token" not in message, message
         assert "script" not in message, message
         # The message is what the conditions and the MetricsLost Event carry.
-        health = ps.Health(
+        health = policy_conditions.Health(
             metrics_error=f"metrics unavailable: {message}", metrics_read=True, decision="hold"
         )
-        conditions = ps.merge_conditions(
-            [], ps.health_conditions(health), "2026-01-01T00:00:00Z", 1
+        conditions = policy_conditions.merge_conditions(
+            [], policy_conditions.health_conditions(health), "2026-01-01T00:00:00Z", 1
         )
-        events = ps.transition_events([], conditions)
+        events = policy_conditions.transition_events([], conditions)
         assert events
         assert all("token" not in e.message for e in events)
         assert all("token" not in str(c.get("message")) for c in conditions)

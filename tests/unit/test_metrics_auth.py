@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from compass.api.metricsource import MetricsAuthentication
-from compass.controllers import metricsauth
-from compass.controllers import policy as ps
+from compass.controllers import metricsauth, policy_conditions
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth
 from compass.dataplane.httpauth import HttpAuth
 from compass.dataplane.metrics import (
@@ -230,17 +229,19 @@ def test_what_the_secret_lacks_is_named_and_no_value_is_shown(
     assert TOKEN not in message
     assert PASSWORD not in message
     # The message is what the conditions and the MetricsLost Event carry.
-    health = ps.Health(
+    health = policy_conditions.Health(
         metrics_error=f"metrics unavailable: {message}",
         metrics_reason=metricsauth.REASON,
         metrics_read=True,
         decision="hold",
     )
-    conditions = ps.merge_conditions([], ps.health_conditions(health), "2026-01-01T00:00:00Z", 1)
+    conditions = policy_conditions.merge_conditions(
+        [], policy_conditions.health_conditions(health), "2026-01-01T00:00:00Z", 1
+    )
     available = next(c for c in conditions if c["type"] == "MetricsAvailable")
     assert available["reason"] == metricsauth.REASON
     assert "Secret team/prom-auth" in available["message"]
-    events = ps.transition_events([], conditions)
+    events = policy_conditions.transition_events([], conditions)
     assert [e.reason for e in events] == ["MetricsLost"]
     everything = repr(conditions) + repr(events)
     assert TOKEN not in everything

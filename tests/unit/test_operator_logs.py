@@ -50,7 +50,7 @@ def test_json_is_one_object_a_line_with_the_resource_it_is_about() -> None:
     try:
         raise RuntimeError("boom\nsecond line")
     except RuntimeError:
-        logging.getLogger("compass.controllers.policy").exception("timer crashed")
+        logging.getLogger("compass.controllers.policy_handlers").exception("timer crashed")
 
     first, second, third = (json.loads(line) for line in _lines(stream))
     assert first == {

@@ -1,4 +1,4 @@
-"""The ParetoPolicy controller's pure decisions (compass.controllers.policy) and the operator
+"""The ParetoPolicy controller's pure decisions (compass.controllers.policy_*) and the operator
 process's small helpers; the kopf timer around them runs in tests/k8s/test_policy_controller.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from compass.api.crds import PARETO_POLICY, build_crd
 from compass.api.metricsource import MetricsSourceType
 from compass.api.paretopolicy import ConditionType, ParetoPolicyStatus
 from compass.commands.main import main
-from compass.controllers import policy as ps
+from compass.controllers import policy_compile, policy_conditions, policy_decisions, policy_status
 from compass.controllers.manager import _quiet_timer_successes, scope
 from compass.controllers.runtime import OperatorMetrics
 from compass.controllers.settings import OperatorSettings
@@ -27,7 +27,7 @@ from compass.domain.split import Split
 FAST = {"generator_model": "small", "retriever_k": 20}
 ACCURATE = {"generator_model": "large", "retriever_k": 20}
 NOW = 1_800_000_000.0
-ISO = ps.rfc3339(NOW)
+ISO = policy_status.rfc3339(NOW)
 
 
 def spec(**overrides: Any) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def spec(**overrides: Any) -> dict[str, Any]:
     return value
 
 
-COMPILED = ps.compile_policy(spec(), generation=1)
+COMPILED = policy_compile.compile_policy(spec(), generation=1)
 PLAN = COMPILED.plan
 FAST_NAME, ACCURATE_NAME = PLAN.names
 
@@ -58,7 +58,7 @@ def test_compile_derives_plan_and_endpoints() -> None:
     assert COMPILED.grpc_address == "triton.serving:8001"
     assert COMPILED.router_model == "router"
     # No metrics section: Triton's own /metrics on the routing host.
-    assert COMPILED.metrics == ps.MetricsTarget(
+    assert COMPILED.metrics == policy_compile.MetricsTarget(
         MetricsSourceType.TRITON, "http://triton.serving:8002/metrics", None, None
     )
     assert PLAN.names == ("small/20", "large/20")
@@ -66,7 +66,9 @@ def test_compile_derives_plan_and_endpoints() -> None:
 
 def test_admission_gives_the_routers_each_members_time_by_its_key() -> None:
     assert COMPILED.admission is None  # off by default
-    table = ps.compile_policy(spec(admission={"enabled": True, "quantile": 0.9}), 1).admission
+    table = policy_compile.compile_policy(
+        spec(admission={"enabled": True, "quantile": 0.9}), 1
+    ).admission
     assert table is not None
     assert table["fastest"] == config_key(FAST)
     quantiles = table["quantiles_ms"]
@@ -77,27 +79,33 @@ def test_admission_gives_the_routers_each_members_time_by_its_key() -> None:
 
 
 def test_address_override_replaces_the_routing_endpoint() -> None:
-    compiled = ps.compile_policy(spec(routing=None), 3, address_override="127.0.0.1:9001")
+    compiled = policy_compile.compile_policy(
+        spec(routing=None), 3, address_override="127.0.0.1:9001"
+    )
     assert compiled.grpc_address == "127.0.0.1:9001"
     assert compiled.metrics.url == "http://127.0.0.1:8002/metrics"
 
 
 def test_a_service_target_switches_its_pods_and_reads_each_pods_metrics() -> None:
     routing = {"service": "triton", "grpcPort": "grpc", "metricsPort": 9102}
-    compiled = ps.compile_policy(spec(routing=routing), 1)
+    compiled = policy_compile.compile_policy(spec(routing=routing), 1)
     assert (compiled.service, compiled.grpc_address) == ("triton", None)
     assert (compiled.grpc_port, compiled.metrics_port) == ("grpc", 9102)
     # No metrics section: every pod's own /metrics, no single URL.
-    assert compiled.metrics == ps.MetricsTarget(MetricsSourceType.TRITON, None, None, None)
+    assert compiled.metrics == policy_compile.MetricsTarget(
+        MetricsSourceType.TRITON, None, None, None
+    )
     # The address override (a dev setting) still wins over the Service.
-    overridden = ps.compile_policy(spec(routing=routing), 1, address_override="127.0.0.1:9")
+    overridden = policy_compile.compile_policy(
+        spec(routing=routing), 1, address_override="127.0.0.1:9"
+    )
     assert (overridden.service, overridden.grpc_address) == (None, "127.0.0.1:9")
 
 
 def test_prometheus_source_keeps_its_queries() -> None:
     metrics = {"type": "prometheus", "url": "http://prom:9090", "query": "q", "arrivalsQuery": "a"}
-    compiled = ps.compile_policy(spec(metrics=metrics), 1)
-    assert compiled.metrics == ps.MetricsTarget(
+    compiled = policy_compile.compile_policy(spec(metrics=metrics), 1)
+    assert compiled.metrics == policy_compile.MetricsTarget(
         MetricsSourceType.PROMETHEUS, "http://prom:9090", "q", "a"
     )
 
@@ -126,8 +134,8 @@ def test_prometheus_source_keeps_its_queries() -> None:
 def test_a_spec_that_can_never_work_names_the_field_and_the_fix(
     change: dict[str, Any], field: str, fix: str
 ) -> None:
-    with pytest.raises(ps.SpecError) as error:
-        ps.compile_policy(spec(**change), 1)
+    with pytest.raises(policy_compile.SpecError) as error:
+        policy_compile.compile_policy(spec(**change), 1)
     message = str(error.value)
     assert message.startswith(f"{field}: "), message
     assert fix in message
@@ -146,8 +154,8 @@ def test_a_spec_that_can_never_work_names_the_field_and_the_fix(
 def test_a_metrics_url_of_another_shape_is_refused_naming_the_field(url: str, what: str) -> None:
     """Only http(s)://host[:port][/path]: the operator appends to it and fetches it itself."""
     metrics = {"type": "prometheus", "url": url}
-    with pytest.raises(ps.SpecError) as error:
-        ps.compile_policy(spec(metrics=metrics), 1)
+    with pytest.raises(policy_compile.SpecError) as error:
+        policy_compile.compile_policy(spec(metrics=metrics), 1)
     assert str(error.value).startswith("spec.metrics.url: "), str(error.value)
     assert what in str(error.value)
     assert "secret" not in str(error.value)
@@ -156,8 +164,10 @@ def test_a_metrics_url_of_another_shape_is_refused_naming_the_field(url: str, wh
 def test_a_check_the_crd_cannot_make_names_the_list_item() -> None:
     front = spec()["front"]
     front[1] = {**front[1], "latencyP99Ms": 30}  # below its p95: only pydantic sees this
-    with pytest.raises(ps.SpecError, match=r"^spec\.front\[1\]: latencyP99Ms 30 is below"):
-        ps.compile_policy(spec(front=front), 1)
+    with pytest.raises(
+        policy_compile.SpecError, match=r"^spec\.front\[1\]: latencyP99Ms 30 is below"
+    ):
+        policy_compile.compile_policy(spec(front=front), 1)
 
 
 # ---------------------------------------------------------------------------- timing
@@ -178,12 +188,12 @@ def test_a_check_the_crd_cannot_make_names_the_list_item() -> None:
 def test_decision_due_honours_the_interval_to_half_a_tick(
     last: float | None, now: float, interval: float, due: bool
 ) -> None:
-    assert ps.decision_due(last, now, interval) is due
+    assert policy_decisions.decision_due(last, now, interval) is due
 
 
 def test_retry_delay_doubles_up_to_the_cap() -> None:
-    assert [ps.retry_delay(n, 1.0) for n in range(1, 6)] == [1.0, 2.0, 4.0, 8.0, 8.0]
-    assert ps.retry_delay(1, 3.0) == 3.0
+    assert [policy_decisions.retry_delay(n, 1.0) for n in range(1, 6)] == [1.0, 2.0, 4.0, 8.0, 8.0]
+    assert policy_decisions.retry_delay(1, 3.0) == 3.0
 
 
 # ---------------------------------------------------------------------------- state
@@ -205,44 +215,48 @@ def pending(active: str = FAST_NAME) -> PolicyState:
 
 def test_saved_state_is_resumed_whole_when_the_router_agrees() -> None:
     saved = pending()
-    state, note = ps.align_state(saved, NOW - 1, config_key(FAST), PLAN, NOW, 5.0)
+    state, note = policy_decisions.align_state(saved, NOW - 1, config_key(FAST), PLAN, NOW, 5.0)
     assert state == saved
     assert note is None
 
 
 def test_a_mix_the_routers_serve_is_resumed_and_one_changed_outside_is_adopted() -> None:
     saved = replace(pending(), blend=ACCURATE_NAME, weight=0.25)
-    key = ps.state_routing_key(PLAN, saved)
+    key = policy_decisions.state_routing_key(PLAN, saved)
     assert key is not None
     assert key.startswith("mix:")
-    state, note = ps.align_state(saved, NOW - 1, key, PLAN, NOW, 5.0)
+    state, note = policy_decisions.align_state(saved, NOW - 1, key, PLAN, NOW, 5.0)
     assert (state, note) == (saved, None)
     # The pods serve another weight: adopted, and the note names both mixes.
-    other = ps.state_routing_key(PLAN, replace(saved, weight=0.5))
+    other = policy_decisions.state_routing_key(PLAN, replace(saved, weight=0.5))
     assert other is not None
-    state, note = ps.align_state(saved, NOW - 1, other, PLAN, NOW, 5.0)
+    state, note = policy_decisions.align_state(saved, NOW - 1, other, PLAN, NOW, 5.0)
     assert (state.active, state.blend, state.weight) == (FAST_NAME, ACCURATE_NAME, 0.5)
     assert note is not None
     assert "+ 50%" in note
     assert "+ 25%" in note
     # A saved mix while the pods serve the base alone: the base alone is adopted.
-    state, _ = ps.align_state(saved, NOW - 1, config_key(FAST), PLAN, NOW, 5.0)
+    state, _ = policy_decisions.align_state(saved, NOW - 1, config_key(FAST), PLAN, NOW, 5.0)
     assert (state.active, state.blend, state.weight) == (FAST_NAME, None, 0.0)
     # A mix with a configuration off the front is not on the front.
-    state, note = ps.align_state(saved, NOW - 1, 'mix:["{}", "{}", 0.5]', PLAN, NOW, 5.0)
+    state, note = policy_decisions.align_state(
+        saved, NOW - 1, 'mix:["{}", "{}", 0.5]', PLAN, NOW, 5.0
+    )
     assert state.active is None
     assert note is not None
 
 
 def test_state_round_trips_through_the_status() -> None:
-    status = ps.build_status(PLAN, pending(), None, {}, "hold", [], 1)
+    status = policy_status.build_status(PLAN, pending(), None, {}, "hold", [], 1)
     restored = PolicyState.from_dict(status["policyState"])
-    state, _ = ps.align_state(restored, NOW - 1, config_key(FAST), PLAN, NOW, 5.0)
+    state, _ = policy_decisions.align_state(restored, NOW - 1, config_key(FAST), PLAN, NOW, 5.0)
     assert state == pending()
 
 
 def test_downscale_evidence_is_dropped_after_a_gap_without_observations() -> None:
-    state, note = ps.align_state(pending(), NOW - 30, config_key(FAST), PLAN, NOW, 5.0)
+    state, note = policy_decisions.align_state(
+        pending(), NOW - 30, config_key(FAST), PLAN, NOW, 5.0
+    )
     assert (state.downscale_since, state.entry_levels) == (None, ())
     # The rest is kept: the upscale cooldown still counts from the last switch.
     assert (state.active, state.switches, state.last_switch_at) == (FAST_NAME, 3, NOW - 100)
@@ -251,7 +265,9 @@ def test_downscale_evidence_is_dropped_after_a_gap_without_observations() -> Non
 
 
 def test_the_router_is_the_truth_when_it_differs() -> None:
-    state, note = ps.align_state(pending(), NOW - 1, config_key(ACCURATE), PLAN, NOW, 5.0)
+    state, note = policy_decisions.align_state(
+        pending(), NOW - 1, config_key(ACCURATE), PLAN, NOW, 5.0
+    )
     assert state.active == ACCURATE_NAME
     assert state.active_since == NOW
     assert state.downscale_since is None
@@ -261,14 +277,14 @@ def test_the_router_is_the_truth_when_it_differs() -> None:
 
 
 def test_a_fresh_policy_starts_from_what_the_router_serves() -> None:
-    state, note = ps.align_state(None, None, config_key(ACCURATE), PLAN, NOW, 5.0)
+    state, note = policy_decisions.align_state(None, None, config_key(ACCURATE), PLAN, NOW, 5.0)
     assert (state.active, state.active_since, state.switches) == (ACCURATE_NAME, NOW, 0)
     assert note is None
 
 
 def test_a_configuration_off_the_front_leaves_no_active_one() -> None:
     other = config_key({"generator_model": "other", "retriever_k": 1})
-    state, note = ps.align_state(None, None, other, PLAN, NOW, 5.0)
+    state, note = policy_decisions.align_state(None, None, other, PLAN, NOW, 5.0)
     assert state.active is None  # the policy's first decision falls back to the fastest
     decision, _ = COMPILED.policy.decide(Observation(NOW, 0.0), state, NOW)
     assert decision.target == FAST_NAME
@@ -276,7 +292,7 @@ def test_a_configuration_off_the_front_leaves_no_active_one() -> None:
 
 
 def test_pausing_drops_the_downscale_evidence_only() -> None:
-    state = ps.paused_state(pending())
+    state = policy_decisions.paused_state(pending())
     assert (state.downscale_since, state.entry_levels) == (None, ())
     assert state.active == FAST_NAME
     assert state.arrivals == pending().arrivals
@@ -285,8 +301,12 @@ def test_pausing_drops_the_downscale_evidence_only() -> None:
 # ---------------------------------------------------------------------------- conditions
 
 
-def conditions_of(health: ps.Health, previous: list[dict[str, Any]] | None = None) -> Any:
-    return ps.merge_conditions(previous or [], ps.health_conditions(health), ISO, 4)
+def conditions_of(
+    health: policy_conditions.Health, previous: list[dict[str, Any]] | None = None
+) -> Any:
+    return policy_conditions.merge_conditions(
+        previous or [], policy_conditions.health_conditions(health), ISO, 4
+    )
 
 
 def by_type(conditions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -294,7 +314,9 @@ def by_type(conditions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def test_serving_policy_is_ready_with_metrics() -> None:
-    health = ps.Health(metrics_read=True, metrics_source="m", active=FAST_NAME, decision="hold")
+    health = policy_conditions.Health(
+        metrics_read=True, metrics_source="m", active=FAST_NAME, decision="hold"
+    )
     found = by_type(conditions_of(health))
     assert list(found) == [t.value for t in ConditionType if t is not ConditionType.PODS_SERVING]
     assert found["Ready"]["status"] == "True"
@@ -308,30 +330,43 @@ def test_serving_policy_is_ready_with_metrics() -> None:
 
 
 def test_transition_time_stays_while_the_status_does_not_change() -> None:
-    first = conditions_of(ps.Health(metrics_read=True, active=FAST_NAME, decision="a"))
-    later = ps.merge_conditions(
+    first = conditions_of(
+        policy_conditions.Health(metrics_read=True, active=FAST_NAME, decision="a")
+    )
+    later = policy_conditions.merge_conditions(
         first,
-        ps.health_conditions(ps.Health(metrics_read=True, active=ACCURATE_NAME, decision="b")),
-        ps.rfc3339(NOW + 10),
+        policy_conditions.health_conditions(
+            policy_conditions.Health(metrics_read=True, active=ACCURATE_NAME, decision="b")
+        ),
+        policy_status.rfc3339(NOW + 10),
         5,
     )
     ready = by_type(later)["Ready"]
     assert ready["lastTransitionTime"] == ISO
     assert ready["message"] == f"serving {ACCURATE_NAME}; b"
-    lost = ps.merge_conditions(
+    lost = policy_conditions.merge_conditions(
         later,
-        ps.health_conditions(ps.Health(metrics_read=True, metrics_error="down", decision="x")),
-        ps.rfc3339(NOW + 20),
+        policy_conditions.health_conditions(
+            policy_conditions.Health(metrics_read=True, metrics_error="down", decision="x")
+        ),
+        policy_status.rfc3339(NOW + 20),
         5,
     )
-    assert by_type(lost)["MetricsAvailable"]["lastTransitionTime"] == ps.rfc3339(NOW + 20)
+    assert by_type(lost)["MetricsAvailable"]["lastTransitionTime"] == policy_status.rfc3339(
+        NOW + 20
+    )
 
 
 def test_unreachable_triton_keeps_the_metrics_condition_it_could_not_check() -> None:
-    before = conditions_of(ps.Health(metrics_read=True, active=FAST_NAME))
+    before = conditions_of(policy_conditions.Health(metrics_read=True, active=FAST_NAME))
     after = by_type(
-        ps.merge_conditions(
-            before, ps.health_conditions(ps.Health(unreachable="Triton at x:1: refused")), ISO, 4
+        policy_conditions.merge_conditions(
+            before,
+            policy_conditions.health_conditions(
+                policy_conditions.Health(unreachable="Triton at x:1: refused")
+            ),
+            ISO,
+            4,
         )
     )
     assert after["Ready"]["status"] == "False"
@@ -344,45 +379,64 @@ def test_unreachable_triton_keeps_the_metrics_condition_it_could_not_check() -> 
 def test_a_condition_of_another_type_is_kept_and_sorted_last() -> None:
     foreign = {"type": "Audited", "status": "True", "reason": "ByHand", "lastTransitionTime": ISO}
     key = config_key(FAST)
-    routing = ps.routing_status([("a", key, None)], key)
+    routing = policy_conditions.routing_status([("a", key, None)], key)
     merged = conditions_of(
-        ps.Health(metrics_read=True, active=FAST_NAME, routing=routing), [foreign]
+        policy_conditions.Health(metrics_read=True, active=FAST_NAME, routing=routing), [foreign]
     )
     assert [c["type"] for c in merged] == [*(t.value for t in ConditionType), "Audited"]
     assert {k: v for k, v in merged[-1].items() if v not in ("", None)} == foreign
 
 
 def test_paused_and_invalid_spec_conditions() -> None:
-    pause = ps.pause_of(COMPILED.spec.model_copy(update={"paused": True}), {})
-    health = ps.Health(metrics_read=True, pause=pause, active=FAST_NAME)
+    pause = policy_decisions.pause_of(COMPILED.spec.model_copy(update={"paused": True}), {})
+    health = policy_conditions.Health(metrics_read=True, pause=pause, active=FAST_NAME)
     paused = by_type(conditions_of(health))
     assert (paused["Paused"]["status"], paused["Ready"]["reason"]) == ("True", "Paused")
     assert paused["Paused"]["reason"] == "PausedBySpec"
     assert paused["Paused"]["message"] == f"spec.paused: holding {FAST_NAME}"
-    invalid = by_type(conditions_of(ps.Health(spec_error="spec.slo.latencyMs: x; y")))
+    invalid = by_type(
+        conditions_of(policy_conditions.Health(spec_error="spec.slo.latencyMs: x; y"))
+    )
     assert list(invalid) == ["Ready"]
     assert invalid["Ready"]["reason"] == "InvalidSpec"
 
 
 def test_events_only_on_transitions() -> None:
-    ok = conditions_of(ps.Health(metrics_read=True, metrics_source="m", active=FAST_NAME))
-    lost = conditions_of(ps.Health(metrics_read=True, metrics_error="gone"), ok)
-    still_lost = conditions_of(ps.Health(metrics_read=True, metrics_error="gone"), lost)
-    back = conditions_of(ps.Health(metrics_read=True, metrics_source="m", active=FAST_NAME), lost)
-    assert ps.transition_events([], ok) == []
-    assert [(e.type, e.reason) for e in ps.transition_events(ok, lost)] == [
+    ok = conditions_of(
+        policy_conditions.Health(metrics_read=True, metrics_source="m", active=FAST_NAME)
+    )
+    lost = conditions_of(policy_conditions.Health(metrics_read=True, metrics_error="gone"), ok)
+    still_lost = conditions_of(
+        policy_conditions.Health(metrics_read=True, metrics_error="gone"), lost
+    )
+    back = conditions_of(
+        policy_conditions.Health(metrics_read=True, metrics_source="m", active=FAST_NAME), lost
+    )
+    assert policy_conditions.transition_events([], ok) == []
+    assert [(e.type, e.reason) for e in policy_conditions.transition_events(ok, lost)] == [
         ("Warning", "MetricsLost")
     ]
-    assert ps.transition_events(lost, still_lost) == []
-    assert [e.reason for e in ps.transition_events(lost, back)] == ["MetricsRestored"]
-    down = conditions_of(ps.Health(unreachable="refused"), ok)
-    assert [e.reason for e in ps.transition_events(ok, down)] == ["TritonUnreachable"]
-    assert ps.transition_events(down, conditions_of(ps.Health(unreachable="refused"), down)) == []
-    assert [e.reason for e in ps.transition_events(down, ok)] == ["TritonReachable"]
+    assert policy_conditions.transition_events(lost, still_lost) == []
+    assert [e.reason for e in policy_conditions.transition_events(lost, back)] == [
+        "MetricsRestored"
+    ]
+    down = conditions_of(policy_conditions.Health(unreachable="refused"), ok)
+    assert [e.reason for e in policy_conditions.transition_events(ok, down)] == [
+        "TritonUnreachable"
+    ]
+    assert (
+        policy_conditions.transition_events(
+            down, conditions_of(policy_conditions.Health(unreachable="refused"), down)
+        )
+        == []
+    )
+    assert [e.reason for e in policy_conditions.transition_events(down, ok)] == ["TritonReachable"]
 
 
 def test_switch_event_is_one_line() -> None:
-    event = ps.switch_event(ACCURATE_NAME, FAST_NAME, 7.0, "queue 7 over large/20's limits")
+    event = policy_conditions.switch_event(
+        ACCURATE_NAME, FAST_NAME, 7.0, "queue 7 over large/20's limits"
+    )
     assert (event.type, event.reason) == ("Normal", "ConfigurationSwitched")
     assert (
         event.message == f"{ACCURATE_NAME} -> {FAST_NAME}: queue 7; queue 7 over large/20's limits"
@@ -394,9 +448,11 @@ def test_switch_event_is_one_line() -> None:
 
 
 def test_status_matches_the_crd_model_and_has_no_empty_strings() -> None:
-    conditions = conditions_of(ps.Health(metrics_read=True, active=FAST_NAME))
+    conditions = conditions_of(policy_conditions.Health(metrics_read=True, active=FAST_NAME))
     state = replace(pending(), last_reason="")
-    status = ps.build_status(PLAN, state, Observation(NOW, 2.0), {}, "hold", conditions, 4)
+    status = policy_status.build_status(
+        PLAN, state, Observation(NOW, 2.0), {}, "hold", conditions, 4
+    )
     parsed = ParetoPolicyStatus.model_validate(status)
     assert parsed.active is not None
     assert (parsed.active.name, parsed.active.index) == (FAST_NAME, 0)
@@ -416,35 +472,35 @@ def test_status_matches_the_crd_model_and_has_no_empty_strings() -> None:
 
 def test_unobserved_fields_keep_their_previous_values() -> None:
     previous = {"lastQueueDepth": 3.0, "lastObservationTime": "earlier"}
-    status = ps.build_status(PLAN, pending(), None, previous, "hold", [], 1)
+    status = policy_status.build_status(PLAN, pending(), None, previous, "hold", [], 1)
     assert (status["lastQueueDepth"], status["lastObservationTime"]) == (3.0, "earlier")
 
 
 def test_merge_patch_changes_removes_and_recurses() -> None:
     old = {"a": 1, "b": {"x": 1, "y": 2}, "c": [1], "gone": 5, "none": None}
     new = {"a": 1, "b": {"x": 1, "y": 3}, "c": [1, 2], "added": None, "none": None}
-    assert ps.merge_patch(old, new) == {"gone": None, "b": {"y": 3}, "c": [1, 2]}
-    assert ps.merge_patch(new, copy.deepcopy(new)) == {}
+    assert policy_status.merge_patch(old, new) == {"gone": None, "b": {"y": 3}, "c": [1, 2]}
+    assert policy_status.merge_patch(new, copy.deepcopy(new)) == {}
 
 
 def test_status_patch_waits_for_the_heartbeat_when_only_routine_fields_changed() -> None:
     old = {"lastObservationTime": "t1", "switches": 1}
     new = {"lastObservationTime": "t2", "switches": 1}
-    assert ps.status_patch(old, new, NOW, NOW - 1) == {}
-    assert ps.status_patch(old, new, NOW, NOW - ps.STATUS_HEARTBEAT_S) == {
+    assert policy_status.status_patch(old, new, NOW, NOW - 1) == {}
+    assert policy_status.status_patch(old, new, NOW, NOW - policy_status.STATUS_HEARTBEAT_S) == {
         "lastObservationTime": "t2"
     }
-    assert ps.status_patch(old, {**new, "switches": 2}, NOW, NOW - 1) == {
+    assert policy_status.status_patch(old, {**new, "switches": 2}, NOW, NOW - 1) == {
         "lastObservationTime": "t2",
         "switches": 2,
     }
-    assert ps.status_patch({}, new, NOW, None) == new
+    assert policy_status.status_patch({}, new, NOW, None) == new
     # New arrivals samples are routine too; new downscale evidence is not.
     with_state = {**old, "policyState": {"arrivals": [[1, 2]], "downscale_since": None}}
     more = {**new, "policyState": {"arrivals": [[1, 2], [2, 3]], "downscale_since": None}}
-    assert ps.status_patch(with_state, more, NOW, NOW - 1) == {}
+    assert policy_status.status_patch(with_state, more, NOW, NOW - 1) == {}
     pending = {**new, "policyState": {"arrivals": [[1, 2]], "downscale_since": 5}}
-    assert ps.status_patch(with_state, pending, NOW, NOW - 1) == {
+    assert policy_status.status_patch(with_state, pending, NOW, NOW - 1) == {
         "lastObservationTime": "t2",
         "policyState": {"downscale_since": 5},
     }
@@ -453,8 +509,8 @@ def test_status_patch_waits_for_the_heartbeat_when_only_routine_fields_changed()
     # heartbeat or a real change carries it.
     reworded = {**new, "lastDecision": "forecast 1.02/s"}
     before = {**old, "lastDecision": "forecast 1.01/s"}
-    assert ps.status_patch(before, reworded, NOW, NOW - 1) == {}
-    assert ps.status_patch(before, {**reworded, "switches": 2}, NOW, NOW - 1) == {
+    assert policy_status.status_patch(before, reworded, NOW, NOW - 1) == {}
+    assert policy_status.status_patch(before, {**reworded, "switches": 2}, NOW, NOW - 1) == {
         "lastObservationTime": "t2",
         "lastDecision": "forecast 1.02/s",
         "switches": 2,
@@ -466,18 +522,20 @@ def test_status_patch_waits_for_the_heartbeat_when_only_routine_fields_changed()
                                 "message": message}]}  # fmt: skip
 
     was = {**old, **ready("Serving", "serving a; forecast 1.01/s")}
-    assert ps.status_patch(was, {**new, **ready("Serving", "serving a; forecast 1.02/s")},
+    assert policy_status.status_patch(was, {**new, **ready("Serving", "serving a; forecast 1.02/s")},
                            NOW, NOW - 1) == {}  # fmt: skip
-    paused = ps.status_patch(was, {**new, **ready("Paused", "serving a")}, NOW, NOW - 1)
+    paused = policy_status.status_patch(was, {**new, **ready("Paused", "serving a")}, NOW, NOW - 1)
     assert paused["conditions"][0]["reason"] == "Paused"
-    assert ps.status_patch(was, {**new, "conditions": []}, NOW, NOW - 1)["conditions"] == []
+    assert (
+        policy_status.status_patch(was, {**new, "conditions": []}, NOW, NOW - 1)["conditions"] == []
+    )
 
 
 def test_rfc3339_round_trip() -> None:
     assert ISO.endswith("Z")
-    assert ps.parse_rfc3339(ISO) == pytest.approx(NOW, abs=1e-3)
-    assert ps.parse_rfc3339(None) is None
-    assert ps.parse_rfc3339("not a time") is None
+    assert policy_status.parse_rfc3339(ISO) == pytest.approx(NOW, abs=1e-3)
+    assert policy_status.parse_rfc3339(None) is None
+    assert policy_status.parse_rfc3339("not a time") is None
 
 
 # ---------------------------------------------------------------------------- resource, process
@@ -546,8 +604,10 @@ def test_policy_gauges_show_the_active_entry_its_limits_and_the_pressure() -> No
     assert fastest.stay_max_queue is not None
     deep = float(fastest.stay_max_queue + 3)
     on_fast = PolicyState(active=FAST_NAME)
-    gauges = ps.policy_gauges(PLAN, on_fast, Observation(NOW, deep), _conditions("True"), False)
-    assert gauges == ps.PolicyGauges(
+    gauges = policy_status.policy_gauges(
+        PLAN, on_fast, Observation(NOW, deep), _conditions("True"), False
+    )
+    assert gauges == policy_status.PolicyGauges(
         ready=True,
         paused=False,
         metrics_available=True,
@@ -561,7 +621,9 @@ def test_policy_gauges_show_the_active_entry_its_limits_and_the_pressure() -> No
         capacity_pressure=(deep + 1) / (fastest.stay_max_queue + 1),
     )
     on_accurate = PolicyState(active=ACCURATE_NAME)
-    gauges = ps.policy_gauges(PLAN, on_accurate, None, _conditions("False", "False"), True)
+    gauges = policy_status.policy_gauges(
+        PLAN, on_accurate, None, _conditions("False", "False"), True
+    )
     assert (gauges.ready, gauges.paused, gauges.metrics_available) == (False, True, False)
     assert (gauges.active_index, gauges.at_fastest, gauges.served_accuracy) == (1, False, 0.86)
     assert gauges.stay_queue_threshold == float(accurate.stay_max_queue or 0)
@@ -569,11 +631,13 @@ def test_policy_gauges_show_the_active_entry_its_limits_and_the_pressure() -> No
     assert (gauges.queue_depth, gauges.capacity_pressure) == (None, None)
     # A split's blend is weighted into the accuracy served.
     blended = PolicyState(active=FAST_NAME, blend=ACCURATE_NAME, weight=0.25)
-    gauges = ps.policy_gauges(PLAN, blended, Observation(NOW, 0), [], False)
+    gauges = policy_status.policy_gauges(PLAN, blended, Observation(NOW, 0), [], False)
     assert gauges.served_accuracy == pytest.approx(0.75 * 0.83 + 0.25 * 0.86)
     assert (gauges.metrics_available, gauges.capacity_pressure) == (None, None)
     # Read but stale (MetricsAvailable False): no pressure figure, however deep the queue.
-    stale = ps.policy_gauges(PLAN, on_fast, Observation(NOW, deep), _conditions("False"), False)
+    stale = policy_status.policy_gauges(
+        PLAN, on_fast, Observation(NOW, deep), _conditions("False"), False
+    )
     assert (stale.queue_depth, stale.capacity_pressure) == (deep, None)
 
 
@@ -584,7 +648,7 @@ def _series(metrics: OperatorMetrics, namespace: str = "ns") -> list[str]:
 
 def test_the_active_configuration_info_keeps_one_series_and_deletion_removes_all() -> None:
     metrics = OperatorMetrics()
-    full = ps.policy_gauges(
+    full = policy_status.policy_gauges(
         PLAN, PolicyState(active=FAST_NAME), Observation(NOW, 1), _conditions("True"), False
     )
     metrics.set_policy("ns", "p", "uid-p", full)
@@ -600,14 +664,14 @@ def test_the_active_configuration_info_keeps_one_series_and_deletion_removes_all
     metrics.set_policy("ns", "p", "uid-p", replace(full, capacity_pressure=None))
     assert not [s for s in _series(metrics) if s.startswith("compass_capacity_pressure")]
     assert len(_series(metrics)) == 12
-    metrics.set_fenced("ns", "p", "uid-p", False, ps.SERIES_TTL_S)
+    metrics.set_fenced("ns", "p", "uid-p", False, policy_decisions.SERIES_TTL_S)
     assert len(_series(metrics)) == 13
     metrics.forget_policy("ns", "p", "uid-p")
     assert _series(metrics) == []
     assert len(_series(metrics, "other")) == 11  # another namespace's policy of that name stays
     # A tick that was in flight at the delete sets nothing after it.
     metrics.set_policy("ns", "p", "uid-p", full)
-    metrics.set_fenced("ns", "p", "uid-p", True, ps.SERIES_TTL_S)
+    metrics.set_fenced("ns", "p", "uid-p", True, policy_decisions.SERIES_TTL_S)
     assert _series(metrics) == []
     metrics.count_workflow("ns", "w", "uid-w", [("search", "started")], 30)
     metrics.count_workflow(
@@ -629,20 +693,20 @@ def test_a_policy_no_longer_ticked_here_loses_its_gauges_and_keeps_its_counters(
     SERIES_TTL_S passes without a tick; while ticking (every second) nothing lapses."""
     now = [1000.0]
     metrics = OperatorMetrics(clock=lambda: now[0])
-    full = ps.policy_gauges(
+    full = policy_status.policy_gauges(
         PLAN, PolicyState(active=FAST_NAME), Observation(NOW, 1), _conditions("True"), False
     )
     for key in ("p", "q"):
-        metrics.touch_policy("ns", key, ps.SERIES_TTL_S)
+        metrics.touch_policy("ns", key, policy_decisions.SERIES_TTL_S)
         metrics.set_policy("ns", key, f"uid-{key}", full)
-        metrics.set_fenced("ns", key, f"uid-{key}", False, ps.SERIES_TTL_S)
+        metrics.set_fenced("ns", key, f"uid-{key}", False, policy_decisions.SERIES_TTL_S)
     metrics.switches.labels("ns", "p", "faster").inc()
     ticked = len(_series(metrics))
-    for _ in range(int(ps.SERIES_TTL_S) + 5):  # "q" ticks every second; "p" is fenced
+    for _ in range(int(policy_decisions.SERIES_TTL_S) + 5):  # "q" ticks every second; "p" is fenced
         now[0] += 1.0
-        metrics.touch_policy("ns", "q", ps.SERIES_TTL_S)
-        metrics.set_fenced("ns", "p", "uid-p", True, ps.SERIES_TTL_S)
-        metrics.set_fenced("ns", "q", "uid-q", False, ps.SERIES_TTL_S)
+        metrics.touch_policy("ns", "q", policy_decisions.SERIES_TTL_S)
+        metrics.set_fenced("ns", "p", "uid-p", True, policy_decisions.SERIES_TTL_S)
+        metrics.set_fenced("ns", "q", "uid-q", False, policy_decisions.SERIES_TTL_S)
     text = "\n".join(_series(metrics))
     assert 'compass_policy_ready{namespace="ns",policy="q"} 1.0' in text
     assert 'compass_policy_ready{namespace="ns",policy="p"}' not in text
@@ -653,7 +717,7 @@ def test_a_policy_no_longer_ticked_here_loses_its_gauges_and_keeps_its_counters(
     assert 'compass_switches_total{direction="faster",namespace="ns",policy="p"} 1.0' in text
     assert len(_series(metrics)) == ticked - 11  # p's ten gauges and its info series
     # Peering paused the whole process: nothing ticks, every gauge goes, the counters stay.
-    now[0] += ps.SERIES_TTL_S + 1
+    now[0] += policy_decisions.SERIES_TTL_S + 1
     assert [s.split("{")[0] for s in _series(metrics)] == [
         "compass_switches_total",
         "compass_switches_created",
@@ -682,18 +746,18 @@ def test_the_active_configuration_is_rounded_for_kubectl() -> None:
     """Printer columns print every digit: the status shows 4-digit accuracy, 0.1 ms latency."""
     front = spec()["front"]
     front[0] = {**front[0], "accuracy": 0.8482380950450897, "latencyP95Ms": 34.08395180167645}
-    plan = ps.compile_policy(spec(front=front), generation=1).plan
-    active = ps.active_configuration(plan, plan.names[0])
+    plan = policy_compile.compile_policy(spec(front=front), generation=1).plan
+    active = policy_status.active_configuration(plan, plan.names[0])
     assert active is not None
     assert (active.accuracy, active.latency_p95_ms, active.latency_mean_ms) == (0.8482, 34.1, 20.0)
 
 
 def test_the_strategy_picks_the_policy_and_the_status_shows_the_blend() -> None:
-    assert not isinstance(ps.compile_policy(spec(), generation=1).policy, Split)
-    compiled = ps.compile_policy(spec(strategy="split"), generation=1)
+    assert not isinstance(policy_compile.compile_policy(spec(), generation=1).policy, Split)
+    compiled = policy_compile.compile_policy(spec(strategy="split"), generation=1)
     assert isinstance(compiled.policy, Split)
     plan = compiled.plan
-    active = ps.active_configuration(plan, plan.names[0], plan.names[1], 0.35)
+    active = policy_status.active_configuration(plan, plan.names[0], plan.names[1], 0.35)
     assert active is not None
     assert active.blend is not None
     assert (active.blend.name, active.blend.index, active.blend.weight) == (plan.names[1], 1, 0.35)
@@ -701,28 +765,32 @@ def test_the_strategy_picks_the_policy_and_the_status_shows_the_blend() -> None:
     assert status["blend"] == {"name": plan.names[1], "index": 1, "weight": 0.35}
     # No blend, an unknown blend or a weight of 0: the member alone.
     for blend, weight in ((None, 0.0), ("gone", 0.5), (plan.names[1], 0.0)):
-        alone = ps.active_configuration(plan, plan.names[0], blend, weight)
+        alone = policy_status.active_configuration(plan, plan.names[0], blend, weight)
         assert alone is not None
         assert alone.blend is None
     assert isinstance(
-        ps.compile_policy(spec(strategy="predictive"), generation=1).policy, Predictive
+        policy_compile.compile_policy(spec(strategy="predictive"), generation=1).policy, Predictive
     )
-    with pytest.raises(ps.SpecError, match="strategy"):
-        ps.compile_policy(spec(strategy="random"), generation=1)
+    with pytest.raises(policy_compile.SpecError, match="strategy"):
+        policy_compile.compile_policy(spec(strategy="random"), generation=1)
 
 
 def test_the_admission_table_carries_degrade_after_and_refuse() -> None:
     admission = {"enabled": True, "degradeAfter": 0.5}
-    compiled = ps.compile_policy(spec(admission=admission), generation=1)
+    compiled = policy_compile.compile_policy(spec(admission=admission), generation=1)
     table = compiled.admission
     assert table is not None
     assert table["degrade_below_ms"] == pytest.approx(compiled.spec.slo.latency_ms * 0.5)
     assert table["refuse"] is True
-    keeping = ps.compile_policy(spec(admission={**admission, "refuse": False}), generation=1)
+    keeping = policy_compile.compile_policy(
+        spec(admission={**admission, "refuse": False}), generation=1
+    )
     assert keeping.admission is not None
     assert keeping.admission["refuse"] is False
-    with pytest.raises(ps.SpecError, match="degradeAfter"):
-        ps.compile_policy(spec(admission={"enabled": True, "degradeAfter": 0}), generation=1)
+    with pytest.raises(policy_compile.SpecError, match="degradeAfter"):
+        policy_compile.compile_policy(
+            spec(admission={"enabled": True, "degradeAfter": 0}), generation=1
+        )
 
 
 # ---------------------------------------------------------------------------- pods
@@ -731,44 +799,64 @@ def test_the_admission_table_carries_degrade_after_and_refuse() -> None:
 def test_routing_status_counts_serving_pods_and_names_the_lagging_ones() -> None:
     key = config_key(FAST)
     pods = [("a", key, None), ("b", "other", None), ("c", None, "unreachable: refused")]
-    status = ps.routing_status(pods, key)
+    status = policy_conditions.routing_status(pods, key)
     assert (status.pods, status.serving) == (3, 1)
     assert [(p.name, p.reason) for p in status.lagging] == [
         ("b", "serves other"),
         ("c", "unreachable: refused"),
     ]
-    many = ps.routing_status([(f"p{i}", None, "down") for i in range(50)], key)
+    many = policy_conditions.routing_status([(f"p{i}", None, "down") for i in range(50)], key)
     assert (many.pods, many.serving, len(many.lagging)) == (50, 0, 20)
 
 
 def test_pods_condition_and_events_name_the_lagging_pod() -> None:
     key = config_key(FAST)
-    serving = ps.Health(active=FAST_NAME, routing=ps.routing_status([("a", key, None)] * 2, key))
-    lagging = ps.Health(
-        active=FAST_NAME, routing=ps.routing_status([("a", key, None), ("b", None, "down")], key)
+    serving = policy_conditions.Health(
+        active=FAST_NAME, routing=policy_conditions.routing_status([("a", key, None)] * 2, key)
     )
-    all_ok = ps.merge_conditions([], ps.health_conditions(serving), ISO, 1)
-    one_down = ps.merge_conditions(all_ok, ps.health_conditions(lagging), ISO, 1)
+    lagging = policy_conditions.Health(
+        active=FAST_NAME,
+        routing=policy_conditions.routing_status([("a", key, None), ("b", None, "down")], key),
+    )
+    all_ok = policy_conditions.merge_conditions(
+        [], policy_conditions.health_conditions(serving), ISO, 1
+    )
+    one_down = policy_conditions.merge_conditions(
+        all_ok, policy_conditions.health_conditions(lagging), ISO, 1
+    )
     pods = {c["type"]: c for c in one_down}["PodsServing"]
     assert (pods["status"], pods["reason"]) == ("False", "PodsLagging")
     assert "1/2 pods serve" in pods["message"]
     assert "b (down)" in pods["message"]
-    events = ps.transition_events(all_ok, one_down)
+    events = policy_conditions.transition_events(all_ok, one_down)
     assert [(e.type, e.reason) for e in events] == [("Warning", "PodsLagging")]
     assert "b (down)" in events[0].message
-    assert ps.transition_events(one_down, one_down) == []  # the same pods lagging: quiet
-    back = ps.merge_conditions(one_down, ps.health_conditions(serving), ISO, 1)
-    assert [e.reason for e in ps.transition_events(one_down, back)] == ["PodsServing"]
+    assert (
+        policy_conditions.transition_events(one_down, one_down) == []
+    )  # the same pods lagging: quiet
+    back = policy_conditions.merge_conditions(
+        one_down, policy_conditions.health_conditions(serving), ISO, 1
+    )
+    assert [e.reason for e in policy_conditions.transition_events(one_down, back)] == [
+        "PodsServing"
+    ]
     # A single Triton (no fleet) reports no PodsServing condition at all.
-    assert "PodsServing" not in {c.type for c in ps.health_conditions(ps.Health(active="x"))}
+    assert "PodsServing" not in {
+        c.type for c in policy_conditions.health_conditions(policy_conditions.Health(active="x"))
+    }
 
 
 def test_a_switch_event_names_the_mix() -> None:
     before = PolicyState(active="a", blend="b", weight=0.25)
     after = PolicyState(active="a", blend="b", weight=0.4)
-    event = ps.switch_event(ps.routing_label(before), ps.routing_label(after) or "", 2, "why")
+    event = policy_conditions.switch_event(
+        policy_decisions.routing_label(before),
+        policy_decisions.routing_label(after) or "",
+        2,
+        "why",
+    )
     assert event.message == "a + 25% b -> a + 40% b: queue 2; why"
-    assert ps.routing_label(PolicyState(active="a")) == "a"
+    assert policy_decisions.routing_label(PolicyState(active="a")) == "a"
 
 
 ANNOTATION = "compass.io/paused"
@@ -791,33 +879,44 @@ ANNOTATION = "compass.io/paused"
 def test_pause_by_spec_or_annotation(
     paused: bool, annotations: dict[str, str] | None, expected: tuple[bool, str]
 ) -> None:
-    pause = ps.pause_of(COMPILED.spec.model_copy(update={"paused": paused}), annotations)
+    pause = policy_decisions.pause_of(
+        COMPILED.spec.model_copy(update={"paused": paused}), annotations
+    )
     assert (pause.paused, pause.reason) == expected
 
 
 def test_an_invalid_pause_annotation_pauses_nothing_and_says_what_to_write() -> None:
-    pause = ps.pause_of(COMPILED.spec, {ANNOTATION: "True "})
+    pause = policy_decisions.pause_of(COMPILED.spec, {ANNOTATION: "True "})
     assert not pause.paused
     assert pause.message == (
         "annotation compass.io/paused: 'True ' is not one of 'true', 'false'; the policy is not "
         "paused"
     )
-    before = conditions_of(ps.Health(metrics_read=True, active=FAST_NAME))
-    after = conditions_of(ps.Health(metrics_read=True, active=FAST_NAME, pause=pause), before)
+    before = conditions_of(policy_conditions.Health(metrics_read=True, active=FAST_NAME))
+    after = conditions_of(
+        policy_conditions.Health(metrics_read=True, active=FAST_NAME, pause=pause), before
+    )
     condition = by_type(after)["Paused"]
     assert (condition["status"], condition["reason"]) == ("False", "InvalidPauseAnnotation")
     assert condition["message"] == pause.message
     assert by_type(after)["Ready"]["reason"] == "Serving"
-    events = ps.transition_events(before, after)
+    events = policy_conditions.transition_events(before, after)
     assert [(e.type, e.reason, e.message) for e in events] == [
         ("Warning", "InvalidPauseAnnotation", pause.message)
     ]
-    assert ps.transition_events(after, conditions_of(ps.Health(pause=pause), after)) == []
+    assert (
+        policy_conditions.transition_events(
+            after, conditions_of(policy_conditions.Health(pause=pause), after)
+        )
+        == []
+    )
 
 
 def test_a_pause_annotation_holds_like_spec_paused() -> None:
-    pause = ps.pause_of(COMPILED.spec, {ANNOTATION: "true"})
-    paused = by_type(conditions_of(ps.Health(metrics_read=True, pause=pause, active=FAST_NAME)))
+    pause = policy_decisions.pause_of(COMPILED.spec, {ANNOTATION: "true"})
+    paused = by_type(
+        conditions_of(policy_conditions.Health(metrics_read=True, pause=pause, active=FAST_NAME))
+    )
     assert (paused["Paused"]["status"], paused["Paused"]["reason"]) == (
         "True",
         "PausedByAnnotation",

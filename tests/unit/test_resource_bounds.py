@@ -12,7 +12,7 @@ import pytest
 from compass.api.crds import COMPOUND_WORKFLOW, PARETO_POLICY, Resource, build_crd
 from compass.api.meta import MAX_ARGS, MAX_IMAGE_LENGTH, MAX_MAP_ENTRIES
 from compass.controllers import workflow_handlers
-from compass.controllers.workflow import InvalidSpecError, validate_spec
+from compass.controllers.workflow_spec import InvalidSpecError, validate_spec
 from compass.domain.space import (
     MAX_CONSTRAINT_LENGTH,
     MAX_CONSTRAINTS,

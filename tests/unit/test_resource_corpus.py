@@ -2,8 +2,8 @@
 (and, with hypothesis, several at once), then put through what a cluster would do with it: the
 API server's structural schema and CEL rules (apiserver_checks.py), then the operator's own
 checks (validate_spec and authorize_* for a CompoundWorkflow, compile_policy and
-authorize_targets for a ParetoPolicy), which run on every case, even one the server refuses
-(an older server without CEL lets more through).
+authorize_policy_targets for a ParetoPolicy), which run on every case, even one the server
+refuses (an older server without CEL lets more through).
 
 Each case must end in a clear refusal or in acceptance: no exception but the operator's own
 error, the field named (a path that exists in the CRD's schema) in one bounded line, the server
@@ -32,15 +32,15 @@ from hypothesis import strategies as st
 from compass.api.compoundworkflow import CompoundWorkflowStatus, Phase
 from compass.api.conditions import one_line
 from compass.api.crds import COMPOUND_WORKFLOW, PARETO_POLICY
-from compass.controllers import policy as ps
+from compass.controllers import policy_compile
 from compass.controllers.targets import TargetAccess
-from compass.controllers.workflow import (
+from compass.controllers.workflow_spec import (
     InvalidSpecError,
     authorize_images,
-    authorize_targets,
-    invalid_status,
+    authorize_workflow_targets,
     validate_spec,
 )
+from compass.controllers.workflow_status import invalid_status
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "team-a"
@@ -82,13 +82,15 @@ class Kind:
 def _check_workflow(spec: dict[str, Any]) -> None:
     """What the workflow handlers do with a spec before any Job (InvalidSpecError if bad)."""
     parsed, _ = validate_spec(spec)
-    authorize_targets(parsed, NAMESPACE, TargetAccess())
+    authorize_workflow_targets(parsed, NAMESPACE, TargetAccess())
     authorize_images(parsed, OWN_IMAGE, ())
 
 
 def _check_policy(spec: dict[str, Any]) -> None:
     """What the policy timer does with a spec before it decides (SpecError if bad)."""
-    ps.authorize_targets(ps.compile_policy(spec, 1), NAMESPACE, TargetAccess())
+    policy_compile.authorize_policy_targets(
+        policy_compile.compile_policy(spec, 1), NAMESPACE, TargetAccess()
+    )
 
 
 KINDS = {
@@ -206,7 +208,7 @@ def judge(kind: Kind, spec: dict[str, Any]) -> Verdict:
     """The server's answer, then the operator's, and whether they are what they must be."""
     try:
         kind.check(spec)
-    except (InvalidSpecError, ps.SpecError) as error:
+    except (InvalidSpecError, policy_compile.SpecError) as error:
         operator: tuple[str, str] | None = (error.field, str(error))
     except Exception as error:  # what the corpus exists to find
         return Verdict("traceback", problem=f"{type(error).__name__}: {error}")

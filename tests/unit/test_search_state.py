@@ -35,7 +35,7 @@ from compass.controllers.ledgerchunks import (
     encode,
     ledger_text,
 )
-from compass.controllers.workflow import stored_states
+from compass.controllers.workflow_state import stored_states
 from compass.examples import build_replay_ledger, load_rag_paper
 from compass.lab.scenarios import RAG_CORNER_SPACE
 

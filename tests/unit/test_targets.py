@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from compass.controllers import policy as ps
+from compass.controllers import policy_compile, policy_conditions
 from compass.controllers.settings import OperatorSettings
 from compass.controllers.targets import (
     TargetAccess,
@@ -22,10 +22,10 @@ FRONT = [
 ]
 
 
-def compiled(**fields: object) -> ps.CompiledPolicy:
+def compiled(**fields: object) -> policy_compile.CompiledPolicy:
     """A policy of namespace team-a's, compiled (the spec checks passed)."""
     spec = {"front": FRONT, "slo": {"latencyMs": 150}, **fields}
-    return ps.compile_policy(spec, 1, address_override=None)
+    return policy_compile.compile_policy(spec, 1, address_override=None)
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_a_router_in_another_namespace_needs_the_setting() -> None:
 
 
 def test_a_policy_reaches_only_what_the_settings_allow() -> None:
-    own = ps.authorize_targets(
+    own = policy_compile.authorize_policy_targets(
         compiled(routing={"grpcEndpoint": "triton:8001"}), "team-a", NONE_ALLOWED
     )
     assert own.grpc_address == "triton.team-a.svc:8001"
@@ -131,30 +131,34 @@ def test_a_policy_reaches_only_what_the_settings_allow() -> None:
             "spec.metrics.url",
         ),
     ]:
-        with pytest.raises(ps.SpecError) as error:
-            ps.authorize_targets(compiled(**fields), "team-a", NONE_ALLOWED)
+        with pytest.raises(policy_compile.SpecError) as error:
+            policy_compile.authorize_policy_targets(compiled(**fields), "team-a", NONE_ALLOWED)
         assert str(error.value).startswith(f"{field}: "), str(error.value)
         assert error.value.reason == "TargetNotAllowed"
 
 
 def test_the_address_override_is_the_operators_own_setting() -> None:
     spec = {"front": FRONT, "slo": {"latencyMs": 150}}
-    policy = ps.compile_policy(spec, 1, address_override="127.0.0.1:9001")
-    authorized = ps.authorize_targets(policy, "team-a", NONE_ALLOWED, "127.0.0.1:9001")
+    policy = policy_compile.compile_policy(spec, 1, address_override="127.0.0.1:9001")
+    authorized = policy_compile.authorize_policy_targets(
+        policy, "team-a", NONE_ALLOWED, "127.0.0.1:9001"
+    )
     assert authorized.grpc_address == "127.0.0.1:9001"
 
 
 def test_a_refused_target_is_a_condition_and_an_event_naming_the_field() -> None:
-    with pytest.raises(ps.SpecError) as error:
-        ps.authorize_targets(
+    with pytest.raises(policy_compile.SpecError) as error:
+        policy_compile.authorize_policy_targets(
             compiled(routing={"grpcEndpoint": "triton.payments.svc:8001"}), "team-a", NONE_ALLOWED
         )
-    health = ps.Health(spec_error=str(error.value), spec_reason=error.value.reason)
-    conditions = ps.merge_conditions([], ps.health_conditions(health), "2026-01-01T00:00:00Z", 1)
+    health = policy_conditions.Health(spec_error=str(error.value), spec_reason=error.value.reason)
+    conditions = policy_conditions.merge_conditions(
+        [], policy_conditions.health_conditions(health), "2026-01-01T00:00:00Z", 1
+    )
     [ready] = [c for c in conditions if c["type"] == "Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "TargetNotAllowed")
     assert ready["message"].startswith("spec.routing.grpcEndpoint: ")
-    [event] = ps.transition_events([], conditions)
+    [event] = policy_conditions.transition_events([], conditions)
     assert (event.type, event.reason) == ("Warning", "TargetNotAllowed")
 
 

@@ -1,4 +1,4 @@
-"""The CompoundWorkflow controller's pure decisions (compass.controllers.workflow) and builders."""
+"""The CompoundWorkflow controller's pure decisions (compass.controllers.workflow_*) and builders."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from compass.api.compoundworkflow import (
 from compass.api.conditions import MESSAGE_CHARS, Condition, find_condition
 from compass.api.paretopolicy import ParetoPolicySpec, RoutingTarget
 from compass.commands.job import best_accuracy, error_line
-from compass.controllers import workflow as reconcile
+from compass.controllers import workflow_plan, workflow_state, workflow_status, workflow_steps
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
     DEFAULT_SEARCH_RESOURCES,
@@ -44,24 +44,27 @@ from compass.controllers.builders import (
 )
 from compass.controllers.ledgerchunks import MAX_CHUNKS, ledger_text, state_names
 from compass.controllers.targets import TargetAccess
-from compass.controllers.workflow import (
+from compass.controllers.workflow_plan import (
     LEGACY_MANAGER,
-    Create,
-    InvalidSpecError,
-    JobView,
-    Observation,
     PolicyAction,
     adoption_patch,
-    authorize_images,
-    authorize_targets,
-    decide,
     decide_policy_apply,
-    invalid_status,
+)
+from compass.controllers.workflow_spec import (
+    InvalidSpecError,
+    authorize_images,
+    authorize_workflow_targets,
+    validate_spec,
+)
+from compass.controllers.workflow_state import seed_state
+from compass.controllers.workflow_status import invalid_status, workflow_condition
+from compass.controllers.workflow_steps import (
+    Create,
+    GenerationObservation,
+    JobView,
+    decide,
     job_view,
     pod_failure_message,
-    seed_state,
-    validate_spec,
-    workflow_condition,
 )
 from compass.conversion import policy_plan
 
@@ -193,7 +196,7 @@ def test_new_profiling_settings_reuse_the_result_but_profile_again() -> None:
 
 def test_another_dataset_starts_from_nothing() -> None:
     changed = _spec(**{"evaluation.dataset": {"size": 100, "imagePath": "/data/other.jsonl"}})
-    assert seed_state(changed, 2, {1: _state(_spec(), **FULL)}) == reconcile.Seed()
+    assert seed_state(changed, 2, {1: _state(_spec(), **FULL)}) == workflow_state.Seed()
 
 
 def test_the_newest_matching_generation_is_the_seed() -> None:
@@ -231,8 +234,8 @@ def test_workflow_conditions_carry_the_generation_and_one_line() -> None:
 
 def test_a_step_keeps_the_transition_time_of_an_unchanged_status() -> None:
     planning = _observe(Phase.PLANNING, {})
-    first, _ = reconcile.policy_blocked(planning, "PolicyCrdMissing", "a", NOW)
-    again, _ = reconcile.policy_blocked(
+    first, _ = workflow_steps.policy_blocked(planning, "PolicyCrdMissing", "a", NOW)
+    again, _ = workflow_steps.policy_blocked(
         replace(planning, status=first), "PolicyConflict", "b", LATER
     )
     ready = find_condition(again.conditions, "PolicyReady")
@@ -243,7 +246,7 @@ def test_a_step_keeps_the_transition_time_of_an_unchanged_status() -> None:
 
 def test_invalid_status_is_failed_with_the_reason() -> None:
     error = InvalidSpecError("spec.space", "no configuration")
-    status = reconcile.invalid_status(CompoundWorkflowStatus(), 3, error, NOW)
+    status = workflow_status.invalid_status(CompoundWorkflowStatus(), 3, error, NOW)
     assert status.phase is Phase.FAILED
     assert status.observed_generation == 3
     assert (status.start_time, status.completion_time) == (NOW, NOW)
@@ -266,7 +269,9 @@ def test_invalid_status_is_failed_with_the_reason() -> None:
 def test_start_searching_names_the_job_and_resets_counts() -> None:
     spec, space = validate_spec(_raw())
     before = CompoundWorkflowStatus(phase=Phase.READY, samples_used=99, policy="rag")
-    status, event = reconcile.start_status(before, "rag", 2, spec, space, {LEDGER_KEY: ""}, NOW)
+    status, event = workflow_status.start_status(
+        before, "rag", 2, spec, space, {LEDGER_KEY: ""}, NOW
+    )
     assert status.phase is Phase.SEARCHING
     assert status.observed_generation == 2
     assert status.search_job == "rag-search-g2"
@@ -286,7 +291,7 @@ def test_start_searching_names_the_job_and_resets_counts() -> None:
 def test_start_with_reused_profiles_goes_to_planning_without_a_job() -> None:
     spec, space = validate_spec(_raw())
     seed = seed_state(spec, 2, {1: _state(spec, **FULL)})
-    status, event = reconcile.start_status(
+    status, event = workflow_status.start_status(
         CompoundWorkflowStatus(), "rag", 2, spec, space, seed.data, NOW
     )
     assert status.phase is Phase.PLANNING
@@ -366,8 +371,8 @@ def _observe(
     tau: float = 0.8,
     slo_ms: float = 300,
     conditions: list[Condition] | None = None,
-) -> Observation:
-    return Observation(
+) -> GenerationObservation:
+    return GenerationObservation(
         workflow="rag",
         generation=1,
         spec=_spec(**{"evaluation.tau": tau, "slo.latencyMs": slo_ms}),
@@ -398,8 +403,8 @@ def test_progress_updates_counts_only_when_they_change() -> None:
     assert step.event is None
     assert step.create == ()
     unchanged = _observe(Phase.SEARCHING, state, JobView("rag-search-g1", active=1))
-    unchanged = Observation(**{**unchanged.__dict__, "status": step.status})
-    assert decide(unchanged, LATER) == reconcile.Step()
+    unchanged = GenerationObservation(**{**unchanged.__dict__, "status": step.status})
+    assert decide(unchanged, LATER) == workflow_steps.Step()
 
 
 def test_a_missing_search_job_is_created_again() -> None:
@@ -584,26 +589,26 @@ def test_without_auto_apply_the_plan_waits_for_review_in_the_status() -> None:
     assert step.event is not None
     assert (step.event.reason, step.event.message) == ("PolicyPlanned", policy.message)
     # Planned is done for this generation: the timer stops.
-    assert Phase.PLANNED not in reconcile.ACTIVE_PHASES
+    assert Phase.PLANNED not in workflow_status.ACTIVE_PHASES
 
 
 def test_a_new_generation_clears_the_plan_held_for_review() -> None:
     spec, space = validate_spec(_raw())
     seed = seed_state(spec, 2, {1: _state(spec, **FULL)})
     held = CompoundWorkflowStatus(phase=Phase.PLANNED, planned_policy={"kind": "ParetoPolicy"})
-    status, _ = reconcile.start_status(held, "rag", 2, spec, space, seed.data, NOW)
+    status, _ = workflow_status.start_status(held, "rag", 2, spec, space, seed.data, NOW)
     assert status.phase is Phase.PLANNING
     assert status.planned_policy is None
 
 
 def test_auto_apply_is_no_part_of_what_the_search_or_profiles_depend_on() -> None:
     on, off = _spec(), _spec().model_copy(update={"auto_apply": False})
-    assert reconcile.profile_key(on) == reconcile.profile_key(off)
+    assert workflow_state.profile_key(on) == workflow_state.profile_key(off)
     # A flip is a spec change whose profiles carry over: it re-plans, it does not search.
     spec, space = validate_spec(_raw())
     previous = _state(off, **FULL)
     seed = seed_state(spec, 2, {1: previous})
-    status, event = reconcile.start_status(
+    status, event = workflow_status.start_status(
         CompoundWorkflowStatus(), "rag", 2, spec, space, seed.data, NOW
     )
     assert (status.phase, status.search_job, event.reason) == (
@@ -683,11 +688,13 @@ def test_an_slo_below_every_p95_names_the_closest_configuration() -> None:
 
 def test_blocked_policy_keeps_planning_and_warns_once() -> None:
     observation = _observe(Phase.PLANNING, {PROFILES_KEY: PROFILES})
-    status, event = reconcile.policy_blocked(observation, "PolicyCrdMissing", "install it", NOW)
+    status, event = workflow_steps.policy_blocked(
+        observation, "PolicyCrdMissing", "install it", NOW
+    )
     assert status.phase is Phase.PLANNING
     assert event is not None
-    again = Observation(**{**observation.__dict__, "status": status})
-    status2, event2 = reconcile.policy_blocked(again, "PolicyCrdMissing", "install it", LATER)
+    again = GenerationObservation(**{**observation.__dict__, "status": status})
+    status2, event2 = workflow_steps.policy_blocked(again, "PolicyCrdMissing", "install it", LATER)
     assert event2 is None
     assert status2 == status
 
@@ -735,7 +742,7 @@ def test_a_job_completed_without_its_output_fails_the_workflow(
     role = "search" if phase is Phase.SEARCHING else "profiling"
     assert (failed.status, failed.reason) == ("False", reason)
     assert failed.message == f"{role} Job {job} completed without writing {key}"
-    assert step.event == reconcile.Event("Warning", event, failed.message)
+    assert step.event == workflow_status.WorkflowEvent("Warning", event, failed.message)
 
 
 def _existing(policy: dict[str, Any], **metadata: Any) -> dict[str, Any]:
@@ -834,7 +841,7 @@ def test_a_reviewed_plan_applied_by_hand_is_taken_when_auto_apply_turns_on() -> 
 
 
 def test_a_missing_policy_crd_blocks_with_the_fix() -> None:
-    apply = reconcile.policy_crd_missing()
+    apply = workflow_plan.policy_crd_missing()
     assert (apply.action, apply.reason) == (PolicyAction.BLOCKED, "PolicyCrdMissing")
     assert "paretopolicies.compass.io" in apply.message
     assert "install the ParetoPolicy CRD" in apply.message
@@ -848,12 +855,12 @@ def test_lost_state_searches_again() -> None:
 
 
 def test_inactive_or_unobserved_generations_are_left_alone() -> None:
-    assert decide(_observe(Phase.READY, {}), NOW) == reconcile.Step()
+    assert decide(_observe(Phase.READY, {}), NOW) == workflow_steps.Step()
     observation = _observe(Phase.SEARCHING, {})
-    stale = Observation(
+    stale = GenerationObservation(
         **{**observation.__dict__, "status": CompoundWorkflowStatus(phase=Phase.SEARCHING)}
     )
-    assert decide(stale, NOW) == reconcile.Step()
+    assert decide(stale, NOW) == workflow_steps.Step()
 
 
 # ---------------------------------------------------------------------------- builders and commands.job
@@ -982,7 +989,7 @@ def test_a_triton_the_settings_do_not_allow_is_refused_naming_the_field(
     allow it, a host outside the cluster only where they list it."""
     spec = _spec(**change)
     with pytest.raises(InvalidSpecError) as error:
-        authorize_targets(spec, "ml", TargetAccess())
+        authorize_workflow_targets(spec, "ml", TargetAccess())
     assert (error.value.field, error.value.reason) == (field, "TargetNotAllowed")
     assert "allowed" in str(error.value)
     status = invalid_status(CompoundWorkflowStatus(), 1, error.value, NOW)
@@ -991,7 +998,7 @@ def test_a_triton_the_settings_do_not_allow_is_refused_naming_the_field(
     assert (condition.status, condition.reason) == ("False", "TargetNotAllowed")
     assert condition.message.startswith(f"{field}: ")
     allowed = TargetAccess(("triton.example.com",), ("payments",))
-    authorize_targets(spec, "ml", allowed)
+    authorize_workflow_targets(spec, "ml", allowed)
 
 
 @pytest.mark.parametrize(
@@ -1027,9 +1034,9 @@ def test_job_images_are_the_operators_own_unless_the_settings_allow_more(
 
 
 def test_a_triton_of_the_workflows_own_namespace_needs_no_setting() -> None:
-    authorize_targets(_spec(), "ml", TargetAccess())
-    authorize_targets(_spec(**{"triton.namespace": "ml"}), "ml", TargetAccess())
-    authorize_targets(_spec(**{"triton.service": "triton.ml.svc"}), "ml", TargetAccess())
+    authorize_workflow_targets(_spec(), "ml", TargetAccess())
+    authorize_workflow_targets(_spec(**{"triton.namespace": "ml"}), "ml", TargetAccess())
+    authorize_workflow_targets(_spec(**{"triton.service": "triton.ml.svc"}), "ml", TargetAccess())
 
 
 def test_pareto_policy_is_owned_by_its_workflow() -> None:
@@ -1078,40 +1085,40 @@ def test_job_progress_counts_each_jobs_start_and_end_once() -> None:
     counter add at each (compass_workflow_searches_total, ..._profilings_total, ...)."""
     spec, space = validate_spec(_raw())
     empty = CompoundWorkflowStatus()
-    started, _ = reconcile.start_status(empty, "rag", 1, spec, space, {LEDGER_KEY: ""}, NOW)
-    assert reconcile.job_progress(empty, started) == (("search", "started"),)
-    assert reconcile.job_progress(started, started) == ()
+    started, _ = workflow_status.start_status(empty, "rag", 1, spec, space, {LEDGER_KEY: ""}, NOW)
+    assert workflow_status.job_progress(empty, started) == (("search", "started"),)
+    assert workflow_status.job_progress(started, started) == ()
 
     def step(status: CompoundWorkflowStatus, state: dict[str, str], **jobs: Any) -> Any:
         seen = _observe(status.phase, state, **jobs)
-        return decide(Observation(**{**seen.__dict__, "status": status}), LATER).status
+        return decide(GenerationObservation(**{**seen.__dict__, "status": status}), LATER).status
 
     progress = {"configs_evaluated": 3, "sample_evals": 30, "feasible": 1}
     running = JobView("rag-search-g1", active=1)
     searching = step(started, {PROGRESS_KEY: json.dumps(progress)}, search=running)
-    assert reconcile.job_progress(started, searching) == ()
-    assert reconcile.samples_evaluated(started, searching) == 30
+    assert workflow_status.job_progress(started, searching) == ()
+    assert workflow_status.samples_evaluated(started, searching) == 30
     done = JobView("rag-search-g1", succeeded=1)
     profiling = step(searching, {RESULT_KEY: _result([BEST], [BEST, WORSE])}, search=done)
-    assert reconcile.job_progress(searching, profiling) == (
+    assert workflow_status.job_progress(searching, profiling) == (
         ("search", "succeeded"),
         ("profiling", "started"),
     )
-    assert reconcile.samples_evaluated(searching, profiling) == 10  # 40 in the result
+    assert workflow_status.samples_evaluated(searching, profiling) == 10  # 40 in the result
     failed_job = JobView("rag-profile-g1", failed=1, failed_final=True, reason="DeadlineExceeded")
     failed = step(profiling, {RESULT_KEY: _result([BEST], [BEST])}, profile=failed_job)
     assert failed.phase is Phase.FAILED
-    assert reconcile.job_progress(profiling, failed) == (("profiling", "failed"),)
+    assert workflow_status.job_progress(profiling, failed) == (("profiling", "failed"),)
     # A new generation's search is a new Job; its carried-over samples were counted before.
-    again, _ = reconcile.start_status(failed, "rag", 2, spec, space, {LEDGER_KEY: ""}, NOW)
-    assert reconcile.job_progress(failed, again) == (("search", "started"),)
-    assert reconcile.samples_evaluated(failed, again) == 0
+    again, _ = workflow_status.start_status(failed, "rag", 2, spec, space, {LEDGER_KEY: ""}, NOW)
+    assert workflow_status.job_progress(failed, again) == (("search", "started"),)
+    assert workflow_status.samples_evaluated(failed, again) == 0
 
 
 def test_reused_results_and_profiles_count_no_job() -> None:
     spec, space = validate_spec(_raw())
     seed = seed_state(spec, 2, {1: _state(spec, **FULL)})
-    status, _ = reconcile.start_status(
+    status, _ = workflow_status.start_status(
         CompoundWorkflowStatus(), "rag", 2, spec, space, seed.data, NOW
     )
-    assert reconcile.job_progress(CompoundWorkflowStatus(), status) == ()
+    assert workflow_status.job_progress(CompoundWorkflowStatus(), status) == ()

@@ -9,7 +9,6 @@ from pydantic import ValidationError
 
 from compass.console import fail
 from compass.controllers.logs import LogFormat, LogLevel
-from compass.controllers.manager import PEERING_FIX, PeeringError, run
 from compass.controllers.settings import OperatorSettings
 from compass.domain.space import explain_validation_error
 
@@ -76,6 +75,10 @@ def register(commands: Any) -> None:
 
 def operator_command(args: argparse.Namespace) -> int:
     """`compass operator`: load the settings (COMPASS_*) and run until stopped."""
+    # The one lazy import of the operator: manager loads kopf, the Kubernetes client and
+    # prometheus_client (about 2 s), which `compass --help` and the other commands never need.
+    from compass.controllers.manager import PEERING_FIX, PeeringError, run
+
     try:
         settings = OperatorSettings()
     except ValidationError as error:

@@ -1,17 +1,11 @@
 """The operator process (`compass operator`): kopf in-process, a liveness endpoint, and the
 operator's own Prometheus metrics.
 
-Exactly one operator may act on a policy: two would both switch the same router. Two ways:
-
-- peering (`--peering NAME` / COMPASS_PEERING, what the Helm chart does): every replica joins
-  kopf's peering object NAME (a ClusterKopfPeering when watching the cluster, a KopfPeering in
-  each watched namespace) and only the live peer with the highest priority acts; the others
-  start paused and take over when it stops, or within the peering lifetime when it dies.
-  kopf pauses ALL peers that share the highest priority, so priorities must differ: by default
-  each process takes one derived from its start time (`automatic_priority`), the oldest acting.
-- standalone (the default by hand): no peering objects; run one process only.
-
-A replica that takes over loses nothing: every policy's state is in its status.
+Exactly one operator may act on a policy, or two would switch the same router. With peering
+(`--peering NAME`, what the Helm chart does) only the live peer with the highest priority acts
+(by default the oldest: ``automatic_priority``), and its fence holds it while the API server
+accepts none of its keep-alives; standalone (the default by hand), run one process only. A
+replica that takes over loses nothing: every policy's state is in its status.
 """
 
 from __future__ import annotations
@@ -26,9 +20,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from compass.controllers import fencing
+import kopf
+from kubernetes import client
+from prometheus_client import start_http_server
+
+from compass.api.crds import RESOURCES
+from compass.api.meta import GROUP, VERSION
+from compass.controllers import fencing, kubeapi
 from compass.controllers.fencing import Fence
 from compass.controllers.logs import configure_logging
+from compass.controllers.runtime import RUNTIME_KEY, OperatorMetrics, Runtime
 from compass.controllers.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -98,10 +99,6 @@ def missing_peering_objects(
 ) -> list[str]:
     """Where the peering object is missing: [""] cluster-wide, else the namespaces. Listed by
     name (list is what kopf needs anyway, get is not granted). PeeringError without the CRD."""
-    from kubernetes import client
-
-    from compass.controllers import kubeapi
-
     kind, plural = peering_kind(clusterwide)
     custom: Any = client.CustomObjectsApi(api)
     selector = f"metadata.name={name}"
@@ -167,10 +164,6 @@ def keep_fence(
 ) -> None:
     """Until ``stop``: renew this peer's keep-alive in every peering object, and open the fence
     of each scope whose keep-alive the API server accepted (compass.controllers.fencing)."""
-    from kubernetes import client
-
-    from compass.controllers import kubeapi
-
     _, plural = peering_kind(fence.clusterwide)
     custom: Any = client.CustomObjectsApi(api)
     # A keep-alive that takes longer than the renewal period is as good as lost.
@@ -216,8 +209,6 @@ def keep_fence(
 
 def required_crds() -> dict[str, str]:
     """plural -> CRD name of every compass.io resource the operator serves."""
-    from compass.api.crds import RESOURCES
-
     return {resource.plural: resource.name for resource in RESOURCES}
 
 
@@ -229,11 +220,6 @@ def missing_crds(served: set[str] | None) -> list[str]:
 def served_resources(api: Any) -> set[str] | None:
     """The plural names the API server serves in compass.io/v1alpha1 (discovery, which every
     authenticated client may read); None when the group/version is not served at all."""
-    from kubernetes import client
-
-    from compass.api.meta import GROUP, VERSION
-    from compass.controllers import kubeapi
-
     custom: Any = client.CustomObjectsApi(api)
     found = kubeapi.read(custom.get_api_resources, GROUP, VERSION)
     if found is None:
@@ -252,8 +238,6 @@ def missing_crds_message(missing: list[str]) -> str:
 
 def startup_missing_crds(api: Any) -> list[str]:
     """The CRDs missing at start-up ([] when unknown: kopf then retries and says so itself)."""
-    from compass.controllers import kubeapi
-
     try:
         return missing_crds(served_resources(api))
     except kubeapi.ERRORS as error:  # e.g. the API server unreachable
@@ -264,8 +248,6 @@ def startup_missing_crds(api: Any) -> list[str]:
 def wait_for_crds(api: Any, stop: threading.Event, found: threading.Event) -> None:
     """Re-check every CRD_RECHECK_S until the CRDs are all served (then set ``found`` and
     ``stop``) or until ``stop``; one log line per check, so the log shows the cadence."""
-    from compass.controllers import kubeapi
-
     while not stop.wait(CRD_RECHECK_S):
         try:
             missing = missing_crds(served_resources(api))
@@ -309,10 +291,6 @@ def kopf_settings(peering: Peering | None = None) -> Any:
     """kopf's settings (a kopf.OperatorSettings) for this operator: standalone without peering;
     with it, peering is mandatory (paused from the start until kopf has seen the peers, and
     while the peering CRD is missing) so that a new replica never acts before it knows."""
-    import kopf
-
-    from compass.controllers import kubeapi
-
     settings = kopf.OperatorSettings()
     if peering is None:
         settings.peering.standalone = True
@@ -363,8 +341,6 @@ def _serve_until_crds_appear(
     paretopolicies), and without the rights to watch CRDs (rbac.discovery off) kopf sees none.
     Discovery needs no rights, so this process polls it and restarts kopf once all are there.
     """
-    import kopf
-
     logger.warning(missing_crds_message(missing))
     stop, found = threading.Event(), threading.Event()
     threading.Thread(
@@ -396,13 +372,10 @@ def run(
     started_ns = time.time_ns()
     peering = peering_of(settings, started_ns)
     identity = own_identity(started_ns)
-    # Imported here so that `compass --help` and the other commands do not load kopf.
-    # Importing compass.controllers.handlers registers every handler with kopf's default registry.
-    import kopf
-    from prometheus_client import start_http_server
-
+    # Not an import for its names: importing compass.controllers.handlers registers every handler
+    # with kopf's default registry, which only the running operator wants (and after the
+    # settings are read: workflow_handlers reads its poll interval at import).
     import compass.controllers.handlers  # noqa: F401
-    from compass.controllers.runtime import RUNTIME_KEY, OperatorMetrics, Runtime
 
     configure_logging(settings.log_level, settings.log_format)
     if settings.log_level != "debug":

@@ -1,20 +1,12 @@
-"""kopf handlers of ParetoPolicy: Elastico as a timer, one per policy.
+"""kopf handlers of ParetoPolicy: Elastico as a timer, one per policy; this module is the I/O.
 
-Every second each policy's timer: compiles the spec (cached per generation); skips the tick
-unless spec.intervalSeconds has passed; finds the Triton pods (the ready endpoints of
-spec.routing.service, from a kopf index over EndpointSlices: watched, never listed per tick, or
-the one spec.routing.grpcEndpoint); asks them what they serve; resumes the policy
-state (from memory, else from status.policyState, so a restarted operator keeps the hysteresis
-timers and never flips the configuration on start); runs one LiveLoop step (queue depth,
-decision, switch) or, when paused, only reads the queue; writes the status; and posts Events
-on switches and transitions only. The decisions live in compass.controllers.policy and
-compass.domain: this module is I/O.
-
-Errors: a spec that can never work is a kopf.PermanentError with the condition Ready=False
-(InvalidSpec) naming the field and the fix, reported once per generation. An unreachable Triton
-is a kopf.TemporaryError: nothing switches, Ready=False (TritonUnreachable), and the timer
-retries with a growing delay. Missing metrics are not an error of the timer: the policy holds
-(or falls back to the fastest, as spec.onMetricsLoss says) and the conditions say so.
+Every second a policy's timer compiles its spec (once a generation), finds the Triton pods (an
+index over EndpointSlices, watched, never listed per tick), resumes the policy state (from
+memory, else from the status), runs one LiveLoop step, writes the status and posts Events on
+transitions only. The decisions live in policy_compile, policy_decisions, policy_conditions,
+policy_status and compass.domain. A spec that can never work is a kopf.PermanentError, an
+unreachable Triton a kopf.TemporaryError retried with a growing delay; missing metrics are no
+error of the timer: the policy holds (or falls back, as spec.onMetricsLoss says).
 """
 
 from __future__ import annotations
@@ -31,13 +23,50 @@ from kubernetes import client
 from compass.api.meta import GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
 from compass.api.paretopolicy import RoutingStatus
 from compass.controllers import kubeapi, metricsauth
-from compass.controllers import policy as ps
 from compass.controllers.endpoints import (
     SERVICE_NAME_LABEL,
     PortError,
     SliceEntry,
     ready_endpoints,
     slice_entries,
+)
+from compass.controllers.policy_compile import (
+    CompiledPolicy,
+    MetricsTarget,
+    SpecError,
+    authorize_policy_targets,
+    compile_policy,
+)
+from compass.controllers.policy_conditions import (
+    Health,
+    health_conditions,
+    is_ready,
+    merge_conditions,
+    routing_status,
+    switch_event,
+    transition_events,
+)
+from compass.controllers.policy_decisions import (
+    SERIES_TTL_S,
+    TICK_S,
+    Pause,
+    align_state,
+    decision_due,
+    pause_of,
+    paused_state,
+    retry_delay,
+    routing_label,
+    state_routing,
+    state_routing_key,
+)
+from compass.controllers.policy_status import (
+    PolicyGauges,
+    build_status,
+    error_status,
+    parse_rfc3339,
+    policy_gauges,
+    rfc3339,
+    status_patch,
 )
 from compass.controllers.runtime import Runtime, runtime_of
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, FleetSwitch, RouterFleet
@@ -86,7 +115,7 @@ class Connections:
     source's credentials were built from (the Secret's resourceVersion, when it was read, and
     why the credentials are unavailable, if they are)."""
 
-    key: tuple[str | None, str | None, str, ps.MetricsTarget]
+    key: tuple[str | None, str | None, str, MetricsTarget]
     router: RouterFleet
     source: QueueDepthSource | None = None
     secret_version: str | None = None
@@ -98,7 +127,7 @@ class Connections:
 class PolicyMemory:
     """What the timer remembers about one policy during one operator run (kopf's memo)."""
 
-    compiled: ps.CompiledPolicy | None = None
+    compiled: CompiledPolicy | None = None
     reported_error: tuple[int | None, str] | None = None
     connections: Connections | None = None
     state: PolicyState | None = None
@@ -131,9 +160,7 @@ def triton_slices(
     return {(namespace or "", labels[SERVICE_NAME_LABEL]): slice_entries(body)}
 
 
-@kopf.timer(
-    GROUP, VERSION, POLICY_PLURAL, id="elastico", interval=ps.TICK_S, backoff=ERROR_BACKOFF_S
-)
+@kopf.timer(GROUP, VERSION, POLICY_PLURAL, id="elastico", interval=TICK_S, backoff=ERROR_BACKOFF_S)
 def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
     """One Elastico tick of one ParetoPolicy (kopf passes the slices index as a keyword)."""
     slices: SlicesIndex = kwargs["triton_slices"]
@@ -144,7 +171,7 @@ def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwar
     if _fenced(body, memory, runtime, logger, time.monotonic()):
         return
     # Acting on it: its gauges stay current (a paused or fenced replica's go: OperatorMetrics).
-    runtime.metrics.touch_policy(*_names(body), ps.SERIES_TTL_S)
+    runtime.metrics.touch_policy(*_names(body), SERIES_TTL_S)
     count = runtime.metrics.reconciles
     try:
         decided = _tick(body, memory, runtime, logger, time.time(), slices)
@@ -185,7 +212,7 @@ def _fenced(
     namespace, name = _names(body)
     fenced = not fence.holds(namespace, now)
     uid = str(body.get("metadata", {}).get("uid", ""))
-    runtime.metrics.set_fenced(namespace, name, uid, fenced, ps.SERIES_TTL_S)
+    runtime.metrics.set_fenced(namespace, name, uid, fenced, SERIES_TTL_S)
     if fenced != memory.fenced:
         memory.fenced = fenced
         ago = fence.renewed_ago(namespace, now)
@@ -217,11 +244,9 @@ def _tick(
     first = memory.status is None
     previous = memory.status if memory.status is not None else dict(body.get("status") or {})
     if first:
-        memory.last_observed = ps.parse_rfc3339(previous.get("lastObservationTime"))
+        memory.last_observed = parse_rfc3339(previous.get("lastObservationTime"))
     compiled = _compile(body, memory, runtime, logger, previous, generation, now)
-    if compiled is None or not ps.decision_due(
-        memory.last_tick, now, compiled.spec.interval_seconds
-    ):
+    if compiled is None or not decision_due(memory.last_tick, now, compiled.spec.interval_seconds):
         return False
     memory.last_tick = now
     connections = _connections(memory, compiled, runtime, logger, now, _names(body)[0])
@@ -232,18 +257,18 @@ def _tick(
         router_key = connections.router.active_config(_expected_key(memory, previous, compiled))
     except RoutingError as error:
         memory.failures += 1
-        health = ps.Health(
+        health = Health(
             unreachable=str(error),
             pause=_pause(body, compiled),
             active=(previous.get("active") or {}).get("name"),
         )
         _publish(body, memory, runtime, logger, previous, health, None, now, generation)
-        delay = ps.retry_delay(memory.failures, compiled.spec.interval_seconds)
+        delay = retry_delay(memory.failures, compiled.spec.interval_seconds)
         message = f"Triton unreachable, nothing switched: {error}"
         raise kopf.TemporaryError(message, delay=delay) from error
     memory.failures = 0
     saved = memory.state if memory.state is not None else _saved_state(previous)
-    state, note = ps.align_state(
+    state, note = align_state(
         saved,
         memory.last_observed,
         router_key,
@@ -258,7 +283,7 @@ def _tick(
     if outcome.observation is not None:
         memory.last_observed = outcome.observation.time
     memory.state = outcome.state
-    health = ps.Health(
+    health = Health(
         switch_failed=outcome.switch_failed,
         metrics_error=outcome.metrics_error,
         metrics_reason=metricsauth.REASON
@@ -290,13 +315,13 @@ class Outcome:
 
 def _decide(
     body: kopf.Body,
-    compiled: ps.CompiledPolicy,
+    compiled: CompiledPolicy,
     connections: Connections,
     state: PolicyState,
     runtime: Runtime,
     logger: kopf.Logger,
     now: float,
-    pause: ps.Pause,
+    pause: Pause,
 ) -> Outcome:
     """One LiveLoop step (or, paused, only an observation); Event and counter on a switch."""
     assert connections.source is not None
@@ -308,7 +333,7 @@ def _decide(
     )
     if pause.paused:
         observation, _ = loop.observe(now)  # a metrics problem is in loop.metrics_problem
-        held = ps.paused_state(state)
+        held = paused_state(state)
         # Holding means every pod serves it, a pod that joined or restarted meanwhile too.
         routing = _hold_routing(compiled, connections, held, logger)
         return Outcome(
@@ -324,8 +349,8 @@ def _decide(
     routing = _routing(result.routing) if isinstance(result.routing, FleetSwitch) else None
     if result.switched:
         depth = None if result.observation is None else result.observation.queue_depth
-        target = ps.routing_label(result.state) or result.decision.target
-        event = ps.switch_event(ps.routing_label(state), target, depth, result.decision.reason)
+        target = routing_label(result.state) or result.decision.target
+        event = switch_event(routing_label(state), target, depth, result.decision.reason)
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
         logger.info(f"{event.reason}: {event.message}")
         namespace, name = _names(body)
@@ -343,22 +368,22 @@ def _compile(
     previous: dict[str, Any],
     generation: int | None,
     now: float,
-) -> ps.CompiledPolicy | None:
+) -> CompiledPolicy | None:
     """The compiled spec of this generation; None if its error was already reported."""
     if memory.compiled is not None and memory.compiled.generation == generation:
         return memory.compiled
     override = runtime.settings.triton_address_override
     namespace, _ = _names(body)
     try:
-        compiled = ps.compile_policy(body.get("spec") or {}, generation, override)
-        memory.compiled = ps.authorize_targets(
+        compiled = compile_policy(body.get("spec") or {}, generation, override)
+        memory.compiled = authorize_policy_targets(
             compiled, namespace, runtime.settings.target_access(), override
         )
-    except ps.SpecError as error:
+    except SpecError as error:
         if memory.reported_error == (generation, str(error)):
             return None
         memory.reported_error = (generation, str(error))
-        health = ps.Health(spec_error=str(error), spec_reason=error.reason)
+        health = Health(spec_error=str(error), spec_reason=error.reason)
         _publish(body, memory, runtime, logger, previous, health, None, now, generation)
         raise kopf.PermanentError(str(error)) from error
     memory.reported_error = None
@@ -371,25 +396,25 @@ def _publish(
     runtime: Runtime,
     logger: kopf.Logger,
     previous: dict[str, Any],
-    health: ps.Health,
-    decided: tuple[ps.CompiledPolicy, PolicyState, Observation | None] | None,
+    health: Health,
+    decided: tuple[CompiledPolicy, PolicyState, Observation | None] | None,
     now: float,
     generation: int | None,
 ) -> None:
     """Write the status (when it changed), post the transition Events, set the gauges."""
     old_conditions = previous.get("conditions") or []
-    conditions = ps.merge_conditions(
-        old_conditions, ps.health_conditions(health), ps.rfc3339(now), generation
+    conditions = merge_conditions(
+        old_conditions, health_conditions(health), rfc3339(now), generation
     )
     namespace, name = _names(body)
     if decided is None:
-        status = ps.error_status(previous, conditions, generation)
+        status = error_status(previous, conditions, generation)
         # A spec that does not compile says nothing of paused; Triton unreachable does.
         paused = None if health.spec_error is not None else health.pause.paused
-        gauges = ps.PolicyGauges(ready=ps.is_ready(conditions), paused=paused)
+        gauges = PolicyGauges(ready=is_ready(conditions), paused=paused)
     else:
         compiled, state, observation = decided
-        status = ps.build_status(
+        status = build_status(
             compiled.plan,
             state,
             observation,
@@ -399,20 +424,18 @@ def _publish(
             generation,
             health.routing,
         )
-        gauges = ps.policy_gauges(
-            compiled.plan, state, observation, conditions, health.pause.paused
-        )
+        gauges = policy_gauges(compiled.plan, state, observation, conditions, health.pause.paused)
     uid = str(body.get("metadata", {}).get("uid", ""))
     runtime.metrics.set_policy(namespace, name, uid, gauges)
     written = memory.written if memory.written is not None else dict(body.get("status") or {})
-    changes = ps.status_patch(written, status, now, memory.last_write)
+    changes = status_patch(written, status, now, memory.last_write)
     if changes:
         if _write_status(runtime, body, changes, logger):
             memory.written, memory.last_write = status, now
         else:
             memory.written = None  # compare with the live body next time
     memory.status = status
-    for event in ps.transition_events(old_conditions, conditions):
+    for event in transition_events(old_conditions, conditions):
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
 
 
@@ -445,7 +468,7 @@ def _write_status(
 
 def _connections(
     memory: PolicyMemory,
-    compiled: ps.CompiledPolicy,
+    compiled: CompiledPolicy,
     runtime: Runtime,
     logger: kopf.Logger,
     now: float,
@@ -472,7 +495,7 @@ def _connections(
 
 def _refresh_source(
     connections: Connections,
-    compiled: ps.CompiledPolicy,
+    compiled: CompiledPolicy,
     runtime: Runtime,
     logger: kopf.Logger,
     now: float,
@@ -542,7 +565,7 @@ def _refresh_source(
 
 
 def _unavailable(
-    connections: Connections, compiled: ps.CompiledPolicy, problem: str, logger: kopf.Logger
+    connections: Connections, compiled: CompiledPolicy, problem: str, logger: kopf.Logger
 ) -> None:
     """The metrics cannot be read until the credentials are fixed: a source that says why
     (logged once per change; the message names the Secret and key, never a value)."""
@@ -554,7 +577,7 @@ def _unavailable(
 
 
 def _source(
-    connections: Connections, compiled: ps.CompiledPolicy, auth: HttpAuth | None
+    connections: Connections, compiled: CompiledPolicy, auth: HttpAuth | None
 ) -> QueueDepthSource:
     """The metrics source of the compiled target, with these credentials."""
     target, fleet = compiled.metrics, connections.router
@@ -572,7 +595,7 @@ def _source(
     )
 
 
-def _endpoints(body: kopf.Body, compiled: ps.CompiledPolicy, slices: SlicesIndex) -> list[Endpoint]:
+def _endpoints(body: kopf.Body, compiled: CompiledPolicy, slices: SlicesIndex) -> list[Endpoint]:
     """The pods to switch now: the Service's ready endpoints, or the one gRPC address."""
     if compiled.service is None:
         assert compiled.grpc_address is not None
@@ -590,18 +613,18 @@ def _endpoints(body: kopf.Body, compiled: ps.CompiledPolicy, slices: SlicesIndex
 
 
 def _expected_key(
-    memory: PolicyMemory, previous: dict[str, Any], compiled: ps.CompiledPolicy
+    memory: PolicyMemory, previous: dict[str, Any], compiled: CompiledPolicy
 ) -> str | None:
     """The routing the policy last had active (memory, else the status), as a routing key."""
     state = memory.state if memory.state is not None else _saved_state(previous)
-    return None if state is None else ps.state_routing_key(compiled.plan, state)
+    return None if state is None else state_routing_key(compiled.plan, state)
 
 
 def _hold_routing(
-    compiled: ps.CompiledPolicy, connections: Connections, held: PolicyState, logger: kopf.Logger
+    compiled: CompiledPolicy, connections: Connections, held: PolicyState, logger: kopf.Logger
 ) -> RoutingStatus | None:
     """Put every pod on the held configuration; what each serves now (None: nothing held)."""
-    routing = ps.state_routing(compiled.plan, held)
+    routing = state_routing(compiled.plan, held)
     if routing is None:
         return None
     try:
@@ -614,7 +637,7 @@ def _hold_routing(
 
 def _routing(report: FleetSwitch) -> RoutingStatus:
     """The status's view of a switch of every pod."""
-    return ps.routing_status([(p.pod, p.config, p.error) for p in report.pods], report.config)
+    return routing_status([(p.pod, p.config, p.error) for p in report.pods], report.config)
 
 
 def _saved_state(status: dict[str, Any]) -> PolicyState | None:
@@ -631,11 +654,11 @@ def _saved_state(status: dict[str, Any]) -> PolicyState | None:
         return None
 
 
-def _pause(body: kopf.Body, compiled: ps.CompiledPolicy) -> ps.Pause:
+def _pause(body: kopf.Body, compiled: CompiledPolicy) -> Pause:
     """spec.paused or the pause annotation, read at every tick (an annotation is no new
     generation, so it is never part of the compiled spec)."""
     annotations = body.get("metadata", {}).get("annotations") or {}
-    return ps.pause_of(compiled.spec, annotations)
+    return pause_of(compiled.spec, annotations)
 
 
 def _names(body: kopf.Body) -> tuple[str, str]:

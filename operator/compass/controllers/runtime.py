@@ -22,7 +22,7 @@ from prometheus_client.core import Metric
 from compass import __version__
 from compass.controllers import kubeapi
 from compass.controllers.fencing import Fence
-from compass.controllers.policy import PolicyGauges
+from compass.controllers.policy_status import PolicyGauges
 from compass.controllers.settings import OperatorSettings
 from compass.domain.elastico import Action
 

@@ -1,18 +1,11 @@
-"""kopf handlers of CompoundWorkflow: thin adapters between the API server and compass.controllers.workflow.
+"""kopf handlers of CompoundWorkflow: thin adapters between the API server and the pure
+decisions of workflow_spec, workflow_state, workflow_status, workflow_plan and workflow_steps.
 
-Two handlers drive a workflow, and neither keeps state in memory:
-
-- ``start_generation`` (create, spec change, operator start): validates the spec, makes sure the
-  Jobs' ServiceAccount and Role exist, creates the generation's state ConfigMap (seeded from the
-  previous generation where its scores are still valid) and its search Job, supersedes the
-  Jobs of older generations, and writes the status.
-- ``advance`` (a timer while the workflow is Searching, Profiling or Planning): reads the state
-  ConfigMap and the Jobs, and takes the step ``reconcile.decide`` returns: progress counts,
-  the profiling Job, the plan and the ParetoPolicy, or a failure with the pod's own message.
-
-Status writes carry the resourceVersion they were decided on (optimistic concurrency): a
-decision made on a stale view is dropped and taken again on fresh data, so each transition, and
-its Event, happens once.
+``start_generation`` (create, spec change, operator start) validates the spec and starts the
+generation: its state ConfigMap, its search Job, its status. ``advance`` (a timer while the
+workflow is Searching, Profiling or Planning) reads the state and the Jobs and takes the step
+``decide`` returns. Neither keeps state in memory; every status write carries the
+resourceVersion it was decided on, so each transition, and its Event, happens once.
 """
 
 from __future__ import annotations
@@ -28,7 +21,6 @@ from compass.api.compoundworkflow import CompoundWorkflowSpec, CompoundWorkflowS
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_KIND, WORKFLOW_PLURAL
 from compass.api.schema import without_empty_strings
 from compass.controllers import kubeapi
-from compass.controllers import workflow as reconcile
 from compass.controllers.builders import (
     GENERATION_LABEL,
     MANAGED_BY,
@@ -51,6 +43,36 @@ from compass.controllers.builders import (
 )
 from compass.controllers.runtime import OperatorMetrics, runtime_of
 from compass.controllers.settings import OperatorSettings
+from compass.controllers.workflow_plan import (
+    PolicyAction,
+    PolicyApply,
+    decide_policy_apply,
+    policy_crd_missing,
+)
+from compass.controllers.workflow_spec import (
+    InvalidSpecError,
+    authorize_images,
+    authorize_workflow_targets,
+    parse_spec,
+    validate_spec,
+)
+from compass.controllers.workflow_state import StoredState, seed_state, stored_states
+from compass.controllers.workflow_status import (
+    ACTIVE_PHASES,
+    WorkflowEvent,
+    invalid_status,
+    job_progress,
+    samples_evaluated,
+    start_status,
+)
+from compass.controllers.workflow_steps import (
+    Create,
+    GenerationObservation,
+    decide,
+    job_view,
+    pod_failure_message,
+    policy_blocked,
+)
 
 # kopf fixes a timer's interval when the handler is registered (at import): the one setting
 # read here; everything else comes from the process's Runtime (kopf's memo).
@@ -115,7 +137,7 @@ def _status_of(body: Mapping[str, Any]) -> CompoundWorkflowStatus:
     return CompoundWorkflowStatus.model_validate(raw)
 
 
-def _post(body: Mapping[str, Any], event: reconcile.Event | None) -> None:
+def _post(body: Mapping[str, Any], event: WorkflowEvent | None) -> None:
     if event is not None:
         kopf.event(
             kopf.Body(cast(kopf.RawBody, dict(body))),
@@ -138,8 +160,8 @@ def _count(
             metadata["namespace"],
             metadata["name"],
             str(metadata.get("uid", "")),
-            reconcile.job_progress(before, after),
-            reconcile.samples_evaluated(before, after),
+            job_progress(before, after),
+            samples_evaluated(before, after),
         )
 
 
@@ -256,7 +278,7 @@ def _refuse_foreign(
         f"{error} in namespace {namespace}: the Jobs will not run with it; delete it (for the "
         "ServiceAccount, or set the operator's jobServiceAccount (Helm value) to a free name)"
     )
-    _post(workflow, reconcile.Event("Warning", "ForeignJobAccount", message))
+    _post(workflow, WorkflowEvent("Warning", "ForeignJobAccount", message))
     return kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S)
 
 
@@ -272,9 +294,7 @@ def _not_made_here(existing: Mapping[str, Any]) -> str | None:
     )
 
 
-def _states(
-    api: client.ApiClient, namespace: str, name: str, uid: str
-) -> dict[int, reconcile.StoredState]:
+def _states(api: client.ApiClient, namespace: str, name: str, uid: str) -> dict[int, StoredState]:
     """This workflow's state ConfigMaps by generation, each with its ledger chunks read."""
     items = kubeapi.list_items(
         client.CoreV1Api(api).list_namespaced_config_map,
@@ -282,14 +302,14 @@ def _states(
         label_selector=f"{WORKFLOW_LABEL}={name}",
     )
     live = [item for item in _owned(items, uid) if not item["metadata"].get("deletionTimestamp")]
-    return reconcile.stored_states(live, _generation_of)
+    return stored_states(live, _generation_of)
 
 
 def _delete_states(
     api: client.ApiClient,
     namespace: str,
     keep: int,
-    states: Mapping[int, reconcile.StoredState],
+    states: Mapping[int, StoredState],
 ) -> None:
     core = client.CoreV1Api(api)
     for generation, state in states.items():
@@ -323,12 +343,12 @@ def _create_job(
     api: client.ApiClient,
     body: Mapping[str, Any],
     spec: CompoundWorkflowSpec,
-    which: reconcile.Create,
+    which: Create,
     settings: OperatorSettings,
 ) -> None:
     # Every Job starts with its access: a Role lost or refused earlier is made (or refused) now.
     _ensure_job_access(api, body, spec, settings.job_service_account)
-    build = build_search_job if which is reconcile.Create.SEARCH_JOB else build_profile_job
+    build = build_search_job if which is Create.SEARCH_JOB else build_profile_job
     job = build(
         body,
         spec,
@@ -386,8 +406,8 @@ def start_generation(name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 def _authorize(spec: CompoundWorkflowSpec, namespace: str, settings: OperatorSettings) -> None:
     """InvalidSpecError naming the field if the spec reaches a target or runs an image the
     operator's settings refuse."""
-    reconcile.authorize_targets(spec, namespace, settings.target_access())
-    reconcile.authorize_images(spec, settings.image, settings.allowed_job_images)
+    authorize_workflow_targets(spec, namespace, settings.target_access())
+    authorize_images(spec, settings.image, settings.allowed_job_images)
 
 
 def _start(
@@ -404,15 +424,15 @@ def _start(
     status = _status_of(workflow)
     now = _now()
     try:
-        spec, space = reconcile.validate_spec(workflow.get("spec") or {})
+        spec, space = validate_spec(workflow.get("spec") or {})
         _authorize(spec, namespace, settings)
-    except reconcile.InvalidSpecError as error:
+    except InvalidSpecError as error:
         _supersede(api, namespace, name, uid, generation)
-        new = reconcile.invalid_status(status, generation, error, now)
+        new = invalid_status(status, generation, error, now)
         if new != status:
             if not _write_status(api, namespace, name, version, new):
                 return False
-            _post(workflow, reconcile.Event("Warning", error.reason, str(error)))
+            _post(workflow, WorkflowEvent("Warning", error.reason, str(error)))
         raise kopf.PermanentError(str(error)) from None
     try:
         _ensure_service_account(api, namespace, settings.job_service_account)
@@ -426,14 +446,14 @@ def _start(
     try:
         if generation not in states:
             datas = {g: state.data for g, state in states.items()}
-            seed = reconcile.seed_state(spec, generation, datas)
+            seed = seed_state(spec, generation, datas)
             _create_state(api, workflow, spec, seed.data)
             # Re-read: if a racing start made it first, its ledger is what counts.
             states = _states(api, namespace, name, uid)
         state = states[generation].data if generation in states else {}
-        new, event = reconcile.start_status(status, name, generation, spec, space, state, now)
+        new, event = start_status(status, name, generation, spec, space, state, now)
         if new.search_job is not None:
-            _create_job(api, workflow, spec, reconcile.Create.SEARCH_JOB, settings)
+            _create_job(api, workflow, spec, Create.SEARCH_JOB, settings)
     except ForeignJobAccessError as error:
         raise _refuse_foreign(workflow, error) from None
     except kubeapi.OwnedByAnotherError as error:
@@ -458,20 +478,20 @@ def _spec_of(
     runs every few seconds, and start_generation has validated it (space included) already."""
     cached = memo.get(_SPEC_KEY)
     if cached is None or cached[0] != generation:
-        cached = memo[_SPEC_KEY] = (generation, reconcile.parse_spec(raw))
+        cached = memo[_SPEC_KEY] = (generation, parse_spec(raw))
     spec: CompoundWorkflowSpec = cached[1]
     return spec
 
 
 def _is_active(status: kopf.Status, **_: Any) -> bool:
-    return status.get("phase") in {p.value for p in reconcile.ACTIVE_PHASES}
+    return status.get("phase") in {p.value for p in ACTIVE_PHASES}
 
 
 @kopf.timer(
     GROUP, VERSION, WORKFLOW_PLURAL, id="advance", interval=POLL_INTERVAL_S, when=_is_active
 )
 def advance(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    """Read the generation's state and Jobs; take the step reconcile.decide returns."""
+    """Read the generation's state and Jobs; take the step decide returns."""
     assert namespace is not None  # a namespaced resource
     runtime = runtime_of(memo)
     try:
@@ -508,7 +528,7 @@ def _advance(
         core.read_namespaced_config_map, search_name(name, generation), namespace
     )
     jobs = {
-        job["metadata"]["name"]: reconcile.job_view(job)
+        job["metadata"]["name"]: job_view(job)
         for job in _jobs(api, namespace, name, uid)
         if _generation_of(job) == generation
     }
@@ -520,8 +540,8 @@ def _advance(
         pods = kubeapi.list_items(
             core.list_namespaced_pod, namespace, label_selector=f"job-name={current.name}"
         )
-        pod_message = reconcile.pod_failure_message(pods)
-    observation = reconcile.Observation(
+        pod_message = pod_failure_message(pods)
+    observation = GenerationObservation(
         workflow=name,
         generation=generation,
         spec=spec,
@@ -535,11 +555,11 @@ def _advance(
         namespace=namespace,
     )
     now = _now()
-    step = reconcile.decide(observation, now)
+    step = decide(observation, now)
     new, event = step.status, step.event
     try:
         for which in step.create:
-            if which is reconcile.Create.STATE:
+            if which is Create.STATE:
                 _create_state(api, workflow, spec)
             else:
                 _create_job(api, workflow, spec, which, settings)
@@ -549,8 +569,8 @@ def _advance(
         raise _wait_for_collection(error) from None
     if step.policy_spec is not None:
         applied = _apply_policy(api, workflow, generation, step.policy_spec)
-        if applied.action is reconcile.PolicyAction.BLOCKED:
-            new, event = reconcile.policy_blocked(observation, applied.reason, applied.message, now)
+        if applied.action is PolicyAction.BLOCKED:
+            new, event = policy_blocked(observation, applied.reason, applied.message, now)
             if new == status:
                 return "idle"
     if new is None:
@@ -567,8 +587,8 @@ def _apply_policy(
     workflow: Mapping[str, Any],
     generation: int,
     policy_spec: Mapping[str, Any],
-) -> reconcile.PolicyApply:
-    """Server-side apply the workflow's ParetoPolicy as reconcile.decide_policy_apply says;
+) -> PolicyApply:
+    """Server-side apply the workflow's ParetoPolicy as decide_policy_apply says;
     what was done (BLOCKED: why it could not be)."""
     custom = client.CustomObjectsApi(api)
     metadata = workflow["metadata"]
@@ -577,8 +597,8 @@ def _apply_policy(
     where = (GROUP, VERSION, namespace, POLICY_PLURAL, name)
     # None also when the API server does not serve ParetoPolicies: the apply then says so.
     existing = kubeapi.read(custom.get_namespaced_custom_object, *where)
-    apply = reconcile.decide_policy_apply(existing, wanted, metadata["uid"])
-    if apply.action is reconcile.PolicyAction.BLOCKED:
+    apply = decide_policy_apply(existing, wanted, metadata["uid"])
+    if apply.action is PolicyAction.BLOCKED:
         return apply
     assert apply.body is not None
     patch = custom.patch_namespaced_custom_object
@@ -592,5 +612,5 @@ def _apply_policy(
     try:
         kubeapi.apply(patch, *where, body=apply.body)
     except kubeapi.NotFoundError:  # the resource type itself is unknown
-        return reconcile.policy_crd_missing()
+        return policy_crd_missing()
     return apply

@@ -1,0 +1,196 @@
+"""A ParetoPolicy's spec, compiled: the plan, the policy and the endpoints it reaches.
+
+``compile_policy`` validates the spec and derives the routers and the metrics source, or raises
+a SpecError naming the field and the fix (a spec that can never work);
+``authorize_policy_targets`` refuses a host the operator's settings do not allow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any
+
+from pydantic import ValidationError
+
+from compass.api.errors import field_path, first_error
+from compass.api.metricsource import MetricsAuthentication, MetricsSourceType
+from compass.api.paretopolicy import ParetoPolicySpec, RoutingTarget
+from compass.controllers.targets import TargetAccess, TargetRefusedError, resolve_host, resolve_url
+from compass.conversion import admission_table, runtime_policy
+from compass.domain.planner import Plan, PlanError
+from compass.domain.strategy import Policy
+
+# Triton's default metrics port, used when the spec names no metrics URL.
+TRITON_METRICS_PORT = 8002
+
+
+class SpecError(ValueError):
+    """The spec can never work (``reason`` InvalidSpec) or reaches what the operator's settings
+    refuse (TargetNotAllowed): one line naming the field, what is wrong and the fix."""
+
+    def __init__(self, field: str, what: str, fix: str, reason: str = "InvalidSpec") -> None:
+        super().__init__(f"spec.{field}: {what}; {fix}")
+        self.field, self.what, self.fix, self.reason = field, what, fix, reason
+
+
+@dataclass(frozen=True)
+class MetricsTarget:
+    """Where the queue depth (and the arrivals counter) is read; a Triton source without a URL
+    reads every pod's own /metrics."""
+
+    type: MetricsSourceType
+    url: str | None
+    query: str | None
+    arrivals_query: str | None
+    age_query: str | None = None
+    # Credentials, CA and headers (read from the Secret it names when the source is built).
+    authentication: MetricsAuthentication | None = None
+
+
+@dataclass(frozen=True)
+class CompiledPolicy:
+    """A validated spec with everything derived from it, for one generation.
+
+    The routers are the ready pods behind ``service`` (on their ``grpc_port``), or the one
+    Triton at ``grpc_address``.
+    """
+
+    generation: int | None
+    spec: ParetoPolicySpec
+    policy: Policy
+    grpc_address: str | None
+    router_model: str
+    metrics: MetricsTarget
+    service: str | None = None
+    grpc_port: int | str = "grpc"
+    metrics_port: int | str = "metrics"
+
+    @property
+    def plan(self) -> Plan:
+        """The planned front and its thresholds."""
+        return self.policy.plan
+
+    @cached_property
+    def admission(self) -> dict[str, Any] | None:
+        """The table every router gets with each switch (None: admission off); built once a
+        generation, not every tick."""
+        return admission_table(self.spec, self.plan)
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    host, _, port = address.rpartition(":")
+    return (host, int(port)) if host and port.isdigit() else None
+
+
+def compile_policy(
+    raw_spec: Mapping[str, Any], generation: int | None, address_override: str | None = None
+) -> CompiledPolicy:
+    """Validate the spec and derive the plan and the endpoints; SpecError if it cannot work."""
+    try:
+        spec = ParetoPolicySpec.model_validate(dict(raw_spec))
+    except ValidationError as error:
+        location, message = first_error(error)
+        raise SpecError(
+            field_path(location) or "front", message, "correct it and apply the policy again"
+        ) from error
+    try:
+        policy = runtime_policy(spec)
+    except PlanError as error:
+        raise SpecError(error.field, error.what, error.fix) from error
+    routing = spec.routing or RoutingTarget()
+    # The address override (a development setting) wins over a Service.
+    service = None if address_override else routing.service
+    address, metrics_host = None, None
+    if not service:
+        address = address_override or routing.grpc_endpoint
+        if not address:
+            raise SpecError(
+                "routing.service",
+                "not set (nor routing.grpcEndpoint), so there is no router to switch",
+                "name the Service of the Triton pods (routing.service: triton), or give one "
+                "Triton's gRPC endpoint as routing.grpcEndpoint: host:port",
+            )
+        host_port = _host_port(address)
+        if host_port is None:
+            raise SpecError(
+                "routing.grpcEndpoint", f"{address!r} is not host:port", "write it as triton:8001"
+            )
+        metrics_host = host_port[0]
+    return CompiledPolicy(
+        generation=generation,
+        spec=spec,
+        policy=policy,
+        grpc_address=address,
+        router_model=routing.router_model,
+        metrics=_metrics_target(spec, metrics_host),
+        service=service or None,
+        grpc_port=routing.grpc_port,
+        metrics_port=routing.metrics_port,
+    )
+
+
+def authorize_policy_targets(
+    compiled: CompiledPolicy,
+    namespace: str,
+    access: TargetAccess,
+    address_override: str | None = None,
+) -> CompiledPolicy:
+    """The compiled policy with every host it reaches allowed by the operator's settings (a
+    bare Service name read in the policy's namespace); SpecError (TargetNotAllowed) naming the
+    field if one is not. The address override is the operator's own setting: not checked."""
+    spec, address = compiled.spec, compiled.grpc_address
+    try:
+        metrics = compiled.metrics
+        if address is not None and address != address_override:
+            host, port = _host_port(address) or (address, 0)
+            host = resolve_host(host, "routing.grpcEndpoint", namespace, access, router=True)
+            address = f"{host}:{port}"
+            # Triton's /metrics on the routing host, unless the spec names its own URL.
+            metrics = _metrics_target(spec, host)
+        if spec.metrics is not None and spec.metrics.url:
+            url = resolve_url(spec.metrics.url, "metrics.url", namespace, access)
+            metrics = replace(metrics, url=url)
+    except TargetRefusedError as error:
+        raise SpecError(error.field, error.what, error.fix, "TargetNotAllowed") from error
+    return replace(compiled, grpc_address=address, metrics=metrics)
+
+
+def _metrics_target(spec: ParetoPolicySpec, triton_host: str | None) -> MetricsTarget:
+    """The spec's metrics source; none given means Triton's own /metrics: on the routing host,
+    or (``triton_host`` None: a Service) on every pod."""
+    source = spec.metrics
+    if source is None or source.type is MetricsSourceType.TRITON:
+        if source is not None and source.age_query:
+            raise SpecError(
+                "metrics.ageQuery",
+                "set for a Triton metrics source, which has no PromQL (and is read fresh)",
+                "remove it, or read the metrics through Prometheus (metrics.type: prometheus)",
+            )
+        if source is not None and source.arrivals_query:
+            raise SpecError(
+                "metrics.arrivalsQuery",
+                "set for a Triton metrics source, which has no PromQL",
+                "remove it, or read the metrics through Prometheus (metrics.type: prometheus)",
+            )
+        url = (source.url if source is not None else None) or (
+            None if triton_host is None else f"http://{triton_host}:{TRITON_METRICS_PORT}/metrics"
+        )
+        auth = None if source is None else source.authentication
+        return MetricsTarget(MetricsSourceType.TRITON, url, None, None, authentication=auth)
+    if not source.url:
+        raise SpecError(
+            "metrics.url",
+            "not set for a Prometheus source",
+            "give Prometheus' base URL (e.g. http://prometheus.monitoring.svc:9090), or use "
+            "metrics.type: triton to read Triton's /metrics directly",
+        )
+    return MetricsTarget(
+        source.type,
+        source.url,
+        source.query,
+        source.arrivals_query,
+        source.age_query,
+        source.authentication,
+    )

@@ -1,0 +1,206 @@
+"""A ParetoPolicy's conditions and the Events posted on their transitions.
+
+``health_conditions`` turns what a tick found into Ready, MetricsAvailable, Degraded, Paused and
+PodsServing; ``merge_conditions`` keeps lastTransitionTime while a condition's status does not
+change; ``transition_events`` posts Events on transitions only, never while a state persists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compass.api.conditions import Condition, find_condition, parse_conditions, set_conditions
+from compass.api.paretopolicy import MAX_LAGGING_PODS, ConditionType, LaggingPod, RoutingStatus
+from compass.controllers.policy_decisions import NOT_PAUSED, Pause
+
+
+@dataclass(frozen=True)
+class Health:
+    """What one tick found, for the conditions."""
+
+    spec_error: str | None = None
+    spec_reason: str = "InvalidSpec"
+    unreachable: str | None = None
+    switch_failed: str | None = None
+    metrics_error: str | None = None
+    # The conditions' reason while the metrics cannot be read.
+    metrics_reason: str = "MetricsUnavailable"
+    metrics_read: bool = False
+    metrics_source: str = ""
+    pause: Pause = NOT_PAUSED
+    active: str | None = None
+    decision: str = ""
+    routing: RoutingStatus | None = None
+
+
+def routing_status(
+    pods: Sequence[tuple[str, str | None, str | None]], active: str
+) -> RoutingStatus:
+    """The pods a routing call reached, from (pod, configuration it serves, error) triples."""
+    lagging = [
+        LaggingPod(name=pod, reason=error or f"serves {config}")
+        for pod, config, error in pods
+        if config != active
+    ]
+    return RoutingStatus(
+        pods=len(pods), serving=len(pods) - len(lagging), lagging=lagging[:MAX_LAGGING_PODS]
+    )
+
+
+def _pods_condition(routing: RoutingStatus, active: str | None) -> Condition:
+    """PodsServing: every ready pod serves the active configuration, or which do not."""
+    kind = ConditionType.PODS_SERVING.value
+    if not routing.lagging:
+        message = f"{routing.serving}/{routing.pods} pods serve {active}"
+        return Condition(type=kind, status="True", reason="AllPodsServing", message=message)
+    shown = ", ".join(f"{p.name} ({p.reason})" for p in routing.lagging)
+    message = f"{routing.serving}/{routing.pods} pods serve {active}; lagging: {shown}"
+    return Condition(type=kind, status="False", reason="PodsLagging", message=message)
+
+
+def health_conditions(health: Health) -> list[Condition]:
+    """Ready, MetricsAvailable (when the metrics were tried), Degraded, Paused and (when the
+    pods were reached) PodsServing."""
+    ready = ConditionType.READY.value
+    if health.spec_error is not None:
+        return [
+            Condition(
+                type=ready, status="False", reason=health.spec_reason, message=health.spec_error
+            )
+        ]
+    problem: tuple[str, str] | None = None
+    if health.unreachable is not None:
+        problem = ("TritonUnreachable", f"{health.unreachable}; holding, retrying")
+    elif health.switch_failed is not None:
+        problem = ("SwitchFailed", health.switch_failed)
+    elif health.metrics_error is not None:
+        problem = (health.metrics_reason, f"{health.metrics_error}; {health.decision}")
+    conditions = []
+    if problem is not None:
+        reason, message = problem
+        conditions.append(Condition(type=ready, status="False", reason=reason, message=message))
+    else:
+        serving = f"serving {health.active}" if health.active else "no active configuration"
+        conditions.append(
+            Condition(
+                type=ready,
+                status="True",
+                reason="Paused" if health.pause.paused else "Serving",
+                message=f"{serving}; {health.decision}" if health.decision else serving,
+            )
+        )
+    if health.metrics_read:
+        available = health.metrics_error is None
+        conditions.append(
+            Condition(
+                type=ConditionType.METRICS_AVAILABLE.value,
+                status="True" if available else "False",
+                reason="MetricsRead" if available else health.metrics_reason,
+                message=f"queue depth from {health.metrics_source}"
+                if available
+                else str(health.metrics_error),
+            )
+        )
+    conditions.append(
+        Condition(
+            type=ConditionType.DEGRADED.value,
+            status="False" if problem is None else "True",
+            reason="AsPlanned" if problem is None else problem[0],
+            message="" if problem is None else problem[1],
+        )
+    )
+    pause = health.pause
+    conditions.append(
+        Condition(
+            type=ConditionType.PAUSED.value,
+            status="True" if pause.paused else "False",
+            reason=pause.reason,
+            message=f"{pause.message}: holding {health.active}" if pause.paused else pause.message,
+        )
+    )
+    if health.routing is not None:
+        conditions.append(_pods_condition(health.routing, health.active))
+    return conditions
+
+
+def merge_conditions(
+    previous: Sequence[Mapping[str, Any]],
+    updates: Sequence[Condition],
+    now_iso: str,
+    generation: int | None,
+) -> list[dict[str, Any]]:
+    """The new condition list (camelCase): updated ones replace theirs (keeping
+    lastTransitionTime while their status is unchanged), the others stay as they were; in
+    ConditionType order, unknown types last."""
+    stamped = [u.model_copy(update={"observed_generation": generation}) for u in updates]
+    merged = set_conditions(parse_conditions(previous), stamped, now_iso)
+    order = [t.value for t in ConditionType]
+    merged.sort(key=lambda c: (order.index(c.type) if c.type in order else len(order), c.type))
+    return [c.model_dump(by_alias=True, mode="json") for c in merged]
+
+
+def is_ready(conditions: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the condition Ready is True (the policy is in control of the routing)."""
+    ready = find_condition(parse_conditions(conditions), ConditionType.READY)
+    return ready is not None and ready.status == "True"
+
+
+@dataclass(frozen=True)
+class PolicyEvent:
+    """A Kubernetes Event to post on the ParetoPolicy."""
+
+    type: str
+    reason: str
+    message: str
+
+
+def switch_event(
+    previous: str | None, target: str, queue_depth: float | None, reason: str
+) -> PolicyEvent:
+    """ConfigurationSwitched: from -> to, the queue depth and why, on one line."""
+    depth = "unknown" if queue_depth is None else f"{queue_depth:g}"
+    message = f"{previous or 'none'} -> {target}: queue {depth}; {reason}"
+    return PolicyEvent("Normal", "ConfigurationSwitched", message)
+
+
+def transition_events(
+    previous: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]
+) -> list[PolicyEvent]:
+    """Events for conditions that changed: metrics lost or restored, Triton unreachable or
+    reachable again, a switch failing; nothing while a state persists."""
+    events = []
+    before, after = parse_conditions(previous), parse_conditions(current)
+    old_metrics = find_condition(before, ConditionType.METRICS_AVAILABLE)
+    new_metrics = find_condition(after, ConditionType.METRICS_AVAILABLE)
+    old_metrics_status = None if old_metrics is None else old_metrics.status
+    if new_metrics is not None:
+        if new_metrics.status == "False" and old_metrics_status != "False":
+            events.append(PolicyEvent("Warning", "MetricsLost", new_metrics.message))
+        elif new_metrics.status == "True" and old_metrics_status == "False":
+            events.append(PolicyEvent("Normal", "MetricsRestored", new_metrics.message))
+    old_ready = find_condition(before, ConditionType.READY)
+    new_ready = find_condition(after, ConditionType.READY)
+    old_reason = None if old_ready is None else old_ready.reason
+    loud = ("TritonUnreachable", "SwitchFailed", "InvalidSpec", "TargetNotAllowed")
+    if new_ready is not None:
+        if new_ready.reason in loud and new_ready.reason != old_reason:
+            events.append(PolicyEvent("Warning", new_ready.reason, new_ready.message))
+        elif old_reason == "TritonUnreachable" and new_ready.status == "True":
+            events.append(PolicyEvent("Normal", "TritonReachable", new_ready.message))
+    old_pause = find_condition(before, ConditionType.PAUSED)
+    new_pause = find_condition(after, ConditionType.PAUSED)
+    invalid = "InvalidPauseAnnotation"
+    fresh = old_pause is None or old_pause.reason != invalid
+    if new_pause is not None and new_pause.reason == invalid and fresh:
+        events.append(PolicyEvent("Warning", invalid, new_pause.message))
+    old_pods = find_condition(before, ConditionType.PODS_SERVING)
+    new_pods = find_condition(after, ConditionType.PODS_SERVING)
+    if new_pods is not None and new_pods.status == "False":
+        # A new lagging set names its pods again; the same set persisting posts nothing.
+        if old_pods is None or old_pods.status != "False" or old_pods.message != new_pods.message:
+            events.append(PolicyEvent("Warning", "PodsLagging", new_pods.message))
+    elif new_pods is not None and old_pods is not None and old_pods.status == "False":
+        events.append(PolicyEvent("Normal", "PodsServing", new_pods.message))
+    return events

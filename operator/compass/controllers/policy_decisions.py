@@ -1,0 +1,167 @@
+"""What a ParetoPolicy tick decides from, before its LiveLoop step: whether a decision is due,
+how long to wait after a failure, whether the policy is paused, and the state to decide from.
+
+``align_state`` reconciles the saved state with what the router really serves: a restarted
+operator resumes the state saved in the status (hysteresis timers included), so it never flips
+the configuration on start; routing changed behind its back is adopted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from compass.api.meta import GROUP
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
+from compass.domain.elastico import PolicyState
+from compass.domain.evaluation import Config
+from compass.domain.planner import Plan
+
+# The kopf timer's period; intervalSeconds below it decide at every tick.
+TICK_S = 1.0
+# Retry delays while Triton is unreachable grow up to this, so a long outage costs few calls
+# but a restarted Triton is found again within seconds.
+MAX_RETRY_DELAY_S = 8.0
+# A policy's gauges outlive the last tick of this process by this long: several of the longest
+# gaps between two ticks of an acting process (a retry after failures), so that they never lapse
+# while it acts, and go soon after peering pauses it or the fence holds it.
+SERIES_TTL_S = max(30.0, 3 * MAX_RETRY_DELAY_S)
+
+
+def decision_due(
+    last_tick: float | None, now: float, interval_s: float, tick_s: float = TICK_S
+) -> bool:
+    """Whether a decision is due: intervalSeconds since the last one, to half a tick."""
+    return last_tick is None or now - last_tick >= interval_s - tick_s / 2
+
+
+def retry_delay(failures: int, interval_s: float) -> float:
+    """Delay before retrying after ``failures`` failed ticks in a row: doubling, capped."""
+    base = max(interval_s, TICK_S)
+    return float(min(MAX_RETRY_DELAY_S, base * 2 ** max(failures - 1, 0)))
+
+
+def align_state(
+    saved: PolicyState | None,
+    last_observed: float | None,
+    router_key: str,
+    plan: Plan,
+    now: float,
+    stale_after_s: float,
+) -> tuple[PolicyState, str | None]:
+    """The state to decide from, given the configuration the router really serves.
+
+    The saved state is kept, hysteresis timers included, when its active configuration is
+    what the router serves; its downscale evidence is dropped if nothing was observed for
+    longer than the staleness limit (the entry condition must hold at every observation, and
+    there were none). Otherwise the router's configuration is adopted (counters kept); one
+    not on the front gives no active configuration, so the policy falls back to the fastest.
+    """
+    serving = routing_names(plan, router_key)
+    if saved is not None and saved.active is not None and _routed(saved) == serving:
+        if last_observed is not None and now - last_observed <= stale_after_s:
+            return saved, None
+        dropped = saved.downscale_since is not None
+        state = replace(saved, downscale_since=None, entry_levels=())
+        return state, (
+            "no observation for a while: downscale evidence restarts" if dropped else None
+        )
+    # Counters and the last switch (its time gates the upscale cooldown) are kept.
+    base = saved or PolicyState()
+    reset = replace(base, downscale_since=None, entry_levels=(), active_since=now)
+    if serving is None:
+        note = f"the router serves {router_key}, which is not on the front"
+        return replace(reset, active=None, blend=None, weight=0.0), note
+    active, blend, weight = serving
+    adopted = replace(reset, active=active, blend=blend, weight=weight)
+    if saved is None or saved.active is None:
+        return adopted, None
+    note = (
+        f"the router serves {routing_label(adopted)}, not {routing_label(saved)}: adopted "
+        "(changed outside the policy)"
+    )
+    return adopted, note
+
+
+def routing_names(plan: Plan, router_key: str) -> tuple[str, str | None, float] | None:
+    """What a router's routing key serves, as front member names; None if not on the front."""
+    try:
+        base, blend, weight = parse_routing_key(router_key)
+    except RoutingError:
+        return None
+    names = {t.profile.key: t.profile.name for t in plan.thresholds}
+    if base not in names or (blend is not None and blend not in names):
+        return None
+    return names[base], None if blend is None else names[blend], weight
+
+
+def state_routing(plan: Plan, state: PolicyState) -> tuple[Config, Config | None, float] | None:
+    """What a state routes, as a router switch takes it: (config, blend or None, weight)."""
+    index = None if state.active is None else plan.index(state.active)
+    if index is None:
+        return None
+    blend = None if state.blend is None else plan.index(state.blend)
+    config = plan.thresholds[index].profile.config
+    if blend is None:
+        return config, None, 0.0
+    return config, plan.thresholds[blend].profile.config, state.weight
+
+
+def state_routing_key(plan: Plan, state: PolicyState) -> str | None:
+    """The routing key of what a state routes (as the routers report it); None if unknown."""
+    routing = state_routing(plan, state)
+    return None if routing is None else routing_key(*routing)
+
+
+def _routed(state: PolicyState) -> tuple[str | None, str | None, float]:
+    return state.active, state.blend, state.weight if state.blend is not None else 0.0
+
+
+# Holds a policy as spec.paused does, without touching the spec (KEDA's
+# autoscaling.keda.sh/paused): a person or a tool pauses a policy that GitOps or a workflow owns.
+PAUSE_ANNOTATION = f"{GROUP}/paused"
+PAUSE_VALUES = ("true", "false")
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Whether a policy is held, why (a Paused condition reason), and a note for people."""
+
+    paused: bool
+    reason: str  # PausedBySpec, PausedByAnnotation, InvalidPauseAnnotation or Active
+    message: str = ""
+
+
+# What a tick that found no pause reports (Health's default).
+NOT_PAUSED = Pause(False, "Active")
+
+
+def pause_of(spec: ParetoPolicySpec, annotations: Mapping[str, str] | None) -> Pause:
+    """Whether spec.paused or the PAUSE_ANNOTATION holds the policy; an annotation value other
+    than "true" or "false" pauses nothing and says what to write."""
+    value = (annotations or {}).get(PAUSE_ANNOTATION)
+    if spec.paused:
+        return Pause(True, "PausedBySpec", "spec.paused")
+    if value is None or value == "false":
+        return Pause(False, "Active")
+    if value == "true":
+        return Pause(True, "PausedByAnnotation", f"annotation {PAUSE_ANNOTATION}")
+    return Pause(
+        False,
+        "InvalidPauseAnnotation",
+        f"annotation {PAUSE_ANNOTATION}: {value[:64]!r} is not one of "
+        f"{', '.join(repr(v) for v in PAUSE_VALUES)}; the policy is not paused",
+    )
+
+
+def paused_state(state: PolicyState) -> PolicyState:
+    """While paused nothing is decided: no downscale evidence accumulates."""
+    return replace(state, downscale_since=None, entry_levels=())
+
+
+def routing_label(state: PolicyState) -> str | None:
+    """What a state routes, as people read it: a member, or a member with a share of another."""
+    if state.active is None or state.blend is None:
+        return state.active
+    return f"{state.active} + {state.weight:.0%} {state.blend}"

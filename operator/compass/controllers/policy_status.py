@@ -1,0 +1,245 @@
+"""A ParetoPolicy's status and gauges, and the merge patch that writes the status.
+
+``build_status`` makes the whole status after a decision; ``status_patch`` writes what changed,
+but holds routine changes (the observation time, the wording of the last decision) for a
+heartbeat, so that an idle policy does not write to etcd every second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from compass.api.conditions import find_condition, parse_conditions
+from compass.api.paretopolicy import (
+    ActiveConfiguration,
+    BlendStatus,
+    ConditionType,
+    ParetoPolicyStatus,
+    RoutingStatus,
+)
+from compass.api.schema import without_empty_strings
+from compass.controllers.policy_conditions import is_ready
+from compass.conversion import threshold_statuses
+from compass.domain.elastico import Observation, PolicyState, capacity_pressure
+from compass.domain.planner import Plan
+
+# A status whose only change is the observation time is written at most this often: an idle
+# policy should not write to etcd every second.
+STATUS_HEARTBEAT_S = 10.0
+
+
+def rfc3339(seconds: float) -> str:
+    """Epoch seconds as RFC 3339 UTC with milliseconds."""
+    stamp = datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+def parse_rfc3339(value: object) -> float | None:
+    """RFC 3339 back to epoch seconds; None if absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
+
+
+def active_configuration(
+    plan: Plan, name: str | None, blend: str | None = None, weight: float = 0.0
+) -> ActiveConfiguration | None:
+    """The front member with this name as the status shows it, with its blend if any."""
+    index = None if name is None else plan.index(name)
+    if index is None:
+        return None
+    blend_index = None if blend is None else plan.index(blend)
+    blended = (
+        None
+        if blend is None or blend_index is None or not 0 < weight < 1
+        else BlendStatus(name=blend, index=blend_index, weight=round(weight, 4))
+    )
+    profile = plan.thresholds[index].profile
+    # Rounded for people (kubectl's printer columns print every digit); the spec keeps them all.
+    return ActiveConfiguration(
+        name=profile.name,
+        config=dict(profile.config),
+        index=index,
+        accuracy=round(profile.accuracy, 4),
+        latency_mean_ms=round(profile.mean_ms, 1),
+        latency_p95_ms=round(profile.p95_ms, 1),
+        blend=blended,
+    )
+
+
+@dataclass(frozen=True)
+class PolicyGauges:
+    """What the per-policy gauges show after one tick (None: leave that series as it is, but
+    for the capacity pressure, whose series None removes)."""
+
+    ready: bool
+    paused: bool | None = None
+    metrics_available: bool | None = None
+    queue_depth: float | None = None
+    # The active entry: position, name, accuracy served, queue thresholds; None: none known.
+    active_index: int | None = None
+    active_name: str | None = None
+    at_fastest: bool | None = None
+    served_accuracy: float | None = None
+    stay_queue_threshold: float | None = None
+    enter_queue_threshold: float | None = None
+    # None while the queue is not known fresh: no figure, so that an autoscaler holds its
+    # replicas (its query errs) instead of acting on a stale one.
+    capacity_pressure: float | None = None
+
+
+def policy_gauges(
+    plan: Plan,
+    state: PolicyState,
+    observation: Observation | None,
+    conditions: Sequence[Mapping[str, Any]],
+    paused: bool,
+) -> PolicyGauges:
+    """The policy's gauges after a decision: the active entry, what it serves and its limits,
+    and the capacity pressure on the queue just observed (none unless it is fresh)."""
+    metrics = find_condition(parse_conditions(conditions), ConditionType.METRICS_AVAILABLE)
+    fresh = metrics is not None and metrics.status == "True"
+    index = None if state.active is None else plan.index(state.active)
+    depth = None if observation is None else observation.queue_depth
+    pressure = None
+    if fresh and depth is not None:
+        pressure = capacity_pressure(plan, state.active, depth)
+    gauges = PolicyGauges(
+        ready=is_ready(conditions),
+        paused=paused,
+        metrics_available=None if metrics is None else fresh,
+        queue_depth=depth,
+        capacity_pressure=pressure,
+    )
+    if index is None:
+        return gauges
+    threshold = plan.thresholds[index]
+    accuracy = threshold.profile.accuracy
+    blend = None if state.blend is None else plan.index(state.blend)
+    if blend is not None and 0 < state.weight < 1:
+        share = state.weight
+        accuracy = (1 - share) * accuracy + share * plan.thresholds[blend].profile.accuracy
+    eligible = plan.eligible
+    return replace(
+        gauges,
+        active_index=index,
+        active_name=threshold.profile.name,
+        at_fastest=bool(eligible) and index == eligible[0],
+        served_accuracy=accuracy,
+        stay_queue_threshold=_limit(threshold.stay_max_queue),
+        enter_queue_threshold=_limit(threshold.enter_max_queue),
+    )
+
+
+def _limit(queue: int | None) -> float:
+    """A queue limit as a gauge: none means no queue at all is allowed (0)."""
+    return 0.0 if queue is None else float(queue)
+
+
+def build_status(
+    plan: Plan,
+    state: PolicyState,
+    observation: Observation | None,
+    previous: Mapping[str, Any],
+    decision: str,
+    conditions: list[dict[str, Any]],
+    generation: int | None,
+    routing: RoutingStatus | None = None,
+) -> dict[str, Any]:
+    """The whole status (camelCase, JSON-ready); unobserved fields keep their previous values."""
+    depth = observation.queue_depth if observation is not None else previous.get("lastQueueDepth")
+    observed = (
+        rfc3339(observation.time)
+        if observation is not None
+        else previous.get("lastObservationTime")
+    )
+    status = ParetoPolicyStatus(
+        active=active_configuration(plan, state.active, state.blend, state.weight),
+        last_queue_depth=None if depth is None or not math.isfinite(depth) else float(depth),
+        last_observation_time=observed,
+        last_decision=decision,
+        last_switch_time=None if state.last_switch_at is None else rfc3339(state.last_switch_at),
+        last_switch_reason=state.last_reason if state.last_switch_at is not None else None,
+        switches=state.switches,
+        routing=routing,
+        thresholds=threshold_statuses(plan),
+        policy_state=state.to_dict(),
+        observed_generation=generation,
+    )
+    data = status.model_dump(by_alias=True, mode="json")
+    data["conditions"] = conditions
+    return dict(without_empty_strings(data))
+
+
+def error_status(
+    previous: Mapping[str, Any], conditions: list[dict[str, Any]], generation: int | None
+) -> dict[str, Any]:
+    """The previous status with new conditions: what a tick that could not decide writes."""
+    return dict(
+        without_empty_strings(
+            {**previous, "conditions": conditions, "observedGeneration": generation}
+        )
+    )
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: changed keys, nested
+    objects recursively, removed keys as null; empty when nothing changed."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            nested = merge_patch(before, value)
+            if nested:
+                patch[key] = nested
+        elif (key not in old and value is not None) or (key in old and before != value):
+            patch[key] = value
+    return patch
+
+
+def _condition_states(conditions: Any) -> list[tuple[Any, ...]] | None:
+    """Each condition's type, status and reason: what a condition says, less its wording."""
+    if not isinstance(conditions, list):
+        return None
+    return [
+        (c.get("type"), c.get("status"), c.get("reason")) if isinstance(c, Mapping) else (c,)
+        for c in conditions
+    ]
+
+
+def status_patch(
+    previous: Mapping[str, Any],
+    new: Mapping[str, Any],
+    now: float,
+    last_write: float | None,
+    heartbeat_s: float = STATUS_HEARTBEAT_S,
+) -> dict[str, Any]:
+    """What to write to the status: the changes, except routine ones (the observation time, the
+    arrivals samples, and the wording of the last decision and of conditions whose status and
+    reason stay), which wait for the heartbeat: an idle policy should not write every second
+    (the predictive strategy's reason quotes a rate that moves every tick). A restart then
+    loses at most a heartbeat of arrivals samples (rate evidence)."""
+    patch = merge_patch(previous, new)
+    state = patch.get("policyState")
+    quiet = (
+        set(patch) <= {"lastObservationTime", "lastDecision", "policyState", "conditions"}
+        and (
+            state is None
+            or (isinstance(state, Mapping) and set(state) <= {"arrivals", "observed_at"})
+        )
+        and (
+            "conditions" not in patch
+            or _condition_states(previous.get("conditions"))
+            == _condition_states(new.get("conditions"))
+        )
+    )
+    if quiet and last_write is not None and now - last_write < heartbeat_s:
+        return {}
+    return patch

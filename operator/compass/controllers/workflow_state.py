@@ -1,0 +1,232 @@
+"""A generation's state ConfigMap: what it carries over from earlier generations, and what its
+Jobs wrote there.
+
+A new generation starts from the newest earlier one whose scores still hold (``seed_state``):
+its ledger, and its search result and profiles when their inputs are unchanged too, so a change
+of the SLO alone is re-planned without any Job. The status's counts are read from the same data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType
+from compass.controllers.builders import (
+    LEDGER_KEY,
+    PROFILES_KEY,
+    PROGRESS_KEY,
+    RESULT_KEY,
+    SEED_KEY,
+    SPEC_KEY,
+)
+from compass.controllers.ledgerchunks import CHUNK_OF_LABEL, ledger_text
+from compass.domain.planner import ThresholdModel
+
+# ---------------------------------------------------------------------------- carrying state over
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def scoring_key(spec: CompoundWorkflowSpec) -> str:
+    """What a recorded score depends on: the dataset and who scores."""
+    evaluation = spec.evaluation.model_dump(mode="json", by_alias=True)
+    parts: dict[str, Any] = {k: evaluation[k] for k in ("dataset", "evaluator")}
+    if spec.evaluation.evaluator.type is EvaluatorType.TRITON:
+        parts["triton"] = spec.triton.model_dump(mode="json", by_alias=True)
+    return _digest(parts)
+
+
+def search_key(spec: CompoundWorkflowSpec) -> str:
+    """What a search result depends on: the scores, the space and the search settings."""
+    return _digest(
+        {
+            "scoring": scoring_key(spec),
+            "space": spec.space.model_dump(mode="json"),
+            "evaluation": spec.evaluation.model_dump(mode="json", by_alias=True),
+        }
+    )
+
+
+def profile_key(spec: CompoundWorkflowSpec) -> str:
+    """What profiles depend on: the configurations profiled, where and how (with the measured
+    model, the capacity curves too: the front they are measured for, and at what concurrency)."""
+    inputs: dict[str, Any] = {
+        "search": search_key(spec),
+        "profiling": spec.profiling.model_dump(mode="json", by_alias=True),
+        "triton": spec.triton.model_dump(mode="json", by_alias=True),
+    }
+    if spec.serving.threshold_model is ThresholdModel.MEASURED:
+        inputs["curves"] = [spec.serving.router_instances, spec.slo.percentile]
+    return _digest(inputs)
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """One generation's state: its data, the whole ledger under LEDGER_KEY, its ConfigMaps."""
+
+    data: dict[str, str]
+    names: tuple[str, ...]
+
+
+def stored_states(
+    items: Sequence[Mapping[str, Any]], generation_of: Callable[[Mapping[str, Any]], int]
+) -> dict[int, StoredState]:
+    """A workflow's state ConfigMaps by generation, each joined with its chunk ConfigMaps."""
+    # Chunks whose state is gone are left to the garbage collector (they go with the workflow).
+    chunks: dict[str, list[Mapping[str, Any]]] = {}
+    states = []
+    for item in items:
+        of = (item["metadata"].get("labels") or {}).get(CHUNK_OF_LABEL)
+        if of is None:
+            states.append(item)
+        else:
+            chunks.setdefault(of, []).append(item)
+    found = {}
+    for state in states:
+        name = state["metadata"]["name"]
+        mine = chunks.get(name, [])
+        data = {k: v for k, v in (state.get("data") or {}).items() if k != LEDGER_KEY}
+        data[LEDGER_KEY] = ledger_text([state, *mine])
+        names = (name, *sorted(c["metadata"]["name"] for c in mine))
+        found[generation_of(state)] = StoredState(data, names)
+    return found
+
+
+@dataclass(frozen=True)
+class Seed:
+    """What a new generation's state ConfigMap starts with, and where it came from."""
+
+    data: dict[str, str] = field(default_factory=dict)
+    ledger_from: int | None = None
+    result_from: int | None = None
+    profiles_from: int | None = None
+
+    @property
+    def ledger_facts(self) -> int:
+        """Lines of ledger carried over."""
+        return ledger_facts(self.data)
+
+
+def ledger_facts(state: Mapping[str, str]) -> int:
+    """The ledger's recorded lines (batches of sample evaluations) in a state's data."""
+    return sum(1 for line in state.get(LEDGER_KEY, "").splitlines() if line.strip())
+
+
+def seed_state(
+    spec: CompoundWorkflowSpec, generation: int, previous: Mapping[int, Mapping[str, str]]
+) -> Seed:
+    """Carry over from the newest earlier generation whose scores are still valid.
+
+    The ledger is reused when the scores mean the same (dataset and evaluator unchanged):
+    a new tau or new budgets re-run the search without evaluating any recorded sample again.
+    The result is reused when the search itself is unchanged, the profiles when the profiling
+    is unchanged too: a change of the SLO alone is re-planned without any Job.
+    """
+    for earlier in sorted((g for g in previous if g < generation), reverse=True):
+        data = previous[earlier]
+        try:
+            old = CompoundWorkflowSpec.model_validate_json(data.get(SPEC_KEY, ""))
+        except ValidationError:
+            continue
+        if scoring_key(old) != scoring_key(spec):
+            continue
+        seed: dict[str, str] = {LEDGER_KEY: data.get(LEDGER_KEY, "")}
+        result_from = profiles_from = None
+        if search_key(old) == search_key(spec) and data.get(RESULT_KEY):
+            seed[RESULT_KEY] = data[RESULT_KEY]
+            if data.get(PROGRESS_KEY):
+                seed[PROGRESS_KEY] = data[PROGRESS_KEY]
+            result_from = earlier
+            if profile_key(old) == profile_key(spec) and data.get(PROFILES_KEY):
+                seed[PROFILES_KEY] = data[PROFILES_KEY]
+                profiles_from = earlier
+        origin = {"ledger": earlier, "result": result_from, "profiles": profiles_from}
+        seed[SEED_KEY] = json.dumps(origin, sort_keys=True)
+        return Seed(seed, earlier, result_from, profiles_from)
+    return Seed()
+
+
+def seed_origin(state: Mapping[str, str]) -> dict[str, int | None]:
+    """Which generation the state's ledger, result and profiles came from (None: its own)."""
+    try:
+        origin = json.loads(state.get(SEED_KEY) or "{}")
+    except ValueError:
+        origin = {}
+    return {k: origin.get(k) for k in ("ledger", "result", "profiles")}
+
+
+# ---------------------------------------------------------------------------- counts and results
+
+
+def state_json(state: Mapping[str, str], key: str) -> Any:
+    """The JSON a Job wrote under ``key``; None when absent or unreadable."""
+    text = state.get(key)
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def state_counts(state: Mapping[str, str]) -> dict[str, Any]:
+    """The status's counts from the result (once there) or the last progress snapshot."""
+    result = state_json(state, RESULT_KEY)
+    if isinstance(result, dict):
+        evaluated = result.get("evaluated") or []
+        best = max((float(e["accuracy"]) for e in evaluated), default=None)
+        return {
+            "configurations_evaluated": int(result.get("configs_evaluated", len(evaluated))),
+            "samples_used": int(result.get("sample_evals", 0)),
+            "feasible_found": len(result.get("feasible") or []),
+            "best_accuracy": None if best is None else round(best, 4),
+        }
+    progress = state_json(state, PROGRESS_KEY)
+    if isinstance(progress, dict):
+        best = progress.get("best_accuracy")
+        return {
+            "configurations_evaluated": int(progress.get("configs_evaluated", 0)),
+            "samples_used": int(progress.get("sample_evals", 0)),
+            "feasible_found": int(progress.get("feasible", 0)),
+            "best_accuracy": None if best is None else round(float(best), 4),
+        }
+    return {
+        "configurations_evaluated": 0,
+        "samples_used": 0,
+        "feasible_found": 0,
+        "best_accuracy": None,
+    }
+
+
+def config_name(config: Mapping[str, Any]) -> str:
+    """A configuration as a short label: its values joined by '/' (as the planner names it)."""
+    return "/".join(str(v) for v in config.values())
+
+
+def feasible_set_empty_message(result: Mapping[str, Any], tau: float) -> str:
+    """Why no configuration qualifies: the best accuracy reached and a tau that would work."""
+    evaluated = list(result.get("evaluated") or [])
+    if not evaluated:
+        return (
+            f"no configuration reaches tau {tau:g}: the search evaluated none; check the "
+            f"evaluator and the dataset"
+        )
+    best = max(evaluated, key=lambda e: float(e["accuracy"]))
+    accuracy = float(best["accuracy"])
+    workable = math.floor(accuracy * 100) / 100
+    return (
+        f"no configuration reaches tau {tau:g}: the best accuracy reached is {accuracy:.3f} "
+        f"({config_name(best['config'])} on {best.get('samples', '?')} samples, "
+        f"{len(evaluated)} configurations evaluated); set evaluation.tau to {workable:.2f} or "
+        f"lower, or widen the space"
+    )
