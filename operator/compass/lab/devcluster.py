@@ -37,8 +37,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from compass.lab.processes import die_with_parent, free_ports, log_tail, stop
-from compass.lab.processes import venv_executable as venv_executable  # the benchmarks import
+from compass.lab.processes import die_with_parent, free_ports, log_tail, stop, venv_executable
 from compass.lab.processes import wait_for as wait_for  # these two from here
 
 # operator/compass/lab/devcluster.py -> the checkout (the build script is not in an installed wheel).
