@@ -48,9 +48,11 @@ from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
 from compass.examples import build_replay_ledger, load_rag_paper
-from compass.lab.devcluster import Cluster, Operator, venv_executable, wait_for
-from compass.lab.devnode import LocalImage, Node
+from compass.lab.devcluster import Cluster, Operator
+from compass.lab.devnode import Node
 from compass.lab.local_triton import LocalTriton
+from compass.lab.podenv import LocalImage
+from compass.lab.processes import venv_executable, wait_for
 from compass.lab.scenarios import RAG_CORNER_SPACE
 from operator_common import (
     ACCURATE,

@@ -65,7 +65,8 @@ from compass.domain.space import (
     explain_validation_error,
 )
 from compass.domain.strategy import Strategy
-from compass.lab.devcluster import Cluster, Operator, wait_for
+from compass.lab.devcluster import Cluster, Operator
+from compass.lab.processes import wait_for
 from operator_common import (
     ACCURATE,
     FASTEST,

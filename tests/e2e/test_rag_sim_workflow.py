@@ -42,7 +42,6 @@ from e2e_shared import (
     phase_is,
 )
 from kubernetes import client
-from node import Node
 from operator_process import Operator
 from ragsim import TIME_SCALE
 
@@ -55,6 +54,7 @@ from compass.dataplane.triton import TritonRouter
 from compass.domain.arrivals import SPIKE_FACTOR
 from compass.domain.space import config_key
 from compass.lab.clusterdemo import ClusterDemoSettings, adaptations, replay_ledger
+from compass.lab.devnode import Node
 from compass.lab.local_triton import LocalPrometheus, LocalTriton
 from compass.lab.scenarios import RagSimLoad, spike_scenario
 

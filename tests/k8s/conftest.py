@@ -31,9 +31,11 @@ from cluster import (
 )
 from e2e_shared import Policies
 from kubernetes import client
-from node import LocalImage, Node, venv_executable
 from operator_process import Operator
 
+from compass.lab.devnode import Node
+from compass.lab.podenv import LocalImage
+from compass.lab.processes import venv_executable
 from tiers import unavailable
 
 

@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 from cluster import Cluster, wait_for
 from kubernetes import client
-from node import POD_NETWORK, Node
+
+from compass.lab.devnode import Node
+from compass.lab.podnetwork import POD_NETWORK
 
 APP = "web"
 PORT = 8080

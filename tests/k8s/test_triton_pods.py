@@ -26,7 +26,6 @@ import pytest
 from cluster import Cluster, temporary_namespace, wait_for
 from e2e_shared import Policies, install_crds
 from kubernetes import client
-from node import LocalImage, Node
 
 from compass.controllers.policy_compile import compile_policy
 from compass.dataplane.load import RequestRecord, run_load
@@ -34,7 +33,9 @@ from compass.dataplane.triton import RoutingError, TritonRouter
 from compass.domain.evaluation import Config
 from compass.domain.space import config_key
 from compass.lab.clusterdemo import condition
+from compass.lab.devnode import Node
 from compass.lab.local_triton import TritonInstallation
+from compass.lab.podenv import LocalImage
 from compass.lab.scenarios import ACCURATE, FASTEST, TEST_TIME_SCALE, rag_sim_triton
 from tiers import require_tritonserver
 

@@ -34,7 +34,6 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import kube_config
-from node import Node
 from prometheus_client import start_http_server
 
 # Import the handlers package now: whatever it registers goes to kopf's default registry, never
@@ -65,6 +64,7 @@ from compass.domain.planner import pareto_front
 from compass.domain.profiles import parse_profiles
 from compass.domain.space import MAX_PARAMETERS
 from compass.examples import build_replay_ledger, load_rag_paper
+from compass.lab.devnode import Node
 from compass.lab.scenarios import RAG_CORNER_SPACE
 from tiers import require_tritonserver
 

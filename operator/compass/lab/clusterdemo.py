@@ -347,8 +347,9 @@ def _run(
 ) -> int:
     """Steps 2-8, every child process registered on ``stack`` as soon as it runs."""
     from compass.console import plan_table
-    from compass.lab.devnode import LocalImage, Node
+    from compass.lab.devnode import Node
     from compass.lab.plots import save_plan_figure, save_timeline_figure
+    from compass.lab.podenv import LocalImage
 
     out, scale = settings.output_dir, settings.time_scale
     work = out / "cluster"

@@ -29,9 +29,14 @@ from typing import Any, TextIO
 
 import yaml
 
-from compass.lab.processes import die_with_parent, free_ports, log_tail, stop
-from compass.lab.processes import venv_executable as venv_executable  # the benchmarks import
-from compass.lab.processes import wait_for as wait_for  # these two from here
+from compass.lab.processes import (
+    die_with_parent,
+    free_ports,
+    log_tail,
+    stop,
+    venv_executable,
+    wait_for,
+)
 
 # operator/compass/lab/devcluster.py -> the checkout (the build script is not in an installed wheel).
 REPO_ROOT = Path(__file__).resolve().parents[3]

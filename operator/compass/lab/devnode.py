@@ -1,56 +1,25 @@
 """A helper that plays the kubelet: it runs Pods' containers as local processes.
 
-The control plane in compass.lab.devcluster has no kubelet and no scheduler, so without this a
-Job's pods stay Pending forever. A Node watches Pods (all namespaces, or one, optionally with a
-label selector); for each Pending pod it binds the pod to itself, runs each container's command
-and args as a subprocess (environment from the container's env, a working directory per pod),
-and writes the pod's status through the status subresource, as a kubelet does: Running, then
-Succeeded or Failed with each container's exit code and, as the termination message, the last
-lines of its output. The real job controller then counts successes and failures, retries up to
-backoffLimit and marks the Job Complete or Failed.
-
-Images do not exist here, so a container's program is its `command` as written (run from PATH,
-`sh -c ...` works as is), or what a LocalImage says about its image: the image's ENTRYPOINT and
-CMD, programs to substitute (e.g. the image `compass-operator`'s `compass` -> the venv's
-`compass`), and extra environment. A `command_hook` may rewrite any argv last.
-
-Networking: the Node registers its Node object (Ready, InternalIP 127.0.0.1), and each pod gets
-its own loopback address from `pod_network` (127.0.2.0/24; all of 127.0.0.0/8 is loopback on
-Linux, so a process binds one with no setup), kept across container restarts and freed when the
-pod ends: status.podIP and status.podIPs say it, and so does the downward API's status.podIP
-(`--bind $(POD_IP)`). hostNetwork pods, and every pod when pod_network is None, are 127.0.0.1.
-readinessProbe (httpGet, tcpSocket, exec) decides containerStatuses[].ready and the Ready and
-ContainersReady conditions, so the real endpointslice controller lists a Service's pods as
-ready or not; a container without a probe is ready while it runs. restartPolicy Always and
-OnFailure run a container again in the same pod (a Deployment's pod whose process dies), unready
-until its new run passes the probe.
-
-Not modelled: volumes (mounts are ignored), liveness and startup probes, resources, a grace
-period on delete (the processes get SIGKILL), pod-level activeDeadlineSeconds, the image's
-WORKDIR (each pod gets its own directory), ports (a process binds what it binds: nothing stops
-it binding 0.0.0.0 or the node's 127.0.0.1), node heartbeats (no Lease; the nodelifecycle
-controller, not run by default, would mark the node NotReady), `kubectl logs` (use Node.log()).
+The control plane in compass.lab.devcluster has no kubelet and no scheduler. A Node watches Pods,
+binds each Pending one to itself, runs its containers as subprocesses (argv and environment from
+compass.lab.podenv, a working directory per pod, an address from compass.lab.podnetwork) and
+writes the pod's status as a kubelet does: Running, ready as compass.lab.probes finds it, then
+Succeeded or Failed with exit codes and the tail of the output as the termination message.
+restartPolicy Always and OnFailure run a container again in the same pod. Not modelled: volumes,
+liveness and startup probes, resources, grace periods, node heartbeats, `kubectl logs` (use
+Node.log()).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import fcntl
-import ipaddress
 import json
 import os
 import platform
-import re
 import signal
-import socket
-import ssl
 import subprocess
-import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -61,158 +30,23 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-Pod = dict[str, Any]  # a Pod as the API returns it (JSON), not the client's models
-Container = dict[str, Any]
+from compass.lab.podenv import (
+    Container,
+    ContainerConfigError,
+    LocalImage,
+    Pod,
+    container_argv,
+    container_environment,
+    local_image,
+)
+from compass.lab.podnetwork import ADDRESSES, HOST_IP, POD_NETWORK, loopback_network
+from compass.lab.probes import probe_until_exit
+
 CommandHook = Callable[[Pod, Container, list[str]], list[str]]
 
 MESSAGE_LINES = 20  # like terminationMessagePolicy FallbackToLogsOnError: the tail of the output
 MESSAGE_BYTES = 2048
 RESTART_DELAY_S = 1.0  # restartPolicy OnFailure/Always: the kubelet's back-off, shortened
-HOST_IP = "127.0.0.1"  # the node's address: status.hostIP, and the IP of hostNetwork pods
-# Where pod IPs come from: all of 127.0.0.0/8 is loopback on Linux, so a process binds any of
-# these with no setup. Not 127.0.1.x, which Debian's /etc/hosts gives the machine's hostname.
-POD_NETWORK = "127.0.2.0/24"
-LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
-# A readinessProbe's defaults, as in the Pod API.
-PROBE_DEFAULTS = {
-    "initialDelaySeconds": 0,
-    "periodSeconds": 10,
-    "timeoutSeconds": 1,
-    "successThreshold": 1,
-    "failureThreshold": 3,
-}
-
-
-class ContainerConfigError(Exception):
-    """The container cannot be run here (no command, an env source missing); fails the pod."""
-
-
-@dataclass(frozen=True)
-class LocalImage:
-    """How the node runs containers of one image, which does not exist on this machine."""
-
-    entrypoint: Sequence[str] = ()  # the image's ENTRYPOINT: used when a container has no command
-    cmd: Sequence[str] = ()  # the image's CMD: used when a container has neither command nor args
-    executables: Mapping[str, str] = field(default_factory=dict)  # argv[0] -> local program
-    env: Mapping[str, str] = field(default_factory=dict)  # the image's ENV
-
-
-class PodAddresses:
-    """Pod IPs in use, so that no two pods share one: two Nodes in one process, or in two.
-
-    Round robin through a network's host addresses, like the host-local IPAM plugin: an address
-    freed by a pod is not handed out again at once, so a stale endpoint never reaches its
-    successor. 127.0.0.1 (the node and the API server) is never a pod's. Other processes (a
-    second test run, the lab) are kept off an address by a lock file under lock_dir, held while
-    the address is in use; the kernel lets go of it when this process dies, however it dies.
-    """
-
-    def __init__(self, lock_dir: Path | None = None) -> None:
-        self.lock_dir = lock_dir or Path(tempfile.gettempdir()) / "compass-devnode-addresses"
-        self._lock = threading.Lock()
-        self._used: dict[str, int | None] = {}  # address -> its lock file's descriptor
-        self._next: dict[ipaddress.IPv4Network, int] = {}  # network -> the offset to try next
-
-    def allocate(self, network: ipaddress.IPv4Network) -> str:
-        """A free address of network, now in use; RuntimeError when every one is taken."""
-        if network.prefixlen < 31:  # skip the network and broadcast addresses, as hosts() does
-            first, size = 1, network.num_addresses - 2
-        else:
-            first, size = 0, network.num_addresses
-        with self._lock:
-            start = self._next.get(network, 0)
-            for step in range(size):
-                offset = (start + step) % size
-                address = str(network.network_address + first + offset)
-                if address in self._used or address == HOST_IP:
-                    continue
-                claimed, descriptor = self._claim(address)
-                if claimed:
-                    self._used[address] = descriptor
-                    self._next[network] = offset + 1
-                    return address
-        raise RuntimeError(f"no free pod IP left in {network}")
-
-    def release(self, address: str) -> None:
-        """Give an address back (unknown ones are ignored)."""
-        with self._lock:
-            descriptor = self._used.pop(address, None)
-        if descriptor is not None:
-            os.close(descriptor)  # and with it the lock
-
-    def _claim(self, address: str) -> tuple[bool, int | None]:
-        """Whether no other process holds address, and the descriptor that now holds it."""
-        try:
-            self.lock_dir.mkdir(exist_ok=True)
-            descriptor = os.open(self.lock_dir / address, os.O_RDONLY | os.O_CREAT, 0o644)
-        except OSError:
-            return True, None  # no lock files here: this process's bookkeeping only
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(descriptor)
-            return False, None
-        return True, descriptor
-
-
-ADDRESSES = PodAddresses()  # process-wide: every Node allocates here
-
-
-def image_keys(image: str) -> list[str]:
-    """Names an image reference may be registered under, most specific first."""
-    keys = [image]
-    name = image.split("@", 1)[0]
-    keys.append(name)
-    if ":" in name.rsplit("/", 1)[-1]:  # a tag, not a registry's port
-        name = name.rsplit(":", 1)[0]
-        keys.append(name)
-    keys.append(name.rsplit("/", 1)[-1])
-    return list(dict.fromkeys(keys))
-
-
-def expand(value: str, env: Mapping[str, str]) -> str:
-    """Kubernetes' $(VAR) expansion in command, args and env values; $$ escapes."""
-
-    def replace(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        name = match.group(1)
-        return env[name] if name in env else match.group(0)
-
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", replace, value)
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """An HTTP probe takes a redirect as an answer (a success), as the kubelet does."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-def _http_probe(host: str, port: int, handler: Mapping[str, Any], timeout_s: float) -> str | None:
-    """One httpGet probe: None on a 2xx or 3xx answer, else why not (no proxy, no TLS checks)."""
-    scheme = str(handler.get("scheme") or "HTTP").lower()
-    path = handler.get("path") or "/"
-    url = f"{scheme}://{host}:{port}{path if path.startswith('/') else '/' + path}"
-    headers = {h["name"]: h["value"] for h in handler.get("httpHeaders") or []}
-    headers.setdefault("User-Agent", "kube-probe/1.20")
-    insecure = ssl.create_default_context()
-    insecure.check_hostname = False
-    insecure.verify_mode = ssl.CERT_NONE
-    opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler({}),  # the pod IP is local: never through a proxy
-        urllib.request.HTTPSHandler(context=insecure),
-        _NoRedirect(),
-    )
-    try:
-        with opener.open(urllib.request.Request(url, headers=headers), timeout=timeout_s) as answer:
-            code = int(answer.status)
-    except urllib.error.HTTPError as error:
-        code = error.code
-        error.close()
-    except (OSError, ValueError) as error:  # URLError is an OSError
-        return f"Get {url}: {getattr(error, 'reason', error)}"
-    return None if 200 <= code < 400 else f"HTTP probe failed with statuscode: {code}"
 
 
 def _now() -> str:
@@ -287,9 +121,7 @@ class Node:
         self.inherit_env = inherit_env
         self.max_pods = max_pods
         # Each pod gets its own address from here (None: every pod is 127.0.0.1, sharing ports).
-        self.pod_network = ipaddress.IPv4Network(pod_network) if pod_network else None
-        if self.pod_network is not None and not self.pod_network.subnet_of(LOOPBACK):
-            raise ValueError(f"pod_network {pod_network} is not loopback (127.0.0.0/8)")
+        self.pod_network = loopback_network(pod_network)
         # Create the Node object, as a kubelet registers: the endpointslice controller (1.20)
         # refuses to fill a Service's slices while a pod's node does not exist.
         self.register = register
@@ -573,8 +405,20 @@ class Node:
         log = run.directory / f"{name}.log"
         while True:
             try:
-                env = self._environment(run, container)
-                argv = self._argv(run.pod, container, env)
+                image = local_image(self.images, container)
+                env = container_environment(
+                    self.core,
+                    run.pod,
+                    container,
+                    image=image,
+                    node_env=self.env,
+                    inherit_env=self.inherit_env,
+                    node_name=self.name,
+                    pod_ip=run.ip,
+                )
+                argv = container_argv(container, image, env, self.name)
+                if self.command_hook is not None:
+                    argv = self.command_hook(run.pod, container, argv)
             except ContainerConfigError as error:
                 log.write_text(f"{error}\n", encoding="utf-8")
                 return self._terminated(container, 128, "ContainerConfigError", str(error))
@@ -659,106 +503,6 @@ class Node:
             "finishedAt": _now(),
             "containerID": f"{self.name}://{container['name']}",
         }
-
-    def _argv(self, pod: Pod, container: Container, env: Mapping[str, str]) -> list[str]:
-        image = self._image(container)
-        command, args = container.get("command"), container.get("args")
-        if command:
-            argv = [*command, *(args or [])]
-        elif args is not None:
-            argv = [*image.entrypoint, *args]
-        else:
-            argv = [*image.entrypoint, *image.cmd]
-        if not argv:
-            raise ContainerConfigError(
-                f"container {container['name']!r}: no command, and node {self.name} knows no "
-                f"entrypoint for image {container.get('image')!r} (give it a LocalImage)"
-            )
-        argv = [expand(a, env) for a in argv]
-        argv[0] = image.executables.get(argv[0], argv[0])
-        if self.command_hook is not None:
-            argv = self.command_hook(pod, container, argv)
-        return argv
-
-    def _image(self, container: Container) -> LocalImage:
-        for key in image_keys(container.get("image", "")):
-            if key in self.images:
-                return self.images[key]
-        return LocalImage()
-
-    def _environment(self, run: _Run, container: Container) -> dict[str, str]:
-        """Base environment, node env, image env, then the container's env (last wins)."""
-        pod = run.pod
-        env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", "")}
-        env.update(self.env)
-        env.update(self._image(container).env)
-        env["HOSTNAME"] = pod["metadata"]["name"]
-        namespace = pod["metadata"]["namespace"]
-        for source in container.get("envFrom") or []:
-            prefix = source.get("prefix", "")
-            if "configMapRef" in source:
-                data = self._read("config_map", namespace, source["configMapRef"])
-            elif "secretRef" in source:
-                data = self._read("secret", namespace, source["secretRef"])
-            else:
-                raise ContainerConfigError(f"unsupported envFrom source {source}")
-            env.update({prefix + k: v for k, v in data.items()})
-        for variable in container.get("env") or []:
-            name = variable["name"]
-            if "valueFrom" not in variable:
-                env[name] = expand(variable.get("value", ""), env)
-                continue
-            value_from = variable["valueFrom"]
-            if "fieldRef" in value_from:
-                env[name] = self._field(run, value_from["fieldRef"]["fieldPath"])
-            elif "configMapKeyRef" in value_from or "secretKeyRef" in value_from:
-                kind = "config_map" if "configMapKeyRef" in value_from else "secret"
-                ref = value_from.get("configMapKeyRef") or value_from["secretKeyRef"]
-                data = self._read(kind, namespace, ref)
-                if ref["key"] in data:
-                    env[name] = data[ref["key"]]
-                elif not ref.get("optional"):
-                    raise ContainerConfigError(f"env {name}: key {ref['key']!r} not in {ref}")
-            else:
-                raise ContainerConfigError(f"env {name}: unsupported valueFrom {value_from}")
-        return env
-
-    def _read(self, kind: str, namespace: str, ref: Mapping[str, Any]) -> dict[str, str]:
-        """The data of a ConfigMap or Secret (decoded), {} when optional and absent."""
-        read = getattr(self.core, f"read_namespaced_{kind}")
-        try:
-            obj = json.loads(read(ref["name"], namespace, _preload_content=False).data)
-        except ApiException as error:
-            if error.status == 404 and ref.get("optional"):
-                return {}
-            raise ContainerConfigError(
-                f"{kind} {namespace}/{ref['name']}: {error.reason}"
-            ) from None
-        data: dict[str, str] = dict(obj.get("data") or {})
-        if kind == "secret":
-            data = {k: base64.b64decode(v).decode() for k, v in data.items()}
-        return data
-
-    def _field(self, run: _Run, path: str) -> str:
-        """The downward API's fieldRef: what the pod's metadata, spec or status says."""
-        pod = run.pod
-        meta = pod["metadata"]
-        simple = {
-            "metadata.name": meta["name"],
-            "metadata.namespace": meta["namespace"],
-            "metadata.uid": meta["uid"],
-            "spec.nodeName": self.name,
-            "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
-            "status.podIP": run.ip,
-            "status.podIPs": run.ip,  # one address: the list is that address
-            "status.hostIP": HOST_IP,
-        }
-        if path in simple:
-            return str(simple[path])
-        match = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
-        if match:
-            return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
-        raise ContainerConfigError(f"unsupported fieldRef {path}")
 
     # ------------------------------------------------------------------ status
     def _statuses(self, run: _Run, containers: Sequence[Container]) -> list[dict[str, Any]]:
@@ -893,102 +637,37 @@ class Node:
         exited: threading.Event,
         generation: int,
     ) -> None:
-        """The probe's thread: _probe_cycle, its failures recorded as the node's own."""
+        """The probe's thread: report each change of readiness; failures are the node's own."""
+        name = container["name"]
+
+        def changed(error: str | None) -> None:
+            if error is not None:  # one Event per run of failures, as `kubectl describe` shows
+                self._event(run, name, "Unhealthy", f"Readiness probe failed: {error}")
+            with run.lock:
+                # Only this run's probe, and only a change: a late result is no news.
+                current = run.generation.get(name) == generation and not exited.is_set()
+                news = current and run.ready.get(name) != (error is None)
+                if news:
+                    run.ready[name] = error is None
+            if news:
+                self._report(run)
+
         try:
-            self._probe_cycle(run, container, probe, env, exited, generation)
+            probe_until_exit(
+                probe,
+                container,
+                host=run.ip,
+                cwd=run.directory,
+                env=env,
+                exited=exited,
+                on_change=changed,
+            )
         except Exception as error:
             if not run.deleted.is_set() and not self._stopping.is_set():
                 meta = run.pod["metadata"]
                 self.errors.append(
                     f"{meta['namespace']}/{meta['name']} readiness: {type(error).__name__}: {error}"
                 )
-
-    def _probe_cycle(
-        self,
-        run: _Run,
-        container: Container,
-        probe: Mapping[str, Any],
-        env: Mapping[str, str],
-        exited: threading.Event,
-        generation: int,
-    ) -> None:
-        """Probe one run of a container until it exits; report each change of its readiness."""
-        settings = {**PROBE_DEFAULTS, **probe}
-        name = container["name"]
-        successes = failures = 0
-        if exited.wait(float(settings["initialDelaySeconds"])):
-            return
-        while not exited.is_set():
-            error = self._probe(run, container, probe, env, float(settings["timeoutSeconds"]))
-            if error is None:
-                successes, failures = successes + 1, 0
-                change = successes == int(settings["successThreshold"])
-            else:
-                successes, failures = 0, failures + 1
-                change = failures == int(settings["failureThreshold"])
-                if change:  # one Event per run of failures, as `kubectl describe` shows them
-                    self._event(run, name, "Unhealthy", f"Readiness probe failed: {error}")
-            if change:
-                with run.lock:
-                    # Only this run's probe, and only a change: a late result is no news.
-                    current = run.generation.get(name) == generation and not exited.is_set()
-                    news = current and run.ready.get(name) != (error is None)
-                    if news:
-                        run.ready[name] = error is None
-                if news:
-                    self._report(run)
-            if exited.wait(float(settings["periodSeconds"])):
-                return
-
-    def _probe(
-        self,
-        run: _Run,
-        container: Container,
-        probe: Mapping[str, Any],
-        env: Mapping[str, str],
-        timeout_s: float,
-    ) -> str | None:
-        """Run a probe once: None when it succeeds, else why it failed."""
-        if "exec" in probe:
-            try:
-                done = subprocess.run(
-                    probe["exec"].get("command") or [],
-                    cwd=run.directory,
-                    env=dict(env),
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    timeout=timeout_s,
-                    check=False,
-                )
-            except (OSError, subprocess.TimeoutExpired) as error:
-                return str(error)
-            output = (done.stdout + done.stderr).decode(errors="replace").strip()
-            return None if done.returncode == 0 else f"exit {done.returncode}: {output[-200:]}"
-        handler = probe.get("httpGet") or probe.get("tcpSocket")
-        if handler is None:
-            return f"unsupported probe {sorted(probe)}"
-        host = handler.get("host") or run.ip
-        try:
-            port = self._port(container, handler["port"])
-        except ContainerConfigError as error:
-            return str(error)
-        if "tcpSocket" in probe:
-            try:
-                socket.create_connection((host, port), timeout=timeout_s).close()
-            except OSError as error:
-                return f"dial tcp {host}:{port}: {error}"
-            return None
-        return _http_probe(host, port, handler, timeout_s)
-
-    @staticmethod
-    def _port(container: Container, port: int | str) -> int:
-        """A probe's port: a number, or the name of one of the container's ports."""
-        if isinstance(port, int) or port.isdigit():
-            return int(port)
-        for declared in container.get("ports") or []:
-            if declared.get("name") == port:
-                return int(declared["containerPort"])
-        raise ContainerConfigError(f"container {container['name']!r} has no port named {port!r}")
 
     def _event(self, run: _Run, container: str, reason: str, message: str) -> None:
         """A Warning Event about a container, as the kubelet records one; best effort."""
