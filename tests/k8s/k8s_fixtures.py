@@ -1,4 +1,9 @@
-"""Fixtures for the k8s tier: a real control plane (etcd, kube-apiserver, kube-controller-manager).
+"""The control plane's fixtures: a real etcd, kube-apiserver and kube-controller-manager, a node.
+
+A plugin module (tests/conftest.py names it in pytest_plugins), not a conftest: the k8s and e2e
+tiers both use these fixtures, and share the one session-wide control plane and node. The k8s
+tier's own fixtures (a namespace per module, the operator process, Triton) are in
+tests/k8s/conftest.py.
 
     def test_something(k8s_cluster, k8s_namespace, k8s_node):
         batch = kubernetes.client.BatchV1Api(k8s_cluster.api_client())
@@ -29,10 +34,8 @@ from cluster import (
     running_cluster,
     temporary_namespace,
 )
-from e2e_shared import Policies
-from kubernetes import client
+from e2e_shared import install_crds
 from node import LocalImage, Node, venv_executable
-from operator_process import Operator
 
 from tiers import unavailable
 
@@ -102,20 +105,9 @@ def k8s_namespace(k8s_api: Any, request: pytest.FixtureRequest) -> Iterator[str]
 
 
 @pytest.fixture(scope="module")
-def operator(
-    k8s_cluster: Cluster, namespace: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    """One `compass operator` process for the module, watching its ``namespace`` fixture's."""
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    running = Operator(k8s_cluster, namespace, log).start()
-    yield running
-    running.stop()
+def crds(k8s_cluster: Cluster) -> None:
+    """The compass.io CRDs from crds/ (what `compass crds` generates), established.
 
-
-@pytest.fixture
-def policies(k8s_api: Any, namespace: str, operator: Operator) -> Iterator[Policies]:
-    """Create policies; each is deleted after the test, so no two switch the same routers."""
-    made = Policies(client.CustomObjectsApi(k8s_api), client.CoreV1Api(k8s_api), namespace)
-    yield made
-    print(f"operator log:\n{operator.tail()}")  # pytest shows it when the test failed
-    made.delete_all()
+    CRDs are cluster-wide: they stay installed for the modules after this one.
+    """
+    install_crds(k8s_cluster)
