@@ -63,8 +63,8 @@ def policies(k8s_api: Any, namespace: str, operator: Operator) -> Iterator[Polic
 
 @pytest.fixture(scope="module")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
-    """tritonserver with rag-sim (router + three components), FASTEST active: one per module,
-    so that no module's load is still queued when the next one starts."""
+    """tritonserver with rag-sim (router + three components), FASTEST active: one per module
+    that asks (each module's switches and load stay its own, as when each defined it)."""
     with rag_sim_server(tmp_path_factory.mktemp("triton")) as server:
         yield server
 
