@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate the CRD YAML from the pydantic models into crds/, the Helm chart's CRD templates
-# (templates/crds/) and the markdown reference docs/crd-reference.md (tests/unit/test_crds.py
-# and tests/unit/test_crd_reference.py fail while any is stale). Extra arguments go to
+# (templates/crds/) and the markdown reference docs/crd-reference.md (tests/repo/test_crds.py
+# and tests/repo/test_crd_reference.py fail while any is stale). Extra arguments go to
 # `compass crds`, e.g. hack/gen-crds.sh --check
 set -euo pipefail
 

@@ -38,7 +38,6 @@ from e2e_shared import (
     Policies,
     Workflows,
     condition,
-    install_crds,
     phase_is,
 )
 from kubernetes import client
@@ -120,12 +119,6 @@ class Timeline:
 
 
 # ---------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture
-def crds(k8s_cluster: Cluster) -> None:
-    """The CRDs as shipped in crds/, installed before the operator starts watching them."""
-    install_crds(k8s_cluster)
 
 
 @pytest.fixture

@@ -1,4 +1,8 @@
-"""Fixtures for the k8s tier: a real control plane (etcd, kube-apiserver, kube-controller-manager).
+"""The k8s tier's own fixtures: a namespace per module, the `compass operator` process watching
+it, the policies a test creates, and a rag-sim Triton per module.
+
+The control plane's (k8s_binaries, k8s_cluster, k8s_api, k8s_node, k8s_namespace, crds) are in
+k8s_fixtures.py, a plugin that tests/conftest.py registers: the e2e tier uses them too.
 
     def test_something(k8s_cluster, k8s_namespace, k8s_node):
         batch = kubernetes.client.BatchV1Api(k8s_cluster.api_client())
@@ -12,93 +16,27 @@ rule is tests/tiers.py). A build that fails where it should work is an error, ne
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import (
-    Binaries,
-    Cluster,
-    ClusterError,
-    ClusterUnavailableError,
-    ensure_binaries,
-    running_cluster,
-    temporary_namespace,
-)
+from cluster import Cluster, temporary_namespace
 from e2e_shared import Policies
 from kubernetes import client
 from operator_process import Operator
+from ragsim import FASTEST, rag_sim_server
 
-from compass.lab.devnode import Node
-from compass.lab.podenv import LocalImage
-from compass.lab.processes import venv_executable
-from tiers import unavailable
-
-
-@pytest.fixture(scope="session")
-def k8s_binaries(request: pytest.FixtureRequest) -> Binaries:
-    """kube-apiserver, kube-controller-manager, kubectl (built and cached), etcd, openssl."""
-    rc = os.environ.get("COMPASS_K8S_BUILD_RC", "")
-    if rc not in ("", "0", "3"):
-        pytest.fail(
-            f"hack/k8s/build.sh failed in hack/test.sh (exit {rc}); its output is above",
-            pytrace=False,
-        )
-    if rc == "3":
-        # hack/test.sh ran the build already and it said it cannot build here: no second run.
-        # Its reason is build.sh's last line, which names the script itself.
-        reason = os.environ.get("COMPASS_K8S_BUILD_REASON") or (
-            "hack/k8s/build.sh exited 3 in hack/test.sh; its reason is in the output above"
-        )
-        unavailable(f"no Kubernetes control plane here: {reason}")
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    try:
-        # A cold build takes minutes: let its progress reach the terminal.
-        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-            return ensure_binaries(stream=sys.stderr)
-    except ClusterUnavailableError as error:
-        unavailable(f"no Kubernetes control plane here: {error}")
-    except ClusterError as error:
-        pytest.fail(str(error), pytrace=False)
+from compass.dataplane.triton import TritonRouter
+from compass.lab.local_triton import LocalTriton
 
 
-@pytest.fixture(scope="session")
-def k8s_cluster(
-    k8s_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Cluster]:
-    """A running control plane for the whole session; admin kubeconfig at .kubeconfig."""
-    with running_cluster(k8s_binaries, tmp_path_factory.mktemp("k8s")) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="session")
-def k8s_api(k8s_cluster: Cluster) -> Any:
-    """An admin kubernetes.client.ApiClient."""
-    return k8s_cluster.api_client()
-
-
-@pytest.fixture(scope="session")
-def k8s_node(k8s_api: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    """The node for every namespace; the image `compass-operator` runs the venv's `compass`."""
-    compass = venv_executable("compass")
-    images = {
-        "compass-operator": LocalImage(entrypoint=[compass], executables={"compass": compass})
-    }
-    with Node(k8s_api, tmp_path_factory.mktemp("node"), images=images) as node:
-        yield node
-    assert not node.errors, f"the node helper itself failed: {node.errors}"
-
-
-@pytest.fixture
-def k8s_namespace(k8s_api: Any, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace per test (pods can be admitted: its default service account is ready)."""
-    base = request.node.name.lower().replace("_", "-")
-    name = "".join(c for c in base if c.isalnum() or c == "-")[:50].strip("-")
-    name = f"{name}-{time.monotonic_ns() % 100000}"
+@pytest.fixture(scope="module")
+def namespace(k8s_api: Any, crds: None, request: pytest.FixtureRequest) -> Iterator[str]:
+    """One namespace for the module, named after it (pods admitted, the CRDs installed): the
+    ``operator`` fixture watches only it."""
+    module = request.module.__name__.removeprefix("test_").replace("_", "-")
+    name = f"{module}-{time.monotonic_ns() % 100000}"
     with temporary_namespace(k8s_api, name, admit_pods=True):
         yield name
 
@@ -121,3 +59,20 @@ def policies(k8s_api: Any, namespace: str, operator: Operator) -> Iterator[Polic
     yield made
     print(f"operator log:\n{operator.tail()}")  # pytest shows it when the test failed
     made.delete_all()
+
+
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """tritonserver with rag-sim (router + three components), FASTEST active: one per module
+    that asks (each module's switches and load stay its own, as when each defined it)."""
+    with rag_sim_server(tmp_path_factory.mktemp("triton")) as server:
+        yield server
+
+
+@pytest.fixture
+def router(triton: LocalTriton) -> Iterator[TritonRouter]:
+    """The router, serving FASTEST at the start of each test."""
+    client_ = TritonRouter(triton.grpc_url, backoff_s=0.05)
+    client_.switch(FASTEST)
+    yield client_
+    client_.close()

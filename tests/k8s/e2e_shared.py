@@ -1,8 +1,9 @@
 """Helpers shared by the k8s tier's controller tests and the e2e tier (tests/e2e).
 
-The CRDs from crds/, and readers of CompoundWorkflows and ParetoPolicies that wait with useful
-failure output. Moved here from test_workflow_controller.py and test_policy_controller.py so
-that tests/e2e imports them instead of copying them.
+The CRDs from crds/, readers of CompoundWorkflows and ParetoPolicies that wait with useful
+failure output, and ParetoPolicy specs over rag-sim's front. Moved here from
+test_workflow_controller.py, test_policy_controller.py and test_triton_pods.py so that the tests
+import them instead of copying them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from kubernetes import client
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.controllers import kubeapi
 from compass.controllers.ledgerchunks import CHUNK_OF_LABEL
+from compass.controllers.policy_compile import compile_policy
+from compass.dataplane.triton import TritonRouter
+from compass.domain.space import config_key
 from compass.lab.clusterdemo import condition
+from compass.lab.local_triton import LocalTriton
+from compass.lab.scenarios import ACCURATE, FASTEST
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -270,3 +276,78 @@ def phase_is(phase: str, generation: int = 1) -> Callable[[dict[str, Any]], bool
 def event_reasons(events: list[tuple[str, str, str]]) -> list[str]:
     """The reasons of (type, reason, message) Events."""
     return [reason for _, reason, _ in events]
+
+
+# ---------------------------------------------------------------------------- rag-sim policies
+
+
+def front() -> list[dict[str, Any]]:
+    """rag-sim's fastest and most accurate configurations, as measured through the router here
+    (rag_sim.json's profiles scaled by TEST_TIME_SCALE, plus ~7 ms of gRPC and BLS overhead)."""
+    return [
+        {"config": FASTEST, "accuracy": 0.8318, "latencyMeanMs": 20.5, "latencyP95Ms": 23.0},
+        {"config": ACCURATE, "accuracy": 0.8604, "latencyMeanMs": 33.5, "latencyP95Ms": 37.5},
+    ]
+
+
+def _names_in_status() -> tuple[str, str]:
+    """FASTEST's and ACCURATE's names as the status gives them: the operator's plan names for
+    the front as the API server hands it over (a custom object's keys come back sorted)."""
+    served = json.loads(json.dumps(front(), sort_keys=True))
+    spec = {"front": served, "slo": {"latencyMs": 150}, "routing": {"grpcEndpoint": "r:8001"}}
+    fast, accurate = compile_policy(spec, generation=None).plan.names
+    return fast, accurate
+
+
+FAST_NAME, ACCURATE_NAME = _names_in_status()
+
+
+def _rag_sim_policy(routing: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """A spec over front(): SLO 150 ms, so ACCURATE may stay with <= 3 requests queued and be
+    entered with <= 2 (after 2 s of an empty queue); cooldowns of a couple of seconds."""
+    spec: dict[str, Any] = {
+        "front": front(),
+        "slo": {"latencyMs": 150, "percentile": 95},
+        "hysteresis": {
+            "upscaleCooldownSeconds": 0,
+            "downscaleCooldownSeconds": 2,
+            "cooldownExponent": 0,
+            "slackBufferMs": 20,
+        },
+        "routing": routing,
+        "intervalSeconds": 1,
+    }
+    spec.update(overrides)
+    return spec
+
+
+def policy_spec(triton: LocalTriton, **overrides: Any) -> dict[str, Any]:
+    """A spec for the test Triton: its router over gRPC, its queue from its own /metrics."""
+    spec = _rag_sim_policy(
+        {"grpcEndpoint": triton.grpc_url, "routerModel": "router"},
+        metrics={"type": "triton", "url": triton.metrics_url},
+    )
+    spec.update(overrides)
+    return spec
+
+
+def service_policy_spec(service: str) -> dict[str, Any]:
+    """A spec over the pods behind ``service``: no spec.metrics, so the operator reads each
+    pod's /metrics on its metrics port."""
+    return _rag_sim_policy({"service": service, "grpcPort": "grpc", "metricsPort": "metrics"})
+
+
+def wait_active(
+    policies: Policies, name: str, router: TritonRouter, config: dict[str, Any], timeout_s: float
+) -> dict[str, Any]:
+    """The policy's status once both the router and the status show this configuration."""
+
+    def both() -> dict[str, Any] | None:
+        if router.active_config() != config_key(config):
+            return None
+        status = policies.status(name)
+        active = (status.get("active") or {}).get("config")
+        return status if active is not None and config_key(active) == config_key(config) else None
+
+    wanted = config["generator_model"]
+    return dict(wait_for(both, timeout_s, f"{name} to serve {wanted}", 0.1))

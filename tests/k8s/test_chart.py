@@ -536,15 +536,6 @@ def test_cluster_mode_allows_what_the_operator_needs(k8s_api: Any, cluster_mode:
     assert denied == []
 
 
-def test_cluster_mode_denies_the_rest(k8s_api: Any, cluster_mode: Installed) -> None:
-    """Deleting CRDs, reading secrets, creating pods, patching Deployments, listing nodes..."""
-    checks = _forbidden(cluster_mode.workloads)
-    granted = [
-        check for check, allowed in _answers(k8s_api, cluster_mode, checks).items() if allowed
-    ]
-    assert granted == []
-
-
 def test_namespaced_mode_allows_only_the_watched_namespaces(
     k8s_api: Any, namespaced_mode: Installed
 ) -> None:
@@ -560,10 +551,13 @@ def test_namespaced_mode_allows_only_the_watched_namespaces(
     assert [check for check, ok in elsewhere.items() if ok] == []
 
 
-def test_namespaced_mode_denies_the_rest(k8s_api: Any, namespaced_mode: Installed) -> None:
-    """The same dangerous things are denied in the watched namespaces too."""
-    checks = _forbidden(namespaced_mode.workloads)
-    granted = [c for c, allowed in _answers(k8s_api, namespaced_mode, checks).items() if allowed]
+@pytest.mark.parametrize("mode", ["cluster_mode", "namespaced_mode"])
+def test_each_mode_denies_the_rest(k8s_api: Any, mode: str, request: pytest.FixtureRequest) -> None:
+    """Deleting CRDs, reading secrets, creating pods, patching Deployments, listing nodes... in
+    the namespaces the operator acts in, in either mode."""
+    installed: Installed = request.getfixturevalue(mode)
+    checks = _forbidden(installed.workloads)
+    granted = [c for c, allowed in _answers(k8s_api, installed, checks).items() if allowed]
     assert granted == []
 
 

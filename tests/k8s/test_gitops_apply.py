@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import copy
 import shlex
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import temporary_namespace
-from e2e_shared import install_crds
 from kubernetes import client
 
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
@@ -45,13 +41,6 @@ def _plan(slo_ms: float, **extra: Any) -> dict[str, Any]:
         "paused": False,
         **extra,
     }
-
-
-@pytest.fixture(scope="module")
-def namespace(k8s_cluster: Any, k8s_api: Any) -> Iterator[str]:
-    install_crds(k8s_cluster)
-    with temporary_namespace(k8s_api, f"gitops-{time.monotonic_ns() % 100000}") as name:
-        yield name
 
 
 def _create_workflow(api: Any, namespace: str, name: str) -> dict[str, Any]:

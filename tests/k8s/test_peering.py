@@ -1,7 +1,7 @@
 """Two `compass operator` processes with kopf peering on one namespace: only one acts.
 
 A real API server, the chart's kopf peering CRDs, a KopfPeering object, a real tritonserver with
-rag-sim (the fixtures of test_policy_controller.py) and one ParetoPolicy: the risk peering
+rag-sim (the tier's fixtures, conftest.py) and one ParetoPolicy: the risk peering
 guards against is two operators switching the same router. Each process has its own /metrics
 and log, so which one decides is observable: the one started first acts (its priority is
 higher, see compass.controllers.manager.automatic_priority), the other stays paused; SIGKILL the active
@@ -21,26 +21,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, temporary_namespace, wait_for
-from e2e_shared import GROUP, POLICY_PLURAL, VERSION, Policies, install_crds
+from cluster import Cluster, wait_for
+from e2e_shared import (
+    ACCURATE_NAME,
+    GROUP,
+    POLICY_PLURAL,
+    VERSION,
+    Policies,
+    policy_spec,
+    wait_active,
+)
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_process import Operator
 from partition import PartitionableProxy
-from test_policy_controller import (  # noqa: F401 (router, triton: fixtures)
-    ACCURATE,
-    ACCURATE_NAME,
-    FASTEST,
-    policy_spec,
-    router,
-    triton,
-    wait_active,
-)
 
 from compass.controllers.manager import missing_peering_objects
 from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalTriton
+from compass.lab.scenarios import ACCURATE, FASTEST
 
 REPO = Path(__file__).resolve().parents[2]
 PEERING_CRDS = REPO / "charts" / "compass-operator" / "crds" / "kopf-peerings.yml"
@@ -61,20 +61,13 @@ RESUMED = "Resuming operations after the pause"
 
 
 @pytest.fixture(scope="module")
-def crds(k8s_cluster: Cluster) -> None:
-    """The compass.io CRDs, and kopf's peering CRDs from the chart's crds/, established."""
-    install_crds(k8s_cluster)
+def crds(crds: None, k8s_cluster: Cluster) -> None:
+    """The compass.io CRDs (the tier's crds fixture), and kopf's peering CRDs from the chart's
+    crds/, established."""
     k8s_cluster.kubectl("apply", "-f", str(PEERING_CRDS))
     k8s_cluster.kubectl(
         "wait", "--for=condition=Established", "--timeout=30s", "crd/kopfpeerings.kopf.dev"
     )
-
-
-@pytest.fixture(scope="module")
-def namespace(k8s_api: Any, crds: None) -> Iterator[str]:
-    """One namespace for the module."""
-    with temporary_namespace(k8s_api, f"peering-{time.monotonic_ns() % 100000}") as name:
-        yield name
 
 
 class Peers:
@@ -227,8 +220,8 @@ def fresh_keepalive(peers: Peers, identity: str) -> dict[str, Any]:
 
 
 def test_only_the_oldest_acts_and_the_standby_takes_over_after_a_kill(
-    triton: LocalTriton,  # noqa: F811
-    router: TritonRouter,  # noqa: F811
+    triton: LocalTriton,
+    router: TritonRouter,
     peers: Peers,
     policies: Policies,
 ) -> None:
@@ -286,8 +279,8 @@ def test_only_the_oldest_acts_and_the_standby_takes_over_after_a_kill(
 
 
 def test_a_partitioned_actor_stops_switching_within_one_lifetime(
-    triton: LocalTriton,  # noqa: F811
-    router: TritonRouter,  # noqa: F811
+    triton: LocalTriton,
+    router: TritonRouter,
     peers: Peers,
     policies: Policies,
     k8s_cluster: Cluster,
@@ -335,8 +328,8 @@ def test_a_partitioned_actor_stops_switching_within_one_lifetime(
 
 
 def test_equal_priorities_pause_both_until_one_leaves(
-    triton: LocalTriton,  # noqa: F811
-    router: TritonRouter,  # noqa: F811
+    triton: LocalTriton,
+    router: TritonRouter,
     peers: Peers,
     policies: Policies,
 ) -> None:

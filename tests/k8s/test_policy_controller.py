@@ -19,8 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import Cluster, free_port, temporary_namespace, wait_for
-from e2e_shared import Policies, condition, install_crds
+from cluster import free_port, wait_for
+from e2e_shared import (
+    ACCURATE_NAME,
+    FAST_NAME,
+    Policies,
+    condition,
+    policy_spec,
+    wait_active,
+)
 from kubernetes.client.exceptions import ApiException
 from operator_process import Operator
 
@@ -32,105 +39,15 @@ from compass.dataplane.triton import LATE_MESSAGE, RoutingError, TritonRouter
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalPrometheus, LocalTriton
 from compass.lab.processes import QuietHandler, serve_http
-from compass.lab.scenarios import ACCURATE, FASTEST, TEST_TIME_SCALE, rag_sim_triton
-from tiers import require_prometheus, require_tritonserver
+from compass.lab.scenarios import ACCURATE, FASTEST
+from tiers import require_prometheus
 
 REPO = Path(__file__).resolve().parents[2]
 # More than either configuration can serve: the queue builds on both, faster on ACCURATE.
 LOAD_QPS, LOAD_S = 55.0, 3.0
 
 
-# ---------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
-    """tritonserver with rag-sim (router + three components), FASTEST active."""
-    require_tritonserver()
-    workdir = tmp_path_factory.mktemp("triton")
-    server = rag_sim_triton(workdir, TEST_TIME_SCALE, FASTEST).start(workdir)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def router(triton: LocalTriton) -> Iterator[TritonRouter]:
-    """The router, serving FASTEST at the start of each test."""
-    client_ = TritonRouter(triton.grpc_url, backoff_s=0.05)
-    client_.switch(FASTEST)
-    yield client_
-    client_.close()
-
-
-@pytest.fixture(scope="module")
-def crds(k8s_cluster: Cluster) -> None:
-    """The compass.io CRDs from crds/ (what `compass crds` generates), established."""
-    install_crds(k8s_cluster)
-
-
-@pytest.fixture(scope="module")
-def namespace(k8s_api: Any, crds: None) -> Iterator[str]:
-    """One namespace for the module: the operator watches only it."""
-    name = f"policy-controller-{time.monotonic_ns() % 100000}"
-    with temporary_namespace(k8s_api, name):
-        yield name
-
-
-def front() -> list[dict[str, Any]]:
-    """rag-sim's fastest and most accurate configurations, as measured through the router here
-    (rag_sim.json's profiles scaled by TEST_TIME_SCALE, plus ~7 ms of gRPC and BLS overhead)."""
-    return [
-        {"config": FASTEST, "accuracy": 0.8318, "latencyMeanMs": 20.5, "latencyP95Ms": 23.0},
-        {"config": ACCURATE, "accuracy": 0.8604, "latencyMeanMs": 33.5, "latencyP95Ms": 37.5},
-    ]
-
-
-def _names_in_status() -> tuple[str, str]:
-    """FASTEST's and ACCURATE's names as the status gives them: the operator's plan names for
-    the front as the API server hands it over (a custom object's keys come back sorted)."""
-    served = json.loads(json.dumps(front(), sort_keys=True))
-    spec = {"front": served, "slo": {"latencyMs": 150}, "routing": {"grpcEndpoint": "r:8001"}}
-    fast, accurate = compile_policy(spec, generation=None).plan.names
-    return fast, accurate
-
-
-FAST_NAME, ACCURATE_NAME = _names_in_status()
-
-
-def policy_spec(triton: LocalTriton, **overrides: Any) -> dict[str, Any]:
-    """A spec for the test Triton: SLO 150 ms, so ACCURATE may stay with <= 3 requests queued
-    and be entered with <= 2; cooldowns of a couple of seconds."""
-    spec: dict[str, Any] = {
-        "front": front(),
-        "slo": {"latencyMs": 150, "percentile": 95},
-        "hysteresis": {
-            "upscaleCooldownSeconds": 0,
-            "downscaleCooldownSeconds": 2,
-            "cooldownExponent": 0,
-            "slackBufferMs": 20,
-        },
-        "metrics": {"type": "triton", "url": triton.metrics_url},
-        "routing": {"grpcEndpoint": triton.grpc_url, "routerModel": "router"},
-        "intervalSeconds": 1,
-    }
-    spec.update(overrides)
-    return spec
-
-
-def wait_active(
-    policies: Policies, name: str, router: TritonRouter, config: dict[str, Any], timeout_s: float
-) -> dict[str, Any]:
-    """The policy's status once both the router and the status show this configuration."""
-
-    def both() -> dict[str, Any] | None:
-        if router.active_config() != config_key(config):
-            return None
-        status = policies.status(name)
-        active = (status.get("active") or {}).get("config")
-        return status if active is not None and config_key(active) == config_key(config) else None
-
-    wanted = config["generator_model"]
-    return dict(wait_for(both, timeout_s, f"{name} to serve {wanted}", 0.1))
+# ---------------------------------------------------------------------------- helpers
 
 
 def _load(triton: LocalTriton) -> None:

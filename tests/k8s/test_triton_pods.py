@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from cluster import Cluster, temporary_namespace, wait_for
-from e2e_shared import Policies, install_crds
+from cluster import Cluster, wait_for
+from e2e_shared import ACCURATE_NAME, FAST_NAME, Policies, service_policy_spec
 from kubernetes import client
 
-from compass.controllers.policy_compile import compile_policy
 from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import RoutingError, TritonRouter
 from compass.domain.evaluation import Config
@@ -67,15 +66,6 @@ def rag_image(k8s_node: Node, tmp_path_factory: pytest.TempPathFactory) -> Itera
     k8s_node.images[IMAGE] = LocalImage(entrypoint=entrypoint, env=env)
     yield IMAGE
     del k8s_node.images[IMAGE]
-
-
-@pytest.fixture(scope="module")
-def namespace(k8s_api: Any, k8s_cluster: Cluster) -> Iterator[str]:
-    """One namespace for the module (the operator watches only it), pods admitted."""
-    install_crds(k8s_cluster)
-    name = f"triton-pods-{time.monotonic_ns() % 100000}"
-    with temporary_namespace(k8s_api, name, admit_pods=True):
-        yield name
 
 
 @dataclass
@@ -259,44 +249,6 @@ def triton_pods(
 # ---------------------------------------------------------------------------- helpers
 
 
-def front() -> list[dict[str, Any]]:
-    """rag-sim's FASTEST and ACCURATE as measured through the router (test_policy_controller)."""
-    return [
-        {"config": FASTEST, "accuracy": 0.8318, "latencyMeanMs": 20.5, "latencyP95Ms": 23.0},
-        {"config": ACCURATE, "accuracy": 0.8604, "latencyMeanMs": 33.5, "latencyP95Ms": 37.5},
-    ]
-
-
-def _names_in_status() -> tuple[str, str]:
-    """FASTEST's and ACCURATE's names as the status gives them."""
-    # The operator names the front as the API server hands it over: with sorted keys.
-    served = json.loads(json.dumps(front(), sort_keys=True))
-    spec = {"front": served, "slo": {"latencyMs": 150}, "routing": {"service": "s"}}
-    fast, accurate = compile_policy(spec, generation=None).plan.names
-    return fast, accurate
-
-
-FAST_NAME, ACCURATE_NAME = _names_in_status()
-
-
-def policy_spec(service: str) -> dict[str, Any]:
-    """A policy over the pods behind ``service``: ACCURATE at idle, FASTEST once queues build."""
-    # SLO 150 ms: ACCURATE is entered after 2 s of an empty queue and left when it builds; no
-    # spec.metrics, so the operator reads each pod's /metrics on its metrics port.
-    return {
-        "front": front(),
-        "slo": {"latencyMs": 150, "percentile": 95},
-        "hysteresis": {
-            "upscaleCooldownSeconds": 0,
-            "downscaleCooldownSeconds": 2,
-            "cooldownExponent": 0,
-            "slackBufferMs": 20,
-        },
-        "routing": {"service": service, "grpcPort": "grpc", "metricsPort": "metrics"},
-        "intervalSeconds": 1,
-    }
-
-
 def _await(
     condition_: Callable[[], Any],
     timeout_s: float,
@@ -365,7 +317,7 @@ def test_both_pods_switch_together_under_load(
     }
 
     # Idle: the policy starts from what the pods serve and climbs to ACCURATE, on both.
-    policies.create("rag", policy_spec("rag"))
+    policies.create("rag", service_policy_spec("rag"))
     status = wait_serving(rag, policies, "rag", ACCURATE, 2, STEP_S)
     assert status["active"]["name"] == ACCURATE_NAME
     assert status["routing"] == {"pods": 2, "serving": 2, "lagging": []}
@@ -428,7 +380,7 @@ def test_a_killed_pod_restarts_and_catches_up(
     """A SIGKILLed tritonserver restarts in its pod and is switched to ACCURATE at once."""
     crash = triton_pods("crash", 2)
     ips: dict[str, str] = _await(lambda: crash.ready(2), START_S, "2 ready pods", crash, policies)
-    policies.create("crash", policy_spec("crash"))
+    policies.create("crash", service_policy_spec("crash"))
     before = wait_serving(crash, policies, "crash", ACCURATE, 2, STEP_S)
     victim = sorted(ips)[killed]
     [survivor] = set(ips) - {victim}
@@ -495,7 +447,7 @@ def test_a_new_replica_serves_the_active_configuration(
     [(old, old_ip)] = _await(
         lambda: scaled.ready(1), START_S, "1 ready pod", scaled, policies
     ).items()
-    policies.create("scaled", policy_spec("scaled"))
+    policies.create("scaled", service_policy_spec("scaled"))
     before = wait_serving(scaled, policies, "scaled", ACCURATE, 1, STEP_S)
     assert before["routing"] == {"pods": 1, "serving": 1, "lagging": []}
     scaled.scale(2)
@@ -536,7 +488,7 @@ def test_a_hung_pod_is_named_lagging_until_it_answers_again(
     # while a stopped one stays listed until its probe has failed ten times.
     hung = triton_pods("hung", 2)
     ips: dict[str, str] = _await(lambda: hung.ready(2), START_S, "2 ready pods", hung, policies)
-    policies.create("hung", policy_spec("hung"))
+    policies.create("hung", service_policy_spec("hung"))
     before = wait_serving(hung, policies, "hung", ACCURATE, 2, STEP_S)
     victim, survivor = sorted(ips)  # a stopped server keeps its state: no tie to break
     pid = k8s_node.pid(hung.namespace, victim)

@@ -25,8 +25,7 @@ from typing import Any
 
 import kopf
 import pytest
-import yaml
-from cluster import Cluster, crd_established, free_port, wait_for
+from cluster import Cluster, free_port, wait_for
 from e2e_shared import Workflows
 from e2e_shared import json_data as _data
 from e2e_shared import phase_is as _phase
@@ -66,7 +65,6 @@ from compass.domain.space import MAX_PARAMETERS
 from compass.examples import build_replay_ledger, load_rag_paper
 from compass.lab.devnode import Node
 from compass.lab.scenarios import RAG_CORNER_SPACE
-from tiers import require_tritonserver
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _compass = importlib.util.find_spec("compass")
@@ -78,37 +76,6 @@ SAMPLES = 100  # the replayed dataset
 
 
 # ---------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def crds(k8s_api: Any) -> None:
-    """The generated CompoundWorkflow and ParetoPolicy CRDs, installed once.
-
-    CRDs are cluster-wide and other tests may use them: they are left installed.
-    """
-    extensions = client.ApiextensionsV1Api(k8s_api)
-    manifests = [
-        yaml.safe_load((REPO_ROOT / "crds" / f"{plural}.{GROUP}.yaml").read_text())
-        for plural in (WORKFLOW_PLURAL, POLICY_PLURAL)
-    ]
-    for manifest in manifests:
-        kubeapi.create(extensions.create_custom_resource_definition, manifest)  # None: it exists
-    for manifest in manifests:
-        name = manifest["metadata"]["name"]
-        wait_for(lambda n=name: crd_established(k8s_api, n), 30, f"CRD {name}")
-
-
-@pytest.fixture(scope="module")
-def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """tritonserver serving rag-sim (router + three components) at the tiers' time scale."""
-    from compass.lab.scenarios import TEST_TIME_SCALE, rag_sim_triton
-
-    require_tritonserver()
-    workdir = tmp_path_factory.mktemp("triton")
-    server = rag_sim_triton(workdir, TEST_TIME_SCALE)
-    server.start(workdir)
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -1,52 +1,35 @@
 """Fixtures for the triton tier: a real tritonserver serving rag-sim and a real Prometheus.
 
-Both are child processes on free loopback ports, stopped by PID at the end of the session. A
+Both are child processes on free loopback ports, stopped by PID at the end of the session
+(ragsim.rag_sim_server and ragsim.scraping, which the k8s and e2e tiers' own servers use too). A
 missing binary skips the tier with the reason (pytest -ra prints it), or fails it under
 COMPASS_REQUIRE_TIERS=1 (CI): tests/tiers.py decides; it never passes silently.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from ragsim import COMPONENTS, FASTEST, TIME_SCALE
+from ragsim import FASTEST, rag_sim_server, scraping
 
 from compass.dataplane.triton import TritonRouter
-from compass.lab.local_triton import (
-    LocalPrometheus,
-    LocalTriton,
-    assemble_repository,
-    model_images,
-)
-from tiers import require_prometheus, require_tritonserver
+from compass.lab.local_triton import LocalPrometheus, LocalTriton
+from compass.lab.scenarios import rag_sim_data as load_rag_sim_data
 
 
 @pytest.fixture(scope="session")
-def rag_sim_data() -> dict[str, object]:
+def rag_sim_data() -> dict[str, Any]:
     """The data file rag-sim's components serve from."""
-    path = model_images() / "rag-sim" / "models" / "rag_sim.json"
-    data: dict[str, object] = json.loads(path.read_text(encoding="utf-8"))
-    return data
+    return load_rag_sim_data()
 
 
 @pytest.fixture(scope="session")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
     """tritonserver with rag-sim (router + three components), FASTEST active."""
-    workdir = tmp_path_factory.mktemp("triton")
-    repository = assemble_repository(
-        "rag-sim",
-        workdir / "models",
-        {
-            **{c: {"time_scale": str(TIME_SCALE)} for c in COMPONENTS},
-            "router": {"compass_active_config": json.dumps(FASTEST, sort_keys=True)},
-        },
-    )
-    require_tritonserver()
-    server = LocalTriton(repository=repository).start(workdir)
-    yield server
-    server.stop()
+    with rag_sim_server(tmp_path_factory.mktemp("triton")) as server:
+        yield server
 
 
 @pytest.fixture
@@ -63,8 +46,5 @@ def prometheus(
     triton: LocalTriton, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalPrometheus]:
     """Prometheus scraping Triton's metrics port every 0.5 s."""
-    require_prometheus()
-    server = LocalPrometheus(targets=[f"127.0.0.1:{triton.metrics_port}"], interval_s=0.5)
-    server.start(tmp_path_factory.mktemp("prometheus"))
-    yield server
-    server.stop()
+    with scraping(triton, tmp_path_factory.mktemp("prometheus")) as server:
+        yield server

@@ -84,20 +84,26 @@ def test_prometheus_query_reads_the_same_queue(
     assert peak >= 20
 
 
-def test_prometheus_query_with_no_series_says_what_to_check(prometheus: LocalPrometheus) -> None:
-    source = PrometheusQueueDepth(
-        prometheus.url,
-        'sum(nv_inference_pending_request_count{model="no-such-model"}) or vector(0) > 1',
-    )
-    with pytest.raises(MetricsUnavailableError, match="no series"):
-        source.queue_depth()
-
-
-def test_prometheus_query_with_several_series_asks_for_an_aggregate(
-    prometheus: LocalPrometheus,
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        pytest.param(
+            'sum(nv_inference_pending_request_count{model="no-such-model"}) or vector(0) > 1',
+            "no series",
+            id="no-series-says-what-to-check",
+        ),
+        pytest.param(
+            "nv_inference_pending_request_count",
+            r"series; aggregate them",
+            id="several-series-asks-for-an-aggregate",
+        ),
+    ],
+)
+def test_prometheus_query_of_not_one_series_says_why(
+    prometheus: LocalPrometheus, query: str, says: str
 ) -> None:
-    source = PrometheusQueueDepth(prometheus.url, "nv_inference_pending_request_count")
-    with pytest.raises(MetricsUnavailableError, match=r"series; aggregate them"):
+    source = PrometheusQueueDepth(prometheus.url, query)
+    with pytest.raises(MetricsUnavailableError, match=says):
         source.queue_depth()
 
 

@@ -1,6 +1,6 @@
 """The operator's log: its level and its format (text or JSON), from COMPASS_* or the command line.
 
-The chart sets COMPASS_LOG_LEVEL and COMPASS_LOG_FORMAT (tests/unit/test_chart_render.py); a
+The chart sets COMPASS_LOG_LEVEL and COMPASS_LOG_FORMAT (tests/repo/test_chart_render.py); a
 real operator process logging JSON is tests/k8s/test_operator_log.py.
 """
 

@@ -40,7 +40,7 @@ def _nodes(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, 
 
 # The same models render the plain CRDs in crds/ (`compass crds --output-dir crds`) and the Helm
 # chart's CRD templates (`compass crds --helm-template`, with the Helm guards: what they render
-# is tests/unit/test_chart_render.py); hack/gen-crds.sh writes both.
+# is tests/repo/test_chart_render.py); hack/gen-crds.sh writes both.
 CRD_DIRS = ("crds", "charts/compass-operator/templates/crds")
 FLAGS = {"crds": [], "charts/compass-operator/templates/crds": ["--helm-template"]}
 
