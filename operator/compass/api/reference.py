@@ -4,7 +4,7 @@ Each resource gets its names, printer columns, and one table per object level (s
 every nested object, list item or map value that has fields): path, type, required, default,
 bounds or enum, description, and below the table the CEL rules that object carries with their
 messages. `compass crds --reference FILE` writes it (hack/gen-crds.sh does), and
-tests/unit/test_crd_reference.py fails while the checked-in copy is stale.
+tests/repo/test_crd_reference.py fails while the checked-in copy is stale.
 """
 
 from __future__ import annotations

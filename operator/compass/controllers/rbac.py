@@ -1,7 +1,7 @@
 """What the operator may do through the Kubernetes API: the rules its Helm chart grants.
 
 The chart (charts/compass-operator/templates/_helpers.tpl) writes these rules as YAML; the tests
-render it and check it grants exactly these (tests/unit/test_chart_render.py), then ask a real
+render it and check it grants exactly these (tests/repo/test_chart_render.py), then ask a real
 API server what the installed ServiceAccount may and may not do (tests/k8s/test_chart.py). A
 handler that needs a new verb adds it here and in the chart.
 """
