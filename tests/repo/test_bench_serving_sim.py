@@ -189,3 +189,51 @@ def test_late_last_runs_everything_on_that_queue_beside_a_fifo_static_fastest(
         assert cell["fastest"]["accuracy"] == cell["fastest_fifo"]["accuracy"]
         assert "known_load_oracle" not in cell
         assert cell["oracle_compliance_pct"] >= cell["fastest"]["compliance_pct"] - 0.5
+
+
+def test_real_load_cells_come_from_trace_windows_split_into_tuning_and_held_out(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--traces: each window of a shipped trace at each utilisation is a cell of its own, in the
+    tuning or the held-out section (never both), against the hindsight oracle; the busier the
+    window, the lower static fastest's compliance."""
+    json_path = tmp_path / "cells.json"
+    argv = ["--jobs", "1", "--slos", "1000", "--patterns", "", "--traces"]
+    argv += ["azure-llm-conv-2023", "--windows", "2", "--window-s", "120"]
+    argv += ["--utilisations", "0.3,1.5", "--json", str(json_path)]
+    assert run_bench(argv) == 0
+    out = capsys.readouterr().out
+    tuning, held_out = out.split("real load: TUNING windows")[1].split(
+        "real load: HELD-OUT windows"
+    )
+    labels = {
+        section: [
+            line.split()[1]
+            for line in text.splitlines()
+            if line.split()[:1] == ["1000"] and "@" in line.split()[1]
+        ]
+        for section, text in (("tuning", tuning), ("held-out", held_out))
+    }
+    assert len(labels["tuning"]) == len(labels["held-out"]) == 2  # one window x 2 utilisations
+    assert not set(labels["tuning"]) & set(labels["held-out"])
+    document = json.loads(json_path.read_text(encoding="utf-8"))
+    assert sorted(document["held_out"]) == sorted(labels["held-out"])
+    fastest = {
+        (cell["pattern"]): cell["fastest"]["compliance_pct"]
+        for cell in document["cells"]
+        if cell["policy"] == "elastico"
+    }
+    for label in labels["tuning"] + labels["held-out"]:
+        assert label.startswith("azure-llm-conv-2023@")
+    light, heavy = sorted(labels["tuning"], key=lambda label: float(label.split("@")[1][:3]))
+    assert fastest[light] > fastest[heavy]  # 1.5x the capacity on average cannot keep up
+
+
+def test_real_load_refuses_an_unknown_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    """A trace that is not shipped is a usage error naming the flag and the shipped ones."""
+    with pytest.raises(SystemExit) as exit_info:
+        run_bench(["--traces", "nope", "--jobs", "1"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--traces: no shipped trace nope" in err
+    assert "azure-llm-code-2023" in err
