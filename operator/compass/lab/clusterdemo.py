@@ -541,7 +541,8 @@ def _run(
     )
     say.say(verdict(runs, front_profiles, "the operator"))
     say.say(f"wrote {shown(out)}/: {', '.join(OUTPUTS)}; logs under {shown(work)}")
-    say.say("stopping the operator, Prometheus, Triton, the node and the control plane")
+    prometheus_too = ", Prometheus" if settings.queue_from == "prometheus" else ""
+    say.say(f"stopping the operator{prometheus_too}, Triton, the node and the control plane")
     stack.close()
     say.say(f"done in {time.monotonic() - say.started:.0f} s")
     return 0
