@@ -3,9 +3,9 @@ real API server, shrunk (10 profiling requests a configuration; the default 180 
 of rag-sim's latency, 18 s a run), from another directory than the checkout with a relative
 --output-dir, and interrupted with Ctrl-C part way, which must leave nothing running.
 
-The demo starts its own control plane, Triton, Prometheus (when installed) and operator, so this
-module uses no fixture of the tiers but their skip reasons: no control plane, no tritonserver
-(failures instead under COMPASS_REQUIRE_TIERS=1, see tests/tiers.py).
+The demo starts its own control plane, Triton (and Prometheus with --queue-from prometheus) and
+operator, so this module uses no fixture of the tiers but their skip reasons: no control plane,
+no tritonserver (failures instead under COMPASS_REQUIRE_TIERS=1, see tests/tiers.py).
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ What the test changes in the example, and why (each is a comment where it is don
   even at a hundredth, against a budget of ~4 minutes for the whole tier);
 - the SLO is scaled by the time scale, like the components' latencies; the profiling Job makes
   fewer requests per configuration (1 + 20 instead of 3 + 50: 105 s here as shipped);
-- `spec.serving` (copied into the generated ParetoPolicy) reads this machine's Prometheus
-  instead of the example's in-cluster one, with the slack buffer and cooldowns on the test's
-  time scale.
+- `spec.serving` (copied into the generated ParetoPolicy) reads the queue through this
+  machine's Prometheus (the example reads every pod's /metrics at the tick; here the Prometheus
+  metrics source, still offered, is covered end to end), with the slack buffer, cooldowns and
+  decision interval on the test's time scale.
 """
 
 from __future__ import annotations
@@ -173,8 +174,8 @@ def test_example_workflow_to_a_policy_that_switches_triton_under_a_spike(
     example = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     name = example["metadata"]["name"]
     # The shipped example with what this machine needs (the same changes `compass demo
-    # --cluster` makes and prints: replayed scores, the time scale, fewer profiling requests,
-    # this machine's Prometheus).
+    # --cluster --queue-from prometheus` makes and prints: replayed scores, the time scale, fewer
+    # profiling requests, this machine's Prometheus).
     manifest, _ = adaptations(
         example,
         ClusterDemoSettings(

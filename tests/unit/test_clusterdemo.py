@@ -36,6 +36,8 @@ def test_the_adapted_example_changes_only_what_it_says() -> None:
     assert spec["slo"]["latencyMs"] == pytest.approx(100.0)
     assert (spec["profiling"]["warmupRuns"], spec["profiling"]["measuredRuns"]) == (1, 10)
     assert spec["serving"]["metrics"] == metrics
+    assert "metrics" not in shipped["serving"]  # the example reads every pod at the tick
+    assert spec["serving"]["intervalSeconds"] == pytest.approx(0.1)  # 1 s of the paper's time
     assert spec["serving"]["hysteresis"]["downscaleCooldownSeconds"] == pytest.approx(2.0)
     # The rest is the example's: the space, tau and budgets, the Triton target, the GPU pool.
     for key in ("space", "triton"):
@@ -43,7 +45,7 @@ def test_the_adapted_example_changes_only_what_it_says() -> None:
     assert spec["evaluation"]["tau"] == shipped["evaluation"]["tau"]
     assert spec["profiling"]["nodeSelector"] == shipped["profiling"]["nodeSelector"]
     assert example["spec"]["evaluation"]["evaluator"] == {"type": "triton"}  # not mutated
-    assert len(notes) == 5
+    assert len(notes) == 6
 
 
 def test_the_replay_ledger_rounds_scores_as_triton_returns_them() -> None:

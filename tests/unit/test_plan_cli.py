@@ -239,6 +239,25 @@ def test_simulate_serves_several_pods_with_a_switch_delay(
     assert two["accurate"]["p95_ms"] < one["accurate"]["p95_ms"]
 
 
+def test_simulate_reads_the_queue_as_prometheus_scraped_it_when_asked(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--scrape-interval: the header says so and the policy's run changes; the baselines, which
+    look at nothing, do not. Without it the header says nothing of a scrape."""
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]) == 0
+    capsys.readouterr()
+    argv = ["simulate", "--policy", "paretopolicy.yaml", "--pattern", "spike", "--seed", "4"]
+    assert main(argv) == 0
+    assert "scraped" not in capsys.readouterr().out
+    fresh = json.loads((workdir / "compass-timeline.json").read_text())
+    assert main([*argv, "--scrape-interval", "10", "--metrics-lag", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "the policy reads the queue as scraped every 10 s, showing the pods 2 s before" in out
+    scraped = json.loads((workdir / "compass-timeline.json").read_text())
+    assert scraped["summary"]["fastest"] == fresh["summary"]["fastest"]
+    assert scraped["ticks"] != fresh["ticks"]
+
+
 def test_simulate_with_admission_drops_what_would_be_late_and_says_so(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -471,6 +490,8 @@ def policy(workdir: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
         ({}, ["--pods", "0"], "--pods: 0 is not >= 1"),
         ({}, ["--pods", "1.5"], "--pods: 1.5 is not a whole number"),
         ({}, ["--switch-delay-ms", "-3"], "--switch-delay-ms: -3 is not >= 0"),
+        ({}, ["--scrape-interval", "-1"], "--scrape-interval: -1 is not >= 0"),
+        ({}, ["--metrics-lag", "nan"], "--metrics-lag"),
         ({}, ["--admission", "--admission-quantile", "1"], "--admission-quantile: 1 is not < 1"),
         ({}, ["--admission", "--admission-quantile", "0"], "--admission-quantile: 0 is not > 0"),
         ({}, ["--admission", "--degrade-after", "1.5"], "--degrade-after: 1.5 is not <= 1"),

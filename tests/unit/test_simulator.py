@@ -24,11 +24,19 @@ from compass.domain.arrivals import (
     trace_pattern,
 )
 from compass.domain.capacity import CapacityCurve, CurvePoint
-from compass.domain.elastico import Action, Decision, Elastico, Observation, PolicyState
+from compass.domain.elastico import (
+    Action,
+    Decision,
+    Elastico,
+    ElasticoSettings,
+    Observation,
+    PolicyState,
+)
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds, violation_probability
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import (
+    MetricsView,
     QueueAggregate,
     RunReport,
     StaticController,
@@ -289,6 +297,86 @@ def test_the_policy_sees_the_per_pod_queue_and_arrivals(aggregate: QueueAggregat
         assert observation.arrivals_total == pytest.approx(arrived.sum() / 3)
     assert aggregate_queue([0, 2, 7], QueueAggregate.MEAN) == 3
     assert aggregate_queue([0, 2, 7], QueueAggregate.MAX) == 7
+
+
+def test_a_scraped_view_shows_the_pods_at_the_last_scrape_late_by_its_lag() -> None:
+    """Scraped every 2 s, each sample 0.5 s late: the tick at t reads the scrape taken at
+    2 * floor(t / 2), stamped then, holding the pods and the counter as they were 0.5 s
+    before it (never before 0)."""
+    scenario = make_scenario(make_pattern("constant", 18.0, 30), 4)
+    recorder = Recorder([])
+    view = MetricsView(scrape_interval_s=2.0, lag_s=0.5)
+    report = simulate(recorder, FRONT, scenario, 1000, pods=3, metrics_view=view)
+    assigned = scenario.pods_of(3)
+    delayed = 0
+    for tick, observation in enumerate(recorder.seen):
+        taken = 2.0 * (tick // 2)
+        seen = max(taken - 0.5, 0.0)
+        arrived = scenario.arrivals_s <= seen
+        waiting = [
+            int(np.sum(arrived & (assigned == pod) & (report.starts_s > seen))) for pod in range(3)
+        ]
+        assert observation.time == taken
+        assert observation.queue_depth == pytest.approx(
+            aggregate_queue(waiting, QueueAggregate.MEAN)
+        )
+        assert observation.arrivals_total == pytest.approx(arrived.sum() / 3)
+        now_arrived = np.sum(scenario.arrivals_s <= tick)
+        delayed += now_arrived > arrived.sum()
+    assert delayed > len(recorder.seen) / 2  # at 18/s the view really is behind
+
+
+def test_the_default_view_and_a_scrape_every_tick_are_the_fresh_read() -> None:
+    """The default reads the pods at the tick; a scrape every tick, without lag, is the same
+    read, request for request; a lagged one is not."""
+    plan = plan_thresholds(FRONT, Slo(1000), 50, ThresholdModel.TAIL)
+    scenario = make_scenario(make_pattern("spike", 3.0, 120), seed=2)
+    fresh = simulate(Elastico(plan), FRONT, scenario, 1000, plan=plan)
+    for view in (MetricsView(), MetricsView(scrape_interval_s=1.0)):
+        again = simulate(Elastico(plan), FRONT, scenario, 1000, plan=plan, metrics_view=view)
+        assert again.ticks == fresh.ticks
+        assert again.reasons == fresh.reasons
+        assert np.array_equal(again.configs, fresh.configs)
+        assert np.array_equal(again.finishes_s, fresh.finishes_s)
+    lagged = simulate(
+        Elastico(plan), FRONT, scenario, 1000, plan=plan, metrics_view=MetricsView(lag_s=3.0)
+    )
+    assert lagged.ticks != fresh.ticks
+
+
+def first_step_down(report: RunReport, after_s: float) -> float:
+    """When the policy first left the configuration it served at ``after_s``, for a faster one."""
+    start = next(t.active for t in report.ticks if t.time_s >= after_s)
+    return next(t.time_s for t in report.ticks if t.time_s >= after_s and t.active < start)
+
+
+def test_a_delayed_view_steps_down_later_in_a_spike_and_misses_more() -> None:
+    """A 4x spike past the middle member's capacity: read fresh, the policy steps down to the
+    fastest a tick after the spike starts; through a 10 s scrape (staleAfter above it, so the
+    readings count) it waits for the next scrape to see the queue, and more requests miss the
+    SLO. The baselines look at nothing: the view leaves them alone."""
+    plan = plan_thresholds(FRONT, Slo(1000), 50, ThresholdModel.TAIL)
+    policy = Elastico(plan, ElasticoSettings(stale_after_s=30.0))
+    scenario = make_scenario(make_pattern("spike", 1.5, 180), seed=1)
+    fresh = compare({"policy": policy}, FRONT, scenario, 1000)
+    scraped = compare(
+        {"policy": policy}, FRONT, scenario, 1000, metrics_view=MetricsView(scrape_interval_s=10.0)
+    )
+    spike = 60.0
+    early, late = first_step_down(fresh["policy"], spike), first_step_down(scraped["policy"], spike)
+    assert early - spike <= 2
+    assert late >= early + 5
+    assert scraped["policy"].compliance < fresh["policy"].compliance
+    for label in ("fastest", "middle", "accurate"):
+        assert np.array_equal(scraped[label].finishes_s, fresh[label].finishes_s)
+
+
+@pytest.mark.parametrize(
+    ("scrape", "lag"), [(-1.0, 0.0), (0.0, -0.5), (float("nan"), 0.0), (0.0, float("inf"))]
+)
+def test_a_negative_or_unbounded_metrics_delay_is_refused(scrape: float, lag: float) -> None:
+    with pytest.raises(SimulationError, match=r"^(scrape_interval|lag): "):
+        MetricsView(scrape, lag)
 
 
 def test_a_switch_takes_effect_after_its_delay() -> None:

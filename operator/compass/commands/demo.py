@@ -57,6 +57,14 @@ def register(commands: Any) -> None:
         "operator's policy and by the most accurate configuration (a few minutes)",
     )
     demo.add_argument(
+        "--queue-from",
+        choices=("triton", "prometheus"),
+        default="triton",
+        help="with --cluster: where the operator's policy reads the queue: every Triton's "
+        "/metrics at each tick (default, as examples/rag-sim-workflow.yaml), or Prometheus' last "
+        "scrape (to see what that delay costs)",
+    )
+    demo.add_argument(
         "--time-scale",
         help="rag-sim serves its latencies times this; the load, SLO and cooldowns follow "
         "(default 0.2: the 180 s spike runs in 36 s; 0.1 with --cluster)",
@@ -116,6 +124,7 @@ def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: Searc
                 measured_runs=parse_int(
                     "--profile-runs", str(args.profile_runs or 20), "20", low=2
                 ),
+                queue_from=str(args.queue_from),
             )
         )
     return run_demo(
@@ -156,6 +165,8 @@ def demo_command(args: argparse.Namespace) -> int:
     settings = options.search_settings(budgets)
     if args.cluster and args.search_only:
         fail("--cluster", "not with --search-only", "pass one of them")
+    if args.queue_from != "triton" and not args.cluster:
+        fail("--queue-from", "only with --cluster", "add --cluster, or leave --queue-from out")
     if args.search_only:
         return _run_search_only(options, settings)
     return _run_whole(args, options, settings)

@@ -27,7 +27,7 @@ from compass.domain.admission import AdmissionPoint
 from compass.domain.arrivals import Scenario, make_scenario
 from compass.domain.planner import PlanError
 from compass.domain.podmodel import POD_STAGES, PodModel
-from compass.domain.simulator import RunReport, compare
+from compass.domain.simulator import MetricsView, RunReport, compare
 
 DEFAULT_TIMELINE = "compass-timeline.json"
 # Each pod is simulated as its own queue: a bound keeps a typo from exhausting memory.
@@ -70,6 +70,22 @@ def register(commands: Any) -> None:
     simulate.add_argument(
         "--switch-delay-ms",
         help="how long a switch takes to reach every pod (default: the policy's switchDelayMs)",
+    )
+    simulate.add_argument(
+        "--scrape-interval",
+        default="0",
+        metavar="SECONDS",
+        help="the policy reads the queue as Prometheus last scraped it, every SECONDS (the "
+        "operator's Prometheus metrics source: 15-30 s on most clusters); default 0: read from "
+        "every pod at each tick, as the operator does without a Prometheus source",
+    )
+    simulate.add_argument(
+        "--metrics-lag",
+        default="0",
+        metavar="SECONDS",
+        help="each reading shows the pods as they were SECONDS before it was taken (Triton's "
+        "--metrics-interval-ms, a recording rule or rate window), unseen by the policy; "
+        "default 0",
     )
     simulate.add_argument(
         "--admission",
@@ -177,6 +193,10 @@ def simulate_command(args: argparse.Namespace) -> int:
     pods = parse_number("--pods", str(args.pods), "2", low=1, inclusive=True, high=MAX_PODS)
     if not pods.is_integer():
         fail("--pods", f"{pods:g} is not a whole number", "pass e.g. --pods 2")
+    view = MetricsView(
+        parse_number("--scrape-interval", str(args.scrape_interval), "15", low=0, inclusive=True),
+        parse_number("--metrics-lag", str(args.metrics_lag), "2", low=0, inclusive=True),
+    )
     spec = load_policy(policy_path)
     if args.switch_delay_ms is not None:
         delay = parse_number("--switch-delay-ms", args.switch_delay_ms, "10", low=0, inclusive=True)
@@ -211,6 +231,7 @@ def simulate_command(args: argparse.Namespace) -> int:
             contended=args.stages == CONTENDED,
         ),
         admission=admission,
+        metrics_view=view,
     )
     print(
         f"compass simulate: {pattern.kind.value}, base {pattern.base_qps:g} QPS for "
@@ -225,6 +246,12 @@ def simulate_command(args: argparse.Namespace) -> int:
             else f"; the policy with admission (q {admission.quantile:g}"
             + ("" if admission.refuse else ", refusing nothing")
             + ")"
+        )
+        + (
+            ""
+            if view.fresh
+            else f"; the policy reads the queue as scraped every {view.scrape_interval_s:g} s, "
+            f"showing the pods {view.lag_s:g} s before"
         )
     )
     print(comparison_table(reports))

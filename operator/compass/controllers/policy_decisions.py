@@ -13,13 +13,15 @@ from dataclasses import dataclass, replace
 
 from compass.api.meta import GROUP
 from compass.api.paretopolicy import ParetoPolicySpec
+from compass.controllers.settings import OperatorSettings
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
 from compass.domain.elastico import PolicyState
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
 
-# The kopf timer's period; intervalSeconds below it decide at every tick.
-TICK_S = 1.0
+# The kopf timer's period (COMPASS_POLICY_TICK_SECONDS, 1 s by default); intervalSeconds
+# below it decide at every tick.
+TICK_S = OperatorSettings().policy_tick_seconds
 # Retry delays while Triton is unreachable grow up to this, so a long outage costs few calls
 # but a restarted Triton is found again within seconds.
 MAX_RETRY_DELAY_S = 8.0

@@ -40,6 +40,14 @@ class OperatorSettings(BaseSettings):
         description="How often an active CompoundWorkflow's Jobs and state ConfigMap are read "
         "(progress counts, and the next phase once a Job ends).",
     )
+    policy_tick_seconds: float = Field(
+        default=1.0,
+        ge=0.05,
+        le=60,
+        description="How often each ParetoPolicy's timer fires; a decision is due every "
+        "intervalSeconds, to half a tick, so intervalSeconds below it decide at every tick. "
+        "Below 1 s where time runs scaled (the demo, tests).",
+    )
     triton_address_override: str | None = Field(
         default=None,
         description="Reach every Triton at this host:port instead of its Service (tests, demo).",

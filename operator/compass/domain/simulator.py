@@ -1,8 +1,10 @@
 """The serving simulator: a policy run over a scenario on simulated pods, and the comparisons.
 
 Every ``interval_s`` the policy is asked what the operator asks it: the pods' queue depth
-(aggregated: ``QueueAggregate``) and the arrivals counter per pod. Each request goes to a seeded
-random pod; one decision switches every pod, ``switch_delay_s`` after it is taken. ``compare``
+(aggregated: ``QueueAggregate``) and the arrivals counter per pod, as fresh as the metrics path
+makes them (``MetricsView``: read at the tick, or as Prometheus last scraped them). Each request
+goes to a seeded random pod; one decision switches every pod, ``switch_delay_s`` after it is
+taken. ``compare``
 runs the static baselines and the policies on one scenario (paired: the same arrivals and luck);
 ``measure_capacity`` measures a configuration's latency-throughput curve, the simulator playing
 the hardware.
@@ -68,6 +70,50 @@ def aggregate_queue(depths: Sequence[float], aggregate: QueueAggregate) -> float
     if aggregate is QueueAggregate.MAX:
         return float(max(depths))
     return float(sum(depths)) / len(depths)
+
+
+@dataclass(frozen=True)
+class MetricsView:
+    """How old the queue depth and arrivals counter the policy reads are: the metrics path.
+
+    Prometheus scrapes the pods every ``scrape_interval_s`` (at 0, S, 2S, ... of the run); a
+    query at a tick reads the newest scrape, stamped with its time (the operator's age query
+    sees that age, and a reading older than staleAfterSeconds counts as missing). Each sample
+    holds the pods as they were ``lag_s`` before it was taken (Triton's own metrics refresh, a
+    recording rule's or a rate window's delay): a delay no timestamp shows. The default, both
+    0, is the operator's direct read of every pod's /metrics: the queue as it is at the tick.
+    """
+
+    scrape_interval_s: float = 0.0
+    lag_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, value in (("scrape_interval", self.scrape_interval_s), ("lag", self.lag_s)):
+            if not value >= 0 or not math.isfinite(value):
+                raise SimulationError(name, f"{value:g} s is not >= 0", "give e.g. 10 (or 0)")
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the policy reads the pods as they are at the tick."""
+        return self.scrape_interval_s == 0 and self.lag_s == 0
+
+    def scrape_of(self, tick: int, interval_s: float) -> int:
+        """The newest scrape by the tick's time (its number; the tick's own without scrapes)."""
+        if self.scrape_interval_s == 0:
+            return tick
+        # The tolerance keeps a scrape that falls on the tick (0.3 / 0.1) from rounding away.
+        return math.floor(tick * interval_s / self.scrape_interval_s + 1e-9)
+
+    def taken_at(self, scrape: int, interval_s: float) -> float:
+        """When that scrape was taken (without scrapes: the tick's time)."""
+        return scrape * (self.scrape_interval_s or interval_s)
+
+    def holds(self, scrape: int, interval_s: float) -> float:
+        """The instant whose pods that scrape shows: ``lag_s`` before it, never before 0."""
+        return max(self.taken_at(scrape, interval_s) - self.lag_s, 0.0)
+
+
+FRESH = MetricsView()
 
 
 class Controller(Protocol):
@@ -222,10 +268,11 @@ def simulate(
     pod_model: PodModel = PodModel(),
     admission: Admission | None = None,
     plan: Plan | None = None,
+    metrics_view: MetricsView = FRESH,
 ) -> RunReport:
     """Serve the scenario's requests FIFO on each pod (late-last where ``pod_model`` says so),
     the controller choosing the configuration (and, with ``admission``, dropping at arrival
-    what its prediction says is already late).
+    what its prediction says is already late) from the queue as ``metrics_view`` shows it.
 
     With the controller's ``plan``, each tick also records the capacity pressure the operator
     would export after that decision."""
@@ -243,6 +290,7 @@ def simulate(
         pod_model=pod_model,
         admission=admission,
         plan=plan,
+        metrics_view=metrics_view,
     )
     run.serve()
     return run.report(label, slo_ms)
@@ -266,6 +314,7 @@ class _Run:
         pod_model: PodModel,
         admission: Admission | None,
         plan: Plan | None,
+        metrics_view: MetricsView = FRESH,
     ) -> None:
         self.controller = controller
         self.front = front
@@ -277,6 +326,11 @@ class _Run:
         self.queue_aggregate = queue_aggregate
         self.pod_model = pod_model
         self.plan = plan
+        self.view = metrics_view
+        # What each scrape still to be read saw: (pods' queue depths, arrivals so far), by
+        # scrape number (``MetricsView``); unused when the view is fresh.
+        self.scrapes: dict[int, tuple[list[int], int]] = {}
+        self.next_scrape = 0
         self.names = tuple(p.name for p in front)
         index_of = {name: i for i, name in enumerate(self.names)}
         # Seconds of service for every (configuration, request): the common random numbers.
@@ -381,6 +435,8 @@ class _Run:
         tick = 0
         now = 0.0
         while True:
+            if not self.view.fresh:
+                self.scrape(tick, now)
             # Start every request whose service begins by `now`, with the configuration in force
             # then.
             for server in self.servers:
@@ -390,7 +446,7 @@ class _Run:
             done = all(server.done for server in self.servers)
             if (done and now >= self.scenario.pattern.duration_s) or now > self.horizon:
                 break
-            self.decide(now)
+            self.decide(now, tick)
             tick += 1
             now = tick * self.interval_s
         final = (self.pending[-1][1] if self.pending else self.active).base
@@ -403,15 +459,46 @@ class _Run:
                 self.finishes[rest] = self.horizon
                 self.configs[rest] = final
 
-    def decide(self, now: float) -> None:
+    def scrape(self, tick: int, now: float) -> None:
+        """Take every scrape the tick at ``now`` or a later one may read, each showing the pods
+        as they were ``lag_s`` before it (advancing them is all it changes: they only move
+        forward, and start what they would have started by ``now`` anyway)."""
+        interval_s, view = self.interval_s, self.view
+        last = view.scrape_of(tick, interval_s)
+        # Older scrapes no tick will read again.
+        for old in [k for k in self.scrapes if k < last]:
+            del self.scrapes[old]
+        while True:
+            at = view.holds(self.next_scrape, interval_s)
+            if at > now and self.next_scrape > last:
+                break
+            # A scrape this tick reads is never past it (a float's rounding aside).
+            at = min(at, now)
+            for server in self.servers:
+                server.advance(at)
+            arrived = int(np.searchsorted(self.arrivals, at, side="right"))
+            if self.next_scrape >= last:
+                self.scrapes[self.next_scrape] = ([s.waiting for s in self.servers], arrived)
+            self.next_scrape += 1
+
+    def decide(self, now: float, tick: int) -> None:
         """Ask the controller at ``now``, as the operator would, and record what it saw."""
         arrivals, rate_window_s, names = self.arrivals, self.rate_window_s, self.names
-        arrived = int(np.searchsorted(arrivals, now, side="right"))
-        depth = aggregate_queue([server.waiting for server in self.servers], self.queue_aggregate)
-        recent = arrived - int(np.searchsorted(arrivals, now - rate_window_s, side="right"))
-        observed = recent / min(rate_window_s, now) if now > 0 else 0.0
+        # The instant the policy's reading shows (``now`` when fresh), and when it was taken.
+        seen, taken = now, now
+        if self.view.fresh:
+            arrived = int(np.searchsorted(arrivals, now, side="right"))
+            waiting = [server.waiting for server in self.servers]
+        else:
+            scrape = self.view.scrape_of(tick, self.interval_s)
+            waiting, arrived = self.scrapes[scrape]
+            seen = self.view.holds(scrape, self.interval_s)
+            taken = self.view.taken_at(scrape, self.interval_s)
+        depth = aggregate_queue(waiting, self.queue_aggregate)
+        recent = arrived - int(np.searchsorted(arrivals, seen - rate_window_s, side="right"))
+        observed = recent / min(rate_window_s, seen) if seen > 0 else 0.0
         observation = Observation(
-            time=now, queue_depth=depth, arrivals_total=float(arrived) / self.pods, pods=self.pods
+            time=taken, queue_depth=depth, arrivals_total=float(arrived) / self.pods, pods=self.pods
         )
         decision, self.state = self.controller.decide(observation, self.state, now)
         target = decision.mix
@@ -489,9 +576,11 @@ def compare(
     queue_aggregate: QueueAggregate = QueueAggregate.MEAN,
     pod_model: PodModel = PodModel(),
     admission: Admission | None = None,
+    metrics_view: MetricsView = FRESH,
 ) -> dict[str, RunReport]:
     """The static baselines and the given policies, all on the same scenario (paired); the
-    policies with ``admission``, the baselines serving everything."""
+    policies with ``admission``, the baselines serving everything; the policies see the queue
+    through ``metrics_view`` (the baselines look at nothing)."""
     controllers: dict[str, Controller] = {
         label: StaticController(front[i].name, i)
         for label, i in baseline_indices(len(front)).items()
@@ -510,6 +599,7 @@ def compare(
             queue_aggregate=queue_aggregate,
             pod_model=pod_model,
             admission=admission if label in policies else None,
+            metrics_view=metrics_view if label in policies else FRESH,
         )
         for label, controller in controllers.items()
     }

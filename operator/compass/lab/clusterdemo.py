@@ -36,7 +36,7 @@ from compass.domain.arrivals import SPIKE_FACTOR, Scenario
 from compass.domain.elastico import Elastico
 from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import Tick, compare
+from compass.domain.simulator import FRESH, MetricsView, Tick, compare
 from compass.domain.space import config_key
 from compass.lab.demo import (
     RUN_TITLES,
@@ -74,6 +74,10 @@ NAMESPACE = "compass-demo"
 LEDGER_CONFIG_MAP = "rag-sim-ledger"
 TITLES = {**RUN_TITLES, "policy": "Elastico (operator)"}
 SAMPLE_EVERY_S = 0.25  # how often the policy's status is read while the load runs
+PROMETHEUS_SCRAPE_S = 0.5  # scaled: Prometheus' scrape interval when the queue is read through it
+# Where the policy reads the queue: Triton's /metrics at every tick (the example's way), or
+# through Prometheus (its last scrape), to see what that delay costs.
+QUEUE_SOURCES = ("triton", "prometheus")
 PHASES_TIMEOUT_S = 600.0  # the search and profiling Jobs: ~1.5 min on two busy cores
 
 
@@ -91,6 +95,7 @@ class ClusterDemoSettings:
     measured_runs: int = 20
     downscale_cooldown_s: float = 20.0
     slack_buffer_ms: float = 50.0
+    queue_from: str = "triton"
 
 
 # ---------------------------------------------------------------------------- pure helpers
@@ -122,8 +127,26 @@ def adaptations(
         f"profiling {settings.warmup_runs} + {settings.measured_runs} requests a configuration "
         "(shipped 3 + 50: ~2 minutes for the 33 feasible ones on two cores)"
     )
+    if "metrics" in spec["serving"]:
+        raise ValueError(f"{EXAMPLE} names serving.metrics: revisit compass.lab.clusterdemo")
     spec["serving"]["metrics"] = dict(metrics)
-    notes.append(f"serving.metrics -> {metrics['type']} at {metrics['url']} (this machine's)")
+    if metrics["type"] == "triton":
+        notes.append(
+            f"serving.metrics -> Triton's /metrics at {metrics['url']}: the example reads every "
+            "pod's at each tick on the Service's metrics port; this machine's one Triton has "
+            "its own port"
+        )
+    else:
+        notes.append(
+            f"serving.metrics -> Prometheus at {metrics['url']}, scraping Triton every "
+            f"{PROMETHEUS_SCRAPE_S:g} s (--queue-from prometheus: the policy acts on the last "
+            "scrape)"
+        )
+    spec["serving"]["intervalSeconds"] = scale
+    notes.append(
+        f"serving.intervalSeconds 1 -> {scale:g}: a decision every second of the paper's time "
+        "(the operator's timer ticks as often)"
+    )
     spec["serving"]["hysteresis"] = {
         "downscaleCooldownSeconds": settings.downscale_cooldown_s * scale,
         "cooldownExponent": 0,
@@ -377,17 +400,19 @@ def _run(
         f"KUBECONFIG={cluster.kubeconfig} ({say.took()})"
     )
 
-    say.step("start tritonserver with rag-sim, and Prometheus scraping it if installed")
+    say.step(
+        "start tritonserver with rag-sim"
+        + (", and Prometheus scraping it" if settings.queue_from == "prometheus" else "")
+    )
     triton = rag_sim_triton(work / "triton", scale)
     stack.callback(triton.stop)
     triton.start(work / "triton")
     metrics = {"type": "triton", "url": triton.metrics_url}
-    try:
-        prometheus_binary()
-    except LocalServerError as error:
-        say.say(f"      no Prometheus ({error}): the policy reads Triton's /metrics directly")
-    else:
-        prometheus = LocalPrometheus(targets=[f"127.0.0.1:{triton.metrics_port}"], interval_s=0.5)
+    if settings.queue_from == "prometheus":
+        prometheus_binary()  # LocalServerError, saying how to install it, when missing
+        prometheus = LocalPrometheus(
+            targets=[f"127.0.0.1:{triton.metrics_port}"], interval_s=PROMETHEUS_SCRAPE_S
+        )
         stack.callback(prometheus.stop)
         (work / "prometheus").mkdir(parents=True, exist_ok=True)
         prometheus.start(work / "prometheus")
@@ -406,6 +431,8 @@ def _run(
             # The example names an in-cluster Service (rag-sim-triton) that does not exist here.
             "COMPASS_TRITON_ADDRESS_OVERRIDE": triton.grpc_url,
             "COMPASS_POLL_INTERVAL_SECONDS": "0.5",
+            # The policy's timer ticks as often as the adapted intervalSeconds asks.
+            "COMPASS_POLICY_TICK_SECONDS": f"{max(scale, 0.05):g}",
         },
     )
     stack.callback(operator.stop)
@@ -464,15 +491,32 @@ def _run(
     kube.show("get", "cwf,pp")
 
     say.step("compare (the simulator's prediction on the same arrivals beside each run)")
-    predicted = compare(
-        {"policy": unscaled_elastico(spec, plan, scale)},
-        front_profiles,
-        scenario,
-        settings.slo_ms,
-        spec.interval_seconds / scale,
-    )
+    # The simulator sees the queue as the policy did: at the tick, or as Prometheus scraped it.
+    views = {"triton": FRESH, "prometheus": MetricsView(PROMETHEUS_SCRAPE_S / scale)}
+    predictions = {
+        source: compare(
+            {"policy": unscaled_elastico(spec, plan, scale)},
+            front_profiles,
+            scenario,
+            settings.slo_ms,
+            spec.interval_seconds / scale,
+            metrics_view=view,
+        )
+        for source, view in views.items()
+    }
+    predicted = predictions[settings.queue_from]
     rows = comparison_rows(runs, predicted, front_profiles, TITLES)
     say.say(comparison_text(rows))
+    read = {
+        "triton": "from Triton at each tick",
+        "prometheus": f"at Prometheus' last scrape (every {PROMETHEUS_SCRAPE_S / scale:g} s)",
+    }
+    other = next(source for source in QUEUE_SOURCES if source != settings.queue_from)
+    say.say(
+        f"  the simulator's policy, the queue read {read[settings.queue_from]} (as here): "
+        f"{predicted['policy'].compliance:.1f}% within the SLO; read {read[other]}: "
+        f"{predictions[other]['policy'].compliance:.1f}%"
+    )
     for label, run in runs.items():
         say.say(
             f"  {TITLES[label]:<21} before / during / after the spike: "
@@ -498,7 +542,8 @@ def _run(
     )
     say.say(verdict(runs, front_profiles, "the operator"))
     say.say(f"wrote {shown(out)}/: {', '.join(OUTPUTS)}; logs under {shown(work)}")
-    say.say("stopping the operator, Prometheus, Triton, the node and the control plane")
+    prometheus_too = ", Prometheus" if settings.queue_from == "prometheus" else ""
+    say.say(f"stopping the operator{prometheus_too}, Triton, the node and the control plane")
     stack.close()
     say.say(f"done in {time.monotonic() - say.started:.0f} s")
     return 0
