@@ -10,9 +10,12 @@ from collections.abc import Callable
 
 import pytest
 import urllib3
+from pydantic import ValidationError
 
 from compass.controllers import kubeapi, manager
 from compass.controllers.manager import Peering, kopf_settings, startup_missing_crds
+from compass.controllers.policy_decisions import decision_due
+from compass.controllers.settings import OperatorSettings
 
 
 @pytest.mark.parametrize("peering", [None, Peering("ops", -42, 15)], ids=["standalone", "peering"])
@@ -80,3 +83,18 @@ def test_the_crd_recheck_goes_on_through_a_failed_check(
     assert len(calls) == 2
     assert found.is_set()
     assert stop.is_set()
+
+
+def test_the_policy_tick_follows_its_setting_within_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """COMPASS_POLICY_TICK_SECONDS sets the policy timer's period (the demo's scaled time); a
+    period the operator could not keep, or one that would starve a policy, is refused by name."""
+    monkeypatch.setenv("COMPASS_POLICY_TICK_SECONDS", "0.1")
+    tick = OperatorSettings().policy_tick_seconds
+    assert tick == 0.1
+    # A decision every 0.1 s is due after 0.05 s, half a tick early, as at the default period.
+    assert decision_due(10.0, 10.06, 0.1, tick)
+    assert not decision_due(10.0, 10.04, 0.1, tick)
+    for bad in ("0.01", "61", "nan"):
+        monkeypatch.setenv("COMPASS_POLICY_TICK_SECONDS", bad)
+        with pytest.raises(ValidationError, match="policy_tick_seconds"):
+            OperatorSettings()
