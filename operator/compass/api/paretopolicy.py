@@ -21,6 +21,7 @@ from compass.api.meta import (
 )
 from compass.api.metricsource import MetricsSource
 from compass.api.rules import CelRule, cel_rules
+from compass.api.urls import ENDPOINT_FIX, cel_matches_endpoint, endpoint_problem
 from compass.domain.admission import DEFAULT_DEGRADE_AFTER
 
 # A latency or SLO in ms: a microsecond to an hour. Past either end a queueing model is
@@ -265,7 +266,13 @@ class RoutingTarget(CamelModel):
                 rule="!(has(self.service) && has(self.grpcEndpoint))",
                 message="give routing.service (Triton pods in the cluster) or "
                 "routing.grpcEndpoint (one Triton outside it), not both",
-            )
+            ),
+            CelRule(
+                rule=f"!has(self.grpcEndpoint) || {cel_matches_endpoint('self.grpcEndpoint')}",
+                message="grpcEndpoint must be host:port with a port in 1-65535 "
+                "(e.g. triton.example.com:8001)",
+                field_path=".grpcEndpoint",
+            ),
         )
     )
 
@@ -291,6 +298,10 @@ class RoutingTarget(CamelModel):
 
     @model_validator(mode="after")
     def _one_target(self) -> RoutingTarget:
+        # Checked here, on the object, where the API server's CEL rule reports it too.
+        problem = None if self.grpc_endpoint is None else endpoint_problem(self.grpc_endpoint)
+        if problem is not None:
+            raise ValueError(f"grpcEndpoint: {problem}; {ENDPOINT_FIX}")
         if self.service and self.grpc_endpoint:
             raise ValueError(
                 "give routing.service (Triton pods in the cluster) or routing.grpcEndpoint "
