@@ -176,6 +176,14 @@ def test_apply_owns_its_fields_and_a_stale_json_patch_is_refused(
     relabel = [*test, {"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
     assert kubeapi.json_patch(gadgets.patch_namespaced_custom_object, *where, ops=relabel)
     assert not kubeapi.json_patch(gadgets.patch_namespaced_custom_object, *where, ops=relabel)
+    # A patch that makes the object invalid is no change meanwhile: an error, not False.
+    fresh = kubeapi.read(gadgets.get_namespaced_custom_object, *where)["metadata"]
+    invalid = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": fresh["resourceVersion"]},
+        {"op": "add", "path": "/metadata/labels/c", "value": "not a label value!"},
+    ]
+    with pytest.raises(kubeapi.PatchRefusedError, match="is invalid"):
+        kubeapi.json_patch(gadgets.patch_namespaced_custom_object, *where, ops=invalid)
     kubeapi.delete(gadgets.delete_namespaced_custom_object, *where)
     assert not kubeapi.json_patch(gadgets.patch_namespaced_custom_object, *where, ops=relabel)
 

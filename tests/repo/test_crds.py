@@ -180,3 +180,20 @@ def test_a_rule_reporting_at_an_unknown_field_is_refused() -> None:
 
     with pytest.raises(SchemaError, match=r"Broken: rule fieldPath '\.lowest'"):
         structural_schema(Broken)
+
+
+@pytest.mark.parametrize("field", ["latencyMeanMs", "latencyP95Ms"])
+@pytest.mark.parametrize("value", [1e-300, 1e-6, 1e12])
+def test_a_front_latency_outside_a_microsecond_to_an_hour_is_refused(
+    field: str, value: float
+) -> None:
+    """A front entry of 1e-300 ms once hung the policy's planner: the schema keeps times in a
+    range the planner's arithmetic holds in, and the message names the field."""
+    from compass.api.paretopolicy import FrontEntry
+
+    entry = {"config": {"k": 1}, "accuracy": 0.5, "latencyMeanMs": 10.0, "latencyP95Ms": 20.0}
+    entry[field] = value
+    with pytest.raises(ValidationError, match=field):
+        FrontEntry.model_validate(entry)
+    front = FrontEntry.model_json_schema(by_alias=True)["properties"][field]
+    assert front["minimum"] == 0.001

@@ -288,6 +288,21 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
         lambda s: s.update(routing={"service": "triton", "grpcEndpoint": "triton:8001"}),
         False,
     ),
+    "routing to an address": (
+        ParetoPolicySpec,
+        lambda s: s.update(routing={"grpcEndpoint": "triton.example.com:65535"}),
+        True,
+    ),
+    "routing to an address whose port wraps": (
+        ParetoPolicySpec,
+        lambda s: s.update(routing={"grpcEndpoint": "triton:104569"}),
+        False,
+    ),
+    "routing to an address without a port": (
+        ParetoPolicySpec,
+        lambda s: s.update(routing={"grpcEndpoint": "triton"}),
+        False,
+    ),
 }
 
 # Rules that CEL cannot state on these schemas stay with the operator (pydantic): the server

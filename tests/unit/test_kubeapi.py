@@ -4,6 +4,7 @@ demand). The helpers against a real API server: tests/k8s/test_kubeapi_server.py
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -166,3 +167,50 @@ def _read_timeout(error: BaseException | None) -> bool:
     if isinstance(error, urllib3.exceptions.MaxRetryError):
         error = error.reason
     return isinstance(error, urllib3.exceptions.ReadTimeoutError)
+
+
+def _refusing(message: str, reason: str = "") -> Callable[..., object]:
+    """A patch method the API server answers 422 with this Status message and reason."""
+
+    def patch(*args: object, **kwargs: object) -> object:
+        error = ApiException(status=422, reason="Unprocessable Entity")
+        error.body = json.dumps(
+            {"kind": "Status", "status": "Failure", "message": message, "reason": reason}
+        )
+        raise error
+
+    return patch
+
+
+OPS = [{"op": "test", "path": "/metadata/resourceVersion", "value": "1"}]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "testing value /metadata/resourceVersion failed: test failed",
+        "Testing value /metadata/resourceVersion failed",
+        # What kube-apiserver 1.20 answers for a failed test op (and a missing path alike).
+        "the server rejected our request due to an error in our request",
+    ],
+)
+def test_a_patch_that_did_not_apply_is_changed_meanwhile(message: str) -> None:
+    assert kubeapi.json_patch(_refusing(message, "Invalid"), "x", ops=OPS) is False
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ('ParetoPolicy.compass.io "p" is invalid: spec.front: Required value', "Invalid"),
+        ('Gadget.x "g" is invalid: metadata.labels: Invalid value: "a b"', "Invalid"),
+        ("", ""),
+    ],
+)
+def test_a_422_for_another_reason_is_an_error_naming_it(message: str, reason: str) -> None:
+    """Once every 422 read as "changed meanwhile", and the caller retried a patch the server
+    would never take every second, forever."""
+    with pytest.raises(kubeapi.PatchRefusedError) as caught:
+        kubeapi.json_patch(_refusing(message, reason), "x", ops=OPS)
+    assert isinstance(caught.value, ApiException)
+    assert caught.value.status == 422
+    assert message in str(caught.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compass.domain.planner import (
+    MAX_QUEUE_LIMIT,
     PlanError,
     Slo,
     ThresholdModel,
+    _queue_limit,
     max_arrival_rate,
     max_queue_depth,
     pareto_front,
@@ -422,3 +425,42 @@ def test_the_switch_delay_is_left_out_of_the_queue_budgets_only() -> None:
     assert delayed.thresholds[0].stay_max_queue < prompt.thresholds[0].stay_max_queue
     with pytest.raises(PlanError, match="switchDelayMs"):
         plan_thresholds(front, Slo(1000), 50, switch_delay_ms=-1)
+
+
+def _within_seconds(seconds: int, work: Any) -> Any:
+    """Run work, failing if it does not return within the time (an unbounded loop)."""
+    import signal
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        return work()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("model", list(ThresholdModel))
+def test_queue_limit_ends_and_is_capped_on_a_vanishing_mean(model: ThresholdModel) -> None:
+    """A mean of 1e-300 ms (float precision gone in the closed form) once looped for hours."""
+    depth = _within_seconds(5, lambda: _queue_limit(1e-300, 1.0, 3_600_000.0, model, 4))
+    assert depth == MAX_QUEUE_LIMIT
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        (entry(latency_mean_ms=1e-300), "profiles[0].latency_mean_ms: 1e-300 ms is below"),
+        (entry(latency_p50_ms=1e-9), "profiles[0].latency_p50_ms: 1e-09 ms is below"),
+        (entry(latency_p99_ms=1e12), "profiles[0].latency_p99_ms: 1e+12 ms is above"),
+        (entry(latency_std_ms=1e12), "profiles[0].latency_std_ms: 1e+12 ms is above"),
+    ],
+)
+def test_parse_rejects_latencies_outside_a_sane_range(bad: dict[str, Any], field: str) -> None:
+    """Service times are kept between a microsecond and an hour, where the planner's arithmetic
+    holds: a profile of 1e-300 ms once hung `compass plan`."""
+    with pytest.raises(ProfileError, match=re.escape(field)):
+        parse_profiles([bad])

@@ -923,3 +923,64 @@ def test_a_pause_annotation_holds_like_spec_paused() -> None:
     )
     assert paused["Paused"]["message"] == f"annotation {ANNOTATION}: holding {FAST_NAME}"
     assert paused["Ready"]["reason"] == "Paused"
+
+
+# ---------------------------------------------------------------------------- status is output
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        {"last_switch_at": "yesterday"},
+        {"last_switch_at": 1e300},
+        {"last_switch_at": float("nan")},
+        {"active_since": -5.0},
+        {"switches": "many"},
+        {"switches": True},
+        {"weight": 7.0},
+        {"active": ["fast"]},
+        {"arrivals": [[NOW, "ten"]]},
+        {"arrivals": [[NOW, -1.0]]},
+        {"entry_levels": [[NOW, 3]]},
+        {"entry_levels": "x"},
+        {"last_reason": {"a": 1}},
+    ],
+)
+def test_a_tampered_saved_state_is_discarded_on_read(
+    tamper: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """status.policyState edited by hand (a string, a huge number) once made every tick after a
+    restart raise TypeError, the status frozen at Ready=True: it is read as no state (the policy
+    starts afresh from what the routers serve), with a log line naming the field."""
+    saved = pending().to_dict() | tamper
+    with pytest.raises(ValueError, match=next(iter(tamper))):
+        PolicyState.from_dict(saved)
+    with caplog.at_level(logging.WARNING):
+        assert policy_decisions.saved_state({"policyState": saved}) is None
+    assert "starting afresh" in caplog.text
+    # The policy then decides from what the router serves.
+    state, _ = policy_decisions.align_state(None, None, config_key(FAST), PLAN, NOW, 5.0)
+    assert state.active == FAST_NAME
+
+
+def test_a_saved_state_the_operator_wrote_reads_back() -> None:
+    status = policy_status.build_status(PLAN, pending(), None, {}, "hold", [], 1)
+    assert policy_decisions.saved_state(status) == pending()
+    assert policy_decisions.saved_state({}) is None
+    assert policy_decisions.saved_state({"policyState": "x"}) is None
+
+
+def test_an_edited_status_active_is_overwritten_with_the_policys_own() -> None:
+    """status.active edited by someone else is not what the operator last wrote: the next write
+    puts back what the policy's state (aligned with the routers) says, not only on a switch."""
+    written = policy_status.build_status(PLAN, pending(), None, {}, "hold", [], 1)
+    live = copy.deepcopy(written)
+    live["active"] = {**live["active"], "name": "forged", "accuracy": 1.0}
+    live["switches"] = 999
+    again = policy_status.build_status(PLAN, pending(), None, written, "hold", [], 1)
+    patch = policy_status.status_patch(written, again, NOW, NOW, live=live)
+    assert patch["active"]["name"] == written["active"]["name"]
+    assert patch["active"]["accuracy"] == written["active"]["accuracy"]
+    assert patch["switches"] == written["switches"]
+    # Nothing edited: nothing to write within the heartbeat.
+    assert policy_status.status_patch(written, again, NOW, NOW, live=written) == {}

@@ -31,9 +31,6 @@ MAX_ARGS = 128
 MAX_ARG_LENGTH = 4096
 MAX_MAP_ENTRIES = 64  # node selectors, resource maps
 MAX_TOLERATIONS = 32
-# A latency or SLO in ms: an hour. Past it a queueing model is meaningless, and the planner's
-# tail arithmetic (exp of rate x time) overflows on values such as 2**63 ms.
-MAX_LATENCY_MS = 3_600_000.0
 # A key, label value, taint or quantity: a short string.
 ShortText = Annotated[str, Field(max_length=MAX_NAME_LENGTH)]
 

@@ -16,14 +16,24 @@ from compass.api.conditions import CONDITIONS_SCHEMA, MAX_CONDITIONS, Condition
 from compass.api.meta import (
     DEFAULT_ROUTER_MODEL,
     MAX_ENDPOINT_LENGTH,
-    MAX_LATENCY_MS,
     MAX_NAME_LENGTH,
     CamelModel,
 )
 from compass.api.metricsource import MetricsSource
 from compass.api.rules import CelRule, cel_rules
+from compass.api.urls import ENDPOINT_FIX, cel_matches_endpoint, endpoint_problem
 from compass.domain.admission import DEFAULT_DEGRADE_AFTER
-from compass.domain.capacity import MAX_CURVE_POINTS, CapacityError, parse_curve
+
+# A latency or SLO in ms: a microsecond to an hour. Past either end a queueing model is
+# meaningless, and the planner's arithmetic loses its precision (a mean of 1e-300 ms) or
+# overflows (exp of rate x time on 2**63 ms).
+from compass.domain.capacity import (
+    MAX_CURVE_POINTS,
+    MAX_LATENCY_MS,
+    MIN_LATENCY_MS,
+    CapacityError,
+    parse_curve,
+)
 from compass.domain.elastico import (
     DEFAULT_COOLDOWN_EXPONENT,
     DEFAULT_DOWNSCALE_COOLDOWN_S,
@@ -58,16 +68,18 @@ class CurvePointSpec(CamelModel):
     offered_qps: Annotated[float, Field(gt=0, description="Requests per second offered.")]
     throughput_qps: Annotated[float, Field(gt=0, description="Requests per second served.")]
     latency_mean_ms: Annotated[
-        float, Field(gt=0, le=MAX_LATENCY_MS, description="Mean latency in ms.")
+        float, Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="Mean latency in ms.")
     ]
     latency_p50_ms: Annotated[
-        float, Field(gt=0, le=MAX_LATENCY_MS, description="Median latency in ms.")
+        float, Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="Median latency in ms.")
     ]
     latency_p95_ms: Annotated[
-        float, Field(gt=0, le=MAX_LATENCY_MS, description="95th percentile latency in ms.")
+        float,
+        Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="95th percentile latency in ms."),
     ]
     latency_p99_ms: Annotated[
-        float, Field(gt=0, le=MAX_LATENCY_MS, description="99th percentile latency in ms.")
+        float,
+        Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="99th percentile latency in ms."),
     ]
     growing: bool = Field(
         default=False,
@@ -107,19 +119,28 @@ class FrontEntry(CamelModel):
     )
     accuracy: Annotated[float, Field(ge=0, le=1, description="Measured accuracy in [0, 1].")]
     latency_mean_ms: Annotated[
-        float, Field(gt=0, le=MAX_LATENCY_MS, description="Mean service time in ms.")
+        float, Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="Mean service time in ms.")
     ]
     latency_p95_ms: Annotated[
-        float, Field(gt=0, le=MAX_LATENCY_MS, description="95th percentile service time in ms.")
+        float,
+        Field(
+            ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="95th percentile service time in ms."
+        ),
     ]
     latency_p50_ms: Annotated[
         float | None,
-        Field(gt=0, le=MAX_LATENCY_MS, description="Median service time in ms, if measured."),
+        Field(
+            ge=MIN_LATENCY_MS,
+            le=MAX_LATENCY_MS,
+            description="Median service time in ms, if measured.",
+        ),
     ] = None
     latency_p99_ms: Annotated[
         float | None,
         Field(
-            gt=0, le=MAX_LATENCY_MS, description="99th percentile service time in ms, if measured."
+            ge=MIN_LATENCY_MS,
+            le=MAX_LATENCY_MS,
+            description="99th percentile service time in ms, if measured.",
         ),
     ] = None
     latency_std_ms: Annotated[
@@ -180,7 +201,8 @@ class SloSpec(CamelModel):
     """The latency objective at a percentile of requests."""
 
     latency_ms: Annotated[
-        float, Field(gt=0, le=MAX_LATENCY_MS, description="Latency target in milliseconds.")
+        float,
+        Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="Latency target in milliseconds."),
     ]
     percentile: Annotated[
         float, Field(gt=0, lt=100, description="Percentile of requests held to the target.")
@@ -244,7 +266,13 @@ class RoutingTarget(CamelModel):
                 rule="!(has(self.service) && has(self.grpcEndpoint))",
                 message="give routing.service (Triton pods in the cluster) or "
                 "routing.grpcEndpoint (one Triton outside it), not both",
-            )
+            ),
+            CelRule(
+                rule=f"!has(self.grpcEndpoint) || {cel_matches_endpoint('self.grpcEndpoint')}",
+                message="grpcEndpoint must be host:port with a port in 1-65535 "
+                "(e.g. triton.example.com:8001)",
+                field_path=".grpcEndpoint",
+            ),
         )
     )
 
@@ -270,6 +298,10 @@ class RoutingTarget(CamelModel):
 
     @model_validator(mode="after")
     def _one_target(self) -> RoutingTarget:
+        # Checked here, on the object, where the API server's CEL rule reports it too.
+        problem = None if self.grpc_endpoint is None else endpoint_problem(self.grpc_endpoint)
+        if problem is not None:
+            raise ValueError(f"grpcEndpoint: {problem}; {ENDPOINT_FIX}")
         if self.service and self.grpc_endpoint:
             raise ValueError(
                 "give routing.service (Triton pods in the cluster) or routing.grpcEndpoint "

@@ -47,3 +47,40 @@ def url_problem(url: str) -> str | None:
     if "#" in url:
         return "has a fragment (#...); remove it"
     return f"{url!r} is not http(s)://host[:port][/path] (no spaces, a host is required)"
+
+
+# A gRPC endpoint, host:port: a DNS name or IPv4 address, or an IPv6 one in brackets, and a
+# port in 1-65535 (the regular expression spells the range: the API server checks it too).
+_PORT_RANGE = (
+    r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+)
+ENDPOINT_PATTERN = rf"^([A-Za-z0-9]([-A-Za-z0-9._]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]):{_PORT_RANGE}$"
+_ENDPOINT = re.compile(ENDPOINT_PATTERN)
+MAX_PORT = 65535
+
+
+def cel_matches_endpoint(expression: str) -> str:
+    """CEL that holds when the string ``expression`` is host:port (ENDPOINT_PATTERN)."""
+    return f"{expression}.matches('{ENDPOINT_PATTERN.replace(chr(92), chr(92) * 2)}')"
+
+
+def endpoint_problem(address: str) -> str | None:
+    """What is wrong with a host:port endpoint (no fix: ENDPOINT_FIX); None if it is one.
+
+    A port is checked for its range here: the gRPC client takes it modulo 65536, so 99999999
+    would connect to 57599 without a word.
+    """
+    if _ENDPOINT.fullmatch(address):
+        return None
+    host, colon, port = address.rpartition(":")
+    if not colon or not host:
+        return f"{address!r:.80} is not host:port"
+    if not port.isascii() or not port.isdigit():
+        return f"port {port!r:.20} is not a number"
+    if not 1 <= int(port) <= MAX_PORT:
+        shown = port if len(port) <= 20 else f"{port[:20]}..."
+        return f"port {shown} is outside 1-{MAX_PORT}"
+    return f"host {host!r:.80} is not a DNS name, an IPv4 address or [an IPv6 address]"
+
+
+ENDPOINT_FIX = "write host:port with a port in 1-65535, e.g. triton.example.com:8001"

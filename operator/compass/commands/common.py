@@ -17,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from compass.api.paretopolicy import ParetoPolicySpec
+from compass.api.urls import ENDPOINT_FIX, endpoint_problem
 from compass.console import UsageError, fail, parse_number, parse_seed
 from compass.domain.admission import DEFAULT_DEGRADE_AFTER, AdmissionPoint
 from compass.domain.arrivals import LoadPattern, PatternKind, SimulationError, make_pattern
@@ -138,6 +139,13 @@ def plan_error(exc: PlanError, source: str | None = None) -> UsageError:
 
 
 # ---------------------------------------------------------------------------- writing
+
+
+def check_endpoint(flag: str, address: str) -> None:
+    """A --triton HOST:PORT, or the usage error naming the flag (a port past 65535 would wrap)."""
+    problem = endpoint_problem(address)
+    if problem is not None:
+        fail(flag, problem, ENDPOINT_FIX)
 
 
 def check_output(flag: str, path: Path) -> None:

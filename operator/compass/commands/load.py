@@ -13,6 +13,7 @@ import numpy as np
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.commands.common import (
     add_pattern_arguments,
+    check_endpoint,
     check_not_input,
     check_output,
     pattern_from_args,
@@ -44,6 +45,7 @@ def load_command(args: argparse.Namespace) -> int:
     # Deliberately lazy: the gRPC client takes a while to load; the other commands never need it.
     from compass.dataplane.load import run_load
 
+    check_endpoint("--triton", str(args.triton))
     if args.output:
         check_output("--output", Path(args.output))
         check_not_input("--output", Path(args.output), {"--trace": args.trace})

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.commands.common import check_not_input, check_output
+from compass.commands.common import check_endpoint, check_not_input, check_output
 from compass.console import fail, parse_int
 from compass.domain.evaluation import Config
 
@@ -73,6 +73,7 @@ def profile_command(args: argparse.Namespace) -> int:
     from compass.dataplane.profiler import ProfileSettings, profile_configurations
     from compass.dataplane.triton import RoutingError, TritonRouter
 
+    check_endpoint("--triton", str(args.triton))
     output = Path(args.output)
     check_output("--output", output)
     check_not_input("--output", output, {"--result": args.result})

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.commands.common import check_not_input, read_document
+from compass.commands.common import check_endpoint, check_not_input, read_document
 from compass.commands.search_common import (
     SearchOptions,
     add_settings,
@@ -422,6 +422,7 @@ def _live_scores(args: argparse.Namespace, space: Space | None, options: SearchO
     population = parse_int("--samples", str(args.samples), "100", low=1, high=MAX_DATASET_SIZE)
     budgets = resolve_budgets(options.budgets, population, "--samples")
     if args.triton is not None:
+        check_endpoint("--triton", str(args.triton))
         source = ScoreSource(triton=str(args.triton), router_model=str(args.router))
     else:
         try:

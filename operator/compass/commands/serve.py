@@ -10,7 +10,7 @@ from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.urls import url_problem
-from compass.commands.common import load_policy, plan_error
+from compass.commands.common import check_endpoint, load_policy, plan_error
 from compass.console import fail, parse_number
 from compass.conversion import admission_table, runtime_policy
 from compass.domain.planner import PlanError
@@ -64,6 +64,8 @@ def serve_command(args: argparse.Namespace) -> int:
     from compass.dataplane.triton import RoutingError
 
     addresses = [a.strip() for a in str(args.triton).split(",") if a.strip()]
+    for address in addresses:
+        check_endpoint("--triton", address)
     metrics = [m.strip() for m in str(args.metrics).split(",") if m.strip()]
     per_replica = args.metrics_type == "triton"
     for url in metrics:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -188,18 +189,70 @@ def apply(
     )
 
 
+# The 422 of a JSON patch that did not apply to the object as it is now: an API server that says
+# why names the failed ``test`` op (evanphx/json-patch: "testing value <path> failed"); others
+# (1.20, say) answer only this generic line, with no causes, for a failed test op and a path that
+# is missing alike. A patch that applied but made the object invalid is a 422 that names the
+# object and the field ("Gadget "g" is invalid: metadata.labels: ...").
+_TEST_FAILED = re.compile(r"\btesting value \S* ?failed", re.IGNORECASE)
+_NOT_APPLIED = "the server rejected our request due to an error in our request"
+
+
+class PatchRefusedError(ApiException):
+    """The API server refused a JSON patch (422) for another reason than a failed ``test`` op:
+    the patch is invalid or makes the object invalid, and retrying it will not help."""
+
+    def __str__(self) -> str:
+        return f"JSON patch refused (HTTP {self.status}): {_status_message(self) or self.reason}"
+
+
+def _status(error: ApiException) -> dict[str, Any]:
+    """The API server's Status answer, if the body is one."""
+    try:
+        answer = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def _status_message(error: ApiException) -> str:
+    message = _status(error).get("message")
+    return message if isinstance(message, str) else ""
+
+
+def _not_applied(error: ApiException) -> bool:
+    """Whether a 422 says the patch did not apply to the object as it is now (a failed test op
+    where the server says so; the generic line with no causes where it does not)."""
+    status = _status(error)
+    message = _status_message(error)
+    if _TEST_FAILED.search(message):
+        return True
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return message == _NOT_APPLIED and not causes
+
+
 def json_patch(method: Callable[..., Any], *args: Any, ops: list[dict[str, Any]]) -> bool:
-    """Apply a JSON patch (RFC 6902) as FIELD_MANAGER; False if the server refused it (422:
-    one of its ``test`` ops failed, the object having changed since it was read, or the patch
-    does not apply) or the object is gone. The API server's 422 does not say which."""
+    """Apply a JSON patch (RFC 6902) as FIELD_MANAGER; False if it did not apply to the object
+    as it is now (a ``test`` op failed: it changed since it was read, read it again) or the
+    object is gone. Where the API server does not say which op failed, a caller that tests the
+    resourceVersion tells a change from a patch that can never apply by reading again.
+
+    A 422 for a patch that applied but makes the object invalid raises PatchRefusedError: the
+    server will refuse it again, so it is no reason to retry at once.
+    """
     try:
         call(method, *args, ops, field_manager=FIELD_MANAGER, _content_type=JSON_PATCH)
     except NotFoundError:
         return False
     except ApiException as error:
-        if error.status == 422:
+        if error.status != 422:
+            raise
+        if _not_applied(error):
             return False
-        raise
+        refused = PatchRefusedError(status=error.status, reason=error.reason)
+        refused.body, refused.headers = error.body, error.headers
+        raise refused from error
     return True
 
 

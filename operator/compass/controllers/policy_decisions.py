@@ -8,8 +8,10 @@ the configuration on start; routing changed behind its back is adopted.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from compass.api.meta import GROUP
 from compass.api.paretopolicy import ParetoPolicySpec
@@ -29,6 +31,29 @@ MAX_RETRY_DELAY_S = 8.0
 # gaps between two ticks of an acting process (a retry after failures), so that they never lapse
 # while it acts, and go soon after peering pauses it or the fence holds it.
 SERIES_TTL_S = max(30.0, 3 * MAX_RETRY_DELAY_S)
+
+
+LOG = logging.getLogger(__name__)
+
+
+def saved_state(status: Mapping[str, Any]) -> PolicyState | None:
+    """The policy state a previous operator run saved in the status, if it reads as one.
+
+    The status is output, and anyone with write access to it may have edited it: a state that
+    does not read back (a string or a huge number for a time) is dropped with a log line, and
+    the policy starts afresh from what the routers serve.
+    """
+    saved = status.get("policyState")
+    if saved is None:
+        return None
+    if not isinstance(saved, dict):
+        LOG.warning("status.policyState is not an object, starting afresh")
+        return None
+    try:
+        return PolicyState.from_dict(saved)
+    except (TypeError, ValueError) as error:
+        LOG.warning("status.policyState unreadable, starting afresh: %s", error)
+        return None
 
 
 def decision_due(

@@ -11,7 +11,6 @@ error of the timer: the policy holds (or falls back, as spec.onMetricsLoss says)
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from dataclasses import dataclass
@@ -56,6 +55,7 @@ from compass.controllers.policy_decisions import (
     paused_state,
     retry_delay,
     routing_label,
+    saved_state,
     state_routing,
     state_routing_key,
 )
@@ -244,7 +244,9 @@ def _tick(
     first = memory.status is None
     previous = memory.status if memory.status is not None else dict(body.get("status") or {})
     if first:
-        memory.last_observed = parse_rfc3339(previous.get("lastObservationTime"))
+        observed = parse_rfc3339(previous.get("lastObservationTime"))
+        # Read back from the status: one in the future (edited) would keep stale evidence.
+        memory.last_observed = observed if observed is not None and observed <= now else None
     compiled = _compile(body, memory, runtime, logger, previous, generation, now)
     if compiled is None or not decision_due(memory.last_tick, now, compiled.spec.interval_seconds):
         return False
@@ -260,14 +262,15 @@ def _tick(
         health = Health(
             unreachable=str(error),
             pause=_pause(body, compiled),
-            active=(previous.get("active") or {}).get("name"),
+            # Its own state's, never the status's: anyone may have edited that.
+            active=None if memory.state is None else memory.state.active,
         )
         _publish(body, memory, runtime, logger, previous, health, None, now, generation)
         delay = retry_delay(memory.failures, compiled.spec.interval_seconds)
         message = f"Triton unreachable, nothing switched: {error}"
         raise kopf.TemporaryError(message, delay=delay) from error
     memory.failures = 0
-    saved = memory.state if memory.state is not None else _saved_state(previous)
+    saved = memory.state if memory.state is not None else saved_state(previous)
     state, note = align_state(
         saved,
         memory.last_observed,
@@ -428,7 +431,11 @@ def _publish(
     uid = str(body.get("metadata", {}).get("uid", ""))
     runtime.metrics.set_policy(namespace, name, uid, gauges)
     written = memory.written if memory.written is not None else dict(body.get("status") or {})
-    changes = status_patch(written, status, now, memory.last_write)
+    # The live status too: what someone else wrote over the operator's own fields is put back.
+    live = body.get("status")
+    changes = status_patch(
+        written, status, now, memory.last_write, live=live if isinstance(live, dict) else None
+    )
     if changes:
         if _write_status(runtime, body, changes, logger):
             memory.written, memory.last_write = status, now
@@ -616,7 +623,7 @@ def _expected_key(
     memory: PolicyMemory, previous: dict[str, Any], compiled: CompiledPolicy
 ) -> str | None:
     """The routing the policy last had active (memory, else the status), as a routing key."""
-    state = memory.state if memory.state is not None else _saved_state(previous)
+    state = memory.state if memory.state is not None else saved_state(previous)
     return None if state is None else state_routing_key(compiled.plan, state)
 
 
@@ -638,20 +645,6 @@ def _hold_routing(
 def _routing(report: FleetSwitch) -> RoutingStatus:
     """The status's view of a switch of every pod."""
     return routing_status([(p.pod, p.config, p.error) for p in report.pods], report.config)
-
-
-def _saved_state(status: dict[str, Any]) -> PolicyState | None:
-    """The policy state a previous operator run saved in the status, if readable."""
-    saved = status.get("policyState")
-    if not isinstance(saved, dict):
-        return None
-    try:
-        return PolicyState.from_dict(saved)
-    except (TypeError, ValueError) as error:
-        logging.getLogger(__name__).warning(
-            "status.policyState unreadable, starting afresh: %s", error
-        )
-        return None
 
 
 def _pause(body: kopf.Body, compiled: CompiledPolicy) -> Pause:

@@ -214,19 +214,56 @@ def _condition_states(conditions: Any) -> list[tuple[Any, ...]] | None:
     ]
 
 
+# The status fields only the operator decides; the routine samples of the saved state are left
+# out of the comparison (the object read may be a tick behind the operator's last write).
+_OWNED = (
+    "active",
+    "switches",
+    "lastSwitchTime",
+    "lastSwitchReason",
+    "routing",
+    "thresholds",
+    "policyState",
+)
+_ROUTINE_STATE = ("arrivals", "observed_at")
+
+
+def _edited(written: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
+    """The operator's own fields that differ between what it wrote and the status now."""
+
+    def owned(status: Mapping[str, Any], key: str) -> Any:
+        value = status.get(key)
+        if key == "policyState" and isinstance(value, Mapping):
+            return {k: v for k, v in value.items() if k not in _ROUTINE_STATE}
+        return value
+
+    return [key for key in _OWNED if owned(written, key) != owned(live, key)]
+
+
 def status_patch(
     previous: Mapping[str, Any],
     new: Mapping[str, Any],
     now: float,
     last_write: float | None,
     heartbeat_s: float = STATUS_HEARTBEAT_S,
+    live: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What to write to the status: the changes, except routine ones (the observation time, the
     arrivals samples, and the wording of the last decision and of conditions whose status and
     reason stay), which wait for the heartbeat: an idle policy should not write every second
     (the predictive strategy's reason quotes a rate that moves every tick). A restart then
-    loses at most a heartbeat of arrivals samples (rate evidence)."""
+    loses at most a heartbeat of arrivals samples (rate evidence).
+
+    ``live``: the status on the object now. Where one of the fields only the operator decides
+    (the active configuration, the switches, the saved state...) differs there from what it
+    wrote (``previous``), someone else wrote it: it is put back at once, not at the next switch.
+    """
     patch = merge_patch(previous, new)
+    for key in _edited(previous, live or previous):
+        if key in new:
+            repair = merge_patch({key: live.get(key) if live else None}, {key: new[key]})
+            if key in repair:
+                patch[key] = repair[key]
     state = patch.get("policyState")
     quiet = (
         set(patch) <= {"lastObservationTime", "lastDecision", "policyState", "conditions"}

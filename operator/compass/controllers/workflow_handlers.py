@@ -602,7 +602,19 @@ def _apply_policy(
         return apply
     assert apply.body is not None
     patch = custom.patch_namespaced_custom_object
+    # A patch the server refuses as invalid raises PatchRefusedError: an error kopf logs and
+    # retries on its own backoff, not every second.
     if apply.adopt and not kubeapi.json_patch(patch, *where, ops=apply.adopt):
+        assert existing is not None  # adopt is only given for an existing policy
+        now = kubeapi.read(custom.get_namespaced_custom_object, *where)
+        tested = existing["metadata"]["resourceVersion"]
+        if now is not None and now["metadata"]["resourceVersion"] == tested:
+            # Unchanged, yet refused: the patch itself cannot apply, and never will.
+            raise kubeapi.PatchRefusedError(
+                status=422,
+                reason=f"ParetoPolicy {name}: taking over the fields an older operator wrote "
+                "was refused though the policy is unchanged",
+            )
         # Changed (or deleted) since it was read: decide again on a fresh read.
         raise kopf.TemporaryError(
             f"ParetoPolicy {name}: taking over the fields an older operator wrote was refused "

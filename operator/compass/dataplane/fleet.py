@@ -31,6 +31,13 @@ MAX_PARALLEL = 32
 _POOL = ThreadPoolExecutor(max_workers=MAX_PARALLEL, thread_name_prefix="compass-fleet")
 
 
+# A pod's arrivals counter read below its last reading is a restart when it reads at most this
+# share of it, or below it this many readings in a row; otherwise a scrape answered out of order
+# (a step back of one scrape's arrivals), held. (Triton exports no process start time to tell.)
+RESET_SHARE = 0.5
+RESET_READINGS = 2
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """One Triton pod: its name and where its gRPC and metrics ports are."""
@@ -209,6 +216,8 @@ class FleetQueueDepth:
     scrapers: dict[tuple[str, str], TritonQueueDepth] = field(default_factory=dict)
     # The arrivals counter per pod at the last reading, and the per-pod total so far.
     last: dict[str, float] = field(default_factory=dict)
+    # How many readings in a row each pod's counter has read below its last (held) reading.
+    low: dict[str, int] = field(default_factory=dict)
     per_pod_arrivals: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -266,20 +275,33 @@ class FleetQueueDepth:
     def _advance(self, readings: Mapping[str, MetricsReading]) -> float | None:
         """Add the arrivals since the last reading, per pod; a pod's first reading is a baseline.
 
-        Like Prometheus' rate(): a counter that went down was reset (its pod restarted), and
-        everything it shows counts as new.
+        Like Prometheus' rate(), a counter that went down was reset (its pod restarted) and
+        everything it shows counts as new, but only when it is clearly a reset: far below the
+        last reading (RESET_SHARE), or below it on RESET_READINGS readings in a row. A reading
+        a little lower once is a scrape answered out of order under load: it is held (the
+        highest reading kept, nothing counted), or the pod's whole history would count again.
         """
         if any(r.arrivals_total is None for r in readings.values()):
             return None
         increase = 0.0
         for name, reading in readings.items():
             assert reading.arrivals_total is not None
+            now = reading.arrivals_total
             before = self.last.get(name)
-            if before is not None:
-                now = reading.arrivals_total
-                increase += now - before if now >= before else now
-            self.last[name] = reading.arrivals_total
+            if before is None:
+                self.last[name] = now
+            elif now >= before:
+                increase += now - before
+                self.last[name] = now
+                self.low.pop(name, None)
+            elif now <= before * RESET_SHARE or self.low.get(name, 0) + 1 >= RESET_READINGS:
+                increase += now  # restarted: everything it shows is new
+                self.last[name] = now
+                self.low.pop(name, None)
+            else:
+                self.low[name] = self.low.get(name, 0) + 1
         for name in set(self.last) - set(readings):
             del self.last[name]
+            self.low.pop(name, None)
         self.per_pod_arrivals += increase / len(readings)
         return self.per_pod_arrivals

@@ -27,6 +27,14 @@ MAX_METRICS_BYTES = 8 * 1024 * 1024
 # What the log may keep of an answer: this many characters, printable ASCII only. Nothing a
 # server answers goes into an error message, so none of it reaches a status or an Event.
 EXCERPT_CHARS = 200
+# What a number read from a metric may be; past these it is a failed read (the policy holds as
+# for a missing metric), never a decision: no pod queues a billion requests, a float counter
+# past 2**53 no longer counts by one, a sample older than a day is no reading of now, and a
+# clock minutes ahead is a wrong timestamp (a few seconds ahead: skew, read as fresh).
+MAX_QUEUE_DEPTH = 1e9
+MAX_COUNTER = 2.0**53
+MAX_SAMPLE_AGE_S = 86_400.0
+MAX_FUTURE_S = 300.0
 # Local socket, resolver and TLS failures, named in a fixed vocabulary (first match wins).
 _CONNECTION_FAILURES = (
     ("Hostname mismatch", "TLS: the server's certificate is not for this host"),
@@ -195,6 +203,44 @@ class MetricsUnavailableError(RuntimeError):
     """The queue depth could not be read; the message names the source and the cause."""
 
 
+def _shown(value: float) -> str:
+    """A number as Prometheus writes the special ones (+Inf, -Inf, NaN), else %g."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:g}"
+
+
+def checked_count(value: float, what: str, where: str, high: float) -> float:
+    """A queue depth or counter read from a metric: finite, >= 0, at most ``high``; otherwise
+    MetricsUnavailableError naming ``where`` and the number."""
+    if not math.isfinite(value):
+        raise MetricsUnavailableError(f"{where}: {what} {_shown(value)} is not a finite number")
+    if value < 0:
+        raise MetricsUnavailableError(f"{where}: {what} {_shown(value)} is negative")
+    if value > high:
+        raise MetricsUnavailableError(f"{where}: {what} {_shown(value)} is above {high:g}")
+    return value
+
+
+def checked_age(value: float, where: str) -> float:
+    """How old a sample is (s): finite, at most a day; a few minutes in the future (clock skew)
+    is fresh (0); further is a wrong timestamp. MetricsUnavailableError otherwise."""
+    if not math.isfinite(value):
+        raise MetricsUnavailableError(f"{where}: sample age {_shown(value)} is not a finite number")
+    if value > MAX_SAMPLE_AGE_S:
+        raise MetricsUnavailableError(
+            f"{where}: sample age {_shown(value)} s is more than a day (a wrong timestamp?)"
+        )
+    if value < -MAX_FUTURE_S:
+        raise MetricsUnavailableError(
+            f"{where}: sample stamped {_shown(-value)} s in the future (a wrong timestamp or "
+            "clock?)"
+        )
+    return max(value, 0.0)
+
+
 class QueueDepthSource(Protocol):
     """Reads the current queue depth of the router."""
 
@@ -250,15 +296,30 @@ class PrometheusQueueDepth:
 
     def queue_depth(self) -> float:
         """Evaluate the queue-depth query now."""
-        return self._scalar(self.query)
+        return checked_count(
+            self._scalar(self.query), "queue depth", self._where(self.query), MAX_QUEUE_DEPTH
+        )
 
     def read(self) -> MetricsReading:
         """Queue depth, and arrivals when an arrivals query is configured."""
-        depth = self._scalar(self.query)
-        arrivals = self._scalar(self.arrivals_query) if self.arrivals_query else None
-        # Measured on Prometheus' clock alone, so no skew with this one; a sample stamped in
-        # the future (an exporter's own timestamp) counts as fresh.
-        age = max(self._scalar(self.age_query), 0.0) if self.age_query else 0.0
+        depth = checked_count(
+            self._scalar(self.query), "queue depth", self._where(self.query), MAX_QUEUE_DEPTH
+        )
+        arrivals = None
+        if self.arrivals_query:
+            arrivals = checked_count(
+                self._scalar(self.arrivals_query),
+                "arrivals counter",
+                self._where(self.arrivals_query),
+                MAX_COUNTER,
+            )
+        # Measured on Prometheus' clock alone, so no skew with this one; a sample stamped a
+        # little in the future (an exporter's own timestamp) counts as fresh.
+        age = (
+            checked_age(self._scalar(self.age_query), self._where(self.age_query))
+            if self.age_query
+            else 0.0
+        )
         pods = max(self.pods(), 1) if self.pods is not None else 1
         return MetricsReading(
             depth / pods, None if arrivals is None else arrivals / pods, pods, age_s=age
@@ -388,8 +449,13 @@ class TritonQueueDepth:
             raise MetricsUnavailableError(
                 f"{self.describe()}: no such series (is the model loaded?)"
             )
-        pending = totals[self.metric]
-        finished = [totals.get(f"nv_inference_request_{k}") for k in ("success", "failure")]
+        pending = checked_count(totals[self.metric], self.metric, self.describe(), MAX_QUEUE_DEPTH)
+        finished = [
+            checked_count(totals[name], name, self.describe(), MAX_COUNTER)
+            if (name := f"nv_inference_request_{k}") in totals
+            else None
+            for k in ("success", "failure")
+        ]
         if None in finished:
             return MetricsReading(pending, None)
         with self.lock:

@@ -24,6 +24,11 @@ FloatArray = npt.NDArray[np.float64]
 
 # A curve is measured in at most this many rates (the profiler's cost bound; the CRD's too).
 MAX_CURVE_POINTS = 16
+# The range of a measured service time, in ms: a microsecond to an hour. Past either end the
+# numbers are a unit mistake, and the planner's arithmetic (the queue a mean of 1e-300 ms drains,
+# exp of rate x time for 2**63 ms) loses its precision or overflows.
+MIN_LATENCY_MS = 0.001
+MAX_LATENCY_MS = 3_600_000.0
 # The ladder's first rate, as a fraction of one server's capacity (1 / mean service time).
 LADDER_START = 0.25
 # Each rung offers this much more than the one below until the pod saturates.
@@ -412,6 +417,12 @@ def _parse_point(item: object, where: str) -> CurvePoint:
             raise CapacityError(f"{where}.{field}", f"{value!r} is not a number", "give one")
         if not math.isfinite(value) or value <= 0:
             raise CapacityError(f"{where}.{field}", f"{value:g} is not > 0", "give one")
+        if field.startswith("latency_") and not MIN_LATENCY_MS <= value <= MAX_LATENCY_MS:
+            raise CapacityError(
+                f"{where}.{field}",
+                f"{value:g} ms is outside [{MIN_LATENCY_MS:g}, {MAX_LATENCY_MS:,.0f}] ms",
+                "check the units: times are in ms",
+            )
         return float(value)
 
     percentiles = tuple((p, number(_FIELDS[p])) for p in CURVE_PERCENTILES)

@@ -141,15 +141,75 @@ class PolicyState:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> PolicyState:
-        """The state back from ``to_dict``; unknown keys are ignored (newer operator versions)."""
+        """The state back from ``to_dict``; unknown keys are ignored (newer operator versions).
+
+        What comes back may have been edited by anyone who can write the status, so every value
+        is checked against what ``to_dict`` writes: ValueError names the first field that is
+        not (a string for a time, a time past the year 2286, a negative count).
+        """
         known = {name: data[name] for name in PolicyState.__dataclass_fields__ if name in data}
+        for name in ("active", "blend"):
+            _text(known, name, nullable=True)
+        _text(known, "last_reason", nullable=False)
+        for name in ("active_since", "last_switch_at", "downscale_since", "observed_at"):
+            if known.get(name) is not None:
+                known[name] = _saved_number(known[name], name, MAX_SAVED_TIME_S)
+        if "weight" in known:
+            known["weight"] = _saved_number(known["weight"], "weight", 1.0)
+        if "switches" in known:
+            switches = known["switches"]
+            if isinstance(switches, bool) or not isinstance(switches, int):
+                raise ValueError(f"switches: {switches!r} is not a whole number")
+            known["switches"] = round(_saved_number(switches, "switches", MAX_SAVED_COUNT))
         known["entry_levels"] = tuple(
-            (float(time), str(name)) for time, name in known.get("entry_levels", ())
+            (_saved_number(time, "entry_levels", MAX_SAVED_TIME_S), _name(name, "entry_levels"))
+            for time, name in _pairs(known.get("entry_levels", ()), "entry_levels")
         )
         known["arrivals"] = tuple(
-            (float(time), float(total)) for time, total in known.get("arrivals", ())
+            (
+                _saved_number(time, "arrivals", MAX_SAVED_TIME_S),
+                _saved_number(total, "arrivals", MAX_SAVED_COUNT),
+            )
+            for time, total in _pairs(known.get("arrivals", ()), "arrivals")
         )
         return PolicyState(**known)
+
+
+# What a saved state may hold: epoch seconds up to the year 2286, counts where a float still
+# counts by one, names and reasons of a status's size, this many samples.
+MAX_SAVED_TIME_S = 1e10
+MAX_SAVED_COUNT = 2.0**53
+MAX_SAVED_TEXT = 4096
+MAX_SAVED_SAMPLES = 100_000
+
+
+def _saved_number(value: object, field: str, high: float) -> float:
+    """A finite number in [0, high] from a saved state; ValueError naming the field."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{field}: {value!r} is not a number")
+    if not 0 <= value <= high:  # NaN fails too
+        raise ValueError(f"{field}: {value!r} is outside [0, {high:g}]")
+    return float(value)
+
+
+def _name(value: object, field: str) -> str:
+    if not isinstance(value, str) or len(value) > MAX_SAVED_TEXT:
+        raise ValueError(f"{field}: {value!r:.80} is not a name")
+    return value
+
+
+def _text(known: dict[str, Any], field: str, *, nullable: bool) -> None:
+    if field in known and not (nullable and known[field] is None):
+        _name(known[field], field)
+
+
+def _pairs(value: object, field: str) -> list[tuple[object, object]]:
+    """A saved list of two-element lists."""
+    if not isinstance(value, list | tuple) or len(value) > MAX_SAVED_SAMPLES:
+        raise ValueError(f"{field}: not a list of at most {MAX_SAVED_SAMPLES} pairs")
+    if not all(isinstance(pair, list | tuple) and len(pair) == 2 for pair in value):
+        raise ValueError(f"{field}: not a list of [time, value] pairs")
+    return [(pair[0], pair[1]) for pair in value]
 
 
 @dataclass(frozen=True)

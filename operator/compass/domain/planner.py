@@ -35,6 +35,9 @@ MAX_SLO_MS = 86_400_000.0
 _GRID = 512
 # Relative precision of the Lundberg exponent and of the rate limits.
 _XTOL = 1e-10
+# The deepest queue limit a plan gives: no pod queues a billion requests, and the limit being
+# finite keeps the search for it bounded (about 30 steps) whatever the profile's numbers.
+MAX_QUEUE_LIMIT = 1_000_000_000
 
 
 class PlanError(ValueError):
@@ -252,21 +255,41 @@ def _queue_limit(
     if tail > budget_ms + _TOLERANCE:
         return None
     if model is ThresholdModel.PAPER_MEAN:
-        return math.floor(servers * (budget_ms - tail) / mean + _TOLERANCE)
+        # Compared as a float first: the quotient of a vanishing mean is inf, which has no floor.
+        paper = servers * (budget_ms - tail) / mean + _TOLERANCE
+        return MAX_QUEUE_LIMIT if paper >= MAX_QUEUE_LIMIT else math.floor(paper)
 
     def meets(depth: int) -> bool:
         return _sum_tail(mean, tail, depth / servers + 1) <= budget_ms + _TOLERANCE
 
-    # n mean + sqrt(n) (p - mean) <= budget is a quadratic in x = sqrt(n).
+    # n mean + sqrt(n) (p - mean) <= budget is a quadratic in x = sqrt(n); its root written
+    # without the cancellation of -b + sqrt(b^2 + 4ac), which loses everything for a tiny mean.
     spread = tail - mean
-    root = (-spread + math.sqrt(spread * spread + 4 * mean * budget_ms)) / (2 * mean)
-    depth = max(0, math.floor((root * root - 1) * servers + _TOLERANCE))
-    # The closed form can be off by one in floating point: settle it on the exact condition.
-    while meets(depth + 1):
-        depth += 1
-    while depth > 0 and not meets(depth):
-        depth -= 1
-    return depth
+    discriminant = math.sqrt(spread * spread + 4 * mean * budget_ms)
+    root = (
+        2 * budget_ms / (spread + discriminant)
+        if spread > 0
+        else (discriminant - spread) / (2 * mean)
+    )
+    guess = (root * root - 1) * servers + _TOLERANCE
+    depth = MAX_QUEUE_LIMIT if not guess < MAX_QUEUE_LIMIT else max(0, math.floor(guess))
+    # The closed form can be off by a step or so in floating point: settle it on the exact
+    # condition by bisection between a depth that meets it and one that does not (or the cap),
+    # so the search ends within log2(MAX_QUEUE_LIMIT) steps whatever the numbers.
+    if meets(depth):
+        low, high = depth, min(depth + 1, MAX_QUEUE_LIMIT)
+        step = 1
+        while high < MAX_QUEUE_LIMIT and meets(high):
+            low, step = high, 2 * step
+            high = min(high + step, MAX_QUEUE_LIMIT)
+        if high == MAX_QUEUE_LIMIT and meets(high):
+            return MAX_QUEUE_LIMIT
+    else:
+        low, high = 0, depth
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if meets(middle) else (low, middle)
+    return low
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,13 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtri
 
-from compass.domain.capacity import CapacityCurve, CapacityError, parse_curve
+from compass.domain.capacity import (
+    MAX_LATENCY_MS,
+    MIN_LATENCY_MS,
+    CapacityCurve,
+    CapacityError,
+    parse_curve,
+)
 from compass.domain.evaluation import ParamValue
 from compass.domain.space import config_key
 
@@ -265,9 +271,16 @@ def clearly_dominated(
 
 
 def _number(
-    entry: Mapping[str, Any], field: str, where: str, *, required: bool, positive: bool
+    entry: Mapping[str, Any],
+    field: str,
+    where: str,
+    *,
+    required: bool,
+    positive: bool,
+    time: bool = True,
 ) -> float | None:
-    """A finite number from a profile entry, checked for sign; None when absent and optional."""
+    """A finite number from a profile entry, checked for sign and, for a time in ms, for its
+    range; None when absent and optional."""
     if entry.get(field) is None:
         if required:
             raise ProfileError(f"{where}.{field}", "missing", "every profile needs it")
@@ -288,6 +301,20 @@ def _number(
         raise ProfileError(f"{where}.{field}", f"{number:g} is negative", "times must be >= 0")
     if positive and number == 0:
         raise ProfileError(f"{where}.{field}", "0", "a service time must be > 0")
+    if not time:
+        return number
+    if positive and number < MIN_LATENCY_MS:
+        raise ProfileError(
+            f"{where}.{field}",
+            f"{number:g} ms is below {MIN_LATENCY_MS:g} ms",
+            "check the units: times are in ms",
+        )
+    if number > MAX_LATENCY_MS:
+        raise ProfileError(
+            f"{where}.{field}",
+            f"{number:g} ms is above {MAX_LATENCY_MS:,.0f} ms (an hour)",
+            "check the units: times are in ms",
+        )
     return number
 
 
@@ -312,7 +339,7 @@ def parse_profile(entry: object, where: str) -> LatencyProfile:
                 f"{value!r} is not a string, number or boolean",
                 "use scalar parameter values",
             )
-    accuracy = _number(entry, "accuracy", where, required=True, positive=False)
+    accuracy = _number(entry, "accuracy", where, required=True, positive=False, time=False)
     mean = _number(entry, MEAN_FIELD, where, required=True, positive=True)
     p95 = _number(entry, PERCENTILE_FIELDS[95.0], where, required=True, positive=True)
     p50 = _number(entry, PERCENTILE_FIELDS[50.0], where, required=False, positive=True)
