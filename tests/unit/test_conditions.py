@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from compass.api.compoundworkflow import WorkflowConditionType
-from compass.api.conditions import (
-    MESSAGE_CHARS,
-    Condition,
+from compass.api.conditions import MESSAGE_CHARS, Condition
+from compass.controllers.conditions import (
     find_condition,
     one_line,
     parse_conditions,

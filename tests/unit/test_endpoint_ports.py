@@ -4,6 +4,7 @@ port modulo 65536, so `--triton host:99999999` connected to 57599 and a policy's
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,6 @@ def test_the_crd_checks_the_port_range_too() -> None:
     """The API server refuses what pydantic refuses: the CEL rule matches ENDPOINT_PATTERN."""
     text = str(build_crd(PARETO_POLICY))
     assert "grpcEndpoint must be host:port with a port in 1-65535" in text
-    import re
-
     pattern = re.compile(ENDPOINT_PATTERN)
     assert pattern.fullmatch("triton:65535")
     assert not pattern.fullmatch("triton:65536")

@@ -120,7 +120,7 @@ def test_prometheus_source_keeps_its_queries() -> None:
             "spec.routing",
             "not both",
         ),
-        ({"routing": {"grpcEndpoint": "triton"}}, "spec.routing.grpcEndpoint", "triton:8001"),
+        ({"routing": {"grpcEndpoint": "triton"}}, "spec.routing.grpcEndpoint", "a port in 1-65535"),
         ({"metrics": {"type": "prometheus"}}, "spec.metrics.url", "Prometheus' base URL"),
         (
             {"metrics": {"type": "triton", "arrivalsQuery": "x"}},

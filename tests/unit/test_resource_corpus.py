@@ -30,9 +30,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compass.api.compoundworkflow import CompoundWorkflowStatus, Phase
-from compass.api.conditions import one_line
 from compass.api.crds import COMPOUND_WORKFLOW, PARETO_POLICY
 from compass.controllers import policy_compile
+from compass.controllers.conditions import one_line
 from compass.controllers.targets import TargetAccess
 from compass.controllers.workflow_spec import (
     InvalidSpecError,

@@ -16,7 +16,7 @@ from compass.api.compoundworkflow import (
     Phase,
     WorkflowConditionType,
 )
-from compass.api.conditions import MESSAGE_CHARS, Condition, find_condition
+from compass.api.conditions import MESSAGE_CHARS, Condition
 from compass.api.paretopolicy import ParetoPolicySpec, RoutingTarget
 from compass.commands.job import best_accuracy, error_line
 from compass.controllers import workflow_plan, workflow_state, workflow_status, workflow_steps
@@ -42,6 +42,7 @@ from compass.controllers.builders import (
     planned_policy,
     routing_target,
 )
+from compass.controllers.conditions import find_condition
 from compass.controllers.ledgerchunks import MAX_CHUNKS, ledger_text, state_names
 from compass.controllers.targets import TargetAccess
 from compass.controllers.workflow_plan import (

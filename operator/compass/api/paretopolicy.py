@@ -301,7 +301,8 @@ class RoutingTarget(CamelModel):
         # Checked here, on the object, where the API server's CEL rule reports it too.
         problem = None if self.grpc_endpoint is None else endpoint_problem(self.grpc_endpoint)
         if problem is not None:
-            raise ValueError(f"grpcEndpoint: {problem}; {ENDPOINT_FIX}")
+            # Named from the object's own field, as errors.first_error moves it into the path.
+            raise ValueError(f"routing.grpcEndpoint: {problem}; {ENDPOINT_FIX}")
         if self.service and self.grpc_endpoint:
             raise ValueError(
                 "give routing.service (Triton pods in the cluster) or routing.grpcEndpoint "

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType, Profiling
-from compass.api.conditions import one_line
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
     LEDGER_KEY,
@@ -35,6 +34,7 @@ from compass.controllers.builders import (
     build_ledger_chunk,
     triton_address,
 )
+from compass.controllers.conditions import one_line
 from compass.controllers.ledgerchunks import (
     BUDGET,
     HOT_BUDGET,

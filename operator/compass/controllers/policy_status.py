@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from compass.api.conditions import find_condition, parse_conditions
 from compass.api.paretopolicy import (
     ActiveConfiguration,
     BlendStatus,
@@ -22,6 +21,7 @@ from compass.api.paretopolicy import (
     RoutingStatus,
 )
 from compass.api.schema import without_empty_strings
+from compass.controllers.conditions import find_condition, parse_conditions
 from compass.controllers.policy_conditions import is_ready
 from compass.conversion import threshold_statuses
 from compass.domain.elastico import Observation, PolicyState, capacity_pressure

@@ -21,14 +21,9 @@ from compass.api.compoundworkflow import (
     Phase,
     WorkflowConditionType,
 )
-from compass.api.conditions import (
-    Condition,
-    find_condition,
-    one_line,
-    set_condition,
-    set_conditions,
-)
+from compass.api.conditions import Condition
 from compass.controllers.builders import PROFILES_KEY, RESULT_KEY, search_name
+from compass.controllers.conditions import find_condition, one_line, set_condition, set_conditions
 from compass.controllers.workflow_spec import InvalidSpecError
 from compass.controllers.workflow_state import ledger_facts, seed_origin, state_counts
 from compass.domain.space import Space

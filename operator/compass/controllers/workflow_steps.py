@@ -19,7 +19,6 @@ from compass.api.compoundworkflow import (
     Phase,
     WorkflowConditionType,
 )
-from compass.api.conditions import find_condition, one_line, set_conditions
 from compass.api.paretopolicy import RoutingTarget
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
@@ -30,6 +29,7 @@ from compass.controllers.builders import (
     profile_name,
     search_name,
 )
+from compass.controllers.conditions import find_condition, one_line, set_conditions
 from compass.controllers.workflow_plan import PlanOutcome, plan_policy, review_command
 from compass.controllers.workflow_state import (
     feasible_set_empty_message,

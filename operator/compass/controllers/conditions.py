@@ -1,0 +1,62 @@
+"""The one way to update a status's conditions, as apimachinery's meta helpers do for Go.
+
+A condition's lastTransitionTime says when its status last changed, so setting a condition with
+the status it already has keeps the old time (only reason, message and generation move).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from compass.api.conditions import MESSAGE_CHARS, Condition
+
+
+def one_line(text: str) -> str:
+    """The text with its whitespace collapsed to single spaces, cut to MESSAGE_CHARS."""
+    return " ".join(text.split())[:MESSAGE_CHARS]
+
+
+def find_condition(conditions: Iterable[Condition], type_: str) -> Condition | None:
+    """The condition of this type, if set."""
+    return next((c for c in conditions if c.type == type_), None)
+
+
+def set_condition(conditions: Sequence[Condition], new: Condition, now: str) -> list[Condition]:
+    """The conditions with ``new`` in place of its type's (appended if absent; one per type);
+    its lastTransitionTime is ``now`` when the status changed, else the old one (``new``'s own
+    is ignored)."""
+    old = find_condition(conditions, new.type)
+    unchanged = old is not None and old.status == new.status
+    kept = old.last_transition_time if old is not None and unchanged else None
+    stamped = new.model_copy(update={"last_transition_time": kept or now})
+    merged = [c for c in conditions if c.type != new.type]
+    first = next((i for i, c in enumerate(conditions) if c.type == new.type), len(conditions))
+    # Nothing of this type comes before its first entry, so the index is the same in `merged`.
+    merged.insert(first, stamped)
+    return merged
+
+
+def set_conditions(
+    conditions: Sequence[Condition], updates: Iterable[Condition], now: str
+) -> list[Condition]:
+    """The conditions with each of ``updates`` set in turn (see set_condition)."""
+    merged = list(conditions)
+    for update in updates:
+        merged = set_condition(merged, update, now)
+    return merged
+
+
+def parse_conditions(raw: Iterable[Mapping[str, Any]]) -> list[Condition]:
+    """Conditions from a status on the wire (camelCase). An entry that is no condition is left
+    out: the CRD schema admits none, and one bad entry must not stop a controller that rewrites
+    the list anyway."""
+    parsed = []
+    for entry in raw:
+        try:
+            parsed.append(Condition.model_validate(entry))
+        except ValidationError:
+            continue
+    return parsed
