@@ -144,7 +144,7 @@ class EvaluatorType(StrEnum):
     REPLAY = "replay"
 
 
-class Evaluator(CamelModel):
+class EvaluatorSpec(CamelModel):
     """The evaluator of the search Job."""
 
     type: EvaluatorType = Field(
@@ -188,7 +188,7 @@ class Evaluator(CamelModel):
     )
 
     @model_validator(mode="after")
-    def _complete(self) -> Evaluator:
+    def _complete(self) -> EvaluatorSpec:
         if self.type is EvaluatorType.COMMAND and not self.command:
             raise ValueError("evaluator.command: type command needs the command to run")
         if self.type is EvaluatorType.REPLAY and not self.replay_config_map:
@@ -247,7 +247,9 @@ class Evaluation(CamelModel):
         default=SearchMethodName.COMPASS_V, description="compass-v, or grid (the baseline)."
     )
     seed: Annotated[int, Field(ge=0, description="Seed of the sample order and the search.")] = 0
-    evaluator: Evaluator = Field(default_factory=Evaluator, description="Who scores samples.")
+    evaluator: EvaluatorSpec = Field(
+        default_factory=EvaluatorSpec, description="Who scores samples."
+    )
 
     # The same rules as _budgets_fit, for the API server.
     model_config = ConfigDict(

@@ -2,7 +2,7 @@
 
 ``PodModel`` describes a pod: several router instances serving FIFO from one queue (optionally
 contending for the same cores, or late-last), and the stages a request passes through, each one
-instance that batches the requests waiting for it. ``Pod`` runs a pod without stages (a heap of
+instance that batches the requests waiting for it. ``SimulatedPod`` runs a pod without stages (a heap of
 instance free times: M/G/c); ``StagedPod`` runs the stages as a network of queues, event by
 event. Each arrival is admitted or dropped first, in time order with the starts.
 """
@@ -105,7 +105,7 @@ AdmitFn = Callable[[float, int, list[float]], AdmissionVerdict]
 DispatchFn = Callable[[float, int], int]
 
 
-class Pod:
+class SimulatedPod:
     """One pod's requests, started FIFO (or late-last: ``PodModel.late_after_s``) on its router
     instances as time advances.
 
@@ -255,7 +255,7 @@ class Pod:
         """Finish what has started (every finish is known when its request starts)."""
 
 
-class StagedPod(Pod):
+class StagedPod(SimulatedPod):
     """A pod whose requests pass through stages of one batching instance each."""
 
     def _serve(self, stage: int, now: float) -> None:

@@ -40,17 +40,23 @@ from compass.domain.arrivals import (
     make_scenario,
 )
 from compass.domain.capacity import CapacityCurve, CurvePoint, climb_ladder, measure_point
-from compass.domain.elastico import Action, Decision, Observation, PolicyState, capacity_pressure
+from compass.domain.elastico import (
+    DEFAULT_INTERVAL_S,
+    Action,
+    Decision,
+    Observation,
+    PolicyState,
+    capacity_pressure,
+)
 from compass.domain.mix import Mix, SmoothWeighting, mix_weighting
 from compass.domain.planner import Plan
-from compass.domain.podmodel import DROPPED, AdmitFn, DispatchFn, Pod, PodModel, StagedPod
+from compass.domain.podmodel import DROPPED, AdmitFn, DispatchFn, PodModel, SimulatedPod, StagedPod
 from compass.domain.profiles import LatencyProfile
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-DEFAULT_INTERVAL_S = 1.0
 DEFAULT_RATE_WINDOW_S = 5.0
 # A run that has not drained this long after the last arrival is reported as it stands.
 MAX_DRAIN_S = 3600.0
@@ -372,7 +378,7 @@ class _Run:
             else None
         )
         self.servers = [
-            (StagedPod if pod_model.stages else Pod)(
+            (StagedPod if pod_model.stages else SimulatedPod)(
                 pod_model,
                 queue,
                 self.arrivals,
