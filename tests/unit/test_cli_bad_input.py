@@ -147,9 +147,15 @@ def test_an_slo_beyond_a_day_is_refused(here: Path, cli: Any, value: str) -> Non
 
 
 def test_simulate_bounds_the_work_up_front(here: Path, cli: Any) -> None:
-    """1e7 s at 1e4 QPS asked numpy for TiBs; the limit is said before anything is drawn."""
-    argv = ["simulate", "--policy", "policy.yaml", "--duration", "1e7", "--base-qps", "1e4"]
+    """An hour at 1e4 QPS asked numpy for GiBs; the limit is said before anything is drawn."""
+    argv = ["simulate", "--policy", "policy.yaml", "--duration", "3600", "--base-qps", "1e4"]
     refused(cli(argv), "--duration", "1,000,000", "--base-qps")
+
+
+def test_simulate_bounds_the_duration_however_sparse(here: Path, cli: Any) -> None:
+    """1e7 s at 1e-6 QPS is ten requests but 1e7 decision ticks: hours of simulation."""
+    argv = ["simulate", "--policy", "policy.yaml", "--duration", "1e7", "--base-qps", "1e-6"]
+    refused(cli(argv), "--duration", "86,400 s (a day)")
 
 
 # ---------------------------------------------------------------------------- the command line
@@ -342,3 +348,24 @@ def test_a_running_search_holds_its_ledger(here: Path, cli: Any) -> None:
     finally:
         first.terminate()
         first.wait(timeout=60)
+
+
+def test_simulate_refuses_a_load_with_no_request(here: Path, cli: Any) -> None:
+    """0 requests were reported as 100% compliance; now nothing is simulated and it says so."""
+    argv = ["simulate", "--policy", "policy.yaml", "--duration", "1", "--base-qps", "0.001"]
+    refused(cli(argv), "--duration/--base-qps", "no request arrives", "raise --duration")
+    assert not (here / "compass-timeline.json").exists()
+
+
+@pytest.mark.parametrize("span", ["1e12", "1e300"])
+def test_a_trace_spanning_ages_is_refused(here: Path, cli: Any, span: str) -> None:
+    """Binning a 1e12 s trace asked numpy for terabytes; 1e300 s ticked without end."""
+    (here / "trace.txt").write_text(f"0\n{span}\n", encoding="utf-8")
+    argv = ["simulate", "--policy", "policy.yaml", "--pattern", "trace", "--trace", "trace.txt"]
+    refused(cli(argv), "--trace", "spans", "a day")
+
+
+def test_a_binary_trace_is_refused(here: Path, cli: Any) -> None:
+    (here / "trace.txt").write_bytes(bytes(range(256)))
+    argv = ["simulate", "--policy", "policy.yaml", "--pattern", "trace", "--trace", "trace.txt"]
+    refused(cli(argv), "--trace", "not UTF-8")

@@ -1,7 +1,10 @@
-"""A corpus of bad input for every `compass` subcommand (issue 15 part 9, the CLI half).
+"""A corpus of bad input for every `compass` subcommand (issue 15 part 9, the CLI half; issue 46).
 
 Each case must exit 2 with exactly one stderr line naming the flag or field, no traceback, and
-leave every input file as it was. `python tests/unit/test_cli_corpus.py` prints the counts.
+leave every input file as it was; a case that fails at run time (a broken scoring command) exits
+1 with its error on the first line instead. Each runs under a time and memory bound, so that a
+hang or a runaway read is counted, not waited for. `python tests/unit/test_cli_corpus.py` prints
+the counts (tried, clear, traceback, silent, hang, unclear).
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ import contextlib
 import io
 import json
 import os
+import resource
+import signal
+import stat
 import sys
 import tempfile
 import traceback
@@ -25,6 +31,7 @@ from test_cli import SPACE_YAML, ledger_lines, write_jsonl
 from test_plan_cli import PROFILES
 
 from compass.commands.main import main
+from compass.evaluators import LedgerLock
 
 HUGE = "9" * 400
 SPACE = ["--space", "space.yaml"]
@@ -44,6 +51,7 @@ class Case:
     needle: str
     spoil: Callable[[Path], None] | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    code: int = 2
 
 
 def write(name: str, text: str) -> Callable[[Path], None]:
@@ -77,6 +85,83 @@ def truncate(name: str, cut: int) -> Callable[[Path], None]:
 def symlink(name: str, target: str) -> Callable[[Path], None]:
     def spoil(directory: Path) -> None:
         (directory / name).symlink_to(target)
+
+    return spoil
+
+
+def hardlink(name: str, target: str) -> Callable[[Path], None]:
+    def spoil(directory: Path) -> None:
+        os.link(directory / target, directory / name)
+
+    return spoil
+
+
+def fifo(name: str) -> Callable[[Path], None]:
+    def spoil(directory: Path) -> None:
+        os.mkfifo(directory / name)
+
+    return spoil
+
+
+def device(name: str) -> Callable[[Path], None]:
+    """A character device like /dev/full (1, 7) where mknod is allowed (root), else a FIFO."""
+
+    def spoil(directory: Path) -> None:
+        try:
+            os.mknod(directory / name, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        except PermissionError:
+            os.mkfifo(directory / name)
+
+    return spoil
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """YAML "billion laughs": 9 ** levels strings from a few hundred bytes."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for level in range(1, levels):
+        refs = ", ".join([f"*l{level - 1}"] * 9)
+        lines.append(f"l{level}: &l{level} [{refs}]")
+    return "\n".join(lines) + "\n"
+
+
+def many_profiles(count: int) -> str:
+    """A profiles file whose Pareto front has ``count`` members."""
+    profiles = []
+    for i in range(count):
+        mean = 50 + i * 0.1
+        profiles.append(
+            {
+                "config": {"k": i},
+                "accuracy": 0.3 + 0.6 * i / count,
+                "latency_mean_ms": mean,
+                "latency_p50_ms": mean,
+                "latency_p95_ms": mean * 1.2,
+                "latency_p99_ms": mean * 1.3,
+                "latency_std_ms": 5,
+            }
+        )
+    return json.dumps({"profiles": profiles})
+
+
+def _refifo(directory: Path, name: str) -> None:
+    """Replace an input file by a FIFO no one writes to: opening it to read would block."""
+    (directory / name).unlink()
+    os.mkfifo(directory / name)
+
+
+# Locks held by a case's spoiler (another search on the same ledger), released after it.
+_HELD: list[LedgerLock] = []
+
+
+def held_ledger(link: Callable[[str, str], Callable[[Path], None]]) -> Callable[[Path], None]:
+    """An empty checkpoint run.jsonl that another search holds, and r2.jsonl linked to it."""
+
+    def spoil(directory: Path) -> None:
+        (directory / "run.jsonl").write_text("", encoding="utf-8")
+        link("r2.jsonl", "run.jsonl")(directory)
+        lock = LedgerLock(directory / "run.jsonl")
+        lock.acquire()
+        _HELD.append(lock)
 
     return spoil
 
@@ -499,6 +584,145 @@ CASES = [
     Case("crds-unknown-flag", ["crds", "--bogus"], "--bogus"),
     Case("operator-unknown-flag", ["operator", "--bogus"], "--bogus"),
     Case("unknown-command", ["bogus"], "bogus"),
+    # ---------------------------------------------------------------- issue 46: no hang, no traceback
+    Case("replay-dev-zero", search("--replay", "/dev/zero", "--tau", ".5"), "--replay"),
+    Case("replay-fifo", search("--replay", "p.jsonl", "--tau", ".5"), "--replay", fifo("p.jsonl")),
+    Case(
+        "replay-deep-json",
+        search(*REPLAY, "--tau", ".5"),
+        "--replay",
+        write("replay.jsonl", "[" * 100_000 + "]" * 100_000 + "\n"),
+    ),
+    Case("space-fifo", search(*LIVE, "--tau", ".5"), "--space", lambda d: _refifo(d, "space.yaml")),
+    Case(
+        "space-alias-bomb",
+        search(*LIVE, "--tau", ".5"),
+        "--space",
+        write("space.yaml", alias_bomb()),
+    ),
+    Case(
+        "space-alias-cycle",
+        search(*LIVE, "--tau", ".5"),
+        "--space",
+        write("space.yaml", "parameters: &p [*p]\n"),
+    ),
+    Case(
+        "space-deep-json",
+        search("--space", "s.json", "--command", "true", "--samples", "9", "--tau", ".5"),
+        "--space",
+        write("s.json", "[" * 990 + "]" * 990),
+    ),
+    Case(
+        "policy-alias-bomb", ["simulate", *POLICY], "--policy", write("policy.yaml", alias_bomb())
+    ),
+    Case(
+        "plan-profiles-front-too-long",
+        ["plan", "--profiles", "profiles.json", "--slo-ms", "100000", "--output", "o.yaml"],
+        "--profiles",
+        write("profiles.json", many_profiles(1100)),
+    ),
+    Case(
+        "simulate-trace-binary",
+        ["simulate", *POLICY, "--pattern", "trace", "--trace", "trace.txt"],
+        "--trace",
+        lambda d: (d / "trace.txt").write_bytes(bytes(range(256)) * 8),
+    ),
+    Case(
+        "simulate-trace-1e12",
+        ["simulate", *POLICY, "--pattern", "trace", "--trace", "trace.txt"],
+        "--trace",
+        write("trace.txt", "0\n1e12\n"),
+    ),
+    Case(
+        "simulate-trace-1e300",
+        ["simulate", *POLICY, "--pattern", "trace", "--trace", "trace.txt"],
+        "--trace",
+        write("trace.txt", "0\n1e300\n"),
+    ),
+    Case(
+        "load-trace-1e12",
+        ["load", *TRITON, "--pattern", "trace", "--trace", "trace.txt"],
+        "--trace",
+        write("trace.txt", "0\n1e12\n"),
+    ),
+    Case(
+        "simulate-duration-long-sparse",
+        ["simulate", *POLICY, "--duration", "1e7", "--base-qps", "1e-6"],
+        "--duration",
+    ),
+    Case(
+        "simulate-no-requests",
+        ["simulate", *POLICY, "--duration", "1", "--base-qps", "0.001"],
+        "no request",
+    ),
+    Case(
+        "load-no-requests",
+        ["load", *TRITON, "--duration", "1", "--base-qps", "0.001"],
+        "no request",
+    ),
+    Case(
+        "search-command-huge-number",
+        search(
+            *SPACE,
+            "--command",
+            "python3 -c 'print(\"1\" * 50_000_000)'",
+            "--samples",
+            "10",
+            "--tau",
+            ".5",
+        ),
+        "evaluator command python3 failed",
+        code=1,
+    ),
+    # ---------------------------------------------------------------- issue 46: unsafe writes
+    Case(
+        "plan-output-hardlink",
+        ["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--output", "out.yaml"],
+        "--output",
+        hardlink("out.yaml", "profiles.json"),
+    ),
+    Case(
+        "simulate-timeline-hardlink",
+        ["simulate", *POLICY, "--timeline", "t.json"],
+        "--timeline",
+        hardlink("t.json", "policy.yaml"),
+    ),
+    Case(
+        "plan-output-symlink-elsewhere",
+        ["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--output", "out.yaml"],
+        "--output",
+        symlink("out.yaml", "result.json"),
+    ),
+    Case(
+        "simulate-timeline-symlink-elsewhere",
+        ["simulate", *POLICY, "--timeline", "t.json"],
+        "--timeline",
+        symlink("t.json", "result.json"),
+    ),
+    Case(
+        "search-output-device",
+        search(*REPLAY, "--tau", ".5", "--output", "full"),
+        "--output",
+        device("full"),
+    ),
+    Case(
+        "plan-output-device",
+        ["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--output", "full"],
+        "--output",
+        device("full"),
+    ),
+    Case(
+        "resume-through-symlink-while-held",
+        search(*REPLAY, "--tau", ".5", "--resume", "r2.jsonl"),
+        "--resume",
+        held_ledger(symlink),
+    ),
+    Case(
+        "resume-through-hardlink-while-held",
+        search(*REPLAY, "--tau", ".5", "--resume", "r2.jsonl"),
+        "--resume",
+        held_ledger(hardlink),
+    ),
 ]
 
 
@@ -516,7 +740,15 @@ def inputs(directory: Path) -> None:
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+    """Every regular file's bytes, and what any other entry is (a device, a FIFO, a link)."""
+    found = {}
+    for path in sorted(directory.iterdir()):
+        mode = path.lstat().st_mode
+        if stat.S_ISREG(mode):
+            found[path.name] = path.read_bytes()
+        else:
+            found[path.name] = f"mode {stat.S_IFMT(mode):o} -> {os.path.realpath(path)}".encode()
+    return found
 
 
 @dataclass(frozen=True)
@@ -527,17 +759,58 @@ class Outcome:
     out: str
     err: str
     changed: list[str]
+    hung: bool = False
+    expected: int = 2
 
     @property
     def kind(self) -> str:
-        """clear (one line, exit 2, no file changed), traceback, silent (exit 0) or unclear."""
+        """clear (exit 2 and one line, or the expected 1 with the error first; no file
+        changed), hang (past the time bound), traceback, silent (exit 0) or unclear."""
+        if self.hung:
+            return "hang"
         if self.code is None or "Traceback" in self.out + self.err:
             return "traceback"
         if self.code == 0:
             return "silent"
-        if self.code == 2 and len(self.err.splitlines()) == 1 and not self.changed:
+        lines = self.err.splitlines()
+        one_line = len(lines) == 1 if self.expected == 2 else bool(lines)
+        if self.code == self.expected and one_line and not self.changed:
             return "clear"
         return "unclear"
+
+
+# A case's bounds: a hang is any case past HANG_S; reading past the memory bound raises
+# MemoryError (a traceback) instead of swapping the machine.
+HANG_S = 30
+MEMORY_BYTES = 3 * 1024**3
+
+
+class Hang(BaseException):
+    """Raised by the alarm when a case runs past HANG_S."""
+
+
+def _on_alarm(signum: int, frame: object) -> None:
+    raise Hang
+
+
+@contextlib.contextmanager
+def bounded() -> Iterator[None]:
+    """Run the body under an alarm (HANG_S) and an address-space cap (MEMORY_BYTES above now)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as statm:
+        in_use = int(statm.read().split()[0]) * resource.getpagesize()
+    cap = in_use + MEMORY_BYTES
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    signal.setitimer(signal.ITIMER_REAL, HANG_S)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 @contextlib.contextmanager
@@ -557,25 +830,39 @@ def attempt(case: Case, directory: Path) -> Outcome:
         case.spoil(directory)
     before = snapshot(directory)
     out, err = io.StringIO(), io.StringIO()
-    code: int | None
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(case.argv)
-        except BaseException:  # a traceback is what the corpus is looking for
-            traceback.print_exc()
-            code = None
-    after = snapshot(directory)
+    code: int | None = None
+    hung = False
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                with bounded():
+                    code = main(case.argv)
+            except Hang:
+                hung = True
+            except BaseException:  # a traceback is what the corpus is looking for
+                traceback.print_exc()
+                code = None
+        after = snapshot(directory)
+    finally:
+        while _HELD:
+            _HELD.pop().release()
     changed = [name for name in before if after.get(name) != before[name]]
-    return Outcome(code, out.getvalue(), err.getvalue(), changed)
+    return Outcome(code, out.getvalue(), err.getvalue(), changed, hung, case.code)
 
 
-def corpus_counts() -> Counter[str]:
-    """Run every case; counts of tried, clear, traceback, silent and unclear."""
+def corpus_counts(only: frozenset[str] = frozenset()) -> Counter[str]:
+    """Run every case (or those named); counts of tried, clear, traceback, silent, hang and
+    unclear. Each case that is not clear is named on stderr with its kind."""
     counts: Counter[str] = Counter()
     for case in CASES:
+        if only and case.name not in only:
+            continue
         with workdir() as directory:
             inputs(directory)
-            counts[attempt(case, directory).kind] += 1
+            kind = attempt(case, directory).kind
+        if kind != "clear":
+            print(f"{case.name}: {kind}", file=sys.stderr)
+        counts[kind] += 1
         counts["tried"] += 1
     return counts
 
@@ -588,10 +875,12 @@ def test_bad_input_is_one_clear_line(
     monkeypatch.chdir(tmp_path)
     inputs(tmp_path)
     outcome = attempt(case, tmp_path)
+    assert not outcome.hung, f"past {HANG_S} s"
     assert "Traceback" not in outcome.out + outcome.err, outcome.err
-    assert outcome.code == 2, outcome.err
+    assert outcome.code == case.code, outcome.err
     lines = outcome.err.splitlines()
-    assert len(lines) == 1, outcome.err
+    if case.code == 2:
+        assert len(lines) == 1, outcome.err
     assert case.needle in lines[0], lines[0]
     assert not outcome.changed
 
@@ -602,7 +891,9 @@ def test_the_corpus_is_large_enough() -> None:
 
 
 if __name__ == "__main__":
-    counts = corpus_counts()
+    counts = corpus_counts(frozenset(sys.argv[1:]))
     print(
-        " ".join(f"{k} {counts[k]}" for k in ("tried", "clear", "traceback", "silent", "unclear"))
+        " ".join(
+            f"{k} {counts[k]}" for k in ("tried", "clear", "traceback", "silent", "hang", "unclear")
+        )
     )

@@ -209,25 +209,94 @@ def _pid_from(pid_file: Path) -> int:
     return int(pid_file.read_text())
 
 
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks process state through /proc")
-def test_ctrl_c_kills_the_commands_process_group(tmp_path: Path) -> None:
-    """The command has its own session, so Ctrl-C never reaches it: evaluate() must end it."""
-    pid_file = tmp_path / "grandchild"
-    evaluator = CommandEvaluator(_grandchild_command(pid_file), timeout_s=300)
+# Far below the unit tier's budget: a lost Ctrl-C fails the test in a minute, not in 300 s.
+_INTERRUPT_TIMEOUT_S = 60
+# How soon evaluate() must act on the interrupt (it wakes every 0.1 s): generous for a loaded
+# machine, far below the timeout, so that waiting out the timeout cannot pass for success.
+_INTERRUPT_BOUND_S = 20
+
+
+def _interrupted(pid_file: Path, *, on_main_thread: bool) -> float:
+    """Run a command that never ends, SIGINT this process once its grandchild is up; return
+    how long evaluate() took to raise KeyboardInterrupt.
+
+    The signal goes to one thread by pthread_kill, never to the process (where the kernel
+    picks any thread): to the main thread, as a terminal's Ctrl-C usually lands, or to the
+    helper thread, where Python's C handler runs but the main thread is not woken.
+    """
+    evaluator = CommandEvaluator(_grandchild_command(pid_file), timeout_s=_INTERRUPT_TIMEOUT_S)
+    main = threading.main_thread().ident
+    assert main is not None
+    sent = threading.Event()
 
     def interrupt() -> None:
         _pid_from(pid_file)
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.pthread_kill(main if on_main_thread else threading.get_ident(), signal.SIGINT)
+        sent.set()
 
     threading.Thread(target=interrupt, daemon=True).start()
+    started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        evaluator.evaluate(CONFIG, [0])
+        evaluator.evaluate(CONFIG, [0])  # the command never ends: only the signal ends this
+    elapsed = time.monotonic() - started
+    assert sent.is_set()
+    return elapsed
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks process state through /proc")
+@pytest.mark.parametrize("on_main_thread", [True, False], ids=["main-thread", "other-thread"])
+def test_ctrl_c_kills_the_commands_process_group(tmp_path: Path, on_main_thread: bool) -> None:
+    """The command has its own session, so Ctrl-C never reaches it: evaluate() must end it,
+    at once, whichever thread the signal was handled on."""
+    pid_file = tmp_path / "grandchild"
+    elapsed = _interrupted(pid_file, on_main_thread=on_main_thread)
+    assert elapsed < _INTERRUPT_BOUND_S, f"KeyboardInterrupt took {elapsed:.1f} s"
     grandchild = _pid_from(pid_file)
     try:
         _wait_until_gone(grandchild)
     finally:
         if _alive(grandchild):
             os.kill(grandchild, signal.SIGKILL)
+
+
+def test_a_flood_on_stdout_ends_the_command(tmp_path: Path) -> None:
+    """A command printing without end (here a 50-million-digit number) is ended once its
+    output passes what its scores could take, with an error, not read into memory whole."""
+    evaluator = _python(
+        """
+        import sys
+        sys.stdout.write("1" * 50_000_000)
+        """,
+        timeout_s=60,
+    )
+    with pytest.raises(EvaluationError, match=r"printed more than 1\.0 MiB on stdout for 1 "):
+        evaluator.evaluate(CONFIG, [0])
+
+
+def test_a_number_past_the_digit_limit_is_not_json(tmp_path: Path) -> None:
+    """A 5,000-digit number is valid JSON that int() refuses: a plain evaluation error."""
+    evaluator = _python('print("[" + "1" * 5000 + "]")', timeout_s=60)
+    with pytest.raises(EvaluationError, match="stdout is not JSON"):
+        evaluator.evaluate(CONFIG, [0])
+
+
+def test_deeply_nested_output_is_not_json(tmp_path: Path) -> None:
+    evaluator = _python('print("[" * 100_000 + "]" * 100_000)', timeout_s=60)
+    with pytest.raises(EvaluationError, match="stdout is not JSON"):
+        evaluator.evaluate(CONFIG, [0])
+
+
+def test_a_large_request_is_written_while_stdout_is_read(tmp_path: Path) -> None:
+    """A request larger than a pipe holds, and an answer as large, do not deadlock."""
+    evaluator = _python(
+        """
+        import json, sys
+        request = json.load(sys.stdin)
+        print(json.dumps([1.0] * len(request["samples"])))
+        """,
+        timeout_s=60,
+    )
+    assert evaluator.evaluate(CONFIG, list(range(200_000))) == [1.0] * 200_000
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks process state through /proc")

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
 import re
-import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 
@@ -20,9 +17,24 @@ from compass.api.paretopolicy import ParetoPolicySpec
 from compass.api.urls import ENDPOINT_FIX, endpoint_problem
 from compass.console import UsageError, fail, parse_number, parse_seed
 from compass.domain.admission import DEFAULT_DEGRADE_AFTER, AdmissionPoint
-from compass.domain.arrivals import LoadPattern, PatternKind, SimulationError, make_pattern
+from compass.domain.arrivals import (
+    MAX_REQUESTS,
+    LoadPattern,
+    PatternKind,
+    SimulationError,
+    make_pattern,
+)
 from compass.domain.planner import PlanError
 from compass.domain.space import describe_number, explain_validation_error
+from compass.evaluators.files import (
+    MiB,
+    UnsafeFileError,
+    output_problem,
+    read_regular,
+    replacing,
+    same_file,
+    write_replacing,
+)
 
 # compass.dataplane.triton's default, restated so that building the parser loads no gRPC client.
 # Where a planner error's field comes from on the command line.
@@ -30,6 +42,18 @@ _PLAN_FLAGS = {"slo.latencyMs": "--slo-ms", "slo.percentile": "--percentile"}
 
 
 # ---------------------------------------------------------------------------- reading
+
+
+# The longest load compass simulates or sends: the simulator ticks through every decision
+# interval of it (a second each by default, about a third of a millisecond per tick), so a
+# typo like 1e7 s would run for hours however few requests arrive.
+MAX_DURATION_S = 86_400
+# The largest document (space, policy, profiles, search result) and trace compass reads.
+MAX_DOCUMENT_BYTES = 32 * MiB
+MAX_TRACE_BYTES = 64 * MiB
+# The most values a YAML document may expand to through its aliases ("billion laughs": a few
+# hundred bytes whose aliases expand to 9**9 strings would take hours to walk).
+MAX_YAML_NODES = 1_000_000
 
 
 class _Yaml12Loader(yaml.SafeLoader):
@@ -44,10 +68,72 @@ _Yaml12Loader.add_implicit_resolver(
 )
 
 
+class YamlExpansionError(yaml.YAMLError):
+    """A YAML document whose aliases expand it past MAX_YAML_NODES, or refer to themselves."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """How many nodes the document has with every alias expanded, counted without expanding
+    (each node's size once); YamlExpansionError past MAX_YAML_NODES or on a cycle."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            open_nodes.discard(key)
+            size = 1 + sum(sizes[id(child)] for child in _children(node))
+            if size > MAX_YAML_NODES:
+                raise YamlExpansionError(
+                    f"its aliases expand it to more than {MAX_YAML_NODES:,} values"
+                )
+            sizes[key] = size
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            raise YamlExpansionError("an alias refers to the node that holds it")
+        open_nodes.add(key)
+        stack.append((node, True))
+        for child in _children(node):
+            if id(child) in open_nodes:
+                raise YamlExpansionError("an alias refers to the node that holds it")
+            if id(child) not in sizes:
+                stack.append((child, False))
+    return sizes[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _load_yaml(text: str) -> object:
+    """YAML through the 1.2-number safe loader, its alias expansion bounded before it is built."""
+    loader = _Yaml12Loader(text)  # a SafeLoader subclass: safe
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def parse_document(text: str, path: Path | None = None) -> object:
     """A .json file as JSON only; other text as JSON if it is, else YAML (1e-3 a number in both).
 
-    Raises json.JSONDecodeError (a .json file) or yaml.YAMLError.
+    Raises json.JSONDecodeError (a .json file), ValueError (an integer past Python's digit
+    limit), yaml.YAMLError (YamlExpansionError for an alias bomb) or RecursionError.
     """
     if path is not None and path.suffix.lower() == ".json":
         # A .json file that is not JSON is a mistake: YAML would read it with other rules.
@@ -55,13 +141,14 @@ def parse_document(text: str, path: Path | None = None) -> object:
     try:
         return json.loads(text)
     except ValueError:
-        return yaml.load(text, Loader=_Yaml12Loader)  # a SafeLoader subclass: safe
+        return _load_yaml(text)
 
 
 def check_not_input(flag: str, output: Path, inputs: Mapping[str, str | Path | None]) -> None:
-    """Fail when the output would overwrite one of the command's input files (symlinks followed)."""
+    """Fail when the output names one of the command's input files: the same device and inode
+    (a hard link), or the same path once symlinks are followed."""
     for input_flag, given in inputs.items():
-        if given is not None and Path(given).resolve() == output.resolve():
+        if given is not None and same_file(given, output):
             fail(flag, f"{output} is also {input_flag}", "write the output to another path")
 
 
@@ -69,35 +156,55 @@ def check_not_input(flag: str, output: Path, inputs: Mapping[str, str | Path | N
 _MAX_INTEGER = 2**63
 
 
-def _bad_number(data: object, where: str = "") -> tuple[str, str] | None:
-    """The first NaN, infinity or huge integer in a parsed document: (its path, what it is)."""
-    if isinstance(data, float) and not math.isfinite(data):
-        return where, f"{data} is not a finite number"
-    if isinstance(data, int) and not isinstance(data, bool) and abs(data) >= _MAX_INTEGER:
-        return where, f"{describe_number(data)} is too large"
-    items: Iterable[tuple[object, object]] = ()
-    if isinstance(data, Mapping):
-        items = data.items()
-    elif isinstance(data, list):
-        items = enumerate(data)
-    for key, value in items:
-        inner = (
-            f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key)
-        )
-        found = _bad_number(value, inner)
-        if found is not None:
-            return found
+def _bad_number(data: object) -> tuple[str, str] | None:
+    """The first NaN, infinity or huge integer in a parsed document: (its path, what it is).
+
+    Walked with a stack, not recursion: a document nested just short of the parser's limit
+    must not overflow here.
+    """
+    stack: list[tuple[object, str]] = [(data, "")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where, f"{value} is not a finite number"
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _MAX_INTEGER:
+            return where, f"{describe_number(value)} is too large"
+        items: Iterable[tuple[object, object]] = ()
+        if isinstance(value, Mapping):
+            items = value.items()
+        elif isinstance(value, list):
+            items = enumerate(value)
+        inner = [
+            (
+                item,
+                f"{where}[{key}]"
+                if isinstance(key, int)
+                else f"{where}.{key}"
+                if where
+                else str(key),
+            )
+            for key, item in items
+        ]
+        stack.extend(reversed(inner))  # the first item is looked at first
     return None
+
+
+def read_input(flag: str, path: Path, limit: int = MAX_DOCUMENT_BYTES) -> str:
+    """A regular file's text, at most ``limit`` bytes of UTF-8; anything else is a usage error
+    naming the flag (a FIFO or device is refused, never waited on or read without end)."""
+    try:
+        data = read_regular(path, limit)
+    except UnsafeFileError as exc:
+        fail(flag, exc.what, exc.fix)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(flag, f"{path} is not UTF-8 text (byte {exc.start})", "give a text file")
 
 
 def read_document(flag: str, path: Path) -> object:
     """A parsed YAML or JSON file; any problem is one line naming the flag, the file and where."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        fail(flag, f"{path}: no such file", "check the path")
-    except (OSError, UnicodeDecodeError) as exc:
-        fail(flag, f"{path}: cannot read it ({exc})", "check the path")
+    text = read_input(flag, path)
     try:
         data = parse_document(text, path)
     except json.JSONDecodeError as exc:
@@ -110,6 +217,8 @@ def read_document(flag: str, path: Path) -> object:
         fail(f"{flag} {path}{where}", f"not valid YAML or JSON ({problem})", "fix the syntax")
     except RecursionError:
         fail(f"{flag} {path}", "nested too deeply", "flatten the document")
+    except ValueError as exc:  # int() past Python's digit limit, in JSON
+        fail(f"{flag} {path}", f"not valid JSON ({exc})", "write a number of at most 19 digits")
     bad = _bad_number(data)
     if bad is not None:
         field, what = bad
@@ -149,38 +258,39 @@ def check_endpoint(flag: str, address: str) -> None:
 
 
 def check_output(flag: str, path: Path) -> None:
-    """Fail unless path names a file in an existing directory."""
-    if path.is_dir():
-        fail(flag, f"{path} is a directory", "name a file")
-    if not path.parent.is_dir():
-        fail(flag, f"directory {path.parent} does not exist", "create it or choose another path")
+    """Fail unless path can take an output: a regular file or nothing, in an existing directory;
+    never a symlink (the write would land on its target) or a device."""
+    problem = output_problem(path)
+    if problem is not None:
+        fail(flag, problem.what, problem.fix)
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write a file; a failure is a usage error naming the path."""
+    """Write a file atomically; a failure is a usage error naming the path."""
     try:
-        path.write_text(text, encoding="utf-8")
+        write_atomic(path, text)
+    except UnsafeFileError as exc:
+        fail(str(path), exc.what, exc.fix)
+    except OSError as exc:
+        fail(str(path), f"cannot write it ({exc.strerror})", "choose another path")
+
+
+def save_output(path: Path, save: Callable[[Path], object]) -> None:
+    """Have ``save`` write a file (a plot) at a temporary path beside ``path``, then rename it
+    into place as write_text does; a failure is a usage error naming the path."""
+    try:
+        with replacing(path) as temporary:
+            save(temporary)
+    except UnsafeFileError as exc:
+        fail(str(path), exc.what, exc.fix)
     except OSError as exc:
         fail(str(path), f"cannot write it ({exc.strerror})", "choose another path")
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory, so readers never see half a file."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        # mkstemp makes the file private; a result file should get the usual permissions.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
+    """Write via a temporary file in the same directory, fsynced and renamed into place, so
+    readers never see half a file; a symlink or a device at path is refused (UnsafeFileError)."""
+    write_replacing(path, text)
 
 
 # ---------------------------------------------------------------------------- load patterns
@@ -267,10 +377,13 @@ def admission_degrade_after(args: argparse.Namespace, default: float) -> float:
 
 def read_trace(path: Path) -> list[float]:
     """Arrival times (s) from a file, one a line."""
-    try:
-        words = path.read_text(encoding="utf-8").split()
-    except OSError as exc:
-        fail("--trace", f"{path}: cannot read it ({exc.strerror})", "check the path")
+    words = read_input("--trace", path, MAX_TRACE_BYTES).split()
+    if len(words) > MAX_REQUESTS:
+        fail(
+            "--trace",
+            f"{path} has {len(words):,} entries, above the {MAX_REQUESTS:,} compass replays",
+            "replay a shorter stretch",
+        )
     times = []
     for number, word in enumerate(words, start=1):
         try:
@@ -284,16 +397,54 @@ def read_trace(path: Path) -> list[float]:
     return times
 
 
+def _check_trace_span(path: Path, times: Sequence[float]) -> None:
+    """A trace may span at most MAX_DURATION_S: the simulator ticks through all of it, and
+    binning its rate takes an array as long as its seconds (1e12 s: terabytes)."""
+    finite = [t for t in times if math.isfinite(t)]
+    if len(finite) < 2:
+        return  # no span to speak of; the pattern reports empty or non-finite traces
+    span = max(finite) - min(finite)
+    if span > MAX_DURATION_S:
+        fail(
+            "--trace",
+            f"{path} spans {describe_number(span)} s, above the {MAX_DURATION_S:,} s (a day) "
+            "compass simulates",
+            "replay a shorter stretch (times are in seconds)",
+        )
+
+
 def pattern_from_args(args: argparse.Namespace) -> tuple[LoadPattern, int]:
     """The load pattern and seed the shared flags describe; UsageError names the bad flag."""
     seed = parse_seed(str(args.seed))
     if (args.pattern == PatternKind.TRACE.value) != (args.trace is not None):
         fail("--trace", "--pattern trace and --trace FILE go together", "give both or neither")
-    trace: Sequence[float] = () if args.trace is None else read_trace(Path(str(args.trace)))
+    trace: Sequence[float] = ()
+    if args.trace is not None:
+        trace = read_trace(Path(str(args.trace)))
+        _check_trace_span(Path(str(args.trace)), trace)
     duration = parse_number("--duration", str(args.duration), "180", low=0, inclusive=False)
+    if duration > MAX_DURATION_S:
+        fail(
+            "--duration",
+            f"{duration:g} s is longer than the {MAX_DURATION_S:,} s (a day) compass simulates "
+            "or sends, whatever the rate",
+            "shorten --duration",
+        )
     base = parse_number("--base-qps", str(args.base_qps), "1.5", low=0, inclusive=False)
     try:
         return make_pattern(args.pattern, base, duration, seed=seed, trace_s=trace), seed
     except SimulationError as exc:
         flag = {"base_qps": "--base-qps", "duration": "--duration"}.get(exc.field, "--trace")
         raise UsageError(f"{flag}: {exc.what}; {exc.fix}") from None
+
+
+def check_some_requests(pattern: LoadPattern, seed: int, requests: int) -> None:
+    """Fail when the seeded load has no request at all: every figure over it would be empty,
+    and a compliance over no request reads as 100%."""
+    if requests == 0:
+        fail(
+            "--duration/--base-qps",
+            f"no request arrives in {pattern.duration_s:g} s at {pattern.base_qps:g} QPS "
+            f"(seed {seed}), so nothing would be served or measured",
+            "raise --duration or --base-qps",
+        )

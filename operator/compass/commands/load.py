@@ -16,7 +16,9 @@ from compass.commands.common import (
     check_endpoint,
     check_not_input,
     check_output,
+    check_some_requests,
     pattern_from_args,
+    write_text,
 )
 from compass.console import parse_int, parse_number
 from compass.domain.arrivals import make_scenario
@@ -47,8 +49,8 @@ def load_command(args: argparse.Namespace) -> int:
 
     check_endpoint("--triton", str(args.triton))
     if args.output:
-        check_output("--output", Path(args.output))
         check_not_input("--output", Path(args.output), {"--trace": args.trace})
+        check_output("--output", Path(args.output))
     samples = parse_int("--samples", args.samples, "100", low=1)
     # Checked before any request is sent, not after the whole load has run.
     slo = (
@@ -58,6 +60,7 @@ def load_command(args: argparse.Namespace) -> int:
     )
     pattern, seed = pattern_from_args(args)
     scenario = make_scenario(pattern, seed)
+    check_some_requests(pattern, seed, scenario.requests)
     print(
         f"compass load: {scenario.requests} requests over {pattern.duration_s:g} s "
         f"({args.pattern}, peak {pattern.peak_qps:.2f} QPS) to {args.router} at {args.triton}",
@@ -71,9 +74,7 @@ def load_command(args: argparse.Namespace) -> int:
 
     records = run_load(args.triton, scenario.arrivals_s.tolist(), payload, model=args.router)
     if args.output:
-        with Path(args.output).open("w", encoding="utf-8") as out:
-            for record in records:
-                out.write(json.dumps(record.__dict__) + "\n")
+        write_text(Path(args.output), "".join(json.dumps(r.__dict__) + "\n" for r in records))
     ok = [r for r in records if r.error is None]
     latencies = np.array([r.latency_s * 1000 for r in ok])
     scores = [r.score for r in ok if r.score is not None]

@@ -22,6 +22,7 @@ from compass.commands import (
     simulate,
 )
 from compass.console import Parser, Terminated, UsageError
+from compass.evaluators.files import UnsafeFileError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,6 +93,9 @@ def _main(argv: list[str] | None) -> int:
         return handler(args)
     except UsageError as exc:
         return _usage_error(f"compass {args.subcommand}", exc)
+    except UnsafeFileError as exc:
+        # An output path that changed into a symlink or a device after it was checked.
+        return _usage_error(f"compass {args.subcommand}", UsageError(str(exc)))
     except BrokenPipeError:
         # The reader has gone (`compass simulate | head`): nothing more can be read. stdout
         # goes to /dev/null, or the interpreter's last flush fails on the pipe once more.

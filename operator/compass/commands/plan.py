@@ -16,6 +16,7 @@ from compass.api.meta import (
 )
 from compass.api.paretopolicy import (
     DEFAULT_SLACK_BUFFER_MS,
+    MAX_FRONT,
     MAX_ROUTER_INSTANCES,
     AdmissionSettings,
 )
@@ -28,6 +29,7 @@ from compass.commands.common import (
     check_output,
     plan_error,
     read_document,
+    save_output,
     write_text,
 )
 from compass.console import (
@@ -41,7 +43,13 @@ from compass.console import (
 )
 from compass.conversion import spec_for_plan
 from compass.domain.forecast import ForecasterKind
-from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_from_profiles
+from compass.domain.planner import (
+    PlanError,
+    Slo,
+    ThresholdModel,
+    pareto_front,
+    plan_from_profiles,
+)
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profiles
 from compass.domain.strategy import Strategy
 
@@ -140,13 +148,41 @@ RATE_MODELS = {
 }
 
 
+# The front is found by comparing profiles pairwise: 10,000 take seconds, a 32 MiB file of
+# them (100,000 and more) would take hours. `compass profile` writes one per feasible
+# configuration of a search, far fewer.
+MAX_PROFILES = 10_000
+
+
 def load_profiles(path: Path) -> tuple[LatencyProfile, ...]:
     """The profiles file, validated."""
     data = read_document("--profiles", path)
+    listed = data.get("profiles") if isinstance(data, dict) else data
+    if isinstance(listed, list) and len(listed) > MAX_PROFILES:
+        fail(
+            f"--profiles {path}",
+            f"{len(listed):,} profiles, above the {MAX_PROFILES:,} compass plans over",
+            "profile fewer configurations (the feasible ones of a search)",
+        )
     try:
         return parse_profiles(data)
     except ProfileError as exc:
         raise UsageError(f"--profiles {path}: {exc}") from None
+
+
+def check_front_size(path: Path, profiles: tuple[LatencyProfile, ...], percentile: float) -> None:
+    """The front must fit in a ParetoPolicy (MAX_FRONT members), checked before planning it."""
+    try:
+        members = len(pareto_front(profiles, percentile).members)
+    except PlanError as exc:
+        raise plan_error(exc, f"--profiles {path}") from None
+    if members > MAX_FRONT:
+        fail(
+            f"--profiles {path}",
+            f"the Pareto front has {members:,} members, above the {MAX_FRONT:,} a ParetoPolicy "
+            "holds",
+            "profile fewer configurations, or coarser ones",
+        )
 
 
 # Kubernetes object names: a DNS subdomain (a ParetoPolicy's name) and a DNS label (a namespace).
@@ -216,12 +252,12 @@ def plan_command(args: argparse.Namespace) -> int:
         fail("--percentile", f"{args.percentile} is not below 100", "pass e.g. --percentile 95")
     slack = parse_number("--slack-ms", str(args.slack_ms), "50", low=0, inclusive=True)
     output = Path(str(args.output))
-    check_output("--output", output)
     check_not_input("--output", output, {"--profiles": args.profiles})
+    check_output("--output", output)
     plot = None if args.plot is None else Path(str(args.plot))
     if plot is not None:
-        check_output("--plot", plot)
         check_not_input("--plot", plot, {"--profiles": args.profiles, "--output": output})
+        check_output("--plot", plot)
     name = policy_name_of(args.name, output)
     namespace = _checked("--namespace", args.namespace, _NAMESPACE, "a DNS label: e.g. serving")
     form = args.format or ("json" if output.suffix.lower() == ".json" else "yaml")
@@ -230,6 +266,7 @@ def plan_command(args: argparse.Namespace) -> int:
     )
     serving = serving_choice(args)
     profiles = load_profiles(Path(str(args.profiles)))
+    check_front_size(Path(str(args.profiles)), profiles, percentile)
     try:
         plan = plan_from_profiles(
             profiles,
@@ -266,6 +303,6 @@ def plan_command(args: argparse.Namespace) -> int:
         # Deliberately lazy: matplotlib takes most of a second to load, and only --plot needs it.
         from compass.lab import plots
 
-        plots.save_plan_figure(plot, plan, profiles)
+        save_output(plot, lambda temporary: plots.save_plan_figure(temporary, plan, profiles))
         print(f"plot: {plot}")
     return 0

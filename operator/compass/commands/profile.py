@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.commands.common import check_endpoint, check_not_input, check_output
+from compass.commands.common import (
+    check_endpoint,
+    check_not_input,
+    check_output,
+    read_document,
+    write_text,
+)
 from compass.console import fail, parse_int
 from compass.domain.evaluation import Config
 
@@ -43,16 +49,7 @@ def register(commands: Any) -> None:
 
 def _feasible_from_result(path: Path) -> list[tuple[Config, float | None]]:
     """The feasible configurations of a search result, with their accuracy."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        fail("--result", f"cannot read {path}: {error.strerror}", "give a `compass search` result")
-    except json.JSONDecodeError as error:
-        fail(
-            "--result",
-            f"{path} is not JSON ({error.msg}, line {error.lineno})",
-            "give a `compass search` result",
-        )
+    document = read_document("--result", path)
     feasible = document.get("feasible") if isinstance(document, dict) else None
     if not isinstance(feasible, list) or not all(
         isinstance(e, dict) and isinstance(e.get("config"), dict) for e in feasible
@@ -75,8 +72,8 @@ def profile_command(args: argparse.Namespace) -> int:
 
     check_endpoint("--triton", str(args.triton))
     output = Path(args.output)
-    check_output("--output", output)
     check_not_input("--output", output, {"--result": args.result})
+    check_output("--output", output)
     configs = _feasible_from_result(Path(args.result))
     settings = ProfileSettings(
         warmup_runs=parse_int("--warmup", args.warmup, "3", low=1),
@@ -99,7 +96,7 @@ def profile_command(args: argparse.Namespace) -> int:
     finally:
         router.close()
     print(file=sys.stderr)
-    output.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    write_text(output, json.dumps(document, indent=1) + "\n")
     print(f"{'mean':>8} {'p95':>8}  configuration (ms)")
     for entry in document["profiles"]:
         print(

@@ -41,6 +41,8 @@ from compass.evaluators import (
     partial_path,
     read_ledger,
 )
+from compass.evaluators.files import same_file
+from compass.evaluators.ledger import read_ledger_bytes
 
 DEFAULT_LEDGER = "compass-search.ledger.jsonl"
 _PROG = "compass search"
@@ -156,12 +158,12 @@ class _ReplayLine:
 def _replay_lines(path: Path) -> list[_ReplayLine]:
     """The lines of a ledger that read_ledger has already validated, with their numbers."""
     found = []
-    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+    for number, raw in enumerate(read_ledger_bytes(path).split(b"\n"), start=1):
         if not raw.strip():
             continue
         try:
             obj = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             # read_ledger accepted the file, so this is the torn final line it dropped.
             break
         scores = obj["scores"]
@@ -265,7 +267,7 @@ def _checkpoint_path(args: argparse.Namespace, output: Path | None) -> tuple[Pat
     """The checkpoint ledger's path and whether it continues an earlier run."""
     if args.resume is not None:
         resume = Path(str(args.resume))
-        if args.ledger is not None and Path(str(args.ledger)).resolve() != resume.resolve():
+        if args.ledger is not None and not same_file(str(args.ledger), resume):
             fail(
                 "--ledger",
                 f"{args.ledger} differs from --resume {resume}",
@@ -383,7 +385,7 @@ def _replay_scores(
             "leave it out: the replay ledger sets the dataset size",
         )
     path = Path(str(args.replay))
-    if path.resolve() == checkpoint.resolve():
+    if same_file(path, checkpoint):
         fail("--ledger", f"{checkpoint} is the --replay ledger", "give the checkpoint its own file")
     replay = _load_replay(path, space, options.budgets, bool(args.allow_truncated))
     notes: list[str] = []
@@ -457,9 +459,12 @@ def _check_stopping_rule(scores: _Scores, settings: SearchSettings) -> None:
 def _plan_search(args: argparse.Namespace) -> _Plan:
     """Validate every input of `compass search`; raise UsageError on the first problem."""
     _check_one_source(args)
+    if args.output is not None:
+        # Before parse_settings refuses a symlink: one to an input is said as such.
+        check_not_input("--output", Path(str(args.output)), {"--replay": args.replay})
     options = parse_settings(args)
     checkpoint, resuming = _checkpoint_path(args, options.output)
-    if options.output is not None and options.output.resolve() == checkpoint.resolve():
+    if options.output is not None and same_file(options.output, checkpoint):
         fail("--output", f"{options.output} is also the checkpoint ledger", "choose another path")
     if options.output is not None:
         check_not_input(
@@ -513,18 +518,22 @@ def search_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     try:
-        return _search_locked(plan)
+        return _search_locked(plan, lock)
     finally:
         lock.release()
 
 
-def _search_locked(plan: _Plan) -> int:
+def _search_locked(plan: _Plan, lock: LedgerLock) -> int:
     """The search, once it holds the checkpoint ledger's lock."""
     if plan.resumed_facts is None and plan.checkpoint.exists():
         # Another search made it between our check and our lock.
         fail("--ledger", f"{plan.checkpoint} exists", f"pass --resume {plan.checkpoint}")
     try:
         checkpoint = CheckpointLedger(plan.checkpoint)
+        # A new ledger exists only now: lock its file too, as a resumed one was at acquire().
+        lock.hold_ledger()
+    except LedgerBusyError as exc:
+        raise UsageError(f"--ledger: {exc}") from None
     except (LedgerError, OSError) as exc:
         fail("--ledger", str(exc), "check the path")
     if checkpoint.set_aside:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from compass.commands.common import write_atomic
+from compass.commands.common import check_output, write_atomic
 from compass.console import UsageError, fail, parse_int, parse_seed, shown
 from compass.domain.evaluation import ParamValue
 from compass.domain.search import SearchMethod, SearchOutcome, SearchSettings
@@ -94,14 +94,7 @@ def parse_settings(args: argparse.Namespace) -> SearchOptions:
         fail("--confidence", f"{confidence:g} is outside (0, 1)", "pass e.g. --confidence 0.95")
     output = None if args.output is None else Path(str(args.output))
     if output is not None:
-        if output.is_dir():
-            fail("--output", f"{output} is a directory", "name a file, e.g. --output result.json")
-        if not output.parent.is_dir():
-            fail(
-                "--output",
-                f"directory {output.parent} does not exist",
-                "create it first or choose another path",
-            )
+        check_output("--output", output)
     return SearchOptions(
         tau=tau,
         budgets=None if args.budgets is None else parse_budgets(str(args.budgets)),

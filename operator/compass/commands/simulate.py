@@ -16,9 +16,11 @@ from compass.commands.common import (
     admission_quantile,
     check_not_input,
     check_output,
+    check_some_requests,
     load_policy,
     pattern_from_args,
     plan_error,
+    save_output,
     write_text,
 )
 from compass.console import fail, parse_number
@@ -183,12 +185,12 @@ def simulate_command(args: argparse.Namespace) -> int:
     policy_path = Path(str(args.policy))
     timeline = Path(str(args.timeline))
     inputs = {"--policy": args.policy, "--trace": args.trace}
-    check_output("--timeline", timeline)
     check_not_input("--timeline", timeline, inputs)
+    check_output("--timeline", timeline)
     plot = None if args.plot is None else Path(str(args.plot))
     if plot is not None:
-        check_output("--plot", plot)
         check_not_input("--plot", plot, {**inputs, "--timeline": timeline})
+        check_output("--plot", plot)
     pattern, seed = pattern_from_args(args)
     pods = parse_number("--pods", str(args.pods), "2", low=1, inclusive=True, high=MAX_PODS)
     if not pods.is_integer():
@@ -217,6 +219,7 @@ def simulate_command(args: argparse.Namespace) -> int:
             refuse=rule.refuse and not args.no_refuse,
         )
     scenario = make_scenario(pattern, seed)
+    check_some_requests(pattern, seed, scenario.requests)
     reports = compare(
         {"policy": policy},
         front,
@@ -261,6 +264,11 @@ def simulate_command(args: argparse.Namespace) -> int:
         # Deliberately lazy: matplotlib takes most of a second to load, and only --plot needs it.
         from compass.lab import plots
 
-        plots.save_simulation_figure(plot, policy.plan, reports, scenario)
+        save_output(
+            plot,
+            lambda temporary: plots.save_simulation_figure(
+                temporary, policy.plan, reports, scenario
+            ),
+        )
         print(f"plot: {plot}")
     return 0

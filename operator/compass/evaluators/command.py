@@ -7,17 +7,42 @@ import contextlib
 import json
 import operator
 import os
+import select
+import selectors
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
+from enum import Enum
 from pathlib import Path
+from typing import IO, cast
 
 from compass.domain.evaluation import Config, EvaluationError
 from compass.domain.space import config_key
+from compass.evaluators.files import MiB, describe_size
 
 STDERR_TAIL_LINES = 20
 # After a kill, wait this long for the pipes to close before giving up on the output.
 _REAP_TIMEOUT_S = 5.0
+# The most a command may print on stdout: its scores as JSON take a few dozen bytes each; past
+# this the command is ended, for a runaway print would fill memory (and a 50-million-digit
+# number takes minutes to parse).
+STDOUT_BYTES_PER_SAMPLE = 64
+STDOUT_MIN_BYTES = MiB
+# Of stderr only the tail is shown: this much of it is kept.
+_STDERR_KEPT_BYTES = 64 * 1024
+# The wait wakes this often, so that a signal (Ctrl-C) handled on another thread, which does
+# not interrupt the wait, is still acted on at once rather than at the timeout.
+_WAKE_S = 0.1
+_READ_BYTES = 64 * 1024
+
+
+class _Ended(Enum):
+    """How a command's I/O ended."""
+
+    CLOSED = "closed"  # both output pipes reached their end
+    TIMEOUT = "timeout"
+    OVERFLOW = "overflow"  # stdout passed its limit
 
 
 # Process groups of commands still running: ended at exit, whatever way the run ends.
@@ -89,9 +114,11 @@ class CommandEvaluator:
             ) from None
         _RUNNING.add(process.pid)
         try:
-            stdout, stderr = self._communicate(config, process, request.encode("utf-8"))
+            stdout, stderr = self._communicate(
+                config, process, request.encode("utf-8"), len(sample_indices)
+            )
         except EvaluationError:
-            raise  # a timeout: _communicate has ended the group already
+            raise  # a timeout or a flood: _communicate has ended the group already
         except BaseException:
             # Ctrl-C, SIGTERM (main() raises it) or a failure here: the command has its own
             # session, so the terminal's signal never reached it; end it and its children.
@@ -110,27 +137,37 @@ class CommandEvaluator:
         return self._parse(config, len(sample_indices), stdout, stderr)
 
     def _communicate(
-        self, config: Config, process: subprocess.Popen[bytes], request: bytes
+        self, config: Config, process: subprocess.Popen[bytes], request: bytes, samples: int
     ) -> tuple[bytes, bytes]:
-        """The command's stdout and stderr; on timeout its group is killed and this raises."""
+        """The command's stdout and stderr once it exits; on a timeout, or stdout past what
+        ``samples`` scores take, its group is killed and this raises."""
+        limit = STDOUT_MIN_BYTES + STDOUT_BYTES_PER_SAMPLE * samples
+        io = _Pipes(process, request)
         try:
-            stdout, stderr = process.communicate(request, timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            # The group may already be gone if the command exited just as the timeout fired.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            try:
-                stdout, stderr = process.communicate(timeout=_REAP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                # A descendant that left the group still holds the pipes; do not wait on it.
+            ended = io.pump(time.monotonic() + self.timeout_s, limit)
+            if ended is _Ended.CLOSED:
+                ended = _wait(process, time.monotonic() + self.timeout_s)
+            if ended is not _Ended.CLOSED:
+                # The group may already be gone if the command exited just as this fired.
+                _kill_group(process.pid)
+                # What it wrote to stderr before the kill, for the message; a descendant that
+                # left the group may hold the pipes open: do not wait on it for long.
+                io.pump(time.monotonic() + _REAP_TIMEOUT_S, None)
                 process.kill()
-                stderr = b""
-            raise self._fail(
-                config,
-                f"timed out after {self.timeout_s:g} s; make it faster or raise the timeout",
-                stderr,
-            ) from None
-        return stdout, stderr
+                _wait(process, time.monotonic() + _REAP_TIMEOUT_S)
+                if ended is _Ended.OVERFLOW:
+                    what = (
+                        f"it printed more than {describe_size(limit)} on stdout for {samples} "
+                        "sample(s); print only the JSON list of scores, one per sample"
+                    )
+                else:
+                    what = (
+                        f"timed out after {self.timeout_s:g} s; make it faster or raise the timeout"
+                    )
+                raise self._fail(config, what, io.stderr())
+            return bytes(io.out), io.stderr()
+        finally:
+            io.close()
 
     def _parse(self, config: Config, expected: int, stdout: bytes, stderr: bytes) -> list[float]:
         """Scores from stdout: a JSON list of numbers, or an object with a "scores" list."""
@@ -140,7 +177,7 @@ class CommandEvaluator:
             raise self._fail(config, f"it printed nothing on stdout; {shape}", stderr)
         try:
             output = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # also a number past int()'s digit limit
             start = text[:200].replace("\n", "\\n")
             raise self._fail(
                 config, f"stdout is not JSON (starts with {start!r}); {shape}", stderr
@@ -170,3 +207,92 @@ class CommandEvaluator:
                 )
             result.append(float(score))
         return result
+
+
+class _Pipes:
+    """A started command's three pipes, served together without blocking on any one: the
+    request written to stdin, stdout kept (up to a limit), the tail of stderr kept."""
+
+    def __init__(self, process: subprocess.Popen[bytes], request: bytes) -> None:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
+        self.process = process
+        self.request = memoryview(request)
+        self.written = 0
+        self.out = bytearray()
+        self.err = bytearray()
+        self.selector = selectors.DefaultSelector()
+        if request:
+            self.selector.register(process.stdin, selectors.EVENT_WRITE)
+        else:
+            process.stdin.close()
+        self.selector.register(process.stdout, selectors.EVENT_READ)
+        self.selector.register(process.stderr, selectors.EVENT_READ)
+
+    def _done_with(self, pipe: IO[bytes]) -> None:
+        self.selector.unregister(pipe)
+        with contextlib.suppress(OSError):
+            pipe.close()
+
+    def pump(self, deadline: float, limit: int | None) -> _Ended:
+        """Move bytes until both outputs end, the deadline passes or stdout passes ``limit``."""
+        process = self.process
+        while any(key.fileobj is not process.stdin for key in self.selector.get_map().values()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return _Ended.TIMEOUT
+            for key, _ in self.selector.select(min(remaining, _WAKE_S)):
+                if key.fileobj is process.stdin:
+                    self._write(key.fd)
+                    continue
+                data = os.read(key.fd, _READ_BYTES)
+                if not data:
+                    self._done_with(cast(IO[bytes], key.fileobj))
+                elif key.fileobj is process.stdout:
+                    self.out += data
+                    if limit is not None and len(self.out) > limit:
+                        return _Ended.OVERFLOW
+                else:
+                    self.err += data
+                    if len(self.err) > 2 * _STDERR_KEPT_BYTES:
+                        del self.err[:-_STDERR_KEPT_BYTES]
+        return _Ended.CLOSED
+
+    def _write(self, fd: int) -> None:
+        """Write the next piece of the request (at most PIPE_BUF: that never blocks)."""
+        try:
+            self.written += os.write(
+                fd, self.request[self.written : self.written + select.PIPE_BUF]
+            )
+        except BrokenPipeError:
+            # It stopped reading (or exited): its output says what went wrong.
+            self.written = len(self.request)
+        if self.written >= len(self.request):
+            self._done_with(cast(IO[bytes], self.process.stdin))
+
+    def stderr(self) -> bytes:
+        return bytes(self.err[-_STDERR_KEPT_BYTES:])
+
+    def close(self) -> None:
+        """Close whatever pipe is still open."""
+        for key in list(self.selector.get_map().values()):
+            self._done_with(cast(IO[bytes], key.fileobj))
+        self.selector.close()
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+
+
+def _wait(process: subprocess.Popen[bytes], deadline: float) -> _Ended:
+    """Wait for the process to exit, waking every _WAKE_S (see there); TIMEOUT at deadline."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return _Ended.TIMEOUT
+        try:
+            process.wait(timeout=min(remaining, _WAKE_S))
+        except subprocess.TimeoutExpired:
+            continue
+        return _Ended.CLOSED

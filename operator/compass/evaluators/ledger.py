@@ -18,6 +18,7 @@ import numpy.typing as npt
 from compass.domain.evaluation import Config, EvaluationError, Evaluator, ParamValue
 from compass.domain.search import MAX_DATASET_SIZE
 from compass.domain.space import config_key, value_problem
+from compass.evaluators.files import MiB, UnsafeFileError, read_regular
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,9 @@ BoolArray = npt.NDArray[np.bool_]
 _LINE_SHAPE = 'each line must be one JSON object like {"config": {...}, "scores": [...]}'
 _SCORE_RULE = "every score must be a number in [0, 1]"
 _INDEX_RULE = "every sample index must be an integer >= 0"
+# The largest ledger read whole: the paper's grid replays from a few MiB; a file of this size
+# holds tens of millions of scores, as many as the largest dataset over many configurations.
+MAX_LEDGER_BYTES = 1024 * MiB
 
 
 class LedgerError(ValueError):
@@ -218,16 +222,19 @@ def _parse_fact(obj: Any) -> tuple[dict[str, ParamValue], list[int], list[float]
     return config, samples, [float(s) for s in scores]
 
 
+def read_ledger_bytes(path: Path) -> bytes:
+    """A ledger file's bytes: a regular file of at most MAX_LEDGER_BYTES (UnsafeFileError if not;
+    a FIFO or /dev/zero is refused, not waited on or read without end)."""
+    return read_regular(path, MAX_LEDGER_BYTES)
+
+
 def _read(path: Path, allow_truncated: bool) -> tuple[Ledger, bytes, int]:
     """Read a ledger; also its bytes and the length of its intact part (a torn tail excluded)."""
-    source = str(path)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise LedgerError(f"{source}: no such file; check the path") from None
-    except OSError as exc:
-        raise LedgerError(f"{source}: cannot read ({exc.strerror}); check the path") from None
-    ledger, intact = _parse(data, source, allow_truncated)
+        data = read_ledger_bytes(path)
+    except UnsafeFileError as exc:
+        raise LedgerError(str(exc)) from None
+    ledger, intact = _parse(data, str(path), allow_truncated)
     return ledger, data, intact
 
 
@@ -246,7 +253,18 @@ def _parse(data: bytes, source: str, allow_truncated: bool) -> tuple[Ledger, int
         last = number == len(lines)  # only the final piece can lack its newline
         try:
             obj = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except RecursionError:
+            raise LedgerError(
+                f"{source} line {number}: nested too deeply to read; {_LINE_SHAPE}"
+            ) from None
+        except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+            if not isinstance(exc, UnicodeDecodeError | json.JSONDecodeError):
+                # int() past Python's digit limit: the line is JSON, but no ledger's.
+                raise LedgerError(
+                    f"{source} line {number}: a number of more than 4,300 digits; "
+                    "every score must be a number in [0, 1] and every index below "
+                    f"{MAX_DATASET_SIZE:,}"
+                ) from None
             if last and allow_truncated:
                 log.warning(
                     "%s line %d: skipping an incomplete final line (%d bytes), "
@@ -384,29 +402,39 @@ class CheckpointLedger:
 
 
 class LedgerLock:
-    """One search's exclusive hold on a checkpoint ledger: flock on ``<ledger>.lock``, which
-    names the holder's pid; two searches appending to one ledger would interleave batches."""
+    """One search's exclusive hold on a checkpoint ledger; two searches appending to one ledger
+    would interleave batches, or evaluate the same samples twice.
+
+    Two locks, both taken or neither: flock on ``<ledger>.lock`` beside the ledger's real file
+    (symlinks resolved), which names the holder's pid, and flock on the ledger file itself once
+    it exists, so that names that are hard links to one file exclude each other too.
+    """
 
     def __init__(self, ledger: Path) -> None:
         """Nothing is locked until acquire()."""
         self.ledger = ledger
-        self.path = ledger.with_name(ledger.name + ".lock")
+        real = Path(os.path.realpath(ledger))
+        self.path = real.with_name(real.name + ".lock")
         self._fd: int | None = None
+        self._file_fd: int | None = None
+
+    def _busy(self, holder: str = "") -> LedgerBusyError:
+        pid = f" (pid {holder})" if holder.isdigit() else ""
+        return LedgerBusyError(
+            f"{self.ledger} is in use by another search{pid}; wait for it to end or stop it "
+            "(a stale lock is released when its process exits)"
+        )
 
     def acquire(self) -> None:
         """Take the lock, or raise LedgerBusyError naming the holder's pid if it says."""
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.read(fd, 32).decode("ascii", errors="replace").strip()
                 os.close(fd)
-                pid = f" (pid {holder})" if holder.isdigit() else ""
-                raise LedgerBusyError(
-                    f"{self.ledger} is in use by another search{pid}; wait for "
-                    "it to end or stop it (a stale lock is released when its process exits)"
-                ) from None
+                raise self._busy(holder) from None
             # The last holder unlinks the file on release: if it did so after our open, we
             # locked a file no one else will see; lock the one at the path instead.
             try:
@@ -419,9 +447,34 @@ class LedgerLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         self._fd = fd
+        try:
+            self.hold_ledger()
+        except BaseException:
+            self.release()
+            raise
+
+    def hold_ledger(self) -> None:
+        """Lock the ledger file itself (its inode, whatever name reaches it), if it exists and
+        is not held yet; LedgerBusyError if another search holds it. Call it again once a new
+        ledger has been created."""
+        if self._file_fd is not None:
+            return
+        try:
+            fd = os.open(self.ledger, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise self._busy() from None
+        self._file_fd = fd
 
     def release(self) -> None:
-        """Drop the lock and its file."""
+        """Drop the locks and the lock file."""
+        if self._file_fd is not None:
+            os.close(self._file_fd)
+            self._file_fd = None
         if self._fd is None:
             return
         with contextlib.suppress(FileNotFoundError):
