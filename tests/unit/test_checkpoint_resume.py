@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from compass.domain.evaluation import Config, EvaluationError, ParamValue
-from compass.evaluators import (
+from compass.evaluators.ledger import (
     CheckpointedEvaluator,
     CheckpointLedger,
     LedgerError,

@@ -21,7 +21,7 @@ import pytest
 from compass.commands.demo import demo_ledger
 from compass.commands.main import main
 from compass.domain.space import Space, config_key
-from compass.evaluators import read_ledger
+from compass.evaluators.ledger import read_ledger
 from compass.examples import build_replay_ledger, load_rag_paper, replay_scores
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -143,6 +143,39 @@ def test_help_exits_zero(cli: Cli) -> None:
     run = cli(["search", "--help"])
     assert run.code == 0
     assert "--replay" in run.out
+
+
+def imported_by(*argv: str) -> set[str]:
+    """The top-level packages and compass modules a fresh `compass ARGV` process imported."""
+    script = (
+        "import sys\n"
+        "from compass.commands.main import main\n"
+        "code = main(sys.argv[1:])\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+        "sys.exit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split("\n")[-2].split())
+
+
+HEAVY = {"kopf", "kubernetes", "tritonclient", "matplotlib", "prometheus_client"}
+
+
+def test_a_subcommand_loads_only_what_it_needs() -> None:
+    """The one lazy boundary: `compass --help` imports no subcommand's module and none of the
+    heavy clients; a subcommand imports its own module and what it needs, not the others'."""
+    listing = imported_by("--help")
+    assert not {m for m in listing if m.startswith("compass.commands.")} - {"compass.commands.main"}
+    assert not HEAVY & listing
+    crds = imported_by("crds", "--help")
+    assert "compass.commands.crds" in crds
+    assert "compass.commands.operator" not in crds
+    assert not HEAVY & crds
+    operator = imported_by("operator", "--help")
+    assert {"kopf", "kubernetes"} <= operator
 
 
 # ---------------------------------------------------------------------------- replay

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from compass.commands.main import main
-from compass.evaluators import LedgerLock
+from compass.evaluators.ledger import LedgerLock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cli import SPACE_YAML, ledger_lines, write_jsonl

@@ -31,7 +31,7 @@ from test_cli import SPACE_YAML, ledger_lines, write_jsonl
 from test_plan_cli import PROFILES
 
 from compass.commands.main import main
-from compass.evaluators import LedgerLock
+from compass.evaluators.ledger import LedgerLock
 
 HUGE = "9" * 400
 SPACE = ["--space", "space.yaml"]

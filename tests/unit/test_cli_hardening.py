@@ -14,8 +14,8 @@ import yaml
 
 from compass.commands.common import MAX_YAML_NODES, parse_document, write_text
 from compass.console import UsageError
-from compass.evaluators import LedgerBusyError, LedgerLock
 from compass.evaluators.files import UnsafeFileError, read_regular, same_file, write_replacing
+from compass.evaluators.ledger import LedgerBusyError, LedgerLock
 
 # ---------------------------------------------------------------------------- reads
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from compass.domain.evaluation import EvaluationError, ParamValue
-from compass.evaluators import CommandEvaluator
+from compass.evaluators.command import CommandEvaluator
 
 CONFIG: dict[str, ParamValue] = {"retriever_k": 5, "model": "small"}
 

@@ -7,13 +7,9 @@ import sys
 import pytest
 
 from compass.domain.evaluation import ParamValue
-from compass.evaluators import (
-    CommandEvaluator,
-    Ledger,
-    ReplayEvaluator,
-    ScoreSource,
-    make_evaluator,
-)
+from compass.evaluators.command import CommandEvaluator
+from compass.evaluators.factory import ScoreSource, make_evaluator
+from compass.evaluators.ledger import Ledger, ReplayEvaluator
 from compass.evaluators.triton import TritonEvaluator
 
 A: dict[str, ParamValue] = {"retriever_k": 5}

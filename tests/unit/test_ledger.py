@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from compass.domain.evaluation import EvaluationError, ParamValue
-from compass.evaluators import (
+from compass.evaluators.ledger import (
     Ledger,
     LedgerError,
     ReplayEvaluator,

@@ -110,7 +110,7 @@ def test_command_line_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("COMPASS_LOG_FORMAT", "JSON")
     settings = OperatorSettings()
     assert (settings.log_level, settings.log_format) == ("warning", "json")
-    parser = build_parser()
+    parser = build_parser(["operator"])
 
     def chosen(*argv: str) -> tuple[str, str]:
         applied = with_command_line(settings, parser.parse_args(["operator", *argv]))

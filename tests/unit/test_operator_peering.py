@@ -61,7 +61,7 @@ def test_a_lifetime_below_five_seconds_is_refused(monkeypatch: pytest.MonkeyPatc
 
 def test_the_command_line_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = _settings(monkeypatch, COMPASS_PEERING="from-env", COMPASS_PEERING_PRIORITY="3")
-    parser = build_parser()
+    parser = build_parser(["operator"])
     named = with_command_line(settings, parser.parse_args(["operator", "--peering", "cli"]))
     assert (named.peering, named.peering_priority) == ("cli", 3)
     ranked = with_command_line(settings, parser.parse_args(["operator", "--priority", "666"]))

@@ -25,7 +25,7 @@ from compass.domain.search import (
 )
 from compass.domain.space import Space, config_key
 from compass.domain.statistics import FeasibilityVerdict, IntervalMethod, StoppingRule
-from compass.evaluators import CheckpointedEvaluator, CheckpointLedger
+from compass.evaluators.ledger import CheckpointedEvaluator, CheckpointLedger
 
 IntArray = npt.NDArray[np.int64]
 N = 40

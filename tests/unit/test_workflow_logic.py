@@ -1068,7 +1068,7 @@ def test_error_line_uses_the_api_servers_message() -> None:
 
 
 def test_best_accuracy_counts_configurations_with_enough_samples(tmp_path: Path) -> None:
-    from compass.evaluators import CheckpointLedger
+    from compass.evaluators.ledger import CheckpointLedger
 
     ledger = CheckpointLedger(tmp_path / "ledger.jsonl")
     ledger.append({"g": "a"}, [0, 1], [1.0, 0.0])

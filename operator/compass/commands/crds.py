@@ -13,11 +13,11 @@ from compass.commands.common import write_atomic
 from compass.console import fail
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     """Add `compass crds` to the `compass` parser."""
     crds = commands.add_parser(
         "crds",
-        help="write the CustomResourceDefinition YAML generated from the models",
+        help=summary,
         description="Render the compass.io CRDs from their pydantic models (the single source "
         "of truth) into a directory; --check only reports whether the files there are current.",
     )

@@ -19,17 +19,19 @@ from compass.console import fail, parse_int, parse_number, search_with_progress
 from compass.domain.evaluation import EvaluationError
 from compass.domain.search import SearchSettings
 from compass.domain.space import Space
-from compass.evaluators import Ledger, ReplayEvaluator
+from compass.evaluators.ledger import Ledger, ReplayEvaluator
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
+from compass.lab.clusterdemo import ClusterDemoSettings, run_cluster_demo
+from compass.lab.demo import DemoSettings, run_demo
 
 DEMO_LEDGER_SEED = 0
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     """Add `compass demo` to the `compass` parser."""
     demo = commands.add_parser(
         "demo",
-        help="the whole method on this machine: search, profile, plan, serve a spike (minutes)",
+        help=summary,
         description="Start a real tritonserver serving rag-sim (the paper's RAG workflow: 234 "
         "configurations with the paper's measured accuracy and latency), run COMPASS-V through "
         "its router, profile the feasible configurations, plan, and serve a seeded load spike "
@@ -103,16 +105,11 @@ def _positive(
 
 def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: SearchSettings) -> int:
     """Search, profile, plan and serve a spike on a local Triton (or through the operator)."""
-    # Deliberately lazy: the lab loads the gRPC client and starts servers; --search-only and
-    # every other command start without it.
-    from compass.lab.demo import DemoSettings, run_demo
 
     if options.output is not None:
         fail("--output", "only with --search-only", "the demo writes into --output-dir")
     base_qps = None if args.base_qps is None else _positive(args, "--base-qps", "1.5")
     if args.cluster:
-        from compass.lab.clusterdemo import ClusterDemoSettings, run_cluster_demo
-
         return run_cluster_demo(
             ClusterDemoSettings(
                 output_dir=Path(str(args.output_dir)),

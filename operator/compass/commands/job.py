@@ -21,9 +21,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType, Profiling
+from compass.controllers import kubeapi
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
     LEDGER_KEY,
@@ -48,6 +52,13 @@ from compass.controllers.ledgerchunks import (
     ledger_text,
     stored_size,
 )
+from compass.dataplane.profiler import (
+    CurveSettings,
+    ProfileSettings,
+    measure_curve,
+    profile_configurations,
+)
+from compass.dataplane.triton import TritonRouter
 from compass.domain.capacity import CurvePoint
 from compass.domain.evaluation import Config
 from compass.domain.planner import ThresholdModel, pareto_front
@@ -61,16 +72,8 @@ from compass.domain.search import (
 )
 from compass.domain.space import Space
 from compass.domain.statistics import IntervalMethod
-from compass.evaluators import (
-    CheckpointedEvaluator,
-    CheckpointLedger,
-    ScoreSource,
-    make_evaluator,
-    parse_ledger,
-)
-
-if TYPE_CHECKING:
-    from compass.dataplane.profiler import CurveSettings
+from compass.evaluators.factory import ScoreSource, make_evaluator
+from compass.evaluators.ledger import CheckpointedEvaluator, CheckpointLedger, parse_ledger
 
 # A state read or write is retried on these answers (an API server restarting, overloaded or
 # behind a proxy that lost it): a search of hours must not fail on one blip, and a pod retry
@@ -92,8 +95,6 @@ class LedgerFullError(Exception):
 
 
 def _transient(error: BaseException, conflict: bool) -> bool:
-    from kubernetes.client.exceptions import ApiException
-
     if isinstance(error, ApiException):
         return error.status in TRANSIENT_STATUSES or (conflict and error.status == 409)
     return True  # no answer: refused, reset or timed out (kubeapi.ERRORS)
@@ -151,10 +152,6 @@ class StateStore:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if api is None:
-            from kubernetes import client
-
-            from compass.controllers import kubeapi
-
             api = client.CoreV1Api(kubeapi.load_client())
         self.api = api
         self.name = name
@@ -169,7 +166,6 @@ class StateStore:
 
     def _call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """kubeapi.call, retried on transient errors (409 too, unless conflict=False)."""
-        from compass.controllers import kubeapi
 
         conflict = kwargs.pop("conflict", True)
         for attempt in range(ATTEMPTS):
@@ -194,7 +190,6 @@ class StateStore:
         return found
 
     def _read(self, name: str) -> dict[str, Any] | None:
-        from compass.controllers import kubeapi
 
         try:
             return self._get(name)
@@ -288,7 +283,6 @@ class StateStore:
 
     def _create_chunk(self, index: int, key: str, value: str) -> None:
         """Create the index-th chunk ConfigMap holding this chunk."""
-        from compass.controllers import kubeapi
 
         assert self._state is not None
         if index > MAX_CHUNKS:
@@ -457,9 +451,6 @@ def run_search(state_name: str, namespace: str) -> int:
 def run_profile(state_name: str, namespace: str) -> int:
     """Profile the search's feasible configurations through the router; with the measured
     threshold model, then the capacity curve of each configuration on the front."""
-    # Deliberately lazy: the gRPC client takes a while to load; the search Job never needs it.
-    from compass.dataplane.profiler import ProfileSettings, profile_configurations
-    from compass.dataplane.triton import TritonRouter
 
     store = StateStore(state_name, namespace)
     state = store.read()
@@ -489,7 +480,6 @@ def run_profile(state_name: str, namespace: str) -> int:
 
 def curve_settings(profiling: Profiling) -> CurveSettings:
     """What the spec's profiling settings ask of each capacity curve."""
-    from compass.dataplane.profiler import CurveSettings
 
     return CurveSettings(
         profiling.curve_requests_per_rate,
@@ -509,7 +499,6 @@ def _with_curves(
 ) -> dict[str, Any]:
     """The profiles with a capacity curve on every member of the front (the others cannot be
     served by the policy, so their curves would buy nothing)."""
-    from compass.dataplane.profiler import measure_curve
 
     profiles = parse_profiles(document)
     front = pareto_front(profiles, spec.slo.percentile).members
@@ -584,11 +573,11 @@ def main(role: str, state_name: str) -> int:
         return 1
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     """Add `compass job` to the `compass` parser."""
     job = commands.add_parser(
         "job",
-        help="run inside the operator's Jobs (search or profile a CompoundWorkflow)",
+        help=summary,
         description="What the search and profiling Jobs run: read the workflow spec and the "
         "ledger from the state ConfigMap (namespace from $COMPASS_NAMESPACE), resume, and write "
         "the ledger, the progress and the result back to it.",

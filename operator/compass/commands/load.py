@@ -21,14 +21,15 @@ from compass.commands.common import (
     write_text,
 )
 from compass.console import parse_int, parse_number
+from compass.dataplane.load import run_load
 from compass.domain.arrivals import make_scenario
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     """Add `compass load` to the `compass` parser."""
     load = commands.add_parser(
         "load",
-        help="send open-loop load to the router and record every request",
+        help=summary,
         description="Open-loop Poisson arrivals shaped by a pattern (the simulator's patterns, "
         "same seed, same arrivals); records per request its send time, latency, the "
         "configuration that served it, its score and any error, as JSON Lines.",
@@ -44,8 +45,6 @@ def register(commands: Any) -> None:
 
 def load_command(args: argparse.Namespace) -> int:
     """Drive the router with a load pattern and report what was served."""
-    # Deliberately lazy: the gRPC client takes a while to load; the other commands never need it.
-    from compass.dataplane.load import run_load
 
     check_endpoint("--triton", str(args.triton))
     if args.output:

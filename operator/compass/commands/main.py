@@ -3,47 +3,50 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from compass.commands import (
-    crds,
-    demo,
-    job,
-    load,
-    operator,
-    plan,
-    profile,
-    search,
-    serve,
-    simulate,
-)
 from compass.console import Parser, Terminated, UsageError
 from compass.evaluators.files import UnsafeFileError
 
+# The command line's one lazy import boundary: a subcommand's module is imported only when it
+# runs, so `compass --help` and each subcommand load only what that subcommand needs (the
+# operator's kopf and Kubernetes client, the Triton client, matplotlib each take a second or
+# two); inside a command module every import is at module level. In `compass --help`'s order.
+SUBCOMMANDS: dict[str, str] = {
+    "search": "search a configuration space",
+    "demo": "the whole method on this machine: search, profile, plan, serve a spike (minutes)",
+    "profile": "measure the latency of configurations through the router",
+    "load": "send open-loop load to the router and record every request",
+    "serve": "run Elastico live against Triton, outside Kubernetes",
+    "plan": "Pareto front and switching thresholds from latency profiles",
+    "simulate": "run a policy and the static baselines through the serving simulator",
+    "operator": "run the operator: the ParetoPolicy and CompoundWorkflow controllers (kopf)",
+    "crds": "write the CustomResourceDefinition YAML generated from the models",
+    "job": "run inside the operator's Jobs (search or profile a CompoundWorkflow)",
+}
 
-def build_parser() -> argparse.ArgumentParser:
-    """The `compass` argument parser with its subcommands."""
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The `compass` argument parser: the subcommand ``argv`` names in full (its module
+    imported and its arguments added), the others by name and summary only."""
     parser = Parser(
         prog="compass",
         description="Find every configuration of a compound-AI workflow that reaches an "
         "accuracy target, evaluating as few samples as possible.",
     )
     commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
-    # In the order `compass --help` lists them.
-    search.register(commands)
-    demo.register(commands)
-    profile.register(commands)
-    load.register(commands)
-    serve.register(commands)
-    plan.register(commands)
-    simulate.register(commands)
-    operator.register(commands)  # kopf is imported only when the operator runs
-    crds.register(commands)
-    job.register(commands)
+    chosen = next((word for word in argv[:1] if word in SUBCOMMANDS), None)
+    for name, summary in SUBCOMMANDS.items():
+        if name == chosen:
+            module = importlib.import_module(f"compass.commands.{name}")
+            module.register(commands, summary)
+        else:
+            commands.add_parser(name, help=summary, add_help=False)
     return parser
 
 
@@ -81,9 +84,10 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     """main() without the signal handling."""
     _escape_unencodable()
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(words)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except UsageError as exc:
         return _usage_error(exc.prog or "compass", exc)
     except SystemExit as exc:  # --help

@@ -9,15 +9,16 @@ from pydantic import ValidationError
 
 from compass.console import fail
 from compass.controllers.logs import LogFormat, LogLevel
+from compass.controllers.manager import PEERING_FIX, PeeringError, run
 from compass.controllers.settings import OperatorSettings
 from compass.domain.space import explain_validation_error
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     """Add `compass operator` to the `compass` parser (kopf is imported when it runs)."""
     command = commands.add_parser(
         "operator",
-        help="run the operator: the ParetoPolicy and CompoundWorkflow controllers (kopf)",
+        help=summary,
         description="Run the kopf operator in this process: one Elastico timer per ParetoPolicy "
         "and the CompoundWorkflow handlers, kopf's liveness endpoint on COMPASS_HEALTH_PORT "
         "(/healthz) and the operator's Prometheus metrics on COMPASS_METRICS_PORT (/metrics). "
@@ -75,9 +76,6 @@ def register(commands: Any) -> None:
 
 def operator_command(args: argparse.Namespace) -> int:
     """`compass operator`: load the settings (COMPASS_*) and run until stopped."""
-    # The one lazy import of the operator: manager loads kopf, the Kubernetes client and
-    # prometheus_client (about 2 s), which `compass --help` and the other commands never need.
-    from compass.controllers.manager import PEERING_FIX, PeeringError, run
 
     try:
         settings = OperatorSettings()

@@ -52,15 +52,16 @@ from compass.domain.planner import (
 )
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profiles
 from compass.domain.strategy import Strategy
+from compass.lab import plots
 
 DEFAULT_POLICY = "paretopolicy.yaml"
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     """Add `compass plan` to the `compass` parser."""
     plan = commands.add_parser(
         "plan",
-        help="Pareto front and switching thresholds from latency profiles",
+        help=summary,
         description="Keep the configurations no other beats on both accuracy and tail latency, "
         "order them by mean service time, derive each one's queue-depth (and, with the tail "
         "model, arrival-rate) limits for the SLO, print them, and write them as a ParetoPolicy "
@@ -300,9 +301,6 @@ def plan_command(args: argparse.Namespace) -> int:
     write_text(output, policy_text(manifest, form))
     print(f"policy: {output}")
     if plot is not None:
-        # Deliberately lazy: matplotlib takes most of a second to load, and only --plot needs it.
-        from compass.lab import plots
-
         save_output(plot, lambda temporary: plots.save_plan_figure(temporary, plan, profiles))
         print(f"plot: {plot}")
     return 0

@@ -17,14 +17,16 @@ from compass.commands.common import (
     write_text,
 )
 from compass.console import fail, parse_int
+from compass.dataplane.profiler import ProfileSettings, profile_configurations
+from compass.dataplane.triton import RoutingError, TritonRouter
 from compass.domain.evaluation import Config
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     """Add `compass profile` to the `compass` parser."""
     profile = commands.add_parser(
         "profile",
-        help="measure the latency of configurations through the router",
+        help=summary,
         description="Send warm-up and measured requests, one at a time, through the router "
         "with a per-request configuration override (production traffic keeps its "
         "configuration), and write mean/p50/p95/p99/std per configuration in the profiles "
@@ -66,9 +68,6 @@ def _feasible_from_result(path: Path) -> list[tuple[Config, float | None]]:
 
 def profile_command(args: argparse.Namespace) -> int:
     """Profile every feasible configuration of a search result through the router."""
-    # Deliberately lazy: the gRPC client takes a while to load; the other commands never need it.
-    from compass.dataplane.profiler import ProfileSettings, profile_configurations
-    from compass.dataplane.triton import RoutingError, TritonRouter
 
     check_endpoint("--triton", str(args.triton))
     output = Path(args.output)

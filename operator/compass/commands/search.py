@@ -28,21 +28,20 @@ from compass.domain.evaluation import EvaluationError, Evaluator, ParamValue
 from compass.domain.search import MAX_DATASET_SIZE, SearchSettings
 from compass.domain.space import Space, SpaceError, SpaceSpec, config_key, explain_validation_error
 from compass.domain.statistics import StoppingRule
-from compass.evaluators import (
+from compass.evaluators.factory import ScoreSource, make_evaluator
+from compass.evaluators.files import same_file
+from compass.evaluators.ledger import (
     CheckpointedEvaluator,
     CheckpointLedger,
     Ledger,
     LedgerBusyError,
     LedgerError,
     LedgerLock,
-    ScoreSource,
     TruncatedLineError,
-    make_evaluator,
     partial_path,
     read_ledger,
+    read_ledger_bytes,
 )
-from compass.evaluators.files import same_file
-from compass.evaluators.ledger import read_ledger_bytes
 
 DEFAULT_LEDGER = "compass-search.ledger.jsonl"
 _PROG = "compass search"
@@ -59,11 +58,11 @@ _PYDANTIC_FIXES = {
 }
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     """Add `compass search` to the `compass` parser."""
     run = commands.add_parser(
         "search",
-        help="search a configuration space",
+        help=summary,
         description="Search a configuration space for every configuration whose accuracy is "
         ">= tau. Scores come from a replay ledger (--replay) or from your own command "
         "(--command). Every evaluated batch is appended to a checkpoint ledger, so an "

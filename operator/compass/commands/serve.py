@@ -13,14 +13,18 @@ from compass.api.urls import url_problem
 from compass.commands.common import check_endpoint, load_policy, plan_error
 from compass.console import fail, parse_number
 from compass.conversion import admission_table, runtime_policy
+from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
+from compass.dataplane.live import LiveLoop
+from compass.dataplane.metrics import QueueDepthSource, source_for
+from compass.dataplane.triton import RoutingError
 from compass.domain.planner import PlanError
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     """Add `compass serve` to the `compass` parser."""
     serve = commands.add_parser(
         "serve",
-        help="run Elastico live against Triton, outside Kubernetes",
+        help=summary,
         description="Every interval: read the router's queue depth (Triton's /metrics or "
         "Prometheus), run the policy's decide, and put every replica's router on the "
         "configuration it says: the code path the operator's timer runs. Prints one line per "
@@ -56,12 +60,6 @@ def register(commands: Any) -> None:
 
 def serve_command(args: argparse.Namespace) -> int:
     """Run the live loop until --duration passes or the user interrupts."""
-    # Deliberately lazy: the gRPC and HTTP metrics clients take a while to load; the other
-    # commands never need them.
-    from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
-    from compass.dataplane.live import LiveLoop
-    from compass.dataplane.metrics import QueueDepthSource, source_for
-    from compass.dataplane.triton import RoutingError
 
     addresses = [a.strip() for a in str(args.triton).split(",") if a.strip()]
     for address in addresses:

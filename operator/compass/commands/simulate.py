@@ -30,6 +30,7 @@ from compass.domain.arrivals import Scenario, make_scenario
 from compass.domain.planner import PlanError
 from compass.domain.podmodel import POD_STAGES, PodModel
 from compass.domain.simulator import MetricsView, RunReport, compare
+from compass.lab import plots
 
 DEFAULT_TIMELINE = "compass-timeline.json"
 # Each pod is simulated as its own queue: a bound keeps a typo from exhausting memory.
@@ -39,11 +40,11 @@ MAX_PODS = 1000
 CONTENDED = "contended"
 
 
-def register(commands: Any) -> None:
+def register(commands: Any, summary: str) -> None:
     """Add `compass simulate` to the `compass` parser."""
     simulate = commands.add_parser(
         "simulate",
-        help="run a policy and the static baselines through the serving simulator",
+        help=summary,
         description="Serve one seeded load (FIFO, the policy's routerInstances servers per pod: "
         "with 1, the paper's M/G/1) with the policy and with the fastest, middle and most "
         "accurate front members held static, on the same arrivals, pod assignment and "
@@ -261,9 +262,6 @@ def simulate_command(args: argparse.Namespace) -> int:
     write_text(timeline, json.dumps(timeline_document(reports, scenario), indent=1) + "\n")
     print(f"timeline: {timeline}")
     if plot is not None:
-        # Deliberately lazy: matplotlib takes most of a second to load, and only --plot needs it.
-        from compass.lab import plots
-
         save_output(
             plot,
             lambda temporary: plots.save_simulation_figure(

@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.dataplane.triton import TritonRouter
 from compass.domain.evaluation import Evaluator
 from compass.evaluators.command import CommandEvaluator
 from compass.evaluators.ledger import Ledger, ReplayEvaluator
+from compass.evaluators.triton import TritonEvaluator
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,5 @@ def make_evaluator(source: ScoreSource) -> Evaluator:
     if source.command is not None:
         return CommandEvaluator(source.command)
     assert source.triton is not None  # __post_init__ guarantees one source
-    # Deliberately lazy: tritonclient's gRPC stack is loaded only for a search that scores
-    # through Triton, so replay and command searches (and every other command) start without it.
-    from compass.dataplane.triton import TritonRouter
-    from compass.evaluators.triton import TritonEvaluator
 
     return TritonEvaluator(TritonRouter(source.triton, model=source.router_model))

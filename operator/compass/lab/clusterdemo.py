@@ -25,9 +25,12 @@ from typing import Any
 
 import numpy as np
 import yaml
+from kubernetes import client
 
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.api.paretopolicy import ParetoPolicySpec
+from compass.console import plan_table
+from compass.controllers import kubeapi
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.ledgerchunks import CHUNK_OF_LABEL
 from compass.conversion import elastico_settings, latency_profiles
@@ -57,6 +60,7 @@ from compass.lab.devcluster import (
     Operator,
     ensure_binaries,
 )
+from compass.lab.devnode import Node
 from compass.lab.experiment import OBSERVED_WINDOW_S, SETTLE_S, LiveRun, SwitchEvent, serve
 from compass.lab.local_triton import (
     LocalPrometheus,
@@ -65,6 +69,8 @@ from compass.lab.local_triton import (
     TritonInstallation,
     prometheus_binary,
 )
+from compass.lab.plots import save_plan_figure, save_timeline_figure
+from compass.lab.podenv import LocalImage
 from compass.lab.processes import venv_executable, wait_for
 from compass.lab.scenarios import RagSimLoad, rag_sim_data, rag_sim_triton, spike_scenario
 
@@ -267,7 +273,6 @@ class Kube:
     _custom: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        from kubernetes import client
 
         self.api = self.cluster.api_client()
         self._custom = client.CustomObjectsApi(self.api)
@@ -284,7 +289,6 @@ class Kube:
 
     def get(self, plural: str, name: str) -> dict[str, Any] | None:
         """A compass.io object, or None while it does not exist."""
-        from compass.controllers import kubeapi  # the Kubernetes client only when a demo runs
 
         found: dict[str, Any] | None = kubeapi.read(
             self._custom.get_namespaced_custom_object, GROUP, VERSION, self.namespace, plural, name
@@ -369,10 +373,6 @@ def _run(
     settings: ClusterDemoSettings, say: Reporter, binaries: Any, stack: contextlib.ExitStack
 ) -> int:
     """Steps 2-8, every child process registered on ``stack`` as soon as it runs."""
-    from compass.console import plan_table
-    from compass.lab.devnode import Node
-    from compass.lab.plots import save_plan_figure, save_timeline_figure
-    from compass.lab.podenv import LocalImage
 
     out, scale = settings.output_dir, settings.time_scale
     work = out / "cluster"

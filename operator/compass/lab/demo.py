@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from compass.api.paretopolicy import Hysteresis, ParetoPolicySpec
-from compass.console import fail
+from compass.console import fail, plan_table, policy_manifest, policy_text, search_with_progress
 from compass.conversion import runtime_policy, spec_for_plan
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
@@ -32,11 +32,12 @@ from compass.domain.search import SearchOutcome, SearchSettings, complete_feasib
 from compass.domain.simulator import RunReport, compare
 from compass.domain.space import Space
 from compass.domain.strategy import Strategy
-from compass.evaluators import CheckpointedEvaluator, CheckpointLedger
+from compass.evaluators.ledger import CheckpointedEvaluator, CheckpointLedger
 from compass.evaluators.triton import TritonEvaluator
 from compass.examples import load_rag_paper
 from compass.lab.experiment import ADMITTED_RUN, RUNS, LiveRun, serve_each
 from compass.lab.local_triton import LocalServerError, TritonInstallation
+from compass.lab.plots import save_plan_figure, save_timeline_figure
 from compass.lab.scenarios import (
     COMPONENTS,
     QUESTIONS,
@@ -142,7 +143,6 @@ def run_search(
 ) -> Searched:
     """COMPASS-V through the router, then the feasible set scored on the whole dataset (as the
     operator's search Job does: complete_feasible), reusing every score the search recorded."""
-    from compass.console import search_with_progress
 
     ledger_path = settings.output_dir / "search.ledger.jsonl"
     ledger_path.unlink(missing_ok=True)
@@ -380,8 +380,6 @@ def _plan_step(
     profiles: Sequence[LatencyProfile], settings: DemoSettings, say: Reporter
 ) -> tuple[Plan, ParetoPolicySpec, ParetoPolicySpec]:
     """Step 4: the plan (unscaled, written as the policy) and the live loop's scaled twin."""
-    from compass.console import plan_table, policy_manifest, policy_text
-    from compass.lab.plots import save_plan_figure
 
     slo = Slo(settings.slo_ms, settings.percentile)
     say.step(
@@ -440,7 +438,6 @@ OUTPUTS = (
 
 def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     """Run every step; 0 when done, 1 when this machine cannot run Triton (the message says why)."""
-    from compass.lab.plots import save_timeline_figure
 
     say = say or Reporter(steps=6)
     # Resolved once, here: tritonserver and its Python stubs get these paths, and the demo must

@@ -9,6 +9,7 @@ There is no kubelet and no scheduler: compass.lab.devnode plays the node. `Opera
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -19,6 +20,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +30,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+from kubernetes import config
 
+from compass.lab.devnode import Node
 from compass.lab.processes import (
     die_with_parent,
     free_ports,
@@ -302,7 +306,6 @@ class Cluster:
         The API server adds system:authenticated to an impersonated user (and the
         system:serviceaccounts groups to a service account's name); group adds one more.
         """
-        from kubernetes import config  # the package is only needed once a cluster runs
 
         new_client = config.new_client_from_config  # untyped in the kubernetes package
         client = new_client(config_file=str(self.kubeconfig))  # type: ignore[no-untyped-call]
@@ -570,8 +573,6 @@ class Operator:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Start a control plane (and a node) by hand, print how to reach it, stop on Ctrl-C."""
-    import argparse
-    import tempfile
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, help="default: a new temporary directory")
@@ -586,8 +587,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return CANNOT_BUILD
     with Cluster(binaries, workdir) as cluster, contextlib.ExitStack() as stack:
         if not args.no_node:
-            from compass.lab.devnode import Node  # the kubernetes client: only with a node
-
             stack.enter_context(Node(cluster.api_client(), workdir / "node"))
         version = cluster.request("/version")["gitVersion"]
         # Before saying Ctrl-C stops it: a SIGTERM from then on must unwind through the stack.
