@@ -67,6 +67,9 @@ EVENTS: tuple[EventEntry, ...] = (
     EventEntry(W, "TargetNotAllowed", "Warning", "a host or namespace the settings refuse"),
     EventEntry(W, "ImageNotAllowed", "Warning", "a Job image the settings do not allow"),
     EventEntry(W, "ForeignJobAccount", "Warning", "the Jobs' ServiceAccount or Role is another's"),
+    EventEntry(
+        W, "LedgerRefused", "Warning", "a state's ledger passes what it can record: dropped"
+    ),
 )
 
 _PR, _PM, _PD, _PP, _PS = (
