@@ -48,6 +48,7 @@ EVENTS: tuple[EventEntry, ...] = (
     EventEntry(P, "SwitchFailed", "Warning", "Ready turned False: a decided switch failed"),
     EventEntry(P, "InvalidSpec", "Warning", "the spec can never work: the field and the fix"),
     EventEntry(P, "TargetNotAllowed", "Warning", "a host or namespace the settings refuse"),
+    EventEntry(P, "EndpointsRefused", "Warning", "slice addresses not this namespace's Pods"),
     EventEntry(P, "PodsLagging", "Warning", "pods do not serve the active configuration"),
     EventEntry(P, "PodsServing", "Normal", "every ready pod serves it again"),
     EventEntry(P, "InvalidPauseAnnotation", "Warning", "compass.io/paused is not true/false"),

@@ -26,6 +26,8 @@ from compass.controllers.endpoints import (
     SERVICE_NAME_LABEL,
     PortError,
     SliceEntry,
+    admitted,
+    pod_addresses,
     ready_endpoints,
     slice_entries,
 )
@@ -85,7 +87,10 @@ ERROR_BACKOFF_S = 5.0
 ROUTER_TIMEOUT_S = 1.0
 ROUTER_ATTEMPTS = 1
 ROUTER_BACKOFF_S = 0.05
+# Refused slice addresses named in a message (an Event, the Ready condition): the first few.
+MAX_REFUSED_SHOWN = 5
 SlicesIndex = kopf.Index[tuple[str, str], tuple[SliceEntry, ...]]
+PodsIndex = kopf.Index[tuple[str, str], str]
 
 
 @dataclass
@@ -139,6 +144,8 @@ class PolicyMemory:
     last_observed: float | None = None
     failures: int = 0
     fenced: bool = False
+    # The Service's slice addresses last refused (not the namespace's Pods'), reported on change.
+    refused: tuple[str, ...] = ()
 
 
 @kopf.on.startup()
@@ -160,10 +167,20 @@ def triton_slices(
     return {(namespace or "", labels[SERVICE_NAME_LABEL]): slice_entries(body)}
 
 
+@kopf.index("", "v1", "pods")
+def triton_pods(
+    namespace: str | None, name: str | None, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], str]:
+    """Every Pod's own IPs, by (namespace, IP): whose an EndpointSlice's address really is (a
+    slice's author can write any address in it, never another namespace's Pod)."""
+    return {(namespace or "", ip): name or "" for ip in pod_addresses(body)}
+
+
 @kopf.timer(GROUP, VERSION, POLICY_PLURAL, id="elastico", interval=TICK_S, backoff=ERROR_BACKOFF_S)
 def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
-    """One Elastico tick of one ParetoPolicy (kopf passes the slices index as a keyword)."""
+    """One Elastico tick of one ParetoPolicy (kopf passes the indexes as keywords)."""
     slices: SlicesIndex = kwargs["triton_slices"]
+    pods: PodsIndex = kwargs["triton_pods"]
     runtime = runtime_of(memo)
     memory = memo.get(MEMORY_KEY)
     if not isinstance(memory, PolicyMemory):
@@ -174,7 +191,7 @@ def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwar
     runtime.metrics.touch_policy(*_names(body), SERIES_TTL_S)
     count = runtime.metrics.reconciles
     try:
-        decided = _tick(body, memory, runtime, logger, time.time(), slices)
+        decided = _tick(body, memory, runtime, logger, time.time(), slices, pods)
     except kopf.TemporaryError:
         count.labels(POLICY_KIND, "retry").inc()
         runtime.metrics.errors.labels(POLICY_KIND, "TritonUnreachable").inc()
@@ -238,6 +255,7 @@ def _tick(
     logger: kopf.Logger,
     now: float,
     slices: SlicesIndex,
+    pods: PodsIndex,
 ) -> bool:
     """Decide once if due; True if it did."""
     generation = body.get("metadata", {}).get("generation")
@@ -255,7 +273,7 @@ def _tick(
     assert connections.source is not None
     connections.router.admission = compiled.admission
     try:
-        connections.router.update(_endpoints(body, compiled, slices))
+        connections.router.update(_endpoints(body, memory, compiled, slices, pods, runtime, logger))
         router_key = connections.router.active_config(_expected_key(memory, previous, compiled))
     except RoutingError as error:
         memory.failures += 1
@@ -602,21 +620,48 @@ def _source(
     )
 
 
-def _endpoints(body: kopf.Body, compiled: CompiledPolicy, slices: SlicesIndex) -> list[Endpoint]:
-    """The pods to switch now: the Service's ready endpoints, or the one gRPC address."""
+def _endpoints(
+    body: kopf.Body,
+    memory: PolicyMemory,
+    compiled: CompiledPolicy,
+    slices: SlicesIndex,
+    pods: PodsIndex,
+    runtime: Runtime,
+    logger: kopf.Logger,
+) -> list[Endpoint]:
+    """The pods to switch now: the Service's ready endpoints that are Pods of the policy's
+    namespace (or allowed hosts), or the one gRPC address; the refused are reported."""
     if compiled.service is None:
         assert compiled.grpc_address is not None
         return [Endpoint(compiled.grpc_address, compiled.grpc_address)]
     namespace, _ = _names(body)
     metrics_port = compiled.metrics_port if compiled.metrics.url is None else None
-    try:
-        return list(
-            ready_endpoints(
-                slices.get((namespace, compiled.service), ()), compiled.grpc_port, metrics_port
+    entries, refused = admitted(
+        slices.get((namespace, compiled.service), ()),
+        namespace,
+        lambda ip: set(pods.get((namespace, ip), ())),
+        runtime.settings.target_access(),
+    )
+    if refused != memory.refused:
+        memory.refused = refused
+        if refused:
+            message = (
+                f"Service {compiled.service}: {len(refused)} address(es) of its EndpointSlices "
+                f"are not Pods of namespace {namespace}, neither switched nor scraped: "
+                + "; ".join(refused[:MAX_REFUSED_SHOWN])
             )
-        )
+            logger.warning(message)
+            kopf.event(body, type="Warning", reason="EndpointsRefused", message=message)
+    try:
+        found = list(ready_endpoints([entries], compiled.grpc_port, metrics_port))
     except PortError as error:
         raise RoutingError(f"spec.routing of Service {compiled.service}: {error}") from error
+    if not found and refused:
+        raise RoutingError(
+            f"Service {compiled.service}: every ready address was refused (not a Pod of "
+            f"namespace {namespace}): " + "; ".join(refused[:MAX_REFUSED_SHOWN])
+        )
+    return found
 
 
 def _expected_key(
