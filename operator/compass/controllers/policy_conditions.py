@@ -157,6 +157,31 @@ class PolicyEvent:
     message: str
 
 
+# Refused slice addresses named in a message (an Event, the Ready condition): the first few.
+MAX_REFUSED_SHOWN = 5
+
+
+def refused_endpoints(service: str, namespace: str, refused: Sequence[str]) -> str:
+    """Which addresses of a Service's EndpointSlices are not its namespace's Pods, on one line."""
+    shown = "; ".join(refused[:MAX_REFUSED_SHOWN])
+    more = (
+        f" (and {len(refused) - MAX_REFUSED_SHOWN} more)"
+        if len(refused) > MAX_REFUSED_SHOWN
+        else ""
+    )
+    return (
+        f"Service {service}: {len(refused)} address(es) of its EndpointSlices are not Pods of "
+        f"namespace {namespace}, neither switched nor scraped: {shown}{more}"
+    )
+
+
+def refused_event(service: str, namespace: str, refused: Sequence[str]) -> PolicyEvent:
+    """EndpointsRefused: the slice addresses left out (posted when they change)."""
+    return PolicyEvent(
+        "Warning", "EndpointsRefused", refused_endpoints(service, namespace, refused)
+    )
+
+
 def switch_event(
     previous: str | None, target: str, queue_depth: float | None, reason: str
 ) -> PolicyEvent:

@@ -43,6 +43,8 @@ from compass.controllers.policy_conditions import (
     health_conditions,
     is_ready,
     merge_conditions,
+    refused_endpoints,
+    refused_event,
     routing_status,
     switch_event,
     transition_events,
@@ -87,8 +89,6 @@ ERROR_BACKOFF_S = 5.0
 ROUTER_TIMEOUT_S = 1.0
 ROUTER_ATTEMPTS = 1
 ROUTER_BACKOFF_S = 0.05
-# Refused slice addresses named in a message (an Event, the Ready condition): the first few.
-MAX_REFUSED_SHOWN = 5
 SlicesIndex = kopf.Index[tuple[str, str], tuple[SliceEntry, ...]]
 PodsIndex = kopf.Index[tuple[str, str], str]
 
@@ -645,21 +645,17 @@ def _endpoints(
     if refused != memory.refused:
         memory.refused = refused
         if refused:
-            message = (
-                f"Service {compiled.service}: {len(refused)} address(es) of its EndpointSlices "
-                f"are not Pods of namespace {namespace}, neither switched nor scraped: "
-                + "; ".join(refused[:MAX_REFUSED_SHOWN])
-            )
-            logger.warning(message)
-            kopf.event(body, type="Warning", reason="EndpointsRefused", message=message)
+            event = refused_event(compiled.service, namespace, refused)
+            logger.warning(event.message)
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     try:
         found = list(ready_endpoints([entries], compiled.grpc_port, metrics_port))
     except PortError as error:
         raise RoutingError(f"spec.routing of Service {compiled.service}: {error}") from error
     if not found and refused:
         raise RoutingError(
-            f"Service {compiled.service}: every ready address was refused (not a Pod of "
-            f"namespace {namespace}): " + "; ".join(refused[:MAX_REFUSED_SHOWN])
+            "every ready address was refused: "
+            + refused_endpoints(compiled.service, namespace, refused)
         )
     return found
 
