@@ -23,6 +23,8 @@ class Health:
 
     spec_error: str | None = None
     spec_reason: str = "InvalidSpec"
+    # An older policy acts on the same target: this one switches nothing.
+    claimed_by: str | None = None
     unreachable: str | None = None
     switch_failed: str | None = None
     metrics_error: str | None = None
@@ -72,7 +74,13 @@ def health_conditions(health: Health) -> list[Condition]:
             )
         ]
     problem: tuple[str, str] | None = None
-    if health.unreachable is not None:
+    if health.claimed_by is not None:
+        problem = (
+            "TargetClaimed",
+            f"ParetoPolicy {health.claimed_by} (older) acts on the same routing target: this "
+            "one switches nothing while it does; delete one of them",
+        )
+    elif health.unreachable is not None:
         problem = ("TritonUnreachable", f"{health.unreachable}; holding, retrying")
     elif health.switch_failed is not None:
         problem = ("SwitchFailed", health.switch_failed)

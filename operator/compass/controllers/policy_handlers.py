@@ -52,8 +52,11 @@ from compass.controllers.policy_conditions import (
 from compass.controllers.policy_decisions import (
     SERIES_TTL_S,
     TICK_S,
+    Claim,
     Pause,
     align_state,
+    claim_of,
+    claimant,
     decision_due,
     pause_of,
     paused_state,
@@ -62,6 +65,7 @@ from compass.controllers.policy_decisions import (
     saved_state,
     state_routing,
     state_routing_key,
+    target_key,
 )
 from compass.controllers.policy_status import (
     PolicyGauges,
@@ -91,6 +95,7 @@ ROUTER_ATTEMPTS = 1
 ROUTER_BACKOFF_S = 0.05
 SlicesIndex = kopf.Index[tuple[str, str], tuple[SliceEntry, ...]]
 PodsIndex = kopf.Index[tuple[str, str], str]
+ClaimsIndex = kopf.Index[tuple[str, str, str], Claim]
 
 
 @dataclass
@@ -176,11 +181,22 @@ def triton_pods(
     return {(namespace or "", ip): name or "" for ip in pod_addresses(body)}
 
 
+@kopf.index(GROUP, VERSION, POLICY_PLURAL)
+def policy_claims(
+    namespace: str | None, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str, str], Claim]:
+    """Every policy's claim on its routing target, by target: one acts on each (the oldest)."""
+    key = target_key(namespace or "", body.get("spec") or {})
+    claim = claim_of(body)
+    return {} if key is None or claim is None else {key: claim}
+
+
 @kopf.timer(GROUP, VERSION, POLICY_PLURAL, id="elastico", interval=TICK_S, backoff=ERROR_BACKOFF_S)
 def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
     """One Elastico tick of one ParetoPolicy (kopf passes the indexes as keywords)."""
     slices: SlicesIndex = kwargs["triton_slices"]
     pods: PodsIndex = kwargs["triton_pods"]
+    claims: ClaimsIndex = kwargs["policy_claims"]
     runtime = runtime_of(memo)
     memory = memo.get(MEMORY_KEY)
     if not isinstance(memory, PolicyMemory):
@@ -191,7 +207,7 @@ def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwar
     runtime.metrics.touch_policy(*_names(body), SERIES_TTL_S)
     count = runtime.metrics.reconciles
     try:
-        decided = _tick(body, memory, runtime, logger, time.time(), slices, pods)
+        decided = _tick(body, memory, runtime, logger, time.time(), slices, pods, claims)
     except kopf.TemporaryError:
         count.labels(POLICY_KIND, "retry").inc()
         runtime.metrics.errors.labels(POLICY_KIND, "TritonUnreachable").inc()
@@ -256,6 +272,7 @@ def _tick(
     now: float,
     slices: SlicesIndex,
     pods: PodsIndex,
+    claims: ClaimsIndex,
 ) -> bool:
     """Decide once if due; True if it did."""
     generation = body.get("metadata", {}).get("generation")
@@ -269,6 +286,15 @@ def _tick(
     if compiled is None or not decision_due(memory.last_tick, now, compiled.spec.interval_seconds):
         return False
     memory.last_tick = now
+    holder = _claimant(body, claims)
+    if holder is not None:
+        health = Health(
+            claimed_by=holder.name,
+            pause=_pause(body, compiled),
+            active=None if memory.state is None else memory.state.active,
+        )
+        _publish(body, memory, runtime, logger, previous, health, None, now, generation)
+        return False
     connections = _connections(memory, compiled, runtime, logger, now, _names(body)[0])
     assert connections.source is not None
     connections.router.admission = compiled.admission
@@ -658,6 +684,16 @@ def _endpoints(
             + refused_endpoints(compiled.service, namespace, refused)
         )
     return found
+
+
+def _claimant(body: kopf.Body, claims: ClaimsIndex) -> Claim | None:
+    """The older policy acting on this one's routing target; None if this one acts."""
+    namespace, _ = _names(body)
+    key = target_key(namespace, body.get("spec") or {})
+    mine = claim_of(body)
+    if key is None or mine is None:
+        return None
+    return claimant(claims.get(key, ()), mine)
 
 
 def _expected_key(
