@@ -48,6 +48,8 @@ EVENTS: tuple[EventEntry, ...] = (
     EventEntry(P, "SwitchFailed", "Warning", "Ready turned False: a decided switch failed"),
     EventEntry(P, "InvalidSpec", "Warning", "the spec can never work: the field and the fix"),
     EventEntry(P, "TargetNotAllowed", "Warning", "a host or namespace the settings refuse"),
+    EventEntry(P, "EndpointsRefused", "Warning", "slice addresses not this namespace's Pods"),
+    EventEntry(P, "TargetClaimed", "Warning", "Ready turned False: an older policy has it"),
     EventEntry(P, "PodsLagging", "Warning", "pods do not serve the active configuration"),
     EventEntry(P, "PodsServing", "Normal", "every ready pod serves it again"),
     EventEntry(P, "InvalidPauseAnnotation", "Warning", "compass.io/paused is not true/false"),
@@ -67,6 +69,9 @@ EVENTS: tuple[EventEntry, ...] = (
     EventEntry(W, "TargetNotAllowed", "Warning", "a host or namespace the settings refuse"),
     EventEntry(W, "ImageNotAllowed", "Warning", "a Job image the settings do not allow"),
     EventEntry(W, "ForeignJobAccount", "Warning", "the Jobs' ServiceAccount or Role is another's"),
+    EventEntry(
+        W, "LedgerRefused", "Warning", "a state's ledger passes what it can record: dropped"
+    ),
 )
 
 _PR, _PM, _PD, _PP, _PS = (
@@ -90,6 +95,7 @@ CONDITIONS: tuple[ConditionEntry, ...] = (
     ConditionEntry(P, _PR, "True", "Paused", "spec.paused or the annotation: holding it"),
     ConditionEntry(P, _PR, "False", "MetricsUnavailable", "the queue depth is missing or stale"),
     ConditionEntry(P, _PR, "False", METRICS_CREDENTIALS, "the metrics Secret cannot be read"),
+    ConditionEntry(P, _PR, "False", "TargetClaimed", "an older policy switches this target"),
     ConditionEntry(P, _PR, "False", "TritonUnreachable", "no router answered; retrying"),
     ConditionEntry(P, _PR, "False", "SwitchFailed", "a decided switch failed"),
     ConditionEntry(P, _PR, "False", "InvalidSpec", "the spec can never work"),

@@ -3,14 +3,21 @@
 The operator watches EndpointSlices (a kopf index, ``slice_entries`` per slice) and, every tick,
 turns the entries of a policy's Service into the endpoints its fleet switches
 (``ready_endpoints``). discovery.k8s.io v1 and v1beta1 slices have the same fields used here.
+
+Anyone who may write EndpointSlices in a namespace can list any address in one (a Service
+without a selector and a hand-made slice), so an entry is switched and scraped only when it is
+a Pod of the policy's own namespace at that address (``admitted``: the targetRef says Pod, and
+the Pod index, which the slice's author cannot write, has that Pod at that IP), or when the
+operator's allowedHosts lists the address.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from compass.controllers.targets import TargetAccess
 from compass.dataplane.fleet import Endpoint
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -24,6 +31,9 @@ class SliceEntry:
     address: str
     ready: bool
     ports: tuple[tuple[str, int], ...]
+    # The endpoint's targetRef: its kind (Pod for a Service's pods) and namespace ("" unset).
+    kind: str = ""
+    namespace: str = ""
 
 
 def slice_entries(body: Mapping[str, Any]) -> tuple[SliceEntry, ...]:
@@ -43,8 +53,68 @@ def slice_entries(body: Mapping[str, Any]) -> tuple[SliceEntry, ...]:
         ready = conditions.get("ready") is not False and not conditions.get("terminating")
         target = endpoint.get("targetRef") or {}
         address = str(addresses[0])
-        entries.append(SliceEntry(str(target.get("name") or address), address, ready, ports))
+        entries.append(
+            SliceEntry(
+                str(target.get("name") or address),
+                address,
+                ready,
+                ports,
+                str(target.get("kind") or ""),
+                str(target.get("namespace") or ""),
+            )
+        )
     return tuple(entries)
+
+
+def pod_addresses(body: Mapping[str, Any]) -> list[str]:
+    """The IPs a Pod holds for itself (none for a host-network pod: the node's address is no
+    pod's to claim)."""
+    if (body.get("spec") or {}).get("hostNetwork"):
+        return []
+    status = body.get("status") or {}
+    listed = [str(ip["ip"]) for ip in status.get("podIPs") or () if ip.get("ip")]
+    return listed or ([str(status["podIP"])] if status.get("podIP") else [])
+
+
+def admitted(
+    slices: Iterable[Iterable[SliceEntry]],
+    namespace: str,
+    pods_at: Callable[[str], Collection[str]],
+    access: TargetAccess,
+) -> tuple[tuple[SliceEntry, ...], tuple[str, ...]]:
+    """The entries a policy in ``namespace`` may switch and scrape, and why each ready one that
+    it may not was refused: a Pod of ``namespace`` at that address (``pods_at``: the names of
+    the namespace's Pods holding an IP, two while one leaves and the next takes its IP), or an
+    address allowedHosts lists."""
+    kept: list[SliceEntry] = []
+    refused: list[str] = []
+    for entries in slices:
+        for entry in entries:
+            why = _refusal(entry, namespace, pods_at, access)
+            if why is None:
+                kept.append(entry)
+            elif entry.ready:
+                refused.append(f"{entry.address} ({entry.pod}): {why}")
+    return tuple(kept), tuple(sorted(set(refused)))
+
+
+def _refusal(
+    entry: SliceEntry,
+    namespace: str,
+    pods_at: Callable[[str], Collection[str]],
+    access: TargetAccess,
+) -> str | None:
+    if access.host_listed(entry.address):
+        return None
+    if entry.kind != "Pod":
+        return f"not a Pod (targetRef kind {entry.kind or 'unset'}) and not in allowedHosts"
+    if entry.namespace not in ("", namespace):
+        return f"a Pod of namespace {entry.namespace}, not {namespace}"
+    holders = pods_at(entry.address)
+    if entry.pod not in holders:
+        held = f"Pod {', '.join(sorted(holders))}'s" if holders else "no Pod's"
+        return f"in namespace {namespace} this address is {held}, not Pod {entry.pod}'s"
+    return None
 
 
 class PortError(ValueError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import gzip
 import re
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,16 @@ HOT_BUDGET = 8 * 1024
 MAX_CHUNKS = 64
 # The most text one chunk of a seeded ledger holds: its gzip then fits any budget.
 PIECE_TEXT = 256 * 1024
+
+# How much ledger text a workflow can have recorded: per sample evaluation an index and a score
+# with their JSON punctuation (some 30 bytes; doubled), per configuration its config object on
+# every batch line. Never less than MIN_LEDGER_TEXT, never more than MAX_LEDGER_TEXT (64 chunks
+# of JSON compress some 4 times: a real ledger is far below it). Past its bound a chunk is no
+# ledger of this workflow but a gzip bomb: it is refused, never inflated whole.
+TEXT_PER_SAMPLE = 64
+TEXT_PER_CONFIGURATION = 16 * 1024
+MIN_LEDGER_TEXT = 1024 * 1024
+MAX_LEDGER_TEXT = 256 * 1024 * 1024
 
 _KEY = re.compile(r"^ledger\.(\d+)(?:-(\d+))?\.jsonl\.gz$")
 
@@ -66,9 +77,42 @@ def encode(text: str) -> str:
     return base64.b64encode(gzip.compress(text.encode("utf-8"), mtime=0)).decode("ascii")
 
 
-def decode(value: str) -> str:
-    """A binaryData value written by ``encode``, as text."""
-    return gzip.decompress(base64.b64decode(value)).decode("utf-8")
+class LedgerTooLargeError(ValueError):
+    """A ledger whose text passes the bound its workflow allows (``text_limit``)."""
+
+
+def text_limit(configurations: int, samples: int) -> int:
+    """The most ledger text a workflow of ``configurations`` and ``samples`` can record."""
+    needed = configurations * (samples * TEXT_PER_SAMPLE + TEXT_PER_CONFIGURATION)
+    return min(MAX_LEDGER_TEXT, max(MIN_LEDGER_TEXT, needed))
+
+
+def decode(value: str, limit: int | None = None) -> str:
+    """A binaryData value written by ``encode``, as text; LedgerTooLargeError, having inflated
+    no more than ``limit`` + 1 bytes, if the text is longer than ``limit``."""
+    data = base64.b64decode(value)
+    if limit is None:
+        return gzip.decompress(data).decode("utf-8")
+    return inflate(data, limit).decode("utf-8")
+
+
+def inflate(data: bytes, limit: int) -> bytes:
+    """gzip ``data`` (one member or more) inflated a piece at a time, refused as soon as it
+    passes ``limit`` bytes; zlib.error or EOFError for a damaged or cut stream, as gzip's."""
+    out = bytearray()
+    while data:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        # max_length bounds each call's output: never more than limit + 1 in memory (it is
+        # always >= 1 here; 0 would mean no bound).
+        out += inflater.decompress(data, limit + 1 - len(out))
+        while inflater.unconsumed_tail and len(out) <= limit:
+            out += inflater.decompress(inflater.unconsumed_tail, limit + 1 - len(out))
+        if len(out) > limit:
+            raise LedgerTooLargeError(f"its text passes {limit:,} bytes")
+        if not inflater.eof:
+            raise EOFError("the gzip stream ends before its end-of-stream marker")
+        data = inflater.unused_data
+    return bytes(out)
 
 
 def stored_size(value: str) -> int:
@@ -85,25 +129,43 @@ def config_map_size(obj: Mapping[str, Any]) -> int:
 
 def ledger_chunks(obj: Mapping[str, Any]) -> list[tuple[int, int, str]]:
     """The ConfigMap's ledger chunks as (first, last, binaryData value), unordered."""
+    return [(first, last, value) for first, last, value, _ in _chunks(obj)]
+
+
+def _chunks(obj: Mapping[str, Any]) -> list[tuple[int, int, str, str]]:
+    """(first, last, value, where): where names the ConfigMap and the key."""
     binary: Mapping[str, str] = obj.get("binaryData") or {}
-    found = ((chunk_range(key), value) for key, value in binary.items())
-    return [(span[0], span[1], value) for span, value in found if span is not None]
+    name = (obj.get("metadata") or {}).get("name") or "?"
+    found = ((chunk_range(key), key, value) for key, value in binary.items())
+    return [(span[0], span[1], value, f"{name}/{key}") for span, key, value in found if span]
 
 
-def ledger_text(config_maps: Iterable[Mapping[str, Any]]) -> str:
-    """The ledger held by a state ConfigMap and its chunk ConfigMaps (any order), as text."""
+def ledger_text(config_maps: Iterable[Mapping[str, Any]], limit: int | None = None) -> str:
+    """The ledger held by a state ConfigMap and its chunk ConfigMaps (any order), as text;
+    past ``limit`` bytes of text in all, LedgerTooLargeError naming the ConfigMap and key where
+    it passed, with no more than the limit inflated."""
     objects = list(config_maps)
     plain = "".join(str((o.get("data") or {}).get(LEDGER_KEY) or "") for o in objects)
     if plain and not plain.endswith("\n"):
         plain += "\n"
+    size = len(plain.encode("utf-8"))
+    if limit is not None and size > limit:
+        raise LedgerTooLargeError(f"the plain {LEDGER_KEY} keys pass {limit:,} bytes")
     chunks = sorted(
-        (chunk for obj in objects for chunk in ledger_chunks(obj)), key=lambda c: (c[0], -c[1])
+        (chunk for obj in objects for chunk in _chunks(obj)), key=lambda c: (c[0], -c[1])
     )
     texts = []
     covered = -1
-    for _first, last, value in chunks:
+    for _first, last, value, where in chunks:
         if last > covered:
-            texts.append(decode(value))
+            try:
+                text = decode(value, None if limit is None else limit - size)
+            except LedgerTooLargeError:
+                raise LedgerTooLargeError(
+                    f"{where}: the ledger's text passes {limit:,} bytes"
+                ) from None
+            size += len(text.encode("utf-8"))
+            texts.append(text)
             covered = last
     return plain + "".join(texts)
 

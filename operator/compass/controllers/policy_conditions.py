@@ -23,6 +23,8 @@ class Health:
 
     spec_error: str | None = None
     spec_reason: str = "InvalidSpec"
+    # An older policy acts on the same target: this one switches nothing.
+    claimed_by: str | None = None
     unreachable: str | None = None
     switch_failed: str | None = None
     metrics_error: str | None = None
@@ -72,7 +74,13 @@ def health_conditions(health: Health) -> list[Condition]:
             )
         ]
     problem: tuple[str, str] | None = None
-    if health.unreachable is not None:
+    if health.claimed_by is not None:
+        problem = (
+            "TargetClaimed",
+            f"ParetoPolicy {health.claimed_by} (older) acts on the same routing target: this "
+            "one switches nothing while it does; delete one of them",
+        )
+    elif health.unreachable is not None:
         problem = ("TritonUnreachable", f"{health.unreachable}; holding, retrying")
     elif health.switch_failed is not None:
         problem = ("SwitchFailed", health.switch_failed)
@@ -155,6 +163,31 @@ class PolicyEvent:
     type: str
     reason: str
     message: str
+
+
+# Refused slice addresses named in a message (an Event, the Ready condition): the first few.
+MAX_REFUSED_SHOWN = 5
+
+
+def refused_endpoints(service: str, namespace: str, refused: Sequence[str]) -> str:
+    """Which addresses of a Service's EndpointSlices are not its namespace's Pods, on one line."""
+    shown = "; ".join(refused[:MAX_REFUSED_SHOWN])
+    more = (
+        f" (and {len(refused) - MAX_REFUSED_SHOWN} more)"
+        if len(refused) > MAX_REFUSED_SHOWN
+        else ""
+    )
+    return (
+        f"Service {service}: {len(refused)} address(es) of its EndpointSlices are not Pods of "
+        f"namespace {namespace}, neither switched nor scraped: {shown}{more}"
+    )
+
+
+def refused_event(service: str, namespace: str, refused: Sequence[str]) -> PolicyEvent:
+    """EndpointsRefused: the slice addresses left out (posted when they change)."""
+    return PolicyEvent(
+        "Warning", "EndpointsRefused", refused_endpoints(service, namespace, refused)
+    )
 
 
 def switch_event(

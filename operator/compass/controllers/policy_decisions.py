@@ -9,7 +9,7 @@ the configuration on start; routing changed behind its back is adopted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -192,3 +192,43 @@ def routing_label(state: PolicyState) -> str | None:
     if state.active is None or state.blend is None:
         return state.active
     return f"{state.active} + {state.weight:.0%} {state.blend}"
+
+
+# ---------------------------------------------------------------------------- one actor a target
+
+
+@dataclass(frozen=True, order=True)
+class Claim:
+    """A policy's claim on its routing target: the oldest claim acts (creationTimestamp, an
+    RFC 3339 string that sorts as time, then the name: the same order for every policy)."""
+
+    created: str
+    name: str
+
+
+def target_key(namespace: str, spec: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """What a policy switches, as one key: its namespace's Service, or its gRPC endpoint;
+    None for a spec naming neither (it does not compile)."""
+    routing = spec.get("routing") if isinstance(spec, Mapping) else None
+    if not isinstance(routing, Mapping):
+        return None
+    if routing.get("service"):
+        return (namespace, "service", str(routing["service"]))
+    if routing.get("grpcEndpoint"):
+        return (namespace, "grpcEndpoint", str(routing["grpcEndpoint"]).lower())
+    return None
+
+
+def claim_of(body: Mapping[str, Any]) -> Claim | None:
+    """The policy's claim; None while it is being deleted (the next one takes over)."""
+    metadata = body.get("metadata") or {}
+    if metadata.get("deletionTimestamp"):
+        return None
+    return Claim(str(metadata.get("creationTimestamp") or ""), str(metadata.get("name") or ""))
+
+
+def claimant(claims: Iterable[Claim], mine: Claim) -> Claim | None:
+    """The other policy that acts on the target several claim (the oldest); None if this one
+    does: the rest switch nothing, so two policies never fight over one Service."""
+    first = min([*claims, mine])
+    return None if first == mine else first

@@ -26,6 +26,8 @@ from compass.controllers.endpoints import (
     SERVICE_NAME_LABEL,
     PortError,
     SliceEntry,
+    admitted,
+    pod_addresses,
     ready_endpoints,
     slice_entries,
 )
@@ -41,6 +43,8 @@ from compass.controllers.policy_conditions import (
     health_conditions,
     is_ready,
     merge_conditions,
+    refused_endpoints,
+    refused_event,
     routing_status,
     switch_event,
     transition_events,
@@ -48,8 +52,11 @@ from compass.controllers.policy_conditions import (
 from compass.controllers.policy_decisions import (
     SERIES_TTL_S,
     TICK_S,
+    Claim,
     Pause,
     align_state,
+    claim_of,
+    claimant,
     decision_due,
     pause_of,
     paused_state,
@@ -58,6 +65,7 @@ from compass.controllers.policy_decisions import (
     saved_state,
     state_routing,
     state_routing_key,
+    target_key,
 )
 from compass.controllers.policy_status import (
     PolicyGauges,
@@ -86,6 +94,8 @@ ROUTER_TIMEOUT_S = 1.0
 ROUTER_ATTEMPTS = 1
 ROUTER_BACKOFF_S = 0.05
 SlicesIndex = kopf.Index[tuple[str, str], tuple[SliceEntry, ...]]
+PodsIndex = kopf.Index[tuple[str, str], str]
+ClaimsIndex = kopf.Index[tuple[str, str, str], Claim]
 
 
 @dataclass
@@ -139,6 +149,8 @@ class PolicyMemory:
     last_observed: float | None = None
     failures: int = 0
     fenced: bool = False
+    # The Service's slice addresses last refused (not the namespace's Pods'), reported on change.
+    refused: tuple[str, ...] = ()
 
 
 @kopf.on.startup()
@@ -160,10 +172,31 @@ def triton_slices(
     return {(namespace or "", labels[SERVICE_NAME_LABEL]): slice_entries(body)}
 
 
+@kopf.index("", "v1", "pods")
+def triton_pods(
+    namespace: str | None, name: str | None, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], str]:
+    """Every Pod's own IPs, by (namespace, IP): whose an EndpointSlice's address really is (a
+    slice's author can write any address in it, never another namespace's Pod)."""
+    return {(namespace or "", ip): name or "" for ip in pod_addresses(body)}
+
+
+@kopf.index(GROUP, VERSION, POLICY_PLURAL)
+def policy_claims(
+    namespace: str | None, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str, str], Claim]:
+    """Every policy's claim on its routing target, by target: one acts on each (the oldest)."""
+    key = target_key(namespace or "", body.get("spec") or {})
+    claim = claim_of(body)
+    return {} if key is None or claim is None else {key: claim}
+
+
 @kopf.timer(GROUP, VERSION, POLICY_PLURAL, id="elastico", interval=TICK_S, backoff=ERROR_BACKOFF_S)
 def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
-    """One Elastico tick of one ParetoPolicy (kopf passes the slices index as a keyword)."""
+    """One Elastico tick of one ParetoPolicy (kopf passes the indexes as keywords)."""
     slices: SlicesIndex = kwargs["triton_slices"]
+    pods: PodsIndex = kwargs["triton_pods"]
+    claims: ClaimsIndex = kwargs["policy_claims"]
     runtime = runtime_of(memo)
     memory = memo.get(MEMORY_KEY)
     if not isinstance(memory, PolicyMemory):
@@ -174,7 +207,7 @@ def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwar
     runtime.metrics.touch_policy(*_names(body), SERIES_TTL_S)
     count = runtime.metrics.reconciles
     try:
-        decided = _tick(body, memory, runtime, logger, time.time(), slices)
+        decided = _tick(body, memory, runtime, logger, time.time(), slices, pods, claims)
     except kopf.TemporaryError:
         count.labels(POLICY_KIND, "retry").inc()
         runtime.metrics.errors.labels(POLICY_KIND, "TritonUnreachable").inc()
@@ -238,6 +271,8 @@ def _tick(
     logger: kopf.Logger,
     now: float,
     slices: SlicesIndex,
+    pods: PodsIndex,
+    claims: ClaimsIndex,
 ) -> bool:
     """Decide once if due; True if it did."""
     generation = body.get("metadata", {}).get("generation")
@@ -251,11 +286,20 @@ def _tick(
     if compiled is None or not decision_due(memory.last_tick, now, compiled.spec.interval_seconds):
         return False
     memory.last_tick = now
+    holder = _claimant(body, claims)
+    if holder is not None:
+        health = Health(
+            claimed_by=holder.name,
+            pause=_pause(body, compiled),
+            active=None if memory.state is None else memory.state.active,
+        )
+        _publish(body, memory, runtime, logger, previous, health, None, now, generation)
+        return False
     connections = _connections(memory, compiled, runtime, logger, now, _names(body)[0])
     assert connections.source is not None
     connections.router.admission = compiled.admission
     try:
-        connections.router.update(_endpoints(body, compiled, slices))
+        connections.router.update(_endpoints(body, memory, compiled, slices, pods, runtime, logger))
         router_key = connections.router.active_config(_expected_key(memory, previous, compiled))
     except RoutingError as error:
         memory.failures += 1
@@ -602,21 +646,54 @@ def _source(
     )
 
 
-def _endpoints(body: kopf.Body, compiled: CompiledPolicy, slices: SlicesIndex) -> list[Endpoint]:
-    """The pods to switch now: the Service's ready endpoints, or the one gRPC address."""
+def _endpoints(
+    body: kopf.Body,
+    memory: PolicyMemory,
+    compiled: CompiledPolicy,
+    slices: SlicesIndex,
+    pods: PodsIndex,
+    runtime: Runtime,
+    logger: kopf.Logger,
+) -> list[Endpoint]:
+    """The pods to switch now: the Service's ready endpoints that are Pods of the policy's
+    namespace (or allowed hosts), or the one gRPC address; the refused are reported."""
     if compiled.service is None:
         assert compiled.grpc_address is not None
         return [Endpoint(compiled.grpc_address, compiled.grpc_address)]
     namespace, _ = _names(body)
     metrics_port = compiled.metrics_port if compiled.metrics.url is None else None
+    entries, refused = admitted(
+        slices.get((namespace, compiled.service), ()),
+        namespace,
+        lambda ip: set(pods.get((namespace, ip), ())),
+        runtime.settings.target_access(),
+    )
+    if refused != memory.refused:
+        memory.refused = refused
+        if refused:
+            event = refused_event(compiled.service, namespace, refused)
+            logger.warning(event.message)
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     try:
-        return list(
-            ready_endpoints(
-                slices.get((namespace, compiled.service), ()), compiled.grpc_port, metrics_port
-            )
-        )
+        found = list(ready_endpoints([entries], compiled.grpc_port, metrics_port))
     except PortError as error:
         raise RoutingError(f"spec.routing of Service {compiled.service}: {error}") from error
+    if not found and refused:
+        raise RoutingError(
+            "every ready address was refused: "
+            + refused_endpoints(compiled.service, namespace, refused)
+        )
+    return found
+
+
+def _claimant(body: kopf.Body, claims: ClaimsIndex) -> Claim | None:
+    """The older policy acting on this one's routing target; None if this one acts."""
+    namespace, _ = _names(body)
+    key = target_key(namespace, body.get("spec") or {})
+    mine = claim_of(body)
+    if key is None or mine is None:
+        return None
+    return claimant(claims.get(key, ()), mine)
 
 
 def _expected_key(

@@ -10,6 +10,7 @@ resourceVersion it was decided on, so each transition, and its Event, happens on
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, MutableMapping
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -41,6 +42,7 @@ from compass.controllers.builders import (
     routing_target,
     search_name,
 )
+from compass.controllers.ledgerchunks import text_limit
 from compass.controllers.runtime import OperatorMetrics, runtime_of
 from compass.controllers.settings import OperatorSettings
 from compass.controllers.workflow_plan import (
@@ -56,7 +58,7 @@ from compass.controllers.workflow_spec import (
     parse_spec,
     validate_spec,
 )
-from compass.controllers.workflow_state import StoredState, seed_state, stored_states
+from compass.controllers.workflow_state import StoredState, seed_state, seedable, stored_states
 from compass.controllers.workflow_status import (
     ACTIVE_PHASES,
     WorkflowEvent,
@@ -80,6 +82,8 @@ POLL_INTERVAL_S = OperatorSettings().poll_interval_seconds
 # Attempts of a read-decide-write cycle that lost to a concurrent write before giving up
 # (kopf then retries the handler).
 _WRITE_ATTEMPTS = 5
+
+LOG = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------- operator set-up
@@ -294,15 +298,32 @@ def _not_made_here(existing: Mapping[str, Any]) -> str | None:
     )
 
 
-def _states(api: client.ApiClient, namespace: str, name: str, uid: str) -> dict[int, StoredState]:
-    """This workflow's state ConfigMaps by generation, each with its ledger chunks read."""
+def _states(
+    api: client.ApiClient, namespace: str, name: str, uid: str, limit: int | None = None
+) -> dict[int, StoredState]:
+    """This workflow's state ConfigMaps by generation, each with its ledger chunks read (at
+    most ``limit`` bytes of each ledger's text: past it, refused)."""
     items = kubeapi.list_items(
         client.CoreV1Api(api).list_namespaced_config_map,
         namespace,
         label_selector=f"{WORKFLOW_LABEL}={name}",
     )
     live = [item for item in _owned(items, uid) if not item["metadata"].get("deletionTimestamp")]
-    return stored_states(live, _generation_of)
+    return stored_states(live, _generation_of, limit)
+
+
+def _report_refused(workflow: Mapping[str, Any], states: Mapping[int, StoredState]) -> None:
+    """A Warning Event and a log line for each state whose ledger was refused (past what the
+    workflow can record: a gzip bomb); it is not carried over, and goes with its generation."""
+    for generation, state in sorted(states.items()):
+        if state.refused is not None:
+            message = (
+                f"the ledger of generation {generation} ({state.names[0]}) is refused, not "
+                f"carried over: {state.refused}, more than this workflow's configurations and "
+                "samples can record"
+            )
+            LOG.warning(message)
+            _post(workflow, WorkflowEvent("Warning", "LedgerRefused", message))
 
 
 def _delete_states(
@@ -442,14 +463,15 @@ def _start(
         return True  # already started; the timer carries it on
     # Older generations' Jobs go first, so that they stop writing to the ledgers seeded from.
     _supersede(api, namespace, name, uid, generation)
-    states = _states(api, namespace, name, uid)
+    limit = text_limit(len(space), spec.evaluation.dataset.size)
+    states = _states(api, namespace, name, uid, limit)
+    _report_refused(workflow, states)
     try:
         if generation not in states:
-            datas = {g: state.data for g, state in states.items()}
-            seed = seed_state(spec, generation, datas)
+            seed = seed_state(spec, generation, seedable(states))
             _create_state(api, workflow, spec, seed.data)
             # Re-read: if a racing start made it first, its ledger is what counts.
-            states = _states(api, namespace, name, uid)
+            states = _states(api, namespace, name, uid, limit)
         state = states[generation].data if generation in states else {}
         new, event = start_status(status, name, generation, spec, space, state, now)
         if new.search_job is not None:

@@ -26,7 +26,7 @@ from compass.controllers.builders import (
     SEED_KEY,
     SPEC_KEY,
 )
-from compass.controllers.ledgerchunks import CHUNK_OF_LABEL, ledger_text
+from compass.controllers.ledgerchunks import CHUNK_OF_LABEL, LedgerTooLargeError, ledger_text
 from compass.domain.planner import ThresholdModel
 
 # ---------------------------------------------------------------------------- carrying state over
@@ -72,16 +72,22 @@ def profile_key(spec: CompoundWorkflowSpec) -> str:
 
 @dataclass(frozen=True)
 class StoredState:
-    """One generation's state: its data, the whole ledger under LEDGER_KEY, its ConfigMaps."""
+    """One generation's state: its data, the whole ledger under LEDGER_KEY, its ConfigMaps;
+    ``refused`` says why its ledger was not read (then its data has none, and nothing of it
+    is carried over)."""
 
     data: dict[str, str]
     names: tuple[str, ...]
+    refused: str | None = None
 
 
 def stored_states(
-    items: Sequence[Mapping[str, Any]], generation_of: Callable[[Mapping[str, Any]], int]
+    items: Sequence[Mapping[str, Any]],
+    generation_of: Callable[[Mapping[str, Any]], int],
+    limit: int | None = None,
 ) -> dict[int, StoredState]:
-    """A workflow's state ConfigMaps by generation, each joined with its chunk ConfigMaps."""
+    """A workflow's state ConfigMaps by generation, each joined with its chunk ConfigMaps; a
+    ledger whose text passes ``limit`` (ledgerchunks.text_limit) is refused, not inflated."""
     # Chunks whose state is gone are left to the garbage collector (they go with the workflow).
     chunks: dict[str, list[Mapping[str, Any]]] = {}
     states = []
@@ -96,10 +102,20 @@ def stored_states(
         name = state["metadata"]["name"]
         mine = chunks.get(name, [])
         data = {k: v for k, v in (state.get("data") or {}).items() if k != LEDGER_KEY}
-        data[LEDGER_KEY] = ledger_text([state, *mine])
         names = (name, *sorted(c["metadata"]["name"] for c in mine))
+        try:
+            data[LEDGER_KEY] = ledger_text([state, *mine], limit)
+        except LedgerTooLargeError as error:
+            found[generation_of(state)] = StoredState(data, names, refused=str(error))
+            continue
         found[generation_of(state)] = StoredState(data, names)
     return found
+
+
+def seedable(states: Mapping[int, StoredState]) -> dict[int, dict[str, str]]:
+    """The states a new generation may start from (seed_state): not a refused one, whose
+    ledger is no ledger of this workflow (a gzip bomb is never copied forward)."""
+    return {g: state.data for g, state in states.items() if state.refused is None}
 
 
 @dataclass(frozen=True)
