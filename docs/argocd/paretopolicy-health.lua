@@ -1,5 +1,6 @@
 -- Argo CD health of a compass.io ParetoPolicy, from its status conditions.
--- Degraded: the spec can never work (InvalidSpec, TargetNotAllowed), Triton or the metrics
+-- Degraded: the spec can never work (InvalidSpec, TargetNotAllowed), another policy acts on
+-- its target (TargetClaimed), Triton or the metrics
 -- cannot be reached, a switch failed, or the pause annotation is invalid. Suspended: paused
 -- (spec.paused or the compass.io/paused annotation). Progressing: no decision yet for this
 -- generation, or pods not yet serving the active configuration. Healthy: serving as planned.
@@ -26,6 +27,7 @@ local known = {
     InvalidSpec = "Degraded",
     TargetNotAllowed = "Degraded",
     TritonUnreachable = "Degraded",
+    TargetClaimed = "Degraded",
     SwitchFailed = "Degraded",
     MetricsUnavailable = "Degraded",
     MetricsCredentialsUnavailable = "Degraded",
@@ -39,6 +41,7 @@ local known = {
   Degraded = {
     AsPlanned = true,
     TritonUnreachable = "Degraded",
+    TargetClaimed = "Degraded",
     SwitchFailed = "Degraded",
     MetricsUnavailable = "Degraded",
     MetricsCredentialsUnavailable = "Degraded",

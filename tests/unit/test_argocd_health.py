@@ -238,6 +238,7 @@ SPEC_ERRORS = {"none": None, "InvalidSpec": "InvalidSpec", "TargetNotAllowed": "
 # script, if it brings a new reason).
 VARIED = {
     "spec_error",
+    "claimed_by",
     "spec_reason",
     "unreachable",
     "switch_failed",
@@ -270,7 +271,7 @@ def _expected(health_: policy_conditions.Health) -> str:
     """Worst first: the spec or the data path broken, a pause, pods catching up, fine."""
     if health_.spec_error is not None:
         return "Degraded"
-    if health_.unreachable or health_.switch_failed or health_.metrics_error:
+    if health_.claimed_by or health_.unreachable or health_.switch_failed or health_.metrics_error:
         return "Degraded"
     if health_.pause.reason == "InvalidPauseAnnotation":
         return "Degraded"
@@ -285,6 +286,7 @@ def _healths() -> list[tuple[str, policy_conditions.Health]]:
     cases = []
     product = itertools.product(
         SPEC_ERRORS.items(),
+        (None, "older-policy"),
         (None, "refused"),
         (None, "switch refused"),
         (None, "metrics gone"),
@@ -293,7 +295,7 @@ def _healths() -> list[tuple[str, policy_conditions.Health]]:
         PAUSES.items(),
         ROUTINGS.items(),
     )
-    for (error_id, reason), unreachable, switch, metrics, metrics_reason, read, (
+    for (error_id, reason), claimed, unreachable, switch, metrics, metrics_reason, read, (
         pause_id,
         pause,
     ), (
@@ -303,6 +305,7 @@ def _healths() -> list[tuple[str, policy_conditions.Health]]:
         health_ = policy_conditions.Health(
             spec_error=None if reason is None else f"spec.x: bad; fix ({reason})",
             spec_reason=reason or "InvalidSpec",
+            claimed_by=claimed,
             unreachable=unreachable,
             switch_failed=switch,
             metrics_error=metrics,
@@ -314,7 +317,7 @@ def _healths() -> list[tuple[str, policy_conditions.Health]]:
             decision="hold: queue 2",
             routing=routing,
         )
-        flags = [bool(unreachable), bool(switch), bool(metrics), read]
+        flags = [bool(claimed), bool(unreachable), bool(switch), bool(metrics), read]
         name = "-".join([error_id, *map(str, flags), metrics_reason, pause_id, routing_id])
         cases.append((name, health_))
     return cases
