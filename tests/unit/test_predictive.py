@@ -15,6 +15,7 @@ from compass.domain.arrivals import make_pattern, make_scenario
 from compass.domain.capacity import CapacityCurve, CurvePoint
 from compass.domain.elastico import (
     Action,
+    Decision,
     Elastico,
     ElasticoSettings,
     MetricsLoss,
@@ -23,7 +24,13 @@ from compass.domain.elastico import (
 )
 from compass.domain.mix import Mix, mix_weighting
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
-from compass.domain.predictive import MIN_EVIDENCE_S, Predictive, fifo_starts
+from compass.domain.predictive import (
+    MIN_EVIDENCE_S,
+    Predictive,
+    arrivals_dispersion,
+    clump_size,
+    fifo_starts,
+)
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import StaticController, simulate
 from compass.domain.strategy import Strategy, build_policy
@@ -252,3 +259,82 @@ def test_the_forecast_deals_a_mix_as_its_router_does() -> None:
     weighting = mix_weighting(mix)
     expected = [weighting.pick() for _ in range(100)]
     assert policy.paths.dealt(mix)[:100].tolist() == expected
+
+
+def clumped_run(policy: Predictive, clump: int, every: int, seconds: int) -> list[Decision]:
+    """Observations once a second of ``clump`` arrivals at once every ``every`` s (and none
+    between), the queue empty at each look; every decision."""
+    state = policy.initial_state(0.0)
+    decisions = []
+    for t in range(1, seconds + 1):
+        total = clump * (t // every)
+        decision, state = policy.decide(Observation(float(t), 0, arrivals_total=total), state, t)
+        decisions.append(decision)
+    return decisions
+
+
+def counter(counts: list[int], start: float = 0.0) -> list[tuple[float, float]]:
+    """(time, counter) samples once a second for these per-second counts."""
+    return [(start + t, float(sum(counts[:t]))) for t in range(len(counts) + 1)]
+
+
+def test_poisson_counts_read_as_no_dispersion_and_clumps_as_their_size() -> None:
+    rng = np.random.default_rng(3)
+    poisson = counter(rng.poisson(2.0, 60).tolist())
+    assert arrivals_dispersion(poisson, 60.0) == 1.0
+    # 10 at once every 4 s: per-second counts 10, 0, 0, 0 (variance / mean about 10).
+    clumped = counter([10 if t % 4 == 0 else 0 for t in range(60)])
+    assert 6 < arrivals_dispersion(clumped, 60.0) < 14
+    # Too few intervals to tell: Poisson.
+    assert arrivals_dispersion(clumped[:8], 7.0) == 1.0
+    assert arrivals_dispersion([], 0.0) == 1.0
+    # The counter is per pod: two pods' clumps are twice the size the counter shows.
+    halved = [(t, total / 2) for t, total in clumped]
+    assert arrivals_dispersion(halved, 60.0, pods=2) == pytest.approx(
+        arrivals_dispersion(clumped, 60.0)
+    )
+
+
+def test_a_slow_change_of_the_rate_is_not_taken_for_clumps() -> None:
+    """A rate that climbs steadily from 1 to 10 per second: the counts' plain variance over
+    their mean is far above 1, their successive differences' is not."""
+    rng = np.random.default_rng(5)
+    counts = rng.poisson(np.linspace(1, 10, 60)).tolist()
+    plain = np.var(counts) / np.mean(counts)
+    assert plain > 2
+    assert arrivals_dispersion(counter(counts), 60.0) == 1.0
+
+
+def test_clumps_of_one_are_the_poisson_forecast_and_bigger_ones_miss_more() -> None:
+    policy = Predictive(PLAN)
+    for surge in (False, True):
+        plain = policy.miss_share(Mix(1, 2, 0.5), 3.0, 2, Mix(1), surge)
+        assert policy.miss_share(Mix(1, 2, 0.5), 3.0, 2, Mix(1), surge, clump=1.0) == plain
+        clumped = policy.miss_share(Mix(1, 2, 0.5), 3.0, 2, Mix(1), surge, clump=4.0)
+        assert clumped > plain
+    # Clumps cost a slower mix more than the fastest: the gap between them grows.
+    gap = {
+        clump: policy.miss_share(Mix(2), 2.0, 0, Mix(0), clump=clump)
+        - policy.miss_share(Mix(0), 2.0, 0, Mix(0), clump=clump)
+        for clump in (1.0, 5.0)
+    }
+    assert gap[5.0] > gap[1.0]
+    assert clump_size(1.0) == 1.0
+    assert clump_size(9.0) == 5.0
+
+
+def test_clumped_arrivals_keep_it_off_a_mix_that_poisson_ones_at_their_rate_allow() -> None:
+    """5 requests at once every 5 s (1/s): Poisson arrivals at 1/s let the most accurate
+    member (250 ms) serve, but a clump of 5 on it takes 1.25 s and its last requests miss,
+    where the fastest clears it in 0.5 s. The rate between clumps is still read as 1/s, not as
+    the lull it looks like to a Poisson test."""
+    smooth, _, _ = steady_run(Predictive(PLAN), qps=1.0, seconds=60)
+    assert smooth == MOST_ACCURATE
+    # Past the first minute's evidence: a Poisson reading swung between the most accurate
+    # member in each lull and a fast mix after each clump.
+    late = clumped_run(Predictive(PLAN), clump=5, every=5, seconds=60)[-20:]
+    assert all(d.mix.position < MOST_ACCURATE.position for d in late)
+    assert len({d.mix for d in late}) <= 2
+    assert all("in clumps of" in d.reason for d in late)
+    rates = [float(d.reason.split("forecast ")[1].split("/s")[0]) for d in late]
+    assert min(rates) > 0.9

@@ -171,6 +171,18 @@ def test_the_steady_window_grows_over_a_steady_rate_and_shrinks_at_a_change() ->
     assert steady_window(_counter([2.0]), 1.0) is None
 
 
+def test_clumps_counted_as_fewer_arrivals_are_not_a_change_of_the_rate() -> None:
+    """10 at once every 5 s: at a lull after a clump, a Poisson reading sees a fall and keeps a
+    short window; counted as a tenth as many independent arrivals, the window spans minutes."""
+    clumped = _counter([10.0 if t % 5 == 0 else 0.0 for t in range(200)])
+    _, seconds = steady_window(clumped, 200.0) or (0, 0)
+    assert seconds <= 8.0
+    count, seconds = steady_window(clumped, 200.0, dispersion=10.0) or (0, 0)
+    assert seconds == 128.0
+    assert count in (25, 26)  # 250 or 260 arrivals in clumps of 10
+    assert steady_window(clumped, 200.0, dispersion=1.0) == steady_window(clumped, 200.0)
+
+
 def test_elastico_taking_over_a_mix_ends_the_blend() -> None:
     state = PolicyState(active="fast", blend="mid", weight=0.35, active_since=0.0)
     decision, after = Elastico(PLAN).decide(Observation(time=1, queue_depth=0), state, 1)

@@ -245,7 +245,7 @@ def rate_upper_bound(count: float, window_s: float, confidence: float) -> float:
 
 
 def steady_window(
-    samples: Sequence[tuple[float, float]], now: float, pods: int = 1
+    samples: Sequence[tuple[float, float]], now: float, pods: int = 1, dispersion: float = 1.0
 ) -> tuple[float, float] | None:
     """(arrivals of all pods, seconds) over the longest recent window in which they look steady.
 
@@ -254,13 +254,18 @@ def steady_window(
     the newer part's count is binomial in its share of the time; a rise is tested at
     ``RISE_SIGNIFICANCE``, a fall at ``FALL_SIGNIFICANCE``). A change of rate therefore
     shortens the window at once, and a steady rate is measured over minutes.
+
+    Arrivals whose counts vary ``dispersion`` times as much as Poisson ones (they come in
+    clumps) are tested and counted as that many times fewer independent ones (rounded), so a
+    gap between two clumps is not taken for a fall of the rate: the count returned is of
+    those, and a rate bound from it is ``dispersion`` times the Poisson one.
     """
     best: tuple[float, float] | None = None
     for window in STEADY_WINDOWS_S:
         measured = _arrivals_in(samples, now, window)
         if measured is None:
             break
-        count, seconds = round(measured[0] * pods), measured[1]
+        count, seconds = round(measured[0] * pods / dispersion), measured[1]
         if best is not None and seconds > best[1]:
             newer, newer_s = best
             share = newer_s / seconds

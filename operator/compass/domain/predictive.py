@@ -1,20 +1,24 @@
 """The predictive strategy: each interval, the most accurate mix whose near future looks safe.
 
 No cooldowns: each interval it forecasts the next ``horizon_s`` seconds by a fixed-seed Monte
-Carlo (``PATHS`` Poisson arrival paths at the rate's confidence bound, from the queue the pod
-holds, service times from the members' profiles) and serves the most accurate mix along the
+Carlo (``PATHS`` arrival paths at the rate's confidence bound, from the queue the pod holds,
+service times from the members' profiles) and serves the most accurate mix along the
 front's accuracy hull whose requests miss the SLO at most ``risk`` more often than the fastest
-member would from idle, also through a surge (``SURGE_FACTOR`` for ``SURGE_S``). It is meant to
-run with admission at dispatch. Why: docs/method.md, "Predictive".
+member would from idle, also through a surge (``SURGE_FACTOR`` for ``SURGE_S``). The paths are
+Poisson unless the arrivals counter shows clumps (its per-interval counts over-dispersed):
+then compound Poisson, clumps of the size that gives the same mean rate and the same index of
+dispersion. It is meant to run with admission at dispatch. Why: docs/method.md, "Predictive".
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import ndtri
 
 from compass.domain.elastico import (
     ENTER_CONFIDENCE,
@@ -62,6 +66,15 @@ CLIMB_CONFIDENCE = 0.9
 MIN_EVIDENCE_S = 2.0
 # Requests one path holds at most (a higher forecast shortens the horizon).
 MAX_PATH_REQUESTS = 2000
+# Clumped arrivals: the index of dispersion (variance / mean of the counts of all pods per
+# interval) is measured over the last DISPERSION_WINDOW_S of the arrivals counter, from the
+# differences of successive intervals' rates (a slow change of the rate barely moves them),
+# and taken at its lower confidence bound at DISPERSION_CONFIDENCE (Poisson arrivals read as
+# 1, and the forecast is then exactly the Poisson one). Fewer than MIN_DISPERSION_PAIRS pairs
+# of intervals: 1.
+DISPERSION_WINDOW_S = 60.0
+DISPERSION_CONFIDENCE = 0.9
+MIN_DISPERSION_PAIRS = 10
 
 
 class _Paths:
@@ -85,6 +98,10 @@ class _Paths:
         # stretch admission's ServiceGrid uses). None: every member holds for its own time.
         stretch = np.array([p.busy_stretch(plan.servers) for p in profiles])
         self.stretch: FloatArray | None = None if np.all(stretch == 1.0) else stretch
+        # Clumped arrivals: each request after a path's first joins the clump before it with
+        # probability 1 - 1 / (mean clump size), else starts a new one (drawn last, so the
+        # Poisson paths are the draws they always were).
+        self.joins: Float32Array = rng.uniform(size=(PATHS, requests)).astype(np.float32)
         self.requests = requests
         self._dealt: dict[Mix, IntArray] = {}
 
@@ -152,7 +169,9 @@ class Predictive:
             return self._metrics_lost(state, current, observation, now)
         keep = max(STEADY_WINDOWS_S) + self.settings.stale_after_s
         state = replace(record_arrivals(state, observation, keep), observed_at=observation.time)
-        rates = self._rates(state, observation)
+        pods = max(observation.pods, 1)
+        dispersion = arrivals_dispersion(state.arrivals, observation.time, pods)
+        rates = self._rates(state, observation, dispersion)
         if rates is None:
             return self._route(state, self.fastest, "no arrival rate known yet: fastest", now)
         stay_rate, climb_rate = rates
@@ -160,12 +179,16 @@ class Predictive:
         if ahead is not None:
             stay_rate, climb_rate = max(stay_rate, ahead), max(climb_rate, ahead)
         depth = max(observation.queue_depth, 0.0)
+        # Spread at random over the pods, a clump of all pods' arrivals reaches each in part.
+        clump = clump_size(1 + (dispersion - 1) / pods)
         reference: dict[tuple[float, bool], float] = {}
 
         def fares(mix: Mix, rate: float, surge: bool) -> bool:
             if (rate, surge) not in reference:
-                reference[rate, surge] = self.miss_share(self.fastest, rate, 0.0, current, surge)
-            share = self.miss_share(mix, rate, depth, current, surge)
+                reference[rate, surge] = self.miss_share(
+                    self.fastest, rate, 0.0, current, surge, clump
+                )
+            share = self.miss_share(mix, rate, depth, current, surge, clump)
             return share <= reference[rate, surge] + self.risk
 
         def safe(mix: Mix) -> bool:
@@ -178,8 +201,9 @@ class Predictive:
         # mix never misses less.
         target = most_accurate(self.positions, safe)
         told = "" if ahead is None else f", forecaster {ahead:.2f}/s"
+        clumped = "" if clump == 1 else f" in clumps of {clump:.1f}"
         reason = (
-            f"forecast {stay_rate:.2f}/s per pod (climb {climb_rate:.2f}/s{told}), "
+            f"forecast {stay_rate:.2f}/s per pod{clumped} (climb {climb_rate:.2f}/s{told}), "
             f"queue {depth:g}: "
             f"the most accurate mix within {self.risk:.0%} more misses than the fastest over "
             f"{self.horizon_s:g} s"
@@ -187,20 +211,30 @@ class Predictive:
         return self._route(state, target, reason, now)
 
     def miss_share(
-        self, mix: Mix, rate: float, queued: float, active: Mix, surge: bool = False
+        self,
+        mix: Mix,
+        rate: float,
+        queued: float,
+        active: Mix,
+        surge: bool = False,
+        clump: float = 1.0,
     ) -> float:
         """The share of the next ``horizon_s`` of arrivals (Poisson at ``rate`` per s; with
-        ``surge``, at ``SURGE_FACTOR`` times it for the first ``SURGE_S``) that miss the SLO if
-        ``mix`` serves them and the ``queued`` requests ahead of them, the instances
-        busy with ``active``'s requests when anything is queued (else as often as the rate
-        keeps them: half a service left each)."""
+        ``surge``, at ``SURGE_FACTOR`` times it for the first ``SURGE_S``; with ``clump`` above
+        1, compound Poisson at the same rate: clumps of that mean size, geometric, at ``rate /
+        clump``) that miss the SLO if ``mix`` serves them and the ``queued`` requests ahead of
+        them, the instances busy with ``active``'s requests when anything is queued (else as
+        often as the rate keeps them: half a service left each)."""
         if rate <= 0:
             return 0.0
+        clump = max(clump, 1.0)
         servers = max(self.plan.servers, 1)
         ahead = min(round(queued), self.paths.requests - 1)
         surge_s = min(SURGE_S, self.horizon_s) if surge else 0.0
         expected = rate * (self.horizon_s + (SURGE_FACTOR - 1) * surge_s)
-        count = min(math.ceil(expected + 4 * math.sqrt(expected) + 3), self.paths.requests - ahead)
+        # The count's spread: its variance is the dispersion (2 clump - 1) times its mean.
+        spread = math.sqrt((2 * clump - 1) * expected)
+        count = min(math.ceil(expected + 4 * spread + 3), self.paths.requests - ahead)
         members = self.paths.dealt(mix)[: ahead + count]
         # (paths, requests): the queued ones first, then the horizon's arrivals.
         requests = np.arange(ahead + count)
@@ -215,7 +249,14 @@ class Predictive:
         # When each instance frees, per path: half a service left where it is busy.
         free = np.full((PATHS, servers), 0.5 * busy * active_mean_s)
         # Unit-rate arrival times, stretched to the surge's rate, then the forecast's.
-        unit = np.cumsum(self.paths.gaps[:, :count], axis=1, dtype=np.float64)
+        gaps = self.paths.gaps[:, :count]
+        if clump > 1:
+            # A request that joins a clump arrives with it; a new clump comes after a gap
+            # ``clump`` times the mean one, so that the rate stays ``rate``.
+            joins = self.paths.joins[:, :count] >= 1 / clump
+            joins[:, 0] = False
+            gaps = np.where(joins, np.float32(0), gaps * np.float32(clump))
+        unit = np.cumsum(gaps, axis=1, dtype=np.float64)
         in_surge = SURGE_FACTOR * rate * surge_s
         arrivals = np.where(
             unit < in_surge,
@@ -230,20 +271,23 @@ class Predictive:
         total = int(inside.sum())
         return float((inside & late).sum()) / total if total else 0.0
 
-    def _rates(self, state: PolicyState, observation: Observation) -> tuple[float, float] | None:
+    def _rates(
+        self, state: PolicyState, observation: Observation, dispersion: float
+    ) -> tuple[float, float] | None:
         """(the rate a stay is judged on, the higher one a climb must fit), per pod; None while
-        the arrivals do not say yet."""
+        the arrivals do not say yet. ``dispersion``: of all pods' arrivals (clumps count as
+        fewer independent arrivals, so the bounds are wider and a window longer)."""
         if observation.arrivals_total is None:
             measured = observation.arrival_rate_qps
             return None if measured is None else (measured, measured)
         pods = max(observation.pods, 1)
-        steady = steady_window(state.arrivals, observation.time, pods)
+        steady = steady_window(state.arrivals, observation.time, pods, dispersion)
         if steady is None or steady[1] < MIN_EVIDENCE_S:
             return None
         count, seconds = steady
         return (
-            rate_upper_bound(count, seconds, STAY_CONFIDENCE) / pods,
-            rate_upper_bound(count, seconds, CLIMB_CONFIDENCE) / pods,
+            rate_upper_bound(count, seconds, STAY_CONFIDENCE) * dispersion / pods,
+            rate_upper_bound(count, seconds, CLIMB_CONFIDENCE) * dispersion / pods,
         )
 
     def _forecast(self, state: PolicyState, observation: Observation) -> float | None:
@@ -313,6 +357,42 @@ class Predictive:
             last_reason=reason,
             switches=state.switches + 1,
         )
+
+
+def arrivals_dispersion(samples: Sequence[tuple[float, float]], now: float, pods: int = 1) -> float:
+    """The index of dispersion of all pods' arrivals (the variance of an interval's count over
+    its mean; 1 for Poisson arrivals, above it where they come in clumps) over the last
+    ``DISPERSION_WINDOW_S`` of the counter ``samples`` (time, per-pod counter) up to ``now``,
+    at its lower confidence bound at ``DISPERSION_CONFIDENCE``, and never below 1.
+
+    Measured on successive intervals' differences (Allan's factor: for two disjoint intervals of
+    compound Poisson arrivals, the squared difference of their rates over the sum of their
+    inverse lengths has mean dispersion x rate), so a slow change of the rate, which the rate's
+    own windows follow, is not taken for clumps. Fewer than ``MIN_DISPERSION_PAIRS`` pairs of
+    intervals, or no arrivals: 1.
+    """
+    recent = [(t, total) for t, total in samples if now - DISPERSION_WINDOW_S - 1e-9 <= t <= now]
+    if len(recent) < MIN_DISPERSION_PAIRS + 2:
+        return 1.0
+    times = np.array([t for t, _ in recent])
+    totals = np.array([total for _, total in recent]) * max(pods, 1)
+    lengths = np.diff(times)
+    counts = np.diff(totals)
+    if np.any(lengths <= 0) or counts.sum() <= 0:
+        return 1.0
+    rate = counts.sum() / lengths.sum()
+    rates = counts / lengths
+    terms = np.diff(rates) ** 2 / (1 / lengths[:-1] + 1 / lengths[1:]) / rate
+    # Successive pairs share an interval: about half as many independent ones.
+    error = float(np.std(terms, ddof=1)) / math.sqrt(len(terms) / 2)
+    bound = float(np.mean(terms)) - float(ndtri(DISPERSION_CONFIDENCE)) * error
+    return max(bound, 1.0)
+
+
+def clump_size(dispersion: float) -> float:
+    """The mean size of geometric clumps (compound Poisson) whose arrivals have this index of
+    dispersion: the count's variance over its mean is E[size^2] / E[size] = 2 mean - 1."""
+    return (max(dispersion, 1.0) + 1) / 2
 
 
 def fifo_starts(
