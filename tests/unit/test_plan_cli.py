@@ -527,6 +527,32 @@ def test_simulate_replays_a_trace_file(
     assert "entry 2 ('soon') is not a number" in one_error_line(capsys, "simulate")
 
 
+def test_simulate_serves_a_window_of_a_production_trace_at_a_utilisation(
+    workdir: Path, capsys: pytest.CaptureFixture[str], policy: dict[str, Any]
+) -> None:
+    """--trace-name cuts a window of a shipped trace and stretches it to --utilisation of the
+    fastest member's capacity: the same window at a higher utilisation is the same arrivals,
+    faster; a window past the trace's end or with --pattern is refused naming the flag."""
+    argv = ["simulate", "--policy", "paretopolicy.yaml", "--trace-name", "azure-llm-conv-2023"]
+    argv += ["--window-start", "600", "--window-s", "300"]
+    requests = {}
+    for utilisation in ("0.3", "0.9"):
+        assert main([*argv, "--utilisation", utilisation]) == 0
+        header = capsys.readouterr().out.splitlines()[0]
+        assert "azure-llm-conv-2023 from 600 s, stretched to " + utilisation in header
+        requests[utilisation] = header
+    counts = {u: int(h.split(" requests")[0].rsplit(" ", 1)[-1]) for u, h in requests.items()}
+    assert counts["0.3"] == counts["0.9"] > 0  # the window's arrivals, whatever the stretch
+    rates = {u: float(h.split("base ")[1].split(" QPS")[0]) for u, h in requests.items()}
+    assert rates["0.9"] == pytest.approx(3 * rates["0.3"], rel=0.02)
+    assert main([*argv[:-4], "--window-start", "3400"]) == 2
+    assert "--window-start: the window [3400, 4000) s ends after" in one_error_line(
+        capsys, "simulate"
+    )
+    assert main([*argv, "--pattern", "ramp"]) == 2
+    assert "--trace-name: is a load of its own" in one_error_line(capsys, "simulate")
+
+
 # ---------------------------------------------------------------------------- the spec model
 
 
