@@ -4,6 +4,7 @@ process's small helpers; the kopf timer around them runs in tests/k8s/test_polic
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from dataclasses import replace
 from typing import Any
@@ -984,3 +985,20 @@ def test_an_edited_status_active_is_overwritten_with_the_policys_own() -> None:
     assert patch["switches"] == written["switches"]
     # Nothing edited: nothing to write within the heartbeat.
     assert policy_status.status_patch(written, again, NOW, NOW, live=written) == {}
+
+
+def test_a_body_seen_a_write_late_is_no_edit_and_writes_nothing() -> None:
+    """The timer may see the object as it was before its own last write (the watch lags, most
+    under load): that is no edit by someone else, so nothing is written within the heartbeat;
+    a value the operator never wrote still is put back."""
+    before = policy_status.build_status(PLAN, pending(), None, {}, "hold", [], 1)
+    switched = dataclasses.replace(pending(), switches=pending().switches + 1)
+    written = policy_status.build_status(PLAN, switched, None, before, "hold", [], 1)
+    again = policy_status.build_status(PLAN, switched, None, written, "hold", [], 1)
+    recent = [policy_status.owned_fields(before)]
+    assert policy_status.status_patch(written, again, NOW, NOW, live=before, recent=recent) == {}
+    # Without the earlier write remembered, the late body reads as an edit and is rewritten.
+    assert policy_status.status_patch(written, again, NOW, NOW, live=before) != {}
+    forged = {**before, "switches": 999}
+    patch = policy_status.status_patch(written, again, NOW, NOW, live=forged, recent=recent)
+    assert patch == {"switches": written["switches"]}

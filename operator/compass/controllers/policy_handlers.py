@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -71,6 +71,7 @@ from compass.controllers.policy_status import (
     PolicyGauges,
     build_status,
     error_status,
+    owned_fields,
     parse_rfc3339,
     policy_gauges,
     rfc3339,
@@ -133,6 +134,10 @@ class Connections:
     credentials_problem: str | None = None
 
 
+# How many writes before the last a late body may still show (see PolicyMemory.recent).
+RECENT_WRITES = 4
+
+
 @dataclass
 class PolicyMemory:
     """What the timer remembers about one policy during one operator run (kopf's memo)."""
@@ -144,6 +149,8 @@ class PolicyMemory:
     # The status as last decided, and as last written (None: unknown, use the live body's).
     status: dict[str, Any] | None = None
     written: dict[str, Any] | None = None
+    # owned_fields of the writes before the last: a body the watch delivers late still shows one.
+    recent: list[dict[str, Any]] = field(default_factory=list)
     last_tick: float | None = None
     last_write: float | None = None
     last_observed: float | None = None
@@ -478,10 +485,16 @@ def _publish(
     # The live status too: what someone else wrote over the operator's own fields is put back.
     live = body.get("status")
     changes = status_patch(
-        written, status, now, memory.last_write, live=live if isinstance(live, dict) else None
+        written,
+        status,
+        now,
+        memory.last_write,
+        live=live if isinstance(live, dict) else None,
+        recent=memory.recent,
     )
     if changes:
         if _write_status(runtime, body, changes, logger):
+            memory.recent = [owned_fields(written), *memory.recent][:RECENT_WRITES]
             memory.written, memory.last_write = status, now
         else:
             memory.written = None  # compare with the live body next time

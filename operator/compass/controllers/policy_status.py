@@ -228,16 +228,28 @@ _OWNED = (
 _ROUTINE_STATE = ("arrivals", "observed_at")
 
 
-def _edited(written: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
-    """The operator's own fields that differ between what it wrote and the status now."""
+def owned_fields(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a status only the operator decides (the routine part of the saved state
+    left out): what an edit by someone else would change."""
 
-    def owned(status: Mapping[str, Any], key: str) -> Any:
+    def owned(key: str) -> Any:
         value = status.get(key)
         if key == "policyState" and isinstance(value, Mapping):
             return {k: v for k, v in value.items() if k not in _ROUTINE_STATE}
         return value
 
-    return [key for key in _OWNED if owned(written, key) != owned(live, key)]
+    return {key: owned(key) for key in _OWNED}
+
+
+def _edited(
+    written: Mapping[str, Any], live: Mapping[str, Any], recent: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """The operator's own fields whose live value is none it wrote: neither the last write nor
+    the ``recent`` ones before it (owned_fields of each), which a body seen a write or two late
+    (a lagging watch) still shows."""
+    seen = [owned_fields(written), *recent]
+    now = owned_fields(live)
+    return [key for key in _OWNED if all(fields.get(key) != now[key] for fields in seen)]
 
 
 def status_patch(
@@ -247,6 +259,7 @@ def status_patch(
     last_write: float | None,
     heartbeat_s: float = STATUS_HEARTBEAT_S,
     live: Mapping[str, Any] | None = None,
+    recent: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """What to write to the status: the changes, except routine ones (the observation time, the
     arrivals samples, and the wording of the last decision and of conditions whose status and
@@ -256,10 +269,11 @@ def status_patch(
 
     ``live``: the status on the object now. Where one of the fields only the operator decides
     (the active configuration, the switches, the saved state...) differs there from what it
-    wrote (``previous``), someone else wrote it: it is put back at once, not at the next switch.
+    wrote (``previous``, or the ``recent`` writes before it: a body seen late), someone else
+    wrote it: it is put back at once, not at the next switch.
     """
     patch = merge_patch(previous, new)
-    for key in _edited(previous, live or previous):
+    for key in _edited(previous, live or previous, recent):
         if key in new:
             repair = merge_patch({key: live.get(key) if live else None}, {key: new[key]})
             if key in repair:
