@@ -1,6 +1,7 @@
 """Bytes the search Job sends to its state ConfigMaps: the RAG grid replayed at 100 and 1,000 samples.
 
-Run as ``python bench/search_state.py [--samples 100,1000] [--tau 0.8] [--budgets 50,200,1000]``. It runs the Job's own
+Run as ``python bench/search_state.py [--samples 100,1000] [--tau 0.8] [--budgets 50,200,1000]
+[--cluster]``. It runs the Job's own
 ``compass.commands.job.run_search`` in-process against an in-memory ConfigMap API
 (``FakeConfigMaps``) that applies merge patches as the API server does, refuses a ConfigMap
 whose data and binaryData exceed 1 MiB with the server's 422, and counts the JSON bytes of every
@@ -9,6 +10,13 @@ a new revision). It touches nothing the Job's code does not, so the same script 
 version of the package: ``PYTHONPATH=/work/main/operator python bench/search_state.py`` measures
 main. The replay ConfigMap holds the embedded RAG grid (234 configurations, compass.examples)
 replayed over the samples; it is set up directly, outside the counts and the limit.
+
+``--cluster`` runs the same search against a real API server and etcd instead
+(compass.lab.devcluster, its binaries cached in ~/.cache/compass-k8s; one control plane per
+size): it counts the updates (every PATCH and POST of a ConfigMap), sums the size of each object
+the server answers (data plus decoded binaryData: what etcd stores as a new revision), and reads
+etcd's database size from its /metrics before and after. To measure another version, point
+PYTHONPATH at its package with this version's compass/lab/devcluster.py (``Cluster.etcd_url``).
 """
 
 from __future__ import annotations
@@ -200,10 +208,7 @@ def measure(samples: int, tau: float, budgets: Sequence[int] = ()) -> Run:
     spec = CompoundWorkflowSpec.model_validate(workflow["spec"])
     api = FakeConfigMaps()
     api.objects[REPLAY] = replay_config_map(samples)
-    # Newer builders make the state and its chunks; older ones the state alone.
-    build = getattr(builders, "build_state_config_maps", None)
-    made = build(workflow, spec) if build else [builders.build_state_config_map(workflow, spec)]
-    for body in made:
+    for body in builders.build_state_config_maps(workflow, spec):
         api.objects[body["metadata"]["name"]] = body
     started = time.perf_counter()
     with fake_api(api), contextlib.redirect_stdout(io.StringIO()):
@@ -230,6 +235,95 @@ def measure(samples: int, tau: float, budgets: Sequence[int] = ()) -> Run:
     )
 
 
+@dataclass
+class Counting:
+    """A real CoreV1Api whose ConfigMap writes are counted: updates and the bytes of each object
+    the server stored (its answer)."""
+
+    api: Any
+    updates: int = 0
+    stored: int = 0
+    sent: int = 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.api, name)
+        if not name.startswith(("patch_namespaced_config_map", "create_namespaced_config_map")):
+            return method
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            body = args[-1]
+            self.sent += len(json.dumps(body))
+            response = method(*args, **kwargs)
+            self.updates += 1
+            self.stored += size_of(json.loads(response.data))
+            return response
+
+        return counted
+
+
+def etcd_db_size(etcd_url: str) -> int:
+    """etcd's database size (bytes) from its /metrics."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{etcd_url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    for name in ("etcd_mvcc_db_total_size_in_bytes", "etcd_debugging_mvcc_db_total_size_in_bytes"):
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return int(float(line.split()[1]))
+    raise RuntimeError("no db size in etcd's /metrics")
+
+
+def measure_cluster(samples: int, tau: float, budgets: Sequence[int] = ()) -> str:
+    """Run the Job's search against a fresh real control plane; one line of what it wrote."""
+    import tempfile
+    from pathlib import Path
+
+    from kubernetes import client
+
+    from compass.api.compoundworkflow import CompoundWorkflowSpec
+    from compass.commands import job
+    from compass.controllers import builders, kubeapi
+    from compass.controllers.ledgerchunks import chunk_name, encode, pieces, place
+    from compass.lab.devcluster import Cluster, ensure_binaries
+
+    workflow = rag_workflow(samples, tau, budgets)
+    spec = CompoundWorkflowSpec.model_validate(workflow["spec"])
+    with (
+        tempfile.TemporaryDirectory(prefix="compass-bench-") as workdir,
+        Cluster(ensure_binaries(), Path(workdir)) as cluster,
+    ):
+        api = client.CoreV1Api(cluster.api_client())
+        namespace = {"metadata": {"name": NAMESPACE}}
+        kubeapi.call(api.create_namespace, namespace)
+        # The replay's ledger passes 1 MiB as text: as gzip chunks, over ConfigMaps if need be.
+        text = replay_config_map(samples)["data"][builders.LEDGER_KEY]
+        placed = place([encode(piece) for piece in pieces(text)])
+        for index, binary in enumerate(placed):
+            name = REPLAY if index == 0 else chunk_name(REPLAY, index)
+            body = {"metadata": {"name": name, "namespace": NAMESPACE}, "binaryData": binary}
+            kubeapi.call(api.create_namespaced_config_map, NAMESPACE, body)
+        for body in builders.build_state_config_maps(workflow, spec):
+            body["metadata"].pop("ownerReferences", None)  # no workflow object here
+            kubeapi.call(api.create_namespaced_config_map, NAMESPACE, body)
+        counting = Counting(api)
+        db_before = etcd_db_size(cluster.etcd_url)
+        started = time.perf_counter()
+        with fake_api(counting), contextlib.redirect_stdout(io.StringIO()):  # type: ignore[arg-type]
+            try:
+                job.run_search(STATE, NAMESPACE)
+                outcome = "completed"
+            except Exception as error:
+                outcome = f"failed: {job.error_line(error)}"
+        seconds = time.perf_counter() - started
+        db_after = etcd_db_size(cluster.etcd_url)
+    return (
+        f"samples={samples:>5}  {outcome} (real API server)  {counting.updates:,} ConfigMap "
+        f"updates, {counting.sent:,} B sent, objects stored {counting.stored:,} B; etcd db "
+        f"{db_before:,} -> {db_after:,} B (+{db_after - db_before:,}); {seconds:.1f} s"
+    )
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """--samples, --tau and --budgets."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -239,6 +333,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--budgets",
         default="",
         help="looks, e.g. 50,200,1000 (those below each size, then the size; default adaptive)",
+    )
+    parser.add_argument(
+        "--cluster", action="store_true", help="against a real local API server and etcd"
     )
     return parser.parse_args(argv)
 
@@ -253,6 +350,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"compass from {compass.__file__}, tau {args.tau}, {looks}, RAG grid replayed")
     failed = False
     for samples in (int(s) for s in args.samples.split(",")):
+        if args.cluster:
+            line = measure_cluster(samples, args.tau, budgets)
+            failed |= " completed " not in line
+            print(line, flush=True)
+            continue
         run = measure(samples, args.tau, budgets)
         failed |= run.outcome != "completed"
         print(

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import logging
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from prometheus_client import generate_latest
 
 from compass.api.crds import PARETO_POLICY, build_crd
@@ -1002,3 +1006,134 @@ def test_a_body_seen_a_write_late_is_no_edit_and_writes_nothing() -> None:
     forged = {**before, "switches": 999}
     patch = policy_status.status_patch(written, again, NOW, NOW, live=forged, recent=recent)
     assert patch == {"switches": written["switches"]}
+
+
+# ---------------------------------------------------------------------------- status size
+
+# The API server refuses a request over 1.5 MiB (etcd's limit): a status must stay well under.
+REQUEST_LIMIT = 3 * 1024 * 1024 // 2
+
+
+def _status_size(plan: Any, state: PolicyState) -> int:
+    status = policy_status.build_status(plan, state, None, {}, "hold " * 10_000, [], 1)
+    return len(json.dumps(status))
+
+
+def test_front_entries_with_huge_config_values_make_a_small_status_that_round_trips() -> None:
+    """Issue 46: two entries with a 300 KB config value each made a 3.3 MB status, and every
+    status write failed. The status shows names and values cut; the state still resumes."""
+    huge = {"prompt": "p" * 300_000, "retriever_k": 20}
+    other = {"prompt": "q" * 300_000, "retriever_k": 20}
+    front = [
+        {"config": huge, "accuracy": 0.83, "latencyMeanMs": 20, "latencyP95Ms": 23},
+        {"config": other, "accuracy": 0.86, "latencyMeanMs": 33, "latencyP95Ms": 37},
+    ]
+    plan = policy_compile.compile_policy(spec(front=front), generation=1).plan
+    fast, accurate = plan.names
+    state = replace(pending(fast), blend=accurate, weight=0.25, entry_levels=((NOW - 1, accurate),))
+    status = policy_status.build_status(plan, state, None, {}, "hold", [], 1)
+    assert _status_size(plan, state) < 64 * 1024
+    assert status["active"]["config"]["retriever_k"] == 20
+    assert status["active"]["name"] != status["active"]["blend"]["name"]  # still told apart
+    assert status["thresholds"][0]["config"] != status["thresholds"][1]["config"]
+    ParetoPolicyStatus.model_validate(status)
+    restored = PolicyState.from_dict(status["policyState"])
+    key = policy_decisions.state_routing_key(plan, state)
+    assert key is not None
+    resumed, note = policy_decisions.align_state(restored, NOW - 1, key, plan, NOW, 5.0)
+    assert (resumed, note) == (state, None)
+
+
+def test_the_largest_spec_the_schema_allows_makes_a_status_well_under_the_request_limit() -> None:
+    """MAX_FRONT entries of MAX_PARAMETERS parameters, the spec at the request limit: every
+    entry on the front (faster is less accurate), so every one has its threshold status."""
+    from compass.api.paretopolicy import MAX_FRONT
+    from compass.domain.space import MAX_PARAMETERS
+
+    # Each value as long as the request limit leaves it, with the entry's other fields.
+    value_chars = (REQUEST_LIMIT // MAX_FRONT - 250) // MAX_PARAMETERS - 13
+    front = [
+        {
+            "config": {
+                f"p{param:02d}": f"{entry:04d}{'v' * value_chars}"
+                for param in range(MAX_PARAMETERS)
+            },
+            "accuracy": 0.5 + entry / (4 * MAX_FRONT),
+            "latencyMeanMs": 10 + entry * 0.1,
+            "latencyP95Ms": 12 + entry * 0.1,
+        }
+        for entry in range(MAX_FRONT)
+    ]
+    size = len(json.dumps(spec(front=front)))
+    assert 0.9 * REQUEST_LIMIT < size < REQUEST_LIMIT, size
+    plan = policy_compile.compile_policy(spec(front=front), generation=1).plan
+    assert len(plan.thresholds) == MAX_FRONT
+    names = plan.names
+    state = replace(
+        pending(names[-1]),
+        blend=names[-2],
+        weight=0.5,
+        entry_levels=tuple((NOW - i, n) for i, n in enumerate(names)),
+    )
+    size = _status_size(plan, state)
+    assert size < REQUEST_LIMIT / 3, size
+
+
+def test_a_status_refused_for_its_size_is_replaced_by_a_small_one_with_a_condition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """etcd's 500 "request is too large": the policy still shows Ready False, StatusTooLarge."""
+
+    from compass.controllers import policy_handlers
+
+    sent: list[dict[str, Any]] = []
+
+    class Custom:
+        def patch_namespaced_custom_object_status(self, *args: Any, **_: Any) -> Any:
+            body = args[-1]
+            sent.append(body)
+            if len(sent) == 1:
+                error = ApiException(status=500, reason="Internal Server Error")
+                error.body = json.dumps({"message": "etcdserver: request is too large"})
+                raise error
+            return SimpleNamespace(status=200, data=b"{}")
+
+    monkeypatch.setattr(policy_handlers.client, "CustomObjectsApi", lambda *_: Custom())
+    runtime = SimpleNamespace(api=lambda: None, metrics=mock.MagicMock())
+    body = {"metadata": {"name": "p", "namespace": "ml", "generation": 4}}
+    metrics = {"type": "MetricsAvailable", "status": "True", "reason": "Fresh", "message": ""}
+    written = policy_handlers._write_status(
+        runtime,  # type: ignore[arg-type]
+        body,  # type: ignore[arg-type]
+        {"thresholds": ["x" * 100]},
+        logging.getLogger("test"),
+        [metrics],
+        NOW,
+    )
+    assert written is False  # the whole status was not written: compared afresh next time
+    assert len(sent) == 2
+    small = sent[1]["status"]
+    assert small["thresholds"] is None
+    assert small["policyState"] is None
+    ready = small["conditions"][0]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "StatusTooLarge")
+    assert small["conditions"][1] == metrics
+    assert small["observedGeneration"] == 4
+    assert len(json.dumps(small)) < 2048
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "expected"),
+    [
+        (413, "", True),
+        (500, "etcdserver: request is too large", True),
+        (422, "status: Too long: must have at most 1572864 bytes", True),
+        (500, "connection refused", False),
+        (422, "spec.front: Invalid value", False),
+        (403, "too large", False),
+    ],
+)
+def test_too_large_tells_a_size_refusal_from_other_failures(
+    status: int, message: str, expected: bool
+) -> None:
+    assert policy_status.too_large(status, message) is expected

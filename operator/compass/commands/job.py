@@ -1,12 +1,12 @@
 """`compass job search|profile --state NAME`: what the operator's Jobs run inside their pods.
 
 The state ConfigMap holds the workflow spec frozen at one generation and the search ledger. The
-search appends every evaluated batch's lines to the ledger before asking for more (a gzip chunk,
-compass.controllers.ledgerchunks: a PATCH carries the new lines only, and the ledger rolls over
-into chunk ConfigMaps before the 1 MiB limit), so a pod that is killed and retried (the Job's
-backoffLimit) or an operator that restarts resumes exactly where the last recorded batch ended
-(only the batch in flight is evaluated again). Results go back into the same ConfigMap for the
-operator to read.
+search appends its evaluated batches' lines to the ledger at most once per FLUSH_INTERVAL_S (a
+gzip chunk, compass.controllers.ledgerchunks: a PATCH carries the new lines only, and the
+state's chunks move out into chunk ConfigMaps, each created once and never written again), so
+a pod that is killed and retried (the Job's backoffLimit) or an operator that restarts resumes
+where the last write ended: only the batches of the last few seconds and the batch in flight are
+evaluated again. Results go back into the same ConfigMap for the operator to read.
 """
 
 from __future__ import annotations
@@ -41,8 +41,11 @@ from compass.controllers.builders import (
 from compass.controllers.conditions import one_line
 from compass.controllers.ledgerchunks import (
     BUDGET,
+    FLUSH_INTERVAL_S,
     HOT_BUDGET,
     MAX_CHUNKS,
+    PENDING_TEXT,
+    FlushClock,
     chunk_key,
     chunk_name,
     config_map_size,
@@ -50,6 +53,7 @@ from compass.controllers.ledgerchunks import (
     encode,
     ledger_chunks,
     ledger_text,
+    pieces,
     stored_size,
 )
 from compass.dataplane.profiler import (
@@ -84,6 +88,8 @@ ATTEMPTS = 8
 BACKOFF_S = 0.5  # doubling, capped: up to about 45 s of retries, an API server restart
 BACKOFF_CAP_S = 15.0
 _MERGE_PATCH = "application/merge-patch+json"
+# The search's clock for its writes (FlushClock): a test sets its own.
+monotonic = time.monotonic
 
 
 class StateStoreError(Exception):
@@ -246,38 +252,48 @@ class StateStore:
         )
 
     def append_ledger(self, text: str, data: Mapping[str, str] | None = None) -> None:
-        """Append ledger lines as one more chunk of the state, with these keys, in one PATCH."""
+        """Append ledger lines, with these keys of the state: one more chunk of the state in one
+        PATCH; or, once the state's chunks would pass HOT_BUDGET, they and these lines merged
+        into a new chunk ConfigMap (created once, never written again), then a PATCH of the
+        state that deletes them."""
         if not self._opened:
             self.read_ledger()
         value = encode(text)
         size = stored_size(value)
-        # etcd rewrites the whole state at every batch: its chunks move out past HOT_BUDGET.
-        if self._hot and sum(h.size for h in self._hot) + size > HOT_BUDGET:
-            self._merge_out()
-        key = chunk_key(self._next)
+        body: dict[str, Any] = {}
+        if sum(h.size for h in self._hot) + size > HOT_BUDGET:
+            # etcd stores the whole state at every write: it keeps no more than HOT_BUDGET.
+            self._merge_out(text)
+        else:
+            body["binaryData"] = {chunk_key(self._next): value}
+            self._hot.append(_Hot(self._next, self._next, text, size))
         deletions = self._deletions().get("binaryData", {})
-        body: dict[str, Any] = {"binaryData": {**deletions, key: value}}
+        if deletions:
+            body["binaryData"] = {**deletions, **body.get("binaryData", {})}
         if data:
             body["data"] = dict(data)
-        self._patch(self.name, body)
+        if body:
+            self._patch(self.name, body)
         self._moved = []
-        self._hot.append(_Hot(self._next, self._next, text, size))
         self._next += 1
 
-    def _merge_out(self) -> None:
-        """The state's chunks as one gzip into the last chunk ConfigMap (or a new one)."""
-        # Deleted from the state by its next PATCH: a pod that dies between the two leaves
-        # them in both, and the reader skips the copy whose batches are covered.
-        first, last = self._hot[0].first, self._hot[-1].last
-        key = chunk_key(first, last)
-        value = encode("".join(h.text for h in self._hot))
-        size = stored_size(value)
-        holder = self._cold[-1] if self._cold else None
-        if holder is not None and holder.size + size <= BUDGET:
-            self._patch(holder.name, {"binaryData": {key: value}})
-            holder.size += size
-        else:
-            self._create_chunk(len(self._cold) + 1, key, value)
+    def _merge_out(self, text: str) -> None:
+        """The state's chunks and ``text`` (the next batch) as one gzip in a new chunk ConfigMap:
+        written once, so etcd stores it once (a chunk ConfigMap patched as it grew would be
+        stored whole at every merge)."""
+        # The state's chunks are deleted by the PATCH that follows: a pod that dies between the
+        # two leaves them in both, and the reader skips the copy whose batches are covered.
+        first = self._hot[0].first if self._hot else self._next
+        merged = "".join(h.text for h in self._hot) + text
+        value = encode(merged)
+        if stored_size(value) <= BUDGET:
+            self._create_chunk(len(self._cold) + 1, chunk_key(first, self._next), value)
+        else:  # more than one ConfigMap takes: in pieces, each numbered after the last
+            for number, piece in enumerate(pieces(merged)):
+                key = chunk_key(first, self._next) if number == 0 else chunk_key(self._next)
+                self._create_chunk(len(self._cold) + 1, key, encode(piece))
+                self._next += 1
+            self._next -= 1
         self._moved += [h.key for h in self._hot]
         self._hot = []
 
@@ -333,7 +349,9 @@ def progress_document(progress: Progress, best: float | None) -> dict[str, Any]:
 
 
 class MirroredEvaluator:
-    """After each evaluated batch, appends the checkpoint ledger's new lines to the state."""
+    """Appends the checkpoint ledger's new lines to the state as batches are evaluated: at most
+    once per ``interval_s`` (FlushClock), so a kill redoes at most the batches of the last
+    ``interval_s`` seconds and the one in flight."""
 
     def __init__(
         self,
@@ -341,6 +359,8 @@ class MirroredEvaluator:
         store: StateStore,
         ledger: Path,
         min_samples: int = 1,
+        interval_s: float = FLUSH_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inner = inner
         self.store = store
@@ -349,18 +369,30 @@ class MirroredEvaluator:
         self.progress: Progress | None = None
         # Bytes of the local ledger the state holds already: what it was opened from.
         self.mirrored = ledger.stat().st_size
+        self.seen = self.mirrored  # bytes of the local ledger counted as waiting or mirrored
+        self.flushes = FlushClock(interval_s, PENDING_TEXT)
+        self.clock = clock
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
-        """Evaluate, then mirror the new lines (and the last progress) before returning."""
+        """Evaluate; write what waits when due (FlushClock), before and after the batch."""
+        self._write_if_due()
         before = self.inner.computed
         scores = self.inner.evaluate(config, sample_indices)
         if self.inner.computed != before:
-            data = {}
-            if self.progress is not None:
-                best = best_accuracy(self.inner.checkpoint, self.min_samples)
-                data[PROGRESS_KEY] = json.dumps(progress_document(self.progress, best))
-            self.flush(data)
+            size = self.ledger.stat().st_size
+            self.flushes.add(size - self.seen)
+            self.seen = size
+            self._write_if_due()
         return scores
+
+    def _write_if_due(self) -> None:
+        if not self.flushes.due(self.clock()):
+            return
+        data = {}
+        if self.progress is not None:
+            best = best_accuracy(self.inner.checkpoint, self.min_samples)
+            data[PROGRESS_KEY] = json.dumps(progress_document(self.progress, best))
+        self.flush(data)
 
     def flush(self, data: Mapping[str, str]) -> None:
         """Append the lines not yet in the state, with these state keys."""
@@ -372,6 +404,8 @@ class MirroredEvaluator:
             self.mirrored += len(new)
         elif data:
             self.store.write(data)
+        self.seen = self.mirrored
+        self.flushes.written(self.clock())
 
 
 def _score_source(spec: CompoundWorkflowSpec, namespace: str) -> ScoreSource:
@@ -406,7 +440,7 @@ def run_search(state_name: str, namespace: str) -> int:
     budgets = spec.evaluation.budgets
     # A mean over a handful of samples is noise: the progress's best needs some evidence.
     least = budgets[0] if budgets else min(PROGRESS_MIN_SAMPLES, spec.evaluation.dataset.size)
-    mirrored = MirroredEvaluator(checkpointed, store, ledger, least)
+    mirrored = MirroredEvaluator(checkpointed, store, ledger, least, FLUSH_INTERVAL_S, monotonic)
 
     def progress(snapshot: Progress) -> None:
         mirrored.progress = snapshot

@@ -1,10 +1,13 @@
-"""The search ledger as gzip chunks in ConfigMaps: pure encoding, ordering and sizing, no I/O.
+"""The search ledger as gzip chunks in ConfigMaps: pure encoding, ordering, sizing and the
+batching of writes, no I/O.
 
-Every evaluated batch adds one gzip key to the state ConfigMap; past ``HOT_BUDGET`` the chunks
-are merged into chunk ConfigMaps (``chunk_name``, labelled ``CHUNK_OF_LABEL``, each under
-``BUDGET``), so etcd never rewrites a growing ledger per batch. The ledger is every chunk in
-sequence order, a chunk an earlier one covers skipped; a plain ``ledger.jsonl`` key comes first.
-Why and how: docs/operations.md, "The search ledger in ConfigMaps".
+The search Job writes the evaluated batches' lines at most once per ``FLUSH_INTERVAL_S``
+(``FlushClock``), each write one gzip key of the state ConfigMap; once the state's keys would
+pass ``HOT_BUDGET`` they and the new lines go, merged, into a new chunk ConfigMap
+(``chunk_name``, labelled ``CHUNK_OF_LABEL``), created once and never written again: etcd stores
+every revision of a whole object, so no write rewrites more than the small state. The ledger is
+every chunk in sequence order, a chunk an earlier one covers skipped; a plain ``ledger.jsonl``
+key comes first. Why and how: docs/operations.md, "The search ledger in ConfigMaps".
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import gzip
 import re
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from compass.api.meta import GROUP
@@ -23,13 +27,23 @@ CHUNK_OF_LABEL = f"{GROUP}/ledger-of"
 # The API server refuses a ConfigMap whose data and binaryData (decoded) pass 1 MiB: a chunk
 # ConfigMap rolls over before that, with room to spare for its metadata.
 BUDGET = 900 * 1024
-# The state's own chunks, merged out once past this: the state is rewritten in etcd at every
-# batch, so its size is what a batch really costs (about 60 batches of the RAG grid).
-HOT_BUDGET = 8 * 1024
+# The state's own chunks, merged out with the next write's lines once they would pass this: the
+# state is rewritten in etcd at every write, so its size is what a write really costs. A chunk
+# ConfigMap so holds at least this much gzip (more when one write brings more).
+HOT_BUDGET = 32 * 1024
 # The most chunk ConfigMaps one state may have: the Jobs' Role names each of them (RBAC narrows
-# get and patch by name only), and 64 of BUDGET hold about 56 MiB of gzip, some 80 times the
-# ledger of a 1,000-sample search of the RAG grid.
-MAX_CHUNKS = 64
+# get and patch by name only). 256 of at least HOT_BUDGET hold 8 MiB of gzip or more, some 30
+# times the ledger of a 1,000-sample search of the RAG grid (a fast search's writes, up to
+# PENDING_TEXT each, make larger chunks); a resuming pod reads them one GET each.
+MAX_CHUNKS = 256
+# The search Job writes its new ledger lines (and progress) at most once per FLUSH_INTERVAL_S
+# seconds, or sooner once PENDING_TEXT bytes of new lines wait. A killed pod so loses, and
+# evaluates again, at most the batches finished in the last FLUSH_INTERVAL_S seconds before it
+# died, and the batch in flight.
+FLUSH_INTERVAL_S = 5.0
+# A write's new lines: their gzip must fit a chunk ConfigMap with HOT_BUDGET (gzip never grows
+# text by more than a few bytes per 16 KiB), and a PATCH stays a fraction of the request limit.
+PENDING_TEXT = 512 * 1024
 # The most text one chunk of a seeded ledger holds: its gzip then fits any budget.
 PIECE_TEXT = 256 * 1024
 
@@ -198,3 +212,69 @@ def place(values: Sequence[str], room: int = BUDGET) -> list[dict[str, str]]:
         placed[-1][chunk_key(sequence)] = value
         free -= size
     return placed
+
+
+@dataclass
+class FlushClock:
+    """When the search Job writes the batches it has evaluated: pure, the times given.
+
+    ``add`` records a batch's new lines; ``due`` says whether to write what waits now: at once
+    for the first batch (the progress shows soon), then once ``interval_s`` has passed since the
+    last write or ``pending_limit`` bytes of lines wait. Asked after every batch and before the
+    next starts, so what waits was all finished within ``interval_s`` of the last write: a kill
+    loses no more (and the batch in flight)."""
+
+    interval_s: float = FLUSH_INTERVAL_S
+    pending_limit: int = PENDING_TEXT
+    last: float | None = None  # when the last write was made; None: never
+    pending: int = 0  # bytes of new lines waiting
+    batches: int = 0  # batches waiting
+
+    def add(self, size: int) -> None:
+        """One more evaluated batch of ``size`` bytes of new lines waits."""
+        self.pending += size
+        self.batches += 1
+
+    def due(self, now: float) -> bool:
+        """Whether what waits should be written at ``now``."""
+        if not self.batches:
+            return False
+        return (
+            self.last is None
+            or now - self.last >= self.interval_s
+            or self.pending >= self.pending_limit
+        )
+
+    def written(self, now: float) -> None:
+        """What waited was written at ``now``."""
+        self.last = now
+        self.pending = 0
+        self.batches = 0
+
+
+def flush_groups(
+    batches: Sequence[tuple[float, float, int]],
+    interval_s: float = FLUSH_INTERVAL_S,
+    pending_limit: int = PENDING_TEXT,
+) -> list[list[int]]:
+    """The writes a search makes of its batches, each (started, finished, bytes of new lines):
+    the batch numbers each write carries, in order; what waits at the end is the final write."""
+    clock = FlushClock(interval_s, pending_limit)
+    groups: list[list[int]] = []
+    waiting: list[int] = []
+
+    def flush(now: float) -> None:
+        groups.append(list(waiting))
+        waiting.clear()
+        clock.written(now)
+
+    for number, (started, finished, size) in enumerate(batches):
+        if clock.due(started):
+            flush(started)
+        clock.add(size)
+        waiting.append(number)
+        if clock.due(finished):
+            flush(finished)
+    if waiting:
+        groups.append(list(waiting))
+    return groups

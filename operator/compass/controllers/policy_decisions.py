@@ -20,6 +20,7 @@ from compass.dataplane.triton import RoutingError, parse_routing_key, routing_ke
 from compass.domain.elastico import PolicyState
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
+from compass.domain.profiles import shown
 
 # The kopf timer's period (COMPASS_POLICY_TICK_SECONDS, 1 s by default); intervalSeconds
 # below it decide at every tick.
@@ -86,6 +87,8 @@ def align_state(
     not on the front gives no active configuration, so the policy falls back to the fastest.
     """
     serving = routing_names(plan, router_key)
+    if saved is not None:
+        saved = full_names(saved, plan)
     if saved is not None and saved.active is not None and _routed(saved) == serving:
         if last_observed is not None and now - last_observed <= stale_after_s:
             return saved, None
@@ -109,6 +112,18 @@ def align_state(
         "(changed outside the policy)"
     )
     return adopted, note
+
+
+def full_names(state: PolicyState, plan: Plan) -> PolicyState:
+    """A state read back from a status, its member names as the status cut them (shown) put
+    back to the front's own names."""
+    names = {shown(t.profile.name): t.profile.name for t in plan.thresholds}
+
+    def full(name: str | None) -> str | None:
+        return None if name is None else names.get(name, name)
+
+    levels = tuple((t, names.get(n, n)) for t, n in state.entry_levels)
+    return replace(state, active=full(state.active), blend=full(state.blend), entry_levels=levels)
 
 
 def routing_names(plan: Plan, router_key: str) -> tuple[str, str | None, float] | None:

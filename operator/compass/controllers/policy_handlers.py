@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,8 @@ from compass.controllers.policy_status import (
     policy_gauges,
     rfc3339,
     status_patch,
+    too_large,
+    too_large_patch,
 )
 from compass.controllers.runtime import Runtime, runtime_of
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, FleetSwitch, RouterFleet
@@ -493,7 +496,7 @@ def _publish(
         recent=memory.recent,
     )
     if changes:
-        if _write_status(runtime, body, changes, logger):
+        if _write_status(runtime, body, changes, logger, status.get("conditions") or [], now):
             memory.recent = [owned_fields(written), *memory.recent][:RECENT_WRITES]
             memory.written, memory.last_write = status, now
         else:
@@ -504,30 +507,49 @@ def _publish(
 
 
 def _write_status(
-    runtime: Runtime, body: kopf.Body, changes: dict[str, Any], logger: kopf.Logger
+    runtime: Runtime,
+    body: kopf.Body,
+    changes: dict[str, Any],
+    logger: kopf.Logger,
+    conditions: Sequence[Mapping[str, Any]] = (),
+    now: float = 0.0,
 ) -> bool:
-    """Merge-patch the status subresource; False (logged, counted) if it failed.
+    """Merge-patch the status subresource; False (logged, counted) if it failed. Refused for
+    its size (policy_status.too_large), a small status is written instead (too_large_patch):
+    the policy still shows a condition saying why.
 
     Written here rather than through kopf's patch: kopf's timer task ends for good when its
     status patch is rejected, and the policy would silently stop being controlled.
     """
     namespace, name = _names(body)
     custom = client.CustomObjectsApi(runtime.api())
-    try:
-        written = kubeapi.patch_status(
+
+    def patch(status: Mapping[str, Any]) -> bool:
+        return kubeapi.patch_status(
             custom.patch_namespaced_custom_object_status,
             GROUP,
             VERSION,
             namespace,
             POLICY_PLURAL,
             name,
-            body={"status": changes},
+            body={"status": status},
         )
+
+    try:
+        return patch(changes)  # False: deleted meanwhile, nothing to report
     except kubeapi.ERRORS as error:
         logger.warning(f"status not written: {kubeapi.describe(error)}")
         runtime.metrics.errors.labels(POLICY_KIND, "StatusWriteFailed").inc()
-        return False
-    return written  # False: deleted meanwhile, nothing to report
+        code = getattr(error, "status", None)
+        if not too_large(code, kubeapi.describe(error)):
+            return False
+    generation = body.get("metadata", {}).get("generation")
+    why = f"HTTP {code}: it is too large"
+    try:
+        patch(too_large_patch(conditions, generation, why, now))
+    except kubeapi.ERRORS as error:
+        logger.warning(f"the small status not written either: {kubeapi.describe(error)}")
+    return False
 
 
 def _connections(

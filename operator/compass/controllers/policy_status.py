@@ -21,11 +21,13 @@ from compass.api.paretopolicy import (
     RoutingStatus,
 )
 from compass.api.schema import without_empty_strings
-from compass.controllers.conditions import find_condition, parse_conditions
+from compass.controllers.conditions import find_condition, one_line, parse_conditions
 from compass.controllers.policy_conditions import is_ready
 from compass.conversion import threshold_statuses
 from compass.domain.elastico import Observation, PolicyState, capacity_pressure
+from compass.domain.evaluation import ParamValue
 from compass.domain.planner import Plan
+from compass.domain.profiles import shown
 
 # A status whose only change is the observation time is written at most this often: an idle
 # policy should not write to etcd every second.
@@ -63,15 +65,36 @@ def active_configuration(
     )
     profile = plan.thresholds[index].profile
     # Rounded for people (kubectl's printer columns print every digit); the spec keeps them all.
+    # Names and values cut (shown): the status must fit whatever the spec holds.
+    if blended is not None:
+        blended = blended.model_copy(update={"name": shown(blended.name)})
     return ActiveConfiguration(
-        name=profile.name,
-        config=dict(profile.config),
+        name=shown(profile.name),
+        config=shown_config(profile.config),
         index=index,
         accuracy=round(profile.accuracy, 4),
         latency_mean_ms=round(profile.mean_ms, 1),
         latency_p95_ms=round(profile.p95_ms, 1),
         blend=blended,
     )
+
+
+def shown_config(config: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
+    """A configuration as the status shows it: long names and string values cut (shown)."""
+    return {shown(k): shown(v) if isinstance(v, str) else v for k, v in config.items()}
+
+
+def shown_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """PolicyState.to_dict with the member names cut (shown) and the reason one bounded line:
+    policy_decisions.align_state maps the cut names back to the front's."""
+    out = dict(state)
+    for key in ("active", "blend"):
+        if isinstance(out.get(key), str):
+            out[key] = shown(out[key])
+    out["entry_levels"] = [[t, shown(n)] for t, n in out.get("entry_levels") or []]
+    if isinstance(out.get("last_reason"), str):
+        out["last_reason"] = one_line(out["last_reason"])
+    return out
 
 
 @dataclass(frozen=True)
@@ -164,13 +187,17 @@ def build_status(
         active=active_configuration(plan, state.active, state.blend, state.weight),
         last_queue_depth=None if depth is None or not math.isfinite(depth) else float(depth),
         last_observation_time=observed,
-        last_decision=decision,
+        last_decision=one_line(decision),
         last_switch_time=None if state.last_switch_at is None else rfc3339(state.last_switch_at),
-        last_switch_reason=state.last_reason if state.last_switch_at is not None else None,
+        last_switch_reason=one_line(state.last_reason)
+        if state.last_switch_at is not None
+        else None,
         switches=state.switches,
         routing=routing,
-        thresholds=threshold_statuses(plan),
-        policy_state=state.to_dict(),
+        thresholds=[
+            t.model_copy(update={"config": shown(t.config)}) for t in threshold_statuses(plan)
+        ],
+        policy_state=shown_state(state.to_dict()),
         observed_generation=generation,
     )
     data = status.model_dump(by_alias=True, mode="json")
@@ -294,3 +321,48 @@ def status_patch(
     if quiet and last_write is not None and now - last_write < heartbeat_s:
         return {}
     return patch
+
+
+# The answers of a status too large to store: 413 from the API server (request body), 422 from
+# validation, 500 from etcd ("etcdserver: request is too large").
+_SIZE_STATUSES = frozenset({413, 422, 500})
+_SIZE_WORDS = ("too large", "too long", "exceeds", "request entity")
+# What a status that could not be stored keeps: its conditions and generation; the rest goes.
+_DROPPED_WHEN_TOO_LARGE = (
+    "active",
+    "routing",
+    "thresholds",
+    "policyState",
+    "lastDecision",
+    "lastSwitchReason",
+)
+
+
+def too_large(status: int | None, message: str) -> bool:
+    """Whether a failed status write was refused for its size (413 always; 422 or 500 saying so)."""
+    if status == 413:
+        return True
+    lowered = message.lower()
+    return status in _SIZE_STATUSES and any(word in lowered for word in _SIZE_WORDS)
+
+
+def too_large_patch(
+    conditions: Sequence[Mapping[str, Any]], generation: int | None, why: str, now: float
+) -> dict[str, Any]:
+    """The small status written when the whole one was refused for its size: the large fields
+    removed, and Ready False (StatusTooLarge) saying why, the other conditions kept; so the
+    policy still reports a condition rather than nothing."""
+    ready = {
+        "type": ConditionType.READY.value,
+        "status": "False",
+        "reason": "StatusTooLarge",
+        "message": one_line(f"the status could not be written: {why}"),
+        "lastTransitionTime": rfc3339(now),
+        "observedGeneration": generation,
+    }
+    kept = [dict(c) for c in conditions if c.get("type") != ConditionType.READY.value]
+    return {
+        **dict.fromkeys(_DROPPED_WHEN_TOO_LARGE),
+        "conditions": [ready, *kept],
+        "observedGeneration": generation,
+    }

@@ -9,6 +9,7 @@ the measured ones.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
@@ -409,3 +410,18 @@ def parse_profiles(data: object, source: str = "profiles") -> tuple[LatencyProfi
         seen[profile.key] = index
         profiles.append(profile)
     return tuple(profiles)
+
+
+# The most characters a front member's name, or a parameter value, takes where it is shown
+# (a ParetoPolicy's status): a spec may hold values of hundreds of KB, and a status copying them
+# would pass the API server's request limit.
+MAX_SHOWN = 64
+
+
+def shown(text: str, limit: int = MAX_SHOWN) -> str:
+    """``text`` as a status shows it: itself up to ``limit`` characters, else its start, an
+    ellipsis and 8 hex digits of its SHA-256 (so that two long names still differ)."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+    return f"{text[: limit - 10]}\u2026{digest}"

@@ -158,6 +158,7 @@ class Cluster:
     startup_timeout_s: float = 60.0
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     api_port: int = 0
+    etcd_url: str = ""  # etcd's client URL (and its /metrics)
     startup_s: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)  # seconds per startup step
     _processes: list[_Process] = field(default_factory=list, repr=False)
@@ -215,7 +216,7 @@ class Cluster:
 
         data_dir = self.workdir / "etcd"
         shutil.rmtree(data_dir, ignore_errors=True)
-        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        etcd_url = self.etcd_url = f"http://127.0.0.1:{etcd_port}"
         peer_url = f"http://127.0.0.1:{peer_port}"
         etcd = self._spawn(
             "etcd",
