@@ -17,60 +17,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
+from cli_inputs import SPACE_YAML, N, accuracy, ledger_lines, space_configs, write_jsonl
 
 from compass.commands.demo import demo_ledger
 from compass.commands.main import main
 from compass.domain.space import Space, config_key
 from compass.evaluators.ledger import read_ledger
-from compass.examples import build_replay_ledger, load_rag_paper, replay_scores
+from compass.examples import load_rag_paper, replay_scores
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {"feasible", "evaluated", "sample_evals", "configs_evaluated"}
-
-SPACE_YAML = """\
-parameters:
-  - name: model
-    type: categorical
-    values: [large, medium, small]
-  - name: k
-    type: integer
-    values: [1, 2, 4, 8]
-  - name: rerank
-    type: integer
-    values: [1, 2, 4]
-constraints:
-  - rerank <= k
-"""
-N = 40
-MODEL_ACCURACY = {"large": 0.85, "medium": 0.7, "small": 0.45}
-
-
-def accuracy(config: dict[str, Any]) -> float:
-    """The synthetic ground truth: the model dominates, more retrieval helps a little."""
-    quality = MODEL_ACCURACY[config["model"]]
-    return float(quality + 0.02 * math.log2(config["k"]) - 0.01 * config["rerank"])
-
-
-def space_configs() -> list[dict[str, Any]]:
-    """Every configuration of SPACE_YAML (27)."""
-    return [
-        {"model": m, "k": k, "rerank": r}
-        for m in MODEL_ACCURACY
-        for k in (1, 2, 4, 8)
-        for r in (1, 2, 4)
-        if r <= k
-    ]
-
-
-def ledger_lines(n: int = N, seed: int = 0) -> list[dict[str, Any]]:
-    """A replay ledger of the synthetic space, n samples a configuration."""
-    rows = [{"config": c, "accuracy": accuracy(c)} for c in space_configs()]
-    return build_replay_ledger(rows, n, seed)
-
-
-def write_jsonl(path: Path, lines: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    return path
 
 
 def read_json(path: Path) -> Any:

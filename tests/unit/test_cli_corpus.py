@@ -27,8 +27,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_cli import SPACE_YAML, ledger_lines, write_jsonl
-from test_plan_cli import PROFILES
+from cli_inputs import PROFILES, SPACE_YAML, ledger_lines, write_jsonl
 
 from compass.commands.main import main
 from compass.evaluators.ledger import LedgerLock

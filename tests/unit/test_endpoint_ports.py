@@ -8,9 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_inputs import PROFILES, SPACE_YAML
 from pydantic import ValidationError
-from test_cli import SPACE_YAML
-from test_plan_cli import PROFILES
 
 from compass.api.crds import PARETO_POLICY, build_crd
 from compass.api.paretopolicy import RoutingTarget

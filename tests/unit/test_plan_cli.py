@@ -8,33 +8,13 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_inputs import PROFILES
 
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.commands.main import main
 from compass.conversion import admission_rule, policy_plan
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import parse_profiles
-
-
-def measured(name: str, accuracy: float, mean: float, spread: float) -> dict[str, Any]:
-    """One profiler entry with normal-looking statistics."""
-    return {
-        "config": {"model": name, "k": 3},
-        "accuracy": accuracy,
-        "latency_mean_ms": mean,
-        "latency_p50_ms": mean,
-        "latency_p95_ms": mean + 1.645 * spread,
-        "latency_p99_ms": mean + 2.326 * spread,
-        "latency_std_ms": spread,
-    }
-
-
-PROFILES = [
-    measured("fast", 0.70, 100, 15),
-    measured("dominated", 0.68, 160, 20),
-    measured("mid", 0.80, 150, 20),
-    measured("slow", 0.90, 250, 30),
-]
 
 
 @pytest.fixture
