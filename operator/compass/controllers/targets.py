@@ -15,18 +15,15 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from compass.api.meta import DNS_LABEL_PATTERN
+from compass.domain.errors import FieldError
 
 ANY = "*"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 _LABEL = re.compile(DNS_LABEL_PATTERN)
 
 
-class TargetRefusedError(ValueError):
+class TargetRefusedError(FieldError):
     """The operator's settings do not let a resource reach this target: field, what, fix."""
-
-    def __init__(self, field: str, what: str, fix: str) -> None:
-        super().__init__(f"{field}: {what}; {fix}")
-        self.field, self.what, self.fix = field, what, fix
 
 
 @dataclass(frozen=True)

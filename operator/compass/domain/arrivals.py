@@ -16,6 +16,8 @@ from enum import StrEnum
 import numpy as np
 import numpy.typing as npt
 
+from compass.domain.errors import FieldError
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
@@ -31,17 +33,8 @@ BURST_GAP_SECONDS = (10.0, 30.0)
 MAX_REQUESTS = 1_000_000
 
 
-class SimulationError(ValueError):
+class SimulationError(FieldError):
     """A load pattern or trace is invalid: one line, `<field>: <what is wrong>; <the fix>`."""
-
-    def __init__(self, field: str, what: str, fix: str) -> None:
-        super().__init__(f"{field}: {what}; {fix}")
-        self.field, self.what, self.fix = field, what, fix
-
-    def __reduce__(self) -> tuple[type[SimulationError], tuple[str, str, str]]:
-        # Raised in a bench's worker process, it must reach the parent whole, not as a
-        # TypeError from unpickling an exception whose __init__ takes three arguments.
-        return type(self), (self.field, self.what, self.fix)
 
 
 class PatternKind(StrEnum):

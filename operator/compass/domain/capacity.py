@@ -20,6 +20,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtri
 
+from compass.domain.errors import FieldError
+
 FloatArray = npt.NDArray[np.float64]
 
 # A curve is measured in at most this many rates (the profiler's cost bound; the CRD's too).
@@ -58,12 +60,8 @@ CURVE_PERCENTILES = (50.0, 95.0, 99.0)
 _FIELDS = {50.0: "latency_p50_ms", 95.0: "latency_p95_ms", 99.0: "latency_p99_ms"}
 
 
-class CapacityError(ValueError):
+class CapacityError(FieldError):
     """A capacity curve is unusable: one line, `<field>: <what is wrong>; <the fix>`."""
-
-    def __init__(self, field: str, what: str, fix: str) -> None:
-        super().__init__(f"{field}: {what}; {fix}")
-        self.field, self.what, self.fix = field, what, fix
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from scipy.optimize import brentq
 
 from compass.domain.capacity import erlang_c
+from compass.domain.errors import FieldError
 from compass.domain.mix import WEIGHT_STEPS, Mix
 from compass.domain.profiles import LatencyProfile
 
@@ -40,12 +41,8 @@ _XTOL = 1e-10
 MAX_QUEUE_LIMIT = 1_000_000_000
 
 
-class PlanError(ValueError):
+class PlanError(FieldError):
     """The profiles and the SLO admit no plan: one line, `<field>: <what is wrong>; <the fix>`."""
-
-    def __init__(self, field: str, what: str, fix: str) -> None:
-        super().__init__(f"{field}: {what}; {fix}")
-        self.field, self.what, self.fix = field, what, fix
 
 
 class ThresholdModel(StrEnum):

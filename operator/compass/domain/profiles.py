@@ -28,6 +28,7 @@ from compass.domain.capacity import (
     CapacityError,
     parse_curve,
 )
+from compass.domain.errors import FieldError
 from compass.domain.evaluation import ParamValue
 from compass.domain.space import config_key
 
@@ -43,12 +44,8 @@ _BISECTION_STEPS = 60
 _EDGE = 1e-12
 
 
-class ProfileError(ValueError):
+class ProfileError(FieldError):
     """A profile is unusable: one line, `<field>: <what is wrong>; <the fix>`."""
-
-    def __init__(self, field: str, what: str, fix: str) -> None:
-        super().__init__(f"{field}: {what}; {fix}")
-        self.field, self.what, self.fix = field, what, fix
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from compass.domain.errors import FieldError
+
 FloatArray = npt.NDArray[np.float64]
 
 # The traces shipped in compass/examples/traces/ (README.md there: source, licence, checksums),
@@ -32,12 +34,8 @@ TRACE_SPANS: Mapping[str, float] = {
 TRACE_NAMES: tuple[str, ...] = tuple(TRACE_SPANS)
 
 
-class TraceError(ValueError):
+class TraceError(FieldError):
     """A trace window or its parameters are invalid: `<field>: <what is wrong>; <the fix>`."""
-
-    def __init__(self, field: str, what: str, fix: str) -> None:
-        super().__init__(f"{field}: {what}; {fix}")
-        self.field, self.what, self.fix = field, what, fix
 
 
 @dataclass(frozen=True)
