@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 
@@ -265,32 +266,28 @@ def check_output(flag: str, path: Path) -> None:
         fail(flag, problem.what, problem.fix)
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write a file atomically; a failure is a usage error naming the path."""
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """A failed or refused write of ``path`` as a usage error naming it."""
     try:
-        write_atomic(path, text)
+        yield
     except UnsafeFileError as exc:
         fail(str(path), exc.what, exc.fix)
     except OSError as exc:
         fail(str(path), f"cannot write it ({exc.strerror})", "choose another path")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a file atomically (files.write_replacing); a failure is a usage error naming it."""
+    with _writing(path):
+        write_replacing(path, text)
 
 
 def save_output(path: Path, save: Callable[[Path], object]) -> None:
     """Have ``save`` write a file (a plot) at a temporary path beside ``path``, then rename it
     into place as write_text does; a failure is a usage error naming the path."""
-    try:
-        with replacing(path) as temporary:
-            save(temporary)
-    except UnsafeFileError as exc:
-        fail(str(path), exc.what, exc.fix)
-    except OSError as exc:
-        fail(str(path), f"cannot write it ({exc.strerror})", "choose another path")
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory, fsynced and renamed into place, so
-    readers never see half a file; a symlink or a device at path is refused (UnsafeFileError)."""
-    write_replacing(path, text)
+    with _writing(path), replacing(path) as temporary:
+        save(temporary)
 
 
 # ---------------------------------------------------------------------------- load patterns

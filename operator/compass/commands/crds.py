@@ -9,8 +9,8 @@ from typing import Any
 
 from compass.api.crds import render_crd_templates, render_crds
 from compass.api.reference import render_reference
-from compass.commands.common import write_atomic
 from compass.console import fail
+from compass.evaluators.files import write_replacing
 
 
 def register(commands: Any, summary: str) -> None:
@@ -50,7 +50,7 @@ def _stale_crds(directory: Path, *, helm_template: bool, write: bool) -> list[st
             continue
         stale.append(name)
         if write:
-            write_atomic(path, text)
+            write_replacing(path, text)
     return stale
 
 
@@ -62,7 +62,7 @@ def _stale_reference(path: Path, *, write: bool) -> bool:
     if path.exists() and path.read_text(encoding="utf-8") == text:
         return False
     if write:
-        write_atomic(path, text)
+        write_replacing(path, text)
     return True
 
 

@@ -9,11 +9,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from compass.commands.common import check_output, write_atomic
+from compass.commands.common import check_output
 from compass.console import UsageError, fail, parse_int, parse_seed, shown
 from compass.domain.evaluation import ParamValue
 from compass.domain.search import SearchMethod, SearchOutcome, SearchSettings
 from compass.domain.statistics import IntervalMethod, describe_schedule
+from compass.evaluators.files import write_replacing
 
 SHOWN_FEASIBLE = 10
 
@@ -194,5 +195,5 @@ def summary(
 def write_result(outcome: SearchOutcome, output: Path | None) -> Path | None:
     """Write the result file if asked; return where it went."""
     if output is not None:
-        write_atomic(output, json.dumps(outcome.result_document(), indent=2) + "\n")
+        write_replacing(output, json.dumps(outcome.result_document(), indent=2) + "\n")
     return output
