@@ -72,7 +72,7 @@ from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import Controller, QueueAggregate, StaticController, simulate
 from compass.domain.split import Split
-from compass.domain.traces import TRACE_NAMES, TraceWindow, stretch_window, trace_windows
+from compass.domain.traces import TRACE_NAMES, TraceWindow, trace_windows, window_pattern
 from compass.examples import load_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -177,11 +177,8 @@ def job_scenario(job: Job, fastest: LatencyProfile) -> Scenario:
     if job.window is None:
         pattern = make_pattern(job.pattern, job.base_qps * job.pods, DURATION_S, seed=job.seed)
     else:
-        capacity = job.pods * 1000.0 / fastest.mean_ms
-        stretched = stretch_window(
-            trace_arrivals(job.window.trace), job.window, job.utilisation, capacity
-        )
-        pattern = make_pattern("trace", 1, 1, trace_s=stretched.arrivals_s.tolist())
+        arrivals = trace_arrivals(job.window.trace)
+        pattern = window_pattern(arrivals, job.window, job.utilisation, fastest.mean_ms, job.pods)
     return make_scenario(pattern, job.seed)
 
 

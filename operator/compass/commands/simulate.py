@@ -26,12 +26,12 @@ from compass.commands.common import (
 from compass.console import UsageError, fail, parse_number
 from compass.conversion import admission_rule, runtime_policy
 from compass.domain.admission import AdmissionPoint
-from compass.domain.arrivals import LoadPattern, PatternKind, Scenario, make_pattern, make_scenario
+from compass.domain.arrivals import LoadPattern, PatternKind, Scenario, make_scenario
 from compass.domain.planner import PlanError
 from compass.domain.podmodel import POD_STAGES, PodModel
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import MetricsView, RunReport, compare
-from compass.domain.traces import TRACE_NAMES, TraceError, TraceWindow, stretch_window
+from compass.domain.traces import TRACE_NAMES, TraceError, TraceWindow, window_pattern
 from compass.examples import load_trace
 from compass.lab import plots
 
@@ -233,10 +233,8 @@ def trace_window_pattern(
         parse_number("--window-start", str(args.window_start), "0", low=0, inclusive=True),
         parse_number("--window-s", str(args.window_s), "600", low=0, inclusive=False),
     )
-    capacity = pods * 1000.0 / fastest.mean_ms
     try:
-        stretched = stretch_window(load_trace(window.trace), window, utilisation, capacity)
-        return make_pattern(PatternKind.TRACE, 1, 1, trace_s=stretched.arrivals_s.tolist())
+        return window_pattern(load_trace(window.trace), window, utilisation, fastest.mean_ms, pods)
     except TraceError as exc:
         flag = TRACE_FLAGS.get(exc.field, "--trace-name")
         fix = exc.fix.replace("length_s", "--window-s")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from compass.domain.arrivals import LoadPattern, PatternKind, make_pattern
 from compass.domain.errors import FieldError
 
 FloatArray = npt.NDArray[np.float64]
@@ -158,6 +159,20 @@ def stretch_window(
     factor = stretch_factor(len(shifted), window.length_s, utilisation, capacity_qps)
     stretched: FloatArray = shifted * factor
     return StretchedWindow(window, stretched, factor, window.length_s * factor)
+
+
+def window_pattern(
+    arrivals_s: npt.ArrayLike,
+    window: TraceWindow,
+    utilisation: float,
+    fastest_mean_ms: float,
+    servers: int = 1,
+) -> LoadPattern:
+    """The window as the simulator's trace pattern, stretched to ``utilisation`` of what the
+    front's fastest member serves on ``servers`` pods (one request at a time each)."""
+    capacity = servers * 1000.0 / _positive("fastest_mean_ms", fastest_mean_ms, "100")
+    stretched = stretch_window(arrivals_s, window, utilisation, capacity)
+    return make_pattern(PatternKind.TRACE, 1, 1, trace_s=stretched.arrivals_s.tolist())
 
 
 def kth_window(
