@@ -27,6 +27,7 @@ from compass.domain.arrivals import (
 )
 from compass.domain.planner import PlanError
 from compass.domain.space import describe_number, explain_validation_error
+from compass.domain.traces import TRACE_NAMES, TraceError, TraceWindow, window_pattern
 from compass.evaluators.files import (
     MiB,
     UnsafeFileError,
@@ -36,6 +37,7 @@ from compass.evaluators.files import (
     same_file,
     write_replacing,
 )
+from compass.examples import load_trace
 
 # compass.dataplane.triton's default, restated so that building the parser loads no gRPC client.
 # Where a planner error's field comes from on the command line.
@@ -445,3 +447,65 @@ def check_some_requests(pattern: LoadPattern, seed: int, requests: int) -> None:
             f"(seed {seed}), so nothing would be served or measured",
             "raise --duration or --base-qps",
         )
+
+
+# The trace window's fields as the flags spell them.
+TRACE_FLAGS = {
+    "start_s": "--window-start",
+    "length_s": "--window-s",
+    "utilisation": "--utilisation",
+}
+DEFAULT_UTILISATION = 0.7
+DEFAULT_WINDOW_S = 600.0
+
+
+def add_trace_window_arguments(parser: argparse.ArgumentParser) -> None:
+    """--trace-name, --utilisation, --window-start and --window-s: a window of a shipped
+    production trace as the load (`compass simulate`, bench/serving_triton.py)."""
+    parser.add_argument(
+        "--trace-name",
+        choices=TRACE_NAMES,
+        help="real load: a window of a shipped production trace (operator/compass/examples/"
+        "traces/), stretched to --utilisation of the fastest member's capacity on every pod "
+        "(instead of --pattern; docs/method.md, Real load: trace windows)",
+    )
+    parser.add_argument(
+        "--utilisation",
+        default=str(DEFAULT_UTILISATION),
+        help=f"with --trace-name: the window's mean load as a share of the fastest member's "
+        f"capacity (default {DEFAULT_UTILISATION:g})",
+    )
+    parser.add_argument(
+        "--window-start",
+        default="0",
+        help="with --trace-name: where the window starts, in the trace's own seconds (default 0)",
+    )
+    parser.add_argument(
+        "--window-s",
+        default=str(DEFAULT_WINDOW_S),
+        help=f"with --trace-name: the window's length in the trace's own seconds, before "
+        f"stretching (default {DEFAULT_WINDOW_S:g})",
+    )
+
+
+def trace_window_pattern(
+    args: argparse.Namespace, fastest_mean_ms: float, pods: int
+) -> LoadPattern:
+    """--trace-name's window, stretched to --utilisation of the capacity of the fastest member
+    (its mean service time) on every pod: the same cut and stretch as the benches."""
+    if args.trace is not None or args.pattern != PatternKind.SPIKE.value:
+        fail("--trace-name", "is a load of its own", "drop --pattern and --trace, or --trace-name")
+    utilisation = parse_number(
+        "--utilisation", str(args.utilisation), "0.7", low=0, inclusive=False
+    )
+    window = TraceWindow(
+        args.trace_name,
+        parse_number("--window-start", str(args.window_start), "0", low=0, inclusive=True),
+        parse_number("--window-s", str(args.window_s), "600", low=0, inclusive=False),
+    )
+    try:
+        return window_pattern(load_trace(window.trace), window, utilisation, fastest_mean_ms, pods)
+    except TraceError as exc:
+        flag = TRACE_FLAGS.get(exc.field, "--trace-name")
+        fix = exc.fix.replace("length_s", "--window-s")
+        raise UsageError(f"{flag}: {exc.what}; {fix}") from None
