@@ -473,7 +473,7 @@ def _start(
     status = _status_of(workflow)
     now = _now()
     try:
-        spec, space = validate_spec(workflow.get("spec") or {})
+        spec, space_size = validate_spec(workflow.get("spec") or {})
         _authorize(spec, namespace, settings)
     except InvalidSpecError as error:
         _supersede(api, namespace, name, uid, generation)
@@ -491,7 +491,7 @@ def _start(
         return True  # already started; the timer carries it on
     # Older generations' Jobs go first, so that they stop writing to the ledgers seeded from.
     _supersede(api, namespace, name, uid, generation)
-    limit = text_limit(len(space), spec.evaluation.dataset.size)
+    limit = text_limit(space_size, spec.evaluation.dataset.size)
     states = _states(api, namespace, name, uid, limit)
     _report_refused(workflow, states)
     try:
@@ -501,7 +501,7 @@ def _start(
             # Re-read: if a racing start made it first, its ledger is what counts.
             states = _states(api, namespace, name, uid, limit)
         state = states[generation].data if generation in states else {}
-        new, event = start_status(status, name, generation, spec, space, state, now)
+        new, event = start_status(status, name, generation, spec, space_size, state, now)
         if new.search_job is not None:
             _create_job(api, workflow, spec, Create.SEARCH_JOB, settings, memo)
     except ForeignJobAccessError as error:
