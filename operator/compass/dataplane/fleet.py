@@ -19,7 +19,13 @@ from typing import Any
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.dataplane.httpauth import HttpAuth
 from compass.dataplane.metrics import MetricsReading, MetricsUnavailableError, TritonQueueDepth
-from compass.dataplane.triton import RoutingError, SwitchReport, TritonRouter, routing_key
+from compass.dataplane.triton import (
+    GrpcTls,
+    RoutingError,
+    SwitchReport,
+    TritonRouter,
+    routing_key,
+)
 from compass.domain.evaluation import Config
 from compass.domain.simulator import QueueAggregate, aggregate_queue
 
@@ -92,9 +98,11 @@ class RouterFleet:
         timeout_s: float = 10.0,
         attempts: int = 1,
         backoff_s: float = 0.1,
+        tls: GrpcTls | None = None,
     ) -> None:
         self.model = model
         self.timeout_s, self.attempts, self.backoff_s = timeout_s, attempts, backoff_s
+        self.tls = tls
         self.routers: dict[Endpoint, TritonRouter] = {}
         # Pods that did not answer the last active_config: the switch after it skips them, so
         # one hung pod costs a tick one timeout, not one per call (it is asked again next tick).
@@ -130,6 +138,7 @@ class RouterFleet:
                 timeout_s=self.timeout_s,
                 attempts=self.attempts,
                 backoff_s=self.backoff_s,
+                tls=self.tls,
             )
             self.routers[endpoint].admission = self._admission
 
