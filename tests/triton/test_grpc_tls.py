@@ -6,6 +6,9 @@ RoutingError and change nothing."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,3 +130,35 @@ def test_without_each_part_nothing_goes_through(
 def test_a_client_certificate_without_its_key_is_refused_at_once() -> None:
     with pytest.raises(ValueError, match="both the client certificate and its key"):
         GrpcTls(cert_pem=b"-----BEGIN CERTIFICATE-----")
+
+
+def test_compass_load_and_profile_go_through_with_the_tls_flags(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """The CLI's --triton-* flags: `compass load` is served over mutual TLS; without the
+    client certificate every request fails, and says why."""
+    tls = secured.tls
+    flags = [
+        *("--triton-ca", str(tls.ca), "--triton-server-name", SERVICE_NAME),
+        *("--triton-cert", str(tls.client_cert), "--triton-key", str(tls.client_key)),
+    ]
+    base = [
+        *(sys.executable, "-m", "compass.commands.main", "load"),
+        *("--triton", secured.triton.grpc_url, "--pattern", "constant"),
+        *("--duration", "2", "--base-qps", "4", "--seed", "1"),
+    ]
+    served = subprocess.run(
+        [*base, *flags, "--output", str(tmp_path / "ok.jsonl")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert served.returncode == 0, served.stderr
+    records = [json.loads(line) for line in (tmp_path / "ok.jsonl").read_text().splitlines()]
+    assert records
+    assert all(r["error"] is None for r in records)
+    refused = subprocess.run(
+        [*base, *flags[:4], "--output", str(tmp_path / "refused.jsonl")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    failed = [json.loads(line) for line in (tmp_path / "refused.jsonl").read_text().splitlines()]
+    assert failed, refused.stderr
+    assert all(r["error"] for r in failed), refused.stderr
