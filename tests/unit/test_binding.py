@@ -107,6 +107,9 @@ def test_followers_that_would_be_in_time_limit_the_spare_and_late_ones_do_not() 
     # A follower already late at the fastest is left out.
     assert follower_spare_ms(100, [500, 150], 100) == pytest.approx(300)
     assert follower_spare_ms(100, [], 100) == math.inf
+    # A follower in time at the likely (median) times but not at the cautious ones leaves none.
+    assert follower_spare_ms(100, [190], 100, likely=(80, 80)) == 0
+    assert follower_spare_ms(100, [190], 100, likely=(150, 150)) == math.inf
     # Two instances: followers see half the work ahead, and extra time delays them by half.
     assert follower_spare_ms(100, [350], 100, servers=2) == pytest.approx(2 * (350 - 150))
 

@@ -67,9 +67,9 @@ class BindableConfig:
     # Predicted service time at each stage, ms, in stage order (at the plan's quantile: what
     # must fit the deadline).
     stage_ms: tuple[float, ...]
-    # The same at the median, for admission's refusal (None: ``stage_ms``): refuse only what is
-    # more likely late than not, as admission does.
-    stage_p50_ms: tuple[float, ...] | None = None
+    # The same at admission's quantile, for its refusal (None: ``stage_ms``); at the median
+    # (admission's default) it refuses only what is more likely late than not.
+    stage_admit_ms: tuple[float, ...] | None = None
 
     @property
     def total_ms(self) -> float:
@@ -118,7 +118,7 @@ class StagePlan:
                 )
             for field, times in (
                 ("stage_ms", entry.stage_ms),
-                ("stage_p50_ms", entry.stage_p50_ms),
+                ("stage_admit_ms", entry.stage_admit_ms),
             ):
                 if times is not None and (
                     len(times) != len(self.stages)
@@ -154,11 +154,12 @@ class Binding:
 
 
 def remaining_ms(
-    entry: BindableConfig, stage: int, backlog_ms: Sequence[float], *, median: bool = False
+    entry: BindableConfig, stage: int, backlog_ms: Sequence[float], *, admitting: bool = False
 ) -> float:
     """A configuration's predicted time from ``stage`` to the end: at each remaining
-    component, the work queued ahead there plus its own time (at the median with ``median``)."""
-    own = entry.stage_p50_ms if median and entry.stage_p50_ms is not None else entry.stage_ms
+    component, the work queued ahead there plus its own time (at admission's quantile with
+    ``admitting``)."""
+    own = entry.stage_admit_ms if admitting and entry.stage_admit_ms is not None else entry.stage_ms
     return sum(backlog_ms[s] + own[s] for s in range(stage, len(own)))
 
 
@@ -213,7 +214,7 @@ def bind_stage(
         return Binding(chosen, BindingVerdict.FITS, times[chosen])
     if refuse:
         likely = min(
-            remaining_ms(plan.configs[i], stage, backlog_ms, median=True) for i in candidates
+            remaining_ms(plan.configs[i], stage, backlog_ms, admitting=True) for i in candidates
         )
         if likely > left_ms:
             return Binding(None, BindingVerdict.REFUSED, likely)
@@ -221,7 +222,12 @@ def bind_stage(
 
 
 def follower_spare_ms(
-    own_fastest_ms: float, followers_left_ms: Sequence[float], follower_ms: float, servers: int = 1
+    own_fastest_ms: float,
+    followers_left_ms: Sequence[float],
+    follower_ms: float,
+    servers: int = 1,
+    *,
+    likely: tuple[float, float] | None = None,
 ) -> float:
     """How much longer than its fastest completion a request may take without making a request
     waiting behind it (FIFO) late that would otherwise be in time.
@@ -229,18 +235,21 @@ def follower_spare_ms(
     Each follower, in order, starts once the work ahead of it is done: this request at its
     fastest and the followers before it at ``follower_ms`` each, shared by ``servers``; its
     slack is what is left of its deadline after it, and extra time e here delays it by about
-    e / ``servers``. Followers late even so are left out (admission deals with them); inf when
-    no follower would be in time. (Counting expected arrivals as followers too changed nothing
-    on bench/serving_sim.py: the per-stage rate limits already see the load.)"""
+    e / ``servers``. A follower counts where it would be in time with ``likely`` (this
+    request's and each follower's time at admission's quantile; the same times without):
+    followers late even so are left out (admission deals with them), and one that counts with
+    no slack at the cautious times leaves none. inf when no follower counts."""
     if servers < 1:
         raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
+    own_likely, follower_likely = likely or (own_fastest_ms, follower_ms)
     spare = math.inf
-    ahead = own_fastest_ms
+    ahead, ahead_likely = own_fastest_ms, own_likely
     for left in followers_left_ms:
-        slack = left - (ahead / servers + follower_ms)
-        if slack >= 0:
-            spare = min(spare, slack * servers)
+        if left >= ahead_likely / servers + follower_likely:
+            slack = left - (ahead / servers + follower_ms)
+            spare = min(spare, max(slack, 0.0) * servers)
         ahead += follower_ms
+        ahead_likely += follower_likely
     return spare
 
 
@@ -313,11 +322,13 @@ def stage_plan(
     stages: Sequence[Sequence[str]] = RAG_SIM_STAGE_PARAMS,
     quantile: float = 0.5,
     prior_shares: Sequence[float] | None = None,
+    admission_quantile: float = 0.5,
 ) -> StagePlan:
     """The plan for these profiles: each configuration's time at ``quantile`` split over the
     stages by ``stage_shares`` (rag-sim's: ``RAG_SIM_STAGE_PARAMS``, ``RAG_SIM_SHARES``)."""
-    if not 0 < quantile < 1:
-        raise BindingError("quantile", f"{quantile!r} is not in (0, 1)", "give e.g. 0.5")
+    for field, value in (("quantile", quantile), ("admission_quantile", admission_quantile)):
+        if not 0 < value < 1:
+            raise BindingError(field, f"{value!r} is not in (0, 1)", "give e.g. 0.5")
     shares = stage_shares(profiles, stages, prior_shares)
     names = [n for stage in stages for n in stage]
     configs = tuple(
@@ -325,7 +336,7 @@ def stage_plan(
             {n: p.config[n] for n in names},
             p.accuracy,
             tuple(share * float(p.distribution.quantile(quantile)) for share in split),
-            tuple(share * float(p.distribution.quantile(0.5)) for share in split),
+            tuple(share * float(p.distribution.quantile(admission_quantile)) for share in split),
         )
         for p, split in zip(profiles, shares, strict=True)
     )
