@@ -24,14 +24,16 @@ import numpy as np
 from compass.domain.errors import FieldError
 from compass.domain.evaluation import ParamValue
 from compass.domain.profiles import LatencyProfile
+from compass.domain.space import config_key
 
 # rag-sim's pipeline (model-images/rag-sim/models/router/1/pipeline.py): the parameters each
-# component's time depends on, in the order a request reaches the components.
+# component's time depends on, in the order a request reaches the components, and the models.
 RAG_SIM_STAGE_PARAMS: tuple[tuple[str, ...], ...] = (
     ("retriever_k",),
     ("reranker_model", "reranker_k"),
     ("generator_model",),
 )
+RAG_SIM_COMPONENTS = ("retriever", "reranker", "generator")
 # rag-sim's components' shares of a configuration's time as deployed (podmodel.RAG_SIM_STAGES,
 # the components' `share` parameters): the split the per-stage fit leans to where the
 # end-to-end profiles leave it open.
@@ -341,3 +343,31 @@ def stage_plan(
         for p, split in zip(profiles, shares, strict=True)
     )
     return StagePlan(tuple(tuple(s) for s in stages), configs)
+
+
+def router_table(
+    plan: StagePlan, components: Sequence[str], *, refuse: bool = False
+) -> dict[str, object]:
+    """The plan as a router takes it (the control model's ``binding``; model-images/router/
+    model.py): the stages, the component model each stage calls, and each configuration's
+    canonical key, accuracy and per-stage times."""
+    if len(components) != len(plan.stages):
+        raise BindingError(
+            "components",
+            f"{len(components)} component models for {len(plan.stages)} stages",
+            "name the model each stage calls, in stage order",
+        )
+    return {
+        "stages": [list(names) for names in plan.stages],
+        "components": list(components),
+        "configs": [
+            {
+                "config": config_key(entry.config),
+                "accuracy": entry.accuracy,
+                "stage_ms": list(entry.stage_ms),
+                "stage_admit_ms": list(entry.stage_admit_ms or entry.stage_ms),
+            }
+            for entry in plan.configs
+        ],
+        "refuse": refuse,
+    }
