@@ -787,11 +787,18 @@ class TritonPythonModel:
         write_state(self.admission_file, table)
 
     def _set_binding(self, table):
-        """Write the checked binding table as sent (None: remove it, late binding off)."""
+        """Write the checked binding table as sent (None: remove it, late binding off) if it
+        changed: every switch sends it, and the routers reread a replaced file."""
         if table is None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.binding_file)
             return
+        try:
+            with open(self.binding_file, encoding="utf-8") as handle:
+                if json.load(handle) == table:
+                    return
+        except (OSError, ValueError):
+            pass
         write_state(self.binding_file, table)
 
     def _read(self):
