@@ -63,6 +63,7 @@ from compass.domain.admission import (
     late_after_ms,
 )
 from compass.domain.arrivals import Scenario, make_pattern, make_scenario
+from compass.domain.binding import RATE_HEADROOM
 from compass.domain.bindingsim import BindingSettings, simulate_binding
 from compass.domain.elastico import Elastico
 from compass.domain.forecast import ForecasterKind, build_forecaster
@@ -108,11 +109,10 @@ STRATEGIES = {
 ADMITTED = {"policy+adm": "policy", "split+adm": "split", "predictive+adm": "predictive"}
 # Late binding (issue 43, compass.domain.bindingsim): each request binds each stage of rag-sim's
 # pipeline among the front, from its own deadline, the queues and the requests behind it, with
-# the planner's per-member rate limits x BINDING_RATE_HEADROOM as the slow loop's allowed set;
+# the planner's per-member rate limits x RATE_HEADROOM as the slow loop's allowed set;
 # "binding+adm" refuses at its first stage what is late whatever serves it.
 BINDING = {"binding": False, "binding+adm": True}
 BINDING_QUANTILE = 0.95
-BINDING_RATE_HEADROOM = 1.5
 # The labels whose runs refuse requests: their dropped share is shown, their floor is fastest's.
 REFUSING = {*ADMITTED, "binding+adm"}
 # Issue 43's floors for late binding: compliance >= static fastest in every cell, and shares of
@@ -256,11 +256,16 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             report.dropped_pct,
         )
     limits = tuple(
-        None if t.stay_max_qps is None else t.stay_max_qps * BINDING_RATE_HEADROOM
+        None if t.stay_max_qps is None else t.stay_max_qps * RATE_HEADROOM
         for t in plans[ThresholdModel.TAIL].thresholds
     )
     for label, refuse in BINDING.items():
-        settings = BindingSettings(quantile=BINDING_QUANTILE, refuse=refuse, max_qps=limits)
+        settings = BindingSettings(
+            quantile=BINDING_QUANTILE,
+            refuse=refuse,
+            admission_quantile=job.admission_quantile,
+            max_qps=limits,
+        )
         report = simulate_binding(
             front, scenario, job.slo_ms, label, settings=settings, pods=job.pods
         )

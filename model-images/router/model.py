@@ -326,6 +326,11 @@ MAX_BINDING_CONFIGS = 128
 MAX_BINDING_STAGES = 8
 INFLIGHT_SLOTS = 64
 _SLOT = struct.Struct("<qqqd")
+# After the slots: the pod's last dispatches (monotonic ns), a ring the instances share, for
+# the arrival rate the slow loop's limits (a configuration's max_qps) are judged on.
+DISPATCH_RING = 1024
+RATE_WINDOW_S = 2.0
+_RING_AT = INFLIGHT_SLOTS * _SLOT.size
 
 
 def binding_path(router_model):
@@ -376,7 +381,20 @@ def check_binding(table):
         accuracy = entry.get("accuracy")
         if isinstance(accuracy, bool) or not isinstance(accuracy, (int, float)):
             raise ValueError(f"binding: accuracy of {entry['config']} is not a number")
-        checked.append((config, float(accuracy), times["stage_ms"], times["stage_admit_ms"]))
+        limit = entry.get("max_qps")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit >= 0
+        ):
+            raise ValueError(f"binding: max_qps of {entry['config']} is not a rate >= 0 (or null)")
+        checked.append(
+            (
+                config,
+                float(accuracy),
+                times["stage_ms"],
+                times["stage_admit_ms"],
+                None if limit is None else float(limit),
+            )
+        )
     refuse = table.get("refuse", False)
     if not isinstance(refuse, bool):
         raise ValueError(f"binding: refuse {refuse!r} is not true or false")
@@ -394,21 +412,31 @@ def remaining_ms(times, stage, backlog_ms):
     return sum(backlog_ms[s] + times[s] for s in range(stage, len(times)))
 
 
-def bind_stage(table, stage, bound, left_ms, backlog_ms):
+def allowed_at(table, qps):
+    """The configurations whose rate limit the pod's arrival rate is within."""
+    return {i for i, entry in enumerate(table["configs"]) if entry[4] is None or qps <= entry[4]}
+
+
+def bind_stage(table, stage, bound, left_ms, backlog_ms, allowed=None):
     """The configuration (index) a request heads for at ``stage``; LateError where the table
     refuses and even the fastest is more likely late than not (compass.domain.binding.
-    bind_stage with no followers and every configuration allowed)."""
+    bind_stage with no followers; ``allowed``: the configurations the rate allows, None all,
+    the fastest completion the fallback whatever it allows)."""
     configs = table["configs"]
     candidates = [
         i
-        for i, (config, _, _, _) in enumerate(configs)
-        if all(config[name] == value for name, value in bound.items())
+        for i, entry in enumerate(configs)
+        if all(entry[0][name] == value for name, value in bound.items())
     ]
     if not candidates:
         raise ValueError(f"binding: no allowed configuration has {bound}")
     times = {i: remaining_ms(configs[i][2], stage, backlog_ms) for i in candidates}
     fastest = min(candidates, key=lambda i: (times[i], -configs[i][1]))
-    fitting = [i for i in candidates if times[i] <= left_ms]
+    fitting = [
+        i
+        for i in candidates
+        if times[i] <= left_ms and (allowed is None or i in allowed or i == fastest)
+    ]
     if fitting:
         return max(fitting, key=lambda i: (configs[i][1], -times[i]))
     if table["refuse"] and stage == 0:
@@ -427,7 +455,7 @@ class Inflight:
     decision reads all of them (a torn read is one stale guess, never an error)."""
 
     def __init__(self, path):
-        size = INFLIGHT_SLOTS * _SLOT.size
+        size = _RING_AT + (DISPATCH_RING + 1) * 8
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -438,6 +466,20 @@ class Inflight:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+        self.ring = np.frombuffer(
+            self.table, dtype=np.int64, count=DISPATCH_RING + 1, offset=_RING_AT
+        )
+
+    def dispatched(self):
+        """Count a request this instance takes up, and return the pod's dispatch rate over
+        the last RATE_WINDOW_S, per s (requests taken up: its arrivals, as long as the pod
+        keeps up; a lost count in a race between instances only blurs it)."""
+        now = time.monotonic_ns()
+        index = int(self.ring[0])
+        self.ring[1 + index % DISPATCH_RING] = now
+        self.ring[0] = index + 1
+        recent = np.count_nonzero(self.ring[1:] > now - int(RATE_WINDOW_S * 1e9))
+        return recent / RATE_WINDOW_S
 
     def _claim(self):
         """This instance's slot: its own, a free one, or one of a process that is gone."""
@@ -499,13 +541,18 @@ class LazyConfig(dict):
         self.bound = {}
         self.target = None
         self.next_stage = 0
+        # The slow loop: what the pod's rate allows now (all where no configuration has a limit).
+        limited = any(entry[4] is not None for entry in table["configs"])
+        self.allowed = allowed_at(table, inflight.dispatched()) if limited else None
 
     def _bind_through(self, stage):
         table = self.table
         while self.next_stage <= stage:
             left_ms = (self.deadline_ns - time.time_ns()) / 1e6
             backlog = self.inflight.backlog_ms(len(table["stages"]))
-            self.target = bind_stage(table, self.next_stage, self.bound, left_ms, backlog)
+            self.target = bind_stage(
+                table, self.next_stage, self.bound, left_ms, backlog, self.allowed
+            )
             chosen = table["configs"][self.target][0]
             for name in table["stages"][self.next_stage]:
                 self.bound[name] = chosen[name]

@@ -22,7 +22,7 @@ from compass.api.paretopolicy import (
     ThresholdStatus,
 )
 from compass.domain.admission import Admission, AdmissionPoint, router_admission
-from compass.domain.binding import router_table, stage_plan
+from compass.domain.binding import RATE_HEADROOM, router_table, stage_plan
 from compass.domain.capacity import CapacityCurve, parse_curve
 from compass.domain.elastico import ElasticoSettings
 from compass.domain.planner import Plan, Slo, plan_from_profiles
@@ -133,6 +133,10 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
         plan_of_stages,
         [stage.component for stage in settings.stages],
         refuse=spec.admission.enabled and spec.admission.refuse,
+        max_qps=[
+            None if t.stay_max_qps is None else t.stay_max_qps * RATE_HEADROOM
+            for t in plan.thresholds
+        ],
     )
 
 

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.conversion import binding_table, policy_plan
+from compass.domain.binding import RATE_HEADROOM
 from compass.lab.router_module import router_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pareto-policy-gitops.yaml"
@@ -42,7 +43,12 @@ def test_per_stage_binding_sends_every_router_a_table_it_accepts() -> None:
     assert checked["components"] == ["retriever", "reranker", "generator"]
     assert len(checked["configs"]) == len(spec.front)
     # Each entry's stages add up to its time at the binding quantile, above its mean.
-    for (_, _, stage_ms, admit_ms), entry in zip(checked["configs"], spec.front, strict=True):
+    plan = policy_plan(spec)
+    for (_, _, stage_ms, admit_ms, max_qps), entry, threshold in zip(
+        checked["configs"], spec.front, plan.thresholds, strict=True
+    ):
+        # The slow loop's limit: the planner's, with the headroom the simulator chose.
+        assert max_qps == pytest.approx(threshold.stay_max_qps * RATE_HEADROOM)
         assert sum(stage_ms) > sum(admit_ms) > 0
         assert sum(admit_ms) == pytest.approx(
             entry.latency_p50_ms or entry.latency_mean_ms, rel=0.05

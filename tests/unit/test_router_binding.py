@@ -19,6 +19,7 @@ from compass.domain.binding import (
     RAG_SIM_COMPONENTS,
     RAG_SIM_SHARES,
     BindingVerdict,
+    allowed_at,
     bind_stage,
     router_table,
     stage_plan,
@@ -53,6 +54,10 @@ def table(router: types.ModuleType, plan: Any, refuse: bool = False) -> dict[str
 def test_the_router_binds_as_the_domain_does(router: types.ModuleType, plan: Any) -> None:
     rng = np.random.default_rng(7)
     checked = table(router, plan, refuse=True)
+    limits = [None, *(float(x) for x in rng.uniform(1, 10, len(plan.configs) - 1))]
+    limited = router.check_binding(
+        json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, refuse=True, max_qps=limits)))
+    )
     for _ in range(400):
         stage = int(rng.integers(0, 3))
         anchor = plan.configs[int(rng.integers(0, len(plan.configs)))].config
@@ -65,6 +70,14 @@ def test_the_router_binds_as_the_domain_does(router: types.ModuleType, plan: Any
                 router.bind_stage(checked, stage, bound, left, backlog)
         else:
             assert router.bind_stage(checked, stage, bound, left, backlog) == expected.config
+        # With the slow loop's rate limits, at a rate drawn for this request.
+        qps = float(rng.uniform(0, 12))
+        allowed = allowed_at(limits, qps)
+        assert router.allowed_at(limited, qps) == set(allowed)
+        expected = bind_stage(plan, stage, bound, left, backlog, refuse=stage == 0, allowed=allowed)
+        if expected.verdict is not BindingVerdict.REFUSED:
+            chosen = router.bind_stage(limited, stage, bound, left, backlog, set(allowed))
+            assert chosen == expected.config
 
 
 def test_a_bad_table_is_refused_naming_what_is_wrong(router: types.ModuleType, plan: Any) -> None:
@@ -149,6 +162,9 @@ def test_a_stage_binds_when_first_read_from_the_work_in_flight_at_its_component(
     assert unhurried.config is not None
     assert plan.configs[unhurried.config].accuracy >= plan.configs[first.config].accuracy
     assert model in {c.config["generator_model"] for c in plan.configs}
+    # The instances count what they take up: the pod's rate over the last 2 s.
+    before = inflight.dispatched()
+    assert inflight.dispatched() == pytest.approx(before + 1 / router.RATE_WINDOW_S)
     # Its own request at a stage is no backlog to itself; gone, the other's is none either.
     inflight.enter(1, 50.0)
     assert inflight.backlog_ms(3)[1] == 0.0
@@ -164,3 +180,21 @@ def test_a_late_request_is_refused_at_its_first_stage_where_the_table_refuses(
         config["retriever_k"]
     served = router.LazyConfig(table(router, plan, refuse=False), in_ms(-10), inflight)
     assert json.loads(served.key()) == dict(plan.configs[plan.fastest()].config)
+
+
+def test_a_configuration_over_its_rate_limit_is_not_bound_however_much_time_is_left(
+    router: types.ModuleType, plan: Any, inflight: Any
+) -> None:
+    fastest = plan.fastest()
+    # Every configuration but the fastest is allowed up to 1 request/s of the pod.
+    limits = [None if i == fastest else 1.0 for i in range(len(plan.configs))]
+    limited = router.check_binding(
+        json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, max_qps=limits)))
+    )
+    calm = router.LazyConfig(limited, in_ms(60_000), inflight)
+    assert json.loads(calm.key()) != dict(plan.configs[fastest].config)
+    for _ in range(4):
+        inflight.dispatched()
+    # Now 6 requests in the last 2 s: 3/s, over every limit but the fastest's.
+    busy = router.LazyConfig(limited, in_ms(60_000), inflight)
+    assert json.loads(busy.key()) == dict(plan.configs[fastest].config)

@@ -38,6 +38,10 @@ RAG_SIM_COMPONENTS = ("retriever", "reranker", "generator")
 # the components' `share` parameters): the split the per-stage fit leans to where the
 # end-to-end profiles leave it open.
 RAG_SIM_SHARES = (0.1, 0.2, 0.7)
+# The slow loop allows a front member while the pod's arrival rate is within its planner rate
+# limit x this (bench/serving_sim.py: 1.25 kept 0-0.4 points more compliance for 5-10 points
+# less of the oracle's gain; 2 lost compliance in overloads).
+RATE_HEADROOM = 1.5
 # A plan travels in a ParetoPolicy and to every router: bounded like a front's capacity curve.
 MAX_BINDING_CONFIGS = 128
 MAX_STAGES = 8
@@ -345,12 +349,28 @@ def stage_plan(
     return StagePlan(tuple(tuple(s) for s in stages), configs)
 
 
+def allowed_at(max_qps: Sequence[float | None], qps: float) -> list[int]:
+    """The configurations whose rate limit (None: none) a pod's arrival rate is within."""
+    return [i for i, limit in enumerate(max_qps) if limit is None or qps <= limit]
+
+
 def router_table(
-    plan: StagePlan, components: Sequence[str], *, refuse: bool = False
+    plan: StagePlan,
+    components: Sequence[str],
+    *,
+    refuse: bool = False,
+    max_qps: Sequence[float | None] | None = None,
 ) -> dict[str, object]:
     """The plan as a router takes it (the control model's ``binding``; model-images/router/
     model.py): the stages, the component model each stage calls, and each configuration's
-    canonical key, accuracy and per-stage times."""
+    canonical key, accuracy, per-stage times and the pod's arrival rate above which the slow
+    loop disallows it (``max_qps``, per configuration; None: no limit)."""
+    if max_qps is not None and len(max_qps) != len(plan.configs):
+        raise BindingError(
+            "max_qps",
+            f"{len(max_qps)} limits for {len(plan.configs)} configurations",
+            "give one rate limit (or None) per configuration",
+        )
     if len(components) != len(plan.stages):
         raise BindingError(
             "components",
@@ -366,8 +386,9 @@ def router_table(
                 "accuracy": entry.accuracy,
                 "stage_ms": list(entry.stage_ms),
                 "stage_admit_ms": list(entry.stage_admit_ms or entry.stage_ms),
+                "max_qps": None if max_qps is None else max_qps[index],
             }
-            for entry in plan.configs
+            for index, entry in enumerate(plan.configs)
         ],
         "refuse": refuse,
     }

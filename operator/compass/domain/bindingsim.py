@@ -29,6 +29,7 @@ from compass.domain.binding import (
     RAG_SIM_STAGE_PARAMS,
     BindingVerdict,
     StagePlan,
+    allowed_at,
     bind_stage,
     follower_spare_ms,
     remaining_ms,
@@ -128,8 +129,7 @@ class _BindingPod:
         limits = self.settings.max_qps
         if not limits:
             return None
-        qps = self.rate_per_ms(now) * 1000
-        return [i for i, limit in enumerate(limits) if limit is None or qps <= limit]
+        return allowed_at(limits, self.rate_per_ms(now) * 1000)
 
     def enter(self, request: int, stage: int, now: float) -> bool:
         """Bind the request's stage and queue it at that component; False where refused."""
