@@ -39,8 +39,9 @@ RAG_SIM_COMPONENTS = ("retriever", "reranker", "generator")
 # end-to-end profiles leave it open.
 RAG_SIM_SHARES = (0.1, 0.2, 0.7)
 # The slow loop allows a front member while the pod's arrival rate is within its planner rate
-# limit x this (bench/serving_sim.py: 1.25 kept 0-0.4 points more compliance for 5-10 points
-# less of the oracle's gain; 2 lost compliance in overloads).
+# limit x this (bench/serving_sim.py --binding-only, 10 seeds, binding+adm: 1.5 wins 100% of
+# the hindsight oracle's gain, at or above static fastest's compliance in 11/16 cells, the rest
+# -0.0 to -0.4; 1.25: 91%, 13/16; 2 lost compliance in the overloads on 2 seeds).
 RATE_HEADROOM = 1.5
 # A plan travels in a ParetoPolicy and to every router: bounded like a front's capacity curve.
 MAX_BINDING_CONFIGS = 128
