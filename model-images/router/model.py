@@ -533,7 +533,7 @@ class LazyConfig(dict):
     parameter exists, or its name, binds nothing. (The dict itself holds every name from the
     start: json's encoder writes ``{}`` for an empty one without asking.)"""
 
-    def __init__(self, table, deadline_ns, inflight):
+    def __init__(self, table, deadline_ns, inflight, qps=0.0):
         super().__init__(dict.fromkeys(table["stage_of"]))
         self.table = table
         self.deadline_ns = deadline_ns
@@ -541,9 +541,10 @@ class LazyConfig(dict):
         self.bound = {}
         self.target = None
         self.next_stage = 0
-        # The slow loop: what the pod's rate allows now (all where no configuration has a limit).
+        # The slow loop: what the pod's rate (``qps``: Inflight.dispatched) allows now (all
+        # where no configuration has a limit).
         limited = any(entry[4] is not None for entry in table["configs"])
-        self.allowed = allowed_at(table, inflight.dispatched()) if limited else None
+        self.allowed = allowed_at(table, qps) if limited else None
 
     def _bind_through(self, stage):
         table = self.table
@@ -737,6 +738,8 @@ class TritonPythonModel:
         return responses
 
     def _serve(self, request):
+        # Every request taken up counts towards the pod's rate (late binding's slow loop).
+        qps = self.inflight.dispatched()
         body = _request_body(request)
         key = self.active.current()
         parameters = json.loads(request.parameters() or "{}")
@@ -747,7 +750,7 @@ class TritonPythonModel:
             table = self.binding.current()
             if table is not None:
                 return self._serve_bound(
-                    body, table, parse_deadline(parameters[DEADLINE_PARAMETER])
+                    body, table, parse_deadline(parameters[DEADLINE_PARAMETER]), qps
                 )
             key = self.admission.judge(key, parameters[DEADLINE_PARAMETER])
         # The pipeline gets the canonical form too: its components may key data by it.
@@ -762,9 +765,9 @@ class TritonPythonModel:
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )
 
-    def _serve_bound(self, body, table, deadline_ns):
+    def _serve_bound(self, body, table, deadline_ns, qps):
         """Serve a request with a lazily bound configuration (late binding)."""
-        config = LazyConfig(table, deadline_ns, self.inflight)
+        config = LazyConfig(table, deadline_ns, self.inflight, qps)
         stage_of_model = {model: i for i, model in enumerate(table["components"])}
 
         def staged_call(model, inputs, outputs):

@@ -191,10 +191,10 @@ def test_a_configuration_over_its_rate_limit_is_not_bound_however_much_time_is_l
     limited = router.check_binding(
         json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, max_qps=limits)))
     )
-    calm = router.LazyConfig(limited, in_ms(60_000), inflight)
+    calm = router.LazyConfig(limited, in_ms(60_000), inflight, inflight.dispatched())
     assert json.loads(calm.key()) != dict(plan.configs[fastest].config)
     for _ in range(4):
         inflight.dispatched()
     # Now 6 requests in the last 2 s: 3/s, over every limit but the fastest's.
-    busy = router.LazyConfig(limited, in_ms(60_000), inflight)
+    busy = router.LazyConfig(limited, in_ms(60_000), inflight, inflight.dispatched())
     assert json.loads(busy.key()) == dict(plan.configs[fastest].config)
