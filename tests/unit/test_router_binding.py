@@ -1,6 +1,6 @@
 """The router's late binding (model-images/router/model.py) against compass.domain.binding:
 the same decision, a lazy config that binds what a pipeline reads, and the instances' shared
-in-flight table. (A real tritonserver runs it in tests/triton/test_router_binding.py.)"""
+in-flight table. (A real tritonserver runs it in tests/triton/test_router_late_binding.py.)"""
 
 from __future__ import annotations
 
