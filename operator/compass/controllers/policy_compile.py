@@ -18,7 +18,7 @@ from compass.api.errors import field_path, first_error
 from compass.api.metricsource import MetricsAuthentication, MetricsSourceType
 from compass.api.paretopolicy import ParetoPolicySpec, RoutingTarget
 from compass.controllers.targets import TargetAccess, TargetRefusedError, resolve_host, resolve_url
-from compass.conversion import admission_table, runtime_policy
+from compass.conversion import admission_table, binding_table, runtime_policy
 from compass.domain.planner import Plan, PlanError
 from compass.domain.strategy import Policy
 
@@ -77,6 +77,12 @@ class CompiledPolicy:
         """The table every router gets with each switch (None: admission off); built once a
         generation, not every tick."""
         return admission_table(self.spec, self.plan)
+
+    @cached_property
+    def binding(self) -> dict[str, Any] | None:
+        """The late-binding table every router gets with each switch (None: off); built once a
+        generation."""
+        return binding_table(self.spec, self.plan)
 
 
 def _host_port(address: str) -> tuple[str, int] | None:

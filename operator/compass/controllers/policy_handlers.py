@@ -308,6 +308,7 @@ def _tick(
     connections = _connections(memory, compiled, runtime, logger, now, _names(body)[0])
     assert connections.source is not None
     connections.router.admission = compiled.admission
+    connections.router.binding = compiled.binding
     try:
         connections.router.update(_endpoints(body, memory, compiled, slices, pods, runtime, logger))
         router_key = connections.router.active_config(_expected_key(memory, previous, compiled))

@@ -108,6 +108,7 @@ class RouterFleet:
         # one hung pod costs a tick one timeout, not one per call (it is asked again next tick).
         self.silent: dict[str, str] = {}
         self._admission: Mapping[str, Any] | None = None
+        self._binding: Mapping[str, Any] | None = None
         self.update(endpoints)
 
     @property
@@ -120,6 +121,17 @@ class RouterFleet:
         self._admission = table
         for router in self.routers.values():
             router.admission = table
+
+    @property
+    def binding(self) -> Mapping[str, Any] | None:
+        """The late-binding table every pod's router gets with each switch (None: off)."""
+        return self._binding
+
+    @binding.setter
+    def binding(self, table: Mapping[str, Any] | None) -> None:
+        self._binding = table
+        for router in self.routers.values():
+            router.binding = table
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
@@ -141,6 +153,7 @@ class RouterFleet:
                 tls=self.tls,
             )
             self.routers[endpoint].admission = self._admission
+            self.routers[endpoint].binding = self._binding
 
     def close(self) -> None:
         """Close every client."""
