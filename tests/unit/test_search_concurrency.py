@@ -198,5 +198,5 @@ def test_concurrency_out_of_range_names_the_field(bad: int) -> None:
 
 
 def test_batch_below_one_is_refused() -> None:
-    with pytest.raises(ValueError, match="batch must be >= 1"):
+    with pytest.raises(ValueError, match="batch must be between 1 and"):
         SearchSettings(0.5, batch=0)

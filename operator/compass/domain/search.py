@@ -47,6 +47,11 @@ MAX_DATASET_SIZE = 10_000_000
 # by side): fixed, never derived from the concurrency, so that the answer does not depend on
 # how many requests are in flight. Why this many: docs/method.md, "Concurrent evaluation".
 DEFAULT_BATCH = 16
+# The most evaluations one search keeps in flight: a thread each, and a typo of 10000 should
+# not start ten thousand threads.
+MAX_CONCURRENCY = 1024
+# A round larger than this is a grid in all but name.
+MAX_BATCH = 1024
 
 
 class SearchMethod(StrEnum):
@@ -71,8 +76,8 @@ class SearchSettings:
     min_chunk: int = 1
 
     def __post_init__(self) -> None:
-        if self.batch < 1:
-            raise ValueError(f"batch must be >= 1, got {self.batch}")
+        if not 1 <= self.batch <= MAX_BATCH:
+            raise ValueError(f"batch must be between 1 and {MAX_BATCH}, got {self.batch}")
         if self.min_chunk < 1:
             raise ValueError(f"min_chunk must be >= 1, got {self.min_chunk}")
 

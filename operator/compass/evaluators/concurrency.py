@@ -19,11 +19,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from compass.domain.evaluation import Config, Evaluator
+from compass.domain.search import MAX_CONCURRENCY
 from compass.domain.space import config_key
-
-# The most concurrent evaluations one search keeps in flight: a thread each, and a typo of
-# 10000 should not start ten thousand threads.
-MAX_CONCURRENCY = 1024
 
 
 def check_concurrency(value: int, field_name: str) -> int:
@@ -74,6 +71,8 @@ class ThreadRunner:
 
     def _reporter(self, ticket: int, start: int) -> Callable[[Future[list[float]]], None]:
         def report(future: Future[list[float]]) -> None:
+            if future.cancelled():  # close() dropped it: nobody waits for it
+                return
             error = future.exception()
             self.done.put((ticket, start, error if error is not None else future.result()))
 
