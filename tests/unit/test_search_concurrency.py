@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from compass.console import describe_rate
 from compass.domain.evaluation import Config, EvaluationError
-from compass.domain.search import SearchMethod, SearchOutcome, SearchSettings, search
+from compass.domain.search import Progress, SearchMethod, SearchOutcome, SearchSettings, search
 from compass.domain.space import Space
 from compass.evaluators.concurrency import ThreadRunner, VirtualRunner, check_concurrency
 from compass.evaluators.ledger import (
@@ -200,3 +201,12 @@ def test_concurrency_out_of_range_names_the_field(bad: int) -> None:
 def test_batch_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="batch must be between 1 and"):
         SearchSettings(0.5, batch=0)
+
+
+def test_progress_rate_and_eta_bound() -> None:
+    # 600 samples over 60 s is 10 a second; 20 configurations at 30 samples each are left.
+    snapshot = Progress("completing", 20, 600, 3, 40)
+    assert describe_rate(snapshot, 60.0) == "10.0 eval/s  ETA <= 1:00"
+    assert describe_rate(Progress("seeding", 0, 0, 0, 40), 5.0) == "-- eval/s"
+    long = Progress("completing", 1, 1, 0, 10_000)
+    assert describe_rate(long, 1.0) == "1.0 eval/s  ETA <= 2:46:39"
