@@ -541,6 +541,12 @@ class CompoundWorkflowStatus(CamelModel):
     best_accuracy: float | None = Field(
         default=None, description="Highest accuracy seen (what tau could be at most)."
     )
+    search_rate: str | None = Field(
+        default=None,
+        description="While the search runs: its sample evaluations per second and an upper "
+        "bound on the time left (every configuration never evaluated, at the samples an "
+        "evaluated one took so far).",
+    )
     search_job: str | None = Field(default=None, description="Name of the search Job.")
     profiling_job: str | None = Field(default=None, description="Name of the profiling Job.")
     ledger_config_map: str | None = Field(

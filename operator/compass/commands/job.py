@@ -348,9 +348,11 @@ def best_accuracy(checkpoint: CheckpointLedger, min_samples: int) -> float | Non
     return max(means) if means else None
 
 
-def progress_document(progress: Progress, best: float | None) -> dict[str, Any]:
-    """progress.json: the search's last snapshot and the best accuracy seen so far."""
-    return {**progress.__dict__, "best_accuracy": best}
+def progress_document(
+    progress: Progress, best: float | None, rate: str | None = None
+) -> dict[str, Any]:
+    """progress.json: the search's last snapshot, the best accuracy seen so far and its rate."""
+    return {**progress.__dict__, "best_accuracy": best, "rate": rate}
 
 
 class MirroredEvaluator:
@@ -372,6 +374,7 @@ class MirroredEvaluator:
         self.ledger = ledger
         self.min_samples = min_samples
         self.progress: Progress | None = None
+        self.rate: str | None = None  # evaluations per second and the ETA bound, for the status
         # Bytes of the local ledger the state holds already: what it was opened from.
         self.mirrored = ledger.stat().st_size
         self.seen = self.mirrored  # bytes of the local ledger counted as waiting or mirrored
@@ -402,7 +405,7 @@ class MirroredEvaluator:
         data = {}
         if self.progress is not None:
             best = best_accuracy(self.inner.checkpoint, self.min_samples)
-            data[PROGRESS_KEY] = json.dumps(progress_document(self.progress, best))
+            data[PROGRESS_KEY] = json.dumps(progress_document(self.progress, best, self.rate))
         self.flush(data)
 
     def flush(self, data: Mapping[str, str]) -> None:
@@ -460,12 +463,13 @@ def run_search(state_name: str, namespace: str) -> int:
     def progress(snapshot: Progress) -> None:
         mirrored.progress = snapshot
         now = monotonic()
+        mirrored.rate = describe_rate(snapshot, now - started)
         if now - logged[0] >= PROGRESS_LOG_INTERVAL_S:
             logged[0] = now
             print(
                 f"search: {snapshot.phase}, configs {snapshot.configs_evaluated}/"
                 f"{snapshot.space_size}, samples {snapshot.sample_evals:,}, feasible "
-                f"{snapshot.feasible}, {describe_rate(snapshot, now - started)}",
+                f"{snapshot.feasible}, {mirrored.rate}",
                 flush=True,
             )
 
