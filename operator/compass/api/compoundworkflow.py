@@ -264,8 +264,10 @@ class Evaluation(CamelModel):
             ge=1,
             le=MAX_BATCH,
             description="Configurations a round of the search evaluates side by side: what "
-            "a concurrency can overlap. Unlike concurrency it can change which configurations "
-            "are evaluated (never the verdict of one).",
+            "a concurrency can overlap beyond one configuration's samples (e.g. 16 with a "
+            "concurrency of 16 or more). Unlike concurrency it can change which configurations "
+            "are evaluated, a few % more samples (never the verdict of one); 1: the "
+            "one-at-a-time search.",
         ),
     ] = DEFAULT_BATCH
     evaluator: EvaluatorSpec = Field(

@@ -63,8 +63,9 @@ def add_settings(parser: argparse.ArgumentParser, tau_default: str | None) -> No
     parser.add_argument(
         "--batch",
         default=str(DEFAULT_BATCH),
-        help=f"configurations a round evaluates side by side (default {DEFAULT_BATCH}): what "
-        "--concurrency can overlap; 1 is the one-at-a-time search",
+        help=f"configurations a round evaluates side by side (default {DEFAULT_BATCH}: the "
+        "one-at-a-time search): what --concurrency can overlap beyond one configuration's "
+        "samples, e.g. 16; a larger batch evaluates a few %% more samples",
     )
     parser.add_argument("--output", metavar="RESULT.json", help="write the result JSON here")
 
@@ -118,7 +119,7 @@ def parse_settings(args: argparse.Namespace) -> SearchOptions:
         method=SearchMethod(args.method),
         interval=IntervalMethod(args.interval),
         output=output,
-        batch=parse_int("--batch", str(args.batch), "16", low=1, high=MAX_BATCH),
+        batch=parse_int("--batch", str(args.batch), "1", low=1, high=MAX_BATCH),
     )
 
 
