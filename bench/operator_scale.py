@@ -88,7 +88,7 @@ from operator_common import (
     timed,
 )
 
-STEADY_COOLDOWN_S = 30.0  # also how long each status keeps its decision times
+STEADY_COOLDOWN_S = 120.0  # also how long each status keeps its decision times (> 1.5 heartbeats)
 SWITCH_COOLDOWN_S = 2.0
 STATUS_POLL_S = 4.0
 # A policy whose median period is this long has fallen behind its 1 s interval (kopf's timer
@@ -101,6 +101,10 @@ def policy_body(
 ) -> dict[str, Any]:
     """The benchmark's ParetoPolicy on the shared rag-sim router, with its strategy."""
     body = rag_sim_policy(name, metrics_url, grpc_url, STEADY_COOLDOWN_S)
+    # A Service of its own: one policy acts on each routing target (the younger ones on a shared
+    # target are TargetClaimed), so each policy names its own; the operator's address override
+    # (COMPASS_TRITON_ADDRESS_OVERRIDE) reaches the one Triton behind all of them.
+    body["spec"]["routing"] = {"service": f"triton-{name}", "routerModel": "router"}
     body["spec"]["strategy"] = strategy
     if forecaster != ForecasterKind.NONE.value:
         body["spec"]["forecaster"] = forecaster
@@ -380,7 +384,13 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]
     # One request, so Triton exports the router's request counters (the arrivals).
     router.infer({"sample": 0})
     namespace = create_namespace(cluster, "operator-scale")
-    operator = Operator(cluster, namespace, workdir / "operator.log", verbose=False)
+    operator = Operator(
+        cluster,
+        namespace,
+        workdir / "operator.log",
+        env={"COMPASS_TRITON_ADDRESS_OVERRIDE": triton.grpc_url},
+        verbose=False,
+    )
     stack.callback(operator.stop)
     with timed("compass operator"):
         operator.start()

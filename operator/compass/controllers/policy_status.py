@@ -8,6 +8,7 @@ heartbeat, so that an idle policy does not write to etcd every second.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -32,6 +33,8 @@ from compass.domain.profiles import shown
 # A status whose only change is the observation time is written at most this often: an idle
 # policy should not write to etcd every second.
 STATUS_HEARTBEAT_S = 10.0
+# How wide each policy's slot of the heartbeat is (a tick: it is seen at one tick of each).
+HEARTBEAT_SLOT_S = 1.0
 
 
 def rfc3339(seconds: float) -> str:
@@ -287,6 +290,7 @@ def status_patch(
     heartbeat_s: float = STATUS_HEARTBEAT_S,
     live: Mapping[str, Any] | None = None,
     recent: Sequence[Mapping[str, Any]] = (),
+    phase_s: float | None = None,
 ) -> dict[str, Any]:
     """What to write to the status: the changes, except routine ones (the observation time, the
     arrivals samples, and the wording of the last decision and of conditions whose status and
@@ -298,6 +302,9 @@ def status_patch(
     (the active configuration, the switches, the saved state...) differs there from what it
     wrote (``previous``, or the ``recent`` writes before it: a body seen late), someone else
     wrote it: it is put back at once, not at the next switch.
+
+    ``phase_s``: the policy's slot in the heartbeat (heartbeat_phase), so that policies started
+    together do not all write their routine changes in the same second (heartbeat_due).
     """
     patch = merge_patch(previous, new)
     for key in _edited(previous, live or previous, recent):
@@ -318,9 +325,34 @@ def status_patch(
             == _condition_states(new.get("conditions"))
         )
     )
-    if quiet and last_write is not None and now - last_write < heartbeat_s:
+    if quiet and not heartbeat_due(now, last_write, heartbeat_s, phase_s):
         return {}
     return patch
+
+
+def heartbeat_phase(uid: str) -> float:
+    """Where in each heartbeat a policy writes its routine changes, as a share of it (0..1),
+    spread by its uid: the same in every operator run."""
+    return (zlib.crc32(uid.encode()) % 1000) / 1000
+
+
+def heartbeat_due(
+    now: float,
+    last_write: float | None,
+    heartbeat_s: float,
+    phase: float | None = None,
+    slot_s: float = HEARTBEAT_SLOT_S,
+) -> bool:
+    """Whether a routine status write is due: a heartbeat after the last write, or (with the
+    policy's ``phase``) in its own slot_s-wide slot of the heartbeat, no sooner than half a
+    heartbeat after the last write and no later than one and a half."""
+    since = math.inf if last_write is None else now - last_write
+    if phase is None:
+        return since >= heartbeat_s
+    if since >= 1.5 * heartbeat_s:
+        return True
+    in_slot = (now - phase * heartbeat_s) % heartbeat_s < max(slot_s, 1e-9)
+    return since >= heartbeat_s / 2 and in_slot
 
 
 # The answers of a status too large to store: 413 from the API server (request body), 422 from

@@ -22,7 +22,8 @@ from prometheus_client.core import Metric
 from compass import __version__
 from compass.controllers import kubeapi
 from compass.controllers.fencing import Fence
-from compass.controllers.policy_status import PolicyGauges
+from compass.controllers.policy_scheduler import PolicyScheduler
+from compass.controllers.policy_status import STATUS_HEARTBEAT_S, PolicyGauges
 from compass.controllers.settings import OperatorSettings
 from compass.domain.elastico import Action
 
@@ -346,6 +347,30 @@ class Runtime:
     fence: Fence | None = None
     _api: client.ApiClient | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _scheduler: PolicyScheduler | None = field(default=None, repr=False)
+
+    def policy_scheduler(self) -> PolicyScheduler:
+        """The process's one ParetoPolicy scheduler (made, and its thread started, on first
+        use)."""
+        with self._lock:
+            if self._scheduler is None:
+                self._scheduler = PolicyScheduler(
+                    self.settings.policy_tick_seconds, self.settings.policy_workers
+                ).start()
+            return self._scheduler
+
+    def status_heartbeat_s(self) -> float:
+        """How often each policy writes its routine status changes: STATUS_HEARTBEAT_S, longer
+        when that many policies would write more than status_writes_per_second together."""
+        count = 0 if self._scheduler is None else len(self._scheduler)
+        return max(STATUS_HEARTBEAT_S, count / self.settings.status_writes_per_second)
+
+    def stop(self) -> None:
+        """Stop the scheduler (the operator is exiting)."""
+        with self._lock:
+            scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.stop()
 
     def api(self) -> client.ApiClient:
         """The process's Kubernetes client (compass.controllers.kubeapi loads it on first use)."""

@@ -18,7 +18,12 @@ from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.dataplane.httpauth import HttpAuth
-from compass.dataplane.metrics import MetricsReading, MetricsUnavailableError, TritonQueueDepth
+from compass.dataplane.metrics import (
+    MetricsReading,
+    MetricsUnavailableError,
+    SharedReads,
+    TritonQueueDepth,
+)
 from compass.dataplane.triton import RoutingError, SwitchReport, TritonRouter, routing_key
 from compass.domain.evaluation import Config
 from compass.domain.simulator import QueueAggregate, aggregate_queue
@@ -210,6 +215,8 @@ class FleetQueueDepth:
     timeout_s: float = 1.0
     # Credentials and headers for every pod's /metrics.
     auth: HttpAuth | None = None
+    # Scrapes shared with the other sources of a round (one per pod a tick).
+    shared: SharedReads | None = None
     # Whether a pod answered 401 or 403 at the last reading: the caller reads the Secret again.
     auth_rejected: bool = False
     # Each pod's scraper (it keeps that pod's counter steady), by pod name and URL.
@@ -243,7 +250,11 @@ class FleetQueueDepth:
             scrapers = {
                 (e.name, e.metrics_url): self.scrapers.get((e.name, e.metrics_url))
                 or TritonQueueDepth(
-                    e.metrics_url, self.model, timeout_s=self.timeout_s, auth=self.auth
+                    e.metrics_url,
+                    self.model,
+                    timeout_s=self.timeout_s,
+                    auth=self.auth,
+                    shared=self.shared,
                 )
                 for e in endpoints
                 if e.metrics_url

@@ -12,7 +12,11 @@ dispersion. It is meant to run with admission at dispatch. Why: docs/method.md, 
 
 from __future__ import annotations
 
+import hashlib
 import math
+import pickle
+import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -117,6 +121,25 @@ class _Paths:
         return members
 
 
+# The draws of every plan in use, by what they are drawn from: policies with the same front
+# (and router instances) share one set, so an operator of a thousand such policies holds one,
+# not a thousand (1.5 MB each for two members). Weak: the draws go with the last policy.
+_PATHS: weakref.WeakValueDictionary[str, _Paths] = weakref.WeakValueDictionary()
+_PATHS_LOCK = threading.Lock()
+
+
+def shared_paths(plan: Plan, requests: int) -> _Paths:
+    """The draws for this plan's members: made once, shared by every policy whose front draws
+    the same (they depend only on the members' profiles, the router instances and the seed)."""
+    profiles = [t.profile for t in plan.thresholds]
+    key = hashlib.sha256(pickle.dumps((profiles, plan.servers, requests, SEED))).hexdigest()
+    with _PATHS_LOCK:
+        paths = _PATHS.get(key)
+        if paths is None:
+            paths = _PATHS[key] = _Paths(plan, requests)
+        return paths
+
+
 @dataclass(frozen=True)
 class Predictive:
     """The predictive strategy over one plan (see the module docstring)."""
@@ -143,7 +166,7 @@ class Predictive:
         eligible = self.plan.eligible
         hull = accuracy_hull([self.plan.thresholds[i].profile for i in eligible])
         object.__setattr__(self, "positions", tuple(hull_mixes([eligible[i] for i in hull])))
-        object.__setattr__(self, "paths", _Paths(self.plan, MAX_PATH_REQUESTS))
+        object.__setattr__(self, "paths", shared_paths(self.plan, MAX_PATH_REQUESTS))
 
     @property
     def fastest(self) -> Mix:
