@@ -643,6 +643,7 @@ def _connections(
         )
         memory.connections = Connections(key, fleet)
     connections = memory.connections
+    connections.router.shared = runtime.policy_scheduler().reads
     _refresh_source(connections, compiled, runtime, logger, now, namespace)
     return connections
 

@@ -345,14 +345,15 @@ def heartbeat_due(
 ) -> bool:
     """Whether a routine status write is due: a heartbeat after the last write, or (with the
     policy's ``phase``) in its own slot_s-wide slot of the heartbeat, no sooner than half a
-    heartbeat after the last write and no later than one and a half."""
-    since = math.inf if last_write is None else now - last_write
+    heartbeat after the last write and no later than one and a half (none yet in this run:
+    its slot)."""
     if phase is None:
-        return since >= heartbeat_s
-    if since >= 1.5 * heartbeat_s:
-        return True
+        return last_write is None or now - last_write >= heartbeat_s
     in_slot = (now - phase * heartbeat_s) % heartbeat_s < max(slot_s, 1e-9)
-    return since >= heartbeat_s / 2 and in_slot
+    if last_write is None:  # a restarted operator: the slot, so they do not all write at once
+        return in_slot
+    since = now - last_write
+    return since >= 1.5 * heartbeat_s or (since >= heartbeat_s / 2 and in_slot)
 
 
 # The answers of a status too large to store: 413 from the API server (request body), 422 from

@@ -183,6 +183,19 @@ class OperatorMetrics:
             labels,
             registry=self.registry,
         )
+        self.policies_scheduled = Gauge(
+            "compass_policies_scheduled",
+            "ParetoPolicies this process ticks now (none while peering pauses it, or while "
+            "another shard owns them).",
+            registry=self.registry,
+        )
+        self.scheduler_lag = Gauge(
+            "compass_policy_scheduler_lag_seconds",
+            "How late the ParetoPolicy scheduler started its last tick, and the policies it "
+            "found still running from the tick before (label kind: late, running).",
+            ["kind"],
+            registry=self.registry,
+        )
         self.searches = Counter(
             "compass_workflow_searches",
             "Search Jobs by result: started, succeeded, failed.",
@@ -354,9 +367,14 @@ class Runtime:
         use)."""
         with self._lock:
             if self._scheduler is None:
-                self._scheduler = PolicyScheduler(
+                scheduler = PolicyScheduler(
                     self.settings.policy_tick_seconds, self.settings.policy_workers
-                ).start()
+                )
+                self.metrics.policies_scheduled.set_function(lambda: float(len(scheduler)))
+                lag = self.metrics.scheduler_lag
+                lag.labels("late").set_function(lambda: scheduler.stats.lag_s)
+                lag.labels("running").set_function(lambda: float(scheduler.stats.skipped_running))
+                self._scheduler = scheduler.start()
             return self._scheduler
 
     def status_heartbeat_s(self) -> float:

@@ -23,6 +23,7 @@ from compass.dataplane.metrics import (
     MetricsUnavailableError,
     SharedReads,
     TritonQueueDepth,
+    shared_read,
 )
 from compass.dataplane.triton import RoutingError, SwitchReport, TritonRouter, routing_key
 from compass.domain.evaluation import Config
@@ -104,6 +105,12 @@ class RouterFleet:
         # Pods that did not answer the last active_config: the switch after it skips them, so
         # one hung pod costs a tick one timeout, not one per call (it is asked again next tick).
         self.silent: dict[str, str] = {}
+        # What each pod reported at the last active_config: the switch after it sends nothing
+        # to a pod that already serves what it would set (unless it carries an admission table,
+        # which a pod does not report), so a steady policy makes one call a pod a tick, not two.
+        self.reported: dict[str, str] = {}
+        # Reports shared within a tick with every fleet asking the same pod (SharedReads).
+        self.shared: SharedReads | None = None
         self._admission: Mapping[str, Any] | None = None
         self.update(endpoints)
 
@@ -156,13 +163,16 @@ class RouterFleet:
             raise RoutingError(f"no ready Triton pod serves {self.model}")
 
         def ask(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
+            key = ("router", endpoint.grpc_url, self.model)
             try:
-                return PodSwitch(endpoint.name, router.active_config(), 0.0)
+                active = shared_read(self.shared, key, router.active_config, (RoutingError,))
+                return PodSwitch(endpoint.name, str(active), 0.0)
             except RoutingError as error:
                 return PodSwitch(endpoint.name, None, 0.0, error=str(error))
 
         answers = self._each(ask)
         self.silent = {a.pod: a.error or "" for a in answers if a.config is None}
+        self.reported = {a.pod: a.config for a in answers if a.config is not None}
         served = Counter(a.config for a in answers if a.config is not None)
         if not served:
             raise RoutingError("; ".join(f"{a.pod}: {a.error}" for a in answers))
@@ -179,9 +189,13 @@ class RouterFleet:
         if not self.routers:
             raise RoutingError(f"no ready Triton pod serves {self.model}: nothing to switch")
 
+        reported = self.reported if self._admission is None else {}
+
         def set_one(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
             if endpoint.name in self.silent:
                 return PodSwitch(endpoint.name, None, 0.0, error=self.silent[endpoint.name])
+            if reported.get(endpoint.name) == wanted:
+                return PodSwitch(endpoint.name, wanted, 0.0)  # serves it: nothing to send
             try:
                 report = router.switch(config, blend, weight)
             except RoutingError as error:
@@ -189,7 +203,7 @@ class RouterFleet:
             return PodSwitch(endpoint.name, report.config, report.seconds, report.changed)
 
         pods = tuple(self._each(set_one))
-        self.silent = {}
+        self.silent, self.reported = {}, {}
         report = FleetSwitch(
             config=wanted,
             attempts=1,

@@ -442,9 +442,15 @@ class SharedReads:
         with self._lock:
             self._answers = {}
 
-    def once(self, key: tuple[Any, ...], read: Callable[[], Any]) -> Any:
+    def once(
+        self,
+        key: tuple[Any, ...],
+        read: Callable[[], Any],
+        errors: tuple[type[Exception], ...] = (),
+    ) -> Any:
         """``read()``'s answer for ``key`` in this round: read by the first to ask, the others
-        wait for it (MetricsUnavailableError, shared the same way, is raised to each)."""
+        wait for it. Its MetricsUnavailableError (or one of ``errors``: each takes one message)
+        is shared the same way: raised to each, as a new exception of its type."""
         with self._lock:
             self.asked += 1
             answer = self._answers.get(key)
@@ -453,16 +459,17 @@ class SharedReads:
                 answer = self._answers[key] = _SharedAnswer()
                 self.requests += 1
         if first:
+            caught: tuple[type[Exception], ...] = (MetricsUnavailableError, *errors)
             try:
                 answer.value = read()
-            except MetricsUnavailableError as error:
-                answer.error = str(error)
+            except caught as error:
+                answer.error = error
             finally:
                 answer.done.set()
         else:
             answer.done.wait()
         if answer.error is not None:
-            raise MetricsUnavailableError(answer.error)
+            raise type(answer.error)(str(answer.error))
         return answer.value
 
 
@@ -471,13 +478,18 @@ class _SharedAnswer:
     """One read of a round: its value or its error, once done."""
 
     value: Any = None
-    error: str | None = None
+    error: Exception | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def _shared(shared: SharedReads | None, key: tuple[Any, ...], read: Callable[[], Any]) -> Any:
+def shared_read(
+    shared: SharedReads | None,
+    key: tuple[Any, ...],
+    read: Callable[[], Any],
+    errors: tuple[type[Exception], ...] = (),
+) -> Any:
     """``read()``, shared within the round when there is a SharedReads."""
-    return read() if shared is None else shared.once(key, read)
+    return read() if shared is None else shared.once(key, read, errors)
 
 
 class QueueDepthSource(Protocol):
@@ -570,7 +582,7 @@ class PrometheusQueueDepth:
         """Evaluate a query that must return one number (once a round for every source with
         the same URL, query and credentials)."""
         key = ("prometheus", self.url, query, self.timeout_s, self.http.auth)
-        value: float = _shared(self.shared, key, lambda: self._evaluate(query))
+        value: float = shared_read(self.shared, key, lambda: self._evaluate(query))
         return value
 
     def _evaluate(self, query: str) -> float:
@@ -683,7 +695,7 @@ class TritonQueueDepth:
         """Scrape once (once a round for every source of the same URL, model and credentials):
         pending requests, and arrivals = finished + pending (counted by this source)."""
         key = ("triton", self.metrics_url, self.model, self.metric, self.timeout_s, self.http.auth)
-        pending, finished = _shared(self.shared, key, self._scrape)
+        pending, finished = shared_read(self.shared, key, self._scrape)
         if None in finished:
             return MetricsReading(pending, None)
         with self.lock:
