@@ -394,7 +394,8 @@ class Runtime:
         """The process's Kubernetes client (compass.controllers.kubeapi loads it on first use)."""
         with self._lock:
             if self._api is None:
-                self._api = kubeapi.load_client()
+                # The policy workers, and kopf's own threads beside them.
+                self._api = kubeapi.load_client(self.settings.policy_workers + 8)
             return self._api
 
 

@@ -79,6 +79,8 @@ MAX_PATH_REQUESTS = 2000
 DISPERSION_WINDOW_S = 60.0
 DISPERSION_CONFIDENCE = 0.9
 MIN_DISPERSION_PAIRS = 10
+# Miss shares kept per front (see _Paths.miss_shares).
+MISS_SHARES_KEPT = 4096
 
 
 class _Paths:
@@ -108,6 +110,10 @@ class _Paths:
         self.joins: Float32Array = rng.uniform(size=(PATHS, requests)).astype(np.float32)
         self.requests = requests
         self._dealt: dict[Mix, IntArray] = {}
+        # Miss shares already worked out, by every input of Predictive.miss_share: a policy
+        # whose rate and queue hold still (an idle one) and the policies of one front on the
+        # same load work each out once. Cleared when full, so it stays small.
+        self.miss_shares: dict[tuple[object, ...], float] = {}
 
     def dealt(self, mix: Mix) -> IntArray:
         """The member serving each request in turn under the mix (its router's round-robin)."""
@@ -251,8 +257,22 @@ class Predictive:
         if rate <= 0:
             return 0.0
         clump = max(clump, 1.0)
-        servers = max(self.plan.servers, 1)
         ahead = min(round(queued), self.paths.requests - 1)
+        # Everything the share depends on beyond the draws (shared by one front's policies).
+        key = (mix, rate, ahead, active, surge, clump, self.horizon_s, self.plan.slo.latency_ms)
+        known = self.paths.miss_shares.get(key)
+        if known is None:
+            known = self._miss_share(mix, rate, ahead, active, surge, clump)
+            if len(self.paths.miss_shares) >= MISS_SHARES_KEPT:
+                self.paths.miss_shares.clear()
+            self.paths.miss_shares[key] = known
+        return known
+
+    def _miss_share(
+        self, mix: Mix, rate: float, ahead: int, active: Mix, surge: bool, clump: float
+    ) -> float:
+        """miss_share, worked out: ``ahead`` requests queued, ``clump`` at least 1."""
+        servers = max(self.plan.servers, 1)
         surge_s = min(SURGE_S, self.horizon_s) if surge else 0.0
         expected = rate * (self.horizon_s + (SURGE_FACTOR - 1) * surge_s)
         # The count's spread: its variance is the dispersion (2 clump - 1) times its mean.
