@@ -8,6 +8,8 @@ heartbeat, so that an idle policy does not write to etcd every second.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -197,15 +199,40 @@ def build_status(
         else None,
         switches=state.switches,
         routing=routing,
-        thresholds=[
-            t.model_copy(update={"config": shown(t.config)}) for t in threshold_statuses(plan)
-        ],
         policy_state=shown_state(state.to_dict()),
         observed_generation=generation,
     )
     data = status.model_dump(by_alias=True, mode="json")
     data["conditions"] = conditions
-    return dict(without_empty_strings(data))
+    written = dict(without_empty_strings(data))
+    written["thresholds"] = plan_thresholds(plan)
+    return written
+
+
+# The thresholds each plan shows in the status, made once a plan (they never change with it):
+# validated and dumped every tick, they were a third of a steady tick's CPU.
+# By the plan's id (a plan holds dicts: not hashable), dropped when the plan goes.
+_THRESHOLDS: dict[int, list[dict[str, Any]]] = {}
+_THRESHOLDS_LOCK = threading.Lock()
+
+
+def plan_thresholds(plan: Plan) -> list[dict[str, Any]]:
+    """status.thresholds of a plan, as written (shared: never change it in place)."""
+    with _THRESHOLDS_LOCK:
+        known = _THRESHOLDS.get(id(plan))
+    if known is None:
+        shown_thresholds = [
+            t.model_copy(update={"config": shown(t.config)}) for t in threshold_statuses(plan)
+        ]
+        known = [
+            without_empty_strings(t.model_dump(by_alias=True, mode="json"))
+            for t in shown_thresholds
+        ]
+        with _THRESHOLDS_LOCK:
+            if id(plan) not in _THRESHOLDS:
+                weakref.finalize(plan, _THRESHOLDS.pop, id(plan), None)
+            _THRESHOLDS[id(plan)] = known
+    return known
 
 
 def error_status(

@@ -75,6 +75,8 @@ class OperatorMetrics:
         self._gone: deque[str] = deque(maxlen=GONE_REMEMBERED)
         # One lock for every change to the per-object series and the books kept on them.
         self._lock = threading.Lock()
+        # Each policy's gauge series (set_policy), by (namespace, name) and gauge name.
+        self._children: dict[tuple[str, str], dict[Gauge, Any]] = {}
         self.build_info = Gauge(
             "compass_build_info",
             "Always 1; the labels say which operator runs: its version, Python's and kopf's.",
@@ -253,9 +255,17 @@ class OperatorMetrics:
         with self._lock:
             if uid and uid in self._gone:
                 return
+            # Each policy's series, looked up once (labels() is most of the cost of a tick's
+            # gauges at a thousand policies); forgotten with its series.
+            children = self._children.get((namespace, name))
+            if children is None:
+                children = self._children[namespace, name] = {}
             for gauge, value in values:
                 if value is not None:
-                    gauge.labels(namespace, name).set(float(value))
+                    child = children.get(gauge)
+                    if child is None:
+                        child = children[gauge] = gauge.labels(namespace, name)
+                    child.set(float(value))
             if gauges.capacity_pressure is None:
                 self.capacity_pressure.remove(namespace, name)
             else:
@@ -292,6 +302,7 @@ class OperatorMetrics:
 
     def _remove_gauges(self, namespace: str, name: str, keep: Gauge | None = None) -> None:
         """Remove a policy's gauges and its info series (all but ``keep``); under the lock."""
+        self._children.pop((namespace, name), None)
         for gauge in self._policy_gauges():
             if gauge is not keep:
                 gauge.remove(namespace, name)
