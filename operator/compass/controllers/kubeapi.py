@@ -65,9 +65,7 @@ def load_client(connections: int = 0) -> client.ApiClient:
     ~/.kube/config. ``connections``: keep at least this many open to the API server (one per
     thread that calls it), so that none is closed and opened again with a TLS handshake."""
     configuration = client.Configuration()
-    configuration.connection_pool_maxsize = max(
-        configuration.connection_pool_maxsize, connections
-    )
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, connections)
     try:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except config.ConfigException:

@@ -204,7 +204,12 @@ def build_status(
     )
     data = status.model_dump(by_alias=True, mode="json")
     data["conditions"] = conditions
+    # The arrivals samples (numbers only) and the plan's thresholds (made once) skip the walk.
+    saved = data.get("policyState") or {}
+    arrivals = saved.pop("arrivals", None)
     written = dict(without_empty_strings(data))
+    if arrivals is not None:
+        written["policyState"]["arrivals"] = arrivals
     written["thresholds"] = plan_thresholds(plan)
     return written
 
