@@ -1,21 +1,32 @@
-"""How the operator scales with the number of ParetoPolicies: 1, 10, then 100 Elastico timers.
+"""How the operator scales with the number of ParetoPolicies: 1, 10, 100 (and 1,000, 3,000).
 
     python bench/operator_scale.py [--counts 1,10,100] [--window 30] [--no-switch-phase]
                                    [--strategy elastico|split|predictive] [--forecaster lstm]
-                                   [--huge-workflows 2] [--py-spy SECONDS]
+                                   [--huge-workflows 2] [--churn 100] [--restart]
+                                   [--py-spy SECONDS]
 
 Everything is real: etcd, kube-apiserver and kube-controller-manager (compass.lab.devcluster,
 binaries from hack/k8s/build.sh), one tritonserver serving rag-sim, and one `compass operator`
-process watching one namespace. All policies point at the same router and its metrics. The
-router already serves the most accurate configuration and nothing loads it, so each policy
-holds there: every tick is the steady-state one (read the queue, decide, ask the router what
-it serves, write the status when due). For each count, over --window seconds, it reports the
-operator's CPU (% of one core, /proc/PID/stat) and RSS, the achieved decision period per policy
-and the decision latency (the operator's compass_decision_seconds histogram).
+process watching one namespace. Each policy names a Service of its own (one policy acts on each
+routing target), and the operator's address override (COMPASS_TRITON_ADDRESS_OVERRIDE) sends
+them all to the one Triton; they read the same metrics URL. The router already serves the most
+accurate configuration and nothing loads it, so each policy holds there: every tick is the
+steady-state one (read the queue, decide, ask the router what it serves, write the status when
+due). For each count, over --window seconds, it reports the operator's CPU (% of one core,
+/proc/PID/stat) and RSS, the achieved decision period per policy, the decision latency (the
+operator's compass_decision_seconds histogram) and the API server's writes a second (its own
+apiserver_request_total).
 
 The decision times come from the policies' own status: status.policyState.arrivals keeps one
 (time, arrivals) sample per decision for the longest hysteresis window (the downscale cooldown,
-30 s here), and the statuses are read every few seconds (one list call): nothing is added to the operator.
+120 s here: longer than the status heartbeat, which grows with the policy count), and the
+statuses are read every few seconds (one list call): nothing is added to the operator.
+
+The churn phase (--churn N, at the largest count) creates N policies and deletes N of the first
+while the others tick, then checks that nothing of the deleted is left: objects, series in the
+operator's /metrics, policies on its scheduler (compass_policies_scheduled). The restart phase
+(--restart) SIGKILLs the operator and starts a new one: the seconds until every policy has acted
+again (its gauges set by the new process), then a steady window of the new process.
 
 The switch phase (at the largest count) flips the router to the fastest configuration every
 --flip-every seconds from outside; each policy adopts it, and after a 2 s cooldown of empty

@@ -281,14 +281,15 @@ def test_policies_on_one_pod_share_its_report_and_a_served_routing_is_not_set_ag
 ) -> None:
     """Ten fleets on the same two pods in one tick: one report a pod; a hold on what the pods
     report sends nothing, a switch sends the set, and with an admission table it is always sent
-    (the pods do not report theirs)."""
+    (the pods do not report theirs), and so is the first hold after it was turned off (the
+    table must go)."""
     shared = SharedReads()
     fleets = [RouterFleet([_endpoint(f"pod{k}", s) for k, s in enumerate(replicas)])]
     fleets += [RouterFleet(fleets[0].endpoints) for _ in range(9)]
     try:
         for each in fleets:
             each.shared = shared
-        fleets[0].switch(FASTEST)
+            each.switch(FASTEST)  # each has set the pods once, with no admission table
         before = [_control_calls(s) for s in replicas]
         shared.next_round()
         assert {each.active_config() for each in fleets} == {config_key(FASTEST)}
@@ -312,6 +313,16 @@ def test_policies_on_one_pod_share_its_report_and_a_served_routing_is_not_set_ag
         assert [
             a - b for a, b in zip([_control_calls(s) for s in replicas], sent, strict=True)
         ] == [1.0, 1.0]
+
+        fleets[1].admission = None  # turned off: the next hold clears the pods' table
+        for expected in ([1.0, 1.0], [0.0, 0.0]):
+            shared.next_round()
+            fleets[1].active_config()
+            sent = [_control_calls(s) for s in replicas]
+            fleets[1].switch(ACCURATE)
+            assert [
+                a - b for a, b in zip([_control_calls(s) for s in replicas], sent, strict=True)
+            ] == expected
     finally:
         for each in fleets:
             each.close()

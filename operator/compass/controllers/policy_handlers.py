@@ -16,7 +16,7 @@ import contextvars
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import kopf
@@ -75,6 +75,7 @@ from compass.controllers.policy_status import (
     PolicyGauges,
     build_status,
     error_status,
+    heartbeat_due,
     heartbeat_phase,
     owned_fields,
     parse_rfc3339,
@@ -179,6 +180,8 @@ class PolicyMemory:
     # The condition updates of the last tick and its generation: the same again merge to the
     # same list (merging them is a third of a steady tick's CPU).
     condition_updates: tuple[Any, ...] | None = None
+    # _quiet_key of the last tick whose status, worked out, had nothing to write.
+    quiet: tuple[Any, ...] | None = None
 
 
 @kopf.on.startup()
@@ -538,6 +541,7 @@ def _publish(
         conditions = merge_conditions(old_conditions, updates[0], rfc3339(now), generation)
         memory.condition_updates = updates
     namespace, name = _names(body)
+    quiet = None
     if decided is None:
         status = error_status(previous, conditions, generation)
         # A spec that does not compile says nothing of paused; Triton unreachable does.
@@ -545,6 +549,22 @@ def _publish(
         gauges = PolicyGauges(ready=is_ready(conditions), paused=paused)
     else:
         compiled, state, observation = decided
+        gauges = policy_gauges(compiled.plan, state, observation, conditions, health.pause.paused)
+        quiet = (
+            _quiet_key(body, compiled, state, observation, health, generation)
+            if conditions is old_conditions
+            else None
+        )
+        if (
+            quiet is not None
+            and quiet == memory.quiet
+            and not heartbeat_due(now, memory.last_write, memory.heartbeat_s, memory.phase_s)
+        ):
+            # Only routine fields can differ from the last status worked out, which wrote
+            # nothing, and the heartbeat is not due: nothing to write, nothing to work out.
+            uid = str(body.get("metadata", {}).get("uid", ""))
+            runtime.metrics.set_policy(namespace, name, uid, gauges)
+            return
         status = build_status(
             compiled.plan,
             state,
@@ -555,7 +575,6 @@ def _publish(
             generation,
             health.routing,
         )
-        gauges = policy_gauges(compiled.plan, state, observation, conditions, health.pause.paused)
     uid = str(body.get("metadata", {}).get("uid", ""))
     runtime.metrics.set_policy(namespace, name, uid, gauges)
     written = memory.written if memory.written is not None else dict(body.get("status") or {})
@@ -571,6 +590,7 @@ def _publish(
         recent=memory.recent,
         phase_s=memory.phase_s,
     )
+    memory.quiet = None if changes else quiet
     if changes:
         if _write_status(runtime, body, changes, logger, status.get("conditions") or [], now):
             memory.recent = [owned_fields(written), *memory.recent][:RECENT_WRITES]
@@ -582,6 +602,22 @@ def _publish(
         return
     for event in transition_events(old_conditions, conditions):
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def _quiet_key(
+    body: kopf.Body,
+    compiled: CompiledPolicy,
+    state: PolicyState,
+    observation: Observation | None,
+    health: Health,
+    generation: int | None,
+) -> tuple[Any, ...]:
+    """Everything of a tick's status that is written at once when it changes (policy_status:
+    all but the routine fields), and the object's resourceVersion (an edit by anyone else)."""
+    routine = replace(state, arrivals=(), observed_at=None)
+    depth = None if observation is None else observation.queue_depth
+    version = body.get("metadata", {}).get("resourceVersion")
+    return (id(compiled.plan), generation, version, routine, depth, health.routing)
 
 
 def _write_status(

@@ -109,6 +109,9 @@ class RouterFleet:
         # to a pod that already serves what it would set (unless it carries an admission table,
         # which a pod does not report), so a steady policy makes one call a pod a tick, not two.
         self.reported: dict[str, str] = {}
+        # Pods whose last set from this fleet carried no admission table: only those may be
+        # skipped (one that had a table keeps it until a set says none).
+        self.cleared: set[str] = set()
         # Reports shared within a tick with every fleet asking the same pod (SharedReads).
         self.shared: SharedReads | None = None
         self._admission: Mapping[str, Any] | None = None
@@ -135,6 +138,7 @@ class RouterFleet:
         wanted = set(endpoints)
         for gone in set(self.routers) - wanted:
             self.routers.pop(gone).close()
+            self.cleared.discard(gone.name)
         for endpoint in wanted - set(self.routers):
             self.routers[endpoint] = TritonRouter(
                 endpoint.grpc_url,
@@ -190,11 +194,12 @@ class RouterFleet:
             raise RoutingError(f"no ready Triton pod serves {self.model}: nothing to switch")
 
         reported = self.reported if self._admission is None else {}
+        cleared = set(self.cleared)
 
         def set_one(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
             if endpoint.name in self.silent:
                 return PodSwitch(endpoint.name, None, 0.0, error=self.silent[endpoint.name])
-            if reported.get(endpoint.name) == wanted:
+            if endpoint.name in cleared and reported.get(endpoint.name) == wanted:
                 return PodSwitch(endpoint.name, wanted, 0.0)  # serves it: nothing to send
             try:
                 report = router.switch(config, blend, weight)
@@ -204,6 +209,11 @@ class RouterFleet:
 
         pods = tuple(self._each(set_one))
         self.silent, self.reported = {}, {}
+        took = {p.pod for p in pods if p.error is None and p.config == wanted}
+        if self._admission is None:
+            self.cleared |= took
+        else:
+            self.cleared -= took
         report = FleetSwitch(
             config=wanted,
             attempts=1,

@@ -137,7 +137,11 @@ _PATHS_LOCK = threading.Lock()
 def shared_paths(plan: Plan, requests: int) -> _Paths:
     """The draws for this plan's members: made once, shared by every policy whose front draws
     the same (they depend only on the members' profiles, the router instances and the seed)."""
-    profiles = [t.profile for t in plan.thresholds]
+    # Their fields only (not what a cached property has added to a profile since).
+    profiles = [
+        {name: getattr(t.profile, name) for name in t.profile.__dataclass_fields__}
+        for t in plan.thresholds
+    ]
     key = hashlib.sha256(pickle.dumps((profiles, plan.servers, requests, SEED))).hexdigest()
     with _PATHS_LOCK:
         paths = _PATHS.get(key)
