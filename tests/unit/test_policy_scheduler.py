@@ -72,7 +72,7 @@ class MetricsPage:
         page = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 page.requests += 1
                 body = page.text().encode()
                 self.send_response(200)
@@ -103,7 +103,7 @@ class MetricsPage:
         self.server.server_close()
 
 
-@pytest.fixture()
+@pytest.fixture
 def page() -> Iterator[MetricsPage]:
     served = MetricsPage()
     yield served
@@ -249,15 +249,18 @@ def test_routine_status_writes_spread_over_the_heartbeat() -> None:
     heartbeat = 60.0
     phases = [heartbeat_phase(f"uid-{i}") for i in range(1000)]
     writes_per_second = [0] * 600
+    longest_gap = 0.0
     for phase in phases:
         last = None
         for second in range(600):
             if heartbeat_due(float(second), last, heartbeat, phase):
                 writes_per_second[second] += 1
+                gap = second if last is None else second - last
+                longest_gap = max(longest_gap, gap)
                 last = float(second)
     steady = writes_per_second[120:]
     # 1,000 policies at one write a heartbeat: ~17 a second, never all at once.
     assert sum(steady) / len(steady) == pytest.approx(1000 / heartbeat, rel=0.15)
     assert max(steady) < 60
     # Each policy still writes at least once every one and a half heartbeats.
-    assert min(writes_per_second[:90]) >= 0 and sum(writes_per_second[:91]) >= 1000
+    assert longest_gap <= 1.5 * heartbeat
