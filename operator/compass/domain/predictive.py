@@ -17,6 +17,7 @@ import math
 import pickle
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -80,7 +81,7 @@ DISPERSION_WINDOW_S = 60.0
 DISPERSION_CONFIDENCE = 0.9
 MIN_DISPERSION_PAIRS = 10
 # Miss shares kept per front (see _Paths.miss_shares).
-MISS_SHARES_KEPT = 4096
+MISS_SHARES_KEPT = 65536  # at most about 20 MB a front
 
 
 class _Paths:
@@ -112,8 +113,10 @@ class _Paths:
         self._dealt: dict[Mix, IntArray] = {}
         # Miss shares already worked out, by every input of Predictive.miss_share: a policy
         # whose rate and queue hold still (an idle one) and the policies of one front on the
-        # same load work each out once. Cleared when full, so it stays small.
-        self.miss_shares: dict[tuple[object, ...], float] = {}
+        # same load work each out once. The least recently used go first (policies whose rate
+        # moves must not push out those whose rate holds still).
+        self.miss_shares: OrderedDict[tuple[object, ...], float] = OrderedDict()
+        self.miss_shares_lock = threading.Lock()
 
     def dealt(self, mix: Mix) -> IntArray:
         """The member serving each request in turn under the mix (its router's round-robin)."""
@@ -264,12 +267,17 @@ class Predictive:
         ahead = min(round(queued), self.paths.requests - 1)
         # Everything the share depends on beyond the draws (shared by one front's policies).
         key = (mix, rate, ahead, active, surge, clump, self.horizon_s, self.plan.slo.latency_ms)
-        known = self.paths.miss_shares.get(key)
-        if known is None:
-            known = self._miss_share(mix, rate, ahead, active, surge, clump)
-            if len(self.paths.miss_shares) >= MISS_SHARES_KEPT:
-                self.paths.miss_shares.clear()
-            self.paths.miss_shares[key] = known
+        shares, lock = self.paths.miss_shares, self.paths.miss_shares_lock
+        with lock:
+            known = shares.get(key)
+            if known is not None:
+                shares.move_to_end(key)
+                return known
+        known = self._miss_share(mix, rate, ahead, active, surge, clump)
+        with lock:
+            shares[key] = known
+            while len(shares) > MISS_SHARES_KEPT:
+                shares.popitem(last=False)
         return known
 
     def _miss_share(
