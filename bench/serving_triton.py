@@ -5,6 +5,8 @@
                                    [--slos 750,1000,1500] [--seed 0] [--json PATH]
                                    [--runs fastest,accurate,policy,policy+adm]
                                    [--admission-quantile 0.5] [--degrade-after 0.25]
+                                   [--trace-name NAME [--utilisation 0.7] [--window-start S]
+                                    [--window-s 600]]
 
 Everything runs for real on this machine: N tritonservers (nvidia-pytriton's CPU build), each
 on its own loopback address like pods behind a Service, serving rag-sim; the open-loop load
@@ -60,10 +62,11 @@ from compass.commands.common import (
     add_admission_arguments,
     add_enum_argument,
     add_pattern_arguments,
+    add_trace_window_arguments,
     admission_degrade_after,
     admission_quantile,
     pattern_from_args,
-    read_trace,
+    trace_window_pattern,
 )
 from compass.console import UsageError
 from compass.conversion import runtime_policy, spec_for_plan
@@ -161,6 +164,7 @@ def main() -> int:
     parser.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
     add_enum_argument(parser, "--strategy", Strategy.ELASTICO, "the policy run's strategy")
     add_pattern_arguments(parser)
+    add_trace_window_arguments(parser)
     # Default: the paper's spike relative to this machine (its peak at the paper's utilisation
     # of the profiled fastest configuration), per replica, as the demo serves it.
     parser.set_defaults(base_qps=None)
@@ -188,7 +192,13 @@ def main() -> int:
         )
     scale = args.time_scale
     slos = [float(s) for s in args.slos.split(",")]
-    pattern, seed = pattern_from_args(args)  # validated at the paper's scale
+    try:
+        pattern, seed = pattern_from_args(args)  # validated at the paper's scale
+        if args.trace_name is not None:
+            # The window's flags checked before any server starts (stretched once profiled).
+            trace_window_pattern(args, 100.0, args.replicas)
+    except UsageError as error:
+        parser.error(str(error))
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="compass-bench-"))
     with ExitStack() as stack:
@@ -290,8 +300,12 @@ def main() -> int:
         elif auto_base:
             fastest_s = min(p.mean_ms for p in profiles) / 1000 / scale
             pattern = replace(pattern, base_qps=PAPER_PEAK_UTILIZATION / (SPIKE_FACTOR * fastest_s))
+        if args.trace_name is not None:
+            # The window stretched to --utilisation of the fastest member at the paper's scale.
+            fastest_ms = min(p.mean_ms for p in profiles) / scale
+            pattern = trace_window_pattern(args, fastest_ms, args.replicas)
         if pattern.kind is PatternKind.TRACE:
-            trace = [t * scale for t in read_trace(Path(args.trace))]
+            trace = [t * scale for t in pattern.trace_s]
             scaled = make_pattern(PatternKind.TRACE, 1.0, 1.0, trace_s=trace)
         else:
             # The base rate is per replica: the Service splits the arrivals among them.

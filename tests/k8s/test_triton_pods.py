@@ -516,9 +516,9 @@ def test_a_hung_pod_is_named_lagging_until_it_answers_again(
         assert pods_serving["reason"] == "PodsLagging"
         assert pods_serving["message"].startswith(f"1/2 pods serve {ACCURATE_NAME}; lagging: ")
         assert victim in pods_serving["message"]
-        [event] = policies.wait_events("hung", "PodsLagging")
-        assert event["type"] == "Warning"
-        assert victim in event["message"]
+        # One Warning or more: on a busy machine a slow answer may be named lagging again.
+        events = policies.wait_events("hung", "PodsLagging")
+        assert all(e["type"] == "Warning" and victim in e["message"] for e in events), events
     finally:
         os.kill(pid, signal.SIGCONT)
     after = wait_serving(hung, policies, "hung", ACCURATE, 2, STEP_S)

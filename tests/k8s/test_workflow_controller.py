@@ -18,6 +18,7 @@ import importlib.util
 import json
 import sys
 import textwrap
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -738,6 +739,79 @@ def test_operator_restart_mid_search_resumes(
             )
         except TimeoutError as error:
             raise AssertionError(f"{error}: {left()}") from None
+
+
+def test_a_state_deleted_mid_search_gets_its_jobs_access_back(
+    k8s_api: Any,
+    k8s_namespace: str,
+    k8s_node: Node,
+    crds: None,
+    operator_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """The state ConfigMap deleted by hand while the search runs takes the Jobs' Role and
+    RoleBinding with it (they are owned by it): the operator makes the state again, waits for
+    the garbage collector to take the old Role (held here by a finalizer, as a slow collector
+    would), makes a new one owned by the new state, and the search finishes instead of failing
+    on a 403. The old Role is the operator's own: no ForeignJobAccount Warning."""
+    flows = Workflows(k8s_api, k8s_namespace)
+    rbac = client.RbacAuthorizationV1Api(k8s_api)
+    samples = 16
+    ledger = tmp_path / "recorded.jsonl"
+    ledger.write_text("".join(json.dumps(r) + "\n" for r in _replay_rows(samples)))
+    scorer = tmp_path / "scorer.py"
+    scorer.write_text(SCORER)
+    evaluator = {
+        "type": "command",
+        "command": [sys.executable, str(scorer), str(ledger), str(tmp_path / "calls"), "0.1"],
+    }
+    body = _workflow("lost", tau=0.82, evaluator=evaluator, samples=samples, budgets=[4, 8, 16])
+    state_name = "lost-search-g1"
+
+    def access_owner(kind: str) -> str | None:
+        read = rbac.read_namespaced_role if kind == "Role" else rbac.read_namespaced_role_binding
+        made = kubeapi.read(read, state_name, k8s_namespace)
+        if made is None or made["metadata"].get("deletionTimestamp"):
+            return None
+        return str(made["metadata"]["ownerReferences"][0]["uid"])
+
+    with operator(k8s_namespace):
+        flows.create(body)
+        flows.wait(
+            "lost",
+            lambda w: (w.get("status") or {}).get("configurationsEvaluated", 0) >= 1,
+            60,
+            "the search to report progress",
+        )
+        first = flows.state_config_map("lost")["metadata"]["uid"]
+        assert access_owner("Role") == first
+        hold = {"metadata": {"finalizers": ["compass.test/hold"]}}
+        rbac.patch_namespaced_role(state_name, k8s_namespace, hold, _preload_content=False)
+        flows.core.delete_namespaced_config_map(
+            state_name, k8s_namespace, propagation_policy="Background", _preload_content=False
+        )
+
+        def new_state() -> str | None:
+            state = kubeapi.read(flows.core.read_namespaced_config_map, state_name, k8s_namespace)
+            uid = None if state is None else str(state["metadata"]["uid"])
+            return None if uid == first else uid
+
+        wait_for(new_state, 30, "the operator to make the state again")
+        # A few of the operator's polls while the old Role lingers, then let it go.
+        time.sleep(3 * float(POLL_S))
+        rbac.patch_namespaced_role(
+            state_name, k8s_namespace, {"metadata": {"finalizers": None}}, _preload_content=False
+        )
+
+        def replaced() -> str | None:
+            state = kubeapi.read(flows.core.read_namespaced_config_map, state_name, k8s_namespace)
+            uid = None if state is None else str(state["metadata"]["uid"])
+            owners = {access_owner("Role"), access_owner("RoleBinding")}
+            return uid if uid not in (None, first) and owners == {uid} else None
+
+        wait_for(replaced, 60, "a new Role and RoleBinding owned by the new state")
+        flows.wait("lost", _phase("Profiling"), 120, "the search to finish on the new state")
+        assert not [e for e in flows.events("lost") if e[1] == "ForeignJobAccount"]
 
 
 @pytest.mark.parametrize(

@@ -8,16 +8,13 @@ checks the bearer header against a loopback server.)
 from __future__ import annotations
 
 import base64
-import shutil
 import ssl
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import bcrypt
 import pytest
+from tls_certs import Tls, make_tls
 
 from compass.api.metricsource import MetricsAuthentication
 from compass.controllers import metricsauth
@@ -30,60 +27,6 @@ from tiers import require_prometheus
 USER = "compass"
 PASSWORD = "pr0m-s3cret-Password"
 QUEUE = 7
-
-
-@dataclass(frozen=True)
-class Tls:
-    """A CA and a server certificate it signed, for 127.0.0.1."""
-
-    ca: Path
-    cert: Path
-    key: Path
-    client_cert: Path
-    client_key: Path
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def _make_tls(directory: Path) -> Tls:
-    """A self-signed CA and a server certificate for IP 127.0.0.1, with the openssl CLI."""
-    if shutil.which("openssl") is None:
-        pytest.fail("the openssl CLI is needed to make the test CA (apt-get install openssl)")
-    _openssl(
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        "-subj", "/CN=compass test CA", "-keyout", "ca.key", "-out", "ca.crt",
-        cwd=directory,
-    )  # fmt: skip
-    _openssl(
-        "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-        "-keyout", "server.key", "-out", "server.csr",
-        cwd=directory,
-    )  # fmt: skip
-    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n", encoding="utf-8")
-    _openssl(
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "1", "-extfile", "san.ext", "-out", "server.crt",
-        cwd=directory,
-    )  # fmt: skip
-    _openssl(
-        "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=compass-operator",
-        "-keyout", "client.key", "-out", "client.csr",
-        cwd=directory,
-    )  # fmt: skip
-    _openssl(
-        "x509", "-req", "-in", "client.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "1", "-out", "client.crt",
-        cwd=directory,
-    )  # fmt: skip
-    return Tls(
-        directory / "ca.crt",
-        directory / "server.crt",
-        directory / "server.key",
-        directory / "client.crt",
-        directory / "client.key",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +53,7 @@ def secured(
     """Prometheus serving https only, to USER:PASSWORD only, scraping the exporter."""
     require_prometheus()
     workdir = tmp_path_factory.mktemp("prometheus-auth")
-    tls = _make_tls(workdir)
+    tls = make_tls(workdir)
     hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
     web_config = workdir / "web.yml"
     web_config.write_text(
@@ -239,7 +182,7 @@ def mutual(
     """Prometheus serving https only to clients with a certificate its CA signed (mutual TLS)."""
     require_prometheus()
     workdir = tmp_path_factory.mktemp("prometheus-mtls")
-    tls = _make_tls(workdir)
+    tls = make_tls(workdir)
     web_config = workdir / "web.yml"
     web_config.write_text(
         "tls_server_config:\n"

@@ -548,6 +548,25 @@ CASES = [
         "--runs",
     ),
     Case("load-samples", ["load", *TRITON, "--samples", "0"], "--samples"),
+    Case("load-tls-cert-alone", ["load", *TRITON, "--triton-cert", "c.pem"], "--triton-key"),
+    Case("load-tls-ca-missing", ["load", *TRITON, "--triton-ca", "nope.pem"], "--triton-ca"),
+    Case(
+        "load-tls-ca-not-pem",
+        ["load", *TRITON, "--triton-ca", "ca.pem"],
+        "--triton-ca",
+        write("ca.pem", "not a certificate\n"),
+    ),
+    Case(
+        "load-tls-ca-fifo",
+        ["load", *TRITON, "--triton-ca", "ca.pem"],
+        "--triton-ca",
+        fifo("ca.pem"),
+    ),
+    Case(
+        "load-tls-server-name",
+        ["load", *TRITON, "--triton-server-name", "bad name!"],
+        "--triton-server-name",
+    ),
     Case("load-seed", ["load", *TRITON, "--seed", "-1"], "--seed"),
     Case("load-slo", ["load", *TRITON, "--slo-ms", "soon"], "--slo-ms"),
     Case(

@@ -10,9 +10,16 @@ from typing import Any
 
 import pytest
 import yaml
+from profiles_for_tests import normal_profile
 
+from compass.api.paretopolicy import AdmissionSettings
+from compass.conversion import spec_for_plan
 from compass.dataplane.load import RequestRecord
+from compass.domain.elastico import Elastico
+from compass.domain.planner import Slo, plan_thresholds
+from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile
+from compass.domain.strategy import Strategy
 from compass.lab import clusterdemo
 from compass.lab.clusterdemo import (
     EXAMPLE,
@@ -116,3 +123,27 @@ def test_the_summary_reads_the_policy_against_both_static_ends() -> None:
         "the operator met the SLO for 75.0% of requests (static most accurate: 25.0%) at "
         "accuracy 0.8125 (served 0.7500) (static fastest: 0.7500 (served 0.7000))"
     )
+
+
+def test_the_prediction_runs_the_policys_own_strategy_and_admission_at_paper_scale() -> None:
+    """The simulator's prediction beside a live run is the policy the operator ran (its
+    strategy, its admission), not always Elastico, with the times back at the paper's scale."""
+    profiles = [normal_profile(f"c{i}", 0.7 + 0.05 * i, 100.0 + 60 * i, 10.0) for i in range(3)]
+    plan = plan_thresholds(profiles, Slo(1000.0))
+    scale = 0.1
+    spec = spec_for_plan(plan)
+    elastico = clusterdemo.unscaled_policy(spec, plan, scale)
+    assert isinstance(elastico, Elastico)
+    assert elastico.settings.stale_after_s == pytest.approx(spec.stale_after_seconds / scale)
+    assert clusterdemo.unscaled_admission(spec, scale) is None
+    chosen = spec.model_copy(
+        update={
+            "strategy": Strategy.PREDICTIVE,
+            "admission": AdmissionSettings(enabled=True, degrade_after=0.5),
+        }
+    )
+    assert isinstance(clusterdemo.unscaled_policy(chosen, plan, scale), Predictive)
+    admission = clusterdemo.unscaled_admission(chosen, scale)
+    assert admission is not None
+    assert admission.slo_ms == pytest.approx(chosen.slo.latency_ms / scale)
+    assert admission.degrade_after == pytest.approx(0.5)

@@ -3,7 +3,9 @@ resumed from, and every state call retried on transient errors only (an in-memor
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import gzip
 import importlib.util
 import io
 import json
@@ -183,6 +185,30 @@ def test_appends_send_only_the_new_lines_merge_out_and_roll_over_before_the_budg
     assert again.read_ledger() == "".join(lines)
     again.append_ledger(_line(99, 0))
     assert StateStore(STATE, NS, api=api).read_ledger() == "".join(lines) + _line(99, 0)
+
+
+def test_a_gzip_bomb_in_the_state_is_refused_by_the_job_not_inflated() -> None:
+    """A chunk that inflates past what the workflow can record (text_limit) stops the Job's
+    read with LedgerTooLargeError, naming where, with at most the limit inflated: the Job's pod
+    never holds the bomb's text."""
+    bomb = base64.b64encode(gzip.compress(b"0" * (64 << 20), mtime=0)).decode("ascii")
+    for where in ("state", "chunk"):
+        api = bench.FakeConfigMaps()
+        _state(api, **{"spec.json": "{}"})
+        holder = api.objects[STATE]
+        if where == "chunk":
+            holder = api.objects[f"{STATE}-c1"] = {
+                "metadata": {"name": f"{STATE}-c1", "namespace": NS},
+                "data": {},
+            }
+        holder["binaryData"] = {chunk_key(0): bomb}
+        with pytest.raises(
+            ledgerchunks.LedgerTooLargeError,
+            match=rf"{STATE}(-c1)?/.*: the ledger's text passes 100,000 bytes",
+        ):
+            StateStore(STATE, NS, api=api).read_ledger(limit=100_000)
+        # Without the bound it is what it says it is: the bound is what refused it.
+        assert len(StateStore(STATE, NS, api=api).read_ledger()) == 64 << 20
 
 
 def test_the_ledger_stops_at_the_chunk_config_maps_its_role_names(

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from compass.domain import space as space_module
 from compass.domain.evaluation import ParamValue
 from compass.domain.space import (
     MAX_SPACE_SIZE,
@@ -528,3 +529,46 @@ def test_config_key_ignores_order_and_integral_floats(
             assert config_key({**config, name: str(value)}) != config_key(config)
             if value in (0, 1):
                 assert config_key({**config, name: bool(value)}) != config_key(config)
+
+
+@pytest.mark.parametrize(
+    "constraints",
+    [[], ["b <= a"], ["a != 2", "b > 1"], ["c != 'y'", "a >= 3", "b < a"]],
+)
+def test_counting_a_space_agrees_with_building_it_across_blocks(
+    constraints: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Space.count, which the operator uses, is the size of the built space, whatever the
+    block boundaries fall on (blocks of 7 rows here, against 60 combinations)."""
+    spec = SpaceSpec.model_validate(
+        {
+            "parameters": [
+                {"name": "a", "type": "integer", "values": [1, 2, 3, 4, 5]},
+                {"name": "b", "type": "integer", "values": [0, 1, 2, 3]},
+                {"name": "c", "type": "categorical", "values": ["x", "y", "z"]},
+            ],
+            "constraints": constraints,
+        }
+    )
+    monkeypatch.setattr(space_module, "COUNT_BLOCK", 7)
+    assert Space.count(spec) == Space(spec).size
+
+
+def test_counting_refuses_what_building_refuses() -> None:
+    empty = SpaceSpec.model_validate(
+        {
+            "parameters": [{"name": "a", "type": "integer", "values": [1, 2]}],
+            "constraints": ["a > 5"],
+        }
+    )
+    with pytest.raises(SpaceError, match="no configuration satisfies"):
+        Space.count(empty)
+    huge = SpaceSpec.model_validate(
+        {
+            "parameters": [
+                {"name": f"p{i}", "type": "integer", "values": list(range(10))} for i in range(7)
+            ]
+        }
+    )
+    with pytest.raises(SpaceError, match="compass enumerates at most"):
+        Space.count(huge)

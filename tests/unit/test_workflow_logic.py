@@ -113,9 +113,9 @@ def _spec(**changes: Any) -> CompoundWorkflowSpec:
 
 
 def test_valid_spec_gives_its_space() -> None:
-    spec, space = validate_spec(_raw())
+    spec, size = validate_spec(_raw())
     assert spec.evaluation.tau == 0.8
-    assert space.size == 8
+    assert size == 8
 
 
 def test_unknown_parameter_in_a_constraint_names_the_constraint_and_the_fix() -> None:
@@ -268,10 +268,10 @@ def test_invalid_status_is_failed_with_the_reason() -> None:
 
 
 def test_start_searching_names_the_job_and_resets_counts() -> None:
-    spec, space = validate_spec(_raw())
+    spec, size = validate_spec(_raw())
     before = CompoundWorkflowStatus(phase=Phase.READY, samples_used=99, policy="rag")
     status, event = workflow_status.start_status(
-        before, "rag", 2, spec, space, {LEDGER_KEY: ""}, NOW
+        before, "rag", 2, spec, size, {LEDGER_KEY: ""}, NOW
     )
     assert status.phase is Phase.SEARCHING
     assert status.observed_generation == 2
@@ -290,10 +290,10 @@ def test_start_searching_names_the_job_and_resets_counts() -> None:
 
 
 def test_start_with_reused_profiles_goes_to_planning_without_a_job() -> None:
-    spec, space = validate_spec(_raw())
+    spec, size = validate_spec(_raw())
     seed = seed_state(spec, 2, {1: _state(spec, **FULL)})
     status, event = workflow_status.start_status(
-        CompoundWorkflowStatus(), "rag", 2, spec, space, seed.data, NOW
+        CompoundWorkflowStatus(), "rag", 2, spec, size, seed.data, NOW
     )
     assert status.phase is Phase.PLANNING
     assert status.search_job is None
@@ -594,10 +594,10 @@ def test_without_auto_apply_the_plan_waits_for_review_in_the_status() -> None:
 
 
 def test_a_new_generation_clears_the_plan_held_for_review() -> None:
-    spec, space = validate_spec(_raw())
+    spec, size = validate_spec(_raw())
     seed = seed_state(spec, 2, {1: _state(spec, **FULL)})
     held = CompoundWorkflowStatus(phase=Phase.PLANNED, planned_policy={"kind": "ParetoPolicy"})
-    status, _ = workflow_status.start_status(held, "rag", 2, spec, space, seed.data, NOW)
+    status, _ = workflow_status.start_status(held, "rag", 2, spec, size, seed.data, NOW)
     assert status.phase is Phase.PLANNING
     assert status.planned_policy is None
 
@@ -606,11 +606,11 @@ def test_auto_apply_is_no_part_of_what_the_search_or_profiles_depend_on() -> Non
     on, off = _spec(), _spec().model_copy(update={"auto_apply": False})
     assert workflow_state.profile_key(on) == workflow_state.profile_key(off)
     # A flip is a spec change whose profiles carry over: it re-plans, it does not search.
-    spec, space = validate_spec(_raw())
+    spec, size = validate_spec(_raw())
     previous = _state(off, **FULL)
     seed = seed_state(spec, 2, {1: previous})
     status, event = workflow_status.start_status(
-        CompoundWorkflowStatus(), "rag", 2, spec, space, seed.data, NOW
+        CompoundWorkflowStatus(), "rag", 2, spec, size, seed.data, NOW
     )
     assert (status.phase, status.search_job, event.reason) == (
         Phase.PLANNING,
@@ -1084,9 +1084,9 @@ def test_best_accuracy_counts_configurations_with_enough_samples(tmp_path: Path)
 def test_job_progress_counts_each_jobs_start_and_end_once() -> None:
     """A workflow's life, status write by status write: what the Job counters and the samples
     counter add at each (compass_workflow_searches_total, ..._profilings_total, ...)."""
-    spec, space = validate_spec(_raw())
+    spec, size = validate_spec(_raw())
     empty = CompoundWorkflowStatus()
-    started, _ = workflow_status.start_status(empty, "rag", 1, spec, space, {LEDGER_KEY: ""}, NOW)
+    started, _ = workflow_status.start_status(empty, "rag", 1, spec, size, {LEDGER_KEY: ""}, NOW)
     assert workflow_status.job_progress(empty, started) == (("search", "started"),)
     assert workflow_status.job_progress(started, started) == ()
 
@@ -1111,15 +1111,15 @@ def test_job_progress_counts_each_jobs_start_and_end_once() -> None:
     assert failed.phase is Phase.FAILED
     assert workflow_status.job_progress(profiling, failed) == (("profiling", "failed"),)
     # A new generation's search is a new Job; its carried-over samples were counted before.
-    again, _ = workflow_status.start_status(failed, "rag", 2, spec, space, {LEDGER_KEY: ""}, NOW)
+    again, _ = workflow_status.start_status(failed, "rag", 2, spec, size, {LEDGER_KEY: ""}, NOW)
     assert workflow_status.job_progress(failed, again) == (("search", "started"),)
     assert workflow_status.samples_evaluated(failed, again) == 0
 
 
 def test_reused_results_and_profiles_count_no_job() -> None:
-    spec, space = validate_spec(_raw())
+    spec, size = validate_spec(_raw())
     seed = seed_state(spec, 2, {1: _state(spec, **FULL)})
     status, _ = workflow_status.start_status(
-        CompoundWorkflowStatus(), "rag", 2, spec, space, seed.data, NOW
+        CompoundWorkflowStatus(), "rag", 2, spec, size, seed.data, NOW
     )
     assert workflow_status.job_progress(CompoundWorkflowStatus(), status) == ()

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import ValidationError
@@ -27,6 +28,7 @@ from compass.domain.arrivals import (
 )
 from compass.domain.planner import PlanError
 from compass.domain.space import describe_number, explain_validation_error
+from compass.domain.traces import TRACE_NAMES, TraceError, TraceWindow, window_pattern
 from compass.evaluators.files import (
     MiB,
     UnsafeFileError,
@@ -36,6 +38,10 @@ from compass.evaluators.files import (
     same_file,
     write_replacing,
 )
+from compass.examples import load_trace
+
+if TYPE_CHECKING:
+    from compass.dataplane.triton import GrpcTls
 
 # compass.dataplane.triton's default, restated so that building the parser loads no gRPC client.
 # Where a planner error's field comes from on the command line.
@@ -445,3 +451,130 @@ def check_some_requests(pattern: LoadPattern, seed: int, requests: int) -> None:
             f"(seed {seed}), so nothing would be served or measured",
             "raise --duration or --base-qps",
         )
+
+
+# The trace window's fields as the flags spell them.
+TRACE_FLAGS = {
+    "start_s": "--window-start",
+    "length_s": "--window-s",
+    "utilisation": "--utilisation",
+}
+DEFAULT_UTILISATION = 0.7
+DEFAULT_WINDOW_S = 600.0
+
+
+def add_trace_window_arguments(parser: argparse.ArgumentParser) -> None:
+    """--trace-name, --utilisation, --window-start and --window-s: a window of a shipped
+    production trace as the load (`compass simulate`, bench/serving_triton.py)."""
+    parser.add_argument(
+        "--trace-name",
+        choices=TRACE_NAMES,
+        help="real load: a window of a shipped production trace (operator/compass/examples/"
+        "traces/), stretched to --utilisation of the fastest member's capacity on every pod "
+        "(instead of --pattern; docs/method.md, Real load: trace windows)",
+    )
+    parser.add_argument(
+        "--utilisation",
+        default=str(DEFAULT_UTILISATION),
+        help=f"with --trace-name: the window's mean load as a share of the fastest member's "
+        f"capacity (default {DEFAULT_UTILISATION:g})",
+    )
+    parser.add_argument(
+        "--window-start",
+        default="0",
+        help="with --trace-name: where the window starts, in the trace's own seconds (default 0)",
+    )
+    parser.add_argument(
+        "--window-s",
+        default=str(DEFAULT_WINDOW_S),
+        help=f"with --trace-name: the window's length in the trace's own seconds, before "
+        f"stretching (default {DEFAULT_WINDOW_S:g})",
+    )
+
+
+def trace_window_pattern(
+    args: argparse.Namespace, fastest_mean_ms: float, pods: int
+) -> LoadPattern:
+    """--trace-name's window, stretched to --utilisation of the capacity of the fastest member
+    (its mean service time) on every pod: the same cut and stretch as the benches."""
+    if args.trace is not None or args.pattern != PatternKind.SPIKE.value:
+        fail("--trace-name", "is a load of its own", "drop --pattern and --trace, or --trace-name")
+    utilisation = parse_number(
+        "--utilisation", str(args.utilisation), "0.7", low=0, inclusive=False
+    )
+    window = TraceWindow(
+        args.trace_name,
+        parse_number("--window-start", str(args.window_start), "0", low=0, inclusive=True),
+        parse_number("--window-s", str(args.window_s), "600", low=0, inclusive=False),
+    )
+    try:
+        return window_pattern(load_trace(window.trace), window, utilisation, fastest_mean_ms, pods)
+    except TraceError as exc:
+        flag = TRACE_FLAGS.get(exc.field, "--trace-name")
+        fix = exc.fix.replace("length_s", "--window-s")
+        raise UsageError(f"{flag}: {exc.what}; {fix}") from None
+
+
+# A PEM file of ours is a few KiB; a bundle of every public CA is about 200 KiB.
+MAX_PEM_BYTES = 1 * MiB
+
+
+def add_triton_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    """--triton-ca, --triton-cert, --triton-key and --triton-server-name: TLS (and mutual TLS)
+    to Triton's gRPC port."""
+    parser.add_argument(
+        "--triton-ca",
+        metavar="CA.pem",
+        help="TLS to Triton's gRPC port: verify its certificate against this PEM CA bundle "
+        "(Triton's --grpc-use-ssl)",
+    )
+    parser.add_argument(
+        "--triton-cert",
+        metavar="CERT.pem",
+        help="mutual TLS: the client certificate to present (with --triton-key; Triton's "
+        "--grpc-use-ssl-mutual)",
+    )
+    parser.add_argument("--triton-key", metavar="KEY.pem", help="mutual TLS: its private key")
+    parser.add_argument(
+        "--triton-server-name",
+        metavar="NAME",
+        help="the name Triton's certificate carries where it is not the address's host (a "
+        "pod dialled by IP, a certificate for its Service)",
+    )
+
+
+def triton_tls(args: argparse.Namespace) -> GrpcTls | None:
+    """The TLS the --triton-* flags ask for (None: plaintext); UsageError naming the flag."""
+    # Here, not at the top: every command imports this module, few talk gRPC.
+    from compass.dataplane.triton import GrpcTls
+
+    flags = {
+        "--triton-ca": args.triton_ca,
+        "--triton-cert": args.triton_cert,
+        "--triton-key": args.triton_key,
+        "--triton-server-name": args.triton_server_name,
+    }
+    if all(value is None for value in flags.values()):
+        return None
+    if (args.triton_cert is None) != (args.triton_key is None):
+        missing = "--triton-key" if args.triton_key is None else "--triton-cert"
+        fail(missing, "mutual TLS needs the client certificate and its key", f"add {missing}")
+    pems: dict[str, bytes | None] = {}
+    for flag in ("--triton-ca", "--triton-cert", "--triton-key"):
+        path = flags[flag]
+        if path is None:
+            pems[flag] = None
+            continue
+        try:
+            data = read_regular(Path(str(path)), MAX_PEM_BYTES)
+        except UnsafeFileError as error:
+            fail(flag, error.what, error.fix)
+        if b"-----BEGIN " not in data:
+            fail(flag, f"{path} is not PEM (no -----BEGIN line)", "give a PEM file")
+        pems[flag] = data
+    name = args.triton_server_name
+    if name is not None and not re.fullmatch(
+        r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", name
+    ):
+        fail("--triton-server-name", f"{name!r} is not a DNS name", "give e.g. triton.ml.svc")
+    return GrpcTls(pems["--triton-ca"], pems["--triton-cert"], pems["--triton-key"], name)

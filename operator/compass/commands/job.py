@@ -46,6 +46,7 @@ from compass.controllers.ledgerchunks import (
     MAX_CHUNKS,
     PENDING_TEXT,
     FlushClock,
+    LedgerTooLargeError,
     chunk_key,
     chunk_name,
     config_map_size,
@@ -55,6 +56,7 @@ from compass.controllers.ledgerchunks import (
     ledger_text,
     pieces,
     stored_size,
+    text_limit,
 )
 from compass.dataplane.profiler import (
     CurveSettings,
@@ -209,8 +211,10 @@ class StateStore:
         self._state = found
         return dict(found.get("data") or {})
 
-    def read_ledger(self) -> str:
-        """The ledger of the state and its chunk ConfigMaps; later appends go after it."""
+    def read_ledger(self, limit: int | None = None) -> str:
+        """The ledger of the state and its chunk ConfigMaps; later appends go after it. Past
+        ``limit`` bytes of text (what the workflow can record: ledgerchunks.text_limit),
+        LedgerTooLargeError, with no more than that inflated (a gzip bomb in a chunk)."""
         if self._state is None:
             self.read()
         assert self._state is not None
@@ -228,10 +232,16 @@ class StateStore:
             if any(a <= first and last <= b for a, b in spans):
                 self._moved.append(key)  # merged out by a pod that died before deleting it
             else:
-                self._hot.append(_Hot(first, last, decode(binary[key]), stored_size(value)))
+                try:
+                    text = decode(binary[key], limit)
+                except LedgerTooLargeError:
+                    raise LedgerTooLargeError(
+                        f"{self.name}/{key}: the ledger's text passes {limit:,} bytes"
+                    ) from None
+                self._hot.append(_Hot(first, last, text, stored_size(value)))
         self._next = 1 + max((span[1] for obj in found for span in ledger_chunks(obj)), default=-1)
         self._opened = True
-        return ledger_text(found)
+        return ledger_text(found, limit)
 
     def write(self, data: Mapping[str, str]) -> None:
         """Patch these keys of the state (and delete the chunks merged out of it)."""
@@ -432,7 +442,8 @@ def run_search(state_name: str, namespace: str) -> int:
     space = Space(spec.space)
     workdir = Path(tempfile.mkdtemp(prefix="compass-search-"))
     ledger = workdir / LEDGER_KEY
-    ledger.write_text(store.read_ledger(), encoding="utf-8")
+    limit = text_limit(space.size, spec.evaluation.dataset.size)
+    ledger.write_text(store.read_ledger(limit), encoding="utf-8")
     checkpoint = CheckpointLedger(ledger)
     if checkpoint.facts_at_open:
         print(f"resuming: {checkpoint.facts_at_open} sample evaluations already recorded")

@@ -13,11 +13,13 @@ import numpy as np
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.commands.common import (
     add_pattern_arguments,
+    add_triton_tls_arguments,
     check_endpoint,
     check_not_input,
     check_output,
     check_some_requests,
     pattern_from_args,
+    triton_tls,
     write_text,
 )
 from compass.console import parse_int, parse_number
@@ -36,6 +38,7 @@ def register(commands: Any, summary: str) -> None:
     )
     load.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
     load.add_argument("--router", default=DEFAULT_ROUTER_MODEL, help="router model name")
+    add_triton_tls_arguments(load)
     add_pattern_arguments(load)
     load.add_argument("--samples", default="100", help="requests cycle through samples 0..N-1")
     load.add_argument("--slo-ms", help="also report compliance with this latency target")
@@ -51,6 +54,7 @@ def load_command(args: argparse.Namespace) -> int:
         check_not_input("--output", Path(args.output), {"--trace": args.trace})
         check_output("--output", Path(args.output))
     samples = parse_int("--samples", args.samples, "100", low=1)
+    tls = triton_tls(args)
     # Checked before any request is sent, not after the whole load has run.
     slo = (
         None
@@ -71,7 +75,9 @@ def load_command(args: argparse.Namespace) -> int:
         # that honours it (rag-sim) serves the very requests the simulator replays.
         return {"sample": index % samples, "quantile": float(scenario.luck[index])}
 
-    records = run_load(args.triton, scenario.arrivals_s.tolist(), payload, model=args.router)
+    records = run_load(
+        args.triton, scenario.arrivals_s.tolist(), payload, model=args.router, tls=tls
+    )
     if args.output:
         write_text(Path(args.output), "".join(json.dumps(r.__dict__) + "\n" for r in records))
     ok = [r for r in records if r.error is None]

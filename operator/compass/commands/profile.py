@@ -10,10 +10,12 @@ from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.commands.common import (
+    add_triton_tls_arguments,
     check_endpoint,
     check_not_input,
     check_output,
     read_document,
+    triton_tls,
     write_text,
 )
 from compass.console import fail, parse_int
@@ -34,6 +36,7 @@ def register(commands: Any, summary: str) -> None:
     )
     profile.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
     profile.add_argument("--router", default=DEFAULT_ROUTER_MODEL, help="router model name")
+    add_triton_tls_arguments(profile)
     profile.add_argument(
         "--result",
         required=True,
@@ -79,7 +82,7 @@ def profile_command(args: argparse.Namespace) -> int:
         measured_runs=parse_int("--runs", args.runs, "50", low=1),
     )
     samples = parse_int("--samples", args.samples, "100", low=1)
-    router = TritonRouter(args.triton, model=args.router)
+    router = TritonRouter(args.triton, model=args.router, tls=triton_tls(args))
 
     def payload(index: int) -> dict[str, Any]:
         return {"sample": index % samples}

@@ -14,7 +14,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.commands.common import check_endpoint, check_not_input, read_document
+from compass.commands.common import (
+    add_triton_tls_arguments,
+    check_endpoint,
+    check_not_input,
+    read_document,
+    triton_tls,
+)
 from compass.commands.search_common import (
     SearchOptions,
     add_settings,
@@ -88,6 +94,7 @@ def register(commands: Any, summary: str) -> None:
     run.add_argument(
         "--router", default=DEFAULT_ROUTER_MODEL, help="router model name (with --triton)"
     )
+    add_triton_tls_arguments(run)
     run.add_argument("--samples", metavar="N", help="dataset size (with --command or --triton)")
     run.add_argument(
         "--ledger",
@@ -424,7 +431,9 @@ def _live_scores(args: argparse.Namespace, space: Space | None, options: SearchO
     budgets = resolve_budgets(options.budgets, population, "--samples")
     if args.triton is not None:
         check_endpoint("--triton", str(args.triton))
-        source = ScoreSource(triton=str(args.triton), router_model=str(args.router))
+        source = ScoreSource(
+            triton=str(args.triton), router_model=str(args.router), tls=triton_tls(args)
+        )
     else:
         try:
             argv = shlex.split(str(args.command))

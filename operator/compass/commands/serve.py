@@ -10,7 +10,13 @@ from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.urls import url_problem
-from compass.commands.common import check_endpoint, load_policy, plan_error
+from compass.commands.common import (
+    add_triton_tls_arguments,
+    check_endpoint,
+    load_policy,
+    plan_error,
+    triton_tls,
+)
 from compass.console import fail, parse_number
 from compass.conversion import admission_table, runtime_policy
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
@@ -40,6 +46,7 @@ def register(commands: Any, summary: str) -> None:
         help="Triton gRPC endpoint; several (comma-separated): replicas switched together",
     )
     serve.add_argument("--router", default=DEFAULT_ROUTER_MODEL, help="router model name")
+    add_triton_tls_arguments(serve)
     serve.add_argument(
         "--metrics",
         required=True,
@@ -92,6 +99,7 @@ def serve_command(args: argparse.Namespace) -> int:
             for k, address in enumerate(addresses)
         ],
         model=args.router,
+        tls=triton_tls(args),
     )
     fleet.admission = admission_table(spec, policy.plan)
     source: QueueDepthSource = (

@@ -12,6 +12,7 @@ from typing import Any
 from compass.commands.common import (
     add_admission_arguments,
     add_pattern_arguments,
+    add_trace_window_arguments,
     admission_degrade_after,
     admission_quantile,
     check_not_input,
@@ -21,18 +22,16 @@ from compass.commands.common import (
     pattern_from_args,
     plan_error,
     save_output,
+    trace_window_pattern,
     write_text,
 )
-from compass.console import UsageError, fail, parse_number
+from compass.console import fail, parse_number
 from compass.conversion import admission_rule, runtime_policy
 from compass.domain.admission import AdmissionPoint
-from compass.domain.arrivals import LoadPattern, PatternKind, Scenario, make_scenario
+from compass.domain.arrivals import Scenario, make_scenario
 from compass.domain.planner import PlanError
 from compass.domain.podmodel import POD_STAGES, PodModel
-from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import MetricsView, RunReport, compare
-from compass.domain.traces import TRACE_NAMES, TraceError, TraceWindow, window_pattern
-from compass.examples import load_trace
 from compass.lab import plots
 
 DEFAULT_TIMELINE = "compass-timeline.json"
@@ -108,30 +107,7 @@ def register(commands: Any, summary: str) -> None:
         help="with admission: serve a request that would be late whatever serves it on the "
         "fastest member instead of refusing it (the policy's admission.refuse: false)",
     )
-    simulate.add_argument(
-        "--trace-name",
-        choices=TRACE_NAMES,
-        help="real load: a window of a shipped production trace (operator/compass/examples/"
-        "traces/), stretched to --utilisation of the policy's fastest member's capacity on "
-        "every pod (instead of --pattern; docs/method.md, Real load: trace windows)",
-    )
-    simulate.add_argument(
-        "--utilisation",
-        default=str(DEFAULT_UTILISATION),
-        help=f"with --trace-name: the window's mean load as a share of the fastest member's "
-        f"capacity (default {DEFAULT_UTILISATION:g})",
-    )
-    simulate.add_argument(
-        "--window-start",
-        default="0",
-        help="with --trace-name: where the window starts, in the trace's own seconds (default 0)",
-    )
-    simulate.add_argument(
-        "--window-s",
-        default=str(DEFAULT_WINDOW_S),
-        help=f"with --trace-name: the window's length in the trace's own seconds, before "
-        f"stretching (default {DEFAULT_WINDOW_S:g})",
-    )
+    add_trace_window_arguments(simulate)
     simulate.add_argument(
         "--timeline",
         default=DEFAULT_TIMELINE,
@@ -208,39 +184,6 @@ def timeline_document(
     }
 
 
-# The trace window's fields as `compass simulate` spells them.
-TRACE_FLAGS = {
-    "start_s": "--window-start",
-    "length_s": "--window-s",
-    "utilisation": "--utilisation",
-}
-DEFAULT_UTILISATION = 0.7
-DEFAULT_WINDOW_S = 600.0
-
-
-def trace_window_pattern(
-    args: argparse.Namespace, fastest: LatencyProfile, pods: int
-) -> LoadPattern:
-    """--trace-name's window, stretched to --utilisation of the fastest member's capacity on
-    every pod: the same cut and stretch as the benches."""
-    if args.trace is not None or args.pattern != PatternKind.SPIKE.value:
-        fail("--trace-name", "is a load of its own", "drop --pattern and --trace, or --trace-name")
-    utilisation = parse_number(
-        "--utilisation", str(args.utilisation), "0.7", low=0, inclusive=False
-    )
-    window = TraceWindow(
-        args.trace_name,
-        parse_number("--window-start", str(args.window_start), "0", low=0, inclusive=True),
-        parse_number("--window-s", str(args.window_s), "600", low=0, inclusive=False),
-    )
-    try:
-        return window_pattern(load_trace(window.trace), window, utilisation, fastest.mean_ms, pods)
-    except TraceError as exc:
-        flag = TRACE_FLAGS.get(exc.field, "--trace-name")
-        fix = exc.fix.replace("length_s", "--window-s")
-        raise UsageError(f"{flag}: {exc.what}; {fix}") from None
-
-
 def simulate_command(args: argparse.Namespace) -> int:
     """`compass simulate`: the policy against the static baselines on one seeded load."""
     policy_path = Path(str(args.policy))
@@ -271,7 +214,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     front = [t.profile for t in policy.plan.thresholds]
     load = pattern.kind.value
     if args.trace_name is not None:
-        pattern = trace_window_pattern(args, front[0], int(pods))
+        pattern = trace_window_pattern(args, front[0].mean_ms, int(pods))
         load = (
             f"{args.trace_name} from {args.window_start} s, stretched to {args.utilisation} of "
             "the fastest's capacity"

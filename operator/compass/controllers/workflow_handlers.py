@@ -241,19 +241,21 @@ def _ensure_service_account(api: client.ApiClient, namespace: str, account: str)
 
 def _ensure_job_access(
     api: client.ApiClient, workflow: Mapping[str, Any], spec: CompoundWorkflowSpec, account: str
-) -> None:
+) -> str | None:
     """The current generation's Role and RoleBinding (its state ConfigMaps, by name) for the
-    Jobs' ServiceAccount, owned by its state; ones of those names that are not this state's
-    are refused. Nothing while the state is missing (a Job then fails its first read)."""
+    Jobs' ServiceAccount, owned by its state; the state's UID, or None while the state is
+    missing (a Job then fails its first read). Ones of those names that compass-operator did
+    not make are refused (ForeignJobAccessError); ones an earlier state of that name owns wait
+    for the garbage collector (kubeapi.OwnedByAnotherError)."""
     metadata = workflow["metadata"]
     name = search_name(metadata["name"], int(metadata.get("generation", 1)))
     state = kubeapi.read(
         client.CoreV1Api(api).read_namespaced_config_map, name, metadata["namespace"]
     )
     if state is None:
-        return
+        return None
     rbac = client.RbacAuthorizationV1Api(api)
-    uid = state["metadata"]["uid"]
+    uid: str = state["metadata"]["uid"]
 
     def whose(existing: Mapping[str, Any]) -> str | None:
         return _not_made_here(existing) or kubeapi.controlled_by_another(existing, uid)
@@ -266,11 +268,16 @@ def _ensure_job_access(
             build_job_role_binding(state, account),
         ),
     )
+    namespace = state["metadata"]["namespace"]
     for create, read, body in creations:
         try:
-            kubeapi.create_or_take(create, read, state["metadata"]["namespace"], body, whose)
+            kubeapi.create_or_take(create, read, namespace, body, whose)
         except kubeapi.OwnedByAnotherError as error:
+            existing = kubeapi.read(read, body["metadata"]["name"], namespace)
+            if existing is not None and _not_made_here(existing) is None:
+                raise  # an earlier state's (deleted, its dependents not yet collected)
             raise ForeignJobAccessError(str(error)) from None
+    return uid
 
 
 def _refuse_foreign(
@@ -360,15 +367,20 @@ def _create_state(
         )
 
 
+# The UID of the state whose Role and RoleBinding this process last made or found, per workflow.
+_ACCESS_KEY = "compass_job_access"
+
+
 def _create_job(
     api: client.ApiClient,
     body: Mapping[str, Any],
     spec: CompoundWorkflowSpec,
     which: Create,
     settings: OperatorSettings,
+    memo: MutableMapping[str, Any],
 ) -> None:
     # Every Job starts with its access: a Role lost or refused earlier is made (or refused) now.
-    _ensure_job_access(api, body, spec, settings.job_service_account)
+    memo[_ACCESS_KEY] = _ensure_job_access(api, body, spec, settings.job_service_account)
     build = build_search_job if which is Create.SEARCH_JOB else build_profile_job
     job = build(
         body,
@@ -386,6 +398,21 @@ def _create_job(
         job,
         metadata["uid"],
     )
+
+
+def _keep_job_access(
+    api: client.ApiClient,
+    workflow: Mapping[str, Any],
+    spec: CompoundWorkflowSpec,
+    settings: OperatorSettings,
+    memo: MutableMapping[str, Any],
+    state: Mapping[str, Any],
+) -> None:
+    """A running Job's Role and RoleBinding, made again for a state that was replaced under it
+    (they are owned by the state, so a state deleted by hand takes them along): checked once per
+    state this process sees, not at every poll."""
+    if memo.get(_ACCESS_KEY) != state["metadata"]["uid"]:
+        memo[_ACCESS_KEY] = _ensure_job_access(api, workflow, spec, settings.job_service_account)
 
 
 def _wait_for_collection(error: kubeapi.OwnedByAnotherError) -> kopf.TemporaryError:
@@ -413,7 +440,7 @@ def start_generation(name: str, namespace: str | None, memo: kopf.Memo, **_: Any
         for _attempt in range(_WRITE_ATTEMPTS):
             # A fresh read each attempt: the decision must rest on what the write will check.
             current = _read_workflow(runtime.api(), namespace, name)
-            if current is None or _start(runtime.api(), current, runtime.settings, metrics):
+            if current is None or _start(runtime.api(), current, runtime.settings, memo, metrics):
                 count.labels(WORKFLOW_KIND, "ok").inc()
                 return
     except kopf.PermanentError:
@@ -435,6 +462,7 @@ def _start(
     api: client.ApiClient,
     workflow: dict[str, Any],
     settings: OperatorSettings,
+    memo: MutableMapping[str, Any],
     metrics: OperatorMetrics | None = None,
 ) -> bool:
     """One read-decide-write attempt; False when the status write lost a race."""
@@ -445,7 +473,7 @@ def _start(
     status = _status_of(workflow)
     now = _now()
     try:
-        spec, space = validate_spec(workflow.get("spec") or {})
+        spec, space_size = validate_spec(workflow.get("spec") or {})
         _authorize(spec, namespace, settings)
     except InvalidSpecError as error:
         _supersede(api, namespace, name, uid, generation)
@@ -463,7 +491,7 @@ def _start(
         return True  # already started; the timer carries it on
     # Older generations' Jobs go first, so that they stop writing to the ledgers seeded from.
     _supersede(api, namespace, name, uid, generation)
-    limit = text_limit(len(space), spec.evaluation.dataset.size)
+    limit = text_limit(space_size, spec.evaluation.dataset.size)
     states = _states(api, namespace, name, uid, limit)
     _report_refused(workflow, states)
     try:
@@ -473,9 +501,9 @@ def _start(
             # Re-read: if a racing start made it first, its ledger is what counts.
             states = _states(api, namespace, name, uid, limit)
         state = states[generation].data if generation in states else {}
-        new, event = start_status(status, name, generation, spec, space, state, now)
+        new, event = start_status(status, name, generation, spec, space_size, state, now)
         if new.search_job is not None:
-            _create_job(api, workflow, spec, Create.SEARCH_JOB, settings)
+            _create_job(api, workflow, spec, Create.SEARCH_JOB, settings, memo)
     except ForeignJobAccessError as error:
         raise _refuse_foreign(workflow, error) from None
     except kubeapi.OwnedByAnotherError as error:
@@ -584,7 +612,9 @@ def _advance(
             if which is Create.STATE:
                 _create_state(api, workflow, spec)
             else:
-                _create_job(api, workflow, spec, which, settings)
+                _create_job(api, workflow, spec, which, settings, memo)
+        if not step.create and current is not None and current.running and state_map:
+            _keep_job_access(api, workflow, spec, settings, memo, state_map)
     except ForeignJobAccessError as error:
         raise _refuse_foreign(workflow, error) from None
     except kubeapi.OwnedByAnotherError as error:

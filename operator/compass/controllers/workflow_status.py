@@ -26,7 +26,6 @@ from compass.controllers.builders import PROFILES_KEY, RESULT_KEY, search_name
 from compass.controllers.conditions import find_condition, one_line, set_condition, set_conditions
 from compass.controllers.workflow_spec import InvalidSpecError
 from compass.controllers.workflow_state import ledger_facts, seed_origin, state_counts
-from compass.domain.space import Space
 from compass.domain.statistics import IntervalMethod, describe_schedule
 
 ACTIVE_PHASES = frozenset({Phase.SEARCHING, Phase.PROFILING, Phase.PLANNING})
@@ -121,7 +120,7 @@ def start_status(
     workflow: str,
     generation: int,
     spec: CompoundWorkflowSpec,
-    space: Space,
+    space_size: int,
     state: Mapping[str, str],
     now: str,
 ) -> tuple[CompoundWorkflowStatus, WorkflowEvent]:
@@ -131,7 +130,7 @@ def start_status(
     Job runs, or, when the result was carried over, the timer moves on at its first tick.
     """
     origin = seed_origin(state)
-    valid = f"{space.size} configurations in the space"
+    valid = f"{space_size} configurations in the space"
     conditions = set_condition(
         [],
         workflow_condition(WorkflowConditionType.SPEC_VALID, "True", "Valid", valid, generation),
@@ -179,7 +178,7 @@ def start_status(
     else:
         resumed = ledger_facts(state)
         message = (
-            f"generation {generation}: searching {space.size} configurations for accuracy >= "
+            f"generation {generation}: searching {space_size} configurations for accuracy >= "
             f"{spec.evaluation.tau:g} (budgets {_budgets_text(spec)})"
             + (
                 f", {resumed} recorded batches carried over from generation {origin['ledger']}"

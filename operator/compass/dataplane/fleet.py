@@ -25,7 +25,13 @@ from compass.dataplane.metrics import (
     TritonQueueDepth,
     shared_read,
 )
-from compass.dataplane.triton import RoutingError, SwitchReport, TritonRouter, routing_key
+from compass.dataplane.triton import (
+    GrpcTls,
+    RoutingError,
+    SwitchReport,
+    TritonRouter,
+    routing_key,
+)
 from compass.domain.evaluation import Config
 from compass.domain.simulator import QueueAggregate, aggregate_queue
 
@@ -98,9 +104,11 @@ class RouterFleet:
         timeout_s: float = 10.0,
         attempts: int = 1,
         backoff_s: float = 0.1,
+        tls: GrpcTls | None = None,
     ) -> None:
         self.model = model
         self.timeout_s, self.attempts, self.backoff_s = timeout_s, attempts, backoff_s
+        self.tls = tls
         self.routers: dict[Endpoint, TritonRouter] = {}
         # Pods that did not answer the last active_config: the switch after it skips them, so
         # one hung pod costs a tick one timeout, not one per call (it is asked again next tick).
@@ -146,6 +154,7 @@ class RouterFleet:
                 timeout_s=self.timeout_s,
                 attempts=self.attempts,
                 backoff_s=self.backoff_s,
+                tls=self.tls,
             )
             self.routers[endpoint].admission = self._admission
 
@@ -167,7 +176,7 @@ class RouterFleet:
             raise RoutingError(f"no ready Triton pod serves {self.model}")
 
         def ask(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
-            key = ("router", endpoint.grpc_url, self.model)
+            key = ("router", endpoint.grpc_url, self.model, self.tls)
             try:
                 active = shared_read(self.shared, key, router.active_config, (RoutingError,))
                 return PodSwitch(endpoint.name, str(active), 0.0)

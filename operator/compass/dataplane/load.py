@@ -11,7 +11,13 @@ from typing import Any
 import tritonclient.grpc as grpcclient
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.dataplane.triton import DEADLINE_PARAMETER, LATE_MESSAGE, read_reply, request_tensor
+from compass.dataplane.triton import (
+    DEADLINE_PARAMETER,
+    LATE_MESSAGE,
+    GrpcTls,
+    read_reply,
+    request_tensor,
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ def run_load(
     parameters: Mapping[str, str] | None = None,
     deadline_s: float | None = None,
     queue_timeout_s: float | None = None,
+    tls: GrpcTls | None = None,
 ) -> list[RequestRecord]:
     """Send request i at ``arrivals[i]`` seconds (open loop) and wait for every reply.
 
@@ -53,6 +60,7 @@ def run_load(
     router's admission to judge it by. With ``queue_timeout_s`` each request carries Triton's
     own queue timeout, which the router's queue policy acts on if it has one (bench/
     triton_queue.py: DELAY serves a request past it after the ones in time; REJECT refuses it).
+    ``tls``: TLS (and mutual TLS) to the servers' gRPC ports.
     """
     if queue_timeout_s is not None and not queue_timeout_s > 0:
         raise ValueError(f"queue_timeout_s: {queue_timeout_s!r} is not > 0; give seconds, or None")
@@ -63,7 +71,14 @@ def run_load(
         replicas = [0] * len(arrivals)
     if len(replicas) != len(arrivals) or any(not 0 <= r < len(urls) for r in replicas):
         raise ValueError(f"replicas: one index in [0, {len(urls)}) per arrival")
-    clients = [grpcclient.InferenceServerClient(u) for u in urls]
+    clients = [
+        grpcclient.InferenceServerClient(
+            u,
+            channel_args=None if tls is None else tls.channel_args(),
+            creds=None if tls is None else tls.credentials(),
+        )
+        for u in urls
+    ]
     records: list[RequestRecord | None] = [None] * len(arrivals)
     done = threading.Semaphore(0)
     start = time.perf_counter()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
@@ -47,6 +48,39 @@ CHANNEL_ARGS = [
     ("grpc.max_reconnect_backoff_ms", 500),
     ("grpc.use_local_subchannel_pool", 1),
 ]
+
+
+@dataclass(frozen=True)
+class GrpcTls:
+    """TLS to Triton's gRPC port: the CA bundle the server's certificate is checked against
+    (PEM; None: the system's roots), a client certificate and key for mutual TLS (both or
+    neither), and the name the certificate must carry where the address is a pod's IP (None:
+    the address's host)."""
+
+    ca_pem: bytes | None = None
+    cert_pem: bytes | None = None
+    key_pem: bytes | None = None
+    server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert_pem is None) != (self.key_pem is None):
+            raise ValueError(
+                "TLS: give both the client certificate and its key (mutual TLS), or neither"
+            )
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """The channel's credentials."""
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca_pem,
+            private_key=self.key_pem,
+            certificate_chain=self.cert_pem,
+        )
+
+    def channel_args(self) -> list[tuple[str, Any]]:
+        """The server name to verify, where it is not the address's host."""
+        if not self.server_name:
+            return []
+        return [("grpc.ssl_target_name_override", self.server_name)]
 
 
 def routing_key(config: Config, blend: Config | None = None, weight: float = 0.0) -> str:
@@ -120,6 +154,7 @@ class TritonRouter:
         attempts: int = 4,
         backoff_s: float = 0.25,
         sleep: Callable[[float], None] = time.sleep,
+        tls: GrpcTls | None = None,
     ) -> None:
         self.url = url
         self.model = model
@@ -131,7 +166,12 @@ class TritonRouter:
         # Status calls must answer fast: a blackholed address would otherwise hold the
         # operator's timer until gRPC gives up.
         self.control_timeout_s = min(timeout_s, 5.0)
-        self.client = grpcclient.InferenceServerClient(url, channel_args=CHANNEL_ARGS)
+        self.tls = tls
+        self.client = grpcclient.InferenceServerClient(
+            url,
+            channel_args=CHANNEL_ARGS + ([] if tls is None else tls.channel_args()),
+            creds=None if tls is None else tls.credentials(),
+        )
         # Admission at dispatch (compass.domain.admission.router_admission), sent with every
         # switch so that a restarted server has it again at the next one; None: off.
         self.admission: Mapping[str, Any] | None = None

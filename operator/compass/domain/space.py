@@ -28,6 +28,9 @@ from compass.domain.evaluation import Config, ParamValue
 # Enumeration is explicit (an index array per configuration); beyond this the search
 # would need a sampler instead, and the user should hear that rather than wait.
 MAX_SPACE_SIZE = 2_000_000
+# Rows Space.count checks at a time (7 parameters: 3.5 MiB of indices and one column each).
+COUNT_BLOCK = 1 << 16
+NOTHING_SATISFIES = "no configuration satisfies every constraint; relax a constraint"
 # List bounds in the schema, so the API server refuses a resource the operator would spend its
 # time on before it reads it; far above any workflow's space.
 MAX_PARAMETERS = 64
@@ -354,6 +357,22 @@ class Space:
     """Every valid configuration of a SpaceSpec, as rows of value indices."""
 
     def __init__(self, spec: SpaceSpec, members: Iterable[Config] | None = None) -> None:
+        shape = self._take_rules(spec)
+        if members is None:
+            rows = np.indices(shape, dtype=np.int64).reshape(len(shape), -1).T
+        else:
+            rows = np.array(sorted({self._row(c) for c in members}), dtype=np.int64).reshape(
+                -1, len(self.parameters)
+            )
+        rows = rows[self._satisfies(rows)]
+        if len(rows) == 0:
+            raise SpaceError(NOTHING_SATISFIES)
+        self.rows: IntArray = np.ascontiguousarray(rows)
+        self._codes: IntArray = self.rows @ self._radix
+
+    def _take_rules(self, spec: SpaceSpec) -> tuple[int, ...]:
+        """The spec's parameters, constraints and value lookups; its shape (values per
+        parameter), refused past MAX_SPACE_SIZE combinations."""
         self.spec = spec
         self.parameters: tuple[ParameterSpec, ...] = tuple(spec.parameters)
         self.names: tuple[str, ...] = tuple(p.name for p in self.parameters)
@@ -375,17 +394,24 @@ class Space:
         self._radix: IntArray = np.array(
             [math.prod(shape[j + 1 :]) for j in range(len(shape))], dtype=np.int64
         )
-        if members is None:
-            rows = np.indices(shape, dtype=np.int64).reshape(len(shape), -1).T
-        else:
-            rows = np.array(sorted({self._row(c) for c in members}), dtype=np.int64).reshape(
-                -1, len(self.parameters)
-            )
-        rows = rows[self._satisfies(rows)]
-        if len(rows) == 0:
-            raise SpaceError("no configuration satisfies every constraint; relax a constraint")
-        self.rows: IntArray = np.ascontiguousarray(rows)
-        self._codes: IntArray = self.rows @ self._radix
+        return shape
+
+    @staticmethod
+    def count(spec: SpaceSpec) -> int:
+        """How many configurations the spec's space holds, the same checks as building it
+        (SpaceError), in memory bounded by COUNT_BLOCK rows: what the operator needs of a
+        space (its size), where building one at the limit takes ~230 MiB."""
+        rules = object.__new__(Space)
+        shape = rules._take_rules(spec)
+        total = math.prod(shape)
+        found = 0
+        for start in range(0, total, COUNT_BLOCK):
+            codes = np.arange(start, min(total, start + COUNT_BLOCK), dtype=np.int64)
+            rows = np.stack(np.unravel_index(codes, shape), axis=1).astype(np.int64)
+            found += int(rules._satisfies(rows).sum())
+        if found == 0:
+            raise SpaceError(NOTHING_SATISFIES)
+        return found
 
     def _find(self, row: Sequence[int]) -> int | None:
         """The index of the configuration with these value indices, None if it is not valid."""

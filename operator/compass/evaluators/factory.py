@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.dataplane.triton import TritonRouter
+from compass.dataplane.triton import GrpcTls, TritonRouter
 from compass.domain.evaluation import Evaluator
 from compass.evaluators.command import CommandEvaluator
 from compass.evaluators.ledger import Ledger, ReplayEvaluator
@@ -27,6 +27,8 @@ class ScoreSource:
     # host:port of Triton's gRPC endpoint; requests go to router_model there.
     triton: str | None = None
     router_model: str = DEFAULT_ROUTER_MODEL
+    # TLS to Triton's gRPC port (None: plaintext).
+    tls: GrpcTls | None = None
 
     def __post_init__(self) -> None:
         """Refuse a description that names no source, or more than one."""
@@ -43,4 +45,4 @@ def make_evaluator(source: ScoreSource) -> Evaluator:
         return CommandEvaluator(source.command)
     assert source.triton is not None  # __post_init__ guarantees one source
 
-    return TritonEvaluator(TritonRouter(source.triton, model=source.router_model))
+    return TritonEvaluator(TritonRouter(source.triton, model=source.router_model, tls=source.tls))

@@ -33,14 +33,15 @@ from compass.console import plan_table
 from compass.controllers import kubeapi
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.ledgerchunks import CHUNK_OF_LABEL
-from compass.conversion import elastico_settings, latency_profiles
+from compass.conversion import admission_rule, elastico_settings, latency_profiles
 from compass.dataplane.triton import TritonRouter
+from compass.domain.admission import Admission
 from compass.domain.arrivals import SPIKE_FACTOR, Scenario
-from compass.domain.elastico import Elastico
 from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import FRESH, MetricsView, Tick, compare
 from compass.domain.space import config_key
+from compass.domain.strategy import Policy, build_policy
 from compass.lab.demo import (
     RUN_TITLES,
     Reporter,
@@ -190,18 +191,25 @@ def unscaled_plan(spec: ParetoPolicySpec, scale: float) -> tuple[Plan, tuple[Lat
     return plan, profiles
 
 
-def unscaled_elastico(spec: ParetoPolicySpec, plan: Plan, scale: float) -> Elastico:
-    """The policy as the simulator runs it at the paper's scale."""
+def unscaled_policy(spec: ParetoPolicySpec, plan: Plan, scale: float) -> Policy:
+    """The policy (its strategy, cooldowns and staleness) as the simulator runs it at the
+    paper's scale."""
     settings = elastico_settings(spec)
-    return Elastico(
-        plan,
-        replace(
-            settings,
-            upscale_cooldown_s=settings.upscale_cooldown_s / scale,
-            downscale_cooldown_s=settings.downscale_cooldown_s / scale,
-            stale_after_s=settings.stale_after_s / scale,
-        ),
+    unscaled = replace(
+        settings,
+        upscale_cooldown_s=settings.upscale_cooldown_s / scale,
+        downscale_cooldown_s=settings.downscale_cooldown_s / scale,
+        stale_after_s=settings.stale_after_s / scale,
     )
+    return build_policy(spec.strategy, plan, unscaled, spec.forecaster)
+
+
+def unscaled_admission(spec: ParetoPolicySpec, scale: float) -> Admission | None:
+    """The routers' admission at the paper's scale, None where the policy has none."""
+    if not spec.admission.enabled:
+        return None
+    rule = admission_rule(spec)
+    return replace(rule, slo_ms=rule.slo_ms / scale)
 
 
 def status_ticks(
@@ -487,7 +495,9 @@ def _run(
         f"for the middle third, {settings.duration_s:g} s, {scenario.requests} requests (the "
         "same every time)"
     )
-    runs = _serve_three_ways(kube, name, triton, plan, scenario, top, settings, say)
+    runs = _serve_three_ways(
+        kube, name, triton, plan, scenario, top, settings, say, spec.admission.enabled
+    )
     kube.show("get", "cwf,pp")
 
     say.step("compare (the simulator's prediction on the same arrivals beside each run)")
@@ -495,11 +505,12 @@ def _run(
     views = {"triton": FRESH, "prometheus": MetricsView(PROMETHEUS_SCRAPE_S / scale)}
     predictions = {
         source: compare(
-            {"policy": unscaled_elastico(spec, plan, scale)},
+            {"policy": unscaled_policy(spec, plan, scale)},
             front_profiles,
             scenario,
             settings.slo_ms,
             spec.interval_seconds / scale,
+            admission=unscaled_admission(spec, scale),
             metrics_view=view,
         )
         for source, view in views.items()
@@ -641,9 +652,12 @@ def _serve_three_ways(
     top: int,
     settings: ClusterDemoSettings,
     say: Reporter,
+    deadlines: bool,
 ) -> dict[str, LiveRun]:
     """The spike with the operator switching the router, then on the most accurate and on the
-    fastest configuration with the policy paused."""
+    fastest configuration with the policy paused. With ``deadlines`` (the policy has
+    admission) the policy's requests carry the SLO as their deadline, as a gateway that owns
+    the SLO would send them; the static runs serve everything."""
     scale = settings.time_scale
     load = RagSimLoad(scenario)
     arrivals = load.arrivals_s(scale)
@@ -666,6 +680,7 @@ def _serve_three_ways(
                 load.payload,
                 settings.slo_ms,
                 time_scale=scale,
+                deadlines=deadlines,
             )
         finally:
             sampler.stop.set()

@@ -234,6 +234,8 @@ class LocalTriton(_Process):
     http_port: int = 0
     grpc_port: int = 0
     metrics_port: int = 0
+    # More tritonserver flags (e.g. --grpc-use-ssl=true and its certificates).
+    extra_args: Sequence[str] = ()
 
     @property
     def grpc_url(self) -> str:
@@ -267,6 +269,7 @@ class LocalTriton(_Process):
             f"--grpc-port={self.grpc_port}",
             f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
+            *self.extra_args,
         ]
         env = {**os.environ, **installation.environment()}
         with self.log.open("wb") as out:
