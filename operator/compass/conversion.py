@@ -102,9 +102,11 @@ def elastico_settings(spec: ParetoPolicySpec) -> ElasticoSettings:
     )
 
 
-def runtime_policy(spec: ParetoPolicySpec) -> Policy:
-    """The runtime policy this spec describes: its strategy over its plan."""
-    return build_policy(spec.strategy, policy_plan(spec), elastico_settings(spec), spec.forecaster)
+def runtime_policy(spec: ParetoPolicySpec, plan: Plan | None = None) -> Policy:
+    """The runtime policy this spec describes: its strategy over its plan (``plan``: the one
+    policy_plan gives for this spec, already made)."""
+    chosen = policy_plan(spec) if plan is None else plan
+    return build_policy(spec.strategy, chosen, elastico_settings(spec), spec.forecaster)
 
 
 def admission_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
