@@ -1,21 +1,32 @@
-"""How the operator scales with the number of ParetoPolicies: 1, 10, then 100 Elastico timers.
+"""How the operator scales with the number of ParetoPolicies: 1, 10, 100 (and 1,000, 3,000).
 
     python bench/operator_scale.py [--counts 1,10,100] [--window 30] [--no-switch-phase]
                                    [--strategy elastico|split|predictive] [--forecaster lstm]
-                                   [--huge-workflows 2] [--py-spy SECONDS]
+                                   [--huge-workflows 2] [--churn 100] [--restart]
+                                   [--py-spy SECONDS]
 
 Everything is real: etcd, kube-apiserver and kube-controller-manager (compass.lab.devcluster,
 binaries from hack/k8s/build.sh), one tritonserver serving rag-sim, and one `compass operator`
-process watching one namespace. All policies point at the same router and its metrics. The
-router already serves the most accurate configuration and nothing loads it, so each policy
-holds there: every tick is the steady-state one (read the queue, decide, ask the router what
-it serves, write the status when due). For each count, over --window seconds, it reports the
-operator's CPU (% of one core, /proc/PID/stat) and RSS, the achieved decision period per policy
-and the decision latency (the operator's compass_decision_seconds histogram).
+process watching one namespace. Each policy names a Service of its own (one policy acts on each
+routing target), and the operator's address override (COMPASS_TRITON_ADDRESS_OVERRIDE) sends
+them all to the one Triton; they read the same metrics URL. The router already serves the most
+accurate configuration and nothing loads it, so each policy holds there: every tick is the
+steady-state one (read the queue, decide, ask the router what it serves, write the status when
+due). For each count, over --window seconds, it reports the operator's CPU (% of one core,
+/proc/PID/stat) and RSS, the achieved decision period per policy, the decision latency (the
+operator's compass_decision_seconds histogram) and the API server's writes a second (its own
+apiserver_request_total).
 
 The decision times come from the policies' own status: status.policyState.arrivals keeps one
 (time, arrivals) sample per decision for the longest hysteresis window (the downscale cooldown,
-30 s here), and the statuses are read every few seconds (one list call): nothing is added to the operator.
+120 s here: longer than the status heartbeat, which grows with the policy count), and the
+statuses are read every few seconds (one list call): nothing is added to the operator.
+
+The churn phase (--churn N, at the largest count) creates N policies and deletes N of the first
+while the others tick, then checks that nothing of the deleted is left: objects, series in the
+operator's /metrics, policies on its scheduler (compass_policies_scheduled). The restart phase
+(--restart) SIGKILLs the operator and starts a new one: the seconds until every policy has acted
+again (its gauges set by the new process), then a steady window of the new process.
 
 The switch phase (at the largest count) flips the router to the fastest configuration every
 --flip-every seconds from outside; each policy adopts it, and after a 2 s cooldown of empty
@@ -47,9 +58,11 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from compass.api.meta import WORKFLOW_PLURAL
@@ -88,12 +101,15 @@ from operator_common import (
     timed,
 )
 
-STEADY_COOLDOWN_S = 30.0  # also how long each status keeps its decision times
+STEADY_COOLDOWN_S = 120.0  # also how long each status keeps its decision times (> 1.5 heartbeats)
 SWITCH_COOLDOWN_S = 2.0
 STATUS_POLL_S = 4.0
 # A policy whose median period is this long has fallen behind its 1 s interval (kopf's timer
 # sleeps 1 s after each tick, so a healthy one runs at 1 s plus the tick's own time).
 BEHIND_S = 1.25
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
+# After the churn, how long the deleted policies' last ticks may take to end.
+SERIES_GONE_S = 5.0
 
 
 def policy_body(
@@ -101,6 +117,10 @@ def policy_body(
 ) -> dict[str, Any]:
     """The benchmark's ParetoPolicy on the shared rag-sim router, with its strategy."""
     body = rag_sim_policy(name, metrics_url, grpc_url, STEADY_COOLDOWN_S)
+    # A Service of its own: one policy acts on each routing target (the younger ones on a shared
+    # target are TargetClaimed), so each policy names its own; the operator's address override
+    # (COMPASS_TRITON_ADDRESS_OVERRIDE) reaches the one Triton behind all of them.
+    body["spec"]["routing"] = {"service": f"triton-{name}", "routerModel": "router"}
     body["spec"]["strategy"] = strategy
     if forecaster != ForecasterKind.NONE.value:
         body["spec"]["forecaster"] = forecaster
@@ -282,6 +302,128 @@ class Flipper:
                 time.sleep(0.05)
 
 
+def acting(operator: Operator) -> set[str]:
+    """The policies this operator process has acted on (set their gauges: each tick does)."""
+    try:
+        text = operator.metrics()
+    except OSError:
+        return set()
+    return {
+        line.split('policy="', 1)[1].split('"', 1)[0]
+        for line in text.splitlines()
+        if line.startswith("compass_policy_ready{")
+    }
+
+
+def gauge_value(operator: Operator, name: str) -> float | None:
+    """One unlabelled gauge of the operator's /metrics."""
+    for line in operator.metrics().splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return None
+
+
+def restart_phase(
+    operator: Operator, policies: Policies, pids: dict[str, int], limit_s: float
+) -> dict[str, Any]:
+    """SIGKILL the operator, start a new one: seconds until every policy has acted again."""
+    count = len(policies.names)
+    print(f"restart: {count} policies, the operator killed", file=sys.stderr, flush=True)
+    operator.kill()
+    started = time.time()
+    operator.start()
+    pids["operator"] = operator.pid
+    alive = time.time() - started
+    seen: list[tuple[float, int]] = []
+    while time.time() - started < limit_s:
+        found = len(acting(operator) & set(policies.names))
+        seen.append((time.time() - started, found))
+        if found >= count:
+            break
+        time.sleep(0.5)
+    done = seen[-1][1] >= count if seen else False
+    return {
+        "label": f"restart-{count}",
+        "policies": count,
+        "alive_s": alive,
+        "all_acting_s": seen[-1][0] if done else None,
+        "acting_at_end": seen[-1][1] if seen else 0,
+        "half_acting_s": next((t for t, n in seen if n >= count / 2), None),
+        "progress": seen[:: max(1, len(seen) // 20)],
+    }
+
+
+def churn_phase(
+    cluster: Cluster,
+    operator: Operator,
+    policies: Policies,
+    pids: dict[str, int],
+    window_s: float,
+    churn: int,
+    body_of: Any,
+) -> dict[str, Any]:
+    """While the others tick, create ``churn`` policies and delete ``churn`` old ones; then
+    check that nothing of the deleted is left (objects, series, scheduled ticks)."""
+    from kubernetes import client
+
+    count = len(policies.names)
+    created = [f"c{index:04d}" for index in range(churn)]
+    deleted = policies.names[:churn]
+    api = client.CustomObjectsApi(cluster.api_client())
+    print(f"churn: +{churn} -{churn} beside {count}", file=sys.stderr, flush=True)
+
+    def churn_now() -> None:
+        for new, old in zip(created, deleted, strict=True):
+            policies.create(body_of(new))
+            api.delete_namespaced_custom_object(
+                GROUP, VERSION, policies.namespace, POLICY_PLURAL, old, _preload_content=False
+            )
+            policies.names.remove(old)
+            time.sleep(window_s / 2 / churn)
+
+    thread = threading.Thread(target=churn_now, daemon=True)
+    thread.start()
+    result = measure(f"churn-{count}", count, window_s, operator, policies, pids, cluster=cluster)
+    thread.join()
+    time.sleep(SERIES_GONE_S)
+    remaining = set(policies.statuses())
+    series = acting(operator)
+    result.update(
+        {
+            "created": churn,
+            "deleted": churn,
+            "deleted_objects_left": sorted(set(deleted) & remaining),
+            "deleted_series_left": sorted(set(deleted) & series),
+            "created_acting": len(set(created) & series),
+            "scheduled": gauge_value(operator, "compass_policies_scheduled"),
+            "objects": len(remaining),
+        }
+    )
+    return result
+
+
+def apiserver_writes(cluster: Cluster) -> dict[str, float]:
+    """Requests the API server has answered so far that write (POST, PUT, PATCH, DELETE): all,
+    and the ParetoPolicies' status patches (its own /metrics)."""
+    request = urllib.request.Request(
+        f"{cluster.server}/metrics", headers={"Authorization": f"Bearer {cluster.token}"}
+    )
+    with urllib.request.urlopen(request, context=cluster._ssl_context(), timeout=10) as answer:
+        text = answer.read().decode()
+    writes = {"all": 0.0, "policy_status": 0.0}
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if not sample.name.endswith("_total") or labels.get("verb") not in WRITE_VERBS:
+                continue
+            writes["all"] += sample.value
+            if labels.get("resource") == POLICY_PLURAL and labels.get("subresource") == "status":
+                writes["policy_status"] += sample.value
+    return writes
+
+
 def cpu_of(pids: dict[str, int]) -> dict[str, float]:
     """CPU seconds so far of each named process."""
     return {name: cpu_seconds(pid) for name, pid in pids.items()}
@@ -296,9 +438,12 @@ def measure(
     pids: dict[str, int],
     flipper: Flipper | None = None,
     py_spy_s: float = 0.0,
+    cluster: Cluster | None = None,
 ) -> dict[str, Any]:
-    """One window: CPU, RSS, decision periods and decision latency of the operator."""
+    """One window: CPU, RSS, decision periods and decision latency of the operator, and the API
+    server's writes a second."""
     print(f"measuring {label}: {count} policies for {window_s:.0f} s", file=sys.stderr, flush=True)
+    writes0 = None if cluster is None else apiserver_writes(cluster)
     metrics0, cpu0, start = operator.metrics(), cpu_of(pids), time.time()
     spy = None
     if py_spy_s > 0:
@@ -315,6 +460,7 @@ def measure(
             time.sleep(min(2.0, max(0.0, window_s - (time.time() - start))))
         end = time.time()
         metrics1, cpu1 = operator.metrics(), cpu_of(pids)
+        writes1 = None if cluster is None else apiserver_writes(cluster)
     if spy is not None:
         spy.wait(timeout=py_spy_s + 60)
     elapsed = end - start
@@ -354,6 +500,9 @@ def measure(
         "policies_behind": sorted(n for n, m in medians.items() if m > BEHIND_S),
         "switches": switches,
         "status_polls": times.polls,
+        "apiserver_writes_per_s": None
+        if writes0 is None or writes1 is None
+        else {k: (writes1[k] - writes0[k]) / elapsed for k in writes1},
     }
     if flipper is not None:
         result["flips"] = len(flipper.flips)
@@ -380,7 +529,13 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]
     # One request, so Triton exports the router's request counters (the arrivals).
     router.infer({"sample": 0})
     namespace = create_namespace(cluster, "operator-scale")
-    operator = Operator(cluster, namespace, workdir / "operator.log", verbose=False)
+    operator = Operator(
+        cluster,
+        namespace,
+        workdir / "operator.log",
+        env={"COMPASS_TRITON_ADDRESS_OVERRIDE": triton.grpc_url},
+        verbose=False,
+    )
     stack.callback(operator.stop)
     with timed("compass operator"):
         operator.start()
@@ -408,14 +563,34 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]
         time.sleep(args.settle)
         spy = args.py_spy if count == counts[-1] else 0.0
         results.append(measure(f"steady-{count}", count, args.window, operator, policies, pids,
-                               py_spy_s=spy))  # fmt: skip
+                               py_spy_s=spy, cluster=cluster))  # fmt: skip
     if args.huge_workflows > 0:
         with timed(f"{args.huge_workflows} huge workflows created"):
             create_huge_workflows(cluster, namespace, args.huge_workflows)
             time.sleep(args.settle)
-        result = measure(f"huge-{counts[-1]}", counts[-1], args.window, operator, policies, pids)
+        result = measure(
+            f"huge-{counts[-1]}", counts[-1], args.window, operator, policies, pids, cluster=cluster
+        )
         result["workflows"] = workflow_conditions(cluster, namespace)
         results.append(result)
+    if args.churn > 0:
+        body_of = functools.partial(
+            policy_body,
+            metrics_url=triton.metrics_url,
+            grpc_url=triton.grpc_url,
+            strategy=args.strategy,
+            forecaster=args.forecaster,
+        )
+        results.append(
+            churn_phase(cluster, operator, policies, pids, args.window, args.churn, body_of)
+        )
+    if args.restart:
+        results.append(restart_phase(operator, policies, pids, args.restart_limit))
+        # The new process, in steady state again.
+        time.sleep(args.settle)
+        count = len(policies.names)
+        results.append(measure(f"after-restart-{count}", count, args.window, operator, policies,
+                               pids, cluster=cluster))  # fmt: skip
     if not args.no_switch_phase:
         with timed("cooldown patched"):
             for name in policies.names:
@@ -427,7 +602,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]
         stack.callback(flipper.router.close)
         results.append(
             measure(f"switching-{counts[-1]}", counts[-1], args.window, operator, policies, pids,
-                    flipper=flipper, py_spy_s=args.py_spy)
+                    flipper=flipper, py_spy_s=args.py_spy, cluster=cluster)
         )  # fmt: skip
         router.switch(ACCURATE)
     errors = operator.metrics()
@@ -448,19 +623,23 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]
 def print_table(data: dict[str, Any]) -> None:
     """The short table."""
     print(
-        f"{'phase':<15}{'op CPU %':>9}{'RSS MiB':>9}{'dec/s':>7}{'period p50':>11}"
-        f"{'p95':>7}{'max':>7}{'behind':>8}{'lat p50 ms':>11}{'p95 ms':>8}"
-        f"{'apisrv %':>9}{'triton %':>9}{'switches':>9}"
+        f"{'phase':<18}{'op CPU %':>9}{'RSS MiB':>9}{'dec/s':>7}{'period p50':>11}"
+        f"{'p95':>7}{'max':>7}{'behind':>10}{'lat p50 ms':>11}{'p95 ms':>8}"
+        f"{'apisrv %':>9}{'writes/s':>9}{'triton %':>9}{'switches':>9}"
     )
     for r in data["results"]:
+        if "period_s" not in r:
+            continue
         period, latency, cpu = r["period_s"], r["decision_latency_s"], r["cpu_percent"]
         ms = [None if v is None else v * 1000 for v in (latency["p50"], latency["p95"])]
+        writes = (r.get("apiserver_writes_per_s") or {}).get("all")
         print(
-            f"{r['label']:<15}{cpu['operator']:>9.1f}{r['rss_mib']:>9.0f}"
+            f"{r['label']:<18}{cpu['operator']:>9.1f}{r['rss_mib']:>9.0f}"
             f"{r['decisions_per_s']:>7.1f}{fmt(period['median'], '.3f'):>11}"
             f"{fmt(period['p95'], '.2f'):>7}{fmt(period['max'], '.2f'):>7}"
-            f"{len(r['policies_behind']):>5}/{r['policies']:<3}{fmt(ms[0]):>10}{fmt(ms[1]):>8}"
-            f"{cpu['kube-apiserver']:>9.1f}{cpu['tritonserver']:>9.1f}{r['switches']:>9.0f}"
+            f"{len(r['policies_behind']):>5}/{r['policies']:<4}{fmt(ms[0]):>10}{fmt(ms[1]):>8}"
+            f"{cpu['kube-apiserver']:>9.1f}{fmt(writes):>9}{cpu['tritonserver']:>9.1f}"
+            f"{r['switches']:>9.0f}"
         )
     for r in data["results"]:
         for name, state in sorted(r.get("workflows", {}).items()):
@@ -472,6 +651,19 @@ def print_table(data: dict[str, Any]) -> None:
                 f"the operator, back on the accurate configuration after "
                 f"{fmt(rec['median'], '.2f')} s median, {fmt(rec['max'], '.2f')} s max "
                 f"(cooldown {SWITCH_COOLDOWN_S:.0f} s)"
+            )
+        if "all_acting_s" in r:
+            print(
+                f"{r['label']}: the new process alive after {r['alive_s']:.1f} s, half the "
+                f"policies acting after {fmt(r['half_acting_s'])} s, all {r['policies']} after "
+                f"{fmt(r['all_acting_s'])} s ({r['acting_at_end']} acting at the end)"
+            )
+        if "deleted_objects_left" in r:
+            print(
+                f"{r['label']}: +{r['created']} created ({r['created_acting']} acting), "
+                f"-{r['deleted']} deleted: {len(r['deleted_objects_left'])} objects and "
+                f"{len(r['deleted_series_left'])} series of them left; {r['objects']} policies, "
+                f"{fmt(r['scheduled'], '.0f')} on the scheduler"
             )
 
 
@@ -485,6 +677,13 @@ def main() -> int:
     parser.add_argument("--no-switch-phase", action="store_true")
     parser.add_argument("--huge-workflows", type=int, default=2, help="huge phase: workflows")
     parser.add_argument("--py-spy", type=float, default=0.0, metavar="SECONDS")
+    parser.add_argument(
+        "--churn", type=int, default=0, help="churn phase: create and delete this many"
+    )
+    parser.add_argument(
+        "--restart", action="store_true", help="restart phase: kill the operator, start another"
+    )
+    parser.add_argument("--restart-limit", type=float, default=120.0, help="restart: give up after")
     parser.add_argument("--keep-workdir", action="store_true", help="keep logs and etcd data")
     parser.add_argument("--out", default="operator_scale.json", help="file name in bench/out/")
     add_enum_argument(

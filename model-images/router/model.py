@@ -38,12 +38,28 @@ else on the fastest if that fits, else refused with UNAVAILABLE ("compass admiss
 ..."), so that it costs the requests behind it nothing; where the table says ``refuse: false``
 (clients that cannot retry), served on the fastest instead, which holds them up the least.
 Requests without a deadline, and overrides, are served as before.
+
+Late binding (optional, issue 43): a switch may carry a ``binding`` table (the pipeline's
+stages, each with the parameters it binds and the component model it calls, and the
+configurations allowed, each with its accuracy and per-stage times: compass.domain.binding.
+router_table), kept in a third state file. A request that carries its deadline then gets a lazy
+``config``: a parameter is bound when ``pipeline.py`` first reads it (with every earlier stage
+not bound yet), to the most accurate allowed configuration consistent with what is bound whose
+remaining time (each remaining component's work in flight, read from a shared-memory table the
+router instances keep, plus its own per-stage times) fits what is left of the deadline; else
+the fastest completion; refused (UNAVAILABLE) at the first stage where the table refuses and
+even the fastest is more likely late than not. compass.domain.binding.bind_stage is the same
+rule (tests/unit/test_router_binding.py holds them together). Existing pipeline.py files run
+unchanged: one that reads every parameter up front binds them all at dispatch.
 """
 
 import contextlib
+import fcntl
 import importlib.util
 import json
+import mmap
 import os
+import struct
 import tempfile
 import time
 
@@ -304,6 +320,325 @@ class Admission:
         )
 
 
+# Late binding's bounds (compass.domain.binding.MAX_BINDING_CONFIGS, MAX_STAGES) and the
+# shared in-flight table: one slot per router instance (pid, stage, entered ns, predicted ms).
+MAX_BINDING_CONFIGS = 128
+MAX_BINDING_STAGES = 8
+INFLIGHT_SLOTS = 64
+_SLOT = struct.Struct("<qqqd")
+# After the slots: the pod's last dispatches (monotonic ns), a ring the instances share, for
+# the arrival rate the slow loop's limits (a configuration's max_qps) are judged on.
+DISPATCH_RING = 1024
+RATE_WINDOW_S = 2.0
+_RING_AT = INFLIGHT_SLOTS * _SLOT.size
+
+
+def binding_path(router_model):
+    """The late-binding table's file beside the routing state of ``router_model``."""
+    return state_path(router_model).removesuffix(".json") + "-binding.json"
+
+
+def check_binding(table):
+    """The binding table as a switch sends it, checked and made ready to decide on."""
+    if not isinstance(table, dict):
+        raise ValueError(
+            "binding: give {'stages': [[param]], 'components': [model], 'configs': [...]}"
+        )
+    stages, components, configs = table.get("stages"), table.get("components"), table.get("configs")
+    if not isinstance(stages, list) or not 1 <= len(stages) <= MAX_BINDING_STAGES:
+        raise ValueError(f"binding: stages must be 1 to {MAX_BINDING_STAGES} lists of parameters")
+    if not all(isinstance(s, list) and all(isinstance(n, str) for n in s) for s in stages):
+        raise ValueError("binding: each stage is a list of parameter names")
+    names = [n for s in stages for n in s]
+    if len(set(names)) != len(names):
+        raise ValueError("binding: a parameter is bound by two stages")
+    if not isinstance(components, list) or len(components) != len(stages):
+        raise ValueError("binding: components must name one model per stage")
+    if not isinstance(configs, list) or not 1 <= len(configs) <= MAX_BINDING_CONFIGS:
+        raise ValueError(f"binding: configs must hold 1 to {MAX_BINDING_CONFIGS} configurations")
+    checked = []
+    for entry in configs:
+        config = json.loads(canonical(json.loads(entry["config"])))
+        if set(config) != set(names):
+            raise ValueError(f"binding: {entry['config']} does not set exactly {sorted(names)}")
+        times = {}
+        for field in ("stage_ms", "stage_admit_ms"):
+            values = entry.get(field, entry.get("stage_ms"))
+            if (
+                not isinstance(values, list)
+                or len(values) != len(stages)
+                or not all(
+                    not isinstance(v, bool)
+                    and isinstance(v, (int, float))
+                    and 0 <= v < float("inf")
+                    for v in values
+                )
+            ):
+                raise ValueError(
+                    f"binding: {field} of {entry['config']} is not one ms >= 0 per stage"
+                )
+            times[field] = [float(v) for v in values]
+        accuracy = entry.get("accuracy")
+        if isinstance(accuracy, bool) or not isinstance(accuracy, (int, float)):
+            raise ValueError(f"binding: accuracy of {entry['config']} is not a number")
+        limit = entry.get("max_qps")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit >= 0
+        ):
+            raise ValueError(f"binding: max_qps of {entry['config']} is not a rate >= 0 (or null)")
+        checked.append(
+            (
+                config,
+                float(accuracy),
+                times["stage_ms"],
+                times["stage_admit_ms"],
+                None if limit is None else float(limit),
+            )
+        )
+    refuse = table.get("refuse", False)
+    if not isinstance(refuse, bool):
+        raise ValueError(f"binding: refuse {refuse!r} is not true or false")
+    return {
+        "stages": [list(s) for s in stages],
+        "components": [str(c) for c in components],
+        "configs": checked,
+        "refuse": refuse,
+        "stage_of": {n: i for i, s in enumerate(stages) for n in s},
+    }
+
+
+def remaining_ms(times, stage, backlog_ms):
+    """Time from ``stage`` to the end: at each remaining component, the work ahead plus its own."""
+    return sum(backlog_ms[s] + times[s] for s in range(stage, len(times)))
+
+
+def allowed_at(table, qps):
+    """The configurations whose rate limit the pod's arrival rate is within."""
+    return {i for i, entry in enumerate(table["configs"]) if entry[4] is None or qps <= entry[4]}
+
+
+def bind_stage(table, stage, bound, left_ms, backlog_ms, allowed=None):
+    """The configuration (index) a request heads for at ``stage``; LateError where the table
+    refuses and even the fastest is more likely late than not (compass.domain.binding.
+    bind_stage with no followers; ``allowed``: the configurations the rate allows, None all,
+    the fastest completion the fallback whatever it allows)."""
+    configs = table["configs"]
+    candidates = [
+        i
+        for i, entry in enumerate(configs)
+        if all(entry[0][name] == value for name, value in bound.items())
+    ]
+    if not candidates:
+        raise ValueError(f"binding: no allowed configuration has {bound}")
+    times = {i: remaining_ms(configs[i][2], stage, backlog_ms) for i in candidates}
+    fastest = min(candidates, key=lambda i: (times[i], -configs[i][1]))
+    fitting = [
+        i
+        for i in candidates
+        if times[i] <= left_ms and (allowed is None or i in allowed or i == fastest)
+    ]
+    if fitting:
+        return max(fitting, key=lambda i: (configs[i][1], -times[i]))
+    if table["refuse"] and stage == 0:
+        likely = min(remaining_ms(configs[i][3], stage, backlog_ms) for i in candidates)
+        if likely > left_ms:
+            raise LateError(
+                f"{LATE_MESSAGE}: {max(left_ms, 0.0):.0f} ms of its deadline left, the fastest "
+                f"completion needs {likely:.0f} ms; retry later"
+            )
+    return fastest
+
+
+class Inflight:
+    """The router instances' shared table of what each is doing: which stage its request is
+    at, since when, and that stage's predicted time. Each instance writes its own slot; a
+    decision reads all of them (a torn read is one stale guess, never an error)."""
+
+    def __init__(self, path):
+        size = _RING_AT + (DISPATCH_RING + 1) * 8
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+            self.table = mmap.mmap(fd, size)
+            self.slot = self._claim()
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+        self.ring = np.frombuffer(
+            self.table, dtype=np.int64, count=DISPATCH_RING + 1, offset=_RING_AT
+        )
+
+    def dispatched(self):
+        """Count a request this instance takes up, and return the pod's dispatch rate over
+        the last RATE_WINDOW_S, per s (requests taken up: its arrivals, as long as the pod
+        keeps up; a lost count in a race between instances only blurs it)."""
+        now = time.monotonic_ns()
+        index = int(self.ring[0])
+        self.ring[1 + index % DISPATCH_RING] = now
+        self.ring[0] = index + 1
+        recent = np.count_nonzero(self.ring[1:] > now - int(RATE_WINDOW_S * 1e9))
+        return recent / RATE_WINDOW_S
+
+    def _claim(self):
+        """This instance's slot: its own, a free one, or one of a process that is gone."""
+        pid = os.getpid()
+        free = None
+        for slot in range(INFLIGHT_SLOTS):
+            owner = _SLOT.unpack_from(self.table, slot * _SLOT.size)[0]
+            if owner == pid:
+                return slot
+            if free is None and (owner == 0 or not os.path.exists(f"/proc/{owner}")):
+                free = slot
+        if free is None:
+            raise ValueError(f"binding: more than {INFLIGHT_SLOTS} router instances")
+        _SLOT.pack_into(self.table, free * _SLOT.size, pid, -1, 0, 0.0)
+        return free
+
+    def enter(self, stage, predicted_ms):
+        """This instance's request is now at ``stage`` (queued or served there)."""
+        _SLOT.pack_into(
+            self.table,
+            self.slot * _SLOT.size,
+            os.getpid(),
+            stage,
+            time.monotonic_ns(),
+            predicted_ms,
+        )
+
+    def leave(self):
+        """This instance's request is at no component."""
+        _SLOT.pack_into(self.table, self.slot * _SLOT.size, os.getpid(), -1, 0, 0.0)
+
+    def backlog_ms(self, stages):
+        """The predicted work still ahead at each component from the other instances' requests."""
+        now = time.monotonic_ns()
+        backlog = [0.0] * stages
+        for slot in range(INFLIGHT_SLOTS):
+            if slot == self.slot:
+                continue
+            owner, stage, entered, predicted = _SLOT.unpack_from(self.table, slot * _SLOT.size)
+            if owner and 0 <= stage < stages:
+                backlog[stage] += max(predicted - (now - entered) / 1e6, 0.0)
+        return backlog
+
+
+class LazyConfig(dict):
+    """A request's configuration, each stage bound when the pipeline first reads one of its
+    parameters (every earlier stage still unbound is bound first, in order).
+
+    A dict, so that ``json.dumps`` and ``dict(...)`` take it as pipelines do today: every way
+    to read a value goes through ``__getitem__`` or ``items``, which bind; asking whether a
+    parameter exists, or its name, binds nothing. (The dict itself holds every name from the
+    start: json's encoder writes ``{}`` for an empty one without asking.)"""
+
+    def __init__(self, table, deadline_ns, inflight, qps=0.0):
+        super().__init__(dict.fromkeys(table["stage_of"]))
+        self.table = table
+        self.deadline_ns = deadline_ns
+        self.inflight = inflight
+        self.bound = {}
+        self.target = None
+        self.next_stage = 0
+        # The slow loop: what the pod's rate (``qps``: Inflight.dispatched) allows now (all
+        # where no configuration has a limit).
+        limited = any(entry[4] is not None for entry in table["configs"])
+        self.allowed = allowed_at(table, qps) if limited else None
+
+    def _bind_through(self, stage):
+        table = self.table
+        while self.next_stage <= stage:
+            left_ms = (self.deadline_ns - time.time_ns()) / 1e6
+            backlog = self.inflight.backlog_ms(len(table["stages"]))
+            self.target = bind_stage(
+                table, self.next_stage, self.bound, left_ms, backlog, self.allowed
+            )
+            chosen = table["configs"][self.target][0]
+            for name in table["stages"][self.next_stage]:
+                self.bound[name] = chosen[name]
+                dict.__setitem__(self, name, chosen[name])
+            self.next_stage += 1
+
+    def __getitem__(self, name):
+        stage = self.table["stage_of"].get(name)
+        if stage is None:
+            raise KeyError(name)
+        if name not in self.bound:
+            self._bind_through(stage)
+        return self.bound[name]
+
+    def get(self, name, default=None):
+        return self[name] if name in self.table["stage_of"] else default
+
+    def __contains__(self, name):
+        return name in self.table["stage_of"]
+
+    def __iter__(self):
+        return iter(self.table["stage_of"])
+
+    def __len__(self):
+        return len(self.table["stage_of"])
+
+    def keys(self):
+        return self.table["stage_of"].keys()
+
+    def items(self):
+        self._bind_through(len(self.table["stages"]) - 1)
+        return [(name, self.bound[name]) for name in self.table["stage_of"]]
+
+    def values(self):
+        return [value for _, value in self.items()]
+
+    def __setitem__(self, name, value):
+        raise TypeError("a request's configuration is read-only")
+
+    def stage_ms(self, stage):
+        """The predicted time at ``stage`` of the configuration the request heads for."""
+        if self.target is None:
+            return 0.0
+        return self.table["configs"][self.target][2][stage]
+
+    def key(self):
+        """The canonical key of the configuration served (binding what was never read)."""
+        return canonical(dict(self.items()))
+
+
+def parse_deadline(deadline_ns):
+    """A request's ``compass_deadline_ns`` as an int; ValueError naming the parameter."""
+    if isinstance(deadline_ns, bool) or not isinstance(deadline_ns, (int, str)):
+        raise ValueError(f"{DEADLINE_PARAMETER} {deadline_ns!r}: give ns since the epoch")
+    try:
+        return int(deadline_ns)
+    except ValueError:
+        raise ValueError(
+            f"{DEADLINE_PARAMETER} {deadline_ns!r} is not an integer: give ns since the epoch"
+        ) from None
+
+
+class BindingTable:
+    """The binding table as its file says, reread only when the file changed."""
+
+    def __init__(self, path):
+        self.path = path
+        self.table = None
+        self.stamp = None
+
+    def current(self):
+        """The table, or None when late binding is off."""
+        stamp = _stamp(self.path)
+        if stamp is None:
+            self.table, self.stamp = None, None
+        elif stamp != self.stamp:
+            try:
+                with open(self.path, encoding="utf-8") as handle:
+                    self.table = check_binding(json.load(handle))
+                self.stamp = stamp
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # mid-replace or damaged: keep the last good one, read again next time
+        return self.table
+
+
 def _unavailable(message):
     """A retryable error (UNAVAILABLE where this Triton's Python backend has codes)."""
     code = getattr(pb_utils.TritonError, "UNAVAILABLE", None)
@@ -364,6 +699,7 @@ class TritonPythonModel:
             router = parameter(ROUTER_PARAMETER, args["model_name"].removesuffix("_control"))
             self.state = state_path(router)
             self.admission_file = admission_path(router)
+            self.binding_file = binding_path(router)
             # The router's pipeline checks a configuration before it becomes active.
             repository = os.path.dirname(args["model_repository"].rstrip("/"))
             self.pipeline = _load_pipeline(os.path.join(repository, router, "1"))
@@ -378,6 +714,10 @@ class TritonPythonModel:
         write_state(path, {"config": default}, exclusive=True)
         self.active = ActiveConfig(path, default)
         self.admission = Admission(admission_path(args["model_name"]))
+        self.binding = BindingTable(binding_path(args["model_name"]))
+        self.inflight = Inflight(
+            state_path(args["model_name"]).removesuffix(".json") + "-inflight.bin"
+        )
 
     def _check(self, config):
         check = getattr(self.pipeline, "check_config", None)
@@ -398,6 +738,8 @@ class TritonPythonModel:
         return responses
 
     def _serve(self, request):
+        # Every request taken up counts towards the pod's rate (late binding's slow loop).
+        qps = self.inflight.dispatched()
         body = _request_body(request)
         key = self.active.current()
         parameters = json.loads(request.parameters() or "{}")
@@ -405,6 +747,11 @@ class TritonPythonModel:
         if override:
             key = canonical(json.loads(override) if isinstance(override, str) else override)
         elif parameters.get(DEADLINE_PARAMETER) is not None:
+            table = self.binding.current()
+            if table is not None:
+                return self._serve_bound(
+                    body, table, parse_deadline(parameters[DEADLINE_PARAMETER]), qps
+                )
             key = self.admission.judge(key, parameters[DEADLINE_PARAMETER])
         # The pipeline gets the canonical form too: its components may key data by it.
         config = json.loads(key)
@@ -418,6 +765,26 @@ class TritonPythonModel:
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )
 
+    def _serve_bound(self, body, table, deadline_ns, qps):
+        """Serve a request with a lazily bound configuration (late binding)."""
+        config = LazyConfig(table, deadline_ns, self.inflight, qps)
+        stage_of_model = {model: i for i, model in enumerate(table["components"])}
+
+        def staged_call(model, inputs, outputs):
+            stage = stage_of_model.get(model)
+            if stage is None:
+                return call(model, inputs, outputs)
+            self.inflight.enter(stage, config.stage_ms(stage))
+            try:
+                return call(model, inputs, outputs)
+            finally:
+                self.inflight.leave()
+
+        result = self.pipeline.run(body, config, staged_call)
+        return pb_utils.InferenceResponse(
+            [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", config.key())]
+        )
+
     def _control(self, request):
         """``{"set": config}`` (optionally ``"blend": config2, "weight": share``) makes it
         active; ``{}`` only reports what is active."""
@@ -425,6 +792,9 @@ class TritonPythonModel:
         # Checked before anything is written: a bad table changes nothing.
         table = body.get("admission")
         table = None if table is None else check_admission(table)
+        binding = body.get("binding")
+        if binding is not None:
+            check_binding(binding)
         previous = self._read()
         active = previous
         if "set" in body:
@@ -437,6 +807,8 @@ class TritonPythonModel:
             active = wanted
         if "admission" in body:
             self._set_admission(table)
+        if "binding" in body:
+            self._set_binding(binding)
         routing = None if active is None else routing_key(active)
         result = {
             "active": None if active is None else active["config"],
@@ -463,6 +835,21 @@ class TritonPythonModel:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         write_state(self.admission_file, table)
+
+    def _set_binding(self, table):
+        """Write the checked binding table as sent (None: remove it, late binding off) if it
+        changed: every switch sends it, and the routers reread a replaced file."""
+        if table is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.binding_file)
+            return
+        try:
+            with open(self.binding_file, encoding="utf-8") as handle:
+                if json.load(handle) == table:
+                    return
+        except (OSError, ValueError):
+            pass
+        write_state(self.binding_file, table)
 
     def _read(self):
         """The routing state, or None before the router published its default."""

@@ -18,7 +18,7 @@ from compass.api.paretopolicy import ParetoPolicySpec
 from compass.conversion import planned_manifest
 from compass.domain.evaluation import Evaluator
 from compass.domain.planner import Plan
-from compass.domain.search import Progress, SearchOutcome, SearchSettings, search
+from compass.domain.search import ChunkRunner, Progress, SearchOutcome, SearchSettings, search
 from compass.domain.space import Space
 
 PROGRESS_INTERVAL_S = 0.1
@@ -116,6 +116,26 @@ def parse_seed(text: str) -> int:
 # ---------------------------------------------------------------------------- output
 
 
+def describe_rate(progress: Progress, elapsed_s: float) -> str:
+    """Evaluations per second and an ETA bound: the configurations never evaluated, at the
+    samples each evaluated one took so far, at this rate (COMPASS-V stops before, often well
+    before: the bound says when the search ends at the latest)."""
+    if elapsed_s <= 0 or progress.sample_evals == 0:
+        return "-- eval/s"
+    rate = progress.sample_evals / elapsed_s
+    per_config = progress.sample_evals / max(progress.configs_evaluated, 1)
+    left = (progress.space_size - progress.configs_evaluated) * per_config / rate
+    return f"{rate:,.1f} eval/s  ETA <= {_duration(left)}"
+
+
+def _duration(seconds: float) -> str:
+    """A duration as h:mm:ss or m:ss."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
 class ProgressLine:
     """One line on a terminal, redrawn in place after each evaluated batch."""
 
@@ -123,6 +143,7 @@ class ProgressLine:
         self.stream = stream
         self.shown = False
         self.last = 0.0
+        self.started = time.monotonic()
 
     def __call__(self, progress: Progress) -> None:
         now = time.monotonic()
@@ -134,7 +155,8 @@ class ProgressLine:
         line = (
             f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {progress.phase:<10} "
             f"configs {progress.configs_evaluated}/{progress.space_size}  "
-            f"samples {progress.sample_evals:,}  feasible {progress.feasible}"
+            f"samples {progress.sample_evals:,}  feasible {progress.feasible}  "
+            f"{describe_rate(progress, now - self.started)}"
         )
         # A line longer than the terminal wraps, and \r then redraws only its last part.
         width = shutil.get_terminal_size().columns - 1
@@ -155,11 +177,12 @@ def search_with_progress(
     evaluator: Evaluator,
     population: int,
     settings: SearchSettings,
+    runner: ChunkRunner | None = None,
 ) -> SearchOutcome:
     """Run the search with a progress line when stderr is a terminal."""
     progress = ProgressLine(sys.stderr) if sys.stderr.isatty() else None
     try:
-        return search(space, evaluator, population, settings, progress=progress)
+        return search(space, evaluator, population, settings, progress=progress, runner=runner)
     finally:
         if progress is not None:
             progress.close()

@@ -12,6 +12,7 @@ from typing import Any
 
 from compass.api.meta import API_VERSION, POLICY_KIND
 from compass.api.paretopolicy import (
+    BindingMode,
     CapacitySpec,
     FrontEntry,
     Hysteresis,
@@ -21,6 +22,7 @@ from compass.api.paretopolicy import (
     ThresholdStatus,
 )
 from compass.domain.admission import Admission, AdmissionPoint, router_admission
+from compass.domain.binding import RATE_HEADROOM, router_table, stage_plan
 from compass.domain.capacity import CapacityCurve, parse_curve
 from compass.domain.elastico import ElasticoSettings
 from compass.domain.planner import Plan, Slo, plan_from_profiles
@@ -100,9 +102,11 @@ def elastico_settings(spec: ParetoPolicySpec) -> ElasticoSettings:
     )
 
 
-def runtime_policy(spec: ParetoPolicySpec) -> Policy:
-    """The runtime policy this spec describes: its strategy over its plan."""
-    return build_policy(spec.strategy, policy_plan(spec), elastico_settings(spec), spec.forecaster)
+def runtime_policy(spec: ParetoPolicySpec, plan: Plan | None = None) -> Policy:
+    """The runtime policy this spec describes: its strategy over its plan (``plan``: the one
+    policy_plan gives for this spec, already made)."""
+    chosen = policy_plan(spec) if plan is None else plan
+    return build_policy(spec.strategy, chosen, elastico_settings(spec), spec.forecaster)
 
 
 def admission_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
@@ -111,6 +115,31 @@ def admission_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None
     if not spec.admission.enabled:
         return None
     return router_admission([t.profile for t in plan.thresholds], admission_rule(spec))
+
+
+def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
+    """What every router gets with each switch to bind requests stage by stage (None: the
+    policy's configuration serves every request)."""
+    settings = spec.binding
+    if settings.mode is not BindingMode.PER_STAGE:
+        return None
+    shares = [stage.share for stage in settings.stages]
+    plan_of_stages = stage_plan(
+        [t.profile for t in plan.thresholds],
+        [tuple(stage.parameters) for stage in settings.stages],
+        settings.quantile,
+        None if None in shares else [s for s in shares if s is not None],
+        spec.admission.quantile,
+    )
+    return router_table(
+        plan_of_stages,
+        [stage.component for stage in settings.stages],
+        refuse=spec.admission.enabled and spec.admission.refuse,
+        max_qps=[
+            None if t.stay_max_qps is None else t.stay_max_qps * RATE_HEADROOM
+            for t in plan.thresholds
+        ],
+    )
 
 
 def admission_rule(spec: ParetoPolicySpec) -> Admission:

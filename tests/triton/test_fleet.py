@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from ragsim import ACCURATE, FASTEST, TIME_SCALE
 
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
 from compass.dataplane.load import RequestRecord, run_load
+from compass.dataplane.metrics import SharedReads
 from compass.dataplane.triton import TritonRouter, parse_routing_key, routing_key
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalTriton, free_port
@@ -261,3 +263,68 @@ def test_every_replica_takes_the_blend_and_a_pod_on_another_weight_is_brought_ba
         assert parse_routing_key(other.active_config())[2] == 0.25
     finally:
         other.close()
+
+
+def _control_calls(server: LocalTriton) -> float:
+    """Requests the router's control model has answered (Triton's own counter)."""
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as answer:
+        text = answer.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("nv_inference_request_success{") and 'model="router_control"' in line
+    )
+
+
+def test_policies_on_one_pod_share_its_report_and_a_served_routing_is_not_set_again(
+    replicas: list[LocalTriton],
+) -> None:
+    """Ten fleets on the same two pods in one tick: one report a pod; a hold on what the pods
+    report sends nothing, a switch sends the set, and with an admission table it is always sent
+    (the pods do not report theirs), and so is the first hold after it was turned off (the
+    table must go)."""
+    shared = SharedReads()
+    fleets = [RouterFleet([_endpoint(f"pod{k}", s) for k, s in enumerate(replicas)])]
+    fleets += [RouterFleet(fleets[0].endpoints) for _ in range(9)]
+    try:
+        for each in fleets:
+            each.shared = shared
+            each.switch(FASTEST)  # each has set the pods once, with no admission table
+        before = [_control_calls(s) for s in replicas]
+        shared.next_round()
+        assert {each.active_config() for each in fleets} == {config_key(FASTEST)}
+        held = [each.switch(FASTEST) for each in fleets]  # a hold: every pod serves it
+        after = [_control_calls(s) for s in replicas]
+        assert [a - b for a, b in zip(after, before, strict=True)] == [1.0, 1.0]
+        assert all(report.serving == 2 and not report.changed for report in held)
+
+        shared.next_round()
+        fleets[0].active_config()
+        moved = fleets[0].switch(ACCURATE)  # a switch is sent to every pod
+        assert moved.changed
+        assert [_served_by(s) for s in replicas] == [config_key(ACCURATE)] * 2
+
+        fastest, accurate = config_key(FASTEST), config_key(ACCURATE)
+        fleets[1].admission = {"quantiles_ms": {fastest: 20.0, accurate: 35.0}, "fastest": fastest}
+        shared.next_round()
+        fleets[1].active_config()
+        sent = [_control_calls(s) for s in replicas]
+        fleets[1].switch(ACCURATE)
+        assert [
+            a - b for a, b in zip([_control_calls(s) for s in replicas], sent, strict=True)
+        ] == [1.0, 1.0]
+
+        fleets[1].admission = None  # turned off: the next hold clears the pods' table
+        for expected in ([1.0, 1.0], [0.0, 0.0]):
+            shared.next_round()
+            fleets[1].active_config()
+            sent = [_control_calls(s) for s in replicas]
+            fleets[1].switch(ACCURATE)
+            assert [
+                a - b for a, b in zip([_control_calls(s) for s in replicas], sent, strict=True)
+            ] == expected
+    finally:
+        for each in fleets:
+            each.close()
+        TritonRouter(replicas[0].grpc_url).switch(FASTEST)
+        TritonRouter(replicas[1].grpc_url).switch(FASTEST)

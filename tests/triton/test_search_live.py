@@ -83,3 +83,38 @@ def test_live_search_through_the_router_matches_the_recorded_scores(
     )
     # Searching never moved production traffic.
     assert router.infer({"sample": 0}).config == router.active_config()
+
+
+def test_concurrent_live_search_gives_the_sequential_result(
+    triton: LocalTriton, router: TritonRouter, tmp_path: Path
+) -> None:
+    """8 requests in flight over two addresses of the server: the sequential search's result."""
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump(SPACE))
+    results = []
+    for concurrency, addresses in (
+        ("1", triton.grpc_url),
+        ("8", f"{triton.grpc_url},{triton.grpc_url}"),
+    ):
+        output = tmp_path / f"result-{concurrency}.json"
+        code = main(
+            [
+                "search",
+                "--space",
+                str(space_file),
+                "--triton",
+                addresses,
+                "--samples",
+                "100",
+                "--tau",
+                "0.83",
+                "--concurrency",
+                concurrency,
+                "--output",
+                str(output),
+            ]
+        )
+        assert code == 0
+        results.append(json.loads(output.read_text()))
+    assert results[0]["feasible"], "tau 0.83 has feasible configurations in this subspace"
+    assert results[1] == results[0]

@@ -521,15 +521,16 @@ def test_resume_from_a_replay_checkpoint_reuses_everything(inputs: Path, cli: Cl
 
 
 EVALUATOR = """\
-import json, math, sys, time
+import fcntl, json, math, sys, time
 log_path, calls_path = sys.argv[1], sys.argv[2]
 fail_after, delay = int(sys.argv[3]), float(sys.argv[4])
-try:
-    with open(calls_path) as f:
-        calls = int(f.read())
-except FileNotFoundError:
-    calls = 0
-with open(calls_path, "w") as f:
+# Locked: a concurrent search runs several of these at once.
+with open(calls_path, "a+") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    f.seek(0)
+    calls = int(f.read() or 0)
+    f.seek(0)
+    f.truncate()
     f.write(str(calls + 1))
 if fail_after and calls >= fail_after:
     print("simulated crash", file=sys.stderr)
@@ -541,8 +542,8 @@ quality = {"large": 0.85, "medium": 0.7, "small": 0.45}[config["model"]]
 quality += 0.02 * math.log2(config["k"]) - 0.01 * config["rerank"]
 offset = 7 * config["k"] + 3 * config["rerank"] + len(config["model"])
 with open(log_path, "a") as log:
-    for sample in request["samples"]:
-        log.write(json.dumps([config, sample], sort_keys=True) + "\\n")
+    fcntl.flock(log, fcntl.LOCK_EX)
+    log.write("".join(json.dumps([config, s], sort_keys=True) + "\\n" for s in request["samples"]))
 print(json.dumps([1.0 if (sample * 37 + offset) % 20 < quality * 20 else 0.0
                   for sample in request["samples"]]))
 """
@@ -812,3 +813,59 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     _, err = process.communicate(timeout=120)
     assert b"Traceback" not in err, err
     assert process.returncode == 141, err
+
+
+def test_command_search_at_concurrency_4_gives_the_sequential_result(
+    inputs: Path, cli: Cli, clean_result: Any
+) -> None:
+    """Four command processes at once: the same result, each sample evaluated once."""
+    command = evaluator_command(inputs, "concurrent.log")
+    run = cli(command_args(command, "--output", "concurrent.json", "--concurrency", "4"))
+    assert run.code == 0, run.err
+    assert read_json(inputs / "concurrent.json") == clean_result
+    assert Counter(logged(inputs / "concurrent.log")) == Counter(logged(inputs / "clean.log"))
+
+
+def test_replay_with_simulated_service_reports_the_wall_time_it_would_take(
+    inputs: Path, cli: Cli
+) -> None:
+    """--service-ms on a virtual clock: the same result, and the simulated time on stderr."""
+    assert cli(search_args("--tau", "0.8", "--output", "plain.json")).code == 0
+    one = cli(search_args("--tau", "0.8", "--output", "one.json", "--service-ms", "1000"))
+    many = cli(
+        search_args(
+            "--tau", "0.8", "--output", "many.json", "--service-ms", "1000", "--concurrency", "8"
+        )
+    )
+    assert one.code == many.code == 0, one.err + many.err
+    assert read_json(inputs / "one.json") == read_json(inputs / "plain.json")
+    assert read_json(inputs / "many.json") == read_json(inputs / "plain.json")
+
+    def seconds(err: str) -> float:
+        line = next(x for x in err.splitlines() if "simulated wall time" in x)
+        return float(line.split("simulated wall time ")[1].split(" s")[0].replace(",", ""))
+
+    # One server takes the whole service time; eight take several times less.
+    assert seconds(one.err) > 3 * seconds(many.err)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--concurrency", "0"], "--concurrency: 0 is below 1"),
+        (["--batch", "0"], "--batch: 0 is below 1"),
+        (["--service-ms", "-5"], "--service-ms: '-5' is not a positive number"),
+    ],
+)
+def test_bad_concurrency_options_are_named(
+    inputs: Path, cli: Cli, extra: list[str], message: str
+) -> None:
+    run = cli(search_args("--tau", "0.8", *extra))
+    assert run.code == 2
+    assert message in run.err
+
+
+def test_service_ms_is_refused_without_replay(inputs: Path, cli: Cli) -> None:
+    run = cli(command_args("true", "--service-ms", "10"))
+    assert run.code == 2
+    assert "--service-ms: only used with --replay" in run.err

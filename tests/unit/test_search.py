@@ -461,7 +461,7 @@ def test_climb_walks_through_a_neighbour_evaluated_before() -> None:
     for index in (start, *space.neighbours(start)):
         run.assess(index)
     before = set(run.assessed)
-    run.climb(start)
+    run.climb([start])
     assert target in run.assessed
     assert run.assessed[target].feasible
     assert set(run.assessed) - before, "the climb evaluated nothing new"

@@ -23,7 +23,7 @@ from compass.api.meta import (
 from compass.api.paretopolicy import ServingSettings, SloSpec
 from compass.api.rules import CelRule, cel_rules, strictly_increasing
 from compass.domain.capacity import MAX_CURVE_POINTS, MIN_REQUESTS_PER_RATE
-from compass.domain.search import MAX_DATASET_SIZE
+from compass.domain.search import DEFAULT_BATCH, MAX_BATCH, MAX_CONCURRENCY, MAX_DATASET_SIZE
 from compass.domain.space import SpaceSpec
 
 # Bounds that the CEL rules' cost estimate needs (current API servers reject a CRD whose rules
@@ -247,6 +247,29 @@ class Evaluation(CamelModel):
         default=SearchMethodName.COMPASS_V, description="compass-v, or grid (the baseline)."
     )
     seed: Annotated[int, Field(ge=0, description="Seed of the sample order and the search.")] = 0
+    concurrency: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=MAX_CONCURRENCY,
+            description="Evaluations the search Job keeps in flight: requests to Triton (each "
+            "worker its own connection, so the Service spreads them over its ready pods), or "
+            "command processes. Give the ready pods x their router instances. The answer is "
+            "the same at any concurrency.",
+        ),
+    ] = 1
+    batch: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=MAX_BATCH,
+            description="Configurations a round of the search evaluates side by side: what "
+            "a concurrency can overlap beyond one configuration's samples (e.g. 16 with a "
+            "concurrency of 16 or more). Unlike concurrency it can change which configurations "
+            "are evaluated, a few % more samples (never the verdict of one); 1: the "
+            "one-at-a-time search.",
+        ),
+    ] = DEFAULT_BATCH
     evaluator: EvaluatorSpec = Field(
         default_factory=EvaluatorSpec, description="Who scores samples."
     )
@@ -519,6 +542,12 @@ class CompoundWorkflowStatus(CamelModel):
     )
     best_accuracy: float | None = Field(
         default=None, description="Highest accuracy seen (what tau could be at most)."
+    )
+    search_rate: str | None = Field(
+        default=None,
+        description="While the search runs: its sample evaluations per second and an upper "
+        "bound on the time left (every configuration never evaluated, at the samples an "
+        "evaluated one took so far).",
     )
     search_job: str | None = Field(default=None, description="Name of the search Job.")
     profiling_job: str | None = Field(default=None, description="Name of the profiling Job.")

@@ -27,6 +27,7 @@ from compass.domain.admission import DEFAULT_DEGRADE_AFTER
 # A latency or SLO in ms: a microsecond to an hour. Past either end a queueing model is
 # meaningless, and the planner's arithmetic loses its precision (a mean of 1e-300 ms) or
 # overflows (exp of rate x time on 2**63 ms).
+from compass.domain.binding import MAX_STAGES as MAX_BINDING_STAGES
 from compass.domain.capacity import (
     MAX_CURVE_POINTS,
     MAX_LATENCY_MS,
@@ -354,6 +355,82 @@ class AdmissionSettings(CamelModel):
     )
 
 
+class BindingMode(StrEnum):
+    """Who chooses a request's configuration: the policy for the whole workflow, or the
+    routers per request and stage (late binding)."""
+
+    WORKFLOW = "workflow"
+    PER_STAGE = "per-stage"
+
+
+class BindingStage(CamelModel):
+    """One stage of the workflow's pipeline: the component model it calls and the parameters
+    that component's time depends on."""
+
+    component: str = Field(
+        min_length=1, max_length=253, description="The component model the pipeline calls."
+    )
+    parameters: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
+        min_length=1,
+        max_length=MAX_PARAMETERS,
+        description="The configuration parameters this stage binds (read before its call).",
+    )
+    share: Annotated[
+        float | None,
+        Field(
+            gt=0,
+            lt=1,
+            description="Roughly what share of a configuration's time this stage takes: the "
+            "per-stage fit leans to it where the end-to-end profiles leave the split open "
+            "(all stages or none).",
+        ),
+    ] = None
+
+
+class BindingSettings(CamelModel):
+    """Late binding (experimental, issue 43): the routers bind each request's parameters stage
+    by stage, from its deadline and the work in flight at each component (docs/method.md,
+    Late binding)."""
+
+    mode: BindingMode = Field(
+        default=BindingMode.WORKFLOW,
+        description="workflow (the default): the policy's configuration serves every request. "
+        "per-stage: a request that carries its deadline gets, at each stage, the most accurate "
+        "front entry consistent with what it has bound whose per-stage times fit what is left "
+        "of it, else the fastest (refused where admission is enabled and refuses).",
+    )
+    stages: list[BindingStage] = Field(
+        default_factory=list,
+        max_length=MAX_BINDING_STAGES,
+        description=f"The pipeline's stages in the order a request reaches them (at most "
+        f"{MAX_BINDING_STAGES}); required for per-stage.",
+    )
+    quantile: Annotated[
+        float,
+        Field(
+            gt=0,
+            lt=1,
+            description="The quantile of each entry's time that must fit the deadline.",
+        ),
+    ] = 0.95
+
+    @model_validator(mode="after")
+    def _stages_for_per_stage(self) -> BindingSettings:
+        if self.mode is BindingMode.PER_STAGE and not self.stages:
+            raise ValueError(
+                "binding.stages: per-stage needs the pipeline's stages; give each stage's "
+                "component and parameters, in order"
+            )
+        shares = [stage.share for stage in self.stages]
+        if any(share is not None for share in shares) and (
+            None in shares or abs(sum(s for s in shares if s is not None) - 1) > 1e-6
+        ):
+            raise ValueError(
+                "binding.stages[].share: give every stage a share, adding up to 1, or none"
+            )
+        return self
+
+
 class ServingSettings(CamelModel):
     """How a policy serves its front: what a CompoundWorkflow hands its generated ParetoPolicy."""
 
@@ -445,6 +522,11 @@ class ServingSettings(CamelModel):
         "window alone. bench/forecast.py compares them.",
     )
 
+    binding: BindingSettings = Field(
+        default_factory=BindingSettings,
+        description="Late binding (experimental): who chooses each request's configuration.",
+    )
+
     @model_validator(mode="after")
     def _forecaster_needs_predictive(self) -> ServingSettings:
         if self.forecaster is not ForecasterKind.NONE and self.strategy is not Strategy.PREDICTIVE:
@@ -484,6 +566,20 @@ class ParetoPolicySpec(ServingSettings):
                     f"front[{index}].config is the same configuration as front[{seen[key]}]"
                 )
             seen[key] = index
+        return self
+
+    @model_validator(mode="after")
+    def _stages_name_front_parameters(self) -> ParetoPolicySpec:
+        if self.binding.mode is not BindingMode.PER_STAGE:
+            return self
+        for s, stage in enumerate(self.binding.stages):
+            for name in stage.parameters:
+                for index, entry in enumerate(self.front):
+                    if name not in entry.config:
+                        raise ValueError(
+                            f"binding.stages[{s}].parameters: {name!r} is not a parameter of "
+                            f"front[{index}].config; name the parameters the front sets"
+                        )
         return self
 
 

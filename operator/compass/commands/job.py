@@ -17,6 +17,7 @@ import os
 import random
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType, Profiling
+from compass.console import describe_rate
 from compass.controllers import kubeapi
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
@@ -78,7 +80,8 @@ from compass.domain.search import (
 )
 from compass.domain.space import Space
 from compass.domain.statistics import IntervalMethod
-from compass.evaluators.factory import ScoreSource, make_evaluator
+from compass.evaluators.concurrency import ThreadRunner
+from compass.evaluators.factory import ScoreSource, make_evaluator, make_runner
 from compass.evaluators.ledger import CheckpointedEvaluator, CheckpointLedger, parse_ledger
 
 # A state read or write is retried on these answers (an API server restarting, overloaded or
@@ -340,6 +343,8 @@ class StateStore:
 
 
 PROGRESS_MIN_SAMPLES = 10
+# The search Job logs a progress line this often: evaluations per second, done and an ETA bound.
+PROGRESS_LOG_INTERVAL_S = 30.0
 
 
 def best_accuracy(checkpoint: CheckpointLedger, min_samples: int) -> float | None:
@@ -353,9 +358,11 @@ def best_accuracy(checkpoint: CheckpointLedger, min_samples: int) -> float | Non
     return max(means) if means else None
 
 
-def progress_document(progress: Progress, best: float | None) -> dict[str, Any]:
-    """progress.json: the search's last snapshot and the best accuracy seen so far."""
-    return {**progress.__dict__, "best_accuracy": best}
+def progress_document(
+    progress: Progress, best: float | None, rate: str | None = None
+) -> dict[str, Any]:
+    """progress.json: the search's last snapshot, the best accuracy seen so far and its rate."""
+    return {**progress.__dict__, "best_accuracy": best, "rate": rate}
 
 
 class MirroredEvaluator:
@@ -377,21 +384,28 @@ class MirroredEvaluator:
         self.ledger = ledger
         self.min_samples = min_samples
         self.progress: Progress | None = None
+        self.rate: str | None = None  # evaluations per second and the ETA bound, for the status
         # Bytes of the local ledger the state holds already: what it was opened from.
         self.mirrored = ledger.stat().st_size
         self.seen = self.mirrored  # bytes of the local ledger counted as waiting or mirrored
         self.flushes = FlushClock(interval_s, PENDING_TEXT)
         self.clock = clock
+        # A concurrent search calls evaluate from several threads: the state writes (and the
+        # read of the local ledger they send) take turns, and hold the checkpoint's lock so
+        # that no line is read while another thread appends it.
+        self.lock = threading.Lock()
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
         """Evaluate; write what waits when due (FlushClock), before and after the batch."""
-        self._write_if_due()
-        before = self.inner.computed
+        with self.lock:
+            self._write_if_due()
         scores = self.inner.evaluate(config, sample_indices)
-        if self.inner.computed != before:
+        with self.lock, self.inner.lock:
             size = self.ledger.stat().st_size
-            self.flushes.add(size - self.seen)
-            self.seen = size
+            if size != self.seen:
+                self.flushes.add(size - self.seen)
+                self.seen = size
+        with self.lock:
             self._write_if_due()
         return scores
 
@@ -401,12 +415,12 @@ class MirroredEvaluator:
         data = {}
         if self.progress is not None:
             best = best_accuracy(self.inner.checkpoint, self.min_samples)
-            data[PROGRESS_KEY] = json.dumps(progress_document(self.progress, best))
+            data[PROGRESS_KEY] = json.dumps(progress_document(self.progress, best, self.rate))
         self.flush(data)
 
     def flush(self, data: Mapping[str, str]) -> None:
         """Append the lines not yet in the state, with these state keys."""
-        with self.ledger.open("rb") as f:
+        with self.inner.lock, self.ledger.open("rb") as f:
             f.seek(self.mirrored)
             new = f.read()
         if new:
@@ -447,14 +461,28 @@ def run_search(state_name: str, namespace: str) -> int:
     checkpoint = CheckpointLedger(ledger)
     if checkpoint.facts_at_open:
         print(f"resuming: {checkpoint.facts_at_open} sample evaluations already recorded")
-    checkpointed = CheckpointedEvaluator(make_evaluator(_score_source(spec, namespace)), checkpoint)
+    source = _score_source(spec, namespace)
+    checkpointed = CheckpointedEvaluator(make_evaluator(source), checkpoint)
     budgets = spec.evaluation.budgets
     # A mean over a handful of samples is noise: the progress's best needs some evidence.
     least = budgets[0] if budgets else min(PROGRESS_MIN_SAMPLES, spec.evaluation.dataset.size)
     mirrored = MirroredEvaluator(checkpointed, store, ledger, least, FLUSH_INTERVAL_S, monotonic)
 
+    started = monotonic()
+    logged = [started]
+
     def progress(snapshot: Progress) -> None:
         mirrored.progress = snapshot
+        now = monotonic()
+        mirrored.rate = describe_rate(snapshot, now - started)
+        if now - logged[0] >= PROGRESS_LOG_INTERVAL_S:
+            logged[0] = now
+            print(
+                f"search: {snapshot.phase}, configs {snapshot.configs_evaluated}/"
+                f"{snapshot.space_size}, samples {snapshot.sample_evals:,}, feasible "
+                f"{snapshot.feasible}, {mirrored.rate}",
+                flush=True,
+            )
 
     evaluation = spec.evaluation
     settings = SearchSettings(
@@ -464,8 +492,15 @@ def run_search(state_name: str, namespace: str) -> int:
         seed=evaluation.seed,
         method=SearchMethod(evaluation.method.value),
         interval=IntervalMethod(evaluation.interval.value),
+        batch=evaluation.batch,
     )
-    searched = search(space, mirrored, evaluation.dataset.size, settings, progress)
+    runner = make_runner(source, mirrored, evaluation.concurrency)
+    print(f"search: concurrency {evaluation.concurrency}, batch {evaluation.batch}", flush=True)
+    try:
+        searched = search(space, mirrored, evaluation.dataset.size, settings, progress, runner)
+    finally:
+        if isinstance(runner, ThreadRunner):
+            runner.close()
     # The planner orders the front by accuracy: score the feasible set on every sample.
     outcome = complete_feasible(searched, mirrored)
     result = outcome.result_document()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import signal
 import sys
@@ -31,10 +32,11 @@ from compass.commands.search_common import (
 )
 from compass.console import Terminated, UsageError, fail, parse_int, search_with_progress
 from compass.domain.evaluation import EvaluationError, Evaluator, ParamValue
-from compass.domain.search import MAX_DATASET_SIZE, SearchSettings
+from compass.domain.search import MAX_CONCURRENCY, MAX_DATASET_SIZE, SearchSettings
 from compass.domain.space import Space, SpaceError, SpaceSpec, config_key, explain_validation_error
 from compass.domain.statistics import StoppingRule
-from compass.evaluators.factory import ScoreSource, make_evaluator
+from compass.evaluators.concurrency import ThreadRunner, VirtualRunner, jittered_service
+from compass.evaluators.factory import ScoreSource, make_evaluator, make_runner
 from compass.evaluators.files import same_file
 from compass.evaluators.ledger import (
     CheckpointedEvaluator,
@@ -96,6 +98,20 @@ def register(commands: Any, summary: str) -> None:
     )
     add_triton_tls_arguments(run)
     run.add_argument("--samples", metavar="N", help="dataset size (with --command or --triton)")
+    run.add_argument(
+        "--concurrency",
+        default="1",
+        metavar="K",
+        help="evaluations kept in flight (default 1): Triton requests spread over the "
+        "--triton addresses (give one per pod, comma-separated, and K = pods x router "
+        "instances), or command processes; the answer is the same at any K",
+    )
+    run.add_argument(
+        "--service-ms",
+        metavar="MS",
+        help="with --replay: simulate requests taking about MS milliseconds each, served "
+        "--concurrency at a time on a virtual clock, and report the wall time it would take",
+    )
     run.add_argument(
         "--ledger",
         metavar="PATH",
@@ -365,6 +381,9 @@ class _Plan:
     resumed_facts: int | None
     output: Path | None
     notes: tuple[str, ...]
+    source: ScoreSource
+    concurrency: int
+    service_s: float | None
 
 
 def _check_one_source(args: argparse.Namespace) -> None:
@@ -430,7 +449,8 @@ def _live_scores(args: argparse.Namespace, space: Space | None, options: SearchO
     population = parse_int("--samples", str(args.samples), "100", low=1, high=MAX_DATASET_SIZE)
     budgets = resolve_budgets(options.budgets, population, "--samples")
     if args.triton is not None:
-        check_endpoint("--triton", str(args.triton))
+        for address in str(args.triton).split(","):
+            check_endpoint("--triton", address.strip())
         source = ScoreSource(
             triton=str(args.triton), router_model=str(args.router), tls=triton_tls(args)
         )
@@ -485,6 +505,19 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
         scores = _live_scores(args, space, options)
     settings = options.search_settings(scores.budgets)
     _check_stopping_rule(scores, settings)
+    concurrency = parse_int(
+        "--concurrency", str(args.concurrency), "8", low=1, high=MAX_CONCURRENCY
+    )
+    service_s = None
+    if args.service_ms is not None:
+        if args.replay is None:
+            fail(
+                "--service-ms",
+                "only used with --replay",
+                "leave it out: live scores take real time",
+            )
+        service_ms = _parse_positive("--service-ms", str(args.service_ms))
+        service_s = service_ms / 1000
     resumed = (
         _check_resume(checkpoint, scores.space, scores.population, scores.source.replay)
         if resuming
@@ -499,7 +532,21 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
         resumed_facts=resumed,
         output=options.output,
         notes=scores.notes,
+        source=scores.source,
+        concurrency=concurrency,
+        service_s=service_s,
     )
+
+
+def _parse_positive(flag: str, text: str) -> float:
+    """A number > 0, or a usage error naming the flag."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        fail(flag, f"{text!r} is not a positive number", f"pass e.g. {flag} 1500")
+    return value
 
 
 # ---------------------------------------------------------------------------- the command
@@ -553,8 +600,16 @@ def _search_locked(plan: _Plan, lock: LedgerLock) -> int:
         )
     evaluator = CheckpointedEvaluator(plan.inner, checkpoint)
     resume_hint = f"rerun with --resume {plan.checkpoint} to continue"
+    simulated = (
+        None
+        if plan.service_s is None
+        else VirtualRunner(evaluator, plan.concurrency, jittered_service(plan.service_s))
+    )
+    runner = simulated or make_runner(plan.source, evaluator, plan.concurrency)
     try:
-        outcome = search_with_progress(plan.space, evaluator, plan.population, plan.settings)
+        outcome = search_with_progress(
+            plan.space, evaluator, plan.population, plan.settings, runner
+        )
         result = write_result(outcome, plan.output)
     except (EvaluationError, LedgerError, OSError) as exc:
         done = checkpoint.ledger.fact_count
@@ -572,6 +627,16 @@ def _search_locked(plan: _Plan, lock: LedgerLock) -> int:
             file=sys.stderr,
         )
         return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+    finally:
+        if isinstance(runner, ThreadRunner):
+            runner.close()
+    if simulated is not None:
+        print(
+            f"{_PROG}: simulated wall time {simulated.clock:,.1f} s at concurrency "
+            f"{plan.concurrency} ({simulated.busy:,.1f} s of service: "
+            f"{simulated.busy / max(simulated.clock, 1e-9):.1f} requests in flight on average)",
+            file=sys.stderr,
+        )
     if plan.resumed_facts is not None:
         print(
             f"{_PROG}: reused {evaluator.reused:,} sample evaluations from {plan.checkpoint}; "

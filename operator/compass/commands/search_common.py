@@ -12,7 +12,13 @@ from pathlib import Path
 from compass.commands.common import check_output
 from compass.console import UsageError, fail, parse_int, parse_seed, shown
 from compass.domain.evaluation import ParamValue
-from compass.domain.search import SearchMethod, SearchOutcome, SearchSettings
+from compass.domain.search import (
+    DEFAULT_BATCH,
+    MAX_BATCH,
+    SearchMethod,
+    SearchOutcome,
+    SearchSettings,
+)
 from compass.domain.statistics import IntervalMethod, describe_schedule
 from compass.evaluators.files import write_replacing
 
@@ -54,6 +60,13 @@ def add_settings(parser: argparse.ArgumentParser, tau_default: str | None) -> No
         default=IntervalMethod.BETTING.value,
         help="early-stopping test: betting (default; anytime-valid) or wilson",
     )
+    parser.add_argument(
+        "--batch",
+        default=str(DEFAULT_BATCH),
+        help=f"configurations a round evaluates side by side (default {DEFAULT_BATCH}: the "
+        "one-at-a-time search): what --concurrency can overlap beyond one configuration's "
+        "samples, e.g. 16; a larger batch evaluates a few %% more samples",
+    )
     parser.add_argument("--output", metavar="RESULT.json", help="write the result JSON here")
 
 
@@ -68,6 +81,7 @@ class SearchOptions:
     method: SearchMethod
     interval: IntervalMethod
     output: Path | None
+    batch: int = DEFAULT_BATCH
 
     def search_settings(self, budgets: tuple[int, ...] | None) -> SearchSettings:
         """The domain settings, once the budgets are resolved."""
@@ -78,6 +92,7 @@ class SearchOptions:
             seed=self.seed,
             method=self.method,
             interval=self.interval,
+            batch=self.batch,
         )
 
 
@@ -104,6 +119,7 @@ def parse_settings(args: argparse.Namespace) -> SearchOptions:
         method=SearchMethod(args.method),
         interval=IntervalMethod(args.interval),
         output=output,
+        batch=parse_int("--batch", str(args.batch), "1", low=1, high=MAX_BATCH),
     )
 
 

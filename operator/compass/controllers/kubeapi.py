@@ -59,11 +59,13 @@ class OwnedByAnotherError(Exception):
     """An object with the wanted name exists and belongs to something else."""
 
 
-def load_client() -> client.ApiClient:
+def load_client(connections: int = 0) -> client.ApiClient:
     """A client with its own configuration: the pod's service account in a cluster, else
     $KUBECONFIG as it is now (not when the kubernetes package was imported), else
-    ~/.kube/config."""
+    ~/.kube/config. ``connections``: keep at least this many open to the API server (one per
+    thread that calls it), so that none is closed and opened again with a TLS handshake."""
     configuration = client.Configuration()
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, connections)
     try:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except config.ConfigException:

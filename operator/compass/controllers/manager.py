@@ -434,6 +434,7 @@ def run(
         # Fresh settings: the first run's startup handlers changed its copy.
         kopf.run(**{**options, "settings": kopf_settings(peering)}, stop_flag=stop_flag)
     finally:
+        runtime.stop()
         stop_fence.set()
         server.shutdown()
         thread.join(timeout=5)

@@ -7,6 +7,9 @@ a SpecError naming the field and the fix (a spec that can never work);
 
 from __future__ import annotations
 
+import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -18,12 +21,19 @@ from compass.api.errors import field_path, first_error
 from compass.api.metricsource import MetricsAuthentication, MetricsSourceType
 from compass.api.paretopolicy import ParetoPolicySpec, RoutingTarget
 from compass.controllers.targets import TargetAccess, TargetRefusedError, resolve_host, resolve_url
-from compass.conversion import admission_table, runtime_policy
+from compass.conversion import admission_table, binding_table, policy_plan, runtime_policy
 from compass.domain.planner import Plan, PlanError
 from compass.domain.strategy import Policy
 
 # Triton's default metrics port, used when the spec names no metrics URL.
 TRITON_METRICS_PORT = 8002
+# The plans made lately, by what policy_plan reads of a spec: a thousand policies with one
+# front are planned once (20 ms each on this machine), so a restarted operator acts on all of
+# them within seconds. Bounded: the oldest made is dropped first.
+PLAN_CACHE_SIZE = 256
+_PLAN_INPUTS = {"front", "slo", "threshold_model", "switch_delay_ms", "router_instances"}
+_PLANS: OrderedDict[str, Plan] = OrderedDict()
+_PLANS_LOCK = threading.Lock()
 
 
 class SpecError(ValueError):
@@ -78,6 +88,12 @@ class CompiledPolicy:
         generation, not every tick."""
         return admission_table(self.spec, self.plan)
 
+    @cached_property
+    def binding(self) -> dict[str, Any] | None:
+        """The late-binding table every router gets with each switch (None: off); built once a
+        generation."""
+        return binding_table(self.spec, self.plan)
+
 
 def _host_port(address: str) -> tuple[str, int] | None:
     host, _, port = address.rpartition(":")
@@ -96,7 +112,7 @@ def compile_policy(
             field_path(location) or "front", message, "correct it and apply the policy again"
         ) from error
     try:
-        policy = runtime_policy(spec)
+        policy = runtime_policy(spec, _plan(spec))
     except PlanError as error:
         raise SpecError(error.field, error.what, error.fix) from error
     routing = spec.routing or RoutingTarget()
@@ -129,6 +145,22 @@ def compile_policy(
         grpc_port=routing.grpc_port,
         metrics_port=routing.metrics_port,
     )
+
+
+def _plan(spec: ParetoPolicySpec) -> Plan:
+    """policy_plan(spec), made once for every spec that plans the same (PlanError as it)."""
+    inputs = spec.model_dump(mode="json", include=_PLAN_INPUTS)
+    inputs["slack_buffer_ms"] = spec.hysteresis.slack_buffer_ms
+    key = json.dumps(inputs, sort_keys=True)
+    with _PLANS_LOCK:
+        plan = _PLANS.get(key)
+    if plan is None:
+        plan = policy_plan(spec)
+        with _PLANS_LOCK:
+            _PLANS[key] = plan
+            while len(_PLANS) > PLAN_CACHE_SIZE:
+                _PLANS.popitem(last=False)
+    return plan
 
 
 def authorize_policy_targets(

@@ -22,7 +22,7 @@ from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
 from compass.domain.profiles import shown
 
-# The kopf timer's period (COMPASS_POLICY_TICK_SECONDS, 1 s by default); intervalSeconds
+# The policy scheduler's tick (COMPASS_POLICY_TICK_SECONDS, 1 s by default); intervalSeconds
 # below it decide at every tick.
 TICK_S = OperatorSettings().policy_tick_seconds
 # Retry delays while Triton is unreachable grow up to this, so a long outage costs few calls

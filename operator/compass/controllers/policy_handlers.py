@@ -1,20 +1,22 @@
-"""kopf handlers of ParetoPolicy: Elastico as a timer, one per policy; this module is the I/O.
+"""kopf handlers of ParetoPolicy: each policy ticks on the operator's one scheduler
+(policy_scheduler), fed by a kopf daemon per policy; this module is the I/O.
 
-Every second a policy's timer compiles its spec (once a generation), finds the Triton pods (an
+Every second a policy's tick compiles its spec (once a generation), finds the Triton pods (an
 index over EndpointSlices, watched, never listed per tick), resumes the policy state (from
 memory, else from the status), runs one LiveLoop step, writes the status and posts Events on
 transitions only. The decisions live in policy_compile, policy_decisions, policy_conditions,
-policy_status and compass.domain. A spec that can never work is a kopf.PermanentError, an
-unreachable Triton a kopf.TemporaryError retried with a growing delay; missing metrics are no
-error of the timer: the policy holds (or falls back, as spec.onMetricsLoss says).
+policy_status and compass.domain. A spec that can never work is reported once (InvalidSpec), an
+unreachable Triton retried with a growing delay; missing metrics are no error of the tick: the
+policy holds (or falls back, as spec.onMetricsLoss says).
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import kopf
@@ -69,9 +71,12 @@ from compass.controllers.policy_decisions import (
     target_key,
 )
 from compass.controllers.policy_status import (
+    STATUS_HEARTBEAT_S,
     PolicyGauges,
     build_status,
     error_status,
+    heartbeat_due,
+    heartbeat_phase,
     owned_fields,
     parse_rfc3339,
     policy_gauges,
@@ -84,13 +89,20 @@ from compass.controllers.runtime import Runtime, runtime_of
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, FleetSwitch, RouterFleet
 from compass.dataplane.httpauth import HttpAuth
 from compass.dataplane.live import LiveLoop
-from compass.dataplane.metrics import QueueDepthSource, UnavailableSource, source_for
+from compass.dataplane.metrics import (
+    QueueDepthSource,
+    SharedReads,
+    UnavailableSource,
+    source_for,
+)
 from compass.dataplane.triton import RoutingError
 from compass.domain.elastico import Observation, PolicyState
 
 MEMORY_KEY = "compass_policy"
 # An unexpected exception (a bug) is retried after this; TemporaryError brings its own delay.
 ERROR_BACKOFF_S = 5.0
+# A daemon only waits: stopped, it ends at once.
+CANCEL_S = 5.0
 # A control request takes milliseconds; a pod that does not answer within a second is reported
 # lagging and asked again at the next tick, rather than holding every decision of the policy
 # (the pods are called in parallel; a silent one is skipped for the rest of its tick).
@@ -143,7 +155,7 @@ RECENT_WRITES = 4
 
 @dataclass
 class PolicyMemory:
-    """What the timer remembers about one policy during one operator run (kopf's memo)."""
+    """What the ticks remember about one policy during one operator run (kopf's memo)."""
 
     compiled: CompiledPolicy | None = None
     reported_error: tuple[int | None, str] | None = None
@@ -161,6 +173,15 @@ class PolicyMemory:
     fenced: bool = False
     # The Service's slice addresses last refused (not the namespace's Pods'), reported on change.
     refused: tuple[str, ...] = ()
+    # Routine status writes: at most one a heartbeat, in this policy's slot of it (so that a
+    # thousand policies spread their writes over the heartbeat).
+    heartbeat_s: float = STATUS_HEARTBEAT_S
+    phase_s: float | None = None
+    # The condition updates of the last tick and its generation: the same again merge to the
+    # same list (merging them is a third of a steady tick's CPU).
+    condition_updates: tuple[Any, ...] | None = None
+    # _quiet_key of the last tick whose status, worked out, had nothing to write.
+    quiet: tuple[Any, ...] | None = None
 
 
 @kopf.on.startup()
@@ -201,37 +222,89 @@ def policy_claims(
     return {} if key is None or claim is None else {key: claim}
 
 
-@kopf.timer(GROUP, VERSION, POLICY_PLURAL, id="elastico", interval=TICK_S, backoff=ERROR_BACKOFF_S)
-def elastico_timer(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any) -> None:
-    """One Elastico tick of one ParetoPolicy (kopf passes the indexes as keywords)."""
-    slices: SlicesIndex = kwargs["triton_slices"]
-    pods: PodsIndex = kwargs["triton_pods"]
-    claims: ClaimsIndex = kwargs["policy_claims"]
+@kopf.daemon(GROUP, VERSION, POLICY_PLURAL, id="elastico", cancellation_timeout=CANCEL_S)
+async def elastico_daemon(
+    body: kopf.Body,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    stopped: kopf.DaemonStopped,
+    **kwargs: Any,
+) -> None:
+    """The policy on this process's scheduler while kopf runs its daemon: from its creation (or
+    the operator's start, or peering resuming this process) until it is deleted (or peering
+    pauses this process, or the operator exits). ``body`` is kopf's live view of it, and the
+    indexes (keywords) are live too: each tick reads them as they are then."""
     runtime = runtime_of(memo)
     memory = memo.get(MEMORY_KEY)
     if not isinstance(memory, PolicyMemory):
         memory = memo[MEMORY_KEY] = PolicyMemory()
+    indexes = Indexes(kwargs["triton_slices"], kwargs["triton_pods"], kwargs["policy_claims"])
+    # kopf's context (its Event queue, its settings) for kopf.event in the scheduler's threads.
+    context = contextvars.copy_context()
+    namespace, name = _names(body)
+    key = (namespace, name, str(body.get("metadata", {}).get("uid", "")))
+    memory.phase_s = heartbeat_phase(key[2])
+
+    def tick(now: float) -> float:
+        delay: float = context.run(scheduled_tick, body, memory, runtime, logger, now, indexes)
+        return delay
+
+    scheduler = runtime.policy_scheduler()
+    scheduler.add(key, tick)
+    try:
+        await stopped.wait()
+    finally:
+        scheduler.remove(key, tick)
+
+
+@dataclass(frozen=True)
+class Indexes:
+    """kopf's indexes a tick reads: the Services' slices, the Pods' IPs, the policies' claims."""
+
+    slices: SlicesIndex
+    pods: PodsIndex
+    claims: ClaimsIndex
+
+
+def scheduled_tick(
+    body: kopf.Body,
+    memory: PolicyMemory,
+    runtime: Runtime,
+    logger: kopf.Logger,
+    now: float,
+    indexes: Indexes,
+) -> float:
+    """One Elastico tick of one ParetoPolicy, on the scheduler: seconds until the next (a tick;
+    the growing retry delay while Triton is unreachable; ERROR_BACKOFF_S after a bug)."""
     if _fenced(body, memory, runtime, logger, time.monotonic()):
-        return
+        return TICK_S
     # Acting on it: its gauges stay current (a paused or fenced replica's go: OperatorMetrics).
     runtime.metrics.touch_policy(*_names(body), SERIES_TTL_S)
     count = runtime.metrics.reconciles
+    memory.heartbeat_s = runtime.status_heartbeat_s()
     try:
-        decided = _tick(body, memory, runtime, logger, time.time(), slices, pods, claims)
-    except kopf.TemporaryError:
+        decided = _tick(
+            body, memory, runtime, logger, now, indexes.slices, indexes.pods, indexes.claims
+        )
+    except kopf.TemporaryError as error:
         count.labels(POLICY_KIND, "retry").inc()
         runtime.metrics.errors.labels(POLICY_KIND, "TritonUnreachable").inc()
-        raise
-    except kopf.PermanentError:
+        delay = TICK_S if error.delay is None else float(error.delay)
+        logger.warning(f"tick failed temporarily: {error} (again in {delay:g} s)")
+        return delay
+    except kopf.PermanentError as error:
         count.labels(POLICY_KIND, "permanent").inc()
         runtime.metrics.errors.labels(POLICY_KIND, "InvalidSpec").inc()
-        raise
+        logger.error(f"tick failed permanently: {error}")
+        return TICK_S
     except Exception as error:
         count.labels(POLICY_KIND, "error").inc()
         runtime.metrics.errors.labels(POLICY_KIND, type(error).__name__).inc()
-        raise
+        logger.exception(f"tick failed: {error}")
+        return ERROR_BACKOFF_S
     if decided:
         count.labels(POLICY_KIND, "ok").inc()
+    return TICK_S
 
 
 @kopf.on.event(GROUP, VERSION, POLICY_PLURAL, id="forget-policy-series")
@@ -308,6 +381,7 @@ def _tick(
     connections = _connections(memory, compiled, runtime, logger, now, _names(body)[0])
     assert connections.source is not None
     connections.router.admission = compiled.admission
+    connections.router.binding = compiled.binding
     try:
         connections.router.update(_endpoints(body, memory, compiled, slices, pods, runtime, logger))
         router_key = connections.router.active_config(_expected_key(memory, previous, compiled))
@@ -460,10 +534,15 @@ def _publish(
 ) -> None:
     """Write the status (when it changed), post the transition Events, set the gauges."""
     old_conditions = previous.get("conditions") or []
-    conditions = merge_conditions(
-        old_conditions, health_conditions(health), rfc3339(now), generation
-    )
+    updates = (tuple(health_conditions(health)), generation)
+    if memory.status is not None and memory.condition_updates == updates:
+        # What the conditions say is what they said last tick: the same list (no transition).
+        conditions = old_conditions
+    else:
+        conditions = merge_conditions(old_conditions, updates[0], rfc3339(now), generation)
+        memory.condition_updates = updates
     namespace, name = _names(body)
+    quiet = None
     if decided is None:
         status = error_status(previous, conditions, generation)
         # A spec that does not compile says nothing of paused; Triton unreachable does.
@@ -471,6 +550,22 @@ def _publish(
         gauges = PolicyGauges(ready=is_ready(conditions), paused=paused)
     else:
         compiled, state, observation = decided
+        gauges = policy_gauges(compiled.plan, state, observation, conditions, health.pause.paused)
+        quiet = (
+            _quiet_key(body, compiled, state, observation, health, generation)
+            if conditions is old_conditions
+            else None
+        )
+        if (
+            quiet is not None
+            and quiet == memory.quiet
+            and not heartbeat_due(now, memory.last_write, memory.heartbeat_s, memory.phase_s)
+        ):
+            # Only routine fields can differ from the last status worked out, which wrote
+            # nothing, and the heartbeat is not due: nothing to write, nothing to work out.
+            uid = str(body.get("metadata", {}).get("uid", ""))
+            runtime.metrics.set_policy(namespace, name, uid, gauges)
+            return
         status = build_status(
             compiled.plan,
             state,
@@ -481,7 +576,6 @@ def _publish(
             generation,
             health.routing,
         )
-        gauges = policy_gauges(compiled.plan, state, observation, conditions, health.pause.paused)
     uid = str(body.get("metadata", {}).get("uid", ""))
     runtime.metrics.set_policy(namespace, name, uid, gauges)
     written = memory.written if memory.written is not None else dict(body.get("status") or {})
@@ -492,9 +586,12 @@ def _publish(
         status,
         now,
         memory.last_write,
+        memory.heartbeat_s,
         live=live if isinstance(live, dict) else None,
         recent=memory.recent,
+        phase_s=memory.phase_s,
     )
+    memory.quiet = None if changes else quiet
     if changes:
         if _write_status(runtime, body, changes, logger, status.get("conditions") or [], now):
             memory.recent = [owned_fields(written), *memory.recent][:RECENT_WRITES]
@@ -502,8 +599,26 @@ def _publish(
         else:
             memory.written = None  # compare with the live body next time
     memory.status = status
+    if conditions is old_conditions:
+        return
     for event in transition_events(old_conditions, conditions):
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def _quiet_key(
+    body: kopf.Body,
+    compiled: CompiledPolicy,
+    state: PolicyState,
+    observation: Observation | None,
+    health: Health,
+    generation: int | None,
+) -> tuple[Any, ...]:
+    """Everything of a tick's status that is written at once when it changes (policy_status:
+    all but the routine fields), and the object's resourceVersion (an edit by anyone else)."""
+    routine = replace(state, arrivals=(), observed_at=None)
+    depth = None if observation is None else observation.queue_depth
+    version = body.get("metadata", {}).get("resourceVersion")
+    return (id(compiled.plan), generation, version, routine, depth, health.routing)
 
 
 def _write_status(
@@ -575,6 +690,7 @@ def _connections(
         )
         memory.connections = Connections(key, fleet)
     connections = memory.connections
+    connections.router.shared = runtime.policy_scheduler().reads
     _refresh_source(connections, compiled, runtime, logger, now, namespace)
     return connections
 
@@ -647,7 +763,7 @@ def _refresh_source(
     if connections.credentials_problem is not None:
         logger.info(f"metrics credentials readable again from Secret {namespace}/{name}")
     connections.credentials_problem = None
-    connections.source = _source(connections, compiled, auth)
+    connections.source = _source(connections, compiled, auth, runtime.policy_scheduler().reads)
 
 
 def _unavailable(
@@ -663,12 +779,18 @@ def _unavailable(
 
 
 def _source(
-    connections: Connections, compiled: CompiledPolicy, auth: HttpAuth | None
+    connections: Connections,
+    compiled: CompiledPolicy,
+    auth: HttpAuth | None,
+    shared: SharedReads | None = None,
 ) -> QueueDepthSource:
-    """The metrics source of the compiled target, with these credentials."""
+    """The metrics source of the compiled target, with these credentials; its reads shared
+    with every other policy's source reading the same in a tick."""
     target, fleet = compiled.metrics, connections.router
     if target.url is None:  # Triton's /metrics of every pod
-        return FleetQueueDepth(lambda: fleet.endpoints, compiled.router_model, auth=auth)
+        return FleetQueueDepth(
+            lambda: fleet.endpoints, compiled.router_model, auth=auth, shared=shared
+        )
     return source_for(
         target.type.value,
         target.url,
@@ -678,6 +800,7 @@ def _source(
         pods=lambda: max(len(fleet.endpoints), 1),
         age_query=target.age_query,
         auth=auth,
+        shared=shared,
     )
 
 

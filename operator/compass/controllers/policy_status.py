@@ -8,6 +8,9 @@ heartbeat, so that an idle policy does not write to etcd every second.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -32,6 +35,8 @@ from compass.domain.profiles import shown
 # A status whose only change is the observation time is written at most this often: an idle
 # policy should not write to etcd every second.
 STATUS_HEARTBEAT_S = 10.0
+# How wide each policy's slot of the heartbeat is (a tick: it is seen at one tick of each).
+HEARTBEAT_SLOT_S = 1.0
 
 
 def rfc3339(seconds: float) -> str:
@@ -194,15 +199,45 @@ def build_status(
         else None,
         switches=state.switches,
         routing=routing,
-        thresholds=[
-            t.model_copy(update={"config": shown(t.config)}) for t in threshold_statuses(plan)
-        ],
         policy_state=shown_state(state.to_dict()),
         observed_generation=generation,
     )
     data = status.model_dump(by_alias=True, mode="json")
     data["conditions"] = conditions
-    return dict(without_empty_strings(data))
+    # The arrivals samples (numbers only) and the plan's thresholds (made once) skip the walk.
+    saved = data.get("policyState") or {}
+    arrivals = saved.pop("arrivals", None)
+    written = dict(without_empty_strings(data))
+    if arrivals is not None:
+        written["policyState"]["arrivals"] = arrivals
+    written["thresholds"] = plan_thresholds(plan)
+    return written
+
+
+# The thresholds each plan shows in the status, made once a plan (they never change with it):
+# validated and dumped every tick, they were a third of a steady tick's CPU.
+# By the plan's id (a plan holds dicts: not hashable), dropped when the plan goes.
+_THRESHOLDS: dict[int, list[dict[str, Any]]] = {}
+_THRESHOLDS_LOCK = threading.Lock()
+
+
+def plan_thresholds(plan: Plan) -> list[dict[str, Any]]:
+    """status.thresholds of a plan, as written (shared: never change it in place)."""
+    with _THRESHOLDS_LOCK:
+        known = _THRESHOLDS.get(id(plan))
+    if known is None:
+        shown_thresholds = [
+            t.model_copy(update={"config": shown(t.config)}) for t in threshold_statuses(plan)
+        ]
+        known = [
+            without_empty_strings(t.model_dump(by_alias=True, mode="json"))
+            for t in shown_thresholds
+        ]
+        with _THRESHOLDS_LOCK:
+            if id(plan) not in _THRESHOLDS:
+                weakref.finalize(plan, _THRESHOLDS.pop, id(plan), None)
+            _THRESHOLDS[id(plan)] = known
+    return known
 
 
 def error_status(
@@ -287,6 +322,7 @@ def status_patch(
     heartbeat_s: float = STATUS_HEARTBEAT_S,
     live: Mapping[str, Any] | None = None,
     recent: Sequence[Mapping[str, Any]] = (),
+    phase_s: float | None = None,
 ) -> dict[str, Any]:
     """What to write to the status: the changes, except routine ones (the observation time, the
     arrivals samples, and the wording of the last decision and of conditions whose status and
@@ -298,6 +334,9 @@ def status_patch(
     (the active configuration, the switches, the saved state...) differs there from what it
     wrote (``previous``, or the ``recent`` writes before it: a body seen late), someone else
     wrote it: it is put back at once, not at the next switch.
+
+    ``phase_s``: the policy's slot in the heartbeat (heartbeat_phase), so that policies started
+    together do not all write their routine changes in the same second (heartbeat_due).
     """
     patch = merge_patch(previous, new)
     for key in _edited(previous, live or previous, recent):
@@ -318,9 +357,35 @@ def status_patch(
             == _condition_states(new.get("conditions"))
         )
     )
-    if quiet and last_write is not None and now - last_write < heartbeat_s:
+    if quiet and not heartbeat_due(now, last_write, heartbeat_s, phase_s):
         return {}
     return patch
+
+
+def heartbeat_phase(uid: str) -> float:
+    """Where in each heartbeat a policy writes its routine changes, as a share of it (0..1),
+    spread by its uid: the same in every operator run."""
+    return (zlib.crc32(uid.encode()) % 1000) / 1000
+
+
+def heartbeat_due(
+    now: float,
+    last_write: float | None,
+    heartbeat_s: float,
+    phase: float | None = None,
+    slot_s: float = HEARTBEAT_SLOT_S,
+) -> bool:
+    """Whether a routine status write is due: a heartbeat after the last write, or (with the
+    policy's ``phase``) in its own slot_s-wide slot of the heartbeat, no sooner than half a
+    heartbeat after the last write and no later than one and a half (none yet in this run:
+    its slot)."""
+    if phase is None:
+        return last_write is None or now - last_write >= heartbeat_s
+    in_slot = (now - phase * heartbeat_s) % heartbeat_s < max(slot_s, 1e-9)
+    if last_write is None:  # a restarted operator: the slot, so they do not all write at once
+        return in_slot
+    since = now - last_write
+    return since >= 1.5 * heartbeat_s or (since >= heartbeat_s / 2 and in_slot)
 
 
 # The answers of a status too large to store: 413 from the API server (request body), 422 from

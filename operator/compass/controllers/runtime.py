@@ -22,7 +22,8 @@ from prometheus_client.core import Metric
 from compass import __version__
 from compass.controllers import kubeapi
 from compass.controllers.fencing import Fence
-from compass.controllers.policy_status import PolicyGauges
+from compass.controllers.policy_scheduler import PolicyScheduler
+from compass.controllers.policy_status import STATUS_HEARTBEAT_S, PolicyGauges
 from compass.controllers.settings import OperatorSettings
 from compass.domain.elastico import Action
 
@@ -74,6 +75,8 @@ class OperatorMetrics:
         self._gone: deque[str] = deque(maxlen=GONE_REMEMBERED)
         # One lock for every change to the per-object series and the books kept on them.
         self._lock = threading.Lock()
+        # Each policy's gauge series (set_policy), by (namespace, name) and gauge name.
+        self._children: dict[tuple[str, str], dict[Gauge, Any]] = {}
         self.build_info = Gauge(
             "compass_build_info",
             "Always 1; the labels say which operator runs: its version, Python's and kopf's.",
@@ -182,6 +185,19 @@ class OperatorMetrics:
             labels,
             registry=self.registry,
         )
+        self.policies_scheduled = Gauge(
+            "compass_policies_scheduled",
+            "ParetoPolicies this process ticks now (none while peering pauses it, or while "
+            "another shard owns them).",
+            registry=self.registry,
+        )
+        self.scheduler_lag = Gauge(
+            "compass_policy_scheduler_lag_seconds",
+            "How late the ParetoPolicy scheduler started its last tick, and the policies it "
+            "found still running from the tick before (label kind: late, running).",
+            ["kind"],
+            registry=self.registry,
+        )
         self.searches = Counter(
             "compass_workflow_searches",
             "Search Jobs by result: started, succeeded, failed.",
@@ -239,9 +255,17 @@ class OperatorMetrics:
         with self._lock:
             if uid and uid in self._gone:
                 return
+            # Each policy's series, looked up once (labels() is most of the cost of a tick's
+            # gauges at a thousand policies); forgotten with its series.
+            children = self._children.get((namespace, name))
+            if children is None:
+                children = self._children[namespace, name] = {}
             for gauge, value in values:
                 if value is not None:
-                    gauge.labels(namespace, name).set(float(value))
+                    child = children.get(gauge)
+                    if child is None:
+                        child = children[gauge] = gauge.labels(namespace, name)
+                    child.set(float(value))
             if gauges.capacity_pressure is None:
                 self.capacity_pressure.remove(namespace, name)
             else:
@@ -278,6 +302,7 @@ class OperatorMetrics:
 
     def _remove_gauges(self, namespace: str, name: str, keep: Gauge | None = None) -> None:
         """Remove a policy's gauges and its info series (all but ``keep``); under the lock."""
+        self._children.pop((namespace, name), None)
         for gauge in self._policy_gauges():
             if gauge is not keep:
                 gauge.remove(namespace, name)
@@ -346,12 +371,42 @@ class Runtime:
     fence: Fence | None = None
     _api: client.ApiClient | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _scheduler: PolicyScheduler | None = field(default=None, repr=False)
+
+    def policy_scheduler(self) -> PolicyScheduler:
+        """The process's one ParetoPolicy scheduler (made, and its thread started, on first
+        use)."""
+        with self._lock:
+            if self._scheduler is None:
+                scheduler = PolicyScheduler(
+                    self.settings.policy_tick_seconds, self.settings.policy_workers
+                )
+                self.metrics.policies_scheduled.set_function(lambda: float(len(scheduler)))
+                lag = self.metrics.scheduler_lag
+                lag.labels("late").set_function(lambda: scheduler.stats.lag_s)
+                lag.labels("running").set_function(lambda: float(scheduler.stats.skipped_running))
+                self._scheduler = scheduler.start()
+            return self._scheduler
+
+    def status_heartbeat_s(self) -> float:
+        """How often each policy writes its routine status changes: STATUS_HEARTBEAT_S, longer
+        when that many policies would write more than status_writes_per_second together."""
+        count = 0 if self._scheduler is None else len(self._scheduler)
+        return max(STATUS_HEARTBEAT_S, count / self.settings.status_writes_per_second)
+
+    def stop(self) -> None:
+        """Stop the scheduler (the operator is exiting)."""
+        with self._lock:
+            scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.stop()
 
     def api(self) -> client.ApiClient:
         """The process's Kubernetes client (compass.controllers.kubeapi loads it on first use)."""
         with self._lock:
             if self._api is None:
-                self._api = kubeapi.load_client()
+                # The policy workers, and kopf's own threads beside them.
+                self._api = kubeapi.load_client(self.settings.policy_workers + 8)
             return self._api
 
 

@@ -48,6 +48,21 @@ class OperatorSettings(BaseSettings):
         "intervalSeconds, to half a tick, so intervalSeconds below it decide at every tick. "
         "Below 1 s where time runs scaled (the demo, tests).",
     )
+    policy_workers: int = Field(
+        default=16,
+        ge=1,
+        le=256,
+        description="Threads that run the ParetoPolicies' ticks (each waits mostly on its "
+        "routers and the API server): more for many policies on slow networks.",
+    )
+    status_writes_per_second: float = Field(
+        default=15.0,
+        gt=0,
+        description="Routine ParetoPolicy status writes (the observation time and rate samples, "
+        "at the heartbeat) spread so that all policies together write about this many a second: "
+        "the heartbeat is 10 s, or the number of policies divided by this where that is longer. "
+        "A switch or a condition change is written at once.",
+    )
     triton_address_override: str | None = Field(
         default=None,
         description="Reach every Triton at this host:port instead of its Service (tests, demo).",

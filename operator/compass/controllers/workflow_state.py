@@ -206,6 +206,7 @@ def state_counts(state: Mapping[str, str]) -> dict[str, Any]:
             "samples_used": int(result.get("sample_evals", 0)),
             "feasible_found": len(result.get("feasible") or []),
             "best_accuracy": None if best is None else round(best, 4),
+            "search_rate": None,
         }
     progress = state_json(state, PROGRESS_KEY)
     if isinstance(progress, dict):
@@ -215,13 +216,20 @@ def state_counts(state: Mapping[str, str]) -> dict[str, Any]:
             "samples_used": int(progress.get("sample_evals", 0)),
             "feasible_found": int(progress.get("feasible", 0)),
             "best_accuracy": None if best is None else round(float(best), 4),
+            "search_rate": _short_text(progress.get("rate")),
         }
     return {
         "configurations_evaluated": 0,
         "samples_used": 0,
         "feasible_found": 0,
         "best_accuracy": None,
+        "search_rate": None,
     }
+
+
+def _short_text(value: object) -> str | None:
+    """A progress text the Job wrote, bounded (the state is the Job's to write, not ours)."""
+    return value[:80] if isinstance(value, str) else None
 
 
 def config_name(config: Mapping[str, Any]) -> str:

@@ -18,7 +18,13 @@ from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.dataplane.httpauth import HttpAuth
-from compass.dataplane.metrics import MetricsReading, MetricsUnavailableError, TritonQueueDepth
+from compass.dataplane.metrics import (
+    MetricsReading,
+    MetricsUnavailableError,
+    SharedReads,
+    TritonQueueDepth,
+    shared_read,
+)
 from compass.dataplane.triton import (
     GrpcTls,
     RoutingError,
@@ -107,7 +113,17 @@ class RouterFleet:
         # Pods that did not answer the last active_config: the switch after it skips them, so
         # one hung pod costs a tick one timeout, not one per call (it is asked again next tick).
         self.silent: dict[str, str] = {}
+        # What each pod reported at the last active_config: the switch after it sends nothing
+        # to a pod that already serves what it would set (unless it carries an admission table,
+        # which a pod does not report), so a steady policy makes one call a pod a tick, not two.
+        self.reported: dict[str, str] = {}
+        # Pods whose last set from this fleet carried no admission table: only those may be
+        # skipped (one that had a table keeps it until a set says none).
+        self.cleared: set[str] = set()
+        # Reports shared within a tick with every fleet asking the same pod (SharedReads).
+        self.shared: SharedReads | None = None
         self._admission: Mapping[str, Any] | None = None
+        self._binding: Mapping[str, Any] | None = None
         self.update(endpoints)
 
     @property
@@ -122,6 +138,22 @@ class RouterFleet:
             router.admission = table
 
     @property
+    def _sends_tables(self) -> bool:
+        """Whether switches carry an admission or late-binding table (neither is reported)."""
+        return self._admission is not None or self._binding is not None
+
+    @property
+    def binding(self) -> Mapping[str, Any] | None:
+        """The late-binding table every pod's router gets with each switch (None: off)."""
+        return self._binding
+
+    @binding.setter
+    def binding(self, table: Mapping[str, Any] | None) -> None:
+        self._binding = table
+        for router in self.routers.values():
+            router.binding = table
+
+    @property
     def endpoints(self) -> tuple[Endpoint, ...]:
         """The pods now, in name order."""
         return tuple(sorted(self.routers, key=lambda e: e.name))
@@ -131,6 +163,7 @@ class RouterFleet:
         wanted = set(endpoints)
         for gone in set(self.routers) - wanted:
             self.routers.pop(gone).close()
+            self.cleared.discard(gone.name)
         for endpoint in wanted - set(self.routers):
             self.routers[endpoint] = TritonRouter(
                 endpoint.grpc_url,
@@ -141,6 +174,7 @@ class RouterFleet:
                 tls=self.tls,
             )
             self.routers[endpoint].admission = self._admission
+            self.routers[endpoint].binding = self._binding
 
     def close(self) -> None:
         """Close every client."""
@@ -160,13 +194,16 @@ class RouterFleet:
             raise RoutingError(f"no ready Triton pod serves {self.model}")
 
         def ask(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
+            key = ("router", endpoint.grpc_url, self.model, self.tls)
             try:
-                return PodSwitch(endpoint.name, router.active_config(), 0.0)
+                active = shared_read(self.shared, key, router.active_config, (RoutingError,))
+                return PodSwitch(endpoint.name, str(active), 0.0)
             except RoutingError as error:
                 return PodSwitch(endpoint.name, None, 0.0, error=str(error))
 
         answers = self._each(ask)
         self.silent = {a.pod: a.error or "" for a in answers if a.config is None}
+        self.reported = {a.pod: a.config for a in answers if a.config is not None}
         served = Counter(a.config for a in answers if a.config is not None)
         if not served:
             raise RoutingError("; ".join(f"{a.pod}: {a.error}" for a in answers))
@@ -183,9 +220,15 @@ class RouterFleet:
         if not self.routers:
             raise RoutingError(f"no ready Triton pod serves {self.model}: nothing to switch")
 
+        # Pods report their routing, not their tables: while one is sent, send every switch.
+        reported = self.reported if not self._sends_tables else {}
+        cleared = set(self.cleared)
+
         def set_one(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
             if endpoint.name in self.silent:
                 return PodSwitch(endpoint.name, None, 0.0, error=self.silent[endpoint.name])
+            if endpoint.name in cleared and reported.get(endpoint.name) == wanted:
+                return PodSwitch(endpoint.name, wanted, 0.0)  # serves it: nothing to send
             try:
                 report = router.switch(config, blend, weight)
             except RoutingError as error:
@@ -193,7 +236,12 @@ class RouterFleet:
             return PodSwitch(endpoint.name, report.config, report.seconds, report.changed)
 
         pods = tuple(self._each(set_one))
-        self.silent = {}
+        self.silent, self.reported = {}, {}
+        took = {p.pod for p in pods if p.error is None and p.config == wanted}
+        if not self._sends_tables:
+            self.cleared |= took
+        else:
+            self.cleared -= took
         report = FleetSwitch(
             config=wanted,
             attempts=1,
@@ -219,6 +267,8 @@ class FleetQueueDepth:
     timeout_s: float = 1.0
     # Credentials and headers for every pod's /metrics.
     auth: HttpAuth | None = None
+    # Scrapes shared with the other sources of a round (one per pod a tick).
+    shared: SharedReads | None = None
     # Whether a pod answered 401 or 403 at the last reading: the caller reads the Secret again.
     auth_rejected: bool = False
     # Each pod's scraper (it keeps that pod's counter steady), by pod name and URL.
@@ -252,7 +302,11 @@ class FleetQueueDepth:
             scrapers = {
                 (e.name, e.metrics_url): self.scrapers.get((e.name, e.metrics_url))
                 or TritonQueueDepth(
-                    e.metrics_url, self.model, timeout_s=self.timeout_s, auth=self.auth
+                    e.metrics_url,
+                    self.model,
+                    timeout_s=self.timeout_s,
+                    auth=self.auth,
+                    shared=self.shared,
                 )
                 for e in endpoints
                 if e.metrics_url

@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import Message
 from typing import IO, Any, Protocol
 from urllib.parse import urlencode
@@ -423,6 +423,75 @@ def checked_age(value: float, where: str) -> float:
     return max(value, 0.0)
 
 
+class SharedReads:
+    """Reads shared within one round (one tick of the operator's scheduler): every source that
+    asks for the same thing in a round (the same URL, query and credentials) gets the answer of
+    one request, or its error. A thousand policies on one Prometheus make one query a tick,
+    not a thousand; each policy still keeps its own counters (TritonQueueDepth's arrivals), so
+    it decides exactly as it would alone on the same samples.
+    """
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple[Any, ...], _SharedAnswer] = {}
+        self._lock = threading.Lock()
+        self.requests = 0  # made, all rounds together (the rest were shared)
+        self.asked = 0  # answers given, shared or not
+
+    def next_round(self) -> None:
+        """Forget the answers of the last round: the next asks read afresh."""
+        with self._lock:
+            self._answers = {}
+
+    def once(
+        self,
+        key: tuple[Any, ...],
+        read: Callable[[], Any],
+        errors: tuple[type[Exception], ...] = (),
+    ) -> Any:
+        """``read()``'s answer for ``key`` in this round: read by the first to ask, the others
+        wait for it. Its MetricsUnavailableError (or one of ``errors``: each takes one message)
+        is shared the same way: raised to each, as a new exception of its type."""
+        with self._lock:
+            self.asked += 1
+            answer = self._answers.get(key)
+            first = answer is None
+            if answer is None:
+                answer = self._answers[key] = _SharedAnswer()
+                self.requests += 1
+        if first:
+            caught: tuple[type[Exception], ...] = (MetricsUnavailableError, *errors)
+            try:
+                answer.value = read()
+            except caught as error:
+                answer.error = error
+            finally:
+                answer.done.set()
+        else:
+            answer.done.wait()
+        if answer.error is not None:
+            raise type(answer.error)(str(answer.error))
+        return answer.value
+
+
+@dataclass
+class _SharedAnswer:
+    """One read of a round: its value or its error, once done."""
+
+    value: Any = None
+    error: Exception | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def shared_read(
+    shared: SharedReads | None,
+    key: tuple[Any, ...],
+    read: Callable[[], Any],
+    errors: tuple[type[Exception], ...] = (),
+) -> Any:
+    """``read()``, shared within the round when there is a SharedReads."""
+    return read() if shared is None else shared.once(key, read, errors)
+
+
 class QueueDepthSource(Protocol):
     """Reads the current queue depth of the router."""
 
@@ -457,9 +526,11 @@ class PrometheusQueueDepth:
         pods: Callable[[], int] | None = None,
         age_query: str | None = None,
         auth: HttpAuth | None = None,
+        shared: SharedReads | None = None,
     ) -> None:
         self.url = _checked_url(url)
         self.pods = pods
+        self.shared = shared
         self.query = query or default_query()
         self.arrivals_query = arrivals_query
         self.age_query = age_query
@@ -508,7 +579,14 @@ class PrometheusQueueDepth:
         )
 
     def _scalar(self, query: str) -> float:
-        """Evaluate a query that must return one number."""
+        """Evaluate a query that must return one number (once a round for every source with
+        the same URL, query and credentials)."""
+        key = ("prometheus", self.url, query, self.timeout_s, self.http.auth)
+        value: float = shared_read(self.shared, key, lambda: self._evaluate(query))
+        return value
+
+    def _evaluate(self, query: str) -> float:
+        """Evaluate a query now."""
         where = self._where(query)
         params = {"query": query, "timeout": f"{round(self.timeout_s * 1000)}ms"}
         url = f"{self.url.rstrip('/')}/api/v1/query?{urlencode(params)}"
@@ -588,12 +666,14 @@ class TritonQueueDepth:
         metric: str = "nv_inference_pending_request_count",
         timeout_s: float = 2.0,
         auth: HttpAuth | None = None,
+        shared: SharedReads | None = None,
     ) -> None:
         self.metrics_url = _checked_url(metrics_url)
         self.model = model
         self.metric = metric
         self.timeout_s = timeout_s
         self.http = _Http(auth)
+        self.shared = shared
         # The arrivals counter given at the last reading and the finished count behind it.
         self.counted: tuple[float, float] | None = None
         self.lock = threading.Lock()
@@ -612,7 +692,18 @@ class TritonQueueDepth:
         return self.read().queue_depth
 
     def read(self) -> MetricsReading:
-        """Scrape once: pending requests, and arrivals = finished + pending."""
+        """Scrape once (once a round for every source of the same URL, model and credentials):
+        pending requests, and arrivals = finished + pending (counted by this source)."""
+        key = ("triton", self.metrics_url, self.model, self.metric, self.timeout_s, self.http.auth)
+        pending, finished = shared_read(self.shared, key, self._scrape)
+        if None in finished:
+            return MetricsReading(pending, None)
+        with self.lock:
+            arrivals = self._count(sum(f or 0.0 for f in finished), pending)
+        return MetricsReading(pending, arrivals)
+
+    def _scrape(self) -> tuple[float, list[float | None]]:
+        """The pending requests and the finished counters (success, failure) now."""
         data = self.http.get(self.metrics_url, self.timeout_s, self.describe())
         totals: dict[str, float] = {}
         for line in data.decode("utf-8", errors="replace").splitlines():
@@ -638,11 +729,7 @@ class TritonQueueDepth:
             else None
             for k in ("success", "failure")
         ]
-        if None in finished:
-            return MetricsReading(pending, None)
-        with self.lock:
-            arrivals = self._count(sum(f or 0.0 for f in finished), pending)
-        return MetricsReading(pending, arrivals)
+        return pending, finished
 
     def _count(self, finished: float, pending: float) -> float:
         """Arrivals so far: finished + pending, held at its highest until the server restarts.
@@ -669,12 +756,14 @@ def source_for(
     pods: Callable[[], int] | None = None,
     age_query: str | None = None,
     auth: HttpAuth | None = None,
+    shared: SharedReads | None = None,
 ) -> QueueDepthSource:
     """The metrics source a policy names: ``prometheus`` (PromQL, totals divided among the
     ``pods``; the samples' age from ``age_query``, by default the default query's) or
-    ``triton`` (one server's /metrics); ``auth`` for every request."""
+    ``triton`` (one server's /metrics); ``auth`` for every request; ``shared``: reads shared
+    with the other sources in a round."""
     if kind == "triton":
-        return TritonQueueDepth(url, model=model, auth=auth)
+        return TritonQueueDepth(url, model=model, auth=auth, shared=shared)
     if kind == "prometheus":
         return PrometheusQueueDepth(
             url,
@@ -683,5 +772,6 @@ def source_for(
             pods=pods,
             age_query=age_query or (None if query else default_age_query(model)),
             auth=auth,
+            shared=shared,
         )
     raise ValueError(f"metrics type {kind!r}: use prometheus or triton")

@@ -175,6 +175,9 @@ class TritonRouter:
         # Admission at dispatch (compass.domain.admission.router_admission), sent with every
         # switch so that a restarted server has it again at the next one; None: off.
         self.admission: Mapping[str, Any] | None = None
+        # Late binding (compass.domain.binding.router_table), sent with every switch the same
+        # way; None: off.
+        self.binding: Mapping[str, Any] | None = None
 
     def close(self) -> None:
         """Close the gRPC channel."""
@@ -265,6 +268,7 @@ class TritonRouter:
         wanted = routing_key(config, blend, weight)
         body: dict[str, Any] = {"set": json.loads(config_key(config))}
         body["admission"] = None if self.admission is None else dict(self.admission)
+        body["binding"] = None if self.binding is None else dict(self.binding)
         if blend is not None:
             body.update(blend=json.loads(config_key(blend)), weight=_mix_weight(blend, weight))
         started = time.perf_counter()

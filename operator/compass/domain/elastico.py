@@ -14,7 +14,7 @@ import functools
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -134,7 +134,9 @@ class PolicyState:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping (what a Kubernetes status would hold)."""
-        data = asdict(self)
+        # Field by field, not asdict: its deep copy of every arrivals sample was most of a
+        # steady tick's CPU (the fields are plain values but these two tuples).
+        data = {name: getattr(self, name) for name in PolicyState.__dataclass_fields__}
         data["entry_levels"] = [list(entry) for entry in self.entry_levels]
         data["arrivals"] = [list(sample) for sample in self.arrivals]
         return data

@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -452,19 +453,27 @@ class Plan:
     switch_delay_ms: float = 0.0
     servers: int = 1
 
-    @property
+    # Worked out once a plan (it never changes): a policy asks for them at every decision.
+    @cached_property
     def names(self) -> tuple[str, ...]:
         """Front members' names, fastest first."""
         return tuple(t.profile.name for t in self.thresholds)
 
-    @property
+    @cached_property
     def eligible(self) -> tuple[int, ...]:
         """Indices of the members the policy may switch to."""
         return tuple(i for i, t in enumerate(self.thresholds) if t.eligible)
 
+    @cached_property
+    def _indices(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for i, name in enumerate(self.names):
+            found.setdefault(name, i)
+        return found
+
     def index(self, name: str) -> int | None:
         """The index of the member with this name, or None."""
-        return next((i for i, t in enumerate(self.thresholds) if t.profile.name == name), None)
+        return self._indices.get(name)
 
 
 def plan_thresholds(

@@ -12,7 +12,12 @@ dispersion. It is meant to run with admission at dispatch. Why: docs/method.md, 
 
 from __future__ import annotations
 
+import hashlib
 import math
+import pickle
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -75,6 +80,8 @@ MAX_PATH_REQUESTS = 2000
 DISPERSION_WINDOW_S = 60.0
 DISPERSION_CONFIDENCE = 0.9
 MIN_DISPERSION_PAIRS = 10
+# Miss shares kept per front (see _Paths.miss_shares).
+MISS_SHARES_KEPT = 65536  # at most about 20 MB a front
 
 
 class _Paths:
@@ -104,6 +111,12 @@ class _Paths:
         self.joins: Float32Array = rng.uniform(size=(PATHS, requests)).astype(np.float32)
         self.requests = requests
         self._dealt: dict[Mix, IntArray] = {}
+        # Miss shares already worked out, by every input of Predictive.miss_share: a policy
+        # whose rate and queue hold still (an idle one) and the policies of one front on the
+        # same load work each out once. The least recently used go first (policies whose rate
+        # moves must not push out those whose rate holds still).
+        self.miss_shares: OrderedDict[tuple[object, ...], float] = OrderedDict()
+        self.miss_shares_lock = threading.Lock()
 
     def dealt(self, mix: Mix) -> IntArray:
         """The member serving each request in turn under the mix (its router's round-robin)."""
@@ -115,6 +128,29 @@ class _Paths:
             members = np.resize(np.array(period, dtype=np.int64), self.requests)
             self._dealt[mix] = members
         return members
+
+
+# The draws of every plan in use, by what they are drawn from: policies with the same front
+# (and router instances) share one set, so an operator of a thousand such policies holds one,
+# not a thousand (1.5 MB each for two members). Weak: the draws go with the last policy.
+_PATHS: weakref.WeakValueDictionary[str, _Paths] = weakref.WeakValueDictionary()
+_PATHS_LOCK = threading.Lock()
+
+
+def shared_paths(plan: Plan, requests: int) -> _Paths:
+    """The draws for this plan's members: made once, shared by every policy whose front draws
+    the same (they depend only on the members' profiles, the router instances and the seed)."""
+    # Their fields only (not what a cached property has added to a profile since).
+    profiles = [
+        {name: getattr(t.profile, name) for name in t.profile.__dataclass_fields__}
+        for t in plan.thresholds
+    ]
+    key = hashlib.sha256(pickle.dumps((profiles, plan.servers, requests, SEED))).hexdigest()
+    with _PATHS_LOCK:
+        paths = _PATHS.get(key)
+        if paths is None:
+            paths = _PATHS[key] = _Paths(plan, requests)
+        return paths
 
 
 @dataclass(frozen=True)
@@ -143,7 +179,7 @@ class Predictive:
         eligible = self.plan.eligible
         hull = accuracy_hull([self.plan.thresholds[i].profile for i in eligible])
         object.__setattr__(self, "positions", tuple(hull_mixes([eligible[i] for i in hull])))
-        object.__setattr__(self, "paths", _Paths(self.plan, MAX_PATH_REQUESTS))
+        object.__setattr__(self, "paths", shared_paths(self.plan, MAX_PATH_REQUESTS))
 
     @property
     def fastest(self) -> Mix:
@@ -228,8 +264,27 @@ class Predictive:
         if rate <= 0:
             return 0.0
         clump = max(clump, 1.0)
-        servers = max(self.plan.servers, 1)
         ahead = min(round(queued), self.paths.requests - 1)
+        # Everything the share depends on beyond the draws (shared by one front's policies).
+        key = (mix, rate, ahead, active, surge, clump, self.horizon_s, self.plan.slo.latency_ms)
+        shares, lock = self.paths.miss_shares, self.paths.miss_shares_lock
+        with lock:
+            known = shares.get(key)
+            if known is not None:
+                shares.move_to_end(key)
+                return known
+        known = self._miss_share(mix, rate, ahead, active, surge, clump)
+        with lock:
+            shares[key] = known
+            while len(shares) > MISS_SHARES_KEPT:
+                shares.popitem(last=False)
+        return known
+
+    def _miss_share(
+        self, mix: Mix, rate: float, ahead: int, active: Mix, surge: bool, clump: float
+    ) -> float:
+        """miss_share, worked out: ``ahead`` requests queued, ``clump`` at least 1."""
+        servers = max(self.plan.servers, 1)
         surge_s = min(SURGE_S, self.horizon_s) if surge else 0.0
         expected = rate * (self.horizon_s + (SURGE_FACTOR - 1) * surge_s)
         # The count's spread: its variance is the dispersion (2 clump - 1) times its mean.

@@ -182,12 +182,12 @@ class LatencyProfile:
     std_ms: float | None = None
     capacity: CapacityCurve | None = None
 
-    @property
+    @cached_property
     def key(self) -> str:
         """Canonical identity of the configuration (sorted-key JSON)."""
         return config_key(self.config)
 
-    @property
+    @cached_property
     def name(self) -> str:
         """A short label: the parameter values joined by '/', in the profile's own order."""
         return "/".join(str(value) for value in self.config.values())

@@ -167,6 +167,16 @@ class StoppingRule:
             return seen + 1 if seen < self.population else None
         return next((b for b in self._points if b > seen), None)
 
+    def at_least(self, look: int, floor: int) -> int:
+        """The first point of the schedule at or after ``look`` that is also >= ``floor``
+        (capped at the last look): a later look than a verdict needs, never an unscheduled one.
+        """
+        if floor <= look:
+            return look
+        if self._points is None:
+            return min(floor, self.population)
+        return next((b for b in self._points if b >= floor), self.last_look)
+
     def next_look(self, scores: Sequence[float] | FloatArray) -> int | None:
         """The first point of the schedule at which these scores and more could reach a verdict.
 

@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.dataplane.triton import GrpcTls, TritonRouter
+from compass.dataplane.triton import GrpcTls
 from compass.domain.evaluation import Evaluator
+from compass.domain.search import ChunkRunner, SequentialRunner
 from compass.evaluators.command import CommandEvaluator
+from compass.evaluators.concurrency import ThreadRunner
 from compass.evaluators.ledger import Ledger, ReplayEvaluator
 from compass.evaluators.triton import TritonEvaluator
 
@@ -24,7 +26,7 @@ class ScoreSource:
 
     replay: Ledger | None = None
     command: Sequence[str] | None = None
-    # host:port of Triton's gRPC endpoint; requests go to router_model there.
+    # host:port of Triton's gRPC endpoint(s), comma-separated; requests go to router_model.
     triton: str | None = None
     router_model: str = DEFAULT_ROUTER_MODEL
     # TLS to Triton's gRPC port (None: plaintext).
@@ -44,5 +46,17 @@ def make_evaluator(source: ScoreSource) -> Evaluator:
     if source.command is not None:
         return CommandEvaluator(source.command)
     assert source.triton is not None  # __post_init__ guarantees one source
+    addresses = [a.strip() for a in source.triton.split(",") if a.strip()]
+    return TritonEvaluator.over(addresses, source.router_model, source.tls)
 
-    return TritonEvaluator(TritonRouter(source.triton, model=source.router_model, tls=source.tls))
+
+def make_runner(source: ScoreSource, evaluator: Evaluator, concurrency: int) -> ChunkRunner:
+    """What evaluates the search's chunks: one at a time, or ``concurrency`` calls at once.
+
+    Triton gets one request a sample (each in flight on its own); a command gets whole chunks,
+    one process each, as many processes at once as the concurrency. A replay answers from
+    memory: concurrency would buy nothing, so it stays sequential (the bench simulates it).
+    """
+    if concurrency == 1 or source.replay is not None:
+        return SequentialRunner(evaluator)
+    return ThreadRunner(evaluator, concurrency, piece=1 if source.triton is not None else None)

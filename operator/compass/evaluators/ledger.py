@@ -8,6 +8,7 @@ import json
 import logging
 import operator
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -506,10 +507,15 @@ class CheckpointedEvaluator:
         self.checkpoint = checkpoint
         self.reused = 0  # sample evaluations answered from the checkpoint
         self.computed = 0  # sample evaluations asked of `inner`
+        # Concurrent runners call evaluate from several threads: the ledger and the counters
+        # are touched under the lock, the inner evaluator runs outside it (the search never
+        # has two chunks of one configuration in flight, so no sample is evaluated twice).
+        self.lock = threading.Lock()
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
         """Per-sample scores in the order given, evaluating each missing sample once."""
-        values = self.checkpoint.ledger.lookup(config, sample_indices)
+        with self.lock:
+            values = self.checkpoint.ledger.lookup(config, sample_indices)
         unknown = np.isnan(values)
         if unknown.any():
             # dict.fromkeys: first-seen order, each index once even if requested twice.
@@ -517,8 +523,10 @@ class CheckpointedEvaluator:
                 dict.fromkeys(int(i) for i, u in zip(sample_indices, unknown, strict=True) if u)
             )
             fresh = _checked_scores(self.inner.evaluate(config, missing), len(missing))
-            self.checkpoint.append(config, missing, fresh)
-            self.computed += len(missing)
-            values = self.checkpoint.ledger.lookup(config, sample_indices)
-        self.reused += int(np.count_nonzero(~unknown))
+            with self.lock:
+                self.checkpoint.append(config, missing, fresh)
+                self.computed += len(missing)
+                values = self.checkpoint.ledger.lookup(config, sample_indices)
+        with self.lock:
+            self.reused += int(np.count_nonzero(~unknown))
         return cast(list[float], values.tolist())

@@ -2,28 +2,65 @@
 
 Each request carries the configuration as a per-request override, so a search runs beside
 production traffic without switching it. The router's pipeline returns ``score`` in [0, 1].
+Called from several threads at once (a concurrent search), each thread has its own client per
+address, so each holds its own connection: a Service's load balancing then spreads them over
+its ready pods, and several addresses (one per pod) are taken in turn.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import threading
+from collections.abc import Callable, Sequence
 
-from compass.dataplane.triton import RoutingError, TritonRouter
+from compass.dataplane.triton import GrpcTls, RoutingError, TritonRouter
 from compass.domain.evaluation import Config, EvaluationError
 
 
 class TritonEvaluator:
     """Scores samples through the router, one request per sample."""
 
-    def __init__(self, router: TritonRouter) -> None:
-        self.router = router
+    def __init__(self, router: TritonRouter | Callable[[], TritonRouter]) -> None:
+        """A router (one thread), or a factory that makes one per calling thread."""
+        if isinstance(router, TritonRouter):
+            self._make: Callable[[], TritonRouter] | None = None
+            self.router = router
+        else:
+            self._make = router
+            self.router = router()
+        self._local = threading.local()
+        self._local.router = self.router
+
+    @classmethod
+    def over(
+        cls, addresses: Sequence[str], model: str, tls: GrpcTls | None = None
+    ) -> TritonEvaluator:
+        """Requests spread over these gRPC addresses (with ``tls``: over TLS): each new thread
+        takes the next one."""
+        turn = itertools.cycle(addresses)
+        lock = threading.Lock()
+
+        def make() -> TritonRouter:
+            with lock:
+                address = next(turn)
+            return TritonRouter(address, model=model, tls=tls)
+
+        return cls(make)
+
+    def _router(self) -> TritonRouter:
+        router: TritonRouter | None = getattr(self._local, "router", None)
+        if router is None:
+            assert self._make is not None, "a single router is used from one thread only"
+            router = self._local.router = self._make()
+        return router
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
         """The pipeline's score of each sample under this configuration."""
+        router = self._router()
         scores = []
         for index in sample_indices:
             try:
-                reply = self.router.infer({"sample": int(index)}, config=config)
+                reply = router.infer({"sample": int(index)}, config=config)
             except RoutingError as error:
                 raise EvaluationError(f"sample {index}: {error}") from error
             score = reply.result.get("score")

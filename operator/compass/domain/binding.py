@@ -1,0 +1,395 @@
+"""Late binding (Aragog's per-request, per-stage routing): each request binds each stage's
+parameters when it reaches that stage, from its own deadline and the components' queues.
+
+A ``StagePlan`` lists the pipeline's stages (the parameters each binds, in the order the
+pipeline reads them) and the configurations a request may end on, each with its accuracy and a
+predicted service time per stage. ``bind_stage`` is the decision: among the allowed
+configurations consistent with what the request has bound so far, the most accurate whose
+predicted remaining time (each remaining component's queue and its own time there) fits what is
+left of the request's deadline, and does not make a request waiting behind it late that would
+otherwise be in time (``follower_spare_ms``); the fastest completion when none fits; refused
+where admission's refuse rule applies and even the fastest is late. ``rag_sim_stage_plan``
+derives per-stage times from whole-pipeline profiles. Why: docs/method.md, "Late binding".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from compass.domain.errors import FieldError
+from compass.domain.evaluation import ParamValue
+from compass.domain.profiles import LatencyProfile
+from compass.domain.space import config_key
+
+# rag-sim's pipeline (model-images/rag-sim/models/router/1/pipeline.py): the parameters each
+# component's time depends on, in the order a request reaches the components, and the models.
+RAG_SIM_STAGE_PARAMS: tuple[tuple[str, ...], ...] = (
+    ("retriever_k",),
+    ("reranker_model", "reranker_k"),
+    ("generator_model",),
+)
+RAG_SIM_COMPONENTS = ("retriever", "reranker", "generator")
+# rag-sim's components' shares of a configuration's time as deployed (podmodel.RAG_SIM_STAGES,
+# the components' `share` parameters): the split the per-stage fit leans to where the
+# end-to-end profiles leave it open.
+RAG_SIM_SHARES = (0.1, 0.2, 0.7)
+# The slow loop allows a front member while the pod's arrival rate is within its planner rate
+# limit x this (bench/serving_sim.py --binding-only, 10 seeds, binding+adm: 1.5 wins 100% of
+# the hindsight oracle's gain, at or above static fastest's compliance in 11/16 cells, the rest
+# -0.0 to -0.4; 1.25: 91%, 13/16; 2 lost compliance in the overloads on 2 seeds).
+RATE_HEADROOM = 1.5
+# A plan travels in a ParetoPolicy and to every router: bounded like a front's capacity curve.
+MAX_BINDING_CONFIGS = 128
+MAX_STAGES = 8
+# No stage's share of a configuration's time is fitted below this: a stage is never free.
+MIN_STAGE_SHARE = 0.02
+
+
+class BindingError(FieldError):
+    """A binding plan or input is unusable: one line, `<field>: <what is wrong>; <the fix>`."""
+
+
+class BindingVerdict(StrEnum):
+    """How a stage was bound."""
+
+    # The most accurate consistent configuration that fits the deadline and spares followers.
+    FITS = "fits"
+    # None fits: the fastest completion.
+    FASTEST = "fastest"
+    # Late whatever serves it, and admission refuses such requests.
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class BindableConfig:
+    """A configuration a request may end on: its parameters, accuracy and per-stage times."""
+
+    config: Mapping[str, ParamValue]
+    accuracy: float
+    # Predicted service time at each stage, ms, in stage order (at the plan's quantile: what
+    # must fit the deadline).
+    stage_ms: tuple[float, ...]
+    # The same at admission's quantile, for its refusal (None: ``stage_ms``); at the median
+    # (admission's default) it refuses only what is more likely late than not.
+    stage_admit_ms: tuple[float, ...] | None = None
+
+    @property
+    def total_ms(self) -> float:
+        """Its predicted time through every stage alone, ms."""
+        return sum(self.stage_ms)
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """The stages (the parameters each binds, in order) and the configurations allowed."""
+
+    stages: tuple[tuple[str, ...], ...]
+    configs: tuple[BindableConfig, ...]
+
+    def __post_init__(self) -> None:
+        if not self.stages or len(self.stages) > MAX_STAGES:
+            raise BindingError(
+                "binding.stages",
+                f"{len(self.stages)} stages",
+                f"give 1 to {MAX_STAGES} stages, each the parameters it binds",
+            )
+        if not self.configs or len(self.configs) > MAX_BINDING_CONFIGS:
+            raise BindingError(
+                "binding.configs",
+                f"{len(self.configs)} configurations",
+                f"give 1 to {MAX_BINDING_CONFIGS} (the front and profiled configurations)",
+            )
+        names = [name for stage in self.stages for name in stage]
+        if len(set(names)) != len(names):
+            raise BindingError(
+                "binding.stages", f"a parameter is bound twice in {names}", "bind each once"
+            )
+        for index, entry in enumerate(self.configs):
+            where = f"binding.configs[{index}]"
+            if set(entry.config) != set(names):
+                raise BindingError(
+                    where,
+                    f"parameters {sorted(entry.config)} are not the stages' {sorted(names)}",
+                    "give every configuration a value for each parameter the stages bind",
+                )
+            if len(entry.stage_ms) != len(self.stages):
+                raise BindingError(
+                    f"{where}.stage_ms",
+                    f"{len(entry.stage_ms)} times for {len(self.stages)} stages",
+                    "give one predicted time per stage",
+                )
+            for field, times in (
+                ("stage_ms", entry.stage_ms),
+                ("stage_admit_ms", entry.stage_admit_ms),
+            ):
+                if times is not None and (
+                    len(times) != len(self.stages)
+                    or not all(math.isfinite(t) and t >= 0 for t in times)
+                ):
+                    raise BindingError(
+                        f"{where}.{field}",
+                        f"{times} is not one time >= 0 per stage",
+                        "give one predicted time in ms per stage",
+                    )
+
+    def consistent(self, bound: Mapping[str, ParamValue]) -> list[int]:
+        """The configurations that agree with every parameter bound so far."""
+        return [
+            i
+            for i, entry in enumerate(self.configs)
+            if all(entry.config[name] == value for name, value in bound.items())
+        ]
+
+    def fastest(self) -> int:
+        """The configuration with the least predicted time through every stage."""
+        return min(range(len(self.configs)), key=lambda i: self.configs[i].total_ms)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One stage's decision: the configuration the request now heads for (None: refused)."""
+
+    config: int | None
+    verdict: BindingVerdict
+    # Its predicted time from this stage to the end (queues included), ms.
+    remaining_ms: float
+
+
+def remaining_ms(
+    entry: BindableConfig, stage: int, backlog_ms: Sequence[float], *, admitting: bool = False
+) -> float:
+    """A configuration's predicted time from ``stage`` to the end: at each remaining
+    component, the work queued ahead there plus its own time (at admission's quantile with
+    ``admitting``)."""
+    own = entry.stage_admit_ms if admitting and entry.stage_admit_ms is not None else entry.stage_ms
+    return sum(backlog_ms[s] + own[s] for s in range(stage, len(own)))
+
+
+def bind_stage(
+    plan: StagePlan,
+    stage: int,
+    bound: Mapping[str, ParamValue],
+    left_ms: float,
+    backlog_ms: Sequence[float],
+    *,
+    spare_ms: float = math.inf,
+    refuse: bool = False,
+    allowed: Collection[int] | None = None,
+) -> Binding:
+    """Bind ``stage``: the configuration (consistent with ``bound``) the request heads for.
+
+    ``left_ms`` is what is left of its deadline; ``backlog_ms[s]`` the work queued ahead of it
+    at component s (a stage's own queue included); ``spare_ms`` how much longer than the
+    fastest completion it may take without making a waiting request late (``follower_spare_ms``);
+    ``refuse``: admission refuses a request that is late whatever serves it; ``allowed``: the
+    configurations the slow loop allows now (None: all), the fastest completion being the
+    fallback whatever it allows."""
+    if not 0 <= stage < len(plan.stages):
+        raise BindingError("stage", f"{stage} is not a stage of {len(plan.stages)}", "give 0..n-1")
+    if len(backlog_ms) != len(plan.stages):
+        raise BindingError(
+            "backlog_ms",
+            f"{len(backlog_ms)} backlogs for {len(plan.stages)} stages",
+            "give one per stage (0 where nothing waits)",
+        )
+    candidates = plan.consistent(bound)
+    if not candidates:
+        raise BindingError(
+            "bound",
+            f"no allowed configuration has {dict(bound)}",
+            "bind only values of the plan's configurations",
+        )
+    times = {i: remaining_ms(plan.configs[i], stage, backlog_ms) for i in candidates}
+    # Fastest completion; among equals the most accurate.
+    fastest = min(candidates, key=lambda i: (times[i], -plan.configs[i].accuracy))
+    quickest = times[fastest]
+    fitting = [
+        i
+        for i in candidates
+        if times[i] <= left_ms
+        and times[i] - quickest <= max(spare_ms, 0.0)
+        and (allowed is None or i in allowed or i == fastest)
+    ]
+    if fitting:
+        # Most accurate; among equals the fastest.
+        chosen = max(fitting, key=lambda i: (plan.configs[i].accuracy, -times[i]))
+        return Binding(chosen, BindingVerdict.FITS, times[chosen])
+    if refuse:
+        likely = min(
+            remaining_ms(plan.configs[i], stage, backlog_ms, admitting=True) for i in candidates
+        )
+        if likely > left_ms:
+            return Binding(None, BindingVerdict.REFUSED, likely)
+    return Binding(fastest, BindingVerdict.FASTEST, quickest)
+
+
+def follower_spare_ms(
+    own_fastest_ms: float,
+    followers_left_ms: Sequence[float],
+    follower_ms: float,
+    servers: int = 1,
+    *,
+    likely: tuple[float, float] | None = None,
+) -> float:
+    """How much longer than its fastest completion a request may take without making a request
+    waiting behind it (FIFO) late that would otherwise be in time.
+
+    Each follower, in order, starts once the work ahead of it is done: this request at its
+    fastest and the followers before it at ``follower_ms`` each, shared by ``servers``; its
+    slack is what is left of its deadline after it, and extra time e here delays it by about
+    e / ``servers``. A follower counts where it would be in time with ``likely`` (this
+    request's and each follower's time at admission's quantile; the same times without):
+    followers late even so are left out (admission deals with them), and one that counts with
+    no slack at the cautious times leaves none. inf when no follower counts."""
+    if servers < 1:
+        raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
+    own_likely, follower_likely = likely or (own_fastest_ms, follower_ms)
+    spare = math.inf
+    ahead, ahead_likely = own_fastest_ms, own_likely
+    for left in followers_left_ms:
+        if left >= ahead_likely / servers + follower_likely:
+            slack = left - (ahead / servers + follower_ms)
+            spare = min(spare, max(slack, 0.0) * servers)
+        ahead += follower_ms
+        ahead_likely += follower_likely
+    return spare
+
+
+def fit_stage_times(
+    profiles: Sequence[LatencyProfile],
+    stages: Sequence[Sequence[str]],
+    prior_shares: Sequence[float] | None = None,
+) -> list[tuple[float, ...]]:
+    """Each profile's mean time split over the stages, each stage's part depending on that
+    stage's own parameters only: a least-squares fit of the profiles' mean times on one term
+    per stage and value of its parameters (main effects).
+
+    End-to-end times fix the differences between a stage's settings, not how much of a
+    common time belongs to which stage (a constant moved from one stage to another fits the
+    same), so a faint pull of each stage's terms towards ``prior_shares`` (equal without) of the
+    mean time picks that split; a term is never below ``MIN_STAGE_SHARE`` of the mean."""
+    if prior_shares is None:
+        prior_shares = [1 / len(stages)] * len(stages)
+    if len(prior_shares) != len(stages) or not math.isclose(sum(prior_shares), 1.0):
+        raise BindingError(
+            "prior_shares",
+            f"{list(prior_shares)} for {len(stages)} stages",
+            "give shares adding to 1",
+        )
+    index: dict[tuple[int, tuple[ParamValue, ...]], int] = {}
+    rows = []
+    for profile in profiles:
+        row = []
+        for s, names in enumerate(stages):
+            missing = [n for n in names if n not in profile.config]
+            if missing:
+                raise BindingError(
+                    "profiles",
+                    f"{profile.name} lacks {', '.join(missing)}",
+                    "give profiles of the stages' parameters",
+                )
+            row.append(index.setdefault((s, tuple(profile.config[n] for n in names)), len(index)))
+        rows.append(row)
+    means = np.array([p.mean_ms for p in profiles])
+    design = np.zeros((len(profiles), len(index)))
+    for r, row in enumerate(rows):
+        design[r, row] = 1.0
+    # The pull: weak enough to leave the fit alone, strong enough to choose among equal fits.
+    pull = 1e-3
+    prior = np.array([prior_shares[s] * float(means.mean()) for s, _ in index])
+    fitted, *_ = np.linalg.lstsq(
+        np.vstack([design, pull * np.eye(len(index))]),
+        np.concatenate([means, pull * prior]),
+        rcond=None,
+    )
+    fitted = np.maximum(fitted, MIN_STAGE_SHARE * float(means.mean()))
+    return [tuple(float(fitted[t]) for t in row) for row in rows]
+
+
+def stage_shares(
+    profiles: Sequence[LatencyProfile],
+    stages: Sequence[Sequence[str]],
+    prior_shares: Sequence[float] | None = None,
+) -> list[tuple[float, ...]]:
+    """Each profile's share of its time at each stage (``fit_stage_times`` over their sum), so
+    a configuration's stages always add up to its own measured time."""
+    return [
+        tuple(t / sum(times) for t in times)
+        for times in fit_stage_times(profiles, stages, prior_shares)
+    ]
+
+
+def stage_plan(
+    profiles: Sequence[LatencyProfile],
+    stages: Sequence[Sequence[str]] = RAG_SIM_STAGE_PARAMS,
+    quantile: float = 0.5,
+    prior_shares: Sequence[float] | None = None,
+    admission_quantile: float = 0.5,
+) -> StagePlan:
+    """The plan for these profiles: each configuration's time at ``quantile`` split over the
+    stages by ``stage_shares`` (rag-sim's: ``RAG_SIM_STAGE_PARAMS``, ``RAG_SIM_SHARES``)."""
+    for field, value in (("quantile", quantile), ("admission_quantile", admission_quantile)):
+        if not 0 < value < 1:
+            raise BindingError(field, f"{value!r} is not in (0, 1)", "give e.g. 0.5")
+    shares = stage_shares(profiles, stages, prior_shares)
+    names = [n for stage in stages for n in stage]
+    configs = tuple(
+        BindableConfig(
+            {n: p.config[n] for n in names},
+            p.accuracy,
+            tuple(share * float(p.distribution.quantile(quantile)) for share in split),
+            tuple(share * float(p.distribution.quantile(admission_quantile)) for share in split),
+        )
+        for p, split in zip(profiles, shares, strict=True)
+    )
+    return StagePlan(tuple(tuple(s) for s in stages), configs)
+
+
+def allowed_at(max_qps: Sequence[float | None], qps: float) -> list[int]:
+    """The configurations whose rate limit (None: none) a pod's arrival rate is within."""
+    return [i for i, limit in enumerate(max_qps) if limit is None or qps <= limit]
+
+
+def router_table(
+    plan: StagePlan,
+    components: Sequence[str],
+    *,
+    refuse: bool = False,
+    max_qps: Sequence[float | None] | None = None,
+) -> dict[str, object]:
+    """The plan as a router takes it (the control model's ``binding``; model-images/router/
+    model.py): the stages, the component model each stage calls, and each configuration's
+    canonical key, accuracy, per-stage times and the pod's arrival rate above which the slow
+    loop disallows it (``max_qps``, per configuration; None: no limit)."""
+    if max_qps is not None and len(max_qps) != len(plan.configs):
+        raise BindingError(
+            "max_qps",
+            f"{len(max_qps)} limits for {len(plan.configs)} configurations",
+            "give one rate limit (or None) per configuration",
+        )
+    if len(components) != len(plan.stages):
+        raise BindingError(
+            "components",
+            f"{len(components)} component models for {len(plan.stages)} stages",
+            "name the model each stage calls, in stage order",
+        )
+    return {
+        "stages": [list(names) for names in plan.stages],
+        "components": list(components),
+        "configs": [
+            {
+                "config": config_key(entry.config),
+                "accuracy": entry.accuracy,
+                "stage_ms": list(entry.stage_ms),
+                "stage_admit_ms": list(entry.stage_admit_ms or entry.stage_ms),
+                "max_qps": None if max_qps is None else max_qps[index],
+            }
+            for index, entry in enumerate(plan.configs)
+        ],
+        "refuse": refuse,
+    }

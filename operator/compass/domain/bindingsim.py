@@ -1,0 +1,292 @@
+"""The serving simulator with late binding: each request binds each stage as it reaches it.
+
+A pod runs router instances (a request holds one from its first stage to its last, as a BLS
+router does) and one component per stage, each batching what waits for it (``PodModel.stages``
+gives the batching; without stages every component serves one request at a time). When a
+request reaches a component it is bound (``compass.domain.binding.bind_stage``) from its own
+deadline, the work queued at that component and the ones after it, and the requests waiting
+behind it for an instance; its time there is its target configuration's share of that stage of
+the configuration's service time for the request's luck, so a request that keeps one
+configuration through every stage takes exactly what the static run of that configuration gives
+it (paired with ``compass.domain.simulator``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from compass.domain.arrivals import Scenario, SimulationError
+from compass.domain.binding import (
+    RAG_SIM_SHARES,
+    RAG_SIM_STAGE_PARAMS,
+    BindingVerdict,
+    StagePlan,
+    allowed_at,
+    bind_stage,
+    follower_spare_ms,
+    remaining_ms,
+    stage_plan,
+)
+from compass.domain.evaluation import ParamValue
+from compass.domain.podmodel import DROPPED, PodModel, Stage
+from compass.domain.profiles import LatencyProfile
+from compass.domain.simulator import RunReport
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class BindingSettings:
+    """How the router binds: the prediction's quantile, admission's refusal, followers."""
+
+    # Each stage's predicted time is the configuration's time at this quantile, split by stage.
+    quantile: float = 0.5
+    # A request late whatever serves it is refused at its first stage (admission's rule), judged
+    # on its time at this quantile.
+    refuse: bool = False
+    admission_quantile: float = 0.5
+    # Spare the requests waiting behind for an instance (``follower_spare_ms``).
+    spare_followers: bool = True
+    # The pod's arrival rate (for ``max_qps``) is counted over this window, s (2 s saw bursts
+    # sooner than 5 s and kept more requests in time on bench/serving_sim.py).
+    rate_window_s: float = 2.0
+    # Per allowed configuration, the arrival rate (requests/s per pod) above which the slow
+    # loop disallows it (the planner's stay limit; None: no limit); empty: no limits.
+    max_qps: tuple[float | None, ...] = ()
+
+
+class _BindingPod:
+    """One pod's requests through router instances and batching components, event by event."""
+
+    def __init__(
+        self,
+        plan: StagePlan,
+        shares: Sequence[tuple[float, ...]],
+        components: Sequence[Stage],
+        servers: int,
+        settings: BindingSettings,
+        slo_s: float,
+        arrivals: FloatArray,
+        service_s: FloatArray,
+        record: tuple[FloatArray, FloatArray, IntArray],
+    ) -> None:
+        self.plan, self.shares, self.components = plan, shares, components
+        self.settings, self.slo_s = settings, slo_s
+        self.arrivals, self.service_s = arrivals, service_s
+        self.starts, self.finishes, self.configs = record
+        self.idle = servers
+        self.servers = servers
+        fastest = plan.configs[plan.fastest()]
+        self.follower_ms = fastest.total_ms
+        self.follower_likely_ms = sum(fastest.stage_admit_ms or fastest.stage_ms)
+        self.router: deque[int] = deque()
+        stages = len(plan.stages)
+        # Per component: requests waiting (request, predicted ms, actual s), and when its batch
+        # in service ends.
+        self.waiting: list[deque[tuple[int, float, float]]] = [deque() for _ in range(stages)]
+        self.busy_until = [-math.inf] * stages
+        self.target: dict[int, int] = {}
+        self.events: list[tuple[float, int, int, tuple[int, ...]]] = []
+        self.order = 0
+        # When each request arrived so far (the pod's own arrivals counter).
+        self.arrived_at: list[float] = []
+        self.arrived = 0
+
+    def backlog_ms(self, now: float) -> list[float]:
+        """The work queued at each component (the batch in service's rest, then the waiting
+        requests in batches), ms."""
+        backlog = []
+        for stage, (component, queue) in enumerate(zip(self.components, self.waiting, strict=True)):
+            work = max((self.busy_until[stage] - now) * 1000, 0.0)
+            times = [predicted for _, predicted, _ in queue]
+            for first in range(0, len(times), component.max_batch):
+                chunk = times[first : first + component.max_batch]
+                work += max(chunk) * (1 + component.batch_cost * (len(chunk) - 1))
+            backlog.append(work)
+        return backlog
+
+    def rate_per_ms(self, now: float) -> float:
+        """The pod's arrival rate over the last ``rate_window_s``, per ms (a router counts its
+        own arrivals)."""
+        window = self.settings.rate_window_s
+        if window <= 0 or now <= 0:
+            return 0.0
+        span = min(window, now)
+        seen = self.arrived - bisect.bisect_right(self.arrived_at, now - span)
+        return seen / (span * 1000)
+
+    def allowed(self, now: float) -> list[int] | None:
+        """The configurations whose rate limit the pod's arrival rate is within (None: all)."""
+        limits = self.settings.max_qps
+        if not limits:
+            return None
+        return allowed_at(limits, self.rate_per_ms(now) * 1000)
+
+    def enter(self, request: int, stage: int, now: float) -> bool:
+        """Bind the request's stage and queue it at that component; False where refused."""
+        plan = self.plan
+        target = self.target.get(request)
+        bound: Mapping[str, ParamValue] = {}
+        if target is not None:
+            chosen = plan.configs[target].config
+            bound = {n: chosen[n] for names in plan.stages[:stage] for n in names}
+        backlog = self.backlog_ms(now)
+        left_ms = (self.arrivals[request] + self.slo_s - now) * 1000
+        spare = math.inf
+        if self.settings.spare_followers:
+            consistent = [plan.configs[i] for i in plan.consistent(bound)]
+            own = min(remaining_ms(c, stage, backlog) for c in consistent)
+            own_likely = min(remaining_ms(c, stage, backlog, admitting=True) for c in consistent)
+            followers = [(self.arrivals[r] + self.slo_s - now) * 1000 for r in self.router]
+            spare = follower_spare_ms(
+                own,
+                followers,
+                self.follower_ms,
+                self.servers,
+                likely=(own_likely, self.follower_likely_ms),
+            )
+        binding = bind_stage(
+            plan,
+            stage,
+            bound,
+            left_ms,
+            backlog,
+            spare_ms=spare,
+            refuse=self.settings.refuse and stage == 0,
+            allowed=self.allowed(now),
+        )
+        if binding.config is None or binding.verdict is BindingVerdict.REFUSED:
+            return False
+        config = binding.config
+        self.target[request] = config
+        took = self.shares[config][stage] * float(self.service_s[config, request])
+        self.waiting[stage].append((request, plan.configs[config].stage_ms[stage], took))
+        self.serve(stage, now)
+        return True
+
+    def serve(self, stage: int, now: float) -> None:
+        """Start the component's next batch if it is idle and requests wait for it."""
+        queue = self.waiting[stage]
+        if self.busy_until[stage] > now or not queue:
+            return
+        component = self.components[stage]
+        batch = [queue.popleft() for _ in range(min(len(queue), component.max_batch))]
+        took = max(t for _, _, t in batch) * (1 + component.batch_cost * (len(batch) - 1))
+        self.busy_until[stage] = now + took
+        self.order += 1
+        heapq.heappush(self.events, (now + took, self.order, stage, tuple(r for r, _, _ in batch)))
+
+    def start_waiting(self, now: float) -> None:
+        """Give idle router instances to the requests waiting for one, oldest first."""
+        while self.idle and self.router:
+            request = self.router.popleft()
+            self.starts[request] = now
+            if not self.enter(request, 0, now):
+                self.finishes[request] = now
+                self.configs[request] = DROPPED
+                continue
+            self.idle -= 1
+
+    def run(self, requests: IntArray) -> None:
+        """Serve the pod's requests (in arrival order) to the end."""
+        pending = deque(int(r) for r in requests)
+        last = len(self.plan.stages) - 1
+        while pending or self.events:
+            arrival = float(self.arrivals[pending[0]]) if pending else math.inf
+            event = self.events[0][0] if self.events else math.inf
+            if event <= arrival:
+                now, _, stage, batch = heapq.heappop(self.events)
+                for request in batch:
+                    if stage == last:
+                        self.finishes[request] = now
+                        self.configs[request] = self.target[request]
+                        self.idle += 1
+                    else:
+                        self.enter(request, stage + 1, now)
+                self.serve(stage, now)
+            else:
+                now = arrival
+                # Requests that arrive together are queued together before any starts.
+                while pending and self.arrivals[pending[0]] <= now:
+                    self.router.append(pending.popleft())
+                    self.arrived_at.append(now)
+                    self.arrived += 1
+            self.start_waiting(now)
+
+
+def simulate_binding(
+    profiles: Sequence[LatencyProfile],
+    scenario: Scenario,
+    slo_ms: float,
+    label: str = "binding",
+    *,
+    stages: Sequence[Sequence[str]] = RAG_SIM_STAGE_PARAMS,
+    prior_shares: Sequence[float] | None = RAG_SIM_SHARES,
+    settings: BindingSettings = BindingSettings(),
+    pods: int = 1,
+    pod_model: PodModel = PodModel(),
+) -> RunReport:
+    """Serve the scenario with every request bound stage by stage among ``profiles`` (the
+    allowed configurations, their time split over ``stages`` leaning to ``prior_shares``:
+    ``compass.domain.binding.fit_stage_times``), on ``pods`` pods (a seeded random one per request, as
+    ``simulate`` deals them)."""
+    if not slo_ms > 0 or not math.isfinite(slo_ms):
+        raise SimulationError("slo", f"{slo_ms!r} ms is not > 0", "give the SLO in ms")
+    if pod_model.contended or pod_model.late_after_s is not None:
+        raise SimulationError(
+            "pod_model",
+            "late binding serves FIFO components, not contended or late-last pods",
+            "give servers and stages only",
+        )
+    components: Sequence[Stage] = pod_model.stages or tuple(Stage(1.0) for _ in stages)
+    if len(components) != len(stages):
+        raise SimulationError(
+            "pod_model.stages",
+            f"{len(components)} components for {len(stages)} binding stages",
+            "give one component per stage",
+        )
+    plan = stage_plan(
+        profiles, stages, settings.quantile, prior_shares, settings.admission_quantile
+    )
+    # Each configuration's share of its time at each stage (the plan's split).
+    shares = [tuple(t / c.total_ms for t in c.stage_ms) for c in plan.configs]
+    service_s = np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in profiles])
+    arrivals = scenario.arrivals_s
+    n = len(arrivals)
+    starts, finishes = np.empty(n), np.empty(n)
+    configs = np.empty(n, dtype=np.int64)
+    assigned = scenario.pods_of(pods)
+    for pod in range(pods):
+        _BindingPod(
+            plan,
+            shares,
+            components,
+            pod_model.servers,
+            settings,
+            slo_ms / 1000,
+            arrivals,
+            service_s,
+            (starts, finishes, configs),
+        ).run(np.flatnonzero(assigned == pod))
+    return RunReport(
+        label=label,
+        slo_ms=slo_ms,
+        names=tuple(p.name for p in profiles),
+        accuracies=tuple(p.accuracy for p in profiles),
+        arrivals_s=arrivals,
+        starts_s=starts,
+        finishes_s=finishes,
+        configs=configs,
+        ticks=(),
+        switches=0,
+        time_in_config_s=(0.0,) * len(profiles),
+    )

@@ -1,0 +1,259 @@
+"""Late binding: the per-stage decision, the follower spare, the per-stage times, and the
+simulator that binds each request stage by stage."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from compass.domain.arrivals import make_pattern, make_scenario
+from compass.domain.binding import (
+    BindableConfig,
+    BindingError,
+    BindingVerdict,
+    StagePlan,
+    bind_stage,
+    fit_stage_times,
+    follower_spare_ms,
+    stage_plan,
+    stage_shares,
+)
+from compass.domain.bindingsim import BindingSettings, simulate_binding
+from compass.domain.podmodel import PodModel, Stage
+from compass.domain.profiles import LatencyProfile
+from compass.domain.simulator import StaticController, simulate
+
+STAGES = (("k",), ("model",))
+
+
+def entry(k: int, model: str, accuracy: float, first_ms: float, second_ms: float) -> BindableConfig:
+    """A two-stage configuration: a retriever's k, then a generator model."""
+    return BindableConfig({"k": k, "model": model}, accuracy, (first_ms, second_ms))
+
+
+# Two ks, two models; the big model only with k 20 (k 10 + big is not allowed).
+PLAN = StagePlan(
+    STAGES,
+    (
+        entry(10, "small", 0.70, 20, 80),
+        entry(20, "small", 0.75, 40, 80),
+        entry(20, "big", 0.90, 40, 400),
+    ),
+)
+IDLE = (0.0, 0.0)
+
+
+def test_a_request_with_time_to_spare_heads_for_the_most_accurate_configuration() -> None:
+    binding = bind_stage(PLAN, 0, {}, left_ms=1000, backlog_ms=IDLE)
+    assert (binding.config, binding.verdict) == (2, BindingVerdict.FITS)
+    assert binding.remaining_ms == pytest.approx(440)
+
+
+def test_a_queue_at_a_later_component_counts_against_the_deadline() -> None:
+    # 440 ms fits 500 alone; 100 ms queued at the generator does not leave room for it.
+    assert bind_stage(PLAN, 0, {}, 500, IDLE).config == 2
+    assert bind_stage(PLAN, 0, {}, 500, (0.0, 100.0)).config == 1
+
+
+def test_the_next_stage_binds_among_configurations_consistent_with_the_first() -> None:
+    # Bound k 20; at the generator with 200 ms left only the small model fits.
+    binding = bind_stage(PLAN, 1, {"k": 20}, 200, IDLE)
+    assert (binding.config, binding.verdict) == (1, BindingVerdict.FITS)
+    # Bound k 10, the big model is not consistent even with all the time in the world.
+    assert bind_stage(PLAN, 1, {"k": 10}, 10_000, IDLE).config == 0
+
+
+def test_when_nothing_fits_the_fastest_completion_and_refusal_only_if_asked() -> None:
+    late = bind_stage(PLAN, 0, {}, 50, IDLE)
+    assert (late.config, late.verdict) == (0, BindingVerdict.FASTEST)
+    refused = bind_stage(PLAN, 0, {}, 50, IDLE, refuse=True)
+    assert (refused.config, refused.verdict) == (None, BindingVerdict.REFUSED)
+    # Refusal is for what is late whatever serves it: the fastest fits here, so it serves.
+    spared = bind_stage(PLAN, 0, {}, 150, IDLE, spare_ms=0, refuse=True)
+    assert (spared.config, spared.verdict) == (0, BindingVerdict.FITS)
+
+
+def test_the_spare_for_followers_caps_the_extra_time_over_the_fastest() -> None:
+    # Fastest 100 ms; k 20 small takes 20 more, k 20 big 340 more.
+    assert bind_stage(PLAN, 0, {}, 1000, IDLE, spare_ms=339).config == 1
+    assert bind_stage(PLAN, 0, {}, 1000, IDLE, spare_ms=340).config == 2
+    assert bind_stage(PLAN, 0, {}, 1000, IDLE, spare_ms=19).config == 0
+
+
+def test_the_slow_loop_allows_a_subset_and_the_fastest_stays_the_fallback() -> None:
+    assert bind_stage(PLAN, 0, {}, 1000, IDLE, allowed=[1]).config == 1
+    assert bind_stage(PLAN, 0, {}, 1000, IDLE, allowed=[]).config == 0
+
+
+def test_bad_input_names_the_field() -> None:
+    with pytest.raises(BindingError, match="bound"):
+        bind_stage(PLAN, 1, {"k": 5}, 100, IDLE)
+    with pytest.raises(BindingError, match="backlog_ms"):
+        bind_stage(PLAN, 0, {}, 100, (0.0,))
+    with pytest.raises(BindingError, match="stage"):
+        bind_stage(PLAN, 2, {}, 100, IDLE)
+    with pytest.raises(BindingError, match=r"binding.configs\[0\]"):
+        StagePlan(STAGES, (BindableConfig({"k": 1}, 0.5, (1.0, 1.0)),))
+    with pytest.raises(BindingError, match="stage_ms"):
+        StagePlan(STAGES, (BindableConfig({"k": 1, "model": "m"}, 0.5, (1.0,)),))
+
+
+def test_followers_that_would_be_in_time_limit_the_spare_and_late_ones_do_not() -> None:
+    # Own fastest 100 ms; followers take 100 ms each. The first follower finishes at 200 with
+    # 500 left: 300 spare; the second at 300 with 350 left: 50 spare.
+    assert follower_spare_ms(100, [500, 350], 100) == pytest.approx(50)
+    # A follower already late at the fastest is left out.
+    assert follower_spare_ms(100, [500, 150], 100) == pytest.approx(300)
+    assert follower_spare_ms(100, [], 100) == math.inf
+    # A follower in time at the likely (median) times but not at the cautious ones leaves none.
+    assert follower_spare_ms(100, [190], 100, likely=(80, 80)) == 0
+    assert follower_spare_ms(100, [190], 100, likely=(150, 150)) == math.inf
+    # Two instances: followers see half the work ahead, and extra time delays them by half.
+    assert follower_spare_ms(100, [350], 100, servers=2) == pytest.approx(2 * (350 - 150))
+
+
+def profile(config: dict[str, object], mean: float, accuracy: float) -> LatencyProfile:
+    """A profile whose percentiles spread 10% around its mean."""
+    return LatencyProfile(
+        config,  # type: ignore[arg-type]
+        accuracy,
+        mean,
+        mean * 1.16,
+        p50_ms=mean,
+        p99_ms=mean * 1.23,
+        std_ms=mean * 0.1,
+    )
+
+
+# Additive per-stage times: k 10 -> 20 ms, k 20 -> 60 ms; small 100 ms, big 400 ms.
+ADDITIVE = [
+    profile({"k": k, "model": m}, kt + mt, acc)
+    for (k, kt), (m, mt), acc in (
+        ((10, 20), ("small", 100), 0.70),
+        ((20, 60), ("small", 100), 0.75),
+        ((10, 20), ("big", 400), 0.85),
+        ((20, 60), ("big", 400), 0.90),
+    )
+]
+
+
+def test_stage_times_recover_each_stages_own_differences_and_keep_each_total() -> None:
+    times = fit_stage_times(ADDITIVE, STAGES, prior_shares=(0.2, 0.8))
+    # What end-to-end times identify: k 20 costs 40 ms more than k 10, big 300 more than small.
+    assert times[1][0] - times[0][0] == pytest.approx(40, abs=0.5)
+    assert times[2][1] - times[0][1] == pytest.approx(300, abs=0.5)
+    # Each stage's time depends on its own parameter only.
+    assert times[0][1] == pytest.approx(times[1][1])
+    assert times[0][0] == pytest.approx(times[2][0])
+    for p, stage_times in zip(ADDITIVE, times, strict=True):
+        assert sum(stage_times) == pytest.approx(p.mean_ms, abs=0.5)
+    # What they leave open leans to the prior: the first stage's share of the mean grows with it.
+    leaning = fit_stage_times(ADDITIVE, STAGES, prior_shares=(0.4, 0.6))
+    assert leaning[0][0] > times[0][0] + 50
+    assert leaning[1][0] - leaning[0][0] == pytest.approx(40, abs=0.5)
+    plan = stage_plan(ADDITIVE, STAGES)
+    for p, config in zip(ADDITIVE, plan.configs, strict=True):
+        assert config.total_ms == pytest.approx(float(p.distribution.quantile(0.5)))
+    for split in stage_shares(ADDITIVE, STAGES):
+        assert sum(split) == pytest.approx(1)
+
+
+def test_stage_shares_name_a_missing_parameter() -> None:
+    with pytest.raises(BindingError, match="lacks model"):
+        stage_shares([profile({"k": 10}, 100, 0.7)], STAGES)
+    with pytest.raises(BindingError, match="prior_shares"):
+        stage_shares(ADDITIVE, STAGES, prior_shares=(0.5, 0.6))
+
+
+def scenario(qps: float, seed: int = 0, kind: str = "constant") -> object:
+    return make_scenario(make_pattern(kind, qps, 120.0, seed=seed), seed)
+
+
+def test_a_request_that_keeps_one_configuration_takes_what_the_static_run_gives_it() -> None:
+    one = [ADDITIVE[3]]
+    load = scenario(1.0)
+    bound = simulate_binding(one, load, 10_000, stages=STAGES, prior_shares=None)  # type: ignore[arg-type]
+    static = simulate(StaticController(one[0].name, 0), one, load, 10_000)  # type: ignore[arg-type]
+    np.testing.assert_allclose(bound.finishes_s, static.finishes_s)
+    np.testing.assert_allclose(bound.starts_s, static.starts_s)
+
+
+# The slow loop's rate limits (requests/s) per ADDITIVE configuration: the fastest has none.
+LIMITS = (None, 4.0, 2.0, 1.5)
+
+
+def test_binding_serves_the_accurate_configuration_when_idle_and_the_fast_one_when_loaded() -> None:
+    slo = 600.0
+    settings = BindingSettings(max_qps=LIMITS)
+    light = simulate_binding(
+        ADDITIVE,
+        scenario(0.2),  # type: ignore[arg-type]
+        slo,
+        stages=STAGES,
+        prior_shares=None,
+        settings=settings,
+    )
+    heavy_load = scenario(6.0)
+    heavy = simulate_binding(
+        ADDITIVE,
+        heavy_load,  # type: ignore[arg-type]
+        slo,
+        stages=STAGES,
+        prior_shares=None,
+        settings=settings,
+    )
+    assert light.mean_accuracy > 0.88
+    assert heavy.mean_accuracy < light.mean_accuracy - 0.05
+    fastest = simulate(
+        StaticController(ADDITIVE[0].name, 0),
+        ADDITIVE,
+        heavy_load,  # type: ignore[arg-type]
+        slo,
+    )
+    # Loaded beyond every limit but the fastest's, it keeps the SLO about as often as it.
+    assert heavy.compliance >= fastest.compliance - 1
+    # Without the limits each request looks only at the queue it finds, and the next burst
+    # finds the queue its accurate predecessors left.
+    greedy = simulate_binding(
+        ADDITIVE,
+        heavy_load,  # type: ignore[arg-type]
+        slo,
+        stages=STAGES,
+        prior_shares=None,
+    )
+    assert greedy.compliance < heavy.compliance - 5
+
+
+def test_refusal_drops_only_at_the_first_stage_and_frees_the_queue() -> None:
+    load = scenario(12.0)
+    slo = 400.0
+    kept = simulate_binding(ADDITIVE, load, slo, stages=STAGES, prior_shares=None)  # type: ignore[arg-type]
+    refused = simulate_binding(
+        ADDITIVE,
+        load,  # type: ignore[arg-type]
+        slo,
+        stages=STAGES,
+        prior_shares=None,
+        settings=BindingSettings(refuse=True),
+    )
+    assert kept.dropped_pct == 0
+    assert refused.dropped_pct > 0
+    assert refused.compliance > kept.compliance
+
+
+def test_batching_components_and_router_instances_serve_every_request() -> None:
+    pod = PodModel(servers=4, stages=(Stage(0.3), Stage(0.7, max_batch=8, batch_cost=0.25)))
+    report = simulate_binding(
+        ADDITIVE,
+        scenario(8.0),  # type: ignore[arg-type]
+        1000,
+        stages=STAGES,
+        prior_shares=(0.2, 0.8),
+        pod_model=pod,
+        settings=BindingSettings(max_qps=(None, 16.0, 8.0, 6.0)),
+    )
+    assert not np.isnan(report.finishes_s).any()
+    assert (report.finishes_s >= report.starts_s).all()
+    assert report.compliance > 50

@@ -1,0 +1,79 @@
+"""A ParetoPolicy's late-binding opt-in: what it must name, and the table it sends the routers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.conversion import binding_table, policy_plan
+from compass.domain.binding import RATE_HEADROOM
+from compass.lab.router_module import router_module
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pareto-policy-gitops.yaml"
+STAGES = [
+    {"component": "retriever", "parameters": ["retriever_k"], "share": 0.1},
+    {"component": "reranker", "parameters": ["reranker_model", "reranker_k"], "share": 0.2},
+    {"component": "generator", "parameters": ["generator_model"], "share": 0.7},
+]
+
+
+def example_spec() -> dict[str, Any]:
+    """The example ParetoPolicy's spec, as data."""
+    for document in yaml.safe_load_all(EXAMPLE.read_text(encoding="utf-8")):
+        if document and document.get("kind") == "ParetoPolicy":
+            spec: dict[str, Any] = document["spec"]
+            return spec
+    raise AssertionError(f"no ParetoPolicy in {EXAMPLE}")
+
+
+def test_per_stage_binding_sends_every_router_a_table_it_accepts() -> None:
+    data = example_spec()
+    spec = ParetoPolicySpec.model_validate(
+        {**data, "binding": {"mode": "per-stage", "stages": STAGES}}
+    )
+    table = binding_table(spec, policy_plan(spec))
+    assert table is not None
+    checked = router_module().check_binding(json.loads(json.dumps(table)))
+    assert checked["components"] == ["retriever", "reranker", "generator"]
+    assert len(checked["configs"]) == len(spec.front)
+    # Each entry's stages add up to its time at the binding quantile, above its mean.
+    plan = policy_plan(spec)
+    for (_, _, stage_ms, admit_ms, max_qps), entry, threshold in zip(
+        checked["configs"], spec.front, plan.thresholds, strict=True
+    ):
+        # The slow loop's limit: the planner's, with the headroom the simulator chose.
+        assert max_qps == pytest.approx(threshold.stay_max_qps * RATE_HEADROOM)
+        assert sum(stage_ms) > sum(admit_ms) > 0
+        assert sum(admit_ms) == pytest.approx(
+            entry.latency_p50_ms or entry.latency_mean_ms, rel=0.05
+        )
+    # Refusal follows admission's settings.
+    assert table["refuse"] is False
+    admitted = spec.model_copy(
+        update={"admission": spec.admission.model_copy(update={"enabled": True})}
+    )
+    refusing = binding_table(admitted, policy_plan(admitted))
+    assert refusing is not None
+    assert refusing["refuse"] is True
+    # The default: the policy's configuration serves every request, no table.
+    assert binding_table(ParetoPolicySpec.model_validate(data), policy_plan(spec)) is None
+
+
+def test_per_stage_binding_names_what_is_missing() -> None:
+    data = example_spec()
+    with pytest.raises(ValidationError, match=r"binding.stages: per-stage needs"):
+        ParetoPolicySpec.model_validate({**data, "binding": {"mode": "per-stage"}})
+    wrong = [dict(STAGES[0], parameters=["top_k"]), *STAGES[1:]]
+    with pytest.raises(ValidationError, match=r"binding.stages\[0\].parameters: 'top_k'"):
+        ParetoPolicySpec.model_validate({**data, "binding": {"mode": "per-stage", "stages": wrong}})
+    uneven = [dict(STAGES[0], share=0.5), *STAGES[1:]]
+    with pytest.raises(ValidationError, match=r"share: give every stage a share, adding up to 1"):
+        ParetoPolicySpec.model_validate(
+            {**data, "binding": {"mode": "per-stage", "stages": uneven}}
+        )

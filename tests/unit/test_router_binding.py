@@ -1,0 +1,200 @@
+"""The router's late binding (model-images/router/model.py) against compass.domain.binding:
+the same decision, a lazy config that binds what a pipeline reads, and the instances' shared
+in-flight table. (A real tritonserver runs it in tests/triton/test_router_late_binding.py.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from compass.domain.binding import (
+    RAG_SIM_COMPONENTS,
+    RAG_SIM_SHARES,
+    BindingVerdict,
+    allowed_at,
+    bind_stage,
+    router_table,
+    stage_plan,
+)
+from compass.domain.profiles import parse_profiles
+from compass.lab.local_triton import model_images
+from compass.lab.router_module import router_module
+
+PROFILES = (
+    Path(__file__).resolve().parents[2] / "bench/data/compass-paper/planner_latency_profiles.json"
+)
+
+
+@pytest.fixture(scope="module")
+def router() -> types.ModuleType:
+    return router_module()
+
+
+@pytest.fixture(scope="module")
+def plan() -> Any:
+    profiles = parse_profiles(json.loads(PROFILES.read_text(encoding="utf-8")))
+    return stage_plan(profiles, quantile=0.95, prior_shares=RAG_SIM_SHARES)
+
+
+def table(router: types.ModuleType, plan: Any, refuse: bool = False) -> dict[str, Any]:
+    """The plan as the control model stores it, checked as the router reads it."""
+    sent = json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, refuse=refuse)))
+    checked: dict[str, Any] = router.check_binding(sent)
+    return checked
+
+
+def test_the_router_binds_as_the_domain_does(router: types.ModuleType, plan: Any) -> None:
+    rng = np.random.default_rng(7)
+    checked = table(router, plan, refuse=True)
+    limits = [None, *(float(x) for x in rng.uniform(1, 10, len(plan.configs) - 1))]
+    limited = router.check_binding(
+        json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, refuse=True, max_qps=limits)))
+    )
+    for _ in range(400):
+        stage = int(rng.integers(0, 3))
+        anchor = plan.configs[int(rng.integers(0, len(plan.configs)))].config
+        bound = {n: anchor[n] for names in plan.stages[:stage] for n in names}
+        left = float(rng.uniform(-100, 900))
+        backlog = [float(x) for x in rng.exponential(80, 3) * rng.integers(0, 2, 3)]
+        expected = bind_stage(plan, stage, bound, left, backlog, refuse=stage == 0)
+        if expected.verdict is BindingVerdict.REFUSED:
+            with pytest.raises(router.LateError, match="compass admission: late"):
+                router.bind_stage(checked, stage, bound, left, backlog)
+        else:
+            assert router.bind_stage(checked, stage, bound, left, backlog) == expected.config
+        # With the slow loop's rate limits, at a rate drawn for this request.
+        qps = float(rng.uniform(0, 12))
+        allowed = allowed_at(limits, qps)
+        assert router.allowed_at(limited, qps) == set(allowed)
+        expected = bind_stage(plan, stage, bound, left, backlog, refuse=stage == 0, allowed=allowed)
+        if expected.verdict is not BindingVerdict.REFUSED:
+            chosen = router.bind_stage(limited, stage, bound, left, backlog, set(allowed))
+            assert chosen == expected.config
+
+
+def test_a_bad_table_is_refused_naming_what_is_wrong(router: types.ModuleType, plan: Any) -> None:
+    good = router_table(plan, RAG_SIM_COMPONENTS)
+    with pytest.raises(ValueError, match="one model per stage"):
+        router.check_binding({**good, "components": ["retriever"]})
+    short = dict(good["configs"][0], stage_ms=[1.0])  # type: ignore[index, call-overload]
+    with pytest.raises(ValueError, match="stage_ms"):
+        router.check_binding({**good, "configs": [short]})
+    with pytest.raises(ValueError, match="configs must hold"):
+        router.check_binding({**good, "configs": []})
+
+
+@pytest.fixture
+def inflight(router: types.ModuleType, tmp_path: Path) -> Any:
+    return router.Inflight(str(tmp_path / "inflight.bin"))
+
+
+def rag_sim_pipeline() -> types.ModuleType:
+    """rag-sim's pipeline.py as the router runs it."""
+    path = model_images() / "rag-sim" / "models" / "router" / "1" / "pipeline.py"
+    spec = importlib.util.spec_from_file_location("rag_sim_pipeline", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def in_ms(ms: float) -> int:
+    return time.time_ns() + round(ms * 1e6)
+
+
+def test_rag_sims_pipeline_runs_unchanged_on_a_lazy_config(
+    router: types.ModuleType, plan: Any, inflight: Any
+) -> None:
+    pipeline = rag_sim_pipeline()
+    checked = table(router, plan)
+    sent: list[str] = []
+
+    def call(model: str, inputs: dict[str, Any], outputs: list[str]) -> dict[str, Any]:
+        sent.append(str(inputs["CONFIG"].reshape(-1)[0].decode()))
+        return {"SCORE": np.array([[1.0]])} if "SCORE" in outputs else {"DONE": np.array([True])}
+
+    most_accurate = max(plan.configs, key=lambda c: c.accuracy)
+    relaxed = router.LazyConfig(checked, in_ms(60_000), inflight)
+    pipeline.run({"sample": 1}, relaxed, call)
+    # It reads every parameter up front (check_config, then the JSON it sends), so all bind at
+    # dispatch and every component gets the same configuration.
+    assert json.loads(relaxed.key()) == dict(most_accurate.config)
+    assert len(set(sent)) == 1
+    assert json.loads(sent[0]) == dict(most_accurate.config)
+    fastest = plan.configs[plan.fastest()]
+    # With less left than even the fastest needs, the fastest completion (no refusal asked).
+    hurried = router.LazyConfig(checked, in_ms(fastest.total_ms / 2), inflight)
+    pipeline.run({"sample": 2}, hurried, call)
+    assert json.loads(hurried.key()) == dict(fastest.config)
+
+
+def test_a_stage_binds_when_first_read_from_the_work_in_flight_at_its_component(
+    router: types.ModuleType, plan: Any, inflight: Any
+) -> None:
+    checked = table(router, plan)
+    # Another router instance (its process alive) has a request at the generator, 400 ms of it.
+    other = (inflight.slot + 1) % router.INFLIGHT_SLOTS
+    router._SLOT.pack_into(
+        inflight.table, other * router._SLOT.size, os.getppid(), 2, time.monotonic_ns(), 400.0
+    )
+    config = router.LazyConfig(checked, in_ms(900), inflight)
+    assert config.bound == {}
+    assert "generator_model" in config
+    assert config.bound == {}
+    retriever_k = config["retriever_k"]
+    assert set(config.bound) == {"retriever_k"}
+    model = config["generator_model"]
+    assert set(config.bound) == set(config)
+    # What the domain decides with the same 400 ms ahead at the generator, stage by stage.
+    first = bind_stage(plan, 0, {}, 900, [0.0, 0.0, 400.0])
+    assert first.config is not None
+    assert retriever_k == plan.configs[first.config].config["retriever_k"]
+    unhurried = bind_stage(plan, 0, {}, 900, [0.0, 0.0, 0.0])
+    assert unhurried.config is not None
+    assert plan.configs[unhurried.config].accuracy >= plan.configs[first.config].accuracy
+    assert model in {c.config["generator_model"] for c in plan.configs}
+    # The instances count what they take up: the pod's rate over the last 2 s.
+    before = inflight.dispatched()
+    assert inflight.dispatched() == pytest.approx(before + 1 / router.RATE_WINDOW_S)
+    # Its own request at a stage is no backlog to itself; gone, the other's is none either.
+    inflight.enter(1, 50.0)
+    assert inflight.backlog_ms(3)[1] == 0.0
+    router._SLOT.pack_into(inflight.table, other * router._SLOT.size, 0, -1, 0, 0.0)
+    assert inflight.backlog_ms(3) == [0.0, 0.0, 0.0]
+
+
+def test_a_late_request_is_refused_at_its_first_stage_where_the_table_refuses(
+    router: types.ModuleType, plan: Any, inflight: Any
+) -> None:
+    config = router.LazyConfig(table(router, plan, refuse=True), in_ms(-10), inflight)
+    with pytest.raises(router.LateError):
+        config["retriever_k"]
+    served = router.LazyConfig(table(router, plan, refuse=False), in_ms(-10), inflight)
+    assert json.loads(served.key()) == dict(plan.configs[plan.fastest()].config)
+
+
+def test_a_configuration_over_its_rate_limit_is_not_bound_however_much_time_is_left(
+    router: types.ModuleType, plan: Any, inflight: Any
+) -> None:
+    fastest = plan.fastest()
+    # Every configuration but the fastest is allowed up to 1 request/s of the pod.
+    limits = [None if i == fastest else 1.0 for i in range(len(plan.configs))]
+    limited = router.check_binding(
+        json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, max_qps=limits)))
+    )
+    calm = router.LazyConfig(limited, in_ms(60_000), inflight, inflight.dispatched())
+    assert json.loads(calm.key()) != dict(plan.configs[fastest].config)
+    for _ in range(4):
+        inflight.dispatched()
+    # Now 6 requests in the last 2 s: 3/s, over every limit but the fastest's.
+    busy = router.LazyConfig(limited, in_ms(60_000), inflight, inflight.dispatched())
+    assert json.loads(busy.key()) == dict(plan.configs[fastest].config)
