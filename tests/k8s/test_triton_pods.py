@@ -20,15 +20,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster import Cluster, wait_for
 from e2e_shared import ACCURATE_NAME, FAST_NAME, Policies, service_policy_spec
 from kubernetes import client
+from tls_certs import make_tls
 
 from compass.dataplane.load import RequestRecord, run_load
-from compass.dataplane.triton import RoutingError, TritonRouter
+from compass.dataplane.triton import GrpcTls, RoutingError, TritonRouter
 from compass.domain.evaluation import Config
 from compass.domain.space import config_key
 from compass.lab.clusterdemo import condition
@@ -77,6 +79,8 @@ class TritonPods:
     namespace: str
     app: str
     routers: dict[str, TritonRouter] = field(default_factory=dict)
+    # TLS to the pods' gRPC port, where they take only that (the test's own clients use it).
+    tls: GrpcTls | None = None
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -86,8 +90,8 @@ class TritonPods:
     def apps(self) -> client.AppsV1Api:
         return client.AppsV1Api(self.api)
 
-    def create(self, replicas: int) -> None:
-        """The Service and the Deployment."""
+    def create(self, replicas: int, extra_args: tuple[str, ...] = ()) -> None:
+        """The Service and the Deployment (``extra_args``: more tritonserver flags)."""
         ports = [("http", HTTP_PORT), ("grpc", GRPC_PORT), ("metrics", METRICS_PORT)]
         service = {
             "metadata": {"name": self.app},
@@ -107,6 +111,7 @@ class TritonPods:
                 f"--grpc-port={GRPC_PORT}",
                 "--metrics-address=$(POD_IP)",
                 f"--metrics-port={METRICS_PORT}",
+                *extra_args,
             ],
             "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
             "ports": [{"name": n, "containerPort": p} for n, p in ports],
@@ -190,7 +195,9 @@ class TritonPods:
     def router(self, ip: str) -> TritonRouter:
         """A client of the pod at ``ip`` (straight to it: there is no kube-proxy)."""
         if ip not in self.routers:
-            self.routers[ip] = TritonRouter(f"{ip}:{GRPC_PORT}", timeout_s=5, attempts=1)
+            self.routers[ip] = TritonRouter(
+                f"{ip}:{GRPC_PORT}", timeout_s=5, attempts=1, tls=self.tls
+            )
         return self.routers[ip]
 
     def active(self, ip: str) -> str | None:
@@ -231,13 +238,13 @@ def _container(pod: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def triton_pods(
     rag_image: str, k8s_cluster: Cluster, k8s_api: Any, namespace: str
-) -> Iterator[Callable[[str, int], TritonPods]]:
+) -> Iterator[Callable[..., TritonPods]]:
     """Make Deployments (with their Services) of rag-sim pods; all deleted after the test."""
     made: list[TritonPods] = []
 
-    def make(app: str, replicas: int) -> TritonPods:
+    def make(app: str, replicas: int, extra_args: tuple[str, ...] = ()) -> TritonPods:
         pods = TritonPods(k8s_cluster, k8s_api, namespace, app)
-        pods.create(replicas)
+        pods.create(replicas, extra_args)
         made.append(pods)
         return pods
 
@@ -526,3 +533,75 @@ def test_a_hung_pod_is_named_lagging_until_it_answers_again(
     for ip in ips.values():
         assert hung.serves(ip) == ACCURATE_KEY
     assert policies.wait_events("hung", "PodsServing")
+
+
+def test_routers_over_mutual_tls_from_a_labelled_secret(
+    triton_pods: Callable[..., TritonPods],
+    policies: Policies,
+    k8s_api: Any,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """A pod whose gRPC port takes only mutual TLS, its certificate naming the Service: the
+    policy's spec.routing.tls names a Secret; until the Secret carries the consent label the
+    routers are unreachable and the Ready condition names the Secret and the label; once
+    labelled, the policy switches the pod over TLS."""
+    server_name = f"tls.{namespace}.svc"
+    certificates = make_tls(tmp_path, server_san=f"DNS:{server_name}")
+    pods = triton_pods(
+        "tls",
+        1,
+        (
+            "--grpc-use-ssl=true",
+            "--grpc-use-ssl-mutual=true",
+            f"--grpc-server-cert={certificates.cert}",
+            f"--grpc-server-key={certificates.key}",
+            f"--grpc-root-cert={certificates.ca}",
+        ),
+    )
+    pods.tls = GrpcTls(
+        certificates.ca.read_bytes(),
+        certificates.client_cert.read_bytes(),
+        certificates.client_key.read_bytes(),
+        server_name,
+    )
+    ips = _await(lambda: pods.ready(1), START_S, "1 ready pod", pods, policies)
+    [ip] = ips.values()
+    assert pods.active(ip) == FAST_KEY  # over TLS: the pod answers the test's own client
+    secret = {
+        "metadata": {"name": "triton-tls"},
+        "stringData": {
+            "ca.crt": certificates.ca.read_text(),
+            "tls.crt": certificates.client_cert.read_text(),
+            "tls.key": certificates.client_key.read_text(),
+        },
+    }
+    core = client.CoreV1Api(k8s_api)
+    core.create_namespaced_secret(namespace, secret, _preload_content=False)
+    spec = service_policy_spec("tls")
+    spec["routing"]["tls"] = {
+        "secretRef": {"name": "triton-tls"},
+        "certKey": "tls.crt",
+        "keyKey": "tls.key",
+        "serverName": server_name,
+    }
+    policies.create("tls", spec)
+
+    def refused() -> dict[str, Any] | None:
+        ready = condition(policies.status("tls"), "Ready")
+        message = ready.get("message") or ""
+        return ready if "is not labelled compass.io/metrics-credentials" in message else None
+
+    ready = _await(refused, STEP_S, "the unlabelled Secret named", pods, policies, "tls")
+    assert ready["reason"] == "TritonUnreachable", ready
+    assert f"Secret {namespace}/triton-tls (spec.routing.tls.secretRef)" in ready["message"]
+    assert pods.active(ip) == FAST_KEY  # nothing was switched meanwhile
+    core.patch_namespaced_secret(
+        "triton-tls",
+        namespace,
+        {"metadata": {"labels": {"compass.io/metrics-credentials": "true"}}},
+        _preload_content=False,
+    )
+    # Idle, the policy climbs to the most accurate member: over TLS, to the pod.
+    status = wait_serving(pods, policies, "tls", ACCURATE, 1, STEP_S)
+    assert condition(status, "Ready").get("status") == "True", status

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -270,3 +271,62 @@ def test_when_the_secret_is_read_again(
     read_at: float | None, now: float, available: bool, rejected: bool, due: bool
 ) -> None:
     assert metricsauth.recheck_due(read_at, now, available=available, rejected=rejected) is due
+
+
+PEM_CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+PEM_KEY = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"
+
+
+def _tls_secret(labelled: bool = True, **values: str) -> dict[str, Any]:
+    labels = {metricsauth.CONSENT_LABEL: "true"} if labelled else {}
+    return {
+        "metadata": {"name": "triton-tls", "labels": labels},
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in values.items()},
+    }
+
+
+def test_tls_to_triton_comes_from_a_labelled_secret_with_the_server_name() -> None:
+    from compass.api.metricsource import TritonTls
+
+    mutual = TritonTls.model_validate(
+        {
+            "secretRef": {"name": "triton-tls"},
+            "certKey": "tls.crt",
+            "keyKey": "tls.key",
+            "serverName": "rag-sim-triton.ml.svc",
+        }
+    )
+    secret = _tls_secret(**{"ca.crt": PEM_CA, "tls.crt": PEM_CA, "tls.key": PEM_KEY})
+    tls = metricsauth.triton_tls(mutual, secret, "ml", "spec.routing.tls")
+    assert (tls.ca_pem, tls.cert_pem, tls.key_pem) == (
+        PEM_CA.encode(),
+        PEM_CA.encode(),
+        PEM_KEY.encode(),
+    )
+    assert tls.channel_args() == [("grpc.ssl_target_name_override", "rag-sim-triton.ml.svc")]
+    plain = TritonTls.model_validate({"secretRef": {"name": "triton-tls"}})
+    only_ca = metricsauth.triton_tls(plain, _tls_secret(**{"ca.crt": PEM_CA}), "ml", "f")
+    assert (only_ca.cert_pem, only_ca.key_pem, only_ca.channel_args()) == (None, None, [])
+
+
+@pytest.mark.parametrize(
+    ("secret", "needle"),
+    [
+        (None, "Secret ml/triton-tls (spec.routing.tls.secretRef) not found"),
+        (
+            _tls_secret(False, **{"ca.crt": PEM_CA}),
+            "is not labelled compass.io/metrics-credentials",
+        ),
+        (_tls_secret(**{"other": PEM_CA}), "has no key 'ca.crt' (spec.routing.tls.caKey)"),
+        (_tls_secret(**{"ca.crt": "hello"}), "caKey (spec.routing.tls.caKey) is not PEM"),
+    ],
+    ids=["missing", "unlabelled", "no-key", "not-pem"],
+)
+def test_tls_to_triton_names_the_secret_key_and_field_when_it_cannot_be_had(
+    secret: dict[str, Any] | None, needle: str
+) -> None:
+    from compass.api.metricsource import TritonTls
+
+    spec = TritonTls.model_validate({"secretRef": {"name": "triton-tls"}})
+    with pytest.raises(metricsauth.CredentialsError, match=re.escape(needle)):
+        metricsauth.triton_tls(spec, secret, "ml", "spec.routing.tls")

@@ -1,7 +1,8 @@
-"""Where a ParetoPolicy reads its queue depth: the metrics source, its authentication and TLS.
+"""Where a ParetoPolicy reads its queue depth: the metrics source, its authentication and TLS;
+and TLS to Triton's gRPC port (TritonTls), under the same Secret rules.
 
-Credentials and CA come from a Secret of the policy's namespace; extra headers are plain values
-in the resource, so the ones that carry credentials or framing are refused.
+Credentials and CA come from a Secret of the resource's namespace; extra headers are plain
+values in the resource, so the ones that carry credentials or framing are refused.
 """
 
 from __future__ import annotations
@@ -113,6 +114,44 @@ class MetricsTls(CamelModel):
 
     @model_validator(mode="after")
     def _pair(self) -> MetricsTls:
+        if (self.cert_key is None) != (self.key_key is None):
+            raise ValueError("give both tls.certKey and tls.keyKey (mutual TLS), or neither")
+        return self
+
+
+class TritonTls(CamelModel):
+    """TLS to the Triton pods' gRPC port (Triton's --grpc-use-ssl): the CA bundle, and for mutual
+    TLS a client certificate and key, from a Secret of the resource's namespace labelled
+    compass.io/metrics-credentials=true."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule="has(self.certKey) == has(self.keyKey)",
+                message="give both tls.certKey and tls.keyKey (mutual TLS), or neither",
+            )
+        )
+    )
+
+    secret_ref: SecretReference = Field(
+        description="The Secret with the CA (and the client pair); it must carry the label "
+        "compass.io/metrics-credentials=true."
+    )
+    ca_key: str = _secret_key(
+        "ca.crt", "the PEM CA bundle Triton's certificate is verified against"
+    )
+    cert_key: str | None = _secret_key(None, "the PEM client certificate (mutual TLS)")
+    key_key: str | None = _secret_key(None, "the PEM client private key (mutual TLS)")
+    server_name: str | None = Field(
+        default=None,
+        max_length=MAX_NAME_LENGTH,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="The name Triton's certificate carries, where it is not the address dialled "
+        "(pods are dialled by IP: give the Service's DNS name its certificate names).",
+    )
+
+    @model_validator(mode="after")
+    def _pair(self) -> TritonTls:
         if (self.cert_key is None) != (self.key_key is None):
             raise ValueError("give both tls.certKey and tls.keyKey (mutual TLS), or neither")
         return self

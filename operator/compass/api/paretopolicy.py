@@ -19,7 +19,7 @@ from compass.api.meta import (
     MAX_NAME_LENGTH,
     CamelModel,
 )
-from compass.api.metricsource import MetricsSource
+from compass.api.metricsource import MetricsSource, TritonTls
 from compass.api.rules import CelRule, cel_rules
 from compass.api.urls import ENDPOINT_FIX, cel_matches_endpoint, endpoint_problem
 from compass.domain.admission import DEFAULT_DEGRADE_AFTER
@@ -295,6 +295,10 @@ class RoutingTarget(CamelModel):
         default=DEFAULT_ROUTER_MODEL,
         max_length=MAX_NAME_LENGTH,
         description="Name of the router model.",
+    )
+    tls: TritonTls | None = Field(
+        default=None,
+        description="TLS (and mutual TLS) to the routers' gRPC port (none: plaintext).",
     )
 
     @model_validator(mode="after")

@@ -13,8 +13,9 @@ import binascii
 from collections.abc import Mapping
 from typing import Any
 
-from compass.api.metricsource import MetricsAuthentication
+from compass.api.metricsource import MetricsAuthentication, TritonTls
 from compass.dataplane.httpauth import HttpAuth, TlsMaterialError
+from compass.dataplane.triton import GrpcTls
 
 # A Secret that was read is checked again this often (its resourceVersion: the client is rebuilt
 # only when it changed).
@@ -69,61 +70,21 @@ def credentials(
     name = secret_name(auth)
     if name is None:
         return HttpAuth(headers=headers, insecure_skip_verify=insecure)
-    where = f"Secret {namespace}/{name} (spec.metrics.authentication.secretRef)"
-    if secret is None:
-        raise CredentialsError(
-            f"{where} not found; create it in the policy's namespace with the keys "
-            f"{', '.join(_wanted_keys(auth))}, or correct secretRef.name"
-        )
-    labels = (secret.get("metadata") or {}).get("labels") or {}
-    if labels.get(CONSENT_LABEL) != "true":
-        raise CredentialsError(
-            f"{where} is not labelled {CONSENT_LABEL}=true, so it is never sent: label it "
-            f"(kubectl label secret {name} -n {namespace} {CONSENT_LABEL}=true) if its values "
-            "are meant for this metrics endpoint"
-        )
-    data = secret.get("data") or {}
-
-    def value(key: str, field: str, *, text: bool = True) -> str:
-        encoded = data.get(key)
-        if not encoded:
-            raise CredentialsError(
-                f"{where} has no key {key!r} (spec.metrics.authentication.{field}); add it to "
-                f"the Secret, or name the key that holds it in {field}"
-            )
-        try:
-            decoded = base64.b64decode(encoded, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            raise CredentialsError(
-                f"{where}: key {key!r} (spec.metrics.authentication.{field}) is not UTF-8 text; "
-                "store it as text"
-            ) from None
-        if not text:
-            return decoded
-        # A value written with echo ends in a newline; one inside would smuggle a header in,
-        # and a header is Latin-1 on the wire: printable ASCII only, as the spec's headers.
-        decoded = decoded.strip()
-        if not decoded or not all(" " <= c < "\x7f" for c in decoded):
-            raise CredentialsError(
-                f"{where}: key {key!r} (spec.metrics.authentication.{field}) is empty or holds "
-                "a control character (a line break?) or a character outside printable ASCII; "
-                "store the value alone"
-            )
-        return decoded
-
+    field = "spec.metrics.authentication"
+    read = _SecretReader(secret, namespace, name, field, _wanted_keys(auth), "metrics endpoint")
     token = username = password = None
     if auth.bearer is not None:
-        token = value(auth.bearer.token_key, "bearer.tokenKey")
+        token = read.value(auth.bearer.token_key, "bearer.tokenKey")
     elif auth.basic is not None:
-        username = value(auth.basic.username_key, "basic.usernameKey")
-        password = value(auth.basic.password_key, "basic.passwordKey")
+        username = read.value(auth.basic.username_key, "basic.usernameKey")
+        password = read.value(auth.basic.password_key, "basic.passwordKey")
     ca = cert = key = None
     if tls is not None:
         if not tls.insecure_skip_verify:
-            ca = value(tls.ca_key, "tls.caKey", text=False)
+            ca = read.value(tls.ca_key, "tls.caKey", text=False)
         if tls.cert_key is not None and tls.key_key is not None:
-            cert = value(tls.cert_key, "tls.certKey", text=False)
-            key = value(tls.key_key, "tls.keyKey", text=False)
+            cert = read.value(tls.cert_key, "tls.certKey", text=False)
+            key = read.value(tls.key_key, "tls.keyKey", text=False)
     result = HttpAuth(
         bearer_token=token,
         username=username,
@@ -137,12 +98,97 @@ def credentials(
     try:
         result.ssl_context()  # load the CA and client pair now, to name the key that is wrong
     except TlsMaterialError as error:
-        field = "tls.caKey" if error.part == "ca" else "tls.certKey and tls.keyKey"
+        part = "tls.caKey" if error.part == "ca" else "tls.certKey and tls.keyKey"
         raise CredentialsError(
-            f"{where}: {field} (spec.metrics.authentication.{field}): {error.what}; store the "
+            f"{read.where}: {part} ({field}.{part}): {error.what}; store the "
             "PEM text (-----BEGIN CERTIFICATE-----...)"
         ) from None
     return result
+
+
+def triton_tls(
+    tls: TritonTls, secret: Mapping[str, Any] | None, namespace: str, field: str
+) -> GrpcTls:
+    """The GrpcTls a resource's TLS to Triton gives with this Secret (None: not found), under
+    the metrics credentials' rules (its namespace, the consent label); ``field`` is where the
+    resource sets it (spec.routing.tls). CredentialsError naming the Secret, key and field."""
+    wanted = [k for k in (tls.ca_key, tls.cert_key, tls.key_key) if k is not None]
+    read = _SecretReader(
+        secret, namespace, tls.secret_ref.name, field, wanted, "Triton's gRPC port"
+    )
+    pems = {"caKey": read.value(tls.ca_key, "caKey", text=False)}
+    if tls.cert_key is not None and tls.key_key is not None:
+        pems["certKey"] = read.value(tls.cert_key, "certKey", text=False)
+        pems["keyKey"] = read.value(tls.key_key, "keyKey", text=False)
+    for part, pem in pems.items():
+        if "-----BEGIN " not in pem:
+            raise CredentialsError(
+                f"{read.where}: {part} ({field}.{part}) is not PEM (no -----BEGIN line); store "
+                "the PEM text"
+            )
+    return GrpcTls(
+        ca_pem=pems["caKey"].encode(),
+        cert_pem=pems["certKey"].encode() if "certKey" in pems else None,
+        key_pem=pems["keyKey"].encode() if "keyKey" in pems else None,
+        server_name=tls.server_name,
+    )
+
+
+class _SecretReader:
+    """A Secret's values as the consent rules allow: found, labelled, each key present and
+    UTF-8; CredentialsError naming the Secret, the key and the field that names it."""
+
+    def __init__(
+        self,
+        secret: Mapping[str, Any] | None,
+        namespace: str,
+        name: str,
+        field: str,
+        wanted: list[str],
+        purpose: str,
+    ) -> None:
+        self.field = field
+        self.where = f"Secret {namespace}/{name} ({field}.secretRef)"
+        if secret is None:
+            raise CredentialsError(
+                f"{self.where} not found; create it in the resource's namespace with the keys "
+                f"{', '.join(wanted)}, or correct secretRef.name"
+            )
+        labels = (secret.get("metadata") or {}).get("labels") or {}
+        if labels.get(CONSENT_LABEL) != "true":
+            raise CredentialsError(
+                f"{self.where} is not labelled {CONSENT_LABEL}=true, so it is never sent: label "
+                f"it (kubectl label secret {name} -n {namespace} {CONSENT_LABEL}=true) if its "
+                f"values are meant for this {purpose}"
+            )
+        self.data: Mapping[str, str] = secret.get("data") or {}
+
+    def value(self, key: str, field: str, *, text: bool = True) -> str:
+        """The key's value (``field``: the resource's field that names the key)."""
+        where, named = self.where, f"{self.field}.{field}"
+        encoded = self.data.get(key)
+        if not encoded:
+            raise CredentialsError(
+                f"{where} has no key {key!r} ({named}); add it to the Secret, or name the key "
+                f"that holds it in {field}"
+            )
+        try:
+            decoded = base64.b64decode(encoded, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise CredentialsError(
+                f"{where}: key {key!r} ({named}) is not UTF-8 text; store it as text"
+            ) from None
+        if not text:
+            return decoded
+        # A value written with echo ends in a newline; one inside would smuggle a header in,
+        # and a header is Latin-1 on the wire: printable ASCII only, as the spec's headers.
+        decoded = decoded.strip()
+        if not decoded or not all(" " <= c < "\x7f" for c in decoded):
+            raise CredentialsError(
+                f"{where}: key {key!r} ({named}) is empty or holds a control character (a line "
+                "break?) or a character outside printable ASCII; store the value alone"
+            )
+        return decoded
 
 
 def _wanted_keys(auth: MetricsAuthentication) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from compass.api.errors import field_path, first_error
-from compass.api.metricsource import MetricsAuthentication, MetricsSourceType
+from compass.api.metricsource import MetricsAuthentication, MetricsSourceType, TritonTls
 from compass.api.paretopolicy import ParetoPolicySpec, RoutingTarget
 from compass.controllers.targets import TargetAccess, TargetRefusedError, resolve_host, resolve_url
 from compass.conversion import admission_table, binding_table, policy_plan, runtime_policy
@@ -81,6 +81,11 @@ class CompiledPolicy:
     def plan(self) -> Plan:
         """The planned front and its thresholds."""
         return self.policy.plan
+
+    @property
+    def tls(self) -> TritonTls | None:
+        """TLS to the routers' gRPC port (None: plaintext)."""
+        return None if self.spec.routing is None else self.spec.routing.tls
 
     @cached_property
     def admission(self) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ import kopf
 from kubernetes import client
 
 from compass.api.meta import GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
+from compass.api.metricsource import TritonTls
 from compass.api.paretopolicy import RoutingStatus
 from compass.controllers import kubeapi, metricsauth
 from compass.controllers.endpoints import (
@@ -141,12 +142,16 @@ class Connections:
     source's credentials were built from (the Secret's resourceVersion, when it was read, and
     why the credentials are unavailable, if they are)."""
 
-    key: tuple[str | None, str | None, str, MetricsTarget]
+    key: tuple[str | None, str | None, str, MetricsTarget, TritonTls | None]
     router: RouterFleet
     source: QueueDepthSource | None = None
     secret_version: str | None = None
     secret_read_at: float | None = None
     credentials_problem: str | None = None
+    # The same for the routers' TLS (spec.routing.tls).
+    tls_version: str | None = None
+    tls_read_at: float | None = None
+    tls_problem: str | None = None
 
 
 # How many writes before the last a late body may still show (see PolicyMemory.recent).
@@ -383,6 +388,7 @@ def _tick(
     connections.router.admission = compiled.admission
     connections.router.binding = compiled.binding
     try:
+        _routing_tls(connections, compiled, runtime, now, _names(body)[0])
         connections.router.update(_endpoints(body, memory, compiled, slices, pods, runtime, logger))
         router_key = connections.router.active_config(_expected_key(memory, previous, compiled))
     except RoutingError as error:
@@ -678,7 +684,7 @@ def _connections(
     """The routers and metrics source for the compiled target (reused while it holds; the
     source rebuilt when its Secret changed)."""
     target = compiled.metrics
-    key = (compiled.service, compiled.grpc_address, compiled.router_model, target)
+    key = (compiled.service, compiled.grpc_address, compiled.router_model, target, compiled.tls)
     if memory.connections is None or memory.connections.key != key:
         if memory.connections is not None:
             memory.connections.router.close()
@@ -693,6 +699,65 @@ def _connections(
     connections.router.shared = runtime.policy_scheduler().reads
     _refresh_source(connections, compiled, runtime, logger, now, namespace)
     return connections
+
+
+def _routing_tls(
+    connections: Connections,
+    compiled: CompiledPolicy,
+    runtime: Runtime,
+    now: float,
+    namespace: str,
+) -> None:
+    """The routers' TLS as spec.routing.tls's Secret says: read when due (as the metrics
+    credentials are), the clients reconnected only when the Secret changed; RoutingError naming
+    the Secret, the key and the fix while it cannot be had (the routers are then unreachable)."""
+    tls = compiled.tls
+    if tls is None:
+        return
+    due = metricsauth.recheck_due(
+        connections.tls_read_at, now, available=connections.tls_problem is None, rejected=False
+    )
+    if not due:
+        if connections.tls_problem is not None:
+            raise RoutingError(connections.tls_problem)
+        return
+    connections.tls_read_at = now
+    name = tls.secret_ref.name
+    try:
+        secret = kubeapi.read(
+            client.CoreV1Api(runtime.api()).read_namespaced_secret, name, namespace
+        )
+    except kubeapi.ERRORS as error:
+        if connections.router.tls is not None:
+            return  # keep the TLS built: the Secret may well still be good
+        status = getattr(error, "status", None)
+        why = (
+            "the operator may not read Secrets here (chart value "
+            "metricsAuthentication.readSecrets, and its RBAC)"
+            if status == 403
+            else f"HTTP {status}"
+            if status
+            else "the API server did not answer"
+        )
+        connections.tls_problem = (
+            f"Secret {namespace}/{name} (spec.routing.tls.secretRef) could not be read: {why}; "
+            "retrying"
+        )
+        raise RoutingError(connections.tls_problem) from None
+    version = metricsauth.resource_version(secret)
+    if (
+        version == connections.tls_version
+        and connections.tls_problem is None
+        and connections.router.tls is not None
+    ):
+        return
+    try:
+        built = metricsauth.triton_tls(tls, secret, namespace, "spec.routing.tls")
+    except metricsauth.CredentialsError as error:
+        connections.tls_problem = str(error)
+        raise RoutingError(connections.tls_problem) from None
+    connections.tls_problem, connections.tls_version = None, version
+    connections.router.use_tls(built)
 
 
 def _refresh_source(

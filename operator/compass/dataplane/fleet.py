@@ -176,6 +176,13 @@ class RouterFleet:
             self.routers[endpoint].admission = self._admission
             self.routers[endpoint].binding = self._binding
 
+    def use_tls(self, tls: GrpcTls | None) -> None:
+        """Reconnect every pod's client with this TLS (a Secret that changed)."""
+        endpoints = self.endpoints
+        self.close()
+        self.tls = tls
+        self.update(endpoints)
+
     def close(self) -> None:
         """Close every client."""
         self.update(())
