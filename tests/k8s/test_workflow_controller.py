@@ -41,8 +41,9 @@ from prometheus_client import start_http_server
 import compass.controllers.runtime  # noqa: F401
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
+from compass.api.metricsource import SecretReference
 from compass.commands import job
-from compass.controllers import kubeapi
+from compass.controllers import kubeapi, metricsauth
 from compass.controllers.builders import (
     GENERATION_LABEL,
     LEDGER_KEY,
@@ -54,6 +55,7 @@ from compass.controllers.builders import (
     build_profile_job,
     build_search_job,
     build_state_config_maps,
+    routing_target,
 )
 from compass.controllers.ledgerchunks import (
     CHUNK_OF_LABEL,
@@ -968,3 +970,65 @@ def test_a_1000_sample_search_of_the_rag_grid_completes_through_chunked_state(
         GROUP, VERSION, k8s_namespace, WORKFLOW_PLURAL, "big", propagation_policy="Background"
     )
     wait_for(lambda: not flows.config_maps("big"), 60, "the state and its chunks to be collected")
+
+
+def test_the_jobs_get_their_triton_tls_secret_by_name_and_no_other(
+    k8s_api: Any, k8s_cluster: Cluster, k8s_namespace: str, crds: None, tmp_path: Path
+) -> None:
+    """spec.triton.tls: the Jobs' Role lets them get that Secret, by name, and no other; the
+    Job's code reads it as the Jobs' ServiceAccount under the real API server's RBAC and builds
+    its TLS (the consent label checked as the operator checks it); the generated policy's
+    routing carries the same TLS."""
+    core = client.CoreV1Api(k8s_api)
+    rbac = client.RbacAuthorizationV1Api(k8s_api)
+    account = "compass-job"
+    core.create_namespaced_service_account(
+        k8s_namespace, build_job_service_account(k8s_namespace, account), _preload_content=False
+    )
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    for name, labelled in (("triton-tls", True), ("other-tls", True), ("unlabelled", False)):
+        labels = {"compass.io/metrics-credentials": "true"} if labelled else {}
+        core.create_namespaced_secret(
+            k8s_namespace,
+            {"metadata": {"name": name, "labels": labels}, "stringData": {"ca.crt": pem}},
+            _preload_content=False,
+        )
+    body = _workflow("secure", tau=0.8)
+    body["spec"]["triton"]["tls"] = {"secretRef": {"name": "triton-tls"}, "serverName": "t.ml"}
+    workflow = {**body, "metadata": {**body["metadata"], "namespace": k8s_namespace, "uid": "u"}}
+    spec, _ = validate_spec(body["spec"])
+    [state_body] = build_state_config_maps(workflow, spec)
+    stored = _data(
+        core.create_namespaced_config_map(k8s_namespace, state_body, _preload_content=False)
+    )
+    rbac.create_namespaced_role(k8s_namespace, build_job_role(stored, spec), _preload_content=False)
+    rbac.create_namespaced_role_binding(
+        k8s_namespace, build_job_role_binding(stored, account), _preload_content=False
+    )
+    as_job = client.CoreV1Api(
+        k8s_cluster.api_client(impersonate=f"system:serviceaccount:{k8s_namespace}:{account}")
+    )
+
+    def allowed() -> bool:
+        try:
+            kubeapi.read(as_job.read_namespaced_secret, "triton-tls", k8s_namespace)
+        except ApiException:
+            return False
+        return True
+
+    wait_for(allowed, 10, "the RoleBinding to take effect")
+    tls = job.triton_tls(spec, k8s_namespace, as_job)
+    assert tls is not None
+    assert (tls.ca_pem, tls.server_name) == (pem.encode(), "t.ml")
+    with pytest.raises(ApiException) as refused:
+        kubeapi.read(as_job.read_namespaced_secret, "other-tls", k8s_namespace)
+    assert refused.value.status == 403
+    # A Secret without the consent label is refused by the same rule, naming the label.
+    assert spec.triton.tls is not None
+    unlabelled = spec.triton.tls.model_copy(
+        update={"secret_ref": SecretReference(name="unlabelled")}
+    )
+    secret = kubeapi.read(core.read_namespaced_secret, "unlabelled", k8s_namespace)
+    with pytest.raises(metricsauth.CredentialsError, match=r"compass\.io/metrics-credentials"):
+        metricsauth.triton_tls(unlabelled, secret, k8s_namespace, "spec.triton.tls")
+    assert routing_target(workflow, spec).tls == spec.triton.tls

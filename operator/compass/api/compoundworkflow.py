@@ -20,6 +20,7 @@ from compass.api.meta import (
     CamelModel,
     ShortText,
 )
+from compass.api.metricsource import TritonTls
 from compass.api.paretopolicy import ServingSettings, SloSpec
 from compass.api.rules import CelRule, cel_rules, strictly_increasing
 from compass.domain.capacity import MAX_CURVE_POINTS, MIN_REQUESTS_PER_RATE
@@ -437,6 +438,12 @@ class TritonEndpoint(CamelModel):
         default=DEFAULT_ROUTER_MODEL,
         max_length=MAX_NAME_LENGTH,
         description="Name of the router model.",
+    )
+    tls: TritonTls | None = Field(
+        default=None,
+        description="TLS (and mutual TLS) to Triton's gRPC port, for the search and profiling "
+        "Jobs (which get the Secret by name) and the generated ParetoPolicy's routing.tls "
+        "(none: plaintext). The Secret is in the workflow's namespace.",
     )
 
 

@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType, Profiling
 from compass.console import describe_rate
-from compass.controllers import kubeapi
+from compass.controllers import kubeapi, metricsauth
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
     LEDGER_KEY,
@@ -66,7 +66,7 @@ from compass.dataplane.profiler import (
     measure_curve,
     profile_configurations,
 )
-from compass.dataplane.triton import TritonRouter
+from compass.dataplane.triton import GrpcTls, TritonRouter
 from compass.domain.capacity import CurvePoint
 from compass.domain.evaluation import Config
 from compass.domain.planner import ThresholdModel, pareto_front
@@ -432,13 +432,29 @@ class MirroredEvaluator:
         self.flushes.written(self.clock())
 
 
+def triton_tls(spec: CompoundWorkflowSpec, namespace: str, api: Any = None) -> GrpcTls | None:
+    """The Jobs' TLS to Triton (spec.triton.tls), from its Secret, which the Job's Role lets it
+    get by name, under the operator's Secret rules (metricsauth.triton_tls: the consent label,
+    the keys, PEM); None: plaintext. CredentialsError naming the Secret, the key and the fix."""
+    tls = spec.triton.tls
+    if tls is None:
+        return None
+    core = api if api is not None else client.CoreV1Api(kubeapi.load_client())
+    secret = kubeapi.read(core.read_namespaced_secret, tls.secret_ref.name, namespace)
+    return metricsauth.triton_tls(tls, secret, namespace, "spec.triton.tls")
+
+
 def _score_source(spec: CompoundWorkflowSpec, namespace: str) -> ScoreSource:
     """Where the spec's evaluator takes its scores from, as the evaluator factory reads it."""
     evaluator = spec.evaluation.evaluator
     if evaluator.type is EvaluatorType.TRITON:
         workflow = {"metadata": {"namespace": namespace}}
         address = os.environ.get("COMPASS_TRITON_ADDRESS") or triton_address(workflow, spec)
-        return ScoreSource(triton=address, router_model=spec.triton.router_model)
+        return ScoreSource(
+            triton=address,
+            router_model=spec.triton.router_model,
+            tls=triton_tls(spec, namespace),
+        )
     if evaluator.type is EvaluatorType.COMMAND:
         assert evaluator.command
         return ScoreSource(command=evaluator.command)
@@ -539,7 +555,7 @@ def run_profile(state_name: str, namespace: str) -> int:
     configs = [(entry["config"], entry["accuracy"]) for entry in result["feasible"]]
     workflow = {"metadata": {"namespace": namespace}}
     address = os.environ.get("COMPASS_TRITON_ADDRESS") or triton_address(workflow, spec)
-    router = TritonRouter(address, model=spec.triton.router_model)
+    router = TritonRouter(address, model=spec.triton.router_model, tls=triton_tls(spec, namespace))
     size = spec.evaluation.dataset.size
 
     def payload(index: int) -> dict[str, Any]:

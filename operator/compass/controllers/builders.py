@@ -241,9 +241,12 @@ def routing_target(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> R
             grpc_port=triton.grpc_port,
             metrics_port=triton.metrics_port,
             router_model=triton.router_model,
+            tls=triton.tls,
         )
     return RoutingTarget(
-        grpc_endpoint=triton_address(workflow, spec), router_model=triton.router_model
+        grpc_endpoint=triton_address(workflow, spec),
+        router_model=triton.router_model,
+        tls=triton.tls,
     )
 
 
@@ -353,12 +356,15 @@ def build_job_service_account(namespace: str, name: str) -> dict[str, Any]:
     }
 
 
-def job_rules(state: str, replayed: str | None = None) -> list[dict[str, Any]]:
+def job_rules(
+    state: str, replayed: str | None = None, tls_secret: str | None = None
+) -> list[dict[str, Any]]:
     """What one generation's Job pods may do: get and patch their state ConfigMap and its chunk
-    ConfigMaps, by name; get the replayed ledger's (a replay evaluator's), by name; and create
-    ConfigMaps, which RBAC cannot narrow by name (the name is not known when a create is
-    authorized): the chunks a long ledger rolls over into. A pod may so create a ConfigMap of
-    another name, but read or change none but these."""
+    ConfigMaps, by name; get the replayed ledger's (a replay evaluator's), by name; get the
+    Secret of their TLS to Triton (spec.triton.tls), by name; and create ConfigMaps, which RBAC
+    cannot narrow by name (the name is not known when a create is authorized): the chunks a long
+    ledger rolls over into. A pod may so create a ConfigMap of another name, but read or change
+    none but these."""
     rules: list[dict[str, Any]] = [
         {
             "apiGroups": [""],
@@ -375,6 +381,15 @@ def job_rules(state: str, replayed: str | None = None) -> list[dict[str, Any]]:
                 "resources": ["configmaps"],
                 "verbs": ["get"],
                 "resourceNames": state_names(replayed),
+            }
+        )
+    if tls_secret is not None:
+        rules.append(
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "verbs": ["get"],
+                "resourceNames": [tls_secret],
             }
         )
     return rules
@@ -412,7 +427,11 @@ def build_job_role(state: Mapping[str, Any], spec: CompoundWorkflowSpec) -> dict
     and the spec it searches."""
     evaluator = spec.evaluation.evaluator
     replayed = evaluator.replay_config_map if evaluator.type is EvaluatorType.REPLAY else None
-    return {**_job_access(state, "Role"), "rules": job_rules(state["metadata"]["name"], replayed)}
+    tls = spec.triton.tls
+    rules = job_rules(
+        state["metadata"]["name"], replayed, None if tls is None else tls.secret_ref.name
+    )
+    return {**_job_access(state, "Role"), "rules": rules}
 
 
 def build_job_role_binding(state: Mapping[str, Any], account: str) -> dict[str, Any]:
