@@ -39,7 +39,7 @@ from tiers import require_tritonserver
 ROUTER_INSTANCES = 4  # per pod: 2 pods x 4 = the concurrency 8 keeps busy (docs/operations.md)
 CONCURRENCY, BATCH = 8, 4
 SAMPLES, BUDGETS, TAU = 40, [8, 16, 40], 0.8
-SEARCH_S = 90  # a search of the corner subspace, two more running beside it on 2 busy cores
+SEARCH_S = 90  # a search of the corner subspace, another beside it, on 2 busy cores
 
 Fact = tuple[str, int, float]
 
