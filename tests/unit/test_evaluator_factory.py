@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 
+from compass.api.compoundworkflow import CompoundWorkflowSpec
+from compass.commands import job
 from compass.domain.evaluation import ParamValue
 from compass.evaluators.command import CommandEvaluator
 from compass.evaluators.factory import ScoreSource, make_evaluator
@@ -49,3 +52,43 @@ def test_triton_addresses_the_router_model() -> None:
     assert isinstance(default, TritonEvaluator)
     assert (named.router.url, named.router.model) == ("localhost:1", "rag")
     assert default.router.model == "router"
+
+
+def test_the_search_jobs_override_spreads_its_threads_over_every_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """COMPASS_TRITON_ADDRESS as the operator's override hands it to the search Job, a
+    comma-separated list of pods (no kube-proxy): each evaluating thread takes the next one."""
+    spec = CompoundWorkflowSpec.model_validate(
+        {
+            "space": {"parameters": [{"name": "retriever_k", "values": [5, 10]}]},
+            "evaluation": {
+                "dataset": {"size": 10},
+                "tau": 0.8,
+                "evaluator": {"type": "triton"},
+                "concurrency": 4,
+            },
+            "slo": {"latencyMs": 300},
+            "triton": {"service": "rag", "routerModel": "rag-router"},
+        }
+    )
+    monkeypatch.setenv("COMPASS_TRITON_ADDRESS", "127.0.2.1:8001, 127.0.2.2:8001")
+    source = job._score_source(spec, "ns")
+    evaluator = make_evaluator(source)
+    assert isinstance(evaluator, TritonEvaluator)
+    routers = [evaluator.router]
+
+    def take() -> None:
+        routers.append(evaluator._router())  # what a runner's worker thread evaluates with
+
+    for _ in range(3):
+        worker = threading.Thread(target=take)
+        worker.start()
+        worker.join()
+    assert [r.url for r in routers] == ["127.0.2.1:8001", "127.0.2.2:8001"] * 2
+    assert {r.model for r in routers} == {"rag-router"}
+    for router in routers:
+        router.close()
+    # Without the override: the Service's own address (one gRPC endpoint, its load balancing).
+    monkeypatch.delenv("COMPASS_TRITON_ADDRESS")
+    assert job._score_source(spec, "ns").triton == "rag.ns.svc:8001"
