@@ -82,6 +82,12 @@ DISPERSION_CONFIDENCE = 0.9
 MIN_DISPERSION_PAIRS = 10
 # Miss shares kept per front (see _Paths.miss_shares).
 MISS_SHARES_KEPT = 65536  # at most about 20 MB a front
+# The parts of a miss share that do not move with the rate, kept per front up to this many
+# requests (a mix's service and holding sums: 0.5 MB each at most, 21 MB for 41 mixes), and
+# the arrival times of the last few (rate, surge, clump) that one decision asks again for
+# every mix it judges (see _Paths.served and _Paths.arrivals).
+CACHED_REQUESTS = 512
+ARRIVALS_KEPT = 16
 
 
 class _Paths:
@@ -117,6 +123,13 @@ class _Paths:
         # moves must not push out those whose rate holds still).
         self.miss_shares: OrderedDict[tuple[object, ...], float] = OrderedDict()
         self.miss_shares_lock = threading.Lock()
+        # Every part below is a prefix of the same computation over more requests (a gather, an
+        # elementwise map or a cumulative sum, each request's value depending only on those
+        # before it), so a longer one cut short is the shorter one to the bit.
+        self._served: dict[Mix, tuple[FloatArray, FloatArray]] = {}
+        self._units: dict[float, FloatArray] = {}
+        self._arrivals: OrderedDict[tuple[float, ...], _Arrivals] = OrderedDict()
+        self._parts_lock = threading.Lock()
 
     def dealt(self, mix: Mix) -> IntArray:
         """The member serving each request in turn under the mix (its router's round-robin)."""
@@ -128,6 +141,104 @@ class _Paths:
             members = np.resize(np.array(period, dtype=np.int64), self.requests)
             self._dealt[mix] = members
         return members
+
+    def service(self, mix: Mix, requests: int) -> FloatArray:
+        """Each path's service times (s, float64; requests x paths: a request's paths lie
+        together, so the elementwise passes run over contiguous memory) of the first
+        ``requests`` dealt under the mix."""
+        if requests <= CACHED_REQUESTS:
+            return self.served(mix, requests)[0]
+        return self._service(mix, requests)
+
+    def _service(self, mix: Mix, requests: int) -> FloatArray:
+        """service, worked out."""
+        members = self.dealt(mix)[:requests]
+        service: FloatArray = self.service_s[members, :, np.arange(requests)].astype(np.float64)
+        return service
+
+    def holding(self, mix: Mix, service: FloatArray) -> FloatArray:
+        """How long each of ``service``'s requests holds an instance once the pod is busy."""
+        if self.stretch is None:
+            return service
+        held: FloatArray = service * self.stretch[self.dealt(mix)[: service.shape[0]]][:, None]
+        return held
+
+    def served(self, mix: Mix, requests: int) -> tuple[FloatArray, FloatArray]:
+        """(service times, the holding times of the requests before each, summed in turn) of
+        the first ``requests`` (at most CACHED_REQUESTS) under the mix: what one instance's
+        FIFO needs of it, worked out once per mix and front."""
+        known = self._served.get(mix)
+        if known is None or len(known[0]) < requests:
+            length = min(max(requests, 64, 1 << (requests - 1).bit_length()), CACHED_REQUESTS)
+            service = self._service(mix, length)
+            holding = self.holding(mix, service)
+            before = np.cumsum(holding, axis=0) - holding
+            service.flags.writeable = before.flags.writeable = False
+            known = self._served[mix] = (service, before)
+        return known[0][:requests], known[1][:requests]
+
+    def arrivals(
+        self, rate: float, surge_s: float, clump: float, horizon_s: float, requests: int
+    ) -> _Arrivals:
+        """Each path's arrival times over the first ``requests`` (see _Arrivals): unit-rate gaps
+        (clumped when ``clump`` is above 1), summed in turn, then stretched to ``SURGE_FACTOR``
+        times ``rate`` for ``surge_s`` and to ``rate`` after."""
+        key = (rate, surge_s, clump, horizon_s)
+        with self._parts_lock:
+            known = self._arrivals.get(key)
+            if known is not None and len(known.times) >= requests:
+                self._arrivals.move_to_end(key)
+                return known
+        unit = self.unit(clump, requests)
+        in_surge = SURGE_FACTOR * rate * surge_s
+        arrivals: FloatArray = np.where(
+            unit < in_surge,
+            unit / (SURGE_FACTOR * rate),
+            surge_s + (unit - in_surge) / rate,
+        )
+        inside = arrivals < horizon_s
+        arrivals.flags.writeable = inside.flags.writeable = False
+        # Each path's arrivals rise, so the rows with one inside the horizon come first.
+        counted = np.cumsum(np.count_nonzero(inside, axis=1))
+        known = _Arrivals(arrivals, inside, int(np.count_nonzero(inside.any(axis=1))), counted)
+        with self._parts_lock:
+            self._arrivals[key] = known
+            self._arrivals.move_to_end(key)
+            while len(self._arrivals) > ARRIVALS_KEPT:
+                self._arrivals.popitem(last=False)
+        return known
+
+    def unit(self, clump: float, requests: int) -> FloatArray:
+        """Each path's unit-rate arrival times of the first ``requests`` (requests x paths), in clumps of mean
+        size ``clump`` (a request that joins one arrives with it; a new one comes after a gap
+        ``clump`` times the mean one, so that the rate stays 1)."""
+        known = self._units.get(clump) if clump == 1 else None
+        if known is not None and len(known) >= requests:
+            return known[:requests]
+        # Poisson paths (the common case) are kept whole; clumped ones worked out each time
+        # (their clump size moves with the measured dispersion).
+        length = self.requests if clump == 1 else requests
+        gaps = self.gaps[:, :length].T
+        if clump > 1:
+            joins = np.greater_equal(self.joins[:, :length].T, 1 / clump)
+            joins[0] = False
+            gaps = np.where(joins, np.float32(0), gaps * np.float32(clump))
+        unit: FloatArray = np.cumsum(gaps, axis=0, dtype=np.float64)
+        if clump == 1:
+            unit.flags.writeable = False
+            self._units[clump] = unit
+        return unit[:requests]
+
+
+@dataclass(frozen=True)
+class _Arrivals:
+    """Each path's arrival times (requests x paths), whether each is inside the horizon, how
+    many leading rows hold one inside, and how many are inside up to each row."""
+
+    times: FloatArray
+    inside: npt.NDArray[np.bool_]
+    rows_inside: int
+    counted: IntArray
 
 
 # The draws of every plan in use, by what they are drawn from: policies with the same front
@@ -220,11 +331,15 @@ class Predictive:
         reference: dict[tuple[float, bool], float] = {}
 
         def fares(mix: Mix, rate: float, surge: bool) -> bool:
+            share = self.miss_share(mix, rate, depth, current, surge, clump)
+            if share <= self.risk:
+                # Within the risk of any reference (a share is never below 0, and adding one
+                # to the risk never rounds below it): the fastest's need not be worked out.
+                return True
             if (rate, surge) not in reference:
                 reference[rate, surge] = self.miss_share(
                     self.fastest, rate, 0.0, current, surge, clump
                 )
-            share = self.miss_share(mix, rate, depth, current, surge, clump)
             return share <= reference[rate, surge] + self.risk
 
         def safe(mix: Mix) -> bool:
@@ -289,42 +404,47 @@ class Predictive:
         expected = rate * (self.horizon_s + (SURGE_FACTOR - 1) * surge_s)
         # The count's spread: its variance is the dispersion (2 clump - 1) times its mean.
         spread = math.sqrt((2 * clump - 1) * expected)
-        count = min(math.ceil(expected + 4 * spread + 3), self.paths.requests - ahead)
-        members = self.paths.dealt(mix)[: ahead + count]
-        # (paths, requests): the queued ones first, then the horizon's arrivals.
-        requests = np.arange(ahead + count)
-        service = self.paths.service_s[members, :, requests].T.astype(np.float64)
-        stretch = self.paths.stretch
-        holding = service if stretch is None else service * stretch[members]
+        whole = min(math.ceil(expected + 4 * spread + 3), self.paths.requests)
+        count = min(whole, self.paths.requests - ahead)
         active_mean_s = (
             sum(self.plan.thresholds[m].profile.mean_ms * share for m, share in active.shares)
             / 1000
         )
         busy = 1.0 if ahead else min(1.0, rate * active_mean_s / servers)
         # When each instance frees, per path: half a service left where it is busy.
-        free = np.full((PATHS, servers), 0.5 * busy * active_mean_s)
-        # Unit-rate arrival times, stretched to the surge's rate, then the forecast's.
-        gaps = self.paths.gaps[:, :count]
-        if clump > 1:
-            # A request that joins a clump arrives with it; a new clump comes after a gap
-            # ``clump`` times the mean one, so that the rate stays ``rate``.
-            joins = self.paths.joins[:, :count] >= 1 / clump
-            joins[:, 0] = False
-            gaps = np.where(joins, np.float32(0), gaps * np.float32(clump))
-        unit = np.cumsum(gaps, axis=1, dtype=np.float64)
-        in_surge = SURGE_FACTOR * rate * surge_s
-        arrivals = np.where(
-            unit < in_surge,
-            unit / (SURGE_FACTOR * rate),
-            surge_s + (unit - in_surge) / rate,
-        )
-        starts = fifo_starts(free, holding[:, :ahead], arrivals, holding[:, ahead:])
+        idle_s = 0.5 * busy * active_mean_s
+        # Arrival times: the same for every mix judged at this rate (the whole count's, cut).
+        known = self.paths.arrivals(rate, surge_s, clump, self.horizon_s, whole)
+        slo_s = self.plan.slo.latency_ms / 1000
+        if count == 0:
+            return 0.0
+        total = int(known.counted[count - 1])
+        if servers == 1 and ahead == 0 and count <= CACHED_REQUESTS:
+            # One idle-started instance: fifo_starts' two cumulative passes, the holding sums
+            # of the mix kept across calls, and only as far as the last arrival inside the
+            # horizon (FIFO: a later one never moves an earlier one's start).
+            rows = min(count, known.rows_inside)
+            arrivals, inside = known.times[:rows], known.inside[:rows]
+            service, before = self.paths.served(mix, rows)
+            waited = np.subtract(arrivals, before)
+            np.maximum.accumulate(waited, axis=0, out=waited)
+            np.maximum(waited, idle_s, out=waited)
+            np.add(before, waited, out=waited)  # each request's start
+            np.subtract(waited, arrivals, out=waited)
+            np.add(waited, service, out=waited)  # its latency
+            late = np.greater(waited, slo_s)
+            np.logical_and(late, inside, out=late)
+            return np.count_nonzero(late) / total if total else 0.0
+        arrivals, inside = known.times[:count], known.inside[:count]
+        # (requests, paths): the queued ones first, then the horizon's arrivals.
+        service = self.paths.service(mix, ahead + count)
+        holding = self.paths.holding(mix, service)
+        free = np.full((PATHS, servers), idle_s)
+        starts = fifo_starts(free, holding[:ahead].T, arrivals.T, holding[ahead:].T).T
+        late = (starts - arrivals + service[ahead:]) > slo_s
         # A later arrival never delays an earlier one (FIFO), so the ones past the horizon
         # are simply not counted.
-        inside = arrivals < self.horizon_s
-        late = (starts - arrivals + service[:, ahead:]) > self.plan.slo.latency_ms / 1000
-        total = int(inside.sum())
-        return float((inside & late).sum()) / total if total else 0.0
+        return np.count_nonzero(inside & late) / total if total else 0.0
 
     def _rates(
         self, state: PolicyState, observation: Observation, dispersion: float

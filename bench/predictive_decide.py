@@ -1,0 +1,89 @@
+"""The predictive strategy's CPU per decision: ms per Predictive.decide on realistic observations.
+
+Policies of one three-member front (they share its draws and miss-share cache, as on the
+operator's scheduler), each fed once a second by its own Poisson arrivals (so its rate keeps
+moving, the case the cache cannot help) and now and then a queue. Prints ms per decision and a
+digest of every decision made, so that two versions of the code can be compared for identical
+decisions as well as for speed.
+
+    .venv/bin/python bench/predictive_decide.py [--policies 40] [--seconds 60] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import hashlib
+import pstats
+import time
+
+import numpy as np
+
+from compass.domain.elastico import Observation
+from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
+from compass.domain.predictive import Predictive
+from compass.domain.profiles import LatencyProfile
+
+
+def member(name: str, accuracy: float, mean: float, spread: float) -> LatencyProfile:
+    """A normal-ish profile: p95 and p99 at 1.645 and 2.326 spreads above the mean."""
+    return LatencyProfile(
+        {"c": name},
+        accuracy,
+        mean,
+        mean + 1.645 * spread,
+        p50_ms=mean,
+        p99_ms=mean + 2.326 * spread,
+        std_ms=spread,
+    )
+
+
+FRONT = [member("fast", 0.70, 100, 15), member("mid", 0.80, 150, 20), member("slow", 0.90, 250, 30)]
+
+
+def run(policies: int, seconds: int) -> tuple[float, int, str]:
+    """(seconds spent in decide, decisions, digest of every decision's mix and reason)."""
+    plan = plan_thresholds(FRONT, Slo(1000), 50, ThresholdModel.TAIL)
+    rng = np.random.default_rng(7)
+    deciders = [Predictive(plan) for _ in range(policies)]
+    states = [p.initial_state(0.0) for p in deciders]
+    qps = rng.uniform(0.5, 6.0, size=policies)
+    totals = np.zeros(policies)
+    digest = hashlib.sha256()
+    spent = 0.0
+    decisions = 0
+    for t in range(1, seconds + 1):
+        totals += rng.poisson(qps)
+        queues = np.where(rng.uniform(size=policies) < 0.1, rng.integers(1, 8, policies), 0)
+        for i, policy in enumerate(deciders):
+            observation = Observation(float(t), float(queues[i]), arrivals_total=float(totals[i]))
+            start = time.process_time()
+            decision, states[i] = policy.decide(observation, states[i], float(t))
+            spent += time.process_time() - start
+            decisions += 1
+            digest.update(f"{decision.mix}|{decision.action}|{decision.reason}\n".encode())
+    return spent, decisions, digest.hexdigest()
+
+
+def main() -> None:
+    """Run, print ms per decision and the decisions' digest."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policies", type=int, default=40)
+    parser.add_argument("--seconds", type=int, default=60)
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top entries")
+    args = parser.parse_args()
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler is not None:
+        profiler.enable()
+    spent, decisions, digest = run(args.policies, args.seconds)
+    if profiler is not None:
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+    print(
+        f"{decisions} decisions ({args.policies} policies x {args.seconds} s): "
+        f"{1000 * spent / decisions:.3f} ms of CPU per decide; decisions digest {digest[:16]}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""The predictive strategy's miss shares, worked out from parts kept across calls, equal to the
+bit those of the plain computation (one gather, one cumulative pass per call) they replace."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from profiles_for_tests import normal_profile as profile
+
+from compass.domain.capacity import CapacityCurve, CurvePoint
+from compass.domain.elastico import Decision, Observation
+from compass.domain.mix import Mix
+from compass.domain.planner import Plan, Slo, ThresholdModel, plan_thresholds
+from compass.domain.predictive import (
+    PATHS,
+    SURGE_FACTOR,
+    SURGE_S,
+    Predictive,
+    fifo_starts,
+)
+from compass.domain.profiles import LatencyProfile
+
+FRONT = [
+    profile("fast", 0.70, 100, 15),
+    profile("mid", 0.80, 150, 20),
+    profile("slow", 0.90, 250, 30),
+]
+PLAN = plan_thresholds(FRONT, Slo(1000), 50, ThresholdModel.TAIL)
+
+
+def slow_pod(member: LatencyProfile) -> LatencyProfile:
+    """The member on a pod whose capacity curve says a busy pod holds a request twice as long."""
+    drain = 1000 / (2 * member.mean_ms)
+    points = (
+        CurvePoint(drain / 2, drain / 2, member.mean_ms, ((50.0, member.mean_ms),)),
+        CurvePoint(2 * drain, drain, 5000.0, ((50.0, 5000.0),), growing=True),
+    )
+    return dataclasses.replace(member, capacity=CapacityCurve(1, points))
+
+
+STRETCHED = replace(
+    PLAN,
+    thresholds=tuple(dataclasses.replace(t, profile=slow_pod(t.profile)) for t in PLAN.thresholds),
+)
+
+
+def plain_miss_share(
+    policy: Predictive, mix: Mix, rate: float, ahead: int, active: Mix, surge: bool, clump: float
+) -> float:
+    """Predictive._miss_share as it was before its parts were kept (the reference)."""
+    paths = policy.paths
+    servers = max(policy.plan.servers, 1)
+    surge_s = min(SURGE_S, policy.horizon_s) if surge else 0.0
+    expected = rate * (policy.horizon_s + (SURGE_FACTOR - 1) * surge_s)
+    spread = math.sqrt((2 * clump - 1) * expected)
+    count = min(math.ceil(expected + 4 * spread + 3), paths.requests - ahead)
+    members = paths.dealt(mix)[: ahead + count]
+    requests = np.arange(ahead + count)
+    service = paths.service_s[members, :, requests].T.astype(np.float64)
+    stretch = paths.stretch
+    holding = service if stretch is None else service * stretch[members]
+    active_mean_s = (
+        sum(policy.plan.thresholds[m].profile.mean_ms * share for m, share in active.shares) / 1000
+    )
+    busy = 1.0 if ahead else min(1.0, rate * active_mean_s / servers)
+    free = np.full((PATHS, servers), 0.5 * busy * active_mean_s)
+    gaps = paths.gaps[:, :count]
+    if clump > 1:
+        joins = paths.joins[:, :count] >= 1 / clump
+        joins[:, 0] = False
+        gaps = np.where(joins, np.float32(0), gaps * np.float32(clump))
+    unit = np.cumsum(gaps, axis=1, dtype=np.float64)
+    in_surge = SURGE_FACTOR * rate * surge_s
+    arrivals = np.where(
+        unit < in_surge, unit / (SURGE_FACTOR * rate), surge_s + (unit - in_surge) / rate
+    )
+    starts = fifo_starts(free, holding[:, :ahead], arrivals, holding[:, ahead:])
+    inside = arrivals < policy.horizon_s
+    late = (starts - arrivals + service[:, ahead:]) > policy.plan.slo.latency_ms / 1000
+    total = int(inside.sum())
+    return float((inside & late).sum()) / total if total else 0.0
+
+
+class PlainPredictive(Predictive):
+    """The strategy with the reference computation."""
+
+    def _miss_share(
+        self, mix: Mix, rate: float, ahead: int, active: Mix, surge: bool, clump: float
+    ) -> float:
+        return plain_miss_share(self, mix, rate, ahead, active, surge, clump)
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [PLAN, STRETCHED, replace(PLAN, servers=2), replace(PLAN, servers=3)],
+    ids=["one instance", "slow pod", "two instances", "three instances"],
+)
+def test_kept_parts_give_the_plain_miss_shares_to_the_bit(plan: Plan) -> None:
+    """Many random inputs (rates from a trickle to past the kept requests, queues, surges,
+    clumps, every mix), in an order that makes the kept parts grow and be cut again."""
+    policy = Predictive(plan, horizon_s=10.0)
+    short = Predictive(plan, horizon_s=4.0)
+    rng = np.random.default_rng(11)
+    for _ in range(600):
+        judged = short if rng.uniform() < 0.2 else policy
+        mix = judged.positions[rng.integers(len(judged.positions))]
+        active = judged.positions[rng.integers(len(judged.positions))]
+        rate = float(np.exp(rng.uniform(np.log(0.02), np.log(60.0))))
+        ahead = int(rng.choice([0, 0, 0, 1, 3, 17, 400, 1990]))
+        surge = bool(rng.uniform() < 0.5)
+        clump = 1.0 if rng.uniform() < 0.6 else float(rng.uniform(1.0, 6.0))
+        kept = judged._miss_share(mix, rate, ahead, active, surge, clump)
+        plain = plain_miss_share(judged, mix, rate, ahead, active, surge, clump)
+        assert kept == plain, (mix, rate, ahead, active, surge, clump)
+
+
+def test_decisions_are_those_of_the_plain_computation() -> None:
+    """Policies on their own moving Poisson loads and queues decide exactly as with the plain
+    computation (the miss shares kept per front emptied between the two)."""
+
+    def decisions(kind: type[Predictive]) -> list[Decision]:
+        rng = np.random.default_rng(3)
+        policies = [kind(plan) for plan in (PLAN, STRETCHED, PLAN, PLAN)]
+        for policy in policies:
+            policy.paths.miss_shares.clear()
+        states = [p.initial_state(0.0) for p in policies]
+        qps = rng.uniform(0.3, 8.0, len(policies))
+        totals = np.zeros(len(policies))
+        made = []
+        for t in range(1, 81):
+            totals += rng.poisson(qps)
+            for i, policy in enumerate(policies):
+                queue = float(rng.integers(1, 6)) if rng.uniform() < 0.15 else 0.0
+                seen = Observation(float(t), queue, arrivals_total=float(totals[i]))
+                decision, states[i] = policy.decide(seen, states[i], float(t))
+                made.append(decision)
+        return made
+
+    kept, plain = decisions(Predictive), decisions(PlainPredictive)
+    assert kept == plain
+    assert len({d.mix for d in kept}) > 3  # the loads move it along the hull
