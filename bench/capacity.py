@@ -309,9 +309,8 @@ def ladder_section(
             f"{aware_below:>3}/{aware_all:<3}"
         )
     for label in ("plain", "aware"):
-        lines.append(
-            f"  {label}: worst error {worst[label][0]:.1%} at c = 1, {worst[label][1]:.1%} at c > 1"
-        )
+        at = [f"{worst[(label, c)]:.1%} at c = {c}" for c in servers if (label, c) in worst]
+        lines.append(f"  {label}: worst error {', '.join(at)}")
     return lines
 
 
