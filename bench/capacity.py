@@ -21,6 +21,11 @@ the paper's Pareto front. Two sections:
    Floors (measured curve): compliance >= static fastest - 1.0 point in every cell and >= 30%
    of the fastest-to-accurate accuracy gap on average.
 
+``--ladder [--ladder-points 10]`` prints only the ladder's section: each front configuration's
+rate at each SLO read off a curve of that many rates, measured by the ladder that halves below
+its first rate regardless and by the SLO-aware one (told the SLO less the slack buffer, as the
+profiling Job is), against the crossing, with the rates each spent below its first.
+
 ``--live`` measures the same on rag-sim served by a real tritonserver (this machine's CPU) per
 router instance count: each front configuration is profiled one at a time, its curve measured
 by the profiler's ladder (``--live-requests`` per rate, each rate the median of
