@@ -21,6 +21,11 @@ the paper's Pareto front. Two sections:
    Floors (measured curve): compliance >= static fastest - 1.0 point in every cell and >= 30%
    of the fastest-to-accurate accuracy gap on average.
 
+``--ladder [--ladder-points 10]`` prints only the ladder's section: each front configuration's
+rate at each SLO read off a curve of that many rates, measured by the ladder that halves below
+its first rate regardless and by the SLO-aware one (told the SLO less the slack buffer, as the
+profiling Job is), against the crossing, with the rates each spent below its first.
+
 ``--live`` measures the same on rag-sim served by a real tritonserver (this machine's CPU) per
 router instance count: each front configuration is profiled one at a time, its curve measured
 by the profiler's ladder (``--live-requests`` per rate, each rate the median of
@@ -60,6 +65,7 @@ import numpy as np
 
 from compass.domain.admission import Admission, AdmissionPoint
 from compass.domain.arrivals import make_pattern, make_scenario
+from compass.domain.capacity import LADDER_START
 from compass.domain.elastico import Elastico, ElasticoSettings
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, Slo, ThresholdModel, pareto_front, plan_thresholds
@@ -229,6 +235,87 @@ def capacity_section(servers: int, slos: Sequence[float], args: argparse.Namespa
         f"  {verdict} measured curve within {CAPACITY_TOLERANCE:.0%} of the crossing for every "
         f"configuration (worst {worst:.1%})"
     )
+    return lines
+
+
+@dataclass(frozen=True)
+class LadderJob:
+    """One front member at one SLO and router size: its curve measured both ways."""
+
+    servers: int
+    slo_ms: float
+    member: int
+    requests: int
+    check_requests: int
+    check_seed: int
+    max_points: int
+
+
+def run_ladder_job(job: LadderJob) -> tuple[LadderJob, float, list[tuple[float, int, int]]]:
+    """The crossing, and for the ladder that halves regardless and the SLO-aware one (told
+    the SLO less the slack buffer, as the profiling Job is): the rate read at the SLO, the
+    rates spent below the first one and in all."""
+    pod = PodModel(job.servers, RAG_SIM_STAGES)
+    profile = front()[job.member]
+    truth = crossing_qps(profile, pod, job.slo_ms, job.check_requests, seed=job.check_seed)
+    idle = profile.latency_at(PERCENTILE)
+    first = LADDER_START * 1000 / profile.mean_ms
+    rows = []
+    for budget in (None, job.slo_ms - SLACK_BUFFER_MS):
+        curve = measure_capacity(
+            profile,
+            pod,
+            seed=0,
+            requests=job.requests,
+            slo_ms=budget,
+            percentile=PERCENTILE,
+            max_points=job.max_points,
+        )
+        below = sum(1 for point in curve.points if point.offered_qps < 0.75 * first)
+        rows.append((curve.max_rate(job.slo_ms, PERCENTILE, idle), below, len(curve.points)))
+    return job, truth, rows
+
+
+def ladder_section(
+    servers: Sequence[int], slos: Sequence[float], args: argparse.Namespace
+) -> list[str]:
+    """The rate read at the SLO off a curve of ``--ladder-points`` rates, by the ladder that
+    halves below its first rate regardless and by the SLO-aware one, against the crossing."""
+    jobs = [
+        LadderJob(
+            c, slo, i, args.requests, args.check_requests, args.check_seed, args.ladder_points
+        )
+        for c in servers
+        for slo in slos
+        for i in range(len(front()))
+    ]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(run_ladder_job, jobs))
+    lines = [
+        f"ladder at {args.ladder_points} rates (rag-sim stages): QPS at which p95 crosses the "
+        "SLO, read off the curve of the ladder that halves below its first rate regardless "
+        "(plain) and of the SLO-aware one (told the SLO less the slack buffer); below: rates "
+        "spent under the first, of all spent",
+        f"  {'c':>2} {'SLO':>5} {'configuration':<34} {'measured':>8} {'plain':>7} {'err':>6}"
+        f" {'below':>7} {'aware':>7} {'err':>6} {'below':>7}",
+    ]
+    worst: dict[tuple[str, int], float] = {}
+    for job, truth, ((plain, plain_below, plain_all), (aware, aware_below, aware_all)) in results:
+        if truth <= 0:
+            continue
+        name = front()[job.member].name
+        errors = (plain / truth - 1, aware / truth - 1)
+        for label, error in zip(("plain", "aware"), errors, strict=True):
+            key = (label, job.servers)
+            worst[key] = max(worst.get(key, 0.0), abs(error))
+        lines.append(
+            f"  {job.servers:>2} {job.slo_ms:>5g} {name:<34} {truth:>8.2f} {plain:>7.2f} "
+            f"{errors[0]:>+6.0%} {plain_below:>3}/{plain_all:<3} {aware:>7.2f} {errors[1]:>+6.0%} "
+            f"{aware_below:>3}/{aware_all:<3}"
+        )
+    for label in ("plain", "aware"):
+        at = [f"{worst[(label, c)]:.1%} at c = {c}" for c in servers if (label, c) in worst]
+        lines.append(f"  {label}: worst error {', '.join(at)}")
     return lines
 
 
@@ -466,6 +553,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the serving cells here")
     parser.add_argument("--live", action="store_true", help="on real Triton servers instead")
     parser.add_argument(
+        "--ladder",
+        action="store_true",
+        help="only the ladder with and without the SLO, at --ladder-points rates a curve",
+    )
+    parser.add_argument("--ladder-points", type=int, default=10, help="ladder: rates per curve")
+    parser.add_argument(
         "--workflow", choices=("rag-sim", "qa-real"), default="rag-sim", help="live: which one"
     )
     parser.add_argument("--time-scale", type=float, default=0.2, help="live: latencies x this")
@@ -514,6 +607,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.live:
         for c in servers:
             print("\n".join(live_section(c, slos, args)))
+        print(f"({time.monotonic() - started:.0f} s)")
+        return 0
+    if args.ladder:
+        print("\n".join(ladder_section(servers, slos, args)))
         print(f"({time.monotonic() - started:.0f} s)")
         return 0
     for c in servers:

@@ -628,3 +628,79 @@ def test_the_profiling_spec_sets_each_curve_rates_length() -> None:
         Profiling.model_validate({"curveMinSecondsPerRate": 60, "curveMaxSecondsPerRate": 20})
     )
     assert capped.requests_at(600.0) == 12000
+
+
+def _knee(rate: float) -> CurvePoint:
+    """A pod of capacity 10/s whose p95 (100 ms idle) grows as 1 / (1 - load)."""
+    return point(rate, 100 / max(1 - rate / 10, 0.01), min(rate, 10))
+
+
+def test_ladder_halves_below_its_first_rate_only_while_that_rate_is_over_the_slo() -> None:
+    """The first rate (2.5/s) reads 133 ms: for a 150 ms SLO no rate goes below it, for 120 ms
+    one (1.25/s reads 114 ms), without an SLO two (down to within LADDER_FINEST of idle); the
+    curve records the budget its low end was measured for."""
+    plain = climb_ladder(100, 1, _knee, idle_p95_ms=100)
+    loose = climb_ladder(100, 1, _knee, idle_p95_ms=100, slo_ms=150)
+    tight = climb_ladder(100, 1, _knee, idle_p95_ms=100, slo_ms=120)
+    assert plain.points[0].offered_qps == pytest.approx(0.625)
+    assert loose.points[0].offered_qps == pytest.approx(2.5)
+    assert tight.points[0].offered_qps == pytest.approx(1.25)
+    assert (plain.slo_ms, loose.slo_ms, tight.slo_ms) == (None, 150, 120)
+    # The SLO at another percentile: the p99 (1.3 x p95) of 1.25/s, 148 ms, is over 120 ms.
+    p99 = climb_ladder(100, 1, _knee, idle_p95_ms=100, slo_ms=120, percentile=99.0)
+    assert p99.points[0].offered_qps == pytest.approx(0.625)
+    # A budget at or above the one measured for needs nothing more; a tighter one does,
+    # unless the ladder would not have halved for it anyway.
+    assert loose.low_end_resolved(150, 95.0, 100, 100)
+    assert loose.low_end_resolved(400, 95.0, 100, 100)
+    assert not loose.low_end_resolved(120, 95.0, 100, 100)
+    assert tight.low_end_resolved(115, 95.0, 100, 100)
+    assert not tight.low_end_resolved(110, 95.0, 100, 100)
+    assert plain.low_end_resolved(50, 95.0, 100, 100)
+
+
+def test_an_slo_aware_ladder_on_a_simulated_pod_spends_no_rate_under_the_slo() -> None:
+    """On rag-sim's pod at c = 4, the SLO-aware ladder halves below its first rate only from a
+    rate over the SLO (fewer rates than the ladder that halves regardless), stops at the first
+    within it, and reads the same rate at the SLO."""
+    slow = normal_profile("slow", 0.9, 400, 60)
+    pod = PodModel(4, RAG_SIM_STAGES)
+    idle = slow.latency_at(95.0)
+    slo = 1.2 * idle
+    first = LADDER_START * 1000 / slow.mean_ms
+    plain = measure_capacity(slow, pod, requests=600)
+    aware = measure_capacity(slow, pod, requests=600, slo_ms=slo)
+
+    def halvings(curve: CapacityCurve) -> int:
+        # Realised rates stray from the offered ones by a few percent; a halving by half.
+        return sum(1 for p in curve.points if p.offered_qps < 0.75 * first)
+
+    spent = halvings(aware)
+    assert 1 <= spent < halvings(plain)
+    for halved_from in aware.points[1 : spent + 1]:
+        assert halved_from.latency_at(95.0) > slo
+    assert aware.points[0].latency_at(95.0) <= slo
+    assert aware.slo_ms == slo
+    assert aware.max_rate(slo, 95.0, idle) == pytest.approx(
+        plain.max_rate(slo, 95.0, idle), rel=0.15
+    )
+
+
+def test_a_curves_budget_survives_the_profiles_file_and_the_policy_spec() -> None:
+    """``slo_ms`` is written, read back, scaled with the times and carried by the ParetoPolicy;
+    a curve without it reads as before (measured for any budget); a bad one is named."""
+    curve = climb_ladder(100, 1, _knee, idle_p95_ms=100, slo_ms=150)
+    document = curve.to_json()
+    assert document["slo_ms"] == 150
+    assert parse_curve(document, "capacity") == curve
+    assert "slo_ms" not in climb_ladder(100, 1, _knee, idle_p95_ms=100).to_json()
+    older = {key: value for key, value in document.items() if key != "slo_ms"}
+    assert parse_curve(older, "capacity").slo_ms is None
+    assert curve.scaled(0.5).slo_ms == 75
+    profile = replace(FAST, capacity=curve)
+    assert latency_profile(front_entry(profile)).capacity == curve
+    with pytest.raises(CapacityError) as error:
+        parse_curve({**document, "slo_ms": "fast"}, "capacity")
+    assert error.value.field == "capacity.slo_ms"
+    with pytest.raises(ValidationError, match=r"slo_ms|sloMs"):
+        CapacitySpec.model_validate({**document, "slo_ms": -1})

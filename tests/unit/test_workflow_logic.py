@@ -1123,3 +1123,63 @@ def test_reused_results_and_profiles_count_no_job() -> None:
         CompoundWorkflowStatus(), "rag", 2, spec, size, seed.data, NOW
     )
     assert workflow_status.job_progress(CompoundWorkflowStatus(), status) == ()
+
+
+def _profiles_with_curves(slo_ms: float) -> str:
+    """PROFILES with a capacity curve on each member whose lowest rate reads 240 ms at p95,
+    measured by a ladder told ``slo_ms``."""
+    document = json.loads(PROFILES)
+    for entry in document["profiles"]:
+        points = [(10.0, 240.0, 10.0), (20.0, 400.0, 20.0), (40.0, 5000.0, 25.0)]
+        entry["capacity"] = {
+            "servers": 1,
+            "slo_ms": slo_ms,
+            "points": [
+                {
+                    "offered_qps": rate,
+                    "throughput_qps": served,
+                    "latency_mean_ms": p95 * 0.7,
+                    "latency_p50_ms": p95 * 0.6,
+                    "latency_p95_ms": p95,
+                    "latency_p99_ms": p95 * 1.3,
+                }
+                for rate, p95, served in points
+            ],
+        }
+    return json.dumps(document)
+
+
+def test_a_curve_measured_for_a_looser_slo_is_planned_with_a_warning_naming_the_fix() -> None:
+    """The ladder halved each curve's low end for 250 ms (the SLO 300 ms less the 50 ms slack
+    buffer): that plan and a looser one say nothing; a tighter SLO (200 ms: 150 ms) under the
+    lowest rate's 240 ms names each member, both budgets and the re-profile."""
+    measured = {"serving.thresholdModel": "measured", "serving.hysteresis.slackBufferMs": 50}
+    profiles = _profiles_with_curves(250.0)
+    routing = RoutingTarget(service="triton")
+    spec = _spec(**measured)
+    assert workflow_plan.ladder_budget_ms(spec) == 250.0
+    for slo in (300, 400):
+        outcome = workflow_plan.plan_policy(
+            _spec(**measured, **{"slo.latencyMs": slo}), profiles, routing, ""
+        )
+        assert outcome.policy_spec is not None
+        assert "warning" not in outcome.message
+    tighter = workflow_plan.plan_policy(
+        _spec(**measured, **{"slo.latencyMs": 200}), profiles, routing, ""
+    )
+    assert tighter.policy_spec is not None
+    assert tighter.message.count("capacity curve was measured for 250 ms") == 2
+    assert "small/5's capacity curve" in tighter.message
+    assert "the plan reads it at 150 ms" in tighter.message
+    assert "re-profile" in tighter.message
+    # The ParetoPolicy carries the budget each curve was measured for.
+    assert tighter.policy_spec["front"][0]["capacity"]["sloMs"] == 250.0
+    # Curves without a budget (measured before the ladder knew the SLO) halved regardless.
+    older = json.loads(profiles)
+    for entry in older["profiles"]:
+        del entry["capacity"]["slo_ms"]
+    untold = workflow_plan.plan_policy(
+        _spec(**measured, **{"slo.latencyMs": 200}), json.dumps(older), routing, ""
+    )
+    assert untold.policy_spec is not None
+    assert "warning" not in untold.message

@@ -99,6 +99,16 @@ class CapacitySpec(CamelModel):
         max_length=MAX_CURVE_POINTS,
         description=f"One point per offered rate, ascending; at most {MAX_CURVE_POINTS}.",
     )
+    slo_ms: Annotated[
+        float | None,
+        Field(
+            ge=MIN_LATENCY_MS,
+            le=MAX_LATENCY_MS,
+            description="The latency budget in ms the ladder measured the curve's low end for "
+            "(it halved its lowest rate only while that rate's latency was over it); absent: "
+            "for any budget.",
+        ),
+    ] = None
 
     @model_validator(mode="after")
     def _valid_curve(self) -> CapacitySpec:

@@ -60,6 +60,7 @@ from compass.controllers.ledgerchunks import (
     stored_size,
     text_limit,
 )
+from compass.controllers.workflow_plan import ladder_budget_ms
 from compass.dataplane.profiler import (
     CurveSettings,
     ProfileSettings,
@@ -630,6 +631,8 @@ def _with_curves(
             settings,
             progress,
             idle_p95_ms=profile.latency_at(95.0),
+            slo_ms=ladder_budget_ms(spec),
+            percentile=spec.slo.percentile,
         )
         entry["capacity"] = curve.to_json()
         done += 1

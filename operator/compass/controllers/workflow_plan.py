@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -20,7 +20,8 @@ from compass.api.metricsource import MetricsSource, MetricsSourceType
 from compass.api.paretopolicy import RoutingTarget
 from compass.controllers.builders import FIELD_MANAGER, PROFILES_KEY, WORKFLOW_LABEL, controller_uid
 from compass.conversion import spec_for_plan
-from compass.domain.planner import PlanError, Slo, plan_from_profiles
+from compass.domain.capacity import MIN_LATENCY_MS
+from compass.domain.planner import PlanError, Slo, Threshold, ThresholdModel, plan_from_profiles
 from compass.domain.profiles import ProfileError, parse_profiles
 
 # ---------------------------------------------------------------------------- planning
@@ -77,9 +78,45 @@ def plan_policy(
         f"(p{spec.slo.percentile:g} {front[0].tail_ms:.1f} ms), most accurate {accurate.name} "
         f"(accuracy {accurate.accuracy:.3f})"
     )
+    loose = loose_curves(plan.thresholds, spec)
+    if loose:
+        message += (
+            f"; warning: {'; '.join(loose)}: below its lowest rate the rate limit is a line "
+            "from the idle latency and may be overstated; re-profile (change spec.profiling, "
+            "e.g. curveMaxPoints, so a new generation measures the curves for this SLO)"
+        )
     return PlanOutcome(
         policy.model_dump(mode="json", by_alias=True, exclude_none=True), message, ""
     )
+
+
+def ladder_budget_ms(spec: CompoundWorkflowSpec) -> float:
+    """The tightest latency budget the planner reads off a capacity curve (the profiling Job
+    measures each curve's low end for it): the SLO less the slack buffer a switch into a
+    configuration must leave, its enter rate limit."""
+    return max(spec.slo.latency_ms - spec.serving.hysteresis.slack_buffer_ms, MIN_LATENCY_MS)
+
+
+def loose_curves(thresholds: Sequence[Threshold], spec: CompoundWorkflowSpec) -> list[str]:
+    """The eligible members whose curve's low end was measured for a looser budget than the
+    tightest this plan reads (the SLO less the slack buffer), each as a phrase naming both."""
+    if spec.serving.threshold_model is not ThresholdModel.MEASURED:
+        return []
+    budget = ladder_budget_ms(spec)
+    found = []
+    for threshold in thresholds:
+        profile, curve = threshold.profile, threshold.profile.capacity
+        if not threshold.eligible or curve is None or curve.slo_ms is None:
+            continue
+        if not curve.low_end_resolved(
+            budget, spec.slo.percentile, profile.mean_ms, profile.latency_at(95.0)
+        ):
+            found.append(
+                f"{profile.name}'s capacity curve was measured for {curve.slo_ms:g} ms, the "
+                f"plan reads it at {budget:g} ms (SLO {spec.slo.latency_ms:g} ms less the "
+                f"slack buffer)"
+            )
+    return found
 
 
 # ---------------------------------------------------------------------------- applying it

@@ -174,13 +174,17 @@ def measure_curve(
     progress: Callable[[CurvePoint], None] | None = None,
     *,
     idle_p95_ms: float,
+    slo_ms: float | None = None,
+    percentile: float = 95.0,
 ) -> CapacityCurve:
     """A configuration's latency-throughput curve: open-loop Poisson load up the ladder of rates.
 
     Every request carries the configuration as an override, so the router's active one (what
     production traffic gets) never moves. ``mean_ms`` and ``idle_p95_ms`` are its one-at-a-time
     mean (where the ladder starts) and p95 (what its lowest rates are compared with);
-    ``servers`` the router's instances the server was deployed with.
+    ``servers`` the router's instances the server was deployed with; ``slo_ms`` at
+    ``percentile`` the tightest budget the planner reads (the ladder halves its low end only
+    while it is over it; None: regardless).
     ``progress`` sees each point as it is measured. A failed request fails the curve: a point
     missing its slowest replies would read fast.
     """
@@ -195,7 +199,14 @@ def measure_curve(
         return median_point(runs)
 
     return climb_ladder(
-        mean_ms, servers, measure, settings.max_points, progress, idle_p95_ms=idle_p95_ms
+        mean_ms,
+        servers,
+        measure,
+        settings.max_points,
+        progress,
+        idle_p95_ms=idle_p95_ms,
+        slo_ms=slo_ms,
+        percentile=percentile,
     )
 
 

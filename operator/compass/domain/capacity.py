@@ -161,6 +161,20 @@ class CapacityCurve:
 
     servers: int
     points: tuple[CurvePoint, ...]
+    # The latency budget (ms) its ladder halved its low end for (None: halved regardless).
+    slo_ms: float | None = None
+
+    def low_end_resolved(
+        self, budget_ms: float, percentile: float, mean_ms: float, idle_p95_ms: float
+    ) -> bool:
+        """Whether the ladder measured this curve's low end finely enough for ``budget_ms`` at
+        ``percentile``: measured for no budget or a looser one, it would not halve its lowest
+        rate again for this one (see ``next_rate``). Where it would, the planner's line from
+        the idle latency to the lowest rate overstates the rate that meets this budget."""
+        if self.slo_ms is None or budget_ms >= self.slo_ms:
+            return True
+        lowest = min(self.points, key=lambda point: point.offered_qps)
+        return not _halves_below(lowest, mean_ms, idle_p95_ms, budget_ms, percentile)
 
     @property
     def saturation_qps(self) -> float:
@@ -255,11 +269,18 @@ class CapacityCurve:
                 )
                 for point in self.points
             ),
+            None if self.slo_ms is None else self.slo_ms * factor,
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The curve as the profiles file stores it."""
-        return {"servers": self.servers, "points": [point.to_json() for point in self.points]}
+        """The curve as the profiles file stores it (``slo_ms`` only where it has one)."""
+        entry: dict[str, Any] = {
+            "servers": self.servers,
+            "points": [point.to_json() for point in self.points],
+        }
+        if self.slo_ms is not None:
+            entry["slo_ms"] = self.slo_ms
+        return entry
 
 
 def heavy_traffic_rate(
@@ -304,15 +325,20 @@ def next_rate(
     max_points: int = MAX_CURVE_POINTS,
     *,
     idle_p95_ms: float,
+    slo_ms: float | None = None,
+    percentile: float = 95.0,
 ) -> float | None:
     """The next rate the ladder offers, or None when the curve is complete.
 
     It starts at a quarter of one server's capacity. While its lowest rate's p95 is more than
-    ``LADDER_FINEST`` times the one-at-a-time p95 ``idle_p95_ms``, it halves that rate, down to
-    ``LADDER_FLOOR``: a tail percentile is concave at light load (it jumps once 5% of arrivals
-    wait behind another request), so a line from rate 0 to a steep first rate would overstate
-    the rate for a budget in between (and the knee's noisy gaps, below, would spend every rate
-    left before this one came up). Then it climbs, each rate ``LADDER_GROWTH`` times the last,
+    ``LADDER_FINEST`` times the one-at-a-time p95 ``idle_p95_ms`` (and, given the SLO
+    ``slo_ms``, its latency at the SLO's ``percentile`` is over it), it halves that rate, down
+    to ``LADDER_FLOOR``: a tail percentile is concave at light load (it jumps once 5% of
+    arrivals wait behind another request), so a line from rate 0 to a steep first rate would
+    overstate the rate for a budget in between (and the knee's noisy gaps, below, would spend
+    every rate left before this one came up). A lowest rate within the SLO needs no rate below
+    it: the planner reads the SLO's rate between measured rates above it, and a rate spent
+    under the SLO is one the knee, where it lies, goes without. Then it climbs, each rate ``LADDER_GROWTH`` times the last,
     until one saturates the pod. Then it fills in the gap below saturation where the p95 rises
     most (by ratio), among gaps wider than ``LADDER_FINEST``: where latency is flat a line
     between two rates is already exact, and the knee, where it bends, is where an SLO's rate
@@ -327,11 +353,7 @@ def next_rate(
         return None
     ordered = sorted(points, key=lambda point: point.offered_qps)
     lowest = ordered[0]
-    if (
-        not lowest.saturated
-        and lowest.latency_at(95.0) > LADDER_FINEST * idle_p95_ms
-        and lowest.offered_qps / 2 >= LADDER_FLOOR * 1000 / mean_ms
-    ):
+    if _halves_below(lowest, mean_ms, idle_p95_ms, slo_ms, percentile):
         return lowest.offered_qps / 2
     first_saturated = next((i for i, point in enumerate(ordered) if point.saturated), None)
     if first_saturated is None:
@@ -352,6 +374,22 @@ def next_rate(
     return (steepest[1] + steepest[2]) / 2
 
 
+def _halves_below(
+    lowest: CurvePoint,
+    mean_ms: float,
+    idle_p95_ms: float,
+    slo_ms: float | None,
+    percentile: float,
+) -> bool:
+    """Whether the ladder halves its lowest rate (see ``next_rate``)."""
+    return (
+        not lowest.saturated
+        and lowest.latency_at(95.0) > LADDER_FINEST * idle_p95_ms
+        and (slo_ms is None or lowest.latency_at(percentile) > slo_ms)
+        and lowest.offered_qps / 2 >= LADDER_FLOOR * 1000 / mean_ms
+    )
+
+
 def climb_ladder(
     mean_ms: float,
     servers: int,
@@ -360,16 +398,29 @@ def climb_ladder(
     progress: Callable[[CurvePoint], None] | None = None,
     *,
     idle_p95_ms: float,
+    slo_ms: float | None = None,
+    percentile: float = 95.0,
 ) -> CapacityCurve:
     """The curve of the rates ``next_rate`` offers, each point from ``measure(rate)`` (a real
-    server's open-loop run, or the simulator's); ``progress`` sees each point as it comes."""
+    server's open-loop run, or the simulator's); ``progress`` sees each point as it comes.
+    ``slo_ms`` (at ``percentile``) is the tightest budget the planner will read off it (None:
+    any); the curve records it."""
     points: list[CurvePoint] = []
-    while (rate := next_rate(points, mean_ms, max_points, idle_p95_ms=idle_p95_ms)) is not None:
+    while (
+        rate := next_rate(
+            points,
+            mean_ms,
+            max_points,
+            idle_p95_ms=idle_p95_ms,
+            slo_ms=slo_ms,
+            percentile=percentile,
+        )
+    ) is not None:
         point = measure(rate)
         points.append(point)
         if progress is not None:
             progress(point)
-    return CapacityCurve(servers, tuple(sorted(points, key=lambda p: p.offered_qps)))
+    return CapacityCurve(servers, tuple(sorted(points, key=lambda p: p.offered_qps)), slo_ms)
 
 
 def _steepness(low: CurvePoint, high: CurvePoint, readable: bool) -> float:
@@ -402,7 +453,18 @@ def parse_curve(entry: object, where: str) -> CapacityCurve:
                 f"{points[i].offered_qps:g} is not above the point before it",
                 "list the rates in ascending order",
             )
-    return CapacityCurve(servers, points)
+    slo_ms = entry.get("slo_ms")
+    if slo_ms is not None and (
+        isinstance(slo_ms, bool)
+        or not isinstance(slo_ms, (int, float))
+        or not MIN_LATENCY_MS <= slo_ms <= MAX_LATENCY_MS
+    ):
+        raise CapacityError(
+            f"{where}.slo_ms",
+            f"{slo_ms!r} is not a latency in [{MIN_LATENCY_MS:g}, {MAX_LATENCY_MS:,.0f}] ms",
+            "drop it (the curve then reads as measured for any SLO) or re-profile",
+        )
+    return CapacityCurve(servers, points, None if slo_ms is None else float(slo_ms))
 
 
 def _parse_point(item: object, where: str) -> CurvePoint:

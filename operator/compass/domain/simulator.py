@@ -39,7 +39,13 @@ from compass.domain.arrivals import (
     make_pattern,
     make_scenario,
 )
-from compass.domain.capacity import CapacityCurve, CurvePoint, climb_ladder, measure_point
+from compass.domain.capacity import (
+    MAX_CURVE_POINTS,
+    CapacityCurve,
+    CurvePoint,
+    climb_ladder,
+    measure_point,
+)
 from compass.domain.elastico import (
     DEFAULT_INTERVAL_S,
     Action,
@@ -612,9 +618,17 @@ def compare(
 
 
 def measure_capacity(
-    profile: LatencyProfile, pod_model: PodModel, seed: int = 0, requests: int = 400
+    profile: LatencyProfile,
+    pod_model: PodModel,
+    seed: int = 0,
+    requests: int = 400,
+    *,
+    slo_ms: float | None = None,
+    percentile: float = 95.0,
+    max_points: int = MAX_CURVE_POINTS,
 ) -> CapacityCurve:
-    """A configuration's latency-throughput curve in the simulator, by the profiler's ladder.
+    """A configuration's latency-throughput curve in the simulator, by the profiler's ladder
+    (for the budget ``slo_ms`` at ``percentile``, at most ``max_points`` rates).
 
     Each rate offers ``requests`` Poisson arrivals to one pod serving ``profile`` alone: the
     simulator plays the hardware, so plans made from the curve can be checked against it.
@@ -630,5 +644,11 @@ def measure_capacity(
         return measure_point(rate, report.arrivals_s, report.finishes_s)
 
     return climb_ladder(
-        profile.mean_ms, pod_model.servers, measure, idle_p95_ms=profile.latency_at(95.0)
+        profile.mean_ms,
+        pod_model.servers,
+        measure,
+        max_points,
+        idle_p95_ms=profile.latency_at(95.0),
+        slo_ms=slo_ms,
+        percentile=percentile,
     )
