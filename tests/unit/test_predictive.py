@@ -23,7 +23,7 @@ from compass.domain.elastico import (
     PolicyState,
 )
 from compass.domain.mix import Mix, mix_weighting
-from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
+from compass.domain.planner import Plan, Slo, ThresholdModel, plan_thresholds
 from compass.domain.predictive import (
     MIN_EVIDENCE_S,
     Predictive,
@@ -338,3 +338,29 @@ def test_clumped_arrivals_keep_it_off_a_mix_that_poisson_ones_at_their_rate_allo
     assert all("in clumps of" in d.reason for d in late)
     rates = [float(d.reason.split("forecast ")[1].split("/s")[0]) for d in late]
     assert min(rates) > 0.9
+
+
+def test_policies_on_one_front_share_its_draws_however_its_profiles_were_made() -> None:
+    """The draws are shared by what they are drawn from, not by the profile objects as they
+    stand: a used plan and a fresh plan of the same front, its configurations' keys in another
+    order (a plan parsed from JSON, one from a spec), share one set; another front gets its own."""
+
+    def curved(member: LatencyProfile, order: int) -> LatencyProfile:
+        drain = 1000 / member.mean_ms
+        points = (
+            CurvePoint(drain / 2, drain / 2, member.mean_ms, ((50.0, member.mean_ms),)),
+            CurvePoint(2 * drain, drain, 5000.0, ((50.0, 5000.0),), growing=True),
+        )
+        items = [("model", member.name), ("k", 1)]
+        config = dict(items if order == 0 else reversed(items))
+        return dataclasses.replace(member, config=config, capacity=CapacityCurve(1, points))
+
+    def plan_of(members: list[LatencyProfile]) -> Plan:
+        return plan_thresholds(members, Slo(1000), 50, ThresholdModel.TAIL)
+
+    used = Predictive(plan_of([curved(m, 0) for m in FRONT]))
+    steady_run(used, qps=3.0, seconds=10)
+    fresh = Predictive(plan_of([curved(m, 1) for m in FRONT]))
+    assert fresh.paths is used.paths
+    slower = [curved(replace(m, mean_ms=m.mean_ms * 2), 0) for m in FRONT]
+    assert Predictive(plan_of(slower)).paths is not used.paths

@@ -13,8 +13,8 @@ dispersion. It is meant to run with admission at dispatch. Why: docs/method.md, 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
-import pickle
 import threading
 import weakref
 from collections import OrderedDict
@@ -251,12 +251,21 @@ _PATHS_LOCK = threading.Lock()
 def shared_paths(plan: Plan, requests: int) -> _Paths:
     """The draws for this plan's members: made once, shared by every policy whose front draws
     the same (they depend only on the members' profiles, the router instances and the seed)."""
-    # Their fields only (not what a cached property has added to a profile since).
+    # What the draws are made of, as JSON: never a pickle, which would carry what a cached
+    # property has added to a profile or its curve since (two policies on one front, one of
+    # whose plans had been used, drew twice).
     profiles = [
-        {name: getattr(t.profile, name) for name in t.profile.__dataclass_fields__}
+        {
+            "config": t.profile.key,
+            "accuracy": t.profile.accuracy,
+            "latency_ms": [t.profile.mean_ms, t.profile.p50_ms, t.profile.p95_ms],
+            "tail_ms": [t.profile.p99_ms, t.profile.std_ms],
+            "capacity": None if t.profile.capacity is None else t.profile.capacity.to_json(),
+        }
         for t in plan.thresholds
     ]
-    key = hashlib.sha256(pickle.dumps((profiles, plan.servers, requests, SEED))).hexdigest()
+    drawn = json.dumps([profiles, plan.servers, requests, SEED], sort_keys=True)
+    key = hashlib.sha256(drawn.encode()).hexdigest()
     with _PATHS_LOCK:
         paths = _PATHS.get(key)
         if paths is None:
