@@ -995,8 +995,12 @@ def test_the_jobs_get_their_triton_tls_secret_by_name_and_no_other(
         )
     body = _workflow("secure", tau=0.8)
     body["spec"]["triton"]["tls"] = {"secretRef": {"name": "triton-tls"}, "serverName": "t.ml"}
-    workflow = {**body, "metadata": {**body["metadata"], "namespace": k8s_namespace, "uid": "u"}}
-    spec, _ = validate_spec(body["spec"])
+    # A real workflow (no operator runs here): the state it owns, and the Role the state owns,
+    # would be collected at once with a made-up owner.
+    flows = Workflows(k8s_api, k8s_namespace)
+    flows.create(body)
+    workflow = flows.get("secure")
+    spec, _ = validate_spec(workflow["spec"])
     [state_body] = build_state_config_maps(workflow, spec)
     stored = _data(
         core.create_namespaced_config_map(k8s_namespace, state_body, _preload_content=False)
@@ -1009,14 +1013,20 @@ def test_the_jobs_get_their_triton_tls_secret_by_name_and_no_other(
         k8s_cluster.api_client(impersonate=f"system:serviceaccount:{k8s_namespace}:{account}")
     )
 
+    refusals: list[str] = []
+
     def allowed() -> bool:
         try:
             kubeapi.read(as_job.read_namespaced_secret, "triton-tls", k8s_namespace)
-        except ApiException:
+        except ApiException as error:
+            refusals.append(f"{error.status} {error.reason}")
             return False
         return True
 
-    wait_for(allowed, 10, "the RoleBinding to take effect")
+    try:
+        wait_for(allowed, 30, "the RoleBinding to take effect")
+    except TimeoutError as error:
+        raise AssertionError(f"{error}: {refusals[-3:]}") from None
     tls = job.triton_tls(spec, k8s_namespace, as_job)
     assert tls is not None
     assert (tls.ca_pem, tls.server_name) == (pem.encode(), "t.ml")

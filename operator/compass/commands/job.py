@@ -442,7 +442,7 @@ def triton_tls(spec: CompoundWorkflowSpec, namespace: str, api: Any = None) -> G
         return None
     core = api if api is not None else client.CoreV1Api(kubeapi.load_client())
     secret = kubeapi.read(core.read_namespaced_secret, tls.secret_ref.name, namespace)
-    return metricsauth.triton_tls(tls, secret, namespace, "spec.triton.tls")
+    return metricsauth.triton_tls(tls, secret, namespace, "spec.triton.tls", "workflow")
 
 
 def _score_source(spec: CompoundWorkflowSpec, namespace: str) -> ScoreSource:

@@ -107,14 +107,19 @@ def credentials(
 
 
 def triton_tls(
-    tls: TritonTls, secret: Mapping[str, Any] | None, namespace: str, field: str
+    tls: TritonTls,
+    secret: Mapping[str, Any] | None,
+    namespace: str,
+    field: str,
+    owner: str = "policy",
 ) -> GrpcTls:
     """The GrpcTls a resource's TLS to Triton gives with this Secret (None: not found), under
     the metrics credentials' rules (its namespace, the consent label); ``field`` is where the
-    resource sets it (spec.routing.tls). CredentialsError naming the Secret, key and field."""
+    resource sets it (spec.routing.tls), ``owner`` its kind (policy, workflow). CredentialsError
+    naming the Secret, key and field."""
     wanted = [k for k in (tls.ca_key, tls.cert_key, tls.key_key) if k is not None]
     read = _SecretReader(
-        secret, namespace, tls.secret_ref.name, field, wanted, "Triton's gRPC port"
+        secret, namespace, tls.secret_ref.name, field, wanted, "Triton's gRPC port", owner
     )
     pems = {"caKey": read.value(tls.ca_key, "caKey", text=False)}
     if tls.cert_key is not None and tls.key_key is not None:
@@ -146,12 +151,13 @@ class _SecretReader:
         field: str,
         wanted: list[str],
         purpose: str,
+        owner: str = "policy",
     ) -> None:
         self.field = field
         self.where = f"Secret {namespace}/{name} ({field}.secretRef)"
         if secret is None:
             raise CredentialsError(
-                f"{self.where} not found; create it in the resource's namespace with the keys "
+                f"{self.where} not found; create it in the {owner}'s namespace with the keys "
                 f"{', '.join(wanted)}, or correct secretRef.name"
             )
         labels = (secret.get("metadata") or {}).get("labels") or {}
