@@ -23,7 +23,6 @@ import kopf
 from kubernetes import client
 
 from compass.api.meta import GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
-from compass.api.metricsource import TritonTls
 from compass.api.paretopolicy import RoutingStatus
 from compass.controllers import kubeapi, metricsauth
 from compass.controllers.endpoints import (
@@ -37,7 +36,6 @@ from compass.controllers.endpoints import (
 )
 from compass.controllers.policy_compile import (
     CompiledPolicy,
-    MetricsTarget,
     SpecError,
     authorize_policy_targets,
     compile_policy,
@@ -53,6 +51,7 @@ from compass.controllers.policy_conditions import (
     switch_event,
     transition_events,
 )
+from compass.controllers.policy_connections import Connections, connect, routing_tls
 from compass.controllers.policy_decisions import (
     SERIES_TTL_S,
     TICK_S,
@@ -87,15 +86,8 @@ from compass.controllers.policy_status import (
     too_large_patch,
 )
 from compass.controllers.runtime import Runtime, runtime_of
-from compass.dataplane.fleet import Endpoint, FleetQueueDepth, FleetSwitch, RouterFleet
-from compass.dataplane.httpauth import HttpAuth
+from compass.dataplane.fleet import Endpoint, FleetSwitch
 from compass.dataplane.live import LiveLoop
-from compass.dataplane.metrics import (
-    QueueDepthSource,
-    SharedReads,
-    UnavailableSource,
-    source_for,
-)
 from compass.dataplane.triton import RoutingError
 from compass.domain.elastico import Observation, PolicyState
 
@@ -104,12 +96,6 @@ MEMORY_KEY = "compass_policy"
 ERROR_BACKOFF_S = 5.0
 # A daemon only waits: stopped, it ends at once.
 CANCEL_S = 5.0
-# A control request takes milliseconds; a pod that does not answer within a second is reported
-# lagging and asked again at the next tick, rather than holding every decision of the policy
-# (the pods are called in parallel; a silent one is skipped for the rest of its tick).
-ROUTER_TIMEOUT_S = 1.0
-ROUTER_ATTEMPTS = 1
-ROUTER_BACKOFF_S = 0.05
 SlicesIndex = kopf.Index[tuple[str, str], tuple[SliceEntry, ...]]
 PodsIndex = kopf.Index[tuple[str, str], str]
 ClaimsIndex = kopf.Index[tuple[str, str, str], Claim]
@@ -134,24 +120,6 @@ class ObservingLoop(LiveLoop):
                 f"(staleAfterSeconds {self.stale_after_s:g})"
             )
         return observation, problem
-
-
-@dataclass
-class Connections:
-    """The routers (one per pod) and the metrics source of one routing target, with what the
-    source's credentials were built from (the Secret's resourceVersion, when it was read, and
-    why the credentials are unavailable, if they are)."""
-
-    key: tuple[str | None, str | None, str, MetricsTarget, TritonTls | None]
-    router: RouterFleet
-    source: QueueDepthSource | None = None
-    secret_version: str | None = None
-    secret_read_at: float | None = None
-    credentials_problem: str | None = None
-    # The same for the routers' TLS (spec.routing.tls).
-    tls_version: str | None = None
-    tls_read_at: float | None = None
-    tls_problem: str | None = None
 
 
 # How many writes before the last a late body may still show (see PolicyMemory.recent).
@@ -383,12 +351,14 @@ def _tick(
         )
         _publish(body, memory, runtime, logger, previous, health, None, now, generation)
         return False
-    connections = _connections(memory, compiled, runtime, logger, now, _names(body)[0])
+    memory.connections = connections = connect(
+        memory.connections, compiled, runtime, logger, now, _names(body)[0]
+    )
     assert connections.source is not None
     connections.router.admission = compiled.admission
     connections.router.binding = compiled.binding
     try:
-        _routing_tls(connections, compiled, runtime, now, _names(body)[0])
+        routing_tls(connections, compiled, runtime, now, _names(body)[0])
         connections.router.update(_endpoints(body, memory, compiled, slices, pods, runtime, logger))
         router_key = connections.router.active_config(_expected_key(memory, previous, compiled))
     except RoutingError as error:
@@ -671,202 +641,6 @@ def _write_status(
     except kubeapi.ERRORS as error:
         logger.warning(f"the small status not written either: {kubeapi.describe(error)}")
     return False
-
-
-def _connections(
-    memory: PolicyMemory,
-    compiled: CompiledPolicy,
-    runtime: Runtime,
-    logger: kopf.Logger,
-    now: float,
-    namespace: str,
-) -> Connections:
-    """The routers and metrics source for the compiled target (reused while it holds; the
-    source rebuilt when its Secret changed)."""
-    target = compiled.metrics
-    key = (compiled.service, compiled.grpc_address, compiled.router_model, target, compiled.tls)
-    if memory.connections is None or memory.connections.key != key:
-        if memory.connections is not None:
-            memory.connections.router.close()
-        fleet = RouterFleet(
-            model=compiled.router_model,
-            timeout_s=ROUTER_TIMEOUT_S,
-            attempts=ROUTER_ATTEMPTS,
-            backoff_s=ROUTER_BACKOFF_S,
-        )
-        memory.connections = Connections(key, fleet)
-    connections = memory.connections
-    connections.router.shared = runtime.policy_scheduler().reads
-    _refresh_source(connections, compiled, runtime, logger, now, namespace)
-    return connections
-
-
-def _routing_tls(
-    connections: Connections,
-    compiled: CompiledPolicy,
-    runtime: Runtime,
-    now: float,
-    namespace: str,
-) -> None:
-    """The routers' TLS as spec.routing.tls's Secret says: read when due (as the metrics
-    credentials are), the clients reconnected only when the Secret changed; RoutingError naming
-    the Secret, the key and the fix while it cannot be had (the routers are then unreachable)."""
-    tls = compiled.tls
-    if tls is None:
-        return
-    due = metricsauth.recheck_due(
-        connections.tls_read_at, now, available=connections.tls_problem is None, rejected=False
-    )
-    if not due:
-        if connections.tls_problem is not None:
-            raise RoutingError(connections.tls_problem)
-        return
-    connections.tls_read_at = now
-    name = tls.secret_ref.name
-    try:
-        secret = kubeapi.read(
-            client.CoreV1Api(runtime.api()).read_namespaced_secret, name, namespace
-        )
-    except kubeapi.ERRORS as error:
-        if connections.router.tls is not None:
-            return  # keep the TLS built: the Secret may well still be good
-        status = getattr(error, "status", None)
-        why = (
-            "the operator may not read Secrets here (chart value "
-            "metricsAuthentication.readSecrets, and its RBAC)"
-            if status == 403
-            else f"HTTP {status}"
-            if status
-            else "the API server did not answer"
-        )
-        connections.tls_problem = (
-            f"Secret {namespace}/{name} (spec.routing.tls.secretRef) could not be read: {why}; "
-            "retrying"
-        )
-        raise RoutingError(connections.tls_problem) from None
-    version = metricsauth.resource_version(secret)
-    if (
-        version == connections.tls_version
-        and connections.tls_problem is None
-        and connections.router.tls is not None
-    ):
-        return
-    try:
-        built = metricsauth.triton_tls(tls, secret, namespace, "spec.routing.tls")
-    except metricsauth.CredentialsError as error:
-        connections.tls_problem = str(error)
-        raise RoutingError(connections.tls_problem) from None
-    connections.tls_problem, connections.tls_version = None, version
-    connections.router.use_tls(built)
-
-
-def _refresh_source(
-    connections: Connections,
-    compiled: CompiledPolicy,
-    runtime: Runtime,
-    logger: kopf.Logger,
-    now: float,
-    namespace: str,
-) -> None:
-    """Build the metrics source, reading its Secret (if any) when due: first, after a 401 or
-    403, and periodically, rebuilding only when the Secret's resourceVersion changed."""
-    target = compiled.metrics
-    name = metricsauth.secret_name(target.authentication)
-    rejected = bool(getattr(connections.source, "auth_rejected", False))
-    due = metricsauth.recheck_due(
-        connections.secret_read_at,
-        now,
-        available=connections.credentials_problem is None,
-        rejected=rejected,
-    )
-    if connections.source is not None and (name is None or not due):
-        return
-    secret = None
-    if name is not None:
-        connections.secret_read_at = now
-        core = client.CoreV1Api(runtime.api())
-        try:
-            secret = kubeapi.read(core.read_namespaced_secret, name, namespace)
-        except kubeapi.ERRORS as error:
-            # The status alone: nothing of the answer (which a proxy could fill) is shown.
-            status = getattr(error, "status", None)
-            why = (
-                "the operator may not read Secrets here (chart value "
-                "metricsAuthentication.readSecrets, and its RBAC)"
-                if status == 403
-                else f"HTTP {status}"
-                if status
-                else "the API server did not answer"
-            )
-            if connections.source is None:
-                _unavailable(
-                    connections,
-                    compiled,
-                    f"Secret {namespace}/{name} (spec.metrics.authentication.secretRef) could "
-                    f"not be read: {why}; retrying",
-                    logger,
-                )
-            return  # keep what was built: the credentials may well still be good
-        version = metricsauth.resource_version(secret)
-        unchanged = (
-            connections.source is not None
-            and connections.credentials_problem is None
-            and version == connections.secret_version
-        )
-        connections.secret_version = version
-        if unchanged:
-            return
-    try:
-        auth = (
-            None
-            if target.authentication is None
-            else metricsauth.credentials(target.authentication, secret, namespace)
-        )
-    except metricsauth.CredentialsError as error:
-        _unavailable(connections, compiled, str(error), logger)
-        return
-    if connections.credentials_problem is not None:
-        logger.info(f"metrics credentials readable again from Secret {namespace}/{name}")
-    connections.credentials_problem = None
-    connections.source = _source(connections, compiled, auth, runtime.policy_scheduler().reads)
-
-
-def _unavailable(
-    connections: Connections, compiled: CompiledPolicy, problem: str, logger: kopf.Logger
-) -> None:
-    """The metrics cannot be read until the credentials are fixed: a source that says why
-    (logged once per change; the message names the Secret and key, never a value)."""
-    if problem != connections.credentials_problem:
-        logger.warning(f"metrics credentials unavailable: {problem}")
-    connections.credentials_problem = problem
-    where = compiled.metrics.url or "Triton's /metrics of every pod"
-    connections.source = UnavailableSource(f"metrics {where}", problem)
-
-
-def _source(
-    connections: Connections,
-    compiled: CompiledPolicy,
-    auth: HttpAuth | None,
-    shared: SharedReads | None = None,
-) -> QueueDepthSource:
-    """The metrics source of the compiled target, with these credentials; its reads shared
-    with every other policy's source reading the same in a tick."""
-    target, fleet = compiled.metrics, connections.router
-    if target.url is None:  # Triton's /metrics of every pod
-        return FleetQueueDepth(
-            lambda: fleet.endpoints, compiled.router_model, auth=auth, shared=shared
-        )
-    return source_for(
-        target.type.value,
-        target.url,
-        compiled.router_model,
-        target.query,
-        target.arrivals_query,
-        pods=lambda: max(len(fleet.endpoints), 1),
-        age_query=target.age_query,
-        auth=auth,
-        shared=shared,
-    )
 
 
 def _endpoints(

@@ -1,0 +1,242 @@
+"""A ParetoPolicy's connections: the routers of its target and its metrics source, with the
+Secrets they are built from (metrics credentials, routing.tls), read when due and rebuilt only
+when they changed. I/O through compass.controllers.kubeapi; the decisions on a Secret's content
+are compass.controllers.metricsauth's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import kopf
+from kubernetes import client
+
+from compass.api.metricsource import TritonTls
+from compass.controllers import kubeapi, metricsauth
+from compass.controllers.policy_compile import CompiledPolicy, MetricsTarget
+from compass.controllers.runtime import Runtime
+from compass.dataplane.fleet import FleetQueueDepth, RouterFleet
+from compass.dataplane.httpauth import HttpAuth
+from compass.dataplane.metrics import (
+    QueueDepthSource,
+    SharedReads,
+    UnavailableSource,
+    source_for,
+)
+from compass.dataplane.triton import RoutingError
+
+# A control request takes milliseconds; a pod that does not answer within a second is reported
+# lagging and asked again at the next tick, rather than holding every decision of the policy
+# (the pods are called in parallel; a silent one is skipped for the rest of its tick).
+ROUTER_TIMEOUT_S = 1.0
+ROUTER_ATTEMPTS = 1
+ROUTER_BACKOFF_S = 0.05
+
+
+@dataclass
+class Connections:
+    """The routers (one per pod) and the metrics source of one routing target, with what the
+    source's credentials were built from (the Secret's resourceVersion, when it was read, and
+    why the credentials are unavailable, if they are)."""
+
+    key: tuple[str | None, str | None, str, MetricsTarget, TritonTls | None]
+    router: RouterFleet
+    source: QueueDepthSource | None = None
+    secret_version: str | None = None
+    secret_read_at: float | None = None
+    credentials_problem: str | None = None
+    # The same for the routers' TLS (spec.routing.tls).
+    tls_version: str | None = None
+    tls_read_at: float | None = None
+    tls_problem: str | None = None
+
+
+def connect(
+    current: Connections | None,
+    compiled: CompiledPolicy,
+    runtime: Runtime,
+    logger: kopf.Logger,
+    now: float,
+    namespace: str,
+) -> Connections:
+    """The routers and metrics source for the compiled target (reused while it holds; the
+    source rebuilt when its Secret changed)."""
+    target = compiled.metrics
+    key = (compiled.service, compiled.grpc_address, compiled.router_model, target, compiled.tls)
+    if current is None or current.key != key:
+        if current is not None:
+            current.router.close()
+        fleet = RouterFleet(
+            model=compiled.router_model,
+            timeout_s=ROUTER_TIMEOUT_S,
+            attempts=ROUTER_ATTEMPTS,
+            backoff_s=ROUTER_BACKOFF_S,
+        )
+        current = Connections(key, fleet)
+    connections = current
+    connections.router.shared = runtime.policy_scheduler().reads
+    _refresh_source(connections, compiled, runtime, logger, now, namespace)
+    return connections
+
+
+def routing_tls(
+    connections: Connections,
+    compiled: CompiledPolicy,
+    runtime: Runtime,
+    now: float,
+    namespace: str,
+) -> None:
+    """The routers' TLS as spec.routing.tls's Secret says: read when due (as the metrics
+    credentials are), the clients reconnected only when the Secret changed; RoutingError naming
+    the Secret, the key and the fix while it cannot be had (the routers are then unreachable)."""
+    tls = compiled.tls
+    if tls is None:
+        return
+    due = metricsauth.recheck_due(
+        connections.tls_read_at, now, available=connections.tls_problem is None, rejected=False
+    )
+    if not due:
+        if connections.tls_problem is not None:
+            raise RoutingError(connections.tls_problem)
+        return
+    connections.tls_read_at = now
+    name = tls.secret_ref.name
+    try:
+        secret = kubeapi.read(
+            client.CoreV1Api(runtime.api()).read_namespaced_secret, name, namespace
+        )
+    except kubeapi.ERRORS as error:
+        if connections.router.tls is not None:
+            return  # keep the TLS built: the Secret may well still be good
+        why = _unreadable(error)
+        connections.tls_problem = (
+            f"Secret {namespace}/{name} (spec.routing.tls.secretRef) could not be read: {why}; "
+            "retrying"
+        )
+        raise RoutingError(connections.tls_problem) from None
+    version = metricsauth.resource_version(secret)
+    if (
+        version == connections.tls_version
+        and connections.tls_problem is None
+        and connections.router.tls is not None
+    ):
+        return
+    try:
+        built = metricsauth.triton_tls(tls, secret, namespace, "spec.routing.tls")
+    except metricsauth.CredentialsError as error:
+        connections.tls_problem = str(error)
+        raise RoutingError(connections.tls_problem) from None
+    connections.tls_problem, connections.tls_version = None, version
+    connections.router.use_tls(built)
+
+
+def _refresh_source(
+    connections: Connections,
+    compiled: CompiledPolicy,
+    runtime: Runtime,
+    logger: kopf.Logger,
+    now: float,
+    namespace: str,
+) -> None:
+    """Build the metrics source, reading its Secret (if any) when due: first, after a 401 or
+    403, and periodically, rebuilding only when the Secret's resourceVersion changed."""
+    target = compiled.metrics
+    name = metricsauth.secret_name(target.authentication)
+    rejected = bool(getattr(connections.source, "auth_rejected", False))
+    due = metricsauth.recheck_due(
+        connections.secret_read_at,
+        now,
+        available=connections.credentials_problem is None,
+        rejected=rejected,
+    )
+    if connections.source is not None and (name is None or not due):
+        return
+    secret = None
+    if name is not None:
+        connections.secret_read_at = now
+        core = client.CoreV1Api(runtime.api())
+        try:
+            secret = kubeapi.read(core.read_namespaced_secret, name, namespace)
+        except kubeapi.ERRORS as error:
+            # The status alone: nothing of the answer (which a proxy could fill) is shown.
+            why = _unreadable(error)
+            if connections.source is None:
+                _unavailable(
+                    connections,
+                    compiled,
+                    f"Secret {namespace}/{name} (spec.metrics.authentication.secretRef) could "
+                    f"not be read: {why}; retrying",
+                    logger,
+                )
+            return  # keep what was built: the credentials may well still be good
+        version = metricsauth.resource_version(secret)
+        unchanged = (
+            connections.source is not None
+            and connections.credentials_problem is None
+            and version == connections.secret_version
+        )
+        connections.secret_version = version
+        if unchanged:
+            return
+    try:
+        auth = (
+            None
+            if target.authentication is None
+            else metricsauth.credentials(target.authentication, secret, namespace)
+        )
+    except metricsauth.CredentialsError as error:
+        _unavailable(connections, compiled, str(error), logger)
+        return
+    if connections.credentials_problem is not None:
+        logger.info(f"metrics credentials readable again from Secret {namespace}/{name}")
+    connections.credentials_problem = None
+    connections.source = _source(connections, compiled, auth, runtime.policy_scheduler().reads)
+
+
+def _unavailable(
+    connections: Connections, compiled: CompiledPolicy, problem: str, logger: kopf.Logger
+) -> None:
+    """The metrics cannot be read until the credentials are fixed: a source that says why
+    (logged once per change; the message names the Secret and key, never a value)."""
+    if problem != connections.credentials_problem:
+        logger.warning(f"metrics credentials unavailable: {problem}")
+    connections.credentials_problem = problem
+    where = compiled.metrics.url or "Triton's /metrics of every pod"
+    connections.source = UnavailableSource(f"metrics {where}", problem)
+
+
+def _source(
+    connections: Connections,
+    compiled: CompiledPolicy,
+    auth: HttpAuth | None,
+    shared: SharedReads | None = None,
+) -> QueueDepthSource:
+    """The metrics source of the compiled target, with these credentials; its reads shared
+    with every other policy's source reading the same in a tick."""
+    target, fleet = compiled.metrics, connections.router
+    if target.url is None:  # Triton's /metrics of every pod
+        return FleetQueueDepth(
+            lambda: fleet.endpoints, compiled.router_model, auth=auth, shared=shared
+        )
+    return source_for(
+        target.type.value,
+        target.url,
+        compiled.router_model,
+        target.query,
+        target.arrivals_query,
+        pods=lambda: max(len(fleet.endpoints), 1),
+        age_query=target.age_query,
+        auth=auth,
+        shared=shared,
+    )
+
+
+def _unreadable(error: BaseException) -> str:
+    """Why a Secret could not be read: the status alone (nothing of the answer, which a proxy
+    could fill, is shown)."""
+    status = getattr(error, "status", None)
+    if status == 403:
+        return (
+            "the operator may not read Secrets here (chart value "
+            "metricsAuthentication.readSecrets, and its RBAC)"
+        )
+    return f"HTTP {status}" if status else "the API server did not answer"
