@@ -268,27 +268,36 @@ def check_admission(table):
     }
 
 
-class Admission:
-    """The admission table as its file says, reread only when the file changed."""
+class TableFile:
+    """A table a switch sends (admission's, late binding's) as its file says, checked by
+    ``check``, reread only when the file changed."""
 
-    def __init__(self, path):
+    def __init__(self, path, check):
         self.path = path
+        self.check = check
         self.table = None
         self.stamp = None
 
     def current(self):
-        """The table, or None when admission is off."""
+        """The table, or None while there is none (that feature off)."""
         stamp = _stamp(self.path)
         if stamp is None:
             self.table, self.stamp = None, None
         elif stamp != self.stamp:
             try:
                 with open(self.path, encoding="utf-8") as handle:
-                    self.table = check_admission(json.load(handle))
+                    self.table = self.check(json.load(handle))
                 self.stamp = stamp
             except (OSError, ValueError, KeyError, TypeError):
                 pass  # mid-replace or damaged: keep the last good one, read again next time
         return self.table
+
+
+class Admission(TableFile):
+    """The admission table (check_admission) and the judgement of a request by it."""
+
+    def __init__(self, path):
+        super().__init__(path, check_admission)
 
     def judge(self, key, deadline_ns):
         """The configuration that serves a request with this deadline now; LateError if none
@@ -297,14 +306,7 @@ class Admission:
         own = None if table is None else table["quantiles_ms"].get(key)
         if own is None:
             return key
-        if isinstance(deadline_ns, bool) or not isinstance(deadline_ns, (int, str)):
-            raise ValueError(f"{DEADLINE_PARAMETER} {deadline_ns!r}: give ns since the epoch")
-        try:
-            left_ms = (int(deadline_ns) - time.time_ns()) / 1e6
-        except ValueError:
-            raise ValueError(
-                f"{DEADLINE_PARAMETER} {deadline_ns!r} is not an integer: give ns since the epoch"
-            ) from None
+        left_ms = (parse_deadline(deadline_ns) - time.time_ns()) / 1e6
         fastest = table["fastest"]
         if own <= left_ms and left_ms >= table["degrade_below_ms"]:
             return key
@@ -616,27 +618,11 @@ def parse_deadline(deadline_ns):
         ) from None
 
 
-class BindingTable:
-    """The binding table as its file says, reread only when the file changed."""
+class BindingTable(TableFile):
+    """The late-binding table (check_binding)."""
 
     def __init__(self, path):
-        self.path = path
-        self.table = None
-        self.stamp = None
-
-    def current(self):
-        """The table, or None when late binding is off."""
-        stamp = _stamp(self.path)
-        if stamp is None:
-            self.table, self.stamp = None, None
-        elif stamp != self.stamp:
-            try:
-                with open(self.path, encoding="utf-8") as handle:
-                    self.table = check_binding(json.load(handle))
-                self.stamp = stamp
-            except (OSError, ValueError, KeyError, TypeError):
-                pass  # mid-replace or damaged: keep the last good one, read again next time
-        return self.table
+        super().__init__(path, check_binding)
 
 
 def _unavailable(message):
