@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from compass.commands.main import main
@@ -118,3 +119,22 @@ def test_concurrent_live_search_gives_the_sequential_result(
         results.append(json.loads(output.read_text()))
     assert results[0]["feasible"], "tau 0.83 has feasible configurations in this subspace"
     assert results[1] == results[0]
+
+
+def test_the_default_concurrency_is_the_addresses_times_the_routers_instances(
+    triton: LocalTriton, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump(SPACE))
+    output = tmp_path / "result.json"
+    addresses = ",".join([triton.grpc_url] * 3)
+    args = ["search", "--space", str(space_file), "--triton", addresses, "--samples", "100"]
+    assert main([*args, "--tau", "0.83", "--output", str(output)]) == 0
+    # The router's instances as Triton loaded them (the model config it serves).
+    instances = sum(
+        int(group.get("count") or 1)
+        for group in TritonRouter(triton.grpc_url).model_config()["instance_group"]
+    )
+    note = f"concurrency {3 * instances} (auto: 3 address(es) x {instances} router instance(s))"
+    assert note in capsys.readouterr().err
+    assert json.loads(output.read_text())["feasible"]

@@ -865,6 +865,17 @@ def test_bad_concurrency_options_are_named(
     assert message in run.err
 
 
+def test_the_default_concurrency_needs_the_router_and_says_how_to_do_without(
+    inputs: Path, cli: Cli
+) -> None:
+    # Nothing listens on port 1: auto cannot ask the router how many instances it runs.
+    triton = ["--triton", "127.0.0.1:1", "--samples", "10", "--tau", "0.8"]
+    run = cli(["search", "--space", "space.yaml", *triton])
+    assert run.code == 2
+    assert "--concurrency: auto could not read the router's instances" in run.err
+    assert "start Triton first, or give K" in run.err
+
+
 def test_service_ms_is_refused_without_replay(inputs: Path, cli: Cli) -> None:
     run = cli(command_args("true", "--service-ms", "10"))
     assert run.code == 2

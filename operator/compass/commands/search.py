@@ -31,6 +31,7 @@ from compass.commands.search_common import (
     write_result,
 )
 from compass.console import Terminated, UsageError, fail, parse_int, search_with_progress
+from compass.dataplane.triton import RoutingError, TritonRouter, router_instances
 from compass.domain.evaluation import EvaluationError, Evaluator, ParamValue
 from compass.domain.search import MAX_CONCURRENCY, MAX_DATASET_SIZE, SearchSettings
 from compass.domain.space import Space, SpaceError, SpaceSpec, config_key, explain_validation_error
@@ -100,11 +101,12 @@ def register(commands: Any, summary: str) -> None:
     run.add_argument("--samples", metavar="N", help="dataset size (with --command or --triton)")
     run.add_argument(
         "--concurrency",
-        default="1",
+        default=AUTO_CONCURRENCY,
         metavar="K",
-        help="evaluations kept in flight (default 1): Triton requests spread over the "
-        "--triton addresses (give one per pod, comma-separated, and K = pods x router "
-        "instances), or command processes; the answer is the same at any K",
+        help="evaluations kept in flight: Triton requests spread over the --triton addresses "
+        "(give one per pod, comma-separated), or command processes; the answer is the same "
+        f"at any K. Default {AUTO_CONCURRENCY}: with --triton, the addresses x the router's "
+        "instances (its model config's instance_group), else 1",
     )
     run.add_argument(
         "--service-ms",
@@ -386,6 +388,10 @@ class _Plan:
     service_s: float | None
 
 
+# --concurrency's default: the fleet's, read from the router (see _auto_concurrency).
+AUTO_CONCURRENCY = "auto"
+
+
 def _check_one_source(args: argparse.Namespace) -> None:
     """Exactly one of --replay, --command and --triton."""
     sources = [a for a in ("replay", "command", "triton") if getattr(args, a) is not None]
@@ -505,9 +511,14 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
         scores = _live_scores(args, space, options)
     settings = options.search_settings(scores.budgets)
     _check_stopping_rule(scores, settings)
-    concurrency = parse_int(
-        "--concurrency", str(args.concurrency), "8", low=1, high=MAX_CONCURRENCY
-    )
+    notes = scores.notes
+    if str(args.concurrency) == AUTO_CONCURRENCY:
+        concurrency, note = _auto_concurrency(scores.source)
+        notes = notes if note is None else (*notes, note)
+    else:
+        concurrency = parse_int(
+            "--concurrency", str(args.concurrency), "8", low=1, high=MAX_CONCURRENCY
+        )
     service_s = None
     if args.service_ms is not None:
         if args.replay is None:
@@ -531,10 +542,34 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
         checkpoint=checkpoint,
         resumed_facts=resumed,
         output=options.output,
-        notes=scores.notes,
+        notes=notes,
         source=scores.source,
         concurrency=concurrency,
         service_s=service_s,
+    )
+
+
+def _auto_concurrency(source: ScoreSource) -> tuple[int, str | None]:
+    """--concurrency auto: every --triton address x the router's instances (asked of the
+    first: the pods of one Deployment share a model config), and a note saying so; else 1."""
+    if source.triton is None:
+        return 1, None
+    addresses = [a.strip() for a in source.triton.split(",")]
+    router = TritonRouter(addresses[0], source.router_model, tls=source.tls)
+    try:
+        instances = router_instances(router.model_config())
+    except RoutingError as error:
+        fail(
+            "--concurrency",
+            f"auto could not read the router's instances: {error}",
+            "start Triton first, or give K",
+        )
+    finally:
+        router.close()
+    concurrency = min(len(addresses) * instances, MAX_CONCURRENCY)
+    return concurrency, (
+        f"concurrency {concurrency} (auto: {len(addresses)} address(es) x {instances} router "
+        "instance(s))"
     )
 
 

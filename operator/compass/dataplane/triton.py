@@ -326,6 +326,13 @@ def read_reply(response: Any) -> tuple[dict[str, Any], str]:
     return result, _text(response.as_numpy("CONFIG"))
 
 
+def router_instances(config: Mapping[str, Any]) -> int:
+    """How many requests a router serves at once: its model config's instance groups' counts
+    (Triton's JSON form; a group without a count is one instance)."""
+    groups = config.get("instance_group") or []
+    return max(1, sum(int(group.get("count") or 1) for group in groups))
+
+
 def component_times_of(times: Any, url: str) -> dict[str, float]:
     """The router's component times as {model: ms}; RoutingError naming the server if they
     are not that (a router older than this client, or a pipeline that wrote the key)."""

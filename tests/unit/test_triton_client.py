@@ -1,10 +1,11 @@
-"""The router's component times as the client reads them: {model: ms}, or a clear error."""
+"""What the Triton client reads from the router: component times ({model: ms}, or a clear
+error) and how many requests it serves at once (its instance groups)."""
 
 from __future__ import annotations
 
 import pytest
 
-from compass.dataplane.triton import RoutingError, component_times_of
+from compass.dataplane.triton import RoutingError, component_times_of, router_instances
 
 
 def test_component_times_are_read_as_floats_by_model() -> None:
@@ -18,3 +19,9 @@ def test_component_times_are_read_as_floats_by_model() -> None:
 def test_anything_else_is_refused_naming_the_server_and_the_key(times: object) -> None:
     with pytest.raises(RoutingError, match=r"pod:8001: compass_component_ms is not \{model: ms\}"):
         component_times_of(times, "pod:8001")
+
+
+def test_the_routers_instances_add_up_its_instance_groups() -> None:
+    assert router_instances({"instance_group": [{"count": 4, "kind": "KIND_CPU"}]}) == 4
+    assert router_instances({"instance_group": [{"count": 2}, {"kind": "KIND_CPU"}]}) == 3
+    assert router_instances({}) == 1
