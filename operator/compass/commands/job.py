@@ -706,7 +706,8 @@ def run_profile(state_name: str, namespace: str) -> int:
         return {"sample": index % size}
 
     try:
-        limit.check()
+        # The status says how far it is from the start (a configuration can take minutes).
+        reporter.progress(min(len(known), len(configs)), len(configs))
         document = profile_configurations(
             pool,
             configs,
