@@ -51,6 +51,7 @@ class SimulatedPod(TritonRouter):
         config: Config | None = None,
         timeout_s: float | None = None,
         deadline_ns: int | None = None,
+        **options: Any,
     ) -> RouterReply:
         assert config is not None
         key = config_key(config)
