@@ -32,6 +32,13 @@ questions each member drew; ``gap%`` is served's share of the fastest-to-most-ac
 (compass.domain.oracle) wins on the same arrivals in the simulator. ``--strategy predictive``
 runs the policy runs with the predictive strategy (meant for ``policy+adm``).
 
+``binding`` is late binding (issue 43, ``binding: {mode: per-stage}`` with admission): each
+request carries the SLO as its deadline and every router binds rag-sim's retriever, reranker and
+generator parameters stage by stage from the table the operator would send (the front's
+per-stage times, the planner's rate limits), refusing at the first stage what is late whatever
+serves it; the simulator predicts it with compass.domain.bindingsim on the same arrivals
+(rag-sim only: qa-real's stages call several component models each).
+
 ``--workflow qa-real`` serves qa-real instead: real retrieval and MiniLM on this CPU, so no time
 scale (1) and each request's accuracy is its real answer's score; by default one replica whose
 router runs 4 instances (``--router-instances``), SLOs 500 and 1000 ms. Each front member's
@@ -57,7 +64,13 @@ from typing import Any
 
 import numpy as np
 
-from compass.api.paretopolicy import Hysteresis
+from compass.api.paretopolicy import (
+    AdmissionSettings,
+    BindingMode,
+    BindingSettings,
+    BindingStage,
+    Hysteresis,
+)
 from compass.commands.common import (
     add_admission_arguments,
     add_enum_argument,
@@ -69,7 +82,7 @@ from compass.commands.common import (
     trace_window_pattern,
 )
 from compass.console import UsageError
-from compass.conversion import runtime_policy, spec_for_plan
+from compass.conversion import binding_table, runtime_policy, spec_for_plan
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
 from compass.dataplane.profiler import (
     CurveSettings,
@@ -85,6 +98,9 @@ from compass.domain.admission import (
     router_admission,
 )
 from compass.domain.arrivals import SPIKE_FACTOR, PatternKind, make_pattern, make_scenario
+from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_SHARES, RAG_SIM_STAGE_PARAMS
+from compass.domain.bindingsim import BindingSettings as SimulatedBinding
+from compass.domain.bindingsim import simulate_binding
 from compass.domain.evaluation import Config
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
@@ -93,7 +109,7 @@ from compass.domain.profiles import parse_profiles
 from compass.domain.simulator import compare
 from compass.domain.space import config_key
 from compass.domain.strategy import Strategy
-from compass.lab.experiment import ADMITTED_RUN, RUNS, serve_each
+from compass.lab.experiment import ADMITTED_RUN, BINDING_RUN, EVERY_RUN, RUNS, serve_each
 from compass.lab.scenarios import (
     ACCURATE,
     FASTEST,
@@ -159,7 +175,12 @@ def main() -> int:
         "--slos", default=None, help="SLOs in ms (rag-sim 750,1000,1500; qa-real 500,1000)"
     )
     parser.add_argument("--profile-runs", type=int, default=40)
-    parser.add_argument("--runs", default=",".join(RUNS), help="which runs, comma-separated")
+    parser.add_argument(
+        "--runs",
+        default=",".join(RUNS),
+        help=f"which runs, comma-separated, of {', '.join(EVERY_RUN)} (default: all but "
+        f"{BINDING_RUN})",
+    )
     add_admission_arguments(parser, "0.5", where=False)
     parser.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
     add_enum_argument(parser, "--strategy", Strategy.ELASTICO, "the policy run's strategy")
@@ -185,10 +206,15 @@ def main() -> int:
         degrade_after = admission_degrade_after(args, DEFAULT_DEGRADE_AFTER)
     except UsageError as error:
         parser.error(str(error))
-    unknown = set(args.runs.split(",")) - set(RUNS)
+    unknown = set(args.runs.split(",")) - set(EVERY_RUN)
     if unknown:
         parser.error(
-            f"--runs: {', '.join(sorted(unknown))} unknown; give some of {', '.join(RUNS)}"
+            f"--runs: {', '.join(sorted(unknown))} unknown; give some of {', '.join(EVERY_RUN)}"
+        )
+    if qa_real and BINDING_RUN in args.runs.split(","):
+        parser.error(
+            f"--runs {BINDING_RUN}: rag-sim only (each of qa-real's stages calls several "
+            "component models; late binding reads one queue a stage)"
         )
     scale = args.time_scale
     slos = [float(s) for s in args.slos.split(",")]
@@ -350,7 +376,18 @@ def main() -> int:
                 Hysteresis(downscale_cooldown_seconds=5.0 * scale),
                 interval_seconds=scale,
                 strategy=Strategy(args.strategy),
+                admission=AdmissionSettings(enabled=True, quantile=quantile),
+                binding=BindingSettings(
+                    mode=BindingMode.PER_STAGE,
+                    stages=[
+                        BindingStage(component=model, parameters=list(names), share=share)
+                        for model, names, share in zip(
+                            RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, RAG_SIM_SHARES, strict=True
+                        )
+                    ],
+                ),
             )
+            bound = None if qa_real else binding_table(spec, plan)
             members = [t.profile for t in plan.thresholds]
             admission = Admission(
                 slo_ms * scale, quantile, at=AdmissionPoint.DISPATCH, degrade_after=degrade_after
@@ -369,6 +406,22 @@ def main() -> int:
                 **predict({"policy": runtime_policy(spec)}),
                 **predict({ADMITTED_RUN: runtime_policy(spec)}, admission=admission),
             }
+            if bound is not None and BINDING_RUN in args.runs.split(","):
+                # The routers' rule in the simulator, on the table's own numbers.
+                predicted[BINDING_RUN] = simulate_binding(
+                    members,
+                    scenario,
+                    slo_ms * scale,
+                    BINDING_RUN,
+                    settings=SimulatedBinding(
+                        quantile=spec.binding.quantile,
+                        refuse=True,
+                        admission_quantile=quantile,
+                        max_qps=tuple(c["max_qps"] for c in bound["configs"]),
+                    ),
+                    pods=args.replicas,
+                    pod_model=pod_model,
+                )
             # What hindsight could win on these arrivals (the simulator's oracle): each run's
             # accuracy gain over static fastest as a share of the oracle's.
             oracle = (
@@ -395,6 +448,7 @@ def main() -> int:
                 labels=set(args.runs.split(",")),
                 replicas=replicas,
                 admission=router_admission(members, admission),
+                binding=bound,
             ):
                 under_load += [e.switch_s for e in run.switch_events]
                 report = predicted.get(label)

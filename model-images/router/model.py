@@ -39,6 +39,10 @@ else on the fastest if that fits, else refused with UNAVAILABLE ("compass admiss
 (clients that cannot retry), served on the fastest instead, which holds them up the least.
 Requests without a deadline, and overrides, are served as before.
 
+Component times (profiling): a request with the parameter ``compass_component_times`` set gets
+each component model's wall time, in ms summed over its calls, in its result under
+``compass_component_ms`` (a pipeline whose result is not a JSON object gets none).
+
 Late binding (optional, issue 43): a switch may carry a ``binding`` table (the pipeline's
 stages, each with the parameters it binds and the component model it calls, and the
 configurations allowed, each with its accuracy and per-stage times: compass.domain.binding.
@@ -69,6 +73,10 @@ import triton_python_backend_utils as pb_utils
 ACTIVE_PARAMETER = "compass_active_config"
 OVERRIDE_PARAMETER = "compass_config"
 DEADLINE_PARAMETER = "compass_deadline_ns"
+# A request that sets this (profiling does) gets each component model's wall time in its
+# result, under COMPONENT_TIMES_KEY: {model: ms, summed over its calls}.
+COMPONENT_TIMES_PARAMETER = "compass_component_times"
+COMPONENT_TIMES_KEY = "compass_component_ms"
 LATE_MESSAGE = "compass admission: late"
 ROLE_PARAMETER = "compass_role"
 ROUTER_PARAMETER = "compass_router_model"
@@ -666,6 +674,20 @@ def call(model, inputs, outputs):
     return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
 
 
+def timed(run_call, times):
+    """``run_call`` that adds each component model's wall time (ms) to ``times``: what
+    profiling records per stage (its queue wait included: measured at idle, that is none)."""
+
+    def timed_call(model, inputs, outputs):
+        started = time.perf_counter()
+        try:
+            return run_call(model, inputs, outputs)
+        finally:
+            times[model] = times.get(model, 0.0) + (time.perf_counter() - started) * 1000
+
+    return timed_call
+
+
 class TritonPythonModel:
     """The router, or (``compass_role: control``) the model that switches it."""
 
@@ -746,7 +768,10 @@ class TritonPythonModel:
                 f"no configuration: set the router's {ACTIVE_PARAMETER} parameter or the "
                 f"request parameter {OVERRIDE_PARAMETER}"
             )
-        result = self.pipeline.run(body, config, call)
+        times = {} if parameters.get(COMPONENT_TIMES_PARAMETER) else None
+        result = self.pipeline.run(body, config, call if times is None else timed(call, times))
+        if times is not None and isinstance(result, dict):
+            result = {**result, COMPONENT_TIMES_KEY: times}
         return pb_utils.InferenceResponse(
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )

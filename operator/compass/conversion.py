@@ -55,6 +55,7 @@ def latency_profile(entry: FrontEntry) -> LatencyProfile:
         p99_ms=entry.latency_p99_ms,
         std_ms=entry.latency_std_ms,
         capacity=None if entry.capacity is None else capacity_curve(entry.capacity),
+        component_ms=None if entry.component_ms is None else dict(entry.component_ms),
     )
 
 
@@ -69,6 +70,7 @@ def front_entry(profile: LatencyProfile) -> FrontEntry:
         latency_p99_ms=profile.p99_ms,
         latency_std_ms=profile.std_ms,
         capacity=None if profile.capacity is None else capacity_spec(profile.capacity),
+        component_ms=None if profile.component_ms is None else dict(profile.component_ms),
     )
 
 
@@ -130,6 +132,7 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
         settings.quantile,
         None if None in shares else [s for s in shares if s is not None],
         spec.admission.quantile,
+        [stage.component for stage in settings.stages],
     )
     return router_table(
         plan_of_stages,

@@ -41,6 +41,21 @@ def test_per_request_override_serves_that_request_only(
     assert router.active_config() == config_key(FASTEST)
 
 
+def test_a_request_that_asks_gets_each_component_models_time(router: TritonRouter) -> None:
+    timed = router.infer({"sample": 0}, config=ACCURATE, component_times=True)
+    assert timed.component_ms is not None
+    assert set(timed.component_ms) == set(COMPONENTS)
+    assert all(ms > 0 for ms in timed.component_ms.values())
+    # Parts of the request's own time (which adds the router and the network).
+    assert sum(timed.component_ms.values()) <= timed.latency_s * 1000
+    assert "compass_component_ms" not in timed.result
+    assert "score" in timed.result
+    # Not asked: none, and the pipeline's result as it always was.
+    plain = router.infer({"sample": 0}, config=ACCURATE)
+    assert plain.component_ms is None
+    assert "compass_component_ms" not in plain.result
+
+
 def test_override_outside_the_space_fails_that_request_with_the_reason(
     router: TritonRouter,
 ) -> None:

@@ -5,17 +5,24 @@ unchanged on the lazy config."""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pytest
-from ragsim import ACCURATE, FASTEST
+from ragsim import ACCURATE, FASTEST, TIME_SCALE
 
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.conversion import binding_table, policy_plan, runtime_policy
+from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.triton import LATE_MESSAGE, RoutingError, TritonRouter
 from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
+from compass.lab.experiment import BINDING_RUN, serve_each
+from compass.lab.local_triton import LocalTriton
 
 # ACCURATE's stages are predicted to take 10 s in all: it fits only a request with more left.
 ACCURATE_MS = (0.0, 0.0, 10_000.0)
@@ -96,3 +103,74 @@ def test_a_bad_table_changes_nothing(router: TritonRouter) -> None:
         router.switch(ACCURATE)
     router.binding = None
     assert router.infer({"sample": 0}, deadline_ns=_in(60.0)).config == config_key(FASTEST)
+
+
+def test_the_binding_run_sends_the_table_and_deadlines_then_takes_the_table_back(
+    router: TritonRouter, triton: LocalTriton, rag_sim_data: dict[str, object]
+) -> None:
+    # bench/serving_triton.py's binding run: the operator's table for a per-stage policy, every
+    # request with the SLO as its deadline. The SLO leaves ACCURATE ample time at idle, so a
+    # request served on what the run starts from (FASTEST) means the table or the deadlines
+    # never reached the router.
+    slo_ms = 60_000 * TIME_SCALE
+    spec = ParetoPolicySpec.model_validate(
+        {
+            "front": [_front_entry(rag_sim_data, FASTEST), _front_entry(rag_sim_data, ACCURATE)],
+            "slo": {"latencyMs": slo_ms, "percentile": 95},
+            "admission": {"enabled": True},
+            "binding": {
+                "mode": "per-stage",
+                "stages": [
+                    {"component": model, "parameters": list(names)}
+                    for model, names in zip(RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, strict=True)
+                ],
+            },
+        }
+    )
+    plan = policy_plan(spec)
+    table = binding_table(spec, plan)
+    assert table is not None
+    runs = dict(
+        serve_each(
+            router,
+            plan,
+            runtime_policy(spec, plan),
+            TritonQueueDepth(triton.metrics_url),
+            [0.05 * i for i in range(6)],
+            lambda i: {"sample": i},
+            slo_ms / TIME_SCALE,
+            interval_s=TIME_SCALE,
+            time_scale=TIME_SCALE,
+            labels={BINDING_RUN},
+            binding=table,
+        )
+    )
+    run = runs[BINDING_RUN]
+    assert run.failed == 0
+    assert run.refused == 0
+    assert {r.config for r in run.answered} == {config_key(ACCURATE)}
+    assert router.binding is None
+    # Without the table a request with a deadline is served as routed again.
+    router.switch(FASTEST)
+    assert router.infer({"sample": 0}, deadline_ns=_in(60.0)).config == config_key(FASTEST)
+
+
+def _front_entry(data: dict[str, object], config: Mapping[str, object]) -> dict[str, object]:
+    """A front entry with rag-sim's recorded latencies at the tier's scale and its accuracy."""
+    configs = data["configs"]
+    assert isinstance(configs, dict)
+    entry = configs[json.dumps(config, sort_keys=True)]
+    quantiles = [q * TIME_SCALE for q in entry["latency_quantiles_ms"]]
+    grid = list(data["quantile_grid"])  # type: ignore[call-overload]
+
+    def at(p: float) -> float:
+        return float(np.interp(p, grid, quantiles))
+
+    return {
+        "config": config,
+        "accuracy": float(np.mean(entry["scores"])),
+        "latencyMeanMs": float(np.mean(quantiles)),
+        "latencyP50Ms": at(0.5),
+        "latencyP95Ms": at(0.95),
+        "latencyP99Ms": at(0.99),
+    }

@@ -4,6 +4,7 @@ simulator that binds each request stage by stage."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -158,6 +159,29 @@ def test_stage_times_recover_each_stages_own_differences_and_keep_each_total() -
         assert config.total_ms == pytest.approx(float(p.distribution.quantile(0.5)))
     for split in stage_shares(ADDITIVE, STAGES):
         assert sum(split) == pytest.approx(1)
+
+
+def test_measured_component_times_split_each_configuration_where_every_profile_has_them() -> None:
+    # Profiling timed each component: the retriever's share is what was measured, not the
+    # fit's (which would lean to the prior), and the router's own time goes pro rata.
+    measured = [
+        replace(p, component_ms={"retriever": 0.3 * p.mean_ms, "generator": 0.6 * p.mean_ms})
+        for p in ADDITIVE
+    ]
+    for split in stage_shares(measured, STAGES, (0.9, 0.1), ("retriever", "generator")):
+        assert split == pytest.approx((1 / 3, 2 / 3))
+    plan = stage_plan(measured, STAGES, components=("retriever", "generator"))
+    for p, config in zip(measured, plan.configs, strict=True):
+        assert config.total_ms == pytest.approx(float(p.distribution.quantile(0.5)))
+        assert config.stage_ms[0] == pytest.approx(config.total_ms / 3)
+    # One profile without them (profiled before), or a stage's model not timed: the fit, as
+    # without component times at all.
+    fitted = stage_shares(ADDITIVE, STAGES, (0.9, 0.1))
+    partial = [*measured[:3], ADDITIVE[3]]
+    assert stage_shares(partial, STAGES, (0.9, 0.1), ("retriever", "generator")) == fitted
+    assert stage_shares(measured, STAGES, (0.9, 0.1), ("retriever", "reranker")) == fitted
+    with pytest.raises(BindingError, match="components: 1 component models for 2 stages"):
+        stage_plan(measured, STAGES, components=("retriever",))
 
 
 def test_stage_shares_name_a_missing_parameter() -> None:

@@ -500,6 +500,13 @@ def test_status_patch_waits_for_the_heartbeat_when_only_routine_fields_changed()
         "switches": 2,
     }
     assert policy_status.status_patch({}, new, NOW, None) == new
+    # The queue seen moves every tick under load: it waits too, and rides with any real change
+    # (a switch writes the queue that caused it).
+    queued = {**new, "lastQueueDepth": 7.0}
+    assert policy_status.status_patch({**old, "lastQueueDepth": 0.0}, queued, NOW, NOW - 1) == {}
+    assert policy_status.status_patch(
+        {**old, "lastQueueDepth": 0.0}, {**queued, "switches": 2}, NOW, NOW - 1
+    ) == {"lastObservationTime": "t2", "lastQueueDepth": 7.0, "switches": 2}
     # New arrivals samples are routine too; new downscale evidence is not.
     with_state = {**old, "policyState": {"arrivals": [[1, 2]], "downscale_since": None}}
     more = {**new, "policyState": {"arrivals": [[1, 2], [2, 3]], "downscale_since": None}}

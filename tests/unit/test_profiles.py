@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from compass.conversion import front_entry, latency_profile
 from compass.domain.planner import Slo, plan_from_profiles
-from compass.domain.profiles import LatencyProfile, clearly_dominated
+from compass.domain.profiles import (
+    LatencyProfile,
+    ProfileError,
+    clearly_dominated,
+    parse_profiles,
+)
 
 
 def test_an_as_accurate_and_clearly_faster_configuration_dominates() -> None:
@@ -70,3 +76,44 @@ def test_only_the_given_entries_may_dominate() -> None:
     # 0 is not trusted to dominate: only 1 may, and it beats 2 only.
     assert clearly_dominated(screened, margin=0.25, by={1}) == {2}
     assert clearly_dominated(screened, margin=0.25, by=set()) == set()
+
+
+def test_component_times_are_read_checked_scaled_and_carried_by_the_front() -> None:
+    entry = {
+        "config": {"k": 1},
+        "accuracy": 0.8,
+        "latency_mean_ms": 100.0,
+        "latency_p95_ms": 150.0,
+        "component_ms": {"retriever": 20, "generator": 70.5},
+    }
+    (profile,) = parse_profiles([entry])
+    assert profile.component_ms == {"retriever": 20.0, "generator": 70.5}
+    assert profile.scaled(0.5).component_ms == {"retriever": 10.0, "generator": 35.25}
+    # The ParetoPolicy's front entry keeps them, and its profile is the same again.
+    assert latency_profile(front_entry(profile)) == profile
+    assert (
+        parse_profiles([{k: v for k, v in entry.items() if k != "component_ms"}])[0].component_ms
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("times", "message"),
+    [
+        ([20.0], "profiles\\[0\\].component_ms: \\[20.0\\] is not an object of model: ms"),
+        ({}, "is not an object of model: ms"),
+        ({"generator": "70"}, "profiles\\[0\\].component_ms.generator: '70' is not a number"),
+        ({"generator": -1.0}, "component_ms.generator: -1 is negative"),
+        ({f"m{i}": 1.0 for i in range(17)}, "17 component models; give at most 16"),
+    ],
+)
+def test_bad_component_times_name_the_field(times: object, message: str) -> None:
+    entry = {
+        "config": {"k": 1},
+        "accuracy": 0.8,
+        "latency_mean_ms": 100.0,
+        "latency_p95_ms": 150.0,
+        "component_ms": times,
+    }
+    with pytest.raises(ProfileError, match=message):
+        parse_profiles([entry])

@@ -46,6 +46,7 @@ from compass.domain.elastico import (
 from compass.domain.evaluation import ParamValue
 from compass.domain.forecast import ForecasterKind
 from compass.domain.planner import ThresholdModel
+from compass.domain.profiles import MAX_COMPONENTS
 from compass.domain.space import MAX_PARAMETERS, config_key
 from compass.domain.strategy import Strategy
 
@@ -161,6 +162,19 @@ class FrontEntry(CamelModel):
     capacity: CapacitySpec | None = Field(
         default=None,
         description="The latency-throughput curve at the deployed router instances, if measured.",
+    )
+    component_ms: (
+        dict[
+            Annotated[str, Field(min_length=1, max_length=253)],
+            Annotated[float, Field(ge=0, le=MAX_LATENCY_MS)],
+        ]
+        | None
+    ) = Field(
+        default=None,
+        max_length=MAX_COMPONENTS,
+        description="Each component model's mean time in ms at idle, as the router timed its "
+        "calls while profiling: late binding splits the entry's time over its stages by "
+        "them (else by a fit of the front's end-to-end times).",
     )
 
     # The same rules as _percentiles_ordered, for the API server.

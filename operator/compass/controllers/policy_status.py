@@ -325,10 +325,12 @@ def status_patch(
     phase_s: float | None = None,
 ) -> dict[str, Any]:
     """What to write to the status: the changes, except routine ones (the observation time, the
-    arrivals samples, and the wording of the last decision and of conditions whose status and
-    reason stay), which wait for the heartbeat: an idle policy should not write every second
-    (the predictive strategy's reason quotes a rate that moves every tick). A restart then
-    loses at most a heartbeat of arrivals samples (rate evidence).
+    queue depth seen, the arrivals samples, and the wording of the last decision and of
+    conditions whose status and reason stay), which wait for the heartbeat: an idle policy
+    should not write every second (the predictive strategy's reason quotes a rate that moves
+    every tick), nor a loaded one (its queue moves every tick: a thousand policies under load
+    would write a thousand times a second; the gauge compass_queue_depth is live). A
+    restart then loses at most a heartbeat of arrivals samples (rate evidence).
 
     ``live``: the status on the object now. Where one of the fields only the operator decides
     (the active configuration, the switches, the saved state...) differs there from what it
@@ -346,7 +348,8 @@ def status_patch(
                 patch[key] = repair[key]
     state = patch.get("policyState")
     quiet = (
-        set(patch) <= {"lastObservationTime", "lastDecision", "policyState", "conditions"}
+        set(patch)
+        <= {"lastObservationTime", "lastQueueDepth", "lastDecision", "policyState", "conditions"}
         and (
             state is None
             or (isinstance(state, Mapping) and set(state) <= {"arrivals", "observed_at"})

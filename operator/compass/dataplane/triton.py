@@ -30,6 +30,10 @@ OVERRIDE_PARAMETER = "compass_config"
 # A request's deadline (int, ns since the epoch): with admission, the router serves a request
 # that would miss it on the fastest configuration, or refuses it (UNAVAILABLE).
 DEADLINE_PARAMETER = "compass_deadline_ns"
+# A request that sets this gets each component model's wall time (ms) in its result, under
+# COMPONENT_TIMES_KEY (model-images/router/model.py): what profiling records per stage.
+COMPONENT_TIMES_PARAMETER = "compass_component_times"
+COMPONENT_TIMES_KEY = "compass_component_ms"
 # The start of the router's message for a request it refused as late (retryable).
 LATE_MESSAGE = "compass admission: late"
 ROLE_PARAMETER = "compass_role"
@@ -128,6 +132,9 @@ class RouterReply:
     result: dict[str, Any]
     config: str
     latency_s: float
+    # Each component model's wall time, ms (asked with component_times; None: not asked, or
+    # the pipeline's result is not a JSON object).
+    component_ms: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -192,15 +199,19 @@ class TritonRouter:
         config: Config | None = None,
         timeout_s: float | None = None,
         deadline_ns: int | None = None,
+        component_times: bool = False,
     ) -> RouterReply:
         """Send one request; ``config`` overrides the active configuration for it alone;
-        ``deadline_ns`` (ns since the epoch) lets admission judge it."""
+        ``deadline_ns`` (ns since the epoch) lets admission judge it; ``component_times`` asks
+        for each component model's wall time (the reply's component_ms)."""
         tensor = request_tensor(request)
         parameters: dict[str, Any] = {}
         if config:
             parameters[OVERRIDE_PARAMETER] = config_key(config)
         if deadline_ns is not None:
             parameters[DEADLINE_PARAMETER] = int(deadline_ns)
+        if component_times:
+            parameters[COMPONENT_TIMES_PARAMETER] = True
         started = time.perf_counter()
         try:
             response = self.client.infer(
@@ -213,7 +224,17 @@ class TritonRouter:
             raise self._unreachable(error) from error
         latency = time.perf_counter() - started
         result, served_by = read_reply(response)
-        return RouterReply(result=result, config=served_by, latency_s=latency)
+        times = (
+            result.pop(COMPONENT_TIMES_KEY, None)
+            if component_times and isinstance(result, dict)
+            else None
+        )
+        return RouterReply(
+            result=result,
+            config=served_by,
+            latency_s=latency,
+            component_ms=None if times is None else component_times_of(times, self.url),
+        )
 
     def model_config(self) -> dict[str, Any]:
         """The router's model config (Triton's JSON form)."""
@@ -303,6 +324,20 @@ def read_reply(response: Any) -> tuple[dict[str, Any], str]:
     """The router's outputs: the pipeline's result and the configuration that served it."""
     result: dict[str, Any] = json.loads(_text(response.as_numpy("RESULT")))
     return result, _text(response.as_numpy("CONFIG"))
+
+
+def component_times_of(times: Any, url: str) -> dict[str, float]:
+    """The router's component times as {model: ms}; RoutingError naming the server if they
+    are not that (a router older than this client, or a pipeline that wrote the key)."""
+    if not isinstance(times, dict) or not all(
+        isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+        for k, v in times.items()
+    ):
+        raise RoutingError(
+            f"Triton at {url}: {COMPONENT_TIMES_KEY} is not {{model: ms}} ({str(times)[:80]}); "
+            "is the router's model.py this operator's?"
+        )
+    return {k: float(v) for k, v in times.items()}
 
 
 def _text(array: Any) -> str:

@@ -315,13 +315,34 @@ def stage_shares(
     profiles: Sequence[LatencyProfile],
     stages: Sequence[Sequence[str]],
     prior_shares: Sequence[float] | None = None,
+    components: Sequence[str] | None = None,
 ) -> list[tuple[float, ...]]:
-    """Each profile's share of its time at each stage (``fit_stage_times`` over their sum), so
-    a configuration's stages always add up to its own measured time."""
-    return [
-        tuple(t / sum(times) for t in times)
-        for times in fit_stage_times(profiles, stages, prior_shares)
-    ]
+    """Each profile's share of its time at each stage, so a configuration's stages always add
+    up to its own measured time: by its measured component times where every profile has one
+    for each stage's component (``components``, in stage order; the time outside them, the
+    router's own, goes to the stages pro rata), else by ``fit_stage_times``."""
+    measured = measured_stage_times(profiles, components)
+    times_of = measured or fit_stage_times(profiles, stages, prior_shares)
+    return [tuple(t / sum(times) for t in times) for times in times_of]
+
+
+def measured_stage_times(
+    profiles: Sequence[LatencyProfile], components: Sequence[str] | None
+) -> list[tuple[float, ...]] | None:
+    """Each profile's measured time at each stage's component, or None unless every profile
+    measured every component with some time in all (a split needs all of them)."""
+    if not components:
+        return None
+    rows = []
+    for profile in profiles:
+        times = profile.component_ms
+        if times is None or any(model not in times for model in components):
+            return None
+        row = tuple(float(times[model]) for model in components)
+        if sum(row) <= 0:
+            return None
+        rows.append(row)
+    return rows
 
 
 def stage_plan(
@@ -330,13 +351,21 @@ def stage_plan(
     quantile: float = 0.5,
     prior_shares: Sequence[float] | None = None,
     admission_quantile: float = 0.5,
+    components: Sequence[str] | None = None,
 ) -> StagePlan:
     """The plan for these profiles: each configuration's time at ``quantile`` split over the
-    stages by ``stage_shares`` (rag-sim's: ``RAG_SIM_STAGE_PARAMS``, ``RAG_SIM_SHARES``)."""
+    stages by ``stage_shares`` (rag-sim's: ``RAG_SIM_STAGE_PARAMS``, ``RAG_SIM_SHARES``; by the
+    measured times of ``components``, one a stage, where the profiles carry them)."""
     for field, value in (("quantile", quantile), ("admission_quantile", admission_quantile)):
         if not 0 < value < 1:
             raise BindingError(field, f"{value!r} is not in (0, 1)", "give e.g. 0.5")
-    shares = stage_shares(profiles, stages, prior_shares)
+    if components is not None and len(components) != len(stages):
+        raise BindingError(
+            "components",
+            f"{len(components)} component models for {len(stages)} stages",
+            "name the model each stage calls, in stage order",
+        )
+    shares = stage_shares(profiles, stages, prior_shares, components)
     names = [n for stage in stages for n in stage]
     configs = tuple(
         BindableConfig(

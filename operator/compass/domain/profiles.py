@@ -38,6 +38,9 @@ FloatArray = npt.NDArray[np.float64]
 MEAN_FIELD = "latency_mean_ms"
 PERCENTILE_FIELDS = {50.0: "latency_p50_ms", 95.0: "latency_p95_ms", 99.0: "latency_p99_ms"}
 STD_FIELD = "latency_std_ms"
+# Each component model's mean time (optional; profiling asks the router for it).
+COMPONENT_FIELD = "component_ms"
+MAX_COMPONENTS = 16
 # Bisection steps when matching the standard deviation: 60 halvings reach float precision.
 _BISECTION_STEPS = 60
 # Cumulative probabilities are kept this far from 0 and 1, where the normal score is infinite.
@@ -181,6 +184,9 @@ class LatencyProfile:
     p99_ms: float | None = None
     std_ms: float | None = None
     capacity: CapacityCurve | None = None
+    # Each component model's mean wall time at idle (ms), as the router times its calls: what
+    # late binding splits the configuration's time by, where measured.
+    component_ms: Mapping[str, float] | None = None
 
     @cached_property
     def key(self) -> str:
@@ -231,6 +237,9 @@ class LatencyProfile:
             p99_ms=times(self.p99_ms),
             std_ms=times(self.std_ms),
             capacity=None if self.capacity is None else self.capacity.scaled(factor),
+            component_ms=None
+            if self.component_ms is None
+            else {model: ms * factor for model, ms in self.component_ms.items()},
         )
 
     @cached_property
@@ -377,7 +386,32 @@ def parse_profile(entry: object, where: str) -> LatencyProfile:
         p99_ms=p99,
         std_ms=std,
         capacity=capacity,
+        component_ms=_component_times(entry.get(COMPONENT_FIELD), f"{where}.{COMPONENT_FIELD}"),
     )
+
+
+def _component_times(value: object, where: str) -> dict[str, float] | None:
+    """A profile's component times ({model: mean ms}), checked; None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not value:
+        raise ProfileError(
+            where,
+            f"{value!r} is not an object of model: ms",
+            'give e.g. {"retriever": 12.5, "generator": 310.0}, or leave it out',
+        )
+    if len(value) > MAX_COMPONENTS:
+        raise ProfileError(
+            where, f"{len(value)} component models", f"give at most {MAX_COMPONENTS}"
+        )
+    times: dict[str, float] = {}
+    for model in value:
+        if not isinstance(model, str) or not model:
+            raise ProfileError(where, f"{model!r} is not a model name", "name each model")
+        ms = _number(value, model, where, required=True, positive=False)
+        assert ms is not None
+        times[model] = ms
+    return times
 
 
 def parse_profiles(data: object, source: str = "profiles") -> tuple[LatencyProfile, ...]:

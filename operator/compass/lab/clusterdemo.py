@@ -34,6 +34,7 @@ from compass.controllers import kubeapi
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.ledgerchunks import CHUNK_OF_LABEL
 from compass.conversion import admission_rule, elastico_settings, latency_profiles
+from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.triton import TritonRouter
 from compass.domain.admission import Admission
 from compass.domain.arrivals import SPIKE_FACTOR, Scenario
@@ -219,8 +220,9 @@ def status_ticks(
     scale: float,
 ) -> tuple[Tick, ...]:
     """Timeline ticks from the policy's status read during a run (sample times scaled, from the
-    load's start; the last sample before it gives the state at 0). The queue depth is the one
-    the operator last wrote; the observed rate is the load's own over OBSERVED_WINDOW_S."""
+    load's start; the last sample before it gives the state at 0). The queue depth is the
+    sample's (_Sampler: Triton's at the sample); the observed rate is the load's own over
+    OBSERVED_WINDOW_S."""
     sent = np.sort(np.asarray(sent_s, dtype=np.float64))
     started = [i for i, (at, _) in enumerate(samples) if at < 0]
     kept = samples[started[-1] :] if started else samples
@@ -627,11 +629,14 @@ def _climbed(kube: Kube, name: str) -> int | None:
 
 @dataclass
 class _Sampler:
-    """Reads the policy's status every SAMPLE_EVERY_S while a run's load goes through."""
+    """Reads the policy's status every SAMPLE_EVERY_S while a run's load goes through, with
+    the router's queue read from Triton then (the status writes the queue it saw only with a
+    switch or at its heartbeat, so that policies under load do not write every tick)."""
 
     kube: Kube
     name: str
     origin: float
+    queue: TritonQueueDepth
     samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -639,6 +644,7 @@ class _Sampler:
         while not self.stop.is_set():
             with contextlib.suppress(Exception):  # a missed sample is a gap, not a failure
                 status = self.kube.status(POLICY_PLURAL, self.name)
+                status["lastQueueDepth"] = self.queue.queue_depth()
                 self.samples.append((time.monotonic() - self.origin, status))
             self.stop.wait(SAMPLE_EVERY_S)
 
@@ -667,7 +673,9 @@ def _serve_three_ways(
         started = time.monotonic()
         # serve() waits SETTLE_S after its switch before the load's clock starts: the status
         # samples share the load's origin to a few ms.
-        sampler = _Sampler(kube, name, started + SETTLE_S)
+        sampler = _Sampler(
+            kube, name, started + SETTLE_S, TritonQueueDepth(triton.metrics_url, timeout_s=0.5)
+        )
         thread = threading.Thread(target=sampler.run, daemon=True)
         thread.start()
         try:

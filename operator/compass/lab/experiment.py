@@ -255,6 +255,11 @@ def serve(
 RUNS = ("fastest", "accurate", "policy", "policy+adm")
 # The run whose requests carry deadlines and whose routers judge them (admission at dispatch).
 ADMITTED_RUN = "policy+adm"
+# Late binding (issue 43): every request carries its deadline and every router binds it stage
+# by stage from the table it was given; no policy loop (the table's rate limits are its slow
+# loop, and a request with a deadline never reads the active configuration).
+BINDING_RUN = "binding"
+EVERY_RUN = (*RUNS, BINDING_RUN)
 
 
 def serve_each(
@@ -273,10 +278,12 @@ def serve_each(
     replicas: Sequence[int] | None = None,
     admission: Mapping[str, Any] | None = None,
     admitted_policy: Policy | None = None,
+    binding: Mapping[str, Any] | None = None,
 ) -> Iterator[tuple[str, LiveRun]]:
-    """The arrivals on the fastest, the most accurate, then with the policy, and with
+    """The arrivals on the fastest, the most accurate, then with the policy, with
     ``admitted_policy`` (default: the policy) and ``admission`` (the routers' table,
-    ``policy+adm``); each run as it ends."""
+    ``policy+adm``), and bound stage by stage from ``binding`` (the routers' late-binding
+    table, ``binding``); each run as it ends."""
     # The policies start from the fastest eligible member; ``labels`` picks which runs to make.
     first = plan.eligible[0]
     starts = {
@@ -284,14 +291,19 @@ def serve_each(
         "accurate": len(plan.thresholds) - 1,
         "policy": first,
         ADMITTED_RUN: first,
+        BINDING_RUN: first,
     }
-    for label in (label for label in RUNS if label in labels):
+    for label in (label for label in EVERY_RUN if label in labels):
         admitted = label == ADMITTED_RUN
+        bound = label == BINDING_RUN
         if admitted and admission is None:
             raise ValueError(f"the {ADMITTED_RUN} run needs the routers' admission table")
+        if bound and binding is None:
+            raise ValueError(f"the {BINDING_RUN} run needs the routers' late-binding table")
         deciding = (admitted_policy or policy) if admitted else policy
         loop = LiveLoop(deciding, queue, router) if label.startswith("policy") else None
         router.admission = admission if admitted else None
+        router.binding = binding if bound else None
         try:
             run = serve(
                 router,
@@ -305,8 +317,9 @@ def serve_each(
                 time_scale=time_scale,
                 offered_qps=offered_qps,
                 replicas=replicas,
-                deadlines=admitted,
+                deadlines=admitted or bound,
             )
         finally:
             router.admission = None
+            router.binding = None
         yield label, run
