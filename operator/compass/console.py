@@ -128,6 +128,15 @@ def describe_rate(progress: Progress, elapsed_s: float) -> str:
     return f"{rate:,.1f} eval/s  ETA <= {_duration(left)}"
 
 
+def describe_work_rate(done: int, total: int, elapsed_s: float, unit: str = "configs") -> str:
+    """What ``done`` of ``total`` in ``elapsed_s`` gives: units per minute and the ETA at that
+    rate (the profiling's progress, as describe_rate is the search's)."""
+    if elapsed_s <= 0 or done <= 0:
+        return f"-- {unit}/min"
+    rate = done / elapsed_s
+    return f"{rate * 60:,.2f} {unit}/min  ETA {_duration(max(total - done, 0) / rate)}"
+
+
 def _duration(seconds: float) -> str:
     """A duration as h:mm:ss or m:ss."""
     whole = round(seconds)

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from ragsim import ACCURATE, FASTEST, TIME_SCALE
+from ragsim import ACCURATE, FASTEST, TIME_SCALE, rag_sim_server
 
 from compass.commands.main import main
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalTriton
+from compass.lab.scenarios import PAPER_FRONT
 
 
 def _expected_mean_ms(data: dict[str, object], config: dict[str, object]) -> float:
@@ -154,3 +156,61 @@ def test_a_screening_verdict_is_rechecked_against_the_full_measurement(
     assert [p["measurement_runs"] for p in document["profiles"]] == [30, 30]
     assert document["metadata"]["screened_out"] == 0
     assert seen[-1] == (4, 4)
+
+
+@pytest.fixture(scope="module")
+def second_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """A second tritonserver serving rag-sim: the profiling's second pod."""
+    with rag_sim_server(tmp_path_factory.mktemp("triton-2")) as server:
+        yield server
+
+
+def _router_requests(router: TritonRouter) -> int:
+    """How many requests this server's router model has served (Triton's own statistics)."""
+    stats = router.client.get_inference_statistics(model_name=router.model, as_json=True)
+    return sum(int(m.get("inference_count", 0)) for m in stats.get("model_stats", []))
+
+
+def test_profiling_over_two_servers_measures_each_configuration_on_one_of_them(
+    triton: LocalTriton,
+    second_triton: LocalTriton,
+    rag_sim_data: dict[str, object],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`compass profile --triton A,B`: every configuration measured once, on one server alone
+    (each server's own request count is its configurations' warm-up and measured requests,
+    nothing of the other's), both servers busy, the means rag-sim's, and the profiles in the
+    result's order with the server that measured each."""
+    configs = list(PAPER_FRONT)
+    accuracies = [0.8, 0.82, 0.84, 0.86]
+    feasible = [{"config": c, "accuracy": a} for c, a in zip(configs, accuracies, strict=True)]
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"feasible": feasible}))
+    servers = {s.grpc_url: TritonRouter(s.grpc_url) for s in (triton, second_triton)}
+    before = {url: _router_requests(r) for url, r in servers.items()}
+    output = tmp_path / "profiles.json"
+    addresses = ",".join(servers)
+    flags = ["--warmup", "2", "--runs", "20", "--max-seconds", "120"]
+    code = main(
+        ["profile", "--triton", addresses, "--result", str(result), *flags, "--output", str(output)]
+    )
+    assert code == 0, capsys.readouterr().err
+    document = json.loads(output.read_text())
+    profiles = document["profiles"]
+    assert [p["config"] for p in profiles] == configs
+    assert [p["accuracy"] for p in profiles] == accuracies
+    measured_on = [p["pod"] for p in profiles]
+    assert set(measured_on) == set(servers)
+    for url, client in servers.items():
+        served = _router_requests(client) - before[url]
+        client.close()
+        assert served == 22 * measured_on.count(url)
+    for entry in profiles:
+        expected = _expected_mean_ms(rag_sim_data, entry["config"])
+        assert expected * 0.85 <= entry["latency_mean_ms"] <= expected + 15
+    out = capsys.readouterr().out
+    assert "on 2 pod(s)" in out
+    assert [p["measured"] for p in document["metadata"]["pods"]] == [
+        measured_on.count(url) for url in sorted(servers)
+    ]

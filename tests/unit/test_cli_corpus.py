@@ -38,6 +38,7 @@ LIVE = [*SPACE, "--command", "true", "--samples", "10"]
 REPLAY = ["--replay", "replay.jsonl"]
 POLICY = ["--policy", "policy.yaml"]
 TRITON = ["--triton", "localhost:1"]
+RESULT_OUTPUT = ["--result", "result.json", "--output", "p.json"]
 METRICS = ["--metrics", "http://localhost:2/metrics"]
 
 
@@ -546,6 +547,16 @@ CASES = [
         "profile-runs-huge",
         ["profile", *TRITON, "--result", "result.json", "--output", "p.json", "--runs", HUGE],
         "--runs",
+    ),
+    Case(
+        "profile-max-seconds-zero",
+        ["profile", *TRITON, "--result", "result.json", "--output", "p.json", "--max-seconds", "0"],
+        "--max-seconds",
+    ),
+    Case(
+        "profile-second-address-bad",
+        ["profile", "--triton", "localhost:1,localhost:99999999", *RESULT_OUTPUT],
+        "--triton",
     ),
     Case("load-samples", ["load", *TRITON, "--samples", "0"], "--samples"),
     Case("load-tls-cert-alone", ["load", *TRITON, "--triton-cert", "c.pem"], "--triton-key"),

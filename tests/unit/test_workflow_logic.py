@@ -24,6 +24,8 @@ from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
     DEFAULT_SEARCH_RESOURCES,
     LEDGER_KEY,
+    PROFILE_PARTIAL_KEY,
+    PROFILE_PROGRESS_KEY,
     PROFILES_KEY,
     PROGRESS_KEY,
     RESULT_KEY,
@@ -193,6 +195,21 @@ def test_a_new_tau_reuses_the_recorded_scores_only() -> None:
 def test_new_profiling_settings_reuse_the_result_but_profile_again() -> None:
     seed = seed_state(_spec(**{"profiling.measuredRuns": 9}), 2, {1: _state(_spec(), **FULL)})
     assert (seed.ledger_from, seed.result_from, seed.profiles_from) == (1, 1, None)
+
+
+def test_a_raised_profiling_bound_keeps_the_measurements_with_a_new_clock() -> None:
+    """A profiling stopped at maxSeconds left its measurements: the generation that raises the
+    bound starts from them (not measuring them again), its own bound counting from its start;
+    another profiling setting measures everything again."""
+    partial = {"started_unix": 1000.0, "entries": {"full|{}": {"latency_mean_ms": 5.0}}}
+    stopped = {k: v for k, v in FULL.items() if k != PROFILES_KEY}
+    stopped[PROFILE_PARTIAL_KEY] = json.dumps(partial)
+    old = _spec(**{"profiling.maxSeconds": 60})
+    seed = seed_state(_spec(**{"profiling.maxSeconds": 600}), 2, {1: _state(old, **stopped)})
+    assert seed.profiles_from is None
+    assert json.loads(seed.data[PROFILE_PARTIAL_KEY]) == {"entries": partial["entries"]}
+    other = seed_state(_spec(**{"profiling.measuredRuns": 9}), 2, {1: _state(old, **stopped)})
+    assert PROFILE_PARTIAL_KEY not in other.data
 
 
 def test_another_dataset_starts_from_nothing() -> None:
@@ -501,6 +518,37 @@ def test_the_profiling_job_reports_its_capacity_curves_in_the_profiled_condition
     # The same progress again changes nothing.
     again = _observe(Phase.PROFILING, state, profile=job, conditions=step.status.conditions)
     assert decide(again, NOW).status is None
+
+
+def test_the_profiling_job_reports_done_total_pods_and_eta_in_the_profiled_condition() -> None:
+    """While the Job profiles over its pods, Profiled says what it measures, how far, on how
+    many pods, at what rate and ETA, against its bound; stopped at the bound, it says why."""
+    progress = {
+        "phase": "latency",
+        "done": 4,
+        "total": 10,
+        "pods": 2,
+        "rate": "2.00 configs/min  ETA 3:00",
+        "elapsed_s": 120.0,
+        "max_seconds": 600,
+    }
+    state = {RESULT_KEY: _result([BEST], [BEST]), PROFILE_PROGRESS_KEY: json.dumps(progress)}
+    job = JobView("rag-profile-g1", active=1)
+    step = decide(_observe(Phase.PROFILING, state, profile=job), NOW)
+    assert step.status is not None
+    profiled = find_condition(step.status.conditions, "Profiled")
+    assert profiled is not None
+    assert profiled.status == "Unknown"
+    assert profiled.message == (
+        "measuring latency: 4 of 10 on 2 pod(s), 2.00 configs/min ETA 3:00; 120.0 s of 600 s"
+    )
+    stopped = {"phase": "stopped", "pods": 2, "message": "profiling stopped at its bound"}
+    state[PROFILE_PROGRESS_KEY] = json.dumps(stopped)
+    step = decide(_observe(Phase.PROFILING, state, profile=job), NOW)
+    assert step.status is not None
+    profiled = find_condition(step.status.conditions, "Profiled")
+    assert profiled is not None
+    assert profiled.message == "profiling stopped at its bound"
 
 
 def _profiles(*entries: tuple[dict[str, Any], float, float, float]) -> str:
@@ -874,16 +922,22 @@ def test_a_generations_role_may_only_get_and_patch_its_own_state_and_create_conf
     role = build_job_role(stored, spec)
     name = "rag-search-g1"
     assert role["metadata"]["name"] == name
-    by_name, create, replayed = role["rules"]
+    by_name, create, slices, replayed = role["rules"]
     assert by_name["verbs"] == ["get", "patch"]
     assert by_name["resources"] == ["configmaps"]
     assert by_name["resourceNames"] == [name] + [f"{name}-c{i}" for i in range(1, MAX_CHUNKS + 1)]
     # RBAC cannot narrow create by name: a rule of its own, on configmaps only.
     assert create == {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}
+    # The profiling lists the Service's EndpointSlices (its ready pods), and may change none.
+    assert slices == {
+        "apiGroups": ["discovery.k8s.io"],
+        "resources": ["endpointslices"],
+        "verbs": ["list"],
+    }
     # The replay evaluator's ledger (the spec's replayConfigMap) may be read, by name, only.
     assert replayed["verbs"] == ["get"]
     assert replayed["resourceNames"] == state_names("ledger")
-    assert job_rules(name) == [by_name, create]  # other evaluators read no ledger
+    assert job_rules(name) == [by_name, create, slices]  # other evaluators read no ledger
     binding = build_job_role_binding(stored, "compass-job")
     assert binding["roleRef"]["name"] == name
     assert binding["subjects"] == [

@@ -60,8 +60,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* What the operator does in the namespaces it watches, and nothing more: kopf's handlers on
 the two compass.io resources, the search and profiling Jobs with their state ConfigMaps, the Jobs'
 pods (read only), events, and the Jobs' ServiceAccount with its Role and RoleBinding. That Role
-only grants configmaps get/patch/create, which the operator holds itself, so neither `escalate` nor
-`bind` is needed. The generated ParetoPolicy is server-side applied (patch, and create when it is
+only grants configmaps get/patch/create and endpointslices list, which the operator holds itself,
+so neither `escalate` nor `bind` is needed. The generated ParetoPolicy is server-side applied (patch, and create when it is
 new), never replaced: no `update`. Used by the ClusterRole (cluster mode) and by each Role
 (namespaced mode). */}}
 {{- define "compass-operator.rules" -}}

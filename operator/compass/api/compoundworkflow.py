@@ -418,6 +418,17 @@ class Profiling(CamelModel):
     active_deadline_seconds: Annotated[
         int, Field(ge=1, description="The profiling Job's deadline.")
     ] = 3600
+    max_seconds: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            description="A bound on the profiling's wall time, from its first pod's start "
+            "(retries included): past it the Job stops with a message saying how far it got, "
+            "and the workflow fails with it. Measurements already made are kept: with this "
+            "raised, the next profiling does not measure them again. Unset: only the Job's "
+            "activeDeadlineSeconds bounds it.",
+        ),
+    ] = None
 
 
 class TritonEndpoint(CamelModel):

@@ -28,19 +28,27 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType, Profiling
-from compass.console import describe_rate
+from compass.console import describe_rate, describe_work_rate
 from compass.controllers import kubeapi, metricsauth
 from compass.controllers.builders import (
-    CURVE_PROGRESS_KEY,
     LEDGER_KEY,
+    PARTIAL_STARTED_FIELD,
+    PROFILE_PARTIAL_KEY,
+    PROFILE_PROGRESS_KEY,
     PROFILES_KEY,
     PROGRESS_KEY,
     RESULT_KEY,
     SPEC_KEY,
     build_ledger_chunk,
+    routing_target,
     triton_address,
 )
 from compass.controllers.conditions import one_line
+from compass.controllers.endpoints import (
+    PortError,
+    ready_endpoints,
+    slice_entries,
+)
 from compass.controllers.ledgerchunks import (
     BUDGET,
     FLUSH_INTERVAL_S,
@@ -61,10 +69,13 @@ from compass.controllers.ledgerchunks import (
     text_limit,
 )
 from compass.controllers.workflow_plan import ladder_budget_ms
+from compass.dataplane.fleet import Endpoint
+from compass.dataplane.podpool import PodPool, ProfilingTimeLimitError, TimeLimit
 from compass.dataplane.profiler import (
     CurveSettings,
     ProfileSettings,
     measure_curve,
+    pod_summary,
     profile_configurations,
 )
 from compass.dataplane.triton import GrpcTls, TritonRouter
@@ -79,7 +90,7 @@ from compass.domain.search import (
     complete_feasible,
     search,
 )
-from compass.domain.space import Space
+from compass.domain.space import Space, config_key
 from compass.domain.statistics import IntervalMethod
 from compass.evaluators.concurrency import ThreadRunner
 from compass.evaluators.factory import ScoreSource, make_evaluator, make_runner
@@ -96,6 +107,8 @@ BACKOFF_CAP_S = 15.0
 _MERGE_PATCH = "application/merge-patch+json"
 # The search's clock for its writes (FlushClock): a test sets its own.
 monotonic = time.monotonic
+# The profiling's clock for its maxSeconds, which counts across its pods' retries.
+wall_clock = time.time
 
 
 class StateStoreError(Exception):
@@ -247,8 +260,9 @@ class StateStore:
         self._opened = True
         return ledger_text(found, limit)
 
-    def write(self, data: Mapping[str, str]) -> None:
-        """Patch these keys of the state (and delete the chunks merged out of it)."""
+    def write(self, data: Mapping[str, str | None]) -> None:
+        """Patch these keys of the state, a None deleting its key (and delete the chunks
+        merged out of it)."""
         self._patch(self.name, {"data": dict(data), **self._deletions()})
         self._moved = []
 
@@ -545,33 +559,182 @@ def run_search(state_name: str, namespace: str) -> int:
     return 0
 
 
+def profiling_pods(
+    spec: CompoundWorkflowSpec, namespace: str, api: Any = None
+) -> tuple[list[Endpoint], str]:
+    """The Triton pods the profiling measures on, each one configuration at a time, and where
+    they came from: the operator's override (comma-separated addresses), else the ready pods of
+    the Service's EndpointSlices (the addresses its Service would spread the Job's requests
+    over), else the Service's one address (in another namespace, or its slices unreadable)."""
+    override = os.environ.get("COMPASS_TRITON_ADDRESS")
+    if override:
+        addresses = list(dict.fromkeys(a.strip() for a in override.split(",") if a.strip()))
+        return [Endpoint(a, a) for a in addresses], "COMPASS_TRITON_ADDRESS"
+    workflow = {"metadata": {"namespace": namespace}}
+    address = triton_address(workflow, spec)
+    service = routing_target(workflow, spec).service
+    one = [Endpoint(address, address)]
+    if service is None:
+        return one, f"Service {address}, in another namespace: its pods are not listed"
+    try:
+        slices = kubeapi.list_endpoint_slices(api or kubeapi.load_client(), namespace, service)
+        pods = ready_endpoints([slice_entries(s) for s in slices], spec.triton.grpc_port, None)
+    except PortError as error:
+        return one, f"Service {address}: {error}"
+    except kubeapi.ERRORS as error:
+        reason = kubeapi.describe(error)
+        return one, f"Service {address}: its EndpointSlices could not be read ({reason})"
+    if not pods:
+        return one, f"Service {address}: its EndpointSlices list no ready pod"
+    return list(pods), f"the ready pods of Service {service}"
+
+
+class ProfileReporter:
+    """The profiling's progress in the state (for the workflow's status) and the Job's log, and
+    its measurements so far (for a retried pod to resume from), written as each one ends."""
+
+    def __init__(self, store: StateStore, partial: dict[str, Any], limit: TimeLimit, pods: int):
+        self.store = store
+        self.partial = partial
+        self.limit = limit
+        self.pods = pods
+        self.lock = threading.Lock()
+        self.phase = "latency"
+        self.started = monotonic()
+        self.done_at_start: int | None = None  # what this pod reused: its rate counts the rest
+
+    def entry(self, key: str, entry: dict[str, Any]) -> None:
+        """A configuration's latency measured (written with the progress that follows)."""
+        self.partial.setdefault("entries", {})[key] = entry
+
+    def curve(self, key: str, measured: dict[str, Any]) -> None:
+        """A capacity curve measured (written with the progress that follows)."""
+        self.partial.setdefault("curves", {})[key] = measured
+
+    def progress(self, done: int, total: int, **extra: Any) -> None:
+        """done of total in the current phase: to the state and the log."""
+        with self.lock:
+            if self.done_at_start is None:
+                self.done_at_start = done
+            unit = "curves" if self.phase == "capacity" else "configs"
+            rate = describe_work_rate(
+                done - self.done_at_start,
+                total - self.done_at_start,
+                monotonic() - self.started,
+                unit,
+            )
+            bound = "" if self.limit.max_seconds is None else f" of {self.limit.max_seconds:g}"
+            document = {
+                "phase": self.phase,
+                "done": done,
+                "total": total,
+                "pods": self.pods,
+                "rate": rate,
+                "elapsed_s": round(self.limit.elapsed(), 1),
+                "max_seconds": self.limit.max_seconds,
+                **extra,
+            }
+            self.store.write(
+                {
+                    PROFILE_PROGRESS_KEY: json.dumps(document),
+                    PROFILE_PARTIAL_KEY: json.dumps(self.partial),
+                }
+            )
+            print(
+                f"profiling: {self.phase} {done}/{total} on {self.pods} pod(s), {rate}, "
+                f"{self.limit.elapsed():.0f}{bound} s",
+                flush=True,
+            )
+
+    def next_phase(self, phase: str) -> None:
+        """The capacity curves start: their rate is their own."""
+        with self.lock:
+            self.phase, self.started, self.done_at_start = phase, monotonic(), None
+
+    def stopped(self, message: str) -> None:
+        """The time limit passed: the status says so, the measurements so far are kept."""
+        document = {"phase": "stopped", "pods": self.pods, "message": message}
+        with self.lock:
+            self.store.write(
+                {
+                    PROFILE_PROGRESS_KEY: json.dumps(document),
+                    PROFILE_PARTIAL_KEY: json.dumps(self.partial),
+                }
+            )
+
+
+def _partial(state: Mapping[str, str]) -> dict[str, Any]:
+    """The measurements an earlier pod of this profiling made (none if unreadable)."""
+    try:
+        partial = json.loads(state.get(PROFILE_PARTIAL_KEY) or "{}")
+    except ValueError:
+        return {}
+    return partial if isinstance(partial, dict) else {}
+
+
 def run_profile(state_name: str, namespace: str) -> int:
-    """Profile the search's feasible configurations through the router; with the measured
-    threshold model, then the capacity curve of each configuration on the front."""
+    """Profile the search's feasible configurations through the router, over every ready pod
+    of the Service (each pod one configuration at a time); with the measured threshold model,
+    then the capacity curve of each configuration on the front. Measurements already in the
+    state (a pod retried) are not made again; past spec.profiling.maxSeconds it stops."""
 
     store = StateStore(state_name, namespace)
     state = store.read()
     spec = CompoundWorkflowSpec.model_validate_json(state[SPEC_KEY])
     result: dict[str, Any] = json.loads(state[RESULT_KEY])
     configs = [(entry["config"], entry["accuracy"]) for entry in result["feasible"]]
-    workflow = {"metadata": {"namespace": namespace}}
-    address = os.environ.get("COMPASS_TRITON_ADDRESS") or triton_address(workflow, spec)
-    router = TritonRouter(address, model=spec.triton.router_model, tls=triton_tls(spec, namespace))
+    pods, source = profiling_pods(spec, namespace)
+    tls = triton_tls(spec, namespace)
+    routers = {
+        pod.name: TritonRouter(pod.grpc_url, model=spec.triton.router_model, tls=tls)
+        for pod in pods
+    }
+    partial = _partial(state)
+    started = float(partial.setdefault(PARTIAL_STARTED_FIELD, wall_clock()))
+    limit = TimeLimit(spec.profiling.max_seconds, "spec.profiling.maxSeconds", started, wall_clock)
+    pool: PodPool[Any, Any] = PodPool(routers, limit)
+    reporter = ProfileReporter(store, partial, limit, len(routers))
+    known = dict(partial.get("entries") or {})
+    print(
+        f"profiling {len(configs)} configurations on {len(routers)} pod(s) ({source}); "
+        f"{len(known)} measurements reused",
+        flush=True,
+    )
     size = spec.evaluation.dataset.size
 
     def payload(index: int) -> dict[str, Any]:
         return {"sample": index % size}
 
-    document = profile_configurations(
-        router,
-        configs,
-        ProfileSettings(spec.profiling.warmup_runs, spec.profiling.measured_runs),
-        payload,
+    try:
+        # The status says how far it is from the start (a configuration can take minutes).
+        reporter.progress(min(len(known), len(configs)), len(configs))
+        document = profile_configurations(
+            pool,
+            configs,
+            ProfileSettings(spec.profiling.warmup_runs, spec.profiling.measured_runs),
+            payload,
+            reporter.progress,
+            known=known,
+            measured=reporter.entry,
+        )
+        if spec.serving.threshold_model is ThresholdModel.MEASURED:
+            document = _with_curves(pool, spec, document, payload, reporter)
+    except ProfilingTimeLimitError as error:
+        reporter.stopped(str(error))
+        raise
+    finally:
+        for router in routers.values():
+            router.close()
+    document["metadata"]["pods"] = pod_summary(pool)
+    done = {"phase": "done", "pods": len(routers), "elapsed_s": round(limit.elapsed(), 1)}
+    store.write(
+        {
+            PROFILES_KEY: json.dumps(document),
+            PROFILE_PROGRESS_KEY: json.dumps(done),
+            PROFILE_PARTIAL_KEY: None,
+        }
     )
-    if spec.serving.threshold_model is ThresholdModel.MEASURED:
-        document = _with_curves(store, router, spec, document, payload)
-    store.write({PROFILES_KEY: json.dumps(document)})
-    print(f"profiled {len(configs)} configurations")
+    print(f"profiled {len(configs)} configurations in {limit.elapsed():.0f} s")
     return 0
 
 
@@ -588,60 +751,80 @@ def curve_settings(profiling: Profiling) -> CurveSettings:
 
 
 def _with_curves(
-    store: StateStore,
-    router: Any,
+    pool: PodPool[Any, Any],
     spec: CompoundWorkflowSpec,
     document: dict[str, Any],
     payload: Callable[[int], dict[str, Any]],
+    reporter: ProfileReporter,
 ) -> dict[str, Any]:
     """The profiles with a capacity curve on every member of the front (the others cannot be
-    served by the policy, so their curves would buy nothing)."""
+    served by the policy, so their curves would buy nothing): each curve measured on whichever
+    pod is free, one curve a pod at a time, and named with that pod (``capacity_pod``; the
+    planner's thresholds are per server, so one pod's curve is what it reads)."""
 
     profiles = parse_profiles(document)
     front = pareto_front(profiles, spec.slo.percentile).members
     on_front = {profile.key for profile in front}
     settings = curve_settings(spec.profiling)
     entries = document["profiles"]
-    done = 0
-    for entry, profile in zip(entries, profiles, strict=True):
-        if profile.key not in on_front:
-            continue
+    members = [
+        (entry, profile)
+        for entry, profile in zip(entries, profiles, strict=True)
+        if profile.key in on_front
+    ]
+    stored: dict[str, Any] = reporter.partial.get("curves") or {}
+    missing = []
+    for entry, profile in members:
+        key = config_key(profile.config)
+        if key in stored:
+            entry["capacity"], entry["capacity_pod"] = stored[key]["capacity"], stored[key]["pod"]
+        else:
+            missing.append((entry, profile))
+    reporter.next_phase("capacity")
+    done = len(members) - len(missing)
+    pool.limit.done, pool.limit.total = done, len(members)
+    reporter.progress(done, len(members))
 
-        def progress(point: CurvePoint, name: str = profile.name, done: int = done) -> None:
-            store.write(
-                {
-                    CURVE_PROGRESS_KEY: json.dumps(
-                        {
-                            "curves_done": done,
-                            "curves_total": len(front),
-                            "configuration": name,
-                            "offered_qps": round(point.offered_qps, 3),
-                            "p95_ms": round(point.latency_at(95), 1),
-                        }
-                    )
-                }
+    def measure(router: TritonRouter, member: tuple[dict[str, Any], Any]) -> Any:
+        profile = member[1]
+
+        def point(measured: CurvePoint) -> None:
+            print(
+                f"capacity of {profile.name} on {router.url}: {measured.offered_qps:.3f}/s, "
+                f"p95 {measured.latency_at(95):.1f} ms",
+                flush=True,
             )
 
-        curve = measure_curve(
+        return measure_curve(
             router,
             profile.config,
             profile.mean_ms,
             spec.serving.router_instances,
             payload,
             settings,
-            progress,
+            point,
             idle_p95_ms=profile.latency_at(95.0),
             slo_ms=ladder_budget_ms(spec),
             percentile=spec.slo.percentile,
+            check=pool.limit.check,
         )
-        entry["capacity"] = curve.to_json()
+
+    def finished(index: int, pod: str, curve: Any) -> None:
+        nonlocal done
+        entry, profile = missing[index]
+        entry["capacity"], entry["capacity_pod"] = curve.to_json(), pod
+        reporter.curve(config_key(profile.config), {"capacity": entry["capacity"], "pod": pod})
         done += 1
+        pool.limit.done = done
         drain = (
             f"drains {curve.saturation_qps:.2f}/s saturated"
             if curve.saturated
             else f"never saturated (served {curve.saturation_qps:.2f}/s, a lower bound)"
         )
-        print(f"capacity of {profile.name}: {drain}")
+        print(f"capacity of {profile.name} on {pod}: {drain}", flush=True)
+        reporter.progress(done, len(members), configuration=profile.name)
+
+    pool.run(missing, measure, finished)
     return document
 
 

@@ -33,8 +33,16 @@ SPEC_KEY = "spec.json"
 RESULT_KEY = "result.json"
 PROFILES_KEY = "profiles.json"
 PROGRESS_KEY = "progress.json"
-# The profiling Job's progress through the capacity curves (threshold model measured).
+# The capacity curves' progress as an older profiling Job wrote it (read while one runs).
 CURVE_PROGRESS_KEY = "curve-progress.json"
+# The profiling Job's progress (phase, done/total, pods, rate and ETA) for the status, and the
+# measurements it has made so far, so a retried pod (or a generation that only raised
+# profiling.maxSeconds) does not make them again; deleted once the profiles are written.
+PROFILE_PROGRESS_KEY = "profile-progress.json"
+PROFILE_PARTIAL_KEY = "profile-partial.json"
+# In the partial profiling: when its first pod started (seconds since the epoch), what its
+# maxSeconds counts from.
+PARTIAL_STARTED_FIELD = "started_unix"
 # Which earlier generation the ledger, the result and the profiles were carried over from.
 SEED_KEY = "seed.json"
 # A search pod with no resources given: enough for a space at the enumeration limit (~1Gi).
@@ -361,10 +369,11 @@ def job_rules(
 ) -> list[dict[str, Any]]:
     """What one generation's Job pods may do: get and patch their state ConfigMap and its chunk
     ConfigMaps, by name; get the replayed ledger's (a replay evaluator's), by name; get the
-    Secret of their TLS to Triton (spec.triton.tls), by name; and create ConfigMaps, which RBAC
-    cannot narrow by name (the name is not known when a create is authorized): the chunks a long
-    ledger rolls over into. A pod may so create a ConfigMap of another name, but read or change
-    none but these."""
+    Secret of their TLS to Triton (spec.triton.tls), by name; list the namespace's
+    EndpointSlices (the Triton Service's ready pods, which the profiling spreads over); and
+    create ConfigMaps, which RBAC cannot narrow by name (the name is not known when a create is
+    authorized): the chunks a long ledger rolls over into. A pod may so create a ConfigMap of
+    another name, but read or change none but these."""
     rules: list[dict[str, Any]] = [
         {
             "apiGroups": [""],
@@ -373,6 +382,10 @@ def job_rules(
             "resourceNames": state_names(state),
         },
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        # The profiling Job spreads its measurements over the Service's ready pods: the
+        # addresses the Service would send its requests to anyway (list: RBAC cannot narrow a
+        # list by the Service's label).
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]},
     ]
     if replayed is not None:
         rules.append(

@@ -116,6 +116,46 @@ def list_items(method: Callable[..., Any], *args: Any, **kwargs: Any) -> list[di
     return list(call(method, *args, **kwargs).get("items") or [])
 
 
+# discovery.k8s.io's versions, newest first: v1 from Kubernetes 1.21, v1beta1 before (and until
+# 1.25). kopf's EndpointSlice index is versionless the same way.
+SLICE_VERSIONS = ("v1", "v1beta1")
+
+
+def list_endpoint_slices(
+    api: client.ApiClient, namespace: str, service: str
+) -> list[dict[str, Any]]:
+    """The EndpointSlices of ``service`` in ``namespace``, from the newest discovery.k8s.io
+    version the server serves (list permission is the same rule for either)."""
+    for version in SLICE_VERSIONS:
+
+        def listing(
+            *, _request_timeout: Any, _preload_content: bool, version: str = version
+        ) -> Any:
+            """A list call as a generated method makes it (a raw response; ApiException on an
+            error status), at this version's path."""
+            request = api.param_serialize(
+                method="GET",
+                resource_path=f"/apis/discovery.k8s.io/{version}/namespaces/{{namespace}}/"
+                "endpointslices",
+                path_params={"namespace": namespace},
+                query_params=[("labelSelector", f"kubernetes.io/service-name={service}")],
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = api.call_api(*request, _request_timeout=_request_timeout)
+            response.read()  # type: ignore[no-untyped-call]
+            if not 200 <= response.status <= 299:
+                raise ApiException.from_response(http_resp=response, body=None, data=None)
+            return response.response
+
+        try:
+            return list_items(listing)
+        except NotFoundError:
+            if version == SLICE_VERSIONS[-1]:
+                raise
+    raise AssertionError("unreachable")
+
+
 def create(method: Callable[..., Any], *args: Any) -> Any:
     """The created object, or None if one of that name exists already."""
     try:

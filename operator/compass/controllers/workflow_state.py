@@ -20,6 +20,8 @@ from pydantic import ValidationError
 from compass.api.compoundworkflow import CompoundWorkflowSpec, EvaluatorType
 from compass.controllers.builders import (
     LEDGER_KEY,
+    PARTIAL_STARTED_FIELD,
+    PROFILE_PARTIAL_KEY,
     PROFILES_KEY,
     PROGRESS_KEY,
     RESULT_KEY,
@@ -62,7 +64,8 @@ def profile_key(spec: CompoundWorkflowSpec) -> str:
     model, the capacity curves too: the front they are measured for, and at what concurrency)."""
     inputs: dict[str, Any] = {
         "search": search_key(spec),
-        "profiling": spec.profiling.model_dump(mode="json", by_alias=True),
+        # A bound on the profiling's time changes nothing it measures.
+        "profiling": spec.profiling.model_dump(mode="json", by_alias=True, exclude={"max_seconds"}),
         "triton": spec.triton.model_dump(mode="json", by_alias=True),
     }
     if spec.serving.threshold_model is ThresholdModel.MEASURED:
@@ -166,10 +169,27 @@ def seed_state(
             if profile_key(old) == profile_key(spec) and data.get(PROFILES_KEY):
                 seed[PROFILES_KEY] = data[PROFILES_KEY]
                 profiles_from = earlier
+            elif profile_key(old) == profile_key(spec) and data.get(PROFILE_PARTIAL_KEY):
+                partial = restarted_partial(data[PROFILE_PARTIAL_KEY])
+                if partial is not None:
+                    seed[PROFILE_PARTIAL_KEY] = partial
         origin = {"ledger": earlier, "result": result_from, "profiles": profiles_from}
         seed[SEED_KEY] = json.dumps(origin, sort_keys=True)
         return Seed(seed, earlier, result_from, profiles_from)
     return Seed()
+
+
+def restarted_partial(text: str) -> str | None:
+    """An earlier generation's partial profiling (stopped at its maxSeconds, say) for a new
+    one: its measurements, with its time bound starting again; None if it cannot be read."""
+    try:
+        partial = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(partial, dict):
+        return None
+    partial.pop(PARTIAL_STARTED_FIELD, None)
+    return json.dumps(partial)
 
 
 def seed_origin(state: Mapping[str, str]) -> dict[str, int | None]:

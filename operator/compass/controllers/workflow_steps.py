@@ -22,6 +22,7 @@ from compass.api.compoundworkflow import (
 from compass.api.paretopolicy import RoutingTarget
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
+    PROFILE_PROGRESS_KEY,
     PROFILES_KEY,
     RESULT_KEY,
     planned_policy,
@@ -357,14 +358,41 @@ def _profiling(observation: GenerationObservation, now: str) -> Step:
             now,
         )
         return Step(status=_changed(observation.status, status), create=(Create.PROFILE_JOB,))
-    progress = state_json(observation.state or {}, CURVE_PROGRESS_KEY)
-    if isinstance(progress, dict):
-        message = curve_progress_message(progress)
+    progress = state_json(observation.state or {}, PROFILE_PROGRESS_KEY)
+    said = profile_progress_message(progress) if isinstance(progress, dict) else None
+    curves = state_json(observation.state or {}, CURVE_PROGRESS_KEY)  # an older image's Job
+    if said is None and isinstance(curves, dict):
+        said = curve_progress_message(curves)
+    if said is not None:
         status = _update(
-            observation, now, [(WorkflowConditionType.PROFILED, "Unknown", "Profiling", message)]
+            observation, now, [(WorkflowConditionType.PROFILED, "Unknown", "Profiling", said)]
         )
         return Step(status=_changed(observation.status, status))
     return Step()
+
+
+def profile_progress_message(progress: Mapping[str, Any]) -> str | None:
+    """The profiling Job's progress (profile-progress.json) as a condition message: what it
+    measures, done of total, on how many pods, its rate and ETA, and its time against the
+    bound; None when there is nothing to say (done)."""
+    phase = progress.get("phase")
+    if phase == "stopped":
+        return _short(progress.get("message")) or "profiling stopped at its time bound"
+    if phase not in ("latency", "capacity"):
+        return None
+    what = "latency" if phase == "latency" else "capacity curves"
+    bound = progress.get("max_seconds")
+    elapsed = progress.get("elapsed_s")
+    timing = "" if elapsed is None else f"; {elapsed} s" + (f" of {bound} s" if bound else "")
+    return (
+        f"measuring {what}: {progress.get('done', 0)} of {progress.get('total', '?')} on "
+        f"{progress.get('pods', '?')} pod(s), {_short(progress.get('rate')) or '--'}{timing}"
+    )
+
+
+def _short(value: object) -> str | None:
+    """A text the Job wrote, bounded (the state is the Job's to write, not ours)."""
+    return value[:400] if isinstance(value, str) else None
 
 
 def curve_progress_message(progress: Mapping[str, Any]) -> str:

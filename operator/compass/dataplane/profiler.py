@@ -1,4 +1,5 @@
-"""Latency profiling through the router: each configuration by per-request override, one at a time."""
+"""Latency profiling through the router: each configuration by per-request override, each pod
+measuring one configuration at a time (compass.dataplane.podpool), the pods in parallel."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from compass.dataplane.load import run_load
+from compass.dataplane.podpool import PodPool
 from compass.dataplane.triton import OVERRIDE_PARAMETER, TritonRouter
 from compass.domain.capacity import (
     MAX_CURVE_POINTS,
@@ -46,21 +48,22 @@ def profile_configuration(
     config: Config,
     settings: ProfileSettings,
     payload: Callable[[int], Mapping[str, Any]],
+    check: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
     """Latency statistics (ms) of one configuration, requests sent back to back.
 
     One request at a time: this measures the service time the planner's queueing model needs,
-    not the queueing itself.
+    not the queueing itself. ``check`` runs before each request (a time limit's: it raises).
     """
     for run in range(settings.warmup_runs):
+        check()
         router.infer(payload(run), config=config)
-    latencies = np.array(
-        [
-            router.infer(payload(settings.warmup_runs + run), config=config).latency_s * 1000.0
-            for run in range(settings.measured_runs)
-        ]
-    )
-    return _statistics(config, latencies, settings.warmup_runs)
+    latencies = []
+    for run in range(settings.measured_runs):
+        check()
+        reply = router.infer(payload(settings.warmup_runs + run), config=config)
+        latencies.append(reply.latency_s * 1000.0)
+    return _statistics(config, np.array(latencies), settings.warmup_runs)
 
 
 def _statistics(config: Config, latencies: Any, warmup_runs: int) -> dict[str, Any]:
@@ -77,49 +80,98 @@ def _statistics(config: Config, latencies: Any, warmup_runs: int) -> dict[str, A
     }
 
 
+# A measurement's pass, in the keys of the entries a resumed profiling reuses.
+SCREEN_PASS, FULL_PASS = "screen", "full"
+
+
+def measurement_key(config: Config, how: str) -> str:
+    """What a measured entry is stored under for a resume: its pass and configuration."""
+    return f"{how}|{config_key(config)}"
+
+
+def as_pool(routers: TritonRouter | PodPool[Any, Any]) -> PodPool[Any, Any]:
+    """A pod pool: this one, or one router as a pool of one pod."""
+    if isinstance(routers, TritonRouter):
+        return PodPool({routers.url: routers})
+    return routers
+
+
 def profile_configurations(
-    router: TritonRouter,
+    routers: TritonRouter | PodPool[Any, Any],
     configs: Sequence[tuple[Config, float | None]],
     settings: ProfileSettings,
     payload: Callable[[int], Mapping[str, Any]],
     progress: Callable[[int, int], None] | None = None,
+    *,
+    known: Mapping[str, Mapping[str, Any]] | None = None,
+    measured: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """The profiles document the planner reads: metadata and one entry per configuration.
 
+    Over a pool, each configuration is measured on whichever pod is free, each pod one at a
+    time (PodPool.run); its entry is that pod's measurement, named under ``pod``, and the
+    entries keep the configurations' order, whichever pod measured which and in what order
+    they ended. ``known`` holds entries measured before (by ``measurement_key``: a resumed
+    profiling's), not measured again; ``measured(key, entry)`` sees each new one as it ends.
     ``progress(done, total)`` counts profiling passes over a configuration (two with screening).
     """
+    pool = as_pool(routers)
     accuracies = [accuracy for _, accuracy in configs]
     screening = settings.screen_runs > 0 and len(configs) > 1
     total = len(configs) * (2 if screening else 1)
     done = 0
     entries: dict[int, dict[str, Any]] = {}
+    stored = dict(known or {})
 
-    def measure(index: int, how: ProfileSettings, **marks: Any) -> None:
+    def count(passes: int) -> None:
         nonlocal done
-        entries[index] = {**profile_configuration(router, configs[index][0], how, payload), **marks}
-        done += 1
+        done += passes
+        pool.limit.done, pool.limit.total = done, max(done, total)
         if progress is not None:
             progress(done, max(done, total))
+
+    def measure_all(indices: Sequence[int], how: ProfileSettings, kind: str) -> None:
+        marks = {"screened": True} if kind == SCREEN_PASS else {}
+        keys = {index: measurement_key(configs[index][0], kind) for index in indices}
+        reused = [index for index in indices if keys[index] in stored]
+        for index in reused:
+            entries[index] = dict(stored[keys[index]])
+        if reused:
+            count(len(reused))
+        missing = [index for index in indices if keys[index] not in stored]
+
+        def one(router: TritonRouter, index: int) -> dict[str, Any]:
+            entry = profile_configuration(router, configs[index][0], how, payload, pool.limit.check)
+            return {**entry, **marks}
+
+        def finished(position: int, pod: str, entry: dict[str, Any]) -> None:
+            index = missing[position]
+            entry["pod"] = pod
+            entries[index] = entry
+            if measured is not None:
+                measured(keys[index], entry)
+            count(1)
+
+        pool.run(missing, one, finished)
 
     def beaten(by: set[int] | None) -> set[int]:
         means = [(accuracies[i], entries[i]["latency_mean_ms"]) for i in range(len(configs))]
         return clearly_dominated(means, settings.screen_margin, by)
 
+    pool.limit.total = total
     pending = list(range(len(configs)))
     if screening:
         quick = ProfileSettings(warmup_runs=1, measured_runs=settings.screen_runs)
-        for index in pending:
-            measure(index, quick, screened=True)
+        measure_all(pending, quick, SCREEN_PASS)
         pending = sorted(set(pending) - beaten(None))
         total = len(configs) + len(pending)
     while pending:
-        for index in pending:
-            measure(index, settings)
+        measure_all(pending, settings, FULL_PASS)
         # A screening is a handful of requests: its verdict stands only while a configuration
         # measured in full still beats it; otherwise that one is measured in full too.
-        measured = {i for i, entry in entries.items() if not entry.get("screened")}
+        full = {i for i, entry in entries.items() if not entry.get("screened")}
         pending = sorted(
-            i for i, entry in entries.items() if entry.get("screened") and i not in beaten(measured)
+            i for i, entry in entries.items() if entry.get("screened") and i not in beaten(full)
         )
         total += len(pending)
     profiles = []
@@ -135,10 +187,24 @@ def profile_configurations(
             "measurement_runs": settings.measured_runs,
             "screen_runs": settings.screen_runs,
             "screened_out": sum(1 for entry in profiles if entry.get("screened")),
-            "router": f"{router.url}/{router.model}",
+            "router": ",".join(f"{r.url}/{r.model}" for r in pool.routers.values()),
+            "pods": pod_summary(pool),
         },
         "profiles": profiles,
     }
+
+
+def pod_summary(pool: PodPool[Any, Any]) -> list[dict[str, Any]]:
+    """Each pod of the pool: its address, what it measured, and why it left (if it did)."""
+    return [
+        {
+            "pod": pod,
+            "address": router.url,
+            "measured": pool.measured.get(pod, 0),
+            **({"lost": pool.lost[pod]} if pod in pool.lost else {}),
+        }
+        for pod, router in sorted(pool.routers.items())
+    ]
 
 
 @dataclass(frozen=True)
@@ -176,6 +242,7 @@ def measure_curve(
     idle_p95_ms: float,
     slo_ms: float | None = None,
     percentile: float = 95.0,
+    check: Callable[[], None] = lambda: None,
 ) -> CapacityCurve:
     """A configuration's latency-throughput curve: open-loop Poisson load up the ladder of rates.
 
@@ -185,12 +252,14 @@ def measure_curve(
     ``servers`` the router's instances the server was deployed with; ``slo_ms`` at
     ``percentile`` the tightest budget the planner reads (the ladder halves its low end only
     while it is over it; None: regardless).
-    ``progress`` sees each point as it is measured. A failed request fails the curve: a point
-    missing its slowest replies would read fast.
+    ``progress`` sees each point as it is measured; ``check`` runs before each rate (a time
+    limit's: it raises). A failed request fails the curve: a point missing its slowest replies
+    would read fast.
     """
     rng = np.random.default_rng(settings.seed)
 
     def measure(rate: float) -> CurvePoint:
+        check()
         requests = settings.requests_at(rate)
         runs = [
             measure_rate(router, config, rate, requests, payload, rng)

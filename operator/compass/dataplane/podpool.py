@@ -1,0 +1,173 @@
+"""Measurements spread over the pods of a Service: each pod measures one thing at a time.
+
+The profiler hands configurations to whichever pod is free (``PodPool.run``), one worker thread
+per pod, so two configurations never share a pod (a latency measured beside another one's load
+would read its queueing, not its service time) and N pods measure N configurations at once. A
+pod that cannot be reached gives its configuration back and leaves the pool; the others go on.
+``TimeLimit`` bounds the profiling's wall time: every measurement checks it between requests.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from compass.dataplane.triton import RoutingError, TritonRouter
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class ProfilingTimeLimitError(RuntimeError):
+    """The profiling ran past its bound on wall time."""
+
+
+@dataclass
+class TimeLimit:
+    """A bound of ``max_seconds`` on wall time from ``started`` (``clock``'s reading), named
+    by ``field`` (the flag or spec field that sets it) in the error that says it was passed."""
+
+    max_seconds: float | None
+    field: str
+    started: float = 0.0
+    clock: Callable[[], float] = time.monotonic
+    # What the error message counts: the work done and all of it (the caller keeps them).
+    done: int = 0
+    total: int = 0
+
+    def elapsed(self) -> float:
+        """Seconds since ``started``."""
+        return self.clock() - self.started
+
+    def passed(self) -> bool:
+        """Whether the bound is passed."""
+        return self.max_seconds is not None and self.elapsed() > self.max_seconds
+
+    def check(self) -> None:
+        """ProfilingTimeLimitError once the bound is passed."""
+        if self.passed():
+            raise self.error()
+
+    def error(self) -> ProfilingTimeLimitError:
+        """The error that says the bound was passed, how far the profiling got and the fix."""
+        return ProfilingTimeLimitError(
+            f"profiling stopped at its bound of {self.max_seconds:g} s ({self.field}) with "
+            f"{self.done} of {self.total} measurements done: raise {self.field}, measure fewer "
+            "requests per configuration, or profile on more replicas (each ready pod measures "
+            "one configuration at a time)"
+        )
+
+
+@dataclass
+class PodPool(Generic[Item, Result]):
+    """One router per pod, by pod name; ``run`` gives each item to whichever pod is free.
+
+    ``lost`` names the pods that left the pool (unreachable) and why. ``measured`` counts the
+    items each pod measured, for the profiles' metadata.
+    """
+
+    routers: Mapping[str, TritonRouter]
+    limit: TimeLimit = field(default_factory=lambda: TimeLimit(None, ""))
+    lost: dict[str, str] = field(default_factory=dict)
+    measured: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.routers:
+            raise ValueError("a pod pool needs at least one pod's router")
+
+    @property
+    def pods(self) -> list[str]:
+        """The pods still in the pool, in name order."""
+        return sorted(pod for pod in self.routers if pod not in self.lost)
+
+    def run(
+        self,
+        items: Sequence[Item],
+        measure: Callable[[TritonRouter, Item], Result],
+        finished: Callable[[int, str, Result], None] | None = None,
+    ) -> list[tuple[str, Result]]:
+        """Each item measured once, on one pod, each pod one item at a time, items handed out
+        in order; (pod, result) per item, in the items' order whatever order they end in.
+
+        ``finished(index, pod, result)`` runs as each ends (one at a time). A pod's RoutingError
+        puts its item back for another pod and takes the pod out; with no pod left, or any
+        other error, the workers stop and the first error is raised (ProfilingTimeLimitError
+        once the time limit is passed)."""
+        if not self.pods:
+            raise RoutingError(f"no pod left to measure on: {self._lost_text()}")
+        results: dict[int, tuple[str, Result]] = {}
+        pending = deque(range(len(items)))
+        in_flight = 0
+        turn = threading.Condition()
+        errors: list[BaseException] = []
+
+        def fail(error: BaseException) -> None:
+            errors.append(error)
+            turn.notify_all()
+
+        def next_item() -> int | None:
+            """The next item to measure, or None when there is none left for this pod (a
+            worker waits while others are measuring: a lost pod gives its item back)."""
+            nonlocal in_flight
+            with turn:
+                while not errors and not pending and in_flight:
+                    turn.wait()
+                if errors or not pending:
+                    return None
+                if self.limit.passed():
+                    fail(self.limit.error())
+                    return None
+                in_flight += 1
+                return pending.popleft()
+
+        def work(pod: str) -> None:
+            nonlocal in_flight
+            router = self.routers[pod]
+            while (index := next_item()) is not None:
+                try:
+                    result = measure(router, items[index])
+                except RoutingError as error:
+                    with turn:
+                        in_flight -= 1
+                        pending.appendleft(index)
+                        self.lost[pod] = str(error)
+                        if not self.pods:
+                            fail(RoutingError(f"no pod left to measure on: {self._lost_text()}"))
+                        turn.notify_all()
+                    return
+                except BaseException as error:  # raised again by run()
+                    with turn:
+                        in_flight -= 1
+                        fail(error)
+                    return
+                with turn:
+                    in_flight -= 1
+                    results[index] = (pod, result)
+                    self.measured[pod] = self.measured.get(pod, 0) + 1
+                    if finished is not None:
+                        try:
+                            finished(index, pod, result)
+                        except BaseException as error:  # raised again by run()
+                            fail(error)
+                    turn.notify_all()
+
+        workers = [
+            threading.Thread(target=work, args=(pod,), name=f"profile-{pod}", daemon=True)
+            for pod in self.pods
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        if errors:
+            first = errors[0]
+            timed_out = [e for e in errors if isinstance(e, ProfilingTimeLimitError)]
+            raise self.limit.error() if timed_out else first
+        return [results[index] for index in range(len(items))]
+
+    def _lost_text(self) -> str:
+        return "; ".join(f"{pod}: {why}" for pod, why in sorted(self.lost.items())) or "none"
