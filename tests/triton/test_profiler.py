@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ragsim import ACCURATE, FASTEST, TIME_SCALE, rag_sim_server
+from ragsim import ACCURATE, COMPONENTS, FASTEST, TIME_SCALE, rag_sim_server
 
 from compass.commands.main import main
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
@@ -77,6 +77,9 @@ def test_profile_measures_each_feasible_configuration_without_moving_traffic(
         # The measured service time is rag-sim's calibrated one plus a few ms of gRPC and BLS.
         expected = _expected_mean_ms(rag_sim_data, config)
         assert expected * 0.85 <= entry["latency_mean_ms"] <= expected + 15
+        # Each component model's mean time, as the router timed its calls: parts of the whole.
+        assert set(entry["component_ms"]) == set(COMPONENTS)
+        assert 0 < sum(entry["component_ms"].values()) <= entry["latency_mean_ms"]
     assert (
         profiles[config_key(ACCURATE)]["latency_mean_ms"]
         > profiles[config_key(FASTEST)]["latency_mean_ms"]

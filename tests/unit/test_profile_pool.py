@@ -21,6 +21,7 @@ from compass.dataplane.podpool import PodPool, ProfilingTimeLimitError, TimeLimi
 from compass.dataplane.profiler import (
     FULL_PASS,
     ProfileSettings,
+    mean_component_times,
     profile_configurations,
 )
 from compass.dataplane.triton import RouterReply, RoutingError, TritonRouter
@@ -252,3 +253,12 @@ def test_a_measurement_in_flight_stops_at_its_next_request_past_the_bound() -> N
     with pytest.raises(ProfilingTimeLimitError, match=r"with 0 of 9 measurements done"):
         profile_configurations(pool, CONFIGS, ProfileSettings(1, 50), _payload)
     assert routers[0].requests.total() == 11
+
+
+def test_component_times_are_averaged_only_where_every_reply_timed_them() -> None:
+    replies = [{"retriever": 10.0, "generator": 30.0}, {"retriever": 20.0}]
+    # A model a reply did not call counts 0 there (a pipeline may skip a stage).
+    assert mean_component_times(replies) == {"generator": 15.0, "retriever": 15.0}
+    assert mean_component_times([*replies, None]) is None
+    assert mean_component_times([]) is None
+    assert mean_component_times([{}]) is None

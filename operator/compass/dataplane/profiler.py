@@ -23,7 +23,7 @@ from compass.domain.capacity import (
     median_point,
 )
 from compass.domain.evaluation import Config
-from compass.domain.profiles import clearly_dominated
+from compass.domain.profiles import COMPONENT_FIELD, clearly_dominated
 from compass.domain.space import config_key
 
 
@@ -54,16 +54,40 @@ def profile_configuration(
 
     One request at a time: this measures the service time the planner's queueing model needs,
     not the queueing itself. ``check`` runs before each request (a time limit's: it raises).
+    Each reply also times the pipeline's component models (the router's component times):
+    their means are the entry's ``component_ms``, what late binding splits the time by.
     """
     for run in range(settings.warmup_runs):
         check()
         router.infer(payload(run), config=config)
     latencies = []
+    components: list[dict[str, float] | None] = []
     for run in range(settings.measured_runs):
         check()
-        reply = router.infer(payload(settings.warmup_runs + run), config=config)
+        reply = router.infer(
+            payload(settings.warmup_runs + run), config=config, component_times=True
+        )
         latencies.append(reply.latency_s * 1000.0)
-    return _statistics(config, np.array(latencies), settings.warmup_runs)
+        components.append(reply.component_ms)
+    entry = _statistics(config, np.array(latencies), settings.warmup_runs)
+    means = mean_component_times(components)
+    if means is not None:
+        entry[COMPONENT_FIELD] = means
+    return entry
+
+
+def mean_component_times(replies: Sequence[Mapping[str, float] | None]) -> dict[str, float] | None:
+    """Each component model's mean time over the replies (a model a reply did not call counts
+    0 there: a pipeline may skip one), or None unless every reply timed its components."""
+    if not replies or any(reply is None for reply in replies):
+        return None
+    models = sorted({model for reply in replies if reply is not None for model in reply})
+    if not models:
+        return None
+    return {
+        model: float(np.mean([(reply or {}).get(model, 0.0) for reply in replies]))
+        for model in models
+    }
 
 
 def _statistics(config: Config, latencies: Any, warmup_runs: int) -> dict[str, Any]:
