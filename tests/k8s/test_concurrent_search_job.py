@@ -5,8 +5,9 @@ helper runs their search Jobs' pods and two rag-sim tritonservers as a Deploymen
 bound to its own pod IP. There is no kube-proxy, so the operator's override hands the Jobs both
 pods' gRPC addresses, comma-separated, as the Service's load balancing would spread them.
 
-One story: the search at concurrency 8 (batch 4) reaches both pods and ends with the feasible
-set, the verdicts and the ledger's facts of the search at concurrency 1 (batch 4); a third
+One story: the search at the default concurrency (the fleet's: 2 pods x 4 router instances =
+8, batch 4) reaches both pods and ends with the feasible set, the verdicts and the ledger's
+facts of the search at concurrency 1 (batch 4); a third
 search at concurrency 8 whose pod is deleted mid-search resumes from its ledger in the state
 ConfigMap, records no (configuration, sample) twice and ends with the same result again.
 """
@@ -57,8 +58,9 @@ def wide_rag_image(k8s_node: Node, tmp_path_factory: pytest.TempPathFactory) -> 
     del k8s_node.images[IMAGE]
 
 
-def _workflow(name: str, concurrency: int) -> dict[str, Any]:
-    return {
+def _workflow(name: str, concurrency: int | None) -> dict[str, Any]:
+    """The search of the story; concurrency None: the default, the fleet's."""
+    workflow = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "CompoundWorkflow",
         "metadata": {"name": name},
@@ -77,6 +79,9 @@ def _workflow(name: str, concurrency: int) -> dict[str, Any]:
             "triton": {"service": "rag", "routerModel": DEFAULT_ROUTER_MODEL},
         },
     }
+    if concurrency is None:
+        del workflow["spec"]["evaluation"]["concurrency"]
+    return workflow
 
 
 def _key(config: dict[str, Any]) -> str:
@@ -184,9 +189,15 @@ def _story(
     searches = Searches(flows)
     before = {ip: _inferences(ip) for ip in ips.values()}
 
-    # Concurrency 8, alone: both pods answer its requests.
-    flows.create(_workflow("wide", CONCURRENCY))
+    # The default concurrency, alone: the fleet's, 2 pods x their router's 4 instances, and
+    # both pods answer its requests.
+    flows.create(_workflow("wide", None))
+    wait_for(lambda: searches.facts("wide"), 60, "wide's first ledger write", 0.05)
+    [wide_pod] = flows.pods("job-name=wide-search-g1")
     wide, wide_facts = searches.finish("wide", SEARCH_S)
+    wide_log = node.log(namespace, wide_pod["metadata"]["name"])
+    fleet = f"{len(ips)} pod(s) x {ROUTER_INSTANCES} router instance(s)"
+    assert f"search: concurrency {CONCURRENCY} ({fleet}), batch {BATCH}" in wide_log, wide_log
     served = {ip: _inferences(ip) - before[ip] for ip in ips.values()}
     wide_s = time.monotonic() - started
     assert all(count > 0 for count in served.values()), f"requests per pod: {served}"
@@ -227,7 +238,8 @@ def _story(
     resuming = re.search(r"^resuming: (\d+) sample evaluations already recorded$", log, re.M)
     assert resuming is not None, log
     assert recorded_at_kill <= int(resuming.group(1)) < wide["sample_evals"], log
-    assert f"search: concurrency {CONCURRENCY}, batch {BATCH}" in log, log
+    given = "spec.evaluation.concurrency"
+    assert f"search: concurrency {CONCURRENCY} ({given}), batch {BATCH}" in log, log
     assert _outcome(killed) == _outcome(wide)
     pairs = [(config, sample) for config, sample, _ in killed_facts]
     assert len(pairs) == len(set(pairs)), "a sample was recorded twice in the ledger"

@@ -162,7 +162,7 @@ def test_the_profiling_job_lists_its_services_ready_pods_under_its_role(
         )
     spec, _, as_job = _as_job(k8s_api, k8s_cluster, k8s_namespace, _workflow("spread", "rag"))
 
-    pods, source = job.profiling_pods(spec, k8s_namespace, as_job)
+    pods, source = job.triton_pods(spec, k8s_namespace, as_job)
     assert pods == [
         Endpoint("rag-a", "10.1.0.1:8001", None),
         Endpoint("rag-b", "10.1.0.2:8001", None),
@@ -173,14 +173,14 @@ def test_the_profiling_job_lists_its_services_ready_pods_under_its_role(
     elsewhere = spec.model_copy(
         update={"triton": spec.triton.model_copy(update={"service": "rag.other.svc"})}
     )
-    pods, source = job.profiling_pods(elsewhere, k8s_namespace, as_job)
+    pods, source = job.triton_pods(elsewhere, k8s_namespace, as_job)
     assert [p.grpc_url for p in pods] == ["rag.other.svc:8001"]
     assert "in another namespace" in source
 
     # A ServiceAccount without the list rule (a Role an older operator made): the Service's
     # address, and the API server's refusal in the reason.
     stranger = k8s_cluster.api_client(impersonate=f"system:serviceaccount:{k8s_namespace}:default")
-    pods, source = job.profiling_pods(spec, k8s_namespace, stranger)
+    pods, source = job.triton_pods(spec, k8s_namespace, stranger)
     assert [p.grpc_url for p in pods] == [f"rag.{k8s_namespace}.svc:8001"]
     assert "could not be read (HTTP 403" in source
 

@@ -249,16 +249,16 @@ class Evaluation(CamelModel):
     )
     seed: Annotated[int, Field(ge=0, description="Seed of the sample order and the search.")] = 0
     concurrency: Annotated[
-        int,
+        int | None,
         Field(
             ge=1,
             le=MAX_CONCURRENCY,
-            description="Evaluations the search Job keeps in flight: requests to Triton (each "
-            "worker its own connection, so the Service spreads them over its ready pods), or "
-            "command processes. Give the ready pods x their router instances. The answer is "
-            "the same at any concurrency.",
+            description="Evaluations the search Job keeps in flight: requests to Triton, or "
+            "command processes. The answer is the same at any concurrency. Default: with the "
+            "triton evaluator, the Service's ready pods (its EndpointSlices) x the router's "
+            "instances (its model config), the requests spread over those pods; else 1.",
         ),
-    ] = 1
+    ] = None
     batch: Annotated[
         int,
         Field(

@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +78,13 @@ from compass.dataplane.profiler import (
     pod_summary,
     profile_configurations,
 )
-from compass.dataplane.triton import GrpcTls, TritonRouter
+from compass.dataplane.triton import GrpcTls, TritonRouter, router_instances
 from compass.domain.capacity import CurvePoint
 from compass.domain.evaluation import Config
 from compass.domain.planner import ThresholdModel, pareto_front
 from compass.domain.profiles import parse_profiles
 from compass.domain.search import (
+    MAX_CONCURRENCY,
     Progress,
     SearchMethod,
     SearchSettings,
@@ -479,6 +480,37 @@ def _score_source(spec: CompoundWorkflowSpec, namespace: str) -> ScoreSource:
     return ScoreSource(replay=parse_ledger(recorded, f"ConfigMap {name} (its ledger)"))
 
 
+def fleet_source(spec: CompoundWorkflowSpec, namespace: str, source: ScoreSource) -> ScoreSource:
+    """With the triton evaluator and no concurrency given, the requests go to the Service's
+    ready pods themselves, as profiling's do (triton_pods), so every pod gets its share of the
+    fleet's concurrency; otherwise the source as it is."""
+    if source.triton is None or spec.evaluation.concurrency is not None:
+        return source
+    pods, where = triton_pods(spec, namespace)
+    print(f"search: scoring on {len(pods)} pod(s), {where}", flush=True)
+    return replace(source, triton=",".join(pod.grpc_url for pod in pods))
+
+
+def search_concurrency(
+    spec: CompoundWorkflowSpec, namespace: str, source: ScoreSource
+) -> tuple[int, str]:
+    """The search's concurrency, and why: spec.evaluation.concurrency if given; with Triton,
+    its addresses x the router's instances (its model config, asked of the first); else 1."""
+    given = spec.evaluation.concurrency
+    if given is not None:
+        return given, "spec.evaluation.concurrency"
+    if source.triton is None:
+        return 1, "one at a time without Triton"
+    addresses = source.triton.split(",")
+    router = TritonRouter(addresses[0], source.router_model, tls=source.tls)
+    try:
+        instances = router_instances(router.model_config())
+    finally:
+        router.close()
+    concurrency = min(len(addresses) * instances, MAX_CONCURRENCY)
+    return concurrency, f"{len(addresses)} pod(s) x {instances} router instance(s)"
+
+
 def run_search(state_name: str, namespace: str) -> int:
     """Search the frozen spec, resuming from the ledger in the state ConfigMap."""
     store = StateStore(state_name, namespace)
@@ -492,7 +524,7 @@ def run_search(state_name: str, namespace: str) -> int:
     checkpoint = CheckpointLedger(ledger)
     if checkpoint.facts_at_open:
         print(f"resuming: {checkpoint.facts_at_open} sample evaluations already recorded")
-    source = _score_source(spec, namespace)
+    source = fleet_source(spec, namespace, _score_source(spec, namespace))
     checkpointed = CheckpointedEvaluator(make_evaluator(source), checkpoint)
     budgets = spec.evaluation.budgets
     # A mean over a handful of samples is noise: the progress's best needs some evidence.
@@ -525,8 +557,9 @@ def run_search(state_name: str, namespace: str) -> int:
         interval=IntervalMethod(evaluation.interval.value),
         batch=evaluation.batch,
     )
-    runner = make_runner(source, mirrored, evaluation.concurrency)
-    print(f"search: concurrency {evaluation.concurrency}, batch {evaluation.batch}", flush=True)
+    concurrency, why = search_concurrency(spec, namespace, source)
+    runner = make_runner(source, mirrored, concurrency)
+    print(f"search: concurrency {concurrency} ({why}), batch {evaluation.batch}", flush=True)
     try:
         searched = search(space, mirrored, evaluation.dataset.size, settings, progress, runner)
     finally:
@@ -559,11 +592,11 @@ def run_search(state_name: str, namespace: str) -> int:
     return 0
 
 
-def profiling_pods(
+def triton_pods(
     spec: CompoundWorkflowSpec, namespace: str, api: Any = None
 ) -> tuple[list[Endpoint], str]:
-    """The Triton pods the profiling measures on, each one configuration at a time, and where
-    they came from: the operator's override (comma-separated addresses), else the ready pods of
+    """The Triton pods the Jobs send to (profiling measures one configuration at a time on
+    each; the search spreads its requests over them), and where they came from: the operator's override (comma-separated addresses), else the ready pods of
     the Service's EndpointSlices (the addresses its Service would spread the Job's requests
     over), else the Service's one address (in another namespace, or its slices unreadable)."""
     override = os.environ.get("COMPASS_TRITON_ADDRESS")
@@ -683,7 +716,7 @@ def run_profile(state_name: str, namespace: str) -> int:
     spec = CompoundWorkflowSpec.model_validate_json(state[SPEC_KEY])
     result: dict[str, Any] = json.loads(state[RESULT_KEY])
     configs = [(entry["config"], entry["accuracy"]) for entry in result["feasible"]]
-    pods, source = profiling_pods(spec, namespace)
+    pods, source = triton_pods(spec, namespace)
     tls = triton_tls(spec, namespace)
     routers = {
         pod.name: TritonRouter(pod.grpc_url, model=spec.triton.router_model, tls=tls)
