@@ -224,11 +224,17 @@ class _Paths:
                 return known
         unit = self.unit(clump, requests)
         in_surge = SURGE_FACTOR * rate * surge_s
-        arrivals: FloatArray = np.where(
-            unit < in_surge,
-            unit / (SURGE_FACTOR * rate),
-            surge_s + (unit - in_surge) / rate,
-        )
+        arrivals: FloatArray
+        if surge_s == 0:
+            # No surge: the expression below with in_surge and surge_s 0 (unit times are never
+            # below 0, and adding 0 to one changes nothing), in one pass.
+            arrivals = unit / rate
+        else:
+            arrivals = np.where(
+                unit < in_surge,
+                unit / (SURGE_FACTOR * rate),
+                surge_s + (unit - in_surge) / rate,
+            )
         inside = arrivals < horizon_s
         arrivals.flags.writeable = inside.flags.writeable = False
         # Each path's arrivals rise, so the rows with one inside the horizon come first.
@@ -505,8 +511,10 @@ class Predictive:
             arrivals, inside = known.times[:rows], known.inside[:rows]
             service, before = self.paths.served(mix, rows)
             waited = np.subtract(arrivals, before)
+            # The instance's idle-start delay taken into the first row: the running maximum
+            # then holds it too, exactly as a maximum with it afterwards would (one pass less).
+            np.maximum(waited[0], idle_s, out=waited[0])
             np.maximum.accumulate(waited, axis=0, out=waited)
-            np.maximum(waited, idle_s, out=waited)
             np.add(before, waited, out=waited)  # each request's start
             np.subtract(waited, arrivals, out=waited)
             np.add(waited, service, out=waited)  # its latency
