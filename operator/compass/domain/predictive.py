@@ -634,10 +634,12 @@ def arrivals_dispersion(samples: Sequence[tuple[float, float]], now: float, pods
     """
     if len(samples) < MIN_DISPERSION_PAIRS + 2:
         return 1.0
-    first = samples[0][1]
-    if all(total == first for _, total in samples):
+    totals = [total for _, total in samples]
+    first = totals[0]
+    if first == first and totals.count(first) == len(totals):
         # A counter that never moved (an idle policy): every count is 0, which reads as 1
-        # below too, without the arrays.
+        # below too, without the arrays. (first == first: not NaN, which count would match
+        # by identity alone.)
         return 1.0
     recent = [(t, total) for t, total in samples if now - DISPERSION_WINDOW_S - 1e-9 <= t <= now]
     if len(recent) < MIN_DISPERSION_PAIRS + 2:
