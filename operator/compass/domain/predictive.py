@@ -634,9 +634,9 @@ def arrivals_dispersion(samples: Sequence[tuple[float, float]], now: float, pods
     """
     if len(samples) < MIN_DISPERSION_PAIRS + 2:
         return 1.0
-    totals = [total for _, total in samples]
-    first = totals[0]
-    if first == first and totals.count(first) == len(totals):
+    readings = [total for _, total in samples]
+    first = readings[0]
+    if first == first and readings.count(first) == len(readings):
         # A counter that never moved (an idle policy): every count is 0, which reads as 1
         # below too, without the arrays. (first == first: not NaN, which count would match
         # by identity alone.)
