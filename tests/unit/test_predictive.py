@@ -364,3 +364,11 @@ def test_policies_on_one_front_share_its_draws_however_its_profiles_were_made() 
     assert fresh.paths is used.paths
     slower = [curved(replace(m, mean_ms=m.mean_ms * 2), 0) for m in FRONT]
     assert Predictive(plan_of(slower)).paths is not used.paths
+
+
+def test_an_idle_counter_reads_as_no_dispersion_and_one_that_moved_is_measured() -> None:
+    idle = [(float(t), 7.0) for t in range(130)]
+    assert arrivals_dispersion(idle, 129.0) == 1.0
+    # Clumps in its last minute: measured, not taken for an idle counter.
+    moved = [(t, total + 40.0 * (t > 70) * (t // 5 - 14)) for t, total in idle]
+    assert arrivals_dispersion(moved, 129.0) > 5.0

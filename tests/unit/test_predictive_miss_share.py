@@ -4,6 +4,7 @@ bit those of the plain computation (one gather, one cumulative pass per call) th
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import replace
 
@@ -143,3 +144,74 @@ def test_decisions_are_those_of_the_plain_computation() -> None:
     kept, plain = decisions(Predictive), decisions(PlainPredictive)
     assert kept == plain
     assert len({d.mix for d in kept}) > 3  # the loads move it along the hull
+
+
+# Two members of a few tens of ms and an SLO a few of their requests in a row still fit (the
+# operator benches' rag-sim front): the bound that no request can miss holds for a trickle and
+# not for a load, so both sides of it are met.
+TIGHT = plan_thresholds(
+    [profile("fast", 0.83, 20.5, 1.5), profile("accurate", 0.86, 33.5, 2.5)],
+    Slo(150),
+    50,
+    ThresholdModel.TAIL,
+)
+
+
+@pytest.mark.parametrize("plan", [TIGHT, PLAN, STRETCHED], ids=["tight SLO", "loose", "slow pod"])
+def test_a_trickle_is_judged_without_its_arrivals_and_as_the_plain_computation(
+    plan: Plan,
+) -> None:
+    """Idle-started miss shares from a trickle to a load: those the bound answers (no arrival
+    times drawn) are 0 as the plain computation finds them, the rest are worked out in full."""
+    policy = Predictive(plan)
+    rng = np.random.default_rng(5)
+    bounded = worked = 0
+    for _ in range(400):
+        mix = policy.positions[rng.integers(len(policy.positions))]
+        active = policy.positions[rng.integers(len(policy.positions))]
+        rate = float(np.exp(rng.uniform(np.log(0.005), np.log(20.0))))
+        surge = bool(rng.uniform() < 0.5)
+        policy.paths._arrivals.clear()
+        share = policy._miss_share(mix, rate, 0, active, surge, 1.0)
+        assert share == plain_miss_share(policy, mix, rate, 0, active, surge, 1.0), (mix, rate)
+        if len(policy.paths._arrivals) == 0:
+            assert share == 0.0
+            bounded += 1
+        else:
+            worked += 1
+    assert bounded > 50
+    assert worked > 50
+
+
+def test_the_bound_gives_way_just_below_a_trickles_longest_latency() -> None:
+    """SLOs every 2 ms across a trickle's latencies: where the plain computation first counts
+    a miss, the bound (within a few ms of the longest latency when only a request or two of a
+    path falls inside the horizon) must already have given way."""
+    positions = Predictive(TIGHT).positions
+    mixes = [positions[0], positions[len(positions) // 2], positions[-1]]
+    missed = 0
+    for slo_ms in range(20, 122, 2):
+        policy = Predictive(replace(TIGHT, slo=Slo(float(slo_ms))))
+        for mix, rate, surge in itertools.product(mixes, (0.01, 0.05, 0.2, 1.0), (False, True)):
+            share = policy._miss_share(mix, rate, 0, positions[-1], surge, 1.0)
+            plain = plain_miss_share(policy, mix, rate, 0, positions[-1], surge, 1.0)
+            assert share == plain, (slo_ms, mix, rate, surge)
+            missed += plain > 0
+    assert missed > 0
+
+
+def test_the_bounds_parts_are_what_they_say() -> None:
+    """rows_before: the leading rows with some path's unit-rate arrival before the time;
+    reach: the longest holding-before-plus-service of any request up to each, on any path."""
+    policy = Predictive(TIGHT)
+    paths = policy.paths
+    unit = np.cumsum(paths.gaps.astype(np.float64), axis=1)  # paths x requests
+    for time in (0.0, 0.004, 0.02, 0.3, 1.0, 2.5, 7.0):
+        rows = paths.rows_before(time)
+        assert bool((unit[:, :rows] < time).any(axis=0).all())
+        assert rows == paths.requests or not bool((unit[:, rows] < time).any())
+    mix = policy.positions[len(policy.positions) // 2]
+    service, before = paths.served(mix, 40)
+    longest = np.maximum.accumulate((service + before).max(axis=1))
+    assert [paths.reach(mix, r) for r in (1, 7, 40)] == [longest[0], longest[6], longest[39]]
+    assert paths.reach(mix, 1) < paths.reach(mix, 40)

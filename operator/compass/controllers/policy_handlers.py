@@ -511,14 +511,39 @@ def _publish(
     """Write the status (when it changed), post the transition Events, set the gauges."""
     old_conditions = previous.get("conditions") or []
     updates = (tuple(health_conditions(health)), generation)
-    if memory.status is not None and memory.condition_updates == updates:
-        # What the conditions say is what they said last tick: the same list (no transition).
+    # What the conditions say is what they said last tick: the same list (no transition).
+    same = memory.status is not None and memory.condition_updates == updates
+    # Or only their wording moved (the predictive strategy's Ready message quotes a rate that
+    # moves with every look): a routine change, which status_patch holds for the heartbeat.
+    reworded = (
+        not same
+        and memory.status is not None
+        and memory.condition_updates is not None
+        and _condition_kinds(memory.condition_updates) == _condition_kinds(updates)
+    )
+    namespace, name = _names(body)
+    quiet = None
+    if decided is not None and (same or reworded):
+        compiled, state, observation = decided
+        quiet = _quiet_key(body, compiled, state, observation, health, generation)
+        if quiet == memory.quiet and not heartbeat_due(
+            now, memory.last_write, memory.heartbeat_s, memory.phase_s
+        ):
+            # Only routine fields can differ from the last status worked out, which wrote
+            # nothing, and the heartbeat is not due: nothing to write, nothing to work out.
+            # The conditions are left unmerged (what they say is the same, so are the gauges
+            # and the Events): the heartbeat's tick merges the wording of its own.
+            gauges = policy_gauges(
+                compiled.plan, state, observation, old_conditions, health.pause.paused
+            )
+            uid = str(body.get("metadata", {}).get("uid", ""))
+            runtime.metrics.set_policy(namespace, name, uid, gauges)
+            return
+    if same:
         conditions = old_conditions
     else:
         conditions = merge_conditions(old_conditions, updates[0], rfc3339(now), generation)
         memory.condition_updates = updates
-    namespace, name = _names(body)
-    quiet = None
     if decided is None:
         status = error_status(previous, conditions, generation)
         # A spec that does not compile says nothing of paused; Triton unreachable does.
@@ -527,21 +552,6 @@ def _publish(
     else:
         compiled, state, observation = decided
         gauges = policy_gauges(compiled.plan, state, observation, conditions, health.pause.paused)
-        quiet = (
-            _quiet_key(body, compiled, state, observation, health, generation)
-            if conditions is old_conditions
-            else None
-        )
-        if (
-            quiet is not None
-            and quiet == memory.quiet
-            and not heartbeat_due(now, memory.last_write, memory.heartbeat_s, memory.phase_s)
-        ):
-            # Only routine fields can differ from the last status worked out, which wrote
-            # nothing, and the heartbeat is not due: nothing to write, nothing to work out.
-            uid = str(body.get("metadata", {}).get("uid", ""))
-            runtime.metrics.set_policy(namespace, name, uid, gauges)
-            return
         status = build_status(
             compiled.plan,
             state,
@@ -579,6 +589,13 @@ def _publish(
         return
     for event in transition_events(old_conditions, conditions):
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def _condition_kinds(updates: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Condition updates (and their generation) less their wording: each one's type, status
+    and reason."""
+    conditions, generation = updates
+    return (tuple((c.type, c.status, c.reason) for c in conditions), generation)
 
 
 def _quiet_key(

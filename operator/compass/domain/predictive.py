@@ -88,6 +88,11 @@ MISS_SHARES_KEPT = 65536  # at most about 20 MB a front
 # every mix it judges (see _Paths.served and _Paths.arrivals).
 CACHED_REQUESTS = 512
 ARRIVALS_KEPT = 16
+# How far (s) the bound that no request can miss (see Predictive._none_late) stays below the
+# SLO: far more than the float64 rounding of a latency summed from a few hundred terms of
+# seconds (about 1e-13 s), so the bound never answers "none late" where the full computation
+# would count one.
+NONE_LATE_MARGIN_S = 1e-9
 
 
 class _Paths:
@@ -127,7 +132,9 @@ class _Paths:
         # elementwise map or a cumulative sum, each request's value depending only on those
         # before it), so a longer one cut short is the shorter one to the bit.
         self._served: dict[Mix, tuple[FloatArray, FloatArray]] = {}
+        self._reach: dict[Mix, FloatArray] = {}
         self._units: dict[float, FloatArray] = {}
+        self._unit_floor: FloatArray | None = None
         self._arrivals: OrderedDict[tuple[float, ...], _Arrivals] = OrderedDict()
         self._parts_lock = threading.Lock()
 
@@ -177,6 +184,32 @@ class _Paths:
             known = self._served[mix] = (service, before)
         return known[0][:requests], known[1][:requests]
 
+    def reach(self, mix: Mix, requests: int) -> float:
+        """The longest (holding times of the requests before it, plus its service time) of any
+        of the first ``requests`` (at most CACHED_REQUESTS) under the mix, on any path: no
+        request among them, started on one idle instance, takes longer from its arrival than
+        this plus the instance's idle-start delay (see Predictive._none_late)."""
+        reach = self._reach.get(mix)
+        if reach is None or len(reach) < requests:
+            self.served(mix, requests)
+            service, before = self._served[mix]  # as many as are kept
+            # Its own service and the holding before it, at worst over every path; then the
+            # worst over every request up to each.
+            reach = np.maximum.accumulate(np.add(before, service).max(axis=1))
+            reach.flags.writeable = False
+            self._reach[mix] = reach
+        return float(reach[requests - 1])
+
+    def rows_before(self, unit: float) -> int:
+        """How many leading requests (rows) arrive before unit-rate time ``unit`` on some
+        Poisson path: each path's arrival times rise, so the earliest of each row rises too."""
+        floor = self._unit_floor
+        if floor is None:
+            floor = self.unit(1.0, self.requests).min(axis=1)
+            floor.flags.writeable = False
+            self._unit_floor = floor
+        return int(np.searchsorted(floor, unit, side="left"))
+
     def arrivals(
         self, rate: float, surge_s: float, clump: float, horizon_s: float, requests: int
     ) -> _Arrivals:
@@ -191,11 +224,17 @@ class _Paths:
                 return known
         unit = self.unit(clump, requests)
         in_surge = SURGE_FACTOR * rate * surge_s
-        arrivals: FloatArray = np.where(
-            unit < in_surge,
-            unit / (SURGE_FACTOR * rate),
-            surge_s + (unit - in_surge) / rate,
-        )
+        arrivals: FloatArray
+        if surge_s == 0:
+            # No surge: the expression below with in_surge and surge_s 0 (unit times are never
+            # below 0, and adding 0 to one changes nothing), in one pass.
+            arrivals = unit / rate
+        else:
+            arrivals = np.where(
+                unit < in_surge,
+                unit / (SURGE_FACTOR * rate),
+                surge_s + (unit - in_surge) / rate,
+            )
         inside = arrivals < horizon_s
         arrivals.flags.writeable = inside.flags.writeable = False
         # Each path's arrivals rise, so the rows with one inside the horizon come first.
@@ -286,6 +325,8 @@ class Predictive:
     # before the queue builds, never delay a move to it).
     forecaster: Forecaster | None = field(default=None, compare=False)
     positions: tuple[Mix, ...] = field(init=False, repr=False, compare=False)
+    # The positions as a set: every decision asks whether the state's mix is one of them.
+    on_hull: frozenset[Mix] = field(init=False, repr=False, compare=False)
     paths: _Paths = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -299,6 +340,7 @@ class Predictive:
         eligible = self.plan.eligible
         hull = accuracy_hull([self.plan.thresholds[i].profile for i in eligible])
         object.__setattr__(self, "positions", tuple(hull_mixes([eligible[i] for i in hull])))
+        object.__setattr__(self, "on_hull", frozenset(self.positions))
         object.__setattr__(self, "paths", shared_paths(self.plan, MAX_PATH_REQUESTS))
 
     @property
@@ -404,10 +446,11 @@ class Predictive:
                 shares.popitem(last=False)
         return known
 
-    def _miss_share(
-        self, mix: Mix, rate: float, ahead: int, active: Mix, surge: bool, clump: float
-    ) -> float:
-        """miss_share, worked out: ``ahead`` requests queued, ``clump`` at least 1."""
+    def _extent(
+        self, rate: float, ahead: int, active: Mix, surge: bool, clump: float
+    ) -> tuple[float, int, int, float]:
+        """(how long the surge lasts, how many arrivals a path is drawn for, how many of them
+        the queue leaves room for, when each instance frees) for a miss share at ``rate``."""
         servers = max(self.plan.servers, 1)
         surge_s = min(SURGE_S, self.horizon_s) if surge else 0.0
         expected = rate * (self.horizon_s + (SURGE_FACTOR - 1) * surge_s)
@@ -421,14 +464,46 @@ class Predictive:
         )
         busy = 1.0 if ahead else min(1.0, rate * active_mean_s / servers)
         # When each instance frees, per path: half a service left where it is busy.
-        idle_s = 0.5 * busy * active_mean_s
+        return surge_s, whole, count, 0.5 * busy * active_mean_s
+
+    def _none_late(self, mix: Mix, rate: float, surge_s: float, count: int, idle_s: float) -> bool:
+        """Whether no request of the forecast can miss the SLO, known without drawing its
+        arrival times: then its miss share is 0 (exactly what the full computation finds).
+        For one instance started idle (nothing queued) and Poisson arrivals.
+
+        On one instance started idle, a request waits for the instance's idle-start delay or
+        for the requests before it, never longer than both together: its latency is at most
+        that delay plus the holding times before it plus its own service (Paths.reach). Only
+        requests in the rows where some path's arrival falls inside the horizon are counted,
+        and those rows are the leading ones whose earliest unit-rate arrival comes before the
+        horizon's (Paths.rows_before). A lightly loaded policy (a trickle, the idle ones of an
+        operator of a thousand) is judged by this bound alone, its arrivals never drawn.
+        """
+        # The unit-rate time of the horizon's end: SURGE_FACTOR times the rate through the
+        # surge, the rate after it (a little later, so rounding never leaves a row out).
+        horizon_unit = SURGE_FACTOR * rate * surge_s + rate * (self.horizon_s - surge_s)
+        rows = min(count, self.paths.rows_before(horizon_unit * (1 + 1e-9) + 1e-12))
+        if rows == 0:
+            return True
+        slo_s = self.plan.slo.latency_ms / 1000
+        return idle_s + self.paths.reach(mix, rows) <= slo_s - NONE_LATE_MARGIN_S
+
+    def _miss_share(
+        self, mix: Mix, rate: float, ahead: int, active: Mix, surge: bool, clump: float
+    ) -> float:
+        """miss_share, worked out: ``ahead`` requests queued, ``clump`` at least 1."""
+        servers = max(self.plan.servers, 1)
+        surge_s, whole, count, idle_s = self._extent(rate, ahead, active, surge, clump)
+        one_idle = servers == 1 and ahead == 0 and count <= CACHED_REQUESTS
+        if one_idle and clump == 1 and self._none_late(mix, rate, surge_s, count, idle_s):
+            return 0.0
         # Arrival times: the same for every mix judged at this rate (the whole count's, cut).
         known = self.paths.arrivals(rate, surge_s, clump, self.horizon_s, whole)
         slo_s = self.plan.slo.latency_ms / 1000
         if count == 0:
             return 0.0
         total = int(known.counted[count - 1])
-        if servers == 1 and ahead == 0 and count <= CACHED_REQUESTS:
+        if one_idle:
             # One idle-started instance: fifo_starts' two cumulative passes, the holding sums
             # of the mix kept across calls, and only as far as the last arrival inside the
             # horizon (FIFO: a later one never moves an earlier one's start).
@@ -436,8 +511,10 @@ class Predictive:
             arrivals, inside = known.times[:rows], known.inside[:rows]
             service, before = self.paths.served(mix, rows)
             waited = np.subtract(arrivals, before)
+            # The instance's idle-start delay taken into the first row: the running maximum
+            # then holds it too, exactly as a maximum with it afterwards would (one pass less).
+            np.maximum(waited[0], idle_s, out=waited[0])
             np.maximum.accumulate(waited, axis=0, out=waited)
-            np.maximum(waited, idle_s, out=waited)
             np.add(before, waited, out=waited)  # each request's start
             np.subtract(waited, arrivals, out=waited)
             np.add(waited, service, out=waited)  # its latency
@@ -504,7 +581,7 @@ class Predictive:
         if base is None or (state.blend is not None and blend is None):
             return None
         mix = Mix(base, blend, state.weight)
-        return mix if mix in self.positions else None
+        return mix if mix in self.on_hull else None
 
     def _route(
         self, state: PolicyState, target: Mix, reason: str, now: float, fallback: bool = False
@@ -555,6 +632,15 @@ def arrivals_dispersion(samples: Sequence[tuple[float, float]], now: float, pods
     own windows follow, is not taken for clumps. Fewer than ``MIN_DISPERSION_PAIRS`` pairs of
     intervals, or no arrivals: 1.
     """
+    if len(samples) < MIN_DISPERSION_PAIRS + 2:
+        return 1.0
+    readings = [total for _, total in samples]
+    first = readings[0]
+    if first == first and readings.count(first) == len(readings):
+        # A counter that never moved (an idle policy): every count is 0, which reads as 1
+        # below too, without the arrays. (first == first: not NaN, which count would match
+        # by identity alone.)
+        return 1.0
     recent = [(t, total) for t, total in samples if now - DISPERSION_WINDOW_S - 1e-9 <= t <= now]
     if len(recent) < MIN_DISPERSION_PAIRS + 2:
         return 1.0
