@@ -525,7 +525,7 @@ def _publish(
     quiet = None
     if decided is not None and (same or reworded):
         compiled, state, observation = decided
-        quiet = _quiet_key(body, compiled, state, observation, health, generation)
+        quiet = _quiet_key(body, compiled, state, health, generation)
         if quiet == memory.quiet and not heartbeat_due(
             now, memory.last_write, memory.heartbeat_s, memory.phase_s
         ):
@@ -602,16 +602,15 @@ def _quiet_key(
     body: kopf.Body,
     compiled: CompiledPolicy,
     state: PolicyState,
-    observation: Observation | None,
     health: Health,
     generation: int | None,
 ) -> tuple[Any, ...]:
     """Everything of a tick's status that is written at once when it changes (policy_status:
     all but the routine fields), and the object's resourceVersion (an edit by anyone else)."""
     routine = replace(state, arrivals=(), observed_at=None)
-    depth = None if observation is None else observation.queue_depth
+    # The queue depth seen is routine too (it moves every tick under load): not in the key.
     version = body.get("metadata", {}).get("resourceVersion")
-    return (id(compiled.plan), generation, version, routine, depth, health.routing)
+    return (id(compiled.plan), generation, version, routine, health.routing)
 
 
 def _write_status(
