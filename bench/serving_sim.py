@@ -72,7 +72,13 @@ from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.podmodel import PodModel
 from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import Controller, QueueAggregate, StaticController, simulate
+from compass.domain.simulator import (
+    Controller,
+    QueueAggregate,
+    RunReport,
+    StaticController,
+    simulate,
+)
 from compass.domain.split import Split
 from compass.domain.traces import TRACE_NAMES, TraceWindow, trace_windows, window_pattern
 from compass.examples import load_trace
@@ -120,6 +126,8 @@ REFUSING = {*ADMITTED, "binding+adm"}
 BINDING_SHARE_MEAN = 1.0
 BINDING_SHARE_CELL = 0.70
 DEGRADING = {"policy+deg": "policy", "predictive+deg": "predictive"}
+# With --binding-only: binding+adm per request against static fastest (against_fastest).
+AGAINST_FASTEST = "binding+adm vs fastest"
 # With --late-last: static fastest on a FIFO queue, for reference.
 FIFO_FASTEST = "#0 fifo"
 DEFAULT_ADMISSION_QUANTILE = 0.5
@@ -239,6 +247,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
         late_after_s = late_after_ms(job.slo_ms, front[0], job.admission_quantile) / 1000
         controllers[FIFO_FASTEST] = controllers["#0"]
     outcome: Outcome = {}
+    reports: dict[str, RunReport] = {}
     for label, controller in controllers.items():
         report = simulate(
             controller,
@@ -251,6 +260,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             admission=rules.get(label),
             pod_model=PodModel(late_after_s=None if label == FIFO_FASTEST else late_after_s),
         )
+        reports[label] = report
         outcome[label] = (
             report.compliance,
             report.mean_accuracy,
@@ -273,6 +283,8 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
         report = simulate_binding(
             front, scenario, job.slo_ms, label, settings=settings, pods=job.pods
         )
+        if job.binding_only and label in REFUSING:
+            outcome[AGAINST_FASTEST] = against_fastest(reports["#0"], report, front, scenario)
         outcome[label] = (
             report.compliance,
             report.mean_accuracy,
@@ -301,6 +313,36 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
         )
         outcome[KNOWN_LOAD] = (known.compliance, known.mean_accuracy, 0, known.requests, 0.0)
     return job, outcome
+
+
+def against_fastest(
+    fastest: RunReport, bound: RunReport, front: Sequence[LatencyProfile], scenario: Scenario
+) -> tuple[float, float, float, float, float]:
+    """Per request, what late binding loses and wins against static fastest on the same
+    arrivals, as % of the requests. Lost (in time on static fastest, not bound): refused where
+    the fastest would have been in time from then (refusal's own cost: admission refuses on the
+    median, and luck served it); refused or late where even the fastest was too late from its
+    start (the requests ahead took longer than static fastest's); late on a slower
+    configuration the fastest would have been in time on from the same start (its own choice).
+    Won: late on static fastest but in time bound."""
+    slo_s = fastest.slo_ms / 1000
+    deadline = scenario.arrivals_s + slo_s
+
+    def in_time(report: RunReport) -> npt.NDArray[np.bool_]:
+        on_time: npt.NDArray[np.bool_] = (report.finishes_s <= deadline) & ~report.dropped
+        return on_time
+
+    lost = in_time(fastest) & ~in_time(bound)
+    fastest_s = front[0].distribution.quantile(scenario.luck) / 1000
+    could = bound.starts_s + fastest_s <= deadline
+    share = 100 / max(len(deadline), 1)
+    return (
+        float(np.sum(lost & bound.dropped & could)) * share,
+        float(np.sum(lost & ~could)) * share,
+        float(np.sum(lost & ~bound.dropped & could)) * share,
+        float(np.sum(~in_time(fastest) & in_time(bound))) * share,
+        0.0,
+    )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -600,7 +642,24 @@ def binding_section(means: Means, title: str) -> list[str]:
             if label in REFUSING:
                 row += f" {cell[label][4]:>4.1f}"
         lines.append(row)
-    return lines + binding_floors(means)
+    lines += binding_floors(means)
+    if all(AGAINST_FASTEST in cell for cell in means.values()):
+        lines += [
+            "binding+adm per request against static fastest (% of requests; against_fastest): "
+            "lost (in time on static fastest): refused though the fastest would have been in "
+            "time from then / refused or late, too late for even the fastest from its start "
+            "(the requests ahead took longer) / late by its own slower choice; won (late on "
+            "static fastest); net",
+            f"{'SLO':>5} {'pattern':<{width}} {'refused':>8} {'waited':>7} {'own':>6} "
+            f"{'won':>6} {'net':>7}",
+        ]
+        for (slo, pattern), cell in means.items():
+            refused, waited, own, won, _ = cell[AGAINST_FASTEST]
+            lines.append(
+                f"{slo:>5.0f} {pattern:<{width}} {refused:>8.2f} {waited:>7.2f} {own:>6.2f} "
+                f"{won:>6.2f} {won - refused - waited - own:>+7.2f}"
+            )
+    return lines
 
 
 def binding_floors(means: Means) -> list[str]:
