@@ -72,7 +72,13 @@ from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.podmodel import PodModel
 from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import Controller, QueueAggregate, StaticController, simulate
+from compass.domain.simulator import (
+    Controller,
+    QueueAggregate,
+    RunReport,
+    StaticController,
+    simulate,
+)
 from compass.domain.split import Split
 from compass.domain.traces import TRACE_NAMES, TraceWindow, trace_windows, window_pattern
 from compass.examples import load_trace
@@ -120,6 +126,8 @@ REFUSING = {*ADMITTED, "binding+adm"}
 BINDING_SHARE_MEAN = 1.0
 BINDING_SHARE_CELL = 0.70
 DEGRADING = {"policy+deg": "policy", "predictive+deg": "predictive"}
+# With --binding-only: binding+adm per request against static fastest (against_fastest).
+AGAINST_FASTEST = "binding+adm vs fastest"
 # With --late-last: static fastest on a FIFO queue, for reference.
 FIFO_FASTEST = "#0 fifo"
 DEFAULT_ADMISSION_QUANTILE = 0.5
@@ -170,6 +178,9 @@ class Job:
     forecaster: ForecasterKind = ForecasterKind.NONE
     base_qps: float = BASE_QPS
     late_last: bool = False
+    # Late binding's cap on how far behind static fastest's schedule extra time may leave a
+    # request, as a share of the SLO (--binding-lag; None: none).
+    binding_lag: float | None = None
     # Only static fastest, the hindsight oracle and late binding (--binding-only).
     binding_only: bool = False
     # Real load: a window of a shipped trace at this share of the fastest member's capacity
@@ -236,6 +247,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
         late_after_s = late_after_ms(job.slo_ms, front[0], job.admission_quantile) / 1000
         controllers[FIFO_FASTEST] = controllers["#0"]
     outcome: Outcome = {}
+    reports: dict[str, RunReport] = {}
     for label, controller in controllers.items():
         report = simulate(
             controller,
@@ -248,6 +260,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             admission=rules.get(label),
             pod_model=PodModel(late_after_s=None if label == FIFO_FASTEST else late_after_s),
         )
+        reports[label] = report
         outcome[label] = (
             report.compliance,
             report.mean_accuracy,
@@ -265,10 +278,13 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             refuse=refuse,
             admission_quantile=job.admission_quantile,
             max_qps=limits,
+            lag_share=job.binding_lag,
         )
         report = simulate_binding(
             front, scenario, job.slo_ms, label, settings=settings, pods=job.pods
         )
+        if job.binding_only and label in REFUSING:
+            outcome[AGAINST_FASTEST] = against_fastest(reports["#0"], report, front, scenario)
         outcome[label] = (
             report.compliance,
             report.mean_accuracy,
@@ -297,6 +313,36 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
         )
         outcome[KNOWN_LOAD] = (known.compliance, known.mean_accuracy, 0, known.requests, 0.0)
     return job, outcome
+
+
+def against_fastest(
+    fastest: RunReport, bound: RunReport, front: Sequence[LatencyProfile], scenario: Scenario
+) -> tuple[float, float, float, float, float]:
+    """Per request, what late binding loses and wins against static fastest on the same
+    arrivals, as % of the requests. Lost (in time on static fastest, not bound): refused where
+    the fastest would have been in time from then (refusal's own cost: admission refuses on the
+    median, and luck served it); refused or late where even the fastest was too late from its
+    start (the requests ahead took longer than static fastest's); late on a slower
+    configuration the fastest would have been in time on from the same start (its own choice).
+    Won: late on static fastest but in time bound."""
+    slo_s = fastest.slo_ms / 1000
+    deadline = scenario.arrivals_s + slo_s
+
+    def in_time(report: RunReport) -> npt.NDArray[np.bool_]:
+        on_time: npt.NDArray[np.bool_] = (report.finishes_s <= deadline) & ~report.dropped
+        return on_time
+
+    lost = in_time(fastest) & ~in_time(bound)
+    fastest_s = front[0].distribution.quantile(scenario.luck) / 1000
+    could = bound.starts_s + fastest_s <= deadline
+    share = 100 / max(len(deadline), 1)
+    return (
+        float(np.sum(lost & bound.dropped & could)) * share,
+        float(np.sum(lost & ~could)) * share,
+        float(np.sum(lost & ~bound.dropped & could)) * share,
+        float(np.sum(~in_time(fastest) & in_time(bound))) * share,
+        0.0,
+    )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -381,6 +427,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "binding+adm), and print their table and floors: the quick check of issue 43's floors",
     )
     parser.add_argument(
+        "--binding-lag",
+        type=float,
+        default=None,
+        help="late binding: extra time may leave a request at most this share of the SLO "
+        "behind the schedule static fastest keeps (e.g. 0.25; default: no cap)",
+    )
+    parser.add_argument(
         "--late-last",
         action="store_true",
         help="every run (and the oracle) on routers whose queue serves a request that can no "
@@ -396,6 +449,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--seeds and --jobs must be >= 1")
     if args.seed_offset < 0:
         parser.error("--seed-offset must be >= 0")
+    if args.binding_lag is not None and not 0 < args.binding_lag <= 1:
+        parser.error("--binding-lag must lie in (0, 1]: a share of the SLO, e.g. 0.25")
     args.trace_names = (
         list(TRACE_NAMES)
         if args.traces == "all"
@@ -587,7 +642,24 @@ def binding_section(means: Means, title: str) -> list[str]:
             if label in REFUSING:
                 row += f" {cell[label][4]:>4.1f}"
         lines.append(row)
-    return lines + binding_floors(means)
+    lines += binding_floors(means)
+    if all(AGAINST_FASTEST in cell for cell in means.values()):
+        lines += [
+            "binding+adm per request against static fastest (% of requests; against_fastest): "
+            "lost (in time on static fastest): refused though the fastest would have been in "
+            "time from then / refused or late, too late for even the fastest from its start "
+            "(the requests ahead took longer) / late by its own slower choice; won (late on "
+            "static fastest); net",
+            f"{'SLO':>5} {'pattern':<{width}} {'refused':>8} {'waited':>7} {'own':>6} "
+            f"{'won':>6} {'net':>7}",
+        ]
+        for (slo, pattern), cell in means.items():
+            refused, waited, own, won, _ = cell[AGAINST_FASTEST]
+            lines.append(
+                f"{slo:>5.0f} {pattern:<{width}} {refused:>8.2f} {waited:>7.2f} {own:>6.2f} "
+                f"{won:>6.2f} {won - refused - waited - own:>+7.2f}"
+            )
+    return lines
 
 
 def binding_floors(means: Means) -> list[str]:
@@ -665,7 +737,7 @@ def json_cells(means: Means) -> dict[str, list[dict[str, object]]]:
                 **figures(cell[label]),
                 "dropped_pct": float(cell[label][4]),
                 "fastest": figures(cell["#0"]),
-                "accurate": figures(cell["#3"]),
+                **({"accurate": figures(cell["#3"])} if "#3" in cell else {}),
                 "oracle_accuracy": float(cell["oracle"][1]),
                 "oracle_compliance_pct": float(cell["oracle"][0]),
                 **({"fastest_fifo": figures(cell[FIFO_FASTEST])} if FIFO_FASTEST in cell else {}),
@@ -673,6 +745,7 @@ def json_cells(means: Means) -> dict[str, list[dict[str, object]]]:
             }
             for (slo, pattern), cell in means.items()
             for label, name in names.items()
+            if label in cell
         ]
     }
 
@@ -719,7 +792,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ForecasterKind(args.forecaster),
         args.base_qps,
         args.late_last,
-        args.binding_only,
+        binding_lag=args.binding_lag,
+        binding_only=args.binding_only,
     )
     seeds = range(args.seed_offset, args.seed_offset + args.seeds)
     jobs = [

@@ -9,7 +9,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from compass.domain.arrivals import make_pattern, make_scenario
+from compass.domain.arrivals import (
+    Scenario,
+    SimulationError,
+    make_pattern,
+    make_scenario,
+    trace_pattern,
+)
 from compass.domain.binding import (
     BindableConfig,
     BindingError,
@@ -18,8 +24,10 @@ from compass.domain.binding import (
     bind_stage,
     fit_stage_times,
     follower_spare_ms,
+    lag_spare_ms,
     stage_plan,
     stage_shares,
+    static_schedule,
 )
 from compass.domain.bindingsim import BindingSettings, simulate_binding
 from compass.domain.podmodel import PodModel, Stage
@@ -281,3 +289,39 @@ def test_batching_components_and_router_instances_serve_every_request() -> None:
     assert not np.isnan(report.finishes_s).any()
     assert (report.finishes_s >= report.starts_s).all()
     assert report.compliance > 50
+
+
+def test_static_fastests_schedule_and_the_lag_a_request_may_take_behind_it() -> None:
+    # Lindley's recursion: a request waits for the one before it, never for an idle queue.
+    assert static_schedule(1.0, 0.5, 0.1) == (1.0, pytest.approx(1.1))
+    assert static_schedule(1.0, 1.3, 0.1) == (1.3, pytest.approx(1.4))
+    assert static_schedule(1.0, 1.3, 0.2, servers=2) == (1.3, pytest.approx(1.4))
+    with pytest.raises(BindingError, match="servers"):
+        static_schedule(1.0, 0.0, 0.1, servers=0)
+    # 100 ms behind static fastest at its fastest, 250 allowed: 150 more; beyond the cap none.
+    assert lag_spare_ms(1100, 1000, 250) == pytest.approx(150)
+    assert lag_spare_ms(1400, 1000, 250) == 0
+    assert lag_spare_ms(900, 1000, 250) == pytest.approx(350)
+
+
+def test_the_lag_cap_keeps_every_request_within_it_of_static_fastests_schedule() -> None:
+    # Four lone requests, each arriving while the one before is served, then a clump: with no
+    # cap, each takes what its own deadline allows and the busy period it makes runs on; the
+    # cap holds every request within it of when static fastest would end it (median luck and
+    # narrow profiles: the predicted times are the times).
+    arrivals = np.array([0.0, 0.3, 0.6, 0.9] + [1.0] * 7)
+    load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(len(arrivals), 0.5))
+    slo, share = 1200.0, 0.3
+    static = simulate(StaticController(ADDITIVE[0].name, 0), ADDITIVE, load, slo)  # type: ignore[arg-type]
+
+    def lags(settings: BindingSettings) -> np.ndarray:
+        report = simulate_binding(
+            ADDITIVE, load, slo, stages=STAGES, prior_shares=None, settings=settings
+        )
+        assert report.dropped_pct == 0
+        return (report.finishes_s - static.finishes_s) * 1000
+
+    assert lags(BindingSettings()).max() > share * slo + 100
+    assert lags(BindingSettings(lag_share=share)).max() <= share * slo + 1e-6
+    with pytest.raises(SimulationError, match="lag_share"):
+        lags(BindingSettings(lag_share=1.5))

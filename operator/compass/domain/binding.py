@@ -260,6 +260,28 @@ def follower_spare_ms(
     return spare
 
 
+def static_schedule(
+    arrival_s: float, free_s: float, fastest_s: float, servers: int = 1
+) -> tuple[float, float]:
+    """When a request arriving at ``arrival_s`` would start if every request were served on
+    the fastest configuration (``fastest_s`` each, shared by ``servers``), that queue being
+    free at ``free_s``, and when it is free again after it (Lindley's recursion: the schedule
+    static fastest keeps)."""
+    if servers < 1:
+        raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
+    start = max(arrival_s, free_s)
+    return start, start + fastest_s / servers
+
+
+def lag_spare_ms(finish_ms: float, static_finish_ms: float, cap_ms: float) -> float:
+    """How much longer than its fastest completion a request may take so that it ends no more
+    than ``cap_ms`` behind the schedule static fastest keeps: ``finish_ms`` is when it ends at
+    its fastest (its likely time), ``static_finish_ms`` when it would end under static fastest.
+    Every request after it in the same busy period starts that much later than static fastest
+    starts it, so a lag is what a clump arriving behind it pays (docs/method.md)."""
+    return max(cap_ms - (finish_ms - static_finish_ms), 0.0)
+
+
 def fit_stage_times(
     profiles: Sequence[LatencyProfile],
     stages: Sequence[Sequence[str]],

@@ -32,8 +32,10 @@ from compass.domain.binding import (
     allowed_at,
     bind_stage,
     follower_spare_ms,
+    lag_spare_ms,
     remaining_ms,
     stage_plan,
+    static_schedule,
 )
 from compass.domain.evaluation import ParamValue
 from compass.domain.podmodel import DROPPED, PodModel, Stage
@@ -62,6 +64,9 @@ class BindingSettings:
     # Per allowed configuration, the arrival rate (requests/s per pod) above which the slow
     # loop disallows it (the planner's stay limit; None: no limit); empty: no limits.
     max_qps: tuple[float | None, ...] = ()
+    # Extra time may leave a request at most this share of the SLO behind the schedule static
+    # fastest keeps (``lag_spare_ms``; None: no cap). bench/serving_sim.py --binding-lag.
+    lag_share: float | None = None
 
 
 class _BindingPod:
@@ -100,6 +105,10 @@ class _BindingPod:
         # When each request arrived so far (the pod's own arrivals counter).
         self.arrived_at: list[float] = []
         self.arrived = 0
+        # Static fastest's schedule (at the fastest's likely time): when each request would
+        # start there, and when that queue is next free.
+        self.static_start: dict[int, float] = {}
+        self.static_free = -math.inf
 
     def backlog_ms(self, now: float) -> list[float]:
         """The work queued at each component (the batch in service's rest, then the waiting
@@ -154,6 +163,14 @@ class _BindingPod:
                 self.servers,
                 likely=(own_likely, self.follower_likely_ms),
             )
+        if self.settings.lag_share is not None:
+            quickest_likely = min(
+                remaining_ms(plan.configs[i], stage, backlog, admitting=True)
+                for i in plan.consistent(bound)
+            )
+            static_finish_ms = self.static_start[request] * 1000 + self.follower_likely_ms
+            cap_ms = self.settings.lag_share * self.slo_s * 1000
+            spare = min(spare, lag_spare_ms(now * 1000 + quickest_likely, static_finish_ms, cap_ms))
         binding = bind_stage(
             plan,
             stage,
@@ -217,7 +234,11 @@ class _BindingPod:
                 now = arrival
                 # Requests that arrive together are queued together before any starts.
                 while pending and self.arrivals[pending[0]] <= now:
-                    self.router.append(pending.popleft())
+                    request = pending.popleft()
+                    self.static_start[request], self.static_free = static_schedule(
+                        now, self.static_free, self.follower_likely_ms / 1000, self.servers
+                    )
+                    self.router.append(request)
                     self.arrived_at.append(now)
                     self.arrived += 1
             self.start_waiting(now)
@@ -253,6 +274,10 @@ def simulate_binding(
             "pod_model.stages",
             f"{len(components)} components for {len(stages)} binding stages",
             "give one component per stage",
+        )
+    if settings.lag_share is not None and not 0 < settings.lag_share <= 1:
+        raise SimulationError(
+            "lag_share", f"{settings.lag_share!r} is not in (0, 1]", "give a share, e.g. 0.25"
         )
     plan = stage_plan(
         profiles, stages, settings.quantile, prior_shares, settings.admission_quantile
