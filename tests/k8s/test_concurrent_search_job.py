@@ -196,7 +196,7 @@ def _story(
     [wide_pod] = flows.pods("job-name=wide-search-g1")
     wide, wide_facts = searches.finish("wide", SEARCH_S)
     wide_log = node.log(namespace, wide_pod["metadata"]["name"])
-    fleet = f"{len(ips)} pod(s) x {ROUTER_INSTANCES} router instance(s)"
+    fleet = f"{len(ips)} address(es) x {ROUTER_INSTANCES} router instance(s)"
     assert f"search: concurrency {CONCURRENCY} ({fleet}), batch {BATCH}" in wide_log, wide_log
     served = {ip: _inferences(ip) - before[ip] for ip in ips.values()}
     wide_s = time.monotonic() - started

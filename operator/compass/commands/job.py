@@ -78,13 +78,12 @@ from compass.dataplane.profiler import (
     pod_summary,
     profile_configurations,
 )
-from compass.dataplane.triton import GrpcTls, TritonRouter, router_instances
+from compass.dataplane.triton import GrpcTls, TritonRouter
 from compass.domain.capacity import CurvePoint
 from compass.domain.evaluation import Config
 from compass.domain.planner import ThresholdModel, pareto_front
 from compass.domain.profiles import parse_profiles
 from compass.domain.search import (
-    MAX_CONCURRENCY,
     Progress,
     SearchMethod,
     SearchSettings,
@@ -94,7 +93,7 @@ from compass.domain.search import (
 from compass.domain.space import Space, config_key
 from compass.domain.statistics import IntervalMethod
 from compass.evaluators.concurrency import ThreadRunner
-from compass.evaluators.factory import ScoreSource, make_evaluator, make_runner
+from compass.evaluators.factory import ScoreSource, fleet_concurrency, make_evaluator, make_runner
 from compass.evaluators.ledger import CheckpointedEvaluator, CheckpointLedger, parse_ledger
 
 # A state read or write is retried on these answers (an API server restarting, overloaded or
@@ -491,24 +490,13 @@ def fleet_source(spec: CompoundWorkflowSpec, namespace: str, source: ScoreSource
     return replace(source, triton=",".join(pod.grpc_url for pod in pods))
 
 
-def search_concurrency(
-    spec: CompoundWorkflowSpec, namespace: str, source: ScoreSource
-) -> tuple[int, str]:
-    """The search's concurrency, and why: spec.evaluation.concurrency if given; with Triton,
-    its addresses x the router's instances (its model config, asked of the first); else 1."""
+def search_concurrency(spec: CompoundWorkflowSpec, source: ScoreSource) -> tuple[int, str]:
+    """The search's concurrency, and why: spec.evaluation.concurrency if given, else the
+    fleet's (fleet_concurrency: its pods x the router's instances; 1 without Triton)."""
     given = spec.evaluation.concurrency
     if given is not None:
         return given, "spec.evaluation.concurrency"
-    if source.triton is None:
-        return 1, "one at a time without Triton"
-    addresses = source.triton.split(",")
-    router = TritonRouter(addresses[0], source.router_model, tls=source.tls)
-    try:
-        instances = router_instances(router.model_config())
-    finally:
-        router.close()
-    concurrency = min(len(addresses) * instances, MAX_CONCURRENCY)
-    return concurrency, f"{len(addresses)} pod(s) x {instances} router instance(s)"
+    return fleet_concurrency(source)
 
 
 def run_search(state_name: str, namespace: str) -> int:
@@ -557,7 +545,7 @@ def run_search(state_name: str, namespace: str) -> int:
         interval=IntervalMethod(evaluation.interval.value),
         batch=evaluation.batch,
     )
-    concurrency, why = search_concurrency(spec, namespace, source)
+    concurrency, why = search_concurrency(spec, source)
     runner = make_runner(source, mirrored, concurrency)
     print(f"search: concurrency {concurrency} ({why}), batch {evaluation.batch}", flush=True)
     try:

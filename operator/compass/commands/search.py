@@ -31,13 +31,13 @@ from compass.commands.search_common import (
     write_result,
 )
 from compass.console import Terminated, UsageError, fail, parse_int, search_with_progress
-from compass.dataplane.triton import RoutingError, TritonRouter, router_instances
+from compass.dataplane.triton import RoutingError
 from compass.domain.evaluation import EvaluationError, Evaluator, ParamValue
 from compass.domain.search import MAX_CONCURRENCY, MAX_DATASET_SIZE, SearchSettings
 from compass.domain.space import Space, SpaceError, SpaceSpec, config_key, explain_validation_error
 from compass.domain.statistics import StoppingRule
 from compass.evaluators.concurrency import ThreadRunner, VirtualRunner, jittered_service
-from compass.evaluators.factory import ScoreSource, make_evaluator, make_runner
+from compass.evaluators.factory import ScoreSource, fleet_concurrency, make_evaluator, make_runner
 from compass.evaluators.files import same_file
 from compass.evaluators.ledger import (
     CheckpointedEvaluator,
@@ -550,27 +550,19 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
 
 
 def _auto_concurrency(source: ScoreSource) -> tuple[int, str | None]:
-    """--concurrency auto: every --triton address x the router's instances (asked of the
-    first: the pods of one Deployment share a model config), and a note saying so; else 1."""
+    """--concurrency auto: the fleet's with --triton (fleet_concurrency), and a note saying
+    how it was counted; else 1."""
     if source.triton is None:
         return 1, None
-    addresses = [a.strip() for a in source.triton.split(",")]
-    router = TritonRouter(addresses[0], source.router_model, tls=source.tls)
     try:
-        instances = router_instances(router.model_config())
+        concurrency, counted = fleet_concurrency(source)
     except RoutingError as error:
         fail(
             "--concurrency",
             f"auto could not read the router's instances: {error}",
             "start Triton first, or give K",
         )
-    finally:
-        router.close()
-    concurrency = min(len(addresses) * instances, MAX_CONCURRENCY)
-    return concurrency, (
-        f"concurrency {concurrency} (auto: {len(addresses)} address(es) x {instances} router "
-        "instance(s))"
-    )
+    return concurrency, f"concurrency {concurrency} (auto: {counted})"
 
 
 def _parse_positive(flag: str, text: str) -> float:

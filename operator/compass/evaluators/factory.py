@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.dataplane.triton import GrpcTls
+from compass.dataplane.triton import GrpcTls, TritonRouter, router_instances
 from compass.domain.evaluation import Evaluator
-from compass.domain.search import ChunkRunner, SequentialRunner
+from compass.domain.search import MAX_CONCURRENCY, ChunkRunner, SequentialRunner
 from compass.evaluators.command import CommandEvaluator
 from compass.evaluators.concurrency import ThreadRunner
 from compass.evaluators.ledger import Ledger, ReplayEvaluator
@@ -60,3 +60,20 @@ def make_runner(source: ScoreSource, evaluator: Evaluator, concurrency: int) -> 
     if concurrency == 1 or source.replay is not None:
         return SequentialRunner(evaluator)
     return ThreadRunner(evaluator, concurrency, piece=1 if source.triton is not None else None)
+
+
+def fleet_concurrency(source: ScoreSource) -> tuple[int, str]:
+    """The concurrency that keeps a Triton fleet busy, and how it was counted: every address x
+    the router's instances (its model config, asked of the first address: the pods of one
+    Deployment share it), at most MAX_CONCURRENCY; 1 for a replay or a command. RoutingError
+    where the router cannot be asked."""
+    if source.triton is None:
+        return 1, "one at a time without Triton"
+    addresses = [a.strip() for a in source.triton.split(",") if a.strip()]
+    router = TritonRouter(addresses[0], source.router_model, tls=source.tls)
+    try:
+        instances = router_instances(router.model_config())
+    finally:
+        router.close()
+    concurrency = min(len(addresses) * instances, MAX_CONCURRENCY)
+    return concurrency, f"{len(addresses)} address(es) x {instances} router instance(s)"
