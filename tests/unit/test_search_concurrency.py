@@ -19,6 +19,7 @@ from compass.domain.evaluation import Config, EvaluationError
 from compass.domain.search import Progress, SearchMethod, SearchOutcome, SearchSettings, search
 from compass.domain.space import Space
 from compass.evaluators.concurrency import ThreadRunner, VirtualRunner, check_concurrency
+from compass.evaluators.factory import ScoreSource, make_runner
 from compass.evaluators.ledger import (
     CheckpointedEvaluator,
     CheckpointLedger,
@@ -322,3 +323,19 @@ def test_threads_scoring_ahead_send_what_is_recorded_plus_what_is_wasted(tmp_pat
         runs[ahead] = (verdicts(outcome), facts(read_ledger(checkpoint.path)), runner.sent)
     assert runs[None][:2] == runs[0][:2]
     assert runs[0][2] == len(runs[0][1]) < runs[None][2]
+
+
+def test_triton_requests_score_ahead_and_command_processes_do_not() -> None:
+    _, ledger = rag_grid()
+    evaluator = ReplayEvaluator(ledger)
+    triton = make_runner(ScoreSource(triton="127.0.0.1:8001"), evaluator, 8)
+    command = make_runner(ScoreSource(command=["score"]), evaluator, 8)
+    try:
+        assert isinstance(triton, ThreadRunner)
+        assert (triton.piece, triton.ahead) == (1, None)
+        assert isinstance(command, ThreadRunner)
+        assert (command.piece, command.ahead) == (None, 0)
+    finally:
+        for runner in (triton, command):
+            if isinstance(runner, ThreadRunner):
+                runner.close()
