@@ -12,25 +12,42 @@ finish within 1.25x of that time / K, sending at most 10% more sample requests (
 ahead for nothing included), with the same feasible set as the sequential search and the same
 everything (verdicts, sample counts) at every K. The script always exits 0; the floors are
 printed as PASS/FAIL lines.
+
+``--live`` searches through real tritonservers instead (``--replicas`` of rag-sim, each with a
+router of ``--router-instances`` instances, latencies on at ``--time-scale``): the sequential
+search (batch 1, one request at a time to one server, as ``compass demo`` searches) and the
+concurrent one (``--batch``, ``--live-concurrency`` requests in flight over every server; default
+replicas x router instances) on the same space (``--generators`` narrows the demo's to those
+generator models) and ``--tau``: wall times, their ratio (floor 6x) and whether the feasible
+sets are equal.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
+import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import search_paper as paper
 from compass.domain.search import SearchOutcome, SearchSettings, search
-from compass.evaluators.concurrency import VirtualRunner, jittered_service
+from compass.domain.space import Space, config_key
+from compass.evaluators.concurrency import ThreadRunner, VirtualRunner, jittered_service
+from compass.evaluators.factory import ScoreSource, make_evaluator, make_runner
+from compass.examples import load_rag_paper
+from compass.lab.scenarios import QUESTIONS, rag_sim_triton
 
 # The batch the figures are measured at: with samples scored ahead filling what a round leaves
 # idle, 8 keeps K = 64 within the floor at fewer evaluations than 16 (bench/README.md).
 BATCH = 8
 
 FLOOR_WALL = 1.25
+FLOOR_LIVE_SPEEDUP = 6.0
 FLOOR_SAMPLES = 1.10
 TOLERANCE = 1e-9
 
@@ -106,6 +123,97 @@ def run(job: Job) -> Result:
     )
 
 
+def live_space(generators: str | None) -> Space:
+    """The demo's space (the paper's RAG grid), narrowed to these generator models if given."""
+    spec = load_rag_paper()[0]
+    if generators:
+        wanted = [g.strip() for g in generators.split(",") if g.strip()]
+        for parameter in spec["parameters"]:
+            if parameter["name"] == "generator_model":
+                unknown = sorted(set(wanted) - set(parameter["values"]))
+                if unknown:
+                    raise SystemExit(f"--generators: {unknown} not in {parameter['values']}")
+                parameter["values"] = wanted
+    return Space.from_spec(spec)
+
+
+def timed_search(
+    space: Space, addresses: list[str], settings: SearchSettings, concurrency: int
+) -> tuple[SearchOutcome, float, ThreadRunner | None]:
+    """One search through the routers at these addresses; its outcome, wall time and runner."""
+    source = ScoreSource(triton=",".join(addresses))
+    evaluator = make_evaluator(source)
+    runner = make_runner(source, evaluator, concurrency)
+    started = time.monotonic()
+    try:
+        outcome = search(space, evaluator, QUESTIONS, settings, runner=runner)
+    finally:
+        if isinstance(runner, ThreadRunner):
+            runner.close()
+    return outcome, time.monotonic() - started, runner if isinstance(runner, ThreadRunner) else None
+
+
+def run_live(args: argparse.Namespace) -> int:
+    """The sequential and the concurrent search through real rag-sim tritonservers."""
+    space = live_space(args.generators)
+    concurrency = args.live_concurrency or args.replicas * args.router_instances
+    workdir = Path(tempfile.mkdtemp(prefix="compass-search-live-"))
+    print(
+        f"rag-sim on {args.replicas} tritonserver(s), router of {args.router_instances} "
+        f"instances each, latencies x{args.time_scale:g}; {space.size} configurations, "
+        f"{QUESTIONS} samples, tau {args.tau:g}; load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    with ExitStack() as stack:
+        servers = [
+            stack.enter_context(
+                rag_sim_triton(
+                    workdir / f"pod{k}",
+                    args.time_scale,
+                    host=f"127.0.3.{k + 1}",
+                    router_instances=args.router_instances,
+                ).start(workdir / f"pod{k}")
+            )
+            for k in range(args.replicas)
+        ]
+        addresses = [s.grpc_url for s in servers]
+        runs = {}
+        order = ["sequential", "concurrent"]
+        if args.concurrent_first:
+            order.reverse()
+        for name in order:
+            if name == "sequential":
+                settings = SearchSettings(tau=args.tau, seed=0, batch=1)
+                runs[name] = timed_search(space, addresses[:1], settings, 1)
+            else:
+                settings = SearchSettings(tau=args.tau, seed=0, batch=args.batch)
+                runs[name] = timed_search(space, addresses, settings, concurrency)
+            outcome, wall, runner = runs[name]
+            extra = (
+                f", {runner.sent:,} requests sent ({runner.wasted:,} ahead for nothing)"
+                if runner
+                else ""
+            )
+            print(
+                f"{name}: wall {wall:,.1f} s, {outcome.sample_evals:,} sample evaluations"
+                f"{extra}, {len(outcome.feasible)} feasible; load average "
+                f"{os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    (seq, seq_wall, _), (conc, conc_wall, _) = runs["sequential"], runs["concurrent"]
+    same = {config_key(space.config(a.index)) for a in seq.feasible} == {
+        config_key(space.config(a.index)) for a in conc.feasible
+    }
+    speedup = seq_wall / conc_wall
+    print(
+        f"{'PASS' if speedup >= FLOOR_LIVE_SPEEDUP else 'FAIL'} live: concurrent ({concurrency} "
+        f"in flight, batch {args.batch}) {speedup:.2f}x faster than sequential "
+        f"(floor {FLOOR_LIVE_SPEEDUP:g}x)"
+    )
+    print(f"{'PASS' if same else 'FAIL'} live: the same feasible set ({len(seq.feasible)})")
+    return 0
+
+
 def main() -> int:
     """Print the table and the floors."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -129,7 +237,20 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", choices=sorted(paper.WORKFLOWS))
     parser.add_argument("--data", default=str(paper.DEFAULT_DATA))
+    live = parser.add_argument_group("live (--live): real rag-sim tritonservers")
+    live.add_argument("--live", action="store_true")
+    live.add_argument("--replicas", type=int, default=2)
+    live.add_argument("--router-instances", type=int, default=4)
+    live.add_argument("--time-scale", type=float, default=0.2)
+    live.add_argument("--tau", type=float, default=0.75, help="the demo's default")
+    live.add_argument("--generators", help="narrow the space to these generator models")
+    live.add_argument(
+        "--live-concurrency", type=int, default=None, help="default replicas x router instances"
+    )
+    live.add_argument("--concurrent-first", action="store_true")
     args = parser.parse_args()
+    if args.live:
+        return run_live(args)
     concurrencies = tuple(int(k) for k in args.concurrency.split(","))
     names = [args.only] if args.only else list(paper.WORKFLOWS)
     jobs = [
