@@ -533,11 +533,12 @@ def run_search(state_name: str, namespace: str) -> int:
     print(f"search: concurrency {evaluation.concurrency}, batch {evaluation.batch}", flush=True)
     try:
         searched = search(space, mirrored, evaluation.dataset.size, settings, progress, runner)
+        # The planner orders the front by accuracy: score the feasible set on every sample,
+        # as many requests in flight as the search kept.
+        outcome = complete_feasible(searched, mirrored, runner)
     finally:
         if isinstance(runner, ThreadRunner):
             runner.close()
-    # The planner orders the front by accuracy: score the feasible set on every sample.
-    outcome = complete_feasible(searched, mirrored)
     result = outcome.result_document()
     mirrored.flush(
         {

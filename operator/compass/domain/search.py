@@ -576,20 +576,32 @@ def _quadratic_forms(rows: FloatArray, matrix: FloatArray) -> FloatArray:
     return np.asarray(((rows @ matrix) * rows).sum(axis=1))
 
 
-def complete_feasible(outcome: SearchOutcome, evaluator: Evaluator) -> SearchOutcome:
+def complete_feasible(
+    outcome: SearchOutcome, evaluator: Evaluator, runner: ChunkRunner | None = None
+) -> SearchOutcome:
     """The outcome with every feasible configuration scored on the whole dataset.
 
     The search accepts a configuration once its bound clears tau, often after a quarter of the
     samples, so its point estimate can be several points off; the Pareto front is ordered by
     accuracy, so the planner needs the real one. Verdicts do not change. Pass a checkpointed
-    evaluator: the samples the search already scored are then not evaluated again.
+    evaluator: the samples the search already scored are then not evaluated again; ``runner``
+    (the search's) scores every configuration's chunk at once.
     """
+    runner = runner if runner is not None else SequentialRunner(evaluator)
     every = list(range(outcome.population))
-    completed = tuple(
-        replace(a, scores=list(evaluator.evaluate(outcome.space.config(a.index), every)))
+    wanted = {
+        ticket: a
+        for ticket, a in enumerate(outcome.assessments)
         if a.feasible and a.samples < outcome.population
-        else a
-        for a in outcome.assessments
+    }
+    for ticket, record in wanted.items():
+        runner.submit(ticket, outcome.space.config(record.index), every)
+    scores: dict[int, list[float]] = {}
+    while len(scores) < len(wanted):
+        scores.update(runner.finished())
+    completed = tuple(
+        replace(a, scores=[float(s) for s in scores[ticket]]) if ticket in scores else a
+        for ticket, a in enumerate(outcome.assessments)
     )
     return replace(outcome, assessments=completed)
 
