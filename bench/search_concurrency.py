@@ -15,7 +15,7 @@ printed as PASS/FAIL lines.
 
 ``--live`` searches through real tritonservers instead (``--replicas`` of rag-sim, each with a
 router of ``--router-instances`` instances, latencies on at ``--time-scale``): the sequential
-search (batch 1, one request at a time to one server, as ``compass demo`` searches) and the
+search (batch 1, one request at a time to one server, as ``compass demo`` searched) and the
 concurrent one (``--batch``, ``--live-concurrency`` requests in flight over every server; default
 replicas x router instances) on the same space (``--generators`` narrows the demo's to those
 generator models) and ``--tau``: wall times, their ratio (floor 6x) and whether the feasible
@@ -178,10 +178,7 @@ def run_live(args: argparse.Namespace) -> int:
         ]
         addresses = [s.grpc_url for s in servers]
         runs = {}
-        order = ["sequential", "concurrent"]
-        if args.concurrent_first:
-            order.reverse()
-        for name in order:
+        for name in args.runs.split(","):
             if name == "sequential":
                 settings = SearchSettings(tau=args.tau, seed=0, batch=1)
                 runs[name] = timed_search(space, addresses[:1], settings, 1)
@@ -200,6 +197,8 @@ def run_live(args: argparse.Namespace) -> int:
                 f"{os.getloadavg()[0]:.1f}",
                 flush=True,
             )
+    if len(runs) < 2:
+        return 0
     (seq, seq_wall, _), (conc, conc_wall, _) = runs["sequential"], runs["concurrent"]
     same = {config_key(space.config(a.index)) for a in seq.feasible} == {
         config_key(space.config(a.index)) for a in conc.feasible
@@ -214,7 +213,7 @@ def run_live(args: argparse.Namespace) -> int:
     return 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Print the table and the floors."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", default="1,4,16,64")
@@ -247,9 +246,16 @@ def main() -> int:
     live.add_argument(
         "--live-concurrency", type=int, default=None, help="default replicas x router instances"
     )
-    live.add_argument("--concurrent-first", action="store_true")
-    args = parser.parse_args()
+    live.add_argument(
+        "--runs",
+        default="sequential,concurrent",
+        help="which searches, in this order (comma-separated; one alone prints its time only)",
+    )
+    parser.add_argument("--taus", help="only these thresholds (comma-separated)")
+    args = parser.parse_args(argv)
     if args.live:
+        if not set(args.runs.split(",")) <= {"sequential", "concurrent"}:
+            parser.error(f"--runs: give sequential and/or concurrent, got {args.runs}")
         return run_live(args)
     concurrencies = tuple(int(k) for k in args.concurrency.split(","))
     names = [args.only] if args.only else list(paper.WORKFLOWS)
@@ -266,6 +272,7 @@ def main() -> int:
         )
         for name in names
         for tau in paper.WORKFLOWS[name].taus
+        if args.taus is None or tau in {float(t) for t in args.taus.split(",")}
         for seed in range(args.first_seed, args.first_seed + args.seeds)
     ]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
