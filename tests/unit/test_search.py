@@ -25,6 +25,7 @@ from compass.domain.search import (
 )
 from compass.domain.space import Space, config_key
 from compass.domain.statistics import FeasibilityVerdict, IntervalMethod, StoppingRule
+from compass.evaluators.concurrency import VirtualRunner, jittered_service
 from compass.evaluators.ledger import CheckpointedEvaluator, CheckpointLedger
 
 IntArray = npt.NDArray[np.int64]
@@ -516,8 +517,12 @@ def test_progress_reports_every_batch_and_outcome_orders_feasible_by_accuracy() 
     assert all(a.verdict is not FeasibilityVerdict.UNDECIDED for a in outcome.assessments)
 
 
-def test_complete_feasible_scores_the_feasible_set_on_every_sample_once(tmp_path: Path) -> None:
-    """Exact accuracies for the front; verdicts and the rest untouched; no sample twice."""
+@pytest.mark.parametrize("concurrency", [None, 8])
+def test_complete_feasible_scores_the_feasible_set_on_every_sample_once(
+    tmp_path: Path, concurrency: int | None
+) -> None:
+    """Exact accuracies for the front; verdicts and the rest untouched; no sample twice; the
+    same through a runner that scores every configuration's chunk at once."""
     outcome, replay, _ = _run(additive_with_interactions, 0.3, seed=3)
     early = [a for a in outcome.feasible if a.samples < N]
     assert early, "the landscape must accept some configuration before the last budget"
@@ -528,7 +533,12 @@ def test_complete_feasible_scores_the_feasible_set_on_every_sample_once(tmp_path
         checkpoint.append(replay.space.config(index), recorded, replay.scores[index, recorded])
     before = Counter(replay.asked)
     checkpointed = CheckpointedEvaluator(replay, checkpoint)
-    completed = complete_feasible(outcome, checkpointed)
+    runner = (
+        None
+        if concurrency is None
+        else VirtualRunner(checkpointed, concurrency, jittered_service(1.0))
+    )
+    completed = complete_feasible(outcome, checkpointed, runner)
     for old, new in zip(outcome.assessments, completed.assessments, strict=True):
         assert (new.index, new.verdict) == (old.index, old.verdict)
         if old.feasible:

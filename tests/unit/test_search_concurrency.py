@@ -19,6 +19,7 @@ from compass.domain.evaluation import Config, EvaluationError
 from compass.domain.search import Progress, SearchMethod, SearchOutcome, SearchSettings, search
 from compass.domain.space import Space
 from compass.evaluators.concurrency import ThreadRunner, VirtualRunner, check_concurrency
+from compass.evaluators.factory import ScoreSource, make_runner
 from compass.evaluators.ledger import (
     CheckpointedEvaluator,
     CheckpointLedger,
@@ -210,3 +211,131 @@ def test_progress_rate_and_eta_bound() -> None:
     assert describe_rate(Progress("seeding", 0, 0, 0, 40), 5.0) == "-- eval/s"
     long = Progress("completing", 1, 1, 0, 10_000)
     assert describe_rate(long, 1.0) == "1.0 eval/s  ETA <= 2:46:39"
+
+
+class CountingEvaluator:
+    """Replays scores from many threads and counts how often each sample is scored."""
+
+    def __init__(self, inner: ReplayEvaluator, wrong_length: bool = False) -> None:
+        self.inner = inner
+        self.lock = threading.Lock()
+        self.scored: dict[tuple[str, int], int] = {}
+        self.wrong_length = wrong_length
+
+    def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
+        """The replayed scores (one short when asked to be wrong)."""
+        with self.lock:
+            for index in sample_indices:
+                key = (str(sorted(config.items())), int(index))
+                self.scored[key] = self.scored.get(key, 0) + 1
+        scores = self.inner.evaluate(config, sample_indices)
+        return scores[:-1] if self.wrong_length else scores
+
+
+def test_samples_scored_ahead_are_handed_over_and_recorded_only_when_asked_for(
+    tmp_path: Path,
+) -> None:
+    space, ledger = rag_grid()
+    config = space.config(0)
+    counting = CountingEvaluator(ReplayEvaluator(ledger))
+    checkpoint = CheckpointLedger(tmp_path / "ledger.jsonl")
+    evaluator = CheckpointedEvaluator(counting, checkpoint)
+    runner = ThreadRunner(evaluator, 4, piece=1)
+    try:
+        runner.submit(0, config, [0, 1])
+        runner.expect(config, [2, 3, 4, 5])
+        # Two workers are free while the chunk is out: they score samples 2 and 3 ahead.
+        done = runner.finished()
+        while not done:
+            done = runner.finished()
+        assert [ticket for ticket, _ in done] == [0]
+        assert facts(read_ledger(checkpoint.path)) == {
+            (str(sorted(config.items())), i, ledger.scores(config)[i]) for i in (0, 1)
+        }
+        runner.submit(1, config, [2, 3])
+        scores = []
+        while not scores:
+            scores = runner.finished()
+        assert scores == [(1, [ledger.scores(config)[i] for i in (2, 3)])]
+        runner.forget(config)
+    finally:
+        runner.close()
+        runner.pool.shutdown(wait=True)
+    # Each sample was scored once; the ledger holds what was asked for and nothing ahead.
+    assert all(count == 1 for count in counting.scored.values())
+    recorded = {index for _, index, _ in facts(read_ledger(checkpoint.path))}
+    assert recorded == {0, 1, 2, 3}
+    assert runner.sent == len(counting.scored) == 4 + runner.wasted
+    assert evaluator.computed == 4
+
+
+def test_scoring_ahead_shortens_the_wall_time_and_changes_nothing_recorded(
+    tmp_path: Path,
+) -> None:
+    space, ledger = rag_grid()
+    settings = SearchSettings(tau=0.85, seed=1, batch=8)
+    results = {}
+    for ahead in (0, None):
+        checkpoint = CheckpointLedger(tmp_path / f"ahead-{ahead}.jsonl")
+        evaluator = CheckpointedEvaluator(ReplayEvaluator(ledger), checkpoint)
+        runner = VirtualRunner(evaluator, 64, random_service(3), ahead=ahead)
+        outcome = search(space, evaluator, RAG_PAPER_SAMPLES, settings, runner=runner)
+        results[ahead] = (runner, verdicts(outcome), facts(read_ledger(checkpoint.path)))
+        # Every sample sent was either recorded or scored ahead for nothing.
+        assert runner.sent == outcome.sample_evals + runner.wasted
+    plain, ahead = results[0], results[None]
+    assert ahead[1] == plain[1]
+    assert ahead[2] == plain[2]
+    assert plain[0].wasted == 0
+    assert ahead[0].wasted > 0
+    assert ahead[0].clock < 0.8 * plain[0].clock
+
+
+def test_a_call_returning_the_wrong_number_of_scores_is_named(tmp_path: Path) -> None:
+    space, ledger = rag_grid()
+    wrong = CountingEvaluator(ReplayEvaluator(ledger), wrong_length=True)
+    runner = ThreadRunner(wrong, 4, piece=2)
+    try:
+        runner.submit(0, space.config(0), [0, 1, 2])
+        with pytest.raises(EvaluationError, match="returned 1 scores for 2 samples"):
+            runner.finished()
+    finally:
+        runner.close()
+
+
+def test_threads_scoring_ahead_send_what_is_recorded_plus_what_is_wasted(tmp_path: Path) -> None:
+    space, ledger = rag_grid()
+    settings = SearchSettings(tau=0.9, seed=5, batch=8)
+    runs = {}
+    for ahead in (0, None):
+        counting = CountingEvaluator(ReplayEvaluator(ledger))
+        checkpoint = CheckpointLedger(tmp_path / f"threads-{ahead}.jsonl")
+        evaluator = CheckpointedEvaluator(counting, checkpoint)
+        runner = ThreadRunner(evaluator, 32, piece=1, ahead=ahead)
+        try:
+            outcome = search(space, evaluator, RAG_PAPER_SAMPLES, settings, runner=runner)
+        finally:
+            runner.close()
+            runner.pool.shutdown(wait=True)
+        assert read_ledger(checkpoint.path).fact_count == outcome.sample_evals
+        assert all(count == 1 for count in counting.scored.values())
+        assert runner.sent == len(counting.scored) == outcome.sample_evals + runner.wasted
+        runs[ahead] = (verdicts(outcome), facts(read_ledger(checkpoint.path)), runner.sent)
+    assert runs[None][:2] == runs[0][:2]
+    assert runs[0][2] == len(runs[0][1]) < runs[None][2]
+
+
+def test_triton_requests_score_ahead_and_command_processes_do_not() -> None:
+    _, ledger = rag_grid()
+    evaluator = ReplayEvaluator(ledger)
+    triton = make_runner(ScoreSource(triton="127.0.0.1:8001"), evaluator, 8)
+    command = make_runner(ScoreSource(command=["score"]), evaluator, 8)
+    try:
+        assert isinstance(triton, ThreadRunner)
+        assert (triton.piece, triton.ahead) == (1, None)
+        assert isinstance(command, ThreadRunner)
+        assert (command.piece, command.ahead) == (None, 0)
+    finally:
+        for runner in (triton, command):
+            if isinstance(runner, ThreadRunner):
+                runner.close()

@@ -581,3 +581,54 @@ def test_betting_past_a_short_schedule_looks_at_its_end() -> None:
     assert _looks(rule, scores) == [20, 40]
     assert rule.next_look(scores) is None
     assert rule.judge(scores) is FeasibilityVerdict.INFEASIBLE  # the point estimate 0.5 < 0.62
+
+
+def _even_path(scores: list[float], steps: int) -> list[float]:
+    """The scores, then 0s and 1s spread as evenly as their mean allows (likely_verdict's
+    guess at what comes next)."""
+    mean = sum(scores) / len(scores)
+    ones = [math.floor(j * mean + 0.5) for j in range(steps + 1)]
+    return scores + [float(b - a) for a, b in itertools.pairwise(ones)]
+
+
+@pytest.mark.parametrize(
+    ("method", "tau", "scores"),
+    [
+        (IntervalMethod.BETTING, 0.8, [1.0, 1.0, 0.0, 1.0, 1.0]),
+        (IntervalMethod.BETTING, 0.8, [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0]),
+        (IntervalMethod.BETTING, 0.5, [0.0, 0.0, 1.0]),
+        (IntervalMethod.BETTING, 0.6, [0.7, 0.4, 0.9, 0.5]),
+        (IntervalMethod.WILSON, 0.8, [1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]),
+    ],
+)
+def test_likely_verdict_is_where_scores_going_on_alike_are_judged(
+    method: IntervalMethod, tau: float, scores: list[float]
+) -> None:
+    rule = StoppingRule(tau=tau, population=200, space_size=100, method=method)
+    assert rule.judge(scores) is FeasibilityVerdict.UNDECIDED
+    likely = rule.likely_verdict(scores, horizon=500)
+    assert likely is not None
+    assert likely > len(scores)
+    path = _even_path(scores, likely - len(scores))
+    assert rule.judge(path[:likely]) is not FeasibilityVerdict.UNDECIDED
+    # No earlier look along that path decides: the guess is the first verdict, not a later one.
+    earlier = [t for t in rule.schedule if len(scores) < t < likely]
+    assert all(rule.judge(path[:t]) is FeasibilityVerdict.UNDECIDED for t in earlier)
+    # It is never before the first look at which any scores could decide.
+    next_look = rule.next_look(scores)
+    assert next_look is not None
+    assert likely >= next_look
+
+
+def test_likely_verdict_is_capped_and_absent_where_no_look_is_left() -> None:
+    rule = StoppingRule(tau=0.8, population=200, space_size=100)
+    near_tau = [1.0, 1.0, 1.0, 1.0, 0.0] * 4  # mean 0.8: the verdict is far away
+    assert rule.likely_verdict(near_tau, horizon=10) == len(near_tau) + 10
+    assert rule.likely_verdict([], horizon=10) is None
+    assert rule.likely_verdict([1.0] * 200, horizon=10) is None
+    # Far from tau, the verdict comes sooner than near it.
+    far = rule.likely_verdict([0.0, 0.0, 1.0, 0.0, 0.0], horizon=500)
+    near = rule.likely_verdict([1.0, 1.0, 1.0, 1.0, 0.0], horizon=500)
+    assert far is not None
+    assert near is not None
+    assert far < near

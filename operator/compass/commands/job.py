@@ -415,6 +415,25 @@ class MirroredEvaluator:
         with self.lock:
             self._write_if_due()
         scores = self.inner.evaluate(config, sample_indices)
+        self._count_new_lines()
+        return scores
+
+    def evaluate_unrecorded(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
+        """Evaluate without recording (a concurrent runner records whole chunks, ``record``);
+        write what waits when due."""
+        with self.lock:
+            self._write_if_due()
+        return self.inner.evaluate_unrecorded(config, sample_indices)
+
+    def record(
+        self, config: Config, sample_indices: Sequence[int], scores: Sequence[float]
+    ) -> None:
+        """Record in the local ledger; write what waits to the state when due."""
+        self.inner.record(config, sample_indices, scores)
+        self._count_new_lines()
+
+    def _count_new_lines(self) -> None:
+        """Count the local ledger's new bytes as waiting, and write them when due."""
         with self.lock, self.inner.lock:
             size = self.ledger.stat().st_size
             if size != self.seen:
@@ -422,7 +441,6 @@ class MirroredEvaluator:
                 self.seen = size
         with self.lock:
             self._write_if_due()
-        return scores
 
     def _write_if_due(self) -> None:
         if not self.flushes.due(self.clock()):
@@ -550,11 +568,12 @@ def run_search(state_name: str, namespace: str) -> int:
     print(f"search: concurrency {concurrency} ({why}), batch {evaluation.batch}", flush=True)
     try:
         searched = search(space, mirrored, evaluation.dataset.size, settings, progress, runner)
+        # The planner orders the front by accuracy: score the feasible set on every sample,
+        # as many requests in flight as the search kept.
+        outcome = complete_feasible(searched, mirrored, runner)
     finally:
         if isinstance(runner, ThreadRunner):
             runner.close()
-    # The planner orders the front by accuracy: score the feasible set on every sample.
-    outcome = complete_feasible(searched, mirrored)
     result = outcome.result_document()
     mirrored.flush(
         {

@@ -664,6 +664,12 @@ def _search_locked(plan: _Plan, lock: LedgerLock) -> int:
             f"{simulated.busy / max(simulated.clock, 1e-9):.1f} requests in flight on average)",
             file=sys.stderr,
         )
+    if isinstance(runner, ThreadRunner | VirtualRunner) and runner.wasted:
+        print(
+            f"{_PROG}: {runner.wasted:,} samples scored ahead on idle requests were never "
+            "asked for (not recorded)",
+            file=sys.stderr,
+        )
     if plan.resumed_facts is not None:
         print(
             f"{_PROG}: reused {evaluator.reused:,} sample evaluations from {plan.checkpoint}; "

@@ -50,6 +50,9 @@ MAX_DATASET_SIZE = 10_000_000
 # batch 16 made 8,822 sample evaluations where batch 1 made 6,346). docs/method.md,
 # "Concurrent evaluation".
 DEFAULT_BATCH = 1
+# How far past its next look a configuration's likely verdict is sought (ChunkRunner.expect):
+# deep enough to keep a round's last configurations' streams full, and a guess past that.
+EXPECT_HORIZON = 256
 # The most evaluations one search keeps in flight: a thread each, and a typo of 10000 should
 # not start ten thousand threads.
 MAX_CONCURRENCY = 1024
@@ -175,6 +178,16 @@ class ChunkRunner(Protocol):
         """Block until at least one submitted chunk is done; every done chunk's scores."""
         ...
 
+    def expect(self, config: Config, indices: Sequence[int]) -> None:
+        """The samples of this configuration the search will probably ask for next, after
+        those submitted: the runner may evaluate them ahead on servers that would otherwise
+        wait, and hands them over (recorded only then) when a chunk asks for them."""
+        ...
+
+    def forget(self, config: Config) -> None:
+        """This configuration has its verdict: nothing more of it will be asked for."""
+        ...
+
 
 class SequentialRunner:
     """One chunk at a time, in submission order, through a plain evaluator."""
@@ -191,6 +204,12 @@ class SequentialRunner:
         """Evaluate the oldest queued chunk."""
         ticket, config, indices = self.queue.popleft()
         return [(ticket, list(self.evaluator.evaluate(config, indices)))]
+
+    def expect(self, config: Config, indices: Sequence[int]) -> None:
+        """One server is never idle while the search waits: nothing is evaluated ahead."""
+
+    def forget(self, config: Config) -> None:
+        """Nothing is held for any configuration."""
 
 
 class _Search:
@@ -256,7 +275,11 @@ class _Search:
             chunk = [int(i) for i in self.order[record.samples : budget]]
             ticket = next(tickets)
             in_flight[ticket] = (record, len(chunk))
-            self.runner.submit(ticket, self.space.config(record.index), chunk)
+            config = self.space.config(record.index)
+            self.runner.submit(ticket, config, chunk)
+            likely = self.rule.likely_verdict(record.scores, EXPECT_HORIZON)
+            if likely is not None and likely > budget:
+                self.runner.expect(config, [int(i) for i in self.order[budget:likely]])
 
         def start(index: int) -> None:
             if index in self.assessed:
@@ -282,9 +305,11 @@ class _Search:
                     self.feasible_count += 1
                 if record.verdict is FeasibilityVerdict.UNDECIDED:
                     submit(record, budget)
-                elif follow is not None:
-                    for index in follow(record):
-                        start(index)
+                else:
+                    self.runner.forget(self.space.config(record.index))
+                    if follow is not None:
+                        for index in follow(record):
+                            start(index)
                 self._report()
         for record in started:
             del self.assessed[record.index]
@@ -551,20 +576,32 @@ def _quadratic_forms(rows: FloatArray, matrix: FloatArray) -> FloatArray:
     return np.asarray(((rows @ matrix) * rows).sum(axis=1))
 
 
-def complete_feasible(outcome: SearchOutcome, evaluator: Evaluator) -> SearchOutcome:
+def complete_feasible(
+    outcome: SearchOutcome, evaluator: Evaluator, runner: ChunkRunner | None = None
+) -> SearchOutcome:
     """The outcome with every feasible configuration scored on the whole dataset.
 
     The search accepts a configuration once its bound clears tau, often after a quarter of the
     samples, so its point estimate can be several points off; the Pareto front is ordered by
     accuracy, so the planner needs the real one. Verdicts do not change. Pass a checkpointed
-    evaluator: the samples the search already scored are then not evaluated again.
+    evaluator: the samples the search already scored are then not evaluated again; ``runner``
+    (the search's) scores every configuration's chunk at once.
     """
+    runner = runner if runner is not None else SequentialRunner(evaluator)
     every = list(range(outcome.population))
-    completed = tuple(
-        replace(a, scores=list(evaluator.evaluate(outcome.space.config(a.index), every)))
+    wanted = {
+        ticket: a
+        for ticket, a in enumerate(outcome.assessments)
         if a.feasible and a.samples < outcome.population
-        else a
-        for a in outcome.assessments
+    }
+    for ticket, record in wanted.items():
+        runner.submit(ticket, outcome.space.config(record.index), every)
+    scores: dict[int, list[float]] = {}
+    while len(scores) < len(wanted):
+        scores.update(runner.finished())
+    completed = tuple(
+        replace(a, scores=[float(s) for s in scores[ticket]]) if ticket in scores else a
+        for ticket, a in enumerate(outcome.assessments)
     )
     return replace(outcome, assessments=completed)
 

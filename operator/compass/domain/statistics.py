@@ -186,6 +186,45 @@ class StoppingRule:
         x = np.asarray(scores, dtype=np.float64)
         return self._next_look(x, self._capital(x))
 
+    def likely_verdict(self, scores: Sequence[float] | FloatArray, horizon: int) -> int | None:
+        """The sample count at which a verdict would come if the unseen scores went on as the
+        seen ones did (0s and 1s spread as evenly as their mean allows), at most ``horizon``
+        samples on; None before any score or once no look is left.
+
+        A guess, not a bound: the search tells a concurrent runner which samples it will
+        probably ask for next (ChunkRunner.expect), and the answer never depends on it.
+        """
+        x = np.asarray(scores, dtype=np.float64)
+        seen = len(x)
+        if seen == 0 or seen >= self.last_look:
+            return None
+        steps = min(horizon, self.last_look - seen)
+        if steps <= 0:
+            return None
+        ones = np.floor(np.arange(steps + 1, dtype=np.float64) * float(x.mean()) + 0.5)
+        path = np.concatenate((x, np.diff(ones)))
+        counts = np.arange(seen + 1, seen + steps + 1)
+        if self._points is not None:
+            points = set(self._points)
+            counts = np.array([t for t in counts if t in points], dtype=np.int64)
+        if self.method is IntervalMethod.WILSON:
+            for t in counts:
+                prefix = path[: int(t)]
+                if self._verdict(prefix, (0.0, 0.0)) is not FeasibilityVerdict.UNDECIDED:
+                    return int(t)
+            return seen + steps
+        n, tau = self.population, self.tau - TOLERANCE
+        totals = np.cumsum(path)
+        up, down = _betting_paths(path, self.tau, n)
+        decided = (
+            (totals / n >= tau)
+            | ((totals + n - np.arange(1, len(path) + 1)) / n < tau)
+            | (up >= math.log(1 / self.alpha_accept))
+            | (down >= math.log(1 / self.alpha_reject))
+        )
+        hits = counts[decided[counts - 1]] if len(counts) else counts
+        return int(hits[0]) if len(hits) else seen + steps
+
     def _capital(self, x: FloatArray) -> tuple[float, float]:
         """Betting's log capital (up, down) after these scores; zero before any, or for Wilson."""
         if self.method is IntervalMethod.WILSON or len(x) == 0:
@@ -372,4 +411,25 @@ def betting_log_capital(x: FloatArray, tau: float, population: int) -> tuple[flo
     down_stake = np.clip(-stake, 0.0, BET_CAP / (1 - c))
     up = float(np.log1p(up_stake * (x - c)).sum())
     down = float(np.log1p(-down_stake * (x - c)).sum())
+    return up, down
+
+
+def _betting_paths(x: FloatArray, tau: float, population: int) -> tuple[FloatArray, FloatArray]:
+    """``betting_log_capital`` after every draw (cumulative sums, so the last entries may
+    differ from it in the last bits: use it for guesses, never for verdicts)."""
+    t = len(x)
+    i = np.arange(1, t + 1, dtype=np.float64)
+    before = np.concatenate(([0.0], np.cumsum(x)[:-1]))
+    remaining = np.maximum(population - i + 1, 1.0)
+    c = np.clip((population * tau - before) / remaining, 1e-12, 1 - 1e-12)
+    mean_before = (0.5 + before) / i
+    running_mean = (0.5 + np.cumsum(x)) / (i + 1)
+    squares = np.concatenate(([0.0], np.cumsum((x - running_mean) ** 2)[:-1]))
+    var_before = (0.25 + squares) / i
+    edge = mean_before - c
+    stake = edge / (var_before + edge**2)
+    up_stake = np.clip(stake, 0.0, BET_CAP / c)
+    down_stake = np.clip(-stake, 0.0, BET_CAP / (1 - c))
+    up = np.cumsum(np.log1p(up_stake * (x - c)))
+    down = np.cumsum(np.log1p(-down_stake * (x - c)))
     return up, down

@@ -17,8 +17,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
-from compass.domain.evaluation import Config, Evaluator
+from compass.domain.evaluation import Config, EvaluationError, Evaluator
 from compass.domain.search import MAX_CONCURRENCY
 from compass.domain.space import config_key
 
@@ -34,10 +35,37 @@ def check_concurrency(value: int, field_name: str) -> int:
     return value
 
 
-@dataclass
-class _Chunk:
-    """One submitted chunk: its scores as pieces come back, and how many are still out."""
+@runtime_checkable
+class RecordingEvaluator(Protocol):
+    """An evaluator that records what it scores (a checkpoint): scoring and recording apart,
+    so that samples scored ahead are recorded only once a chunk asks for them."""
 
+    def evaluate_unrecorded(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
+        """Scores as ``evaluate`` gives them, without recording them."""
+        ...
+
+    def record(
+        self, config: Config, sample_indices: Sequence[int], scores: Sequence[float]
+    ) -> None:
+        """Record these scores (those not recorded yet)."""
+        ...
+
+
+@dataclass
+class _Call:
+    """One evaluator call in flight: a chunk's samples, or samples scored ahead."""
+
+    key: str
+    config: Config
+    indices: list[int]
+
+
+@dataclass
+class _ThreadChunk:
+    """A submitted chunk: its scores as calls come back, and how many are still out."""
+
+    config: Config
+    indices: list[int]
     scores: list[float]
     missing: int
 
@@ -45,54 +73,167 @@ class _Chunk:
 class ThreadRunner:
     """Up to ``concurrency`` evaluator calls at once on worker threads.
 
-    A chunk is split into calls of at most ``piece`` samples (None: the whole chunk in one
-    call, as a command evaluator wants; 1 for Triton's one request a sample). The evaluator
-    must be safe to call from several threads at once.
+    A chunk's samples are sent in calls of at most ``piece`` samples (None: the chunk's
+    samples in one call, as a command evaluator wants; 1 for Triton's one request a sample).
+    When no submitted sample is waiting, free workers score the samples the search expects
+    next (``expect``), ``piece`` at a time, the configuration with the fewest ahead first, at
+    most ``ahead`` per configuration (None: all it expects; 0: none). A chunk is recorded
+    (``RecordingEvaluator.record``) when its last score comes back, so that what was scored
+    ahead and never asked for is never recorded: the ledger holds exactly the search's
+    samples. ``sent`` counts the samples sent, ``wasted`` those scored ahead for nothing. The
+    evaluator must be safe to call from several threads at once.
     """
 
-    def __init__(self, evaluator: Evaluator, concurrency: int, piece: int | None = None) -> None:
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        concurrency: int,
+        piece: int | None = None,
+        ahead: int | None = None,
+    ) -> None:
         self.evaluator = evaluator
         self.concurrency = check_concurrency(concurrency, "concurrency")
         self.piece = piece
+        self.ahead = ahead
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="evaluate")
-        self.chunks: dict[int, _Chunk] = {}
-        self.done: queue.SimpleQueue[tuple[int, int, list[float] | BaseException]] = (
-            queue.SimpleQueue()
-        )
+        self.sent = 0
+        self.wasted = 0
+        self.out = 0  # calls handed to the pool and not yet taken back
+        self.waiting: deque[_Call] = deque()
+        self.calls: dict[int, _Call] = {}
+        self.call_ids = itertools.count()
+        self.chunks: dict[int, _ThreadChunk] = {}
+        self.owners: dict[tuple[str, int], tuple[int, int]] = {}
+        self.configs: dict[str, Config] = {}
+        self.expected: dict[str, deque[int]] = {}
+        # Samples scored ahead (None while in flight) of configurations still being assessed.
+        self.held: dict[str, dict[int, float | None]] = {}
+        self.ready: list[int] = []
+        self.done: queue.SimpleQueue[tuple[int, list[float] | BaseException]] = queue.SimpleQueue()
 
     def submit(self, ticket: int, config: Config, indices: Sequence[int]) -> None:
-        """Queue the chunk's calls; the pool runs them first come, first served."""
-        size = self.piece or max(1, len(indices))
-        pieces = [list(indices[i : i + size]) for i in range(0, len(indices), size)]
-        self.chunks[ticket] = _Chunk([0.0] * len(indices), len(pieces))
-        for start, piece in zip(range(0, len(indices), size), pieces, strict=True):
-            future = self.pool.submit(self.evaluator.evaluate, config, piece)
-            future.add_done_callback(self._reporter(ticket, start))
+        """Send the chunk's samples not already scored or in flight ahead."""
+        key = config_key(config)
+        self.configs[key] = config
+        chunk = _ThreadChunk(config, [int(i) for i in indices], [0.0] * len(indices), 0)
+        self.chunks[ticket] = chunk
+        held = self.held.get(key, {})
+        fresh: list[int] = []
+        for position, index in enumerate(chunk.indices):
+            if index not in held:
+                fresh.append(index)
+            score = held.pop(index, None)
+            if score is not None:
+                chunk.scores[position] = score
+                continue
+            self.owners[(key, index)] = (ticket, position)
+            chunk.missing += 1
+        if key in self.expected:
+            asked = set(chunk.indices)
+            self.expected[key] = deque(i for i in self.expected[key] if i not in asked)
+        size = self.piece or max(1, len(fresh))
+        for first in range(0, len(fresh), size):
+            self.waiting.append(_Call(key, config, fresh[first : first + size]))
+        if chunk.missing == 0:
+            self.ready.append(ticket)
+        self._pump(ahead=False)
 
-    def _reporter(self, ticket: int, start: int) -> Callable[[Future[list[float]]], None]:
+    def expect(self, config: Config, indices: Sequence[int]) -> None:
+        """Samples to score ahead on free workers, nearest first."""
+        if self.ahead == 0:
+            return
+        key = config_key(config)
+        self.configs[key] = config
+        held = self.held.setdefault(key, {})
+        self.expected[key] = deque(int(i) for i in indices if int(i) not in held)
+
+    def forget(self, config: Config) -> None:
+        """The configuration is decided: what was scored ahead of it is wasted."""
+        key = config_key(config)
+        self.expected.pop(key, None)
+        # Those still in flight count too: they will come back to nobody.
+        self.wasted += len(self.held.pop(key, {}))
+
+    def _pump(self, ahead: bool) -> None:
+        """Hand calls to free workers: chunks' samples first, then (``ahead``) expected ones."""
+        while self.out < self.concurrency:
+            if self.waiting:
+                self._send(self.waiting.popleft())
+                continue
+            if not ahead:
+                return
+            candidates = [
+                (len(self.held[key]), key)
+                for key, expected in self.expected.items()
+                if expected and (self.ahead is None or len(self.held[key]) < self.ahead)
+            ]
+            if not candidates:
+                return
+            _, key = min(candidates, key=lambda c: c[0])
+            expected, held = self.expected[key], self.held[key]
+            indices = [expected.popleft() for _ in range(min(self.piece or 1, len(expected)))]
+            for index in indices:
+                held[index] = None
+            self._send(_Call(key, self.configs[key], indices))
+
+    def _send(self, call: _Call) -> None:
+        call_id = next(self.call_ids)
+        self.calls[call_id] = call
+        self.out += 1
+        self.sent += len(call.indices)
+        future = self.pool.submit(self._score, call)
+        future.add_done_callback(self._reporter(call_id))
+
+    def _score(self, call: _Call) -> list[float]:
+        if isinstance(self.evaluator, RecordingEvaluator):
+            return self.evaluator.evaluate_unrecorded(call.config, call.indices)
+        return self.evaluator.evaluate(call.config, call.indices)
+
+    def _reporter(self, call_id: int) -> Callable[[Future[list[float]]], None]:
         def report(future: Future[list[float]]) -> None:
             if future.cancelled():  # close() dropped it: nobody waits for it
                 return
             error = future.exception()
-            self.done.put((ticket, start, error if error is not None else future.result()))
+            self.done.put((call_id, error if error is not None else future.result()))
 
         return report
 
     def finished(self) -> list[tuple[int, list[float]]]:
-        """Wait for a call to come back; every chunk whose last call that completed."""
-        complete: list[tuple[int, list[float]]] = []
+        """Wait for calls to come back; every chunk whose last score that brought."""
+        complete = [self._complete(ticket) for ticket in self.ready]
+        self.ready.clear()
         while not complete or not self.done.empty():
-            ticket, start, result = self.done.get()
+            if not complete:
+                self._pump(ahead=True)
+            call_id, result = self.done.get()
+            self.out -= 1
             if isinstance(result, BaseException):
                 self.close()
                 raise result
-            chunk = self.chunks[ticket]
-            chunk.scores[start : start + len(result)] = result
-            chunk.missing -= 1
-            if chunk.missing == 0:
-                del self.chunks[ticket]
-                complete.append((ticket, chunk.scores))
+            call = self.calls.pop(call_id)
+            if len(result) != len(call.indices):
+                self.close()
+                raise EvaluationError(
+                    f"evaluator returned {len(result)} scores for {len(call.indices)} samples"
+                )
+            for index, score in zip(call.indices, result, strict=True):
+                owner = self.owners.pop((call.key, index), None)
+                if owner is not None:
+                    ticket, position = owner
+                    chunk = self.chunks[ticket]
+                    chunk.scores[position] = score
+                    chunk.missing -= 1
+                    if chunk.missing == 0:
+                        complete.append(self._complete(ticket))
+                elif index in self.held.get(call.key, {}):
+                    self.held[call.key][index] = score
         return complete
+
+    def _complete(self, ticket: int) -> tuple[int, list[float]]:
+        chunk = self.chunks.pop(ticket)
+        if isinstance(self.evaluator, RecordingEvaluator):
+            self.evaluator.record(chunk.config, chunk.indices, chunk.scores)
+        return ticket, chunk.scores
 
     def close(self) -> None:
         """Drop queued calls and let running ones finish in the background."""
@@ -117,19 +258,30 @@ class _Running:
 
     ends: float
     sequence: int
-    ticket: int = field(compare=False)
-    position: int = field(compare=False)
-    config: Config = field(compare=False)
+    key: str = field(compare=False)
     index: int = field(compare=False)
+
+
+@dataclass
+class _VirtualChunk:
+    """A submitted chunk on the virtual clock: its samples, and how many are still out."""
+
+    config: Config
+    indices: list[int]
+    missing: int
 
 
 class VirtualRunner:
     """``concurrency`` servers on a virtual clock: each sample takes ``service_s(config, index)``
     seconds, served first come, first served, one request a sample.
 
-    ``clock`` is the simulated wall time so far, ``busy`` the service time spent (what one
-    server would have taken). Scores come from ``evaluator`` once a chunk's last sample is
-    served, one call a chunk, as the sequential search makes them.
+    Servers that no submitted sample needs take the samples the search expects next
+    (``expect``), nearest first, the configuration with the fewest ahead first, at most
+    ``ahead`` per configuration (0: none). ``clock`` is the simulated wall time so far,
+    ``busy`` the service time spent (what one server would have taken), ``sent`` the samples
+    served and ``wasted`` those served ahead that no chunk asked for. Scores come from
+    ``evaluator`` once a chunk's last sample is served, one call a chunk, as the sequential
+    search makes them: what was served ahead is never recorded unless asked for.
     """
 
     def __init__(
@@ -137,48 +289,108 @@ class VirtualRunner:
         evaluator: Evaluator,
         concurrency: int,
         service_s: Callable[[Config, int], float],
+        ahead: int | None = None,
     ) -> None:
         self.evaluator = evaluator
         self.concurrency = check_concurrency(concurrency, "concurrency")
         self.service_s = service_s
+        self.ahead = ahead
         self.clock = 0.0
         self.busy = 0.0
-        self.waiting: deque[tuple[int, int, Config, int]] = deque()
+        self.sent = 0
+        self.wasted = 0
+        self.waiting: deque[tuple[str, int]] = deque()
         self.running: list[_Running] = []
-        self.chunks: dict[int, _Chunk] = {}
-        self.configs: dict[int, tuple[Config, list[int]]] = {}
+        self.chunks: dict[int, _VirtualChunk] = {}
+        self.owners: dict[tuple[str, int], int] = {}
+        self.configs: dict[str, Config] = {}
+        self.expected: dict[str, deque[int]] = {}
+        self.held: dict[str, set[int]] = {}  # served ahead (or in service ahead), not asked for
+        self.done: list[int] = []
+        self.serving: set[tuple[str, int]] = set()
         self.sequence = itertools.count()
 
     def submit(self, ticket: int, config: Config, indices: Sequence[int]) -> None:
-        """Queue the chunk's samples behind those already waiting."""
-        self.chunks[ticket] = _Chunk([], len(indices))
-        self.configs[ticket] = (config, [int(i) for i in indices])
-        self.waiting.extend((ticket, p, config, int(i)) for p, i in enumerate(indices))
-        self._start()
+        """Queue the chunk's samples behind those already waiting; those served ahead count."""
+        key = config_key(config)
+        self.configs[key] = config
+        held = self.held.get(key, set())
+        chunk = _VirtualChunk(config, [int(i) for i in indices], 0)
+        self.chunks[ticket] = chunk
+        asked = set(chunk.indices)
+        if key in self.expected:
+            self.expected[key] = deque(i for i in self.expected[key] if i not in asked)
+        for index in chunk.indices:
+            if index in held:
+                held.discard(index)
+                if (key, index) in self.serving:
+                    self.owners[(key, index)] = ticket
+                    chunk.missing += 1
+            else:
+                self.owners[(key, index)] = ticket
+                self.waiting.append((key, index))
+                chunk.missing += 1
+        if chunk.missing == 0:
+            self.done.append(ticket)
+
+    def expect(self, config: Config, indices: Sequence[int]) -> None:
+        """Samples to serve ahead on idle servers, nearest first."""
+        key = config_key(config)
+        self.configs[key] = config
+        held = self.held.setdefault(key, set())
+        self.expected[key] = deque(int(i) for i in indices if int(i) not in held)
+
+    def forget(self, config: Config) -> None:
+        """The configuration is decided: what was served ahead of it is wasted."""
+        key = config_key(config)
+        self.expected.pop(key, None)
+        # Samples still in service count too: they will come back to nobody.
+        self.wasted += len(self.held.pop(key, set()))
+
+    def _serve(self, key: str, index: int) -> None:
+        service = self.service_s(self.configs[key], index)
+        self.busy += service
+        self.sent += 1
+        self.serving.add((key, index))
+        heapq.heappush(
+            self.running, _Running(self.clock + service, next(self.sequence), key, index)
+        )
 
     def _start(self) -> None:
-        while self.waiting and len(self.running) < self.concurrency:
-            ticket, position, config, index = self.waiting.popleft()
-            service = self.service_s(config, index)
-            self.busy += service
-            heapq.heappush(
-                self.running,
-                _Running(
-                    self.clock + service, next(self.sequence), ticket, position, config, index
-                ),
-            )
+        while len(self.running) < self.concurrency:
+            if self.waiting:
+                self._serve(*self.waiting.popleft())
+                continue
+            candidates = [
+                (len(self.held[key]), key)
+                for key, queue_ in self.expected.items()
+                if queue_ and (self.ahead is None or len(self.held[key]) < self.ahead)
+            ]
+            if not candidates:
+                return
+            _, key = min(candidates, key=lambda c: c[0])
+            index = self.expected[key].popleft()
+            self.held[key].add(index)
+            self._serve(key, index)
+
+    def _complete(self, ticket: int) -> tuple[int, list[float]]:
+        chunk = self.chunks.pop(ticket)
+        return ticket, list(self.evaluator.evaluate(chunk.config, chunk.indices))
 
     def finished(self) -> list[tuple[int, list[float]]]:
         """Advance the clock to the next replies; the chunks they complete."""
-        complete: list[tuple[int, list[float]]] = []
+        complete = [self._complete(ticket) for ticket in self.done]
+        self.done.clear()
         while not complete:
+            self._start()
             reply = heapq.heappop(self.running)
             self.clock = reply.ends
-            chunk = self.chunks[reply.ticket]
+            self.serving.discard((reply.key, reply.index))
+            ticket = self.owners.pop((reply.key, reply.index), None)
+            if ticket is None:
+                continue
+            chunk = self.chunks[ticket]
             chunk.missing -= 1
             if chunk.missing == 0:
-                del self.chunks[reply.ticket]
-                config, indices = self.configs.pop(reply.ticket)
-                complete.append((reply.ticket, list(self.evaluator.evaluate(config, indices))))
-            self._start()
+                complete.append(self._complete(ticket))
         return complete

@@ -513,7 +513,15 @@ class CheckpointedEvaluator:
         self.lock = threading.Lock()
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
-        """Per-sample scores in the order given, evaluating each missing sample once."""
+        """Per-sample scores in the order given, evaluating (and recording) each missing
+        sample once."""
+        scores = self.evaluate_unrecorded(config, sample_indices)
+        self.record(config, sample_indices, scores)
+        return scores
+
+    def evaluate_unrecorded(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
+        """Per-sample scores in the order given, the missing ones evaluated but not recorded:
+        a concurrent runner records a chunk once all of it is back (``record``)."""
         with self.lock:
             values = self.checkpoint.ledger.lookup(config, sample_indices)
         unknown = np.isnan(values)
@@ -522,11 +530,35 @@ class CheckpointedEvaluator:
             missing = list(
                 dict.fromkeys(int(i) for i, u in zip(sample_indices, unknown, strict=True) if u)
             )
-            fresh = _checked_scores(self.inner.evaluate(config, missing), len(missing))
-            with self.lock:
-                self.checkpoint.append(config, missing, fresh)
-                self.computed += len(missing)
-                values = self.checkpoint.ledger.lookup(config, sample_indices)
+            fresh = dict(
+                zip(
+                    missing,
+                    _checked_scores(self.inner.evaluate(config, missing), len(missing)),
+                    strict=True,
+                )
+            )
+            values = np.array(
+                [
+                    fresh[int(i)] if u else v
+                    for i, u, v in zip(sample_indices, unknown, values, strict=True)
+                ],
+                dtype=np.float64,
+            )
         with self.lock:
             self.reused += int(np.count_nonzero(~unknown))
         return cast(list[float], values.tolist())
+
+    def record(
+        self, config: Config, sample_indices: Sequence[int], scores: Sequence[float]
+    ) -> None:
+        """Record the scores of the samples the checkpoint does not hold yet."""
+        with self.lock:
+            known = self.checkpoint.ledger.lookup(config, sample_indices)
+            new = {
+                int(i): float(s)
+                for i, s, k in zip(sample_indices, scores, known, strict=True)
+                if k != k  # NaN: not recorded yet
+            }
+            if new:
+                self.checkpoint.append(config, list(new), list(new.values()))
+                self.computed += len(new)

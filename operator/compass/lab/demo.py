@@ -3,8 +3,9 @@
 COMPASS-V through the router, latency profiles of the feasible configurations, the plan, then
 the same seeded load spike served several ways beside the simulator's prediction; tables on
 stdout, files and plots in one folder. rag-sim's latencies are scaled by ``--time-scale`` (the
-SLO and cooldowns with them) and every figure is reported unscaled; while the search scores
-accuracy the components skip their simulated latency. docs/development.md.
+SLO and cooldowns with them) and every figure is reported unscaled; the search runs with them
+on, through two servers of its own with routers of four instances, eight requests in flight
+(the fleet a search Job would use). docs/development.md.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.paretopolicy import Hysteresis, ParetoPolicySpec
 from compass.console import fail, plan_table, policy_manifest, policy_text, search_with_progress
 from compass.conversion import runtime_policy, spec_for_plan
@@ -32,6 +35,8 @@ from compass.domain.search import SearchOutcome, SearchSettings, complete_feasib
 from compass.domain.simulator import RunReport, compare
 from compass.domain.space import Space
 from compass.domain.strategy import Strategy
+from compass.evaluators.concurrency import ThreadRunner
+from compass.evaluators.factory import ScoreSource, make_runner
 from compass.evaluators.ledger import CheckpointedEvaluator, CheckpointLedger
 from compass.evaluators.triton import TritonEvaluator
 from compass.examples import load_rag_paper
@@ -46,6 +51,11 @@ from compass.lab.scenarios import (
     rag_sim_triton,
     spike_scenario,
 )
+
+# The search's own fleet (issue 44): rag-sim servers with latencies on, each router serving
+# this many requests at once, the search keeping all of them busy.
+SEARCH_REPLICAS = 2
+SEARCH_ROUTER_INSTANCES = 4
 
 # What the static runs are called in tables and plots (the simulator's baseline labels).
 RUN_TITLES = {
@@ -139,16 +149,28 @@ class Searched:
 
 
 def run_search(
-    router: TritonRouter, space: Space, population: int, settings: DemoSettings
+    addresses: Sequence[str], space: Space, population: int, settings: DemoSettings
 ) -> Searched:
-    """COMPASS-V through the router, then the feasible set scored on the whole dataset (as the
-    operator's search Job does: complete_feasible), reusing every score the search recorded."""
+    """COMPASS-V through the routers at these addresses, ``SEARCH_ROUTER_INSTANCES`` requests
+    in flight on each, then the feasible set scored on the whole dataset (as the operator's
+    search Job does: complete_feasible), reusing every score the search recorded."""
 
     ledger_path = settings.output_dir / "search.ledger.jsonl"
     ledger_path.unlink(missing_ok=True)
-    evaluator = CheckpointedEvaluator(TritonEvaluator(router), CheckpointLedger(ledger_path))
-    outcome = search_with_progress(space, evaluator, population, settings.search)
-    return Searched(outcome, complete_feasible(outcome, evaluator))
+    evaluator = CheckpointedEvaluator(
+        TritonEvaluator.over(addresses, DEFAULT_ROUTER_MODEL), CheckpointLedger(ledger_path)
+    )
+    runner = make_runner(
+        ScoreSource(triton=",".join(addresses)),
+        evaluator,
+        len(addresses) * SEARCH_ROUTER_INSTANCES,
+    )
+    try:
+        outcome = search_with_progress(space, evaluator, population, settings.search, runner)
+        return Searched(outcome, complete_feasible(outcome, evaluator, runner))
+    finally:
+        if isinstance(runner, ThreadRunner):
+            runner.close()
 
 
 def profile_feasible(
@@ -326,16 +348,30 @@ def _optional(value: float | None, spec: str) -> str:
     return format(value, spec) if value is not None else "-".rjust(int(spec.split(".")[0]))
 
 
-def _search_step(
-    router: TritonRouter, space: Space, settings: DemoSettings, say: Reporter
-) -> Searched:
+def _search_step(space: Space, settings: DemoSettings, say: Reporter) -> Searched:
     """Step 2: the search, its result file, its summary; no feasible set is a usage error."""
     population = QUESTIONS
+    instances = SEARCH_ROUTER_INSTANCES
     say.step(
-        f"COMPASS-V through the router: every configuration of {space.size} with accuracy "
-        f">= {settings.search.tau:g}, {population} samples each"
+        f"COMPASS-V through {SEARCH_REPLICAS} more rag-sim servers (router of {instances} "
+        f"instances each, latencies x{settings.time_scale:g}, "
+        f"{SEARCH_REPLICAS * instances} requests in flight): every configuration of "
+        f"{space.size} with accuracy >= {settings.search.tau:g}, {population} samples each"
     )
-    searched = run_search(router, space, population, settings)
+    workdir = settings.output_dir / "triton-search"
+    with ExitStack() as servers:
+        addresses = [
+            servers.enter_context(
+                rag_sim_triton(
+                    workdir / f"pod{k}",
+                    settings.time_scale,
+                    host=f"127.0.3.{k + 1}",
+                    router_instances=instances,
+                ).start(workdir / f"pod{k}")
+            ).grpc_url
+            for k in range(SEARCH_REPLICAS)
+        ]
+        searched = run_search(addresses, space, population, settings)
     outcome = searched.outcome
     out = settings.output_dir
     write_json(out / "search-result.json", outcome.result_document())
@@ -462,12 +498,12 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
     )
     say.step("start tritonserver with rag-sim: the router and its three components")
     workdir = out / "triton"
-    # Latency 0 while the search scores accuracy; the profiling step sets the real scale.
+    # Latency 0 until the profiling step sets the real scale (the search has servers of its own).
     triton = rag_sim_triton(workdir, 0)
     with triton.start(workdir):
         router = TritonRouter(triton.grpc_url)
         say.say(f"      Triton at {triton.grpc_url}, its log in {workdir} ({say.took()})")
-        searched = _search_step(router, space, settings, say)
+        searched = _search_step(space, settings, say)
         profiles = _profile_step(router, searched, settings, say)
         plan, policy, live = _plan_step(profiles, settings, say)
         scenario = spike_scenario(plan, settings.duration_s, settings.load_seed, settings.base_qps)
