@@ -155,6 +155,8 @@ class PolicyMemory:
     condition_updates: tuple[Any, ...] | None = None
     # _quiet_key of the last tick whose status, worked out, had nothing to write.
     quiet: tuple[Any, ...] | None = None
+    # The quiet ticks' gauges: (conditions, what else they depend on, the gauges).
+    gauges: tuple[Sequence[Mapping[str, Any]], tuple[Any, ...], PolicyGauges] | None = None
 
 
 @kopf.on.startup()
@@ -533,8 +535,8 @@ def _publish(
             # nothing, and the heartbeat is not due: nothing to write, nothing to work out.
             # The conditions are left unmerged (what they say is the same, so are the gauges
             # and the Events): the heartbeat's tick merges the wording of its own.
-            gauges = policy_gauges(
-                compiled.plan, state, observation, old_conditions, health.pause.paused
+            gauges = _quiet_gauges(
+                memory, compiled, state, observation, old_conditions, health.pause.paused
             )
             uid = str(body.get("metadata", {}).get("uid", ""))
             runtime.metrics.set_policy(namespace, name, uid, gauges)
@@ -589,6 +591,27 @@ def _publish(
         return
     for event in transition_events(old_conditions, conditions):
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def _quiet_gauges(
+    memory: PolicyMemory,
+    compiled: CompiledPolicy,
+    state: PolicyState,
+    observation: Observation | None,
+    conditions: Sequence[Mapping[str, Any]],
+    paused: bool,
+) -> PolicyGauges:
+    """policy_gauges of a quiet tick, worked out again only when what they show moved: the
+    plan, the active routing, the queue seen, the conditions (the same list object: a status
+    is never changed in place) or the pause."""
+    depth = None if observation is None else observation.queue_depth
+    key = (compiled.plan, state.active, state.blend, state.weight, depth, paused)
+    last = memory.gauges
+    if last is not None and last[0] is conditions and last[1] == key:
+        return last[2]
+    gauges = policy_gauges(compiled.plan, state, observation, conditions, paused)
+    memory.gauges = (conditions, key, gauges)
+    return gauges
 
 
 def _condition_kinds(updates: tuple[Any, ...]) -> tuple[Any, ...]:
