@@ -155,6 +155,8 @@ class PolicyMemory:
     condition_updates: tuple[Any, ...] | None = None
     # _quiet_key of the last tick whose status, worked out, had nothing to write.
     quiet: tuple[Any, ...] | None = None
+    # The last tick's health, its generation and their condition updates (_condition_updates).
+    health: tuple[Health, int | None, tuple[Any, ...]] | None = None
     # The quiet ticks' gauges: (conditions, what else they depend on, the gauges).
     gauges: tuple[Sequence[Mapping[str, Any]], tuple[Any, ...], PolicyGauges] | None = None
 
@@ -512,7 +514,7 @@ def _publish(
 ) -> None:
     """Write the status (when it changed), post the transition Events, set the gauges."""
     old_conditions = previous.get("conditions") or []
-    updates = (tuple(health_conditions(health)), generation)
+    updates = _condition_updates(memory, health, generation)
     # What the conditions say is what they said last tick: the same list (no transition).
     same = memory.status is not None and memory.condition_updates == updates
     # Or only their wording moved (the predictive strategy's Ready message quotes a rate that
@@ -591,6 +593,19 @@ def _publish(
         return
     for event in transition_events(old_conditions, conditions):
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def _condition_updates(
+    memory: PolicyMemory, health: Health, generation: int | None
+) -> tuple[Any, ...]:
+    """health_conditions of this tick and its generation: those of the last tick again (the
+    same object, which compares at once) when its health was the same."""
+    last = memory.health
+    if last is not None and last[0] == health and last[1] == generation:
+        return last[2]
+    updates = (tuple(health_conditions(health)), generation)
+    memory.health = (health, generation, updates)
+    return updates
 
 
 def _quiet_gauges(
