@@ -14,6 +14,7 @@ from test_policy_scheduler import policy_spec
 from compass.controllers import policy_handlers
 from compass.controllers.policy_compile import compile_policy
 from compass.controllers.policy_conditions import Health
+from compass.controllers.policy_decisions import NOT_PAUSED, Pause
 from compass.controllers.policy_handlers import PolicyMemory, _publish
 from compass.controllers.runtime import Runtime
 from compass.domain.elastico import Observation
@@ -69,3 +70,32 @@ def test_reworded_conditions_wait_for_the_heartbeat(monkeypatch: pytest.MonkeyPa
         second = int(when - 1_800_000_000.0)
         ready = next(c for c in changes["conditions"] if c["type"] == "Ready")
         assert f"forecast {second / 100:.2f}/s" in ready["message"]
+
+
+def test_quiet_ticks_gauges_follow_the_queue_and_the_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between heartbeats a tick writes no status, yet its gauges show that tick's queue and
+    pause: the gauges a quiet tick reuses are those of the same inputs only."""
+    compiled = compile_policy(policy_spec("elastico", 120.0, 150.0), 1)
+    state = compiled.policy.initial_state(0.0)
+    body: dict[str, Any] = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "generation": 1},
+        "status": {},
+    }
+    monkeypatch.setattr(policy_handlers, "_write_status", lambda *args: True)
+    memory = PolicyMemory(heartbeat_s=HEARTBEAT_S, phase_s=0.0)
+    runtime = Runtime()
+    logger: Any = kopf.LocalObjectLogger(body=body, settings=kopf.OperatorSettings())
+    labels = {"namespace": "ns", "policy": "p"}
+    depths = [0.0, 0.0, 3.0, 3.0, 5.0, 0.0, 0.0]
+    for second, depth in enumerate(depths):
+        now = 1_800_000_000.0 + second
+        paused = second == 5
+        health = Health(metrics_read=True, metrics_source="triton", active=state.active,
+                        decision="hold", pause=Pause(True, "PausedBySpec") if paused else NOT_PAUSED)  # fmt: skip
+        observation = Observation(now, depth, arrivals_total=1.0)
+        previous = memory.status if memory.status is not None else dict(body["status"])
+        _publish(body, memory, runtime, logger, previous, health,
+                 (compiled, state, observation), now, 1)  # fmt: skip
+        sample = runtime.metrics.registry.get_sample_value
+        assert sample("compass_queue_depth", labels) == depth
+        assert sample("compass_policy_paused", labels) == float(paused)

@@ -12,7 +12,8 @@ import copy
 import http.server
 import itertools
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -264,3 +265,45 @@ def test_routine_status_writes_spread_over_the_heartbeat() -> None:
     assert max(steady) < 60
     # Each policy still writes at least once every one and a half heartbeats.
     assert longest_gap <= 1.5 * heartbeat
+
+
+def test_a_slow_tick_holds_one_worker_while_the_others_run_the_rest() -> None:
+    """A tick waiting on I/O keeps one of the workers; the round's other due ticks all run
+    meanwhile on the others, each once, and the slow one's policy is not started again while
+    it runs."""
+    scheduler = PolicyScheduler(1.0, workers=3)
+    release = threading.Event()
+    ran: list[str] = []
+
+    def slow(now: float) -> float:
+        release.wait(10)
+        ran.append("slow")
+        return 1.0
+
+    def quick(name: str) -> Callable[[float], float]:
+        def tick(now: float) -> float:
+            ran.append(name)
+            return 1.0
+
+        return tick
+
+    scheduler.add(("ns", "slow", "0"), slow)
+    names = [f"p{i}" for i in range(40)]
+    for i, name in enumerate(names):
+        scheduler.add(("ns", name, str(i + 1)), quick(name))
+    try:
+        futures = scheduler.tick_once()
+        for _ in range(500):  # the quick ticks end on the other workers while "slow" waits
+            if len(ran) == len(names):
+                break
+            time.sleep(0.01)
+        assert sorted(ran) == sorted(names)  # every quick tick ran, once, before the slow one
+        scheduler.tick_once()  # the slow policy is still running: not started twice
+        assert scheduler.stats.skipped_running == 1
+        release.set()
+        for future in futures:
+            future.result(timeout=5)
+    finally:
+        release.set()
+        scheduler.stop()
+    assert ran.count("slow") == 1

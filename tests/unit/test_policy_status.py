@@ -1144,3 +1144,29 @@ def test_too_large_tells_a_size_refusal_from_other_failures(
     status: int, message: str, expected: bool
 ) -> None:
     assert policy_status.too_large(status, message) is expected
+
+
+def test_gauges_set_again_unchanged_come_back_after_their_series_went() -> None:
+    """set_policy skips gauges the series already show, never ones that changed or whose
+    series were removed meanwhile (expired, or the policy deleted and created again)."""
+    now = [1000.0]
+    metrics = OperatorMetrics(clock=lambda: now[0])
+    full = policy_status.policy_gauges(
+        PLAN, PolicyState(active=FAST_NAME), Observation(NOW, 1), _conditions("True"), False
+    )
+    metrics.touch_policy("ns", "p", policy_decisions.SERIES_TTL_S)
+    metrics.set_policy("ns", "p", "uid-p", full)
+    shown = _series(metrics)
+    metrics.set_policy("ns", "p", "uid-p", full)
+    assert _series(metrics) == shown
+    metrics.set_policy("ns", "p", "uid-p", replace(full, queue_depth=7.0))
+    assert 'compass_queue_depth{namespace="ns",policy="p"} 7.0' in _series(metrics)
+    now[0] += policy_decisions.SERIES_TTL_S + 1
+    metrics.expire()
+    assert _series(metrics) == []
+    metrics.touch_policy("ns", "p", policy_decisions.SERIES_TTL_S)
+    metrics.set_policy("ns", "p", "uid-p", replace(full, queue_depth=7.0))
+    assert 'compass_queue_depth{namespace="ns",policy="p"} 7.0' in _series(metrics)
+    metrics.forget_policy("ns", "p", "uid-p")
+    metrics.set_policy("ns", "p", "uid-p2", replace(full, queue_depth=7.0))  # created again
+    assert len(_series(metrics)) == len(shown)

@@ -123,7 +123,10 @@ def full_names(state: PolicyState, plan: Plan) -> PolicyState:
         return None if name is None else names.get(name, name)
 
     levels = tuple((t, names.get(n, n)) for t, n in state.entry_levels)
-    return replace(state, active=full(state.active), blend=full(state.blend), entry_levels=levels)
+    active, blend = full(state.active), full(state.blend)
+    if active == state.active and blend == state.blend and levels == state.entry_levels:
+        return state  # names already full (the state of the last tick): nothing to copy
+    return replace(state, active=active, blend=blend, entry_levels=levels)
 
 
 def routing_names(plan: Plan, router_key: str) -> tuple[str, str | None, float] | None:

@@ -155,6 +155,10 @@ class PolicyMemory:
     condition_updates: tuple[Any, ...] | None = None
     # _quiet_key of the last tick whose status, worked out, had nothing to write.
     quiet: tuple[Any, ...] | None = None
+    # The last tick's health, its generation and their condition updates (_condition_updates).
+    health: tuple[Health, int | None, tuple[Any, ...]] | None = None
+    # The quiet ticks' gauges: (conditions, what else they depend on, the gauges).
+    gauges: tuple[Sequence[Mapping[str, Any]], tuple[Any, ...], PolicyGauges] | None = None
 
 
 @kopf.on.startup()
@@ -510,7 +514,7 @@ def _publish(
 ) -> None:
     """Write the status (when it changed), post the transition Events, set the gauges."""
     old_conditions = previous.get("conditions") or []
-    updates = (tuple(health_conditions(health)), generation)
+    updates = _condition_updates(memory, health, generation)
     # What the conditions say is what they said last tick: the same list (no transition).
     same = memory.status is not None and memory.condition_updates == updates
     # Or only their wording moved (the predictive strategy's Ready message quotes a rate that
@@ -533,8 +537,8 @@ def _publish(
             # nothing, and the heartbeat is not due: nothing to write, nothing to work out.
             # The conditions are left unmerged (what they say is the same, so are the gauges
             # and the Events): the heartbeat's tick merges the wording of its own.
-            gauges = policy_gauges(
-                compiled.plan, state, observation, old_conditions, health.pause.paused
+            gauges = _quiet_gauges(
+                memory, compiled, state, observation, old_conditions, health.pause.paused
             )
             uid = str(body.get("metadata", {}).get("uid", ""))
             runtime.metrics.set_policy(namespace, name, uid, gauges)
@@ -589,6 +593,40 @@ def _publish(
         return
     for event in transition_events(old_conditions, conditions):
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def _condition_updates(
+    memory: PolicyMemory, health: Health, generation: int | None
+) -> tuple[Any, ...]:
+    """health_conditions of this tick and its generation: those of the last tick again (the
+    same object, which compares at once) when its health was the same."""
+    last = memory.health
+    if last is not None and last[0] == health and last[1] == generation:
+        return last[2]
+    updates = (tuple(health_conditions(health)), generation)
+    memory.health = (health, generation, updates)
+    return updates
+
+
+def _quiet_gauges(
+    memory: PolicyMemory,
+    compiled: CompiledPolicy,
+    state: PolicyState,
+    observation: Observation | None,
+    conditions: Sequence[Mapping[str, Any]],
+    paused: bool,
+) -> PolicyGauges:
+    """policy_gauges of a quiet tick, worked out again only when what they show moved: the
+    plan, the active routing, the queue seen, the conditions (the same list object: a status
+    is never changed in place) or the pause."""
+    depth = None if observation is None else observation.queue_depth
+    key = (compiled.plan, state.active, state.blend, state.weight, depth, paused)
+    last = memory.gauges
+    if last is not None and last[0] is conditions and last[1] == key:
+        return last[2]
+    gauges = policy_gauges(compiled.plan, state, observation, conditions, paused)
+    memory.gauges = (conditions, key, gauges)
+    return gauges
 
 
 def _condition_kinds(updates: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -110,8 +111,12 @@ class PolicyScheduler:
             for entry in due:
                 entry.running = True
         self.stats = TickStats(len(due), skipped, self.stats.lag_s)
+        # The due ticks in order, taken one at a time by up to ``workers`` drains: as a future
+        # per tick would run them, without a thousand futures (and their locks) a second.
+        queue = deque(due)
         pool = self._executor()
-        futures = [pool.submit(self._tick, entry, now, wall) for entry in due]
+        drains = min(self.workers, len(due))
+        futures = [pool.submit(self._drain, queue, now, wall) for _ in range(drains)]
         if wait:
             for future in futures:
                 future.result()
@@ -130,6 +135,16 @@ class PolicyScheduler:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="compass-policy")
         return self._pool
+
+    def _drain(self, queue: deque[Scheduled], now: float, wall: float) -> None:
+        """Run the round's due ticks, the next one not yet started each time, until none is
+        left (or the scheduler stops: what is left is not started, as cancelled futures)."""
+        while not self._stop.is_set():
+            try:
+                entry = queue.popleft()
+            except IndexError:
+                return
+            self._tick(entry, now, wall)
 
     def _tick(self, entry: Scheduled, now: float, wall: float) -> None:
         """One policy's tick; its next due time from what it returns (a bug: a delay)."""

@@ -25,7 +25,6 @@ from compass.api.paretopolicy import (
 )
 from compass.api.schema import without_empty_strings
 from compass.controllers.conditions import find_condition, one_line, parse_conditions
-from compass.controllers.policy_conditions import is_ready
 from compass.conversion import threshold_statuses
 from compass.domain.elastico import Observation, PolicyState, capacity_pressure
 from compass.domain.evaluation import ParamValue
@@ -132,7 +131,9 @@ def policy_gauges(
 ) -> PolicyGauges:
     """The policy's gauges after a decision: the active entry, what it serves and its limits,
     and the capacity pressure on the queue just observed (none unless it is fresh)."""
-    metrics = find_condition(parse_conditions(conditions), ConditionType.METRICS_AVAILABLE)
+    parsed = parse_conditions(conditions)  # once (is_ready would parse them again)
+    metrics = find_condition(parsed, ConditionType.METRICS_AVAILABLE)
+    ready = find_condition(parsed, ConditionType.READY)
     fresh = metrics is not None and metrics.status == "True"
     index = None if state.active is None else plan.index(state.active)
     depth = None if observation is None else observation.queue_depth
@@ -140,7 +141,7 @@ def policy_gauges(
     if fresh and depth is not None:
         pressure = capacity_pressure(plan, state.active, depth)
     gauges = PolicyGauges(
-        ready=is_ready(conditions),
+        ready=ready is not None and ready.status == "True",
         paused=paused,
         metrics_available=None if metrics is None else fresh,
         queue_depth=depth,

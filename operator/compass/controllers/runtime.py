@@ -77,6 +77,8 @@ class OperatorMetrics:
         self._lock = threading.Lock()
         # Each policy's gauge series (set_policy), by (namespace, name) and gauge name.
         self._children: dict[tuple[str, str], dict[Gauge, Any]] = {}
+        # The gauges each policy's series show now (set_policy): the same again sets nothing.
+        self._shown: dict[tuple[str, str], PolicyGauges] = {}
         self.build_info = Gauge(
             "compass_build_info",
             "Always 1; the labels say which operator runs: its version, Python's and kopf's.",
@@ -255,6 +257,11 @@ class OperatorMetrics:
         with self._lock:
             if uid and uid in self._gone:
                 return
+            # A steady policy's gauges are those of its last tick: nothing to set (a thousand
+            # policies' dozen series a second are most of a quiet tick's gauge work).
+            if self._shown.get((namespace, name)) == gauges:
+                return
+            self._shown[namespace, name] = gauges
             # Each policy's series, looked up once (labels() is most of the cost of a tick's
             # gauges at a thousand policies); forgotten with its series.
             children = self._children.get((namespace, name))
@@ -303,6 +310,7 @@ class OperatorMetrics:
     def _remove_gauges(self, namespace: str, name: str, keep: Gauge | None = None) -> None:
         """Remove a policy's gauges and its info series (all but ``keep``); under the lock."""
         self._children.pop((namespace, name), None)
+        self._shown.pop((namespace, name), None)
         for gauge in self._policy_gauges():
             if gauge is not keep:
                 gauge.remove(namespace, name)
