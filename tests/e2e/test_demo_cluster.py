@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from compass.api.paretopolicy import ParetoPolicySpec
+from compass.lab.clusterdemo import ClusterDemoSettings
 from compass.lab.devcluster import Binaries
 from tiers import require_tritonserver
 
@@ -111,7 +112,9 @@ def test_the_demo_runs_every_step_and_writes_its_files(
     # operator's, owned by the workflow.
     applied = yaml.safe_load((out / "workflow.yaml").read_text())
     assert applied["spec"]["evaluation"]["evaluator"]["type"] == "replay"
-    assert applied["spec"]["slo"]["latencyMs"] == pytest.approx(100.0)
+    # The example's 1000 ms SLO at the demo's default time scale (rag-sim's latencies with it).
+    scale = ClusterDemoSettings(out).time_scale
+    assert applied["spec"]["slo"]["latencyMs"] == pytest.approx(1000.0 * scale)
     assert applied["spec"]["profiling"]["measuredRuns"] == 10
     policy = yaml.safe_load((out / "policy.yaml").read_text())
     assert policy["metadata"]["ownerReferences"][0]["kind"] == "CompoundWorkflow"

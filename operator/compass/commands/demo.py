@@ -69,7 +69,7 @@ def register(commands: Any, summary: str) -> None:
     demo.add_argument(
         "--time-scale",
         help="rag-sim serves its latencies times this; the load, SLO and cooldowns follow "
-        "(default 0.2: the 180 s spike runs in 36 s; 0.1 with --cluster)",
+        "(default 0.2: the 180 s spike runs in 36 s; 0.25 with --cluster)",
     )
     demo.add_argument("--slo-ms", default="1000", help="p95 latency SLO, ms (default 1000)")
     demo.add_argument(
@@ -113,7 +113,7 @@ def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: Searc
         return run_cluster_demo(
             ClusterDemoSettings(
                 output_dir=Path(str(args.output_dir)),
-                time_scale=_positive(args, "--time-scale", "0.1", "0.1"),
+                time_scale=_positive(args, "--time-scale", "0.25", "0.25"),
                 slo_ms=_positive(args, "--slo-ms", "1000"),
                 base_qps=base_qps,
                 duration_s=_positive(args, "--duration", "180"),
