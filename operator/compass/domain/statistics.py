@@ -395,10 +395,25 @@ def betting_log_capital(x: FloatArray, tau: float, population: int) -> tuple[flo
     Under the null, before draw i the unseen scores have mean c_i = (N tau - S_{i-1}) / (N-i+1).
     The caller has already excluded the cases where c_i leaves [0, 1] (exact bounds).
     """
-    t = len(x)
-    i = np.arange(1, t + 1, dtype=np.float64)
+    up, down = _bet_terms(x, tau, population, population - np.arange(len(x), dtype=np.float64))
+    return float(up.sum()), float(down.sum())
+
+
+def _betting_paths(x: FloatArray, tau: float, population: int) -> tuple[FloatArray, FloatArray]:
+    """``betting_log_capital`` after every draw (cumulative sums, so the last entries may
+    differ from it in the last bits: use it for guesses, never for verdicts)."""
+    remaining = np.maximum(population - np.arange(len(x), dtype=np.float64), 1.0)
+    up, down = _bet_terms(x, tau, population, remaining)
+    return np.cumsum(up), np.cumsum(down)
+
+
+def _bet_terms(
+    x: FloatArray, tau: float, population: int, remaining: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Each draw's log growth of the up and down bets (``remaining``: the unseen count before
+    each draw), shared by the verdicts' sums and the guesses' running sums."""
+    i = np.arange(1, len(x) + 1, dtype=np.float64)
     before = np.concatenate(([0.0], np.cumsum(x)[:-1]))
-    remaining = population - i + 1
     c = np.clip((population * tau - before) / remaining, 1e-12, 1 - 1e-12)
     # Predictable estimates from the draws before i, regularised towards 1/2.
     mean_before = (0.5 + before) / i
@@ -409,27 +424,4 @@ def betting_log_capital(x: FloatArray, tau: float, population: int) -> tuple[flo
     stake = edge / (var_before + edge**2)
     up_stake = np.clip(stake, 0.0, BET_CAP / c)
     down_stake = np.clip(-stake, 0.0, BET_CAP / (1 - c))
-    up = float(np.log1p(up_stake * (x - c)).sum())
-    down = float(np.log1p(-down_stake * (x - c)).sum())
-    return up, down
-
-
-def _betting_paths(x: FloatArray, tau: float, population: int) -> tuple[FloatArray, FloatArray]:
-    """``betting_log_capital`` after every draw (cumulative sums, so the last entries may
-    differ from it in the last bits: use it for guesses, never for verdicts)."""
-    t = len(x)
-    i = np.arange(1, t + 1, dtype=np.float64)
-    before = np.concatenate(([0.0], np.cumsum(x)[:-1]))
-    remaining = np.maximum(population - i + 1, 1.0)
-    c = np.clip((population * tau - before) / remaining, 1e-12, 1 - 1e-12)
-    mean_before = (0.5 + before) / i
-    running_mean = (0.5 + np.cumsum(x)) / (i + 1)
-    squares = np.concatenate(([0.0], np.cumsum((x - running_mean) ** 2)[:-1]))
-    var_before = (0.25 + squares) / i
-    edge = mean_before - c
-    stake = edge / (var_before + edge**2)
-    up_stake = np.clip(stake, 0.0, BET_CAP / c)
-    down_stake = np.clip(-stake, 0.0, BET_CAP / (1 - c))
-    up = np.cumsum(np.log1p(up_stake * (x - c)))
-    down = np.cumsum(np.log1p(-down_stake * (x - c)))
-    return up, down
+    return np.log1p(up_stake * (x - c)), np.log1p(-down_stake * (x - c))
