@@ -432,7 +432,19 @@ class Predictive:
         clump = max(clump, 1.0)
         ahead = min(round(queued), self.paths.requests - 1)
         # Everything the share depends on beyond the draws (shared by one front's policies).
-        key = (mix, rate, ahead, active, surge, clump, self.horizon_s, self.plan.slo.latency_ms)
+        # Plain numbers only, no Mix: Python's collector stops tracking a tuple of them, so a
+        # full cache adds nothing to an operator's full collections (Mix keys kept 65,536
+        # tuples tracked a front, scanned in every one).
+        key = (
+            *_mix_key(mix),
+            *_mix_key(active),
+            rate,
+            ahead,
+            surge,
+            clump,
+            self.horizon_s,
+            self.plan.slo.latency_ms,
+        )
         shares, lock = self.paths.miss_shares, self.paths.miss_shares_lock
         with lock:
             known = shares.get(key)
@@ -618,6 +630,11 @@ class Predictive:
             last_reason=reason,
             switches=state.switches + 1,
         )
+
+
+def _mix_key(mix: Mix) -> tuple[int, int, float]:
+    """A mix as plain numbers (its blend -1 when none)."""
+    return (mix.base, -1 if mix.blend is None else mix.blend, mix.weight)
 
 
 def arrivals_dispersion(samples: Sequence[tuple[float, float]], now: float, pods: int = 1) -> float:
