@@ -21,6 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from compass.controllers.collector import Collector
 from compass.dataplane.metrics import SharedReads
 
 LOG = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ class PolicyScheduler:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     stats: TickStats = field(default_factory=TickStats)
+    # Stepped once a tick by the scheduler's own thread (None: the collector left as it is).
+    collector: Collector | None = None
     _entries: dict[PolicyKey, Scheduled] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -170,6 +173,8 @@ class PolicyScheduler:
                 if self._stop.is_set():
                     return
                 raise
+            if self.collector is not None:
+                self.collector.step(self.clock())
             next_at += self.tick_s
             if next_at < self.clock():
                 next_at = self.clock()

@@ -21,6 +21,7 @@ from prometheus_client.core import Metric
 
 from compass import __version__
 from compass.controllers import kubeapi
+from compass.controllers.collector import Collector
 from compass.controllers.fencing import Fence
 from compass.controllers.policy_scheduler import PolicyScheduler
 from compass.controllers.policy_status import STATUS_HEARTBEAT_S, PolicyGauges
@@ -386,8 +387,11 @@ class Runtime:
         use)."""
         with self._lock:
             if self._scheduler is None:
+                freeze_s = self.settings.gc_freeze_seconds
                 scheduler = PolicyScheduler(
-                    self.settings.policy_tick_seconds, self.settings.policy_workers
+                    self.settings.policy_tick_seconds,
+                    self.settings.policy_workers,
+                    collector=Collector(freeze_s) if freeze_s > 0 else None,
                 )
                 self.metrics.policies_scheduled.set_function(lambda: float(len(scheduler)))
                 lag = self.metrics.scheduler_lag
