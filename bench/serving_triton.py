@@ -56,6 +56,7 @@ import json
 import math
 import tempfile
 import time
+import urllib.request
 from contextlib import ExitStack
 from dataclasses import replace
 from functools import partial
@@ -125,6 +126,9 @@ from compass.lab.scenarios import (
 )
 
 IDLE_SWITCHES = 40
+# The models whose queues a rag-sim request passes through, in order: where it waits is read
+# from Triton's statistics (the router's queue is invisible to the router's own decisions).
+RAG_SIM_MODELS = ("router", *RAG_SIM_COMPONENTS)
 # qa-real's serving front: the fastest, the first MiniLM reader, the most accurate (its
 # reranked member is as accurate as the last at three times its time).
 QA_REAL_SERVING = (QA_REAL_FRONT[0], QA_REAL_FRONT[1], QA_REAL_FRONT[3])
@@ -143,6 +147,31 @@ def percentiles_ms(seconds: list[float]) -> dict[str, float]:
         "p95": round(float(np.percentile(ms, 95)), 2),
         "max": round(float(ms.max()), 2),
     }
+
+
+def queue_totals(http_urls: list[str], models: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """Per model, summed over the servers: requests that left its queue and the ns they spent
+    in it (Triton's cumulative statistics, /v2/models/<model>/stats)."""
+    totals: dict[str, tuple[int, int]] = {}
+    for model in models:
+        count = ns = 0
+        for url in http_urls:
+            with urllib.request.urlopen(f"http://{url}/v2/models/{model}/stats", timeout=10) as r:
+                stats = json.load(r)["model_stats"][0]["inference_stats"]["queue"]
+            count, ns = count + int(stats["count"]), ns + int(stats["ns"])
+        totals[model] = (count, ns)
+    return totals
+
+
+def waits_ms(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], scale: float
+) -> dict[str, float]:
+    """Per model, the mean time a request spent in its queue between two readings, paper ms."""
+    waits = {}
+    for model, (count, ns) in after.items():
+        served = count - before[model][0]
+        waits[model] = (ns - before[model][1]) / 1e6 / scale / served if served else 0.0
+    return waits
 
 
 def qa_real_accuracy(router: TritonRouter, config: Config) -> float:
@@ -362,6 +391,9 @@ def main() -> int:
         print(header)
         runs: list[dict[str, Any]] = []
         under_load: list[float] = []
+        # Where requests wait (rag-sim): Triton's queue statistics around each run.
+        http_urls = [s.http_url for s in servers]
+        watched = () if qa_real else RAG_SIM_MODELS
         for slo_ms in slos:
             plan = plan_from_profiles(
                 profiles,
@@ -435,6 +467,7 @@ def main() -> int:
             # thousand requests, as large as the gains measured.
             fastest_accuracy = members[0].accuracy
             gap = max(m.accuracy for m in members) - fastest_accuracy
+            queued = queue_totals(http_urls, watched)
             for label, run in serve_each(
                 fleet,
                 plan,
@@ -466,6 +499,15 @@ def main() -> int:
                     f"{run.failed:6d} {run.refused:7d} {run.switches:8d}",
                     flush=True,
                 )
+                now_queued = queue_totals(http_urls, watched)
+                waited = waits_ms(queued, now_queued, scale)
+                queued = now_queued
+                if waited:
+                    print(
+                        "      mean wait in Triton's queue of "
+                        + ", ".join(f"{m} {w:.1f} ms" for m, w in waited.items()),
+                        flush=True,
+                    )
                 runs.append(
                     {
                         "slo_ms": slo_ms,
@@ -481,6 +523,7 @@ def main() -> int:
                         "failed": run.failed,
                         "refused": run.refused,
                         "switches": run.switches,
+                        "queue_wait_ms": {m: round(w, 2) for m, w in waited.items()},
                     }
                 )
     loaded_ms = percentiles_ms(under_load)
