@@ -279,6 +279,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             admission_quantile=job.admission_quantile,
             max_qps=limits,
             lag_share=job.binding_lag,
+            degrade_after=job.degrade_after,
         )
         report = simulate_binding(
             front, scenario, job.slo_ms, label, settings=settings, pods=job.pods

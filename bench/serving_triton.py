@@ -408,7 +408,9 @@ def main() -> int:
                 Hysteresis(downscale_cooldown_seconds=5.0 * scale),
                 interval_seconds=scale,
                 strategy=Strategy(args.strategy),
-                admission=AdmissionSettings(enabled=True, quantile=quantile),
+                admission=AdmissionSettings(
+                    enabled=True, quantile=quantile, degrade_after=degrade_after
+                ),
                 binding=BindingSettings(
                     mode=BindingMode.PER_STAGE,
                     stages=[
@@ -450,6 +452,7 @@ def main() -> int:
                         refuse=True,
                         admission_quantile=quantile,
                         max_qps=tuple(c["max_qps"] for c in bound["configs"]),
+                        degrade_after=bound["degrade_after"],
                     ),
                     pods=args.replicas,
                     pod_model=pod_model,

@@ -413,12 +413,23 @@ def check_binding(table):
         isinstance(slo_ms, bool) or not isinstance(slo_ms, (int, float)) or not 0 < slo_ms < 1e12
     ):
         raise ValueError(f"binding: slo_ms {slo_ms!r} is not a time in ms > 0 (or null)")
+    degrade_after = table.get("degrade_after")
+    if degrade_after is not None and (
+        isinstance(degrade_after, bool)
+        or not isinstance(degrade_after, (int, float))
+        or not 0 < degrade_after <= 1
+        or slo_ms is None
+    ):
+        raise ValueError(
+            f"binding: degrade_after {degrade_after!r} is not a share of slo_ms in (0, 1] (or null)"
+        )
     return {
         "stages": [list(s) for s in stages],
         "components": [str(c) for c in components],
         "configs": checked,
         "refuse": refuse,
         "slo_ms": None if slo_ms is None else float(slo_ms),
+        "degrade_after": None if degrade_after is None else float(degrade_after),
         "stage_of": {n: i for i, s in enumerate(stages) for n in s},
     }
 
@@ -433,13 +444,14 @@ def allowed_at(table, qps):
     return {i for i, entry in enumerate(table["configs"]) if entry[4] is None or qps <= entry[4]}
 
 
-def bind_stage(table, stage, bound, left_ms, backlog_ms, allowed=None, at=None):
+def bind_stage(table, stage, bound, left_ms, backlog_ms, allowed=None, at=None, hurried=False):
     """The configuration (index) a request heads for at ``stage``; LateError where the table
     refuses and even the fastest is more likely late than not (compass.domain.binding.
     bind_stage with no followers; ``allowed``: the configurations the rate allows, None all,
     the fastest completion the fallback whatever it allows; ``at``: the stage the request has
     reached, None ``stage``: a pipeline that reads a later stage's parameters first still
-    has the stages from ``at`` to serve)."""
+    has the stages from ``at`` to serve; ``hurried``: it waited long, so no more than the
+    fastest completion, the domain's ``spare_ms`` 0)."""
     at = stage if at is None else at
     configs = table["configs"]
     candidates = [
@@ -454,7 +466,9 @@ def bind_stage(table, stage, bound, left_ms, backlog_ms, allowed=None, at=None):
     fitting = [
         i
         for i in candidates
-        if times[i] <= left_ms and (allowed is None or i in allowed or i == fastest)
+        if times[i] <= left_ms
+        and (allowed is None or i in allowed or i == fastest)
+        and (not hurried or times[i] <= times[fastest])
     ]
     if fitting:
         return max(fitting, key=lambda i: (configs[i][1], -times[i]))
@@ -557,7 +571,7 @@ class LazyConfig(dict):
     parameter exists, or its name, binds nothing. (The dict itself holds every name from the
     start: json's encoder writes ``{}`` for an empty one without asking.)"""
 
-    def __init__(self, table, deadline_ns, inflight, qps=0.0):
+    def __init__(self, table, deadline_ns, inflight, qps=0.0, hurried=False):
         super().__init__(dict.fromkeys(table["stage_of"]))
         self.table = table
         self.deadline_ns = deadline_ns
@@ -572,6 +586,8 @@ class LazyConfig(dict):
         # where no configuration has a limit).
         limited = any(entry[4] is not None for entry in table["configs"])
         self.allowed = allowed_at(table, qps) if limited else None
+        # It waited long for an instance (the table's degrade_after): the fastest completion.
+        self.hurried = hurried
 
     def _bind_through(self, stage):
         table = self.table
@@ -586,6 +602,7 @@ class LazyConfig(dict):
                 backlog,
                 self.allowed,
                 min(self.at, self.next_stage),
+                self.hurried,
             )
             chosen = table["configs"][self.target][0]
             for name in table["stages"][self.next_stage]:
@@ -783,15 +800,20 @@ class TritonPythonModel:
         arrived = None
         if table is not None and table["slo_ms"] is not None and deadline is not None:
             arrived = parse_deadline(deadline) - int(table["slo_ms"] * 1e6)
+        taken_up = time.time_ns()
         qps = self.inflight.dispatched(arrived)
         override = parameters.get(OVERRIDE_PARAMETER)
         if override:
             key = canonical(json.loads(override) if isinstance(override, str) else override)
         elif deadline is not None:
             if table is not None:
-                return self._serve_bound(
-                    body, table, parse_deadline(parameters[DEADLINE_PARAMETER]), qps
+                degrade_after = table["degrade_after"]
+                hurried = (
+                    arrived is not None
+                    and degrade_after is not None
+                    and taken_up - arrived > degrade_after * table["slo_ms"] * 1e6
                 )
+                return self._serve_bound(body, table, parse_deadline(deadline), qps, hurried)
             key = self.admission.judge(key, parameters[DEADLINE_PARAMETER])
         # The pipeline gets the canonical form too: its components may key data by it.
         config = json.loads(key)
@@ -808,9 +830,9 @@ class TritonPythonModel:
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )
 
-    def _serve_bound(self, body, table, deadline_ns, qps):
+    def _serve_bound(self, body, table, deadline_ns, qps, hurried=False):
         """Serve a request with a lazily bound configuration (late binding)."""
-        config = LazyConfig(table, deadline_ns, self.inflight, qps)
+        config = LazyConfig(table, deadline_ns, self.inflight, qps, hurried)
         stage_of_model = {model: i for i, model in enumerate(table["components"])}
 
         def staged_call(model, inputs, outputs):

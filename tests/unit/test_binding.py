@@ -28,6 +28,7 @@ from compass.domain.binding import (
     stage_plan,
     stage_shares,
     static_schedule,
+    waited_long,
 )
 from compass.domain.bindingsim import BindingSettings, RateView, simulate_binding
 from compass.domain.podmodel import PodModel, Stage
@@ -293,6 +294,33 @@ def test_the_rate_counts_what_the_router_can_see_of_a_clump_queued_in_front_of_i
     # out of the 2 s window; counted as taken up, the clump's last take-ups still are in it.
     assert held[9] == seen[9] == 3
     assert served(RateView.DISPATCHES)[9] < 3
+
+
+def test_a_request_that_waited_long_for_an_instance_binds_the_fastest_completion() -> None:
+    # Three arrive at once with a second each: the first finds the pod idle and takes the most
+    # accurate; the next two wait for it, over a quarter of the SLO, and so (admission's
+    # degradeAfter) take the fastest, where without the rule each takes what its own
+    # deadline allows.
+    arrivals = np.zeros(3)
+    load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(3, 0.5))
+
+    def served(degrade_after: float | None) -> list[int]:
+        report = simulate_binding(
+            ADDITIVE,
+            load,
+            1000,
+            stages=STAGES,
+            prior_shares=None,
+            settings=BindingSettings(degrade_after=degrade_after),
+        )
+        return [int(c) for c in report.configs]
+
+    assert served(0.25) == [3, 0, 0]
+    assert served(None)[:2] == [3, 3]
+    assert waited_long(251, 1000, 0.25)
+    assert not waited_long(250, 1000, 0.25)
+    with pytest.raises(SimulationError, match="degrade_after"):
+        served(0.0)
 
 
 def test_refusal_drops_only_at_the_first_stage_and_frees_the_queue() -> None:

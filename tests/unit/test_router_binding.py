@@ -72,6 +72,16 @@ def test_the_router_binds_as_the_domain_does(router: types.ModuleType, plan: Any
         else:
             chosen = router.bind_stage(checked, stage, bound, left, backlog, at=at)
             assert chosen == expected.config
+        # A request that waited long: no more than the fastest completion.
+        hurried = bind_stage(
+            plan, stage, bound, left, backlog, spare_ms=0, refuse=stage == 0, at=at
+        )
+        if hurried.verdict is BindingVerdict.REFUSED:
+            with pytest.raises(router.LateError):
+                router.bind_stage(checked, stage, bound, left, backlog, at=at, hurried=True)
+        else:
+            chosen = router.bind_stage(checked, stage, bound, left, backlog, at=at, hurried=True)
+            assert chosen == hurried.config
         # With the slow loop's rate limits, at a rate drawn for this request.
         qps = float(rng.uniform(0, 12))
         allowed = allowed_at(limits, qps)
@@ -93,6 +103,10 @@ def test_a_bad_table_is_refused_naming_what_is_wrong(router: types.ModuleType, p
         router.check_binding({**good, "configs": []})
     with pytest.raises(ValueError, match="slo_ms"):
         router.check_binding({**good, "slo_ms": -1})
+    with pytest.raises(ValueError, match="degrade_after"):
+        router.check_binding({**good, "degrade_after": 0.25})
+    timed = router.check_binding({**good, "slo_ms": 1000.0, "degrade_after": 0.25})
+    assert (timed["slo_ms"], timed["degrade_after"]) == (1000.0, 0.25)
 
 
 @pytest.fixture
@@ -135,6 +149,10 @@ def test_rag_sims_pipeline_runs_unchanged_on_a_lazy_config(
     assert len(set(sent)) == 1
     assert json.loads(sent[0]) == dict(most_accurate.config)
     fastest = plan.configs[plan.fastest()]
+    # One that waited long for an instance: the fastest, however much time it has left.
+    waited = router.LazyConfig(checked, in_ms(60_000), inflight, hurried=True)
+    pipeline.run({"sample": 3}, waited, call)
+    assert json.loads(waited.key()) == dict(fastest.config)
     # With less left than even the fastest needs, the fastest completion (no refusal asked).
     hurried = router.LazyConfig(checked, in_ms(fastest.total_ms / 2), inflight)
     pipeline.run({"sample": 2}, hurried, call)

@@ -266,6 +266,13 @@ def follower_spare_ms(
     return spare
 
 
+def waited_long(waited_ms: float, slo_ms: float, degrade_after: float) -> bool:
+    """Whether a request that waited ``waited_ms`` for a router instance binds the fastest
+    completion: over ``degrade_after`` of the SLO, a queue stands behind it (admission's
+    degradeAfter), which a router behind Triton's scheduler cannot see otherwise."""
+    return waited_ms > degrade_after * slo_ms
+
+
 def static_schedule(
     arrival_s: float, free_s: float, fastest_s: float, servers: int = 1
 ) -> tuple[float, float]:
@@ -419,15 +426,24 @@ def router_table(
     refuse: bool = False,
     max_qps: Sequence[float | None] | None = None,
     slo_ms: float | None = None,
+    degrade_after: float | None = None,
 ) -> dict[str, object]:
     """The plan as a router takes it (the control model's ``binding``; model-images/router/
     model.py): the stages, the component model each stage calls, and each configuration's
     canonical key, accuracy, per-stage times and the pod's arrival rate above which the slow
     loop disallows it (``max_qps``, per configuration; None: no limit); ``slo_ms``, the SLO
     the requests' deadlines carry, tells a router when each request arrived (its deadline less
-    the SLO), so it counts the pod's arrival rate, not the rate it takes requests up at."""
+    the SLO), so it counts the pod's arrival rate, not the rate it takes requests up at, and
+    how long it waited: over ``degrade_after`` of the SLO (``waited_long``), the fastest
+    completion."""
     if slo_ms is not None and not (math.isfinite(slo_ms) and slo_ms > 0):
         raise BindingError("slo_ms", f"{slo_ms!r} is not a time > 0", "give the SLO in ms")
+    if degrade_after is not None and (slo_ms is None or not 0 < degrade_after <= 1):
+        raise BindingError(
+            "degrade_after",
+            f"{degrade_after!r} with slo_ms {slo_ms!r}",
+            "give a share of the SLO in (0, 1], and the SLO",
+        )
     if max_qps is not None and len(max_qps) != len(plan.configs):
         raise BindingError(
             "max_qps",
@@ -455,4 +471,5 @@ def router_table(
         ],
         "refuse": refuse,
         "slo_ms": slo_ms,
+        "degrade_after": degrade_after,
     }

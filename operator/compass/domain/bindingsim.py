@@ -38,6 +38,7 @@ from compass.domain.binding import (
     remaining_ms,
     stage_plan,
     static_schedule,
+    waited_long,
 )
 from compass.domain.evaluation import ParamValue
 from compass.domain.podmodel import DROPPED, PodModel, Stage
@@ -85,6 +86,11 @@ class BindingSettings:
     rate_window_s: float = 2.0
     # Which arrivals the rate counts (``RateView``): by default what the live router sees.
     rate_view: RateView = RateView.TAKEN_ARRIVALS
+    # A request that waited for a router instance longer than this share of the SLO binds the
+    # fastest completion (admission's degradeAfter; None: never): the router cannot see the
+    # queue behind it, but its own wait says one stands there, and every extra ms it takes is
+    # one more for each request in it.
+    degrade_after: float | None = None
     # Per allowed configuration, the arrival rate (requests/s per pod) above which the slow
     # loop disallows it (the planner's stay limit; None: no limit); empty: no limits.
     max_qps: tuple[float | None, ...] = ()
@@ -209,6 +215,11 @@ class _BindingPod:
                 self.servers,
                 likely=(own_likely, self.follower_likely_ms),
             )
+        degrade_after = self.settings.degrade_after
+        if degrade_after is not None and waited_long(
+            (self.starts[request] - self.arrivals[request]) * 1000, self.slo_s * 1000, degrade_after
+        ):
+            spare = 0.0
         if self.settings.lag_share is not None:
             quickest_likely = min(
                 remaining_ms(plan.configs[i], at, backlog, admitting=True)
@@ -317,6 +328,12 @@ def simulate_binding(
             "pod_model.stages",
             f"{len(components)} components for {len(stages)} binding stages",
             "give one component per stage",
+        )
+    if settings.degrade_after is not None and not 0 < settings.degrade_after <= 1:
+        raise SimulationError(
+            "degrade_after",
+            f"{settings.degrade_after!r} is not in (0, 1]",
+            "give a share of the SLO, e.g. 0.25",
         )
     if settings.lag_share is not None and not 0 < settings.lag_share <= 1:
         raise SimulationError(
