@@ -36,8 +36,11 @@ runs the policy runs with the predictive strategy (meant for ``policy+adm``).
 request carries the SLO as its deadline and every router binds rag-sim's retriever, reranker and
 generator parameters stage by stage from the table the operator would send (the front's
 per-stage times, the planner's rate limits), refusing at the first stage what is late whatever
-serves it; the simulator predicts it with compass.domain.bindingsim on the same arrivals
-(rag-sim only: qa-real's stages call several component models each).
+serves it; the simulator predicts it with compass.domain.bindingsim on the same arrivals, on
+what the routers see (rag-sim only: qa-real's stages call several component models each).
+After each rag-sim run a line says where its requests waited: the mean time in Triton's queue
+of the router and of each component (Triton's statistics, paper ms), the router's being what a
+router cannot see.
 
 ``--workflow qa-real`` serves qa-real instead: real retrieval and MiniLM on this CPU, so no time
 scale (1) and each request's accuracy is its real answer's score; by default one replica whose
