@@ -113,9 +113,10 @@ STRATEGIES = {
     "binding+adm": "binding+adm",
 }
 ADMITTED = {"policy+adm": "policy", "split+adm": "split", "predictive+adm": "predictive"}
-# Late binding (issue 43, compass.domain.bindingsim): each request binds each stage of rag-sim's
-# pipeline among the front, from its own deadline, the queues and the requests behind it, with
-# the planner's per-member rate limits x RATE_HEADROOM as the slow loop's allowed set;
+# Late binding (issue 43, compass.domain.bindingsim): each request binds rag-sim's stages among
+# the front on what the live router sees: its own deadline and wait (past --degrade-after of
+# the SLO, the fastest completion), the queues in flight, and the planner's per-member rate
+# limits x RATE_HEADROOM at the rate of the arrivals taken up as the slow loop's allowed set;
 # "binding+adm" refuses at its first stage what is late whatever serves it.
 BINDING = {"binding": False, "binding+adm": True}
 BINDING_QUANTILE = 0.95
@@ -279,6 +280,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             admission_quantile=job.admission_quantile,
             max_qps=limits,
             lag_share=job.binding_lag,
+            degrade_after=job.degrade_after,
         )
         report = simulate_binding(
             front, scenario, job.slo_ms, label, settings=settings, pods=job.pods

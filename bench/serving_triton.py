@@ -36,8 +36,11 @@ runs the policy runs with the predictive strategy (meant for ``policy+adm``).
 request carries the SLO as its deadline and every router binds rag-sim's retriever, reranker and
 generator parameters stage by stage from the table the operator would send (the front's
 per-stage times, the planner's rate limits), refusing at the first stage what is late whatever
-serves it; the simulator predicts it with compass.domain.bindingsim on the same arrivals
-(rag-sim only: qa-real's stages call several component models each).
+serves it; the simulator predicts it with compass.domain.bindingsim on the same arrivals, on
+what the routers see (rag-sim only: qa-real's stages call several component models each).
+After each rag-sim run a line says where its requests waited: the mean time in Triton's queue
+of the router and of each component (Triton's statistics, paper ms), the router's being what a
+router cannot see.
 
 ``--workflow qa-real`` serves qa-real instead: real retrieval and MiniLM on this CPU, so no time
 scale (1) and each request's accuracy is its real answer's score; by default one replica whose
@@ -56,6 +59,7 @@ import json
 import math
 import tempfile
 import time
+import urllib.request
 from contextlib import ExitStack
 from dataclasses import replace
 from functools import partial
@@ -125,6 +129,9 @@ from compass.lab.scenarios import (
 )
 
 IDLE_SWITCHES = 40
+# The models whose queues a rag-sim request passes through, in order: where it waits is read
+# from Triton's statistics (the router's queue is invisible to the router's own decisions).
+RAG_SIM_MODELS = ("router", *RAG_SIM_COMPONENTS)
 # qa-real's serving front: the fastest, the first MiniLM reader, the most accurate (its
 # reranked member is as accurate as the last at three times its time).
 QA_REAL_SERVING = (QA_REAL_FRONT[0], QA_REAL_FRONT[1], QA_REAL_FRONT[3])
@@ -143,6 +150,31 @@ def percentiles_ms(seconds: list[float]) -> dict[str, float]:
         "p95": round(float(np.percentile(ms, 95)), 2),
         "max": round(float(ms.max()), 2),
     }
+
+
+def queue_totals(http_urls: list[str], models: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """Per model, summed over the servers: requests that left its queue and the ns they spent
+    in it (Triton's cumulative statistics, /v2/models/<model>/stats)."""
+    totals: dict[str, tuple[int, int]] = {}
+    for model in models:
+        count = ns = 0
+        for url in http_urls:
+            with urllib.request.urlopen(f"http://{url}/v2/models/{model}/stats", timeout=10) as r:
+                stats = json.load(r)["model_stats"][0]["inference_stats"]["queue"]
+            count, ns = count + int(stats["count"]), ns + int(stats["ns"])
+        totals[model] = (count, ns)
+    return totals
+
+
+def waits_ms(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], scale: float
+) -> dict[str, float]:
+    """Per model, the mean time a request spent in its queue between two readings, paper ms."""
+    waits = {}
+    for model, (count, ns) in after.items():
+        served = count - before[model][0]
+        waits[model] = (ns - before[model][1]) / 1e6 / scale / served if served else 0.0
+    return waits
 
 
 def qa_real_accuracy(router: TritonRouter, config: Config) -> float:
@@ -362,6 +394,9 @@ def main() -> int:
         print(header)
         runs: list[dict[str, Any]] = []
         under_load: list[float] = []
+        # Where requests wait (rag-sim): Triton's queue statistics around each run.
+        http_urls = [s.http_url for s in servers]
+        watched = () if qa_real else RAG_SIM_MODELS
         for slo_ms in slos:
             plan = plan_from_profiles(
                 profiles,
@@ -376,7 +411,9 @@ def main() -> int:
                 Hysteresis(downscale_cooldown_seconds=5.0 * scale),
                 interval_seconds=scale,
                 strategy=Strategy(args.strategy),
-                admission=AdmissionSettings(enabled=True, quantile=quantile),
+                admission=AdmissionSettings(
+                    enabled=True, quantile=quantile, degrade_after=degrade_after
+                ),
                 binding=BindingSettings(
                     mode=BindingMode.PER_STAGE,
                     stages=[
@@ -418,6 +455,7 @@ def main() -> int:
                         refuse=True,
                         admission_quantile=quantile,
                         max_qps=tuple(c["max_qps"] for c in bound["configs"]),
+                        degrade_after=bound["degrade_after"],
                     ),
                     pods=args.replicas,
                     pod_model=pod_model,
@@ -435,6 +473,7 @@ def main() -> int:
             # thousand requests, as large as the gains measured.
             fastest_accuracy = members[0].accuracy
             gap = max(m.accuracy for m in members) - fastest_accuracy
+            queued = queue_totals(http_urls, watched)
             for label, run in serve_each(
                 fleet,
                 plan,
@@ -466,6 +505,15 @@ def main() -> int:
                     f"{run.failed:6d} {run.refused:7d} {run.switches:8d}",
                     flush=True,
                 )
+                now_queued = queue_totals(http_urls, watched)
+                waited = waits_ms(queued, now_queued, scale)
+                queued = now_queued
+                if waited:
+                    print(
+                        "      mean wait in Triton's queue of "
+                        + ", ".join(f"{m} {w:.1f} ms" for m, w in waited.items()),
+                        flush=True,
+                    )
                 runs.append(
                     {
                         "slo_ms": slo_ms,
@@ -481,6 +529,7 @@ def main() -> int:
                         "failed": run.failed,
                         "refused": run.refused,
                         "switches": run.switches,
+                        "queue_wait_ms": {m: round(w, 2) for m, w in waited.items()},
                     }
                 )
     loaded_ms = percentiles_ms(under_load)

@@ -336,8 +336,8 @@ MAX_BINDING_CONFIGS = 128
 MAX_BINDING_STAGES = 8
 INFLIGHT_SLOTS = 64
 _SLOT = struct.Struct("<qqqd")
-# After the slots: the pod's last dispatches (monotonic ns), a ring the instances share, for
-# the arrival rate the slow loop's limits (a configuration's max_qps) are judged on.
+# After the slots: the arrival times of the last requests taken up (ns since the epoch), a ring
+# the instances share, for the arrival rate the slow loop's limits (max_qps) are judged on.
 DISPATCH_RING = 1024
 RATE_WINDOW_S = 2.0
 _RING_AT = INFLIGHT_SLOTS * _SLOT.size
@@ -408,11 +408,28 @@ def check_binding(table):
     refuse = table.get("refuse", False)
     if not isinstance(refuse, bool):
         raise ValueError(f"binding: refuse {refuse!r} is not true or false")
+    slo_ms = table.get("slo_ms")
+    if slo_ms is not None and (
+        isinstance(slo_ms, bool) or not isinstance(slo_ms, (int, float)) or not 0 < slo_ms < 1e12
+    ):
+        raise ValueError(f"binding: slo_ms {slo_ms!r} is not a time in ms > 0 (or null)")
+    degrade_after = table.get("degrade_after")
+    if degrade_after is not None and (
+        isinstance(degrade_after, bool)
+        or not isinstance(degrade_after, (int, float))
+        or not 0 < degrade_after <= 1
+        or slo_ms is None
+    ):
+        raise ValueError(
+            f"binding: degrade_after {degrade_after!r} is not a share of slo_ms in (0, 1] (or null)"
+        )
     return {
         "stages": [list(s) for s in stages],
         "components": [str(c) for c in components],
         "configs": checked,
         "refuse": refuse,
+        "slo_ms": None if slo_ms is None else float(slo_ms),
+        "degrade_after": None if degrade_after is None else float(degrade_after),
         "stage_of": {n: i for i, s in enumerate(stages) for n in s},
     }
 
@@ -427,11 +444,15 @@ def allowed_at(table, qps):
     return {i for i, entry in enumerate(table["configs"]) if entry[4] is None or qps <= entry[4]}
 
 
-def bind_stage(table, stage, bound, left_ms, backlog_ms, allowed=None):
+def bind_stage(table, stage, bound, left_ms, backlog_ms, allowed=None, at=None, hurried=False):
     """The configuration (index) a request heads for at ``stage``; LateError where the table
     refuses and even the fastest is more likely late than not (compass.domain.binding.
     bind_stage with no followers; ``allowed``: the configurations the rate allows, None all,
-    the fastest completion the fallback whatever it allows)."""
+    the fastest completion the fallback whatever it allows; ``at``: the stage the request has
+    reached, None ``stage``: a pipeline that reads a later stage's parameters first still
+    has the stages from ``at`` to serve; ``hurried``: it waited long, so no more than the
+    fastest completion, the domain's ``spare_ms`` 0)."""
+    at = stage if at is None else at
     configs = table["configs"]
     candidates = [
         i
@@ -440,17 +461,19 @@ def bind_stage(table, stage, bound, left_ms, backlog_ms, allowed=None):
     ]
     if not candidates:
         raise ValueError(f"binding: no allowed configuration has {bound}")
-    times = {i: remaining_ms(configs[i][2], stage, backlog_ms) for i in candidates}
+    times = {i: remaining_ms(configs[i][2], at, backlog_ms) for i in candidates}
     fastest = min(candidates, key=lambda i: (times[i], -configs[i][1]))
     fitting = [
         i
         for i in candidates
-        if times[i] <= left_ms and (allowed is None or i in allowed or i == fastest)
+        if times[i] <= left_ms
+        and (allowed is None or i in allowed or i == fastest)
+        and (not hurried or times[i] <= times[fastest])
     ]
     if fitting:
         return max(fitting, key=lambda i: (configs[i][1], -times[i]))
     if table["refuse"] and stage == 0:
-        likely = min(remaining_ms(configs[i][3], stage, backlog_ms) for i in candidates)
+        likely = min(remaining_ms(configs[i][3], at, backlog_ms) for i in candidates)
         if likely > left_ms:
             raise LateError(
                 f"{LATE_MESSAGE}: {max(left_ms, 0.0):.0f} ms of its deadline left, the fastest "
@@ -480,15 +503,20 @@ class Inflight:
             self.table, dtype=np.int64, count=DISPATCH_RING + 1, offset=_RING_AT
         )
 
-    def dispatched(self):
-        """Count a request this instance takes up, and return the pod's dispatch rate over
-        the last RATE_WINDOW_S, per s (requests taken up: its arrivals, as long as the pod
-        keeps up; a lost count in a race between instances only blurs it)."""
-        now = time.monotonic_ns()
+    def dispatched(self, arrived_ns=None):
+        """Count a request this instance takes up, which arrived at ``arrived_ns`` (ns since
+        the epoch; None: now), and return the pod's arrival rate over the RATE_WINDOW_S up to
+        that arrival, per s: every request that arrived before it has been taken up (FIFO), so
+        this counts the requests still queued in front of the router too, which a count of
+        take-ups up to now would not (a lost count in a race between instances only blurs it)."""
+        arrived = time.time_ns() if arrived_ns is None else int(arrived_ns)
         index = int(self.ring[0])
-        self.ring[1 + index % DISPATCH_RING] = now
+        self.ring[1 + index % DISPATCH_RING] = arrived
         self.ring[0] = index + 1
-        recent = np.count_nonzero(self.ring[1:] > now - int(RATE_WINDOW_S * 1e9))
+        stamps = self.ring[1:]
+        recent = np.count_nonzero(
+            (stamps > arrived - int(RATE_WINDOW_S * 1e9)) & (stamps <= arrived)
+        )
         return recent / RATE_WINDOW_S
 
     def _claim(self):
@@ -543,7 +571,7 @@ class LazyConfig(dict):
     parameter exists, or its name, binds nothing. (The dict itself holds every name from the
     start: json's encoder writes ``{}`` for an empty one without asking.)"""
 
-    def __init__(self, table, deadline_ns, inflight, qps=0.0):
+    def __init__(self, table, deadline_ns, inflight, qps=0.0, hurried=False):
         super().__init__(dict.fromkeys(table["stage_of"]))
         self.table = table
         self.deadline_ns = deadline_ns
@@ -551,10 +579,15 @@ class LazyConfig(dict):
         self.bound = {}
         self.target = None
         self.next_stage = 0
+        # The stage the request has reached (the next component it calls): a stage bound
+        # before it is reached counts the time of the stages still ahead of it.
+        self.at = 0
         # The slow loop: what the pod's rate (``qps``: Inflight.dispatched) allows now (all
         # where no configuration has a limit).
         limited = any(entry[4] is not None for entry in table["configs"])
         self.allowed = allowed_at(table, qps) if limited else None
+        # It waited long for an instance (the table's degrade_after): the fastest completion.
+        self.hurried = hurried
 
     def _bind_through(self, stage):
         table = self.table
@@ -562,7 +595,14 @@ class LazyConfig(dict):
             left_ms = (self.deadline_ns - time.time_ns()) / 1e6
             backlog = self.inflight.backlog_ms(len(table["stages"]))
             self.target = bind_stage(
-                table, self.next_stage, self.bound, left_ms, backlog, self.allowed
+                table,
+                self.next_stage,
+                self.bound,
+                left_ms,
+                backlog,
+                self.allowed,
+                min(self.at, self.next_stage),
+                self.hurried,
             )
             chosen = table["configs"][self.target][0]
             for name in table["stages"][self.next_stage]:
@@ -602,6 +642,10 @@ class LazyConfig(dict):
 
     def __setitem__(self, name, value):
         raise TypeError("a request's configuration is read-only")
+
+    def reach(self, stage):
+        """The request now calls ``stage``'s component."""
+        self.at = max(self.at, stage)
 
     def stage_ms(self, stage):
         """The predicted time at ``stage`` of the configuration the request heads for."""
@@ -746,20 +790,30 @@ class TritonPythonModel:
         return responses
 
     def _serve(self, request):
-        # Every request taken up counts towards the pod's rate (late binding's slow loop).
-        qps = self.inflight.dispatched()
         body = _request_body(request)
         key = self.active.current()
         parameters = json.loads(request.parameters() or "{}")
+        # Every request taken up counts towards the pod's rate (late binding's slow loop), at
+        # its arrival where its deadline and the table's SLO tell it.
+        table = self.binding.current()
+        deadline = parameters.get(DEADLINE_PARAMETER)
+        arrived = None
+        if table is not None and table["slo_ms"] is not None and deadline is not None:
+            arrived = parse_deadline(deadline) - int(table["slo_ms"] * 1e6)
+        taken_up = time.time_ns()
+        qps = self.inflight.dispatched(arrived)
         override = parameters.get(OVERRIDE_PARAMETER)
         if override:
             key = canonical(json.loads(override) if isinstance(override, str) else override)
-        elif parameters.get(DEADLINE_PARAMETER) is not None:
-            table = self.binding.current()
+        elif deadline is not None:
             if table is not None:
-                return self._serve_bound(
-                    body, table, parse_deadline(parameters[DEADLINE_PARAMETER]), qps
+                degrade_after = table["degrade_after"]
+                hurried = (
+                    arrived is not None
+                    and degrade_after is not None
+                    and taken_up - arrived > degrade_after * table["slo_ms"] * 1e6
                 )
+                return self._serve_bound(body, table, parse_deadline(deadline), qps, hurried)
             key = self.admission.judge(key, parameters[DEADLINE_PARAMETER])
         # The pipeline gets the canonical form too: its components may key data by it.
         config = json.loads(key)
@@ -776,15 +830,16 @@ class TritonPythonModel:
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )
 
-    def _serve_bound(self, body, table, deadline_ns, qps):
+    def _serve_bound(self, body, table, deadline_ns, qps, hurried=False):
         """Serve a request with a lazily bound configuration (late binding)."""
-        config = LazyConfig(table, deadline_ns, self.inflight, qps)
+        config = LazyConfig(table, deadline_ns, self.inflight, qps, hurried)
         stage_of_model = {model: i for i, model in enumerate(table["components"])}
 
         def staged_call(model, inputs, outputs):
             stage = stage_of_model.get(model)
             if stage is None:
                 return call(model, inputs, outputs)
+            config.reach(stage)
             self.inflight.enter(stage, config.stage_ms(stage))
             try:
                 return call(model, inputs, outputs)

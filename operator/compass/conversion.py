@@ -138,6 +138,8 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
         plan_of_stages,
         [stage.component for stage in settings.stages],
         refuse=spec.admission.enabled and spec.admission.refuse,
+        slo_ms=spec.slo.latency_ms,
+        degrade_after=spec.admission.degrade_after,
         max_qps=[
             None if t.stay_max_qps is None else t.stay_max_qps * RATE_HEADROOM
             for t in plan.thresholds

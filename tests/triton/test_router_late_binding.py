@@ -83,6 +83,22 @@ def test_concurrent_requests_each_bind_from_their_own_deadline(binding: TritonRo
         assert reply.config == config_key(expected)
 
 
+def test_a_request_that_waited_long_binds_the_fastest_and_counts_at_its_arrival(
+    router: TritonRouter,
+) -> None:
+    # With the SLO in the table a deadline tells when the request arrived: 60 s left of a
+    # 120 s SLO means it waited 60 s, over a quarter of the SLO, so a queue stood behind it.
+    router.binding = {**_table(), "slo_ms": 120_000.0, "degrade_after": 0.25}
+    router.switch(FASTEST)
+    try:
+        assert router.infer({"sample": 0}, deadline_ns=_in(60.0)).config == config_key(FASTEST)
+        fresh = router.infer({"sample": 1}, deadline_ns=_in(119.5))
+        assert fresh.config == config_key(ACCURATE)
+    finally:
+        router.binding = None
+        router.switch(FASTEST)
+
+
 def test_a_late_request_is_refused_only_where_the_table_refuses(router: TritonRouter) -> None:
     router.binding = _table(refuse=True, fastest_ms=5_000.0)
     router.switch(FASTEST)

@@ -28,8 +28,9 @@ from compass.domain.binding import (
     stage_plan,
     stage_shares,
     static_schedule,
+    waited_long,
 )
-from compass.domain.bindingsim import BindingSettings, simulate_binding
+from compass.domain.bindingsim import BindingSettings, RateView, simulate_binding
 from compass.domain.podmodel import PodModel, Stage
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import StaticController, simulate
@@ -89,6 +90,16 @@ def test_the_spare_for_followers_caps_the_extra_time_over_the_fastest() -> None:
     assert bind_stage(PLAN, 0, {}, 1000, IDLE, spare_ms=339).config == 1
     assert bind_stage(PLAN, 0, {}, 1000, IDLE, spare_ms=340).config == 2
     assert bind_stage(PLAN, 0, {}, 1000, IDLE, spare_ms=19).config == 0
+
+
+def test_a_stage_bound_before_its_request_reaches_it_counts_the_stages_still_ahead() -> None:
+    # A pipeline that reads every parameter at dispatch binds the generator while the
+    # retriever is still ahead: with 420 ms left the big model fits the generator's 400 ms
+    # alone, not the 440 ms the request has still to go.
+    assert bind_stage(PLAN, 1, {"k": 20}, 420, IDLE).config == 2
+    assert bind_stage(PLAN, 1, {"k": 20}, 420, IDLE, at=0).config == 1
+    with pytest.raises(BindingError, match="at"):
+        bind_stage(PLAN, 0, {}, 420, IDLE, at=1)
 
 
 def test_the_slow_loop_allows_a_subset_and_the_fastest_stays_the_fallback() -> None:
@@ -256,6 +267,60 @@ def test_binding_serves_the_accurate_configuration_when_idle_and_the_fast_one_wh
         prior_shares=None,
     )
     assert greedy.compliance < heavy.compliance - 5
+
+
+def test_the_rate_counts_what_the_router_can_see_of_a_clump_queued_in_front_of_it() -> None:
+    # Eight requests arrive at once after a lull of 2.5 s, then one alone at 6 s, all with the
+    # time they need.
+    arrivals = np.array([0.0] + [2.5] * 8 + [6.0])
+    load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(len(arrivals), 0.5))
+
+    def served(view: RateView) -> list[int]:
+        settings = BindingSettings(max_qps=LIMITS, rate_view=view)
+        report = simulate_binding(
+            ADDITIVE, load, 60_000, stages=STAGES, prior_shares=None, settings=settings
+        )
+        return [int(c) for c in report.configs]
+
+    # A router that held its queue would see all eight at once, over the accurate ones'
+    # limits; the live router sees each as it takes it up, so the clump's first go on the
+    # most accurate, until those taken up count over its limit.
+    held = served(RateView.ARRIVALS)
+    assert max(held[1:9]) <= 1
+    seen = served(RateView.TAKEN_ARRIVALS)
+    assert seen[1] == 3
+    assert seen[8] <= 1
+    # The lone request after the clump: counted by arrival, the clump is 3.5 s behind it and
+    # out of the 2 s window; counted as taken up, the clump's last take-ups still are in it.
+    assert held[9] == seen[9] == 3
+    assert served(RateView.DISPATCHES)[9] < 3
+
+
+def test_a_request_that_waited_long_for_an_instance_binds_the_fastest_completion() -> None:
+    # Three arrive at once with a second each: the first finds the pod idle and takes the most
+    # accurate; the next two wait for it, over a quarter of the SLO, and so (admission's
+    # degradeAfter) take the fastest, where without the rule each takes what its own
+    # deadline allows.
+    arrivals = np.zeros(3)
+    load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(3, 0.5))
+
+    def served(degrade_after: float | None) -> list[int]:
+        report = simulate_binding(
+            ADDITIVE,
+            load,
+            1000,
+            stages=STAGES,
+            prior_shares=None,
+            settings=BindingSettings(degrade_after=degrade_after),
+        )
+        return [int(c) for c in report.configs]
+
+    assert served(0.25) == [3, 0, 0]
+    assert served(None)[:2] == [3, 3]
+    assert waited_long(251, 1000, 0.25)
+    assert not waited_long(250, 1000, 0.25)
+    with pytest.raises(SimulationError, match="degrade_after"):
+        served(0.0)
 
 
 def test_refusal_drops_only_at_the_first_stage_and_frees_the_queue() -> None:

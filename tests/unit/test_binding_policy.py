@@ -53,8 +53,13 @@ def test_per_stage_binding_sends_every_router_a_table_it_accepts() -> None:
         assert sum(admit_ms) == pytest.approx(
             entry.latency_p50_ms or entry.latency_mean_ms, rel=0.05
         )
-    # Refusal follows admission's settings.
+    # Refusal follows admission's settings; so does the wait after which a request binds the
+    # fastest completion, told with the SLO its deadline carries.
     assert table["refuse"] is False
+    assert (checked["slo_ms"], checked["degrade_after"]) == (
+        spec.slo.latency_ms,
+        spec.admission.degrade_after,
+    )
     admitted = spec.model_copy(
         update={"admission": spec.admission.model_copy(update={"enabled": True})}
     )

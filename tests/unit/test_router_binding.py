@@ -60,16 +60,28 @@ def test_the_router_binds_as_the_domain_does(router: types.ModuleType, plan: Any
     )
     for _ in range(400):
         stage = int(rng.integers(0, 3))
+        at = int(rng.integers(0, stage + 1))
         anchor = plan.configs[int(rng.integers(0, len(plan.configs)))].config
         bound = {n: anchor[n] for names in plan.stages[:stage] for n in names}
         left = float(rng.uniform(-100, 900))
         backlog = [float(x) for x in rng.exponential(80, 3) * rng.integers(0, 2, 3)]
-        expected = bind_stage(plan, stage, bound, left, backlog, refuse=stage == 0)
+        expected = bind_stage(plan, stage, bound, left, backlog, refuse=stage == 0, at=at)
         if expected.verdict is BindingVerdict.REFUSED:
             with pytest.raises(router.LateError, match="compass admission: late"):
-                router.bind_stage(checked, stage, bound, left, backlog)
+                router.bind_stage(checked, stage, bound, left, backlog, at=at)
         else:
-            assert router.bind_stage(checked, stage, bound, left, backlog) == expected.config
+            chosen = router.bind_stage(checked, stage, bound, left, backlog, at=at)
+            assert chosen == expected.config
+        # A request that waited long: no more than the fastest completion.
+        hurried = bind_stage(
+            plan, stage, bound, left, backlog, spare_ms=0, refuse=stage == 0, at=at
+        )
+        if hurried.verdict is BindingVerdict.REFUSED:
+            with pytest.raises(router.LateError):
+                router.bind_stage(checked, stage, bound, left, backlog, at=at, hurried=True)
+        else:
+            chosen = router.bind_stage(checked, stage, bound, left, backlog, at=at, hurried=True)
+            assert chosen == hurried.config
         # With the slow loop's rate limits, at a rate drawn for this request.
         qps = float(rng.uniform(0, 12))
         allowed = allowed_at(limits, qps)
@@ -89,6 +101,12 @@ def test_a_bad_table_is_refused_naming_what_is_wrong(router: types.ModuleType, p
         router.check_binding({**good, "configs": [short]})
     with pytest.raises(ValueError, match="configs must hold"):
         router.check_binding({**good, "configs": []})
+    with pytest.raises(ValueError, match="slo_ms"):
+        router.check_binding({**good, "slo_ms": -1})
+    with pytest.raises(ValueError, match="degrade_after"):
+        router.check_binding({**good, "degrade_after": 0.25})
+    timed = router.check_binding({**good, "slo_ms": 1000.0, "degrade_after": 0.25})
+    assert (timed["slo_ms"], timed["degrade_after"]) == (1000.0, 0.25)
 
 
 @pytest.fixture
@@ -131,10 +149,40 @@ def test_rag_sims_pipeline_runs_unchanged_on_a_lazy_config(
     assert len(set(sent)) == 1
     assert json.loads(sent[0]) == dict(most_accurate.config)
     fastest = plan.configs[plan.fastest()]
+    # One that waited long for an instance: the fastest, however much time it has left.
+    waited = router.LazyConfig(checked, in_ms(60_000), inflight, hurried=True)
+    pipeline.run({"sample": 3}, waited, call)
+    assert json.loads(waited.key()) == dict(fastest.config)
     # With less left than even the fastest needs, the fastest completion (no refusal asked).
     hurried = router.LazyConfig(checked, in_ms(fastest.total_ms / 2), inflight)
     pipeline.run({"sample": 2}, hurried, call)
     assert json.loads(hurried.key()) == dict(fastest.config)
+
+
+def test_a_pipeline_that_reads_every_parameter_at_dispatch_binds_what_fits_its_whole_path(
+    router: types.ModuleType, plan: Any, inflight: Any
+) -> None:
+    pipeline = rag_sim_pipeline()
+    checked = table(router, plan)
+
+    def call(model: str, inputs: dict[str, Any], outputs: list[str]) -> dict[str, Any]:
+        return {"SCORE": np.array([[1.0]])} if "SCORE" in outputs else {"DONE": np.array([True])}
+
+    # Left: a little under the most accurate configuration's whole time, so it does not fit,
+    # though its reranker and generator alone would.
+    best = max(plan.configs, key=lambda c: c.accuracy)
+    left = best.total_ms - best.stage_ms[0] / 2
+    config = router.LazyConfig(checked, in_ms(left), inflight)
+    pipeline.run({"sample": 1}, config, call)
+    chosen = json.loads(config.key())
+    assert chosen != dict(best.config)
+    # What the domain binds for the whole path from the first stage, stage after stage.
+    bound: dict[str, Any] = {}
+    for stage, names in enumerate(plan.stages):
+        decided = bind_stage(plan, stage, bound, left, [0.0, 0.0, 0.0], at=0)
+        assert decided.config is not None
+        bound |= {n: plan.configs[decided.config].config[n] for n in names}
+    assert chosen == bound
 
 
 def test_a_stage_binds_when_first_read_from_the_work_in_flight_at_its_component(
@@ -165,6 +213,11 @@ def test_a_stage_binds_when_first_read_from_the_work_in_flight_at_its_component(
     # The instances count what they take up: the pod's rate over the last 2 s.
     before = inflight.dispatched()
     assert inflight.dispatched() == pytest.approx(before + 1 / router.RATE_WINDOW_S)
+    # At a request's arrival: one that arrived 3 s ago counts the 2 s before it, not what
+    # was taken up since (the requests that arrived after it).
+    assert inflight.dispatched(time.time_ns() - 3_000_000_000) == pytest.approx(
+        1 / router.RATE_WINDOW_S
+    )
     # Its own request at a stage is no backlog to itself; gone, the other's is none either.
     inflight.enter(1, 50.0)
     assert inflight.backlog_ms(3)[1] == 0.0

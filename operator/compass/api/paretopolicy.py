@@ -367,7 +367,9 @@ class AdmissionSettings(CamelModel):
             le=1,
             description="A request that has waited more than this share of the SLO is served on "
             "the fastest entry even where its routed one would fit: a long wait means a queue "
-            "behind it, and the fastest shortens it at once (1: only what would be late).",
+            "behind it, and the fastest shortens it at once (1: only what would be late). Late "
+            "binding (binding.mode per-stage) applies it too: such a request binds the fastest "
+            "completion.",
         ),
     ] = DEFAULT_DEGRADE_AFTER
     refuse: bool = Field(

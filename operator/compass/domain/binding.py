@@ -180,6 +180,7 @@ def bind_stage(
     spare_ms: float = math.inf,
     refuse: bool = False,
     allowed: Collection[int] | None = None,
+    at: int | None = None,
 ) -> Binding:
     """Bind ``stage``: the configuration (consistent with ``bound``) the request heads for.
 
@@ -188,9 +189,14 @@ def bind_stage(
     fastest completion it may take without making a waiting request late (``follower_spare_ms``);
     ``refuse``: admission refuses a request that is late whatever serves it; ``allowed``: the
     configurations the slow loop allows now (None: all), the fastest completion being the
-    fallback whatever it allows."""
+    fallback whatever it allows; ``at``: the stage the request has reached (None: ``stage``),
+    earlier than ``stage`` where a pipeline reads a later stage's parameters before it calls
+    the earlier components (rag-sim reads them all at dispatch): their time counts too."""
     if not 0 <= stage < len(plan.stages):
         raise BindingError("stage", f"{stage} is not a stage of {len(plan.stages)}", "give 0..n-1")
+    at = stage if at is None else at
+    if not 0 <= at <= stage:
+        raise BindingError("at", f"{at} is not a stage up to {stage}", "give 0..stage")
     if len(backlog_ms) != len(plan.stages):
         raise BindingError(
             "backlog_ms",
@@ -204,7 +210,7 @@ def bind_stage(
             f"no allowed configuration has {dict(bound)}",
             "bind only values of the plan's configurations",
         )
-    times = {i: remaining_ms(plan.configs[i], stage, backlog_ms) for i in candidates}
+    times = {i: remaining_ms(plan.configs[i], at, backlog_ms) for i in candidates}
     # Fastest completion; among equals the most accurate.
     fastest = min(candidates, key=lambda i: (times[i], -plan.configs[i].accuracy))
     quickest = times[fastest]
@@ -221,7 +227,7 @@ def bind_stage(
         return Binding(chosen, BindingVerdict.FITS, times[chosen])
     if refuse:
         likely = min(
-            remaining_ms(plan.configs[i], stage, backlog_ms, admitting=True) for i in candidates
+            remaining_ms(plan.configs[i], at, backlog_ms, admitting=True) for i in candidates
         )
         if likely > left_ms:
             return Binding(None, BindingVerdict.REFUSED, likely)
@@ -258,6 +264,13 @@ def follower_spare_ms(
         ahead += follower_ms
         ahead_likely += follower_likely
     return spare
+
+
+def waited_long(waited_ms: float, slo_ms: float, degrade_after: float) -> bool:
+    """Whether a request that waited ``waited_ms`` for a router instance binds the fastest
+    completion: over ``degrade_after`` of the SLO, a queue stands behind it (admission's
+    degradeAfter), which a router behind Triton's scheduler cannot see otherwise."""
+    return waited_ms > degrade_after * slo_ms
 
 
 def static_schedule(
@@ -412,11 +425,25 @@ def router_table(
     *,
     refuse: bool = False,
     max_qps: Sequence[float | None] | None = None,
+    slo_ms: float | None = None,
+    degrade_after: float | None = None,
 ) -> dict[str, object]:
     """The plan as a router takes it (the control model's ``binding``; model-images/router/
     model.py): the stages, the component model each stage calls, and each configuration's
     canonical key, accuracy, per-stage times and the pod's arrival rate above which the slow
-    loop disallows it (``max_qps``, per configuration; None: no limit)."""
+    loop disallows it (``max_qps``, per configuration; None: no limit); ``slo_ms``, the SLO
+    the requests' deadlines carry, tells a router when each request arrived (its deadline less
+    the SLO), so it counts the pod's arrival rate, not the rate it takes requests up at, and
+    how long it waited: over ``degrade_after`` of the SLO (``waited_long``), the fastest
+    completion."""
+    if slo_ms is not None and not (math.isfinite(slo_ms) and slo_ms > 0):
+        raise BindingError("slo_ms", f"{slo_ms!r} is not a time > 0", "give the SLO in ms")
+    if degrade_after is not None and (slo_ms is None or not 0 < degrade_after <= 1):
+        raise BindingError(
+            "degrade_after",
+            f"{degrade_after!r} with slo_ms {slo_ms!r}",
+            "give a share of the SLO in (0, 1], and the SLO",
+        )
     if max_qps is not None and len(max_qps) != len(plan.configs):
         raise BindingError(
             "max_qps",
@@ -443,4 +470,6 @@ def router_table(
             for index, entry in enumerate(plan.configs)
         ],
         "refuse": refuse,
+        "slo_ms": slo_ms,
+        "degrade_after": degrade_after,
     }

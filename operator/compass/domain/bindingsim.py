@@ -19,6 +19,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +28,7 @@ from compass.domain.arrivals import Scenario, SimulationError
 from compass.domain.binding import (
     RAG_SIM_SHARES,
     RAG_SIM_STAGE_PARAMS,
+    Binding,
     BindingVerdict,
     StagePlan,
     allowed_at,
@@ -36,6 +38,7 @@ from compass.domain.binding import (
     remaining_ms,
     stage_plan,
     static_schedule,
+    waited_long,
 )
 from compass.domain.evaluation import ParamValue
 from compass.domain.podmodel import DROPPED, PodModel, Stage
@@ -44,6 +47,20 @@ from compass.domain.simulator import RunReport
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+
+class RateView(StrEnum):
+    """Which arrivals the slow loop's rate counts: what a router can know of its pod's load."""
+
+    # Every arrival as it comes: a router that held its own queue (Triton's router does not).
+    ARRIVALS = "arrivals"
+    # The requests router instances took up over the window to now: blind to the queue in
+    # front of the router, it reads the rate the pod serves at once that queue grows.
+    DISPATCHES = "dispatches"
+    # The arrival times (deadline less the SLO) of the requests taken up, over the window ending
+    # at the request's own arrival: FIFO, every request that arrived before it has been taken
+    # up, so this is the pod's arrival rate, late by the request's own wait (the live router).
+    TAKEN_ARRIVALS = "taken-arrivals"
 
 
 @dataclass(frozen=True)
@@ -56,11 +73,24 @@ class BindingSettings:
     # on its time at this quantile.
     refuse: bool = False
     admission_quantile: float = 0.5
-    # Spare the requests waiting behind for an instance (``follower_spare_ms``).
-    spare_followers: bool = True
+    # Spare the requests waiting behind for an instance (``follower_spare_ms``): a router that
+    # held its own queue would see them; the live router, behind Triton's scheduler, does not.
+    spare_followers: bool = False
+    # Bind every stage when a router instance takes the request up, as the router does for a
+    # pipeline that reads every parameter before its first call (rag-sim's: check_config, then
+    # the whole configuration to each component), each stage's choice counting the time of the
+    # stages before it; False: each stage when the request reaches its component.
+    bind_at_dispatch: bool = True
     # The pod's arrival rate (for ``max_qps``) is counted over this window, s (2 s saw bursts
     # sooner than 5 s and kept more requests in time on bench/serving_sim.py).
     rate_window_s: float = 2.0
+    # Which arrivals the rate counts (``RateView``): by default what the live router sees.
+    rate_view: RateView = RateView.TAKEN_ARRIVALS
+    # A request that waited for a router instance longer than this share of the SLO binds the
+    # fastest completion (admission's degradeAfter; None: never): the router cannot see the
+    # queue behind it, but its own wait says one stands there, and every extra ms it takes is
+    # one more for each request in it.
+    degrade_after: float | None = None
     # Per allowed configuration, the arrival rate (requests/s per pod) above which the slow
     # loop disallows it (the planner's stay limit; None: no limit); empty: no limits.
     max_qps: tuple[float | None, ...] = ()
@@ -102,9 +132,8 @@ class _BindingPod:
         self.target: dict[int, int] = {}
         self.events: list[tuple[float, int, int, tuple[int, ...]]] = []
         self.order = 0
-        # When each request arrived so far (the pod's own arrivals counter).
+        # The times the rate counts (``rate_view``), ascending.
         self.arrived_at: list[float] = []
-        self.arrived = 0
         # Static fastest's schedule (at the fastest's likely time): when each request would
         # start there, and when that queue is next free.
         self.static_start: dict[int, float] = {}
@@ -123,38 +152,61 @@ class _BindingPod:
             backlog.append(work)
         return backlog
 
-    def rate_per_ms(self, now: float) -> float:
-        """The pod's arrival rate over the last ``rate_window_s``, per ms (a router counts its
-        own arrivals)."""
+    def rate_per_ms(self, end: float) -> float:
+        """The pod's rate over the ``rate_window_s`` to ``end``, per ms, of the arrivals the
+        router counts (``rate_view``)."""
         window = self.settings.rate_window_s
-        if window <= 0 or now <= 0:
+        if window <= 0 or end <= 0:
             return 0.0
-        span = min(window, now)
-        seen = self.arrived - bisect.bisect_right(self.arrived_at, now - span)
+        span = min(window, end)
+        seen = bisect.bisect_right(self.arrived_at, end) - bisect.bisect_right(
+            self.arrived_at, end - span
+        )
         return seen / (span * 1000)
 
-    def allowed(self, now: float) -> list[int] | None:
-        """The configurations whose rate limit the pod's arrival rate is within (None: all)."""
+    def allowed(self, request: int, now: float) -> list[int] | None:
+        """The configurations whose rate limit the pod's rate, as the router counts it, is
+        within (None: all)."""
         limits = self.settings.max_qps
         if not limits:
             return None
-        return allowed_at(limits, self.rate_per_ms(now) * 1000)
+        taken = self.settings.rate_view is RateView.TAKEN_ARRIVALS
+        end = float(self.arrivals[request]) if taken else now
+        return allowed_at(limits, self.rate_per_ms(end) * 1000)
 
     def enter(self, request: int, stage: int, now: float) -> bool:
-        """Bind the request's stage and queue it at that component; False where refused."""
+        """Bind the request's stage (every stage at its first, ``bind_at_dispatch``) and queue
+        it at that component; False where refused."""
+        if stage == 0 or not self.settings.bind_at_dispatch:
+            backlog = self.backlog_ms(now)
+            last = len(self.plan.stages) - 1 if self.settings.bind_at_dispatch else stage
+            for binding_stage in range(stage, last + 1):
+                binding = self.bind(request, binding_stage, stage, now, backlog)
+                if binding.config is None or binding.verdict is BindingVerdict.REFUSED:
+                    return False
+                self.target[request] = binding.config
+        config = self.target[request]
+        took = self.shares[config][stage] * float(self.service_s[config, request])
+        self.waiting[stage].append((request, self.plan.configs[config].stage_ms[stage], took))
+        self.serve(stage, now)
+        return True
+
+    def bind(
+        self, request: int, stage: int, at: int, now: float, backlog: Sequence[float]
+    ) -> Binding:
+        """The binding of the request's ``stage`` now, the request being at stage ``at``."""
         plan = self.plan
         target = self.target.get(request)
         bound: Mapping[str, ParamValue] = {}
         if target is not None:
             chosen = plan.configs[target].config
             bound = {n: chosen[n] for names in plan.stages[:stage] for n in names}
-        backlog = self.backlog_ms(now)
         left_ms = (self.arrivals[request] + self.slo_s - now) * 1000
         spare = math.inf
         if self.settings.spare_followers:
             consistent = [plan.configs[i] for i in plan.consistent(bound)]
-            own = min(remaining_ms(c, stage, backlog) for c in consistent)
-            own_likely = min(remaining_ms(c, stage, backlog, admitting=True) for c in consistent)
+            own = min(remaining_ms(c, at, backlog) for c in consistent)
+            own_likely = min(remaining_ms(c, at, backlog, admitting=True) for c in consistent)
             followers = [(self.arrivals[r] + self.slo_s - now) * 1000 for r in self.router]
             spare = follower_spare_ms(
                 own,
@@ -163,15 +215,20 @@ class _BindingPod:
                 self.servers,
                 likely=(own_likely, self.follower_likely_ms),
             )
+        degrade_after = self.settings.degrade_after
+        if degrade_after is not None and waited_long(
+            (self.starts[request] - self.arrivals[request]) * 1000, self.slo_s * 1000, degrade_after
+        ):
+            spare = 0.0
         if self.settings.lag_share is not None:
             quickest_likely = min(
-                remaining_ms(plan.configs[i], stage, backlog, admitting=True)
+                remaining_ms(plan.configs[i], at, backlog, admitting=True)
                 for i in plan.consistent(bound)
             )
             static_finish_ms = self.static_start[request] * 1000 + self.follower_likely_ms
             cap_ms = self.settings.lag_share * self.slo_s * 1000
             spare = min(spare, lag_spare_ms(now * 1000 + quickest_likely, static_finish_ms, cap_ms))
-        binding = bind_stage(
+        return bind_stage(
             plan,
             stage,
             bound,
@@ -179,16 +236,9 @@ class _BindingPod:
             backlog,
             spare_ms=spare,
             refuse=self.settings.refuse and stage == 0,
-            allowed=self.allowed(now),
+            allowed=self.allowed(request, now),
+            at=at,
         )
-        if binding.config is None or binding.verdict is BindingVerdict.REFUSED:
-            return False
-        config = binding.config
-        self.target[request] = config
-        took = self.shares[config][stage] * float(self.service_s[config, request])
-        self.waiting[stage].append((request, plan.configs[config].stage_ms[stage], took))
-        self.serve(stage, now)
-        return True
 
     def serve(self, stage: int, now: float) -> None:
         """Start the component's next batch if it is idle and requests wait for it."""
@@ -207,6 +257,10 @@ class _BindingPod:
         while self.idle and self.router:
             request = self.router.popleft()
             self.starts[request] = now
+            view = self.settings.rate_view
+            if view is not RateView.ARRIVALS:
+                taken = now if view is RateView.DISPATCHES else float(self.arrivals[request])
+                bisect.insort(self.arrived_at, taken)
             if not self.enter(request, 0, now):
                 self.finishes[request] = now
                 self.configs[request] = DROPPED
@@ -239,8 +293,8 @@ class _BindingPod:
                         now, self.static_free, self.follower_likely_ms / 1000, self.servers
                     )
                     self.router.append(request)
-                    self.arrived_at.append(now)
-                    self.arrived += 1
+                    if self.settings.rate_view is RateView.ARRIVALS:
+                        self.arrived_at.append(now)
             self.start_waiting(now)
 
 
@@ -274,6 +328,12 @@ def simulate_binding(
             "pod_model.stages",
             f"{len(components)} components for {len(stages)} binding stages",
             "give one component per stage",
+        )
+    if settings.degrade_after is not None and not 0 < settings.degrade_after <= 1:
+        raise SimulationError(
+            "degrade_after",
+            f"{settings.degrade_after!r} is not in (0, 1]",
+            "give a share of the SLO, e.g. 0.25",
         )
     if settings.lag_share is not None and not 0 < settings.lag_share <= 1:
         raise SimulationError(
