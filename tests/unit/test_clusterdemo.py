@@ -15,10 +15,12 @@ from profiles_for_tests import normal_profile
 from compass.api.paretopolicy import AdmissionSettings
 from compass.conversion import spec_for_plan
 from compass.dataplane.load import RequestRecord
+from compass.domain.arrivals import make_pattern, make_scenario
 from compass.domain.elastico import Elastico
 from compass.domain.planner import Slo, plan_thresholds
 from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile
+from compass.domain.simulator import simulate
 from compass.domain.strategy import Strategy
 from compass.lab import clusterdemo
 from compass.lab.clusterdemo import (
@@ -147,3 +149,22 @@ def test_the_prediction_runs_the_policys_own_strategy_and_admission_at_paper_sca
     assert admission is not None
     assert admission.slo_ms == pytest.approx(chosen.slo.latency_ms / scale)
     assert admission.degrade_after == pytest.approx(0.5)
+
+
+def test_the_prediction_starts_where_the_live_run_starts() -> None:
+    """The live run starts on the member the idle policy climbed to; a prediction that started
+    on the fastest would serve a climb the live run never made."""
+    profiles = [normal_profile(f"c{i}", 0.7 + 0.05 * i, 100.0 + 60 * i, 10.0) for i in range(3)]
+    plan = plan_thresholds(profiles, Slo(1000.0))
+    spec = spec_for_plan(plan)
+    top = plan.eligible[-1]
+    policy = clusterdemo.unscaled_policy(spec, plan, 1.0)
+    assert policy.initial_state(0.0).active == plan.names[plan.eligible[0]]
+    starting = clusterdemo.StartingOn(policy, top)
+    assert starting.initial_state(0.0).active == plan.names[top]
+    # A light load (well within every member's limits) keeps it there from the first tick.
+    scenario = make_scenario(make_pattern("step", 0.2, 30.0, seed=0), 0)
+    report = simulate(starting, profiles, scenario, 1000.0)
+    assert [tick.active for tick in report.ticks[:3]] == [top] * 3
+    fresh = simulate(policy, profiles, scenario, 1000.0)
+    assert fresh.ticks[0].active == plan.eligible[0]

@@ -38,6 +38,7 @@ from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.triton import TritonRouter
 from compass.domain.admission import Admission
 from compass.domain.arrivals import SPIKE_FACTOR, Scenario
+from compass.domain.elastico import Decision, Observation, PolicyState
 from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import FRESH, MetricsView, Tick, compare
@@ -205,6 +206,30 @@ def unscaled_policy(spec: ParetoPolicySpec, plan: Plan, scale: float) -> Policy:
         stale_after_s=settings.stale_after_s / scale,
     )
     return build_policy(spec.strategy, plan, unscaled, spec.forecaster)
+
+
+@dataclass(frozen=True)
+class StartingOn:
+    """A policy whose first state serves front member ``index``: the live run starts where the
+    idle policy climbed to (the most accurate eligible member), so the prediction beside it
+    starts there too, not on the fastest where a fresh policy would."""
+
+    policy: Policy
+    index: int
+
+    def initial_state(self, now: float) -> PolicyState:
+        """The policy's own initial state, on ``index``."""
+        return replace(
+            self.policy.initial_state(now),
+            active=self.policy.plan.names[self.index],
+            last_reason="initial: where the live run starts",
+        )
+
+    def decide(
+        self, observation: Observation | None, state: PolicyState, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """The policy's own decision."""
+        return self.policy.decide(observation, state, now)
 
 
 def unscaled_admission(spec: ParetoPolicySpec, scale: float) -> Admission | None:
@@ -509,7 +534,8 @@ def _run(
     views = {"triton": FRESH, "prometheus": MetricsView(PROMETHEUS_SCRAPE_S / scale)}
     predictions = {
         source: compare(
-            {"policy": unscaled_policy(spec, plan, scale)},
+            # The live run starts on `top`, where the idle policy climbed to.
+            {"policy": StartingOn(unscaled_policy(spec, plan, scale), top)},
             front_profiles,
             scenario,
             settings.slo_ms,
