@@ -30,7 +30,6 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from compass.domain.space import Space, config_key
 from compass.evaluators.concurrency import ThreadRunner, VirtualRunner, jittered_service
 from compass.evaluators.factory import ScoreSource, make_evaluator, make_runner
 from compass.examples import load_rag_paper
-from compass.lab.scenarios import QUESTIONS, rag_sim_triton
+from compass.lab.scenarios import QUESTIONS, rag_sim_fleet
 
 # The batch the figures are measured at: with samples scored ahead filling what a round leaves
 # idle, 8 keeps K = 64 within the floor at fewer evaluations than 16 (bench/README.md).
@@ -164,18 +163,7 @@ def run_live(args: argparse.Namespace) -> int:
         f"{QUESTIONS} samples, tau {args.tau:g}; load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    with ExitStack() as stack:
-        servers = [
-            stack.enter_context(
-                rag_sim_triton(
-                    workdir / f"pod{k}",
-                    args.time_scale,
-                    host=f"127.0.3.{k + 1}",
-                    router_instances=args.router_instances,
-                ).start(workdir / f"pod{k}")
-            )
-            for k in range(args.replicas)
-        ]
+    with rag_sim_fleet(workdir, args.time_scale, args.replicas, args.router_instances) as servers:
         addresses = [s.grpc_url for s in servers]
         runs = {}
         for name in args.runs.split(","):

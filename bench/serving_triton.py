@@ -114,6 +114,7 @@ from compass.domain.simulator import compare
 from compass.domain.space import config_key
 from compass.domain.strategy import Strategy
 from compass.lab.experiment import ADMITTED_RUN, BINDING_RUN, EVERY_RUN, RUNS, serve_each
+from compass.lab.local_triton import local_fleet
 from compass.lab.scenarios import (
     ACCURATE,
     FASTEST,
@@ -125,7 +126,7 @@ from compass.lab.scenarios import (
     RagSimLoad,
     qa_real_triton,
     rag_sim_data,
-    rag_sim_triton,
+    rag_sim_fleet,
 )
 
 IDLE_SWITCHES = 40
@@ -260,21 +261,11 @@ def main() -> int:
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="compass-bench-"))
     with ExitStack() as stack:
-        servers = [
-            stack.enter_context(
-                (
-                    qa_real_triton(workdir / f"pod{k}", f"127.0.3.{k + 1}", instances)
-                    if qa_real
-                    else rag_sim_triton(
-                        workdir / f"pod{k}",
-                        scale,
-                        host=f"127.0.3.{k + 1}",
-                        router_instances=instances,
-                    )
-                ).start(workdir / f"pod{k}")
-            )
-            for k in range(args.replicas)
-        ]
+        servers = stack.enter_context(
+            local_fleet(workdir, args.replicas, partial(qa_real_triton, router_instances=instances))
+            if qa_real
+            else rag_sim_fleet(workdir, scale, args.replicas, instances)
+        )
         fleet = RouterFleet(
             [Endpoint(f"pod{k}", s.grpc_url, s.metrics_url) for k, s in enumerate(servers)]
         )

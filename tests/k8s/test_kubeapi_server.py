@@ -10,7 +10,7 @@ import pytest
 from cluster import Cluster, crd_established, wait_for
 from kubernetes import client
 
-from compass.commands.job import StateStore
+from compass.commands.job_state import StateStore
 from compass.controllers import kubeapi
 
 GROUP, VERSION, PLURAL = "kubeapi.test.compass.io", "v1", "gadgets"

@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.meta import GROUP, VERSION
-from compass.commands import job
+from compass.commands import job, job_profile, job_triton
 from compass.controllers import kubeapi
 from compass.controllers.builders import (
     PARTIAL_STARTED_FIELD,
@@ -162,7 +162,7 @@ def test_the_profiling_job_lists_its_services_ready_pods_under_its_role(
         )
     spec, _, as_job = _as_job(k8s_api, k8s_cluster, k8s_namespace, _workflow("spread", "rag"))
 
-    pods, source = job.triton_pods(spec, k8s_namespace, as_job)
+    pods, source = job_triton.triton_pods(spec, k8s_namespace, as_job)
     assert pods == [
         Endpoint("rag-a", "10.1.0.1:8001", None),
         Endpoint("rag-b", "10.1.0.2:8001", None),
@@ -173,14 +173,14 @@ def test_the_profiling_job_lists_its_services_ready_pods_under_its_role(
     elsewhere = spec.model_copy(
         update={"triton": spec.triton.model_copy(update={"service": "rag.other.svc"})}
     )
-    pods, source = job.triton_pods(elsewhere, k8s_namespace, as_job)
+    pods, source = job_triton.triton_pods(elsewhere, k8s_namespace, as_job)
     assert [p.grpc_url for p in pods] == ["rag.other.svc:8001"]
     assert "in another namespace" in source
 
     # A ServiceAccount without the list rule (a Role an older operator made): the Service's
     # address, and the API server's refusal in the reason.
     stranger = k8s_cluster.api_client(impersonate=f"system:serviceaccount:{k8s_namespace}:default")
-    pods, source = job.triton_pods(spec, k8s_namespace, stranger)
+    pods, source = job_triton.triton_pods(spec, k8s_namespace, stranger)
     assert [p.grpc_url for p in pods] == [f"rag.{k8s_namespace}.svc:8001"]
     assert "could not be read (HTTP 403" in source
 
@@ -252,7 +252,7 @@ def test_a_retried_profiling_pod_resumes_and_a_bound_passed_stops_it(
     monkeypatch.setenv("COMPASS_TRITON_ADDRESS", ",".join(s.grpc_url for s in two_servers))
     before = [_served(s) for s in two_servers]
 
-    assert job.run_profile(state, k8s_namespace) == 0
+    assert job_profile.run_profile(state, k8s_namespace) == 0
     log = capsys.readouterr().out
     assert "on 2 pod(s) (COMPASS_TRITON_ADDRESS); 1 measurements reused" in log
     assert re.search(r"profiling: latency 4/4 on 2 pod\(s\), [\d.]+ configs/min", log), log

@@ -42,7 +42,7 @@ import compass.controllers.runtime  # noqa: F401
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.api.metricsource import SecretReference
-from compass.commands import job
+from compass.commands import job, job_state, job_triton
 from compass.controllers import kubeapi, metricsauth
 from compass.controllers.builders import (
     GENERATION_LABEL,
@@ -940,10 +940,10 @@ def test_a_1000_sample_search_of_the_rag_grid_completes_through_chunked_state(
         k8s_namespace, build_job_role_binding(stored, account), _preload_content=False
     )
 
-    monkeypatch.setattr(job, "BUDGET", 48 * 1024)
+    monkeypatch.setattr(job_state, "BUDGET", 48 * 1024)
     # Writes often enough, and a state small enough, that several chunk ConfigMaps are made.
     monkeypatch.setattr(job, "FLUSH_INTERVAL_S", 0.2)
-    monkeypatch.setattr(job, "HOT_BUDGET", 8 * 1024)
+    monkeypatch.setattr(job_state, "HOT_BUDGET", 8 * 1024)
     as_job = k8s_cluster.api_client(impersonate=f"system:serviceaccount:{k8s_namespace}:{account}")
     monkeypatch.setattr(kubeapi, "load_client", lambda: as_job)
     assert job.run_search(state, k8s_namespace) == 0
@@ -1027,7 +1027,7 @@ def test_the_jobs_get_their_triton_tls_secret_by_name_and_no_other(
         wait_for(allowed, 30, "the RoleBinding to take effect")
     except TimeoutError as error:
         raise AssertionError(f"{error}: {refusals[-3:]}") from None
-    tls = job.triton_tls(spec, k8s_namespace, as_job)
+    tls = job_triton.triton_tls(spec, k8s_namespace, as_job)
     assert tls is not None
     assert (tls.ca_pem, tls.server_name) == (pem.encode(), "t.ml")
     with pytest.raises(ApiException) as refused:

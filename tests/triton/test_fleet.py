@@ -19,7 +19,7 @@ from compass.dataplane.metrics import SharedReads
 from compass.dataplane.triton import TritonRouter, parse_routing_key, routing_key
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalTriton, free_port
-from compass.lab.scenarios import rag_sim_triton
+from compass.lab.scenarios import rag_sim_fleet, rag_sim_triton
 from tiers import require_tritonserver
 
 HOSTS = ("127.0.3.11", "127.0.3.12")
@@ -328,3 +328,24 @@ def test_policies_on_one_pod_share_its_report_and_a_served_routing_is_not_set_ag
             each.close()
         TritonRouter(replicas[0].grpc_url).switch(FASTEST)
         TritonRouter(replicas[1].grpc_url).switch(FASTEST)
+
+
+def test_a_search_fleet_serves_on_addresses_of_its_own_and_stops_on_leaving(
+    tmp_path: Path,
+) -> None:
+    """rag_sim_fleet as `compass demo` and bench/search_concurrency.py --live start it: two
+    servers, each on its own loopback address with a router of two instances, both answering;
+    no process left once the fleet is left."""
+    require_tritonserver()
+    with rag_sim_fleet(tmp_path, 0.0, 2, router_instances=2) as servers:
+        assert [s.host for s in servers] == ["127.0.3.1", "127.0.3.2"]
+        for server in servers:
+            router = TritonRouter(server.grpc_url)
+            try:
+                assert router.infer({"sample": 0}).config
+                config = router.client.get_model_config(router.model, as_json=True)["config"]
+            finally:
+                router.close()
+            assert [group["count"] for group in config["instance_group"]] == [2]
+        processes = [s.process for s in servers]
+    assert all(p is not None and p.poll() is not None for p in processes)

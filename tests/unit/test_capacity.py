@@ -617,7 +617,7 @@ def test_the_profiling_spec_sets_each_curve_rates_length() -> None:
     """curveMinSecondsPerRate lengthens a fast rate's run (30 s at 600/s: 18,000 requests);
     curveMaxSecondsPerRate still caps a slow one, and wins where the two disagree."""
     from compass.api.compoundworkflow import Profiling
-    from compass.commands.job import curve_settings
+    from compass.commands.job_profile import curve_settings
 
     default = curve_settings(Profiling())
     assert default.requests_at(600.0) == 6000

@@ -22,7 +22,7 @@ from compass.api.paretopolicy import ConditionType, ParetoPolicyStatus
 from compass.commands.main import main
 from compass.controllers import policy_compile, policy_conditions, policy_decisions, policy_status
 from compass.controllers.manager import _quiet_timer_successes, scope
-from compass.controllers.runtime import OperatorMetrics
+from compass.controllers.runtime import GONE_REMEMBERED, OperatorMetrics, RecentUids
 from compass.controllers.settings import OperatorSettings
 from compass.domain.elastico import Observation, PolicyState
 from compass.domain.predictive import Predictive
@@ -697,6 +697,31 @@ def test_the_active_configuration_info_keeps_one_series_and_deletion_removes_all
     metrics.forget_workflow("ns", "w", "uid-w")
     metrics.count_workflow("ns", "w", "uid-w", [("profiling", "failed")], 1)
     assert _series(metrics) == []
+
+
+def test_the_deleted_uids_remembered_are_the_last_ones_and_a_repeat_counts_as_new() -> None:
+    """Past GONE_REMEMBERED deletes the oldest uid is forgotten (its memory stays bounded); one
+    deleted again is remembered from its latest delete, not evicted for its first."""
+    gone = RecentUids(3)
+    for uid in ("a", "b", "c", "a", "d"):
+        gone.add(uid)
+    assert ("a" in gone, "b" in gone, "c" in gone, "d" in gone) == (True, False, True, True)
+    assert len(gone) == 3
+
+    metrics = OperatorMetrics()
+    full = policy_status.policy_gauges(
+        PLAN, PolicyState(active=FAST_NAME), Observation(NOW, 1), _conditions("True"), False
+    )
+    metrics.forget_policy("ns", "p", "uid-p")
+    metrics.set_policy("ns", "p", "uid-p", full)  # a tick in flight at the delete
+    assert _series(metrics) == []
+    for k in range(GONE_REMEMBERED - 1):
+        metrics.forget_workflow("other", f"w{k}", f"uid-w{k}")
+    metrics.set_policy("ns", "p", "uid-p", full)
+    assert _series(metrics) == []  # still among the last GONE_REMEMBERED
+    metrics.forget_workflow("other", "last", "uid-last")
+    metrics.set_policy("ns", "p", "uid-p", full)
+    assert _series(metrics) != []  # forgotten: a uid that came back long after is served
 
 
 def test_a_policy_no_longer_ticked_here_loses_its_gauges_and_keeps_its_counters() -> None:

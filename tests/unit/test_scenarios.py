@@ -12,12 +12,14 @@ from compass.domain.planner import Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile
 from compass.domain.space import config_key
 from compass.lab import scenarios
+from compass.lab.local_triton import LocalServerError, LocalTriton
 from compass.lab.scenarios import (
     ACCURATE,
     FASTEST,
     PAPER_FRONT,
     PAPER_PEAK_UTILIZATION,
     RagSimLoad,
+    rag_sim_fleet,
     rag_sim_triton,
     spike_scenario,
 )
@@ -74,3 +76,40 @@ def test_the_triton_serves_rag_sim_at_the_time_scale_from_the_active_configurati
         assert 'key: "time_scale" value: { string_value: "0.1" }' in config
     router = (triton.repository / "router" / "config.pbtxt").read_text()
     assert json.dumps(config_key(FASTEST))[1:-1] in router
+
+
+def test_a_fleet_stops_every_server_it_started_when_one_fails_to_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second of three servers never becomes ready: the first, and the second's process,
+    are stopped, the third is never started, and the caller sees the start's error. (A real
+    tritonserver that fails to start is hard to arrange; tests/triton/test_fleet.py starts a
+    real fleet.)"""
+    started: list[str] = []
+    stopped: list[str] = []
+    failing = {"127.0.3.2"}
+
+    def start(self: LocalTriton, workdir: Path) -> LocalTriton:
+        started.append(self.host)
+        assert workdir == tmp_path / f"pod{len(started) - 1}"
+        if self.host in failing:
+            raise LocalServerError("tritonserver not ready")
+        return self
+
+    monkeypatch.setattr(LocalTriton, "start", start)
+    monkeypatch.setattr(LocalTriton, "stop", lambda self: stopped.append(self.host))
+    with pytest.raises(LocalServerError, match="not ready"), rag_sim_fleet(tmp_path, 0.1, 3):
+        pytest.fail("a fleet that did not start was entered")
+    assert started == ["127.0.3.1", "127.0.3.2"]
+    assert sorted(stopped) == ["127.0.3.1", "127.0.3.2"]
+
+    started.clear()
+    stopped.clear()
+    failing.clear()
+    with rag_sim_fleet(tmp_path, 0.1, 2, router_instances=4) as servers:
+        assert [s.host for s in servers] == ["127.0.3.1", "127.0.3.2"]
+        for server in servers:
+            router = (server.repository / "router" / "config.pbtxt").read_text()
+            assert "count: 4" in router
+        assert not stopped
+    assert sorted(stopped) == ["127.0.3.1", "127.0.3.2"]

@@ -19,8 +19,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec
-from compass.commands import job
-from compass.commands.job import StateStore, StateStoreError
+from compass.commands import job, job_state
+from compass.commands.job_state import StateStore, StateStoreError
 from compass.controllers import kubeapi, ledgerchunks
 from compass.controllers.builders import (
     LEDGER_KEY,
@@ -76,8 +76,8 @@ def _state(api: Any, **data: str) -> None:
 @pytest.fixture
 def small(monkeypatch: pytest.MonkeyPatch) -> None:
     """Budgets a few batches fill, so that a short test merges and rolls over."""
-    monkeypatch.setattr(job, "HOT_BUDGET", 1500)
-    monkeypatch.setattr(job, "BUDGET", 6000)
+    monkeypatch.setattr(job_state, "HOT_BUDGET", 1500)
+    monkeypatch.setattr(job_state, "BUDGET", 6000)
 
 
 def _hot_size(obj: dict[str, Any]) -> int:
@@ -165,10 +165,10 @@ def test_appends_send_only_the_new_lines_merge_out_and_roll_over_before_the_budg
         before = api.sent["patch"] + api.sent["create"]
         store.append_ledger(line, {PROGRESS_KEY: json.dumps({"batch": i})})
         # A batch costs its own lines; a merge, the state's chunks once more (gzip).
-        assert api.sent["patch"] + api.sent["create"] - before < 2 * job.HOT_BUDGET
+        assert api.sent["patch"] + api.sent["create"] - before < 2 * job_state.HOT_BUDGET
         # The state, rewritten in etcd at every batch, stays small.
-        assert _hot_size(api.objects[STATE]) <= job.HOT_BUDGET
-        assert all(config_map_size(o) <= job.BUDGET for o in api.objects.values())
+        assert _hot_size(api.objects[STATE]) <= job_state.HOT_BUDGET
+        assert all(config_map_size(o) <= job_state.BUDGET for o in api.objects.values())
     names = sorted(api.objects, key=lambda n: (len(n), n))
     assert names[0] == STATE
     assert len(names) >= 3, "never rolled over"
@@ -216,7 +216,7 @@ def test_the_ledger_stops_at_the_chunk_config_maps_its_role_names(
 ) -> None:
     """Past MAX_CHUNKS the Role grants nothing: a clear error, not a 403, and no ConfigMap the
     Role does not name is created or read."""
-    monkeypatch.setattr(job, "MAX_CHUNKS", 1)
+    monkeypatch.setattr(job_state, "MAX_CHUNKS", 1)
     api = bench.FakeConfigMaps()
     _state(api)
     store, _ = _store(api)
@@ -227,7 +227,9 @@ def test_the_ledger_stops_at_the_chunk_config_maps_its_role_names(
         for line in lines:
             store.append_ledger(line)
 
-    with pytest.raises(job.LedgerFullError, match=r"fills 1 chunk ConfigMaps of rag-search-g1"):
+    with pytest.raises(
+        job_state.LedgerFullError, match=r"fills 1 chunk ConfigMaps of rag-search-g1"
+    ):
         append_all()
     assert sorted(api.objects) == [STATE, f"{STATE}-c1"]
     # A second chunk ConfigMap made by hand is not read either: the Role would refuse the get.
@@ -275,7 +277,7 @@ def test_a_pod_that_died_after_a_merge_leaves_nothing_twice(small: None) -> None
     # The dying append's lines went into the chunk ConfigMap, before the state's PATCH.
     assert again.read_ledger() == "".join(lines[: written + 1])
     again.append_ledger(lines[written + 1])
-    assert _hot_size(api.objects[STATE]) < job.HOT_BUDGET / 4  # the merged ones deleted
+    assert _hot_size(api.objects[STATE]) < job_state.HOT_BUDGET / 4  # the merged ones deleted
     assert StateStore(STATE, NS, api=api).read_ledger() == "".join(lines[: written + 2])
 
 
@@ -333,7 +335,7 @@ def test_transient_errors_are_retried_with_backoff() -> None:
     assert store.read_ledger() == ""
     assert len(slept) == 7
     assert slept[1] >= 3  # the server's Retry-After
-    assert all(0 < s <= job.BACKOFF_CAP_S for s in slept)
+    assert all(0 < s <= job_state.BACKOFF_CAP_S for s in slept)
     assert slept[4] > slept[0]  # backing off
     api.failures = [_api_error(409), _api_error(503)]  # a patch that lost a race: sent again
     store.append_ledger(_line(0, 0))
@@ -344,13 +346,13 @@ def test_transient_errors_give_up_after_the_attempts_with_the_last_one() -> None
     api = bench.FakeConfigMaps()
     _state(api)
     store, slept = _store(api)
-    api.failures = [_api_error(503)] * job.ATTEMPTS
+    api.failures = [_api_error(503)] * job_state.ATTEMPTS
     with pytest.raises(StateStoreError) as error:
         store.write({PROGRESS_KEY: "{}"})
-    assert f"after {job.ATTEMPTS} attempts" in str(error.value)
+    assert f"after {job_state.ATTEMPTS} attempts" in str(error.value)
     assert "HTTP 503" in str(error.value)
     assert STATE in str(error.value)
-    assert len(slept) == job.ATTEMPTS - 1
+    assert len(slept) == job_state.ATTEMPTS - 1
     assert "StateStoreError" in job.error_line(error.value)
 
 
@@ -404,7 +406,7 @@ def _running(api: Any) -> Iterator[io.StringIO]:
 def test_a_search_killed_midway_resumes_from_every_chunk_without_redoing_work(
     small: None, monkeypatch: pytest.MonkeyPatch, interval_s: float, redone: int
 ) -> None:
-    monkeypatch.setattr(job, "BUDGET", 4000)
+    monkeypatch.setattr(job_state, "BUDGET", 4000)
     monkeypatch.setattr(job, "FLUSH_INTERVAL_S", interval_s)
     now = [0.0]
     monkeypatch.setattr(job, "monotonic", lambda: now[0])
@@ -462,10 +464,10 @@ def test_a_search_killed_midway_resumes_from_every_chunk_without_redoing_work(
     assert 1 <= len(again) <= redone, again
     result = json.loads(api.objects[state]["data"][RESULT_KEY])
     assert result["sample_evals"] == len(pairs)
-    assert _hot_size(api.objects[state]) <= job.HOT_BUDGET
+    assert _hot_size(api.objects[state]) <= job_state.HOT_BUDGET
     for name, obj in api.objects.items():
         if name not in (state, bench.REPLAY):
-            assert config_map_size(obj) <= job.BUDGET
+            assert config_map_size(obj) <= job_state.BUDGET
 
 
 # ---------------------------------------------------------------------------- batched writes
@@ -531,4 +533,4 @@ def test_a_search_writes_its_state_once_per_interval_and_each_chunk_config_map_o
     assert set(patched) == {bench.STATE}, "a chunk ConfigMap was written twice"
     assert batches[0] > 100
     assert len(patched) <= now[0] / job.FLUSH_INTERVAL_S + 2, (len(patched), now[0])
-    assert _hot_size(api.objects[bench.STATE]) <= job.HOT_BUDGET
+    assert _hot_size(api.objects[bench.STATE]) <= job_state.HOT_BUDGET

@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 import threading
 import time
-from collections import deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -45,6 +45,28 @@ def _kopf_version() -> str:
         return "unknown"
 
 
+class RecentUids:
+    """The last ``size`` uids added (one added again counts as new), oldest forgotten first;
+    membership in O(1)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._uids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, uid: str) -> None:
+        """Remember ``uid`` as the newest; forget the oldest past ``size``."""
+        self._uids[uid] = None
+        self._uids.move_to_end(uid)
+        if len(self._uids) > self._size:
+            self._uids.popitem(last=False)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._uids
+
+    def __len__(self) -> int:
+        return len(self._uids)
+
+
 class OperatorMetrics:
     """The operator's own Prometheus metrics, in a registry of their own.
 
@@ -72,8 +94,9 @@ class OperatorMetrics:
         flows = ["namespace", "workflow"]
         # The label set of each policy's active_info series, so that a change removes the old.
         self._active_info: dict[tuple[str, str], tuple[str, str]] = {}
-        # Deleted policies and workflows (by uid): a tick that was in flight at the delete sets nothing after.
-        self._gone: deque[str] = deque(maxlen=GONE_REMEMBERED)
+        # Deleted policies and workflows (by uid): a tick that was in flight at the delete sets
+        # nothing after. Looked up on every set_policy: a set, not a list scanned.
+        self._gone = RecentUids(GONE_REMEMBERED)
         # One lock for every change to the per-object series and the books kept on them.
         self._lock = threading.Lock()
         # Each policy's gauge series (set_policy), by (namespace, name) and gauge name.
@@ -323,7 +346,7 @@ class OperatorMetrics:
         """Remove every series of a deleted ParetoPolicy (and set none for its uid again)."""
         with self._lock:
             if uid:
-                self._gone.append(uid)
+                self._gone.add(uid)
             self._expires.pop((namespace, name), None)
             self._fenced_expires.pop((namespace, name), None)
             self._remove_gauges(namespace, name)
@@ -352,7 +375,7 @@ class OperatorMetrics:
         """Remove every series of a deleted CompoundWorkflow (and count none for its uid)."""
         with self._lock:
             if uid:
-                self._gone.append(uid)
+                self._gone.add(uid)
             for counter in (self.searches, self.profilings):
                 for result in JOB_RESULTS:
                     counter.remove(namespace, name, result)

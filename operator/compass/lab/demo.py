@@ -14,7 +14,6 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from compass.lab.scenarios import (
     QUESTIONS,
     RagSimLoad,
     fastest_mean_s,
+    rag_sim_fleet,
     rag_sim_triton,
     spike_scenario,
 )
@@ -359,19 +359,8 @@ def _search_step(space: Space, settings: DemoSettings, say: Reporter) -> Searche
         f"{space.size} with accuracy >= {settings.search.tau:g}, {population} samples each"
     )
     workdir = settings.output_dir / "triton-search"
-    with ExitStack() as servers:
-        addresses = [
-            servers.enter_context(
-                rag_sim_triton(
-                    workdir / f"pod{k}",
-                    settings.time_scale,
-                    host=f"127.0.3.{k + 1}",
-                    router_instances=instances,
-                ).start(workdir / f"pod{k}")
-            ).grpc_url
-            for k in range(SEARCH_REPLICAS)
-        ]
-        searched = run_search(addresses, space, population, settings)
+    with rag_sim_fleet(workdir, settings.time_scale, SEARCH_REPLICAS, instances) as servers:
+        searched = run_search([s.grpc_url for s in servers], space, population, settings)
     outcome = searched.outcome
     out = settings.output_dir
     write_json(out / "search-result.json", outcome.result_document())

@@ -18,7 +18,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -278,6 +279,28 @@ class LocalTriton(_Process):
             f"http://{self.http_url}/v2/health/ready", self.process, self.log, "tritonserver"
         )
         return self
+
+
+def fleet_host(index: int) -> str:
+    """The loopback address of a fleet's ``index``-th server (127.0.3.1, 127.0.3.2, ...): its
+    own, as a pod's, so the servers share ports and none takes a single server's 127.0.0.1."""
+    return f"127.0.3.{index + 1}"
+
+
+@contextmanager
+def local_fleet(
+    workdir: Path, replicas: int, server: Callable[[Path, str], LocalTriton]
+) -> Iterator[list[LocalTriton]]:
+    """``replicas`` tritonservers started as a Service's pods: the k-th is ``server(workdir /
+    f"pod{k}", fleet_host(k))``. All are stopped on leaving, those started before one that
+    failed to start (and that one) too."""
+    with ExitStack() as stack:
+        servers = []
+        for k in range(replicas):
+            where = workdir / f"pod{k}"
+            # Entered before it starts: a start that times out leaves a process to stop.
+            servers.append(stack.enter_context(server(where, fleet_host(k))).start(where))
+        yield servers
 
 
 def prometheus_binary() -> Path:

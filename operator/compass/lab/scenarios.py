@@ -8,6 +8,7 @@ share about it lives here, once.
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
 from compass.domain.space import config_key
 from compass.examples import RAG_PAPER_SAMPLES
-from compass.lab.local_triton import LocalTriton, assemble_repository, model_images
+from compass.lab.local_triton import LocalTriton, assemble_repository, local_fleet, model_images
 
 WORKFLOW = "rag-sim"
 COMPONENTS = ("retriever", "reranker", "generator")
@@ -109,6 +110,19 @@ def rag_sim_triton(
         WORKFLOW, workdir / "models", parameters, {DEFAULT_ROUTER_MODEL: router_instances}
     )
     return LocalTriton(repository=repository, host=host)
+
+
+def rag_sim_fleet(
+    workdir: Path, time_scale: float, replicas: int, router_instances: int = 1
+) -> AbstractContextManager[list[LocalTriton]]:
+    """``replicas`` rag-sim tritonservers, started on loopback addresses of their own
+    (local_fleet), latencies x ``time_scale``, each router with ``router_instances`` instances:
+    the fleet a search Job spreads its requests over; stopped on leaving."""
+
+    def server(where: Path, host: str) -> LocalTriton:
+        return rag_sim_triton(where, time_scale, host=host, router_instances=router_instances)
+
+    return local_fleet(workdir, replicas, server)
 
 
 def qa_real_triton(

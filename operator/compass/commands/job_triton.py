@@ -1,0 +1,57 @@
+"""Where the Jobs send to Triton: the pods of the workflow's Service, and the TLS to use."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from kubernetes import client
+
+from compass.api.compoundworkflow import CompoundWorkflowSpec
+from compass.controllers import kubeapi, metricsauth
+from compass.controllers.builders import routing_target, triton_address
+from compass.controllers.endpoints import PortError, ready_endpoints, slice_entries
+from compass.dataplane.fleet import Endpoint
+from compass.dataplane.triton import GrpcTls
+
+
+def triton_tls(spec: CompoundWorkflowSpec, namespace: str, api: Any = None) -> GrpcTls | None:
+    """The Jobs' TLS to Triton (spec.triton.tls), from its Secret, which the Job's Role lets it
+    get by name, under the operator's Secret rules (metricsauth.triton_tls: the consent label,
+    the keys, PEM); None: plaintext. CredentialsError naming the Secret, the key and the fix."""
+    tls = spec.triton.tls
+    if tls is None:
+        return None
+    core = api if api is not None else client.CoreV1Api(kubeapi.load_client())
+    secret = kubeapi.read(core.read_namespaced_secret, tls.secret_ref.name, namespace)
+    return metricsauth.triton_tls(tls, secret, namespace, "spec.triton.tls", "workflow")
+
+
+def triton_pods(
+    spec: CompoundWorkflowSpec, namespace: str, api: Any = None
+) -> tuple[list[Endpoint], str]:
+    """The Triton pods the Jobs send to (profiling measures one configuration at a time on
+    each; the search spreads its requests over them), and where they came from: the operator's override (comma-separated addresses), else the ready pods of
+    the Service's EndpointSlices (the addresses its Service would spread the Job's requests
+    over), else the Service's one address (in another namespace, or its slices unreadable)."""
+    override = os.environ.get("COMPASS_TRITON_ADDRESS")
+    if override:
+        addresses = list(dict.fromkeys(a.strip() for a in override.split(",") if a.strip()))
+        return [Endpoint(a, a) for a in addresses], "COMPASS_TRITON_ADDRESS"
+    workflow = {"metadata": {"namespace": namespace}}
+    address = triton_address(workflow, spec)
+    service = routing_target(workflow, spec).service
+    one = [Endpoint(address, address)]
+    if service is None:
+        return one, f"Service {address}, in another namespace: its pods are not listed"
+    try:
+        slices = kubeapi.list_endpoint_slices(api or kubeapi.load_client(), namespace, service)
+        pods = ready_endpoints([slice_entries(s) for s in slices], spec.triton.grpc_port, None)
+    except PortError as error:
+        return one, f"Service {address}: {error}"
+    except kubeapi.ERRORS as error:
+        reason = kubeapi.describe(error)
+        return one, f"Service {address}: its EndpointSlices could not be read ({reason})"
+    if not pods:
+        return one, f"Service {address}: its EndpointSlices list no ready pod"
+    return list(pods), f"the ready pods of Service {service}"
