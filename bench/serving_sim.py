@@ -182,6 +182,9 @@ class Job:
     # Late binding's cap on how far behind static fastest's schedule extra time may leave a
     # request, as a share of the SLO (--binding-lag; None: none).
     binding_lag: float | None = None
+    # Late binding spares the requests waiting behind for a router instance, counted by a
+    # poller of Triton's pending count every this many ms (--binding-poll-ms; None: blind).
+    binding_poll_ms: float | None = None
     # Only static fastest, the hindsight oracle and late binding (--binding-only).
     binding_only: bool = False
     # Real load: a window of a shipped trace at this share of the fastest member's capacity
@@ -280,6 +283,8 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             admission_quantile=job.admission_quantile,
             max_qps=limits,
             lag_share=job.binding_lag,
+            spare_followers=job.binding_poll_ms is not None,
+            followers_poll_s=None if job.binding_poll_ms is None else job.binding_poll_ms / 1000,
             degrade_after=job.degrade_after,
         )
         report = simulate_binding(
@@ -436,6 +441,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "behind the schedule static fastest keeps (e.g. 0.25; default: no cap)",
     )
     parser.add_argument(
+        "--binding-poll-ms",
+        type=float,
+        default=None,
+        help="late binding: spare the requests waiting in front of the router, counted by a "
+        "poller of Triton's pending count every this many ms (the router's compass_pending_url; "
+        "default: the router is blind to them)",
+    )
+    parser.add_argument(
         "--late-last",
         action="store_true",
         help="every run (and the oracle) on routers whose queue serves a request that can no "
@@ -451,6 +464,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--seeds and --jobs must be >= 1")
     if args.seed_offset < 0:
         parser.error("--seed-offset must be >= 0")
+    if args.binding_poll_ms is not None and not args.binding_poll_ms > 0:
+        parser.error("--binding-poll-ms must be > 0: the poll period in ms, e.g. 50")
     if args.binding_lag is not None and not 0 < args.binding_lag <= 1:
         parser.error("--binding-lag must lie in (0, 1]: a share of the SLO, e.g. 0.25")
     args.trace_names = (
@@ -795,6 +810,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.base_qps,
         args.late_last,
         binding_lag=args.binding_lag,
+        binding_poll_ms=args.binding_poll_ms,
         binding_only=args.binding_only,
     )
     seeds = range(args.seed_offset, args.seed_offset + args.seeds)

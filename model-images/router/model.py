@@ -55,17 +55,31 @@ the fastest completion; refused (UNAVAILABLE) at the first stage where the table
 even the fastest is more likely late than not. compass.domain.binding.bind_stage is the same
 rule (tests/unit/test_router_binding.py holds them together). Existing pipeline.py files run
 unchanged: one that reads every parameter up front binds them all at dispatch.
+
+The queue in front of the router (late binding): Triton queues requests before an instance
+takes them up, where the in-flight table cannot see them. A daemon thread per router instance
+(started with the first bound request) reads Triton's ``nv_inference_pending_request_count``
+for this model every ``compass_pending_poll_ms`` (model config parameter, default 25) from
+``compass_metrics_url`` (model config parameter, else the environment's
+``COMPASS_METRICS_URL``, else http://127.0.0.1:8002/metrics; ``off`` never polls), never per
+request. A request taken up then has as followers the count at the last poll less the requests
+the instances took up since, each taken as having as long left as itself, and spares them as
+compass.domain.binding.follower_spare_ms does. Without a fresh count (no metrics port, an
+error, a count older than 4 polls) it has none: the binding is today's.
 """
 
 import contextlib
 import fcntl
+import http.client
 import importlib.util
 import json
 import mmap
 import os
 import struct
 import tempfile
+import threading
 import time
+import urllib.request
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -444,14 +458,135 @@ def allowed_at(table, qps):
     return {i for i, entry in enumerate(table["configs"]) if entry[4] is None or qps <= entry[4]}
 
 
-def bind_stage(table, stage, bound, left_ms, backlog_ms, allowed=None, at=None, hurried=False):
+# The pending-count poller (late binding's view of the queue in front of the router): Triton's
+# Prometheus metrics, read by one daemon thread per router instance, never per request.
+METRICS_URL_PARAMETER = "compass_metrics_url"
+METRICS_URL_ENV = "COMPASS_METRICS_URL"
+DEFAULT_METRICS_URL = "http://127.0.0.1:8002/metrics"
+POLL_MS_PARAMETER = "compass_pending_poll_ms"
+DEFAULT_POLL_MS = 25.0
+PENDING_METRIC = "nv_inference_pending_request_count"
+# A count older than this many poll periods is not used (the poller is failing or stalled).
+STALE_POLLS = 4
+# After a failed poll (the metrics port absent or down) the poller waits this long.
+POLL_RETRY_S = 1.0
+
+
+def parse_pending(text, model):
+    """The requests waiting in Triton's queue for ``model`` (summed over its versions) in a
+    Prometheus metrics page, or None where the page has no such sample."""
+    label = f'model="{model}"'
+    found = None
+    for line in text.splitlines():
+        if not line.startswith(PENDING_METRIC + "{"):
+            continue
+        labels, _, value = line[len(PENDING_METRIC) + 1 :].partition("}")
+        if label not in labels.split(","):
+            continue
+        try:
+            count = float(value.split()[0])
+        except (IndexError, ValueError):
+            continue
+        found = (found or 0) + int(count)
+    return found
+
+
+class PendingPoller:
+    """Polls Triton's pending count for the router model every ``period_s`` in a daemon
+    thread; ``followers`` is how many requests wait behind one being taken up now: the count
+    at the last poll less the requests taken up since (the instances' shared take-up counter,
+    Inflight.taken). Without a fresh count (no metrics port, an error) it is 0: today's view."""
+
+    def __init__(self, url, model, period_s, taken):
+        self.url, self.model, self.period_s, self.taken = url, model, period_s, taken
+        # (polled at, monotonic s; pending count; take-ups counted by then), replaced whole.
+        self.last = None
+        self.thread = threading.Thread(target=self._run, name="compass-pending", daemon=True)
+        self.thread.start()
+
+    def poll(self):
+        """One poll: the count, or None where the page cannot be read or lacks it."""
+        taken = self.taken()
+        polled = time.monotonic()
+        try:
+            with urllib.request.urlopen(self.url, timeout=max(self.period_s * 4, 0.1)) as page:
+                count = parse_pending(page.read().decode("utf-8", "replace"), self.model)
+        except (OSError, ValueError, http.client.HTTPException):
+            count = None
+        self.last = None if count is None else (polled, count, taken)
+        return count
+
+    def _run(self):
+        while True:
+            started = time.monotonic()
+            wait = self.period_s if self.poll() is not None else POLL_RETRY_S
+            time.sleep(max(wait - (time.monotonic() - started), 0.001))
+
+    def followers(self):
+        """Requests waiting behind the one being taken up now (0 without a fresh count)."""
+        last = self.last
+        if last is None or time.monotonic() - last[0] > STALE_POLLS * self.period_s:
+            return 0
+        _, count, taken = last
+        return max(count - (self.taken() - taken), 0)
+
+
+def follower_spare_ms(own_fastest_ms, followers_left_ms, follower_ms, servers=1, likely=None):
+    """How much longer than its fastest completion a request may take without making a
+    request waiting behind it late that would otherwise be in time (compass.domain.binding.
+    follower_spare_ms)."""
+    own_likely, follower_likely = likely or (own_fastest_ms, follower_ms)
+    spare = float("inf")
+    ahead, ahead_likely = own_fastest_ms, own_likely
+    for left in followers_left_ms:
+        if left >= ahead_likely / servers + follower_likely:
+            slack = left - (ahead / servers + follower_ms)
+            spare = min(spare, max(slack, 0.0) * servers)
+        ahead += follower_ms
+        ahead_likely += follower_likely
+    return spare
+
+
+def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers):
+    """The spare of a request with ``followers`` (counted, not seen) behind it, each taken as
+    having its own ``left_ms`` left (compass.domain.binding.polled_followers_left_ms)."""
+    if followers <= 0:
+        return float("inf")
+    configs = table["configs"]
+    consistent = [
+        entry for entry in configs if all(entry[0][n] == v for n, v in bound.items())
+    ] or configs
+    own = min(remaining_ms(entry[2], at, backlog_ms) for entry in consistent)
+    own_likely = min(remaining_ms(entry[3], at, backlog_ms) for entry in consistent)
+    fastest = min(configs, key=lambda entry: sum(entry[2]))
+    return follower_spare_ms(
+        own,
+        [left_ms] * followers,
+        sum(fastest[2]),
+        servers,
+        likely=(own_likely, sum(fastest[3])),
+    )
+
+
+def bind_stage(
+    table,
+    stage,
+    bound,
+    left_ms,
+    backlog_ms,
+    allowed=None,
+    at=None,
+    hurried=False,
+    spare_ms=float("inf"),
+):
     """The configuration (index) a request heads for at ``stage``; LateError where the table
     refuses and even the fastest is more likely late than not (compass.domain.binding.
     bind_stage with no followers; ``allowed``: the configurations the rate allows, None all,
     the fastest completion the fallback whatever it allows; ``at``: the stage the request has
     reached, None ``stage``: a pipeline that reads a later stage's parameters first still
     has the stages from ``at`` to serve; ``hurried``: it waited long, so no more than the
-    fastest completion, the domain's ``spare_ms`` 0)."""
+    fastest completion, the domain's ``spare_ms`` 0; ``spare_ms``: how much longer than the
+    fastest completion it may take, for the requests waiting behind it)."""
     at = stage if at is None else at
     configs = table["configs"]
     candidates = [
@@ -469,6 +604,7 @@ def bind_stage(table, stage, bound, left_ms, backlog_ms, allowed=None, at=None, 
         if times[i] <= left_ms
         and (allowed is None or i in allowed or i == fastest)
         and (not hurried or times[i] <= times[fastest])
+        and times[i] - times[fastest] <= max(spare_ms, 0.0)
     ]
     if fitting:
         return max(fitting, key=lambda i: (configs[i][1], -times[i]))
@@ -518,6 +654,10 @@ class Inflight:
             (stamps > arrived - int(RATE_WINDOW_S * 1e9)) & (stamps <= arrived)
         )
         return recent / RATE_WINDOW_S
+
+    def taken(self):
+        """How many requests the pod's router instances have taken up so far."""
+        return int(self.ring[0])
 
     def _claim(self):
         """This instance's slot: its own, a free one, or one of a process that is gone."""
@@ -571,7 +711,9 @@ class LazyConfig(dict):
     parameter exists, or its name, binds nothing. (The dict itself holds every name from the
     start: json's encoder writes ``{}`` for an empty one without asking.)"""
 
-    def __init__(self, table, deadline_ns, inflight, qps=0.0, hurried=False):
+    def __init__(
+        self, table, deadline_ns, inflight, qps=0.0, hurried=False, followers=0, servers=1
+    ):
         super().__init__(dict.fromkeys(table["stage_of"]))
         self.table = table
         self.deadline_ns = deadline_ns
@@ -588,12 +730,19 @@ class LazyConfig(dict):
         self.allowed = allowed_at(table, qps) if limited else None
         # It waited long for an instance (the table's degrade_after): the fastest completion.
         self.hurried = hurried
+        # The requests waiting behind it for an instance (PendingPoller), spared as the
+        # domain's follower_spare_ms spares them, shared by ``servers`` instances.
+        self.followers, self.servers = followers, servers
 
     def _bind_through(self, stage):
         table = self.table
         while self.next_stage <= stage:
             left_ms = (self.deadline_ns - time.time_ns()) / 1e6
             backlog = self.inflight.backlog_ms(len(table["stages"]))
+            at = min(self.at, self.next_stage)
+            spare = polled_spare_ms(
+                table, self.bound, at, left_ms, backlog, self.followers, self.servers
+            )
             self.target = bind_stage(
                 table,
                 self.next_stage,
@@ -601,8 +750,9 @@ class LazyConfig(dict):
                 left_ms,
                 backlog,
                 self.allowed,
-                min(self.at, self.next_stage),
+                at,
                 self.hurried,
+                spare,
             )
             chosen = table["configs"][self.target][0]
             for name in table["stages"][self.next_stage]:
@@ -770,6 +920,21 @@ class TritonPythonModel:
         self.inflight = Inflight(
             state_path(args["model_name"]).removesuffix(".json") + "-inflight.bin"
         )
+        # Late binding's view of the queue in front of the router: Triton's pending count,
+        # polled (started with the first bound request; "off" never polls).
+        self.metrics_url = parameter(
+            METRICS_URL_PARAMETER, os.environ.get(METRICS_URL_ENV, DEFAULT_METRICS_URL)
+        )
+        poll_ms = float(parameter(POLL_MS_PARAMETER, str(DEFAULT_POLL_MS)))
+        if not 0 < poll_ms < 60_000:
+            raise ValueError(f"{POLL_MS_PARAMETER} {poll_ms!r}: give a period in ms, e.g. 25")
+        self.poll_s = poll_ms / 1000
+        self.model_name = args["model_name"]
+        self.poller = None
+        self.servers = max(
+            sum(int(group.get("count", 1)) for group in model_config.get("instance_group", [])),
+            1,
+        )
 
     def _check(self, config):
         check = getattr(self.pipeline, "check_config", None)
@@ -832,7 +997,16 @@ class TritonPythonModel:
 
     def _serve_bound(self, body, table, deadline_ns, qps, hurried=False):
         """Serve a request with a lazily bound configuration (late binding)."""
-        config = LazyConfig(table, deadline_ns, self.inflight, qps, hurried)
+        followers = 0
+        if self.metrics_url != "off":
+            if self.poller is None:
+                self.poller = PendingPoller(
+                    self.metrics_url, self.model_name, self.poll_s, self.inflight.taken
+                )
+            followers = self.poller.followers()
+        config = LazyConfig(
+            table, deadline_ns, self.inflight, qps, hurried, followers, self.servers
+        )
         stage_of_model = {model: i for i, model in enumerate(table["components"])}
 
         def staged_call(model, inputs, outputs):

@@ -25,6 +25,7 @@ from compass.domain.binding import (
     fit_stage_times,
     follower_spare_ms,
     lag_spare_ms,
+    polled_followers_left_ms,
     stage_plan,
     stage_shares,
     static_schedule,
@@ -390,3 +391,29 @@ def test_the_lag_cap_keeps_every_request_within_it_of_static_fastests_schedule()
     assert lags(BindingSettings(lag_share=share)).max() <= share * slo + 1e-6
     with pytest.raises(SimulationError, match="lag_share"):
         lags(BindingSettings(lag_share=1.5))
+
+
+def test_followers_counted_by_a_poll_are_spared_once_the_poll_has_seen_them() -> None:
+    # Four arrive at once with 700 ms each: only sparing the three behind it keeps the first
+    # off the most accurate (460 ms), and all four in time.
+    def served(at_s: float, settings: BindingSettings) -> tuple[list[int], float]:
+        arrivals = np.full(4, at_s)
+        load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(4, 0.5))
+        report = simulate_binding(
+            ADDITIVE, load, 700, stages=STAGES, prior_shares=None, settings=settings
+        )
+        return [int(c) for c in report.configs], report.compliance
+
+    blind = BindingSettings()
+    held = BindingSettings(spare_followers=True)
+    polled = BindingSettings(spare_followers=True, followers_poll_s=0.05)
+    assert served(0.01, blind) == ([3, 1, 0, 0], 50.0)
+    assert served(0.01, held) == ([1, 1, 1, 1], 100.0)
+    # Polled every 50 ms: the clump at 0.01 s is not seen at the first take-up (the last poll
+    # was at 0), only at the next one; a clump at a poll's own time is seen at once.
+    assert served(0.01, polled) == ([3, 0, 0, 0], 75.0)
+    assert served(0.0, polled) == ([1, 1, 1, 1], 100.0)
+    assert polled_followers_left_ms(3, 250.0) == [250.0] * 3
+    assert polled_followers_left_ms(-1, 250.0) == []
+    with pytest.raises(SimulationError, match="followers_poll_s"):
+        served(0.0, BindingSettings(spare_followers=True, followers_poll_s=0.0))

@@ -4,9 +4,12 @@ in-flight table. (A real tritonserver runs it in tests/triton/test_router_late_b
 
 from __future__ import annotations
 
+import http.server
 import importlib.util
 import json
+import math
 import os
+import threading
 import time
 import types
 from pathlib import Path
@@ -21,6 +24,9 @@ from compass.domain.binding import (
     BindingVerdict,
     allowed_at,
     bind_stage,
+    follower_spare_ms,
+    polled_followers_left_ms,
+    remaining_ms,
     router_table,
     stage_plan,
 )
@@ -251,3 +257,107 @@ def test_a_configuration_over_its_rate_limit_is_not_bound_however_much_time_is_l
     # Now 6 requests in the last 2 s: 3/s, over every limit but the fastest's.
     busy = router.LazyConfig(limited, in_ms(60_000), inflight, inflight.dispatched())
     assert json.loads(busy.key()) == dict(plan.configs[fastest].config)
+
+
+METRICS_PAGE = """# HELP nv_inference_pending_request_count Instantaneous number of pending requests
+# TYPE nv_inference_pending_request_count gauge
+nv_inference_pending_request_count{model="router_control",version="1"} 9
+nv_inference_pending_request_count{model="router",version="1"} 3
+nv_inference_pending_request_count{model="router",version="2"} 1
+nv_inference_pending_request_count{model="generator",version="1"} 7
+nv_inference_count{model="router",version="1"} 120
+"""
+
+
+def test_the_pending_count_is_read_for_the_router_model_only(router: types.ModuleType) -> None:
+    assert router.parse_pending(METRICS_PAGE, "router") == 4
+    assert router.parse_pending(METRICS_PAGE, "generator") == 7
+    # No sample for the model (an older Triton, another server): no count, not zero.
+    assert router.parse_pending(METRICS_PAGE, "reranker") is None
+    assert router.parse_pending("", "router") is None
+
+
+def test_the_router_spares_counted_followers_as_the_domain_does(
+    router: types.ModuleType, plan: Any
+) -> None:
+    rng = np.random.default_rng(11)
+    checked = table(router, plan)
+    fastest = plan.configs[plan.fastest()]
+    changed = 0
+    for _ in range(300):
+        stage = int(rng.integers(0, 3))
+        at = int(rng.integers(0, stage + 1))
+        anchor = plan.configs[int(rng.integers(0, len(plan.configs)))].config
+        bound = {n: anchor[n] for names in plan.stages[:stage] for n in names}
+        left = float(rng.uniform(0, 2000))
+        backlog = [float(x) for x in rng.exponential(80, 3) * rng.integers(0, 2, 3)]
+        followers = int(rng.integers(0, 12))
+        servers = int(rng.integers(1, 4))
+        consistent = [plan.configs[i] for i in plan.consistent(bound)]
+        spare = follower_spare_ms(
+            min(remaining_ms(c, at, backlog) for c in consistent),
+            polled_followers_left_ms(followers, left),
+            fastest.total_ms,
+            servers,
+            likely=(
+                min(remaining_ms(c, at, backlog, admitting=True) for c in consistent),
+                sum(fastest.stage_admit_ms or fastest.stage_ms),
+            ),
+        )
+        routed = router.polled_spare_ms(checked, bound, at, left, backlog, followers, servers)
+        assert routed == pytest.approx(spare) if math.isfinite(spare) else math.isinf(routed)
+        expected = bind_stage(plan, stage, bound, left, backlog, spare_ms=spare, at=at)
+        chosen = router.bind_stage(checked, stage, bound, left, backlog, at=at, spare_ms=routed)
+        assert chosen == expected.config
+        changed += chosen != bind_stage(plan, stage, bound, left, backlog, at=at).config
+    # The followers changed some decisions: the check above is not vacuous.
+    assert changed > 10
+
+
+class _Metrics(http.server.BaseHTTPRequestHandler):
+    """A metrics page whose pending count the test sets."""
+
+    pending = 0
+
+    def do_GET(self) -> None:  # http.server's name
+        body = (
+            f'nv_inference_pending_request_count{{model="router",version="1"}} {self.pending}\n'
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_poller_counts_followers_less_the_take_ups_since_and_none_without_a_page(
+    router: types.ModuleType,
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    taken = [0]
+    try:
+        _Metrics.pending = 5
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        poller = router.PendingPoller(url, "router", 0.02, lambda: taken[0])
+        deadline = time.monotonic() + 5
+        while poller.followers() != 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert poller.followers() == 5
+        # Two taken up since the last poll: three still wait (until the next poll says so).
+        poller.period_s = 3600.0
+        time.sleep(0.05)
+        assert poller.poll() == 5
+        taken[0] = 2
+        assert poller.followers() == 3
+        taken[0] = 9
+        assert poller.followers() == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    # The metrics port absent: no count, so no followers (the router binds as without it).
+    absent = router.PendingPoller(url, "router", 0.02, lambda: 0)
+    assert absent.poll() is None
+    assert absent.followers() == 0

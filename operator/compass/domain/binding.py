@@ -266,6 +266,14 @@ def follower_spare_ms(
     return spare
 
 
+def polled_followers_left_ms(count: int, own_left_ms: float) -> list[float]:
+    """What is left of the deadlines of ``count`` requests waiting behind a request where only
+    their number is known (a poll of Triton's pending count, docs/method.md "Late binding"):
+    each arrived after it, so has at least as long left; taken as exactly that (clumps of
+    simultaneous arrivals do), which never spares a follower less than it needs."""
+    return [own_left_ms] * max(count, 0)
+
+
 def waited_long(waited_ms: float, slo_ms: float, degrade_after: float) -> bool:
     """Whether a request that waited ``waited_ms`` for a router instance binds the fastest
     completion: over ``degrade_after`` of the SLO, a queue stands behind it (admission's

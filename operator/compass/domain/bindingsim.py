@@ -35,6 +35,7 @@ from compass.domain.binding import (
     bind_stage,
     follower_spare_ms,
     lag_spare_ms,
+    polled_followers_left_ms,
     remaining_ms,
     stage_plan,
     static_schedule,
@@ -76,6 +77,13 @@ class BindingSettings:
     # Spare the requests waiting behind for an instance (``follower_spare_ms``): a router that
     # held its own queue would see them; the live router, behind Triton's scheduler, does not.
     spare_followers: bool = False
+    # With ``spare_followers``: the followers as a poller of Triton's pending count sees them
+    # (the router's ``compass_pending_url``), polled every this many s (None: every follower and
+    # its deadline as it is now, a router that held its own queue). The count is the queue at
+    # the last poll less the requests taken up since (FIFO: those that arrived by the poll and
+    # still wait), each follower's deadline unknown, so taken as the request's own
+    # (``polled_followers_left_ms``).
+    followers_poll_s: float | None = None
     # Bind every stage when a router instance takes the request up, as the router does for a
     # pipeline that reads every parameter before its first call (rag-sim's: check_config, then
     # the whole configuration to each component), each stage's choice counting the time of the
@@ -207,7 +215,7 @@ class _BindingPod:
             consistent = [plan.configs[i] for i in plan.consistent(bound)]
             own = min(remaining_ms(c, at, backlog) for c in consistent)
             own_likely = min(remaining_ms(c, at, backlog, admitting=True) for c in consistent)
-            followers = [(self.arrivals[r] + self.slo_s - now) * 1000 for r in self.router]
+            followers = self.followers_left_ms(left_ms, now)
             spare = follower_spare_ms(
                 own,
                 followers,
@@ -239,6 +247,16 @@ class _BindingPod:
             allowed=self.allowed(request, now),
             at=at,
         )
+
+    def followers_left_ms(self, left_ms: float, now: float) -> list[float]:
+        """What is left of the deadlines of the requests waiting behind for an instance, as
+        the router knows them (``followers_poll_s``)."""
+        poll_s = self.settings.followers_poll_s
+        if poll_s is None:
+            return [(self.arrivals[r] + self.slo_s - now) * 1000 for r in self.router]
+        polled_at = math.floor(now / poll_s) * poll_s
+        seen = sum(1 for r in self.router if self.arrivals[r] <= polled_at)
+        return polled_followers_left_ms(seen, left_ms)
 
     def serve(self, stage: int, now: float) -> None:
         """Start the component's next batch if it is idle and requests wait for it."""
@@ -334,6 +352,12 @@ def simulate_binding(
             "degrade_after",
             f"{settings.degrade_after!r} is not in (0, 1]",
             "give a share of the SLO, e.g. 0.25",
+        )
+    if settings.followers_poll_s is not None and not settings.followers_poll_s > 0:
+        raise SimulationError(
+            "followers_poll_s",
+            f"{settings.followers_poll_s!r} is not a period > 0",
+            "give the poll period in s, e.g. 0.05, or None",
         )
     if settings.lag_share is not None and not 0 < settings.lag_share <= 1:
         raise SimulationError(

@@ -272,7 +272,12 @@ class LocalTriton(_Process):
             f"--metrics-port={self.metrics_port}",
             *self.extra_args,
         ]
-        env = {**os.environ, **installation.environment()}
+        # The router's pending-count poller reads this server's metrics (not 8002's).
+        env = {
+            **os.environ,
+            **installation.environment(),
+            "COMPASS_METRICS_URL": f"http://{self.host}:{self.metrics_port}/metrics",
+        }
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
         _wait_http(
