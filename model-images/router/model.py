@@ -470,6 +470,11 @@ PENDING_METRIC = "nv_inference_pending_request_count"
 STALE_POLLS = 4
 # After a failed poll (the metrics port absent or down) the poller waits this long.
 POLL_RETRY_S = 1.0
+# With nothing taken up for IDLE_AFTER_S, the poller looks only every IDLE_POLL_S: an idle
+# pod's router does not read Triton's metrics page 40 times a second (the first request of a
+# burst then binds as without a count, its count being stale).
+IDLE_AFTER_S = 5.0
+IDLE_POLL_S = 1.0
 
 
 def parse_pending(text, model):
@@ -517,9 +522,14 @@ class PendingPoller:
         return count
 
     def _run(self):
+        seen, busy_at = self.taken(), time.monotonic()
         while True:
             started = time.monotonic()
             wait = self.period_s if self.poll() is not None else POLL_RETRY_S
+            if self.taken() != seen:
+                seen, busy_at = self.taken(), started
+            elif started - busy_at > IDLE_AFTER_S:
+                wait = max(wait, IDLE_POLL_S)
             time.sleep(max(wait - (time.monotonic() - started), 0.001))
 
     def followers(self):

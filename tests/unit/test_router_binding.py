@@ -361,3 +361,35 @@ def test_the_poller_counts_followers_less_the_take_ups_since_and_none_without_a_
     absent = router.PendingPoller(url, "router", 0.02, lambda: 0)
     assert absent.poll() is None
     assert absent.followers() == 0
+
+
+def test_an_idle_poller_reads_the_metrics_page_once_a_second_until_requests_come_again(
+    router: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(router, "IDLE_AFTER_S", 0.2)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    taken = [0]
+    polls = [0]
+    try:
+        _Metrics.pending = 1
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        poller = router.PendingPoller(url, "router", 0.02, lambda: taken[0])
+        counted = poller.poll
+
+        def poll() -> Any:
+            polls[0] += 1
+            return counted()
+
+        poller.poll = poll
+        time.sleep(0.6)  # busy 0.2 s (about 10 polls), then idle
+        polls[0] = 0
+        time.sleep(1.5)
+        assert polls[0] <= 3, "idle: at most one look a second"
+        taken[0] = 1  # requests again: every period
+        time.sleep(1.2)
+        assert polls[0] >= 10
+    finally:
+        server.shutdown()
+        server.server_close()
+
