@@ -392,4 +392,3 @@ def test_an_idle_poller_reads_the_metrics_page_once_a_second_until_requests_come
     finally:
         server.shutdown()
         server.server_close()
-
