@@ -4,6 +4,7 @@ everything collected once in a while, with Python's real collector."""
 from __future__ import annotations
 
 import gc
+import time
 import weakref
 from collections.abc import Iterator
 
@@ -94,3 +95,14 @@ def test_the_operators_scheduler_steps_a_collector_unless_the_setting_is_0() -> 
     finally:
         runtime.stop()
     assert PolicyScheduler(1.0).collector is None  # tests' schedulers leave the collector be
+
+
+def test_a_stopped_scheduler_thaws_what_its_collector_froze(thawed: None) -> None:
+    collector = Collector(freeze_s=0.05, thaw_s=1000)
+    scheduler = PolicyScheduler(0.01, collector=collector).start()
+    deadline = time.monotonic() + 5
+    while gc.get_freeze_count() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gc.get_freeze_count() > 0, "the scheduler's thread never froze"
+    scheduler.stop()
+    assert gc.get_freeze_count() == 0

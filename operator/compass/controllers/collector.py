@@ -35,6 +35,12 @@ class Collector:
     frozen_at: float | None = None
     thawed_at: float | None = None
 
+    def release(self) -> None:
+        """Thaw everything, for Python's own collections again (the scheduler stopped: a process
+        that goes on, a test's, must not keep garbage cycles frozen)."""
+        self.unfreeze()
+        self.frozen_at = self.thawed_at = None
+
     def step(self, now: float) -> str | None:
         """Freeze or thaw if one is due at ``now`` (monotonic s): what was done, else None."""
         if self.frozen_at is None or self.thawed_at is None:

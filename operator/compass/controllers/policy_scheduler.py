@@ -133,6 +133,8 @@ class PolicyScheduler:
             thread.join(timeout=5)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.collector is not None:
+            self.collector.release()
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
