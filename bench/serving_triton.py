@@ -103,8 +103,8 @@ from compass.domain.admission import (
 )
 from compass.domain.arrivals import SPIKE_FACTOR, PatternKind, make_pattern, make_scenario
 from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_SHARES, RAG_SIM_STAGE_PARAMS
+from compass.domain.bindingsim import ROUTER_POLL_S, simulate_binding
 from compass.domain.bindingsim import BindingSettings as SimulatedBinding
-from compass.domain.bindingsim import simulate_binding
 from compass.domain.evaluation import Config
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
@@ -447,6 +447,10 @@ def main() -> int:
                         admission_quantile=quantile,
                         max_qps=tuple(c["max_qps"] for c in bound["configs"]),
                         degrade_after=bound["degrade_after"],
+                        # The local servers export their metrics to the routers
+                        # (COMPASS_METRICS_URL): the routers poll their own queue.
+                        spare_followers=True,
+                        followers_poll_s=ROUTER_POLL_S,
                     ),
                     pods=args.replicas,
                     pod_model=pod_model,

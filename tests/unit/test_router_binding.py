@@ -30,6 +30,7 @@ from compass.domain.binding import (
     router_table,
     stage_plan,
 )
+from compass.domain.bindingsim import ROUTER_POLL_S
 from compass.domain.profiles import parse_profiles
 from compass.lab.local_triton import model_images
 from compass.lab.router_module import router_module
@@ -392,3 +393,7 @@ def test_an_idle_poller_reads_the_metrics_page_once_a_second_until_requests_come
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_simulator_polls_as_often_as_the_router_image_does(router: types.ModuleType) -> None:
+    assert router.DEFAULT_POLL_MS / 1000 == ROUTER_POLL_S

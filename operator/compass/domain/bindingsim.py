@@ -50,6 +50,12 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
+# How often the router image polls Triton's pending count for its own queue by default
+# (model-images/router/model.py DEFAULT_POLL_MS): a router whose pod exports Triton's metrics
+# binds on the followers it counts; the simulator of a live run predicts it with this period.
+ROUTER_POLL_S = 0.025
+
+
 class RateView(StrEnum):
     """Which arrivals the slow loop's rate counts: what a router can know of its pod's load."""
 
@@ -78,7 +84,8 @@ class BindingSettings:
     # held its own queue would see them; the live router, behind Triton's scheduler, does not.
     spare_followers: bool = False
     # With ``spare_followers``: the followers as a poller of Triton's pending count sees them
-    # (the router's ``compass_pending_url``), polled every this many s (None: every follower and
+    # (the router's ``compass_metrics_url``; every ROUTER_POLL_S by default), polled every this
+    # many s (None: every follower and
     # its deadline as it is now, a router that held its own queue). The count is the queue at
     # the last poll less the requests taken up since (FIFO: those that arrived by the poll and
     # still wait), each follower's deadline unknown, so taken as the request's own
