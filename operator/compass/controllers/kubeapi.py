@@ -79,10 +79,12 @@ def call(
     method: Callable[..., Any],
     *args: Any,
     timeout: tuple[float, float] | None = None,
+    answer: bool = True,
     **kwargs: Any,
 ) -> Any:
     """``method(*args, **kwargs)`` with the request timeout (REQUEST_TIMEOUT_S unless given);
-    the response's JSON (None if empty). A 404 raises NotFoundError, a 409 ConflictError."""
+    the response's JSON (None if empty, or not asked for: ``answer`` False). A 404 raises
+    NotFoundError, a 409 ConflictError."""
     limits = REQUEST_TIMEOUT_S if timeout is None else timeout
     try:
         response = method(*args, **kwargs, _request_timeout=limits, _preload_content=False)
@@ -91,7 +93,9 @@ def call(
         if typed is error:
             raise
         raise typed from error
-    if not response.data:
+    # Read whole (the connection goes back to the pool), parsed only when asked for: a status
+    # patch answers with the whole object, which a thousand policies' writes need not parse.
+    if not response.data or not answer:
         return None
     try:
         return json.loads(response.data)
@@ -213,7 +217,7 @@ def patch_status(method: Callable[..., Any], *args: Any, body: Mapping[str, Any]
     """Merge-patch a status subresource; False if the object is gone or changed since the
     resourceVersion the body carries (decide again on a fresh read)."""
     try:
-        call(method, *args, body, _content_type=_MERGE_PATCH)
+        call(method, *args, body, _content_type=_MERGE_PATCH, answer=False)
     except (NotFoundError, ConflictError):
         return False
     return True
