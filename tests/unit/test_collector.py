@@ -21,6 +21,13 @@ class Node:
     other: Node | None = None
 
 
+def cycle() -> Node:
+    """One of two nodes that hold each other: garbage only a collection frees, once dropped."""
+    first, second = Node(), Node()
+    first.other, second.other = second, first
+    return first
+
+
 @pytest.fixture
 def thawed() -> Iterator[None]:
     """The test's freezes undone, so that other tests' garbage is collected as usual."""
@@ -55,12 +62,11 @@ def test_it_only_starts_its_clocks_then_freezes_each_period_and_thaws_each_longe
 def test_a_frozen_cycle_survives_full_collections_until_the_thaw(thawed: None) -> None:
     collector = Collector(freeze_s=1, thaw_s=10)
     collector.step(0.0)
-    first, second = Node(), Node()
-    first.other, second.other = second, first
+    first = cycle()
     alive = weakref.ref(first)
     assert collector.step(1.0) == "frozen"
     assert gc.get_freeze_count() > 0
-    del first, second
+    del first
     gc.collect()
     assert alive() is not None, "a full collection scanned the permanent generation"
     assert collector.step(10.0) == "thawed"
@@ -71,10 +77,7 @@ def test_a_frozen_cycle_survives_full_collections_until_the_thaw(thawed: None) -
 def test_young_garbage_cycles_are_collected_before_a_freeze(thawed: None) -> None:
     collector = Collector(freeze_s=1, thaw_s=1000)
     collector.step(0.0)
-    first, second = Node(), Node()
-    first.other, second.other = second, first
-    alive = weakref.ref(first)
-    del first, second
+    alive = weakref.ref(cycle())
     collector.step(1.0)
     assert alive() is None
 

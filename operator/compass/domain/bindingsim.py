@@ -85,11 +85,10 @@ class BindingSettings:
     spare_followers: bool = False
     # With ``spare_followers``: the followers as a poller of Triton's pending count sees them
     # (the router's ``compass_metrics_url``; every ROUTER_POLL_S by default), polled every this
-    # many s (None: every follower and
-    # its deadline as it is now, a router that held its own queue). The count is the queue at
-    # the last poll less the requests taken up since (FIFO: those that arrived by the poll and
-    # still wait), each follower's deadline unknown, so taken as the request's own
-    # (``polled_followers_left_ms``).
+    # many s (None: every follower and its deadline as it is now, a router that held its own
+    # queue). The count is the queue at the last poll less the requests taken up since (FIFO:
+    # those that arrived by the poll and still wait), each follower's deadline unknown, so
+    # taken as the request's own (``polled_followers_left_ms``).
     followers_poll_s: float | None = None
     # Bind every stage when a router instance takes the request up, as the router does for a
     # pipeline that reads every parameter before its first call (rag-sim's: check_config, then
