@@ -23,7 +23,7 @@ from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
 from compass.domain.evaluation import Config
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton
+from compass.lab.local_triton import LocalTriton, local_fleet
 from compass.lab.scenarios import rag_sim_triton
 from tiers import require_tritonserver
 
@@ -70,22 +70,17 @@ def _assert_is_its_service_time(mean_ms: float, expected_ms: float) -> None:
     assert 0.85 * expected_ms <= mean_ms <= 2 * expected_ms + 100, (mean_ms, expected_ms)
 
 
-def _start(workdir: Path) -> LocalTriton:
-    return rag_sim_triton(workdir, SCALE, FASTEST).start(workdir)
+def _server(workdir: Path, host: str) -> LocalTriton:
+    """A rag-sim tritonserver at SCALE, FASTEST active, not started."""
+    return rag_sim_triton(workdir, SCALE, FASTEST, host=host)
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LocalTriton]]:
     """Two rag-sim tritonservers at SCALE, FASTEST active: the profiling's pods."""
     require_tritonserver()
-    started: list[LocalTriton] = []
-    try:
-        for index in range(2):
-            started.append(_start(tmp_path_factory.mktemp(f"triton-{index}")))
+    with local_fleet(tmp_path_factory.mktemp("fleet"), 2, _server) as started:
         yield started
-    finally:
-        for server in started:
-            server.stop()
 
 
 @pytest.fixture
