@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -64,7 +65,7 @@ from compass.domain.admission import (
 )
 from compass.domain.arrivals import Scenario, make_pattern, make_scenario
 from compass.domain.binding import RATE_HEADROOM
-from compass.domain.bindingsim import BindingSettings, simulate_binding
+from compass.domain.bindingsim import ROUTER_POLL_S, BindingSettings, RateView, simulate_binding
 from compass.domain.elastico import Elastico
 from compass.domain.forecast import ForecasterKind, build_forecaster
 from compass.domain.oracle import hindsight_oracle, known_load_oracle
@@ -183,8 +184,15 @@ class Job:
     # request, as a share of the SLO (--binding-lag; None: none).
     binding_lag: float | None = None
     # Late binding spares the requests waiting behind for a router instance, counted by a
-    # poller of Triton's pending count every this many ms (--binding-poll-ms; None: blind).
-    binding_poll_ms: float | None = None
+    # poller of Triton's pending count every this many ms (--binding-poll-ms; the router's
+    # default; None: blind).
+    binding_poll_ms: float | None = ROUTER_POLL_S * 1000
+    # Late binding behind a gate of this many router instances a pod, of which one runs the
+    # pipeline at a time: the rest see the requests waiting at it (--binding-gate; None: none).
+    binding_gate: int | None = None
+    # Which arrivals the router's rate counts (--binding-rate; None: the gate's own where there
+    # is one, else the arrival times of the requests taken up).
+    binding_rate: RateView | None = None
     # Only static fastest, the hindsight oracle and late binding (--binding-only).
     binding_only: bool = False
     # Real load: a window of a shipped trace at this share of the fastest member's capacity
@@ -283,8 +291,11 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             admission_quantile=job.admission_quantile,
             max_qps=limits,
             lag_share=job.binding_lag,
-            spare_followers=job.binding_poll_ms is not None,
+            spare_followers=job.binding_poll_ms is not None or job.binding_gate is not None,
             followers_poll_s=None if job.binding_poll_ms is None else job.binding_poll_ms / 1000,
+            visible_followers=None if job.binding_gate is None else job.binding_gate - 1,
+            rate_view=job.binding_rate
+            or (RateView.TAKEN_ARRIVALS if job.binding_gate is None else RateView.GATE_ARRIVALS),
             degrade_after=job.degrade_after,
         )
         report = simulate_binding(
@@ -442,11 +453,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--binding-poll-ms",
-        type=float,
-        default=None,
+        default=f"{ROUTER_POLL_S * 1000:g}",
         help="late binding: spare the requests waiting in front of the router, counted by a "
-        "poller of Triton's pending count every this many ms (the router's compass_pending_url; "
-        "default: the router is blind to them)",
+        "poller of Triton's pending count every this many ms (the router's compass_metrics_url; "
+        f"default {ROUTER_POLL_S * 1000:g}, the router's), or 'off': the router is blind to them",
+    )
+    parser.add_argument(
+        "--binding-gate",
+        type=int,
+        default=None,
+        help="late binding behind the router's gate: this many router instances a pod take "
+        "requests up, one runs the pipeline at a time, and the rest see the requests waiting at "
+        "the gate with their deadlines (e.g. 8; default: no gate)",
+    )
+    parser.add_argument(
+        "--binding-rate",
+        default=None,
+        choices=[v.value for v in RateView],
+        help="late binding: which arrivals the router's rate counts (default: gate-arrivals "
+        "with --binding-gate, else taken-arrivals, as the router counts them)",
     )
     parser.add_argument(
         "--late-last",
@@ -464,8 +489,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--seeds and --jobs must be >= 1")
     if args.seed_offset < 0:
         parser.error("--seed-offset must be >= 0")
-    if args.binding_poll_ms is not None and not args.binding_poll_ms > 0:
-        parser.error("--binding-poll-ms must be > 0: the poll period in ms, e.g. 50")
+    if args.binding_poll_ms == "off":
+        args.binding_poll_ms = None
+    else:
+        try:
+            args.binding_poll_ms = float(args.binding_poll_ms)
+        except ValueError:
+            args.binding_poll_ms = math.nan
+        if not args.binding_poll_ms > 0:
+            parser.error("--binding-poll-ms must be a period > 0 in ms, e.g. 25, or 'off'")
+    if args.binding_gate is not None and args.binding_gate < 2:
+        parser.error("--binding-gate must be >= 2 router instances a pod, e.g. 8")
+    if args.binding_rate is not None:
+        args.binding_rate = RateView(args.binding_rate)
+    if args.binding_rate is RateView.GATE_ARRIVALS and args.binding_gate is None:
+        parser.error("--binding-rate gate-arrivals needs --binding-gate")
     if args.binding_lag is not None and not 0 < args.binding_lag <= 1:
         parser.error("--binding-lag must lie in (0, 1]: a share of the SLO, e.g. 0.25")
     args.trace_names = (
@@ -811,6 +849,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.late_last,
         binding_lag=args.binding_lag,
         binding_poll_ms=args.binding_poll_ms,
+        binding_gate=args.binding_gate,
+        binding_rate=args.binding_rate,
         binding_only=args.binding_only,
     )
     seeds = range(args.seed_offset, args.seed_offset + args.seeds)

@@ -417,3 +417,53 @@ def test_followers_counted_by_a_poll_are_spared_once_the_poll_has_seen_them() ->
     assert polled_followers_left_ms(-1, 250.0) == []
     with pytest.raises(SimulationError, match="followers_poll_s"):
         served(0.0, BindingSettings(spare_followers=True, followers_poll_s=0.0))
+
+
+def test_a_gate_shows_the_followers_waiting_at_it_and_the_poll_counts_those_behind() -> None:
+    # The four of the poll test, arriving between polls: a request bound at the gate sees
+    # the followers waiting at it with their deadlines, at once; those behind a full gate
+    # wait in Triton's queue, where only a poll counts them.
+    def served(at_s: float, visible: int, poll_s: float | None) -> tuple[list[int], float]:
+        arrivals = np.full(4, at_s)
+        load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(4, 0.5))
+        settings = BindingSettings(
+            spare_followers=True, followers_poll_s=poll_s, visible_followers=visible
+        )
+        report = simulate_binding(
+            ADDITIVE, load, 700, stages=STAGES, prior_shares=None, settings=settings
+        )
+        return [int(c) for c in report.configs], report.compliance
+
+    # A gate of four instances (three waiting): every follower seen before any poll could.
+    assert served(0.01, 3, 0.05) == served(0.01, 3, None) == ([1, 1, 1, 1], 100.0)
+    # A gate of two: one follower seen, so the first spares it alone; the two in Triton's
+    # queue are unseen until a poll counts them.
+    assert served(0.01, 1, None) == ([3, 0, 0, 0], 75.0)
+    assert served(0.01, 1, 0.05) == ([3, 0, 0, 0], 75.0)
+    assert served(0.0, 1, 0.05) == ([1, 1, 1, 1], 100.0)
+    assert served(0.0, 1, None) == ([3, 0, 0, 0], 75.0)
+    with pytest.raises(SimulationError, match="visible_followers"):
+        served(0.0, -1, None)
+
+
+def test_a_gated_router_counts_the_arrivals_it_took_up_as_they_come() -> None:
+    # The clump of the rate test: eight at once after a lull, one alone at 6 s.
+    arrivals = np.array([0.0] + [2.5] * 8 + [6.0])
+    load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(len(arrivals), 0.5))
+
+    def served(visible: int | None, view: RateView) -> list[int]:
+        settings = BindingSettings(max_qps=LIMITS, rate_view=view, visible_followers=visible)
+        report = simulate_binding(
+            ADDITIVE, load, 60_000, stages=STAGES, prior_shares=None, settings=settings
+        )
+        return [int(c) for c in report.configs]
+
+    # Eight instances take the whole clump up at once: the rate counts it as it came.
+    assert served(7, RateView.GATE_ARRIVALS) == served(None, RateView.ARRIVALS)
+    # Three take up three: the first is bound on those alone, the next once one more is in.
+    narrow = served(2, RateView.GATE_ARRIVALS)
+    assert narrow[1] == 3
+    assert narrow[2] < 3
+    assert narrow[2] > served(7, RateView.GATE_ARRIVALS)[2]
+    with pytest.raises(SimulationError, match="rate_view"):
+        served(None, RateView.GATE_ARRIVALS)

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import islice
 
 import numpy as np
 import numpy.typing as npt
@@ -68,6 +69,11 @@ class RateView(StrEnum):
     # at the request's own arrival: FIFO, every request that arrived before it has been taken
     # up, so this is the pod's arrival rate, late by the request's own wait (the live router).
     TAKEN_ARRIVALS = "taken-arrivals"
+    # With a gate (``BindingSettings.visible_followers``): the arrival times of the requests
+    # router instances took up, over the window to now. A gated router takes each request up
+    # as it arrives while an instance is free, so it counts the arrivals as they come, less
+    # those still in Triton's queue behind a full gate.
+    GATE_ARRIVALS = "gate-arrivals"
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,12 @@ class BindingSettings:
     # those that arrived by the poll and still wait), each follower's deadline unknown, so
     # taken as the request's own (``polled_followers_left_ms``).
     followers_poll_s: float | None = None
+    # With ``spare_followers``: a gate in the router (more router instances than run the
+    # pipeline at once, ``servers`` of them): up to this many followers (instances less
+    # ``servers``) wait at the gate in process, each seen with its deadline; those behind them
+    # wait in Triton's queue, counted by the poller (``followers_poll_s``; None: unseen), each
+    # taken as having as long left as the last follower at the gate. None: no gate.
+    visible_followers: int | None = None
     # Bind every stage when a router instance takes the request up, as the router does for a
     # pipeline that reads every parameter before its first call (rag-sim's: check_config, then
     # the whole configuration to each component), each stage's choice counting the time of the
@@ -148,6 +160,8 @@ class _BindingPod:
         self.order = 0
         # The times the rate counts (``rate_view``), ascending.
         self.arrived_at: list[float] = []
+        # With ``RateView.GATE_ARRIVALS``: the requests that have held a router instance.
+        self.entered: set[int] = set()
         # Static fastest's schedule (at the fastest's likely time): when each request would
         # start there, and when that queue is next free.
         self.static_start: dict[int, float] = {}
@@ -258,11 +272,26 @@ class _BindingPod:
         """What is left of the deadlines of the requests waiting behind for an instance, as
         the router knows them (``followers_poll_s``)."""
         poll_s = self.settings.followers_poll_s
-        if poll_s is None:
+        visible = self.settings.visible_followers
+        if poll_s is None and visible is None:
             return [(self.arrivals[r] + self.slo_s - now) * 1000 for r in self.router]
+        shown = 0 if visible is None else min(visible, len(self.router))
+        gate = [(self.arrivals[r] + self.slo_s - now) * 1000 for r in islice(self.router, shown)]
+        if poll_s is None:
+            return gate
         polled_at = math.floor(now / poll_s) * poll_s
-        seen = sum(1 for r in self.router if self.arrivals[r] <= polled_at)
-        return polled_followers_left_ms(seen, left_ms)
+        seen = sum(1 for r in islice(self.router, shown, None) if self.arrivals[r] <= polled_at)
+        # Those in Triton's queue arrived after every follower at the gate.
+        return gate + polled_followers_left_ms(seen, gate[-1] if gate else left_ms)
+
+    def take_up(self, started: int | None = None) -> None:
+        """Count the arrival of each request a router instance holds for the first time
+        (``RateView.GATE_ARRIVALS``): the one ``started`` and those waiting at the gate."""
+        held = islice(self.router, self.settings.visible_followers or 0)
+        for request in held if started is None else (started, *held):
+            if request not in self.entered:
+                self.entered.add(request)
+                bisect.insort(self.arrived_at, float(self.arrivals[request]))
 
     def serve(self, stage: int, now: float) -> None:
         """Start the component's next batch if it is idle and requests wait for it."""
@@ -282,7 +311,11 @@ class _BindingPod:
             request = self.router.popleft()
             self.starts[request] = now
             view = self.settings.rate_view
-            if view is not RateView.ARRIVALS:
+            if view is RateView.GATE_ARRIVALS:
+                # Its instance was held since it reached the gate; the one it frees at the
+                # gate takes up the next request in Triton's queue.
+                self.take_up(request)
+            elif view is not RateView.ARRIVALS:
                 taken = now if view is RateView.DISPATCHES else float(self.arrivals[request])
                 bisect.insort(self.arrived_at, taken)
             if not self.enter(request, 0, now):
@@ -290,6 +323,8 @@ class _BindingPod:
                 self.configs[request] = DROPPED
                 continue
             self.idle -= 1
+        if self.settings.rate_view is RateView.GATE_ARRIVALS:
+            self.take_up()
 
     def run(self, requests: IntArray) -> None:
         """Serve the pod's requests (in arrival order) to the end."""
@@ -364,6 +399,18 @@ def simulate_binding(
             "followers_poll_s",
             f"{settings.followers_poll_s!r} is not a period > 0",
             "give the poll period in s, e.g. 0.05, or None",
+        )
+    if settings.visible_followers is not None and settings.visible_followers < 0:
+        raise SimulationError(
+            "visible_followers",
+            f"{settings.visible_followers!r} is not >= 0",
+            "give the router instances less those that run the pipeline, e.g. 7, or None",
+        )
+    if settings.rate_view is RateView.GATE_ARRIVALS and settings.visible_followers is None:
+        raise SimulationError(
+            "rate_view",
+            "gate-arrivals counts the requests at a gate, and there is none",
+            "give visible_followers, or another rate view",
         )
     if settings.lag_share is not None and not 0 < settings.lag_share <= 1:
         raise SimulationError(
