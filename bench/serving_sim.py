@@ -193,6 +193,12 @@ class Job:
     # Which arrivals the router's rate counts (--binding-rate; None: the gate's own where there
     # is one, else the arrival times of the requests taken up).
     binding_rate: RateView | None = None
+    # The slow loop allows a member while the rate is within its planner limit x this
+    # (--binding-headroom).
+    binding_headroom: float = RATE_HEADROOM
+    # Late binding spares the arrivals still to come, as soon as a Poisson stream at the
+    # router's rate brings them with this probability (--binding-arrival-risk; None: none).
+    binding_arrival_risk: float | None = None
     # Only static fastest, the hindsight oracle and late binding (--binding-only).
     binding_only: bool = False
     # Real load: a window of a shipped trace at this share of the fastest member's capacity
@@ -281,7 +287,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             report.dropped_pct,
         )
     limits = tuple(
-        None if t.stay_max_qps is None else t.stay_max_qps * RATE_HEADROOM
+        None if t.stay_max_qps is None else t.stay_max_qps * job.binding_headroom
         for t in plans[ThresholdModel.TAIL].thresholds
     )
     for label, refuse in BINDING.items():
@@ -291,12 +297,15 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             admission_quantile=job.admission_quantile,
             max_qps=limits,
             lag_share=job.binding_lag,
-            spare_followers=job.binding_poll_ms is not None or job.binding_gate is not None,
+            spare_followers=job.binding_poll_ms is not None
+            or job.binding_gate is not None
+            or job.binding_arrival_risk is not None,
             followers_poll_s=None if job.binding_poll_ms is None else job.binding_poll_ms / 1000,
             visible_followers=None if job.binding_gate is None else job.binding_gate - 1,
             rate_view=job.binding_rate
             or (RateView.TAKEN_ARRIVALS if job.binding_gate is None else RateView.GATE_ARRIVALS),
             degrade_after=job.degrade_after,
+            arrival_risk=job.binding_arrival_risk,
         )
         report = simulate_binding(
             front, scenario, job.slo_ms, label, settings=settings, pods=job.pods
@@ -467,6 +476,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "the gate with their deadlines (e.g. 8; default: no gate)",
     )
     parser.add_argument(
+        "--binding-headroom",
+        type=float,
+        default=RATE_HEADROOM,
+        help="late binding: the slow loop allows a member while the rate is within its planner "
+        f"rate limit x this (default {RATE_HEADROOM:g}, the operator's)",
+    )
+    parser.add_argument(
+        "--binding-arrival-risk",
+        type=float,
+        default=None,
+        help="late binding: spare the arrivals still to come too, as soon as a Poisson stream "
+        "at the router's rate brings them with this probability (e.g. 0.05; default: none)",
+    )
+    parser.add_argument(
         "--binding-rate",
         default=None,
         choices=[v.value for v in RateView],
@@ -500,6 +523,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             parser.error("--binding-poll-ms must be a period > 0 in ms, e.g. 25, or 'off'")
     if args.binding_gate is not None and args.binding_gate < 2:
         parser.error("--binding-gate must be >= 2 router instances a pod, e.g. 8")
+    if args.binding_arrival_risk is not None and not 0 < args.binding_arrival_risk < 1:
+        parser.error("--binding-arrival-risk must lie in (0, 1): a probability, e.g. 0.05")
+    if not args.binding_headroom > 0:
+        parser.error("--binding-headroom must be > 0, e.g. 1.5")
     if args.binding_rate is not None:
         args.binding_rate = RateView(args.binding_rate)
     if args.binding_rate is RateView.GATE_ARRIVALS and args.binding_gate is None:
@@ -851,6 +878,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         binding_poll_ms=args.binding_poll_ms,
         binding_gate=args.binding_gate,
         binding_rate=args.binding_rate,
+        binding_headroom=args.binding_headroom,
+        binding_arrival_risk=args.binding_arrival_risk,
         binding_only=args.binding_only,
     )
     seeds = range(args.seed_offset, args.seed_offset + args.seeds)

@@ -18,6 +18,7 @@ from compass.domain.arrivals import (
 )
 from compass.domain.binding import (
     BindableConfig,
+    arrival_offsets_ms,
     BindingError,
     BindingVerdict,
     StagePlan,
@@ -467,3 +468,39 @@ def test_a_gated_router_counts_the_arrivals_it_took_up_as_they_come() -> None:
     assert narrow[2] > served(7, RateView.GATE_ARRIVALS)[2]
     with pytest.raises(SimulationError, match="rate_view"):
         served(None, RateView.GATE_ARRIVALS)
+
+
+def test_arrivals_to_come_are_spared_from_when_a_poisson_stream_brings_them_that_soon() -> None:
+    rate_per_ms = 3 / 1000
+    offsets = arrival_offsets_ms(rate_per_ms, 4, 0.05)
+    # The first: the exponential's quantile; the j-th: Gamma(j)'s, drawn.
+    assert offsets[0] == pytest.approx(-math.log(0.95) / rate_per_ms, rel=1e-6)
+    draws = np.random.default_rng(0).exponential(1 / rate_per_ms, (200_000, 4)).cumsum(axis=1)
+    assert (draws < np.array(offsets)).mean(axis=0) == pytest.approx([0.05] * 4, abs=0.003)
+    # A smaller risk spares them sooner; no rate, nothing to spare.
+    assert all(a < b for a, b in zip(arrival_offsets_ms(rate_per_ms, 4, 0.01), offsets))
+    assert arrival_offsets_ms(0.0, 4, 0.05) == []
+    with pytest.raises(BindingError, match="risk"):
+        arrival_offsets_ms(rate_per_ms, 4, 1.0)
+
+
+def test_sparing_arrivals_to_come_keeps_a_lone_request_off_a_slow_configuration() -> None:
+    # Lone requests every 500 ms, each with time for the most accurate (460 ms of 500): with
+    # no follower to see, each takes it; sparing the next arrival as soon as a stream at that
+    # rate may bring it, only the first (no rate counted yet) does.
+    arrivals = np.arange(0.0, 8.0, 0.5)
+    load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(len(arrivals), 0.5))
+
+    def configs(risk: float | None) -> list[int]:
+        settings = BindingSettings(
+            spare_followers=True, arrival_risk=risk, rate_view=RateView.TAKEN_ARRIVALS
+        )
+        report = simulate_binding(
+            ADDITIVE, load, 500, stages=STAGES, prior_shares=None, settings=settings
+        )
+        return [int(c) for c in report.configs]
+
+    assert set(configs(None)) == {3}
+    spared = configs(0.05)
+    assert spared[0] == 3
+    assert max(spared[1:]) <= 1

@@ -33,6 +33,7 @@ from compass.domain.binding import (
     BindingVerdict,
     StagePlan,
     allowed_at,
+    arrival_offsets_ms,
     bind_stage,
     follower_spare_ms,
     lag_spare_ms,
@@ -55,6 +56,10 @@ IntArray = npt.NDArray[np.int64]
 # (model-images/router/model.py DEFAULT_POLL_MS): a router whose pod exports Triton's metrics
 # binds on the followers it counts; the simulator of a live run predicts it with this period.
 ROUTER_POLL_S = 0.025
+
+
+# How many arrivals still to come ``BindingSettings.arrival_risk`` spares at most.
+EXPECTED_FOLLOWERS = 8
 
 
 class RateView(StrEnum):
@@ -117,6 +122,11 @@ class BindingSettings:
     # queue behind it, but its own wait says one stands there, and every extra ms it takes is
     # one more for each request in it.
     degrade_after: float | None = None
+    # With ``spare_followers``: spare the arrivals still to come too, at the router's rate
+    # (``rate_view``): the next ones as soon as a Poisson stream brings them with this
+    # probability (``arrival_offsets_ms``; None: none). Extra time delays every later arrival
+    # of the busy period, and a clump that arrives during it pays for it.
+    arrival_risk: float | None = None
     # Per allowed configuration, the arrival rate (requests/s per pod) above which the slow
     # loop disallows it (the planner's stay limit; None: no limit); empty: no limits.
     max_qps: tuple[float | None, ...] = ()
@@ -236,6 +246,8 @@ class _BindingPod:
             own = min(remaining_ms(c, at, backlog) for c in consistent)
             own_likely = min(remaining_ms(c, at, backlog, admitting=True) for c in consistent)
             followers = self.followers_left_ms(left_ms, now)
+            if self.settings.arrival_risk is not None:
+                followers += self.expected_left_ms(request, now)
             spare = follower_spare_ms(
                 own,
                 followers,
@@ -283,6 +295,16 @@ class _BindingPod:
         seen = sum(1 for r in islice(self.router, shown, None) if self.arrivals[r] <= polled_at)
         # Those in Triton's queue arrived after every follower at the gate.
         return gate + polled_followers_left_ms(seen, gate[-1] if gate else left_ms)
+
+    def expected_left_ms(self, request: int, now: float) -> list[float]:
+        """What the arrivals still to come will have left of their deadlines, as soon as
+        ``arrival_risk`` says they may come, at the rate the router counts."""
+        risk = self.settings.arrival_risk
+        assert risk is not None
+        taken = self.settings.rate_view is RateView.TAKEN_ARRIVALS
+        rate = self.rate_per_ms(float(self.arrivals[request]) if taken else now)
+        slo_ms = self.slo_s * 1000
+        return [slo_ms + at for at in arrival_offsets_ms(rate, EXPECTED_FOLLOWERS, risk)]
 
     def take_up(self, started: int | None = None) -> None:
         """Count the arrival of each request a router instance holds for the first time
