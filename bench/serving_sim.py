@@ -199,6 +199,8 @@ class Job:
     # Late binding spares the arrivals still to come, as soon as a Poisson stream at the
     # router's rate brings them with this probability (--binding-arrival-risk; None: none).
     binding_arrival_risk: float | None = None
+    # With binding_lag: its share is of the SLO less this many fastest services.
+    binding_lag_reserve: int = 0
     # Only static fastest, the hindsight oracle and late binding (--binding-only).
     binding_only: bool = False
     # Real load: a window of a shipped trace at this share of the fastest member's capacity
@@ -297,6 +299,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             admission_quantile=job.admission_quantile,
             max_qps=limits,
             lag_share=job.binding_lag,
+            lag_reserve=job.binding_lag_reserve,
             spare_followers=job.binding_poll_ms is not None
             or job.binding_gate is not None
             or job.binding_arrival_risk is not None,
@@ -461,6 +464,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "behind the schedule static fastest keeps (e.g. 0.25; default: no cap)",
     )
     parser.add_argument(
+        "--binding-lag-reserve",
+        type=int,
+        default=0,
+        help="with --binding-lag: its share is of the SLO less this many of the fastest's "
+        "likely services (default 0: of the SLO)",
+    )
+    parser.add_argument(
         "--binding-poll-ms",
         default=f"{ROUTER_POLL_S * 1000:g}",
         help="late binding: spare the requests waiting in front of the router, counted by a "
@@ -525,6 +535,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--binding-gate must be >= 2 router instances a pod, e.g. 8")
     if args.binding_arrival_risk is not None and not 0 < args.binding_arrival_risk < 1:
         parser.error("--binding-arrival-risk must lie in (0, 1): a probability, e.g. 0.05")
+    if args.binding_lag_reserve < 0:
+        parser.error("--binding-lag-reserve must be >= 0 services, e.g. 2")
     if not args.binding_headroom > 0:
         parser.error("--binding-headroom must be > 0, e.g. 1.5")
     if args.binding_rate is not None:
@@ -880,6 +892,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         binding_rate=args.binding_rate,
         binding_headroom=args.binding_headroom,
         binding_arrival_risk=args.binding_arrival_risk,
+        binding_lag_reserve=args.binding_lag_reserve,
         binding_only=args.binding_only,
     )
     seeds = range(args.seed_offset, args.seed_offset + args.seeds)

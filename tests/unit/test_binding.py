@@ -389,9 +389,16 @@ def test_the_lag_cap_keeps_every_request_within_it_of_static_fastests_schedule()
         return (report.finishes_s - static.finishes_s) * 1000
 
     assert lags(BindingSettings()).max() > share * slo + 100
-    assert lags(BindingSettings(lag_share=share)).max() <= share * slo + 1e-6
+    capped = lags(BindingSettings(lag_share=share))
+    assert capped.max() <= share * slo + 1e-6
+    # With a reserve of two of the fastest's services (120 ms each), the share is of what is
+    # left of the SLO after them: a tighter cap, and one that binds.
+    reserved = lags(BindingSettings(lag_share=share, lag_reserve=2))
+    assert reserved.max() <= share * (slo - 2 * 120) + 1e-6 < capped.max()
     with pytest.raises(SimulationError, match="lag_share"):
         lags(BindingSettings(lag_share=1.5))
+    with pytest.raises(SimulationError, match="lag_reserve"):
+        lags(BindingSettings(lag_share=share, lag_reserve=-1))
 
 
 def test_followers_counted_by_a_poll_are_spared_once_the_poll_has_seen_them() -> None:

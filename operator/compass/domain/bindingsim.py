@@ -133,6 +133,10 @@ class BindingSettings:
     # Extra time may leave a request at most this share of the SLO behind the schedule static
     # fastest keeps (``lag_spare_ms``; None: no cap). bench/serving_sim.py --binding-lag.
     lag_share: float | None = None
+    # With ``lag_share``: its share is of the SLO less this many of the fastest's likely
+    # services (the slack static fastest leaves a request with that many ahead of it), so a
+    # short SLO, whose clumps leave little slack, allows less lag. --binding-lag-reserve.
+    lag_reserve: int = 0
 
 
 class _BindingPod:
@@ -266,7 +270,8 @@ class _BindingPod:
                 for i in plan.consistent(bound)
             )
             static_finish_ms = self.static_start[request] * 1000 + self.follower_likely_ms
-            cap_ms = self.settings.lag_share * self.slo_s * 1000
+            slack_ms = self.slo_s * 1000 - self.settings.lag_reserve * self.follower_likely_ms
+            cap_ms = self.settings.lag_share * max(slack_ms, 0.0)
             spare = min(spare, lag_spare_ms(now * 1000 + quickest_likely, static_finish_ms, cap_ms))
         return bind_stage(
             plan,
@@ -433,6 +438,10 @@ def simulate_binding(
             "rate_view",
             "gate-arrivals counts the requests at a gate, and there is none",
             "give visible_followers, or another rate view",
+        )
+    if settings.lag_reserve < 0:
+        raise SimulationError(
+            "lag_reserve", f"{settings.lag_reserve!r} is not >= 0", "give a count, e.g. 2"
         )
     if settings.lag_share is not None and not 0 < settings.lag_share <= 1:
         raise SimulationError(
