@@ -18,10 +18,10 @@ from compass.domain.arrivals import (
 )
 from compass.domain.binding import (
     BindableConfig,
-    arrival_offsets_ms,
     BindingError,
     BindingVerdict,
     StagePlan,
+    arrival_offsets_ms,
     bind_stage,
     fit_stage_times,
     follower_spare_ms,
@@ -485,7 +485,9 @@ def test_arrivals_to_come_are_spared_from_when_a_poisson_stream_brings_them_that
     draws = np.random.default_rng(0).exponential(1 / rate_per_ms, (200_000, 4)).cumsum(axis=1)
     assert (draws < np.array(offsets)).mean(axis=0) == pytest.approx([0.05] * 4, abs=0.003)
     # A smaller risk spares them sooner; no rate, nothing to spare.
-    assert all(a < b for a, b in zip(arrival_offsets_ms(rate_per_ms, 4, 0.01), offsets))
+    assert all(
+        a < b for a, b in zip(arrival_offsets_ms(rate_per_ms, 4, 0.01), offsets, strict=True)
+    )
     assert arrival_offsets_ms(0.0, 4, 0.05) == []
     with pytest.raises(BindingError, match="risk"):
         arrival_offsets_ms(rate_per_ms, 4, 1.0)
