@@ -201,6 +201,8 @@ class Job:
     binding_arrival_risk: float | None = None
     # With binding_lag: its share is of the SLO less this many fastest services.
     binding_lag_reserve: int = 0
+    # With binding_lag: its share is also of the SLO less static fastest's queue now.
+    binding_lag_backlog: bool = False
     # Only static fastest, the hindsight oracle and late binding (--binding-only).
     binding_only: bool = False
     # Real load: a window of a shipped trace at this share of the fastest member's capacity
@@ -300,6 +302,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             max_qps=limits,
             lag_share=job.binding_lag,
             lag_reserve=job.binding_lag_reserve,
+            lag_backlog=job.binding_lag_backlog,
             spare_followers=job.binding_poll_ms is not None
             or job.binding_gate is not None
             or job.binding_arrival_risk is not None,
@@ -469,6 +472,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0,
         help="with --binding-lag: its share is of the SLO less this many of the fastest's "
         "likely services (default 0: of the SLO)",
+    )
+    parser.add_argument(
+        "--binding-lag-backlog",
+        action="store_true",
+        help="with --binding-lag: its share is also of the SLO less static fastest's queue now "
+        "(when a request arriving now would start there)",
     )
     parser.add_argument(
         "--binding-poll-ms",
@@ -893,6 +902,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         binding_headroom=args.binding_headroom,
         binding_arrival_risk=args.binding_arrival_risk,
         binding_lag_reserve=args.binding_lag_reserve,
+        binding_lag_backlog=args.binding_lag_backlog,
         binding_only=args.binding_only,
     )
     seeds = range(args.seed_offset, args.seed_offset + args.seeds)

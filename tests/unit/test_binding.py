@@ -395,6 +395,10 @@ def test_the_lag_cap_keeps_every_request_within_it_of_static_fastests_schedule()
     # left of the SLO after them: a tighter cap, and one that binds.
     reserved = lags(BindingSettings(lag_share=share, lag_reserve=2))
     assert reserved.max() <= share * (slo - 2 * 120) + 1e-6 < capped.max()
+    # Counting static fastest's queue too: the clump arrives while the lone ones' busy period
+    # runs, so each request allows less lag behind it than the SLO alone would.
+    backlogged = lags(BindingSettings(lag_share=share, lag_backlog=True))
+    assert backlogged.max() < capped.max()
     with pytest.raises(SimulationError, match="lag_share"):
         lags(BindingSettings(lag_share=1.5))
     with pytest.raises(SimulationError, match="lag_reserve"):

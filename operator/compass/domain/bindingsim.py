@@ -137,6 +137,10 @@ class BindingSettings:
     # services (the slack static fastest leaves a request with that many ahead of it), so a
     # short SLO, whose clumps leave little slack, allows less lag. --binding-lag-reserve.
     lag_reserve: int = 0
+    # With ``lag_share``: its share is also of the SLO less static fastest's queue now (when a
+    # request arriving now would start there), so a busy period that already leaves the next
+    # arrivals little slack allows less lag. --binding-lag-backlog.
+    lag_backlog: bool = False
 
 
 class _BindingPod:
@@ -271,6 +275,8 @@ class _BindingPod:
             )
             static_finish_ms = self.static_start[request] * 1000 + self.follower_likely_ms
             slack_ms = self.slo_s * 1000 - self.settings.lag_reserve * self.follower_likely_ms
+            if self.settings.lag_backlog:
+                slack_ms -= max(self.static_free - now, 0.0) * 1000
             cap_ms = self.settings.lag_share * max(slack_ms, 0.0)
             spare = min(spare, lag_spare_ms(now * 1000 + quickest_likely, static_finish_ms, cap_ms))
         return bind_stage(
