@@ -557,10 +557,15 @@ def follower_spare_ms(own_fastest_ms, followers_left_ms, follower_ms, servers=1,
     return spare
 
 
-def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers):
+def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, gate_left_ms=()):
     """The spare of a request with ``followers`` (counted, not seen) behind it, each taken as
-    having its own ``left_ms`` left (compass.domain.binding.polled_followers_left_ms)."""
-    if followers <= 0:
+    having its own ``left_ms`` left (compass.domain.binding.polled_followers_left_ms); behind
+    a gate, the followers waiting at it first, each with what is left of its deadline
+    (``gate_left_ms``, in FIFO order), and the counted ones, in Triton's queue behind them,
+    each with what the last of those has left (compass.domain.bindingsim's gated view)."""
+    gate_left_ms = list(gate_left_ms)
+    followers = max(followers, 0)
+    if not gate_left_ms and followers == 0:
         return float("inf")
     configs = table["configs"]
     consistent = [
@@ -569,9 +574,10 @@ def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers):
     own = min(remaining_ms(entry[2], at, backlog_ms) for entry in consistent)
     own_likely = min(remaining_ms(entry[3], at, backlog_ms) for entry in consistent)
     fastest = min(configs, key=lambda entry: sum(entry[2]))
+    counted_left = gate_left_ms[-1] if gate_left_ms else left_ms
     return follower_spare_ms(
         own,
-        [left_ms] * followers,
+        gate_left_ms + [counted_left] * followers,
         sum(fastest[2]),
         servers,
         likely=(own_likely, sum(fastest[3])),

@@ -294,10 +294,13 @@ def test_the_router_spares_counted_followers_as_the_domain_does(
         backlog = [float(x) for x in rng.exponential(80, 3) * rng.integers(0, 2, 3)]
         followers = int(rng.integers(0, 12))
         servers = int(rng.integers(1, 4))
+        # Behind a gate (half the draws): followers seen at it, each arrived after the last.
+        gate = sorted(float(x) for x in left + rng.uniform(0, 500, int(rng.integers(0, 8))))
+        gate = gate if rng.integers(0, 2) else []
         consistent = [plan.configs[i] for i in plan.consistent(bound)]
         spare = follower_spare_ms(
             min(remaining_ms(c, at, backlog) for c in consistent),
-            polled_followers_left_ms(followers, left),
+            gate + polled_followers_left_ms(followers, gate[-1] if gate else left),
             fastest.total_ms,
             servers,
             likely=(
@@ -305,7 +308,9 @@ def test_the_router_spares_counted_followers_as_the_domain_does(
                 sum(fastest.stage_admit_ms or fastest.stage_ms),
             ),
         )
-        routed = router.polled_spare_ms(checked, bound, at, left, backlog, followers, servers)
+        routed = router.polled_spare_ms(
+            checked, bound, at, left, backlog, followers, servers, gate_left_ms=gate
+        )
         assert routed == pytest.approx(spare) if math.isfinite(spare) else math.isinf(routed)
         expected = bind_stage(plan, stage, bound, left, backlog, spare_ms=spare, at=at)
         chosen = router.bind_stage(checked, stage, bound, left, backlog, at=at, spare_ms=routed)

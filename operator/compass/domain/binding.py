@@ -18,6 +18,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 import numpy as np
 
@@ -272,6 +273,34 @@ def polled_followers_left_ms(count: int, own_left_ms: float) -> list[float]:
     each arrived after it, so has at least as long left; taken as exactly that (clumps of
     simultaneous arrivals do), which never spares a follower less than it needs."""
     return [own_left_ms] * max(count, 0)
+
+
+def arrival_offsets_ms(rate_per_ms: float, count: int, risk: float) -> list[float]:
+    """When the next ``count`` arrivals come at the latest that a Poisson stream at
+    ``rate_per_ms`` brings them sooner with probability ``risk`` only: the j-th arrival's time,
+    Gamma(j, rate), at its ``risk`` quantile, ms from now (none at no rate)."""
+    if not 0 < risk < 1:
+        raise BindingError("risk", f"{risk!r} is not in (0, 1)", "give a probability, e.g. 0.05")
+    if not rate_per_ms > 0:
+        return []
+    return [_poisson_mean_reaching(j, risk) / rate_per_ms for j in range(1, count + 1)]
+
+
+@lru_cache(maxsize=256)
+def _poisson_mean_reaching(count: int, risk: float) -> float:
+    """The Poisson mean at which ``count`` or more events come with probability ``risk``."""
+    low, high = 0.0, count + 10 * math.sqrt(count) + 10
+    for _ in range(60):
+        mean = (low + high) / 2
+        term, below = math.exp(-mean), 0.0
+        for i in range(count):
+            below += term
+            term *= mean / (i + 1)
+        if 1 - below < risk:
+            low = mean
+        else:
+            high = mean
+    return (low + high) / 2
 
 
 def waited_long(waited_ms: float, slo_ms: float, degrade_after: float) -> bool:
