@@ -849,6 +849,29 @@ class LazyConfig(dict):
         return canonical(dict(self.items()))
 
 
+def staged(run_call, config, inflight):
+    """``run_call`` for a bound request (``config``: its LazyConfig): each call of a stage's
+    component model puts the request at that stage in the in-flight table for the call."""
+    stage_of_model = config.table["stage_of_model"]
+
+    def staged_call(model, inputs, outputs):
+        stage = stage_of_model.get(model)
+        if stage is None:
+            return run_call(model, inputs, outputs)
+        config.reach(stage)
+        # What is left of the stage's time: a stage that calls several models (or one
+        # several times) counts its earlier calls' time as done.
+        inflight.enter(stage, config.stage_left_ms(stage))
+        started = time.monotonic_ns()
+        try:
+            return run_call(model, inputs, outputs)
+        finally:
+            inflight.leave()
+            config.spend(stage, (time.monotonic_ns() - started) / 1e6)
+
+    return staged_call
+
+
 def parse_deadline(deadline_ns):
     """A request's ``compass_deadline_ns`` as an int; ValueError naming the parameter."""
     if isinstance(deadline_ns, bool) or not isinstance(deadline_ns, (int, str)):
@@ -1048,24 +1071,7 @@ class TritonPythonModel:
         config = LazyConfig(
             table, deadline_ns, self.inflight, qps, hurried, followers, self.servers
         )
-        stage_of_model = table["stage_of_model"]
-
-        def staged_call(model, inputs, outputs):
-            stage = stage_of_model.get(model)
-            if stage is None:
-                return call(model, inputs, outputs)
-            config.reach(stage)
-            # What is left of the stage's time: a stage that calls several models (or one
-            # several times) counts its earlier calls' time as done.
-            self.inflight.enter(stage, config.stage_left_ms(stage))
-            started = time.monotonic_ns()
-            try:
-                return call(model, inputs, outputs)
-            finally:
-                self.inflight.leave()
-                config.spend(stage, (time.monotonic_ns() - started) / 1e6)
-
-        result = self.pipeline.run(body, config, staged_call)
+        result = self.pipeline.run(body, config, staged(call, config, self.inflight))
         return pb_utils.InferenceResponse(
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", config.key())]
         )
