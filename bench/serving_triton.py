@@ -443,7 +443,11 @@ def main() -> int:
                 admission=AdmissionSettings(
                     enabled=True, quantile=quantile, degrade_after=degrade_after
                 ),
-                binding=BindingSettings(
+                # qa-real's table is built beside the spec (qa_real_binding_table): a
+                # ParetoPolicy's stage names one component model, and its retrieval calls two.
+                binding=BindingSettings()
+                if qa_real
+                else BindingSettings(
                     mode=BindingMode.PER_STAGE,
                     stages=[
                         BindingStage(component=model, parameters=list(names), share=share)
