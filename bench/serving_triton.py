@@ -37,7 +37,7 @@ request carries the SLO as its deadline and every router binds rag-sim's retriev
 generator parameters stage by stage from the table the operator would send (the front's
 per-stage times, the planner's rate limits), refusing at the first stage what is late whatever
 serves it; the simulator predicts it with compass.domain.bindingsim on the same arrivals, on
-what the routers see (rag-sim; qa-real's column is ``-``). qa-real's stages, retrieval
+what the routers see (rag-sim; qa-real's sim columns read nan). qa-real's stages, retrieval
 (retriever, top_k, rerank: bm25, dense or both, then maybe the reranker) and reading (the
 reader), take their per-stage times from the component times profiled through the router here
 (``qa_real_binding_table``): the reader is bound when the request reaches it.
