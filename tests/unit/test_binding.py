@@ -27,6 +27,7 @@ from compass.domain.binding import (
     follower_spare_ms,
     lag_spare_ms,
     polled_followers_left_ms,
+    router_table,
     stage_plan,
     stage_shares,
     static_schedule,
@@ -203,6 +204,39 @@ def test_measured_component_times_split_each_configuration_where_every_profile_h
     assert stage_shares(measured, STAGES, (0.9, 0.1), ("retriever", "reranker")) == fitted
     with pytest.raises(BindingError, match="components: 1 component models for 2 stages"):
         stage_plan(measured, STAGES, components=("retriever",))
+
+
+def test_a_stage_that_calls_several_models_takes_their_times_together() -> None:
+    # qa-real's retrieval calls bm25, dense or both: each configuration's first stage is the
+    # models it called (a model it did not call is not in its times), the reader the second.
+    retrieve = ("bm25", "dense")
+    calls = [
+        {"bm25": 10.0, "reader": 30.0},
+        {"dense": 25.0, "reader": 30.0},
+        {"bm25": 10.0, "dense": 25.0, "reader": 60.0},
+        {"bm25": 10.0, "reader": 60.0},
+    ]
+    measured = [replace(p, component_ms=c) for p, c in zip(ADDITIVE, calls, strict=True)]
+    expected = [(10 / 40, 30 / 40), (25 / 55, 30 / 55), (35 / 95, 60 / 95), (10 / 70, 60 / 70)]
+    shares = stage_shares(measured, STAGES, None, (retrieve, "reader"))
+    for split, share in zip(shares, expected, strict=True):
+        assert split == pytest.approx(share)
+    plan = stage_plan(measured, STAGES, components=(retrieve, "reader"))
+    hybrid = plan.configs[2]
+    assert hybrid.total_ms == pytest.approx(float(measured[2].distribution.quantile(0.5)))
+    assert hybrid.stage_ms[0] == pytest.approx(hybrid.total_ms * 35 / 95)
+    # One configuration that called none of a stage's models: no split measured, the fit.
+    unmeasured = [*measured[:3], replace(ADDITIVE[3], component_ms={"reader": 60.0})]
+    assert stage_shares(unmeasured, STAGES, None, (retrieve, "reader")) == stage_shares(
+        ADDITIVE, STAGES
+    )
+    # The router's table: a list where a stage may call several, one model a stage a string.
+    table = router_table(plan, (retrieve, ("reader",)))
+    assert table["components"] == [["bm25", "dense"], "reader"]
+    with pytest.raises(BindingError, match=r"components: .* names one twice"):
+        router_table(plan, (retrieve, ("reader", "dense")))
+    with pytest.raises(BindingError, match="without a model"):
+        router_table(plan, (retrieve, ()))
 
 
 def test_stage_shares_name_a_missing_parameter() -> None:
