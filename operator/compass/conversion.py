@@ -132,11 +132,11 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
         settings.quantile,
         None if None in shares else [s for s in shares if s is not None],
         spec.admission.quantile,
-        [stage.component for stage in settings.stages],
+        [stage.models for stage in settings.stages],
     )
     return router_table(
         plan_of_stages,
-        [stage.component for stage in settings.stages],
+        [stage.models for stage in settings.stages],
         refuse=spec.admission.enabled and spec.admission.refuse,
         slo_ms=spec.slo.latency_ms,
         degrade_after=spec.admission.degrade_after,

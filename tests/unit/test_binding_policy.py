@@ -82,3 +82,25 @@ def test_per_stage_binding_names_what_is_missing() -> None:
         ParetoPolicySpec.model_validate(
             {**data, "binding": {"mode": "per-stage", "stages": uneven}}
         )
+
+
+def test_a_stage_of_several_models_reaches_the_routers_as_their_list() -> None:
+    # qa-real's retrieval may call bm25, dense and the reranker: one stage, their time together.
+    data = example_spec()
+    stages = [
+        {"components": ["bm25", "dense", "reranker"], "parameters": ["retriever_k"]},
+        {"component": "generator", "parameters": ["reranker_model", "generator_model"]},
+    ]
+    spec = ParetoPolicySpec.model_validate(
+        {**data, "binding": {"mode": "per-stage", "stages": stages}}
+    )
+    table = binding_table(spec, policy_plan(spec))
+    assert table is not None
+    assert table["components"] == [["bm25", "dense", "reranker"], "generator"]
+    checked = router_module().check_binding(json.loads(json.dumps(table)))
+    assert len(checked["configs"]) == len(spec.front)
+    for stage in (dict(stages[0], component="bm25"), {"parameters": ["retriever_k"]}):
+        with pytest.raises(ValidationError, match=r"component: give the stage's model as"):
+            ParetoPolicySpec.model_validate(
+                {**data, "binding": {"mode": "per-stage", "stages": [stage, stages[1]]}}
+            )

@@ -87,6 +87,9 @@ VOLUME = {"claimName": "data", "path": "/qa.jsonl"}
 
 # (model, spec change, valid?): each invalid one breaks exactly one cross-field rule and is
 # otherwise schema-valid, so the server would reject it for the CEL rule alone.
+# qa-real's retrieval: one stage that may call any of three models.
+_STAGE_OF_MODELS = {"components": ["bm25", "dense", "reranker"], "parameters": ["retriever"]}
+
 CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
     "workflow as given": (CompoundWorkflowSpec, lambda s: None, True),
     "one budget": (CompoundWorkflowSpec, _evaluation(budgets=[7]), True),
@@ -301,6 +304,21 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
     "routing to an address without a port": (
         ParetoPolicySpec,
         lambda s: s.update(routing={"grpcEndpoint": "triton"}),
+        False,
+    ),
+    "a binding stage of several models": (
+        ParetoPolicySpec,
+        lambda s: s.update(binding={"stages": [_STAGE_OF_MODELS]}),
+        True,
+    ),
+    "a binding stage naming its model both ways": (
+        ParetoPolicySpec,
+        lambda s: s.update(binding={"stages": [dict(_STAGE_OF_MODELS, component="bm25")]}),
+        False,
+    ),
+    "a binding stage naming no model": (
+        ParetoPolicySpec,
+        lambda s: s.update(binding={"stages": [{"parameters": ["retriever"]}]}),
         False,
     ),
 }

@@ -390,11 +390,34 @@ class BindingMode(StrEnum):
 
 
 class BindingStage(CamelModel):
-    """One stage of the workflow's pipeline: the component model it calls and the parameters
-    that component's time depends on."""
+    """One stage of the workflow's pipeline: the component model (or models) it calls and the
+    parameters their time depends on."""
 
-    component: str = Field(
-        min_length=1, max_length=253, description="The component model the pipeline calls."
+    # The same rule as _one_way_to_name_models, for the API server.
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            CelRule(
+                rule="has(self.component) != has(self.components)",
+                message="give the stage's model as component, or its models as components, "
+                "not both and not neither",
+                field_path=".component",
+            ),
+        )
+    )
+
+    component: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="The component model the pipeline calls at this stage.",
+    )
+    components: list[Annotated[str, Field(min_length=1, max_length=253)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_COMPONENTS,
+        description="The component models the stage may call, where it calls several (qa-real's "
+        "retrieval: bm25, dense, the reranker); its time is theirs together. Instead of "
+        "component.",
     )
     parameters: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
         min_length=1,
@@ -411,6 +434,20 @@ class BindingStage(CamelModel):
             "(all stages or none).",
         ),
     ] = None
+
+    @model_validator(mode="after")
+    def _one_way_to_name_models(self) -> BindingStage:
+        if (self.component is None) == (self.components is None):
+            raise ValueError(
+                "binding.stages[].component: give the stage's model as component, or its "
+                "models as components, not both and not neither"
+            )
+        return self
+
+    @property
+    def models(self) -> str | tuple[str, ...]:
+        """The model the stage calls, or its models where it may call several."""
+        return self.component if self.component is not None else tuple(self.components or ())
 
 
 class BindingSettings(CamelModel):
