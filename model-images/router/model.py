@@ -355,6 +355,12 @@ _SLOT = struct.Struct("<qqqd")
 DISPATCH_RING = 1024
 RATE_WINDOW_S = 2.0
 _RING_AT = INFLIGHT_SLOTS * _SLOT.size
+# After the ring: the gate (compass_pipeline_slots): the last ticket given, then per slot (the
+# same slot as the in-flight table's) its owner's pid, its request's ticket, its state at the
+# gate and its deadline (ns since the epoch; 0: none).
+_GATE_AT = _RING_AT + (DISPATCH_RING + 1) * 8
+_GATE_FIELDS = 4
+GATE_FREE, GATE_WAITING, GATE_RUNNING = 0, 1, 2
 
 
 def binding_path(router_model):
@@ -557,10 +563,11 @@ def follower_spare_ms(own_fastest_ms, followers_left_ms, follower_ms, servers=1,
     return spare
 
 
-def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers):
-    """The spare of a request with ``followers`` (counted, not seen) behind it, each taken as
-    having its own ``left_ms`` left (compass.domain.binding.polled_followers_left_ms)."""
-    if followers <= 0:
+def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, seen_left_ms=()):
+    """The spare of a request with ``seen_left_ms`` behind it (the gate's waiters, each with
+    what is left of its own deadline, in order), then ``followers`` (counted, not seen), each
+    taken as having its own ``left_ms`` left (compass.domain.binding.polled_followers_left_ms)."""
+    if followers <= 0 and not seen_left_ms:
         return float("inf")
     configs = table["configs"]
     consistent = [
@@ -571,7 +578,7 @@ def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers):
     fastest = min(configs, key=lambda entry: sum(entry[2]))
     return follower_spare_ms(
         own,
-        [left_ms] * followers,
+        [*seen_left_ms, *[left_ms] * max(followers, 0)],
         sum(fastest[2]),
         servers,
         likely=(own_likely, sum(fastest[3])),
@@ -628,26 +635,55 @@ def bind_stage(
     return fastest
 
 
+# The gate: a request waiting for its turn looks again every GATE_POLL_S, and every
+# GATE_CHECK_S whether the processes of the requests ahead of it are still there.
+PIPELINE_SLOTS_PARAMETER = "compass_pipeline_slots"
+GATE_POLL_S = 0.0005
+GATE_CHECK_S = 0.05
+
+
+def _alive(pid):
+    """Whether process ``pid`` exists (a zombie counts as gone: it serves nothing)."""
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 class Inflight:
     """The router instances' shared table of what each is doing: which stage its request is
     at, since when, and that stage's predicted time. Each instance writes its own slot; a
     decision reads all of them (a torn read is one stale guess, never an error)."""
 
     def __init__(self, path):
-        size = _RING_AT + (DISPATCH_RING + 1) * 8
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if os.fstat(fd).st_size < size:
-                os.ftruncate(fd, size)
-            self.table = mmap.mmap(fd, size)
+        size = _GATE_AT + (1 + INFLIGHT_SLOTS * _GATE_FIELDS) * 8
+        # Kept open: the gate's tickets are given under its lock.
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        with self._locked():
+            if os.fstat(self.fd).st_size < size:
+                os.ftruncate(self.fd, size)
+            self.table = mmap.mmap(self.fd, size)
+            self.ring = np.frombuffer(
+                self.table, dtype=np.int64, count=DISPATCH_RING + 1, offset=_RING_AT
+            )
+            self.gate = np.frombuffer(
+                self.table, dtype=np.int64, count=1 + INFLIGHT_SLOTS * _GATE_FIELDS, offset=_GATE_AT
+            )
+            # Per slot: pid, ticket, state, deadline ns (one row each).
+            self.gate_slots = self.gate[1:].reshape(INFLIGHT_SLOTS, _GATE_FIELDS)
             self.slot = self._claim()
-            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """The table's file lock, held by one process at a time."""
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            yield
         finally:
-            os.close(fd)
-        self.ring = np.frombuffer(
-            self.table, dtype=np.int64, count=DISPATCH_RING + 1, offset=_RING_AT
-        )
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def dispatched(self, arrived_ns=None):
         """Count a request this instance takes up, which arrived at ``arrived_ns`` (ns since
@@ -682,7 +718,71 @@ class Inflight:
         if free is None:
             raise ValueError(f"binding: more than {INFLIGHT_SLOTS} router instances")
         _SLOT.pack_into(self.table, free * _SLOT.size, pid, -1, 0, 0.0)
+        # A gone process's place at the gate goes with its slot.
+        self.gate_slots[free] = (pid, 0, GATE_FREE, 0)
         return free
+
+    def queue_at_gate(self, deadline_ns=None):
+        """This instance's request waits at the gate from now, after every request already
+        there (its ticket, given under the lock: arrival order across the instances)."""
+        entry = self.gate_slots[self.slot]
+        with self._locked():
+            ticket = int(self.gate[0]) + 1
+            self.gate[0] = ticket
+            entry[0], entry[1], entry[3] = os.getpid(), ticket, int(deadline_ns or 0)
+            # The state last: a reader that sees it waiting sees its ticket.
+            entry[2] = GATE_WAITING
+        return ticket
+
+    def ahead_at_gate(self):
+        """The slots of the requests ahead of this instance's at the gate: in the pipeline,
+        or waiting with an earlier ticket."""
+        rows = self.gate_slots
+        states = rows[:, 2]
+        ahead = (states == GATE_RUNNING) | (
+            (states == GATE_WAITING) & (rows[:, 1] < rows[self.slot, 1])
+        )
+        ahead[self.slot] = False
+        return np.flatnonzero(ahead)
+
+    def pass_gate(self, slots, poll_s=GATE_POLL_S, check_s=GATE_CHECK_S):
+        """Wait until fewer than ``slots`` requests are ahead of this one, then enter the
+        pipeline. Every ``check_s`` of waiting, the requests ahead whose process is gone (a
+        stub killed mid-request) are cleared: a dead process never wedges the gate."""
+        checked = time.monotonic()
+        while True:
+            ahead = self.ahead_at_gate()
+            if len(ahead) < slots:
+                self.gate_slots[self.slot, 2] = GATE_RUNNING
+                return
+            if time.monotonic() - checked >= check_s:
+                self.clear_gone(ahead)
+                checked = time.monotonic()
+            time.sleep(poll_s)
+
+    def clear_gone(self, slots):
+        """Free the gate places among ``slots`` whose process is gone."""
+        for slot in slots:
+            pid = int(self.gate_slots[slot, 0])
+            if _alive(pid):
+                continue
+            with self._locked():
+                # Unless its slot was claimed again meanwhile (then it is someone else's).
+                if int(self.gate_slots[slot, 0]) == pid:
+                    self.gate_slots[slot, 2] = GATE_FREE
+
+    def gate_followers(self):
+        """The deadlines (ns since the epoch, 0 none) of the requests waiting at the gate
+        behind this instance's, in arrival order."""
+        rows = self.gate_slots
+        behind = (rows[:, 2] == GATE_WAITING) & (rows[:, 1] > rows[self.slot, 1])
+        behind[self.slot] = False
+        waiting = rows[behind]
+        return waiting[np.argsort(waiting[:, 1]), 3].tolist()
+
+    def leave_gate(self):
+        """This instance's request left the pipeline (served, failed or refused)."""
+        self.gate_slots[self.slot, 2] = GATE_FREE
 
     def enter(self, stage, predicted_ms):
         """This instance's request is now at ``stage`` (queued or served there)."""
@@ -722,7 +822,15 @@ class LazyConfig(dict):
     start: json's encoder writes ``{}`` for an empty one without asking.)"""
 
     def __init__(
-        self, table, deadline_ns, inflight, qps=0.0, hurried=False, followers=0, servers=1
+        self,
+        table,
+        deadline_ns,
+        inflight,
+        qps=0.0,
+        hurried=False,
+        followers=0,
+        servers=1,
+        gated=False,
     ):
         super().__init__(dict.fromkeys(table["stage_of"]))
         self.table = table
@@ -743,6 +851,9 @@ class LazyConfig(dict):
         # The requests waiting behind it for an instance (PendingPoller), spared as the
         # domain's follower_spare_ms spares them, shared by ``servers`` instances.
         self.followers, self.servers = followers, servers
+        # Behind the gate (compass_pipeline_slots): the requests waiting there are seen, each
+        # with its own deadline, read again at each stage bound.
+        self.gated = gated
 
     def _bind_through(self, stage):
         table = self.table
@@ -750,8 +861,15 @@ class LazyConfig(dict):
             left_ms = (self.deadline_ns - time.time_ns()) / 1e6
             backlog = self.inflight.backlog_ms(len(table["stages"]))
             at = min(self.at, self.next_stage)
+            seen = ()
+            if self.gated:
+                now = time.time_ns()
+                seen = [
+                    (deadline - now) / 1e6 if deadline else float("inf")
+                    for deadline in self.inflight.gate_followers()
+                ]
             spare = polled_spare_ms(
-                table, self.bound, at, left_ms, backlog, self.followers, self.servers
+                table, self.bound, at, left_ms, backlog, self.followers, self.servers, seen
             )
             self.target = bind_stage(
                 table,
@@ -941,10 +1059,26 @@ class TritonPythonModel:
         self.poll_s = poll_ms / 1000
         self.model_name = args["model_name"]
         self.poller = None
-        self.servers = max(
+        instances = max(
             sum(int(group.get("count", 1)) for group in model_config.get("instance_group", [])),
             1,
         )
+        # The gate: at most this many requests run the pipeline at once, in arrival order
+        # (None: no gate, each instance runs its request as Triton gives it).
+        slots = parameter(PIPELINE_SLOTS_PARAMETER, None)
+        self.pipeline_slots = None
+        if slots is not None:
+            try:
+                self.pipeline_slots = int(slots)
+            except ValueError:
+                self.pipeline_slots = 0
+            if self.pipeline_slots < 1:
+                raise ValueError(
+                    f"{PIPELINE_SLOTS_PARAMETER} {slots!r}: give how many requests run the "
+                    "pipeline at once, an integer >= 1 (e.g. 1, with more router instances)"
+                )
+        # How many requests the pod serves at once: what followers share (the gate's slots).
+        self.servers = self.pipeline_slots or instances
 
     def _check(self, config):
         check = getattr(self.pipeline, "check_config", None)
@@ -968,15 +1102,39 @@ class TritonPythonModel:
         body = _request_body(request)
         key = self.active.current()
         parameters = json.loads(request.parameters() or "{}")
-        # Every request taken up counts towards the pod's rate (late binding's slow loop), at
-        # its arrival where its deadline and the table's SLO tell it.
         table = self.binding.current()
         deadline = parameters.get(DEADLINE_PARAMETER)
+        taken_up = time.time_ns()
+        if (
+            self.pipeline_slots
+            and deadline is None
+            and table is not None
+            and table["slo_ms"] is not None
+            and not parameters.get(OVERRIDE_PARAMETER)
+        ):
+            # Client-free binding: behind the gate a request is taken up as it arrives, so
+            # its take-up plus the table's SLO is its deadline (clients need not send one).
+            deadline = taken_up + int(table["slo_ms"] * 1e6)
+        # Every request taken up counts towards the pod's rate (late binding's slow loop), at
+        # its arrival where its deadline and the table's SLO tell it.
         arrived = None
         if table is not None and table["slo_ms"] is not None and deadline is not None:
             arrived = parse_deadline(deadline) - int(table["slo_ms"] * 1e6)
-        taken_up = time.time_ns()
         qps = self.inflight.dispatched(arrived)
+        if not self.pipeline_slots:
+            return self._run(body, key, parameters, table, deadline, arrived, qps, taken_up)
+        # The gate: the request waits its turn in the shared table (seen there with its
+        # deadline by the one binding ahead of it), then runs the pipeline.
+        self.inflight.queue_at_gate(None if deadline is None else parse_deadline(deadline))
+        try:
+            self.inflight.pass_gate(self.pipeline_slots)
+            return self._run(body, key, parameters, table, deadline, arrived, qps, time.time_ns())
+        finally:
+            self.inflight.leave_gate()
+
+    def _run(self, body, key, parameters, table, deadline, arrived, qps, started):
+        """Run the pipeline for a request that started at ``started`` (ns since the epoch):
+        its configuration bound, judged by admission or as routed."""
         override = parameters.get(OVERRIDE_PARAMETER)
         if override:
             key = canonical(json.loads(override) if isinstance(override, str) else override)
@@ -986,10 +1144,11 @@ class TritonPythonModel:
                 hurried = (
                     arrived is not None
                     and degrade_after is not None
-                    and taken_up - arrived > degrade_after * table["slo_ms"] * 1e6
+                    and started - arrived > degrade_after * table["slo_ms"] * 1e6
                 )
-                return self._serve_bound(body, table, parse_deadline(deadline), qps, hurried)
-            key = self.admission.judge(key, parameters[DEADLINE_PARAMETER])
+                times = {} if parameters.get(COMPONENT_TIMES_PARAMETER) else None
+                return self._serve_bound(body, table, parse_deadline(deadline), qps, hurried, times)
+            key = self.admission.judge(key, deadline)
         # The pipeline gets the canonical form too: its components may key data by it.
         config = json.loads(key)
         if not config:
@@ -1005,8 +1164,9 @@ class TritonPythonModel:
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )
 
-    def _serve_bound(self, body, table, deadline_ns, qps, hurried=False):
-        """Serve a request with a lazily bound configuration (late binding)."""
+    def _serve_bound(self, body, table, deadline_ns, qps, hurried=False, times=None):
+        """Serve a request with a lazily bound configuration (late binding); ``times``: each
+        component model's wall time is added there and returned as for a routed request."""
         followers = 0
         if self.metrics_url != "off":
             if self.poller is None:
@@ -1015,7 +1175,14 @@ class TritonPythonModel:
                 )
             followers = self.poller.followers()
         config = LazyConfig(
-            table, deadline_ns, self.inflight, qps, hurried, followers, self.servers
+            table,
+            deadline_ns,
+            self.inflight,
+            qps,
+            hurried,
+            followers,
+            self.servers,
+            gated=self.pipeline_slots is not None,
         )
         stage_of_model = {model: i for i, model in enumerate(table["components"])}
 
@@ -1030,7 +1197,10 @@ class TritonPythonModel:
             finally:
                 self.inflight.leave()
 
-        result = self.pipeline.run(body, config, staged_call)
+        run_call = staged_call if times is None else timed(staged_call, times)
+        result = self.pipeline.run(body, config, run_call)
+        if times is not None and isinstance(result, dict):
+            result = {**result, COMPONENT_TIMES_KEY: times}
         return pb_utils.InferenceResponse(
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", config.key())]
         )
