@@ -443,10 +443,21 @@ def check_binding(table):
         raise ValueError(
             f"binding: degrade_after {degrade_after!r} is not a share of slo_ms in (0, 1] (or null)"
         )
+    # The same numbers as arrays, for the followers' spare (computed at every stage bound).
+    stage_ms = np.array([entry[2] for entry in checked])
+    admit_ms = np.array([entry[3] for entry in checked])
+    fastest = int(np.argmin([sum(entry[2]) for entry in checked]))
+    arrays = {
+        "stage_ms": stage_ms,
+        "admit_ms": admit_ms,
+        "values": {n: np.array([entry[0][n] for entry in checked], dtype=object) for n in names},
+        "fastest_ms": (sum(checked[fastest][2]), sum(checked[fastest][3])),
+    }
     return {
         "stages": [list(s) for s in stages],
         "components": [str(c) for c in components],
         "configs": checked,
+        "arrays": arrays,
         "refuse": refuse,
         "slo_ms": None if slo_ms is None else float(slo_ms),
         "degrade_after": None if degrade_after is None else float(degrade_after),
@@ -569,19 +580,28 @@ def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, s
     taken as having its own ``left_ms`` left (compass.domain.binding.polled_followers_left_ms)."""
     if followers <= 0 and not seen_left_ms:
         return float("inf")
-    configs = table["configs"]
-    consistent = [
-        entry for entry in configs if all(entry[0][n] == v for n, v in bound.items())
-    ] or configs
-    own = min(remaining_ms(entry[2], at, backlog_ms) for entry in consistent)
-    own_likely = min(remaining_ms(entry[3], at, backlog_ms) for entry in consistent)
-    fastest = min(configs, key=lambda entry: sum(entry[2]))
+    # On the table's arrays (remaining_ms's sums in its order): a bound request that waits at
+    # the gate reads this at every stage, and it must stay well under a millisecond.
+    arrays = table["arrays"]
+    consistent = np.ones(len(table["configs"]), dtype=bool)
+    for name, value in bound.items():
+        consistent &= arrays["values"][name] == value
+    if not consistent.any():
+        consistent[:] = True
+
+    def remaining(matrix):
+        total = np.zeros(len(matrix))
+        for stage in range(at, matrix.shape[1]):
+            total = total + (backlog_ms[stage] + matrix[:, stage])
+        return float(total[consistent].min())
+
+    fastest_ms, fastest_likely_ms = arrays["fastest_ms"]
     return follower_spare_ms(
-        own,
+        remaining(arrays["stage_ms"]),
         [*seen_left_ms, *[left_ms] * max(followers, 0)],
-        sum(fastest[2]),
+        fastest_ms,
         servers,
-        likely=(own_likely, sum(fastest[3])),
+        likely=(remaining(arrays["admit_ms"]), fastest_likely_ms),
     )
 
 
