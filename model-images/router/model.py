@@ -66,6 +66,26 @@ request. A request taken up then has as followers the count at the last poll les
 the instances took up since, each taken as having as long left as itself, and spares them as
 compass.domain.binding.follower_spare_ms does. Without a fresh count (no metrics port, an
 error, a count older than 4 polls) it has none: the binding is today's.
+
+The gate (optional, model config parameter ``compass_pipeline_slots``: G; absent, no gate):
+the router runs N > G instances, which take requests up as they arrive (while fewer than N are
+in the router), and at most G of them run the pipeline at once, in take-up order across the
+instances' processes. A request taken up draws a ticket (a counter in the in-flight table's
+shared file, under its file lock) and waits at the gate, its slot there saying "waiting" with
+its deadline, looking again every 0.5 ms until fewer than G requests are in the pipeline or
+waiting with an earlier ticket. So the queue the pod holds is in the table, not in Triton's:
+a request that binds sees each request waiting behind it with what is left of its own deadline
+(then, beyond them, the poller's count of those Triton still holds), and spares them as
+follower_spare_ms does; the followers share the G slots, not the N instances. A request that
+waited at the gate longer than the table's ``degrade_after`` binds the fastest completion, as
+one that waited in Triton's queue does without the gate. A dead process never wedges the gate:
+every 50 ms of waiting, the places ahead whose process is gone (or a zombie) are cleared, and a
+restarted stub that takes a dead one's slot starts with it free. Behind the gate a request
+without a deadline, where the binding table has ``slo_ms``, gets one: its take-up (its arrival,
+while fewer than N are in the router) plus ``slo_ms`` (client-free binding; overrides are
+served as asked). The gate empties Triton's queue of the router, which the operator's queue
+signal (``nv_inference_pending_request_count``) reads: use it with late binding, not with a
+strategy that watches that queue.
 """
 
 import contextlib
