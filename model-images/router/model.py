@@ -375,9 +375,10 @@ _SLOT = struct.Struct("<qqqd")
 DISPATCH_RING = 1024
 RATE_WINDOW_S = 2.0
 _RING_AT = INFLIGHT_SLOTS * _SLOT.size
-# After the ring: the gate (compass_pipeline_slots): the last ticket given, then per slot (the
-# same slot as the in-flight table's) its owner's pid, its request's ticket, its state at the
-# gate and its deadline (ns since the epoch; 0: none).
+# After the ring: the gate (compass_pipeline_slots): the last ticket given and a count of the
+# moves that may let a waiter pass (a request left, a dead one cleared), then per slot (the same
+# slot as the in-flight table's) its owner's pid, its request's ticket, its state at the gate
+# and its deadline (ns since the epoch; 0: none).
 _GATE_AT = _RING_AT + (DISPATCH_RING + 1) * 8
 _GATE_FIELDS = 4
 GATE_FREE, GATE_WAITING, GATE_RUNNING = 0, 1, 2
@@ -675,10 +676,11 @@ def bind_stage(
     return fastest
 
 
-# The gate: a request waiting for its turn looks again every GATE_POLL_S, and every
-# GATE_CHECK_S whether the processes of the requests ahead of it are still there.
+# The gate: a request next in line looks again every GATE_POLL_S (GATE_FAR_POLLS times less
+# often further back), and every GATE_CHECK_S whether the processes ahead of it are still there.
 PIPELINE_SLOTS_PARAMETER = "compass_pipeline_slots"
 GATE_POLL_S = 0.0005
+GATE_FAR_POLLS = 10
 GATE_CHECK_S = 0.05
 
 
@@ -699,7 +701,7 @@ class Inflight:
     decision reads all of them (a torn read is one stale guess, never an error)."""
 
     def __init__(self, path):
-        size = _GATE_AT + (1 + INFLIGHT_SLOTS * _GATE_FIELDS) * 8
+        size = _GATE_AT + (2 + INFLIGHT_SLOTS * _GATE_FIELDS) * 8
         # Kept open: the gate's tickets are given under its lock.
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         with self._locked():
@@ -710,10 +712,10 @@ class Inflight:
                 self.table, dtype=np.int64, count=DISPATCH_RING + 1, offset=_RING_AT
             )
             self.gate = np.frombuffer(
-                self.table, dtype=np.int64, count=1 + INFLIGHT_SLOTS * _GATE_FIELDS, offset=_GATE_AT
+                self.table, dtype=np.int64, count=2 + INFLIGHT_SLOTS * _GATE_FIELDS, offset=_GATE_AT
             )
             # Per slot: pid, ticket, state, deadline ns (one row each).
-            self.gate_slots = self.gate[1:].reshape(INFLIGHT_SLOTS, _GATE_FIELDS)
+            self.gate_slots = self.gate[2:].reshape(INFLIGHT_SLOTS, _GATE_FIELDS)
             self.slot = self._claim()
 
     @contextlib.contextmanager
@@ -760,6 +762,7 @@ class Inflight:
         _SLOT.pack_into(self.table, free * _SLOT.size, pid, -1, 0, 0.0)
         # A gone process's place at the gate goes with its slot.
         self.gate_slots[free] = (pid, 0, GATE_FREE, 0)
+        self.gate[1] += 1
         return free
 
     def queue_at_gate(self, deadline_ns=None):
@@ -787,18 +790,25 @@ class Inflight:
 
     def pass_gate(self, slots, poll_s=GATE_POLL_S, check_s=GATE_CHECK_S):
         """Wait until fewer than ``slots`` requests are ahead of this one, then enter the
-        pipeline. Every ``check_s`` of waiting, the requests ahead whose process is gone (a
-        stub killed mid-request) are cleared: a dead process never wedges the gate."""
+        pipeline. It looks again only after a move (the moves' count changed), every
+        ``poll_s`` while next in line, GATE_FAR_POLLS times less often further back (a waiting
+        stub costs little CPU). Every ``check_s`` of waiting, the requests ahead whose process
+        is gone (a stub killed mid-request) are cleared: a dead process never wedges the gate."""
         checked = time.monotonic()
+        seen = None
         while True:
-            ahead = self.ahead_at_gate()
-            if len(ahead) < slots:
-                self.gate_slots[self.slot, 2] = GATE_RUNNING
-                return
+            moves = int(self.gate[1])
+            if moves != seen:
+                seen = moves
+                ahead = self.ahead_at_gate()
+                if len(ahead) < slots:
+                    self.gate_slots[self.slot, 2] = GATE_RUNNING
+                    return
+                wait = poll_s if len(ahead) == slots else poll_s * GATE_FAR_POLLS
             if time.monotonic() - checked >= check_s:
                 self.clear_gone(ahead)
-                checked = time.monotonic()
-            time.sleep(poll_s)
+                checked, seen = time.monotonic(), None
+            time.sleep(wait)
 
     def clear_gone(self, slots):
         """Free the gate places among ``slots`` whose process is gone."""
@@ -810,6 +820,7 @@ class Inflight:
                 # Unless its slot was claimed again meanwhile (then it is someone else's).
                 if int(self.gate_slots[slot, 0]) == pid:
                     self.gate_slots[slot, 2] = GATE_FREE
+                    self.gate[1] += 1
 
     def gate_followers(self):
         """The deadlines (ns since the epoch, 0 none) of the requests waiting at the gate
@@ -822,7 +833,10 @@ class Inflight:
 
     def leave_gate(self):
         """This instance's request left the pipeline (served, failed or refused)."""
-        self.gate_slots[self.slot, 2] = GATE_FREE
+        with self._locked():
+            self.gate_slots[self.slot, 2] = GATE_FREE
+            # Counted under the lock: a lost count could leave a waiter asleep past its turn.
+            self.gate[1] += 1
 
     def enter(self, stage, predicted_ms):
         """This instance's request is now at ``stage`` (queued or served there)."""
