@@ -268,7 +268,7 @@ def main() -> int:
                 f"some of fastest, accurate, {BINDING_RUN}"
             )
     # Requests each pod serves at once: the gate's slots, else the router's instances.
-    servers = slots or instances
+    pod_servers = slots or instances
     try:
         quantile = admission_quantile(args, 0.5)
         degrade_after = admission_degrade_after(args, DEFAULT_DEGRADE_AFTER)
@@ -328,7 +328,7 @@ def main() -> int:
             ProfileSettings(warmup_runs=5, measured_runs=args.profile_runs),
             sample,
         )
-        if servers > 1:
+        if pod_servers > 1:
             # What each member drains at the deployed instances: the thresholds, the
             # simulator's pod and the predictive forecast read it.
             for config, entry in zip(front, document["profiles"], strict=True):
@@ -408,7 +408,9 @@ def main() -> int:
         if qa_real:
             pod_model = PodModel(servers=instances, contended=True)
         else:
-            pod_model = PodModel(servers=servers, stages=RAG_SIM_STAGES if servers > 1 else ())
+            pod_model = PodModel(
+                servers=pod_servers, stages=RAG_SIM_STAGES if pod_servers > 1 else ()
+            )
         print(
             f"{pattern.kind.value}: base {pattern.base_qps:.2f} QPS per replica, "
             f"{pattern.duration_s:g} s, {scenario.requests} requests, seed {seed}\n"
@@ -429,9 +431,9 @@ def main() -> int:
                 profiles,
                 Slo(slo_ms * scale, 95.0),
                 50.0 * scale,
-                ThresholdModel.MEASURED if servers > 1 else ThresholdModel.TAIL,
+                ThresholdModel.MEASURED if pod_servers > 1 else ThresholdModel.TAIL,
                 switch_delay_ms=1000 * switch_delay_s,
-                servers=servers,
+                servers=pod_servers,
             )
             spec = spec_for_plan(
                 plan,
@@ -500,7 +502,7 @@ def main() -> int:
             # accuracy gain over static fastest as a share of the oracle's.
             oracle = (
                 hindsight_oracle(members, scenario, slo_ms * scale, pods=args.replicas)
-                if servers == 1
+                if pod_servers == 1
                 else None
             )
             # The policy's choices are judged on what served each request (the members'
