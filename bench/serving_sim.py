@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -64,7 +65,7 @@ from compass.domain.admission import (
 )
 from compass.domain.arrivals import Scenario, make_pattern, make_scenario
 from compass.domain.binding import RATE_HEADROOM
-from compass.domain.bindingsim import BindingSettings, simulate_binding
+from compass.domain.bindingsim import ROUTER_POLL_S, BindingSettings, RateView, simulate_binding
 from compass.domain.elastico import Elastico
 from compass.domain.forecast import ForecasterKind, build_forecaster
 from compass.domain.oracle import hindsight_oracle, known_load_oracle
@@ -183,8 +184,25 @@ class Job:
     # request, as a share of the SLO (--binding-lag; None: none).
     binding_lag: float | None = None
     # Late binding spares the requests waiting behind for a router instance, counted by a
-    # poller of Triton's pending count every this many ms (--binding-poll-ms; None: blind).
-    binding_poll_ms: float | None = None
+    # poller of Triton's pending count every this many ms (--binding-poll-ms; the router's
+    # default; None: blind).
+    binding_poll_ms: float | None = ROUTER_POLL_S * 1000
+    # Late binding behind a gate of this many router instances a pod, of which one runs the
+    # pipeline at a time: the rest see the requests waiting at it (--binding-gate; None: none).
+    binding_gate: int | None = None
+    # Which arrivals the router's rate counts (--binding-rate; None: the gate's own where there
+    # is one, else the arrival times of the requests taken up).
+    binding_rate: RateView | None = None
+    # The slow loop allows a member while the rate is within its planner limit x this
+    # (--binding-headroom).
+    binding_headroom: float = RATE_HEADROOM
+    # Late binding spares the arrivals still to come, as soon as a Poisson stream at the
+    # router's rate brings them with this probability (--binding-arrival-risk; None: none).
+    binding_arrival_risk: float | None = None
+    # With binding_lag: its share is of the SLO less this many fastest services.
+    binding_lag_reserve: int = 0
+    # With binding_lag: its share is also of the SLO less static fastest's queue now.
+    binding_lag_backlog: bool = False
     # Only static fastest, the hindsight oracle and late binding (--binding-only).
     binding_only: bool = False
     # Real load: a window of a shipped trace at this share of the fastest member's capacity
@@ -273,7 +291,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             report.dropped_pct,
         )
     limits = tuple(
-        None if t.stay_max_qps is None else t.stay_max_qps * RATE_HEADROOM
+        None if t.stay_max_qps is None else t.stay_max_qps * job.binding_headroom
         for t in plans[ThresholdModel.TAIL].thresholds
     )
     for label, refuse in BINDING.items():
@@ -283,9 +301,17 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             admission_quantile=job.admission_quantile,
             max_qps=limits,
             lag_share=job.binding_lag,
-            spare_followers=job.binding_poll_ms is not None,
+            lag_reserve=job.binding_lag_reserve,
+            lag_backlog=job.binding_lag_backlog,
+            spare_followers=job.binding_poll_ms is not None
+            or job.binding_gate is not None
+            or job.binding_arrival_risk is not None,
             followers_poll_s=None if job.binding_poll_ms is None else job.binding_poll_ms / 1000,
+            visible_followers=None if job.binding_gate is None else job.binding_gate - 1,
+            rate_view=job.binding_rate
+            or (RateView.TAKEN_ARRIVALS if job.binding_gate is None else RateView.GATE_ARRIVALS),
             degrade_after=job.degrade_after,
+            arrival_risk=job.binding_arrival_risk,
         )
         report = simulate_binding(
             front, scenario, job.slo_ms, label, settings=settings, pods=job.pods
@@ -441,12 +467,53 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "behind the schedule static fastest keeps (e.g. 0.25; default: no cap)",
     )
     parser.add_argument(
+        "--binding-lag-reserve",
+        type=int,
+        default=0,
+        help="with --binding-lag: its share is of the SLO less this many of the fastest's "
+        "likely services (default 0: of the SLO)",
+    )
+    parser.add_argument(
+        "--binding-lag-backlog",
+        action="store_true",
+        help="with --binding-lag: its share is also of the SLO less static fastest's queue now "
+        "(when a request arriving now would start there)",
+    )
+    parser.add_argument(
         "--binding-poll-ms",
+        default=f"{ROUTER_POLL_S * 1000:g}",
+        help="late binding: spare the requests waiting in front of the router, counted by a "
+        "poller of Triton's pending count every this many ms (the router's compass_metrics_url; "
+        f"default {ROUTER_POLL_S * 1000:g}, the router's), or 'off': the router is blind to them",
+    )
+    parser.add_argument(
+        "--binding-gate",
+        type=int,
+        default=None,
+        help="late binding behind the router's gate: this many router instances a pod take "
+        "requests up, one runs the pipeline at a time, and the rest see the requests waiting at "
+        "the gate with their deadlines (e.g. 8; default: no gate)",
+    )
+    parser.add_argument(
+        "--binding-headroom",
+        type=float,
+        default=RATE_HEADROOM,
+        help="late binding: the slow loop allows a member while the rate is within its planner "
+        f"rate limit x this (default {RATE_HEADROOM:g}, the operator's)",
+    )
+    parser.add_argument(
+        "--binding-arrival-risk",
         type=float,
         default=None,
-        help="late binding: spare the requests waiting in front of the router, counted by a "
-        "poller of Triton's pending count every this many ms (the router's compass_pending_url; "
-        "default: the router is blind to them)",
+        help="late binding: spare the arrivals still to come too, as soon as a Poisson stream "
+        "at the router's rate brings them with this probability (e.g. 0.05; default: none)",
+    )
+    parser.add_argument(
+        "--binding-rate",
+        default=None,
+        choices=[v.value for v in RateView],
+        help="late binding: which arrivals the router's rate counts (default: gate-arrivals "
+        "with --binding-gate, else taken-arrivals, as the router counts them)",
     )
     parser.add_argument(
         "--late-last",
@@ -464,8 +531,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--seeds and --jobs must be >= 1")
     if args.seed_offset < 0:
         parser.error("--seed-offset must be >= 0")
-    if args.binding_poll_ms is not None and not args.binding_poll_ms > 0:
-        parser.error("--binding-poll-ms must be > 0: the poll period in ms, e.g. 50")
+    if args.binding_poll_ms == "off":
+        args.binding_poll_ms = None
+    else:
+        try:
+            args.binding_poll_ms = float(args.binding_poll_ms)
+        except ValueError:
+            args.binding_poll_ms = math.nan
+        if not args.binding_poll_ms > 0:
+            parser.error("--binding-poll-ms must be a period > 0 in ms, e.g. 25, or 'off'")
+    if args.binding_gate is not None and args.binding_gate < 2:
+        parser.error("--binding-gate must be >= 2 router instances a pod, e.g. 8")
+    if args.binding_arrival_risk is not None and not 0 < args.binding_arrival_risk < 1:
+        parser.error("--binding-arrival-risk must lie in (0, 1): a probability, e.g. 0.05")
+    if args.binding_lag_reserve < 0:
+        parser.error("--binding-lag-reserve must be >= 0 services, e.g. 2")
+    if not args.binding_headroom > 0:
+        parser.error("--binding-headroom must be > 0, e.g. 1.5")
+    if args.binding_rate is not None:
+        args.binding_rate = RateView(args.binding_rate)
+    if args.binding_rate is RateView.GATE_ARRIVALS and args.binding_gate is None:
+        parser.error("--binding-rate gate-arrivals needs --binding-gate")
     if args.binding_lag is not None and not 0 < args.binding_lag <= 1:
         parser.error("--binding-lag must lie in (0, 1]: a share of the SLO, e.g. 0.25")
     args.trace_names = (
@@ -811,6 +897,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.late_last,
         binding_lag=args.binding_lag,
         binding_poll_ms=args.binding_poll_ms,
+        binding_gate=args.binding_gate,
+        binding_rate=args.binding_rate,
+        binding_headroom=args.binding_headroom,
+        binding_arrival_risk=args.binding_arrival_risk,
+        binding_lag_reserve=args.binding_lag_reserve,
+        binding_lag_backlog=args.binding_lag_backlog,
         binding_only=args.binding_only,
     )
     seeds = range(args.seed_offset, args.seed_offset + args.seeds)

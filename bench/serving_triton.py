@@ -38,7 +38,10 @@ request carries the SLO as its deadline and every router binds rag-sim's retriev
 generator parameters stage by stage from the table the operator would send (the front's
 per-stage times, the planner's rate limits), refusing at the first stage what is late whatever
 serves it; the simulator predicts it with compass.domain.bindingsim on the same arrivals, on
-what the routers see (rag-sim only: qa-real's stages call several component models each).
+what the routers see (rag-sim; qa-real's sim columns read nan). qa-real's stages, retrieval
+(retriever, top_k, rerank: bm25, dense or both, then maybe the reranker) and reading (the
+reader), take their per-stage times from the component times profiled through the router here
+(``qa_real_binding_table``): the reader is bound when the request reaches it.
 After each rag-sim run a line says where its requests waited: the mean time in Triton's queue
 of the router and of each component (Triton's statistics, paper ms), the router's being what a
 router cannot see.
@@ -113,7 +116,17 @@ from compass.domain.admission import (
     router_admission,
 )
 from compass.domain.arrivals import SPIKE_FACTOR, PatternKind, make_pattern, make_scenario
-from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_SHARES, RAG_SIM_STAGE_PARAMS
+from compass.domain.binding import (
+    QA_REAL_COMPONENTS,
+    QA_REAL_STAGE_PARAMS,
+    RAG_SIM_COMPONENTS,
+    RAG_SIM_SHARES,
+    RAG_SIM_STAGE_PARAMS,
+    RATE_HEADROOM,
+    measured_stage_times,
+    router_table,
+    stage_plan,
+)
 from compass.domain.bindingsim import ROUTER_POLL_S, RateView, simulate_binding
 from compass.domain.bindingsim import BindingSettings as SimulatedBinding
 from compass.domain.evaluation import Config
@@ -198,6 +211,36 @@ def qa_real_accuracy(router: TritonRouter, config: Config) -> float:
     return float(np.mean(scores))
 
 
+def qa_real_binding_table(spec: Any, plan: Any) -> dict[str, Any]:
+    """The late-binding table qa-real's routers get: what conversion.binding_table sends, its
+    per-stage times split by the component times profiled through the router on this CPU
+    (a stage's time is its models' together), never by an assumed share."""
+    profiles = [t.profile for t in plan.thresholds]
+    if measured_stage_times(profiles, QA_REAL_COMPONENTS) is None:
+        raise SystemExit(
+            "qa-real binding: the profiles lack component times for every stage; profile "
+            "through a router that times its components (compass_component_times)"
+        )
+    stages = stage_plan(
+        profiles,
+        QA_REAL_STAGE_PARAMS,
+        spec.binding.quantile,
+        admission_quantile=spec.admission.quantile,
+        components=QA_REAL_COMPONENTS,
+    )
+    return router_table(
+        stages,
+        QA_REAL_COMPONENTS,
+        refuse=spec.admission.enabled and spec.admission.refuse,
+        slo_ms=spec.slo.latency_ms,
+        degrade_after=spec.admission.degrade_after,
+        max_qps=[
+            None if t.stay_max_qps is None else t.stay_max_qps * RATE_HEADROOM
+            for t in plan.thresholds
+        ],
+    )
+
+
 def main() -> int:
     """Run the benchmark, print its tables and (with --json) write its figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -278,11 +321,6 @@ def main() -> int:
     if unknown:
         parser.error(
             f"--runs: {', '.join(sorted(unknown))} unknown; give some of {', '.join(EVERY_RUN)}"
-        )
-    if qa_real and BINDING_RUN in args.runs.split(","):
-        parser.error(
-            f"--runs {BINDING_RUN}: rag-sim only (each of qa-real's stages calls several "
-            "component models; late binding reads one queue a stage)"
         )
     scale = args.time_scale
     slos = [float(s) for s in args.slos.split(",")]
@@ -443,7 +481,11 @@ def main() -> int:
                 admission=AdmissionSettings(
                     enabled=True, quantile=quantile, degrade_after=degrade_after
                 ),
-                binding=BindingSettings(
+                # qa-real's table is built beside the spec (qa_real_binding_table): a
+                # ParetoPolicy's stage names one component model, and its retrieval calls two.
+                binding=BindingSettings()
+                if qa_real
+                else BindingSettings(
                     mode=BindingMode.PER_STAGE,
                     stages=[
                         BindingStage(component=model, parameters=list(names), share=share)
@@ -453,7 +495,21 @@ def main() -> int:
                     ],
                 ),
             )
-            bound = None if qa_real else binding_table(spec, plan)
+            if not qa_real:
+                bound = binding_table(spec, plan)
+            elif BINDING_RUN in args.runs.split(","):
+                bound = qa_real_binding_table(spec, plan)
+                print(
+                    "qa-real's binding table, per-stage ms (retrieval, reading) at quantile "
+                    f"{spec.binding.quantile:g}: "
+                    + "; ".join(
+                        f"{c['config']} {', '.join(f'{t:.1f}' for t in c['stage_ms'])}"
+                        for c in bound["configs"]
+                    ),
+                    flush=True,
+                )
+            else:
+                bound = None
             members = [t.profile for t in plan.thresholds]
             admission = Admission(
                 slo_ms * scale, quantile, at=AdmissionPoint.DISPATCH, degrade_after=degrade_after
@@ -472,7 +528,7 @@ def main() -> int:
                 **predict({"policy": runtime_policy(spec)}),
                 **predict({ADMITTED_RUN: runtime_policy(spec)}, admission=admission),
             }
-            if bound is not None and BINDING_RUN in args.runs.split(","):
+            if bound is not None and not qa_real and BINDING_RUN in args.runs.split(","):
                 # The routers' rule in the simulator, on the table's own numbers.
                 predicted[BINDING_RUN] = simulate_binding(
                     members,

@@ -43,18 +43,21 @@ Component times (profiling): a request with the parameter ``compass_component_ti
 each component model's wall time, in ms summed over its calls, in its result under
 ``compass_component_ms`` (a pipeline whose result is not a JSON object gets none).
 
-Late binding (optional, issue 43): a switch may carry a ``binding`` table (the pipeline's
-stages, each with the parameters it binds and the component model it calls, and the
-configurations allowed, each with its accuracy and per-stage times: compass.domain.binding.
-router_table), kept in a third state file. A request that carries its deadline then gets a lazy
-``config``: a parameter is bound when ``pipeline.py`` first reads it (with every earlier stage
-not bound yet), to the most accurate allowed configuration consistent with what is bound whose
-remaining time (each remaining component's work in flight, read from a shared-memory table the
-router instances keep, plus its own per-stage times) fits what is left of the deadline; else
-the fastest completion; refused (UNAVAILABLE) at the first stage where the table refuses and
-even the fastest is more likely late than not. compass.domain.binding.bind_stage is the same
-rule (tests/unit/test_router_binding.py holds them together). Existing pipeline.py files run
-unchanged: one that reads every parameter up front binds them all at dispatch.
+Late binding (optional, issue 43): a switch may carry a ``binding`` table (the pipeline's stages,
+each with the parameters it binds and the component model it calls, or the list of models it may
+call, such as a retriever and a reranker, and the configurations allowed, each with its accuracy
+and per-stage times: compass.domain.binding.router_table), kept in a third state file. A request
+that carries its deadline then gets a lazy ``config``: a parameter is bound when ``pipeline.py``
+first reads it (with every earlier stage not bound yet), to the most accurate allowed configuration
+consistent with what is bound whose remaining time (each remaining component's work in flight, read
+from a shared-memory table the router instances keep, plus its own per-stage times) fits what is
+left of the deadline; else the fastest completion; refused (UNAVAILABLE) at the first stage where
+the table refuses and even the fastest is more likely late than not.
+compass.domain.binding.bind_stage is the same rule (tests/unit/test_router_binding.py holds them
+together). A stage's in-flight work is what is left of its time after the request's calls there so
+far; a parameter first read after the request called a component counts the stage called last as
+done. Existing pipeline.py files run unchanged: one that reads every parameter up front binds them
+all at dispatch.
 
 The queue in front of the router (late binding): Triton queues requests before an instance
 takes them up, where the in-flight table cannot see them. A daemon thread per router instance
@@ -405,6 +408,15 @@ def check_binding(table):
         raise ValueError("binding: a parameter is bound by two stages")
     if not isinstance(components, list) or len(components) != len(stages):
         raise ValueError("binding: components must name one model per stage")
+    # A stage may call several models (a list): each call of one counts as that stage's.
+    models = [[c] if isinstance(c, str) else c for c in components]
+    if not all(
+        isinstance(m, list) and m and all(isinstance(n, str) and n for n in m) for m in models
+    ):
+        raise ValueError("binding: each stage's component is a model name or a list of them")
+    named = [n for m in models for n in m]
+    if len(set(named)) != len(named):
+        raise ValueError("binding: a component model belongs to two stages")
     if not isinstance(configs, list) or not 1 <= len(configs) <= MAX_BINDING_CONFIGS:
         raise ValueError(f"binding: configs must hold 1 to {MAX_BINDING_CONFIGS} configurations")
     checked = []
@@ -476,7 +488,8 @@ def check_binding(table):
     }
     return {
         "stages": [list(s) for s in stages],
-        "components": [str(c) for c in components],
+        "components": components,
+        "stage_of_model": {n: i for i, m in enumerate(models) for n in m},
         "configs": checked,
         "arrays": arrays,
         "refuse": refuse,
@@ -595,11 +608,15 @@ def follower_spare_ms(own_fastest_ms, followers_left_ms, follower_ms, servers=1,
     return spare
 
 
-def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, seen_left_ms=()):
-    """The spare of a request with ``seen_left_ms`` behind it (the gate's waiters, each with
-    what is left of its own deadline, in order), then ``followers`` (counted, not seen), each
-    taken as having its own ``left_ms`` left (compass.domain.binding.polled_followers_left_ms)."""
-    if followers <= 0 and not seen_left_ms:
+def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, gate_left_ms=()):
+    """The spare of a request with ``followers`` (counted, not seen) behind it, each taken as
+    having its own ``left_ms`` left (compass.domain.binding.polled_followers_left_ms); behind
+    a gate, the followers waiting at it first, each with what is left of its deadline
+    (``gate_left_ms``, in FIFO order), and the counted ones, in Triton's queue behind them,
+    each with what the last of those has left (compass.domain.bindingsim's gated view)."""
+    gate_left_ms = list(gate_left_ms)
+    followers = max(followers, 0)
+    if not gate_left_ms and followers == 0:
         return float("inf")
     # On the table's arrays (remaining_ms's sums in its order): a bound request that waits at
     # the gate reads this at every stage, and it must stay well under a millisecond.
@@ -617,9 +634,10 @@ def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, s
         return float(total[consistent].min())
 
     fastest_ms, fastest_likely_ms = arrays["fastest_ms"]
+    counted_left = gate_left_ms[-1] if gate_left_ms else left_ms
     return follower_spare_ms(
         remaining(arrays["stage_ms"]),
-        [*seen_left_ms, *[left_ms] * max(followers, 0)],
+        gate_left_ms + [counted_left] * followers,
         fastest_ms,
         servers,
         likely=(remaining(arrays["admit_ms"]), fastest_likely_ms),
@@ -896,6 +914,10 @@ class LazyConfig(dict):
         # The stage the request has reached (the next component it calls): a stage bound
         # before it is reached counts the time of the stages still ahead of it.
         self.at = 0
+        # The last stage whose component it called (-1: none yet), and its time in each
+        # stage's calls so far, ms.
+        self.called = -1
+        self.spent = [0.0] * len(table["stages"])
         # The slow loop: what the pod's rate (``qps``: Inflight.dispatched) allows now (all
         # where no configuration has a limit).
         limited = any(entry[4] is not None for entry in table["configs"])
@@ -947,6 +969,11 @@ class LazyConfig(dict):
         if stage is None:
             raise KeyError(name)
         if name not in self.bound:
+            if self.called >= 0:
+                # Read after it called a component: the pipeline is done with the stage it
+                # called last (it reads a later stage's parameters when it gets there), so
+                # that stage's queue and time are behind it (qa-real reads its reader so).
+                self.at = max(self.at, min(stage, self.called + 1))
             self._bind_through(stage)
         return self.bound[name]
 
@@ -978,6 +1005,7 @@ class LazyConfig(dict):
     def reach(self, stage):
         """The request now calls ``stage``'s component."""
         self.at = max(self.at, stage)
+        self.called = max(self.called, stage)
 
     def stage_ms(self, stage):
         """The predicted time at ``stage`` of the configuration the request heads for."""
@@ -985,9 +1013,40 @@ class LazyConfig(dict):
             return 0.0
         return self.table["configs"][self.target][2][stage]
 
+    def stage_left_ms(self, stage):
+        """What is left of that time after the request's calls at ``stage`` so far."""
+        return max(self.stage_ms(stage) - self.spent[stage], 0.0)
+
+    def spend(self, stage, ms):
+        """A call at ``stage`` took ``ms``."""
+        self.spent[stage] += ms
+
     def key(self):
         """The canonical key of the configuration served (binding what was never read)."""
         return canonical(dict(self.items()))
+
+
+def staged(run_call, config, inflight):
+    """``run_call`` for a bound request (``config``: its LazyConfig): each call of a stage's
+    component model puts the request at that stage in the in-flight table for the call."""
+    stage_of_model = config.table["stage_of_model"]
+
+    def staged_call(model, inputs, outputs):
+        stage = stage_of_model.get(model)
+        if stage is None:
+            return run_call(model, inputs, outputs)
+        config.reach(stage)
+        # What is left of the stage's time: a stage that calls several models (or one
+        # several times) counts its earlier calls' time as done.
+        inflight.enter(stage, config.stage_left_ms(stage))
+        started = time.monotonic_ns()
+        try:
+            return run_call(model, inputs, outputs)
+        finally:
+            inflight.leave()
+            config.spend(stage, (time.monotonic_ns() - started) / 1e6)
+
+    return staged_call
 
 
 def parse_deadline(deadline_ns):
@@ -1238,20 +1297,9 @@ class TritonPythonModel:
             self.servers,
             gated=self.pipeline_slots is not None,
         )
-        stage_of_model = {model: i for i, model in enumerate(table["components"])}
-
-        def staged_call(model, inputs, outputs):
-            stage = stage_of_model.get(model)
-            if stage is None:
-                return call(model, inputs, outputs)
-            config.reach(stage)
-            self.inflight.enter(stage, config.stage_ms(stage))
-            try:
-                return call(model, inputs, outputs)
-            finally:
-                self.inflight.leave()
-
-        run_call = staged_call if times is None else timed(staged_call, times)
+        run_call = staged(call, config, self.inflight)
+        if times is not None:
+            run_call = timed(run_call, times)
         result = self.pipeline.run(body, config, run_call)
         if times is not None and isinstance(result, dict):
             result = {**result, COMPONENT_TIMES_KEY: times}

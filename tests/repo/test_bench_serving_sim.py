@@ -265,3 +265,34 @@ def test_binding_only_runs_late_binding_against_static_fastest_and_the_oracle(
     assert binding_share > 50
     assert admitted_share > 50
     assert "late binding floors" in out
+
+
+def test_binding_sees_what_the_router_sees_by_default_and_behind_a_gate_on_request(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """By default late binding counts followers as the router's poller does (every 25 ms);
+    'off' is blind, and --binding-gate sees the requests waiting at the router's gate: three
+    views of the same arrivals, which the spike at 500 ms tells apart."""
+    argv = ["--seeds", "1", "--jobs", "1", "--slos", "500", "--patterns", "spike", "--binding-only"]
+
+    def row(*flags: str) -> str:
+        assert run_bench([*argv, *flags]) == 0
+        out = capsys.readouterr().out
+        return next(line for line in out.splitlines() if line.strip().startswith("500 spike"))
+
+    polled = row()
+    assert row("--binding-poll-ms", "25") == polled
+    assert row("--binding-poll-ms", "off") != polled
+    assert row("--binding-gate", "8", "--degrade-after", "1") != polled
+    for flags, message in (
+        (["--binding-poll-ms", "0"], "--binding-poll-ms must be a period > 0"),
+        (["--binding-poll-ms", "soon"], "--binding-poll-ms must be a period > 0"),
+        (["--binding-gate", "1"], "--binding-gate must be >= 2"),
+        (["--binding-rate", "gate-arrivals"], "gate-arrivals needs --binding-gate"),
+        (["--binding-lag-reserve", "-1"], "--binding-lag-reserve must be >= 0"),
+        (["--binding-arrival-risk", "1"], "--binding-arrival-risk must lie in (0, 1)"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            run_bench([*argv, *flags])
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import statistics
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +24,7 @@ import yaml
 from tritonclient.utils import InferenceServerException
 
 from compass.dataplane.triton import RouterReply, RoutingError, TritonRouter
+from compass.domain.binding import QA_REAL_COMPONENTS, QA_REAL_STAGE_PARAMS
 from compass.domain.space import Space, SpaceSpec, config_key
 from compass.lab.local_triton import (
     LocalTriton,
@@ -305,3 +307,33 @@ def test_the_encoder_and_reranker_batch_what_waits_and_answer_each_request_alone
         assert [r.as_numpy("IDS").tolist() for r in together] == [a.tolist() for a in alone]
     finally:
         client.close()
+
+
+def test_a_request_binds_its_reader_when_it_reaches_the_reader(qa_router: TritonRouter) -> None:
+    # Late binding on qa-real's two stages (retrieval calls bm25, dense or both; then the
+    # reader). The MiniLM reader's configuration is predicted at 5 s of retrieval and 5 s of
+    # reading, the lexical one at none: with 8 s left, MiniLM does not fit at dispatch (10 s
+    # ahead), so retrieval binds what both share; at the reader its retrieval is behind it and
+    # MiniLM's 5 s fit what is left. With 4 s left even that does not fit: lexical.
+    minilm = {**FASTEST, "reader": "minilm"}
+    qa_router.binding = {
+        "stages": [list(names) for names in QA_REAL_STAGE_PARAMS],
+        "components": [list(models) for models in QA_REAL_COMPONENTS],
+        "configs": [
+            {"config": config_key(FASTEST), "accuracy": 0.6, "stage_ms": [0.0, 0.0]},
+            {"config": config_key(minilm), "accuracy": 0.8, "stage_ms": [5_000.0, 5_000.0]},
+        ],
+        "refuse": False,
+    }
+    qa_router.switch(FASTEST)
+    try:
+        roomy = qa_router.infer({"sample": 4}, deadline_ns=time.time_ns() + 8 * 10**9)
+        assert roomy.config == config_key(minilm)
+        tight = qa_router.infer({"sample": 4}, deadline_ns=time.time_ns() + 4 * 10**9)
+        assert tight.config == config_key(FASTEST)
+        # Both retrieved alike (bm25, one passage): only the reader differs.
+        assert roomy.result["read"] == tight.result["read"]
+        assert len(roomy.result["read"]) == 1
+    finally:
+        qa_router.binding = None
+        qa_router.switch(FASTEST)

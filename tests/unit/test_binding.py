@@ -21,11 +21,13 @@ from compass.domain.binding import (
     BindingError,
     BindingVerdict,
     StagePlan,
+    arrival_offsets_ms,
     bind_stage,
     fit_stage_times,
     follower_spare_ms,
     lag_spare_ms,
     polled_followers_left_ms,
+    router_table,
     stage_plan,
     stage_shares,
     static_schedule,
@@ -202,6 +204,39 @@ def test_measured_component_times_split_each_configuration_where_every_profile_h
     assert stage_shares(measured, STAGES, (0.9, 0.1), ("retriever", "reranker")) == fitted
     with pytest.raises(BindingError, match="components: 1 component models for 2 stages"):
         stage_plan(measured, STAGES, components=("retriever",))
+
+
+def test_a_stage_that_calls_several_models_takes_their_times_together() -> None:
+    # qa-real's retrieval calls bm25, dense or both: each configuration's first stage is the
+    # models it called (a model it did not call is not in its times), the reader the second.
+    retrieve = ("bm25", "dense")
+    calls = [
+        {"bm25": 10.0, "reader": 30.0},
+        {"dense": 25.0, "reader": 30.0},
+        {"bm25": 10.0, "dense": 25.0, "reader": 60.0},
+        {"bm25": 10.0, "reader": 60.0},
+    ]
+    measured = [replace(p, component_ms=c) for p, c in zip(ADDITIVE, calls, strict=True)]
+    expected = [(10 / 40, 30 / 40), (25 / 55, 30 / 55), (35 / 95, 60 / 95), (10 / 70, 60 / 70)]
+    shares = stage_shares(measured, STAGES, None, (retrieve, "reader"))
+    for split, share in zip(shares, expected, strict=True):
+        assert split == pytest.approx(share)
+    plan = stage_plan(measured, STAGES, components=(retrieve, "reader"))
+    hybrid = plan.configs[2]
+    assert hybrid.total_ms == pytest.approx(float(measured[2].distribution.quantile(0.5)))
+    assert hybrid.stage_ms[0] == pytest.approx(hybrid.total_ms * 35 / 95)
+    # One configuration that called none of a stage's models: no split measured, the fit.
+    unmeasured = [*measured[:3], replace(ADDITIVE[3], component_ms={"reader": 60.0})]
+    assert stage_shares(unmeasured, STAGES, None, (retrieve, "reader")) == stage_shares(
+        ADDITIVE, STAGES
+    )
+    # The router's table: a list where a stage may call several, one model a stage a string.
+    table = router_table(plan, (retrieve, ("reader",)))
+    assert table["components"] == [["bm25", "dense"], "reader"]
+    with pytest.raises(BindingError, match=r"components: .* names one twice"):
+        router_table(plan, (retrieve, ("reader", "dense")))
+    with pytest.raises(BindingError, match="without a model"):
+        router_table(plan, (retrieve, ()))
 
 
 def test_stage_shares_name_a_missing_parameter() -> None:
@@ -388,9 +423,20 @@ def test_the_lag_cap_keeps_every_request_within_it_of_static_fastests_schedule()
         return (report.finishes_s - static.finishes_s) * 1000
 
     assert lags(BindingSettings()).max() > share * slo + 100
-    assert lags(BindingSettings(lag_share=share)).max() <= share * slo + 1e-6
+    capped = lags(BindingSettings(lag_share=share))
+    assert capped.max() <= share * slo + 1e-6
+    # With a reserve of two of the fastest's services (120 ms each), the share is of what is
+    # left of the SLO after them: a tighter cap, and one that binds.
+    reserved = lags(BindingSettings(lag_share=share, lag_reserve=2))
+    assert reserved.max() <= share * (slo - 2 * 120) + 1e-6 < capped.max()
+    # Counting static fastest's queue too: the clump arrives while the lone ones' busy period
+    # runs, so each request allows less lag behind it than the SLO alone would.
+    backlogged = lags(BindingSettings(lag_share=share, lag_backlog=True))
+    assert backlogged.max() < capped.max()
     with pytest.raises(SimulationError, match="lag_share"):
         lags(BindingSettings(lag_share=1.5))
+    with pytest.raises(SimulationError, match="lag_reserve"):
+        lags(BindingSettings(lag_share=share, lag_reserve=-1))
 
 
 def test_followers_counted_by_a_poll_are_spared_once_the_poll_has_seen_them() -> None:
@@ -417,3 +463,91 @@ def test_followers_counted_by_a_poll_are_spared_once_the_poll_has_seen_them() ->
     assert polled_followers_left_ms(-1, 250.0) == []
     with pytest.raises(SimulationError, match="followers_poll_s"):
         served(0.0, BindingSettings(spare_followers=True, followers_poll_s=0.0))
+
+
+def test_a_gate_shows_the_followers_waiting_at_it_and_the_poll_counts_those_behind() -> None:
+    # The four of the poll test, arriving between polls: a request bound at the gate sees
+    # the followers waiting at it with their deadlines, at once; those behind a full gate
+    # wait in Triton's queue, where only a poll counts them.
+    def served(at_s: float, visible: int, poll_s: float | None) -> tuple[list[int], float]:
+        arrivals = np.full(4, at_s)
+        load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(4, 0.5))
+        settings = BindingSettings(
+            spare_followers=True, followers_poll_s=poll_s, visible_followers=visible
+        )
+        report = simulate_binding(
+            ADDITIVE, load, 700, stages=STAGES, prior_shares=None, settings=settings
+        )
+        return [int(c) for c in report.configs], report.compliance
+
+    # A gate of four instances (three waiting): every follower seen before any poll could.
+    assert served(0.01, 3, 0.05) == served(0.01, 3, None) == ([1, 1, 1, 1], 100.0)
+    # A gate of two: one follower seen, so the first spares it alone; the two in Triton's
+    # queue are unseen until a poll counts them.
+    assert served(0.01, 1, None) == ([3, 0, 0, 0], 75.0)
+    assert served(0.01, 1, 0.05) == ([3, 0, 0, 0], 75.0)
+    assert served(0.0, 1, 0.05) == ([1, 1, 1, 1], 100.0)
+    assert served(0.0, 1, None) == ([3, 0, 0, 0], 75.0)
+    with pytest.raises(SimulationError, match="visible_followers"):
+        served(0.0, -1, None)
+
+
+def test_a_gated_router_counts_the_arrivals_it_took_up_as_they_come() -> None:
+    # The clump of the rate test: eight at once after a lull, one alone at 6 s.
+    arrivals = np.array([0.0] + [2.5] * 8 + [6.0])
+    load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(len(arrivals), 0.5))
+
+    def served(visible: int | None, view: RateView) -> list[int]:
+        settings = BindingSettings(max_qps=LIMITS, rate_view=view, visible_followers=visible)
+        report = simulate_binding(
+            ADDITIVE, load, 60_000, stages=STAGES, prior_shares=None, settings=settings
+        )
+        return [int(c) for c in report.configs]
+
+    # Eight instances take the whole clump up at once: the rate counts it as it came.
+    assert served(7, RateView.GATE_ARRIVALS) == served(None, RateView.ARRIVALS)
+    # Three take up three: the first is bound on those alone, the next once one more is in.
+    narrow = served(2, RateView.GATE_ARRIVALS)
+    assert narrow[1] == 3
+    assert narrow[2] < 3
+    assert narrow[2] > served(7, RateView.GATE_ARRIVALS)[2]
+    with pytest.raises(SimulationError, match="rate_view"):
+        served(None, RateView.GATE_ARRIVALS)
+
+
+def test_arrivals_to_come_are_spared_from_when_a_poisson_stream_brings_them_that_soon() -> None:
+    rate_per_ms = 3 / 1000
+    offsets = arrival_offsets_ms(rate_per_ms, 4, 0.05)
+    # The first: the exponential's quantile; the j-th: Gamma(j)'s, drawn.
+    assert offsets[0] == pytest.approx(-math.log(0.95) / rate_per_ms, rel=1e-6)
+    draws = np.random.default_rng(0).exponential(1 / rate_per_ms, (200_000, 4)).cumsum(axis=1)
+    assert (draws < np.array(offsets)).mean(axis=0) == pytest.approx([0.05] * 4, abs=0.003)
+    # A smaller risk spares them sooner; no rate, nothing to spare.
+    assert all(
+        a < b for a, b in zip(arrival_offsets_ms(rate_per_ms, 4, 0.01), offsets, strict=True)
+    )
+    assert arrival_offsets_ms(0.0, 4, 0.05) == []
+    with pytest.raises(BindingError, match="risk"):
+        arrival_offsets_ms(rate_per_ms, 4, 1.0)
+
+
+def test_sparing_arrivals_to_come_keeps_a_lone_request_off_a_slow_configuration() -> None:
+    # Lone requests every 500 ms, each with time for the most accurate (460 ms of 500): with
+    # no follower to see, each takes it; sparing the next arrival as soon as a stream at that
+    # rate may bring it, only the first (no rate counted yet) does.
+    arrivals = np.arange(0.0, 8.0, 0.5)
+    load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(len(arrivals), 0.5))
+
+    def configs(risk: float | None) -> list[int]:
+        settings = BindingSettings(
+            spare_followers=True, arrival_risk=risk, rate_view=RateView.TAKEN_ARRIVALS
+        )
+        report = simulate_binding(
+            ADDITIVE, load, 500, stages=STAGES, prior_shares=None, settings=settings
+        )
+        return [int(c) for c in report.configs]
+
+    assert set(configs(None)) == {3}
+    spared = configs(0.05)
+    assert spared[0] == 3
+    assert max(spared[1:]) <= 1

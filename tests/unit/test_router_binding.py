@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 from compass.domain.binding import (
+    QA_REAL_COMPONENTS,
+    QA_REAL_STAGE_PARAMS,
     RAG_SIM_COMPONENTS,
     RAG_SIM_SHARES,
     BindingVerdict,
@@ -31,9 +33,10 @@ from compass.domain.binding import (
     stage_plan,
 )
 from compass.domain.bindingsim import ROUTER_POLL_S
-from compass.domain.profiles import parse_profiles
+from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.lab.local_triton import model_images
 from compass.lab.router_module import router_module
+from compass.lab.scenarios import QA_REAL_FRONT
 
 PROFILES = (
     Path(__file__).resolve().parents[2] / "bench/data/compass-paper/planner_latency_profiles.json"
@@ -294,10 +297,13 @@ def test_the_router_spares_counted_followers_as_the_domain_does(
         backlog = [float(x) for x in rng.exponential(80, 3) * rng.integers(0, 2, 3)]
         followers = int(rng.integers(0, 12))
         servers = int(rng.integers(1, 4))
+        # Behind a gate (half the draws): followers seen at it, each arrived after the last.
+        gate = sorted(float(x) for x in left + rng.uniform(0, 500, int(rng.integers(0, 8))))
+        gate = gate if rng.integers(0, 2) else []
         consistent = [plan.configs[i] for i in plan.consistent(bound)]
         spare = follower_spare_ms(
             min(remaining_ms(c, at, backlog) for c in consistent),
-            polled_followers_left_ms(followers, left),
+            gate + polled_followers_left_ms(followers, gate[-1] if gate else left),
             fastest.total_ms,
             servers,
             likely=(
@@ -305,7 +311,9 @@ def test_the_router_spares_counted_followers_as_the_domain_does(
                 sum(fastest.stage_admit_ms or fastest.stage_ms),
             ),
         )
-        routed = router.polled_spare_ms(checked, bound, at, left, backlog, followers, servers)
+        routed = router.polled_spare_ms(
+            checked, bound, at, left, backlog, followers, servers, gate_left_ms=gate
+        )
         assert routed == pytest.approx(spare) if math.isfinite(spare) else math.isinf(routed)
         expected = bind_stage(plan, stage, bound, left, backlog, spare_ms=spare, at=at)
         chosen = router.bind_stage(checked, stage, bound, left, backlog, at=at, spare_ms=routed)
@@ -397,3 +405,107 @@ def test_an_idle_poller_reads_the_metrics_page_once_a_second_until_requests_come
 
 def test_the_simulator_polls_as_often_as_the_router_image_does(router: types.ModuleType) -> None:
     assert router.DEFAULT_POLL_MS / 1000 == ROUTER_POLL_S
+
+
+def qa_real_pipeline() -> types.ModuleType:
+    """qa-real's pipeline.py as the router runs it (its data beside it; no Triton)."""
+    path = model_images() / "qa-real" / "models" / "router" / "1" / "pipeline.py"
+    spec = importlib.util.spec_from_file_location("qa_real_pipeline", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def qa_real_table(router: types.ModuleType) -> Any:
+    """qa-real's serving front as a two-stage plan, each stage's time its models' together:
+    lexical 50 + 50 ms, MiniLM 50 + 600, hybrid (bm25 and dense) 450 + 1500."""
+    calls = (
+        {"bm25": 50.0, "reader": 50.0},
+        {"bm25": 50.0, "reader": 600.0},
+        {"bm25": 150.0, "dense": 300.0, "reader": 1500.0},
+    )
+    profiles = [
+        LatencyProfile(config, accuracy, sum(ms.values()), sum(ms.values()), component_ms=ms)
+        for config, accuracy, ms in zip(
+            (QA_REAL_FRONT[0], QA_REAL_FRONT[1], QA_REAL_FRONT[3]),
+            (0.2, 0.5, 0.6),
+            calls,
+            strict=True,
+        )
+    ]
+    plan = stage_plan(profiles, QA_REAL_STAGE_PARAMS, components=QA_REAL_COMPONENTS)
+    sent = json.loads(json.dumps(router_table(plan, QA_REAL_COMPONENTS)))
+    return plan, router.check_binding(sent)
+
+
+def test_qa_reals_reader_binds_when_its_request_reaches_it_from_the_reading_in_flight(
+    router: types.ModuleType, inflight: Any
+) -> None:
+    plan, checked = qa_real_table(router)
+    assert [c.stage_ms for c in plan.configs] == [(50, 50), (50, 600), (450, 1500)]
+    pipeline = qa_real_pipeline()
+    reading, retrieving = ((inflight.slot + k) % router.INFLIGHT_SLOTS for k in (1, 2))
+
+    def serve(reading_ms: float) -> tuple[dict[str, Any], set[str]]:
+        """One request with 1200 ms left: while it retrieves, another instance's request
+        starts reading (``reading_ms`` of it) and a third retrieving (1000 ms)."""
+        config = router.LazyConfig(checked, in_ms(1200), inflight)
+        bound_at_retrieval: set[str] = set()
+
+        def call(model: str, inputs: dict[str, Any], outputs: list[str]) -> dict[str, Any]:
+            if model == "reader":
+                return {k: np.array([b"x"]) for k in ("ANSWER", "PASSAGE")} | {
+                    "SCORE": np.array([1.0])
+                }
+            bound_at_retrieval.update(config.bound)
+            for slot, stage, ms in ((reading, 1, reading_ms), (retrieving, 0, 1000.0)):
+                router._SLOT.pack_into(
+                    inflight.table, slot * router._SLOT.size, os.getppid(), stage,
+                    time.monotonic_ns(), ms,
+                )  # fmt: skip
+            return {"IDS": np.array([b"p1", b"p2"])}
+
+        pipeline.run({"sample": 0}, config, router.staged(call, config, inflight))
+        return json.loads(config.key()), bound_at_retrieval
+
+    # At dispatch nothing is in flight: bm25 with MiniLM fits (hybrid, 1950 ms, does not),
+    # and only retrieval's parameters bind; the reader waits for its stage.
+    chosen, at_retrieval = serve(300.0)
+    assert at_retrieval == {"retriever", "top_k", "rerank"}
+    # At the reader, 300 ms of reading ahead: MiniLM's 900 ms fits in ~1200. (Counting the
+    # retrieval it has done, and the 1000 ms retrieving behind it, would not.)
+    assert chosen == QA_REAL_FRONT[1]
+    # 800 ms of reading ahead: MiniLM's 1400 ms does not fit; the lexical reader does.
+    chosen, _ = serve(800.0)
+    assert chosen == QA_REAL_FRONT[0]
+
+
+def test_a_stage_that_calls_two_models_counts_what_is_left_of_its_time_in_flight(
+    router: types.ModuleType, inflight: Any
+) -> None:
+    plan, checked = qa_real_table(router)
+    pipeline = qa_real_pipeline()
+    config = router.LazyConfig(checked, in_ms(60_000), inflight)
+    stage_of: dict[str, int] = {}
+    predicted: dict[str, float] = {}
+
+    def call(model: str, inputs: dict[str, Any], outputs: list[str]) -> dict[str, Any]:
+        _, stage_of[model], _, predicted[model] = router._SLOT.unpack_from(
+            inflight.table, inflight.slot * router._SLOT.size
+        )
+        if model == "reader":
+            return {k: np.array([b"x"]) for k in ("ANSWER", "PASSAGE")} | {"SCORE": np.array([1.0])}
+        time.sleep(0.05)
+        return {"IDS": np.array([b"p1", b"p2"])}
+
+    pipeline.run({"sample": 0}, config, router.staged(call, config, inflight))
+    # Idle with a minute left: hybrid. Its retrieval (450 ms) calls bm25 then dense: the
+    # dense call has what bm25's 50 ms left of it; the reader its whole time.
+    assert json.loads(config.key()) == QA_REAL_FRONT[3]
+    retrieval, reading = plan.configs[2].stage_ms
+    assert stage_of == {"bm25": 0, "dense": 0, "reader": 1}
+    assert predicted["bm25"] == retrieval
+    assert retrieval - 1000 < predicted["dense"] <= retrieval - 50
+    assert predicted["reader"] == reading

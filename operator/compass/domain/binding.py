@@ -8,8 +8,11 @@ configurations consistent with what the request has bound so far, the most accur
 predicted remaining time (each remaining component's queue and its own time there) fits what is
 left of the request's deadline, and does not make a request waiting behind it late that would
 otherwise be in time (``follower_spare_ms``); the fastest completion when none fits; refused
-where admission's refuse rule applies and even the fastest is late. ``rag_sim_stage_plan``
-derives per-stage times from whole-pipeline profiles. Why: docs/method.md, "Late binding".
+where admission's refuse rule applies and even the fastest is late. ``stage_plan`` derives
+per-stage times from whole-pipeline profiles, split by each stage's measured component times
+where profiling timed them; a stage may call several component models (qa-real's retrieval:
+bm25, dense or both, then maybe the reranker), its time theirs together. Why: docs/method.md,
+"Late binding".
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 import numpy as np
 
@@ -38,6 +42,15 @@ RAG_SIM_COMPONENTS = ("retriever", "reranker", "generator")
 # the components' `share` parameters): the split the per-stage fit leans to where the
 # end-to-end profiles leave it open.
 RAG_SIM_SHARES = (0.1, 0.2, 0.7)
+# qa-real's pipeline (model-images/qa-real/models/router/1/pipeline.py) reads the retriever,
+# top_k and rerank before it retrieves (how deep to retrieve depends on all three), and the
+# reader only when it reads: two stages, the first calling whichever retrievers (and reranker)
+# its configuration names.
+QA_REAL_STAGE_PARAMS: tuple[tuple[str, ...], ...] = (
+    ("retriever", "top_k", "rerank"),
+    ("reader",),
+)
+QA_REAL_COMPONENTS: tuple[tuple[str, ...], ...] = (("bm25", "dense", "reranker"), ("reader",))
 # The slow loop allows a front member while the pod's arrival rate is within its planner rate
 # limit x this (bench/serving_sim.py --binding-only, 10 seeds, binding+adm: 1.5 wins 100% of
 # the hindsight oracle's gain, at or above static fastest's compliance in 11/16 cells, the rest
@@ -48,6 +61,9 @@ MAX_BINDING_CONFIGS = 128
 MAX_STAGES = 8
 # No stage's share of a configuration's time is fitted below this: a stage is never free.
 MIN_STAGE_SHARE = 0.02
+
+# A stage's component model, or the several it may call (one of them, or some in turn).
+StageComponents = str | Sequence[str]
 
 
 class BindingError(FieldError):
@@ -274,6 +290,34 @@ def polled_followers_left_ms(count: int, own_left_ms: float) -> list[float]:
     return [own_left_ms] * max(count, 0)
 
 
+def arrival_offsets_ms(rate_per_ms: float, count: int, risk: float) -> list[float]:
+    """When the next ``count`` arrivals come at the latest that a Poisson stream at
+    ``rate_per_ms`` brings them sooner with probability ``risk`` only: the j-th arrival's time,
+    Gamma(j, rate), at its ``risk`` quantile, ms from now (none at no rate)."""
+    if not 0 < risk < 1:
+        raise BindingError("risk", f"{risk!r} is not in (0, 1)", "give a probability, e.g. 0.05")
+    if not rate_per_ms > 0:
+        return []
+    return [_poisson_mean_reaching(j, risk) / rate_per_ms for j in range(1, count + 1)]
+
+
+@lru_cache(maxsize=256)
+def _poisson_mean_reaching(count: int, risk: float) -> float:
+    """The Poisson mean at which ``count`` or more events come with probability ``risk``."""
+    low, high = 0.0, count + 10 * math.sqrt(count) + 10
+    for _ in range(60):
+        mean = (low + high) / 2
+        term, below = math.exp(-mean), 0.0
+        for i in range(count):
+            below += term
+            term *= mean / (i + 1)
+        if 1 - below < risk:
+            low = mean
+        else:
+            high = mean
+    return (low + high) / 2
+
+
 def waited_long(waited_ms: float, slo_ms: float, degrade_after: float) -> bool:
     """Whether a request that waited ``waited_ms`` for a router instance binds the fastest
     completion: over ``degrade_after`` of the SLO, a queue stands behind it (admission's
@@ -358,30 +402,37 @@ def stage_shares(
     profiles: Sequence[LatencyProfile],
     stages: Sequence[Sequence[str]],
     prior_shares: Sequence[float] | None = None,
-    components: Sequence[str] | None = None,
+    components: Sequence[StageComponents] | None = None,
 ) -> list[tuple[float, ...]]:
     """Each profile's share of its time at each stage, so a configuration's stages always add
     up to its own measured time: by its measured component times where every profile has one
-    for each stage's component (``components``, in stage order; the time outside them, the
-    router's own, goes to the stages pro rata), else by ``fit_stage_times``."""
+    for each stage (``components``, in stage order, a model or several a stage; the time outside
+    them, the router's own, goes to the stages pro rata), else by ``fit_stage_times``."""
     measured = measured_stage_times(profiles, components)
     times_of = measured or fit_stage_times(profiles, stages, prior_shares)
     return [tuple(t / sum(times) for t in times) for times in times_of]
 
 
+def stage_models(components: Sequence[StageComponents]) -> list[tuple[str, ...]]:
+    """Each stage's component models as a tuple (a stage named by one model: that one)."""
+    return [(stage,) if isinstance(stage, str) else tuple(stage) for stage in components]
+
+
 def measured_stage_times(
-    profiles: Sequence[LatencyProfile], components: Sequence[str] | None
+    profiles: Sequence[LatencyProfile], components: Sequence[StageComponents] | None
 ) -> list[tuple[float, ...]] | None:
-    """Each profile's measured time at each stage's component, or None unless every profile
-    measured every component with some time in all (a split needs all of them)."""
+    """Each profile's measured time at each stage: the sum of its models' times (a model it
+    did not call is not in its times), or None unless every profile measured some model of
+    every stage, with some time in all (a split needs all of them)."""
     if not components:
         return None
+    models = stage_models(components)
     rows = []
     for profile in profiles:
         times = profile.component_ms
-        if times is None or any(model not in times for model in components):
+        if times is None or any(not any(m in times for m in stage) for stage in models):
             return None
-        row = tuple(float(times[model]) for model in components)
+        row = tuple(float(sum(times.get(m, 0.0) for m in stage)) for stage in models)
         if sum(row) <= 0:
             return None
         rows.append(row)
@@ -394,11 +445,12 @@ def stage_plan(
     quantile: float = 0.5,
     prior_shares: Sequence[float] | None = None,
     admission_quantile: float = 0.5,
-    components: Sequence[str] | None = None,
+    components: Sequence[StageComponents] | None = None,
 ) -> StagePlan:
     """The plan for these profiles: each configuration's time at ``quantile`` split over the
     stages by ``stage_shares`` (rag-sim's: ``RAG_SIM_STAGE_PARAMS``, ``RAG_SIM_SHARES``; by the
-    measured times of ``components``, one a stage, where the profiles carry them)."""
+    measured times of ``components``, a model or several a stage, where the profiles carry
+    them)."""
     for field, value in (("quantile", quantile), ("admission_quantile", admission_quantile)):
         if not 0 < value < 1:
             raise BindingError(field, f"{value!r} is not in (0, 1)", "give e.g. 0.5")
@@ -429,7 +481,7 @@ def allowed_at(max_qps: Sequence[float | None], qps: float) -> list[int]:
 
 def router_table(
     plan: StagePlan,
-    components: Sequence[str],
+    components: Sequence[StageComponents],
     *,
     refuse: bool = False,
     max_qps: Sequence[float | None] | None = None,
@@ -437,7 +489,8 @@ def router_table(
     degrade_after: float | None = None,
 ) -> dict[str, object]:
     """The plan as a router takes it (the control model's ``binding``; model-images/router/
-    model.py): the stages, the component model each stage calls, and each configuration's
+    model.py): the stages, the component model each stage calls (a list where it may call
+    several: the router counts each one's calls as that stage's), and each configuration's
     canonical key, accuracy, per-stage times and the pod's arrival rate above which the slow
     loop disallows it (``max_qps``, per configuration; None: no limit); ``slo_ms``, the SLO
     the requests' deadlines carry, tells a router when each request arrived (its deadline less
@@ -464,9 +517,18 @@ def router_table(
             f"{len(components)} component models for {len(plan.stages)} stages",
             "name the model each stage calls, in stage order",
         )
+    models = stage_models(components)
+    named = [m for stage in models for m in stage]
+    if not all(models) or len(set(named)) != len(named):
+        raise BindingError(
+            "components",
+            f"{list(components)} leaves a stage without a model or names one twice",
+            "give each stage its own component models (a call tells the router its stage)",
+        )
     return {
         "stages": [list(names) for names in plan.stages],
-        "components": list(components),
+        # One model a stage as a string (the table rag-sim's routers have always read).
+        "components": [stage[0] if len(stage) == 1 else list(stage) for stage in models],
         "configs": [
             {
                 "config": config_key(entry.config),

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import islice
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +33,7 @@ from compass.domain.binding import (
     BindingVerdict,
     StagePlan,
     allowed_at,
+    arrival_offsets_ms,
     bind_stage,
     follower_spare_ms,
     lag_spare_ms,
@@ -56,6 +58,10 @@ IntArray = npt.NDArray[np.int64]
 ROUTER_POLL_S = 0.025
 
 
+# How many arrivals still to come ``BindingSettings.arrival_risk`` spares at most.
+EXPECTED_FOLLOWERS = 8
+
+
 class RateView(StrEnum):
     """Which arrivals the slow loop's rate counts: what a router can know of its pod's load."""
 
@@ -68,6 +74,11 @@ class RateView(StrEnum):
     # at the request's own arrival: FIFO, every request that arrived before it has been taken
     # up, so this is the pod's arrival rate, late by the request's own wait (the live router).
     TAKEN_ARRIVALS = "taken-arrivals"
+    # With a gate (``BindingSettings.visible_followers``): the arrival times of the requests
+    # router instances took up, over the window to now. A gated router takes each request up
+    # as it arrives while an instance is free, so it counts the arrivals as they come, less
+    # those still in Triton's queue behind a full gate.
+    GATE_ARRIVALS = "gate-arrivals"
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,12 @@ class BindingSettings:
     # those that arrived by the poll and still wait), each follower's deadline unknown, so
     # taken as the request's own (``polled_followers_left_ms``).
     followers_poll_s: float | None = None
+    # With ``spare_followers``: a gate in the router (more router instances than run the
+    # pipeline at once, ``servers`` of them): up to this many followers (instances less
+    # ``servers``) wait at the gate in process, each seen with its deadline; those behind them
+    # wait in Triton's queue, counted by the poller (``followers_poll_s``; None: unseen), each
+    # taken as having as long left as the last follower at the gate. None: no gate.
+    visible_followers: int | None = None
     # Bind every stage when a router instance takes the request up, as the router does for a
     # pipeline that reads every parameter before its first call (rag-sim's: check_config, then
     # the whole configuration to each component), each stage's choice counting the time of the
@@ -105,12 +122,25 @@ class BindingSettings:
     # queue behind it, but its own wait says one stands there, and every extra ms it takes is
     # one more for each request in it.
     degrade_after: float | None = None
+    # With ``spare_followers``: spare the arrivals still to come too, at the router's rate
+    # (``rate_view``): the next ones as soon as a Poisson stream brings them with this
+    # probability (``arrival_offsets_ms``; None: none). Extra time delays every later arrival
+    # of the busy period, and a clump that arrives during it pays for it.
+    arrival_risk: float | None = None
     # Per allowed configuration, the arrival rate (requests/s per pod) above which the slow
     # loop disallows it (the planner's stay limit; None: no limit); empty: no limits.
     max_qps: tuple[float | None, ...] = ()
     # Extra time may leave a request at most this share of the SLO behind the schedule static
     # fastest keeps (``lag_spare_ms``; None: no cap). bench/serving_sim.py --binding-lag.
     lag_share: float | None = None
+    # With ``lag_share``: its share is of the SLO less this many of the fastest's likely
+    # services (the slack static fastest leaves a request with that many ahead of it), so a
+    # short SLO, whose clumps leave little slack, allows less lag. --binding-lag-reserve.
+    lag_reserve: int = 0
+    # With ``lag_share``: its share is also of the SLO less static fastest's queue now (when a
+    # request arriving now would start there), so a busy period that already leaves the next
+    # arrivals little slack allows less lag. --binding-lag-backlog.
+    lag_backlog: bool = False
 
 
 class _BindingPod:
@@ -148,6 +178,8 @@ class _BindingPod:
         self.order = 0
         # The times the rate counts (``rate_view``), ascending.
         self.arrived_at: list[float] = []
+        # With ``RateView.GATE_ARRIVALS``: the requests that have held a router instance.
+        self.entered: set[int] = set()
         # Static fastest's schedule (at the fastest's likely time): when each request would
         # start there, and when that queue is next free.
         self.static_start: dict[int, float] = {}
@@ -222,6 +254,8 @@ class _BindingPod:
             own = min(remaining_ms(c, at, backlog) for c in consistent)
             own_likely = min(remaining_ms(c, at, backlog, admitting=True) for c in consistent)
             followers = self.followers_left_ms(left_ms, now)
+            if self.settings.arrival_risk is not None:
+                followers += self.expected_left_ms(request, now)
             spare = follower_spare_ms(
                 own,
                 followers,
@@ -240,7 +274,10 @@ class _BindingPod:
                 for i in plan.consistent(bound)
             )
             static_finish_ms = self.static_start[request] * 1000 + self.follower_likely_ms
-            cap_ms = self.settings.lag_share * self.slo_s * 1000
+            slack_ms = self.slo_s * 1000 - self.settings.lag_reserve * self.follower_likely_ms
+            if self.settings.lag_backlog:
+                slack_ms -= max(self.static_free - now, 0.0) * 1000
+            cap_ms = self.settings.lag_share * max(slack_ms, 0.0)
             spare = min(spare, lag_spare_ms(now * 1000 + quickest_likely, static_finish_ms, cap_ms))
         return bind_stage(
             plan,
@@ -258,11 +295,36 @@ class _BindingPod:
         """What is left of the deadlines of the requests waiting behind for an instance, as
         the router knows them (``followers_poll_s``)."""
         poll_s = self.settings.followers_poll_s
-        if poll_s is None:
+        visible = self.settings.visible_followers
+        if poll_s is None and visible is None:
             return [(self.arrivals[r] + self.slo_s - now) * 1000 for r in self.router]
+        shown = 0 if visible is None else min(visible, len(self.router))
+        gate = [(self.arrivals[r] + self.slo_s - now) * 1000 for r in islice(self.router, shown)]
+        if poll_s is None:
+            return gate
         polled_at = math.floor(now / poll_s) * poll_s
-        seen = sum(1 for r in self.router if self.arrivals[r] <= polled_at)
-        return polled_followers_left_ms(seen, left_ms)
+        seen = sum(1 for r in islice(self.router, shown, None) if self.arrivals[r] <= polled_at)
+        # Those in Triton's queue arrived after every follower at the gate.
+        return gate + polled_followers_left_ms(seen, gate[-1] if gate else left_ms)
+
+    def expected_left_ms(self, request: int, now: float) -> list[float]:
+        """What the arrivals still to come will have left of their deadlines, as soon as
+        ``arrival_risk`` says they may come, at the rate the router counts."""
+        risk = self.settings.arrival_risk
+        assert risk is not None
+        taken = self.settings.rate_view is RateView.TAKEN_ARRIVALS
+        rate = self.rate_per_ms(float(self.arrivals[request]) if taken else now)
+        slo_ms = self.slo_s * 1000
+        return [slo_ms + at for at in arrival_offsets_ms(rate, EXPECTED_FOLLOWERS, risk)]
+
+    def take_up(self, started: int | None = None) -> None:
+        """Count the arrival of each request a router instance holds for the first time
+        (``RateView.GATE_ARRIVALS``): the one ``started`` and those waiting at the gate."""
+        held = islice(self.router, self.settings.visible_followers or 0)
+        for request in held if started is None else (started, *held):
+            if request not in self.entered:
+                self.entered.add(request)
+                bisect.insort(self.arrived_at, float(self.arrivals[request]))
 
     def serve(self, stage: int, now: float) -> None:
         """Start the component's next batch if it is idle and requests wait for it."""
@@ -282,7 +344,11 @@ class _BindingPod:
             request = self.router.popleft()
             self.starts[request] = now
             view = self.settings.rate_view
-            if view is not RateView.ARRIVALS:
+            if view is RateView.GATE_ARRIVALS:
+                # Its instance was held since it reached the gate; the one it frees at the
+                # gate takes up the next request in Triton's queue.
+                self.take_up(request)
+            elif view is not RateView.ARRIVALS:
                 taken = now if view is RateView.DISPATCHES else float(self.arrivals[request])
                 bisect.insort(self.arrived_at, taken)
             if not self.enter(request, 0, now):
@@ -290,6 +356,8 @@ class _BindingPod:
                 self.configs[request] = DROPPED
                 continue
             self.idle -= 1
+        if self.settings.rate_view is RateView.GATE_ARRIVALS:
+            self.take_up()
 
     def run(self, requests: IntArray) -> None:
         """Serve the pod's requests (in arrival order) to the end."""
@@ -364,6 +432,22 @@ def simulate_binding(
             "followers_poll_s",
             f"{settings.followers_poll_s!r} is not a period > 0",
             "give the poll period in s, e.g. 0.05, or None",
+        )
+    if settings.visible_followers is not None and settings.visible_followers < 0:
+        raise SimulationError(
+            "visible_followers",
+            f"{settings.visible_followers!r} is not >= 0",
+            "give the router instances less those that run the pipeline, e.g. 7, or None",
+        )
+    if settings.rate_view is RateView.GATE_ARRIVALS and settings.visible_followers is None:
+        raise SimulationError(
+            "rate_view",
+            "gate-arrivals counts the requests at a gate, and there is none",
+            "give visible_followers, or another rate view",
+        )
+    if settings.lag_reserve < 0:
+        raise SimulationError(
+            "lag_reserve", f"{settings.lag_reserve!r} is not >= 0", "give a count, e.g. 2"
         )
     if settings.lag_share is not None and not 0 < settings.lag_share <= 1:
         raise SimulationError(

@@ -36,19 +36,33 @@ def _matches(value, allowed):
     return isinstance(value, int | float) and float(value) == float(allowed)
 
 
-def check_config(config):
-    """Reject a configuration outside the space, naming the parameter and its values."""
+def check_names(config):
+    """Reject a configuration with a parameter outside the space or one missing (its names
+    only: under late binding, reading a value binds its stage)."""
     unknown = sorted(set(config) - set(SPACE))
     if unknown:
         raise ValueError(
             f"{unknown[0]} is not a parameter of qa-real; its parameters are {', '.join(SPACE)}"
         )
     for name, values in SPACE.items():
-        listed = ", ".join(str(v) for v in values)
         if name not in config:
-            raise ValueError(f"configuration lacks {name}: one of {listed}")
-        if not any(_matches(config[name], v) for v in values):
-            raise ValueError(f"{name}={config[name]!r} is not in qa-real's space: one of {listed}")
+            raise ValueError(f"configuration lacks {name}: one of {', '.join(map(str, values))}")
+
+
+def value_of(config, name):
+    """``config[name]``, rejected (naming it and its values) unless in the space."""
+    value = config[name]
+    if not any(_matches(value, v) for v in SPACE[name]):
+        listed = ", ".join(str(v) for v in SPACE[name])
+        raise ValueError(f"{name}={value!r} is not in qa-real's space: one of {listed}")
+    return value
+
+
+def check_config(config):
+    """Reject a configuration outside the space, naming the parameter and its values."""
+    check_names(config)
+    for name in SPACE:
+        value_of(config, name)
 
 
 def _text(value):
@@ -69,23 +83,26 @@ def _search(model, question, k, call):
 
 
 def run(request, config, call):
-    """Answer question ``request["sample"]`` with this configuration."""
-    check_config(config)
+    """Answer question ``request["sample"]`` with this configuration, reading each parameter
+    when the stage that needs it comes (the router's late binding binds it then): the
+    retriever, top_k and rerank before retrieval, the reader before reading."""
+    check_names(config)
     sample = int(request["sample"])
     gold = common.question_of(DATA, sample)
     question = gold["question"]
-    top_k = int(config["top_k"])
-    rerank = config["rerank"] == "minilm"
+    retriever = value_of(config, "retriever")
+    top_k = int(value_of(config, "top_k"))
+    rerank = value_of(config, "rerank") == "minilm"
     depth = max(common.POOL, top_k) if rerank else top_k
     stages = {}
 
     started = time.perf_counter()
-    if config["retriever"] == "hybrid":
+    if retriever == "hybrid":
         pool = max(common.POOL, depth)
         rankings = [_search(m, question, pool, call) for m in ("bm25", "dense")]
         ids = common.fuse(rankings)[:depth]
     else:
-        ids = _search(config["retriever"], question, depth, call)
+        ids = _search(retriever, question, depth, call)
     stages["retrieve"] = time.perf_counter() - started
 
     if rerank:
@@ -98,12 +115,13 @@ def run(request, config, call):
     ids = ids[:top_k]
 
     started = time.perf_counter()
+    reader = value_of(config, "reader")
     reply = call(
         "reader",
         {
             "QUESTION": _text(question),
             "IDS": _text_list(ids),
-            "MODE": _text(config["reader"]),
+            "MODE": _text(reader),
             "SAMPLE": np.array([sample], dtype=np.int64),
         },
         ["ANSWER", "PASSAGE", "SCORE"],
