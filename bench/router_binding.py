@@ -1,10 +1,12 @@
 """The router's late-binding decision per stage: how long binding one stage takes in
 model-images/router/model.py, on rag-sim's plan from the paper's profiles.
 
-Run as ``python bench/router_binding.py [--requests 20000] [--configs 79] [--busy 4]``. Each
-request gets a lazy config (``LazyConfig``) with a deadline drawn in [0, 1.5 s] and reads one
-parameter of each stage in order, as a staged pipeline would; ``--busy`` other router
-instances hold requests at random stages in the shared in-flight table. Printed: p50, p99 and
+Run as ``python bench/router_binding.py [--requests 20000] [--configs 79] [--busy 4]
+[--waiting 0]``. Each request gets a lazy config (``LazyConfig``) with a deadline drawn in
+[0, 1.5 s] and reads one parameter of each stage in order, as a staged pipeline would; ``--busy``
+other router instances hold requests at random stages in the shared in-flight table;
+``--waiting`` more wait at the router's gate (``compass_pipeline_slots``) behind it, each with
+a deadline drawn as its own, which each stage's binding reads and spares. Printed: p50, p99 and
 max of each stage's binding (the decision, the in-flight table's read and the binding; the
 first stage also counts the request in the pod's rate and makes its lazy config), in
 microseconds, on the wall clock and this thread's CPU clock, and the issue's floor (p99 <= 1
@@ -44,9 +46,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--configs", type=int, default=79, help="allowed configurations (the paper has 79)"
     )
     parser.add_argument("--busy", type=int, default=4, help="other instances' requests in flight")
+    parser.add_argument(
+        "--waiting", type=int, default=0, help="requests waiting at the gate behind it"
+    )
     args = parser.parse_args(argv)
-    if args.requests < 1 or not 1 <= args.configs <= 79 or not 0 <= args.busy < 63:
-        parser.error("--requests >= 1, --configs in 1..79, --busy in 0..62")
+    if (
+        args.requests < 1
+        or not 1 <= args.configs <= 79
+        or not 0 <= args.busy < 63
+        or not 0 <= args.waiting < 63 - args.busy
+    ):
+        parser.error(
+            "--requests >= 1, --configs in 1..79, --busy in 0..62, --busy + --waiting < 63"
+        )
     router = router_module()
     profiles = parse_profiles(json.loads(PROFILES.read_text(encoding="utf-8")))[: args.configs]
     plan = stage_plan(profiles, quantile=0.95, prior_shares=RAG_SIM_SHARES)
@@ -70,19 +82,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                 time.monotonic_ns(),
                 float(rng.uniform(5, 300)),
             )
+        gated = args.waiting > 0
+        if gated:
+            inflight.queue_at_gate(None)
+            inflight.pass_gate(1)
         for request in range(args.requests):
             deadline = time.time_ns() + int(rng.uniform(0, 1.5e9))
+            for k in range(args.waiting):
+                # Behind it at the gate, in arrival order, each with its own deadline.
+                slot = (inflight.slot + 1 + args.busy + k) % router.INFLIGHT_SLOTS
+                inflight.gate_slots[slot] = (
+                    os.getppid(),
+                    int(inflight.gate_slots[inflight.slot, 1]) + 1 + k,
+                    router.GATE_WAITING,
+                    time.time_ns() + int(rng.uniform(0, 1.5e9)),
+                )
             for stage, names in enumerate(RAG_SIM_STAGE_PARAMS):
                 begin, begin_cpu = time.perf_counter_ns(), time.thread_time_ns()
                 if stage == 0:
                     # What the router does as it takes a request up: count it, make its config.
-                    config = router.LazyConfig(table, deadline, inflight, inflight.dispatched())
+                    config = router.LazyConfig(
+                        table, deadline, inflight, inflight.dispatched(), gated=gated
+                    )
                 config[names[0]]
                 took[request, stage] = (time.perf_counter_ns() - begin) / 1000
                 cpu[request, stage] = (time.thread_time_ns() - begin_cpu) / 1000
     print(
         f"router late binding: {len(plan.configs)} allowed configurations, {stages} stages, "
-        f"{args.busy} other requests in flight, {args.requests} requests; per stage, us:"
+        f"{args.busy} other requests in flight, {args.waiting} waiting at the gate, "
+        f"{args.requests} requests; per stage, us:"
     )
     for stage, names in enumerate(RAG_SIM_STAGE_PARAMS):
         print(f"  stage {stage} ({', '.join(names)}):")

@@ -1,6 +1,7 @@
 """rag-sim or qa-real on real Tritons under load: the live policy against static baselines.
 
     python bench/serving_triton.py [--workflow rag-sim] [--replicas 2] [--router-instances 1]
+                                   [--pipeline-slots G]
                                    [--pattern spike] [--time-scale 0.25]
                                    [--slos 750,1000,1500] [--seed 0] [--json PATH]
                                    [--runs fastest,accurate,policy,policy+adm]
@@ -44,6 +45,16 @@ reader), take their per-stage times from the component times profiled through th
 After each rag-sim run a line says where its requests waited: the mean time in Triton's queue
 of the router and of each component (Triton's statistics, paper ms), the router's being what a
 router cannot see.
+
+``--pipeline-slots G`` (rag-sim, with ``--router-instances N`` > G) gives the routers a gate
+(model-images/router/model.py, ``compass_pipeline_slots``): the N instances take requests up as
+they arrive and G of them run the pipeline at once, the others waiting at the gate in arrival
+order, seen there with their deadlines by the request that binds; the pod serves G at once, as
+a router of G instances does (the plan, the pod model and the oracle count G), so static
+fastest's capacity is the same with and without it. The simulator predicts ``binding`` as a
+router that sees every follower with its deadline (``followers_poll_s`` None) and the rate of
+every arrival (``RateView.ARRIVALS``). The policy runs read Triton's queue of the router,
+which the gate empties: not with the gate.
 
 ``--workflow qa-real`` serves qa-real instead: real retrieval and MiniLM on this CPU, so no time
 scale (1) and each request's accuracy is its real answer's score; by default one replica whose
@@ -116,7 +127,7 @@ from compass.domain.binding import (
     router_table,
     stage_plan,
 )
-from compass.domain.bindingsim import ROUTER_POLL_S, simulate_binding
+from compass.domain.bindingsim import ROUTER_POLL_S, RateView, simulate_binding
 from compass.domain.bindingsim import BindingSettings as SimulatedBinding
 from compass.domain.evaluation import Config
 from compass.domain.oracle import hindsight_oracle
@@ -244,6 +255,14 @@ def main() -> int:
         help="requests each router serves at once (rag-sim 1, qa-real 4)",
     )
     parser.add_argument(
+        "--pipeline-slots",
+        type=int,
+        default=None,
+        help="rag-sim: the routers' gate (compass_pipeline_slots): of the requests the router "
+        "instances take up, this many run the pipeline at once, in arrival order (e.g. 1 with "
+        "--router-instances 8)",
+    )
+    parser.add_argument(
         "--curve-requests", type=int, default=60, help="qa-real: requests per curve rate"
     )
     parser.add_argument("--time-scale", type=float, default=0.25, help="rag-sim only")
@@ -277,6 +296,22 @@ def main() -> int:
         args.base_qps = "1"  # validated now, set once the fastest is profiled
     if args.replicas < 1 or instances < 1:
         parser.error("--replicas and --router-instances: give 1 or more")
+    slots = args.pipeline_slots
+    if slots is not None:
+        if qa_real or not 1 <= slots < instances:
+            parser.error(
+                "--pipeline-slots: rag-sim only, 1 or more and fewer than --router-instances "
+                "(e.g. --pipeline-slots 1 --router-instances 8)"
+            )
+        policy_runs = set(args.runs.split(",")) - {"fastest", "accurate", BINDING_RUN}
+        if policy_runs:
+            parser.error(
+                f"--pipeline-slots: --runs {', '.join(sorted(policy_runs))} read Triton's queue "
+                "of the router, which the gate empties (its requests wait in the router); give "
+                f"some of fastest, accurate, {BINDING_RUN}"
+            )
+    # Requests each pod serves at once: the gate's slots, else the router's instances.
+    pod_servers = slots or instances
     try:
         quantile = admission_quantile(args, 0.5)
         degrade_after = admission_degrade_after(args, DEFAULT_DEGRADE_AFTER)
@@ -302,7 +337,7 @@ def main() -> int:
         servers = stack.enter_context(
             local_fleet(workdir, args.replicas, partial(qa_real_triton, router_instances=instances))
             if qa_real
-            else rag_sim_fleet(workdir, scale, args.replicas, instances)
+            else rag_sim_fleet(workdir, scale, args.replicas, instances, slots)
         )
         fleet = RouterFleet(
             [Endpoint(f"pod{k}", s.grpc_url, s.metrics_url) for k, s in enumerate(servers)]
@@ -331,7 +366,7 @@ def main() -> int:
             ProfileSettings(warmup_runs=5, measured_runs=args.profile_runs),
             sample,
         )
-        if instances > 1:
+        if pod_servers > 1:
             # What each member drains at the deployed instances: the thresholds, the
             # simulator's pod and the predictive forecast read it.
             for config, entry in zip(front, document["profiles"], strict=True):
@@ -365,9 +400,10 @@ def main() -> int:
             for i in range(IDLE_SWITCHES)
         ]
         switch_delay_s = float(np.percentile(idle, 95))
+        gate = "" if slots is None else f" behind a gate of {slots} pipeline slot(s)"
         print(
             f"{args.workflow} on {args.replicas} Triton 2.51 replica(s) (CPU), router of "
-            f"{instances} instance(s), time scale {scale:g}; profiled front (paper scale):"
+            f"{instances} instance(s){gate}, time scale {scale:g}; profiled front (paper scale):"
         )
         for p in profiles:
             print(
@@ -410,7 +446,9 @@ def main() -> int:
         if qa_real:
             pod_model = PodModel(servers=instances, contended=True)
         else:
-            pod_model = PodModel(servers=instances, stages=RAG_SIM_STAGES if instances > 1 else ())
+            pod_model = PodModel(
+                servers=pod_servers, stages=RAG_SIM_STAGES if pod_servers > 1 else ()
+            )
         print(
             f"{pattern.kind.value}: base {pattern.base_qps:.2f} QPS per replica, "
             f"{pattern.duration_s:g} s, {scenario.requests} requests, seed {seed}\n"
@@ -431,9 +469,9 @@ def main() -> int:
                 profiles,
                 Slo(slo_ms * scale, 95.0),
                 50.0 * scale,
-                ThresholdModel.MEASURED if instances > 1 else ThresholdModel.TAIL,
+                ThresholdModel.MEASURED if pod_servers > 1 else ThresholdModel.TAIL,
                 switch_delay_ms=1000 * switch_delay_s,
-                servers=instances,
+                servers=pod_servers,
             )
             spec = spec_for_plan(
                 plan,
@@ -504,9 +542,14 @@ def main() -> int:
                         max_qps=tuple(c["max_qps"] for c in bound["configs"]),
                         degrade_after=bound["degrade_after"],
                         # The local servers export their metrics to the routers
-                        # (COMPASS_METRICS_URL): the routers poll their own queue.
+                        # (COMPASS_METRICS_URL): the routers poll their own queue. Behind
+                        # the gate they see each waiter with its deadline (None: as it is
+                        # now) and take every request up as it arrives (the rate of every
+                        # arrival, though the gate's own 0.5 ms look and what Triton still
+                        # queues beyond the instances are not modelled).
                         spare_followers=True,
-                        followers_poll_s=ROUTER_POLL_S,
+                        followers_poll_s=ROUTER_POLL_S if slots is None else None,
+                        rate_view=(RateView.TAKEN_ARRIVALS if slots is None else RateView.ARRIVALS),
                     ),
                     pods=args.replicas,
                     pod_model=pod_model,
@@ -515,7 +558,7 @@ def main() -> int:
             # accuracy gain over static fastest as a share of the oracle's.
             oracle = (
                 hindsight_oracle(members, scenario, slo_ms * scale, pods=args.replicas)
-                if instances == 1
+                if pod_servers == 1
                 else None
             )
             # The policy's choices are judged on what served each request (the members'
@@ -600,6 +643,7 @@ def main() -> int:
             "workflow": args.workflow,
             "replicas": args.replicas,
             "router_instances": instances,
+            "pipeline_slots": slots,
             "pattern": pattern.kind.value,
             "time_scale": scale,
             "runs": runs,

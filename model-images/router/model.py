@@ -69,6 +69,26 @@ request. A request taken up then has as followers the count at the last poll les
 the instances took up since, each taken as having as long left as itself, and spares them as
 compass.domain.binding.follower_spare_ms does. Without a fresh count (no metrics port, an
 error, a count older than 4 polls) it has none: the binding is today's.
+
+The gate (optional, model config parameter ``compass_pipeline_slots``: G; absent, no gate):
+the router runs N > G instances, which take requests up as they arrive (while fewer than N are
+in the router), and at most G of them run the pipeline at once, in take-up order across the
+instances' processes. A request taken up draws a ticket (a counter in the in-flight table's
+shared file, under its file lock) and waits at the gate, its slot there saying "waiting" with
+its deadline, looking again every 0.5 ms until fewer than G requests are in the pipeline or
+waiting with an earlier ticket. So the queue the pod holds is in the table, not in Triton's:
+a request that binds sees each request waiting behind it with what is left of its own deadline
+(then, beyond them, the poller's count of those Triton still holds), and spares them as
+follower_spare_ms does; the followers share the G slots, not the N instances. A request that
+waited at the gate longer than the table's ``degrade_after`` binds the fastest completion, as
+one that waited in Triton's queue does without the gate. A dead process never wedges the gate:
+every 50 ms of waiting, the places ahead whose process is gone (or a zombie) are cleared, and a
+restarted stub that takes a dead one's slot starts with it free. Behind the gate a request
+without a deadline, where the binding table has ``slo_ms``, gets one: its take-up (its arrival,
+while fewer than N are in the router) plus ``slo_ms`` (client-free binding; overrides are
+served as asked). The gate empties Triton's queue of the router, which the operator's queue
+signal (``nv_inference_pending_request_count``) reads: use it with late binding, not with a
+strategy that watches that queue.
 """
 
 import contextlib
@@ -358,6 +378,13 @@ _SLOT = struct.Struct("<qqqd")
 DISPATCH_RING = 1024
 RATE_WINDOW_S = 2.0
 _RING_AT = INFLIGHT_SLOTS * _SLOT.size
+# After the ring: the gate (compass_pipeline_slots): the last ticket given and a count of the
+# moves that may let a waiter pass (a request left, a dead one cleared), then per slot (the same
+# slot as the in-flight table's) its owner's pid, its request's ticket, its state at the gate
+# and its deadline (ns since the epoch; 0: none).
+_GATE_AT = _RING_AT + (DISPATCH_RING + 1) * 8
+_GATE_FIELDS = 4
+GATE_FREE, GATE_WAITING, GATE_RUNNING = 0, 1, 2
 
 
 def binding_path(router_model):
@@ -449,11 +476,22 @@ def check_binding(table):
         raise ValueError(
             f"binding: degrade_after {degrade_after!r} is not a share of slo_ms in (0, 1] (or null)"
         )
+    # The same numbers as arrays, for the followers' spare (computed at every stage bound).
+    stage_ms = np.array([entry[2] for entry in checked])
+    admit_ms = np.array([entry[3] for entry in checked])
+    fastest = int(np.argmin([sum(entry[2]) for entry in checked]))
+    arrays = {
+        "stage_ms": stage_ms,
+        "admit_ms": admit_ms,
+        "values": {n: np.array([entry[0][n] for entry in checked], dtype=object) for n in names},
+        "fastest_ms": (sum(checked[fastest][2]), sum(checked[fastest][3])),
+    }
     return {
         "stages": [list(s) for s in stages],
         "components": components,
         "stage_of_model": {n: i for i, m in enumerate(models) for n in m},
         "configs": checked,
+        "arrays": arrays,
         "refuse": refuse,
         "slo_ms": None if slo_ms is None else float(slo_ms),
         "degrade_after": None if degrade_after is None else float(degrade_after),
@@ -580,20 +618,29 @@ def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, g
     followers = max(followers, 0)
     if not gate_left_ms and followers == 0:
         return float("inf")
-    configs = table["configs"]
-    consistent = [
-        entry for entry in configs if all(entry[0][n] == v for n, v in bound.items())
-    ] or configs
-    own = min(remaining_ms(entry[2], at, backlog_ms) for entry in consistent)
-    own_likely = min(remaining_ms(entry[3], at, backlog_ms) for entry in consistent)
-    fastest = min(configs, key=lambda entry: sum(entry[2]))
+    # On the table's arrays (remaining_ms's sums in its order): a bound request that waits at
+    # the gate reads this at every stage, and it must stay well under a millisecond.
+    arrays = table["arrays"]
+    consistent = np.ones(len(table["configs"]), dtype=bool)
+    for name, value in bound.items():
+        consistent &= arrays["values"][name] == value
+    if not consistent.any():
+        consistent[:] = True
+
+    def remaining(matrix):
+        total = np.zeros(len(matrix))
+        for stage in range(at, matrix.shape[1]):
+            total = total + (backlog_ms[stage] + matrix[:, stage])
+        return float(total[consistent].min())
+
+    fastest_ms, fastest_likely_ms = arrays["fastest_ms"]
     counted_left = gate_left_ms[-1] if gate_left_ms else left_ms
     return follower_spare_ms(
-        own,
+        remaining(arrays["stage_ms"]),
         gate_left_ms + [counted_left] * followers,
-        sum(fastest[2]),
+        fastest_ms,
         servers,
-        likely=(own_likely, sum(fastest[3])),
+        likely=(remaining(arrays["admit_ms"]), fastest_likely_ms),
     )
 
 
@@ -647,26 +694,56 @@ def bind_stage(
     return fastest
 
 
+# The gate: a request next in line looks again every GATE_POLL_S (GATE_FAR_POLLS times less
+# often further back), and every GATE_CHECK_S whether the processes ahead of it are still there.
+PIPELINE_SLOTS_PARAMETER = "compass_pipeline_slots"
+GATE_POLL_S = 0.0005
+GATE_FAR_POLLS = 10
+GATE_CHECK_S = 0.05
+
+
+def _alive(pid):
+    """Whether process ``pid`` exists (a zombie counts as gone: it serves nothing)."""
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 class Inflight:
     """The router instances' shared table of what each is doing: which stage its request is
     at, since when, and that stage's predicted time. Each instance writes its own slot; a
     decision reads all of them (a torn read is one stale guess, never an error)."""
 
     def __init__(self, path):
-        size = _RING_AT + (DISPATCH_RING + 1) * 8
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if os.fstat(fd).st_size < size:
-                os.ftruncate(fd, size)
-            self.table = mmap.mmap(fd, size)
+        size = _GATE_AT + (2 + INFLIGHT_SLOTS * _GATE_FIELDS) * 8
+        # Kept open: the gate's tickets are given under its lock.
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        with self._locked():
+            if os.fstat(self.fd).st_size < size:
+                os.ftruncate(self.fd, size)
+            self.table = mmap.mmap(self.fd, size)
+            self.ring = np.frombuffer(
+                self.table, dtype=np.int64, count=DISPATCH_RING + 1, offset=_RING_AT
+            )
+            self.gate = np.frombuffer(
+                self.table, dtype=np.int64, count=2 + INFLIGHT_SLOTS * _GATE_FIELDS, offset=_GATE_AT
+            )
+            # Per slot: pid, ticket, state, deadline ns (one row each).
+            self.gate_slots = self.gate[2:].reshape(INFLIGHT_SLOTS, _GATE_FIELDS)
             self.slot = self._claim()
-            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """The table's file lock, held by one process at a time."""
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            yield
         finally:
-            os.close(fd)
-        self.ring = np.frombuffer(
-            self.table, dtype=np.int64, count=DISPATCH_RING + 1, offset=_RING_AT
-        )
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def dispatched(self, arrived_ns=None):
         """Count a request this instance takes up, which arrived at ``arrived_ns`` (ns since
@@ -701,7 +778,83 @@ class Inflight:
         if free is None:
             raise ValueError(f"binding: more than {INFLIGHT_SLOTS} router instances")
         _SLOT.pack_into(self.table, free * _SLOT.size, pid, -1, 0, 0.0)
+        # A gone process's place at the gate goes with its slot.
+        self.gate_slots[free] = (pid, 0, GATE_FREE, 0)
+        self.gate[1] += 1
         return free
+
+    def queue_at_gate(self, deadline_ns=None):
+        """This instance's request waits at the gate from now, after every request already
+        there (its ticket, given under the lock: arrival order across the instances)."""
+        entry = self.gate_slots[self.slot]
+        with self._locked():
+            ticket = int(self.gate[0]) + 1
+            self.gate[0] = ticket
+            entry[0], entry[1], entry[3] = os.getpid(), ticket, int(deadline_ns or 0)
+            # The state last: a reader that sees it waiting sees its ticket.
+            entry[2] = GATE_WAITING
+        return ticket
+
+    def ahead_at_gate(self):
+        """The slots of the requests ahead of this instance's at the gate: in the pipeline,
+        or waiting with an earlier ticket."""
+        rows = self.gate_slots
+        states = rows[:, 2]
+        ahead = (states == GATE_RUNNING) | (
+            (states == GATE_WAITING) & (rows[:, 1] < rows[self.slot, 1])
+        )
+        ahead[self.slot] = False
+        return np.flatnonzero(ahead)
+
+    def pass_gate(self, slots, poll_s=GATE_POLL_S, check_s=GATE_CHECK_S):
+        """Wait until fewer than ``slots`` requests are ahead of this one, then enter the
+        pipeline. It looks again only after a move (the moves' count changed), every
+        ``poll_s`` while next in line, GATE_FAR_POLLS times less often further back (a waiting
+        stub costs little CPU). Every ``check_s`` of waiting, the requests ahead whose process
+        is gone (a stub killed mid-request) are cleared: a dead process never wedges the gate."""
+        checked = time.monotonic()
+        seen = None
+        while True:
+            moves = int(self.gate[1])
+            if moves != seen:
+                seen = moves
+                ahead = self.ahead_at_gate()
+                if len(ahead) < slots:
+                    self.gate_slots[self.slot, 2] = GATE_RUNNING
+                    return
+                wait = poll_s if len(ahead) == slots else poll_s * GATE_FAR_POLLS
+            if time.monotonic() - checked >= check_s:
+                self.clear_gone(ahead)
+                checked, seen = time.monotonic(), None
+            time.sleep(wait)
+
+    def clear_gone(self, slots):
+        """Free the gate places among ``slots`` whose process is gone."""
+        for slot in slots:
+            pid = int(self.gate_slots[slot, 0])
+            if _alive(pid):
+                continue
+            with self._locked():
+                # Unless its slot was claimed again meanwhile (then it is someone else's).
+                if int(self.gate_slots[slot, 0]) == pid:
+                    self.gate_slots[slot, 2] = GATE_FREE
+                    self.gate[1] += 1
+
+    def gate_followers(self):
+        """The deadlines (ns since the epoch, 0 none) of the requests waiting at the gate
+        behind this instance's, in arrival order."""
+        rows = self.gate_slots
+        behind = (rows[:, 2] == GATE_WAITING) & (rows[:, 1] > rows[self.slot, 1])
+        behind[self.slot] = False
+        waiting = rows[behind]
+        return waiting[np.argsort(waiting[:, 1]), 3].tolist()
+
+    def leave_gate(self):
+        """This instance's request left the pipeline (served, failed or refused)."""
+        with self._locked():
+            self.gate_slots[self.slot, 2] = GATE_FREE
+            # Counted under the lock: a lost count could leave a waiter asleep past its turn.
+            self.gate[1] += 1
 
     def enter(self, stage, predicted_ms):
         """This instance's request is now at ``stage`` (queued or served there)."""
@@ -741,7 +894,15 @@ class LazyConfig(dict):
     start: json's encoder writes ``{}`` for an empty one without asking.)"""
 
     def __init__(
-        self, table, deadline_ns, inflight, qps=0.0, hurried=False, followers=0, servers=1
+        self,
+        table,
+        deadline_ns,
+        inflight,
+        qps=0.0,
+        hurried=False,
+        followers=0,
+        servers=1,
+        gated=False,
     ):
         super().__init__(dict.fromkeys(table["stage_of"]))
         self.table = table
@@ -766,6 +927,9 @@ class LazyConfig(dict):
         # The requests waiting behind it for an instance (PendingPoller), spared as the
         # domain's follower_spare_ms spares them, shared by ``servers`` instances.
         self.followers, self.servers = followers, servers
+        # Behind the gate (compass_pipeline_slots): the requests waiting there are seen, each
+        # with its own deadline, read again at each stage bound.
+        self.gated = gated
 
     def _bind_through(self, stage):
         table = self.table
@@ -773,8 +937,15 @@ class LazyConfig(dict):
             left_ms = (self.deadline_ns - time.time_ns()) / 1e6
             backlog = self.inflight.backlog_ms(len(table["stages"]))
             at = min(self.at, self.next_stage)
+            seen = ()
+            if self.gated:
+                now = time.time_ns()
+                seen = [
+                    (deadline - now) / 1e6 if deadline else float("inf")
+                    for deadline in self.inflight.gate_followers()
+                ]
             spare = polled_spare_ms(
-                table, self.bound, at, left_ms, backlog, self.followers, self.servers
+                table, self.bound, at, left_ms, backlog, self.followers, self.servers, seen
             )
             self.target = bind_stage(
                 table,
@@ -1001,10 +1172,26 @@ class TritonPythonModel:
         self.poll_s = poll_ms / 1000
         self.model_name = args["model_name"]
         self.poller = None
-        self.servers = max(
+        instances = max(
             sum(int(group.get("count", 1)) for group in model_config.get("instance_group", [])),
             1,
         )
+        # The gate: at most this many requests run the pipeline at once, in arrival order
+        # (None: no gate, each instance runs its request as Triton gives it).
+        slots = parameter(PIPELINE_SLOTS_PARAMETER, None)
+        self.pipeline_slots = None
+        if slots is not None:
+            try:
+                self.pipeline_slots = int(slots)
+            except ValueError:
+                self.pipeline_slots = 0
+            if self.pipeline_slots < 1:
+                raise ValueError(
+                    f"{PIPELINE_SLOTS_PARAMETER} {slots!r}: give how many requests run the "
+                    "pipeline at once, an integer >= 1 (e.g. 1, with more router instances)"
+                )
+        # How many requests the pod serves at once: what followers share (the gate's slots).
+        self.servers = self.pipeline_slots or instances
 
     def _check(self, config):
         check = getattr(self.pipeline, "check_config", None)
@@ -1028,15 +1215,39 @@ class TritonPythonModel:
         body = _request_body(request)
         key = self.active.current()
         parameters = json.loads(request.parameters() or "{}")
-        # Every request taken up counts towards the pod's rate (late binding's slow loop), at
-        # its arrival where its deadline and the table's SLO tell it.
         table = self.binding.current()
         deadline = parameters.get(DEADLINE_PARAMETER)
+        taken_up = time.time_ns()
+        if (
+            self.pipeline_slots
+            and deadline is None
+            and table is not None
+            and table["slo_ms"] is not None
+            and not parameters.get(OVERRIDE_PARAMETER)
+        ):
+            # Client-free binding: behind the gate a request is taken up as it arrives, so
+            # its take-up plus the table's SLO is its deadline (clients need not send one).
+            deadline = taken_up + int(table["slo_ms"] * 1e6)
+        # Every request taken up counts towards the pod's rate (late binding's slow loop), at
+        # its arrival where its deadline and the table's SLO tell it.
         arrived = None
         if table is not None and table["slo_ms"] is not None and deadline is not None:
             arrived = parse_deadline(deadline) - int(table["slo_ms"] * 1e6)
-        taken_up = time.time_ns()
         qps = self.inflight.dispatched(arrived)
+        if not self.pipeline_slots:
+            return self._run(body, key, parameters, table, deadline, arrived, qps, taken_up)
+        # The gate: the request waits its turn in the shared table (seen there with its
+        # deadline by the one binding ahead of it), then runs the pipeline.
+        self.inflight.queue_at_gate(None if deadline is None else parse_deadline(deadline))
+        try:
+            self.inflight.pass_gate(self.pipeline_slots)
+            return self._run(body, key, parameters, table, deadline, arrived, qps, time.time_ns())
+        finally:
+            self.inflight.leave_gate()
+
+    def _run(self, body, key, parameters, table, deadline, arrived, qps, started):
+        """Run the pipeline for a request that started at ``started`` (ns since the epoch):
+        its configuration bound, judged by admission or as routed."""
         override = parameters.get(OVERRIDE_PARAMETER)
         if override:
             key = canonical(json.loads(override) if isinstance(override, str) else override)
@@ -1046,10 +1257,11 @@ class TritonPythonModel:
                 hurried = (
                     arrived is not None
                     and degrade_after is not None
-                    and taken_up - arrived > degrade_after * table["slo_ms"] * 1e6
+                    and started - arrived > degrade_after * table["slo_ms"] * 1e6
                 )
-                return self._serve_bound(body, table, parse_deadline(deadline), qps, hurried)
-            key = self.admission.judge(key, parameters[DEADLINE_PARAMETER])
+                times = {} if parameters.get(COMPONENT_TIMES_PARAMETER) else None
+                return self._serve_bound(body, table, parse_deadline(deadline), qps, hurried, times)
+            key = self.admission.judge(key, deadline)
         # The pipeline gets the canonical form too: its components may key data by it.
         config = json.loads(key)
         if not config:
@@ -1065,8 +1277,9 @@ class TritonPythonModel:
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )
 
-    def _serve_bound(self, body, table, deadline_ns, qps, hurried=False):
-        """Serve a request with a lazily bound configuration (late binding)."""
+    def _serve_bound(self, body, table, deadline_ns, qps, hurried=False, times=None):
+        """Serve a request with a lazily bound configuration (late binding); ``times``: each
+        component model's wall time is added there and returned as for a routed request."""
         followers = 0
         if self.metrics_url != "off":
             if self.poller is None:
@@ -1075,9 +1288,21 @@ class TritonPythonModel:
                 )
             followers = self.poller.followers()
         config = LazyConfig(
-            table, deadline_ns, self.inflight, qps, hurried, followers, self.servers
+            table,
+            deadline_ns,
+            self.inflight,
+            qps,
+            hurried,
+            followers,
+            self.servers,
+            gated=self.pipeline_slots is not None,
         )
-        result = self.pipeline.run(body, config, staged(call, config, self.inflight))
+        run_call = staged(call, config, self.inflight)
+        if times is not None:
+            run_call = timed(run_call, times)
+        result = self.pipeline.run(body, config, run_call)
+        if times is not None and isinstance(result, dict):
+            result = {**result, COMPONENT_TIMES_KEY: times}
         return pb_utils.InferenceResponse(
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", config.key())]
         )

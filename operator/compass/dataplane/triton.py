@@ -34,6 +34,9 @@ DEADLINE_PARAMETER = "compass_deadline_ns"
 # COMPONENT_TIMES_KEY (model-images/router/model.py): what profiling records per stage.
 COMPONENT_TIMES_PARAMETER = "compass_component_times"
 COMPONENT_TIMES_KEY = "compass_component_ms"
+# The router model's config parameter for its gate: how many of the requests its instances take
+# up run the pipeline at once, in arrival order (model-images/router/model.py; absent: no gate).
+PIPELINE_SLOTS_PARAMETER = "compass_pipeline_slots"
 # The start of the router's message for a request it refused as late (retryable).
 LATE_MESSAGE = "compass admission: late"
 ROLE_PARAMETER = "compass_role"

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
+from compass.dataplane.triton import PIPELINE_SLOTS_PARAMETER
 from compass.domain.arrivals import SPIKE_FACTOR, Scenario, make_pattern, make_scenario
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
@@ -96,16 +97,24 @@ def rag_sim_triton(
     active: Config | None = None,
     host: str = "127.0.0.1",
     router_instances: int = 1,
+    pipeline_slots: int | None = None,
 ) -> LocalTriton:
     """rag-sim's tritonserver on ``host``, not started: latencies x ``time_scale``, the router
-    on ``active`` with ``router_instances`` instances (requests served at once)."""
+    on ``active`` with ``router_instances`` instances (requests served at once; with
+    ``pipeline_slots``, requests taken up at once, of which that many run the pipeline at once,
+    the rest waiting at the router's gate)."""
     # The repository goes to workdir/models; time_scale 0 serves no latency at all, and active
     # None leaves the router on its config's default.
     parameters: dict[str, dict[str, str]] = {
         c: {"time_scale": repr(float(time_scale))} for c in COMPONENTS
     }
+    router: dict[str, str] = {}
     if active is not None:
-        parameters[DEFAULT_ROUTER_MODEL] = {"compass_active_config": config_key(active)}
+        router["compass_active_config"] = config_key(active)
+    if pipeline_slots is not None:
+        router[PIPELINE_SLOTS_PARAMETER] = str(pipeline_slots)
+    if router:
+        parameters[DEFAULT_ROUTER_MODEL] = router
     repository = assemble_repository(
         WORKFLOW, workdir / "models", parameters, {DEFAULT_ROUTER_MODEL: router_instances}
     )
@@ -113,14 +122,25 @@ def rag_sim_triton(
 
 
 def rag_sim_fleet(
-    workdir: Path, time_scale: float, replicas: int, router_instances: int = 1
+    workdir: Path,
+    time_scale: float,
+    replicas: int,
+    router_instances: int = 1,
+    pipeline_slots: int | None = None,
 ) -> AbstractContextManager[list[LocalTriton]]:
     """``replicas`` rag-sim tritonservers, started on loopback addresses of their own
-    (local_fleet), latencies x ``time_scale``, each router with ``router_instances`` instances:
-    the fleet a search Job spreads its requests over; stopped on leaving."""
+    (local_fleet), latencies x ``time_scale``, each router with ``router_instances`` instances
+    (and ``pipeline_slots``, as rag_sim_triton): the fleet a search Job spreads its requests
+    over; stopped on leaving."""
 
     def server(where: Path, host: str) -> LocalTriton:
-        return rag_sim_triton(where, time_scale, host=host, router_instances=router_instances)
+        return rag_sim_triton(
+            where,
+            time_scale,
+            host=host,
+            router_instances=router_instances,
+            pipeline_slots=pipeline_slots,
+        )
 
     return local_fleet(workdir, replicas, server)
 

@@ -1,0 +1,158 @@
+"""The router's gate on a real Triton: a router of 8 instances with ``compass_pipeline_slots``
+1 takes a burst up at once and runs it through the pipeline one request at a time, in arrival
+order, and the request at the head binds knowing the waiters behind it and their deadlines.
+The same burst through the same router without the gate runs several requests at once and
+binds the head alone: what the gate's checks would see if the gate did nothing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ragsim import ACCURATE, FASTEST
+
+from compass.dataplane.triton import RouterReply, TritonRouter
+from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
+from compass.domain.space import config_key
+from compass.lab.local_triton import LocalTriton
+from compass.lab.scenarios import rag_sim_triton
+from tiers import require_tritonserver
+
+INSTANCES = 8
+BURST = 6
+# rag-sim at its recorded latencies (130-330 ms): a request that occupies the pipeline
+# outlasts sending the burst behind it.
+TIME_SCALE = 1.0
+SEND_GAP_S = 0.02
+# Per the table, ACCURATE takes 10 s, FASTEST 1 s: with 12 s left, ACCURATE fits a request
+# alone but not one with BURST - 1 requests behind it that have as long left.
+DEADLINE_S = 12.0
+# How far client-side timing of the answers may be off on a busy machine.
+SLACK_S = 0.04
+
+
+def _table() -> dict[str, Any]:
+    return {
+        "stages": [list(names) for names in RAG_SIM_STAGE_PARAMS],
+        "components": list(RAG_SIM_COMPONENTS),
+        "configs": [
+            {"config": config_key(FASTEST), "accuracy": 0.80, "stage_ms": [0.0, 0.0, 1_000.0]},
+            {"config": config_key(ACCURATE), "accuracy": 0.86, "stage_ms": [0.0, 0.0, 10_000.0]},
+        ],
+        "slo_ms": 60_000.0,
+    }
+
+
+def _server(workdir: Path, slots: int | None) -> Iterator[TritonRouter]:
+    require_tritonserver()
+    server: LocalTriton = rag_sim_triton(
+        workdir, TIME_SCALE, FASTEST, router_instances=INSTANCES, pipeline_slots=slots
+    ).start(workdir)
+    client = TritonRouter(server.grpc_url, backoff_s=0.05)
+    try:
+        client.binding = _table()
+        client.switch(FASTEST)
+        yield client
+    finally:
+        client.close()
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonRouter]:
+    """rag-sim with a router of 8 instances and a gate of 1 slot, late binding on."""
+    yield from _server(tmp_path_factory.mktemp("gated"), 1)
+
+
+@pytest.fixture(scope="module")
+def ungated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonRouter]:
+    """The same router without the gate."""
+    yield from _server(tmp_path_factory.mktemp("ungated"), None)
+
+
+@dataclass(frozen=True)
+class Served:
+    """One request of the burst: when it was sent and answered (monotonic s), and its reply."""
+
+    sent: float
+    answered: float
+    reply: RouterReply
+
+    @property
+    def pipeline_s(self) -> float:
+        """How long it was in the pipeline: its component calls, in s."""
+        assert self.reply.component_ms is not None
+        return sum(self.reply.component_ms.values()) / 1000
+
+
+def _burst(router: TritonRouter) -> list[Served]:
+    """A request that occupies the pipeline (ACCURATE, overridden), then BURST requests with
+    DEADLINE_S left sent SEND_GAP_S apart behind it; the burst's requests in sending order."""
+
+    def send(index: int) -> Served:
+        time.sleep(index * SEND_GAP_S)
+        sent = time.monotonic()
+        reply = router.infer(
+            {"sample": index},
+            deadline_ns=time.time_ns() + round(DEADLINE_S * 1e9),
+            component_times=True,
+        )
+        return Served(sent, time.monotonic(), reply)
+
+    with ThreadPoolExecutor(max_workers=BURST + 1) as pool:
+        blocker = pool.submit(router.infer, {"sample": 99}, ACCURATE)
+        time.sleep(SEND_GAP_S)
+        burst = list(pool.map(send, range(1, BURST + 1)))
+        blocker.result()
+    return burst
+
+
+def _serial_shortfall_s(burst: list[Served]) -> float:
+    """How much shorter the burst's span (from the first request's entry into the pipeline to
+    the last answer) is than the sum of its requests' times in the pipeline: about 0 or less
+    when they ran one at a time (the sum leaves out the calls' own overhead), the overlap
+    when they shared the pipeline. Answers are timed by the client, off by a few ms each."""
+    first = min(burst, key=lambda s: s.answered)
+    span = max(s.answered for s in burst) - (first.answered - first.pipeline_s)
+    return sum(s.pipeline_s for s in burst) - span
+
+
+def test_a_burst_runs_one_at_a_time_in_arrival_order_and_its_head_binds_for_its_followers(
+    gated: TritonRouter,
+) -> None:
+    # Alone, a request with DEADLINE_S left binds ACCURATE.
+    alone = gated.infer({"sample": 0}, deadline_ns=time.time_ns() + round(DEADLINE_S * 1e9))
+    assert alone.config == config_key(ACCURATE)
+    burst = _burst(gated)
+    assert _serial_shortfall_s(burst) < SLACK_S, [(s.answered, s.pipeline_s) for s in burst]
+    # Answered in the order sent: the gate is FIFO across the instances' processes.
+    assert sorted(burst, key=lambda s: s.answered) == burst
+    # The head saw BURST - 1 requests with 12 s left waiting behind it: FASTEST; the last
+    # saw none: ACCURATE.
+    assert burst[0].reply.config == config_key(FASTEST)
+    assert burst[-1].reply.config == config_key(ACCURATE)
+
+
+def test_without_the_gate_the_same_burst_shares_the_pipeline_and_its_head_binds_alone(
+    ungated: TritonRouter,
+) -> None:
+    burst = _burst(ungated)
+    # Several at once: their times in the pipeline add up to far more than the burst's span.
+    assert _serial_shortfall_s(burst) > 5 * SLACK_S
+    assert burst[0].reply.config == config_key(ACCURATE)
+
+
+def test_behind_the_gate_a_request_without_a_deadline_binds_by_the_tables_slo(
+    gated: TritonRouter, ungated: TritonRouter
+) -> None:
+    # The table's SLO (60 s) from take-up is its deadline: ACCURATE fits, while the router's
+    # active configuration is FASTEST. Without the gate it is served as routed.
+    assert gated.infer({"sample": 0}).config == config_key(ACCURATE)
+    assert ungated.infer({"sample": 0}).config == config_key(FASTEST)
+    # An override still rules.
+    assert gated.infer({"sample": 0}, config=FASTEST).config == config_key(FASTEST)
