@@ -122,10 +122,7 @@ from compass.domain.binding import (
     RAG_SIM_COMPONENTS,
     RAG_SIM_SHARES,
     RAG_SIM_STAGE_PARAMS,
-    RATE_HEADROOM,
     measured_stage_times,
-    router_table,
-    stage_plan,
 )
 from compass.domain.bindingsim import ROUTER_POLL_S, RateView, simulate_binding
 from compass.domain.bindingsim import BindingSettings as SimulatedBinding
@@ -211,34 +208,15 @@ def qa_real_accuracy(router: TritonRouter, config: Config) -> float:
     return float(np.mean(scores))
 
 
-def qa_real_binding_table(spec: Any, plan: Any) -> dict[str, Any]:
-    """The late-binding table qa-real's routers get: what conversion.binding_table sends, its
-    per-stage times split by the component times profiled through the router on this CPU
-    (a stage's time is its models' together), never by an assumed share."""
+def check_qa_real_component_times(plan: Any) -> None:
+    """Stop unless every profile carries the component times qa-real's per-stage split needs:
+    its table is split by what the router timed on this CPU, never by an assumed share."""
     profiles = [t.profile for t in plan.thresholds]
     if measured_stage_times(profiles, QA_REAL_COMPONENTS) is None:
         raise SystemExit(
             "qa-real binding: the profiles lack component times for every stage; profile "
             "through a router that times its components (compass_component_times)"
         )
-    stages = stage_plan(
-        profiles,
-        QA_REAL_STAGE_PARAMS,
-        spec.binding.quantile,
-        admission_quantile=spec.admission.quantile,
-        components=QA_REAL_COMPONENTS,
-    )
-    return router_table(
-        stages,
-        QA_REAL_COMPONENTS,
-        refuse=spec.admission.enabled and spec.admission.refuse,
-        slo_ms=spec.slo.latency_ms,
-        degrade_after=spec.admission.degrade_after,
-        max_qps=[
-            None if t.stay_max_qps is None else t.stay_max_qps * RATE_HEADROOM
-            for t in plan.thresholds
-        ],
-    )
 
 
 def main() -> int:
@@ -481,9 +459,18 @@ def main() -> int:
                 admission=AdmissionSettings(
                     enabled=True, quantile=quantile, degrade_after=degrade_after
                 ),
-                # qa-real's table is built beside the spec (qa_real_binding_table): a
-                # ParetoPolicy's stage names one component model, and its retrieval calls two.
-                binding=BindingSettings()
+                # qa-real's stages are split by the component times profiled through the
+                # router (its retrieval's models together), rag-sim's by its shares where
+                # its profiles lack them.
+                binding=BindingSettings(
+                    mode=BindingMode.PER_STAGE,
+                    stages=[
+                        BindingStage(components=list(models), parameters=list(names))
+                        for models, names in zip(
+                            QA_REAL_COMPONENTS, QA_REAL_STAGE_PARAMS, strict=True
+                        )
+                    ],
+                )
                 if qa_real
                 else BindingSettings(
                     mode=BindingMode.PER_STAGE,
@@ -498,7 +485,8 @@ def main() -> int:
             if not qa_real:
                 bound = binding_table(spec, plan)
             elif BINDING_RUN in args.runs.split(","):
-                bound = qa_real_binding_table(spec, plan)
+                check_qa_real_component_times(plan)
+                bound = binding_table(spec, plan)
                 print(
                     "qa-real's binding table, per-stage ms (retrieval, reading) at quantile "
                     f"{spec.binding.quantile:g}: "
