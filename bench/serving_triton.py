@@ -255,6 +255,12 @@ def main() -> int:
         f"{BINDING_RUN})",
     )
     add_admission_arguments(parser, "0.5", where=False)
+    parser.add_argument(
+        "--no-refuse",
+        action="store_true",
+        help="admission and late binding serve a request that is late whatever serves it on "
+        "the fastest instead of refusing it (admission's refuse: false)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
     add_enum_argument(parser, "--strategy", Strategy.ELASTICO, "the policy run's strategy")
     add_pattern_arguments(parser)
@@ -457,7 +463,10 @@ def main() -> int:
                 interval_seconds=scale,
                 strategy=Strategy(args.strategy),
                 admission=AdmissionSettings(
-                    enabled=True, quantile=quantile, degrade_after=degrade_after
+                    enabled=True,
+                    quantile=quantile,
+                    degrade_after=degrade_after,
+                    refuse=not args.no_refuse,
                 ),
                 # qa-real's stages are split by the component times profiled through the
                 # router (its retrieval's models together), rag-sim's by its shares where
@@ -500,7 +509,11 @@ def main() -> int:
                 bound = None
             members = [t.profile for t in plan.thresholds]
             admission = Admission(
-                slo_ms * scale, quantile, at=AdmissionPoint.DISPATCH, degrade_after=degrade_after
+                slo_ms * scale,
+                quantile,
+                at=AdmissionPoint.DISPATCH,
+                degrade_after=degrade_after,
+                refuse=not args.no_refuse,
             )
             predict = partial(
                 compare,
@@ -525,7 +538,7 @@ def main() -> int:
                     BINDING_RUN,
                     settings=SimulatedBinding(
                         quantile=spec.binding.quantile,
-                        refuse=True,
+                        refuse=spec.admission.refuse,
                         admission_quantile=quantile,
                         max_qps=tuple(c["max_qps"] for c in bound["configs"]),
                         degrade_after=bound["degrade_after"],

@@ -60,12 +60,13 @@ done. Existing pipeline.py files run unchanged: one that reads every parameter u
 all at dispatch.
 
 The queue in front of the router (late binding): Triton queues requests before an instance
-takes them up, where the in-flight table cannot see them. A daemon thread per router instance
-(started with the first bound request) reads Triton's ``nv_inference_pending_request_count``
-for this model every ``compass_pending_poll_ms`` (model config parameter, default 25) from
-``compass_metrics_url`` (model config parameter, else the environment's
-``COMPASS_METRICS_URL``, else http://127.0.0.1:8002/metrics; ``off`` never polls), never per
-request. A request taken up then has as followers the count at the last poll less the requests
+takes them up, where the in-flight table cannot see them. One daemon thread a pod (started
+with the first bound request in each instance; the instance holding the pod's poller lock
+polls, the others read its count from the shared table) reads Triton's
+``nv_inference_pending_request_count`` for this model every ``compass_pending_poll_ms`` (model
+config parameter, default 25) from ``compass_metrics_url`` (model config parameter, else the
+environment's ``COMPASS_METRICS_URL``, else http://127.0.0.1:8002/metrics; ``off`` never
+polls), never per request. A request taken up then has as followers the count at the last poll less the requests
 the instances took up since, each taken as having as long left as itself, and spares them as
 compass.domain.binding.follower_spare_ms does. Without a fresh count (no metrics port, an
 error, a count older than 4 polls) it has none: the binding is today's.
@@ -385,6 +386,11 @@ _RING_AT = INFLIGHT_SLOTS * _SLOT.size
 _GATE_AT = _RING_AT + (DISPATCH_RING + 1) * 8
 _GATE_FIELDS = 4
 GATE_FREE, GATE_WAITING, GATE_RUNNING = 0, 1, 2
+# After the gate: the pod's last poll of Triton's pending count (PendingPoller): when (monotonic
+# ns, which every process of the host shares; 0: none or failed), the count, and the take-ups
+# counted by then.
+_POLL_AT = _GATE_AT + (2 + INFLIGHT_SLOTS * _GATE_FIELDS) * 8
+_POLL_FIELDS = 3
 
 
 def binding_path(router_model):
@@ -526,6 +532,8 @@ POLL_RETRY_S = 1.0
 # burst then binds as without a count, its count being stale).
 IDLE_AFTER_S = 5.0
 IDLE_POLL_S = 1.0
+# An instance whose pod has a poller tries this often to become it (the poller gone).
+LEADER_RETRY_S = 1.0
 
 
 def parse_pending(text, model):
@@ -547,32 +555,68 @@ def parse_pending(text, model):
     return found
 
 
+class _LocalPoll:
+    """A poller's last poll kept in its own process (no shared table)."""
+
+    def __init__(self):
+        self.last = None
+
+    def publish_poll(self, polled_ns, count, taken):
+        """Keep the poll (None count: none fresh)."""
+        self.last = None if count is None else (polled_ns, count, taken)
+
+    def last_poll(self):
+        """The last poll, or None."""
+        return self.last
+
+
 class PendingPoller:
     """Polls Triton's pending count for the router model every ``period_s`` in a daemon
     thread; ``followers`` is how many requests wait behind one being taken up now: the count
     at the last poll less the requests taken up since (the instances' shared take-up counter,
-    Inflight.taken). Without a fresh count (no metrics port, an error) it is 0: today's view."""
+    Inflight.taken). Without a fresh count (no metrics port, an error) it is 0: today's view.
 
-    def __init__(self, url, model, period_s, taken):
+    One poll a pod, not one per instance: every instance's thread waits for the pod's poller
+    lock (``lock_path``; None: poll regardless), the one holding it polls and writes the count
+    to ``board`` (the instances' shared table, Inflight), and every instance reads it there.
+    Eight instances each fetching Triton's metrics page 40 times a second took enough CPU to
+    slow the pod they watched (bench/serving_triton.py behind the gate, 2 cores). The lock is
+    the kernel's (flock): a poller that dies frees it, and another instance takes over within
+    LEADER_RETRY_S."""
+
+    def __init__(self, url, model, period_s, taken, board=None, lock_path=None):
         self.url, self.model, self.period_s, self.taken = url, model, period_s, taken
-        # (polled at, monotonic s; pending count; take-ups counted by then), replaced whole.
-        self.last = None
+        self.board = _LocalPoll() if board is None else board
+        self.lock_path = lock_path
         self.thread = threading.Thread(target=self._run, name="compass-pending", daemon=True)
         self.thread.start()
 
     def poll(self):
         """One poll: the count, or None where the page cannot be read or lacks it."""
         taken = self.taken()
-        polled = time.monotonic()
+        polled = time.monotonic_ns()
         try:
             with urllib.request.urlopen(self.url, timeout=max(self.period_s * 4, 0.1)) as page:
                 count = parse_pending(page.read().decode("utf-8", "replace"), self.model)
         except (OSError, ValueError, http.client.HTTPException):
             count = None
-        self.last = None if count is None else (polled, count, taken)
+        self.board.publish_poll(polled, count, taken)
         return count
 
+    def _lead(self):
+        """Wait until this process holds the pod's poller lock (kept until it exits)."""
+        if self.lock_path is None:
+            return
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(LEADER_RETRY_S)
+
     def _run(self):
+        self._lead()
         seen, busy_at = self.taken(), time.monotonic()
         while True:
             started = time.monotonic()
@@ -585,8 +629,8 @@ class PendingPoller:
 
     def followers(self):
         """Requests waiting behind the one being taken up now (0 without a fresh count)."""
-        last = self.last
-        if last is None or time.monotonic() - last[0] > STALE_POLLS * self.period_s:
+        last = self.board.last_poll()
+        if last is None or time.monotonic_ns() - last[0] > STALE_POLLS * self.period_s * 1e9:
             return 0
         _, count, taken = last
         return max(count - (self.taken() - taken), 0)
@@ -719,7 +763,7 @@ class Inflight:
     decision reads all of them (a torn read is one stale guess, never an error)."""
 
     def __init__(self, path):
-        size = _GATE_AT + (2 + INFLIGHT_SLOTS * _GATE_FIELDS) * 8
+        size = _POLL_AT + _POLL_FIELDS * 8
         # Kept open: the gate's tickets are given under its lock.
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         with self._locked():
@@ -734,6 +778,9 @@ class Inflight:
             )
             # Per slot: pid, ticket, state, deadline ns (one row each).
             self.gate_slots = self.gate[2:].reshape(INFLIGHT_SLOTS, _GATE_FIELDS)
+            self.polled = np.frombuffer(
+                self.table, dtype=np.int64, count=_POLL_FIELDS, offset=_POLL_AT
+            )
             self.slot = self._claim()
 
     @contextlib.contextmanager
@@ -764,6 +811,19 @@ class Inflight:
     def taken(self):
         """How many requests the pod's router instances have taken up so far."""
         return int(self.ring[0])
+
+    def publish_poll(self, polled_ns, count, taken):
+        """The pod's poller read ``count`` at ``polled_ns`` with ``taken`` take-ups counted
+        (``count`` None: the poll failed, so there is no fresh count)."""
+        self.polled[1], self.polled[2] = count or 0, taken
+        # Written last: a reader that sees the new time sees the count beside it (a torn read
+        # is one stale guess, never an error).
+        self.polled[0] = 0 if count is None else polled_ns
+
+    def last_poll(self):
+        """(polled at, monotonic ns; count; take-ups by then) of the pod's last poll, or None."""
+        polled_ns, count, taken = (int(v) for v in self.polled)
+        return None if polled_ns == 0 else (polled_ns, count, taken)
 
     def _claim(self):
         """This instance's slot: its own, a free one, or one of a process that is gone."""
@@ -1158,9 +1218,8 @@ class TritonPythonModel:
         self.active = ActiveConfig(path, default)
         self.admission = Admission(admission_path(args["model_name"]))
         self.binding = BindingTable(binding_path(args["model_name"]))
-        self.inflight = Inflight(
-            state_path(args["model_name"]).removesuffix(".json") + "-inflight.bin"
-        )
+        self.inflight_path = state_path(args["model_name"]).removesuffix(".json") + "-inflight.bin"
+        self.inflight = Inflight(self.inflight_path)
         # Late binding's view of the queue in front of the router: Triton's pending count,
         # polled (started with the first bound request; "off" never polls).
         self.metrics_url = parameter(
@@ -1284,7 +1343,12 @@ class TritonPythonModel:
         if self.metrics_url != "off":
             if self.poller is None:
                 self.poller = PendingPoller(
-                    self.metrics_url, self.model_name, self.poll_s, self.inflight.taken
+                    self.metrics_url,
+                    self.model_name,
+                    self.poll_s,
+                    self.inflight.taken,
+                    board=self.inflight,
+                    lock_path=self.inflight_path + ".poller",
                 )
             followers = self.poller.followers()
         config = LazyConfig(

@@ -4,11 +4,13 @@ in-flight table. (A real tritonserver runs it in tests/triton/test_router_late_b
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import importlib.util
 import json
 import math
 import os
+import signal
 import threading
 import time
 import types
@@ -324,11 +326,13 @@ def test_the_router_spares_counted_followers_as_the_domain_does(
 
 
 class _Metrics(http.server.BaseHTTPRequestHandler):
-    """A metrics page whose pending count the test sets."""
+    """A metrics page whose pending count the test sets, counting its reads."""
 
     pending = 0
+    reads = 0
 
     def do_GET(self) -> None:  # http.server's name
+        _Metrics.reads += 1
         body = (
             f'nv_inference_pending_request_count{{model="router",version="1"}} {self.pending}\n'
         ).encode()
@@ -399,6 +403,57 @@ def test_an_idle_poller_reads_the_metrics_page_once_a_second_until_requests_come
         time.sleep(1.2)
         assert polls[0] >= 10
     finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_pod_polls_once_however_many_instances_and_another_takes_over_when_it_dies(
+    router: types.ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(router, "LEADER_RETRY_S", 0.1)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    table, lock = str(tmp_path / "inflight.bin"), str(tmp_path / "inflight.bin.poller")
+    _Metrics.pending = 4
+    leader = os.fork()
+    if leader == 0:  # pragma: no cover - the child: the pod's first instance, polling
+        try:
+            board = router.Inflight(table)
+            router.PendingPoller(url, "router", 0.02, board.taken, board=board, lock_path=lock)
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    try:
+        time.sleep(0.5)  # the child holds the lock by now
+        board = router.Inflight(table)
+        others = [
+            router.PendingPoller(url, "router", 0.02, board.taken, board=board, lock_path=lock)
+            for _ in range(3)
+        ]
+        deadline = time.monotonic() + 5
+        while others[0].followers() != 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # Every instance reads the count the child polled; only the child fetches the page.
+        assert [p.followers() for p in others] == [4, 4, 4]
+        _Metrics.reads = 0
+        time.sleep(1.0)
+        assert 5 <= _Metrics.reads <= 60, "one poll every 20 ms, not four"
+        os.kill(leader, signal.SIGKILL)
+        os.waitpid(leader, 0)
+        _Metrics.pending = 7
+        deadline = time.monotonic() + 5
+        while others[1].followers() != 7 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # One of the others took the lock over and polls (the count moved to 7).
+        assert [p.followers() for p in others] == [7, 7, 7]
+        _Metrics.reads = 0
+        time.sleep(1.0)
+        assert 5 <= _Metrics.reads <= 60
+    finally:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(leader, signal.SIGKILL)
+            os.waitpid(leader, 0)
         server.shutdown()
         server.server_close()
 
