@@ -2,11 +2,13 @@
 model-images/router/model.py, on rag-sim's plan from the paper's profiles.
 
 Run as ``python bench/router_binding.py [--requests 20000] [--configs 79] [--busy 4]
-[--waiting 0]``. Each request gets a lazy config (``LazyConfig``) with a deadline drawn in
+[--waiting 0] [--lag 0.3 --lag-reserve 2]``. Each request gets a lazy config (``LazyConfig``) with a deadline drawn in
 [0, 1.5 s] and reads one parameter of each stage in order, as a staged pipeline would; ``--busy``
 other router instances hold requests at random stages in the shared in-flight table;
 ``--waiting`` more wait at the router's gate (``compass_pipeline_slots``) behind it, each with
-a deadline drawn as its own, which each stage's binding reads and spares. Printed: p50, p99 and
+a deadline drawn as its own, which each stage's binding reads and spares; ``--lag`` caps each
+stage's extra time by the lag behind static fastest's schedule (the table's lag_share, with a
+1500 ms SLO), the first stage drawing the request's start there under the table's lock. Printed: p50, p99 and
 max of each stage's binding (the decision, the in-flight table's read and the binding; the
 first stage also counts the request in the pod's rate and makes its lazy config), in
 microseconds, on the wall clock and this thread's CPU clock, and the issue's floor (p99 <= 1
@@ -49,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--waiting", type=int, default=0, help="requests waiting at the gate behind it"
     )
+    parser.add_argument(
+        "--lag", type=float, default=None, help="the table's lag_share (None: no lag cap)"
+    )
+    parser.add_argument("--lag-reserve", type=int, default=2, help="with --lag: lag_reserve")
     args = parser.parse_args(argv)
     if (
         args.requests < 1
@@ -62,7 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     router = router_module()
     profiles = parse_profiles(json.loads(PROFILES.read_text(encoding="utf-8")))[: args.configs]
     plan = stage_plan(profiles, quantile=0.95, prior_shares=RAG_SIM_SHARES)
-    table = router.check_binding(json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS))))
+    capped = {"slo_ms": 1500.0, "lag_share": args.lag, "lag_reserve": args.lag_reserve}
+    sent = router_table(plan, RAG_SIM_COMPONENTS, **(capped if args.lag is not None else {}))
+    table = router.check_binding(json.loads(json.dumps(sent)))
+    fastest_ns = table["arrays"]["fastest_ms"][1] * 1e6
     rng = np.random.default_rng(0)
     stages = len(RAG_SIM_STAGE_PARAMS)
     took = np.empty((args.requests, stages))
@@ -100,9 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             for stage, names in enumerate(RAG_SIM_STAGE_PARAMS):
                 begin, begin_cpu = time.perf_counter_ns(), time.thread_time_ns()
                 if stage == 0:
-                    # What the router does as it takes a request up: count it, make its config.
+                    # What the router does as it takes a request up: count it, (with the lag
+                    # cap) draw its static fastest start, make its config.
+                    qps = inflight.dispatched()
+                    start = None
+                    if args.lag is not None:
+                        start = inflight.static_start(time.time_ns(), fastest_ns, 1)
                     config = router.LazyConfig(
-                        table, deadline, inflight, inflight.dispatched(), gated=gated
+                        table, deadline, inflight, qps, gated=gated, static_start_ns=start
                     )
                 config[names[0]]
                 took[request, stage] = (time.perf_counter_ns() - begin) / 1000
@@ -110,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"router late binding: {len(plan.configs)} allowed configurations, {stages} stages, "
         f"{args.busy} other requests in flight, {args.waiting} waiting at the gate, "
+        f"lag cap {'none' if args.lag is None else f'{args.lag:g} (reserve {args.lag_reserve})'}, "
         f"{args.requests} requests; per stage, us:"
     )
     for stage, names in enumerate(RAG_SIM_STAGE_PARAMS):

@@ -2,6 +2,7 @@
 
     python bench/serving_triton.py [--workflow rag-sim] [--replicas 2] [--router-instances 1]
                                    [--pipeline-slots G]
+                                   [--binding-lag 0.3 --binding-lag-reserve 2]
                                    [--pattern spike] [--time-scale 0.25]
                                    [--slos 750,1000,1500] [--seed 0] [--json PATH]
                                    [--runs fastest,accurate,policy,policy+adm]
@@ -55,6 +56,16 @@ fastest's capacity is the same with and without it. The simulator predicts ``bin
 router that sees every follower with its deadline (``followers_poll_s`` None) and the rate of
 every arrival (``RateView.ARRIVALS``). The policy runs read Triton's queue of the router,
 which the gate empties: not with the gate.
+
+``--binding-lag S --binding-lag-reserve R`` (``binding``) gives the routers the lag cap
+(ParetoPolicy ``binding.lagShare``/``lagReserve``): a request's extra time may leave it at most
+S x (SLO - R x the fastest's likely time) behind the schedule static fastest keeps; with
+``--degrade-after 1`` the table carries no wait rule (the simulator's best rule:
+``bench/serving_sim.py --binding-gate 8 --degrade-after 1 --binding-lag 0.3
+--binding-lag-reserve 2``). Its simulator column runs the same rule on the router's own view:
+behind the gate, the N - G waiters seen with their deadlines, those beyond counted by the
+poller (``ROUTER_POLL_S``), the rate of the arrivals the instances took up
+(``RateView.GATE_ARRIVALS``).
 
 ``--workflow qa-real`` serves qa-real instead: real retrieval and MiniLM on this CPU, so no time
 scale (1) and each request's accuracy is its real answer's score; by default one replica whose
@@ -241,6 +252,22 @@ def main() -> int:
         "--router-instances 8)",
     )
     parser.add_argument(
+        "--binding-lag",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help=f"{BINDING_RUN}: the lag cap's share of the SLO (binding.lagShare, in (0, 1]; "
+        "default none), e.g. 0.3 with --binding-lag-reserve 2 --degrade-after 1",
+    )
+    parser.add_argument(
+        "--binding-lag-reserve",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --binding-lag: its share is of the SLO less this many of the fastest's "
+        "likely times (binding.lagReserve)",
+    )
+    parser.add_argument(
         "--curve-requests", type=int, default=60, help="qa-real: requests per curve rate"
     )
     parser.add_argument("--time-scale", type=float, default=0.25, help="rag-sim only")
@@ -294,6 +321,10 @@ def main() -> int:
                 "of the router, which the gate empties (its requests wait in the router); give "
                 f"some of fastest, accurate, {BINDING_RUN}"
             )
+    if args.binding_lag is not None and not 0 < args.binding_lag <= 1:
+        parser.error("--binding-lag: give a share of the SLO in (0, 1], e.g. 0.3")
+    if args.binding_lag_reserve < 0:
+        parser.error("--binding-lag-reserve: give a count >= 0, e.g. 2")
     # Requests each pod serves at once: the gate's slots, else the router's instances.
     pod_servers = slots or instances
     try:
@@ -385,6 +416,11 @@ def main() -> int:
         ]
         switch_delay_s = float(np.percentile(idle, 95))
         gate = "" if slots is None else f" behind a gate of {slots} pipeline slot(s)"
+        if args.binding_lag is not None:
+            gate += (
+                f", {BINDING_RUN}'s lag cap {args.binding_lag:g} (reserve "
+                f"{args.binding_lag_reserve}), degrade after {degrade_after:g}"
+            )
         print(
             f"{args.workflow} on {args.replicas} Triton 2.51 replica(s) (CPU), router of "
             f"{instances} instance(s){gate}, time scale {scale:g}; profiled front (paper scale):"
@@ -489,6 +525,8 @@ def main() -> int:
                             RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, RAG_SIM_SHARES, strict=True
                         )
                     ],
+                    lag_share=args.binding_lag,
+                    lag_reserve=args.binding_lag_reserve,
                 ),
             )
             if not qa_real:
@@ -530,7 +568,24 @@ def main() -> int:
                 **predict({ADMITTED_RUN: runtime_policy(spec)}, admission=admission),
             }
             if bound is not None and not qa_real and BINDING_RUN in args.runs.split(","):
-                # The routers' rule in the simulator, on the table's own numbers.
+                # The routers' rule in the simulator, on the table's own numbers. With the lag
+                # cap behind the gate, on the router's own view of it (the N - G waiters seen,
+                # the rest polled, the rate of the arrivals taken up), as serving_sim runs it.
+                lagged = bound["lag_share"] is not None and slots is not None
+                view = (
+                    {
+                        "visible_followers": instances - slots,
+                        "followers_poll_s": ROUTER_POLL_S,
+                        "rate_view": RateView.GATE_ARRIVALS,
+                    }
+                    if lagged and slots is not None
+                    else {
+                        "followers_poll_s": ROUTER_POLL_S if slots is None else None,
+                        "rate_view": (
+                            RateView.TAKEN_ARRIVALS if slots is None else RateView.ARRIVALS
+                        ),
+                    }
+                )
                 predicted[BINDING_RUN] = simulate_binding(
                     members,
                     scenario,
@@ -549,8 +604,9 @@ def main() -> int:
                         # arrival, though the gate's own 0.5 ms look and what Triton still
                         # queues beyond the instances are not modelled).
                         spare_followers=True,
-                        followers_poll_s=ROUTER_POLL_S if slots is None else None,
-                        rate_view=(RateView.TAKEN_ARRIVALS if slots is None else RateView.ARRIVALS),
+                        lag_share=bound["lag_share"],
+                        lag_reserve=bound["lag_reserve"],
+                        **view,
                     ),
                     pods=args.replicas,
                     pod_model=pod_model,
@@ -645,6 +701,9 @@ def main() -> int:
             "replicas": args.replicas,
             "router_instances": instances,
             "pipeline_slots": slots,
+            "binding_lag": args.binding_lag,
+            "binding_lag_reserve": args.binding_lag_reserve,
+            "degrade_after": degrade_after,
             "pattern": pattern.kind.value,
             "time_scale": scale,
             "runs": runs,

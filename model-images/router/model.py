@@ -90,6 +90,14 @@ while fewer than N are in the router) plus ``slo_ms`` (client-free binding; over
 served as asked). The gate empties Triton's queue of the router, which the operator's queue
 signal (``nv_inference_pending_request_count``) reads: use it with late binding, not with a
 strategy that watches that queue.
+
+The lag cap (optional, the binding table's ``lag_share`` and ``lag_reserve``): the instances keep
+the schedule static fastest would keep in the shared table (when its queue is next free, in ns;
+each request bound draws its start there, max(its arrival, that), and moves it on by the
+fastest's likely time over the pod's servers, under the file lock in take-up order, behind the
+gate with its ticket), and a request's extra time over its fastest completion may leave it at
+most ``lag_share`` x (``slo_ms`` - ``lag_reserve`` x the fastest's likely time) behind that
+schedule (lag_spare_ms; compass.domain.bindingsim's rule). Absent: no cap.
 """
 
 import contextlib
@@ -391,6 +399,9 @@ GATE_FREE, GATE_WAITING, GATE_RUNNING = 0, 1, 2
 # counted by then.
 _POLL_AT = _GATE_AT + (2 + INFLIGHT_SLOTS * _GATE_FIELDS) * 8
 _POLL_FIELDS = 3
+# After the poll: when static fastest's schedule next frees a server (ns since the epoch; 0:
+# never yet), the lag cap's (Inflight.static_start).
+_STATIC_AT = _POLL_AT + _POLL_FIELDS * 8
 
 
 def binding_path(router_model):
@@ -482,6 +493,19 @@ def check_binding(table):
         raise ValueError(
             f"binding: degrade_after {degrade_after!r} is not a share of slo_ms in (0, 1] (or null)"
         )
+    lag_share = table.get("lag_share")
+    if lag_share is not None and (
+        isinstance(lag_share, bool)
+        or not isinstance(lag_share, (int, float))
+        or not 0 < lag_share <= 1
+        or slo_ms is None
+    ):
+        raise ValueError(
+            f"binding: lag_share {lag_share!r} is not a share of slo_ms in (0, 1] (or null)"
+        )
+    lag_reserve = table.get("lag_reserve", 0)
+    if isinstance(lag_reserve, bool) or not isinstance(lag_reserve, int) or lag_reserve < 0:
+        raise ValueError(f"binding: lag_reserve {lag_reserve!r} is not a count >= 0")
     # The same numbers as arrays, for the followers' spare (computed at every stage bound).
     stage_ms = np.array([entry[2] for entry in checked])
     admit_ms = np.array([entry[3] for entry in checked])
@@ -501,6 +525,8 @@ def check_binding(table):
         "refuse": refuse,
         "slo_ms": None if slo_ms is None else float(slo_ms),
         "degrade_after": None if degrade_after is None else float(degrade_after),
+        "lag_share": None if lag_share is None else float(lag_share),
+        "lag_reserve": lag_reserve,
         "stage_of": {n: i for i, s in enumerate(stages) for n in s},
     }
 
@@ -688,6 +714,32 @@ def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, g
     )
 
 
+def lag_spare_ms(table, bound, at, backlog_ms, now_ns, static_start_ns):
+    """How much longer than its fastest completion a request may take so that it ends at most
+    the table's lag cap behind the schedule static fastest keeps, where it would start at
+    ``static_start_ns`` (Inflight.static_start): compass.domain.binding.lag_spare_ms on
+    bindingsim's quantities (its quickest likely completion from stage ``at`` among the
+    configurations consistent with ``bound``; the fastest's likely time)."""
+    share = table["lag_share"]
+    if share is None or static_start_ns is None:
+        return float("inf")
+    arrays = table["arrays"]
+    consistent = np.ones(len(table["configs"]), dtype=bool)
+    for name, value in bound.items():
+        consistent &= arrays["values"][name] == value
+    if not consistent.any():
+        consistent[:] = True
+    admit = arrays["admit_ms"]
+    total = np.zeros(len(admit))
+    for stage in range(at, admit.shape[1]):
+        total = total + (backlog_ms[stage] + admit[:, stage])
+    quickest_likely = float(total[consistent].min())
+    fastest_likely_ms = arrays["fastest_ms"][1]
+    cap_ms = share * max(table["slo_ms"] - table["lag_reserve"] * fastest_likely_ms, 0.0)
+    behind_ms = (now_ns - static_start_ns) / 1e6 + quickest_likely - fastest_likely_ms
+    return max(cap_ms - behind_ms, 0.0)
+
+
 def bind_stage(
     table,
     stage,
@@ -763,7 +815,7 @@ class Inflight:
     decision reads all of them (a torn read is one stale guess, never an error)."""
 
     def __init__(self, path):
-        size = _POLL_AT + _POLL_FIELDS * 8
+        size = _STATIC_AT + 8
         # Kept open: the gate's tickets are given under its lock.
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         with self._locked():
@@ -781,6 +833,7 @@ class Inflight:
             self.polled = np.frombuffer(
                 self.table, dtype=np.int64, count=_POLL_FIELDS, offset=_POLL_AT
             )
+            self.static_free = np.frombuffer(self.table, dtype=np.int64, count=1, offset=_STATIC_AT)
             self.slot = self._claim()
 
     @contextlib.contextmanager
@@ -843,17 +896,33 @@ class Inflight:
         self.gate[1] += 1
         return free
 
-    def queue_at_gate(self, deadline_ns=None):
+    def _schedule(self, arrived_ns, fastest_ns, servers):
+        """Static fastest's start of a request that arrived at ``arrived_ns`` (held under
+        the lock): compass.domain.binding.static_schedule on the pod's shared ``static_free``."""
+        start = max(int(arrived_ns), int(self.static_free[0]))
+        self.static_free[0] = start + int(fastest_ns / servers)
+        return start
+
+    def static_start(self, arrived_ns, fastest_ns, servers):
+        """When static fastest (``fastest_ns`` a request, ``servers`` at once) would start a
+        request that arrived at ``arrived_ns``, in take-up order (the lag cap's schedule)."""
+        with self._locked():
+            return self._schedule(arrived_ns, fastest_ns, servers)
+
+    def queue_at_gate(self, deadline_ns=None, schedule=None):
         """This instance's request waits at the gate from now, after every request already
-        there (its ticket, given under the lock: arrival order across the instances)."""
+        there (its ticket, given under the lock: arrival order across the instances); with
+        ``schedule`` (arrived ns, the fastest's ns, servers), also its static fastest start,
+        in the same order: returns (ticket, that start or None)."""
         entry = self.gate_slots[self.slot]
         with self._locked():
+            start = None if schedule is None else self._schedule(*schedule)
             ticket = int(self.gate[0]) + 1
             self.gate[0] = ticket
             entry[0], entry[1], entry[3] = os.getpid(), ticket, int(deadline_ns or 0)
             # The state last: a reader that sees it waiting sees its ticket.
             entry[2] = GATE_WAITING
-        return ticket
+        return ticket, start
 
     def ahead_at_gate(self):
         """The slots of the requests ahead of this instance's at the gate: in the pipeline,
@@ -963,6 +1032,7 @@ class LazyConfig(dict):
         followers=0,
         servers=1,
         gated=False,
+        static_start_ns=None,
     ):
         super().__init__(dict.fromkeys(table["stage_of"]))
         self.table = table
@@ -990,6 +1060,8 @@ class LazyConfig(dict):
         # Behind the gate (compass_pipeline_slots): the requests waiting there are seen, each
         # with its own deadline, read again at each stage bound.
         self.gated = gated
+        # The lag cap (the table's lag_share): when static fastest would start it.
+        self.static_start_ns = static_start_ns
 
     def _bind_through(self, stage):
         table = self.table
@@ -1007,6 +1079,13 @@ class LazyConfig(dict):
             spare = polled_spare_ms(
                 table, self.bound, at, left_ms, backlog, self.followers, self.servers, seen
             )
+            if self.static_start_ns is not None:
+                spare = min(
+                    spare,
+                    lag_spare_ms(
+                        table, self.bound, at, backlog, time.time_ns(), self.static_start_ns
+                    ),
+                )
             self.target = bind_stage(
                 table,
                 self.next_stage,
@@ -1293,18 +1372,38 @@ class TritonPythonModel:
         if table is not None and table["slo_ms"] is not None and deadline is not None:
             arrived = parse_deadline(deadline) - int(table["slo_ms"] * 1e6)
         qps = self.inflight.dispatched(arrived)
+        # The lag cap's schedule (static fastest's), for the requests it binds: each one's
+        # start there, drawn in take-up order (behind the gate with its ticket).
+        schedule = None
+        if (
+            table is not None
+            and table["lag_share"] is not None
+            and deadline is not None
+            and not parameters.get(OVERRIDE_PARAMETER)
+        ):
+            fastest_ns = table["arrays"]["fastest_ms"][1] * 1e6
+            schedule = (taken_up if arrived is None else arrived, fastest_ns, self.servers)
         if not self.pipeline_slots:
-            return self._run(body, key, parameters, table, deadline, arrived, qps, taken_up)
+            static_start = None if schedule is None else self.inflight.static_start(*schedule)
+            return self._run(
+                body, key, parameters, table, deadline, arrived, qps, taken_up, static_start
+            )
         # The gate: the request waits its turn in the shared table (seen there with its
         # deadline by the one binding ahead of it), then runs the pipeline.
-        self.inflight.queue_at_gate(None if deadline is None else parse_deadline(deadline))
+        _, static_start = self.inflight.queue_at_gate(
+            None if deadline is None else parse_deadline(deadline), schedule
+        )
         try:
             self.inflight.pass_gate(self.pipeline_slots)
-            return self._run(body, key, parameters, table, deadline, arrived, qps, time.time_ns())
+            return self._run(
+                body, key, parameters, table, deadline, arrived, qps, time.time_ns(), static_start
+            )
         finally:
             self.inflight.leave_gate()
 
-    def _run(self, body, key, parameters, table, deadline, arrived, qps, started):
+    def _run(
+        self, body, key, parameters, table, deadline, arrived, qps, started, static_start=None
+    ):
         """Run the pipeline for a request that started at ``started`` (ns since the epoch):
         its configuration bound, judged by admission or as routed."""
         override = parameters.get(OVERRIDE_PARAMETER)
@@ -1319,7 +1418,9 @@ class TritonPythonModel:
                     and started - arrived > degrade_after * table["slo_ms"] * 1e6
                 )
                 times = {} if parameters.get(COMPONENT_TIMES_PARAMETER) else None
-                return self._serve_bound(body, table, parse_deadline(deadline), qps, hurried, times)
+                return self._serve_bound(
+                    body, table, parse_deadline(deadline), qps, hurried, times, static_start
+                )
             key = self.admission.judge(key, deadline)
         # The pipeline gets the canonical form too: its components may key data by it.
         config = json.loads(key)
@@ -1336,9 +1437,12 @@ class TritonPythonModel:
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )
 
-    def _serve_bound(self, body, table, deadline_ns, qps, hurried=False, times=None):
+    def _serve_bound(
+        self, body, table, deadline_ns, qps, hurried=False, times=None, static_start=None
+    ):
         """Serve a request with a lazily bound configuration (late binding); ``times``: each
-        component model's wall time is added there and returned as for a routed request."""
+        component model's wall time is added there and returned as for a routed request;
+        ``static_start``: when static fastest would start it (ns since the epoch; the lag cap)."""
         followers = 0
         if self.metrics_url != "off":
             if self.poller is None:
@@ -1360,6 +1464,7 @@ class TritonPythonModel:
             followers,
             self.servers,
             gated=self.pipeline_slots is not None,
+            static_start_ns=static_start,
         )
         run_call = staged(call, config, self.inflight)
         if times is not None:

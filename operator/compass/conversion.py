@@ -139,7 +139,13 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
         [stage.models for stage in settings.stages],
         refuse=spec.admission.enabled and spec.admission.refuse,
         slo_ms=spec.slo.latency_ms,
-        degrade_after=spec.admission.degrade_after,
+        # With the lag cap, degradeAfter 1 is no wait rule: a request that waited a whole SLO
+        # binds the fastest anyway (nothing fits), so the table need not carry it.
+        degrade_after=None
+        if settings.lag_share is not None and spec.admission.degrade_after >= 1
+        else spec.admission.degrade_after,
+        lag_share=settings.lag_share,
+        lag_reserve=settings.lag_reserve,
         max_qps=[
             None if t.stay_max_qps is None else t.stay_max_qps * RATE_HEADROOM
             for t in plan.thresholds

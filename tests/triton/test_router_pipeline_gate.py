@@ -156,3 +156,20 @@ def test_behind_the_gate_a_request_without_a_deadline_binds_by_the_tables_slo(
     assert ungated.infer({"sample": 0}).config == config_key(FASTEST)
     # An override still rules.
     assert gated.infer({"sample": 0}, config=FASTEST).config == config_key(FASTEST)
+
+
+def test_behind_the_gate_the_lag_cap_binds_from_static_fastests_shared_schedule(
+    gated: TritonRouter,
+) -> None:
+    # Alone on an idle pod a request is on static fastest's schedule: its extra time over the
+    # fastest completion (ACCURATE's 9 s more) may leave it lag_share x 60 s behind that. Its
+    # deadline is the table's SLO from now (the router takes its arrival from it).
+    try:
+        for share, expected in ((0.1, FASTEST), (0.2, ACCURATE)):
+            gated.binding = {**_table(), "lag_share": share, "lag_reserve": 0}
+            gated.switch(FASTEST)
+            reply = gated.infer({"sample": 0}, deadline_ns=time.time_ns() + 60 * 10**9)
+            assert reply.config == config_key(expected), share
+    finally:
+        gated.binding = _table()
+        gated.switch(FASTEST)

@@ -104,3 +104,50 @@ def test_a_stage_of_several_models_reaches_the_routers_as_their_list() -> None:
             ParetoPolicySpec.model_validate(
                 {**data, "binding": {"mode": "per-stage", "stages": [stage, stages[1]]}}
             )
+
+
+def test_the_lag_cap_reaches_the_routers_and_degrade_after_one_drops_the_wait_rule() -> None:
+    data = example_spec()
+    binding = {"mode": "per-stage", "stages": STAGES, "lagShare": 0.3, "lagReserve": 2}
+    spec = ParetoPolicySpec.model_validate(
+        {**data, "binding": binding, "admission": {"degradeAfter": 1}}
+    )
+    table = binding_table(spec, policy_plan(spec))
+    assert table is not None
+    checked = router_module().check_binding(json.loads(json.dumps(table)))
+    # With the cap, degradeAfter 1 is no wait rule (the simulator's best rule).
+    assert (checked["lag_share"], checked["lag_reserve"], checked["degrade_after"]) == (
+        0.3,
+        2,
+        None,
+    )
+    # A shorter wait rule stays beside the cap.
+    waiting = ParetoPolicySpec.model_validate(
+        {**data, "binding": binding, "admission": {"degradeAfter": 0.25}}
+    )
+    kept = binding_table(waiting, policy_plan(waiting))
+    assert kept is not None
+    assert kept["degrade_after"] == 0.25
+    # No cap asked: none in the table, and the wait rule as admission sets it.
+    plain = ParetoPolicySpec.model_validate(
+        {
+            **data,
+            "binding": {"mode": "per-stage", "stages": STAGES},
+            "admission": {"degradeAfter": 1},
+        }
+    )
+    uncapped = binding_table(plain, policy_plan(plain))
+    assert uncapped is not None
+    assert (uncapped["lag_share"], uncapped["degrade_after"]) == (None, 1)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("lagShare", 0), ("lagShare", 1.5), ("lagReserve", -1), ("lagReserve", 1000)],
+)
+def test_a_bad_lag_cap_is_refused_naming_the_field(field: str, value: float) -> None:
+    data = example_spec()
+    with pytest.raises(ValidationError, match=rf"binding\.{field}"):
+        ParetoPolicySpec.model_validate(
+            {**data, "binding": {"mode": "per-stage", "stages": STAGES, field: value}}
+        )

@@ -321,6 +321,13 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
         lambda s: s.update(binding={"stages": [{"parameters": ["retriever"]}]}),
         False,
     ),
+    "a binding lag cap": (
+        ParetoPolicySpec,
+        lambda s: s.update(
+            binding={"stages": [_STAGE_OF_MODELS], "lagShare": 0.3, "lagReserve": 2}
+        ),
+        True,
+    ),
 }
 
 # Rules that CEL cannot state on these schemas stay with the operator (pydantic): the server

@@ -29,10 +29,12 @@ from compass.domain.binding import (
     allowed_at,
     bind_stage,
     follower_spare_ms,
+    lag_spare_ms,
     polled_followers_left_ms,
     remaining_ms,
     router_table,
     stage_plan,
+    static_schedule,
 )
 from compass.domain.bindingsim import ROUTER_POLL_S
 from compass.domain.profiles import LatencyProfile, parse_profiles
@@ -119,6 +121,68 @@ def test_a_bad_table_is_refused_naming_what_is_wrong(router: types.ModuleType, p
         router.check_binding({**good, "degrade_after": 0.25})
     timed = router.check_binding({**good, "slo_ms": 1000.0, "degrade_after": 0.25})
     assert (timed["slo_ms"], timed["degrade_after"]) == (1000.0, 0.25)
+
+    with pytest.raises(ValueError, match="lag_share"):
+        router.check_binding({**good, "lag_share": 0.3})
+    with pytest.raises(ValueError, match="lag_share"):
+        router.check_binding({**good, "slo_ms": 1000.0, "lag_share": 1.5})
+    with pytest.raises(ValueError, match="lag_reserve"):
+        router.check_binding({**good, "slo_ms": 1000.0, "lag_share": 0.3, "lag_reserve": -1})
+    capped = router.check_binding({**good, "slo_ms": 1000.0, "lag_share": 0.3, "lag_reserve": 2})
+    assert (capped["lag_share"], capped["lag_reserve"]) == (0.3, 2)
+    # A table from before the lag cap has none: today's binding.
+    assert router.check_binding(good)["lag_share"] is None
+
+
+def test_the_router_caps_lag_as_the_simulator_does(router: types.ModuleType, plan: Any) -> None:
+    """The router's lag cap (lag_spare_ms on its table) against bindingsim's rule on the
+    domain's plan: the same decision on random cases, and one the uncapped rule does not make."""
+    rng = np.random.default_rng(43)
+    slo_ms, share, reserve = 1000.0, 0.3, 2
+    sent = router_table(
+        plan, RAG_SIM_COMPONENTS, slo_ms=slo_ms, lag_share=share, lag_reserve=reserve
+    )
+    checked = router.check_binding(json.loads(json.dumps(sent)))
+    fastest = plan.configs[plan.fastest()]
+    fastest_likely = sum(fastest.stage_admit_ms or fastest.stage_ms)
+    cap = share * max(slo_ms - reserve * fastest_likely, 0.0)
+    base = 1_700_000_000 * 10**9
+    differs = 0
+    for _ in range(400):
+        stage = int(rng.integers(0, 3))
+        at = int(rng.integers(0, stage + 1))
+        anchor = plan.configs[int(rng.integers(0, len(plan.configs)))].config
+        bound = {n: anchor[n] for names in plan.stages[:stage] for n in names}
+        left = float(rng.uniform(0, 1500))
+        backlog = [float(x) for x in rng.exponential(80, 3) * rng.integers(0, 2, 3)]
+        # The simulator's clock starts at 0, the router's is the epoch's.
+        now_ns = base + int(rng.integers(0, 10**12))
+        static_start_ns = now_ns - int(rng.uniform(-300, 600) * 1e6)
+        # bindingsim's rule: its quickest likely completion from where it is, against when
+        # static fastest would finish it.
+        quickest_likely = min(
+            remaining_ms(plan.configs[i], at, backlog, admitting=True)
+            for i in plan.consistent(bound)
+        )
+        spare = lag_spare_ms(
+            (now_ns - base) / 1e6 + quickest_likely,
+            (static_start_ns - base) / 1e6 + fastest_likely,
+            cap,
+        )
+        expected = bind_stage(plan, stage, bound, left, backlog, spare_ms=spare, at=at)
+        router_spare = router.lag_spare_ms(checked, bound, at, backlog, now_ns, static_start_ns)
+        assert router_spare == pytest.approx(spare, abs=1e-6)
+        chosen = router.bind_stage(
+            checked, stage, bound, left, backlog, at=at, spare_ms=router_spare
+        )
+        assert chosen == expected.config
+        differs += router.bind_stage(checked, stage, bound, left, backlog, at=at) != chosen
+    # The cap decides: without it, the router binds otherwise in many of these cases.
+    assert differs > 40
+    # No cap in the table, or no schedule for the request: no limit.
+    uncapped = table(router, plan)
+    assert router.lag_spare_ms(uncapped, {}, 0, [0.0] * 3, now_ns, static_start_ns) == math.inf
+    assert router.lag_spare_ms(checked, {}, 0, [0.0] * 3, now_ns, None) == math.inf
 
 
 @pytest.fixture
@@ -564,3 +628,28 @@ def test_a_stage_that_calls_two_models_counts_what_is_left_of_its_time_in_flight
     assert predicted["bm25"] == retrieval
     assert retrieval - 1000 < predicted["dense"] <= retrieval - 50
     assert predicted["reader"] == reading
+
+
+def test_the_instances_keep_static_fastests_schedule_as_the_domain_does(
+    router: types.ModuleType, tmp_path: Path
+) -> None:
+    """Two instances drawing static fastest's starts in turn, on and off the gate, keep the
+    schedule compass.domain.binding.static_schedule keeps (Lindley's recursion)."""
+    rng = np.random.default_rng(5)
+    path = str(tmp_path / "inflight.bin")
+    instances = [router.Inflight(path), router.Inflight(path)]
+    fastest_ms, servers = 37.5, 2
+    base = 1_700_000_000 * 10**9
+    arrivals = np.cumsum(rng.exponential(15, 200))  # ms: a queue builds and drains
+    free = -math.inf
+    for index, arrival in enumerate(arrivals):
+        expected, free = static_schedule(arrival / 1000, free, fastest_ms / 1000, servers)
+        schedule = (base + int(arrival * 1e6), fastest_ms * 1e6, servers)
+        instance = instances[index % 2]
+        if index % 3:
+            start = instance.static_start(*schedule)
+        else:
+            _, start = instance.queue_at_gate(None, schedule)
+            instance.leave_gate()
+        assert (start - base) / 1e6 == pytest.approx(expected * 1000, abs=1e-3)
+    assert free * 1000 > arrivals[-1] + 1  # the schedule was behind at the end

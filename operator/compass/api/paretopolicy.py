@@ -58,6 +58,8 @@ DEFAULT_THRESHOLD_MODEL = ThresholdModel.TAIL
 # Bounds the CEL rules on front entries: the server's cost estimate multiplies a rule's cost by
 # how many entries the list may hold. A Pareto front has tens of entries.
 MAX_FRONT = 1024
+# The lag cap's reserve: more of the fastest's likely times than any SLO holds a queue of.
+MAX_LAG_RESERVE = 64
 # A router's instances (a bound for the schema; Triton runs far fewer per GPU).
 MAX_ROUTER_INSTANCES = 1024
 # The status lists this many lagging pods at most: it must stay small whatever the fleet.
@@ -476,6 +478,28 @@ class BindingSettings(CamelModel):
             description="The quantile of each entry's time that must fit the deadline.",
         ),
     ] = 0.95
+    lag_share: Annotated[
+        float | None,
+        Field(
+            gt=0,
+            le=1,
+            description="The lag cap (per-stage): a request may take longer than its fastest "
+            "completion only while that leaves it at most this share of the SLO (less "
+            "lagReserve of the fastest's likely times) behind the schedule static fastest would "
+            "keep, so a clump arriving behind it pays little for its extra accuracy (docs/"
+            "method.md, Late binding). Unset: no cap. With it, admission.degradeAfter 1 turns "
+            "the wait rule off (bench/serving_sim.py's best rule: 0.3, lagReserve 2).",
+        ),
+    ] = None
+    lag_reserve: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=MAX_LAG_RESERVE,
+            description="With lagShare: its share is of the SLO less this many of the fastest's "
+            "likely times, so a short SLO allows less lag.",
+        ),
+    ] = 0
 
     @model_validator(mode="after")
     def _stages_for_per_stage(self) -> BindingSettings:

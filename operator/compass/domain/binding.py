@@ -487,6 +487,8 @@ def router_table(
     max_qps: Sequence[float | None] | None = None,
     slo_ms: float | None = None,
     degrade_after: float | None = None,
+    lag_share: float | None = None,
+    lag_reserve: int = 0,
 ) -> dict[str, object]:
     """The plan as a router takes it (the control model's ``binding``; model-images/router/
     model.py): the stages, the component model each stage calls (a list where it may call
@@ -496,7 +498,9 @@ def router_table(
     the requests' deadlines carry, tells a router when each request arrived (its deadline less
     the SLO), so it counts the pod's arrival rate, not the rate it takes requests up at, and
     how long it waited: over ``degrade_after`` of the SLO (``waited_long``), the fastest
-    completion."""
+    completion; ``lag_share`` (None: no cap) and ``lag_reserve``: the lag cap
+    (``lag_spare_ms``: a request's extra time leaves it at most ``lag_share`` of the SLO less
+    ``lag_reserve`` of the fastest's likely times behind static fastest's schedule)."""
     if slo_ms is not None and not (math.isfinite(slo_ms) and slo_ms > 0):
         raise BindingError("slo_ms", f"{slo_ms!r} is not a time > 0", "give the SLO in ms")
     if degrade_after is not None and (slo_ms is None or not 0 < degrade_after <= 1):
@@ -505,6 +509,14 @@ def router_table(
             f"{degrade_after!r} with slo_ms {slo_ms!r}",
             "give a share of the SLO in (0, 1], and the SLO",
         )
+    if lag_share is not None and (slo_ms is None or not 0 < lag_share <= 1):
+        raise BindingError(
+            "lag_share",
+            f"{lag_share!r} with slo_ms {slo_ms!r}",
+            "give a share of the SLO in (0, 1], and the SLO",
+        )
+    if lag_reserve < 0:
+        raise BindingError("lag_reserve", f"{lag_reserve!r} is not >= 0", "give a count, e.g. 2")
     if max_qps is not None and len(max_qps) != len(plan.configs):
         raise BindingError(
             "max_qps",
@@ -542,4 +554,6 @@ def router_table(
         "refuse": refuse,
         "slo_ms": slo_ms,
         "degrade_after": degrade_after,
+        "lag_share": lag_share,
+        "lag_reserve": lag_reserve,
     }
