@@ -409,6 +409,19 @@ def binding_path(router_model):
     return state_path(router_model).removesuffix(".json") + "-binding.json"
 
 
+def _share_of_slo(table, name, slo_ms):
+    """The table's ``name``: a share of its ``slo_ms`` in (0, 1], or None where absent."""
+    share = table.get(name)
+    if share is not None and (
+        isinstance(share, bool)
+        or not isinstance(share, (int, float))
+        or not 0 < share <= 1
+        or slo_ms is None
+    ):
+        raise ValueError(f"binding: {name} {share!r} is not a share of slo_ms in (0, 1] (or null)")
+    return share
+
+
 def check_binding(table):
     """The binding table as a switch sends it, checked and made ready to decide on."""
     if not isinstance(table, dict):
@@ -483,26 +496,8 @@ def check_binding(table):
         isinstance(slo_ms, bool) or not isinstance(slo_ms, (int, float)) or not 0 < slo_ms < 1e12
     ):
         raise ValueError(f"binding: slo_ms {slo_ms!r} is not a time in ms > 0 (or null)")
-    degrade_after = table.get("degrade_after")
-    if degrade_after is not None and (
-        isinstance(degrade_after, bool)
-        or not isinstance(degrade_after, (int, float))
-        or not 0 < degrade_after <= 1
-        or slo_ms is None
-    ):
-        raise ValueError(
-            f"binding: degrade_after {degrade_after!r} is not a share of slo_ms in (0, 1] (or null)"
-        )
-    lag_share = table.get("lag_share")
-    if lag_share is not None and (
-        isinstance(lag_share, bool)
-        or not isinstance(lag_share, (int, float))
-        or not 0 < lag_share <= 1
-        or slo_ms is None
-    ):
-        raise ValueError(
-            f"binding: lag_share {lag_share!r} is not a share of slo_ms in (0, 1] (or null)"
-        )
+    degrade_after = _share_of_slo(table, "degrade_after", slo_ms)
+    lag_share = _share_of_slo(table, "lag_share", slo_ms)
     lag_reserve = table.get("lag_reserve", 0)
     if isinstance(lag_reserve, bool) or not isinstance(lag_reserve, int) or lag_reserve < 0:
         raise ValueError(f"binding: lag_reserve {lag_reserve!r} is not a count >= 0")
@@ -688,30 +683,33 @@ def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, g
     followers = max(followers, 0)
     if not gate_left_ms and followers == 0:
         return float("inf")
-    # On the table's arrays (remaining_ms's sums in its order): a bound request that waits at
-    # the gate reads this at every stage, and it must stay well under a millisecond.
+    fastest_ms, fastest_likely_ms = table["arrays"]["fastest_ms"]
+    counted_left = gate_left_ms[-1] if gate_left_ms else left_ms
+    return follower_spare_ms(
+        quickest_remaining_ms(table, bound, at, backlog_ms, "stage_ms"),
+        gate_left_ms + [counted_left] * followers,
+        fastest_ms,
+        servers,
+        likely=(quickest_remaining_ms(table, bound, at, backlog_ms, "admit_ms"), fastest_likely_ms),
+    )
+
+
+def quickest_remaining_ms(table, bound, at, backlog_ms, times="stage_ms"):
+    """The quickest remaining time from stage ``at`` (remaining_ms: each stage's backlog and
+    time) among the configurations consistent with ``bound`` (all where none is), on the table's
+    ``times`` (``stage_ms`` or, likely, ``admit_ms``). On the table's arrays: a bound request
+    that waits at the gate reads this at every stage, and it must stay well under a ms."""
     arrays = table["arrays"]
     consistent = np.ones(len(table["configs"]), dtype=bool)
     for name, value in bound.items():
         consistent &= arrays["values"][name] == value
     if not consistent.any():
         consistent[:] = True
-
-    def remaining(matrix):
-        total = np.zeros(len(matrix))
-        for stage in range(at, matrix.shape[1]):
-            total = total + (backlog_ms[stage] + matrix[:, stage])
-        return float(total[consistent].min())
-
-    fastest_ms, fastest_likely_ms = arrays["fastest_ms"]
-    counted_left = gate_left_ms[-1] if gate_left_ms else left_ms
-    return follower_spare_ms(
-        remaining(arrays["stage_ms"]),
-        gate_left_ms + [counted_left] * followers,
-        fastest_ms,
-        servers,
-        likely=(remaining(arrays["admit_ms"]), fastest_likely_ms),
-    )
+    matrix = arrays[times]
+    total = np.zeros(len(matrix))
+    for stage in range(at, matrix.shape[1]):
+        total = total + (backlog_ms[stage] + matrix[:, stage])
+    return float(total[consistent].min())
 
 
 def lag_spare_ms(table, bound, at, backlog_ms, now_ns, static_start_ns):
@@ -723,18 +721,8 @@ def lag_spare_ms(table, bound, at, backlog_ms, now_ns, static_start_ns):
     share = table["lag_share"]
     if share is None or static_start_ns is None:
         return float("inf")
-    arrays = table["arrays"]
-    consistent = np.ones(len(table["configs"]), dtype=bool)
-    for name, value in bound.items():
-        consistent &= arrays["values"][name] == value
-    if not consistent.any():
-        consistent[:] = True
-    admit = arrays["admit_ms"]
-    total = np.zeros(len(admit))
-    for stage in range(at, admit.shape[1]):
-        total = total + (backlog_ms[stage] + admit[:, stage])
-    quickest_likely = float(total[consistent].min())
-    fastest_likely_ms = arrays["fastest_ms"][1]
+    quickest_likely = quickest_remaining_ms(table, bound, at, backlog_ms, "admit_ms")
+    fastest_likely_ms = table["arrays"]["fastest_ms"][1]
     cap_ms = share * max(table["slo_ms"] - table["lag_reserve"] * fastest_likely_ms, 0.0)
     behind_ms = (now_ns - static_start_ns) / 1e6 + quickest_likely - fastest_likely_ms
     return max(cap_ms - behind_ms, 0.0)
