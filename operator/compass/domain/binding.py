@@ -21,9 +21,9 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import lru_cache
 
 import numpy as np
+from scipy.special import gammaincinv
 
 from compass.domain.errors import FieldError
 from compass.domain.evaluation import ParamValue
@@ -298,24 +298,9 @@ def arrival_offsets_ms(rate_per_ms: float, count: int, risk: float) -> list[floa
         raise BindingError("risk", f"{risk!r} is not in (0, 1)", "give a probability, e.g. 0.05")
     if not rate_per_ms > 0:
         return []
-    return [_poisson_mean_reaching(j, risk) / rate_per_ms for j in range(1, count + 1)]
-
-
-@lru_cache(maxsize=256)
-def _poisson_mean_reaching(count: int, risk: float) -> float:
-    """The Poisson mean at which ``count`` or more events come with probability ``risk``."""
-    low, high = 0.0, count + 10 * math.sqrt(count) + 10
-    for _ in range(60):
-        mean = (low + high) / 2
-        term, below = math.exp(-mean), 0.0
-        for i in range(count):
-            below += term
-            term *= mean / (i + 1)
-        if 1 - below < risk:
-            low = mean
-        else:
-            high = mean
-    return (low + high) / 2
+    # The Gamma(j, 1) quantile: the Poisson mean at which j or more events come with
+    # probability ``risk``.
+    return [float(gammaincinv(j, risk)) / rate_per_ms for j in range(1, count + 1)]
 
 
 def waited_long(waited_ms: float, slo_ms: float, degrade_after: float) -> bool:
