@@ -42,7 +42,8 @@ serves it; the simulator predicts it with compass.domain.bindingsim on the same 
 what the routers see (rag-sim; qa-real's sim columns read nan). qa-real's stages, retrieval
 (retriever, top_k, rerank: bm25, dense or both, then maybe the reranker) and reading (the
 reader), take their per-stage times from the component times profiled through the router here
-(``qa_real_binding_table``): the reader is bound when the request reaches it.
+(its spec names each stage's models, ``binding.stages[].components``): the reader is bound when
+the request reaches it.
 After each rag-sim run a line says where its requests waited: the mean time in Triton's queue
 of the router and of each component (Triton's statistics, paper ms), the router's being what a
 router cannot see.
@@ -571,14 +572,13 @@ def main() -> int:
                 # The routers' rule in the simulator, on the table's own numbers. With the lag
                 # cap behind the gate, on the router's own view of it (the N - G waiters seen,
                 # the rest polled, the rate of the arrivals taken up), as serving_sim runs it.
-                lagged = bound["lag_share"] is not None and slots is not None
                 view = (
                     {
                         "visible_followers": instances - slots,
                         "followers_poll_s": ROUTER_POLL_S,
                         "rate_view": RateView.GATE_ARRIVALS,
                     }
-                    if lagged and slots is not None
+                    if bound["lag_share"] is not None and slots is not None
                     else {
                         "followers_poll_s": ROUTER_POLL_S if slots is None else None,
                         "rate_view": (
