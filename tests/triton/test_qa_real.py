@@ -8,7 +8,6 @@ session's rag-sim server (conftest.py) is untouched.
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import threading
 import time
@@ -32,6 +31,7 @@ from compass.lab.local_triton import (
     model_images,
 )
 from compass.lab.processes import wait_for
+from compass.lab.router_module import pipeline_module
 from tiers import require_qa_real, require_tritonserver
 
 COMPONENTS = ("encoder", "bm25", "dense", "reranker", "reader")
@@ -48,13 +48,7 @@ def _workflow() -> Path:
 
 
 def _pipeline() -> ModuleType:
-    path = _workflow() / "models" / "router" / "1" / "pipeline.py"
-    spec = importlib.util.spec_from_file_location("qa_real_pipeline", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return pipeline_module("qa-real")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import importlib.util
 import json
 import math
 import os
@@ -38,8 +37,7 @@ from compass.domain.binding import (
 )
 from compass.domain.bindingsim import ROUTER_POLL_S
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.lab.local_triton import model_images
-from compass.lab.router_module import router_module
+from compass.lab.router_module import pipeline_module, router_module
 from compass.lab.scenarios import QA_REAL_FRONT
 
 PROFILES = (
@@ -192,13 +190,7 @@ def inflight(router: types.ModuleType, tmp_path: Path) -> Any:
 
 def rag_sim_pipeline() -> types.ModuleType:
     """rag-sim's pipeline.py as the router runs it."""
-    path = model_images() / "rag-sim" / "models" / "router" / "1" / "pipeline.py"
-    spec = importlib.util.spec_from_file_location("rag_sim_pipeline", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return pipeline_module("rag-sim")
 
 
 def in_ms(ms: float) -> int:
@@ -528,13 +520,7 @@ def test_the_simulator_polls_as_often_as_the_router_image_does(router: types.Mod
 
 def qa_real_pipeline() -> types.ModuleType:
     """qa-real's pipeline.py as the router runs it (its data beside it; no Triton)."""
-    path = model_images() / "qa-real" / "models" / "router" / "1" / "pipeline.py"
-    spec = importlib.util.spec_from_file_location("qa_real_pipeline", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return pipeline_module("qa-real")
 
 
 def qa_real_table(router: types.ModuleType) -> Any:

@@ -35,3 +35,15 @@ def router_module() -> types.ModuleType:
         if placeholder:
             del sys.modules[BACKEND_UTILS]
     return module
+
+
+def pipeline_module(workflow: str) -> types.ModuleType:
+    """A workflow's pipeline.py (model-images/WORKFLOW/models/router/1) as the router runs it,
+    loaded afresh (its data beside it; no Triton)."""
+    path = model_images() / workflow / "models" / "router" / "1" / "pipeline.py"
+    spec = importlib.util.spec_from_file_location(f"{workflow.replace('-', '_')}_pipeline", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
