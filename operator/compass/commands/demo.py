@@ -67,6 +67,14 @@ def register(commands: Any, summary: str) -> None:
         "scrape (to see what that delay costs)",
     )
     demo.add_argument(
+        "--late-binding",
+        action="store_true",
+        help="with --cluster: the workflow served with late binding (serving.binding per-stage "
+        "for rag-sim's three stages, the lag cap 0.3 with reserve 2, admission.degradeAfter 1) "
+        "behind the local router's gate (8 instances, 1 pipeline slot), against the same "
+        "static ends",
+    )
+    demo.add_argument(
         "--time-scale",
         help="rag-sim serves its latencies times this; the load, SLO and cooldowns follow "
         "(default 0.2: the 180 s spike runs in 36 s; 0.25 with --cluster)",
@@ -122,6 +130,7 @@ def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: Searc
                     "--profile-runs", str(args.profile_runs or 20), "20", low=2
                 ),
                 queue_from=str(args.queue_from),
+                late_binding=bool(args.late_binding),
             )
         )
     return run_demo(
@@ -164,6 +173,15 @@ def demo_command(args: argparse.Namespace) -> int:
         fail("--cluster", "not with --search-only", "pass one of them")
     if args.queue_from != "triton" and not args.cluster:
         fail("--queue-from", "only with --cluster", "add --cluster, or leave --queue-from out")
+    if args.late_binding and not args.cluster:
+        fail("--late-binding", "only with --cluster", "add --cluster, or leave --late-binding out")
+    if args.late_binding and args.queue_from != "triton":
+        fail(
+            "--queue-from",
+            "not with --late-binding: the routers bind each request, and the gate empties the "
+            "queue a policy would read",
+            "leave --queue-from out",
+        )
     if args.search_only:
         return _run_search_only(options, settings)
     return _run_whole(args, options, settings)
