@@ -614,6 +614,17 @@ CASES = [
         ["demo", "--cluster", "--late-binding", "--queue-from", "prometheus"],
         "--queue-from",
     ),
+    Case("demo-binding-lag-alone", ["demo", "--cluster", "--binding-lag", "0.5"], "--binding-lag"),
+    Case(
+        "demo-binding-lag-range",
+        ["demo", "--cluster", "--late-binding", "--binding-lag", "1.5"],
+        "--binding-lag",
+    ),
+    Case(
+        "demo-binding-lag-reserve",
+        ["demo", "--cluster", "--late-binding", "--binding-lag-reserve", "-1"],
+        "--binding-lag-reserve",
+    ),
     Case("job-role", ["job", "bogus", "--state", "cm"], "role"),
     Case("job-state-missing", ["job", "search"], "--state"),
     Case("crds-unknown-flag", ["crds", "--bogus"], "--bogus"),

@@ -233,6 +233,15 @@ def test_late_binding_reaches_the_routers_table_through_the_workflow_and_the_ope
     named = [n for s in stages for n in s["parameters"]]
     assert sorted(named) == sorted(p["name"] for p in manifest["spec"]["space"]["parameters"])
 
+    # The cap as --binding-lag and --binding-lag-reserve give it.
+    looser = ClusterDemoSettings(
+        Path("out"), late_binding=True, binding_lag_share=0.5, binding_lag_reserve=1
+    )
+    loose, loose_notes = adaptations(example, looser, "ledger", metrics)
+    assert loose["spec"]["serving"]["binding"]["lagShare"] == 0.5
+    assert loose["spec"]["serving"]["binding"]["lagReserve"] == 1
+    assert "lagShare 0.5, lagReserve 1" in loose_notes[-3]
+
     workflow = CompoundWorkflowSpec.model_validate(manifest["spec"])
     outcome = plan_policy(
         workflow, _rag_sim_profiles(scale), RoutingTarget(grpc_endpoint="127.0.0.1:1"), ""

@@ -137,6 +137,8 @@ class ClusterDemoSettings:
     # serving.binding per stage with the lag cap, admission without the wait rule, and the
     # local router gated (BINDING_ROUTER_INSTANCES instances, BINDING_PIPELINE_SLOTS slot).
     late_binding: bool = False
+    binding_lag_share: float = BINDING_LAG_SHARE
+    binding_lag_reserve: int = BINDING_LAG_RESERVE
 
     @property
     def titles(self) -> dict[str, str]:
@@ -204,11 +206,11 @@ def adaptations(
         "time)"
     )
     if settings.late_binding:
-        notes += late_binding_adaptations(spec)
+        notes += late_binding_adaptations(spec, settings)
     return manifest, notes
 
 
-def late_binding_adaptations(spec: dict[str, Any]) -> list[str]:
+def late_binding_adaptations(spec: dict[str, Any], settings: ClusterDemoSettings) -> list[str]:
     """--late-binding: the workflow's serving.binding and admission (changed in ``spec``), and
     the local router's gate; one line each saying why."""
     serving = spec["serving"]
@@ -231,8 +233,8 @@ def late_binding_adaptations(spec: dict[str, Any]) -> list[str]:
     serving["binding"] = {
         "mode": "per-stage",
         "stages": stages,
-        "lagShare": BINDING_LAG_SHARE,
-        "lagReserve": BINDING_LAG_RESERVE,
+        "lagShare": settings.binding_lag_share,
+        "lagReserve": settings.binding_lag_reserve,
     }
     serving["admission"] = {"enabled": True, "degradeAfter": 1}
     described = "; ".join(
@@ -240,11 +242,12 @@ def late_binding_adaptations(spec: dict[str, Any]) -> list[str]:
         for component, names in zip(RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, strict=True)
     )
     return [
-        f"serving.binding per-stage ({described}), lagShare {BINDING_LAG_SHARE:g}, lagReserve "
-        f"{BINDING_LAG_RESERVE}: the routers bind each request stage by stage from the table "
-        "the operator sends with every switch, a request's extra time leaving it at most "
-        f"{BINDING_LAG_SHARE:g} x (SLO - {BINDING_LAG_RESERVE} fastest services) behind static "
-        "fastest's schedule (the stages' shares only where the profiles lack component times)",
+        f"serving.binding per-stage ({described}), lagShare {settings.binding_lag_share:g}, "
+        f"lagReserve {settings.binding_lag_reserve}: the routers bind each request stage by "
+        "stage from the table the operator sends with every switch, a request's extra time "
+        f"leaving it at most {settings.binding_lag_share:g} x (SLO - "
+        f"{settings.binding_lag_reserve} fastest services) behind static fastest's schedule (the "
+        "stages' shares only where the profiles lack component times)",
         "serving.admission enabled, degradeAfter 1: what is late whatever serves it is refused "
         "at the first stage; no wait rule (the lag cap replaces it)",
         f"the local router: {BINDING_ROUTER_INSTANCES} instances, compass_pipeline_slots "
@@ -768,7 +771,7 @@ def _run(
         }
     rows = comparison_rows(runs, predicted, front_profiles, titles)
     for row, run in zip(rows, runs.values(), strict=True):
-        row["gap_share_pct"] = round(gap_share(run, front_profiles), 1)
+        row["gap_share_pct"] = round(gap_share(run, front_profiles), 1) + 0.0  # never -0.0
     say.say(comparison_text(rows))
     if settings.late_binding:
         say.say(
