@@ -210,6 +210,25 @@ def adaptations(
     return manifest, notes
 
 
+def late_binding_serving(lag_share: float, lag_reserve: int) -> dict[str, Any]:
+    """The serving settings --late-binding gives the workflow (camelCase): rag-sim's three
+    stages bound per request with this lag cap, admission without the wait rule."""
+    return {
+        "binding": {
+            "mode": "per-stage",
+            "stages": [
+                {"component": component, "parameters": list(names), "share": share}
+                for component, names, share in zip(
+                    RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, RAG_SIM_SHARES, strict=True
+                )
+            ],
+            "lagShare": lag_share,
+            "lagReserve": lag_reserve,
+        },
+        "admission": {"enabled": True, "degradeAfter": 1},
+    }
+
+
 def late_binding_adaptations(spec: dict[str, Any], settings: ClusterDemoSettings) -> list[str]:
     """--late-binding: the workflow's serving.binding and admission (changed in ``spec``), and
     the local router's gate; one line each saying why."""
@@ -218,25 +237,13 @@ def late_binding_adaptations(spec: dict[str, Any], settings: ClusterDemoSettings
         if key in serving:
             raise ValueError(f"{EXAMPLE} names serving.{key}: revisit compass.lab.clusterdemo")
     space = {p["name"] for p in spec["space"]["parameters"]}
-    stages: list[dict[str, Any]] = [
-        {"component": component, "parameters": list(names), "share": share}
-        for component, names, share in zip(
-            RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, RAG_SIM_SHARES, strict=True
-        )
-    ]
     bound = {name for names in RAG_SIM_STAGE_PARAMS for name in names}
     if bound != space:
         raise ValueError(
             f"{EXAMPLE}'s parameters {sorted(space)} are not rag-sim's stages' {sorted(bound)}: "
             "revisit compass.lab.clusterdemo"
         )
-    serving["binding"] = {
-        "mode": "per-stage",
-        "stages": stages,
-        "lagShare": settings.binding_lag_share,
-        "lagReserve": settings.binding_lag_reserve,
-    }
-    serving["admission"] = {"enabled": True, "degradeAfter": 1}
+    serving.update(late_binding_serving(settings.binding_lag_share, settings.binding_lag_reserve))
     described = "; ".join(
         f"{component}: {', '.join(names)}"
         for component, names in zip(RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, strict=True)
