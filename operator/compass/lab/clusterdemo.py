@@ -371,8 +371,9 @@ def gap_share(run: LiveRun, front: Sequence[LatencyProfile]) -> float:
 
 
 def floor_verdict(runs: dict[str, LiveRun], front: Sequence[LatencyProfile], title: str) -> str:
-    """One line: each run's share of the gap, and whether the operator's policy meets issue
-    42's floor (GAP_FLOOR_PCT of the gap within COMPLIANCE_SLACK_POINTS of static fastest)."""
+    """One line: the operator's policy's share of the gap, its compliance against static
+    fastest's, and whether that meets issue 42's floor (GAP_FLOOR_PCT of the gap within
+    COMPLIANCE_SLACK_POINTS of static fastest)."""
     policy, fastest = runs["policy"], runs["fastest"]
     share = gap_share(policy, front)
     ahead = policy.compliance - fastest.compliance
@@ -410,12 +411,12 @@ def table_lines(
         if table["degrade_after"] is None
         else f"wait rule {table['degrade_after']:g}"
     )
+    split = "the profiled component times" if measured else "the fit"
     lines = [
         f"      the router holds the operator's late-binding table: stages "
         f"{' | '.join(', '.join(s) for s in table['stages'])}, SLO {table['slo_ms'] / scale:g} "
         f"ms, {lag}, {wait}, refuse {str(table['refuse']).lower()}; per-stage ms at quantile "
-        f"{quantile:g} (split by {'the profiled component times' if measured else 'the fit'}) and the "
-        "rate limit:"
+        f"{quantile:g} (split by {split}) and the rate limit:"
     ]
     names = {t.profile.key: (i, t.profile.name) for i, t in enumerate(plan.thresholds)}
     for entry in table["configs"]:
@@ -984,9 +985,8 @@ def _serve_three_ways(
         patch: dict[str, Any] = {"paused": True}
         if settings.late_binding:
             patch["binding"] = {"mode": "workflow"}
-        say.say(
-            f"      $ kubectl patch pp {name} --type=merge -p '{json.dumps({'spec': patch}, separators=(',', ':'))}'"
-        )
+        typed = json.dumps({"spec": patch}, separators=(",", ":"))
+        say.say(f"      $ kubectl patch pp {name} --type=merge -p '{typed}'")
         kube.patch_policy(name, patch)
         wait_for(
             lambda: condition(kube.status(POLICY_PLURAL, name), "Paused").get("status") == "True",
