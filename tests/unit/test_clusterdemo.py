@@ -31,7 +31,7 @@ from compass.domain.elastico import Elastico
 from compass.domain.planner import Slo, plan_thresholds
 from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import simulate
+from compass.domain.simulator import Tick, simulate
 from compass.domain.strategy import Strategy
 from compass.lab import clusterdemo
 from compass.lab.clusterdemo import (
@@ -344,3 +344,25 @@ def test_the_binding_prediction_is_the_gated_routers_rule_and_the_cap_holds_it_b
     )
     held = clusterdemo.binding_prediction(tight, plan, profiles, scenario, 1000.0, scale)
     assert held.mean_accuracy < report.mean_accuracy
+
+
+def test_with_late_binding_the_timeline_draws_what_served_the_requests() -> None:
+    """The routers chose per request: each tick shows the member that served most of the
+    requests sent over the 5 s before it, whatever the policy held."""
+    front = [
+        LatencyProfile({"c": "fastest"}, 0.70, 100.0, 150.0),
+        LatencyProfile({"c": "accurate"}, 0.90, 400.0, 500.0),
+    ]
+    plan = plan_thresholds(front, Slo(2000.0))
+    served = [(0.5, "accurate"), (1.0, "accurate"), (6.0, "fastest"), (6.5, "fastest")]
+    records = tuple(
+        RequestRecord(at, 0.1, json.dumps({"c": config}), 0.8, None) for at, config in served
+    )
+    run = LiveRun("policy", 1000.0, len(records), records)
+    held = [Tick(t, 1.0, 1.0, 0, active=1, switched=False) for t in (0.0, 2.0, 7.0, 20.0)]
+    ticks = clusterdemo.served_ticks(held, run, plan)
+    # Nothing sent yet: the policy's own; then the accurate pair; then the fastest pair; then
+    # nothing in the window: the last one's.
+    assert [t.active for t in ticks] == [1, 1, 0, 0]
+    assert [t.switched for t in ticks] == [False, False, True, False]
+    assert [t.time_s for t in ticks] == [t.time_s for t in held]

@@ -466,6 +466,27 @@ def status_ticks(
     return tuple(ticks)
 
 
+def served_ticks(ticks: Sequence[Tick], run: LiveRun, plan: Plan) -> tuple[Tick, ...]:
+    """With late binding, each tick's configuration is the front member that served most of
+    the requests sent over the OBSERVED_WINDOW_S before it (the routers choose per request, so
+    the policy's active configuration is not what served them); a tick with none keeps the
+    last one's."""
+    index_of = {t.profile.key: i for i, t in enumerate(plan.thresholds)}
+    served = sorted(
+        (r.sent_s, index_of[config_key(json.loads(r.config))]) for r in run.answered if r.config
+    )
+    sent = np.array([at for at, _ in served])
+    members = np.array([index for _, index in served], dtype=np.int64)
+    out: list[Tick] = []
+    for tick in ticks:
+        low, high = np.searchsorted(sent, [tick.time_s - OBSERVED_WINDOW_S, tick.time_s], "right")
+        counts = np.bincount(members[low:high], minlength=len(plan.thresholds))
+        previous = out[-1].active if out else tick.active
+        active = int(np.argmax(counts)) if counts.sum() else previous
+        out.append(replace(tick, active=active, switched=bool(out) and active != previous))
+    return tuple(out)
+
+
 def status_switches(ticks: Sequence[Tick], plan: Plan) -> tuple[SwitchEvent, ...]:
     """The switches the status showed (the reload's cost is the operator's, not seen here)."""
     return tuple(
@@ -968,7 +989,10 @@ def _serve_three_ways(
         ticks = status_ticks(
             sampler.samples, load.offered_qps, [r.sent_s for r in run.records], scale
         )
-        runs = {"policy": replace(run, ticks=ticks, switch_events=status_switches(ticks, plan))}
+        # The switches are the operator's (as its status showed them); with late binding the
+        # timeline draws what served the requests, not what the policy held.
+        drawn = served_ticks(ticks, run, plan) if settings.late_binding else ticks
+        runs = {"policy": replace(run, ticks=drawn, switch_events=status_switches(ticks, plan))}
         after = kube.status(POLICY_PLURAL, name).get("switches") or 0
         if settings.late_binding:
             mix = ", ".join(f"#{i} {n}" for i, n in served_mix(run, plan).items())
