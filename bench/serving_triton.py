@@ -55,8 +55,9 @@ order, seen there with their deadlines by the request that binds; the pod serves
 a router of G instances does (the plan, the pod model and the oracle count G), so static
 fastest's capacity is the same with and without it. The simulator predicts ``binding`` as a
 router that sees every follower with its deadline (``followers_poll_s`` None) and the rate of
-every arrival (``RateView.ARRIVALS``). The policy runs read Triton's queue of the router,
-which the gate empties: not with the gate.
+every arrival (``RateView.ARRIVALS``). The policy runs read the queue as the operator does:
+Triton's pending count of the router plus the requests its instances hold at the gate (the
+routers' gauge ``compass_router_gate_waiting``).
 
 ``--binding-lag S --binding-lag-reserve R`` (``binding``) gives the routers the lag cap
 (ParetoPolicy ``binding.lagShare``/``lagReserve``): a request's extra time may leave it at most
@@ -309,19 +310,11 @@ def main() -> int:
     if args.replicas < 1 or instances < 1:
         parser.error("--replicas and --router-instances: give 1 or more")
     slots = args.pipeline_slots
-    if slots is not None:
-        if qa_real or not 1 <= slots < instances:
-            parser.error(
-                "--pipeline-slots: rag-sim only, 1 or more and fewer than --router-instances "
-                "(e.g. --pipeline-slots 1 --router-instances 8)"
-            )
-        policy_runs = set(args.runs.split(",")) - {"fastest", "accurate", BINDING_RUN}
-        if policy_runs:
-            parser.error(
-                f"--pipeline-slots: --runs {', '.join(sorted(policy_runs))} read Triton's queue "
-                "of the router, which the gate empties (its requests wait in the router); give "
-                f"some of fastest, accurate, {BINDING_RUN}"
-            )
+    if slots is not None and (qa_real or not 1 <= slots < instances):
+        parser.error(
+            "--pipeline-slots: rag-sim only, 1 or more and fewer than --router-instances "
+            "(e.g. --pipeline-slots 1 --router-instances 8)"
+        )
     if args.binding_lag is not None and not 0 < args.binding_lag <= 1:
         parser.error("--binding-lag: give a share of the SLO in (0, 1], e.g. 0.3")
     if args.binding_lag_reserve < 0:
