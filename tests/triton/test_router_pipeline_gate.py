@@ -248,3 +248,30 @@ def _read_or_none(depth: QueueDepthSource) -> float | None:
         return depth.queue_depth()
     except MetricsUnavailableError:
         return None
+
+
+def test_behind_the_gate_admission_judges_a_request_without_a_deadline_by_the_tables_slo(
+    gated: TritonRouter, ungated: TritonRouter
+) -> None:
+    # Admission alone (no binding table): ACCURATE's 10 s cannot fit the table's 1 s SLO from
+    # take-up, FASTEST's 0 ms can. Behind the gate that deadline is the request's own; without
+    # the gate a request without a deadline is served as routed.
+    admission = {
+        "quantiles_ms": {config_key(ACCURATE): 10_000.0, config_key(FASTEST): 0.0},
+        "fastest": config_key(FASTEST),
+        "slo_ms": 1_000.0,
+    }
+    for router in (gated, ungated):
+        router.binding = None
+        router.admission = admission
+        router.switch(ACCURATE)
+    try:
+        assert gated.infer({"sample": 0}).config == config_key(FASTEST)
+        assert ungated.infer({"sample": 0}).config == config_key(ACCURATE)
+        # An override still rules.
+        assert gated.infer({"sample": 0}, config=ACCURATE).config == config_key(ACCURATE)
+    finally:
+        for router in (gated, ungated):
+            router.admission = None
+            router.binding = _table()
+            router.switch(FASTEST)
