@@ -203,6 +203,8 @@ class Job:
     binding_lag_reserve: int = 0
     # With binding_lag: its share is also of the SLO less static fastest's queue now.
     binding_lag_backlog: bool = False
+    # Late binding counts on this many of the fastest's spreads of luck (--binding-reach).
+    binding_reach: float = 0.0
     # Only static fastest, the hindsight oracle and late binding (--binding-only).
     binding_only: bool = False
     # Real load: a window of a shipped trace at this share of the fastest member's capacity
@@ -303,6 +305,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             lag_share=job.binding_lag,
             lag_reserve=job.binding_lag_reserve,
             lag_backlog=job.binding_lag_backlog,
+            reach=job.binding_reach,
             spare_followers=job.binding_poll_ms is not None
             or job.binding_gate is not None
             or job.binding_arrival_risk is not None,
@@ -480,6 +483,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(when a request arriving now would start there)",
     )
     parser.add_argument(
+        "--binding-reach",
+        type=float,
+        default=0.0,
+        help="late binding: count on this many of the fastest's spreads (p95 less median) of "
+        "luck: a follower counts for the spare also where the services up to its end could end "
+        "that much (x the square root of their number) sooner than their median sum, and a "
+        "request no follower counts for is refused only where late even that much sooner "
+        "(default 0: none)",
+    )
+    parser.add_argument(
         "--binding-poll-ms",
         default=f"{ROUTER_POLL_S * 1000:g}",
         help="late binding: spare the requests waiting in front of the router, counted by a "
@@ -544,6 +557,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--binding-gate must be >= 2 router instances a pod, e.g. 8")
     if args.binding_arrival_risk is not None and not 0 < args.binding_arrival_risk < 1:
         parser.error("--binding-arrival-risk must lie in (0, 1): a probability, e.g. 0.05")
+    if not args.binding_reach >= 0:
+        parser.error("--binding-reach must be >= 0 spreads, e.g. 1")
     if args.binding_lag_reserve < 0:
         parser.error("--binding-lag-reserve must be >= 0 services, e.g. 2")
     if not args.binding_headroom > 0:
@@ -903,6 +918,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         binding_arrival_risk=args.binding_arrival_risk,
         binding_lag_reserve=args.binding_lag_reserve,
         binding_lag_backlog=args.binding_lag_backlog,
+        binding_reach=args.binding_reach,
         binding_only=args.binding_only,
     )
     seeds = range(args.seed_offset, args.seed_offset + args.seeds)

@@ -1,7 +1,7 @@
 """rag-sim or qa-real on real Tritons under load: the live policy against static baselines.
 
     python bench/serving_triton.py [--workflow rag-sim] [--replicas 2] [--router-instances 1]
-                                   [--pipeline-slots G]
+                                   [--pipeline-slots G [--client-free]]
                                    [--binding-lag 0.3 --binding-lag-reserve 2]
                                    [--pattern spike] [--time-scale 0.25]
                                    [--slos 750,1000,1500] [--seed 0] [--json PATH]
@@ -55,8 +55,12 @@ order, seen there with their deadlines by the request that binds; the pod serves
 a router of G instances does (the plan, the pod model and the oracle count G), so static
 fastest's capacity is the same with and without it. The simulator predicts ``binding`` as a
 router that sees every follower with its deadline (``followers_poll_s`` None) and the rate of
-every arrival (``RateView.ARRIVALS``). The policy runs read Triton's queue of the router,
-which the gate empties: not with the gate.
+every arrival (``RateView.ARRIVALS``). With ``--client-free`` the admitting and binding runs'
+requests carry no deadline: the gated routers give each its take-up plus the SLO, which the
+simulator's own deadlines (arrival plus the SLO) equal while fewer than N requests are in the
+router. The policy runs read the queue as the operator does:
+Triton's pending count of the router plus the requests its instances hold at the gate (the
+routers' gauge ``compass_router_gate_waiting``).
 
 ``--binding-lag S --binding-lag-reserve R`` (``binding``) gives the routers the lag cap
 (ParetoPolicy ``binding.lagShare``/``lagReserve``): a request's extra time may leave it at most
@@ -288,6 +292,12 @@ def main() -> int:
         help="admission and late binding serve a request that is late whatever serves it on "
         "the fastest instead of refusing it (admission's refuse: false)",
     )
+    parser.add_argument(
+        "--client-free",
+        action="store_true",
+        help="with --pipeline-slots: the admitting and binding runs' requests carry no "
+        "deadline; the gated routers give each its take-up plus the SLO",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the figures here as JSON")
     add_enum_argument(parser, "--strategy", Strategy.ELASTICO, "the policy run's strategy")
     add_pattern_arguments(parser)
@@ -308,19 +318,16 @@ def main() -> int:
     if args.replicas < 1 or instances < 1:
         parser.error("--replicas and --router-instances: give 1 or more")
     slots = args.pipeline_slots
-    if slots is not None:
-        if qa_real or not 1 <= slots < instances:
-            parser.error(
-                "--pipeline-slots: rag-sim only, 1 or more and fewer than --router-instances "
-                "(e.g. --pipeline-slots 1 --router-instances 8)"
-            )
-        policy_runs = set(args.runs.split(",")) - {"fastest", "accurate", BINDING_RUN}
-        if policy_runs:
-            parser.error(
-                f"--pipeline-slots: --runs {', '.join(sorted(policy_runs))} read Triton's queue "
-                "of the router, which the gate empties (its requests wait in the router); give "
-                f"some of fastest, accurate, {BINDING_RUN}"
-            )
+    if slots is not None and (qa_real or not 1 <= slots < instances):
+        parser.error(
+            "--pipeline-slots: rag-sim only, 1 or more and fewer than --router-instances "
+            "(e.g. --pipeline-slots 1 --router-instances 8)"
+        )
+    if args.client_free and slots is None:
+        parser.error(
+            "--client-free: only behind the routers' gate, where they know each request's "
+            "arrival; add --pipeline-slots 1 --router-instances 8"
+        )
     if args.binding_lag is not None and not 0 < args.binding_lag <= 1:
         parser.error("--binding-lag: give a share of the SLO in (0, 1], e.g. 0.3")
     if args.binding_lag_reserve < 0:
@@ -609,6 +616,7 @@ def main() -> int:
                 replicas=replicas,
                 admission=router_admission(members, admission),
                 binding=bound,
+                client_deadlines=not args.client_free,
             ):
                 under_load += [e.switch_s for e in run.switch_events]
                 report = predicted.get(label)
@@ -671,6 +679,7 @@ def main() -> int:
             "replicas": args.replicas,
             "router_instances": instances,
             "pipeline_slots": slots,
+            "client_free": args.client_free,
             "binding_lag": args.binding_lag,
             "binding_lag_reserve": args.binding_lag_reserve,
             "degrade_after": degrade_after,

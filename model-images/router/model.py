@@ -37,7 +37,7 @@ is left (less means it waited long, so a queue stands behind it: the fastest sho
 else on the fastest if that fits, else refused with UNAVAILABLE ("compass admission: late
 ..."), so that it costs the requests behind it nothing; where the table says ``refuse: false``
 (clients that cannot retry), served on the fastest instead, which holds them up the least.
-Requests without a deadline, and overrides, are served as before.
+Requests without a deadline (but behind the gate, below), and overrides, are served as before.
 
 Component times (profiling): a request with the parameter ``compass_component_times`` set gets
 each component model's wall time, in ms summed over its calls, in its result under
@@ -85,11 +85,13 @@ waited at the gate longer than the table's ``degrade_after`` binds the fastest c
 one that waited in Triton's queue does without the gate. A dead process never wedges the gate:
 every 50 ms of waiting, the places ahead whose process is gone (or a zombie) are cleared, and a
 restarted stub that takes a dead one's slot starts with it free. Behind the gate a request
-without a deadline, where the binding table has ``slo_ms``, gets one: its take-up (its arrival,
-while fewer than N are in the router) plus ``slo_ms`` (client-free binding; overrides are
-served as asked). The gate empties Triton's queue of the router, which the operator's queue
-signal (``nv_inference_pending_request_count``) reads: use it with late binding, not with a
-strategy that watches that queue.
+without a deadline, where the binding table (else the admission table) has ``slo_ms``, gets
+one: its take-up (its arrival, while fewer than N are in the router) plus ``slo_ms`` (client-free
+binding and admission; overrides are served as asked). The gate empties Triton's queue of the router
+(``nv_inference_pending_request_count``, the operator's queue signal): each instance exports 1
+on the gauge ``compass_router_gate_waiting`` (labels model, instance) while its request waits at
+the gate, and the operator adds the gauge to the pending count, so a strategy that watches the
+queue sees the requests not yet in the pipeline, with the gate or without.
 
 The lag cap (optional, the binding table's ``lag_share`` and ``lag_reserve``): the instances keep
 the schedule static fastest would keep in the shared table (when its queue is next free, in ns;
@@ -314,11 +316,19 @@ def check_admission(table):
     refuse = table.get("refuse", True)
     if not isinstance(refuse, bool):
         raise ValueError(f"admission: refuse {refuse!r} is not true or false")
+    slo_ms = table.get("slo_ms")
+    if slo_ms is not None and (
+        isinstance(slo_ms, bool)
+        or not isinstance(slo_ms, (int, float))
+        or not 0 < slo_ms < float("inf")
+    ):
+        raise ValueError(f"admission: slo_ms {slo_ms!r} is not a time in ms > 0")
     return {
         "quantiles_ms": quantiles,
         "fastest": fastest,
         "degrade_below_ms": float(below),
         "refuse": refuse,
+        "slo_ms": None if slo_ms is None else float(slo_ms),
     }
 
 
@@ -781,6 +791,10 @@ def bind_stage(
 # The gate: a request next in line looks again every GATE_POLL_S (GATE_FAR_POLLS times less
 # often further back), and every GATE_CHECK_S whether the processes ahead of it are still there.
 PIPELINE_SLOTS_PARAMETER = "compass_pipeline_slots"
+# Behind the gate Triton's pending count of the router stays near 0 (the instances take every
+# request up): each instance exports 1 on this gauge while its request waits at the gate, so the
+# operator's queue reading (compass.dataplane.metrics.GATE_WAITING_METRIC) adds them back.
+GATE_WAITING_METRIC = "compass_router_gate_waiting"
 GATE_POLL_S = 0.0005
 GATE_FAR_POLLS = 10
 GATE_CHECK_S = 0.05
@@ -795,6 +809,33 @@ def _alive(pid):
             return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except (OSError, IndexError):
         return False
+
+
+class GateGauge:
+    """This instance's place on the GATE_WAITING_METRIC gauge: 1 while its request waits at the
+    gate, else 0 (a no-op on a Triton without custom metrics: the queue reading then misses
+    the waiters, as it did before the gauge)."""
+
+    def __init__(self, model, slot):
+        family_type = getattr(pb_utils, "MetricFamily", None)
+        self.metric = None
+        if family_type is None:
+            return
+        # Kept: Triton refuses a metric whose family was collected before it.
+        self.family = family = family_type(
+            name=GATE_WAITING_METRIC,
+            description="Requests a compass router instance holds at its gate, not yet in "
+            "the pipeline (Triton counts them as executing, not pending)",
+            kind=family_type.GAUGE,
+        )
+        # Its own label per instance: each process sets only its own series.
+        self.metric = family.Metric(labels={"model": model, "instance": str(slot)})
+        self.metric.set(0)
+
+    def waiting(self, count):
+        """Set this instance's count (1 waiting, 0 not)."""
+        if self.metric is not None:
+            self.metric.set(count)
 
 
 class Inflight:
@@ -1318,6 +1359,9 @@ class TritonPythonModel:
                 )
         # How many requests the pod serves at once: what followers share (the gate's slots).
         self.servers = self.pipeline_slots or instances
+        self.gate_gauge = (
+            GateGauge(self.model_name, self.inflight.slot) if self.pipeline_slots else None
+        )
 
     def _check(self, config):
         check = getattr(self.pipeline, "check_config", None)
@@ -1344,16 +1388,12 @@ class TritonPythonModel:
         table = self.binding.current()
         deadline = parameters.get(DEADLINE_PARAMETER)
         taken_up = time.time_ns()
-        if (
-            self.pipeline_slots
-            and deadline is None
-            and table is not None
-            and table["slo_ms"] is not None
-            and not parameters.get(OVERRIDE_PARAMETER)
-        ):
-            # Client-free binding: behind the gate a request is taken up as it arrives, so
-            # its take-up plus the table's SLO is its deadline (clients need not send one).
-            deadline = taken_up + int(table["slo_ms"] * 1e6)
+        if self.pipeline_slots and deadline is None and not parameters.get(OVERRIDE_PARAMETER):
+            # Client-free binding and admission: behind the gate a request is taken up as it
+            # arrives, so its take-up plus the SLO is its deadline (clients need not send one).
+            slo_ms = self._slo_ms(table)
+            if slo_ms is not None:
+                deadline = taken_up + int(slo_ms * 1e6)
         # Every request taken up counts towards the pod's rate (late binding's slow loop), at
         # its arrival where its deadline and the table's SLO tell it.
         arrived = None
@@ -1381,13 +1421,24 @@ class TritonPythonModel:
         _, static_start = self.inflight.queue_at_gate(
             None if deadline is None else parse_deadline(deadline), schedule
         )
+        self.gate_gauge.waiting(1)
         try:
-            self.inflight.pass_gate(self.pipeline_slots)
+            try:
+                self.inflight.pass_gate(self.pipeline_slots)
+            finally:
+                self.gate_gauge.waiting(0)
             return self._run(
                 body, key, parameters, table, deadline, arrived, qps, time.time_ns(), static_start
             )
         finally:
             self.inflight.leave_gate()
+
+    def _slo_ms(self, binding):
+        """The SLO a table in force carries (late binding's, else admission's), or None."""
+        if binding is not None and binding["slo_ms"] is not None:
+            return binding["slo_ms"]
+        admission = self.admission.current()
+        return None if admission is None else admission["slo_ms"]
 
     def _run(
         self, body, key, parameters, table, deadline, arrived, qps, started, static_start=None

@@ -36,6 +36,7 @@ from compass.controllers import kubeapi
 from compass.controllers.policy_compile import compile_policy
 from compass.dataplane.load import run_load
 from compass.dataplane.triton import LATE_MESSAGE, RoutingError, TritonRouter
+from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalPrometheus, LocalTriton
 from compass.lab.processes import QuietHandler, serve_http
@@ -197,6 +198,36 @@ def test_admission_reaches_the_router_and_goes_when_turned_off(
 
     policies.patch_spec("admitting", {"admission": {"enabled": False}})
     wait_for(lambda: late() is None, 10, "admission to be turned off")
+    assert router.active_config() == config_key(ACCURATE)
+
+
+def test_late_binding_reaches_the_router_and_goes_when_turned_off(
+    triton: LocalTriton, router: TritonRouter, policies: Policies
+) -> None:
+    """spec.binding per-stage: the operator compiles the per-stage table from the front and
+    sends it with its switches; the router then binds each request that carries a deadline on
+    its own time left (ACCURATE where it fits, FASTEST where it does not) whatever is routed.
+    Back to binding mode workflow, the next tick takes the table back: served as routed."""
+    stages = [
+        {"component": model, "parameters": list(names)}
+        for model, names in zip(RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, strict=True)
+    ]
+    policies.create("binding", policy_spec(triton, binding={"mode": "per-stage", "stages": stages}))
+    # At idle the policy climbs to ACCURATE: the routed configuration a tight request leaves.
+    wait_active(policies, "binding", router, ACCURATE, 20)
+
+    def tight() -> str:
+        # 5 ms left: ACCURATE (about 37 ms) cannot fit; the fastest completion serves it.
+        return router.infer({"sample": 0}, deadline_ns=time.time_ns() + 5 * 10**6).config
+
+    wait_for(lambda: tight() == config_key(FASTEST), 10, "a tight request to bind FASTEST")
+    roomy = router.infer({"sample": 1}, deadline_ns=time.time_ns() + 10 * 10**9)
+    assert roomy.config == config_key(ACCURATE)
+    # Without a deadline (and no gate in front of this router) it is served as routed.
+    assert router.infer({"sample": 2}).config == config_key(ACCURATE)
+
+    policies.patch_spec("binding", {"binding": {"mode": "workflow", "stages": []}})
+    wait_for(lambda: tight() == config_key(ACCURATE), 10, "the table to be taken back")
     assert router.active_config() == config_key(ACCURATE)
 
 

@@ -16,12 +16,19 @@ from typing import Any
 import pytest
 from ragsim import ACCURATE, FASTEST
 
+from compass.dataplane.metrics import (
+    MetricsUnavailableError,
+    PrometheusQueueDepth,
+    QueueDepthSource,
+    TritonQueueDepth,
+)
 from compass.dataplane.triton import RouterReply, TritonRouter
 from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton
+from compass.lab.local_triton import LocalPrometheus, LocalTriton
+from compass.lab.processes import wait_for
 from compass.lab.scenarios import rag_sim_triton
-from tiers import require_tritonserver
+from tiers import require_prometheus, require_tritonserver
 
 INSTANCES = 8
 BURST = 6
@@ -48,7 +55,15 @@ def _table() -> dict[str, Any]:
     }
 
 
-def _server(workdir: Path, slots: int | None) -> Iterator[TritonRouter]:
+@dataclass(frozen=True)
+class Pod:
+    """A running rag-sim server and its router's client."""
+
+    router: TritonRouter
+    server: LocalTriton
+
+
+def _server(workdir: Path, slots: int | None) -> Iterator[Pod]:
     require_tritonserver()
     server: LocalTriton = rag_sim_triton(
         workdir, TIME_SCALE, FASTEST, router_instances=INSTANCES, pipeline_slots=slots
@@ -57,22 +72,29 @@ def _server(workdir: Path, slots: int | None) -> Iterator[TritonRouter]:
     try:
         client.binding = _table()
         client.switch(FASTEST)
-        yield client
+        yield Pod(client, server)
     finally:
         client.close()
         server.stop()
 
 
 @pytest.fixture(scope="module")
-def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonRouter]:
+def gated_pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pod]:
     """rag-sim with a router of 8 instances and a gate of 1 slot, late binding on."""
     yield from _server(tmp_path_factory.mktemp("gated"), 1)
 
 
 @pytest.fixture(scope="module")
+def gated(gated_pod: Pod) -> TritonRouter:
+    """The gated pod's router."""
+    return gated_pod.router
+
+
+@pytest.fixture(scope="module")
 def ungated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonRouter]:
     """The same router without the gate."""
-    yield from _server(tmp_path_factory.mktemp("ungated"), None)
+    for pod in _server(tmp_path_factory.mktemp("ungated"), None):
+        yield pod.router
 
 
 @dataclass(frozen=True)
@@ -173,3 +195,83 @@ def test_behind_the_gate_the_lag_cap_binds_from_static_fastests_shared_schedule(
     finally:
         gated.binding = _table()
         gated.switch(FASTEST)
+
+
+def _depths_while_the_gate_holds_a_burst(pod: Pod, depth: QueueDepthSource) -> list[float]:
+    """The queue ``depth`` reads, every 10 ms, while a request that occupies the pipeline
+    (ACCURATE, 130-330 ms at this scale) holds BURST requests at the gate behind it."""
+    seen: list[float] = []
+    with ThreadPoolExecutor(max_workers=BURST + 1) as pool:
+        blocker = pool.submit(pod.router.infer, {"sample": 99}, ACCURATE)
+        time.sleep(SEND_GAP_S)
+        burst = [pool.submit(pod.router.infer, {"sample": i}, FASTEST) for i in range(BURST)]
+        while not all(request.done() for request in burst):
+            seen.append(depth.queue_depth())
+            time.sleep(0.01)
+        blocker.result()
+    return seen
+
+
+def test_the_operators_queue_reading_counts_the_requests_waiting_at_the_gate(
+    gated_pod: Pod,
+) -> None:
+    # Behind the gate the router's instances take the burst up at once, so Triton's own pending
+    # count stays near 0; the instances' gauge gives the waiters back to the operator's reading.
+    depth = TritonQueueDepth(gated_pod.server.metrics_url)
+    assert depth.queue_depth() == 0
+    seen = _depths_while_the_gate_holds_a_burst(gated_pod, depth)
+    assert max(seen) == BURST, seen
+    assert depth.queue_depth() == 0
+
+
+def test_prometheus_default_query_counts_the_requests_waiting_at_the_gate(
+    gated_pod: Pod, tmp_path: Path
+) -> None:
+    require_prometheus()
+    prometheus = LocalPrometheus(
+        targets=[f"127.0.0.1:{gated_pod.server.metrics_port}"], interval_s=0.1
+    )
+    prometheus.start(tmp_path)
+    try:
+        depth = PrometheusQueueDepth(prometheus.url)
+        wait_for(lambda: _read_or_none(depth) == 0, 10, "Prometheus's first scrape")
+        seen = _depths_while_the_gate_holds_a_burst(gated_pod, depth)
+        # The burst drains over about a second: scrapes every 0.1 s see most of it waiting.
+        assert max(seen) >= BURST - 2, seen
+    finally:
+        prometheus.stop()
+
+
+def _read_or_none(depth: QueueDepthSource) -> float | None:
+    """The depth, or None before the first scrape gave the series."""
+    try:
+        return depth.queue_depth()
+    except MetricsUnavailableError:
+        return None
+
+
+def test_behind_the_gate_admission_judges_a_request_without_a_deadline_by_the_tables_slo(
+    gated: TritonRouter, ungated: TritonRouter
+) -> None:
+    # Admission alone (no binding table): ACCURATE's 10 s cannot fit the table's 1 s SLO from
+    # take-up, FASTEST's 0 ms can. Behind the gate that deadline is the request's own; without
+    # the gate a request without a deadline is served as routed.
+    admission = {
+        "quantiles_ms": {config_key(ACCURATE): 10_000.0, config_key(FASTEST): 0.0},
+        "fastest": config_key(FASTEST),
+        "slo_ms": 1_000.0,
+    }
+    for router in (gated, ungated):
+        router.binding = None
+        router.admission = admission
+        router.switch(ACCURATE)
+    try:
+        assert gated.infer({"sample": 0}).config == config_key(FASTEST)
+        assert ungated.infer({"sample": 0}).config == config_key(ACCURATE)
+        # An override still rules.
+        assert gated.infer({"sample": 0}, config=ACCURATE).config == config_key(ACCURATE)
+    finally:
+        for router in (gated, ungated):
+            router.admission = None
+            router.binding = _table()
+            router.switch(FASTEST)

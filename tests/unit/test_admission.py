@@ -268,6 +268,7 @@ def test_the_router_gets_each_members_quantile_by_key() -> None:
     assert table["refuse"] is True
     assert router_admission(FRONT, Admission(1000, refuse=False))["refuse"] is False
     assert table["quantiles_ms"][SLOW.key] == pytest.approx(150, rel=0.01)
+    assert table["slo_ms"] == pytest.approx(500)
     with pytest.raises(AdmissionError, match="front: empty"):
         router_admission([], Admission(1000))
 

@@ -26,6 +26,7 @@ from compass.domain.binding import (
     fit_stage_times,
     follower_spare_ms,
     lag_spare_ms,
+    luck_ms,
     polled_followers_left_ms,
     router_table,
     stage_plan,
@@ -34,7 +35,7 @@ from compass.domain.binding import (
     waited_long,
 )
 from compass.domain.bindingsim import BindingSettings, RateView, simulate_binding
-from compass.domain.podmodel import PodModel, Stage
+from compass.domain.podmodel import DROPPED, PodModel, Stage
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import StaticController, simulate
 
@@ -135,6 +136,35 @@ def test_followers_that_would_be_in_time_limit_the_spare_and_late_ones_do_not() 
     assert follower_spare_ms(100, [190], 100, likely=(150, 150)) == math.inf
     # Two instances: followers see half the work ahead, and extra time delays them by half.
     assert follower_spare_ms(100, [350], 100, servers=2) == pytest.approx(2 * (350 - 150))
+
+
+def test_luck_counts_the_last_of_a_clump_that_the_median_counts_out() -> None:
+    # Own fastest 100 ms at the likely times too: the follower's two services need 200 ms and
+    # it has 190 left, so the median counts it out and leaves the request all it likes.
+    assert follower_spare_ms(100, [190], 100, likely=(100, 100)) == math.inf
+    # Ten ms of luck a service, x the square root of the two summed (14 ms): it could be in
+    # time, so it counts, and with no slack at the cautious times it leaves no spare.
+    assert follower_spare_ms(100, [190], 100, likely=(100, 100), luck_ms=10) == 0
+    assert follower_spare_ms(100, [190], 100, likely=(100, 100), luck_ms=5) == math.inf
+    # Three services summed (17 ms of luck at 10 a service): 300 - 17 = 283 still fits 285.
+    assert follower_spare_ms(100, [500, 285], 100, likely=(100, 100), luck_ms=10) == 0
+    assert follower_spare_ms(100, [500, 280], 100, likely=(100, 100), luck_ms=10) == 300
+    # One spread of luck is the cautious time's distance from the likely one.
+    assert luck_ms(126, 153, 1) == pytest.approx(27)
+    assert luck_ms(126, 153, 0.5) == pytest.approx(13.5)
+    assert luck_ms(153, 126, 1) == 0
+    with pytest.raises(BindingError, match="reach"):
+        luck_ms(126, 153, -1)
+
+
+def test_refusal_counting_on_luck_refuses_only_what_is_late_even_with_it() -> None:
+    # The fastest's likely time is 100 ms: with 90 left it is refused, unless 10 ms of luck
+    # is counted on, when it serves on the fastest.
+    assert bind_stage(PLAN, 0, {}, 90, IDLE, refuse=True).verdict is BindingVerdict.REFUSED
+    lucky = bind_stage(PLAN, 0, {}, 90, IDLE, refuse=True, refuse_luck_ms=10)
+    assert (lucky.config, lucky.verdict) == (0, BindingVerdict.FASTEST)
+    short = bind_stage(PLAN, 0, {}, 90, IDLE, refuse=True, refuse_luck_ms=9)
+    assert short.verdict is BindingVerdict.REFUSED
 
 
 def profile(config: dict[str, object], mean: float, accuracy: float) -> LatencyProfile:
@@ -551,3 +581,55 @@ def test_sparing_arrivals_to_come_keeps_a_lone_request_off_a_slow_configuration(
     spared = configs(0.05)
     assert spared[0] == 3
     assert max(spared[1:]) <= 1
+
+
+def test_counting_on_luck_keeps_a_clump_on_the_fastest_for_its_last_member() -> None:
+    # Four arrive at once, 470 ms each, at the gate; every service a little luckier than the
+    # median. The fastest takes 120 ms likely, 139 cautious: the fourth's median sum (480 ms)
+    # counts it out, so the first spends the slack the third leaves on k 20, and the fourth,
+    # which static fastest serves in time by luck, ends late. Counting on one spread of luck
+    # a service, it counts, and the first stays on the fastest.
+    arrivals = np.zeros(4)
+    load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(4, 0.3))
+    slo = 470.0
+
+    def served(reach: float) -> tuple[list[int], float]:
+        settings = BindingSettings(
+            quantile=0.95, spare_followers=True, visible_followers=3, reach=reach
+        )
+        report = simulate_binding(
+            ADDITIVE, load, slo, stages=STAGES, prior_shares=None, settings=settings
+        )
+        return [int(c) for c in report.configs], report.compliance
+
+    static = simulate(StaticController(ADDITIVE[0].name, 0), ADDITIVE, load, slo)  # type: ignore[arg-type]
+    assert static.compliance == 100.0
+    configs, compliance = served(0.0)
+    assert configs[0] != 0
+    assert compliance == 75.0
+    assert served(1.0) == ([0, 0, 0, 0], 100.0)
+    with pytest.raises(SimulationError, match="reach"):
+        served(-1.0)
+
+
+def test_a_request_no_follower_counts_for_is_refused_only_where_late_even_with_luck() -> None:
+    # The fastest alone (120 ms likely, 139 cautious); two at once, 235 ms each: the second
+    # starts at 120 ms with 115 left, under the likely 120. Refused at the median; counting on
+    # a spread of luck (19 ms) it is served.
+    def served(arrivals: list[float], reach: float) -> list[int]:
+        times = np.array(arrivals)
+        load = Scenario(trace_pattern(times), 0, times, np.full(len(times), 0.5))
+        settings = BindingSettings(
+            quantile=0.95, refuse=True, spare_followers=True, visible_followers=7, reach=reach
+        )
+        report = simulate_binding(
+            ADDITIVE[:1], load, 235, stages=STAGES, prior_shares=None, settings=settings
+        )
+        return [int(c) for c in report.configs]
+
+    assert served([0.0, 0.0], 0.0) == [0, DROPPED]
+    assert served([0.0, 0.0], 1.0) == [0, 0]
+    # A third arriving at 0.11 s has 225 ms left when the second is bound: in time by luck
+    # (two services, 240 ms likely, 213 with luck) if the second is refused, so it counts,
+    # and the second is refused as at the median.
+    assert served([0.0, 0.0, 0.11], 1.0) == [0, DROPPED, 0]

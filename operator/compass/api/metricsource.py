@@ -309,7 +309,9 @@ class MetricsSource(CamelModel):
     query: str | None = Field(
         default=None,
         max_length=MAX_QUERY_LENGTH,
-        description="PromQL for the router's pending-request count (queue depth).",
+        description="PromQL for the router's queue depth (default: Triton's pending requests "
+        "of the router plus those its instances hold at their gate, the routers' gauge "
+        "compass_router_gate_waiting).",
     )
     arrivals_query: str | None = Field(
         default=None,

@@ -347,17 +347,31 @@ class _Http:
         )
 
 
+PENDING_METRIC = "nv_inference_pending_request_count"
+# The router's gauge of requests held at its gate (model-images/router/model.py exports it per
+# instance): Triton counts them as executing, so they are added to its pending count.
+GATE_WAITING_METRIC = "compass_router_gate_waiting"
+
+
+def _gate_waiting_term(model: str) -> str:
+    """PromQL for the requests waiting at the router's gate: 0 where it has no gate."""
+    return f'(sum({GATE_WAITING_METRIC}{{model="{model}"}}) or vector(0))'
+
+
 def default_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
-    """PromQL for the router's queue: Triton's pending requests, summed over versions."""
-    return f'sum(nv_inference_pending_request_count{{model="{model}"}})'
+    """PromQL for the router's queue: Triton's pending requests, summed over versions, plus
+    those waiting at the router's gate."""
+    return f'sum({PENDING_METRIC}{{model="{model}"}}) + {_gate_waiting_term(model)}'
 
 
 def default_arrivals_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
-    """PromQL for the router's arrivals so far: finished (ok or failed) plus still pending."""
-    return " + ".join(
+    """PromQL for the router's arrivals so far: finished (ok or failed) plus still waiting
+    (pending, or at the router's gate)."""
+    counted = " + ".join(
         f'sum(nv_inference_{name}{{model="{model}"}})'
         for name in ("request_success", "request_failure", "pending_request_count")
     )
+    return f"{counted} + {_gate_waiting_term(model)}"
 
 
 def default_age_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
@@ -663,7 +677,7 @@ class TritonQueueDepth:
         self,
         metrics_url: str,
         model: str = DEFAULT_ROUTER_MODEL,
-        metric: str = "nv_inference_pending_request_count",
+        metric: str = PENDING_METRIC,
         timeout_s: float = 2.0,
         auth: HttpAuth | None = None,
         shared: SharedReads | None = None,
@@ -722,7 +736,11 @@ class TritonQueueDepth:
             raise MetricsUnavailableError(
                 f"{self.describe()}: no such series (is the model loaded?)"
             )
-        pending = checked_count(totals[self.metric], self.metric, self.describe(), MAX_QUEUE_DEPTH)
+        waiting = totals[self.metric]
+        if self.metric == PENDING_METRIC:
+            # Behind the router's gate its instances hold the queue: Triton counts it executing.
+            waiting += totals.get(GATE_WAITING_METRIC, 0.0)
+        pending = checked_count(waiting, self.metric, self.describe(), MAX_QUEUE_DEPTH)
         finished = [
             checked_count(totals[name], name, self.describe(), MAX_COUNTER)
             if (name := f"nv_inference_request_{k}") in totals

@@ -219,8 +219,9 @@ def router_admission(
 ) -> dict[str, Any]:
     """What the router is sent to judge requests at dispatch: each front member's service time
     at the quantile by configuration key, the fastest's key (the front's first), how
-    little of its budget a request may have left and still be served as routed, and whether a
-    request late whatever serves it is refused (else served on the fastest).
+    little of its budget a request may have left and still be served as routed, whether a
+    request late whatever serves it is refused (else served on the fastest), and the SLO
+    (behind the router's gate a request without a deadline gets its take-up plus the SLO).
 
     ``time_scale`` scales the times for a server whose services are scaled (the lab's)."""
     if not front:
@@ -231,4 +232,5 @@ def router_admission(
         "fastest": front[0].key,
         "degrade_below_ms": degrade_below_ms(admission) * time_scale if admission.degrade else 0.0,
         "refuse": admission.refuse,
+        "slo_ms": admission.slo_ms * time_scale,
     }

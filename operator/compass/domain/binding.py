@@ -197,6 +197,7 @@ def bind_stage(
     refuse: bool = False,
     allowed: Collection[int] | None = None,
     at: int | None = None,
+    refuse_luck_ms: float = 0.0,
 ) -> Binding:
     """Bind ``stage``: the configuration (consistent with ``bound``) the request heads for.
 
@@ -207,7 +208,9 @@ def bind_stage(
     configurations the slow loop allows now (None: all), the fastest completion being the
     fallback whatever it allows; ``at``: the stage the request has reached (None: ``stage``),
     earlier than ``stage`` where a pipeline reads a later stage's parameters before it calls
-    the earlier components (rag-sim reads them all at dispatch): their time counts too."""
+    the earlier components (rag-sim reads them all at dispatch): their time counts too;
+    ``refuse_luck_ms``: refuse only what is late even that much sooner than its likely time
+    (``luck_ms``; static fastest serves such a request in time by luck often enough)."""
     if not 0 <= stage < len(plan.stages):
         raise BindingError("stage", f"{stage} is not a stage of {len(plan.stages)}", "give 0..n-1")
     at = stage if at is None else at
@@ -245,7 +248,7 @@ def bind_stage(
         likely = min(
             remaining_ms(plan.configs[i], at, backlog_ms, admitting=True) for i in candidates
         )
-        if likely > left_ms:
+        if likely - max(refuse_luck_ms, 0.0) > left_ms:
             return Binding(None, BindingVerdict.REFUSED, likely)
     return Binding(fastest, BindingVerdict.FASTEST, quickest)
 
@@ -257,6 +260,7 @@ def follower_spare_ms(
     servers: int = 1,
     *,
     likely: tuple[float, float] | None = None,
+    luck_ms: float = 0.0,
 ) -> float:
     """How much longer than its fastest completion a request may take without making a request
     waiting behind it (FIFO) late that would otherwise be in time.
@@ -267,19 +271,34 @@ def follower_spare_ms(
     e / ``servers``. A follower counts where it would be in time with ``likely`` (this
     request's and each follower's time at admission's quantile; the same times without):
     followers late even so are left out (admission deals with them), and one that counts with
-    no slack at the cautious times leaves none. inf when no follower counts."""
+    no slack at the cautious times leaves none. With ``luck_ms`` (``luck_ms()``) a follower
+    counts also where the services up to its end could end that much x the square root of
+    their number sooner than their likely sum (the spread of a sum): the last of a clump that
+    static fastest serves in time by luck, which a median alone counts out and the requests
+    ahead of it then spend (docs/method.md, Late binding). inf when no follower counts."""
     if servers < 1:
         raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
     own_likely, follower_likely = likely or (own_fastest_ms, follower_ms)
     spare = math.inf
     ahead, ahead_likely = own_fastest_ms, own_likely
-    for left in followers_left_ms:
-        if left >= ahead_likely / servers + follower_likely:
+    # A follower's end is the sum of ``place`` services: this request's and those up to it.
+    for place, left in enumerate(followers_left_ms, start=2):
+        lucky = max(luck_ms, 0.0) * math.sqrt(place) / servers
+        if left >= ahead_likely / servers + follower_likely - lucky:
             slack = left - (ahead / servers + follower_ms)
             spare = min(spare, max(slack, 0.0) * servers)
         ahead += follower_ms
         ahead_likely += follower_likely
     return spare
+
+
+def luck_ms(likely_ms: float, cautious_ms: float, reach: float) -> float:
+    """How much sooner than its likely time a service may end by luck that a follower or a
+    refusal still counts on: ``reach`` x its spread (its cautious less its likely time; one
+    spread is about 1.6 standard deviations, so 1 reaches the luck of about one in twenty)."""
+    if not reach >= 0:
+        raise BindingError("reach", f"{reach!r} is not >= 0", "give a count of spreads, e.g. 1")
+    return reach * max(cautious_ms - likely_ms, 0.0)
 
 
 def polled_followers_left_ms(count: int, own_left_ms: float) -> list[float]:

@@ -281,11 +281,13 @@ def serve_each(
     admission: Mapping[str, Any] | None = None,
     admitted_policy: Policy | None = None,
     binding: Mapping[str, Any] | None = None,
+    client_deadlines: bool = True,
 ) -> Iterator[tuple[str, LiveRun]]:
     """The arrivals on the fastest, the most accurate, then with the policy, with
     ``admitted_policy`` (default: the policy) and ``admission`` (the routers' table,
     ``policy+adm``), and bound stage by stage from ``binding`` (the routers' late-binding
-    table, ``binding``); each run as it ends."""
+    table, ``binding``); each run as it ends. Without ``client_deadlines`` the admitting and
+    binding runs' requests carry no deadline (gated routers give them one)."""
     # The policies start from the fastest eligible member; ``labels`` picks which runs to make.
     first = plan.eligible[0]
     starts = {
@@ -319,7 +321,7 @@ def serve_each(
                 time_scale=time_scale,
                 offered_qps=offered_qps,
                 replicas=replicas,
-                deadlines=admitted or bound,
+                deadlines=(admitted or bound) and client_deadlines,
             )
         finally:
             router.admission = None
