@@ -215,8 +215,9 @@ def test_late_binding_reaches_the_routers_through_the_operator_and_binds_each_re
     assert len(held) == 1, done.stdout
     assert "split by the profiled component times" in held[0]
     assert "lag cap 0.3 (reserve 2), no wait rule, refuse true" in held[0]
-    # The static runs were served with the binding off (the patch printed and applied).
-    assert '"binding":{"mode":"workflow"}' in done.stdout
+    # The static runs were served with the binding and admission off (the patch printed and
+    # applied): behind the gate the routers would admit their requests, deadline or not.
+    assert '"binding":{"mode":"workflow"},"admission":{"enabled":false}' in done.stdout
     comparison = json.loads((out / "comparison.json").read_text())
     runs = {row["run"]: row for row in comparison["runs"]}
     assert list(runs) == ["static fastest", "static most accurate", "late binding (operator)"]

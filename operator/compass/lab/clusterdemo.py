@@ -740,7 +740,10 @@ def _run(
     )
     if settings.late_binding:
         table = wait_for(
-            triton.router_binding_table, 60, "the operator's late-binding table on the router", 0.2
+            lambda: triton.router_table("binding"),
+            60,
+            "the operator's late-binding table on the router",
+            0.2,
         )
         measured = (
             measured_stage_times(
@@ -953,7 +956,7 @@ def _serve_three_ways(
 ) -> dict[str, LiveRun]:
     """The spike with the operator switching the router (with late binding: its routers binding
     each request), then on the most accurate and on the fastest configuration with the policy
-    paused (and its binding off). With ``deadlines`` the policy's requests carry the SLO as
+    paused (and its binding and admission off). With ``deadlines`` the policy's requests carry the SLO as
     their deadline, as a gateway that owns the SLO would send them; the static runs serve
     everything."""
     scale, titles = settings.time_scale, settings.titles
@@ -1005,10 +1008,11 @@ def _serve_three_ways(
             f"({time.monotonic() - started:.0f} s)"
         )
         # Paused, the operator holds the routing at every tick and sends its tables with it:
-        # with late binding on, the static runs would be bound too.
+        # with late binding on, the static runs would be bound too, and behind the gate a
+        # request without a deadline is admitted (its take-up plus the SLO): both off.
         patch: dict[str, Any] = {"paused": True}
         if settings.late_binding:
-            patch["binding"] = {"mode": "workflow"}
+            patch.update(binding={"mode": "workflow"}, admission={"enabled": False})
         typed = json.dumps({"spec": patch}, separators=(",", ":"))
         say.say(f"      $ kubectl patch pp {name} --type=merge -p '{typed}'")
         kube.patch_policy(name, patch)
@@ -1020,9 +1024,12 @@ def _serve_three_ways(
         )
         if settings.late_binding:
             wait_for(
-                lambda: triton.router_binding_table() is None,
+                lambda: (
+                    triton.router_table("binding") is None
+                    and triton.router_table("admission") is None
+                ),
                 30,
-                "the operator to take its late-binding table off the router",
+                "the operator to take its late-binding and admission tables off the router",
                 0.2,
             )
         # The same arrivals on each end of the front, pinned while the policy is paused.

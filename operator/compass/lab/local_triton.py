@@ -286,10 +286,11 @@ class LocalTriton(_Process):
         )
         return self
 
-    def router_binding_table(self, router_model: str = DEFAULT_ROUTER_MODEL) -> Any:
-        """The late-binding table this server's router holds (as the last switch sent it), or
-        None: the file model-images/router/model.py's binding_path names for this server (its
-        stubs' parent), in $COMPASS_STATE_DIR, else /dev/shm, else the temporary folder."""
+    def router_table(self, kind: str, router_model: str = DEFAULT_ROUTER_MODEL) -> Any:
+        """The ``kind`` table ("binding" or "admission") this server's router holds, as the
+        last switch sent it, or None: the file model-images/router/model.py's binding_path
+        (admission_path) names for this server (its stubs' parent), in $COMPASS_STATE_DIR,
+        else /dev/shm, else the temporary folder."""
         folder = os.environ.get("COMPASS_STATE_DIR")
         if not folder:
             shm = "/dev/shm"
@@ -300,7 +301,7 @@ class LocalTriton(_Process):
             stat = Path(f"/proc/{self.pid}/stat").read_text(encoding="ascii")
             identity = f"{self.pid}-{stat.rsplit(')', 1)[1].split()[19]}"
             return json.loads(
-                (Path(folder) / f"compass-{identity}-{router_model}-binding.json").read_text(
+                (Path(folder) / f"compass-{identity}-{router_model}-{kind}.json").read_text(
                     encoding="utf-8"
                 )
             )
