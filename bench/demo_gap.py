@@ -1,7 +1,7 @@
 """Why `compass demo --cluster`'s policy serves so little of the fastest-to-accurate gap.
 
     python bench/demo_gap.py [--policy compass-demo/policy.yaml] [--time-scale 0.25]
-                             [--seeds 0] [--oracle]
+                             [--seeds 0] [--oracle] [--binding-lags 0.3/2,0.5/2]
 
 Issue 42 asks the demo's default policy for >= 30% of the fastest-to-accurate gap with
 compliance >= static fastest - 1.0. This replays the demo's own prediction (the ParetoPolicy
@@ -12,7 +12,10 @@ confidence and windows of the rate test that leaves a member, the metrics path's
 strategy. Each row: compliance against static fastest, share of the gap, and that share before,
 during and after the spike. Last, what no causal policy can beat: the best switch-only schedule
 in hindsight (a member before the spike, the fastest through it, a member again some seconds
-after it ends), and with --oracle the hindsight oracle (mixes, 5 s windows).
+after it ends), and with --oracle the hindsight oracle (mixes, 5 s windows). With
+--binding-lags, late binding as `compass demo --cluster --late-binding` serves it, once per lag
+cap (share/reserve): the binding simulator on the gated routers' view
+(compass.lab.clusterdemo.binding_prediction), on the same front and arrivals.
 
 Changing a module constant of compass.domain.elastico here is a what-if, not a setting the
 operator has; nothing here changes a default.
@@ -47,6 +50,8 @@ from compass.domain.simulator import (
 from compass.lab.clusterdemo import (
     ClusterDemoSettings,
     StartingOn,
+    binding_prediction,
+    late_binding_serving,
     unscaled_plan,
     unscaled_policy,
 )
@@ -164,7 +169,7 @@ def by_third(report: RunReport, fastest: RunReport, accurate: RunReport) -> list
     for k in range(3):
         low, high = k * DEFAULTS.duration_s / 3, (k + 1) * DEFAULTS.duration_s / 3
         inside = (report.arrivals_s >= low) & (report.arrivals_s < (high if k < 2 else end + 1))
-        served = np.asarray(report.accuracies)[report.configs[inside]]
+        served = np.asarray(report.accuracies)[report.configs[inside & ~report.dropped]]
         shares.append(100 * (float(served.mean()) - fastest.mean_accuracy) / span)
     return shares
 
@@ -218,6 +223,20 @@ def run(args: argparse.Namespace) -> None:
             f"{variant.label:<34} {summary(deltas, '+.2f'):>22} {summary(shares, '.1f'):>14} "
             f"{' / '.join(f'{statistics.mean(t):.0f}' for t in zip(*thirds, strict=True)):>40}"
         )
+    for share, reserve in args.binding_lags:
+        spec = ParetoPolicySpec.model_validate({**raw, **late_binding_serving(share, reserve)})
+        deltas, shares, thirds = [], [], []
+        for seed, scenario in scenarios.items():
+            fastest, accurate = statics[seed]
+            report = binding_prediction(spec, plan, front, scenario, slo_ms, scale)
+            deltas.append(report.compliance - fastest.compliance)
+            shares.append(gap_share(report, fastest, accurate))
+            thirds.append(by_third(report, fastest, accurate))
+        print(
+            f"{f'late binding, lag cap {share:g}/{reserve}':<34} {summary(deltas, '+.2f'):>22} "
+            f"{summary(shares, '.1f'):>14} "
+            f"{' / '.join(f'{statistics.mean(t):.0f}' for t in zip(*thirds, strict=True)):>40}"
+        )
     print(
         "\nthe best switch-only schedule in hindsight (member before / after the spike; the "
         "fastest through it, leaving one look after it starts): gap % at "
@@ -261,6 +280,20 @@ def summary(values: Sequence[float], spec: str) -> str:
     return f"{format(statistics.mean(values), spec)} (min {format(min(values), spec)})"
 
 
+def lag_caps(text: str) -> list[tuple[float, int]]:
+    """--binding-lags: share/reserve pairs, comma-separated."""
+    caps = []
+    for part in text.split(","):
+        share, _, reserve = part.partition("/")
+        try:
+            caps.append((float(share), int(reserve or 0)))
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not SHARE/RESERVE; give e.g. 0.3/2,0.5/2"
+            ) from error
+    return caps
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -278,6 +311,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--seeds", default=str(DEFAULTS.load_seed), help="spike seeds, comma-separated"
     )
     parser.add_argument("--oracle", action="store_true", help="also the hindsight oracle")
+    parser.add_argument(
+        "--binding-lags",
+        type=lag_caps,
+        default=[],
+        metavar="S/R,...",
+        help="also late binding as `compass demo --cluster --late-binding` serves it, once per "
+        "lag cap: its share of the SLO / the fastest services reserved (e.g. 0.3/2,0.5/2)",
+    )
     run(parser.parse_args(argv))
 
 

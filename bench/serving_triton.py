@@ -116,7 +116,7 @@ from compass.commands.common import (
     trace_window_pattern,
 )
 from compass.console import UsageError
-from compass.conversion import binding_table, runtime_policy, spec_for_plan
+from compass.conversion import binding_table, runtime_policy, simulated_binding, spec_for_plan
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
 from compass.dataplane.profiler import (
     CurveSettings,
@@ -140,8 +140,7 @@ from compass.domain.binding import (
     RAG_SIM_STAGE_PARAMS,
     measured_stage_times,
 )
-from compass.domain.bindingsim import ROUTER_POLL_S, RateView, simulate_binding
-from compass.domain.bindingsim import BindingSettings as SimulatedBinding
+from compass.domain.bindingsim import simulate_binding
 from compass.domain.evaluation import Config
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
@@ -576,45 +575,16 @@ def main() -> int:
                 **predict({ADMITTED_RUN: runtime_policy(spec)}, admission=admission),
             }
             if bound is not None and not qa_real and BINDING_RUN in args.runs.split(","):
-                # The routers' rule in the simulator, on the table's own numbers. With the lag
-                # cap behind the gate, on the router's own view of it (the N - G waiters seen,
-                # the rest polled, the rate of the arrivals taken up), as serving_sim runs it.
-                view = (
-                    {
-                        "visible_followers": instances - slots,
-                        "followers_poll_s": ROUTER_POLL_S,
-                        "rate_view": RateView.GATE_ARRIVALS,
-                    }
-                    if bound["lag_share"] is not None and slots is not None
-                    else {
-                        "followers_poll_s": ROUTER_POLL_S if slots is None else None,
-                        "rate_view": (
-                            RateView.TAKEN_ARRIVALS if slots is None else RateView.ARRIVALS
-                        ),
-                    }
-                )
+                # The routers' rule in the simulator, on the table's own numbers and on the
+                # routers' own view (with the lag cap behind the gate: the N - G waiters
+                # seen, the rest polled, the rate of the arrivals taken up), as serving_sim
+                # runs it.
                 predicted[BINDING_RUN] = simulate_binding(
                     members,
                     scenario,
                     slo_ms * scale,
                     BINDING_RUN,
-                    settings=SimulatedBinding(
-                        quantile=spec.binding.quantile,
-                        refuse=spec.admission.refuse,
-                        admission_quantile=quantile,
-                        max_qps=tuple(c["max_qps"] for c in bound["configs"]),
-                        degrade_after=bound["degrade_after"],
-                        # The local servers export their metrics to the routers
-                        # (COMPASS_METRICS_URL): the routers poll their own queue. Behind
-                        # the gate they see each waiter with its deadline (None: as it is
-                        # now) and take every request up as it arrives (the rate of every
-                        # arrival, though the gate's own 0.5 ms look and what Triton still
-                        # queues beyond the instances are not modelled).
-                        spare_followers=True,
-                        lag_share=bound["lag_share"],
-                        lag_reserve=bound["lag_reserve"],
-                        **view,
-                    ),
+                    settings=simulated_binding(spec, bound, instances, slots),
                     pods=args.replicas,
                     pod_model=pod_model,
                 )

@@ -23,6 +23,8 @@ from compass.api.paretopolicy import (
 )
 from compass.domain.admission import Admission, AdmissionPoint, router_admission
 from compass.domain.binding import RATE_HEADROOM, router_table, stage_plan
+from compass.domain.bindingsim import ROUTER_POLL_S, RateView
+from compass.domain.bindingsim import BindingSettings as SimulatedBinding
 from compass.domain.capacity import CapacityCurve, parse_curve
 from compass.domain.elastico import ElasticoSettings
 from compass.domain.planner import Plan, Slo, plan_from_profiles
@@ -150,6 +152,47 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
             None if t.stay_max_qps is None else t.stay_max_qps * RATE_HEADROOM
             for t in plan.thresholds
         ],
+    )
+
+
+def simulated_binding(
+    spec: ParetoPolicySpec,
+    table: Mapping[str, Any],
+    router_instances: int,
+    pipeline_slots: int | None,
+    poll_s: float = ROUTER_POLL_S,
+) -> SimulatedBinding:
+    """The routers' late binding (``table``: binding_table's, for this spec) as
+    compass.domain.bindingsim runs it, on what those routers see: behind a gate of
+    ``pipeline_slots`` with the lag cap, the waiters at the gate with their deadlines, those
+    beyond polled every ``poll_s`` (the simulation's time unit), the rate of the arrivals taken
+    up; behind a gate without the cap, every follower and every arrival (the gate's own view);
+    without a gate, the poller's count and the arrivals taken up."""
+    if table["lag_share"] is not None and pipeline_slots is not None:
+        view: dict[str, Any] = {
+            "visible_followers": router_instances - pipeline_slots,
+            "followers_poll_s": poll_s,
+            "rate_view": RateView.GATE_ARRIVALS,
+        }
+    else:
+        view = {
+            "followers_poll_s": poll_s if pipeline_slots is None else None,
+            "rate_view": RateView.TAKEN_ARRIVALS if pipeline_slots is None else RateView.ARRIVALS,
+        }
+    return SimulatedBinding(
+        quantile=spec.binding.quantile,
+        refuse=spec.admission.refuse,
+        admission_quantile=spec.admission.quantile,
+        max_qps=tuple(c["max_qps"] for c in table["configs"]),
+        degrade_after=table["degrade_after"],
+        # The routers poll their own queue (the metrics URL their server gives them); behind
+        # the gate they see each waiter with its deadline and take every request up as it
+        # arrives (the gate's own 0.5 ms look and what Triton still queues beyond the
+        # instances are not modelled).
+        spare_followers=True,
+        lag_share=table["lag_share"],
+        lag_reserve=table["lag_reserve"],
+        **view,
     )
 
 

@@ -1,7 +1,8 @@
 """`compass demo --cluster` as a user runs it: the example workflow through the operator on a local
 real API server, shrunk (10 profiling requests a configuration; the default 180 s spike at a tenth
 of rag-sim's latency, 18 s a run), from another directory than the checkout with a relative
---output-dir, and interrupted with Ctrl-C part way, which must leave nothing running.
+--output-dir, and interrupted with Ctrl-C part way, which must leave nothing running; and once
+with --late-binding (a 90 s spike), whose routers bind each request from the operator's table.
 
 The demo starts its own control plane, Triton (and Prometheus with --queue-from prometheus) and
 operator, so this module uses no fixture of the tiers but their skip reasons: no control plane,
@@ -169,6 +170,76 @@ def test_the_operator_beats_the_static_most_accurate_configuration(
     assert operator["compliance_pct"] > accurate["compliance_pct"]
     assert comparison["adaptations"]
     assert comparison["metrics"]["type"] in ("prometheus", "triton")
+
+
+@pytest.fixture(scope="module")
+def binding_demo(
+    runnable: None, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One shrunk run with --late-binding (a 90 s spike: half the requests): result, folder."""
+    out = tmp_path_factory.mktemp("cluster-demo-binding") / "out"
+    done = subprocess.run(
+        demo_argv(out, "--late-binding", "--duration", "90"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    return done, out
+
+
+def test_late_binding_reaches_the_routers_through_the_operator_and_binds_each_request(
+    binding_demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    """--late-binding: the workflow's serving.binding reaches the ParetoPolicy, the operator's
+    table the gated router (read back from it, split by the component times the profiling Job
+    measured), and the router binds each request on its own: several front members serve the
+    same spike, none fails, and it keeps the SLO far better than the static most accurate."""
+    done, out = binding_demo
+    print(done.stdout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for step in range(1, STEPS + 1):
+        assert f"[{step}/{STEPS}] " in done.stdout
+    policy = ParetoPolicySpec.model_validate(
+        yaml.safe_load((out / "policy.yaml").read_text())["spec"]
+    )
+    assert policy.binding.mode.value == "per-stage"
+    assert (policy.binding.lag_share, policy.binding.lag_reserve) == (0.3, 2)
+    assert policy.admission.enabled
+    assert policy.admission.degrade_after == 1
+    # The profiling Job timed every component of every front member: the table is split by them.
+    for entry in policy.front:
+        assert entry.component_ms is not None
+        assert set(entry.component_ms) == {"retriever", "reranker", "generator"}
+    held = [line for line in done.stdout.splitlines() if "the router holds" in line]
+    assert len(held) == 1, done.stdout
+    assert "split by the profiled component times" in held[0]
+    assert "lag cap 0.3 (reserve 2), no wait rule, refuse true" in held[0]
+    # The static runs were served with the binding and admission off (the patch printed and
+    # applied): behind the gate the routers would admit their requests, deadline or not.
+    assert '"binding":{"mode":"workflow"},"admission":{"enabled":false}' in done.stdout
+    comparison = json.loads((out / "comparison.json").read_text())
+    runs = {row["run"]: row for row in comparison["runs"]}
+    assert list(runs) == ["static fastest", "static most accurate", "late binding (operator)"]
+    bound, fastest = runs["late binding (operator)"], runs["static fastest"]
+    accurate = runs["static most accurate"]
+    assert bound["failed"] == fastest["failed"] == accurate["failed"] == 0
+    assert fastest["refused"] == accurate["refused"] == 0
+    # Each request bound on its own: more than one front member served it, more accurately on
+    # the whole than static fastest, and the spike no longer sinks the SLO as it does the most
+    # accurate configuration's.
+    [served] = [line for line in done.stdout.splitlines() if "requests bound to " in line]
+    members = re.findall(r"#\d+ \d+", served.split("requests bound to ")[1].split(" refused")[0])
+    assert len(members) >= 2, served
+    assert bound["served_accuracy"] > fastest["served_accuracy"]
+    assert 0 < bound["gap_share_pct"] < 100
+    assert accurate["compliance_pct"] < 100.0
+    assert bound["compliance_pct"] > accurate["compliance_pct"]
+    # The binding simulator's prediction beside it, and issue 42's floor read out.
+    assert bound["simulated_compliance_pct"] is not None
+    assert "the simulator's late binding" in done.stdout
+    assert re.search(r"issue 42's floor .* (met|not met)$", done.stdout, re.MULTILINE)
+    assert processes_under(out) == [], "the demo left processes running"
 
 
 def test_ctrl_c_stops_everything_it_started(runnable: None, tmp_path: Path) -> None:

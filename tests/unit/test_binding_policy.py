@@ -11,8 +11,9 @@ import yaml
 from pydantic import ValidationError
 
 from compass.api.paretopolicy import ParetoPolicySpec
-from compass.conversion import binding_table, policy_plan
+from compass.conversion import binding_table, policy_plan, simulated_binding
 from compass.domain.binding import RATE_HEADROOM
+from compass.domain.bindingsim import ROUTER_POLL_S, RateView
 from compass.lab.router_module import router_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pareto-policy-gitops.yaml"
@@ -151,3 +152,45 @@ def test_a_bad_lag_cap_is_refused_naming_the_field(field: str, value: float) -> 
         ParetoPolicySpec.model_validate(
             {**data, "binding": {"mode": "per-stage", "stages": STAGES, field: value}}
         )
+
+
+def test_the_simulator_binds_on_what_the_routers_of_the_table_see() -> None:
+    """simulated_binding: the table's own numbers, on the view the routers have (the bench's
+    and the cluster demo's prediction): behind a gate with the lag cap, the waiters at the gate
+    seen and the rest polled; without a gate, the poller's count and the arrivals taken up."""
+    data = example_spec()
+    binding = {"mode": "per-stage", "stages": STAGES, "lagShare": 0.3, "lagReserve": 2}
+    spec = ParetoPolicySpec.model_validate(
+        {**data, "binding": binding, "admission": {"enabled": True, "degradeAfter": 1}}
+    )
+    table = binding_table(spec, policy_plan(spec))
+    assert table is not None
+    gated = simulated_binding(spec, table, 8, 1, poll_s=0.1)
+    assert (gated.visible_followers, gated.followers_poll_s, gated.rate_view) == (
+        7,
+        0.1,
+        RateView.GATE_ARRIVALS,
+    )
+    assert gated.max_qps == tuple(c["max_qps"] for c in table["configs"])
+    assert (gated.lag_share, gated.lag_reserve, gated.degrade_after) == (0.3, 2, None)
+    assert gated.refuse is True
+    assert gated.spare_followers is True
+    assert gated.quantile == spec.binding.quantile
+    ungated = simulated_binding(spec, table, 1, None)
+    assert (ungated.visible_followers, ungated.followers_poll_s, ungated.rate_view) == (
+        None,
+        ROUTER_POLL_S,
+        RateView.TAKEN_ARRIVALS,
+    )
+    # Behind a gate without the cap: every follower and every arrival (the gate's own view).
+    plain = ParetoPolicySpec.model_validate(
+        {**data, "binding": {"mode": "per-stage", "stages": STAGES}}
+    )
+    uncapped = binding_table(plain, policy_plan(plain))
+    assert uncapped is not None
+    open_gate = simulated_binding(plain, uncapped, 8, 1)
+    assert (open_gate.visible_followers, open_gate.followers_poll_s, open_gate.rate_view) == (
+        None,
+        None,
+        RateView.ARRIVALS,
+    )

@@ -608,6 +608,23 @@ CASES = [
     Case("demo-tau", ["demo", "--search-only", "--tau", "2"], "--tau"),
     Case("demo-seed", ["demo", "--search-only", "--seed", "-1"], "--seed"),
     Case("demo-output-whole", ["demo", "--output", "r.json"], "--output"),
+    Case("demo-late-binding-alone", ["demo", "--late-binding"], "--late-binding"),
+    Case(
+        "demo-late-binding-prometheus",
+        ["demo", "--cluster", "--late-binding", "--queue-from", "prometheus"],
+        "--queue-from",
+    ),
+    Case("demo-binding-lag-alone", ["demo", "--cluster", "--binding-lag", "0.5"], "--binding-lag"),
+    Case(
+        "demo-binding-lag-range",
+        ["demo", "--cluster", "--late-binding", "--binding-lag", "1.5"],
+        "--binding-lag",
+    ),
+    Case(
+        "demo-binding-lag-reserve",
+        ["demo", "--cluster", "--late-binding", "--binding-lag-reserve", "-1"],
+        "--binding-lag-reserve",
+    ),
     Case("job-role", ["job", "bogus", "--state", "cm"], "role"),
     Case("job-state-missing", ["job", "search"], "--state"),
     Case("crds-unknown-flag", ["crds", "--bogus"], "--bogus"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +13,25 @@ import pytest
 import yaml
 from profiles_for_tests import normal_profile
 
-from compass.api.paretopolicy import AdmissionSettings
+from compass.api.compoundworkflow import CompoundWorkflowSpec
+from compass.api.paretopolicy import (
+    AdmissionSettings,
+    BindingMode,
+    BindingSettings,
+    BindingStage,
+    RoutingTarget,
+)
+from compass.controllers.policy_compile import compile_policy
+from compass.controllers.workflow_plan import plan_policy
 from compass.conversion import spec_for_plan
 from compass.dataplane.load import RequestRecord
 from compass.domain.arrivals import make_pattern, make_scenario
+from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_SHARES, RAG_SIM_STAGE_PARAMS
 from compass.domain.elastico import Elastico
 from compass.domain.planner import Slo, plan_thresholds
 from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import simulate
+from compass.domain.simulator import Tick, simulate
 from compass.domain.strategy import Strategy
 from compass.lab import clusterdemo
 from compass.lab.clusterdemo import (
@@ -33,6 +44,7 @@ from compass.lab.clusterdemo import (
 from compass.lab.demo import verdict
 from compass.lab.devcluster import ClusterUnavailableError
 from compass.lab.experiment import LiveRun
+from compass.lab.scenarios import PAPER_FRONT
 
 
 def test_the_adapted_example_changes_only_what_it_says() -> None:
@@ -168,3 +180,189 @@ def test_the_prediction_starts_where_the_live_run_starts() -> None:
     assert [tick.active for tick in report.ticks[:3]] == [top] * 3
     fresh = simulate(policy, profiles, scenario, 1000.0)
     assert fresh.ticks[0].active == plan.eligible[0]
+
+
+def _rag_sim_profiles(scale: float) -> str:
+    """Profiles of the paper's front as the profiling Job writes them, through a router that
+    timed each component (the accurate ones' time mostly at the generator)."""
+    entries = []
+    for i, config in enumerate(PAPER_FRONT):
+        mean = (130.0 + 60 * i) * scale
+        parts = {"retriever": 0.1 * mean, "reranker": (0.15 + 0.02 * i) * mean}
+        parts["generator"] = 0.95 * mean - sum(parts.values())  # 5%: the router's own
+        entries.append(
+            {
+                "config": config,
+                "accuracy": 0.80 + 0.01 * i,
+                "latency_mean_ms": mean,
+                "latency_p95_ms": 1.2 * mean,
+                "component_ms": parts,
+            }
+        )
+    return json.dumps({"profiles": entries})
+
+
+def test_late_binding_reaches_the_routers_table_through_the_workflow_and_the_operator() -> None:
+    """--late-binding's workflow: its serving.binding and admission go into the ParetoPolicy the
+    workflow plans, and the operator's compiled table splits each front member's time by the
+    component times the profiling Job measured, with the lag cap and no wait rule."""
+    example = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    scale = 0.25
+    settings = ClusterDemoSettings(Path("out"), time_scale=scale, late_binding=True)
+    metrics = {"type": "triton", "url": "http://127.0.0.1:1/metrics"}
+    manifest, notes = adaptations(example, settings, "ledger", metrics)
+    plain, plain_notes = adaptations(
+        example, ClusterDemoSettings(Path("out"), time_scale=scale), "ledger", metrics
+    )
+    assert len(notes) == len(plain_notes) + 3
+    assert notes[: len(plain_notes)] == plain_notes
+    assert "compass_pipeline_slots" in notes[-1]
+    serving = manifest["spec"]["serving"]
+    assert {k: v for k, v in serving.items() if k not in ("binding", "admission")} == (
+        plain["spec"]["serving"]
+    )
+    assert serving["admission"] == {"enabled": True, "degradeAfter": 1}
+    stages = serving["binding"]["stages"]
+    assert [s["component"] for s in stages] == ["retriever", "reranker", "generator"]
+    assert [s["parameters"] for s in stages] == [
+        ["retriever_k"],
+        ["reranker_model", "reranker_k"],
+        ["generator_model"],
+    ]
+    # Every parameter of the example's space is bound by exactly one stage.
+    named = [n for s in stages for n in s["parameters"]]
+    assert sorted(named) == sorted(p["name"] for p in manifest["spec"]["space"]["parameters"])
+
+    # The cap as --binding-lag and --binding-lag-reserve give it.
+    looser = ClusterDemoSettings(
+        Path("out"), late_binding=True, binding_lag_share=0.5, binding_lag_reserve=1
+    )
+    loose, loose_notes = adaptations(example, looser, "ledger", metrics)
+    assert loose["spec"]["serving"]["binding"]["lagShare"] == 0.5
+    assert loose["spec"]["serving"]["binding"]["lagReserve"] == 1
+    assert "lagShare 0.5, lagReserve 1" in loose_notes[-3]
+
+    workflow = CompoundWorkflowSpec.model_validate(manifest["spec"])
+    outcome = plan_policy(
+        workflow, _rag_sim_profiles(scale), RoutingTarget(grpc_endpoint="127.0.0.1:1"), ""
+    )
+    assert outcome.policy_spec is not None, outcome.message
+    compiled = compile_policy(outcome.policy_spec, 1)
+    table = compiled.binding
+    assert table is not None
+    assert (table["lag_share"], table["lag_reserve"]) == (0.3, 2)
+    assert table["degrade_after"] is None  # degradeAfter 1 with the cap: no wait rule
+    assert table["refuse"] is True
+    assert table["slo_ms"] == pytest.approx(1000.0 * scale)
+    assert table["components"] == ["retriever", "reranker", "generator"]
+    assert compiled.admission is not None
+    # Each member's stages are its measured component times, the router's own 5% pro rata.
+    front = {json.dumps(e["config"], sort_keys=True): e for e in outcome.policy_spec["front"]}
+    for entry in table["configs"]:
+        parts = front[json.dumps(json.loads(entry["config"]), sort_keys=True)]["componentMs"]
+        measured = [parts[c] for c in table["components"]]
+        assert entry["stage_ms"] == pytest.approx(
+            [sum(entry["stage_ms"]) * m / sum(measured) for m in measured]
+        )
+        assert entry["max_qps"] is not None
+
+
+def test_the_summary_lines_read_the_gap_and_issue_42s_floor() -> None:
+    front = [
+        LatencyProfile({"c": "fastest"}, 0.70, 100.0, 150.0),
+        LatencyProfile({"c": "middle"}, 0.80, 400.0, 500.0),
+        LatencyProfile({"c": "accurate"}, 0.90, 900.0, 1200.0),
+    ]
+    plan = plan_thresholds(front, Slo(2000.0))
+
+    def run(latencies_s: list[float], served: list[str]) -> LiveRun:
+        records = tuple(
+            RequestRecord(float(i), latency, json.dumps({"c": config}), 0.8, None)
+            for i, (latency, config) in enumerate(zip(latencies_s, served, strict=True))
+        )
+        return LiveRun("run", 1000.0, len(records), records)
+
+    fastest = run([0.1] * 4, ["fastest"] * 4)
+    # Half the gap at static fastest's compliance: the floor is met.
+    half = run([0.1, 0.2, 0.3, 0.4], ["fastest", "middle", "middle", "accurate"])
+    assert clusterdemo.gap_share(half, front) == pytest.approx(50.0)
+    assert clusterdemo.served_mix(half, plan) == {0: 1, 1: 2, 2: 1}
+    line = clusterdemo.floor_verdict({"policy": half, "fastest": fastest}, front, "binding")
+    assert "binding 50% at +0.0 points" in line
+    assert line.endswith(" points) met")
+    # The same mix a request later than static fastest (25 points): not met.
+    late = run([0.1, 0.2, 0.3, 1.4], ["fastest", "middle", "middle", "accurate"])
+    line = clusterdemo.floor_verdict({"policy": late, "fastest": fastest}, front, "binding")
+    assert "at -25.0 points" in line
+    assert line.endswith("not met")
+    # A fifth of the gap at full compliance: not met either.
+    little = run([0.1] * 5, ["fastest"] * 4 + ["middle"])
+    assert clusterdemo.gap_share(little, front) == pytest.approx(10.0)
+    assert clusterdemo.floor_verdict({"policy": little, "fastest": fastest}, front, "x").endswith(
+        "not met"
+    )
+
+
+def test_the_binding_prediction_is_the_gated_routers_rule_and_the_cap_holds_it_back() -> None:
+    """The simulator's late binding beside the live run: at the paper's scale on the table's
+    own numbers; a tighter lag cap keeps it nearer the fastest on the same arrivals."""
+    profiles = [
+        replace(p, config=dict(config))
+        for p, config in zip(
+            [normal_profile(f"c{i}", 0.80 + 0.01 * i, 130.0 + 60 * i, 15.0) for i in range(4)],
+            PAPER_FRONT,
+            strict=True,
+        )
+    ]
+    plan = plan_thresholds(profiles, Slo(1000.0))
+    scale = 0.25
+    binding = BindingSettings(
+        mode=BindingMode.PER_STAGE,
+        stages=[
+            BindingStage(component=c, parameters=list(names), share=share)
+            for c, names, share in zip(
+                RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, RAG_SIM_SHARES, strict=True
+            )
+        ],
+        lag_share=0.3,
+        lag_reserve=2,
+    )
+    # The operator's spec is at rag-sim's scale; the demo predicts on the plan at the paper's.
+    scaled = plan_thresholds([p.scaled(scale) for p in profiles], Slo(1000.0 * scale))
+    spec = spec_for_plan(
+        scaled,
+        admission=AdmissionSettings(enabled=True, degrade_after=1),
+        binding=binding,
+    )
+    scenario = make_scenario(make_pattern("spike", 1.5, 120.0, seed=3), 3)
+    report = clusterdemo.binding_prediction(spec, plan, profiles, scenario, 1000.0, scale)
+    fastest, accurate = profiles[0].accuracy, profiles[-1].accuracy
+    assert fastest < report.mean_accuracy < accurate
+    assert 0 < report.compliance <= 100
+    tight = spec.model_copy(
+        update={"binding": binding.model_copy(update={"lag_share": 0.01, "lag_reserve": 0})}
+    )
+    held = clusterdemo.binding_prediction(tight, plan, profiles, scenario, 1000.0, scale)
+    assert held.mean_accuracy < report.mean_accuracy
+
+
+def test_with_late_binding_the_timeline_draws_what_served_the_requests() -> None:
+    """The routers chose per request: each tick shows the member that served most of the
+    requests sent over the 5 s before it, whatever the policy held."""
+    front = [
+        LatencyProfile({"c": "fastest"}, 0.70, 100.0, 150.0),
+        LatencyProfile({"c": "accurate"}, 0.90, 400.0, 500.0),
+    ]
+    plan = plan_thresholds(front, Slo(2000.0))
+    served = [(0.5, "accurate"), (1.0, "accurate"), (6.0, "fastest"), (6.5, "fastest")]
+    records = tuple(
+        RequestRecord(at, 0.1, json.dumps({"c": config}), 0.8, None) for at, config in served
+    )
+    run = LiveRun("policy", 1000.0, len(records), records)
+    held = [Tick(t, 1.0, 1.0, 0, active=1, switched=False) for t in (0.0, 2.0, 7.0, 20.0)]
+    ticks = clusterdemo.served_ticks(held, run, plan)
+    # Nothing sent yet: the policy's own; then the accurate pair; then the fastest pair; then
+    # nothing in the window: the last one's.
+    assert [t.active for t in ticks] == [1, 1, 0, 0]
+    assert [t.switched for t in ticks] == [False, False, True, False]
+    assert [t.time_s for t in ticks] == [t.time_s for t in held]

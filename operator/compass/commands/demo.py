@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from compass.api.paretopolicy import MAX_LAG_RESERVE
 from compass.commands.search_common import (
     SearchOptions,
     add_settings,
@@ -21,7 +22,12 @@ from compass.domain.search import SearchSettings
 from compass.domain.space import Space
 from compass.evaluators.ledger import Ledger, ReplayEvaluator
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
-from compass.lab.clusterdemo import ClusterDemoSettings, run_cluster_demo
+from compass.lab.clusterdemo import (
+    BINDING_LAG_RESERVE,
+    BINDING_LAG_SHARE,
+    ClusterDemoSettings,
+    run_cluster_demo,
+)
 from compass.lab.demo import DemoSettings, run_demo
 
 DEMO_LEDGER_SEED = 0
@@ -65,6 +71,27 @@ def register(commands: Any, summary: str) -> None:
         help="with --cluster: where the operator's policy reads the queue: every Triton's "
         "/metrics at each tick (default, as examples/rag-sim-workflow.yaml), or Prometheus' last "
         "scrape (to see what that delay costs)",
+    )
+    demo.add_argument(
+        "--late-binding",
+        action="store_true",
+        help="with --cluster: the workflow served with late binding (serving.binding per-stage "
+        "for rag-sim's three stages, the lag cap (--binding-lag, --binding-lag-reserve), "
+        "admission.degradeAfter 1) "
+        "behind the local router's gate (8 instances, 1 pipeline slot), against the same "
+        "static ends",
+    )
+    demo.add_argument(
+        "--binding-lag",
+        metavar="SHARE",
+        help=f"with --late-binding: the lag cap's share of the SLO (binding.lagShare, in (0, 1]; "
+        f"default {BINDING_LAG_SHARE:g})",
+    )
+    demo.add_argument(
+        "--binding-lag-reserve",
+        metavar="N",
+        help="with --late-binding: the cap's share is of the SLO less N of the fastest's likely "
+        f"times (binding.lagReserve; default {BINDING_LAG_RESERVE})",
     )
     demo.add_argument(
         "--time-scale",
@@ -122,6 +149,22 @@ def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: Searc
                     "--profile-runs", str(args.profile_runs or 20), "20", low=2
                 ),
                 queue_from=str(args.queue_from),
+                late_binding=bool(args.late_binding),
+                binding_lag_share=parse_number(
+                    "--binding-lag",
+                    str(args.binding_lag or BINDING_LAG_SHARE),
+                    "0.3",
+                    low=0,
+                    inclusive=False,
+                    high=1,
+                ),
+                binding_lag_reserve=parse_int(
+                    "--binding-lag-reserve",
+                    str(args.binding_lag_reserve or BINDING_LAG_RESERVE),
+                    "2",
+                    low=0,
+                    high=MAX_LAG_RESERVE,
+                ),
             )
         )
     return run_demo(
@@ -164,6 +207,18 @@ def demo_command(args: argparse.Namespace) -> int:
         fail("--cluster", "not with --search-only", "pass one of them")
     if args.queue_from != "triton" and not args.cluster:
         fail("--queue-from", "only with --cluster", "add --cluster, or leave --queue-from out")
+    if args.late_binding and not args.cluster:
+        fail("--late-binding", "only with --cluster", "add --cluster, or leave --late-binding out")
+    for flag in ("--binding-lag", "--binding-lag-reserve"):
+        if getattr(args, flag[2:].replace("-", "_")) is not None and not args.late_binding:
+            fail(flag, "only with --late-binding", f"add --late-binding, or leave {flag} out")
+    if args.late_binding and args.queue_from != "triton":
+        fail(
+            "--queue-from",
+            "not with --late-binding: the routers bind each request, and the gate empties the "
+            "queue a policy would read",
+            "leave --queue-from out",
+        )
     if args.search_only:
         return _run_search_only(options, settings)
     return _run_whole(args, options, settings)

@@ -33,15 +33,29 @@ from compass.console import plan_table
 from compass.controllers import kubeapi
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.ledgerchunks import CHUNK_OF_LABEL
-from compass.conversion import admission_rule, elastico_settings, latency_profiles
+from compass.conversion import (
+    admission_rule,
+    binding_table,
+    elastico_settings,
+    latency_profiles,
+    simulated_binding,
+)
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.triton import TritonRouter
 from compass.domain.admission import Admission
 from compass.domain.arrivals import SPIKE_FACTOR, Scenario
+from compass.domain.binding import (
+    RAG_SIM_COMPONENTS,
+    RAG_SIM_SHARES,
+    RAG_SIM_STAGE_PARAMS,
+    measured_stage_times,
+)
+from compass.domain.bindingsim import ROUTER_POLL_S, simulate_binding
 from compass.domain.elastico import Decision, Observation, PolicyState
 from compass.domain.planner import Plan, Slo, plan_from_profiles
+from compass.domain.podmodel import PodModel
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import FRESH, MetricsView, Tick, compare
+from compass.domain.simulator import FRESH, MetricsView, RunReport, Tick, compare
 from compass.domain.space import config_key
 from compass.domain.strategy import Policy, build_policy
 from compass.lab.demo import (
@@ -82,6 +96,18 @@ CRDS = REPO_ROOT / "crds"
 NAMESPACE = "compass-demo"
 LEDGER_CONFIG_MAP = "rag-sim-ledger"
 TITLES = {**RUN_TITLES, "policy": "Elastico (operator)"}
+BINDING_TITLES = {**RUN_TITLES, "policy": "late binding (operator)"}
+# --late-binding: the routers' gate and lag cap as bench/serving_triton.py measured them best
+# (--pipeline-slots 1 --router-instances 8 --binding-lag 0.3 --binding-lag-reserve 2
+# --degrade-after 1; docs/method.md, "Behind the router's gate").
+BINDING_ROUTER_INSTANCES = 8
+BINDING_PIPELINE_SLOTS = 1
+BINDING_LAG_SHARE = 0.3
+BINDING_LAG_RESERVE = 2
+# Issue 42's floor for the operator's policy: this share of the fastest-to-accurate gap (served
+# accuracy) at no more than this many points of compliance under static fastest.
+GAP_FLOOR_PCT = 30.0
+COMPLIANCE_SLACK_POINTS = 1.0
 SAMPLE_EVERY_S = 0.25  # how often the policy's status is read while the load runs
 PROMETHEUS_SCRAPE_S = 0.5  # scaled: Prometheus' scrape interval when the queue is read through it
 # Where the policy reads the queue: Triton's /metrics at every tick (the example's way), or
@@ -107,6 +133,17 @@ class ClusterDemoSettings:
     downscale_cooldown_s: float = 20.0
     slack_buffer_ms: float = 50.0
     queue_from: str = "triton"
+    # Late binding (issue 43) instead of Elastico's whole-workflow switching: the workflow's
+    # serving.binding per stage with the lag cap, admission without the wait rule, and the
+    # local router gated (BINDING_ROUTER_INSTANCES instances, BINDING_PIPELINE_SLOTS slot).
+    late_binding: bool = False
+    binding_lag_share: float = BINDING_LAG_SHARE
+    binding_lag_reserve: int = BINDING_LAG_RESERVE
+
+    @property
+    def titles(self) -> dict[str, str]:
+        """Each run's title: the operator's policy named by what decides."""
+        return BINDING_TITLES if self.late_binding else TITLES
 
 
 # ---------------------------------------------------------------------------- pure helpers
@@ -168,7 +205,63 @@ def adaptations(
         f"0, slack buffer {settings.slack_buffer_ms * scale:g} ms (the defaults are for unscaled "
         "time)"
     )
+    if settings.late_binding:
+        notes += late_binding_adaptations(spec, settings)
     return manifest, notes
+
+
+def late_binding_serving(lag_share: float, lag_reserve: int) -> dict[str, Any]:
+    """The serving settings --late-binding gives the workflow (camelCase): rag-sim's three
+    stages bound per request with this lag cap, admission without the wait rule."""
+    return {
+        "binding": {
+            "mode": "per-stage",
+            "stages": [
+                {"component": component, "parameters": list(names), "share": share}
+                for component, names, share in zip(
+                    RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, RAG_SIM_SHARES, strict=True
+                )
+            ],
+            "lagShare": lag_share,
+            "lagReserve": lag_reserve,
+        },
+        "admission": {"enabled": True, "degradeAfter": 1},
+    }
+
+
+def late_binding_adaptations(spec: dict[str, Any], settings: ClusterDemoSettings) -> list[str]:
+    """--late-binding: the workflow's serving.binding and admission (changed in ``spec``), and
+    the local router's gate; one line each saying why."""
+    serving = spec["serving"]
+    for key in ("binding", "admission", "routerInstances"):
+        if key in serving:
+            raise ValueError(f"{EXAMPLE} names serving.{key}: revisit compass.lab.clusterdemo")
+    space = {p["name"] for p in spec["space"]["parameters"]}
+    bound = {name for names in RAG_SIM_STAGE_PARAMS for name in names}
+    if bound != space:
+        raise ValueError(
+            f"{EXAMPLE}'s parameters {sorted(space)} are not rag-sim's stages' {sorted(bound)}: "
+            "revisit compass.lab.clusterdemo"
+        )
+    serving.update(late_binding_serving(settings.binding_lag_share, settings.binding_lag_reserve))
+    described = "; ".join(
+        f"{component}: {', '.join(names)}"
+        for component, names in zip(RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, strict=True)
+    )
+    return [
+        f"serving.binding per-stage ({described}), lagShare {settings.binding_lag_share:g}, "
+        f"lagReserve {settings.binding_lag_reserve}: the routers bind each request stage by "
+        "stage from the table the operator sends with every switch, a request's extra time "
+        f"leaving it at most {settings.binding_lag_share:g} x (SLO - "
+        f"{settings.binding_lag_reserve} fastest services) behind static fastest's schedule (the "
+        "stages' shares only where the profiles lack component times)",
+        "serving.admission enabled, degradeAfter 1: what is late whatever serves it is refused "
+        "at the first stage; no wait rule (the lag cap replaces it)",
+        f"the local router: {BINDING_ROUTER_INSTANCES} instances, compass_pipeline_slots "
+        f'"{BINDING_PIPELINE_SLOTS}" (the gate): requests are taken up as they arrive and wait '
+        "at the gate, seen there with their deadlines; a request without one (the load sends "
+        "none) gets its take-up + the SLO; the pod still serves one at a time",
+    ]
 
 
 def replay_ledger(rag_sim: dict[str, Any]) -> str:
@@ -240,6 +333,103 @@ def unscaled_admission(spec: ParetoPolicySpec, scale: float) -> Admission | None
     return replace(rule, slo_ms=rule.slo_ms / scale)
 
 
+def binding_prediction(
+    spec: ParetoPolicySpec,
+    plan: Plan,
+    profiles: Sequence[LatencyProfile],
+    scenario: Scenario,
+    slo_ms: float,
+    scale: float,
+) -> RunReport:
+    """The simulator's late binding on the same arrivals at the paper's scale: the routers'
+    table for the unscaled plan (its rate limits at the paper's rates), on what the gated
+    routers see (compass.conversion.simulated_binding; their 25 ms poll, unscaled)."""
+    table = binding_table(spec, plan)
+    if table is None:
+        raise ValueError("the policy has no per-stage binding to predict")
+    shares = [stage.share for stage in spec.binding.stages]
+    return simulate_binding(
+        profiles,
+        scenario,
+        slo_ms,
+        "policy",
+        stages=[tuple(stage.parameters) for stage in spec.binding.stages],
+        prior_shares=None if None in shares else [s for s in shares if s is not None],
+        settings=simulated_binding(
+            spec, table, BINDING_ROUTER_INSTANCES, BINDING_PIPELINE_SLOTS, ROUTER_POLL_S / scale
+        ),
+        pod_model=PodModel(servers=BINDING_PIPELINE_SLOTS),
+    )
+
+
+def gap_share(run: LiveRun, front: Sequence[LatencyProfile]) -> float:
+    """The run's served accuracy as a share (%) of the fastest-to-most-accurate gap of the
+    ``front`` (fastest first); nan where the front has no gap."""
+    fastest = front[0].accuracy
+    gap = max(p.accuracy for p in front) - fastest
+    return 100 * (run.served_accuracy(front) - fastest) / gap if gap > 0 else float("nan")
+
+
+def floor_verdict(runs: dict[str, LiveRun], front: Sequence[LatencyProfile], title: str) -> str:
+    """One line: the operator's policy's share of the gap, its compliance against static
+    fastest's, and whether that meets issue 42's floor (GAP_FLOOR_PCT of the gap within
+    COMPLIANCE_SLACK_POINTS of static fastest)."""
+    policy, fastest = runs["policy"], runs["fastest"]
+    share = gap_share(policy, front)
+    ahead = policy.compliance - fastest.compliance
+    met = share >= GAP_FLOOR_PCT and ahead >= -COMPLIANCE_SLACK_POINTS
+    return (
+        f"  share of the fastest-to-accurate gap (served accuracy): {title} {share:.0f}% at "
+        f"{ahead:+.1f} points of compliance against static fastest; issue 42's floor (>= "
+        f"{GAP_FLOOR_PCT:g}% at >= static fastest - {COMPLIANCE_SLACK_POINTS:.1f} points) "
+        f"{'met' if met else 'not met'}"
+    )
+
+
+def served_mix(run: LiveRun, plan: Plan) -> dict[int, int]:
+    """How many answered requests each front member served, by its index (fastest 0)."""
+    index_of = {t.profile.key: i for i, t in enumerate(plan.thresholds)}
+    mix: dict[int, int] = {}
+    for record in run.answered:
+        if record.config:
+            index = index_of[config_key(json.loads(record.config))]
+            mix[index] = mix.get(index, 0) + 1
+    return dict(sorted(mix.items()))
+
+
+def table_lines(
+    table: dict[str, Any], plan: Plan, scale: float, quantile: float, measured: bool
+) -> list[str]:
+    """The routers' late-binding table, read back from the router, at the paper's scale."""
+    lag = (
+        "no lag cap"
+        if table["lag_share"] is None
+        else f"lag cap {table['lag_share']:g} (reserve {table['lag_reserve']})"
+    )
+    wait = (
+        "no wait rule"
+        if table["degrade_after"] is None
+        else f"wait rule {table['degrade_after']:g}"
+    )
+    split = "the profiled component times" if measured else "the fit"
+    lines = [
+        f"      the router holds the operator's late-binding table: stages "
+        f"{' | '.join(', '.join(s) for s in table['stages'])}, SLO {table['slo_ms'] / scale:g} "
+        f"ms, {lag}, {wait}, refuse {str(table['refuse']).lower()}; per-stage ms at quantile "
+        f"{quantile:g} (split by {split}) and the rate limit:"
+    ]
+    names = {t.profile.key: (i, t.profile.name) for i, t in enumerate(plan.thresholds)}
+    for entry in table["configs"]:
+        index, name = names[entry["config"]]
+        limit = entry["max_qps"]
+        lines.append(
+            f"        #{index} {name:<28} accuracy {entry['accuracy']:.4f}  "
+            + " / ".join(f"{ms / scale:6.1f}" for ms in entry["stage_ms"])
+            + ("  no limit" if limit is None else f"  <= {limit * scale:.2f}/s")
+        )
+    return lines
+
+
 def status_ticks(
     samples: Sequence[tuple[float, dict[str, Any]]],
     offered: Callable[[float], float],
@@ -274,6 +464,27 @@ def status_ticks(
         )
         previous = active
     return tuple(ticks)
+
+
+def served_ticks(ticks: Sequence[Tick], run: LiveRun, plan: Plan) -> tuple[Tick, ...]:
+    """With late binding, each tick's configuration is the front member that served most of
+    the requests sent over the OBSERVED_WINDOW_S before it (the routers choose per request, so
+    the policy's active configuration is not what served them); a tick with none keeps the
+    last one's."""
+    index_of = {t.profile.key: i for i, t in enumerate(plan.thresholds)}
+    served = sorted(
+        (r.sent_s, index_of[config_key(json.loads(r.config))]) for r in run.answered if r.config
+    )
+    sent = np.array([at for at, _ in served])
+    members = np.array([index for _, index in served], dtype=np.int64)
+    out: list[Tick] = []
+    for tick in ticks:
+        low, high = np.searchsorted(sent, [tick.time_s - OBSERVED_WINDOW_S, tick.time_s], "right")
+        counts = np.bincount(members[low:high], minlength=len(plan.thresholds))
+        previous = out[-1].active if out else tick.active
+        active = int(np.argmax(counts)) if counts.sum() else previous
+        out.append(replace(tick, active=active, switched=bool(out) and active != previous))
+    return tuple(out)
 
 
 def status_switches(ticks: Sequence[Tick], plan: Plan) -> tuple[SwitchEvent, ...]:
@@ -336,11 +547,10 @@ class Kube:
         """An object's status ({} while it has none)."""
         return dict((self.get(plural, name) or {}).get("status") or {})
 
-    def pause(self, name: str) -> None:
-        """Pause the ParetoPolicy: `kubectl patch pp NAME -p '{"spec":{"paused":true}}'`."""
-        self.kubectl(
-            "patch", "pp", name, "--type=merge", "-p", json.dumps({"spec": {"paused": True}})
-        )
+    def patch_policy(self, name: str, spec: dict[str, Any]) -> None:
+        """Merge-patch the ParetoPolicy's spec (paused: `kubectl patch pp NAME --type=merge -p
+        '{"spec":{"paused":true}}'`)."""
+        self.kubectl("patch", "pp", name, "--type=merge", "-p", json.dumps({"spec": spec}))
 
 
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -383,9 +593,11 @@ def run_cluster_demo(settings: ClusterDemoSettings, say: Reporter | None = None)
     out = settings.output_dir
     out.mkdir(parents=True, exist_ok=True)
     say.say(
-        f"compass demo --cluster: examples/rag-sim-workflow.yaml through the operator on a local "
-        f"Kubernetes API server, into {shown(out)}/ (rag-sim's latencies x{settings.time_scale:g}; every "
-        "figure below is at the paper's scale)"
+        f"compass demo --cluster{' --late-binding' if settings.late_binding else ''}: "
+        "examples/rag-sim-workflow.yaml through the operator on a local Kubernetes API server"
+        f"{', served with late binding' if settings.late_binding else ''}, into {shown(out)}/ "
+        f"(rag-sim's latencies x{settings.time_scale:g}; every figure below is at the paper's "
+        "scale)"
     )
     say.step("the control plane binaries (hack/k8s/build.sh: cached after the first build)")
     try:
@@ -441,7 +653,16 @@ def _run(
         "start tritonserver with rag-sim"
         + (", and Prometheus scraping it" if settings.queue_from == "prometheus" else "")
     )
-    triton = rag_sim_triton(work / "triton", scale)
+    triton = (
+        rag_sim_triton(
+            work / "triton",
+            scale,
+            router_instances=BINDING_ROUTER_INSTANCES,
+            pipeline_slots=BINDING_PIPELINE_SLOTS,
+        )
+        if settings.late_binding
+        else rag_sim_triton(work / "triton", scale)
+    )
     stack.callback(triton.stop)
     triton.start(work / "triton")
     metrics = {"type": "triton", "url": triton.metrics_url}
@@ -517,6 +738,21 @@ def _run(
         f"      idle: the operator serves #{top} ({plan.thresholds[top].profile.name}) "
         f"({say.took()})"
     )
+    if settings.late_binding:
+        table = wait_for(
+            lambda: triton.router_table("binding"),
+            60,
+            "the operator's late-binding table on the router",
+            0.2,
+        )
+        measured = (
+            measured_stage_times(
+                [t.profile for t in plan.thresholds], [s.models for s in spec.binding.stages]
+            )
+            is not None
+        )
+        for line in table_lines(table, plan, scale, spec.binding.quantile, measured):
+            say.say(line)
 
     scenario = spike_scenario(plan, settings.duration_s, settings.load_seed, settings.base_qps)
     say.step(
@@ -525,7 +761,17 @@ def _run(
         "same every time)"
     )
     runs = _serve_three_ways(
-        kube, name, triton, plan, scenario, top, settings, say, spec.admission.enabled
+        kube,
+        name,
+        triton,
+        plan,
+        scenario,
+        top,
+        settings,
+        say,
+        # The policy's requests carry the SLO as their deadline where it admits (a gateway
+        # that owns the SLO); behind the gate late binding needs none (client-free).
+        spec.admission.enabled and not settings.late_binding,
     )
     kube.show("get", "cwf,pp")
 
@@ -546,23 +792,42 @@ def _run(
         for source, view in views.items()
     }
     predicted = predictions[settings.queue_from]
-    rows = comparison_rows(runs, predicted, front_profiles, TITLES)
+    titles = settings.titles
+    if settings.late_binding:
+        # The routers bind, not the policy: the prediction is the binding simulator's.
+        predicted = {
+            **predicted,
+            "policy": binding_prediction(
+                spec, plan, front_profiles, scenario, settings.slo_ms, scale
+            ),
+        }
+    rows = comparison_rows(runs, predicted, front_profiles, titles)
+    for row, run in zip(rows, runs.values(), strict=True):
+        row["gap_share_pct"] = round(gap_share(run, front_profiles), 1) + 0.0  # never -0.0
     say.say(comparison_text(rows))
-    read = {
-        "triton": "from Triton at each tick",
-        "prometheus": f"at Prometheus' last scrape (every {PROMETHEUS_SCRAPE_S / scale:g} s)",
-    }
-    other = next(source for source in QUEUE_SOURCES if source != settings.queue_from)
-    say.say(
-        f"  the simulator's policy, the queue read {read[settings.queue_from]} (as here): "
-        f"{predicted['policy'].compliance:.1f}% within the SLO; read {read[other]}: "
-        f"{predictions[other]['policy'].compliance:.1f}%"
-    )
+    if settings.late_binding:
+        say.say(
+            "  the simulator's late binding (compass.domain.bindingsim on the gated routers' "
+            f"view, the table's own numbers): {predicted['policy'].compliance:.1f}% within the "
+            f"SLO, served accuracy {predicted['policy'].mean_accuracy:.4f}"
+        )
+    else:
+        read = {
+            "triton": "from Triton at each tick",
+            "prometheus": f"at Prometheus' last scrape (every {PROMETHEUS_SCRAPE_S / scale:g} s)",
+        }
+        other = next(source for source in QUEUE_SOURCES if source != settings.queue_from)
+        say.say(
+            f"  the simulator's policy, the queue read {read[settings.queue_from]} (as here): "
+            f"{predicted['policy'].compliance:.1f}% within the SLO; read {read[other]}: "
+            f"{predictions[other]['policy'].compliance:.1f}%"
+        )
     for label, run in runs.items():
         say.say(
-            f"  {TITLES[label]:<21} before / during / after the spike: "
+            f"  {titles[label]:<23} before / during / after the spike: "
             f"{by_third(run, settings.duration_s)}"
         )
+    say.say(floor_verdict(runs, front_profiles, titles["policy"]))
     # The switches as the status showed them: the reload's cost is the operator's, not seen here.
     switches = [
         {"time_s": round(e.time_s, 2), "config": e.config} for e in runs["policy"].switch_events
@@ -581,7 +846,8 @@ def _run(
         f"{settings.slo_ms:g} ms, {scenario.requests} requests",
         profiles=all_profiles,
     )
-    say.say(verdict(runs, front_profiles, "the operator"))
+    who = "the operator's late binding" if settings.late_binding else "the operator"
+    say.say(verdict(runs, front_profiles, who))
     say.say(f"wrote {shown(out)}/: {', '.join(OUTPUTS)}; logs under {shown(work)}")
     prometheus_too = ", Prometheus" if settings.queue_from == "prometheus" else ""
     say.say(f"stopping the operator{prometheus_too}, Triton, the node and the control plane")
@@ -688,11 +954,12 @@ def _serve_three_ways(
     say: Reporter,
     deadlines: bool,
 ) -> dict[str, LiveRun]:
-    """The spike with the operator switching the router, then on the most accurate and on the
-    fastest configuration with the policy paused. With ``deadlines`` (the policy has
-    admission) the policy's requests carry the SLO as their deadline, as a gateway that owns
-    the SLO would send them; the static runs serve everything."""
-    scale = settings.time_scale
+    """The spike with the operator switching the router (with late binding: its routers binding
+    each request), then on the most accurate and on the fastest configuration with the policy
+    paused (and its binding and admission off). With ``deadlines`` the policy's requests carry the SLO as
+    their deadline, as a gateway that owns the SLO would send them; the static runs serve
+    everything."""
+    scale, titles = settings.time_scale, settings.titles
     load = RagSimLoad(scenario)
     arrivals = load.arrivals_s(scale)
     router = TritonRouter(triton.grpc_url)
@@ -707,11 +974,12 @@ def _serve_three_ways(
         thread = threading.Thread(target=sampler.run, daemon=True)
         thread.start()
         try:
-            # serve() switches to `start` first: the router already serves it (no reload).
+            # No switch of the demo's own: the router serves what the operator set, with the
+            # tables the operator sent (a switch from here would send none).
             run = serve(
                 router,
                 "policy",
-                plan.thresholds[top].profile.config,
+                None,
                 arrivals,
                 load.payload,
                 settings.slo_ms,
@@ -724,22 +992,46 @@ def _serve_three_ways(
         ticks = status_ticks(
             sampler.samples, load.offered_qps, [r.sent_s for r in run.records], scale
         )
-        runs = {"policy": replace(run, ticks=ticks, switch_events=status_switches(ticks, plan))}
+        # The switches are the operator's (as its status showed them); with late binding the
+        # timeline draws what served the requests, not what the policy held.
+        drawn = served_ticks(ticks, run, plan) if settings.late_binding else ticks
+        runs = {"policy": replace(run, ticks=drawn, switch_events=status_switches(ticks, plan))}
         after = kube.status(POLICY_PLURAL, name).get("switches") or 0
-        served = sorted({t.active for t in ticks})
+        if settings.late_binding:
+            mix = ", ".join(f"#{i} {n}" for i, n in served_mix(run, plan).items())
+            what = f"requests bound to {mix}, {run.refused} refused"
+        else:
+            what = f"configurations {sorted({t.active for t in ticks})}"
         say.say(
-            f"      {TITLES['policy']:<21} {run.compliance:5.1f}% within the SLO, accuracy "
-            f"{run.accuracy:.4f}, {after - before} switches by the operator, configurations "
-            f"{served} ({time.monotonic() - started:.0f} s)"
+            f"      {titles['policy']:<23} {run.compliance:5.1f}% within the SLO, accuracy "
+            f"{run.accuracy:.4f}, {after - before} switches by the operator, {what} "
+            f"({time.monotonic() - started:.0f} s)"
         )
-        say.say(f'      $ kubectl patch pp {name} --type=merge -p \'{{"spec":{{"paused":true}}}}\'')
-        kube.pause(name)
+        # Paused, the operator holds the routing at every tick and sends its tables with it:
+        # with late binding on, the static runs would be bound too, and behind the gate a
+        # request without a deadline is admitted (its take-up plus the SLO): both off.
+        patch: dict[str, Any] = {"paused": True}
+        if settings.late_binding:
+            patch.update(binding={"mode": "workflow"}, admission={"enabled": False})
+        typed = json.dumps({"spec": patch}, separators=(",", ":"))
+        say.say(f"      $ kubectl patch pp {name} --type=merge -p '{typed}'")
+        kube.patch_policy(name, patch)
         wait_for(
             lambda: condition(kube.status(POLICY_PLURAL, name), "Paused").get("status") == "True",
             30,
             "the policy to be Paused",
             0.2,
         )
+        if settings.late_binding:
+            wait_for(
+                lambda: (
+                    triton.router_table("binding") is None
+                    and triton.router_table("admission") is None
+                ),
+                30,
+                "the operator to take its late-binding and admission tables off the router",
+                0.2,
+            )
         # The same arrivals on each end of the front, pinned while the policy is paused.
         for label, index in (("accurate", len(plan.thresholds) - 1), ("fastest", 0)):
             started = time.monotonic()
@@ -754,7 +1046,7 @@ def _serve_three_ways(
             )
             runs[label] = pinned
             say.say(
-                f"      {TITLES[label]:<21} {pinned.compliance:5.1f}% within the SLO, "
+                f"      {titles[label]:<23} {pinned.compliance:5.1f}% within the SLO, "
                 f"accuracy {pinned.accuracy:.4f} ({time.monotonic() - started:.0f} s)"
             )
     finally:

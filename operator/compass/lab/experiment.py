@@ -163,7 +163,7 @@ def load_urls(router: Routing) -> list[str]:
 def serve(
     router: Routing,
     label: str,
-    start: Config,
+    start: Config | None,
     arrivals_s: Sequence[float],
     payload: Callable[[int], dict[str, Any]],
     slo_ms: float,
@@ -175,14 +175,16 @@ def serve(
     replicas: Sequence[int] | None = None,
     deadlines: bool = False,
 ) -> LiveRun:
-    """Serve the (scaled) arrivals from ``start``; with a loop, Elastico switches meanwhile.
+    """Serve the (scaled) arrivals from ``start`` (None: what the router serves, untouched: the
+    operator's, with the tables it sent); with a loop, Elastico switches meanwhile.
 
     ``arrivals_s``, ``interval_s`` and the loop's policy are in scaled time; ``slo_ms`` and
     ``offered_qps(t)`` unscaled. The run is reported unscaled. With a fleet, request i goes to
     pod ``replicas[i]`` (the scenario's assignment). With ``deadlines`` each request carries
     the SLO as its deadline, for the routers' admission.
     """
-    router.switch(start)
+    if start is not None:
+        router.switch(start)
     time.sleep(SETTLE_S)
     ticks: list[Tick] = []
     switches: list[SwitchEvent] = []

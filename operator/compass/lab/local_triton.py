@@ -7,6 +7,7 @@ ports, stopped by PID.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -23,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.dataplane.triton import ROLE_PARAMETER
@@ -284,6 +285,28 @@ class LocalTriton(_Process):
             f"http://{self.http_url}/v2/health/ready", self.process, self.log, "tritonserver"
         )
         return self
+
+    def router_table(self, kind: str, router_model: str = DEFAULT_ROUTER_MODEL) -> Any:
+        """The ``kind`` table ("binding" or "admission") this server's router holds, as the
+        last switch sent it, or None: the file model-images/router/model.py's binding_path
+        (admission_path) names for this server (its stubs' parent), in $COMPASS_STATE_DIR,
+        else /dev/shm, else the temporary folder."""
+        folder = os.environ.get("COMPASS_STATE_DIR")
+        if not folder:
+            shm = "/dev/shm"
+            writable = os.path.isdir(shm) and os.access(shm, os.W_OK)
+            folder = shm if writable else tempfile.gettempdir()
+        # The router names the server by its PID and start time (field 22 of its stat).
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text(encoding="ascii")
+            identity = f"{self.pid}-{stat.rsplit(')', 1)[1].split()[19]}"
+            return json.loads(
+                (Path(folder) / f"compass-{identity}-{router_model}-{kind}.json").read_text(
+                    encoding="utf-8"
+                )
+            )
+        except (OSError, IndexError, ValueError):
+            return None  # none (or replaced as it was read): none for now
 
 
 def fleet_host(index: int) -> str:
