@@ -816,25 +816,31 @@ class GateGauge:
     gate, else 0 (a no-op on a Triton without custom metrics: the queue reading then misses
     the waiters, as it did before the gauge)."""
 
-    def __init__(self, model, slot):
+    def __init__(self, model, instance):
         family_type = getattr(pb_utils, "MetricFamily", None)
         self.metric = None
         if family_type is None:
             return
-        # Kept: Triton refuses a metric whose family was collected before it.
-        self.family = family = family_type(
-            name=GATE_WAITING_METRIC,
-            description="Requests a compass router instance holds at its gate, not yet in "
-            "the pipeline (Triton counts them as executing, not pending)",
-            kind=family_type.GAUGE,
-        )
-        # Its own label per instance: each process sets only its own series.
-        self.metric = family.Metric(labels={"model": model, "instance": str(slot)})
-        self.metric.set(0)
+        try:
+            # Kept: Triton refuses a metric whose family was collected before it.
+            self.family = family = family_type(
+                name=GATE_WAITING_METRIC,
+                description="Requests a compass router instance holds at its gate, not yet in "
+                "the pipeline (Triton counts them as executing, not pending)",
+                kind=family_type.GAUGE,
+            )
+            # Labelled by Triton's instance name, which a restarted stub keeps: it takes the
+            # series over and zeroes it, so a killed waiter leaves no phantom 1 behind.
+            self.metric = family.Metric(labels={"model": model, "instance": instance})
+            self.metric.set(0)
+        except Exception:  # a Triton without metrics: the gate works, the gauge stays out
+            self.metric = None
 
     def waiting(self, count):
-        """Set this instance's count (1 waiting, 0 not)."""
-        if self.metric is not None:
+        """Set this instance's count (1 waiting, 0 not); a failed set never fails a request."""
+        if self.metric is None:
+            return
+        with contextlib.suppress(Exception):
             self.metric.set(count)
 
 
@@ -1360,7 +1366,9 @@ class TritonPythonModel:
         # How many requests the pod serves at once: what followers share (the gate's slots).
         self.servers = self.pipeline_slots or instances
         self.gate_gauge = (
-            GateGauge(self.model_name, self.inflight.slot) if self.pipeline_slots else None
+            GateGauge(self.model_name, args.get("model_instance_name", str(self.inflight.slot)))
+            if self.pipeline_slots
+            else None
         )
 
     def _check(self, config):
@@ -1421,8 +1429,8 @@ class TritonPythonModel:
         _, static_start = self.inflight.queue_at_gate(
             None if deadline is None else parse_deadline(deadline), schedule
         )
-        self.gate_gauge.waiting(1)
         try:
+            self.gate_gauge.waiting(1)
             try:
                 self.inflight.pass_gate(self.pipeline_slots)
             finally:

@@ -181,7 +181,8 @@ def simulated_binding(
         }
     return SimulatedBinding(
         quantile=spec.binding.quantile,
-        refuse=spec.admission.refuse,
+        # As the table tells the routers: refusing only where admission is enabled.
+        refuse=bool(table["refuse"]),
         admission_quantile=spec.admission.quantile,
         max_qps=tuple(c["max_qps"] for c in table["configs"]),
         degrade_after=table["degrade_after"],

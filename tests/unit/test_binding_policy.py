@@ -194,3 +194,5 @@ def test_the_simulator_binds_on_what_the_routers_of_the_table_see() -> None:
         None,
         RateView.ARRIVALS,
     )
+    # Admission off: the routers refuse nothing, so neither does their simulation.
+    assert open_gate.refuse is False

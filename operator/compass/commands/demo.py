@@ -215,8 +215,8 @@ def demo_command(args: argparse.Namespace) -> int:
     if args.late_binding and args.queue_from != "triton":
         fail(
             "--queue-from",
-            "not with --late-binding: the routers bind each request, and the gate empties the "
-            "queue a policy would read",
+            "not with --late-binding: the routers bind each request themselves, so where the "
+            "policy reads the queue changes nothing that serves them",
             "leave --queue-from out",
         )
     if args.search_only:
