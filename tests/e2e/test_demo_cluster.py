@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from compass.api.paretopolicy import ParetoPolicySpec
-from compass.lab.clusterdemo import ClusterDemoSettings
+from compass.lab.clusterdemo_setup import ClusterDemoSettings
 from compass.lab.devcluster import Binaries
 from tiers import require_tritonserver
 

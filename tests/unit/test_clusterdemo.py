@@ -33,13 +33,13 @@ from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import Tick, simulate
 from compass.domain.strategy import Strategy
-from compass.lab import clusterdemo
-from compass.lab.clusterdemo import (
+from compass.lab import clusterdemo, clusterdemo_report
+from compass.lab.clusterdemo_report import status_ticks
+from compass.lab.clusterdemo_setup import (
     EXAMPLE,
     ClusterDemoSettings,
     adaptations,
     replay_ledger,
-    status_ticks,
 )
 from compass.lab.demo import verdict
 from compass.lab.devcluster import ClusterUnavailableError
@@ -146,18 +146,18 @@ def test_the_prediction_runs_the_policys_own_strategy_and_admission_at_paper_sca
     plan = plan_thresholds(profiles, Slo(1000.0))
     scale = 0.1
     spec = spec_for_plan(plan)
-    elastico = clusterdemo.unscaled_policy(spec, plan, scale)
+    elastico = clusterdemo_report.unscaled_policy(spec, plan, scale)
     assert isinstance(elastico, Elastico)
     assert elastico.settings.stale_after_s == pytest.approx(spec.stale_after_seconds / scale)
-    assert clusterdemo.unscaled_admission(spec, scale) is None
+    assert clusterdemo_report.unscaled_admission(spec, scale) is None
     chosen = spec.model_copy(
         update={
             "strategy": Strategy.PREDICTIVE,
             "admission": AdmissionSettings(enabled=True, degrade_after=0.5),
         }
     )
-    assert isinstance(clusterdemo.unscaled_policy(chosen, plan, scale), Predictive)
-    admission = clusterdemo.unscaled_admission(chosen, scale)
+    assert isinstance(clusterdemo_report.unscaled_policy(chosen, plan, scale), Predictive)
+    admission = clusterdemo_report.unscaled_admission(chosen, scale)
     assert admission is not None
     assert admission.slo_ms == pytest.approx(chosen.slo.latency_ms / scale)
     assert admission.degrade_after == pytest.approx(0.5)
@@ -170,9 +170,9 @@ def test_the_prediction_starts_where_the_live_run_starts() -> None:
     plan = plan_thresholds(profiles, Slo(1000.0))
     spec = spec_for_plan(plan)
     top = plan.eligible[-1]
-    policy = clusterdemo.unscaled_policy(spec, plan, 1.0)
+    policy = clusterdemo_report.unscaled_policy(spec, plan, 1.0)
     assert policy.initial_state(0.0).active == plan.names[plan.eligible[0]]
-    starting = clusterdemo.StartingOn(policy, top)
+    starting = clusterdemo_report.StartingOn(policy, top)
     assert starting.initial_state(0.0).active == plan.names[top]
     # A light load (well within every member's limits) keeps it there from the first tick.
     scenario = make_scenario(make_pattern("step", 0.2, 30.0, seed=0), 0)
@@ -285,22 +285,22 @@ def test_the_summary_lines_read_the_gap_and_issue_42s_floor() -> None:
     fastest = run([0.1] * 4, ["fastest"] * 4)
     # Half the gap at static fastest's compliance: the floor is met.
     half = run([0.1, 0.2, 0.3, 0.4], ["fastest", "middle", "middle", "accurate"])
-    assert clusterdemo.gap_share(half, front) == pytest.approx(50.0)
-    assert clusterdemo.served_mix(half, plan) == {0: 1, 1: 2, 2: 1}
-    line = clusterdemo.floor_verdict({"policy": half, "fastest": fastest}, front, "binding")
+    assert clusterdemo_report.gap_share(half, front) == pytest.approx(50.0)
+    assert clusterdemo_report.served_mix(half, plan) == {0: 1, 1: 2, 2: 1}
+    line = clusterdemo_report.floor_verdict({"policy": half, "fastest": fastest}, front, "binding")
     assert "binding 50% at +0.0 points" in line
     assert line.endswith(" points) met")
     # The same mix a request later than static fastest (25 points): not met.
     late = run([0.1, 0.2, 0.3, 1.4], ["fastest", "middle", "middle", "accurate"])
-    line = clusterdemo.floor_verdict({"policy": late, "fastest": fastest}, front, "binding")
+    line = clusterdemo_report.floor_verdict({"policy": late, "fastest": fastest}, front, "binding")
     assert "at -25.0 points" in line
     assert line.endswith("not met")
     # A fifth of the gap at full compliance: not met either.
     little = run([0.1] * 5, ["fastest"] * 4 + ["middle"])
-    assert clusterdemo.gap_share(little, front) == pytest.approx(10.0)
-    assert clusterdemo.floor_verdict({"policy": little, "fastest": fastest}, front, "x").endswith(
-        "not met"
-    )
+    assert clusterdemo_report.gap_share(little, front) == pytest.approx(10.0)
+    assert clusterdemo_report.floor_verdict(
+        {"policy": little, "fastest": fastest}, front, "x"
+    ).endswith("not met")
 
 
 def test_the_binding_prediction_is_the_gated_routers_rule_and_the_cap_holds_it_back() -> None:
@@ -335,14 +335,14 @@ def test_the_binding_prediction_is_the_gated_routers_rule_and_the_cap_holds_it_b
         binding=binding,
     )
     scenario = make_scenario(make_pattern("spike", 1.5, 120.0, seed=3), 3)
-    report = clusterdemo.binding_prediction(spec, plan, profiles, scenario, 1000.0, scale)
+    report = clusterdemo_report.binding_prediction(spec, plan, profiles, scenario, 1000.0, scale)
     fastest, accurate = profiles[0].accuracy, profiles[-1].accuracy
     assert fastest < report.mean_accuracy < accurate
     assert 0 < report.compliance <= 100
     tight = spec.model_copy(
         update={"binding": binding.model_copy(update={"lag_share": 0.01, "lag_reserve": 0})}
     )
-    held = clusterdemo.binding_prediction(tight, plan, profiles, scenario, 1000.0, scale)
+    held = clusterdemo_report.binding_prediction(tight, plan, profiles, scenario, 1000.0, scale)
     assert held.mean_accuracy < report.mean_accuracy
 
 
@@ -360,7 +360,7 @@ def test_with_late_binding_the_timeline_draws_what_served_the_requests() -> None
     )
     run = LiveRun("policy", 1000.0, len(records), records)
     held = [Tick(t, 1.0, 1.0, 0, active=1, switched=False) for t in (0.0, 2.0, 7.0, 20.0)]
-    ticks = clusterdemo.served_ticks(held, run, plan)
+    ticks = clusterdemo_report.served_ticks(held, run, plan)
     # Nothing sent yet: the policy's own; then the accurate pair; then the fastest pair; then
     # nothing in the window: the last one's.
     assert [t.active for t in ticks] == [1, 1, 0, 0]

@@ -22,11 +22,11 @@ from compass.domain.search import SearchSettings
 from compass.domain.space import Space
 from compass.evaluators.ledger import Ledger, ReplayEvaluator
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
-from compass.lab.clusterdemo import (
+from compass.lab.clusterdemo import run_cluster_demo
+from compass.lab.clusterdemo_setup import (
     BINDING_LAG_RESERVE,
     BINDING_LAG_SHARE,
     ClusterDemoSettings,
-    run_cluster_demo,
 )
 from compass.lab.demo import DemoSettings, run_demo
 

@@ -2,28 +2,26 @@
 
 The k8s test tier's control plane (compass.lab.devcluster, compass.lab.devnode), a local
 tritonserver serving rag-sim and `compass operator` as a process; `kubectl apply` of the CRDs and
-of examples/rag-sim-workflow.yaml, adapted only as far as this machine needs (``adaptations``,
-each change printed); then the same seeded spike served by the operator's policy and, paused,
-by the most accurate and the fastest configuration. rag-sim runs at ``time_scale``; every figure
-printed is unscaled. docs/development.md.
+of examples/rag-sim-workflow.yaml, adapted only as far as this machine needs
+(compass.lab.clusterdemo_setup, each change printed); then the same seeded spike served by the
+operator's policy and, paused, by the most accurate and the fastest configuration, beside the
+simulator's prediction (compass.lab.clusterdemo_report). rag-sim runs at ``time_scale``; every
+figure printed is unscaled. docs/development.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import numpy as np
 import yaml
 from kubernetes import client
 
@@ -33,33 +31,40 @@ from compass.console import plan_table
 from compass.controllers import kubeapi
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
 from compass.controllers.ledgerchunks import CHUNK_OF_LABEL
-from compass.conversion import (
-    admission_rule,
-    binding_table,
-    elastico_settings,
-    latency_profiles,
-    simulated_binding,
-)
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.triton import TritonRouter
-from compass.domain.admission import Admission
 from compass.domain.arrivals import SPIKE_FACTOR, Scenario
 from compass.domain.binding import (
-    RAG_SIM_COMPONENTS,
-    RAG_SIM_SHARES,
-    RAG_SIM_STAGE_PARAMS,
     measured_stage_times,
 )
-from compass.domain.bindingsim import ROUTER_POLL_S, simulate_binding
-from compass.domain.elastico import Decision, Observation, PolicyState
-from compass.domain.planner import Plan, Slo, plan_from_profiles
-from compass.domain.podmodel import PodModel
-from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import FRESH, MetricsView, RunReport, Tick, compare
-from compass.domain.space import config_key
-from compass.domain.strategy import Policy, build_policy
+from compass.domain.planner import Plan, Slo
+from compass.domain.profiles import parse_profiles
+from compass.domain.simulator import FRESH, MetricsView, compare
+from compass.lab.clusterdemo_report import (
+    StartingOn,
+    binding_prediction,
+    by_third,
+    floor_verdict,
+    gap_share,
+    served_mix,
+    served_ticks,
+    status_switches,
+    status_ticks,
+    table_lines,
+    unscaled_admission,
+    unscaled_plan,
+    unscaled_policy,
+)
+from compass.lab.clusterdemo_setup import (
+    BINDING_PIPELINE_SLOTS,
+    BINDING_ROUTER_INSTANCES,
+    EXAMPLE,
+    PROMETHEUS_SCRAPE_S,
+    ClusterDemoSettings,
+    adaptations,
+    replay_ledger,
+)
 from compass.lab.demo import (
-    RUN_TITLES,
     Reporter,
     comparison_document,
     comparison_rows,
@@ -78,7 +83,7 @@ from compass.lab.devcluster import (
     ensure_binaries,
 )
 from compass.lab.devnode import Node
-from compass.lab.experiment import OBSERVED_WINDOW_S, SETTLE_S, LiveRun, SwitchEvent, serve
+from compass.lab.experiment import SETTLE_S, LiveRun, serve
 from compass.lab.local_triton import (
     LocalPrometheus,
     LocalServerError,
@@ -91,423 +96,14 @@ from compass.lab.podenv import LocalImage
 from compass.lab.processes import venv_executable, wait_for
 from compass.lab.scenarios import RagSimLoad, rag_sim_data, rag_sim_triton, spike_scenario
 
-EXAMPLE = REPO_ROOT / "examples" / "rag-sim-workflow.yaml"
 CRDS = REPO_ROOT / "crds"
 NAMESPACE = "compass-demo"
 LEDGER_CONFIG_MAP = "rag-sim-ledger"
-TITLES = {**RUN_TITLES, "policy": "Elastico (operator)"}
-BINDING_TITLES = {**RUN_TITLES, "policy": "late binding (operator)"}
-# --late-binding: the routers' gate and lag cap as bench/serving_triton.py measured them best
-# (--pipeline-slots 1 --router-instances 8 --binding-lag 0.3 --binding-lag-reserve 2
-# --degrade-after 1; docs/method.md, "Behind the router's gate").
-BINDING_ROUTER_INSTANCES = 8
-BINDING_PIPELINE_SLOTS = 1
-BINDING_LAG_SHARE = 0.3
-BINDING_LAG_RESERVE = 2
-# Issue 42's floor for the operator's policy: this share of the fastest-to-accurate gap (served
-# accuracy) at no more than this many points of compliance under static fastest.
-GAP_FLOOR_PCT = 30.0
-COMPLIANCE_SLACK_POINTS = 1.0
 SAMPLE_EVERY_S = 0.25  # how often the policy's status is read while the load runs
-PROMETHEUS_SCRAPE_S = 0.5  # scaled: Prometheus' scrape interval when the queue is read through it
 # Where the policy reads the queue: Triton's /metrics at every tick (the example's way), or
 # through Prometheus (its last scrape), to see what that delay costs.
 QUEUE_SOURCES = ("triton", "prometheus")
 PHASES_TIMEOUT_S = 600.0  # the search and profiling Jobs: ~1.5 min on two busy cores
-
-
-@dataclass(frozen=True)
-class ClusterDemoSettings:
-    """The adaptations' knobs and the load; times unscaled unless named scaled."""
-
-    output_dir: Path
-    # At 0.1 the operator's 0.1 s ticks and Triton's per-request overhead on two shared cores
-    # put the live run 2 points under the simulator's; at 0.25 it is within 0.2 of it.
-    time_scale: float = 0.25
-    slo_ms: float = 1000.0
-    base_qps: float | None = None  # None: beyond the most accurate's capacity, within the fastest's
-    duration_s: float = 180.0
-    load_seed: int = 0
-    warmup_runs: int = 1
-    measured_runs: int = 20
-    downscale_cooldown_s: float = 20.0
-    slack_buffer_ms: float = 50.0
-    queue_from: str = "triton"
-    # Late binding (issue 43) instead of Elastico's whole-workflow switching: the workflow's
-    # serving.binding per stage with the lag cap, admission without the wait rule, and the
-    # local router gated (BINDING_ROUTER_INSTANCES instances, BINDING_PIPELINE_SLOTS slot).
-    late_binding: bool = False
-    binding_lag_share: float = BINDING_LAG_SHARE
-    binding_lag_reserve: int = BINDING_LAG_RESERVE
-
-    @property
-    def titles(self) -> dict[str, str]:
-        """Each run's title: the operator's policy named by what decides."""
-        return BINDING_TITLES if self.late_binding else TITLES
-
-
-# ---------------------------------------------------------------------------- pure helpers
-
-
-def adaptations(
-    example: dict[str, Any], settings: ClusterDemoSettings, ledger: str, metrics: dict[str, str]
-) -> tuple[dict[str, Any], list[str]]:
-    """The shipped example with what this machine needs, and one line per change saying why."""
-    manifest = copy.deepcopy(example)
-    spec = manifest["spec"]
-    scale = settings.time_scale
-    notes = []
-    if spec["evaluation"]["evaluator"] != {"type": "triton"}:
-        raise ValueError(f"{EXAMPLE} changed its evaluator: revisit compass.lab.clusterdemo")
-    spec["evaluation"]["evaluator"] = {"type": "replay", "replayConfigMap": ledger}
-    notes.append(
-        f"search evaluator triton -> replay of rag-sim's own per-question scores (ConfigMap "
-        f"{ledger}): the same verdicts; through Triton its ~13,700 sequential requests take "
-        "~7 minutes here"
-    )
-    spec["slo"]["latencyMs"] = settings.slo_ms * scale
-    notes.append(
-        f"slo.latencyMs {settings.slo_ms:g} -> {settings.slo_ms * scale:g}: rag-sim "
-        f"serves its latencies x{scale:g}"
-    )
-    spec["profiling"].update(warmupRuns=settings.warmup_runs, measuredRuns=settings.measured_runs)
-    notes.append(
-        f"profiling {settings.warmup_runs} + {settings.measured_runs} requests a configuration "
-        "(shipped 3 + 50: ~2 minutes for the 33 feasible ones on two cores)"
-    )
-    if "metrics" in spec["serving"]:
-        raise ValueError(f"{EXAMPLE} names serving.metrics: revisit compass.lab.clusterdemo")
-    spec["serving"]["metrics"] = dict(metrics)
-    if metrics["type"] == "triton":
-        notes.append(
-            f"serving.metrics -> Triton's /metrics at {metrics['url']}: the example reads every "
-            "pod's at each tick on the Service's metrics port; this machine's one Triton has "
-            "its own port"
-        )
-    else:
-        notes.append(
-            f"serving.metrics -> Prometheus at {metrics['url']}, scraping Triton every "
-            f"{PROMETHEUS_SCRAPE_S:g} s (--queue-from prometheus: the policy acts on the last "
-            "scrape)"
-        )
-    spec["serving"]["intervalSeconds"] = scale
-    notes.append(
-        f"serving.intervalSeconds 1 -> {scale:g}: a decision every second of the paper's time "
-        "(the operator's timer ticks as often)"
-    )
-    spec["serving"]["hysteresis"] = {
-        "downscaleCooldownSeconds": settings.downscale_cooldown_s * scale,
-        "cooldownExponent": 0,
-        "slackBufferMs": settings.slack_buffer_ms * scale,
-    }
-    notes.append(
-        f"serving.hysteresis: cooldown {settings.downscale_cooldown_s * scale:g} s with exponent "
-        f"0, slack buffer {settings.slack_buffer_ms * scale:g} ms (the defaults are for unscaled "
-        "time)"
-    )
-    if settings.late_binding:
-        notes += late_binding_adaptations(spec, settings)
-    return manifest, notes
-
-
-def late_binding_serving(lag_share: float, lag_reserve: int) -> dict[str, Any]:
-    """The serving settings --late-binding gives the workflow (camelCase): rag-sim's three
-    stages bound per request with this lag cap, admission without the wait rule."""
-    return {
-        "binding": {
-            "mode": "per-stage",
-            "stages": [
-                {"component": component, "parameters": list(names), "share": share}
-                for component, names, share in zip(
-                    RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, RAG_SIM_SHARES, strict=True
-                )
-            ],
-            "lagShare": lag_share,
-            "lagReserve": lag_reserve,
-        },
-        "admission": {"enabled": True, "degradeAfter": 1},
-    }
-
-
-def late_binding_adaptations(spec: dict[str, Any], settings: ClusterDemoSettings) -> list[str]:
-    """--late-binding: the workflow's serving.binding and admission (changed in ``spec``), and
-    the local router's gate; one line each saying why."""
-    serving = spec["serving"]
-    for key in ("binding", "admission", "routerInstances"):
-        if key in serving:
-            raise ValueError(f"{EXAMPLE} names serving.{key}: revisit compass.lab.clusterdemo")
-    space = {p["name"] for p in spec["space"]["parameters"]}
-    bound = {name for names in RAG_SIM_STAGE_PARAMS for name in names}
-    if bound != space:
-        raise ValueError(
-            f"{EXAMPLE}'s parameters {sorted(space)} are not rag-sim's stages' {sorted(bound)}: "
-            "revisit compass.lab.clusterdemo"
-        )
-    serving.update(late_binding_serving(settings.binding_lag_share, settings.binding_lag_reserve))
-    described = "; ".join(
-        f"{component}: {', '.join(names)}"
-        for component, names in zip(RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, strict=True)
-    )
-    return [
-        f"serving.binding per-stage ({described}), lagShare {settings.binding_lag_share:g}, "
-        f"lagReserve {settings.binding_lag_reserve}: the routers bind each request stage by "
-        "stage from the table the operator sends with every switch, a request's extra time "
-        f"leaving it at most {settings.binding_lag_share:g} x (SLO - "
-        f"{settings.binding_lag_reserve} fastest services) behind static fastest's schedule (the "
-        "stages' shares only where the profiles lack component times)",
-        "serving.admission enabled, degradeAfter 1: what is late whatever serves it is refused "
-        "at the first stage; no wait rule (the lag cap replaces it)",
-        f"the local router: {BINDING_ROUTER_INSTANCES} instances, compass_pipeline_slots "
-        f'"{BINDING_PIPELINE_SLOTS}" (the gate): requests are taken up as they arrive and wait '
-        "at the gate, seen there with their deadlines; a request without one (the load sends "
-        "none) gets its take-up + the SLO; the pod still serves one at a time",
-    ]
-
-
-def replay_ledger(rag_sim: dict[str, Any]) -> str:
-    """rag-sim's recorded per-question scores as a replay ledger, rounded as Triton returns them
-    (the generator's SCORE output is float32)."""
-    lines = [
-        {"config": json.loads(key), "scores": [float(np.float32(s)) for s in entry["scores"]]}
-        for key, entry in rag_sim["configs"].items()
-    ]
-    return "".join(json.dumps(line) + "\n" for line in lines)
-
-
-def unscaled_plan(spec: ParetoPolicySpec, scale: float) -> tuple[Plan, tuple[LatencyProfile, ...]]:
-    """The policy's plan at the paper's scale (the front's times and the SLO divided by scale)."""
-    profiles = tuple(p.scaled(1 / scale) for p in latency_profiles(spec))
-    plan = plan_from_profiles(
-        profiles,
-        Slo(spec.slo.latency_ms / scale, spec.slo.percentile),
-        spec.hysteresis.slack_buffer_ms / scale,
-        spec.threshold_model,
-        spec.switch_delay_ms / scale,
-        spec.router_instances,
-    )
-    return plan, profiles
-
-
-def unscaled_policy(spec: ParetoPolicySpec, plan: Plan, scale: float) -> Policy:
-    """The policy (its strategy, cooldowns and staleness) as the simulator runs it at the
-    paper's scale."""
-    settings = elastico_settings(spec)
-    unscaled = replace(
-        settings,
-        upscale_cooldown_s=settings.upscale_cooldown_s / scale,
-        downscale_cooldown_s=settings.downscale_cooldown_s / scale,
-        stale_after_s=settings.stale_after_s / scale,
-    )
-    return build_policy(spec.strategy, plan, unscaled, spec.forecaster)
-
-
-@dataclass(frozen=True)
-class StartingOn:
-    """A policy whose first state serves front member ``index``: the live run starts where the
-    idle policy climbed to (the most accurate eligible member), so the prediction beside it
-    starts there too, not on the fastest where a fresh policy would."""
-
-    policy: Policy
-    index: int
-
-    def initial_state(self, now: float) -> PolicyState:
-        """The policy's own initial state, on ``index``."""
-        return replace(
-            self.policy.initial_state(now),
-            active=self.policy.plan.names[self.index],
-            last_reason="initial: where the live run starts",
-        )
-
-    def decide(
-        self, observation: Observation | None, state: PolicyState, now: float
-    ) -> tuple[Decision, PolicyState]:
-        """The policy's own decision."""
-        return self.policy.decide(observation, state, now)
-
-
-def unscaled_admission(spec: ParetoPolicySpec, scale: float) -> Admission | None:
-    """The routers' admission at the paper's scale, None where the policy has none."""
-    if not spec.admission.enabled:
-        return None
-    rule = admission_rule(spec)
-    return replace(rule, slo_ms=rule.slo_ms / scale)
-
-
-def binding_prediction(
-    spec: ParetoPolicySpec,
-    plan: Plan,
-    profiles: Sequence[LatencyProfile],
-    scenario: Scenario,
-    slo_ms: float,
-    scale: float,
-) -> RunReport:
-    """The simulator's late binding on the same arrivals at the paper's scale: the routers'
-    table for the unscaled plan (its rate limits at the paper's rates), on what the gated
-    routers see (compass.conversion.simulated_binding; their 25 ms poll, unscaled)."""
-    table = binding_table(spec, plan)
-    if table is None:
-        raise ValueError("the policy has no per-stage binding to predict")
-    shares = [stage.share for stage in spec.binding.stages]
-    return simulate_binding(
-        profiles,
-        scenario,
-        slo_ms,
-        "policy",
-        stages=[tuple(stage.parameters) for stage in spec.binding.stages],
-        prior_shares=None if None in shares else [s for s in shares if s is not None],
-        settings=simulated_binding(
-            spec, table, BINDING_ROUTER_INSTANCES, BINDING_PIPELINE_SLOTS, ROUTER_POLL_S / scale
-        ),
-        pod_model=PodModel(servers=BINDING_PIPELINE_SLOTS),
-    )
-
-
-def gap_share(run: LiveRun, front: Sequence[LatencyProfile]) -> float:
-    """The run's served accuracy as a share (%) of the fastest-to-most-accurate gap of the
-    ``front`` (fastest first); nan where the front has no gap."""
-    fastest = front[0].accuracy
-    gap = max(p.accuracy for p in front) - fastest
-    return 100 * (run.served_accuracy(front) - fastest) / gap if gap > 0 else float("nan")
-
-
-def floor_verdict(runs: dict[str, LiveRun], front: Sequence[LatencyProfile], title: str) -> str:
-    """One line: the operator's policy's share of the gap, its compliance against static
-    fastest's, and whether that meets issue 42's floor (GAP_FLOOR_PCT of the gap within
-    COMPLIANCE_SLACK_POINTS of static fastest)."""
-    policy, fastest = runs["policy"], runs["fastest"]
-    share = gap_share(policy, front)
-    ahead = policy.compliance - fastest.compliance
-    met = share >= GAP_FLOOR_PCT and ahead >= -COMPLIANCE_SLACK_POINTS
-    return (
-        f"  share of the fastest-to-accurate gap (served accuracy): {title} {share:.0f}% at "
-        f"{ahead:+.1f} points of compliance against static fastest; issue 42's floor (>= "
-        f"{GAP_FLOOR_PCT:g}% at >= static fastest - {COMPLIANCE_SLACK_POINTS:.1f} points) "
-        f"{'met' if met else 'not met'}"
-    )
-
-
-def served_mix(run: LiveRun, plan: Plan) -> dict[int, int]:
-    """How many answered requests each front member served, by its index (fastest 0)."""
-    index_of = {t.profile.key: i for i, t in enumerate(plan.thresholds)}
-    mix: dict[int, int] = {}
-    for record in run.answered:
-        if record.config:
-            index = index_of[config_key(json.loads(record.config))]
-            mix[index] = mix.get(index, 0) + 1
-    return dict(sorted(mix.items()))
-
-
-def table_lines(
-    table: dict[str, Any], plan: Plan, scale: float, quantile: float, measured: bool
-) -> list[str]:
-    """The routers' late-binding table, read back from the router, at the paper's scale."""
-    lag = (
-        "no lag cap"
-        if table["lag_share"] is None
-        else f"lag cap {table['lag_share']:g} (reserve {table['lag_reserve']})"
-    )
-    wait = (
-        "no wait rule"
-        if table["degrade_after"] is None
-        else f"wait rule {table['degrade_after']:g}"
-    )
-    split = "the profiled component times" if measured else "the fit"
-    lines = [
-        f"      the router holds the operator's late-binding table: stages "
-        f"{' | '.join(', '.join(s) for s in table['stages'])}, SLO {table['slo_ms'] / scale:g} "
-        f"ms, {lag}, {wait}, refuse {str(table['refuse']).lower()}; per-stage ms at quantile "
-        f"{quantile:g} (split by {split}) and the rate limit:"
-    ]
-    names = {t.profile.key: (i, t.profile.name) for i, t in enumerate(plan.thresholds)}
-    for entry in table["configs"]:
-        index, name = names[entry["config"]]
-        limit = entry["max_qps"]
-        lines.append(
-            f"        #{index} {name:<28} accuracy {entry['accuracy']:.4f}  "
-            + " / ".join(f"{ms / scale:6.1f}" for ms in entry["stage_ms"])
-            + ("  no limit" if limit is None else f"  <= {limit * scale:.2f}/s")
-        )
-    return lines
-
-
-def status_ticks(
-    samples: Sequence[tuple[float, dict[str, Any]]],
-    offered: Callable[[float], float],
-    sent_s: Sequence[float],
-    scale: float,
-) -> tuple[Tick, ...]:
-    """Timeline ticks from the policy's status read during a run (sample times scaled, from the
-    load's start; the last sample before it gives the state at 0). The queue depth is the
-    sample's (_Sampler: Triton's at the sample); the observed rate is the load's own over
-    OBSERVED_WINDOW_S."""
-    sent = np.sort(np.asarray(sent_s, dtype=np.float64))
-    started = [i for i, (at, _) in enumerate(samples) if at < 0]
-    kept = samples[started[-1] :] if started else samples
-    ticks = []
-    previous = None
-    for at, status in kept:
-        active = (status.get("active") or {}).get("index")
-        if active is None:
-            continue
-        unscaled = max(at, 0.0) / scale
-        window = min(OBSERVED_WINDOW_S, unscaled)
-        count = np.searchsorted(sent, unscaled, "right") - np.searchsorted(sent, unscaled - window)
-        ticks.append(
-            Tick(
-                time_s=unscaled,
-                offered_qps=offered(unscaled),
-                observed_qps=float(count) / window if window > 0 else float("nan"),
-                queue_depth=int(status.get("lastQueueDepth") or 0),
-                active=int(active),
-                switched=previous is not None and active != previous,
-            )
-        )
-        previous = active
-    return tuple(ticks)
-
-
-def served_ticks(ticks: Sequence[Tick], run: LiveRun, plan: Plan) -> tuple[Tick, ...]:
-    """With late binding, each tick's configuration is the front member that served most of
-    the requests sent over the OBSERVED_WINDOW_S before it (the routers choose per request, so
-    the policy's active configuration is not what served them); a tick with none keeps the
-    last one's."""
-    index_of = {t.profile.key: i for i, t in enumerate(plan.thresholds)}
-    served = sorted(
-        (r.sent_s, index_of[config_key(json.loads(r.config))]) for r in run.answered if r.config
-    )
-    sent = np.array([at for at, _ in served])
-    members = np.array([index for _, index in served], dtype=np.int64)
-    out: list[Tick] = []
-    for tick in ticks:
-        low, high = np.searchsorted(sent, [tick.time_s - OBSERVED_WINDOW_S, tick.time_s], "right")
-        counts = np.bincount(members[low:high], minlength=len(plan.thresholds))
-        previous = out[-1].active if out else tick.active
-        active = int(np.argmax(counts)) if counts.sum() else previous
-        out.append(replace(tick, active=active, switched=bool(out) and active != previous))
-    return tuple(out)
-
-
-def status_switches(ticks: Sequence[Tick], plan: Plan) -> tuple[SwitchEvent, ...]:
-    """The switches the status showed (the reload's cost is the operator's, not seen here)."""
-    return tuple(
-        SwitchEvent(t.time_s, config_key(plan.thresholds[t.active].profile.config), 0.0)
-        for t in ticks
-        if t.switched
-    )
-
-
-def by_third(run: LiveRun, duration_s: float) -> str:
-    """SLO compliance before, during and after the spike (by when each request was sent)."""
-    parts = []
-    for k in range(3):
-        low, high = k * duration_s / 3, (k + 1) * duration_s / 3 if k < 2 else float("inf")
-        part = [r for r in run.records if low <= r.sent_s < high]
-        within = sum(1 for r in part if r.error is None and r.latency_s * 1000 <= run.slo_ms)
-        parts.append(f"{100 * within / max(len(part), 1):.0f}%")
-    return " / ".join(parts)
-
-
-# ---------------------------------------------------------------------------- the cluster
 
 
 @dataclass
