@@ -63,6 +63,21 @@ def table(router: types.ModuleType, plan: Any, refuse: bool = False) -> dict[str
     return checked
 
 
+def _random_case(
+    rng: np.random.Generator, plan: Any, low_ms: float, high_ms: float
+) -> tuple[int, int, dict[str, Any], float, list[float]]:
+    """A random binding case on ``plan``: the stage bound, the stage reached (at or before it),
+    what is bound before it (one configuration's values), the time left (uniform in
+    [low_ms, high_ms]) and each component's backlog (often none)."""
+    stage = int(rng.integers(0, 3))
+    at = int(rng.integers(0, stage + 1))
+    anchor = plan.configs[int(rng.integers(0, len(plan.configs)))].config
+    bound = {n: anchor[n] for names in plan.stages[:stage] for n in names}
+    left = float(rng.uniform(low_ms, high_ms))
+    backlog = [float(x) for x in rng.exponential(80, 3) * rng.integers(0, 2, 3)]
+    return stage, at, bound, left, backlog
+
+
 def test_the_router_binds_as_the_domain_does(router: types.ModuleType, plan: Any) -> None:
     rng = np.random.default_rng(7)
     checked = table(router, plan, refuse=True)
@@ -71,12 +86,7 @@ def test_the_router_binds_as_the_domain_does(router: types.ModuleType, plan: Any
         json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, refuse=True, max_qps=limits)))
     )
     for _ in range(400):
-        stage = int(rng.integers(0, 3))
-        at = int(rng.integers(0, stage + 1))
-        anchor = plan.configs[int(rng.integers(0, len(plan.configs)))].config
-        bound = {n: anchor[n] for names in plan.stages[:stage] for n in names}
-        left = float(rng.uniform(-100, 900))
-        backlog = [float(x) for x in rng.exponential(80, 3) * rng.integers(0, 2, 3)]
+        stage, at, bound, left, backlog = _random_case(rng, plan, -100, 900)
         expected = bind_stage(plan, stage, bound, left, backlog, refuse=stage == 0, at=at)
         if expected.verdict is BindingVerdict.REFUSED:
             with pytest.raises(router.LateError, match="compass admission: late"):
@@ -147,12 +157,7 @@ def test_the_router_caps_lag_as_the_simulator_does(router: types.ModuleType, pla
     base = 1_700_000_000 * 10**9
     differs = 0
     for _ in range(400):
-        stage = int(rng.integers(0, 3))
-        at = int(rng.integers(0, stage + 1))
-        anchor = plan.configs[int(rng.integers(0, len(plan.configs)))].config
-        bound = {n: anchor[n] for names in plan.stages[:stage] for n in names}
-        left = float(rng.uniform(0, 1500))
-        backlog = [float(x) for x in rng.exponential(80, 3) * rng.integers(0, 2, 3)]
+        stage, at, bound, left, backlog = _random_case(rng, plan, 0, 1500)
         # The simulator's clock starts at 0, the router's is the epoch's.
         now_ns = base + int(rng.integers(0, 10**12))
         static_start_ns = now_ns - int(rng.uniform(-300, 600) * 1e6)
@@ -347,12 +352,7 @@ def test_the_router_spares_counted_followers_as_the_domain_does(
     fastest = plan.configs[plan.fastest()]
     changed = 0
     for _ in range(300):
-        stage = int(rng.integers(0, 3))
-        at = int(rng.integers(0, stage + 1))
-        anchor = plan.configs[int(rng.integers(0, len(plan.configs)))].config
-        bound = {n: anchor[n] for names in plan.stages[:stage] for n in names}
-        left = float(rng.uniform(0, 2000))
-        backlog = [float(x) for x in rng.exponential(80, 3) * rng.integers(0, 2, 3)]
+        stage, at, bound, left, backlog = _random_case(rng, plan, 0, 2000)
         followers = int(rng.integers(0, 12))
         servers = int(rng.integers(1, 4))
         # Behind a gate (half the draws): followers seen at it, each arrived after the last.
