@@ -41,7 +41,6 @@ from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Plan
 from compass.domain.simulator import (
     FRESH,
-    Controller,
     MetricsView,
     RunReport,
     StaticController,
@@ -173,6 +172,23 @@ def by_third(report: RunReport, fastest: RunReport, accurate: RunReport) -> list
     return shares
 
 
+def _variant_row(
+    label: str, reports: dict[int, RunReport], statics: dict[int, tuple[RunReport, RunReport]]
+) -> str:
+    """One variant's line: compliance against static fastest and its share of the gap, over
+    the seeds and by third of the spike (``statics``: each seed's fastest and most accurate)."""
+    deltas, shares, thirds = [], [], []
+    for seed, report in reports.items():
+        fastest, accurate = statics[seed]
+        deltas.append(report.compliance - fastest.compliance)
+        shares.append(gap_share(report, fastest, accurate))
+        thirds.append(by_third(report, fastest, accurate))
+    return (
+        f"{label:<34} {summary(deltas, '+.2f'):>22} {summary(shares, '.1f'):>14} "
+        f"{' / '.join(f'{statistics.mean(t):.0f}' for t in zip(*thirds, strict=True)):>40}"
+    )
+
+
 def run(args: argparse.Namespace) -> None:
     document = yaml.safe_load(Path(args.policy).read_text(encoding="utf-8"))
     raw = document.get("spec", document)
@@ -202,40 +218,26 @@ def run(args: argparse.Namespace) -> None:
         spec = variant_spec(raw, variant, scale)
         vplan, vfront = unscaled_plan(spec, scale)
         view = MetricsView(variant.scrape_s) if variant.scrape_s else FRESH
-        deltas, shares, thirds = [], [], []
         with constants(variant.constants):
-            for seed, scenario in scenarios.items():
-                fastest, accurate = statics[seed]
-                policy: Controller = StartingOn(unscaled_policy(spec, vplan, scale), top)
-                report = simulate(
-                    policy,
+            reports = {
+                seed: simulate(
+                    StartingOn(unscaled_policy(spec, vplan, scale), top),
                     vfront,
                     scenario,
                     slo_ms,
                     interval_s=spec.interval_seconds / scale,
                     metrics_view=view,
                 )
-                deltas.append(report.compliance - fastest.compliance)
-                shares.append(gap_share(report, fastest, accurate))
-                thirds.append(by_third(report, fastest, accurate))
-        print(
-            f"{variant.label:<34} {summary(deltas, '+.2f'):>22} {summary(shares, '.1f'):>14} "
-            f"{' / '.join(f'{statistics.mean(t):.0f}' for t in zip(*thirds, strict=True)):>40}"
-        )
+                for seed, scenario in scenarios.items()
+            }
+        print(_variant_row(variant.label, reports, statics))
     for share, reserve in args.binding_lags:
         spec = ParetoPolicySpec.model_validate({**raw, **late_binding_serving(share, reserve)})
-        deltas, shares, thirds = [], [], []
-        for seed, scenario in scenarios.items():
-            fastest, accurate = statics[seed]
-            report = binding_prediction(spec, plan, front, scenario, slo_ms, scale)
-            deltas.append(report.compliance - fastest.compliance)
-            shares.append(gap_share(report, fastest, accurate))
-            thirds.append(by_third(report, fastest, accurate))
-        print(
-            f"{f'late binding, lag cap {share:g}/{reserve}':<34} {summary(deltas, '+.2f'):>22} "
-            f"{summary(shares, '.1f'):>14} "
-            f"{' / '.join(f'{statistics.mean(t):.0f}' for t in zip(*thirds, strict=True)):>40}"
-        )
+        reports = {
+            seed: binding_prediction(spec, plan, front, scenario, slo_ms, scale)
+            for seed, scenario in scenarios.items()
+        }
+        print(_variant_row(f"late binding, lag cap {share:g}/{reserve}", reports, statics))
     print(
         "\nthe best switch-only schedule in hindsight (member before / after the spike; the "
         "fastest through it, leaving one look after it starts): gap % at "
