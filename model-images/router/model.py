@@ -844,6 +844,68 @@ class GateGauge:
             self.metric.set(count)
 
 
+# What the routers served (the operator's status.served and dashboards): each instance counts
+# the requests it answered by the configuration's canonical key (overrides, search and
+# profiling's, left out), and those it refused as late. A key past SERVED_MAX_KEYS an instance
+# counts under "other": a misbehaving client cannot grow the series without bound.
+SERVED_METRIC = "compass_router_served_total"
+REFUSED_METRIC = "compass_router_refused_total"
+SERVED_MAX_KEYS = 64
+SERVED_OTHER = "other"
+
+
+class ServedCounters:
+    """This instance's SERVED_METRIC (by configuration) and REFUSED_METRIC counters (a no-op on
+    a Triton without custom metrics; a failed count never fails a request)."""
+
+    def __init__(self, model, instance):
+        family_type = getattr(pb_utils, "MetricFamily", None)
+        self.labels = {"model": model, "instance": instance}
+        self.served = {}
+        self.refused = None
+        self.family = None
+        if family_type is None:
+            return
+        try:
+            # Kept: Triton refuses a metric whose family was collected before it.
+            self.family = family_type(
+                name=SERVED_METRIC,
+                description="Requests a compass router instance answered, by the configuration "
+                "that served them (its canonical key)",
+                kind=family_type.COUNTER,
+            )
+            self.refused_family = family_type(
+                name=REFUSED_METRIC,
+                description="Requests a compass router instance refused as late (admission or "
+                "late binding)",
+                kind=family_type.COUNTER,
+            )
+            self.refused = self.refused_family.Metric(labels=self.labels)
+        except Exception:  # a Triton without metrics: the router serves, uncounted
+            self.family = self.refused = None
+
+    def served_one(self, key):
+        """Count one request answered on configuration ``key``."""
+        if self.family is None:
+            return
+        with contextlib.suppress(Exception):
+            metric = self.served.get(key)
+            if metric is None:
+                if len(self.served) >= SERVED_MAX_KEYS:
+                    key = SERVED_OTHER
+                metric = self.served.get(key)
+                if metric is None:
+                    metric = self.family.Metric(labels={**self.labels, "config": key})
+                    self.served[key] = metric
+            metric.increment(1)
+
+    def refused_one(self):
+        """Count one request refused as late."""
+        if self.refused is not None:
+            with contextlib.suppress(Exception):
+                self.refused.increment(1)
+
+
 class Inflight:
     """The router instances' shared table of what each is doing: which stage its request is
     at, since when, and that stage's predicted time. Each instance writes its own slot; a
@@ -1365,11 +1427,9 @@ class TritonPythonModel:
                 )
         # How many requests the pod serves at once: what followers share (the gate's slots).
         self.servers = self.pipeline_slots or instances
-        self.gate_gauge = (
-            GateGauge(self.model_name, args.get("model_instance_name", str(self.inflight.slot)))
-            if self.pipeline_slots
-            else None
-        )
+        instance_name = args.get("model_instance_name", str(self.inflight.slot))
+        self.gate_gauge = GateGauge(self.model_name, instance_name) if self.pipeline_slots else None
+        self.counters = ServedCounters(self.model_name, instance_name)
 
     def _check(self, config):
         check = getattr(self.pipeline, "check_config", None)
@@ -1384,6 +1444,7 @@ class TritonPythonModel:
                 serve = self._control if self.role == "control" else self._serve
                 responses.append(serve(request))
             except LateError as error:
+                self.counters.refused_one()
                 responses.append(pb_utils.InferenceResponse(error=_unavailable(str(error))))
             except Exception as error:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))
@@ -1480,6 +1541,8 @@ class TritonPythonModel:
         result = self.pipeline.run(body, config, call if times is None else timed(call, times))
         if times is not None and isinstance(result, dict):
             result = {**result, COMPONENT_TIMES_KEY: times}
+        if not override:
+            self.counters.served_one(key)
         return pb_utils.InferenceResponse(
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )
@@ -1519,8 +1582,10 @@ class TritonPythonModel:
         result = self.pipeline.run(body, config, run_call)
         if times is not None and isinstance(result, dict):
             result = {**result, COMPONENT_TIMES_KEY: times}
+        key = config.key()
+        self.counters.served_one(key)
         return pb_utils.InferenceResponse(
-            [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", config.key())]
+            [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )
 
     def _control(self, request):

@@ -33,6 +33,7 @@ from compass.dataplane.triton import (
     routing_key,
 )
 from compass.domain.evaluation import Config
+from compass.domain.served import ServedCounts, summed
 from compass.domain.simulator import QueueAggregate, aggregate_queue
 
 # Parallel calls at once: a switch to a hundred pods takes a few rounds, not a hundred.
@@ -341,6 +342,13 @@ class FleetQueueDepth:
             arrivals = self._advance(readings)
         depth = aggregate_queue([r.queue_depth for r in readings.values()], self.aggregate)
         return MetricsReading(depth, arrivals, pods=len(readings))
+
+    def served(self, window_s: float) -> ServedCounts | None:
+        """What every pod's router counted over about the last ``window_s``, together (each
+        pod's from its own scraper's readings; a pod that left is no longer counted)."""
+        with self.lock:
+            scrapers = list(self.scrapers.values())
+        return summed([c for s in scrapers if (c := s.served(window_s)) is not None])
 
     def _advance(self, readings: Mapping[str, MetricsReading]) -> float | None:
         """Add the arrivals since the last reading, per pod; a pod's first reading is a baseline.

@@ -25,6 +25,7 @@ from urllib.parse import urlencode
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.urls import url_problem
 from compass.dataplane.httpauth import HttpAuth
+from compass.domain.served import CounterHistory, ServedCounts
 
 LOG = logging.getLogger(__name__)
 # A metrics page larger than this is refused: Triton's is tens of kB, and an endpoint that
@@ -353,6 +354,12 @@ PENDING_METRIC = "nv_inference_pending_request_count"
 GATE_WAITING_METRIC = "compass_router_gate_waiting"
 
 
+# The router's counters of what it served (model-images/router/model.py): requests answered,
+# labelled by the configuration's canonical key, and requests refused as late.
+SERVED_METRIC = "compass_router_served_total"
+REFUSED_METRIC = "compass_router_refused_total"
+
+
 def _gate_waiting_term(model: str) -> str:
     """PromQL for the requests waiting at the router's gate: 0 where it has no gate."""
     return f'(sum({GATE_WAITING_METRIC}{{model="{model}"}}) or vector(0))'
@@ -521,6 +528,12 @@ class QueueDepthSource(Protocol):
         """Queue depth and the arrivals counter; raises MetricsUnavailableError."""
         ...
 
+    def served(self, window_s: float) -> ServedCounts | None:
+        """What the routers served (their SERVED_METRIC and REFUSED_METRIC counters) over
+        about the last ``window_s``: None while unknown, or where the routers count none;
+        raises MetricsUnavailableError."""
+        ...
+
 
 class PrometheusQueueDepth:
     """A PromQL instant query (Prometheus' /api/v1/query); the query must return one number.
@@ -541,8 +554,11 @@ class PrometheusQueueDepth:
         age_query: str | None = None,
         auth: HttpAuth | None = None,
         shared: SharedReads | None = None,
+        model: str | None = None,
     ) -> None:
         self.url = _checked_url(url)
+        # The router model whose served counters served() reads (None: it reads none).
+        self.model = model
         self.pods = pods
         self.shared = shared
         self.query = query or default_query()
@@ -592,6 +608,37 @@ class PrometheusQueueDepth:
             depth / pods, None if arrivals is None else arrivals / pods, pods, age_s=age
         )
 
+    def served(self, window_s: float) -> ServedCounts | None:
+        """What the routers of the model the default query names served over ``window_s``
+        (PromQL increase(): counter resets handled there); None where no router counts."""
+        model = self.model
+        if model is None:
+            return None
+        window = f"{max(round(window_s), 1)}s"
+        by_config = self._vector(
+            f'sum by (config) (increase({SERVED_METRIC}{{model="{model}"}}[{window}]))'
+        )
+        if not by_config:
+            return None
+        refused = self._vector(f'sum(increase({REFUSED_METRIC}{{model="{model}"}}[{window}]))')
+        where = f"Prometheus {self.url} {SERVED_METRIC}"
+        configs = {
+            labels.get("config", ""): checked_count(value, "served count", where, MAX_COUNTER)
+            for labels, value in by_config
+        }
+        total_refused = sum(
+            checked_count(value, "refused count", where, MAX_COUNTER) for _, value in refused
+        )
+        return ServedCounts(configs, total_refused, window_s)
+
+    def _vector(self, query: str) -> list[tuple[dict[str, str], float]]:
+        """Evaluate a query's series (labels, value), once a round as _scalar is; NaN dropped."""
+        key = ("prometheus-vector", self.url, query, self.timeout_s, self.http.auth)
+        series: list[tuple[dict[str, str], float]] = shared_read(
+            self.shared, key, lambda: self._evaluate_series(query)
+        )
+        return series
+
     def _scalar(self, query: str) -> float:
         """Evaluate a query that must return one number (once a round for every source with
         the same URL, query and credentials)."""
@@ -601,6 +648,29 @@ class PrometheusQueueDepth:
 
     def _evaluate(self, query: str) -> float:
         """Evaluate a query now."""
+        result = self._result(query)
+        try:
+            return self._one_number(query, result)
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            LOG.warning("%s: unreadable result: %s", self._where(query), excerpt(repr(result)))
+            raise MetricsUnavailableError(
+                f"{self._where(query)}: the answer holds no readable sample"
+            ) from error
+
+    def _evaluate_series(self, query: str) -> list[tuple[dict[str, str], float]]:
+        """Evaluate a query now: each series' labels and value (NaN left out)."""
+        result = self._result(query)
+        try:
+            series = [(dict(r.get("metric") or {}), float(r["value"][1])) for r in result]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as error:
+            LOG.warning("%s: unreadable result: %s", self._where(query), excerpt(repr(result)))
+            raise MetricsUnavailableError(
+                f"{self._where(query)}: the answer holds no readable sample"
+            ) from error
+        return [(labels, value) for labels, value in series if not math.isnan(value)]
+
+    def _result(self, query: str) -> list[dict[str, Any]]:
+        """The result of a query now, as the query API gives it."""
         where = self._where(query)
         params = {"query": query, "timeout": f"{round(self.timeout_s * 1000)}ms"}
         url = f"{self.url.rstrip('/')}/api/v1/query?{urlencode(params)}"
@@ -615,13 +685,9 @@ class PrometheusQueueDepth:
             raise MetricsUnavailableError(
                 f"{where}: the answer is not Prometheus' query API (JSON)"
             ) from error
-        try:
-            return self._one_number(query, result)
-        except (KeyError, IndexError, TypeError, ValueError) as error:
-            LOG.warning("%s: unreadable result: %s", where, excerpt(repr(result)))
-            raise MetricsUnavailableError(
-                f"{where}: the answer holds no readable sample"
-            ) from error
+        if not isinstance(result, list):
+            raise MetricsUnavailableError(f"{where}: the answer holds no readable sample")
+        return result
 
     def _one_number(self, query: str, result: list[dict[str, Any]]) -> float:
         """The one sample's value of a query's result."""
@@ -663,11 +729,24 @@ class UnavailableSource:
         """Never a reading."""
         raise MetricsUnavailableError(self.problem)
 
+    def served(self, window_s: float) -> ServedCounts | None:
+        """Never known."""
+        return None
 
+
+# A label value may hold any character, '}' too (the router's config label is JSON), escaped
+# as the exposition format escapes it (\\, \", \n).
 _SAMPLE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)"
+    r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>(?:[^"}]|"(?:[^"\\]|\\.)*")*)\})?'
+    r"\s+(?P<value>\S+)"
 )
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_ESCAPED = re.compile(r"\\(.)")
+
+
+def _label_value(raw: str) -> str:
+    """A label value as written in the exposition format, unescaped."""
+    return _ESCAPED.sub(lambda m: "\n" if m[1] == "n" else m[1], raw)
 
 
 class TritonQueueDepth:
@@ -691,6 +770,8 @@ class TritonQueueDepth:
         # The arrivals counter given at the last reading and the finished count behind it.
         self.counted: tuple[float, float] | None = None
         self.lock = threading.Lock()
+        # The router's served counters as read (on the monotonic clock), for served().
+        self.served_history = CounterHistory()
 
     @property
     def auth_rejected(self) -> bool:
@@ -709,20 +790,33 @@ class TritonQueueDepth:
         """Scrape once (once a round for every source of the same URL, model and credentials):
         pending requests, and arrivals = finished + pending (counted by this source)."""
         key = ("triton", self.metrics_url, self.model, self.metric, self.timeout_s, self.http.auth)
-        pending, finished = shared_read(self.shared, key, self._scrape)
-        if None in finished:
-            return MetricsReading(pending, None)
+        pending, finished, served = shared_read(self.shared, key, self._scrape)
         with self.lock:
+            if served is not None:
+                self.served_history.add(time.monotonic(), served)
+            if None in finished:
+                return MetricsReading(pending, None)
             arrivals = self._count(sum(f or 0.0 for f in finished), pending)
         return MetricsReading(pending, arrivals)
 
-    def _scrape(self) -> tuple[float, list[float | None]]:
-        """The pending requests and the finished counters (success, failure) now."""
+    def served(self, window_s: float) -> ServedCounts | None:
+        """What the router counted over about the last ``window_s``, from this source's own
+        readings (no request of its own); None before two readings with the counters."""
+        with self.lock:
+            return self.served_history.since(time.monotonic(), window_s)
+
+    def _scrape(self) -> tuple[float, list[float | None], ServedCounts | None]:
+        """The pending requests, the finished counters (success, failure) and the router's
+        served counters (None: it has none) now."""
         data = self.http.get(self.metrics_url, self.timeout_s, self.describe())
         totals: dict[str, float] = {}
+        served: dict[str, float] = {}
         for line in data.decode("utf-8", errors="replace").splitlines():
             match = _SAMPLE.match(line)
-            if not match or dict(_LABEL.findall(match["labels"] or "")).get("model") != self.model:
+            if not match:
+                continue
+            labels = dict(_LABEL.findall(match["labels"] or ""))
+            if labels.get("model") != self.model:
                 continue
             try:
                 value = float(match["value"])
@@ -732,6 +826,9 @@ class TritonQueueDepth:
                     f"{self.describe()}: an unreadable sample value"
                 ) from error
             totals[match["name"]] = totals.get(match["name"], 0.0) + value
+            if match["name"] == SERVED_METRIC:
+                config = _label_value(labels.get("config", ""))
+                served[config] = served.get(config, 0.0) + value
         if self.metric not in totals:
             raise MetricsUnavailableError(
                 f"{self.describe()}: no such series (is the model loaded?)"
@@ -747,7 +844,19 @@ class TritonQueueDepth:
             else None
             for k in ("success", "failure")
         ]
-        return pending, finished
+        counted = None
+        # A router that counts shows its refused counter from the start (its served ones only
+        # once it served something): from the first reading on, a window can be had.
+        if SERVED_METRIC in totals or REFUSED_METRIC in totals:
+            where = f"{self.describe()} {SERVED_METRIC}"
+            counted = ServedCounts(
+                {
+                    k: checked_count(v, "served count", where, MAX_COUNTER)
+                    for k, v in served.items()
+                },
+                checked_count(totals.get(REFUSED_METRIC, 0.0), "refused", where, MAX_COUNTER),
+            )
+        return pending, finished, counted
 
     def _count(self, finished: float, pending: float) -> float:
         """Arrivals so far: finished + pending, held at its highest until the server restarts.
@@ -791,5 +900,6 @@ def source_for(
             age_query=age_query or (None if query else default_age_query(model)),
             auth=auth,
             shared=shared,
+            model=model,
         )
     raise ValueError(f"metrics type {kind!r}: use prometheus or triton")

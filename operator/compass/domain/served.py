@@ -1,0 +1,155 @@
+"""What the routers served: their counters of requests answered per configuration and refused
+as late (model-images/router/model.py), turned into counts over a recent window and into the
+policy's view of them (status.served). Pure: every time is an input."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+# The window status.served covers, and how far apart the samples of a counter are kept (a
+# source is read every tick; one sample in SAMPLE_EVERY_S is enough to difference them).
+SERVED_WINDOW_S = 60.0
+SAMPLE_EVERY_S = 5.0
+# The configurations status.served lists, most served first (the rest are in its totals).
+MAX_SHOWN = 8
+
+
+@dataclass(frozen=True)
+class ServedCounts:
+    """Requests answered per configuration (its canonical key) and refused as late: counters
+    since the routers started, or counts over the ``seconds`` before a reading."""
+
+    configs: Mapping[str, float] = field(default_factory=dict)
+    refused: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def answered(self) -> float:
+        """Requests answered, every configuration together."""
+        return sum(self.configs.values())
+
+    def plus(self, other: ServedCounts) -> ServedCounts:
+        """Both together (two pods' counts over the same window)."""
+        configs = dict(self.configs)
+        for key, count in other.configs.items():
+            configs[key] = configs.get(key, 0.0) + count
+        return ServedCounts(configs, self.refused + other.refused, max(self.seconds, other.seconds))
+
+
+@dataclass
+class CounterHistory:
+    """One router's counters sampled over time (at most one sample every SAMPLE_EVERY_S, kept
+    for the longest window asked), to tell what they counted over a recent window."""
+
+    keep_s: float = SERVED_WINDOW_S
+    samples: list[tuple[float, ServedCounts]] = field(default_factory=list)
+
+    def add(self, now: float, counters: ServedCounts) -> None:
+        """Record the counters read at ``now``: the newest sample is kept, and replaced while
+        it is within SAMPLE_EVERY_S of the one before it, so a read every tick keeps one
+        sample every SAMPLE_EVERY_S and the latest."""
+        if len(self.samples) >= 2 and self.samples[-1][0] - self.samples[-2][0] < SAMPLE_EVERY_S:
+            self.samples[-1] = (now, counters)
+        else:
+            self.samples.append((now, counters))
+        # The oldest sample kept is the last one at or before the longest window's start.
+        while len(self.samples) > 2 and self.samples[1][0] <= now - self.keep_s:
+            del self.samples[0]
+
+    def since(self, now: float, window_s: float) -> ServedCounts | None:
+        """What the counters counted from the oldest sample within ``window_s`` before ``now``
+        to the newest (``seconds``: that span); None before two samples. A counter that went
+        down was reset (its server restarted): what it shows counts as new."""
+        start = now - window_s
+        kept = [sample for sample in self.samples if sample[0] >= start]
+        earlier = [sample for sample in self.samples if sample[0] < start]
+        if earlier:
+            kept.insert(0, earlier[-1])  # from just before the window: it covers all of it
+        if len(kept) < 2:
+            return None
+        configs: dict[str, float] = {}
+        refused = 0.0
+        for (_, before), (_, after) in itertools.pairwise(kept):
+            for key, count in after.configs.items():
+                configs[key] = configs.get(key, 0.0) + _increase(before.configs.get(key), count)
+            refused += _increase(before.refused, after.refused)
+        span = min(kept[-1][0] - kept[0][0], window_s)
+        return ServedCounts({k: v for k, v in configs.items() if v > 0}, refused, span)
+
+
+def _increase(before: float | None, after: float) -> float:
+    """A counter's increase between two readings (a reset, or a series new since: all of it)."""
+    if before is None or after < before:
+        return after
+    return after - before
+
+
+@dataclass(frozen=True)
+class ServedShare:
+    """One configuration's share of the requests answered."""
+
+    name: str
+    share: float
+    accuracy: float | None
+
+
+@dataclass(frozen=True)
+class ServedView:
+    """What the routers answered over a window: how many, refused, the mean accuracy served
+    (of the configurations whose accuracy is known) and each configuration's share."""
+
+    seconds: float
+    answered: int
+    refused: int
+    accuracy: float | None
+    shares: tuple[ServedShare, ...]
+
+
+def served_view(
+    counts: ServedCounts,
+    known: Mapping[str, tuple[str, float]],
+    shown: int = MAX_SHOWN,
+) -> ServedView:
+    """The view of ``counts``: ``known`` gives each configuration's name and accuracy by
+    canonical key (the plan's front); another is named by its values, accuracy unknown."""
+    total = counts.answered
+    shares = []
+    weighted = weight = 0.0
+    for key, count in sorted(counts.configs.items(), key=lambda kv: (-kv[1], kv[0])):
+        name, accuracy = known.get(key, (_name_of(key), None))
+        if accuracy is not None:
+            weighted += accuracy * count
+            weight += count
+        shares.append(ServedShare(name, count / total if total > 0 else 0.0, accuracy))
+    return ServedView(
+        seconds=counts.seconds,
+        answered=round(total),
+        refused=round(counts.refused),
+        accuracy=weighted / weight if weight > 0 else None,
+        shares=tuple(shares[:shown]),
+    )
+
+
+def _name_of(key: str) -> str:
+    """A configuration's short name from its canonical key (values joined by '/'); a key that
+    is not one (the routers' "other") as it is."""
+    try:
+        config = json.loads(key)
+    except ValueError:
+        return key
+    if not isinstance(config, dict):
+        return key
+    return "/".join(str(value) for value in config.values())
+
+
+def summed(counts: Sequence[ServedCounts]) -> ServedCounts | None:
+    """Several routers' counts over one window together (None: none)."""
+    if not counts:
+        return None
+    total = counts[0]
+    for more in counts[1:]:
+        total = total.plus(more)
+    return total

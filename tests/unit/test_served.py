@@ -1,0 +1,156 @@
+"""What the routers served, as a policy's status shows it: their counters differenced over the
+last minute (a restarted router's counters counted from zero, never negative), named and
+weighed by the plan's front; and the routers' counters read off a Triton metrics page, whose
+config label is JSON (braces and escaped quotes inside a label value)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from compass.dataplane.fleet import Endpoint, FleetQueueDepth
+from compass.dataplane.metrics import SERVED_METRIC, TritonQueueDepth
+from compass.domain.served import (
+    SAMPLE_EVERY_S,
+    CounterHistory,
+    ServedCounts,
+    served_view,
+    summed,
+)
+from compass.lab.processes import QuietHandler, serve_http
+
+FAST = json.dumps({"model": "small", "k": 1}, sort_keys=True)
+SLOW = json.dumps({"model": "large", "k": 3}, sort_keys=True)
+
+
+def _counts(fast: float, slow: float = 0.0, refused: float = 0.0) -> ServedCounts:
+    return ServedCounts({FAST: fast, SLOW: slow}, refused)
+
+
+def test_the_window_counts_what_was_served_within_it() -> None:
+    history = CounterHistory(keep_s=60.0)
+    for second, (fast, slow) in enumerate([(0, 0), (10, 0), (10, 5), (12, 9)]):
+        history.add(100.0 + 10 * second, _counts(fast, slow))
+    window = history.since(130.0, 60.0)
+    assert window is not None
+    assert dict(window.configs) == {FAST: 12.0, SLOW: 9.0}
+    assert window.seconds == 30.0
+    # 15 s back: from the sample just before (t = 110), which covers all of them.
+    recent = history.since(130.0, 15.0)
+    assert recent is not None
+    assert dict(recent.configs) == {FAST: 2.0, SLOW: 9.0}
+    assert recent.seconds == 15.0
+
+
+def test_a_restarted_router_counts_from_zero_never_negative() -> None:
+    history = CounterHistory()
+    history.add(0.0, _counts(100, 50, refused=4))
+    history.add(10.0, _counts(110, 50, refused=4))
+    history.add(20.0, _counts(3, 1, refused=1))  # restarted: its counters began again
+    window = history.since(20.0, 60.0)
+    assert window is not None
+    assert dict(window.configs) == {FAST: 13.0, SLOW: 1.0}
+    assert window.refused == 1.0
+
+
+def test_one_reading_is_no_window_and_samples_are_kept_apart() -> None:
+    history = CounterHistory(keep_s=60.0)
+    history.add(0.0, _counts(0))
+    assert history.since(0.0, 60.0) is None
+    for tick in range(1, 200):  # a reading every second
+        history.add(float(tick), _counts(tick))
+    times = [t for t, _ in history.samples]
+    assert times[-1] == 199.0  # the newest reading is always there
+    assert all(b - a >= SAMPLE_EVERY_S for a, b in itertools.pairwise(times[:-1]))
+    assert times[0] <= 199.0 - 60.0 < times[1]  # kept back to just before the longest window
+    window = history.since(199.0, 60.0)
+    assert window is not None
+    assert window.configs[FAST] == pytest.approx(window.seconds, abs=5)
+
+
+def test_the_view_names_and_weighs_by_the_front() -> None:
+    known = {FAST: ("small/1", 0.70), SLOW: ("large/3", 0.90)}
+    other = json.dumps({"k": 2, "model": "medium"}, sort_keys=True)
+    counts = ServedCounts({FAST: 30.0, SLOW: 10.0, other: 10.0}, refused=2.0, seconds=60.0)
+    view = served_view(counts, known)
+    assert (view.answered, view.refused, view.seconds) == (50, 2, 60.0)
+    # The mean of what is on the front (the other configuration's accuracy is not known).
+    assert view.accuracy == pytest.approx((30 * 0.70 + 10 * 0.90) / 40)
+    assert [(s.name, s.share) for s in view.shares] == [
+        ("small/1", 0.6),
+        ("2/medium", 0.2),  # named by its values (its canonical key's order)
+        ("large/3", 0.2),
+    ]
+    assert served_view(counts, known, shown=1).shares[0].name == "small/1"
+    assert served_view(ServedCounts(), known).accuracy is None
+
+
+def test_pods_add_up() -> None:
+    total = summed([_counts(1, 2, 3), _counts(10, 0, 1)])
+    assert total is not None
+    assert (dict(total.configs), total.refused) == ({FAST: 11.0, SLOW: 2.0}, 4.0)
+    assert summed([]) is None
+
+
+def _escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+@pytest.fixture
+def pod() -> Iterator[dict[str, float | str]]:
+    """A Triton metrics page with the router's counters, as its exposition writes them."""
+    counters: dict[str, float | str] = {"fast": 0.0, "slow": 0.0, "refused": 0.0}
+
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:
+            lines = [
+                'nv_inference_pending_request_count{model="router",version="1"} 2',
+                'nv_inference_request_success{model="router",version="1"} 10',
+                'nv_inference_request_failure{model="router",version="1"} 0',
+                f'{SERVED_METRIC}{{model="router",instance="router_0",config="{_escaped(FAST)}"}}'
+                f" {counters['fast']}",
+                f'{SERVED_METRIC}{{model="router",instance="router_1",config="{_escaped(FAST)}"}}'
+                f" {counters['fast']}",
+                f'{SERVED_METRIC}{{model="router",instance="router_0",config="{_escaped(SLOW)}"}}'
+                f" {counters['slow']}",
+                f'{SERVED_METRIC}{{model="other",instance="x",config="{_escaped(SLOW)}"}} 99',
+                f'compass_router_refused_total{{model="router",instance="router_0"}} '
+                f"{counters['refused']}",
+            ]
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write("\n".join(lines).encode())
+
+    with serve_http(Handler) as address:
+        counters["url"] = f"http://{address}/metrics"
+        yield counters
+
+
+def test_a_scrape_reads_the_counters_by_configuration(
+    pod: dict[str, float | str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("compass.dataplane.metrics.time.monotonic", lambda: clock[0])
+    source = TritonQueueDepth(str(pod["url"]), "router")
+    reading = source.read()
+    assert reading.queue_depth == 2.0  # the queue is read as before, JSON labels or not
+    assert source.served(60.0) is None  # one reading: no window yet
+    pod.update(fast=5.0, slow=2.0, refused=1.0)
+    clock[0] += 10.0
+    source.read()
+    window = source.served(60.0)
+    assert window is not None
+    # Both instances' series of a configuration add up; another model's are not counted.
+    assert dict(window.configs) == {FAST: 10.0, SLOW: 2.0}
+    assert window.refused == 1.0
+    fleet = FleetQueueDepth(lambda: [Endpoint("p0", "127.0.0.1:1", str(pod["url"]))], "router")
+    fleet.read()
+    pod.update(fast=6.0)
+    clock[0] += 10.0
+    fleet.read()
+    by_fleet = fleet.served(60.0)
+    assert by_fleet is not None
+    assert dict(by_fleet.configs) == {FAST: 2.0}
