@@ -226,9 +226,42 @@ def test_late_binding_reaches_the_router_and_goes_when_turned_off(
     # Without a deadline (and no gate in front of this router) it is served as routed.
     assert router.infer({"sample": 2}).config == config_key(ACCURATE)
 
+    # What the router served, from its own counters: in the status (refreshed every 10 s)
+    # and in `kubectl get pp`'s Served column.
+    def served() -> dict[str, Any] | None:
+        shown = policies.status("binding").get("served") or {}
+        names = {c["name"] for c in shown.get("configurations", [])}
+        return shown if {FAST_NAME, ACCURATE_NAME} <= names else None
+
+    shown = wait_for(served, 30, "status.served to show what binding served")
+    accuracies = {c["name"]: c["accuracy"] for c in shown["configurations"]}
+    assert shown["requests"] >= 3
+    assert shown["refused"] == 0
+    assert accuracies[FAST_NAME] < shown["accuracy"] < accuracies[ACCURATE_NAME]
+    assert sum(c["share"] for c in shown["configurations"]) == pytest.approx(1.0, abs=0.01)
+    row = _table_row(policies, "binding")
+    assert row["Served"] == pytest.approx(shown["accuracy"])
+
     policies.patch_spec("binding", {"binding": {"mode": "workflow", "stages": []}})
     wait_for(lambda: tight() == config_key(ACCURATE), 10, "the table to be taken back")
     assert router.active_config() == config_key(ACCURATE)
+
+
+def _table_row(policies: Policies, name: str) -> dict[str, Any]:
+    """The policy's row as `kubectl get pp` shows it (the API server's Table, from the CRD's
+    printer columns), by column name."""
+    api = policies.api.api_client
+    method, url, headers, body, _ = api.param_serialize(
+        "GET",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{policies.namespace}/{POLICY_PLURAL}/{name}",
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        auth_settings=["BearerToken"],
+    )
+    answer = api.call_api(method, url, header_params=headers, body=body)
+    answer.read()
+    table = json.loads(answer.data)
+    columns = [c["name"] for c in table["columnDefinitions"]]
+    return dict(zip(columns, table["rows"][0]["cells"], strict=True))
 
 
 def test_pause_annotation_holds_and_an_invalid_one_pauses_nothing(

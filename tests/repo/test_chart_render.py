@@ -493,6 +493,10 @@ def test_grafana_dashboard_configmap() -> None:
     assert "compass_workflow_searches_total" in exprs["Workflow Jobs and samples"]
     assert "rate(compass_switches_total" in exprs["Configuration switches"]
     assert "$slo_ms" in exprs["SLO compliance"]
+    # What the routers served, from their own counters (model-images/router/model.py).
+    served = exprs["Requests the routers served, by configuration"]
+    assert 'compass_router_served_total{model="$router_model"}' in served
+    assert 'compass_router_refused_total{model="$router_model"}' in served
     exported = _exported_series()
     for metric in OPERATOR_METRICS:
         assert metric in exported, metric

@@ -26,6 +26,7 @@ from compass.controllers.runtime import GONE_REMEMBERED, OperatorMetrics, Recent
 from compass.controllers.settings import OperatorSettings
 from compass.domain.elastico import Observation, PolicyState
 from compass.domain.predictive import Predictive
+from compass.domain.served import ServedCounts
 from compass.domain.space import config_key
 from compass.domain.split import Split
 
@@ -481,6 +482,31 @@ def test_unobserved_fields_keep_their_previous_values() -> None:
     assert (status["lastQueueDepth"], status["lastObservationTime"]) == (3.0, "earlier")
 
 
+def test_served_is_named_by_the_front_and_kept_until_counted_again() -> None:
+    fast, accurate = (t.profile for t in PLAN.thresholds)
+    counts = ServedCounts({fast.key: 30.0, accurate.key: 10.0}, refused=2.0, seconds=59.6)
+    served = policy_status.served_status(counts, PLAN)
+    assert ParetoPolicyStatus.model_validate({"served": served}).served is not None
+    assert (served["windowSeconds"], served["requests"], served["refused"]) == (60, 40, 2)
+    assert served["accuracy"] == pytest.approx(
+        round((30 * fast.accuracy + 10 * accurate.accuracy) / 40, 4)
+    )
+    assert [(c["name"], c["share"]) for c in served["configurations"]] == [
+        (FAST_NAME, 0.75),
+        (ACCURATE_NAME, 0.25),
+    ]
+    status = policy_status.build_status(PLAN, pending(), None, {}, "hold", [], 1, served=served)
+    assert status["served"] == served
+    # Not counted this time (no new reading): the status keeps what it showed.
+    kept = policy_status.build_status(PLAN, pending(), None, status, "hold", [], 1)
+    assert kept["served"] == served
+    # A new mix is routine: it waits for the heartbeat, as the queue seen does.
+    moved = {**status, "served": {**served, "requests": 41}}
+    assert policy_status.status_patch(status, moved, NOW, NOW - 1) == {}
+    heartbeat = NOW - policy_status.STATUS_HEARTBEAT_S
+    assert policy_status.status_patch(status, moved, NOW, heartbeat) == {"served": {"requests": 41}}
+
+
 def test_merge_patch_changes_removes_and_recurses() -> None:
     old = {"a": 1, "b": {"x": 1, "y": 2}, "c": [1], "gone": 5, "none": None}
     new = {"a": 1, "b": {"x": 1, "y": 3}, "c": [1, 2], "added": None, "none": None}
@@ -562,6 +588,7 @@ def test_printer_columns_show_what_the_on_call_needs() -> None:
         "Accuracy": ".status.active.accuracy",
         "P95": ".status.active.latencyP95Ms",
         "SLO": ".spec.slo.latencyMs",
+        "Served": ".status.served.accuracy",
         "Switches": ".status.switches",
         "Ready": '.status.conditions[?(@.type=="Ready")].status',
         "Age": ".metadata.creationTimestamp",

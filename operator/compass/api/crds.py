@@ -144,6 +144,12 @@ PARETO_POLICY = Resource(
         PrinterColumn("Accuracy", ".status.active.accuracy", "number", "Active's accuracy."),
         PrinterColumn("P95", ".status.active.latencyP95Ms", "number", "Active's p95 (ms)."),
         PrinterColumn("SLO", ".spec.slo.latencyMs", "number", "Latency target (ms)."),
+        PrinterColumn(
+            "Served",
+            ".status.served.accuracy",
+            "number",
+            "Mean accuracy the routers served, last minute.",
+        ),
         PrinterColumn("Switches", ".status.switches", "integer", "Switches so far."),
         PrinterColumn(
             "Ready", '.status.conditions[?(@.type=="Ready")].status', description="In control."

@@ -47,6 +47,7 @@ from compass.domain.evaluation import ParamValue
 from compass.domain.forecast import ForecasterKind
 from compass.domain.planner import ThresholdModel
 from compass.domain.profiles import MAX_COMPONENTS
+from compass.domain.served import MAX_SHOWN as MAX_SERVED_SHOWN
 from compass.domain.space import MAX_PARAMETERS, config_key
 from compass.domain.strategy import Strategy
 
@@ -745,6 +746,39 @@ class RoutingStatus(CamelModel):
     )
 
 
+class ServedConfiguration(CamelModel):
+    """One configuration the routers served, and its share of the requests they answered."""
+
+    name: str = Field(description="Short name: the parameter values joined by '/'.")
+    share: Annotated[
+        float, Field(ge=0, le=1, description="Its share of the requests answered in the window.")
+    ]
+    accuracy: float | None = Field(
+        default=None, description="Its measured accuracy (unset: not on the planned front)."
+    )
+
+
+class ServedStatus(CamelModel):
+    """What the routers served over the last minute, from their own counters
+    (compass_router_served_total, compass_router_refused_total): with late binding, what each
+    request was bound to; else what the policy routed (and admission degraded)."""
+
+    window_seconds: Annotated[
+        int, Field(ge=0, description="The span the counts cover, in s (up to 60).")
+    ]
+    requests: Annotated[int, Field(ge=0, description="Requests answered in the window.")]
+    refused: Annotated[int, Field(ge=0, description="Requests refused as late in the window.")]
+    accuracy: float | None = Field(
+        default=None,
+        description="The mean accuracy of the requests answered (those on the planned front).",
+    )
+    configurations: list[ServedConfiguration] = Field(
+        default_factory=list,
+        max_length=MAX_SERVED_SHOWN,
+        description=f"The configurations served, most first (at most {MAX_SERVED_SHOWN}).",
+    )
+
+
 class ParetoPolicyStatus(CamelModel):
     """What the operator observed and decided for a ParetoPolicy."""
 
@@ -775,6 +809,11 @@ class ParetoPolicyStatus(CamelModel):
     )
     thresholds: list[ThresholdStatus] = Field(
         default_factory=list, description="Queue-depth and arrival-rate limits per front member."
+    )
+    served: ServedStatus | None = Field(
+        default=None,
+        description="What the routers served over the last minute (refreshed every 10 s; "
+        "unset where the routers do not count it).",
     )
     policy_state: dict[str, Any] | None = Field(
         default=None,

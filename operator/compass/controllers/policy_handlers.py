@@ -81,6 +81,7 @@ from compass.controllers.policy_status import (
     parse_rfc3339,
     policy_gauges,
     rfc3339,
+    served_status,
     status_patch,
     too_large,
     too_large_patch,
@@ -88,8 +89,10 @@ from compass.controllers.policy_status import (
 from compass.controllers.runtime import Runtime, runtime_of
 from compass.dataplane.fleet import Endpoint, FleetSwitch
 from compass.dataplane.live import LiveLoop
+from compass.dataplane.metrics import MetricsUnavailableError
 from compass.dataplane.triton import RoutingError
 from compass.domain.elastico import Observation, PolicyState
+from compass.domain.served import SERVED_WINDOW_S
 
 MEMORY_KEY = "compass_policy"
 # An unexpected exception (a bug) is retried after this; TemporaryError brings its own delay.
@@ -159,6 +162,9 @@ class PolicyMemory:
     health: tuple[Health, int | None, tuple[Any, ...]] | None = None
     # The quiet ticks' gauges: (conditions, what else they depend on, the gauges).
     gauges: tuple[Sequence[Mapping[str, Any]], tuple[Any, ...], PolicyGauges] | None = None
+    # status.served as last made, and when the routers' counts were last asked for.
+    served: dict[str, Any] | None = None
+    served_read_at: float | None = None
 
 
 @kopf.on.startup()
@@ -565,6 +571,7 @@ def _publish(
             conditions,
             generation,
             health.routing,
+            _served(memory, compiled, now, logger),
         )
     uid = str(body.get("metadata", {}).get("uid", ""))
     runtime.metrics.set_policy(namespace, name, uid, gauges)
@@ -593,6 +600,29 @@ def _publish(
         return
     for event in transition_events(old_conditions, conditions):
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def _served(
+    memory: PolicyMemory, compiled: CompiledPolicy, now: float, logger: kopf.Logger
+) -> dict[str, Any] | None:
+    """status.served: the routers' counts over the last minute, asked of the metrics source at
+    most once a heartbeat (through Prometheus that is a query; a direct scrape already holds
+    them); None while unknown (the status keeps what it showed)."""
+    connections = memory.connections
+    source = None if connections is None else connections.source
+    due = memory.served_read_at is None or now - memory.served_read_at >= STATUS_HEARTBEAT_S
+    if not due or source is None:
+        return memory.served
+    memory.served_read_at = now
+    try:
+        counts = source.served(SERVED_WINDOW_S)
+    except MetricsUnavailableError as error:
+        # Only the view waits: the decisions read the queue on their own.
+        logger.debug(f"served counts unavailable: {error}")
+        return memory.served
+    if counts is not None:
+        memory.served = served_status(counts, compiled.plan)
+    return memory.served
 
 
 def _condition_updates(

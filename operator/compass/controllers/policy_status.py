@@ -22,6 +22,8 @@ from compass.api.paretopolicy import (
     ConditionType,
     ParetoPolicyStatus,
     RoutingStatus,
+    ServedConfiguration,
+    ServedStatus,
 )
 from compass.api.schema import without_empty_strings
 from compass.controllers.conditions import find_condition, one_line, parse_conditions
@@ -30,6 +32,7 @@ from compass.domain.elastico import Observation, PolicyState, capacity_pressure
 from compass.domain.evaluation import ParamValue
 from compass.domain.planner import Plan
 from compass.domain.profiles import shown
+from compass.domain.served import ServedCounts, served_view
 
 # A status whose only change is the observation time is written at most this often: an idle
 # policy should not write to etcd every second.
@@ -181,8 +184,10 @@ def build_status(
     conditions: list[dict[str, Any]],
     generation: int | None,
     routing: RoutingStatus | None = None,
+    served: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole status (camelCase, JSON-ready); unobserved fields keep their previous values."""
+    """The whole status (camelCase, JSON-ready); unobserved fields keep their previous values
+    (``served``: status.served as served_status made it, else the previous one's)."""
     depth = observation.queue_depth if observation is not None else previous.get("lastQueueDepth")
     observed = (
         rfc3339(observation.time)
@@ -212,7 +217,32 @@ def build_status(
     if arrivals is not None:
         written["policyState"]["arrivals"] = arrivals
     written["thresholds"] = plan_thresholds(plan)
+    shown_served = served if served is not None else previous.get("served")
+    if shown_served is not None:
+        written["served"] = shown_served
     return written
+
+
+def served_status(counts: ServedCounts, plan: Plan) -> dict[str, Any]:
+    """status.served from the routers' counts over a window, named and weighed by the plan's
+    front (rounded, so a steady mix writes the same status)."""
+    known = {t.profile.key: (t.profile.name, t.profile.accuracy) for t in plan.thresholds}
+    view = served_view(counts, known)
+    status = ServedStatus(
+        window_seconds=round(view.seconds),
+        requests=view.answered,
+        refused=view.refused,
+        accuracy=None if view.accuracy is None else round(view.accuracy, 4),
+        configurations=[
+            ServedConfiguration(
+                name=share.name,
+                share=round(share.share, 3),
+                accuracy=None if share.accuracy is None else round(share.accuracy, 4),
+            )
+            for share in view.shares
+        ],
+    )
+    return dict(without_empty_strings(status.model_dump(by_alias=True, mode="json")))
 
 
 # The thresholds each plan shows in the status, made once a plan (they never change with it):
@@ -326,7 +356,7 @@ def status_patch(
     phase_s: float | None = None,
 ) -> dict[str, Any]:
     """What to write to the status: the changes, except routine ones (the observation time, the
-    queue depth seen, the arrivals samples, and the wording of the last decision and of
+    queue depth seen, the arrivals samples, what the routers served, and the wording of the last decision and of
     conditions whose status and reason stay), which wait for the heartbeat: an idle policy
     should not write every second (the predictive strategy's reason quotes a rate that moves
     every tick), nor a loaded one (its queue moves every tick: a thousand policies under load
@@ -350,7 +380,14 @@ def status_patch(
     state = patch.get("policyState")
     quiet = (
         set(patch)
-        <= {"lastObservationTime", "lastQueueDepth", "lastDecision", "policyState", "conditions"}
+        <= {
+            "lastObservationTime",
+            "lastQueueDepth",
+            "lastDecision",
+            "policyState",
+            "conditions",
+            "served",
+        }
         and (
             state is None
             or (isinstance(state, Mapping) and set(state) <= {"arrivals", "observed_at"})
