@@ -811,7 +811,11 @@ class TritonQueueDepth:
         data = self.http.get(self.metrics_url, self.timeout_s, self.describe())
         totals: dict[str, float] = {}
         served: dict[str, float] = {}
+        # Most of a page is other models' (a shared Triton serves many): skipped unparsed.
+        selector = f'model="{self.model}"'
         for line in data.decode("utf-8", errors="replace").splitlines():
+            if selector not in line:
+                continue
             match = _SAMPLE.match(line)
             if not match:
                 continue
