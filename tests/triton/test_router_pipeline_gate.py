@@ -7,6 +7,7 @@ binds the head alone: what the gate's checks would see if the gate did nothing."
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,20 +18,28 @@ import pytest
 from ragsim import ACCURATE, FASTEST
 
 from compass.dataplane.metrics import (
+    GATE_WAITING_METRIC,
     MetricsUnavailableError,
     PrometheusQueueDepth,
     QueueDepthSource,
     TritonQueueDepth,
 )
-from compass.dataplane.triton import RouterReply, TritonRouter
+from compass.dataplane.triton import (
+    PIPELINE_SLOTS_PARAMETER,
+    RouterReply,
+    TritonRouter,
+    router_instances,
+)
 from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalPrometheus, LocalTriton
+from compass.lab.local_triton import LocalPrometheus, LocalTriton, assemble_repository
 from compass.lab.processes import wait_for
-from compass.lab.scenarios import rag_sim_triton
+from compass.lab.scenarios import COMPONENTS, rag_sim_triton
 from tiers import require_prometheus, require_tritonserver
 
 INSTANCES = 8
+# The image's gated router config (model-images/rag-sim/models/router/configs/gated.pbtxt).
+GATED = "gated"
 BURST = 6
 # rag-sim at its recorded latencies (130-330 ms): a request that occupies the pipeline
 # outlasts sending the burst behind it.
@@ -275,3 +284,27 @@ def test_behind_the_gate_admission_judges_a_request_without_a_deadline_by_the_ta
             router.admission = None
             router.binding = _table()
             router.switch(FASTEST)
+
+
+def test_the_images_gated_config_puts_the_router_behind_its_gate(tmp_path: Path) -> None:
+    """examples/rag-sim-triton.yaml runs the image with --model-config-name=gated
+    (model-images/rag-sim/models/router/configs/gated.pbtxt): the router then has 8 instances
+    behind a gate of 1, each on the gate's gauge; without the flag, one instance and no gate."""
+    require_tritonserver()
+    repository = assemble_repository(
+        "rag-sim", tmp_path / "models", {c: {"time_scale": "0"} for c in COMPONENTS}
+    )
+    for flags, instances, gauges in (((f"--model-config-name={GATED}",), 8, 8), ((), 1, 0)):
+        server = LocalTriton(repository=repository, extra_args=flags).start(tmp_path)
+        try:
+            router = TritonRouter(server.grpc_url)
+            config = router.model_config()
+            router.close()
+            assert router_instances(config) == instances
+            slots = config.get("parameters", {}).get(PIPELINE_SLOTS_PARAMETER, {})
+            assert slots.get("string_value") == ("1" if gauges else None)
+            with urllib.request.urlopen(server.metrics_url, timeout=5) as page:
+                text = page.read().decode()
+            assert text.count(f'{GATE_WAITING_METRIC}{{instance="') == gauges, text[-2000:]
+        finally:
+            server.stop()
