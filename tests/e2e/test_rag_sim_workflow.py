@@ -14,6 +14,9 @@ What the test changes in the example, and why (each is a comment where it is don
   even at a hundredth, against a budget of ~4 minutes for the whole tier);
 - the SLO is scaled by the time scale, like the components' latencies; the profiling Job makes
   fewer requests per configuration (1 + 20 instead of 3 + 50: 105 s here as shipped);
+- `spec.serving` loses its late binding and admission (this test is Elastico's: the router here
+  has no gate; the example's late binding is `compass demo --cluster`'s, tests/e2e/
+  test_demo_cluster.py);
 - `spec.serving` (copied into the generated ParetoPolicy) reads the queue through this
   machine's Prometheus (the example reads every pod's /metrics at the tick; here the Prometheus
   metrics source, still offered, is covered end to end), with the slack buffer, cooldowns and
@@ -174,12 +177,14 @@ def test_example_workflow_to_a_policy_that_switches_triton_under_a_spike(
     example = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     name = example["metadata"]["name"]
     # The shipped example with what this machine needs (the same changes `compass demo
-    # --cluster --queue-from prometheus` makes and prints: replayed scores, the time scale, fewer
-    # profiling requests, this machine's Prometheus).
+    # --cluster --whole-workflow --queue-from prometheus` makes and prints: replayed scores, the
+    # time scale, fewer profiling requests, this machine's Prometheus, and the example's late
+    # binding taken out: this test is Elastico's, switching the whole workflow).
     manifest, _ = adaptations(
         example,
         ClusterDemoSettings(
             output_dir=Path("."),  # unused: nothing is written
+            late_binding=False,
             time_scale=TIME_SCALE,
             measured_runs=PROFILE_RUNS,
             downscale_cooldown_s=DOWNSCALE_COOLDOWN_S / TIME_SCALE,

@@ -18,6 +18,7 @@ import yaml
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.conversion import policy_plan
+from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
 from tiers import unavailable
 
@@ -74,6 +75,16 @@ def test_workflow_example_is_a_compound_workflow() -> None:
     assert (document["apiVersion"], document["kind"]) == ("compass.io/v1alpha1", "CompoundWorkflow")
     spec = CompoundWorkflowSpec.model_validate(document["spec"])
     assert spec.slo.latency_ms == 1000
+    # Served with late binding: every parameter of the space bound by one of rag-sim's stages,
+    # each naming the component the pipeline calls; admission refuses what is late anyway.
+    binding = spec.serving.binding
+    assert binding.mode.value == "per-stage"
+    assert [s.models for s in binding.stages] == list(RAG_SIM_COMPONENTS)
+    assert [tuple(s.parameters) for s in binding.stages] == list(RAG_SIM_STAGE_PARAMS)
+    assert sorted(n for s in binding.stages for n in s.parameters) == sorted(
+        p.name for p in spec.space.parameters
+    )
+    assert spec.serving.admission.enabled
 
 
 def test_policy_example_is_a_plannable_pareto_policy() -> None:
@@ -123,6 +134,12 @@ def test_triton_example_is_what_the_workflow_and_the_policy_target() -> None:
     probe = container["readinessProbe"]["httpGet"]
     assert probe["path"] == "/v2/health/ready"
     assert ports[probe["port"]] == workflow.triton.http_port
+    # The router behind its gate, as the workflow's late binding needs: the image's command
+    # with its gated config (tests/triton/test_router_pipeline_gate.py serves that config).
+    dockerfile = (REPO / "model-images" / "rag-sim" / "Dockerfile").read_text()
+    command = json.loads(dockerfile.split("CMD ", 1)[1].replace("\\\n", " "))
+    assert container["args"] == [*command, "--model-config-name=gated"]
+    assert (REPO / "model-images/rag-sim/models/router/configs/gated.pbtxt").is_file()
 
 
 def test_policy_example_is_the_papers_front() -> None:

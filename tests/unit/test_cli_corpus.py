@@ -614,7 +614,23 @@ CASES = [
         ["demo", "--cluster", "--late-binding", "--queue-from", "prometheus"],
         "--queue-from",
     ),
-    Case("demo-binding-lag-alone", ["demo", "--cluster", "--binding-lag", "0.5"], "--binding-lag"),
+    Case("demo-binding-lag-alone", ["demo", "--binding-lag", "0.5"], "--binding-lag"),
+    Case("demo-whole-workflow-alone", ["demo", "--whole-workflow"], "--whole-workflow"),
+    Case(
+        "demo-whole-workflow-late-binding",
+        ["demo", "--cluster", "--whole-workflow", "--late-binding"],
+        "--whole-workflow",
+    ),
+    Case(
+        "demo-whole-workflow-binding-lag",
+        ["demo", "--cluster", "--whole-workflow", "--binding-lag", "0.5"],
+        "--binding-lag",
+    ),
+    Case(
+        "demo-binding-prometheus",
+        ["demo", "--cluster", "--queue-from", "prometheus"],
+        "--queue-from",
+    ),
     Case(
         "demo-binding-lag-range",
         ["demo", "--cluster", "--late-binding", "--binding-lag", "1.5"],

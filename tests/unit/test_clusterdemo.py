@@ -66,7 +66,12 @@ def test_the_adapted_example_changes_only_what_it_says() -> None:
     assert spec["evaluation"]["tau"] == shipped["evaluation"]["tau"]
     assert spec["profiling"]["nodeSelector"] == shipped["profiling"]["nodeSelector"]
     assert example["spec"]["evaluation"]["evaluator"] == {"type": "triton"}  # not mutated
-    assert len(notes) == 6
+    # The example's late binding is its own (served as it says): only the router's gate is
+    # this machine's, as examples/rag-sim-triton.yaml runs it.
+    assert spec["serving"]["binding"] == shipped["serving"]["binding"]
+    assert spec["serving"]["admission"] == shipped["serving"]["admission"]
+    assert len(notes) == 7
+    assert "compass_pipeline_slots" in notes[-1]
 
 
 def test_the_replay_ledger_rounds_scores_as_triton_returns_them() -> None:
@@ -203,23 +208,28 @@ def _rag_sim_profiles(scale: float) -> str:
 
 
 def test_late_binding_reaches_the_routers_table_through_the_workflow_and_the_operator() -> None:
-    """--late-binding's workflow: its serving.binding and admission go into the ParetoPolicy the
+    """The example's workflow: its serving.binding and admission go into the ParetoPolicy the
     workflow plans, and the operator's compiled table splits each front member's time by the
-    component times the profiling Job measured, with the lag cap and no wait rule."""
+    component times the profiling Job measured, with the lag cap and no wait rule.
+    --whole-workflow takes both out (and the gate): Elastico alone."""
     example = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     scale = 0.25
-    settings = ClusterDemoSettings(Path("out"), time_scale=scale, late_binding=True)
+    settings = ClusterDemoSettings(Path("out"), time_scale=scale)
     metrics = {"type": "triton", "url": "http://127.0.0.1:1/metrics"}
     manifest, notes = adaptations(example, settings, "ledger", metrics)
-    plain, plain_notes = adaptations(
-        example, ClusterDemoSettings(Path("out"), time_scale=scale), "ledger", metrics
+    whole, whole_notes = adaptations(
+        example,
+        ClusterDemoSettings(Path("out"), time_scale=scale, late_binding=False),
+        "ledger",
+        metrics,
     )
-    assert len(notes) == len(plain_notes) + 3
-    assert notes[: len(plain_notes)] == plain_notes
+    assert len(notes) == len(whole_notes)
+    assert notes[:-1] == whole_notes[:-1]
     assert "compass_pipeline_slots" in notes[-1]
+    assert "removed (--whole-workflow)" in whole_notes[-1]
     serving = manifest["spec"]["serving"]
     assert {k: v for k, v in serving.items() if k not in ("binding", "admission")} == (
-        plain["spec"]["serving"]
+        whole["spec"]["serving"]
     )
     assert serving["admission"] == {"enabled": True, "degradeAfter": 1}
     stages = serving["binding"]["stages"]
@@ -234,13 +244,12 @@ def test_late_binding_reaches_the_routers_table_through_the_workflow_and_the_ope
     assert sorted(named) == sorted(p["name"] for p in manifest["spec"]["space"]["parameters"])
 
     # The cap as --binding-lag and --binding-lag-reserve give it.
-    looser = ClusterDemoSettings(
-        Path("out"), late_binding=True, binding_lag_share=0.5, binding_lag_reserve=1
-    )
+    looser = ClusterDemoSettings(Path("out"), binding_lag_share=0.5, binding_lag_reserve=1)
     loose, loose_notes = adaptations(example, looser, "ledger", metrics)
     assert loose["spec"]["serving"]["binding"]["lagShare"] == 0.5
     assert loose["spec"]["serving"]["binding"]["lagReserve"] == 1
-    assert "lagShare 0.5, lagReserve 1" in loose_notes[-3]
+    assert "lagShare 0.3 -> 0.5, lagReserve 2 -> 1" in loose_notes[-2]
+    assert example["spec"]["serving"]["binding"]["lagShare"] == 0.3  # not mutated
 
     workflow = CompoundWorkflowSpec.model_validate(manifest["spec"])
     outcome = plan_policy(

@@ -454,7 +454,7 @@ class BindingStage(CamelModel):
 
 
 class BindingSettings(CamelModel):
-    """Late binding (experimental, issue 43): the routers bind each request's parameters stage
+    """Late binding (issue 43): the routers bind each request's parameters stage
     by stage, from its deadline and the work in flight at each component (docs/method.md,
     Late binding)."""
 
@@ -612,7 +612,7 @@ class ServingSettings(CamelModel):
 
     binding: BindingSettings = Field(
         default_factory=BindingSettings,
-        description="Late binding (experimental): who chooses each request's configuration.",
+        description="Late binding: who chooses each request's configuration.",
     )
 
     @model_validator(mode="after")

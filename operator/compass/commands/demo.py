@@ -24,8 +24,6 @@ from compass.evaluators.ledger import Ledger, ReplayEvaluator
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
 from compass.lab.clusterdemo import run_cluster_demo
 from compass.lab.clusterdemo_setup import (
-    BINDING_LAG_RESERVE,
-    BINDING_LAG_SHARE,
     ClusterDemoSettings,
 )
 from compass.lab.demo import DemoSettings, run_demo
@@ -73,25 +71,29 @@ def register(commands: Any, summary: str) -> None:
         "scrape (to see what that delay costs)",
     )
     demo.add_argument(
+        "--whole-workflow",
+        action="store_true",
+        help="with --cluster: serve with the policy's whole-workflow switching alone (Elastico), "
+        "the example's serving.binding and admission removed and the local router ungated, "
+        "instead of late binding behind the router's gate as the example serves",
+    )
+    demo.add_argument(
         "--late-binding",
         action="store_true",
-        help="with --cluster: the workflow served with late binding (serving.binding per-stage "
-        "for rag-sim's three stages, the lag cap (--binding-lag, --binding-lag-reserve), "
-        "admission.degradeAfter 1) "
-        "behind the local router's gate (8 instances, 1 pipeline slot), against the same "
-        "static ends",
+        help="with --cluster: late binding as the example serves it (the default; kept for "
+        "scripts that name it)",
     )
     demo.add_argument(
         "--binding-lag",
         metavar="SHARE",
-        help=f"with --late-binding: the lag cap's share of the SLO (binding.lagShare, in (0, 1]; "
-        f"default {BINDING_LAG_SHARE:g})",
+        help="with --cluster: the lag cap's share of the SLO instead of the example's "
+        "(binding.lagShare, in (0, 1]; the example's 0.3)",
     )
     demo.add_argument(
         "--binding-lag-reserve",
         metavar="N",
-        help="with --late-binding: the cap's share is of the SLO less N of the fastest's likely "
-        f"times (binding.lagReserve; default {BINDING_LAG_RESERVE})",
+        help="with --cluster: the cap's share is of the SLO less N of the fastest's likely "
+        "times instead of the example's (binding.lagReserve; the example's 2)",
     )
     demo.add_argument(
         "--time-scale",
@@ -149,18 +151,17 @@ def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: Searc
                     "--profile-runs", str(args.profile_runs or 20), "20", low=2
                 ),
                 queue_from=str(args.queue_from),
-                late_binding=bool(args.late_binding),
-                binding_lag_share=parse_number(
-                    "--binding-lag",
-                    str(args.binding_lag or BINDING_LAG_SHARE),
-                    "0.3",
-                    low=0,
-                    inclusive=False,
-                    high=1,
+                late_binding=not args.whole_workflow,
+                binding_lag_share=None
+                if args.binding_lag is None
+                else parse_number(
+                    "--binding-lag", str(args.binding_lag), "0.3", low=0, inclusive=False, high=1
                 ),
-                binding_lag_reserve=parse_int(
+                binding_lag_reserve=None
+                if args.binding_lag_reserve is None
+                else parse_int(
                     "--binding-lag-reserve",
-                    str(args.binding_lag_reserve or BINDING_LAG_RESERVE),
+                    str(args.binding_lag_reserve),
                     "2",
                     low=0,
                     high=MAX_LAG_RESERVE,
@@ -207,17 +208,21 @@ def demo_command(args: argparse.Namespace) -> int:
         fail("--cluster", "not with --search-only", "pass one of them")
     if args.queue_from != "triton" and not args.cluster:
         fail("--queue-from", "only with --cluster", "add --cluster, or leave --queue-from out")
-    if args.late_binding and not args.cluster:
-        fail("--late-binding", "only with --cluster", "add --cluster, or leave --late-binding out")
+    for flag in ("--whole-workflow", "--late-binding", "--binding-lag", "--binding-lag-reserve"):
+        given = getattr(args, flag[2:].replace("-", "_"))
+        if given not in (None, False) and not args.cluster:
+            fail(flag, "only with --cluster", f"add --cluster, or leave {flag} out")
+    if args.whole_workflow and args.late_binding:
+        fail("--whole-workflow", "not with --late-binding", "pass one of them")
     for flag in ("--binding-lag", "--binding-lag-reserve"):
-        if getattr(args, flag[2:].replace("-", "_")) is not None and not args.late_binding:
-            fail(flag, "only with --late-binding", f"add --late-binding, or leave {flag} out")
-    if args.late_binding and args.queue_from != "triton":
+        if getattr(args, flag[2:].replace("-", "_")) is not None and args.whole_workflow:
+            fail(flag, "not with --whole-workflow", f"leave {flag} out")
+    if args.queue_from != "triton" and not args.whole_workflow:
         fail(
             "--queue-from",
-            "not with --late-binding: the routers bind each request themselves, so where the "
-            "policy reads the queue changes nothing that serves them",
-            "leave --queue-from out",
+            "only with --whole-workflow: with late binding the routers bind each request "
+            "themselves, so where the policy reads the queue changes nothing that serves them",
+            "add --whole-workflow, or leave --queue-from out",
         )
     if args.search_only:
         return _run_search_only(options, settings)

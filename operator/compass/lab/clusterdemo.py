@@ -189,9 +189,10 @@ def run_cluster_demo(settings: ClusterDemoSettings, say: Reporter | None = None)
     out = settings.output_dir
     out.mkdir(parents=True, exist_ok=True)
     say.say(
-        f"compass demo --cluster{' --late-binding' if settings.late_binding else ''}: "
-        "examples/rag-sim-workflow.yaml through the operator on a local Kubernetes API server"
-        f"{', served with late binding' if settings.late_binding else ''}, into {shown(out)}/ "
+        f"compass demo --cluster{'' if settings.late_binding else ' --whole-workflow'}: "
+        "examples/rag-sim-workflow.yaml through the operator on a local Kubernetes API server, "
+        f"{'served with late binding' if settings.late_binding else 'whole-workflow switching'}"
+        f", into {shown(out)}/ "
         f"(rag-sim's latencies x{settings.time_scale:g}; every figure below is at the paper's "
         "scale)"
     )
@@ -539,6 +540,23 @@ class _Sampler:
             self.stop.wait(SAMPLE_EVERY_S)
 
 
+# How long the demo waits for the policy's status.served to count a run (two heartbeats).
+SERVED_WAIT_S = 25.0
+
+
+def _show_served(kube: Kube, name: str, answered: int) -> None:
+    """`kubectl get pp` once status.served counts (nearly) every request of the run just served,
+    or after SERVED_WAIT_S: the routers' own count of what they served, beside the demo's."""
+
+    def counted() -> bool:
+        served = kube.status(POLICY_PLURAL, name).get("served") or {}
+        return int(served.get("requests") or 0) >= 0.95 * answered
+
+    with contextlib.suppress(TimeoutError):
+        wait_for(counted, SERVED_WAIT_S, "status.served to count the run", 0.5)
+    kube.show("get", "pp")
+
+
 def _serve_three_ways(
     kube: Kube,
     name: str,
@@ -603,6 +621,10 @@ def _serve_three_ways(
             f"{run.accuracy:.4f}, {after - before} switches by the operator, {what} "
             f"({time.monotonic() - started:.0f} s)"
         )
+        if settings.late_binding:
+            # What the routers served, as the operator's status shows it (its SERVED column):
+            # written once a heartbeat, so it may take a few seconds to count the whole run.
+            _show_served(kube, name, len(run.answered))
         # Paused, the operator holds the routing at every tick and sends its tables with it:
         # with late binding on, the static runs would be bound too, and behind the gate a
         # request without a deadline is admitted (its take-up plus the SLO): both off.

@@ -1,6 +1,7 @@
 """`compass demo --cluster`'s settings and what it applies: examples/rag-sim-workflow.yaml adapted
-only as far as this machine needs (each change printed), with late binding behind the router's
-gate where asked, and the replay ledger the search reads (compass.lab.clusterdemo runs it)."""
+only as far as this machine needs (each change printed), served as the example says (late
+binding behind the router's gate) or, with --whole-workflow, by whole-workflow switching alone,
+and the replay ledger the search reads (compass.lab.clusterdemo runs it)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
-from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_SHARES, RAG_SIM_STAGE_PARAMS
+from compass.domain.binding import RAG_SIM_STAGE_PARAMS
 from compass.lab.demo import RUN_TITLES
 from compass.lab.devcluster import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "examples" / "rag-sim-workflow.yaml"
 TITLES = {**RUN_TITLES, "policy": "Elastico (operator)"}
 BINDING_TITLES = {**RUN_TITLES, "policy": "late binding (operator)"}
-# --late-binding: the routers' gate and lag cap as bench/serving_triton.py measured them best
-# (--pipeline-slots 1 --router-instances 8 --binding-lag 0.3 --binding-lag-reserve 2
-# --degrade-after 1; docs/method.md, "Behind the router's gate").
+# Late binding's router, as examples/rag-sim-triton.yaml runs it (model-images/rag-sim/models/
+# router/configs/gated.pbtxt): 8 instances behind a gate of 1 pipeline slot.
 BINDING_ROUTER_INSTANCES = 8
 BINDING_PIPELINE_SLOTS = 1
-BINDING_LAG_SHARE = 0.3
-BINDING_LAG_RESERVE = 2
 PROMETHEUS_SCRAPE_S = 0.5  # scaled: Prometheus' scrape interval when the queue is read through it
 
 
@@ -46,12 +45,13 @@ class ClusterDemoSettings:
     downscale_cooldown_s: float = 20.0
     slack_buffer_ms: float = 50.0
     queue_from: str = "triton"
-    # Late binding (issue 43) instead of Elastico's whole-workflow switching: the workflow's
-    # serving.binding per stage with the lag cap, admission without the wait rule, and the
-    # local router gated (BINDING_ROUTER_INSTANCES instances, BINDING_PIPELINE_SLOTS slot).
-    late_binding: bool = False
-    binding_lag_share: float = BINDING_LAG_SHARE
-    binding_lag_reserve: int = BINDING_LAG_RESERVE
+    # Late binding as the example serves it (its serving.binding and admission, the local
+    # router gated: BINDING_ROUTER_INSTANCES instances, BINDING_PIPELINE_SLOTS slot); False
+    # (--whole-workflow): both removed, Elastico's whole-workflow switching alone, ungated.
+    late_binding: bool = True
+    # The example's lag cap, replaced (None: as the example sets it).
+    binding_lag_share: float | None = None
+    binding_lag_reserve: int | None = None
 
     @property
     def titles(self) -> dict[str, str]:
@@ -118,62 +118,72 @@ def adaptations(
         f"0, slack buffer {settings.slack_buffer_ms * scale:g} ms (the defaults are for unscaled "
         "time)"
     )
-    if settings.late_binding:
-        notes += late_binding_adaptations(spec, settings)
+    notes += (
+        late_binding_adaptations(spec, settings)
+        if settings.late_binding
+        else whole_workflow_adaptations(spec)
+    )
     return manifest, notes
 
 
 def late_binding_serving(lag_share: float, lag_reserve: int) -> dict[str, Any]:
-    """The serving settings --late-binding gives the workflow (camelCase): rag-sim's three
-    stages bound per request with this lag cap, admission without the wait rule."""
-    return {
-        "binding": {
-            "mode": "per-stage",
-            "stages": [
-                {"component": component, "parameters": list(names), "share": share}
-                for component, names, share in zip(
-                    RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, RAG_SIM_SHARES, strict=True
-                )
-            ],
-            "lagShare": lag_share,
-            "lagReserve": lag_reserve,
-        },
-        "admission": {"enabled": True, "degradeAfter": 1},
-    }
+    """The example's serving.binding and admission with this lag cap (camelCase): rag-sim's
+    three stages bound per request, admission without the wait rule."""
+    serving = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))["spec"]["serving"]
+    binding = {**serving["binding"], "lagShare": lag_share, "lagReserve": lag_reserve}
+    return {"binding": binding, "admission": serving["admission"]}
 
 
 def late_binding_adaptations(spec: dict[str, Any], settings: ClusterDemoSettings) -> list[str]:
-    """--late-binding: the workflow's serving.binding and admission (changed in ``spec``), and
+    """The example's late binding checked, its lag cap replaced where asked (in ``spec``), and
     the local router's gate; one line each saying why."""
     serving = spec["serving"]
-    for key in ("binding", "admission", "routerInstances"):
-        if key in serving:
-            raise ValueError(f"{EXAMPLE} names serving.{key}: revisit compass.lab.clusterdemo")
-    space = {p["name"] for p in spec["space"]["parameters"]}
-    bound = {name for names in RAG_SIM_STAGE_PARAMS for name in names}
-    if bound != space:
+    binding = serving.get("binding") or {}
+    if binding.get("mode") != "per-stage" or not (serving.get("admission") or {}).get("enabled"):
         raise ValueError(
-            f"{EXAMPLE}'s parameters {sorted(space)} are not rag-sim's stages' {sorted(bound)}: "
+            f"{EXAMPLE} no longer serves with late binding and admission: revisit "
+            "compass.lab.clusterdemo"
+        )
+    stages = [tuple(stage["parameters"]) for stage in binding["stages"]]
+    space = {p["name"] for p in spec["space"]["parameters"]}
+    if stages != list(RAG_SIM_STAGE_PARAMS) or {n for st in stages for n in st} != space:
+        raise ValueError(
+            f"{EXAMPLE}'s stages {stages} are not rag-sim's {list(RAG_SIM_STAGE_PARAMS)}: "
             "revisit compass.lab.clusterdemo"
         )
-    serving.update(late_binding_serving(settings.binding_lag_share, settings.binding_lag_reserve))
-    described = "; ".join(
-        f"{component}: {', '.join(names)}"
-        for component, names in zip(RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, strict=True)
+    notes = []
+    lag_share = settings.binding_lag_share or binding.get("lagShare")
+    lag_reserve = (
+        binding.get("lagReserve", 0)
+        if settings.binding_lag_reserve is None
+        else settings.binding_lag_reserve
     )
-    return [
-        f"serving.binding per-stage ({described}), lagShare {settings.binding_lag_share:g}, "
-        f"lagReserve {settings.binding_lag_reserve}: the routers bind each request stage by "
-        "stage from the table the operator sends with every switch, a request's extra time "
-        f"leaving it at most {settings.binding_lag_share:g} x (SLO - "
-        f"{settings.binding_lag_reserve} fastest services) behind static fastest's schedule (the "
-        "stages' shares only where the profiles lack component times)",
-        "serving.admission enabled, degradeAfter 1: what is late whatever serves it is refused "
-        "at the first stage; no wait rule (the lag cap replaces it)",
+    if (lag_share, lag_reserve) != (binding.get("lagShare"), binding.get("lagReserve", 0)):
+        notes.append(
+            f"serving.binding lagShare {binding.get('lagShare')} -> {lag_share:g}, lagReserve "
+            f"{binding.get('lagReserve', 0)} -> {lag_reserve} (--binding-lag, "
+            "--binding-lag-reserve)"
+        )
+        binding.update(lagShare=lag_share, lagReserve=lag_reserve)
+    notes.append(
         f"the local router: {BINDING_ROUTER_INSTANCES} instances, compass_pipeline_slots "
-        f'"{BINDING_PIPELINE_SLOTS}" (the gate): requests are taken up as they arrive and wait '
-        "at the gate, seen there with their deadlines; a request without one (the load sends "
-        "none) gets its take-up + the SLO; the pod still serves one at a time",
+        f'"{BINDING_PIPELINE_SLOTS}" (the gate, as examples/rag-sim-triton.yaml runs it with '
+        "--model-config-name=gated): requests are taken up as they arrive and wait at the "
+        "gate, seen there with their deadlines; a request without one (the load sends none) "
+        "gets its take-up + the SLO; the pod still serves one at a time"
+    )
+    return notes
+
+
+def whole_workflow_adaptations(spec: dict[str, Any]) -> list[str]:
+    """--whole-workflow: the example's late binding and admission removed (in ``spec``), so the
+    operator's policy alone decides, for the whole workflow; one line saying why."""
+    serving = spec["serving"]
+    removed = [key for key in ("binding", "admission") if serving.pop(key, None) is not None]
+    return [
+        f"serving.{' and serving.'.join(removed) or 'binding'} removed (--whole-workflow): the "
+        "policy's whole-workflow switching alone (Elastico), the local router ungated (one "
+        "instance)"
     ]
 
 
