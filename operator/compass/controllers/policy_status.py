@@ -356,8 +356,9 @@ def status_patch(
     phase_s: float | None = None,
 ) -> dict[str, Any]:
     """What to write to the status: the changes, except routine ones (the observation time, the
-    queue depth seen, the arrivals samples, what the routers served, and the wording of the last decision and of
-    conditions whose status and reason stay), which wait for the heartbeat: an idle policy
+    queue depth seen, the arrivals samples, what the routers served, and the wording of the
+    last decision and of conditions whose status and reason stay), which wait for the
+    heartbeat: an idle policy
     should not write every second (the predictive strategy's reason quotes a rate that moves
     every tick), nor a loaded one (its queue moves every tick: a thousand policies under load
     would write a thousand times a second; the gauge compass_queue_depth is live). A

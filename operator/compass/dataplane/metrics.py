@@ -609,8 +609,9 @@ class PrometheusQueueDepth:
         )
 
     def served(self, window_s: float) -> ServedCounts | None:
-        """What the routers of the model the default query names served over ``window_s``
-        (PromQL increase(): counter resets handled there); None where no router counts."""
+        """What the routers of this source's model served over ``window_s``, selected by the
+        model label as the default queries are (PromQL increase(): counter resets handled
+        there); None where no router counts."""
         model = self.model
         if model is None:
             return None
