@@ -19,6 +19,8 @@ from typing import Any
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.dataplane.httpauth import HttpAuth
 from compass.dataplane.metrics import (
+    GATE_WAITING_METRIC,
+    PENDING_METRIC,
     MetricsReading,
     MetricsUnavailableError,
     SharedReads,
@@ -292,7 +294,7 @@ class FleetQueueDepth:
         """Which pods, which series."""
         names = ", ".join(e.name for e in self.endpoints()) or "no pods"
         return (
-            f"Triton metrics of {names}: nv_inference_pending_request_count"
+            f"Triton metrics of {names}: {PENDING_METRIC} + {GATE_WAITING_METRIC}"
             f"{{model={self.model!r}}}, {self.aggregate.value} over pods"
         )
 

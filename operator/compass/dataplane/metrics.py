@@ -780,8 +780,13 @@ class TritonQueueDepth:
         return self.http.rejected
 
     def describe(self) -> str:
-        """Metrics URL and series."""
-        return f"Triton metrics {self.metrics_url} {self.metric}{{model={self.model!r}}}"
+        """Metrics URL and series (the pending count with the gate's waiters: as read)."""
+        series = (
+            f"{PENDING_METRIC} + {GATE_WAITING_METRIC}"
+            if self.metric == PENDING_METRIC
+            else self.metric
+        )
+        return f"Triton metrics {self.metrics_url} {series}{{model={self.model!r}}}"
 
     def queue_depth(self) -> float:
         """Scrape once; the router's pending requests summed over versions."""
