@@ -194,6 +194,7 @@ def test_the_operator_beats_the_static_most_accurate_configuration(
     assert operator["compliance_pct"] > accurate["compliance_pct"]
     assert comparison["adaptations"]
     assert comparison["metrics"]["type"] in ("prometheus", "triton")
+    assert processes_under(out) == [], "the demo left processes running"
 
 
 def test_late_binding_reaches_the_routers_through_the_operator_and_binds_each_request(

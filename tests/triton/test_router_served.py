@@ -104,7 +104,13 @@ def test_prometheus_reads_what_the_routers_served(
     prometheus.start(tmp_path)
     try:
         source = PrometheusQueueDepth(prometheus.url, model="router")
+        # increase() counts from a series' first sample: one request of each configuration
+        # first, so that both series are there before the mix (as they are on a live router).
+        router.infer({"sample": 0})
+        router.infer({"sample": 0}, config=ACCURATE)  # an override: counted under no series
+        _serve_the_mix(router)
         wait_for(lambda: _depth_or_none(source) is not None, 10, "Prometheus's first scrape")
+        time.sleep(0.5)  # a few scrapes with the counters as they are now
         _serve_the_mix(router)
 
         def counted() -> ServedCounts | None:

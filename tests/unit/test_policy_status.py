@@ -485,9 +485,10 @@ def test_unobserved_fields_keep_their_previous_values() -> None:
 def test_served_is_named_by_the_front_and_kept_until_counted_again() -> None:
     fast, accurate = (t.profile for t in PLAN.thresholds)
     counts = ServedCounts({fast.key: 30.0, accurate.key: 10.0}, refused=2.0, seconds=59.6)
-    served = policy_status.served_status(counts, PLAN)
+    served = policy_status.served_status(counts, PLAN, NOW)
     assert ParetoPolicyStatus.model_validate({"served": served}).served is not None
     assert (served["windowSeconds"], served["requests"], served["refused"]) == (60, 40, 2)
+    assert served["observedTime"] == ISO
     assert served["accuracy"] == pytest.approx(
         round((30 * fast.accuracy + 10 * accurate.accuracy) / 40, 4)
     )

@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from compass.controllers import policy_compile, policy_handlers
+from compass.controllers.policy_handlers import PolicyMemory
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth
 from compass.dataplane.metrics import SERVED_METRIC, TritonQueueDepth
 from compass.domain.served import (
     SAMPLE_EVERY_S,
     CounterHistory,
+    RouterCounters,
     ServedCounts,
     served_view,
     summed,
@@ -26,49 +32,70 @@ FAST = json.dumps({"model": "small", "k": 1}, sort_keys=True)
 SLOW = json.dumps({"model": "large", "k": 3}, sort_keys=True)
 
 
+def _counters(fast: float, slow: float = 0.0, refused: float = 0.0) -> RouterCounters:
+    """One pod's counters, all on one instance."""
+    return RouterCounters({(FAST, "i0"): fast, (SLOW, "i0"): slow}, {"i0": refused})
+
+
 def _counts(fast: float, slow: float = 0.0, refused: float = 0.0) -> ServedCounts:
     return ServedCounts({FAST: fast, SLOW: slow}, refused)
 
 
 def test_the_window_counts_what_was_served_within_it() -> None:
     history = CounterHistory(keep_s=60.0)
-    for second, (fast, slow) in enumerate([(0, 0), (10, 0), (10, 5), (12, 9)]):
-        history.add(100.0 + 10 * second, _counts(fast, slow))
+    for step, (fast, slow) in enumerate([(0, 0), (10, 0), (10, 5), (12, 9)]):
+        history.add(100.0 + 10 * step, _counters(fast, slow))
     window = history.since(130.0, 60.0)
     assert window is not None
     assert dict(window.configs) == {FAST: 12.0, SLOW: 9.0}
     assert window.seconds == 30.0
-    # 15 s back: from the sample just before (t = 110), which covers all of them.
+    # 15 s back: the pair across its start (t = 110 to 120) counts its last half.
     recent = history.since(130.0, 15.0)
     assert recent is not None
-    assert dict(recent.configs) == {FAST: 2.0, SLOW: 9.0}
+    assert dict(recent.configs) == {FAST: 2.0, SLOW: 6.5}
     assert recent.seconds == 15.0
 
 
-def test_a_restarted_router_counts_from_zero_never_negative() -> None:
+def test_after_a_gap_in_the_readings_only_the_windows_share_counts() -> None:
+    # A pod unreadable for 600 s that served a request a second all along: the minute counts
+    # a minute's worth, not the ten it could not see.
     history = CounterHistory()
-    history.add(0.0, _counts(100, 50, refused=4))
-    history.add(10.0, _counts(110, 50, refused=4))
-    history.add(20.0, _counts(3, 1, refused=1))  # restarted: its counters began again
+    history.add(0.0, _counters(0))
+    history.add(600.0, _counters(600))
+    window = history.since(600.0, 60.0)
+    assert window is not None
+    assert window.configs[FAST] == pytest.approx(60.0)
+    assert window.seconds == 60.0
+
+
+def test_an_instance_that_restarted_counts_from_zero_the_others_as_they_were() -> None:
+    def pod(first: float, second: float, refused: float = 0.0) -> RouterCounters:
+        return RouterCounters({(FAST, "i0"): first, (FAST, "i1"): second}, {"i0": refused})
+
+    history = CounterHistory()
+    history.add(0.0, pod(1000, 1000, refused=4))
+    history.add(10.0, pod(1005, 1005, refused=4))
+    history.add(20.0, pod(1010, 2, refused=1))  # i1 restarted; i0 did not
     window = history.since(20.0, 60.0)
     assert window is not None
-    assert dict(window.configs) == {FAST: 13.0, SLOW: 1.0}
-    assert window.refused == 1.0
+    assert window.configs[FAST] == 5 + 5 + 5 + 2
+    assert window.refused == 1.0  # i0's refusals went 4 -> 4 -> 1: it restarted
 
 
 def test_one_reading_is_no_window_and_samples_are_kept_apart() -> None:
     history = CounterHistory(keep_s=60.0)
-    history.add(0.0, _counts(0))
+    history.add(0.0, _counters(0))
     assert history.since(0.0, 60.0) is None
     for tick in range(1, 200):  # a reading every second
-        history.add(float(tick), _counts(tick))
+        history.add(float(tick), _counters(tick))
     times = [t for t, _ in history.samples]
     assert times[-1] == 199.0  # the newest reading is always there
     assert all(b - a >= SAMPLE_EVERY_S for a, b in itertools.pairwise(times[:-1]))
     assert times[0] <= 199.0 - 60.0 < times[1]  # kept back to just before the longest window
     window = history.since(199.0, 60.0)
     assert window is not None
-    assert window.configs[FAST] == pytest.approx(window.seconds, abs=5)
+    assert window.seconds == 60.0
+    assert window.configs[FAST] == pytest.approx(60.0)  # a request a second
 
 
 def test_the_view_names_and_weighs_by_the_front() -> None:
@@ -146,6 +173,12 @@ def test_a_scrape_reads_the_counters_by_configuration(
     # Both instances' series of a configuration add up; another model's are not counted.
     assert dict(window.configs) == {FAST: 10.0, SLOW: 2.0}
     assert window.refused == 1.0
+    # A counter that cannot be read costs the view, never the queue's reading.
+    pod.update(fast="1e300")
+    clock[0] += 10.0
+    assert source.read().queue_depth == 2.0
+    assert source.served(60.0) == window  # nothing new counted from the bad page
+    pod.update(fast=5.0)
     fleet = FleetQueueDepth(lambda: [Endpoint("p0", "127.0.0.1:1", str(pod["url"]))], "router")
     fleet.read()
     pod.update(fast=6.0)
@@ -154,3 +187,49 @@ def test_a_scrape_reads_the_counters_by_configuration(
     by_fleet = fleet.served(60.0)
     assert by_fleet is not None
     assert dict(by_fleet.configs) == {FAST: 2.0}
+
+
+def test_a_failing_served_read_keeps_the_last_view_and_raises_nothing() -> None:
+    """status.served is read at most once a heartbeat, only on a tick whose queue was read,
+    and whatever that read raises (a bug included) costs the view alone."""
+    plan = policy_compile.compile_policy(_policy_spec(), generation=1)
+    fast_key = plan.plan.thresholds[0].profile.key
+
+    answers: list[ServedCounts | Exception] = [
+        ServedCounts({fast_key: 10.0}, 0.0, 60.0),
+        RuntimeError("a bug"),
+    ]
+
+    class Source:
+        asked = 0
+
+        def served(self, window_s: float) -> ServedCounts | None:
+            Source.asked += 1
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    memory = PolicyMemory(connections=SimpleNamespace(source=Source()))  # type: ignore[arg-type]
+    log = logging.getLogger("test")
+    first = policy_handlers._served(memory, plan, 100.0, log, observed=True)
+    assert first is not None
+    assert first["requests"] == 10
+    # Not due again within the heartbeat, nor on a tick without an observation.
+    assert policy_handlers._served(memory, plan, 101.0, log, observed=True) is first
+    assert policy_handlers._served(memory, plan, 200.0, log, observed=False) is first
+    assert Source.asked == 1
+    assert policy_handlers._served(memory, plan, 200.0, log, observed=True) is first
+    assert Source.asked == 2
+
+
+def _policy_spec() -> dict[str, Any]:
+    """A two-member policy (camelCase, as the API server hands it over)."""
+    return {
+        "front": [
+            {"config": {"model": "small"}, "accuracy": 0.7, "latencyMeanMs": 20, "latencyP95Ms": 23},
+            {"config": {"model": "large"}, "accuracy": 0.9, "latencyMeanMs": 33, "latencyP95Ms": 37},
+        ],
+        "slo": {"latencyMs": 150},
+        "routing": {"grpcEndpoint": "triton.serving:8001"},
+    }  # fmt: skip

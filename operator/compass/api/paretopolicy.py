@@ -763,6 +763,10 @@ class ServedStatus(CamelModel):
     (compass_router_served_total, compass_router_refused_total): with late binding, what each
     request was bound to; else what the policy routed (and admission degraded)."""
 
+    observed_time: str = Field(
+        description="When the routers' counters were read (RFC 3339): a time that stops moving "
+        "says they can no longer be read, and the counts are that old."
+    )
     window_seconds: Annotated[
         int, Field(ge=0, description="The span the counts cover, in s (up to 60).")
     ]
@@ -812,8 +816,9 @@ class ParetoPolicyStatus(CamelModel):
     )
     served: ServedStatus | None = Field(
         default=None,
-        description="What the routers served over the last minute (refreshed every 10 s; "
-        "unset where the routers do not count it).",
+        description="What the routers served over the last minute (refreshed with the status's "
+        "heartbeat, every 10 s or longer with many policies; unset where the routers do not "
+        "count it).",
     )
     policy_state: dict[str, Any] | None = Field(
         default=None,

@@ -89,7 +89,6 @@ from compass.controllers.policy_status import (
 from compass.controllers.runtime import Runtime, runtime_of
 from compass.dataplane.fleet import Endpoint, FleetSwitch
 from compass.dataplane.live import LiveLoop
-from compass.dataplane.metrics import MetricsUnavailableError
 from compass.dataplane.triton import RoutingError
 from compass.domain.elastico import Observation, PolicyState
 from compass.domain.served import SERVED_WINDOW_S
@@ -571,7 +570,7 @@ def _publish(
             conditions,
             generation,
             health.routing,
-            _served(memory, compiled, now, logger),
+            _served(memory, compiled, now, logger, observation is not None),
         )
     uid = str(body.get("metadata", {}).get("uid", ""))
     runtime.metrics.set_policy(namespace, name, uid, gauges)
@@ -603,25 +602,28 @@ def _publish(
 
 
 def _served(
-    memory: PolicyMemory, compiled: CompiledPolicy, now: float, logger: kopf.Logger
+    memory: PolicyMemory,
+    compiled: CompiledPolicy,
+    now: float,
+    logger: kopf.Logger,
+    observed: bool,
 ) -> dict[str, Any] | None:
     """status.served: the routers' counts over the last minute, asked of the metrics source at
     most once a heartbeat (through Prometheus that is a query; a direct scrape already holds
-    them); None while unknown (the status keeps what it showed)."""
+    them), and not on a tick whose queue could not be read; None while unknown (the status
+    keeps what it showed, with the time it was counted)."""
     connections = memory.connections
     source = None if connections is None else connections.source
     due = memory.served_read_at is None or now - memory.served_read_at >= STATUS_HEARTBEAT_S
-    if not due or source is None:
+    if not due or not observed or source is None:
         return memory.served
     memory.served_read_at = now
     try:
         counts = source.served(SERVED_WINDOW_S)
-    except MetricsUnavailableError as error:
-        # Only the view waits: the decisions read the queue on their own.
-        logger.debug(f"served counts unavailable: {error}")
-        return memory.served
-    if counts is not None:
-        memory.served = served_status(counts, compiled.plan)
+        if counts is not None:
+            memory.served = served_status(counts, compiled.plan, now)
+    except Exception as error:  # the view only: never the decision, the status or the Events
+        logger.warning(f"what the routers served could not be read: {error}")
     return memory.served
 
 

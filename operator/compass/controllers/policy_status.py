@@ -223,12 +223,13 @@ def build_status(
     return written
 
 
-def served_status(counts: ServedCounts, plan: Plan) -> dict[str, Any]:
-    """status.served from the routers' counts over a window, named and weighed by the plan's
-    front (rounded, so a steady mix writes the same status)."""
+def served_status(counts: ServedCounts, plan: Plan, now: float) -> dict[str, Any]:
+    """status.served from the routers' counts over a window read at ``now``, named and
+    weighed by the plan's front (rounded, so that a steady mix shows the same numbers)."""
     known = {t.profile.key: (t.profile.name, t.profile.accuracy) for t in plan.thresholds}
     view = served_view(counts, known)
     status = ServedStatus(
+        observed_time=rfc3339(now),
         window_seconds=round(view.seconds),
         requests=view.answered,
         refused=view.refused,

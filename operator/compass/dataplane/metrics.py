@@ -25,7 +25,7 @@ from urllib.parse import urlencode
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.urls import url_problem
 from compass.dataplane.httpauth import HttpAuth
-from compass.domain.served import CounterHistory, ServedCounts
+from compass.domain.served import CounterHistory, RouterCounters, ServedCounts
 
 LOG = logging.getLogger(__name__)
 # A metrics page larger than this is refused: Triton's is tens of kB, and an endpoint that
@@ -619,17 +619,18 @@ class PrometheusQueueDepth:
         by_config = self._vector(
             f'sum by (config) (increase({SERVED_METRIC}{{model="{model}"}}[{window}]))'
         )
-        if not by_config:
-            return None
         refused = self._vector(f'sum(increase({REFUSED_METRIC}{{model="{model}"}}[{window}]))')
+        if not by_config and not refused:
+            return None
         where = f"Prometheus {self.url} {SERVED_METRIC}"
-        configs = {
+        counted = {
             labels.get("config", ""): checked_count(value, "served count", where, MAX_COUNTER)
             for labels, value in by_config
         }
         total_refused = sum(
             checked_count(value, "refused count", where, MAX_COUNTER) for _, value in refused
         )
+        configs = {key: count for key, count in counted.items() if count > 0}
         return ServedCounts(configs, total_refused, window_s)
 
     def _vector(self, query: str) -> list[tuple[dict[str, str], float]]:
@@ -811,12 +812,12 @@ class TritonQueueDepth:
         with self.lock:
             return self.served_history.since(time.monotonic(), window_s)
 
-    def _scrape(self) -> tuple[float, list[float | None], ServedCounts | None]:
+    def _scrape(self) -> tuple[float, list[float | None], RouterCounters | None]:
         """The pending requests, the finished counters (success, failure) and the router's
-        served counters (None: it has none) now."""
+        served and refused counters (None: it has none, or one is unreadable) now."""
         data = self.http.get(self.metrics_url, self.timeout_s, self.describe())
         totals: dict[str, float] = {}
-        served: dict[str, float] = {}
+        counters: list[tuple[str, dict[str, str], str]] = []
         # Most of a page is other models' (a shared Triton serves many): skipped unparsed.
         selector = f'model="{self.model}"'
         for line in data.decode("utf-8", errors="replace").splitlines():
@@ -828,6 +829,11 @@ class TritonQueueDepth:
             labels = dict(_LABEL.findall(match["labels"] or ""))
             if labels.get("model") != self.model:
                 continue
+            if match["name"] in (SERVED_METRIC, REFUSED_METRIC):
+                # What the routers served is for the status alone: read apart, so that a bad
+                # counter never fails the queue's reading (and the decision with it).
+                counters.append((match["name"], labels, match["value"]))
+                continue
             try:
                 value = float(match["value"])
             except ValueError as error:
@@ -836,9 +842,6 @@ class TritonQueueDepth:
                     f"{self.describe()}: an unreadable sample value"
                 ) from error
             totals[match["name"]] = totals.get(match["name"], 0.0) + value
-            if match["name"] == SERVED_METRIC:
-                config = _label_value(labels.get("config", ""))
-                served[config] = served.get(config, 0.0) + value
         if self.metric not in totals:
             raise MetricsUnavailableError(
                 f"{self.describe()}: no such series (is the model loaded?)"
@@ -854,19 +857,34 @@ class TritonQueueDepth:
             else None
             for k in ("success", "failure")
         ]
-        counted = None
-        # A router that counts shows its refused counter from the start (its served ones only
-        # once it served something): from the first reading on, a window can be had.
-        if SERVED_METRIC in totals or REFUSED_METRIC in totals:
-            where = f"{self.describe()} {SERVED_METRIC}"
-            counted = ServedCounts(
-                {
-                    k: checked_count(v, "served count", where, MAX_COUNTER)
-                    for k, v in served.items()
-                },
-                checked_count(totals.get(REFUSED_METRIC, 0.0), "refused", where, MAX_COUNTER),
-            )
-        return pending, finished, counted
+        return pending, finished, self._router_counters(counters)
+
+    def _router_counters(
+        self, samples: list[tuple[str, dict[str, str], str]]
+    ) -> RouterCounters | None:
+        """The router's counters per series from their samples (name, labels, value); None
+        where it has none (a router without them: its refused counter exists from its start)
+        or one is unreadable (logged; the queue is read all the same)."""
+        if not samples:
+            return None
+        served: dict[tuple[str, str], float] = {}
+        refused: dict[str, float] = {}
+        where = f"{self.describe()} {SERVED_METRIC}"
+        try:
+            for name, labels, text in samples:
+                try:
+                    value = checked_count(float(text), name, where, MAX_COUNTER)
+                except ValueError as error:
+                    raise MetricsUnavailableError(f"{where}: an unreadable {name}") from error
+                instance = _label_value(labels.get("instance", ""))
+                if name == SERVED_METRIC:
+                    served[_label_value(labels.get("config", "")), instance] = value
+                else:
+                    refused[instance] = value
+        except MetricsUnavailableError as error:
+            LOG.warning("%s", error)
+            return None
+        return RouterCounters(served, refused)
 
     def _count(self, finished: float, pending: float) -> float:
         """Arrivals so far: finished + pending, held at its highest until the server restarts.

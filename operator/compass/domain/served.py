@@ -39,15 +39,24 @@ class ServedCounts:
         return ServedCounts(configs, self.refused + other.refused, max(self.seconds, other.seconds))
 
 
+@dataclass(frozen=True)
+class RouterCounters:
+    """A pod's router counters as read: each instance's served count per configuration (by
+    (configuration key, instance)) and refused count (by instance)."""
+
+    served: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    refused: Mapping[str, float] = field(default_factory=dict)
+
+
 @dataclass
 class CounterHistory:
-    """One router's counters sampled over time (at most one sample every SAMPLE_EVERY_S, kept
-    for the longest window asked), to tell what they counted over a recent window."""
+    """One pod's router counters sampled over time (at most one sample every SAMPLE_EVERY_S,
+    kept for the longest window asked), to tell what they counted over a recent window."""
 
     keep_s: float = SERVED_WINDOW_S
-    samples: list[tuple[float, ServedCounts]] = field(default_factory=list)
+    samples: list[tuple[float, RouterCounters]] = field(default_factory=list)
 
-    def add(self, now: float, counters: ServedCounts) -> None:
+    def add(self, now: float, counters: RouterCounters) -> None:
         """Record the counters read at ``now``: the newest sample is kept, and replaced while
         it is within SAMPLE_EVERY_S of the one before it, so a read every tick keeps one
         sample every SAMPLE_EVERY_S and the latest."""
@@ -60,23 +69,29 @@ class CounterHistory:
             del self.samples[0]
 
     def since(self, now: float, window_s: float) -> ServedCounts | None:
-        """What the counters counted from the oldest sample within ``window_s`` before ``now``
-        to the newest (``seconds``: that span); None before two samples. A counter that went
-        down was reset (its server restarted): what it shows counts as new."""
+        """What the counters counted over the ``window_s`` before ``now`` (``seconds``: the
+        span the samples cover, at most the window); None before two samples. Each series (a
+        configuration's or the refusals, of one instance) is differenced on its own, and one
+        that went down was reset (its instance restarted): what it shows counts as new. A
+        pair of samples across the window's start counts the share of its increase that falls
+        in the window, as if spread evenly over it (after a gap in the readings too)."""
         start = now - window_s
-        kept = [sample for sample in self.samples if sample[0] >= start]
-        earlier = [sample for sample in self.samples if sample[0] < start]
+        kept = [sample for sample in self.samples if sample[0] > start]
+        earlier = [sample for sample in self.samples if sample[0] <= start]
         if earlier:
-            kept.insert(0, earlier[-1])  # from just before the window: it covers all of it
+            kept.insert(0, earlier[-1])
         if len(kept) < 2:
             return None
         configs: dict[str, float] = {}
         refused = 0.0
-        for (_, before), (_, after) in itertools.pairwise(kept):
-            for key, count in after.configs.items():
-                configs[key] = configs.get(key, 0.0) + _increase(before.configs.get(key), count)
-            refused += _increase(before.refused, after.refused)
-        span = min(kept[-1][0] - kept[0][0], window_s)
+        for (t0, before), (t1, after) in itertools.pairwise(kept):
+            inside = 1.0 if t0 >= start else (t1 - start) / (t1 - t0)
+            for (key, instance), count in after.served.items():
+                was = before.served.get((key, instance))
+                configs[key] = configs.get(key, 0.0) + inside * _increase(was, count)
+            for instance, count in after.refused.items():
+                refused += inside * _increase(before.refused.get(instance), count)
+        span = kept[-1][0] - max(kept[0][0], start)
         return ServedCounts({k: v for k, v in configs.items() if v > 0}, refused, span)
 
 
@@ -135,13 +150,13 @@ def served_view(
 
 def _name_of(key: str) -> str:
     """A configuration's short name from its canonical key (values joined by '/'); a key that
-    is not one (the routers' "other") as it is."""
+    is not one (the routers' "other", an empty configuration) as it is."""
     try:
         config = json.loads(key)
     except ValueError:
         return key
-    if not isinstance(config, dict):
-        return key
+    if not isinstance(config, dict) or not config:
+        return key or "(none)"
     return "/".join(str(value) for value in config.values())
 
 
