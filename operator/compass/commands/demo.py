@@ -66,9 +66,9 @@ def register(commands: Any, summary: str) -> None:
         "--queue-from",
         choices=("triton", "prometheus"),
         default="triton",
-        help="with --cluster: where the operator's policy reads the queue: every Triton's "
-        "/metrics at each tick (default, as examples/rag-sim-workflow.yaml), or Prometheus' last "
-        "scrape (to see what that delay costs)",
+        help="with --cluster --whole-workflow: where the operator's policy reads the queue: "
+        "every Triton's /metrics at each tick (default, as examples/rag-sim-workflow.yaml), or "
+        "Prometheus' last scrape (to see what that delay costs)",
     )
     demo.add_argument(
         "--whole-workflow",

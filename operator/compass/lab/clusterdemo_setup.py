@@ -160,7 +160,7 @@ def late_binding_adaptations(spec: dict[str, Any], settings: ClusterDemoSettings
     )
     if (lag_share, lag_reserve) != (binding.get("lagShare"), binding.get("lagReserve", 0)):
         notes.append(
-            f"serving.binding lagShare {binding.get('lagShare')} -> {lag_share:g}, lagReserve "
+            f"serving.binding lagShare {binding.get('lagShare')} -> {lag_share}, lagReserve "
             f"{binding.get('lagReserve', 0)} -> {lag_reserve} (--binding-lag, "
             "--binding-lag-reserve)"
         )
