@@ -1441,6 +1441,9 @@ class TritonPythonModel:
         """Answer each request; one bad request fails alone, never the others."""
         responses = []
         for request in requests:
+            # What _run served (its key; None: nothing to count), counted here: after the gate's
+            # slot is given back, so the count never lengthens the pipeline's turn.
+            self.served_key = None
             try:
                 serve = self._control if self.role == "control" else self._serve
                 responses.append(serve(request))
@@ -1449,6 +1452,8 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(error=_unavailable(str(error))))
             except Exception as error:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))
+            if self.served_key is not None:
+                self.counters.served_one(self.served_key)
         return responses
 
     def _serve(self, request):
@@ -1543,7 +1548,7 @@ class TritonPythonModel:
         if times is not None and isinstance(result, dict):
             result = {**result, COMPONENT_TIMES_KEY: times}
         if not override:
-            self.counters.served_one(key)
+            self.served_key = key
         return pb_utils.InferenceResponse(
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )
@@ -1584,7 +1589,7 @@ class TritonPythonModel:
         if times is not None and isinstance(result, dict):
             result = {**result, COMPONENT_TIMES_KEY: times}
         key = config.key()
-        self.counters.served_one(key)
+        self.served_key = key
         return pb_utils.InferenceResponse(
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
         )
