@@ -2,38 +2,26 @@
 
 from __future__ import annotations
 
-import contextlib
-import heapq
-import http.client
-import itertools
 import json
 import logging
 import math
 import re
-import socket
-import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from email.message import Message
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.api.urls import url_problem
 from compass.dataplane.httpauth import HttpAuth
+from compass.dataplane.metricshttp import Http, checked_url, excerpt
+
+# The sources' error, where their callers have always found it.
+from compass.dataplane.metricshttp import MetricsUnavailableError as MetricsUnavailableError
 from compass.domain.served import CounterHistory, RouterCounters, ServedCounts
 
 LOG = logging.getLogger(__name__)
-# A metrics page larger than this is refused: Triton's is tens of kB, and an endpoint that
-# streams without end must not fill the operator's memory.
-MAX_METRICS_BYTES = 8 * 1024 * 1024
-# What the log may keep of an answer: this many characters, printable ASCII only. Nothing a
-# server answers goes into an error message, so none of it reaches a status or an Event.
-EXCERPT_CHARS = 200
 # What a number read from a metric may be; past these it is a failed read (the policy holds as
 # for a missing metric), never a decision: no pod queues a billion requests, a float counter
 # past 2**53 no longer counts by one, a sample older than a day is no reading of now, and a
@@ -42,310 +30,6 @@ MAX_QUEUE_DEPTH = 1e9
 MAX_COUNTER = 2.0**53
 MAX_SAMPLE_AGE_S = 86_400.0
 MAX_FUTURE_S = 300.0
-# Local socket, resolver and TLS failures, named in a fixed vocabulary (first match wins).
-_CONNECTION_FAILURES = (
-    ("Hostname mismatch", "TLS: the server's certificate is not for this host"),
-    ("IP address mismatch", "TLS: the server's certificate is not for this address"),
-    (
-        "CERTIFICATE_VERIFY_FAILED",
-        "TLS: the server's certificate is not signed by a trusted CA; give its CA "
-        "(metrics.authentication.tls.caKey)",
-    ),
-    ("WRONG_VERSION_NUMBER", "TLS handshake failed (is it an http:// endpoint?)"),
-    ("SSL", "TLS handshake failed"),
-    ("Name or service not known", "name not resolved"),
-    ("NameResolution", "name not resolved"),
-    ("nodename nor servname", "name not resolved"),
-    ("Connection refused", "connection refused"),
-    ("timed out", "timed out"),
-    ("Network is unreachable", "network unreachable"),
-)
-
-
-def excerpt(data: bytes | str) -> str:
-    """A short excerpt of what a server answered, safe for a log line."""
-    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
-    shown = "".join(c if " " <= c <= "~" else "?" for c in text[:EXCERPT_CHARS])
-    return shown + ("..." if len(text) > EXCERPT_CHARS else "")
-
-
-def connection_failure(error: BaseException) -> str:
-    """Why a connection failed, in a fixed vocabulary (never a server's words)."""
-    reason = getattr(error, "reason", None)  # a URLError wraps the socket's or ssl's error
-    text = f"{error} {reason!r}" if isinstance(reason, BaseException) else str(error)
-    return next((why for needle, why in _CONNECTION_FAILURES if needle in text), "cannot connect")
-
-
-def _checked_url(url: str) -> str:
-    """The URL if it is http(s)://host[:port][/path]; ValueError otherwise (the API checks the
-    same at admission: this is the data plane's own guard)."""
-    problem = url_problem(url)
-    if problem is not None:
-        raise ValueError(f"metrics URL {problem}")
-    return url
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is an HTTP error: following it would reach a host nobody checked."""
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: Message,
-        newurl: str,
-    ) -> None:
-        """Never follow."""
-        return None
-
-
-class _Deadline:
-    """One request's deadline for the whole of it: connect, headers and body together.
-
-    A socket timeout bounds each read alone, so a server that sends a byte just within it (a
-    large Content-Length, then a byte a second) would hold the reading thread for ever. When
-    the deadline passes, the watchdog shuts the request's sockets down: the blocked read
-    returns at once, with an error or a short answer, and ``expired`` says why.
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.at = time.monotonic() + seconds
-        self.expired = False
-        self._done = False
-        self._sockets: list[socket.socket] = []
-        self._lock = threading.Lock()
-
-    def remaining(self) -> float:
-        """Seconds left (a little at least, so a connect gets a positive timeout)."""
-        return max(self.at - time.monotonic(), 0.001)
-
-    def watch(self, sock: socket.socket) -> None:
-        """Shut ``sock`` down when the deadline passes (its duplicate: a TLS wrapper detaches
-        the original, and a duplicate's shutdown stops the same connection)."""
-        copy = sock.dup()
-        with self._lock:
-            if not self._done and not self.expired:
-                self._sockets.append(copy)
-                return
-        _shut(copy)
-
-    def expire(self) -> None:
-        """The deadline passed: stop every read of the request (nothing once finished)."""
-        with self._lock:
-            if self._done:
-                return
-            self.expired = True
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            _shut(sock)
-
-    def finish(self) -> None:
-        """The request is over: the watchdog leaves its sockets alone."""
-        with self._lock:
-            self._done = True
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            sock.close()
-
-    @property
-    def done(self) -> bool:
-        """Whether the request is over (finished or expired)."""
-        return self._done or self.expired
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    sock.close()
-
-
-class _Watchdog:
-    """One thread for every deadline in the process: expires each when due."""
-
-    def __init__(self) -> None:
-        self._due: list[tuple[float, int, _Deadline]] = []
-        self._order = itertools.count()
-        self._wake = threading.Condition()
-        self._thread: threading.Thread | None = None
-
-    def watch(self, deadline: _Deadline) -> None:
-        """Expire ``deadline`` when it passes (unless it is finished first)."""
-        with self._wake:
-            heapq.heappush(self._due, (deadline.at, next(self._order), deadline))
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="compass-http-deadlines", daemon=True
-                )
-                self._thread.start()
-            self._wake.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._wake:
-                while not self._due or self._due[0][0] > time.monotonic():
-                    if self._due and self._due[0][2].done:
-                        heapq.heappop(self._due)
-                        continue
-                    wait = self._due[0][0] - time.monotonic() if self._due else None
-                    self._wake.wait(wait)
-                _, _, deadline = heapq.heappop(self._due)
-            deadline.expire()
-
-
-_WATCHDOG = _Watchdog()
-
-
-class _DeadlineRequest(urllib.request.Request):
-    """A GET that carries its deadline to the connection that serves it."""
-
-    def __init__(self, url: str, headers: dict[str, str], deadline: _Deadline) -> None:
-        super().__init__(url, headers=headers)
-        self.deadline = deadline
-
-
-def _watched_connection(
-    base: type[http.client.HTTPConnection], deadline: _Deadline | None
-) -> Callable[..., http.client.HTTPConnection]:
-    """``base`` whose socket the deadline watches from the moment it is connected (so a TLS
-    handshake, the headers and the body are all within it), its connect bounded by what is
-    left of it."""
-
-    def connection(host: str, **kwargs: Any) -> http.client.HTTPConnection:
-        made = base(host, **kwargs)
-        if deadline is None:
-            return made
-        create = made._create_connection  # type: ignore[attr-defined]  # http.client's hook
-
-        def connect(address: Any, timeout: Any = None, source: Any = None) -> socket.socket:
-            limit = deadline.remaining() if timeout is None else min(timeout, deadline.remaining())
-            sock: socket.socket = create(address, limit, source)
-            deadline.watch(sock)
-            return sock
-
-        made._create_connection = connect  # type: ignore[attr-defined]
-        return made
-
-    return connection
-
-
-def _deadline_of(req: urllib.request.Request) -> _Deadline | None:
-    deadline = getattr(req, "deadline", None)
-    return deadline if isinstance(deadline, _Deadline) else None
-
-
-class _HTTPHandler(urllib.request.HTTPHandler):
-    """http:// under the request's deadline."""
-
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_watched_connection(http.client.HTTPConnection, _deadline_of(req)), req)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    """https:// under the request's deadline, verified against ``context``."""
-
-    def __init__(self, context: ssl.SSLContext | None) -> None:
-        super().__init__(context=context)
-        self.tls = context
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        https = http.client.HTTPSConnection
-        return self.do_open(_watched_connection(https, _deadline_of(req)), req, context=self.tls)
-
-
-def _http_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
-    """An opener for http and https only (urlopen's default also reads file:// and ftp://),
-    that follows no redirect (so no credential is ever sent to a host it names); https
-    verifies against ``context`` (default: the system's roots). A request made as a
-    ``_DeadlineRequest`` has its sockets shut when its deadline passes."""
-    opener = urllib.request.OpenerDirector()
-    for handler in (
-        urllib.request.ProxyHandler(),
-        _HTTPHandler(),
-        _HTTPSHandler(context),
-        urllib.request.HTTPDefaultErrorHandler(),
-        _NoRedirects(),
-        urllib.request.HTTPErrorProcessor(),
-    ):
-        opener.add_handler(handler)
-    return opener
-
-
-_OPENER = _http_opener()
-
-
-def _http_status(code: int, authenticated: bool = False) -> str:
-    """An HTTP error status as the conditions show it."""
-    if 300 <= code < 400:
-        return f"HTTP {code}: redirects are not followed; give the final URL"
-    if code in (401, 403):
-        return (
-            f"HTTP {code}: the credentials were refused; check the Secret's values "
-            "(metrics.authentication)"
-            if authenticated
-            else f"HTTP {code}: the endpoint requires authentication; set metrics.authentication"
-        )
-    return f"HTTP {code}"
-
-
-class _Http:
-    """GETs with one source's headers and TLS trust: bounded answers, no redirects, and the
-    server's words in the log only."""
-
-    def __init__(self, auth: HttpAuth | None) -> None:
-        self.auth = auth
-        self.headers = {} if auth is None else auth.request_headers()
-        self.opener = _OPENER if auth is None else _http_opener(auth.ssl_context())
-        # Credentials sent: a header from the Secret, or a client certificate (mutual TLS).
-        self.authenticated = "Authorization" in self.headers or (
-            auth is not None and auth.client_cert_pem is not None
-        )
-        # The last answer was 401 or 403: the caller reads the Secret again.
-        self.rejected = False
-
-    def get(self, url: str, timeout_s: float, where: str) -> bytes:
-        """The body of a 200; MetricsUnavailableError naming ``where`` otherwise. The whole
-        request, connect to last byte, takes at most ``timeout_s``."""
-        deadline = _Deadline(timeout_s)
-        request = _DeadlineRequest(url, self.headers, deadline)
-        _WATCHDOG.watch(deadline)
-        try:
-            with self.opener.open(request, timeout=timeout_s) as response:
-                data: bytes = response.read(MAX_METRICS_BYTES + 1)
-        except urllib.error.HTTPError as error:
-            self.rejected = error.code in (401, 403)
-            # The status line's reason and the body are the server's words: the log only.
-            LOG.warning("%s answered HTTP %s: %s", where, error.code, excerpt(error.msg))
-            why = _http_status(error.code, self.authenticated)
-            raise MetricsUnavailableError(f"{where}: {why}") from error
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
-            if deadline.expired:
-                raise self._late(where, timeout_s) from error
-            why = (
-                "the answer was cut short"
-                if isinstance(error, http.client.HTTPException)
-                else connection_failure(error)
-            )
-            raise MetricsUnavailableError(f"{where}: {why}") from error
-        finally:
-            deadline.finish()
-        if deadline.expired:  # an answer without a length ends at the shutdown: cut short
-            raise self._late(where, timeout_s)
-        self.rejected = False
-        if len(data) > MAX_METRICS_BYTES:
-            raise MetricsUnavailableError(
-                f"{where}: the answer is larger than {MAX_METRICS_BYTES} bytes"
-            )
-        return data
-
-    @staticmethod
-    def _late(where: str, timeout_s: float) -> MetricsUnavailableError:
-        LOG.warning("%s: no whole answer within %g s: the connection is closed", where, timeout_s)
-        return MetricsUnavailableError(
-            f"{where}: timed out: no whole answer within {timeout_s:g} s"
-        )
 
 
 PENDING_METRIC = "nv_inference_pending_request_count"
@@ -400,10 +84,6 @@ class MetricsReading:
     arrivals_total: float | None = None
     pods: int = 1
     age_s: float = 0.0
-
-
-class MetricsUnavailableError(RuntimeError):
-    """The queue depth could not be read; the message names the source and the cause."""
 
 
 def _shown(value: float) -> str:
@@ -556,7 +236,7 @@ class PrometheusQueueDepth:
         shared: SharedReads | None = None,
         model: str | None = None,
     ) -> None:
-        self.url = _checked_url(url)
+        self.url = checked_url(url)
         # The router model whose served counters served() reads (None: it reads none).
         self.model = model
         self.pods = pods
@@ -566,7 +246,7 @@ class PrometheusQueueDepth:
         self.age_query = age_query
         self.timeout_s = timeout_s
         # No retries: the caller polls every second and must hear of an outage now.
-        self.http = _Http(auth)
+        self.http = Http(auth)
 
     @property
     def auth_rejected(self) -> bool:
@@ -763,11 +443,11 @@ class TritonQueueDepth:
         auth: HttpAuth | None = None,
         shared: SharedReads | None = None,
     ) -> None:
-        self.metrics_url = _checked_url(metrics_url)
+        self.metrics_url = checked_url(metrics_url)
         self.model = model
         self.metric = metric
         self.timeout_s = timeout_s
-        self.http = _Http(auth)
+        self.http = Http(auth)
         self.shared = shared
         # The arrivals counter given at the last reading and the finished count behind it.
         self.counted: tuple[float, float] | None = None
