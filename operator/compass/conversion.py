@@ -19,8 +19,8 @@ from compass.api.paretopolicy import (
     ParetoPolicySpec,
     ServingSettings,
     SloSpec,
-    ThresholdStatus,
 )
+from compass.api.paretopolicy_status import ThresholdStatus
 from compass.domain.admission import Admission, AdmissionPoint, router_admission
 from compass.domain.binding import RATE_HEADROOM, router_table, stage_plan
 from compass.domain.bindingsim import ROUTER_POLL_S, RateView

@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 
 from compass.api.crds import PARETO_POLICY, build_crd
 from compass.api.metricsource import MetricsSourceType
-from compass.api.paretopolicy import ConditionType, ParetoPolicyStatus
+from compass.api.paretopolicy_status import ConditionType, ParetoPolicyStatus
 from compass.commands.main import main
 from compass.controllers import policy_compile, policy_conditions, policy_decisions, policy_status
 from compass.controllers.manager import _quiet_timer_successes, scope

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compass.api.paretopolicy import ConditionType
+from compass.api.paretopolicy_status import ConditionType
 from compass.controllers import policy_conditions
 from compass.controllers.policy_decisions import Claim, claim_of, claimant, target_key
 

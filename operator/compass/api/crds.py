@@ -18,7 +18,8 @@ from compass.api.meta import (
     WORKFLOW_KIND,
     WORKFLOW_PLURAL,
 )
-from compass.api.paretopolicy import ParetoPolicySpec, ParetoPolicyStatus
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.api.paretopolicy_status import ParetoPolicyStatus
 from compass.api.rules import VALIDATIONS
 from compass.api.schema import structural_schema
 

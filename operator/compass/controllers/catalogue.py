@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from compass.api.compoundworkflow import WorkflowConditionType
 from compass.api.meta import POLICY_KIND, WORKFLOW_KIND
-from compass.api.paretopolicy import ConditionType
+from compass.api.paretopolicy_status import ConditionType
 from compass.controllers.metricsauth import REASON as METRICS_CREDENTIALS
 
 

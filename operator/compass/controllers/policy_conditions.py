@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from compass.api.conditions import Condition
-from compass.api.paretopolicy import MAX_LAGGING_PODS, ConditionType, LaggingPod, RoutingStatus
+from compass.api.paretopolicy_status import (
+    MAX_LAGGING_PODS,
+    ConditionType,
+    LaggingPod,
+    RoutingStatus,
+)
 from compass.controllers.conditions import find_condition, parse_conditions, set_conditions
 from compass.controllers.policy_decisions import NOT_PAUSED, Pause
 

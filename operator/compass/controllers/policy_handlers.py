@@ -23,7 +23,7 @@ import kopf
 from kubernetes import client
 
 from compass.api.meta import GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
-from compass.api.paretopolicy import RoutingStatus
+from compass.api.paretopolicy_status import RoutingStatus
 from compass.controllers import kubeapi, metricsauth
 from compass.controllers.endpoints import (
     SERVICE_NAME_LABEL,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from compass.api.paretopolicy import (
+from compass.api.paretopolicy_status import (
     ActiveConfiguration,
     BlendStatus,
     ConditionType,
