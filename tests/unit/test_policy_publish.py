@@ -11,11 +11,11 @@ import kopf
 import pytest
 from test_policy_scheduler import policy_spec
 
-from compass.controllers import policy_handlers
+from compass.controllers import policy_publish
 from compass.controllers.policy_compile import compile_policy
 from compass.controllers.policy_conditions import Health
 from compass.controllers.policy_decisions import NOT_PAUSED, Pause
-from compass.controllers.policy_handlers import PolicyMemory, _publish
+from compass.controllers.policy_publish import PolicyMemory, publish
 from compass.controllers.runtime import Runtime
 from compass.domain.elastico import Observation
 
@@ -32,7 +32,7 @@ def test_reworded_conditions_wait_for_the_heartbeat(monkeypatch: pytest.MonkeyPa
     }
     written: list[tuple[float, dict[str, Any]]] = []
     worked_out: list[float] = []
-    build = policy_handlers.build_status
+    build = policy_publish.build_status
 
     def write(runtime: Runtime, body: Any, changes: dict[str, Any], *args: Any) -> bool:
         written.append((args[-1], changes))
@@ -42,8 +42,8 @@ def test_reworded_conditions_wait_for_the_heartbeat(monkeypatch: pytest.MonkeyPa
         worked_out.append(args[2].time)
         return build(*args, **kwargs)
 
-    monkeypatch.setattr(policy_handlers, "_write_status", write)
-    monkeypatch.setattr(policy_handlers, "build_status", counted)
+    monkeypatch.setattr(policy_publish, "_write_status", write)
+    monkeypatch.setattr(policy_publish, "build_status", counted)
     memory = PolicyMemory(heartbeat_s=HEARTBEAT_S, phase_s=0.0)
     runtime = Runtime()
     logger: Any = kopf.LocalObjectLogger(body=body, settings=kopf.OperatorSettings())
@@ -56,7 +56,7 @@ def test_reworded_conditions_wait_for_the_heartbeat(monkeypatch: pytest.MonkeyPa
         )
         observation = Observation(now, 0.0, arrivals_total=1.0)
         previous = memory.status if memory.status is not None else dict(body["status"])
-        _publish(body, memory, runtime, logger, previous, health,
+        publish(body, memory, runtime, logger, previous, health,
                  (compiled, state, observation), now, 1)  # fmt: skip
     # The first tick writes the whole status; then one write a heartbeat, none between.
     times = [t - 1_800_000_000.0 for t, _ in written]
@@ -81,7 +81,7 @@ def test_quiet_ticks_gauges_follow_the_queue_and_the_pause(monkeypatch: pytest.M
         "metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "generation": 1},
         "status": {},
     }
-    monkeypatch.setattr(policy_handlers, "_write_status", lambda *args: True)
+    monkeypatch.setattr(policy_publish, "_write_status", lambda *args: True)
     memory = PolicyMemory(heartbeat_s=HEARTBEAT_S, phase_s=0.0)
     runtime = Runtime()
     logger: Any = kopf.LocalObjectLogger(body=body, settings=kopf.OperatorSettings())
@@ -94,7 +94,7 @@ def test_quiet_ticks_gauges_follow_the_queue_and_the_pause(monkeypatch: pytest.M
                         decision="hold", pause=Pause(True, "PausedBySpec") if paused else NOT_PAUSED)  # fmt: skip
         observation = Observation(now, depth, arrivals_total=1.0)
         previous = memory.status if memory.status is not None else dict(body["status"])
-        _publish(body, memory, runtime, logger, previous, health,
+        publish(body, memory, runtime, logger, previous, health,
                  (compiled, state, observation), now, 1)  # fmt: skip
         sample = runtime.metrics.registry.get_sample_value
         assert sample("compass_queue_depth", labels) == depth

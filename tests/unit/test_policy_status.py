@@ -1144,7 +1144,7 @@ def test_a_status_refused_for_its_size_is_replaced_by_a_small_one_with_a_conditi
 ) -> None:
     """etcd's 500 "request is too large": the policy still shows Ready False, StatusTooLarge."""
 
-    from compass.controllers import policy_handlers
+    from compass.controllers import policy_publish
 
     sent: list[dict[str, Any]] = []
 
@@ -1158,11 +1158,11 @@ def test_a_status_refused_for_its_size_is_replaced_by_a_small_one_with_a_conditi
                 raise error
             return SimpleNamespace(status=200, data=b"{}")
 
-    monkeypatch.setattr(policy_handlers.client, "CustomObjectsApi", lambda *_: Custom())
+    monkeypatch.setattr(policy_publish.client, "CustomObjectsApi", lambda *_: Custom())
     runtime = SimpleNamespace(api=lambda: None, metrics=mock.MagicMock())
     body = {"metadata": {"name": "p", "namespace": "ml", "generation": 4}}
     metrics = {"type": "MetricsAvailable", "status": "True", "reason": "Fresh", "message": ""}
-    written = policy_handlers._write_status(
+    written = policy_publish._write_status(
         runtime,  # type: ignore[arg-type]
         body,  # type: ignore[arg-type]
         {"thresholds": ["x" * 100]},

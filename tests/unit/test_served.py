@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from compass.controllers import policy_compile, policy_handlers
-from compass.controllers.policy_handlers import PolicyMemory
+from compass.controllers import policy_compile, policy_publish
+from compass.controllers.policy_publish import PolicyMemory
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth
 from compass.dataplane.metrics import SERVED_METRIC, TritonQueueDepth
 from compass.domain.served import (
@@ -212,14 +212,14 @@ def test_a_failing_served_read_keeps_the_last_view_and_raises_nothing() -> None:
 
     memory = PolicyMemory(connections=SimpleNamespace(source=Source()))  # type: ignore[arg-type]
     log = logging.getLogger("test")
-    first = policy_handlers._served(memory, plan, 100.0, log, observed=True)
+    first = policy_publish._served(memory, plan, 100.0, log, observed=True)
     assert first is not None
     assert first["requests"] == 10
     # Not due again within the heartbeat, nor on a tick without an observation.
-    assert policy_handlers._served(memory, plan, 101.0, log, observed=True) is first
-    assert policy_handlers._served(memory, plan, 200.0, log, observed=False) is first
+    assert policy_publish._served(memory, plan, 101.0, log, observed=True) is first
+    assert policy_publish._served(memory, plan, 200.0, log, observed=False) is first
     assert Source.asked == 1
-    assert policy_handlers._served(memory, plan, 200.0, log, observed=True) is first
+    assert policy_publish._served(memory, plan, 200.0, log, observed=True) is first
     assert Source.asked == 2
 
 
