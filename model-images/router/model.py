@@ -811,30 +811,37 @@ def _alive(pid):
         return False
 
 
+def _metric(name, description, kind, labels):
+    """A Triton custom metric's family and its series with these labels (None: the family
+    alone), or (None, None) on a Triton without custom metrics or where they cannot be made:
+    the router serves all the same, unmeasured. Keep the family with its series: Triton
+    refuses a metric whose family was collected before it."""
+    family_type = getattr(pb_utils, "MetricFamily", None)
+    if family_type is None:
+        return None, None
+    try:
+        family = family_type(name=name, description=description, kind=getattr(family_type, kind))
+        return family, None if labels is None else family.Metric(labels=labels)
+    except Exception:
+        return None, None
+
+
 class GateGauge:
     """This instance's place on the GATE_WAITING_METRIC gauge: 1 while its request waits at the
     gate, else 0 (a no-op on a Triton without custom metrics: the queue reading then misses
     the waiters, as it did before the gauge)."""
 
     def __init__(self, model, instance):
-        family_type = getattr(pb_utils, "MetricFamily", None)
-        self.metric = None
-        if family_type is None:
-            return
-        try:
-            # Kept: Triton refuses a metric whose family was collected before it.
-            self.family = family = family_type(
-                name=GATE_WAITING_METRIC,
-                description="Requests a compass router instance holds at its gate, not yet in "
-                "the pipeline (Triton counts them as executing, not pending)",
-                kind=family_type.GAUGE,
-            )
-            # Labelled by Triton's instance name, which a restarted stub keeps: it takes the
-            # series over and zeroes it, so a killed waiter leaves no phantom 1 behind.
-            self.metric = family.Metric(labels={"model": model, "instance": instance})
-            self.metric.set(0)
-        except Exception:  # a Triton without metrics: the gate works, the gauge stays out
-            self.metric = None
+        # Labelled by Triton's instance name, which a restarted stub keeps: it takes the series
+        # over and zeroes it, so a killed waiter leaves no phantom 1 behind.
+        self.family, self.metric = _metric(
+            GATE_WAITING_METRIC,
+            "Requests a compass router instance holds at its gate, not yet in the pipeline "
+            "(Triton counts them as executing, not pending)",
+            "GAUGE",
+            {"model": model, "instance": instance},
+        )
+        self.waiting(0)
 
     def waiting(self, count):
         """Set this instance's count (1 waiting, 0 not); a failed set never fails a request."""
@@ -860,30 +867,24 @@ class ServedCounters:
     a Triton without custom metrics; a failed count never fails a request)."""
 
     def __init__(self, model, instance):
-        family_type = getattr(pb_utils, "MetricFamily", None)
         self.labels = {"model": model, "instance": instance}
         self.served = {}
-        self.refused = None
+        self.refused_family, self.refused = _metric(
+            REFUSED_METRIC,
+            "Requests a compass router instance refused as late (admission or late binding)",
+            "COUNTER",
+            self.labels,
+        )
+        # The served series are made as configurations are served (their key is a label).
         self.family = None
-        if family_type is None:
-            return
-        try:
-            # Kept: Triton refuses a metric whose family was collected before it.
-            self.family = family_type(
-                name=SERVED_METRIC,
-                description="Requests a compass router instance answered, by the configuration "
-                "that served them (its canonical key)",
-                kind=family_type.COUNTER,
+        if self.refused is not None:
+            self.family, _ = _metric(
+                SERVED_METRIC,
+                "Requests a compass router instance answered, by the configuration that served "
+                "them (its canonical key)",
+                "COUNTER",
+                None,
             )
-            self.refused_family = family_type(
-                name=REFUSED_METRIC,
-                description="Requests a compass router instance refused as late (admission or "
-                "late binding)",
-                kind=family_type.COUNTER,
-            )
-            self.refused = self.refused_family.Metric(labels=self.labels)
-        except Exception:  # a Triton without metrics: the router serves, uncounted
-            self.family = self.refused = None
 
     def served_one(self, key):
         """Count one request answered on configuration ``key``."""
