@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from compass.dataplane.metrics import MetricsUnavailableError, QueueDepthSource
 from compass.lab.local_triton import LocalPrometheus, LocalTriton
 from compass.lab.scenarios import ACCURATE, COMPONENTS, FASTEST, rag_sim_triton
 from compass.lab.scenarios import TEST_TIME_SCALE as TIME_SCALE
@@ -21,6 +22,7 @@ __all__ = [
     "COMPONENTS",
     "FASTEST",
     "TIME_SCALE",
+    "depth_or_none",
     "rag_sim_server",
     "scores_of",
     "scraping",
@@ -57,3 +59,11 @@ def scraping(triton: LocalTriton, workdir: Path) -> Iterator[LocalPrometheus]:
         yield server
     finally:
         server.stop()
+
+
+def depth_or_none(source: QueueDepthSource) -> float | None:
+    """The queue depth, or None before the source has the series (Prometheus' first scrape)."""
+    try:
+        return source.queue_depth()
+    except MetricsUnavailableError:
+        return None

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ragsim import ACCURATE, FASTEST
+from ragsim import ACCURATE, FASTEST, depth_or_none
 
 from compass.dataplane.metrics import (
     GATE_WAITING_METRIC,
-    MetricsUnavailableError,
     PrometheusQueueDepth,
     QueueDepthSource,
     TritonQueueDepth,
@@ -243,20 +242,12 @@ def test_prometheus_default_query_counts_the_requests_waiting_at_the_gate(
     prometheus.start(tmp_path)
     try:
         depth = PrometheusQueueDepth(prometheus.url)
-        wait_for(lambda: _read_or_none(depth) == 0, 10, "Prometheus's first scrape")
+        wait_for(lambda: depth_or_none(depth) == 0, 10, "Prometheus's first scrape")
         seen = _depths_while_the_gate_holds_a_burst(gated_pod, depth)
         # The burst drains over about a second: scrapes every 0.1 s see most of it waiting.
         assert max(seen) >= BURST - 2, seen
     finally:
         prometheus.stop()
-
-
-def _read_or_none(depth: QueueDepthSource) -> float | None:
-    """The depth, or None before the first scrape gave the series."""
-    try:
-        return depth.queue_depth()
-    except MetricsUnavailableError:
-        return None
 
 
 def test_behind_the_gate_admission_judges_a_request_without_a_deadline_by_the_tables_slo(

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ragsim import ACCURATE, FASTEST
+from ragsim import ACCURATE, FASTEST, depth_or_none
 
 from compass.dataplane.metrics import (
-    MetricsUnavailableError,
     PrometheusQueueDepth,
     TritonQueueDepth,
 )
@@ -109,7 +108,7 @@ def test_prometheus_reads_what_the_routers_served(
         router.infer({"sample": 0})
         router.infer({"sample": 0}, config=ACCURATE)  # an override: counted under no series
         _serve_the_mix(router)
-        wait_for(lambda: _depth_or_none(source) is not None, 10, "Prometheus's first scrape")
+        wait_for(lambda: depth_or_none(source) is not None, 10, "Prometheus's first scrape")
         time.sleep(0.5)  # a few scrapes with the counters as they are now
         _serve_the_mix(router)
 
@@ -126,11 +125,3 @@ def test_prometheus_reads_what_the_routers_served(
         assert set(served.configs) == {config_key(FASTEST), config_key(ACCURATE)}
     finally:
         prometheus.stop()
-
-
-def _depth_or_none(source: PrometheusQueueDepth) -> float | None:
-    """The queue depth, or None before Prometheus scraped the pod."""
-    try:
-        return source.queue_depth()
-    except MetricsUnavailableError:
-        return None
