@@ -205,6 +205,8 @@ class Job:
     binding_lag_backlog: bool = False
     # Late binding counts on this many of the fastest's spreads of luck (--binding-reach).
     binding_reach: float = 0.0
+    # Late binding plans its extra time with the followers it sees (False: --binding-greedy).
+    binding_joint: bool = True
     # Only static fastest, the hindsight oracle and late binding (--binding-only).
     binding_only: bool = False
     # Real load: a window of a shipped trace at this share of the fastest member's capacity
@@ -306,6 +308,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             lag_reserve=job.binding_lag_reserve,
             lag_backlog=job.binding_lag_backlog,
             reach=job.binding_reach,
+            joint=job.binding_joint,
             spare_followers=job.binding_poll_ms is not None
             or job.binding_gate is not None
             or job.binding_arrival_risk is not None,
@@ -481,6 +484,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="with --binding-lag: its share is also of the SLO less static fastest's queue now "
         "(when a request arriving now would start there)",
+    )
+    parser.add_argument(
+        "--binding-greedy",
+        action="store_true",
+        help="late binding: a request may take all the extra time the followers it sees leave "
+        "it (the router's rule before it planned with them: the most accuracy for the "
+        "followers and it together, Aragog's choice over the FIFO queue)",
     )
     parser.add_argument(
         "--binding-reach",
@@ -919,6 +929,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         binding_lag_reserve=args.binding_lag_reserve,
         binding_lag_backlog=args.binding_lag_backlog,
         binding_reach=args.binding_reach,
+        binding_joint=not args.binding_greedy,
         binding_only=args.binding_only,
     )
     seeds = range(args.seed_offset, args.seed_offset + args.seeds)

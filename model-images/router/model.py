@@ -107,6 +107,7 @@ import fcntl
 import http.client
 import importlib.util
 import json
+import math
 import mmap
 import os
 import struct
@@ -520,6 +521,9 @@ def check_binding(table):
         "admit_ms": admit_ms,
         "values": {n: np.array([entry[0][n] for entry in checked], dtype=object) for n in names},
         "fastest_ms": (sum(checked[fastest][2]), sum(checked[fastest][3])),
+        "fastest": fastest,
+        "total_ms": stage_ms.sum(axis=1),
+        "accuracy": np.array([entry[1] for entry in checked]),
     }
     return {
         "stages": [list(s) for s in stages],
@@ -534,11 +538,6 @@ def check_binding(table):
         "lag_reserve": lag_reserve,
         "stage_of": {n: i for i, s in enumerate(stages) for n in s},
     }
-
-
-def remaining_ms(times, stage, backlog_ms):
-    """Time from ``stage`` to the end: at each remaining component, the work ahead plus its own."""
-    return sum(backlog_ms[s] + times[s] for s in range(stage, len(times)))
 
 
 def allowed_at(table, qps):
@@ -667,35 +666,43 @@ class PendingPoller:
         return max(count - (self.taken() - taken), 0)
 
 
-def follower_spare_ms(own_fastest_ms, followers_left_ms, follower_ms, servers=1, likely=None):
-    """How much longer than its fastest completion a request may take without making a
-    request waiting behind it late that would otherwise be in time (compass.domain.binding.
-    follower_spare_ms)."""
+def follower_slacks_ms(own_fastest_ms, followers_left_ms, follower_ms, servers=1, likely=None):
+    """How much longer than its fastest completion a request may take without making each
+    request waiting behind it late (None: one that does not count; compass.domain.binding.
+    follower_slacks_ms)."""
     own_likely, follower_likely = likely or (own_fastest_ms, follower_ms)
-    spare = float("inf")
+    slacks = []
     ahead, ahead_likely = own_fastest_ms, own_likely
     for left in followers_left_ms:
         if left >= ahead_likely / servers + follower_likely:
-            slack = left - (ahead / servers + follower_ms)
-            spare = min(spare, max(slack, 0.0) * servers)
+            slacks.append(max(left - (ahead / servers + follower_ms), 0.0) * servers)
+        else:
+            slacks.append(None)
         ahead += follower_ms
         ahead_likely += follower_likely
-    return spare
+    return slacks
 
 
-def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, gate_left_ms=()):
-    """The spare of a request with ``followers`` (counted, not seen) behind it, each taken as
-    having its own ``left_ms`` left (compass.domain.binding.polled_followers_left_ms); behind
-    a gate, the followers waiting at it first, each with what is left of its deadline
-    (``gate_left_ms``, in FIFO order), and the counted ones, in Triton's queue behind them,
-    each with what the last of those has left (compass.domain.bindingsim's gated view)."""
+def follower_spare_ms(own_fastest_ms, followers_left_ms, follower_ms, servers=1, likely=None):
+    """The least of follower_slacks_ms' counted slacks (inf when none counts)."""
+    slacks = follower_slacks_ms(own_fastest_ms, followers_left_ms, follower_ms, servers, likely)
+    return min((s for s in slacks if s is not None), default=float("inf"))
+
+
+def polled_slacks_ms(table, bound, at, left_ms, backlog_ms, followers, servers, gate_left_ms=()):
+    """The slacks of a request's followers (follower_slacks_ms): ``followers`` counted, not
+    seen, each taken as having its own ``left_ms`` left (compass.domain.binding.
+    polled_followers_left_ms); behind a gate, the followers waiting at it first, each with
+    what is left of its deadline (``gate_left_ms``, in FIFO order), and the counted ones, in
+    Triton's queue behind them, each with what the last of those has left
+    (compass.domain.bindingsim's gated view)."""
     gate_left_ms = list(gate_left_ms)
     followers = max(followers, 0)
     if not gate_left_ms and followers == 0:
-        return float("inf")
+        return []
     fastest_ms, fastest_likely_ms = table["arrays"]["fastest_ms"]
     counted_left = gate_left_ms[-1] if gate_left_ms else left_ms
-    return follower_spare_ms(
+    return follower_slacks_ms(
         quickest_remaining_ms(table, bound, at, backlog_ms, "stage_ms"),
         gate_left_ms + [counted_left] * followers,
         fastest_ms,
@@ -704,22 +711,122 @@ def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, g
     )
 
 
-def quickest_remaining_ms(table, bound, at, backlog_ms, times="stage_ms"):
-    """The quickest remaining time from stage ``at`` (remaining_ms: each stage's backlog and
-    time) among the configurations consistent with ``bound`` (all where none is), on the table's
-    ``times`` (``stage_ms`` or, likely, ``admit_ms``). On the table's arrays: a bound request
-    that waits at the gate reads this at every stage, and it must stay well under a ms."""
+def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, gate_left_ms=()):
+    """The spare of a request for its followers (polled_slacks_ms): the least counted slack."""
+    slacks = polled_slacks_ms(
+        table, bound, at, left_ms, backlog_ms, followers, servers, gate_left_ms
+    )
+    return min((s for s in slacks if s is not None), default=float("inf"))
+
+
+# The joint plan's grid and a step's cost (compass.domain.binding.JOINT_STEP_MS, JOINT_STEPS,
+# JOINT_STEP_COST).
+JOINT_STEP_MS = 1.0
+JOINT_STEPS = 128
+JOINT_STEP_COST = 1e-7
+
+
+def joint_options(table, bound, at, left_ms, backlog_ms, allowed=None):
+    """The request's choices and a follower's, as (extra ms, accuracy) rows, for
+    joint_spare_ms (compass.domain.binding.joint_options), on the table's arrays."""
+    arrays = table["arrays"]
+    consistent, times = consistent_remaining_ms(table, bound, at, backlog_ms)
+    if not consistent.any():
+        consistent[:] = True
+    quickest = times[consistent].min()
+    permitted = np.ones(len(times), dtype=bool)
+    if allowed is not None:
+        permitted[:] = False
+        permitted[list(allowed)] = True
+    mine = consistent & (times <= left_ms) & (permitted | (times == quickest))
+    accuracy = arrays["accuracy"]
+    own = np.column_stack((times[mine] - quickest, accuracy[mine]))
+    permitted[arrays["fastest"]] = True
+    extra = arrays["total_ms"] - arrays["fastest_ms"][0]
+    return own, np.column_stack((extra[permitted], accuracy[permitted]))
+
+
+def joint_spare_ms(own_options, follower_options, slacks_ms, servers=1, budget_ms=float("inf")):
+    """How much longer than its fastest completion a request may take in the best plan for it
+    and its followers together: every counted follower in time, the extra time in all within
+    ``budget_ms``, the most accuracy in all (compass.domain.binding.joint_spare_ms, step for
+    step: tests/unit/test_router_binding.py holds them together)."""
+    counted = [s for s in slacks_ms if s is not None]
+    if not counted:
+        return float("inf")
+    if not len(own_options):
+        # Nothing fits its deadline: its fastest completion, whatever the plan.
+        return 0.0
+    reach_ms = min(budget_ms, max(counted))
+    step = max(JOINT_STEP_MS, reach_ms / JOINT_STEPS)
+    size = math.floor(reach_ms / step + 1e-9) + 1
+    # A follower's options on the grid (extra time rounds up), only those no other beats on
+    # both counts (the plan's cost grows with their number): the most accurate at each step,
+    # if more accurate than every quicker one. The fastest (0 steps) is always one.
+    theirs = np.asarray(follower_options, dtype=float).reshape(-1, 2)
+    their_steps = np.ceil(np.maximum(theirs[:, 0], 0.0) / step - 1e-9).astype(int)
+    order = np.lexsort((-theirs[:, 1], their_steps))
+    kept_steps, kept_gains = [0], [0.0]
+    for k, gain in zip(their_steps[order].tolist(), theirs[order, 1].tolist(), strict=True):
+        if gain > kept_gains[-1]:
+            if k == kept_steps[-1]:
+                kept_gains[-1] = gain
+            else:
+                kept_steps.append(k)
+                kept_gains.append(gain)
+    steps = np.array(kept_steps)
+    # Among plans of equal accuracy the one with the least extra time in all (less lag for
+    # the arrivals to come): a step's cost far below any accuracy a choice adds.
+    gains = (np.array(kept_gains) - JOINT_STEP_COST * steps)[:, None]
+    # Backwards over the followers: ahead[t], the most accuracy the followers from here on
+    # can add where the extra time ahead of them is t steps (-inf: one of them late). Going
+    # from t to t + k steps, a follower's limit holds t + k * servers (the extra ahead of it
+    # and its own, x servers); an index past the grid is -inf (the pad).
+    totals = np.arange(size)
+    after = np.minimum(totals[None, :] + steps[:, None], size)
+    ahead_and_own = totals[None, :] + steps[:, None] * servers
+    ahead = np.zeros(size + 1)
+    ahead[size] = -np.inf
+    for slack in reversed(slacks_ms):
+        if slack is None:
+            # It takes the fastest: nothing changes for those behind it.
+            continue
+        value = ahead[after] + gains
+        value[ahead_and_own > math.floor(slack / step + 1e-9)] = -np.inf
+        ahead[:size] = value.max(axis=0)
+    # The request's own choice: its accuracy and the best its followers can add after it;
+    # the most in all, and among equals the most for itself (its choice is sure, theirs not).
+    own = np.asarray(own_options, dtype=float).reshape(-1, 2)
+    own_steps = np.minimum(np.ceil(own[:, 0] / step - 1e-9).astype(int), size)
+    total = own[:, 1] - JOINT_STEP_COST * own_steps + ahead[own_steps]
+    if not np.isfinite(total).any():
+        return 0.0
+    best = total >= total.max() - 1e-9
+    return float(own_steps[best].max()) * step
+
+
+def consistent_remaining_ms(table, bound, at, backlog_ms, times="stage_ms"):
+    """Which configurations agree with ``bound``, and each one's remaining time from stage
+    ``at`` (at each remaining component, the work ahead plus its own time; summed in the
+    order compass.domain.binding.remaining_ms sums), on the table's ``times`` (``stage_ms``
+    or, likely, ``admit_ms``) arrays: a request reads these at every stage it binds, and the
+    decision must stay well under a ms."""
     arrays = table["arrays"]
     consistent = np.ones(len(table["configs"]), dtype=bool)
     for name, value in bound.items():
         consistent &= arrays["values"][name] == value
-    if not consistent.any():
-        consistent[:] = True
     matrix = arrays[times]
     total = np.zeros(len(matrix))
     for stage in range(at, matrix.shape[1]):
         total = total + (backlog_ms[stage] + matrix[:, stage])
-    return float(total[consistent].min())
+    return consistent, total
+
+
+def quickest_remaining_ms(table, bound, at, backlog_ms, times="stage_ms"):
+    """The quickest remaining time from stage ``at`` among the configurations consistent with
+    ``bound`` (all where none is)."""
+    consistent, total = consistent_remaining_ms(table, bound, at, backlog_ms, times)
+    return float(total[consistent].min() if consistent.any() else total.min())
 
 
 def lag_spare_ms(table, bound, at, backlog_ms, now_ns, static_start_ns):
@@ -758,28 +865,28 @@ def bind_stage(
     fastest completion, the domain's ``spare_ms`` 0; ``spare_ms``: how much longer than the
     fastest completion it may take, for the requests waiting behind it)."""
     at = stage if at is None else at
-    configs = table["configs"]
-    candidates = [
-        i
-        for i, entry in enumerate(configs)
-        if all(entry[0][name] == value for name, value in bound.items())
-    ]
-    if not candidates:
+    consistent, times = consistent_remaining_ms(table, bound, at, backlog_ms)
+    if not consistent.any():
         raise ValueError(f"binding: no allowed configuration has {bound}")
-    times = {i: remaining_ms(configs[i][2], at, backlog_ms) for i in candidates}
-    fastest = min(candidates, key=lambda i: (times[i], -configs[i][1]))
-    fitting = [
-        i
-        for i in candidates
-        if times[i] <= left_ms
-        and (allowed is None or i in allowed or i == fastest)
-        and (not hurried or times[i] <= times[fastest])
-        and times[i] - times[fastest] <= max(spare_ms, 0.0)
-    ]
-    if fitting:
-        return max(fitting, key=lambda i: (configs[i][1], -times[i]))
+    accuracy = table["arrays"]["accuracy"]
+    candidates = np.flatnonzero(consistent)
+    # Fastest completion; among equals the most accurate (the first such, as min() takes).
+    fastest = int(candidates[np.lexsort((-accuracy[candidates], times[candidates]))[0]])
+    fitting = consistent & (times <= left_ms) & (times - times[fastest] <= max(spare_ms, 0.0))
+    if allowed is not None:
+        permitted = np.zeros(len(times), dtype=bool)
+        permitted[list(allowed)] = True
+        permitted[fastest] = True
+        fitting &= permitted
+    if hurried:
+        fitting &= times <= times[fastest]
+    if fitting.any():
+        # Most accurate; among equals the fastest (the first such, as max() takes).
+        chosen = np.flatnonzero(fitting)
+        return int(chosen[np.lexsort((times[chosen], -accuracy[chosen]))[0]])
     if table["refuse"] and stage == 0:
-        likely = min(remaining_ms(configs[i][3], at, backlog_ms) for i in candidates)
+        _, admit = consistent_remaining_ms(table, bound, at, backlog_ms, "admit_ms")
+        likely = float(admit[consistent].min())
         if likely > left_ms:
             raise LateError(
                 f"{LATE_MESSAGE}: {max(left_ms, 0.0):.0f} ms of its deadline left, the fastest "
@@ -1175,16 +1282,20 @@ class LazyConfig(dict):
                     (deadline - now) / 1e6 if deadline else float("inf")
                     for deadline in self.inflight.gate_followers()
                 ]
-            spare = polled_spare_ms(
+            lag = lag_spare_ms(table, self.bound, at, backlog, time.time_ns(), self.static_start_ns)
+            slacks = polled_slacks_ms(
                 table, self.bound, at, left_ms, backlog, self.followers, self.servers, seen
             )
-            if self.static_start_ns is not None:
-                spare = min(
-                    spare,
-                    lag_spare_ms(
-                        table, self.bound, at, backlog, time.time_ns(), self.static_start_ns
-                    ),
-                )
+            spare = min((s for s in slacks if s is not None), default=float("inf"))
+            if spare < float("inf"):
+                # Planned with the followers: the slack several of them can use better is
+                # not all spent here (compass.domain.binding.joint_spare_ms). Where no choice
+                # but its quickest fits the spare, the plan cannot change what it binds.
+                own, theirs = joint_options(table, self.bound, at, left_ms, backlog, self.allowed)
+                extra = own[:, 0]
+                if ((extra > 0) & (extra <= min(spare, lag))).any():
+                    spare = min(spare, joint_spare_ms(own, theirs, slacks, self.servers, lag))
+            spare = min(spare, lag)
             self.target = bind_stage(
                 table,
                 self.next_stage,

@@ -24,7 +24,9 @@ from compass.domain.binding import (
     arrival_offsets_ms,
     bind_stage,
     fit_stage_times,
+    follower_slacks_ms,
     follower_spare_ms,
+    joint_spare_ms,
     lag_spare_ms,
     luck_ms,
     polled_followers_left_ms,
@@ -136,6 +138,49 @@ def test_followers_that_would_be_in_time_limit_the_spare_and_late_ones_do_not() 
     assert follower_spare_ms(100, [190], 100, likely=(150, 150)) == math.inf
     # Two instances: followers see half the work ahead, and extra time delays them by half.
     assert follower_spare_ms(100, [350], 100, servers=2) == pytest.approx(2 * (350 - 150))
+
+
+def test_each_followers_slack_is_given_and_the_spare_is_the_least_counted() -> None:
+    assert follower_slacks_ms(100, [500, 350, 150], 100) == [
+        pytest.approx(300),
+        pytest.approx(50),
+        None,
+    ]
+    assert follower_slacks_ms(100, [], 100) == []
+
+
+# (extra ms over the fastest, accuracy): the fastest, a little slower, much slower.
+OPTIONS = [(0.0, 0.80), (6.0, 0.82), (40.0, 0.84)]
+
+
+def test_the_joint_plan_spreads_slack_over_followers_where_that_serves_more_accuracy() -> None:
+    # Three followers with 40 ms each: the request alone could take the 40 ms member, but
+    # then no follower gains; four of the 6 ms member serve more accuracy in all.
+    assert follower_spare_ms(0, [40, 40, 40], 0) == 40
+    assert joint_spare_ms(OPTIONS, OPTIONS, [40, 40, 40]) == pytest.approx(6)
+    # One follower with 100 ms: both can take the slow member.
+    assert joint_spare_ms(OPTIONS, OPTIONS, [100]) == pytest.approx(40)
+    # A follower that does not count constrains nothing, and neither do none.
+    assert joint_spare_ms(OPTIONS, OPTIONS, [40, None, 40]) == pytest.approx(6)
+    assert joint_spare_ms(OPTIONS, OPTIONS, [None]) == math.inf
+    assert joint_spare_ms(OPTIONS, OPTIONS, []) == math.inf
+    # No slack: nothing to spend.
+    assert joint_spare_ms(OPTIONS, OPTIONS, [3]) == 0
+
+
+def test_the_joint_plan_keeps_its_extra_time_within_the_lag_budget_and_the_request_first() -> None:
+    # Ten ms of lag in all: one 6 ms member fits, and between it going to the request or to
+    # a follower the request takes it (its choice is sure, the followers' plans are not).
+    assert joint_spare_ms(OPTIONS, OPTIONS, [40, 40, 40], budget_ms=10) == pytest.approx(6)
+    assert joint_spare_ms(OPTIONS, OPTIONS, [40, 40, 40], budget_ms=5) == 0
+    # Two servers: the request's extra delays a follower by half, the follower's own counts
+    # in full, so against its (doubled) slack its own counts twice: with one server both
+    # take 40 ms more; with two only one can, and the follower's member is worth more.
+    follower = [(0.0, 0.80), (40.0, 0.90)]
+    assert joint_spare_ms(OPTIONS, follower, [82]) == pytest.approx(40)
+    assert joint_spare_ms(OPTIONS, follower, [82], servers=2) == 0
+    with pytest.raises(BindingError, match="servers"):
+        joint_spare_ms(OPTIONS, OPTIONS, [40], servers=0)
 
 
 def test_luck_counts_the_last_of_a_clump_that_the_median_counts_out() -> None:
@@ -498,12 +543,16 @@ def test_followers_counted_by_a_poll_are_spared_once_the_poll_has_seen_them() ->
 def test_a_gate_shows_the_followers_waiting_at_it_and_the_poll_counts_those_behind() -> None:
     # The four of the poll test, arriving between polls: a request bound at the gate sees
     # the followers waiting at it with their deadlines, at once; those behind a full gate
-    # wait in Triton's queue, where only a poll counts them.
+    # wait in Triton's queue, where only a poll counts them. (Each spares them alone, not
+    # planning with them: what is seen is the point here.)
     def served(at_s: float, visible: int, poll_s: float | None) -> tuple[list[int], float]:
         arrivals = np.full(4, at_s)
         load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(4, 0.5))
         settings = BindingSettings(
-            spare_followers=True, followers_poll_s=poll_s, visible_followers=visible
+            spare_followers=True,
+            followers_poll_s=poll_s,
+            visible_followers=visible,
+            joint=False,
         )
         report = simulate_binding(
             ADDITIVE, load, 700, stages=STAGES, prior_shares=None, settings=settings
@@ -520,6 +569,24 @@ def test_a_gate_shows_the_followers_waiting_at_it_and_the_poll_counts_those_behi
     assert served(0.0, 1, None) == ([3, 0, 0, 0], 75.0)
     with pytest.raises(SimulationError, match="visible_followers"):
         served(0.0, -1, None)
+
+
+def test_a_request_at_the_gate_plans_with_those_waiting_behind_it() -> None:
+    # Four at once, SLO 790 ms: alone, the first may take k 10 + big (300 ms more) and the
+    # rest the fastest (0.85 + 3 x 0.70); planned together, each takes k 20 + small (40 ms
+    # more each), 3.0 in all, and every one stays in time.
+    arrivals = np.zeros(4)
+    load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(4, 0.5))
+
+    def served(joint: bool) -> tuple[list[int], float]:
+        settings = BindingSettings(spare_followers=True, visible_followers=3, joint=joint)
+        report = simulate_binding(
+            ADDITIVE, load, 790, stages=STAGES, prior_shares=None, settings=settings
+        )
+        return [int(c) for c in report.configs], report.compliance
+
+    assert served(False) == ([2, 0, 0, 0], 100.0)
+    assert served(True) == ([1, 1, 1, 1], 100.0)
 
 
 def test_a_gated_router_counts_the_arrivals_it_took_up_as_they_come() -> None:

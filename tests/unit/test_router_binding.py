@@ -27,7 +27,10 @@ from compass.domain.binding import (
     BindingVerdict,
     allowed_at,
     bind_stage,
+    follower_slacks_ms,
     follower_spare_ms,
+    joint_options,
+    joint_spare_ms,
     lag_spare_ms,
     polled_followers_left_ms,
     remaining_ms,
@@ -378,6 +381,53 @@ def test_the_router_spares_counted_followers_as_the_domain_does(
         assert chosen == expected.config
         changed += chosen != bind_stage(plan, stage, bound, left, backlog, at=at).config
     # The followers changed some decisions: the check above is not vacuous.
+    assert changed > 10
+
+
+def test_the_router_plans_with_its_followers_as_the_domain_does(
+    router: types.ModuleType, plan: Any
+) -> None:
+    rng = np.random.default_rng(13)
+    limits = [None, *(float(x) for x in rng.uniform(1, 10, len(plan.configs) - 1))]
+    checked = router.check_binding(
+        json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, max_qps=limits)))
+    )
+    fastest = plan.configs[plan.fastest()]
+    changed = 0
+    for _ in range(300):
+        _, at, bound, left, backlog = _random_case(rng, plan, 0, 2000)
+        allowed = allowed_at(limits, float(rng.uniform(0, 12))) if rng.integers(0, 2) else None
+        servers = int(rng.integers(1, 3))
+        gate = sorted(float(x) for x in left + rng.uniform(-100, 600, int(rng.integers(1, 8))))
+        budget = float(rng.choice([math.inf, float(rng.uniform(0, 400))]))
+        consistent = [plan.configs[i] for i in plan.consistent(bound)]
+        slacks = follower_slacks_ms(
+            min(remaining_ms(c, at, backlog) for c in consistent),
+            gate,
+            fastest.total_ms,
+            servers,
+            likely=(
+                min(remaining_ms(c, at, backlog, admitting=True) for c in consistent),
+                sum(fastest.stage_admit_ms or fastest.stage_ms),
+            ),
+        )
+        routed_slacks = router.polled_slacks_ms(
+            checked, bound, at, left, backlog, 0, servers, gate_left_ms=gate
+        )
+        assert routed_slacks == [None if x is None else pytest.approx(x) for x in slacks]
+        own, theirs = joint_options(plan, bound, at, left, backlog, allowed)
+        routed_own, routed_theirs = router.joint_options(
+            checked, bound, at, left, backlog, None if allowed is None else set(allowed)
+        )
+        for routed_options, options in ((routed_own, own), (routed_theirs, theirs)):
+            assert np.allclose(sorted(map(tuple, routed_options)), sorted(options))
+        spare = joint_spare_ms(own, theirs, slacks, servers, budget)
+        routed = router.joint_spare_ms(routed_own, routed_theirs, routed_slacks, servers, budget)
+        assert routed == pytest.approx(spare) if math.isfinite(spare) else math.isinf(routed)
+        greedy = min((x for x in slacks if x is not None), default=math.inf)
+        # Never more than the followers' least slack; often less where they can use it.
+        assert spare <= greedy
+        changed += spare < min(greedy, budget)
     assert changed > 10
 
 

@@ -253,7 +253,7 @@ def bind_stage(
     return Binding(fastest, BindingVerdict.FASTEST, quickest)
 
 
-def follower_spare_ms(
+def follower_slacks_ms(
     own_fastest_ms: float,
     followers_left_ms: Sequence[float],
     follower_ms: float,
@@ -261,9 +261,9 @@ def follower_spare_ms(
     *,
     likely: tuple[float, float] | None = None,
     luck_ms: float = 0.0,
-) -> float:
-    """How much longer than its fastest completion a request may take without making a request
-    waiting behind it (FIFO) late that would otherwise be in time.
+) -> list[float | None]:
+    """How much longer than its fastest completion a request may take without making each
+    request waiting behind it (FIFO) late (None: a follower that does not count).
 
     Each follower, in order, starts once the work ahead of it is done: this request at its
     fastest and the followers before it at ``follower_ms`` each, shared by ``servers``; its
@@ -275,21 +275,156 @@ def follower_spare_ms(
     counts also where the services up to its end could end that much x the square root of
     their number sooner than their likely sum (the spread of a sum): the last of a clump that
     static fastest serves in time by luck, which a median alone counts out and the requests
-    ahead of it then spend (docs/method.md, Late binding). inf when no follower counts."""
+    ahead of it then spend (docs/method.md, Late binding)."""
     if servers < 1:
         raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
     own_likely, follower_likely = likely or (own_fastest_ms, follower_ms)
-    spare = math.inf
+    slacks: list[float | None] = []
     ahead, ahead_likely = own_fastest_ms, own_likely
     # A follower's end is the sum of ``place`` services: this request's and those up to it.
     for place, left in enumerate(followers_left_ms, start=2):
         lucky = max(luck_ms, 0.0) * math.sqrt(place) / servers
         if left >= ahead_likely / servers + follower_likely - lucky:
             slack = left - (ahead / servers + follower_ms)
-            spare = min(spare, max(slack, 0.0) * servers)
+            slacks.append(max(slack, 0.0) * servers)
+        else:
+            slacks.append(None)
         ahead += follower_ms
         ahead_likely += follower_likely
-    return spare
+    return slacks
+
+
+def follower_spare_ms(
+    own_fastest_ms: float,
+    followers_left_ms: Sequence[float],
+    follower_ms: float,
+    servers: int = 1,
+    *,
+    likely: tuple[float, float] | None = None,
+    luck_ms: float = 0.0,
+) -> float:
+    """How much longer than its fastest completion a request may take without making a request
+    waiting behind it late that would otherwise be in time: the least of
+    ``follower_slacks_ms``' counted slacks, inf when no follower counts."""
+    slacks = follower_slacks_ms(
+        own_fastest_ms, followers_left_ms, follower_ms, servers, likely=likely, luck_ms=luck_ms
+    )
+    return min((s for s in slacks if s is not None), default=math.inf)
+
+
+# The joint plan's grid: extra time in steps of at least this, ms, over at most JOINT_STEPS.
+JOINT_STEP_MS = 1.0
+JOINT_STEPS = 128
+JOINT_STEP_COST = 1e-7
+
+
+def joint_spare_ms(
+    own_options: Sequence[tuple[float, float]],
+    follower_options: Sequence[tuple[float, float]],
+    slacks_ms: Sequence[float | None],
+    servers: int = 1,
+    budget_ms: float = math.inf,
+) -> float:
+    """How much longer than its fastest completion a request may take in the best plan for it
+    and the requests waiting behind it together (Aragog's choice over the FIFO queue).
+
+    ``own_options`` are the request's choices as (extra time over its fastest completion,
+    accuracy), ``follower_options`` a waiting request's (extra time over the fastest
+    configuration, accuracy), ``slacks_ms`` each follower's slack in order
+    (``follower_slacks_ms``; None: it does not count, so takes the fastest). A plan gives
+    each a choice such that every counted follower stays in time (the extra time ahead of it
+    over ``servers``, plus its own, within its slack over ``servers``) and all the extra time
+    together stays within ``budget_ms`` (the lag cap's spare: each extra ms is a lag for the
+    rest of the busy period); the best has the most accuracy in all, and among equals the
+    most for the request itself (its choice is sure, the followers' are not: each chooses
+    again when it is bound, on what it sees then). This keeps
+    the first request from spending the slack that several behind it could use better: one
+    slow member against many a little slower. inf when no follower counts."""
+    if servers < 1:
+        raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
+    counted = [s for s in slacks_ms if s is not None]
+    if not counted:
+        return math.inf
+    if not own_options:
+        # Nothing fits its deadline: its fastest completion, whatever the plan.
+        return 0.0
+    # The most extra time any plan can hold: no counted follower allows more than its slack.
+    reach_ms = min(budget_ms, max(counted))
+    step = max(JOINT_STEP_MS, reach_ms / JOINT_STEPS)
+    size = math.floor(reach_ms / step + 1e-9) + 1
+    # A follower's options on the grid (extra time rounds up), only those no other beats on
+    # both counts (the plan's cost grows with their number): the most accurate at each step,
+    # if more accurate than every quicker one. The fastest (0 steps) is always one.
+    theirs = np.asarray(follower_options, dtype=float).reshape(-1, 2)
+    their_steps = np.ceil(np.maximum(theirs[:, 0], 0.0) / step - 1e-9).astype(int)
+    order = np.lexsort((-theirs[:, 1], their_steps))
+    kept_steps, kept_gains = [0], [0.0]
+    for k, gain in zip(their_steps[order].tolist(), theirs[order, 1].tolist(), strict=True):
+        if gain > kept_gains[-1]:
+            if k == kept_steps[-1]:
+                kept_gains[-1] = gain
+            else:
+                kept_steps.append(k)
+                kept_gains.append(gain)
+    steps = np.array(kept_steps)
+    # Among plans of equal accuracy the one with the least extra time in all (less lag for
+    # the arrivals to come): a step's cost far below any accuracy a choice adds.
+    gains = (np.array(kept_gains) - JOINT_STEP_COST * steps)[:, None]
+    # Backwards over the followers: ahead[t], the most accuracy the followers from here on
+    # can add where the extra time ahead of them is t steps (-inf: one of them late). Going
+    # from t to t + k steps, a follower's limit holds t + k * servers (the extra ahead of it
+    # and its own, x servers); an index past the grid is -inf (the pad).
+    totals = np.arange(size)
+    after = np.minimum(totals[None, :] + steps[:, None], size)
+    ahead_and_own = totals[None, :] + steps[:, None] * servers
+    ahead = np.zeros(size + 1)
+    ahead[size] = -np.inf
+    for slack in reversed(slacks_ms):
+        if slack is None:
+            # It takes the fastest: nothing changes for those behind it.
+            continue
+        value = ahead[after] + gains
+        value[ahead_and_own > math.floor(slack / step + 1e-9)] = -np.inf
+        ahead[:size] = value.max(axis=0)
+    # The request's own choice: its accuracy and the best its followers can add after it;
+    # the most in all, and among equals the most for itself (its choice is sure, theirs not).
+    own = np.asarray(own_options, dtype=float).reshape(-1, 2)
+    own_steps = np.minimum(np.ceil(own[:, 0] / step - 1e-9).astype(int), size)
+    total = own[:, 1] - JOINT_STEP_COST * own_steps + ahead[own_steps]
+    if not np.isfinite(total).any():
+        return 0.0
+    best = total >= total.max() - 1e-9
+    return float(own_steps[best].max()) * step
+
+
+def joint_options(
+    plan: StagePlan,
+    bound: Mapping[str, ParamValue],
+    at: int,
+    left_ms: float,
+    backlog_ms: Sequence[float],
+    allowed: Collection[int] | None = None,
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """What ``joint_spare_ms`` plans with: the request's choices (the configurations consistent
+    with ``bound`` that the slow loop allows, or its fastest completion, that fit what is left
+    of its deadline), each as (extra time over its fastest completion from stage ``at``,
+    accuracy); and a follower's, not yet bound (the allowed configurations and the fastest),
+    each as (extra time over the fastest configuration, accuracy)."""
+    times = {i: remaining_ms(plan.configs[i], at, backlog_ms) for i in plan.consistent(bound)}
+    quickest = min(times.values())
+    own = [
+        (t - quickest, plan.configs[i].accuracy)
+        for i, t in times.items()
+        if t <= left_ms and (allowed is None or i in allowed or t == quickest)
+    ]
+    fastest = plan.fastest()
+    fastest_ms = plan.configs[fastest].total_ms
+    theirs = [
+        (entry.total_ms - fastest_ms, entry.accuracy)
+        for i, entry in enumerate(plan.configs)
+        if allowed is None or i in allowed or i == fastest
+    ]
+    return own, theirs
 
 
 def luck_ms(likely_ms: float, cautious_ms: float, reach: float) -> float:

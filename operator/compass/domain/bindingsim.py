@@ -35,7 +35,9 @@ from compass.domain.binding import (
     allowed_at,
     arrival_offsets_ms,
     bind_stage,
-    follower_spare_ms,
+    follower_slacks_ms,
+    joint_options,
+    joint_spare_ms,
     lag_spare_ms,
     luck_ms,
     polled_followers_left_ms,
@@ -149,6 +151,10 @@ class BindingSettings:
     # fastest serves the last of a clump in time by luck often enough that the requests ahead
     # of it cost compliance where they spend it. --binding-reach.
     reach: float = 0.0
+    # With ``spare_followers``: the request's extra time is the best plan's for it and the
+    # followers it sees together (``joint_spare_ms``: Aragog's choice over the FIFO queue), as
+    # the router plans; False: all that their slack leaves it. --binding-greedy.
+    joint: bool = True
 
 
 class _BindingPod:
@@ -257,15 +263,30 @@ class _BindingPod:
             chosen = plan.configs[target].config
             bound = {n: chosen[n] for names in plan.stages[:stage] for n in names}
         left_ms = (self.arrivals[request] + self.slo_s - now) * 1000
+        consistent = plan.consistent(bound)
+        allowed = self.allowed(request, now)
+        lag_ms = math.inf
+        if self.settings.lag_share is not None:
+            quickest_likely = min(
+                remaining_ms(plan.configs[i], at, backlog, admitting=True) for i in consistent
+            )
+            static_finish_ms = self.static_start[request] * 1000 + self.follower_likely_ms
+            slack_ms = self.slo_s * 1000 - self.settings.lag_reserve * self.follower_likely_ms
+            if self.settings.lag_backlog:
+                slack_ms -= max(self.static_free - now, 0.0) * 1000
+            cap_ms = self.settings.lag_share * max(slack_ms, 0.0)
+            lag_ms = lag_spare_ms(now * 1000 + quickest_likely, static_finish_ms, cap_ms)
         spare = math.inf
         if self.settings.spare_followers:
-            consistent = [plan.configs[i] for i in plan.consistent(bound)]
-            own = min(remaining_ms(c, at, backlog) for c in consistent)
-            own_likely = min(remaining_ms(c, at, backlog, admitting=True) for c in consistent)
+            consistent_configs = [plan.configs[i] for i in consistent]
+            own = min(remaining_ms(c, at, backlog) for c in consistent_configs)
+            own_likely = min(
+                remaining_ms(c, at, backlog, admitting=True) for c in consistent_configs
+            )
             followers = self.followers_left_ms(left_ms, now)
             if self.settings.arrival_risk is not None:
                 followers += self.expected_left_ms(request, now)
-            spare = follower_spare_ms(
+            slacks = follower_slacks_ms(
                 own,
                 followers,
                 self.follower_ms,
@@ -273,6 +294,10 @@ class _BindingPod:
                 likely=(own_likely, self.follower_likely_ms),
                 luck_ms=self.luck_ms,
             )
+            spare = min((s for s in slacks if s is not None), default=math.inf)
+            if self.settings.joint and math.isfinite(spare):
+                mine, theirs = joint_options(plan, bound, at, left_ms, backlog, allowed)
+                spare = min(spare, joint_spare_ms(mine, theirs, slacks, self.servers, lag_ms))
         # Luck is counted on for the request itself where no follower counts on it.
         refuse_luck_ms = self.luck_ms if math.isinf(spare) else 0.0
         degrade_after = self.settings.degrade_after
@@ -280,17 +305,7 @@ class _BindingPod:
             (self.starts[request] - self.arrivals[request]) * 1000, self.slo_s * 1000, degrade_after
         ):
             spare = 0.0
-        if self.settings.lag_share is not None:
-            quickest_likely = min(
-                remaining_ms(plan.configs[i], at, backlog, admitting=True)
-                for i in plan.consistent(bound)
-            )
-            static_finish_ms = self.static_start[request] * 1000 + self.follower_likely_ms
-            slack_ms = self.slo_s * 1000 - self.settings.lag_reserve * self.follower_likely_ms
-            if self.settings.lag_backlog:
-                slack_ms -= max(self.static_free - now, 0.0) * 1000
-            cap_ms = self.settings.lag_share * max(slack_ms, 0.0)
-            spare = min(spare, lag_spare_ms(now * 1000 + quickest_likely, static_finish_ms, cap_ms))
+        spare = min(spare, lag_ms)
         return bind_stage(
             plan,
             stage,
@@ -299,7 +314,7 @@ class _BindingPod:
             backlog,
             spare_ms=spare,
             refuse=self.settings.refuse and stage == 0,
-            allowed=self.allowed(request, now),
+            allowed=allowed,
             at=at,
             refuse_luck_ms=refuse_luck_ms,
         )
