@@ -28,7 +28,6 @@ from compass.domain.binding import (
     allowed_at,
     bind_stage,
     follower_slacks_ms,
-    follower_spare_ms,
     joint_options,
     joint_spare_ms,
     lag_spare_ms,
@@ -347,12 +346,34 @@ def test_the_pending_count_is_read_for_the_router_model_only(router: types.Modul
     assert router.parse_pending("", "router") is None
 
 
+def _domain_slacks(
+    plan: Any,
+    bound: dict[str, Any],
+    at: int,
+    backlog: list[float],
+    followers_left: list[float],
+    servers: int,
+) -> list[float | None]:
+    """The followers' slacks as bindingsim counts them for a request at stage ``at``."""
+    consistent = [plan.configs[i] for i in plan.consistent(bound)]
+    fastest = plan.configs[plan.fastest()]
+    return follower_slacks_ms(
+        min(remaining_ms(c, at, backlog) for c in consistent),
+        followers_left,
+        fastest.total_ms,
+        servers,
+        likely=(
+            min(remaining_ms(c, at, backlog, admitting=True) for c in consistent),
+            sum(fastest.stage_admit_ms or fastest.stage_ms),
+        ),
+    )
+
+
 def test_the_router_spares_counted_followers_as_the_domain_does(
     router: types.ModuleType, plan: Any
 ) -> None:
     rng = np.random.default_rng(11)
     checked = table(router, plan)
-    fastest = plan.configs[plan.fastest()]
     changed = 0
     for _ in range(300):
         stage, at, bound, left, backlog = _random_case(rng, plan, 0, 2000)
@@ -361,17 +382,9 @@ def test_the_router_spares_counted_followers_as_the_domain_does(
         # Behind a gate (half the draws): followers seen at it, each arrived after the last.
         gate = sorted(float(x) for x in left + rng.uniform(0, 500, int(rng.integers(0, 8))))
         gate = gate if rng.integers(0, 2) else []
-        consistent = [plan.configs[i] for i in plan.consistent(bound)]
-        spare = follower_spare_ms(
-            min(remaining_ms(c, at, backlog) for c in consistent),
-            gate + polled_followers_left_ms(followers, gate[-1] if gate else left),
-            fastest.total_ms,
-            servers,
-            likely=(
-                min(remaining_ms(c, at, backlog, admitting=True) for c in consistent),
-                sum(fastest.stage_admit_ms or fastest.stage_ms),
-            ),
-        )
+        followers_left = gate + polled_followers_left_ms(followers, gate[-1] if gate else left)
+        slacks = _domain_slacks(plan, bound, at, backlog, followers_left, servers)
+        spare = min((x for x in slacks if x is not None), default=math.inf)
         routed = router.polled_spare_ms(
             checked, bound, at, left, backlog, followers, servers, gate_left_ms=gate
         )
@@ -392,7 +405,6 @@ def test_the_router_plans_with_its_followers_as_the_domain_does(
     checked = router.check_binding(
         json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, max_qps=limits)))
     )
-    fastest = plan.configs[plan.fastest()]
     changed = 0
     for _ in range(300):
         _, at, bound, left, backlog = _random_case(rng, plan, 0, 2000)
@@ -400,17 +412,7 @@ def test_the_router_plans_with_its_followers_as_the_domain_does(
         servers = int(rng.integers(1, 3))
         gate = sorted(float(x) for x in left + rng.uniform(-100, 600, int(rng.integers(1, 8))))
         budget = float(rng.choice([math.inf, float(rng.uniform(0, 400))]))
-        consistent = [plan.configs[i] for i in plan.consistent(bound)]
-        slacks = follower_slacks_ms(
-            min(remaining_ms(c, at, backlog) for c in consistent),
-            gate,
-            fastest.total_ms,
-            servers,
-            likely=(
-                min(remaining_ms(c, at, backlog, admitting=True) for c in consistent),
-                sum(fastest.stage_admit_ms or fastest.stage_ms),
-            ),
-        )
+        slacks = _domain_slacks(plan, bound, at, backlog, gate, servers)
         routed_slacks = router.polled_slacks_ms(
             checked, bound, at, left, backlog, 0, servers, gate_left_ms=gate
         )
