@@ -488,9 +488,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--binding-greedy",
         action="store_true",
-        help="late binding: a request may take all the extra time the followers it sees leave "
-        "it (the router's rule before it planned with them: the most accuracy for the "
-        "followers and it together, Aragog's choice over the FIFO queue)",
+        help="late binding's old rule: a request may take all the extra time its followers' "
+        "slack leaves it, instead of the best plan for it and them together (the default: "
+        "the most accuracy in all, Aragog's choice over the FIFO queue)",
     )
     parser.add_argument(
         "--binding-reach",
