@@ -683,12 +683,6 @@ def follower_slacks_ms(own_fastest_ms, followers_left_ms, follower_ms, servers=1
     return slacks
 
 
-def follower_spare_ms(own_fastest_ms, followers_left_ms, follower_ms, servers=1, likely=None):
-    """The least of follower_slacks_ms' counted slacks (inf when none counts)."""
-    slacks = follower_slacks_ms(own_fastest_ms, followers_left_ms, follower_ms, servers, likely)
-    return min((s for s in slacks if s is not None), default=float("inf"))
-
-
 def polled_slacks_ms(table, bound, at, left_ms, backlog_ms, followers, servers, gate_left_ms=()):
     """The slacks of a request's followers (follower_slacks_ms): ``followers`` counted, not
     seen, each taken as having its own ``left_ms`` left (compass.domain.binding.
