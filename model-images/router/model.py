@@ -1567,7 +1567,9 @@ class TritonPythonModel:
         key = self.active.current()
         parameters = json.loads(request.parameters() or "{}")
         table = self.binding.current()
+        # Parsed once here (ns since the epoch): a malformed one is the client's error at once.
         deadline = parameters.get(DEADLINE_PARAMETER)
+        deadline = None if deadline is None else parse_deadline(deadline)
         taken_up = time.time_ns()
         if self.pipeline_slots and deadline is None and not parameters.get(OVERRIDE_PARAMETER):
             # Client-free binding and admission: behind the gate a request is taken up as it
@@ -1579,7 +1581,7 @@ class TritonPythonModel:
         # its arrival where its deadline and the table's SLO tell it.
         arrived = None
         if table is not None and table["slo_ms"] is not None and deadline is not None:
-            arrived = parse_deadline(deadline) - int(table["slo_ms"] * 1e6)
+            arrived = deadline - int(table["slo_ms"] * 1e6)
         qps = self.inflight.dispatched(arrived)
         # The lag cap's schedule (static fastest's), for the requests it binds: each one's
         # start there, drawn in take-up order (behind the gate with its ticket).
@@ -1599,9 +1601,7 @@ class TritonPythonModel:
             )
         # The gate: the request waits its turn in the shared table (seen there with its
         # deadline by the one binding ahead of it), then runs the pipeline.
-        _, static_start = self.inflight.queue_at_gate(
-            None if deadline is None else parse_deadline(deadline), schedule
-        )
+        _, static_start = self.inflight.queue_at_gate(deadline, schedule)
         try:
             self.gate_gauge.waiting(1)
             try:
@@ -1638,9 +1638,7 @@ class TritonPythonModel:
                     and started - arrived > degrade_after * table["slo_ms"] * 1e6
                 )
                 times = {} if parameters.get(COMPONENT_TIMES_PARAMETER) else None
-                return self._serve_bound(
-                    body, table, parse_deadline(deadline), qps, hurried, times, static_start
-                )
+                return self._serve_bound(body, table, deadline, qps, hurried, times, static_start)
             key = self.admission.judge(key, deadline)
         # The pipeline gets the canonical form too: its components may key data by it.
         config = json.loads(key)
