@@ -683,7 +683,9 @@ def follower_slacks_ms(own_fastest_ms, followers_left_ms, follower_ms, servers=1
     return slacks
 
 
-def polled_slacks_ms(table, bound, at, left_ms, backlog_ms, followers, servers, gate_left_ms=()):
+def polled_slacks_ms(
+    table, bound, at, left_ms, backlog_ms, followers, servers, gate_left_ms=(), known=None
+):
     """The slacks of a request's followers (follower_slacks_ms): ``followers`` counted, not
     seen, each taken as having its own ``left_ms`` left (compass.domain.binding.
     polled_followers_left_ms); behind a gate, the followers waiting at it first, each with
@@ -697,11 +699,14 @@ def polled_slacks_ms(table, bound, at, left_ms, backlog_ms, followers, servers, 
     fastest_ms, fastest_likely_ms = table["arrays"]["fastest_ms"]
     counted_left = gate_left_ms[-1] if gate_left_ms else left_ms
     return follower_slacks_ms(
-        quickest_remaining_ms(table, bound, at, backlog_ms, "stage_ms"),
+        quickest_remaining_ms(table, bound, at, backlog_ms, "stage_ms", known),
         gate_left_ms + [counted_left] * followers,
         fastest_ms,
         servers,
-        likely=(quickest_remaining_ms(table, bound, at, backlog_ms, "admit_ms"), fastest_likely_ms),
+        likely=(
+            quickest_remaining_ms(table, bound, at, backlog_ms, "admit_ms", known),
+            fastest_likely_ms,
+        ),
     )
 
 
@@ -720,13 +725,13 @@ JOINT_STEPS = 128
 JOINT_STEP_COST = 1e-7
 
 
-def joint_options(table, bound, at, left_ms, backlog_ms, allowed=None):
+def joint_options(table, bound, at, left_ms, backlog_ms, allowed=None, known=None):
     """The request's choices and a follower's, as (extra ms, accuracy) rows, for
     joint_spare_ms (compass.domain.binding.joint_options), on the table's arrays."""
     arrays = table["arrays"]
-    consistent, times = consistent_remaining_ms(table, bound, at, backlog_ms)
+    consistent, times = consistent_remaining_ms(table, bound, at, backlog_ms, known=known)
     if not consistent.any():
-        consistent[:] = True
+        consistent = np.ones_like(consistent)
     quickest = times[consistent].min()
     permitted = np.ones(len(times), dtype=bool)
     if allowed is not None:
@@ -799,12 +804,16 @@ def joint_spare_ms(own_options, follower_options, slacks_ms, servers=1, budget_m
     return float(own_steps[best].max()) * step
 
 
-def consistent_remaining_ms(table, bound, at, backlog_ms, times="stage_ms"):
+def consistent_remaining_ms(table, bound, at, backlog_ms, times="stage_ms", known=None):
     """Which configurations agree with ``bound``, and each one's remaining time from stage
     ``at`` (at each remaining component, the work ahead plus its own time; summed in the
     order compass.domain.binding.remaining_ms sums), on the table's ``times`` (``stage_ms``
     or, likely, ``admit_ms``) arrays: a request reads these at every stage it binds, and the
-    decision must stay well under a ms."""
+    decision must stay well under a ms. ``known``: a dict that keeps them for one decision
+    (the same request, stage and backlog), so the rules it applies read them once; neither
+    array is to be changed."""
+    if known is not None and times in known:
+        return known[times]
     arrays = table["arrays"]
     consistent = np.ones(len(table["configs"]), dtype=bool)
     for name, value in bound.items():
@@ -813,17 +822,19 @@ def consistent_remaining_ms(table, bound, at, backlog_ms, times="stage_ms"):
     total = np.zeros(len(matrix))
     for stage in range(at, matrix.shape[1]):
         total = total + (backlog_ms[stage] + matrix[:, stage])
+    if known is not None:
+        known[times] = consistent, total
     return consistent, total
 
 
-def quickest_remaining_ms(table, bound, at, backlog_ms, times="stage_ms"):
+def quickest_remaining_ms(table, bound, at, backlog_ms, times="stage_ms", known=None):
     """The quickest remaining time from stage ``at`` among the configurations consistent with
     ``bound`` (all where none is)."""
-    consistent, total = consistent_remaining_ms(table, bound, at, backlog_ms, times)
+    consistent, total = consistent_remaining_ms(table, bound, at, backlog_ms, times, known)
     return float(total[consistent].min() if consistent.any() else total.min())
 
 
-def lag_spare_ms(table, bound, at, backlog_ms, now_ns, static_start_ns):
+def lag_spare_ms(table, bound, at, backlog_ms, now_ns, static_start_ns, known=None):
     """How much longer than its fastest completion a request may take so that it ends at most
     the table's lag cap behind the schedule static fastest keeps, where it would start at
     ``static_start_ns`` (Inflight.static_start): compass.domain.binding.lag_spare_ms on
@@ -832,7 +843,7 @@ def lag_spare_ms(table, bound, at, backlog_ms, now_ns, static_start_ns):
     share = table["lag_share"]
     if share is None or static_start_ns is None:
         return float("inf")
-    quickest_likely = quickest_remaining_ms(table, bound, at, backlog_ms, "admit_ms")
+    quickest_likely = quickest_remaining_ms(table, bound, at, backlog_ms, "admit_ms", known)
     fastest_likely_ms = table["arrays"]["fastest_ms"][1]
     cap_ms = share * max(table["slo_ms"] - table["lag_reserve"] * fastest_likely_ms, 0.0)
     behind_ms = (now_ns - static_start_ns) / 1e6 + quickest_likely - fastest_likely_ms
@@ -849,6 +860,7 @@ def bind_stage(
     at=None,
     hurried=False,
     spare_ms=float("inf"),
+    known=None,
 ):
     """The configuration (index) a request heads for at ``stage``; LateError where the table
     refuses and even the fastest is more likely late than not (compass.domain.binding.
@@ -857,9 +869,10 @@ def bind_stage(
     reached, None ``stage``: a pipeline that reads a later stage's parameters first still
     has the stages from ``at`` to serve; ``hurried``: it waited long, so no more than the
     fastest completion, the domain's ``spare_ms`` 0; ``spare_ms``: how much longer than the
-    fastest completion it may take, for the requests waiting behind it)."""
+    fastest completion it may take, for the requests waiting behind it; ``known``:
+    consistent_remaining_ms' memo for this decision)."""
     at = stage if at is None else at
-    consistent, times = consistent_remaining_ms(table, bound, at, backlog_ms)
+    consistent, times = consistent_remaining_ms(table, bound, at, backlog_ms, known=known)
     if not consistent.any():
         raise ValueError(f"binding: no allowed configuration has {bound}")
     accuracy = table["arrays"]["accuracy"]
@@ -879,7 +892,7 @@ def bind_stage(
         chosen = np.flatnonzero(fitting)
         return int(chosen[np.lexsort((times[chosen], -accuracy[chosen]))[0]])
     if table["refuse"] and stage == 0:
-        _, admit = consistent_remaining_ms(table, bound, at, backlog_ms, "admit_ms")
+        _, admit = consistent_remaining_ms(table, bound, at, backlog_ms, "admit_ms", known)
         likely = float(admit[consistent].min())
         if likely > left_ms:
             raise LateError(
@@ -1276,16 +1289,22 @@ class LazyConfig(dict):
                     (deadline - now) / 1e6 if deadline else float("inf")
                     for deadline in self.inflight.gate_followers()
                 ]
-            lag = lag_spare_ms(table, self.bound, at, backlog, time.time_ns(), self.static_start_ns)
+            # Each configuration's remaining time, read once for the rules below.
+            known = {}
+            lag = lag_spare_ms(
+                table, self.bound, at, backlog, time.time_ns(), self.static_start_ns, known
+            )
             slacks = polled_slacks_ms(
-                table, self.bound, at, left_ms, backlog, self.followers, self.servers, seen
+                table, self.bound, at, left_ms, backlog, self.followers, self.servers, seen, known
             )
             spare = min((s for s in slacks if s is not None), default=float("inf"))
             if spare < float("inf"):
                 # Planned with the followers: the slack several of them can use better is
                 # not all spent here (compass.domain.binding.joint_spare_ms). Where no choice
                 # but its quickest fits the spare, the plan cannot change what it binds.
-                own, theirs = joint_options(table, self.bound, at, left_ms, backlog, self.allowed)
+                own, theirs = joint_options(
+                    table, self.bound, at, left_ms, backlog, self.allowed, known
+                )
                 extra = own[:, 0]
                 if ((extra > 0) & (extra <= min(spare, lag))).any():
                     spare = min(spare, joint_spare_ms(own, theirs, slacks, self.servers, lag))
@@ -1300,6 +1319,7 @@ class LazyConfig(dict):
                 at,
                 self.hurried,
                 spare,
+                known,
             )
             chosen = table["configs"][self.target][0]
             for name in table["stages"][self.next_stage]:
