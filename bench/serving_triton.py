@@ -122,7 +122,6 @@ from compass.dataplane.profiler import (
     CurveSettings,
     ProfileSettings,
     measure_curve,
-    measure_drain_s,
     profile_configurations,
 )
 from compass.dataplane.triton import TritonRouter
@@ -147,7 +146,7 @@ from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
 from compass.domain.profiles import parse_profiles
-from compass.domain.simulator import RunReport, compare
+from compass.domain.simulator import compare
 from compass.domain.space import config_key
 from compass.domain.strategy import Strategy
 from compass.lab.experiment import ADMITTED_RUN, BINDING_RUN, EVERY_RUN, RUNS, serve_each
@@ -417,23 +416,6 @@ def main() -> int:
                 )
         profiles = parse_profiles(document)
         fast_config, accurate_config = (front[0], front[-1]) if qa_real else (FASTEST, ACCURATE)
-        # What of a request's time overlaps the others' (the client's and the router's own
-        # work outside the pipeline; magnified 1/scale here, as it is not scaled): its idle
-        # time less the interval at which a pod of busy instances drains, every replica busy
-        # at once. qa-real's pods are modelled by their capacity curves instead.
-        outside_s = 0.0
-        if not qa_real:
-            drain_s = measure_drain_s(
-                [s.grpc_url for s in servers], fast_config, sample, profiler.model
-            )
-            idle_s = min(p.mean_ms for p in profiles) / 1000
-            outside_s = max(idle_s - drain_s * pod_servers, 0.0)
-            print(
-                f"a busy pod drains {config_key(fast_config)} at one every "
-                f"{drain_s * 1000 / scale:.1f} ms (paper scale; idle {idle_s * 1000 / scale:.1f} "
-                f"ms a request, {pod_servers} at once): the simulator counts "
-                f"{outside_s * 1000 / scale:.1f} ms of each request outside the pipeline"
-            )
         # The switch's cost, measured: decision -> every replica serving it, at idle.
         idle = [
             fleet.switch(accurate_config if i % 2 else fast_config).seconds
@@ -492,9 +474,7 @@ def main() -> int:
             pod_model = PodModel(servers=instances, contended=True)
         else:
             pod_model = PodModel(
-                servers=pod_servers,
-                stages=RAG_SIM_STAGES if pod_servers > 1 else (),
-                outside_s=outside_s,
+                servers=pod_servers, stages=RAG_SIM_STAGES if pod_servers > 1 else ()
             )
         print(
             f"{pattern.kind.value}: base {pattern.base_qps:.2f} QPS per replica, "
@@ -608,27 +588,10 @@ def main() -> int:
                     pods=args.replicas,
                     pod_model=pod_model,
                 )
-            # The same prediction with each request's whole time in the pipeline (outside 0),
-            # for the live runs to say which of the two models they follow.
-            whole: dict[str, RunReport] = {}
-            if outside_s > 0:
-                whole = predict({}, pod_model=replace(pod_model, outside_s=0.0))
-                if BINDING_RUN in predicted:
-                    whole[BINDING_RUN] = simulate_binding(
-                        members,
-                        scenario,
-                        slo_ms * scale,
-                        BINDING_RUN,
-                        settings=simulated_binding(spec, bound, instances, slots),
-                        pods=args.replicas,
-                        pod_model=replace(pod_model, outside_s=0.0),
-                    )
             # What hindsight could win on these arrivals (the simulator's oracle): each run's
             # accuracy gain over static fastest as a share of the oracle's.
             oracle = (
-                hindsight_oracle(
-                    members, scenario, slo_ms * scale, pods=args.replicas, outside_s=outside_s
-                )
+                hindsight_oracle(members, scenario, slo_ms * scale, pods=args.replicas)
                 if pod_servers == 1
                 else None
             )
@@ -671,12 +634,6 @@ def main() -> int:
                     f"{run.failed:6d} {run.refused:7d} {run.switches:8d}",
                     flush=True,
                 )
-                if label in whole:
-                    print(
-                        f"      sim% with no time outside the pipeline: "
-                        f"{whole[label].compliance:.1f}",
-                        flush=True,
-                    )
                 now_queued = queue_totals(http_urls, watched)
                 waited = waits_ms(queued, now_queued, scale)
                 queued = now_queued

@@ -19,12 +19,11 @@ import pytest
 from ragsim import ACCURATE, COMPONENTS, FASTEST
 
 from compass.commands.main import main
-from compass.dataplane.profiler import ProfileSettings, measure_drain_s, profile_configurations
+from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
-from compass.domain.capacity import CapacityError
 from compass.domain.evaluation import Config
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton, free_port, local_fleet
+from compass.lab.local_triton import LocalTriton, local_fleet
 from compass.lab.scenarios import rag_sim_triton
 from tiers import require_tritonserver
 
@@ -291,18 +290,3 @@ def test_profiling_over_two_servers_measures_each_configuration_on_one_of_them(
     assert [p["measured"] for p in document["metadata"]["pods"]] == [
         measured_on.count(url) for url in sorted(routers)
     ]
-
-
-def test_a_busy_pod_drains_one_request_per_service_time_of_its_one_instance(
-    servers: list[LocalTriton], rag_sim_data: dict[str, object]
-) -> None:
-    """measure_drain_s: a clump on both pods at once, each router of one instance, finishes
-    one request per service time (what the simulator's outside time is read against); a pod
-    that answers nothing fails the measurement by name."""
-    urls = [s.grpc_url for s in servers]
-    drain_s = measure_drain_s(urls, FASTEST, lambda i: {"sample": i}, clump=8, repeats=1)
-    _assert_is_its_service_time(drain_s * 1000, _latency_ms(rag_sim_data, FASTEST))
-    with pytest.raises(CapacityError, match="drain"):
-        measure_drain_s([f"127.0.0.1:{free_port()}"], FASTEST, lambda i: {"sample": i}, clump=4)
-    with pytest.raises(ValueError, match="clump"):
-        measure_drain_s(urls, FASTEST, lambda i: {"sample": i}, clump=3)

@@ -325,17 +325,11 @@ def scenario(qps: float, seed: int = 0, kind: str = "constant") -> object:
     return make_scenario(make_pattern(kind, qps, 120.0, seed=seed), seed)
 
 
-@pytest.mark.parametrize("outside_s", [0.0, 0.05])
-def test_a_request_that_keeps_one_configuration_takes_what_the_static_run_gives_it(
-    outside_s: float,
-) -> None:
-    """Paired with the static run, also where part of each request's time is outside the
-    pipeline (PodModel.outside_s): both simulators let the next request in as early."""
+def test_a_request_that_keeps_one_configuration_takes_what_the_static_run_gives_it() -> None:
     one = [ADDITIVE[3]]
     load = scenario(1.0)
-    pod = PodModel(outside_s=outside_s)
-    bound = simulate_binding(one, load, 10_000, stages=STAGES, prior_shares=None, pod_model=pod)  # type: ignore[arg-type]
-    static = simulate(StaticController(one[0].name, 0), one, load, 10_000, pod_model=pod)  # type: ignore[arg-type]
+    bound = simulate_binding(one, load, 10_000, stages=STAGES, prior_shares=None)  # type: ignore[arg-type]
+    static = simulate(StaticController(one[0].name, 0), one, load, 10_000)  # type: ignore[arg-type]
     np.testing.assert_allclose(bound.finishes_s, static.finishes_s)
     np.testing.assert_allclose(bound.starts_s, static.starts_s)
 

@@ -45,19 +45,6 @@ def test_the_oracle_meets_static_fastest_and_gains_accuracy(pods: int) -> None:
     assert all(1 not in (m.base, m.blend) for m in oracle.mixes)
 
 
-def test_the_oracle_serves_as_the_pod_does_where_time_is_spent_outside_the_pipeline() -> None:
-    """With part of each request's time outside the pipeline (PodModel.outside_s) static
-    fastest keeps the SLO more often; the oracle, serving the same way, still matches it."""
-    scenario = make_scenario(make_pattern("spike", 2.6, 180), 3)
-    pod = PodModel(outside_s=0.03)
-    fastest = simulate(StaticController("fast", 0), FRONT, scenario, 500, pod_model=pod)
-    whole = simulate(StaticController("fast", 0), FRONT, scenario, 500)
-    assert fastest.compliance > whole.compliance + 2
-    oracle = hindsight_oracle(FRONT, scenario, 500, outside_s=0.03)
-    assert oracle.compliance >= fastest.compliance - 1e-9
-    assert oracle.mean_accuracy > fastest.mean_accuracy
-
-
 def test_a_light_load_gets_the_most_accurate_member_in_every_window() -> None:
     scenario = make_scenario(make_pattern("constant", 0.2, 120), 1)
     oracle = hindsight_oracle(FRONT, scenario, 5000)

@@ -461,37 +461,6 @@ def test_a_contended_pod_drains_at_its_curves_rate_and_a_light_load_keeps_its_ow
     assert float(np.median(calm)) == pytest.approx(100.0, rel=0.1)
 
 
-@pytest.mark.parametrize("stages", [(), RAG_SIM_STAGES])
-def test_time_outside_the_pipeline_overlaps_a_clumps_service_not_a_lone_requests(
-    stages: tuple[object, ...],
-) -> None:
-    """What of a request's time is outside the pipeline (PodModel.outside_s) lets the next one
-    in that much sooner: a clump drains faster, a lone request takes its own time as before."""
-    clump = [0.0] * 20 + [60.0]
-    scenario = make_scenario(trace_pattern(clump), 4)
-
-    def served(outside_s: float) -> RunReport:
-        model = PodModel(servers=1, stages=stages, outside_s=outside_s)  # type: ignore[arg-type]
-        return simulate(StaticController("mid", 1), FRONT, scenario, 1000, pod_model=model)
-
-    whole, overlapped = served(0.0), served(0.04)
-    # The lone request at 60 s: its own time either way.
-    assert overlapped.latencies_ms[-1] == pytest.approx(whole.latencies_ms[-1])
-    # Every request still spends the outside part.
-    assert np.all(overlapped.finishes_s - overlapped.starts_s >= 0.04 - 1e-12)
-    if not stages:
-        # One instance: each of the 19 after the first starts 40 ms sooner than the one before.
-        np.testing.assert_allclose(
-            whole.finishes_s[:20] - overlapped.finishes_s[:20], 0.04 * np.arange(20)
-        )
-    assert overlapped.finishes_s[19] < whole.finishes_s[19] - 0.5
-
-
-def test_a_negative_outside_time_is_refused() -> None:
-    with pytest.raises(SimulationError, match="outside"):
-        PodModel(outside_s=-0.01)
-
-
 def test_a_pod_is_contended_or_staged_not_both() -> None:
     with pytest.raises(SimulationError, match="contended"):
         PodModel(servers=4, stages=RAG_SIM_STAGES, contended=True)

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.dataplane.load import run_load
 from compass.dataplane.podpool import PodPool
 from compass.dataplane.triton import OVERRIDE_PARAMETER, TritonRouter
@@ -26,11 +25,6 @@ from compass.domain.capacity import (
 from compass.domain.evaluation import Config
 from compass.domain.profiles import COMPONENT_FIELD, clearly_dominated
 from compass.domain.space import config_key
-
-# A drain measurement's clump per pod and rounds (measure_drain_s): enough finishes past the
-# take-up that one slow reply moves the interval by a few percent.
-DRAIN_CLUMP = 24
-DRAIN_REPEATS = 3
 
 
 @dataclass(frozen=True)
@@ -341,45 +335,3 @@ def measure_rate(
     order = np.argsort(sent)
     finished = sent + np.array([r.latency_s for r in records])
     return measure_point(rate, sent[order], finished[order])
-
-
-def measure_drain_s(
-    urls: Sequence[str],
-    config: Config,
-    payload: Callable[[int], Mapping[str, Any]],
-    model: str = DEFAULT_ROUTER_MODEL,
-    clump: int = DRAIN_CLUMP,
-    repeats: int = DRAIN_REPEATS,
-) -> float:
-    """How often a busy pod finishes a request of ``config``, s: ``clump`` requests sent at
-    once to every pod in ``urls`` (all busy together, as in a burst), the interval between
-    each pod's successive finishes past the first two (the clump's take-up), the median over
-    pods and ``repeats`` rounds. A request's idle time less this, per instance, is what of its
-    time overlaps the others' (``PodModel.outside_s``). A failed request raises CapacityError."""
-    if clump < 4 or repeats < 1:
-        raise ValueError(f"clump {clump}, repeats {repeats}: give a clump of 4 or more, 1 round")
-    pods = len(urls)
-    intervals: list[float] = []
-    for _ in range(repeats):
-        records = run_load(
-            list(urls),
-            [0.0] * (clump * pods),
-            lambda index: dict(payload(index)),
-            model=model,
-            replicas=[index % pods for index in range(clump * pods)],
-            parameters={OVERRIDE_PARAMETER: config_key(config)},
-        )
-        failed = [r.error for r in records if r.error is not None]
-        if failed or len(records) < clump * pods:
-            raise CapacityError(
-                "drain",
-                f"{len(failed) or clump * pods - len(records)} request(s) of a clump failed: "
-                f"{failed[0] if failed else 'replies missing'}",
-                "check the server's log",
-            )
-        for pod in range(pods):
-            finishes = np.sort(
-                [r.sent_s + r.latency_s for i, r in enumerate(records) if i % pods == pod]
-            )
-            intervals.append(float(finishes[-1] - finishes[2]) / (clump - 3))
-    return float(np.median(intervals))

@@ -165,7 +165,7 @@ class _BindingPod:
         plan: StagePlan,
         shares: Sequence[tuple[float, ...]],
         components: Sequence[Stage],
-        pod_model: PodModel,
+        servers: int,
         settings: BindingSettings,
         slo_s: float,
         arrivals: FloatArray,
@@ -176,8 +176,8 @@ class _BindingPod:
         self.settings, self.slo_s = settings, slo_s
         self.arrivals, self.service_s = arrivals, service_s
         self.starts, self.finishes, self.configs = record
-        self.idle = self.servers = pod_model.servers
-        self.outside_s = pod_model.outside_s
+        self.idle = servers
+        self.servers = servers
         fastest = plan.configs[plan.fastest()]
         self.follower_ms = fastest.total_ms
         self.follower_likely_ms = sum(fastest.stage_admit_ms or fastest.stage_ms)
@@ -398,7 +398,7 @@ class _BindingPod:
                 now, _, stage, batch = heapq.heappop(self.events)
                 for request in batch:
                     if stage == last:
-                        self.finishes[request] = now + self.outside_s
+                        self.finishes[request] = now
                         self.configs[request] = self.target[request]
                         self.idle += 1
                     else:
@@ -490,10 +490,7 @@ def simulate_binding(
     )
     # Each configuration's share of its time at each stage (the plan's split).
     shares = [tuple(t / c.total_ms for t in c.stage_ms) for c in plan.configs]
-    # What each (configuration, request) holds the pipeline; the rest (outside) ends each finish.
-    service_s = pod_model.holding_s(
-        np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in profiles])
-    )
+    service_s = np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in profiles])
     arrivals = scenario.arrivals_s
     n = len(arrivals)
     starts, finishes = np.empty(n), np.empty(n)
@@ -504,7 +501,7 @@ def simulate_binding(
             plan,
             shares,
             components,
-            pod_model,
+            pod_model.servers,
             settings,
             slo_ms / 1000,
             arrivals,

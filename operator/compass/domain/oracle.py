@@ -85,7 +85,6 @@ def _serve(
     record: tuple[IntArray, FloatArray] | None = None,
     late_after_s: float = math.inf,
     dispatch: Dispatch | None = None,
-    outside_s: float = 0.0,
 ) -> int:
     """Serve these requests (in arrival order) with the mix; returns how many met the SLO.
 
@@ -94,7 +93,6 @@ def _serve(
     ``late_after_s``: a request that would wait longer is late; a late-last queue serves it
     after every request in time, which the oracle counts as served then but holding no server
     (its work done in time nobody needed): optimistic, as a bound should be.
-    ``outside_s``: of each service, what holds no server (``PodModel.outside_s``).
     """
     dealers: dict[int, SmoothWeighting[int]] = {}
     met = 0
@@ -110,10 +108,10 @@ def _serve(
         begin = max(float(arrivals[request]), pods.free_at[pod])
         if dispatch is not None:
             config = dispatch(begin - float(arrivals[request]), config)
-        held = begin + max(float(service_s[config, request]) - outside_s, 0.0)
+        finish = begin + float(service_s[config, request])
         if begin - float(arrivals[request]) <= late_after_s:
-            pods.free_at[pod] = held
-        latency = held + outside_s - float(arrivals[request])
+            pods.free_at[pod] = finish
+        latency = finish - float(arrivals[request])
         met += latency <= slo_s
         if record is not None:
             record[0][request] = config
@@ -129,17 +127,14 @@ def hindsight_oracle(
     pods: int = 1,
     window_s: float = DEFAULT_WINDOW_S,
     late_after_s: float | None = None,
-    outside_s: float = 0.0,
 ) -> OracleReport:
     """The oracle's run over the scenario (see the module docstring); ``late_after_s``: on
-    pods with a late-last queue (``PodModel.late_after_s``), static fastest's included;
-    ``outside_s``: of each request's time, what holds no server (``PodModel.outside_s``)."""
+    pods with a late-last queue (``PodModel.late_after_s``), static fastest's included."""
     _check_window(window_s)
     real = _Draw.of(front, scenario, pods, window_s)
     late = math.inf if late_after_s is None else late_after_s
     # In hindsight the only draw is the real one.
-    rules = _Rules(slo_ms / 1000, pods, window_s, late_after_s=late, outside_s=outside_s)
-    return _search(front, real, (real,), rules)
+    return _search(front, real, (real,), _Rules(slo_ms / 1000, pods, window_s, late_after_s=late))
 
 
 def _report(
@@ -172,7 +167,6 @@ class _Rules:
     window_s: float
     dispatch: Dispatch | None = None
     late_after_s: float = math.inf
-    outside_s: float = 0.0
 
 
 def _check_window(window_s: float) -> None:
@@ -231,7 +225,6 @@ class _Draw:
             record,
             rules.late_after_s,
             rules.dispatch,
-            rules.outside_s,
         )
 
 

@@ -63,20 +63,10 @@ class PodModel:
     # miss too. What the order is worth; the routers ship FIFO (Triton's own late-last policy
     # stalls its queue: bench/triton_queue.py).
     late_after_s: float | None = None
-    # Of each request's time, the part that holds no router instance, s: the client's and the
-    # router's own work outside the pipeline (the call's way in and out), which overlaps the
-    # others' service. A request alone still takes its profiled time; a busy pod drains one
-    # every (time - outside) per instance. Measured as a request's idle time less the interval
-    # at which a clump drains (bench/serving_triton.py); 0: the whole time holds the instance.
-    outside_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.servers < 1:
             raise SimulationError("servers", f"{self.servers} is not >= 1", "give 1 or more")
-        if not 0 <= self.outside_s < math.inf:
-            raise SimulationError(
-                "outside", f"{self.outside_s:g} s is not >= 0", "give e.g. 0.01, or 0"
-            )
         if self.late_after_s is not None and not self.late_after_s >= 0:
             raise SimulationError(
                 "late_after", f"{self.late_after_s:g} s is not >= 0", "give e.g. 0.4, or none"
@@ -98,10 +88,6 @@ class PodModel:
                 raise SimulationError(
                     "stages", f"{stage} is invalid", "give share > 0, max_batch >= 1, cost >= 0"
                 )
-
-    def holding_s(self, service_s: FloatArray) -> FloatArray:
-        """How long each of these service times holds an instance (``outside_s`` less)."""
-        return np.maximum(service_s - self.outside_s, 0.0)
 
 
 # rag-sim's pipeline as its model repository deploys it: retriever and reranker of one instance
@@ -147,7 +133,6 @@ class SimulatedPod:
         self.stretch = stretch
         self.requests = requests
         self.arrivals = arrivals
-        # What each (configuration, request) holds an instance: PodModel.holding_s.
         self.service_s = service_s
         self.choose = choose
         self.admit = admit
@@ -264,7 +249,7 @@ class SimulatedPod:
                 service *= 1 + (float(self.stretch[config]) - 1) * share
             finish = begin + service
             heapq.heapreplace(self._free, (finish, begin))
-            self.finishes[request] = finish + self.model.outside_s
+            self.finishes[request] = finish
 
     def drain(self) -> None:
         """Finish what has started (every finish is known when its request starts)."""
@@ -318,7 +303,7 @@ class StagedPod(SimulatedPod):
                 last = stage == len(self.model.stages) - 1
                 for request in batch:
                     if last:
-                        self.finishes[request] = now + self.model.outside_s
+                        self.finishes[request] = now
                         self._idle_servers += 1
                         del self._holding[request]
                     else:

@@ -345,11 +345,8 @@ class _Run:
         self.next_scrape = 0
         self.names = tuple(p.name for p in front)
         index_of = {name: i for i, name in enumerate(self.names)}
-        # Seconds of service for every (configuration, request): the common random numbers; the
-        # pods are given what of it holds an instance (the rest, outside, they add to each finish).
-        service_s = pod_model.holding_s(
-            np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in front])
-        )
+        # Seconds of service for every (configuration, request): the common random numbers.
+        service_s = np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in front])
         self.arrivals = scenario.arrivals_s
         n = len(self.arrivals)
         assigned = scenario.pods_of(pods)
