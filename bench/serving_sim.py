@@ -312,7 +312,10 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             spare_followers=job.binding_poll_ms is not None
             or job.binding_gate is not None
             or job.binding_arrival_risk is not None,
-            followers_poll_s=None if job.binding_poll_ms is None else job.binding_poll_ms / 1000,
+            # Behind a gate the router polls nothing: its followers are the gate's waiters.
+            followers_poll_s=None
+            if job.binding_poll_ms is None or job.binding_gate is not None
+            else job.binding_poll_ms / 1000,
             visible_followers=None if job.binding_gate is None else job.binding_gate - 1,
             rate_view=job.binding_rate
             or (RateView.TAKEN_ARRIVALS if job.binding_gate is None else RateView.GATE_ARRIVALS),
@@ -507,7 +510,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=f"{ROUTER_POLL_S * 1000:g}",
         help="late binding: spare the requests waiting in front of the router, counted by a "
         "poller of Triton's pending count every this many ms (the router's compass_metrics_url; "
-        f"default {ROUTER_POLL_S * 1000:g}, the router's), or 'off': the router is blind to them",
+        f"default {ROUTER_POLL_S * 1000:g}, the router's), or 'off': the router is blind to them; "
+        "with --binding-gate nothing is polled, as the router does",
     )
     parser.add_argument(
         "--binding-gate",

@@ -68,8 +68,8 @@ S x (SLO - R x the fastest's likely time) behind the schedule static fastest kee
 ``--degrade-after 1`` the table carries no wait rule (the simulator's best rule:
 ``bench/serving_sim.py --binding-gate 8 --degrade-after 1 --binding-lag 0.3
 --binding-lag-reserve 2``). Its simulator column runs the same rule on the router's own view:
-behind the gate, the N - G waiters seen with their deadlines, those beyond counted by the
-poller (``ROUTER_POLL_S``), the rate of the arrivals the instances took up
+behind the gate, the N - G waiters seen with their deadlines, those beyond (in Triton's queue)
+unseen, as the gated routers poll nothing, the rate of the arrivals the instances took up
 (``RateView.GATE_ARRIVALS``).
 
 ``--workflow qa-real`` serves qa-real instead: real retrieval and MiniLM on this CPU, so no time
@@ -577,7 +577,7 @@ def main() -> int:
             if bound is not None and not qa_real and BINDING_RUN in args.runs.split(","):
                 # The routers' rule in the simulator, on the table's own numbers and on the
                 # routers' own view (with the lag cap behind the gate: the N - G waiters
-                # seen, the rest polled, the rate of the arrivals taken up), as serving_sim
+                # seen, the rest not, the rate of the arrivals taken up), as serving_sim
                 # runs it.
                 predicted[BINDING_RUN] = simulate_binding(
                     members,
@@ -634,6 +634,8 @@ def main() -> int:
                     f"{run.failed:6d} {run.refused:7d} {run.switches:8d}",
                     flush=True,
                 )
+                if report is not None and run.refused + int(report.dropped.sum()):
+                    print(f"      the simulator refused {int(report.dropped.sum())}", flush=True)
                 now_queued = queue_totals(http_urls, watched)
                 waited = waits_ms(queued, now_queued, scale)
                 queued = now_queued

@@ -69,7 +69,8 @@ environment's ``COMPASS_METRICS_URL``, else http://127.0.0.1:8002/metrics; ``off
 polls), never per request. A request taken up then has as followers the count at the last poll less the requests
 the instances took up since, each taken as having as long left as itself, and spares them as
 compass.domain.binding.follower_spare_ms does. Without a fresh count (no metrics port, an
-error, a count older than 4 polls) it has none: the binding is today's.
+error, a count older than 4 polls) it has none: the binding is today's. Behind a gate (below)
+nothing is polled: the followers are the requests waiting at the gate.
 
 The gate (optional, model config parameter ``compass_pipeline_slots``: G; absent, no gate):
 the router runs N > G instances, which take requests up as they arrive (while fewer than N are
@@ -1684,7 +1685,11 @@ class TritonPythonModel:
         component model's wall time is added there and returned as for a routed request;
         ``static_start``: when static fastest would start it (ns since the epoch; the lag cap)."""
         followers = 0
-        if self.metrics_url != "off":
+        # Behind a gate the followers are the requests waiting at it (seen with their
+        # deadlines); Triton's queue beyond the instances is not polled: the simulator finds
+        # the count changes no decision there, and live the poll held each request's turn in
+        # the pipeline ~4 ms longer on 2 cores (docs/method.md, "The router's poller").
+        if self.metrics_url != "off" and not self.pipeline_slots:
             if self.poller is None:
                 self.poller = PendingPoller(
                     self.metrics_url,

@@ -164,14 +164,15 @@ def simulated_binding(
 ) -> SimulatedBinding:
     """The routers' late binding (``table``: binding_table's, for this spec) as
     compass.domain.bindingsim runs it, on what those routers see: behind a gate of
-    ``pipeline_slots`` with the lag cap, the waiters at the gate with their deadlines, those
-    beyond polled every ``poll_s`` (the simulation's time unit), the rate of the arrivals taken
-    up; behind a gate without the cap, every follower and every arrival (the gate's own view);
-    without a gate, the poller's count and the arrivals taken up."""
+    ``pipeline_slots`` with the lag cap, the waiters at the gate with their deadlines (those
+    beyond, in Triton's queue, unseen: a gated router polls nothing), the rate of the arrivals
+    taken up; behind a gate without the cap, every follower and every arrival (the gate's own
+    view); without a gate, the poller's count every ``poll_s`` (the simulation's time unit)
+    and the arrivals taken up."""
     if table["lag_share"] is not None and pipeline_slots is not None:
         view: dict[str, Any] = {
             "visible_followers": router_instances - pipeline_slots,
-            "followers_poll_s": poll_s,
+            "followers_poll_s": None,
             "rate_view": RateView.GATE_ARRIVALS,
         }
     else:

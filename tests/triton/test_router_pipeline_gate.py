@@ -99,10 +99,15 @@ def gated(gated_pod: Pod) -> TritonRouter:
 
 
 @pytest.fixture(scope="module")
-def ungated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonRouter]:
+def ungated_pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pod]:
     """The same router without the gate."""
-    for pod in _server(tmp_path_factory.mktemp("ungated"), None):
-        yield pod.router
+    yield from _server(tmp_path_factory.mktemp("ungated"), None)
+
+
+@pytest.fixture(scope="module")
+def ungated(ungated_pod: Pod) -> TritonRouter:
+    """The ungated pod's router."""
+    return ungated_pod.router
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,25 @@ def test_without_the_gate_the_same_burst_shares_the_pipeline_and_its_head_binds_
     # Several at once: their times in the pipeline add up to far more than the burst's span.
     assert _serial_shortfall_s(burst) > 5 * SLACK_S
     assert burst[0].reply.config == config_key(ACCURATE)
+
+
+def test_behind_the_gate_the_router_polls_nothing_without_it_one_instance_polls(
+    gated_pod: Pod, ungated_pod: Pod
+) -> None:
+    """Behind the gate the followers are the waiters at it: no poller of Triton's queue starts
+    (live it held each request's turn in the pipeline ~4 ms longer on 2 cores). Without the
+    gate the first bound request starts the pod's poller, whose lock file says so."""
+    for pod in (gated_pod, ungated_pod):
+        reply = pod.router.infer(
+            {"sample": 1}, deadline_ns=time.time_ns() + round(DEADLINE_S * 1e9)
+        )
+        assert reply.config == config_key(ACCURATE)
+    gated_lock = gated_pod.server.router_file("inflight.bin.poller")
+    ungated_lock = ungated_pod.server.router_file("inflight.bin.poller")
+    assert gated_lock is not None
+    assert ungated_lock is not None
+    assert ungated_lock.exists()
+    assert not gated_lock.exists()
 
 
 def test_behind_the_gate_a_request_without_a_deadline_binds_by_the_tables_slo(

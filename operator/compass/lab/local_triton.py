@@ -286,11 +286,11 @@ class LocalTriton(_Process):
         )
         return self
 
-    def router_table(self, kind: str, router_model: str = DEFAULT_ROUTER_MODEL) -> Any:
-        """The ``kind`` table ("binding" or "admission") this server's router holds, as the
-        last switch sent it, or None: the file model-images/router/model.py's binding_path
-        (admission_path) names for this server (its stubs' parent), in $COMPASS_STATE_DIR,
-        else /dev/shm, else the temporary folder."""
+    def router_file(self, suffix: str, router_model: str = DEFAULT_ROUTER_MODEL) -> Path | None:
+        """The file model-images/router/model.py keeps for this server's router under
+        ``suffix`` (e.g. "binding.json": its state_path's name with "-" + suffix for ".json"),
+        in $COMPASS_STATE_DIR, else /dev/shm, else the temporary folder; None while the server
+        is not running."""
         folder = os.environ.get("COMPASS_STATE_DIR")
         if not folder:
             shm = "/dev/shm"
@@ -299,13 +299,21 @@ class LocalTriton(_Process):
         # The router names the server by its PID and start time (field 22 of its stat).
         try:
             stat = Path(f"/proc/{self.pid}/stat").read_text(encoding="ascii")
-            identity = f"{self.pid}-{stat.rsplit(')', 1)[1].split()[19]}"
-            return json.loads(
-                (Path(folder) / f"compass-{identity}-{router_model}-{kind}.json").read_text(
-                    encoding="utf-8"
-                )
-            )
-        except (OSError, IndexError, ValueError):
+        except OSError:
+            return None
+        fields = stat.rsplit(")", 1)[1].split()
+        if len(fields) < 20:
+            return None
+        return Path(folder) / f"compass-{self.pid}-{fields[19]}-{router_model}-{suffix}"
+
+    def router_table(self, kind: str, router_model: str = DEFAULT_ROUTER_MODEL) -> Any:
+        """The ``kind`` table ("binding" or "admission") this server's router holds, as the
+        last switch sent it, or None (router_file's ``kind``.json: model-images/router/
+        model.py's binding_path and admission_path)."""
+        path = self.router_file(f"{kind}.json", router_model)
+        try:
+            return None if path is None else json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
             return None  # none (or replaced as it was read): none for now
 
 
