@@ -1149,6 +1149,14 @@ class Inflight:
         ahead[self.slot] = False
         return np.flatnonzero(ahead)
 
+    def enter_if_free(self, slots):
+        """Enter the pipeline at once if fewer than ``slots`` requests are ahead of this one:
+        whether it did (else it still waits at the gate)."""
+        if len(self.ahead_at_gate()) < slots:
+            self.gate_slots[self.slot, 2] = GATE_RUNNING
+            return True
+        return False
+
     def pass_gate(self, slots, poll_s=GATE_POLL_S, check_s=GATE_CHECK_S):
         """Wait until fewer than ``slots`` requests are ahead of this one, then enter the
         pipeline. It looks again only after a move (the moves' count changed), every
@@ -1624,11 +1632,14 @@ class TritonPythonModel:
         # deadline by the one binding ahead of it), then runs the pipeline.
         _, static_start = self.inflight.queue_at_gate(deadline, schedule)
         try:
-            self.gate_gauge.waiting(1)
-            try:
-                self.inflight.pass_gate(self.pipeline_slots)
-            finally:
-                self.gate_gauge.waiting(0)
+            # The gauge only for a request that waits: each set is a call to the server (0.24
+            # ms p50, 2.9 ms p99 on 2 cores under load), and the second holds the pipeline.
+            if not self.inflight.enter_if_free(self.pipeline_slots):
+                self.gate_gauge.waiting(1)
+                try:
+                    self.inflight.pass_gate(self.pipeline_slots)
+                finally:
+                    self.gate_gauge.waiting(0)
             return self._run(
                 body, key, parameters, table, deadline, arrived, qps, time.time_ns(), static_start
             )

@@ -102,6 +102,24 @@ def test_a_slot_claimed_again_starts_free_at_the_gate(
     assert len(later.ahead_at_gate()) == 0
 
 
+def test_a_request_enters_at_once_only_where_the_gate_has_room(
+    router: types.ModuleType, tmp_path: Path, children: list[int]
+) -> None:
+    # enter_if_free: the router sets its gate gauge only for a request that has to wait.
+    path = str(tmp_path / "inflight.bin")
+    gate = router.Inflight(path)
+    gate.queue_at_gate(None)
+    assert gate.enter_if_free(1)
+    assert int(gate.gate_slots[gate.slot, 2]) == router.GATE_RUNNING
+    gate.leave_gate()
+    _start(path, True, children)  # another process in the pipeline
+    gate.queue_at_gate(None)
+    assert not gate.enter_if_free(1)
+    assert int(gate.gate_slots[gate.slot, 2]) == router.GATE_WAITING
+    assert gate.enter_if_free(2)
+    assert int(gate.gate_slots[gate.slot, 2]) == router.GATE_RUNNING
+
+
 def test_waiters_queue_in_arrival_order_seen_with_their_deadlines_by_the_one_ahead(
     router: types.ModuleType, tmp_path: Path, children: list[int]
 ) -> None:
