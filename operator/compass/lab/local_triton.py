@@ -299,12 +299,10 @@ class LocalTriton(_Process):
         # The router names the server by its PID and start time (field 22 of its stat).
         try:
             stat = Path(f"/proc/{self.pid}/stat").read_text(encoding="ascii")
-        except OSError:
+            started = stat.rsplit(")", 1)[1].split()[19]
+        except (OSError, IndexError):
             return None
-        fields = stat.rsplit(")", 1)[1].split()
-        if len(fields) < 20:
-            return None
-        return Path(folder) / f"compass-{self.pid}-{fields[19]}-{router_model}-{suffix}"
+        return Path(folder) / f"compass-{self.pid}-{started}-{router_model}-{suffix}"
 
     def router_table(self, kind: str, router_model: str = DEFAULT_ROUTER_MODEL) -> Any:
         """The ``kind`` table ("binding" or "admission") this server's router holds, as the
