@@ -161,6 +161,7 @@ def simulated_binding(
     router_instances: int,
     pipeline_slots: int | None,
     poll_s: float = ROUTER_POLL_S,
+    decision_s: float = 0.0,
 ) -> SimulatedBinding:
     """The routers' late binding (``table``: binding_table's, for this spec) as
     compass.domain.bindingsim runs it, on what those routers see: behind a gate of
@@ -168,7 +169,8 @@ def simulated_binding(
     beyond, in Triton's queue, unseen: a gated router polls nothing), the rate of the arrivals
     taken up; behind a gate without the cap, every follower and every arrival (the gate's own
     view); without a gate, the poller's count every ``poll_s`` (the simulation's time unit)
-    and the arrivals taken up."""
+    and the arrivals taken up. ``decision_s``: the routers' own work in each bound request's
+    turn in the pipeline (BindingSettings.decision_s)."""
     if table["lag_share"] is not None and pipeline_slots is not None:
         view: dict[str, Any] = {
             "visible_followers": router_instances - pipeline_slots,
@@ -194,6 +196,7 @@ def simulated_binding(
         spare_followers=True,
         lag_share=table["lag_share"],
         lag_reserve=table["lag_reserve"],
+        decision_s=decision_s,
         **view,
     )
 

@@ -334,6 +334,27 @@ def test_a_request_that_keeps_one_configuration_takes_what_the_static_run_gives_
     np.testing.assert_allclose(bound.starts_s, static.starts_s)
 
 
+def test_the_routers_own_work_lengthens_each_bound_requests_turn_in_the_pipeline() -> None:
+    """BindingSettings.decision_s: a lone request ends that much later; queued ones inherit
+    it, each later by at least as much; a negative time is refused by name."""
+    one = [ADDITIVE[3]]
+    load = scenario(1.0)
+
+    def served(decision_s: float) -> np.ndarray:
+        settings = BindingSettings(decision_s=decision_s)
+        bound = simulate_binding(
+            one, load, 10_000, stages=STAGES, prior_shares=None, settings=settings
+        )  # type: ignore[arg-type]
+        return bound.finishes_s
+
+    free, costly = served(0.0), served(0.05)
+    assert costly[0] - free[0] == pytest.approx(0.05)
+    assert np.all(costly - free >= 0.05 - 1e-9)
+    assert np.any(costly - free > 0.05 + 1e-6)  # a queue carried the cost forward
+    with pytest.raises(SimulationError, match="decision_s"):
+        served(-0.001)
+
+
 # The slow loop's rate limits (requests/s) per ADDITIVE configuration: the fastest has none.
 LIMITS = (None, 4.0, 2.0, 1.5)
 

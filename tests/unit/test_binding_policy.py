@@ -166,7 +166,7 @@ def test_the_simulator_binds_on_what_the_routers_of_the_table_see() -> None:
     )
     table = binding_table(spec, policy_plan(spec))
     assert table is not None
-    gated = simulated_binding(spec, table, 8, 1, poll_s=0.1)
+    gated = simulated_binding(spec, table, 8, 1, poll_s=0.1, decision_s=0.002)
     assert (gated.visible_followers, gated.followers_poll_s, gated.rate_view) == (
         7,
         None,
@@ -175,6 +175,7 @@ def test_the_simulator_binds_on_what_the_routers_of_the_table_see() -> None:
     assert gated.max_qps == tuple(c["max_qps"] for c in table["configs"])
     assert (gated.lag_share, gated.lag_reserve, gated.degrade_after) == (0.3, 2, None)
     assert gated.refuse is True
+    assert gated.decision_s == 0.002
     assert gated.spare_followers is True
     assert gated.quantile == spec.binding.quantile
     ungated = simulated_binding(spec, table, 1, None)
