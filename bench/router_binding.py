@@ -24,8 +24,10 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from compass.domain.binding import (
     RAG_SIM_COMPONENTS,
@@ -39,6 +41,81 @@ from compass.lab.router_module import router_module
 
 PROFILES = Path(__file__).resolve().parent / "data/compass-paper/planner_latency_profiles.json"
 FLOOR_MS = 1.0
+
+
+# The deadlines drawn for the requests (and the waiters at the gate) without a table's SLO, s.
+DEADLINES_S = 1.5
+
+
+def time_bindings(
+    table: dict[str, Any], requests: int, busy: int, waiting: int, deadlines_s: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Each request's binding of each rag-sim stage on the router's own code and ``table``
+    (as sent), us on the wall clock and on this thread's CPU clock: its deadline drawn in [0,
+    ``deadlines_s``], ``busy`` other requests in flight at random stages, ``waiting`` more at
+    the gate behind it (each with a deadline drawn the same way); the first stage also counts
+    the request in the pod's rate, draws its static fastest start under the lag cap and makes
+    its lazy config. A stage after a refusal (LateError) costs 0."""
+    router = router_module()
+    checked = router.check_binding(json.loads(json.dumps(table)))
+    fastest_ns = checked["arrays"]["fastest_ms"][1] * 1e6
+    capped = checked["lag_share"] is not None
+    rng = np.random.default_rng(0)
+    stages = len(RAG_SIM_STAGE_PARAMS)
+    took = np.zeros((requests, stages))
+    # The same on this thread's CPU clock: what the decision costs, without the time the
+    # machine's other work took the core away (wall p99 on a loaded machine is its scheduler's).
+    cpu = np.zeros((requests, stages))
+    with tempfile.TemporaryDirectory() as directory:
+        inflight = router.Inflight(os.path.join(directory, "inflight.bin"))
+        # Other instances (this process's parent stands in for them: it is alive).
+        for k in range(busy):
+            slot = (inflight.slot + 1 + k) % router.INFLIGHT_SLOTS
+            router._SLOT.pack_into(
+                inflight.table,
+                slot * router._SLOT.size,
+                os.getppid(),
+                int(rng.integers(0, stages)),
+                time.monotonic_ns(),
+                float(rng.uniform(5, 300)),
+            )
+        gated = waiting > 0
+        if gated:
+            inflight.queue_at_gate(None)
+            inflight.pass_gate(1)
+        for request in range(requests):
+            deadline = time.time_ns() + int(rng.uniform(0, deadlines_s * 1e9))
+            for k in range(waiting):
+                # Behind it at the gate, in arrival order, each with its own deadline.
+                slot = (inflight.slot + 1 + busy + k) % router.INFLIGHT_SLOTS
+                inflight.gate_slots[slot] = (
+                    os.getppid(),
+                    int(inflight.gate_slots[inflight.slot, 1]) + 1 + k,
+                    router.GATE_WAITING,
+                    time.time_ns() + int(rng.uniform(0, deadlines_s * 1e9)),
+                )
+            for stage, names in enumerate(RAG_SIM_STAGE_PARAMS):
+                begin, begin_cpu = time.perf_counter_ns(), time.thread_time_ns()
+                try:
+                    if stage == 0:
+                        # What the router does as it takes a request up: count it, (with the
+                        # lag cap) draw its static fastest start, make its config.
+                        qps = inflight.dispatched()
+                        start = None
+                        if capped:
+                            start = inflight.static_start(time.time_ns(), fastest_ns, 1)
+                        config = router.LazyConfig(
+                            checked, deadline, inflight, qps, gated=gated, static_start_ns=start
+                        )
+                    config[names[0]]
+                    refused = False
+                except router.LateError:
+                    refused = True
+                took[request, stage] = (time.perf_counter_ns() - begin) / 1000
+                cpu[request, stage] = (time.thread_time_ns() - begin_cpu) / 1000
+                if refused:
+                    break
+    return took, cpu
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,62 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(
             "--requests >= 1, --configs in 1..79, --busy in 0..62, --busy + --waiting < 63"
         )
-    router = router_module()
     profiles = parse_profiles(json.loads(PROFILES.read_text(encoding="utf-8")))[: args.configs]
     plan = stage_plan(profiles, quantile=0.95, prior_shares=RAG_SIM_SHARES)
     capped = {"slo_ms": 1500.0, "lag_share": args.lag, "lag_reserve": args.lag_reserve}
     sent = router_table(plan, RAG_SIM_COMPONENTS, **(capped if args.lag is not None else {}))
-    table = router.check_binding(json.loads(json.dumps(sent)))
-    fastest_ns = table["arrays"]["fastest_ms"][1] * 1e6
-    rng = np.random.default_rng(0)
     stages = len(RAG_SIM_STAGE_PARAMS)
-    took = np.empty((args.requests, stages))
-    # The same on this thread's CPU clock: what the decision costs, without the time the
-    # machine's other work took the core away (wall p99 on a loaded machine is its scheduler's).
-    cpu = np.empty((args.requests, stages))
-    with tempfile.TemporaryDirectory() as directory:
-        inflight = router.Inflight(os.path.join(directory, "inflight.bin"))
-        # Other instances (this process's parent stands in for them: it is alive).
-        for k in range(args.busy):
-            slot = (inflight.slot + 1 + k) % router.INFLIGHT_SLOTS
-            router._SLOT.pack_into(
-                inflight.table,
-                slot * router._SLOT.size,
-                os.getppid(),
-                int(rng.integers(0, stages)),
-                time.monotonic_ns(),
-                float(rng.uniform(5, 300)),
-            )
-        gated = args.waiting > 0
-        if gated:
-            inflight.queue_at_gate(None)
-            inflight.pass_gate(1)
-        for request in range(args.requests):
-            deadline = time.time_ns() + int(rng.uniform(0, 1.5e9))
-            for k in range(args.waiting):
-                # Behind it at the gate, in arrival order, each with its own deadline.
-                slot = (inflight.slot + 1 + args.busy + k) % router.INFLIGHT_SLOTS
-                inflight.gate_slots[slot] = (
-                    os.getppid(),
-                    int(inflight.gate_slots[inflight.slot, 1]) + 1 + k,
-                    router.GATE_WAITING,
-                    time.time_ns() + int(rng.uniform(0, 1.5e9)),
-                )
-            for stage, names in enumerate(RAG_SIM_STAGE_PARAMS):
-                begin, begin_cpu = time.perf_counter_ns(), time.thread_time_ns()
-                if stage == 0:
-                    # What the router does as it takes a request up: count it, (with the lag
-                    # cap) draw its static fastest start, make its config.
-                    qps = inflight.dispatched()
-                    start = None
-                    if args.lag is not None:
-                        start = inflight.static_start(time.time_ns(), fastest_ns, 1)
-                    config = router.LazyConfig(
-                        table, deadline, inflight, qps, gated=gated, static_start_ns=start
-                    )
-                config[names[0]]
-                took[request, stage] = (time.perf_counter_ns() - begin) / 1000
-                cpu[request, stage] = (time.thread_time_ns() - begin_cpu) / 1000
+    took, cpu = time_bindings(sent, args.requests, args.busy, args.waiting, DEADLINES_S)
     print(
         f"router late binding: {len(plan.configs)} allowed configurations, {stages} stages, "
         f"{args.busy} other requests in flight, {args.waiting} waiting at the gate, "

@@ -87,7 +87,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import tempfile
 import time
 import urllib.request
@@ -152,7 +151,6 @@ from compass.domain.space import config_key
 from compass.domain.strategy import Strategy
 from compass.lab.experiment import ADMITTED_RUN, BINDING_RUN, EVERY_RUN, RUNS, serve_each
 from compass.lab.local_triton import local_fleet
-from compass.lab.router_module import router_module
 from compass.lab.scenarios import (
     ACCURATE,
     FASTEST,
@@ -166,6 +164,7 @@ from compass.lab.scenarios import (
     rag_sim_data,
     rag_sim_fleet,
 )
+from router_binding import time_bindings
 
 IDLE_SWITCHES = 40
 # The models whose queues a rag-sim request passes through, in order: where it waits is read
@@ -226,48 +225,13 @@ def qa_real_accuracy(router: TritonRouter, config: Config) -> float:
 
 
 def router_decision_s(table: dict[str, Any], waiting: int, requests: int = 300) -> float:
-    """The router's own binding work a request, s, on this machine: its take-up (the rate's
-    count, static fastest's start under the lag cap) and the binding of every rag-sim stage,
-    with ``waiting`` requests at its gate, every deadline drawn within the table's SLO; the
-    mean wall time, timed in this process on the router's code and ``table``
-    (bench/router_binding.py times each stage). What the simulator adds to each bound
-    request's turn in the pipeline (BindingSettings.decision_s)."""
-    router = router_module()
-    checked = router.check_binding(json.loads(json.dumps(table)))
-    fastest_ns = checked["arrays"]["fastest_ms"][1] * 1e6
-    slo_ns = checked["slo_ms"] * 1e6
-    rng = np.random.default_rng(0)
-    took = []
-    with tempfile.TemporaryDirectory() as directory:
-        inflight = router.Inflight(os.path.join(directory, "inflight.bin"))
-        inflight.queue_at_gate(None)
-        inflight.pass_gate(1)
-        for _ in range(requests):
-            for k in range(waiting):
-                # Behind it at the gate, in arrival order (this process's parent, alive,
-                # stands in for their instances).
-                inflight.gate_slots[(inflight.slot + 1 + k) % router.INFLIGHT_SLOTS] = (
-                    os.getppid(),
-                    int(inflight.gate_slots[inflight.slot, 1]) + 1 + k,
-                    router.GATE_WAITING,
-                    time.time_ns() + int(rng.uniform(0, slo_ns)),
-                )
-            deadline = time.time_ns() + int(rng.uniform(0, slo_ns))
-            begin = time.perf_counter_ns()
-            qps = inflight.dispatched()
-            start = None
-            if checked["lag_share"] is not None:
-                start = inflight.static_start(time.time_ns(), fastest_ns, 1)
-            config = router.LazyConfig(
-                checked, deadline, inflight, qps, gated=True, static_start_ns=start
-            )
-            try:
-                for names in RAG_SIM_STAGE_PARAMS:
-                    config[names[0]]
-            except router.LateError:
-                pass  # refused: its cost is counted all the same
-            took.append(time.perf_counter_ns() - begin)
-    return float(np.mean(took)) / 1e9
+    """The router's own binding work a request, s, on this machine: its take-up and the
+    binding of every rag-sim stage with ``waiting`` requests at its gate, every deadline drawn
+    within the table's SLO (bench/router_binding.py's time_bindings); the mean wall time. What
+    the simulator adds to each bound request's turn in the pipeline
+    (BindingSettings.decision_s)."""
+    took, _ = time_bindings(table, requests, 0, waiting, table["slo_ms"] / 1000)
+    return float(took.sum(axis=1).mean()) / 1e6
 
 
 def check_qa_real_component_times(plan: Any) -> None:
