@@ -1149,10 +1149,10 @@ class Inflight:
         ahead[self.slot] = False
         return np.flatnonzero(ahead)
 
-    def enter_if_free(self, slots):
-        """Enter the pipeline at once if fewer than ``slots`` requests are ahead of this one:
-        whether it did (else it still waits at the gate)."""
-        if len(self.ahead_at_gate()) < slots:
+    def enter_if_free(self, slots, ahead=None):
+        """Enter the pipeline at once if fewer than ``slots`` requests are ahead of this one
+        (``ahead``: ahead_at_gate's, just read): whether it did (else it still waits)."""
+        if len(self.ahead_at_gate() if ahead is None else ahead) < slots:
             self.gate_slots[self.slot, 2] = GATE_RUNNING
             return True
         return False
@@ -1170,8 +1170,7 @@ class Inflight:
             if moves != seen:
                 seen = moves
                 ahead = self.ahead_at_gate()
-                if len(ahead) < slots:
-                    self.gate_slots[self.slot, 2] = GATE_RUNNING
+                if self.enter_if_free(slots, ahead):
                     return
                 wait = poll_s if len(ahead) == slots else poll_s * GATE_FAR_POLLS
             if time.monotonic() - checked >= check_s:
