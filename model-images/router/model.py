@@ -684,24 +684,17 @@ def follower_slacks_ms(own_fastest_ms, followers_left_ms, follower_ms, servers=1
     return slacks
 
 
-def polled_slacks_ms(
-    table, bound, at, left_ms, backlog_ms, followers, servers, gate_left_ms=(), known=None
-):
-    """The slacks of a request's followers (follower_slacks_ms): ``followers`` counted, not
-    seen, each taken as having its own ``left_ms`` left (compass.domain.binding.
-    polled_followers_left_ms); behind a gate, the followers waiting at it first, each with
-    what is left of its deadline (``gate_left_ms``, in FIFO order), and the counted ones, in
-    Triton's queue behind them, each with what the last of those has left
-    (compass.domain.bindingsim's gated view)."""
-    gate_left_ms = list(gate_left_ms)
-    followers = max(followers, 0)
-    if not gate_left_ms and followers == 0:
+def slacks_behind_ms(table, bound, at, backlog_ms, followers_left_ms, servers, known=None):
+    """The slacks of the requests behind a request (follower_slacks_ms), each with what is
+    left of its deadline (``followers_left_ms``, in FIFO order): behind a gate, those waiting
+    at it, seen; without one, the poller's count, each taken as having the request's own
+    time left (compass.domain.binding.polled_followers_left_ms)."""
+    if not followers_left_ms:
         return []
     fastest_ms, fastest_likely_ms = table["arrays"]["fastest_ms"]
-    counted_left = gate_left_ms[-1] if gate_left_ms else left_ms
     return follower_slacks_ms(
         quickest_remaining_ms(table, bound, at, backlog_ms, "stage_ms", known),
-        gate_left_ms + [counted_left] * followers,
+        list(followers_left_ms),
         fastest_ms,
         servers,
         likely=(
@@ -709,14 +702,6 @@ def polled_slacks_ms(
             fastest_likely_ms,
         ),
     )
-
-
-def polled_spare_ms(table, bound, at, left_ms, backlog_ms, followers, servers, gate_left_ms=()):
-    """The spare of a request for its followers (polled_slacks_ms): the least counted slack."""
-    slacks = polled_slacks_ms(
-        table, bound, at, left_ms, backlog_ms, followers, servers, gate_left_ms
-    )
-    return min((s for s in slacks if s is not None), default=float("inf"))
 
 
 # The joint plan's grid and a step's cost (compass.domain.binding.JOINT_STEP_MS, JOINT_STEPS,
@@ -1290,21 +1275,20 @@ class LazyConfig(dict):
             left_ms = (self.deadline_ns - time.time_ns()) / 1e6
             backlog = self.inflight.backlog_ms(len(table["stages"]))
             at = min(self.at, self.next_stage)
-            seen = ()
             if self.gated:
                 now = time.time_ns()
-                seen = [
+                behind = [
                     (deadline - now) / 1e6 if deadline else float("inf")
                     for deadline in self.inflight.gate_followers()
                 ]
+            else:
+                behind = [left_ms] * self.followers
             # Each configuration's remaining time, read once for the rules below.
             known = {}
             lag = lag_spare_ms(
                 table, self.bound, at, backlog, time.time_ns(), self.static_start_ns, known
             )
-            slacks = polled_slacks_ms(
-                table, self.bound, at, left_ms, backlog, self.followers, self.servers, seen, known
-            )
+            slacks = slacks_behind_ms(table, self.bound, at, backlog, behind, self.servers, known)
             spare = min((s for s in slacks if s is not None), default=float("inf"))
             if spare < float("inf"):
                 # Planned with the followers: the slack several of them can use better is

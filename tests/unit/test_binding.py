@@ -561,12 +561,12 @@ def test_followers_counted_by_a_poll_are_spared_once_the_poll_has_seen_them() ->
         served(0.0, BindingSettings(spare_followers=True, followers_poll_s=0.0))
 
 
-def test_a_gate_shows_the_followers_waiting_at_it_and_the_poll_counts_those_behind() -> None:
+def test_a_gate_shows_the_followers_waiting_at_it_and_not_those_behind() -> None:
     # The four of the poll test, arriving between polls: a request bound at the gate sees
     # the followers waiting at it with their deadlines, at once; those behind a full gate
-    # wait in Triton's queue, where only a poll counts them. (Each spares them alone, not
-    # planning with them: what is seen is the point here.)
-    def served(at_s: float, visible: int, poll_s: float | None) -> tuple[list[int], float]:
+    # wait in Triton's queue, unseen, since a gated router polls nothing. (Each spares them
+    # alone, not planning with them: what is seen is the point here.)
+    def served(at_s: float, visible: int, poll_s: float | None = None) -> tuple[list[int], float]:
         arrivals = np.full(4, at_s)
         load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(4, 0.5))
         settings = BindingSettings(
@@ -580,16 +580,16 @@ def test_a_gate_shows_the_followers_waiting_at_it_and_the_poll_counts_those_behi
         )
         return [int(c) for c in report.configs], report.compliance
 
-    # A gate of four instances (three waiting): every follower seen before any poll could.
-    assert served(0.01, 3, 0.05) == served(0.01, 3, None) == ([1, 1, 1, 1], 100.0)
-    # A gate of two: one follower seen, so the first spares it alone; the two in Triton's
-    # queue are unseen until a poll counts them.
-    assert served(0.01, 1, None) == ([3, 0, 0, 0], 75.0)
-    assert served(0.01, 1, 0.05) == ([3, 0, 0, 0], 75.0)
-    assert served(0.0, 1, 0.05) == ([1, 1, 1, 1], 100.0)
-    assert served(0.0, 1, None) == ([3, 0, 0, 0], 75.0)
+    # A gate of four instances (three waiting): every follower seen.
+    assert served(0.01, 3) == ([1, 1, 1, 1], 100.0)
+    # A gate of two: one follower seen, so the first spares it alone, and the two in Triton's
+    # queue are unseen even where a poll at their arrival would have counted them.
+    assert served(0.01, 1) == ([3, 0, 0, 0], 75.0)
+    assert served(0.0, 1) == ([3, 0, 0, 0], 75.0)
     with pytest.raises(SimulationError, match="visible_followers"):
-        served(0.0, -1, None)
+        served(0.0, -1)
+    with pytest.raises(SimulationError, match="followers_poll_s"):
+        served(0.0, 1, 0.05)
 
 
 def test_a_request_at_the_gate_plans_with_those_waiting_behind_it() -> None:

@@ -379,15 +379,16 @@ def test_the_router_spares_counted_followers_as_the_domain_does(
         stage, at, bound, left, backlog = _random_case(rng, plan, 0, 2000)
         followers = int(rng.integers(0, 12))
         servers = int(rng.integers(1, 4))
-        # Behind a gate (half the draws): followers seen at it, each arrived after the last.
+        # Behind a gate (half the draws): followers seen at it, each arrived after the last;
+        # without one, the poller's count, each with the request's own time left.
         gate = sorted(float(x) for x in left + rng.uniform(0, 500, int(rng.integers(0, 8))))
-        gate = gate if rng.integers(0, 2) else []
-        followers_left = gate + polled_followers_left_ms(followers, gate[-1] if gate else left)
+        followers_left = gate if rng.integers(0, 2) else polled_followers_left_ms(followers, left)
         slacks = _domain_slacks(plan, bound, at, backlog, followers_left, servers)
         spare = min((x for x in slacks if x is not None), default=math.inf)
-        routed = router.polled_spare_ms(
-            checked, bound, at, left, backlog, followers, servers, gate_left_ms=gate
+        routed_slacks = router.slacks_behind_ms(
+            checked, bound, at, backlog, followers_left, servers
         )
+        routed = min((x for x in routed_slacks if x is not None), default=math.inf)
         assert routed == pytest.approx(spare) if math.isfinite(spare) else math.isinf(routed)
         expected = bind_stage(plan, stage, bound, left, backlog, spare_ms=spare, at=at)
         chosen = router.bind_stage(checked, stage, bound, left, backlog, at=at, spare_ms=routed)
@@ -413,9 +414,7 @@ def test_the_router_plans_with_its_followers_as_the_domain_does(
         gate = sorted(float(x) for x in left + rng.uniform(-100, 600, int(rng.integers(1, 8))))
         budget = float(rng.choice([math.inf, float(rng.uniform(0, 400))]))
         slacks = _domain_slacks(plan, bound, at, backlog, gate, servers)
-        routed_slacks = router.polled_slacks_ms(
-            checked, bound, at, left, backlog, 0, servers, gate_left_ms=gate
-        )
+        routed_slacks = router.slacks_behind_ms(checked, bound, at, backlog, gate, servers)
         assert routed_slacks == [None if x is None else pytest.approx(x) for x in slacks]
         own, theirs = joint_options(plan, bound, at, left, backlog, allowed)
         routed_own, routed_theirs = router.joint_options(

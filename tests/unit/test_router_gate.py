@@ -156,16 +156,13 @@ def test_the_gates_followers_are_spared_with_their_own_deadlines(
             ],
         }
     )
-    seen = router.polled_spare_ms(table, {}, 0, 2000.0, [0.0], 0, 1, [900.0])
+    [seen] = router.slacks_behind_ms(table, {}, 0, [0.0], [900.0], 1)
     assert seen == pytest.approx(follower_spare_ms(300.0, [900.0], 300.0))
     assert seen == pytest.approx(300.0)
     assert router.bind_stage(table, 0, {}, 2000.0, [0.0], spare_ms=seen) == 0
-    polled = router.polled_spare_ms(table, {}, 0, 2000.0, [0.0], 1, 1)
+    [polled] = router.slacks_behind_ms(table, {}, 0, [0.0], [2000.0], 1)
     assert router.bind_stage(table, 0, {}, 2000.0, [0.0], spare_ms=polled) == 1
-    # Seen and counted together: the counted ones, in Triton's queue behind the gate, come
-    # after the seen ones, each with as long left as the last of those.
-    both = router.polled_spare_ms(table, {}, 0, 2000.0, [0.0], 1, 1, [900.0])
-    assert both == pytest.approx(follower_spare_ms(300.0, [900.0, 900.0], 300.0))
+    assert router.slacks_behind_ms(table, {}, 0, [0.0], [], 1) == []
 
 
 def test_the_gates_parameter_is_the_one_the_lab_sets(router: types.ModuleType) -> None:

@@ -107,8 +107,8 @@ class BindingSettings:
     # With ``spare_followers``: a gate in the router (more router instances than run the
     # pipeline at once, ``servers`` of them): up to this many followers (instances less
     # ``servers``) wait at the gate in process, each seen with its deadline; those behind them
-    # wait in Triton's queue, counted by the poller (``followers_poll_s``; None: unseen), each
-    # taken as having as long left as the last follower at the gate. None: no gate.
+    # wait in Triton's queue, unseen (a gated router polls nothing, so ``followers_poll_s``
+    # must be None). None: no gate.
     visible_followers: int | None = None
     # Bind every stage when a router instance takes the request up, as the router does for a
     # pipeline that reads every parameter before its first call (rag-sim's: check_config, then
@@ -328,19 +328,16 @@ class _BindingPod:
 
     def followers_left_ms(self, left_ms: float, now: float) -> list[float]:
         """What is left of the deadlines of the requests waiting behind for an instance, as
-        the router knows them (``followers_poll_s``)."""
+        the router knows them: those at its gate, or the poller's count
+        (``followers_poll_s``), or all of them."""
         poll_s = self.settings.followers_poll_s
         visible = self.settings.visible_followers
-        if poll_s is None and visible is None:
-            return [(self.arrivals[r] + self.slo_s - now) * 1000 for r in self.router]
-        shown = 0 if visible is None else min(visible, len(self.router))
-        gate = [(self.arrivals[r] + self.slo_s - now) * 1000 for r in islice(self.router, shown)]
         if poll_s is None:
-            return gate
+            waiting = self.router if visible is None else islice(self.router, visible)
+            return [(self.arrivals[r] + self.slo_s - now) * 1000 for r in waiting]
         polled_at = math.floor(now / poll_s) * poll_s
-        seen = sum(1 for r in islice(self.router, shown, None) if self.arrivals[r] <= polled_at)
-        # Those in Triton's queue arrived after every follower at the gate.
-        return gate + polled_followers_left_ms(seen, gate[-1] if gate else left_ms)
+        seen = sum(1 for r in self.router if self.arrivals[r] <= polled_at)
+        return polled_followers_left_ms(seen, left_ms)
 
     def expected_left_ms(self, request: int, now: float) -> list[float]:
         """What the arrivals still to come will have left of their deadlines, as soon as
@@ -473,6 +470,12 @@ def simulate_binding(
             "visible_followers",
             f"{settings.visible_followers!r} is not >= 0",
             "give the router instances less those that run the pipeline, e.g. 7, or None",
+        )
+    if settings.visible_followers is not None and settings.followers_poll_s is not None:
+        raise SimulationError(
+            "followers_poll_s",
+            "a gated router polls nothing: its followers are the requests waiting at the gate",
+            "give followers_poll_s None with visible_followers, or no gate",
         )
     if settings.rate_view is RateView.GATE_ARRIVALS and settings.visible_followers is None:
         raise SimulationError(
