@@ -64,7 +64,7 @@ from compass.domain.admission import (
     late_after_ms,
 )
 from compass.domain.arrivals import Scenario, make_pattern, make_scenario
-from compass.domain.binding import RATE_HEADROOM
+from compass.domain.binding import GATE_SETTLE_MS, MAX_SETTLE_MS, RATE_HEADROOM
 from compass.domain.bindingsim import ROUTER_POLL_S, BindingSettings, RateView, simulate_binding
 from compass.domain.elastico import Elastico
 from compass.domain.forecast import ForecasterKind, build_forecaster
@@ -190,6 +190,9 @@ class Job:
     # Late binding behind a gate of this many router instances a pod, of which one runs the
     # pipeline at a time: the rest see the requests waiting at it (--binding-gate; None: none).
     binding_gate: int | None = None
+    # With binding_gate: a request that finds the pipeline free settles this long, ms, before
+    # it binds (--binding-settle-ms; the router's GATE_SETTLE_MS).
+    binding_settle_ms: float = GATE_SETTLE_MS
     # Which arrivals the router's rate counts (--binding-rate; None: the gate's own where there
     # is one, else the arrival times of the requests taken up).
     binding_rate: RateView | None = None
@@ -321,6 +324,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             or (RateView.TAKEN_ARRIVALS if job.binding_gate is None else RateView.GATE_ARRIVALS),
             degrade_after=job.degrade_after,
             arrival_risk=job.binding_arrival_risk,
+            settle_s=0.0 if job.binding_gate is None else job.binding_settle_ms / 1000,
         )
         report = simulate_binding(
             front, scenario, job.slo_ms, label, settings=settings, pods=job.pods
@@ -522,6 +526,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "the gate with their deadlines (e.g. 8; default: no gate)",
     )
     parser.add_argument(
+        "--binding-settle-ms",
+        type=float,
+        default=GATE_SETTLE_MS,
+        help="with --binding-gate: a request that finds the pipeline free waits this long "
+        "before it binds, seeing the arrivals meanwhile (default "
+        f"{GATE_SETTLE_MS:g}, the router's; 0: only those that arrived at the same instant)",
+    )
+    parser.add_argument(
         "--binding-headroom",
         type=float,
         default=RATE_HEADROOM,
@@ -569,6 +581,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             parser.error("--binding-poll-ms must be a period > 0 in ms, e.g. 25, or 'off'")
     if args.binding_gate is not None and args.binding_gate < 2:
         parser.error("--binding-gate must be >= 2 router instances a pod, e.g. 8")
+    if not 0 <= args.binding_settle_ms <= MAX_SETTLE_MS:
+        parser.error(f"--binding-settle-ms must be in [0, {MAX_SETTLE_MS:g}] ms, e.g. 3")
     if args.binding_arrival_risk is not None and not 0 < args.binding_arrival_risk < 1:
         parser.error("--binding-arrival-risk must lie in (0, 1): a probability, e.g. 0.05")
     if not args.binding_reach >= 0:
@@ -927,6 +941,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         binding_lag=args.binding_lag,
         binding_poll_ms=args.binding_poll_ms,
         binding_gate=args.binding_gate,
+        binding_settle_ms=args.binding_settle_ms,
         binding_rate=args.binding_rate,
         binding_headroom=args.binding_headroom,
         binding_arrival_risk=args.binding_arrival_risk,

@@ -146,10 +146,17 @@ from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
 from compass.domain.profiles import parse_profiles
-from compass.domain.simulator import compare
+from compass.domain.simulator import RunReport, compare
 from compass.domain.space import config_key
 from compass.domain.strategy import Strategy
-from compass.lab.experiment import ADMITTED_RUN, BINDING_RUN, EVERY_RUN, RUNS, serve_each
+from compass.lab.experiment import (
+    ADMITTED_RUN,
+    BINDING_RUN,
+    EVERY_RUN,
+    RUNS,
+    LiveRun,
+    serve_each,
+)
 from compass.lab.local_triton import local_fleet
 from compass.lab.scenarios import (
     ACCURATE,
@@ -222,6 +229,30 @@ def qa_real_accuracy(router: TritonRouter, config: Config) -> float:
         for i in range(QA_REAL_QUESTIONS)
     ]
     return float(np.mean(scores))
+
+
+def served_by_member(
+    run: LiveRun, report: RunReport, members: list[Any], scale: float
+) -> list[str]:
+    """Per front member, live against the simulator: the requests it served, their median
+    latency (paper ms) and how many of those were late: where a run parts from its
+    prediction."""
+    live_keys = [config_key(json.loads(r.config)) if r.config else None for r in run.answered]
+    live_ms = run.latencies_ms
+    sim_ms = report.latencies_ms / scale
+    parts = []
+    for index, member in enumerate(members):
+        mine = np.array([key == member.key for key in live_keys], dtype=bool)
+        simulated = report.configs == index
+        if not mine.any() and not simulated.any():
+            continue
+        figures = []
+        for latencies in (live_ms[mine], sim_ms[simulated]):
+            median = f"{np.median(latencies):.0f}" if len(latencies) else "-"
+            late = int(np.sum(latencies > run.slo_ms))
+            figures.append(f"{len(latencies)} (p50 {median} ms, {late} late)")
+        parts.append(f"{member.accuracy:.4f} {figures[0]} vs {figures[1]}")
+    return parts
 
 
 def router_decision_s(table: dict[str, Any], waiting: int, requests: int = 300) -> float:
@@ -659,6 +690,12 @@ def main() -> int:
                 )
                 if report is not None and run.refused + int(report.dropped.sum()):
                     print(f"      the simulator refused {int(report.dropped.sum())}", flush=True)
+                if report is not None:
+                    print(
+                        "      served, live vs simulated: "
+                        + "; ".join(served_by_member(run, report, members, scale)),
+                        flush=True,
+                    )
                 now_queued = queue_totals(http_urls, watched)
                 waited = waits_ms(queued, now_queued, scale)
                 queued = now_queued

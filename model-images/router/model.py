@@ -392,6 +392,8 @@ class Admission(TableFile):
 # shared in-flight table: one slot per router instance (pid, stage, entered ns, predicted ms).
 MAX_BINDING_CONFIGS = 128
 MAX_BINDING_STAGES = 8
+# The longest settle at a free pipeline a table may ask (compass.domain.binding.MAX_SETTLE_MS).
+MAX_SETTLE_MS = 100.0
 INFLIGHT_SLOTS = 64
 _SLOT = struct.Struct("<qqqd")
 # After the slots: the arrival times of the last requests taken up (ns since the epoch), a ring
@@ -513,6 +515,15 @@ def check_binding(table):
     lag_reserve = table.get("lag_reserve", 0)
     if isinstance(lag_reserve, bool) or not isinstance(lag_reserve, int) or lag_reserve < 0:
         raise ValueError(f"binding: lag_reserve {lag_reserve!r} is not a count >= 0")
+    settle_ms = table.get("settle_ms", 0.0)
+    if (
+        isinstance(settle_ms, bool)
+        or not isinstance(settle_ms, (int, float))
+        or not 0 <= settle_ms <= MAX_SETTLE_MS
+    ):
+        raise ValueError(
+            f"binding: settle_ms {settle_ms!r} is not a time in [0, {MAX_SETTLE_MS}] ms"
+        )
     # The same numbers as arrays, for the followers' spare (computed at every stage bound).
     stage_ms = np.array([entry[2] for entry in checked])
     admit_ms = np.array([entry[3] for entry in checked])
@@ -537,6 +548,7 @@ def check_binding(table):
         "degrade_after": None if degrade_after is None else float(degrade_after),
         "lag_share": None if lag_share is None else float(lag_share),
         "lag_reserve": lag_reserve,
+        "settle_ms": float(settle_ms),
         "stage_of": {n: i for i, s in enumerate(stages) for n in s},
     }
 
@@ -1623,6 +1635,16 @@ class TritonPythonModel:
                     self.inflight.pass_gate(self.pipeline_slots)
                 finally:
                     self.gate_gauge.waiting(0)
+            elif (
+                table is not None
+                and table["settle_ms"]
+                and deadline is not None
+                and not parameters.get(OVERRIDE_PARAMETER)
+            ):
+                # The first at a free pipeline: the burst it may lead reaches the gate over a
+                # few ms (each request taken up by its own instance), and it binds seeing them
+                # (compass.domain.binding.GATE_SETTLE_MS).
+                time.sleep(table["settle_ms"] / 1000)
             return self._run(
                 body, key, parameters, table, deadline, arrived, qps, time.time_ns(), static_start
             )

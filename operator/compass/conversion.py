@@ -22,7 +22,7 @@ from compass.api.paretopolicy import (
 )
 from compass.api.paretopolicy_status import ThresholdStatus
 from compass.domain.admission import Admission, AdmissionPoint, router_admission
-from compass.domain.binding import RATE_HEADROOM, router_table, stage_plan
+from compass.domain.binding import GATE_SETTLE_MS, RATE_HEADROOM, router_table, stage_plan
 from compass.domain.bindingsim import ROUTER_POLL_S, RateView
 from compass.domain.bindingsim import BindingSettings as SimulatedBinding
 from compass.domain.capacity import CapacityCurve, parse_curve
@@ -148,11 +148,21 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
         else spec.admission.degrade_after,
         lag_share=settings.lag_share,
         lag_reserve=settings.lag_reserve,
+        settle_ms=GATE_SETTLE_MS,
         max_qps=[
             None if t.stay_max_qps is None else t.stay_max_qps * RATE_HEADROOM
             for t in plan.thresholds
         ],
     )
+
+
+def _settle_s(
+    table: Mapping[str, Any], pipeline_slots: int | None, settle_s: float | None
+) -> float:
+    """How long a request at a free pipeline settles in the simulator: only behind a gate."""
+    if pipeline_slots is None:
+        return 0.0
+    return float(table.get("settle_ms", 0.0)) / 1000 if settle_s is None else settle_s
 
 
 def simulated_binding(
@@ -162,6 +172,7 @@ def simulated_binding(
     pipeline_slots: int | None,
     poll_s: float = ROUTER_POLL_S,
     decision_s: float = 0.0,
+    settle_s: float | None = None,
 ) -> SimulatedBinding:
     """The routers' late binding (``table``: binding_table's, for this spec) as
     compass.domain.bindingsim runs it, on what those routers see: behind a gate of
@@ -170,7 +181,8 @@ def simulated_binding(
     taken up; behind a gate without the cap, every follower and every arrival (the gate's own
     view); without a gate, the poller's count every ``poll_s`` (the simulation's time unit)
     and the arrivals taken up. ``decision_s``: the routers' own work in each bound request's
-    turn in the pipeline (BindingSettings.decision_s)."""
+    turn in the pipeline (BindingSettings.decision_s). Behind a gate, a request that finds the
+    pipeline free settles for ``settle_s`` (None: the table's ``settle_ms``, real time)."""
     if table["lag_share"] is not None and pipeline_slots is not None:
         view: dict[str, Any] = {
             "visible_followers": router_instances - pipeline_slots,
@@ -197,6 +209,7 @@ def simulated_binding(
         lag_share=table["lag_share"],
         lag_reserve=table["lag_reserve"],
         decision_s=decision_s,
+        settle_s=_settle_s(table, pipeline_slots, settle_s),
         **view,
     )
 

@@ -229,6 +229,48 @@ def test_behind_the_gate_the_lag_cap_binds_from_static_fastests_shared_schedule(
         gated.switch(FASTEST)
 
 
+def _lead(router: TritonRouter) -> list[Served]:
+    """BURST requests with DEADLINE_S left sent SEND_GAP_S apart to an idle pod, the first at
+    a free pipeline; in sending order."""
+
+    def send(index: int) -> Served:
+        time.sleep(index * SEND_GAP_S)
+        sent = time.monotonic()
+        reply = router.infer(
+            {"sample": index},
+            deadline_ns=time.time_ns() + round(DEADLINE_S * 1e9),
+            component_times=True,
+        )
+        return Served(sent, time.monotonic(), reply)
+
+    with ThreadPoolExecutor(max_workers=BURST) as pool:
+        return list(pool.map(send, range(BURST)))
+
+
+def test_behind_the_gate_the_first_at_a_free_pipeline_settles_and_binds_for_its_burst(
+    gated: TritonRouter,
+) -> None:
+    # Without a settle, the first of a burst finds the pipeline free and binds before the
+    # rest (SEND_GAP_S apart) reach the gate: alone, ACCURATE.
+    assert _lead(gated)[0].reply.config == config_key(ACCURATE)
+    # Long enough for all but the last of the burst to reach the gate (the table's bound is
+    # 100 ms).
+    settle_s = (BURST - 1.5) * SEND_GAP_S
+    try:
+        gated.binding = {**_table(), "settle_ms": settle_s * 1000}
+        gated.switch(FASTEST)
+        burst = _lead(gated)
+    finally:
+        gated.binding = _table()
+        gated.switch(FASTEST)
+    # It waited the settle before it entered the pipeline, and by then the rest of the burst
+    # waited at the gate behind it: FASTEST, for them.
+    head = burst[0]
+    assert head.answered - head.sent >= settle_s + head.pipeline_s - SLACK_S
+    assert head.reply.config == config_key(FASTEST)
+    assert burst[-1].reply.config == config_key(ACCURATE)
+
+
 def _depths_while_the_gate_holds_a_burst(pod: Pod, depth: QueueDepthSource) -> list[float]:
     """The queue ``depth`` reads, every 10 ms, while a request that occupies the pipeline
     (ACCURATE, 130-330 ms at this scale) holds BURST requests at the gate behind it."""

@@ -312,6 +312,12 @@ def test_a_stage_that_calls_several_models_takes_their_times_together() -> None:
         router_table(plan, (retrieve, ("reader", "dense")))
     with pytest.raises(BindingError, match="without a model"):
         router_table(plan, (retrieve, ()))
+    # The settle at a free pipeline: none unless asked, a few ms at most MAX_SETTLE_MS.
+    assert table["settle_ms"] == 0.0
+    assert router_table(plan, (retrieve, ("reader",)), settle_ms=3.0)["settle_ms"] == 3.0
+    for bad in (-1.0, 100.5, math.nan):
+        with pytest.raises(BindingError, match="settle_ms"):
+            router_table(plan, (retrieve, ("reader",)), settle_ms=bad)
 
 
 def test_stage_shares_name_a_missing_parameter() -> None:
@@ -590,6 +596,34 @@ def test_a_gate_shows_the_followers_waiting_at_it_and_not_those_behind() -> None
         served(0.0, -1)
     with pytest.raises(SimulationError, match="followers_poll_s"):
         served(0.0, 1, 0.05)
+
+
+def test_the_first_at_a_free_pipeline_settles_and_sees_the_burst_it_leads() -> None:
+    # The four of the gate test, sent 1 ms apart (as a client's burst reaches a pod): the
+    # first finds the pipeline free. At once it binds alone, as the router did; settling
+    # 5 ms first it sees the other three at the gate, as when they arrive together.
+    def served(settle_s: float, gap_s: float = 0.001) -> tuple[list[int], float, float]:
+        arrivals = 0.01 + gap_s * np.arange(4)
+        load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(4, 0.5))
+        settings = BindingSettings(
+            spare_followers=True, visible_followers=3, joint=False, settle_s=settle_s
+        )
+        report = simulate_binding(
+            ADDITIVE, load, 700, stages=STAGES, prior_shares=None, settings=settings
+        )
+        return [int(c) for c in report.configs], report.compliance, float(report.starts_s[0])
+
+    assert served(0.0, gap_s=0.0)[:2] == ([1, 1, 1, 1], 100.0)
+    configs, compliance, _ = served(0.0)
+    assert configs[0] == 3
+    assert compliance < 100.0
+    configs, compliance, start = served(0.005)
+    assert (configs, compliance) == ([1, 1, 1, 1], 100.0)
+    assert start == pytest.approx(0.015)
+    # A lone request settles too (its start is that much later), and nothing else changes.
+    assert served(0.005, gap_s=1.0)[2] == pytest.approx(0.015)
+    with pytest.raises(SimulationError, match="settle_s"):
+        served(-0.001)
 
 
 def test_a_request_at_the_gate_plans_with_those_waiting_behind_it() -> None:

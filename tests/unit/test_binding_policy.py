@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.conversion import binding_table, policy_plan, simulated_binding
-from compass.domain.binding import RATE_HEADROOM
+from compass.domain.binding import GATE_SETTLE_MS, RATE_HEADROOM
 from compass.domain.bindingsim import ROUTER_POLL_S, RateView
 from compass.lab.router_module import router_module
 
@@ -176,6 +176,13 @@ def test_the_simulator_binds_on_what_the_routers_of_the_table_see() -> None:
     assert (gated.lag_share, gated.lag_reserve, gated.degrade_after) == (0.3, 2, None)
     assert gated.refuse is True
     assert gated.decision_s == 0.002
+    # The routers' settle at a free pipeline, the table's (real time), behind a gate only.
+    assert table["settle_ms"] == GATE_SETTLE_MS
+    assert router_module().check_binding(json.loads(json.dumps(table)))["settle_ms"] == (
+        GATE_SETTLE_MS
+    )
+    assert gated.settle_s == GATE_SETTLE_MS / 1000
+    assert simulated_binding(spec, table, 8, 1, settle_s=0.5).settle_s == 0.5
     assert gated.spare_followers is True
     assert gated.quantile == spec.binding.quantile
     ungated = simulated_binding(spec, table, 1, None)
@@ -184,6 +191,7 @@ def test_the_simulator_binds_on_what_the_routers_of_the_table_see() -> None:
         ROUTER_POLL_S,
         RateView.TAKEN_ARRIVALS,
     )
+    assert ungated.settle_s == 0.0
     # Behind a gate without the cap: every follower and every arrival (the gate's own view).
     plain = ParetoPolicySpec.model_validate(
         {**data, "binding": {"mode": "per-stage", "stages": STAGES}}

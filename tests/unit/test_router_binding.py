@@ -143,6 +143,13 @@ def test_a_bad_table_is_refused_naming_what_is_wrong(router: types.ModuleType, p
     # A table from before the lag cap has none: today's binding.
     assert router.check_binding(good)["lag_share"] is None
 
+    # The settle at a free pipeline: none unless the table asks, a few ms at most 100.
+    assert router.check_binding(good)["settle_ms"] == 0.0
+    assert router.check_binding({**good, "settle_ms": 3})["settle_ms"] == 3.0
+    for bad in (-1, 101, True, "3"):
+        with pytest.raises(ValueError, match="settle_ms"):
+            router.check_binding({**good, "settle_ms": bad})
+
 
 def test_the_router_caps_lag_as_the_simulator_does(router: types.ModuleType, plan: Any) -> None:
     """The router's lag cap (lag_spare_ms on its table) against bindingsim's rule on the
@@ -298,6 +305,30 @@ def test_a_stage_binds_when_first_read_from_the_work_in_flight_at_its_component(
     assert inflight.backlog_ms(3)[1] == 0.0
     router._SLOT.pack_into(inflight.table, other * router._SLOT.size, 0, -1, 0, 0.0)
     assert inflight.backlog_ms(3) == [0.0, 0.0, 0.0]
+
+
+def test_the_backlog_sums_what_the_other_instances_have_left_at_each_stage(
+    router: types.ModuleType, inflight: Any
+) -> None:
+    now = time.monotonic_ns()
+    others = [
+        (1, now, 300.0),  # just entered stage 1: all 300 ms ahead
+        (1, now - 100_000_000, 150.0),  # 100 ms into 150 at stage 1: about 50 left
+        (2, now - 500_000_000, 200.0),  # past its prediction: nothing left
+        (-1, now, 900.0),  # at no component
+        (5, now, 900.0),  # a stage the pipeline does not have
+    ]
+    for k, (stage, entered, predicted) in enumerate(others):
+        slot = (inflight.slot + 1 + k) % router.INFLIGHT_SLOTS
+        router._SLOT.pack_into(
+            inflight.table, slot * router._SLOT.size, os.getppid(), stage, entered, predicted
+        )
+    inflight.enter(0, 700.0)
+    backlog = inflight.backlog_ms(3)
+    assert backlog[0] == 0.0  # its own request is none
+    assert 300.0 < backlog[1] <= 350.0
+    assert backlog[2] == 0.0
+    assert all(type(ms) is float for ms in backlog)
 
 
 def test_a_late_request_is_refused_at_its_first_stage_where_the_table_refuses(

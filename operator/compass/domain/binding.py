@@ -56,6 +56,13 @@ QA_REAL_COMPONENTS: tuple[tuple[str, ...], ...] = (("bm25", "dense", "reranker")
 # the hindsight oracle's gain, at or above static fastest's compliance in 11/16 cells, the rest
 # -0.0 to -0.4; 1.25: 91%, 13/16; 2 lost compliance in the overloads on 2 seeds).
 RATE_HEADROOM = 1.5
+# Behind the router's gate, a request that finds the pipeline free waits this long before it
+# binds, so that the burst it may lead reaches the gate and is spared: requests sent together
+# reach the router instances over a few ms, and without the wait the first bound blind (live
+# on the Mooncake window, x0.2: 30% more of the slower members than its simulator, and its
+# clumps late). It costs only a request with an idle pipeline, which has the most slack.
+GATE_SETTLE_MS = 3.0
+MAX_SETTLE_MS = 100.0
 # A plan travels in a ParetoPolicy and to every router: bounded like a front's capacity curve.
 MAX_BINDING_CONFIGS = 128
 MAX_STAGES = 8
@@ -628,6 +635,7 @@ def router_table(
     degrade_after: float | None = None,
     lag_share: float | None = None,
     lag_reserve: int = 0,
+    settle_ms: float = 0.0,
 ) -> dict[str, object]:
     """The plan as a router takes it (the control model's ``binding``; model-images/router/
     model.py): the stages, the component model each stage calls (a list where it may call
@@ -639,7 +647,9 @@ def router_table(
     how long it waited: over ``degrade_after`` of the SLO (``waited_long``), the fastest
     completion; ``lag_share`` (None: no cap) and ``lag_reserve``: the lag cap
     (``lag_spare_ms``: a request's extra time leaves it at most ``lag_share`` of the SLO less
-    ``lag_reserve`` of the fastest's likely times behind static fastest's schedule)."""
+    ``lag_reserve`` of the fastest's likely times behind static fastest's schedule);
+    ``settle_ms``: behind a gate, how long a request that finds the pipeline free waits before
+    it binds (GATE_SETTLE_MS)."""
     if slo_ms is not None and not (math.isfinite(slo_ms) and slo_ms > 0):
         raise BindingError("slo_ms", f"{slo_ms!r} is not a time > 0", "give the SLO in ms")
     if degrade_after is not None and (slo_ms is None or not 0 < degrade_after <= 1):
@@ -656,6 +666,12 @@ def router_table(
         )
     if lag_reserve < 0:
         raise BindingError("lag_reserve", f"{lag_reserve!r} is not >= 0", "give a count, e.g. 2")
+    if not 0 <= settle_ms <= MAX_SETTLE_MS:
+        raise BindingError(
+            "settle_ms",
+            f"{settle_ms!r} is not in [0, {MAX_SETTLE_MS:g}]",
+            f"give a few ms, e.g. {GATE_SETTLE_MS:g}, or 0",
+        )
     if max_qps is not None and len(max_qps) != len(plan.configs):
         raise BindingError(
             "max_qps",
@@ -695,4 +711,5 @@ def router_table(
         "degrade_after": degrade_after,
         "lag_share": lag_share,
         "lag_reserve": lag_reserve,
+        "settle_ms": settle_ms,
     }

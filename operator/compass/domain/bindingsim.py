@@ -160,6 +160,14 @@ class BindingSettings:
     # a pipeline of one slot, where the turn holds every component). 0: free, as the domain's
     # rule is; live it is ~1 ms a request on 2 cores (bench/serving_triton.py measures it).
     decision_s: float = 0.0
+    # Behind a gate: a request that finds the pipeline free waits this long, s, before it
+    # binds and starts, seeing the arrivals meanwhile (the router's settle_ms, GATE_SETTLE_MS).
+    # 0: it starts at once, seeing only the requests that arrived at the same instant.
+    settle_s: float = 0.0
+
+
+# The event that ends a settle (BindingSettings.settle_s), in the stage's place.
+_SETTLED = -1
 
 
 class _BindingPod:
@@ -204,6 +212,8 @@ class _BindingPod:
         # start there, and when that queue is next free.
         self.static_start: dict[int, float] = {}
         self.static_free = -math.inf
+        # Until when a request that found the pipeline free waits before it starts.
+        self.settling_until = -math.inf
 
     def backlog_ms(self, now: float) -> list[float]:
         """The work queued at each component (the batch in service's rest, then the waiting
@@ -400,6 +410,9 @@ class _BindingPod:
             event = self.events[0][0] if self.events else math.inf
             if event <= arrival:
                 now, _, stage, batch = heapq.heappop(self.events)
+                if stage == _SETTLED:
+                    self.start_waiting(now)
+                    continue
                 for request in batch:
                     if stage == last:
                         self.finishes[request] = now
@@ -410,6 +423,8 @@ class _BindingPod:
                 self.serve(stage, now)
             else:
                 now = arrival
+                # The pipeline free and nobody waiting: the first of a burst, which settles.
+                leads = self.settings.settle_s > 0 and self.idle > 0 and not self.router
                 # Requests that arrive together are queued together before any starts.
                 while pending and self.arrivals[pending[0]] <= now:
                     request = pending.popleft()
@@ -419,7 +434,12 @@ class _BindingPod:
                     self.router.append(request)
                     if self.settings.rate_view is RateView.ARRIVALS:
                         self.arrived_at.append(now)
-            self.start_waiting(now)
+                if leads:
+                    self.settling_until = now + self.settings.settle_s
+                    self.order += 1
+                    heapq.heappush(self.events, (self.settling_until, self.order, _SETTLED, ()))
+            if now >= self.settling_until:
+                self.start_waiting(now)
 
 
 def simulate_binding(
@@ -482,6 +502,12 @@ def simulate_binding(
             "rate_view",
             "gate-arrivals counts the requests at a gate, and there is none",
             "give visible_followers, or another rate view",
+        )
+    if not 0 <= settings.settle_s < math.inf:
+        raise SimulationError(
+            "settle_s",
+            f"{settings.settle_s!r} is not a time >= 0",
+            "give the router's settle in s, e.g. 0.003, or 0",
         )
     if not 0 <= settings.decision_s < math.inf:
         raise SimulationError(

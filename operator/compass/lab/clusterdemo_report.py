@@ -108,7 +108,8 @@ def binding_prediction(
 ) -> RunReport:
     """The simulator's late binding on the same arrivals at the paper's scale: the routers'
     table for the unscaled plan (its rate limits at the paper's rates), on what the gated
-    routers see (compass.conversion.simulated_binding; their 25 ms poll, unscaled)."""
+    routers see (compass.conversion.simulated_binding; their 25 ms poll and their settle at
+    a free pipeline, unscaled)."""
     table = binding_table(spec, plan)
     if table is None:
         raise ValueError("the policy has no per-stage binding to predict")
@@ -121,7 +122,12 @@ def binding_prediction(
         stages=[tuple(stage.parameters) for stage in spec.binding.stages],
         prior_shares=None if None in shares else [s for s in shares if s is not None],
         settings=simulated_binding(
-            spec, table, BINDING_ROUTER_INSTANCES, BINDING_PIPELINE_SLOTS, ROUTER_POLL_S / scale
+            spec,
+            table,
+            BINDING_ROUTER_INSTANCES,
+            BINDING_PIPELINE_SLOTS,
+            ROUTER_POLL_S / scale,
+            settle_s=table["settle_ms"] / 1000 / scale,
         ),
         pod_model=PodModel(servers=BINDING_PIPELINE_SLOTS),
     )
