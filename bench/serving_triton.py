@@ -678,7 +678,8 @@ def main() -> int:
                 sim_accuracy = report.mean_accuracy if report else math.nan
                 served = run.served_accuracy(members)
                 gain = oracle.mean_accuracy - fastest_accuracy if oracle else math.nan
-                share = 100 * (served - fastest_accuracy) / gain if gain > 0 else math.nan
+                # An oracle that gains nothing (to float noise) has no share to give.
+                share = 100 * (served - fastest_accuracy) / gain if gain > 1e-6 else math.nan
                 of_gap = 100 * (served - fastest_accuracy) / gap if gap > 0 else math.nan
                 print(
                     f"{slo_ms:5.0f} {label:<10} {run.compliance:7.1f} {sim:6.1f} "
