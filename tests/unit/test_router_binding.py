@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from compass.domain.binding import (
+    MAX_SETTLE_MS,
     QA_REAL_COMPONENTS,
     QA_REAL_STAGE_PARAMS,
     RAG_SIM_COMPONENTS,
@@ -143,10 +144,11 @@ def test_a_bad_table_is_refused_naming_what_is_wrong(router: types.ModuleType, p
     # A table from before the lag cap has none: today's binding.
     assert router.check_binding(good)["lag_share"] is None
 
-    # The settle at a free pipeline: none unless the table asks, a few ms at most 100.
+    # The settle at a free pipeline: none unless the table asks, at most the domain's bound.
     assert router.check_binding(good)["settle_ms"] == 0.0
     assert router.check_binding({**good, "settle_ms": 3})["settle_ms"] == 3.0
-    for bad in (-1, 101, True, "3"):
+    assert router.check_binding({**good, "settle_ms": MAX_SETTLE_MS})["settle_ms"] == MAX_SETTLE_MS
+    for bad in (-1, MAX_SETTLE_MS + 0.5, True, "3"):
         with pytest.raises(ValueError, match="settle_ms"):
             router.check_binding({**good, "settle_ms": bad})
 

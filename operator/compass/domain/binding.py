@@ -62,6 +62,7 @@ RATE_HEADROOM = 1.5
 # on the Mooncake window, x0.2: 30% more of the slower members than its simulator, and its
 # clumps late). It costs only a request with an idle pipeline, which has the most slack.
 GATE_SETTLE_MS = 3.0
+# The longest settle a table may ask (the router holds its tables to the same bound).
 MAX_SETTLE_MS = 100.0
 # A plan travels in a ParetoPolicy and to every router: bounded like a front's capacity curve.
 MAX_BINDING_CONFIGS = 128
