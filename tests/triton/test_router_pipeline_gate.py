@@ -11,6 +11,7 @@ import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -125,24 +126,25 @@ class Served:
         return sum(self.reply.component_ms.values()) / 1000
 
 
+def _send(router: TritonRouter, index: int) -> Served:
+    """Request ``index`` of a burst, sent ``index`` x SEND_GAP_S from now with DEADLINE_S left."""
+    time.sleep(index * SEND_GAP_S)
+    sent = time.monotonic()
+    reply = router.infer(
+        {"sample": index},
+        deadline_ns=time.time_ns() + round(DEADLINE_S * 1e9),
+        component_times=True,
+    )
+    return Served(sent, time.monotonic(), reply)
+
+
 def _burst(router: TritonRouter) -> list[Served]:
     """A request that occupies the pipeline (ACCURATE, overridden), then BURST requests with
     DEADLINE_S left sent SEND_GAP_S apart behind it; the burst's requests in sending order."""
-
-    def send(index: int) -> Served:
-        time.sleep(index * SEND_GAP_S)
-        sent = time.monotonic()
-        reply = router.infer(
-            {"sample": index},
-            deadline_ns=time.time_ns() + round(DEADLINE_S * 1e9),
-            component_times=True,
-        )
-        return Served(sent, time.monotonic(), reply)
-
     with ThreadPoolExecutor(max_workers=BURST + 1) as pool:
         blocker = pool.submit(router.infer, {"sample": 99}, ACCURATE)
         time.sleep(SEND_GAP_S)
-        burst = list(pool.map(send, range(1, BURST + 1)))
+        burst = list(pool.map(partial(_send, router), range(1, BURST + 1)))
         blocker.result()
     return burst
 
@@ -232,19 +234,8 @@ def test_behind_the_gate_the_lag_cap_binds_from_static_fastests_shared_schedule(
 def _lead(router: TritonRouter) -> list[Served]:
     """BURST requests with DEADLINE_S left sent SEND_GAP_S apart to an idle pod, the first at
     a free pipeline; in sending order."""
-
-    def send(index: int) -> Served:
-        time.sleep(index * SEND_GAP_S)
-        sent = time.monotonic()
-        reply = router.infer(
-            {"sample": index},
-            deadline_ns=time.time_ns() + round(DEADLINE_S * 1e9),
-            component_times=True,
-        )
-        return Served(sent, time.monotonic(), reply)
-
     with ThreadPoolExecutor(max_workers=BURST) as pool:
-        return list(pool.map(send, range(BURST)))
+        return list(pool.map(partial(_send, router), range(BURST)))
 
 
 def test_behind_the_gate_the_first_at_a_free_pipeline_settles_and_binds_for_its_burst(
