@@ -706,7 +706,7 @@ def slacks_behind_ms(table, bound, at, backlog_ms, followers_left_ms, servers, k
     fastest_ms, fastest_likely_ms = table["arrays"]["fastest_ms"]
     return follower_slacks_ms(
         quickest_remaining_ms(table, bound, at, backlog_ms, "stage_ms", known),
-        list(followers_left_ms),
+        followers_left_ms,
         fastest_ms,
         servers,
         likely=(
@@ -1595,7 +1595,8 @@ class TritonPythonModel:
         deadline = parameters.get(DEADLINE_PARAMETER)
         deadline = None if deadline is None else parse_deadline(deadline)
         taken_up = time.time_ns()
-        if self.pipeline_slots and deadline is None and not parameters.get(OVERRIDE_PARAMETER):
+        override = parameters.get(OVERRIDE_PARAMETER)
+        if self.pipeline_slots and deadline is None and not override:
             # Client-free binding and admission: behind the gate a request is taken up as it
             # arrives, so its take-up plus the SLO is its deadline (clients need not send one).
             slo_ms = self._slo_ms(table)
@@ -1607,15 +1608,12 @@ class TritonPythonModel:
         if table is not None and table["slo_ms"] is not None and deadline is not None:
             arrived = deadline - int(table["slo_ms"] * 1e6)
         qps = self.inflight.dispatched(arrived)
+        # Late binding will bind it (as _run decides): a table, a deadline, no override.
+        binds = table is not None and deadline is not None and not override
         # The lag cap's schedule (static fastest's), for the requests it binds: each one's
         # start there, drawn in take-up order (behind the gate with its ticket).
         schedule = None
-        if (
-            table is not None
-            and table["lag_share"] is not None
-            and deadline is not None
-            and not parameters.get(OVERRIDE_PARAMETER)
-        ):
+        if binds and table["lag_share"] is not None:
             fastest_ns = table["arrays"]["fastest_ms"][1] * 1e6
             schedule = (taken_up if arrived is None else arrived, fastest_ns, self.servers)
         if not self.pipeline_slots:
@@ -1635,12 +1633,7 @@ class TritonPythonModel:
                     self.inflight.pass_gate(self.pipeline_slots)
                 finally:
                     self.gate_gauge.waiting(0)
-            elif (
-                table is not None
-                and table["settle_ms"]
-                and deadline is not None
-                and not parameters.get(OVERRIDE_PARAMETER)
-            ):
+            elif binds and table["settle_ms"]:
                 # The first at a free pipeline: the burst it may lead reaches the gate over a
                 # few ms (each request taken up by its own instance), and it binds seeing them
                 # (compass.domain.binding.GATE_SETTLE_MS).

@@ -503,18 +503,13 @@ def simulate_binding(
             "gate-arrivals counts the requests at a gate, and there is none",
             "give visible_followers, or another rate view",
         )
-    if not 0 <= settings.settle_s < math.inf:
-        raise SimulationError(
-            "settle_s",
-            f"{settings.settle_s!r} is not a time >= 0",
-            "give the router's settle in s, e.g. 0.003, or 0",
-        )
-    if not 0 <= settings.decision_s < math.inf:
-        raise SimulationError(
-            "decision_s",
-            f"{settings.decision_s!r} is not a time >= 0",
-            "give the router's binding work a request in s, e.g. 0.001, or 0",
-        )
+    for field, what in (
+        ("settle_s", "the router's settle, e.g. 0.003"),
+        ("decision_s", "the router's binding work a request, e.g. 0.001"),
+    ):
+        value = getattr(settings, field)
+        if not 0 <= value < math.inf:
+            raise SimulationError(field, f"{value!r} is not a time >= 0", f"give {what} s, or 0")
     if not settings.reach >= 0:
         raise SimulationError(
             "reach", f"{settings.reach!r} is not >= 0", "give a count of spreads, e.g. 1, or 0"
