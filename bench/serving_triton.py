@@ -237,7 +237,7 @@ def served_by_member(
     """Per front member, live against the simulator: the requests it served, their median
     latency (paper ms) and how many of those were late: where a run parts from its
     prediction."""
-    live_keys = [config_key(json.loads(r.config)) if r.config else None for r in run.answered]
+    live_keys = run.served_keys
     live_ms = run.latencies_ms
     sim_ms = report.latencies_ms / scale
     parts = []

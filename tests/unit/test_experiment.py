@@ -70,6 +70,7 @@ def test_served_accuracy_credits_each_answer_with_its_configurations_accuracy() 
     # The answers scored 1/3; what served them is worth (0.7 + 0.7 + 0.9) / 3.
     assert run.accuracy == pytest.approx(1 / 3)
     assert run.served_accuracy(front) == pytest.approx(2.3 / 3)
+    assert run.served_keys == (front[0].key, front[0].key, front[1].key)
     assert math.isnan(_run([], sent=0).served_accuracy(front))
     # A member the front does not hold is named, not guessed.
     with pytest.raises(ValueError, match="not on the front"):

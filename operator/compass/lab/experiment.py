@@ -95,15 +95,19 @@ class LiveRun:
         scores = [r.score for r in self.answered if r.score is not None]
         return float(np.mean(scores)) if scores else float("nan")
 
+    @property
+    def served_keys(self) -> tuple[str | None, ...]:
+        """The configuration key that served each answered request (None: it did not say)."""
+        return tuple(config_key(json.loads(r.config)) if r.config else None for r in self.answered)
+
     def served_accuracy(self, front: Sequence[LatencyProfile]) -> float:
         """Mean profiled accuracy of the ``front`` members that served the answered requests:
         what the simulator and the oracle count, free of the luck of which questions each
         member happened to draw."""
         accuracy_of = {member.key: member.accuracy for member in front}
         served = []
-        for record in self.answered:
-            if record.config:
-                key = config_key(json.loads(record.config))
+        for key in self.served_keys:
+            if key is not None:
                 if key not in accuracy_of:
                     raise ValueError(f"served by {key}, which is not on the front given")
                 served.append(accuracy_of[key])
