@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from compass.domain.arrivals import SPIKE_FACTOR
@@ -19,6 +20,8 @@ from compass.lab.scenarios import (
     PAPER_FRONT,
     PAPER_PEAK_UTILIZATION,
     RagSimLoad,
+    profiling_payload,
+    rag_sim_data,
     rag_sim_fleet,
     rag_sim_triton,
     spike_scenario,
@@ -55,6 +58,22 @@ def test_every_run_of_a_load_sends_the_same_requests() -> None:
     assert [load.offered_qps(t) for t in (1.0, 15.0, 25.0)] == pytest.approx(
         [base, SPIKE_FACTOR * base, base]
     )
+
+
+def test_a_profile_measures_the_whole_latency_distribution_not_forty_draws_of_it() -> None:
+    warmup, runs = 5, 40
+    payloads = [profiling_payload(i, warmup, runs) for i in range(warmup + runs)]
+    assert [p["sample"] for p in payloads] == [i % scenarios.QUESTIONS for i in range(45)]
+    assert {p["quantile"] for p in payloads[:warmup]} == {0.5}
+    quantiles = sorted(float(str(p["quantile"])) for p in payloads[warmup:])
+    assert quantiles == pytest.approx([(k + 0.5) / runs for k in range(runs)])
+    # What rag-sim serves at those quantiles has the configuration's own mean, where forty
+    # random draws of it stray by a few ms.
+    data = rag_sim_data()
+    served = np.asarray(data["configs"][config_key(PAPER_FRONT[0])]["latency_quantiles_ms"])
+    grid = np.asarray(data["quantile_grid"])
+    true_mean = float(np.mean(np.interp(np.linspace(0, 1, 100_001), grid, served)))
+    assert float(np.mean(np.interp(quantiles, grid, served))) == pytest.approx(true_mean, rel=0.003)
 
 
 def test_the_test_pair_is_on_the_papers_front_fastest_first() -> None:

@@ -170,6 +170,18 @@ def spike_scenario(
     return make_scenario(make_pattern("spike", base, duration_s, seed=seed), seed)
 
 
+def profiling_payload(index: int, warmup_runs: int, measured_runs: int) -> dict[str, object]:
+    """Profiling request ``index`` (``profile_configurations``' count: the warm-up runs, then
+    the measured ones): its question, and a latency quantile spread evenly over the measured
+    runs, (k + 0.5) / n for the k-th (the median while warming up). Forty runs then measure a
+    configuration's whole distribution instead of forty random draws of it, whose luck alone
+    moves the simulator's prediction of static fastest by about a point on a trace window
+    (bench/README.md, serving_triton.py)."""
+    measured = index - warmup_runs
+    quantile = (measured % measured_runs + 0.5) / measured_runs if measured >= 0 else 0.5
+    return {"sample": index % QUESTIONS, "quantile": quantile}
+
+
 @dataclass(frozen=True)
 class RagSimLoad:
     """A scenario as rag-sim requests: the same arrivals, questions and luck in every run."""
