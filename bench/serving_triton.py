@@ -87,6 +87,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import tempfile
 import time
 import urllib.request
@@ -131,7 +132,7 @@ from compass.domain.admission import (
     AdmissionPoint,
     router_admission,
 )
-from compass.domain.arrivals import SPIKE_FACTOR, PatternKind, make_pattern, make_scenario
+from compass.domain.arrivals import SPIKE_FACTOR, PatternKind, Scenario, make_pattern, make_scenario
 from compass.domain.binding import (
     QA_REAL_COMPONENTS,
     QA_REAL_STAGE_PARAMS,
@@ -172,7 +173,7 @@ from compass.lab.scenarios import (
     rag_sim_data,
     rag_sim_fleet,
 )
-from router_binding import time_bindings
+from router_binding import time_bindings, time_bindings_until
 
 IDLE_SWITCHES = 40
 # The models whose queues a rag-sim request passes through, in order: where it waits is read
@@ -264,6 +265,62 @@ def router_decision_s(table: dict[str, Any], waiting: int, requests: int = 300) 
     (BindingSettings.decision_s)."""
     took, _ = time_bindings(table, requests, 0, waiting, table["slo_ms"] / 1000)
     return float(took.sum(axis=1).mean()) / 1e6
+
+
+def predict_bound(
+    members: list[Any],
+    scenario: Scenario,
+    slo_ms: float,
+    spec: Any,
+    table: dict[str, Any],
+    instances: int,
+    slots: int | None,
+    replicas: int,
+    pod_model: PodModel,
+    decision_s: float,
+) -> RunReport:
+    """The binding run in the simulator: the routers' rule on the table's own numbers and on
+    their own view (behind the gate the waiters seen, the rest not), each bound request's turn
+    ``decision_s`` longer (scaled time, as every argument)."""
+    return simulate_binding(
+        members,
+        scenario,
+        slo_ms,
+        BINDING_RUN,
+        settings=simulated_binding(spec, table, instances, slots, decision_s=decision_s),
+        pods=replicas,
+        pod_model=pod_model,
+    )
+
+
+class DecisionsUnderLoad:
+    """The router's binding work timed in a child process while a live run serves
+    (router_binding.time_bindings_until): started (its imports done) before the run, timing
+    from ``start()`` until ``stop()``."""
+
+    def __init__(self, table: dict[str, Any], waiting: int) -> None:
+        # Spawned, not forked: this process holds gRPC channels and their threads.
+        context = multiprocessing.get_context("spawn")
+        self.go, self.done = context.Event(), context.Event()
+        self.replies, sink = context.Pipe(duplex=False)
+        self.process = context.Process(
+            target=time_bindings_until,
+            args=(table, waiting, self.go, self.done, sink),
+            daemon=True,
+        )
+        self.process.start()
+
+    def start(self) -> None:
+        """Start timing."""
+        self.go.set()
+
+    def stop(self) -> float:
+        """Stop timing: the mean wall time a request's binding took, s (nan: none timed)."""
+        self.go.set()
+        self.done.set()
+        times = self.replies.recv() if self.replies.poll(60) else []
+        self.process.join(10)
+        return float(np.mean(times)) if times else math.nan
 
 
 def check_qa_real_component_times(plan: Any) -> None:
@@ -382,7 +439,8 @@ def main() -> int:
         degrade_after = admission_degrade_after(args, DEFAULT_DEGRADE_AFTER)
     except UsageError as error:
         parser.error(str(error))
-    unknown = set(args.runs.split(",")) - set(EVERY_RUN)
+    labels = args.runs.split(",")
+    unknown = set(labels) - set(EVERY_RUN)
     if unknown:
         parser.error(
             f"--runs: {', '.join(sorted(unknown))} unknown; give some of {', '.join(EVERY_RUN)}"
@@ -596,7 +654,7 @@ def main() -> int:
             )
             if not qa_real:
                 bound = binding_table(spec, plan)
-            elif BINDING_RUN in args.runs.split(","):
+            elif BINDING_RUN in labels:
                 check_qa_real_component_times(plan)
                 bound = binding_table(spec, plan)
                 print(
@@ -632,7 +690,8 @@ def main() -> int:
                 **predict({"policy": runtime_policy(spec)}),
                 **predict({ADMITTED_RUN: runtime_policy(spec)}, admission=admission),
             }
-            if bound is not None and not qa_real and BINDING_RUN in args.runs.split(","):
+            loaded: DecisionsUnderLoad | None = None
+            if bound is not None and not qa_real and BINDING_RUN in labels:
                 # The routers' rule in the simulator, on the table's own numbers and on the
                 # routers' own view (with the lag cap behind the gate: the N - G waiters
                 # seen, the rest not, the rate of the arrivals taken up), as serving_sim
@@ -647,17 +706,23 @@ def main() -> int:
                         "added to each bound request's turn in the simulator",
                         flush=True,
                     )
-                predicted[BINDING_RUN] = simulate_binding(
+                predict_binding = partial(
+                    predict_bound,
                     members,
                     scenario,
                     slo_ms * scale,
-                    BINDING_RUN,
-                    settings=simulated_binding(
-                        spec, bound, instances, slots, decision_s=decision_s
-                    ),
-                    pods=args.replicas,
-                    pod_model=pod_model,
+                    spec,
+                    bound,
+                    instances,
+                    slots,
+                    args.replicas,
+                    pod_model,
                 )
+                predicted[BINDING_RUN] = predict_binding(decision_s)
+                if decision_s and "fastest" in labels:
+                    # Timed again under static fastest's load: the prediction then counts
+                    # the binding work as the pods' contention stretches it.
+                    loaded = DecisionsUnderLoad(bound, instances - slots)
             # What hindsight could win on these arrivals (the simulator's oracle): each run's
             # accuracy gain over static fastest as a share of the oracle's.
             oracle = (
@@ -672,6 +737,8 @@ def main() -> int:
             fastest_accuracy = members[0].accuracy
             gap = max(m.accuracy for m in members) - fastest_accuracy
             queued = queue_totals(http_urls, watched)
+            if loaded is not None:
+                loaded.start()
             for label, run in serve_each(
                 fleet,
                 plan,
@@ -682,13 +749,24 @@ def main() -> int:
                 slo_ms,
                 interval_s=scale,
                 time_scale=scale,
-                labels=set(args.runs.split(",")),
+                labels=set(labels),
                 replicas=replicas,
                 admission=router_admission(members, admission),
                 binding=bound,
                 client_deadlines=not args.client_free,
             ):
                 under_load += [e.switch_s for e in run.switch_events]
+                if label == "fastest" and loaded is not None:
+                    loaded_s = loaded.stop()
+                    loaded = None
+                    print(
+                        f"the router's binding work under static fastest's load: "
+                        f"{loaded_s * 1000:.2f} ms a request (real), the binding run's "
+                        "prediction made with it",
+                        flush=True,
+                    )
+                    if math.isfinite(loaded_s):
+                        predicted[BINDING_RUN] = predict_binding(loaded_s)
                 report = predicted.get(label)
                 sim = report.compliance if report else float("nan")
                 sim_accuracy = report.mean_accuracy if report else math.nan
