@@ -759,14 +759,16 @@ def main() -> int:
                 if label == "fastest" and loaded is not None:
                     loaded_s = loaded.stop()
                     loaded = None
-                    print(
-                        f"the router's binding work under static fastest's load: "
-                        f"{loaded_s * 1000:.2f} ms a request (real), the binding run's "
-                        "prediction made with it",
-                        flush=True,
-                    )
                     if math.isfinite(loaded_s):
+                        idle = predicted[BINDING_RUN].compliance
                         predicted[BINDING_RUN] = predict_binding(loaded_s)
+                        print(
+                            f"the router's binding work under static fastest's load: "
+                            f"{loaded_s * 1000:.2f} ms a request (real); the binding run "
+                            f"predicted with it: {predicted[BINDING_RUN].compliance:.1f}% "
+                            f"(with the idle timing {idle:.1f}%)",
+                            flush=True,
+                        )
                 report = predicted.get(label)
                 sim = report.compliance if report else float("nan")
                 sim_accuracy = report.mean_accuracy if report else math.nan
