@@ -136,7 +136,7 @@ def time_bindings_until(
     ``LOADED_BATCH`` requests' bindings (``time_bindings``, ``waiting`` at the gate) every
     ``every_s``; then each request's wall time over its stages, s, to ``sink``. The decision as
     the pods' CPU contention stretches it, which an idle machine's timing does not show
-    (~1.8x on 2 cores under a trace window at x0.2)."""
+    (1.3-1.6x on 2 cores under a trace window at x0.2)."""
     times: list[float] = []
     go.wait()
     while not stop.is_set():

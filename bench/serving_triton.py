@@ -70,7 +70,11 @@ S x (SLO - R x the fastest's likely time) behind the schedule static fastest kee
 --binding-lag-reserve 2``). Its simulator column runs the same rule on the router's own view:
 behind the gate, the N - G waiters seen with their deadlines, those beyond (in Triton's queue)
 unseen, as the gated routers poll nothing, the rate of the arrivals the instances took up
-(``RateView.GATE_ARRIVALS``).
+(``RateView.GATE_ARRIVALS``); each bound request's turn in the pipeline is longer by the
+router's binding work, timed on the table sent, first at idle, then again (in a child process)
+while static fastest serves, and the binding run is predicted with the latter. rag-sim's
+members are profiled at evenly spread latency quantiles once every router instance has served
+a request (an instance's first runs cold).
 
 ``--workflow qa-real`` serves qa-real instead: real retrieval and MiniLM on this CPU, so no time
 scale (1) and each request's accuracy is its real answer's score; by default one replica whose
