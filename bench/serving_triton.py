@@ -488,7 +488,8 @@ def main() -> int:
             data = rag_sim_data()
             configs = [(c, float(np.mean(data["configs"][config_key(c)]["scores"]))) for c in front]
         # Each router instance's first request runs cold (~30 ms more here, 8 in a row at 8
-        # instances): warm every instance of every replica before the first profile and run.
+        # instances): the profiler warms the pod it measures on (pod_warmup_runs), the runs
+        # need every replica's instances warm too.
         for server in servers:
             with closing(TritonRouter(server.grpc_url, timeout_s=120.0)) as router:
                 for index in range(2 * instances):

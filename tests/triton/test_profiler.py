@@ -229,7 +229,8 @@ def test_a_screening_verdict_is_rechecked_against_the_full_measurement(
         return {"sample": index % 100, "quantile": quantile}
 
     configs = [(WIDE, 0.9), (SLOW, 0.8)]
-    settings = ProfileSettings(warmup_runs=1, measured_runs=6, screen_runs=4)
+    # No pod warm-up: the payload's schedule counts every request sent.
+    settings = ProfileSettings(warmup_runs=1, measured_runs=6, screen_runs=4, pod_warmup_runs=0)
     seen: list[tuple[int, int]] = []
     document = profile_configurations(
         slow_router, configs, settings, payload, lambda d, t: seen.append((d, t))
@@ -281,7 +282,8 @@ def test_profiling_over_two_servers_measures_each_configuration_on_one_of_them(
     for url, client in routers.items():
         served = _router_requests(client) - before[url]
         client.close()
-        assert served == 12 * measured_on.count(url)
+        # Each pod's warm-up, then 2 + 10 requests a configuration it measured.
+        assert served == ProfileSettings().pod_warmup_runs + 12 * measured_on.count(url)
     for entry in profiles:
         expected = _latency_ms(rag_sim_data, entry["config"])
         _assert_is_its_service_time(entry["latency_mean_ms"], expected)

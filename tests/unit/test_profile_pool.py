@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -142,7 +143,7 @@ def test_the_merged_profiles_are_the_same_on_one_pod_and_on_three() -> None:
     """Whichever pod measured a configuration, and in whatever order they ended, the profiles
     are in the configurations' order with the same statistics; each names its pod, and the
     metadata counts each pod's measurements."""
-    settings = ProfileSettings(warmup_runs=1, measured_runs=8)
+    settings = ProfileSettings(warmup_runs=1, measured_runs=8, pod_warmup_runs=0)
     one_pool, _ = _pool(1)
     three_pool, routers = _pool(3)
     alone = profile_configurations(one_pool, CONFIGS, settings, _payload)
@@ -160,6 +161,57 @@ def test_the_merged_profiles_are_the_same_on_one_pod_and_on_three() -> None:
     for config, _ in CONFIGS:
         served = [r.requests[config_key(config)] for r in routers]
         assert sorted(served) == [0, 0, 9]
+
+
+class ColdPod(SimulatedPod):
+    """A pod whose first ``cold`` requests take 0.5 s more (router instances and backends
+    starting), whatever they ask for."""
+
+    def __init__(self, name: str, cold: int) -> None:
+        super().__init__(name)
+        self.cold = cold
+
+    def infer(
+        self,
+        request: Mapping[str, Any],
+        config: Config | None = None,
+        timeout_s: float | None = None,
+        deadline_ns: int | None = None,
+        **options: Any,
+    ) -> RouterReply:
+        reply = super().infer(request, config, timeout_s, deadline_ns, **options)
+        if self.requests.total() <= self.cold:
+            return replace(reply, latency_s=reply.latency_s + 0.5)
+        return reply
+
+
+def test_each_pods_cold_start_is_warmed_off_before_its_first_measurement() -> None:
+    """Each pod gets pod_warmup_runs requests before the first configuration it measures, so
+    its cold ones land in no profile: the first configuration's mean is its warm one. Without
+    them the cold requests past the per-configuration warm-up land in that profile."""
+    settings = ProfileSettings(warmup_runs=1, measured_runs=8, pod_warmup_runs=6)
+    warm = [SimulatedPod(f"pod-{i}") for i in range(2)]
+    reference = profile_configurations(
+        PodPool({r.url: r for r in warm}, TimeLimit(None, "")),
+        CONFIGS,
+        replace(settings, pod_warmup_runs=0),
+        _payload,
+    )
+    for pod_warmup, distorted in ((6, False), (0, True)):
+        cold = [ColdPod(f"pod-{i}", cold=5) for i in range(2)]
+        document = profile_configurations(
+            PodPool({r.url: r for r in cold}, TimeLimit(None, "")),
+            CONFIGS,
+            replace(settings, pod_warmup_runs=pod_warmup),
+            _payload,
+        )
+        means = [e["latency_mean_ms"] for e in document["profiles"]]
+        expected = [e["latency_mean_ms"] for e in reference["profiles"]]
+        assert (means != pytest.approx(expected)) is distorted
+        # The warm-up is one per pod, on the first configuration it measures, and unmeasured.
+        extra = sum(r.requests.total() for r in cold) - len(CONFIGS) * 9
+        assert extra == 2 * pod_warmup
+        assert all(e["measurement_runs"] == 8 for e in document["profiles"])
 
 
 def test_a_resumed_profiling_measures_only_what_was_not_finished() -> None:
@@ -206,7 +258,9 @@ def test_a_resumed_profiling_measures_only_what_was_not_finished() -> None:
 def test_screening_resumes_to_the_same_verdicts() -> None:
     """With screening, a resumed profiling replays the recorded passes and reaches the same
     screened-out set as one that was never cut off."""
-    settings = ProfileSettings(warmup_runs=1, measured_runs=10, screen_runs=3, screen_margin=0.1)
+    settings = ProfileSettings(
+        warmup_runs=1, measured_runs=10, screen_runs=3, screen_margin=0.1, pod_warmup_runs=0
+    )
     recorded: dict[str, dict[str, Any]] = {}
     whole_pool, _ = _pool(3)
     whole = profile_configurations(
