@@ -40,7 +40,7 @@ from compass.controllers.builders import (
 )
 from compass.controllers.workflow_spec import validate_spec
 from compass.dataplane.fleet import Endpoint
-from compass.dataplane.profiler import FULL_PASS, measurement_key
+from compass.dataplane.profiler import FULL_PASS, ProfileSettings, measurement_key
 from compass.dataplane.triton import TritonRouter
 from compass.lab.local_triton import LocalTriton
 from compass.lab.scenarios import (
@@ -258,7 +258,8 @@ def test_a_retried_profiling_pod_resumes_and_a_bound_passed_stops_it(
     assert re.search(r"profiling: latency 4/4 on 2 pod\(s\), [\d.]+ configs/min", log), log
     served = [_served(s) - b for s, b in zip(two_servers, before, strict=True)]
     assert all(count > 0 for count in served), served
-    assert sum(served) == 3 * (1 + 6)
+    # Each pod's warm-up, then 1 + 6 requests for each configuration not reused.
+    assert sum(served) == 2 * ProfileSettings().pod_warmup_runs + 3 * (1 + 6)
     core = client.CoreV1Api(k8s_api)
     after = core.read_namespaced_config_map(state, k8s_namespace).data or {}
     profiles = json.loads(after[PROFILES_KEY])["profiles"]
