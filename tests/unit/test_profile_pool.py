@@ -37,11 +37,13 @@ CONFIGS: list[tuple[Config, float | None]] = [
 
 class SimulatedPod(TritonRouter):
     """A pod whose service time is fixed by (configuration, sample), so any pod measures the
-    same latencies; it records every request and how many configurations it serves at once."""
+    same latencies; it records every request and how many configurations it serves at once.
+    Its first ``cold`` requests take 0.5 s more, whatever they ask for (instances starting)."""
 
-    def __init__(self, name: str, sleep_s: float = 0.002) -> None:
+    def __init__(self, name: str, sleep_s: float = 0.002, cold: int = 0) -> None:
         super().__init__(f"{name}:8001")  # the channel is never used: infer is simulated
         self.sleep_s = sleep_s
+        self.cold = cold
         self.requests: Counter[str] = Counter()
         self.serving: set[str] = set()
         self.most_at_once = 0
@@ -66,6 +68,8 @@ class SimulatedPod(TritonRouter):
             self.serving.discard(key)
         sample = int(request["sample"])
         latency = 0.01 * (1 + len(key) % 7) * (1 + (sample * 37 + len(key)) % 11 / 10)
+        if self.requests.total() <= self.cold:
+            latency += 0.5
         return RouterReply({"score": 1.0}, key, latency)
 
 
@@ -163,28 +167,6 @@ def test_the_merged_profiles_are_the_same_on_one_pod_and_on_three() -> None:
         assert sorted(served) == [0, 0, 9]
 
 
-class ColdPod(SimulatedPod):
-    """A pod whose first ``cold`` requests take 0.5 s more (router instances and backends
-    starting), whatever they ask for."""
-
-    def __init__(self, name: str, cold: int) -> None:
-        super().__init__(name)
-        self.cold = cold
-
-    def infer(
-        self,
-        request: Mapping[str, Any],
-        config: Config | None = None,
-        timeout_s: float | None = None,
-        deadline_ns: int | None = None,
-        **options: Any,
-    ) -> RouterReply:
-        reply = super().infer(request, config, timeout_s, deadline_ns, **options)
-        if self.requests.total() <= self.cold:
-            return replace(reply, latency_s=reply.latency_s + 0.5)
-        return reply
-
-
 def test_each_pods_cold_start_is_warmed_off_before_its_first_measurement() -> None:
     """Each pod gets pod_warmup_runs requests before the first configuration it measures, so
     its cold ones land in no profile: the first configuration's mean is its warm one. Without
@@ -198,7 +180,7 @@ def test_each_pods_cold_start_is_warmed_off_before_its_first_measurement() -> No
         _payload,
     )
     for pod_warmup, distorted in ((6, False), (0, True)):
-        cold = [ColdPod(f"pod-{i}", cold=5) for i in range(2)]
+        cold = [SimulatedPod(f"pod-{i}", cold=5) for i in range(2)]
         document = profile_configurations(
             PodPool({r.url: r for r in cold}, TimeLimit(None, "")),
             CONFIGS,
