@@ -128,6 +128,7 @@ from compass.dataplane.profiler import (
     ProfileSettings,
     measure_curve,
     profile_configurations,
+    warm_up,
 )
 from compass.dataplane.triton import TritonRouter
 from compass.domain.admission import (
@@ -487,14 +488,12 @@ def main() -> int:
         else:
             data = rag_sim_data()
             configs = [(c, float(np.mean(data["configs"][config_key(c)]["scores"]))) for c in front]
-        # Each router instance's first request runs cold (~30 ms more here, 8 in a row at 8
-        # instances): the profiler warms the pod it measures on (pod_warmup_runs), the runs
-        # need every replica's instances warm too.
-        for server in servers:
-            with closing(TritonRouter(server.grpc_url, timeout_s=120.0)) as router:
-                for index in range(2 * instances):
-                    router.infer(sample(index), config=front[0])
         profile_settings = ProfileSettings(warmup_runs=5, measured_runs=args.profile_runs)
+        # Each router instance's first request runs cold: the profiler warms the pod it
+        # measures on (pod_warmup_runs); the runs need the other replicas warm too.
+        for server in servers[1:]:
+            with closing(TritonRouter(server.grpc_url, timeout_s=120.0)) as router:
+                warm_up(router, front[0], profile_settings.pod_warmup_runs, sample)
         document = profile_configurations(
             profiler,
             configs,

@@ -48,6 +48,20 @@ class ProfileSettings:
     pod_warmup_runs: int = 16
 
 
+def warm_up(
+    router: TritonRouter,
+    config: Config,
+    runs: int,
+    payload: Callable[[int], Mapping[str, Any]],
+    check: Callable[[], None] = lambda: None,
+) -> None:
+    """``runs`` unmeasured requests of ``config``, back to back (``check`` before each): a
+    configuration's warm-up, or a pod's before its first measurement (``pod_warmup_runs``)."""
+    for run in range(runs):
+        check()
+        router.infer(payload(run), config=config)
+
+
 def profile_configuration(
     router: TritonRouter,
     config: Config,
@@ -62,9 +76,7 @@ def profile_configuration(
     Each reply also times the pipeline's component models (the router's component times):
     their means are the entry's ``component_ms``, what late binding splits the time by.
     """
-    for run in range(settings.warmup_runs):
-        check()
-        router.infer(payload(run), config=config)
+    warm_up(router, config, settings.warmup_runs, payload, check)
     latencies = []
     components: list[dict[str, float] | None] = []
     for run in range(settings.measured_runs):
@@ -176,9 +188,7 @@ def profile_configurations(
             if router.url not in warmed:
                 # Only this pod's own thread reaches its key (a pod measures one at a time).
                 warmed.add(router.url)
-                for run in range(settings.pod_warmup_runs):
-                    pool.limit.check()
-                    router.infer(payload(run), config=config)
+                warm_up(router, config, settings.pod_warmup_runs, payload, pool.limit.check)
             entry = profile_configuration(router, config, how, payload, pool.limit.check)
             return {**entry, **marks}
 
