@@ -126,6 +126,37 @@ def test_create_or_adopt_takes_its_own_and_refuses_anothers(
         create_or_adopt(_config_map("theirs", mine), uid)
 
 
+def test_create_or_adopt_creates_again_what_was_collected_between_its_create_and_its_read(
+    k8s_api: Any, k8s_namespace: str
+) -> None:
+    """An earlier owner's object of the wanted name, deleted by the collector after the create
+    found it (409) and before the read (404), is made again, not reported as done."""
+    core = client.CoreV1Api(k8s_api)
+    earlier = kubeapi.call(core.create_namespaced_config_map, k8s_namespace, _config_map("old"))
+    mine = kubeapi.call(core.create_namespaced_config_map, k8s_namespace, _config_map("new"))
+    kubeapi.call(core.create_namespaced_config_map, k8s_namespace, _config_map("access", earlier))
+    reads: list[str] = []
+
+    def read_after_the_collector(name: str, namespace: str, **kwargs: Any) -> Any:
+        if not reads:  # the collector's turn falls between the 409 and this read
+            core.delete_namespaced_config_map(name, namespace, _preload_content=False)
+        reads.append(name)
+        return core.read_namespaced_config_map(name, namespace, **kwargs)
+
+    made = kubeapi.create_or_adopt(
+        core.create_namespaced_config_map,
+        read_after_the_collector,
+        k8s_namespace,
+        _config_map("access", mine),
+        mine["metadata"]["uid"],
+    )
+    assert reads == ["access"]
+    assert made is not None
+    assert made["metadata"]["ownerReferences"][0]["uid"] == mine["metadata"]["uid"]
+    stored = kubeapi.read(core.read_namespaced_config_map, "access", k8s_namespace)
+    assert stored["metadata"]["uid"] == made["metadata"]["uid"]
+
+
 def test_status_patch_and_the_errors_a_caller_tells_apart(
     gadgets: client.CustomObjectsApi, k8s_namespace: str
 ) -> None:

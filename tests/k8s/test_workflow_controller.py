@@ -754,8 +754,9 @@ def test_a_state_deleted_mid_search_gets_its_jobs_access_back(
     """The state ConfigMap deleted by hand while the search runs takes the Jobs' Role and
     RoleBinding with it (they are owned by it): the operator makes the state again, waits for
     the garbage collector to take the old Role (held here by a finalizer, as a slow collector
-    would), makes a new one owned by the new state, and the search finishes instead of failing
-    on a 403. The old Role is the operator's own: no ForeignJobAccount Warning."""
+    would) with a new RoleBinding already bound to it, makes a new Role owned by the new state,
+    and the search finishes instead of failing on a 403. The old Role is the operator's own: no
+    ForeignJobAccount Warning."""
     flows = Workflows(k8s_api, k8s_namespace)
     rbac = client.RbacAuthorizationV1Api(k8s_api)
     samples = 16
@@ -798,7 +799,15 @@ def test_a_state_deleted_mid_search_gets_its_jobs_access_back(
             uid = None if state is None else str(state["metadata"]["uid"])
             return None if uid == first else uid
 
-        wait_for(new_state, 30, "the operator to make the state again")
+        second = wait_for(new_state, 30, "the operator to make the state again")
+        # While the old Role lingers, a new RoleBinding keeps the Jobs' access through it.
+        wait_for(
+            lambda: access_owner("RoleBinding") == second,
+            30,
+            "a new RoleBinding owned by the new state while the old Role is held",
+        )
+        held = kubeapi.read(rbac.read_namespaced_role, state_name, k8s_namespace)
+        assert held["metadata"]["ownerReferences"][0]["uid"] == first
         # A few of the operator's polls while the old Role lingers, then let it go.
         time.sleep(3 * float(POLL_S))
         rbac.patch_namespaced_role(

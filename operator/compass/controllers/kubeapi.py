@@ -160,6 +160,10 @@ def list_endpoint_slices(
     raise AssertionError("unreachable")
 
 
+# Creates of one object tried while another of its name keeps appearing and vanishing.
+CREATE_ATTEMPTS = 3
+
+
 def create(method: Callable[..., Any], *args: Any) -> Any:
     """The created object, or None if one of that name exists already."""
     try:
@@ -177,17 +181,26 @@ def create_or_take(
 ) -> Any:
     """Create a namespaced object, or take the existing one of that name unless ``whose``
     says it is another's (a phrase such as "is controlled by another owner (UID)"; None: ours).
-    The object, or None if the existing one was deleted meanwhile. OwnedByAnotherError naming
-    the object and whose it is otherwise."""
-    created = create(create_method, namespace, body)
-    if created is not None:
-        return created
+    The object; OwnedByAnotherError naming the object and whose it is otherwise. One deleted
+    between the create's conflict and the read (the garbage collector taking an earlier owner's)
+    is created again: returning nothing there would leave the caller believing it exists."""
     name = body["metadata"]["name"]
-    existing = read(read_method, name, namespace)
-    other = None if existing is None else whose(existing)
-    if other is not None:
-        raise OwnedByAnotherError(f"{body['kind']} {name} {other}")
-    return existing
+    for _ in range(CREATE_ATTEMPTS):
+        created = create(create_method, namespace, body)
+        if created is not None:
+            return created
+        existing = read(read_method, name, namespace)
+        if existing is None:
+            continue
+        other = whose(existing)
+        if other is not None:
+            raise OwnedByAnotherError(f"{body['kind']} {name} {other}")
+        return existing
+    raise ConflictError(
+        status=409,
+        reason=f"{body['kind']} {name} was made and deleted again by someone else "
+        f"{CREATE_ATTEMPTS} times while it was being created",
+    )
 
 
 def create_or_adopt(

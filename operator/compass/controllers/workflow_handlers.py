@@ -269,14 +269,20 @@ def _ensure_job_access(
         ),
     )
     namespace = state["metadata"]["namespace"]
+    # Each is made even while the other waits for the collector: a new RoleBinding keeps the
+    # Jobs' access through the earlier state's Role (the same name and rules) until it goes.
+    collecting: kubeapi.OwnedByAnotherError | None = None
     for create, read, body in creations:
         try:
             kubeapi.create_or_take(create, read, namespace, body, whose)
         except kubeapi.OwnedByAnotherError as error:
             existing = kubeapi.read(read, body["metadata"]["name"], namespace)
-            if existing is not None and _not_made_here(existing) is None:
-                raise  # an earlier state's (deleted, its dependents not yet collected)
-            raise ForeignJobAccessError(str(error)) from None
+            if existing is not None and _not_made_here(existing) is not None:
+                raise ForeignJobAccessError(str(error)) from None
+            # An earlier state's, not yet collected (or collected since: made at the retry).
+            collecting = collecting or error
+    if collecting is not None:
+        raise collecting
     return uid
 
 
@@ -416,10 +422,10 @@ def _keep_job_access(
 
 
 def _wait_for_collection(error: kubeapi.OwnedByAnotherError) -> kopf.TemporaryError:
-    """Retry later: the other owner is an earlier workflow of this name, being deleted."""
+    """Retry later: the other owner is an earlier one of this name (a workflow, or a state
+    ConfigMap deleted by hand), being deleted."""
     return kopf.TemporaryError(
-        f"{error}, an earlier workflow of this name: waiting for the garbage collector to "
-        f"delete it",
+        f"{error}, an earlier owner of this name: waiting for the garbage collector to delete it",
         delay=5,
     )
 
