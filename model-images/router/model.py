@@ -394,6 +394,8 @@ MAX_BINDING_CONFIGS = 128
 MAX_BINDING_STAGES = 8
 # The longest settle at a free pipeline a table may ask (compass.domain.binding.MAX_SETTLE_MS).
 MAX_SETTLE_MS = 100.0
+# compass.domain.binding.ROUNDING_MS: an exact tie with a deadline must not turn on rounding.
+ROUNDING_MS = 1e-6
 INFLIGHT_SLOTS = 64
 _SLOT = struct.Struct("<qqqd")
 # After the slots: the arrival times of the last requests taken up (ns since the epoch), a ring
@@ -687,7 +689,7 @@ def follower_slacks_ms(own_fastest_ms, followers_left_ms, follower_ms, servers=1
     slacks = []
     ahead, ahead_likely = own_fastest_ms, own_likely
     for left in followers_left_ms:
-        if left >= ahead_likely / servers + follower_likely:
+        if left + ROUNDING_MS >= ahead_likely / servers + follower_likely:
             slacks.append(max(left - (ahead / servers + follower_ms), 0.0) * servers)
         else:
             slacks.append(None)

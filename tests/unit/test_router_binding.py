@@ -431,6 +431,20 @@ def test_the_router_spares_counted_followers_as_the_domain_does(
     assert changed > 10
 
 
+def test_a_follower_met_to_the_last_bits_of_rounding_counts_in_the_router_and_the_domain(
+    router: types.ModuleType,
+) -> None:
+    # Two requests of a 120 ms fastest behind one with 240 ms left, at an exact tie: as the
+    # simulator reaches it (a least-squares fit of 120 ms, deadlines from float seconds), it
+    # counts on any machine's rounding; a microsecond short does not.
+    left = (0.01 + 0.7 - (0.01 + 0.46)) * 1000  # 239.99999999999994
+    fitted = 120 - 1.5e-14
+    for slacks in (follower_slacks_ms, router.follower_slacks_ms):
+        [counted] = slacks(fitted, [left], fitted)
+        assert counted == pytest.approx(0.0, abs=1e-9)
+        assert slacks(120.0, [left - 1e-3], 120.0) == [None]
+
+
 def test_the_router_plans_with_its_followers_as_the_domain_does(
     router: types.ModuleType, plan: Any
 ) -> None:

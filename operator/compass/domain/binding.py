@@ -69,6 +69,10 @@ MAX_BINDING_CONFIGS = 128
 MAX_STAGES = 8
 # No stage's share of a configuration's time is fitted below this: a stage is never free.
 MIN_STAGE_SHARE = 0.02
+# A follower whose deadline its work ahead meets within this, ms, counts as in time: the stage
+# times are a least-squares fit whose last bits vary with the machine's LAPACK, and deadlines
+# are differences of float seconds, so an exact tie must not turn on rounding.
+ROUNDING_MS = 1e-6
 
 # A stage's component model, or the several it may call (one of them, or some in turn).
 StageComponents = str | Sequence[str]
@@ -292,7 +296,7 @@ def follower_slacks_ms(
     # A follower's end is the sum of ``place`` services: this request's and those up to it.
     for place, left in enumerate(followers_left_ms, start=2):
         lucky = max(luck_ms, 0.0) * math.sqrt(place) / servers
-        if left >= ahead_likely / servers + follower_likely - lucky:
+        if left + ROUNDING_MS >= ahead_likely / servers + follower_likely - lucky:
             slack = left - (ahead / servers + follower_ms)
             slacks.append(max(slack, 0.0) * servers)
         else:
