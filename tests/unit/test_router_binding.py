@@ -434,9 +434,9 @@ def test_the_router_spares_counted_followers_as_the_domain_does(
 def test_a_follower_met_to_the_last_bits_of_rounding_counts_in_the_router_and_the_domain(
     router: types.ModuleType,
 ) -> None:
-    # Two requests of a 120 ms fastest behind one with 240 ms left, at an exact tie: as the
-    # simulator reaches it (a least-squares fit of 120 ms, deadlines from float seconds), it
-    # counts on any machine's rounding; a microsecond short does not.
+    # A follower with 240 ms left behind a request of 120 ms, its own fastest 120 ms: an exact
+    # tie as the simulator reaches it (a least-squares fit of 120 ms, deadlines from float
+    # seconds) counts on any machine's rounding; a microsecond short does not.
     left = (0.01 + 0.7 - (0.01 + 0.46)) * 1000  # 239.99999999999994
     fitted = 120 - 1.5e-14
     for slacks in (follower_slacks_ms, router.follower_slacks_ms):

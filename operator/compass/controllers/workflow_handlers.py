@@ -258,7 +258,11 @@ def _ensure_job_access(
     uid: str = state["metadata"]["uid"]
 
     def whose(existing: Mapping[str, Any]) -> str | None:
-        return _not_made_here(existing) or kubeapi.controlled_by_another(existing, uid)
+        made_elsewhere = _not_made_here(existing)
+        if made_elsewhere is not None:
+            raise ForeignJobAccessError(made_elsewhere)
+        # Ours, and another state's: an earlier one of this name, not yet collected.
+        return kubeapi.controlled_by_another(existing, uid)
 
     creations: tuple[tuple[Callable[..., Any], Callable[..., Any], dict[str, Any]], ...] = (
         (rbac.create_namespaced_role, rbac.read_namespaced_role, build_job_role(state, spec)),
@@ -275,11 +279,11 @@ def _ensure_job_access(
     for create, read, body in creations:
         try:
             kubeapi.create_or_take(create, read, namespace, body, whose)
+        except ForeignJobAccessError as error:
+            raise ForeignJobAccessError(
+                f"{body['kind']} {body['metadata']['name']} {error}"
+            ) from None
         except kubeapi.OwnedByAnotherError as error:
-            existing = kubeapi.read(read, body["metadata"]["name"], namespace)
-            if existing is not None and _not_made_here(existing) is not None:
-                raise ForeignJobAccessError(str(error)) from None
-            # An earlier state's, not yet collected (or collected since: made at the retry).
             collecting = collecting or error
     if collecting is not None:
         raise collecting
