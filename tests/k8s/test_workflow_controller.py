@@ -764,9 +764,12 @@ def test_a_state_deleted_mid_search_gets_its_jobs_access_back(
     ledger.write_text("".join(json.dumps(r) + "\n" for r in _replay_rows(samples)))
     scorer = tmp_path / "scorer.py"
     scorer.write_text(SCORER)
+    # A second a call (about 35 calls): the search must outlast the state's deletion, its
+    # re-making, the held Role and the operator's retry, or it completes on the state it wrote
+    # before the deletion and the new one has no result (at 0.1 s it did, under a busy tier).
     evaluator = {
         "type": "command",
-        "command": [sys.executable, str(scorer), str(ledger), str(tmp_path / "calls"), "0.1"],
+        "command": [sys.executable, str(scorer), str(ledger), str(tmp_path / "calls"), "1.0"],
     }
     body = _workflow("lost", tau=0.82, evaluator=evaluator, samples=samples, budgets=[4, 8, 16])
     state_name = "lost-search-g1"
