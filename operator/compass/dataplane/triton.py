@@ -24,6 +24,9 @@ from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.domain.evaluation import Config
 from compass.domain.mix import quantize_weight
 from compass.domain.space import config_key
+from compass_rules.admission import LATE_MESSAGE as LATE_MESSAGE
+from compass_rules.routing import MIX_PREFIX
+from compass_rules.routing import routing_key as rules_routing_key
 
 ACTIVE_PARAMETER = "compass_active_config"
 OVERRIDE_PARAMETER = "compass_config"
@@ -37,12 +40,8 @@ COMPONENT_TIMES_KEY = "compass_component_ms"
 # The router model's config parameter for its gate: how many of the requests its instances take
 # up run the pipeline at once, in arrival order (model-images/router/model.py; absent: no gate).
 PIPELINE_SLOTS_PARAMETER = "compass_pipeline_slots"
-# The start of the router's message for a request it refused as late (retryable).
-LATE_MESSAGE = "compass admission: late"
 ROLE_PARAMETER = "compass_role"
 CONTROL_SUFFIX = "_control"
-# A mix's routing key starts with this (a configuration's key is a JSON object).
-MIX_PREFIX = "mix:"
 # gRPC's reconnect back-off grows to 120 s by default, and channels to one address share their
 # connection: a pod that restarted at the same address would stay "unreachable" to every client
 # for up to two minutes after it is back. Each client keeps its own connection, retried within
@@ -101,7 +100,7 @@ def routing_key(config: Config, blend: Config | None = None, weight: float = 0.0
         return config_key(config)
     if mix == 1.0:
         return config_key(blend)
-    return MIX_PREFIX + json.dumps([config_key(config), config_key(blend), mix])
+    return rules_routing_key(config_key(config), config_key(blend), mix)
 
 
 def parse_routing_key(key: str) -> tuple[str, str | None, float]:

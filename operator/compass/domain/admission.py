@@ -21,6 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from compass.domain.profiles import LatencyProfile
+from compass_rules.admission import dispatch_verdict
+from compass_rules.admission import late_verdict as rules_late_verdict
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -181,20 +183,22 @@ def judge_at_dispatch(
     quantile (``routed_ms``) fits the ``left_ms`` of its budget and it has not waited past
     ``degrade_after`` of the SLO; else on the fastest member if that fits (``degrade``); else
     as routed if that fits; else drop it (it would be late whatever served it; ``refuse``)."""
-    fits = routed_ms <= left_ms
-    if fits and not (admission.degrade and left_ms < degrade_below_ms(admission)):
-        return AdmissionVerdict.SERVE
-    if admission.degrade and fastest_ms <= left_ms:
-        return AdmissionVerdict.FASTEST
-    return AdmissionVerdict.SERVE if fits else late_verdict(admission)
+    return AdmissionVerdict(
+        dispatch_verdict(
+            left_ms,
+            routed_ms,
+            fastest_ms,
+            degrade_below_ms(admission),
+            admission.refuse,
+            admission.degrade,
+        )
+    )
 
 
 def late_verdict(admission: Admission) -> AdmissionVerdict:
     """What becomes of a request that would be late whatever serves it: refused, or (without
     ``refuse``) served on the fastest, which holds up the requests behind it the least."""
-    if admission.refuse:
-        return AdmissionVerdict.DROP
-    return AdmissionVerdict.FASTEST if admission.degrade else AdmissionVerdict.SERVE
+    return AdmissionVerdict(rules_late_verdict(admission.refuse, admission.degrade))
 
 
 def degrade_below_ms(admission: Admission) -> float:

@@ -21,6 +21,8 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
+from typing import Any
 
 import numpy as np
 from scipy.special import gammaincinv
@@ -29,6 +31,14 @@ from compass.domain.errors import FieldError
 from compass.domain.evaluation import ParamValue
 from compass.domain.profiles import LatencyProfile
 from compass.domain.space import config_key
+from compass_rules import binding as rules
+from compass_rules import followers
+from compass_rules.binding import MAX_BINDING_CONFIGS as MAX_BINDING_CONFIGS
+from compass_rules.binding import MAX_SETTLE_MS as MAX_SETTLE_MS
+from compass_rules.binding import MAX_STAGES as MAX_STAGES
+from compass_rules.binding import allowed_at as allowed_at
+from compass_rules.binding import waited_long as waited_long
+from compass_rules.followers import polled_followers_left_ms as polled_followers_left_ms
 
 # rag-sim's pipeline (model-images/rag-sim/models/router/1/pipeline.py): the parameters each
 # component's time depends on, in the order a request reaches the components, and the models.
@@ -62,17 +72,8 @@ RATE_HEADROOM = 1.5
 # on the Mooncake window, x0.2: 30% more of the slower members than its simulator, and its
 # clumps late). It costs only a request with an idle pipeline, which has the most slack.
 GATE_SETTLE_MS = 3.0
-# The longest settle a table may ask (the router holds its tables to the same bound).
-MAX_SETTLE_MS = 100.0
-# A plan travels in a ParetoPolicy and to every router: bounded like a front's capacity curve.
-MAX_BINDING_CONFIGS = 128
-MAX_STAGES = 8
 # No stage's share of a configuration's time is fitted below this: a stage is never free.
 MIN_STAGE_SHARE = 0.02
-# A follower whose deadline its work ahead meets within this, ms, counts as in time: the stage
-# times are a least-squares fit whose last bits vary with the machine's LAPACK, and deadlines
-# are differences of float seconds, so an exact tie must not turn on rounding.
-ROUNDING_MS = 1e-6
 
 # A stage's component model, or the several it may call (one of them, or some in turn).
 StageComponents = str | Sequence[str]
@@ -86,11 +87,11 @@ class BindingVerdict(StrEnum):
     """How a stage was bound."""
 
     # The most accurate consistent configuration that fits the deadline and spares followers.
-    FITS = "fits"
+    FITS = rules.FITS
     # None fits: the fastest completion.
-    FASTEST = "fastest"
+    FASTEST = rules.FASTEST
     # Late whatever serves it, and admission refuses such requests.
-    REFUSED = "refused"
+    REFUSED = rules.REFUSED
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,17 @@ class StagePlan:
         """The configuration with the least predicted time through every stage."""
         return min(range(len(self.configs)), key=lambda i: self.configs[i].total_ms)
 
+    @cached_property
+    def table(self) -> dict[str, Any]:
+        """The plan as compass_rules decides on it (compass_rules.binding.decision_table)."""
+        return rules.decision_table(
+            self.stages,
+            [
+                (e.config, e.accuracy, e.stage_ms, e.stage_admit_ms or e.stage_ms, None)
+                for e in self.configs
+            ],
+        )
+
 
 @dataclass(frozen=True)
 class Binding:
@@ -195,7 +207,7 @@ def remaining_ms(
     component, the work queued ahead there plus its own time (at admission's quantile with
     ``admitting``)."""
     own = entry.stage_admit_ms if admitting and entry.stage_admit_ms is not None else entry.stage_ms
-    return sum(backlog_ms[s] + own[s] for s in range(stage, len(own)))
+    return rules.remaining_ms(own, stage, backlog_ms)
 
 
 def bind_stage(
@@ -234,35 +246,26 @@ def bind_stage(
             f"{len(backlog_ms)} backlogs for {len(plan.stages)} stages",
             "give one per stage (0 where nothing waits)",
         )
-    candidates = plan.consistent(bound)
-    if not candidates:
+    try:
+        chosen, verdict, remaining = rules.bind_stage(
+            plan.table,
+            stage,
+            bound,
+            left_ms,
+            backlog_ms,
+            allowed,
+            at,
+            spare_ms,
+            refuse,
+            refuse_luck_ms,
+        )
+    except ValueError:
         raise BindingError(
             "bound",
             f"no allowed configuration has {dict(bound)}",
             "bind only values of the plan's configurations",
-        )
-    times = {i: remaining_ms(plan.configs[i], at, backlog_ms) for i in candidates}
-    # Fastest completion; among equals the most accurate.
-    fastest = min(candidates, key=lambda i: (times[i], -plan.configs[i].accuracy))
-    quickest = times[fastest]
-    fitting = [
-        i
-        for i in candidates
-        if times[i] <= left_ms
-        and times[i] - quickest <= max(spare_ms, 0.0)
-        and (allowed is None or i in allowed or i == fastest)
-    ]
-    if fitting:
-        # Most accurate; among equals the fastest.
-        chosen = max(fitting, key=lambda i: (plan.configs[i].accuracy, -times[i]))
-        return Binding(chosen, BindingVerdict.FITS, times[chosen])
-    if refuse:
-        likely = min(
-            remaining_ms(plan.configs[i], at, backlog_ms, admitting=True) for i in candidates
-        )
-        if likely - max(refuse_luck_ms, 0.0) > left_ms:
-            return Binding(None, BindingVerdict.REFUSED, likely)
-    return Binding(fastest, BindingVerdict.FASTEST, quickest)
+        ) from None
+    return Binding(chosen, BindingVerdict(verdict), remaining)
 
 
 def follower_slacks_ms(
@@ -275,35 +278,17 @@ def follower_slacks_ms(
     luck_ms: float = 0.0,
 ) -> list[float | None]:
     """How much longer than its fastest completion a request may take without making each
-    request waiting behind it (FIFO) late (None: a follower that does not count).
+    request waiting behind it (FIFO) late (None: a follower that does not count):
+    compass_rules.followers.follower_slacks_ms (docs/method.md, Late binding)."""
+    _check_servers(servers)
+    return followers.follower_slacks_ms(
+        own_fastest_ms, followers_left_ms, follower_ms, servers, likely=likely, luck_ms=luck_ms
+    )
 
-    Each follower, in order, starts once the work ahead of it is done: this request at its
-    fastest and the followers before it at ``follower_ms`` each, shared by ``servers``; its
-    slack is what is left of its deadline after it, and extra time e here delays it by about
-    e / ``servers``. A follower counts where it would be in time with ``likely`` (this
-    request's and each follower's time at admission's quantile; the same times without):
-    followers late even so are left out (admission deals with them), and one that counts with
-    no slack at the cautious times leaves none. With ``luck_ms`` (``luck_ms()``) a follower
-    counts also where the services up to its end could end that much x the square root of
-    their number sooner than their likely sum (the spread of a sum): the last of a clump that
-    static fastest serves in time by luck, which a median alone counts out and the requests
-    ahead of it then spend (docs/method.md, Late binding)."""
+
+def _check_servers(servers: int) -> None:
     if servers < 1:
         raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
-    own_likely, follower_likely = likely or (own_fastest_ms, follower_ms)
-    slacks: list[float | None] = []
-    ahead, ahead_likely = own_fastest_ms, own_likely
-    # A follower's end is the sum of ``place`` services: this request's and those up to it.
-    for place, left in enumerate(followers_left_ms, start=2):
-        lucky = max(luck_ms, 0.0) * math.sqrt(place) / servers
-        if left + ROUNDING_MS >= ahead_likely / servers + follower_likely - lucky:
-            slack = left - (ahead / servers + follower_ms)
-            slacks.append(max(slack, 0.0) * servers)
-        else:
-            slacks.append(None)
-        ahead += follower_ms
-        ahead_likely += follower_likely
-    return slacks
 
 
 def follower_spare_ms(
@@ -324,12 +309,6 @@ def follower_spare_ms(
     return min((s for s in slacks if s is not None), default=math.inf)
 
 
-# The joint plan's grid: extra time in steps of at least this, ms, over at most JOINT_STEPS.
-JOINT_STEP_MS = 1.0
-JOINT_STEPS = 128
-JOINT_STEP_COST = 1e-7
-
-
 def joint_spare_ms(
     own_options: Sequence[tuple[float, float]],
     follower_options: Sequence[tuple[float, float]],
@@ -338,75 +317,9 @@ def joint_spare_ms(
     budget_ms: float = math.inf,
 ) -> float:
     """How much longer than its fastest completion a request may take in the best plan for it
-    and the requests waiting behind it together (Aragog's choice over the FIFO queue).
-
-    ``own_options`` are the request's choices as (extra time over its fastest completion,
-    accuracy), ``follower_options`` a waiting request's (extra time over the fastest
-    configuration, accuracy), ``slacks_ms`` each follower's slack in order
-    (``follower_slacks_ms``; None: it does not count, so takes the fastest). A plan gives
-    each a choice such that every counted follower stays in time (the extra time ahead of it
-    over ``servers``, plus its own, within its slack over ``servers``) and all the extra time
-    together stays within ``budget_ms`` (the lag cap's spare: each extra ms is a lag for the
-    rest of the busy period); the best has the most accuracy in all, and among equals the
-    most for the request itself (its choice is sure, the followers' are not: each chooses
-    again when it is bound, on what it sees then). This keeps
-    the first request from spending the slack that several behind it could use better: one
-    slow member against many a little slower. inf when no follower counts."""
-    if servers < 1:
-        raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
-    counted = [s for s in slacks_ms if s is not None]
-    if not counted:
-        return math.inf
-    if not own_options:
-        # Nothing fits its deadline: its fastest completion, whatever the plan.
-        return 0.0
-    # The most extra time any plan can hold: no counted follower allows more than its slack.
-    reach_ms = min(budget_ms, max(counted))
-    step = max(JOINT_STEP_MS, reach_ms / JOINT_STEPS)
-    size = math.floor(reach_ms / step + 1e-9) + 1
-    # A follower's options on the grid (extra time rounds up), only those no other beats on
-    # both counts (the plan's cost grows with their number): the most accurate at each step,
-    # if more accurate than every quicker one. The fastest (0 steps) is always one.
-    theirs = np.asarray(follower_options, dtype=float).reshape(-1, 2)
-    their_steps = np.ceil(np.maximum(theirs[:, 0], 0.0) / step - 1e-9).astype(int)
-    order = np.lexsort((-theirs[:, 1], their_steps))
-    kept_steps, kept_gains = [0], [0.0]
-    for k, gain in zip(their_steps[order].tolist(), theirs[order, 1].tolist(), strict=True):
-        if gain > kept_gains[-1]:
-            if k == kept_steps[-1]:
-                kept_gains[-1] = gain
-            else:
-                kept_steps.append(k)
-                kept_gains.append(gain)
-    steps = np.array(kept_steps)
-    # Among plans of equal accuracy the one with the least extra time in all (less lag for
-    # the arrivals to come): a step's cost far below any accuracy a choice adds.
-    gains = (np.array(kept_gains) - JOINT_STEP_COST * steps)[:, None]
-    # Backwards over the followers: ahead[t], the most accuracy the followers from here on
-    # can add where the extra time ahead of them is t steps (-inf: one of them late). Going
-    # from t to t + k steps, a follower's limit holds t + k * servers (the extra ahead of it
-    # and its own, x servers); an index past the grid is -inf (the pad).
-    totals = np.arange(size)
-    after = np.minimum(totals[None, :] + steps[:, None], size)
-    ahead_and_own = totals[None, :] + steps[:, None] * servers
-    ahead = np.zeros(size + 1)
-    ahead[size] = -np.inf
-    for slack in reversed(slacks_ms):
-        if slack is None:
-            # It takes the fastest: nothing changes for those behind it.
-            continue
-        value = ahead[after] + gains
-        value[ahead_and_own > math.floor(slack / step + 1e-9)] = -np.inf
-        ahead[:size] = value.max(axis=0)
-    # The request's own choice: its accuracy and the best its followers can add after it;
-    # the most in all, and among equals the most for itself (its choice is sure, theirs not).
-    own = np.asarray(own_options, dtype=float).reshape(-1, 2)
-    own_steps = np.minimum(np.ceil(own[:, 0] / step - 1e-9).astype(int), size)
-    total = own[:, 1] - JOINT_STEP_COST * own_steps + ahead[own_steps]
-    if not np.isfinite(total).any():
-        return 0.0
-    best = total >= total.max() - 1e-9
-    return float(own_steps[best].max()) * step
+    and the requests waiting behind it together: compass_rules.followers.joint_spare_ms."""
+    _check_servers(servers)
+    return followers.joint_spare_ms(own_options, follower_options, slacks_ms, servers, budget_ms)
 
 
 def joint_options(
@@ -422,21 +335,8 @@ def joint_options(
     of its deadline), each as (extra time over its fastest completion from stage ``at``,
     accuracy); and a follower's, not yet bound (the allowed configurations and the fastest),
     each as (extra time over the fastest configuration, accuracy)."""
-    times = {i: remaining_ms(plan.configs[i], at, backlog_ms) for i in plan.consistent(bound)}
-    quickest = min(times.values())
-    own = [
-        (t - quickest, plan.configs[i].accuracy)
-        for i, t in times.items()
-        if t <= left_ms and (allowed is None or i in allowed or t == quickest)
-    ]
-    fastest = plan.fastest()
-    fastest_ms = plan.configs[fastest].total_ms
-    theirs = [
-        (entry.total_ms - fastest_ms, entry.accuracy)
-        for i, entry in enumerate(plan.configs)
-        if allowed is None or i in allowed or i == fastest
-    ]
-    return own, theirs
+    own, theirs = followers.joint_options(plan.table, bound, at, left_ms, backlog_ms, allowed)
+    return [(t, a) for t, a in own.tolist()], [(t, a) for t, a in theirs.tolist()]
 
 
 def luck_ms(likely_ms: float, cautious_ms: float, reach: float) -> float:
@@ -446,14 +346,6 @@ def luck_ms(likely_ms: float, cautious_ms: float, reach: float) -> float:
     if not reach >= 0:
         raise BindingError("reach", f"{reach!r} is not >= 0", "give a count of spreads, e.g. 1")
     return reach * max(cautious_ms - likely_ms, 0.0)
-
-
-def polled_followers_left_ms(count: int, own_left_ms: float) -> list[float]:
-    """What is left of the deadlines of ``count`` requests waiting behind a request where only
-    their number is known (a poll of Triton's pending count, docs/method.md "Late binding"):
-    each arrived after it, so has at least as long left; taken as exactly that (clumps of
-    simultaneous arrivals do), which never spares a follower less than it needs."""
-    return [own_left_ms] * max(count, 0)
 
 
 def arrival_offsets_ms(rate_per_ms: float, count: int, risk: float) -> list[float]:
@@ -469,13 +361,6 @@ def arrival_offsets_ms(rate_per_ms: float, count: int, risk: float) -> list[floa
     return [float(gammaincinv(j, risk)) / rate_per_ms for j in range(1, count + 1)]
 
 
-def waited_long(waited_ms: float, slo_ms: float, degrade_after: float) -> bool:
-    """Whether a request that waited ``waited_ms`` for a router instance binds the fastest
-    completion: over ``degrade_after`` of the SLO, a queue stands behind it (admission's
-    degradeAfter), which a router behind Triton's scheduler cannot see otherwise."""
-    return waited_ms > degrade_after * slo_ms
-
-
 def static_schedule(
     arrival_s: float, free_s: float, fastest_s: float, servers: int = 1
 ) -> tuple[float, float]:
@@ -483,10 +368,8 @@ def static_schedule(
     the fastest configuration (``fastest_s`` each, shared by ``servers``), that queue being
     free at ``free_s``, and when it is free again after it (Lindley's recursion: the schedule
     static fastest keeps)."""
-    if servers < 1:
-        raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
-    start = max(arrival_s, free_s)
-    return start, start + fastest_s / servers
+    _check_servers(servers)
+    return followers.static_schedule(arrival_s, free_s, fastest_s / servers)
 
 
 def lag_spare_ms(finish_ms: float, static_finish_ms: float, cap_ms: float) -> float:
@@ -495,7 +378,7 @@ def lag_spare_ms(finish_ms: float, static_finish_ms: float, cap_ms: float) -> fl
     its fastest (its likely time), ``static_finish_ms`` when it would end under static fastest.
     Every request after it in the same busy period starts that much later than static fastest
     starts it, so a lag is what a clump arriving behind it pays (docs/method.md)."""
-    return max(cap_ms - (finish_ms - static_finish_ms), 0.0)
+    return followers.lag_room_ms(cap_ms, finish_ms - static_finish_ms)
 
 
 def fit_stage_times(
@@ -623,11 +506,6 @@ def stage_plan(
         for p, split in zip(profiles, shares, strict=True)
     )
     return StagePlan(tuple(tuple(s) for s in stages), configs)
-
-
-def allowed_at(max_qps: Sequence[float | None], qps: float) -> list[int]:
-    """The configurations whose rate limit (None: none) a pod's arrival rate is within."""
-    return [i for i, limit in enumerate(max_qps) if limit is None or qps <= limit]
 
 
 def router_table(

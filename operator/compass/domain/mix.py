@@ -12,25 +12,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 from compass.domain.profiles import LatencyProfile
-
-# 5% steps: fine enough that the policy is not held back by the grid, coarse enough that a
-# window of 20 requests (a few seconds of traffic) is already exact.
-WEIGHT_STEPS = 20
-
-T = TypeVar("T", bound=Hashable)
-
-
-def quantize_weight(weight: float) -> float:
-    """The weight rounded down to the grid, within [0, 1] (never more blend than asked)."""
-    if not math.isfinite(weight):
-        raise ValueError(f"weight {weight!r} is not a finite number: give one in [0, 1]")
-    steps = math.floor(min(max(weight, 0.0), 1.0) * WEIGHT_STEPS + 1e-9)
-    return steps / WEIGHT_STEPS
+from compass_rules.routing import WEIGHT_STEPS as WEIGHT_STEPS
+from compass_rules.routing import SmoothWeighting as SmoothWeighting
+from compass_rules.routing import quantize_weight as quantize_weight
 
 
 @dataclass(frozen=True)
@@ -70,29 +58,6 @@ class Mix:
         """The mix of neighbours base and base + 1 at a position on the front."""
         base = math.floor(position + 1e-9)
         return Mix(base, base + 1, position - base)
-
-
-class SmoothWeighting(Generic[T]):
-    """Smooth weighted round-robin over integer weights: deterministic and evenly interleaved.
-
-    Each pick adds every member's weight to its credit and takes the member with the most
-    credit, which then pays the total back (nginx's algorithm; ties go to the first listed).
-    """
-
-    def __init__(self, weights: Sequence[tuple[T, int]]) -> None:
-        self.weights = [(member, weight) for member, weight in weights if weight > 0]
-        if not self.weights:
-            raise ValueError("no member has a positive weight")
-        self.total = sum(weight for _, weight in self.weights)
-        self.credit = [0] * len(self.weights)
-
-    def pick(self) -> T:
-        """The member that serves the next request."""
-        for i, (_, weight) in enumerate(self.weights):
-            self.credit[i] += weight
-        best = max(range(len(self.weights)), key=lambda i: (self.credit[i], -i))
-        self.credit[best] -= self.total
-        return self.weights[best][0]
 
 
 def mix_weighting(mix: Mix) -> SmoothWeighting[int]:

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from compass.domain.evaluation import Config, ParamValue
+from compass_rules.routing import config_key as config_key
 
 # Enumeration is explicit (an index array per configuration); beyond this the search
 # would need a sampler instead, and the user should hear that rather than wait.
@@ -97,17 +98,6 @@ def _canonical(value: ParamValue) -> tuple[str, ParamValue]:
     if isinstance(value, int | float):
         return ("num", float(value))
     return ("str", value)
-
-
-def config_key(config: Config) -> str:
-    """Canonical JSON for a configuration: sorted keys, integral floats written as ints."""
-
-    def plain(value: ParamValue) -> ParamValue:
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        return value
-
-    return json.dumps({k: plain(v) for k, v in config.items()}, sort_keys=True)
 
 
 class ParameterSpec(BaseModel):
