@@ -26,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+import compass_rules
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.dataplane.triton import ROLE_PARAMETER
 from compass.lab.processes import free_port as free_port  # the triton tier imports it from here
@@ -92,19 +93,29 @@ def assemble_repository(
         text = config.read_text(encoding="utf-8")
         if not (version / "model.py").exists():
             # The router and its control model share the generic router code.
-            routing = model.name == DEFAULT_ROUTER_MODEL or ROLE_PARAMETER in text
-            shared = (
-                model_images() / "router" / "model.py"
-                if routing
-                else model_images() / workflow / "component.py"
-            )
-            shutil.copy(shared, version / "model.py")
+            if model.name == DEFAULT_ROUTER_MODEL or ROLE_PARAMETER in text:
+                copy_router(version)
+            else:
+                shutil.copy(model_images() / workflow / "component.py", version / "model.py")
         for key, value in (parameters or {}).get(model.name, {}).items():
             text = _set_parameter(text, key, value)
         if model.name in (instances or {}):
             text = _set_instances(text, (instances or {})[model.name])
         config.write_text(text, encoding="utf-8")
     return destination
+
+
+def copy_router(version: Path) -> None:
+    """The generic router into a model's version folder, as the images' Dockerfiles lay it
+    out: model.py, the modules beside it, and the compass_rules package it imports."""
+    for source in (model_images() / "router").glob("*.py"):
+        shutil.copy(source, version / source.name)
+    shutil.copytree(
+        Path(compass_rules.__file__).parent,
+        version / "compass_rules",
+        ignore=shutil.ignore_patterns("__pycache__"),
+        dirs_exist_ok=True,
+    )
 
 
 @dataclass(frozen=True)

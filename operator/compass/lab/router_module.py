@@ -1,13 +1,16 @@
-"""The generic router's model.py (model-images/router) as a Python module outside Triton.
+"""The generic router's model.py (model-images/router) and the modules beside it as Python
+modules outside Triton.
 
-Its decisions (admission, late binding) are plain functions; the benches time them and the unit
-tests hold them to compass.domain's, without a tritonserver. Triton's ``triton_python_backend_utils``
-exists only inside a Python backend stub, so a bare stand-in takes its name while model.py is
-imported: nothing that is called here touches it.
+Its serving parts (the shared table, the gate, late binding as a request is served) are plain
+classes; the benches time them and the unit tests drive them without a tritonserver (the rules
+they apply are compass_rules'). Triton's ``triton_python_backend_utils`` exists only inside a
+Python backend stub, so a bare stand-in takes its name while model.py is imported: nothing that
+is called here touches it.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 import types
@@ -35,6 +38,13 @@ def router_module() -> types.ModuleType:
         if placeholder:
             del sys.modules[BACKEND_UTILS]
     return module
+
+
+def router_part(name: str) -> types.ModuleType:
+    """One of the modules beside model.py (``router_gate``, ``router_binding``, ...), as model.py
+    imported it."""
+    router_module()
+    return importlib.import_module(name)
 
 
 def pipeline_module(workflow: str) -> types.ModuleType:

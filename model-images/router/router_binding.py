@@ -1,0 +1,228 @@
+"""Late binding as a request is served: its configuration bound stage by stage as the pipeline
+reads it (compass_rules.binding.bind_stage), and its calls kept in the instances' shared table
+(docs/serving.md, "Late binding")."""
+
+import contextlib
+import time
+
+from router_state import LateError
+
+from compass_rules.admission import LATE_MESSAGE
+from compass_rules.binding import allowed_at, bind_stage
+from compass_rules.followers import (
+    joint_options,
+    joint_spare_ms,
+    lag_spare_ms,
+    polled_followers_left_ms,
+    slacks_behind_ms,
+)
+from compass_rules.routing import config_key
+
+
+class LazyConfig(dict):
+    """A request's configuration, each stage bound when the pipeline first reads one of its
+    parameters (every earlier stage still unbound is bound first, in order).
+
+    A dict, so that ``json.dumps`` and ``dict(...)`` take it as pipelines do today: every way
+    to read a value goes through ``__getitem__`` or ``items``, which bind; asking whether a
+    parameter exists, or its name, binds nothing. (The dict itself holds every name from the
+    start: json's encoder writes ``{}`` for an empty one without asking.)"""
+
+    def __init__(
+        self,
+        table,
+        deadline_ns,
+        inflight,
+        qps=0.0,
+        hurried=False,
+        followers=0,
+        servers=1,
+        gated=False,
+        static_start_ns=None,
+    ):
+        super().__init__(dict.fromkeys(table["stage_of"]))
+        self.table = table
+        self.deadline_ns = deadline_ns
+        self.inflight = inflight
+        self.bound = {}
+        self.target = None
+        self.next_stage = 0
+        # The stage the request has reached (the next component it calls): a stage bound
+        # before it is reached counts the time of the stages still ahead of it.
+        self.at = 0
+        # The last stage whose component it called (-1: none yet), and its time in each
+        # stage's calls so far, ms.
+        self.called = -1
+        self.spent = [0.0] * len(table["stages"])
+        # The slow loop: what the pod's rate (``qps``: Inflight.dispatched) allows now (all
+        # where no configuration has a limit).
+        limited = any(entry[4] is not None for entry in table["configs"])
+        self.allowed = allowed_at(table["max_qps"], qps) if limited else None
+        # It waited long for an instance (the table's degrade_after): the fastest completion.
+        self.hurried = hurried
+        # The requests waiting behind it for an instance (PendingPoller), spared as the
+        # domain's follower_spare_ms spares them, shared by ``servers`` instances.
+        self.followers, self.servers = followers, servers
+        # Behind the gate (compass_pipeline_slots): the requests waiting there are seen, each
+        # with its own deadline, read again at each stage bound.
+        self.gated = gated
+        # The lag cap (the table's lag_share): when static fastest would start it.
+        self.static_start_ns = static_start_ns
+
+    def _bind_through(self, stage):
+        table = self.table
+        while self.next_stage <= stage:
+            left_ms = (self.deadline_ns - time.time_ns()) / 1e6
+            backlog = self.inflight.backlog_ms(len(table["stages"]))
+            at = min(self.at, self.next_stage)
+            if self.gated:
+                now = time.time_ns()
+                behind = [
+                    (deadline - now) / 1e6 if deadline else float("inf")
+                    for deadline in self.inflight.gate_followers()
+                ]
+            else:
+                behind = polled_followers_left_ms(self.followers, left_ms)
+            # Each configuration's remaining time, read once for the rules below.
+            known = {}
+            lag = lag_spare_ms(
+                table, self.bound, at, backlog, time.time_ns(), self.static_start_ns, known
+            )
+            slacks = slacks_behind_ms(table, self.bound, at, backlog, behind, self.servers, known)
+            spare = min((s for s in slacks if s is not None), default=float("inf"))
+            if spare < float("inf"):
+                # Planned with the followers: the slack several of them can use better is
+                # not all spent here (joint_spare_ms). Where no choice
+                # but its quickest fits the spare, the plan cannot change what it binds.
+                own, theirs = joint_options(
+                    table, self.bound, at, left_ms, backlog, self.allowed, known
+                )
+                extra = own[:, 0]
+                if ((extra > 0) & (extra <= min(spare, lag))).any():
+                    spare = min(spare, joint_spare_ms(own, theirs, slacks, self.servers, lag))
+            # It waited long (the table's degrade_after): no more than its fastest completion.
+            spare = 0.0 if self.hurried else min(spare, lag)
+            self.target, _, likely = bind_stage(
+                table,
+                self.next_stage,
+                self.bound,
+                left_ms,
+                backlog,
+                self.allowed,
+                at,
+                spare,
+                # The table's refusal, at the first stage only (later, the request is under way).
+                table["refuse"] and self.next_stage == 0,
+                known=known,
+            )
+            if self.target is None:
+                raise LateError(
+                    f"{LATE_MESSAGE}: {max(left_ms, 0.0):.0f} ms of its deadline left, the "
+                    f"fastest completion needs {likely:.0f} ms; retry later"
+                )
+            chosen = table["configs"][self.target][0]
+            for name in table["stages"][self.next_stage]:
+                self.bound[name] = chosen[name]
+                dict.__setitem__(self, name, chosen[name])
+            self.next_stage += 1
+
+    def __getitem__(self, name):
+        stage = self.table["stage_of"].get(name)
+        if stage is None:
+            raise KeyError(name)
+        if name not in self.bound:
+            if self.called >= 0:
+                # Read after it called a component: the pipeline is done with the stage it
+                # called last (it reads a later stage's parameters when it gets there), so
+                # that stage's queue and time are behind it (qa-real reads its reader so).
+                self.at = max(self.at, min(stage, self.called + 1))
+            self._bind_through(stage)
+        return self.bound[name]
+
+    def get(self, name, default=None):
+        return self[name] if name in self.table["stage_of"] else default
+
+    def __contains__(self, name):
+        return name in self.table["stage_of"]
+
+    def __iter__(self):
+        return iter(self.table["stage_of"])
+
+    def __len__(self):
+        return len(self.table["stage_of"])
+
+    def keys(self):
+        return self.table["stage_of"].keys()
+
+    def items(self):
+        self._bind_through(len(self.table["stages"]) - 1)
+        return [(name, self.bound[name]) for name in self.table["stage_of"]]
+
+    def values(self):
+        return [value for _, value in self.items()]
+
+    def __setitem__(self, name, value):
+        raise TypeError("a request's configuration is read-only")
+
+    def reach(self, stage):
+        """The request now calls ``stage``'s component."""
+        self.at = max(self.at, stage)
+        self.called = max(self.called, stage)
+
+    def stage_ms(self, stage):
+        """The predicted time at ``stage`` of the configuration the request heads for."""
+        if self.target is None:
+            return 0.0
+        return self.table["configs"][self.target][2][stage]
+
+    def stage_left_ms(self, stage):
+        """What is left of that time after the request's calls at ``stage`` so far."""
+        return max(self.stage_ms(stage) - self.spent[stage], 0.0)
+
+    def spend(self, stage, ms):
+        """A call at ``stage`` took ``ms``."""
+        self.spent[stage] += ms
+
+    def key(self):
+        """The canonical key of the configuration served (binding what was never read)."""
+        return config_key(dict(self.items()))
+
+
+def staged(run_call, config, inflight):
+    """``run_call`` for a bound request (``config``: its LazyConfig): each call of a stage's
+    component model puts the request at that stage in the in-flight table for the call."""
+    stage_of_model = config.table["stage_of_model"]
+
+    def staged_call(model, inputs, outputs):
+        stage = stage_of_model.get(model)
+        if stage is None:
+            return run_call(model, inputs, outputs)
+        config.reach(stage)
+        # What is left of the stage's time: a stage that calls several models (or one
+        # several times) counts its earlier calls' time as done.
+        inflight.enter(stage, config.stage_left_ms(stage))
+        started = time.monotonic_ns()
+        try:
+            return run_call(model, inputs, outputs)
+        finally:
+            inflight.leave()
+            config.spend(stage, (time.monotonic_ns() - started) / 1e6)
+
+    return staged_call
+
+
+@contextlib.contextmanager
+def whole_stage(config, inflight):
+    """Where the table is one stage calling no component model (``components: [[]]``), the
+    request binds at take-up and is at stage 0, with its predicted time, in the in-flight table
+    until its pipeline run ends, whatever it calls; elsewhere nothing."""
+    if not config.table["whole"]:
+        yield
+        return
+    config.items()
+    config.reach(0)
+    inflight.enter(0, config.stage_ms(0))
+    try:
+        yield
+    finally:
+        inflight.leave()

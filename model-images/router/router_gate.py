@@ -1,0 +1,268 @@
+"""The router instances' shared table (a file in memory, mapped by every instance): what each
+request is doing at which stage, the arrival ring the slow loop's rate is read from, the gate
+(``compass_pipeline_slots``) and the lag cap's schedule (docs/serving.md, "The router")."""
+
+import contextlib
+import fcntl
+import mmap
+import os
+import struct
+import time
+
+import numpy as np
+
+from compass_rules.followers import static_schedule
+
+# One slot per router instance (pid, stage, entered ns, predicted ms).
+INFLIGHT_SLOTS = 64
+_SLOT = struct.Struct("<qqqd")
+# After the slots: the arrival times of the last requests taken up (ns since the epoch), a ring
+# the instances share, for the arrival rate the slow loop's limits (max_qps) are judged on.
+DISPATCH_RING = 1024
+RATE_WINDOW_S = 2.0
+_RING_AT = INFLIGHT_SLOTS * _SLOT.size
+# After the ring: the gate (compass_pipeline_slots): the last ticket given and a count of the
+# moves that may let a waiter pass (a request left, a dead one cleared), then per slot (the same
+# slot as the in-flight table's) its owner's pid, its request's ticket, its state at the gate
+# and its deadline (ns since the epoch; 0: none).
+_GATE_AT = _RING_AT + (DISPATCH_RING + 1) * 8
+_GATE_FIELDS = 4
+GATE_FREE, GATE_WAITING, GATE_RUNNING = 0, 1, 2
+# After the gate: the pod's last poll of Triton's pending count (PendingPoller): when (monotonic
+# ns, which every process of the host shares; 0: none or failed), the count, and the take-ups
+# counted by then.
+_POLL_AT = _GATE_AT + (2 + INFLIGHT_SLOTS * _GATE_FIELDS) * 8
+_POLL_FIELDS = 3
+# After the poll: when static fastest's schedule next frees a server (ns since the epoch; 0:
+# never yet), the lag cap's (Inflight.static_start).
+_STATIC_AT = _POLL_AT + _POLL_FIELDS * 8
+
+# The gate: a request next in line looks again every GATE_POLL_S (GATE_FAR_POLLS times less
+# often further back), and every GATE_CHECK_S whether the processes ahead of it are still there.
+PIPELINE_SLOTS_PARAMETER = "compass_pipeline_slots"
+GATE_POLL_S = 0.0005
+GATE_FAR_POLLS = 10
+GATE_CHECK_S = 0.05
+
+
+def _alive(pid):
+    """Whether process ``pid`` exists (a zombie counts as gone: it serves nothing)."""
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+class Inflight:
+    """The router instances' shared table of what each is doing: which stage its request is
+    at, since when, and that stage's predicted time. Each instance writes its own slot; a
+    decision reads all of them (a torn read is one stale guess, never an error)."""
+
+    def __init__(self, path):
+        size = _STATIC_AT + 8
+        # Kept open: the gate's tickets are given under its lock.
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        with self._locked():
+            if os.fstat(self.fd).st_size < size:
+                os.ftruncate(self.fd, size)
+            self.table = mmap.mmap(self.fd, size)
+            self.ring = np.frombuffer(
+                self.table, dtype=np.int64, count=DISPATCH_RING + 1, offset=_RING_AT
+            )
+            self.gate = np.frombuffer(
+                self.table, dtype=np.int64, count=2 + INFLIGHT_SLOTS * _GATE_FIELDS, offset=_GATE_AT
+            )
+            # Per slot: pid, ticket, state, deadline ns (one row each).
+            self.gate_slots = self.gate[2:].reshape(INFLIGHT_SLOTS, _GATE_FIELDS)
+            self.polled = np.frombuffer(
+                self.table, dtype=np.int64, count=_POLL_FIELDS, offset=_POLL_AT
+            )
+            self.static_free = np.frombuffer(self.table, dtype=np.int64, count=1, offset=_STATIC_AT)
+            self.slot = self._claim()
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """The table's file lock, held by one process at a time."""
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def dispatched(self, arrived_ns=None):
+        """Count a request this instance takes up, which arrived at ``arrived_ns`` (ns since
+        the epoch; None: now), and return the pod's arrival rate over the RATE_WINDOW_S up to
+        that arrival, per s: every request that arrived before it has been taken up (FIFO), so
+        this counts the requests still queued in front of the router too, which a count of
+        take-ups up to now would not (a lost count in a race between instances only blurs it)."""
+        arrived = time.time_ns() if arrived_ns is None else int(arrived_ns)
+        index = int(self.ring[0])
+        self.ring[1 + index % DISPATCH_RING] = arrived
+        self.ring[0] = index + 1
+        stamps = self.ring[1:]
+        recent = np.count_nonzero(
+            (stamps > arrived - int(RATE_WINDOW_S * 1e9)) & (stamps <= arrived)
+        )
+        return recent / RATE_WINDOW_S
+
+    def taken(self):
+        """How many requests the pod's router instances have taken up so far."""
+        return int(self.ring[0])
+
+    def publish_poll(self, polled_ns, count, taken):
+        """The pod's poller read ``count`` at ``polled_ns`` with ``taken`` take-ups counted
+        (``count`` None: the poll failed, so there is no fresh count)."""
+        self.polled[1], self.polled[2] = count or 0, taken
+        # Written last: a reader that sees the new time sees the count beside it (a torn read
+        # is one stale guess, never an error).
+        self.polled[0] = 0 if count is None else polled_ns
+
+    def last_poll(self):
+        """(polled at, monotonic ns; count; take-ups by then) of the pod's last poll, or None."""
+        polled_ns, count, taken = (int(v) for v in self.polled)
+        return None if polled_ns == 0 else (polled_ns, count, taken)
+
+    def _claim(self):
+        """This instance's slot: its own, a free one, or one of a process that is gone."""
+        pid = os.getpid()
+        free = None
+        for slot in range(INFLIGHT_SLOTS):
+            owner = _SLOT.unpack_from(self.table, slot * _SLOT.size)[0]
+            if owner == pid:
+                return slot
+            if free is None and (owner == 0 or not os.path.exists(f"/proc/{owner}")):
+                free = slot
+        if free is None:
+            raise ValueError(f"binding: more than {INFLIGHT_SLOTS} router instances")
+        _SLOT.pack_into(self.table, free * _SLOT.size, pid, -1, 0, 0.0)
+        # A gone process's place at the gate goes with its slot.
+        self.gate_slots[free] = (pid, 0, GATE_FREE, 0)
+        self.gate[1] += 1
+        return free
+
+    def _schedule(self, arrived_ns, fastest_ns, servers):
+        """Static fastest's start of a request that arrived at ``arrived_ns`` (held under
+        the lock): compass_rules' static_schedule on the pod's shared ``static_free``, in ns."""
+        start, self.static_free[0] = static_schedule(
+            int(arrived_ns), int(self.static_free[0]), int(fastest_ns / servers)
+        )
+        return start
+
+    def static_start(self, arrived_ns, fastest_ns, servers):
+        """When static fastest (``fastest_ns`` a request, ``servers`` at once) would start a
+        request that arrived at ``arrived_ns``, in take-up order (the lag cap's schedule)."""
+        with self._locked():
+            return self._schedule(arrived_ns, fastest_ns, servers)
+
+    def queue_at_gate(self, deadline_ns=None, schedule=None):
+        """This instance's request waits at the gate from now, after every request already
+        there (its ticket, given under the lock: arrival order across the instances); with
+        ``schedule`` (arrived ns, the fastest's ns, servers), also its static fastest start,
+        in the same order: returns (ticket, that start or None)."""
+        entry = self.gate_slots[self.slot]
+        with self._locked():
+            start = None if schedule is None else self._schedule(*schedule)
+            ticket = int(self.gate[0]) + 1
+            self.gate[0] = ticket
+            entry[0], entry[1], entry[3] = os.getpid(), ticket, int(deadline_ns or 0)
+            # The state last: a reader that sees it waiting sees its ticket.
+            entry[2] = GATE_WAITING
+        return ticket, start
+
+    def ahead_at_gate(self):
+        """The slots of the requests ahead of this instance's at the gate: in the pipeline,
+        or waiting with an earlier ticket."""
+        rows = self.gate_slots
+        states = rows[:, 2]
+        ahead = (states == GATE_RUNNING) | (
+            (states == GATE_WAITING) & (rows[:, 1] < rows[self.slot, 1])
+        )
+        ahead[self.slot] = False
+        return np.flatnonzero(ahead)
+
+    def enter_if_free(self, slots, ahead=None):
+        """Enter the pipeline at once if fewer than ``slots`` requests are ahead of this one
+        (``ahead``: ahead_at_gate's, just read): whether it did (else it still waits)."""
+        if len(self.ahead_at_gate() if ahead is None else ahead) < slots:
+            self.gate_slots[self.slot, 2] = GATE_RUNNING
+            return True
+        return False
+
+    def pass_gate(self, slots, poll_s=GATE_POLL_S, check_s=GATE_CHECK_S):
+        """Wait until fewer than ``slots`` requests are ahead of this one, then enter the
+        pipeline. It looks again only after a move (the moves' count changed), every
+        ``poll_s`` while next in line, GATE_FAR_POLLS times less often further back (a waiting
+        stub costs little CPU). Every ``check_s`` of waiting, the requests ahead whose process
+        is gone (a stub killed mid-request) are cleared: a dead process never wedges the gate."""
+        checked = time.monotonic()
+        seen = None
+        while True:
+            moves = int(self.gate[1])
+            if moves != seen:
+                seen = moves
+                ahead = self.ahead_at_gate()
+                if self.enter_if_free(slots, ahead):
+                    return
+                wait = poll_s if len(ahead) == slots else poll_s * GATE_FAR_POLLS
+            if time.monotonic() - checked >= check_s:
+                self.clear_gone(ahead)
+                checked, seen = time.monotonic(), None
+            time.sleep(wait)
+
+    def clear_gone(self, slots):
+        """Free the gate places among ``slots`` whose process is gone."""
+        for slot in slots:
+            pid = int(self.gate_slots[slot, 0])
+            if _alive(pid):
+                continue
+            with self._locked():
+                # Unless its slot was claimed again meanwhile (then it is someone else's).
+                if int(self.gate_slots[slot, 0]) == pid:
+                    self.gate_slots[slot, 2] = GATE_FREE
+                    self.gate[1] += 1
+
+    def gate_followers(self):
+        """The deadlines (ns since the epoch, 0 none) of the requests waiting at the gate
+        behind this instance's, in arrival order."""
+        rows = self.gate_slots
+        behind = (rows[:, 2] == GATE_WAITING) & (rows[:, 1] > rows[self.slot, 1])
+        behind[self.slot] = False
+        waiting = rows[behind]
+        return waiting[np.argsort(waiting[:, 1]), 3].tolist()
+
+    def leave_gate(self):
+        """This instance's request left the pipeline (served, failed or refused)."""
+        with self._locked():
+            self.gate_slots[self.slot, 2] = GATE_FREE
+            # Counted under the lock: a lost count could leave a waiter asleep past its turn.
+            self.gate[1] += 1
+
+    def enter(self, stage, predicted_ms):
+        """This instance's request is now at ``stage`` (queued or served there)."""
+        _SLOT.pack_into(
+            self.table,
+            self.slot * _SLOT.size,
+            os.getpid(),
+            stage,
+            time.monotonic_ns(),
+            predicted_ms,
+        )
+
+    def leave(self):
+        """This instance's request is at no component."""
+        _SLOT.pack_into(self.table, self.slot * _SLOT.size, os.getpid(), -1, 0, 0.0)
+
+    def backlog_ms(self, stages):
+        """The predicted work still ahead at each component from the other instances' requests."""
+        now = time.monotonic_ns()
+        backlog = [0.0] * stages
+        for slot in range(INFLIGHT_SLOTS):
+            if slot == self.slot:
+                continue
+            owner, stage, entered, predicted = _SLOT.unpack_from(self.table, slot * _SLOT.size)
+            if owner and 0 <= stage < stages:
+                backlog[stage] += max(predicted - (now - entered) / 1e6, 0.0)
+        return backlog

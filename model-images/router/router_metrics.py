@@ -1,0 +1,108 @@
+"""The metrics a router exports through Triton: the gate's waiting gauge and what it served
+or refused (a no-op on a Triton without custom metrics)."""
+
+import contextlib
+
+import triton_python_backend_utils as pb_utils
+
+# Behind the gate Triton's pending count of the router stays near 0 (the instances take every
+# request up): each instance exports 1 on this gauge while its request waits at the gate, so the
+# operator's queue reading (compass.dataplane.metrics.GATE_WAITING_METRIC) adds them back.
+GATE_WAITING_METRIC = "compass_router_gate_waiting"
+
+
+def _metric(name, description, kind, labels):
+    """A Triton custom metric's family and its series with these labels (None: the family
+    alone), or (None, None) on a Triton without custom metrics or where they cannot be made:
+    the router serves all the same, unmeasured. Keep the family with its series: Triton
+    refuses a metric whose family was collected before it."""
+    family_type = getattr(pb_utils, "MetricFamily", None)
+    if family_type is None:
+        return None, None
+    try:
+        family = family_type(name=name, description=description, kind=getattr(family_type, kind))
+        return family, None if labels is None else family.Metric(labels=labels)
+    except Exception:
+        return None, None
+
+
+class GateGauge:
+    """This instance's place on the GATE_WAITING_METRIC gauge: 1 while its request waits at the
+    gate, else 0 (a no-op on a Triton without custom metrics: the queue reading then misses
+    the waiters, as it did before the gauge)."""
+
+    def __init__(self, model, instance):
+        # Labelled by Triton's instance name, which a restarted stub keeps: it takes the series
+        # over and zeroes it, so a killed waiter leaves no phantom 1 behind.
+        self.family, self.metric = _metric(
+            GATE_WAITING_METRIC,
+            "Requests a compass router instance holds at its gate, not yet in the pipeline "
+            "(Triton counts them as executing, not pending)",
+            "GAUGE",
+            {"model": model, "instance": instance},
+        )
+        self.waiting(0)
+
+    def waiting(self, count):
+        """Set this instance's count (1 waiting, 0 not); a failed set never fails a request."""
+        if self.metric is None:
+            return
+        with contextlib.suppress(Exception):
+            self.metric.set(count)
+
+
+# What the routers served (the operator's status.served and dashboards): each instance counts
+# the requests it answered by the configuration's canonical key (overrides, search and
+# profiling's, left out), and those it refused as late. A key past SERVED_MAX_KEYS an instance
+# counts under "other" (a binding table holds at most 128 configurations): the series never
+# grow without bound.
+SERVED_METRIC = "compass_router_served_total"
+REFUSED_METRIC = "compass_router_refused_total"
+SERVED_MAX_KEYS = 160
+SERVED_OTHER = "other"
+
+
+class ServedCounters:
+    """This instance's SERVED_METRIC (by configuration) and REFUSED_METRIC counters (a no-op on
+    a Triton without custom metrics; a failed count never fails a request)."""
+
+    def __init__(self, model, instance):
+        self.labels = {"model": model, "instance": instance}
+        self.served = {}
+        self.refused_family, self.refused = _metric(
+            REFUSED_METRIC,
+            "Requests a compass router instance refused as late (admission or late binding)",
+            "COUNTER",
+            self.labels,
+        )
+        # The served series are made as configurations are served (their key is a label).
+        self.family = None
+        if self.refused is not None:
+            self.family, _ = _metric(
+                SERVED_METRIC,
+                "Requests a compass router instance answered, by the configuration that served "
+                "them (its canonical key)",
+                "COUNTER",
+                None,
+            )
+
+    def served_one(self, key):
+        """Count one request answered on configuration ``key``."""
+        if self.family is None:
+            return
+        with contextlib.suppress(Exception):
+            metric = self.served.get(key)
+            if metric is None:
+                if len(self.served) >= SERVED_MAX_KEYS:
+                    key = SERVED_OTHER
+                metric = self.served.get(key)
+                if metric is None:
+                    metric = self.family.Metric(labels={**self.labels, "config": key})
+                    self.served[key] = metric
+            metric.increment(1)
+
+    def refused_one(self):
+        """Count one request refused as late."""
+        if self.refused is not None:
+            with contextlib.suppress(Exception):
+                self.refused.increment(1)

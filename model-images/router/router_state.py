@@ -1,0 +1,212 @@
+"""The router's state files: the active configuration (and blend) a switch sets, and the
+admission and late-binding tables it sends, each replaced atomically and reread by every router
+instance only when it changed (docs/serving.md, "The router")."""
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+
+from compass_rules.admission import DROP, FASTEST, LATE_MESSAGE, check_admission, dispatch_verdict
+from compass_rules.binding import check_binding
+from compass_rules.routing import WEIGHT_STEPS, SmoothWeighting, config_key, quantize_weight
+
+DEADLINE_PARAMETER = "compass_deadline_ns"
+# Where the state files live; default /dev/shm (memory), else the temporary directory.
+STATE_DIR_ENV = "COMPASS_STATE_DIR"
+
+
+def state_path(router_model):
+    """The state file of this server's router ``router_model``."""
+    directory = os.environ.get(STATE_DIR_ENV)
+    if not directory:
+        shm = "/dev/shm"
+        directory = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+    return os.path.join(directory, f"compass-{_server_identity()}-{router_model}.json")
+
+
+def admission_path(router_model):
+    """The admission table's file beside the routing state of ``router_model``."""
+    return state_path(router_model).removesuffix(".json") + "-admission.json"
+
+
+def binding_path(router_model):
+    """The late-binding table's file beside the routing state of ``router_model``."""
+    return state_path(router_model).removesuffix(".json") + "-binding.json"
+
+
+def _stamp(path):
+    """What tells a replaced file from the last one read (None: there is none)."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+def _server_identity():
+    """The tritonserver (the stubs' parent) as PID and start time: unique across restarts.
+
+    The PID alone is not: a restarted container's server often gets the same one, and /dev/shm
+    outlives the container (it is the pod's).
+    """
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/stat", encoding="ascii") as stat:
+            # Field 22, counted after the command name (which may hold spaces).
+            started = stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return str(parent)
+    return f"{parent}-{started}"
+
+
+def blend_state(key, blend, weight):
+    """The state for a configuration with an optional blend; checks and normalises the weight."""
+    if blend is None or weight in (None, 0, 0.0):
+        return {"config": key}
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight != weight:
+        raise ValueError(f"weight {weight!r} is not a number: give a share in [0, 1], e.g. 0.25")
+    if not 0 <= weight <= 1 or weight in (float("inf"), float("-inf")):
+        raise ValueError(f"weight {weight!r} is outside [0, 1]: give a share, e.g. 0.25")
+    # Down to the grid, never more blend than asked.
+    share = quantize_weight(weight)
+    if share == 0:
+        return {"config": key}
+    if share == 1:
+        return {"config": config_key(blend)}
+    return {"config": key, "blend": config_key(blend), "weight": share}
+
+
+def write_state(path, state, exclusive=False):
+    """Write the routing state atomically; ``exclusive``: only if there is none yet."""
+    directory = os.path.dirname(path)
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".compass-")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(state, out)
+        if exclusive:
+            # Fails if the control model wrote first: then its switch stands.
+            with contextlib.suppress(FileExistsError):
+                os.link(temporary, path)
+        else:
+            os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def read_state(path):
+    """The routing state in a state file (keys canonical); raises if absent or unreadable."""
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    state = {"config": config_key(json.loads(data["config"]))}
+    if data.get("blend"):
+        state.update(blend=config_key(json.loads(data["blend"])), weight=float(data["weight"]))
+    return state
+
+
+class ActiveConfig:
+    """The routing as the state file says, reread only when the file changed."""
+
+    def __init__(self, path, default_key):
+        self.path = path
+        self.state = {"config": default_key}
+        self.dealer = None
+        self.stamp = None
+
+    def current(self):
+        """Canonical key of the configuration that serves the next request."""
+        stamp = _stamp(self.path)
+        if stamp is not None and stamp != self.stamp:
+            try:
+                state = read_state(self.path)
+            except (OSError, ValueError, KeyError, TypeError):
+                state = None  # mid-replace or damaged: keep the last good one, read again next time
+            if state is not None:
+                self.stamp = stamp
+                if state != self.state:
+                    self.state, self.dealer = state, None
+        if not self.state.get("blend"):
+            return self.state["config"]
+        if self.dealer is None:
+            blended = round(self.state["weight"] * WEIGHT_STEPS)
+            self.dealer = SmoothWeighting(
+                [(self.state["config"], WEIGHT_STEPS - blended), (self.state["blend"], blended)]
+            )
+        return self.dealer.pick()
+
+
+class LateError(Exception):
+    """A request that would miss its deadline whatever served it."""
+
+
+class TableFile:
+    """A table a switch sends (admission's, late binding's) as its file says, checked by
+    ``check``, reread only when the file changed."""
+
+    def __init__(self, path, check):
+        self.path = path
+        self.check = check
+        self.table = None
+        self.stamp = None
+
+    def current(self):
+        """The table, or None while there is none (that feature off)."""
+        stamp = _stamp(self.path)
+        if stamp is None:
+            self.table, self.stamp = None, None
+        elif stamp != self.stamp:
+            try:
+                with open(self.path, encoding="utf-8") as handle:
+                    self.table = self.check(json.load(handle))
+                self.stamp = stamp
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # mid-replace or damaged: keep the last good one, read again next time
+        return self.table
+
+
+class Admission(TableFile):
+    """The admission table (check_admission) and the judgement of a request by it."""
+
+    def __init__(self, path):
+        super().__init__(path, check_admission)
+
+    def judge(self, key, deadline_ns):
+        """The configuration that serves a request with this deadline now; LateError if none
+        can make it and the table refuses such requests."""
+        table = self.current()
+        own = None if table is None else table["quantiles_ms"].get(key)
+        if own is None:
+            return key
+        left_ms = (parse_deadline(deadline_ns) - time.time_ns()) / 1e6
+        fastest = table["fastest"]
+        fastest_ms = table["quantiles_ms"][fastest]
+        verdict = dispatch_verdict(
+            left_ms, own, fastest_ms, table["degrade_below_ms"], table["refuse"]
+        )
+        if verdict == DROP:
+            raise LateError(
+                f"{LATE_MESSAGE}: {max(left_ms, 0.0):.0f} ms of its deadline left, the fastest "
+                f"configuration needs {fastest_ms:.0f} ms; retry later"
+            )
+        return fastest if verdict == FASTEST else key
+
+
+class BindingTable(TableFile):
+    """The late-binding table (check_binding)."""
+
+    def __init__(self, path):
+        super().__init__(path, check_binding)
+
+
+def parse_deadline(deadline_ns):
+    """A request's ``compass_deadline_ns`` as an int; ValueError naming the parameter."""
+    if isinstance(deadline_ns, bool) or not isinstance(deadline_ns, (int, str)):
+        raise ValueError(f"{DEADLINE_PARAMETER} {deadline_ns!r}: give ns since the epoch")
+    try:
+        return int(deadline_ns)
+    except ValueError:
+        raise ValueError(
+            f"{DEADLINE_PARAMETER} {deadline_ns!r} is not an integer: give ns since the epoch"
+        ) from None
