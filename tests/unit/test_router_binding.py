@@ -1,6 +1,7 @@
-"""The router's late binding (model-images/router/model.py) against compass.domain.binding:
-the same decision, a lazy config that binds what a pipeline reads, and the instances' shared
-in-flight table. (A real tritonserver runs it in tests/triton/test_router_late_binding.py.)"""
+"""The router's late binding as a request is served (model-images/router/router_binding.py):
+a lazy config that binds what a pipeline reads by compass_rules' decision, the instances' shared
+in-flight table and the pending-count poller. (A real tritonserver runs it in
+tests/triton/test_router_late_binding.py; the rules themselves: tests/unit/test_rules.py.)"""
 
 from __future__ import annotations
 
@@ -20,28 +21,20 @@ import numpy as np
 import pytest
 
 from compass.domain.binding import (
-    MAX_SETTLE_MS,
     QA_REAL_COMPONENTS,
     QA_REAL_STAGE_PARAMS,
     RAG_SIM_COMPONENTS,
     RAG_SIM_SHARES,
-    BindingVerdict,
-    allowed_at,
     bind_stage,
-    follower_slacks_ms,
-    joint_options,
-    joint_spare_ms,
-    lag_spare_ms,
-    polled_followers_left_ms,
-    remaining_ms,
     router_table,
     stage_plan,
     static_schedule,
 )
 from compass.domain.bindingsim import ROUTER_POLL_S
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.lab.router_module import pipeline_module, router_module
+from compass.lab.router_module import pipeline_module, router_part
 from compass.lab.scenarios import QA_REAL_FRONT
+from compass_rules.binding import check_binding
 
 PROFILES = (
     Path(__file__).resolve().parents[2] / "bench/data/compass-paper/planner_latency_profiles.json"
@@ -49,8 +42,12 @@ PROFILES = (
 
 
 @pytest.fixture(scope="module")
-def router() -> types.ModuleType:
-    return router_module()
+def router() -> types.SimpleNamespace:
+    """The router's modules beside model.py: its shared table and gate, late binding as a
+    request is served, its state files and its poller."""
+    return types.SimpleNamespace(
+        **{part: router_part(f"router_{part}") for part in ("gate", "binding", "state", "poller")}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,149 +56,16 @@ def plan() -> Any:
     return stage_plan(profiles, quantile=0.95, prior_shares=RAG_SIM_SHARES)
 
 
-def table(router: types.ModuleType, plan: Any, refuse: bool = False) -> dict[str, Any]:
+def table(router: types.SimpleNamespace, plan: Any, refuse: bool = False) -> dict[str, Any]:
     """The plan as the control model stores it, checked as the router reads it."""
     sent = json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, refuse=refuse)))
-    checked: dict[str, Any] = router.check_binding(sent)
+    checked: dict[str, Any] = check_binding(sent)
     return checked
 
 
-def _random_case(
-    rng: np.random.Generator, plan: Any, low_ms: float, high_ms: float
-) -> tuple[int, int, dict[str, Any], float, list[float]]:
-    """A random binding case on ``plan``: the stage bound, the stage reached (at or before it),
-    what is bound before it (one configuration's values), the time left (uniform in
-    [low_ms, high_ms]) and each component's backlog (often none)."""
-    stage = int(rng.integers(0, 3))
-    at = int(rng.integers(0, stage + 1))
-    anchor = plan.configs[int(rng.integers(0, len(plan.configs)))].config
-    bound = {n: anchor[n] for names in plan.stages[:stage] for n in names}
-    left = float(rng.uniform(low_ms, high_ms))
-    backlog = [float(x) for x in rng.exponential(80, 3) * rng.integers(0, 2, 3)]
-    return stage, at, bound, left, backlog
-
-
-def test_the_router_binds_as_the_domain_does(router: types.ModuleType, plan: Any) -> None:
-    rng = np.random.default_rng(7)
-    checked = table(router, plan, refuse=True)
-    limits = [None, *(float(x) for x in rng.uniform(1, 10, len(plan.configs) - 1))]
-    limited = router.check_binding(
-        json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, refuse=True, max_qps=limits)))
-    )
-    for _ in range(400):
-        stage, at, bound, left, backlog = _random_case(rng, plan, -100, 900)
-        expected = bind_stage(plan, stage, bound, left, backlog, refuse=stage == 0, at=at)
-        if expected.verdict is BindingVerdict.REFUSED:
-            with pytest.raises(router.LateError, match="compass admission: late"):
-                router.bind_stage(checked, stage, bound, left, backlog, at=at)
-        else:
-            chosen = router.bind_stage(checked, stage, bound, left, backlog, at=at)
-            assert chosen == expected.config
-        # A request that waited long: no more than the fastest completion.
-        hurried = bind_stage(
-            plan, stage, bound, left, backlog, spare_ms=0, refuse=stage == 0, at=at
-        )
-        if hurried.verdict is BindingVerdict.REFUSED:
-            with pytest.raises(router.LateError):
-                router.bind_stage(checked, stage, bound, left, backlog, at=at, hurried=True)
-        else:
-            chosen = router.bind_stage(checked, stage, bound, left, backlog, at=at, hurried=True)
-            assert chosen == hurried.config
-        # With the slow loop's rate limits, at a rate drawn for this request.
-        qps = float(rng.uniform(0, 12))
-        allowed = allowed_at(limits, qps)
-        assert router.allowed_at(limited, qps) == set(allowed)
-        expected = bind_stage(plan, stage, bound, left, backlog, refuse=stage == 0, allowed=allowed)
-        if expected.verdict is not BindingVerdict.REFUSED:
-            chosen = router.bind_stage(limited, stage, bound, left, backlog, set(allowed))
-            assert chosen == expected.config
-
-
-def test_a_bad_table_is_refused_naming_what_is_wrong(router: types.ModuleType, plan: Any) -> None:
-    good = router_table(plan, RAG_SIM_COMPONENTS)
-    with pytest.raises(ValueError, match="one model per stage"):
-        router.check_binding({**good, "components": ["retriever"]})
-    short = dict(good["configs"][0], stage_ms=[1.0])  # type: ignore[index, call-overload]
-    with pytest.raises(ValueError, match="stage_ms"):
-        router.check_binding({**good, "configs": [short]})
-    with pytest.raises(ValueError, match="configs must hold"):
-        router.check_binding({**good, "configs": []})
-    with pytest.raises(ValueError, match="slo_ms"):
-        router.check_binding({**good, "slo_ms": -1})
-    with pytest.raises(ValueError, match="degrade_after"):
-        router.check_binding({**good, "degrade_after": 0.25})
-    timed = router.check_binding({**good, "slo_ms": 1000.0, "degrade_after": 0.25})
-    assert (timed["slo_ms"], timed["degrade_after"]) == (1000.0, 0.25)
-
-    with pytest.raises(ValueError, match="lag_share"):
-        router.check_binding({**good, "lag_share": 0.3})
-    with pytest.raises(ValueError, match="lag_share"):
-        router.check_binding({**good, "slo_ms": 1000.0, "lag_share": 1.5})
-    with pytest.raises(ValueError, match="lag_reserve"):
-        router.check_binding({**good, "slo_ms": 1000.0, "lag_share": 0.3, "lag_reserve": -1})
-    capped = router.check_binding({**good, "slo_ms": 1000.0, "lag_share": 0.3, "lag_reserve": 2})
-    assert (capped["lag_share"], capped["lag_reserve"]) == (0.3, 2)
-    # A table from before the lag cap has none: today's binding.
-    assert router.check_binding(good)["lag_share"] is None
-
-    # The settle at a free pipeline: none unless the table asks, at most the domain's bound.
-    assert router.check_binding(good)["settle_ms"] == 0.0
-    assert router.check_binding({**good, "settle_ms": 3})["settle_ms"] == 3.0
-    assert router.check_binding({**good, "settle_ms": MAX_SETTLE_MS})["settle_ms"] == MAX_SETTLE_MS
-    for bad in (-1, MAX_SETTLE_MS + 0.5, True, "3"):
-        with pytest.raises(ValueError, match="settle_ms"):
-            router.check_binding({**good, "settle_ms": bad})
-
-
-def test_the_router_caps_lag_as_the_simulator_does(router: types.ModuleType, plan: Any) -> None:
-    """The router's lag cap (lag_spare_ms on its table) against bindingsim's rule on the
-    domain's plan: the same decision on random cases, and one the uncapped rule does not make."""
-    rng = np.random.default_rng(43)
-    slo_ms, share, reserve = 1000.0, 0.3, 2
-    sent = router_table(
-        plan, RAG_SIM_COMPONENTS, slo_ms=slo_ms, lag_share=share, lag_reserve=reserve
-    )
-    checked = router.check_binding(json.loads(json.dumps(sent)))
-    fastest = plan.configs[plan.fastest()]
-    fastest_likely = sum(fastest.stage_admit_ms or fastest.stage_ms)
-    cap = share * max(slo_ms - reserve * fastest_likely, 0.0)
-    base = 1_700_000_000 * 10**9
-    differs = 0
-    for _ in range(400):
-        stage, at, bound, left, backlog = _random_case(rng, plan, 0, 1500)
-        # The simulator's clock starts at 0, the router's is the epoch's.
-        now_ns = base + int(rng.integers(0, 10**12))
-        static_start_ns = now_ns - int(rng.uniform(-300, 600) * 1e6)
-        # bindingsim's rule: its quickest likely completion from where it is, against when
-        # static fastest would finish it.
-        quickest_likely = min(
-            remaining_ms(plan.configs[i], at, backlog, admitting=True)
-            for i in plan.consistent(bound)
-        )
-        spare = lag_spare_ms(
-            (now_ns - base) / 1e6 + quickest_likely,
-            (static_start_ns - base) / 1e6 + fastest_likely,
-            cap,
-        )
-        expected = bind_stage(plan, stage, bound, left, backlog, spare_ms=spare, at=at)
-        router_spare = router.lag_spare_ms(checked, bound, at, backlog, now_ns, static_start_ns)
-        assert router_spare == pytest.approx(spare, abs=1e-6)
-        chosen = router.bind_stage(
-            checked, stage, bound, left, backlog, at=at, spare_ms=router_spare
-        )
-        assert chosen == expected.config
-        differs += router.bind_stage(checked, stage, bound, left, backlog, at=at) != chosen
-    # The cap decides: without it, the router binds otherwise in many of these cases.
-    assert differs > 40
-    # No cap in the table, or no schedule for the request: no limit.
-    uncapped = table(router, plan)
-    assert router.lag_spare_ms(uncapped, {}, 0, [0.0] * 3, now_ns, static_start_ns) == math.inf
-    assert router.lag_spare_ms(checked, {}, 0, [0.0] * 3, now_ns, None) == math.inf
-
-
 @pytest.fixture
-def inflight(router: types.ModuleType, tmp_path: Path) -> Any:
-    return router.Inflight(str(tmp_path / "inflight.bin"))
+def inflight(router: types.SimpleNamespace, tmp_path: Path) -> Any:
+    return router.gate.Inflight(str(tmp_path / "inflight.bin"))
 
 
 def rag_sim_pipeline() -> types.ModuleType:
@@ -214,7 +78,7 @@ def in_ms(ms: float) -> int:
 
 
 def test_rag_sims_pipeline_runs_unchanged_on_a_lazy_config(
-    router: types.ModuleType, plan: Any, inflight: Any
+    router: types.SimpleNamespace, plan: Any, inflight: Any
 ) -> None:
     pipeline = rag_sim_pipeline()
     checked = table(router, plan)
@@ -225,7 +89,7 @@ def test_rag_sims_pipeline_runs_unchanged_on_a_lazy_config(
         return {"SCORE": np.array([[1.0]])} if "SCORE" in outputs else {"DONE": np.array([True])}
 
     most_accurate = max(plan.configs, key=lambda c: c.accuracy)
-    relaxed = router.LazyConfig(checked, in_ms(60_000), inflight)
+    relaxed = router.binding.LazyConfig(checked, in_ms(60_000), inflight)
     pipeline.run({"sample": 1}, relaxed, call)
     # It reads every parameter up front (check_config, then the JSON it sends), so all bind at
     # dispatch and every component gets the same configuration.
@@ -234,17 +98,17 @@ def test_rag_sims_pipeline_runs_unchanged_on_a_lazy_config(
     assert json.loads(sent[0]) == dict(most_accurate.config)
     fastest = plan.configs[plan.fastest()]
     # One that waited long for an instance: the fastest, however much time it has left.
-    waited = router.LazyConfig(checked, in_ms(60_000), inflight, hurried=True)
+    waited = router.binding.LazyConfig(checked, in_ms(60_000), inflight, hurried=True)
     pipeline.run({"sample": 3}, waited, call)
     assert json.loads(waited.key()) == dict(fastest.config)
     # With less left than even the fastest needs, the fastest completion (no refusal asked).
-    hurried = router.LazyConfig(checked, in_ms(fastest.total_ms / 2), inflight)
+    hurried = router.binding.LazyConfig(checked, in_ms(fastest.total_ms / 2), inflight)
     pipeline.run({"sample": 2}, hurried, call)
     assert json.loads(hurried.key()) == dict(fastest.config)
 
 
 def test_a_pipeline_that_reads_every_parameter_at_dispatch_binds_what_fits_its_whole_path(
-    router: types.ModuleType, plan: Any, inflight: Any
+    router: types.SimpleNamespace, plan: Any, inflight: Any
 ) -> None:
     pipeline = rag_sim_pipeline()
     checked = table(router, plan)
@@ -256,7 +120,7 @@ def test_a_pipeline_that_reads_every_parameter_at_dispatch_binds_what_fits_its_w
     # though its reranker and generator alone would.
     best = max(plan.configs, key=lambda c: c.accuracy)
     left = best.total_ms - best.stage_ms[0] / 2
-    config = router.LazyConfig(checked, in_ms(left), inflight)
+    config = router.binding.LazyConfig(checked, in_ms(left), inflight)
     pipeline.run({"sample": 1}, config, call)
     chosen = json.loads(config.key())
     assert chosen != dict(best.config)
@@ -270,15 +134,15 @@ def test_a_pipeline_that_reads_every_parameter_at_dispatch_binds_what_fits_its_w
 
 
 def test_a_stage_binds_when_first_read_from_the_work_in_flight_at_its_component(
-    router: types.ModuleType, plan: Any, inflight: Any
+    router: types.SimpleNamespace, plan: Any, inflight: Any
 ) -> None:
     checked = table(router, plan)
     # Another router instance (its process alive) has a request at the generator, 400 ms of it.
-    other = (inflight.slot + 1) % router.INFLIGHT_SLOTS
-    router._SLOT.pack_into(
-        inflight.table, other * router._SLOT.size, os.getppid(), 2, time.monotonic_ns(), 400.0
+    other = (inflight.slot + 1) % router.gate.INFLIGHT_SLOTS
+    router.gate._SLOT.pack_into(
+        inflight.table, other * router.gate._SLOT.size, os.getppid(), 2, time.monotonic_ns(), 400.0
     )
-    config = router.LazyConfig(checked, in_ms(900), inflight)
+    config = router.binding.LazyConfig(checked, in_ms(900), inflight)
     assert config.bound == {}
     assert "generator_model" in config
     assert config.bound == {}
@@ -296,21 +160,21 @@ def test_a_stage_binds_when_first_read_from_the_work_in_flight_at_its_component(
     assert model in {c.config["generator_model"] for c in plan.configs}
     # The instances count what they take up: the pod's rate over the last 2 s.
     before = inflight.dispatched()
-    assert inflight.dispatched() == pytest.approx(before + 1 / router.RATE_WINDOW_S)
+    assert inflight.dispatched() == pytest.approx(before + 1 / router.gate.RATE_WINDOW_S)
     # At a request's arrival: one that arrived 3 s ago counts the 2 s before it, not what
     # was taken up since (the requests that arrived after it).
     assert inflight.dispatched(time.time_ns() - 3_000_000_000) == pytest.approx(
-        1 / router.RATE_WINDOW_S
+        1 / router.gate.RATE_WINDOW_S
     )
     # Its own request at a stage is no backlog to itself; gone, the other's is none either.
     inflight.enter(1, 50.0)
     assert inflight.backlog_ms(3)[1] == 0.0
-    router._SLOT.pack_into(inflight.table, other * router._SLOT.size, 0, -1, 0, 0.0)
+    router.gate._SLOT.pack_into(inflight.table, other * router.gate._SLOT.size, 0, -1, 0, 0.0)
     assert inflight.backlog_ms(3) == [0.0, 0.0, 0.0]
 
 
 def test_the_backlog_sums_what_the_other_instances_have_left_at_each_stage(
-    router: types.ModuleType, inflight: Any
+    router: types.SimpleNamespace, inflight: Any
 ) -> None:
     now = time.monotonic_ns()
     others = [
@@ -321,9 +185,9 @@ def test_the_backlog_sums_what_the_other_instances_have_left_at_each_stage(
         (5, now, 900.0),  # a stage the pipeline does not have
     ]
     for k, (stage, entered, predicted) in enumerate(others):
-        slot = (inflight.slot + 1 + k) % router.INFLIGHT_SLOTS
-        router._SLOT.pack_into(
-            inflight.table, slot * router._SLOT.size, os.getppid(), stage, entered, predicted
+        slot = (inflight.slot + 1 + k) % router.gate.INFLIGHT_SLOTS
+        router.gate._SLOT.pack_into(
+            inflight.table, slot * router.gate._SLOT.size, os.getppid(), stage, entered, predicted
         )
     inflight.enter(0, 700.0)
     backlog = inflight.backlog_ms(3)
@@ -334,30 +198,30 @@ def test_the_backlog_sums_what_the_other_instances_have_left_at_each_stage(
 
 
 def test_a_late_request_is_refused_at_its_first_stage_where_the_table_refuses(
-    router: types.ModuleType, plan: Any, inflight: Any
+    router: types.SimpleNamespace, plan: Any, inflight: Any
 ) -> None:
-    config = router.LazyConfig(table(router, plan, refuse=True), in_ms(-10), inflight)
-    with pytest.raises(router.LateError):
+    config = router.binding.LazyConfig(table(router, plan, refuse=True), in_ms(-10), inflight)
+    with pytest.raises(router.state.LateError):
         config["retriever_k"]
-    served = router.LazyConfig(table(router, plan, refuse=False), in_ms(-10), inflight)
+    served = router.binding.LazyConfig(table(router, plan, refuse=False), in_ms(-10), inflight)
     assert json.loads(served.key()) == dict(plan.configs[plan.fastest()].config)
 
 
 def test_a_configuration_over_its_rate_limit_is_not_bound_however_much_time_is_left(
-    router: types.ModuleType, plan: Any, inflight: Any
+    router: types.SimpleNamespace, plan: Any, inflight: Any
 ) -> None:
     fastest = plan.fastest()
     # Every configuration but the fastest is allowed up to 1 request/s of the pod.
     limits = [None if i == fastest else 1.0 for i in range(len(plan.configs))]
-    limited = router.check_binding(
+    limited = check_binding(
         json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, max_qps=limits)))
     )
-    calm = router.LazyConfig(limited, in_ms(60_000), inflight, inflight.dispatched())
+    calm = router.binding.LazyConfig(limited, in_ms(60_000), inflight, inflight.dispatched())
     assert json.loads(calm.key()) != dict(plan.configs[fastest].config)
     for _ in range(4):
         inflight.dispatched()
     # Now 6 requests in the last 2 s: 3/s, over every limit but the fastest's.
-    busy = router.LazyConfig(limited, in_ms(60_000), inflight, inflight.dispatched())
+    busy = router.binding.LazyConfig(limited, in_ms(60_000), inflight, inflight.dispatched())
     assert json.loads(busy.key()) == dict(plan.configs[fastest].config)
 
 
@@ -371,112 +235,12 @@ nv_inference_count{model="router",version="1"} 120
 """
 
 
-def test_the_pending_count_is_read_for_the_router_model_only(router: types.ModuleType) -> None:
-    assert router.parse_pending(METRICS_PAGE, "router") == 4
-    assert router.parse_pending(METRICS_PAGE, "generator") == 7
+def test_the_pending_count_is_read_for_the_router_model_only(router: types.SimpleNamespace) -> None:
+    assert router.poller.parse_pending(METRICS_PAGE, "router") == 4
+    assert router.poller.parse_pending(METRICS_PAGE, "generator") == 7
     # No sample for the model (an older Triton, another server): no count, not zero.
-    assert router.parse_pending(METRICS_PAGE, "reranker") is None
-    assert router.parse_pending("", "router") is None
-
-
-def _domain_slacks(
-    plan: Any,
-    bound: dict[str, Any],
-    at: int,
-    backlog: list[float],
-    followers_left: list[float],
-    servers: int,
-) -> list[float | None]:
-    """The followers' slacks as bindingsim counts them for a request at stage ``at``."""
-    consistent = [plan.configs[i] for i in plan.consistent(bound)]
-    fastest = plan.configs[plan.fastest()]
-    return follower_slacks_ms(
-        min(remaining_ms(c, at, backlog) for c in consistent),
-        followers_left,
-        fastest.total_ms,
-        servers,
-        likely=(
-            min(remaining_ms(c, at, backlog, admitting=True) for c in consistent),
-            sum(fastest.stage_admit_ms or fastest.stage_ms),
-        ),
-    )
-
-
-def test_the_router_spares_counted_followers_as_the_domain_does(
-    router: types.ModuleType, plan: Any
-) -> None:
-    rng = np.random.default_rng(11)
-    checked = table(router, plan)
-    changed = 0
-    for _ in range(300):
-        stage, at, bound, left, backlog = _random_case(rng, plan, 0, 2000)
-        followers = int(rng.integers(0, 12))
-        servers = int(rng.integers(1, 4))
-        # Behind a gate (half the draws): followers seen at it, each arrived after the last;
-        # without one, the poller's count, each with the request's own time left.
-        gate = sorted(float(x) for x in left + rng.uniform(0, 500, int(rng.integers(0, 8))))
-        followers_left = gate if rng.integers(0, 2) else polled_followers_left_ms(followers, left)
-        slacks = _domain_slacks(plan, bound, at, backlog, followers_left, servers)
-        spare = min((x for x in slacks if x is not None), default=math.inf)
-        routed_slacks = router.slacks_behind_ms(
-            checked, bound, at, backlog, followers_left, servers
-        )
-        routed = min((x for x in routed_slacks if x is not None), default=math.inf)
-        assert routed == pytest.approx(spare) if math.isfinite(spare) else math.isinf(routed)
-        expected = bind_stage(plan, stage, bound, left, backlog, spare_ms=spare, at=at)
-        chosen = router.bind_stage(checked, stage, bound, left, backlog, at=at, spare_ms=routed)
-        assert chosen == expected.config
-        changed += chosen != bind_stage(plan, stage, bound, left, backlog, at=at).config
-    # The followers changed some decisions: the check above is not vacuous.
-    assert changed > 10
-
-
-def test_a_follower_met_to_the_last_bits_of_rounding_counts_in_the_router_and_the_domain(
-    router: types.ModuleType,
-) -> None:
-    # A follower with 240 ms left behind a request of 120 ms, its own fastest 120 ms: an exact
-    # tie as the simulator reaches it (a least-squares fit of 120 ms, deadlines from float
-    # seconds) counts on any machine's rounding; a microsecond short does not.
-    left = (0.01 + 0.7 - (0.01 + 0.46)) * 1000  # 239.99999999999994
-    fitted = 120 - 1.5e-14
-    for slacks in (follower_slacks_ms, router.follower_slacks_ms):
-        [counted] = slacks(fitted, [left], fitted)
-        assert counted == pytest.approx(0.0, abs=1e-9)
-        assert slacks(120.0, [left - 1e-3], 120.0) == [None]
-
-
-def test_the_router_plans_with_its_followers_as_the_domain_does(
-    router: types.ModuleType, plan: Any
-) -> None:
-    rng = np.random.default_rng(13)
-    limits = [None, *(float(x) for x in rng.uniform(1, 10, len(plan.configs) - 1))]
-    checked = router.check_binding(
-        json.loads(json.dumps(router_table(plan, RAG_SIM_COMPONENTS, max_qps=limits)))
-    )
-    changed = 0
-    for _ in range(300):
-        _, at, bound, left, backlog = _random_case(rng, plan, 0, 2000)
-        allowed = allowed_at(limits, float(rng.uniform(0, 12))) if rng.integers(0, 2) else None
-        servers = int(rng.integers(1, 3))
-        gate = sorted(float(x) for x in left + rng.uniform(-100, 600, int(rng.integers(1, 8))))
-        budget = float(rng.choice([math.inf, float(rng.uniform(0, 400))]))
-        slacks = _domain_slacks(plan, bound, at, backlog, gate, servers)
-        routed_slacks = router.slacks_behind_ms(checked, bound, at, backlog, gate, servers)
-        assert routed_slacks == [None if x is None else pytest.approx(x) for x in slacks]
-        own, theirs = joint_options(plan, bound, at, left, backlog, allowed)
-        routed_own, routed_theirs = router.joint_options(
-            checked, bound, at, left, backlog, None if allowed is None else set(allowed)
-        )
-        for routed_options, options in ((routed_own, own), (routed_theirs, theirs)):
-            assert np.allclose(sorted(map(tuple, routed_options)), sorted(options))
-        spare = joint_spare_ms(own, theirs, slacks, servers, budget)
-        routed = router.joint_spare_ms(routed_own, routed_theirs, routed_slacks, servers, budget)
-        assert routed == pytest.approx(spare) if math.isfinite(spare) else math.isinf(routed)
-        greedy = min((x for x in slacks if x is not None), default=math.inf)
-        # Never more than the followers' least slack; often less where they can use it.
-        assert spare <= greedy
-        changed += spare < min(greedy, budget)
-    assert changed > 10
+    assert router.poller.parse_pending(METRICS_PAGE, "reranker") is None
+    assert router.poller.parse_pending("", "router") is None
 
 
 class _Metrics(http.server.BaseHTTPRequestHandler):
@@ -500,7 +264,7 @@ class _Metrics(http.server.BaseHTTPRequestHandler):
 
 
 def test_the_poller_counts_followers_less_the_take_ups_since_and_none_without_a_page(
-    router: types.ModuleType,
+    router: types.SimpleNamespace,
 ) -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -508,7 +272,7 @@ def test_the_poller_counts_followers_less_the_take_ups_since_and_none_without_a_
     try:
         _Metrics.pending = 5
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-        poller = router.PendingPoller(url, "router", 0.02, lambda: taken[0])
+        poller = router.poller.PendingPoller(url, "router", 0.02, lambda: taken[0])
         deadline = time.monotonic() + 5
         while poller.followers() != 5 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -525,15 +289,15 @@ def test_the_poller_counts_followers_less_the_take_ups_since_and_none_without_a_
         server.shutdown()
         server.server_close()
     # The metrics port absent: no count, so no followers (the router binds as without it).
-    absent = router.PendingPoller(url, "router", 0.02, lambda: 0)
+    absent = router.poller.PendingPoller(url, "router", 0.02, lambda: 0)
     assert absent.poll() is None
     assert absent.followers() == 0
 
 
 def test_an_idle_poller_reads_the_metrics_page_once_a_second_until_requests_come_again(
-    router: types.ModuleType, monkeypatch: pytest.MonkeyPatch
+    router: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(router, "IDLE_AFTER_S", 0.2)
+    monkeypatch.setattr(router.poller, "IDLE_AFTER_S", 0.2)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     taken = [0]
@@ -541,7 +305,7 @@ def test_an_idle_poller_reads_the_metrics_page_once_a_second_until_requests_come
     try:
         _Metrics.pending = 1
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-        poller = router.PendingPoller(url, "router", 0.02, lambda: taken[0])
+        poller = router.poller.PendingPoller(url, "router", 0.02, lambda: taken[0])
         counted = poller.poll
 
         def poll() -> Any:
@@ -562,9 +326,9 @@ def test_an_idle_poller_reads_the_metrics_page_once_a_second_until_requests_come
 
 
 def test_a_pod_polls_once_however_many_instances_and_another_takes_over_when_it_dies(
-    router: types.ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    router: types.SimpleNamespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(router, "LEADER_RETRY_S", 0.1)
+    monkeypatch.setattr(router.poller, "LEADER_RETRY_S", 0.1)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
@@ -573,16 +337,20 @@ def test_a_pod_polls_once_however_many_instances_and_another_takes_over_when_it_
     leader = os.fork()
     if leader == 0:  # pragma: no cover - the child: the pod's first instance, polling
         try:
-            board = router.Inflight(table)
-            router.PendingPoller(url, "router", 0.02, board.taken, board=board, lock_path=lock)
+            board = router.gate.Inflight(table)
+            router.poller.PendingPoller(
+                url, "router", 0.02, board.taken, board=board, lock_path=lock
+            )
             time.sleep(60)
         finally:
             os._exit(0)
     try:
         time.sleep(0.5)  # the child holds the lock by now
-        board = router.Inflight(table)
+        board = router.gate.Inflight(table)
         others = [
-            router.PendingPoller(url, "router", 0.02, board.taken, board=board, lock_path=lock)
+            router.poller.PendingPoller(
+                url, "router", 0.02, board.taken, board=board, lock_path=lock
+            )
             for _ in range(3)
         ]
         deadline = time.monotonic() + 5
@@ -612,8 +380,10 @@ def test_a_pod_polls_once_however_many_instances_and_another_takes_over_when_it_
         server.server_close()
 
 
-def test_the_simulator_polls_as_often_as_the_router_image_does(router: types.ModuleType) -> None:
-    assert router.DEFAULT_POLL_MS / 1000 == ROUTER_POLL_S
+def test_the_simulator_polls_as_often_as_the_router_image_does(
+    router: types.SimpleNamespace,
+) -> None:
+    assert router.poller.DEFAULT_POLL_MS / 1000 == ROUTER_POLL_S
 
 
 def qa_real_pipeline() -> types.ModuleType:
@@ -621,7 +391,7 @@ def qa_real_pipeline() -> types.ModuleType:
     return pipeline_module("qa-real")
 
 
-def qa_real_table(router: types.ModuleType) -> Any:
+def qa_real_table(router: types.SimpleNamespace) -> Any:
     """qa-real's serving front as a two-stage plan, each stage's time its models' together:
     lexical 50 + 50 ms, MiniLM 50 + 600, hybrid (bm25 and dense) 450 + 1500."""
     calls = (
@@ -640,21 +410,21 @@ def qa_real_table(router: types.ModuleType) -> Any:
     ]
     plan = stage_plan(profiles, QA_REAL_STAGE_PARAMS, components=QA_REAL_COMPONENTS)
     sent = json.loads(json.dumps(router_table(plan, QA_REAL_COMPONENTS)))
-    return plan, router.check_binding(sent)
+    return plan, check_binding(sent)
 
 
 def test_qa_reals_reader_binds_when_its_request_reaches_it_from_the_reading_in_flight(
-    router: types.ModuleType, inflight: Any
+    router: types.SimpleNamespace, inflight: Any
 ) -> None:
     plan, checked = qa_real_table(router)
     assert [c.stage_ms for c in plan.configs] == [(50, 50), (50, 600), (450, 1500)]
     pipeline = qa_real_pipeline()
-    reading, retrieving = ((inflight.slot + k) % router.INFLIGHT_SLOTS for k in (1, 2))
+    reading, retrieving = ((inflight.slot + k) % router.gate.INFLIGHT_SLOTS for k in (1, 2))
 
     def serve(reading_ms: float) -> tuple[dict[str, Any], set[str]]:
         """One request with 1200 ms left: while it retrieves, another instance's request
         starts reading (``reading_ms`` of it) and a third retrieving (1000 ms)."""
-        config = router.LazyConfig(checked, in_ms(1200), inflight)
+        config = router.binding.LazyConfig(checked, in_ms(1200), inflight)
         bound_at_retrieval: set[str] = set()
 
         def call(model: str, inputs: dict[str, Any], outputs: list[str]) -> dict[str, Any]:
@@ -664,13 +434,13 @@ def test_qa_reals_reader_binds_when_its_request_reaches_it_from_the_reading_in_f
                 }
             bound_at_retrieval.update(config.bound)
             for slot, stage, ms in ((reading, 1, reading_ms), (retrieving, 0, 1000.0)):
-                router._SLOT.pack_into(
-                    inflight.table, slot * router._SLOT.size, os.getppid(), stage,
+                router.gate._SLOT.pack_into(
+                    inflight.table, slot * router.gate._SLOT.size, os.getppid(), stage,
                     time.monotonic_ns(), ms,
                 )  # fmt: skip
             return {"IDS": np.array([b"p1", b"p2"])}
 
-        pipeline.run({"sample": 0}, config, router.staged(call, config, inflight))
+        pipeline.run({"sample": 0}, config, router.binding.staged(call, config, inflight))
         return json.loads(config.key()), bound_at_retrieval
 
     # At dispatch nothing is in flight: bm25 with MiniLM fits (hybrid, 1950 ms, does not),
@@ -686,24 +456,24 @@ def test_qa_reals_reader_binds_when_its_request_reaches_it_from_the_reading_in_f
 
 
 def test_a_stage_that_calls_two_models_counts_what_is_left_of_its_time_in_flight(
-    router: types.ModuleType, inflight: Any
+    router: types.SimpleNamespace, inflight: Any
 ) -> None:
     plan, checked = qa_real_table(router)
     pipeline = qa_real_pipeline()
-    config = router.LazyConfig(checked, in_ms(60_000), inflight)
+    config = router.binding.LazyConfig(checked, in_ms(60_000), inflight)
     stage_of: dict[str, int] = {}
     predicted: dict[str, float] = {}
 
     def call(model: str, inputs: dict[str, Any], outputs: list[str]) -> dict[str, Any]:
-        _, stage_of[model], _, predicted[model] = router._SLOT.unpack_from(
-            inflight.table, inflight.slot * router._SLOT.size
+        _, stage_of[model], _, predicted[model] = router.gate._SLOT.unpack_from(
+            inflight.table, inflight.slot * router.gate._SLOT.size
         )
         if model == "reader":
             return {k: np.array([b"x"]) for k in ("ANSWER", "PASSAGE")} | {"SCORE": np.array([1.0])}
         time.sleep(0.05)
         return {"IDS": np.array([b"p1", b"p2"])}
 
-    pipeline.run({"sample": 0}, config, router.staged(call, config, inflight))
+    pipeline.run({"sample": 0}, config, router.binding.staged(call, config, inflight))
     # Idle with a minute left: hybrid. Its retrieval (450 ms) calls bm25 then dense: the
     # dense call has what bm25's 50 ms left of it; the reader its whole time.
     assert json.loads(config.key()) == QA_REAL_FRONT[3]
@@ -715,13 +485,13 @@ def test_a_stage_that_calls_two_models_counts_what_is_left_of_its_time_in_flight
 
 
 def test_the_instances_keep_static_fastests_schedule_as_the_domain_does(
-    router: types.ModuleType, tmp_path: Path
+    router: types.SimpleNamespace, tmp_path: Path
 ) -> None:
     """Two instances drawing static fastest's starts in turn, on and off the gate, keep the
     schedule compass.domain.binding.static_schedule keeps (Lindley's recursion)."""
     rng = np.random.default_rng(5)
     path = str(tmp_path / "inflight.bin")
-    instances = [router.Inflight(path), router.Inflight(path)]
+    instances = [router.gate.Inflight(path), router.gate.Inflight(path)]
     fastest_ms, servers = 37.5, 2
     base = 1_700_000_000 * 10**9
     arrivals = np.cumsum(rng.exponential(15, 200))  # ms: a queue builds and drains
@@ -737,3 +507,44 @@ def test_the_instances_keep_static_fastests_schedule_as_the_domain_does(
             instance.leave_gate()
         assert (start - base) / 1e6 == pytest.approx(expected * 1000, abs=1e-3)
     assert free * 1000 > arrivals[-1] + 1  # the schedule was behind at the end
+
+
+def test_a_table_of_one_stage_without_components_binds_at_take_up_and_holds_stage_0(
+    router: types.SimpleNamespace, tmp_path: Path
+) -> None:
+    """``components: [[]]``: the request binds when its run starts and is at stage 0, with its
+    predicted time, in the in-flight table until the run ends, whatever it calls."""
+    whole = check_binding(
+        {
+            "stages": [["a"]],
+            "components": [[]],
+            "configs": [
+                {"config": '{"a": 0}', "accuracy": 0.7, "stage_ms": [100.0]},
+                {"config": '{"a": 1}', "accuracy": 0.9, "stage_ms": [400.0]},
+            ],
+        }
+    )
+    path = str(tmp_path / "inflight.bin")
+    mine, other = router.gate.Inflight(path), router.gate.Inflight(path)
+    config = router.binding.LazyConfig(whole, in_ms(1000), mine)
+    run_call = router.binding.staged(lambda model, inputs, outputs: {}, config, mine)
+    with router.binding.whole_stage(config, mine):
+        # Bound before the pipeline read anything: the most accurate that fits.
+        assert dict.__getitem__(config, "a") == 1
+        run_call("anything", {}, [])
+        assert other.backlog_ms(1)[0] == pytest.approx(400.0, abs=5.0)
+    assert other.backlog_ms(1) == [0.0]
+    assert config.key() == '{"a": 1}'
+    # A table with components binds nothing until the pipeline reads it.
+    staged_table = check_binding(
+        {
+            **whole,
+            "components": ["m"],
+            "configs": [
+                {"config": '{"a": 0}', "accuracy": 0.7, "stage_ms": [100.0]},
+            ],
+        }
+    )
+    lazy = router.binding.LazyConfig(staged_table, in_ms(1000), mine)
+    with router.binding.whole_stage(lazy, mine):
+        assert dict.__getitem__(lazy, "a") is None

@@ -1,4 +1,4 @@
-"""The router's gate (model-images/router/model.py, ``compass_pipeline_slots``) across real
+"""The router's gate (model-images/router/router_gate.py, ``compass_pipeline_slots``) across real
 processes: requests pass in arrival order, no more than the slots at once, the one that passes
 sees the waiters' deadlines, and a process that died at the gate or in the pipeline never
 wedges it. (A real tritonserver runs it in tests/triton/test_router_pipeline_gate.py.)"""
@@ -18,12 +18,15 @@ import pytest
 
 from compass.dataplane.triton import PIPELINE_SLOTS_PARAMETER
 from compass.domain.binding import follower_spare_ms
-from compass.lab.router_module import router_module
+from compass.lab.router_module import router_part
+from compass_rules.binding import bind_stage, check_binding
+from compass_rules.followers import slacks_behind_ms
 
 
 @pytest.fixture(scope="module")
 def router() -> types.ModuleType:
-    return router_module()
+    """The router's gate module."""
+    return router_part("router_gate")
 
 
 def _in_child(path: str, passes: bool, deadline_ns: int | None) -> tuple[int, int]:
@@ -35,7 +38,7 @@ def _in_child(path: str, passes: bool, deadline_ns: int | None) -> tuple[int, in
     if pid == 0:  # pragma: no cover - the child
         try:
             os.close(ready)
-            gate = router_module().Inflight(path)
+            gate = router_part("router_gate").Inflight(path)
             gate.queue_at_gate(deadline_ns)
             if passes:
                 gate.pass_gate(1)
@@ -146,7 +149,7 @@ def test_the_gates_followers_are_spared_with_their_own_deadlines(
     # One follower with 900 ms left behind a request whose fastest takes 300 ms, the follower
     # 300 ms: it has 300 ms spare. Counted by the poller instead, it would be taken as having
     # the request's own 2,000 ms: no constraint at all.
-    table: dict[str, Any] = router.check_binding(
+    table: dict[str, Any] = check_binding(
         {
             "stages": [["a"]],
             "components": ["m"],
@@ -156,13 +159,13 @@ def test_the_gates_followers_are_spared_with_their_own_deadlines(
             ],
         }
     )
-    [seen] = router.slacks_behind_ms(table, {}, 0, [0.0], [900.0], 1)
+    [seen] = slacks_behind_ms(table, {}, 0, [0.0], [900.0], 1)
     assert seen == pytest.approx(follower_spare_ms(300.0, [900.0], 300.0))
     assert seen == pytest.approx(300.0)
-    assert router.bind_stage(table, 0, {}, 2000.0, [0.0], spare_ms=seen) == 0
-    [polled] = router.slacks_behind_ms(table, {}, 0, [0.0], [2000.0], 1)
-    assert router.bind_stage(table, 0, {}, 2000.0, [0.0], spare_ms=polled) == 1
-    assert router.slacks_behind_ms(table, {}, 0, [0.0], [], 1) == []
+    assert bind_stage(table, 0, {}, 2000.0, [0.0], spare_ms=seen)[0] == 0
+    [polled] = slacks_behind_ms(table, {}, 0, [0.0], [2000.0], 1)
+    assert bind_stage(table, 0, {}, 2000.0, [0.0], spare_ms=polled)[0] == 1
+    assert slacks_behind_ms(table, {}, 0, [0.0], [], 1) == []
 
 
 def test_the_gates_parameter_is_the_one_the_lab_sets(router: types.ModuleType) -> None:
