@@ -113,6 +113,31 @@ def test_a_late_request_is_refused_only_where_the_table_refuses(router: TritonRo
         router.switch(FASTEST)
 
 
+def test_a_one_stage_table_without_components_binds_each_request_at_take_up(
+    router: TritonRouter,
+) -> None:
+    """``components: [[]]``: the whole configuration is one stage, bound when the request is
+    taken up, whatever models the pipeline calls: the most accurate whose time fits."""
+    whole = _table()
+    whole["stages"] = [[name for names in RAG_SIM_STAGE_PARAMS for name in names]]
+    whole["components"] = [[]]
+    for entry in whole["configs"]:
+        entry["stage_ms"] = [sum(entry["stage_ms"])]
+    router.binding = whole
+    router.switch(FASTEST)
+    try:
+        assert router.infer({"sample": 0}, deadline_ns=_in(60.0)).config == config_key(ACCURATE)
+        assert router.infer({"sample": 1}, deadline_ns=_in(1.0)).config == config_key(FASTEST)
+        assert router.infer({"sample": 2}).config == config_key(FASTEST)
+        # More than one stage may not leave one without a model.
+        router.binding = {**_table(), "components": [[], "reranker", "generator"]}
+        with pytest.raises(RoutingError, match="one stage"):
+            router.switch(FASTEST)
+    finally:
+        router.binding = None
+        router.switch(FASTEST)
+
+
 def test_a_bad_table_changes_nothing(router: TritonRouter) -> None:
     router.binding = {**_table(), "components": ["retriever"]}
     with pytest.raises(RoutingError, match="one model per stage"):

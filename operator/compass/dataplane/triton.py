@@ -92,8 +92,8 @@ class GrpcTls:
 def routing_key(config: Config, blend: Config | None = None, weight: float = 0.0) -> str:
     """One string for what a router serves: the configuration's key, or the mix.
 
-    The same as the control model's ``routing_key`` (model-images/router/model.py), so a
-    report can be compared with what was asked; the weight is taken down to the grid first.
+    compass_rules.routing.routing_key, as the control model reports it, so a report can be
+    compared with what was asked; the weight is taken down to the grid first.
     """
     mix = _mix_weight(blend, weight)
     if blend is None or mix == 0.0:
