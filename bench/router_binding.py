@@ -39,7 +39,8 @@ from compass.domain.binding import (
     stage_plan,
 )
 from compass.domain.profiles import parse_profiles
-from compass.lab.router_module import router_module
+from compass.lab.router_module import router_part
+from compass_rules.binding import check_binding
 
 PROFILES = Path(__file__).resolve().parent / "data/compass-paper/planner_latency_profiles.json"
 FLOOR_MS = 1.0
@@ -62,8 +63,8 @@ def time_bindings(
     the gate behind it (each with a deadline drawn the same way); the first stage also counts
     the request in the pod's rate, draws its static fastest start under the lag cap and makes
     its lazy config. A stage after a refusal (LateError) costs 0."""
-    router = router_module()
-    checked = router.check_binding(json.loads(json.dumps(table)))
+    gate, binding, state = (router_part(f"router_{m}") for m in ("gate", "binding", "state"))
+    checked = check_binding(json.loads(json.dumps(table)))
     fastest_ns = checked["arrays"]["fastest_ms"][1] * 1e6
     capped = checked["lag_share"] is not None
     rng = np.random.default_rng(0)
@@ -73,13 +74,13 @@ def time_bindings(
     # machine's other work took the core away (wall p99 on a loaded machine is its scheduler's).
     cpu = np.zeros((requests, stages))
     with tempfile.TemporaryDirectory() as directory:
-        inflight = router.Inflight(os.path.join(directory, "inflight.bin"))
+        inflight = gate.Inflight(os.path.join(directory, "inflight.bin"))
         # Other instances (this process's parent stands in for them: it is alive).
         for k in range(busy):
-            slot = (inflight.slot + 1 + k) % router.INFLIGHT_SLOTS
-            router._SLOT.pack_into(
+            slot = (inflight.slot + 1 + k) % gate.INFLIGHT_SLOTS
+            gate._SLOT.pack_into(
                 inflight.table,
-                slot * router._SLOT.size,
+                slot * gate._SLOT.size,
                 os.getppid(),
                 int(rng.integers(0, stages)),
                 time.monotonic_ns(),
@@ -93,11 +94,11 @@ def time_bindings(
             deadline = time.time_ns() + int(rng.uniform(0, deadlines_s * 1e9))
             for k in range(waiting):
                 # Behind it at the gate, in arrival order, each with its own deadline.
-                slot = (inflight.slot + 1 + busy + k) % router.INFLIGHT_SLOTS
+                slot = (inflight.slot + 1 + busy + k) % gate.INFLIGHT_SLOTS
                 inflight.gate_slots[slot] = (
                     os.getppid(),
                     int(inflight.gate_slots[inflight.slot, 1]) + 1 + k,
-                    router.GATE_WAITING,
+                    gate.GATE_WAITING,
                     time.time_ns() + int(rng.uniform(0, deadlines_s * 1e9)),
                 )
             for stage, names in enumerate(RAG_SIM_STAGE_PARAMS):
@@ -110,12 +111,12 @@ def time_bindings(
                         start = None
                         if capped:
                             start = inflight.static_start(time.time_ns(), fastest_ns, 1)
-                        config = router.LazyConfig(
+                        config = binding.LazyConfig(
                             checked, deadline, inflight, qps, gated=gated, static_start_ns=start
                         )
                     config[names[0]]
                     refused = False
-                except router.LateError:
+                except state.LateError:
                     refused = True
                 took[request, stage] = (time.perf_counter_ns() - begin) / 1000
                 cpu[request, stage] = (time.thread_time_ns() - begin_cpu) / 1000

@@ -14,7 +14,7 @@ from compass.api.paretopolicy import ParetoPolicySpec
 from compass.conversion import binding_table, policy_plan, simulated_binding
 from compass.domain.binding import GATE_SETTLE_MS, RATE_HEADROOM
 from compass.domain.bindingsim import ROUTER_POLL_S, RateView
-from compass.lab.router_module import router_module
+from compass_rules.binding import check_binding
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pareto-policy-gitops.yaml"
 STAGES = [
@@ -40,7 +40,7 @@ def test_per_stage_binding_sends_every_router_a_table_it_accepts() -> None:
     )
     table = binding_table(spec, policy_plan(spec))
     assert table is not None
-    checked = router_module().check_binding(json.loads(json.dumps(table)))
+    checked = check_binding(json.loads(json.dumps(table)))
     assert checked["components"] == ["retriever", "reranker", "generator"]
     assert len(checked["configs"]) == len(spec.front)
     # Each entry's stages add up to its time at the binding quantile, above its mean.
@@ -98,7 +98,7 @@ def test_a_stage_of_several_models_reaches_the_routers_as_their_list() -> None:
     table = binding_table(spec, policy_plan(spec))
     assert table is not None
     assert table["components"] == [["bm25", "dense", "reranker"], "generator"]
-    checked = router_module().check_binding(json.loads(json.dumps(table)))
+    checked = check_binding(json.loads(json.dumps(table)))
     assert len(checked["configs"]) == len(spec.front)
     for stage in (dict(stages[0], component="bm25"), {"parameters": ["retriever_k"]}):
         with pytest.raises(ValidationError, match=r"component: give the stage's model as"):
@@ -115,7 +115,7 @@ def test_the_lag_cap_reaches_the_routers_and_degrade_after_one_drops_the_wait_ru
     )
     table = binding_table(spec, policy_plan(spec))
     assert table is not None
-    checked = router_module().check_binding(json.loads(json.dumps(table)))
+    checked = check_binding(json.loads(json.dumps(table)))
     # With the cap, degradeAfter 1 is no wait rule (the simulator's best rule).
     assert (checked["lag_share"], checked["lag_reserve"], checked["degrade_after"]) == (
         0.3,
@@ -178,9 +178,7 @@ def test_the_simulator_binds_on_what_the_routers_of_the_table_see() -> None:
     assert gated.decision_s == 0.002
     # The routers' settle at a free pipeline, the table's (real time), behind a gate only.
     assert table["settle_ms"] == GATE_SETTLE_MS
-    assert router_module().check_binding(json.loads(json.dumps(table)))["settle_ms"] == (
-        GATE_SETTLE_MS
-    )
+    assert check_binding(json.loads(json.dumps(table)))["settle_ms"] == (GATE_SETTLE_MS)
     assert gated.settle_s == GATE_SETTLE_MS / 1000
     assert simulated_binding(spec, table, 8, 1, settle_s=0.5).settle_s == 0.5
     assert gated.spare_followers is True

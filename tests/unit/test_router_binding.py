@@ -524,16 +524,23 @@ def test_a_table_of_one_stage_without_components_binds_at_take_up_and_holds_stag
             ],
         }
     )
-    path = str(tmp_path / "inflight.bin")
-    mine, other = router.gate.Inflight(path), router.gate.Inflight(path)
-    config = router.binding.LazyConfig(whole, in_ms(1000), mine)
-    run_call = router.binding.staged(lambda model, inputs, outputs: {}, config, mine)
-    with router.binding.whole_stage(config, mine):
+    inflight = router.gate.Inflight(str(tmp_path / "inflight.bin"))
+
+    def slot() -> tuple[int, float]:
+        """This instance's stage and predicted ms in the shared table (what others read)."""
+        _, stage, _, predicted = router.gate._SLOT.unpack_from(
+            inflight.table, inflight.slot * router.gate._SLOT.size
+        )
+        return stage, predicted
+
+    config = router.binding.LazyConfig(whole, in_ms(1000), inflight)
+    run_call = router.binding.staged(lambda model, inputs, outputs: {}, config, inflight)
+    with router.binding.whole_stage(config, inflight):
         # Bound before the pipeline read anything: the most accurate that fits.
         assert dict.__getitem__(config, "a") == 1
         run_call("anything", {}, [])
-        assert other.backlog_ms(1)[0] == pytest.approx(400.0, abs=5.0)
-    assert other.backlog_ms(1) == [0.0]
+        assert slot() == (0, 400.0)
+    assert slot() == (-1, 0.0)
     assert config.key() == '{"a": 1}'
     # A table with components binds nothing until the pipeline reads it.
     staged_table = check_binding(
@@ -545,6 +552,6 @@ def test_a_table_of_one_stage_without_components_binds_at_take_up_and_holds_stag
             ],
         }
     )
-    lazy = router.binding.LazyConfig(staged_table, in_ms(1000), mine)
-    with router.binding.whole_stage(lazy, mine):
+    lazy = router.binding.LazyConfig(staged_table, in_ms(1000), inflight)
+    with router.binding.whole_stage(lazy, inflight):
         assert dict.__getitem__(lazy, "a") is None
