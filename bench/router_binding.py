@@ -63,7 +63,7 @@ def time_bindings(
     the gate behind it (each with a deadline drawn the same way); the first stage also counts
     the request in the pod's rate, draws its static fastest start under the lag cap and makes
     its lazy config. A stage after a refusal (LateError) costs 0."""
-    gate, binding, state = (router_part(f"router_{m}") for m in ("gate", "binding", "state"))
+    gate, binding, state = (router_part(m) for m in ("gate", "binding", "state"))
     checked = check_binding(json.loads(json.dumps(table)))
     fastest_ns = checked["arrays"]["fastest_ms"][1] * 1e6
     capped = checked["lag_share"] is not None

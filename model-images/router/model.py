@@ -3,14 +3,14 @@ workflow, in the role its model config's ``compass_role`` names (``router``, the
 the workflow's ``pipeline.py`` with the active configuration; ``control`` switches it). What it
 does and every parameter it reads: docs/serving.md, "The router".
 
-The modules beside it (router_*.py) and the compass_rules package (the serving rules the
+Its parts (the compass_router package beside it) and the compass_rules package (the serving rules the
 operator shares, operator/compass_rules) are copied with it into each model's version folder.
 """
 
 import os
 import sys
 
-# The modules beside this file, and compass_rules copied beside it, import by their own names.
+# The compass_router and compass_rules packages beside this file import by their own names.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
@@ -30,9 +30,10 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
-from router_gate import PIPELINE_SLOTS_PARAMETER, Inflight  # noqa: E402
-from router_metrics import GateGauge, ServedCounters  # noqa: E402
-from router_poller import (  # noqa: E402
+from compass_router.binding import LazyConfig, staged, whole_stage  # noqa: E402
+from compass_router.gate import PIPELINE_SLOTS_PARAMETER, Inflight  # noqa: E402
+from compass_router.metrics import GateGauge, ServedCounters  # noqa: E402
+from compass_router.poller import (  # noqa: E402
     DEFAULT_METRICS_URL,
     DEFAULT_POLL_MS,
     METRICS_URL_ENV,
@@ -40,7 +41,7 @@ from router_poller import (  # noqa: E402
     POLL_MS_PARAMETER,
     PendingPoller,
 )
-from router_state import (  # noqa: E402
+from compass_router.state import (  # noqa: E402
     DEADLINE_PARAMETER,
     ActiveConfig,
     Admission,
@@ -58,7 +59,6 @@ from router_state import (  # noqa: E402
 from compass_rules.admission import check_admission  # noqa: E402
 from compass_rules.binding import check_binding, waited_long  # noqa: E402
 from compass_rules.routing import config_key, routing_key  # noqa: E402
-from router_binding import LazyConfig, staged, whole_stage  # noqa: E402
 
 ACTIVE_PARAMETER = "compass_active_config"
 OVERRIDE_PARAMETER = "compass_config"

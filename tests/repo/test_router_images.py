@@ -1,5 +1,5 @@
 """The workflows' Triton images lay the router out as compass.lab.local_triton lays it out for
-the tests: model.py, the modules beside it and compass_rules in the router's and its control
+the tests: model.py, the compass_router package beside it and compass_rules in the router's and its control
 model's version folders (no Docker engine here to build them)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-ROUTER_FILES = "model-images/router/*.py"
+ROUTER_FILES = "model-images/router"
 RULES = "operator/compass_rules"
 
 
@@ -23,9 +23,9 @@ def test_the_image_copies_the_router_its_modules_and_the_rules(workflow: str) ->
         if line.startswith("COPY ")
     }
     for model in ("router", "router_control"):
-        assert (ROUTER_FILES, f"/models/{model}/1/") in copies
+        assert (ROUTER_FILES, f"/models/{model}/1") in copies
         assert (RULES, f"/models/{model}/1/compass_rules") in copies
-    assert list((REPO / "model-images" / "router").glob("router_*.py"))
+    assert (REPO / ROUTER_FILES / "compass_router" / "__init__.py").is_file()
     assert (REPO / RULES / "__init__.py").is_file()
     # Built from the repository root: its own ignore file lets in what it copies, no more.
     patterns = [

@@ -1,4 +1,4 @@
-"""The router's late binding as a request is served (model-images/router/router_binding.py):
+"""The router's late binding as a request is served (model-images/router/compass_router/binding.py):
 a lazy config that binds what a pipeline reads by compass_rules' decision, the instances' shared
 in-flight table and the pending-count poller. (A real tritonserver runs it in
 tests/triton/test_router_late_binding.py; the rules themselves: tests/unit/test_rules.py.)"""
@@ -46,7 +46,7 @@ def router() -> types.SimpleNamespace:
     """The router's modules beside model.py: its shared table and gate, late binding as a
     request is served, its state files and its poller."""
     return types.SimpleNamespace(
-        **{part: router_part(f"router_{part}") for part in ("gate", "binding", "state", "poller")}
+        **{part: router_part(part) for part in ("gate", "binding", "state", "poller")}
     )
 
 

@@ -1,4 +1,4 @@
-"""The router's gate (model-images/router/router_gate.py, ``compass_pipeline_slots``) across real
+"""The router's gate (model-images/router/compass_router/gate.py, ``compass_pipeline_slots``) across real
 processes: requests pass in arrival order, no more than the slots at once, the one that passes
 sees the waiters' deadlines, and a process that died at the gate or in the pipeline never
 wedges it. (A real tritonserver runs it in tests/triton/test_router_pipeline_gate.py.)"""
@@ -26,7 +26,7 @@ from compass_rules.followers import slacks_behind_ms
 @pytest.fixture(scope="module")
 def router() -> types.ModuleType:
     """The router's gate module."""
-    return router_part("router_gate")
+    return router_part("gate")
 
 
 def _in_child(path: str, passes: bool, deadline_ns: int | None) -> tuple[int, int]:
@@ -38,7 +38,7 @@ def _in_child(path: str, passes: bool, deadline_ns: int | None) -> tuple[int, in
     if pid == 0:  # pragma: no cover - the child
         try:
             os.close(ready)
-            gate = router_part("router_gate").Inflight(path)
+            gate = router_part("gate").Inflight(path)
             gate.queue_at_gate(deadline_ns)
             if passes:
                 gate.pass_gate(1)

@@ -107,13 +107,13 @@ def assemble_repository(
 
 def copy_router(version: Path) -> None:
     """The generic router into a model's version folder, as the images' Dockerfiles lay it
-    out: model.py, the modules beside it, and the compass_rules package it imports."""
-    for source in (model_images() / "router").glob("*.py"):
-        shutil.copy(source, version / source.name)
+    out: model.py, its compass_router package, and the compass_rules package it imports."""
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(model_images() / "router", version, ignore=skip, dirs_exist_ok=True)
     shutil.copytree(
         Path(compass_rules.__file__).parent,
         version / "compass_rules",
-        ignore=shutil.ignore_patterns("__pycache__"),
+        ignore=skip,
         dirs_exist_ok=True,
     )
 

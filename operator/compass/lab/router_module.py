@@ -41,10 +41,10 @@ def router_module() -> types.ModuleType:
 
 
 def router_part(name: str) -> types.ModuleType:
-    """One of the modules beside model.py (``router_gate``, ``router_binding``, ...), as model.py
-    imported it."""
+    """One of the router's parts beside model.py (``gate``, ``binding``, ``state``, ...: the
+    compass_router package), as model.py imported it."""
     router_module()
-    return importlib.import_module(name)
+    return importlib.import_module(f"compass_router.{name}")
 
 
 def pipeline_module(workflow: str) -> types.ModuleType:

@@ -5,8 +5,7 @@ reads it (compass_rules.binding.bind_stage), and its calls kept in the instances
 import contextlib
 import time
 
-from router_state import LateError
-
+from compass_router.state import LateError
 from compass_rules.admission import LATE_MESSAGE
 from compass_rules.binding import allowed_at, bind_stage
 from compass_rules.followers import (
