@@ -422,7 +422,7 @@ def save_plot(
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "Plot skipped: matplotlib is not installed (pip install 'compass-operator[bench]')."
+        return "Plot skipped: matplotlib is not installed (pip install 'compass-operator[plot]')."
     figure, axes = plt.subplots(1, len(traces), figsize=(6 * len(traces), 4.2), squeeze=False)
     for axis, ((name, tau), (truth, by_method)) in zip(axes[0], traces.items(), strict=True):
         workflow = WORKFLOWS[name]

@@ -139,6 +139,8 @@ def test_triton_example_is_what_the_workflow_and_the_policy_target() -> None:
     dockerfile = (REPO / "model-images" / "rag-sim" / "Dockerfile").read_text()
     command = json.loads(dockerfile.split("CMD ", 1)[1].replace("\\\n", " "))
     assert container["args"] == [*command, "--model-config-name=gated"]
+    # The dashboard's SLO panel reads Triton's latency summaries, off unless asked for.
+    assert "--metrics-config=summary_latencies=true" in container["args"]
     assert (REPO / "model-images/rag-sim/models/router/configs/gated.pbtxt").is_file()
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import tomllib
 from pathlib import Path
 
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "model-images" / "operator" / "Dockerfile"
+LOCK = REPO / "model-images" / "operator" / "requirements.lock"
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -31,11 +35,16 @@ def test_base_image_is_python_311_slim_pinned_by_tag() -> None:
     assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?", bases[0])
 
 
-def test_installs_the_project_not_editable_and_runs_as_the_charts_user() -> None:
-    """pip install of the copied project; USER is the chart's runAsUser; entry point compass."""
+def test_installs_the_lock_then_the_project_not_editable_and_runs_as_the_charts_user() -> None:
+    """The lock with hashes, then the copied project without dependencies; USER is the chart's
+    runAsUser; entry point compass."""
     steps = instructions()
     runs = [args for word, args in steps if word == "RUN"]
-    assert any(re.fullmatch(r"pip install /src", run) for run in runs)
+    installs = [run for run in runs if run.startswith("pip install")]
+    assert installs == [
+        "pip install --require-hashes --no-deps -r requirements.lock",
+        "pip install --no-deps /src",
+    ]
     assert not any("-e " in run or "--editable" in run for run in runs)
     users = [args for word, args in steps if word == "USER"]
     assert users == ["10001:10001"]
@@ -56,7 +65,12 @@ def test_dockerignore_keeps_what_the_dockerfile_copies() -> None:
     ]
     copies = [args.split()[:-1] for word, args in instructions() if word == "COPY"]
     sources = [source.rstrip("/") for sources in copies for source in sources]
-    assert sources == ["pyproject.toml", "README.md", "operator"]
+    assert sources == [
+        "model-images/operator/requirements.lock",
+        "pyproject.toml",
+        "README.md",
+        "operator",
+    ]
     for source in sources:
         assert (REPO / source).exists(), source
         included = False
@@ -65,3 +79,34 @@ def test_dockerignore_keeps_what_the_dockerfile_copies() -> None:
             if fnmatch.fnmatch(source, pattern.removeprefix("!").rstrip("/")):
                 included = negated
         assert included, f"{source} is excluded from the build context"
+
+
+def locked_pins() -> dict[str, str]:
+    """{canonical name: version} of the lock, each entry checked to carry its hashes."""
+    entries = re.sub(r"\\\n\s*", " ", LOCK.read_text())
+    pins = {}
+    for line in entries.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        requirement, *options = line.split()
+        name, _, version = requirement.partition("==")
+        assert version, f"{requirement}: not pinned with =="
+        assert options, f"{requirement}: no --hash (pip --require-hashes refuses it)"
+        assert all(re.fullmatch(r"--hash=sha256:[0-9a-f]{64}", o) for o in options), line
+        pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_the_lock_pins_every_runtime_dependency_within_its_range() -> None:
+    """Every [project] dependency of pyproject.toml is locked at a version its range admits:
+    regenerate the lock (its header says how) after changing them."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pins = locked_pins()
+    for line in project["dependencies"]:
+        wanted = Requirement(line)
+        name = canonicalize_name(wanted.name)
+        assert name in pins, f"{wanted.name} is not in {LOCK.name}: regenerate it"
+        assert wanted.specifier.contains(pins[name], prereleases=True), (
+            f"{LOCK.name} pins {name}=={pins[name]}, outside pyproject's {wanted}: regenerate it"
+        )
+    assert "matplotlib" not in pins, "plotting is the `plot` extra, not the operator image's"

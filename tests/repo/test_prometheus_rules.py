@@ -6,6 +6,7 @@ tests skip, or fail under COMPASS_REQUIRE_TIERS=1 (tests/tiers.py).
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -25,7 +26,14 @@ ALERTS = {
     "CompassPolicyHeldAtFastest",
     "CompassCapacityPressure",
     "CompassOperatorMetricsAbsent",
+    "CompassPolicyFenced",
+    "CompassSchedulerBehind",
+    "CompassWorkflowFailed",
+    "CompassWorkflowStuck",
+    "CompassRouterRefusing",
 }
+ROUTER = Path(__file__).resolve().parents[2] / "model-images" / "router" / "model.py"
+TROUBLESHOOTING = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
 
 
 def _rule_object(values: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -45,15 +53,50 @@ def test_no_rule_unless_enabled() -> None:
     assert not [o for o in render() if o["kind"] == "PrometheusRule"]
 
 
-def test_the_rules_name_metrics_the_operator_exports() -> None:
+def _router_counters() -> set[str]:
+    """The series the Triton router exports (model.py's SERVED_METRIC and REFUSED_METRIC)."""
+    return set(re.findall(r'^(?:SERVED|REFUSED)_METRIC = "(\w+)"', ROUTER.read_text(), re.M))
+
+
+def test_the_rules_name_only_metrics_that_are_exported() -> None:
+    """Every compass_* series an alert reads is the operator's (a counter with _total, a
+    histogram's parts) or the router's counters."""
     rule = _rule_object()
     assert rule is not None
     rules = rule["spec"]["groups"][0]["rules"]
     assert {r["alert"] for r in rules} == ALERTS
-    exported = {f.name for f in OperatorMetrics().registry.collect()}
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+    exported = {
+        family.name + suffix
+        for family in OperatorMetrics().registry.collect()
+        for suffix in ("", *suffixes.get(family.type, ()))
+    } | _router_counters()
+    assert {"compass_router_served_total", "compass_router_refused_total"} <= exported
     for r in rules:
-        named = {name for name in exported if name in r["expr"]}
+        named = set(re.findall(r"\bcompass_\w+", r["expr"]))
         assert named, r["expr"]
+        assert named <= exported, f"{r['alert']} reads {named - exported}, which nothing exports"
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of a document's headings (lower case, spaces to -, punctuation dropped)."""
+    return {
+        re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        for heading in re.findall(r"^#+ (.+)$", markdown, re.M)
+    }
+
+
+def test_every_alert_links_its_runbook() -> None:
+    """Each alert's runbook_url is docs/troubleshooting.md at a heading that exists there."""
+    rule = _rule_object()
+    assert rule is not None
+    anchors = _anchors(TROUBLESHOOTING.read_text())
+    for r in rule["spec"]["groups"][0]["rules"]:
+        url = r["annotations"]["runbook_url"]
+        base, _, anchor = url.partition("#")
+        assert base.endswith("/docs/troubleshooting.md"), url
+        assert anchor == r["alert"].lower(), url
+        assert anchor in anchors, f"docs/troubleshooting.md has no heading for {r['alert']}"
 
 
 def test_promtool_checks_and_unit_tests_the_rendered_rules(tmp_path: Path) -> None:
@@ -64,7 +107,7 @@ def test_promtool_checks_and_unit_tests_the_rendered_rules(tmp_path: Path) -> No
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule["spec"]), encoding="utf-8")
     checked = _promtool("check", "rules", "rules.yaml", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 5 rules found" in checked.stdout
+    assert f"SUCCESS: {len(ALERTS)} rules found" in checked.stdout
     shutil.copy(UNIT_TEST, tmp_path / UNIT_TEST.name)
     tested = _promtool("test", "rules", UNIT_TEST.name, cwd=tmp_path)
     assert tested.returncode == 0, tested.stdout + tested.stderr

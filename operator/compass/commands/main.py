@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
+from compass import __version__
 from compass.console import Parser, Terminated, UsageError
 from compass.evaluators.files import UnsafeFileError
 
@@ -18,27 +19,34 @@ from compass.evaluators.files import UnsafeFileError
 # operator's kopf and Kubernetes client, the Triton client, matplotlib each take a second or
 # two); inside a command module every import is at module level. In `compass --help`'s order.
 SUBCOMMANDS: dict[str, str] = {
-    "search": "search a configuration space",
+    "search": "find the configurations that reach an accuracy target (COMPASS-V)",
     "demo": "the whole method on this machine: search, profile, plan, serve a spike (minutes)",
     "profile": "measure the latency of configurations through the router",
     "load": "send open-loop load to the router and record every request",
     "serve": "run Elastico live against Triton, outside Kubernetes",
-    "plan": "Pareto front and switching thresholds from latency profiles",
+    "plan": "Pareto front and switching thresholds from latency profiles: a ParetoPolicy",
     "simulate": "run a policy and the static baselines through the serving simulator",
     "operator": "run the operator: the ParetoPolicy and CompoundWorkflow controllers (kopf)",
     "crds": "write the CustomResourceDefinition YAML generated from the models",
     "job": "run inside the operator's Jobs (search or profile a CompoundWorkflow)",
 }
 
+DESCRIPTION = (
+    "Keep a compound-AI workflow inside its accuracy and latency SLOs on fixed hardware: find "
+    "the configurations that reach an accuracy target (search), measure their latency "
+    "(profile), plan a Pareto front with the queue depths to switch at (plan), try the policy "
+    "on simulated or real load (simulate, load), and switch between the configurations as load "
+    "changes, outside Kubernetes (serve) or as an operator in a cluster (operator, with its "
+    "CRDs from crds and its Jobs running job). demo runs every step on this machine."
+)
+EPILOG = "`compass COMMAND --help` describes a command and every one of its options."
+
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The `compass` argument parser: the subcommand ``argv`` names in full (its module
     imported and its arguments added), the others by name and summary only."""
-    parser = Parser(
-        prog="compass",
-        description="Find every configuration of a compound-AI workflow that reaches an "
-        "accuracy target, evaluating as few samples as possible.",
-    )
+    parser = Parser(prog="compass", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"compass {__version__}")
     commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     chosen = next((word for word in argv[:1] if word in SUBCOMMANDS), None)
     for name, summary in SUBCOMMANDS.items():
@@ -90,7 +98,7 @@ def _main(argv: list[str] | None) -> int:
         args = parser.parse_args(words)
     except UsageError as exc:
         return _usage_error(exc.prog or "compass", exc)
-    except SystemExit as exc:  # --help
+    except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:

@@ -19,9 +19,14 @@ def register(commands: Any, summary: str) -> None:
     command = commands.add_parser(
         "operator",
         help=summary,
-        description="Run the kopf operator in this process: one Elastico timer per ParetoPolicy "
-        "and the CompoundWorkflow handlers, kopf's liveness endpoint on COMPASS_HEALTH_PORT "
-        "(/healthz) and the operator's Prometheus metrics on COMPASS_METRICS_PORT (/metrics). "
+        description="Run the kopf operator in this process: the ParetoPolicy controller (one "
+        "scheduler ticks every policy each second on a pool of threads: it reads the router's "
+        "queue, decides with the policy's strategy and switches the routers) and the "
+        "CompoundWorkflow controller (its search and profiling Jobs, then its ParetoPolicy), "
+        "kopf's liveness endpoint on COMPASS_HEALTH_PORT (/healthz) and the operator's "
+        "Prometheus metrics on COMPASS_METRICS_PORT (/metrics). Settings come from COMPASS_* "
+        "environment variables (the Helm chart sets them from its values); these flags "
+        "override them. "
         "Without --peering it runs standalone: run one process only. With --peering NAME "
         "(COMPASS_PEERING) any number may run: only the one with the highest priority acts.",
     )

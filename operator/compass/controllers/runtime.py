@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import Metric
 
 from compass import __version__
+from compass.api.compoundworkflow import Phase
 from compass.controllers import kubeapi
 from compass.controllers.collector import Collector
 from compass.controllers.fencing import Fence
@@ -242,6 +243,13 @@ class OperatorMetrics:
             flows,
             registry=self.registry,
         )
+        self.workflow_phase = Gauge(
+            "compass_workflow_phase",
+            "1 for the workflow's status.phase (label phase: Pending, Searching, Profiling, "
+            "Planning, Planned, Ready, Failed), 0 for the others.",
+            [*flows, "phase"],
+            registry=self.registry,
+        )
 
     def _policy_gauges(self) -> tuple[Gauge, ...]:
         return (
@@ -371,6 +379,14 @@ class OperatorMetrics:
             if samples > 0:
                 self.samples_evaluated.labels(namespace, name).inc(samples)
 
+    def set_workflow_phase(self, namespace: str, name: str, uid: str, phase: Phase) -> None:
+        """The workflow's phase as it was last seen (a deleted workflow's stays gone)."""
+        with self._lock:
+            if uid and uid in self._gone:
+                return
+            for each in Phase:
+                self.workflow_phase.labels(namespace, name, each.value).set(each == phase)
+
     def forget_workflow(self, namespace: str, name: str, uid: str = "") -> None:
         """Remove every series of a deleted CompoundWorkflow (and count none for its uid)."""
         with self._lock:
@@ -380,6 +396,8 @@ class OperatorMetrics:
                 for result in JOB_RESULTS:
                     counter.remove(namespace, name, result)
             self.samples_evaluated.remove(namespace, name)
+            for phase in Phase:
+                self.workflow_phase.remove(namespace, name, phase.value)
 
 
 class _ExpireAtScrape:

@@ -171,12 +171,26 @@ def _count(
 
 @kopf.on.event(GROUP, VERSION, WORKFLOW_PLURAL, id="forget-workflow-series")
 def forget_deleted_workflow(
-    type: str, namespace: str | None, name: str | None, uid: str | None, memo: kopf.Memo, **_: Any
+    type: str,
+    namespace: str | None,
+    name: str | None,
+    uid: str | None,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
     """A deleted workflow's series go with it (watched, not a finalizer: nothing can block the
-    delete); a step still in flight counts nothing after."""
-    if type == "DELETED" and name:
-        runtime_of(memo).metrics.forget_workflow(namespace or "", name, uid or "")
+    delete); a step still in flight counts nothing after. Every other event (the listing at
+    start-up included) exports its phase, so an alert on a Failed workflow outlives a restart."""
+    if not name:
+        return
+    metrics = runtime_of(memo).metrics
+    if type == "DELETED":
+        metrics.forget_workflow(namespace or "", name, uid or "")
+        return
+    phase = str(dict(body.get("status") or {}).get("phase") or Phase.PENDING.value)
+    if phase in {each.value for each in Phase}:
+        metrics.set_workflow_phase(namespace or "", name, uid or "", Phase(phase))
 
 
 def _owned(items: list[dict[str, Any]], uid: str) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Figures for `compass plan` and `compass simulate` (matplotlib, Agg: no display needed)."""
+"""Figures for `compass plan`, `compass simulate` and the demo (matplotlib, Agg: no display)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt
 import numpy as np
 
+from compass.console import UsageError
 from compass.domain.arrivals import Scenario
 from compass.domain.planner import Plan
 from compass.domain.profiles import LatencyProfile
@@ -20,6 +16,23 @@ from compass.domain.simulator import Tick
 
 BASELINE_STYLE = {"fastest": "tab:green", "middle": "tab:orange", "accurate": "tab:red"}
 POLICY_COLOUR = "tab:blue"
+MISSING_MATPLOTLIB = (
+    "--plot needs matplotlib, which is not installed: pip install 'compass-operator[plot]' "
+    "(compass demo's figures need it too)"
+)
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, imported on first use: matplotlib is the `plot`
+    extra, absent from the operator's image, whose commands never draw."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError(MISSING_MATPLOTLIB) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 class TimelineRun(Protocol):
@@ -69,6 +82,7 @@ def draw_front(axes: Any, plan: Plan, profiles: Sequence[LatencyProfile] = ()) -
 
 def save_plan_figure(path: Path, plan: Plan, profiles: Sequence[LatencyProfile]) -> None:
     """The front with its thresholds, as an image."""
+    plt = pyplot()
     figure, axes = plt.subplots(figsize=(8, 5.5))
     draw_front(axes, plan, profiles)
     figure.tight_layout()
@@ -139,6 +153,7 @@ def save_timeline_figure(
     profiles: Sequence[LatencyProfile] = (),
 ) -> None:
     """The front (left) beside one run's timeline, the others' latencies behind it (right)."""
+    plt = pyplot()
     figure = plt.figure(figsize=(15, 9))
     grid = figure.add_gridspec(4, 2, width_ratios=(1, 1.6))
     draw_front(figure.add_subplot(grid[:, 0]), plan, profiles)
