@@ -12,7 +12,6 @@ from typing import Any
 
 from compass.api.meta import API_VERSION, POLICY_KIND
 from compass.api.paretopolicy import (
-    BindingMode,
     CapacitySpec,
     FrontEntry,
     Hysteresis,
@@ -22,13 +21,22 @@ from compass.api.paretopolicy import (
 )
 from compass.api.paretopolicy_status import ThresholdStatus
 from compass.domain.admission import Admission, AdmissionPoint, router_admission
-from compass.domain.binding import GATE_SETTLE_MS, RATE_HEADROOM, router_table, stage_plan
-from compass.domain.bindingsim import ROUTER_POLL_S, RateView
+from compass.domain.arrivals import Scenario
+from compass.domain.binding import (
+    GATE_SETTLE_MS,
+    RATE_HEADROOM,
+    StageComponents,
+    router_table,
+    stage_plan,
+)
+from compass.domain.bindingsim import ROUTER_POLL_S, RateView, simulate_binding
 from compass.domain.bindingsim import BindingSettings as SimulatedBinding
 from compass.domain.capacity import CapacityCurve, parse_curve
 from compass.domain.elastico import ElasticoSettings
 from compass.domain.planner import Plan, Slo, plan_from_profiles
+from compass.domain.podmodel import PodModel
 from compass.domain.profiles import LatencyProfile
+from compass.domain.simulator import FRESH, MetricsView, RunReport, simulate
 from compass.domain.strategy import Policy, build_policy
 
 # Spec fields a person (kubectl edit, Git) sets and a plan never writes: a manifest made from a
@@ -116,36 +124,46 @@ def runtime_policy(spec: ParetoPolicySpec, plan: Plan | None = None) -> Policy:
 def admission_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
     """What every router gets with each switch to judge requests at dispatch, for this spec's
     plan (None: admission off)."""
-    if not spec.admission.enabled:
+    if not spec.admits:
         return None
     return router_admission([t.profile for t in plan.thresholds], admission_rule(spec))
 
 
+def binding_stages(spec: ParetoPolicySpec) -> tuple[list[tuple[str, ...]], list[StageComponents]]:
+    """The stages the routers bind (the parameters each reads, in order) and the component
+    models each calls: the declared stages, else the whole configuration as one stage whose
+    component is the whole pipeline (no model named)."""
+    stages = spec.binding.stages
+    if stages:
+        return [tuple(stage.parameters) for stage in stages], [stage.models for stage in stages]
+    return [tuple(spec.front[0].config)], [()]
+
+
 def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
-    """What every router gets with each switch to bind requests stage by stage (None: the
-    policy's configuration serves every request)."""
+    """What every router gets with each switch to bind each request (None: the policy's
+    configuration serves every request)."""
     settings = spec.binding
-    if settings.mode is not BindingMode.PER_STAGE:
+    if not settings.mode.per_request:
         return None
+    stages, components = binding_stages(spec)
     shares = [stage.share for stage in settings.stages]
     plan_of_stages = stage_plan(
         [t.profile for t in plan.thresholds],
-        [tuple(stage.parameters) for stage in settings.stages],
+        stages,
         settings.quantile,
-        None if None in shares else [s for s in shares if s is not None],
+        None if not shares or None in shares else [s for s in shares if s is not None],
         spec.admission.quantile,
-        [stage.models for stage in settings.stages],
+        None if not settings.stages else components,
     )
+    # The wait rule is admission's, and the lag cap replaces it (bench/serving_default.py: the
+    # two together win 65% of the oracle's gain where the lag cap alone wins 93%).
+    waits = spec.admits and settings.lag_share is None
     return router_table(
         plan_of_stages,
-        [stage.models for stage in settings.stages],
-        refuse=spec.admission.enabled and spec.admission.refuse,
+        components,
+        refuse=spec.admits and spec.admission.refuse,
         slo_ms=spec.slo.latency_ms,
-        # With the lag cap, degradeAfter 1 is no wait rule: a request that waited a whole SLO
-        # binds the fastest anyway (nothing fits), so the table need not carry it.
-        degrade_after=None
-        if settings.lag_share is not None and spec.admission.degrade_after >= 1
-        else spec.admission.degrade_after,
+        degrade_after=spec.admission.degrade_after if waits else None,
         lag_share=settings.lag_share,
         lag_reserve=settings.lag_reserve,
         settle_ms=GATE_SETTLE_MS,
@@ -287,3 +305,50 @@ def planned_manifest(
         "metadata": metadata,
         "spec": {k: v for k, v in spec.items() if k not in PERSON_OWNED_SPEC_FIELDS},
     }
+
+
+def simulate_serving(
+    spec: ParetoPolicySpec,
+    scenario: Scenario,
+    label: str = "policy",
+    *,
+    pods: int = 1,
+    plan: Plan | None = None,
+    pod_model: PodModel | None = None,
+    admission: Admission | None = None,
+    metrics_view: MetricsView = FRESH,
+) -> RunReport:
+    """The spec served on the scenario as its routers and operator would serve it: each request
+    bound by the routers' table behind their gate (per-request binding), else the strategy
+    switching the whole workflow (with ``admission``, and ``pod_model`` for its pods)."""
+    chosen = policy_plan(spec) if plan is None else plan
+    front = [t.profile for t in chosen.thresholds]
+    table = binding_table(spec, chosen)
+    if table is None:
+        return simulate(
+            runtime_policy(spec, chosen),
+            front,
+            scenario,
+            spec.slo.latency_ms,
+            label,
+            spec.interval_seconds,
+            pods=pods,
+            switch_delay_s=spec.switch_delay_ms / 1000,
+            pod_model=pod_model or PodModel(spec.router_instances),
+            admission=admission,
+            metrics_view=metrics_view,
+        )
+    stages, _ = binding_stages(spec)
+    shares = [stage.share for stage in spec.binding.stages]
+    gate = spec.binding.gate
+    return simulate_binding(
+        front,
+        scenario,
+        spec.slo.latency_ms,
+        label,
+        stages=stages,
+        prior_shares=None if not shares or None in shares else [s for s in shares if s],
+        settings=simulated_binding(spec, table, gate.instances, gate.slots),
+        pods=pods,
+        pod_model=PodModel(servers=gate.slots),
+    )

@@ -54,21 +54,44 @@ def test_per_stage_binding_sends_every_router_a_table_it_accepts() -> None:
         assert sum(admit_ms) == pytest.approx(
             entry.latency_p50_ms or entry.latency_mean_ms, rel=0.05
         )
-    # Refusal follows admission's settings; so does the wait after which a request binds the
-    # fastest completion, told with the SLO its deadline carries.
-    assert table["refuse"] is False
-    assert (checked["slo_ms"], checked["degrade_after"]) == (
+    # Per-request binding admits by default: a request late whatever serves it is refused; the
+    # lag cap (on by default) replaces the wait rule; the SLO tells each request's arrival.
+    assert table["refuse"] is True
+    assert (checked["slo_ms"], checked["degrade_after"], checked["lag_share"]) == (
         spec.slo.latency_ms,
-        spec.admission.degrade_after,
+        None,
+        0.3,
     )
-    admitted = spec.model_copy(
-        update={"admission": spec.admission.model_copy(update={"enabled": True})}
+    serving_all = spec.model_copy(
+        update={"admission": spec.admission.model_copy(update={"enabled": False})}
     )
-    refusing = binding_table(admitted, policy_plan(admitted))
-    assert refusing is not None
-    assert refusing["refuse"] is True
-    # The default: the policy's configuration serves every request, no table.
-    assert binding_table(ParetoPolicySpec.model_validate(data), policy_plan(spec)) is None
+    refusing_none = binding_table(serving_all, policy_plan(serving_all))
+    assert refusing_none is not None
+    assert refusing_none["refuse"] is False
+    # Whole-workflow serving: the policy's configuration serves every request, no table.
+    whole = ParetoPolicySpec.model_validate({**data, "binding": {"mode": "workflow"}})
+    assert binding_table(whole, policy_plan(spec)) is None
+    assert not whole.admits
+
+
+def test_the_default_binds_the_whole_configuration_at_take_up() -> None:
+    # No stages declared: one stage of every parameter, calling no named model (the whole
+    # pipeline), each entry's whole time in it.
+    data = example_spec()
+    spec = ParetoPolicySpec.model_validate(data)
+    assert spec.binding.mode.per_request and spec.admits
+    table = binding_table(spec, policy_plan(spec))
+    assert table is not None
+    assert table["stages"] == [list(spec.front[0].config)]
+    assert table["components"] == [[]]
+    for config, entry in zip(table["configs"], spec.front, strict=True):
+        assert json.loads(config["config"]) == entry.config
+        (stage_ms,) = config["stage_ms"]
+        assert stage_ms >= entry.latency_mean_ms
+    # Entries that disagree on their parameters cannot be bound as one stage.
+    uneven = [dict(data["front"][0], config={"only": 1}), *data["front"][1:]]
+    with pytest.raises(ValidationError, match=r"front\[1\].config: parameters"):
+        ParetoPolicySpec.model_validate({**data, "front": uneven})
 
 
 def test_per_stage_binding_names_what_is_missing() -> None:
@@ -107,7 +130,7 @@ def test_a_stage_of_several_models_reaches_the_routers_as_their_list() -> None:
             )
 
 
-def test_the_lag_cap_reaches_the_routers_and_degrade_after_one_drops_the_wait_rule() -> None:
+def test_the_lag_cap_reaches_the_routers_in_place_of_the_wait_rule() -> None:
     data = example_spec()
     binding = {"mode": "per-stage", "stages": STAGES, "lagShare": 0.3, "lagReserve": 2}
     spec = ParetoPolicySpec.model_validate(
@@ -122,18 +145,18 @@ def test_the_lag_cap_reaches_the_routers_and_degrade_after_one_drops_the_wait_ru
         2,
         None,
     )
-    # A shorter wait rule stays beside the cap.
+    # The cap replaces the wait rule whatever degradeAfter says.
     waiting = ParetoPolicySpec.model_validate(
         {**data, "binding": binding, "admission": {"degradeAfter": 0.25}}
     )
     kept = binding_table(waiting, policy_plan(waiting))
     assert kept is not None
-    assert kept["degrade_after"] == 0.25
-    # No cap asked: none in the table, and the wait rule as admission sets it.
+    assert kept["degrade_after"] is None
+    # No cap: the wait rule as admission sets it.
     plain = ParetoPolicySpec.model_validate(
         {
             **data,
-            "binding": {"mode": "per-stage", "stages": STAGES},
+            "binding": {"mode": "per-stage", "stages": STAGES, "lagShare": None},
             "admission": {"degradeAfter": 1},
         }
     )
@@ -192,7 +215,11 @@ def test_the_simulator_binds_on_what_the_routers_of_the_table_see() -> None:
     assert ungated.settle_s == 0.0
     # Behind a gate without the cap: every follower and every arrival (the gate's own view).
     plain = ParetoPolicySpec.model_validate(
-        {**data, "binding": {"mode": "per-stage", "stages": STAGES}}
+        {
+            **data,
+            "binding": {"mode": "per-stage", "stages": STAGES, "lagShare": None},
+            "admission": {"enabled": False},
+        }
     )
     uncapped = binding_table(plain, policy_plan(plain))
     assert uncapped is not None

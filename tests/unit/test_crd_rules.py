@@ -88,7 +88,7 @@ VOLUME = {"claimName": "data", "path": "/qa.jsonl"}
 # (model, spec change, valid?): each invalid one breaks exactly one cross-field rule and is
 # otherwise schema-valid, so the server would reject it for the CEL rule alone.
 # qa-real's retrieval: one stage that may call any of three models.
-_STAGE_OF_MODELS = {"components": ["bm25", "dense", "reranker"], "parameters": ["retriever"]}
+_STAGE_OF_MODELS = {"components": ["bm25", "dense", "reranker"], "parameters": ["retriever_k"]}
 
 CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
     "workflow as given": (CompoundWorkflowSpec, lambda s: None, True),

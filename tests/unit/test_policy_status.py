@@ -71,7 +71,10 @@ def test_compile_derives_plan_and_endpoints() -> None:
 
 
 def test_admission_gives_the_routers_each_members_time_by_its_key() -> None:
-    assert COMPILED.admission is None  # off by default
+    # On by default, as the routers bind each request; off for whole-workflow serving.
+    assert COMPILED.admission is not None
+    whole = policy_compile.compile_policy(spec(binding={"mode": "workflow"}), 1)
+    assert whole.admission is None
     table = policy_compile.compile_policy(
         spec(admission={"enabled": True, "quantile": 0.9}), 1
     ).admission

@@ -342,13 +342,14 @@ class RoutingTarget(CamelModel):
 class AdmissionSettings(CamelModel):
     """What the routers do with a request that would miss its deadline (admission at dispatch)."""
 
-    enabled: bool = Field(
-        default=False,
-        description="Judge each request that carries its deadline (request parameter "
-        "compass_deadline_ns, ns since the epoch, set by the client or gateway) when a router "
-        "instance takes it up: served as routed if that configuration's time fits what is left, "
-        "else on the fastest if that fits, else refused with UNAVAILABLE (retryable). Requests "
-        "without a deadline are served as before.",
+    enabled: bool | None = Field(
+        default=None,
+        description="Judge each request when a router instance takes it up, by its deadline "
+        "(request parameter compass_deadline_ns, ns since the epoch, set by the client or "
+        "gateway; behind the routers' gate, its arrival + the SLO where it carries none): "
+        "served as routed (or bound) if that fits what is left, else on the fastest if that "
+        "fits, else refused with UNAVAILABLE (retryable). Unset: on where the routers bind each "
+        "request (binding.mode per-request, the default), off for whole-workflow serving.",
     )
     quantile: Annotated[
         float,
@@ -367,8 +368,8 @@ class AdmissionSettings(CamelModel):
             description="A request that has waited more than this share of the SLO is served on "
             "the fastest entry even where its routed one would fit: a long wait means a queue "
             "behind it, and the fastest shortens it at once (1: only what would be late). Late "
-            "binding (binding.mode per-stage) applies it too: such a request binds the fastest "
-            "completion.",
+            "binding applies it where admission is on and binding.lagShare is unset (such a "
+            "request binds the fastest completion): the lag cap replaces it.",
         ),
     ] = DEFAULT_DEGRADE_AFTER
     refuse: bool = Field(
@@ -381,11 +382,62 @@ class AdmissionSettings(CamelModel):
 
 
 class BindingMode(StrEnum):
-    """Who chooses a request's configuration: the policy for the whole workflow, or the
-    routers per request and stage (late binding)."""
+    """Who chooses a request's configuration: the routers per request (late binding), or the
+    policy for the whole workflow."""
 
-    WORKFLOW = "workflow"
+    # Each request bound by the routers: at take-up (no stages) or stage by stage.
+    PER_REQUEST = "per-request"
+    # The former name of per-request with stages, kept so that existing manifests apply.
     PER_STAGE = "per-stage"
+    # The policy's configuration (or mix) serves every request: for data planes that cannot
+    # bind per request.
+    WORKFLOW = "workflow"
+
+    @property
+    def per_request(self) -> bool:
+        """Whether the routers bind each request."""
+        return self is not BindingMode.WORKFLOW
+
+
+# The shipped router's gated model config (model-images/*/models/router/configs/gated.pbtxt):
+# 8 instances take requests up as they arrive, one runs the pipeline at a time.
+DEFAULT_GATE_INSTANCES = 8
+DEFAULT_GATE_SLOTS = 1
+# The lag cap the example and the default serve with (bench/serving_sim.py's best rule).
+DEFAULT_LAG_SHARE = 0.3
+DEFAULT_LAG_RESERVE = 2
+
+
+class RouterGate(CamelModel):
+    """The routers' gate as their model config sets it: what the simulator and `compass
+    simulate` model (the routers read their own config)."""
+
+    instances: Annotated[
+        int,
+        Field(
+            ge=2,
+            le=MAX_ROUTER_INSTANCES,
+            description="Router instances a pod runs (instance_group count): each takes a "
+            "request up as it arrives and waits at the gate, where the request binding sees it.",
+        ),
+    ] = DEFAULT_GATE_INSTANCES
+    slots: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=MAX_ROUTER_INSTANCES,
+            description="Requests that run the pipeline at once (compass_pipeline_slots).",
+        ),
+    ] = DEFAULT_GATE_SLOTS
+
+    @model_validator(mode="after")
+    def _more_instances_than_slots(self) -> RouterGate:
+        if self.instances <= self.slots:
+            raise ValueError(
+                f"binding.gate.instances: {self.instances} is not above slots ({self.slots}); "
+                "give more instances than slots, e.g. 8 and 1, so that waiting requests are seen"
+            )
+        return self
 
 
 class BindingStage(CamelModel):
@@ -450,22 +502,26 @@ class BindingStage(CamelModel):
 
 
 class BindingSettings(CamelModel):
-    """Late binding (issue 43): the routers bind each request's parameters stage
-    by stage, from its deadline and the work in flight at each component (docs/method.md,
-    Late binding)."""
+    """Late binding: the routers bind each request, at take-up or stage by stage, from its
+    deadline and the work ahead of it (docs/method.md, Late binding)."""
 
     mode: BindingMode = Field(
-        default=BindingMode.WORKFLOW,
-        description="workflow (the default): the policy's configuration serves every request. "
-        "per-stage: a request that carries its deadline gets, at each stage, the most accurate "
-        "front entry consistent with what it has bound whose per-stage times fit what is left "
-        "of it, else the fastest (refused where admission is enabled and refuses).",
+        default=BindingMode.PER_REQUEST,
+        description="per-request (the default): each request gets the most accurate front "
+        "entry (consistent with what it has bound) whose remaining time fits what is left of "
+        "its deadline (its arrival + the SLO behind the routers' gate, where the client sends "
+        "none) and spares the requests waiting behind it, else the fastest (refused where "
+        "admission is enabled and refuses); without stages the whole configuration is bound "
+        "when a router instance takes the request up. workflow: the policy's configuration "
+        "serves every request (for data planes that cannot bind per request). per-stage: the "
+        "former name of per-request with stages.",
     )
     stages: list[BindingStage] = Field(
         default_factory=list,
         max_length=MAX_BINDING_STAGES,
         description=f"The pipeline's stages in the order a request reaches them (at most "
-        f"{MAX_BINDING_STAGES}); required for per-stage.",
+        f"{MAX_BINDING_STAGES}), each bound just before its call; none: the whole "
+        "configuration is one stage, bound at take-up.",
     )
     quantile: Annotated[
         float,
@@ -480,14 +536,13 @@ class BindingSettings(CamelModel):
         Field(
             gt=0,
             le=1,
-            description="The lag cap (per-stage): a request may take longer than its fastest "
-            "completion only while that leaves it at most this share of the SLO (less "
-            "lagReserve of the fastest's likely times) behind the schedule static fastest would "
-            "keep, so a clump arriving behind it pays little for its extra accuracy (docs/"
-            "method.md, Late binding). Unset: no cap. With it, admission.degradeAfter 1 turns "
-            "the wait rule off (bench/serving_sim.py's best rule: 0.3, lagReserve 2).",
+            description="The lag cap: a request may take longer than its fastest completion "
+            "only while that leaves it at most this share of the SLO (less lagReserve of the "
+            "fastest's likely times) behind the schedule static fastest would keep, so a clump "
+            "arriving behind it pays little for its extra accuracy (docs/method.md, Late "
+            "binding). null: no cap.",
         ),
-    ] = None
+    ] = DEFAULT_LAG_SHARE
     lag_reserve: Annotated[
         int,
         Field(
@@ -496,14 +551,20 @@ class BindingSettings(CamelModel):
             description="With lagShare: its share is of the SLO less this many of the fastest's "
             "likely times, so a short SLO allows less lag.",
         ),
-    ] = 0
+    ] = DEFAULT_LAG_RESERVE
+    gate: RouterGate = Field(
+        default_factory=RouterGate,
+        description="The routers' gate (their model config): what `compass simulate` and the "
+        "plan's prediction model. The shipped router's gated config: 8 instances, 1 slot.",
+    )
 
     @model_validator(mode="after")
     def _stages_for_per_stage(self) -> BindingSettings:
         if self.mode is BindingMode.PER_STAGE and not self.stages:
             raise ValueError(
                 "binding.stages: per-stage needs the pipeline's stages; give each stage's "
-                "component and parameters, in order"
+                "component and parameters, in order, or use mode per-request without stages "
+                "(the whole configuration bound at take-up)"
             )
         shares = [stage.share for stage in self.stages]
         if any(share is not None for share in shares) and (
@@ -611,6 +672,13 @@ class ServingSettings(CamelModel):
         description="Late binding: who chooses each request's configuration.",
     )
 
+    @property
+    def admits(self) -> bool:
+        """Whether the routers judge requests at dispatch (admission.enabled, else per-request
+        binding's default: on)."""
+        enabled = self.admission.enabled
+        return self.binding.mode.per_request if enabled is None else enabled
+
     @model_validator(mode="after")
     def _forecaster_needs_predictive(self) -> ServingSettings:
         if self.forecaster is not ForecasterKind.NONE and self.strategy is not Strategy.PREDICTIVE:
@@ -654,7 +722,18 @@ class ParetoPolicySpec(ServingSettings):
 
     @model_validator(mode="after")
     def _stages_name_front_parameters(self) -> ParetoPolicySpec:
-        if self.binding.mode is not BindingMode.PER_STAGE:
+        if not self.binding.mode.per_request:
+            return self
+        if not self.binding.stages:
+            # The whole configuration is one stage: every entry binds the same parameters.
+            names = set(self.front[0].config)
+            for index, entry in enumerate(self.front):
+                if set(entry.config) != names:
+                    raise ValueError(
+                        f"front[{index}].config: parameters {sorted(entry.config)} are not "
+                        f"front[0]'s {sorted(names)}; per-request binding binds one set of "
+                        "parameters: give every entry the same ones, or binding.mode workflow"
+                    )
             return self
         for s, stage in enumerate(self.binding.stages):
             for name in stage.parameters:

@@ -286,7 +286,7 @@ def plan_command(args: argparse.Namespace) -> int:
         f"p{percentile:g}, slack buffer {slack:g} ms, model {plan.model.value}; strategy "
         f"{spec.strategy.value}"
         + ("" if spec.forecaster is ForecasterKind.NONE else f" ({spec.forecaster.value})")
-        + (", admission on" if spec.admission.enabled else "")
+        + (", admission on" if spec.admits else "")
     )
     print(plan_table(plan))
     print(

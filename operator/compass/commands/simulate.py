@@ -220,7 +220,7 @@ def simulate_command(args: argparse.Namespace) -> int:
             "the fastest's capacity"
         )
     admission = None
-    if args.admission or spec.admission.enabled:
+    if args.admission or spec.admits:
         rule = admission_rule(spec)
         admission = replace(
             rule,

@@ -569,11 +569,14 @@ def router_table(
         )
     models = stage_models(components)
     named = [m for stage in models for m in stage]
-    if not all(models) or len(set(named)) != len(named):
+    # One stage naming no model is the whole pipeline: the configuration bound at take-up.
+    whole = len(models) == 1 and not models[0]
+    if not (whole or all(models)) or len(set(named)) != len(named):
         raise BindingError(
             "components",
             f"{list(components)} leaves a stage without a model or names one twice",
-            "give each stage its own component models (a call tells the router its stage)",
+            "give each stage its own component models (a call tells the router its stage), "
+            "or one stage and none (the whole pipeline)",
         )
     return {
         "stages": [list(names) for names in plan.stages],

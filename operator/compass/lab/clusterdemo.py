@@ -368,7 +368,7 @@ def _run(
         say,
         # The policy's requests carry the SLO as their deadline where it admits (a gateway
         # that owns the SLO); behind the gate late binding needs none (client-free).
-        spec.admission.enabled and not settings.late_binding,
+        spec.admits and not settings.late_binding,
     )
     kube.show("get", "cwf,pp")
 

@@ -92,7 +92,7 @@ class StartingOn:
 
 def unscaled_admission(spec: ParetoPolicySpec, scale: float) -> Admission | None:
     """The routers' admission at the paper's scale, None where the policy has none."""
-    if not spec.admission.enabled:
+    if not spec.admits:
         return None
     rule = admission_rule(spec)
     return replace(rule, slo_ms=rule.slo_ms / scale)

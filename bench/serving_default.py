@@ -1,0 +1,178 @@
+"""The default serving `compass plan` writes, judged on the trace library's held-out windows.
+
+For each held-out window of the shipped production traces, stretched to each utilisation of the
+fastest member's capacity, the policy `compass plan --profiles P --slo-ms S` writes (built
+through compass.conversion, as the operator and `compass simulate` build it) is served beside
+static fastest and the hindsight oracle on the same arrivals. Prints each window's compliance
+against static fastest's, the policy's share of the oracle's accuracy gain (capped at 100%), and
+issue 59's floors: >= 90% on average, >= 50% in each window where the oracle gains >= 10% of the
+fastest-to-accurate gap, compliance >= static fastest - 1.0 in each.
+
+    .venv/bin/python bench/serving_default.py [--slo-ms 1000] [--variants default,workflow]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compass.api.paretopolicy import ParetoPolicySpec, ServingSettings
+from compass.conversion import simulate_serving, spec_for_plan
+from compass.domain.arrivals import make_scenario
+from compass.domain.oracle import hindsight_oracle
+from compass.domain.planner import Slo, plan_from_profiles
+from compass.domain.profiles import LatencyProfile, parse_profiles
+from compass.domain.simulator import StaticController, simulate
+from compass.domain.traces import TRACE_NAMES, TraceWindow, trace_windows, window_pattern
+from compass.examples import load_trace
+
+PAPER_PROFILES = Path(__file__).parent / "data" / "compass-paper" / "planner_latency_profiles.json"
+UTILISATIONS = (0.4, 0.7, 0.9)
+WINDOWS, WINDOW_S, WINDOW_SEED = 4, 600.0, 0
+SLACK_BUFFER_MS = 50.0
+# Issue 59's floors.
+SHARE_MEAN, SHARE_CELL, GAINFUL, COMPLIANCE_SLACK = 90.0, 50.0, 0.10, 1.0
+# The serving each variant asks for, as ParetoPolicy spec fields (default: what `compass plan`
+# writes with no serving flag).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    # The rules the default combines, each left out in turn.
+    "no-admission": {"admission": {"enabled": False}},
+    "no-lag-cap": {"binding": {"lagShare": None}},
+    "admission-0.4": {"admission": {"quantile": 0.4}},
+    # rag-sim's stages, bound stage by stage (the paper's front has its parameters).
+    "staged": {
+        "binding": {
+            "stages": [
+                {"component": "retriever", "parameters": ["retriever_k"], "share": 0.1},
+                {
+                    "component": "reranker",
+                    "parameters": ["reranker_model", "reranker_k"],
+                    "share": 0.2,
+                },
+                {"component": "generator", "parameters": ["generator_model"], "share": 0.7},
+            ]
+        }
+    },
+    # Whole-workflow serving, for data planes that cannot bind per request.
+    "elastico": {"binding": {"mode": "workflow"}},
+    "predictive+adm": {
+        "binding": {"mode": "workflow"},
+        "strategy": "predictive",
+        "admission": {"enabled": True},
+    },
+}
+
+
+@lru_cache(maxsize=1)
+def profiles(path: str) -> tuple[LatencyProfile, ...]:
+    """The profiles the plan is made from."""
+    return parse_profiles(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One held-out window at one utilisation, under one variant."""
+
+    variant: str
+    window: TraceWindow
+    utilisation: float
+    slo_ms: float
+    profiles: str
+
+
+def spec_of(cell: Cell) -> ParetoPolicySpec:
+    """The policy `compass plan` writes, with the variant's serving."""
+    plan = plan_from_profiles(profiles(cell.profiles), Slo(cell.slo_ms), SLACK_BUFFER_MS)
+    serving = ServingSettings.model_validate(VARIANTS[cell.variant])
+    return spec_for_plan(plan, serving=serving)
+
+
+def run(cell: Cell) -> tuple[Cell, dict[str, tuple[float, float]]]:
+    """Compliance and mean accuracy of the policy, static fastest and the oracle."""
+    spec = spec_of(cell)
+    plan = plan_from_profiles(profiles(cell.profiles), Slo(cell.slo_ms), SLACK_BUFFER_MS)
+    front = [t.profile for t in plan.thresholds]
+    arrivals = load_trace(cell.window.trace)
+    pattern = window_pattern(arrivals, cell.window, cell.utilisation, front[0].mean_ms, 1)
+    scenario = make_scenario(pattern, 0)
+    policy = simulate_serving(spec, scenario, plan=plan)
+    fastest = simulate(StaticController(front[0].name, 0), front, scenario, cell.slo_ms)
+    oracle = hindsight_oracle(front, scenario, cell.slo_ms)
+    return cell, {
+        "policy": (policy.compliance, policy.mean_accuracy),
+        "fastest": (fastest.compliance, fastest.mean_accuracy),
+        "oracle": (oracle.compliance, oracle.mean_accuracy),
+        "accurate": (float("nan"), max(p.accuracy for p in front)),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print every held-out window's figures and the floors."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slo-ms", type=float, default=1000.0)
+    parser.add_argument("--variants", default="default,elastico")
+    parser.add_argument("--profiles", default=str(PAPER_PROFILES))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--window-seed", type=int, default=WINDOW_SEED)
+    parser.add_argument(
+        "--set", choices=("held-out", "tuning"), default="held-out", help="which windows"
+    )
+    args = parser.parse_args(argv)
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; use {', '.join(VARIANTS)}")
+    sets = trace_windows(tuple(TRACE_NAMES), WINDOWS, WINDOW_S, args.window_seed)
+    cells = [
+        Cell(variant, window, utilisation, args.slo_ms, args.profiles)
+        for variant in variants
+        for window in (sets.held_out if args.set == "held-out" else sets.tuning)
+        for utilisation in UTILISATIONS
+    ]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(run, cells))
+    print(
+        f"held-out windows of {', '.join(TRACE_NAMES)} (window seed {args.window_seed}) at "
+        f"{', '.join(f'{u:g}' for u in UTILISATIONS)} of the fastest's capacity; SLO "
+        f"{args.slo_ms:g} ms; policy as `compass plan` writes it, through compass.conversion"
+    )
+    for variant in variants:
+        print(f"\n{variant}:")
+        print(f"{'window':<34} {'policy %':>9} {'fastest %':>9} {'oracle %':>9} {'share':>7}")
+        shares, gainful_shares, worst = [], [], float("inf")
+        for cell, figures in results:
+            if cell.variant != variant:
+                continue
+            (pc, pa), (fc, fa), (oc, oa) = (figures[k] for k in ("policy", "fastest", "oracle"))
+            gap = figures["accurate"][1] - fa
+            share = 100.0 * min((pa - fa) / (oa - fa), 1.0) if oa > fa else float("nan")
+            if np.isfinite(share):
+                shares.append(share)
+                if gap > 0 and (oa - fa) >= GAINFUL * gap:
+                    gainful_shares.append(share)
+            worst = min(worst, pc - fc)
+            label = f"{cell.window.trace}@{cell.utilisation:g}+{cell.window.start_s:.0f}s"
+            print(f"{label:<34} {pc:>9.2f} {fc:>9.2f} {oc:>9.2f} {share:>6.0f}%")
+        mean = float(np.mean(shares)) if shares else float("nan")
+        least = min(gainful_shares, default=float("nan"))
+        met = mean >= SHARE_MEAN and least >= SHARE_CELL and worst >= -COMPLIANCE_SLACK
+        print(
+            f"share of the oracle's gain: mean {mean:.0f}% (floor {SHARE_MEAN:g}%), least where "
+            f"the oracle gains >= {GAINFUL:.0%} of the gap {least:.0f}% (floor {SHARE_CELL:g}%); "
+            f"compliance against static fastest at worst {worst:+.2f} points (floor "
+            f"-{COMPLIANCE_SLACK:g}); floors {'met' if met else 'NOT met'}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
