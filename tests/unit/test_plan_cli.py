@@ -10,7 +10,7 @@ import pytest
 import yaml
 from cli_inputs import PROFILES
 
-from compass.api.paretopolicy import ParetoPolicySpec
+from compass.api.paretopolicy import BindingMode, ParetoPolicySpec
 from compass.commands.main import main
 from compass.conversion import admission_rule, policy_plan
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
@@ -102,10 +102,12 @@ def test_plan_writes_the_strategy_and_admission_asked_for(
 ) -> None:
     """--strategy, --forecaster and the admission flags land in the manifest, which `compass
     simulate` then serves as that strategy with admission, with no hand edit."""
-    argv = ["plan", "--profiles", "profiles.json", "--slo-ms", "1000", "--strategy", "predictive"]
-    argv += ["--forecaster", "smoother", "--admission", "--degrade-after", "0.5", "--no-refuse"]
+    argv = ["plan", "--profiles", "profiles.json", "--slo-ms", "1000", "--whole-workflow"]
+    argv += ["--strategy", "predictive", "--forecaster", "smoother"]
+    argv += ["--admission", "--degrade-after", "0.5", "--no-refuse"]
     assert main(argv) == 0
-    assert "strategy predictive (smoother), admission on" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the whole workflow switched by predictive (smoother), admission on" in out
     document = yaml.safe_load((workdir / "paretopolicy.yaml").read_text(encoding="utf-8"))["spec"]
     assert (document["strategy"], document["forecaster"]) == ("predictive", "smoother")
     assert document["admission"] == {
@@ -118,18 +120,57 @@ def test_plan_writes_the_strategy_and_admission_asked_for(
     assert admission_rule(spec).degrade_after == 0.5
     simulate = ["simulate", "--policy", "paretopolicy.yaml", "--duration", "30", "--base-qps", "2"]
     assert main(simulate) == 0
-    assert "the policy with admission (q 0.5, refusing nothing" in capsys.readouterr().out
+    assert "admission q 0.5, refusing nothing" in capsys.readouterr().out
 
 
-def test_plan_writes_elastico_without_admission_by_default(
+def test_plan_writes_per_request_binding_by_default(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Without the flags the manifest keeps the CRD's defaults: elastico, no forecaster, off."""
+    """Without the flags the manifest keeps the CRD's defaults: each request bound at take-up,
+    admission on, the lag cap; simulate serves it behind the gate and beside the oracle."""
     assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "1000"]) == 0
-    assert "strategy elastico\n" in capsys.readouterr().out
+    assert "each request bound at take-up, admission on\n" in capsys.readouterr().out
     document = yaml.safe_load((workdir / "paretopolicy.yaml").read_text(encoding="utf-8"))["spec"]
-    assert (document["strategy"], document["forecaster"]) == ("elastico", "none")
-    assert document["admission"]["enabled"] is False
+    spec = ParetoPolicySpec.model_validate(document)
+    assert spec.binding.mode is BindingMode.PER_REQUEST and not spec.binding.stages
+    assert spec.admits and spec.binding.lag_share == 0.3
+    assert "routing" not in document
+    simulate = ["simulate", "--policy", "paretopolicy.yaml", "--pattern", "spike", "--seed", "4"]
+    assert main([*simulate, "--oracle"]) == 0
+    out = capsys.readouterr().out
+    assert "each request bound at take-up, admission on, behind a gate of 8 instances" in out
+    oracle = next(line for line in out.splitlines() if line.startswith("oracle"))
+    assert "the policy's share of its accuracy gain:" in oracle
+    summary = json.loads((workdir / "compass-timeline.json").read_text())["summary"]
+    # Bound per request: no switch, and more accurate than static fastest on the same arrivals.
+    assert summary["policy"]["switches"] == 0
+    assert summary["policy"]["mean_accuracy"] > summary["fastest"]["mean_accuracy"]
+    # What only whole-workflow serving has is refused, not ignored.
+    assert main([*simulate, "--scrape-interval", "10"]) == 2
+    assert "--scrape-interval: applies to whole-workflow serving" in capsys.readouterr().err
+
+
+def test_plan_writes_stages_and_a_service_that_apply_without_an_edit(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--stage binds stage by stage; --service writes routing; bad stages name the flag."""
+    argv = ["plan", "--profiles", "profiles.json", "--slo-ms", "1000", "--service", "triton"]
+    stages = ["--stage", "retriever+ranker:k", "--stage", "generator:model"]
+    assert main([*argv, *stages]) == 0
+    assert "each request bound stage by stage (2 stages)" in capsys.readouterr().out
+    document = yaml.safe_load((workdir / "paretopolicy.yaml").read_text(encoding="utf-8"))["spec"]
+    spec = ParetoPolicySpec.model_validate(document)
+    assert [stage.models for stage in spec.binding.stages] == [("retriever", "ranker"), "generator"]
+    assert spec.routing is not None and spec.routing.service == "triton"
+    for bad, expected in (
+        (["--stage", "generator"], "--stage: 'generator' is not MODEL:PARAM"),
+        (["--stage", "generator:top_k"], "--stage: binding.stages[0].parameters: 'top_k'"),
+        (["--whole-workflow", "--stage", "g:model"], "--stage: binds each request"),
+        (["--strategy", "split"], "--strategy: split switches the whole workflow"),
+        (["--service", "Triton_1"], "--service: 'Triton_1' is not a valid Kubernetes name"),
+    ):
+        assert main([*argv, *bad, "--output", "bad.yaml"]) == 2
+        assert expected in one_error_line(capsys, "plan")
 
 
 def test_plan_names_the_manifest_and_picks_its_format(
@@ -166,7 +207,7 @@ def test_simulate_compares_the_policy_with_the_baselines(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Four rows on the same arrivals, and a timeline with every tick and request."""
-    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]) == 0
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--whole-workflow"]) == 0
     capsys.readouterr()
     code = main(
         [
@@ -205,12 +246,13 @@ def test_simulate_serves_several_pods_with_a_switch_delay(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """--pods splits the requests among pods (FIFO on each); the header says pods and delay."""
-    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]) == 0
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--whole-workflow"]) == 0
     capsys.readouterr()
     argv = ["simulate", "--policy", "paretopolicy.yaml", "--duration", "60", "--base-qps", "3"]
     assert main([*argv, "--pods", "2", "--switch-delay-ms", "20"]) == 0
     out = capsys.readouterr().out
-    assert "2 pod(s) of 1 router instance(s) (independent), switch delay 20 ms" in out
+    assert "2 pod(s); " in out
+    assert "1 router instance(s) (independent), switch delay 20 ms" in out
     two = json.loads((workdir / "compass-timeline.json").read_text())["summary"]
     assert main(argv) == 0
     one = json.loads((workdir / "compass-timeline.json").read_text())["summary"]
@@ -224,7 +266,7 @@ def test_simulate_reads_the_queue_as_prometheus_scraped_it_when_asked(
 ) -> None:
     """--scrape-interval: the header says so and the policy's run changes; the baselines, which
     look at nothing, do not. Without it the header says nothing of a scrape."""
-    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]) == 0
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--whole-workflow"]) == 0
     capsys.readouterr()
     argv = ["simulate", "--policy", "paretopolicy.yaml", "--pattern", "spike", "--seed", "4"]
     assert main(argv) == 0
@@ -243,13 +285,13 @@ def test_simulate_with_admission_drops_what_would_be_late_and_says_so(
 ) -> None:
     """--admission: the policy's routers drop under a spike what would be late; the baselines
     drop none; the timeline marks each dropped request and counts it as a miss."""
-    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800"]) == 0
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--whole-workflow"]) == 0
     capsys.readouterr()
     argv = ["simulate", "--policy", "paretopolicy.yaml", "--pattern", "spike", "--seed", "4"]
     load = ["--duration", "120", "--base-qps", "3"]
     assert main([*argv, *load, "--admission"]) == 0
     out = capsys.readouterr().out
-    assert "the policy with admission (q 0.5)" in out
+    assert "admission q 0.5" in out
     timeline = json.loads((workdir / "compass-timeline.json").read_text())
     summary = timeline["summary"]
     assert summary["policy"]["dropped_pct"] > 0
@@ -269,10 +311,10 @@ def test_simulate_with_admission_drops_what_would_be_late_and_says_so(
     policy["spec"]["admission"] = {"enabled": True, "quantile": 0.7}
     (workdir / "paretopolicy.yaml").write_text(yaml.safe_dump(policy))
     assert main([*argv, *load]) == 0
-    assert "the policy with admission (q 0.7)" in capsys.readouterr().out
+    assert "admission q 0.7" in capsys.readouterr().out
     # Refusing nothing (the flag, or the policy's admission.refuse: false): none dropped.
     assert main([*argv, *load, "--no-refuse"]) == 0
-    assert "the policy with admission (q 0.7, refusing nothing)" in capsys.readouterr().out
+    assert "admission q 0.7, refusing nothing" in capsys.readouterr().out
     kept = json.loads((workdir / "compass-timeline.json").read_text())["summary"]["policy"]
     assert kept["dropped_pct"] == 0
     policy["spec"]["admission"]["refuse"] = False
@@ -286,6 +328,7 @@ def test_a_policy_of_several_router_instances_plans_and_simulates_them(
 ) -> None:
     """--router-instances goes into the policy; simulate serves that many at once per pod."""
     plan = ["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--model", "erlang-c"]
+    plan += ["--whole-workflow"]
     assert main([*plan, "--router-instances", "4", "--output", "four.yaml"]) == 0
     assert main([*plan, "--output", "one.yaml"]) == 0
     out = capsys.readouterr().out
@@ -312,7 +355,7 @@ def test_a_policy_of_several_router_instances_plans_and_simulates_them(
         argv = ["simulate", "--policy", f"{name}.yaml", *load, "--stages", stages]
         assert main(argv) == 0
         header = capsys.readouterr().out.splitlines()[0]
-        assert f"of {4 if name == 'four' else 1} router instance(s) ({stages})" in header
+        assert f"{4 if name == 'four' else 1} router instance(s) ({stages})" in header
         timeline = json.loads((workdir / "compass-timeline.json").read_text())
         summaries[name, stages] = timeline["summary"]["accurate"]
     # Six requests/s at 250 ms: over one server's capacity, within four's; the pipeline of
@@ -381,11 +424,15 @@ def write_profiles(workdir: Path, profiles: Any) -> None:
             ["--forecaster", "lstm"],
             "--forecaster: lstm needs --strategy predictive (it is elastico)",
         ),
-        (PROFILES, ["--no-refuse"], "--no-refuse: only applies with --admission"),
         (
             PROFILES,
-            ["--degrade-after", "0.5"],
-            "--degrade-after: only applies with --admission",
+            ["--whole-workflow", "--no-refuse"],
+            "--no-refuse: only applies with admission",
+        ),
+        (
+            PROFILES,
+            ["--no-admission", "--degrade-after", "0.5"],
+            "--degrade-after: only applies with admission",
         ),
         (
             PROFILES,

@@ -8,7 +8,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from compass.api.errors import first_error
 from compass.api.meta import (
+    DEFAULT_ROUTER_MODEL,
     DNS_LABEL_PATTERN,
     DNS_SUBDOMAIN_PATTERN,
     MAX_NAME_LENGTH,
@@ -19,6 +23,11 @@ from compass.api.paretopolicy import (
     MAX_FRONT,
     MAX_ROUTER_INSTANCES,
     AdmissionSettings,
+    BindingMode,
+    BindingSettings,
+    BindingStage,
+    ParetoPolicySpec,
+    RoutingTarget,
 )
 from compass.commands.common import (
     add_admission_arguments,
@@ -65,7 +74,10 @@ def register(commands: Any, summary: str) -> None:
         description="Keep the configurations no other beats on both accuracy and tail latency, "
         "order them by mean service time, derive each one's queue-depth (and, with the tail "
         "model, arrival-rate) limits for the SLO, print them, and write them as a ParetoPolicy "
-        "manifest to kubectl apply (or commit for GitOps).",
+        "manifest to kubectl apply (or commit for GitOps). By default the routers bind each "
+        "request to the most accurate member that fits its deadline (per-request binding, "
+        "with admission and the lag cap); --stage binds stage by stage, --whole-workflow "
+        "switches the whole workflow instead.",
     )
     plan.add_argument(
         "--profiles", required=True, metavar="PROFILES.json", help="`compass profile` output"
@@ -90,13 +102,30 @@ def register(commands: Any, summary: str) -> None:
         default="1",
         help="requests a pod's router serves at once (its instance count; default 1)",
     )
+    plan.add_argument(
+        "--stage",
+        action="append",
+        default=None,
+        metavar="MODEL[+MODEL...]:PARAM[,PARAM...]",
+        help="bind each request stage by stage: a stage's component model (or models, joined "
+        "by +) and the parameters the pipeline reads just before calling it, in the order a "
+        "request reaches them; repeat per stage (default: none, the whole configuration bound "
+        "when a router instance takes the request up)",
+    )
+    plan.add_argument(
+        "--whole-workflow",
+        action="store_true",
+        help="no per-request binding: the policy switches the whole workflow (for routers that "
+        "cannot bind per request), with --strategy",
+    )
     add_enum_argument(
         plan,
         "--strategy",
         Strategy.ELASTICO,
-        "how the policy moves along the front: elastico (default: switch between members), "
-        "split (also serve a share with the next more accurate member) or predictive (the "
-        "most accurate mix whose next 10 s forecast keeps the SLO; meant with --admission)",
+        "with --whole-workflow, how the policy moves along the front: elastico (default: switch "
+        "between members), split (also serve a share with the next more accurate member) or "
+        "predictive (the most accurate mix whose next 10 s forecast keeps the SLO; meant with "
+        "--admission)",
     )
     add_enum_argument(
         plan,
@@ -105,11 +134,18 @@ def register(commands: Any, summary: str) -> None:
         "with --strategy predictive: a load forecast that may raise the rate a mix is judged "
         "on (default none)",
     )
-    plan.add_argument(
+    admission = plan.add_mutually_exclusive_group()
+    admission.add_argument(
         "--admission",
         action="store_true",
-        help="the routers judge each request that carries its deadline: served as routed if "
-        "that fits, else on the fastest member, else refused (retryable); off by default",
+        help="the routers judge each request by its deadline: served as routed if that fits, "
+        "else on the fastest member, else refused (retryable); the default with per-request "
+        "binding, off with --whole-workflow unless given",
+    )
+    admission.add_argument(
+        "--no-admission",
+        action="store_true",
+        help="refuse nothing and judge nothing at dispatch (admission.enabled: false)",
     )
     add_admission_arguments(plan, "0.5", where=False)
     plan.add_argument(
@@ -136,6 +172,16 @@ def register(commands: Any, summary: str) -> None:
     )
     plan.add_argument(
         "--namespace", help="metadata.namespace (default: none, kubectl's current namespace)"
+    )
+    plan.add_argument(
+        "--service",
+        metavar="NAME",
+        help="routing.service: the Service of the Triton pods the policy switches, in the "
+        "policy's namespace (without it the manifest needs a routing section before it serves)",
+    )
+    plan.add_argument(
+        "--router-model",
+        help=f"routing.routerModel: the router model's name (default {DEFAULT_ROUTER_MODEL})",
     )
     plan.add_argument("--plot", metavar="FRONT.png", help="draw the front and its thresholds")
     plan.set_defaults(handler=plan_command)
@@ -216,33 +262,103 @@ def policy_name_of(name: str | None, output: Path) -> str:
     return derived if derived and _SUBDOMAIN.match(derived) else "paretopolicy"
 
 
+def parse_stage(text: str) -> BindingStage:
+    """One --stage, MODEL[+MODEL...]:PARAM[,PARAM...], as a binding stage."""
+    models, _, names = text.partition(":")
+    components = [m.strip() for m in models.split("+") if m.strip()]
+    parameters = [n.strip() for n in names.split(",") if n.strip()]
+    if not components or not parameters:
+        fail(
+            "--stage",
+            f"{text!r} is not MODEL:PARAM[,PARAM...]",
+            "pass e.g. --stage retriever:retriever_k --stage generator:generator_model",
+        )
+    named = {"component": components[0]} if len(components) == 1 else {"components": components}
+    try:
+        return BindingStage.model_validate({**named, "parameters": parameters})
+    except ValidationError as error:
+        raise UsageError(f"--stage {text}: {first_error(error)[1]}") from None
+
+
 def serving_choice(args: argparse.Namespace) -> dict[str, Any]:
-    """The strategy, forecaster and admission the flags ask for, as ParetoPolicy spec fields;
-    a usage error names the flag when they do not go together."""
+    """The binding, strategy, forecaster and admission the flags ask for, as ParetoPolicy spec
+    fields; a usage error names the flag when they do not go together."""
     strategy = Strategy(args.strategy)
     forecaster = ForecasterKind(args.forecaster)
+    whole = bool(args.whole_workflow)
+    if strategy is not Strategy.ELASTICO and not whole:
+        fail(
+            "--strategy",
+            f"{strategy.value} switches the whole workflow, and the default binds each request",
+            "add --whole-workflow (for routers that cannot bind per request), or drop --strategy",
+        )
     if forecaster is not ForecasterKind.NONE and strategy is not Strategy.PREDICTIVE:
         fail(
             "--forecaster",
             f"{forecaster.value} needs --strategy predictive (it is {strategy.value})",
-            "add --strategy predictive or drop --forecaster",
+            "add --whole-workflow --strategy predictive or drop --forecaster",
         )
+    if whole and args.stage:
+        fail("--stage", "binds each request, and --whole-workflow binds none", "drop one of them")
+    enabled = True if args.admission else False if args.no_admission else None
+    admits = enabled if enabled is not None else not whole
     tuned = {
         "--admission-quantile": args.admission_quantile,
         "--degrade-after": args.degrade_after,
         "--no-refuse": args.no_refuse or None,
     }
     for flag, value in tuned.items():
-        if value is not None and not args.admission:
-            fail(flag, "only applies with --admission", f"add --admission or drop {flag}")
+        if value is not None and not admits:
+            fail(flag, "only applies with admission", f"add --admission or drop {flag}")
     defaults = AdmissionSettings()
     admission = AdmissionSettings(
-        enabled=bool(args.admission),
+        enabled=enabled,
         quantile=admission_quantile(args, defaults.quantile),
         degrade_after=admission_degrade_after(args, defaults.degrade_after),
         refuse=not args.no_refuse,
     )
-    return {"strategy": strategy, "forecaster": forecaster, "admission": admission}
+    binding = BindingSettings(
+        mode=BindingMode.WORKFLOW if whole else BindingMode.PER_REQUEST,
+        stages=[parse_stage(text) for text in args.stage or ()],
+    )
+    return {
+        "strategy": strategy,
+        "forecaster": forecaster,
+        "admission": admission,
+        "binding": binding,
+    }
+
+
+def routing_choice(args: argparse.Namespace) -> RoutingTarget | None:
+    """routing from --service and --router-model (None: neither given)."""
+    if args.service is None:
+        if args.router_model is not None:
+            fail("--router-model", "names the router of --service", "add --service NAME")
+        return None
+    _checked("--service", args.service, _NAMESPACE, "a DNS label: e.g. rag-sim-triton")
+    fields: dict[str, Any] = {"service": args.service}
+    if args.router_model is not None:
+        fields["router_model"] = args.router_model
+    try:
+        return RoutingTarget(**fields)
+    except ValidationError as error:
+        raise UsageError(f"--router-model: {first_error(error)[1]}") from None
+
+
+def serving_summary(spec: ParetoPolicySpec) -> str:
+    """How the policy serves, in a few words."""
+    if spec.binding.mode.per_request:
+        stages = len(spec.binding.stages)
+        what = (
+            f"each request bound stage by stage ({stages} stages)"
+            if stages
+            else "each request bound at take-up"
+        )
+    else:
+        what = f"the whole workflow switched by {spec.strategy.value}" + (
+            "" if spec.forecaster is ForecasterKind.NONE else f" ({spec.forecaster.value})"
+        )
+    return what + (", admission on" if spec.admits else "")
 
 
 def plan_command(args: argparse.Namespace) -> int:
@@ -266,6 +382,7 @@ def plan_command(args: argparse.Namespace) -> int:
         "--router-instances", str(args.router_instances), "4", low=1, high=MAX_ROUTER_INSTANCES
     )
     serving = serving_choice(args)
+    routing = routing_choice(args)
     profiles = load_profiles(Path(str(args.profiles)))
     check_front_size(Path(str(args.profiles)), profiles, percentile)
     try:
@@ -278,15 +395,16 @@ def plan_command(args: argparse.Namespace) -> int:
         )
     except PlanError as exc:
         raise plan_error(exc) from None
-    spec = spec_for_plan(plan, **serving)
+    try:
+        spec = spec_for_plan(plan, **serving, routing=routing)
+    except ValidationError as error:
+        raise UsageError(f"--stage: {first_error(error)[1]}") from None
     manifest = policy_manifest(spec, name, namespace)
     print(
         f"compass plan: {len(profiles)} profiles -> Pareto front of {len(plan.thresholds)} "
         f"(accuracy up, p{percentile:g} down), fastest first; SLO {slo_ms:g} ms at "
-        f"p{percentile:g}, slack buffer {slack:g} ms, model {plan.model.value}; strategy "
-        f"{spec.strategy.value}"
-        + ("" if spec.forecaster is ForecasterKind.NONE else f" ({spec.forecaster.value})")
-        + (", admission on" if spec.admits else "")
+        f"p{percentile:g}, slack buffer {slack:g} ms, model {plan.model.value}; "
+        + serving_summary(spec)
     )
     print(plan_table(plan))
     print(

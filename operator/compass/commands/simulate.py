@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from compass.api.paretopolicy import AdmissionSettings, ParetoPolicySpec
 from compass.commands.common import (
     add_admission_arguments,
     add_pattern_arguments,
@@ -25,12 +26,15 @@ from compass.commands.common import (
     trace_window_pattern,
     write_text,
 )
+from compass.commands.plan import serving_summary
 from compass.console import fail, parse_number
-from compass.conversion import admission_rule, runtime_policy
+from compass.conversion import admission_rule, policy_plan, simulate_serving
 from compass.domain.admission import AdmissionPoint
 from compass.domain.arrivals import Scenario, make_scenario
+from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import PlanError
 from compass.domain.podmodel import POD_STAGES, PodModel
+from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import MetricsView, RunReport, compare
 from compass.lab import plots
 
@@ -47,10 +51,11 @@ def register(commands: Any, summary: str) -> None:
     simulate = commands.add_parser(
         "simulate",
         help=summary,
-        description="Serve one seeded load (FIFO, the policy's routerInstances servers per pod: "
-        "with 1, the paper's M/G/1) with the policy and with the fastest, middle and most "
-        "accurate front members held static, on the same arrivals, pod assignment and "
-        "service-time draws, and compare them.",
+        description="Serve one seeded load with the policy as its routers serve it (each "
+        "request bound behind their gate, or the whole workflow switched on pods of "
+        "routerInstances servers) and with the fastest, middle and most accurate front members "
+        "held static, on the same arrivals, pod assignment and service-time draws, and compare "
+        "them; --oracle adds the hindsight oracle.",
     )
     simulate.add_argument(
         "--policy", required=True, metavar="POLICY.yaml", help="`compass plan` output"
@@ -108,6 +113,12 @@ def register(commands: Any, summary: str) -> None:
         "fastest member instead of refusing it (the policy's admission.refuse: false)",
     )
     add_trace_window_arguments(simulate)
+    simulate.add_argument(
+        "--oracle",
+        action="store_true",
+        help="add the hindsight oracle's row on the same arrivals (per 5 s window, the most "
+        "accurate mix at static fastest's compliance) and the policy's share of its gain",
+    )
     simulate.add_argument(
         "--timeline",
         default=DEFAULT_TIMELINE,
@@ -184,6 +195,63 @@ def timeline_document(
     }
 
 
+def refuse_whole_workflow_flags(args: argparse.Namespace, view: MetricsView) -> None:
+    """A usage error for a flag that only whole-workflow serving has: the routers bind each
+    request on what they see, never on the operator's metrics or a pod model of its own."""
+    given = {
+        "--scrape-interval": not view.fresh and view.scrape_interval_s > 0,
+        "--metrics-lag": view.lag_s > 0,
+        "--stages": args.stages != "independent",
+        "--admission-at": args.admission_at != AdmissionPoint.DISPATCH.value,
+    }
+    for flag, set_ in given.items():
+        if set_:
+            fail(
+                flag,
+                "applies to whole-workflow serving, and this policy's routers bind each request",
+                "drop it, or simulate a policy planned with --whole-workflow",
+            )
+
+
+def bound_admission(args: argparse.Namespace, spec: ParetoPolicySpec) -> AdmissionSettings:
+    """The policy's admission with the flags' changes, for the routers' binding table."""
+    current = spec.admission
+    return current.model_copy(
+        update={
+            "enabled": True if args.admission else current.enabled,
+            "quantile": admission_quantile(args, current.quantile),
+            "degrade_after": admission_degrade_after(args, current.degrade_after),
+            "refuse": current.refuse and not args.no_refuse,
+        }
+    )
+
+
+def oracle_line(
+    reports: Mapping[str, RunReport],
+    front: Sequence[LatencyProfile],
+    scenario: Scenario,
+    slo_ms: float,
+    pods: int,
+) -> str:
+    """The hindsight oracle on the same arrivals, and the policy's share of its accuracy gain
+    over static fastest."""
+    oracle = hindsight_oracle(front, scenario, slo_ms, pods=pods)
+    fastest, policy = reports["fastest"], reports["policy"]
+    gain = oracle.mean_accuracy - fastest.mean_accuracy
+    share = (
+        f"{100 * (policy.mean_accuracy - fastest.mean_accuracy) / gain:.0f}%"
+        if gain > 0
+        else "n/a (the oracle gains nothing over static fastest)"
+    )
+    return (
+        f"{'oracle':<9} {oracle.compliance:>9.1f}% {oracle.mean_accuracy:>9.4f}  (hindsight: "
+        f"per {oracle.window_s:g} s window, the most accurate mix at static fastest's "
+        f"compliance); the policy's share of its accuracy gain: {share}, at "
+        f"{policy.compliance - fastest.compliance:+.1f} points of compliance against static "
+        "fastest"
+    )
+
+
 def simulate_command(args: argparse.Namespace) -> int:
     """`compass simulate`: the policy against the static baselines on one seeded load."""
     policy_path = Path(str(args.policy))
@@ -207,11 +275,15 @@ def simulate_command(args: argparse.Namespace) -> int:
     if args.switch_delay_ms is not None:
         delay = parse_number("--switch-delay-ms", args.switch_delay_ms, "10", low=0, inclusive=True)
         spec = spec.model_copy(update={"switch_delay_ms": delay})
+    per_request = spec.binding.mode.per_request
+    if per_request:
+        refuse_whole_workflow_flags(args, view)
+        spec = spec.model_copy(update={"admission": bound_admission(args, spec)})
     try:
-        policy = runtime_policy(spec)
+        plan = policy_plan(spec)
     except PlanError as exc:
         raise plan_error(exc, f"--policy {policy_path}") from None
-    front = [t.profile for t in policy.plan.thresholds]
+    front = [t.profile for t in plan.thresholds]
     load = pattern.kind.value
     if args.trace_name is not None:
         pattern = trace_window_pattern(args, front[0].mean_ms, int(pods))
@@ -220,7 +292,7 @@ def simulate_command(args: argparse.Namespace) -> int:
             "the fastest's capacity"
         )
     admission = None
-    if args.admission or spec.admits:
+    if not per_request and (args.admission or spec.admits):
         rule = admission_rule(spec)
         admission = replace(
             rule,
@@ -231,35 +303,48 @@ def simulate_command(args: argparse.Namespace) -> int:
         )
     scenario = make_scenario(pattern, seed)
     check_some_requests(pattern, seed, scenario.requests)
+    pod_model = PodModel(
+        spec.router_instances,
+        POD_STAGES.get(str(args.stages), ()),
+        contended=args.stages == CONTENDED,
+    )
+    # The static baselines serve everything on plain pods; the policy as its routers serve it.
     reports = compare(
-        {"policy": policy},
+        {},
         front,
         scenario,
         spec.slo.latency_ms,
         spec.interval_seconds,
         pods=int(pods),
         switch_delay_s=spec.switch_delay_ms / 1000,
-        pod_model=PodModel(
-            spec.router_instances,
-            POD_STAGES.get(str(args.stages), ()),
-            contended=args.stages == CONTENDED,
-        ),
+        pod_model=pod_model,
+    )
+    reports["policy"] = simulate_serving(
+        spec,
+        scenario,
+        pods=int(pods),
+        plan=plan,
+        pod_model=pod_model,
         admission=admission,
         metrics_view=view,
     )
     print(
         f"compass simulate: {load}, base {pattern.base_qps:g} QPS for "
         f"{pattern.duration_s:g} s (peak {pattern.peak_qps:.2f}), seed {seed}: "
-        f"{scenario.requests} requests, the same arrivals for every policy; {int(pods)} pod(s) "
-        f"of {spec.router_instances} router instance(s) ({args.stages}), "
-        f"switch delay {spec.switch_delay_ms:g} ms; SLO {spec.slo.latency_ms:g} ms, model "
-        f"{spec.threshold_model.value}"
+        f"{scenario.requests} requests, the same arrivals for every policy; {int(pods)} pod(s); "
+        f"SLO {spec.slo.latency_ms:g} ms; the policy: {serving_summary(spec)}"
+        + (
+            f", behind a gate of {spec.binding.gate.instances} instances and "
+            f"{spec.binding.gate.slots} slot(s)"
+            if per_request
+            else f", {spec.router_instances} router instance(s) ({args.stages}), switch delay "
+            f"{spec.switch_delay_ms:g} ms, model {spec.threshold_model.value}"
+        )
         + (
             ""
             if admission is None
-            else f"; the policy with admission (q {admission.quantile:g}"
+            else f"; admission q {admission.quantile:g}"
             + ("" if admission.refuse else ", refusing nothing")
-            + ")"
         )
         + (
             ""
@@ -269,14 +354,14 @@ def simulate_command(args: argparse.Namespace) -> int:
         )
     )
     print(comparison_table(reports))
+    if args.oracle:
+        print(oracle_line(reports, front, scenario, spec.slo.latency_ms, int(pods)))
     write_text(timeline, json.dumps(timeline_document(reports, scenario), indent=1) + "\n")
     print(f"timeline: {timeline}")
     if plot is not None:
         save_output(
             plot,
-            lambda temporary: plots.save_simulation_figure(
-                temporary, policy.plan, reports, scenario
-            ),
+            lambda temporary: plots.save_simulation_figure(temporary, plan, reports, scenario),
         )
         print(f"plot: {plot}")
     return 0
