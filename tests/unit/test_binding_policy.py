@@ -79,7 +79,8 @@ def test_the_default_binds_the_whole_configuration_at_take_up() -> None:
     # pipeline), each entry's whole time in it.
     data = example_spec()
     spec = ParetoPolicySpec.model_validate(data)
-    assert spec.binding.mode.per_request and spec.admits
+    assert spec.binding.mode.per_request
+    assert spec.admits
     table = binding_table(spec, policy_plan(spec))
     assert table is not None
     assert table["stages"] == [list(spec.front[0].config)]

@@ -151,7 +151,9 @@ def test_the_prediction_runs_the_policys_own_strategy_and_admission_at_paper_sca
     profiles = [normal_profile(f"c{i}", 0.7 + 0.05 * i, 100.0 + 60 * i, 10.0) for i in range(3)]
     plan = plan_thresholds(profiles, Slo(1000.0))
     scale = 0.1
-    spec = spec_for_plan(plan, serving=ServingSettings(binding=BindingSettings(mode=BindingMode.WORKFLOW)))
+    spec = spec_for_plan(
+        plan, serving=ServingSettings(binding=BindingSettings(mode=BindingMode.WORKFLOW))
+    )
     elastico = clusterdemo_report.unscaled_policy(spec, plan, scale)
     assert isinstance(elastico, Elastico)
     assert elastico.settings.stale_after_s == pytest.approx(spec.stale_after_seconds / scale)

@@ -132,8 +132,10 @@ def test_plan_writes_per_request_binding_by_default(
     assert "each request bound at take-up, admission on\n" in capsys.readouterr().out
     document = yaml.safe_load((workdir / "paretopolicy.yaml").read_text(encoding="utf-8"))["spec"]
     spec = ParetoPolicySpec.model_validate(document)
-    assert spec.binding.mode is BindingMode.PER_REQUEST and not spec.binding.stages
-    assert spec.admits and spec.binding.lag_share == 0.3
+    assert spec.binding.mode is BindingMode.PER_REQUEST
+    assert not spec.binding.stages
+    assert spec.admits
+    assert spec.binding.lag_share == 0.3
     assert "routing" not in document
     simulate = ["simulate", "--policy", "paretopolicy.yaml", "--pattern", "spike", "--seed", "4"]
     assert main([*simulate, "--oracle"]) == 0
@@ -161,7 +163,8 @@ def test_plan_writes_stages_and_a_service_that_apply_without_an_edit(
     document = yaml.safe_load((workdir / "paretopolicy.yaml").read_text(encoding="utf-8"))["spec"]
     spec = ParetoPolicySpec.model_validate(document)
     assert [stage.models for stage in spec.binding.stages] == [("retriever", "ranker"), "generator"]
-    assert spec.routing is not None and spec.routing.service == "triton"
+    assert spec.routing is not None
+    assert spec.routing.service == "triton"
     for bad, expected in (
         (["--stage", "generator"], "--stage: 'generator' is not MODEL:PARAM"),
         (["--stage", "generator:top_k"], "--stage: binding.stages[0].parameters: 'top_k'"),
