@@ -33,18 +33,18 @@ from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import Tick, simulate
 from compass.domain.strategy import Strategy
-from compass.lab import clusterdemo, clusterdemo_report
-from compass.lab.clusterdemo_report import status_ticks
-from compass.lab.clusterdemo_setup import (
+from compass.lab.demo import verdict
+from compass.lab.experiment import LiveRun
+from compass.lab.scenarios import PAPER_FRONT
+from compass_dev import clusterdemo, clusterdemo_report
+from compass_dev.clusterdemo_report import status_ticks
+from compass_dev.clusterdemo_setup import (
     EXAMPLE,
     ClusterDemoSettings,
     adaptations,
     replay_ledger,
 )
-from compass.lab.demo import verdict
-from compass.lab.devcluster import ClusterUnavailableError
-from compass.lab.experiment import LiveRun
-from compass.lab.scenarios import PAPER_FRONT
+from compass_dev.devcluster import ClusterUnavailableError
 
 
 def test_the_adapted_example_changes_only_what_it_says() -> None:
