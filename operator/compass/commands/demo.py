@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -29,7 +30,7 @@ from compass.lab.demo import DemoSettings, run_demo
 DEMO_LEDGER_SEED = 0
 # `--cluster` runs the development tools (dev/compass_dev: the local control plane and node),
 # which the compass-operator package does not ship: looked up by name, so only where installed.
-CLUSTER_DEMO_MODULE = "compass_dev.clusterdemo"
+DEV_TOOLS = "compass_dev"
 INSTALL_DEV_TOOLS = (
     "install them from a checkout of the repository: pip install -e dev/ "
     "(hack/lib/venv.sh's `ensure_venv dev` does)"
@@ -132,16 +133,13 @@ def demo_ledger() -> tuple[Space, Ledger]:
 
 def cluster_demo() -> ModuleType:
     """The cluster demo's module, or a usage error saying how to install the development tools."""
-    try:
-        return importlib.import_module(CLUSTER_DEMO_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != "compass_dev":
-            raise
+    if importlib.util.find_spec(DEV_TOOLS) is None:
         fail(
             "--cluster",
-            "needs the development tools (compass_dev), not installed",
+            f"needs the development tools ({DEV_TOOLS}), not installed",
             INSTALL_DEV_TOOLS,
         )
+    return importlib.import_module(f"{DEV_TOOLS}.clusterdemo")
 
 
 def _positive(
