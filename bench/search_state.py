@@ -16,7 +16,7 @@ replayed over the samples; it is set up directly, outside the counts and the lim
 size): it counts the updates (every PATCH and POST of a ConfigMap), sums the size of each object
 the server answers (data plus decoded binaryData: what etcd stores as a new revision), and reads
 etcd's database size from its /metrics before and after. To measure another version, point
-PYTHONPATH at its package with this version's compass/lab/devcluster.py (``Cluster.etcd_url``).
+PYTHONPATH at its package (this version's dev/compass_dev stays installed: ``Cluster.etcd_url``).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from compass.lab.processes import (
 )
 from compass_dev.devnode import Node
 
-# operator/compass/lab/devcluster.py -> the checkout (the build script is not in an installed wheel).
+# dev/compass_dev/devcluster.py -> the checkout (the build script is in no installed wheel).
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "k8s" / "build.sh"
 # hack/k8s/build.sh's "cannot build on this machine" status (not root, no apt-get...).
