@@ -39,7 +39,7 @@ from compass.domain.binding import (
     stage_plan,
 )
 from compass.domain.profiles import parse_profiles
-from compass.lab.router_module import router_module
+from compass_dev.router_module import router_module
 
 PROFILES = Path(__file__).resolve().parent / "data/compass-paper/planner_latency_profiles.json"
 FLOOR_MS = 1.0

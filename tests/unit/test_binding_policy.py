@@ -14,7 +14,7 @@ from compass.api.paretopolicy import ParetoPolicySpec
 from compass.conversion import binding_table, policy_plan, simulated_binding
 from compass.domain.binding import GATE_SETTLE_MS, RATE_HEADROOM
 from compass.domain.bindingsim import ROUTER_POLL_S, RateView
-from compass.lab.router_module import router_module
+from compass_dev.router_module import router_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pareto-policy-gitops.yaml"
 STAGES = [

@@ -40,8 +40,8 @@ from compass.domain.binding import (
 )
 from compass.domain.bindingsim import ROUTER_POLL_S
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.lab.router_module import pipeline_module, router_module
 from compass.lab.scenarios import QA_REAL_FRONT
+from compass_dev.router_module import pipeline_module, router_module
 
 PROFILES = (
     Path(__file__).resolve().parents[2] / "bench/data/compass-paper/planner_latency_profiles.json"
