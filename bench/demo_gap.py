@@ -15,7 +15,7 @@ in hindsight (a member before the spike, the fastest through it, a member again 
 after it ends), and with --oracle the hindsight oracle (mixes, 5 s windows). With
 --binding-lags, late binding as `compass demo --cluster --late-binding` serves it, once per lag
 cap (share/reserve): the binding simulator on the gated routers' view
-(compass.lab.clusterdemo_report.binding_prediction), on the same front and arrivals.
+(compass_dev.clusterdemo_report.binding_prediction), on the same front and arrivals.
 
 Changing a module constant of compass.domain.elastico here is a what-if, not a setting the
 operator has; nothing here changes a default.
@@ -46,14 +46,14 @@ from compass.domain.simulator import (
     StaticController,
     simulate,
 )
-from compass.lab.clusterdemo_report import (
+from compass.lab.scenarios import spike_scenario
+from compass_dev.clusterdemo_report import (
     StartingOn,
     binding_prediction,
     unscaled_plan,
     unscaled_policy,
 )
-from compass.lab.clusterdemo_setup import ClusterDemoSettings, late_binding_serving
-from compass.lab.scenarios import spike_scenario
+from compass_dev.clusterdemo_setup import ClusterDemoSettings, late_binding_serving
 
 DEFAULTS = ClusterDemoSettings(output_dir=Path("compass-demo"))
 # Unscaled seconds after the spike's end at which the hindsight schedule is back on a member.

@@ -26,12 +26,12 @@ from compass.api.meta import GROUP as GROUP
 from compass.api.meta import POLICY_PLURAL as POLICY_PLURAL
 from compass.api.meta import VERSION as VERSION
 from compass.api.meta import WORKFLOW_PLURAL as WORKFLOW_PLURAL
-from compass.lab.devcluster import Cluster, ensure_binaries
 from compass.lab.local_triton import LocalTriton
 from compass.lab.processes import wait_for
 from compass.lab.scenarios import ACCURATE as ACCURATE
 from compass.lab.scenarios import FASTEST as FASTEST
 from compass.lab.scenarios import TEST_TIME_SCALE, rag_sim_triton
+from compass_dev.devcluster import Cluster, ensure_binaries
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,8 +4,8 @@ to the router serving the new configuration.
     python bench/operator_latency.py [--repeats 3] [--poll-interval 5] [--cycles 4]
                                      [--reloads 10] [--skip-workflow] [--skip-switch]
 
-Everything is real: etcd, kube-apiserver and kube-controller-manager (compass.lab.devcluster), the
-node helper running the Jobs' pods as local processes (compass.lab.devnode), one tritonserver
+Everything is real: etcd, kube-apiserver and kube-controller-manager (compass_dev.devcluster), the
+node helper running the Jobs' pods as local processes (compass_dev.devnode), one tritonserver
 serving rag-sim at a tenth of its latencies, and one `compass operator` process.
 
 (a) `kubectl apply` of a rag-sim CompoundWorkflow with a REPLAY evaluator (the 16-configuration
@@ -48,12 +48,12 @@ from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
 from compass.examples import build_replay_ledger, load_rag_paper
-from compass.lab.devcluster import Cluster, Operator
-from compass.lab.devnode import Node
 from compass.lab.local_triton import LocalTriton
-from compass.lab.podenv import LocalImage
 from compass.lab.processes import venv_executable, wait_for
 from compass.lab.scenarios import RAG_CORNER_SPACE
+from compass_dev.devcluster import Cluster, Operator
+from compass_dev.devnode import Node
+from compass_dev.podenv import LocalImage
 from operator_common import (
     ACCURATE,
     FASTEST,

@@ -5,7 +5,7 @@
                                    [--huge-workflows 2] [--churn 100] [--restart]
                                    [--py-spy SECONDS]
 
-Everything is real: etcd, kube-apiserver and kube-controller-manager (compass.lab.devcluster,
+Everything is real: etcd, kube-apiserver and kube-controller-manager (compass_dev.devcluster,
 binaries from hack/k8s/build.sh), one tritonserver serving rag-sim, and one `compass operator`
 process watching one namespace. Each policy names a Service of its own (one policy acts on each
 routing target), and the operator's address override (COMPASS_TRITON_ADDRESS_OVERRIDE) sends
@@ -78,8 +78,8 @@ from compass.domain.space import (
     explain_validation_error,
 )
 from compass.domain.strategy import Strategy
-from compass.lab.devcluster import Cluster, Operator
 from compass.lab.processes import wait_for
+from compass_dev.devcluster import Cluster, Operator
 from operator_common import (
     ACCURATE,
     FASTEST,

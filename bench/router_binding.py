@@ -39,7 +39,7 @@ from compass.domain.binding import (
     stage_plan,
 )
 from compass.domain.profiles import parse_profiles
-from compass.lab.router_module import router_part
+from compass_dev.router_module import router_part
 from compass_rules.binding import check_binding
 
 PROFILES = Path(__file__).resolve().parent / "data/compass-paper/planner_latency_profiles.json"

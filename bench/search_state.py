@@ -12,11 +12,11 @@ main. The replay ConfigMap holds the embedded RAG grid (234 configurations, comp
 replayed over the samples; it is set up directly, outside the counts and the limit.
 
 ``--cluster`` runs the same search against a real API server and etcd instead
-(compass.lab.devcluster, its binaries cached in ~/.cache/compass-k8s; one control plane per
+(compass_dev.devcluster, its binaries cached in ~/.cache/compass-k8s; one control plane per
 size): it counts the updates (every PATCH and POST of a ConfigMap), sums the size of each object
 the server answers (data plus decoded binaryData: what etcd stores as a new revision), and reads
 etcd's database size from its /metrics before and after. To measure another version, point
-PYTHONPATH at its package with this version's compass/lab/devcluster.py (``Cluster.etcd_url``).
+PYTHONPATH at its package (this version's dev/compass_dev stays installed: ``Cluster.etcd_url``).
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ def measure_cluster(samples: int, tau: float, budgets: Sequence[int] = ()) -> st
     from compass.commands import job
     from compass.controllers import builders, kubeapi
     from compass.controllers.ledgerchunks import chunk_name, encode, pieces, place
-    from compass.lab.devcluster import Cluster, ensure_binaries
+    from compass_dev.devcluster import Cluster, ensure_binaries
 
     workflow = rag_workflow(samples, tau, budgets)
     spec = CompoundWorkflowSpec.model_validate(workflow["spec"])

@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from compass.api.paretopolicy import ParetoPolicySpec
-from compass.lab.clusterdemo_setup import ClusterDemoSettings
-from compass.lab.devcluster import Binaries
+from compass_dev.clusterdemo_setup import ClusterDemoSettings
+from compass_dev.devcluster import Binaries
 from tiers import require_tritonserver
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -287,7 +287,7 @@ def test_the_control_plane_starts_from_another_directory_with_a_relative_workdir
 ) -> None:
     """`hack/k8s/start.sh --workdir k8s` from elsewhere: the API server runs in the workdir."""
     cwd = tmp_path.resolve()
-    argv = [sys.executable, "-m", "compass.lab.devcluster", "--workdir", "k8s", "--no-node"]
+    argv = [sys.executable, "-m", "compass_dev.devcluster", "--workdir", "k8s", "--no-node"]
     process = subprocess.Popen(
         argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

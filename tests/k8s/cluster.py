@@ -1,4 +1,4 @@
-"""The k8s tier's control plane: compass.lab.devcluster, under the name the tests import.
+"""The k8s tier's control plane: compass_dev.devcluster, under the name the tests import.
 
 The code moved into the package so that `compass demo --cluster` runs the same control plane
 (the package may not import from tests/); `python tests/k8s/cluster.py` still starts one by hand.
@@ -16,7 +16,8 @@ import pytest
 from kubernetes import client
 
 from compass.controllers import kubeapi
-from compass.lab.devcluster import (
+from compass.lab.processes import free_port, log_tail, wait_for
+from compass_dev.devcluster import (
     ADMIN_USER,
     BUILD_SCRIPT,
     CANNOT_BUILD,
@@ -30,7 +31,6 @@ from compass.lab.devcluster import (
     ensure_binaries,
     main,
 )
-from compass.lab.processes import free_port, log_tail, wait_for
 
 __all__ = [
     "ADMIN_USER",

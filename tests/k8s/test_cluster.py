@@ -15,7 +15,7 @@ from cluster import Cluster, crd_established, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from compass.lab.devnode import Node
+from compass_dev.devnode import Node
 
 # The job controller's back-off between a failed pod and its replacement starts at 10 s (1.20).
 JOB_TIMEOUT_S = 60

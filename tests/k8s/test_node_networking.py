@@ -23,8 +23,8 @@ import pytest
 from cluster import Cluster, wait_for
 from kubernetes import client
 
-from compass.lab.devnode import Node
-from compass.lab.podnetwork import POD_NETWORK
+from compass_dev.devnode import Node
+from compass_dev.podnetwork import POD_NETWORK
 
 APP = "web"
 PORT = 8080

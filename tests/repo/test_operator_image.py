@@ -1,10 +1,15 @@
-"""The operator image's Dockerfile agrees with the chart (no Docker engine here to build it)."""
+"""The operator image's Dockerfile agrees with the chart (no Docker engine here to build it), and
+the package it installs holds no development tools (dev/compass_dev)."""
 
 from __future__ import annotations
 
 import fnmatch
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import yaml
@@ -14,6 +19,7 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "model-images" / "operator" / "Dockerfile"
 LOCK = REPO / "model-images" / "operator" / "requirements.lock"
+DEV_TOOLS = REPO / "dev" / "compass_dev"
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -56,29 +62,25 @@ def test_installs_the_lock_then_the_project_not_editable_and_runs_as_the_charts_
     assert 'command: ["compass", "operator"]' in chart_deployment
 
 
-def test_dockerignore_keeps_what_the_dockerfile_copies() -> None:
-    """The root .dockerignore excludes everything but the COPY sources."""
+def copy_sources() -> list[str]:
+    """What the Dockerfile's COPY instructions take from the build context."""
+    copies = [args.split()[:-1] for word, args in instructions() if word == "COPY"]
+    return [source.rstrip("/") for sources in copies for source in sources]
+
+
+def in_build_context(path: str) -> bool:
+    """Whether the root .dockerignore lets a repository path into the build context."""
     patterns = [
         line.strip()
         for line in (REPO / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    copies = [args.split()[:-1] for word, args in instructions() if word == "COPY"]
-    sources = [source.rstrip("/") for sources in copies for source in sources]
-    assert sources == [
-        "model-images/operator/requirements.lock",
-        "pyproject.toml",
-        "README.md",
-        "operator",
-    ]
-    for source in sources:
-        assert (REPO / source).exists(), source
-        included = False
-        for pattern in patterns:
-            negated = pattern.startswith("!")
-            if fnmatch.fnmatch(source, pattern.removeprefix("!").rstrip("/")):
-                included = negated
-        assert included, f"{source} is excluded from the build context"
+    included = True
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        if fnmatch.fnmatch(path, pattern.removeprefix("!").rstrip("/")):
+            included = negated
+    return included
 
 
 def locked_pins() -> dict[str, str]:
@@ -110,3 +112,55 @@ def test_the_lock_pins_every_runtime_dependency_within_its_range() -> None:
             f"{LOCK.name} pins {name}=={pins[name]}, outside pyproject's {wanted}: regenerate it"
         )
     assert "matplotlib" not in pins, "plotting is the `plot` extra, not the operator image's"
+
+
+def test_dockerignore_keeps_what_the_dockerfile_copies() -> None:
+    """The root .dockerignore excludes everything but the COPY sources."""
+    sources = copy_sources()
+    assert sources == [
+        "model-images/operator/requirements.lock",
+        "pyproject.toml",
+        "README.md",
+        "operator",
+    ]
+    for source in sources:
+        assert (REPO / source).exists(), source
+        assert in_build_context(source), f"{source} is excluded from the build context"
+
+
+def test_the_build_context_leaves_the_development_tools_out() -> None:
+    """dev/ (the local control plane, node helper and cluster demo) never reaches the image."""
+    assert DEV_TOOLS.is_dir()
+    assert not in_build_context("dev")
+    assert not in_build_context("dev/compass_dev/devnode.py")
+
+
+def test_the_images_package_holds_no_development_tools(tmp_path: Path) -> None:
+    """The wheel built from the COPY sources (what `pip install /src` installs) is compass alone."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in copy_sources():
+        if (REPO / name).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+            shutil.copytree(REPO / name, source / name, ignore=ignore)
+        else:
+            shutil.copy(REPO / name, source / name)
+    # No build isolation: the dev extra's setuptools builds it, offline.
+    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    built = subprocess.run(
+        [*argv, "--quiet", "--wheel-dir", str(tmp_path / "wheel"), str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert {name.split("/")[0] for name in names if ".dist-info/" not in name} == {"compass"}
+    assert {"compass/commands/demo.py", "compass/lab/demo.py"} <= set(names)
+    dev_modules = {path.stem for path in DEV_TOOLS.glob("*.py")} - {"__init__"}
+    assert {"devnode", "devcluster", "podenv", "podnetwork", "probes", "clusterdemo"} <= dev_modules
+    shipped_modules = {Path(name).stem for name in names if name.endswith(".py")}
+    assert not dev_modules & shipped_modules

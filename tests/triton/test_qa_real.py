@@ -31,7 +31,7 @@ from compass.lab.local_triton import (
     model_images,
 )
 from compass.lab.processes import wait_for
-from compass.lab.router_module import pipeline_module
+from compass_dev.router_module import pipeline_module
 from tiers import require_qa_real, require_tritonserver
 
 COMPONENTS = ("encoder", "bm25", "dense", "reranker", "reader")

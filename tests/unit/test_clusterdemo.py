@@ -1,10 +1,11 @@
 """`compass demo --cluster`'s pure parts (the run itself is tests/e2e/test_demo_cluster.py), and
-the one error path a machine with a control plane cannot show: no control plane."""
+the error paths a development machine cannot show: no control plane, no development tools."""
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from compass.api.paretopolicy import (
     RoutingTarget,
     ServingSettings,
 )
+from compass.commands.main import main
 from compass.controllers.policy_compile import compile_policy
 from compass.controllers.workflow_plan import plan_policy
 from compass.conversion import spec_for_plan
@@ -34,18 +36,18 @@ from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import Tick, simulate
 from compass.domain.strategy import Strategy
-from compass.lab import clusterdemo, clusterdemo_report
-from compass.lab.clusterdemo_report import status_ticks
-from compass.lab.clusterdemo_setup import (
+from compass.lab.demo import verdict
+from compass.lab.experiment import LiveRun
+from compass.lab.scenarios import PAPER_FRONT
+from compass_dev import clusterdemo, clusterdemo_report
+from compass_dev.clusterdemo_report import status_ticks
+from compass_dev.clusterdemo_setup import (
     EXAMPLE,
     ClusterDemoSettings,
     adaptations,
     replay_ledger,
 )
-from compass.lab.demo import verdict
-from compass.lab.devcluster import ClusterUnavailableError
-from compass.lab.experiment import LiveRun
-from compass.lab.scenarios import PAPER_FRONT
+from compass_dev.devcluster import ClusterUnavailableError
 
 
 def test_the_adapted_example_changes_only_what_it_says() -> None:
@@ -119,6 +121,33 @@ def test_no_control_plane_is_a_clear_error_and_exit_1(
     err = capsys.readouterr().err
     assert "no Kubernetes control plane on this machine" in err
     assert "not root" in err
+
+
+def test_the_command_line_runs_the_cluster_demo_of_the_development_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`compass demo --cluster` finds compass_dev's demo by name and hands it its settings."""
+
+    def unavailable(**_: object) -> None:
+        raise ClusterUnavailableError("cannot build the Kubernetes control plane here: not root")
+
+    monkeypatch.setattr(clusterdemo, "ensure_binaries", unavailable)
+    monkeypatch.setattr(clusterdemo.TritonInstallation, "find", staticmethod(lambda: None))
+    assert main(["demo", "--cluster", "--output-dir", str(tmp_path / "out")]) == 1
+    assert "no Kubernetes control plane on this machine" in capsys.readouterr().err
+
+
+def test_without_the_development_tools_demo_cluster_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain `pip install` of the operator has no compass_dev: one line, naming the fix."""
+    monkeypatch.setitem(sys.modules, "compass_dev", None)  # as if not installed
+    assert main(["demo", "--cluster"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.splitlines()
+    assert line.startswith("compass demo: error: --cluster: needs the development tools")
+    assert "pip install -e dev/" in line
 
 
 def test_the_summary_reads_the_policy_against_both_static_ends() -> None:

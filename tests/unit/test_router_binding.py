@@ -32,7 +32,7 @@ from compass.domain.binding import (
 )
 from compass.domain.bindingsim import ROUTER_POLL_S
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.lab.router_module import pipeline_module, router_part
+from compass_dev.router_module import pipeline_module, router_part
 from compass.lab.scenarios import QA_REAL_FRONT
 from compass_rules.binding import check_binding
 

@@ -18,7 +18,7 @@ import pytest
 
 from compass.dataplane.triton import PIPELINE_SLOTS_PARAMETER
 from compass.domain.binding import follower_spare_ms
-from compass.lab.router_module import router_part
+from compass_dev.router_module import router_part
 from compass_rules.binding import bind_stage, check_binding
 from compass_rules.followers import slacks_behind_ms
 

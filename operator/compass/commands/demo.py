@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from compass.api.paretopolicy import MAX_LAG_RESERVE
@@ -22,13 +25,16 @@ from compass.domain.search import SearchSettings
 from compass.domain.space import Space
 from compass.evaluators.ledger import Ledger, ReplayEvaluator
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
-from compass.lab.clusterdemo import run_cluster_demo
-from compass.lab.clusterdemo_setup import (
-    ClusterDemoSettings,
-)
 from compass.lab.demo import DemoSettings, run_demo
 
 DEMO_LEDGER_SEED = 0
+# `--cluster` runs the development tools (dev/compass_dev: the local control plane and node),
+# which the compass-operator package does not ship: looked up by name, so only where installed.
+DEV_TOOLS = "compass_dev"
+INSTALL_DEV_TOOLS = (
+    "install them from a checkout of the repository: pip install -e dev/ "
+    "(hack/lib/venv.sh's `ensure_venv dev` does)"
+)
 
 
 def register(commands: Any, summary: str) -> None:
@@ -60,7 +66,8 @@ def register(commands: Any, summary: str) -> None:
         help="the same through the operator: a local Kubernetes API server (hack/k8s/build.sh's "
         "binaries), `compass operator`, `kubectl apply` of examples/rag-sim-workflow.yaml (its "
         "own tau and budgets; the search replays rag-sim's scores), the spike served by the "
-        "operator's policy and by the most accurate configuration (a few minutes)",
+        "operator's policy and by the most accurate configuration (a few minutes). Needs the "
+        "repository's development tools (pip install -e dev/), which a plain install lacks",
     )
     demo.add_argument(
         "--queue-from",
@@ -124,6 +131,17 @@ def demo_ledger() -> tuple[Space, Ledger]:
     return space, ledger
 
 
+def cluster_demo() -> ModuleType:
+    """The cluster demo's module, or a usage error saying how to install the development tools."""
+    if importlib.util.find_spec(DEV_TOOLS) is None:
+        fail(
+            "--cluster",
+            f"needs the development tools ({DEV_TOOLS}), not installed",
+            INSTALL_DEV_TOOLS,
+        )
+    return importlib.import_module(f"{DEV_TOOLS}.clusterdemo")
+
+
 def _positive(
     args: argparse.Namespace, flag: str, example: str, default: str | None = None
 ) -> float:
@@ -139,8 +157,9 @@ def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: Searc
         fail("--output", "only with --search-only", "the demo writes into --output-dir")
     base_qps = None if args.base_qps is None else _positive(args, "--base-qps", "1.5")
     if args.cluster:
-        return run_cluster_demo(
-            ClusterDemoSettings(
+        cluster = cluster_demo()
+        status: int = cluster.run_cluster_demo(
+            cluster.ClusterDemoSettings(
                 output_dir=Path(str(args.output_dir)),
                 time_scale=_positive(args, "--time-scale", "0.25", "0.25"),
                 slo_ms=_positive(args, "--slo-ms", "1000"),
@@ -168,6 +187,7 @@ def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: Searc
                 ),
             )
         )
+        return status
     return run_demo(
         DemoSettings(
             output_dir=Path(str(args.output_dir)),

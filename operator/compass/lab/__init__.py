@@ -1,1 +1,1 @@
-"""The lab: demos, a local control plane and node, local Triton, experiments, plots, scenarios."""
+"""The lab: the local demo, local Triton, experiments, plots, scenarios (never the operator)."""

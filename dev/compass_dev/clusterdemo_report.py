@@ -1,7 +1,7 @@
 """What `compass demo --cluster` predicts and prints: the policy the operator runs and late
 binding as the simulator runs them, unscaled, on the same arrivals; each run's share of the
 fastest-to-accurate gap against issue 42's floor; the status samples and served requests as a
-timeline (compass.lab.clusterdemo runs the demo)."""
+timeline (compass_dev.clusterdemo runs the demo)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import RunReport, Tick
 from compass.domain.space import config_key
 from compass.domain.strategy import Policy, build_policy
-from compass.lab.clusterdemo_setup import BINDING_PIPELINE_SLOTS, BINDING_ROUTER_INSTANCES
 from compass.lab.experiment import OBSERVED_WINDOW_S, LiveRun, SwitchEvent
+from compass_dev.clusterdemo_setup import BINDING_PIPELINE_SLOTS, BINDING_ROUTER_INSTANCES
 
 # Issue 42's floor for the operator's policy: this share of the fastest-to-accurate gap (served
 # accuracy) at no more than this many points of compliance under static fastest.

@@ -3,7 +3,7 @@
 Plain Python (no pytest), used by the k8s test tier, `compass demo --cluster`,
 hack/k8s/start.sh and the benches: ``with Cluster(ensure_binaries(), workdir) as cluster:``.
 Every process is a child on free loopback ports, logs to a file and is stopped by its PID.
-There is no kubelet and no scheduler: compass.lab.devnode plays the node. `Operator` runs
+There is no kubelet and no scheduler: compass_dev.devnode plays the node. `Operator` runs
 `compass operator` as a child process. docs/development.md, "The local control plane".
 """
 
@@ -32,7 +32,6 @@ from typing import Any, TextIO
 import yaml
 from kubernetes import config
 
-from compass.lab.devnode import Node
 from compass.lab.processes import (
     die_with_parent,
     free_ports,
@@ -41,9 +40,10 @@ from compass.lab.processes import (
     venv_executable,
     wait_for,
 )
+from compass_dev.devnode import Node
 
-# operator/compass/lab/devcluster.py -> the checkout (the build script is not in an installed wheel).
-REPO_ROOT = Path(__file__).resolve().parents[3]
+# dev/compass_dev/devcluster.py -> the checkout (the build script is in no installed wheel).
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "k8s" / "build.sh"
 # hack/k8s/build.sh's "cannot build on this machine" status (not root, no apt-get...).
 CANNOT_BUILD = 3

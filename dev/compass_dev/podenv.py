@@ -1,4 +1,4 @@
-"""What a pod's container runs with on the node helper (compass.lab.devnode): argv and environment.
+"""What a pod's container runs with on the node helper (compass_dev.devnode): argv and environment.
 
 Images do not exist here: a container's program is its `command` as written, or what a LocalImage
 says about its image (ENTRYPOINT, CMD, programs to substitute, ENV). The environment is the
@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from compass.lab.podnetwork import HOST_IP
+from compass_dev.podnetwork import HOST_IP
 
 Pod = dict[str, Any]  # a Pod as the API returns it (JSON), not the client's models
 Container = dict[str, Any]

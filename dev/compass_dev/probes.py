@@ -1,4 +1,4 @@
-"""Readiness probes for the node helper (compass.lab.devnode): httpGet, tcpSocket and exec.
+"""Readiness probes for the node helper (compass_dev.devnode): httpGet, tcpSocket and exec.
 
 probe_once runs a probe one time; probe_until_exit runs it on its schedule (initial delay,
 period, success and failure thresholds) for one run of a container and says when the result
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from compass.lab.podenv import Container, ContainerConfigError
+from compass_dev.podenv import Container, ContainerConfigError
 
 # A readinessProbe's defaults, as in the Pod API.
 PROBE_DEFAULTS = {

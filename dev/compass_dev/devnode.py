@@ -1,9 +1,9 @@
 """A helper that plays the kubelet: it runs Pods' containers as local processes.
 
-The control plane in compass.lab.devcluster has no kubelet and no scheduler. A Node watches Pods,
+The control plane in compass_dev.devcluster has no kubelet and no scheduler. A Node watches Pods,
 binds each Pending one to itself, runs its containers as subprocesses (argv and environment from
-compass.lab.podenv, a working directory per pod, an address from compass.lab.podnetwork) and
-writes the pod's status as a kubelet does: Running, ready as compass.lab.probes finds it, then
+compass_dev.podenv, a working directory per pod, an address from compass_dev.podnetwork) and
+writes the pod's status as a kubelet does: Running, ready as compass_dev.probes finds it, then
 Succeeded or Failed with exit codes and the tail of the output as the termination message.
 restartPolicy Always and OnFailure run a container again in the same pod. Not modelled: volumes,
 liveness and startup probes, resources, grace periods, node heartbeats, `kubectl logs` (use
@@ -30,7 +30,7 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from compass.lab.podenv import (
+from compass_dev.podenv import (
     Container,
     ContainerConfigError,
     LocalImage,
@@ -39,8 +39,8 @@ from compass.lab.podenv import (
     container_environment,
     local_image,
 )
-from compass.lab.podnetwork import ADDRESSES, HOST_IP, POD_NETWORK, loopback_network
-from compass.lab.probes import probe_until_exit
+from compass_dev.podnetwork import ADDRESSES, HOST_IP, POD_NETWORK, loopback_network
+from compass_dev.probes import probe_until_exit
 
 CommandHook = Callable[[Pod, Container, list[str]], list[str]]
 
@@ -194,7 +194,7 @@ class Node:
                         "type": "Ready",
                         "status": "True",
                         "reason": "KubeletReady",
-                        "message": f"compass.lab.devnode {self.name} runs pods as local processes",
+                        "message": f"compass_dev.devnode {self.name} runs pods as local processes",
                         "lastHeartbeatTime": now,
                         "lastTransitionTime": now,
                     }

@@ -1,4 +1,4 @@
-"""Pod addresses for the node helper (compass.lab.devnode): one loopback address per pod.
+"""Pod addresses for the node helper (compass_dev.devnode): one loopback address per pod.
 
 All of 127.0.0.0/8 is loopback on Linux, so a process binds any address of POD_NETWORK with no
 setup. The node itself, and hostNetwork pods, are HOST_IP.

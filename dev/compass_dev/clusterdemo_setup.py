@@ -1,7 +1,7 @@
 """`compass demo --cluster`'s settings and what it applies: examples/rag-sim-workflow.yaml adapted
 only as far as this machine needs (each change printed), served as the example says (late
 binding behind the router's gate) or, with --whole-workflow, by whole-workflow switching alone,
-and the replay ledger the search reads (compass.lab.clusterdemo runs it)."""
+and the replay ledger the search reads (compass_dev.clusterdemo runs it)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import yaml
 
 from compass.domain.binding import RAG_SIM_STAGE_PARAMS
 from compass.lab.demo import RUN_TITLES
-from compass.lab.devcluster import REPO_ROOT
+from compass_dev.devcluster import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "examples" / "rag-sim-workflow.yaml"
 TITLES = {**RUN_TITLES, "policy": "Elastico (operator)"}
@@ -71,7 +71,7 @@ def adaptations(
     scale = settings.time_scale
     notes = []
     if spec["evaluation"]["evaluator"] != {"type": "triton"}:
-        raise ValueError(f"{EXAMPLE} changed its evaluator: revisit compass.lab.clusterdemo")
+        raise ValueError(f"{EXAMPLE} changed its evaluator: revisit compass_dev.clusterdemo")
     spec["evaluation"]["evaluator"] = {"type": "replay", "replayConfigMap": ledger}
     notes.append(
         f"search evaluator triton -> replay of rag-sim's own per-question scores (ConfigMap "
@@ -89,7 +89,7 @@ def adaptations(
         "(shipped 3 + 50: ~2 minutes for the 33 feasible ones on two cores)"
     )
     if "metrics" in spec["serving"]:
-        raise ValueError(f"{EXAMPLE} names serving.metrics: revisit compass.lab.clusterdemo")
+        raise ValueError(f"{EXAMPLE} names serving.metrics: revisit compass_dev.clusterdemo")
     spec["serving"]["metrics"] = dict(metrics)
     if metrics["type"] == "triton":
         notes.append(
@@ -142,14 +142,14 @@ def late_binding_adaptations(spec: dict[str, Any], settings: ClusterDemoSettings
     if binding.get("mode") != "per-stage" or not (serving.get("admission") or {}).get("enabled"):
         raise ValueError(
             f"{EXAMPLE} no longer serves with late binding and admission: revisit "
-            "compass.lab.clusterdemo"
+            "compass_dev.clusterdemo"
         )
     stages = [tuple(stage["parameters"]) for stage in binding["stages"]]
     space = {p["name"] for p in spec["space"]["parameters"]}
     if stages != list(RAG_SIM_STAGE_PARAMS) or {n for st in stages for n in st} != space:
         raise ValueError(
             f"{EXAMPLE}'s stages {stages} are not rag-sim's {list(RAG_SIM_STAGE_PARAMS)}: "
-            "revisit compass.lab.clusterdemo"
+            "revisit compass_dev.clusterdemo"
         )
     notes = []
     lag_share = settings.binding_lag_share or binding.get("lagShare")

@@ -1,11 +1,11 @@
 """`compass demo --cluster`: the demo through the operator, on a local real Kubernetes API server.
 
-The k8s test tier's control plane (compass.lab.devcluster, compass.lab.devnode), a local
+The k8s test tier's control plane (compass_dev.devcluster, compass_dev.devnode), a local
 tritonserver serving rag-sim and `compass operator` as a process; `kubectl apply` of the CRDs and
 of examples/rag-sim-workflow.yaml, adapted only as far as this machine needs
-(compass.lab.clusterdemo_setup, each change printed); then the same seeded spike served by the
+(compass_dev.clusterdemo_setup, each change printed); then the same seeded spike served by the
 operator's policy and, paused, by the most accurate and the fastest configuration, beside the
-simulator's prediction (compass.lab.clusterdemo_report). rag-sim runs at ``time_scale``; every
+simulator's prediction (compass_dev.clusterdemo_report). rag-sim runs at ``time_scale``; every
 figure printed is unscaled. docs/development.md.
 """
 
@@ -40,7 +40,28 @@ from compass.domain.binding import (
 from compass.domain.planner import Plan, Slo
 from compass.domain.profiles import parse_profiles
 from compass.domain.simulator import FRESH, MetricsView, compare
-from compass.lab.clusterdemo_report import (
+from compass.lab.demo import (
+    Reporter,
+    comparison_document,
+    comparison_rows,
+    comparison_text,
+    shown,
+    verdict,
+    write_file,
+    write_json,
+)
+from compass.lab.experiment import SETTLE_S, LiveRun, serve
+from compass.lab.local_triton import (
+    LocalPrometheus,
+    LocalServerError,
+    LocalTriton,
+    TritonInstallation,
+    prometheus_binary,
+)
+from compass.lab.plots import save_plan_figure, save_timeline_figure
+from compass.lab.processes import venv_executable, wait_for
+from compass.lab.scenarios import RagSimLoad, rag_sim_data, rag_sim_triton, spike_scenario
+from compass_dev.clusterdemo_report import (
     StartingOn,
     binding_prediction,
     by_third,
@@ -55,7 +76,7 @@ from compass.lab.clusterdemo_report import (
     unscaled_plan,
     unscaled_policy,
 )
-from compass.lab.clusterdemo_setup import (
+from compass_dev.clusterdemo_setup import (
     BINDING_PIPELINE_SLOTS,
     BINDING_ROUTER_INSTANCES,
     EXAMPLE,
@@ -64,17 +85,7 @@ from compass.lab.clusterdemo_setup import (
     adaptations,
     replay_ledger,
 )
-from compass.lab.demo import (
-    Reporter,
-    comparison_document,
-    comparison_rows,
-    comparison_text,
-    shown,
-    verdict,
-    write_file,
-    write_json,
-)
-from compass.lab.devcluster import (
+from compass_dev.devcluster import (
     REPO_ROOT,
     Cluster,
     ClusterError,
@@ -82,19 +93,8 @@ from compass.lab.devcluster import (
     Operator,
     ensure_binaries,
 )
-from compass.lab.devnode import Node
-from compass.lab.experiment import SETTLE_S, LiveRun, serve
-from compass.lab.local_triton import (
-    LocalPrometheus,
-    LocalServerError,
-    LocalTriton,
-    TritonInstallation,
-    prometheus_binary,
-)
-from compass.lab.plots import save_plan_figure, save_timeline_figure
-from compass.lab.podenv import LocalImage
-from compass.lab.processes import venv_executable, wait_for
-from compass.lab.scenarios import RagSimLoad, rag_sim_data, rag_sim_triton, spike_scenario
+from compass_dev.devnode import Node
+from compass_dev.podenv import LocalImage
 
 CRDS = REPO_ROOT / "crds"
 NAMESPACE = "compass-demo"
