@@ -433,7 +433,6 @@ class LocalObjectReference(CamelModel):
 class JobPod(CamelModel):
     """Where a Job's pod runs and what it pulls: the search and profiling sections' pod fields."""
 
-    resources: Resources = Field(default_factory=Resources, description="The pod's resources.")
     node_selector: dict[str, ShortText] = Field(
         default_factory=dict,
         max_length=MAX_MAP_ENTRIES,
@@ -469,6 +468,7 @@ class JobPod(CamelModel):
         description="Secrets of the workflow's namespace to pull the Job's image with, added to "
         "the operator's own (the chart's imagePullSecrets).",
     )
+    resources: Resources = Field(default_factory=Resources, description="The pod's resources.")
 
     @field_validator("affinity")
     @classmethod
