@@ -52,6 +52,8 @@ MAX_PULL_SECRETS = 16
 # suffix n, u, m, k, M..E, or an exponent), for the schema and for the pydantic check alike.
 QUANTITY_PATTERN = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
 MAX_QUANTITY_LENGTH = 64
+# The API server decodes a larger whole number as a float, which an int-or-string refuses.
+MAX_QUANTITY_INT = 2**63 - 1
 # 2GB, 512 MiB, 1gb: a byte unit where Kubernetes wants its suffix alone.
 _BYTE_UNIT = re.compile(r"^([0-9.]+)\s*([kKmMgGtTpPeE])i?[bB]$")
 
@@ -364,18 +366,23 @@ def _quantity_fix(text: str) -> str:
 def _quantity(value: object) -> int | str:
     """A Kubernetes quantity as a resource map holds it: a whole number, or its text form."""
     if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ValueError(f"{value} is negative; a resource quantity is 0 or more")
+        if not 0 <= value <= MAX_QUANTITY_INT:
+            raise ValueError(
+                f"{value} is out of range; a resource quantity is 0 or more, and a whole number "
+                f"at most {MAX_QUANTITY_INT} (write larger ones with a suffix: 8Ei)"
+            )
         return value
     if isinstance(value, str):
-        if len(value) > MAX_QUANTITY_LENGTH or not re.match(QUANTITY_PATTERN, value):
+        # fullmatch: re's $ also matches before a final newline, which RE2's (the server's) does not.
+        if len(value) > MAX_QUANTITY_LENGTH or not re.fullmatch(QUANTITY_PATTERN, value):
             raise ValueError(
                 f"{value[:MAX_QUANTITY_LENGTH]!r} is not a Kubernetes quantity; "
                 f"{_quantity_fix(value)}"
             )
         return value
+    shown = repr(value) if isinstance(value, float | bool) else f"a {type(value).__name__}"
     raise ValueError(
-        f"{value!r} is not a Kubernetes quantity; write a whole number or a string "
+        f"{shown} is not a Kubernetes quantity; write a whole number or a string "
         "(quote a fraction: '0.5', or write 500m)"
     )
 
