@@ -20,8 +20,8 @@ import yaml
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.crds import RESOURCES, build_crd
-from compass.controllers.builders import build_profile_job, build_search_job
 from compass.api.rules import VALIDATIONS
+from compass.controllers.builders import build_profile_job, build_search_job
 from compass.controllers.rbac import (
     CLUSTER_PEERING_RULES,
     DISCOVERY_RULES,
@@ -363,7 +363,10 @@ def test_the_jobs_pull_with_the_charts_image_pull_secrets(monkeypatch: pytest.Mo
             "triton": {"service": "triton"},
         }
     )
-    workflow = {"kind": "CompoundWorkflow", "metadata": {"name": "w", "namespace": "ml", "uid": "u"}}
+    workflow = {
+        "kind": "CompoundWorkflow",
+        "metadata": {"name": "w", "namespace": "ml", "uid": "u"},
+    }
     for build in (build_search_job, build_profile_job):
         job = build(workflow, spec, settings.image, "sa", None, settings.job_image_pull_secrets)
         assert job["spec"]["template"]["spec"]["imagePullSecrets"] == secrets
