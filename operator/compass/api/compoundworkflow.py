@@ -497,9 +497,7 @@ class JobPod(CamelModel):
 
 
 class Profiling(JobPod):
-    """How the latency of feasible configurations is measured, and where the profiling Job's
-    pod runs: it is a gRPC client of the Triton pods, which hold the GPUs and are what it
-    measures, so it needs no GPU and no place on the GPU nodes."""
+    """How the Triton pods' latency is measured, by a client pod that needs no GPU of its own."""
 
     resources: Resources = Field(
         default_factory=Resources,
