@@ -169,6 +169,14 @@ def test_the_profiling_job_lists_its_services_ready_pods_under_its_role(
     ]
     assert source == "the ready pods of Service rag"
 
+    # A staging Service to measure (spec.triton.evaluationService): its ready pods instead.
+    staging = spec.model_copy(
+        update={"triton": spec.triton.model_copy(update={"evaluation_service": "other"})}
+    )
+    pods, source = job_triton.triton_pods(staging, k8s_namespace, as_job)
+    assert pods == [Endpoint("other-a", "10.2.0.1:8001", None)]
+    assert source == "the ready pods of Service other"
+
     # A Service in another namespace: its one address, and why.
     elsewhere = spec.model_copy(
         update={"triton": spec.triton.model_copy(update={"service": "rag.other.svc"})}

@@ -365,6 +365,79 @@ def test_invalid_spec_is_a_permanent_error_until_fixed(
         assert flows.jobs("foreign") == []
 
 
+def test_job_resources_are_quantities_and_placement_reaches_jobs_the_server_accepts(
+    k8s_api: Any, k8s_namespace: str, crds: None
+) -> None:
+    """The CRD takes `nvidia.com/gpu: 1` unquoted and refuses `2GB` naming the field; both Jobs
+    built from the stored workflow, with every placement field, pass the API server's own
+    validation of a Job (a dry run: no pod starts)."""
+    flows = Workflows(k8s_api, k8s_namespace)
+    bad = _workflow("bytes", tau=0.8)
+    bad["spec"]["profiling"]["resources"] = {"limits": {"memory": "2GB"}}
+    with pytest.raises(ApiException) as rejected:
+        flows.create(bad)
+    assert rejected.value.status == 422
+    message = json.loads(rejected.value.body)["message"]
+    assert "spec.profiling.resources.limits.memory" in message
+    assert '"2GB"' in message
+    for value in ("2Gi\n", -1, 0.5):
+        bad["spec"]["profiling"]["resources"] = {"limits": {"memory": value}}
+        with pytest.raises(ApiException) as rejected:
+            flows.create(bad)
+        assert rejected.value.status == 422, value
+
+    placed = _workflow("placed", tau=0.8)
+    pod_fields = {
+        "nodeSelector": {"compass.io/pool": "cpu"},
+        "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 50,
+                        "podAffinityTerm": {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {"app": "triton"}},
+                        },
+                    }
+                ]
+            }
+        },
+        "priorityClassName": "batch-low",
+        "runtimeClassName": "runc",
+        "imagePullSecrets": [{"name": "team-registry"}],
+    }
+    placed["spec"]["search"].update(
+        pod_fields, resources={"requests": {"cpu": 1, "memory": "512Mi"}}
+    )
+    placed["spec"]["profiling"].update(
+        pod_fields, resources={"limits": {"nvidia.com/gpu": 1, "cpu": "500m"}}
+    )
+    flows.create(placed)
+    workflow = flows.get("placed")
+    assert workflow["spec"]["profiling"]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert workflow["spec"]["profiling"]["affinity"] == pod_fields["affinity"]
+    spec, _ = validate_spec(workflow["spec"])
+    batch = client.BatchV1Api(k8s_api)
+    for build in (build_search_job, build_profile_job):
+        body = build(workflow, spec, "compass-operator", "compass-job", None, ["regcred"])
+        created = _data(
+            batch.create_namespaced_job(k8s_namespace, body, dry_run="All", _preload_content=False)
+        )
+        pod = created["spec"]["template"]["spec"]
+        assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "team-registry"}]
+        assert pod["affinity"] == pod_fields["affinity"]
+        assert (pod["priorityClassName"], pod["runtimeClassName"]) == (
+            "batch-low",
+            "runc",
+        )
+    assert created["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
+        "nvidia.com/gpu": "1",
+        "cpu": "500m",
+    }
+    assert flows.jobs("placed") == []
+
+
 def test_tau_no_configuration_reaches(
     k8s_api: Any, k8s_namespace: str, k8s_node: Node, crds: None, operator_env: dict[str, str]
 ) -> None:

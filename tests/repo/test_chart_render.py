@@ -18,8 +18,10 @@ import helm_python._native as helm_native
 import pytest
 import yaml
 
+from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.crds import RESOURCES, build_crd
 from compass.api.rules import VALIDATIONS
+from compass.controllers.builders import build_profile_job, build_search_job
 from compass.controllers.rbac import (
     CLUSTER_PEERING_RULES,
     DISCOVERY_RULES,
@@ -341,6 +343,35 @@ def test_digest_pins_the_operator_and_the_jobs_image() -> None:
     objects = render({"image": {"digest": digest}})
     expected = f"ghcr.io/compass-operator/compass-operator@{digest}"
     assert container(objects)["image"] == env(objects)["COMPASS_IMAGE"] == expected
+
+
+def test_the_jobs_pull_with_the_charts_image_pull_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """imagePullSecrets reaches the operator's pod and, through its settings, both Jobs' pods."""
+    secrets = [{"name": "regcred"}, {"name": "mirror"}]
+    objects = render({"imagePullSecrets": secrets})
+    assert only(objects, "Deployment")["spec"]["template"]["spec"]["imagePullSecrets"] == secrets
+    monkeypatch.setenv(
+        "COMPASS_JOB_IMAGE_PULL_SECRETS", env(objects)["COMPASS_JOB_IMAGE_PULL_SECRETS"]
+    )
+    settings = OperatorSettings()
+    assert settings.job_image_pull_secrets == ["regcred", "mirror"]
+    spec = CompoundWorkflowSpec.model_validate(
+        {
+            "space": {"parameters": [{"name": "k", "type": "integer", "values": [1, 2]}]},
+            "evaluation": {"dataset": {"size": 10}, "tau": 0.5},
+            "slo": {"latencyMs": 100},
+            "triton": {"service": "triton"},
+        }
+    )
+    workflow = {
+        "kind": "CompoundWorkflow",
+        "metadata": {"name": "w", "namespace": "ml", "uid": "u"},
+    }
+    for build in (build_search_job, build_profile_job):
+        job = build(workflow, spec, settings.image, "sa", None, settings.job_image_pull_secrets)
+        assert job["spec"]["template"]["spec"]["imagePullSecrets"] == secrets
+    # Without the value the operator's settings hold none, and the Jobs' pods name none.
+    assert "COMPASS_JOB_IMAGE_PULL_SECRETS" not in env(render())
 
 
 def test_cluster_rbac_is_exactly_what_the_operator_needs() -> None:

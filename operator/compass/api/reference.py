@@ -49,7 +49,9 @@ def anchor(kind: str, path: str) -> str:
 
 def type_of(node: dict[str, Any], kind: str, path: str) -> str:
     """The field's type in words, linking to the section of an object with fields."""
-    if node.get("x-kubernetes-preserve-unknown-fields") and "type" not in node:
+    if node.get("x-kubernetes-int-or-string"):
+        text = "integer or string"
+    elif node.get("x-kubernetes-preserve-unknown-fields") and "type" not in node:
         text = "any"
     elif "properties" in node:
         text = f"[object](#{anchor(kind, path)})"

@@ -32,6 +32,7 @@ from compass.controllers.builders import (
     PROGRESS_KEY,
     RESULT_KEY,
     SPEC_KEY,
+    evaluated_spec,
     triton_address,
 )
 from compass.controllers.conditions import one_line
@@ -171,7 +172,9 @@ def _score_source(spec: CompoundWorkflowSpec, namespace: str) -> ScoreSource:
     evaluator = spec.evaluation.evaluator
     if evaluator.type is EvaluatorType.TRITON:
         workflow = {"metadata": {"namespace": namespace}}
-        address = os.environ.get("COMPASS_TRITON_ADDRESS") or triton_address(workflow, spec)
+        address = os.environ.get("COMPASS_TRITON_ADDRESS") or triton_address(
+            workflow, evaluated_spec(spec)
+        )
         return ScoreSource(
             triton=address,
             router_model=spec.triton.router_model,

@@ -9,7 +9,7 @@ from kubernetes import client
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.controllers import kubeapi, metricsauth
-from compass.controllers.builders import routing_target, triton_address
+from compass.controllers.builders import evaluated_spec, routing_target, triton_address
 from compass.controllers.endpoints import PortError, ready_endpoints, slice_entries
 from compass.dataplane.fleet import Endpoint
 from compass.dataplane.triton import GrpcTls
@@ -31,13 +31,15 @@ def triton_pods(
     spec: CompoundWorkflowSpec, namespace: str, api: Any = None
 ) -> tuple[list[Endpoint], str]:
     """The Triton pods the Jobs send to (profiling measures one configuration at a time on
-    each; the search spreads its requests over them), and where they came from: the operator's override (comma-separated addresses), else the ready pods of
-    the Service's EndpointSlices (the addresses its Service would spread the Job's requests
-    over), else the Service's one address (in another namespace, or its slices unreadable)."""
+    each; the search spreads its requests over them), and where they came from: the operator's
+    override (comma-separated addresses), else the ready pods of the Service's EndpointSlices
+    (spec.triton.evaluationService's when given: the addresses it would spread the Job's
+    requests over), else its one address (in another namespace, or its slices unreadable)."""
     override = os.environ.get("COMPASS_TRITON_ADDRESS")
     if override:
         addresses = list(dict.fromkeys(a.strip() for a in override.split(",") if a.strip()))
         return [Endpoint(a, a) for a in addresses], "COMPASS_TRITON_ADDRESS"
+    spec = evaluated_spec(spec)
     workflow = {"metadata": {"namespace": namespace}}
     address = triton_address(workflow, spec)
     service = routing_target(workflow, spec).service

@@ -6,7 +6,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from compass.api.compoundworkflow import DATASET_DIR, CompoundWorkflowSpec, Dataset, EvaluatorType
+from compass.api.compoundworkflow import (
+    DATASET_DIR,
+    CompoundWorkflowSpec,
+    Dataset,
+    EvaluatorType,
+    JobPod,
+)
 from compass.api.meta import GROUP, VERSION
 from compass.api.paretopolicy import RoutingTarget
 from compass.controllers.ledgerchunks import (
@@ -225,6 +231,38 @@ def _job(
     }
 
 
+def job_pod_fields(section: JobPod, pull_secrets: Sequence[str] = ()) -> dict[str, Any]:
+    """The pod spec fields a search or profiling section sets: its placement, and the image pull
+    secrets, the operator's (``pull_secrets``, the chart's) then the section's, each once."""
+    pod: dict[str, Any] = {}
+    if section.node_selector:
+        pod["nodeSelector"] = dict(section.node_selector)
+    if section.tolerations:
+        pod["tolerations"] = [
+            t.model_dump(by_alias=True, exclude_none=True) for t in section.tolerations
+        ]
+    if section.affinity:
+        pod["affinity"] = dict(section.affinity)
+    if section.priority_class_name:
+        pod["priorityClassName"] = section.priority_class_name
+    if section.runtime_class_name:
+        pod["runtimeClassName"] = section.runtime_class_name
+    names = dict.fromkeys([*pull_secrets, *(s.name for s in section.image_pull_secrets)])
+    if names:
+        pod["imagePullSecrets"] = [{"name": name} for name in names]
+    return pod
+
+
+def evaluated_spec(spec: CompoundWorkflowSpec) -> CompoundWorkflowSpec:
+    """The spec as the search and profiling Jobs send to Triton: spec.triton.evaluationService,
+    when given, in place of the Service that serves (which the policy still routes)."""
+    staging = spec.triton.evaluation_service
+    if not staging:
+        return spec
+    triton = spec.triton.model_copy(update={"service": staging, "evaluation_service": None})
+    return spec.model_copy(update={"triton": triton})
+
+
 def triton_address(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> str:
     """host:port of the workflow's Triton gRPC endpoint inside the cluster."""
     namespace = spec.triton.namespace or workflow["metadata"]["namespace"]
@@ -280,9 +318,11 @@ def build_search_job(
     image: str,
     service_account: str,
     env: Mapping[str, str] | None = None,
+    pull_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The Job that runs COMPASS-V for the workflow's current generation, with the dataset
-    mounted where $COMPASS_DATASET says."""
+    mounted where $COMPASS_DATASET says, placed and pulled as spec.search and the operator's
+    pull secrets say."""
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
     state = search_name(name, generation)
@@ -295,7 +335,7 @@ def build_search_job(
         volumes.append({"name": "dataset", "persistentVolumeClaim": claim})
     mounts = [{"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True}] if volumes else []
     path = dataset_path(dataset)
-    resources = spec.search.resources.model_dump(by_alias=True, exclude_defaults=True)
+    resources = spec.search.resources.as_container()
     return _job(
         workflow,
         "search",
@@ -305,6 +345,7 @@ def build_search_job(
         service_account,
         spec.search.backoff_limit,
         spec.search.active_deadline_seconds,
+        pod_extra=job_pod_fields(spec.search, pull_secrets),
         resources=resources or DEFAULT_SEARCH_RESOURCES,
         env={**(env or {}), **({"COMPASS_DATASET": path} if path else {})},
         volumes=volumes,
@@ -318,18 +359,13 @@ def build_profile_job(
     image: str,
     service_account: str,
     env: Mapping[str, str] | None = None,
+    pull_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The Job that profiles the feasible configurations on the target node pool."""
+    """The Job that profiles the feasible configurations on the Triton pods: a client of theirs,
+    placed and pulled as spec.profiling and the operator's pull secrets say (no GPU unless
+    its resources ask)."""
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
-    pod: dict[str, Any] = {}
-    if spec.profiling.node_selector:
-        pod["nodeSelector"] = dict(spec.profiling.node_selector)
-    if spec.profiling.tolerations:
-        pod["tolerations"] = [
-            t.model_dump(by_alias=True, exclude_none=True) for t in spec.profiling.tolerations
-        ]
-    resources = spec.profiling.resources.model_dump(by_alias=True, exclude_defaults=True)
     return _job(
         workflow,
         "profile",
@@ -339,8 +375,8 @@ def build_profile_job(
         service_account,
         spec.search.backoff_limit,
         spec.profiling.active_deadline_seconds,
-        pod_extra=pod,
-        resources=resources,
+        pod_extra=job_pod_fields(spec.profiling, pull_secrets),
+        resources=spec.profiling.resources.as_container(),
         env=env,
     )
 

@@ -128,7 +128,7 @@ CONDITIONS: tuple[ConditionEntry, ...] = (
     ConditionEntry(W, _WE, "True", "NoConfigurationReachesTau", "the best accuracy, a tau"),
     ConditionEntry(W, _WE, "False", "FeasibleFound", "some configuration reaches tau"),
     ConditionEntry(W, _WP, "Unknown", "Profiling", "the profiling Job runs (curve progress)"),
-    ConditionEntry(W, _WP, "True", "Profiled", "latency measured on the target node pool"),
+    ConditionEntry(W, _WP, "True", "Profiled", "latency measured on the Triton pods"),
     ConditionEntry(W, _WP, "True", "Reused", "the profiles of an earlier generation"),
     ConditionEntry(W, _WP, "False", "(the Job's reason)", "e.g. DeadlineExceeded; JobFailed"),
     ConditionEntry(W, _WP, "False", "NoProfiles", "the Job completed without profiles"),

@@ -29,6 +29,11 @@ class OperatorSettings(BaseSettings):
         default="compass-job",
         description="ServiceAccount of the Jobs' pods: may read and patch their state ConfigMap.",
     )
+    job_image_pull_secrets: list[str] = Field(
+        default_factory=list,
+        description="Secrets every Job's pod pulls its image with (the chart's imagePullSecrets: "
+        "a JSON list of names or of {name: ...}); each must exist in the workflow's namespace.",
+    )
     namespaces: list[str] = Field(
         default_factory=list,
         description="Namespaces to watch; empty means the whole cluster.",
@@ -130,6 +135,14 @@ class OperatorSettings(BaseSettings):
     def _lower_case(cls, value: object) -> object:
         """INFO and JSON mean info and json (as logging and kopf's --log-format spell them)."""
         return value.lower() if isinstance(value, str) else value
+
+    @field_validator("job_image_pull_secrets", mode="before")
+    @classmethod
+    def _secret_names(cls, value: object) -> object:
+        """[{name: regcred}] (a pod spec's imagePullSecrets, as the chart holds it) is [regcred]."""
+        if isinstance(value, list):
+            return [v.get("name") if isinstance(v, dict) else v for v in value]
+        return value
 
     @field_validator("peering")
     @classmethod

@@ -412,6 +412,7 @@ def _create_job(
         settings.image,
         settings.job_service_account,
         job_env(settings.triton_address_override),
+        settings.job_image_pull_secrets,
     )
     batch = client.BatchV1Api(api)
     metadata = body["metadata"]

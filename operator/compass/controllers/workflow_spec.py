@@ -85,8 +85,12 @@ def authorize_workflow_targets(
                 "serve the workflow from a Triton of this namespace, or ask the operator's "
                 f"administrator to add {triton.namespace} to allowedTargetNamespaces (Helm value)",
             )
-        if "." in triton.service:  # a host: NAME.NAMESPACE.svc, or one outside the cluster
-            resolve_host(triton.service, "triton.service", namespace, access, router=True)
+        for field, host in (
+            ("triton.service", triton.service),
+            ("triton.evaluationService", triton.evaluation_service),
+        ):
+            if host and "." in host:  # a host: NAME.NAMESPACE.svc, or one outside the cluster
+                resolve_host(host, field, namespace, access, router=True)
         metrics = spec.serving.metrics
         if metrics is not None and metrics.url:
             resolve_url(metrics.url, "serving.metrics.url", namespace, access)

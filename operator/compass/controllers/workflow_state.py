@@ -64,8 +64,13 @@ def profile_key(spec: CompoundWorkflowSpec) -> str:
     model, the capacity curves too: the front they are measured for, and at what concurrency)."""
     inputs: dict[str, Any] = {
         "search": search_key(spec),
-        # A bound on the profiling's time changes nothing it measures.
-        "profiling": spec.profiling.model_dump(mode="json", by_alias=True, exclude={"max_seconds"}),
+        # A bound on the profiling's time, its pod's priority and the secrets its image is
+        # pulled with change nothing it measures.
+        "profiling": spec.profiling.model_dump(
+            mode="json",
+            by_alias=True,
+            exclude={"max_seconds", "priority_class_name", "image_pull_secrets"},
+        ),
         "triton": spec.triton.model_dump(mode="json", by_alias=True),
     }
     if spec.serving.threshold_model is ThresholdModel.MEASURED:

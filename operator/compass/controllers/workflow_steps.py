@@ -416,7 +416,7 @@ def _planning(observation: GenerationObservation, state: Mapping[str, str], now:
         WorkflowConditionType.PROFILED,
         "True",
         "Profiled",
-        "latency measured on the target node pool",
+        "latency measured on the Triton pods",
     )
     if profiled is not None and profiled.reason == "Reused":
         profiled_ok = (WorkflowConditionType.PROFILED, "True", "Reused", profiled.message)
