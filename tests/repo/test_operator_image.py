@@ -136,10 +136,12 @@ def test_the_build_context_leaves_the_development_tools_out() -> None:
 
 
 def test_the_images_package_holds_no_development_tools(tmp_path: Path) -> None:
-    """The wheel built from the COPY sources (what `pip install /src` installs) is compass alone."""
+    """The wheel built from the COPY sources (what `pip install /src` installs) is compass and
+    the serving rules it shares with the routers, alone."""
     source = tmp_path / "src"
     source.mkdir()
     for name in copy_sources():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
         if (REPO / name).is_dir():
             ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
             shutil.copytree(REPO / name, source / name, ignore=ignore)
@@ -158,7 +160,10 @@ def test_the_images_package_holds_no_development_tools(tmp_path: Path) -> None:
     (wheel,) = (tmp_path / "wheel").glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-    assert {name.split("/")[0] for name in names if ".dist-info/" not in name} == {"compass"}
+    assert {name.split("/")[0] for name in names if ".dist-info/" not in name} == {
+        "compass",
+        "compass_rules",
+    }
     assert {"compass/commands/demo.py", "compass/lab/demo.py"} <= set(names)
     dev_modules = {path.stem for path in DEV_TOOLS.glob("*.py")} - {"__init__"}
     assert {"devnode", "devcluster", "podenv", "podnetwork", "probes", "clusterdemo"} <= dev_modules
