@@ -578,9 +578,16 @@ def test_operator_can_set_up_the_jobs_service_account(
     rbac: Any = client.RbacAuthorizationV1Api(operator)
     # Exactly what the workflow handler creates (compass.controllers.builders): the account,
     # a generation's state ConfigMap, then its Role and RoleBinding, owned by the state.
-    account = "compass-job"
+    # The workflow's own account (made up: the garbage collector may take the account soon,
+    # which the answers below do not depend on).
+    account = "compass-job-rag"
+    workflow = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CompoundWorkflow",
+        "metadata": {"name": "rag", "namespace": namespace, "uid": "00000000-0000-0000-0000-0"},
+    }
     core.create_namespaced_service_account(
-        namespace, build_job_service_account(namespace, account), _preload_content=False
+        namespace, build_job_service_account(workflow, account), _preload_content=False
     )
     state = json.loads(
         core.create_namespaced_config_map(
@@ -626,7 +633,13 @@ def test_operator_can_set_up_the_jobs_service_account(
         with pytest.raises(ApiException) as outside:
             core.create_namespaced_service_account(
                 installed.elsewhere,
-                build_job_service_account(installed.elsewhere, account),
+                build_job_service_account(
+                    {
+                        **workflow,
+                        "metadata": {**workflow["metadata"], "namespace": installed.elsewhere},
+                    },
+                    account,
+                ),
                 _preload_content=False,
             )
         assert outside.value.status == 403
