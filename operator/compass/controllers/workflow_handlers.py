@@ -403,8 +403,10 @@ def _create_job(
     settings: OperatorSettings,
     memo: MutableMapping[str, Any],
 ) -> None:
-    # Every Job starts with its access: a Role lost or refused earlier is made (or refused) now.
+    # Every Job starts with its access: an account, or a Role, lost or refused earlier is made
+    # (or refused) now.
     account = _job_account(settings, body)
+    _ensure_service_account(api, body, account)
     memo[_ACCESS_KEY] = _ensure_job_access(api, body, spec, account)
     build = build_search_job if which is Create.SEARCH_JOB else build_profile_job
     job = build(
