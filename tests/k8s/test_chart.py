@@ -104,6 +104,10 @@ CRD_NAMES = tuple(resource.name for resource in RESOURCES)
 # Helm's marks of the release an object belongs to (it refuses to take over one without them).
 OWNER_LABEL = "app.kubernetes.io/managed-by"
 OWNER_ANNOTATIONS = ("meta.helm.sh/release-name", "meta.helm.sh/release-namespace")
+# Every release here leaves the uninstall hook out: its Job needs a pod to run on and the
+# cluster's credentials, which this module's releases have no use for (no operator runs here).
+# The e2e tier's test_readme_install_uninstall.py runs it.
+NO_UNINSTALL_HOOK: dict[str, Any] = {"uninstall": {"releaseFinalizers": False}}
 # A ParetoPolicy field the "older" chart's CRD lacks (tests of the CRD upgrade).
 NEW_FIELD = "switchDelayMs"
 
@@ -186,6 +190,7 @@ def _release(
             namespaces.enter_context(temporary_namespace(api, name))
         if values.get("crds", {}).get("install", True):
             _hand_crds_to(cluster, release, namespace)
+        values = {**values, **NO_UNINSTALL_HOOK}
         with _helm(cluster, namespace) as config:
             result = config.install(str(CHART), release, values, namespace=namespace, timeout=60)
             assert result["status"] == "deployed", result
@@ -423,7 +428,8 @@ def test_upgrade_changes_the_crds_and_uninstall_keeps_them(
     helm uninstall leaves both CRDs and the custom resources."""
     release = f"crd{_suffix()}"
     namespace = f"{release}-system"
-    values: dict[str, Any] = {"peering": {"name": release}}  # its own ClusterKopfPeering
+    # Its own ClusterKopfPeering.
+    values: dict[str, Any] = {"peering": {"name": release}, **NO_UNINSTALL_HOOK}
     # The CRDs as `kubectl apply -f crds/` leaves them (or the chart when they were in its crds/).
     k8s_cluster.kubectl("apply", "--validate=false", "-f", str(REPO / "crds"))
     k8s_cluster.kubectl("label", "crd", *CRD_NAMES, f"{OWNER_LABEL}-")
@@ -508,7 +514,7 @@ def test_second_release_on_the_same_peering_fails_to_install(
     namespace = f"second-{_suffix()}"
     with temporary_namespace(k8s_api, namespace), _helm(k8s_cluster, namespace) as config:
         # crds.install false, as a second release must: the CRDs belong to the first.
-        second = {"crds": {"install": False}}
+        second = {"crds": {"install": False}, **NO_UNINSTALL_HOOK}
         with pytest.raises(helm.HelmError) as error:
             config.install(str(CHART), "second", second, namespace=namespace, timeout=60)
         message = str(error.value)
@@ -578,9 +584,16 @@ def test_operator_can_set_up_the_jobs_service_account(
     rbac: Any = client.RbacAuthorizationV1Api(operator)
     # Exactly what the workflow handler creates (compass.controllers.builders): the account,
     # a generation's state ConfigMap, then its Role and RoleBinding, owned by the state.
-    account = "compass-job"
+    # The workflow's own account (made up: the garbage collector may take the account soon,
+    # which the answers below do not depend on).
+    account = "compass-job-rag"
+    workflow = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CompoundWorkflow",
+        "metadata": {"name": "rag", "namespace": namespace, "uid": "00000000-0000-0000-0000-0"},
+    }
     core.create_namespaced_service_account(
-        namespace, build_job_service_account(namespace, account), _preload_content=False
+        namespace, build_job_service_account(workflow, account), _preload_content=False
     )
     state = json.loads(
         core.create_namespaced_config_map(
@@ -626,7 +639,13 @@ def test_operator_can_set_up_the_jobs_service_account(
         with pytest.raises(ApiException) as outside:
             core.create_namespaced_service_account(
                 installed.elsewhere,
-                build_job_service_account(installed.elsewhere, account),
+                build_job_service_account(
+                    {
+                        **workflow,
+                        "metadata": {**workflow["metadata"], "namespace": installed.elsewhere},
+                    },
+                    account,
+                ),
                 _preload_content=False,
             )
         assert outside.value.status == 403

@@ -105,12 +105,12 @@ def _as_job(
     RBAC lets them read their state."""
     core = client.CoreV1Api(k8s_api)
     rbac = client.RbacAuthorizationV1Api(k8s_api)
-    core.create_namespaced_service_account(
-        namespace, build_job_service_account(namespace, ACCOUNT), _preload_content=False
-    )
     flows = Workflows(k8s_api, namespace)
     flows.create(body)
     workflow = flows.get(body["metadata"]["name"])
+    core.create_namespaced_service_account(
+        namespace, build_job_service_account(workflow, ACCOUNT), _preload_content=False
+    )
     spec, _ = validate_spec(workflow["spec"])
     [state_body] = build_state_config_maps(workflow, spec)
     state_body["data"].update(data or {})

@@ -556,22 +556,28 @@ def test_happy_path_to_a_pareto_policy(
         assert pod_spec["containers"][0]["resources"] == {"limits": {"cpu": "1"}}
         env = {e["name"]: e.get("value") for e in pod_spec["containers"][0]["env"]}
         assert env["COMPASS_TRITON_ADDRESS"] == f"127.0.0.1:{triton.grpc_port}"
-        assert pod_spec["serviceAccountName"] == "compass-job"
+        # The workflow's own ServiceAccount, owned by it: collected with it, shared with none.
+        account = "compass-job-rag"
+        assert pod_spec["serviceAccountName"] == account
         for job in jobs.values():
             assert job["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
+        made = kubeapi.read(
+            client.CoreV1Api(k8s_api).read_namespaced_service_account, account, k8s_namespace
+        )
+        assert made["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
 
         # Their ServiceAccount reaches this generation's state, reads the replayed ledger, and
         # nothing else.
         def may(verb: str, name: str) -> bool:
-            return _can(k8s_api, k8s_namespace, "compass-job", verb, "configmaps", name)
+            return _can(k8s_api, k8s_namespace, account, verb, "configmaps", name)
 
         assert may("get", "rag-search-g1")
         assert may("patch", "rag-search-g1")
         assert may("get", "rag-ledger")
         assert not may("patch", "rag-ledger")
         assert not may("get", "someone-elses")
-        assert not _can(k8s_api, k8s_namespace, "compass-job", "list", "configmaps")
-        assert not _can(k8s_api, k8s_namespace, "compass-job", "delete", "configmaps")
+        assert not _can(k8s_api, k8s_namespace, account, "list", "configmaps")
+        assert not _can(k8s_api, k8s_namespace, account, "delete", "configmaps")
 
         # The counts come from the search's result.
         state = flows.state_config_map("rag")["data"]
@@ -687,14 +693,20 @@ def test_happy_path_to_a_pareto_policy(
         assert all(j["metadata"].get("deletionTimestamp") for j in flows.jobs("rag"))
 
         # (g) Deleting the workflow (the operator running: kopf may still hold its finalizer):
-        # the garbage collector removes its ConfigMap and its policy.
+        # the garbage collector removes its ConfigMap, its policy and its Jobs' ServiceAccount.
         flows.custom.delete_namespaced_custom_object(
             GROUP, VERSION, k8s_namespace, WORKFLOW_PLURAL, "rag", propagation_policy="Background"
         )
+        core = client.CoreV1Api(k8s_api)
         wait_for(
-            lambda: not flows.config_maps("rag") and flows.policy("rag") is None,
+            lambda: (
+                not flows.config_maps("rag")
+                and flows.policy("rag") is None
+                and kubeapi.read(core.read_namespaced_service_account, account, k8s_namespace)
+                is None
+            ),
             60,
-            "the state ConfigMap and the ParetoPolicy to be garbage-collected",
+            "the state ConfigMap, the ParetoPolicy and the ServiceAccount to be garbage-collected",
         )
 
 
@@ -920,8 +932,8 @@ def test_the_api_server_accepts_the_jobs_pods_as_built(
     workflow = {**raw, "metadata": {"name": "mounted", "namespace": k8s_namespace, "uid": "u-1"}}
     batch = client.BatchV1Api(k8s_api)
     for built in (
-        build_search_job(workflow, spec, "compass:test", "compass-job"),
-        build_profile_job(workflow, spec, "compass:test", "compass-job"),
+        build_search_job(workflow, spec, "compass:test", "compass-job-mounted"),
+        build_profile_job(workflow, spec, "compass:test", "compass-job-mounted"),
     ):
         created = _data(
             batch.create_namespaced_job(k8s_namespace, built, dry_run="All", _preload_content=False)
@@ -942,7 +954,7 @@ def test_a_foreign_job_service_account_or_role_is_refused_not_reused(
     core = client.CoreV1Api(k8s_api)
     rbac = client.RbacAuthorizationV1Api(k8s_api)
     someone_else = {"labels": {"team": "someone-else"}}
-    foreign = {"metadata": {"name": "compass-job", **someone_else}}
+    foreign = {"metadata": {"name": "compass-job-borrowed", **someone_else}}
     core.create_namespaced_service_account(k8s_namespace, foreign, _preload_content=False)
     role = "borrowed-search-g1"
     foreign_role = {"metadata": {"name": role, **someone_else}, "rules": []}
@@ -958,10 +970,14 @@ def test_a_foreign_job_service_account_or_role_is_refused_not_reused(
 
     with operator(k8s_namespace):
         flows.create(_workflow("borrowed", tau=0.8))
-        wait_for(lambda: refused("ServiceAccount compass-job"), 30, "the ServiceAccount refused")
+        wait_for(
+            lambda: refused("ServiceAccount compass-job-borrowed"), 30, "the ServiceAccount refused"
+        )
         assert flows.jobs("borrowed") == []
         assert kubeapi.read(rbac.read_namespaced_role_binding, role, k8s_namespace) is None
-        core.delete_namespaced_service_account("compass-job", k8s_namespace, _preload_content=False)
+        core.delete_namespaced_service_account(
+            "compass-job-borrowed", k8s_namespace, _preload_content=False
+        )
 
         wait_for(lambda: refused(f"Role {role}"), 30, "the Role refused")
         assert flows.jobs("borrowed") == []
@@ -970,7 +986,7 @@ def test_a_foreign_job_service_account_or_role_is_refused_not_reused(
         flows.wait("borrowed", _phase("Searching"), 60, "the search to start once they are gone")
         account = _data(
             core.read_namespaced_service_account(
-                "compass-job", k8s_namespace, _preload_content=False
+                "compass-job-borrowed", k8s_namespace, _preload_content=False
             )
         )
         assert account["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "compass-operator"
@@ -995,10 +1011,7 @@ def test_a_1000_sample_search_of_the_rag_grid_completes_through_chunked_state(
     samples = 1000
     core = client.CoreV1Api(k8s_api)
     rbac = client.RbacAuthorizationV1Api(k8s_api)
-    account = "compass-job"
-    core.create_namespaced_service_account(
-        k8s_namespace, build_job_service_account(k8s_namespace, account), _preload_content=False
-    )
+    account = "compass-job-big"
     # The replay is 1.2 MB as text: over the limit itself, so as gzip chunks.
     space, rows = load_rag_paper()
     replayed = "".join(json.dumps(r) + "\n" for r in build_replay_ledger(rows, samples, seed=7))
@@ -1014,6 +1027,9 @@ def test_a_1000_sample_search_of_the_rag_grid_completes_through_chunked_state(
     body = _workflow("big", tau=0.8, samples=samples, space=space, budgets=[50, 200, 1000])
     flows.create(body)
     workflow = flows.get("big")
+    core.create_namespaced_service_account(
+        k8s_namespace, build_job_service_account(workflow, account), _preload_content=False
+    )
     spec, _ = validate_spec(workflow["spec"])
     [state_body] = build_state_config_maps(workflow, spec)
     stored = _data(
@@ -1066,10 +1082,7 @@ def test_the_jobs_get_their_triton_tls_secret_by_name_and_no_other(
     routing carries the same TLS."""
     core = client.CoreV1Api(k8s_api)
     rbac = client.RbacAuthorizationV1Api(k8s_api)
-    account = "compass-job"
-    core.create_namespaced_service_account(
-        k8s_namespace, build_job_service_account(k8s_namespace, account), _preload_content=False
-    )
+    account = "compass-job-secure"
     pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
     for name, labelled in (("triton-tls", True), ("other-tls", True), ("unlabelled", False)):
         labels = {"compass.io/metrics-credentials": "true"} if labelled else {}
@@ -1085,6 +1098,9 @@ def test_the_jobs_get_their_triton_tls_secret_by_name_and_no_other(
     flows = Workflows(k8s_api, k8s_namespace)
     flows.create(body)
     workflow = flows.get("secure")
+    core.create_namespaced_service_account(
+        k8s_namespace, build_job_service_account(workflow, account), _preload_content=False
+    )
     spec, _ = validate_spec(workflow["spec"])
     [state_body] = build_state_config_maps(workflow, spec)
     stored = _data(
@@ -1118,6 +1134,15 @@ def test_the_jobs_get_their_triton_tls_secret_by_name_and_no_other(
     with pytest.raises(ApiException) as refused:
         kubeapi.read(as_job.read_namespaced_secret, "other-tls", k8s_namespace)
     assert refused.value.status == 403
+    # Another workflow's Jobs (their own ServiceAccount) may not read this workflow's Secret.
+    as_other = client.CoreV1Api(
+        k8s_cluster.api_client(
+            impersonate=f"system:serviceaccount:{k8s_namespace}:compass-job-other"
+        )
+    )
+    with pytest.raises(ApiException) as foreign:
+        kubeapi.read(as_other.read_namespaced_secret, "triton-tls", k8s_namespace)
+    assert foreign.value.status == 403
     # A Secret without the consent label is refused by the same rule, naming the label.
     assert spec.triton.tls is not None
     unlabelled = spec.triton.tls.model_copy(

@@ -26,6 +26,8 @@ from compass.controllers.rbac import (
     CLUSTER_PEERING_RULES,
     DISCOVERY_RULES,
     NAMESPACED_PEERING_RULES,
+    RELEASE_POD_RULES,
+    RELEASE_RULES,
     operator_rules,
     permissions,
 )
@@ -35,6 +37,7 @@ from compass.controllers.settings import OperatorSettings
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "compass-operator"
 RELEASE, NAMESPACE = "compass", "compass-system"
+HOOK = "helm.sh/hook"
 FULLNAME = "compass-compass-operator"
 STANDARD_LABELS = {
     "app.kubernetes.io/name": "compass-operator",
@@ -65,10 +68,14 @@ OPERATOR_METRICS = (
 
 
 def render(
-    values: dict[str, Any] | None = None, kube_version: str | None = None
+    values: dict[str, Any] | None = None,
+    kube_version: str | None = None,
+    *,
+    hooks: bool = False,
 ) -> list[dict[str, Any]]:
     """The chart's objects for these values (NOTES.txt left out), as `helm template
-    --kube-version` renders them for that API server (default: Helm's own, a current one)."""
+    --kube-version` renders them for that API server (default: Helm's own, a current one);
+    the hooks' objects (the uninstall hook's) only with ``hooks``: they are not the release's."""
     with helm.Chart.load(CHART) as chart:
         if kube_version is None:
             manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE)
@@ -79,7 +86,7 @@ def render(
         for path, text in sorted(manifests.items())
         if not path.endswith("NOTES.txt")
         for document in yaml.safe_load_all(text)
-        if document
+        if document and (hooks or HOOK not in (document["metadata"].get("annotations") or {}))
     ]
 
 
@@ -758,3 +765,73 @@ def test_bad_values_fail_naming_the_key(values: dict[str, Any], key: str) -> Non
     assert key in str(error.value)
     with pytest.raises(helm.HelmValuesError, match=re.escape(key)):
         render(values)
+
+
+# ------------------------------------------------------------------------------ the uninstall hook
+
+
+def _hook(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The uninstall hook's objects."""
+    return [
+        o for o in render(values, hooks=True) if HOOK in (o["metadata"].get("annotations") or {})
+    ]
+
+
+@pytest.mark.parametrize("watched", [[], ["team-a", "team-b"]])
+def test_uninstall_releases_kopfs_finalizers_with_only_the_rights_it_needs(
+    watched: list[str],
+) -> None:
+    """After the release's objects are deleted, a Job of the operator's image waits for the
+    operator's pods to go, then takes kopf's finalizer off the workflows and policies: its own
+    ServiceAccount, granted RELEASE_RULES where the operator acted and RELEASE_POD_RULES in the
+    release's namespace, and nothing else; everything of it is deleted once it succeeded."""
+    objects = _hook({"watchNamespaces": watched})
+    name = f"{FULLNAME}-uninstall"
+    for obj in objects:
+        annotations = obj["metadata"]["annotations"]
+        assert annotations[HOOK] == "post-delete", obj["metadata"]["name"]
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        # The account and its rules are made before the Job.
+        weight = int(annotations["helm.sh/hook-weight"])
+        assert weight == (0 if obj["kind"] == "Job" else -5), obj["kind"]
+    job = only(objects, "Job")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == name
+    [run] = pod["containers"]
+    assert run["image"] == "ghcr.io/compass-operator/compass-operator:0.1.0"
+    selector = f"app.kubernetes.io/name=compass-operator,app.kubernetes.io/instance={RELEASE}"
+    assert run["command"] == [
+        "compass",
+        "operator",
+        "release-finalizers",
+        *(f"--namespace={n}" for n in watched),
+        f"--wait-for-pods={selector}",
+        f"--pods-namespace={NAMESPACE}",
+        "--timeout=120",
+    ]
+    # The hook's own pod does not match what it waits for.
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert not all(labels.get(k) == v for k, v in (p.split("=") for p in selector.split(",")))
+    assert run["securityContext"]["readOnlyRootFilesystem"] is True
+    # Its rules: RELEASE_RULES where the operator acts (a ClusterRole in cluster mode, a Role
+    # in each watched namespace), pods list in the release's namespace.
+    rules = {
+        (o["kind"], o["metadata"].get("namespace")): o
+        for o in objects
+        if o["kind"] in ("Role", "ClusterRole")
+    }
+    scopes = [("Role", n) for n in watched] or [("ClusterRole", None)]
+    assert set(rules) == {*scopes, ("Role", NAMESPACE)}
+    for scope in scopes:
+        assert granted(rules[scope]["rules"]) == permissions(RELEASE_RULES)
+    assert granted(rules[("Role", NAMESPACE)]["rules"]) == permissions(RELEASE_POD_RULES)
+    for binding in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}
+        ]
+    assert only(objects, "ServiceAccount")["metadata"]["name"] == name
+
+
+def test_the_uninstall_hook_can_be_left_out() -> None:
+    assert _hook({"uninstall": {"releaseFinalizers": False}}) == []
+    assert {o["kind"] for o in _hook({"rbac": {"create": False}})} == {"ServiceAccount", "Job"}

@@ -34,12 +34,14 @@ from compass.controllers.builders import (
     WORKFLOW_LABEL,
     build_job_role,
     build_job_role_binding,
+    build_job_service_account,
     build_pareto_policy,
     build_profile_job,
     build_search_job,
     build_state_config_maps,
     job_env,
     job_rules,
+    job_service_account_name,
     metrics_url,
     planned_policy,
     routing_target,
@@ -915,6 +917,28 @@ def test_inactive_or_unobserved_generations_are_left_alone() -> None:
 # ---------------------------------------------------------------------------- builders and commands.job
 
 
+def test_each_workflows_jobs_run_as_an_account_of_their_own_that_goes_with_the_workflow() -> None:
+    name = job_service_account_name("compass-job", WORKFLOW["metadata"]["name"])
+    assert name == "compass-job-rag"
+    account = build_job_service_account(WORKFLOW, name)
+    assert account["metadata"]["name"] == name
+    assert account["metadata"]["namespace"] == WORKFLOW["metadata"]["namespace"]
+    assert account["metadata"]["labels"][WORKFLOW_LABEL] == "rag"
+    # Owned by the workflow: the garbage collector deletes it with the workflow, and nothing
+    # waits on it (no finalizers permission asked of the operator).
+    [owner] = account["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == (
+        "CompoundWorkflow",
+        "rag",
+        WORKFLOW["metadata"]["uid"],
+    )
+    assert owner["controller"] is True
+    assert owner["blockOwnerDeletion"] is False
+    # The Jobs run as it.
+    job = build_search_job(WORKFLOW, _spec(), "compass:test", name)
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == name
+
+
 def test_a_generations_role_may_only_get_and_patch_its_own_state_and_create_config_maps() -> None:
     spec = _spec()
     [state] = build_state_config_maps(WORKFLOW, spec)
@@ -938,10 +962,10 @@ def test_a_generations_role_may_only_get_and_patch_its_own_state_and_create_conf
     assert replayed["verbs"] == ["get"]
     assert replayed["resourceNames"] == state_names("ledger")
     assert job_rules(name) == [by_name, create, slices]  # other evaluators read no ledger
-    binding = build_job_role_binding(stored, "compass-job")
+    binding = build_job_role_binding(stored, "compass-job-rag")
     assert binding["roleRef"]["name"] == name
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "compass-job", "namespace": "ml"}
+        {"kind": "ServiceAccount", "name": "compass-job-rag", "namespace": "ml"}
     ]
     # Owned by the state, so collected with it (an old generation's, or the workflow's).
     for obj in (role, binding):

@@ -129,3 +129,12 @@ each watched namespace, in its Role. */}}
   resources: ["kopfpeerings"]
   verbs: ["list", "watch", "patch"]
 {{- end }}
+
+{{/* The annotations of the uninstall hook's objects (uninstall-hook.yaml): run after the
+release's objects are deleted, the ServiceAccount and its rules first (weight), all deleted once
+the hook succeeded, or before it runs again. */}}
+{{- define "compass-operator.uninstallHook" -}}
+helm.sh/hook: post-delete
+helm.sh/hook-weight: {{ .weight | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}

@@ -8,6 +8,13 @@ from typing import Any, get_args
 from pydantic import ValidationError
 
 from compass.console import fail
+from compass.controllers import kubeapi
+from compass.controllers.finalizers import (
+    KOPF_FINALIZER,
+    OperatorStillRunningError,
+    release_finalizers,
+    wait_for_pods_gone,
+)
 from compass.controllers.logs import LogFormat, LogLevel
 from compass.controllers.manager import PEERING_FIX, PeeringError, run
 from compass.controllers.settings import OperatorSettings
@@ -77,6 +84,41 @@ def register(commands: Any, summary: str) -> None:
         "-v", "--verbose", action="store_true", help="debug logging (--log-level debug)"
     )
     command.set_defaults(handler=operator_command)
+    actions = command.add_subparsers(dest="action", metavar="ACTION", required=False)
+    release = actions.add_parser(
+        "release-finalizers",
+        help="after an uninstall: take kopf's finalizer off every CompoundWorkflow and "
+        "ParetoPolicy, so that deleting them or their namespace does not wait for an operator",
+        description=f"Take kopf's finalizer ({KOPF_FINALIZER}) off every CompoundWorkflow and "
+        "ParetoPolicy of the namespaces given (-n, COMPASS_NAMESPACES, else the cluster). Run it "
+        "only once no operator runs (the chart's uninstall hook runs it after the operator's "
+        "pods are gone: --wait-for-pods): a running operator puts the finalizer back.",
+    )
+    release.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        dest="release_namespaces",
+        metavar="NS",
+        help="release in this namespace (repeatable; default: COMPASS_NAMESPACES, else all)",
+    )
+    release.add_argument(
+        "--wait-for-pods",
+        metavar="SELECTOR",
+        help="first wait until no pod matching this label selector (the operator's) is left in "
+        "--pods-namespace",
+    )
+    release.add_argument(
+        "--pods-namespace", metavar="NS", help="the namespace of --wait-for-pods's pods"
+    )
+    release.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long to wait for those pods to go (default: 120)",
+    )
+    release.set_defaults(handler=release_command)
 
 
 def operator_command(args: argparse.Namespace) -> int:
@@ -97,6 +139,33 @@ def operator_command(args: argparse.Namespace) -> int:
         fail("--namespace", str(error), "see 'compass operator --help'")
     except PeeringError as error:
         fail("--peering", str(error), PEERING_FIX)
+
+
+def release_command(args: argparse.Namespace) -> int:
+    """`compass operator release-finalizers`: wait for the operator's pods to go, if asked, then
+    take kopf's finalizer off every workflow and policy it served."""
+    if args.wait_for_pods and not args.pods_namespace:
+        fail("--pods-namespace", "missing", "name the namespace of the --wait-for-pods pods")
+    if args.timeout <= 0:
+        fail("--timeout", f"{args.timeout:g} is not positive", "give seconds above 0")
+    try:
+        settings = OperatorSettings()
+    except ValidationError as error:
+        fail("COMPASS_*", explain_validation_error(error), "fix that environment variable")
+    namespaces = args.release_namespaces or settings.namespaces or None
+    api = kubeapi.load_client()
+    if args.wait_for_pods:
+        try:
+            wait_for_pods_gone(api, args.pods_namespace, args.wait_for_pods, args.timeout)
+        except OperatorStillRunningError as error:
+            print(f"compass operator release-finalizers: {error}; nothing released")
+            return 1
+    released = release_finalizers(api, namespaces)
+    for item in released:
+        print(f"released {item.plural} {item.namespace}/{item.name}")
+    where = ", ".join(namespaces) if namespaces else "the cluster"
+    print(f"kopf's finalizer taken off {len(released)} object(s) in {where}")
+    return 0
 
 
 def with_command_line(settings: OperatorSettings, args: argparse.Namespace) -> OperatorSettings:

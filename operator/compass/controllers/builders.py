@@ -386,16 +386,34 @@ def job_env(triton_override: str | None) -> dict[str, str]:
     return {"COMPASS_TRITON_ADDRESS": triton_override} if triton_override else {}
 
 
-def build_job_service_account(namespace: str, name: str) -> dict[str, Any]:
-    """The ServiceAccount the Jobs' pods run as (shared by every workflow of the namespace; a
-    generation's Role and RoleBinding give it that generation's state)."""
+def job_service_account_name(prefix: str, workflow: str) -> str:
+    """The ServiceAccount of one workflow's Jobs: ``<prefix>-<workflow>``, its own, so that a
+    Secret the workflow names is readable by its Jobs only."""
+    return f"{prefix}-{workflow}"
+
+
+def build_job_service_account(workflow: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The ServiceAccount one workflow's Jobs run as, owned by the workflow (collected with it);
+    each generation's Role and RoleBinding give it that generation's state."""
+    metadata = workflow["metadata"]
+    owner = {
+        **owner_reference(workflow),
+        # Nothing waits on the account, and blocking would ask for compoundworkflows/finalizers
+        # where the OwnerReferencesPermissionEnforcement admission plugin runs.
+        "blockOwnerDeletion": False,
+    }
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": {
             "name": name,
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/name": "compass", MANAGED_BY_LABEL: MANAGED_BY},
+            "namespace": metadata["namespace"],
+            "labels": {
+                "app.kubernetes.io/name": "compass",
+                MANAGED_BY_LABEL: MANAGED_BY,
+                WORKFLOW_LABEL: metadata["name"],
+            },
+            "ownerReferences": [owner],
         },
     }
 
@@ -484,7 +502,7 @@ def build_job_role(state: Mapping[str, Any], spec: CompoundWorkflowSpec) -> dict
 
 
 def build_job_role_binding(state: Mapping[str, Any], account: str) -> dict[str, Any]:
-    """Binds one generation's Role to the Jobs' ServiceAccount."""
+    """Binds one generation's Role to its workflow's Jobs' ServiceAccount."""
     binding = _job_access(state, "RoleBinding")
     metadata = binding["metadata"]
     return {

@@ -79,6 +79,16 @@ NAMESPACED_PEERING_RULES: tuple[Rule, ...] = (
     Rule("kopf.dev", ("kopfpeerings",), ("list", "watch", "patch")),
 )
 
+# The chart's post-delete hook (`compass operator release-finalizers`, chart value
+# uninstall.releaseFinalizers), its own ServiceAccount, where the operator acted: find the
+# workflows and policies and take kopf's finalizer off them (a JSON patch; get to read one again
+# after a lost race). And, in the release's namespace, list pods: it waits for the operator's
+# to go first, since a live operator would put the finalizers back.
+RELEASE_RULES: tuple[Rule, ...] = (
+    Rule(GROUP, (WORKFLOW_PLURAL, POLICY_PLURAL), ("get", "list", "patch")),
+)
+RELEASE_POD_RULES: tuple[Rule, ...] = (Rule("", ("pods",), ("list",)),)
+
 
 def operator_rules(
     *, clusterwide: bool, peering: bool, read_secrets: bool = True

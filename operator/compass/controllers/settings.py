@@ -27,7 +27,9 @@ class OperatorSettings(BaseSettings):
     )
     job_service_account: str = Field(
         default="compass-job",
-        description="ServiceAccount of the Jobs' pods: may read and patch their state ConfigMap.",
+        description="Prefix of the Jobs' ServiceAccounts: each workflow's Jobs run as "
+        "<prefix>-<workflow>, owned by the workflow, which may read and patch that workflow's "
+        "state ConfigMaps and get the Secret its triton.tls names.",
     )
     job_image_pull_secrets: list[str] = Field(
         default_factory=list,

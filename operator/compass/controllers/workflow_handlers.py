@@ -36,6 +36,7 @@ from compass.controllers.builders import (
     build_state_config_maps,
     controller_uid,
     job_env,
+    job_service_account_name,
     metrics_url,
     policy_name,
     profile_name,
@@ -235,22 +236,35 @@ class ForeignJobAccessError(Exception):
     """The Jobs' ServiceAccount, or a generation's Role or RoleBinding, exists and is another's."""
 
 
-def _ensure_service_account(api: client.ApiClient, namespace: str, account: str) -> None:
-    """The Jobs' ServiceAccount, created where missing (never changed).
+def _job_account(settings: OperatorSettings, workflow: Mapping[str, Any]) -> str:
+    """The name of the workflow's own Jobs' ServiceAccount."""
+    return job_service_account_name(settings.job_service_account, workflow["metadata"]["name"])
+
+
+def _ensure_service_account(
+    api: client.ApiClient, workflow: Mapping[str, Any], account: str
+) -> None:
+    """The workflow's Jobs' ServiceAccount, owned by it, created where missing (never changed).
 
     One of that name that the operator did not make is refused, not reused: its holders are
-    someone else's, and they would be granted the workflows' state."""
+    someone else's, and they would be granted the workflow's state and Secrets. One an earlier
+    workflow of this name owns waits for the garbage collector (kubeapi.OwnedByAnotherError)."""
     core = client.CoreV1Api(api)
-    try:
-        kubeapi.create_or_take(
-            core.create_namespaced_service_account,
-            core.read_namespaced_service_account,
-            namespace,
-            build_job_service_account(namespace, account),
-            _not_made_here,
-        )
-    except kubeapi.OwnedByAnotherError as error:
-        raise ForeignJobAccessError(str(error)) from None
+    uid: str = workflow["metadata"]["uid"]
+
+    def whose(existing: Mapping[str, Any]) -> str | None:
+        made_elsewhere = _not_made_here(existing)
+        if made_elsewhere is not None:
+            raise ForeignJobAccessError(f"ServiceAccount {account} {made_elsewhere}")
+        return kubeapi.controlled_by_another(existing, uid)
+
+    kubeapi.create_or_take(
+        core.create_namespaced_service_account,
+        core.read_namespaced_service_account,
+        workflow["metadata"]["namespace"],
+        build_job_service_account(workflow, account),
+        whose,
+    )
 
 
 def _ensure_job_access(
@@ -311,7 +325,7 @@ def _refuse_foreign(
     namespace = workflow["metadata"]["namespace"]
     message = (
         f"{error} in namespace {namespace}: the Jobs will not run with it; delete it (for the "
-        "ServiceAccount, or set the operator's jobServiceAccount (Helm value) to a free name)"
+        "ServiceAccount, or set the operator's jobServiceAccount (Helm value) to a free prefix)"
     )
     _post(workflow, WorkflowEvent("Warning", "ForeignJobAccount", message))
     return kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S)
@@ -403,14 +417,17 @@ def _create_job(
     settings: OperatorSettings,
     memo: MutableMapping[str, Any],
 ) -> None:
-    # Every Job starts with its access: a Role lost or refused earlier is made (or refused) now.
-    memo[_ACCESS_KEY] = _ensure_job_access(api, body, spec, settings.job_service_account)
+    # Every Job starts with its access: an account, or a Role, lost or refused earlier is made
+    # (or refused) now.
+    account = _job_account(settings, body)
+    _ensure_service_account(api, body, account)
+    memo[_ACCESS_KEY] = _ensure_job_access(api, body, spec, account)
     build = build_search_job if which is Create.SEARCH_JOB else build_profile_job
     job = build(
         body,
         spec,
         settings.image,
-        settings.job_service_account,
+        account,
         job_env(settings.triton_address_override),
         settings.job_image_pull_secrets,
     )
@@ -437,7 +454,9 @@ def _keep_job_access(
     (they are owned by the state, so a state deleted by hand takes them along): checked once per
     state this process sees, not at every poll."""
     if memo.get(_ACCESS_KEY) != state["metadata"]["uid"]:
-        memo[_ACCESS_KEY] = _ensure_job_access(api, workflow, spec, settings.job_service_account)
+        memo[_ACCESS_KEY] = _ensure_job_access(
+            api, workflow, spec, _job_account(settings, workflow)
+        )
 
 
 def _wait_for_collection(error: kubeapi.OwnedByAnotherError) -> kopf.TemporaryError:
@@ -509,9 +528,11 @@ def _start(
             _post(workflow, WorkflowEvent("Warning", error.reason, str(error)))
         raise kopf.PermanentError(str(error)) from None
     try:
-        _ensure_service_account(api, namespace, settings.job_service_account)
+        _ensure_service_account(api, workflow, _job_account(settings, workflow))
     except ForeignJobAccessError as error:
         raise _refuse_foreign(workflow, error) from None
+    except kubeapi.OwnedByAnotherError as error:
+        raise _wait_for_collection(error) from None
     if status.observed_generation == generation and status.phase is not Phase.PENDING:
         return True  # already started; the timer carries it on
     # Older generations' Jobs go first, so that they stop writing to the ledgers seeded from.
