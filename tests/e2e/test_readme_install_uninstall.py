@@ -16,7 +16,7 @@ What the test changes, and why (each is done where it says so):
   operator is "gone" when that process is stopped, before the uninstall's commands;
 - `examples/rag-sim-triton.yaml` (an image this machine does not have) is the tier's local
   tritonserver serving rag-sim, which the operator reaches through its Triton address override;
-- `examples/rag-sim-workflow.yaml` is applied with compass.lab.clusterdemo_setup's adaptations
+- `examples/rag-sim-workflow.yaml` is applied with compass_dev.clusterdemo_setup's adaptations
   (replayed scores, the time scale, fewer profiling requests, the local Triton's /metrics, no
   late binding), as test_rag_sim_workflow.py and `compass demo --cluster` apply it;
 - the README's commented-out CRD removal is not run (the session's other modules need them).
@@ -45,9 +45,9 @@ from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.controllers import kubeapi
 from compass.controllers.builders import LEDGER_KEY, MANAGED_BY, MANAGED_BY_LABEL
 from compass.controllers.finalizers import KOPF_FINALIZER
-from compass.lab.clusterdemo_setup import ClusterDemoSettings, adaptations, replay_ledger
-from compass.lab.devnode import Node
 from compass.lab.local_triton import LocalTriton
+from compass_dev.clusterdemo_setup import ClusterDemoSettings, adaptations, replay_ledger
+from compass_dev.devnode import Node
 
 README = REPO / "README.md"
 WORKFLOW_EXAMPLE = "examples/rag-sim-workflow.yaml"
