@@ -180,6 +180,8 @@ def whole_workflow_adaptations(spec: dict[str, Any]) -> list[str]:
     operator's policy alone decides, for the whole workflow; one line saying why."""
     serving = spec["serving"]
     removed = [key for key in ("binding", "admission") if serving.pop(key, None) is not None]
+    # Per-request binding is the default: whole-workflow switching is asked for by name.
+    serving["binding"] = {"mode": "workflow"}
     return [
         f"serving.{' and serving.'.join(removed) or 'binding'} removed (--whole-workflow): the "
         "policy's whole-workflow switching alone (Elastico), the local router ungated (one "

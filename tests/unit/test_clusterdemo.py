@@ -63,11 +63,11 @@ def test_the_adapted_example_changes_only_what_it_says() -> None:
     assert "metrics" not in shipped["serving"]  # the example reads every pod at the tick
     assert spec["serving"]["intervalSeconds"] == pytest.approx(0.1)  # 1 s of the paper's time
     assert spec["serving"]["hysteresis"]["downscaleCooldownSeconds"] == pytest.approx(2.0)
-    # The rest is the example's: the space, tau and budgets, the Triton target, the GPU pool.
+    # The rest is the example's: the space, tau and budgets, the Triton target, the Job's pod.
     for key in ("space", "triton"):
         assert spec[key] == shipped[key]
     assert spec["evaluation"]["tau"] == shipped["evaluation"]["tau"]
-    assert spec["profiling"]["nodeSelector"] == shipped["profiling"]["nodeSelector"]
+    assert spec["profiling"]["resources"] == shipped["profiling"]["resources"]
     assert example["spec"]["evaluation"]["evaluator"] == {"type": "triton"}  # not mutated
     # The example's late binding is its own (served as it says): only the router's gate is
     # this machine's, as examples/rag-sim-triton.yaml runs it.
@@ -260,9 +260,11 @@ def test_late_binding_reaches_the_routers_table_through_the_workflow_and_the_ope
     assert "compass_pipeline_slots" in notes[-1]
     assert "removed (--whole-workflow)" in whole_notes[-1]
     serving = manifest["spec"]["serving"]
-    assert {k: v for k, v in serving.items() if k not in ("binding", "admission")} == (
-        whole["spec"]["serving"]
-    )
+    # Whole-workflow switching asked for by name: per-request binding is the default.
+    assert {k: v for k, v in serving.items() if k not in ("binding", "admission")} == {
+        k: v for k, v in whole["spec"]["serving"].items() if k != "binding"
+    }
+    assert whole["spec"]["serving"]["binding"] == {"mode": "workflow"}
     assert serving["admission"] == {"enabled": True, "degradeAfter": 1}
     stages = serving["binding"]["stages"]
     assert [s["component"] for s in stages] == ["retriever", "reranker", "generator"]
