@@ -32,7 +32,13 @@ ALERTS = {
     "CompassWorkflowStuck",
     "CompassRouterRefusing",
 }
-ROUTER = Path(__file__).resolve().parents[2] / "model-images" / "router" / "model.py"
+ROUTER = (
+    Path(__file__).resolve().parents[2]
+    / "model-images"
+    / "router"
+    / "compass_router"
+    / "metrics.py"
+)
 TROUBLESHOOTING = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
 
 
@@ -54,7 +60,7 @@ def test_no_rule_unless_enabled() -> None:
 
 
 def _router_counters() -> set[str]:
-    """The series the Triton router exports (model.py's SERVED_METRIC and REFUSED_METRIC)."""
+    """The series the Triton router exports (compass_router.metrics: SERVED_METRIC and REFUSED_METRIC)."""
     return set(re.findall(r'^(?:SERVED|REFUSED)_METRIC = "(\w+)"', ROUTER.read_text(), re.M))
 
 
