@@ -320,11 +320,14 @@ def simulate_serving(
 ) -> RunReport:
     """The spec served on the scenario as its routers and operator would serve it: each request
     bound by the routers' table behind their gate (per-request binding), else the strategy
-    switching the whole workflow (with ``admission``, and ``pod_model`` for its pods)."""
+    switching the whole workflow (with ``admission``, else the spec's own, and ``pod_model`` for
+    its pods)."""
     chosen = policy_plan(spec) if plan is None else plan
     front = [t.profile for t in chosen.thresholds]
     table = binding_table(spec, chosen)
     if table is None:
+        if admission is None and spec.admits:
+            admission = admission_rule(spec)
         return simulate(
             runtime_policy(spec, chosen),
             front,
