@@ -10,9 +10,11 @@ operator shares, operator/compass_rules) are copied with it into each model's ve
 import os
 import sys
 
-# The compass_router and compass_rules packages beside this file import by their own names.
+# The compass_router and compass_rules packages beside this file import by their own names,
+# ahead of any other copy on the path (Triton's stub may list this folder last, after a
+# site-packages that holds the operator's own compass_rules).
 _HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
+if sys.path[:1] != [_HERE]:
     sys.path.insert(0, _HERE)
 try:
     import compass_rules  # noqa: F401  (checked here: one clear error at model load)
@@ -53,12 +55,13 @@ from compass_router.state import (  # noqa: E402
     parse_deadline,
     read_state,
     state_path,
+    tables_path,
     write_state,
 )
 
 from compass_rules.admission import check_admission  # noqa: E402
 from compass_rules.binding import check_binding, waited_long  # noqa: E402
-from compass_rules.routing import config_key, routing_key  # noqa: E402
+from compass_rules.routing import config_key, routing_key, tables_digest  # noqa: E402
 
 ACTIVE_PARAMETER = "compass_active_config"
 OVERRIDE_PARAMETER = "compass_config"
@@ -150,6 +153,7 @@ class TritonPythonModel:
             self.state = state_path(router)
             self.admission_file = admission_path(router)
             self.binding_file = binding_path(router)
+            self.tables_file = tables_path(router)
             # The router's pipeline checks a configuration before it becomes active.
             repository = os.path.dirname(args["model_repository"].rstrip("/"))
             self.pipeline = _load_pipeline(os.path.join(repository, router, "1"))
@@ -397,6 +401,7 @@ class TritonPythonModel:
             self._set_admission(table)
         if "binding" in body:
             self._set_binding(binding)
+        tables = self._set_digest(body)
         routing = None if active is None else _routing(active)
         result = {
             "active": None if active is None else active["config"],
@@ -405,10 +410,38 @@ class TritonPythonModel:
             "routing": routing,
             "previous": None if previous is None else _routing(previous),
             "changed": active != previous,
+            # What the operator compares with the tables it would send: a switch that changes
+            # neither the routing nor the tables is not sent (None: not known, send them).
+            "tables": tables,
         }
         return pb_utils.InferenceResponse(
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", routing or "")]
         )
+
+    def _set_digest(self, body):
+        """The digest of the tables held: set from a body carrying both, else as last set."""
+        if "admission" in body and "binding" in body:
+            digest = tables_digest(body["admission"], body["binding"])
+            with contextlib.suppress(OSError):
+                current = self._read_digest()
+                if current != digest:
+                    write_state(self.tables_file, digest)
+            return digest
+        if "admission" in body or "binding" in body:
+            # One table changed without the other: what is held is no longer known.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tables_file)
+            return None
+        return self._read_digest()
+
+    def _read_digest(self):
+        """The digest of the tables last set in full (None: none known)."""
+        try:
+            with open(self.tables_file, encoding="utf-8") as handle:
+                digest = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        return digest if isinstance(digest, str) else None
 
     def _set_admission(self, table):
         """Write the checked admission table (None: remove it, admission off) if it changed."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Hashable, Mapping, Sequence
@@ -25,6 +26,13 @@ def config_key(config: Mapping[str, object]) -> str:
         return value
 
     return json.dumps({k: plain(v) for k, v in config.items()}, sort_keys=True)
+
+
+def tables_digest(admission: object, binding: object) -> str:
+    """What a router reports of the admission and binding tables it holds, so that a switch
+    that would send the same tables again is not sent (the same JSON, the same digest)."""
+    text = json.dumps({"admission": admission, "binding": binding}, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def quantize_weight(weight: float) -> float:

@@ -32,7 +32,13 @@ from compass_rules import binding as rules
 from compass_rules import followers
 from compass_rules.admission import DROP, FASTEST, SERVE, check_admission, dispatch_verdict
 from compass_rules.binding import MAX_SETTLE_MS, allowed_at, check_binding
-from compass_rules.routing import MIX_PREFIX, config_key, quantize_weight, routing_key
+from compass_rules.routing import (
+    MIX_PREFIX,
+    config_key,
+    quantize_weight,
+    routing_key,
+    tables_digest,
+)
 
 PROFILES = (
     Path(__file__).resolve().parents[2] / "bench/data/compass-paper/planner_latency_profiles.json"
@@ -349,3 +355,16 @@ def test_keys_are_canonical_and_a_mix_names_its_members_and_weight() -> None:
     mixed = routing_key('{"a": 1}', '{"a": 2}', 0.25)
     assert mixed.startswith(MIX_PREFIX)
     assert json.loads(mixed.removeprefix(MIX_PREFIX)) == ['{"a": 1}', '{"a": 2}', 0.25]
+
+
+def test_a_tables_digest_survives_the_trip_to_the_router() -> None:
+    """The operator's digest of the tables it sends equals the router's of what it received
+    (the JSON of the switch's body), and any change to a table changes it."""
+    admission = {"quantiles_ms": {'{"k": 1}': 20.000000000000004, '{"k": 3}': 35.0}, "refuse": True}
+    binding = {"stages": [["k"]], "components": [[]], "lag_share": 0.3, "max_qps": [None, 1.5]}
+    sent = json.loads(json.dumps({"admission": admission, "binding": binding}))
+    digest = tables_digest(admission, binding)
+    assert digest == tables_digest(sent["admission"], sent["binding"])
+    assert digest != tables_digest(admission, None)
+    assert digest != tables_digest(admission, {**binding, "lag_share": 0.25})
+    assert tables_digest(None, None) != tables_digest({}, None)

@@ -36,6 +36,11 @@ def binding_path(router_model):
     return state_path(router_model).removesuffix(".json") + "-binding.json"
 
 
+def tables_path(router_model):
+    """The digest of the tables last set, beside the routing state of ``router_model``."""
+    return state_path(router_model).removesuffix(".json") + "-tables"
+
+
 def _stamp(path):
     """What tells a replaced file from the last one read (None: there is none)."""
     try:

@@ -29,6 +29,7 @@ from compass.dataplane.metrics import (
 )
 from compass.dataplane.triton import (
     GrpcTls,
+    RouterState,
     RoutingError,
     SwitchReport,
     TritonRouter,
@@ -37,6 +38,7 @@ from compass.dataplane.triton import (
 from compass.domain.evaluation import Config
 from compass.domain.served import ServedCounts, summed
 from compass.domain.simulator import QueueAggregate, aggregate_queue
+from compass_rules.routing import tables_digest
 
 # Parallel calls at once: a switch to a hundred pods takes a few rounds, not a hundred.
 MAX_PARALLEL = 32
@@ -117,9 +119,9 @@ class RouterFleet:
         # one hung pod costs a tick one timeout, not one per call (it is asked again next tick).
         self.silent: dict[str, str] = {}
         # What each pod reported at the last active_config: the switch after it sends nothing
-        # to a pod that already serves what it would set (unless it carries an admission table,
-        # which a pod does not report), so a steady policy makes one call a pod a tick, not two.
-        self.reported: dict[str, str] = {}
+        # to a pod that already serves what it would set and holds the tables it would send
+        # (their digest), so a steady policy makes one call a pod a tick, not two.
+        self.reported: dict[str, RouterState] = {}
         # Pods whose last set from this fleet carried no admission table: only those may be
         # skipped (one that had a table keeps it until a set says none).
         self.cleared: set[str] = set()
@@ -155,6 +157,13 @@ class RouterFleet:
         self._binding = table
         for router in self.routers.values():
             router.binding = table
+
+    def tables_digest(self) -> str:
+        """The digest of the tables every switch sends, as a router reports what it holds."""
+        return tables_digest(
+            None if self._admission is None else dict(self._admission),
+            None if self._binding is None else dict(self._binding),
+        )
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
@@ -206,14 +215,16 @@ class RouterFleet:
         def ask(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
             key = ("router", endpoint.grpc_url, self.model, self.tls)
             try:
-                active = shared_read(self.shared, key, router.active_config, (RoutingError,))
-                return PodSwitch(endpoint.name, str(active), 0.0)
+                state = shared_read(self.shared, key, router.serving, (RoutingError,))
+                states[endpoint.name] = state
+                return PodSwitch(endpoint.name, state.routing, 0.0)
             except RoutingError as error:
                 return PodSwitch(endpoint.name, None, 0.0, error=str(error))
 
+        states: dict[str, RouterState] = {}
         answers = self._each(ask)
         self.silent = {a.pod: a.error or "" for a in answers if a.config is None}
-        self.reported = {a.pod: a.config for a in answers if a.config is not None}
+        self.reported = states
         served = Counter(a.config for a in answers if a.config is not None)
         if not served:
             raise RoutingError("; ".join(f"{a.pod}: {a.error}" for a in answers))
@@ -230,14 +241,23 @@ class RouterFleet:
         if not self.routers:
             raise RoutingError(f"no ready Triton pod serves {self.model}: nothing to switch")
 
-        # Pods report their routing, not their tables: while one is sent, send every switch.
-        reported = self.reported if not self._sends_tables else {}
-        cleared = set(self.cleared)
+        reported, cleared = self.reported, set(self.cleared)
+        digest = self.tables_digest()
+
+        def settled(pod: str) -> bool:
+            """The pod serves what this switch sets and holds its tables: nothing to send (a
+            pod that reports no digest is trusted only where no table was ever sent to it)."""
+            state = reported.get(pod)
+            if state is None or state.routing != wanted:
+                return False
+            if state.tables is not None:
+                return state.tables == digest
+            return not self._sends_tables and pod in cleared
 
         def set_one(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
             if endpoint.name in self.silent:
                 return PodSwitch(endpoint.name, None, 0.0, error=self.silent[endpoint.name])
-            if endpoint.name in cleared and reported.get(endpoint.name) == wanted:
+            if settled(endpoint.name):
                 return PodSwitch(endpoint.name, wanted, 0.0)  # serves it: nothing to send
             try:
                 report = router.switch(config, blend, weight)

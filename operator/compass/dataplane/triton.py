@@ -140,6 +140,14 @@ class RouterReply:
 
 
 @dataclass(frozen=True)
+class RouterState:
+    """What a router serves (its routing key) and the digest of its tables (None: not known)."""
+
+    routing: str
+    tables: str | None = None
+
+
+@dataclass(frozen=True)
 class SwitchReport:
     """A switch that took effect: to what, after how many attempts, how long it took.
 
@@ -270,6 +278,10 @@ class TritonRouter:
 
     def active_config(self) -> str:
         """What the router serves now: the configuration's key, or a mix's routing key."""
+        return self.serving().routing
+
+    def serving(self) -> RouterState:
+        """What the router serves now and the digest of the tables it holds."""
         reply = self.control({})
         active = reply.get("routing") or reply.get("active")
         if not active:
@@ -277,7 +289,8 @@ class TritonRouter:
                 f"Triton at {self.url}: {self.model} has not published its configuration yet "
                 f"(is it loaded?)"
             )
-        return str(active)
+        tables = reply.get("tables")
+        return RouterState(str(active), tables if isinstance(tables, str) else None)
 
     def switch(
         self, config: Config, blend: Config | None = None, weight: float = 0.0
