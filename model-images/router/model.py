@@ -52,6 +52,7 @@ from compass_router.state import (  # noqa: E402
     admission_path,
     binding_path,
     blend_state,
+    gate_path,
     parse_deadline,
     read_state,
     state_path,
@@ -154,6 +155,7 @@ class TritonPythonModel:
             self.admission_file = admission_path(router)
             self.binding_file = binding_path(router)
             self.tables_file = tables_path(router)
+            self.gate_file = gate_path(router)
             # The router's pipeline checks a configuration before it becomes active.
             repository = os.path.dirname(args["model_repository"].rstrip("/"))
             self.pipeline = _load_pipeline(os.path.join(repository, router, "1"))
@@ -202,6 +204,13 @@ class TritonPythonModel:
                 )
         # How many requests the pod serves at once: what followers share (the gate's slots).
         self.servers = self.pipeline_slots or instances
+        # What the control model reports of the gate (every instance writes the same).
+        gate = None if self.pipeline_slots is None else (instances, self.pipeline_slots)
+        if gate is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(gate_path(args["model_name"]))
+        else:
+            write_state(gate_path(args["model_name"]), {"instances": gate[0], "slots": gate[1]})
         instance_name = args.get("model_instance_name", str(self.inflight.slot))
         self.gate_gauge = GateGauge(self.model_name, instance_name) if self.pipeline_slots else None
         self.counters = ServedCounters(self.model_name, instance_name)
@@ -413,6 +422,9 @@ class TritonPythonModel:
             # What the operator compares with the tables it would send: a switch that changes
             # neither the routing nor the tables is not sent (None: not known, send them).
             "tables": tables,
+            # The router's gate ({"instances": N, "slots": G}; None: none): behind it every
+            # request is bound, without it only those that carry a deadline.
+            "gate": self._read_gate(),
         }
         return pb_utils.InferenceResponse(
             [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", routing or "")]
@@ -433,6 +445,15 @@ class TritonPythonModel:
                 os.unlink(self.tables_file)
             return None
         return self._read_digest()
+
+    def _read_gate(self):
+        """The gate the router's instances run (None: no gate, or not published yet)."""
+        try:
+            with open(self.gate_file, encoding="utf-8") as handle:
+                gate = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        return gate if isinstance(gate, dict) else None
 
     def _read_digest(self):
         """The digest of the tables last set in full (None: none known)."""

@@ -212,9 +212,18 @@ def test_late_binding_reaches_the_router_and_goes_when_turned_off(
         {"component": model, "parameters": list(names)}
         for model, names in zip(RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, strict=True)
     ]
-    policies.create("binding", policy_spec(triton, binding={"mode": "per-stage", "stages": stages}))
+    # Admission off: a request that nothing brings in time is served on the fastest, not refused.
+    spec = policy_spec(
+        triton, binding={"mode": "per-stage", "stages": stages}, admission={"enabled": False}
+    )
+    policies.create("binding", spec)
     # At idle the policy climbs to ACCURATE: the routed configuration a tight request leaves.
     wait_active(policies, "binding", router, ACCURATE, 20)
+    # This router has no gate: the status says it binds only what carries a deadline.
+    condition = wait_for(
+        lambda: _condition(policies, "binding", "PerRequestBinding"), 10, "PerRequestBinding"
+    )
+    assert (condition["status"], condition["reason"]) == ("False", "RoutersNotGated")
 
     def tight() -> str:
         # 5 ms left: ACCURATE (about 37 ms) cannot fit; the fastest completion serves it.
@@ -245,6 +254,22 @@ def test_late_binding_reaches_the_router_and_goes_when_turned_off(
     policies.patch_spec("binding", {"binding": {"mode": "workflow", "stages": []}})
     wait_for(lambda: tight() == config_key(ACCURATE), 10, "the table to be taken back")
     assert router.active_config() == config_key(ACCURATE)
+    whole = wait_for(
+        lambda: (
+            (c := _condition(policies, "binding", "PerRequestBinding"))
+            and c["reason"] == "WholeWorkflow"
+            and c
+        ),
+        10,
+        "PerRequestBinding to say the whole workflow is switched",
+    )
+    assert whole["status"] == "False"
+
+
+def _condition(policies: Policies, name: str, kind: str) -> dict[str, Any] | None:
+    """The policy's condition of this type (None: not reported yet)."""
+    conditions = policies.status(name).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), None)
 
 
 def _table_row(policies: Policies, name: str) -> dict[str, Any]:

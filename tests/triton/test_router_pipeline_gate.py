@@ -35,6 +35,7 @@ from compass.domain.space import config_key
 from compass.lab.local_triton import LocalPrometheus, LocalTriton, assemble_repository
 from compass.lab.processes import wait_for
 from compass.lab.scenarios import COMPONENTS, rag_sim_triton
+from compass_rules.routing import tables_digest
 from tiers import require_prometheus, require_tritonserver
 
 INSTANCES = 8
@@ -356,3 +357,24 @@ def test_the_images_gated_config_puts_the_router_behind_its_gate(tmp_path: Path)
             assert text.count(f'{GATE_WAITING_METRIC}{{instance="') == gauges, text[-2000:]
         finally:
             server.stop()
+
+
+def test_the_control_model_reports_the_gate_and_the_tables_it_holds(
+    gated: TritonRouter, ungated: TritonRouter
+) -> None:
+    """What the operator's PerRequestBinding condition and its skipped holds read: each router
+    reports its gate (none without one) and the digest of the tables last set."""
+    held = gated.serving()
+    assert (held.binds, held.gate) == (True, (INSTANCES, 1))
+    assert held.tables == tables_digest(None, _table())
+    bare = ungated.serving()
+    assert (bare.binds, bare.gate) == (True, None)
+    # A switch with other tables: the digest follows.
+    ungated.admission = None
+    ungated.binding = {**_table(), "slo_ms": 50_000.0}
+    try:
+        ungated.switch(FASTEST)
+        assert ungated.serving().tables == tables_digest(None, ungated.binding)
+    finally:
+        ungated.binding = _table()
+        ungated.switch(FASTEST)

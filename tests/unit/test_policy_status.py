@@ -327,7 +327,9 @@ def test_serving_policy_is_ready_with_metrics() -> None:
         metrics_read=True, metrics_source="m", active=FAST_NAME, decision="hold"
     )
     found = by_type(conditions_of(health))
-    assert list(found) == [t.value for t in ConditionType if t is not ConditionType.PODS_SERVING]
+    # No pods reached, no binding reported: neither condition.
+    unreported = {ConditionType.PODS_SERVING, ConditionType.PER_REQUEST_BINDING}
+    assert list(found) == [t.value for t in ConditionType if t not in unreported]
     assert found["Ready"]["status"] == "True"
     assert found["Ready"]["message"] == f"serving {FAST_NAME}; hold"
     assert found["MetricsAvailable"]["status"] == "True"
@@ -389,8 +391,12 @@ def test_a_condition_of_another_type_is_kept_and_sorted_last() -> None:
     foreign = {"type": "Audited", "status": "True", "reason": "ByHand", "lastTransitionTime": ISO}
     key = config_key(FAST)
     routing = policy_conditions.routing_status([("a", key, None)], key)
+    binding = policy_conditions.binding_condition({}, "elastico", (8, 1), per_request=False)
     merged = conditions_of(
-        policy_conditions.Health(metrics_read=True, active=FAST_NAME, routing=routing), [foreign]
+        policy_conditions.Health(
+            metrics_read=True, active=FAST_NAME, routing=routing, binding=binding
+        ),
+        [foreign],
     )
     assert [c["type"] for c in merged] == [*(t.value for t in ConditionType), "Audited"]
     assert {k: v for k, v in merged[-1].items() if v not in ("", None)} == foreign

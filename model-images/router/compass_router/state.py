@@ -41,6 +41,11 @@ def tables_path(router_model):
     return state_path(router_model).removesuffix(".json") + "-tables"
 
 
+def gate_path(router_model):
+    """The router's gate as its instances run it, beside the routing state of ``router_model``."""
+    return state_path(router_model).removesuffix(".json") + "-gate.json"
+
+
 def _stamp(path):
     """What tells a replaced file from the last one read (None: there is none)."""
     try:

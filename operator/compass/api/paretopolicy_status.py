@@ -25,6 +25,7 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"
     PAUSED = "Paused"
     PODS_SERVING = "PodsServing"
+    PER_REQUEST_BINDING = "PerRequestBinding"
 
 
 class BlendStatus(CamelModel):

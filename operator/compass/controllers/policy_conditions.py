@@ -1,7 +1,7 @@
 """A ParetoPolicy's conditions and the Events posted on their transitions.
 
-``health_conditions`` turns what a tick found into Ready, MetricsAvailable, Degraded, Paused and
-PodsServing; ``merge_conditions`` keeps lastTransitionTime while a condition's status does not
+``health_conditions`` turns what a tick found into Ready, MetricsAvailable, Degraded, Paused,
+PodsServing and PerRequestBinding; ``merge_conditions`` keeps lastTransitionTime while a condition's status does not
 change; ``transition_events`` posts Events on transitions only, never while a state persists.
 """
 
@@ -20,6 +20,7 @@ from compass.api.paretopolicy_status import (
 )
 from compass.controllers.conditions import find_condition, parse_conditions, set_conditions
 from compass.controllers.policy_decisions import NOT_PAUSED, Pause
+from compass.dataplane.triton import RouterState
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,66 @@ class Health:
     active: str | None = None
     decision: str = ""
     routing: RoutingStatus | None = None
+    # Per-request binding: whether the pods' routers bind each request (None: not asked).
+    binding: Condition | None = None
+
+
+def binding_condition(
+    reported: Mapping[str, RouterState],
+    strategy: str,
+    modelled: tuple[int, int],
+    per_request: bool = True,
+) -> Condition | None:
+    """PerRequestBinding, from what each pod's router reported: True where every pod binds
+    each request behind its gate; False, naming the pods, where a router cannot bind (an older
+    image) or has no gate (it binds only requests that carry compass_deadline_ns), the rest
+    being served by the policy's whole-workflow ``strategy``, and where the policy asks for
+    whole-workflow serving (not ``per_request``). None: no pod reported."""
+    kind = ConditionType.PER_REQUEST_BINDING.value
+    if not per_request:
+        return Condition(
+            type=kind,
+            status="False",
+            reason="WholeWorkflow",
+            message=f"binding.mode workflow: {strategy} switches the whole workflow",
+        )
+    if not reported:
+        return None
+    old = sorted(pod for pod, state in reported.items() if not state.binds)
+    if old:
+        return Condition(
+            type=kind,
+            status="False",
+            reason="RoutersDoNotBind",
+            message=f"{_pods(old)} run a router that does not bind per request (an older "
+            f"image?): {strategy} serves the whole workflow there; update the router image",
+        )
+    ungated = sorted(pod for pod, state in reported.items() if state.gate is None)
+    if ungated:
+        return Condition(
+            type=kind,
+            status="False",
+            reason="RoutersNotGated",
+            message=f"{_pods(ungated)} have no gate (compass_pipeline_slots): they bind only "
+            f"requests that carry compass_deadline_ns, and {strategy} serves the rest; run the "
+            "router's gated config (8 instances, 1 slot)",
+        )
+    gates = sorted({state.gate for state in reported.values() if state.gate is not None})
+    shown = ", ".join(f"{i} instances and {g} slot(s)" for i, g in gates)
+    message = f"{len(reported)}/{len(reported)} pods bind each request behind a gate of {shown}"
+    if gates != [modelled]:
+        message += (
+            f"; the plan models {modelled[0]} instances and {modelled[1]} slot(s): set "
+            "binding.gate to what the routers run"
+        )
+    return Condition(type=kind, status="True", reason="BindingPerRequest", message=message)
+
+
+def _pods(pods: Sequence[str]) -> str:
+    """A few pod names for a message, and how many more."""
+    shown = ", ".join(pods[:MAX_LAGGING_PODS])
+    more = len(pods) - MAX_LAGGING_PODS
+    return f"pods {shown}" + (f" and {more} more" if more > 0 else "")
 
 
 def routing_status(
@@ -136,6 +197,8 @@ def health_conditions(health: Health) -> list[Condition]:
     )
     if health.routing is not None:
         conditions.append(_pods_condition(health.routing, health.active))
+    if health.binding is not None:
+        conditions.append(health.binding)
     return conditions
 
 

@@ -40,6 +40,7 @@ from compass.controllers.policy_compile import (
 )
 from compass.controllers.policy_conditions import (
     Health,
+    binding_condition,
     refused_endpoints,
     refused_event,
     routing_status,
@@ -339,7 +340,14 @@ def _tick(
     if outcome.observation is not None:
         memory.last_observed = outcome.observation.time
     memory.state = outcome.state
+    spec = compiled.spec
     health = Health(
+        binding=binding_condition(
+            connections.router.last_report,
+            spec.strategy.value,
+            (spec.binding.gate.instances, spec.binding.gate.slots),
+            per_request=compiled.binding is not None,
+        ),
         switch_failed=outcome.switch_failed,
         metrics_error=outcome.metrics_error,
         metrics_reason=metricsauth.REASON

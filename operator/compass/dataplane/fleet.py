@@ -122,6 +122,9 @@ class RouterFleet:
         # to a pod that already serves what it would set and holds the tables it would send
         # (their digest), so a steady policy makes one call a pod a tick, not two.
         self.reported: dict[str, RouterState] = {}
+        # The same, kept past the switch that follows (which clears ``reported``): what the
+        # status says of the pods' binding.
+        self.last_report: dict[str, RouterState] = {}
         # Pods whose last set from this fleet carried no admission table: only those may be
         # skipped (one that had a table keeps it until a set says none).
         self.cleared: set[str] = set()
@@ -224,7 +227,7 @@ class RouterFleet:
         states: dict[str, RouterState] = {}
         answers = self._each(ask)
         self.silent = {a.pod: a.error or "" for a in answers if a.config is None}
-        self.reported = states
+        self.reported = self.last_report = states
         served = Counter(a.config for a in answers if a.config is not None)
         if not served:
             raise RoutingError("; ".join(f"{a.pod}: {a.error}" for a in answers))

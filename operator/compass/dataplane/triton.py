@@ -141,10 +141,14 @@ class RouterReply:
 
 @dataclass(frozen=True)
 class RouterState:
-    """What a router serves (its routing key) and the digest of its tables (None: not known)."""
+    """What a router serves (its routing key), the digest of its tables (None: not known), and
+    what it reports of per-request binding: whether it reports tables at all (a router too old
+    to bind each request does not), and its gate as (instances, slots) (None: no gate)."""
 
     routing: str
     tables: str | None = None
+    binds: bool = True
+    gate: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -289,8 +293,13 @@ class TritonRouter:
                 f"Triton at {self.url}: {self.model} has not published its configuration yet "
                 f"(is it loaded?)"
             )
-        tables = reply.get("tables")
-        return RouterState(str(active), tables if isinstance(tables, str) else None)
+        tables, gate = reply.get("tables"), reply.get("gate")
+        return RouterState(
+            str(active),
+            tables if isinstance(tables, str) else None,
+            binds="tables" in reply,
+            gate=_gate(gate),
+        )
 
     def switch(
         self, config: Config, blend: Config | None = None, weight: float = 0.0
@@ -326,6 +335,17 @@ class TritonRouter:
             f"switch of {self.model} at {self.url} to {wanted} failed after {self.attempts} "
             f"attempts: {_message(last)}"
         )
+
+
+def _gate(reported: object) -> tuple[int, int] | None:
+    """A router's reported gate as (instances, slots); None where it has none (or says
+    nothing readable)."""
+    if not isinstance(reported, dict):
+        return None
+    instances, slots = reported.get("instances"), reported.get("slots")
+    if isinstance(instances, int) and isinstance(slots, int) and min(instances, slots) >= 1:
+        return instances, slots
+    return None
 
 
 def request_tensor(request: Mapping[str, Any]) -> grpcclient.InferInput:
