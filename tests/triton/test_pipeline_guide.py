@@ -40,7 +40,8 @@ def _block(language: str, marker: str) -> str:
 
 def _python_example(url: str, protocol: str) -> str:
     code = _block("python", "InferenceServerClient")
-    assert "tritonclient.grpc as tritonclient" in code and '"localhost:8001"' in code
+    assert "tritonclient.grpc as tritonclient" in code
+    assert '"localhost:8001"' in code
     code = code.replace("tritonclient.grpc as", f"tritonclient.{protocol} as")
     return code.replace('"localhost:8001"', json.dumps(url))
 
@@ -88,7 +89,8 @@ def test_the_python_examples_late_request_is_refused_as_the_guide_says(
         namespace["ask"]({"sample": SAMPLE}, deadline_s=-1.0)
     status = "StatusCode.UNAVAILABLE" if protocol == "grpc" else "503"
     assert str(refused.value.status()) == status
-    assert LATE_MESSAGE in str(refused.value) and "retry later" in str(refused.value)
+    assert LATE_MESSAGE in str(refused.value)
+    assert "retry later" in str(refused.value)
 
 
 def test_the_curl_example_gets_the_pipelines_reply_with_and_without_a_deadline(
@@ -122,6 +124,7 @@ def test_the_curl_examples_late_request_is_refused_with_503(
     assert ran.returncode == 0, ran.stderr
     served, served_status, late, late_status = ran.stdout.splitlines()
     # Without a deadline (and no gate) the request is served as routed; the late one refused.
-    assert served_status == "200" and json.loads(served)["outputs"]
+    assert served_status == "200"
+    assert json.loads(served)["outputs"]
     assert late_status == "503", late
     assert "retry later" in json.loads(late)["error"]
