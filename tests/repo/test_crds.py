@@ -162,7 +162,11 @@ def test_cel_rules_reach_the_schema_of_their_model() -> None:
     crd = build_crd(RESOURCES[0])
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     evaluation = spec["properties"]["evaluation"]
-    assert {r["fieldPath"] for r in evaluation["x-kubernetes-validations"]} == {".budgets"}
+    assert {r["fieldPath"] for r in evaluation["x-kubernetes-validations"]} == {
+        ".budgets",
+        ".dataset.configMap",
+        ".dataset.volume",
+    }
     dataset = evaluation["properties"]["dataset"]
     assert len(dataset["x-kubernetes-validations"]) == 1
     # Only the models that declare rules carry them.

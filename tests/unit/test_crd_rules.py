@@ -84,6 +84,8 @@ def _entry(index: int, **fields: Any) -> Change:
 
 CONFIG_MAP = {"name": "qa", "key": "samples.jsonl"}
 VOLUME = {"claimName": "data", "path": "/qa.jsonl"}
+# The evaluator that reads a mounted dataset (the triton evaluator refuses one).
+COMMAND = {"type": "command", "command": ["score"]}
 
 # (model, spec change, valid?): each invalid one breaks exactly one cross-field rule and is
 # otherwise schema-valid, so the server would reject it for the CEL rule alone.
@@ -116,13 +118,33 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
     ),
     "configMap and an empty imagePath": (
         CompoundWorkflowSpec,
-        _dataset(configMap=CONFIG_MAP, imagePath=""),
+        _evaluation(
+            dataset={"size": 100, "configMap": CONFIG_MAP, "imagePath": ""}, evaluator=COMMAND
+        ),
         True,
     ),
     "volume alone": (
         CompoundWorkflowSpec,
-        lambda s: s["evaluation"].update(dataset={"size": 100, "volume": VOLUME}),
+        _evaluation(dataset={"size": 100, "volume": VOLUME}, evaluator=COMMAND),
         True,
+    ),
+    "configMap with the triton evaluator": (
+        CompoundWorkflowSpec,
+        _evaluation(dataset={"size": 100, "configMap": CONFIG_MAP}),
+        False,
+    ),
+    "configMap with the triton evaluator by default": (
+        CompoundWorkflowSpec,
+        lambda s: (
+            s["evaluation"].pop("evaluator"),
+            s["evaluation"].update(dataset={"size": 100, "configMap": CONFIG_MAP}),
+        ),
+        False,
+    ),
+    "volume with the triton evaluator": (
+        CompoundWorkflowSpec,
+        _evaluation(dataset={"size": 100, "volume": VOLUME}),
+        False,
     ),
     "command evaluator": (
         CompoundWorkflowSpec,
@@ -147,18 +169,23 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
         _evaluation(budgets=[10, 200]),
         False,
     ),
-    "imagePath and configMap": (CompoundWorkflowSpec, _dataset(configMap=CONFIG_MAP), False),
+    "imagePath and configMap": (
+        CompoundWorkflowSpec,
+        lambda s: (_dataset(configMap=CONFIG_MAP)(s), _evaluation(evaluator=COMMAND)(s)),
+        False,
+    ),
     "volume path leaves the volume": (
         CompoundWorkflowSpec,
         lambda s: s["evaluation"].update(
-            dataset={"size": 100, "volume": {"claimName": "data", "path": "a/../../etc"}}
+            dataset={"size": 100, "volume": {"claimName": "data", "path": "a/../../etc"}},
+            evaluator=COMMAND,
         ),
         False,
     ),
     "configMap and volume": (
         CompoundWorkflowSpec,
         lambda s: s["evaluation"].update(
-            dataset={"size": 100, "configMap": CONFIG_MAP, "volume": VOLUME}
+            dataset={"size": 100, "configMap": CONFIG_MAP, "volume": VOLUME}, evaluator=COMMAND
         ),
         False,
     ),

@@ -142,6 +142,22 @@ def test_budgets_beyond_the_dataset_name_the_budgets() -> None:
     assert "200 exceeds dataset.size 100; lower the last budget" in str(error.value)
 
 
+def test_a_configmap_dataset_with_the_triton_evaluator_is_refused_with_the_fix() -> None:
+    """The triton evaluator sends sample indices only: a ConfigMap it would never read is
+    refused, not mounted and silently ignored."""
+    raw = _raw(**{"evaluation.evaluator": {"type": "triton"}})
+    raw["evaluation"]["dataset"] = {"size": 100, "configMap": {"name": "qa", "key": "q.jsonl"}}
+    with pytest.raises(InvalidSpecError) as error:
+        validate_spec(raw)
+    assert error.value.field == "spec.evaluation.dataset.configMap"
+    message = str(error.value)
+    assert "the triton evaluator never reads it" in message
+    assert "leave configMap out, or score with evaluator type command" in message
+    raw["evaluation"]["evaluator"] = {"type": "command", "command": ["score"]}
+    spec, _ = validate_spec(raw)
+    assert spec.evaluation.dataset.config_map is not None
+
+
 def test_incomplete_evaluator_names_its_field() -> None:
     with pytest.raises(InvalidSpecError) as error:
         validate_spec(_raw(**{"evaluation.evaluator": {"type": "command"}}))

@@ -105,8 +105,10 @@ class VolumeDataset(CamelModel):
 
 class Dataset(CamelModel):
     """Where the evaluation samples come from: at most one source, which the search Job's pod
-    sees at the path in $COMPASS_DATASET (a command evaluator reads it there; a Triton router
-    reads its own samples, and the source then only identifies the dataset)."""
+    sees at the path in $COMPASS_DATASET. A command evaluator reads it there; the triton
+    evaluator sends sample indices to a pipeline that holds its own samples, so it takes no
+    configMap or volume, and an imagePath only names the dataset (a new one starts the search
+    over)."""
 
     size: Annotated[
         int,
@@ -117,16 +119,21 @@ class Dataset(CamelModel):
         ),
     ]
     config_map: ConfigMapDataset | None = Field(
-        default=None, description="Dataset in a ConfigMap key, mounted into the search Job."
+        default=None,
+        description="Dataset in a ConfigMap key, mounted into the search Job for the command "
+        "evaluator (the triton evaluator refuses it: the pipeline holds its samples).",
     )
     volume: VolumeDataset | None = Field(
-        default=None, description="Dataset on a volume, mounted into the search Job."
+        default=None,
+        description="Dataset on a volume, mounted into the search Job for the command evaluator "
+        "(the triton evaluator refuses it: the pipeline holds its samples).",
     )
     image_path: str | None = Field(
         default=None,
         max_length=MAX_PATH_LENGTH,
         description=f"Dataset at this path inside the search Job's image (spec.search.image; "
-        f"at most {MAX_PATH_LENGTH} characters).",
+        f"at most {MAX_PATH_LENGTH} characters). With the triton evaluator it only names the "
+        "dataset: a new path starts the search over.",
     )
 
     # The same rule as _one_source, for the API server (an empty imagePath counts as unset).
@@ -158,6 +165,15 @@ class Dataset(CamelModel):
                 f"imagePath"
             )
         return self
+
+
+def _unread_by_triton(source: str) -> str:
+    """Why the triton evaluator refuses a mounted dataset, and the two ways out."""
+    return (
+        f"evaluation.dataset.{source}: the triton evaluator never reads it (it sends "
+        f'{{"sample": i}} to your pipeline, which holds the samples: docs/pipelines.md); leave '
+        f"{source} out, or score with evaluator type command"
+    )
 
 
 class EvaluatorType(StrEnum):
@@ -298,7 +314,7 @@ class Evaluation(CamelModel):
         default_factory=EvaluatorSpec, description="Who scores samples."
     )
 
-    # The same rules as _budgets_fit, for the API server.
+    # The same rules as _budgets_fit and _dataset_read, for the API server.
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
             CelRule(
@@ -316,8 +332,28 @@ class Evaluation(CamelModel):
                 "budget",
                 field_path=".budgets",
             ),
+            *(
+                CelRule(
+                    rule="(has(self.evaluator) && has(self.evaluator.type)"
+                    f" && self.evaluator.type != 'triton') || !has(self.dataset.{source})",
+                    message=_unread_by_triton(source),
+                    field_path=f".dataset.{source}",
+                    reason="FieldValueForbidden",
+                )
+                for source in ("configMap", "volume")
+            ),
         )
     )
+
+    @model_validator(mode="after")
+    def _dataset_read(self) -> Evaluation:
+        # A mounted dataset nothing reads would let a user believe the search scores it.
+        if self.evaluator.type is EvaluatorType.TRITON:
+            if self.dataset.config_map is not None:
+                raise ValueError(_unread_by_triton("configMap"))
+            if self.dataset.volume is not None:
+                raise ValueError(_unread_by_triton("volume"))
+        return self
 
     @model_validator(mode="after")
     def _budgets_fit(self) -> Evaluation:
