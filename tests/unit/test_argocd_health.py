@@ -42,6 +42,7 @@ from compass.controllers import (
 )
 from compass.controllers.builders import PROFILES_KEY, RESULT_KEY, build_pareto_policy
 from compass.controllers.metricsauth import REASON as METRICS_CREDENTIALS
+from compass.dataplane.triton import RouterState
 from compass.domain.elastico import Observation, PolicyState
 from compass.domain.space import config_key
 
@@ -234,6 +235,16 @@ ROUTINGS = {
     ),
 }
 SPEC_ERRORS = {"none": None, "InvalidSpec": "InvalidSpec", "TargetNotAllowed": "TargetNotAllowed"}
+# PerRequestBinding says how the routers serve, never whether the policy is healthy: the cases
+# cycle through each (the health must not change with it).
+BINDINGS = (
+    None,
+    policy_conditions.binding_condition(
+        {"a": RouterState(FAST_KEY, "d", gate=(8, 1))}, "elastico", (8, 1)
+    ),
+    policy_conditions.binding_condition({"a": RouterState(FAST_KEY)}, "elastico", (8, 1)),
+    policy_conditions.binding_condition({}, "elastico", (8, 1), per_request=False),
+)
 # What the product below varies, by Health field: a new field must be added here (and to the
 # script, if it brings a new reason).
 VARIED = {
@@ -250,6 +261,7 @@ VARIED = {
     "active",
     "decision",
     "routing",
+    "binding",
 }
 
 
@@ -316,6 +328,7 @@ def _healths() -> list[tuple[str, policy_conditions.Health]]:
             active=FAST,
             decision="hold: queue 2",
             routing=routing,
+            binding=BINDINGS[len(cases) % len(BINDINGS)],
         )
         flags = [bool(claimed), bool(unreachable), bool(switch), bool(metrics), read]
         name = "-".join([error_id, *map(str, flags), metrics_reason, pause_id, routing_id])

@@ -74,12 +74,13 @@ EVENTS: tuple[EventEntry, ...] = (
     ),
 )
 
-_PR, _PM, _PD, _PP, _PS = (
+_PR, _PM, _PD, _PP, _PS, _PB = (
     ConditionType.READY.value,
     ConditionType.METRICS_AVAILABLE.value,
     ConditionType.DEGRADED.value,
     ConditionType.PAUSED.value,
     ConditionType.PODS_SERVING.value,
+    ConditionType.PER_REQUEST_BINDING.value,
 )
 _WR, _WV, _WS, _WE, _WP, _WY = (
     WorkflowConditionType.READY.value,
@@ -111,6 +112,10 @@ CONDITIONS: tuple[ConditionEntry, ...] = (
     ConditionEntry(P, _PP, "False", "Active", "deciding every interval"),
     ConditionEntry(P, _PS, "True", "AllPodsServing", "every ready pod serves the active one"),
     ConditionEntry(P, _PS, "False", "PodsLagging", "the pods that do not, and why"),
+    ConditionEntry(P, _PB, "True", "BindingPerRequest", "every pod binds each request, gated"),
+    ConditionEntry(P, _PB, "False", "RoutersNotGated", "pods bind only requests with deadlines"),
+    ConditionEntry(P, _PB, "False", "RoutersDoNotBind", "an older router: whole workflow there"),
+    ConditionEntry(P, _PB, "False", "WholeWorkflow", "binding.mode workflow"),
     ConditionEntry(W, _WR, "True", "PolicyReady", "the ParetoPolicy serves the planned front"),
     ConditionEntry(W, _WR, "False", "(the phase)", "Searching, Profiling, Planning: working"),
     ConditionEntry(W, _WR, "False", "AwaitingReview", "Planned: status.plannedPolicy waits"),
