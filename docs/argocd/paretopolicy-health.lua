@@ -23,6 +23,7 @@ end
 local known = {
   Ready = {
     Serving = "Healthy",
+    Advisory = "Healthy",
     Paused = "Suspended",
     InvalidSpec = "Degraded",
     TargetNotAllowed = "Degraded",

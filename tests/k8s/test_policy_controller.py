@@ -100,6 +100,58 @@ def test_switches_to_the_fastest_under_load_and_back_after_the_cooldown(
     )
 
 
+def test_an_advisory_policy_publishes_what_it_would_switch_and_acts_once_made_active(
+    triton: LocalTriton, router: TritonRouter, policies: Policies, operator: Operator
+) -> None:
+    """spec.mode advisory: through idle and a load spike the policy decides, and says so in its
+    status, its Events (WouldSwitch) and its metrics, while the router is never switched; made
+    active, the router takes the policy's configuration at the next decision, no restart."""
+    router.switch(FASTEST)
+    policies.create("advice", policy_spec(triton, mode="advisory"))
+
+    def status_shows(config: dict[str, Any]) -> dict[str, Any] | None:
+        status = policies.status("advice")
+        active = (status.get("active") or {}).get("config")
+        return status if active is not None and config_key(active) == config_key(config) else None
+
+    # Idle: it would climb to ACCURATE; the router stays on FASTEST.
+    idle = wait_for(lambda: status_shows(ACCURATE), 20, "the advice to climb to ACCURATE")
+    ready = condition(idle, "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Advisory")
+    assert f"would serve {ACCURATE_NAME}, the routers serve {FAST_NAME}" in ready["message"]
+    assert router.active_config() == config_key(FASTEST)
+    # A spike: it would go to FASTEST; still nothing switched.
+    loader = threading.Thread(target=_load, args=(triton,))
+    loader.start()
+    try:
+        wait_for(lambda: status_shows(FASTEST), LOAD_S + 5, "the advice to go to FASTEST", 0.1)
+    finally:
+        loader.join()
+    would = [e["message"] for e in policies.wait_events("advice", "WouldSwitch", 2)]
+    assert any(m.startswith(f"{FAST_NAME} -> {ACCURATE_NAME}: ") for m in would), would
+    assert any(m.startswith(f"{ACCURATE_NAME} -> {FAST_NAME}: queue ") for m in would), would
+    assert router.active_config() == config_key(FASTEST)
+    labels = f'namespace="{policies.namespace}",policy="advice"'
+    counted = [
+        line
+        for line in operator.metrics().splitlines()
+        if line.startswith("compass_advisory_switches_total{") and labels in line
+    ]
+    assert {line.split('direction="')[1].split('"')[0] for line in counted} >= {
+        "more-accurate",
+        "faster",
+    }, counted
+    assert "compass_switches_total" not in _policy_series(operator, policies.namespace, "advice")
+
+    # After the spike it would climb again; made active, the router follows within a decision.
+    wait_for(lambda: status_shows(ACCURATE), 15, "the advice to climb back")
+    assert router.active_config() == config_key(FASTEST)
+    policies.patch_spec("advice", {"mode": "active"})
+    wait_active(policies, "advice", router, ACCURATE, 3)
+    ready = condition(policies.status("advice"), "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Serving")
+
+
 def _policy_series(operator: Operator, namespace: str, name: str) -> dict[str, str]:
     """The operator's /metrics lines of one policy, by metric name (and labels past them)."""
     labels = f'namespace="{namespace}",policy="{name}"'

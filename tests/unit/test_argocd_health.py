@@ -262,6 +262,7 @@ VARIED = {
     "decision",
     "routing",
     "binding",
+    "advisory_routing",
 }
 
 
@@ -329,6 +330,8 @@ def _healths() -> list[tuple[str, policy_conditions.Health]]:
             decision="hold: queue 2",
             routing=routing,
             binding=BINDINGS[len(cases) % len(BINDINGS)],
+            # Advisory: Healthy or worse as an acting policy would be (Ready True, Advisory).
+            advisory_routing=None if len(cases) % 3 else FAST,
         )
         flags = [bool(claimed), bool(unreachable), bool(switch), bool(metrics), read]
         name = "-".join([error_id, *map(str, flags), metrics_reason, pause_id, routing_id])

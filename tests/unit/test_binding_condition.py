@@ -60,3 +60,12 @@ def test_whole_workflow_serving_says_so_whatever_the_pods_report() -> None:
     assert condition is not None
     assert (condition.status, condition.reason) == ("False", "WholeWorkflow")
     assert condition.message == "binding.mode workflow: split switches the whole workflow"
+
+
+def test_an_advisory_policy_is_ready_saying_what_it_would_serve() -> None:
+    health = Health(active="accurate", advisory_routing="fast", decision="hold: queue 0")
+    ready = health_conditions(health)[0]
+    assert (ready.status, ready.reason) == ("True", "Advisory")
+    assert ready.message == (
+        "advisory: would serve accurate, the routers serve fast (untouched); hold: queue 0"
+    )

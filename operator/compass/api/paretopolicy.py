@@ -576,6 +576,14 @@ class BindingSettings(CamelModel):
         return self
 
 
+class PolicyMode(StrEnum):
+    """Whether the policy acts on the data plane or only says what it would do."""
+
+    ACTIVE = "active"
+    # Every decision made and published (status, metrics, Events), nothing switched or sent.
+    ADVISORY = "advisory"
+
+
 class ServingSettings(CamelModel):
     """How a policy serves its front: what a CompoundWorkflow hands its generated ParetoPolicy."""
 
@@ -667,6 +675,14 @@ class ServingSettings(CamelModel):
         "window alone. bench/forecast.py compares them.",
     )
 
+    mode: PolicyMode = Field(
+        default=PolicyMode.ACTIVE,
+        description="active (the default): the policy switches the routers and sends them its "
+        "tables. advisory: every decision is made and published (status, Events WouldSwitch, "
+        "compass_advisory_switches_total) and nothing is switched or sent to the routers; set "
+        "active again and the routers take the policy's configuration at its next decision, "
+        "with no restart.",
+    )
     binding: BindingSettings = Field(
         default_factory=BindingSettings,
         description="Late binding: who chooses each request's configuration.",

@@ -51,6 +51,7 @@ EVENTS: tuple[EventEntry, ...] = (
     EventEntry(P, "EndpointsRefused", "Warning", "slice addresses not this namespace's Pods"),
     EventEntry(P, "TargetClaimed", "Warning", "Ready turned False: an older policy has it"),
     EventEntry(P, "PodsLagging", "Warning", "pods do not serve the active configuration"),
+    EventEntry(P, "WouldSwitch", "Normal", "advisory: the switch it would make, not made"),
     EventEntry(P, "PodsServing", "Normal", "every ready pod serves it again"),
     EventEntry(P, "InvalidPauseAnnotation", "Warning", "compass.io/paused is not true/false"),
     EventEntry(W, "SearchStarted", "Normal", "a generation's search Job starts (or is reused)"),
@@ -94,6 +95,7 @@ _WR, _WV, _WS, _WE, _WP, _WY = (
 CONDITIONS: tuple[ConditionEntry, ...] = (
     ConditionEntry(P, _PR, "True", "Serving", "in control of the routing"),
     ConditionEntry(P, _PR, "True", "Paused", "spec.paused or the annotation: holding it"),
+    ConditionEntry(P, _PR, "True", "Advisory", "spec.mode advisory: deciding, switching nothing"),
     ConditionEntry(P, _PR, "False", "MetricsUnavailable", "the queue depth is missing or stale"),
     ConditionEntry(P, _PR, "False", METRICS_CREDENTIALS, "the metrics Secret cannot be read"),
     ConditionEntry(P, _PR, "False", "TargetClaimed", "an older policy switches this target"),

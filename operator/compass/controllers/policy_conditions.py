@@ -44,6 +44,8 @@ class Health:
     routing: RoutingStatus | None = None
     # Per-request binding: whether the pods' routers bind each request (None: not asked).
     binding: Condition | None = None
+    # Advisory mode: what the routers serve, untouched (None: the policy acts).
+    advisory_routing: str | None = None
 
 
 def binding_condition(
@@ -156,6 +158,17 @@ def health_conditions(health: Health) -> list[Condition]:
     if problem is not None:
         reason, message = problem
         conditions.append(Condition(type=ready, status="False", reason=reason, message=message))
+    elif health.advisory_routing is not None:
+        would = f"would serve {health.active}" if health.active else "no configuration"
+        message = f"advisory: {would}, the routers serve {health.advisory_routing} (untouched)"
+        conditions.append(
+            Condition(
+                type=ready,
+                status="True",
+                reason="Advisory",
+                message=f"{message}; {health.decision}" if health.decision else message,
+            )
+        )
     else:
         serving = f"serving {health.active}" if health.active else "no active configuration"
         conditions.append(
@@ -259,12 +272,17 @@ def refused_event(service: str, namespace: str, refused: Sequence[str]) -> Polic
 
 
 def switch_event(
-    previous: str | None, target: str, queue_depth: float | None, reason: str
+    previous: str | None,
+    target: str,
+    queue_depth: float | None,
+    reason: str,
+    advisory: bool = False,
 ) -> PolicyEvent:
-    """ConfigurationSwitched: from -> to, the queue depth and why, on one line."""
+    """ConfigurationSwitched (WouldSwitch in advisory mode: nothing switched): from -> to, the
+    queue depth and why, on one line."""
     depth = "unknown" if queue_depth is None else f"{queue_depth:g}"
     message = f"{previous or 'none'} -> {target}: queue {depth}; {reason}"
-    return PolicyEvent("Normal", "ConfigurationSwitched", message)
+    return PolicyEvent("Normal", "WouldSwitch" if advisory else "ConfigurationSwitched", message)
 
 
 def transition_events(

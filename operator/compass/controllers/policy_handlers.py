@@ -21,6 +21,7 @@ from typing import Any
 import kopf
 
 from compass.api.meta import GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
+from compass.api.paretopolicy import PolicyMode
 from compass.api.paretopolicy_status import RoutingStatus
 from compass.controllers import metricsauth
 from compass.controllers.endpoints import (
@@ -60,6 +61,7 @@ from compass.controllers.policy_decisions import (
     paused_state,
     retry_delay,
     routing_label,
+    routing_names,
     saved_state,
     state_routing,
     state_routing_key,
@@ -71,10 +73,11 @@ from compass.controllers.policy_status import (
     parse_rfc3339,
 )
 from compass.controllers.runtime import Runtime, runtime_of
-from compass.dataplane.fleet import Endpoint, FleetSwitch
+from compass.dataplane.fleet import Endpoint, FleetSwitch, RouterFleet
 from compass.dataplane.live import LiveLoop
-from compass.dataplane.triton import RoutingError
+from compass.dataplane.triton import RoutingError, SwitchReport, routing_key
 from compass.domain.elastico import Observation, PolicyState
+from compass.domain.evaluation import Config
 
 MEMORY_KEY = "compass_policy"
 # An unexpected exception (a bug) is retried after this; TemporaryError brings its own delay.
@@ -305,8 +308,11 @@ def _tick(
         memory.connections, compiled, runtime, logger, now, names_of(body)[0]
     )
     assert connections.source is not None
-    connections.router.admission = compiled.admission
-    connections.router.binding = compiled.binding
+    advisory = compiled.spec.mode is PolicyMode.ADVISORY
+    # An advisory policy writes nothing to the data plane, its tables included.
+    if not advisory:
+        connections.router.admission = compiled.admission
+        connections.router.binding = compiled.binding
     try:
         routing_tls(connections, compiled, runtime, now, names_of(body)[0])
         connections.router.update(_endpoints(body, memory, compiled, slices, pods, runtime, logger))
@@ -325,29 +331,38 @@ def _tick(
         raise kopf.TemporaryError(message, delay=delay) from error
     memory.failures = 0
     saved = memory.state if memory.state is not None else saved_state(previous)
-    state, note = align_state(
-        saved,
-        memory.last_observed,
-        router_key,
-        compiled.plan,
-        now,
-        compiled.spec.stale_after_seconds,
-    )
+    if memory.advised and saved is not None:
+        # Advisory, or its first active tick: the policy's own state, not the routers' (which
+        # it never switched); acting again, this tick puts the routers on it.
+        state, note = saved, None
+    else:
+        state, note = align_state(
+            saved,
+            memory.last_observed,
+            router_key,
+            compiled.plan,
+            now,
+            compiled.spec.stale_after_seconds,
+        )
+    memory.advised = advisory
     if note:
         logger.info(note)
     pause = _pause(body, compiled)
-    outcome = _decide(body, compiled, connections, state, runtime, logger, now, pause)
+    outcome = _decide(body, compiled, connections, state, runtime, logger, now, pause, advisory)
     if outcome.observation is not None:
         memory.last_observed = outcome.observation.time
     memory.state = outcome.state
     spec = compiled.spec
     health = Health(
-        binding=binding_condition(
+        binding=None
+        if advisory
+        else binding_condition(
             connections.router.last_report,
             spec.strategy.value,
             (spec.binding.gate.instances, spec.binding.gate.slots),
             per_request=compiled.binding is not None,
         ),
+        advisory_routing=_routing_names(compiled, router_key) if advisory else None,
         switch_failed=outcome.switch_failed,
         metrics_error=outcome.metrics_error,
         metrics_reason=metricsauth.REASON
@@ -363,6 +378,33 @@ def _tick(
     decided = (compiled, outcome.state, outcome.observation)
     publish(body, memory, runtime, logger, previous, health, decided, now, generation)
     return True
+
+
+@dataclass(frozen=True)
+class AdvisoryRouter:
+    """The routers as an advisory policy sees them: read, never switched (a switch reports
+    what it would have set)."""
+
+    fleet: RouterFleet
+
+    def active_config(self) -> str:
+        """What the routers serve now."""
+        return self.fleet.active_config()
+
+    def switch(
+        self, config: Config, blend: Config | None = None, weight: float = 0.0
+    ) -> SwitchReport:
+        """Nothing sent: the switch the decision would make."""
+        return SwitchReport(routing_key(config, blend, weight), attempts=0, seconds=0.0)
+
+
+def _routing_names(compiled: CompiledPolicy, router_key: str) -> str:
+    """What the routers serve, by the front's names where it is on the front."""
+    serving = routing_names(compiled.plan, router_key)
+    if serving is None:
+        return router_key
+    active, blend, weight = serving
+    return routing_label(PolicyState(active=active, blend=blend, weight=weight)) or router_key
 
 
 @dataclass(frozen=True)
@@ -386,20 +428,23 @@ def _decide(
     logger: kopf.Logger,
     now: float,
     pause: Pause,
+    advisory: bool = False,
 ) -> Outcome:
-    """One LiveLoop step (or, paused, only an observation); Event and counter on a switch."""
+    """One LiveLoop step (or, paused, only an observation); Event and counter on a switch (in
+    advisory mode: on the switch it would have made, nothing switched)."""
     assert connections.source is not None
     loop = ObservingLoop(
         policy=compiled.policy,
         source=connections.source,
-        router=connections.router,
+        router=AdvisoryRouter(connections.router) if advisory else connections.router,
         stale_after_s=compiled.spec.stale_after_seconds,
     )
     if pause.paused:
         observation, _ = loop.observe(now)  # a metrics problem is in loop.metrics_problem
         held = paused_state(state)
-        # Holding means every pod serves it, a pod that joined or restarted meanwhile too.
-        routing = _hold_routing(compiled, connections, held, logger)
+        # Holding means every pod serves it, a pod that joined or restarted meanwhile too
+        # (advisory: the pods are left alone).
+        routing = None if advisory else _hold_routing(compiled, connections, held, logger)
         return Outcome(
             observation, held, f"paused: holding {held.active}", loop.metrics_problem, None, routing
         )
@@ -414,11 +459,14 @@ def _decide(
     if result.switched:
         depth = None if result.observation is None else result.observation.queue_depth
         target = routing_label(result.state) or result.decision.target
-        event = switch_event(routing_label(state), target, depth, result.decision.reason)
+        event = switch_event(
+            routing_label(state), target, depth, result.decision.reason, advisory=advisory
+        )
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
         logger.info(f"{event.reason}: {event.message}")
         namespace, name = names_of(body)
-        runtime.metrics.switches.labels(namespace, name, result.decision.action.value).inc()
+        counter = runtime.metrics.advisory_switches if advisory else runtime.metrics.switches
+        counter.labels(namespace, name, result.decision.action.value).inc()
     return Outcome(
         result.observation, result.state, decision, loop.metrics_problem, failed, routing
     )

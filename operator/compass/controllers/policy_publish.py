@@ -64,6 +64,9 @@ class PolicyMemory:
     last_observed: float | None = None
     failures: int = 0
     fenced: bool = False
+    # The last tick was advisory: the next decides from the policy's own state, not from the
+    # routers' (see policy_handlers).
+    advised: bool = False
     # The Service's slice addresses last refused (not the namespace's Pods'), reported on change.
     refused: tuple[str, ...] = ()
     # Routine status writes: at most one a heartbeat, in this policy's slot of it (so that a

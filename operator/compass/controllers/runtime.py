@@ -135,6 +135,13 @@ class OperatorMetrics:
             [*labels, "direction"],
             registry=self.registry,
         )
+        self.advisory_switches = Counter(
+            "compass_advisory_switches_total",
+            "Switches an advisory policy would have made (nothing switched), by policy and "
+            "direction.",
+            [*labels, "direction"],
+            registry=self.registry,
+        )
         self.queue_depth = Gauge(
             "compass_queue_depth",
             "The router's queue depth at the policy's last observation.",
@@ -360,6 +367,7 @@ class OperatorMetrics:
             self._remove_gauges(namespace, name)
             for direction in SWITCH_DIRECTIONS:
                 self.switches.remove(namespace, name, direction)
+                self.advisory_switches.remove(namespace, name, direction)
 
     def count_workflow(
         self,
