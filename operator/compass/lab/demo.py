@@ -3,10 +3,10 @@
 COMPASS-V through the router, latency profiles of the feasible configurations, the plan, then
 the same seeded load spike served several ways (by default the static fastest, the static most
 accurate and the default serving: per-request binding behind the router's gate) beside the
-simulator's prediction; tables on stdout, files and plots in one folder. rag-sim's latencies are scaled by ``--time-scale`` (the
-SLO and cooldowns with them) and every figure is reported unscaled; the search runs with them
-on, through two servers of its own with routers of four instances, eight requests in flight
-(the fleet a search Job would use). docs/development.md.
+simulator's prediction; tables on stdout, files and plots in one folder. rag-sim's latencies
+are scaled by ``--time-scale`` (the SLO and cooldowns with them) and every figure is reported
+unscaled; the search runs with them on, through two servers of its own with routers of four
+instances, eight requests in flight (the fleet a search Job would use). docs/development.md.
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def predictions(
     plan: Plan, policy: ParetoPolicySpec, scenario: Scenario, settings: DemoSettings
 ) -> dict[str, RunReport]:
     """The simulator's prediction of every run the settings ask for, on the same arrivals: the
-    default serving as simulate_serving serves the policy, the others as before it."""
+    default serving as simulate_serving serves the policy, the others as compare runs them."""
     members = [t.profile for t in plan.thresholds]
     predicted = compare(
         {"policy": runtime_policy(policy)},
