@@ -219,3 +219,33 @@ def test_compass_serve_runs_the_loop_for_its_duration(
     assert code == 0
     assert "compass serve: starting on" in out
     assert "stopped on" in out
+
+
+@pytest.mark.parametrize(("mode", "served"), [("per-request", ACCURATE), ("workflow", FASTEST)])
+def test_compass_serve_gives_the_routers_the_policys_binding_table(
+    triton: LocalTriton,
+    router: TritonRouter,
+    policy: ParetoPolicySpec,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    mode: str,
+    served: dict[str, object],
+) -> None:
+    """Per-request binding (the default): serve's switches carry the binding table, as the
+    operator's do, so a request whose deadline leaves ACCURATE time is bound to it while the
+    policy routes FASTEST; binding mode workflow sends none, and the routed FASTEST serves it."""
+    spec = policy.model_dump(by_alias=True, mode="json")
+    # A long cooldown holds the policy on the FASTEST it starts from.
+    spec["hysteresis"]["downscaleCooldownSeconds"] = 30
+    spec["binding"] = {"mode": mode}
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    router.switch(FASTEST)
+    arguments = ["--triton", triton.grpc_url, "--metrics", triton.metrics_url]
+    assert main(["serve", "--policy", str(path), *arguments, "--duration", "1"]) == 0
+    out = capsys.readouterr().out
+    assert ("carries the binding table" in out) == (mode == "per-request")
+    # The table stays with the routers after serve stops (the fixture's switch takes it back).
+    assert router.active_config() == config_key(FASTEST)
+    roomy = router.infer({"sample": 0}, deadline_ns=time.time_ns() + 10 * 10**9)
+    assert roomy.config == config_key(served)

@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 from cli_inputs import SPACE_YAML, N, accuracy, ledger_lines, space_configs, write_jsonl
 
-from compass.commands.demo import demo_ledger
+from compass.commands.demo import demo_ledger, parse_runs
 from compass.commands.main import main
 from compass.domain.space import Space, config_key
 from compass.evaluators.ledger import read_ledger
 from compass.examples import load_rag_paper, replay_scores
+from compass.lab.experiment import ADMITTED_RUN, BINDING_RUN
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {"feasible", "evaluated", "sample_evals", "configs_evaluated"}
@@ -756,6 +757,31 @@ def test_demo_replays_the_embedded_ledger_exactly() -> None:
     rng = np.random.default_rng(0)
     first = replay_scores(rows[0]["accuracy"], 100, rng)
     assert ledger.lookup(rows[0]["config"], list(range(100))).tolist() == first
+
+
+def test_demo_serves_the_default_beside_the_static_ends_and_the_others_on_runs() -> None:
+    """--runs names the runs; by default the static fastest, most accurate and the default
+    serving (per-request binding: the experiment's binding run)."""
+    assert parse_runs(None) == ("fastest", "accurate", BINDING_RUN)
+    assert parse_runs(" elastico,predictive ,elastico") == ("policy", ADMITTED_RUN)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--runs", "fastest,eager"], "--runs: unknown run(s) 'eager'; give some of fastest,"),
+        (["--runs", ","], "--runs: no run given; give some of fastest, accurate, default"),
+        (["--runs", "fastest,accurate"], "--runs: no run serves with a policy"),
+        (["--runs", "default", "--search-only"], "--runs: only for the local demo"),
+        (["--runs", "default", "--cluster"], "--runs: only for the local demo"),
+    ],
+)
+def test_demo_refuses_runs_it_cannot_serve(cli: Cli, argv: list[str], message: str) -> None:
+    """One line naming --runs and the fix, exit 2, before any server starts."""
+    run = cli(["demo", *argv])
+    assert run.code == 2
+    assert message in run.err
+    assert "Traceback" not in run.err
 
 
 def test_a_json_space_reads_exponents_as_numbers(inputs: Path, cli: Cli) -> None:

@@ -19,13 +19,13 @@ from compass.commands.search_common import (
     summary,
     write_result,
 )
-from compass.console import fail, parse_int, parse_number, search_with_progress
+from compass.console import fail, parse_int, parse_number, search_with_progress, shown
 from compass.domain.evaluation import EvaluationError
 from compass.domain.search import SearchSettings
 from compass.domain.space import Space
 from compass.evaluators.ledger import Ledger, ReplayEvaluator
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
-from compass.lab.demo import DemoSettings, run_demo
+from compass.lab.demo import DEFAULT_RUNS, DEMO_RUNS, POLICY_RUNS, DemoSettings, run_demo
 
 DEMO_LEDGER_SEED = 0
 # `--cluster` runs the development tools (dev/compass_dev: the local control plane and node),
@@ -45,9 +45,10 @@ def register(commands: Any, summary: str) -> None:
         description="Start a real tritonserver serving rag-sim (the paper's RAG workflow: 234 "
         "configurations with the paper's measured accuracy and latency), run COMPASS-V through "
         "its router, profile the feasible configurations, plan, and serve a seeded load spike "
-        "with the static fastest, the static most accurate and Elastico; tables on stdout, "
-        "files and plots in --output-dir. --search-only runs the search alone on the embedded "
-        "replay (seconds, no Triton).",
+        "with the static fastest, the static most accurate and the default serving (per-request "
+        "binding behind the router's gate), each beside the simulator's prediction (--runs "
+        "picks the runs); tables on stdout, files and plots in --output-dir. --search-only runs "
+        "the search alone on the embedded replay (seconds, no Triton).",
     )
     # 0.75: the accuracy floor of the paper's own planning and serving runs.
     add_settings(demo, tau_default="0.75")
@@ -103,6 +104,14 @@ def register(commands: Any, summary: str) -> None:
         "times instead of the example's (binding.lagReserve; the example's 2)",
     )
     demo.add_argument(
+        "--runs",
+        metavar="RUN[,RUN...]",
+        help=f"the runs that serve the spike, of {', '.join(DEMO_RUNS)} (default "
+        f"{','.join(DEFAULT_RUNS)}): static fastest and most accurate, the default serving "
+        "(the policy's binding table behind the router's gate), Elastico's whole-workflow "
+        "switching, the predictive strategy with admission",
+    )
+    demo.add_argument(
         "--time-scale",
         help="rag-sim serves its latencies times this; the load, SLO and cooldowns follow "
         "(default 0.2: the 180 s spike runs in 36 s; 0.25 with --cluster)",
@@ -148,6 +157,29 @@ def _positive(
     """The value of a flag that must be a number > 0 (its default when not given)."""
     text = getattr(args, flag[2:].replace("-", "_"))
     return parse_number(flag, str(text or default), example, low=0, inclusive=False)
+
+
+def parse_runs(text: str | None) -> tuple[str, ...]:
+    """The experiment's runs --runs names (default: DEFAULT_RUNS), or a usage error."""
+    names = [n.strip() for n in (text or ",".join(DEFAULT_RUNS)).split(",") if n.strip()]
+    unknown = [name for name in names if name not in DEMO_RUNS]
+    if unknown or not names:
+        fail(
+            "--runs",
+            f"unknown run(s) {', '.join(shown(name) for name in unknown)}"
+            if unknown
+            else "no run given",
+            f"give some of {', '.join(DEMO_RUNS)}, comma-separated, e.g. {','.join(DEFAULT_RUNS)}",
+        )
+    runs = tuple(dict.fromkeys(DEMO_RUNS[name] for name in names))
+    if not set(runs) & set(POLICY_RUNS):
+        policies = [name for name, run in DEMO_RUNS.items() if run in POLICY_RUNS]
+        fail(
+            "--runs",
+            "no run serves with a policy (the timeline and the verdict need one)",
+            f"add one of {', '.join(policies)}, e.g. {','.join(DEFAULT_RUNS)}",
+        )
+    return runs
 
 
 def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: SearchSettings) -> int:
@@ -198,6 +230,7 @@ def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: Searc
             duration_s=_positive(args, "--duration", "180"),
             load_seed=settings.seed,
             measured_runs=parse_int("--profile-runs", str(args.profile_runs or 30), "30", low=2),
+            runs=parse_runs(args.runs),
         )
     )
 
@@ -226,6 +259,12 @@ def demo_command(args: argparse.Namespace) -> int:
     settings = options.search_settings(budgets)
     if args.cluster and args.search_only:
         fail("--cluster", "not with --search-only", "pass one of them")
+    if args.runs is not None and (args.cluster or args.search_only):
+        fail(
+            "--runs",
+            "only for the local demo (not with --cluster or --search-only)",
+            "leave --runs out",
+        )
     if args.queue_from != "triton" and not args.cluster:
         fail("--queue-from", "only with --cluster", "add --cluster, or leave --queue-from out")
     for flag in ("--whole-workflow", "--late-binding", "--binding-lag", "--binding-lag-reserve"):

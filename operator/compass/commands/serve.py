@@ -18,7 +18,7 @@ from compass.commands.common import (
     triton_tls,
 )
 from compass.console import fail, parse_number
-from compass.conversion import admission_table, runtime_policy
+from compass.conversion import admission_table, binding_table, runtime_policy
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
 from compass.dataplane.live import LiveLoop
 from compass.dataplane.metrics import QueueDepthSource, source_for
@@ -33,8 +33,9 @@ def register(commands: Any, summary: str) -> None:
         help=summary,
         description="Every interval: read the router's queue depth (Triton's /metrics or "
         "Prometheus), run the policy's decide, and put every replica's router on the "
-        "configuration it says: the code path the operator's timer runs. Prints one line per "
-        "switch or problem.",
+        "configuration it says, with the policy's binding and admission tables (per-request "
+        "binding, the default, binds each request from them): the code path the operator's "
+        "timer runs. Prints one line per switch or problem.",
     )
     serve.add_argument(
         "--policy", required=True, metavar="POLICY.yaml", help="`compass plan` output"
@@ -101,7 +102,9 @@ def serve_command(args: argparse.Namespace) -> int:
         model=args.router,
         tls=triton_tls(args),
     )
+    # The tables the operator sends with each switch: a served policy binds as it would.
     fleet.admission = admission_table(spec, policy.plan)
+    fleet.binding = binding_table(spec, policy.plan)
     source: QueueDepthSource = (
         FleetQueueDepth(lambda: fleet.endpoints, args.router)
         if per_replica
@@ -121,6 +124,12 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"compass serve: error: {error}", file=sys.stderr)
         return 1
     print(f"compass serve: starting on {state.active or 'an unknown configuration'}")
+    if fleet.binding is not None:
+        print(
+            f"compass serve: every switch carries the binding table (binding.mode "
+            f"{spec.binding.mode.value}): the routers bind each request with a deadline, or "
+            "behind their gate every request, to the most accurate configuration its time fits"
+        )
     last_problem: str | None = None
     try:
         while duration is None or time.monotonic() - started < duration:

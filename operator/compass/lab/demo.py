@@ -1,11 +1,12 @@
 """`compass demo`: the whole method on one machine, against a real local Triton serving rag-sim.
 
 COMPASS-V through the router, latency profiles of the feasible configurations, the plan, then
-the same seeded load spike served several ways beside the simulator's prediction; tables on
-stdout, files and plots in one folder. rag-sim's latencies are scaled by ``--time-scale`` (the
-SLO and cooldowns with them) and every figure is reported unscaled; the search runs with them
-on, through two servers of its own with routers of four instances, eight requests in flight
-(the fleet a search Job would use). docs/development.md.
+the same seeded load spike served several ways (by default the static fastest, the static most
+accurate and the default serving: per-request binding behind the router's gate) beside the
+simulator's prediction; tables on stdout, files and plots in one folder. rag-sim's latencies
+are scaled by ``--time-scale`` (the SLO and cooldowns with them) and every figure is reported
+unscaled; the search runs with them on, through two servers of its own with routers of four
+instances, eight requests in flight (the fleet a search Job would use). docs/development.md.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.api.paretopolicy import Hysteresis, ParetoPolicySpec
+from compass.api.paretopolicy import BindingSettings, Hysteresis, ParetoPolicySpec
 from compass.console import fail, plan_table, policy_manifest, policy_text, search_with_progress
-from compass.conversion import runtime_policy, spec_for_plan
+from compass.conversion import binding_table, runtime_policy, simulate_serving, spec_for_plan
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
@@ -39,7 +40,7 @@ from compass.evaluators.factory import ScoreSource, make_runner
 from compass.evaluators.ledger import CheckpointedEvaluator, CheckpointLedger
 from compass.evaluators.triton import TritonEvaluator
 from compass.examples import load_rag_paper
-from compass.lab.experiment import ADMITTED_RUN, RUNS, LiveRun, serve_each
+from compass.lab.experiment import ADMITTED_RUN, BINDING_RUN, LiveRun, serve_each
 from compass.lab.local_triton import LocalServerError, TritonInstallation
 from compass.lab.plots import save_plan_figure, save_timeline_figure
 from compass.lab.scenarios import (
@@ -57,13 +58,28 @@ from compass.lab.scenarios import (
 SEARCH_REPLICAS = 2
 SEARCH_ROUTER_INSTANCES = 4
 
-# What the static runs are called in tables and plots (the simulator's baseline labels).
+# What the runs are called in tables and plots (the static ones: the simulator's baselines).
 RUN_TITLES = {
     "fastest": "static fastest",
     "accurate": "static most accurate",
     "policy": "Elastico",
     ADMITTED_RUN: "predictive + admission",
+    BINDING_RUN: "default (per-request)",
 }
+# The runs --runs names, and the experiment's run each is: the default serving is per-request
+# binding (the routers' table behind their gate, the policy switching beside it).
+DEMO_RUNS = {
+    "fastest": "fastest",
+    "accurate": "accurate",
+    "default": BINDING_RUN,
+    "elastico": "policy",
+    "predictive": ADMITTED_RUN,
+}
+DEFAULT_RUNS = ("fastest", "accurate", "default")
+# The runs that serve with a policy (the others are static): one of them is the timeline's.
+POLICY_RUNS = (BINDING_RUN, "policy", ADMITTED_RUN)
+# The router's gate the demo's Triton runs (its model config), as a policy's default expects.
+GATE = BindingSettings().gate
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,7 @@ class DemoSettings:
     warmup_runs: int = 3
     measured_runs: int = 30
     screen_runs: int = 5
+    runs: tuple[str, ...] = tuple(DEMO_RUNS[name] for name in DEFAULT_RUNS)
 
 
 class Reporter:
@@ -227,6 +244,33 @@ def predictive(spec: ParetoPolicySpec) -> ParetoPolicySpec:
     return spec.model_copy(update={"strategy": Strategy.PREDICTIVE})
 
 
+def predictions(
+    plan: Plan, policy: ParetoPolicySpec, scenario: Scenario, settings: DemoSettings
+) -> dict[str, RunReport]:
+    """The simulator's prediction of every run the settings ask for, on the same arrivals: the
+    default serving as simulate_serving serves the policy, the others as compare runs them."""
+    members = [t.profile for t in plan.thresholds]
+    predicted = compare(
+        {"policy": runtime_policy(policy)},
+        members,
+        scenario,
+        settings.slo_ms,
+        policy.interval_seconds,
+    )
+    if ADMITTED_RUN in settings.runs:
+        predicted[ADMITTED_RUN] = compare(
+            {ADMITTED_RUN: runtime_policy(predictive(policy))},
+            members,
+            scenario,
+            settings.slo_ms,
+            policy.interval_seconds,
+            admission=Admission(settings.slo_ms, at=AdmissionPoint.DISPATCH),
+        )[ADMITTED_RUN]
+    if BINDING_RUN in settings.runs:
+        predicted[BINDING_RUN] = simulate_serving(policy, scenario, BINDING_RUN, plan=plan)
+    return {label: report for label, report in predicted.items() if label in settings.runs}
+
+
 def serve_spike(
     router: TritonRouter,
     metrics_url: str,
@@ -235,10 +279,13 @@ def serve_spike(
     scenario: Scenario,
     settings: DemoSettings,
     reporter: Reporter,
+    predicted: dict[str, RunReport],
 ) -> dict[str, LiveRun]:
-    """The spike served by the static fastest, the static most accurate, then Elastico, and the
-    predictive strategy with admission at dispatch (each request carrying the SLO as its
-    deadline)."""
+    """The spike served by each run the settings ask for, in EVERY_RUN's order: the static
+    fastest and most accurate, Elastico, the predictive strategy with admission at dispatch,
+    and the default serving (the policy's binding table behind the router's gate, its loop
+    switching beside it, as the operator serves); requests carry no deadline, the gated
+    router gives each its take-up plus the SLO. Each run's line beside its prediction."""
     scale = settings.time_scale
     load = RagSimLoad(scenario)
     runs = {}
@@ -256,15 +303,24 @@ def serve_spike(
         interval_s=live.interval_seconds,
         time_scale=scale,
         offered_qps=load.offered_qps,
-        labels=RUNS,
+        labels=settings.runs,
         admission=router_admission([t.profile for t in policy.plan.thresholds], rule),
         admitted_policy=runtime_policy(predictive(live)),
+        binding=binding_table(live, policy.plan),
+        bound_policy=policy,
+        client_deadlines=False,
     ):
         runs[label] = run
+        report = predicted.get(label)
         reporter.say(
             f"      {RUN_TITLES[label]:<22} {run.compliance:5.1f}% within the SLO, accuracy "
             f"{run.accuracy:.4f}, {run.switches} switches"
             + (f", {run.refused} refused as late" if run.refused else "")
+            + (
+                f"; simulator {report.compliance:5.1f}%, accuracy {report.mean_accuracy:.4f}"
+                if report is not None
+                else ""
+            )
             + f" ({time.monotonic() - started:.0f} s)"
         )
         started = time.monotonic()
@@ -324,6 +380,27 @@ def verdict(
         f"{fastest.compliance:.1f}%) at accuracy {accuracy(admitted)}, "
         f"{admitted.refused} refused as late"
     )
+
+
+def runs_verdict(runs: dict[str, LiveRun], front: Sequence[LatencyProfile]) -> str:
+    """One line: each policy run's compliance and accuracy (the answers' score, and what
+    served them by the ``front``'s profiled accuracies), beside the static runs made."""
+
+    def accuracy(run: LiveRun) -> str:
+        return f"{run.accuracy:.4f} (served {run.served_accuracy(front):.4f})"
+
+    served = [
+        f"{RUN_TITLES[label]} met the SLO for {run.compliance:.1f}% of requests at accuracy "
+        f"{accuracy(run)}" + (f", {run.refused} refused as late" if run.refused else "")
+        for label in POLICY_RUNS
+        if (run := runs.get(label)) is not None
+    ]
+    static = [
+        f"{RUN_TITLES[label]} {run.compliance:.1f}% at accuracy {accuracy(run)}"
+        for label in ("accurate", "fastest")
+        if (run := runs.get(label)) is not None
+    ]
+    return "; ".join(served) + (f" (against {', '.join(static)})" if static else "")
 
 
 def comparison_text(rows: Sequence[dict[str, Any]]) -> str:
@@ -485,10 +562,15 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
         f"compass demo: the whole method on this machine, into {shown(out)}/ (rag-sim's latencies "
         f"x{settings.time_scale:g}; every figure below is at the paper's scale)"
     )
-    say.step("start tritonserver with rag-sim: the router and its three components")
+    say.step(
+        f"start tritonserver with rag-sim: the router ({GATE.instances} instances behind a gate "
+        f"of {GATE.slots} pipeline slot(s), as per-request binding serves) and its three "
+        "components"
+    )
     workdir = out / "triton"
     # Latency 0 until the profiling step sets the real scale (the search has servers of its own).
-    triton = rag_sim_triton(workdir, 0)
+    # Every run is served behind the gate, so that they differ only in what binds each request.
+    triton = rag_sim_triton(workdir, 0, router_instances=GATE.instances, pipeline_slots=GATE.slots)
     with triton.start(workdir):
         router = TritonRouter(triton.grpc_url)
         say.say(f"      Triton at {triton.grpc_url}, its log in {workdir} ({say.took()})")
@@ -497,40 +579,33 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
         plan, policy, live = _plan_step(profiles, settings, say)
         scenario = spike_scenario(plan, settings.duration_s, settings.load_seed, settings.base_qps)
         peak = SPIKE_FACTOR * scenario.pattern.base_qps * fastest_mean_s(plan)
+        predicted = predictions(plan, policy, scenario, settings)
         say.step(
-            f"serve a load spike four ways: {scenario.pattern.base_qps:.2f} QPS, x4 for the "
+            f"serve a load spike {len(settings.runs)} ways beside the simulator's prediction: "
+            f"{scenario.pattern.base_qps:.2f} QPS, x4 for the "
             f"middle third (peak at {peak:.0%} "
             f"of the fastest configuration's capacity), {settings.duration_s:g} s, "
             f"{scenario.requests} requests (the same for every run)"
         )
-        runs = serve_spike(router, triton.metrics_url, plan, live, scenario, settings, say)
+        runs = serve_spike(
+            router, triton.metrics_url, plan, live, scenario, settings, say, predicted
+        )
         router.close()
 
     say.step("compare with the simulator's prediction on the same arrivals")
     members = [t.profile for t in plan.thresholds]
-    predicted = compare(
-        {"policy": runtime_policy(policy)},
-        members,
-        scenario,
-        settings.slo_ms,
-        policy.interval_seconds,
-    )
-    predicted[ADMITTED_RUN] = compare(
-        {ADMITTED_RUN: runtime_policy(predictive(policy))},
-        members,
-        scenario,
-        settings.slo_ms,
-        policy.interval_seconds,
-        admission=Admission(settings.slo_ms, at=AdmissionPoint.DISPATCH),
-    )[ADMITTED_RUN]
     rows = comparison_rows(runs, predicted, members)
     say.say(comparison_text(rows))
+    # The timeline and the switches are the first policy run's (the default serving's first).
+    featured = next(label for label in POLICY_RUNS if label in runs)
     switches = [
         {"time_s": round(e.time_s, 2), "config": e.config, "switch_ms": round(e.switch_s * 1000, 1)}
-        for e in runs["policy"].switch_events
+        for e in runs[featured].switch_events
     ]
     slo = Slo(settings.slo_ms, settings.percentile)
-    document = comparison_document(scenario, slo, settings.time_scale, rows, switches)
+    document = comparison_document(
+        scenario, slo, settings.time_scale, rows, switches, switches_of=RUN_TITLES[featured]
+    )
     write_json(out / "comparison.json", document)
     save_timeline_figure(
         out / "timeline.png",
@@ -538,9 +613,10 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
         runs,
         f"rag-sim on a real Triton: spike at {scenario.pattern.base_qps:.2f} QPS x4, SLO p"
         f"{settings.percentile:g} <= {settings.slo_ms:g} ms, {scenario.requests} requests",
+        label=featured,
         profiles=profiles,
     )
-    say.say(verdict(runs, members))
+    say.say(runs_verdict(runs, members))
     say.say(f"wrote {shown(out)}/: {', '.join(OUTPUTS)}")
     say.say(f"done in {time.monotonic() - say.started:.0f} s")
     return 0

@@ -261,9 +261,9 @@ def serve(
 RUNS = ("fastest", "accurate", "policy", "policy+adm")
 # The run whose requests carry deadlines and whose routers judge them (admission at dispatch).
 ADMITTED_RUN = "policy+adm"
-# Late binding (issue 43): every request carries its deadline and every router binds it stage
-# by stage from the table it was given; no policy loop (the table's rate limits are its slow
-# loop, and a request with a deadline never reads the active configuration).
+# Late binding (issue 43): every request carries its deadline and every router binds it from
+# the table it was given; by default no policy loop (the table's rate limits are its slow loop,
+# and a request with a deadline never reads the active configuration).
 BINDING_RUN = "binding"
 EVERY_RUN = (*RUNS, BINDING_RUN)
 
@@ -285,13 +285,15 @@ def serve_each(
     admission: Mapping[str, Any] | None = None,
     admitted_policy: Policy | None = None,
     binding: Mapping[str, Any] | None = None,
+    bound_policy: Policy | None = None,
     client_deadlines: bool = True,
 ) -> Iterator[tuple[str, LiveRun]]:
     """The arrivals on the fastest, the most accurate, then with the policy, with
     ``admitted_policy`` (default: the policy) and ``admission`` (the routers' table,
-    ``policy+adm``), and bound stage by stage from ``binding`` (the routers' late-binding
-    table, ``binding``); each run as it ends. Without ``client_deadlines`` the admitting and
-    binding runs' requests carry no deadline (gated routers give them one)."""
+    ``policy+adm``), and bound from ``binding`` (the routers' late-binding table, ``binding``;
+    with ``bound_policy`` switching beside it, as the operator serves); each run as it ends.
+    Without ``client_deadlines`` the admitting and binding runs' requests carry no deadline
+    (gated routers give them one)."""
     # The policies start from the fastest eligible member; ``labels`` picks which runs to make.
     first = plan.eligible[0]
     starts = {
@@ -308,8 +310,12 @@ def serve_each(
             raise ValueError(f"the {ADMITTED_RUN} run needs the routers' admission table")
         if bound and binding is None:
             raise ValueError(f"the {BINDING_RUN} run needs the routers' late-binding table")
-        deciding = (admitted_policy or policy) if admitted else policy
-        loop = LiveLoop(deciding, queue, router) if label.startswith("policy") else None
+        deciding = {
+            "policy": policy,
+            ADMITTED_RUN: admitted_policy or policy,
+            BINDING_RUN: bound_policy,
+        }.get(label)
+        loop = None if deciding is None else LiveLoop(deciding, queue, router)
         router.admission = admission if admitted else None
         router.binding = binding if bound else None
         try:
