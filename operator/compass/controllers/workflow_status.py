@@ -115,6 +115,18 @@ def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> Com
     )
 
 
+def ledger_refused_status(
+    status: CompoundWorkflowStatus, message: str, generation: int, now: str
+) -> CompoundWorkflowStatus:
+    """The status with LedgerRead=False naming the state ConfigMaps a start refused to read."""
+    condition = workflow_condition(
+        WorkflowConditionType.LEDGER_READ, "False", "StateRefused", message, generation
+    )
+    return status.model_copy(
+        update={"conditions": set_condition(status.conditions, condition, now)}
+    )
+
+
 def start_status(
     previous: CompoundWorkflowStatus,
     workflow: str,
