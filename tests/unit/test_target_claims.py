@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from compass.api.paretopolicy_status import ConditionType
 from compass.controllers import policy_conditions
 from compass.controllers.policy_decisions import Claim, claim_of, claimant, target_key
+from compass.controllers.targets import LOOPBACK, TargetAccess
 
 
 def _policy(
@@ -21,11 +24,92 @@ def _policy(
 
 def test_policies_on_one_service_share_a_target_and_other_services_do_not() -> None:
     one = target_key("a", {"routing": {"service": "triton"}})
+    assert one == ("service", "a", "triton")
     assert one == target_key("a", {"routing": {"service": "triton", "grpcPort": 9}})
     assert one != target_key("b", {"routing": {"service": "triton"}})
     assert one != target_key("a", {"routing": {"service": "other"}})
     assert target_key("a", {"routing": {"grpcEndpoint": "t.example.com:8001"}}) is not None
     assert target_key("a", {}) is None
+
+
+def _key(namespace: str, routing: dict[str, Any], access: TargetAccess | None = None) -> Any:
+    return target_key(namespace, {"routing": routing}, access)
+
+
+@pytest.mark.parametrize(
+    "routing",
+    [
+        {"service": "triton"},
+        {"service": "Triton", "grpcPort": 9000},
+        {"grpcEndpoint": "triton:8001"},
+        {"grpcEndpoint": "TRITON:08001"},
+        {"grpcEndpoint": "triton:9000"},
+        {"grpcEndpoint": "triton.ta.svc:8001"},
+        {"grpcEndpoint": "triton.ta.svc.cluster.local:8001"},
+        {"grpcEndpoint": "triton.ta.svc.cluster.local.:8001"},
+        {"grpcEndpoint": "Triton.TA.SVC.:8001"},
+    ],
+)
+def test_every_spelling_of_one_service_is_one_key(routing: dict[str, Any]) -> None:
+    assert _key("ta", routing) == ("service", "ta", "triton")
+
+
+def test_a_service_of_another_namespace_is_that_namespaces_key() -> None:
+    # Named from tb, the Service in ta is the key ta's own policies hold.
+    assert _key("tb", {"grpcEndpoint": "triton.ta.svc:8001"}) == ("service", "ta", "triton")
+    assert _key("tb", {"service": "triton"}) == ("service", "tb", "triton")
+    domain = TargetAccess(cluster_domain="corp.internal")
+    assert _key("tb", {"grpcEndpoint": "triton.ta.svc.corp.internal:1"}, domain) == (
+        "service",
+        "ta",
+        "triton",
+    )
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "127.0.0.1:8001",
+        "localhost:8001",
+        "LOCALHOST.:8001",
+        "[::1]:8001",
+        "[0:0:0:0:0:0:0:1]:8001",
+        "[::ffff:127.0.0.1]:8001",
+        "127.1:8001",
+        "2130706433:8001",
+        "0x7f.0.0.1:8001",
+        "127.0.0.2:08001",
+        "0.0.0.0:8001",
+        "[::]:8001",
+    ],
+)
+def test_every_spelling_of_this_host_is_one_key(endpoint: str) -> None:
+    # In any namespace: a tenant's policy and another's on one router hold one key.
+    assert _key("ta", {"grpcEndpoint": endpoint}) == ("endpoint", LOOPBACK, "8001")
+    assert _key("tb", {"grpcEndpoint": endpoint}) == ("endpoint", LOOPBACK, "8001")
+
+
+def test_addresses_are_normalised_and_other_ports_or_hosts_are_other_keys() -> None:
+    v6 = ("endpoint", "2001:db8::5", "8001")
+    assert _key("a", {"grpcEndpoint": "[2001:DB8:0:0:0:0:0:5]:8001"}) == v6
+    assert _key("a", {"grpcEndpoint": "[2001:db8::5]:8001"}) == v6
+    v4 = ("endpoint", "10.0.0.5", "8001")
+    assert _key("a", {"grpcEndpoint": "10.0.0.5:8001"}) == v4
+    assert _key("b", {"grpcEndpoint": "[::ffff:10.0.0.5]:8001"}) == v4
+    assert _key("a", {"grpcEndpoint": "10.0.0.5:8002"}) != v4
+    assert _key("a", {"grpcEndpoint": "localhost:8002"}) != _key("a", {"grpcEndpoint": "[::1]:1"})
+    # A host the settings list is that host, not a Service of the namespace.
+    listed = TargetAccess(allowed_hosts=("triton-gw",))
+    assert _key("a", {"grpcEndpoint": "triton-gw:8001"}, listed) == (
+        "endpoint",
+        "triton-gw",
+        "8001",
+    )
+    assert _key("a", {"grpcEndpoint": "T.Example.com.:8001"}) == (
+        "endpoint",
+        "t.example.com",
+        "8001",
+    )
 
 
 def test_the_oldest_policy_acts_and_the_younger_is_told_which() -> None:
@@ -42,6 +126,10 @@ def test_the_oldest_policy_acts_and_the_younger_is_told_which() -> None:
     assert claimant([old, twin], old) == twin
     # Alone: acts.
     assert claimant([young], young) is None
+    # Another namespace's policy is named with its namespace; one's own, by name.
+    other = claim_of(_policy("zeta", "2026-01-01T00:00:00Z", {"service": "t"}, namespace="b"))
+    assert other is not None
+    assert (other.shown("a"), other.shown("b")) == ("b/zeta", "zeta")
 
 
 def test_a_policy_being_deleted_claims_nothing() -> None:

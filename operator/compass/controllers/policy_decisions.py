@@ -16,6 +16,7 @@ from typing import Any
 from compass.api.meta import GROUP
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.controllers.settings import OperatorSettings
+from compass.controllers.targets import TargetAccess, endpoint_target
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
 from compass.domain.elastico import PolicyState
 from compass.domain.evaluation import Config
@@ -222,18 +223,28 @@ class Claim:
 
     created: str
     name: str
+    namespace: str = ""
+
+    def shown(self, namespace: str) -> str:
+        """The policy as one in ``namespace`` reads it: its name, with its namespace if other."""
+        return self.name if self.namespace in ("", namespace) else f"{self.namespace}/{self.name}"
 
 
-def target_key(namespace: str, spec: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """What a policy switches, as one key: its namespace's Service, or its gRPC endpoint;
-    None for a spec naming neither (it does not compile)."""
+def target_key(
+    namespace: str, spec: Mapping[str, Any], access: TargetAccess | None = None
+) -> tuple[str, str, str] | None:
+    """What a policy switches, as one key whatever its spelling (targets.endpoint_target): a
+    Service as ("service", namespace, name), however named and on any port, else the address
+    and port its gRPC endpoint reaches; None for a spec naming neither (it does not compile).
+    No namespace of the policy's own is in an endpoint's key: two namespaces' policies on one
+    router hold one key."""
     routing = spec.get("routing") if isinstance(spec, Mapping) else None
     if not isinstance(routing, Mapping):
         return None
     if routing.get("service"):
-        return (namespace, "service", str(routing["service"]))
+        return ("service", namespace, str(routing["service"]).lower())
     if routing.get("grpcEndpoint"):
-        return (namespace, "grpcEndpoint", str(routing["grpcEndpoint"]).lower())
+        return endpoint_target(str(routing["grpcEndpoint"]), namespace, access or TargetAccess())
     return None
 
 
@@ -242,7 +253,11 @@ def claim_of(body: Mapping[str, Any]) -> Claim | None:
     metadata = body.get("metadata") or {}
     if metadata.get("deletionTimestamp"):
         return None
-    return Claim(str(metadata.get("creationTimestamp") or ""), str(metadata.get("name") or ""))
+    return Claim(
+        str(metadata.get("creationTimestamp") or ""),
+        str(metadata.get("name") or ""),
+        str(metadata.get("namespace") or ""),
+    )
 
 
 def claimant(claims: Iterable[Claim], mine: Claim) -> Claim | None:
