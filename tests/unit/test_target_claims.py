@@ -9,7 +9,14 @@ import pytest
 
 from compass.api.paretopolicy_status import ConditionType
 from compass.controllers import policy_conditions
-from compass.controllers.policy_decisions import Claim, claim_of, claimant, target_key
+from compass.controllers.endpoints import SliceEntry
+from compass.controllers.policy_decisions import (
+    Claim,
+    claim_keys,
+    claim_of,
+    claimant,
+    target_key,
+)
 from compass.controllers.targets import LOOPBACK, TargetAccess
 
 
@@ -147,3 +154,42 @@ def test_the_younger_policy_is_not_ready_with_target_claimed_naming_the_other() 
     )
     assert (ready.status, ready.reason) == ("False", "TargetClaimed")
     assert "zeta" in ready.message
+
+
+def _entry(pod: str, address: str, namespace: str = "ta") -> SliceEntry:
+    return SliceEntry(pod, address, True, (("grpc", 8001), ("metrics", 8002)), "Pod", namespace)
+
+
+def test_a_services_pods_are_the_service_and_a_forged_slice_aliases_nothing() -> None:
+    """A policy on pod-ip:8001 and one on the Service whose slices list that Pod hold one
+    router; a slice of another namespace that lists ta's Pod (a hand-made one) claims none."""
+    slices = {
+        ("ta", "triton"): [(_entry("t-0", "10.1.0.7"), _entry("t-1", "fd00::7"))],
+        ("tb", "copy"): [(_entry("t-0", "10.1.0.7", namespace="ta"),)],
+        ("tb", "mine"): [(_entry("m-0", "10.1.0.9", namespace="tb"),)],
+    }
+    pods = {("ta", "10.1.0.7"): {"t-0"}, ("ta", "fd00::7"): {"t-1"}, ("tb", "10.1.0.9"): {"m-0"}}
+
+    def pods_at(namespace: str, ip: str) -> set[str]:
+        return pods.get((namespace, ip), set())
+
+    access = TargetAccess()
+    service = ("service", "ta", "triton")
+    pod = _key("tb", {"grpcEndpoint": "10.1.0.7:8001"})
+    assert pod == ("endpoint", "10.1.0.7", "8001")
+    assert claim_keys(service, slices, pods_at, access) == {
+        service,
+        pod,
+        ("endpoint", "10.1.0.7", "8002"),
+        ("endpoint", "fd00::7", "8001"),
+        ("endpoint", "fd00::7", "8002"),
+    }
+    assert claim_keys(pod, slices, pods_at, access) == {pod, service}
+    v6 = _key("tb", {"grpcEndpoint": "[FD00:0::7]:8001"})
+    assert claim_keys(v6, slices, pods_at, access) == {v6, service}
+    # Another port of no Service's, another address: their own key alone.
+    other = ("endpoint", "10.1.0.7", "9999")
+    assert claim_keys(other, slices, pods_at, access) == {other}
+    assert claim_keys(("service", "tb", "copy"), slices, pods_at, access) == {
+        ("service", "tb", "copy")
+    }

@@ -9,12 +9,14 @@ the configuration on start; routing changed behind its back is adopted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from compass.api.meta import GROUP
 from compass.api.paretopolicy import ParetoPolicySpec
+from compass.controllers.endpoints import SliceEntry, admitted
 from compass.controllers.settings import OperatorSettings
 from compass.controllers.targets import TargetAccess, endpoint_target
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
@@ -246,6 +248,37 @@ def target_key(
     if routing.get("grpcEndpoint"):
         return endpoint_target(str(routing["grpcEndpoint"]), namespace, access or TargetAccess())
     return None
+
+
+TargetKey = tuple[str, str, str]
+
+
+def claim_keys(
+    key: TargetKey,
+    slices: Mapping[tuple[str, str], Iterable[Iterable[SliceEntry]]],
+    pods_at: Callable[[str, str], Collection[str]],
+    access: TargetAccess,
+) -> set[TargetKey]:
+    """The keys one router is held under: ``key``, and for a Service the address and ports of
+    each Pod its EndpointSlices list, for an address the Services whose slices list it with
+    that port. Only entries endpoints.admitted keeps count: a hand-made slice that lists
+    another's Pod aliases nothing."""
+    kind, first, second = key
+    keys = {key}
+    if kind == "service":
+        kept, _ = admitted(slices.get((first, second), ()), first, partial(pods_at, first), access)
+        keys |= {_entry_key(entry, port) for entry in kept for _, port in entry.ports}
+        return keys
+    for (namespace, service), stores in slices.items():
+        kept, _ = admitted(stores, namespace, partial(pods_at, namespace), access)
+        if any(_entry_key(entry, port) == key for entry in kept for _, port in entry.ports):
+            keys.add(("service", namespace, service))
+    return keys
+
+
+def _entry_key(entry: SliceEntry, port: int) -> TargetKey:
+    host = f"[{entry.address}]" if ":" in entry.address else entry.address
+    return endpoint_target(f"{host}:{port}", "")
 
 
 def claim_of(body: Mapping[str, Any]) -> Claim | None:

@@ -52,6 +52,7 @@ from compass.controllers.policy_decisions import (
     Claim,
     Pause,
     align_state,
+    claim_keys,
     claim_of,
     claimant,
     decision_due,
@@ -294,7 +295,7 @@ def _tick(
     if compiled is None or not decision_due(memory.last_tick, now, compiled.spec.interval_seconds):
         return False
     memory.last_tick = now
-    holder = _claimant(body, claims, runtime.settings.target_access())
+    holder = _claimant(body, Indexes(slices, pods, claims), runtime.settings.target_access())
     if holder is not None:
         health = Health(
             claimed_by=holder.shown(names_of(body)[0]),
@@ -489,14 +490,18 @@ def _endpoints(
     return found
 
 
-def _claimant(body: kopf.Body, claims: ClaimsIndex, access: TargetAccess) -> Claim | None:
-    """The older policy acting on this one's routing target; None if this one acts."""
+def _claimant(body: kopf.Body, indexes: Indexes, access: TargetAccess) -> Claim | None:
+    """The older policy acting on this one's routing target (under any key it is held by:
+    a Service's Pods are the Service); None if this one acts."""
     namespace, _ = names_of(body)
     key = target_key(namespace, body.get("spec") or {}, access)
     mine = claim_of(body)
     if key is None or mine is None:
         return None
-    return claimant(claims.get(key, ()), mine)
+    keys = claim_keys(
+        key, indexes.slices, lambda where, ip: set(indexes.pods.get((where, ip), ())), access
+    )
+    return claimant([c for each in keys for c in indexes.claims.get(each, ())], mine)
 
 
 def _expected_key(
