@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from compass.controllers.builders import LEDGER_KEY
+from compass.controllers.ledgerbudget import LedgerBudget, LedgerBudgetBusyError
 from compass.controllers.ledgerchunks import (
     BUDGET,
     CHUNK_OF_LABEL,
@@ -24,7 +25,6 @@ from compass.controllers.ledgerchunks import (
     stored_size,
     text_limit,
 )
-from compass.controllers.ledgerbudget import LedgerBudget, LedgerBudgetBusyError
 from compass.controllers.workflow_state import (
     refusal_message,
     seedable,
@@ -98,7 +98,8 @@ def test_the_bomb_generation_is_refused_and_never_seeds_the_next(bomb: str) -> N
     )
     assert peak < 32 * 1024 * 1024
     states = listing.states
-    assert not states[1].read and states[1].names == ("w-search-g1",)
+    assert not states[1].read
+    assert states[1].names == ("w-search-g1",)
     refused = states[2]
     assert refused.refused is not None
     assert "w-search-g2-c1/" in refused.refused
@@ -107,7 +108,8 @@ def test_the_bomb_generation_is_refused_and_never_seeds_the_next(bomb: str) -> N
     # Generation 3 may seed from neither: nothing of the bomb is copied forward.
     assert seedable(states) == {}
     message = refusal_message("w", listing)
-    assert message is not None and "generation 2 (w-search-g2)" in message
+    assert message is not None
+    assert "generation 2 (w-search-g2)" in message
 
 
 def _generation(item: dict[str, Any]) -> int:
@@ -182,16 +184,16 @@ def test_ten_forged_states_cost_no_more_than_one_bounded_ledger(big_bomb: str) -
     assert [g for g, s in listing.states.items() if s.read] == [5]
     message = refusal_message("w", listing)
     assert message is not None
-    assert "w-search-g1-forged" in message and "and 1 more" in message
+    assert "w-search-g1-forged" in message
+    assert "and 1 more" in message
     assert "generation 5 (w-search-g5)" in message
 
 
 def test_the_budget_across_workflows_holds() -> None:
     budget = LedgerBudget(100)
     with budget.reserve(60):
-        with pytest.raises(LedgerBudgetBusyError, match="60 of the 100-byte"):
-            with budget.reserve(50):
-                pass
+        with pytest.raises(LedgerBudgetBusyError, match="60 of the 100-byte"), budget.reserve(50):
+            pass
         with budget.reserve(40):
             assert budget.held == 100
     assert budget.held == 0
