@@ -12,6 +12,7 @@ from typing import Any
 from e2e_shared import Workflows
 from test_workflow_controller import _workflow, operator, operator_env  # noqa: F401
 
+from compass.controllers import kubeapi
 from compass.controllers.builders import GENERATION_LABEL, WORKFLOW_LABEL
 from compass.controllers.ledgerchunks import CHUNK_OF_LABEL, chunk_key, text_limit
 
@@ -112,3 +113,11 @@ def test_ten_forged_gzip_states_are_refused_within_the_operators_bound(
     # Not the operator's to delete: the foreign ones are left where the tenant made them.
     left = {c["metadata"]["name"] for c in flows.config_maps("forged")}
     assert set(names) <= left
+    # The operator lists them as this server answers: names, labels and owners, no data.
+    listed = kubeapi.list_metadata(
+        flows.core.list_namespaced_config_map,
+        k8s_namespace,
+        label_selector=f"{WORKFLOW_LABEL}=forged",
+    )
+    assert {i["metadata"]["name"] for i in listed} == left
+    assert all(set(i) <= {"kind", "apiVersion", "metadata"} for i in listed), listed[0].keys()

@@ -218,3 +218,40 @@ def test_the_bound_grows_with_the_workflow_and_is_capped() -> None:
     assert text_limit(1, 1) == 1024 * 1024
     assert text_limit(1000, 1000) > text_limit(100, 1000) > text_limit(100, 100)
     assert text_limit(2_000_000, 10_000_000) == 256 * 1024 * 1024
+
+
+def test_listed_by_metadata_only_the_read_state_is_fetched_and_no_more_than_its_bound(
+    big_bomb: str,
+) -> None:
+    """As the operator lists them (metadata alone): the read state's ConfigMaps are fetched one
+    at a time, and the fetching stops once what they store passes the bound."""
+    good = '{"config": {"k": 1}, "samples": [0], "scores": [1.0]}\n'
+    whole = [
+        _config_map("w-search-g1", {chunk_key(0): big_bomb}, generation=1),
+        _config_map("w-search-g2", {chunk_key(0): encode(good)}),
+        *(
+            _config_map(f"w-search-g2-c{i}", {chunk_key(i): big_bomb}, of="w-search-g2")
+            for i in range(1, 17)
+        ),
+    ]
+    by_name = {c["metadata"]["name"]: c for c in whole}
+    fetched: list[str] = []
+
+    def fetch(name: str) -> dict[str, Any] | None:
+        fetched.append(name)
+        return by_name.get(name)
+
+    listed = [{"metadata": c["metadata"]} for c in whole]
+    limit = 1024 * 1024  # 1 MiB, and 1 MiB of room for the state's own keys
+    listing, peak = _peak(lambda: stored_states(listed, "w", _generation, 2, limit, fetch))
+    refused = listing.states[2]
+    assert refused.refused is not None
+    assert "store more than 1,048,576 bytes" in refused.refused
+    # In order, and no further than the chunk that passed 2 MiB stored (the 8th, of 255 KiB).
+    assert fetched == ["w-search-g2", *sorted(f"w-search-g2-c{i}" for i in range(1, 17))][:9]
+    assert peak < 8 * 1024 * 1024
+    # Within the bound, a fetched state reads as a listed one.
+    fetched.clear()
+    small = stored_states(listed[:2], "w", _generation, 2, limit, fetch)
+    assert small.states[2].data[LEDGER_KEY] == good
+    assert fetched == ["w-search-g2"]

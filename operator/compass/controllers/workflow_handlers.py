@@ -364,14 +364,21 @@ def _states(
     metadata = workflow["metadata"]
     name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
     generation = int(metadata.get("generation", 1))
-    items = kubeapi.list_items(
-        client.CoreV1Api(api).list_namespaced_config_map,
-        namespace,
-        label_selector=f"{WORKFLOW_LABEL}={name}",
+    core = client.CoreV1Api(api)
+    # Metadata only: a tenant's ConfigMaps under these labels are never read whole.
+    items = kubeapi.list_metadata(
+        core.list_namespaced_config_map, namespace, label_selector=f"{WORKFLOW_LABEL}={name}"
     )
     live = [item for item in _owned(items, uid) if not item["metadata"].get("deletionTimestamp")]
     read = state_to_read([i["metadata"]["name"] for i in live], name, generation, recorded)
-    return stored_states(live, name, _generation_of, read, limit)
+
+    def fetch(config_map: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = kubeapi.read(
+            core.read_namespaced_config_map, config_map, namespace
+        )
+        return found
+
+    return stored_states(live, name, _generation_of, read, limit, fetch)
 
 
 def _report_refused(workflow: Mapping[str, Any], message: str | None) -> None:

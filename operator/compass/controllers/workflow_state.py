@@ -34,6 +34,7 @@ from compass.controllers.ledgerchunks import (
     MAX_CHUNKS,
     LedgerTooLargeError,
     chunk_name,
+    config_map_size,
     ledger_text,
 )
 from compass.domain.planner import ThresholdModel
@@ -124,6 +125,7 @@ def stored_states(
     generation_of: Callable[[Mapping[str, Any]], int],
     read: int | None,
     limit: int | None = None,
+    fetch: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> StoredStates:
     """A workflow's state ConfigMaps by generation, each joined with its chunk ConfigMaps.
 
@@ -131,7 +133,8 @@ def stored_states(
     generation label), a chunk by its state's name and an index up to MAX_CHUNKS; anything else
     is foreign. Only generation ``read``'s ledger is inflated, and refused once its text passes
     ``limit`` (ledgerchunks.text_limit): whatever a tenant creates, one ledger's bound is what
-    reading costs."""
+    reading costs. ``fetch`` reads a ConfigMap whole by name when ``items`` are their metadata
+    alone (kubeapi.list_metadata): then only the read state's are, until they pass the limit."""
     # Chunks whose state is gone are left to the garbage collector (they go with the workflow).
     chunks: dict[str, list[Mapping[str, Any]]] = {}
     states: dict[str, Mapping[str, Any]] = {}
@@ -159,14 +162,43 @@ def stored_states(
         if generation != read:
             found[generation] = StoredState({}, names, read=False)
             continue
-        data = {k: v for k, v in (state.get("data") or {}).items() if k != LEDGER_KEY}
+        objects, too_large = [state, *mine], None
+        if fetch is not None:
+            objects, too_large = _fetched(names, fetch, limit)
+        whole = next((o for o in objects if o["metadata"]["name"] == name), {})
+        data = {k: v for k, v in (whole.get("data") or {}).items() if k != LEDGER_KEY}
         try:
-            data[LEDGER_KEY] = ledger_text([state, *mine], limit)
+            if too_large is not None:
+                raise LedgerTooLargeError(too_large)
+            data[LEDGER_KEY] = ledger_text(objects, limit)
         except LedgerTooLargeError as error:
             found[generation] = StoredState(data, names, refused=str(error))
             continue
         found[generation] = StoredState(data, names)
     return StoredStates(found, tuple(sorted(foreign)))
+
+
+# What a state's own keys (its spec, result, profiles) may add to its ledger's bytes.
+_STATE_ROOM = 1024 * 1024
+
+
+def _fetched(
+    names: Sequence[str], fetch: Callable[[str], Mapping[str, Any] | None], limit: int | None
+) -> tuple[list[Mapping[str, Any]], str | None]:
+    """The ConfigMaps of one state read whole, one at a time. gzip stores a text in no more
+    than its length and a few bytes, so past ``limit`` bytes stored the ledger is past the
+    limit too: the reading stops there (the state alone kept) and says where."""
+    objects: list[Mapping[str, Any]] = []
+    stored = 0
+    for name in names:
+        obj = fetch(name)
+        if obj is None:
+            continue  # deleted since the listing: the ledger is read without it
+        stored += config_map_size(obj)
+        objects.append(obj)
+        if limit is not None and stored > limit + _STATE_ROOM:
+            return objects[:1], f"{name}: its ConfigMaps store more than {limit:,} bytes"
+    return objects, None
 
 
 def state_to_read(
