@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from compass.api.compoundworkflow import CompoundWorkflowStatus, Phase, WorkflowConditionType
 from compass.controllers.builders import LEDGER_KEY
+from compass.controllers.conditions import find_condition
 from compass.controllers.ledgerbudget import LedgerBudget, LedgerBudgetBusyError
 from compass.controllers.ledgerchunks import (
     BUDGET,
@@ -30,6 +32,11 @@ from compass.controllers.workflow_state import (
     seedable,
     state_to_read,
     stored_states,
+)
+from compass.controllers.workflow_status import (
+    ledger_refused_status,
+    summarized,
+    workflow_condition,
 )
 
 BOMB_BYTES = 128 * 1024 * 1024
@@ -255,3 +262,24 @@ def test_listed_by_metadata_only_the_read_state_is_fetched_and_no_more_than_its_
     small = stored_states(listed[:2], "w", _generation, 2, limit, fetch)
     assert small.states[2].data[LEDGER_KEY] == good
     assert fetched == ["w-search-g2"]
+
+
+def test_the_refusal_is_a_condition_and_never_why_a_generation_failed() -> None:
+    now = "2026-01-01T00:00:00Z"
+    refused = ledger_refused_status(CompoundWorkflowStatus(), "ConfigMaps x: not read", 2, now)
+    read = find_condition(refused.conditions, WorkflowConditionType.LEDGER_READ)
+    assert read is not None
+    assert (read.status, read.reason, read.message) == (
+        "False",
+        "StateRefused",
+        "ConfigMaps x: not read",
+    )
+    failing = workflow_condition(
+        WorkflowConditionType.SEARCH_SUCCEEDED, "False", "JobFailed", "the pod failed", 2
+    )
+    failed = refused.model_copy(
+        update={"phase": Phase.FAILED, "conditions": [*refused.conditions, failing]}
+    )
+    ready = find_condition(summarized(failed, 2, now).conditions, WorkflowConditionType.READY)
+    assert ready is not None
+    assert (ready.status, ready.reason) == ("False", "JobFailed")
