@@ -35,11 +35,18 @@ def test_policies_on_one_service_share_a_target_and_other_services_do_not() -> N
     assert one == target_key("a", {"routing": {"service": "triton", "grpcPort": 9}})
     assert one != target_key("b", {"routing": {"service": "triton"}})
     assert one != target_key("a", {"routing": {"service": "other"}})
-    assert target_key("a", {"routing": {"grpcEndpoint": "t.example.com:8001"}}) is not None
+    outside = {"routing": {"grpcEndpoint": "t.example.com:8001"}}
+    assert target_key("a", outside, ANY_HOST) is not None
+    assert target_key("a", outside) is None  # not in allowedHosts: refused, so no claim
     assert target_key("a", {}) is None
 
 
-def _key(namespace: str, routing: dict[str, Any], access: TargetAccess | None = None) -> Any:
+# Settings that let every namespace switch any other's routers, or reach any host.
+ANY_NAMESPACE = TargetAccess(allowed_target_namespaces=("*",))
+ANY_HOST = TargetAccess(allowed_hosts=("*",))
+
+
+def _key(namespace: str, routing: dict[str, Any], access: TargetAccess = ANY_NAMESPACE) -> Any:
     return target_key(namespace, {"routing": routing}, access)
 
 
@@ -65,7 +72,7 @@ def test_a_service_of_another_namespace_is_that_namespaces_key() -> None:
     # Named from tb, the Service in ta is the key ta's own policies hold.
     assert _key("tb", {"grpcEndpoint": "triton.ta.svc:8001"}) == ("service", "ta", "triton")
     assert _key("tb", {"service": "triton"}) == ("service", "tb", "triton")
-    domain = TargetAccess(cluster_domain="corp.internal")
+    domain = TargetAccess(allowed_target_namespaces=("*",), cluster_domain="corp.internal")
     assert _key("tb", {"grpcEndpoint": "triton.ta.svc.corp.internal:1"}, domain) == (
         "service",
         "ta",
@@ -92,19 +99,21 @@ def test_a_service_of_another_namespace_is_that_namespaces_key() -> None:
 )
 def test_every_spelling_of_this_host_is_one_key(endpoint: str) -> None:
     # In any namespace: a tenant's policy and another's on one router hold one key.
-    assert _key("ta", {"grpcEndpoint": endpoint}) == ("endpoint", LOOPBACK, "8001")
-    assert _key("tb", {"grpcEndpoint": endpoint}) == ("endpoint", LOOPBACK, "8001")
+    assert _key("ta", {"grpcEndpoint": endpoint}, ANY_HOST) == ("endpoint", LOOPBACK, "8001")
+    assert _key("tb", {"grpcEndpoint": endpoint}, ANY_HOST) == ("endpoint", LOOPBACK, "8001")
 
 
 def test_addresses_are_normalised_and_other_ports_or_hosts_are_other_keys() -> None:
     v6 = ("endpoint", "2001:db8::5", "8001")
-    assert _key("a", {"grpcEndpoint": "[2001:DB8:0:0:0:0:0:5]:8001"}) == v6
-    assert _key("a", {"grpcEndpoint": "[2001:db8::5]:8001"}) == v6
+    assert _key("a", {"grpcEndpoint": "[2001:DB8:0:0:0:0:0:5]:8001"}, ANY_HOST) == v6
+    assert _key("a", {"grpcEndpoint": "[2001:db8::5]:8001"}, ANY_HOST) == v6
     v4 = ("endpoint", "10.0.0.5", "8001")
-    assert _key("a", {"grpcEndpoint": "10.0.0.5:8001"}) == v4
-    assert _key("b", {"grpcEndpoint": "[::ffff:10.0.0.5]:8001"}) == v4
-    assert _key("a", {"grpcEndpoint": "10.0.0.5:8002"}) != v4
-    assert _key("a", {"grpcEndpoint": "localhost:8002"}) != _key("a", {"grpcEndpoint": "[::1]:1"})
+    assert _key("a", {"grpcEndpoint": "10.0.0.5:8001"}, ANY_HOST) == v4
+    assert _key("b", {"grpcEndpoint": "[::ffff:10.0.0.5]:8001"}, ANY_HOST) == v4
+    assert _key("a", {"grpcEndpoint": "10.0.0.5:8002"}, ANY_HOST) != v4
+    assert _key("a", {"grpcEndpoint": "localhost:8002"}, ANY_HOST) != _key(
+        "a", {"grpcEndpoint": "[::1]:1"}, ANY_HOST
+    )
     # A host the settings list is that host, not a Service of the namespace.
     listed = TargetAccess(allowed_hosts=("triton-gw",))
     assert _key("a", {"grpcEndpoint": "triton-gw:8001"}, listed) == (
@@ -112,11 +121,26 @@ def test_addresses_are_normalised_and_other_ports_or_hosts_are_other_keys() -> N
         "triton-gw",
         "8001",
     )
-    assert _key("a", {"grpcEndpoint": "T.Example.com.:8001"}) == (
+    assert _key("a", {"grpcEndpoint": "T.Example.com.:8001"}, ANY_HOST) == (
         "endpoint",
         "t.example.com",
         "8001",
     )
+
+
+def test_a_target_the_settings_refuse_is_no_claim() -> None:
+    """Refused (TargetNotAllowed), a policy switches nothing: it must not squat the router of a
+    namespace it may not reach, nor a host it may not name, before that one's own policy."""
+    own = TargetAccess()
+    assert _key("tb", {"grpcEndpoint": "triton.ta.svc:8001"}, own) is None
+    assert _key("tb", {"grpcEndpoint": "10.0.0.5:8001"}, own) is None
+    assert _key("tb", {"grpcEndpoint": "127.0.0.1:8001"}, own) is None
+    assert _key("tb", {"grpcEndpoint": "triton.tb.svc:8001"}, own) == ("service", "tb", "triton")
+    assert _key("tb", {"grpcEndpoint": "triton:8001"}, own) == ("service", "tb", "triton")
+    shared = TargetAccess(allowed_target_namespaces=("ta",))
+    assert _key("tb", {"grpcEndpoint": "triton.ta.svc:8001"}, shared) == ("service", "ta", "triton")
+    listed = TargetAccess(allowed_hosts=("127.0.0.1",))
+    assert _key("tb", {"grpcEndpoint": "127.0.0.1:8001"}, listed) == ("endpoint", LOOPBACK, "8001")
 
 
 def test_the_oldest_policy_acts_and_the_younger_is_told_which() -> None:
@@ -175,7 +199,7 @@ def test_a_services_pods_are_the_service_and_a_forged_slice_aliases_nothing() ->
 
     access = TargetAccess()
     service = ("service", "ta", "triton")
-    pod = _key("tb", {"grpcEndpoint": "10.1.0.7:8001"})
+    pod = _key("tb", {"grpcEndpoint": "10.1.0.7:8001"}, ANY_HOST)
     assert pod == ("endpoint", "10.1.0.7", "8001")
     assert claim_keys(service, slices, pods_at, access) == {
         service,
@@ -185,7 +209,7 @@ def test_a_services_pods_are_the_service_and_a_forged_slice_aliases_nothing() ->
         ("endpoint", "fd00::7", "8002"),
     }
     assert claim_keys(pod, slices, pods_at, access) == {pod, service}
-    v6 = _key("tb", {"grpcEndpoint": "[FD00:0::7]:8001"})
+    v6 = _key("tb", {"grpcEndpoint": "[FD00:0::7]:8001"}, ANY_HOST)
     assert claim_keys(v6, slices, pods_at, access) == {v6, service}
     # Another port of no Service's, another address: their own key alone.
     other = ("endpoint", "10.1.0.7", "9999")

@@ -18,7 +18,12 @@ from compass.api.meta import GROUP
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.controllers.endpoints import SliceEntry, admitted
 from compass.controllers.settings import OperatorSettings
-from compass.controllers.targets import TargetAccess, endpoint_target
+from compass.controllers.targets import (
+    TargetAccess,
+    TargetRefusedError,
+    endpoint_target,
+    resolve_host,
+)
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
 from compass.domain.elastico import PolicyState
 from compass.domain.evaluation import Config
@@ -239,15 +244,26 @@ def target_key(
     Service as ("service", namespace, name), however named and on any port, else the address
     and port its gRPC endpoint reaches; None for a spec naming neither (it does not compile).
     No namespace of the policy's own is in an endpoint's key: two namespaces' policies on one
-    router hold one key."""
+    router hold one key; a target the settings refuse it is no claim (a tenant cannot squat
+    another namespace's router)."""
     routing = spec.get("routing") if isinstance(spec, Mapping) else None
     if not isinstance(routing, Mapping):
         return None
     if routing.get("service"):
         return ("service", namespace, str(routing["service"]).lower())
     if routing.get("grpcEndpoint"):
-        return endpoint_target(str(routing["grpcEndpoint"]), namespace, access or TargetAccess())
+        endpoint, access = str(routing["grpcEndpoint"]), access or TargetAccess()
+        try:
+            resolve_host(
+                endpoint.rpartition(":")[0], _ENDPOINT_FIELD, namespace, access, router=True
+            )
+        except TargetRefusedError:
+            return None  # refused (TargetNotAllowed): it switches nothing, so it claims nothing
+        return endpoint_target(endpoint, namespace, access)
     return None
+
+
+_ENDPOINT_FIELD = "routing.grpcEndpoint"
 
 
 TargetKey = tuple[str, str, str]
