@@ -1056,8 +1056,8 @@ def test_a_1000_sample_search_of_the_rag_grid_completes_through_chunked_state(
     uid = workflow["metadata"]["uid"]
     assert all(c["metadata"]["ownerReferences"][0]["uid"] == uid for c in chunks)
     [(generation, stored)] = stored_states(
-        maps, lambda m: int(m["metadata"]["labels"][GENERATION_LABEL])
-    ).items()
+        maps, "big", lambda m: int(m["metadata"]["labels"][GENERATION_LABEL]), read=1
+    ).states.items()
     assert generation == 1
     assert stored.names == (state, *(f"{state}-c{i}" for i in range(1, len(chunks) + 1)))
     recorded = _ledger_pairs(stored.data[LEDGER_KEY])

@@ -306,6 +306,7 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
             "metrics": {"port": 9090},
             "health": {"port": 9091},
             "logging": {"level": "warning", "format": "json"},
+            "ledger": {"textLimitMiB": 16, "textBudgetMiB": 48},
         }
     )
     variables = env(objects)
@@ -320,6 +321,8 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
         "COMPASS_HEALTH_PORT",
         "COMPASS_LOG_LEVEL",
         "COMPASS_LOG_FORMAT",
+        "COMPASS_LEDGER_TEXT_LIMIT_MIB",
+        "COMPASS_LEDGER_TEXT_BUDGET_MIB",
         "COMPASS_PEERING",
         "COMPASS_PEERING_LIFETIME_SECONDS",
     }
@@ -334,6 +337,7 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
     assert settings.allowed_job_images == ["registry.local/eval/*"]
     assert (settings.metrics_port, settings.health_port) == (9090, 9091)
     assert (settings.log_level, settings.log_format) == ("warning", "json")
+    assert (settings.ledger_text_limit_mib, settings.ledger_text_budget_mib) == (16, 48)
     assert settings.peering == "compass-operator"
     assert settings.peering_priority is None  # each replica its own, from its start time
     assert settings.peering_lifetime_seconds == 60

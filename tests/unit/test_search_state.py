@@ -144,7 +144,9 @@ def test_a_seeded_ledger_too_large_for_the_state_goes_to_chunk_config_maps() -> 
     assert {c["metadata"]["labels"][CHUNK_OF_LABEL] for c in chunks} == {"rag-search-g2"}
     assert all(c["metadata"]["ownerReferences"][0]["uid"] == "u1" for c in chunks)
     # What the operator reads back, listing the workflow's ConfigMaps in any order.
-    [(generation, stored)] = stored_states([*chunks[::-1], state], lambda _: 2).items()
+    listing = stored_states([*chunks[::-1], state], "rag", lambda _: 2, read=2)
+    assert listing.foreign == ()
+    [(generation, stored)] = listing.states.items()
     assert generation == 2
     assert stored.data[LEDGER_KEY] == text
     assert stored.names == ("rag-search-g2", *(c["metadata"]["name"] for c in chunks))

@@ -723,6 +723,7 @@ class WorkflowConditionType(StrEnum):
     FEASIBLE_SET_EMPTY = "FeasibleSetEmpty"
     PROFILED = "Profiled"
     POLICY_READY = "PolicyReady"
+    LEDGER_READ = "LedgerRead"
 
 
 class CompoundWorkflowStatus(CamelModel):

@@ -83,13 +83,14 @@ _PR, _PM, _PD, _PP, _PS, _PB = (
     ConditionType.PODS_SERVING.value,
     ConditionType.PER_REQUEST_BINDING.value,
 )
-_WR, _WV, _WS, _WE, _WP, _WY = (
+_WR, _WV, _WS, _WE, _WP, _WY, _WL = (
     WorkflowConditionType.READY.value,
     WorkflowConditionType.SPEC_VALID.value,
     WorkflowConditionType.SEARCH_SUCCEEDED.value,
     WorkflowConditionType.FEASIBLE_SET_EMPTY.value,
     WorkflowConditionType.PROFILED.value,
     WorkflowConditionType.POLICY_READY.value,
+    WorkflowConditionType.LEDGER_READ.value,
 )
 
 CONDITIONS: tuple[ConditionEntry, ...] = (
@@ -148,4 +149,5 @@ CONDITIONS: tuple[ConditionEntry, ...] = (
     ConditionEntry(W, _WY, "False", "PolicyConflict", "a ParetoPolicy of that name is another's"),
     ConditionEntry(W, _WY, "False", "PolicyCrdMissing", "the ParetoPolicy CRD is not installed"),
     ConditionEntry(W, _WY, "False", "AwaitingReview", "autoApply false: not applied"),
+    ConditionEntry(W, _WL, "False", "StateRefused", "state ConfigMaps not read, named; not kept"),
 )

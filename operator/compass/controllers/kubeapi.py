@@ -120,6 +120,16 @@ def list_items(method: Callable[..., Any], *args: Any, **kwargs: Any) -> list[di
     return list(call(method, *args, **kwargs).get("items") or [])
 
 
+# A list answered with each object's metadata alone (Kubernetes 1.15 and later): what a
+# namespace's objects hold is never read whole to find the few that are the operator's.
+METADATA_ONLY = {"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"}
+
+
+def list_metadata(method: Callable[..., Any], *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    """The ``items`` of a list call, each its ``metadata`` only (names, labels, owners)."""
+    return list_items(method, *args, _headers=METADATA_ONLY, **kwargs)
+
+
 # discovery.k8s.io's versions, newest first: v1 from Kubernetes 1.21, v1beta1 before (and until
 # 1.25). kopf's EndpointSlice index is versionless the same way.
 SLICE_VERSIONS = ("v1", "v1beta1")

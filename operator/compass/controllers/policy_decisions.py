@@ -9,13 +9,21 @@ the configuration on start; routing changed behind its back is adopted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from compass.api.meta import GROUP
 from compass.api.paretopolicy import ParetoPolicySpec
+from compass.controllers.endpoints import SliceEntry, admitted
 from compass.controllers.settings import OperatorSettings
+from compass.controllers.targets import (
+    TargetAccess,
+    TargetRefusedError,
+    endpoint_target,
+    resolve_host,
+)
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
 from compass.domain.elastico import PolicyState
 from compass.domain.evaluation import Config
@@ -222,19 +230,71 @@ class Claim:
 
     created: str
     name: str
+    namespace: str = ""
+
+    def shown(self, namespace: str) -> str:
+        """The policy as one in ``namespace`` reads it: its name, with its namespace if other."""
+        return self.name if self.namespace in ("", namespace) else f"{self.namespace}/{self.name}"
 
 
-def target_key(namespace: str, spec: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """What a policy switches, as one key: its namespace's Service, or its gRPC endpoint;
-    None for a spec naming neither (it does not compile)."""
+def target_key(
+    namespace: str, spec: Mapping[str, Any], access: TargetAccess | None = None
+) -> tuple[str, str, str] | None:
+    """What a policy switches, as one key whatever its spelling (targets.endpoint_target): a
+    Service as ("service", namespace, name), however named and on any port, else the address
+    and port its gRPC endpoint reaches; None for a spec naming neither (it does not compile).
+    No namespace of the policy's own is in an endpoint's key: two namespaces' policies on one
+    router hold one key; a target the settings refuse it is no claim (a tenant cannot squat
+    another namespace's router)."""
     routing = spec.get("routing") if isinstance(spec, Mapping) else None
     if not isinstance(routing, Mapping):
         return None
     if routing.get("service"):
-        return (namespace, "service", str(routing["service"]))
+        return ("service", namespace, str(routing["service"]).lower())
     if routing.get("grpcEndpoint"):
-        return (namespace, "grpcEndpoint", str(routing["grpcEndpoint"]).lower())
+        endpoint, access = str(routing["grpcEndpoint"]), access or TargetAccess()
+        try:
+            resolve_host(
+                endpoint.rpartition(":")[0], _ENDPOINT_FIELD, namespace, access, router=True
+            )
+        except TargetRefusedError:
+            return None  # refused (TargetNotAllowed): it switches nothing, so it claims nothing
+        return endpoint_target(endpoint, namespace, access)
     return None
+
+
+_ENDPOINT_FIELD = "routing.grpcEndpoint"
+
+
+TargetKey = tuple[str, str, str]
+
+
+def claim_keys(
+    key: TargetKey,
+    slices: Mapping[tuple[str, str], Iterable[Iterable[SliceEntry]]],
+    pods_at: Callable[[str, str], Collection[str]],
+    access: TargetAccess,
+) -> set[TargetKey]:
+    """The keys one router is held under: ``key``, and for a Service the address and ports of
+    each Pod its EndpointSlices list, for an address the Services whose slices list it with
+    that port. Only entries endpoints.admitted keeps count: a hand-made slice that lists
+    another's Pod aliases nothing."""
+    kind, first, second = key
+    keys = {key}
+    if kind == "service":
+        kept, _ = admitted(slices.get((first, second), ()), first, partial(pods_at, first), access)
+        keys |= {_entry_key(entry, port) for entry in kept for _, port in entry.ports}
+        return keys
+    for (namespace, service), stores in slices.items():
+        kept, _ = admitted(stores, namespace, partial(pods_at, namespace), access)
+        if any(_entry_key(entry, port) == key for entry in kept for _, port in entry.ports):
+            keys.add(("service", namespace, service))
+    return keys
+
+
+def _entry_key(entry: SliceEntry, port: int) -> TargetKey:
+    host = f"[{entry.address}]" if ":" in entry.address else entry.address
+    return endpoint_target(f"{host}:{port}", "")
 
 
 def claim_of(body: Mapping[str, Any]) -> Claim | None:
@@ -242,7 +302,11 @@ def claim_of(body: Mapping[str, Any]) -> Claim | None:
     metadata = body.get("metadata") or {}
     if metadata.get("deletionTimestamp"):
         return None
-    return Claim(str(metadata.get("creationTimestamp") or ""), str(metadata.get("name") or ""))
+    return Claim(
+        str(metadata.get("creationTimestamp") or ""),
+        str(metadata.get("name") or ""),
+        str(metadata.get("namespace") or ""),
+    )
 
 
 def claimant(claims: Iterable[Claim], mine: Claim) -> Claim | None:

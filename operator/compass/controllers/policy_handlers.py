@@ -54,6 +54,7 @@ from compass.controllers.policy_decisions import (
     Claim,
     Pause,
     align_state,
+    claim_keys,
     claim_of,
     claimant,
     decision_due,
@@ -73,6 +74,7 @@ from compass.controllers.policy_status import (
     parse_rfc3339,
 )
 from compass.controllers.runtime import Runtime, runtime_of
+from compass.controllers.targets import TargetAccess
 from compass.dataplane.fleet import Endpoint, FleetSwitch, RouterFleet
 from compass.dataplane.live import LiveLoop
 from compass.dataplane.triton import RoutingError, SwitchReport, routing_key
@@ -140,10 +142,12 @@ def triton_pods(
 
 @kopf.index(GROUP, VERSION, POLICY_PLURAL)
 def policy_claims(
-    namespace: str | None, body: kopf.Body, **_: Any
+    namespace: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> dict[tuple[str, str, str], Claim]:
-    """Every policy's claim on its routing target, by target: one acts on each (the oldest)."""
-    key = target_key(namespace or "", body.get("spec") or {})
+    """Every policy's claim on its routing target, by target (one key however it is spelled):
+    one acts on each (the oldest)."""
+    access = runtime_of(memo).settings.target_access()
+    key = target_key(namespace or "", body.get("spec") or {}, access)
     claim = claim_of(body)
     return {} if key is None or claim is None else {key: claim}
 
@@ -295,10 +299,10 @@ def _tick(
     if compiled is None or not decision_due(memory.last_tick, now, compiled.spec.interval_seconds):
         return False
     memory.last_tick = now
-    holder = _claimant(body, claims)
+    holder = _claimant(body, Indexes(slices, pods, claims), runtime.settings.target_access())
     if holder is not None:
         health = Health(
-            claimed_by=holder.name,
+            claimed_by=holder.shown(names_of(body)[0]),
             pause=_pause(body, compiled),
             active=None if memory.state is None else memory.state.active,
         )
@@ -542,14 +546,18 @@ def _endpoints(
     return found
 
 
-def _claimant(body: kopf.Body, claims: ClaimsIndex) -> Claim | None:
-    """The older policy acting on this one's routing target; None if this one acts."""
+def _claimant(body: kopf.Body, indexes: Indexes, access: TargetAccess) -> Claim | None:
+    """The older policy acting on this one's routing target (under any key it is held by:
+    a Service's Pods are the Service); None if this one acts."""
     namespace, _ = names_of(body)
-    key = target_key(namespace, body.get("spec") or {})
+    key = target_key(namespace, body.get("spec") or {}, access)
     mine = claim_of(body)
     if key is None or mine is None:
         return None
-    return claimant(claims.get(key, ()), mine)
+    keys = claim_keys(
+        key, indexes.slices, lambda where, ip: set(indexes.pods.get((where, ip), ())), access
+    )
+    return claimant([c for each in keys for c in indexes.claims.get(each, ())], mine)
 
 
 def _expected_key(

@@ -24,6 +24,7 @@ from compass.api.compoundworkflow import Phase
 from compass.controllers import kubeapi
 from compass.controllers.collector import Collector
 from compass.controllers.fencing import Fence
+from compass.controllers.ledgerbudget import MIB, LedgerBudget
 from compass.controllers.policy_scheduler import PolicyScheduler
 from compass.controllers.policy_status import STATUS_HEARTBEAT_S, PolicyGauges
 from compass.controllers.settings import OperatorSettings
@@ -430,6 +431,14 @@ class Runtime:
     _api: client.ApiClient | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _scheduler: PolicyScheduler | None = field(default=None, repr=False)
+    _ledger_budget: LedgerBudget | None = field(default=None, repr=False)
+
+    def ledger_budget(self) -> LedgerBudget:
+        """The ledger text all workflows' starts may hold inflated at once (the settings')."""
+        with self._lock:
+            if self._ledger_budget is None:
+                self._ledger_budget = LedgerBudget(self.settings.ledger_text_budget_mib * MIB)
+            return self._ledger_budget
 
     def policy_scheduler(self) -> PolicyScheduler:
         """The process's one ParetoPolicy scheduler (made, and its thread started, on first

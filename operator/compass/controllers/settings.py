@@ -79,6 +79,22 @@ class OperatorSettings(BaseSettings):
         "the heartbeat is 10 s, or the number of policies divided by this where that is longer. "
         "A switch or a condition change is written at once.",
     )
+    ledger_text_limit_mib: int = Field(
+        default=32,
+        ge=1,
+        le=256,
+        description="The most ledger text (MiB) the operator inflates for one workflow, "
+        "whatever its spec; a state's ledger past it, or past what its workflow can record, is "
+        "refused (the LedgerRead condition names it), not carried over.",
+    )
+    ledger_text_budget_mib: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="The most ledger text (MiB) the operator holds inflated at once across all "
+        "workflows; a start that would pass it waits and retries. The process's peak is a few "
+        "times this: keep it well under the memory limit.",
+    )
     triton_address_override: str | None = Field(
         default=None,
         description="Reach every Triton at this host:port instead of its Service (tests, demo).",

@@ -10,7 +10,9 @@ operator at".
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -109,3 +111,52 @@ def resolve_url(url: str, field: str, namespace: str, access: TargetAccess) -> s
         return url
     netloc = resolved if parts.port is None else f"{resolved}:{parts.port}"
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+# ---------------------------------------------------------------------------- one key a router
+
+# Every spelling of this host (127.0.0.0/8, ::1, localhost, 0.0.0.0, ::) reaches the same
+# process: one key.
+LOOPBACK = "loopback"
+_NUMERIC_IPV4 = re.compile(r"(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}")
+
+
+def _address(host: str) -> str | None:
+    """The address an IP literal reaches, as one spelling (IPv4 dotted, IPv6 compressed, an
+    IPv4-mapped IPv6 as its IPv4, any loopback as LOOPBACK); None for a name."""
+    try:
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host)
+    except ValueError:
+        if not _NUMERIC_IPV4.fullmatch(host):
+            return None
+        try:  # 127.1, 2130706433, 0x7f.1: what the resolver's inet_aton reads them as
+            ip = ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback or ip.is_unspecified:
+        return LOOPBACK
+    return str(ip)
+
+
+def endpoint_target(
+    endpoint: str, namespace: str, access: TargetAccess = TargetAccess()
+) -> tuple[str, str, str]:
+    """The router a host:port reaches, whatever its spelling: ("service", NAMESPACE, NAME) for
+    a Service (a bare NAME as resolve_host reads it, NAME.NAMESPACE.svc[.domain][.], any
+    port), else ("endpoint", address or host, port)."""
+    host, _, port_text = endpoint.rpartition(":")
+    host = host.strip().strip("[]").lower().rstrip(".")
+    port = str(int(port_text)) if port_text.strip().isdigit() else port_text.strip()
+    address = _address(host)
+    if address is None and (host == "localhost" or host.endswith(".localhost")):
+        address = LOOPBACK
+    if address is not None:
+        return ("endpoint", address, port)
+    in_namespace = service_namespace(host, access.cluster_domain)
+    if in_namespace is not None:
+        return ("service", in_namespace, host.split(".", 1)[0])
+    if _LABEL.match(host) and not access.host_listed(host):
+        return ("service", namespace, host)
+    return ("endpoint", host, port)

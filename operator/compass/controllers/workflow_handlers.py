@@ -43,6 +43,7 @@ from compass.controllers.builders import (
     routing_target,
     search_name,
 )
+from compass.controllers.ledgerbudget import MIB, LedgerBudgetBusyError
 from compass.controllers.ledgerchunks import text_limit
 from compass.controllers.runtime import OperatorMetrics, runtime_of
 from compass.controllers.settings import OperatorSettings
@@ -59,12 +60,21 @@ from compass.controllers.workflow_spec import (
     parse_spec,
     validate_spec,
 )
-from compass.controllers.workflow_state import StoredState, seed_state, seedable, stored_states
+from compass.controllers.workflow_state import (
+    StoredState,
+    StoredStates,
+    refusal_message,
+    seed_state,
+    seedable,
+    state_to_read,
+    stored_states,
+)
 from compass.controllers.workflow_status import (
     ACTIVE_PHASES,
     WorkflowEvent,
     invalid_status,
     job_progress,
+    ledger_refused_status,
     samples_evaluated,
     start_status,
 )
@@ -344,31 +354,39 @@ def _not_made_here(existing: Mapping[str, Any]) -> str | None:
 
 
 def _states(
-    api: client.ApiClient, namespace: str, name: str, uid: str, limit: int | None = None
-) -> dict[int, StoredState]:
-    """This workflow's state ConfigMaps by generation, each with its ledger chunks read (at
-    most ``limit`` bytes of each ledger's text: past it, refused)."""
-    items = kubeapi.list_items(
-        client.CoreV1Api(api).list_namespaced_config_map,
-        namespace,
-        label_selector=f"{WORKFLOW_LABEL}={name}",
+    api: client.ApiClient,
+    workflow: Mapping[str, Any],
+    recorded: str | None,
+    limit: int | None = None,
+) -> StoredStates:
+    """This workflow's state ConfigMaps by generation; only one ledger is read (its own
+    generation's, else the one the status recorded), at most ``limit`` bytes of its text."""
+    metadata = workflow["metadata"]
+    name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
+    generation = int(metadata.get("generation", 1))
+    core = client.CoreV1Api(api)
+    # Metadata only: a tenant's ConfigMaps under these labels are never read whole.
+    items = kubeapi.list_metadata(
+        core.list_namespaced_config_map, namespace, label_selector=f"{WORKFLOW_LABEL}={name}"
     )
     live = [item for item in _owned(items, uid) if not item["metadata"].get("deletionTimestamp")]
-    return stored_states(live, _generation_of, limit)
+    read = state_to_read([i["metadata"]["name"] for i in live], name, generation, recorded)
+
+    def fetch(config_map: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = kubeapi.read(
+            core.read_namespaced_config_map, config_map, namespace
+        )
+        return found
+
+    return stored_states(live, name, _generation_of, read, limit, fetch)
 
 
-def _report_refused(workflow: Mapping[str, Any], states: Mapping[int, StoredState]) -> None:
-    """A Warning Event and a log line for each state whose ledger was refused (past what the
-    workflow can record: a gzip bomb); it is not carried over, and goes with its generation."""
-    for generation, state in sorted(states.items()):
-        if state.refused is not None:
-            message = (
-                f"the ledger of generation {generation} ({state.names[0]}) is refused, not "
-                f"carried over: {state.refused}, more than this workflow's configurations and "
-                "samples can record"
-            )
-            LOG.warning(message)
-            _post(workflow, WorkflowEvent("Warning", "LedgerRefused", message))
+def _report_refused(workflow: Mapping[str, Any], message: str | None) -> None:
+    """A Warning Event and a log line for what a start refused of the workflow's states (a
+    gzip bomb, ConfigMaps not named as the operator names them); none of it is carried over."""
+    if message is not None:
+        LOG.warning(message)
+        _post(workflow, WorkflowEvent("Warning", "LedgerRefused", message))
 
 
 def _delete_states(
@@ -537,19 +555,19 @@ def _start(
         return True  # already started; the timer carries it on
     # Older generations' Jobs go first, so that they stop writing to the ledgers seeded from.
     _supersede(api, namespace, name, uid, generation)
-    limit = text_limit(space_size, spec.evaluation.dataset.size)
-    states = _states(api, namespace, name, uid, limit)
-    _report_refused(workflow, states)
+    # The bound is the operator's as well as the workflow's, and every start's together hold
+    # no more than the budget: no tenant's ConfigMaps can grow the operator past them.
+    limit = min(
+        text_limit(space_size, spec.evaluation.dataset.size),
+        settings.ledger_text_limit_mib * MIB,
+    )
     try:
-        if generation not in states:
-            seed = seed_state(spec, generation, seedable(states))
-            _create_state(api, workflow, spec, seed.data)
-            # Re-read: if a racing start made it first, its ledger is what counts.
-            states = _states(api, namespace, name, uid, limit)
-        state = states[generation].data if generation in states else {}
-        new, event = start_status(status, name, generation, spec, space_size, state, now)
-        if new.search_job is not None:
-            _create_job(api, workflow, spec, Create.SEARCH_JOB, settings, memo)
+        with runtime_of(memo).ledger_budget().reserve(limit):
+            new, event, states = _start_state(api, workflow, spec, space_size, status, limit, now)
+            if new.search_job is not None:
+                _create_job(api, workflow, spec, Create.SEARCH_JOB, settings, memo)
+    except LedgerBudgetBusyError as error:
+        raise kopf.TemporaryError(f"waiting to read the ledger: {error}", delay=5) from None
     except ForeignJobAccessError as error:
         raise _refuse_foreign(workflow, error) from None
     except kubeapi.OwnedByAnotherError as error:
@@ -560,6 +578,36 @@ def _start(
     _delete_states(api, namespace, generation, states)
     _post(workflow, event)
     return True
+
+
+def _start_state(
+    api: client.ApiClient,
+    workflow: dict[str, Any],
+    spec: CompoundWorkflowSpec,
+    space_size: int,
+    status: CompoundWorkflowStatus,
+    limit: int,
+    now: str,
+) -> tuple[CompoundWorkflowStatus, WorkflowEvent, dict[int, StoredState]]:
+    """The generation's state ConfigMap (seeded from the one earlier state it may read) and
+    the status it starts with; the states found, to delete the earlier ones."""
+    name = workflow["metadata"]["name"]
+    generation = int(workflow["metadata"].get("generation", 1))
+    listing = _states(api, workflow, status.ledger_config_map, limit)
+    refused = refusal_message(name, listing)
+    _report_refused(workflow, refused)
+    states = listing.states
+    if generation not in states:
+        seed = seed_state(spec, generation, seedable(states))
+        _create_state(api, workflow, spec, seed.data)
+        del seed  # its ledger is in the ConfigMap now: not held twice while re-reading
+        # Re-read: if a racing start made it first, its ledger is what counts.
+        states = _states(api, workflow, status.ledger_config_map, limit).states
+    state = states[generation].data if generation in states else {}
+    new, event = start_status(status, name, generation, spec, space_size, state, now)
+    if refused is not None:
+        new = ledger_refused_status(new, refused, generation, now)
+    return new, event, states
 
 
 # ---------------------------------------------------------------------------- progress and transitions

@@ -27,8 +27,16 @@ from compass.controllers.builders import (
     RESULT_KEY,
     SEED_KEY,
     SPEC_KEY,
+    search_name,
 )
-from compass.controllers.ledgerchunks import CHUNK_OF_LABEL, LedgerTooLargeError, ledger_text
+from compass.controllers.ledgerchunks import (
+    CHUNK_OF_LABEL,
+    MAX_CHUNKS,
+    LedgerTooLargeError,
+    chunk_name,
+    config_map_size,
+    ledger_text,
+)
 from compass.domain.planner import ThresholdModel
 
 # ---------------------------------------------------------------------------- carrying state over
@@ -82,48 +90,156 @@ def profile_key(spec: CompoundWorkflowSpec) -> str:
 class StoredState:
     """One generation's state: its data, the whole ledger under LEDGER_KEY, its ConfigMaps;
     ``refused`` says why its ledger was not read (then its data has none, and nothing of it
-    is carried over)."""
+    is carried over). Only the state asked for is read: the others keep their names alone
+    (``read`` False), to be deleted."""
 
     data: dict[str, str]
     names: tuple[str, ...]
     refused: str | None = None
+    read: bool = True
+
+
+@dataclass(frozen=True)
+class StoredStates:
+    """A workflow's state ConfigMaps by generation, and the names of the ConfigMaps that carry
+    its labels but not a name the operator gives its states (made by someone else: never
+    read, never deleted)."""
+
+    states: dict[int, StoredState]
+    foreign: tuple[str, ...] = ()
+
+
+def _chunk_index(name: str, state: str) -> int | None:
+    """The index of ``name`` as a chunk ConfigMap of ``state`` (ledgerchunks.chunk_name), or
+    None if it is not one of the MAX_CHUNKS names the state may span."""
+    prefix = f"{state}-c"
+    if not name.startswith(prefix) or not name[len(prefix) :].isdigit():
+        return None
+    index = int(name[len(prefix) :])
+    return index if 1 <= index <= MAX_CHUNKS and chunk_name(state, index) == name else None
 
 
 def stored_states(
     items: Sequence[Mapping[str, Any]],
+    workflow: str,
     generation_of: Callable[[Mapping[str, Any]], int],
+    read: int | None,
     limit: int | None = None,
-) -> dict[int, StoredState]:
-    """A workflow's state ConfigMaps by generation, each joined with its chunk ConfigMaps; a
-    ledger whose text passes ``limit`` (ledgerchunks.text_limit) is refused, not inflated."""
+    fetch: Callable[[str], Mapping[str, Any] | None] | None = None,
+) -> StoredStates:
+    """A workflow's state ConfigMaps by generation, each joined with its chunk ConfigMaps.
+
+    A state is recognised by the name the operator gives it (builders.search_name of its
+    generation label), a chunk by its state's name and an index up to MAX_CHUNKS; anything else
+    is foreign. Only generation ``read``'s ledger is inflated, and refused once its text passes
+    ``limit`` (ledgerchunks.text_limit): whatever a tenant creates, one ledger's bound is what
+    reading costs. ``fetch`` reads a ConfigMap whole by name when ``items`` are their metadata
+    alone (kubeapi.list_metadata): then only the read state's are, until they pass the limit."""
     # Chunks whose state is gone are left to the garbage collector (they go with the workflow).
     chunks: dict[str, list[Mapping[str, Any]]] = {}
-    states = []
+    states: dict[str, Mapping[str, Any]] = {}
+    candidates = []
+    foreign = []
     for item in items:
+        name = item["metadata"]["name"]
         of = (item["metadata"].get("labels") or {}).get(CHUNK_OF_LABEL)
-        if of is None:
-            states.append(item)
+        if of is None and name == search_name(workflow, generation_of(item)):
+            states[name] = item
+        elif of is not None and _chunk_index(name, of) is not None:
+            candidates.append((of, item))
         else:
+            foreign.append(name)
+    for of, item in candidates:
+        if of in states:
             chunks.setdefault(of, []).append(item)
+        else:
+            foreign.append(item["metadata"]["name"])
     found = {}
-    for state in states:
-        name = state["metadata"]["name"]
+    for name, state in states.items():
+        generation = generation_of(state)
         mine = chunks.get(name, [])
-        data = {k: v for k, v in (state.get("data") or {}).items() if k != LEDGER_KEY}
         names = (name, *sorted(c["metadata"]["name"] for c in mine))
-        try:
-            data[LEDGER_KEY] = ledger_text([state, *mine], limit)
-        except LedgerTooLargeError as error:
-            found[generation_of(state)] = StoredState(data, names, refused=str(error))
+        if generation != read:
+            found[generation] = StoredState({}, names, read=False)
             continue
-        found[generation_of(state)] = StoredState(data, names)
-    return found
+        objects, too_large = [state, *mine], None
+        if fetch is not None:
+            objects, too_large = _fetched(names, fetch, limit)
+        whole = next((o for o in objects if o["metadata"]["name"] == name), {})
+        data = {k: v for k, v in (whole.get("data") or {}).items() if k != LEDGER_KEY}
+        try:
+            if too_large is not None:
+                raise LedgerTooLargeError(too_large)
+            data[LEDGER_KEY] = ledger_text(objects, limit)
+        except LedgerTooLargeError as error:
+            found[generation] = StoredState(data, names, refused=str(error))
+            continue
+        found[generation] = StoredState(data, names)
+    return StoredStates(found, tuple(sorted(foreign)))
+
+
+# What a state's own keys (its spec, result, profiles) may add to its ledger's bytes.
+_STATE_ROOM = 1024 * 1024
+
+
+def _fetched(
+    names: Sequence[str], fetch: Callable[[str], Mapping[str, Any] | None], limit: int | None
+) -> tuple[list[Mapping[str, Any]], str | None]:
+    """The ConfigMaps of one state read whole, one at a time. gzip stores a text in no more
+    than its length and a few bytes, so past ``limit`` bytes stored the ledger is past the
+    limit too: the reading stops there (the state alone kept) and says where."""
+    objects: list[Mapping[str, Any]] = []
+    stored = 0
+    for name in names:
+        obj = fetch(name)
+        if obj is None:
+            continue  # deleted since the listing: the ledger is read without it
+        stored += config_map_size(obj)
+        objects.append(obj)
+        if limit is not None and stored > limit + _STATE_ROOM:
+            return objects[:1], f"{name}: its ConfigMaps store more than {limit:,} bytes"
+    return objects, None
+
+
+def state_to_read(
+    names: Sequence[str], workflow: str, generation: int, recorded: str | None
+) -> int | None:
+    """The one generation whose ledger a start reads: its own state when it has one, else the
+    state the status recorded (the previous generation's), if that is an earlier one."""
+    if search_name(workflow, generation) in names:
+        return generation
+    _, _, suffix = (recorded or "").rpartition("-g")
+    earlier = int(suffix) if suffix.isdigit() else None
+    if earlier is not None and 0 < earlier < generation and recorded in names:
+        return earlier if recorded == search_name(workflow, earlier) else None
+    return None
+
+
+def refusal_message(workflow: str, listing: StoredStates) -> str | None:
+    """What was refused of a workflow's states, naming the ConfigMaps and why; None: nothing."""
+    parts = []
+    for generation, state in sorted(listing.states.items()):
+        if state.refused is not None:
+            parts.append(
+                f"the ledger of generation {generation} ({state.names[0]}) is not carried over: "
+                f"{state.refused}, past what the workflow or the operator's ledgerTextLimitMiB "
+                "allows"
+            )
+    if listing.foreign:
+        shown = ", ".join(listing.foreign[:5])
+        more = f" and {len(listing.foreign) - 5} more" if len(listing.foreign) > 5 else ""
+        parts.append(
+            f"ConfigMaps {shown}{more} carry this workflow's labels but not the names the "
+            f"operator gives its states ({search_name(workflow, 1)} and its -c<N> chunks, one "
+            "generation each): not read; delete them"
+        )
+    return "; ".join(parts) or None
 
 
 def seedable(states: Mapping[int, StoredState]) -> dict[int, dict[str, str]]:
-    """The states a new generation may start from (seed_state): not a refused one, whose
-    ledger is no ledger of this workflow (a gzip bomb is never copied forward)."""
-    return {g: state.data for g, state in states.items() if state.refused is None}
+    """The states a new generation may start from (seed_state): read, and not refused (a
+    gzip bomb is never copied forward)."""
+    return {g: s.data for g, s in states.items() if s.read and s.refused is None}
 
 
 @dataclass(frozen=True)

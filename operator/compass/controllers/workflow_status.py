@@ -82,6 +82,9 @@ def invalid_status(
     return summarized(status, generation, now)
 
 
+_LR = WorkflowConditionType.LEDGER_READ
+
+
 def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> CompoundWorkflowStatus:
     """The status with Ready and the completion time as its phase says: True once the policy
     is written; False with the failing condition's reason, or with the phase while it works."""
@@ -93,7 +96,8 @@ def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> Com
         awaiting = find_condition(others, WorkflowConditionType.POLICY_READY)
         ready = ("False", AWAITING_REVIEW, awaiting.message if awaiting else "awaiting review")
     elif status.phase is Phase.FAILED:
-        failing = next((c for c in others if c.status == "False"), None) or next(
+        # LedgerRead=False says what was not carried over: never why a generation failed.
+        failing = next((c for c in others if c.status == "False" and c.type != _LR), None) or next(
             (c for c in others if c.type == WorkflowConditionType.FEASIBLE_SET_EMPTY), None
         )
         ready = (
@@ -112,6 +116,18 @@ def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> Com
             "conditions": set_condition(status.conditions, condition, now),
             "completion_time": (status.completion_time or now) if done else None,
         }
+    )
+
+
+def ledger_refused_status(
+    status: CompoundWorkflowStatus, message: str, generation: int, now: str
+) -> CompoundWorkflowStatus:
+    """The status with LedgerRead=False naming the state ConfigMaps a start refused to read."""
+    condition = workflow_condition(
+        WorkflowConditionType.LEDGER_READ, "False", "StateRefused", message, generation
+    )
+    return status.model_copy(
+        update={"conditions": set_condition(status.conditions, condition, now)}
     )
 
 
