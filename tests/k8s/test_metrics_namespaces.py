@@ -64,7 +64,9 @@ def test_a_metrics_url_in_a_listed_namespace_is_read(
     Services here, so the read fails as an unreachable Prometheus would, not as a refusal)."""
     policies.create("shared", prometheus_at(triton, "prometheus.monitoring.svc"))
     metrics = wait_for(
-        lambda: condition_of(policies, "shared", "MetricsAvailable"), 30, "a MetricsAvailable condition"
+        lambda: condition_of(policies, "shared", "MetricsAvailable"),
+        30,
+        "a MetricsAvailable condition",
     )
     assert (metrics["status"], metrics["reason"]) == ("False", "MetricsUnavailable")
     ready = condition_of(policies, "shared", "Ready")

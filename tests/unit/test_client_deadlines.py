@@ -105,4 +105,3 @@ def test_extreme_deadlines_leave_the_shared_table_as_an_ordinary_request_would(
     # it further (an unbounded 2**62 put it 146 years ahead, and the lag cap off for everyone).
     assert int(inflight.static_free[0]) <= time.time_ns() + len(EXTREMES) * fastest_ns
     assert int(inflight.gate_slots[inflight.slot, 3]) <= time.time_ns() + REACH_NS
-

@@ -101,7 +101,9 @@ def within(model: type[BaseModel], name: str) -> st.SearchStrategy[float]:
     low, high = numeric_bounds(model, name)
     assert low is not None
     assert high is not None
-    exclusive_low = any(isinstance(b, annotated_types.Gt) for b in model.model_fields[name].metadata)
+    exclusive_low = any(
+        isinstance(b, annotated_types.Gt) for b in model.model_fields[name].metadata
+    )
     exclusive_high = any(
         isinstance(b, annotated_types.Lt) for b in model.model_fields[name].metadata
     )

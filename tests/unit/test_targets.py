@@ -112,7 +112,6 @@ def test_a_router_in_another_namespace_needs_the_setting() -> None:
         assert resolve_host("triton.payments.svc", "f", "team-a", access, router=True)
 
 
-
 @pytest.mark.parametrize(
     "url",
     [

@@ -11,6 +11,7 @@ import time
 from compass_rules.admission import DROP, FASTEST, LATE_MESSAGE, check_admission, dispatch_verdict
 from compass_rules.binding import check_binding
 from compass_rules.routing import WEIGHT_STEPS, SmoothWeighting, config_key, quantize_weight
+
 # Where the state files live; default /dev/shm (memory), else the temporary directory.
 STATE_DIR_ENV = "COMPASS_STATE_DIR"
 
