@@ -20,6 +20,7 @@ from compass.api.paretopolicy import (
     ServingSettings,
     SloSpec,
 )
+from compass.controllers.policy_compile import SpecError, compile_policy
 from compass.conversion import policy_plan, runtime_policy
 from compass.dataplane.metrics import MAX_COUNTER, MAX_QUEUE_DEPTH, MAX_SAMPLE_AGE_S
 from compass.domain.elastico import Elastico, ElasticoSettings, Observation, PolicyState
@@ -71,6 +72,38 @@ def test_every_serving_number_is_bounded_at_both_ends(model: type[BaseModel], na
     assert low is not None, f"{model.__name__}.{name} has no lower bound"
     assert high is not None, f"{model.__name__}.{name} has no upper bound"
     assert math.isfinite(high)
+
+
+OPERATOR_CHECKED = [
+    *(
+        (f"hysteresis.{Hysteresis.model_fields[n].alias}", Hysteresis, n)
+        for n in Hysteresis.model_fields
+    ),
+    *(
+        (ServingSettings.model_fields[n].alias or n, ServingSettings, n)
+        for n in ("router_instances", "stale_after_seconds", "switch_delay_ms", "interval_seconds")
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "model", "name"), OPERATOR_CHECKED, ids=[p for p, _, _ in OPERATOR_CHECKED]
+)
+def test_the_operator_refuses_a_number_past_its_bound_naming_the_field(
+    path: str, model: type[BaseModel], name: str
+) -> None:
+    """The same bound where the API server's schema is older or absent (an edit applied
+    without validation): InvalidSpec naming the field, never a policy that cannot decide."""
+    _, high = numeric_bounds(model, name)
+    assert high is not None
+    head, _, leaf = path.rpartition(".")
+    extra: dict[str, Any] = {leaf: high * 2 + 1}
+    if head:
+        extra = {head: extra}
+    with pytest.raises(SpecError) as refused:
+        compile_policy(spec_of(extra), 1)
+    assert str(refused.value).startswith(f"spec.{path}: "), str(refused.value)
+    assert refused.value.reason == "InvalidSpec"
 
 
 def test_the_cooldown_exponent_the_schema_refuses_is_capped_not_an_overflow() -> None:
