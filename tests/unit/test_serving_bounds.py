@@ -224,7 +224,7 @@ def observation_at(now: float) -> st.SearchStrategy[Observation | None]:
 
 
 @settings(
-    max_examples=200,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
