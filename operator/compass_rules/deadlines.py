@@ -20,6 +20,7 @@ MAX_DEADLINE_AHEAD_NS = 3_600 * 10**9
 # Digits of the longest ns since the epoch int64 holds: a longer number is far beyond any
 # deadline, read as such without converting it (Python converts no more than 4,300 digits).
 MAX_DEADLINE_DIGITS = 19
+_FAR = 10**MAX_DEADLINE_DIGITS
 _INTEGER = re.compile(r"\s*([+-]?)0*(\d+)\s*")
 
 
@@ -29,16 +30,17 @@ def parse_deadline(value: object) -> int:
     ValueError naming the parameter for anything else."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ValueError(f"{DEADLINE_PARAMETER} {value!r:.40}: give ns since the epoch")
-    text = str(value)
+    if isinstance(value, int):
+        return max(-_FAR, min(value, _FAR))
+    text = value
     match = _INTEGER.fullmatch(text)
     if match is None:
         raise ValueError(
             f"{DEADLINE_PARAMETER} {text[:40]!r} is not an integer: give ns since the epoch"
         )
     sign, digits = match.groups()
-    if len(digits) > MAX_DEADLINE_DIGITS:
-        digits = "1" + "0" * MAX_DEADLINE_DIGITS
-    return -int(digits) if sign == "-" else int(digits)
+    far = _FAR if len(digits) > MAX_DEADLINE_DIGITS else int(digits)
+    return -far if sign == "-" else far
 
 
 def deadline_reach_ns(slo_ms: float | None) -> int:

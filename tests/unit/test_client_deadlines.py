@@ -39,11 +39,12 @@ EXTREMES: list[int | str] = [
     "9" * 4000,
     "-" + "9" * 4000,
     "9" * 100_000,
+    10**5000,
     " 00042 ",
 ]
 
 
-@pytest.mark.parametrize("value", EXTREMES, ids=lambda v: f"{str(v)[:12]}({len(str(v))})")
+@pytest.mark.parametrize("value", EXTREMES, ids=range(len(EXTREMES)))
 def test_any_integer_parses_and_bounds_within_a_few_slos_of_take_up(value: int | str) -> None:
     deadline = bounded_deadline(parse_deadline(value), NOW, SLO_MS)
     assert NOW - REACH_NS <= deadline <= NOW + REACH_NS
