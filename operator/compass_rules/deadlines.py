@@ -20,7 +20,7 @@ MAX_DEADLINE_AHEAD_NS = 3_600 * 10**9
 # Digits of the longest ns since the epoch int64 holds: a longer number is far beyond any
 # deadline, read as such without converting it (Python converts no more than 4,300 digits).
 MAX_DEADLINE_DIGITS = 19
-_FAR = 10**MAX_DEADLINE_DIGITS
+_FAR: int = 10**MAX_DEADLINE_DIGITS
 _INTEGER = re.compile(r"\s*([+-]?)0*(\d+)\s*")
 
 
