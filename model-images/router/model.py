@@ -44,7 +44,6 @@ from compass_router.poller import (  # noqa: E402
     PendingPoller,
 )
 from compass_router.state import (  # noqa: E402
-    DEADLINE_PARAMETER,
     ActiveConfig,
     Admission,
     BindingTable,
@@ -53,7 +52,6 @@ from compass_router.state import (  # noqa: E402
     binding_path,
     blend_state,
     gate_path,
-    parse_deadline,
     read_state,
     state_path,
     tables_path,
@@ -62,6 +60,13 @@ from compass_router.state import (  # noqa: E402
 
 from compass_rules.admission import check_admission  # noqa: E402
 from compass_rules.binding import check_binding, waited_long  # noqa: E402
+from compass_rules.deadlines import (  # noqa: E402
+    DEADLINE_PARAMETER,
+    arrival_ns,
+    bounded_deadline,
+    gate_deadline,
+    parse_deadline,
+)
 from compass_rules.routing import config_key, routing_key, tables_digest  # noqa: E402
 
 ACTIVE_PARAMETER = "compass_active_config"
@@ -244,22 +249,24 @@ class TritonPythonModel:
         key = self.active.current()
         parameters = json.loads(request.parameters() or "{}")
         table = self.binding.current()
-        # Parsed once here (ns since the epoch): a malformed one is the client's error at once.
+        # Parsed once here (ns since the epoch): a malformed one is the client's error at once;
+        # bounded to a few SLOs around its take-up, as it feeds what every client shares.
         deadline = parameters.get(DEADLINE_PARAMETER)
         deadline = None if deadline is None else parse_deadline(deadline)
         taken_up = time.time_ns()
         override = parameters.get(OVERRIDE_PARAMETER)
-        if self.pipeline_slots and deadline is None and not override:
+        slo_ms = self._slo_ms(table)
+        if deadline is not None:
+            deadline = bounded_deadline(deadline, taken_up, slo_ms)
+        elif self.pipeline_slots and not override and slo_ms is not None:
             # Client-free binding and admission: behind the gate a request is taken up as it
             # arrives, so its take-up plus the SLO is its deadline (clients need not send one).
-            slo_ms = self._slo_ms(table)
-            if slo_ms is not None:
-                deadline = taken_up + int(slo_ms * 1e6)
+            deadline = taken_up + int(slo_ms * 1e6)
         # Every request taken up counts towards the pod's rate (late binding's slow loop), at
         # its arrival where its deadline and the table's SLO tell it.
         arrived = None
         if table is not None and table["slo_ms"] is not None and deadline is not None:
-            arrived = deadline - int(table["slo_ms"] * 1e6)
+            arrived = arrival_ns(deadline, taken_up, table["slo_ms"])
         qps = self.inflight.dispatched(arrived)
         # Late binding will bind it (as _run decides): a table, a deadline, no override.
         binds = table is not None and deadline is not None and not override
@@ -276,7 +283,7 @@ class TritonPythonModel:
             )
         # The gate: the request waits its turn in the shared table (seen there with its
         # deadline by the one binding ahead of it), then runs the pipeline.
-        _, static_start = self.inflight.queue_at_gate(deadline, schedule)
+        _, static_start = self.inflight.queue_at_gate(gate_deadline(deadline, taken_up), schedule)
         try:
             # The gauge only for a request that waits: each set is a call to the server (0.24
             # ms p50, 2.9 ms p99 on 2 cores under load), and the second holds the pipeline.

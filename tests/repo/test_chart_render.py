@@ -302,6 +302,7 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
             "watchNamespaces": ["team-a", "team-b"],
             "allowedHosts": ["prometheus.example.com", "*.corp.example"],
             "allowedTargetNamespaces": ["serving"],
+            "metricsNamespaces": ["monitoring"],
             "allowedJobImages": ["registry.local/eval/*"],
             "metrics": {"port": 9090},
             "health": {"port": 9091},
@@ -316,6 +317,7 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
         "COMPASS_NAMESPACES",
         "COMPASS_ALLOWED_HOSTS",
         "COMPASS_ALLOWED_TARGET_NAMESPACES",
+        "COMPASS_METRICS_NAMESPACES",
         "COMPASS_ALLOWED_JOB_IMAGES",
         "COMPASS_METRICS_PORT",
         "COMPASS_HEALTH_PORT",
@@ -334,6 +336,7 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
     assert settings.namespaces == ["team-a", "team-b"]
     assert settings.allowed_hosts == ["prometheus.example.com", "*.corp.example"]
     assert settings.allowed_target_namespaces == ["serving"]
+    assert settings.metrics_namespaces == ["monitoring"]
     assert settings.allowed_job_images == ["registry.local/eval/*"]
     assert (settings.metrics_port, settings.health_port) == (9090, 9091)
     assert (settings.log_level, settings.log_format) == ("warning", "json")

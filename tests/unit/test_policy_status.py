@@ -262,6 +262,22 @@ def test_state_round_trips_through_the_status() -> None:
     assert state == pending()
 
 
+def test_a_status_edited_to_a_time_in_the_future_freezes_no_cooldown() -> None:
+    """activeSince: 1e10 (the year 2286) reads back, but counts as now: the metrics-loss
+    fallback and the cooldowns run from the present."""
+    on_accurate = replace(pending(), active=ACCURATE_NAME, downscale_since=None, entry_levels=())
+    edited = on_accurate.to_dict() | {"active_since": 1e10, "last_switch_at": 1e10}
+    edited |= {"observed_at": 1e10, "arrivals": [[1e10, 5.0]]}
+    saved = policy_decisions.saved_state({"policyState": edited})
+    assert saved is not None
+    state, _ = policy_decisions.align_state(saved, None, config_key(ACCURATE), PLAN, NOW, 5.0)
+    assert (state.active_since, state.last_switch_at, state.observed_at) == (NOW, NOW, NOW)
+    assert state.arrivals == ()
+    # Metrics missing for longer than staleAfterSeconds: the fallback to the fastest happens.
+    decision, _ = COMPILED.policy.decide(None, state, NOW + 6)
+    assert decision.target == FAST_NAME
+
+
 def test_downscale_evidence_is_dropped_after_a_gap_without_observations() -> None:
     state, note = policy_decisions.align_state(
         pending(), NOW - 30, config_key(FAST), PLAN, NOW, 5.0

@@ -56,8 +56,8 @@ def test_the_cluster_domain_is_a_setting() -> None:
         ("http://prometheus:9090", "http://prometheus.team-a.svc:9090"),
         ("http://localhost:9090/x", "http://localhost.team-a.svc:9090/x"),
         ("http://metadata/computeMetadata", "http://metadata.team-a.svc/computeMetadata"),
-        ("https://prometheus.monitoring.svc:9090/p", "https://prometheus.monitoring.svc:9090/p"),
-        ("http://p.monitoring.svc.cluster.local", "http://p.monitoring.svc.cluster.local"),
+        ("https://prometheus.team-a.svc:9090/p", "https://prometheus.team-a.svc:9090/p"),
+        ("http://p.team-a.svc.cluster.local", "http://p.team-a.svc.cluster.local"),
     ],
 )
 def test_by_default_a_metrics_url_reads_in_cluster_services_only(url: str, read: str) -> None:
@@ -110,8 +110,45 @@ def test_a_router_in_another_namespace_needs_the_setting() -> None:
     for namespaces in (("payments",), ("*",)):
         access = TargetAccess(allowed_target_namespaces=namespaces)
         assert resolve_host("triton.payments.svc", "f", "team-a", access, router=True)
-    # Reading metrics there is not switching anything.
-    assert resolve_host("triton.payments.svc", "f", "team-a", NONE_ALLOWED)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://prometheus.team-b.svc:9090",
+        "http://x.team-b.svc.cluster.local:8002/metrics",
+        "http://X.Team-B.svc.cluster.local.:8002/metrics",
+        "https://prometheus.monitoring.svc/prom",
+    ],
+)
+def test_a_metrics_url_in_another_namespace_is_refused_by_default(url: str) -> None:
+    """Another tenant's Service or Prometheus: the operator would GET it (or run any PromQL
+    there) for a resource whose author cannot, and show the number in its status."""
+    with pytest.raises(TargetRefusedError) as error:
+        resolve_url(url, "metrics.url", "team-a", NONE_ALLOWED)
+    assert str(error.value).startswith("metrics.url: ")
+    assert "metrics in its own (team-a)" in error.value.what
+    assert "metricsNamespaces" in error.value.fix
+    # Any host allowed is no licence to read another namespace's Services either.
+    with pytest.raises(TargetRefusedError):
+        resolve_url(url, "metrics.url", "team-a", TargetAccess(allowed_hosts=("*",)))
+
+
+def test_the_settings_open_namespaces_to_metrics_reads() -> None:
+    url = "http://prometheus.monitoring.svc:9090"
+    for access in (
+        TargetAccess(metrics_namespaces=("monitoring",)),
+        TargetAccess(metrics_namespaces=("*",)),
+        TargetAccess(allowed_target_namespaces=("monitoring",)),  # its routers, so their metrics
+        TargetAccess(allowed_hosts=("prometheus.monitoring.svc",)),  # this very host
+    ):
+        assert resolve_url(url, "metrics.url", "team-a", access) == url
+    listed = TargetAccess(metrics_namespaces=("monitoring",))
+    with pytest.raises(TargetRefusedError):
+        resolve_url("http://prometheus.team-b.svc", "metrics.url", "team-a", listed)
+    # Reading metrics is no licence to switch a router there.
+    with pytest.raises(TargetRefusedError):
+        resolve_host("triton.monitoring.svc", "f", "team-a", listed, router=True)
 
 
 def test_a_policy_reaches_only_what_the_settings_allow() -> None:
@@ -127,6 +164,13 @@ def test_a_policy_reaches_only_what_the_settings_allow() -> None:
             {
                 "routing": {"service": "triton"},
                 "metrics": {"type": "prometheus", "url": "http://169.254.169.254"},
+            },
+            "spec.metrics.url",
+        ),
+        (
+            {
+                "routing": {"service": "triton"},
+                "metrics": {"type": "prometheus", "url": "http://prometheus.team-b.svc:9090"},
             },
             "spec.metrics.url",
         ),
@@ -165,8 +209,12 @@ def test_a_refused_target_is_a_condition_and_an_event_naming_the_field() -> None
 def test_the_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMPASS_ALLOWED_HOSTS", '["prom.example.com"]')
     monkeypatch.setenv("COMPASS_ALLOWED_TARGET_NAMESPACES", '["serving"]')
+    monkeypatch.setenv("COMPASS_METRICS_NAMESPACES", '["monitoring"]')
     access = OperatorSettings().target_access()
-    assert access == TargetAccess(("prom.example.com",), ("serving",), "cluster.local")
+    assert access == TargetAccess(
+        ("prom.example.com",), ("serving",), "cluster.local", ("monitoring",)
+    )
     monkeypatch.delenv("COMPASS_ALLOWED_HOSTS")
     monkeypatch.delenv("COMPASS_ALLOWED_TARGET_NAMESPACES")
+    monkeypatch.delenv("COMPASS_METRICS_NAMESPACES")
     assert OperatorSettings().target_access() == NONE_ALLOWED

@@ -1128,6 +1128,21 @@ def test_job_images_are_the_operators_own_unless_the_settings_allow_more(
     assert "allowedJobImages" in str(error.value)
 
 
+def test_a_metrics_url_of_another_namespace_is_refused_unless_the_settings_open_it() -> None:
+    """The generated policy's queue would be read (any PromQL run) in another tenant's
+    namespace: TargetNotAllowed on the workflow, naming the field and metricsNamespaces."""
+    url = {"type": "prometheus", "url": "http://prometheus.team-b.svc:9090"}
+    spec = _spec(**{"serving.metrics": url})
+    with pytest.raises(InvalidSpecError) as error:
+        authorize_workflow_targets(spec, "ml", TargetAccess())
+    assert (error.value.field, error.value.reason) == (
+        "spec.serving.metrics.url",
+        "TargetNotAllowed",
+    )
+    assert "metricsNamespaces" in str(error.value)
+    authorize_workflow_targets(spec, "ml", TargetAccess(metrics_namespaces=("team-b",)))
+
+
 def test_a_triton_of_the_workflows_own_namespace_needs_no_setting() -> None:
     authorize_workflow_targets(_spec(), "ml", TargetAccess())
     authorize_workflow_targets(_spec(**{"triton.namespace": "ml"}), "ml", TargetAccess())

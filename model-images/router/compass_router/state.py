@@ -12,7 +12,6 @@ from compass_rules.admission import DROP, FASTEST, LATE_MESSAGE, check_admission
 from compass_rules.binding import check_binding
 from compass_rules.routing import WEIGHT_STEPS, SmoothWeighting, config_key, quantize_weight
 
-DEADLINE_PARAMETER = "compass_deadline_ns"
 # Where the state files live; default /dev/shm (memory), else the temporary directory.
 STATE_DIR_ENV = "COMPASS_STATE_DIR"
 
@@ -183,13 +182,14 @@ class Admission(TableFile):
         super().__init__(path, check_admission)
 
     def judge(self, key, deadline_ns):
-        """The configuration that serves a request with this deadline now; LateError if none
-        can make it and the table refuses such requests."""
+        """The configuration that serves a request with this deadline (ns since the epoch, as
+        parse_deadline and bounded_deadline left it) now; LateError if none can make it and the
+        table refuses such requests."""
         table = self.current()
         own = None if table is None else table["quantiles_ms"].get(key)
         if own is None:
             return key
-        left_ms = (parse_deadline(deadline_ns) - time.time_ns()) / 1e6
+        left_ms = (deadline_ns - time.time_ns()) / 1e6
         fastest = table["fastest"]
         fastest_ms = table["quantiles_ms"][fastest]
         verdict = dispatch_verdict(
@@ -208,15 +208,3 @@ class BindingTable(TableFile):
 
     def __init__(self, path):
         super().__init__(path, check_binding)
-
-
-def parse_deadline(deadline_ns):
-    """A request's ``compass_deadline_ns`` as an int; ValueError naming the parameter."""
-    if isinstance(deadline_ns, bool) or not isinstance(deadline_ns, (int, str)):
-        raise ValueError(f"{DEADLINE_PARAMETER} {deadline_ns!r}: give ns since the epoch")
-    try:
-        return int(deadline_ns)
-    except ValueError:
-        raise ValueError(
-            f"{DEADLINE_PARAMETER} {deadline_ns!r} is not an integer: give ns since the epoch"
-        ) from None

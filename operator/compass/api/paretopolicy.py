@@ -40,6 +40,10 @@ from compass.domain.elastico import (
     DEFAULT_INTERVAL_S,
     DEFAULT_STALE_AFTER_S,
     MAX_BURST_MEMORY_S,
+    MAX_COOLDOWN_EXPONENT,
+    MAX_COOLDOWN_S,
+    MAX_INTERVAL_S,
+    MAX_STALE_AFTER_S,
     MetricsLoss,
 )
 from compass.domain.evaluation import ParamValue
@@ -237,12 +241,18 @@ class Hysteresis(CamelModel):
     """How eagerly the policy switches: fast towards speed, slowly towards accuracy."""
 
     upscale_cooldown_seconds: Annotated[
-        float, Field(ge=0, description="Minimum time after a switch before switching faster.")
+        float,
+        Field(
+            ge=0,
+            le=MAX_COOLDOWN_S,
+            description="Minimum time after a switch before switching faster.",
+        ),
     ] = 0.0
     downscale_cooldown_seconds: Annotated[
         float,
         Field(
             ge=0,
+            le=MAX_COOLDOWN_S,
             description="How long the entry condition of a configuration about as fast as the "
             "fastest must hold before switching to it.",
         ),
@@ -251,13 +261,19 @@ class Hysteresis(CamelModel):
         float,
         Field(
             ge=0,
+            le=MAX_COOLDOWN_EXPONENT,
             description="A slower configuration's cooldown is the downscale cooldown times "
-            "(its mean service time / the fastest's) to this power; 0: one cooldown for all.",
+            "(its mean service time / the fastest's) to this power (capped at "
+            f"{MAX_COOLDOWN_S:g} s); 0: one cooldown for all.",
         ),
     ] = DEFAULT_COOLDOWN_EXPONENT
     slack_buffer_ms: Annotated[
         float,
-        Field(ge=0, description="Latency headroom required to switch to a more accurate one."),
+        Field(
+            ge=0,
+            le=MAX_LATENCY_MS,
+            description="Latency headroom required to switch to a more accurate one.",
+        ),
     ] = DEFAULT_SLACK_BUFFER_MS
     burst_memory_seconds: Annotated[
         float,
@@ -633,6 +649,7 @@ class ServingSettings(CamelModel):
         float,
         Field(
             gt=0,
+            le=MAX_STALE_AFTER_S,
             description="A reading whose samples are older than this counts as missing (their "
             "own timestamps: a Prometheus series that stopped moving goes stale); until the "
             "newest sample is this old the policy holds through failed reads. Keep it above "
@@ -643,13 +660,14 @@ class ServingSettings(CamelModel):
         float,
         Field(
             ge=0,
+            le=MAX_LATENCY_MS,
             description="How long a switch takes to reach every pod (its p95; "
             "bench/serving_triton.py measures it): the queue limits leave it out of the SLO.",
         ),
     ] = 0.0
-    interval_seconds: Annotated[float, Field(gt=0, description="Time between two decisions.")] = (
-        DEFAULT_INTERVAL_S
-    )
+    interval_seconds: Annotated[
+        float, Field(gt=0, le=MAX_INTERVAL_S, description="Time between two decisions.")
+    ] = DEFAULT_INTERVAL_S
     admission: AdmissionSettings = Field(
         default_factory=AdmissionSettings,
         description="Admission at dispatch (off by default): the routers serve a request that "

@@ -96,7 +96,7 @@ def align_state(
     """
     serving = routing_names(plan, router_key)
     if saved is not None:
-        saved = full_names(saved, plan)
+        saved = full_names(not_after(saved, now), plan)
     if saved is not None and saved.active is not None and _routed(saved) == serving:
         if last_observed is not None and now - last_observed <= stale_after_s:
             return saved, None
@@ -120,6 +120,30 @@ def align_state(
         "(changed outside the policy)"
     )
     return adopted, note
+
+
+def not_after(state: PolicyState, now: float) -> PolicyState:
+    """The saved state with no time later than now: a status edited to a time in the future
+    (activeSince: 1e10) would otherwise hold every cooldown and the metrics-loss fallback
+    until then."""
+
+    def bounded(time: float | None) -> float | None:
+        return None if time is None else min(time, now)
+
+    times = (state.active_since, state.last_switch_at, state.downscale_since, state.observed_at)
+    late_samples = any(t > now for t, _ in (*state.entry_levels, *state.arrivals))
+    if all(t is None or t <= now for t in times) and not late_samples:
+        return state
+    return replace(
+        state,
+        active_since=bounded(state.active_since),
+        last_switch_at=bounded(state.last_switch_at),
+        downscale_since=bounded(state.downscale_since),
+        observed_at=bounded(state.observed_at),
+        # Samples from the future are no evidence of anything: the windows start afresh.
+        entry_levels=tuple(level for level in state.entry_levels if level[0] <= now),
+        arrivals=tuple(sample for sample in state.arrivals if sample[0] <= now),
+    )
 
 
 def full_names(state: PolicyState, plan: Plan) -> PolicyState:

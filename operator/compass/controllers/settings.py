@@ -111,6 +111,12 @@ class OperatorSettings(BaseSettings):
         description="Namespaces besides its own whose Triton routers a resource may switch "
         "(routing.grpcEndpoint, a CompoundWorkflow's triton); * for every namespace.",
     )
+    metrics_namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces besides its own whose Services a resource's metrics URL may "
+        "read (a shared Prometheus's, e.g. monitoring); * for every namespace. Namespaces in "
+        "allowedTargetNamespaces may be read too.",
+    )
     cluster_domain: str = Field(
         default=DEFAULT_CLUSTER_DOMAIN,
         description="The cluster's DNS domain: NAME.NAMESPACE.svc.<it> names a Service.",
@@ -145,7 +151,10 @@ class OperatorSettings(BaseSettings):
     def target_access(self) -> TargetAccess:
         """What resources may point the operator at, as compass.controllers.targets checks it."""
         return TargetAccess(
-            tuple(self.allowed_hosts), tuple(self.allowed_target_namespaces), self.cluster_domain
+            tuple(self.allowed_hosts),
+            tuple(self.allowed_target_namespaces),
+            self.cluster_domain,
+            tuple(self.metrics_namespaces),
         )
 
     @field_validator("log_level", "log_format", mode="before")

@@ -2,7 +2,8 @@
 
 The operator reads metrics and switches routers from its own pod for whoever may write a
 resource, so a resource must not aim it at a host its author could not reach or at another
-namespace's router. In-cluster Service names are read as they are, a bare ``NAME`` as a Service
+namespace's router or metrics. In-cluster Service names are read as they are when their
+namespace is the resource's own (or one the settings open to it), a bare ``NAME`` as a Service
 of the resource's namespace, hosts in ``allowed_hosts`` as listed; anything else is refused with
 a condition naming the field. The rules: docs/operations.md, "What a resource may point the
 operator at".
@@ -35,6 +36,12 @@ class TargetAccess:
     allowed_hosts: tuple[str, ...] = ()
     allowed_target_namespaces: tuple[str, ...] = ()
     cluster_domain: str = DEFAULT_CLUSTER_DOMAIN
+    metrics_namespaces: tuple[str, ...] = ()
+
+    def host_named(self, host: str) -> bool:
+        """Whether the settings list this very host (no wildcard)."""
+        host = host.lower().rstrip(".").strip("[]")
+        return host in (entry.lower().rstrip(".").strip("[]") for entry in self.allowed_hosts)
 
     def host_listed(self, host: str) -> bool:
         """Whether the settings list this host: exactly, under a ``*.`` domain, or ``*``."""
@@ -50,6 +57,13 @@ class TargetAccess:
         """Whether a resource in namespace ``own`` may switch a router in ``target``."""
         allowed = self.allowed_target_namespaces
         return target == own or ANY in allowed or target in allowed
+
+    def metrics_namespace_allowed(self, target: str, own: str) -> bool:
+        """Whether a resource in namespace ``own`` may read metrics (run PromQL) in ``target``:
+        its own, one whose routers it may switch, or one listed for metrics (a shared
+        Prometheus's)."""
+        listed = self.metrics_namespaces
+        return self.namespace_allowed(target, own) or ANY in listed or target in listed
 
 
 def service_namespace(host: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> str | None:
@@ -101,12 +115,27 @@ def resolve_host(
 
 def resolve_url(url: str, field: str, namespace: str, access: TargetAccess) -> str:
     """The URL to read for a resource in ``namespace`` (a bare Service name qualified), or
-    TargetRefusedError naming ``field``."""
+    TargetRefusedError naming ``field``: a Service of another namespace only where the settings
+    open it to metrics reads, or the resource could read another tenant's metrics (and run any
+    PromQL against its Prometheus)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     resolved = resolve_host(host, field, namespace, access) if host else None
     if resolved is None:
         raise _refused_host(field, host)
+    in_namespace = service_namespace(resolved, access.cluster_domain)
+    if (
+        in_namespace is not None
+        and not access.metrics_namespace_allowed(in_namespace, namespace)
+        and not access.host_named(host)
+    ):
+        raise TargetRefusedError(
+            field,
+            f"{host} is a Service in namespace {in_namespace}, and a resource may only read "
+            f"metrics in its own ({namespace})",
+            "read a Service of this namespace, or ask the operator's administrator to add "
+            f"{in_namespace} to metricsNamespaces (Helm value)",
+        )
     if resolved == host:
         return url
     netloc = resolved if parts.port is None else f"{resolved}:{parts.port}"

@@ -46,6 +46,14 @@ FALL_SIGNIFICANCE = 0.01
 MAX_HISTORY_S = 600.0
 # The longest burst memory a policy may ask for (its looks stay well within the history).
 MAX_BURST_MEMORY_S = 300.0
+# The settings' bounds. A cooldown past the history could never be proven; an exponent past 8
+# already makes the cooldown of a configuration twice as slow as the fastest 256 times the base
+# (and raising a slowdown of up to 1e9 to it stays finite); past an hour a metric is no reading
+# of now, and a decision an hour apart is no serving policy.
+MAX_COOLDOWN_S = MAX_HISTORY_S
+MAX_COOLDOWN_EXPONENT = 8.0
+MAX_STALE_AFTER_S = 3600.0
+MAX_INTERVAL_S = 3600.0
 
 
 class MetricsLoss(StrEnum):
@@ -359,8 +367,14 @@ class Elastico:
         the downscale cooldown times (its mean service time / the fastest's) ** exponent."""
         fastest = self.plan.thresholds[self.fastest].profile.mean_ms
         slowdown = max(1.0, self.plan.thresholds[index].profile.mean_ms / fastest)
-        cooldown = self.settings.downscale_cooldown_s * slowdown**self.settings.cooldown_exponent
-        return float(min(cooldown, MAX_HISTORY_S))
+        base = self.settings.downscale_cooldown_s
+        if base <= 0:
+            return 0.0
+        # Compared in logs first: settings made outside the schema's bounds (an exponent of
+        # 1e308) cap the cooldown instead of overflowing the power.
+        if self.settings.cooldown_exponent * math.log(slowdown) >= math.log(MAX_HISTORY_S / base):
+            return MAX_HISTORY_S
+        return float(min(base * slowdown**self.settings.cooldown_exponent, MAX_HISTORY_S))
 
     def initial_state(self, now: float) -> PolicyState:
         """A fresh policy starts on the fastest eligible configuration and climbs from there."""
