@@ -2,7 +2,7 @@
 
 Run as ``python bench/serving_sim.py [--seeds 10] [--seed-offset 0] [--jobs 2]
 [--slos 500,750,1000,1500] [--patterns spike,ramp,step,bursty] [--pods 1] [--aggregate mean]
-[--forecaster none] [--late-last] [--json PATH]``;
+[--late-last] [--json PATH]``;
 ``--seed-offset 100`` draws a held-out set of scenarios (seeds 100, 101, ...) to check a change
 on seeds it was not made on. ``--pods N`` serves N times the load on N servers behind one
 Service (each request to one at random) with one policy over all of them, which sees the pods'
@@ -52,7 +52,6 @@ import numpy.typing as npt
 
 from compass.commands.common import (
     add_admission_arguments,
-    add_enum_argument,
     admission_degrade_after,
     admission_quantile,
 )
@@ -67,7 +66,6 @@ from compass.domain.arrivals import Scenario, make_pattern, make_scenario
 from compass.domain.binding import GATE_SETTLE_MS, MAX_SETTLE_MS, RATE_HEADROOM
 from compass.domain.bindingsim import ROUTER_POLL_S, BindingSettings, RateView, simulate_binding
 from compass.domain.elastico import Elastico
-from compass.domain.forecast import ForecasterKind, build_forecaster
 from compass.domain.oracle import hindsight_oracle, known_load_oracle
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.podmodel import PodModel
@@ -177,7 +175,6 @@ class Job:
     admission_quantile: float = DEFAULT_ADMISSION_QUANTILE
     admission_at: AdmissionPoint = AdmissionPoint.DISPATCH
     degrade_after: float = DEFAULT_DEGRADE_AFTER
-    forecaster: ForecasterKind = ForecasterKind.NONE
     base_qps: float = BASE_QPS
     late_last: bool = False
     # Late binding's cap on how far behind static fastest's schedule extra time may leave a
@@ -258,9 +255,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
         controllers[POLICY[model]] = Elastico(plan)
     if not job.binding_only:
         controllers["split"] = Split(plans[ThresholdModel.TAIL])
-        controllers["predictive"] = Predictive(
-            plans[ThresholdModel.TAIL], forecaster=build_forecaster(job.forecaster)
-        )
+        controllers["predictive"] = Predictive(plans[ThresholdModel.TAIL])
         for label, plain in (ADMITTED | DEGRADING).items():
             controllers[label] = controllers[plain]
     admission = Admission(
@@ -458,12 +453,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=QueueAggregate.MEAN.value,
         choices=[a.value for a in QueueAggregate],
         help="the pods' queues as the policy sees them",
-    )
-    add_enum_argument(
-        parser,
-        "--forecaster",
-        ForecasterKind.NONE,
-        "the predictive strategy's load forecaster (bench/forecast.py compares them)",
     )
     add_admission_arguments(parser, str(DEFAULT_ADMISSION_QUANTILE))
     parser.add_argument(
@@ -916,7 +905,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.pods} pod(s), {args.aggregate} queue over pods; "
         f"base {args.base_qps:g} QPS per pod, "
         f"{DURATION_S:g} s, {args.seeds} seeds from {args.seed_offset}; "
-        f"predictive's forecaster: {args.forecaster}; "
         "ramp and step go to 2x base, spike is 4x for the middle third, bursty has 2-5x bursts of "
         "5-15 s every 10-30 s;"
         " every policy serves the same arrivals and service-time draws (paired)"
@@ -935,7 +923,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.admission_quantile,
         AdmissionPoint(args.admission_at),
         args.degrade_after,
-        ForecasterKind(args.forecaster),
         args.base_qps,
         args.late_last,
         binding_lag=args.binding_lag,
