@@ -1,7 +1,7 @@
 """The load forecasters side by side: the last window's rate, Holt's smoother and the LSTM.
 
 Run as ``python bench/forecast.py [--seeds 5] [--seed-offset 100] [--bases 1.5,5,20]``.
-Each forecaster reads the last 120 s of Poisson arrivals per second (compass.domain.forecast's
+Each forecaster reads the last 120 s of Poisson arrivals per second (bench/forecasters.py's
 input) and says the mean rate of the next 10 s; every 2 s of each run is one forecast,
 compared with the true mean rate. Two families of load: the simulator's shapes (spike, ramp,
 step, bursty; the training used other seeds, from 10**6) and shapes no forecaster was fitted
@@ -9,8 +9,8 @@ on (a sine with a 2-minute period, a flash crowd decaying over 30 s, a sawtooth 
 rises). Printed per family and forecaster: the mean absolute error as a share of the mean
 rate, the share of forecasts below 80% of the truth (an under-forecast is what lets a queue
 build), the same two in the 10 s after a rise of the load by half or more (what a forecast is
-for), and the cost of one forecast. ``bench/serving_sim.py --forecaster KIND`` measures what
-each does for the predictive strategy on the serving cells. Exits 0.
+for), and the cost of one forecast. What they did for the predictive strategy, when it took
+one, is in bench/README.md's row of this script. Exits 0.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from compass.domain.arrivals import make_pattern
-from compass.domain.forecast import (
+from forecasters import (
     HISTORY_S,
     HORIZON_S,
     MIN_HISTORY_S,

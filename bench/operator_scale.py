@@ -1,7 +1,7 @@
 """How the operator scales with the number of ParetoPolicies: 1, 10, 100 (and 1,000, 3,000).
 
     python bench/operator_scale.py [--counts 1,10,100] [--window 30] [--no-switch-phase]
-                                   [--strategy elastico|split|predictive] [--forecaster lstm]
+                                   [--strategy elastico|split|predictive]
                                    [--huge-workflows 2] [--churn 100] [--restart]
                                    [--py-spy SECONDS]
 
@@ -69,7 +69,6 @@ from compass.api.meta import WORKFLOW_PLURAL
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.commands.common import add_enum_argument
 from compass.dataplane.triton import TritonRouter
-from compass.domain.forecast import ForecasterKind
 from compass.domain.space import (
     MAX_CONSTRAINT_LENGTH,
     MAX_CONSTRAINTS,
@@ -112,9 +111,7 @@ WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 SERIES_GONE_S = 5.0
 
 
-def policy_body(
-    name: str, metrics_url: str, grpc_url: str, strategy: str, forecaster: str
-) -> dict[str, Any]:
+def policy_body(name: str, metrics_url: str, grpc_url: str, strategy: str) -> dict[str, Any]:
     """The benchmark's ParetoPolicy on the shared rag-sim router, with its strategy."""
     body = rag_sim_policy(name, metrics_url, grpc_url, STEADY_COOLDOWN_S)
     # A Service of its own: one policy acts on each routing target (the younger ones on a shared
@@ -122,8 +119,6 @@ def policy_body(
     # (COMPASS_TRITON_ADDRESS_OVERRIDE) reaches the one Triton behind all of them.
     body["spec"]["routing"] = {"service": f"triton-{name}", "routerModel": "router"}
     body["spec"]["strategy"] = strategy
-    if forecaster != ForecasterKind.NONE.value:
-        body["spec"]["forecaster"] = forecaster
     return body
 
 
@@ -555,7 +550,6 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]
                     triton.metrics_url,
                     triton.grpc_url,
                     args.strategy,
-                    args.forecaster,
                 )
                 policies.create(body)
             ready = functools.partial(policies.all_ready, count)
@@ -579,7 +573,6 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> dict[str, Any]
             metrics_url=triton.metrics_url,
             grpc_url=triton.grpc_url,
             strategy=args.strategy,
-            forecaster=args.forecaster,
         )
         results.append(
             churn_phase(cluster, operator, policies, pids, args.window, args.churn, body_of)
@@ -692,17 +685,10 @@ def main() -> int:
         Strategy.ELASTICO,
         "every policy's strategy (predictive runs its forecast each decision)",
     )
-    add_enum_argument(
-        parser,
-        "--forecaster",
-        ForecasterKind.NONE,
-        "with --strategy predictive: its load forecaster",
-    )
     args = parser.parse_args()
-    # The spec model says what the API server will refuse (a forecaster without predictive),
-    # before a cluster is started for nothing.
-    sample = policy_body("p", "http://triton:8002/metrics", "triton:8001", args.strategy,
-                         args.forecaster)["spec"]  # fmt: skip
+    # The spec model says what the API server will refuse before a cluster is started for
+    # nothing.
+    sample = policy_body("p", "http://triton:8002/metrics", "triton:8001", args.strategy)["spec"]
     try:
         ParetoPolicySpec.model_validate(sample)
     except ValidationError as error:

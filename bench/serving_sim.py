@@ -2,7 +2,7 @@
 
 Run as ``python bench/serving_sim.py [--seeds 10] [--seed-offset 0] [--jobs 2]
 [--slos 500,750,1000,1500] [--patterns spike,ramp,step,bursty] [--pods 1] [--aggregate mean]
-[--forecaster none] [--late-last] [--json PATH]``;
+[--late-last] [--json PATH]``;
 ``--seed-offset 100`` draws a held-out set of scenarios (seeds 100, 101, ...) to check a change
 on seeds it was not made on. ``--pods N`` serves N times the load on N servers behind one
 Service (each request to one at random) with one policy over all of them, which sees the pods'
@@ -52,7 +52,6 @@ import numpy.typing as npt
 
 from compass.commands.common import (
     add_admission_arguments,
-    add_enum_argument,
     admission_degrade_after,
     admission_quantile,
 )
@@ -67,7 +66,6 @@ from compass.domain.arrivals import Scenario, make_pattern, make_scenario
 from compass.domain.binding import GATE_SETTLE_MS, MAX_SETTLE_MS, RATE_HEADROOM
 from compass.domain.bindingsim import ROUTER_POLL_S, BindingSettings, RateView, simulate_binding
 from compass.domain.elastico import Elastico
-from compass.domain.forecast import ForecasterKind, build_forecaster
 from compass.domain.oracle import hindsight_oracle, known_load_oracle
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.podmodel import PodModel
@@ -177,7 +175,6 @@ class Job:
     admission_quantile: float = DEFAULT_ADMISSION_QUANTILE
     admission_at: AdmissionPoint = AdmissionPoint.DISPATCH
     degrade_after: float = DEFAULT_DEGRADE_AFTER
-    forecaster: ForecasterKind = ForecasterKind.NONE
     base_qps: float = BASE_QPS
     late_last: bool = False
     # Late binding's cap on how far behind static fastest's schedule extra time may leave a
@@ -199,17 +196,8 @@ class Job:
     # The slow loop allows a member while the rate is within its planner limit x this
     # (--binding-headroom).
     binding_headroom: float = RATE_HEADROOM
-    # Late binding spares the arrivals still to come, as soon as a Poisson stream at the
-    # router's rate brings them with this probability (--binding-arrival-risk; None: none).
-    binding_arrival_risk: float | None = None
     # With binding_lag: its share is of the SLO less this many fastest services.
     binding_lag_reserve: int = 0
-    # With binding_lag: its share is also of the SLO less static fastest's queue now.
-    binding_lag_backlog: bool = False
-    # Late binding counts on this many of the fastest's spreads of luck (--binding-reach).
-    binding_reach: float = 0.0
-    # Late binding plans its extra time with the followers it sees (False: --binding-greedy).
-    binding_joint: bool = True
     # Only static fastest, the hindsight oracle and late binding (--binding-only).
     binding_only: bool = False
     # Real load: a window of a shipped trace at this share of the fastest member's capacity
@@ -258,9 +246,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
         controllers[POLICY[model]] = Elastico(plan)
     if not job.binding_only:
         controllers["split"] = Split(plans[ThresholdModel.TAIL])
-        controllers["predictive"] = Predictive(
-            plans[ThresholdModel.TAIL], forecaster=build_forecaster(job.forecaster)
-        )
+        controllers["predictive"] = Predictive(plans[ThresholdModel.TAIL])
         for label, plain in (ADMITTED | DEGRADING).items():
             controllers[label] = controllers[plain]
     admission = Admission(
@@ -309,12 +295,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             max_qps=limits,
             lag_share=job.binding_lag,
             lag_reserve=job.binding_lag_reserve,
-            lag_backlog=job.binding_lag_backlog,
-            reach=job.binding_reach,
-            joint=job.binding_joint,
-            spare_followers=job.binding_poll_ms is not None
-            or job.binding_gate is not None
-            or job.binding_arrival_risk is not None,
+            spare_followers=job.binding_poll_ms is not None or job.binding_gate is not None,
             # Behind a gate the router polls nothing: its followers are the gate's waiters.
             followers_poll_s=None
             if job.binding_poll_ms is None or job.binding_gate is not None
@@ -323,7 +304,6 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             rate_view=job.binding_rate
             or (RateView.TAKEN_ARRIVALS if job.binding_gate is None else RateView.GATE_ARRIVALS),
             degrade_after=job.degrade_after,
-            arrival_risk=job.binding_arrival_risk,
             settle_s=0.0 if job.binding_gate is None else job.binding_settle_ms / 1000,
         )
         report = simulate_binding(
@@ -459,12 +439,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=[a.value for a in QueueAggregate],
         help="the pods' queues as the policy sees them",
     )
-    add_enum_argument(
-        parser,
-        "--forecaster",
-        ForecasterKind.NONE,
-        "the predictive strategy's load forecaster (bench/forecast.py compares them)",
-    )
     add_admission_arguments(parser, str(DEFAULT_ADMISSION_QUANTILE))
     parser.add_argument(
         "--binding-only",
@@ -485,29 +459,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0,
         help="with --binding-lag: its share is of the SLO less this many of the fastest's "
         "likely services (default 0: of the SLO)",
-    )
-    parser.add_argument(
-        "--binding-lag-backlog",
-        action="store_true",
-        help="with --binding-lag: its share is also of the SLO less static fastest's queue now "
-        "(when a request arriving now would start there)",
-    )
-    parser.add_argument(
-        "--binding-greedy",
-        action="store_true",
-        help="late binding's old rule: a request may take all the extra time its followers' "
-        "slack leaves it, instead of the best plan for it and them together (the default: "
-        "the most accuracy in all, Aragog's choice over the FIFO queue)",
-    )
-    parser.add_argument(
-        "--binding-reach",
-        type=float,
-        default=0.0,
-        help="late binding: count on this many of the fastest's spreads (p95 less median) of "
-        "luck: a follower counts for the spare also where the services up to its end could end "
-        "that much (x the square root of their number) sooner than their median sum, and a "
-        "request no follower counts for is refused only where late even that much sooner "
-        "(default 0: none)",
     )
     parser.add_argument(
         "--binding-poll-ms",
@@ -539,13 +490,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=RATE_HEADROOM,
         help="late binding: the slow loop allows a member while the rate is within its planner "
         f"rate limit x this (default {RATE_HEADROOM:g}, the operator's)",
-    )
-    parser.add_argument(
-        "--binding-arrival-risk",
-        type=float,
-        default=None,
-        help="late binding: spare the arrivals still to come too, as soon as a Poisson stream "
-        "at the router's rate brings them with this probability (e.g. 0.05; default: none)",
     )
     parser.add_argument(
         "--binding-rate",
@@ -583,10 +527,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--binding-gate must be >= 2 router instances a pod, e.g. 8")
     if not 0 <= args.binding_settle_ms <= MAX_SETTLE_MS:
         parser.error(f"--binding-settle-ms must be in [0, {MAX_SETTLE_MS:g}] ms, e.g. 3")
-    if args.binding_arrival_risk is not None and not 0 < args.binding_arrival_risk < 1:
-        parser.error("--binding-arrival-risk must lie in (0, 1): a probability, e.g. 0.05")
-    if not args.binding_reach >= 0:
-        parser.error("--binding-reach must be >= 0 spreads, e.g. 1")
     if args.binding_lag_reserve < 0:
         parser.error("--binding-lag-reserve must be >= 0 services, e.g. 2")
     if not args.binding_headroom > 0:
@@ -916,7 +856,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.pods} pod(s), {args.aggregate} queue over pods; "
         f"base {args.base_qps:g} QPS per pod, "
         f"{DURATION_S:g} s, {args.seeds} seeds from {args.seed_offset}; "
-        f"predictive's forecaster: {args.forecaster}; "
         "ramp and step go to 2x base, spike is 4x for the middle third, bursty has 2-5x bursts of "
         "5-15 s every 10-30 s;"
         " every policy serves the same arrivals and service-time draws (paired)"
@@ -935,7 +874,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.admission_quantile,
         AdmissionPoint(args.admission_at),
         args.degrade_after,
-        ForecasterKind(args.forecaster),
         args.base_qps,
         args.late_last,
         binding_lag=args.binding_lag,
@@ -944,11 +882,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         binding_settle_ms=args.binding_settle_ms,
         binding_rate=args.binding_rate,
         binding_headroom=args.binding_headroom,
-        binding_arrival_risk=args.binding_arrival_risk,
         binding_lag_reserve=args.binding_lag_reserve,
-        binding_lag_backlog=args.binding_lag_backlog,
-        binding_reach=args.binding_reach,
-        binding_joint=not args.binding_greedy,
         binding_only=args.binding_only,
     )
     seeds = range(args.seed_offset, args.seed_offset + args.seeds)

@@ -63,7 +63,7 @@ def unscaled_policy(spec: ParetoPolicySpec, plan: Plan, scale: float) -> Policy:
         downscale_cooldown_s=settings.downscale_cooldown_s / scale,
         stale_after_s=settings.stale_after_s / scale,
     )
-    return build_policy(spec.strategy, plan, unscaled, spec.forecaster)
+    return build_policy(spec.strategy, plan, unscaled)
 
 
 @dataclass(frozen=True)

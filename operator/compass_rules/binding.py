@@ -243,7 +243,6 @@ def bind_stage(
     at: int | None = None,
     spare_ms: float = math.inf,
     refuse: bool = False,
-    refuse_luck_ms: float = 0.0,
     known: dict[str, tuple[BoolArray, FloatArray]] | None = None,
 ) -> tuple[int | None, str, float]:
     """Bind ``stage``: (the configuration the request heads for, None where refused; how:
@@ -255,7 +254,7 @@ def bind_stage(
     than the fastest completion (the requests waiting behind it; 0: it waited long), of those
     ``allowed`` (the slow loop's; None all; the fastest completion always); else the fastest
     completion (among equals the most accurate); refused where ``refuse`` and even its likely
-    time (admission's quantile), ``refuse_luck_ms`` sooner, is past ``left_ms``. ``known``:
+    time (admission's quantile) is past ``left_ms``. ``known``:
     consistent_remaining_ms' memo for this decision."""
     at = stage if at is None else at
     consistent, times = consistent_remaining_ms(table, bound, at, backlog_ms, known=known)
@@ -279,7 +278,7 @@ def bind_stage(
     if refuse:
         _, admit = consistent_remaining_ms(table, bound, at, backlog_ms, "admit_ms", known)
         likely = float(admit[consistent].min())
-        if likely - max(refuse_luck_ms, 0.0) > left_ms:
+        if likely > left_ms:
             return None, REFUSED, likely
     return fastest, FASTEST, float(times[fastest])
 

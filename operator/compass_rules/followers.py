@@ -34,7 +34,6 @@ def follower_slacks_ms(
     servers: int = 1,
     *,
     likely: tuple[float, float] | None = None,
-    luck_ms: float = 0.0,
 ) -> list[float | None]:
     """How much longer than its fastest completion a request may take without making each
     request waiting behind it (FIFO) late (None: a follower that does not count).
@@ -45,19 +44,14 @@ def follower_slacks_ms(
     e / ``servers``. A follower counts where it would be in time with ``likely`` (this
     request's and each follower's time at admission's quantile; the same times without):
     followers late even so are left out (admission deals with them), and one that counts with
-    no slack at the cautious times leaves none. With ``luck_ms`` a follower counts also where
-    the services up to its end could end that much x the square root of their number sooner
-    than their likely sum (the spread of a sum): the last of a clump that static fastest
-    serves in time by luck."""
+    no slack at the cautious times leaves none."""
     if servers < 1:
         raise ValueError(f"servers: {servers} is not >= 1; give the router instances")
     own_likely, follower_likely = likely or (own_fastest_ms, follower_ms)
     slacks: list[float | None] = []
     ahead, ahead_likely = own_fastest_ms, own_likely
-    # A follower's end is the sum of ``place`` services: this request's and those up to it.
-    for place, left in enumerate(followers_left_ms, start=2):
-        lucky = max(luck_ms, 0.0) * math.sqrt(place) / servers
-        if left + ROUNDING_MS >= ahead_likely / servers + follower_likely - lucky:
+    for left in followers_left_ms:
+        if left + ROUNDING_MS >= ahead_likely / servers + follower_likely:
             slack = left - (ahead / servers + follower_ms)
             slacks.append(max(slack, 0.0) * servers)
         else:

@@ -215,16 +215,6 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
         False,
     ),
     "policy as given": (ParetoPolicySpec, lambda s: None, True),
-    "forecaster with predictive": (
-        ParetoPolicySpec,
-        lambda s: s.update(strategy="predictive", forecaster="lstm"),
-        True,
-    ),
-    "forecaster with elastico": (
-        ParetoPolicySpec,
-        lambda s: s.update(strategy="elastico", forecaster="smoother"),
-        False,
-    ),
     "metrics url with a port and a path": (
         ParetoPolicySpec,
         _metrics_url("https://prometheus.monitoring.svc:9090/prometheus"),

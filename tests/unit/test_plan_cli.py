@@ -100,16 +100,16 @@ def test_plan_options_and_json_output(workdir: Path, capsys: pytest.CaptureFixtu
 def test_plan_writes_the_strategy_and_admission_asked_for(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--strategy, --forecaster and the admission flags land in the manifest, which `compass
-    simulate` then serves as that strategy with admission, with no hand edit."""
+    """--strategy and the admission flags land in the manifest, which `compass simulate` then
+    serves as that strategy with admission, with no hand edit."""
     argv = ["plan", "--profiles", "profiles.json", "--slo-ms", "1000", "--whole-workflow"]
-    argv += ["--strategy", "predictive", "--forecaster", "smoother"]
+    argv += ["--strategy", "predictive"]
     argv += ["--admission", "--degrade-after", "0.5", "--no-refuse"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "the whole workflow switched by predictive (smoother), admission on" in out
+    assert "the whole workflow switched by predictive, admission on" in out
     document = yaml.safe_load((workdir / "paretopolicy.yaml").read_text(encoding="utf-8"))["spec"]
-    assert (document["strategy"], document["forecaster"]) == ("predictive", "smoother")
+    assert document["strategy"] == "predictive"
     assert document["admission"] == {
         "enabled": True,
         "quantile": 0.5,
@@ -121,6 +121,22 @@ def test_plan_writes_the_strategy_and_admission_asked_for(
     simulate = ["simulate", "--policy", "paretopolicy.yaml", "--duration", "30", "--base-qps", "2"]
     assert main(simulate) == 0
     assert "admission q 0.5, refusing nothing" in capsys.readouterr().out
+
+
+def test_a_manifest_that_still_sets_a_forecaster_is_told_it_was_removed(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A policy written before the forecasters left names the field and the fix."""
+    assert main(["plan", "--profiles", "profiles.json", "--slo-ms", "1000"]) == 0
+    capsys.readouterr()
+    path = workdir / "paretopolicy.yaml"
+    manifest = yaml.safe_load(path.read_text(encoding="utf-8"))
+    manifest["spec"]["forecaster"] = "lstm"
+    path.write_text(yaml.safe_dump(manifest), encoding="utf-8")
+    assert main(["simulate", "--policy", "paretopolicy.yaml", "--duration", "30"]) == 2
+    line = one_error_line(capsys, "simulate")
+    assert "forecaster: removed" in line
+    assert "delete the field" in line
 
 
 def test_plan_writes_per_request_binding_by_default(
@@ -422,11 +438,6 @@ def write_profiles(workdir: Path, profiles: Any) -> None:
         (PROFILES, ["--output", "profiles.json"], "--output: profiles.json is also --profiles"),
         (PROFILES, ["--model", "magic"], "argument --model: invalid choice"),
         (PROFILES, ["--strategy", "greedy"], "argument --strategy: invalid choice"),
-        (
-            PROFILES,
-            ["--forecaster", "lstm"],
-            "--forecaster: lstm needs --strategy predictive (it is elastico)",
-        ),
         (
             PROFILES,
             ["--whole-workflow", "--no-refuse"],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -47,7 +47,6 @@ from compass.domain.elastico import (
     MetricsLoss,
 )
 from compass.domain.evaluation import ParamValue
-from compass.domain.forecast import ForecasterKind
 from compass.domain.planner import ThresholdModel
 from compass.domain.profiles import MAX_COMPONENTS
 from compass.domain.space import MAX_PARAMETERS, config_key
@@ -603,19 +602,6 @@ class PolicyMode(StrEnum):
 class ServingSettings(CamelModel):
     """How a policy serves its front: what a CompoundWorkflow hands its generated ParetoPolicy."""
 
-    # The same rule as _forecaster_needs_predictive, for the API server.
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="!has(self.forecaster) || self.forecaster == 'none'"
-                " || (has(self.strategy) && self.strategy == 'predictive')",
-                message="forecaster: only strategy predictive takes one; set strategy: "
-                "predictive or forecaster: none",
-                field_path=".forecaster",
-            ),
-        )
-    )
-
     hysteresis: Hysteresis = Field(
         default_factory=Hysteresis, description="Cooldowns and the slack buffer."
     )
@@ -684,15 +670,6 @@ class ServingSettings(CamelModel):
         "and burst memory do not apply; meant to run with admission; bench/serving_sim.py "
         "compares them).",
     )
-    forecaster: ForecasterKind = Field(
-        default=ForecasterKind.NONE,
-        description="predictive only: a load forecast over the last 120 s of arrivals that may "
-        "raise the rate a mix is judged on, never lower it (it moves towards speed before a "
-        "queue builds). smoother: Holt's trend-aware exponential smoothing; lstm: a small "
-        "LSTM shipped with compass (numpy, no torch at run time); none: the arrivals' steady "
-        "window alone. bench/forecast.py compares them.",
-    )
-
     mode: PolicyMode = Field(
         default=PolicyMode.ACTIVE,
         description="active (the default): the policy switches the routers and sends them its "
@@ -713,14 +690,16 @@ class ServingSettings(CamelModel):
         enabled = self.admission.enabled
         return self.binding.mode.per_request if enabled is None else enabled
 
-    @model_validator(mode="after")
-    def _forecaster_needs_predictive(self) -> ServingSettings:
-        if self.forecaster is not ForecasterKind.NONE and self.strategy is not Strategy.PREDICTIVE:
+    @model_validator(mode="before")
+    @classmethod
+    def _forecaster_removed(cls, data: Any) -> Any:
+        # Its own message: extra="forbid" would only call it an extra input.
+        if isinstance(data, dict) and "forecaster" in data:
             raise ValueError(
-                f"forecaster: {self.forecaster.value} needs strategy: predictive (it is "
-                f"{self.strategy.value}); set strategy: predictive or forecaster: none"
+                "forecaster: removed (no forecaster served better than predictive's own "
+                "reading of the arrivals); delete the field"
             )
-        return self
+        return data
 
 
 class ParetoPolicySpec(ServingSettings):

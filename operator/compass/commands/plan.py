@@ -51,7 +51,6 @@ from compass.console import (
     policy_text,
 )
 from compass.conversion import spec_for_plan
-from compass.domain.forecast import ForecasterKind
 from compass.domain.planner import (
     PlanError,
     Slo,
@@ -126,13 +125,6 @@ def register(commands: Any, summary: str) -> None:
         "between members), split (also serve a share with the next more accurate member) or "
         "predictive (the most accurate mix whose next 10 s forecast keeps the SLO; meant with "
         "--admission)",
-    )
-    add_enum_argument(
-        plan,
-        "--forecaster",
-        ForecasterKind.NONE,
-        "with --strategy predictive: a load forecast that may raise the rate a mix is judged "
-        "on (default none)",
     )
     admission = plan.add_mutually_exclusive_group()
     admission.add_argument(
@@ -281,22 +273,15 @@ def parse_stage(text: str) -> BindingStage:
 
 
 def serving_choice(args: argparse.Namespace) -> dict[str, Any]:
-    """The binding, strategy, forecaster and admission the flags ask for, as ParetoPolicy spec
+    """The binding, strategy and admission the flags ask for, as ParetoPolicy spec
     fields; a usage error names the flag when they do not go together."""
     strategy = Strategy(args.strategy)
-    forecaster = ForecasterKind(args.forecaster)
     whole = bool(args.whole_workflow)
     if strategy is not Strategy.ELASTICO and not whole:
         fail(
             "--strategy",
             f"{strategy.value} switches the whole workflow, and the default binds each request",
             "add --whole-workflow (for routers that cannot bind per request), or drop --strategy",
-        )
-    if forecaster is not ForecasterKind.NONE and strategy is not Strategy.PREDICTIVE:
-        fail(
-            "--forecaster",
-            f"{forecaster.value} needs --strategy predictive (it is {strategy.value})",
-            "add --whole-workflow --strategy predictive or drop --forecaster",
         )
     if whole and args.stage:
         fail("--stage", "binds each request, and --whole-workflow binds none", "drop one of them")
@@ -323,7 +308,6 @@ def serving_choice(args: argparse.Namespace) -> dict[str, Any]:
     )
     return {
         "strategy": strategy,
-        "forecaster": forecaster,
         "admission": admission,
         "binding": binding,
     }
@@ -355,9 +339,7 @@ def serving_summary(spec: ParetoPolicySpec) -> str:
             else "each request bound at take-up"
         )
     else:
-        what = f"the whole workflow switched by {spec.strategy.value}" + (
-            "" if spec.forecaster is ForecasterKind.NONE else f" ({spec.forecaster.value})"
-        )
+        what = f"the whole workflow switched by {spec.strategy.value}"
     return what + (", admission on" if spec.admits else "")
 
 

@@ -25,7 +25,6 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-from scipy.special import gammaincinv
 
 from compass.domain.errors import FieldError
 from compass.domain.evaluation import ParamValue
@@ -221,7 +220,6 @@ def bind_stage(
     refuse: bool = False,
     allowed: Collection[int] | None = None,
     at: int | None = None,
-    refuse_luck_ms: float = 0.0,
 ) -> Binding:
     """Bind ``stage``: the configuration (consistent with ``bound``) the request heads for.
 
@@ -232,9 +230,7 @@ def bind_stage(
     configurations the slow loop allows now (None: all), the fastest completion being the
     fallback whatever it allows; ``at``: the stage the request has reached (None: ``stage``),
     earlier than ``stage`` where a pipeline reads a later stage's parameters before it calls
-    the earlier components (rag-sim reads them all at dispatch): their time counts too;
-    ``refuse_luck_ms``: refuse only what is late even that much sooner than its likely time
-    (``luck_ms``; static fastest serves such a request in time by luck often enough)."""
+    the earlier components (rag-sim reads them all at dispatch): their time counts too."""
     if not 0 <= stage < len(plan.stages):
         raise BindingError("stage", f"{stage} is not a stage of {len(plan.stages)}", "give 0..n-1")
     at = stage if at is None else at
@@ -257,7 +253,6 @@ def bind_stage(
             at,
             spare_ms,
             refuse,
-            refuse_luck_ms,
         )
     except ValueError:
         raise BindingError(
@@ -275,14 +270,13 @@ def follower_slacks_ms(
     servers: int = 1,
     *,
     likely: tuple[float, float] | None = None,
-    luck_ms: float = 0.0,
 ) -> list[float | None]:
     """How much longer than its fastest completion a request may take without making each
     request waiting behind it (FIFO) late (None: a follower that does not count):
     compass_rules.followers.follower_slacks_ms (docs/method.md, Late binding)."""
     _check_servers(servers)
     return followers.follower_slacks_ms(
-        own_fastest_ms, followers_left_ms, follower_ms, servers, likely=likely, luck_ms=luck_ms
+        own_fastest_ms, followers_left_ms, follower_ms, servers, likely=likely
     )
 
 
@@ -298,13 +292,12 @@ def follower_spare_ms(
     servers: int = 1,
     *,
     likely: tuple[float, float] | None = None,
-    luck_ms: float = 0.0,
 ) -> float:
     """How much longer than its fastest completion a request may take without making a request
     waiting behind it late that would otherwise be in time: the least of
     ``follower_slacks_ms``' counted slacks, inf when no follower counts."""
     slacks = follower_slacks_ms(
-        own_fastest_ms, followers_left_ms, follower_ms, servers, likely=likely, luck_ms=luck_ms
+        own_fastest_ms, followers_left_ms, follower_ms, servers, likely=likely
     )
     return min((s for s in slacks if s is not None), default=math.inf)
 
@@ -337,28 +330,6 @@ def joint_options(
     each as (extra time over the fastest configuration, accuracy)."""
     own, theirs = followers.joint_options(plan.table, bound, at, left_ms, backlog_ms, allowed)
     return [(t, a) for t, a in own.tolist()], [(t, a) for t, a in theirs.tolist()]
-
-
-def luck_ms(likely_ms: float, cautious_ms: float, reach: float) -> float:
-    """How much sooner than its likely time a service may end by luck that a follower or a
-    refusal still counts on: ``reach`` x its spread (its cautious less its likely time; one
-    spread is about 1.6 standard deviations, so 1 reaches the luck of about one in twenty)."""
-    if not reach >= 0:
-        raise BindingError("reach", f"{reach!r} is not >= 0", "give a count of spreads, e.g. 1")
-    return reach * max(cautious_ms - likely_ms, 0.0)
-
-
-def arrival_offsets_ms(rate_per_ms: float, count: int, risk: float) -> list[float]:
-    """When the next ``count`` arrivals come at the latest that a Poisson stream at
-    ``rate_per_ms`` brings them sooner with probability ``risk`` only: the j-th arrival's time,
-    Gamma(j, rate), at its ``risk`` quantile, ms from now (none at no rate)."""
-    if not 0 < risk < 1:
-        raise BindingError("risk", f"{risk!r} is not in (0, 1)", "give a probability, e.g. 0.05")
-    if not rate_per_ms > 0:
-        return []
-    # The Gamma(j, 1) quantile: the Poisson mean at which j or more events come with
-    # probability ``risk``.
-    return [float(gammaincinv(j, risk)) / rate_per_ms for j in range(1, count + 1)]
 
 
 def static_schedule(

@@ -33,13 +33,11 @@ from compass.domain.binding import (
     BindingVerdict,
     StagePlan,
     allowed_at,
-    arrival_offsets_ms,
     bind_stage,
     follower_slacks_ms,
     joint_options,
     joint_spare_ms,
     lag_spare_ms,
-    luck_ms,
     polled_followers_left_ms,
     remaining_ms,
     stage_plan,
@@ -59,10 +57,6 @@ IntArray = npt.NDArray[np.int64]
 # (model-images/router/model.py DEFAULT_POLL_MS): a router whose pod exports Triton's metrics
 # binds on the followers it counts; the simulator of a live run predicts it with this period.
 ROUTER_POLL_S = 0.025
-
-
-# How many arrivals still to come ``BindingSettings.arrival_risk`` spares at most.
-EXPECTED_FOLLOWERS = 8
 
 
 class RateView(StrEnum):
@@ -110,11 +104,6 @@ class BindingSettings:
     # wait in Triton's queue, unseen (a gated router polls nothing, so ``followers_poll_s``
     # must be None). None: no gate.
     visible_followers: int | None = None
-    # Bind every stage when a router instance takes the request up, as the router does for a
-    # pipeline that reads every parameter before its first call (rag-sim's: check_config, then
-    # the whole configuration to each component), each stage's choice counting the time of the
-    # stages before it; False: each stage when the request reaches its component.
-    bind_at_dispatch: bool = True
     # The pod's arrival rate (for ``max_qps``) is counted over this window, s (2 s saw bursts
     # sooner than 5 s and kept more requests in time on bench/serving_sim.py).
     rate_window_s: float = 2.0
@@ -125,11 +114,6 @@ class BindingSettings:
     # queue behind it, but its own wait says one stands there, and every extra ms it takes is
     # one more for each request in it.
     degrade_after: float | None = None
-    # With ``spare_followers``: spare the arrivals still to come too, at the router's rate
-    # (``rate_view``): the next ones as soon as a Poisson stream brings them with this
-    # probability (``arrival_offsets_ms``; None: none). Extra time delays every later arrival
-    # of the busy period, and a clump that arrives during it pays for it.
-    arrival_risk: float | None = None
     # Per allowed configuration, the arrival rate (requests/s per pod) above which the slow
     # loop disallows it (the planner's stay limit; None: no limit); empty: no limits.
     max_qps: tuple[float | None, ...] = ()
@@ -140,21 +124,6 @@ class BindingSettings:
     # services (the slack static fastest leaves a request with that many ahead of it), so a
     # short SLO, whose clumps leave little slack, allows less lag. --binding-lag-reserve.
     lag_reserve: int = 0
-    # With ``lag_share``: its share is also of the SLO less static fastest's queue now (when a
-    # request arriving now would start there), so a busy period that already leaves the next
-    # arrivals little slack allows less lag. --binding-lag-backlog.
-    lag_backlog: bool = False
-    # Luck counted on, in the fastest's spreads (``luck_ms``; 0: none): a follower counts for
-    # the spare also where the services up to its end could end that much sooner than their
-    # likely sum (x the square root of their number), and a request that no follower counts
-    # for is refused only where late even that much sooner than its likely time. Static
-    # fastest serves the last of a clump in time by luck often enough that the requests ahead
-    # of it cost compliance where they spend it. --binding-reach.
-    reach: float = 0.0
-    # With ``spare_followers``: the request's extra time is the best plan's for it and the
-    # followers it sees together (``joint_spare_ms``: Aragog's choice over the FIFO queue), as
-    # the router plans; False: all that their slack leaves it. --binding-greedy.
-    joint: bool = True
     # What the router's own binding work (the decision, its reads of the shared table) adds to
     # each bound request's turn in the pipeline, s: counted at its first component (exact for
     # a pipeline of one slot, where the turn holds every component). 0: free, as the domain's
@@ -194,7 +163,6 @@ class _BindingPod:
         fastest = plan.configs[plan.fastest()]
         self.follower_ms = fastest.total_ms
         self.follower_likely_ms = sum(fastest.stage_admit_ms or fastest.stage_ms)
-        self.luck_ms = luck_ms(self.follower_likely_ms, self.follower_ms, settings.reach)
         self.router: deque[int] = deque()
         stages = len(plan.stages)
         # Per component: requests waiting (request, predicted ms, actual s), and when its batch
@@ -251,12 +219,13 @@ class _BindingPod:
         return allowed_at(limits, self.rate_per_ms(end) * 1000)
 
     def enter(self, request: int, stage: int, now: float) -> bool:
-        """Bind the request's stage (every stage at its first, ``bind_at_dispatch``) and queue
-        it at that component; False where refused."""
-        if stage == 0 or not self.settings.bind_at_dispatch:
+        """Bind every stage of the request when it reaches its first, as the router does for a
+        pipeline that reads every parameter before its first call (rag-sim's: check_config,
+        then the whole configuration to each component), each stage's choice counting the time
+        of the stages before it; queue it at that component. False where refused."""
+        if stage == 0:
             backlog = self.backlog_ms(now)
-            last = len(self.plan.stages) - 1 if self.settings.bind_at_dispatch else stage
-            for binding_stage in range(stage, last + 1):
+            for binding_stage in range(len(self.plan.stages)):
                 binding = self.bind(request, binding_stage, stage, now, backlog)
                 if binding.config is None or binding.verdict is BindingVerdict.REFUSED:
                     return False
@@ -289,8 +258,6 @@ class _BindingPod:
             )
             static_finish_ms = self.static_start[request] * 1000 + self.follower_likely_ms
             slack_ms = self.slo_s * 1000 - self.settings.lag_reserve * self.follower_likely_ms
-            if self.settings.lag_backlog:
-                slack_ms -= max(self.static_free - now, 0.0) * 1000
             cap_ms = self.settings.lag_share * max(slack_ms, 0.0)
             lag_ms = lag_spare_ms(now * 1000 + quickest_likely, static_finish_ms, cap_ms)
         spare = math.inf
@@ -301,22 +268,19 @@ class _BindingPod:
                 remaining_ms(c, at, backlog, admitting=True) for c in consistent_configs
             )
             followers = self.followers_left_ms(left_ms, now)
-            if self.settings.arrival_risk is not None:
-                followers += self.expected_left_ms(request, now)
             slacks = follower_slacks_ms(
                 own,
                 followers,
                 self.follower_ms,
                 self.servers,
                 likely=(own_likely, self.follower_likely_ms),
-                luck_ms=self.luck_ms,
             )
             spare = min((s for s in slacks if s is not None), default=math.inf)
-            if self.settings.joint and math.isfinite(spare):
+            # The best plan for it and the followers it sees together (Aragog's choice over
+            # the FIFO queue), as the router plans.
+            if math.isfinite(spare):
                 mine, theirs = joint_options(plan, bound, at, left_ms, backlog, allowed)
                 spare = min(spare, joint_spare_ms(mine, theirs, slacks, self.servers, lag_ms))
-        # Luck is counted on for the request itself where no follower counts on it.
-        refuse_luck_ms = self.luck_ms if math.isinf(spare) else 0.0
         degrade_after = self.settings.degrade_after
         if degrade_after is not None and waited_long(
             (self.starts[request] - self.arrivals[request]) * 1000, self.slo_s * 1000, degrade_after
@@ -333,7 +297,6 @@ class _BindingPod:
             refuse=self.settings.refuse and stage == 0,
             allowed=allowed,
             at=at,
-            refuse_luck_ms=refuse_luck_ms,
         )
 
     def followers_left_ms(self, left_ms: float, now: float) -> list[float]:
@@ -348,16 +311,6 @@ class _BindingPod:
         polled_at = math.floor(now / poll_s) * poll_s
         seen = sum(1 for r in self.router if self.arrivals[r] <= polled_at)
         return polled_followers_left_ms(seen, left_ms)
-
-    def expected_left_ms(self, request: int, now: float) -> list[float]:
-        """What the arrivals still to come will have left of their deadlines, as soon as
-        ``arrival_risk`` says they may come, at the rate the router counts."""
-        risk = self.settings.arrival_risk
-        assert risk is not None
-        taken = self.settings.rate_view is RateView.TAKEN_ARRIVALS
-        rate = self.rate_per_ms(float(self.arrivals[request]) if taken else now)
-        slo_ms = self.slo_s * 1000
-        return [slo_ms + at for at in arrival_offsets_ms(rate, EXPECTED_FOLLOWERS, risk)]
 
     def take_up(self, started: int | None = None) -> None:
         """Count the arrival of each request a router instance holds for the first time
@@ -510,10 +463,6 @@ def simulate_binding(
         value = getattr(settings, field)
         if not 0 <= value < math.inf:
             raise SimulationError(field, f"{value!r} is not a time >= 0", f"give {what} s, or 0")
-    if not settings.reach >= 0:
-        raise SimulationError(
-            "reach", f"{settings.reach!r} is not >= 0", "give a count of spreads, e.g. 1, or 0"
-        )
     if settings.lag_reserve < 0:
         raise SimulationError(
             "lag_reserve", f"{settings.lag_reserve!r} is not >= 0", "give a count, e.g. 2"

@@ -38,7 +38,6 @@ from compass.domain.elastico import (
     record_arrivals,
     steady_window,
 )
-from compass.domain.forecast import Forecaster, arrival_series
 from compass.domain.mix import Mix, accuracy_hull, hull_mixes, mix_weighting, most_accurate
 from compass.domain.planner import Plan
 
@@ -320,10 +319,6 @@ class Predictive:
     settings: ElasticoSettings = field(default_factory=ElasticoSettings)
     risk: float = DEFAULT_RISK
     horizon_s: float = DEFAULT_HORIZON_S
-    # A load forecaster (compass.domain.forecast): its rate for the next seconds raises the
-    # rate a mix is judged on where it is higher, never lowers it (it may move towards speed
-    # before the queue builds, never delay a move to it).
-    forecaster: Forecaster | None = field(default=None, compare=False)
     positions: tuple[Mix, ...] = field(init=False, repr=False, compare=False)
     # The positions as a set: every decision asks whether the state's mix is one of them.
     on_hull: frozenset[Mix] = field(init=False, repr=False, compare=False)
@@ -373,9 +368,6 @@ class Predictive:
         if rates is None:
             return self._route(state, self.fastest, "no arrival rate known yet: fastest", now)
         stay_rate, climb_rate = rates
-        ahead = self._forecast(state, observation)
-        if ahead is not None:
-            stay_rate, climb_rate = max(stay_rate, ahead), max(climb_rate, ahead)
         depth = max(observation.queue_depth, 0.0)
         # Spread at random over the pods, a clump of all pods' arrivals reaches each in part.
         clump = clump_size(1 + (dispersion - 1) / pods)
@@ -402,10 +394,9 @@ class Predictive:
         # The most accurate safe position, assuming (as the oracle does) that a more accurate
         # mix never misses less.
         target = most_accurate(self.positions, safe)
-        told = "" if ahead is None else f", forecaster {ahead:.2f}/s"
         clumped = "" if clump == 1 else f" in clumps of {clump:.1f}"
         reason = (
-            f"forecast {stay_rate:.2f}/s per pod{clumped} (climb {climb_rate:.2f}/s{told}), "
+            f"forecast {stay_rate:.2f}/s per pod{clumped} (climb {climb_rate:.2f}/s), "
             f"queue {depth:g}: "
             f"the most accurate mix within {self.risk:.0%} more misses than the fastest over "
             f"{self.horizon_s:g} s"
@@ -562,13 +553,6 @@ class Predictive:
             rate_upper_bound(count, seconds, STAY_CONFIDENCE) * dispersion / pods,
             rate_upper_bound(count, seconds, CLIMB_CONFIDENCE) * dispersion / pods,
         )
-
-    def _forecast(self, state: PolicyState, observation: Observation) -> float | None:
-        """The forecaster's per-pod rate over its horizon, None without one or history."""
-        if self.forecaster is None:
-            return None
-        series = arrival_series(state.arrivals, observation.time)
-        return None if series is None else self.forecaster.forecast(*series)
 
     def _metrics_lost(
         self, state: PolicyState, current: Mix, observation: Observation | None, now: float

@@ -11,7 +11,6 @@ from enum import StrEnum
 from typing import Protocol
 
 from compass.domain.elastico import Decision, Elastico, ElasticoSettings, Observation, PolicyState
-from compass.domain.forecast import ForecasterKind, build_forecaster
 from compass.domain.planner import Plan
 from compass.domain.predictive import Predictive
 from compass.domain.split import Split
@@ -48,14 +47,11 @@ def build_policy(
     strategy: Strategy,
     plan: Plan,
     settings: ElasticoSettings | None = None,
-    forecaster: ForecasterKind = ForecasterKind.NONE,
 ) -> Policy:
-    """The policy of this strategy over the plan (a forecaster only for predictive)."""
+    """The policy of this strategy over the plan."""
     settings = settings or ElasticoSettings()
-    if ForecasterKind(forecaster) is not ForecasterKind.NONE and strategy != Strategy.PREDICTIVE:
-        raise ValueError(f"forecaster {forecaster}: only the predictive strategy takes one")
     if Strategy(strategy) is Strategy.SPLIT:
         return Split(plan, settings)
     if Strategy(strategy) is Strategy.PREDICTIVE:
-        return Predictive(plan, settings, forecaster=build_forecaster(forecaster))
+        return Predictive(plan, settings)
     return Elastico(plan, settings)

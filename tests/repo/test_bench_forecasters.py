@@ -1,38 +1,18 @@
-"""The load forecasters: their input, Holt's smoother, the LSTM, and the predictive strategy
-that plans on their rate."""
+"""bench/forecasters.py: the load forecasters' input, Holt's smoother and the LSTM (the
+forecasters bench/forecast.py compares; the operator does not run them)."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, replace
-
 import numpy as np
 import pytest
-from profiles_for_tests import normal_profile as profile
+from bench_runner import bench_module
 
 from compass.domain.arrivals import make_pattern
-from compass.domain.elastico import Observation
-from compass.domain.forecast import (
-    HISTORY_S,
-    HORIZON_S,
-    ForecasterKind,
-    Holt,
-    LastWindow,
-    Lstm,
-    arrival_series,
-    build_forecaster,
-    lstm_inputs,
-)
-from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
-from compass.domain.predictive import Predictive
-from compass.domain.strategy import Strategy, build_policy
 
-PLAN = plan_thresholds(
-    [profile("fast", 0.70, 100, 15), profile("mid", 0.80, 150, 20), profile("slow", 0.90, 250, 30)],
-    Slo(1000),
-    50,
-    ThresholdModel.TAIL,
-)
+forecasters = bench_module("forecasters")
+HISTORY_S, HORIZON_S = forecasters.HISTORY_S, forecasters.HORIZON_S
+Holt, LastWindow, Lstm = forecasters.Holt, forecasters.LastWindow, forecasters.Lstm
+arrival_series, lstm_inputs = forecasters.arrival_series, forecasters.lstm_inputs
 
 
 def counter_samples(per_second: np.ndarray, every_s: float = 1.0) -> list[tuple[float, float]]:
@@ -120,9 +100,9 @@ def test_the_numpy_lstm_computes_what_torch_does_with_the_same_weights() -> None
 def test_weights_of_the_wrong_shape_are_refused_with_the_fix() -> None:
     weights = random_weights(8, seed=3)
     weights["weight_hh"] = weights["weight_hh"][:-1]
-    with pytest.raises(ValueError, match=r"rerun hack/train_forecaster\.py"):
+    with pytest.raises(ValueError, match=r"rerun bench/train_forecaster\.py"):
         Lstm.from_json(weights)
-    with pytest.raises(ValueError, match=r"rerun hack/train_forecaster\.py"):
+    with pytest.raises(ValueError, match=r"rerun bench/train_forecaster\.py"):
         Lstm.from_json({"weight_ih": []})
 
 
@@ -153,69 +133,6 @@ def test_the_shipped_lstm_forecasts_better_than_the_last_window(kind: str) -> No
     assert lstm < last
 
 
-def test_the_shipped_weights_are_package_data() -> None:
+def test_the_weights_in_bench_data_load() -> None:
     lstm = Lstm.shipped()
     assert lstm.weight_hh.shape[0] == 4 * lstm.weight_hh.shape[1]
-    assert build_forecaster("lstm") is lstm
-    assert isinstance(build_forecaster(ForecasterKind.SMOOTHER), Holt)
-    assert build_forecaster("none") is None
-
-
-@dataclass(frozen=True)
-class Constant:
-    """A forecaster that always says the same rate."""
-
-    rate: float
-
-    def forecast(self, series: np.ndarray, known: int) -> float:
-        return self.rate
-
-
-def routing_after(policy: Predictive, qps: float, seconds: int = 20) -> int:
-    state = policy.initial_state(0.0)
-    decision = None
-    for t in range(1, seconds + 1):
-        decision, state = policy.decide(Observation(float(t), 0, arrivals_total=qps * t), state, t)
-    assert decision is not None
-    return decision.mix.position  # type: ignore[no-any-return]
-
-
-def test_a_forecast_rise_moves_the_policy_towards_speed_before_any_queue() -> None:
-    plain = routing_after(Predictive(PLAN), qps=1.0)
-    warned = routing_after(Predictive(PLAN, forecaster=Constant(6.0)), qps=1.0)
-    assert warned < plain
-
-
-def test_a_forecast_fall_never_delays_a_move_to_speed() -> None:
-    plain = routing_after(Predictive(PLAN), qps=6.0)
-    calmed = routing_after(Predictive(PLAN, forecaster=Constant(0.1)), qps=6.0)
-    assert calmed == plain
-    assert plain < routing_after(Predictive(PLAN), qps=0.5)
-
-
-def test_build_policy_gives_predictive_its_forecaster_and_refuses_one_elsewhere() -> None:
-    policy = build_policy(Strategy.PREDICTIVE, PLAN, forecaster=ForecasterKind.SMOOTHER)
-    assert isinstance(policy, Predictive)
-    assert isinstance(policy.forecaster, Holt)
-    with pytest.raises(ValueError, match="only the predictive strategy"):
-        build_policy(Strategy.ELASTICO, PLAN, forecaster=ForecasterKind.LSTM)
-
-
-def test_the_spec_names_the_field_when_a_forecaster_comes_without_predictive() -> None:
-    from pydantic import ValidationError
-
-    from compass.api.paretopolicy import ParetoPolicySpec
-    from compass.conversion import runtime_policy, spec_for_plan
-
-    spec = spec_for_plan(PLAN)
-    data = spec.model_dump(by_alias=True, mode="json")
-    with pytest.raises(ValidationError, match="forecaster: lstm needs strategy: predictive"):
-        ParetoPolicySpec.model_validate({**data, "forecaster": "lstm"})
-    chosen = ParetoPolicySpec.model_validate(
-        {**data, "forecaster": "lstm", "strategy": "predictive"}
-    )
-    policy = runtime_policy(chosen)
-    assert isinstance(policy, Predictive)
-    assert isinstance(policy.forecaster, Lstm)
-    assert json.loads(chosen.model_dump_json(by_alias=True))["forecaster"] == "lstm"
-    assert replace(policy, forecaster=None).forecaster is None

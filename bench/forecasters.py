@@ -1,10 +1,10 @@
-"""Short-horizon forecasts of a pod's arrival rate, from the arrivals counter the policy keeps.
+"""Short-horizon forecasts of a pod's arrival rate from an arrivals counter: bench/forecast.py's.
 
 Two forecasters over the last ``HISTORY_S`` seconds of per-second arrivals: Holt's trend-aware
-smoother and a small LSTM trained offline by ``hack/train_forecaster.py`` and shipped as its
-weights (``forecast-lstm.json``), run here in numpy so the operator needs no torch. Each says
-the mean rate over the next ``HORIZON_S`` seconds; the predictive strategy takes a forecast only
-to raise the rate it plans for. docs/method.md, "Forecasters".
+smoother and a small LSTM trained offline by ``bench/train_forecaster.py`` (its weights in
+``bench/data/forecast-lstm.json``), run in numpy. Each says the mean rate over the next
+``HORIZON_S`` seconds. They left the operator because none served predictive better than its
+own steady window of the arrivals (bench/README.md, the ``forecast.py`` row).
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,19 +28,11 @@ HISTORY_S = 120
 HORIZON_S = 10.0
 # Fewer known seconds than this: no forecast.
 MIN_HISTORY_S = 2
-# Holt's smoothing of the level and of the trend, fitted by hack/train_forecaster.py on its
+# Holt's smoothing of the level and of the trend, fitted by bench/train_forecaster.py on its
 # training series (a grid over both; the mean squared error of the 10 s mean rate).
 HOLT_LEVEL = 0.15
 HOLT_TREND = 0.001
-LSTM_WEIGHTS = "forecast-lstm.json"
-
-
-class ForecasterKind(StrEnum):
-    """Which forecaster a policy runs (none: the arrivals' steady window alone)."""
-
-    NONE = "none"
-    SMOOTHER = "smoother"
-    LSTM = "lstm"
+LSTM_WEIGHTS = Path(__file__).resolve().parent / "data" / "forecast-lstm.json"
 
 
 def arrival_series(
@@ -138,7 +129,7 @@ class Lstm:
 
     @classmethod
     def from_json(cls, weights: dict[str, Any]) -> Lstm:
-        """The forecaster from hack/train_forecaster.py's JSON (checked for shape)."""
+        """The forecaster from bench/train_forecaster.py's JSON (checked for shape)."""
         try:
             weight_ih = np.asarray(weights["weight_ih"], dtype=np.float64)
             weight_hh = np.asarray(weights["weight_hh"], dtype=np.float64)
@@ -148,7 +139,7 @@ class Lstm:
             head = np.asarray(weights["head_weight"], dtype=np.float64).reshape(-1)
             head_bias = float(np.asarray(weights["head_bias"], dtype=np.float64).reshape(-1)[0])
         except (KeyError, TypeError, ValueError, IndexError) as error:
-            raise ValueError(f"LSTM weights: {error!r}; rerun hack/train_forecaster.py") from error
+            raise ValueError(f"LSTM weights: {error!r}; rerun bench/train_forecaster.py") from error
         hidden = weight_hh.shape[1] if weight_hh.ndim == 2 else 0
         shapes_fit = (
             hidden > 0
@@ -161,13 +152,13 @@ class Lstm:
             raise ValueError(
                 f"LSTM weights: shapes {weight_ih.shape}, {weight_hh.shape}, {bias.shape}, "
                 f"{head.shape} do not make one layer over 2 inputs; rerun "
-                "hack/train_forecaster.py"
+                "bench/train_forecaster.py"
             )
         return cls(weight_ih, weight_hh, bias, head, head_bias)
 
     @classmethod
     def shipped(cls) -> Lstm:
-        """The forecaster trained by hack/train_forecaster.py and shipped with compass."""
+        """The forecaster bench/train_forecaster.py trained, from bench/data."""
         return _shipped_lstm()
 
     def forecast(self, series: FloatArray, known: int) -> float:
@@ -194,15 +185,5 @@ class Lstm:
 @lru_cache(maxsize=1)
 def _shipped_lstm() -> Lstm:
     """The shipped weights, read once per process."""
-    text = resources.files("compass.domain").joinpath(LSTM_WEIGHTS).read_text("utf-8")
+    text = LSTM_WEIGHTS.read_text("utf-8")
     return Lstm.from_json(json.loads(text))
-
-
-def build_forecaster(kind: ForecasterKind | str) -> Forecaster | None:
-    """The forecaster of this kind (None for none)."""
-    kind = ForecasterKind(kind)
-    if kind is ForecasterKind.SMOOTHER:
-        return Holt()
-    if kind is ForecasterKind.LSTM:
-        return Lstm.shipped()
-    return None

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Train the LSTM load forecaster and fit Holt's smoother on synthetic arrival series.
 
-Writes operator/compass/domain/forecast-lstm.json (what `forecaster: lstm` loads) and prints
-the Holt constants that fit best (compass.domain.forecast holds them). The training series
+Writes bench/data/forecast-lstm.json (what bench/forecasters.py's Lstm loads) and prints
+the Holt constants that fit best (bench/forecasters.py holds them). The training series
 are the simulator's load shapes (step, ramp, spike, bursty, constant) at random durations and
 rates, and random piecewise-linear loads (rises and falls of up to 6x over 0-60 s); each is
 Poisson arrivals per second, cut into (last 120 s, mean rate of the next 10 s) windows. Seeds
 start at 10**6, away from the benches' (0-199). Takes 2-4 minutes on 2 CPU cores.
 
-    .venv/bin/python hack/train_forecaster.py [--series 3000] [--epochs 30]
+    .venv/bin/python bench/train_forecaster.py [--series 3000] [--epochs 30]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from compass.domain.arrivals import PatternKind, make_pattern
-from compass.domain.forecast import (
+from forecasters import (
     HISTORY_S,
     HORIZON_S,
     LSTM_WEIGHTS,
@@ -32,7 +32,6 @@ from compass.domain.forecast import (
     lstm_inputs,
 )
 
-OUT = Path(__file__).resolve().parent.parent / "operator" / "compass" / "domain" / LSTM_WEIGHTS
 SEED = 10**6
 HIDDEN = 16
 WINDOWS_PER_SERIES = 24
@@ -93,7 +92,7 @@ def windows(series_count: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 class Model(torch.nn.Module):
-    """One LSTM layer over (rate / scale, measured) and a softplus head: forecast.Lstm's."""
+    """One LSTM layer over (rate / scale, measured) and a softplus head: forecasters.Lstm's."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -106,7 +105,7 @@ class Model(torch.nn.Module):
 
 
 def normalised(series: np.ndarray, knowns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The LSTM's inputs and each window's scale, exactly as forecast.Lstm builds them."""
+    """The LSTM's inputs and each window's scale, exactly as forecasters.Lstm builds them."""
     pairs = [lstm_inputs(s, int(k)) for s, k in zip(series, knowns, strict=True)]
     return np.stack([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", type=int, default=3000, help="training series")
     parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=LSTM_WEIGHTS)
     args = parser.parse_args(argv)
     torch.manual_seed(SEED)
     torch.set_num_threads(2)
@@ -177,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     fit_holt(series[sample], knowns[sample], targets[sample], scales[sample])
     state = {name: value.detach().numpy() for name, value in model.state_dict().items()}
     weights = {
-        "about": "compass.domain.forecast.Lstm, trained by hack/train_forecaster.py",
+        "about": "bench/forecasters.py's Lstm, trained by bench/train_forecaster.py",
         "hidden": HIDDEN,
         "weight_ih": state["lstm.weight_ih_l0"],
         "weight_hh": state["lstm.weight_hh_l0"],
