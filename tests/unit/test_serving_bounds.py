@@ -24,7 +24,6 @@ from compass.controllers.policy_compile import SpecError, compile_policy
 from compass.conversion import policy_plan, runtime_policy
 from compass.dataplane.metrics import MAX_COUNTER, MAX_QUEUE_DEPTH, MAX_SAMPLE_AGE_S
 from compass.domain.elastico import Elastico, ElasticoSettings, Observation, PolicyState
-from compass.domain.forecast import ForecasterKind
 from compass.domain.planner import PlanError, ThresholdModel
 from compass.domain.strategy import Strategy
 
@@ -176,11 +175,6 @@ def front_entries(draw: st.DrawFn) -> list[dict[str, Any]]:
 def specs(draw: st.DrawFn) -> ParetoPolicySpec:
     """A ParetoPolicy spec the schema admits, every serving number anywhere in its bounds."""
     strategy = draw(st.sampled_from(list(Strategy)))
-    forecaster = (
-        draw(st.sampled_from(list(ForecasterKind)))
-        if strategy is Strategy.PREDICTIVE
-        else ForecasterKind.NONE
-    )
     hysteresis = {
         field.alias or name: draw(within(Hysteresis, name))
         for name, field in Hysteresis.model_fields.items()
@@ -199,7 +193,6 @@ def specs(draw: st.DrawFn) -> ParetoPolicySpec:
         "switchDelayMs": draw(within(ServingSettings, "switch_delay_ms")),
         "intervalSeconds": draw(within(ServingSettings, "interval_seconds")),
         "strategy": strategy.value,
-        "forecaster": forecaster.value,
         "binding": {"mode": "workflow"},
     }
     return ParetoPolicySpec.model_validate(value)
