@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cluster import Cluster, wait_for
 from e2e_shared import ACCURATE_NAME, FAST_NAME, Policies, service_policy_spec
 from kubernetes import client
 from tls_certs import make_tls
 
+from compass.commands.main import main
 from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import GrpcTls, RoutingError, TritonRouter
 from compass.domain.evaluation import Config
@@ -485,6 +487,46 @@ def test_a_new_replica_serves_the_active_configuration(
     assert status["switches"] == before["switches"]
     for ip in ips.values():
         assert scaled.serves(ip) == ACCURATE_KEY
+
+
+def test_a_policy_planned_for_the_service_applies_as_written_and_serves(
+    triton_pods: Callable[[str, int], TritonPods],
+    policies: Policies,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`compass plan --service NAME --namespace NS` writes a manifest that the API server takes
+    and the operator serves as written: Ready, its routing on the Service's pods."""
+    planned = triton_pods("planned", 1)
+    _await(lambda: planned.ready(1), START_S, "1 ready pod", planned, policies)
+    profiles = [
+        {
+            "config": entry["config"],
+            "accuracy": entry["accuracy"],
+            "latency_mean_ms": entry["latencyMeanMs"],
+            "latency_p95_ms": entry["latencyP95Ms"],
+        }
+        for entry in service_policy_spec("planned")["front"]
+    ]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profiles.json").write_text(json.dumps({"profiles": profiles}))
+    argv = ["plan", "--profiles", "profiles.json", "--slo-ms", "150", "--service", "planned"]
+    assert main([*argv, "--namespace", policies.namespace, "--output", "planned.yaml"]) == 0
+    manifest = yaml.safe_load((tmp_path / "planned.yaml").read_text())
+    assert manifest["metadata"] == {"name": "planned", "namespace": policies.namespace}
+    policies.create(manifest["metadata"]["name"], manifest["spec"])
+
+    def serving() -> dict[str, Any] | None:
+        status = policies.status("planned")
+        routing = status.get("routing") or {}
+        ready = condition(status, "Ready").get("status") == "True"
+        return status if ready and (routing.get("pods"), routing.get("serving")) == (1, 1) else None
+
+    status = _await(
+        serving, START_S, "the planned policy to be Ready", planned, policies, "planned"
+    )
+    [ip] = planned.ready(1).values()
+    assert planned.active(ip) == config_key(status["active"]["config"])
 
 
 def test_a_hung_pod_is_named_lagging_until_it_answers_again(
