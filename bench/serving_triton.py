@@ -103,13 +103,8 @@ from typing import Any
 
 import numpy as np
 
-from compass.api.paretopolicy import (
-    AdmissionSettings,
-    BindingMode,
-    BindingSettings,
-    BindingStage,
-    Hysteresis,
-)
+from compass.api.binding import BindingMode, BindingSettings, BindingStage
+from compass.api.paretopolicy import AdmissionSettings, Hysteresis
 from compass.commands.common import (
     add_admission_arguments,
     add_enum_argument,

@@ -10,12 +10,9 @@ import pytest
 import yaml
 from apiserver_checks import schema_errors, spec_schema
 
-from compass.api.compoundworkflow import (
-    MAX_AFFINITY_CHARS,
-    CompoundWorkflowSpec,
-    Resources,
-)
+from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.crds import COMPOUND_WORKFLOW
+from compass.api.jobpod import MAX_AFFINITY_CHARS, Resources
 from compass.controllers.builders import (
     DEFAULT_SEARCH_RESOURCES,
     build_profile_job,

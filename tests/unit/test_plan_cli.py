@@ -10,7 +10,8 @@ import pytest
 import yaml
 from cli_inputs import PROFILES
 
-from compass.api.paretopolicy import BindingMode, ParetoPolicySpec
+from compass.api.binding import BindingMode
+from compass.api.paretopolicy import ParetoPolicySpec
 from compass.commands.main import main
 from compass.conversion import admission_rule, policy_plan
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles

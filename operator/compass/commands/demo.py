@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from compass.api.paretopolicy import MAX_LAG_RESERVE
+from compass.api.binding import MAX_LAG_RESERVE
 from compass.commands.search_common import (
     SearchOptions,
     add_settings,

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from compass.api.binding import BindingMode, BindingSettings, BindingStage
 from compass.api.errors import first_error
 from compass.api.meta import (
     DEFAULT_ROUTER_MODEL,
@@ -23,9 +24,6 @@ from compass.api.paretopolicy import (
     MAX_FRONT,
     MAX_ROUTER_INSTANCES,
     AdmissionSettings,
-    BindingMode,
-    BindingSettings,
-    BindingStage,
     ParetoPolicySpec,
     RoutingTarget,
 )

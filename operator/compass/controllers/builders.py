@@ -11,8 +11,8 @@ from compass.api.compoundworkflow import (
     CompoundWorkflowSpec,
     Dataset,
     EvaluatorType,
-    JobPod,
 )
+from compass.api.jobpod import JobPod
 from compass.api.meta import GROUP, VERSION
 from compass.api.paretopolicy import RoutingTarget
 from compass.controllers.ledgerchunks import (

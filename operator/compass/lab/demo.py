@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from compass.api.binding import BindingSettings
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.api.paretopolicy import BindingSettings, Hysteresis, ParetoPolicySpec
+from compass.api.paretopolicy import Hysteresis, ParetoPolicySpec
 from compass.console import fail, plan_table, policy_manifest, policy_text, search_with_progress
 from compass.conversion import binding_table, runtime_policy, simulate_serving, spec_for_plan
 from compass.dataplane.metrics import TritonQueueDepth
