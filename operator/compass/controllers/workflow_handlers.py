@@ -11,7 +11,7 @@ resourceVersion it was decided on, so each transition, and its Event, happens on
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -24,19 +24,13 @@ from compass.api.schema import without_empty_strings
 from compass.controllers import kubeapi
 from compass.controllers.builders import (
     GENERATION_LABEL,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
     WORKFLOW_LABEL,
-    build_job_role,
-    build_job_role_binding,
-    build_job_service_account,
     build_pareto_policy,
     build_profile_job,
     build_search_job,
     build_state_config_maps,
     controller_uid,
     job_env,
-    job_service_account_name,
     metrics_url,
     policy_name,
     profile_name,
@@ -47,6 +41,15 @@ from compass.controllers.ledgerbudget import MIB, LedgerBudgetBusyError
 from compass.controllers.ledgerchunks import text_limit
 from compass.controllers.runtime import OperatorMetrics, runtime_of
 from compass.controllers.settings import OperatorSettings
+from compass.controllers.workflow_access import (
+    ACCESS_KEY,
+    FOREIGN_RBAC_RETRY_S,
+    ForeignJobAccessError,
+    ensure_job_access,
+    ensure_service_account,
+    job_account,
+    keep_job_access,
+)
 from compass.controllers.workflow_plan import (
     PolicyAction,
     PolicyApply,
@@ -238,121 +241,6 @@ def _supersede(api: client.ApiClient, namespace: str, name: str, uid: str, gener
             )
 
 
-# How soon a start blocked by someone else's ServiceAccount or Role is tried again.
-FOREIGN_RBAC_RETRY_S = 15.0
-
-
-class ForeignJobAccessError(Exception):
-    """The Jobs' ServiceAccount, or a generation's Role or RoleBinding, exists and is another's."""
-
-
-def _job_account(settings: OperatorSettings, workflow: Mapping[str, Any]) -> str:
-    """The name of the workflow's own Jobs' ServiceAccount."""
-    return job_service_account_name(settings.job_service_account, workflow["metadata"]["name"])
-
-
-def _ensure_service_account(
-    api: client.ApiClient, workflow: Mapping[str, Any], account: str
-) -> None:
-    """The workflow's Jobs' ServiceAccount, owned by it, created where missing (never changed).
-
-    One of that name that the operator did not make is refused, not reused: its holders are
-    someone else's, and they would be granted the workflow's state and Secrets. One an earlier
-    workflow of this name owns waits for the garbage collector (kubeapi.OwnedByAnotherError)."""
-    core = client.CoreV1Api(api)
-    uid: str = workflow["metadata"]["uid"]
-
-    def whose(existing: Mapping[str, Any]) -> str | None:
-        made_elsewhere = _not_made_here(existing)
-        if made_elsewhere is not None:
-            raise ForeignJobAccessError(f"ServiceAccount {account} {made_elsewhere}")
-        return kubeapi.controlled_by_another(existing, uid)
-
-    kubeapi.create_or_take(
-        core.create_namespaced_service_account,
-        core.read_namespaced_service_account,
-        workflow["metadata"]["namespace"],
-        build_job_service_account(workflow, account),
-        whose,
-    )
-
-
-def _ensure_job_access(
-    api: client.ApiClient, workflow: Mapping[str, Any], spec: CompoundWorkflowSpec, account: str
-) -> str | None:
-    """The current generation's Role and RoleBinding (its state ConfigMaps, by name) for the
-    Jobs' ServiceAccount, owned by its state; the state's UID, or None while the state is
-    missing (a Job then fails its first read). Ones of those names that compass-operator did
-    not make are refused (ForeignJobAccessError); ones an earlier state of that name owns wait
-    for the garbage collector (kubeapi.OwnedByAnotherError)."""
-    metadata = workflow["metadata"]
-    name = search_name(metadata["name"], int(metadata.get("generation", 1)))
-    state = kubeapi.read(
-        client.CoreV1Api(api).read_namespaced_config_map, name, metadata["namespace"]
-    )
-    if state is None:
-        return None
-    rbac = client.RbacAuthorizationV1Api(api)
-    uid: str = state["metadata"]["uid"]
-
-    def whose(existing: Mapping[str, Any]) -> str | None:
-        made_elsewhere = _not_made_here(existing)
-        if made_elsewhere is not None:
-            raise ForeignJobAccessError(made_elsewhere)
-        # Ours, and another state's: an earlier one of this name, not yet collected.
-        return kubeapi.controlled_by_another(existing, uid)
-
-    creations: tuple[tuple[Callable[..., Any], Callable[..., Any], dict[str, Any]], ...] = (
-        (rbac.create_namespaced_role, rbac.read_namespaced_role, build_job_role(state, spec)),
-        (
-            rbac.create_namespaced_role_binding,
-            rbac.read_namespaced_role_binding,
-            build_job_role_binding(state, account),
-        ),
-    )
-    namespace = state["metadata"]["namespace"]
-    # Each is made even while the other waits for the collector: a new RoleBinding keeps the
-    # Jobs' access through the earlier state's Role (the same name and rules) until it goes.
-    collecting: kubeapi.OwnedByAnotherError | None = None
-    for create, read, body in creations:
-        try:
-            kubeapi.create_or_take(create, read, namespace, body, whose)
-        except ForeignJobAccessError as error:
-            raise ForeignJobAccessError(
-                f"{body['kind']} {body['metadata']['name']} {error}"
-            ) from None
-        except kubeapi.OwnedByAnotherError as error:
-            collecting = collecting or error
-    if collecting is not None:
-        raise collecting
-    return uid
-
-
-def _refuse_foreign(
-    workflow: Mapping[str, Any], error: ForeignJobAccessError
-) -> kopf.TemporaryError:
-    """Retry later, with a Warning Event that names the object and the fix."""
-    namespace = workflow["metadata"]["namespace"]
-    message = (
-        f"{error} in namespace {namespace}: the Jobs will not run with it; delete it (for the "
-        "ServiceAccount, or set the operator's jobServiceAccount (Helm value) to a free prefix)"
-    )
-    _post(workflow, WorkflowEvent("Warning", "ForeignJobAccount", message))
-    return kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S)
-
-
-def _not_made_here(existing: Mapping[str, Any]) -> str | None:
-    """Why an existing Job ServiceAccount, Role or RoleBinding is not the operator's; None if
-    it is (RBAC objects have no owner to tell: the label says who made them)."""
-    labels = (existing.get("metadata") or {}).get("labels") or {}
-    if labels.get(MANAGED_BY_LABEL) == MANAGED_BY:
-        return None
-    return (
-        f"exists and was not made by compass-operator (label {MANAGED_BY_LABEL}={MANAGED_BY} "
-        "missing)"
-    )
-
-
 def _states(
     api: client.ApiClient,
     workflow: Mapping[str, Any],
@@ -423,10 +311,6 @@ def _create_state(
         )
 
 
-# The UID of the state whose Role and RoleBinding this process last made or found, per workflow.
-_ACCESS_KEY = "compass_job_access"
-
-
 def _create_job(
     api: client.ApiClient,
     body: Mapping[str, Any],
@@ -437,9 +321,9 @@ def _create_job(
 ) -> None:
     # Every Job starts with its access: an account, or a Role, lost or refused earlier is made
     # (or refused) now.
-    account = _job_account(settings, body)
-    _ensure_service_account(api, body, account)
-    memo[_ACCESS_KEY] = _ensure_job_access(api, body, spec, account)
+    account = job_account(settings, body)
+    ensure_service_account(api, body, account)
+    memo[ACCESS_KEY] = ensure_job_access(api, body, spec, account)
     build = build_search_job if which is Create.SEARCH_JOB else build_profile_job
     job = build(
         body,
@@ -460,21 +344,17 @@ def _create_job(
     )
 
 
-def _keep_job_access(
-    api: client.ApiClient,
-    workflow: Mapping[str, Any],
-    spec: CompoundWorkflowSpec,
-    settings: OperatorSettings,
-    memo: MutableMapping[str, Any],
-    state: Mapping[str, Any],
-) -> None:
-    """A running Job's Role and RoleBinding, made again for a state that was replaced under it
-    (they are owned by the state, so a state deleted by hand takes them along): checked once per
-    state this process sees, not at every poll."""
-    if memo.get(_ACCESS_KEY) != state["metadata"]["uid"]:
-        memo[_ACCESS_KEY] = _ensure_job_access(
-            api, workflow, spec, _job_account(settings, workflow)
-        )
+def _refuse_foreign(
+    workflow: Mapping[str, Any], error: ForeignJobAccessError
+) -> kopf.TemporaryError:
+    """Retry later, with a Warning Event that names the object and the fix."""
+    namespace = workflow["metadata"]["namespace"]
+    message = (
+        f"{error} in namespace {namespace}: the Jobs will not run with it; delete it (for the "
+        "ServiceAccount, or set the operator's jobServiceAccount (Helm value) to a free prefix)"
+    )
+    _post(workflow, WorkflowEvent("Warning", "ForeignJobAccount", message))
+    return kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S)
 
 
 def _wait_for_collection(error: kubeapi.OwnedByAnotherError) -> kopf.TemporaryError:
@@ -546,7 +426,7 @@ def _start(
             _post(workflow, WorkflowEvent("Warning", error.reason, str(error)))
         raise kopf.PermanentError(str(error)) from None
     try:
-        _ensure_service_account(api, workflow, _job_account(settings, workflow))
+        ensure_service_account(api, workflow, job_account(settings, workflow))
     except ForeignJobAccessError as error:
         raise _refuse_foreign(workflow, error) from None
     except kubeapi.OwnedByAnotherError as error:
@@ -708,7 +588,7 @@ def _advance(
             else:
                 _create_job(api, workflow, spec, which, settings, memo)
         if not step.create and current is not None and current.running and state_map:
-            _keep_job_access(api, workflow, spec, settings, memo, state_map)
+            keep_job_access(api, workflow, spec, settings, memo, state_map)
     except ForeignJobAccessError as error:
         raise _refuse_foreign(workflow, error) from None
     except kubeapi.OwnedByAnotherError as error:
