@@ -23,7 +23,14 @@ from compass.api.paretopolicy import (
 from compass.controllers.policy_compile import SpecError, compile_policy
 from compass.conversion import policy_plan, runtime_policy
 from compass.dataplane.metrics import MAX_COUNTER, MAX_QUEUE_DEPTH, MAX_SAMPLE_AGE_S
-from compass.domain.elastico import Elastico, ElasticoSettings, Observation, PolicyState
+from compass.domain.elastico import (
+    Elastico,
+    ElasticoSettings,
+    Observation,
+    PolicyState,
+    rate_lower_bound,
+    rate_upper_bound,
+)
 from compass.domain.planner import PlanError, ThresholdModel
 from compass.domain.strategy import Strategy
 
@@ -243,3 +250,10 @@ def test_decide_never_raises_on_a_spec_the_schema_admits(
         assert 0 <= decision.index < len(policy.plan.names)
         # The state goes to the status and back: it must read back as it was written.
         assert PolicyState.from_dict(state.to_dict()) == state
+
+
+def test_rate_bounds_take_a_count_beyond_int64() -> None:
+    """Counts made of integer counters (2**64 arrivals in a window, hypothesis's find) are taken
+    as floats, not refused by the ufunc."""
+    assert rate_lower_bound(2**64, 2.0, 0.8) > 0
+    assert rate_upper_bound(2**64, 2.0, 0.8) > rate_lower_bound(2**64, 2.0, 0.8)

@@ -244,14 +244,15 @@ def rate_lower_bound(count: float, window_s: float, confidence: float) -> float:
     """A lower confidence bound on a Poisson rate from ``count`` arrivals in ``window_s``."""
     if count <= 0 or window_s <= 0:
         return 0.0
-    return float(gammaincinv(count, 1 - confidence)) / window_s
+    # As a float: a count made of integer counters may exceed what the ufunc takes as an int.
+    return float(gammaincinv(float(count), 1 - confidence)) / window_s
 
 
 def rate_upper_bound(count: float, window_s: float, confidence: float) -> float:
     """An upper confidence bound on a Poisson rate from ``count`` arrivals in ``window_s``."""
     if window_s <= 0:
         return math.inf
-    return float(gammaincinv(max(count, 0.0) + 1, confidence)) / window_s
+    return float(gammaincinv(float(max(count, 0.0)) + 1, confidence)) / window_s
 
 
 def steady_window(
