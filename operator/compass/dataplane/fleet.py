@@ -132,6 +132,9 @@ class RouterFleet:
         self.shared: SharedReads | None = None
         self._admission: Mapping[str, Any] | None = None
         self._binding: Mapping[str, Any] | None = None
+        # The tables' digest, worked out once per pair of tables (a policy sets the same two
+        # every tick; hashing them every switch would cost a thousand policies a JSON dump each).
+        self._digest: str | None = None
         self.update(endpoints)
 
     @property
@@ -141,7 +144,9 @@ class RouterFleet:
 
     @admission.setter
     def admission(self, table: Mapping[str, Any] | None) -> None:
-        self._admission = table
+        if table is self._admission:
+            return
+        self._admission, self._digest = table, None
         for router in self.routers.values():
             router.admission = table
 
@@ -157,16 +162,20 @@ class RouterFleet:
 
     @binding.setter
     def binding(self, table: Mapping[str, Any] | None) -> None:
-        self._binding = table
+        if table is self._binding:
+            return
+        self._binding, self._digest = table, None
         for router in self.routers.values():
             router.binding = table
 
     def tables_digest(self) -> str:
         """The digest of the tables every switch sends, as a router reports what it holds."""
-        return tables_digest(
-            None if self._admission is None else dict(self._admission),
-            None if self._binding is None else dict(self._binding),
-        )
+        if self._digest is None:
+            self._digest = tables_digest(
+                None if self._admission is None else dict(self._admission),
+                None if self._binding is None else dict(self._binding),
+            )
+        return self._digest
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
