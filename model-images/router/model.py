@@ -96,6 +96,16 @@ def _request_body(request):
     return json.loads(payload.decode("utf-8") if isinstance(payload, bytes) else payload)
 
 
+def _read_json(path, kind):
+    """A small state file's JSON value if it is a ``kind`` (None: absent, unreadable or other)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, kind) else None
+
+
 def _load_pipeline(version_dir):
     """The workflow's pipeline module from ``version_dir``, or None if there is none."""
     path = os.path.join(version_dir, "pipeline.py")
@@ -455,21 +465,11 @@ class TritonPythonModel:
 
     def _read_gate(self):
         """The gate the router's instances run (None: no gate, or not published yet)."""
-        try:
-            with open(self.gate_file, encoding="utf-8") as handle:
-                gate = json.load(handle)
-        except (OSError, ValueError):
-            return None
-        return gate if isinstance(gate, dict) else None
+        return _read_json(self.gate_file, dict)
 
     def _read_digest(self):
         """The digest of the tables last set in full (None: none known)."""
-        try:
-            with open(self.tables_file, encoding="utf-8") as handle:
-                digest = json.load(handle)
-        except (OSError, ValueError):
-            return None
-        return digest if isinstance(digest, str) else None
+        return _read_json(self.tables_file, str)
 
     def _set_admission(self, table):
         """Write the checked admission table (None: remove it, admission off) if it changed."""
