@@ -15,10 +15,12 @@ import numpy as np
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.conversion import (
     admission_rule,
+    binding_stages,
     binding_table,
     elastico_settings,
     latency_profiles,
     simulated_binding,
+    stage_shares,
 )
 from compass.domain.admission import Admission
 from compass.domain.arrivals import Scenario
@@ -113,14 +115,13 @@ def binding_prediction(
     table = binding_table(spec, plan)
     if table is None:
         raise ValueError("the policy has no per-stage binding to predict")
-    shares = [stage.share for stage in spec.binding.stages]
     return simulate_binding(
         profiles,
         scenario,
         slo_ms,
         "policy",
-        stages=[tuple(stage.parameters) for stage in spec.binding.stages],
-        prior_shares=None if None in shares else [s for s in shares if s is not None],
+        stages=binding_stages(spec)[0],
+        prior_shares=stage_shares(spec),
         settings=simulated_binding(
             spec,
             table,

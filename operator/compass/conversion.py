@@ -139,6 +139,15 @@ def binding_stages(spec: ParetoPolicySpec) -> tuple[list[tuple[str, ...]], list[
     return [tuple(spec.front[0].config)], [()]
 
 
+def stage_shares(spec: ParetoPolicySpec) -> list[float] | None:
+    """The declared stages' shares of a configuration's time, where every stage gives one (the
+    per-stage fit leans to them); None otherwise."""
+    shares = [stage.share for stage in spec.binding.stages]
+    if not shares or None in shares:
+        return None
+    return [share for share in shares if share is not None]
+
+
 def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
     """What every router gets with each switch to bind each request (None: the policy's
     configuration serves every request)."""
@@ -146,12 +155,11 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
     if not settings.mode.per_request:
         return None
     stages, components = binding_stages(spec)
-    shares = [stage.share for stage in settings.stages]
     plan_of_stages = stage_plan(
         [t.profile for t in plan.thresholds],
         stages,
         settings.quantile,
-        None if not shares or None in shares else [s for s in shares if s is not None],
+        stage_shares(spec),
         spec.admission.quantile,
         None if not settings.stages else components,
     )
@@ -342,7 +350,6 @@ def simulate_serving(
             metrics_view=metrics_view,
         )
     stages, _ = binding_stages(spec)
-    shares = [stage.share for stage in spec.binding.stages]
     gate = spec.binding.gate
     return simulate_binding(
         front,
@@ -350,7 +357,7 @@ def simulate_serving(
         spec.slo.latency_ms,
         label,
         stages=stages,
-        prior_shares=None if not shares or None in shares else [s for s in shares if s],
+        prior_shares=stage_shares(spec),
         settings=simulated_binding(spec, table, gate.instances, gate.slots),
         pods=pods,
         pod_model=PodModel(servers=gate.slots),
