@@ -361,7 +361,7 @@ def _tick(
         binding=None
         if advisory
         else binding_condition(
-            connections.router.last_report,
+            connections.router.reported,
             spec.strategy.value,
             (spec.binding.gate.instances, spec.binding.gate.slots),
             per_request=compiled.binding is not None,

@@ -122,9 +122,9 @@ class RouterFleet:
         # to a pod that already serves what it would set and holds the tables it would send
         # (their digest), so a steady policy makes one call a pod a tick, not two.
         self.reported: dict[str, RouterState] = {}
-        # The same, kept past the switch that follows (which clears ``reported``): what the
-        # status says of the pods' binding.
-        self.last_report: dict[str, RouterState] = {}
+        # Whether ``reported`` was read since the last switch: only then may a switch skip a pod
+        # on it (the status reads it whenever; a switch after a switch asks no pod).
+        self._fresh = False
         # Pods whose last set from this fleet carried no admission table: only those may be
         # skipped (one that had a table keeps it until a set says none).
         self.cleared: set[str] = set()
@@ -236,7 +236,7 @@ class RouterFleet:
         states: dict[str, RouterState] = {}
         answers = self._each(ask)
         self.silent = {a.pod: a.error or "" for a in answers if a.config is None}
-        self.reported = self.last_report = states
+        self.reported, self._fresh = states, True
         served = Counter(a.config for a in answers if a.config is not None)
         if not served:
             raise RoutingError("; ".join(f"{a.pod}: {a.error}" for a in answers))
@@ -253,7 +253,8 @@ class RouterFleet:
         if not self.routers:
             raise RoutingError(f"no ready Triton pod serves {self.model}: nothing to switch")
 
-        reported, cleared = self.reported, set(self.cleared)
+        reported = self.reported if self._fresh else {}
+        cleared = set(self.cleared)
         digest = self.tables_digest()
 
         def settled(pod: str) -> bool:
@@ -278,7 +279,7 @@ class RouterFleet:
             return PodSwitch(endpoint.name, report.config, report.seconds, report.changed)
 
         pods = tuple(self._each(set_one))
-        self.silent, self.reported = {}, {}
+        self.silent, self._fresh = {}, False
         took = {p.pod for p in pods if p.error is None and p.config == wanted}
         if not self._sends_tables:
             self.cleared |= took
