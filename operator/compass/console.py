@@ -247,3 +247,17 @@ def policy_text(manifest: Mapping[str, Any], form: str) -> str:
         "# GitOps), or pass it to `compass simulate --policy` / `compass serve --policy`.\n"
     )
     return header + yaml.safe_dump(dict(manifest), sort_keys=False, width=100)
+
+
+def serving_summary(spec: ParetoPolicySpec) -> str:
+    """How the policy serves, in a few words."""
+    if spec.binding.mode.per_request:
+        stages = len(spec.binding.stages)
+        what = (
+            f"each request bound stage by stage ({stages} stages)"
+            if stages
+            else "each request bound at take-up"
+        )
+    else:
+        what = f"the whole workflow switched by {spec.strategy.value}"
+    return what + (", admission on" if spec.admits else "")

@@ -24,7 +24,6 @@ from compass.api.paretopolicy import (
     MAX_FRONT,
     MAX_ROUTER_INSTANCES,
     AdmissionSettings,
-    ParetoPolicySpec,
     RoutingTarget,
 )
 from compass.commands.common import (
@@ -47,6 +46,7 @@ from compass.console import (
     plan_table,
     policy_manifest,
     policy_text,
+    serving_summary,
 )
 from compass.conversion import spec_for_plan
 from compass.domain.planner import (
@@ -325,20 +325,6 @@ def routing_choice(args: argparse.Namespace) -> RoutingTarget | None:
         return RoutingTarget(**fields)
     except ValidationError as error:
         raise UsageError(f"--router-model: {first_error(error)[1]}") from None
-
-
-def serving_summary(spec: ParetoPolicySpec) -> str:
-    """How the policy serves, in a few words."""
-    if spec.binding.mode.per_request:
-        stages = len(spec.binding.stages)
-        what = (
-            f"each request bound stage by stage ({stages} stages)"
-            if stages
-            else "each request bound at take-up"
-        )
-    else:
-        what = f"the whole workflow switched by {spec.strategy.value}"
-    return what + (", admission on" if spec.admits else "")
 
 
 def plan_command(args: argparse.Namespace) -> int:

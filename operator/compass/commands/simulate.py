@@ -26,8 +26,7 @@ from compass.commands.common import (
     trace_window_pattern,
     write_text,
 )
-from compass.commands.plan import serving_summary
-from compass.console import fail, parse_number
+from compass.console import fail, parse_number, serving_summary
 from compass.conversion import admission_rule, policy_plan, simulate_serving
 from compass.domain.admission import AdmissionPoint
 from compass.domain.arrivals import Scenario, make_scenario
