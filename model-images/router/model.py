@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 from compass_router.binding import LazyConfig, staged, whole_stage  # noqa: E402
 from compass_router.gate import PIPELINE_SLOTS_PARAMETER, Inflight  # noqa: E402
-from compass_router.metrics import GateGauge, ServedCounters  # noqa: E402
+from compass_router.metrics import GateGauge, ServedCounters, StreamTimes  # noqa: E402
 from compass_router.poller import (  # noqa: E402
     DEFAULT_METRICS_URL,
     DEFAULT_POLL_MS,
@@ -56,6 +56,12 @@ from compass_router.state import (  # noqa: E402
     state_path,
     tables_path,
     write_state,
+)
+from compass_router.stream import (  # noqa: E402
+    DECOUPLED_PARAMETER,
+    ResponseStream,
+    decoupled_components,
+    stream_call,
 )
 
 from compass_rules.admission import check_admission  # noqa: E402
@@ -131,7 +137,11 @@ def call(model, inputs, outputs):
     )
     response = request.exec()
     if response.has_error():
-        raise RuntimeError(f"{model}: {response.error().message()}")
+        message = response.error().message()
+        if "decoupled" in message:
+            # A streaming component the router was not told of: say where to tell it.
+            message += f" (name {model} in the router's {DECOUPLED_PARAMETER} parameter)"
+        raise RuntimeError(f"{model}: {message}")
     return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
 
 
@@ -178,6 +188,11 @@ class TritonPythonModel:
         self.pipeline = _load_pipeline(version_dir)
         if self.pipeline is None:
             raise ValueError(f"no pipeline.py in {version_dir}")
+        # The components it calls as streams, and whether it streams to its own clients (a
+        # decoupled router: model_transaction_policy { decoupled: true }).
+        self.decoupled = decoupled_components(parameter(DECOUPLED_PARAMETER, ""))
+        self.streaming = pb_utils.using_decoupled_model_transaction_policy(model_config)
+        self.stream = None
         default = config_key(json.loads(parameter(ACTIVE_PARAMETER, "{}")))
         self._check(json.loads(default))
         path = state_path(args["model_name"])
@@ -229,6 +244,7 @@ class TritonPythonModel:
         instance_name = args.get("model_instance_name", str(self.inflight.slot))
         self.gate_gauge = GateGauge(self.model_name, instance_name) if self.pipeline_slots else None
         self.counters = ServedCounters(self.model_name, instance_name)
+        self.stream_times = StreamTimes(self.model_name, instance_name) if self.streaming else None
 
     def _check(self, config):
         check = getattr(self.pipeline, "check_config", None)
@@ -236,23 +252,43 @@ class TritonPythonModel:
             check(config)
 
     def execute(self, requests):
-        """Answer each request; one bad request fails alone, never the others."""
-        responses = []
-        for request in requests:
-            # What _run served (its key; None: nothing to count), counted here: after the gate's
-            # slot is given back, so the count never lengthens the pipeline's turn.
-            self.served_key = None
-            try:
-                serve = self._control if self.role == "control" else self._serve
-                responses.append(serve(request))
-            except LateError as error:
-                self.counters.refused_one()
-                responses.append(pb_utils.InferenceResponse(error=_unavailable(str(error))))
-            except Exception as error:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))))
-            if self.served_key is not None:
-                self.counters.served_one(self.served_key)
-        return responses
+        """Answer each request; one bad request fails alone, never the others. A decoupled
+        router answers each on its own stream (None returned, as Triton asks of one)."""
+        if self.role == "router" and self.streaming:
+            for request in requests:
+                self.stream = ResponseStream(request)
+                try:
+                    response = self._answer(request)
+                finally:
+                    stream, self.stream = self.stream, None
+                stream.close(response)
+                self.stream_times.streamed(stream.first_s, time.perf_counter() - stream.started)
+            return None
+        return [self._answer(request) for request in requests]
+
+    def _answer(self, request):
+        """One request's response (its error one too); what it served is counted."""
+        # What _run served (its key; None: nothing to count), counted here: after the gate's
+        # slot is given back, so the count never lengthens the pipeline's turn.
+        self.served_key = None
+        try:
+            serve = self._control if self.role == "control" else self._serve
+            response = serve(request)
+        except LateError as error:
+            self.counters.refused_one()
+            response = pb_utils.InferenceResponse(error=_unavailable(str(error)))
+        except Exception as error:
+            response = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error)))
+        if self.served_key is not None:
+            self.counters.served_one(self.served_key)
+        return response
+
+    def _call(self, model, inputs, outputs):
+        """Call a component: a decoupled one as a stream, forwarded to a streaming client."""
+        if model in self.decoupled:
+            forward = None if self.stream is None else self.stream.forward
+            return stream_call(model, inputs, outputs, forward)
+        return call(model, inputs, outputs)
 
     def _serve(self, request):
         body = _request_body(request)
@@ -348,7 +384,9 @@ class TritonPythonModel:
                 f"request parameter {OVERRIDE_PARAMETER}"
             )
         times = {} if parameters.get(COMPONENT_TIMES_PARAMETER) else None
-        result = self.pipeline.run(body, config, call if times is None else timed(call, times))
+        result = self.pipeline.run(
+            body, config, self._call if times is None else timed(self._call, times)
+        )
         if times is not None and isinstance(result, dict):
             result = {**result, COMPONENT_TIMES_KEY: times}
         if not override:
@@ -390,7 +428,7 @@ class TritonPythonModel:
             gated=self.pipeline_slots is not None,
             static_start_ns=static_start,
         )
-        run_call = staged(call, config, self.inflight)
+        run_call = staged(self._call, config, self.inflight)
         if times is not None:
             run_call = timed(run_call, times)
         with whole_stage(config, self.inflight):

@@ -106,3 +106,45 @@ class ServedCounters:
         if self.refused is not None:
             with contextlib.suppress(Exception):
                 self.refused.increment(1)
+
+
+# A decoupled router's streams (compass_router.stream): how many it answered, and their summed
+# times to the first streamed response and to the end, in seconds from take-up: each rate's
+# ratio is the mean time to first token and the mean end-to-end time over a window.
+STREAMS_METRIC = "compass_router_streams_total"
+STREAM_FIRST_METRIC = "compass_router_stream_first_seconds_total"
+STREAM_END_METRIC = "compass_router_stream_seconds_total"
+
+
+class StreamTimes:
+    """This instance's stream counters (a no-op on a Triton without custom metrics; a failed
+    count never fails a request)."""
+
+    def __init__(self, model, instance):
+        labels = {"model": model, "instance": instance}
+        self.count_family, self.count = _metric(
+            STREAMS_METRIC, "Streams a compass router instance answered", "COUNTER", labels
+        )
+        self.first_family, self.first = _metric(
+            STREAM_FIRST_METRIC,
+            "Seconds from take-up to each stream's first response, summed (time to first token)",
+            "COUNTER",
+            labels,
+        )
+        self.end_family, self.end = _metric(
+            STREAM_END_METRIC,
+            "Seconds from take-up to each stream's final response, summed (end to end)",
+            "COUNTER",
+            labels,
+        )
+
+    def streamed(self, first_s, end_s):
+        """Count one stream answered: its first response after ``first_s`` (None: it streamed
+        nothing, its end stands for it), its end after ``end_s``."""
+        with contextlib.suppress(Exception):
+            if self.count is not None:
+                self.count.increment(1)
+            if self.first is not None:
+                self.first.increment(end_s if first_s is None else first_s)
+            if self.end is not None:
+                self.end.increment(end_s)

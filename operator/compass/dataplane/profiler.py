@@ -23,7 +23,7 @@ from compass.domain.capacity import (
     median_point,
 )
 from compass.domain.evaluation import Config
-from compass.domain.profiles import COMPONENT_FIELD, clearly_dominated
+from compass.domain.profiles import COMPONENT_FIELD, TTFT_FIELDS, clearly_dominated
 from compass.domain.space import config_key
 
 
@@ -75,10 +75,13 @@ def profile_configuration(
     not the queueing itself. ``check`` runs before each request (a time limit's: it raises).
     Each reply also times the pipeline's component models (the router's component times):
     their means are the entry's ``component_ms``, what late binding splits the time by.
+    A decoupled router's replies also time their first streamed response: the entry's
+    ``ttft_*_ms`` (time to first token), where every measured reply streamed.
     """
     warm_up(router, config, settings.warmup_runs, payload, check)
     latencies = []
     components: list[dict[str, float] | None] = []
+    firsts: list[float | None] = []
     for run in range(settings.measured_runs):
         check()
         reply = router.infer(
@@ -86,7 +89,9 @@ def profile_configuration(
         )
         latencies.append(reply.latency_s * 1000.0)
         components.append(reply.component_ms)
+        firsts.append(None if reply.first_response_s is None else reply.first_response_s * 1000)
     entry = _statistics(config, np.array(latencies), settings.warmup_runs)
+    entry.update(first_response_statistics(firsts))
     means = mean_component_times(components)
     if means is not None:
         entry[COMPONENT_FIELD] = means
@@ -104,6 +109,19 @@ def mean_component_times(replies: Sequence[Mapping[str, float] | None]) -> dict[
     return {
         model: float(np.mean([(reply or {}).get(model, 0.0) for reply in replies]))
         for model in models
+    }
+
+
+def first_response_statistics(firsts: Sequence[float | None]) -> dict[str, float]:
+    """The profile's ``ttft_*_ms`` fields from each reply's time to its first streamed
+    response (ms); none unless every reply streamed (a router that does not stream)."""
+    if not firsts or any(first is None for first in firsts):
+        return {}
+    times = np.array(firsts, dtype=np.float64)
+    return {
+        TTFT_FIELDS["mean"]: float(times.mean()),
+        TTFT_FIELDS["p50"]: float(np.percentile(times, 50)),
+        TTFT_FIELDS["p95"]: float(np.percentile(times, 95)),
     }
 
 

@@ -10,6 +10,8 @@ configuration, every request that starts afterwards runs on the new one.
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,6 +43,11 @@ COMPONENT_TIMES_KEY = "compass_component_ms"
 # up run the pipeline at once, in arrival order (model-images/router/model.py; absent: no gate).
 PIPELINE_SLOTS_PARAMETER = "compass_pipeline_slots"
 ROLE_PARAMETER = "compass_role"
+# A streamed response of a decoupled router carries, in its RESULT object, the component that
+# streamed it under this key (model-images/router/compass_router/stream.py).
+STREAM_KEY = "compass_stream"
+# Triton's parameter on a stream's last response (asked with enable_empty_final_response).
+FINAL_RESPONSE_PARAMETER = "triton_final_response"
 CONTROL_SUFFIX = "_control"
 # gRPC's reconnect back-off grows to 120 s by default, and channels to one address share their
 # connection: a pod that restarted at the same address would stay "unreachable" to every client
@@ -137,6 +144,10 @@ class RouterReply:
     # Each component model's wall time, ms (asked with component_times; None: not asked, or
     # the pipeline's result is not a JSON object).
     component_ms: dict[str, float] | None = None
+    # A decoupled router's: seconds to its first streamed response (time to first token; None:
+    # the router does not stream, or this request streamed nothing), and what it streamed.
+    first_response_s: float | None = None
+    streamed: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,10 +210,17 @@ class TritonRouter:
         # Late binding (compass.domain.binding.router_table), sent with every switch the same
         # way; None: off.
         self.binding: Mapping[str, Any] | None = None
+        # Whether the router is decoupled (asked at the first request; None: not yet), and
+        # each thread's client for its streams (a gRPC client holds one stream at a time).
+        self._decoupled: bool | None = None
+        self._streams = threading.local()
 
     def close(self) -> None:
-        """Close the gRPC channel."""
+        """Close the gRPC channel (and this thread's stream client, if any)."""
         self.client.close()
+        stream_client = getattr(self._streams, "client", None)
+        if stream_client is not None:
+            stream_client.close()
 
     def _unreachable(self, error: Exception) -> RoutingError:
         return RoutingError(f"Triton at {self.url} ({self.model}): {_message(error)}")
@@ -227,13 +245,20 @@ class TritonRouter:
         if component_times:
             parameters[COMPONENT_TIMES_PARAMETER] = True
         started = time.perf_counter()
+        first_s: float | None = None
+        streamed: tuple[dict[str, Any], ...] = ()
         try:
-            response = self.client.infer(
-                self.model,
-                [tensor],
-                parameters=parameters or None,
-                client_timeout=timeout_s or self.timeout_s,
-            )
+            if self.decoupled():
+                response, first_s, streamed = self._stream(
+                    tensor, parameters, timeout_s or self.timeout_s, started
+                )
+            else:
+                response = self.client.infer(
+                    self.model,
+                    [tensor],
+                    parameters=parameters or None,
+                    client_timeout=timeout_s or self.timeout_s,
+                )
         except InferenceServerException as error:
             raise self._unreachable(error) from error
         latency = time.perf_counter() - started
@@ -248,7 +273,62 @@ class TritonRouter:
             config=served_by,
             latency_s=latency,
             component_ms=None if times is None else component_times_of(times, self.url),
+            first_response_s=first_s,
+            streamed=streamed,
         )
+
+    def decoupled(self) -> bool:
+        """Whether the router streams (its model config's decoupled transaction policy)."""
+        if self._decoupled is None:
+            policy = self.model_config().get("model_transaction_policy") or {}
+            self._decoupled = bool(policy.get("decoupled"))
+        return self._decoupled
+
+    def _stream(
+        self, tensor: Any, parameters: dict[str, Any], timeout_s: float, started: float
+    ) -> tuple[Any, float | None, tuple[dict[str, Any], ...]]:
+        """One request to a decoupled router: its final response, the seconds from
+        ``started`` to its first streamed response (None: none) and what it streamed."""
+        client = getattr(self._streams, "client", None)
+        if client is None:
+            client = grpcclient.InferenceServerClient(
+                self.url,
+                channel_args=CHANNEL_ARGS + ([] if self.tls is None else self.tls.channel_args()),
+                creds=None if self.tls is None else self.tls.credentials(),
+            )
+            self._streams.client = client
+        replies: queue.Queue[tuple[Any, Any, float]] = queue.Queue()
+        client.start_stream(
+            callback=lambda result, error: replies.put((result, error, time.perf_counter())),
+            stream_timeout=timeout_s,
+        )
+        first_s: float | None = None
+        streamed: list[dict[str, Any]] = []
+        try:
+            client.async_stream_infer(
+                self.model,
+                [tensor],
+                parameters=parameters or None,
+                enable_empty_final_response=True,
+            )
+            while True:
+                try:
+                    result, error, at = replies.get(timeout=timeout_s)
+                except queue.Empty:
+                    raise InferenceServerException(
+                        f"no response in {timeout_s:g} s on the stream"
+                    ) from None
+                if error is not None:
+                    raise error
+                final = result.get_response().parameters.get(FINAL_RESPONSE_PARAMETER)
+                if final is not None and final.bool_param:
+                    return result, first_s, tuple(streamed)
+                body, _ = read_reply(result)
+                streamed.append(body)
+                if first_s is None:
+                    first_s = at - started
+        finally:
+            client.stop_stream()
 
     def model_config(self) -> dict[str, Any]:
         """The router's model config (Triton's JSON form)."""

@@ -40,6 +40,9 @@ PERCENTILE_FIELDS = {50.0: "latency_p50_ms", 95.0: "latency_p95_ms", 99.0: "late
 STD_FIELD = "latency_std_ms"
 # Each component model's mean time (optional; profiling asks the router for it).
 COMPONENT_FIELD = "component_ms"
+# A streaming (decoupled) workflow's time to its first streamed response, ms (optional;
+# profiling records it where the router streams).
+TTFT_FIELDS = {"mean": "ttft_mean_ms", "p50": "ttft_p50_ms", "p95": "ttft_p95_ms"}
 MAX_COMPONENTS = 16
 # Bisection steps when matching the standard deviation: 60 halvings reach float precision.
 _BISECTION_STEPS = 60
@@ -187,6 +190,10 @@ class LatencyProfile:
     # Each component model's mean wall time at idle (ms), as the router times its calls: what
     # late binding splits the configuration's time by, where measured.
     component_ms: Mapping[str, float] | None = None
+    # Time to first token (a streaming workflow's first streamed response), ms, where measured.
+    ttft_mean_ms: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p95_ms: float | None = None
 
     @cached_property
     def key(self) -> str:
@@ -240,6 +247,9 @@ class LatencyProfile:
             component_ms=None
             if self.component_ms is None
             else {model: ms * factor for model, ms in self.component_ms.items()},
+            ttft_mean_ms=times(self.ttft_mean_ms),
+            ttft_p50_ms=times(self.ttft_p50_ms),
+            ttft_p95_ms=times(self.ttft_p95_ms),
         )
 
     @cached_property
@@ -371,6 +381,7 @@ def parse_profile(entry: object, where: str) -> LatencyProfile:
             f"{mean:g} is above the highest percentile measured ({ordered[-1][1]:g})",
             "check the units and the run",
         )
+    ttft = _first_response_times(entry, where, mean, p95)
     capacity = None
     if entry.get("capacity") is not None:
         try:
@@ -387,7 +398,37 @@ def parse_profile(entry: object, where: str) -> LatencyProfile:
         std_ms=std,
         capacity=capacity,
         component_ms=_component_times(entry.get(COMPONENT_FIELD), f"{where}.{COMPONENT_FIELD}"),
+        ttft_mean_ms=ttft["mean"],
+        ttft_p50_ms=ttft["p50"],
+        ttft_p95_ms=ttft["p95"],
     )
+
+
+def _first_response_times(
+    entry: Mapping[str, Any], where: str, mean: float, p95: float
+) -> dict[str, float | None]:
+    """A profile's optional ttft_*_ms, checked: each within the whole request's time (the
+    first token comes before the last), the p50 not above the p95."""
+    found = {
+        stat: _number(entry, field, where, required=False, positive=True)
+        for stat, field in TTFT_FIELDS.items()
+    }
+    for stat, whole, whole_field in (("mean", mean, MEAN_FIELD), ("p95", p95, "latency_p95_ms")):
+        value = found[stat]
+        if value is not None and value > whole:
+            raise ProfileError(
+                f"{where}.{TTFT_FIELDS[stat]}",
+                f"{value:g} is above {whole_field} {whole:g}",
+                "a first token comes before the request ends: check the run",
+            )
+    low, high = found["p50"], found["p95"]
+    if low is not None and high is not None and high < low:
+        raise ProfileError(
+            f"{where}.{TTFT_FIELDS['p95']}",
+            f"{high:g} is below {TTFT_FIELDS['p50']} {low:g}",
+            "percentiles must not decrease",
+        )
+    return found
 
 
 def _component_times(value: object, where: str) -> dict[str, float] | None:

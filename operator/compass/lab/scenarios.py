@@ -121,6 +121,35 @@ def rag_sim_triton(
     return LocalTriton(repository=repository, host=host)
 
 
+# rag-sim's streaming variant (model-images/rag-sim/streaming): its router and the decoupled
+# generator it streams from, served beside rag-sim's retriever and reranker.
+STREAM_ROUTER_MODEL = "router_stream"
+STREAM_GENERATOR = "generator_stream"
+STREAM_MODELS = (
+    "retriever",
+    "reranker",
+    STREAM_GENERATOR,
+    STREAM_ROUTER_MODEL,
+    f"{STREAM_ROUTER_MODEL}_control",
+)
+
+
+def rag_sim_stream_triton(
+    workdir: Path, time_scale: float, active: Config | None = None, host: str = "127.0.0.1"
+) -> LocalTriton:
+    """rag-sim's streaming variant on ``host``, not started: its decoupled generator streams
+    tokens through STREAM_ROUTER_MODEL (on ``active``), latencies x ``time_scale``."""
+    scale = {"time_scale": repr(float(time_scale))}
+    parameters: dict[str, dict[str, str]] = {
+        model: dict(scale) for model in ("retriever", "reranker", STREAM_GENERATOR)
+    }
+    if active is not None:
+        parameters[STREAM_ROUTER_MODEL] = {"compass_active_config": config_key(active)}
+    repository = assemble_repository(WORKFLOW, workdir / "models", parameters)
+    assemble_repository(f"{WORKFLOW}/streaming", repository, parameters)
+    return LocalTriton(repository=repository, models=STREAM_MODELS, host=host)
+
+
 def rag_sim_fleet(
     workdir: Path,
     time_scale: float,

@@ -1,0 +1,109 @@
+"""Decoupled (streaming) components and a streaming router: which components the router calls
+as streams (``compass_decoupled_components``), how it consumes one through BLS, and how a
+decoupled router forwards what they stream to its client, timing its first response
+(docs/serving.md, "Streaming stages")."""
+
+import json
+import re
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+DECOUPLED_PARAMETER = "compass_decoupled_components"
+# Triton's model names: what a model repository's folder may be called.
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
+# The key of a streamed response's RESULT object: which component streamed it.
+STREAM_KEY = "compass_stream"
+
+
+def decoupled_components(text):
+    """The component models named in ``compass_decoupled_components`` (comma-separated; empty
+    or absent: none); ValueError naming the parameter and the fix for a malformed name."""
+    names = [name.strip() for name in (text or "").split(",")]
+    names = [name for name in names if name]
+    for name in names:
+        if not _MODEL_NAME.match(name):
+            raise ValueError(
+                f"{DECOUPLED_PARAMETER} {text!r}: {name!r} is not a model name; give the "
+                "decoupled component models' names, comma-separated (e.g. generator)"
+            )
+    return frozenset(names)
+
+
+def _outputs_of(response, outputs):
+    """A streamed response's requested outputs present in it, as numpy arrays."""
+    found = {}
+    for name in outputs:
+        tensor = pb_utils.get_output_tensor_by_name(response, name)
+        if tensor is not None:
+            found[name] = tensor.as_numpy()
+    return found
+
+
+def stream_call(model, inputs, outputs, forward=None):
+    """Call a decoupled component through BLS and consume its stream: each response's outputs
+    go to ``forward(model, outputs)`` as they arrive (a streaming router's client); returns
+    every requested output, its responses' values joined along the first axis."""
+    request = pb_utils.InferenceRequest(
+        model_name=model,
+        requested_output_names=list(outputs),
+        inputs=[pb_utils.Tensor(name, np.asarray(value)) for name, value in inputs.items()],
+    )
+    parts = {name: [] for name in outputs}
+    for response in request.exec(decoupled=True):
+        if response.has_error():
+            raise RuntimeError(f"{model}: {response.error().message()}")
+        found = _outputs_of(response, outputs)
+        # The stream's last response may only carry the final flag: nothing to forward.
+        if not found:
+            continue
+        for name, value in found.items():
+            parts[name].append(value)
+        if forward is not None:
+            forward(model, found)
+    missing = [name for name, values in parts.items() if not values]
+    if missing:
+        raise RuntimeError(
+            f"{model}: its stream carried no {', '.join(missing)}; is it the decoupled model "
+            f"{DECOUPLED_PARAMETER} names, with those outputs?"
+        )
+    return {
+        name: np.concatenate([np.atleast_1d(v) for v in values]) for name, values in parts.items()
+    }
+
+
+def _jsonable(value):
+    """A streamed output as JSON: its values as a list, bytes decoded."""
+    return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value.reshape(-1).tolist()]
+
+
+class ResponseStream:
+    """A decoupled router's stream to the client of one request: the components' streamed
+    outputs as they arrive (RESULT ``{"compass_stream": model, "outputs": {...}}``, CONFIG
+    empty), then the pipeline's answer with the final flag; it times the first response."""
+
+    def __init__(self, request):
+        self.sender = request.get_response_sender()
+        self.started = time.perf_counter()
+        # Seconds from take-up to the first streamed response (None: nothing streamed yet).
+        self.first_s = None
+
+    def forward(self, model, outputs):
+        """Send one streamed response of ``model`` on to the client."""
+        body = {STREAM_KEY: model, "outputs": {k: _jsonable(v) for k, v in outputs.items()}}
+        result = np.array([json.dumps(body).encode("utf-8")], dtype=np.object_)
+        self.sender.send(
+            pb_utils.InferenceResponse(
+                [
+                    pb_utils.Tensor("RESULT", result),
+                    pb_utils.Tensor("CONFIG", np.array([b""], dtype=np.object_)),
+                ]
+            )
+        )
+        if self.first_s is None:
+            self.first_s = time.perf_counter() - self.started
+
+    def close(self, response):
+        """Send the pipeline's answer (or its error) and end the stream."""
+        self.sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)

@@ -1,0 +1,158 @@
+"""A decoupled (streaming) stage through the router on a real Triton: rag-sim's streaming variant
+(model-images/rag-sim/streaming), its generator's tokens streamed through a decoupled router to
+a gRPC streaming client, with time to first token and end to end measured, profiled, switched."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ragsim import ACCURATE, FASTEST, scores_of
+
+from compass.dataplane.profiler import ProfileSettings, profile_configuration
+from compass.dataplane.triton import STREAM_KEY, TritonRouter
+from compass.domain.profiles import parse_profile
+from compass.domain.space import config_key
+from compass.lab.local_triton import LocalTriton
+from compass.lab.scenarios import (
+    STREAM_GENERATOR,
+    STREAM_ROUTER_MODEL,
+    rag_sim_data,
+    rag_sim_stream_triton,
+)
+from tiers import require_tritonserver
+
+# Slower than the tier's other rag-sim servers: the generator's ~16 tokens then come several ms
+# apart, far beyond Triton's per-response overhead, so the stream's shape is measurable.
+TIME_SCALE = 0.5
+TOKENS = 16
+PREFILL_SHARE = 0.25
+GENERATOR_SHARE = 0.7
+
+
+@pytest.fixture(scope="module")
+def streaming(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
+    """tritonserver with rag-sim's streaming variant, FASTEST active."""
+    require_tritonserver()
+    workdir = tmp_path_factory.mktemp("triton-stream")
+    server = rag_sim_stream_triton(workdir, TIME_SCALE, FASTEST).start(workdir)
+    try:
+        # Each model's first request runs cold (its stub's imports): not what is measured.
+        warm = TritonRouter(server.grpc_url, model=STREAM_ROUTER_MODEL)
+        warm.infer({"sample": 0})
+        warm.close()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def router(streaming: LocalTriton) -> Iterator[TritonRouter]:
+    """A client of the streaming router; FASTEST active again afterwards."""
+    client = TritonRouter(streaming.grpc_url, model=STREAM_ROUTER_MODEL, backoff_s=0.05)
+    yield client
+    client.switch(FASTEST)
+    client.close()
+
+
+def generator_ms(config: dict[str, object], quantile: float) -> float:
+    """The streaming generator's whole time for a request at this latency quantile, ms."""
+    entry = rag_sim_data()["configs"][config_key(config)]
+    grid = rag_sim_data()["quantile_grid"]
+    total = float(np.interp(quantile, grid, entry["latency_quantiles_ms"]))
+    return GENERATOR_SHARE * total * TIME_SCALE
+
+
+def test_tokens_stream_through_the_router_with_first_token_and_end_to_end_times(
+    router: TritonRouter,
+) -> None:
+    assert router.decoupled()
+    scores = scores_of(rag_sim_data(), FASTEST)
+    for sample in range(3):
+        reply = router.infer({"sample": sample, "quantile": 0.5})
+        # Every token, in order, as the generator streamed it, then the pipeline's answer.
+        assert [chunk[STREAM_KEY] for chunk in reply.streamed] == [STREAM_GENERATOR] * TOKENS
+        tokens = [chunk["outputs"]["TOKEN"] for chunk in reply.streamed]
+        assert tokens == [[f"t{i} "] for i in range(TOKENS)]
+        assert reply.result["text"] == "".join(t[0] for t in tokens)
+        assert reply.result["score"] == pytest.approx(scores[sample])
+        assert reply.config == config_key(FASTEST)
+        # The first token comes after the stages before the generator and its prefill; the
+        # rest of its time (the decoding) lies between the first token and the end.
+        generator = generator_ms(FASTEST, 0.5)
+        assert reply.first_response_s is not None
+        first_ms, end_ms = reply.first_response_s * 1000, reply.latency_s * 1000
+        assert first_ms >= PREFILL_SHARE * generator
+        assert end_ms - first_ms >= 0.9 * (1 - PREFILL_SHARE) * generator
+        assert first_ms < 0.6 * end_ms
+
+
+def test_the_router_exports_its_streams_first_response_and_end_times(
+    router: TritonRouter, streaming: LocalTriton
+) -> None:
+    for sample in range(4):
+        router.infer({"sample": sample, "quantile": 0.5})
+    with urllib.request.urlopen(streaming.metrics_url, timeout=5) as response:
+        text = response.read().decode()
+
+    def value(metric: str) -> float:
+        series = rf'^{metric}\{{[^}}]*model="{STREAM_ROUTER_MODEL}"[^}}]*\}} (\S+)$'
+        found = re.search(series, text, re.M)
+        assert found, f"{metric} not exported"
+        return float(found.group(1))
+
+    streams = value("compass_router_streams_total")
+    first = value("compass_router_stream_first_seconds_total")
+    end = value("compass_router_stream_seconds_total")
+    assert streams >= 4
+    # Mean time to first token and mean end to end, as a dashboard divides them.
+    assert 0 < first / streams < end / streams
+    assert end / streams >= generator_ms(FASTEST, 0.5) / 1000
+
+
+def test_profiling_records_time_to_first_token_per_configuration(router: TritonRouter) -> None:
+    settings = ProfileSettings(warmup_runs=1, measured_runs=6)
+    entries = [
+        profile_configuration(router, config, settings, lambda i: {"sample": i})
+        for config in (FASTEST, ACCURATE)
+    ]
+    for entry in entries:
+        assert 0 < entry["ttft_mean_ms"] < entry["latency_mean_ms"]
+        assert entry["ttft_p50_ms"] <= entry["ttft_p95_ms"]
+        assert entry["ttft_p95_ms"] <= entry["latency_p95_ms"]
+        profile = parse_profile({**entry, "accuracy": 0.8}, "profiles[0]")
+        assert profile.ttft_mean_ms == pytest.approx(entry["ttft_mean_ms"])
+    # The more accurate configuration's generator takes longer, so does its first token.
+    assert entries[1]["ttft_mean_ms"] > entries[0]["ttft_mean_ms"]
+
+
+def test_a_switch_moves_the_streaming_router_and_its_streams_keep_coming(
+    router: TritonRouter,
+) -> None:
+    report = router.switch(ACCURATE)
+    assert report.config == config_key(ACCURATE)
+    reply = router.infer({"sample": 1})
+    assert reply.config == config_key(ACCURATE)
+    assert len(reply.streamed) == TOKENS
+    assert reply.result["score"] == pytest.approx(scores_of(rag_sim_data(), ACCURATE)[1])
+
+
+def test_the_variant_serves_only_its_own_models(streaming: LocalTriton) -> None:
+    # rag-sim's own router and generator stay unloaded: the variant is served on its own.
+    index = json.loads(
+        urllib.request.urlopen(
+            urllib.request.Request(f"http://{streaming.http_url}/v2/repository/index", b"{}"),
+            timeout=5,
+        ).read()
+    )
+    ready = {m["name"] for m in index if m.get("state") == "READY"}
+    assert STREAM_ROUTER_MODEL in ready
+    assert STREAM_GENERATOR in ready
+    assert "router" not in ready
+    assert "generator" not in ready
+    assert Path(streaming.repository, STREAM_ROUTER_MODEL, "1", "model.py").is_file()
