@@ -1,0 +1,62 @@
+"""Streaming (decoupled) stages outside Triton: the router's list of decoupled components, the
+profile's time to first token, and how profiling summarises it (the real stream:
+tests/triton/test_router_stream.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from compass.dataplane.profiler import first_response_statistics
+from compass.domain.profiles import ProfileError, parse_profiles
+from compass_dev.router_module import router_part
+
+ENTRY = {
+    "config": {"k": 1},
+    "accuracy": 0.8,
+    "latency_mean_ms": 100.0,
+    "latency_p50_ms": 95.0,
+    "latency_p95_ms": 150.0,
+}
+
+
+def test_the_router_reads_its_decoupled_components_and_names_a_bad_one() -> None:
+    stream = router_part("stream")
+    assert stream.decoupled_components("generator, vllm_llama") == {"generator", "vllm_llama"}
+    assert stream.decoupled_components("") == frozenset()
+    assert stream.decoupled_components(None) == frozenset()
+    with pytest.raises(ValueError, match="compass_decoupled_components .*'gen erator' is not a"):
+        stream.decoupled_components("retriever,gen erator")
+
+
+def test_time_to_first_token_is_read_scaled_and_optional() -> None:
+    (profile,) = parse_profiles(
+        [{**ENTRY, "ttft_mean_ms": 40.0, "ttft_p50_ms": 38.0, "ttft_p95_ms": 60.0}]
+    )
+    assert (profile.ttft_mean_ms, profile.ttft_p50_ms, profile.ttft_p95_ms) == (40.0, 38.0, 60.0)
+    assert profile.scaled(0.5).ttft_mean_ms == 20.0
+    # A profile from before streaming (or of a workflow that does not stream) loads as it did.
+    (old,) = parse_profiles([ENTRY])
+    assert (old.ttft_mean_ms, old.ttft_p95_ms) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"ttft_mean_ms": 120.0}, "profiles\\[0\\].ttft_mean_ms: 120 is above latency_mean_ms"),
+        ({"ttft_p95_ms": 151.0}, "ttft_p95_ms: 151 is above latency_p95_ms 150"),
+        ({"ttft_p50_ms": 50.0, "ttft_p95_ms": 40.0}, "ttft_p95_ms: 40 is below ttft_p50_ms"),
+        ({"ttft_mean_ms": "40"}, "ttft_mean_ms: '40' is not a number"),
+    ],
+)
+def test_bad_first_token_times_name_the_field(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ProfileError, match=message):
+        parse_profiles([{**ENTRY, **fields}])
+
+
+def test_profiling_summarises_first_responses_only_where_every_reply_streamed() -> None:
+    stats = first_response_statistics([10.0, 20.0, 30.0, 40.0])
+    assert stats["ttft_mean_ms"] == 25.0
+    assert stats["ttft_p50_ms"] == 25.0
+    assert 38.0 < stats["ttft_p95_ms"] <= 40.0
+    assert first_response_statistics([10.0, None]) == {}
+    assert first_response_statistics([]) == {}
