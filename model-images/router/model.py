@@ -256,12 +256,14 @@ class TritonPythonModel:
         router answers each on its own stream (None returned, as Triton asks of one)."""
         if self.role == "router" and self.streaming:
             for request in requests:
-                self.stream = ResponseStream(request)
+                self.stream = stream = ResponseStream(request)
                 try:
                     response = self._answer(request)
                 finally:
-                    stream, self.stream = self.stream, None
-                stream.close(response)
+                    self.stream = None
+                # A client gone mid-stream cannot be answered: the next request still is.
+                with contextlib.suppress(Exception):
+                    stream.close(response)
                 self.stream_times.streamed(stream.first_s, time.perf_counter() - stream.started)
             return None
         return [self._answer(request) for request in requests]

@@ -17,7 +17,9 @@ from ragsim import ACCURATE, FASTEST, scores_of
 from compass.dataplane.profiler import ProfileSettings, profile_configuration
 from compass.dataplane.triton import STREAM_KEY, TritonRouter
 from compass.domain.profiles import parse_profile
-from compass.domain.space import config_key
+from compass.domain.search import SearchSettings, search
+from compass.domain.space import Space, config_key
+from compass.evaluators.triton import TritonEvaluator
 from compass.lab.local_triton import LocalTriton
 from compass.lab.scenarios import (
     STREAM_GENERATOR,
@@ -89,7 +91,6 @@ def test_tokens_stream_through_the_router_with_first_token_and_end_to_end_times(
         first_ms, end_ms = reply.first_response_s * 1000, reply.latency_s * 1000
         assert first_ms >= PREFILL_SHARE * generator
         assert end_ms - first_ms >= 0.9 * (1 - PREFILL_SHARE) * generator
-        assert first_ms < 0.6 * end_ms
 
 
 def test_the_router_exports_its_streams_first_response_and_end_times(
@@ -140,6 +141,36 @@ def test_a_switch_moves_the_streaming_router_and_its_streams_keep_coming(
     assert reply.config == config_key(ACCURATE)
     assert len(reply.streamed) == TOKENS
     assert reply.result["score"] == pytest.approx(scores_of(rag_sim_data(), ACCURATE)[1])
+
+
+class _RecordedScores:
+    """rag-sim's recorded scores: what the streaming router's answers must reproduce."""
+
+    def evaluate(self, config: dict[str, object], sample_indices: list[int]) -> list[float]:
+        return [scores_of(rag_sim_data(), config)[i] for i in sample_indices]
+
+
+def test_a_search_through_the_streaming_router_finds_what_the_recorded_scores_give(
+    router: TritonRouter,
+) -> None:
+    space = Space.from_spec(
+        {
+            "parameters": [
+                {"name": "generator_model", "values": ["gemma3:12b", "llama3.2:3b"]},
+                {"name": "retriever_k", "type": "integer", "values": [20]},
+                {"name": "reranker_k", "type": "integer", "values": [1]},
+                {"name": "reranker_model", "values": ["ms-marco"]},
+            ]
+        }
+    )
+    settings = SearchSettings(tau=0.8)
+    live = search(space, TritonEvaluator(router), 24, settings)
+    expected = search(space, _RecordedScores(), 24, settings)  # type: ignore[arg-type]
+    assert live.sample_evals == expected.sample_evals > 0
+    assert [a.accuracy for a in live.assessments] == pytest.approx(
+        [a.accuracy for a in expected.assessments]
+    )
+    assert [a.index for a in live.feasible] == [a.index for a in expected.feasible]
 
 
 def test_the_variant_serves_only_its_own_models(streaming: LocalTriton) -> None:

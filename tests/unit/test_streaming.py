@@ -4,10 +4,19 @@ tests/triton/test_router_stream.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from compass.dataplane.profiler import first_response_statistics
 from compass.domain.profiles import ProfileError, parse_profiles
+from compass.domain.space import config_key
+from compass.lab.scenarios import (
+    FASTEST,
+    STREAM_GENERATOR,
+    STREAM_ROUTER_MODEL,
+    rag_sim_stream_triton,
+)
 from compass_dev.router_module import router_part
 
 ENTRY = {
@@ -24,7 +33,7 @@ def test_the_router_reads_its_decoupled_components_and_names_a_bad_one() -> None
     assert stream.decoupled_components("generator, vllm_llama") == {"generator", "vllm_llama"}
     assert stream.decoupled_components("") == frozenset()
     assert stream.decoupled_components(None) == frozenset()
-    with pytest.raises(ValueError, match="compass_decoupled_components .*'gen erator' is not a"):
+    with pytest.raises(ValueError, match=r"compass_decoupled_components .*'gen erator' is not a"):
         stream.decoupled_components("retriever,gen erator")
 
 
@@ -60,3 +69,27 @@ def test_profiling_summarises_first_responses_only_where_every_reply_streamed() 
     assert 38.0 < stats["ttft_p95_ms"] <= 40.0
     assert first_response_statistics([10.0, None]) == {}
     assert first_response_statistics([]) == {}
+
+
+def test_the_streaming_variant_assembles_beside_rag_sims_own_components(tmp_path: Path) -> None:
+    server = rag_sim_stream_triton(tmp_path, 0.1, FASTEST)
+    models = server.repository
+    assert set(server.models) == {
+        "retriever",
+        "reranker",
+        STREAM_GENERATOR,
+        STREAM_ROUTER_MODEL,
+        f"{STREAM_ROUTER_MODEL}_control",
+    }
+    # The generic router and its parts, with the variant's own pipeline beside them.
+    for part in ("model.py", "pipeline.py", "compass_router/stream.py", "compass_rules"):
+        assert (models / STREAM_ROUTER_MODEL / "1" / part).exists()
+    assert (models / f"{STREAM_ROUTER_MODEL}_control" / "1" / "model.py").is_file()
+    router = (models / STREAM_ROUTER_MODEL / "config.pbtxt").read_text()
+    assert "decoupled: true" in router
+    assert config_key(FASTEST).replace('"', '\\"') in router
+    generator = (models / STREAM_GENERATOR / "config.pbtxt").read_text()
+    assert "decoupled: true" in generator
+    assert 'key: "time_scale" value: { string_value: "0.1" }' in generator
+    # Its generator is its own streaming model, not rag-sim's component.
+    assert "get_response_sender" in (models / STREAM_GENERATOR / "1" / "model.py").read_text()
