@@ -28,7 +28,7 @@ PLACING_AFFINITIES = ("nodeAffinity", "podAffinity")
 def quantity(text: str | int) -> Decimal:
     """A Kubernetes quantity's value (500m is 0.5, 2Gi is 2147483648); ValueError if none."""
     try:
-        return Decimal(parse_quantity(text))
+        return Decimal(parse_quantity(text))  # type: ignore[no-untyped-call]
     except (ValueError, InvalidOperation) as error:
         raise ValueError(f"{text!r} is not a Kubernetes quantity: {error}") from None
 
