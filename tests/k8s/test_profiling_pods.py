@@ -2,7 +2,8 @@
 generation's Role and the real API server's RBAC.
 
 It lists the EndpointSlices of the workflow's Service: every ready pod, once, at its gRPC port;
-a pod not ready, another Service's pods and a Service of another namespace are not measured on.
+a pod not ready, another Service's pods, a Service of another namespace and a hand-made slice's
+addresses that are no Pod of the namespace at that IP are not measured on.
 Without the Role's list rule (a Role an older operator made), it profiles on the Service's one
 address and says why. Over two real rag-sim tritonservers, a retried pod takes what an earlier
 one measured from the state and measures only the rest; past spec.profiling.maxSeconds (from its
@@ -73,6 +74,21 @@ def _slice(name: str, service: str, endpoints: list[tuple[str, str, bool]]) -> d
             for pod, ip, ready in endpoints
         ],
     }
+
+
+def _pod_at(k8s_api: Any, namespace: str, name: str, ip: str) -> None:
+    """A Pod holding ``ip`` as the kubelet would report it (bound to a node that never runs it:
+    only its status.podIP matters here)."""
+    core = client.CoreV1Api(k8s_api)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"nodeName": "nowhere", "containers": [{"name": "triton", "image": "triton"}]},
+    }
+    core.create_namespaced_pod(namespace, body, _preload_content=False)
+    status = {"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
+    core.patch_namespaced_pod_status(name, namespace, status, _preload_content=False)
 
 
 def _workflow(name: str, service: str) -> dict[str, Any]:
@@ -150,10 +166,20 @@ def test_the_profiling_job_lists_its_services_ready_pods_under_its_role(
 ) -> None:
     monkeypatch.delenv("COMPASS_TRITON_ADDRESS", raising=False)
     rag = [("rag-b", "10.1.0.2", True), ("rag-a", "10.1.0.1", True), ("rag-c", "10.1.0.3", False)]
+    for pod, ip, _ in [*rag, ("other-a", "10.2.0.1", True)]:
+        _pod_at(k8s_api, k8s_namespace, pod, ip)
+    # A hand-made slice with the Service's label: another namespace's pod, and one of this
+    # namespace's pods at an address it does not hold. Neither is measured, and the source
+    # says why.
+    forged = _slice(
+        "rag-forged", "rag", [("victim", "10.9.0.9", True), ("rag-a", "10.9.0.8", True)]
+    )
+    forged["endpoints"][0]["targetRef"]["namespace"] = "other"
     for body in (
         _slice("rag-1", "rag", rag[:2]),
         _slice("rag-2", "rag", rag[2:]),
         _slice("other-1", "other", [("other-a", "10.2.0.1", True)]),
+        forged,
     ):
         k8s_cluster.request(
             f"/apis/discovery.k8s.io/v1beta1/namespaces/{k8s_namespace}/endpointslices",
@@ -167,7 +193,11 @@ def test_the_profiling_job_lists_its_services_ready_pods_under_its_role(
         Endpoint("rag-a", "10.1.0.1:8001", None),
         Endpoint("rag-b", "10.1.0.2:8001", None),
     ]
-    assert source == "the ready pods of Service rag"
+    assert source.startswith(
+        f"the ready pods of Service rag; left out, not Pods of {k8s_namespace}"
+    )
+    assert f"10.9.0.8 (rag-a): in namespace {k8s_namespace} this address is no Pod's" in source
+    assert "10.9.0.9 (victim): a Pod of namespace other" in source
 
     # A staging Service to measure (spec.triton.evaluationService): its ready pods instead.
     staging = spec.model_copy(

@@ -365,6 +365,39 @@ def test_invalid_spec_is_a_permanent_error_until_fixed(
         assert flows.jobs("foreign") == []
 
 
+def test_jobs_past_the_charts_limits_are_refused_by_field(
+    k8s_api: Any,
+    k8s_namespace: str,
+    crds: None,
+    operator_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With jobPods limits set (as the chart passes them), a workflow asking its Jobs for a GPU
+    past maxResources is Failed with SpecValid False (JobPodNotAllowed) naming the field and the
+    limit, and gets no Job; one within the limits starts its search."""
+    monkeypatch.setenv("COMPASS_JOB_ALLOWED_TOLERATIONS", '["dedicated"]')
+    monkeypatch.setenv("COMPASS_JOB_ALLOWED_NODE_SELECTOR", '["compass.io/pool=cpu"]')
+    monkeypatch.setenv("COMPASS_JOB_MAX_RESOURCES", '{"nvidia.com/gpu": 0, "cpu": "2"}')
+    flows = Workflows(k8s_api, k8s_namespace)
+    greedy = _workflow("greedy", tau=0.8)
+    greedy["spec"]["search"]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    flows.create(greedy)
+    flows.create(_workflow("modest", tau=0.8))  # its profiling pod: pool=cpu, dedicated, 1 cpu
+
+    with operator(k8s_namespace):
+        flows.wait("greedy", _phase("Failed"), 30, "the GPU request to be refused")
+        spec_valid = flows.condition("greedy", "SpecValid")
+        assert spec_valid is not None
+        assert (spec_valid["status"], spec_valid["reason"]) == ("False", "JobPodNotAllowed")
+        message = spec_valid["message"]
+        assert message.startswith("spec.search.resources.limits[nvidia.com/gpu]: 1 nvidia.com")
+        assert "jobPods.maxResources (Helm value)" in message
+        flows.wait_events("greedy", ["JobPodNotAllowed"])
+        assert flows.jobs("greedy") == []
+        flows.wait("modest", _phase("Searching"), 30, "the workflow within the limits to start")
+        assert [j["metadata"]["name"] for j in flows.jobs("modest")] == ["modest-search-g1"]
+
+
 def test_job_resources_are_quantities_and_placement_reaches_jobs_the_server_accepts(
     k8s_api: Any, k8s_namespace: str, crds: None
 ) -> None:

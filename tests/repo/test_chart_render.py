@@ -22,6 +22,7 @@ from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.crds import RESOURCES, build_crd
 from compass.api.rules import VALIDATIONS
 from compass.controllers.builders import build_profile_job, build_search_job
+from compass.controllers.job_pod_limits import JobPodLimits
 from compass.controllers.rbac import (
     CLUSTER_PEERING_RULES,
     DISCOVERY_RULES,
@@ -325,6 +326,8 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
         "COMPASS_LOG_FORMAT",
         "COMPASS_LEDGER_TEXT_LIMIT_MIB",
         "COMPASS_LEDGER_TEXT_BUDGET_MIB",
+        "COMPASS_JOB_ALLOWED_TOLERATIONS",
+        "COMPASS_JOB_ALLOWED_NODE_SELECTOR",
         "COMPASS_PEERING",
         "COMPASS_PEERING_LIFETIME_SECONDS",
     }
@@ -349,6 +352,27 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
     assert pod_id["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     ports = {p["name"]: p["containerPort"] for p in container(objects)["ports"]}
     assert ports == {"metrics": 9090, "health": 9091}
+
+
+def test_job_pod_limits_reach_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """jobPods is unrestricted by default; set, its tolerations, node labels and maximum
+    resources load into OperatorSettings as the limits the workflow check applies."""
+    defaults = env(render())
+    assert "COMPASS_JOB_MAX_RESOURCES" not in defaults
+    for name, value in defaults.items():
+        monkeypatch.setenv(name, value)
+    assert OperatorSettings().job_pod_limits() == JobPodLimits()
+    limited = {
+        "allowedTolerations": ["nvidia.com/gpu:NoSchedule", "dedicated"],
+        "allowedNodeSelector": ["pool=eval", "topology.kubernetes.io/zone=*"],
+        "maxResources": {"cpu": 4, "memory": "8Gi", "nvidia.com/gpu": 0},
+    }
+    for name, value in env(render({"jobPods": limited})).items():
+        monkeypatch.setenv(name, value)
+    limits = OperatorSettings().job_pod_limits()
+    assert limits.tolerations == ("nvidia.com/gpu:NoSchedule", "dedicated")
+    assert limits.node_selector == ("pool=eval", "topology.kubernetes.io/zone=*")
+    assert limits.max_resources == {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "0"}
 
 
 def test_digest_pins_the_operator_and_the_jobs_image() -> None:
@@ -763,6 +787,10 @@ def test_peering_objects_follow_the_mode() -> None:
         ({"podDisruptionBudget": {"minAvailable": 1}}, "minAvailable"),
         ({"logging": {"level": "verbose"}}, "/logging/level"),
         ({"logging": {"format": "logfmt"}}, "/logging/format"),
+        ({"jobPods": {"allowedTolerations": ["gpu:NoWhere"]}}, "/jobPods/allowedTolerations/0"),
+        ({"jobPods": {"allowedNodeSelector": ["pool"]}}, "/jobPods/allowedNodeSelector/0"),
+        ({"jobPods": {"maxResources": {"memory": "8GB"}}}, "/jobPods/maxResources/memory"),
+        ({"jobPods": {"maxGpus": 1}}, "maxGpus"),
     ],
 )
 def test_bad_values_fail_naming_the_key(values: dict[str, Any], key: str) -> None:

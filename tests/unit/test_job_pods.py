@@ -21,6 +21,7 @@ from compass.controllers.builders import (
     routing_target,
     triton_address,
 )
+from compass.controllers.job_pod_limits import JobPodLimits, authorize_job_pods
 from compass.controllers.settings import OperatorSettings
 from compass.controllers.targets import TargetAccess
 from compass.controllers.workflow_spec import (
@@ -249,3 +250,126 @@ def test_an_evaluation_service_the_settings_do_not_allow_is_refused_naming_it() 
         "TargetNotAllowed",
     )
     authorize_workflow_targets(spec, "ml", TargetAccess((), ("other",)))
+
+
+# ---------------------------------------------------------------------------- the chart's limits
+
+GPU_POOL = JobPodLimits(
+    tolerations=("nvidia.com/gpu:NoSchedule", "dedicated"),
+    node_selector=("pool=eval", "topology.kubernetes.io/zone=*"),
+    max_resources={"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "0"},
+)
+
+
+def _asking(section: str, **pod: Any) -> CompoundWorkflowSpec:
+    spec, _ = validate_spec(_raw(**{section: pod}))
+    return spec
+
+
+def test_job_pods_are_unrestricted_by_default() -> None:
+    """Without jobPods values every placement and size the CRD admits passes."""
+    anything = {**PLACEMENT, "tolerations": [{"operator": "Exists"}]}
+    authorize_job_pods(_asking("search", **anything), JobPodLimits())
+    big = {"limits": {"nvidia.com/gpu": 8, "cpu": "64", "memory": "1Ti"}}
+    authorize_job_pods(_asking("profiling", resources=big), JobPodLimits())
+
+
+@pytest.mark.parametrize(
+    ("section", "pod"),
+    [
+        ("search", {"tolerations": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}),
+        ("search", {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}),
+        ("profiling", {"nodeSelector": {"pool": "eval", "topology.kubernetes.io/zone": "b"}}),
+        ("profiling", {"resources": {"requests": {"cpu": "4000m", "memory": "8Gi"}}}),
+        ("search", {"resources": {"limits": {"nvidia.com/gpu": 0, "ephemeral-storage": "1Ti"}}}),
+        ("search", {"affinity": {"podAntiAffinity": {}}}),
+    ],
+)
+def test_job_pods_within_the_limits_pass(section: str, pod: dict[str, Any]) -> None:
+    """What the limits list (a key with any effect, a label with any value, a size at the
+    maximum, a resource they do not name, an affinity that only keeps pods apart) passes."""
+    authorize_job_pods(_asking(section, **pod), GPU_POOL)
+
+
+@pytest.mark.parametrize(
+    ("section", "pod", "field", "limit"),
+    [
+        (
+            "search",
+            {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]},
+            "spec.search.tolerations[0]",
+            "allowedTolerations",
+        ),
+        (
+            "profiling",
+            {"tolerations": [{"key": "dedicated"}, {"operator": "Exists"}]},
+            "spec.profiling.tolerations[1]",
+            "allowedTolerations",
+        ),
+        (
+            "search",
+            {"tolerations": [{"key": "nvidia.com/gpu", "effect": "NoExecute"}]},
+            "spec.search.tolerations[0]",
+            "allowedTolerations",
+        ),
+        (
+            "search",
+            {"nodeSelector": {"pool": "training"}},
+            "spec.search.nodeSelector.pool",
+            "allowedNodeSelector",
+        ),
+        (
+            "profiling",
+            {"affinity": AFFINITY},
+            "spec.profiling.affinity.nodeAffinity",
+            "allowedNodeSelector",
+        ),
+        (
+            "search",
+            {"resources": {"limits": {"nvidia.com/gpu": 1}}},
+            "spec.search.resources.limits[nvidia.com/gpu]",
+            "maxResources",
+        ),
+        (
+            "profiling",
+            {"resources": {"requests": {"memory": "8193Mi"}}},
+            "spec.profiling.resources.requests[memory]",
+            "maxResources",
+        ),
+        (
+            "search",
+            {"resources": {"requests": {"cpu": "4001m"}}},
+            "spec.search.resources.requests[cpu]",
+            "maxResources",
+        ),
+    ],
+)
+def test_job_pods_past_the_limits_are_refused_by_field(
+    section: str, pod: dict[str, Any], field: str, limit: str
+) -> None:
+    """A toleration, node label, node-choosing affinity or size past the limits: refused,
+    JobPodNotAllowed, naming the field, the limit and the Helm value that widens it."""
+    with pytest.raises(InvalidSpecError) as error:
+        authorize_job_pods(_asking(section, **pod), GPU_POOL)
+    assert (error.value.field, error.value.reason) == (field, "JobPodNotAllowed")
+    assert f"jobPods.{limit} (Helm value)" in str(error.value)
+
+
+def test_no_limits_allow_nothing() -> None:
+    """[] for tolerations and node labels allows none, not any."""
+    closed = JobPodLimits(tolerations=(), node_selector=())
+    authorize_job_pods(_asking("search"), closed)
+    with pytest.raises(InvalidSpecError, match=r"\(none\)"):
+        authorize_job_pods(_asking("search", tolerations=[{"key": "a"}]), closed)
+    with pytest.raises(InvalidSpecError, match=r"\(none\)"):
+        authorize_job_pods(_asking("search", nodeSelector={"a": "b"}), closed)
+
+
+def test_the_settings_refuse_a_maximum_that_is_no_quantity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad maxResources value stops the operator at start-up naming it, not a workflow later."""
+    monkeypatch.setenv("COMPASS_JOB_MAX_RESOURCES", '{"memory": "8GB"}')
+    with pytest.raises(ValueError, match=r"jobPods\.maxResources\[memory\]: '8GB'"):
+        OperatorSettings()
+    monkeypatch.setenv("COMPASS_JOB_MAX_RESOURCES", '{"nvidia.com/gpu": 1, "cpu": 1.5}')
+    limits = OperatorSettings().job_pod_limits()
+    assert limits.max_resources == {"nvidia.com/gpu": "1", "cpu": "1.5"}

@@ -61,7 +61,8 @@ def plain_miss_share(
     count = min(math.ceil(expected + 4 * spread + 3), paths.requests - ahead)
     members = paths.dealt(mix)[: ahead + count]
     requests = np.arange(ahead + count)
-    service = paths.service_s[members, :, requests].T.astype(np.float64)
+    drawn = np.stack([paths.service_row(m) for m in range(len(policy.plan.thresholds))])
+    service = drawn[members, :, requests].T.astype(np.float64)
     stretch = paths.stretch
     holding = service if stretch is None else service * stretch[members]
     active_mean_s = (

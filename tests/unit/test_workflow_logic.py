@@ -962,7 +962,7 @@ def test_a_generations_role_may_only_get_and_patch_its_own_state_and_create_conf
     role = build_job_role(stored, spec)
     name = "rag-search-g1"
     assert role["metadata"]["name"] == name
-    by_name, create, slices, replayed = role["rules"]
+    by_name, create, slices, pods, replayed = role["rules"]
     assert by_name["verbs"] == ["get", "patch"]
     assert by_name["resources"] == ["configmaps"]
     assert by_name["resourceNames"] == [name] + [f"{name}-c{i}" for i in range(1, MAX_CHUNKS + 1)]
@@ -974,10 +974,13 @@ def test_a_generations_role_may_only_get_and_patch_its_own_state_and_create_conf
         "resources": ["endpointslices"],
         "verbs": ["list"],
     }
+    # ...and reads each Pod they name, by name (never lists them): only a Pod of the namespace
+    # at the slice's address is measured.
+    assert pods == {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}
     # The replay evaluator's ledger (the spec's replayConfigMap) may be read, by name, only.
     assert replayed["verbs"] == ["get"]
     assert replayed["resourceNames"] == state_names("ledger")
-    assert job_rules(name) == [by_name, create, slices]  # other evaluators read no ledger
+    assert job_rules(name) == [by_name, create, slices, pods]  # other evaluators read no ledger
     binding = build_job_role_binding(stored, "compass-job-rag")
     assert binding["roleRef"]["name"] == name
     assert binding["subjects"] == [

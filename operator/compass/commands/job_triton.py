@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from kubernetes import client
@@ -10,7 +11,15 @@ from kubernetes import client
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.controllers import kubeapi, metricsauth
 from compass.controllers.builders import evaluated_spec, routing_target, triton_address
-from compass.controllers.endpoints import PortError, ready_endpoints, slice_entries
+from compass.controllers.endpoints import (
+    PortError,
+    SliceEntry,
+    admitted,
+    pod_addresses,
+    ready_endpoints,
+    slice_entries,
+)
+from compass.controllers.targets import TargetAccess
 from compass.dataplane.fleet import Endpoint
 from compass.dataplane.triton import GrpcTls
 
@@ -46,14 +55,39 @@ def triton_pods(
     one = [Endpoint(address, address)]
     if service is None:
         return one, f"Service {address}, in another namespace: its pods are not listed"
+    api = api or kubeapi.load_client()
     try:
-        slices = kubeapi.list_endpoint_slices(api or kubeapi.load_client(), namespace, service)
-        pods = ready_endpoints([slice_entries(s) for s in slices], spec.triton.grpc_port, None)
+        slices = kubeapi.list_endpoint_slices(api, namespace, service)
+        entries = [slice_entries(s) for s in slices]
+        kept, refused = admitted(entries, namespace, pod_holders(api, namespace, entries), OWN)
+        pods = ready_endpoints([kept], spec.triton.grpc_port, None)
     except PortError as error:
         return one, f"Service {address}: {error}"
     except kubeapi.ERRORS as error:
         reason = kubeapi.describe(error)
         return one, f"Service {address}: its EndpointSlices could not be read ({reason})"
+    left_out = f"; left out, not Pods of {namespace}: {'; '.join(refused)}" if refused else ""
     if not pods:
-        return one, f"Service {address}: its EndpointSlices list no ready pod"
-    return list(pods), f"the ready pods of Service {service}"
+        return one, f"Service {address}: its EndpointSlices list no ready pod{left_out}"
+    return list(pods), f"the ready pods of Service {service}{left_out}"
+
+
+# The Jobs measure what the operator would switch: a slice's address only where it is a Pod of
+# the workflow's namespace at that IP (no allowedHosts: the Jobs run in the cluster).
+OWN = TargetAccess()
+
+
+def pod_holders(
+    api: Any, namespace: str, entries: Iterable[Iterable[SliceEntry]]
+) -> Callable[[str], Collection[str]]:
+    """Which of the Pods the slices name hold each IP, each Pod read once by name (the Job's
+    Role may get Pods, not list them): what ``endpoints.admitted`` checks a slice against, so
+    a hand-made slice cannot aim the Jobs at another namespace's pods."""
+    core = client.CoreV1Api(api)
+    named = {e.pod for group in entries for e in group if e.kind == "Pod" and e.ready}
+    holders: dict[str, set[str]] = {}
+    for name in sorted(named):
+        body = kubeapi.read(core.read_namespaced_pod, name, namespace)
+        for ip in pod_addresses(body or {}):
+            holders.setdefault(ip, set()).add(name)
+    return lambda ip: holders.get(ip, set())

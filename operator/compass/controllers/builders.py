@@ -424,7 +424,8 @@ def job_rules(
     """What one generation's Job pods may do: get and patch their state ConfigMap and its chunk
     ConfigMaps, by name; get the replayed ledger's (a replay evaluator's), by name; get the
     Secret of their TLS to Triton (spec.triton.tls), by name; list the namespace's
-    EndpointSlices (the Triton Service's ready pods, which the profiling spreads over); and
+    EndpointSlices (the Triton Service's ready pods, which the profiling spreads over) and get
+    the Pods they name (only a Pod of the namespace at the listed IP is measured); and
     create ConfigMaps, which RBAC cannot narrow by name (the name is not known when a create is
     authorized): the chunks a long ledger rolls over into. A pod may so create a ConfigMap of
     another name, but read or change none but these."""
@@ -440,6 +441,9 @@ def job_rules(
         # addresses the Service would send its requests to anyway (list: RBAC cannot narrow a
         # list by the Service's label).
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]},
+        # Each Pod those slices name, read by name: a slice's author can list any address, and
+        # only a Pod of this namespace at that IP is measured (as the operator switches it).
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
     ]
     if replayed is not None:
         rules.append(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from compass.api.compoundworkflow import WorkflowConditionType
 from compass.api.meta import POLICY_KIND, WORKFLOW_KIND
 from compass.api.paretopolicy_status import ConditionType
+from compass.controllers.job_pod_limits import REASON as JOB_POD_REFUSED
 from compass.controllers.metricsauth import REASON as METRICS_CREDENTIALS
 
 
@@ -69,6 +70,7 @@ EVENTS: tuple[EventEntry, ...] = (
     EventEntry(W, "InvalidSpec", "Warning", "the spec can never work: the field and the fix"),
     EventEntry(W, "TargetNotAllowed", "Warning", "a host or namespace the settings refuse"),
     EventEntry(W, "ImageNotAllowed", "Warning", "a Job image the settings do not allow"),
+    EventEntry(W, JOB_POD_REFUSED, "Warning", "a Job pod's placement or size the settings refuse"),
     EventEntry(W, "ForeignJobAccount", "Warning", "the Jobs' ServiceAccount or Role is another's"),
     EventEntry(
         W, "LedgerRefused", "Warning", "a state's ledger passes what it can record: dropped"
@@ -127,6 +129,7 @@ CONDITIONS: tuple[ConditionEntry, ...] = (
     ConditionEntry(W, _WV, "False", "InvalidSpec", "the field and the fix"),
     ConditionEntry(W, _WV, "False", "TargetNotAllowed", "a target the settings refuse"),
     ConditionEntry(W, _WV, "False", "ImageNotAllowed", "a Job image the settings refuse"),
+    ConditionEntry(W, _WV, "False", JOB_POD_REFUSED, "a toleration, node or size past jobPods"),
     ConditionEntry(W, _WS, "Unknown", "Searching", "the search Job runs"),
     ConditionEntry(W, _WS, "True", "FeasibleFound", "searched; the feasible set is not empty"),
     ConditionEntry(W, _WS, "True", "Completed", "searched; nothing reaches tau"),

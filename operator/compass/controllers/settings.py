@@ -6,6 +6,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from compass.controllers.collector import FREEZE_EVERY_S
+from compass.controllers.job_pod_limits import ANY, JobPodLimits, quantity
 from compass.controllers.logs import LogFormat, LogLevel
 from compass.controllers.targets import DEFAULT_CLUSTER_DOMAIN, TargetAccess
 
@@ -35,6 +36,23 @@ class OperatorSettings(BaseSettings):
         default_factory=list,
         description="Secrets every Job's pod pulls its image with (the chart's imagePullSecrets: "
         "a JSON list of names or of {name: ...}); each must exist in the workflow's namespace.",
+    )
+    job_allowed_tolerations: list[str] = Field(
+        default_factory=lambda: [ANY],
+        description="Tolerations a workflow's Job pods may ask for: KEY (any effect), "
+        "KEY:EFFECT, or * for any (a toleration with no key, which tolerates every taint, "
+        "needs *). [] allows none.",
+    )
+    job_allowed_node_selector: list[str] = Field(
+        default_factory=lambda: [ANY],
+        description="Node labels a workflow's Job pods may select: KEY=VALUE, KEY=* (any "
+        "value), or * for any; restricted, nodeAffinity and podAffinity are refused too. [] "
+        "allows none.",
+    )
+    job_max_resources: dict[str, str] = Field(
+        default_factory=dict,
+        description="The most of each resource (cpu, memory, nvidia.com/gpu: a quantity) one "
+        "Job pod's requests or limits may name; resources not listed are not bounded here.",
     )
     namespaces: list[str] = Field(
         default_factory=list,
@@ -156,6 +174,31 @@ class OperatorSettings(BaseSettings):
             self.cluster_domain,
             tuple(self.metrics_namespaces),
         )
+
+    def job_pod_limits(self) -> JobPodLimits:
+        """What a workflow's Job pods may ask for, as compass.controllers.job_pod_limits checks it."""
+        return JobPodLimits(
+            tuple(self.job_allowed_tolerations),
+            tuple(self.job_allowed_node_selector),
+            dict(self.job_max_resources),
+        )
+
+    @field_validator("job_max_resources", mode="before")
+    @classmethod
+    def _quantities(cls, value: object) -> object:
+        """Every maximum a Kubernetes quantity (nvidia.com/gpu: 1 unquoted, as YAML has it),
+        so a bad chart value stops the operator at start-up, not a workflow later."""
+        if not isinstance(value, dict):
+            return value
+        for resource, most in value.items():
+            try:
+                if isinstance(most, bool) or not isinstance(most, str | int | float):
+                    raise ValueError(f"{most!r} is not a Kubernetes quantity")
+                if quantity(str(most)) < 0:
+                    raise ValueError(f"{most!r} is negative")
+            except ValueError as error:
+                raise ValueError(f"jobPods.maxResources[{resource}]: {error}") from None
+        return {resource: str(most) for resource, most in value.items()}
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

@@ -37,6 +37,7 @@ from compass.controllers.builders import (
     routing_target,
     search_name,
 )
+from compass.controllers.job_pod_limits import authorize_job_pods
 from compass.controllers.ledgerbudget import MIB, LedgerBudgetBusyError
 from compass.controllers.ledgerchunks import text_limit
 from compass.controllers.runtime import OperatorMetrics, runtime_of
@@ -394,10 +395,11 @@ def start_generation(name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 
 
 def _authorize(spec: CompoundWorkflowSpec, namespace: str, settings: OperatorSettings) -> None:
-    """InvalidSpecError naming the field if the spec reaches a target or runs an image the
-    operator's settings refuse."""
+    """InvalidSpecError naming the field if the spec reaches a target, runs an image or asks
+    for Job pods the operator's settings refuse."""
     authorize_workflow_targets(spec, namespace, settings.target_access())
     authorize_images(spec, settings.image, settings.allowed_job_images)
+    authorize_job_pods(spec, settings.job_pod_limits())
 
 
 def _start(
