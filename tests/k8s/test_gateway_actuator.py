@@ -140,7 +140,8 @@ def test_a_policy_moves_the_rewrites_weights_with_the_load_and_leaves_them_when_
     now = time.time()
     large = PolicyState(active=names[1], active_since=now - 60)
     decided, state = policy.decide(Observation(time=now, queue_depth=BUSY), large, now)
-    assert state.active == names[0] and decided.switched
+    assert state.active == names[0]
+    assert decided.switched
     idle_state = PolicyState(active=names[0], active_since=now - 60)
     for t in (now, now + 1, now + 2.5):
         _, idle_state = policy.decide(Observation(time=t, queue_depth=0), idle_state, t)
@@ -156,7 +157,8 @@ def test_a_policy_moves_the_rewrites_weights_with_the_load_and_leaves_them_when_
     policies.created.clear()
     time.sleep(2)
     left = _rewrite(custom, namespace, "chat")
-    assert left is not None and applied_weights(left, "chat") == {"qwen-large": 1000.0}
+    assert left is not None
+    assert applied_weights(left, "chat") == {"qwen-large": 1000.0}
 
 
 def test_another_managers_weights_are_reported_and_left_alone(

@@ -90,7 +90,8 @@ def test_weights_that_are_no_mix_of_the_front_are_on_no_front() -> None:
     key = weights_routing({"qwen-small": 1, "other": 1}, plan, "model", "rewrite x")
     assert key == "rewrite x weights other=1, qwen-small=1"
     base, blend, _ = parse_routing_key(key)
-    assert blend is None and base not in {config_key(SMALL), config_key(LARGE)}
+    assert blend is None
+    assert base not in {config_key(SMALL), config_key(LARGE)}
     # A rule for another model is none of the policy's.
     body = {"spec": {"rules": [{"matches": [{"model": {"value": "x"}}], "targets": []}]}}
     assert applied_weights(body, "chat") is None
@@ -98,8 +99,10 @@ def test_weights_that_are_no_mix_of_the_front_are_on_no_front() -> None:
 
 def test_a_gateway_policy_compiles_with_no_router_and_reads_vllms_queue() -> None:
     compiled = compile_policy(gateway_spec(), generation=1)
-    assert compiled.rewrite is not None and compiled.rewrite.name == "chat"
-    assert compiled.grpc_address is None and compiled.service is None
+    assert compiled.rewrite is not None
+    assert compiled.rewrite.name == "chat"
+    assert compiled.grpc_address is None
+    assert compiled.service is None
     assert compiled.metrics.type.value == "vllm"
 
 
@@ -147,11 +150,11 @@ def test_a_gateway_spec_that_cannot_work_names_the_field_and_the_fix(
 
 def test_a_model_servers_waiting_requests_are_summed_over_its_models() -> None:
     page = (
-        "# TYPE vllm:num_requests_waiting gauge\n"
-        'vllm:num_requests_waiting{model_name="qwen-small"} 3.0\n'
-        'vllm:num_requests_waiting{model_name="qwen-large"} 2.0\n'
-        'vllm:num_requests_running{model_name="qwen-small"} 7.0\n'
-    ).encode()
+        b"# TYPE vllm:num_requests_waiting gauge\n"
+        b'vllm:num_requests_waiting{model_name="qwen-small"} 3.0\n'
+        b'vllm:num_requests_waiting{model_name="qwen-large"} 2.0\n'
+        b'vllm:num_requests_running{model_name="qwen-small"} 7.0\n'
+    )
 
     class Metrics(QuietHandler):
         def do_GET(self) -> None:
