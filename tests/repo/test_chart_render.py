@@ -484,6 +484,28 @@ def test_reading_secrets_is_a_value(watched: list[str]) -> None:
         )
 
 
+@pytest.mark.parametrize("watched", [[], ["team-a"]])
+def test_the_gateway_actuators_rules_only_when_it_is_enabled(watched: list[str]) -> None:
+    """actuators.inferenceModelRewrite: get, create and patch on llm-d's InferenceModelRewrites
+    in the operator's (Cluster)Role when true; off by default, nothing of llm-d.ai at all."""
+    for enabled in (None, False, True):
+        values: dict[str, Any] = {"watchNamespaces": watched}
+        if enabled is not None:
+            values["actuators"] = {"inferenceModelRewrite": enabled}
+        objects = render(values)
+        [role] = [
+            o
+            for o in objects
+            if o["kind"] in ("Role", "ClusterRole") and o["metadata"]["name"] == FULLNAME
+        ]
+        llmd = {(g, r, v) for g, r, v in granted(role["rules"]) if g == "llm-d.ai"}
+        wanted = {("llm-d.ai", "inferencemodelrewrites", v) for v in ("get", "create", "patch")}
+        assert llmd == (wanted if enabled else set())
+        assert granted(role["rules"]) == permissions(
+            operator_rules(clusterwide=not watched, peering=True, model_rewrites=bool(enabled))
+        )
+
+
 def test_rbac_can_be_left_to_the_platform_team() -> None:
     """rbac.create false: no RBAC; rbac.discovery false: no cluster-scoped RBAC when namespaced."""
     kinds = {o["kind"] for o in render({"rbac": {"create": False}})}

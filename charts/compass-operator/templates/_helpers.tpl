@@ -101,6 +101,12 @@ new), never replaced: no `update`. Used by the ClusterRole (cluster mode) and by
   resources: ["secrets"]
   verbs: ["get"]
 {{- end }}
+{{- if .Values.actuators.inferenceModelRewrite }}
+{{- /* llm-d's gateway as an actuator: the policy's weights, server-side applied. */}}
+- apiGroups: ["llm-d.ai"]
+  resources: ["inferencemodelrewrites"]
+  verbs: ["get", "create", "patch"]
+{{- end }}
 {{- end }}
 
 {{/* Read-only, cluster-scoped: kopf watches CustomResourceDefinitions to notice resources that

@@ -27,6 +27,8 @@ class MetricsSourceType(StrEnum):
 
     PROMETHEUS = "prometheus"
     TRITON = "triton"
+    # A model server's own /metrics (vLLM's vllm:num_requests_waiting, summed over its models).
+    VLLM = "vllm"
 
 
 # A Secret's data key (Kubernetes' own rule for them).
@@ -297,7 +299,9 @@ class MetricsSource(CamelModel):
     )
 
     type: MetricsSourceType = Field(
-        default=MetricsSourceType.PROMETHEUS, description="Prometheus, or Triton's own /metrics."
+        default=MetricsSourceType.PROMETHEUS,
+        description="Prometheus, Triton's own /metrics, or a vLLM model server's /metrics "
+        "(its waiting requests, vllm:num_requests_waiting).",
     )
     url: str | None = Field(
         default=None,

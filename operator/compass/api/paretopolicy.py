@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, model_validator
 
 from compass.api.binding import BindingSettings
+from compass.api.gateway import ActuatorType, ModelRewriteTarget
 from compass.api.meta import (
     DEFAULT_ROUTER_MODEL,
     MAX_ENDPOINT_LENGTH,
@@ -336,6 +337,36 @@ class RoutingTarget(CamelModel):
         default=None,
         description="TLS (and mutual TLS) to the routers' gRPC port (none: plaintext).",
     )
+    actuator: ActuatorType = Field(
+        default=ActuatorType.TRITON,
+        description="What the decisions are written to: triton (the routers' control model, "
+        "the default) or inferenceModelRewrite (llm-d's gateway: the mix as the target weights "
+        "of modelRewrite, which the endpoint picker draws per request).",
+    )
+    model_rewrite: ModelRewriteTarget | None = Field(
+        default=None,
+        description="The InferenceModelRewrite the inferenceModelRewrite actuator writes.",
+    )
+
+    @model_validator(mode="after")
+    def _actuator_target(self) -> RoutingTarget:
+        gateway = self.actuator is ActuatorType.INFERENCE_MODEL_REWRITE
+        if gateway and self.model_rewrite is None:
+            raise ValueError(
+                "routing.modelRewrite: not set, and actuator inferenceModelRewrite writes it; "
+                "give its name, poolRef and the clients' model"
+            )
+        if not gateway and self.model_rewrite is not None:
+            raise ValueError(
+                "routing.modelRewrite: set, but actuator is triton; set routing.actuator: "
+                "inferenceModelRewrite, or remove modelRewrite"
+            )
+        if gateway and (self.service or self.grpc_endpoint):
+            raise ValueError(
+                "routing.service/grpcEndpoint: set with actuator inferenceModelRewrite, which "
+                "switches no router; remove them"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_target(self) -> RoutingTarget:
@@ -534,6 +565,40 @@ class ParetoPolicySpec(ServingSettings):
                     f"front[{index}].config is the same configuration as front[{seen[key]}]"
                 )
             seen[key] = index
+        return self
+
+    @model_validator(mode="after")
+    def _gateway_serves_the_front(self) -> ParetoPolicySpec:
+        rewrite = None if self.routing is None else self.routing.model_rewrite
+        if rewrite is None:
+            return self
+        if self.binding.mode.per_request:
+            raise ValueError(
+                "binding.mode: the gateway (routing.actuator inferenceModelRewrite) draws each "
+                "request's model by weight and cannot bind per request; set binding.mode: "
+                "workflow"
+            )
+        if self.admission.enabled:
+            raise ValueError(
+                "admission.enabled: the gateway (routing.actuator inferenceModelRewrite) has no "
+                "admission at dispatch; remove it"
+            )
+        seen: dict[str, int] = {}
+        for index, entry in enumerate(self.front):
+            model = entry.config.get(rewrite.parameter)
+            if not isinstance(model, str) or not model:
+                raise ValueError(
+                    f"front[{index}].config: no model name in {rewrite.parameter!r} "
+                    "(routing.modelRewrite.parameter); give every entry the model it serves "
+                    "there"
+                )
+            if model in seen:
+                raise ValueError(
+                    f"front[{index}].config.{rewrite.parameter}: {model!r} is front"
+                    f"[{seen[model]}]'s model too, and the gateway tells members apart by "
+                    "model alone; give each entry its own model"
+                )
+            seen[model] = index
         return self
 
     @model_validator(mode="after")

@@ -247,15 +247,25 @@ def patch_status(method: Callable[..., Any], *args: Any, body: Mapping[str, Any]
 
 
 def apply(
-    method: Callable[..., Any], *args: Any, body: Mapping[str, Any], force: bool = True
+    method: Callable[..., Any],
+    *args: Any,
+    body: Mapping[str, Any],
+    force: bool = True,
+    field_manager: str = FIELD_MANAGER,
 ) -> Any:
     """Server-side apply ``body`` (a patch method, e.g. patch_namespaced_custom_object, and its
-    path arguments) as FIELD_MANAGER; the object as it is now. ``force`` takes over fields another
-    manager set to other values (the operator's plan wins on the fields it owns); fields it
-    applied before and leaves out now are removed unless someone else owns them too."""
+    path arguments) as ``field_manager``; the object as it is now. ``force`` takes over fields
+    another manager set to other values (the operator's plan wins on the fields it owns);
+    without it that is a ConflictError. Fields it applied before and leaves out now are removed
+    unless someone else owns them too."""
     return call(
-        method, *args, body, field_manager=FIELD_MANAGER, force=force, _content_type=_APPLY_PATCH
+        method, *args, body, field_manager=field_manager, force=force, _content_type=_APPLY_PATCH
     )
+
+
+def answer_message(error: ApiException) -> str:
+    """The message of the API server's Status answer ('' if it gave none)."""
+    return _status_message(error)
 
 
 # The 422 of a JSON patch that did not apply to the object as it is now: an API server that says

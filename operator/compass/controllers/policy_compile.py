@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from compass.api.errors import field_path, first_error
+from compass.api.gateway import ActuatorType, ModelRewriteTarget
 from compass.api.metricsource import MetricsAuthentication, MetricsSourceType, TritonTls
 from compass.api.paretopolicy import ParetoPolicySpec, RoutingTarget
 from compass.controllers.targets import TargetAccess, TargetRefusedError, resolve_host, resolve_url
@@ -76,6 +77,13 @@ class CompiledPolicy:
     service: str | None = None
     grpc_port: int | str = "grpc"
     metrics_port: int | str = "metrics"
+    # The llm-d InferenceModelRewrite the policy writes instead of switching routers.
+    rewrite: ModelRewriteTarget | None = None
+
+    @property
+    def actuator(self) -> ActuatorType:
+        """What the decisions are written to."""
+        return ActuatorType.TRITON if self.rewrite is None else ActuatorType.INFERENCE_MODEL_REWRITE
 
     @property
     def plan(self) -> Plan:
@@ -121,6 +129,8 @@ def compile_policy(
     except PlanError as error:
         raise SpecError(error.field, error.what, error.fix) from error
     routing = spec.routing or RoutingTarget()
+    if routing.model_rewrite is not None:
+        return _gateway_policy(spec, policy, generation, routing.model_rewrite)
     # The address override (a development setting) wins over a Service.
     service = None if address_override else routing.service
     address, metrics_host = None, None
@@ -149,6 +159,31 @@ def compile_policy(
         service=service or None,
         grpc_port=routing.grpc_port,
         metrics_port=routing.metrics_port,
+    )
+
+
+def _gateway_policy(
+    spec: ParetoPolicySpec, policy: Policy, generation: int | None, rewrite: ModelRewriteTarget
+) -> CompiledPolicy:
+    """A policy acting through the llm-d gateway: no router to reach, and the queue read from
+    the model servers' metrics, which only the spec can name."""
+    if spec.metrics is None or not spec.metrics.url:
+        raise SpecError(
+            "metrics.url",
+            "not set, and the gateway (routing.actuator inferenceModelRewrite) has no router "
+            "whose /metrics could be read",
+            "give a model server's metrics URL (metrics.type: vllm, url: "
+            "http://vllm.ns.svc:8000/metrics) or Prometheus with a query of vLLM's "
+            "vllm:num_requests_waiting",
+        )
+    return CompiledPolicy(
+        generation=generation,
+        spec=spec,
+        policy=policy,
+        grpc_address=None,
+        router_model=spec.routing.router_model if spec.routing else "",
+        metrics=_metrics_target(spec, None),
+        rewrite=rewrite,
     )
 
 
@@ -198,7 +233,7 @@ def _metrics_target(spec: ParetoPolicySpec, triton_host: str | None) -> MetricsT
     """The spec's metrics source; none given means Triton's own /metrics: on the routing host,
     or (``triton_host`` None: a Service) on every pod."""
     source = spec.metrics
-    if source is None or source.type is MetricsSourceType.TRITON:
+    if source is None or source.type is not MetricsSourceType.PROMETHEUS:
         if source is not None and source.age_query:
             raise SpecError(
                 "metrics.ageQuery",
@@ -211,11 +246,18 @@ def _metrics_target(spec: ParetoPolicySpec, triton_host: str | None) -> MetricsT
                 "set for a Triton metrics source, which has no PromQL",
                 "remove it, or read the metrics through Prometheus (metrics.type: prometheus)",
             )
+        if source is not None and source.type is MetricsSourceType.VLLM and not source.url:
+            raise SpecError(
+                "metrics.url",
+                "not set for a vLLM source",
+                "give a model server's metrics URL (e.g. http://vllm.ns.svc:8000/metrics)",
+            )
         url = (source.url if source is not None else None) or (
             None if triton_host is None else f"http://{triton_host}:{TRITON_METRICS_PORT}/metrics"
         )
         auth = None if source is None else source.authentication
-        return MetricsTarget(MetricsSourceType.TRITON, url, None, None, authentication=auth)
+        kind = MetricsSourceType.TRITON if source is None else source.type
+        return MetricsTarget(kind, url, None, None, authentication=auth)
     if not source.url:
         raise SpecError(
             "metrics.url",

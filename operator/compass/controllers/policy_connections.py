@@ -5,15 +5,19 @@ are compass.controllers.metricsauth's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import kopf
 from kubernetes import client
 
+from compass.api.gateway import ActuatorType, ModelRewriteTarget
 from compass.api.metricsource import TritonTls
 from compass.controllers import kubeapi, metricsauth
+from compass.controllers.gateway import ModelRewriteActuator
 from compass.controllers.policy_compile import CompiledPolicy, MetricsTarget
 from compass.controllers.runtime import Runtime
+from compass.dataplane.actuator import Actuator
 from compass.dataplane.fleet import FleetQueueDepth, RouterFleet
 from compass.dataplane.httpauth import HttpAuth
 from compass.dataplane.metrics import (
@@ -38,9 +42,14 @@ class Connections:
     source's credentials were built from (the Secret's resourceVersion, when it was read, and
     why the credentials are unavailable, if they are)."""
 
-    key: tuple[str | None, str | None, str, MetricsTarget, TritonTls | None]
+    key: tuple[
+        str | None, str | None, str, MetricsTarget, TritonTls | None, ModelRewriteTarget | None
+    ]
+    # The Triton routers (none reached where the policy acts through another actuator).
     router: RouterFleet
     source: QueueDepthSource | None = None
+    # What the decisions are written to: the routers, or another actuator of ACTUATORS.
+    actuator: Actuator = field(init=False)
     secret_version: str | None = None
     secret_read_at: float | None = None
     credentials_problem: str | None = None
@@ -61,7 +70,14 @@ def connect(
     """The routers and metrics source for the compiled target (reused while it holds; the
     source rebuilt when its Secret changed)."""
     target = compiled.metrics
-    key = (compiled.service, compiled.grpc_address, compiled.router_model, target, compiled.tls)
+    key = (
+        compiled.service,
+        compiled.grpc_address,
+        compiled.router_model,
+        target,
+        compiled.tls,
+        compiled.rewrite,
+    )
     if current is None or current.key != key:
         if current is not None:
             current.router.close()
@@ -72,10 +88,37 @@ def connect(
             backoff_s=ROUTER_BACKOFF_S,
         )
         current = Connections(key, fleet)
+        current.actuator = ACTUATORS[compiled.actuator](fleet, compiled, runtime, namespace)
+    elif isinstance(current.actuator, ModelRewriteActuator):
+        # A new generation with the same target: the gateway maps the new plan's members.
+        current.actuator.plan = compiled.plan
     connections = current
     connections.router.shared = runtime.policy_scheduler().reads
     _refresh_source(connections, compiled, runtime, logger, now, namespace)
     return connections
+
+
+ActuatorFactory = Callable[[RouterFleet, CompiledPolicy, Runtime, str], Actuator]
+
+
+def _routers(fleet: RouterFleet, compiled: CompiledPolicy, runtime: Runtime, ns: str) -> Actuator:
+    """The Triton routers of the policy's target: the fleet itself."""
+    return fleet
+
+
+def _model_rewrite(
+    fleet: RouterFleet, compiled: CompiledPolicy, runtime: Runtime, namespace: str
+) -> Actuator:
+    """llm-d's InferenceModelRewrite named by routing.modelRewrite."""
+    assert compiled.rewrite is not None
+    return ModelRewriteActuator(runtime.api(), namespace, compiled.rewrite, compiled.plan)
+
+
+# The actuators by routing.actuator, as KEDA's scalers by their trigger's type.
+ACTUATORS: dict[ActuatorType, ActuatorFactory] = {
+    ActuatorType.TRITON: _routers,
+    ActuatorType.INFERENCE_MODEL_REWRITE: _model_rewrite,
+}
 
 
 def routing_tls(

@@ -75,7 +75,8 @@ from compass.controllers.policy_status import (
 )
 from compass.controllers.runtime import Runtime, runtime_of
 from compass.controllers.targets import TargetAccess
-from compass.dataplane.fleet import Endpoint, FleetSwitch, RouterFleet
+from compass.dataplane.actuator import Actuator
+from compass.dataplane.fleet import Endpoint, FleetSwitch
 from compass.dataplane.live import LiveLoop
 from compass.dataplane.triton import RoutingError, SwitchReport, routing_key
 from compass.domain.elastico import Observation, PolicyState
@@ -313,14 +314,17 @@ def _tick(
     )
     assert connections.source is not None
     advisory = compiled.spec.mode is PolicyMode.ADVISORY
+    routers = connections.actuator is connections.router
     # An advisory policy writes nothing to the data plane, its tables included.
-    if not advisory:
+    if not advisory and routers:
         connections.router.admission = compiled.admission
         connections.router.binding = compiled.binding
     try:
-        routing_tls(connections, compiled, runtime, now, names_of(body)[0])
-        connections.router.update(_endpoints(body, memory, compiled, slices, pods, runtime, logger))
-        router_key = connections.router.active_config(_expected_key(memory, previous, compiled))
+        if routers:
+            routing_tls(connections, compiled, runtime, now, names_of(body)[0])
+            endpoints = _endpoints(body, memory, compiled, slices, pods, runtime, logger)
+            connections.router.update(endpoints)
+        router_key = connections.actuator.active_config(_expected_key(memory, previous, compiled))
     except RoutingError as error:
         memory.failures += 1
         health = Health(
@@ -367,7 +371,7 @@ def _tick(
             per_request=compiled.binding is not None,
         ),
         advisory_routing=_routing_names(compiled, router_key) if advisory else None,
-        switch_failed=outcome.switch_failed,
+        switch_failed=outcome.switch_failed or connections.actuator.conflict,
         metrics_error=outcome.metrics_error,
         metrics_reason=metricsauth.REASON
         if connections.credentials_problem is not None
@@ -386,13 +390,13 @@ def _tick(
 
 @dataclass(frozen=True)
 class AdvisoryRouter:
-    """The routers as an advisory policy sees them: read, never switched (a switch reports
+    """The actuator as an advisory policy sees it: read, never switched (a switch reports
     what it would have set)."""
 
-    fleet: RouterFleet
+    fleet: Actuator
 
     def active_config(self) -> str:
-        """What the routers serve now."""
+        """What the actuator serves now."""
         return self.fleet.active_config()
 
     def switch(
@@ -440,7 +444,7 @@ def _decide(
     loop = ObservingLoop(
         policy=compiled.policy,
         source=connections.source,
-        router=AdvisoryRouter(connections.router) if advisory else connections.router,
+        router=AdvisoryRouter(connections.actuator) if advisory else connections.actuator,
         stale_after_s=compiled.spec.stale_after_seconds,
     )
     if pause.paused:
@@ -576,11 +580,11 @@ def _hold_routing(
     if routing is None:
         return None
     try:
-        report = connections.router.switch(*routing)
+        report = connections.actuator.switch(*routing)
     except RoutingError as error:
         logger.warning(f"paused: the pods could not be kept on {held.active}: {error}")
         return None
-    return _routing(report)
+    return _routing(report) if isinstance(report, FleetSwitch) else None
 
 
 def _routing(report: FleetSwitch) -> RoutingStatus:

@@ -58,6 +58,13 @@ OPERATOR_RULES: tuple[Rule, ...] = (
 # Cluster mode grants it in every namespace (names vary, so no resourceNames).
 SECRET_RULES: tuple[Rule, ...] = (Rule("", ("secrets",), ("get",)),)
 
+# Chart value actuators.inferenceModelRewrite (default false): the llm-d gateway as a policy's
+# actuator (routing.actuator inferenceModelRewrite). Its weights are server-side applied: a
+# patch, which creates the rewrite where it is missing; get reads them back.
+MODEL_REWRITE_RULES: tuple[Rule, ...] = (
+    Rule("llm-d.ai", ("inferencemodelrewrites",), ("get", "create", "patch")),
+)
+
 # Cluster-scoped and read-only (chart value rbac.discovery): kopf watches CRDs to notice
 # resources created after it starts, and lists Namespaces to resolve its namespace patterns.
 DISCOVERY_RULES: tuple[Rule, ...] = (
@@ -91,10 +98,11 @@ RELEASE_POD_RULES: tuple[Rule, ...] = (Rule("", ("pods",), ("list",)),)
 
 
 def operator_rules(
-    *, clusterwide: bool, peering: bool, read_secrets: bool = True
+    *, clusterwide: bool, peering: bool, read_secrets: bool = True, model_rewrites: bool = False
 ) -> tuple[Rule, ...]:
     """The rules of the operator's ClusterRole (cluster mode) or of each Role (namespaced)."""
     rules = OPERATOR_RULES + (SECRET_RULES if read_secrets else ())
+    rules += MODEL_REWRITE_RULES if model_rewrites else ()
     if not peering:
         return rules
     return rules + (CLUSTER_PEERING_RULES if clusterwide else NAMESPACED_PEERING_RULES)

@@ -100,7 +100,11 @@ def _parallel(calls: Sequence[Callable[[], Any]]) -> list[Any]:
 
 
 class RouterFleet:
-    """The router model of every pod; endpoints may change between ticks (``update``)."""
+    """The router model of every pod; endpoints may change between ticks (``update``). The
+    first actuator (compass.dataplane.actuator.Actuator)."""
+
+    # A router's routing has no other writer to conflict with.
+    conflict: str | None = None
 
     def __init__(
         self,

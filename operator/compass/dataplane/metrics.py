@@ -38,6 +38,11 @@ PENDING_METRIC = "nv_inference_pending_request_count"
 GATE_WAITING_METRIC = "compass_router_gate_waiting"
 
 
+# vLLM's gauge of the requests queued on a model server (waiting for a batch slot): the queue
+# the llm-d gateway's policies read.
+VLLM_WAITING_METRIC = "vllm:num_requests_waiting"
+
+
 # The router's counters of what it served (model-images/router/model.py): requests answered,
 # labelled by the configuration's canonical key, and requests refused as late.
 SERVED_METRIC = "compass_router_served_total"
@@ -437,7 +442,7 @@ class TritonQueueDepth:
     def __init__(
         self,
         metrics_url: str,
-        model: str = DEFAULT_ROUTER_MODEL,
+        model: str | None = DEFAULT_ROUTER_MODEL,
         metric: str = PENDING_METRIC,
         timeout_s: float = 2.0,
         auth: HttpAuth | None = None,
@@ -462,6 +467,8 @@ class TritonQueueDepth:
 
     def describe(self) -> str:
         """Metrics URL and series (the pending count with the gate's waiters: as read)."""
+        if self.model is None:
+            return f"model server metrics {self.metrics_url} {self.metric}, summed"
         series = (
             f"{PENDING_METRIC} + {GATE_WAITING_METRIC}"
             if self.metric == PENDING_METRIC
@@ -498,8 +505,9 @@ class TritonQueueDepth:
         data = self.http.get(self.metrics_url, self.timeout_s, self.describe())
         totals: dict[str, float] = {}
         counters: list[tuple[str, dict[str, str], str]] = []
-        # Most of a page is other models' (a shared Triton serves many): skipped unparsed.
-        selector = f'model="{self.model}"'
+        # Most of a page is other models' (a shared Triton serves many): skipped unparsed. A
+        # model server's (model None) counts every sample of its one metric: all its requests.
+        selector = self.metric if self.model is None else f'model="{self.model}"'
         for line in data.decode("utf-8", errors="replace").splitlines():
             if selector not in line:
                 continue
@@ -507,7 +515,9 @@ class TritonQueueDepth:
             if not match:
                 continue
             labels = dict(_LABEL.findall(match["labels"] or ""))
-            if labels.get("model") != self.model:
+            if self.model is None and match["name"] != self.metric:
+                continue
+            if self.model is not None and labels.get("model") != self.model:
                 continue
             if match["name"] in (SERVED_METRIC, REFUSED_METRIC):
                 # What the routers served is for the status alone: read apart, so that a bad
@@ -599,6 +609,8 @@ def source_for(
     with the other sources in a round."""
     if kind == "triton":
         return TritonQueueDepth(url, model=model, auth=auth, shared=shared)
+    if kind == "vllm":
+        return TritonQueueDepth(url, None, VLLM_WAITING_METRIC, auth=auth, shared=shared)
     if kind == "prometheus":
         return PrometheusQueueDepth(
             url,
@@ -610,4 +622,4 @@ def source_for(
             shared=shared,
             model=model,
         )
-    raise ValueError(f"metrics type {kind!r}: use prometheus or triton")
+    raise ValueError(f"metrics type {kind!r}: use prometheus, triton or vllm")

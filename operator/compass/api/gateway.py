@@ -1,0 +1,69 @@
+"""The actuators a ParetoPolicy can act through, and the llm-d gateway's: an InferenceModelRewrite
+whose one rule's target weights carry the policy's mix (llm-d.ai/v1alpha2)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from compass.api.meta import DNS_SUBDOMAIN_PATTERN, MAX_NAME_LENGTH, CamelModel
+
+# llm-d's InferenceModelRewrite (the endpoint picker reads it and draws a target per request).
+REWRITE_GROUP = "llm-d.ai"
+REWRITE_VERSION = "v1alpha2"
+REWRITE_KIND = "InferenceModelRewrite"
+REWRITE_PLURAL = "inferencemodelrewrites"
+# The front configuration's parameter whose value names each member's model, by default.
+DEFAULT_MODEL_PARAMETER = "model"
+
+
+class ActuatorType(StrEnum):
+    """What the policy's decisions are written to."""
+
+    # The Triton routers' control model (switches, admission and binding tables).
+    TRITON = "triton"
+    # An llm-d InferenceModelRewrite's target weights (the endpoint picker draws per request).
+    INFERENCE_MODEL_REWRITE = "inferenceModelRewrite"
+
+
+class PoolReference(CamelModel):
+    """The InferencePool the rewrite applies to (InferenceModelRewrite spec.poolRef)."""
+
+    name: str = Field(
+        max_length=MAX_NAME_LENGTH,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="The InferencePool's name, in the policy's namespace.",
+    )
+    group: str | None = Field(
+        default=None,
+        max_length=MAX_NAME_LENGTH,
+        description="The pool's API group (unset: llm-d's default, llm-d.ai; the Gateway API "
+        "inference extension's pools are inference.networking.k8s.io).",
+    )
+
+
+class ModelRewriteTarget(CamelModel):
+    """The InferenceModelRewrite the policy writes: one rule matching the clients' model name,
+    whose targets are the front members the policy's mix serves, weighted by their shares."""
+
+    name: str = Field(
+        max_length=MAX_NAME_LENGTH,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="The InferenceModelRewrite's name, in the policy's namespace (created if "
+        "missing; left in place, with its last weights, when the policy is deleted).",
+    )
+    pool_ref: PoolReference = Field(description="The InferencePool it applies to.")
+    model: str = Field(
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+        description="The model name clients send (the rule's match); each request's model is "
+        "rewritten to one front member's, drawn by weight.",
+    )
+    parameter: str = Field(
+        default=DEFAULT_MODEL_PARAMETER,
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+        description="The front configurations' parameter whose value is the model served "
+        "(the target's modelRewrite): every front entry sets it, to a different model.",
+    )

@@ -1,0 +1,211 @@
+"""The llm-d gateway as an actuator: a policy's mix written as an InferenceModelRewrite's target
+weights, and read back from them.
+
+The endpoint picker draws one target per request by weight and rewrites the request's model,
+which is the weighted split the simulator deals (compass.domain.mix). The weights are applied
+server-side as their own field manager, never forced: where another manager has set them to
+something else the apply is refused, and the policy reports it (Ready False, SwitchFailed)
+rather than fight over them. Nothing deletes the rewrite: a deleted policy leaves its last
+weights serving. The builders are pure; the calls go through compass.controllers.kubeapi.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kubernetes import client
+
+from compass.api.gateway import (
+    REWRITE_GROUP,
+    REWRITE_KIND,
+    REWRITE_PLURAL,
+    REWRITE_VERSION,
+    ModelRewriteTarget,
+)
+from compass.controllers import kubeapi
+from compass.dataplane.triton import RoutingError, SwitchReport, parse_routing_key, routing_key
+from compass.domain.evaluation import Config
+from compass.domain.planner import Plan
+from compass.domain.space import config_key
+
+# Who owns the weights: the operator's own manager for them, apart from the one that writes its
+# other objects, so that `kubectl get --show-managed-fields` says plainly who set them.
+WEIGHTS_FIELD_MANAGER = "compass-operator-weights"
+# The weights of a mix sum to this (the CRD's weights are integers, at least 1 each).
+WEIGHT_TOTAL = 1000
+
+
+class WeightsConflictError(RoutingError):
+    """Another field manager holds the rewrite's rules at other values: nothing was written."""
+
+
+def target_weights(
+    config: Config, blend: Config | None, weight: float, parameter: str
+) -> tuple[tuple[str, int], ...]:
+    """The rewrite's targets for a mix: (model, weight) of each member that serves a share (the
+    CRD allows no weight 0), the mix's share taken down to the routers' grid first."""
+    base, blended, share = parse_routing_key(routing_key(config, blend, weight))
+    if blended is None:
+        served = blend if blend is not None and config_key(blend) == base else config
+        return ((str(served[parameter]), WEIGHT_TOTAL),)
+    assert blend is not None
+    blend_weight = min(max(round(share * WEIGHT_TOTAL), 1), WEIGHT_TOTAL - 1)
+    return (
+        (str(config[parameter]), WEIGHT_TOTAL - blend_weight),
+        (str(blend[parameter]), blend_weight),
+    )
+
+
+def build_model_rewrite(
+    namespace: str, target: ModelRewriteTarget, weights: Sequence[tuple[str, int]]
+) -> dict[str, Any]:
+    """The InferenceModelRewrite the policy applies: one rule, matching the clients' model, whose
+    targets are the weighted front members."""
+    pool: dict[str, str] = {"name": target.pool_ref.name}
+    if target.pool_ref.group is not None:
+        pool["group"] = target.pool_ref.group
+    return {
+        "apiVersion": f"{REWRITE_GROUP}/{REWRITE_VERSION}",
+        "kind": REWRITE_KIND,
+        "metadata": {"name": target.name, "namespace": namespace},
+        "spec": {
+            "poolRef": pool,
+            "rules": [
+                {
+                    "matches": [{"model": {"type": "Exact", "value": target.model}}],
+                    "targets": [{"modelRewrite": m, "weight": w} for m, w in weights],
+                }
+            ],
+        },
+    }
+
+
+def applied_weights(rewrite: Mapping[str, Any], model: str) -> dict[str, float] | None:
+    """The weights of the first rule matching ``model`` (by model rewritten to; a target without
+    a weight counts 1, as when none has one); None if no rule matches it."""
+    spec = rewrite.get("spec")
+    rules = spec.get("rules") if isinstance(spec, Mapping) else None
+    for rule in rules if isinstance(rules, list) else []:
+        if not isinstance(rule, Mapping):
+            continue
+        matches = rule.get("matches") or []
+        values = [(m.get("model") or {}).get("value") for m in matches if isinstance(m, Mapping)]
+        if model not in values:
+            continue
+        weights: dict[str, float] = {}
+        for target in rule.get("targets") or []:
+            if isinstance(target, Mapping) and isinstance(target.get("modelRewrite"), str):
+                weight = target.get("weight", 1)
+                share = float(weight) if isinstance(weight, int | float) else 0.0
+                name = target["modelRewrite"]
+                weights[name] = weights.get(name, 0.0) + share
+        return weights
+    return None
+
+
+def weights_routing(weights: Mapping[str, float], plan: Plan, parameter: str, where: str) -> str:
+    """The routing key the weights serve, as a router would report it: one member, or a mix of
+    two (the faster the base, the other's share its weight); otherwise a description that is
+    on no front (the policy then starts again from the fastest)."""
+    members = {
+        str(t.profile.config.get(parameter)): (i, t.profile.config)
+        for i, t in enumerate(plan.thresholds)
+    }
+    served = sorted((members[m], w) for m, w in weights.items() if w > 0 and m in members)
+    total = sum(weights.values())
+    if not served or len(served) > 2 or total <= 0 or sum(w for _, w in served) != total:
+        shown = ", ".join(f"{m}={w:g}" for m, w in sorted(weights.items())) or "no targets"
+        return f"{where} weights {shown}"
+    if len(served) == 1:
+        return config_key(served[0][0][1])
+    (_, faster), _ = served[0]
+    (_, other), share = served[1]
+    return routing_key(faster, other, share / total)
+
+
+class ModelRewriteActuator:
+    """One policy's InferenceModelRewrite: read back each tick, applied when it differs."""
+
+    def __init__(
+        self, api: client.ApiClient, namespace: str, target: ModelRewriteTarget, plan: Plan
+    ) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.namespace, self.target, self.plan = namespace, target, plan
+        # What the rewrite held at the last read (None: not read since the last apply).
+        self.read_key: str | None = None
+        # Why the last apply was refused (another field manager's weights), until one succeeds.
+        self.conflict: str | None = None
+
+    @property
+    def where(self) -> str:
+        """The rewrite, as messages name it."""
+        return f"{REWRITE_KIND} {self.namespace}/{self.target.name}"
+
+    def active_config(self, expected: str | None = None) -> str:
+        """What the rewrite's weights serve now (a routing key); RoutingError if it cannot be
+        read. A missing rewrite or rule serves nothing on the front."""
+        del expected  # one object: nothing to outvote
+        try:
+            found = kubeapi.read(
+                self.custom.get_namespaced_custom_object,
+                REWRITE_GROUP,
+                REWRITE_VERSION,
+                self.namespace,
+                REWRITE_PLURAL,
+                self.target.name,
+            )
+        except kubeapi.ERRORS as error:
+            raise RoutingError(f"{self.where} unreadable: {kubeapi.describe(error)}") from error
+        weights = None if found is None else applied_weights(found, self.target.model)
+        if weights is None:
+            missing = "missing" if found is None else f"has no rule for {self.target.model!r}"
+            self.read_key = f"{self.where} {missing}"
+        else:
+            self.read_key = weights_routing(weights, self.plan, self.target.parameter, self.where)
+        return self.read_key
+
+    def switch(
+        self, config: Config, blend: Config | None = None, weight: float = 0.0
+    ) -> SwitchReport:
+        """Apply the mix's weights (nothing sent when the last read showed them); a refusal
+        because another manager holds the weights raises WeightsConflictError, and is kept
+        in ``conflict`` until an apply succeeds."""
+        wanted = routing_key(config, blend, weight)
+        if self.read_key == wanted:
+            self.conflict, self.read_key = None, None
+            return SwitchReport(wanted, attempts=0, seconds=0.0, changed=False)
+        weights = target_weights(config, blend, weight, self.target.parameter)
+        body = build_model_rewrite(self.namespace, self.target, weights)
+        started = time.perf_counter()
+        try:
+            kubeapi.apply(
+                self.custom.patch_namespaced_custom_object,
+                REWRITE_GROUP,
+                REWRITE_VERSION,
+                self.namespace,
+                REWRITE_PLURAL,
+                self.target.name,
+                body=body,
+                force=False,
+                field_manager=WEIGHTS_FIELD_MANAGER,
+            )
+        except kubeapi.ConflictError as error:
+            self.conflict = (
+                f"{self.where}: its weights are held by another field manager "
+                f"({kubeapi.answer_message(error) or 'HTTP 409'}); not overwritten: "
+                f"left at what they are, where the policy wants {_shown(weights)}; remove "
+                "that manager's edit (or its ownership of spec.rules) for the policy to act"
+            )
+            self.read_key = None
+            raise WeightsConflictError(self.conflict) from error
+        except kubeapi.ERRORS as error:
+            self.read_key = None
+            raise RoutingError(f"{self.where} not applied: {kubeapi.describe(error)}") from error
+        self.conflict, self.read_key = None, None
+        return SwitchReport(wanted, attempts=1, seconds=time.perf_counter() - started)
+
+
+def _shown(weights: Sequence[tuple[str, int]]) -> str:
+    return ", ".join(f"{model}={weight}" for model, weight in weights)
