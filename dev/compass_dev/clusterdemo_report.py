@@ -25,13 +25,13 @@ from compass.conversion import (
 from compass.domain.admission import Admission
 from compass.domain.arrivals import Scenario
 from compass.domain.bindingsim import ROUTER_POLL_S, simulate_binding
-from compass.domain.elastico import Decision, Observation, PolicyState
 from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.podmodel import PodModel
+from compass.domain.policy import Decision, Observation, PolicyState
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import RunReport, Tick
 from compass.domain.space import config_key
-from compass.domain.strategy import Policy, build_policy
+from compass.domain.strategy import StrategyPolicy, build_policy
 from compass.lab.experiment import OBSERVED_WINDOW_S, LiveRun, SwitchEvent
 from compass_dev.clusterdemo_setup import BINDING_PIPELINE_SLOTS, BINDING_ROUTER_INSTANCES
 
@@ -55,7 +55,7 @@ def unscaled_plan(spec: ParetoPolicySpec, scale: float) -> tuple[Plan, tuple[Lat
     return plan, profiles
 
 
-def unscaled_policy(spec: ParetoPolicySpec, plan: Plan, scale: float) -> Policy:
+def unscaled_policy(spec: ParetoPolicySpec, plan: Plan, scale: float) -> StrategyPolicy:
     """The policy (its strategy, cooldowns and staleness) as the simulator runs it at the
     paper's scale."""
     settings = elastico_settings(spec)
@@ -74,7 +74,7 @@ class StartingOn:
     idle policy climbed to (the most accurate eligible member), so the prediction beside it
     starts there too, not on the fastest where a fresh policy would."""
 
-    policy: Policy
+    policy: StrategyPolicy
     index: int
 
     def initial_state(self, now: float) -> PolicyState:

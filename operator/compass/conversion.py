@@ -37,7 +37,7 @@ from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.podmodel import PodModel
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import FRESH, MetricsView, RunReport, simulate
-from compass.domain.strategy import Policy, build_policy
+from compass.domain.strategy import StrategyPolicy, build_policy
 
 # Spec fields a person (kubectl edit, Git) sets and a plan never writes: a manifest made from a
 # plan leaves them out, so applying it (or a re-plan, by server-side apply) keeps theirs.
@@ -114,7 +114,7 @@ def elastico_settings(spec: ParetoPolicySpec) -> ElasticoSettings:
     )
 
 
-def runtime_policy(spec: ParetoPolicySpec, plan: Plan | None = None) -> Policy:
+def runtime_policy(spec: ParetoPolicySpec, plan: Plan | None = None) -> StrategyPolicy:
     """The runtime policy this spec describes: its strategy over its plan (``plan``: the one
     policy_plan gives for this spec, already made)."""
     chosen = policy_plan(spec) if plan is None else plan

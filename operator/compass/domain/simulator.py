@@ -18,7 +18,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -46,17 +45,11 @@ from compass.domain.capacity import (
     climb_ladder,
     measure_point,
 )
-from compass.domain.elastico import (
-    DEFAULT_INTERVAL_S,
-    Action,
-    Decision,
-    Observation,
-    PolicyState,
-    capacity_pressure,
-)
+from compass.domain.elastico import DEFAULT_INTERVAL_S, capacity_pressure
 from compass.domain.mix import Mix, SmoothWeighting, mix_weighting
 from compass.domain.planner import Plan
 from compass.domain.podmodel import DROPPED, AdmitFn, DispatchFn, PodModel, SimulatedPod, StagedPod
+from compass.domain.policy import Action, Decision, Observation, Policy, PolicyState
 from compass.domain.profiles import LatencyProfile
 
 FloatArray = npt.NDArray[np.float64]
@@ -128,23 +121,9 @@ class MetricsView:
 FRESH = MetricsView()
 
 
-class Controller(Protocol):
-    """A policy the simulator can run: Elastico, or a static baseline."""
-
-    def initial_state(self, now: float) -> PolicyState:
-        """The state before the first decision."""
-        ...
-
-    def decide(
-        self, observation: Observation | None, state: PolicyState, now: float
-    ) -> tuple[Decision, PolicyState]:
-        """The configuration to serve next and the new state."""
-        ...
-
-
 @dataclass(frozen=True)
 class StaticController:
-    """A baseline that always serves one configuration."""
+    """A baseline policy that always serves one configuration."""
 
     name: str
     index: int
@@ -266,7 +245,7 @@ class RunReport:
 
 
 def simulate(
-    controller: Controller,
+    controller: Policy,
     front: Sequence[LatencyProfile],
     scenario: Scenario,
     slo_ms: float,
@@ -314,7 +293,7 @@ class _Run:
 
     def __init__(
         self,
-        controller: Controller,
+        controller: Policy,
         front: Sequence[LatencyProfile],
         scenario: Scenario,
         *,
@@ -577,7 +556,7 @@ def baseline_indices(front_size: int) -> dict[str, int]:
 
 
 def compare(
-    policies: Mapping[str, Controller],
+    policies: Mapping[str, Policy],
     front: Sequence[LatencyProfile],
     scenario: Scenario,
     slo_ms: float,
@@ -593,7 +572,7 @@ def compare(
     """The static baselines and the given policies, all on the same scenario (paired); the
     policies with ``admission``, the baselines serving everything; the policies see the queue
     through ``metrics_view`` (the baselines look at nothing)."""
-    controllers: dict[str, Controller] = {
+    controllers: dict[str, Policy] = {
         label: StaticController(front[i].name, i)
         for label, i in baseline_indices(len(front)).items()
     }
