@@ -4,8 +4,8 @@ Every ``interval_s`` the policy is asked what the operator asks it: the pods' qu
 (aggregated: ``QueueAggregate``) and the arrivals counter per pod, as fresh as the metrics path
 makes them (``MetricsView``: read at the tick, or as Prometheus last scraped them). Each request
 goes to a seeded random pod; one decision switches every pod, ``switch_delay_s`` after it is
-taken. ``compare``
-runs the static baselines and the policies on one scenario (paired: the same arrivals and luck);
+taken, unless a ``BindingRule`` is given: then the routers bind each request themselves
+(per-request binding, ``compass.domain.boundpod``). ``compare`` runs the static baselines and the policies on one scenario (paired: the same arrivals and luck);
 ``measure_capacity`` measures a configuration's latency-throughput curve, the simulator playing
 the hardware.
 """
@@ -38,6 +38,7 @@ from compass.domain.arrivals import (
     make_pattern,
     make_scenario,
 )
+from compass.domain.boundpod import BindingRule, BoundPod, bound_pods
 from compass.domain.capacity import (
     MAX_CURVE_POINTS,
     CapacityCurve,
@@ -260,15 +261,26 @@ def simulate(
     admission: Admission | None = None,
     plan: Plan | None = None,
     metrics_view: MetricsView = FRESH,
+    binding: BindingRule | None = None,
 ) -> RunReport:
     """Serve the scenario's requests FIFO on each pod (late-last where ``pod_model`` says so),
-    the controller choosing the configuration (and, with ``admission``, dropping at arrival
+    the policy choosing the configuration (and, with ``admission``, dropping at arrival
     what its prediction says is already late) from the queue as ``metrics_view`` shows it.
 
-    With the controller's ``plan``, each tick also records the capacity pressure the operator
+    With a ``binding`` rule the routers bind each request instead (``compass.domain.boundpod``:
+    the front is the allowed configurations, ``pod_model`` the router instances and the
+    components); the policy still decides every tick, as the operator does.
+
+    With the policy's ``plan``, each tick also records the capacity pressure the operator
     would export after that decision."""
     if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
         raise SimulationError("switch_delay", f"{switch_delay_s:g} s is not >= 0", "give e.g. 0.01")
+    if binding is not None and admission is not None:
+        raise SimulationError(
+            "admission",
+            "a binding rule refuses by itself, at take-up",
+            "give the rule refuse=True, or no binding rule",
+        )
     run = _Run(
         controller,
         front,
@@ -282,6 +294,8 @@ def simulate(
         admission=admission,
         plan=plan,
         metrics_view=metrics_view,
+        binding=binding,
+        slo_ms=slo_ms,
     )
     run.serve()
     return run.report(label, slo_ms)
@@ -306,6 +320,8 @@ class _Run:
         admission: Admission | None,
         plan: Plan | None,
         metrics_view: MetricsView = FRESH,
+        binding: BindingRule | None = None,
+        slo_ms: float = math.inf,
     ) -> None:
         self.controller = controller
         self.front = front
@@ -362,20 +378,28 @@ class _Run:
             if pod_model.contended and pod_model.servers > 1
             else None
         )
-        self.servers = [
-            (StagedPod if pod_model.stages else SimulatedPod)(
-                pod_model,
-                queue,
-                self.arrivals,
-                service_s,
-                functools.partial(self.config_at, pod),
-                (self.starts, self.finishes, self.configs),
-                admit,
-                dispatch,
-                stretch,
+        record = (self.starts, self.finishes, self.configs)
+        self.servers: Sequence[SimulatedPod | BoundPod]
+        if binding is not None:
+            # The rule hook: the routers bind each request, whatever mix the policy routes.
+            self.servers = bound_pods(
+                binding, front, pod_model, slo_ms, self.queues, self.arrivals, service_s, record
             )
-            for pod, queue in enumerate(self.queues)
-        ]
+        else:
+            self.servers = [
+                (StagedPod if pod_model.stages else SimulatedPod)(
+                    pod_model,
+                    queue,
+                    self.arrivals,
+                    service_s,
+                    functools.partial(self.config_at, pod),
+                    record,
+                    admit,
+                    dispatch,
+                    stretch,
+                )
+                for pod, queue in enumerate(self.queues)
+            ]
 
     def mix_at(self, when: float) -> Mix:
         """The mix in force for a service starting at ``when``."""
@@ -443,7 +467,7 @@ class _Run:
         final = (self.pending[-1][1] if self.pending else self.active).base
         for server, queue in zip(self.servers, self.queues, strict=True):
             server.drain()
-            if not server.done:
+            if isinstance(server, SimulatedPod) and not server.done:
                 # Past the drain horizon: the rest never start; count them at the horizon.
                 rest = [*server.admitted[server.started :], *queue[server.decided :]]
                 self.starts[rest] = self.horizon
