@@ -181,15 +181,6 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
     )
 
 
-def _settle_s(
-    table: Mapping[str, Any], pipeline_slots: int | None, settle_s: float | None
-) -> float:
-    """How long a request at a free pipeline settles in the simulator: only behind a gate."""
-    if pipeline_slots is None:
-        return 0.0
-    return float(table.get("settle_ms", 0.0)) / 1000 if settle_s is None else settle_s
-
-
 def binding_rule(
     spec: ParetoPolicySpec,
     table: Mapping[str, Any],
@@ -219,6 +210,11 @@ def binding_rule(
             "followers_poll_s": poll_s if pipeline_slots is None else None,
             "rate_view": RateView.TAKEN_ARRIVALS if pipeline_slots is None else RateView.ARRIVALS,
         }
+    # A request at a free pipeline settles only behind a gate.
+    if pipeline_slots is None:
+        settle_s = 0.0
+    elif settle_s is None:
+        settle_s = float(table.get("settle_ms", 0.0)) / 1000
     stages, _ = binding_stages(spec)
     return BindingRule(
         stages=stages,
@@ -237,7 +233,7 @@ def binding_rule(
         lag_share=table["lag_share"],
         lag_reserve=table["lag_reserve"],
         decision_s=decision_s,
-        settle_s=_settle_s(table, pipeline_slots, settle_s),
+        settle_s=settle_s,
         **view,
     )
 

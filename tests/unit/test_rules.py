@@ -193,7 +193,7 @@ def _domain_slacks(
     followers_left: list[float],
     servers: int,
 ) -> list[float | None]:
-    """The followers' slacks as bindingsim counts them for a request at stage ``at``."""
+    """The followers' slacks as the bound pods count them for a request at stage ``at``."""
     consistent = [plan.configs[i] for i in plan.consistent(bound)]
     fastest = plan.configs[plan.fastest()]
     return follower_slacks_ms(

@@ -139,53 +139,31 @@ class BindingRule:
     settle_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.degrade_after is not None and not 0 < self.degrade_after <= 1:
-            raise SimulationError(
-                "degrade_after",
-                f"{self.degrade_after!r} is not in (0, 1]",
-                "give a share of the SLO, e.g. 0.25",
-            )
-        if self.followers_poll_s is not None and not self.followers_poll_s > 0:
-            raise SimulationError(
-                "followers_poll_s",
-                f"{self.followers_poll_s!r} is not a period > 0",
-                "give the poll period in s, e.g. 0.05, or None",
-            )
-        if self.visible_followers is not None and self.visible_followers < 0:
-            raise SimulationError(
-                "visible_followers",
-                f"{self.visible_followers!r} is not >= 0",
-                "give the router instances less those that run the pipeline, e.g. 7, or None",
-            )
-        if self.visible_followers is not None and self.followers_poll_s is not None:
-            raise SimulationError(
-                "followers_poll_s",
-                "a gated router polls nothing: its followers are the requests waiting at the gate",
-                "give followers_poll_s None with visible_followers, or no gate",
-            )
-        if self.rate_view is RateView.GATE_ARRIVALS and self.visible_followers is None:
-            raise SimulationError(
-                "rate_view",
-                "gate-arrivals counts the requests at a gate, and there is none",
-                "give visible_followers, or another rate view",
-            )
-        for field, what in (
-            ("settle_s", "the router's settle, e.g. 0.003"),
-            ("decision_s", "the router's binding work a request, e.g. 0.001"),
-        ):
-            value = getattr(self, field)
-            if not 0 <= value < math.inf:
-                raise SimulationError(
-                    field, f"{value!r} is not a time >= 0", f"give {what} s, or 0"
-                )
-        if self.lag_reserve < 0:
-            raise SimulationError(
-                "lag_reserve", f"{self.lag_reserve!r} is not >= 0", "give a count, e.g. 2"
-            )
-        if self.lag_share is not None and not 0 < self.lag_share <= 1:
-            raise SimulationError(
-                "lag_share", f"{self.lag_share!r} is not in (0, 1]", "give a share, e.g. 0.25"
-            )
+        gated, polled = self.visible_followers is not None, self.followers_poll_s is not None
+        checks = (
+            ("degrade_after", self.degrade_after is None or 0 < self.degrade_after <= 1,
+             "is not in (0, 1]", "give a share of the SLO, e.g. 0.25"),
+            ("followers_poll_s", not polled or 0 < (self.followers_poll_s or 0) < math.inf,
+             "is not a period > 0", "give the poll period in s, e.g. 0.05, or None"),
+            ("visible_followers", not gated or (self.visible_followers or 0) >= 0,
+             "is not >= 0", "give the router instances less the pipeline's slots, e.g. 7"),
+            ("followers_poll_s", not (gated and polled),
+             "is set behind a gate: a gated router polls nothing, it sees its waiters",
+             "give followers_poll_s None with visible_followers, or no gate"),
+            ("rate_view", gated or self.rate_view is not RateView.GATE_ARRIVALS,
+             "counts the requests at a gate, and there is none",
+             "give visible_followers, or another rate view"),
+            ("settle_s", 0 <= self.settle_s < math.inf,
+             "is not a time >= 0", "give the router's settle, e.g. 0.003 s, or 0"),
+            ("decision_s", 0 <= self.decision_s < math.inf,
+             "is not a time >= 0", "give the router's binding work a request, e.g. 0.001 s"),
+            ("lag_reserve", self.lag_reserve >= 0, "is not >= 0", "give a count, e.g. 2"),
+            ("lag_share", self.lag_share is None or 0 < self.lag_share <= 1,
+             "is not in (0, 1]", "give a share, e.g. 0.25"),
+        )  # fmt: skip
+        for field, ok, problem, fix in checks:
+            if not ok:
+                raise SimulationError(field, f"{getattr(self, field)!r} {problem}", fix)
 
 
 # The event that ends a settle (BindingRule.settle_s), in the stage's place.
