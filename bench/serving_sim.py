@@ -344,14 +344,7 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
     for label, refuse in BINDING.items():
         plan = plans[ThresholdModel.TAIL]
         report = simulate(
-            StaticController(front[0].name, 0),
-            front,
-            scenario,
-            job.slo_ms,
-            label,
-            pods=job.pods,
-            pod_model=PodModel(),
-            binding=job_binding(job, plan, refuse),
+            job_binding(job, plan, refuse), front, scenario, job.slo_ms, label, pods=job.pods
         )
         if job.binding_only and label in REFUSING:
             outcome[AGAINST_FASTEST] = against_fastest(reports["#0"], report, front, scenario)

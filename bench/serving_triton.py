@@ -146,7 +146,7 @@ from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
 from compass.domain.profiles import parse_profiles
-from compass.domain.simulator import RunReport, StaticController, compare, simulate
+from compass.domain.simulator import RunReport, compare, simulate
 from compass.domain.space import config_key
 from compass.domain.strategy import Strategy
 from compass.lab.experiment import (
@@ -281,16 +281,14 @@ def predict_bound(
     """The binding run in the simulator: the routers' rule on the table's own numbers and on
     their own view (behind the gate the waiters seen, the rest not), each bound request's turn
     ``decision_s`` longer (scaled time, as every argument)."""
-    # The routers bind every request: the policy beside them routes nothing.
     return simulate(
-        StaticController(members[0].name, 0),
+        binding_rule(spec, table, instances, slots, decision_s=decision_s),
         members,
         scenario,
         slo_ms,
         BINDING_RUN,
         pods=replicas,
         pod_model=pod_model,
-        binding=binding_rule(spec, table, instances, slots, decision_s=decision_s),
     )
 
 

@@ -27,7 +27,7 @@ from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.podmodel import PodModel
 from compass.domain.policy import Decision, Observation, PolicyState
 from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import RunReport, StaticController, Tick, simulate
+from compass.domain.simulator import RunReport, Tick, simulate
 from compass.domain.space import config_key
 from compass.domain.strategy import StrategyPolicy, build_policy
 from compass.lab.experiment import OBSERVED_WINDOW_S, LiveRun, SwitchEvent
@@ -121,15 +121,13 @@ def binding_prediction(
         ROUTER_POLL_S / scale,
         settle_s=table["settle_ms"] / 1000 / scale,
     )
-    # The routers bind every request: the policy beside them routes nothing.
     return simulate(
-        StaticController(profiles[0].name, 0),
+        rule,
         profiles,
         scenario,
         slo_ms,
         "policy",
         pod_model=PodModel(servers=BINDING_PIPELINE_SLOTS),
-        binding=rule,
     )
 
 

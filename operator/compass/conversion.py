@@ -333,8 +333,13 @@ def simulate_serving(
     gate = spec.binding.gate
     if table is None and admission is None and spec.admits:
         admission = admission_rule(spec)
+    serving = (
+        runtime_policy(spec, chosen)
+        if table is None
+        else binding_rule(spec, table, gate.instances, gate.slots)
+    )
     return simulate(
-        runtime_policy(spec, chosen),
+        serving,
         [t.profile for t in chosen.thresholds],
         scenario,
         spec.slo.latency_ms,
@@ -349,5 +354,4 @@ def simulate_serving(
         ),
         admission=admission if table is None else None,
         metrics_view=metrics_view,
-        binding=None if table is None else binding_rule(spec, table, gate.instances, gate.slots),
     )

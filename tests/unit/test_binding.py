@@ -311,8 +311,7 @@ def served_bound(
     pod_model: PodModel = PodModel(),
 ) -> RunReport:
     """The front served with the routers binding every request (the simulator's rule hook)."""
-    policy = StaticController(front[0].name, 0)
-    return simulate(policy, front, load, slo_ms, pod_model=pod_model, binding=binding or rule())
+    return simulate(binding or rule(), front, load, slo_ms, pod_model=pod_model)
 
 
 def scenario(qps: float, seed: int = 0, kind: str = "constant") -> object:

@@ -1,11 +1,13 @@
-"""The serving simulator: a policy run over a scenario on simulated pods, and the comparisons.
+"""The serving simulator: a policy or the routers' binding rule run over a scenario on
+simulated pods, and the comparisons.
 
 Every ``interval_s`` the policy is asked what the operator asks it: the pods' queue depth
 (aggregated: ``QueueAggregate``) and the arrivals counter per pod, as fresh as the metrics path
 makes them (``MetricsView``: read at the tick, or as Prometheus last scraped them). Each request
 goes to a seeded random pod; one decision switches every pod, ``switch_delay_s`` after it is
-taken, unless a ``BindingRule`` is given: then the routers bind each request themselves
-(per-request binding, ``compass.domain.boundpod``). ``compare`` runs the static baselines and the policies on one scenario (paired: the same arrivals and luck);
+taken. Given the routers' ``BindingRule`` instead, each request is bound as a router instance
+takes it up (per-request binding, ``compass.domain.boundpod``). ``compare`` runs the static
+baselines and the policies on one scenario (paired: the same arrivals and luck);
 ``measure_capacity`` measures a configuration's latency-throughput curve, the simulator playing
 the hardware.
 """
@@ -246,7 +248,7 @@ class RunReport:
 
 
 def simulate(
-    controller: Policy,
+    serving: Policy | BindingRule,
     front: Sequence[LatencyProfile],
     scenario: Scenario,
     slo_ms: float,
@@ -261,28 +263,26 @@ def simulate(
     admission: Admission | None = None,
     plan: Plan | None = None,
     metrics_view: MetricsView = FRESH,
-    binding: BindingRule | None = None,
 ) -> RunReport:
     """Serve the scenario's requests FIFO on each pod (late-last where ``pod_model`` says so),
-    the policy choosing the configuration (and, with ``admission``, dropping at arrival
-    what its prediction says is already late) from the queue as ``metrics_view`` shows it.
-
-    With a ``binding`` rule the routers bind each request instead (``compass.domain.boundpod``:
-    the front is the allowed configurations, ``pod_model`` the router instances and the
-    components); the policy still decides every tick, as the operator does.
+    ``serving`` choosing each request's configuration: a policy's mix, chosen every tick from
+    the queue as ``metrics_view`` shows it (with ``admission``, dropping at arrival what its
+    prediction says is already late), or the routers' binding rule, per request as a router
+    instance takes it up (``compass.domain.boundpod``: the front is the allowed
+    configurations, ``pod_model`` the router instances and components; no ticks recorded).
 
     With the policy's ``plan``, each tick also records the capacity pressure the operator
     would export after that decision."""
     if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
         raise SimulationError("switch_delay", f"{switch_delay_s:g} s is not >= 0", "give e.g. 0.01")
-    if binding is not None and admission is not None:
+    if isinstance(serving, BindingRule) and admission is not None:
         raise SimulationError(
             "admission",
             "a binding rule refuses by itself, at take-up",
             "give the rule refuse=True, or no binding rule",
         )
     run = _Run(
-        controller,
+        serving,
         front,
         scenario,
         interval_s=interval_s,
@@ -294,7 +294,6 @@ def simulate(
         admission=admission,
         plan=plan,
         metrics_view=metrics_view,
-        binding=binding,
         slo_ms=slo_ms,
     )
     run.serve()
@@ -307,7 +306,7 @@ class _Run:
 
     def __init__(
         self,
-        controller: Policy,
+        serving: Policy | BindingRule,
         front: Sequence[LatencyProfile],
         scenario: Scenario,
         *,
@@ -320,10 +319,10 @@ class _Run:
         admission: Admission | None,
         plan: Plan | None,
         metrics_view: MetricsView = FRESH,
-        binding: BindingRule | None = None,
         slo_ms: float = math.inf,
     ) -> None:
-        self.controller = controller
+        # The policy asked every tick (None: the routers' binding rule serves every request).
+        self.controller = None if isinstance(serving, BindingRule) else serving
         self.front = front
         self.scenario = scenario
         self.interval_s = interval_s
@@ -350,7 +349,9 @@ class _Run:
         self.starts = np.empty(n)
         self.finishes = np.empty(n)
         self.configs = np.empty(n, dtype=np.int64)
-        self.state = controller.initial_state(0.0)
+        self.state = (
+            PolicyState() if self.controller is None else self.controller.initial_state(0.0)
+        )
         self.active = _initial_mix(self.state, index_of)
         # Switches decided but not yet in force: (in force for services starting after, mix).
         self.pending: list[tuple[float, Mix]] = []
@@ -380,10 +381,10 @@ class _Run:
         )
         record = (self.starts, self.finishes, self.configs)
         self.servers: Sequence[SimulatedPod | BoundPod]
-        if binding is not None:
-            # The rule hook: the routers bind each request, whatever mix the policy routes.
+        if isinstance(serving, BindingRule):
+            # The rule hook: the routers bind each request as an instance takes it up.
             self.servers = bound_pods(
-                binding, front, pod_model, slo_ms, self.queues, self.arrivals, service_s, record
+                serving, front, pod_model, slo_ms, self.queues, self.arrivals, service_s, record
             )
         else:
             self.servers = [
@@ -497,7 +498,10 @@ class _Run:
             self.next_scrape += 1
 
     def decide(self, now: float, tick: int) -> None:
-        """Ask the controller at ``now``, as the operator would, and record what it saw."""
+        """Ask the policy at ``now``, as the operator would, and record what it saw (nothing
+        where the routers bind every request)."""
+        if self.controller is None:
+            return
         arrivals, rate_window_s, names = self.arrivals, self.rate_window_s, self.names
         # The instant the policy's reading shows (``now`` when fresh), and when it was taken.
         seen, taken = now, now
