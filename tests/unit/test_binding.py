@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from compass.domain.admission import Admission
 from compass.domain.arrivals import (
     Scenario,
     SimulationError,
@@ -36,7 +37,7 @@ from compass.domain.binding import (
     static_schedule,
     waited_long,
 )
-from compass.domain.boundpod import BindingRule, RateView
+from compass.domain.boundpod import BindingRule, RateView, bound_pods
 from compass.domain.podmodel import PodModel, Stage
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import RunReport, StaticController, simulate
@@ -613,3 +614,35 @@ def test_a_gated_router_counts_the_arrivals_it_took_up_as_they_come() -> None:
     assert narrow[2] > served(7, RateView.GATE_ARRIVALS)[2]
     with pytest.raises(SimulationError, match="rate_view"):
         served(None, RateView.GATE_ARRIVALS)
+
+
+def test_a_bound_pod_serves_the_same_advanced_tick_by_tick_as_at_once() -> None:
+    """The one run loop advances bound pods tick by tick; what they serve must not depend on
+    where it stops (the rule sees the pod as it is at each event, never at a tick)."""
+    load = scenario(6.0, kind="bursty")
+    arrivals = load.arrivals_s  # type: ignore[attr-defined]
+    service_s = np.stack([p.distribution.quantile(load.luck) / 1000 for p in ADDITIVE])  # type: ignore[attr-defined]
+    gated = rule(spare_followers=True, visible_followers=3, settle_s=0.003, lag_share=0.3)
+
+    def served(stops: Sequence[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n = len(arrivals)
+        record = (np.empty(n), np.empty(n), np.empty(n, dtype=np.int64))
+        queues = [np.arange(n)]
+        [pod] = bound_pods(gated, ADDITIVE, PodModel(), 600, queues, arrivals, service_s, record)
+        for until in stops:
+            pod.advance(until)
+        pod.drain()
+        assert pod.done
+        return record
+
+    at_once, ticked = served(()), served(np.arange(0.0, 130.0, 0.37).tolist())
+    for whole, stepped in zip(at_once, ticked, strict=True):
+        np.testing.assert_array_equal(whole, stepped)
+
+
+def test_a_binding_rule_serves_alone_and_admission_beside_it_is_refused_by_name() -> None:
+    load = scenario(1.0)
+    report = served_bound(ADDITIVE, load, 600)  # type: ignore[arg-type]
+    assert (report.ticks, report.switches) == ((), 0)
+    with pytest.raises(SimulationError, match="admission"):
+        simulate(rule(), ADDITIVE, load, 600, admission=Admission(600))  # type: ignore[arg-type]
