@@ -70,9 +70,10 @@ from compass.domain.elastico import Elastico, ElasticoSettings
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan, Slo, ThresholdModel, pareto_front, plan_thresholds
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
+from compass.domain.policy import Policy
 from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import Controller, StaticController, measure_capacity, simulate
+from compass.domain.simulator import StaticController, measure_capacity, simulate
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROFILES = REPO_ROOT / "bench" / "data" / "compass-paper" / "planner_latency_profiles.json"
@@ -178,7 +179,7 @@ def run_job(job: Job) -> tuple[Job, dict[str, tuple[float, float]]]:
         job.pattern, base_qps(job.servers, job.requests), DURATION_S, seed=job.seed
     )
     scenario = make_scenario(pattern, job.seed)
-    controllers: dict[str, Controller] = {
+    controllers: dict[str, Policy] = {
         "fastest": StaticController(members[0].name, 0),
         "accurate": StaticController(members[-1].name, len(members) - 1),
     }

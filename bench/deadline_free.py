@@ -29,8 +29,9 @@ from compass.domain.admission import Admission, AdmissionPoint
 from compass.domain.elastico import Elastico, ElasticoSettings
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import ThresholdModel
+from compass.domain.policy import Policy
 from compass.domain.predictive import DEFAULT_RISK, Predictive
-from compass.domain.simulator import Controller, StaticController, simulate
+from compass.domain.simulator import StaticController, simulate
 from compass.domain.traces import TRACE_NAMES, TraceWindow, trace_windows
 from serving_sim import (
     DEFAULT_DATA,
@@ -71,7 +72,7 @@ def run_window(task: tuple[argparse.Namespace, TraceWindow, float]) -> tuple[str
     front = [t.profile for t in plan.thresholds]
     job = replace(Job(args.data, SLO_MS, "", 0), window=window, utilisation=utilisation)
     scenario = job_scenario(job, front[0])
-    runs: list[tuple[str, Controller, float, Admission | None]] = [
+    runs: list[tuple[str, Policy, float, Admission | None]] = [
         ("#0", StaticController(front[0].name, 0), 1.0, None)
     ]
     runs += [(f"elastico@{s:g}s", Elastico(plan), s, None) for s in args.interval_list]

@@ -36,9 +36,9 @@ import yaml
 
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.domain import elastico
-from compass.domain.elastico import Action, Decision, Observation, PolicyState
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Plan
+from compass.domain.policy import Action, Decision, Observation, PolicyState
 from compass.domain.simulator import (
     FRESH,
     MetricsView,

@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from compass.domain.elastico import Observation
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
+from compass.domain.policy import Observation
 from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile
 

@@ -46,16 +46,20 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from compass.api.binding import BindingSettings, BindingStage
+from compass.api.paretopolicy import AdmissionSettings, ParetoPolicySpec, ServingSettings
 from compass.commands.common import (
     add_admission_arguments,
     admission_degrade_after,
     admission_quantile,
 )
 from compass.console import UsageError
+from compass.conversion import binding_rule, binding_table, spec_for_plan
 from compass.domain.admission import (
     DEFAULT_DEGRADE_AFTER,
     Admission,
@@ -63,21 +67,23 @@ from compass.domain.admission import (
     late_after_ms,
 )
 from compass.domain.arrivals import Scenario, make_pattern, make_scenario
-from compass.domain.binding import GATE_SETTLE_MS, MAX_SETTLE_MS, RATE_HEADROOM
-from compass.domain.bindingsim import ROUTER_POLL_S, BindingSettings, RateView, simulate_binding
+from compass.domain.binding import (
+    GATE_SETTLE_MS,
+    MAX_SETTLE_MS,
+    RAG_SIM_COMPONENTS,
+    RAG_SIM_SHARES,
+    RAG_SIM_STAGE_PARAMS,
+    RATE_HEADROOM,
+)
+from compass.domain.boundpod import ROUTER_POLL_S, BindingRule, RateView
 from compass.domain.elastico import Elastico
 from compass.domain.oracle import hindsight_oracle, known_load_oracle
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.podmodel import PodModel
+from compass.domain.policy import Policy
 from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import (
-    Controller,
-    QueueAggregate,
-    RunReport,
-    StaticController,
-    simulate,
-)
+from compass.domain.simulator import QueueAggregate, RunReport, StaticController, simulate
 from compass.domain.split import Split
 from compass.domain.traces import TRACE_NAMES, TraceWindow, trace_windows, window_pattern
 from compass.examples import load_trace
@@ -112,7 +118,7 @@ STRATEGIES = {
     "binding+adm": "binding+adm",
 }
 ADMITTED = {"policy+adm": "policy", "split+adm": "split", "predictive+adm": "predictive"}
-# Late binding (issue 43, compass.domain.bindingsim): each request binds rag-sim's stages among
+# Late binding (issue 43, the simulator's binding rule): each request binds rag-sim's stages among
 # the front on what the live router sees: its own deadline and wait (past --degrade-after of
 # the SLO, the fastest completion), the queues in flight, and the planner's per-member rate
 # limits x RATE_HEADROOM at the rate of the arrivals taken up as the slow loop's allowed set;
@@ -232,12 +238,64 @@ def job_scenario(job: Job, fastest: LatencyProfile) -> Scenario:
 Outcome = dict[str, tuple[float, float, int, int, float]]
 
 
+def binding_spec(job: Job, plan: Plan, refuse: bool) -> ParetoPolicySpec:
+    """The ParetoPolicy a job's late binding serves, as `compass plan` writes it: rag-sim's
+    stages with their shares, admission judging (refusing with ``refuse``) at the job's
+    quantile and degrading after its wait, the job's lag cap."""
+    serving = ServingSettings(
+        binding=BindingSettings(
+            stages=[
+                BindingStage(component=model, parameters=list(names), share=share)
+                for model, names, share in zip(
+                    RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS, RAG_SIM_SHARES, strict=True
+                )
+            ],
+            quantile=BINDING_QUANTILE,
+            lag_share=job.binding_lag,
+            lag_reserve=job.binding_lag_reserve,
+        ),
+        admission=AdmissionSettings(
+            enabled=True,
+            quantile=job.admission_quantile,
+            degrade_after=job.degrade_after,
+            refuse=refuse,
+        ),
+    )
+    return spec_for_plan(plan, serving=serving)
+
+
+def job_binding(job: Job, plan: Plan, refuse: bool) -> BindingRule:
+    """The routers' rule for a job, built through compass.conversion as the operator builds
+    it (behind a gate of ``--binding-gate`` instances and one slot, else polling), with the
+    bench's experiment overrides, which no spec field sets, applied here and only here: the
+    rate view, the rate headroom, a router blind to its queue, the settle."""
+    spec = binding_spec(job, plan, refuse)
+    table = binding_table(spec, plan)
+    if table is None:
+        raise ValueError("the bench's binding spec binds per request")
+    slots = None if job.binding_gate is None else 1
+    gate = job.binding_gate or 2
+    poll_s = ROUTER_POLL_S if job.binding_poll_ms is None else job.binding_poll_ms / 1000
+    rule = binding_rule(spec, table, gate, slots, poll_s, settle_s=job.binding_settle_ms / 1000)
+    overrides: dict[str, Any] = {}
+    if job.binding_rate is not None:
+        overrides["rate_view"] = job.binding_rate
+    if job.binding_headroom != RATE_HEADROOM:
+        overrides["max_qps"] = tuple(
+            None if t.stay_max_qps is None else t.stay_max_qps * job.binding_headroom
+            for t in plan.thresholds
+        )
+    if job.binding_poll_ms is None and job.binding_gate is None:
+        overrides |= {"spare_followers": False, "followers_poll_s": None}
+    return replace(rule, **overrides)
+
+
 def run_job(job: Job) -> tuple[Job, Outcome]:
     """Serve one scenario with every static configuration and with Elastico under both models."""
     plans = {model: plan_for(job.data_dir, job.slo_ms, model) for model in MODELS}
     front = [t.profile for t in plans[ThresholdModel.TAIL].thresholds]
     scenario = job_scenario(job, front[0])
-    controllers: dict[str, Controller] = {
+    controllers: dict[str, Policy] = {
         f"#{i}": StaticController(profile.name, i) for i, profile in enumerate(front)
     }
     if job.binding_only:
@@ -283,31 +341,10 @@ def run_job(job: Job) -> tuple[Job, Outcome]:
             report.requests,
             report.dropped_pct,
         )
-    limits = tuple(
-        None if t.stay_max_qps is None else t.stay_max_qps * job.binding_headroom
-        for t in plans[ThresholdModel.TAIL].thresholds
-    )
     for label, refuse in BINDING.items():
-        settings = BindingSettings(
-            quantile=BINDING_QUANTILE,
-            refuse=refuse,
-            admission_quantile=job.admission_quantile,
-            max_qps=limits,
-            lag_share=job.binding_lag,
-            lag_reserve=job.binding_lag_reserve,
-            spare_followers=job.binding_poll_ms is not None or job.binding_gate is not None,
-            # Behind a gate the router polls nothing: its followers are the gate's waiters.
-            followers_poll_s=None
-            if job.binding_poll_ms is None or job.binding_gate is not None
-            else job.binding_poll_ms / 1000,
-            visible_followers=None if job.binding_gate is None else job.binding_gate - 1,
-            rate_view=job.binding_rate
-            or (RateView.TAKEN_ARRIVALS if job.binding_gate is None else RateView.GATE_ARRIVALS),
-            degrade_after=job.degrade_after,
-            settle_s=0.0 if job.binding_gate is None else job.binding_settle_ms / 1000,
-        )
-        report = simulate_binding(
-            front, scenario, job.slo_ms, label, settings=settings, pods=job.pods
+        plan = plans[ThresholdModel.TAIL]
+        report = simulate(
+            job_binding(job, plan, refuse), front, scenario, job.slo_ms, label, pods=job.pods
         )
         if job.binding_only and label in REFUSING:
             outcome[AGAINST_FASTEST] = against_fastest(reports["#0"], report, front, scenario)

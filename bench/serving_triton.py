@@ -38,7 +38,7 @@ runs the policy runs with the predictive strategy (meant for ``policy+adm``).
 request carries the SLO as its deadline and every router binds rag-sim's retriever, reranker and
 generator parameters stage by stage from the table the operator would send (the front's
 per-stage times, the planner's rate limits), refusing at the first stage what is late whatever
-serves it; the simulator predicts it with compass.domain.bindingsim on the same arrivals, on
+serves it; the simulator predicts it with compass.domain.simulator's binding rule on the same arrivals, on
 what the routers see (rag-sim; qa-real's sim columns read nan). qa-real's stages, retrieval
 (retriever, top_k, rerank: bm25, dense or both, then maybe the reranker) and reading (the
 reader), take their per-stage times from the component times profiled through the router here
@@ -116,7 +116,7 @@ from compass.commands.common import (
     trace_window_pattern,
 )
 from compass.console import UsageError
-from compass.conversion import binding_table, runtime_policy, simulated_binding, spec_for_plan
+from compass.conversion import binding_rule, binding_table, runtime_policy, spec_for_plan
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth, RouterFleet
 from compass.dataplane.profiler import (
     CurveSettings,
@@ -141,13 +141,12 @@ from compass.domain.binding import (
     RAG_SIM_STAGE_PARAMS,
     measured_stage_times,
 )
-from compass.domain.bindingsim import simulate_binding
 from compass.domain.evaluation import Config
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, ThresholdModel, plan_from_profiles
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
 from compass.domain.profiles import parse_profiles
-from compass.domain.simulator import RunReport, compare
+from compass.domain.simulator import RunReport, compare, simulate
 from compass.domain.space import config_key
 from compass.domain.strategy import Strategy
 from compass.lab.experiment import (
@@ -282,12 +281,12 @@ def predict_bound(
     """The binding run in the simulator: the routers' rule on the table's own numbers and on
     their own view (behind the gate the waiters seen, the rest not), each bound request's turn
     ``decision_s`` longer (scaled time, as every argument)."""
-    return simulate_binding(
+    return simulate(
+        binding_rule(spec, table, instances, slots, decision_s=decision_s),
         members,
         scenario,
         slo_ms,
         BINDING_RUN,
-        settings=simulated_binding(spec, table, instances, slots, decision_s=decision_s),
         pods=replicas,
         pod_model=pod_model,
     )

@@ -404,7 +404,7 @@ def _run(
     say.say(comparison_text(rows))
     if settings.late_binding:
         say.say(
-            "  the simulator's late binding (compass.domain.bindingsim on the gated routers' "
+            "  the simulator's late binding (its binding rule on the gated routers' "
             f"view, the table's own numbers): {predicted['policy'].compliance:.1f}% within the "
             f"SLO, served accuracy {predicted['policy'].mean_accuracy:.4f}"
         )

@@ -15,23 +15,21 @@ import numpy as np
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.conversion import (
     admission_rule,
-    binding_stages,
+    binding_rule,
     binding_table,
     elastico_settings,
     latency_profiles,
-    simulated_binding,
-    stage_shares,
 )
 from compass.domain.admission import Admission
 from compass.domain.arrivals import Scenario
-from compass.domain.bindingsim import ROUTER_POLL_S, simulate_binding
-from compass.domain.elastico import Decision, Observation, PolicyState
+from compass.domain.boundpod import ROUTER_POLL_S
 from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.podmodel import PodModel
+from compass.domain.policy import Decision, Observation, PolicyState
 from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import RunReport, Tick
+from compass.domain.simulator import RunReport, Tick, simulate
 from compass.domain.space import config_key
-from compass.domain.strategy import Policy, build_policy
+from compass.domain.strategy import StrategyPolicy, build_policy
 from compass.lab.experiment import OBSERVED_WINDOW_S, LiveRun, SwitchEvent
 from compass_dev.clusterdemo_setup import BINDING_PIPELINE_SLOTS, BINDING_ROUTER_INSTANCES
 
@@ -55,7 +53,7 @@ def unscaled_plan(spec: ParetoPolicySpec, scale: float) -> tuple[Plan, tuple[Lat
     return plan, profiles
 
 
-def unscaled_policy(spec: ParetoPolicySpec, plan: Plan, scale: float) -> Policy:
+def unscaled_policy(spec: ParetoPolicySpec, plan: Plan, scale: float) -> StrategyPolicy:
     """The policy (its strategy, cooldowns and staleness) as the simulator runs it at the
     paper's scale."""
     settings = elastico_settings(spec)
@@ -74,7 +72,7 @@ class StartingOn:
     idle policy climbed to (the most accurate eligible member), so the prediction beside it
     starts there too, not on the fastest where a fresh policy would."""
 
-    policy: Policy
+    policy: StrategyPolicy
     index: int
 
     def initial_state(self, now: float) -> PolicyState:
@@ -110,26 +108,25 @@ def binding_prediction(
 ) -> RunReport:
     """The simulator's late binding on the same arrivals at the paper's scale: the routers'
     table for the unscaled plan (its rate limits at the paper's rates), on what the gated
-    routers see (compass.conversion.simulated_binding; their 25 ms poll and their settle at
+    routers see (compass.conversion.binding_rule; their 25 ms poll and their settle at
     a free pipeline, unscaled)."""
     table = binding_table(spec, plan)
     if table is None:
         raise ValueError("the policy has no per-stage binding to predict")
-    return simulate_binding(
+    rule = binding_rule(
+        spec,
+        table,
+        BINDING_ROUTER_INSTANCES,
+        BINDING_PIPELINE_SLOTS,
+        ROUTER_POLL_S / scale,
+        settle_s=table["settle_ms"] / 1000 / scale,
+    )
+    return simulate(
+        rule,
         profiles,
         scenario,
         slo_ms,
         "policy",
-        stages=binding_stages(spec)[0],
-        prior_shares=stage_shares(spec),
-        settings=simulated_binding(
-            spec,
-            table,
-            BINDING_ROUTER_INSTANCES,
-            BINDING_PIPELINE_SLOTS,
-            ROUTER_POLL_S / scale,
-            settle_s=table["settle_ms"] / 1000 / scale,
-        ),
         pod_model=PodModel(servers=BINDING_PIPELINE_SLOTS),
     )
 

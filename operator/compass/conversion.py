@@ -29,15 +29,14 @@ from compass.domain.binding import (
     router_table,
     stage_plan,
 )
-from compass.domain.bindingsim import ROUTER_POLL_S, RateView, simulate_binding
-from compass.domain.bindingsim import BindingSettings as SimulatedBinding
+from compass.domain.boundpod import ROUTER_POLL_S, BindingRule, RateView
 from compass.domain.capacity import CapacityCurve, parse_curve
 from compass.domain.elastico import ElasticoSettings
 from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.podmodel import PodModel
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import FRESH, MetricsView, RunReport, simulate
-from compass.domain.strategy import Policy, build_policy
+from compass.domain.strategy import StrategyPolicy, build_policy
 
 # Spec fields a person (kubectl edit, Git) sets and a plan never writes: a manifest made from a
 # plan leaves them out, so applying it (or a re-plan, by server-side apply) keeps theirs.
@@ -114,7 +113,7 @@ def elastico_settings(spec: ParetoPolicySpec) -> ElasticoSettings:
     )
 
 
-def runtime_policy(spec: ParetoPolicySpec, plan: Plan | None = None) -> Policy:
+def runtime_policy(spec: ParetoPolicySpec, plan: Plan | None = None) -> StrategyPolicy:
     """The runtime policy this spec describes: its strategy over its plan (``plan``: the one
     policy_plan gives for this spec, already made)."""
     chosen = policy_plan(spec) if plan is None else plan
@@ -182,16 +181,7 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
     )
 
 
-def _settle_s(
-    table: Mapping[str, Any], pipeline_slots: int | None, settle_s: float | None
-) -> float:
-    """How long a request at a free pipeline settles in the simulator: only behind a gate."""
-    if pipeline_slots is None:
-        return 0.0
-    return float(table.get("settle_ms", 0.0)) / 1000 if settle_s is None else settle_s
-
-
-def simulated_binding(
+def binding_rule(
     spec: ParetoPolicySpec,
     table: Mapping[str, Any],
     router_instances: int,
@@ -199,15 +189,15 @@ def simulated_binding(
     poll_s: float = ROUTER_POLL_S,
     decision_s: float = 0.0,
     settle_s: float | None = None,
-) -> SimulatedBinding:
-    """The routers' late binding (``table``: binding_table's, for this spec) as
-    compass.domain.bindingsim runs it, on what those routers see: behind a gate of
+) -> BindingRule:
+    """The routers' late binding (``table``: binding_table's, for this spec) as the simulator
+    runs it, on what those routers see: behind a gate of
     ``pipeline_slots`` with the lag cap, the waiters at the gate with their deadlines (those
     beyond, in Triton's queue, unseen: a gated router polls nothing), the rate of the arrivals
     taken up; behind a gate without the cap, every follower and every arrival (the gate's own
     view); without a gate, the poller's count every ``poll_s`` (the simulation's time unit)
     and the arrivals taken up. ``decision_s``: the routers' own work in each bound request's
-    turn in the pipeline (BindingSettings.decision_s). Behind a gate, a request that finds the
+    turn in the pipeline (BindingRule.decision_s). Behind a gate, a request that finds the
     pipeline free settles for ``settle_s`` (None: the table's ``settle_ms``, real time)."""
     if table["lag_share"] is not None and pipeline_slots is not None:
         view: dict[str, Any] = {
@@ -220,7 +210,15 @@ def simulated_binding(
             "followers_poll_s": poll_s if pipeline_slots is None else None,
             "rate_view": RateView.TAKEN_ARRIVALS if pipeline_slots is None else RateView.ARRIVALS,
         }
-    return SimulatedBinding(
+    # A request at a free pipeline settles only behind a gate.
+    if pipeline_slots is None:
+        settle_s = 0.0
+    elif settle_s is None:
+        settle_s = float(table.get("settle_ms", 0.0)) / 1000
+    stages, _ = binding_stages(spec)
+    return BindingRule(
+        stages=stages,
+        prior_shares=stage_shares(spec),
         quantile=spec.binding.quantile,
         # As the table tells the routers: refusing only where admission is enabled.
         refuse=bool(table["refuse"]),
@@ -235,7 +233,7 @@ def simulated_binding(
         lag_share=table["lag_share"],
         lag_reserve=table["lag_reserve"],
         decision_s=decision_s,
-        settle_s=_settle_s(table, pipeline_slots, settle_s),
+        settle_s=settle_s,
         **view,
     )
 
@@ -331,34 +329,29 @@ def simulate_serving(
     switching the whole workflow (with ``admission``, else the spec's own, and ``pod_model`` for
     its pods)."""
     chosen = policy_plan(spec) if plan is None else plan
-    front = [t.profile for t in chosen.thresholds]
     table = binding_table(spec, chosen)
-    if table is None:
-        if admission is None and spec.admits:
-            admission = admission_rule(spec)
-        return simulate(
-            runtime_policy(spec, chosen),
-            front,
-            scenario,
-            spec.slo.latency_ms,
-            label,
-            spec.interval_seconds,
-            pods=pods,
-            switch_delay_s=spec.switch_delay_ms / 1000,
-            pod_model=pod_model or PodModel(spec.router_instances),
-            admission=admission,
-            metrics_view=metrics_view,
-        )
-    stages, _ = binding_stages(spec)
     gate = spec.binding.gate
-    return simulate_binding(
-        front,
+    if table is None and admission is None and spec.admits:
+        admission = admission_rule(spec)
+    serving = (
+        runtime_policy(spec, chosen)
+        if table is None
+        else binding_rule(spec, table, gate.instances, gate.slots)
+    )
+    return simulate(
+        serving,
+        [t.profile for t in chosen.thresholds],
         scenario,
         spec.slo.latency_ms,
         label,
-        stages=stages,
-        prior_shares=stage_shares(spec),
-        settings=simulated_binding(spec, table, gate.instances, gate.slots),
+        spec.interval_seconds,
         pods=pods,
-        pod_model=PodModel(servers=gate.slots),
+        switch_delay_s=spec.switch_delay_ms / 1000,
+        pod_model=(
+            pod_model or PodModel(spec.router_instances)
+            if table is None
+            else PodModel(servers=gate.slots)
+        ),
+        admission=admission if table is None else None,
+        metrics_view=metrics_view,
     )

@@ -19,7 +19,7 @@ from compass.dataplane.live import LiveLoop
 from compass.dataplane.load import run_load
 from compass.dataplane.metrics import PrometheusQueueDepth, TritonQueueDepth
 from compass.dataplane.triton import TritonRouter, routing_key
-from compass.domain.elastico import PolicyState
+from compass.domain.policy import PolicyState
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalTriton, free_port
 

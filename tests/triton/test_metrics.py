@@ -24,7 +24,7 @@ from compass.dataplane.metrics import (
     source_for,
 )
 from compass.dataplane.triton import TritonRouter
-from compass.domain.elastico import Action
+from compass.domain.policy import Action
 from compass.domain.space import config_key
 from compass.lab.local_triton import LocalPrometheus, LocalTriton, free_port
 from compass.lab.processes import QuietHandler, serve_http

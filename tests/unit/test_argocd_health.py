@@ -43,7 +43,7 @@ from compass.controllers import (
 from compass.controllers.builders import PROFILES_KEY, RESULT_KEY, build_pareto_policy
 from compass.controllers.metricsauth import REASON as METRICS_CREDENTIALS
 from compass.dataplane.triton import RouterState
-from compass.domain.elastico import Observation, PolicyState
+from compass.domain.policy import Observation, PolicyState
 from compass.domain.space import config_key
 
 REPO = Path(__file__).resolve().parents[2]

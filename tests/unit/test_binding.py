@@ -4,11 +4,14 @@ simulator that binds each request stage by stage."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
 
+from compass.domain.admission import Admission
 from compass.domain.arrivals import (
     Scenario,
     SimulationError,
@@ -34,10 +37,10 @@ from compass.domain.binding import (
     static_schedule,
     waited_long,
 )
-from compass.domain.bindingsim import BindingSettings, RateView, simulate_binding
+from compass.domain.boundpod import BindingRule, RateView, bound_pods
 from compass.domain.podmodel import PodModel, Stage
 from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import StaticController, simulate
+from compass.domain.simulator import RunReport, StaticController, simulate
 
 STAGES = (("k",), ("model",))
 
@@ -296,6 +299,22 @@ def test_stage_shares_name_a_missing_parameter() -> None:
         stage_shares(ADDITIVE, STAGES, prior_shares=(0.5, 0.6))
 
 
+def rule(**knobs: Any) -> BindingRule:
+    """The routers' rule over STAGES, split by the profiles alone."""
+    return BindingRule(stages=STAGES, prior_shares=None, **knobs)
+
+
+def served_bound(
+    front: Sequence[LatencyProfile],
+    load: Scenario,
+    slo_ms: float,
+    binding: BindingRule | None = None,
+    pod_model: PodModel = PodModel(),
+) -> RunReport:
+    """The front served with the routers binding every request (the simulator's rule hook)."""
+    return simulate(binding or rule(), front, load, slo_ms, pod_model=pod_model)
+
+
 def scenario(qps: float, seed: int = 0, kind: str = "constant") -> object:
     return make_scenario(make_pattern(kind, qps, 120.0, seed=seed), seed)
 
@@ -303,23 +322,21 @@ def scenario(qps: float, seed: int = 0, kind: str = "constant") -> object:
 def test_a_request_that_keeps_one_configuration_takes_what_the_static_run_gives_it() -> None:
     one = [ADDITIVE[3]]
     load = scenario(1.0)
-    bound = simulate_binding(one, load, 10_000, stages=STAGES, prior_shares=None)  # type: ignore[arg-type]
+    bound = served_bound(one, load, 10_000)  # type: ignore[arg-type]
     static = simulate(StaticController(one[0].name, 0), one, load, 10_000)  # type: ignore[arg-type]
     np.testing.assert_allclose(bound.finishes_s, static.finishes_s)
     np.testing.assert_allclose(bound.starts_s, static.starts_s)
 
 
 def test_the_routers_own_work_lengthens_each_bound_requests_turn_in_the_pipeline() -> None:
-    """BindingSettings.decision_s: a lone request ends that much later; queued ones inherit
+    """BindingRule.decision_s: a lone request ends that much later; queued ones inherit
     it, each later by at least as much; a negative time is refused by name."""
     one = [ADDITIVE[3]]
     load = scenario(1.0)
 
     def served(decision_s: float) -> np.ndarray:
-        settings = BindingSettings(decision_s=decision_s)
-        bound = simulate_binding(
-            one, load, 10_000, stages=STAGES, prior_shares=None, settings=settings
-        )  # type: ignore[arg-type]
+        settings = rule(decision_s=decision_s)
+        bound = served_bound(one, load, 10_000, settings)  # type: ignore[arg-type]
         return bound.finishes_s
 
     free, costly = served(0.0), served(0.05)
@@ -336,23 +353,19 @@ LIMITS = (None, 4.0, 2.0, 1.5)
 
 def test_binding_serves_the_accurate_configuration_when_idle_and_the_fast_one_when_loaded() -> None:
     slo = 600.0
-    settings = BindingSettings(max_qps=LIMITS)
-    light = simulate_binding(
+    settings = rule(max_qps=LIMITS)
+    light = served_bound(
         ADDITIVE,
         scenario(0.2),  # type: ignore[arg-type]
         slo,
-        stages=STAGES,
-        prior_shares=None,
-        settings=settings,
+        settings,
     )
     heavy_load = scenario(6.0)
-    heavy = simulate_binding(
+    heavy = served_bound(
         ADDITIVE,
         heavy_load,  # type: ignore[arg-type]
         slo,
-        stages=STAGES,
-        prior_shares=None,
-        settings=settings,
+        settings,
     )
     assert light.mean_accuracy > 0.88
     assert heavy.mean_accuracy < light.mean_accuracy - 0.05
@@ -366,12 +379,10 @@ def test_binding_serves_the_accurate_configuration_when_idle_and_the_fast_one_wh
     assert heavy.compliance >= fastest.compliance - 1
     # Without the limits each request looks only at the queue it finds, and the next burst
     # finds the queue its accurate predecessors left.
-    greedy = simulate_binding(
+    greedy = served_bound(
         ADDITIVE,
         heavy_load,  # type: ignore[arg-type]
         slo,
-        stages=STAGES,
-        prior_shares=None,
     )
     assert greedy.compliance < heavy.compliance - 5
 
@@ -383,10 +394,8 @@ def test_the_rate_counts_what_the_router_can_see_of_a_clump_queued_in_front_of_i
     load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(len(arrivals), 0.5))
 
     def served(view: RateView) -> list[int]:
-        settings = BindingSettings(max_qps=LIMITS, rate_view=view)
-        report = simulate_binding(
-            ADDITIVE, load, 60_000, stages=STAGES, prior_shares=None, settings=settings
-        )
+        settings = rule(max_qps=LIMITS, rate_view=view)
+        report = served_bound(ADDITIVE, load, 60_000, settings)
         return [int(c) for c in report.configs]
 
     # A router that held its queue would see all eight at once, over the accurate ones'
@@ -412,13 +421,11 @@ def test_a_request_that_waited_long_for_an_instance_binds_the_fastest_completion
     load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(3, 0.5))
 
     def served(degrade_after: float | None) -> list[int]:
-        report = simulate_binding(
+        report = served_bound(
             ADDITIVE,
             load,
             1000,
-            stages=STAGES,
-            prior_shares=None,
-            settings=BindingSettings(degrade_after=degrade_after),
+            rule(degrade_after=degrade_after),
         )
         return [int(c) for c in report.configs]
 
@@ -433,14 +440,12 @@ def test_a_request_that_waited_long_for_an_instance_binds_the_fastest_completion
 def test_refusal_drops_only_at_the_first_stage_and_frees_the_queue() -> None:
     load = scenario(12.0)
     slo = 400.0
-    kept = simulate_binding(ADDITIVE, load, slo, stages=STAGES, prior_shares=None)  # type: ignore[arg-type]
-    refused = simulate_binding(
+    kept = served_bound(ADDITIVE, load, slo)  # type: ignore[arg-type]
+    refused = served_bound(
         ADDITIVE,
         load,  # type: ignore[arg-type]
         slo,
-        stages=STAGES,
-        prior_shares=None,
-        settings=BindingSettings(refuse=True),
+        rule(refuse=True),
     )
     assert kept.dropped_pct == 0
     assert refused.dropped_pct > 0
@@ -449,14 +454,12 @@ def test_refusal_drops_only_at_the_first_stage_and_frees_the_queue() -> None:
 
 def test_batching_components_and_router_instances_serve_every_request() -> None:
     pod = PodModel(servers=4, stages=(Stage(0.3), Stage(0.7, max_batch=8, batch_cost=0.25)))
-    report = simulate_binding(
+    report = served_bound(
         ADDITIVE,
         scenario(8.0),  # type: ignore[arg-type]
         1000,
-        stages=STAGES,
-        prior_shares=(0.2, 0.8),
-        pod_model=pod,
-        settings=BindingSettings(max_qps=(None, 16.0, 8.0, 6.0)),
+        BindingRule(STAGES, (0.2, 0.8), max_qps=(None, 16.0, 8.0, 6.0)),
+        pod,
     )
     assert not np.isnan(report.finishes_s).any()
     assert (report.finishes_s >= report.starts_s).all()
@@ -486,40 +489,36 @@ def test_the_lag_cap_keeps_every_request_within_it_of_static_fastests_schedule()
     slo, share = 1200.0, 0.3
     static = simulate(StaticController(ADDITIVE[0].name, 0), ADDITIVE, load, slo)  # type: ignore[arg-type]
 
-    def lags(settings: BindingSettings) -> np.ndarray:
-        report = simulate_binding(
-            ADDITIVE, load, slo, stages=STAGES, prior_shares=None, settings=settings
-        )
+    def lags(settings: BindingRule) -> np.ndarray:
+        report = served_bound(ADDITIVE, load, slo, settings)
         assert report.dropped_pct == 0
         return (report.finishes_s - static.finishes_s) * 1000
 
-    assert lags(BindingSettings()).max() > share * slo + 100
-    capped = lags(BindingSettings(lag_share=share))
+    assert lags(rule()).max() > share * slo + 100
+    capped = lags(rule(lag_share=share))
     assert capped.max() <= share * slo + 1e-6
     # With a reserve of two of the fastest's services (120 ms each), the share is of what is
     # left of the SLO after them: a tighter cap, and one that binds.
-    reserved = lags(BindingSettings(lag_share=share, lag_reserve=2))
+    reserved = lags(rule(lag_share=share, lag_reserve=2))
     assert reserved.max() <= share * (slo - 2 * 120) + 1e-6 < capped.max()
     with pytest.raises(SimulationError, match="lag_share"):
-        lags(BindingSettings(lag_share=1.5))
+        lags(rule(lag_share=1.5))
     with pytest.raises(SimulationError, match="lag_reserve"):
-        lags(BindingSettings(lag_share=share, lag_reserve=-1))
+        lags(rule(lag_share=share, lag_reserve=-1))
 
 
 def test_followers_counted_by_a_poll_are_spared_once_the_poll_has_seen_them() -> None:
     # Four arrive at once with 700 ms each: only sparing the three behind it keeps the first
     # off the most accurate (460 ms), and all four in time.
-    def served(at_s: float, settings: BindingSettings) -> tuple[list[int], float]:
+    def served(at_s: float, settings: BindingRule) -> tuple[list[int], float]:
         arrivals = np.full(4, at_s)
         load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(4, 0.5))
-        report = simulate_binding(
-            ADDITIVE, load, 700, stages=STAGES, prior_shares=None, settings=settings
-        )
+        report = served_bound(ADDITIVE, load, 700, settings)
         return [int(c) for c in report.configs], report.compliance
 
-    blind = BindingSettings()
-    held = BindingSettings(spare_followers=True)
-    polled = BindingSettings(spare_followers=True, followers_poll_s=0.05)
+    blind = rule()
+    held = rule(spare_followers=True)
+    polled = rule(spare_followers=True, followers_poll_s=0.05)
     assert served(0.01, blind) == ([3, 1, 0, 0], 50.0)
     assert served(0.01, held) == ([1, 1, 1, 1], 100.0)
     # Polled every 50 ms: the clump at 0.01 s is not seen at the first take-up (the last poll
@@ -529,7 +528,7 @@ def test_followers_counted_by_a_poll_are_spared_once_the_poll_has_seen_them() ->
     assert polled_followers_left_ms(3, 250.0) == [250.0] * 3
     assert polled_followers_left_ms(-1, 250.0) == []
     with pytest.raises(SimulationError, match="followers_poll_s"):
-        served(0.0, BindingSettings(spare_followers=True, followers_poll_s=0.0))
+        served(0.0, rule(spare_followers=True, followers_poll_s=0.0))
 
 
 def test_a_gate_shows_the_followers_waiting_at_it_and_not_those_behind() -> None:
@@ -539,14 +538,12 @@ def test_a_gate_shows_the_followers_waiting_at_it_and_not_those_behind() -> None
     def served(at_s: float, visible: int, poll_s: float | None = None) -> tuple[list[int], float]:
         arrivals = np.full(4, at_s)
         load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(4, 0.5))
-        settings = BindingSettings(
+        settings = rule(
             spare_followers=True,
             followers_poll_s=poll_s,
             visible_followers=visible,
         )
-        report = simulate_binding(
-            ADDITIVE, load, 600, stages=STAGES, prior_shares=None, settings=settings
-        )
+        report = served_bound(ADDITIVE, load, 600, settings)
         return [int(c) for c in report.configs], report.compliance
 
     # A gate of four instances (three waiting): every follower seen, every one in time.
@@ -569,10 +566,8 @@ def test_the_first_at_a_free_pipeline_settles_and_sees_the_burst_it_leads() -> N
     def served(settle_s: float, gap_s: float = 0.001) -> tuple[list[int], float, float]:
         arrivals = 0.01 + gap_s * np.arange(4)
         load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(4, 0.5))
-        settings = BindingSettings(spare_followers=True, visible_followers=3, settle_s=settle_s)
-        report = simulate_binding(
-            ADDITIVE, load, 700, stages=STAGES, prior_shares=None, settings=settings
-        )
+        settings = rule(spare_followers=True, visible_followers=3, settle_s=settle_s)
+        report = served_bound(ADDITIVE, load, 700, settings)
         return [int(c) for c in report.configs], report.compliance, float(report.starts_s[0])
 
     assert served(0.0, gap_s=0.0)[:2] == ([1, 1, 1, 1], 100.0)
@@ -594,10 +589,8 @@ def test_a_request_at_the_gate_plans_with_those_waiting_behind_it() -> None:
     # each takes k 20 + small (40 ms more each), 3.0 in all, and every one stays in time.
     arrivals = np.zeros(4)
     load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(4, 0.5))
-    settings = BindingSettings(spare_followers=True, visible_followers=3)
-    report = simulate_binding(
-        ADDITIVE, load, 790, stages=STAGES, prior_shares=None, settings=settings
-    )
+    settings = rule(spare_followers=True, visible_followers=3)
+    report = served_bound(ADDITIVE, load, 790, settings)
     assert follower_spare_ms(120, [790, 790, 790], 120) == pytest.approx(310)
     assert ([int(c) for c in report.configs], report.compliance) == ([1, 1, 1, 1], 100.0)
 
@@ -608,10 +601,8 @@ def test_a_gated_router_counts_the_arrivals_it_took_up_as_they_come() -> None:
     load = Scenario(trace_pattern(arrivals), 0, arrivals, np.full(len(arrivals), 0.5))
 
     def served(visible: int | None, view: RateView) -> list[int]:
-        settings = BindingSettings(max_qps=LIMITS, rate_view=view, visible_followers=visible)
-        report = simulate_binding(
-            ADDITIVE, load, 60_000, stages=STAGES, prior_shares=None, settings=settings
-        )
+        settings = rule(max_qps=LIMITS, rate_view=view, visible_followers=visible)
+        report = served_bound(ADDITIVE, load, 60_000, settings)
         return [int(c) for c in report.configs]
 
     # Eight instances take the whole clump up at once: the rate counts it as it came.
@@ -623,3 +614,35 @@ def test_a_gated_router_counts_the_arrivals_it_took_up_as_they_come() -> None:
     assert narrow[2] > served(7, RateView.GATE_ARRIVALS)[2]
     with pytest.raises(SimulationError, match="rate_view"):
         served(None, RateView.GATE_ARRIVALS)
+
+
+def test_a_bound_pod_serves_the_same_advanced_tick_by_tick_as_at_once() -> None:
+    """The one run loop advances bound pods tick by tick; what they serve must not depend on
+    where it stops (the rule sees the pod as it is at each event, never at a tick)."""
+    load = scenario(6.0, kind="bursty")
+    arrivals = load.arrivals_s  # type: ignore[attr-defined]
+    service_s = np.stack([p.distribution.quantile(load.luck) / 1000 for p in ADDITIVE])  # type: ignore[attr-defined]
+    gated = rule(spare_followers=True, visible_followers=3, settle_s=0.003, lag_share=0.3)
+
+    def served(stops: Sequence[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n = len(arrivals)
+        record = (np.empty(n), np.empty(n), np.empty(n, dtype=np.int64))
+        queues = [np.arange(n)]
+        [pod] = bound_pods(gated, ADDITIVE, PodModel(), 600, queues, arrivals, service_s, record)
+        for until in stops:
+            pod.advance(until)
+        pod.drain()
+        assert pod.done
+        return record
+
+    at_once, ticked = served(()), served(np.arange(0.0, 130.0, 0.37).tolist())
+    for whole, stepped in zip(at_once, ticked, strict=True):
+        np.testing.assert_array_equal(whole, stepped)
+
+
+def test_a_binding_rule_serves_alone_and_admission_beside_it_is_refused_by_name() -> None:
+    load = scenario(1.0)
+    report = served_bound(ADDITIVE, load, 600)  # type: ignore[arg-type]
+    assert (report.ticks, report.switches) == ((), 0)
+    with pytest.raises(SimulationError, match="admission"):
+        simulate(rule(), ADDITIVE, load, 600, admission=Admission(600))  # type: ignore[arg-type]

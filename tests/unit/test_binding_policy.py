@@ -11,9 +11,9 @@ import yaml
 from pydantic import ValidationError
 
 from compass.api.paretopolicy import ParetoPolicySpec
-from compass.conversion import binding_table, policy_plan, simulated_binding
+from compass.conversion import binding_rule, binding_table, policy_plan, stage_shares
 from compass.domain.binding import GATE_SETTLE_MS, RATE_HEADROOM
-from compass.domain.bindingsim import ROUTER_POLL_S, RateView
+from compass.domain.boundpod import ROUTER_POLL_S, RateView
 from compass_rules.binding import check_binding
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pareto-policy-gitops.yaml"
@@ -181,7 +181,7 @@ def test_a_bad_lag_cap_is_refused_naming_the_field(field: str, value: float) -> 
 
 
 def test_the_simulator_binds_on_what_the_routers_of_the_table_see() -> None:
-    """simulated_binding: the table's own numbers, on the view the routers have (the bench's
+    """binding_rule: the table's own numbers, on the view the routers have (the bench's
     and the cluster demo's prediction): behind a gate with the lag cap, the waiters at the gate
     seen and nothing polled (the routers poll only without a gate); without a gate, the
     poller's count and the arrivals taken up."""
@@ -192,7 +192,7 @@ def test_the_simulator_binds_on_what_the_routers_of_the_table_see() -> None:
     )
     table = binding_table(spec, policy_plan(spec))
     assert table is not None
-    gated = simulated_binding(spec, table, 8, 1, poll_s=0.1, decision_s=0.002)
+    gated = binding_rule(spec, table, 8, 1, poll_s=0.1, decision_s=0.002)
     assert (gated.visible_followers, gated.followers_poll_s, gated.rate_view) == (
         7,
         None,
@@ -206,10 +206,13 @@ def test_the_simulator_binds_on_what_the_routers_of_the_table_see() -> None:
     assert table["settle_ms"] == GATE_SETTLE_MS
     assert check_binding(json.loads(json.dumps(table)))["settle_ms"] == (GATE_SETTLE_MS)
     assert gated.settle_s == GATE_SETTLE_MS / 1000
-    assert simulated_binding(spec, table, 8, 1, settle_s=0.5).settle_s == 0.5
+    assert binding_rule(spec, table, 8, 1, settle_s=0.5).settle_s == 0.5
     assert gated.spare_followers is True
     assert gated.quantile == spec.binding.quantile
-    ungated = simulated_binding(spec, table, 1, None)
+    # The stages the routers bind, and the shares the per-stage fit leans to, the spec's own.
+    assert [tuple(stage) for stage in gated.stages] == [tuple(s["parameters"]) for s in STAGES]
+    assert gated.prior_shares == stage_shares(spec)
+    ungated = binding_rule(spec, table, 1, None)
     assert (ungated.visible_followers, ungated.followers_poll_s, ungated.rate_view) == (
         None,
         ROUTER_POLL_S,
@@ -226,7 +229,7 @@ def test_the_simulator_binds_on_what_the_routers_of_the_table_see() -> None:
     )
     uncapped = binding_table(plain, policy_plan(plain))
     assert uncapped is not None
-    open_gate = simulated_binding(plain, uncapped, 8, 1)
+    open_gate = binding_rule(plain, uncapped, 8, 1)
     assert (open_gate.visible_followers, open_gate.followers_poll_s, open_gate.rate_view) == (
         None,
         None,

@@ -11,18 +11,15 @@ import pytest
 from profiles_for_tests import normal_profile as profile
 
 from compass.domain.elastico import (
-    Action,
-    Decision,
     Elastico,
     ElasticoSettings,
     MetricsLoss,
-    Observation,
-    PolicyState,
     capacity_pressure,
     rate_lower_bound,
     rate_upper_bound,
 )
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_thresholds
+from compass.domain.policy import Action, Decision, Observation, PolicyState
 
 FAST = profile("fast", 0.70, 100, 15)
 MID = profile("mid", 0.80, 150, 20)

@@ -12,9 +12,10 @@ from compass.controllers.policy_handlers import ObservingLoop
 from compass.dataplane.live import LiveLoop
 from compass.dataplane.metrics import MetricsReading
 from compass.dataplane.triton import SwitchReport
-from compass.domain.elastico import Action, Elastico, ElasticoSettings, PolicyState
+from compass.domain.elastico import Elastico, ElasticoSettings
 from compass.domain.evaluation import Config
 from compass.domain.planner import Slo, plan_thresholds
+from compass.domain.policy import Action, PolicyState
 from compass.domain.space import config_key
 
 FAST = profile("fast", 0.70, 100, 15)

@@ -17,7 +17,7 @@ from compass.controllers.policy_conditions import Health
 from compass.controllers.policy_decisions import NOT_PAUSED, Pause
 from compass.controllers.policy_publish import PolicyMemory, publish
 from compass.controllers.runtime import Runtime
-from compass.domain.elastico import Observation
+from compass.domain.policy import Observation
 
 HEARTBEAT_S = 60.0
 

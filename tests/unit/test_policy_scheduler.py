@@ -25,8 +25,8 @@ from compass.controllers.policy_status import heartbeat_due, heartbeat_phase
 from compass.dataplane.live import LiveLoop
 from compass.dataplane.metrics import SharedReads, TritonQueueDepth
 from compass.dataplane.triton import SwitchReport, routing_key
-from compass.domain.elastico import PolicyState
 from compass.domain.evaluation import Config
+from compass.domain.policy import PolicyState
 from compass.lab.scenarios import ACCURATE, FASTEST
 
 # Queue depths, one per tick: calm, a spike the fastest member must take, calm again.

@@ -24,7 +24,7 @@ from compass.controllers import policy_compile, policy_conditions, policy_decisi
 from compass.controllers.manager import _quiet_timer_successes, scope
 from compass.controllers.runtime import GONE_REMEMBERED, OperatorMetrics, RecentUids
 from compass.controllers.settings import OperatorSettings
-from compass.domain.elastico import Observation, PolicyState
+from compass.domain.policy import Observation, PolicyState
 from compass.domain.predictive import Predictive
 from compass.domain.served import ServedCounts
 from compass.domain.space import config_key

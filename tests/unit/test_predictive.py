@@ -13,17 +13,10 @@ from profiles_for_tests import normal_profile as profile
 from compass.domain.admission import Admission, AdmissionPoint
 from compass.domain.arrivals import make_pattern, make_scenario
 from compass.domain.capacity import CapacityCurve, CurvePoint
-from compass.domain.elastico import (
-    Action,
-    Decision,
-    Elastico,
-    ElasticoSettings,
-    MetricsLoss,
-    Observation,
-    PolicyState,
-)
+from compass.domain.elastico import Elastico, ElasticoSettings, MetricsLoss
 from compass.domain.mix import Mix, mix_weighting
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_thresholds
+from compass.domain.policy import Action, Decision, Observation, PolicyState
 from compass.domain.predictive import (
     MIN_EVIDENCE_S,
     Predictive,

@@ -13,9 +13,9 @@ import pytest
 from profiles_for_tests import normal_profile as profile
 
 from compass.domain.capacity import CapacityCurve, CurvePoint
-from compass.domain.elastico import Decision, Observation
 from compass.domain.mix import Mix
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_thresholds
+from compass.domain.policy import Decision, Observation
 from compass.domain.predictive import (
     PATHS,
     SURGE_FACTOR,

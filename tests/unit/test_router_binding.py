@@ -30,7 +30,7 @@ from compass.domain.binding import (
     stage_plan,
     static_schedule,
 )
-from compass.domain.bindingsim import ROUTER_POLL_S
+from compass.domain.boundpod import ROUTER_POLL_S
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.lab.scenarios import QA_REAL_FRONT
 from compass_dev.router_module import pipeline_module, router_part

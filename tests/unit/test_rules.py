@@ -139,7 +139,7 @@ def test_a_bad_table_is_refused_naming_what_is_wrong(plan: Any) -> None:
 
 def test_the_lag_cap_on_a_table_is_the_simulators(plan: Any) -> None:
     """The lag cap on a table (its quickest likely completion now against static fastest's
-    start, ns since the epoch) against bindingsim's terms (finish times on its clock from 0):
+    start, ns since the epoch) against the bound pods' terms (finish times on its clock from 0):
     the same spare on random cases, and decisions the uncapped rule does not make."""
     rng = np.random.default_rng(43)
     slo_ms, share, reserve = 1000.0, 0.3, 2
@@ -158,7 +158,7 @@ def test_the_lag_cap_on_a_table_is_the_simulators(plan: Any) -> None:
         # The simulator's clock starts at 0, the router's is the epoch's.
         now_ns = base + int(rng.integers(0, 10**12))
         static_start_ns = now_ns - int(rng.uniform(-300, 600) * 1e6)
-        # bindingsim's rule: its quickest likely completion from where it is, against when
+        # the bound pods' rule: its quickest likely completion from where it is, against when
         # static fastest would finish it.
         quickest_likely = min(
             remaining_ms(plan.configs[i], at, backlog, admitting=True)
@@ -193,7 +193,7 @@ def _domain_slacks(
     followers_left: list[float],
     servers: int,
 ) -> list[float | None]:
-    """The followers' slacks as bindingsim counts them for a request at stage ``at``."""
+    """The followers' slacks as the bound pods count them for a request at stage ``at``."""
     consistent = [plan.configs[i] for i in plan.consistent(bound)]
     fastest = plan.configs[plan.fastest()]
     return follower_slacks_ms(
@@ -209,7 +209,7 @@ def _domain_slacks(
 
 
 def test_a_table_spares_counted_followers_as_the_simulator_counts_them(plan: Any) -> None:
-    """slacks_behind_ms on a table against bindingsim's terms on the plan, and the spare
+    """slacks_behind_ms on a table against the bound pods' terms on the plan, and the spare
     changes decisions."""
     rng = np.random.default_rng(11)
     checked = table(plan)

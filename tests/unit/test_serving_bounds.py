@@ -23,15 +23,9 @@ from compass.api.paretopolicy import (
 from compass.controllers.policy_compile import SpecError, compile_policy
 from compass.conversion import policy_plan, runtime_policy
 from compass.dataplane.metrics import MAX_COUNTER, MAX_QUEUE_DEPTH, MAX_SAMPLE_AGE_S
-from compass.domain.elastico import (
-    Elastico,
-    ElasticoSettings,
-    Observation,
-    PolicyState,
-    rate_lower_bound,
-    rate_upper_bound,
-)
+from compass.domain.elastico import Elastico, ElasticoSettings, rate_lower_bound, rate_upper_bound
 from compass.domain.planner import PlanError, ThresholdModel
+from compass.domain.policy import Observation, PolicyState
 from compass.domain.strategy import Strategy
 
 # Epoch seconds a policy may start at: from the epoch to a day before the saved state's bound

@@ -24,16 +24,10 @@ from compass.domain.arrivals import (
     trace_pattern,
 )
 from compass.domain.capacity import CapacityCurve, CurvePoint
-from compass.domain.elastico import (
-    Action,
-    Decision,
-    Elastico,
-    ElasticoSettings,
-    Observation,
-    PolicyState,
-)
+from compass.domain.elastico import Elastico, ElasticoSettings
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds, violation_probability
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
+from compass.domain.policy import Action, Decision, Observation, PolicyState
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import (
     MetricsView,

@@ -11,16 +11,10 @@ import pytest
 from profiles_for_tests import normal_profile as profile
 
 from compass.domain.arrivals import make_pattern, make_scenario
-from compass.domain.elastico import (
-    Action,
-    Decision,
-    Elastico,
-    Observation,
-    PolicyState,
-    steady_window,
-)
+from compass.domain.elastico import Elastico, steady_window
 from compass.domain.mix import WEIGHT_STEPS, Mix
 from compass.domain.planner import Slo, ThresholdModel, plan_mixes, plan_thresholds
+from compass.domain.policy import Action, Decision, Observation, PolicyState
 from compass.domain.simulator import simulate
 from compass.domain.split import Split
 from compass.domain.strategy import Strategy, build_policy

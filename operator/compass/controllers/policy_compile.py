@@ -24,7 +24,7 @@ from compass.api.paretopolicy import ParetoPolicySpec, RoutingTarget
 from compass.controllers.targets import TargetAccess, TargetRefusedError, resolve_host, resolve_url
 from compass.conversion import admission_table, binding_table, policy_plan, runtime_policy
 from compass.domain.planner import Plan, PlanError
-from compass.domain.strategy import Policy
+from compass.domain.strategy import StrategyPolicy
 
 # Triton's default metrics port, used when the spec names no metrics URL.
 TRITON_METRICS_PORT = 8002
@@ -70,7 +70,7 @@ class CompiledPolicy:
 
     generation: int | None
     spec: ParetoPolicySpec
-    policy: Policy
+    policy: StrategyPolicy
     grpc_address: str | None
     router_model: str
     metrics: MetricsTarget

@@ -25,9 +25,9 @@ from compass.controllers.targets import (
     resolve_host,
 )
 from compass.dataplane.triton import RoutingError, parse_routing_key, routing_key
-from compass.domain.elastico import PolicyState
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
+from compass.domain.policy import PolicyState
 from compass.domain.profiles import shown
 
 # The policy scheduler's tick (COMPASS_POLICY_TICK_SECONDS, 1 s by default); intervalSeconds

@@ -79,8 +79,8 @@ from compass.dataplane.actuator import Actuator
 from compass.dataplane.fleet import Endpoint, FleetSwitch
 from compass.dataplane.live import LiveLoop
 from compass.dataplane.triton import RoutingError, SwitchReport, routing_key
-from compass.domain.elastico import Observation, PolicyState
 from compass.domain.evaluation import Config
+from compass.domain.policy import Observation, PolicyState
 
 MEMORY_KEY = "compass_policy"
 # An unexpected exception (a bug) is retried after this; TemporaryError brings its own delay.

@@ -39,7 +39,7 @@ from compass.controllers.policy_status import (
     too_large_patch,
 )
 from compass.controllers.runtime import Runtime
-from compass.domain.elastico import Observation, PolicyState
+from compass.domain.policy import Observation, PolicyState
 from compass.domain.served import SERVED_WINDOW_S
 
 # How many writes before the last a late body may still show (see PolicyMemory.recent).

@@ -28,9 +28,10 @@ from compass.api.paretopolicy_status import (
 from compass.api.schema import without_empty_strings
 from compass.controllers.conditions import find_condition, one_line, parse_conditions
 from compass.conversion import threshold_statuses
-from compass.domain.elastico import Observation, PolicyState, capacity_pressure
+from compass.domain.elastico import capacity_pressure
 from compass.domain.evaluation import ParamValue
 from compass.domain.planner import Plan
+from compass.domain.policy import Observation, PolicyState
 from compass.domain.profiles import shown
 from compass.domain.served import ServedCounts, served_view
 

@@ -28,7 +28,7 @@ from compass.controllers.ledgerbudget import MIB, LedgerBudget
 from compass.controllers.policy_scheduler import PolicyScheduler
 from compass.controllers.policy_status import STATUS_HEARTBEAT_S, PolicyGauges
 from compass.controllers.settings import OperatorSettings
-from compass.domain.elastico import Action
+from compass.domain.policy import Action
 
 RUNTIME_KEY = "compass_runtime"
 # One Elastico step reads the metrics (a few ms) and sometimes reloads the router (150-300 ms).

@@ -17,9 +17,9 @@ from typing import Protocol
 from compass.dataplane.fleet import FleetSwitch
 from compass.dataplane.metrics import MetricsUnavailableError, QueueDepthSource
 from compass.dataplane.triton import RoutingError, SwitchReport, parse_routing_key
-from compass.domain.elastico import Decision, Observation, PolicyState
 from compass.domain.evaluation import Config
-from compass.domain.strategy import Policy
+from compass.domain.policy import Decision, Observation, PolicyState
+from compass.domain.strategy import StrategyPolicy
 
 
 class Router(Protocol):
@@ -62,7 +62,7 @@ class StepResult:
 class LiveLoop:
     """The policy wired to one metrics source and one router (or a fleet of them)."""
 
-    policy: Policy
+    policy: StrategyPolicy
     source: QueueDepthSource
     router: Router
     arrival_rate: Callable[[], float | None] | None = None

@@ -28,18 +28,15 @@ from scipy.special import ndtri
 from compass.domain.elastico import (
     ENTER_CONFIDENCE,
     STEADY_WINDOWS_S,
-    Action,
-    Decision,
     ElasticoSettings,
     MetricsLoss,
-    Observation,
-    PolicyState,
     rate_upper_bound,
     record_arrivals,
     steady_window,
 )
 from compass.domain.mix import Mix, accuracy_hull, hull_mixes, mix_weighting, most_accurate
 from compass.domain.planner import Plan
+from compass.domain.policy import Action, Decision, Observation, PolicyState
 
 FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]

@@ -1,11 +1,13 @@
-"""The serving simulator: a policy run over a scenario on simulated pods, and the comparisons.
+"""The serving simulator: a policy or the routers' binding rule run over a scenario on
+simulated pods, and the comparisons.
 
 Every ``interval_s`` the policy is asked what the operator asks it: the pods' queue depth
 (aggregated: ``QueueAggregate``) and the arrivals counter per pod, as fresh as the metrics path
 makes them (``MetricsView``: read at the tick, or as Prometheus last scraped them). Each request
 goes to a seeded random pod; one decision switches every pod, ``switch_delay_s`` after it is
-taken. ``compare``
-runs the static baselines and the policies on one scenario (paired: the same arrivals and luck);
+taken. Given the routers' ``BindingRule`` instead, each request is bound as a router instance
+takes it up (per-request binding, ``compass.domain.boundpod``). ``compare`` runs the static
+baselines and the policies on one scenario (paired: the same arrivals and luck);
 ``measure_capacity`` measures a configuration's latency-throughput curve, the simulator playing
 the hardware.
 """
@@ -18,7 +20,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +40,7 @@ from compass.domain.arrivals import (
     make_pattern,
     make_scenario,
 )
+from compass.domain.boundpod import BindingRule, BoundPod, bound_pods
 from compass.domain.capacity import (
     MAX_CURVE_POINTS,
     CapacityCurve,
@@ -46,17 +48,11 @@ from compass.domain.capacity import (
     climb_ladder,
     measure_point,
 )
-from compass.domain.elastico import (
-    DEFAULT_INTERVAL_S,
-    Action,
-    Decision,
-    Observation,
-    PolicyState,
-    capacity_pressure,
-)
+from compass.domain.elastico import DEFAULT_INTERVAL_S, capacity_pressure
 from compass.domain.mix import Mix, SmoothWeighting, mix_weighting
 from compass.domain.planner import Plan
 from compass.domain.podmodel import DROPPED, AdmitFn, DispatchFn, PodModel, SimulatedPod, StagedPod
+from compass.domain.policy import Action, Decision, Observation, Policy, PolicyState
 from compass.domain.profiles import LatencyProfile
 
 FloatArray = npt.NDArray[np.float64]
@@ -128,23 +124,9 @@ class MetricsView:
 FRESH = MetricsView()
 
 
-class Controller(Protocol):
-    """A policy the simulator can run: Elastico, or a static baseline."""
-
-    def initial_state(self, now: float) -> PolicyState:
-        """The state before the first decision."""
-        ...
-
-    def decide(
-        self, observation: Observation | None, state: PolicyState, now: float
-    ) -> tuple[Decision, PolicyState]:
-        """The configuration to serve next and the new state."""
-        ...
-
-
 @dataclass(frozen=True)
 class StaticController:
-    """A baseline that always serves one configuration."""
+    """A baseline policy that always serves one configuration."""
 
     name: str
     index: int
@@ -266,7 +248,7 @@ class RunReport:
 
 
 def simulate(
-    controller: Controller,
+    serving: Policy | BindingRule,
     front: Sequence[LatencyProfile],
     scenario: Scenario,
     slo_ms: float,
@@ -283,15 +265,24 @@ def simulate(
     metrics_view: MetricsView = FRESH,
 ) -> RunReport:
     """Serve the scenario's requests FIFO on each pod (late-last where ``pod_model`` says so),
-    the controller choosing the configuration (and, with ``admission``, dropping at arrival
-    what its prediction says is already late) from the queue as ``metrics_view`` shows it.
+    ``serving`` choosing each request's configuration: a policy's mix, chosen every tick from
+    the queue as ``metrics_view`` shows it (with ``admission``, dropping at arrival what its
+    prediction says is already late), or the routers' binding rule, per request as a router
+    instance takes it up (``compass.domain.boundpod``: the front is the allowed
+    configurations, ``pod_model`` the router instances and components; no ticks recorded).
 
-    With the controller's ``plan``, each tick also records the capacity pressure the operator
+    With the policy's ``plan``, each tick also records the capacity pressure the operator
     would export after that decision."""
     if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
         raise SimulationError("switch_delay", f"{switch_delay_s:g} s is not >= 0", "give e.g. 0.01")
+    if isinstance(serving, BindingRule) and admission is not None:
+        raise SimulationError(
+            "admission",
+            "a binding rule refuses by itself, at take-up",
+            "give the rule refuse=True, or no binding rule",
+        )
     run = _Run(
-        controller,
+        serving,
         front,
         scenario,
         interval_s=interval_s,
@@ -303,6 +294,7 @@ def simulate(
         admission=admission,
         plan=plan,
         metrics_view=metrics_view,
+        slo_ms=slo_ms,
     )
     run.serve()
     return run.report(label, slo_ms)
@@ -314,7 +306,7 @@ class _Run:
 
     def __init__(
         self,
-        controller: Controller,
+        serving: Policy | BindingRule,
         front: Sequence[LatencyProfile],
         scenario: Scenario,
         *,
@@ -327,8 +319,10 @@ class _Run:
         admission: Admission | None,
         plan: Plan | None,
         metrics_view: MetricsView = FRESH,
+        slo_ms: float = math.inf,
     ) -> None:
-        self.controller = controller
+        # The policy asked every tick (None: the routers' binding rule serves every request).
+        self.controller = None if isinstance(serving, BindingRule) else serving
         self.front = front
         self.scenario = scenario
         self.interval_s = interval_s
@@ -355,7 +349,9 @@ class _Run:
         self.starts = np.empty(n)
         self.finishes = np.empty(n)
         self.configs = np.empty(n, dtype=np.int64)
-        self.state = controller.initial_state(0.0)
+        self.state = (
+            PolicyState() if self.controller is None else self.controller.initial_state(0.0)
+        )
         self.active = _initial_mix(self.state, index_of)
         # Switches decided but not yet in force: (in force for services starting after, mix).
         self.pending: list[tuple[float, Mix]] = []
@@ -383,20 +379,28 @@ class _Run:
             if pod_model.contended and pod_model.servers > 1
             else None
         )
-        self.servers = [
-            (StagedPod if pod_model.stages else SimulatedPod)(
-                pod_model,
-                queue,
-                self.arrivals,
-                service_s,
-                functools.partial(self.config_at, pod),
-                (self.starts, self.finishes, self.configs),
-                admit,
-                dispatch,
-                stretch,
+        record = (self.starts, self.finishes, self.configs)
+        self.servers: Sequence[SimulatedPod | BoundPod]
+        if isinstance(serving, BindingRule):
+            # The rule hook: the routers bind each request as an instance takes it up.
+            self.servers = bound_pods(
+                serving, front, pod_model, slo_ms, self.queues, self.arrivals, service_s, record
             )
-            for pod, queue in enumerate(self.queues)
-        ]
+        else:
+            self.servers = [
+                (StagedPod if pod_model.stages else SimulatedPod)(
+                    pod_model,
+                    queue,
+                    self.arrivals,
+                    service_s,
+                    functools.partial(self.config_at, pod),
+                    record,
+                    admit,
+                    dispatch,
+                    stretch,
+                )
+                for pod, queue in enumerate(self.queues)
+            ]
 
     def mix_at(self, when: float) -> Mix:
         """The mix in force for a service starting at ``when``."""
@@ -464,7 +468,7 @@ class _Run:
         final = (self.pending[-1][1] if self.pending else self.active).base
         for server, queue in zip(self.servers, self.queues, strict=True):
             server.drain()
-            if not server.done:
+            if isinstance(server, SimulatedPod) and not server.done:
                 # Past the drain horizon: the rest never start; count them at the horizon.
                 rest = [*server.admitted[server.started :], *queue[server.decided :]]
                 self.starts[rest] = self.horizon
@@ -494,7 +498,10 @@ class _Run:
             self.next_scrape += 1
 
     def decide(self, now: float, tick: int) -> None:
-        """Ask the controller at ``now``, as the operator would, and record what it saw."""
+        """Ask the policy at ``now``, as the operator would, and record what it saw (nothing
+        where the routers bind every request)."""
+        if self.controller is None:
+            return
         arrivals, rate_window_s, names = self.arrivals, self.rate_window_s, self.names
         # The instant the policy's reading shows (``now`` when fresh), and when it was taken.
         seen, taken = now, now
@@ -577,7 +584,7 @@ def baseline_indices(front_size: int) -> dict[str, int]:
 
 
 def compare(
-    policies: Mapping[str, Controller],
+    policies: Mapping[str, Policy],
     front: Sequence[LatencyProfile],
     scenario: Scenario,
     slo_ms: float,
@@ -593,7 +600,7 @@ def compare(
     """The static baselines and the given policies, all on the same scenario (paired); the
     policies with ``admission``, the baselines serving everything; the policies see the queue
     through ``metrics_view`` (the baselines look at nothing)."""
-    controllers: dict[str, Controller] = {
+    controllers: dict[str, Policy] = {
         label: StaticController(front[i].name, i)
         for label, i in baseline_indices(len(front)).items()
     }

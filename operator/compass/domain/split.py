@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from compass.domain.elastico import Decision, Elastico, ElasticoSettings, Observation, PolicyState
+from compass.domain.elastico import Elastico, ElasticoSettings
 from compass.domain.mix import Mix
 from compass.domain.planner import MixPlan, Plan, plan_mixes
+from compass.domain.policy import Decision, Observation, PolicyState
 
 
 @dataclass(frozen=True)

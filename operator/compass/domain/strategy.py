@@ -1,4 +1,4 @@
-"""The runtime strategies a ParetoPolicy can choose, behind one protocol.
+"""The runtime strategies a ParetoPolicy can choose (each a compass.domain.policy.Policy).
 
 Each is a pure ``decide(observation, state, now) -> (decision, state)`` over a plan, so the
 simulator, the tests and the operator run the same code (KEDA's scalers are chosen the same
@@ -8,9 +8,8 @@ way: an enum in the spec, one implementation each).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Protocol
 
-from compass.domain.elastico import Decision, Elastico, ElasticoSettings, Observation, PolicyState
+from compass.domain.elastico import Elastico, ElasticoSettings
 from compass.domain.planner import Plan
 from compass.domain.predictive import Predictive
 from compass.domain.split import Split
@@ -24,30 +23,15 @@ class Strategy(StrEnum):
     PREDICTIVE = "predictive"
 
 
-class Policy(Protocol):
-    """A strategy bound to its plan."""
-
-    @property
-    def plan(self) -> Plan:
-        """The front and thresholds it decides over."""
-        ...
-
-    def initial_state(self, now: float) -> PolicyState:
-        """The state before the first decision."""
-        ...
-
-    def decide(
-        self, observation: Observation | None, state: PolicyState, now: float
-    ) -> tuple[Decision, PolicyState]:
-        """The routing after this observation and the new state."""
-        ...
+# A strategy bound to its plan (each has ``plan``, the front and thresholds it decides over).
+StrategyPolicy = Elastico | Split | Predictive
 
 
 def build_policy(
     strategy: Strategy,
     plan: Plan,
     settings: ElasticoSettings | None = None,
-) -> Policy:
+) -> StrategyPolicy:
     """The policy of this strategy over the plan."""
     settings = settings or ElasticoSettings()
     if Strategy(strategy) is Strategy.SPLIT:

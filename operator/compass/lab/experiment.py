@@ -28,7 +28,7 @@ from compass.domain.planner import Plan
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import Tick
 from compass.domain.space import config_key
-from compass.domain.strategy import Policy
+from compass.domain.strategy import StrategyPolicy
 
 FloatArray = npt.NDArray[np.float64]
 # Long enough for Triton's queue gauge to read empty after the previous run.
@@ -271,7 +271,7 @@ EVERY_RUN = (*RUNS, BINDING_RUN)
 def serve_each(
     router: Routing,
     plan: Plan,
-    policy: Policy,
+    policy: StrategyPolicy,
     queue: QueueDepthSource,
     arrivals_s: Sequence[float],
     payload: Callable[[int], dict[str, Any]],
@@ -283,9 +283,9 @@ def serve_each(
     labels: Collection[str] = RUNS[:3],
     replicas: Sequence[int] | None = None,
     admission: Mapping[str, Any] | None = None,
-    admitted_policy: Policy | None = None,
+    admitted_policy: StrategyPolicy | None = None,
     binding: Mapping[str, Any] | None = None,
-    bound_policy: Policy | None = None,
+    bound_policy: StrategyPolicy | None = None,
     client_deadlines: bool = True,
 ) -> Iterator[tuple[str, LiveRun]]:
     """The arrivals on the fastest, the most accurate, then with the policy, with

@@ -1,14 +1,14 @@
-"""The serving simulator with late binding: each request binds each stage as it reaches it.
+"""Pods whose routers bind each request (late binding): the simulator's per-request rule.
 
 A pod runs router instances (a request holds one from its first stage to its last, as a BLS
 router does) and one component per stage, each batching what waits for it (``PodModel.stages``
 gives the batching; without stages every component serves one request at a time). When a
-request reaches a component it is bound (``compass.domain.binding.bind_stage``) from its own
-deadline, the work queued at that component and the ones after it, and the requests waiting
-behind it for an instance; its time there is its target configuration's share of that stage of
-the configuration's service time for the request's luck, so a request that keeps one
-configuration through every stage takes exactly what the static run of that configuration gives
-it (paired with ``compass.domain.simulator``).
+request is taken up it is bound (``compass.domain.binding.bind_stage``) from its own deadline,
+the work queued at each component, and the requests waiting behind it for an instance; its time
+at a stage is its configuration's share of that stage of the configuration's service time for
+the request's luck, so a request that keeps one configuration takes exactly what the static run
+of that configuration gives it. ``compass.domain.simulator.simulate`` runs these pods with a
+``BindingRule``, the pods of ``compass.domain.podmodel`` without one.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from itertools import islice
 import numpy as np
 import numpy.typing as npt
 
-from compass.domain.arrivals import Scenario, SimulationError
+from compass.domain.arrivals import SimulationError
 from compass.domain.binding import (
     RAG_SIM_SHARES,
     RAG_SIM_STAGE_PARAMS,
@@ -47,7 +47,6 @@ from compass.domain.binding import (
 from compass.domain.evaluation import ParamValue
 from compass.domain.podmodel import DROPPED, PodModel, Stage
 from compass.domain.profiles import LatencyProfile
-from compass.domain.simulator import RunReport
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -71,7 +70,7 @@ class RateView(StrEnum):
     # at the request's own arrival: FIFO, every request that arrived before it has been taken
     # up, so this is the pod's arrival rate, late by the request's own wait (the live router).
     TAKEN_ARRIVALS = "taken-arrivals"
-    # With a gate (``BindingSettings.visible_followers``): the arrival times of the requests
+    # With a gate (``BindingRule.visible_followers``): the arrival times of the requests
     # router instances took up, over the window to now. A gated router takes each request up
     # as it arrives while an instance is free, so it counts the arrivals as they come, less
     # those still in Triton's queue behind a full gate.
@@ -79,9 +78,14 @@ class RateView(StrEnum):
 
 
 @dataclass(frozen=True)
-class BindingSettings:
-    """How the router binds: the prediction's quantile, admission's refusal, followers."""
+class BindingRule:
+    """How the routers bind each request: the stages, the prediction's quantile, admission's
+    refusal, the followers they see, the lag cap."""
 
+    # The parameters each stage binds, in the order a request reaches them, and roughly what
+    # share of a configuration's time each takes (``compass.domain.binding.fit_stage_times``).
+    stages: Sequence[Sequence[str]] = RAG_SIM_STAGE_PARAMS
+    prior_shares: Sequence[float] | None = RAG_SIM_SHARES
     # Each stage's predicted time is the configuration's time at this quantile, split by stage.
     quantile: float = 0.5
     # A request late whatever serves it is refused at its first stage (admission's rule), judged
@@ -134,13 +138,41 @@ class BindingSettings:
     # 0: it starts at once, seeing only the requests that arrived at the same instant.
     settle_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        gated, polled = self.visible_followers is not None, self.followers_poll_s is not None
+        checks = (
+            ("degrade_after", self.degrade_after is None or 0 < self.degrade_after <= 1,
+             "is not in (0, 1]", "give a share of the SLO, e.g. 0.25"),
+            ("followers_poll_s", not polled or 0 < (self.followers_poll_s or 0) < math.inf,
+             "is not a period > 0", "give the poll period in s, e.g. 0.05, or None"),
+            ("visible_followers", not gated or (self.visible_followers or 0) >= 0,
+             "is not >= 0", "give the router instances less the pipeline's slots, e.g. 7"),
+            ("followers_poll_s", not (gated and polled),
+             "is set behind a gate: a gated router polls nothing, it sees its waiters",
+             "give followers_poll_s None with visible_followers, or no gate"),
+            ("rate_view", gated or self.rate_view is not RateView.GATE_ARRIVALS,
+             "counts the requests at a gate, and there is none",
+             "give visible_followers, or another rate view"),
+            ("settle_s", 0 <= self.settle_s < math.inf,
+             "is not a time >= 0", "give the router's settle, e.g. 0.003 s, or 0"),
+            ("decision_s", 0 <= self.decision_s < math.inf,
+             "is not a time >= 0", "give the router's binding work a request, e.g. 0.001 s"),
+            ("lag_reserve", self.lag_reserve >= 0, "is not >= 0", "give a count, e.g. 2"),
+            ("lag_share", self.lag_share is None or 0 < self.lag_share <= 1,
+             "is not in (0, 1]", "give a share, e.g. 0.25"),
+        )  # fmt: skip
+        for field, ok, problem, fix in checks:
+            if not ok:
+                raise SimulationError(field, f"{getattr(self, field)!r} {problem}", fix)
 
-# The event that ends a settle (BindingSettings.settle_s), in the stage's place.
+
+# The event that ends a settle (BindingRule.settle_s), in the stage's place.
 _SETTLED = -1
 
 
-class _BindingPod:
-    """One pod's requests through router instances and batching components, event by event."""
+class BoundPod:
+    """One pod's requests through router instances and batching components, event by event,
+    each bound by the rule as a router instance takes it up."""
 
     def __init__(
         self,
@@ -148,14 +180,17 @@ class _BindingPod:
         shares: Sequence[tuple[float, ...]],
         components: Sequence[Stage],
         servers: int,
-        settings: BindingSettings,
+        rule: BindingRule,
         slo_s: float,
         arrivals: FloatArray,
         service_s: FloatArray,
         record: tuple[FloatArray, FloatArray, IntArray],
+        requests: IntArray,
     ) -> None:
         self.plan, self.shares, self.components = plan, shares, components
-        self.settings, self.slo_s = settings, slo_s
+        # The pod's requests not yet arrived, in arrival order.
+        self.pending = deque(int(r) for r in requests)
+        self.rule, self.slo_s = rule, slo_s
         self.arrivals, self.service_s = arrivals, service_s
         self.starts, self.finishes, self.configs = record
         self.idle = servers
@@ -167,7 +202,7 @@ class _BindingPod:
         stages = len(plan.stages)
         # Per component: requests waiting (request, predicted ms, actual s), and when its batch
         # in service ends.
-        self.waiting: list[deque[tuple[int, float, float]]] = [deque() for _ in range(stages)]
+        self.queued: list[deque[tuple[int, float, float]]] = [deque() for _ in range(stages)]
         self.busy_until = [-math.inf] * stages
         self.target: dict[int, int] = {}
         self.events: list[tuple[float, int, int, tuple[int, ...]]] = []
@@ -187,7 +222,7 @@ class _BindingPod:
         """The work queued at each component (the batch in service's rest, then the waiting
         requests in batches), ms."""
         backlog = []
-        for stage, (component, queue) in enumerate(zip(self.components, self.waiting, strict=True)):
+        for stage, (component, queue) in enumerate(zip(self.components, self.queued, strict=True)):
             work = max((self.busy_until[stage] - now) * 1000, 0.0)
             times = [predicted for _, predicted, _ in queue]
             for first in range(0, len(times), component.max_batch):
@@ -199,7 +234,7 @@ class _BindingPod:
     def rate_per_ms(self, end: float) -> float:
         """The pod's rate over the ``rate_window_s`` to ``end``, per ms, of the arrivals the
         router counts (``rate_view``)."""
-        window = self.settings.rate_window_s
+        window = self.rule.rate_window_s
         if window <= 0 or end <= 0:
             return 0.0
         span = min(window, end)
@@ -211,10 +246,10 @@ class _BindingPod:
     def allowed(self, request: int, now: float) -> list[int] | None:
         """The configurations whose rate limit the pod's rate, as the router counts it, is
         within (None: all)."""
-        limits = self.settings.max_qps
+        limits = self.rule.max_qps
         if not limits:
             return None
-        taken = self.settings.rate_view is RateView.TAKEN_ARRIVALS
+        taken = self.rule.rate_view is RateView.TAKEN_ARRIVALS
         end = float(self.arrivals[request]) if taken else now
         return allowed_at(limits, self.rate_per_ms(end) * 1000)
 
@@ -233,8 +268,8 @@ class _BindingPod:
         config = self.target[request]
         took = self.shares[config][stage] * float(self.service_s[config, request])
         if stage == 0:
-            took += self.settings.decision_s
-        self.waiting[stage].append((request, self.plan.configs[config].stage_ms[stage], took))
+            took += self.rule.decision_s
+        self.queued[stage].append((request, self.plan.configs[config].stage_ms[stage], took))
         self.serve(stage, now)
         return True
 
@@ -252,16 +287,16 @@ class _BindingPod:
         consistent = plan.consistent(bound)
         allowed = self.allowed(request, now)
         lag_ms = math.inf
-        if self.settings.lag_share is not None:
+        if self.rule.lag_share is not None:
             quickest_likely = min(
                 remaining_ms(plan.configs[i], at, backlog, admitting=True) for i in consistent
             )
             static_finish_ms = self.static_start[request] * 1000 + self.follower_likely_ms
-            slack_ms = self.slo_s * 1000 - self.settings.lag_reserve * self.follower_likely_ms
-            cap_ms = self.settings.lag_share * max(slack_ms, 0.0)
+            slack_ms = self.slo_s * 1000 - self.rule.lag_reserve * self.follower_likely_ms
+            cap_ms = self.rule.lag_share * max(slack_ms, 0.0)
             lag_ms = lag_spare_ms(now * 1000 + quickest_likely, static_finish_ms, cap_ms)
         spare = math.inf
-        if self.settings.spare_followers:
+        if self.rule.spare_followers:
             consistent_configs = [plan.configs[i] for i in consistent]
             own = min(remaining_ms(c, at, backlog) for c in consistent_configs)
             own_likely = min(
@@ -281,7 +316,7 @@ class _BindingPod:
             if math.isfinite(spare):
                 mine, theirs = joint_options(plan, bound, at, left_ms, backlog, allowed)
                 spare = min(spare, joint_spare_ms(mine, theirs, slacks, self.servers, lag_ms))
-        degrade_after = self.settings.degrade_after
+        degrade_after = self.rule.degrade_after
         if degrade_after is not None and waited_long(
             (self.starts[request] - self.arrivals[request]) * 1000, self.slo_s * 1000, degrade_after
         ):
@@ -294,7 +329,7 @@ class _BindingPod:
             left_ms,
             backlog,
             spare_ms=spare,
-            refuse=self.settings.refuse and stage == 0,
+            refuse=self.rule.refuse and stage == 0,
             allowed=allowed,
             at=at,
         )
@@ -303,8 +338,8 @@ class _BindingPod:
         """What is left of the deadlines of the requests waiting behind for an instance, as
         the router knows them: those at its gate, or the poller's count
         (``followers_poll_s``), or all of them."""
-        poll_s = self.settings.followers_poll_s
-        visible = self.settings.visible_followers
+        poll_s = self.rule.followers_poll_s
+        visible = self.rule.visible_followers
         if poll_s is None:
             waiting = self.router if visible is None else islice(self.router, visible)
             return [(self.arrivals[r] + self.slo_s - now) * 1000 for r in waiting]
@@ -315,7 +350,7 @@ class _BindingPod:
     def take_up(self, started: int | None = None) -> None:
         """Count the arrival of each request a router instance holds for the first time
         (``RateView.GATE_ARRIVALS``): the one ``started`` and those waiting at the gate."""
-        held = islice(self.router, self.settings.visible_followers or 0)
+        held = islice(self.router, self.rule.visible_followers or 0)
         for request in held if started is None else (started, *held):
             if request not in self.entered:
                 self.entered.add(request)
@@ -323,7 +358,7 @@ class _BindingPod:
 
     def serve(self, stage: int, now: float) -> None:
         """Start the component's next batch if it is idle and requests wait for it."""
-        queue = self.waiting[stage]
+        queue = self.queued[stage]
         if self.busy_until[stage] > now or not queue:
             return
         component = self.components[stage]
@@ -338,7 +373,7 @@ class _BindingPod:
         while self.idle and self.router:
             request = self.router.popleft()
             self.starts[request] = now
-            view = self.settings.rate_view
+            view = self.rule.rate_view
             if view is RateView.GATE_ARRIVALS:
                 # Its instance was held since it reached the gate; the one it frees at the
                 # gate takes up the next request in Triton's queue.
@@ -351,16 +386,28 @@ class _BindingPod:
                 self.configs[request] = DROPPED
                 continue
             self.idle -= 1
-        if self.settings.rate_view is RateView.GATE_ARRIVALS:
+        if self.rule.rate_view is RateView.GATE_ARRIVALS:
             self.take_up()
 
-    def run(self, requests: IntArray) -> None:
-        """Serve the pod's requests (in arrival order) to the end."""
-        pending = deque(int(r) for r in requests)
+    @property
+    def waiting(self) -> int:
+        """Requests arrived and not taken up: the queue in front of the router instances."""
+        return len(self.router)
+
+    @property
+    def done(self) -> bool:
+        """Every request arrived and taken up."""
+        return not self.pending and not self.router
+
+    def advance(self, until: float) -> None:
+        """Run every arrival and batch completion up to ``until``."""
+        pending = self.pending
         last = len(self.plan.stages) - 1
-        while pending or self.events:
+        while True:
             arrival = float(self.arrivals[pending[0]]) if pending else math.inf
             event = self.events[0][0] if self.events else math.inf
+            if min(arrival, event) > until or not (pending or self.events):
+                return
             if event <= arrival:
                 now, _, stage, batch = heapq.heappop(self.events)
                 if stage == _SETTLED:
@@ -377,7 +424,7 @@ class _BindingPod:
             else:
                 now = arrival
                 # The pipeline free and nobody waiting: the first of a burst, which settles.
-                leads = self.settings.settle_s > 0 and self.idle > 0 and not self.router
+                leads = self.rule.settle_s > 0 and self.idle > 0 and not self.router
                 # Requests that arrive together are queued together before any starts.
                 while pending and self.arrivals[pending[0]] <= now:
                     request = pending.popleft()
@@ -385,32 +432,33 @@ class _BindingPod:
                         now, self.static_free, self.follower_likely_ms / 1000, self.servers
                     )
                     self.router.append(request)
-                    if self.settings.rate_view is RateView.ARRIVALS:
+                    if self.rule.rate_view is RateView.ARRIVALS:
                         self.arrived_at.append(now)
                 if leads:
-                    self.settling_until = now + self.settings.settle_s
+                    self.settling_until = now + self.rule.settle_s
                     self.order += 1
                     heapq.heappush(self.events, (self.settling_until, self.order, _SETTLED, ()))
             if now >= self.settling_until:
                 self.start_waiting(now)
 
+    def drain(self) -> None:
+        """Serve every request to its end."""
+        self.advance(math.inf)
 
-def simulate_binding(
+
+def bound_pods(
+    rule: BindingRule,
     profiles: Sequence[LatencyProfile],
-    scenario: Scenario,
+    pod_model: PodModel,
     slo_ms: float,
-    label: str = "binding",
-    *,
-    stages: Sequence[Sequence[str]] = RAG_SIM_STAGE_PARAMS,
-    prior_shares: Sequence[float] | None = RAG_SIM_SHARES,
-    settings: BindingSettings = BindingSettings(),
-    pods: int = 1,
-    pod_model: PodModel = PodModel(),
-) -> RunReport:
-    """Serve the scenario with every request bound stage by stage among ``profiles`` (the
-    allowed configurations, their time split over ``stages`` leaning to ``prior_shares``:
-    ``compass.domain.binding.fit_stage_times``), on ``pods`` pods (a seeded random one per request, as
-    ``simulate`` deals them)."""
+    queues: Sequence[IntArray],
+    arrivals: FloatArray,
+    service_s: FloatArray,
+    record: tuple[FloatArray, FloatArray, IntArray],
+) -> list[BoundPod]:
+    """One pod per queue (its requests in arrival order), binding among ``profiles`` (the
+    allowed configurations, their time split over the rule's stages) on ``pod_model``'s
+    router instances and components."""
     if not slo_ms > 0 or not math.isfinite(slo_ms):
         raise SimulationError("slo", f"{slo_ms!r} ms is not > 0", "give the SLO in ms")
     if pod_model.contended or pod_model.late_after_s is not None:
@@ -419,91 +467,30 @@ def simulate_binding(
             "late binding serves FIFO components, not contended or late-last pods",
             "give servers and stages only",
         )
-    components: Sequence[Stage] = pod_model.stages or tuple(Stage(1.0) for _ in stages)
-    if len(components) != len(stages):
+    components: Sequence[Stage] = pod_model.stages or tuple(Stage(1.0) for _ in rule.stages)
+    if len(components) != len(rule.stages):
         raise SimulationError(
             "pod_model.stages",
-            f"{len(components)} components for {len(stages)} binding stages",
+            f"{len(components)} components for {len(rule.stages)} binding stages",
             "give one component per stage",
         )
-    if settings.degrade_after is not None and not 0 < settings.degrade_after <= 1:
-        raise SimulationError(
-            "degrade_after",
-            f"{settings.degrade_after!r} is not in (0, 1]",
-            "give a share of the SLO, e.g. 0.25",
-        )
-    if settings.followers_poll_s is not None and not settings.followers_poll_s > 0:
-        raise SimulationError(
-            "followers_poll_s",
-            f"{settings.followers_poll_s!r} is not a period > 0",
-            "give the poll period in s, e.g. 0.05, or None",
-        )
-    if settings.visible_followers is not None and settings.visible_followers < 0:
-        raise SimulationError(
-            "visible_followers",
-            f"{settings.visible_followers!r} is not >= 0",
-            "give the router instances less those that run the pipeline, e.g. 7, or None",
-        )
-    if settings.visible_followers is not None and settings.followers_poll_s is not None:
-        raise SimulationError(
-            "followers_poll_s",
-            "a gated router polls nothing: its followers are the requests waiting at the gate",
-            "give followers_poll_s None with visible_followers, or no gate",
-        )
-    if settings.rate_view is RateView.GATE_ARRIVALS and settings.visible_followers is None:
-        raise SimulationError(
-            "rate_view",
-            "gate-arrivals counts the requests at a gate, and there is none",
-            "give visible_followers, or another rate view",
-        )
-    for field, what in (
-        ("settle_s", "the router's settle, e.g. 0.003"),
-        ("decision_s", "the router's binding work a request, e.g. 0.001"),
-    ):
-        value = getattr(settings, field)
-        if not 0 <= value < math.inf:
-            raise SimulationError(field, f"{value!r} is not a time >= 0", f"give {what} s, or 0")
-    if settings.lag_reserve < 0:
-        raise SimulationError(
-            "lag_reserve", f"{settings.lag_reserve!r} is not >= 0", "give a count, e.g. 2"
-        )
-    if settings.lag_share is not None and not 0 < settings.lag_share <= 1:
-        raise SimulationError(
-            "lag_share", f"{settings.lag_share!r} is not in (0, 1]", "give a share, e.g. 0.25"
-        )
     plan = stage_plan(
-        profiles, stages, settings.quantile, prior_shares, settings.admission_quantile
+        profiles, rule.stages, rule.quantile, rule.prior_shares, rule.admission_quantile
     )
     # Each configuration's share of its time at each stage (the plan's split).
     shares = [tuple(t / c.total_ms for t in c.stage_ms) for c in plan.configs]
-    service_s = np.stack([p.distribution.quantile(scenario.luck) / 1000 for p in profiles])
-    arrivals = scenario.arrivals_s
-    n = len(arrivals)
-    starts, finishes = np.empty(n), np.empty(n)
-    configs = np.empty(n, dtype=np.int64)
-    assigned = scenario.pods_of(pods)
-    for pod in range(pods):
-        _BindingPod(
+    return [
+        BoundPod(
             plan,
             shares,
             components,
             pod_model.servers,
-            settings,
+            rule,
             slo_ms / 1000,
             arrivals,
             service_s,
-            (starts, finishes, configs),
-        ).run(np.flatnonzero(assigned == pod))
-    return RunReport(
-        label=label,
-        slo_ms=slo_ms,
-        names=tuple(p.name for p in profiles),
-        accuracies=tuple(p.accuracy for p in profiles),
-        arrivals_s=arrivals,
-        starts_s=starts,
-        finishes_s=finishes,
-        configs=configs,
-        ticks=(),
-        switches=0,
-        time_in_config_s=(0.0,) * len(profiles),
-    )
+            record,
+            queue,
+        )
+        for queue in queues
+    ]
