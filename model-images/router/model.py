@@ -21,7 +21,7 @@ try:
 except ImportError as error:
     raise ImportError(
         f"compass router: no compass_rules package beside {__file__}: copy operator/"
-        f"compass_rules into {_HERE} (as compass.lab.local_triton.assemble_repository and the "
+        f"compass_rules into {_HERE} (as compass_dev.local_triton.assemble_repository and the "
         "images' Dockerfiles do)"
     ) from error
 

@@ -20,7 +20,7 @@ from compass.dataplane.triton import (
     request_tensor,
 )
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton
+from compass_dev.local_triton import LocalTriton
 
 SLOW_MS = 10_000.0
 

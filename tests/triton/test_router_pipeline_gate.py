@@ -32,9 +32,9 @@ from compass.dataplane.triton import (
 )
 from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalPrometheus, LocalTriton, assemble_repository
-from compass.lab.processes import wait_for
-from compass.lab.scenarios import COMPONENTS, rag_sim_triton
+from compass_dev.local_triton import LocalPrometheus, LocalTriton, assemble_repository
+from compass_dev.processes import wait_for
+from compass_dev.scenarios import COMPONENTS, rag_sim_triton
 from compass_rules.routing import tables_digest
 from tiers import require_prometheus, require_tritonserver
 

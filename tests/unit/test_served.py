@@ -26,7 +26,7 @@ from compass.domain.served import (
     served_view,
     summed,
 )
-from compass.lab.processes import QuietHandler, serve_http
+from compass_dev.processes import QuietHandler, serve_http
 
 FAST = json.dumps({"model": "small", "k": 1}, sort_keys=True)
 SLOW = json.dumps({"model": "large", "k": 3}, sort_keys=True)

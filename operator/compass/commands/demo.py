@@ -19,21 +19,21 @@ from compass.commands.search_common import (
     summary,
     write_result,
 )
-from compass.console import fail, parse_int, parse_number, search_with_progress, shown
+from compass.console import fail, parse_int, parse_number, search_with_progress
 from compass.domain.evaluation import EvaluationError
 from compass.domain.search import SearchSettings
 from compass.domain.space import Space
 from compass.evaluators.ledger import Ledger, ReplayEvaluator
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
-from compass.lab.demo import DEFAULT_RUNS, DEMO_RUNS, POLICY_RUNS, DemoSettings, run_demo
 
 DEMO_LEDGER_SEED = 0
-# `--cluster` runs the development tools (dev/compass_dev: the local control plane and node),
-# which the compass-operator package does not ship: looked up by name, so only where installed.
+# The live demo runs the development tools (dev/compass_dev: the local Triton, the experiment,
+# the local control plane and node), which the compass-operator package does not ship: looked up
+# by name, so only where installed.
 DEV_TOOLS = "compass_dev"
 INSTALL_DEV_TOOLS = (
-    "install them from a checkout of the repository: pip install -e dev/ "
-    "(hack/lib/venv.sh's `ensure_venv dev` does)"
+    "install them from a checkout of the repository: pip install -e dev/ (hack/demo.sh does), "
+    "or run the search alone with --search-only"
 )
 
 
@@ -106,10 +106,10 @@ def register(commands: Any, summary: str) -> None:
     demo.add_argument(
         "--runs",
         metavar="RUN[,RUN...]",
-        help=f"the runs that serve the spike, of {', '.join(DEMO_RUNS)} (default "
-        f"{','.join(DEFAULT_RUNS)}): static fastest and most accurate, the default serving "
-        "(the policy's binding table behind the router's gate), Elastico's whole-workflow "
-        "switching, the predictive strategy with admission",
+        help="the runs that serve the spike, comma-separated, of fastest, accurate, default, "
+        "elastico, predictive (default fastest,accurate,default): static fastest and most "
+        "accurate, the default serving (the policy's binding table behind the router's gate), "
+        "Elastico's whole-workflow switching, the predictive strategy with admission",
     )
     demo.add_argument(
         "--time-scale",
@@ -140,15 +140,11 @@ def demo_ledger() -> tuple[Space, Ledger]:
     return space, ledger
 
 
-def cluster_demo() -> ModuleType:
-    """The cluster demo's module, or a usage error saying how to install the development tools."""
+def dev_tool(module: str, field: str) -> ModuleType:
+    """A module of the development tools, or a usage error saying how to install them."""
     if importlib.util.find_spec(DEV_TOOLS) is None:
-        fail(
-            "--cluster",
-            f"needs the development tools ({DEV_TOOLS}), not installed",
-            INSTALL_DEV_TOOLS,
-        )
-    return importlib.import_module(f"{DEV_TOOLS}.clusterdemo")
+        fail(field, f"needs the development tools ({DEV_TOOLS}), not installed", INSTALL_DEV_TOOLS)
+    return importlib.import_module(f"{DEV_TOOLS}.{module}")
 
 
 def _positive(
@@ -159,29 +155,6 @@ def _positive(
     return parse_number(flag, str(text or default), example, low=0, inclusive=False)
 
 
-def parse_runs(text: str | None) -> tuple[str, ...]:
-    """The experiment's runs --runs names (default: DEFAULT_RUNS), or a usage error."""
-    names = [n.strip() for n in (text or ",".join(DEFAULT_RUNS)).split(",") if n.strip()]
-    unknown = [name for name in names if name not in DEMO_RUNS]
-    if unknown or not names:
-        fail(
-            "--runs",
-            f"unknown run(s) {', '.join(shown(name) for name in unknown)}"
-            if unknown
-            else "no run given",
-            f"give some of {', '.join(DEMO_RUNS)}, comma-separated, e.g. {','.join(DEFAULT_RUNS)}",
-        )
-    runs = tuple(dict.fromkeys(DEMO_RUNS[name] for name in names))
-    if not set(runs) & set(POLICY_RUNS):
-        policies = [name for name, run in DEMO_RUNS.items() if run in POLICY_RUNS]
-        fail(
-            "--runs",
-            "no run serves with a policy (the timeline and the verdict need one)",
-            f"add one of {', '.join(policies)}, e.g. {','.join(DEFAULT_RUNS)}",
-        )
-    return runs
-
-
 def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: SearchSettings) -> int:
     """Search, profile, plan and serve a spike on a local Triton (or through the operator)."""
 
@@ -189,7 +162,7 @@ def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: Searc
         fail("--output", "only with --search-only", "the demo writes into --output-dir")
     base_qps = None if args.base_qps is None else _positive(args, "--base-qps", "1.5")
     if args.cluster:
-        cluster = cluster_demo()
+        cluster = dev_tool("clusterdemo", "--cluster")
         status: int = cluster.run_cluster_demo(
             cluster.ClusterDemoSettings(
                 output_dir=Path(str(args.output_dir)),
@@ -220,8 +193,9 @@ def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: Searc
             )
         )
         return status
-    return run_demo(
-        DemoSettings(
+    local = dev_tool("localdemo", "the live demo")
+    status = local.run_demo(
+        local.DemoSettings(
             output_dir=Path(str(args.output_dir)),
             search=settings,
             time_scale=_positive(args, "--time-scale", "0.2", "0.2"),
@@ -230,9 +204,10 @@ def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: Searc
             duration_s=_positive(args, "--duration", "180"),
             load_seed=settings.seed,
             measured_runs=parse_int("--profile-runs", str(args.profile_runs or 30), "30", low=2),
-            runs=parse_runs(args.runs),
+            runs=local.parse_runs(args.runs),
         )
     )
+    return status
 
 
 def _run_search_only(options: SearchOptions, settings: SearchSettings) -> int:

@@ -29,10 +29,10 @@ from typing import Any, Self
 import compass_rules
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.dataplane.triton import ROLE_PARAMETER
-from compass.lab.processes import free_port as free_port  # the triton tier imports it from here
-from compass.lab.processes import free_ports, stop
+from compass_dev.processes import free_port as free_port  # the triton tier imports it from here
+from compass_dev.processes import free_ports, stop
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 60.0
 
 

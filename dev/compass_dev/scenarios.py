@@ -22,7 +22,7 @@ from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
 from compass.domain.space import config_key
 from compass.examples import RAG_PAPER_SAMPLES
-from compass.lab.local_triton import LocalTriton, assemble_repository, local_fleet, model_images
+from compass_dev.local_triton import LocalTriton, assemble_repository, local_fleet, model_images
 
 WORKFLOW = "rag-sim"
 COMPONENTS = ("retriever", "reranker", "generator")
