@@ -28,9 +28,9 @@ from typing import Any, Self
 
 import compass_rules
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.dataplane.triton import ROLE_PARAMETER
 from compass_dev.processes import free_port as free_port  # the triton tier imports it from here
 from compass_dev.processes import free_ports, stop
+from compass_rules.protocol import ROLE_PARAMETER
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 60.0

@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.dataplane.triton import PIPELINE_SLOTS_PARAMETER
 from compass.domain.arrivals import SPIKE_FACTOR, Scenario, make_pattern, make_scenario
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
 from compass.domain.space import config_key
 from compass.examples import RAG_PAPER_SAMPLES
 from compass_dev.local_triton import LocalTriton, assemble_repository, local_fleet, model_images
+from compass_rules.protocol import PIPELINE_SLOTS_PARAMETER
 
 WORKFLOW = "rag-sim"
 COMPONENTS = ("retriever", "reranker", "generator")

@@ -13,7 +13,6 @@ from tritonclient.utils import InferenceServerException
 
 from compass.dataplane.load import run_load
 from compass.dataplane.triton import (
-    DEADLINE_PARAMETER,
     LATE_MESSAGE,
     RoutingError,
     TritonRouter,
@@ -21,6 +20,7 @@ from compass.dataplane.triton import (
 )
 from compass.domain.space import config_key
 from compass_dev.local_triton import LocalTriton
+from compass_rules.deadlines import DEADLINE_PARAMETER
 
 SLOW_MS = 10_000.0
 
