@@ -1,4 +1,5 @@
-"""rag-sim as the lab serves it: its models, its configurations, the seeded spike, its requests.
+"""rag-sim as the local demo and the tests serve it: its models, its configurations, the seeded
+spike, its requests.
 
 `compass demo`, `compass demo --cluster`, bench/serving_triton.py and the triton, k8s and e2e test
 tiers all serve rag-sim (model-images/rag-sim: the paper's RAG workflow, replayed); what they

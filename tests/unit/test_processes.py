@@ -1,4 +1,4 @@
-"""The lab's child-process helpers: stopping by PID, waiting with a reason."""
+"""The development tools' child-process helpers: stopping by PID, waiting with a reason."""
 
 from __future__ import annotations
 

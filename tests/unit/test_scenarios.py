@@ -1,4 +1,4 @@
-"""rag-sim's shared facts: the spike every lab run serves, its paired requests, its Triton."""
+"""rag-sim's shared facts: the spike every live demo run serves, its paired requests, its Triton."""
 
 from __future__ import annotations
 
