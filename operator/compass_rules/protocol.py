@@ -1,5 +1,11 @@
 """The names the router and the operator share on the wire: request and model-config parameters,
-the result key of component times, the router's metrics (docs/serving.md, "The router")."""
+the result key of component times, the router's metrics, and where a router keeps its files
+(docs/serving.md, "The router")."""
+
+from __future__ import annotations
+
+import os
+import tempfile
 
 # Request parameters: the configuration a request runs (profiling, the search) instead of the
 # active one, and (set) the active configuration it ran on in the reply.
@@ -27,3 +33,33 @@ GATE_WAITING_METRIC = "compass_router_gate_waiting"
 # Requests answered, labelled by the configuration's canonical key, and refused as late.
 SERVED_METRIC = "compass_router_served_total"
 REFUSED_METRIC = "compass_router_refused_total"
+
+# Where a router keeps its files (the routing state, the tables a switch sends, its gate):
+# $COMPASS_STATE_DIR, else /dev/shm (memory), else the temporary folder.
+STATE_DIR_ENV = "COMPASS_STATE_DIR"
+
+
+def router_file(router_model: str, server_pid: int, part: str | None = None) -> str:
+    """The path of a router's file on the tritonserver of PID ``server_pid``: its routing state
+    (``part`` None), or the ``part`` beside it (e.g. "binding.json")."""
+    directory = os.environ.get(STATE_DIR_ENV)
+    if not directory:
+        shm = "/dev/shm"
+        writable = os.path.isdir(shm) and os.access(shm, os.W_OK)
+        directory = shm if writable else tempfile.gettempdir()
+    name = f"compass-{server_identity(server_pid)}-{router_model}"
+    return os.path.join(directory, f"{name}-{part}" if part else f"{name}.json")
+
+
+def server_identity(pid: int) -> str:
+    """A tritonserver as PID and start time: unique across restarts.
+
+    The PID alone is not: a restarted container's server often gets the same one, and /dev/shm
+    outlives the container (it is the pod's)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            # Field 22, counted after the command name (which may hold spaces).
+            started = stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return str(pid)
+    return f"{pid}-{started}"
