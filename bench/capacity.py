@@ -344,8 +344,8 @@ def live_section(servers: int, slos: Sequence[float], args: argparse.Namespace) 
     from compass.dataplane.triton import TritonRouter
     from compass.domain.capacity import CapacityError
     from compass.domain.profiles import parse_profile
-    from compass.lab.local_triton import LocalTriton, assemble_repository
-    from compass.lab.scenarios import (
+    from compass_dev.local_triton import LocalTriton, assemble_repository
+    from compass_dev.scenarios import (
         PAPER_FRONT,
         QA_REAL_FRONT,
         QA_REAL_QUESTIONS,

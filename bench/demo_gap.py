@@ -46,7 +46,6 @@ from compass.domain.simulator import (
     StaticController,
     simulate,
 )
-from compass.lab.scenarios import spike_scenario
 from compass_dev.clusterdemo_report import (
     StartingOn,
     binding_prediction,
@@ -54,6 +53,7 @@ from compass_dev.clusterdemo_report import (
     unscaled_policy,
 )
 from compass_dev.clusterdemo_setup import ClusterDemoSettings, late_binding_serving
+from compass_dev.scenarios import spike_scenario
 
 DEFAULTS = ClusterDemoSettings(output_dir=Path("compass-demo"))
 # Unscaled seconds after the spike's end at which the hindsight schedule is back on a member.

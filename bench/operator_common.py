@@ -26,12 +26,12 @@ from compass.api.meta import GROUP as GROUP
 from compass.api.meta import POLICY_PLURAL as POLICY_PLURAL
 from compass.api.meta import VERSION as VERSION
 from compass.api.meta import WORKFLOW_PLURAL as WORKFLOW_PLURAL
-from compass.lab.local_triton import LocalTriton
-from compass.lab.processes import wait_for
-from compass.lab.scenarios import ACCURATE as ACCURATE
-from compass.lab.scenarios import FASTEST as FASTEST
-from compass.lab.scenarios import TEST_TIME_SCALE, rag_sim_triton
 from compass_dev.devcluster import Cluster, ensure_binaries
+from compass_dev.local_triton import LocalTriton
+from compass_dev.processes import wait_for
+from compass_dev.scenarios import ACCURATE as ACCURATE
+from compass_dev.scenarios import FASTEST as FASTEST
+from compass_dev.scenarios import TEST_TIME_SCALE, rag_sim_triton
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ def start_triton(
     stack: contextlib.ExitStack, workdir: Path, active: Mapping[str, Any] | None = None
 ) -> LocalTriton:
     """tritonserver serving rag-sim (router + three components) at the test tiers' time scale
-    (compass.lab.scenarios.TEST_TIME_SCALE: FASTEST ~20 ms a request, ACCURATE ~33 ms)."""
+    (compass_dev.scenarios.TEST_TIME_SCALE: FASTEST ~20 ms a request, ACCURATE ~33 ms)."""
     server = rag_sim_triton(workdir, TEST_TIME_SCALE, active)
     stack.callback(server.stop)
     return server.start(workdir)

@@ -48,12 +48,12 @@ from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
 from compass.examples import build_replay_ledger, load_rag_paper
-from compass.lab.local_triton import LocalTriton
-from compass.lab.processes import venv_executable, wait_for
-from compass.lab.scenarios import RAG_CORNER_SPACE
 from compass_dev.devcluster import Cluster, Operator
 from compass_dev.devnode import Node
+from compass_dev.local_triton import LocalTriton
 from compass_dev.podenv import LocalImage
+from compass_dev.processes import venv_executable, wait_for
+from compass_dev.scenarios import RAG_CORNER_SPACE
 from operator_common import (
     ACCURATE,
     FASTEST,

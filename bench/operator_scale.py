@@ -77,8 +77,8 @@ from compass.domain.space import (
     explain_validation_error,
 )
 from compass.domain.strategy import Strategy
-from compass.lab.processes import wait_for
 from compass_dev.devcluster import Cluster, Operator
+from compass_dev.processes import wait_for
 from operator_common import (
     ACCURATE,
     FASTEST,

@@ -36,8 +36,8 @@ from compass.dataplane.podpool import PodPool
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
 from compass.domain.evaluation import Config
-from compass.lab.local_triton import LocalTriton
-from compass.lab.scenarios import FASTEST, rag_sim_data, rag_sim_triton
+from compass_dev.local_triton import LocalTriton
+from compass_dev.scenarios import FASTEST, rag_sim_data, rag_sim_triton
 
 FLOOR = 1.8
 

@@ -39,7 +39,7 @@ from compass.domain.space import Space, config_key
 from compass.evaluators.concurrency import ThreadRunner, VirtualRunner, jittered_service
 from compass.evaluators.factory import ScoreSource, make_evaluator, make_runner
 from compass.examples import load_rag_paper
-from compass.lab.scenarios import QUESTIONS, rag_sim_fleet
+from compass_dev.scenarios import QUESTIONS, rag_sim_fleet
 
 # The batch the figures are measured at: with samples scored ahead filling what a round leaves
 # idle, 8 keeps K = 64 within the floor at fewer evaluations than 16 (bench/README.md).

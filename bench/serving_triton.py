@@ -149,7 +149,7 @@ from compass.domain.profiles import parse_profiles
 from compass.domain.simulator import RunReport, compare, simulate
 from compass.domain.space import config_key
 from compass.domain.strategy import Strategy
-from compass.lab.experiment import (
+from compass_dev.experiment import (
     ADMITTED_RUN,
     BINDING_RUN,
     EVERY_RUN,
@@ -157,8 +157,8 @@ from compass.lab.experiment import (
     LiveRun,
     serve_each,
 )
-from compass.lab.local_triton import local_fleet
-from compass.lab.scenarios import (
+from compass_dev.local_triton import local_fleet
+from compass_dev.scenarios import (
     ACCURATE,
     FASTEST,
     PAPER_FRONT,

@@ -34,10 +34,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from compass.dataplane.load import RequestRecord, run_load
-from compass.dataplane.triton import OVERRIDE_PARAMETER, TritonRouter
+from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton, assemble_repository
-from compass.lab.scenarios import ACCURATE, COMPONENTS
+from compass_dev.local_triton import LocalTriton, assemble_repository
+from compass_dev.scenarios import ACCURATE, COMPONENTS
+from compass_rules.protocol import OVERRIDE_PARAMETER
 
 # Triton's queue policy: DELAY, a default timeout (so that a request may lower it) of an hour.
 DELAY_POLICY = """dynamic_batching {

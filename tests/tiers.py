@@ -34,7 +34,7 @@ def unavailable(reason: str) -> NoReturn:
 def require_tritonserver() -> None:
     """The nvidia-pytriton wheel's tritonserver, or unavailable(why not)."""
     # Imported when asked, so that importing this module costs the unit tier nothing.
-    from compass.lab.local_triton import LocalServerError, TritonInstallation
+    from compass_dev.local_triton import LocalServerError, TritonInstallation
 
     try:
         TritonInstallation.find()
@@ -53,7 +53,7 @@ def require_qa_real() -> None:
 
 def require_prometheus() -> None:
     """Debian's prometheus on PATH, or unavailable(why not)."""
-    from compass.lab.local_triton import LocalServerError, prometheus_binary
+    from compass_dev.local_triton import LocalServerError, prometheus_binary
 
     try:
         prometheus_binary()

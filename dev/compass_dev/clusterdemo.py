@@ -27,6 +27,7 @@ from kubernetes import client
 
 from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.api.paretopolicy import ParetoPolicySpec
+from compass.commands.plots import save_plan_figure, save_timeline_figure
 from compass.console import plan_table
 from compass.controllers import kubeapi
 from compass.controllers.builders import LEDGER_KEY, PROFILES_KEY, RESULT_KEY
@@ -40,27 +41,6 @@ from compass.domain.binding import (
 from compass.domain.planner import Plan, Slo
 from compass.domain.profiles import parse_profiles
 from compass.domain.simulator import FRESH, MetricsView, compare
-from compass.lab.demo import (
-    Reporter,
-    comparison_document,
-    comparison_rows,
-    comparison_text,
-    shown,
-    verdict,
-    write_file,
-    write_json,
-)
-from compass.lab.experiment import SETTLE_S, LiveRun, serve
-from compass.lab.local_triton import (
-    LocalPrometheus,
-    LocalServerError,
-    LocalTriton,
-    TritonInstallation,
-    prometheus_binary,
-)
-from compass.lab.plots import save_plan_figure, save_timeline_figure
-from compass.lab.processes import venv_executable, wait_for
-from compass.lab.scenarios import RagSimLoad, rag_sim_data, rag_sim_triton, spike_scenario
 from compass_dev.clusterdemo_report import (
     StartingOn,
     binding_prediction,
@@ -94,7 +74,27 @@ from compass_dev.devcluster import (
     ensure_binaries,
 )
 from compass_dev.devnode import Node
+from compass_dev.experiment import SETTLE_S, LiveRun, serve
+from compass_dev.local_triton import (
+    LocalPrometheus,
+    LocalServerError,
+    LocalTriton,
+    TritonInstallation,
+    prometheus_binary,
+)
+from compass_dev.localdemo import (
+    Reporter,
+    comparison_document,
+    comparison_rows,
+    comparison_text,
+    shown,
+    verdict,
+    write_file,
+    write_json,
+)
 from compass_dev.podenv import LocalImage
+from compass_dev.processes import venv_executable, wait_for
+from compass_dev.scenarios import RagSimLoad, rag_sim_data, rag_sim_triton, spike_scenario
 
 CRDS = REPO_ROOT / "crds"
 NAMESPACE = "compass-demo"

@@ -30,8 +30,8 @@ from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import RunReport, Tick, simulate
 from compass.domain.space import config_key
 from compass.domain.strategy import StrategyPolicy, build_policy
-from compass.lab.experiment import OBSERVED_WINDOW_S, LiveRun, SwitchEvent
 from compass_dev.clusterdemo_setup import BINDING_PIPELINE_SLOTS, BINDING_ROUTER_INSTANCES
+from compass_dev.experiment import OBSERVED_WINDOW_S, LiveRun, SwitchEvent
 
 # Issue 42's floor for the operator's policy: this share of the fastest-to-accurate gap (served
 # accuracy) at no more than this many points of compliance under static fastest.

@@ -15,8 +15,8 @@ import numpy as np
 import yaml
 
 from compass.domain.binding import RAG_SIM_STAGE_PARAMS
-from compass.lab.demo import RUN_TITLES
 from compass_dev.devcluster import REPO_ROOT
+from compass_dev.localdemo import RUN_TITLES
 
 EXAMPLE = REPO_ROOT / "examples" / "rag-sim-workflow.yaml"
 TITLES = {**RUN_TITLES, "policy": "Elastico (operator)"}

@@ -32,7 +32,8 @@ from typing import Any, TextIO
 import yaml
 from kubernetes import config
 
-from compass.lab.processes import (
+from compass_dev.devnode import Node
+from compass_dev.processes import (
     die_with_parent,
     free_ports,
     log_tail,
@@ -40,7 +41,6 @@ from compass.lab.processes import (
     venv_executable,
     wait_for,
 )
-from compass_dev.devnode import Node
 
 # dev/compass_dev/devcluster.py -> the checkout (the build script is in no installed wheel).
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,7 @@ class PodAddresses:
     Round robin through a network's host addresses, like the host-local IPAM plugin: an address
     freed by a pod is not handed out again at once, so a stale endpoint never reaches its
     successor. 127.0.0.1 (the node and the API server) is never a pod's. Other processes (a
-    second test run, the lab) are kept off an address by a lock file under lock_dir, held while
+    second test run, the demo) are kept off an address by a lock file under lock_dir, held while
     the address is in use; the kernel lets go of it when this process dies, however it dies.
     """
 

@@ -16,7 +16,7 @@ import sys
 import types
 from functools import cache
 
-from compass.lab.local_triton import model_images
+from compass_dev.local_triton import model_images
 
 BACKEND_UTILS = "triton_python_backend_utils"
 

@@ -3,6 +3,7 @@
 # project installed in editable mode with the requested extras. Source it, then call
 #   ensure_venv            # runtime dependencies only
 #   ensure_venv dev        # with the [dev] extra and the development tools (dev/compass_dev)
+#   ensure_venv demo       # the development tools alone, which run `compass demo` (and [local])
 # Re-installs when pyproject.toml (or dev/pyproject.toml) is newer than the stamp, so a
 # dependency change is picked up without anyone remembering to delete .venv.
 
@@ -14,12 +15,14 @@ ensure_venv() {
     local extras="${1:-}"
     local spec="."
     local stamp="${VENV}/.compass-installed"
-    [[ -n "${extras}" ]] && spec=".[${extras}]" && stamp="${VENV}/.compass-installed-${extras}"
+    [[ -n "${extras}" ]] && stamp="${VENV}/.compass-installed-${extras}"
+    # demo is no extra of the package: the development tools' own requirements ([local]) serve it.
+    [[ -n "${extras}" && "${extras}" != "demo" ]] && spec=".[${extras}]"
     # The development tools are a distribution of their own (dev/pyproject.toml), so that the
     # operator's package and image never carry them; installed in the same pip run, which
     # resolves their compass-operator requirement to this checkout.
     local -a editables=(-e "${spec}")
-    [[ "${extras}" == "dev" ]] && editables+=(-e ./dev)
+    [[ "${extras}" == "dev" || "${extras}" == "demo" ]] && editables+=(-e ./dev)
 
     if [[ ! -x "${VENV}/bin/python" ]]; then
         echo "hack: creating ${VENV} with $(${PYTHON} --version 2>&1)" >&2

@@ -21,7 +21,7 @@ try:
 except ImportError as error:
     raise ImportError(
         f"compass router: no compass_rules package beside {__file__}: copy operator/"
-        f"compass_rules into {_HERE} (as compass.lab.local_triton.assemble_repository and the "
+        f"compass_rules into {_HERE} (as compass_dev.local_triton.assemble_repository and the "
         "images' Dockerfiles do)"
     ) from error
 
@@ -33,7 +33,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 from compass_router.binding import LazyConfig, staged, whole_stage  # noqa: E402
-from compass_router.gate import PIPELINE_SLOTS_PARAMETER, Inflight  # noqa: E402
+from compass_router.gate import Inflight  # noqa: E402
 from compass_router.metrics import GateGauge, ServedCounters, StreamTimes  # noqa: E402
 from compass_router.poller import (  # noqa: E402
     DEFAULT_METRICS_URL,
@@ -73,15 +73,17 @@ from compass_rules.deadlines import (  # noqa: E402
     gate_deadline,
     parse_deadline,
 )
+from compass_rules.protocol import (  # noqa: E402
+    ACTIVE_PARAMETER,
+    COMPONENT_TIMES_KEY,
+    COMPONENT_TIMES_PARAMETER,
+    CONTROL_SUFFIX,
+    OVERRIDE_PARAMETER,
+    PIPELINE_SLOTS_PARAMETER,
+    ROLE_PARAMETER,
+)
 from compass_rules.routing import config_key, routing_key, tables_digest  # noqa: E402
 
-ACTIVE_PARAMETER = "compass_active_config"
-OVERRIDE_PARAMETER = "compass_config"
-# A request that sets this (profiling does) gets each component model's wall time in its
-# result, under COMPONENT_TIMES_KEY: {model: ms, summed over its calls}.
-COMPONENT_TIMES_PARAMETER = "compass_component_times"
-COMPONENT_TIMES_KEY = "compass_component_ms"
-ROLE_PARAMETER = "compass_role"
 ROUTER_PARAMETER = "compass_router_model"
 
 
@@ -175,7 +177,7 @@ class TritonPythonModel:
             raise ValueError(f"{ROLE_PARAMETER} {self.role!r}: use router or control")
         version_dir = os.path.join(args["model_repository"], args["model_version"])
         if self.role == "control":
-            router = parameter(ROUTER_PARAMETER, args["model_name"].removesuffix("_control"))
+            router = parameter(ROUTER_PARAMETER, args["model_name"].removesuffix(CONTROL_SUFFIX))
             self.state = state_path(router)
             self.admission_file = admission_path(router)
             self.binding_file = binding_path(router)

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from ragsim import rag_sim_server, scraping
 
-from compass.lab.local_triton import LocalPrometheus, LocalTriton
-from compass.lab.scenarios import rag_sim_data as load_rag_sim_data
+from compass_dev.local_triton import LocalPrometheus, LocalTriton
+from compass_dev.scenarios import rag_sim_data as load_rag_sim_data
 
 
 @pytest.fixture(scope="session")

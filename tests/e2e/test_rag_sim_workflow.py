@@ -56,10 +56,10 @@ from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import TritonRouter
 from compass.domain.arrivals import SPIKE_FACTOR
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalPrometheus, LocalTriton
-from compass.lab.scenarios import RagSimLoad, spike_scenario
 from compass_dev.clusterdemo_setup import ClusterDemoSettings, adaptations, replay_ledger
 from compass_dev.devnode import Node
+from compass_dev.local_triton import LocalPrometheus, LocalTriton
+from compass_dev.scenarios import RagSimLoad, spike_scenario
 
 EXAMPLE = REPO / "examples" / "rag-sim-workflow.yaml"
 LEDGER_CONFIG_MAP = "rag-sim-ledger"

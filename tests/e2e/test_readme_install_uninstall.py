@@ -45,9 +45,9 @@ from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_PLURAL
 from compass.controllers import kubeapi
 from compass.controllers.builders import LEDGER_KEY, MANAGED_BY, MANAGED_BY_LABEL
 from compass.controllers.finalizers import KOPF_FINALIZER
-from compass.lab.local_triton import LocalTriton
 from compass_dev.clusterdemo_setup import ClusterDemoSettings, adaptations, replay_ledger
 from compass_dev.devnode import Node
+from compass_dev.local_triton import LocalTriton
 
 README = REPO / "README.md"
 WORKFLOW_EXAMPLE = "examples/rag-sim-workflow.yaml"

@@ -16,7 +16,6 @@ import pytest
 from kubernetes import client
 
 from compass.controllers import kubeapi
-from compass.lab.processes import free_port, log_tail, wait_for
 from compass_dev.devcluster import (
     ADMIN_USER,
     BUILD_SCRIPT,
@@ -31,6 +30,7 @@ from compass_dev.devcluster import (
     ensure_binaries,
     main,
 )
+from compass_dev.processes import free_port, log_tail, wait_for
 
 __all__ = [
     "ADMIN_USER",

@@ -28,7 +28,7 @@ from operator_process import Operator
 from ragsim import FASTEST, rag_sim_server
 
 from compass.dataplane.triton import TritonRouter
-from compass.lab.local_triton import LocalTriton
+from compass_dev.local_triton import LocalTriton
 
 
 @pytest.fixture(scope="module")

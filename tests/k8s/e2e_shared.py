@@ -23,9 +23,9 @@ from compass.controllers.ledgerchunks import CHUNK_OF_LABEL
 from compass.controllers.policy_compile import compile_policy
 from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton
-from compass.lab.scenarios import ACCURATE, FASTEST
 from compass_dev.clusterdemo import condition
+from compass_dev.local_triton import LocalTriton
+from compass_dev.scenarios import ACCURATE, FASTEST
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -36,9 +36,9 @@ from cluster import (
 )
 from e2e_shared import install_crds
 
-from compass.lab.processes import venv_executable
 from compass_dev.devnode import Node
 from compass_dev.podenv import LocalImage
+from compass_dev.processes import venv_executable
 from tiers import unavailable
 
 

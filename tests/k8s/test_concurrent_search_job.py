@@ -31,10 +31,10 @@ from test_triton_pods import GRPC_PORT, HTTP_PORT, IMAGE, START_S, TritonPods
 from compass.api.meta import DEFAULT_ROUTER_MODEL, GROUP, VERSION, WORKFLOW_PLURAL
 from compass.controllers.builders import RESULT_KEY
 from compass.controllers.ledgerchunks import ledger_text
-from compass.lab.local_triton import TritonInstallation
-from compass.lab.scenarios import FASTEST, RAG_CORNER_SPACE, TEST_TIME_SCALE, rag_sim_triton
 from compass_dev.devnode import Node
+from compass_dev.local_triton import TritonInstallation
 from compass_dev.podenv import LocalImage
+from compass_dev.scenarios import FASTEST, RAG_CORNER_SPACE, TEST_TIME_SCALE, rag_sim_triton
 from tiers import require_tritonserver
 
 ROUTER_INSTANCES = 4  # per pod: 2 pods x 4 = the concurrency 8 keeps busy (docs/operations.md)

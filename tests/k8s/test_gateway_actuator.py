@@ -24,7 +24,7 @@ from compass.controllers import kubeapi
 from compass.controllers.gateway import WEIGHTS_FIELD_MANAGER, applied_weights
 from compass.controllers.policy_compile import compile_policy
 from compass.domain.elastico import Observation, PolicyState
-from compass.lab.processes import QuietHandler, serve_http
+from compass_dev.processes import QuietHandler, serve_http
 
 LLMD_CRDS = Path(__file__).resolve().parent / "llm-d"
 SMALL = {"model": "qwen-small", "max_tokens": 256}

@@ -14,8 +14,8 @@ from operator_process import Operator
 
 from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton
-from compass.lab.scenarios import FASTEST
+from compass_dev.local_triton import LocalTriton
+from compass_dev.scenarios import FASTEST
 
 
 @pytest.fixture(scope="module")

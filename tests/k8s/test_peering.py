@@ -40,8 +40,8 @@ from compass.controllers.manager import missing_peering_objects
 from compass.controllers.policy_status import STATUS_HEARTBEAT_S
 from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton
-from compass.lab.scenarios import ACCURATE, FASTEST
+from compass_dev.local_triton import LocalTriton
+from compass_dev.scenarios import ACCURATE, FASTEST
 
 REPO = Path(__file__).resolve().parents[2]
 PEERING_CRDS = REPO / "charts" / "compass-operator" / "crds" / "kopf-peerings.yml"

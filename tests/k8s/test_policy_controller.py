@@ -38,9 +38,9 @@ from compass.dataplane.load import run_load
 from compass.dataplane.triton import LATE_MESSAGE, RoutingError, TritonRouter
 from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalPrometheus, LocalTriton
-from compass.lab.processes import QuietHandler, serve_http
-from compass.lab.scenarios import ACCURATE, FASTEST
+from compass_dev.local_triton import LocalPrometheus, LocalTriton
+from compass_dev.processes import QuietHandler, serve_http
+from compass_dev.scenarios import ACCURATE, FASTEST
 from tiers import require_prometheus
 
 REPO = Path(__file__).resolve().parents[2]

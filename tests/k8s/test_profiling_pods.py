@@ -43,8 +43,8 @@ from compass.controllers.workflow_spec import validate_spec
 from compass.dataplane.fleet import Endpoint
 from compass.dataplane.profiler import FULL_PASS, ProfileSettings, measurement_key
 from compass.dataplane.triton import TritonRouter
-from compass.lab.local_triton import LocalTriton
-from compass.lab.scenarios import (
+from compass_dev.local_triton import LocalTriton
+from compass_dev.scenarios import (
     FASTEST,
     PAPER_FRONT,
     RAG_CORNER_SPACE,

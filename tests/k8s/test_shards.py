@@ -20,7 +20,7 @@ from e2e_shared import Policies, policy_spec
 from kubernetes import client
 from operator_process import Operator
 
-from compass.lab.local_triton import LocalTriton
+from compass_dev.local_triton import LocalTriton
 
 PER_SHARD = 3
 # A restarted operator acts on every policy of its shard again within this (issue 45's bound).

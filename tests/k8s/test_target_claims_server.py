@@ -15,8 +15,8 @@ from kubernetes import client
 from operator_process import Operator
 
 from compass.dataplane.triton import TritonRouter
-from compass.lab.local_triton import LocalTriton
-from compass.lab.scenarios import ACCURATE
+from compass_dev.local_triton import LocalTriton
+from compass_dev.scenarios import ACCURATE
 
 
 def test_a_second_spelling_of_one_triton_is_claimed_by_the_older_policy(

@@ -35,11 +35,11 @@ from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import GrpcTls, RoutingError, TritonRouter
 from compass.domain.evaluation import Config
 from compass.domain.space import config_key
-from compass.lab.local_triton import TritonInstallation
-from compass.lab.scenarios import ACCURATE, FASTEST, TEST_TIME_SCALE, rag_sim_triton
 from compass_dev.clusterdemo import condition
 from compass_dev.devnode import Node
+from compass_dev.local_triton import TritonInstallation
 from compass_dev.podenv import LocalImage
+from compass_dev.scenarios import ACCURATE, FASTEST, TEST_TIME_SCALE, rag_sim_triton
 from tiers import require_tritonserver
 
 IMAGE = "compass-rag-sim:test"

@@ -73,8 +73,8 @@ from compass.domain.planner import pareto_front
 from compass.domain.profiles import parse_profiles
 from compass.domain.space import MAX_PARAMETERS
 from compass.examples import build_replay_ledger, load_rag_paper
-from compass.lab.scenarios import RAG_CORNER_SPACE
 from compass_dev.devnode import Node
+from compass_dev.scenarios import RAG_CORNER_SPACE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _compass = importlib.util.find_spec("compass")

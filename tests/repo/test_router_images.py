@@ -1,4 +1,4 @@
-"""The workflows' Triton images lay the router out as compass.lab.local_triton lays it out for
+"""The workflows' Triton images lay the router out as compass_dev.local_triton lays it out for
 the tests: model.py, the compass_router package beside it and compass_rules in the router's and its control
 model's version folders (no Docker engine here to build them)."""
 

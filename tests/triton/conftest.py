@@ -15,8 +15,8 @@ import pytest
 from ragsim import FASTEST, rag_sim_server, scraping
 
 from compass.dataplane.triton import TritonRouter
-from compass.lab.local_triton import LocalPrometheus, LocalTriton
-from compass.lab.scenarios import rag_sim_data as load_rag_sim_data
+from compass_dev.local_triton import LocalPrometheus, LocalTriton
+from compass_dev.scenarios import rag_sim_data as load_rag_sim_data
 
 
 @pytest.fixture(scope="session")

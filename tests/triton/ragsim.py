@@ -1,4 +1,4 @@
-"""rag-sim as the triton tier serves it: compass.lab.scenarios' facts, at the tier's time scale.
+"""rag-sim as the triton tier serves it: compass_dev.scenarios' facts, at the tier's time scale.
 
 Also the servers the triton, k8s and e2e tiers start around it (each tier its own: the triton
 tier's tests switch theirs), as context managers their fixtures wrap.
@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from compass.dataplane.metrics import MetricsUnavailableError, QueueDepthSource
-from compass.lab.local_triton import LocalPrometheus, LocalTriton
-from compass.lab.scenarios import ACCURATE, COMPONENTS, FASTEST, rag_sim_triton
-from compass.lab.scenarios import TEST_TIME_SCALE as TIME_SCALE
+from compass_dev.local_triton import LocalPrometheus, LocalTriton
+from compass_dev.scenarios import ACCURATE, COMPONENTS, FASTEST, rag_sim_triton
+from compass_dev.scenarios import TEST_TIME_SCALE as TIME_SCALE
 from tiers import require_prometheus, require_tritonserver
 
 __all__ = [

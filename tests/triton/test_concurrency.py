@@ -23,8 +23,8 @@ from compass.dataplane.profiler import (
 from compass.dataplane.triton import TritonRouter
 from compass.domain.capacity import CurvePoint
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton
-from compass.lab.scenarios import rag_sim_triton
+from compass_dev.local_triton import LocalTriton
+from compass_dev.scenarios import rag_sim_triton
 from tiers import require_tritonserver
 
 SERVERS = 4

@@ -18,8 +18,8 @@ from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.metrics import SharedReads
 from compass.dataplane.triton import TritonRouter, parse_routing_key, routing_key
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton, free_port
-from compass.lab.scenarios import rag_sim_fleet, rag_sim_triton
+from compass_dev.local_triton import LocalTriton, free_port
+from compass_dev.scenarios import rag_sim_fleet, rag_sim_triton
 from tiers import require_tritonserver
 
 HOSTS = ("127.0.3.11", "127.0.3.12")

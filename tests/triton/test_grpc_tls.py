@@ -20,8 +20,8 @@ from tls_certs import Tls, make_tls
 from compass.dataplane.fleet import Endpoint, RouterFleet
 from compass.dataplane.triton import GrpcTls, RoutingError, TritonRouter
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton
-from compass.lab.scenarios import rag_sim_triton
+from compass_dev.local_triton import LocalTriton
+from compass_dev.scenarios import rag_sim_triton
 from tiers import require_tritonserver
 
 # The name in the server's certificate: a Service's, as pods are dialled by IP.

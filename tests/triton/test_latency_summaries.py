@@ -11,7 +11,7 @@ from pathlib import Path
 from ragsim import FASTEST, TIME_SCALE
 
 from compass.dataplane.triton import TritonRouter
-from compass.lab.scenarios import rag_sim_triton
+from compass_dev.scenarios import rag_sim_triton
 from tiers import require_tritonserver
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from compass.dataplane.metrics import PrometheusQueueDepth, TritonQueueDepth
 from compass.dataplane.triton import TritonRouter, routing_key
 from compass.domain.policy import PolicyState
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton, free_port
+from compass_dev.local_triton import LocalTriton, free_port
 
 # rag-sim's 1000 ms SLO at the test time scale.
 SLO_MS = 1000 * TIME_SCALE

@@ -26,8 +26,8 @@ from compass.dataplane.metrics import (
 from compass.dataplane.triton import TritonRouter
 from compass.domain.policy import Action
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalPrometheus, LocalTriton, free_port
-from compass.lab.processes import QuietHandler, serve_http
+from compass_dev.local_triton import LocalPrometheus, LocalTriton, free_port
+from compass_dev.processes import QuietHandler, serve_http
 from tiers import require_prometheus
 
 

@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from compass.dataplane.triton import LATE_MESSAGE, TritonRouter
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton
+from compass_dev.local_triton import LocalTriton
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "pipelines.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)

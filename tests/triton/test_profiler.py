@@ -23,8 +23,8 @@ from compass.dataplane.profiler import ProfileSettings, profile_configurations
 from compass.dataplane.triton import TritonRouter
 from compass.domain.evaluation import Config
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton, local_fleet
-from compass.lab.scenarios import rag_sim_triton
+from compass_dev.local_triton import LocalTriton, local_fleet
+from compass_dev.scenarios import rag_sim_triton
 from tiers import require_tritonserver
 
 # rag-sim's latencies as measured, on this module's servers: FASTEST ~134 ms, ACCURATE ~259 ms.

@@ -20,8 +20,8 @@ from compass.api.metricsource import MetricsAuthentication
 from compass.controllers import metricsauth
 from compass.dataplane.httpauth import HttpAuth
 from compass.dataplane.metrics import MetricsUnavailableError, PrometheusQueueDepth
-from compass.lab.local_triton import LocalPrometheus
-from compass.lab.processes import QuietHandler, serve_http
+from compass_dev.local_triton import LocalPrometheus
+from compass_dev.processes import QuietHandler, serve_http
 from tiers import require_prometheus
 
 USER = "compass"

@@ -25,12 +25,12 @@ from tritonclient.utils import InferenceServerException
 from compass.dataplane.triton import RouterReply, RoutingError, TritonRouter
 from compass.domain.binding import QA_REAL_COMPONENTS, QA_REAL_STAGE_PARAMS
 from compass.domain.space import Space, SpaceSpec, config_key
-from compass.lab.local_triton import (
+from compass_dev.local_triton import (
     LocalTriton,
     assemble_repository,
     model_images,
 )
-from compass.lab.processes import wait_for
+from compass_dev.processes import wait_for
 from compass_dev.router_module import pipeline_module
 from tiers import require_qa_real, require_tritonserver
 

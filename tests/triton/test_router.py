@@ -16,7 +16,7 @@ from ragsim import ACCURATE, COMPONENTS, FASTEST, scores_of
 from compass.dataplane.load import RequestRecord, run_load
 from compass.dataplane.triton import RoutingError, TritonRouter, parse_routing_key, routing_key
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton, assemble_repository
+from compass_dev.local_triton import LocalTriton, assemble_repository
 
 
 def test_router_serves_the_active_configuration_and_its_recorded_scores(

@@ -13,14 +13,14 @@ from tritonclient.utils import InferenceServerException
 
 from compass.dataplane.load import run_load
 from compass.dataplane.triton import (
-    DEADLINE_PARAMETER,
     LATE_MESSAGE,
     RoutingError,
     TritonRouter,
     request_tensor,
 )
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton
+from compass_dev.local_triton import LocalTriton
+from compass_rules.deadlines import DEADLINE_PARAMETER
 
 SLOW_MS = 10_000.0
 

@@ -17,8 +17,8 @@ from tritonclient.utils import InferenceServerException
 from compass.dataplane.triton import LATE_MESSAGE, TritonRouter, request_tensor
 from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton
-from compass.lab.scenarios import rag_sim_triton
+from compass_dev.local_triton import LocalTriton
+from compass_dev.scenarios import rag_sim_triton
 from compass_rules.deadlines import DEADLINE_PARAMETER
 from tiers import require_tritonserver
 

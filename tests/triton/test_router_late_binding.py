@@ -21,8 +21,8 @@ from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.triton import LATE_MESSAGE, RoutingError, TritonRouter
 from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
-from compass.lab.experiment import BINDING_RUN, serve_each
-from compass.lab.local_triton import LocalTriton
+from compass_dev.experiment import BINDING_RUN, serve_each
+from compass_dev.local_triton import LocalTriton
 
 # ACCURATE's stages are predicted to take 10 s in all: it fits only a request with more left.
 ACCURATE_MS = (0.0, 0.0, 10_000.0)

@@ -19,22 +19,21 @@ import pytest
 from ragsim import ACCURATE, FASTEST, depth_or_none
 
 from compass.dataplane.metrics import (
-    GATE_WAITING_METRIC,
     PrometheusQueueDepth,
     QueueDepthSource,
     TritonQueueDepth,
 )
 from compass.dataplane.triton import (
-    PIPELINE_SLOTS_PARAMETER,
     RouterReply,
     TritonRouter,
     router_instances,
 )
 from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalPrometheus, LocalTriton, assemble_repository
-from compass.lab.processes import wait_for
-from compass.lab.scenarios import COMPONENTS, rag_sim_triton
+from compass_dev.local_triton import LocalPrometheus, LocalTriton, assemble_repository
+from compass_dev.processes import wait_for
+from compass_dev.scenarios import COMPONENTS, rag_sim_triton
+from compass_rules.protocol import GATE_WAITING_METRIC, PIPELINE_SLOTS_PARAMETER
 from compass_rules.routing import tables_digest
 from tiers import require_prometheus, require_tritonserver
 

@@ -12,9 +12,10 @@ import pytest
 from ragsim import ACCURATE, COMPONENTS, TIME_SCALE
 
 from compass.dataplane.load import run_load
-from compass.dataplane.triton import OVERRIDE_PARAMETER, TritonRouter
+from compass.dataplane.triton import TritonRouter
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton, assemble_repository
+from compass_dev.local_triton import LocalTriton, assemble_repository
+from compass_rules.protocol import OVERRIDE_PARAMETER
 from tiers import require_tritonserver
 
 REJECT_POLICY = """dynamic_batching {

@@ -21,9 +21,9 @@ from compass.dataplane.triton import RoutingError, TritonRouter
 from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.served import ServedCounts
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalPrometheus, LocalTriton
-from compass.lab.processes import wait_for
-from compass.lab.scenarios import rag_sim_triton
+from compass_dev.local_triton import LocalPrometheus, LocalTriton
+from compass_dev.processes import wait_for
+from compass_dev.scenarios import rag_sim_triton
 from tiers import require_prometheus, require_tritonserver
 
 ROUTED, BOUND, OVERRIDDEN = 7, 4, 3

@@ -20,8 +20,8 @@ from compass.domain.profiles import parse_profile
 from compass.domain.search import SearchSettings, search
 from compass.domain.space import Space, config_key
 from compass.evaluators.triton import TritonEvaluator
-from compass.lab.local_triton import LocalTriton
-from compass.lab.scenarios import (
+from compass_dev.local_triton import LocalTriton
+from compass_dev.scenarios import (
     STREAM_GENERATOR,
     STREAM_ROUTER_MODEL,
     rag_sim_data,

@@ -12,7 +12,7 @@ from compass.commands.main import main
 from compass.dataplane.triton import TritonRouter
 from compass.domain.search import SearchSettings, search
 from compass.domain.space import Space, config_key
-from compass.lab.local_triton import LocalTriton
+from compass_dev.local_triton import LocalTriton
 
 SPACE = {
     "parameters": [

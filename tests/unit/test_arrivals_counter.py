@@ -12,7 +12,7 @@ import pytest
 
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth
 from compass.dataplane.metrics import TritonQueueDepth
-from compass.lab.processes import QuietHandler, serve_http
+from compass_dev.processes import QuietHandler, serve_http
 
 
 class Pod:

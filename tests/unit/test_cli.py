@@ -19,12 +19,13 @@ import numpy as np
 import pytest
 from cli_inputs import SPACE_YAML, N, accuracy, ledger_lines, space_configs, write_jsonl
 
-from compass.commands.demo import demo_ledger, parse_runs
+from compass.commands.demo import demo_ledger
 from compass.commands.main import main
 from compass.domain.space import Space, config_key
 from compass.evaluators.ledger import read_ledger
 from compass.examples import load_rag_paper, replay_scores
-from compass.lab.experiment import ADMITTED_RUN, BINDING_RUN
+from compass_dev.experiment import ADMITTED_RUN, BINDING_RUN
+from compass_dev.localdemo import parse_runs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {"feasible", "evaluated", "sample_evals", "configs_evaluated"}

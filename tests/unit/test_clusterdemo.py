@@ -30,9 +30,6 @@ from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import Tick, simulate
 from compass.domain.strategy import Strategy
-from compass.lab.demo import verdict
-from compass.lab.experiment import LiveRun
-from compass.lab.scenarios import PAPER_FRONT
 from compass_dev import clusterdemo, clusterdemo_report
 from compass_dev.clusterdemo_report import status_ticks
 from compass_dev.clusterdemo_setup import (
@@ -42,6 +39,9 @@ from compass_dev.clusterdemo_setup import (
     replay_ledger,
 )
 from compass_dev.devcluster import ClusterUnavailableError
+from compass_dev.experiment import LiveRun
+from compass_dev.localdemo import verdict
+from compass_dev.scenarios import PAPER_FRONT
 
 
 def test_the_adapted_example_changes_only_what_it_says() -> None:
@@ -131,17 +131,22 @@ def test_the_command_line_runs_the_cluster_demo_of_the_development_tools(
     assert "no Kubernetes control plane on this machine" in capsys.readouterr().err
 
 
-def test_without_the_development_tools_demo_cluster_says_what_to_install(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(("argv", "field"), [(["--cluster"], "--cluster"), ([], "the live demo")])
+def test_without_the_development_tools_the_demo_says_what_to_install(
+    argv: list[str],
+    field: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A plain `pip install` of the operator has no compass_dev: one line, naming the fix."""
     monkeypatch.setitem(sys.modules, "compass_dev", None)  # as if not installed
-    assert main(["demo", "--cluster"]) == 2
+    assert main(["demo", *argv]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     (line,) = captured.err.splitlines()
-    assert line.startswith("compass demo: error: --cluster: needs the development tools")
+    assert line.startswith(f"compass demo: error: {field}: needs the development tools")
     assert "pip install -e dev/" in line
+    assert "--search-only" in line
 
 
 def test_the_summary_reads_the_policy_against_both_static_ends() -> None:

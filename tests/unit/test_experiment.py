@@ -9,7 +9,7 @@ import pytest
 
 from compass.dataplane.load import RequestRecord
 from compass.domain.profiles import LatencyProfile
-from compass.lab.experiment import LiveRun, SwitchEvent
+from compass_dev.experiment import LiveRun, SwitchEvent
 
 
 def _run(

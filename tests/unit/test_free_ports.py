@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from compass.lab.processes import free_ports
+from compass_dev.processes import free_ports
 
 
 def test_ports_chosen_together_are_distinct_and_can_be_listened_on() -> None:

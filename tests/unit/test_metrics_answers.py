@@ -16,7 +16,7 @@ from compass.dataplane.metrics import (
     QueueDepthSource,
     TritonQueueDepth,
 )
-from compass.lab.processes import QuietHandler, serve_http
+from compass_dev.processes import QuietHandler, serve_http
 
 SECRET = "token-3f9a <script>alert(1)</script>"
 Answer = tuple[int, dict[str, str], str]

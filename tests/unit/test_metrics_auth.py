@@ -24,7 +24,7 @@ from compass.dataplane.metrics import (
     PrometheusQueueDepth,
     TritonQueueDepth,
 )
-from compass.lab.processes import QuietHandler, serve_http
+from compass_dev.processes import QuietHandler, serve_http
 
 TOKEN = "s3cr3t-token-value"
 PASSWORD = "s3cr3t-password-value"

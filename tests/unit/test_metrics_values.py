@@ -19,7 +19,7 @@ from compass.dataplane.metrics import (
     PrometheusQueueDepth,
     TritonQueueDepth,
 )
-from compass.lab.processes import QuietHandler, serve_http
+from compass_dev.processes import QuietHandler, serve_http
 
 QUEUE, ARRIVALS, AGE = "queue_q", "arrivals_q", "age_q"
 

@@ -27,7 +27,7 @@ from compass.dataplane.metrics import SharedReads, TritonQueueDepth
 from compass.dataplane.triton import SwitchReport, routing_key
 from compass.domain.evaluation import Config
 from compass.domain.policy import PolicyState
-from compass.lab.scenarios import ACCURATE, FASTEST
+from compass_dev.scenarios import ACCURATE, FASTEST
 
 # Queue depths, one per tick: calm, a spike the fastest member must take, calm again.
 QUEUE = [0, 0, 1, 0, 2, 9, 14, 22, 30, 12, 6, 3, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]

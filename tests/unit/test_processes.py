@@ -1,4 +1,4 @@
-"""The lab's child-process helpers: stopping by PID, waiting with a reason."""
+"""The development tools' child-process helpers: stopping by PID, waiting with a reason."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from compass.lab.processes import stop, wait_for
+from compass_dev.processes import stop, wait_for
 
 
 def test_stop_kills_a_child_that_ignores_sigterm() -> None:

@@ -32,8 +32,8 @@ from compass.domain.binding import (
 )
 from compass.domain.boundpod import ROUTER_POLL_S
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.lab.scenarios import QA_REAL_FRONT
 from compass_dev.router_module import pipeline_module, router_part
+from compass_dev.scenarios import QA_REAL_FRONT
 from compass_rules.binding import check_binding
 
 PROFILES = (

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from compass.dataplane.triton import PIPELINE_SLOTS_PARAMETER
 from compass.domain.binding import follower_spare_ms
 from compass_dev.router_module import router_part
 from compass_rules.binding import bind_stage, check_binding
@@ -166,7 +165,3 @@ def test_the_gates_followers_are_spared_with_their_own_deadlines(
     [polled] = slacks_behind_ms(table, {}, 0, [0.0], [2000.0], 1)
     assert bind_stage(table, 0, {}, 2000.0, [0.0], spare_ms=polled)[0] == 1
     assert slacks_behind_ms(table, {}, 0, [0.0], [], 1) == []
-
-
-def test_the_gates_parameter_is_the_one_the_lab_sets(router: types.ModuleType) -> None:
-    assert router.PIPELINE_SLOTS_PARAMETER == PIPELINE_SLOTS_PARAMETER

@@ -1,4 +1,4 @@
-"""rag-sim's shared facts: the spike every lab run serves, its paired requests, its Triton."""
+"""rag-sim's shared facts: the spike every live demo run serves, its paired requests, its Triton."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from compass.domain.arrivals import SPIKE_FACTOR
 from compass.domain.planner import Slo, plan_from_profiles
 from compass.domain.profiles import LatencyProfile
 from compass.domain.space import config_key
-from compass.lab import scenarios
-from compass.lab.local_triton import LocalServerError, LocalTriton
-from compass.lab.scenarios import (
+from compass_dev import scenarios
+from compass_dev.local_triton import LocalServerError, LocalTriton
+from compass_dev.scenarios import (
     ACCURATE,
     FASTEST,
     PAPER_FRONT,

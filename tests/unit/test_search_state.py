@@ -39,7 +39,7 @@ from compass.controllers.ledgerchunks import (
 )
 from compass.controllers.workflow_state import stored_states
 from compass.examples import build_replay_ledger, load_rag_paper
-from compass.lab.scenarios import RAG_CORNER_SPACE
+from compass_dev.scenarios import RAG_CORNER_SPACE
 
 _BENCH = Path(__file__).resolve().parents[2] / "bench" / "search_state.py"
 _spec = importlib.util.spec_from_file_location("bench_search_state", _BENCH)

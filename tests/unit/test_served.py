@@ -17,7 +17,7 @@ import pytest
 from compass.controllers import policy_compile, policy_publish
 from compass.controllers.policy_publish import PolicyMemory
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth
-from compass.dataplane.metrics import SERVED_METRIC, TritonQueueDepth
+from compass.dataplane.metrics import TritonQueueDepth
 from compass.domain.served import (
     SAMPLE_EVERY_S,
     CounterHistory,
@@ -26,7 +26,8 @@ from compass.domain.served import (
     served_view,
     summed,
 )
-from compass.lab.processes import QuietHandler, serve_http
+from compass_dev.processes import QuietHandler, serve_http
+from compass_rules.protocol import SERVED_METRIC
 
 FAST = json.dumps({"model": "small", "k": 1}, sort_keys=True)
 SLOW = json.dumps({"model": "large", "k": 3}, sort_keys=True)

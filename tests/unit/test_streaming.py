@@ -11,13 +11,13 @@ import pytest
 from compass.dataplane.profiler import first_response_statistics
 from compass.domain.profiles import ProfileError, parse_profiles
 from compass.domain.space import config_key
-from compass.lab.scenarios import (
+from compass_dev.router_module import router_part
+from compass_dev.scenarios import (
     FASTEST,
     STREAM_GENERATOR,
     STREAM_ROUTER_MODEL,
     rag_sim_stream_triton,
 )
-from compass_dev.router_module import router_part
 
 ENTRY = {
     "config": {"k": 1},

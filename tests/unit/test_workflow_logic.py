@@ -614,6 +614,7 @@ def test_profiles_are_planned_into_a_policy() -> None:
         "grpcPort": 8001,
         "metricsPort": 8002,
         "routerModel": "router",
+        "actuator": "triton",
     }
     assert "metrics" not in step.policy_spec
     assert step.event is not None

@@ -39,7 +39,6 @@ _STATIC_AT = _POLL_AT + _POLL_FIELDS * 8
 
 # The gate: a request next in line looks again every GATE_POLL_S (GATE_FAR_POLLS times less
 # often further back), and every GATE_CHECK_S whether the processes ahead of it are still there.
-PIPELINE_SLOTS_PARAMETER = "compass_pipeline_slots"
 GATE_POLL_S = 0.0005
 GATE_FAR_POLLS = 10
 GATE_CHECK_S = 0.05

@@ -5,10 +5,7 @@ import contextlib
 
 import triton_python_backend_utils as pb_utils
 
-# Behind the gate Triton's pending count of the router stays near 0 (the instances take every
-# request up): each instance exports 1 on this gauge while its request waits at the gate, so the
-# operator's queue reading (compass.dataplane.metrics.GATE_WAITING_METRIC) adds them back.
-GATE_WAITING_METRIC = "compass_router_gate_waiting"
+from compass_rules.protocol import GATE_WAITING_METRIC, REFUSED_METRIC, SERVED_METRIC
 
 
 def _metric(name, description, kind, labels):
@@ -56,8 +53,6 @@ class GateGauge:
 # profiling's, left out), and those it refused as late. A key past SERVED_MAX_KEYS an instance
 # counts under "other" (a binding table holds at most 128 configurations): the series never
 # grow without bound.
-SERVED_METRIC = "compass_router_served_total"
-REFUSED_METRIC = "compass_router_refused_total"
 SERVED_MAX_KEYS = 160
 SERVED_OTHER = "other"
 

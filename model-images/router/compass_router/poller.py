@@ -8,12 +8,13 @@ import threading
 import time
 import urllib.request
 
+from compass_rules.protocol import PENDING_METRIC
+
 METRICS_URL_PARAMETER = "compass_metrics_url"
 METRICS_URL_ENV = "COMPASS_METRICS_URL"
 DEFAULT_METRICS_URL = "http://127.0.0.1:8002/metrics"
 POLL_MS_PARAMETER = "compass_pending_poll_ms"
 DEFAULT_POLL_MS = 25.0
-PENDING_METRIC = "nv_inference_pending_request_count"
 # A count older than this many poll periods is not used (the poller is failing or stalled).
 STALE_POLLS = 4
 # After a failed poll (the metrics port absent or down) the poller waits this long.

@@ -10,39 +10,33 @@ import time
 
 from compass_rules.admission import DROP, FASTEST, LATE_MESSAGE, check_admission, dispatch_verdict
 from compass_rules.binding import check_binding
+from compass_rules.protocol import router_file
 from compass_rules.routing import WEIGHT_STEPS, SmoothWeighting, config_key, quantize_weight
-
-# Where the state files live; default /dev/shm (memory), else the temporary directory.
-STATE_DIR_ENV = "COMPASS_STATE_DIR"
 
 
 def state_path(router_model):
-    """The state file of this server's router ``router_model``."""
-    directory = os.environ.get(STATE_DIR_ENV)
-    if not directory:
-        shm = "/dev/shm"
-        directory = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
-    return os.path.join(directory, f"compass-{_server_identity()}-{router_model}.json")
+    """The state file of this server's router ``router_model`` (the server: this stub's parent)."""
+    return router_file(router_model, os.getppid())
 
 
 def admission_path(router_model):
     """The admission table's file beside the routing state of ``router_model``."""
-    return state_path(router_model).removesuffix(".json") + "-admission.json"
+    return router_file(router_model, os.getppid(), "admission.json")
 
 
 def binding_path(router_model):
     """The late-binding table's file beside the routing state of ``router_model``."""
-    return state_path(router_model).removesuffix(".json") + "-binding.json"
+    return router_file(router_model, os.getppid(), "binding.json")
 
 
 def tables_path(router_model):
     """The digest of the tables last set, beside the routing state of ``router_model``."""
-    return state_path(router_model).removesuffix(".json") + "-tables"
+    return router_file(router_model, os.getppid(), "tables")
 
 
 def gate_path(router_model):
     """The router's gate as its instances run it, beside the routing state of ``router_model``."""
-    return state_path(router_model).removesuffix(".json") + "-gate.json"
+    return router_file(router_model, os.getppid(), "gate.json")
 
 
 def _stamp(path):
@@ -52,22 +46,6 @@ def _stamp(path):
     except FileNotFoundError:
         return None
     return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-
-
-def _server_identity():
-    """The tritonserver (the stubs' parent) as PID and start time: unique across restarts.
-
-    The PID alone is not: a restarted container's server often gets the same one, and /dev/shm
-    outlives the container (it is the pod's).
-    """
-    parent = os.getppid()
-    try:
-        with open(f"/proc/{parent}/stat", encoding="ascii") as stat:
-            # Field 22, counted after the command name (which may hold spaces).
-            started = stat.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return str(parent)
-    return f"{parent}-{started}"
 
 
 def blend_state(key, blend, weight):

@@ -10,11 +10,11 @@ import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from compass_rules.protocol import STREAM_KEY
+
 DECOUPLED_PARAMETER = "compass_decoupled_components"
 # Triton's model names: what a model repository's folder may be called.
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
-# The key of a streamed response's RESULT object: which component streamed it.
-STREAM_KEY = "compass_stream"
 
 
 def decoupled_components(text):

@@ -358,23 +358,23 @@ def add_admission_arguments(
 
 def admission_quantile(args: argparse.Namespace, default: float) -> float:
     """--admission-quantile, checked to lie in (0, 1); ``default`` when it is not given."""
-    flag = "--admission-quantile"
-    if args.admission_quantile is None:
-        return default
-    quantile = parse_number(flag, str(args.admission_quantile), "0.5", low=0, inclusive=False)
-    if quantile >= 1:
-        fail(flag, f"{quantile:g} is not < 1", f"pass e.g. {flag} 0.5")
-    return quantile
+    return _share(args.admission_quantile, "--admission-quantile", "0.5", default, below_one=True)
 
 
 def admission_degrade_after(args: argparse.Namespace, default: float) -> float:
     """--degrade-after, checked to lie in (0, 1]; ``default`` when it is not given."""
-    flag = "--degrade-after"
-    if args.degrade_after is None:
+    return _share(args.degrade_after, "--degrade-after", "0.25", default, below_one=False)
+
+
+def _share(text: object, flag: str, example: str, default: float, *, below_one: bool) -> float:
+    """A share in (0, 1), or (0, 1] unless ``below_one``; ``default`` when not given."""
+    if text is None:
         return default
-    share = parse_number(flag, str(args.degrade_after), "0.25", low=0, inclusive=False)
-    if share > 1:
-        fail(flag, f"{share:g} is not <= 1", f"pass e.g. {flag} 0.25")
+    share = parse_number(flag, str(text), example, low=0, inclusive=False)
+    if share > 1 or (below_one and share == 1):
+        fail(
+            flag, f"{share:g} is not {'<' if below_one else '<='} 1", f"pass e.g. {flag} {example}"
+        )
     return share
 
 

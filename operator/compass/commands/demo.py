@@ -6,11 +6,9 @@ import argparse
 import importlib
 import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from compass.api.binding import MAX_LAG_RESERVE
 from compass.commands.search_common import (
     SearchOptions,
     add_settings,
@@ -19,21 +17,21 @@ from compass.commands.search_common import (
     summary,
     write_result,
 )
-from compass.console import fail, parse_int, parse_number, search_with_progress, shown
+from compass.console import fail, search_with_progress
 from compass.domain.evaluation import EvaluationError
 from compass.domain.search import SearchSettings
 from compass.domain.space import Space
 from compass.evaluators.ledger import Ledger, ReplayEvaluator
 from compass.examples import RAG_PAPER_SAMPLES, build_replay_ledger, load_rag_paper
-from compass.lab.demo import DEFAULT_RUNS, DEMO_RUNS, POLICY_RUNS, DemoSettings, run_demo
 
 DEMO_LEDGER_SEED = 0
-# `--cluster` runs the development tools (dev/compass_dev: the local control plane and node),
-# which the compass-operator package does not ship: looked up by name, so only where installed.
+# The live demo runs the development tools (dev/compass_dev: the local Triton, the experiment,
+# the local control plane and node), which the compass-operator package does not ship: looked up
+# by name, so only where installed.
 DEV_TOOLS = "compass_dev"
 INSTALL_DEV_TOOLS = (
-    "install them from a checkout of the repository: pip install -e dev/ "
-    "(hack/lib/venv.sh's `ensure_venv dev` does)"
+    "install them from a checkout of the repository: pip install -e dev/ (hack/demo.sh does), "
+    "or run the search alone with --search-only"
 )
 
 
@@ -48,7 +46,8 @@ def register(commands: Any, summary: str) -> None:
         "with the static fastest, the static most accurate and the default serving (per-request "
         "binding behind the router's gate), each beside the simulator's prediction (--runs "
         "picks the runs); tables on stdout, files and plots in --output-dir. --search-only runs "
-        "the search alone on the embedded replay (seconds, no Triton).",
+        "the search alone on the embedded replay (seconds, no Triton); the rest, and its flags, "
+        "come with the repository's development tools (pip install -e dev/).",
     )
     # 0.75: the accuracy floor of the paper's own planning and serving runs.
     add_settings(demo, tau_default="0.75")
@@ -58,75 +57,12 @@ def register(commands: Any, summary: str) -> None:
         help=f"only the search, replaying the embedded grid in memory ({RAG_PAPER_SAMPLES} "
         "samples a configuration); --output writes its result",
     )
-    demo.add_argument(
-        "--output-dir", default="compass-demo", help="where the demo writes (default compass-demo)"
-    )
-    demo.add_argument(
-        "--cluster",
-        action="store_true",
-        help="the same through the operator: a local Kubernetes API server (hack/k8s/build.sh's "
-        "binaries), `compass operator`, `kubectl apply` of examples/rag-sim-workflow.yaml (its "
-        "own tau and budgets; the search replays rag-sim's scores), the spike served by the "
-        "operator's policy and by the most accurate configuration (a few minutes). Needs the "
-        "repository's development tools (pip install -e dev/), which a plain install lacks",
-    )
-    demo.add_argument(
-        "--queue-from",
-        choices=("triton", "prometheus"),
-        default="triton",
-        help="with --cluster --whole-workflow: where the operator's policy reads the queue: "
-        "every Triton's /metrics at each tick (default, as examples/rag-sim-workflow.yaml), or "
-        "Prometheus' last scrape (to see what that delay costs)",
-    )
-    demo.add_argument(
-        "--whole-workflow",
-        action="store_true",
-        help="with --cluster: serve with the policy's whole-workflow switching alone (Elastico), "
-        "the example's serving.binding and admission removed and the local router ungated, "
-        "instead of late binding behind the router's gate as the example serves",
-    )
-    demo.add_argument(
-        "--late-binding",
-        action="store_true",
-        help="with --cluster: late binding as the example serves it (the default; kept for "
-        "scripts that name it)",
-    )
-    demo.add_argument(
-        "--binding-lag",
-        metavar="SHARE",
-        help="with --cluster: the lag cap's share of the SLO instead of the example's "
-        "(binding.lagShare, in (0, 1]; the example's 0.3)",
-    )
-    demo.add_argument(
-        "--binding-lag-reserve",
-        metavar="N",
-        help="with --cluster: the cap's share is of the SLO less N of the fastest's likely "
-        "times instead of the example's (binding.lagReserve; the example's 2)",
-    )
-    demo.add_argument(
-        "--runs",
-        metavar="RUN[,RUN...]",
-        help=f"the runs that serve the spike, of {', '.join(DEMO_RUNS)} (default "
-        f"{','.join(DEFAULT_RUNS)}): static fastest and most accurate, the default serving "
-        "(the policy's binding table behind the router's gate), Elastico's whole-workflow "
-        "switching, the predictive strategy with admission",
-    )
-    demo.add_argument(
-        "--time-scale",
-        help="rag-sim serves its latencies times this; the load, SLO and cooldowns follow "
-        "(default 0.2: the 180 s spike runs in 36 s; 0.25 with --cluster)",
-    )
-    demo.add_argument("--slo-ms", default="1000", help="p95 latency SLO, ms (default 1000)")
-    demo.add_argument(
-        "--base-qps",
-        help="load before and after the spike (default: the paper's 1.5 QPS relative to this "
-        "machine: the spike peaks at 77%% of the fastest configuration's capacity)",
-    )
-    demo.add_argument("--duration", default="180", help="seconds of load (default 180)")
-    demo.add_argument(
-        "--profile-runs",
-        help="measured requests per configuration (default 30; 20 with --cluster)",
-    )
+    live = live_demo()
+    if live is not None:
+        live.add_arguments(demo)
+    else:
+        # Kept so that the error below, not argparse's, answers the flag users know.
+        demo.add_argument("--cluster", action="store_true", help=argparse.SUPPRESS)
     demo.set_defaults(handler=demo_command)
 
 
@@ -140,99 +76,11 @@ def demo_ledger() -> tuple[Space, Ledger]:
     return space, ledger
 
 
-def cluster_demo() -> ModuleType:
-    """The cluster demo's module, or a usage error saying how to install the development tools."""
+def live_demo() -> ModuleType | None:
+    """The development tools' live demo command line (None: the tools are not installed)."""
     if importlib.util.find_spec(DEV_TOOLS) is None:
-        fail(
-            "--cluster",
-            f"needs the development tools ({DEV_TOOLS}), not installed",
-            INSTALL_DEV_TOOLS,
-        )
-    return importlib.import_module(f"{DEV_TOOLS}.clusterdemo")
-
-
-def _positive(
-    args: argparse.Namespace, flag: str, example: str, default: str | None = None
-) -> float:
-    """The value of a flag that must be a number > 0 (its default when not given)."""
-    text = getattr(args, flag[2:].replace("-", "_"))
-    return parse_number(flag, str(text or default), example, low=0, inclusive=False)
-
-
-def parse_runs(text: str | None) -> tuple[str, ...]:
-    """The experiment's runs --runs names (default: DEFAULT_RUNS), or a usage error."""
-    names = [n.strip() for n in (text or ",".join(DEFAULT_RUNS)).split(",") if n.strip()]
-    unknown = [name for name in names if name not in DEMO_RUNS]
-    if unknown or not names:
-        fail(
-            "--runs",
-            f"unknown run(s) {', '.join(shown(name) for name in unknown)}"
-            if unknown
-            else "no run given",
-            f"give some of {', '.join(DEMO_RUNS)}, comma-separated, e.g. {','.join(DEFAULT_RUNS)}",
-        )
-    runs = tuple(dict.fromkeys(DEMO_RUNS[name] for name in names))
-    if not set(runs) & set(POLICY_RUNS):
-        policies = [name for name, run in DEMO_RUNS.items() if run in POLICY_RUNS]
-        fail(
-            "--runs",
-            "no run serves with a policy (the timeline and the verdict need one)",
-            f"add one of {', '.join(policies)}, e.g. {','.join(DEFAULT_RUNS)}",
-        )
-    return runs
-
-
-def _run_whole(args: argparse.Namespace, options: SearchOptions, settings: SearchSettings) -> int:
-    """Search, profile, plan and serve a spike on a local Triton (or through the operator)."""
-
-    if options.output is not None:
-        fail("--output", "only with --search-only", "the demo writes into --output-dir")
-    base_qps = None if args.base_qps is None else _positive(args, "--base-qps", "1.5")
-    if args.cluster:
-        cluster = cluster_demo()
-        status: int = cluster.run_cluster_demo(
-            cluster.ClusterDemoSettings(
-                output_dir=Path(str(args.output_dir)),
-                time_scale=_positive(args, "--time-scale", "0.25", "0.25"),
-                slo_ms=_positive(args, "--slo-ms", "1000"),
-                base_qps=base_qps,
-                duration_s=_positive(args, "--duration", "180"),
-                load_seed=settings.seed,
-                measured_runs=parse_int(
-                    "--profile-runs", str(args.profile_runs or 20), "20", low=2
-                ),
-                queue_from=str(args.queue_from),
-                late_binding=not args.whole_workflow,
-                binding_lag_share=None
-                if args.binding_lag is None
-                else parse_number(
-                    "--binding-lag", str(args.binding_lag), "0.3", low=0, inclusive=False, high=1
-                ),
-                binding_lag_reserve=None
-                if args.binding_lag_reserve is None
-                else parse_int(
-                    "--binding-lag-reserve",
-                    str(args.binding_lag_reserve),
-                    "2",
-                    low=0,
-                    high=MAX_LAG_RESERVE,
-                ),
-            )
-        )
-        return status
-    return run_demo(
-        DemoSettings(
-            output_dir=Path(str(args.output_dir)),
-            search=settings,
-            time_scale=_positive(args, "--time-scale", "0.2", "0.2"),
-            slo_ms=_positive(args, "--slo-ms", "1000"),
-            base_qps=base_qps,
-            duration_s=_positive(args, "--duration", "180"),
-            load_seed=settings.seed,
-            measured_runs=parse_int("--profile-runs", str(args.profile_runs or 30), "30", low=2),
-            runs=parse_runs(args.runs),
-        )
-    )
+        return None
+    return importlib.import_module(f"{DEV_TOOLS}.democli")
 
 
 def _run_search_only(options: SearchOptions, settings: SearchSettings) -> int:
@@ -257,32 +105,15 @@ def demo_command(args: argparse.Namespace) -> int:
     options = parse_settings(args)
     budgets = resolve_budgets(options.budgets, RAG_PAPER_SAMPLES, "the embedded example")
     settings = options.search_settings(budgets)
-    if args.cluster and args.search_only:
-        fail("--cluster", "not with --search-only", "pass one of them")
-    if args.runs is not None and (args.cluster or args.search_only):
-        fail(
-            "--runs",
-            "only for the local demo (not with --cluster or --search-only)",
-            "leave --runs out",
-        )
-    if args.queue_from != "triton" and not args.cluster:
-        fail("--queue-from", "only with --cluster", "add --cluster, or leave --queue-from out")
-    for flag in ("--whole-workflow", "--late-binding", "--binding-lag", "--binding-lag-reserve"):
-        given = getattr(args, flag[2:].replace("-", "_"))
-        if given not in (None, False) and not args.cluster:
-            fail(flag, "only with --cluster", f"add --cluster, or leave {flag} out")
-    if args.whole_workflow and args.late_binding:
-        fail("--whole-workflow", "not with --late-binding", "pass one of them")
-    for flag in ("--binding-lag", "--binding-lag-reserve"):
-        if getattr(args, flag[2:].replace("-", "_")) is not None and args.whole_workflow:
-            fail(flag, "not with --whole-workflow", f"leave {flag} out")
-    if args.queue_from != "triton" and not args.whole_workflow:
-        fail(
-            "--queue-from",
-            "only with --whole-workflow: with late binding the routers bind each request "
-            "themselves, so where the policy reads the queue changes nothing that serves them",
-            "add --whole-workflow, or leave --queue-from out",
-        )
+    live = live_demo()
+    if live is not None:
+        live.check_flags(args)
     if args.search_only:
         return _run_search_only(options, settings)
-    return _run_whole(args, options, settings)
+    if options.output is not None:
+        fail("--output", "only with --search-only", "the demo writes into --output-dir")
+    if live is None:
+        field = "--cluster" if args.cluster else "the live demo"
+        fail(field, f"needs the development tools ({DEV_TOOLS}), not installed", INSTALL_DEV_TOOLS)
+    status: int = live.run(args, settings)
+    return status

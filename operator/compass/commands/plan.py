@@ -26,6 +26,7 @@ from compass.api.paretopolicy import (
     AdmissionSettings,
     RoutingTarget,
 )
+from compass.commands import plots
 from compass.commands.common import (
     add_admission_arguments,
     add_enum_argument,
@@ -58,7 +59,6 @@ from compass.domain.planner import (
 )
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profiles
 from compass.domain.strategy import Strategy
-from compass.lab import plots
 
 DEFAULT_POLICY = "paretopolicy.yaml"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from compass.api.paretopolicy import AdmissionSettings, ParetoPolicySpec
+from compass.commands import plots
 from compass.commands.common import (
     add_admission_arguments,
     add_pattern_arguments,
@@ -35,7 +36,6 @@ from compass.domain.planner import PlanError
 from compass.domain.podmodel import POD_STAGES, PodModel
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import MetricsView, RunReport, compare
-from compass.lab import plots
 
 DEFAULT_TIMELINE = "compass-timeline.json"
 # Each pod is simulated as its own queue: a bound keeps a typo from exhausting memory.

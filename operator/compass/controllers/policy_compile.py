@@ -163,7 +163,10 @@ def compile_policy(
 
 
 def _gateway_policy(
-    spec: ParetoPolicySpec, policy: Policy, generation: int | None, rewrite: ModelRewriteTarget
+    spec: ParetoPolicySpec,
+    policy: StrategyPolicy,
+    generation: int | None,
+    rewrite: ModelRewriteTarget,
 ) -> CompiledPolicy:
     """A policy acting through the llm-d gateway: no router to reach, and the queue read from
     the model servers' metrics, which only the spec can name."""

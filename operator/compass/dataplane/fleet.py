@@ -19,8 +19,6 @@ from typing import Any
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.dataplane.httpauth import HttpAuth
 from compass.dataplane.metrics import (
-    GATE_WAITING_METRIC,
-    PENDING_METRIC,
     MetricsReading,
     MetricsUnavailableError,
     SharedReads,
@@ -38,6 +36,7 @@ from compass.dataplane.triton import (
 from compass.domain.evaluation import Config
 from compass.domain.served import ServedCounts, summed
 from compass.domain.simulator import QueueAggregate, aggregate_queue
+from compass_rules.protocol import GATE_WAITING_METRIC, PENDING_METRIC
 from compass_rules.routing import tables_digest
 
 # Parallel calls at once: a switch to a hundred pods takes a few rounds, not a hundred.

@@ -11,13 +11,8 @@ from typing import Any
 import tritonclient.grpc as grpcclient
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.dataplane.triton import (
-    DEADLINE_PARAMETER,
-    LATE_MESSAGE,
-    GrpcTls,
-    read_reply,
-    request_tensor,
-)
+from compass.dataplane.triton import LATE_MESSAGE, GrpcTls, read_reply, request_tensor
+from compass_rules.deadlines import DEADLINE_PARAMETER
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,12 @@ from compass.dataplane.metricshttp import Http, checked_url, excerpt
 # The sources' error, where their callers have always found it.
 from compass.dataplane.metricshttp import MetricsUnavailableError as MetricsUnavailableError
 from compass.domain.served import CounterHistory, RouterCounters, ServedCounts
+from compass_rules.protocol import (
+    GATE_WAITING_METRIC,
+    PENDING_METRIC,
+    REFUSED_METRIC,
+    SERVED_METRIC,
+)
 
 LOG = logging.getLogger(__name__)
 # What a number read from a metric may be; past these it is a failed read (the policy holds as
@@ -32,21 +38,9 @@ MAX_SAMPLE_AGE_S = 86_400.0
 MAX_FUTURE_S = 300.0
 
 
-PENDING_METRIC = "nv_inference_pending_request_count"
-# The router's gauge of requests held at its gate (model-images/router/model.py exports it per
-# instance): Triton counts them as executing, so they are added to its pending count.
-GATE_WAITING_METRIC = "compass_router_gate_waiting"
-
-
 # vLLM's gauge of the requests queued on a model server (waiting for a batch slot): the queue
 # the llm-d gateway's policies read.
 VLLM_WAITING_METRIC = "vllm:num_requests_waiting"
-
-
-# The router's counters of what it served (model-images/router/model.py): requests answered,
-# labelled by the configuration's canonical key, and requests refused as late.
-SERVED_METRIC = "compass_router_served_total"
-REFUSED_METRIC = "compass_router_refused_total"
 
 
 def _gate_waiting_term(model: str) -> str:

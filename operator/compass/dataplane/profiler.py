@@ -11,7 +11,7 @@ import numpy as np
 
 from compass.dataplane.load import run_load
 from compass.dataplane.podpool import PodPool
-from compass.dataplane.triton import OVERRIDE_PARAMETER, TritonRouter
+from compass.dataplane.triton import TritonRouter
 from compass.domain.capacity import (
     MAX_CURVE_POINTS,
     MIN_REQUESTS_PER_RATE,
@@ -25,6 +25,7 @@ from compass.domain.capacity import (
 from compass.domain.evaluation import Config
 from compass.domain.profiles import COMPONENT_FIELD, TTFT_FIELDS, clearly_dominated
 from compass.domain.space import config_key
+from compass_rules.protocol import OVERRIDE_PARAMETER
 
 
 @dataclass(frozen=True)

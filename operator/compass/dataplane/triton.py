@@ -27,28 +27,18 @@ from compass.domain.evaluation import Config
 from compass.domain.mix import quantize_weight
 from compass.domain.space import config_key
 from compass_rules.admission import LATE_MESSAGE as LATE_MESSAGE
+from compass_rules.deadlines import DEADLINE_PARAMETER
+from compass_rules.protocol import (
+    COMPONENT_TIMES_KEY,
+    COMPONENT_TIMES_PARAMETER,
+    CONTROL_SUFFIX,
+    OVERRIDE_PARAMETER,
+)
 from compass_rules.routing import MIX_PREFIX
 from compass_rules.routing import routing_key as rules_routing_key
 
-ACTIVE_PARAMETER = "compass_active_config"
-OVERRIDE_PARAMETER = "compass_config"
-# A request's deadline (int, ns since the epoch): with admission, the router serves a request
-# that would miss it on the fastest configuration, or refuses it (UNAVAILABLE).
-DEADLINE_PARAMETER = "compass_deadline_ns"
-# A request that sets this gets each component model's wall time (ms) in its result, under
-# COMPONENT_TIMES_KEY (model-images/router/model.py): what profiling records per stage.
-COMPONENT_TIMES_PARAMETER = "compass_component_times"
-COMPONENT_TIMES_KEY = "compass_component_ms"
-# The router model's config parameter for its gate: how many of the requests its instances take
-# up run the pipeline at once, in arrival order (model-images/router/model.py; absent: no gate).
-PIPELINE_SLOTS_PARAMETER = "compass_pipeline_slots"
-ROLE_PARAMETER = "compass_role"
-# A streamed response of a decoupled router carries, in its RESULT object, the component that
-# streamed it under this key (model-images/router/compass_router/stream.py).
-STREAM_KEY = "compass_stream"
 # Triton's parameter on a stream's last response (asked with enable_empty_final_response).
 FINAL_RESPONSE_PARAMETER = "triton_final_response"
-CONTROL_SUFFIX = "_control"
 # gRPC's reconnect back-off grows to 120 s by default, and channels to one address share their
 # connection: a pod that restarted at the same address would stay "unreachable" to every client
 # for up to two minutes after it is back. Each client keeps its own connection, retried within

@@ -227,7 +227,7 @@ def router_admission(
     request late whatever serves it is refused (else served on the fastest), and the SLO
     (behind the router's gate a request without a deadline gets its take-up plus the SLO).
 
-    ``time_scale`` scales the times for a server whose services are scaled (the lab's)."""
+    ``time_scale`` scales the times for a server whose services are scaled (the local demo's)."""
     if not front:
         raise AdmissionError("front: empty; give the plan's members, fastest first")
     own = service_quantiles_ms(front, admission.quantile)

@@ -14,7 +14,7 @@ import heapq
 import itertools
 import queue
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -49,6 +49,19 @@ class RecordingEvaluator(Protocol):
     ) -> None:
         """Record these scores (those not recorded yet)."""
         ...
+
+
+def least_ahead(
+    expected: Mapping[str, Sized], held: Mapping[str, Sized], ahead: int | None
+) -> str | None:
+    """The configuration to score ahead next: of those with samples expected and fewer than
+    ``ahead`` held, the one holding the fewest (None: no such configuration)."""
+    candidates = [
+        (len(held[key]), key)
+        for key, samples in expected.items()
+        if samples and (ahead is None or len(held[key]) < ahead)
+    ]
+    return min(candidates, key=lambda c: c[0])[1] if candidates else None
 
 
 @dataclass
@@ -162,14 +175,9 @@ class ThreadRunner:
                 continue
             if not ahead:
                 return
-            candidates = [
-                (len(self.held[key]), key)
-                for key, expected in self.expected.items()
-                if expected and (self.ahead is None or len(self.held[key]) < self.ahead)
-            ]
-            if not candidates:
+            key = least_ahead(self.expected, self.held, self.ahead)
+            if key is None:
                 return
-            _, key = min(candidates, key=lambda c: c[0])
             expected, held = self.expected[key], self.held[key]
             indices = [expected.popleft() for _ in range(min(self.piece or 1, len(expected)))]
             for index in indices:
@@ -361,14 +369,9 @@ class VirtualRunner:
             if self.waiting:
                 self._serve(*self.waiting.popleft())
                 continue
-            candidates = [
-                (len(self.held[key]), key)
-                for key, queue_ in self.expected.items()
-                if queue_ and (self.ahead is None or len(self.held[key]) < self.ahead)
-            ]
-            if not candidates:
+            key = least_ahead(self.expected, self.held, self.ahead)
+            if key is None:
                 return
-            _, key = min(candidates, key=lambda c: c[0])
             index = self.expected[key].popleft()
             self.held[key].add(index)
             self._serve(key, index)

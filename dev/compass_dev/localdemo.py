@@ -22,7 +22,15 @@ from typing import Any
 from compass.api.binding import BindingSettings
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.paretopolicy import Hysteresis, ParetoPolicySpec
-from compass.console import fail, plan_table, policy_manifest, policy_text, search_with_progress
+from compass.commands.plots import save_plan_figure, save_timeline_figure
+from compass.console import (
+    fail,
+    plan_table,
+    policy_manifest,
+    policy_text,
+    search_with_progress,
+)
+from compass.console import shown as quoted
 from compass.conversion import binding_table, runtime_policy, simulate_serving, spec_for_plan
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.profiler import ProfileSettings, profile_configurations
@@ -41,10 +49,9 @@ from compass.evaluators.factory import ScoreSource, make_runner
 from compass.evaluators.ledger import CheckpointedEvaluator, CheckpointLedger
 from compass.evaluators.triton import TritonEvaluator
 from compass.examples import load_rag_paper
-from compass.lab.experiment import ADMITTED_RUN, BINDING_RUN, LiveRun, serve_each
-from compass.lab.local_triton import LocalServerError, TritonInstallation
-from compass.lab.plots import save_plan_figure, save_timeline_figure
-from compass.lab.scenarios import (
+from compass_dev.experiment import ADMITTED_RUN, BINDING_RUN, LiveRun, serve_each
+from compass_dev.local_triton import LocalServerError, TritonInstallation
+from compass_dev.scenarios import (
     COMPONENTS,
     QUESTIONS,
     RagSimLoad,
@@ -79,6 +86,31 @@ DEMO_RUNS = {
 DEFAULT_RUNS = ("fastest", "accurate", "default")
 # The runs that serve with a policy (the others are static): one of them is the timeline's.
 POLICY_RUNS = (BINDING_RUN, "policy", ADMITTED_RUN)
+
+
+def parse_runs(text: str | None) -> tuple[str, ...]:
+    """The experiment's runs `--runs` names (default: DEFAULT_RUNS), or a usage error."""
+    names = [n.strip() for n in (text or ",".join(DEFAULT_RUNS)).split(",") if n.strip()]
+    unknown = [name for name in names if name not in DEMO_RUNS]
+    if unknown or not names:
+        fail(
+            "--runs",
+            f"unknown run(s) {', '.join(quoted(name) for name in unknown)}"
+            if unknown
+            else "no run given",
+            f"give some of {', '.join(DEMO_RUNS)}, comma-separated, e.g. {','.join(DEFAULT_RUNS)}",
+        )
+    runs = tuple(dict.fromkeys(DEMO_RUNS[name] for name in names))
+    if not set(runs) & set(POLICY_RUNS):
+        policies = [name for name, run in DEMO_RUNS.items() if run in POLICY_RUNS]
+        fail(
+            "--runs",
+            "no run serves with a policy (the timeline and the verdict need one)",
+            f"add one of {', '.join(policies)}, e.g. {','.join(DEFAULT_RUNS)}",
+        )
+    return runs
+
+
 # The router's gate the demo's Triton runs (its model config), as a policy's default expects.
 GATE = BindingSettings().gate
 

@@ -1,4 +1,5 @@
-"""Child processes on loopback, as the lab runs them: ports, waiting, logs, stopping by PID.
+"""Child processes on loopback, as the development tools run them: ports, waiting, logs,
+stopping by PID.
 
 Shared by the control plane (devcluster), the node helper (devnode) and the local servers
 (local_triton), none of which imports another for these; and a loopback HTTP server in a thread

@@ -28,11 +28,11 @@ from typing import Any, Self
 
 import compass_rules
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.dataplane.triton import ROLE_PARAMETER
-from compass.lab.processes import free_port as free_port  # the triton tier imports it from here
-from compass.lab.processes import free_ports, stop
+from compass_dev.processes import free_port as free_port  # the triton tier imports it from here
+from compass_dev.processes import free_ports, stop
+from compass_rules.protocol import ROLE_PARAMETER, router_file
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 60.0
 
 
@@ -298,22 +298,11 @@ class LocalTriton(_Process):
         return self
 
     def router_file(self, suffix: str, router_model: str = DEFAULT_ROUTER_MODEL) -> Path | None:
-        """The file model-images/router/model.py keeps for this server's router under
-        ``suffix`` (e.g. "binding.json": its state_path's name with "-" + suffix for ".json"),
-        in $COMPASS_STATE_DIR, else /dev/shm, else the temporary folder; None while the server
-        is not running."""
-        folder = os.environ.get("COMPASS_STATE_DIR")
-        if not folder:
-            shm = "/dev/shm"
-            writable = os.path.isdir(shm) and os.access(shm, os.W_OK)
-            folder = shm if writable else tempfile.gettempdir()
-        # The router names the server by its PID and start time (field 22 of its stat).
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text(encoding="ascii")
-            started = stat.rsplit(")", 1)[1].split()[19]
-        except (OSError, IndexError):
+        """The file model-images/router's state.py keeps for this server's router under
+        ``suffix`` (e.g. "binding.json"); None while the server is not running."""
+        if self.process is None or self.process.poll() is not None:
             return None
-        return Path(folder) / f"compass-{self.pid}-{started}-{router_model}-{suffix}"
+        return Path(router_file(router_model, self.process.pid, suffix))
 
     def router_table(self, kind: str, router_model: str = DEFAULT_ROUTER_MODEL) -> Any:
         """The ``kind`` table ("binding" or "admission") this server's router holds, as the

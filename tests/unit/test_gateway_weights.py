@@ -19,7 +19,7 @@ from compass.controllers.policy_compile import SpecError, compile_policy
 from compass.dataplane.metrics import VLLM_WAITING_METRIC, TritonQueueDepth
 from compass.dataplane.triton import parse_routing_key, routing_key
 from compass.domain.space import config_key
-from compass.lab.processes import QuietHandler, serve_http
+from compass_dev.processes import QuietHandler, serve_http
 
 SMALL = {"model": "qwen-small", "max_tokens": 256}
 LARGE = {"model": "qwen-large", "max_tokens": 256}

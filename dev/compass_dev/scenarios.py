@@ -1,4 +1,5 @@
-"""rag-sim as the lab serves it: its models, its configurations, the seeded spike, its requests.
+"""rag-sim as the local demo and the tests serve it: its models, its configurations, the seeded
+spike, its requests.
 
 `compass demo`, `compass demo --cluster`, bench/serving_triton.py and the triton, k8s and e2e test
 tiers all serve rag-sim (model-images/rag-sim: the paper's RAG workflow, replayed); what they
@@ -16,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.dataplane.triton import PIPELINE_SLOTS_PARAMETER
 from compass.domain.arrivals import SPIKE_FACTOR, Scenario, make_pattern, make_scenario
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
 from compass.domain.space import config_key
 from compass.examples import RAG_PAPER_SAMPLES
-from compass.lab.local_triton import LocalTriton, assemble_repository, local_fleet, model_images
+from compass_dev.local_triton import LocalTriton, assemble_repository, local_fleet, model_images
+from compass_rules.protocol import PIPELINE_SLOTS_PARAMETER
 
 WORKFLOW = "rag-sim"
 COMPONENTS = ("retriever", "reranker", "generator")

@@ -1,1 +1,0 @@
-"""The lab: the local demo, local Triton, experiments, plots, scenarios (never the operator)."""
