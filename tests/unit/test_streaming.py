@@ -37,6 +37,15 @@ def test_the_router_reads_its_decoupled_components_and_names_a_bad_one() -> None
         stream.decoupled_components("retriever,gen erator")
 
 
+def test_a_decoupled_router_streams_the_last_named_component_to_its_client() -> None:
+    stream = router_part("stream")
+    assert stream.client_stream("drafter, vllm_llama") == "vllm_llama"
+    assert stream.client_stream("vllm_llama") == "vllm_llama"
+    assert stream.client_stream("") is None
+    with pytest.raises(ValueError, match=r"compass_decoupled_components"):
+        stream.client_stream("drafter,gen erator")
+
+
 def test_time_to_first_token_is_read_scaled_and_optional() -> None:
     (profile,) = parse_profiles(
         [{**ENTRY, "ttft_mean_ms": 40.0, "ttft_p50_ms": 38.0, "ttft_p95_ms": 60.0}]
