@@ -5,6 +5,7 @@ its stream ends or its client goes away."""
 
 from __future__ import annotations
 
+import itertools
 import queue
 import time
 import urllib.request
@@ -117,11 +118,11 @@ def test_the_gate_holds_its_slot_until_each_stream_ends(router: TritonRouter) ->
 
     with ThreadPoolExecutor(max_workers=3) as pool:
         streams = sorted(pool.map(timed, range(3)), key=lambda item: item[0])
-    for first, _, reply in streams:
+    for _, _, reply in streams:
         _served(reply, ACCURATE, int(reply.result["sample"]))
     # One slot: a stream's first token only after the stream before it ended; a pipeline run
     # starts with its retriever and reranker, so not even the previous one's last token.
-    for (_, ended, _), (first, _, _) in zip(streams, streams[1:], strict=False):
+    for (_, ended, _), (first, _, _) in itertools.pairwise(streams):
         assert first > ended - 0.005
 
 

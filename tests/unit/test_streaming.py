@@ -122,10 +122,8 @@ def _plan(tmp_path: Path, profiles: list[dict[str, Any]]) -> dict[str, Any]:
     """`compass plan` of these profiles: the policy's spec it wrote."""
     (tmp_path / "profiles.json").write_text(json.dumps({"profiles": profiles}), encoding="utf-8")
     output = tmp_path / "policy.json"
-    code = main(
-        ["plan", "--profiles", str(tmp_path / "profiles.json"), "--slo-ms", "1000"]
-        + ["--output", str(output)]
-    )
+    profiles = str(tmp_path / "profiles.json")
+    code = main(["plan", "--profiles", profiles, "--slo-ms", "1000", "--output", str(output)])
     assert code == 0
     spec: dict[str, Any] = json.loads(output.read_text(encoding="utf-8"))["spec"]
     return spec

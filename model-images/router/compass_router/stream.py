@@ -87,7 +87,7 @@ def _jsonable(value):
     return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value.reshape(-1).tolist()]
 
 
-class ClientGone(RuntimeError):
+class ClientGoneError(RuntimeError):
     """The client cancelled its stream: the pipeline stops, giving back the gate's slot."""
 
 
@@ -103,11 +103,11 @@ class ResponseStream:
         self.first_s = None
 
     def forward(self, model, outputs):
-        """Send one streamed response of ``model`` on to the client; ClientGone where the
+        """Send one streamed response of ``model`` on to the client; ClientGoneError where the
         client cancelled (its request is not worth finishing: the slot it holds is not)."""
         cancelled = getattr(self.sender, "is_cancelled", None)
         if cancelled is not None and cancelled():
-            raise ClientGone("the client cancelled its stream")
+            raise ClientGoneError("the client cancelled its stream")
         body = {STREAM_KEY: model, "outputs": {k: _jsonable(v) for k, v in outputs.items()}}
         result = np.array([json.dumps(body).encode("utf-8")], dtype=np.object_)
         self.sender.send(
