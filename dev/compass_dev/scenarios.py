@@ -9,6 +9,7 @@ share about it lives here, once.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,18 +137,27 @@ STREAM_MODELS = (
 
 
 def rag_sim_stream_triton(
-    workdir: Path, time_scale: float, active: Config | None = None, host: str = "127.0.0.1"
+    workdir: Path,
+    time_scale: float,
+    active: Config | None = None,
+    host: str = "127.0.0.1",
+    pipeline_slots: int | None = None,
+    instances: Mapping[str, int] | None = None,
 ) -> LocalTriton:
     """rag-sim's streaming variant on ``host``, not started: its decoupled generator streams
-    tokens through STREAM_ROUTER_MODEL (on ``active``), latencies x ``time_scale``."""
+    tokens through STREAM_ROUTER_MODEL (on ``active``; behind a gate of ``pipeline_slots``),
+    latencies x ``time_scale``, ``instances`` as assemble_repository's."""
     scale = {"time_scale": repr(float(time_scale))}
     parameters: dict[str, dict[str, str]] = {
         model: dict(scale) for model in ("retriever", "reranker", STREAM_GENERATOR)
     }
+    router = parameters[STREAM_ROUTER_MODEL] = {}
     if active is not None:
-        parameters[STREAM_ROUTER_MODEL] = {"compass_active_config": config_key(active)}
+        router["compass_active_config"] = config_key(active)
+    if pipeline_slots is not None:
+        router[PIPELINE_SLOTS_PARAMETER] = str(pipeline_slots)
     repository = assemble_repository(WORKFLOW, workdir / "models", parameters)
-    assemble_repository(f"{WORKFLOW}/streaming", repository, parameters)
+    assemble_repository(f"{WORKFLOW}/streaming", repository, parameters, instances)
     return LocalTriton(repository=repository, models=STREAM_MODELS, host=host)
 
 

@@ -60,6 +60,7 @@ from compass_router.state import (  # noqa: E402
 from compass_router.stream import (  # noqa: E402
     DECOUPLED_PARAMETER,
     ResponseStream,
+    client_stream,
     decoupled_components,
     stream_call,
 )
@@ -190,9 +191,11 @@ class TritonPythonModel:
         self.pipeline = _load_pipeline(version_dir)
         if self.pipeline is None:
             raise ValueError(f"no pipeline.py in {version_dir}")
-        # The components it calls as streams, and whether it streams to its own clients (a
-        # decoupled router: model_transaction_policy { decoupled: true }).
+        # The components it calls as streams, the one (the last stage) whose stream goes on to
+        # its clients, and whether it streams to them (a decoupled router:
+        # model_transaction_policy { decoupled: true }).
         self.decoupled = decoupled_components(parameter(DECOUPLED_PARAMETER, ""))
+        self.client_stream = client_stream(parameter(DECOUPLED_PARAMETER, ""))
         self.streaming = pb_utils.using_decoupled_model_transaction_policy(model_config)
         self.stream = None
         default = config_key(json.loads(parameter(ACTIVE_PARAMETER, "{}")))
@@ -288,9 +291,11 @@ class TritonPythonModel:
         return response
 
     def _call(self, model, inputs, outputs):
-        """Call a component: a decoupled one as a stream, forwarded to a streaming client."""
+        """Call a component: a decoupled one as a stream, the last stage's forwarded to a
+        streaming client (an earlier stage's pieces are only joined for the pipeline)."""
         if model in self.decoupled:
-            forward = None if self.stream is None else self.stream.forward
+            forwards = self.stream is not None and model == self.client_stream
+            forward = self.stream.forward if forwards else None
             return stream_call(model, inputs, outputs, forward)
         return call(model, inputs, outputs)
 

@@ -209,9 +209,12 @@ def plan_table(plan: Plan) -> str:
     """The front and each member's thresholds, one row each, fastest first."""
     p = f"p{plan.slo.percentile:g}"
     rates = plan.model.with_rates
+    # Time to first token, where a streaming router profiled it.
+    ttft = any(t.profile.ttft_mean_ms is not None for t in plan.thresholds)
     header = (
-        f"  #  {'accuracy':>8}  {'mean ms':>8}  {p + ' ms':>8}  {'slack ms':>8}  "
-        f"{'stay<=N':>7}  {'enter<=N':>8}"
+        f"  #  {'accuracy':>8}  {'mean ms':>8}  {p + ' ms':>8}  "
+        + (f"{'ttft ms':>8}  " if ttft else "")
+        + f"{'slack ms':>8}  {'stay<=N':>7}  {'enter<=N':>8}"
         + (f"  {'stay<=qps':>9}  {'enter<=qps':>10}" if rates else "")
         + "  configuration"
     )
@@ -219,7 +222,9 @@ def plan_table(plan: Plan) -> str:
     for index, t in enumerate(plan.thresholds):
         row = (
             f"{index:>3}  {t.profile.accuracy:>8.4f}  {t.profile.mean_ms:>8.1f}  "
-            f"{t.tail_ms:>8.1f}  {t.slack_ms:>8.1f}  {_limit(t.stay_max_queue):>7}  "
+            f"{t.tail_ms:>8.1f}  "
+            + (f"{_limit(t.profile.ttft_mean_ms, 1):>8}  " if ttft else "")
+            + f"{t.slack_ms:>8.1f}  {_limit(t.stay_max_queue):>7}  "
             f"{_limit(t.enter_max_queue):>8}"
         )
         if rates:

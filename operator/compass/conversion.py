@@ -65,6 +65,9 @@ def latency_profile(entry: FrontEntry) -> LatencyProfile:
         std_ms=entry.latency_std_ms,
         capacity=None if entry.capacity is None else capacity_curve(entry.capacity),
         component_ms=None if entry.component_ms is None else dict(entry.component_ms),
+        ttft_mean_ms=entry.ttft_mean_ms,
+        ttft_p50_ms=entry.ttft_p50_ms,
+        ttft_p95_ms=entry.ttft_p95_ms,
     )
 
 
@@ -80,6 +83,9 @@ def front_entry(profile: LatencyProfile) -> FrontEntry:
         latency_std_ms=profile.std_ms,
         capacity=None if profile.capacity is None else capacity_spec(profile.capacity),
         component_ms=None if profile.component_ms is None else dict(profile.component_ms),
+        ttft_mean_ms=profile.ttft_mean_ms,
+        ttft_p50_ms=profile.ttft_p50_ms,
+        ttft_p95_ms=profile.ttft_p95_ms,
     )
 
 
@@ -287,6 +293,9 @@ def threshold_statuses(plan: Plan) -> list[ThresholdStatus]:
             enter_max_queue=t.enter_max_queue,
             stay_max_qps=None if t.stay_max_qps is None else round(t.stay_max_qps, 4),
             enter_max_qps=None if t.enter_max_qps is None else round(t.enter_max_qps, 4),
+            ttft_mean_ms=None
+            if t.profile.ttft_mean_ms is None
+            else round(t.profile.ttft_mean_ms, 3),
         )
         for t in plan.thresholds
     ]

@@ -1,13 +1,17 @@
 """The workflows' Triton images lay the router out as compass_dev.local_triton lays it out for
 the tests: model.py, the compass_router package beside it and compass_rules in the router's and its control
-model's version folders (no Docker engine here to build them)."""
+model's version folders, and rag-sim's streaming variant beside its models (no Docker engine
+here to build them)."""
 
 from __future__ import annotations
 
 import fnmatch
+import shutil
 from pathlib import Path
 
 import pytest
+
+from compass.lab.scenarios import rag_sim_stream_triton
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTER_FILES = "model-images/router"
@@ -42,3 +46,43 @@ def test_the_image_copies_the_router_its_modules_and_the_rules(workflow: str) ->
                 included = pattern.startswith("!")
         assert included, f"{source} is excluded from {workflow}'s build context"
     assert "*" in patterns
+
+
+def _image_models(workflow: str, root: Path) -> set[str]:
+    """The files the image's COPY lines put under /models, laid out under ``root``."""
+    dockerfile = REPO / "model-images" / workflow / "Dockerfile"
+    for line in dockerfile.read_text().splitlines():
+        if not line.startswith("COPY "):
+            continue
+        source, destination = line.split()[1:]
+        target = root / destination.lstrip("/")
+        if (REPO / source).is_dir():
+            shutil.copytree(REPO / source, target, dirs_exist_ok=True, ignore=_SKIP)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / source, target)
+    return _files(root / "models")
+
+
+_SKIP = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
+def _files(root: Path) -> set[str]:
+    return {
+        str(path.relative_to(root))
+        for path in root.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
+def test_the_rag_sim_image_serves_what_the_streaming_tests_serve(tmp_path: Path) -> None:
+    # The streaming variant's repository as the tests assemble it (rag-sim's models, then the
+    # variant's beside them, the router's code in each router's version folder) ...
+    assembled = rag_sim_stream_triton(tmp_path / "tests", 1.0).repository
+    image = _image_models("rag-sim", tmp_path / "image")
+    assert "router_stream/1/model.py" in image
+    assert "router_stream/1/pipeline.py" in image
+    assert "router_stream_control/1/compass_router/stream.py" in image
+    assert "generator_stream/1/model.py" in image
+    # ... is the image's, file for file (the tests set parameters in the configs' text only).
+    assert image == _files(assembled)

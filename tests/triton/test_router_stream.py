@@ -4,8 +4,10 @@ a gRPC streaming client, with time to first token and end to end measured, profi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import shutil
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,14 +37,82 @@ TIME_SCALE = 0.5
 TOKENS = 16
 PREFILL_SHARE = 0.25
 GENERATOR_SHARE = 0.7
+# A second streaming router whose pipeline calls a streaming drafter (the generator's model
+# under another name, fewer tokens, a smaller share) before the generator: only the last
+# stage's tokens reach its client.
+DRAFTER = "drafter_stream"
+DRAFT_ROUTER = "router_draft"
+DRAFT_TOKENS = 4
+DRAFTER_SHARE = 0.2
+DRAFT_PIPELINE = """
+import json
+
+import numpy as np
+
+
+def run(request, config, call):
+    inputs = {
+        "CONFIG": np.array([json.dumps(config, sort_keys=True).encode()], dtype=np.object_),
+        "SAMPLE": np.array([int(request["sample"])], dtype=np.int64),
+        "QUANTILE": np.array([float(request["quantile"])], dtype=np.float32),
+    }
+    draft = call("drafter_stream", inputs, ["TOKEN"])["TOKEN"]
+    answer = call("generator_stream", inputs, ["TOKEN"])["TOKEN"]
+    return {"draft": b"".join(draft).decode(), "text": b"".join(answer).decode()}
+"""
+
+
+def _renamed(repository: Path, source: str, name: str, replace: dict[str, str]) -> None:
+    """A copy of model ``source`` named ``name``, its config's texts replaced as given."""
+    shutil.copytree(repository / source, repository / name)
+    config = repository / name / "config.pbtxt"
+    text = config.read_text(encoding="utf-8")
+    for old, new in {f'name: "{source}"': f'name: "{name}"', **replace}.items():
+        assert old in text, f"{source}'s config lacks {old}"
+        text = text.replace(old, new)
+    config.write_text(text, encoding="utf-8")
+
+
+def _add_draft_router(repository: Path) -> tuple[str, ...]:
+    """DRAFTER and DRAFT_ROUTER (and its control model) beside the variant's; their names."""
+    _renamed(
+        repository,
+        STREAM_GENERATOR,
+        DRAFTER,
+        {
+            'key: "tokens" value: { string_value: "16" }': (
+                f'key: "tokens" value: {{ string_value: "{DRAFT_TOKENS}" }}'
+            ),
+            'key: "share" value: { string_value: "0.7" }': (
+                f'key: "share" value: {{ string_value: "{DRAFTER_SHARE}" }}'
+            ),
+        },
+    )
+    # Listed in pipeline order: the drafter's stream is joined, the generator's forwarded.
+    _renamed(
+        repository,
+        STREAM_ROUTER_MODEL,
+        DRAFT_ROUTER,
+        {'string_value: "generator_stream"': f'string_value: "{DRAFTER},{STREAM_GENERATOR}"'},
+    )
+    (repository / DRAFT_ROUTER / "1" / "pipeline.py").write_text(DRAFT_PIPELINE, encoding="utf-8")
+    _renamed(
+        repository,
+        f"{STREAM_ROUTER_MODEL}_control",
+        f"{DRAFT_ROUTER}_control",
+        {f'string_value: "{STREAM_ROUTER_MODEL}"': f'string_value: "{DRAFT_ROUTER}"'},
+    )
+    return DRAFTER, DRAFT_ROUTER, f"{DRAFT_ROUTER}_control"
 
 
 @pytest.fixture(scope="module")
 def streaming(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTriton]:
-    """tritonserver with rag-sim's streaming variant, FASTEST active."""
+    """tritonserver with rag-sim's streaming variant, FASTEST active, and DRAFT_ROUTER."""
     require_tritonserver()
     workdir = tmp_path_factory.mktemp("triton-stream")
-    server = rag_sim_stream_triton(workdir, TIME_SCALE, FASTEST).start(workdir)
+    server = rag_sim_stream_triton(workdir, TIME_SCALE, FASTEST)
+    extra = _add_draft_router(server.repository)
+    server = dataclasses.replace(server, models=(*server.models, *extra)).start(workdir)
     try:
         # Each model's first request runs cold (its stub's imports): not what is measured.
         warm = TritonRouter(server.grpc_url, model=STREAM_ROUTER_MODEL)
@@ -141,6 +211,23 @@ def test_a_switch_moves_the_streaming_router_and_its_streams_keep_coming(
     assert reply.config == config_key(ACCURATE)
     assert len(reply.streamed) == TOKENS
     assert reply.result["score"] == pytest.approx(scores_of(rag_sim_data(), ACCURATE)[1])
+
+
+def test_only_the_last_streaming_stage_reaches_the_client(streaming: LocalTriton) -> None:
+    client = TritonRouter(streaming.grpc_url, model=DRAFT_ROUTER, backoff_s=0.05)
+    try:
+        client.infer({"sample": 0, "quantile": 0.5})  # its models' first (cold) calls
+        reply = client.infer({"sample": 1, "quantile": 0.5})
+    finally:
+        client.close()
+    # The drafter streamed too, but its pieces went to the pipeline, joined, not to the client.
+    assert [chunk[STREAM_KEY] for chunk in reply.streamed] == [STREAM_GENERATOR] * TOKENS
+    assert reply.result["draft"] == "".join(f"t{i} " for i in range(DRAFT_TOKENS))
+    assert reply.result["text"] == "".join(f"t{i} " for i in range(TOKENS))
+    # The first token the client sees comes after the whole draft and the generator's prefill.
+    drafter = generator_ms(FASTEST, 0.5) * DRAFTER_SHARE / GENERATOR_SHARE
+    assert reply.first_response_s is not None
+    assert reply.first_response_s * 1000 >= drafter + PREFILL_SHARE * generator_ms(FASTEST, 0.5)
 
 
 class _RecordedScores:

@@ -286,6 +286,18 @@ CASES: dict[str, tuple[type[BaseModel], Change, bool]] = {
         True,
     ),
     "p50 above p95": (ParetoPolicySpec, _entry(1, latencyP50Ms=240.0), False),
+    "first token within the request": (
+        ParetoPolicySpec,
+        _entry(0, ttftMeanMs=30.0, ttftP50Ms=25.0, ttftP95Ms=60.0),
+        True,
+    ),
+    "mean first token after the mean": (ParetoPolicySpec, _entry(0, ttftMeanMs=1e5), False),
+    "p95 first token after the p95": (ParetoPolicySpec, _entry(1, ttftP95Ms=1e5), False),
+    "first token p50 above p95": (
+        ParetoPolicySpec,
+        _entry(2, ttftP50Ms=40.0, ttftP95Ms=30.0),
+        False,
+    ),
     "p99 below p95": (ParetoPolicySpec, _entry(0, latencyP99Ms=150.5), False),
     "mean above p99": (ParetoPolicySpec, _entry(2, latencyMeanMs=320), False),
     "mean above p95 without p99": (

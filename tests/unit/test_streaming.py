@@ -4,10 +4,18 @@ tests/triton/test_router_stream.py)."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cli_inputs import PROFILES
+from pydantic import ValidationError
 
+from compass.api.paretopolicy import FrontEntry, ParetoPolicySpec
+from compass.commands.main import main
+from compass.conversion import policy_plan, threshold_statuses
 from compass.dataplane.profiler import first_response_statistics
 from compass.domain.profiles import ProfileError, parse_profiles
 from compass.domain.space import config_key
@@ -35,6 +43,15 @@ def test_the_router_reads_its_decoupled_components_and_names_a_bad_one() -> None
     assert stream.decoupled_components(None) == frozenset()
     with pytest.raises(ValueError, match=r"compass_decoupled_components .*'gen erator' is not a"):
         stream.decoupled_components("retriever,gen erator")
+
+
+def test_a_decoupled_router_streams_the_last_named_component_to_its_client() -> None:
+    stream = router_part("stream")
+    assert stream.client_stream("drafter, vllm_llama") == "vllm_llama"
+    assert stream.client_stream("vllm_llama") == "vllm_llama"
+    assert stream.client_stream("") is None
+    with pytest.raises(ValueError, match=r"compass_decoupled_components"):
+        stream.client_stream("drafter,gen erator")
 
 
 def test_time_to_first_token_is_read_scaled_and_optional() -> None:
@@ -93,3 +110,76 @@ def test_the_streaming_variant_assembles_beside_rag_sims_own_components(tmp_path
     assert 'key: "time_scale" value: { string_value: "0.1" }' in generator
     # Its generator is its own streaming model, not rag-sim's component.
     assert "get_response_sender" in (models / STREAM_GENERATOR / "1" / "model.py").read_text()
+
+
+def _with_first_tokens(entry: dict[str, Any]) -> dict[str, Any]:
+    """A profile entry with the time to first token a streaming router would record."""
+    mean = entry["latency_mean_ms"]
+    return {**entry, "ttft_mean_ms": mean / 4, "ttft_p50_ms": mean / 5, "ttft_p95_ms": mean / 2}
+
+
+def _plan(tmp_path: Path, profiles: list[dict[str, Any]]) -> dict[str, Any]:
+    """`compass plan` of these profiles: the policy's spec it wrote."""
+    (tmp_path / "profiles.json").write_text(json.dumps({"profiles": profiles}), encoding="utf-8")
+    output = tmp_path / "policy.json"
+    profiles = str(tmp_path / "profiles.json")
+    code = main(["plan", "--profiles", profiles, "--slo-ms", "1000", "--output", str(output)])
+    assert code == 0
+    spec: dict[str, Any] = json.loads(output.read_text(encoding="utf-8"))["spec"]
+    return spec
+
+
+def test_time_to_first_token_reaches_the_plan_the_policy_and_its_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = _plan(tmp_path, [_with_first_tokens(entry) for entry in PROFILES])
+    table = capsys.readouterr().out
+    header = next(line for line in table.splitlines() if line.lstrip().startswith("#"))
+    assert "ttft ms" in header
+    rows = [line.split() for line in table.splitlines() if line.strip()[:1].isdigit()]
+    by_name = {entry["config"]["model"]: entry for entry in PROFILES}
+    for row in rows:
+        entry = by_name[row[-1].split("/")[0]]
+        assert float(row[4]) == pytest.approx(entry["latency_mean_ms"] / 4, abs=0.05)
+    for entry in spec["front"]:
+        mean = entry["latencyMeanMs"]
+        assert (entry["ttftMeanMs"], entry["ttftP50Ms"]) == pytest.approx((mean / 4, mean / 5))
+    policy = ParetoPolicySpec.model_validate(spec)
+    statuses = threshold_statuses(policy_plan(policy))
+    assert [s.ttft_mean_ms for s in statuses] == pytest.approx(
+        [e["ttftMeanMs"] for e in spec["front"]]
+    )
+
+
+def test_profiles_and_policies_without_first_tokens_plan_as_before(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = _plan(tmp_path, PROFILES)
+    assert "ttft" not in capsys.readouterr().out
+    assert not any(key.startswith("ttft") for entry in spec["front"] for key in entry)
+    statuses = threshold_statuses(policy_plan(ParetoPolicySpec.model_validate(spec)))
+    assert all(s.ttft_mean_ms is None for s in statuses)
+    assert all("ttftMeanMs" not in s.model_dump(by_alias=True, exclude_none=True) for s in statuses)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"ttftMeanMs": 120.0}, "ttftMeanMs 120 is above latencyMeanMs 100: a first token"),
+        ({"ttftP95Ms": 160.0}, "ttftP95Ms 160 is above latencyP95Ms 150"),
+        ({"ttftP50Ms": 40.0, "ttftP95Ms": 30.0}, "ttftP95Ms 30 is below ttftP50Ms 40"),
+        ({"ttftMeanMs": -1.0}, "ttftMeanMs"),
+    ],
+)
+def test_a_front_entrys_first_token_times_are_checked(
+    fields: dict[str, float], message: str
+) -> None:
+    entry = {
+        "config": {"k": 1},
+        "accuracy": 0.8,
+        "latencyMeanMs": 100.0,
+        "latencyP95Ms": 150.0,
+        **fields,
+    }
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        FrontEntry.model_validate(entry)

@@ -1,6 +1,6 @@
 """Decoupled (streaming) components and a streaming router: which components the router calls
 as streams (``compass_decoupled_components``), how it consumes one through BLS, and how a
-decoupled router forwards what they stream to its client, timing its first response
+decoupled router forwards what the last of them streams to its client, timing its first response
 (docs/serving.md, "Streaming stages")."""
 
 import json
@@ -29,6 +29,15 @@ def decoupled_components(text):
                 "decoupled component models' names, comma-separated (e.g. generator)"
             )
     return frozenset(names)
+
+
+def client_stream(text):
+    """The component whose stream a decoupled router forwards to its client: the last one
+    ``compass_decoupled_components`` names (the last streaming stage); None where none is named.
+    Earlier ones are consumed and joined, as a non-streaming router does."""
+    decoupled_components(text)
+    names = [name.strip() for name in (text or "").split(",") if name.strip()]
+    return names[-1] if names else None
 
 
 def _outputs_of(response, outputs):
@@ -78,8 +87,12 @@ def _jsonable(value):
     return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value.reshape(-1).tolist()]
 
 
+class ClientGoneError(RuntimeError):
+    """The client cancelled its stream: the pipeline stops, giving back the gate's slot."""
+
+
 class ResponseStream:
-    """A decoupled router's stream to the client of one request: the components' streamed
+    """A decoupled router's stream to the client of one request: the last streaming stage's
     outputs as they arrive (RESULT ``{"compass_stream": model, "outputs": {...}}``, CONFIG
     empty), then the pipeline's answer with the final flag; it times the first response."""
 
@@ -90,7 +103,11 @@ class ResponseStream:
         self.first_s = None
 
     def forward(self, model, outputs):
-        """Send one streamed response of ``model`` on to the client."""
+        """Send one streamed response of ``model`` on to the client; ClientGoneError where the
+        client cancelled (its request is not worth finishing: the slot it holds is not)."""
+        cancelled = getattr(self.sender, "is_cancelled", None)
+        if cancelled is not None and cancelled():
+            raise ClientGoneError("the client cancelled its stream")
         body = {STREAM_KEY: model, "outputs": {k: _jsonable(v) for k, v in outputs.items()}}
         result = np.array([json.dumps(body).encode("utf-8")], dtype=np.object_)
         self.sender.send(

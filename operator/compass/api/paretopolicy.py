@@ -177,6 +177,32 @@ class FrontEntry(CamelModel):
         "calls while profiling: late binding splits the entry's time over its stages by "
         "them (else by a fit of the front's end-to-end times).",
     )
+    ttft_mean_ms: Annotated[
+        float | None,
+        Field(
+            ge=MIN_LATENCY_MS,
+            le=MAX_LATENCY_MS,
+            description="Mean time to first token in ms (a streaming router's first streamed "
+            "response), if profiled; not above latencyMeanMs.",
+        ),
+    ] = None
+    ttft_p50_ms: Annotated[
+        float | None,
+        Field(
+            ge=MIN_LATENCY_MS,
+            le=MAX_LATENCY_MS,
+            description="Median time to first token in ms, if profiled.",
+        ),
+    ] = None
+    ttft_p95_ms: Annotated[
+        float | None,
+        Field(
+            ge=MIN_LATENCY_MS,
+            le=MAX_LATENCY_MS,
+            description="95th percentile time to first token in ms, if profiled; not above "
+            "latencyP95Ms.",
+        ),
+    ] = None
 
     # The same rules as _percentiles_ordered, for the API server.
     model_config = ConfigDict(
@@ -197,6 +223,25 @@ class FrontEntry(CamelModel):
                 message="latencyMeanMs is above the highest percentile (latencyP99Ms if given, "
                 "else latencyP95Ms)",
                 field_path=".latencyMeanMs",
+            ),
+            # The same rules as _first_token_within, for the API server.
+            CelRule(
+                rule="!has(self.ttftMeanMs) || self.ttftMeanMs <= self.latencyMeanMs",
+                message="ttftMeanMs is above latencyMeanMs; a first token comes before the "
+                "request ends: check the profile's units",
+                field_path=".ttftMeanMs",
+            ),
+            CelRule(
+                rule="!has(self.ttftP95Ms) || self.ttftP95Ms <= self.latencyP95Ms",
+                message="ttftP95Ms is above latencyP95Ms; a first token comes before the "
+                "request ends: check the profile's units",
+                field_path=".ttftP95Ms",
+            ),
+            CelRule(
+                rule="!has(self.ttftP50Ms) || !has(self.ttftP95Ms)"
+                " || self.ttftP50Ms <= self.ttftP95Ms",
+                message="ttftP95Ms is below ttftP50Ms; percentiles must not decrease",
+                field_path=".ttftP95Ms",
             ),
         )
     )
@@ -220,6 +265,22 @@ class FrontEntry(CamelModel):
                 f"latencyMeanMs {self.latency_mean_ms:g} is above {ordered[-1][0]} "
                 f"{ordered[-1][1]:g}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _first_token_within(self) -> FrontEntry:
+        for name, first, whole_name, whole in (
+            ("ttftMeanMs", self.ttft_mean_ms, "latencyMeanMs", self.latency_mean_ms),
+            ("ttftP95Ms", self.ttft_p95_ms, "latencyP95Ms", self.latency_p95_ms),
+        ):
+            if first is not None and first > whole:
+                raise ValueError(
+                    f"{name} {first:g} is above {whole_name} {whole:g}: a first token comes "
+                    "before the request ends; check the profile's units"
+                )
+        low, high = self.ttft_p50_ms, self.ttft_p95_ms
+        if low is not None and high is not None and high < low:
+            raise ValueError(f"ttftP95Ms {high:g} is below ttftP50Ms {low:g}")
         return self
 
 

@@ -72,6 +72,10 @@ class ThresholdStatus(CamelModel):
     enter_max_qps: float | None = Field(
         default=None, description="Highest arrival rate at which it may be entered (tail model)."
     )
+    ttft_mean_ms: float | None = Field(
+        default=None,
+        description="Its profiled mean time to first token in ms (a streaming router's), if any.",
+    )
 
 
 class LaggingPod(CamelModel):
