@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compass.lab.scenarios import rag_sim_stream_triton
+from compass_dev.scenarios import rag_sim_stream_triton
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTER_FILES = "model-images/router"

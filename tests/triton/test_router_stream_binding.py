@@ -21,8 +21,8 @@ from ragsim import ACCURATE, FASTEST, scores_of
 from compass.dataplane.triton import STREAM_KEY, RouterReply, TritonRouter
 from compass.domain.binding import RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
-from compass.lab.local_triton import LocalTriton
-from compass.lab.scenarios import (
+from compass_dev.local_triton import LocalTriton
+from compass_dev.scenarios import (
     STREAM_GENERATOR,
     STREAM_ROUTER_MODEL,
     rag_sim_data,
