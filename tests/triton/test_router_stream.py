@@ -17,7 +17,7 @@ import pytest
 from ragsim import ACCURATE, FASTEST, scores_of
 
 from compass.dataplane.profiler import ProfileSettings, profile_configuration
-from compass.dataplane.triton import STREAM_KEY, TritonRouter
+from compass.dataplane.triton import TritonRouter
 from compass.domain.profiles import parse_profile
 from compass.domain.search import SearchSettings, search
 from compass.domain.space import Space, config_key
@@ -29,6 +29,7 @@ from compass_dev.scenarios import (
     rag_sim_data,
     rag_sim_stream_triton,
 )
+from compass_rules.protocol import STREAM_KEY
 from tiers import require_tritonserver
 
 # Slower than the tier's other rag-sim servers: the generator's ~16 tokens then come several ms

@@ -18,7 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from ragsim import ACCURATE, FASTEST, scores_of
 
-from compass.dataplane.triton import STREAM_KEY, RouterReply, TritonRouter
+from compass.dataplane.triton import RouterReply, TritonRouter
 from compass.domain.binding import RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
 from compass_dev.local_triton import LocalTriton
@@ -28,6 +28,7 @@ from compass_dev.scenarios import (
     rag_sim_data,
     rag_sim_stream_triton,
 )
+from compass_rules.protocol import STREAM_KEY
 from tiers import require_tritonserver
 
 # rag-sim at twice its recorded latencies: ACCURATE's generator streams for ~0.5 s, long beside
