@@ -44,9 +44,11 @@ class TritonPythonModel:
         self.own = _tables(stage)
         # The last stage: the configuration's time less the earlier stages' (their tables).
         self.rest = bool(stage.get("rest"))
-        self.earlier = [
-            (tuple(s["parameters"]), _tables(s)) for s in data["stages"] if s.get("quantiles_ms")
-        ] if self.rest else []
+        self.earlier = (
+            [(tuple(s["parameters"]), _tables(s)) for s in data["stages"] if s.get("quantiles_ms")]
+            if self.rest
+            else []
+        )
         self.configs = {
             key: (np.asarray(entry["latency_quantiles_ms"]), np.asarray(entry["scores"]))
             for key, entry in data["configs"].items()
@@ -111,7 +113,9 @@ class TritonPythonModel:
 
 def _tables(stage):
     """A stage's quantile functions by the canonical key of its own parameters."""
-    return {key: np.asarray(q, dtype=np.float64) for key, q in stage.get("quantiles_ms", {}).items()}
+    return {
+        key: np.asarray(q, dtype=np.float64) for key, q in stage.get("quantiles_ms", {}).items()
+    }
 
 
 def _key(sent, names):
