@@ -44,8 +44,9 @@ what the routers see (rag-sim; qa-real's sim columns read nan). qa-real's stages
 reader), take their per-stage times from the component times profiled through the router here
 (its spec names each stage's models, ``binding.stages[].components``): the reader is bound when
 the request reaches it. ``binding@take-up`` (rag-sim) serves the same arrivals right after
-``binding`` with the same rule on the whole configuration as one stage, bound when each request
-is taken up (``binding`` without stages): per-stage against at-take-up binding, live.
+``binding`` (first where ``--runs`` names it first) with the same rule on the whole configuration
+as one stage, bound when each request is taken up (``binding`` without stages): per-stage against
+at-take-up binding, live.
 After each rag-sim run a line says where its requests waited: the mean time in Triton's queue
 of the router and of each component (Triton's statistics, paper ms), the router's being what a
 router cannot see.
@@ -792,11 +793,25 @@ def main() -> int:
                 bound: dict[str, Any] | None = bound,
                 take_up: dict[str, Any] | None = take_up,
             ) -> Iterator[tuple[str, LiveRun]]:
-                """The runs asked for; binding@take-up right after binding, same arrivals."""
+                """The runs asked for, same arrivals; binding@take-up right after the others,
+                or first where --runs names it before binding (to pair the two both ways on
+                a machine whose load drifts)."""
+
+                def at_take_up() -> Iterator[tuple[str, LiveRun]]:
+                    if take_up is not None:
+                        for _, run in serving(labels={BINDING_RUN}, binding=take_up):
+                            yield TAKE_UP_RUN, run
+
+                first = (
+                    take_up is not None
+                    and BINDING_RUN in labels
+                    and labels.index(TAKE_UP_RUN) < labels.index(BINDING_RUN)
+                )
+                if first:
+                    yield from at_take_up()
                 yield from serving(labels=set(labels) - {TAKE_UP_RUN}, binding=bound)
-                if take_up is not None:
-                    for _, run in serving(labels={BINDING_RUN}, binding=take_up):
-                        yield TAKE_UP_RUN, run
+                if not first:
+                    yield from at_take_up()
 
             for label, run in live_runs():
                 under_load += [e.switch_s for e in run.switch_events]
