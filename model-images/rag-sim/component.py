@@ -60,7 +60,7 @@ class TritonPythonModel:
         With dynamic batching (the generator) Triton hands several requests at once. The batch
         takes its longest request's time x (1 + batch_cost (n - 1)): what batching costs on an
         accelerator, where n requests take little more than one. A batch of one takes exactly
-        its request's time. (compass.domain.podmodel.RAG_SIM_STAGES is the same model.)
+        its request's time. (compass.domain.podmodel.RAG_SIM_STAGES batches the same way.)
         """
         served = []
         latencies = []
