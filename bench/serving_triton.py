@@ -43,7 +43,10 @@ what the routers see (rag-sim; qa-real's sim columns read nan). qa-real's stages
 (retriever, top_k, rerank: bm25, dense or both, then maybe the reranker) and reading (the
 reader), take their per-stage times from the component times profiled through the router here
 (its spec names each stage's models, ``binding.stages[].components``): the reader is bound when
-the request reaches it.
+the request reaches it. ``binding@take-up`` (rag-sim) serves the same arrivals right after
+``binding`` (first where ``--runs`` names it first) with the same rule on the whole configuration
+as one stage, bound when each request is taken up (``binding`` without stages): per-stage against
+at-take-up binding, live.
 After each rag-sim run a line says where its requests waited: the mean time in Triton's queue
 of the router and of each component (Triton's statistics, paper ms), the router's being what a
 router cannot see.
@@ -95,6 +98,7 @@ import multiprocessing
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import ExitStack, closing
 from dataclasses import replace
 from functools import partial
@@ -104,7 +108,7 @@ from typing import Any
 import numpy as np
 
 from compass.api.binding import BindingMode, BindingSettings, BindingStage
-from compass.api.paretopolicy import AdmissionSettings, Hysteresis
+from compass.api.paretopolicy import AdmissionSettings, Hysteresis, ParetoPolicySpec
 from compass.commands.common import (
     add_admission_arguments,
     add_enum_argument,
@@ -175,6 +179,8 @@ from compass_dev.scenarios import (
 from router_binding import time_bindings, time_bindings_until
 
 IDLE_SWITCHES = 40
+# binding's rule with the whole configuration one stage, bound at take-up (rag-sim).
+TAKE_UP_RUN = "binding@take-up"
 # The models whose queues a rag-sim request passes through, in order: where it waits is read
 # from Triton's statistics (the router's queue is invisible to the router's own decisions).
 RAG_SIM_MODELS = ("router", *RAG_SIM_COMPONENTS)
@@ -381,8 +387,8 @@ def main() -> int:
     parser.add_argument(
         "--runs",
         default=",".join(RUNS),
-        help=f"which runs, comma-separated, of {', '.join(EVERY_RUN)} (default: all but "
-        f"{BINDING_RUN})",
+        help=f"which runs, comma-separated, of {', '.join((*EVERY_RUN, TAKE_UP_RUN))} (default: "
+        f"all but {BINDING_RUN} and {TAKE_UP_RUN})",
     )
     add_admission_arguments(parser, "0.5", where=False)
     parser.add_argument(
@@ -439,11 +445,14 @@ def main() -> int:
     except UsageError as error:
         parser.error(str(error))
     labels = args.runs.split(",")
-    unknown = set(labels) - set(EVERY_RUN)
+    known = (*EVERY_RUN, TAKE_UP_RUN)
+    unknown = set(labels) - set(known)
     if unknown:
         parser.error(
-            f"--runs: {', '.join(sorted(unknown))} unknown; give some of {', '.join(EVERY_RUN)}"
+            f"--runs: {', '.join(sorted(unknown))} unknown; give some of {', '.join(known)}"
         )
+    if qa_real and TAKE_UP_RUN in labels:
+        parser.error(f"--runs {TAKE_UP_RUN}: rag-sim only")
     scale = args.time_scale
     slos = [float(s) for s in args.slos.split(",")]
     try:
@@ -595,7 +604,7 @@ def main() -> int:
             f"{pattern.duration_s:g} s, {scenario.requests} requests, seed {seed}\n"
         )
         header = (
-            f"{'SLO':>5} {'run':<10} {'compl%':>7} {'sim%':>6} {'accuracy':>8} {'served':>7} "
+            f"{'SLO':>5} {'run':<15} {'compl%':>7} {'sim%':>6} {'accuracy':>8} {'served':>7} "
             f"{'sim':>6} {'gap%':>5} {'oracle%':>7} {'p95 ms':>7} {'failed':>6} {'refused':>7} "
             f"{'switches':>8}"
         )
@@ -650,8 +659,20 @@ def main() -> int:
                     lag_reserve=args.binding_lag_reserve,
                 ),
             )
+            take_up_spec: ParetoPolicySpec | None = None
+            take_up: dict[str, Any] | None = None
             if not qa_real:
                 bound = binding_table(spec, plan)
+                if TAKE_UP_RUN in labels:
+                    # The same rule, the whole configuration one stage (no stages declared).
+                    take_up_spec = spec.model_copy(
+                        update={
+                            "binding": spec.binding.model_copy(
+                                update={"mode": BindingMode.PER_REQUEST, "stages": []}
+                            )
+                        }
+                    )
+                    take_up = binding_table(take_up_spec, plan)
             elif BINDING_RUN in labels:
                 check_qa_real_component_times(plan)
                 bound = binding_table(spec, plan)
@@ -689,7 +710,7 @@ def main() -> int:
                 **predict({ADMITTED_RUN: runtime_policy(spec)}, admission=admission),
             }
             loaded: DecisionsUnderLoad | None = None
-            if bound is not None and not qa_real and BINDING_RUN in labels:
+            if bound is not None and not qa_real and {BINDING_RUN, TAKE_UP_RUN} & set(labels):
                 # The routers' rule in the simulator, on the table's own numbers and on the
                 # routers' own view (with the lag cap behind the gate: the N - G waiters
                 # seen, the rest not, the rate of the arrivals taken up), as serving_sim
@@ -717,6 +738,19 @@ def main() -> int:
                     pod_model,
                 )
                 predicted[BINDING_RUN] = predict_binding(decision_s)
+                if take_up is not None:
+                    predicted[TAKE_UP_RUN] = predict_bound(
+                        members,
+                        scenario,
+                        slo_ms * scale,
+                        take_up_spec,
+                        take_up,
+                        instances,
+                        slots,
+                        args.replicas,
+                        pod_model,
+                        decision_s,
+                    )
                 if decision_s and "fastest" in labels:
                     # Timed again under static fastest's load: the prediction then counts
                     # the binding work as the pods' contention stretches it.
@@ -737,7 +771,8 @@ def main() -> int:
             queued = queue_totals(http_urls, watched)
             if loaded is not None:
                 loaded.start()
-            for label, run in serve_each(
+            serving = partial(
+                serve_each,
                 fleet,
                 plan,
                 runtime_policy(spec),
@@ -747,12 +782,37 @@ def main() -> int:
                 slo_ms,
                 interval_s=scale,
                 time_scale=scale,
-                labels=set(labels),
                 replicas=replicas,
                 admission=router_admission(members, admission),
-                binding=bound,
                 client_deadlines=not args.client_free,
-            ):
+            )
+
+            def live_runs(
+                serving: Any = serving,
+                bound: dict[str, Any] | None = bound,
+                take_up: dict[str, Any] | None = take_up,
+            ) -> Iterator[tuple[str, LiveRun]]:
+                """The runs asked for, same arrivals; binding@take-up right after the others,
+                or first where --runs names it before binding (to pair the two both ways on
+                a machine whose load drifts)."""
+
+                def at_take_up() -> Iterator[tuple[str, LiveRun]]:
+                    if take_up is not None:
+                        for _, run in serving(labels={BINDING_RUN}, binding=take_up):
+                            yield TAKE_UP_RUN, run
+
+                first = (
+                    take_up is not None
+                    and BINDING_RUN in labels
+                    and labels.index(TAKE_UP_RUN) < labels.index(BINDING_RUN)
+                )
+                if first:
+                    yield from at_take_up()
+                yield from serving(labels=set(labels) - {TAKE_UP_RUN}, binding=bound)
+                if not first:
+                    yield from at_take_up()
+
+            for label, run in live_runs():
                 under_load += [e.switch_s for e in run.switch_events]
                 if label == "fastest" and loaded is not None:
                     loaded_s = loaded.stop()
@@ -776,7 +836,7 @@ def main() -> int:
                 share = 100 * (served - fastest_accuracy) / gain if gain > 1e-6 else math.nan
                 of_gap = 100 * (served - fastest_accuracy) / gap if gap > 0 else math.nan
                 print(
-                    f"{slo_ms:5.0f} {label:<10} {run.compliance:7.1f} {sim:6.1f} "
+                    f"{slo_ms:5.0f} {label:<15} {run.compliance:7.1f} {sim:6.1f} "
                     f"{run.accuracy:8.4f} {served:7.4f} {sim_accuracy:6.4f} {of_gap:5.0f} "
                     f"{'-' if math.isnan(share) else f'{share:.0f}':>7} "
                     f"{run.percentile_ms(95):7.0f} "

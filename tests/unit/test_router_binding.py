@@ -77,25 +77,28 @@ def in_ms(ms: float) -> int:
     return time.time_ns() + round(ms * 1e6)
 
 
-def test_rag_sims_pipeline_runs_unchanged_on_a_lazy_config(
+def test_rag_sims_pipeline_sends_each_component_its_stages_parameters_as_it_reads_them(
     router: types.SimpleNamespace, plan: Any, inflight: Any
 ) -> None:
     pipeline = rag_sim_pipeline()
     checked = table(router, plan)
-    sent: list[str] = []
+    sent: list[dict[str, Any]] = []
 
     def call(model: str, inputs: dict[str, Any], outputs: list[str]) -> dict[str, Any]:
-        sent.append(str(inputs["CONFIG"].reshape(-1)[0].decode()))
+        sent.append(json.loads(inputs["CONFIG"].reshape(-1)[0].decode()))
         return {"SCORE": np.array([[1.0]])} if "SCORE" in outputs else {"DONE": np.array([True])}
 
-    most_accurate = max(plan.configs, key=lambda c: c.accuracy)
+    most_accurate = dict(max(plan.configs, key=lambda c: c.accuracy).config)
     relaxed = router.binding.LazyConfig(checked, in_ms(60_000), inflight)
     pipeline.run({"sample": 1}, relaxed, call)
-    # It reads every parameter up front (check_config, then the JSON it sends), so all bind at
-    # dispatch and every component gets the same configuration.
-    assert json.loads(relaxed.key()) == dict(most_accurate.config)
-    assert len(set(sent)) == 1
-    assert json.loads(sent[0]) == dict(most_accurate.config)
+    assert json.loads(relaxed.key()) == most_accurate
+    # The retriever and reranker get their own parameters, the generator the whole
+    # configuration (its score), each read when the pipeline got there.
+    assert sent == [
+        {"retriever_k": most_accurate["retriever_k"]},
+        {n: most_accurate[n] for n in ("reranker_k", "reranker_model")},
+        most_accurate,
+    ]
     fastest = plan.configs[plan.fastest()]
     # One that waited long for an instance: the fastest, however much time it has left.
     waited = router.binding.LazyConfig(checked, in_ms(60_000), inflight, hurried=True)
@@ -107,27 +110,32 @@ def test_rag_sims_pipeline_runs_unchanged_on_a_lazy_config(
     assert json.loads(hurried.key()) == dict(fastest.config)
 
 
-def test_a_pipeline_that_reads_every_parameter_at_dispatch_binds_what_fits_its_whole_path(
+def test_rag_sims_pipeline_binds_each_stage_on_the_stages_still_ahead_of_it(
     router: types.SimpleNamespace, plan: Any, inflight: Any
 ) -> None:
     pipeline = rag_sim_pipeline()
     checked = table(router, plan)
+    reads: list[int] = []
 
     def call(model: str, inputs: dict[str, Any], outputs: list[str]) -> dict[str, Any]:
+        reads.append(config.next_stage)
         return {"SCORE": np.array([[1.0]])} if "SCORE" in outputs else {"DONE": np.array([True])}
 
-    # Left: a little under the most accurate configuration's whole time, so it does not fit,
-    # though its reranker and generator alone would.
+    # Left: a little under the most accurate configuration's whole time, so it does not fit
+    # from the first stage, though its reranker and generator alone would.
     best = max(plan.configs, key=lambda c: c.accuracy)
     left = best.total_ms - best.stage_ms[0] / 2
     config = router.binding.LazyConfig(checked, in_ms(left), inflight)
-    pipeline.run({"sample": 1}, config, call)
+    # As the router runs it: each call puts the request at its component's stage.
+    pipeline.run({"sample": 1}, config, router.binding.staged(call, config, inflight))
+    # Each component was called with its own stage bound and the later ones not yet.
+    assert reads == [1, 2, 3]
     chosen = json.loads(config.key())
-    assert chosen != dict(best.config)
-    # What the domain binds for the whole path from the first stage, stage after stage.
+    # What the domain binds stage after stage, each at the stage the request has reached (the
+    # calls here take no time).
     bound: dict[str, Any] = {}
     for stage, names in enumerate(plan.stages):
-        decided = bind_stage(plan, stage, bound, left, [0.0, 0.0, 0.0], at=0)
+        decided = bind_stage(plan, stage, bound, left, [0.0, 0.0, 0.0], at=stage)
         assert decided.config is not None
         bound |= {n: plan.configs[decided.config].config[n] for n in names}
     assert chosen == bound
