@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from compass.domain.binding import RAG_SIM_STAGE_PARAMS
+from compass.api.binding import BindingMode
+from compass.api.paretopolicy import ServingSettings
 from compass_dev.devcluster import REPO_ROOT
 from compass_dev.localdemo import RUN_TITLES
 
@@ -138,33 +139,24 @@ def late_binding_adaptations(spec: dict[str, Any], settings: ClusterDemoSettings
     """The example's late binding checked, its lag cap replaced where asked (in ``spec``), and
     the local router's gate; one line each saying why."""
     serving = spec["serving"]
-    binding = serving.get("binding") or {}
-    if binding.get("mode") != "per-stage" or not (serving.get("admission") or {}).get("enabled"):
+    settings_in = ServingSettings.model_validate(serving)
+    if settings_in.binding.mode is BindingMode.WORKFLOW or not settings_in.admits:
         raise ValueError(
-            f"{EXAMPLE} no longer serves with late binding and admission: revisit "
+            f"{EXAMPLE} no longer serves with per-request binding and admission: revisit "
             "compass_dev.clusterdemo"
         )
-    stages = [tuple(stage["parameters"]) for stage in binding["stages"]]
-    space = {p["name"] for p in spec["space"]["parameters"]}
-    if stages != list(RAG_SIM_STAGE_PARAMS) or {n for st in stages for n in st} != space:
-        raise ValueError(
-            f"{EXAMPLE}'s stages {stages} are not rag-sim's {list(RAG_SIM_STAGE_PARAMS)}: "
-            "revisit compass_dev.clusterdemo"
-        )
     notes = []
-    lag_share = settings.binding_lag_share or binding.get("lagShare")
+    default_share, default_reserve = settings_in.binding.lag_share, settings_in.binding.lag_reserve
+    lag_share = settings.binding_lag_share or default_share
     lag_reserve = (
-        binding.get("lagReserve", 0)
-        if settings.binding_lag_reserve is None
-        else settings.binding_lag_reserve
+        default_reserve if settings.binding_lag_reserve is None else settings.binding_lag_reserve
     )
-    if (lag_share, lag_reserve) != (binding.get("lagShare"), binding.get("lagReserve", 0)):
+    if (lag_share, lag_reserve) != (default_share, default_reserve):
         notes.append(
-            f"serving.binding lagShare {binding.get('lagShare')} -> {lag_share}, lagReserve "
-            f"{binding.get('lagReserve', 0)} -> {lag_reserve} (--binding-lag, "
-            "--binding-lag-reserve)"
+            f"serving.binding lagShare {default_share} -> {lag_share}, lagReserve "
+            f"{default_reserve} -> {lag_reserve} (--binding-lag, --binding-lag-reserve)"
         )
-        binding.update(lagShare=lag_share, lagReserve=lag_reserve)
+        serving.setdefault("binding", {}).update(lagShare=lag_share, lagReserve=lag_reserve)
     notes.append(
         f"the local router: {BINDING_ROUTER_INSTANCES} instances, compass_pipeline_slots "
         f'"{BINDING_PIPELINE_SLOTS}" (the gate, as examples/rag-sim-triton.yaml runs it with '

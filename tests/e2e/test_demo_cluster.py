@@ -210,10 +210,9 @@ def test_late_binding_reaches_the_routers_through_the_operator_and_binds_each_re
     policy = ParetoPolicySpec.model_validate(
         yaml.safe_load((out / "policy.yaml").read_text())["spec"]
     )
-    assert policy.binding.mode.value == "per-stage"
+    assert policy.binding.mode.value == "per-request"
     assert (policy.binding.lag_share, policy.binding.lag_reserve) == (0.3, 2)
-    assert policy.admission.enabled
-    assert policy.admission.degrade_after == 1
+    assert policy.admits
     # The profiling Job timed every component of every front member: the table is split by them.
     for entry in policy.front:
         assert entry.component_ms is not None

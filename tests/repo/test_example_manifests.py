@@ -18,7 +18,6 @@ import yaml
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.conversion import policy_plan
-from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
 from tiers import unavailable
 
@@ -75,16 +74,12 @@ def test_workflow_example_is_a_compound_workflow() -> None:
     assert (document["apiVersion"], document["kind"]) == ("compass.io/v1alpha1", "CompoundWorkflow")
     spec = CompoundWorkflowSpec.model_validate(document["spec"])
     assert spec.slo.latency_ms == 1000
-    # Served with late binding: every parameter of the space bound by one of rag-sim's stages,
-    # each naming the component the pipeline calls; admission refuses what is late anyway.
+    # Served as the operator serves by default: per-request binding of the whole configuration
+    # at take-up, with admission (docs/serving.md).
     binding = spec.serving.binding
-    assert binding.mode.value == "per-stage"
-    assert [s.models for s in binding.stages] == list(RAG_SIM_COMPONENTS)
-    assert [tuple(s.parameters) for s in binding.stages] == list(RAG_SIM_STAGE_PARAMS)
-    assert sorted(n for s in binding.stages for n in s.parameters) == sorted(
-        p.name for p in spec.space.parameters
-    )
-    assert spec.serving.admission.enabled
+    assert binding.mode.value == "per-request"
+    assert binding.stages == []
+    assert spec.serving.admits
 
 
 def test_policy_example_is_a_plannable_pareto_policy() -> None:

@@ -16,7 +16,7 @@ import pytest
 from compass.dataplane.triton import TritonRouter
 from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
-from compass.lab.scenarios import rag_sim_triton
+from compass_dev.scenarios import rag_sim_triton
 from tiers import require_tritonserver
 
 # Two configurations that share their retriever and reranker (the slowest of them, so the early
