@@ -87,14 +87,14 @@ def authorize_job_pods(spec: CompoundWorkflowSpec, limits: JobPodLimits) -> None
 
 
 def _authorize_section(path: str, section: JobPod, limits: JobPodLimits) -> None:
-    for field_name, asked, allowed, setting in (
+    for field_name, named, allowed, setting in (
         ("priorityClassName", section.priority_class_name, limits.priority_classes, "Priority"),
         ("runtimeClassName", section.runtime_class_name, limits.runtime_classes, "Runtime"),
     ):
-        if asked is not None and ANY not in allowed and asked not in allowed:
+        if named is not None and ANY not in allowed and named not in allowed:
             raise _refuse(
                 f"{path}.{field_name}",
-                f"{asked} is not a {setting}Class the operator allows Jobs ({_listed(allowed)})",
+                f"{named} is not a {setting}Class the operator allows Jobs ({_listed(allowed)})",
                 f"allowed{setting}Classes",
             )
     for index, toleration in enumerate(section.tolerations):
