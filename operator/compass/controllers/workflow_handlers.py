@@ -537,6 +537,9 @@ def _start_state(
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
     listing = _states(api, workflow, status, memo, limit)
+    if search_name(name, generation) in listing.taken:
+        # Refused before anything is reported: the condition names it, every retry alike.
+        raise StateNameTakenError(search_name(name, generation))
     refused = refusal_message(name, listing)
     _report_refused(workflow, refused)
     states = listing.states
