@@ -100,6 +100,7 @@ def time_bindings(
                     int(inflight.gate_slots[inflight.slot, 1]) + 1 + k,
                     gate.GATE_WAITING,
                     time.time_ns() + int(rng.uniform(0, deadlines_s * 1e9)),
+                    time.time_ns(),
                 )
             for stage, names in enumerate(RAG_SIM_STAGE_PARAMS):
                 begin, begin_cpu = time.perf_counter_ns(), time.thread_time_ns()

@@ -1,6 +1,7 @@
 """A client's deadline (the request parameter compass_deadline_ns) as the routers count on it:
-parsed once, never past what int64 holds, clamped to a few SLOs after its take-up, and kept out
-of the gate's shared table where it is already past (docs/serving.md, "The router").
+parsed once, never past what int64 holds, clamped to a few SLOs after its take-up, and at the
+gate counted as an ordinary request's deadline by the requests ahead (docs/serving.md, "The
+router").
 
 One client's deadline feeds what the routers share: the gate's table (the slack of the requests
 waiting behind another, which a request binding ahead of them spares), the arrival ring and
@@ -9,6 +10,7 @@ accurately, or move the schedule every later request is judged against."""
 
 from __future__ import annotations
 
+import math
 import re
 
 DEADLINE_PARAMETER = "compass_deadline_ns"
@@ -60,11 +62,27 @@ def bounded_deadline(deadline_ns: int, taken_up_ns: int, slo_ms: float | None) -
 
 
 def gate_deadline(deadline_ns: int | None, taken_up_ns: int) -> int:
-    """What the gate's table holds for a request (0: no deadline): a deadline already past at
-    take-up holds none, so it never counts as slack that a request ahead must spare."""
-    if deadline_ns is None or deadline_ns <= taken_up_ns:
+    """What the gate's table holds for a request (0: no deadline); one already past at
+    take-up holds 1, long past. The request binding ahead counts it as an ordinary request
+    where the table has an SLO (follower_left_ms); a past one, late whatever serves it, never
+    counts as slack to spare without."""
+    if deadline_ns is None:
         return 0
-    return deadline_ns
+    return deadline_ns if deadline_ns > taken_up_ns else 1
+
+
+def follower_left_ms(deadline_ns: int, queued_ns: int, now_ns: int, slo_ms: float | None) -> float:
+    """What is left, ``now_ns``, of a follower's time as the request binding ahead of it at
+    the gate spares it: as long as an ordinary request queued when it was has (its queueing
+    plus the SLO), whatever deadline its client sent; inf for one the gate holds none for (0).
+    A client's deadline so binds its own request only: a tight one never makes
+    the requests ahead of it hurry onto quicker, less accurate configurations. Without an
+    SLO there is no ordinary deadline: the client's counts."""
+    if not deadline_ns:
+        return math.inf
+    if slo_ms is None:
+        return (deadline_ns - now_ns) / 1e6
+    return (queued_ns - now_ns) / 1e6 + slo_ms
 
 
 def arrival_ns(deadline_ns: int, taken_up_ns: int, slo_ms: float) -> int:

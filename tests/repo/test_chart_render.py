@@ -328,6 +328,8 @@ def test_environment_is_what_operator_settings_reads(monkeypatch: pytest.MonkeyP
         "COMPASS_LEDGER_TEXT_BUDGET_MIB",
         "COMPASS_JOB_ALLOWED_TOLERATIONS",
         "COMPASS_JOB_ALLOWED_NODE_SELECTOR",
+        "COMPASS_JOB_ALLOWED_PRIORITY_CLASSES",
+        "COMPASS_JOB_ALLOWED_RUNTIME_CLASSES",
         "COMPASS_PEERING",
         "COMPASS_PEERING_LIFETIME_SECONDS",
     }
@@ -366,6 +368,8 @@ def test_job_pod_limits_reach_the_operator(monkeypatch: pytest.MonkeyPatch) -> N
         "allowedTolerations": ["nvidia.com/gpu:NoSchedule", "dedicated"],
         "allowedNodeSelector": ["pool=eval", "topology.kubernetes.io/zone=*"],
         "maxResources": {"cpu": 4, "memory": "8Gi", "nvidia.com/gpu": 0},
+        "allowedPriorityClasses": ["batch-low"],
+        "allowedRuntimeClasses": [],
     }
     for name, value in env(render({"jobPods": limited})).items():
         monkeypatch.setenv(name, value)
@@ -373,6 +377,7 @@ def test_job_pod_limits_reach_the_operator(monkeypatch: pytest.MonkeyPatch) -> N
     assert limits.tolerations == ("nvidia.com/gpu:NoSchedule", "dedicated")
     assert limits.node_selector == ("pool=eval", "topology.kubernetes.io/zone=*")
     assert limits.max_resources == {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "0"}
+    assert (limits.priority_classes, limits.runtime_classes) == (("batch-low",), ())
 
 
 def test_digest_pins_the_operator_and_the_jobs_image() -> None:
@@ -812,6 +817,7 @@ def test_peering_objects_follow_the_mode() -> None:
         ({"jobPods": {"allowedTolerations": ["gpu:NoWhere"]}}, "/jobPods/allowedTolerations/0"),
         ({"jobPods": {"allowedNodeSelector": ["pool"]}}, "/jobPods/allowedNodeSelector/0"),
         ({"jobPods": {"maxResources": {"memory": "8GB"}}}, "/jobPods/maxResources/memory"),
+        ({"jobPods": {"allowedPriorityClasses": ["High"]}}, "/jobPods/allowedPriorityClasses/0"),
         ({"jobPods": {"maxGpus": 1}}, "maxGpus"),
     ],
 )

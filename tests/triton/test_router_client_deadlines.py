@@ -1,12 +1,14 @@
 """Client deadlines at the router's gate on a real Triton: one client sending extreme
 compass_deadline_ns values (past, zero, int64's end, 10**30, thousands of digits) gets its own
 requests refused as late or served within bounds, and another client's requests, bound behind
-the same gate by the lag cap on static fastest's shared schedule, are served as before."""
+the same gate by the lag cap on static fastest's shared schedule, are served as before; one
+waiting behind another client's request with a tight deadline does not hurry it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +119,58 @@ def test_one_clients_extreme_deadlines_leave_another_clients_service_as_it_was(
     # Past the schedule the attacker's requests drew (one fastest's turn each).
     time.sleep(len(EXTREMES) * FASTEST_MS / 1000 + 0.5)
     assert _victim(gated) == before, outcomes
+
+
+# Per this table, ACCURATE takes 10 s and FASTEST 1 s of a 60 s SLO (rag-sim serves each in
+# some 0.3 s): alone, a request binds ACCURATE; behind it, a follower with TIGHT_S left as its
+# client sent it (a slack of about 2.7 s, short of ACCURATE's 9 s more) would hurry it.
+NO_CAP_TABLE_MS = (1_000.0, 10_000.0, 60_000.0)
+TIGHT_S = 5.0
+SEND_GAP_S = 0.02
+
+
+def _no_cap_table() -> dict[str, Any]:
+    fastest, accurate, slo = NO_CAP_TABLE_MS
+    return {
+        **_table(),
+        "configs": [
+            {"config": config_key(FASTEST), "accuracy": 0.80, "stage_ms": [0.0, 0.0, fastest]},
+            {"config": config_key(ACCURATE), "accuracy": 0.86, "stage_ms": [0.0, 0.0, accurate]},
+        ],
+        "slo_ms": slo,
+        "lag_share": None,
+    }
+
+
+def _behind_a_blocker(router: TritonRouter, tight: bool) -> tuple[str, str]:
+    """The victim's request (no deadline) queued behind one that holds the pipeline, and one
+    of the attacker's behind it (``tight``: TIGHT_S from now, else none): what each was
+    served on."""
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        blocker = pool.submit(router.infer, {"sample": 99}, ACCURATE)
+        time.sleep(SEND_GAP_S)
+        victim = pool.submit(router.infer, {"sample": 1})
+        time.sleep(SEND_GAP_S)
+        if tight:
+            attacker = pool.submit(_attack, router, time.time_ns() + round(TIGHT_S * 1e9))
+        else:
+            attacker = pool.submit(lambda: router.infer({"sample": 7}).config)
+        blocker.result()
+        return victim.result().config, attacker.result()
+
+
+def test_a_followers_tight_deadline_does_not_hurry_another_clients_request_ahead(
+    gated: TritonRouter,
+) -> None:
+    gated.binding = _no_cap_table()
+    gated.switch(FASTEST)  # the table goes to the routers with a switch
+    try:
+        ordinary = _behind_a_blocker(gated, tight=False)
+        tight = _behind_a_blocker(gated, tight=True)
+    finally:
+        gated.binding = _table()
+        gated.switch(FASTEST)
+    # Behind an ordinary request and behind the tight one alike, the victim binds ACCURATE.
+    assert ordinary[0] == tight[0] == config_key(ACCURATE), (ordinary, tight)
+    # The tight deadline binds its own request: FASTEST is what fits it.
+    assert tight[1] == config_key(FASTEST), tight

@@ -258,6 +258,8 @@ GPU_POOL = JobPodLimits(
     tolerations=("nvidia.com/gpu:NoSchedule", "dedicated"),
     node_selector=("pool=eval", "topology.kubernetes.io/zone=*"),
     max_resources={"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "0"},
+    priority_classes=("batch-low",),
+    runtime_classes=("runc",),
 )
 
 
@@ -283,6 +285,7 @@ def test_job_pods_are_unrestricted_by_default() -> None:
         ("profiling", {"resources": {"requests": {"cpu": "4000m", "memory": "8Gi"}}}),
         ("search", {"resources": {"limits": {"nvidia.com/gpu": 0, "ephemeral-storage": "1Ti"}}}),
         ("search", {"affinity": {"podAntiAffinity": {}}}),
+        ("search", {"priorityClassName": "batch-low", "runtimeClassName": "runc"}),
     ],
 )
 def test_job_pods_within_the_limits_pass(section: str, pod: dict[str, Any]) -> None:
@@ -342,6 +345,18 @@ def test_job_pods_within_the_limits_pass(section: str, pod: dict[str, Any]) -> N
             "spec.search.resources.requests[cpu]",
             "maxResources",
         ),
+        (
+            "search",
+            {"priorityClassName": "tenant-critical"},
+            "spec.search.priorityClassName",
+            "allowedPriorityClasses",
+        ),
+        (
+            "profiling",
+            {"runtimeClassName": "nvidia"},
+            "spec.profiling.runtimeClassName",
+            "allowedRuntimeClasses",
+        ),
     ],
 )
 def test_job_pods_past_the_limits_are_refused_by_field(
@@ -356,9 +371,13 @@ def test_job_pods_past_the_limits_are_refused_by_field(
 
 
 def test_no_limits_allow_nothing() -> None:
-    """[] for tolerations and node labels allows none, not any."""
-    closed = JobPodLimits(tolerations=(), node_selector=())
+    """[] for tolerations, node labels and classes allows none, not any."""
+    closed = JobPodLimits(tolerations=(), node_selector=(), priority_classes=(), runtime_classes=())
     authorize_job_pods(_asking("search"), closed)
+    with pytest.raises(InvalidSpecError, match=r"PriorityClass .*\(none\)"):
+        authorize_job_pods(_asking("search", priorityClassName="low"), closed)
+    with pytest.raises(InvalidSpecError, match=r"RuntimeClass .*\(none\)"):
+        authorize_job_pods(_asking("profiling", runtimeClassName="gvisor"), closed)
     with pytest.raises(InvalidSpecError, match=r"\(none\)"):
         authorize_job_pods(_asking("search", tolerations=[{"key": "a"}]), closed)
     with pytest.raises(InvalidSpecError, match=r"\(none\)"):

@@ -37,7 +37,11 @@ from compass.controllers.ledgerchunks import (
     encode,
     ledger_text,
 )
-from compass.controllers.workflow_state import stored_states
+from compass.controllers.workflow_state import (
+    refusal_message,
+    state_recogniser,
+    stored_states,
+)
 from compass.examples import build_replay_ledger, load_rag_paper
 from compass_dev.scenarios import RAG_CORNER_SPACE
 
@@ -150,6 +154,32 @@ def test_a_seeded_ledger_too_large_for_the_state_goes_to_chunk_config_maps() -> 
     assert generation == 2
     assert stored.data[LEDGER_KEY] == text
     assert stored.names == ("rag-search-g2", *(c["metadata"]["name"] for c in chunks))
+
+
+def _named(name: str, uid: str, generation: int) -> dict[str, Any]:
+    labels = {"compass.io/generation": str(generation)}
+    return {"metadata": {"name": name, "uid": uid, "labels": labels}}
+
+
+def test_a_state_is_the_operators_by_the_uid_it_recorded_not_by_its_name() -> None:
+    mine = state_recogniser("rag-search-g1", "uid-1", created={"uid-made-here"})
+    own = _named("rag-search-g1", "uid-1", 1)
+    forged_next = _named("rag-search-g2", "uid-tenant", 2)
+    made_here = _named("rag-search-g3", "uid-made-here", 3)
+    generation = lambda item: int(item["metadata"]["labels"]["compass.io/generation"])  # noqa: E731
+    listing = stored_states(
+        [own, forged_next, made_here], "rag", generation, read=1, operators=mine
+    )
+    assert sorted(listing.states) == [1, 3]
+    assert listing.states[1].uid == "uid-1"
+    assert listing.taken == ("rag-search-g2",)
+    message = refusal_message("rag", listing)
+    assert message is not None
+    assert "ConfigMaps rag-search-g2 carry the names" in message
+    # The recorded name alone is proof only for a status written before uids were recorded.
+    assert not mine(_named("rag-search-g1", "uid-other", 1))
+    assert state_recogniser("rag-search-g1", None, created=())(own)
+    assert not state_recogniser("rag-search-g1", None, created=())(forged_next)
 
 
 # ---------------------------------------------------------------------------- appending

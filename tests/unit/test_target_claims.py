@@ -3,12 +3,15 @@ oldest acts (creationTimestamp, then name); the others say which holds it and sw
 
 from __future__ import annotations
 
+import random
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from compass.api.paretopolicy_status import ConditionType
 from compass.controllers import policy_conditions
+from compass.controllers.claims import OldestClaims
 from compass.controllers.endpoints import SliceEntry
 from compass.controllers.policy_decisions import (
     Claim,
@@ -217,3 +220,68 @@ def test_a_services_pods_are_the_service_and_a_forged_slice_aliases_nothing() ->
     assert claim_keys(("service", "tb", "copy"), slices, pods_at, access) == {
         ("service", "tb", "copy")
     }
+
+
+class _Store:
+    """A kopf index store as a tick reads it: the claims under one key; counts full reads."""
+
+    def __init__(self) -> None:
+        self.items: dict[tuple[str, str], Claim] = {}
+        self.scans = 0
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[Claim]:
+        self.scans += 1
+        return iter(self.items.values())
+
+    def __contains__(self, claim: object) -> bool:
+        return claim in self.items.values()
+
+
+def _claim(index: int) -> Claim:
+    return Claim(f"2026-01-01T00:{index // 60:02d}:{index % 60:02d}Z", f"p{index}", "a")
+
+
+def test_a_thousand_policies_on_one_router_read_the_oldest_claim_without_a_scan_each() -> None:
+    oldest, store, key = OldestClaims(), _Store(), ("endpoint", "10.0.0.1", "8001")
+    for index in range(1000):
+        store.items[("a", f"p{index}")] = _claim(index)
+        oldest.noted(("a", f"p{index}"), key, _claim(index))
+    # Every policy's tick of a round: one scan in all, the same answer as comparing them all.
+    assert {oldest.oldest(key, store) for _ in range(1000)} == {_claim(0)}
+    assert store.scans == 1
+    # Routine status writes call the index function with the same answer: still no scan.
+    oldest.noted(("a", "p5"), key, _claim(5))
+    assert oldest.oldest(key, store) == _claim(0)
+    assert store.scans == 1
+    # Deleted outright (kopf discards it without the index function): the next is the oldest.
+    del store.items[("a", "p0")]
+    assert oldest.oldest(key, store) == _claim(1)
+    # Deleted and another added at once (the size unchanged): the add was noted.
+    del store.items[("a", "p1")]
+    store.items[("a", "early")] = Claim("2025-12-31T00:00:00Z", "early", "a")
+    oldest.noted(("a", "early"), key, store.items[("a", "early")])
+    assert oldest.oldest(key, store) == store.items[("a", "early")]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_cached_oldest_claim_is_always_the_oldest_of_the_store(seed: int) -> None:
+    rng, oldest = random.Random(seed), OldestClaims()
+    stores = {key: _Store() for key in ("k1", "k2")}
+    for _ in range(2000):
+        who = ("a", f"p{rng.randrange(30)}")
+        for store in stores.values():
+            store.items.pop(who, None)
+        action = rng.random()
+        if action < 0.6:
+            # Added or moved (the index function answers): a new claim under a key.
+            key, claim = rng.choice(list(stores)), _claim(rng.randrange(600))
+            stores[key].items[who] = claim
+            oldest.noted(who, key, claim)
+        elif action < 0.8:
+            oldest.noted(who, None, None)  # being deleted: the index function answers nothing
+        # else: deleted outright, unseen by the index function.
+        for key, store in stores.items():
+            assert oldest.oldest(key, store) == min(store.items.values(), default=None)

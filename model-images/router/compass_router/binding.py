@@ -8,6 +8,7 @@ import time
 from compass_router.state import LateError
 from compass_rules.admission import LATE_MESSAGE
 from compass_rules.binding import allowed_at, bind_stage
+from compass_rules.deadlines import follower_left_ms
 from compass_rules.followers import (
     joint_options,
     joint_spare_ms,
@@ -77,8 +78,8 @@ class LazyConfig(dict):
             if self.gated:
                 now = time.time_ns()
                 behind = [
-                    (deadline - now) / 1e6 if deadline else float("inf")
-                    for deadline in self.inflight.gate_followers()
+                    follower_left_ms(deadline, queued, now, table["slo_ms"])
+                    for deadline, queued in self.inflight.gate_followers(queued=True)
                 ]
             else:
                 behind = polled_followers_left_ms(self.followers, left_ms)

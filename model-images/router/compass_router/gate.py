@@ -23,10 +23,10 @@ RATE_WINDOW_S = 2.0
 _RING_AT = INFLIGHT_SLOTS * _SLOT.size
 # After the ring: the gate (compass_pipeline_slots): the last ticket given and a count of the
 # moves that may let a waiter pass (a request left, a dead one cleared), then per slot (the same
-# slot as the in-flight table's) its owner's pid, its request's ticket, its state at the gate
-# and its deadline (ns since the epoch; 0: none).
+# slot as the in-flight table's) its owner's pid, its request's ticket, its state at the gate,
+# its deadline (ns since the epoch; 0: none) and when it was queued (ns since the epoch).
 _GATE_AT = _RING_AT + (DISPATCH_RING + 1) * 8
-_GATE_FIELDS = 4
+_GATE_FIELDS = 5
 GATE_FREE, GATE_WAITING, GATE_RUNNING = 0, 1, 2
 # After the gate: the pod's last poll of Triton's pending count (PendingPoller): when (monotonic
 # ns, which every process of the host shares; 0: none or failed), the count, and the take-ups
@@ -74,7 +74,7 @@ class Inflight:
             self.gate = np.frombuffer(
                 self.table, dtype=np.int64, count=2 + INFLIGHT_SLOTS * _GATE_FIELDS, offset=_GATE_AT
             )
-            # Per slot: pid, ticket, state, deadline ns (one row each).
+            # Per slot: pid, ticket, state, deadline ns, queued ns (one row each).
             self.gate_slots = self.gate[2:].reshape(INFLIGHT_SLOTS, _GATE_FIELDS)
             self.polled = np.frombuffer(
                 self.table, dtype=np.int64, count=_POLL_FIELDS, offset=_POLL_AT
@@ -138,7 +138,7 @@ class Inflight:
             raise ValueError(f"binding: more than {INFLIGHT_SLOTS} router instances")
         _SLOT.pack_into(self.table, free * _SLOT.size, pid, -1, 0, 0.0)
         # A gone process's place at the gate goes with its slot.
-        self.gate_slots[free] = (pid, 0, GATE_FREE, 0)
+        self.gate_slots[free] = (pid, 0, GATE_FREE, 0, 0)
         self.gate[1] += 1
         return free
 
@@ -167,6 +167,7 @@ class Inflight:
             ticket = int(self.gate[0]) + 1
             self.gate[0] = ticket
             entry[0], entry[1], entry[3] = os.getpid(), ticket, int(deadline_ns or 0)
+            entry[4] = time.time_ns()
             # The state last: a reader that sees it waiting sees its ticket.
             entry[2] = GATE_WAITING
         return ticket, start
@@ -223,14 +224,17 @@ class Inflight:
                     self.gate_slots[slot, 2] = GATE_FREE
                     self.gate[1] += 1
 
-    def gate_followers(self):
+    def gate_followers(self, queued=False):
         """The deadlines (ns since the epoch, 0 none) of the requests waiting at the gate
-        behind this instance's, in arrival order."""
+        behind this instance's, in arrival order; with ``queued``, (deadline, queued ns) each."""
         rows = self.gate_slots
         behind = (rows[:, 2] == GATE_WAITING) & (rows[:, 1] > rows[self.slot, 1])
         behind[self.slot] = False
         waiting = rows[behind]
-        return waiting[np.argsort(waiting[:, 1]), 3].tolist()
+        ordered = waiting[np.argsort(waiting[:, 1])]
+        if queued:
+            return [(int(d), int(q)) for d, q in ordered[:, 3:5].tolist()]
+        return ordered[:, 3].tolist()
 
     def leave_gate(self):
         """This instance's request left the pipeline (served, failed or refused)."""

@@ -589,6 +589,12 @@ class CompoundWorkflowStatus(CamelModel):
     ledger_config_map: str | None = Field(
         default=None, description="ConfigMap holding the search ledger (the checkpoint)."
     )
+    ledger_config_map_uid: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The uid the API server gave the state ConfigMap when the operator created "
+        "it: a ConfigMap of that name with another uid (made by someone else) is never read.",
+    )
     policy: str | None = Field(default=None, description="Name of the generated ParetoPolicy.")
     planned_policy: dict[str, Any] | None = Field(
         default=None,

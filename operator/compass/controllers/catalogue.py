@@ -75,6 +75,7 @@ EVENTS: tuple[EventEntry, ...] = (
     EventEntry(
         W, "LedgerRefused", "Warning", "a state's ledger passes what it can record: dropped"
     ),
+    EventEntry(W, "StateNameTaken", "Warning", "another's ConfigMap holds the state's name"),
 )
 
 _PR, _PM, _PD, _PP, _PS, _PB = (
@@ -153,4 +154,5 @@ CONDITIONS: tuple[ConditionEntry, ...] = (
     ConditionEntry(W, _WY, "False", "PolicyCrdMissing", "the ParetoPolicy CRD is not installed"),
     ConditionEntry(W, _WY, "False", "AwaitingReview", "autoApply false: not applied"),
     ConditionEntry(W, _WL, "False", "StateRefused", "state ConfigMaps not read, named; not kept"),
+    ConditionEntry(W, _WL, "False", "StateNameTaken", "another's ConfigMap holds the state's name"),
 )

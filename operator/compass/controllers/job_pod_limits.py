@@ -1,8 +1,10 @@
 """What a CompoundWorkflow may ask for its Jobs' pods: the chart's limits on tolerations, node
-selectors and resources, and the pure check that refuses a spec past them.
+selectors, resources, priority and runtime classes, and the pure check that refuses a spec
+past them.
 
 Whoever may write a workflow gets pods run for them; the operator's administrator bounds where
-those pods may land (the tainted GPU pool, a team's nodes) and how much one may hold. A spec
+those pods may land (the tainted GPU pool, a team's nodes), how much one may hold, whom it may
+preempt (a PriorityClass) and what runs it (a RuntimeClass: a GPU or unsandboxed runtime). A spec
 past a limit is refused (SpecValid False, JobPodNotAllowed) naming the field and the limit, and
 no Job is made. The rules: docs/operations.md, "What a workflow's Jobs may ask for".
 """
@@ -37,11 +39,14 @@ def quantity(text: str | int) -> Decimal:
 class JobPodLimits:
     """The settings' limits (default: none). Tolerations: ``*``, ``KEY`` (any effect) or
     ``KEY:EFFECT``; node selectors: ``*``, ``KEY=*`` or ``KEY=VALUE``; max resources: a
-    quantity per resource name, for every request and limit of one Job's pod."""
+    quantity per resource name, for every request and limit of one Job's pod; priority and
+    runtime classes: names, or ``*`` (a pod that names none always may)."""
 
     tolerations: tuple[str, ...] = (ANY,)
     node_selector: tuple[str, ...] = (ANY,)
     max_resources: Mapping[str, str] = field(default_factory=dict)
+    priority_classes: tuple[str, ...] = (ANY,)
+    runtime_classes: tuple[str, ...] = (ANY,)
 
     def toleration_allowed(self, toleration: Toleration) -> bool:
         """Whether a listed entry covers every taint this toleration tolerates."""
@@ -75,12 +80,23 @@ def _refuse(field_name: str, what: str, setting: str) -> InvalidSpecError:
 
 def authorize_job_pods(spec: CompoundWorkflowSpec, limits: JobPodLimits) -> None:
     """InvalidSpecError (JobPodNotAllowed) naming the field and the limit when the search or
-    profiling pod asks for a toleration, node label, affinity or resource past the settings."""
+    profiling pod asks for a toleration, node label, affinity, resource, priority class or
+    runtime class past the settings."""
     for name, section in (("search", spec.search), ("profiling", spec.profiling)):
         _authorize_section(f"spec.{name}", section, limits)
 
 
 def _authorize_section(path: str, section: JobPod, limits: JobPodLimits) -> None:
+    for field_name, named, allowed, setting in (
+        ("priorityClassName", section.priority_class_name, limits.priority_classes, "Priority"),
+        ("runtimeClassName", section.runtime_class_name, limits.runtime_classes, "Runtime"),
+    ):
+        if named is not None and ANY not in allowed and named not in allowed:
+            raise _refuse(
+                f"{path}.{field_name}",
+                f"{named} is not a {setting}Class the operator allows Jobs ({_listed(allowed)})",
+                f"allowed{setting}Classes",
+            )
     for index, toleration in enumerate(section.tolerations):
         if not limits.toleration_allowed(toleration):
             shown = f"{toleration.key}:{toleration.effect or 'any effect'}"

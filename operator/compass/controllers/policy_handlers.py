@@ -24,6 +24,7 @@ from compass.api.meta import GROUP, POLICY_KIND, POLICY_PLURAL, VERSION
 from compass.api.paretopolicy import PolicyMode
 from compass.api.paretopolicy_status import RoutingStatus
 from compass.controllers import metricsauth
+from compass.controllers.claims import OldestClaims
 from compass.controllers.endpoints import (
     SERVICE_NAME_LABEL,
     PortError,
@@ -147,9 +148,10 @@ def policy_claims(
 ) -> dict[tuple[str, str, str], Claim]:
     """Every policy's claim on its routing target, by target (one key however it is spelled):
     one acts on each (the oldest)."""
-    access = runtime_of(memo).settings.target_access()
-    key = target_key(namespace or "", body.get("spec") or {}, access)
+    runtime = runtime_of(memo)
+    key = target_key(namespace or "", body.get("spec") or {}, runtime.settings.target_access())
     claim = claim_of(body)
+    runtime.oldest_claims.noted(names_of(body), key, claim)
     return {} if key is None or claim is None else {key: claim}
 
 
@@ -300,7 +302,9 @@ def _tick(
     if compiled is None or not decision_due(memory.last_tick, now, compiled.spec.interval_seconds):
         return False
     memory.last_tick = now
-    holder = _claimant(body, Indexes(slices, pods, claims), runtime.settings.target_access())
+    holder = _claimant(
+        body, Indexes(slices, pods, claims), runtime.settings.target_access(), runtime.oldest_claims
+    )
     if holder is not None:
         health = Health(
             claimed_by=holder.shown(names_of(body)[0]),
@@ -550,9 +554,12 @@ def _endpoints(
     return found
 
 
-def _claimant(body: kopf.Body, indexes: Indexes, access: TargetAccess) -> Claim | None:
+def _claimant(
+    body: kopf.Body, indexes: Indexes, access: TargetAccess, oldest: OldestClaims
+) -> Claim | None:
     """The older policy acting on this one's routing target (under any key it is held by:
-    a Service's Pods are the Service); None if this one acts."""
+    a Service's Pods are the Service); None if this one acts. Each key's oldest claim is
+    ``oldest``'s, the same whatever the order its claims are read in."""
     namespace, _ = names_of(body)
     key = target_key(namespace, body.get("spec") or {}, access)
     mine = claim_of(body)
@@ -561,7 +568,8 @@ def _claimant(body: kopf.Body, indexes: Indexes, access: TargetAccess) -> Claim 
     keys = claim_keys(
         key, indexes.slices, lambda where, ip: set(indexes.pods.get((where, ip), ())), access
     )
-    return claimant([c for each in keys for c in indexes.claims.get(each, ())], mine)
+    firsts = (oldest.oldest(each, indexes.claims.get(each, ())) for each in keys)
+    return claimant([c for c in firsts if c is not None], mine)
 
 
 def _expected_key(

@@ -22,6 +22,7 @@ from prometheus_client.core import Metric
 from compass import __version__
 from compass.api.compoundworkflow import Phase
 from compass.controllers import kubeapi
+from compass.controllers.claims import OldestClaims
 from compass.controllers.collector import Collector
 from compass.controllers.fencing import Fence
 from compass.controllers.ledgerbudget import MIB, LedgerBudget
@@ -432,6 +433,8 @@ class Runtime:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _scheduler: PolicyScheduler | None = field(default=None, repr=False)
     _ledger_budget: LedgerBudget | None = field(default=None, repr=False)
+    # The policies' claims index's oldest claim per target (policy_handlers.policy_claims).
+    oldest_claims: OldestClaims = field(default_factory=OldestClaims, repr=False)
 
     def ledger_budget(self) -> LedgerBudget:
         """The ledger text all workflows' starts may hold inflated at once (the settings')."""

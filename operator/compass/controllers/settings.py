@@ -49,6 +49,16 @@ class OperatorSettings(BaseSettings):
         "value), or * for any; restricted, nodeAffinity and podAffinity are refused too. [] "
         "allows none.",
     )
+    job_allowed_priority_classes: list[str] = Field(
+        default_factory=lambda: [ANY],
+        description="PriorityClasses a workflow's Job pods may name, or * for any; a pod that "
+        "names none is always allowed. [] allows none.",
+    )
+    job_allowed_runtime_classes: list[str] = Field(
+        default_factory=lambda: [ANY],
+        description="RuntimeClasses a workflow's Job pods may name, or * for any; a pod that "
+        "names none is always allowed. [] allows none.",
+    )
     job_max_resources: dict[str, str] = Field(
         default_factory=dict,
         description="The most of each resource (cpu, memory, nvidia.com/gpu: a quantity) one "
@@ -181,6 +191,8 @@ class OperatorSettings(BaseSettings):
             tuple(self.job_allowed_tolerations),
             tuple(self.job_allowed_node_selector),
             dict(self.job_max_resources),
+            tuple(self.job_allowed_priority_classes),
+            tuple(self.job_allowed_runtime_classes),
         )
 
     @field_validator("job_max_resources", mode="before")

@@ -65,11 +65,13 @@ from compass.controllers.workflow_spec import (
     validate_spec,
 )
 from compass.controllers.workflow_state import (
+    StateNameTakenError,
     StoredState,
     StoredStates,
     refusal_message,
     seed_state,
     seedable,
+    state_recogniser,
     state_to_read,
     stored_states,
 )
@@ -81,6 +83,7 @@ from compass.controllers.workflow_status import (
     ledger_refused_status,
     samples_evaluated,
     start_status,
+    state_taken_status,
 )
 from compass.controllers.workflow_steps import (
     Create,
@@ -97,6 +100,8 @@ POLL_INTERVAL_S = OperatorSettings().poll_interval_seconds
 # Attempts of a read-decide-write cycle that lost to a concurrent write before giving up
 # (kopf then retries the handler).
 _WRITE_ATTEMPTS = 5
+# How often a generation whose state's name another ConfigMap holds looks again.
+STATE_TAKEN_RETRY_S = 10
 
 LOG = logging.getLogger(__name__)
 
@@ -242,14 +247,26 @@ def _supersede(api: client.ApiClient, namespace: str, name: str, uid: str, gener
             )
 
 
+# The uids of the state ConfigMaps this process created for a workflow (kopf's memo is one
+# per resource): a start retried after a lost status write finds its own state by them.
+_CREATED_KEY = "compass_created_states"
+
+
+def _created(memo: MutableMapping[str, Any]) -> set[str]:
+    created: set[str] = memo.setdefault(_CREATED_KEY, set())
+    return created
+
+
 def _states(
     api: client.ApiClient,
     workflow: Mapping[str, Any],
-    recorded: str | None,
+    status: CompoundWorkflowStatus,
+    memo: MutableMapping[str, Any],
     limit: int | None = None,
 ) -> StoredStates:
-    """This workflow's state ConfigMaps by generation; only one ledger is read (its own
-    generation's, else the one the status recorded), at most ``limit`` bytes of its text."""
+    """This workflow's state ConfigMaps by generation, those the operator created alone; only
+    one ledger is read (its own generation's, else the one the status recorded), at most
+    ``limit`` bytes of its text."""
     metadata = workflow["metadata"]
     name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
     generation = int(metadata.get("generation", 1))
@@ -259,7 +276,11 @@ def _states(
         core.list_namespaced_config_map, namespace, label_selector=f"{WORKFLOW_LABEL}={name}"
     )
     live = [item for item in _owned(items, uid) if not item["metadata"].get("deletionTimestamp")]
-    read = state_to_read([i["metadata"]["name"] for i in live], name, generation, recorded)
+    recorded = status.ledger_config_map
+    mine = state_recogniser(recorded, status.ledger_config_map_uid, _created(memo))
+    read = state_to_read(
+        [i["metadata"]["name"] for i in live if mine(i)], name, generation, recorded
+    )
 
     def fetch(config_map: str) -> dict[str, Any] | None:
         found: dict[str, Any] | None = kubeapi.read(
@@ -267,7 +288,7 @@ def _states(
         )
         return found
 
-    return stored_states(live, name, _generation_of, read, limit, fetch)
+    return stored_states(live, name, _generation_of, read, limit, fetch, mine)
 
 
 def _report_refused(workflow: Mapping[str, Any], message: str | None) -> None:
@@ -295,21 +316,35 @@ def _create_state(
     api: client.ApiClient,
     workflow: Mapping[str, Any],
     spec: CompoundWorkflowSpec,
+    memo: MutableMapping[str, Any],
     seed: Mapping[str, str] | None = None,
-) -> None:
+) -> str:
     """The state ConfigMap, after its chunks (a Job reads the state first, so the ledger it
-    sees is whole)."""
+    sees is whole); its uid. A name taken by a ConfigMap this process did not create is never
+    adopted: StateNameTakenError naming it."""
     core = client.CoreV1Api(api)
     metadata = workflow["metadata"]
+    created = _created(memo)
+
+    def whose(existing: Mapping[str, Any]) -> str | None:
+        return None if existing["metadata"].get("uid") in created else "was not made by us"
+
     state, *chunks = build_state_config_maps(workflow, spec, seed)
+    made: Mapping[str, Any] = {}
     for body in [*chunks, state]:
-        kubeapi.create_or_adopt(
-            core.create_namespaced_config_map,
-            core.read_namespaced_config_map,
-            metadata["namespace"],
-            body,
-            metadata["uid"],
-        )
+        try:
+            made = kubeapi.create_or_take(
+                core.create_namespaced_config_map,
+                core.read_namespaced_config_map,
+                metadata["namespace"],
+                body,
+                whose,
+            )
+        except kubeapi.OwnedByAnotherError:
+            raise StateNameTakenError(body["metadata"]["name"]) from None
+        created.add(made["metadata"]["uid"])
+    uid: str = made["metadata"]["uid"]
+    return uid
 
 
 def _create_job(
@@ -356,6 +391,27 @@ def _refuse_foreign(
     )
     _post(workflow, WorkflowEvent("Warning", "ForeignJobAccount", message))
     return kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S)
+
+
+def _refuse_taken(
+    api: client.ApiClient,
+    workflow: Mapping[str, Any],
+    status: CompoundWorkflowStatus,
+    generation: int,
+    error: StateNameTakenError,
+    now: str,
+) -> kopf.TemporaryError:
+    """Retry later, with LedgerRead False and a Warning Event naming the ConfigMap that holds
+    the state's name (the status write may lose a race: the retry writes it again)."""
+    metadata = workflow["metadata"]
+    message = str(error)
+    refused = state_taken_status(status, message, generation, now)
+    if refused != status:
+        _write_status(
+            api, metadata["namespace"], metadata["name"], metadata["resourceVersion"], refused
+        )
+        _post(workflow, WorkflowEvent("Warning", "StateNameTaken", message))
+    return kopf.TemporaryError(message, delay=STATE_TAKEN_RETRY_S)
 
 
 def _wait_for_collection(error: kubeapi.OwnedByAnotherError) -> kopf.TemporaryError:
@@ -445,11 +501,15 @@ def _start(
     )
     try:
         with runtime_of(memo).ledger_budget().reserve(limit):
-            new, event, states = _start_state(api, workflow, spec, space_size, status, limit, now)
+            new, event, states = _start_state(
+                api, workflow, spec, space_size, status, memo, limit, now
+            )
             if new.search_job is not None:
                 _create_job(api, workflow, spec, Create.SEARCH_JOB, settings, memo)
     except LedgerBudgetBusyError as error:
         raise kopf.TemporaryError(f"waiting to read the ledger: {error}", delay=5) from None
+    except StateNameTakenError as error:
+        raise _refuse_taken(api, workflow, status, generation, error, now) from None
     except ForeignJobAccessError as error:
         raise _refuse_foreign(workflow, error) from None
     except kubeapi.OwnedByAnotherError as error:
@@ -468,6 +528,7 @@ def _start_state(
     spec: CompoundWorkflowSpec,
     space_size: int,
     status: CompoundWorkflowStatus,
+    memo: MutableMapping[str, Any],
     limit: int,
     now: str,
 ) -> tuple[CompoundWorkflowStatus, WorkflowEvent, dict[int, StoredState]]:
@@ -475,18 +536,23 @@ def _start_state(
     the status it starts with; the states found, to delete the earlier ones."""
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
-    listing = _states(api, workflow, status.ledger_config_map, limit)
+    listing = _states(api, workflow, status, memo, limit)
+    if search_name(name, generation) in listing.taken:
+        # Refused before anything is reported: the condition names it, every retry alike.
+        raise StateNameTakenError(search_name(name, generation))
     refused = refusal_message(name, listing)
     _report_refused(workflow, refused)
     states = listing.states
     if generation not in states:
         seed = seed_state(spec, generation, seedable(states))
-        _create_state(api, workflow, spec, seed.data)
+        _create_state(api, workflow, spec, memo, seed.data)
         del seed  # its ledger is in the ConfigMap now: not held twice while re-reading
         # Re-read: if a racing start made it first, its ledger is what counts.
-        states = _states(api, workflow, status.ledger_config_map, limit).states
-    state = states[generation].data if generation in states else {}
+        states = _states(api, workflow, status, memo, limit).states
+    own = states.get(generation)
+    state = own.data if own is not None else {}
     new, event = start_status(status, name, generation, spec, space_size, state, now)
+    new = new.model_copy(update={"ledger_config_map_uid": own.uid if own else None})
     if refused is not None:
         new = ledger_refused_status(new, refused, generation, now)
     return new, event, states
@@ -553,6 +619,9 @@ def _advance(
     state_map = kubeapi.read(
         core.read_namespaced_config_map, search_name(name, generation), namespace
     )
+    mine = state_recogniser(status.ledger_config_map, status.ledger_config_map_uid, _created(memo))
+    if state_map is not None and not mine(state_map):
+        state_map = None  # another's under the state's name: never read (creating it refuses)
     jobs = {
         job["metadata"]["name"]: job_view(job)
         for job in _jobs(api, namespace, name, uid)
@@ -586,7 +655,9 @@ def _advance(
     try:
         for which in step.create:
             if which is Create.STATE:
-                _create_state(api, workflow, spec)
+                made = _create_state(api, workflow, spec, memo)
+                if new is not None:
+                    new = new.model_copy(update={"ledger_config_map_uid": made})
             else:
                 _create_job(api, workflow, spec, which, settings, memo)
         if not step.create and current is not None and current.running and state_map:
@@ -595,6 +666,8 @@ def _advance(
         raise _refuse_foreign(workflow, error) from None
     except kubeapi.OwnedByAnotherError as error:
         raise _wait_for_collection(error) from None
+    except StateNameTakenError as error:
+        raise _refuse_taken(api, workflow, status, generation, error, _now()) from None
     if step.policy_spec is not None:
         applied = _apply_policy(api, workflow, generation, step.policy_spec)
         if applied.action is PolicyAction.BLOCKED:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,16 +97,31 @@ class StoredState:
     names: tuple[str, ...]
     refused: str | None = None
     read: bool = True
+    uid: str | None = None
 
 
 @dataclass(frozen=True)
 class StoredStates:
-    """A workflow's state ConfigMaps by generation, and the names of the ConfigMaps that carry
-    its labels but not a name the operator gives its states (made by someone else: never
-    read, never deleted)."""
+    """A workflow's state ConfigMaps by generation, the names of the ConfigMaps that carry
+    its labels but not a name the operator gives its states, and of those that carry such a
+    name but were not created by the operator (``taken``); both made by someone else: never
+    read, never deleted."""
 
     states: dict[int, StoredState]
     foreign: tuple[str, ...] = ()
+    taken: tuple[str, ...] = ()
+
+
+class StateNameTakenError(Exception):
+    """A ConfigMap the operator did not create holds the name of a state it must create."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"ConfigMap {name} has the name of this generation's state but the operator did "
+            "not create it: it is not read or written over, and the generation waits; delete "
+            "it and the operator creates its own"
+        )
+        self.name = name
 
 
 def _chunk_index(name: str, state: str) -> int | None:
@@ -126,6 +141,7 @@ def stored_states(
     read: int | None,
     limit: int | None = None,
     fetch: Callable[[str], Mapping[str, Any] | None] | None = None,
+    operators: Callable[[Mapping[str, Any]], bool] | None = None,
 ) -> StoredStates:
     """A workflow's state ConfigMaps by generation, each joined with its chunk ConfigMaps.
 
@@ -134,17 +150,23 @@ def stored_states(
     is foreign. Only generation ``read``'s ledger is inflated, and refused once its text passes
     ``limit`` (ledgerchunks.text_limit): whatever a tenant creates, one ledger's bound is what
     reading costs. ``fetch`` reads a ConfigMap whole by name when ``items`` are their metadata
-    alone (kubeapi.list_metadata): then only the read state's are, until they pass the limit."""
+    alone (kubeapi.list_metadata): then only the read state's are, until they pass the limit.
+    ``operators`` says whether the operator created a ConfigMap of a state's name (its uid is one the
+    operator recorded): one it did not is ``taken``, and its chunks are foreign."""
     # Chunks whose state is gone are left to the garbage collector (they go with the workflow).
     chunks: dict[str, list[Mapping[str, Any]]] = {}
     states: dict[str, Mapping[str, Any]] = {}
     candidates = []
     foreign = []
+    taken = []
     for item in items:
         name = item["metadata"]["name"]
         of = (item["metadata"].get("labels") or {}).get(CHUNK_OF_LABEL)
         if of is None and name == search_name(workflow, generation_of(item)):
-            states[name] = item
+            if operators is None or operators(item):
+                states[name] = item
+            else:
+                taken.append(name)
         elif of is not None and _chunk_index(name, of) is not None:
             candidates.append((of, item))
         else:
@@ -159,8 +181,9 @@ def stored_states(
         generation = generation_of(state)
         mine = chunks.get(name, [])
         names = (name, *sorted(c["metadata"]["name"] for c in mine))
+        uid = state["metadata"].get("uid")
         if generation != read:
-            found[generation] = StoredState({}, names, read=False)
+            found[generation] = StoredState({}, names, read=False, uid=uid)
             continue
         objects, too_large = [state, *mine], None
         if fetch is not None:
@@ -172,10 +195,10 @@ def stored_states(
                 raise LedgerTooLargeError(too_large)
             data[LEDGER_KEY] = ledger_text(objects, limit)
         except LedgerTooLargeError as error:
-            found[generation] = StoredState(data, names, refused=str(error))
+            found[generation] = StoredState(data, names, refused=str(error), uid=uid)
             continue
-        found[generation] = StoredState(data, names)
-    return StoredStates(found, tuple(sorted(foreign)))
+        found[generation] = StoredState(data, names, uid=uid)
+    return StoredStates(found, tuple(sorted(foreign)), tuple(sorted(taken)))
 
 
 # What a state's own keys (its spec, result, profiles) may add to its ledger's bytes.
@@ -199,6 +222,24 @@ def _fetched(
         if limit is not None and stored > limit + _STATE_ROOM:
             return objects[:1], f"{name}: its ConfigMaps store more than {limit:,} bytes"
     return objects, None
+
+
+def state_recogniser(
+    recorded: str | None, recorded_uid: str | None, created: Collection[str]
+) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether a ConfigMap of a state's name is the operator's: its uid is the one the status
+    recorded, or one this process created (a start retried after a lost status write). The
+    name alone is no proof (a tenant may make the next generation's first), save for the state
+    a status written before uids were recorded names."""
+
+    def mine(item: Mapping[str, Any]) -> bool:
+        metadata = item["metadata"]
+        uid = metadata.get("uid")
+        if uid is not None and (uid in created or uid == recorded_uid):
+            return True
+        return recorded_uid is None and recorded is not None and metadata["name"] == recorded
+
+    return mine
 
 
 def state_to_read(
@@ -232,6 +273,12 @@ def refusal_message(workflow: str, listing: StoredStates) -> str | None:
             f"ConfigMaps {shown}{more} carry this workflow's labels but not the names the "
             f"operator gives its states ({search_name(workflow, 1)} and its -c<N> chunks, one "
             "generation each): not read; delete them"
+        )
+    if listing.taken:
+        parts.append(
+            f"ConfigMaps {', '.join(listing.taken[:5])} carry the names of this workflow's "
+            "states but the operator did not create them (their uids are not the ones it "
+            "recorded): not read; delete them"
         )
     return "; ".join(parts) or None
 

@@ -131,6 +131,18 @@ def ledger_refused_status(
     )
 
 
+def state_taken_status(
+    status: CompoundWorkflowStatus, message: str, generation: int, now: str
+) -> CompoundWorkflowStatus:
+    """The status with LedgerRead=False: another's ConfigMap holds the state's name."""
+    condition = workflow_condition(
+        WorkflowConditionType.LEDGER_READ, "False", "StateNameTaken", message, generation
+    )
+    return status.model_copy(
+        update={"conditions": set_condition(status.conditions, condition, now)}
+    )
+
+
 def start_status(
     previous: CompoundWorkflowStatus,
     workflow: str,
