@@ -266,6 +266,15 @@ def test_a_thousand_policies_on_one_router_read_the_oldest_claim_without_a_scan_
     assert oldest.oldest(key, store) == store.items[("a", "early")]
 
 
+def test_deleted_policies_leave_nothing_behind_in_the_cache() -> None:
+    oldest, key = OldestClaims(), ("service", "ns", "triton")
+    for index in range(1000):
+        oldest.noted(("a", f"p{index}"), key, _claim(index))
+    for index in range(1000):
+        oldest.forget(("a", f"p{index}"))
+    assert len(oldest) == 0
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_the_cached_oldest_claim_is_always_the_oldest_of_the_store(seed: int) -> None:
     rng, oldest = random.Random(seed), OldestClaims()
@@ -282,6 +291,7 @@ def test_the_cached_oldest_claim_is_always_the_oldest_of_the_store(seed: int) ->
             oldest.noted(who, key, claim)
         elif action < 0.8:
             oldest.noted(who, None, None)  # being deleted: the index function answers nothing
-        # else: deleted outright, unseen by the index function.
+        else:
+            oldest.forget(who)  # deleted: the watch's DELETED event, not the index function
         for key, store in stores.items():
             assert oldest.oldest(key, store) == min(store.items.values(), default=None)

@@ -31,6 +31,17 @@ class OldestClaims:
                 self._seen[policy] = (key, claim)
                 self._changes += 1
 
+    def __len__(self) -> int:
+        """How many policies' answers it holds."""
+        with self._lock:
+            return len(self._seen)
+
+    def forget(self, policy: Hashable) -> None:
+        """A deleted policy: its last answer goes (its claim went from kopf's index with it)."""
+        with self._lock:
+            if self._seen.pop(policy, None) is not None:
+                self._changes += 1
+
     def oldest(self, key: Hashable, claims: Collection[Claim]) -> Claim | None:
         """The oldest of ``claims``, kopf's store under ``key`` (None: none)."""
         with self._lock:

@@ -247,7 +247,9 @@ def forget_deleted_policy(
     """A deleted policy's series go with it (watched, not a finalizer: nothing can block the
     delete); a tick still in flight sets none of them again."""
     if type == "DELETED" and name:
-        runtime_of(memo).metrics.forget_policy(namespace or "", name, uid or "")
+        runtime = runtime_of(memo)
+        runtime.metrics.forget_policy(namespace or "", name, uid or "")
+        runtime.oldest_claims.forget((namespace or "", name))
 
 
 def _fenced(
