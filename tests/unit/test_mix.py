@@ -12,8 +12,8 @@ from compass.domain.arrivals import make_pattern, make_scenario
 from compass.domain.mix import (
     WEIGHT_STEPS,
     Mix,
-    drawn_member,
     SmoothWeighting,
+    drawn_member,
     mix_weighting,
     most_accurate,
     quantize_weight,

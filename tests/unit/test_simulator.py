@@ -568,7 +568,8 @@ def test_the_gateway_fixes_a_requests_member_at_arrival_the_routers_at_take_up()
     assert queued.sum() > 5
     assert set(drawn.configs[queued].tolist()) == {1}
     late = (scenario.arrivals_s < 30.0) & (dealt.starts_s > 30.5)
-    assert late.sum() > 5 and set(dealt.configs[late].tolist()) == {0}
+    assert late.sum() > 5
+    assert set(dealt.configs[late].tolist()) == {0}
 
 
 def test_a_binding_rule_has_no_mix_for_the_gateway_to_draw() -> None:
