@@ -8,6 +8,10 @@ against static fastest's, the policy's share of the oracle's accuracy gain (capp
 issue 59's floors: >= 90% on average, >= 50% in each window where the oracle gains >= 10% of the
 fastest-to-accurate gap, compliance >= static fastest - 1.0 in each.
 
+The gateway variants serve each front member as its own model variant behind one llm-d
+InferencePool: the whole-workflow strategy's mix written as InferenceModelRewrite weights, each
+request's member drawn by weight as the endpoint picker draws it (no admission: it has none).
+
     .venv/bin/python bench/serving_default.py [--slo-ms 1000] [--variants default,workflow]
 """
 
@@ -17,7 +21,7 @@ import argparse
 import json
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,13 @@ SLACK_BUFFER_MS = 50.0
 SHARE_MEAN, SHARE_CELL, GAINFUL, COMPLIANCE_SLACK = 90.0, 50.0, 0.10, 1.0
 # "At static fastest's compliance", as the README's chooser counts windows.
 KEPT_POINTS = 0.5
+# llm-d's gateway as the actuator: the front's members as the targets of one rewrite rule.
+GATEWAY = {
+    "actuator": "inferenceModelRewrite",
+    "modelRewrite": {"name": "rag", "poolRef": {"name": "rag-pool"}, "model": "rag"},
+}
+# The front parameter that names each member's model behind the gateway.
+MODEL_PARAMETER = "model"
 # The serving each variant asks for, as ParetoPolicy spec fields (default: what `compass plan`
 # writes with no serving flag).
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -71,13 +82,29 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "strategy": "predictive",
         "admission": {"enabled": True},
     },
+    "split": {"binding": {"mode": "workflow"}, "strategy": "split"},
+    # The same strategies through the gateway's weighted draw per request.
+    "gateway-elastico": {
+        "binding": {"mode": "workflow"},
+        "admission": {"enabled": False},
+        "routing": GATEWAY,
+    },
+    "gateway-split": {
+        "binding": {"mode": "workflow"},
+        "strategy": "split",
+        "admission": {"enabled": False},
+        "routing": GATEWAY,
+    },
 }
 
 
-@lru_cache(maxsize=1)
-def profiles(path: str) -> tuple[LatencyProfile, ...]:
-    """The profiles the plan is made from."""
-    return parse_profiles(json.loads(Path(path).read_text(encoding="utf-8")))
+@lru_cache(maxsize=2)
+def profiles(path: str, gateway: bool = False) -> tuple[LatencyProfile, ...]:
+    """The profiles the plan is made from; behind the gateway, each names its own model."""
+    read = parse_profiles(json.loads(Path(path).read_text(encoding="utf-8")))
+    if not gateway:
+        return read
+    return tuple(replace(p, config={**p.config, MODEL_PARAMETER: p.name}) for p in read)
 
 
 @dataclass(frozen=True)
@@ -92,10 +119,14 @@ class Cell:
 
 
 def spec_of(cell: Cell) -> ParetoPolicySpec:
-    """The policy `compass plan` writes, with the variant's serving."""
-    plan = plan_from_profiles(profiles(cell.profiles), Slo(cell.slo_ms), SLACK_BUFFER_MS)
-    serving = ServingSettings.model_validate(VARIANTS[cell.variant])
-    return spec_for_plan(plan, serving=serving)
+    """The policy `compass plan` writes, with the variant's serving (and actuator)."""
+    fields = dict(VARIANTS[cell.variant])
+    routing = fields.pop("routing", None)
+    plan = plan_from_profiles(
+        profiles(cell.profiles, routing is not None), Slo(cell.slo_ms), SLACK_BUFFER_MS
+    )
+    serving = ServingSettings.model_validate(fields)
+    return spec_for_plan(plan, serving=serving, **({} if routing is None else {"routing": routing}))
 
 
 def run(cell: Cell) -> tuple[Cell, dict[str, tuple[float, float]]]:

@@ -265,4 +265,6 @@ def serving_summary(spec: ParetoPolicySpec) -> str:
         )
     else:
         what = f"the whole workflow switched by {spec.strategy.value}"
+    if spec.routing is not None and spec.routing.model_rewrite is not None:
+        what += ", through the llm-d gateway (each request's model drawn by weight)"
     return what + (", admission on" if spec.admits else "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from compass.api.gateway import ActuatorType
 from compass.api.meta import API_VERSION, POLICY_KIND
 from compass.api.paretopolicy import (
     CapacitySpec,
@@ -32,6 +33,7 @@ from compass.domain.binding import (
 from compass.domain.boundpod import ROUTER_POLL_S, BindingRule, RateView
 from compass.domain.capacity import CapacityCurve, parse_curve
 from compass.domain.elastico import ElasticoSettings
+from compass.domain.mix import Dealing
 from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.podmodel import PodModel
 from compass.domain.profiles import LatencyProfile
@@ -244,6 +246,15 @@ def binding_rule(
     )
 
 
+def mix_dealing(spec: ParetoPolicySpec) -> Dealing:
+    """How the spec's actuator deals a mix: the routers' round-robin, or llm-d's endpoint
+    picker's weighted draw per request (routing.actuator inferenceModelRewrite)."""
+    gateway = spec.routing is not None and (
+        spec.routing.actuator is ActuatorType.INFERENCE_MODEL_REWRITE
+    )
+    return Dealing.DRAW if gateway else Dealing.ROUND_ROBIN
+
+
 def admission_rule(spec: ParetoPolicySpec) -> Admission:
     """The admission rule this spec's settings describe, judged at dispatch as the routers judge
     (whether or not it is enabled: ``compass simulate --admission`` runs it anyway)."""
@@ -336,7 +347,7 @@ def simulate_serving(
     """The spec served on the scenario as its routers and operator would serve it: each request
     bound by the routers' table behind their gate (per-request binding), else the strategy
     switching the whole workflow (with ``admission``, else the spec's own, and ``pod_model`` for
-    its pods)."""
+    its pods), its mixes dealt as its actuator deals them (mix_dealing)."""
     chosen = policy_plan(spec) if plan is None else plan
     table = binding_table(spec, chosen)
     gate = spec.binding.gate
@@ -363,4 +374,5 @@ def simulate_serving(
         ),
         admission=admission if table is None else None,
         metrics_view=metrics_view,
+        dealing=mix_dealing(spec),
     )

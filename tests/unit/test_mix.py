@@ -1,4 +1,5 @@
-"""The split strategy's mix: weights on a grid, dealt exactly by smooth weighted round-robin."""
+"""The split strategy's mix: weights on a grid, dealt exactly by smooth weighted round-robin, or
+drawn per request by weight as llm-d's endpoint picker draws it."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
+from compass.domain.arrivals import make_pattern, make_scenario
 from compass.domain.mix import (
     WEIGHT_STEPS,
     Mix,
     SmoothWeighting,
+    drawn_member,
     mix_weighting,
     most_accurate,
     quantize_weight,
@@ -77,3 +80,35 @@ def test_most_accurate_bisects_to_the_last_feasible_position() -> None:
     assert len(looked) <= 8
     assert most_accurate(positions, below(3.0)) == positions[-1]
     assert most_accurate(positions, below(-1.0)) == positions[0]
+
+
+def draws_of(mix: Mix, seed: int) -> list[int]:
+    """The member each request of a seeded scenario (about 3000 requests) is drawn to."""
+    scenario = make_scenario(make_pattern("constant", 30.0, 100.0), seed)
+    return [drawn_member(mix, float(u)) for u in scenario.member_draws()]
+
+
+@pytest.mark.parametrize("weight", [0.05, 0.3, 0.5, 0.85])
+def test_a_weighted_draw_holds_the_mix_within_sampling_bounds(weight: float) -> None:
+    drawn = draws_of(Mix(0, 1, weight), seed=3)
+    n = len(drawn)
+    share = drawn.count(1) / n
+    # Four standard errors of a binomial share: a draw that ignored the weight fails.
+    assert abs(share - weight) <= 4 * (weight * (1 - weight) / n) ** 0.5
+    assert set(drawn) == {0, 1}
+
+
+def test_a_weighted_draw_is_the_same_for_a_seed_and_another_for_another_seed() -> None:
+    mix = Mix(2, 3, 0.4)
+    assert draws_of(mix, seed=7) == draws_of(mix, seed=7)
+    assert draws_of(mix, seed=7) != draws_of(mix, seed=8)
+
+
+def test_a_weighted_draw_never_sends_a_request_to_a_member_of_share_zero() -> None:
+    # 100/0 either way round: the member with no weight is never drawn, however the draws fall.
+    assert set(draws_of(Mix(0, 1, 0.0), seed=1)) == {0}
+    assert set(draws_of(Mix(0, 1, 1.0), seed=1)) == {1}
+    assert drawn_member(Mix(0, 1, 0.05), 0.0) == 1
+    assert drawn_member(Mix(0, 1, 0.05), 0.999999) == 0
+    with pytest.raises(ValueError, match=r"draw 1.0 is not in \[0, 1\)"):
+        drawn_member(Mix(0, 1, 0.5), 1.0)

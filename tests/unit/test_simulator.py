@@ -23,8 +23,10 @@ from compass.domain.arrivals import (
     make_scenario,
     trace_pattern,
 )
+from compass.domain.boundpod import BindingRule
 from compass.domain.capacity import CapacityCurve, CurvePoint
 from compass.domain.elastico import Elastico, ElasticoSettings
+from compass.domain.mix import Dealing
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds, violation_probability
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
 from compass.domain.policy import Action, Decision, Observation, PolicyState
@@ -511,3 +513,66 @@ def test_a_simulation_error_crosses_a_process_boundary_whole() -> None:
         raised.value.fix,
     )
     assert str(copy) == str(raised.value)
+
+
+# ---------------------------------------------------------------------------- the gateway's draw
+
+
+@dataclass(frozen=True)
+class FixedMix:
+    """A policy that serves one mix of the front's first two members, and from ``until`` on
+    the first alone."""
+
+    weight: float
+    until: float = float("inf")
+
+    def initial_state(self, now: float) -> PolicyState:
+        """On the mix from the start."""
+        return PolicyState(active=FRONT[0].name, blend=FRONT[1].name, weight=self.weight)
+
+    def decide(
+        self, observation: Observation | None, state: PolicyState, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """The mix, then the first member alone."""
+        if now >= self.until:
+            return Decision(FRONT[0].name, 0, Action.FASTER, "done"), state
+        return Decision(FRONT[0].name, 0, Action.HOLD, "mix", FRONT[1].name, 1, self.weight), state
+
+
+def test_the_gateway_draws_each_request_by_weight_across_the_pool_the_same_per_seed() -> None:
+    scenario = make_scenario(make_pattern("constant", 4.0, 600.0), 11)
+    drawn = simulate(FixedMix(0.3), FRONT, scenario, 1000.0, pods=3, dealing=Dealing.DRAW)
+    dealt = simulate(FixedMix(0.3), FRONT, scenario, 1000.0, pods=3)
+    n = drawn.requests
+    share = float(np.mean(drawn.configs == 1))
+    assert abs(share - 0.3) <= 4 * (0.3 * 0.7 / n) ** 0.5
+    # Round-robin holds every 20 requests of a pod to the mix; the draw only on average, so
+    # some run of 20 drawn requests strays from 6 blends where no dealt one does.
+    windows = np.lib.stride_tricks.sliding_window_view(drawn.configs == 1, 20).sum(axis=1)
+    assert windows.min() < 6 < windows.max()
+    assert not np.array_equal(drawn.configs, dealt.configs)
+    again = simulate(FixedMix(0.3), FRONT, scenario, 1000.0, pods=3, dealing=Dealing.DRAW)
+    assert np.array_equal(drawn.configs, again.configs)
+    assert np.array_equal(drawn.finishes_s, again.finishes_s)
+
+
+def test_the_gateway_fixes_a_requests_member_at_arrival_the_routers_at_take_up() -> None:
+    # Overloaded on the blend: a queue builds, then the policy switches to the fastest alone.
+    scenario = make_scenario(make_pattern("constant", 9.0, 60.0), 2)
+    policy = FixedMix(1.0, until=30.0)
+    drawn = simulate(policy, FRONT, scenario, 1000.0, dealing=Dealing.DRAW)
+    dealt = simulate(policy, FRONT, scenario, 1000.0)
+    # Arrived under the blend, started after the switch: the gateway had already rewritten
+    # their model to the blend's; a router binds them to the member in force at take-up.
+    queued = (scenario.arrivals_s < 30.0) & (drawn.starts_s > 30.5)
+    assert queued.sum() > 5
+    assert set(drawn.configs[queued].tolist()) == {1}
+    late = (scenario.arrivals_s < 30.0) & (dealt.starts_s > 30.5)
+    assert late.sum() > 5
+    assert set(dealt.configs[late].tolist()) == {0}
+
+
+def test_a_binding_rule_has_no_mix_for_the_gateway_to_draw() -> None:
+    scenario = make_scenario(make_pattern("constant", 2.0, 10.0), 0)
+    with pytest.raises(SimulationError, match="dealing"):
+        simulate(BindingRule(), FRONT, scenario, 1000.0, dealing=Dealing.DRAW)

@@ -28,9 +28,10 @@ from compass.commands.common import (
     write_text,
 )
 from compass.console import fail, parse_number, serving_summary
-from compass.conversion import admission_rule, policy_plan, simulate_serving
+from compass.conversion import admission_rule, mix_dealing, policy_plan, simulate_serving
 from compass.domain.admission import AdmissionPoint
 from compass.domain.arrivals import Scenario, make_scenario
+from compass.domain.mix import Dealing
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import PlanError
 from compass.domain.podmodel import POD_STAGES, PodModel
@@ -275,6 +276,12 @@ def simulate_command(args: argparse.Namespace) -> int:
         delay = parse_number("--switch-delay-ms", args.switch_delay_ms, "10", low=0, inclusive=True)
         spec = spec.model_copy(update={"switch_delay_ms": delay})
     per_request = spec.binding.mode.per_request
+    if args.admission and mix_dealing(spec) is Dealing.DRAW:
+        fail(
+            "--admission",
+            "the gateway (routing.actuator inferenceModelRewrite) has no admission at dispatch",
+            "drop it, or simulate a policy whose routing.actuator is triton",
+        )
     if per_request:
         refuse_whole_workflow_flags(args, view)
         spec = spec.model_copy(update={"admission": bound_admission(args, spec)})

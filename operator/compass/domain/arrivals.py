@@ -185,6 +185,14 @@ class Scenario:
         assigned: IntArray = rng.integers(0, pods, self.requests, dtype=np.int64)
         return assigned
 
+    def member_draws(self) -> FloatArray:
+        """Each request's uniform draw in [0, 1) for a weighted pick of its member (the
+        gateway's per request): seeded, the same every time."""
+        # The fourth child of the scenario's seed: the first three keep theirs.
+        rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(4)[3])
+        draws: FloatArray = rng.uniform(0, 1, self.requests)
+        return draws
+
 
 def make_scenario(pattern: LoadPattern, seed: int) -> Scenario:
     """Seeded arrivals (Poisson, thinned to the pattern's rate) and service-time luck."""

@@ -5,7 +5,8 @@ Weights are multiples of ``1 / WEIGHT_STEPS`` and requests are dealt by smooth w
 round-robin (nginx's), which is deterministic: every run of ``WEIGHT_STEPS`` consecutive
 requests holds exactly the mix, and the two members interleave as evenly as they can (a 30%
 blend never serves three requests in a row). A random draw per request would be exact only on
-average, and a window of a few seconds is what the queue and the SLO see.
+average, and a window of a few seconds is what the queue and the SLO see; it is how llm-d's
+endpoint picker deals a mix, though (``Dealing.DRAW``), so the simulator models it too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from compass.domain.profiles import LatencyProfile
 from compass_rules.routing import WEIGHT_STEPS as WEIGHT_STEPS
@@ -63,6 +65,23 @@ class Mix:
 def mix_weighting(mix: Mix) -> SmoothWeighting[int]:
     """The round-robin that deals a mix's requests to its members."""
     return SmoothWeighting([(member, round(share * WEIGHT_STEPS)) for member, share in mix.shares])
+
+
+class Dealing(StrEnum):
+    """How a mix's requests are dealt to its members: by the data plane that serves it."""
+
+    # Each Triton router's smooth weighted round-robin, its own requests in turn.
+    ROUND_ROBIN = "roundRobin"
+    # llm-d's endpoint picker: each request's member drawn at random by weight, pool-wide.
+    DRAW = "draw"
+
+
+def drawn_member(mix: Mix, draw: float) -> int:
+    """The member a request with uniform ``draw`` in [0, 1) is sent to under a weighted draw:
+    the blend below its weight, else the base (a member of share 0 is never drawn)."""
+    if not 0.0 <= draw < 1.0:
+        raise ValueError(f"draw {draw!r} is not in [0, 1): give a uniform draw")
+    return mix.blend if mix.blend is not None and draw < mix.weight else mix.base
 
 
 def accuracy_hull(front: Sequence[LatencyProfile]) -> tuple[int, ...]:

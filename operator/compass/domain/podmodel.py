@@ -122,7 +122,8 @@ class SimulatedPod:
         requests: IntArray,
         arrivals: FloatArray,
         service_s: FloatArray,
-        choose: Callable[[float], int],
+        # (when the service begins, the request) -> the member that serves it.
+        choose: Callable[[float, int], int],
         record: tuple[FloatArray, FloatArray, IntArray],
         admit: AdmitFn | None = None,
         dispatch: DispatchFn | None = None,
@@ -211,7 +212,7 @@ class SimulatedPod:
         """Record a request's start on the configuration in force then (or the fastest, where
         admission said so); returns that config, or DROPPED where admission at dispatch drops
         it (it then takes no instance)."""
-        config = 0 if request in self.on_fastest else self.choose(begin)
+        config = 0 if request in self.on_fastest else self.choose(begin, request)
         if self.dispatch is not None:
             config = self.dispatch(begin - float(self.arrivals[request]), config)
         self.starts[request] = begin

@@ -5,7 +5,8 @@ Every ``interval_s`` the policy is asked what the operator asks it: the pods' qu
 (aggregated: ``QueueAggregate``) and the arrivals counter per pod, as fresh as the metrics path
 makes them (``MetricsView``: read at the tick, or as Prometheus last scraped them). Each request
 goes to a seeded random pod; one decision switches every pod, ``switch_delay_s`` after it is
-taken. Given the routers' ``BindingRule`` instead, each request is bound as a router instance
+taken. A mix is dealt as its data plane deals it (``Dealing``): each pod's router in turn as it
+takes a request up, or the gateway's seeded draw per request as it arrives. Given the routers' ``BindingRule`` instead, each request is bound as a router instance
 takes it up (per-request binding, ``compass.domain.boundpod``). ``compare`` runs the static
 baselines and the policies on one scenario (paired: the same arrivals and luck);
 ``measure_capacity`` measures a configuration's latency-throughput curve, the simulator playing
@@ -14,6 +15,7 @@ the hardware.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import math
@@ -49,7 +51,7 @@ from compass.domain.capacity import (
     measure_point,
 )
 from compass.domain.elastico import DEFAULT_INTERVAL_S, capacity_pressure
-from compass.domain.mix import Mix, SmoothWeighting, mix_weighting
+from compass.domain.mix import Dealing, Mix, SmoothWeighting, drawn_member, mix_weighting
 from compass.domain.planner import Plan
 from compass.domain.podmodel import DROPPED, AdmitFn, DispatchFn, PodModel, SimulatedPod, StagedPod
 from compass.domain.policy import Action, Decision, Observation, Policy, PolicyState
@@ -263,6 +265,7 @@ def simulate(
     admission: Admission | None = None,
     plan: Plan | None = None,
     metrics_view: MetricsView = FRESH,
+    dealing: Dealing = Dealing.ROUND_ROBIN,
 ) -> RunReport:
     """Serve the scenario's requests FIFO on each pod (late-last where ``pod_model`` says so),
     ``serving`` choosing each request's configuration: a policy's mix, chosen every tick from
@@ -270,6 +273,8 @@ def simulate(
     prediction says is already late), or the routers' binding rule, per request as a router
     instance takes it up (``compass.domain.boundpod``: the front is the allowed
     configurations, ``pod_model`` the router instances and components; no ticks recorded).
+    A policy's mix is dealt by ``dealing``: each pod's round-robin (the Triton routers), or a
+    weighted draw per request, from the mix in force at its arrival (llm-d's gateway).
 
     With the policy's ``plan``, each tick also records the capacity pressure the operator
     would export after that decision."""
@@ -280,6 +285,12 @@ def simulate(
             "admission",
             "a binding rule refuses by itself, at take-up",
             "give the rule refuse=True, or no binding rule",
+        )
+    if isinstance(serving, BindingRule) and dealing is not Dealing.ROUND_ROBIN:
+        raise SimulationError(
+            "dealing",
+            f"{dealing.value} deals a policy's mix, and a binding rule binds each request itself",
+            "give a policy, or the default dealing",
         )
     run = _Run(
         serving,
@@ -295,6 +306,7 @@ def simulate(
         plan=plan,
         metrics_view=metrics_view,
         slo_ms=slo_ms,
+        dealing=dealing,
     )
     run.serve()
     return run.report(label, slo_ms)
@@ -320,6 +332,7 @@ class _Run:
         plan: Plan | None,
         metrics_view: MetricsView = FRESH,
         slo_ms: float = math.inf,
+        dealing: Dealing = Dealing.ROUND_ROBIN,
     ) -> None:
         # The policy asked every tick (None: the routers' binding rule serves every request).
         self.controller = None if isinstance(serving, BindingRule) else serving
@@ -357,6 +370,12 @@ class _Run:
         self.pending: list[tuple[float, Mix]] = []
         # Each pod deals its requests to the mix in force by its own round-robin, as a router does.
         self.dealt: list[tuple[Mix, SmoothWeighting[int]] | None] = [None] * pods
+        # Or each request's own draw, as the gateway deals them (None: round-robin).
+        self.draws = scenario.member_draws() if dealing is Dealing.DRAW else None
+        # Every mix decided and when it takes effect, in order: what a request arriving long
+        # before its start was drawn under.
+        self.effective: list[float] = [-math.inf]
+        self.decided_mixes: list[Mix] = [self.active]
         self.seen: list[tuple[float, float, int, Mix, bool, float]] = []
         self.reasons: list[tuple[float, str]] = []
         self.time_in = [0.0] * len(front)
@@ -410,9 +429,14 @@ class _Run:
                 chosen = mix
         return chosen
 
-    def config_at(self, pod: int, begin: float) -> int:
+    def config_at(self, pod: int, begin: float, request: int) -> int:
         """The member serving the pod's next request, starting at ``begin``: the mix in force,
-        dealt by the pod's round-robin."""
+        dealt by the pod's round-robin; or under the gateway's draw, the mix in force when it
+        arrived (the endpoint picker rewrites its model then), drawn by weight."""
+        if self.draws is not None:
+            # The last mix in effect strictly before the arrival, as mix_at counts a switch.
+            at = bisect.bisect_left(self.effective, float(self.arrivals[request])) - 1
+            return drawn_member(self.decided_mixes[at], float(self.draws[request]))
         chosen = self.mix_at(begin)
         if chosen.blend is None:
             return chosen.base
@@ -529,6 +553,8 @@ class _Run:
             )
         if target != in_force:
             self.pending.append((now + self.switch_delay_s, target))
+            self.effective.append(now + self.switch_delay_s)
+            self.decided_mixes.append(target)
         pressure = (
             0.0 if self.plan is None else capacity_pressure(self.plan, names[target.base], depth)
         )
