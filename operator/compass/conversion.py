@@ -7,9 +7,11 @@ manifest. A layer of its own, just above api: it needs both sides, and api holds
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from compass.api.binding import BindingSettings, RouterGate
 from compass.api.meta import API_VERSION, POLICY_KIND
 from compass.api.paretopolicy import (
     CapacitySpec,
@@ -33,7 +35,7 @@ from compass.domain.boundpod import ROUTER_POLL_S, BindingRule, RateView
 from compass.domain.capacity import CapacityCurve, parse_curve
 from compass.domain.elastico import ElasticoSettings
 from compass.domain.planner import Plan, Slo, plan_from_profiles
-from compass.domain.podmodel import PodModel
+from compass.domain.podmodel import PodModel, planned_slots
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import FRESH, MetricsView, RunReport, simulate
 from compass.domain.strategy import StrategyPolicy, build_policy
@@ -160,14 +162,24 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
     if not settings.mode.per_request:
         return None
     stages, components = binding_stages(spec)
+    front = [t.profile for t in plan.thresholds]
     plan_of_stages = stage_plan(
-        [t.profile for t in plan.thresholds],
+        front,
         stages,
         settings.quantile,
         stage_shares(spec),
         spec.admission.quantile,
         None if not settings.stages else components,
     )
+    # Several pipelines at once: each configuration's time with all of them running, from its
+    # capacity curve at that many (the routers judge deadlines at the concurrency they run at).
+    slots = settings.gate.slots
+    if slots > 1:
+        plan_of_stages = replace(
+            plan_of_stages,
+            slots=slots,
+            stretch=tuple(profile.slot_stretch(slots) for profile in front),
+        )
     # The wait rule is admission's, and the lag cap replaces it (bench/serving_default.py: the
     # two together win 65% of the oracle's gain where the lag cap alone wins 93%).
     waits = spec.admits and settings.lag_share is None
@@ -273,13 +285,28 @@ def spec_for_plan(
         "router_instances": plan.servers,
         **fields,
     }
-    return ParetoPolicySpec(
+    spec = ParetoPolicySpec(
         front=[front_entry(t.profile) for t in plan.thresholds],
         slo=SloSpec(latency_ms=plan.slo.latency_ms, percentile=plan.slo.percentile),
         hysteresis=chosen,
         threshold_model=plan.model,
         **settings,
     )
+    binding = planned_gate(spec.binding, [t.profile for t in plan.thresholds])
+    return spec if binding is spec.binding else spec.model_copy(update={"binding": binding})
+
+
+def planned_gate(binding: BindingSettings, front: Sequence[LatencyProfile]) -> BindingSettings:
+    """``binding`` with its gate's slots from the front's capacity curves (``planned_slots``:
+    several where the pod serves more at once, a batching generator) where per-request binding
+    is on and no gate was given; the instances at least one more than the slots."""
+    if not binding.mode.per_request or "gate" in binding.model_fields_set:
+        return binding
+    slots = planned_slots(front)
+    if slots == binding.gate.slots:
+        return binding
+    gate = RouterGate(instances=max(binding.gate.instances, slots + 1), slots=slots)
+    return binding.model_copy(update={"gate": gate})
 
 
 def threshold_statuses(plan: Plan) -> list[ThresholdStatus]:
@@ -359,7 +386,8 @@ def simulate_serving(
         pod_model=(
             pod_model or PodModel(spec.router_instances)
             if table is None
-            else PodModel(servers=gate.slots)
+            # Several slots share the pod's cores and batches (the contended pod model).
+            else PodModel(servers=gate.slots, contended=gate.slots > 1)
         ),
         admission=admission if table is None else None,
         metrics_view=metrics_view,
