@@ -285,15 +285,18 @@ def spec_for_plan(
         "router_instances": plan.servers,
         **fields,
     }
-    spec = ParetoPolicySpec(
+    given = fields.get("binding", base.binding)
+    binding = (
+        given if isinstance(given, BindingSettings) else BindingSettings.model_validate(given)
+    )
+    settings["binding"] = planned_gate(binding, [t.profile for t in plan.thresholds])
+    return ParetoPolicySpec(
         front=[front_entry(t.profile) for t in plan.thresholds],
         slo=SloSpec(latency_ms=plan.slo.latency_ms, percentile=plan.slo.percentile),
         hysteresis=chosen,
         threshold_model=plan.model,
         **settings,
     )
-    binding = planned_gate(spec.binding, [t.profile for t in plan.thresholds])
-    return spec if binding is spec.binding else spec.model_copy(update={"binding": binding})
 
 
 def planned_gate(binding: BindingSettings, front: Sequence[LatencyProfile]) -> BindingSettings:
