@@ -302,13 +302,15 @@ def spec_for_plan(
 def planned_gate(binding: BindingSettings, front: Sequence[LatencyProfile]) -> BindingSettings:
     """``binding`` with its gate's slots from the front's capacity curves (``planned_slots``:
     several where the pod serves more at once, a batching generator) where per-request binding
-    is on and no gate was given; the instances at least one more than the slots."""
+    is on and no gate was given; as many instances more than the slots as the shipped gate
+    has, so the routers see as many waiters behind each request."""
     if not binding.mode.per_request or "gate" in binding.model_fields_set:
         return binding
     slots = planned_slots(front)
     if slots == binding.gate.slots:
         return binding
-    gate = RouterGate(instances=max(binding.gate.instances, slots + 1), slots=slots)
+    waiters = binding.gate.instances - binding.gate.slots
+    gate = RouterGate(instances=slots + waiters, slots=slots)
     return binding.model_copy(update={"gate": gate})
 
 

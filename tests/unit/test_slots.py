@@ -159,7 +159,7 @@ def test_the_slots_default_from_a_batching_front_and_stay_one_without_curves() -
     assert planned_slots(plain) == 1
     plan = plan_from_profiles([FAST, ACCURATE], Slo(1000.0), 50.0)
     spec = spec_for_plan(plan)
-    assert (spec.binding.gate.instances, spec.binding.gate.slots) == (8, SLOTS)
+    assert (spec.binding.gate.instances, spec.binding.gate.slots) == (7 + SLOTS, SLOTS)
     # The table the routers get carries the slots and each member's stretch.
     table = binding_table(spec, plan)
     assert table is not None and table["slots"] == SLOTS
