@@ -34,13 +34,14 @@ from typing import Any
 
 import numpy as np
 
+from capacity import measured_front
 from compass.api.paretopolicy import ParetoPolicySpec, ServingSettings
 from compass.conversion import simulate_serving, spec_for_plan
 from compass.domain.arrivals import make_scenario
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, plan_from_profiles
-from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.podmodel import PodModel
+from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import StaticController, simulate
 from compass.domain.traces import TRACE_NAMES, TraceWindow, trace_windows, window_pattern
 from compass.examples import load_trace
@@ -111,8 +112,6 @@ def cell_profiles(cell: Cell) -> tuple[LatencyProfile, ...]:
     member's curve measured at that many on rag-sim's batching pod."""
     if cell.slots == 1:
         return profiles(cell.profiles)
-    from capacity import measured_front  # noqa: PLC0415 (a bench script beside this one)
-
     return measured_front(cell.slots, CURVE_REQUESTS)
 
 

@@ -286,9 +286,7 @@ def spec_for_plan(
         **fields,
     }
     given = fields.get("binding", base.binding)
-    binding = (
-        given if isinstance(given, BindingSettings) else BindingSettings.model_validate(given)
-    )
+    binding = given if isinstance(given, BindingSettings) else BindingSettings.model_validate(given)
     settings["binding"] = planned_gate(binding, [t.profile for t in plan.thresholds])
     return ParetoPolicySpec(
         front=[front_entry(t.profile) for t in plan.thresholds],

@@ -48,7 +48,9 @@ ACCURATE = batching(member("accurate", 0.9, 300.0), STRETCH)
 def contended_table(slots: int) -> dict[str, Any]:
     """The two members' table as a router reads it, at ``slots`` slots."""
     plan = stage_plan([FAST, ACCURATE], STAGES, quantile=0.5, prior_shares=None)
-    plan = replace(plan, slots=slots, stretch=tuple(p.slot_stretch(slots) for p in (FAST, ACCURATE)))
+    plan = replace(
+        plan, slots=slots, stretch=tuple(p.slot_stretch(slots) for p in (FAST, ACCURATE))
+    )
     sent = router_table(plan, [[]], slo_ms=500.0)
     return rules.check_binding(json.loads(json.dumps(sent)))
 
@@ -162,7 +164,8 @@ def test_the_slots_default_from_a_batching_front_and_stay_one_without_curves() -
     assert (spec.binding.gate.instances, spec.binding.gate.slots) == (7 + SLOTS, SLOTS)
     # The table the routers get carries the slots and each member's stretch.
     table = binding_table(spec, plan)
-    assert table is not None and table["slots"] == SLOTS
+    assert table is not None
+    assert table["slots"] == SLOTS
     assert [c["stretch"] for c in table["configs"]] == pytest.approx([STRETCH, STRETCH])
     # A gate a person set is theirs.
     mine = BindingSettings(gate=RouterGate(instances=3, slots=2))
@@ -172,4 +175,5 @@ def test_the_slots_default_from_a_batching_front_and_stay_one_without_curves() -
     plain_spec = spec_for_plan(plain_plan)
     assert plain_spec.binding.gate.slots == 1
     plain_table = binding_table(plain_spec, plain_plan)
-    assert plain_table is not None and plain_table["slots"] == 1
+    assert plain_table is not None
+    assert plain_table["slots"] == 1
