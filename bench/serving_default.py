@@ -13,6 +13,16 @@ InferencePool: the whole-workflow strategy's mix written as InferenceModelRewrit
 request's member drawn by weight as the endpoint picker draws it (no admission: it has none).
 
     .venv/bin/python bench/serving_default.py [--slo-ms 1000] [--variants default,workflow]
+        [--slots 1,4]
+
+``--slots 1,4`` serves each cell at each count of pipeline slots on rag-sim's batching pod:
+at G > 1 each front member carries its capacity curve measured at G in the simulator on rag-sim's
+pipeline (podmodel.RAG_SIM_STAGES, its generator batching up to 8; bench/capacity.py's
+measured_front), so the plan defaults its gate to G slots (podmodel.planned_slots) and the
+policy and static fastest serve on the contended pod of G slots; at 1 the paper's profiles
+alone, one pipeline at a time. The arrivals are the same at every G (the utilisation is of the
+fastest's capacity one at a time) and the oracle the same one-at-a-time hindsight oracle, so the
+share (uncapped in the slots summary) says what each G wins at the same offered load.
 """
 
 from __future__ import annotations
@@ -28,11 +38,13 @@ from typing import Any
 
 import numpy as np
 
+from capacity import measured_front
 from compass.api.paretopolicy import ParetoPolicySpec, ServingSettings
 from compass.conversion import simulate_serving, spec_for_plan
 from compass.domain.arrivals import make_scenario
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, plan_from_profiles
+from compass.domain.podmodel import PodModel
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import StaticController, simulate
 from compass.domain.traces import TRACE_NAMES, TraceWindow, trace_windows, window_pattern
@@ -53,6 +65,8 @@ GATEWAY = {
 }
 # The front parameter that names each member's model behind the gateway.
 MODEL_PARAMETER = "model"
+# Requests per rate of a batching member's simulated capacity curve (bench/capacity.py's).
+CURVE_REQUESTS = 400
 # The serving each variant asks for, as ParetoPolicy spec fields (default: what `compass plan`
 # writes with no serving flag).
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -98,13 +112,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-@lru_cache(maxsize=2)
-def profiles(path: str, gateway: bool = False) -> tuple[LatencyProfile, ...]:
-    """The profiles the plan is made from; behind the gateway, each names its own model."""
-    read = parse_profiles(json.loads(Path(path).read_text(encoding="utf-8")))
-    if not gateway:
-        return read
-    return tuple(replace(p, config={**p.config, MODEL_PARAMETER: p.name}) for p in read)
+@lru_cache(maxsize=1)
+def profiles(path: str) -> tuple[LatencyProfile, ...]:
+    """The profiles the plan is made from."""
+    return parse_profiles(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,20 @@ class Cell:
     utilisation: float
     slo_ms: float
     profiles: str
+    # Pipeline slots per pod (1: one at a time; more: rag-sim's batching pod, contended).
+    slots: int = 1
+
+
+def cell_profiles(cell: Cell, gateway: bool = False) -> tuple[LatencyProfile, ...]:
+    """The profiles the cell plans from: at several slots the paper's front with each
+    member's curve measured at that many on rag-sim's batching pod; behind the gateway, each
+    names its own model."""
+    read = (
+        profiles(cell.profiles) if cell.slots == 1 else measured_front(cell.slots, CURVE_REQUESTS)
+    )
+    if not gateway:
+        return read
+    return tuple(replace(p, config={**p.config, MODEL_PARAMETER: p.name}) for p in read)
 
 
 def spec_of(cell: Cell) -> ParetoPolicySpec:
@@ -123,22 +148,28 @@ def spec_of(cell: Cell) -> ParetoPolicySpec:
     fields = dict(VARIANTS[cell.variant])
     routing = fields.pop("routing", None)
     plan = plan_from_profiles(
-        profiles(cell.profiles, routing is not None), Slo(cell.slo_ms), SLACK_BUFFER_MS
+        cell_profiles(cell, routing is not None), Slo(cell.slo_ms), SLACK_BUFFER_MS
     )
     serving = ServingSettings.model_validate(fields)
-    return spec_for_plan(plan, serving=serving, **({} if routing is None else {"routing": routing}))
+    spec = spec_for_plan(plan, serving=serving, **({} if routing is None else {"routing": routing}))
+    if spec.binding.mode.per_request and spec.binding.gate.slots != cell.slots:
+        raise SystemExit(f"the plan's gate has {spec.binding.gate.slots} slots, not {cell.slots}")
+    return spec
 
 
 def run(cell: Cell) -> tuple[Cell, dict[str, tuple[float, float]]]:
     """Compliance and mean accuracy of the policy, static fastest and the oracle."""
     spec = spec_of(cell)
-    plan = plan_from_profiles(profiles(cell.profiles), Slo(cell.slo_ms), SLACK_BUFFER_MS)
+    plan = plan_from_profiles(cell_profiles(cell), Slo(cell.slo_ms), SLACK_BUFFER_MS)
     front = [t.profile for t in plan.thresholds]
     arrivals = load_trace(cell.window.trace)
     pattern = window_pattern(arrivals, cell.window, cell.utilisation, front[0].mean_ms, 1)
     scenario = make_scenario(pattern, 0)
     policy = simulate_serving(spec, scenario, plan=plan)
-    fastest = simulate(StaticController(front[0].name, 0), front, scenario, cell.slo_ms)
+    pod = PodModel(cell.slots, contended=cell.slots > 1)
+    fastest = simulate(
+        StaticController(front[0].name, 0), front, scenario, cell.slo_ms, pod_model=pod
+    )
     oracle = hindsight_oracle(front, scenario, cell.slo_ms)
     return cell, {
         "policy": (policy.compliance, policy.mean_accuracy),
@@ -157,6 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--window-seed", type=int, default=WINDOW_SEED)
     parser.add_argument(
+        "--slots", default="1", help="pipeline slots per pod, e.g. 1,4 (see the module doc)"
+    )
+    parser.add_argument(
         "--set", choices=("held-out", "tuning"), default="held-out", help="which windows"
     )
     args = parser.parse_args(argv)
@@ -164,10 +198,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         parser.error(f"--variants: unknown {unknown}; use {', '.join(VARIANTS)}")
+    try:
+        slot_counts = [int(text) for text in args.slots.split(",")]
+    except ValueError:
+        parser.error(f"--slots {args.slots!r}: give counts of pipeline slots, e.g. 1,4")
+    if not slot_counts or min(slot_counts) < 1:
+        parser.error(f"--slots {args.slots!r}: give counts >= 1, e.g. 1,4")
     sets = trace_windows(tuple(TRACE_NAMES), WINDOWS, WINDOW_S, args.window_seed)
     cells = [
-        Cell(variant, window, utilisation, args.slo_ms, args.profiles)
+        Cell(variant, window, utilisation, args.slo_ms, args.profiles, slots)
         for variant in variants
+        for slots in slot_counts
         for window in (sets.held_out if args.set == "held-out" else sets.tuning)
         for utilisation in UTILISATIONS
     ]
@@ -178,12 +219,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{', '.join(f'{u:g}' for u in UTILISATIONS)} of the fastest's capacity; SLO "
         f"{args.slo_ms:g} ms; policy as `compass plan` writes it, through compass.conversion"
     )
-    for variant in variants:
-        print(f"\n{variant}:")
+    for variant, slots in ((v, g) for v in variants for g in slot_counts):
+        print(f"\n{variant}" + (f" at {slots} pipeline slot(s):" if slot_counts != [1] else ":"))
         print(f"{'window':<34} {'policy %':>9} {'fastest %':>9} {'oracle %':>9} {'share':>7}")
         shares, gainful_shares, worst, kept, cells = [], [], float("inf"), 0, 0
         for cell, figures in results:
-            if cell.variant != variant:
+            if (cell.variant, cell.slots) != (variant, slots):
                 continue
             (pc, pa), (fc, fa), (oc, oa) = (figures[k] for k in ("policy", "fastest", "oracle"))
             gap = figures["accurate"][1] - fa
@@ -207,7 +248,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"-{COMPLIANCE_SLACK:g}), {kept}/{cells} windows within {KEPT_POINTS:g} points of it; "
             f"floors {'met' if met else 'NOT met'}"
         )
+    if len(slot_counts) > 1:
+        print_slots(results, variants, slot_counts)
     return 0
+
+
+def print_slots(
+    results: Sequence[tuple[Cell, dict[str, tuple[float, float]]]],
+    variants: Sequence[str],
+    slot_counts: Sequence[int],
+) -> None:
+    """Issue 61's floor for several slots: at each G, the policy's compliance against static
+    fastest's on the same pod (>= -1.0 point in each window) and its uncapped share of the
+    one-at-a-time oracle's gain against G = 1's on the same arrivals."""
+    first = slot_counts[0]
+    for variant in variants:
+        by_cell = {
+            (c.window, c.utilisation, c.slots): figures
+            for c, figures in results
+            if c.variant == variant
+        }
+        print(f"\n{variant}, by pipeline slots (share uncapped, of the same oracle's gain):")
+        for slots in slot_counts:
+            shares, worst, wins, cells = [], float("inf"), 0, 0
+            for (window, utilisation, g), figures in by_cell.items():
+                if g != slots:
+                    continue
+                (pc, pa), (fc, fa), (_, oa) = (figures[k] for k in ("policy", "fastest", "oracle"))
+                base = by_cell[(window, utilisation, first)]["policy"][1]
+                worst = min(worst, pc - fc)
+                wins += pa >= base - 1e-9
+                cells += 1
+                if oa > fa:
+                    shares.append(100.0 * (pa - fa) / (oa - fa))
+            mean = float(np.mean(shares)) if shares else float("nan")
+            print(
+                f"G={slots}: mean share {mean:.0f}%; compliance against static fastest on the "
+                f"same pod at worst {worst:+.2f} points (floor -{COMPLIANCE_SLACK:g}); accuracy "
+                f">= G={first}'s in {wins}/{cells} windows"
+            )
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ from compass_router.stream import (  # noqa: E402
 )
 
 from compass_rules.admission import check_admission  # noqa: E402
-from compass_rules.binding import check_binding, waited_long  # noqa: E402
+from compass_rules.binding import at_concurrency, check_binding, waited_long  # noqa: E402
 from compass_rules.deadlines import (  # noqa: E402
     DEADLINE_PARAMETER,
     arrival_ns,
@@ -329,7 +329,8 @@ class TritonPythonModel:
         # start there, drawn in take-up order (behind the gate with its ticket).
         schedule = None
         if binds and table["lag_share"] is not None:
-            fastest_ns = table["arrays"]["fastest_ms"][1] * 1e6
+            # Static fastest keeps every slot busy: the fastest's likely time at that many.
+            fastest_ns = at_concurrency(table, self.servers)["arrays"]["fastest_ms"][1] * 1e6
             schedule = (taken_up if arrived is None else arrived, fastest_ns, self.servers)
         if not self.pipeline_slots:
             static_start = None if schedule is None else self.inflight.static_start(*schedule)

@@ -7,9 +7,11 @@ manifest. A layer of its own, just above api: it needs both sides, and api holds
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from compass.api.binding import BindingSettings, RouterGate
 from compass.api.gateway import ActuatorType
 from compass.api.meta import API_VERSION, POLICY_KIND
 from compass.api.paretopolicy import (
@@ -35,7 +37,7 @@ from compass.domain.capacity import CapacityCurve, parse_curve
 from compass.domain.elastico import ElasticoSettings
 from compass.domain.mix import Dealing
 from compass.domain.planner import Plan, Slo, plan_from_profiles
-from compass.domain.podmodel import PodModel
+from compass.domain.podmodel import PodModel, planned_slots
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import FRESH, MetricsView, RunReport, simulate
 from compass.domain.strategy import StrategyPolicy, build_policy
@@ -162,14 +164,24 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
     if not settings.mode.per_request:
         return None
     stages, components = binding_stages(spec)
+    front = [t.profile for t in plan.thresholds]
     plan_of_stages = stage_plan(
-        [t.profile for t in plan.thresholds],
+        front,
         stages,
         settings.quantile,
         stage_shares(spec),
         spec.admission.quantile,
         None if not settings.stages else components,
     )
+    # Several pipelines at once: each configuration's time with all of them running, from its
+    # capacity curve at that many (the routers judge deadlines at the concurrency they run at).
+    slots = settings.gate.slots
+    if slots > 1:
+        plan_of_stages = replace(
+            plan_of_stages,
+            slots=slots,
+            stretch=tuple(profile.slot_stretch(slots) for profile in front),
+        )
     # The wait rule is admission's, and the lag cap replaces it (bench/serving_default.py: the
     # two together win 65% of the oracle's gain where the lag cap alone wins 93%).
     waits = spec.admits and settings.lag_share is None
@@ -284,6 +296,9 @@ def spec_for_plan(
         "router_instances": plan.servers,
         **fields,
     }
+    given = fields.get("binding", base.binding)
+    binding = given if isinstance(given, BindingSettings) else BindingSettings.model_validate(given)
+    settings["binding"] = planned_gate(binding, [t.profile for t in plan.thresholds])
     return ParetoPolicySpec(
         front=[front_entry(t.profile) for t in plan.thresholds],
         slo=SloSpec(latency_ms=plan.slo.latency_ms, percentile=plan.slo.percentile),
@@ -291,6 +306,21 @@ def spec_for_plan(
         threshold_model=plan.model,
         **settings,
     )
+
+
+def planned_gate(binding: BindingSettings, front: Sequence[LatencyProfile]) -> BindingSettings:
+    """``binding`` with its gate's slots from the front's capacity curves (``planned_slots``:
+    several where the pod serves more at once, a batching generator) where per-request binding
+    is on and no gate was given; as many instances more than the slots as the shipped gate
+    has, so the routers see as many waiters behind each request."""
+    if not binding.mode.per_request or "gate" in binding.model_fields_set:
+        return binding
+    slots = planned_slots(front)
+    if slots == binding.gate.slots:
+        return binding
+    waiters = binding.gate.instances - binding.gate.slots
+    gate = RouterGate(instances=slots + waiters, slots=slots)
+    return binding.model_copy(update={"gate": gate})
 
 
 def threshold_statuses(plan: Plan) -> list[ThresholdStatus]:
@@ -370,7 +400,8 @@ def simulate_serving(
         pod_model=(
             pod_model or PodModel(spec.router_instances)
             if table is None
-            else PodModel(servers=gate.slots)
+            # Several slots share the pod's cores and batches (the contended pod model).
+            else PodModel(servers=gate.slots, contended=gate.slots > 1)
         ),
         admission=admission if table is None else None,
         metrics_view=metrics_view,

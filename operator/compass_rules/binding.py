@@ -25,6 +25,10 @@ BoolArray = npt.NDArray[np.bool_]
 # A table travels in a ParetoPolicy and to every router: bounded like a front's capacity curve.
 MAX_BINDING_CONFIGS = 128
 MAX_STAGES = 8
+# Pipelines a pod runs at once (the routers' gate, compass_pipeline_slots), and how many times
+# its own time a request may take with all of them running (more is a unit mistake).
+MAX_SLOTS = 1024
+MAX_STRETCH = 1024.0
 # The longest settle at a free pipeline (behind the router's gate) a table may ask.
 MAX_SETTLE_MS = 100.0
 # A follower whose deadline its work ahead meets within this, ms, counts as in time: the stage
@@ -40,10 +44,16 @@ FITS, FASTEST, REFUSED = "fits", "fastest", "refused"
 Entry = tuple[Mapping[str, Any], float, Sequence[float], Sequence[float], float | None]
 
 
-def decision_table(stages: Sequence[Sequence[str]], configs: Sequence[Entry]) -> dict[str, Any]:
+def decision_table(
+    stages: Sequence[Sequence[str]],
+    configs: Sequence[Entry],
+    slots: int = 1,
+    stretch: Sequence[float] | None = None,
+) -> dict[str, Any]:
     """What a decision reads: the stages, each parameter's stage, the configurations and their
     numbers as arrays (``arrays``: per-stage times, admission's, each parameter's values, the
-    fastest configuration and its total times, each one's total and accuracy)."""
+    fastest configuration and its total times, each one's total and accuracy, and each one's
+    ``stretch`` with all ``slots`` pipelines of the pod running: see ``at_concurrency``)."""
     stage_ms = np.array([entry[2] for entry in configs], dtype=float).reshape(len(configs), -1)
     admit_ms = np.array([entry[3] for entry in configs], dtype=float).reshape(len(configs), -1)
     names = [n for s in stages for n in s]
@@ -56,6 +66,7 @@ def decision_table(stages: Sequence[Sequence[str]], configs: Sequence[Entry]) ->
         "fastest": fastest,
         "total_ms": stage_ms.sum(axis=1),
         "accuracy": np.array([entry[1] for entry in configs], dtype=float),
+        "stretch": np.ones(len(configs)) if stretch is None else np.array(stretch, dtype=float),
     }
     return {
         "stages": [list(s) for s in stages],
@@ -63,7 +74,64 @@ def decision_table(stages: Sequence[Sequence[str]], configs: Sequence[Entry]) ->
         "configs": list(configs),
         "max_qps": [entry[4] for entry in configs],
         "arrays": arrays,
+        "slots": slots,
+        # at_concurrency's tables, by the pipelines running.
+        "at": {},
     }
+
+
+def concurrency_factor(stretch: FloatArray, running: int, slots: int) -> FloatArray:
+    """How many times its own time a request takes with ``running`` pipelines in the pod
+    (itself included) of its ``slots``: 1 alone, each configuration's ``stretch`` with every
+    slot busy, linear between (the contended pod model, compass.domain.podmodel.PodModel)."""
+    if slots <= 1:
+        return np.ones_like(stretch)
+    share = (min(max(running, 1), slots) - 1) / (slots - 1)
+    result: FloatArray = 1 + (stretch - 1) * share
+    return result
+
+
+def at_concurrency(table: Mapping[str, Any], running: int) -> Mapping[str, Any]:
+    """The table as a request judges it with ``running`` pipelines in the pod (itself
+    included): every configuration's times x its ``concurrency_factor``, so the rules that read
+    the table (deadlines, followers, the lag cap) see the time it takes sharing the pod. A table
+    of one slot is itself; one of several, made once per count."""
+    slots = table.get("slots", 1)
+    if slots <= 1:
+        return table
+    running = min(max(running, 1), slots)
+    made: dict[int, Mapping[str, Any]] = table["at"]
+    if running in made:
+        return made[running]
+    arrays = table["arrays"]
+    factor = concurrency_factor(arrays["stretch"], running, slots)[:, None]
+    stage_ms, admit_ms = arrays["stage_ms"] * factor, arrays["admit_ms"] * factor
+    total_ms = stage_ms.sum(axis=1)
+    fastest = int(np.argmin(total_ms))
+    made[running] = {
+        **table,
+        "arrays": {
+            **arrays,
+            "stage_ms": stage_ms,
+            "admit_ms": admit_ms,
+            "total_ms": total_ms,
+            "fastest": fastest,
+            "fastest_ms": (float(total_ms[fastest]), float(admit_ms[fastest].sum())),
+        },
+    }
+    return made[running]
+
+
+def pipeline_view(
+    table: Mapping[str, Any], running: int, backlog_ms: Sequence[float]
+) -> tuple[Mapping[str, Any], Sequence[float]]:
+    """What a request binding with ``running`` pipelines in the pod judges on: the table at that
+    concurrency and the work queued ahead at each component, which with several slots is none
+    (the pipelines share the components, and the stretch is that sharing: counting their work
+    as a queue too would count it twice)."""
+    if table.get("slots", 1) <= 1:
+        return table, backlog_ms
+    return at_concurrency(table, running), [0.0] * len(backlog_ms)
 
 
 def _number(value: object) -> bool:
@@ -149,6 +217,15 @@ def check_binding(table: Any) -> dict[str, Any]:
     if not isinstance(configs, list) or not 1 <= len(configs) <= MAX_BINDING_CONFIGS:
         raise ValueError(f"binding: configs must hold 1 to {MAX_BINDING_CONFIGS} configurations")
     checked = [_entry(entry, names, len(stages)) for entry in configs]
+    slots = table.get("slots", 1)
+    if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= MAX_SLOTS:
+        raise ValueError(f"binding: slots {slots!r} is not a count of pipelines in 1..{MAX_SLOTS}")
+    stretch = [entry.get("stretch", 1.0) for entry in configs]
+    if not all(_number(s) and 1 <= s <= MAX_STRETCH for s in stretch):
+        raise ValueError(
+            f"binding: a stretch of {stretch} is not a factor in [1, {MAX_STRETCH:g}] "
+            "(a configuration's time with every slot busy over its time alone)"
+        )
     refuse = table.get("refuse", False)
     if not isinstance(refuse, bool):
         raise ValueError(f"binding: refuse {refuse!r} is not true or false")
@@ -166,7 +243,7 @@ def check_binding(table: Any) -> dict[str, Any]:
             f"binding: settle_ms {settle_ms!r} is not a time in [0, {MAX_SETTLE_MS}] ms"
         )
     return {
-        **decision_table(stages, checked),
+        **decision_table(stages, checked, slots, [float(s) for s in stretch]),
         "components": table["components"],
         "stage_of_model": {n: i for i, m in enumerate(models) for n in m},
         # One stage calling no model: bound at take-up, at stage 0 until its run ends.

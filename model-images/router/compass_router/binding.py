@@ -7,7 +7,7 @@ import time
 
 from compass_router.state import LateError
 from compass_rules.admission import LATE_MESSAGE
-from compass_rules.binding import allowed_at, bind_stage
+from compass_rules.binding import allowed_at, bind_stage, pipeline_view
 from compass_rules.deadlines import follower_left_ms
 from compass_rules.followers import (
     joint_options,
@@ -70,10 +70,14 @@ class LazyConfig(dict):
         self.static_start_ns = static_start_ns
 
     def _bind_through(self, stage):
-        table = self.table
         while self.next_stage <= stage:
             left_ms = (self.deadline_ns - time.time_ns()) / 1e6
-            backlog = self.inflight.backlog_ms(len(table["stages"]))
+            # Behind a gate of several slots the pipelines running share the pod: the table
+            # at that concurrency (compass_rules.binding.pipeline_view).
+            running = self.inflight.pipelines_running() if self.gated else 1
+            table, backlog = pipeline_view(
+                self.table, running, self.inflight.backlog_ms(len(self.table["stages"]))
+            )
             at = min(self.at, self.next_stage)
             if self.gated:
                 now = time.time_ns()

@@ -224,6 +224,10 @@ class Inflight:
                     self.gate_slots[slot, 2] = GATE_FREE
                     self.gate[1] += 1
 
+    def pipelines_running(self):
+        """How many requests are in the pipeline now, this instance's included once it entered."""
+        return int(np.count_nonzero(self.gate_slots[:, 2] == GATE_RUNNING))
+
     def gate_followers(self, queued=False):
         """The deadlines (ns since the epoch, 0 none) of the requests waiting at the gate
         behind this instance's, in arrival order; with ``queued``, (deadline, queued ns) each."""

@@ -66,7 +66,10 @@ class RouterGate(CamelModel):
         Field(
             ge=1,
             le=MAX_GATE_INSTANCES,
-            description="Requests that run the pipeline at once (compass_pipeline_slots).",
+            description="Requests that run the pipeline at once (compass_pipeline_slots); "
+            "binding judges each at the concurrency it runs at, from the front's capacity "
+            "curves. `compass plan` sets it from them: the curve's concurrency where the pod "
+            "serves more at once (a batching generator), else 1.",
         ),
     ] = DEFAULT_GATE_SLOTS
 

@@ -24,6 +24,7 @@ from compass.api.paretopolicy import (
     MAX_FRONT,
     MAX_ROUTER_INSTANCES,
     AdmissionSettings,
+    ParetoPolicySpec,
     RoutingTarget,
 )
 from compass.commands import plots
@@ -327,6 +328,20 @@ def routing_choice(args: argparse.Namespace) -> RoutingTarget | None:
         raise UsageError(f"--router-model: {first_error(error)[1]}") from None
 
 
+def gate_summary(spec: ParetoPolicySpec) -> str:
+    """The routers' gate the plan writes, and where its slots come from."""
+    gate = spec.binding.gate
+    why = (
+        f"the front's capacity curves show the pod serving more at {gate.slots} at once"
+        if gate.slots > 1
+        else "one pipeline at a time: no capacity curve shows the pod serving more at once"
+    )
+    return (
+        f"gate: {gate.instances} router instances, {gate.slots} pipeline slot(s) "
+        f"(binding.gate.slots: {why})"
+    )
+
+
 def plan_command(args: argparse.Namespace) -> int:
     """`compass plan`: front, thresholds, policy file (and a plot)."""
     slo_ms = parse_number("--slo-ms", str(args.slo_ms), "1000", low=0, inclusive=False)
@@ -372,6 +387,8 @@ def plan_command(args: argparse.Namespace) -> int:
         f"p{percentile:g}, slack buffer {slack:g} ms, model {plan.model.value}; "
         + serving_summary(spec)
     )
+    if spec.binding.mode.per_request:
+        print(gate_summary(spec))
     print(plan_table(plan))
     print(
         "stay<=N: switch faster when more requests wait; enter<=N: switch to it only when "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
@@ -118,8 +118,23 @@ class StagePlan:
 
     stages: tuple[tuple[str, ...], ...]
     configs: tuple[BindableConfig, ...]
+    # Pipelines the pod runs at once (the routers' gate), and per configuration how many times
+    # its own time a request takes with all of them running (``slot_stretch``; None: 1 each).
+    slots: int = 1
+    stretch: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise BindingError("slots", f"{self.slots} is not >= 1", "give the gate's slots")
+        if self.stretch is not None and (
+            len(self.stretch) != len(self.configs)
+            or not all(1 <= s <= rules.MAX_STRETCH for s in self.stretch)
+        ):
+            raise BindingError(
+                "stretch",
+                f"{self.stretch} for {len(self.configs)} configurations",
+                f"give one factor in [1, {rules.MAX_STRETCH:g}] per configuration",
+            )
         if not self.stages or len(self.stages) > MAX_STAGES:
             raise BindingError(
                 "binding.stages",
@@ -186,6 +201,30 @@ class StagePlan:
                 (e.config, e.accuracy, e.stage_ms, e.stage_admit_ms or e.stage_ms, None)
                 for e in self.configs
             ],
+            self.slots,
+            self.stretch,
+        )
+
+    def at_concurrency(self, running: int) -> StagePlan:
+        """The plan as a request judges it with ``running`` pipelines in the pod (itself
+        included): each configuration's times x compass_rules.binding.concurrency_factor, a
+        plan of one slot (itself where it has one)."""
+        if self.slots <= 1:
+            return self
+        stretch = np.array(self.stretch or [1.0] * len(self.configs))
+        factors = rules.concurrency_factor(stretch, running, self.slots).tolist()
+        return StagePlan(
+            self.stages,
+            tuple(
+                replace(
+                    entry,
+                    stage_ms=tuple(t * f for t in entry.stage_ms),
+                    stage_admit_ms=None
+                    if entry.stage_admit_ms is None
+                    else tuple(t * f for t in entry.stage_admit_ms),
+                )
+                for entry, f in zip(self.configs, factors, strict=True)
+            ),
         )
 
 
@@ -560,11 +599,13 @@ def router_table(
                 "stage_ms": list(entry.stage_ms),
                 "stage_admit_ms": list(entry.stage_admit_ms or entry.stage_ms),
                 "max_qps": None if max_qps is None else max_qps[index],
+                "stretch": 1.0 if plan.stretch is None else plan.stretch[index],
             }
             for index, entry in enumerate(plan.configs)
         ],
         "refuse": refuse,
         "slo_ms": slo_ms,
+        "slots": plan.slots,
         "degrade_after": degrade_after,
         "lag_share": lag_share,
         "lag_reserve": lag_reserve,

@@ -18,7 +18,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from itertools import islice
 
@@ -47,6 +47,7 @@ from compass.domain.binding import (
 from compass.domain.evaluation import ParamValue
 from compass.domain.podmodel import DROPPED, PodModel, Stage
 from compass.domain.profiles import LatencyProfile
+from compass_rules.binding import concurrency_factor
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -195,9 +196,13 @@ class BoundPod:
         self.starts, self.finishes, self.configs = record
         self.idle = servers
         self.servers = servers
-        fastest = plan.configs[plan.fastest()]
-        self.follower_ms = fastest.total_ms
-        self.follower_likely_ms = sum(fastest.stage_admit_ms or fastest.stage_ms)
+        # Several slots sharing the pod (the contended pod model, a plan of several slots): a
+        # request is bound on its plan at the concurrency it starts at, and takes that long.
+        self.contended = plan.slots > 1
+        self.plans: dict[int, StagePlan] = {}
+        self.follower_ms, self.follower_likely_ms = self.fastest_ms(plan)
+        # Static fastest's schedule keeps every slot busy on the fastest.
+        self.static_likely_ms = self.fastest_ms(self.plan_at(servers))[1]
         self.router: deque[int] = deque()
         stages = len(plan.stages)
         # Per component: requests waiting (request, predicted ms, actual s), and when its batch
@@ -217,6 +222,20 @@ class BoundPod:
         self.static_free = -math.inf
         # Until when a request that found the pipeline free waits before it starts.
         self.settling_until = -math.inf
+
+    @staticmethod
+    def fastest_ms(plan: StagePlan) -> tuple[float, float]:
+        """The plan's fastest configuration's time and likely time (admission's quantile)."""
+        fastest = plan.configs[plan.fastest()]
+        return fastest.total_ms, sum(fastest.stage_admit_ms or fastest.stage_ms)
+
+    def plan_at(self, running: int) -> StagePlan:
+        """The plan as a request starting with ``running`` pipelines in the pod judges it."""
+        if not self.contended:
+            return self.plan
+        if running not in self.plans:
+            self.plans[running] = self.plan.at_concurrency(running)
+        return self.plans[running]
 
     def backlog_ms(self, now: float) -> list[float]:
         """The work queued at each component (the batch in service's rest, then the waiting
@@ -258,14 +277,26 @@ class BoundPod:
         pipeline that reads every parameter before its first call (rag-sim's: check_config,
         then the whole configuration to each component), each stage's choice counting the time
         of the stages before it; queue it at that component. False where refused."""
+        # The pipelines running once it starts, itself included (its slot not yet counted).
+        running = self.servers - self.idle + 1
         if stage == 0:
             backlog = self.backlog_ms(now)
             for binding_stage in range(len(self.plan.stages)):
-                binding = self.bind(request, binding_stage, stage, now, backlog)
+                binding = self.bind(request, binding_stage, stage, now, backlog, running)
                 if binding.config is None or binding.verdict is BindingVerdict.REFUSED:
                     return False
                 self.target[request] = binding.config
         config = self.target[request]
+        if self.contended:
+            # Its whole time at the concurrency it starts at (fixed then, as the contended
+            # pod model's is); the slot itself is the only queue.
+            stretch = np.array([(self.plan.stretch or (1.0,) * len(self.plan.configs))[config]])
+            factor = float(concurrency_factor(stretch, running, self.plan.slots)[0])
+            took = float(self.service_s[config, request]) * factor + self.rule.decision_s
+            self.order += 1
+            last = len(self.plan.stages) - 1
+            heapq.heappush(self.events, (now + took, self.order, last, (request,)))
+            return True
         took = self.shares[config][stage] * float(self.service_s[config, request])
         if stage == 0:
             took += self.rule.decision_s
@@ -274,10 +305,22 @@ class BoundPod:
         return True
 
     def bind(
-        self, request: int, stage: int, at: int, now: float, backlog: Sequence[float]
+        self,
+        request: int,
+        stage: int,
+        at: int,
+        now: float,
+        backlog: Sequence[float],
+        running: int = 1,
     ) -> Binding:
-        """The binding of the request's ``stage`` now, the request being at stage ``at``."""
-        plan = self.plan
+        """The binding of the request's ``stage`` now, the request being at stage ``at`` with
+        ``running`` pipelines in the pod (itself included)."""
+        plan = self.plan_at(running)
+        follower_ms, follower_likely_ms = (
+            (self.follower_ms, self.follower_likely_ms)
+            if plan is self.plan
+            else self.fastest_ms(plan)
+        )
         target = self.target.get(request)
         bound: Mapping[str, ParamValue] = {}
         if target is not None:
@@ -291,8 +334,8 @@ class BoundPod:
             quickest_likely = min(
                 remaining_ms(plan.configs[i], at, backlog, admitting=True) for i in consistent
             )
-            static_finish_ms = self.static_start[request] * 1000 + self.follower_likely_ms
-            slack_ms = self.slo_s * 1000 - self.rule.lag_reserve * self.follower_likely_ms
+            static_finish_ms = self.static_start[request] * 1000 + follower_likely_ms
+            slack_ms = self.slo_s * 1000 - self.rule.lag_reserve * follower_likely_ms
             cap_ms = self.rule.lag_share * max(slack_ms, 0.0)
             lag_ms = lag_spare_ms(now * 1000 + quickest_likely, static_finish_ms, cap_ms)
         spare = math.inf
@@ -306,9 +349,9 @@ class BoundPod:
             slacks = follower_slacks_ms(
                 own,
                 followers,
-                self.follower_ms,
+                follower_ms,
                 self.servers,
-                likely=(own_likely, self.follower_likely_ms),
+                likely=(own_likely, follower_likely_ms),
             )
             spare = min((s for s in slacks if s is not None), default=math.inf)
             # The best plan for it and the followers it sees together (Aragog's choice over
@@ -429,7 +472,7 @@ class BoundPod:
                 while pending and self.arrivals[pending[0]] <= now:
                     request = pending.popleft()
                     self.static_start[request], self.static_free = static_schedule(
-                        now, self.static_free, self.follower_likely_ms / 1000, self.servers
+                        now, self.static_free, self.static_likely_ms / 1000, self.servers
                     )
                     self.router.append(request)
                     if self.rule.rate_view is RateView.ARRIVALS:
@@ -461,11 +504,11 @@ def bound_pods(
     router instances and components."""
     if not slo_ms > 0 or not math.isfinite(slo_ms):
         raise SimulationError("slo", f"{slo_ms!r} ms is not > 0", "give the SLO in ms")
-    if pod_model.contended or pod_model.late_after_s is not None:
+    if pod_model.late_after_s is not None:
         raise SimulationError(
             "pod_model",
-            "late binding serves FIFO components, not contended or late-last pods",
-            "give servers and stages only",
+            "late binding serves FIFO components, not late-last pods",
+            "give servers and stages, or contended, only",
         )
     components: Sequence[Stage] = pod_model.stages or tuple(Stage(1.0) for _ in rule.stages)
     if len(components) != len(rule.stages):
@@ -477,6 +520,12 @@ def bound_pods(
     plan = stage_plan(
         profiles, rule.stages, rule.quantile, rule.prior_shares, rule.admission_quantile
     )
+    if pod_model.contended and pod_model.servers > 1:
+        # Its slots share the pod: each configuration's stretch with all of them running.
+        servers = pod_model.servers
+        plan = replace(
+            plan, slots=servers, stretch=tuple(p.slot_stretch(servers) for p in profiles)
+        )
     # Each configuration's share of its time at each stage (the plan's split).
     shares = [tuple(t / c.total_ms for t in c.stage_ms) for c in plan.configs]
     return [

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from compass.domain.admission import AdmissionVerdict
 from compass.domain.arrivals import SimulationError
+from compass.domain.profiles import LatencyProfile
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -96,6 +97,26 @@ class PodModel:
 RAG_SIM_STAGES = (Stage(0.1), Stage(0.2), Stage(0.7, max_batch=8, batch_cost=0.25))
 # The pipelines `compass simulate --stages` knows, by name.
 POD_STAGES: dict[str, tuple[Stage, ...]] = {"independent": (), "rag-sim": RAG_SIM_STAGES}
+
+
+# A pod runs several pipelines at once by default only where its curve shows it serves at
+# least this many requests' worth at once (a batching generator); less is the noise of a curve
+# of a pod that serves one at a time.
+MIN_SLOT_GAIN = 1.25
+
+
+def planned_slots(front: Sequence[LatencyProfile]) -> int:
+    """The routers' gate slots a plan defaults to: the concurrency the fastest member's
+    saturated capacity curve was measured at, where the pod served at least ``MIN_SLOT_GAIN``
+    requests' worth at once there (its drain rate x its mean time) and every member with a
+    curve at that concurrency did too; else 1 (the paper's one pipeline at a time). A curve
+    gives the stretch at its own concurrency only, so that is the one a plan can trust."""
+    curve = front[0].capacity if front else None
+    if curve is None or curve.servers < 2 or not curve.saturated:
+        return 1
+    measured = [p for p in front if p.busy_holding_ms(curve.servers) is not None]
+    gains = [curve.servers / p.busy_stretch(curve.servers) for p in measured]
+    return curve.servers if min(gains) >= MIN_SLOT_GAIN else 1
 
 
 # What becomes of a request arriving at a pod: (arrival time, requests queued ahead of it, how

@@ -230,6 +230,16 @@ class LatencyProfile:
         pod is busy (the curve's holding time over the mean; 1 without a saturated curve)."""
         return max(1.0, (self.busy_holding_ms(servers) or self.mean_ms) / self.mean_ms)
 
+    def slot_stretch(self, slots: int) -> float:
+        """How many times its own time a request takes with ``slots`` pipelines running at once
+        in the pod: ``busy_stretch`` from a saturated curve measured at that many, else
+        ``slots`` (nothing says the pod serves more at once than one at a time)."""
+        if slots <= 1:
+            return 1.0
+        if self.busy_holding_ms(slots) is None:
+            return float(slots)
+        return min(self.busy_stretch(slots), float(slots))
+
     def scaled(self, factor: float) -> LatencyProfile:
         """The same profile with every time multiplied by ``factor`` (a time-scaled replay)."""
 
