@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -542,7 +541,3 @@ def build_pareto_policy(
     body["metadata"]["ownerReferences"] = [owner_reference(workflow)]
     return body
 
-
-def canonical_json(value: Any) -> str:
-    """Stable JSON for ConfigMap values (sorted keys, compact)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))

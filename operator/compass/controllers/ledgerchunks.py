@@ -251,30 +251,3 @@ class FlushClock:
         self.pending = 0
         self.batches = 0
 
-
-def flush_groups(
-    batches: Sequence[tuple[float, float, int]],
-    interval_s: float = FLUSH_INTERVAL_S,
-    pending_limit: int = PENDING_TEXT,
-) -> list[list[int]]:
-    """The writes a search makes of its batches, each (started, finished, bytes of new lines):
-    the batch numbers each write carries, in order; what waits at the end is the final write."""
-    clock = FlushClock(interval_s, pending_limit)
-    groups: list[list[int]] = []
-    waiting: list[int] = []
-
-    def flush(now: float) -> None:
-        groups.append(list(waiting))
-        waiting.clear()
-        clock.written(now)
-
-    for number, (started, finished, size) in enumerate(batches):
-        if clock.due(started):
-            flush(started)
-        clock.add(size)
-        waiting.append(number)
-        if clock.due(finished):
-            flush(finished)
-    if waiting:
-        groups.append(list(waiting))
-    return groups

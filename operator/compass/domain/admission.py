@@ -206,13 +206,6 @@ def degrade_below_ms(admission: Admission) -> float:
     return admission.slo_ms * (1 - admission.degrade_after)
 
 
-def late_after_ms(slo_ms: float, fastest: LatencyProfile, quantile: float = 0.5) -> float:
-    """How long a request may wait and still meet the SLO on the fastest member (its service
-    time at ``quantile``): past it the request is late whatever serves it, and a late-last
-    queue (``PodModel.late_after_s``) serves it after every request that still has a chance."""
-    return max(slo_ms - service_quantiles_ms([fastest], quantile)[0], 0.0)
-
-
 def service_quantiles_ms(members: Sequence[LatencyProfile], quantile: float) -> list[float]:
     """Each member's service time (ms) at ``quantile``: what a router judges a request on."""
     return [float(m.distribution.quantile(np.array([quantile]))[0]) for m in members]

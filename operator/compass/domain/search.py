@@ -247,11 +247,6 @@ class _Search:
 
     # -- evaluation --------------------------------------------------------------------------
 
-    def assess(self, index: int) -> Assessment:
-        """Evaluate a configuration through the budget schedule until it has a verdict."""
-        self.assess_round([index])
-        return self.assessed[index]
-
     def assess_round(
         self,
         indices: Iterable[int],

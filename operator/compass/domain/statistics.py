@@ -125,11 +125,6 @@ class StoppingRule:
         return self._points[-1] if self._points else self.population
 
     @property
-    def exact_at_end(self) -> bool:
-        """Whether the schedule ends at the dataset size, so that no verdict is a guess."""
-        return self.last_look == self.population
-
-    @property
     def alpha_accept(self) -> float:
         """Per-configuration probability of accepting one whose full mean is below tau."""
         return 1 - self.confidence
