@@ -69,7 +69,6 @@ from compass.domain.admission import (
 from compass.domain.arrivals import Scenario, make_pattern, make_scenario
 from compass.domain.binding import (
     GATE_SETTLE_MS,
-    MAX_SETTLE_MS,
     RAG_SIM_COMPONENTS,
     RAG_SIM_SHARES,
     RAG_SIM_STAGE_PARAMS,
@@ -87,6 +86,7 @@ from compass.domain.simulator import QueueAggregate, RunReport, StaticController
 from compass.domain.split import Split
 from compass.domain.traces import TRACE_NAMES, TraceWindow, window_pattern
 from compass.examples import load_trace
+from compass_rules.binding import MAX_SETTLE_MS
 from trace_windows import trace_windows
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

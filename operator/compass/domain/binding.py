@@ -7,7 +7,7 @@ predicted service time per stage. ``bind_stage`` is the decision: among the allo
 configurations consistent with what the request has bound so far, the most accurate whose
 predicted remaining time (each remaining component's queue and its own time there) fits what is
 left of the request's deadline, and does not make a request waiting behind it late that would
-otherwise be in time (``follower_spare_ms``); the fastest completion when none fits; refused
+otherwise be in time (compass_rules.followers); the fastest completion when none fits; refused
 where admission's refuse rule applies and even the fastest is late. ``stage_plan`` derives
 per-stage times from whole-pipeline profiles, split by each stage's measured component times
 where profiling timed them; a stage may call several component models (qa-real's retrieval:
@@ -32,12 +32,7 @@ from compass.domain.profiles import LatencyProfile
 from compass.domain.space import config_key
 from compass_rules import binding as rules
 from compass_rules import followers
-from compass_rules.binding import MAX_BINDING_CONFIGS as MAX_BINDING_CONFIGS
-from compass_rules.binding import MAX_SETTLE_MS as MAX_SETTLE_MS
-from compass_rules.binding import MAX_STAGES as MAX_STAGES
-from compass_rules.binding import allowed_at as allowed_at
-from compass_rules.binding import waited_long as waited_long
-from compass_rules.followers import polled_followers_left_ms as polled_followers_left_ms
+from compass_rules.binding import MAX_BINDING_CONFIGS, MAX_SETTLE_MS, MAX_STAGES
 
 # rag-sim's pipeline (model-images/rag-sim/models/router/1/pipeline.py): the parameters each
 # component's time depends on, in the order a request reaches the components, and the models.
@@ -225,7 +220,7 @@ def bind_stage(
 
     ``left_ms`` is what is left of its deadline; ``backlog_ms[s]`` the work queued ahead of it
     at component s (a stage's own queue included); ``spare_ms`` how much longer than the
-    fastest completion it may take without making a waiting request late (``follower_spare_ms``);
+    fastest completion it may take without making a waiting request late (compass_rules.followers);
     ``refuse``: admission refuses a request that is late whatever serves it; ``allowed``: the
     configurations the slow loop allows now (None: all), the fastest completion being the
     fallback whatever it allows; ``at``: the stage the request has reached (None: ``stage``),
@@ -263,56 +258,9 @@ def bind_stage(
     return Binding(chosen, BindingVerdict(verdict), remaining)
 
 
-def follower_slacks_ms(
-    own_fastest_ms: float,
-    followers_left_ms: Sequence[float],
-    follower_ms: float,
-    servers: int = 1,
-    *,
-    likely: tuple[float, float] | None = None,
-) -> list[float | None]:
-    """How much longer than its fastest completion a request may take without making each
-    request waiting behind it (FIFO) late (None: a follower that does not count):
-    compass_rules.followers.follower_slacks_ms (docs/method.md, Late binding)."""
-    _check_servers(servers)
-    return followers.follower_slacks_ms(
-        own_fastest_ms, followers_left_ms, follower_ms, servers, likely=likely
-    )
-
-
 def _check_servers(servers: int) -> None:
     if servers < 1:
         raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
-
-
-def follower_spare_ms(
-    own_fastest_ms: float,
-    followers_left_ms: Sequence[float],
-    follower_ms: float,
-    servers: int = 1,
-    *,
-    likely: tuple[float, float] | None = None,
-) -> float:
-    """How much longer than its fastest completion a request may take without making a request
-    waiting behind it late that would otherwise be in time: the least of
-    ``follower_slacks_ms``' counted slacks, inf when no follower counts."""
-    slacks = follower_slacks_ms(
-        own_fastest_ms, followers_left_ms, follower_ms, servers, likely=likely
-    )
-    return min((s for s in slacks if s is not None), default=math.inf)
-
-
-def joint_spare_ms(
-    own_options: Sequence[tuple[float, float]],
-    follower_options: Sequence[tuple[float, float]],
-    slacks_ms: Sequence[float | None],
-    servers: int = 1,
-    budget_ms: float = math.inf,
-) -> float:
-    """How much longer than its fastest completion a request may take in the best plan for it
-    and the requests waiting behind it together: compass_rules.followers.joint_spare_ms."""
-    _check_servers(servers)
-    return followers.joint_spare_ms(own_options, follower_options, slacks_ms, servers, budget_ms)
 
 
 def joint_options(

@@ -32,21 +32,18 @@ from compass.domain.binding import (
     Binding,
     BindingVerdict,
     StagePlan,
-    allowed_at,
     bind_stage,
-    follower_slacks_ms,
     joint_options,
-    joint_spare_ms,
     lag_spare_ms,
-    polled_followers_left_ms,
     remaining_ms,
     stage_plan,
     static_schedule,
-    waited_long,
 )
 from compass.domain.evaluation import ParamValue
 from compass.domain.podmodel import DROPPED, PodModel, Stage
 from compass.domain.profiles import LatencyProfile
+from compass_rules.binding import allowed_at, waited_long
+from compass_rules.followers import follower_slacks_ms, joint_spare_ms, polled_followers_left_ms
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
