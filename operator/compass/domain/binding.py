@@ -1,18 +1,10 @@
 """Late binding (Aragog's per-request, per-stage routing): each request binds each stage's
 parameters when it reaches that stage, from its own deadline and the components' queues.
 
-A ``StagePlan`` lists the pipeline's stages (the parameters each binds, in the order the
-pipeline reads them) and the configurations a request may end on, each with its accuracy and a
-predicted service time per stage. ``bind_stage`` is the decision: among the allowed
-configurations consistent with what the request has bound so far, the most accurate whose
-predicted remaining time (each remaining component's queue and its own time there) fits what is
-left of the request's deadline, and does not make a request waiting behind it late that would
-otherwise be in time (compass_rules.followers); the fastest completion when none fits; refused
-where admission's refuse rule applies and even the fastest is late. ``stage_plan`` derives
-per-stage times from whole-pipeline profiles, split by each stage's measured component times
-where profiling timed them; a stage may call several component models (qa-real's retrieval:
-bm25, dense or both, then maybe the reranker), its time theirs together. Why: docs/method.md,
-"Late binding".
+A ``StagePlan`` lists the stages (the parameters each binds) and the configurations a request
+may end on, with accuracy and per-stage times (``stage_plan`` splits whole-pipeline profiles by
+measured component times); ``bind_stage`` picks the most accurate consistent configuration that
+fits the deadline and spares its followers (compass_rules). Why: docs/method.md, "Late binding".
 """
 
 from __future__ import annotations
@@ -218,14 +210,10 @@ def bind_stage(
 ) -> Binding:
     """Bind ``stage``: the configuration (consistent with ``bound``) the request heads for.
 
-    ``left_ms`` is what is left of its deadline; ``backlog_ms[s]`` the work queued ahead of it
-    at component s (a stage's own queue included); ``spare_ms`` how much longer than the
-    fastest completion it may take without making a waiting request late (compass_rules.followers);
-    ``refuse``: admission refuses a request that is late whatever serves it; ``allowed``: the
-    configurations the slow loop allows now (None: all), the fastest completion being the
-    fallback whatever it allows; ``at``: the stage the request has reached (None: ``stage``),
-    earlier than ``stage`` where a pipeline reads a later stage's parameters before it calls
-    the earlier components (rag-sim reads them all at dispatch): their time counts too."""
+    ``left_ms``: what is left of its deadline; ``backlog_ms[s]``: the work queued at component s;
+    ``spare_ms``: the extra time its followers allow; ``allowed``: what the slow loop allows (None:
+    all); ``at``: the stage reached (earlier than ``stage`` where a pipeline reads parameters
+    before calling the components ahead of them: their time counts too)."""
     if not 0 <= stage < len(plan.stages):
         raise BindingError("stage", f"{stage} is not a stage of {len(plan.stages)}", "give 0..n-1")
     at = stage if at is None else at
@@ -271,11 +259,9 @@ def joint_options(
     backlog_ms: Sequence[float],
     allowed: Collection[int] | None = None,
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    """What ``joint_spare_ms`` plans with: the request's choices (the configurations consistent
-    with ``bound`` that the slow loop allows, or its fastest completion, that fit what is left
-    of its deadline), each as (extra time over its fastest completion from stage ``at``,
-    accuracy); and a follower's, not yet bound (the allowed configurations and the fastest),
-    each as (extra time over the fastest configuration, accuracy)."""
+    """What ``joint_spare_ms`` plans with: the request's choices (extra time over its fastest
+    completion from stage ``at``, accuracy) that fit its deadline, and a follower's (extra time over
+    the fastest configuration, accuracy)."""
     own, theirs = followers.joint_options(plan.table, bound, at, left_ms, backlog_ms, allowed)
     return [(t, a) for t, a in own.tolist()], [(t, a) for t, a in theirs.tolist()]
 
@@ -283,20 +269,15 @@ def joint_options(
 def static_schedule(
     arrival_s: float, free_s: float, fastest_s: float, servers: int = 1
 ) -> tuple[float, float]:
-    """When a request arriving at ``arrival_s`` would start if every request were served on
-    the fastest configuration (``fastest_s`` each, shared by ``servers``), that queue being
-    free at ``free_s``, and when it is free again after it (Lindley's recursion: the schedule
-    static fastest keeps)."""
+    """(start, free again) of a request at ``arrival_s`` were every request served on the fastest
+    (``fastest_s`` over ``servers``) from a queue free at ``free_s``: static fastest's schedule."""
     _check_servers(servers)
     return followers.static_schedule(arrival_s, free_s, fastest_s / servers)
 
 
 def lag_spare_ms(finish_ms: float, static_finish_ms: float, cap_ms: float) -> float:
-    """How much longer than its fastest completion a request may take so that it ends no more
-    than ``cap_ms`` behind the schedule static fastest keeps: ``finish_ms`` is when it ends at
-    its fastest (its likely time), ``static_finish_ms`` when it would end under static fastest.
-    Every request after it in the same busy period starts that much later than static fastest
-    starts it, so a lag is what a clump arriving behind it pays (docs/method.md)."""
+    """The extra time that leaves a request ending (at its fastest, ``finish_ms``) at most
+    ``cap_ms`` behind static fastest's schedule (``static_finish_ms``): a clump behind it pays it."""
     return followers.lag_room_ms(cap_ms, finish_ms - static_finish_ms)
 
 
@@ -305,14 +286,9 @@ def fit_stage_times(
     stages: Sequence[Sequence[str]],
     prior_shares: Sequence[float] | None = None,
 ) -> list[tuple[float, ...]]:
-    """Each profile's mean time split over the stages, each stage's part depending on that
-    stage's own parameters only: a least-squares fit of the profiles' mean times on one term
-    per stage and value of its parameters (main effects).
-
-    End-to-end times fix the differences between a stage's settings, not how much of a
-    common time belongs to which stage (a constant moved from one stage to another fits the
-    same), so a faint pull of each stage's terms towards ``prior_shares`` (equal without) of the
-    mean time picks that split; a term is never below ``MIN_STAGE_SHARE`` of the mean."""
+    """Each profile's mean time split over the stages by a least-squares fit on one term per stage
+    and value of its parameters; the split a fit cannot tell (a constant moved between stages) is
+    pulled faintly towards ``prior_shares``, and no term falls below ``MIN_STAGE_SHARE``."""
     if prior_shares is None:
         prior_shares = [1 / len(stages)] * len(stages)
     if len(prior_shares) != len(stages) or not math.isclose(sum(prior_shares), 1.0):
@@ -357,10 +333,9 @@ def stage_shares(
     prior_shares: Sequence[float] | None = None,
     components: Sequence[StageComponents] | None = None,
 ) -> list[tuple[float, ...]]:
-    """Each profile's share of its time at each stage, so a configuration's stages always add
-    up to its own measured time: by its measured component times where every profile has one
-    for each stage (``components``, in stage order, a model or several a stage; the time outside
-    them, the router's own, goes to the stages pro rata), else by ``fit_stage_times``."""
+    """Each profile's share of its time at each stage (adding up to its measured time): by its
+    measured ``components`` times where every profile has them (the router's own time pro rata),
+    else by ``fit_stage_times``."""
     measured = measured_stage_times(profiles, components)
     times_of = measured or fit_stage_times(profiles, stages, prior_shares)
     return [tuple(t / sum(times) for t in times) for times in times_of]
@@ -401,9 +376,7 @@ def stage_plan(
     components: Sequence[StageComponents] | None = None,
 ) -> StagePlan:
     """The plan for these profiles: each configuration's time at ``quantile`` split over the
-    stages by ``stage_shares`` (rag-sim's: ``RAG_SIM_STAGE_PARAMS``, ``RAG_SIM_SHARES``; by the
-    measured times of ``components``, a model or several a stage, where the profiles carry
-    them)."""
+    stages by ``stage_shares``."""
     for field, value in (("quantile", quantile), ("admission_quantile", admission_quantile)):
         if not 0 < value < 1:
             raise BindingError(field, f"{value!r} is not in (0, 1)", "give e.g. 0.5")
@@ -439,19 +412,10 @@ def router_table(
     lag_reserve: int = 0,
     settle_ms: float = 0.0,
 ) -> dict[str, object]:
-    """The plan as a router takes it (the control model's ``binding``; model-images/router/
-    model.py): the stages, the component model each stage calls (a list where it may call
-    several: the router counts each one's calls as that stage's), and each configuration's
-    canonical key, accuracy, per-stage times and the pod's arrival rate above which the slow
-    loop disallows it (``max_qps``, per configuration; None: no limit); ``slo_ms``, the SLO
-    the requests' deadlines carry, tells a router when each request arrived (its deadline less
-    the SLO), so it counts the pod's arrival rate, not the rate it takes requests up at, and
-    how long it waited: over ``degrade_after`` of the SLO (``waited_long``), the fastest
-    completion; ``lag_share`` (None: no cap) and ``lag_reserve``: the lag cap
-    (``lag_spare_ms``: a request's extra time leaves it at most ``lag_share`` of the SLO less
-    ``lag_reserve`` of the fastest's likely times behind static fastest's schedule);
-    ``settle_ms``: behind a gate, how long a request that finds the pipeline free waits before
-    it binds (GATE_SETTLE_MS)."""
+    """The plan as a router takes it (the control model's ``binding``): stages, the component
+    model(s) each stage calls, and per configuration its key, accuracy, per-stage times and
+    ``max_qps``; ``slo_ms`` (to date arrivals and waits from deadlines), ``degrade_after``, the lag
+    cap (``lag_share``, ``lag_reserve``) and the gate's ``settle_ms``."""
     if slo_ms is not None and not (math.isfinite(slo_ms) and slo_ms > 0):
         raise BindingError("slo_ms", f"{slo_ms!r} is not a time > 0", "give the SLO in ms")
     if degrade_after is not None and (slo_ms is None or not 0 < degrade_after <= 1):
