@@ -77,14 +77,9 @@ class Admission:
 
 
 class ServiceGrid:
-    """A mix's service time as equally likely points (each member's quantile grid, weighted by
-    its share): its mean, quantiles, and expected residual time after a given elapsed time.
-
-    ``servers``: the pod's router instances. Where every member has a capacity curve measured at
-    that many instances that reached saturation, a busy pod is known to hold each request for
-    the curve's holding time (servers / drain rate), longer than the profile's own time when
-    its components batch or contend; the wait ahead is stretched by that ratio.
-    """
+    """A mix's service time as equally likely points (each member's quantile grid, weighted by its
+    share): its mean, quantiles and expected residual time. With curves measured at ``servers`` that
+    saturated, the wait ahead is stretched by the busy pod's holding time over the profile's."""
 
     def __init__(self, members: Sequence[tuple[LatencyProfile, float]], servers: int = 1) -> None:
         if not members:
@@ -131,13 +126,8 @@ def predicted_latency_ms(
     servers: int,
     own_ms: float,
 ) -> float:
-    """A request's expected wait for one of ``servers`` instances plus ``own_ms`` of service.
-
-    With an instance free for it (fewer waiting ahead than idle instances) it waits nothing;
-    otherwise for the work ahead (the busy instances' expected residual times and the queued
-    requests' mean service, stretched by the grid's measured load factor) shared by the
-    instances.
-    """
+    """A request's expected wait for one of ``servers`` instances plus ``own_ms`` of service: none
+    with an instance free, else the work ahead (residuals and queued means, stretched) shared."""
     if queued_ahead < servers - len(busy_elapsed_ms):
         return own_ms
     ahead = sum(grid.residual_ms(e) for e in busy_elapsed_ms) + queued_ahead * grid.mean_ms
@@ -160,12 +150,8 @@ def judge(
     busy_elapsed_ms: Sequence[float],
     servers: int,
 ) -> AdmissionVerdict:
-    """Serve a request arriving now as routed if its predicted latency is within the SLO; else
-    on the fastest member if that brings it within (``degrade``); else drop it (``refuse``).
-
-    The wait is the same either way (the requests ahead are served as routed); only the
-    request's own service time changes.
-    """
+    """Serve a request arriving now as routed if its predicted latency fits the SLO; else on the
+    fastest if that fits (``degrade``); else drop it (``refuse``). Only its own time changes."""
     wait_plus = functools.partial(
         predicted_latency_ms, grid, queued_ahead, busy_elapsed_ms, servers
     )
@@ -214,13 +200,9 @@ def service_quantiles_ms(members: Sequence[LatencyProfile], quantile: float) -> 
 def router_admission(
     front: Sequence[LatencyProfile], admission: Admission, time_scale: float = 1.0
 ) -> dict[str, Any]:
-    """What the router is sent to judge requests at dispatch: each front member's service time
-    at the quantile by configuration key, the fastest's key (the front's first), how
-    little of its budget a request may have left and still be served as routed, whether a
-    request late whatever serves it is refused (else served on the fastest), and the SLO
-    (behind the router's gate a request without a deadline gets its take-up plus the SLO).
-
-    ``time_scale`` scales the times for a server whose services are scaled (the local demo's)."""
+    """What the router is sent to judge requests at dispatch: each member's service time at the
+    quantile by key, the fastest's key, the budget left below which a request is not served as
+    routed, whether the hopeless are refused, and the SLO; ``time_scale`` scales the times."""
     if not front:
         raise AdmissionError("front: empty; give the plan's members, fastest first")
     own = service_quantiles_ms(front, admission.quantile)
