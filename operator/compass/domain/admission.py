@@ -30,9 +30,7 @@ FloatArray = npt.NDArray[np.float64]
 GRID_POINTS = 256
 # At dispatch, a request that has waited more than this share of its SLO is served on the
 # fastest member even where its routed one would fit: a long wait means a queue stands behind
-# it, and the fastest shortens it for all of them at once, in the instant the wait is seen
-# rather than at the policy's next look. (Chosen on bench/serving_sim.py: 0.25 keeps every
-# strategy's compliance at or above static fastest's in nearly every cell.)
+# it, and the fastest shortens it at once rather than at the policy's next look.
 DEFAULT_DEGRADE_AFTER = 0.25
 
 

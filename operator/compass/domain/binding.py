@@ -48,15 +48,11 @@ QA_REAL_STAGE_PARAMS: tuple[tuple[str, ...], ...] = (
 )
 QA_REAL_COMPONENTS: tuple[tuple[str, ...], ...] = (("bm25", "dense", "reranker"), ("reader",))
 # The slow loop allows a front member while the pod's arrival rate is within its planner rate
-# limit x this (bench/serving_sim.py --binding-only, 10 seeds, binding+adm: 1.5 wins 100% of
-# the hindsight oracle's gain, at or above static fastest's compliance in 11/16 cells, the rest
-# -0.0 to -0.4; 1.25: 91%, 13/16; 2 lost compliance in the overloads on 2 seeds).
+# limit x this (bench/serving_sim.py --binding-only: 1.25 wins less, 2 loses compliance).
 RATE_HEADROOM = 1.5
 # Behind the router's gate, a request that finds the pipeline free waits this long before it
-# binds, so that the burst it may lead reaches the gate and is spared: requests sent together
-# reach the router instances over a few ms, and without the wait the first bound blind (live
-# on the Mooncake window, x0.2: 30% more of the slower members than its simulator, and its
-# clumps late). It costs only a request with an idle pipeline, which has the most slack.
+# binds, so that the burst it may lead (reaching the instances over a few ms) is seen and
+# spared; it costs only a request with an idle pipeline, which has the most slack.
 GATE_SETTLE_MS = 3.0
 # No stage's share of a configuration's time is fitted below this: a stage is never free.
 MIN_STAGE_SHARE = 0.02

@@ -30,9 +30,7 @@ DEFAULT_INTERVAL_S = 1.0
 # within a second or two, long enough to see a sustained overload of a few percent.
 LEAVE_WINDOWS_S = (1.0, 2.0, 5.0)
 # Leave when the arrivals exceed the limit with this confidence; enter when they stay below it
-# with that one. 0.8 makes a false leave at a steady 1.5 requests/s against a limit of 5/s
-# rarer than once an hour, while a 5x burst shows within 1-2 s. (Chosen on the serving
-# benchmark, with the cooldown exponent: see bench/serving_sim.py.)
+# with that one: a false leave is rarer than hourly, a 5x burst shows in 1-2 s.
 LEAVE_CONFIDENCE = 0.8
 ENTER_CONFIDENCE = 0.7
 # The adaptive rate evidence: windows tried, shortest first, and the significance at which an
