@@ -540,4 +540,3 @@ def build_pareto_policy(
     body = planned_policy(metadata["name"], metadata["namespace"], generation, policy_spec)
     body["metadata"]["ownerReferences"] = [owner_reference(workflow)]
     return body
-

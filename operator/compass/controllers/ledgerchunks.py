@@ -250,4 +250,3 @@ class FlushClock:
         self.last = now
         self.pending = 0
         self.batches = 0
-
