@@ -33,7 +33,6 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 FIELD_MANAGER = MANAGED_BY
 WORKFLOW_LABEL = f"{GROUP}/workflow"
 GENERATION_LABEL = f"{GROUP}/generation"
-ROLE_LABEL = f"{GROUP}/role"
 SPEC_KEY = "spec.json"
 RESULT_KEY = "result.json"
 PROFILES_KEY = "profiles.json"
