@@ -115,13 +115,9 @@ def build_state_config_maps(
     spec: CompoundWorkflowSpec,
     seed: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The search's state: the spec it searches (frozen at this generation) and its ledger;
-    then the chunk ConfigMaps of a seeded ledger (merged chunks, as the Job leaves them).
-
-    The search Job appends every evaluated batch to the ledger here, so a pod that restarts,
-    or an operator that restarts, resumes without evaluating a recorded sample again. ``seed`` adds
-    keys carried over from an earlier generation (its ledger, as text, result or profiles).
-    """
+    """The search's state: the spec it searches (frozen at this generation) and its ledger, then
+    a seeded ledger's chunk ConfigMaps. The Job appends every evaluated batch here, so a restarted
+    pod or operator never evaluates a recorded sample again; ``seed``: keys carried over."""
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
     data = {k: v for k, v in (seed or {}).items() if k != LEDGER_KEY}

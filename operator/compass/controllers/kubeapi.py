@@ -312,14 +312,9 @@ def _not_applied(error: ApiException) -> bool:
 
 
 def json_patch(method: Callable[..., Any], *args: Any, ops: list[dict[str, Any]]) -> bool:
-    """Apply a JSON patch (RFC 6902) as FIELD_MANAGER; False if it did not apply to the object
-    as it is now (a ``test`` op failed: it changed since it was read, read it again) or the
-    object is gone. Where the API server does not say which op failed, a caller that tests the
-    resourceVersion tells a change from a patch that can never apply by reading again.
-
-    A 422 for a patch that applied but makes the object invalid raises PatchRefusedError: the
-    server will refuse it again, so it is no reason to retry at once.
-    """
+    """Apply a JSON patch (RFC 6902) as FIELD_MANAGER; False if it did not apply to the object as
+    it is now (a ``test`` op failed: read it again) or the object is gone. A 422 (it applied but
+    makes the object invalid) raises PatchRefusedError: retrying at once would fail again."""
     try:
         call(method, *args, ops, field_manager=FIELD_MANAGER, _content_type=JSON_PATCH)
     except NotFoundError:
