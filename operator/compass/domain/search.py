@@ -43,12 +43,9 @@ INTERACTION_PRIOR_SD = 0.3
 MIN_RESIDUAL_SD = 0.01
 # The search holds one permutation of the dataset's indices (8 bytes each): 80 MB at most.
 MAX_DATASET_SIZE = 10_000_000
-# Configurations a round of the completion phase evaluates at once (and climbs it runs side
-# by side): given, never derived from the concurrency, so that the answer does not depend on
-# how many requests are in flight. 1 by default: the one-at-a-time search, evaluation for
-# evaluation (a larger batch overlaps more but evaluates more: on the RAG grid at tau 0.85,
-# batch 16 made 8,822 sample evaluations where batch 1 made 6,346). docs/method.md,
-# "Concurrent evaluation".
+# Configurations a round of the completion phase evaluates at once (and climbs it runs side by
+# side): given, never derived from the concurrency, so the answer does not depend on it; 1 is the
+# one-at-a-time search (a larger batch evaluates more: docs/method.md, "Concurrent evaluation").
 DEFAULT_BATCH = 1
 # How far past its next look a configuration's likely verdict is sought (ChunkRunner.expect):
 # deep enough to keep a round's last configurations' streams full, and a guess past that.
