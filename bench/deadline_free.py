@@ -32,7 +32,7 @@ from compass.domain.planner import ThresholdModel
 from compass.domain.policy import Policy
 from compass.domain.predictive import DEFAULT_RISK, Predictive
 from compass.domain.simulator import StaticController, simulate
-from compass.domain.traces import TRACE_NAMES, TraceWindow, trace_windows
+from compass.domain.traces import TRACE_NAMES, TraceWindow
 from serving_sim import (
     DEFAULT_DATA,
     ORACLE_COMPLIANCE_TOLERANCE,
@@ -46,6 +46,7 @@ from serving_sim import (
     plan_for,
     trace_label,
 )
+from trace_windows import trace_windows
 
 SLO_MS = 1000.0
 # The reference that needs each request's deadline (serving_sim.py's predictive+adm).

@@ -47,8 +47,9 @@ from compass.domain.planner import Slo, plan_from_profiles
 from compass.domain.podmodel import PodModel
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import StaticController, simulate
-from compass.domain.traces import TRACE_NAMES, TraceWindow, trace_windows, window_pattern
+from compass.domain.traces import TRACE_NAMES, TraceWindow, window_pattern
 from compass.examples import load_trace
+from trace_windows import trace_windows
 
 PAPER_PROFILES = Path(__file__).parent / "data" / "compass-paper" / "planner_latency_profiles.json"
 UTILISATIONS = (0.4, 0.7, 0.9)

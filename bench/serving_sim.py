@@ -64,12 +64,11 @@ from compass.domain.admission import (
     DEFAULT_DEGRADE_AFTER,
     Admission,
     AdmissionPoint,
-    late_after_ms,
+    service_quantiles_ms,
 )
 from compass.domain.arrivals import Scenario, make_pattern, make_scenario
 from compass.domain.binding import (
     GATE_SETTLE_MS,
-    MAX_SETTLE_MS,
     RAG_SIM_COMPONENTS,
     RAG_SIM_SHARES,
     RAG_SIM_STAGE_PARAMS,
@@ -85,8 +84,10 @@ from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass.domain.simulator import QueueAggregate, RunReport, StaticController, simulate
 from compass.domain.split import Split
-from compass.domain.traces import TRACE_NAMES, TraceWindow, trace_windows, window_pattern
+from compass.domain.traces import TRACE_NAMES, TraceWindow, window_pattern
 from compass.examples import load_trace
+from compass_rules.binding import MAX_SETTLE_MS
+from trace_windows import trace_windows
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -288,6 +289,13 @@ def job_binding(job: Job, plan: Plan, refuse: bool) -> BindingRule:
     if job.binding_poll_ms is None and job.binding_gate is None:
         overrides |= {"spare_followers": False, "followers_poll_s": None}
     return replace(rule, **overrides)
+
+
+def late_after_ms(slo_ms: float, fastest: LatencyProfile, quantile: float = 0.5) -> float:
+    """How long a request may wait and still meet the SLO on the fastest member (its service
+    time at ``quantile``): past it the late-last queue (``PodModel.late_after_s``) serves it
+    after every request that still has a chance."""
+    return max(slo_ms - service_quantiles_ms([fastest], quantile)[0], 0.0)
 
 
 def run_job(job: Job) -> tuple[Job, Outcome]:

@@ -210,15 +210,10 @@ def binding_rule(
     decision_s: float = 0.0,
     settle_s: float | None = None,
 ) -> BindingRule:
-    """The routers' late binding (``table``: binding_table's, for this spec) as the simulator
-    runs it, on what those routers see: behind a gate of
-    ``pipeline_slots`` with the lag cap, the waiters at the gate with their deadlines (those
-    beyond, in Triton's queue, unseen: a gated router polls nothing), the rate of the arrivals
-    taken up; behind a gate without the cap, every follower and every arrival (the gate's own
-    view); without a gate, the poller's count every ``poll_s`` (the simulation's time unit)
-    and the arrivals taken up. ``decision_s``: the routers' own work in each bound request's
-    turn in the pipeline (BindingRule.decision_s). Behind a gate, a request that finds the
-    pipeline free settles for ``settle_s`` (None: the table's ``settle_ms``, real time)."""
+    """The routers' late binding (``table``: binding_table's) as the simulator runs it, on what
+    those routers see: behind a gate of ``pipeline_slots``, the waiters there (with the lag cap) or
+    every follower (without); without a gate, the poller's count every ``poll_s``. ``decision_s``:
+    the routers' own work per bound request; ``settle_s``: the gate's settle (None: the table's)."""
     if table["lag_share"] is not None and pipeline_slots is not None:
         view: dict[str, Any] = {
             "visible_followers": router_instances - pipeline_slots,

@@ -9,7 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_runner import bench_module
 from bench_runner import run_bench as run_script
+
+from compass.domain.admission import service_quantiles_ms
+from compass.domain.profiles import LatencyProfile
 
 # The floors' verdict lines, in the order the bench prints them (the spike floor only when the
 # run has the 1000 ms spike cell).
@@ -295,3 +299,13 @@ def test_binding_sees_what_the_router_sees_by_default_and_behind_a_gate_on_reque
             run_bench([*argv, *flags])
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_a_request_is_late_once_even_the_fastest_would_miss_the_slo() -> None:
+    """late_after_ms: the SLO less the fastest's service at the quantile, never negative."""
+    late_after_ms = bench_module("serving_sim").late_after_ms
+    fast = LatencyProfile({"c": "fast"}, 0.7, 100.0, 116.45, p50_ms=100.0, std_ms=10.0)
+    median = service_quantiles_ms([fast], 0.5)[0]
+    assert late_after_ms(500, fast) == pytest.approx(500 - median)
+    assert late_after_ms(500, fast, 0.9) < late_after_ms(500, fast)
+    assert late_after_ms(50, fast) == 0.0

@@ -16,7 +16,6 @@ from compass.domain.admission import (
     ServiceGrid,
     judge,
     judge_at_dispatch,
-    late_after_ms,
     predicted_latency_ms,
     router_admission,
     service_quantiles_ms,
@@ -271,11 +270,3 @@ def test_the_router_gets_each_members_quantile_by_key() -> None:
     assert table["slo_ms"] == pytest.approx(500)
     with pytest.raises(AdmissionError, match="front: empty"):
         router_admission([], Admission(1000))
-
-
-def test_a_request_is_late_once_even_the_fastest_would_miss_the_slo() -> None:
-    """late_after_ms: the SLO less the fastest's service at the quantile, never negative."""
-    median = service_quantiles_ms([FAST], 0.5)[0]
-    assert late_after_ms(500, FAST) == pytest.approx(500 - median)
-    assert late_after_ms(500, FAST, 0.9) < late_after_ms(500, FAST)
-    assert late_after_ms(50, FAST) == 0.0

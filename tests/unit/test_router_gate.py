@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from compass.domain.binding import follower_spare_ms
 from compass_dev.router_module import router_part
 from compass_rules.binding import bind_stage, check_binding
-from compass_rules.followers import slacks_behind_ms
+from compass_rules.followers import follower_slacks_ms, slacks_behind_ms
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +162,7 @@ def test_the_gates_followers_are_spared_with_their_own_deadlines(
         }
     )
     [seen] = slacks_behind_ms(table, {}, 0, [0.0], [900.0], 1)
-    assert seen == pytest.approx(follower_spare_ms(300.0, [900.0], 300.0))
+    assert [seen] == pytest.approx(follower_slacks_ms(300.0, [900.0], 300.0))
     assert seen == pytest.approx(300.0)
     assert bind_stage(table, 0, {}, 2000.0, [0.0], spare_ms=seen)[0] == 0
     [polled] = slacks_behind_ms(table, {}, 0, [0.0], [2000.0], 1)

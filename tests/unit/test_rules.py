@@ -18,11 +18,8 @@ from compass.domain.binding import (
     RAG_SIM_SHARES,
     BindingVerdict,
     bind_stage,
-    follower_slacks_ms,
     joint_options,
-    joint_spare_ms,
     lag_spare_ms,
-    polled_followers_left_ms,
     remaining_ms,
     router_table,
     stage_plan,
@@ -32,6 +29,7 @@ from compass_rules import binding as rules
 from compass_rules import followers
 from compass_rules.admission import DROP, FASTEST, SERVE, check_admission, dispatch_verdict
 from compass_rules.binding import MAX_SETTLE_MS, allowed_at, check_binding
+from compass_rules.followers import follower_slacks_ms, joint_spare_ms, polled_followers_left_ms
 from compass_rules.routing import (
     MIX_PREFIX,
     config_key,

@@ -460,7 +460,7 @@ def test_climb_walks_through_a_neighbour_evaluated_before() -> None:
     start = space.index({"x": 0, "y": 0})
     assert target not in space.neighbours(start)
     for index in (start, *space.neighbours(start)):
-        run.assess(index)
+        run.assess_round([index])
     before = set(run.assessed)
     run.climb([start])
     assert target in run.assessed

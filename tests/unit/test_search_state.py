@@ -505,29 +505,6 @@ def test_a_search_killed_midway_resumes_from_every_chunk_without_redoing_work(
 # ---------------------------------------------------------------------------- batched writes
 
 
-def test_writes_are_batched_to_one_per_interval_the_first_at_once() -> None:
-    """Which writes a sequence of batches (started, finished, bytes) makes: the first batch at
-    once, then what finished within 5 s of the last write together, a slow batch alone, and a
-    flood of lines as soon as it passes the pending limit."""
-    fast = [(t * 0.5, t * 0.5 + 0.5, 100) for t in range(25)]  # 2 a second for 12.5 s
-    assert ledgerchunks.flush_groups(fast, 5.0, 10_000) == [
-        [0],  # at 0.5 s: the first at once
-        list(range(1, 11)),  # at 5.5 s, 5 s later
-        list(range(11, 21)),  # at 10.5 s
-        list(range(21, 25)),  # what waits at the end
-    ]
-    slow = [(t * 10.0, t * 10.0 + 10.0, 100) for t in range(3)]  # 10 s each: every one written
-    assert ledgerchunks.flush_groups(slow, 5.0) == [[0], [1], [2]]
-    # A batch that waits is written before the next starts once the interval has passed.
-    late = [(0.0, 1.0, 100), (1.0, 2.0, 100), (8.0, 30.0, 100)]
-    assert ledgerchunks.flush_groups(late, 5.0) == [[0], [1], [2]]
-    flood = [(t * 0.01, t * 0.01 + 0.01, 4000) for t in range(10)]
-    assert ledgerchunks.flush_groups(flood, 5.0, 10_000) == [[0], [1, 2, 3], [4, 5, 6], [7, 8, 9]]
-    # Every batch waits no longer than the interval after the write before it: a kill redoes
-    # at most the batches finished in the last interval.
-    assert ledgerchunks.flush_groups(fast, 0.0) == [[n] for n in range(25)]
-
-
 def test_a_search_writes_its_state_once_per_interval_and_each_chunk_config_map_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -568,8 +568,8 @@ def test_reference_budgets_end_at_the_dataset_size(
     """Every default schedule ends at N, so no verdict falls back to a point estimate."""
     assert reference_budgets(population) == expected
     for method in IntervalMethod:
-        assert StoppingRule(tau=0.5, population=population, method=method).exact_at_end
-    assert not StoppingRule(tau=0.5, population=1000, budgets=(10, 100)).exact_at_end
+        assert StoppingRule(tau=0.5, population=population, method=method).last_look == population
+    assert StoppingRule(tau=0.5, population=1000, budgets=(10, 100)).last_look == 100
 
 
 def test_betting_past_a_short_schedule_looks_at_its_end() -> None:

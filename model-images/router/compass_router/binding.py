@@ -61,7 +61,7 @@ class LazyConfig(dict):
         # It waited long for an instance (the table's degrade_after): the fastest completion.
         self.hurried = hurried
         # The requests waiting behind it for an instance (PendingPoller), spared as the
-        # domain's follower_spare_ms spares them, shared by ``servers`` instances.
+        # rules in compass_rules.followers spare them, shared by ``servers`` instances.
         self.followers, self.servers = followers, servers
         # Behind the gate (compass_pipeline_slots): the requests waiting there are seen, each
         # with its own deadline, read again at each stage bound.

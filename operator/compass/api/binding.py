@@ -11,9 +11,9 @@ from pydantic import ConfigDict, Field, model_validator
 
 from compass.api.meta import CamelModel
 from compass.api.rules import CelRule, cel_rules
-from compass.domain.binding import MAX_STAGES as MAX_BINDING_STAGES
 from compass.domain.profiles import MAX_COMPONENTS
 from compass.domain.space import MAX_PARAMETERS
+from compass_rules.binding import MAX_STAGES as MAX_BINDING_STAGES
 
 # The lag cap's reserve: more of the fastest's likely times than any SLO holds a queue of.
 MAX_LAG_RESERVE = 64

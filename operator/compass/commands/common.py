@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import yaml
 from pydantic import ValidationError
 
+from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.api.urls import ENDPOINT_FIX, endpoint_problem
 from compass.console import UsageError, fail, parse_number, parse_seed
@@ -519,9 +520,17 @@ def trace_window_pattern(
 MAX_PEM_BYTES = 1 * MiB
 
 
-def add_triton_tls_arguments(parser: argparse.ArgumentParser) -> None:
-    """--triton-ca, --triton-cert, --triton-key and --triton-server-name: TLS (and mutual TLS)
-    to Triton's gRPC port."""
+def add_triton_arguments(
+    parser: argparse.ArgumentParser,
+    triton_help: str,
+    *,
+    required: bool = True,
+    metavar: str = "HOST:PORT",
+    router_help: str = "router model name",
+) -> None:
+    """--triton, --router and TLS (and mutual TLS) to Triton's gRPC port."""
+    parser.add_argument("--triton", required=required, metavar=metavar, help=triton_help)
+    parser.add_argument("--router", default=DEFAULT_ROUTER_MODEL, help=router_help)
     parser.add_argument(
         "--triton-ca",
         metavar="CA.pem",

@@ -10,10 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.commands.common import (
     add_pattern_arguments,
-    add_triton_tls_arguments,
+    add_triton_arguments,
     check_endpoint,
     check_not_input,
     check_output,
@@ -36,9 +35,7 @@ def register(commands: Any, summary: str) -> None:
         "same seed, same arrivals); records per request its send time, latency, the "
         "configuration that served it, its score and any error, as JSON Lines.",
     )
-    load.add_argument("--triton", required=True, metavar="HOST:PORT", help="Triton gRPC")
-    load.add_argument("--router", default=DEFAULT_ROUTER_MODEL, help="router model name")
-    add_triton_tls_arguments(load)
+    add_triton_arguments(load, "Triton gRPC")
     add_pattern_arguments(load)
     load.add_argument("--samples", default="100", help="requests cycle through samples 0..N-1")
     load.add_argument("--slo-ms", help="also report compliance with this latency target")

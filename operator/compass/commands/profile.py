@@ -9,9 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.commands.common import (
-    add_triton_tls_arguments,
+    add_triton_arguments,
     check_endpoint,
     check_not_input,
     check_output,
@@ -37,14 +36,11 @@ def register(commands: Any, summary: str) -> None:
         "format `compass plan` reads. Given several Triton addresses (one per pod), each "
         "measures one configuration at a time, all of them at once.",
     )
-    profile.add_argument(
-        "--triton",
-        required=True,
+    add_triton_arguments(
+        profile,
+        "Triton gRPC; one address per pod, comma-separated, to profile on every pod at once",
         metavar="HOST:PORT[,HOST:PORT...]",
-        help="Triton gRPC; one address per pod, comma-separated, to profile on every pod at once",
     )
-    profile.add_argument("--router", default=DEFAULT_ROUTER_MODEL, help="router model name")
-    add_triton_tls_arguments(profile)
     profile.add_argument(
         "--result",
         required=True,

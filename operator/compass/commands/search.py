@@ -14,9 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.commands.common import (
-    add_triton_tls_arguments,
+    add_triton_arguments,
     check_endpoint,
     check_not_input,
     read_document,
@@ -89,15 +88,12 @@ def register(commands: Any, summary: str) -> None:
         help="command that scores a configuration: reads "
         '{"config": ..., "samples": [...]} on stdin, prints a JSON list of scores',
     )
-    run.add_argument(
-        "--triton",
-        metavar="HOST:PORT",
-        help="score live through the Triton router (gRPC) with a per-request configuration",
+    add_triton_arguments(
+        run,
+        "score live through the Triton router (gRPC) with a per-request configuration",
+        required=False,
+        router_help="router model name (with --triton)",
     )
-    run.add_argument(
-        "--router", default=DEFAULT_ROUTER_MODEL, help="router model name (with --triton)"
-    )
-    add_triton_tls_arguments(run)
     run.add_argument("--samples", metavar="N", help="dataset size (with --command or --triton)")
     run.add_argument(
         "--concurrency",

@@ -8,10 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.api.urls import url_problem
 from compass.commands.common import (
-    add_triton_tls_arguments,
+    add_triton_arguments,
     check_endpoint,
     load_policy,
     plan_error,
@@ -40,14 +39,11 @@ def register(commands: Any, summary: str) -> None:
     serve.add_argument(
         "--policy", required=True, metavar="POLICY.yaml", help="`compass plan` output"
     )
-    serve.add_argument(
-        "--triton",
-        required=True,
+    add_triton_arguments(
+        serve,
+        "Triton gRPC endpoint; several (comma-separated): replicas switched together",
         metavar="HOST:PORT[,HOST:PORT...]",
-        help="Triton gRPC endpoint; several (comma-separated): replicas switched together",
     )
-    serve.add_argument("--router", default=DEFAULT_ROUTER_MODEL, help="router model name")
-    add_triton_tls_arguments(serve)
     serve.add_argument(
         "--metrics",
         required=True,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,7 +33,6 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 FIELD_MANAGER = MANAGED_BY
 WORKFLOW_LABEL = f"{GROUP}/workflow"
 GENERATION_LABEL = f"{GROUP}/generation"
-ROLE_LABEL = f"{GROUP}/role"
 SPEC_KEY = "spec.json"
 RESULT_KEY = "result.json"
 PROFILES_KEY = "profiles.json"
@@ -117,13 +115,9 @@ def build_state_config_maps(
     spec: CompoundWorkflowSpec,
     seed: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The search's state: the spec it searches (frozen at this generation) and its ledger;
-    then the chunk ConfigMaps of a seeded ledger (merged chunks, as the Job leaves them).
-
-    The search Job appends every evaluated batch to the ledger here, so a pod that restarts,
-    or an operator that restarts, resumes without evaluating a recorded sample again. ``seed`` adds
-    keys carried over from an earlier generation (its ledger, as text, result or profiles).
-    """
+    """The search's state: the spec it searches (frozen at this generation) and its ledger, then
+    a seeded ledger's chunk ConfigMaps. The Job appends every evaluated batch here, so a restarted
+    pod or operator never evaluates a recorded sample again; ``seed``: keys carried over."""
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
     data = {k: v for k, v in (seed or {}).items() if k != LEDGER_KEY}
@@ -541,8 +535,3 @@ def build_pareto_policy(
     body = planned_policy(metadata["name"], metadata["namespace"], generation, policy_spec)
     body["metadata"]["ownerReferences"] = [owner_reference(workflow)]
     return body
-
-
-def canonical_json(value: Any) -> str:
-    """Stable JSON for ConfigMap values (sorted keys, compact)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))

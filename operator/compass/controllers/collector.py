@@ -1,16 +1,10 @@
 """The garbage collector of an operator process whose heap is mostly long-lived policy data.
 
-CPython's full collection scans every object the collector tracks, with the GIL held. An
-operator of a thousand policies holds most of a million (their bodies, statuses, plans and the
-predictive strategy's caches), and as that heap grows a full collection comes every 10-20 s and
-takes 0.4-1.4 s (measured in bench/operator_scale.py at 1,000 predictive policies): every
-policy's tick waits behind it, and the decision period's p95 doubles.
-
-So what has survived a while is frozen (gc.freeze: moved to the permanent generation, which no
-collection scans) after a collection of the young generations, and the routine collections scan
-only what is new. Frozen objects still go by reference counting as soon as nothing holds them;
-only garbage in reference cycles waits: once every ``thaw_s`` everything is thawed and collected
-once (one bounded pause, rarely) before it is frozen again.
+A full collection scans every tracked object with the GIL held: at a thousand policies it came
+every 10-20 s and held every tick for up to a second (bench/operator_scale.py). So what has
+survived a while is frozen (gc.freeze) after a young collection, and only what is new is scanned;
+reference counting still frees frozen objects, and once every ``thaw_s`` everything is thawed
+and collected once, for the garbage in cycles.
 """
 
 from __future__ import annotations

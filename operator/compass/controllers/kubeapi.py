@@ -26,15 +26,10 @@ from kubernetes.client.exceptions import ApiException
 from compass.controllers.builders import FIELD_MANAGER
 from compass.controllers.builders import controller_uid as controller_uid
 
-# (connect, read) seconds for every call. Without one, a call to an API server that stopped
-# answering (a half-open connection) blocks forever: it holds one of kopf's handler threads and,
-# for a ParetoPolicy, its Elastico timer, so the routing would silently stop being controlled.
-# The server answers these calls (one object, one workflow's Jobs by label, a state ConfigMap
-# of at most 1 MiB) in milliseconds; 15 s to read leaves room for an API server or etcd under
-# heavy load, and 5 s to connect for a slow network. A false timeout only costs a retry: every
-# handler is idempotent and kopf retries it, and a Job's pod is retried (its ledger resumes).
-# Note urllib3 retries a timed-out GET, PUT or DELETE (3 times by default): such a call can last
-# up to 4 times this before it fails.
+# (connect, read) seconds for every call: without one, a half-open connection blocks a handler
+# thread forever and the routing silently stops being controlled. Generous for calls answered in
+# milliseconds (a false timeout costs only a retry: every handler is idempotent); urllib3 retries
+# a timed-out GET, PUT or DELETE 3 times, so such a call can last 4 times this.
 REQUEST_TIMEOUT_S: tuple[float, float] = (5.0, 15.0)
 
 # What a failed call raises: the server's answer, or no answer (refused, reset, timed out).
@@ -312,14 +307,9 @@ def _not_applied(error: ApiException) -> bool:
 
 
 def json_patch(method: Callable[..., Any], *args: Any, ops: list[dict[str, Any]]) -> bool:
-    """Apply a JSON patch (RFC 6902) as FIELD_MANAGER; False if it did not apply to the object
-    as it is now (a ``test`` op failed: it changed since it was read, read it again) or the
-    object is gone. Where the API server does not say which op failed, a caller that tests the
-    resourceVersion tells a change from a patch that can never apply by reading again.
-
-    A 422 for a patch that applied but makes the object invalid raises PatchRefusedError: the
-    server will refuse it again, so it is no reason to retry at once.
-    """
+    """Apply a JSON patch (RFC 6902) as FIELD_MANAGER; False if it did not apply to the object as
+    it is now (a ``test`` op failed: read it again) or the object is gone. A 422 (it applied but
+    makes the object invalid) raises PatchRefusedError: retrying at once would fail again."""
     try:
         call(method, *args, ops, field_manager=FIELD_MANAGER, _content_type=JSON_PATCH)
     except NotFoundError:

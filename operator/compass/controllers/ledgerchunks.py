@@ -216,13 +216,9 @@ def place(values: Sequence[str], room: int = BUDGET) -> list[dict[str, str]]:
 
 @dataclass
 class FlushClock:
-    """When the search Job writes the batches it has evaluated: pure, the times given.
-
-    ``add`` records a batch's new lines; ``due`` says whether to write what waits now: at once
-    for the first batch (the progress shows soon), then once ``interval_s`` has passed since the
-    last write or ``pending_limit`` bytes of lines wait. Asked after every batch and before the
-    next starts, so what waits was all finished within ``interval_s`` of the last write: a kill
-    loses no more (and the batch in flight)."""
+    """When the search Job writes the batches it has evaluated (pure, the times given): at once
+    for the first batch, then once ``interval_s`` has passed or ``pending_limit`` bytes wait. Asked
+    after every batch, so a kill loses at most the batches of the last interval."""
 
     interval_s: float = FLUSH_INTERVAL_S
     pending_limit: int = PENDING_TEXT
@@ -250,31 +246,3 @@ class FlushClock:
         self.last = now
         self.pending = 0
         self.batches = 0
-
-
-def flush_groups(
-    batches: Sequence[tuple[float, float, int]],
-    interval_s: float = FLUSH_INTERVAL_S,
-    pending_limit: int = PENDING_TEXT,
-) -> list[list[int]]:
-    """The writes a search makes of its batches, each (started, finished, bytes of new lines):
-    the batch numbers each write carries, in order; what waits at the end is the final write."""
-    clock = FlushClock(interval_s, pending_limit)
-    groups: list[list[int]] = []
-    waiting: list[int] = []
-
-    def flush(now: float) -> None:
-        groups.append(list(waiting))
-        waiting.clear()
-        clock.written(now)
-
-    for number, (started, finished, size) in enumerate(batches):
-        if clock.due(started):
-            flush(started)
-        clock.add(size)
-        waiting.append(number)
-        if clock.due(finished):
-            flush(finished)
-    if waiting:
-        groups.append(list(waiting))
-    return groups

@@ -333,14 +333,11 @@ def _serve_until_crds_appear(
     api: Any, missing: list[str], options: dict[str, Any], stop_flag: threading.Event | None
 ) -> bool:
     """Run kopf (liveness up) while the CRDs are missing, re-checking them; True once they are
-    served, so the caller starts kopf afresh, False when stopped first (a signal, stop_flag).
+    served (the caller starts kopf afresh), False when stopped first.
 
-    kopf serves a CRD created after it started only if its CRD watch sees the CRD while the API
-    server's discovery already lists the resource: with both CRDs applied at once, discovery
-    lagged behind the watch on the test API server (kopf saw compoundworkflows, never
-    paretopolicies), and without the rights to watch CRDs (rbac.discovery off) kopf sees none.
-    Discovery needs no rights, so this process polls it and restarts kopf once all are there.
-    """
+    kopf serves a CRD created after it started only if its watch sees it once discovery lists it,
+    which can lag, and without the rights to watch CRDs it sees none; discovery needs no rights,
+    so this process polls it."""
     logger.warning(missing_crds_message(missing))
     stop, found = threading.Event(), threading.Event()
     threading.Thread(

@@ -46,12 +46,8 @@ LOG = logging.getLogger(__name__)
 
 
 def saved_state(status: Mapping[str, Any]) -> PolicyState | None:
-    """The policy state a previous operator run saved in the status, if it reads as one.
-
-    The status is output, and anyone with write access to it may have edited it: a state that
-    does not read back (a string or a huge number for a time) is dropped with a log line, and
-    the policy starts afresh from what the routers serve.
-    """
+    """The policy state a previous operator run saved in the status, if it reads as one (anyone
+    who can write the status may have edited it: a state that does not read back is dropped)."""
     saved = status.get("policyState")
     if saved is None:
         return None
@@ -86,14 +82,9 @@ def align_state(
     now: float,
     stale_after_s: float,
 ) -> tuple[PolicyState, str | None]:
-    """The state to decide from, given the configuration the router really serves.
-
-    The saved state is kept, hysteresis timers included, when its active configuration is
-    what the router serves; its downscale evidence is dropped if nothing was observed for
-    longer than the staleness limit (the entry condition must hold at every observation, and
-    there were none). Otherwise the router's configuration is adopted (counters kept); one
-    not on the front gives no active configuration, so the policy falls back to the fastest.
-    """
+    """The state to decide from, given the configuration the router really serves: the saved one
+    (its downscale evidence dropped after a gap in observations) when it agrees, else the router's
+    configuration adopted (none, so the fastest, when it is not on the front)."""
     serving = routing_names(plan, router_key)
     if saved is not None:
         saved = full_names(not_after(saved, now), plan)

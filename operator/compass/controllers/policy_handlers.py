@@ -1,13 +1,11 @@
 """kopf handlers of ParetoPolicy: each policy ticks on the operator's one scheduler
 (policy_scheduler), fed by a kopf daemon per policy; this module is the I/O.
 
-Every second a policy's tick compiles its spec (once a generation), finds the Triton pods (an
-index over EndpointSlices, watched, never listed per tick), resumes the policy state (from
-memory, else from the status), runs one LiveLoop step, and has policy_publish write the status
-and post Events on transitions only. The decisions live in policy_compile, policy_decisions,
-policy_conditions, policy_status and compass.domain. A spec that can never work is reported once (InvalidSpec), an
-unreachable Triton retried with a growing delay; missing metrics are no error of the tick: the
-policy holds (or falls back, as spec.onMetricsLoss says).
+A tick compiles the spec (once a generation), finds the Triton pods (an index over
+EndpointSlices), resumes the policy state, runs one LiveLoop step, and has policy_publish write
+the status; the decisions live in policy_compile, policy_decisions, policy_conditions,
+policy_status and compass.domain. A spec that can never work is reported once, an unreachable
+Triton retried with a growing delay; missing metrics make the policy hold (or fall back).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """One scheduler for every ParetoPolicy this process acts on: a thousand policies decide every
 second on one clock and one pool of worker threads, not a thousand kopf timers.
 
-kopf still watches, peers and handles: it runs one daemon per policy, which only sleeps. It adds
-the policy here when it starts (the policy created, the operator started, peering resumed it)
-and removes it when kopf stops it (deleted, peering paused this process, the operator exiting),
-so a policy ticks here exactly while kopf would have run its timer. Each tick the scheduler
-starts a new round of shared metrics reads (SharedReads: one query or scrape per source a
-tick, whatever the number of policies reading it), then runs every due policy's tick on the
-pool; a policy still running from the last tick is not started twice. Each tick says when its
-policy is due again (a tick later, or a retry delay), as kopf's timer did.
+kopf still watches, peers and handles: its one daemon per policy only sleeps, adding the policy
+here while kopf would have run its timer. Each tick starts a round of shared metrics reads
+(SharedReads), then runs every due policy's tick on the pool (never one twice at once); each
+tick says when its policy is due again.
 """
 
 from __future__ import annotations

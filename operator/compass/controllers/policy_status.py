@@ -357,23 +357,13 @@ def status_patch(
     recent: Sequence[Mapping[str, Any]] = (),
     phase_s: float | None = None,
 ) -> dict[str, Any]:
-    """What to write to the status: the changes, except routine ones (the observation time, the
-    queue depth seen, the arrivals samples, what the routers served, and the wording of the
-    last decision and of conditions whose status and reason stay), which wait for the
-    heartbeat: an idle policy
-    should not write every second (the predictive strategy's reason quotes a rate that moves
-    every tick), nor a loaded one (its queue moves every tick: a thousand policies under load
-    would write a thousand times a second; the gauge compass_queue_depth is live). A
-    restart then loses at most a heartbeat of arrivals samples (rate evidence).
+    """What to write to the status: the changes, except routine ones (observation time, queue
+    depth, arrivals samples, served counts, wordings), which wait for the heartbeat so that neither
+    an idle nor a loaded policy writes every tick (a restart loses at most a heartbeat of samples).
 
-    ``live``: the status on the object now. Where one of the fields only the operator decides
-    (the active configuration, the switches, the saved state...) differs there from what it
-    wrote (``previous``, or the ``recent`` writes before it: a body seen late), someone else
-    wrote it: it is put back at once, not at the next switch.
-
-    ``phase_s``: the policy's slot in the heartbeat (heartbeat_phase), so that policies started
-    together do not all write their routine changes in the same second (heartbeat_due).
-    """
+    ``live``: the status now; a field only the operator decides that differs there from what it
+    wrote (``previous`` or ``recent``) is put back at once. ``phase_s``: the policy's slot in the
+    heartbeat, so policies started together spread their routine writes."""
     patch = merge_patch(previous, new)
     for key in _edited(previous, live or previous, recent):
         if key in new:

@@ -312,13 +312,9 @@ def ledger_facts(state: Mapping[str, str]) -> int:
 def seed_state(
     spec: CompoundWorkflowSpec, generation: int, previous: Mapping[int, Mapping[str, str]]
 ) -> Seed:
-    """Carry over from the newest earlier generation whose scores are still valid.
-
-    The ledger is reused when the scores mean the same (dataset and evaluator unchanged):
-    a new tau or new budgets re-run the search without evaluating any recorded sample again.
-    The result is reused when the search itself is unchanged, the profiles when the profiling
-    is unchanged too: a change of the SLO alone is re-planned without any Job.
-    """
+    """Carry over from the newest earlier generation whose scores are still valid: its ledger
+    while the dataset and evaluator are unchanged, its result while the search is, its profiles
+    while the profiling is too (a new SLO alone is re-planned without any Job)."""
     for earlier in sorted((g for g in previous if g < generation), reverse=True):
         data = previous[earlier]
         try:

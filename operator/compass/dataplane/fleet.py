@@ -389,14 +389,10 @@ class FleetQueueDepth:
         return summed([c for s in scrapers if (c := s.served(window_s)) is not None])
 
     def _advance(self, readings: Mapping[str, MetricsReading]) -> float | None:
-        """Add the arrivals since the last reading, per pod; a pod's first reading is a baseline.
-
-        Like Prometheus' rate(), a counter that went down was reset (its pod restarted) and
-        everything it shows counts as new, but only when it is clearly a reset: far below the
-        last reading (RESET_SHARE), or below it on RESET_READINGS readings in a row. A reading
-        a little lower once is a scrape answered out of order under load: it is held (the
-        highest reading kept, nothing counted), or the pod's whole history would count again.
-        """
+        """Add the arrivals since the last reading, per pod (a first reading is a baseline). A counter
+        that went down was reset, as for Prometheus' rate(), only when clearly so (below RESET_SHARE of
+        the last, or lower RESET_READINGS times running); a reading a little lower once is a scrape
+        answered out of order, held, or the pod's whole history would count again."""
         if any(r.arrivals_total is None for r in readings.values()):
             return None
         increase = 0.0

@@ -44,19 +44,13 @@ def run_load(
     queue_timeout_s: float | None = None,
     tls: GrpcTls | None = None,
 ) -> list[RequestRecord]:
-    """Send request i at ``arrivals[i]`` seconds (open loop) and wait for every reply.
+    """Send request i at ``arrivals[i]`` seconds (open loop, so queueing happens in Triton) and
+    wait for every reply; with several servers request i goes to ``url[replicas[i]]`` (the
+    simulator's assignment, so runs stay paired).
 
-    Requests go out asynchronously on one gRPC channel per server, so a slow reply never delays
-    the next arrival: queueing happens in Triton, where Elastico can see it. With several
-    servers (``url`` a list), request i goes to ``url[replicas[i]]``, as a Service that
-    balances each request would send it (the simulator's assignment, so runs stay paired).
-    ``parameters`` go with every request (e.g. a configuration override, as profiling sends).
-    With ``deadline_s`` each request carries its deadline, that long after it is sent, for the
-    router's admission to judge it by. With ``queue_timeout_s`` each request carries Triton's
-    own queue timeout, which the router's queue policy acts on if it has one (bench/
-    triton_queue.py: DELAY serves a request past it after the ones in time; REJECT refuses it).
-    ``tls``: TLS (and mutual TLS) to the servers' gRPC ports.
-    """
+    ``parameters`` go with every request; ``deadline_s``: each carries its deadline for the
+    router's admission; ``queue_timeout_s``: Triton's own queue timeout (bench/triton_queue.py);
+    ``tls``: TLS to the servers' gRPC ports."""
     if queue_timeout_s is not None and not queue_timeout_s > 0:
         raise ValueError(f"queue_timeout_s: {queue_timeout_s!r} is not > 0; give seconds, or None")
     # Triton takes the timeout in whole microseconds; 0 would mean none.

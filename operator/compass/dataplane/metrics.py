@@ -72,12 +72,8 @@ def default_age_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
 
 @dataclass(frozen=True)
 class MetricsReading:
-    """One reading: the queue depth and, when known, a counter of arrivals so far.
-
-    Read from several pods, both are per pod (``pods`` of them): the depth aggregated over the
-    pods, the counter the arrivals divided among them. ``age_s`` is how old the samples were
-    when read (0: taken now, as a direct scrape is).
-    """
+    """One reading: the queue depth and, when known, a counter of arrivals so far, both per pod
+    over ``pods``; ``age_s``: how old the samples were when read (0: a direct scrape)."""
 
     queue_depth: float
     arrivals_total: float | None = None
@@ -124,12 +120,9 @@ def checked_age(value: float, where: str) -> float:
 
 
 class SharedReads:
-    """Reads shared within one round (one tick of the operator's scheduler): every source that
-    asks for the same thing in a round (the same URL, query and credentials) gets the answer of
-    one request, or its error. A thousand policies on one Prometheus make one query a tick,
-    not a thousand; each policy still keeps its own counters (TritonQueueDepth's arrivals), so
-    it decides exactly as it would alone on the same samples.
-    """
+    """Reads shared within one operator tick: sources asking the same (URL, query, credentials)
+    get one request's answer or error, so a thousand policies make one query a tick; each keeps
+    its own counters, deciding as it would alone."""
 
     def __init__(self) -> None:
         self._answers: dict[tuple[Any, ...], _SharedAnswer] = {}
@@ -215,13 +208,8 @@ class QueueDepthSource(Protocol):
 
 
 class PrometheusQueueDepth:
-    """A PromQL instant query (Prometheus' /api/v1/query); the query must return one number.
-
-    The queries give totals over every pod (``sum``); with ``pods`` (how many are ready now)
-    the reading is per pod: both divided by it, as the planner's thresholds are per server.
-    ``auth``: credentials, headers and TLS trust for every request (TlsMaterialError if its
-    CA or client pair cannot be loaded).
-    """
+    """A PromQL instant query returning one number: totals over every pod (``sum``), divided by
+    ``pods`` when given (the thresholds are per server); ``auth``: credentials, headers and TLS."""
 
     def __init__(
         self,
@@ -571,12 +559,8 @@ class TritonQueueDepth:
         return RouterCounters(served, refused)
 
     def _count(self, finished: float, pending: float) -> float:
-        """Arrivals so far: finished + pending, held at its highest until the server restarts.
-
-        Requests in service count in neither, so the sum dips when the next request is taken up
-        before the last one's success is counted. Without a restart it never falls below the
-        finished count read last time (a true counter): a dip above that is the lag, not a reset.
-        """
+        """Arrivals so far: finished + pending, held at its highest until the server restarts (a
+        request taken up is in neither for a moment: a dip above the last finished count is lag)."""
         arrivals = finished + pending
         if self.counted is not None:
             highest, finished_before = self.counted

@@ -30,13 +30,9 @@ from compass_rules.protocol import OVERRIDE_PARAMETER
 
 @dataclass(frozen=True)
 class ProfileSettings:
-    """Warm-up and measured requests per configuration, and the optional screening pass.
-
-    With ``screen_runs`` > 0, every configuration is first timed with that many requests, and
-    one that a more accurate configuration beats by more than ``screen_margin`` (relative mean
-    latency) keeps its screening profile instead of the full measurement: it cannot be on the
-    Pareto front, so measuring it precisely buys nothing.
-    """
+    """Warm-up and measured requests per configuration, and the optional screening pass: with
+    ``screen_runs`` > 0 a configuration a more accurate one beats by over ``screen_margin`` (mean
+    latency) keeps its screening profile, since it cannot be on the front."""
 
     warmup_runs: int = 3
     measured_runs: int = 50
@@ -70,15 +66,9 @@ def profile_configuration(
     payload: Callable[[int], Mapping[str, Any]],
     check: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
-    """Latency statistics (ms) of one configuration, requests sent back to back.
-
-    One request at a time: this measures the service time the planner's queueing model needs,
-    not the queueing itself. ``check`` runs before each request (a time limit's: it raises).
-    Each reply also times the pipeline's component models (the router's component times):
-    their means are the entry's ``component_ms``, what late binding splits the time by.
-    A decoupled router's replies also time their first streamed response: the entry's
-    ``ttft_*_ms`` (time to first token), where every measured reply streamed.
-    """
+    """Latency statistics (ms) of one configuration, one request at a time (the service time
+    the queueing model needs), with its component means (``component_ms``, what late binding
+    splits by) and, where every reply streamed, ``ttft_*_ms``; ``check`` runs before each request."""
     warm_up(router, config, settings.warmup_runs, payload, check)
     latencies = []
     components: list[dict[str, float] | None] = []
@@ -166,15 +156,9 @@ def profile_configurations(
     known: Mapping[str, Mapping[str, Any]] | None = None,
     measured: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """The profiles document the planner reads: metadata and one entry per configuration.
-
-    Over a pool, each configuration is measured on whichever pod is free, each pod one at a
-    time (PodPool.run); its entry is that pod's measurement, named under ``pod``, and the
-    entries keep the configurations' order, whichever pod measured which and in what order
-    they ended. ``known`` holds entries measured before (by ``measurement_key``: a resumed
-    profiling's), not measured again; ``measured(key, entry)`` sees each new one as it ends.
-    ``progress(done, total)`` counts profiling passes over a configuration (two with screening).
-    """
+    """The profiles document the planner reads: metadata and one entry per configuration, in
+    their order whichever pod of the pool measured each (named under ``pod``). ``known`` entries (a
+    resumed profiling's) are kept; ``measured`` sees each new one; ``progress`` counts passes."""
     pool = as_pool(routers)
     accuracies = [accuracy for _, accuracy in configs]
     screening = settings.screen_runs > 0 and len(configs) > 1
@@ -276,12 +260,9 @@ def pod_summary(pool: PodPool[Any, Any]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class CurveSettings:
-    """The cost of one capacity curve: requests per offered rate (and at least
-    ``seconds_per_rate`` of them: at a fast configuration's high rates a few hundred requests
-    pass before an overload's queue can show; at most ``max_seconds_per_rate`` of them: a
-    slow configuration's low rates would take minutes a point), at most ``max_points`` rates,
-    each run ``repeats_per_rate`` times (the point is the run of median p95: on shared nodes one
-    run can meet a busy moment)."""
+    """The cost of one capacity curve: requests per rate (within ``seconds_per_rate`` and
+    ``max_seconds_per_rate`` of load), at most ``max_points`` rates, each run ``repeats_per_rate``
+    times (the point is the run of median p95: a shared node has busy moments)."""
 
     requests_per_rate: int = 300
     max_points: int = MAX_CURVE_POINTS
@@ -311,18 +292,12 @@ def measure_curve(
     percentile: float = 95.0,
     check: Callable[[], None] = lambda: None,
 ) -> CapacityCurve:
-    """A configuration's latency-throughput curve: open-loop Poisson load up the ladder of rates.
+    """A configuration's latency-throughput curve: open-loop Poisson load up the ladder of rates,
+    each request carrying the configuration as an override (production's never moves).
 
-    Every request carries the configuration as an override, so the router's active one (what
-    production traffic gets) never moves. ``mean_ms`` and ``idle_p95_ms`` are its one-at-a-time
-    mean (where the ladder starts) and p95 (what its lowest rates are compared with);
-    ``servers`` the router's instances the server was deployed with; ``slo_ms`` at
-    ``percentile`` the tightest budget the planner reads (the ladder halves its low end only
-    while it is over it; None: regardless).
-    ``progress`` sees each point as it is measured; ``check`` runs before each rate (a time
-    limit's: it raises). A failed request fails the curve: a point missing its slowest replies
-    would read fast.
-    """
+    ``mean_ms``/``idle_p95_ms``: its one-at-a-time figures the ladder starts from; ``servers``: the
+    router's instances; ``slo_ms`` at ``percentile``: the tightest budget read off it. A failed
+    request fails the curve: a point missing its slowest replies would read fast."""
     rng = np.random.default_rng(settings.seed)
 
     def measure(rate: float) -> CurvePoint:

@@ -87,11 +87,8 @@ class GrpcTls:
 
 
 def routing_key(config: Config, blend: Config | None = None, weight: float = 0.0) -> str:
-    """One string for what a router serves: the configuration's key, or the mix.
-
-    compass_rules.routing.routing_key, as the control model reports it, so a report can be
-    compared with what was asked; the weight is taken down to the grid first.
-    """
+    """One string for what a router serves (compass_rules.routing.routing_key, the weight taken
+    down to the grid), so a report can be compared with what was asked."""
     mix = _mix_weight(blend, weight)
     if blend is None or mix == 0.0:
         return config_key(config)
@@ -154,10 +151,8 @@ class RouterState:
 
 @dataclass(frozen=True)
 class SwitchReport:
-    """A switch that took effect: to what, after how many attempts, how long it took.
-
-    ``changed`` is False when the router already served the configuration: nothing changed.
-    """
+    """A switch that took effect: to what, after how many attempts, how long it took
+    (``changed`` False: the router already served it)."""
 
     config: str
     attempts: int

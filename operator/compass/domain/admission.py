@@ -30,9 +30,7 @@ FloatArray = npt.NDArray[np.float64]
 GRID_POINTS = 256
 # At dispatch, a request that has waited more than this share of its SLO is served on the
 # fastest member even where its routed one would fit: a long wait means a queue stands behind
-# it, and the fastest shortens it for all of them at once, in the instant the wait is seen
-# rather than at the policy's next look. (Chosen on bench/serving_sim.py: 0.25 keeps every
-# strategy's compliance at or above static fastest's in nearly every cell.)
+# it, and the fastest shortens it at once rather than at the policy's next look.
 DEFAULT_DEGRADE_AFTER = 0.25
 
 
@@ -77,14 +75,9 @@ class Admission:
 
 
 class ServiceGrid:
-    """A mix's service time as equally likely points (each member's quantile grid, weighted by
-    its share): its mean, quantiles, and expected residual time after a given elapsed time.
-
-    ``servers``: the pod's router instances. Where every member has a capacity curve measured at
-    that many instances that reached saturation, a busy pod is known to hold each request for
-    the curve's holding time (servers / drain rate), longer than the profile's own time when
-    its components batch or contend; the wait ahead is stretched by that ratio.
-    """
+    """A mix's service time as equally likely points (each member's quantile grid, weighted by its
+    share): its mean, quantiles and expected residual time. With curves measured at ``servers`` that
+    saturated, the wait ahead is stretched by the busy pod's holding time over the profile's."""
 
     def __init__(self, members: Sequence[tuple[LatencyProfile, float]], servers: int = 1) -> None:
         if not members:
@@ -131,13 +124,8 @@ def predicted_latency_ms(
     servers: int,
     own_ms: float,
 ) -> float:
-    """A request's expected wait for one of ``servers`` instances plus ``own_ms`` of service.
-
-    With an instance free for it (fewer waiting ahead than idle instances) it waits nothing;
-    otherwise for the work ahead (the busy instances' expected residual times and the queued
-    requests' mean service, stretched by the grid's measured load factor) shared by the
-    instances.
-    """
+    """A request's expected wait for one of ``servers`` instances plus ``own_ms`` of service: none
+    with an instance free, else the work ahead (residuals and queued means, stretched) shared."""
     if queued_ahead < servers - len(busy_elapsed_ms):
         return own_ms
     ahead = sum(grid.residual_ms(e) for e in busy_elapsed_ms) + queued_ahead * grid.mean_ms
@@ -160,12 +148,8 @@ def judge(
     busy_elapsed_ms: Sequence[float],
     servers: int,
 ) -> AdmissionVerdict:
-    """Serve a request arriving now as routed if its predicted latency is within the SLO; else
-    on the fastest member if that brings it within (``degrade``); else drop it (``refuse``).
-
-    The wait is the same either way (the requests ahead are served as routed); only the
-    request's own service time changes.
-    """
+    """Serve a request arriving now as routed if its predicted latency fits the SLO; else on the
+    fastest if that fits (``degrade``); else drop it (``refuse``). Only its own time changes."""
     wait_plus = functools.partial(
         predicted_latency_ms, grid, queued_ahead, busy_elapsed_ms, servers
     )
@@ -206,13 +190,6 @@ def degrade_below_ms(admission: Admission) -> float:
     return admission.slo_ms * (1 - admission.degrade_after)
 
 
-def late_after_ms(slo_ms: float, fastest: LatencyProfile, quantile: float = 0.5) -> float:
-    """How long a request may wait and still meet the SLO on the fastest member (its service
-    time at ``quantile``): past it the request is late whatever serves it, and a late-last
-    queue (``PodModel.late_after_s``) serves it after every request that still has a chance."""
-    return max(slo_ms - service_quantiles_ms([fastest], quantile)[0], 0.0)
-
-
 def service_quantiles_ms(members: Sequence[LatencyProfile], quantile: float) -> list[float]:
     """Each member's service time (ms) at ``quantile``: what a router judges a request on."""
     return [float(m.distribution.quantile(np.array([quantile]))[0]) for m in members]
@@ -221,13 +198,9 @@ def service_quantiles_ms(members: Sequence[LatencyProfile], quantile: float) -> 
 def router_admission(
     front: Sequence[LatencyProfile], admission: Admission, time_scale: float = 1.0
 ) -> dict[str, Any]:
-    """What the router is sent to judge requests at dispatch: each front member's service time
-    at the quantile by configuration key, the fastest's key (the front's first), how
-    little of its budget a request may have left and still be served as routed, whether a
-    request late whatever serves it is refused (else served on the fastest), and the SLO
-    (behind the router's gate a request without a deadline gets its take-up plus the SLO).
-
-    ``time_scale`` scales the times for a server whose services are scaled (the local demo's)."""
+    """What the router is sent to judge requests at dispatch: each member's service time at the
+    quantile by key, the fastest's key, the budget left below which a request is not served as
+    routed, whether the hopeless are refused, and the SLO; ``time_scale`` scales the times."""
     if not front:
         raise AdmissionError("front: empty; give the plan's members, fastest first")
     own = service_quantiles_ms(front, admission.quantile)

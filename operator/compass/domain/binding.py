@@ -1,18 +1,10 @@
 """Late binding (Aragog's per-request, per-stage routing): each request binds each stage's
 parameters when it reaches that stage, from its own deadline and the components' queues.
 
-A ``StagePlan`` lists the pipeline's stages (the parameters each binds, in the order the
-pipeline reads them) and the configurations a request may end on, each with its accuracy and a
-predicted service time per stage. ``bind_stage`` is the decision: among the allowed
-configurations consistent with what the request has bound so far, the most accurate whose
-predicted remaining time (each remaining component's queue and its own time there) fits what is
-left of the request's deadline, and does not make a request waiting behind it late that would
-otherwise be in time (``follower_spare_ms``); the fastest completion when none fits; refused
-where admission's refuse rule applies and even the fastest is late. ``stage_plan`` derives
-per-stage times from whole-pipeline profiles, split by each stage's measured component times
-where profiling timed them; a stage may call several component models (qa-real's retrieval:
-bm25, dense or both, then maybe the reranker), its time theirs together. Why: docs/method.md,
-"Late binding".
+A ``StagePlan`` lists the stages (the parameters each binds) and the configurations a request
+may end on, with accuracy and per-stage times (``stage_plan`` splits whole-pipeline profiles by
+measured component times); ``bind_stage`` picks the most accurate consistent configuration that
+fits the deadline and spares its followers (compass_rules). Why: docs/method.md, "Late binding".
 """
 
 from __future__ import annotations
@@ -32,12 +24,7 @@ from compass.domain.profiles import LatencyProfile
 from compass.domain.space import config_key
 from compass_rules import binding as rules
 from compass_rules import followers
-from compass_rules.binding import MAX_BINDING_CONFIGS as MAX_BINDING_CONFIGS
-from compass_rules.binding import MAX_SETTLE_MS as MAX_SETTLE_MS
-from compass_rules.binding import MAX_STAGES as MAX_STAGES
-from compass_rules.binding import allowed_at as allowed_at
-from compass_rules.binding import waited_long as waited_long
-from compass_rules.followers import polled_followers_left_ms as polled_followers_left_ms
+from compass_rules.binding import MAX_BINDING_CONFIGS, MAX_SETTLE_MS, MAX_STAGES
 
 # rag-sim's pipeline (model-images/rag-sim/models/router/1/pipeline.py): the parameters each
 # component's time depends on, in the order a request reaches the components, and the models.
@@ -61,15 +48,11 @@ QA_REAL_STAGE_PARAMS: tuple[tuple[str, ...], ...] = (
 )
 QA_REAL_COMPONENTS: tuple[tuple[str, ...], ...] = (("bm25", "dense", "reranker"), ("reader",))
 # The slow loop allows a front member while the pod's arrival rate is within its planner rate
-# limit x this (bench/serving_sim.py --binding-only, 10 seeds, binding+adm: 1.5 wins 100% of
-# the hindsight oracle's gain, at or above static fastest's compliance in 11/16 cells, the rest
-# -0.0 to -0.4; 1.25: 91%, 13/16; 2 lost compliance in the overloads on 2 seeds).
+# limit x this (bench/serving_sim.py --binding-only: 1.25 wins less, 2 loses compliance).
 RATE_HEADROOM = 1.5
 # Behind the router's gate, a request that finds the pipeline free waits this long before it
-# binds, so that the burst it may lead reaches the gate and is spared: requests sent together
-# reach the router instances over a few ms, and without the wait the first bound blind (live
-# on the Mooncake window, x0.2: 30% more of the slower members than its simulator, and its
-# clumps late). It costs only a request with an idle pipeline, which has the most slack.
+# binds, so that the burst it may lead (reaching the instances over a few ms) is seen and
+# spared; it costs only a request with an idle pipeline, which has the most slack.
 GATE_SETTLE_MS = 3.0
 # No stage's share of a configuration's time is fitted below this: a stage is never free.
 MIN_STAGE_SHARE = 0.02
@@ -262,14 +245,10 @@ def bind_stage(
 ) -> Binding:
     """Bind ``stage``: the configuration (consistent with ``bound``) the request heads for.
 
-    ``left_ms`` is what is left of its deadline; ``backlog_ms[s]`` the work queued ahead of it
-    at component s (a stage's own queue included); ``spare_ms`` how much longer than the
-    fastest completion it may take without making a waiting request late (``follower_spare_ms``);
-    ``refuse``: admission refuses a request that is late whatever serves it; ``allowed``: the
-    configurations the slow loop allows now (None: all), the fastest completion being the
-    fallback whatever it allows; ``at``: the stage the request has reached (None: ``stage``),
-    earlier than ``stage`` where a pipeline reads a later stage's parameters before it calls
-    the earlier components (rag-sim reads them all at dispatch): their time counts too."""
+    ``left_ms``: what is left of its deadline; ``backlog_ms[s]``: the work queued at component s;
+    ``spare_ms``: the extra time its followers allow; ``allowed``: what the slow loop allows (None:
+    all); ``at``: the stage reached (earlier than ``stage`` where a pipeline reads parameters
+    before calling the components ahead of them: their time counts too)."""
     if not 0 <= stage < len(plan.stages):
         raise BindingError("stage", f"{stage} is not a stage of {len(plan.stages)}", "give 0..n-1")
     at = stage if at is None else at
@@ -302,56 +281,9 @@ def bind_stage(
     return Binding(chosen, BindingVerdict(verdict), remaining)
 
 
-def follower_slacks_ms(
-    own_fastest_ms: float,
-    followers_left_ms: Sequence[float],
-    follower_ms: float,
-    servers: int = 1,
-    *,
-    likely: tuple[float, float] | None = None,
-) -> list[float | None]:
-    """How much longer than its fastest completion a request may take without making each
-    request waiting behind it (FIFO) late (None: a follower that does not count):
-    compass_rules.followers.follower_slacks_ms (docs/method.md, Late binding)."""
-    _check_servers(servers)
-    return followers.follower_slacks_ms(
-        own_fastest_ms, followers_left_ms, follower_ms, servers, likely=likely
-    )
-
-
 def _check_servers(servers: int) -> None:
     if servers < 1:
         raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
-
-
-def follower_spare_ms(
-    own_fastest_ms: float,
-    followers_left_ms: Sequence[float],
-    follower_ms: float,
-    servers: int = 1,
-    *,
-    likely: tuple[float, float] | None = None,
-) -> float:
-    """How much longer than its fastest completion a request may take without making a request
-    waiting behind it late that would otherwise be in time: the least of
-    ``follower_slacks_ms``' counted slacks, inf when no follower counts."""
-    slacks = follower_slacks_ms(
-        own_fastest_ms, followers_left_ms, follower_ms, servers, likely=likely
-    )
-    return min((s for s in slacks if s is not None), default=math.inf)
-
-
-def joint_spare_ms(
-    own_options: Sequence[tuple[float, float]],
-    follower_options: Sequence[tuple[float, float]],
-    slacks_ms: Sequence[float | None],
-    servers: int = 1,
-    budget_ms: float = math.inf,
-) -> float:
-    """How much longer than its fastest completion a request may take in the best plan for it
-    and the requests waiting behind it together: compass_rules.followers.joint_spare_ms."""
-    _check_servers(servers)
-    return followers.joint_spare_ms(own_options, follower_options, slacks_ms, servers, budget_ms)
 
 
 def joint_options(
@@ -362,11 +294,9 @@ def joint_options(
     backlog_ms: Sequence[float],
     allowed: Collection[int] | None = None,
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    """What ``joint_spare_ms`` plans with: the request's choices (the configurations consistent
-    with ``bound`` that the slow loop allows, or its fastest completion, that fit what is left
-    of its deadline), each as (extra time over its fastest completion from stage ``at``,
-    accuracy); and a follower's, not yet bound (the allowed configurations and the fastest),
-    each as (extra time over the fastest configuration, accuracy)."""
+    """What ``joint_spare_ms`` plans with: the request's choices (extra time over its fastest
+    completion from stage ``at``, accuracy) that fit its deadline, and a follower's (extra time over
+    the fastest configuration, accuracy)."""
     own, theirs = followers.joint_options(plan.table, bound, at, left_ms, backlog_ms, allowed)
     return [(t, a) for t, a in own.tolist()], [(t, a) for t, a in theirs.tolist()]
 
@@ -374,20 +304,15 @@ def joint_options(
 def static_schedule(
     arrival_s: float, free_s: float, fastest_s: float, servers: int = 1
 ) -> tuple[float, float]:
-    """When a request arriving at ``arrival_s`` would start if every request were served on
-    the fastest configuration (``fastest_s`` each, shared by ``servers``), that queue being
-    free at ``free_s``, and when it is free again after it (Lindley's recursion: the schedule
-    static fastest keeps)."""
+    """(start, free again) of a request at ``arrival_s`` were every request served on the fastest
+    (``fastest_s`` over ``servers``) from a queue free at ``free_s``: static fastest's schedule."""
     _check_servers(servers)
     return followers.static_schedule(arrival_s, free_s, fastest_s / servers)
 
 
 def lag_spare_ms(finish_ms: float, static_finish_ms: float, cap_ms: float) -> float:
-    """How much longer than its fastest completion a request may take so that it ends no more
-    than ``cap_ms`` behind the schedule static fastest keeps: ``finish_ms`` is when it ends at
-    its fastest (its likely time), ``static_finish_ms`` when it would end under static fastest.
-    Every request after it in the same busy period starts that much later than static fastest
-    starts it, so a lag is what a clump arriving behind it pays (docs/method.md)."""
+    """The extra time that leaves a request ending (at its fastest, ``finish_ms``) at most
+    ``cap_ms`` behind static fastest's schedule (``static_finish_ms``): a clump behind it pays it."""
     return followers.lag_room_ms(cap_ms, finish_ms - static_finish_ms)
 
 
@@ -396,14 +321,9 @@ def fit_stage_times(
     stages: Sequence[Sequence[str]],
     prior_shares: Sequence[float] | None = None,
 ) -> list[tuple[float, ...]]:
-    """Each profile's mean time split over the stages, each stage's part depending on that
-    stage's own parameters only: a least-squares fit of the profiles' mean times on one term
-    per stage and value of its parameters (main effects).
-
-    End-to-end times fix the differences between a stage's settings, not how much of a
-    common time belongs to which stage (a constant moved from one stage to another fits the
-    same), so a faint pull of each stage's terms towards ``prior_shares`` (equal without) of the
-    mean time picks that split; a term is never below ``MIN_STAGE_SHARE`` of the mean."""
+    """Each profile's mean time split over the stages by a least-squares fit on one term per stage
+    and value of its parameters; the split a fit cannot tell (a constant moved between stages) is
+    pulled faintly towards ``prior_shares``, and no term falls below ``MIN_STAGE_SHARE``."""
     if prior_shares is None:
         prior_shares = [1 / len(stages)] * len(stages)
     if len(prior_shares) != len(stages) or not math.isclose(sum(prior_shares), 1.0):
@@ -448,10 +368,9 @@ def stage_shares(
     prior_shares: Sequence[float] | None = None,
     components: Sequence[StageComponents] | None = None,
 ) -> list[tuple[float, ...]]:
-    """Each profile's share of its time at each stage, so a configuration's stages always add
-    up to its own measured time: by its measured component times where every profile has one
-    for each stage (``components``, in stage order, a model or several a stage; the time outside
-    them, the router's own, goes to the stages pro rata), else by ``fit_stage_times``."""
+    """Each profile's share of its time at each stage (adding up to its measured time): by its
+    measured ``components`` times where every profile has them (the router's own time pro rata),
+    else by ``fit_stage_times``."""
     measured = measured_stage_times(profiles, components)
     times_of = measured or fit_stage_times(profiles, stages, prior_shares)
     return [tuple(t / sum(times) for t in times) for times in times_of]
@@ -492,9 +411,7 @@ def stage_plan(
     components: Sequence[StageComponents] | None = None,
 ) -> StagePlan:
     """The plan for these profiles: each configuration's time at ``quantile`` split over the
-    stages by ``stage_shares`` (rag-sim's: ``RAG_SIM_STAGE_PARAMS``, ``RAG_SIM_SHARES``; by the
-    measured times of ``components``, a model or several a stage, where the profiles carry
-    them)."""
+    stages by ``stage_shares``."""
     for field, value in (("quantile", quantile), ("admission_quantile", admission_quantile)):
         if not 0 < value < 1:
             raise BindingError(field, f"{value!r} is not in (0, 1)", "give e.g. 0.5")
@@ -530,19 +447,10 @@ def router_table(
     lag_reserve: int = 0,
     settle_ms: float = 0.0,
 ) -> dict[str, object]:
-    """The plan as a router takes it (the control model's ``binding``; model-images/router/
-    model.py): the stages, the component model each stage calls (a list where it may call
-    several: the router counts each one's calls as that stage's), and each configuration's
-    canonical key, accuracy, per-stage times and the pod's arrival rate above which the slow
-    loop disallows it (``max_qps``, per configuration; None: no limit); ``slo_ms``, the SLO
-    the requests' deadlines carry, tells a router when each request arrived (its deadline less
-    the SLO), so it counts the pod's arrival rate, not the rate it takes requests up at, and
-    how long it waited: over ``degrade_after`` of the SLO (``waited_long``), the fastest
-    completion; ``lag_share`` (None: no cap) and ``lag_reserve``: the lag cap
-    (``lag_spare_ms``: a request's extra time leaves it at most ``lag_share`` of the SLO less
-    ``lag_reserve`` of the fastest's likely times behind static fastest's schedule);
-    ``settle_ms``: behind a gate, how long a request that finds the pipeline free waits before
-    it binds (GATE_SETTLE_MS)."""
+    """The plan as a router takes it (the control model's ``binding``): stages, the component
+    model(s) each stage calls, and per configuration its key, accuracy, per-stage times and
+    ``max_qps``; ``slo_ms`` (to date arrivals and waits from deadlines), ``degrade_after``, the lag
+    cap (``lag_share``, ``lag_reserve``) and the gate's ``settle_ms``."""
     if slo_ms is not None and not (math.isfinite(slo_ms) and slo_ms > 0):
         raise BindingError("slo_ms", f"{slo_ms!r} is not a time > 0", "give the SLO in ms")
     if degrade_after is not None and (slo_ms is None or not 0 < degrade_after <= 1):

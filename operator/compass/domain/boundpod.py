@@ -32,22 +32,18 @@ from compass.domain.binding import (
     Binding,
     BindingVerdict,
     StagePlan,
-    allowed_at,
     bind_stage,
-    follower_slacks_ms,
     joint_options,
-    joint_spare_ms,
     lag_spare_ms,
-    polled_followers_left_ms,
     remaining_ms,
     stage_plan,
     static_schedule,
-    waited_long,
 )
 from compass.domain.evaluation import ParamValue
 from compass.domain.podmodel import DROPPED, PodModel, Stage
 from compass.domain.profiles import LatencyProfile
-from compass_rules.binding import concurrency_factor
+from compass_rules.binding import allowed_at, concurrency_factor, waited_long
+from compass_rules.followers import follower_slacks_ms, joint_spare_ms, polled_followers_left_ms
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -93,7 +89,7 @@ class BindingRule:
     # on its time at this quantile.
     refuse: bool = False
     admission_quantile: float = 0.5
-    # Spare the requests waiting behind for an instance (``follower_spare_ms``): a router that
+    # Spare the requests waiting behind for an instance (compass_rules.followers): a router that
     # held its own queue would see them; the live router, behind Triton's scheduler, does not.
     spare_followers: bool = False
     # With ``spare_followers``: the followers as a poller of Triton's pending count sees them

@@ -225,17 +225,11 @@ class CapacityCurve:
     def max_rate(self, budget_ms: float, percentile: float, idle_ms: float) -> float:
         """The highest offered rate whose latency percentile stays within ``budget_ms``.
 
-        Latency rises with the load, so the measured percentiles are first made monotone (pool
-        adjacent violators: a few hundred requests per rate leave noise that would otherwise
-        end the curve early). Then linear between measured rates, from the one-at-a-time
-        percentile ``idle_ms`` at rate 0. Where the drain rate is the capacity
-        (``capacity_known``), linear in rho / (1 - rho), rho the load on it, rather than in the
-        rate: queueing delay grows so (Kingman's heavy-traffic law, which M/M/c's tail
-        quantiles follow as well), and a line in the rate across a wide gap below the knee
-        claims far less than the pod sustains. Past the last unsaturated rate the delay it
-        showed grows the same way, up to ``NEAR_CAPACITY`` of the capacity. Without a known
-        capacity the line is in the rate (latency is convex in it: the line overestimates it,
-        the rate is on the safe side) and nothing is claimed past the last unsaturated rate.
+        The measured percentiles, made monotone (pool adjacent violators: noise would end the
+        curve early), are read linearly from ``idle_ms`` at rate 0: in rho / (1 - rho) where
+        the capacity is known (queueing delay grows so, Kingman), extrapolated up to
+        ``NEAR_CAPACITY`` of it; else in the rate (convex: on the safe side), never past the
+        last unsaturated rate.
         """
         if idle_ms > budget_ms:
             return 0.0
@@ -330,22 +324,11 @@ def next_rate(
 ) -> float | None:
     """The next rate the ladder offers, or None when the curve is complete.
 
-    It starts at a quarter of one server's capacity. While its lowest rate's p95 is more than
-    ``LADDER_FINEST`` times the one-at-a-time p95 ``idle_p95_ms`` (and, given the SLO
-    ``slo_ms``, its latency at the SLO's ``percentile`` is over it), it halves that rate, down
-    to ``LADDER_FLOOR``: a tail percentile is concave at light load (it jumps once 5% of
-    arrivals wait behind another request), so a line from rate 0 to a steep first rate would
-    overstate the rate for a budget in between (and the knee's noisy gaps, below, would spend
-    every rate left before this one came up). A lowest rate within the SLO needs no rate below
-    it: the planner reads the SLO's rate between measured rates above it, and a rate spent
-    under the SLO is one the knee, where it lies, goes without. Then it climbs, each rate ``LADDER_GROWTH`` times the last,
-    until one saturates the pod. Then it fills in the gap below saturation where the p95 rises
-    most (by ratio), among gaps wider than ``LADDER_FINEST``: where latency is flat a line
-    between two rates is already exact, and the knee, where it bends, is where an SLO's rate
-    lies. The knee's gap (from the last rate the planner reads, see
-    ``CapacityCurve.steady_points``, to the next one up, saturated or too near it to read)
-    counts as steepest, so it is halved first, down to ``LADDER_FINEST``. It stops when no gap
-    is both wide and steep, or at ``max_points`` rates.
+    From a quarter of one server's capacity it halves the lowest rate while that rate's tail
+    is steep and over the SLO (a tail percentile is concave at light load: a line from rate 0
+    would overstate the rate for a budget in between), climbs by ``LADDER_GROWTH`` until the
+    pod saturates, then splits the steepest wide gap below saturation, the knee's first
+    (where an SLO's rate lies), until no gap is both wide and steep or ``max_points`` rates.
     """
     if not points:
         return LADDER_START * 1000 / mean_ms

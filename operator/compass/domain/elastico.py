@@ -30,9 +30,7 @@ DEFAULT_INTERVAL_S = 1.0
 # within a second or two, long enough to see a sustained overload of a few percent.
 LEAVE_WINDOWS_S = (1.0, 2.0, 5.0)
 # Leave when the arrivals exceed the limit with this confidence; enter when they stay below it
-# with that one. 0.8 makes a false leave at a steady 1.5 requests/s against a limit of 5/s
-# rarer than once an hour, while a 5x burst shows within 1-2 s. (Chosen on the serving
-# benchmark, with the cooldown exponent: see bench/serving_sim.py.)
+# with that one: a false leave is rarer than hourly, a 5x burst shows in 1-2 s.
 LEAVE_CONFIDENCE = 0.8
 ENTER_CONFIDENCE = 0.7
 # The adaptive rate evidence: windows tried, shortest first, and the significance at which an
@@ -100,17 +98,10 @@ def steady_window(
 ) -> tuple[float, float] | None:
     """(arrivals of all pods, seconds) over the longest recent window in which they look steady.
 
-    Windows double from the shortest; a window is extended while its older half is consistent
-    with its newer half (a binomial test: given the total,
-    the newer part's count is binomial in its share of the time; a rise is tested at
-    ``RISE_SIGNIFICANCE``, a fall at ``FALL_SIGNIFICANCE``). A change of rate therefore
-    shortens the window at once, and a steady rate is measured over minutes.
-
-    Arrivals whose counts vary ``dispersion`` times as much as Poisson ones (they come in
-    clumps) are tested and counted as that many times fewer independent ones (rounded), so a
-    gap between two clumps is not taken for a fall of the rate: the count returned is of
-    those, and a rate bound from it is ``dispersion`` times the Poisson one.
-    """
+    Windows double from the shortest while the older half agrees with the newer (a binomial test:
+    a rise at ``RISE_SIGNIFICANCE``, a fall at ``FALL_SIGNIFICANCE``), so a change of rate shortens
+    the window at once. Clumped arrivals (``dispersion``) count as that many times fewer
+    independent ones, so a gap between clumps is not taken for a fall."""
     best: tuple[float, float] | None = None
     for window in STEADY_WINDOWS_S:
         measured = _arrivals_in(samples, now, window)
@@ -170,16 +161,10 @@ def record_arrivals(state: PolicyState, observation: Observation, keep_s: float)
 
 
 def capacity_pressure(plan: Plan, active: str | None, queue_depth: float | None) -> float:
-    """How far past what Elastico can absorb the pod is: 0 unless the fastest eligible entry is
-    active and its queue is over that entry's stay limit; then (queue + 1) / (limit + 1).
-
-    The ratio counts the request in service too, so it is above 1 exactly when the queue is
-    over the limit, and a limit of 0 still gives a finite figure. An autoscaler that sizes
-    replicas as replicas x pressure (the HPA's rule for a target value of 1, KEDA's
-    ``metricType: Value`` with ``threshold: "1"``) asks for as many more pods as would bring each
-    pod's share of the queue back within the limit; below the fastest entry the operator still
-    has accuracy to give up, so the figure is 0 there and replicas are not asked for.
-    """
+    """How far past what Elastico can absorb the pod is: (queue + 1) / (limit + 1) once the
+    fastest eligible entry is active and over its stay limit, else 0. Above 1 exactly when over the
+    limit, so an autoscaler sizing replicas x pressure (HPA, KEDA target 1) adds the pods that
+    bring each one's share back within it; below the fastest there is still accuracy to give up."""
     if active is None or queue_depth is None or not math.isfinite(queue_depth):
         return 0.0
     eligible = plan.eligible

@@ -39,9 +39,8 @@ from compass.domain.profiles import LatencyProfile
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 DEFAULT_WINDOW_S = 5.0
-# The known-load oracle's draws of the pattern: with 32, two sets of draws put the 500 ms bursty
-# cell of bench/serving_sim.py (10 seeds) within 0.1 point of compliance and 5% of the accuracy
-# gain of each other. Each draw costs a serve of the window per position tried.
+# The known-load oracle's draws of the pattern: 32 make two sets agree within 0.1 point; each
+# draw costs a serve of the window per position tried.
 KNOWN_LOAD_WORLDS = 32
 # Its draws' seeds start here, far from any scenario seed a bench uses.
 KNOWN_LOAD_SEED = 1_000_000_000

@@ -105,15 +105,10 @@ class Front:
 def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -> Front:
     """The profiles not beaten on accuracy, tail latency and mean at once, by mean service time.
 
-    The mean counts as well as the tail because under load the mean is the capacity: a member
-    as fast in the tail as a more accurate one (within its measurement noise, as two profiles
-    of near-equal configurations are) but faster on the mean is what a spike needs, so a more
-    accurate member beats it only when it is no slower on the mean either. Between members of
-    equal accuracy the tail decides; exact duplicates (same accuracy and tail) keep one member:
-    the lower mean, then the first given.
-    A member that is slower on the mean than an earlier (faster) member and no more accurate is
-    dropped too: switching to it would cost throughput and buy nothing.
-    """
+    The mean counts beside the tail because under load it is the capacity: a more accurate member
+    beats a faster one only when it is no slower on the mean either; equal accuracy: the tail
+    decides; exact duplicates keep the lower mean. A member slower on the mean than an earlier one
+    and no more accurate is dropped: switching to it costs throughput and buys nothing."""
     if not profiles:
         raise PlanError("profiles", "none given, so the front is empty", "profile at least one")
     tail = {id(p): p.latency_at(percentile) for p in profiles}
@@ -191,13 +186,8 @@ def max_queue_depth(
 
 @dataclass(frozen=True)
 class _Capacity:
-    """How fast a pod serving one member (or mix) drains its queue, and its rate limit.
-
-    ``holding_*`` is the time a request holds one of the ``servers`` once the pod is busy: the
-    one-at-a-time service time, or from a measured curve the holding time of a saturated pod
-    (Little: servers / drain rate) with the profile's spread scaled to it. ``rate_limit`` maps
-    a latency budget (ms) to the highest arrival rate that meets it; None for the paper's model.
-    """
+    """How fast a pod serving one member (or mix) drains its queue (holding times per instance
+    once busy), and ``rate_limit``: budget (ms) to the highest rate meeting it (None: paper model)."""
 
     holding_mean_ms: float
     holding_tail_ms: float
@@ -245,11 +235,8 @@ def _member_capacity(
 def _queue_limit(
     mean: float, tail: float, budget_ms: float, model: ThresholdModel, servers: int = 1
 ) -> int | None:
-    """The deepest queue meeting ``budget_ms`` for service times of this mean and percentile.
-
-    With N waiting and ``servers`` serving at once, a new request waits for N / servers service
-    times and then takes its own: n = N / servers + 1 in the tail of a sum of n.
-    """
+    """The deepest queue meeting ``budget_ms``: with N waiting, a request waits N / servers service
+    times, then takes its own (the tail of a sum of n = N / servers + 1)."""
     if tail > budget_ms + _TOLERANCE:
         return None
     if model is ThresholdModel.PAPER_MEAN:
@@ -362,12 +349,8 @@ def max_arrival_rate(profile: LatencyProfile, budget_ms: float, percentile: floa
 
 
 def _violation_mgc(service: _Service, rate: float, budget_s: float, servers: int) -> float:
-    """P(latency > budget) in an M/G/c queue: Erlang C's wait, its decay scaled by 2 / (1 + cv^2).
-
-    The wait is exponential in M/M/c, P(W > t) = C(c, a) exp(-(c / E[S] - lambda) t); for
-    general service times the decay is scaled by 2 / (1 + cv^2) (Allen-Cunneen), which at c = 1
-    is the heavy-traffic exponent of the M/G/1 tail above.
-    """
+    """P(latency > budget) in an M/G/c queue: Erlang C's exponential wait, its decay scaled by
+    2 / (1 + cv^2) (Allen-Cunneen; at c = 1 the M/G/1 heavy-traffic exponent)."""
     mean = service.mean_s
     load = rate * mean
     if load >= servers:
@@ -487,16 +470,9 @@ def plan_thresholds(
 ) -> Plan:
     """Each front member's slack L - p_k and its stay / enter queue-depth limits.
 
-    ``servers`` is how many requests a pod serves at once (its router's instances); only the
-    concurrent models read it, and a measured curve must have been measured at it.
-
-    Members with slack <= 0 stay in the plan (the report shows them) but are never targets.
-    Raises PlanError when no member has positive slack, naming the closest one.
-
-    A switch reaches the pods ``switch_delay_ms`` after the decision: the requests queued when
-    it is taken wait that much longer behind the old configuration, so the queue limits leave
-    it out of the budget. (The rate limits are steady-state: a switch's delay does not move them.)
-    """
+    ``servers``: a pod's router instances (the concurrent models read it). A member without slack
+    stays in the plan but is never a target; none with slack raises PlanError. The queue limits
+    leave ``switch_delay_ms`` out of the budget: the queue waits that long behind the old member."""
     if not front:
         raise PlanError("front", "empty, nothing to switch between", "profile at least one")
     if slack_buffer_ms < 0:
@@ -568,13 +544,8 @@ def _quantile_ms(service: _Service, percentile: float) -> float:
 
 @dataclass(frozen=True)
 class MixPlan:
-    """The mixes of neighbouring eligible members, on the weight grid, as a plan of their own.
-
-    ``plan`` has one member per mix, fastest first, with thresholds from the mix's own service
-    time (the members' distributions in the mix's shares): a policy over it moves along the
-    front in steps of one weight, and ``mixes[i]`` says what member i routes, in indices of
-    the original plan.
-    """
+    """The mixes of neighbouring eligible members on the weight grid, as a plan of their own
+    (one member per mix, fastest first; ``mixes[i]``: what member i routes, in the original plan)."""
 
     base: Plan
     plan: Plan
@@ -649,11 +620,8 @@ def _mix_threshold(plan: Plan, mix: Mix) -> Threshold:
 def _mix_of_curves(
     members: Sequence[tuple[LatencyProfile, float]], tail: float, mean_ms: float, percentile: float
 ) -> _Capacity:
-    """A mix of measured members: holding times add in the shares, so rates blend harmonically.
-
-    A request of member i costs the pod 1 / rate_i of its capacity at the budget; a mix of
-    shares w_i costs sum(w_i / rate_i), whose inverse is the mix's rate.
-    """
+    """A mix of measured members: holding times add in the shares, so rates blend harmonically
+    (a mix of shares w_i has rate 1 / sum(w_i / rate_i))."""
     parts = [(p, p.capacity, share) for p, share in members if p.capacity is not None]
     holding = sum(curve.holding_ms() * share for _, curve, share in parts)
 

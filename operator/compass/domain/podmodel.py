@@ -59,7 +59,7 @@ class PodModel:
     # stand-in for processor sharing that is exact where it matters, at saturation.
     contended: bool = False
     # The router's queue order (None: FIFO). A request that has waited longer than this
-    # (compass.domain.admission.late_after_ms) goes behind every request that has not: it
+    # (bench/serving_sim.py late_after_ms) goes behind every request that has not: it
     # misses the SLO whatever serves it, and served first it would make the requests behind it
     # miss too. What the order is worth; the routers ship FIFO (Triton's own late-last policy
     # stalls its queue: bench/triton_queue.py).

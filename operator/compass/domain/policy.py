@@ -24,14 +24,9 @@ class Action(StrEnum):
 class Observation:
     """What the metrics said, and when they were measured (seconds on the policy's clock).
 
-    ``arrivals_total`` is a counter of requests that arrived (the policy derives rates with
-    confidence bounds from it); ``arrival_rate_qps`` is a rate the metrics source measured
-    itself, used as it is when there is no counter (its own window sets its noise).
-
-    With several pods behind a Service all three are per pod, as the planner's thresholds are:
-    the queue aggregated over the ``pods``, the counter and the rate divided among them. The
-    confidence bounds count the arrivals of all pods (``pods`` times the per-pod counter).
-    """
+    ``arrivals_total``: a counter of arrivals (rates with confidence bounds come from it);
+    ``arrival_rate_qps``: the source's own rate, used when there is no counter. With several pods
+    all are per pod (the bounds count all pods' arrivals), as the planner's thresholds are."""
 
     time: float
     queue_depth: float
@@ -42,11 +37,8 @@ class Observation:
 
 @dataclass(frozen=True)
 class Decision:
-    """The configuration to serve from now on, and why.
-
-    A strategy that splits the traffic also names ``blend``, the member that serves a share
-    ``weight`` of the requests (``target`` serves the rest).
-    """
+    """The configuration to serve from now on, and why; a split also names ``blend``, serving a
+    share ``weight`` of the requests."""
 
     target: str
     index: int
@@ -99,12 +91,8 @@ class PolicyState:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> PolicyState:
-        """The state back from ``to_dict``; unknown keys are ignored (newer operator versions).
-
-        What comes back may have been edited by anyone who can write the status, so every value
-        is checked against what ``to_dict`` writes: ValueError names the first field that is
-        not (a string for a time, a time past the year 2286, a negative count).
-        """
+        """The state back from ``to_dict`` (unknown keys ignored); anyone who can write the status
+        may have edited it, so ValueError names the first value ``to_dict`` would not have written."""
         known = {name: data[name] for name in PolicyState.__dataclass_fields__ if name in data}
         for name in ("active", "blend"):
             _text(known, name, nullable=True)

@@ -49,13 +49,8 @@ IntArray = npt.NDArray[np.int64]
 DEFAULT_HORIZON_S = 10.0
 DEFAULT_RISK = 0.08
 # The forecast's arrivals come SURGE_FACTOR times faster for their first SURGE_S seconds, for
-# every mix and for the fastest alike: a mix must survive a rise in the load for as long as
-# the policy takes to see it and move (a look or two, and the queue it leaves). A rate known
-# ahead is worth most of what hindsight wins (measured: a policy told the true rate 2 s ahead
-# keeps static fastest's compliance within 0.5 points where none told the past alone does),
-# so the forecast assumes the rise it cannot see. (2.5x for 3 s with the risk above: on
-# bench/serving_sim.py with admission, 15/16 cells at or above static fastest's compliance,
-# against 12/16 without the surge, for 75% of the oracle's gain instead of 78%.)
+# every mix and the fastest alike: a mix must survive a rise in the load for as long as the
+# policy takes to see it and move, a rise the past cannot show (docs/method.md, "Predictive").
 SURGE_FACTOR = 2.5
 SURGE_S = 3.0
 PATHS = 64
@@ -93,17 +88,14 @@ NONE_LATE_MARGIN_S = 1e-9
 
 class _Paths:
     """The forecast's random draws, fixed at construction: unit-rate inter-arrival times and
-    every member's service time (s) for each path and request.
-
-    Kept in float32 (summed and compared in float64): an operator holds one set per policy,
-    and at float64 with a holding-time copy a four-member front took 9 MB a policy."""
+    every member's service time (s) for each path and request, in float32 to hold them small
+    (summed and compared in float64)."""
 
     def __init__(self, plan: Plan, requests: int) -> None:
         rng = np.random.default_rng(SEED)
         self.gaps: Float32Array = rng.exponential(size=(PATHS, requests)).astype(np.float32)
-        # Each member's service times are drawn from the same luck when first dealt: a front
-        # of 1,024 entries drawn whole held 128 MiB a policy, though a decision deals only the
-        # few members on its accuracy hull.
+        # Each member's service times are drawn from the same luck when first dealt: a decision
+        # deals only the few members on its accuracy hull, and a large front drawn whole is big.
         self._luck = rng.uniform(size=(PATHS, requests))
         profiles = [t.profile for t in plan.thresholds]
         self._profiles = profiles
@@ -300,9 +292,7 @@ _PATHS_LOCK = threading.Lock()
 def shared_paths(plan: Plan, requests: int) -> _Paths:
     """The draws for this plan's members: made once, shared by every policy whose front draws
     the same (they depend only on the members' profiles, the router instances and the seed)."""
-    # What the draws are made of, as JSON: never a pickle, which would carry what a cached
-    # property has added to a profile or its curve since (two policies on one front, one of
-    # whose plans had been used, drew twice).
+    # What the draws are made of, as JSON: a pickle would carry what cached properties added.
     profiles = [
         {
             "config": t.profile.key,
@@ -433,10 +423,8 @@ class Predictive:
             return 0.0
         clump = max(clump, 1.0)
         ahead = min(round(queued), self.paths.requests - 1)
-        # Everything the share depends on beyond the draws (shared by one front's policies).
-        # Plain numbers only, no Mix: Python's collector stops tracking a tuple of them, so a
-        # full cache adds nothing to an operator's full collections (Mix keys kept 65,536
-        # tuples tracked a front, scanned in every one).
+        # Everything the share depends on beyond the draws (shared by one front's policies), as
+        # plain numbers: the collector stops tracking such tuples, so a full cache costs no GC.
         key = (
             *_mix_key(mix),
             *_mix_key(active),
@@ -482,17 +470,9 @@ class Predictive:
 
     def _none_late(self, mix: Mix, rate: float, surge_s: float, count: int, idle_s: float) -> bool:
         """Whether no request of the forecast can miss the SLO, known without drawing its
-        arrival times: then its miss share is 0 (exactly what the full computation finds).
-        For one instance started idle (nothing queued) and Poisson arrivals.
-
-        On one instance started idle, a request waits for the instance's idle-start delay or
-        for the requests before it, never longer than both together: its latency is at most
-        that delay plus the holding times before it plus its own service (Paths.reach). Only
-        requests in the rows where some path's arrival falls inside the horizon are counted,
-        and those rows are the leading ones whose earliest unit-rate arrival comes before the
-        horizon's (Paths.rows_before). A lightly loaded policy (a trickle, the idle ones of an
-        operator of a thousand) is judged by this bound alone, its arrivals never drawn.
-        """
+        arrivals (one instance started idle, Poisson): each waits at most the idle-start delay
+        plus the holding before it (Paths.reach), counted over the rows that reach inside the
+        horizon (Paths.rows_before). A lightly loaded policy is judged by this bound alone."""
         # The unit-rate time of the horizon's end: SURGE_FACTOR times the rate through the
         # surge, the rate after it (a little later, so rounding never leaves a row out).
         horizon_unit = SURGE_FACTOR * rate * surge_s + rate * (self.horizon_s - surge_s)
@@ -636,14 +616,9 @@ def arrivals_dispersion(samples: Sequence[tuple[float, float]], now: float, pods
     """The index of dispersion of all pods' arrivals (the variance of an interval's count over
     its mean; 1 for Poisson arrivals, above it where they come in clumps) over the last
     ``DISPERSION_WINDOW_S`` of the counter ``samples`` (time, per-pod counter) up to ``now``,
-    at its lower confidence bound at ``DISPERSION_CONFIDENCE``, and never below 1.
-
-    Measured on successive intervals' differences (Allan's factor: for two disjoint intervals of
-    compound Poisson arrivals, the squared difference of their rates over the sum of their
-    inverse lengths has mean dispersion x rate), so a slow change of the rate, which the rate's
-    own windows follow, is not taken for clumps. Fewer than ``MIN_DISPERSION_PAIRS`` pairs of
-    intervals, or no arrivals: 1.
-    """
+    at its lower confidence bound at ``DISPERSION_CONFIDENCE``, and never below 1. Measured on
+    successive intervals' differences (Allan's factor), so a slow change of the rate is not
+    taken for clumps."""
     if len(samples) < MIN_DISPERSION_PAIRS + 2:
         return 1.0
     readings = [total for _, total in samples]

@@ -56,13 +56,9 @@ class ProfileError(FieldError):
 
 @dataclass(frozen=True)
 class ServiceDistribution:
-    """Service times Q(Z), Z standard normal, Q linear in Z between the measured percentiles.
-
-    Between two measured percentiles the times follow a normal segment, so a normal profile is
-    reproduced exactly; below the lowest and above the highest percentile Q continues with the
-    slopes ``low_slope`` and ``high_slope`` (ms per standard deviation), which carry the mean
-    and the std.
-    """
+    """Service times Q(Z), Z standard normal, Q linear in Z between the measured percentiles (a
+    normal profile is reproduced exactly); past them the slopes ``low_slope`` and ``high_slope``
+    (ms per standard deviation) carry the mean and the std."""
 
     z_knots: tuple[float, ...]
     values_ms: tuple[float, ...]
@@ -127,14 +123,9 @@ def _cdf(z: float) -> float:
 def fit_distribution(
     mean_ms: float, percentiles: Mapping[float, float], std_ms: float | None
 ) -> ServiceDistribution:
-    """The distribution through the measured percentiles whose mean (and std) match.
-
-    The mean is linear in the two tail slopes; raising the upper slope forces the lower one up
-    too (to keep the mean), so the std grows monotonically with the upper slope and one
-    bisection matches it. With no std measured the upper tail continues the slope of the last
-    measured segment. Where the measured std is below what the percentiles allow, the tails are
-    made as tight as the mean permits.
-    """
+    """The distribution through the measured percentiles whose mean (and std) match: the std
+    grows monotonically with the upper slope (the lower follows to keep the mean), so one bisection
+    matches it; no std measured: the last segment's slope; too small a std: the tightest tails."""
     inner = sorted(percentiles.items())
     z_knots = tuple(float(ndtri(p / 100)) for p, _ in inner)
     values = tuple(v for _, v in inner)
@@ -273,12 +264,9 @@ def clearly_dominated(
     margin: float,
     by: Collection[int] | None = None,
 ) -> set[int]:
-    """Which (accuracy, mean ms) screenings another one beats: as accurate and clearly faster.
-
-    ``margin`` is relative: i is dominated when some j (from ``by``, default any) has accuracy
-    >= i's and a mean at least ``margin`` x faster, so screening noise well inside the margin
-    never drops a front member. An entry without an accuracy is never dropped (nor drops).
-    """
+    """Which (accuracy, mean ms) screenings another (from ``by``, default any) beats: as accurate
+    and at least ``margin`` (relative) faster, so screening noise never drops a front member; an
+    entry without an accuracy is never dropped and drops none."""
     return {
         i
         for i, (accuracy_i, mean_i) in enumerate(screened)

@@ -43,12 +43,9 @@ INTERACTION_PRIOR_SD = 0.3
 MIN_RESIDUAL_SD = 0.01
 # The search holds one permutation of the dataset's indices (8 bytes each): 80 MB at most.
 MAX_DATASET_SIZE = 10_000_000
-# Configurations a round of the completion phase evaluates at once (and climbs it runs side
-# by side): given, never derived from the concurrency, so that the answer does not depend on
-# how many requests are in flight. 1 by default: the one-at-a-time search, evaluation for
-# evaluation (a larger batch overlaps more but evaluates more: on the RAG grid at tau 0.85,
-# batch 16 made 8,822 sample evaluations where batch 1 made 6,346). docs/method.md,
-# "Concurrent evaluation".
+# Configurations a round of the completion phase evaluates at once (and climbs it runs side by
+# side): given, never derived from the concurrency, so the answer does not depend on it; 1 is the
+# one-at-a-time search (a larger batch evaluates more: docs/method.md, "Concurrent evaluation").
 DEFAULT_BATCH = 1
 # How far past its next look a configuration's likely verdict is sought (ChunkRunner.expect):
 # deep enough to keep a round's last configurations' streams full, and a guess past that.
@@ -163,12 +160,8 @@ class SearchOutcome:
 
 
 class ChunkRunner(Protocol):
-    """Evaluates chunks (one configuration, some samples), any number at once, in any order.
-
-    The search submits each chunk under a ticket and waits for finished ones; how many
-    requests are in flight and in what order replies come back is the runner's business and
-    cannot change the answer (docs/method.md, "Concurrent evaluation").
-    """
+    """Evaluates chunks (one configuration, some samples), any number at once, in any order: how
+    it runs them cannot change the answer (docs/method.md, "Concurrent evaluation")."""
 
     def submit(self, ticket: int, config: Config, indices: Sequence[int]) -> None:
         """Start evaluating these samples of this configuration."""
@@ -247,24 +240,14 @@ class _Search:
 
     # -- evaluation --------------------------------------------------------------------------
 
-    def assess(self, index: int) -> Assessment:
-        """Evaluate a configuration through the budget schedule until it has a verdict."""
-        self.assess_round([index])
-        return self.assessed[index]
-
     def assess_round(
         self,
         indices: Iterable[int],
         follow: Callable[[Assessment], Iterable[int]] | None = None,
     ) -> list[Assessment]:
-        """Evaluate these configurations side by side until each has a verdict.
-
-        ``follow`` names, for each configuration as its verdict arrives, more to evaluate in
-        the same round (the expansion's closure). Each configuration's chunks depend only on
-        its own scores, and the round's set is a closure, so whatever order chunks finish in,
-        the round ends with the same verdicts; its records are then ordered by index, so the
-        next round's decisions are the same too.
-        """
+        """Evaluate these configurations side by side until each has a verdict; ``follow`` names
+        more for the same round as verdicts arrive. Each configuration's chunks depend only on its own
+        scores and the set is a closure, so the verdicts do not depend on the order chunks finish in."""
         started: list[Assessment] = []
         in_flight: dict[int, tuple[Assessment, int]] = {}
         tickets = itertools.count()
@@ -415,11 +398,8 @@ class _Search:
             self.climb(starts[first : first + self.settings.batch])
 
     def climb(self, starts: list[int]) -> None:
-        """Hill-climb from each start towards feasibility along the estimated gradient.
-
-        The climbs move in lock step: each step evaluates every live climb's favoured
-        neighbour in one round, then each moves (or stops) on what that round learnt.
-        """
+        """Hill-climb from each start towards feasibility, in lock step: each round evaluates every
+        live climb's favoured neighbour, then each moves (or stops) on what it learnt."""
         current = list(starts)
         visited = [{c} for c in current]
         live = [not self.assessed[c].feasible for c in current]
@@ -473,11 +453,8 @@ class _Search:
         return np.asarray(steps @ gradient)
 
     def expand(self, start: Iterable[int]) -> None:
-        """Evaluate every step neighbour of every feasible configuration reachable from ``start``.
-
-        One round: a neighbour found feasible adds its own neighbours as its verdict arrives,
-        so the round's set is the closure whatever order verdicts come in.
-        """
+        """Evaluate every step neighbour of every feasible configuration reachable from ``start``, in
+        one round whose set is the closure whatever order verdicts come in."""
         steps = [n for index in start for n in self.space.step_neighbours(index)]
         self.assess_round(dict.fromkeys(steps), follow=self._feasible_steps)
 
@@ -495,14 +472,9 @@ class _Search:
         return float(norm.ppf(1 - self.rule.alpha_reject))
 
     def surrogate(self, targets: IntArray) -> tuple[FloatArray, FloatArray]:
-        """Posterior mean and sd of accuracy at ``targets`` under a Bayesian regression.
-
-        Accuracy = intercept + one effect per parameter value + one per pair of values of two
-        parameters; effects have Gaussian priors, interactions a tighter one (they are rarer
-        and smaller). Each observation's noise is its sampling variance (finite-population
-        corrected) plus the model's misfit, estimated from the leverage-corrected residuals;
-        the predictive sd includes the misfit, so a poor fit widens every bound.
-        """
+        """Posterior mean and sd of accuracy at ``targets`` under a Bayesian regression (main effects
+        and pairwise interactions, the latter with a tighter prior); each observation's noise is its
+        sampling variance plus the misfit, so a poor fit widens every bound."""
         records = list(self.assessed.values())
         features = self.design(np.array([r.index for r in records], dtype=np.int64))
         y = np.array([r.accuracy for r in records])
@@ -552,12 +524,8 @@ class _Search:
 
 
 def _misfit(squares: FloatArray, sampling: FloatArray, dof: float) -> float:
-    """The model's misfit variance m at which sum(r^2 / (sampling + m)) equals the dof.
-
-    Paule-Mandel's estimator: each residual counts by its own precision, so a configuration
-    judged on a few samples (whose early-stopped mean is biased as well as noisy) cannot
-    inflate the misfit of every prediction, as the plain mean of r^2 - sampling let it.
-    """
+    """The misfit variance m at which sum(r^2 / (sampling + m)) equals the dof (Paule-Mandel: a
+    configuration judged on few samples cannot inflate every prediction's misfit)."""
     floor = MIN_RESIDUAL_SD**2
 
     def excess(misfit: float) -> float:
@@ -579,14 +547,9 @@ def _quadratic_forms(rows: FloatArray, matrix: FloatArray) -> FloatArray:
 def complete_feasible(
     outcome: SearchOutcome, evaluator: Evaluator, runner: ChunkRunner | None = None
 ) -> SearchOutcome:
-    """The outcome with every feasible configuration scored on the whole dataset.
-
-    The search accepts a configuration once its bound clears tau, often after a quarter of the
-    samples, so its point estimate can be several points off; the Pareto front is ordered by
-    accuracy, so the planner needs the real one. Verdicts do not change. Pass a checkpointed
-    evaluator: the samples the search already scored are then not evaluated again; ``runner``
-    (the search's) scores every configuration's chunk at once.
-    """
+    """The outcome with every feasible configuration scored on the whole dataset: the front is
+    ordered by accuracy, and an early accept's estimate can be points off. Verdicts never change;
+    a checkpointed evaluator does not score the search's samples again."""
     runner = runner if runner is not None else SequentialRunner(evaluator)
     every = list(range(outcome.population))
     wanted = {
@@ -614,11 +577,8 @@ def search(
     progress: Callable[[Progress], None] | None = None,
     runner: ChunkRunner | None = None,
 ) -> SearchOutcome:
-    """Run a search over ``space``; ``population`` is the number of samples in the dataset.
-
-    ``runner`` evaluates chunks concurrently (default: one at a time through ``evaluator``);
-    the outcome is the same whichever runner is given.
-    """
+    """Run a search over ``space`` of ``population`` samples; whichever ``runner`` evaluates the
+    chunks (default: one at a time through ``evaluator``), the outcome is the same."""
     run = _Search(space, evaluator, population, settings, progress, runner)
     if settings.method is SearchMethod.GRID:
         return run.grid()

@@ -52,11 +52,8 @@ REFERENCE_BUDGETS = (10, 25, 50, 100)
 
 
 def reference_budgets(population: int) -> tuple[int, ...]:
-    """The reference's budgets below the dataset size, then the dataset size itself.
-
-    Ending at N keeps every verdict exact or statistical: a schedule that stops short judges
-    what is still undecided by its point estimate, outside any bound.
-    """
+    """The reference's budgets below the dataset size, then the dataset size itself: ending at N
+    keeps every verdict exact or statistical, never a point estimate outside any bound."""
     return tuple(sorted({b for b in REFERENCE_BUDGETS if b < population} | {population}))
 
 
@@ -79,11 +76,9 @@ def describe_schedule(
 
 @dataclass(frozen=True)
 class StoppingRule:
-    """The early-stopping test shared by every configuration of one search.
-
-    ``budgets`` lists the sample counts at which a configuration may be judged; None (the
-    default) lets betting judge after any sample and Wilson use ``reference_budgets``.
-    """
+    """The early-stopping test shared by every configuration of one search; ``budgets``: the
+    sample counts a configuration may be judged at (None: betting after any sample, Wilson at
+    ``reference_budgets``)."""
 
     tau: float
     population: int
@@ -123,11 +118,6 @@ class StoppingRule:
     def last_look(self) -> int:
         """The schedule's last point: the verdict there is final."""
         return self._points[-1] if self._points else self.population
-
-    @property
-    def exact_at_end(self) -> bool:
-        """Whether the schedule ends at the dataset size, so that no verdict is a guess."""
-        return self.last_look == self.population
 
     @property
     def alpha_accept(self) -> float:
@@ -178,22 +168,15 @@ class StoppingRule:
         return next((b for b in self._points if b >= floor), self.last_look)
 
     def next_look(self, scores: Sequence[float] | FloatArray) -> int | None:
-        """The first point of the schedule at which these scores and more could reach a verdict.
-
-        Under betting, a point before it is skipped: no scores could decide there, so looking
-        would only cost an evaluator call. Wilson's looks are fixed in advance.
-        """
+        """The first point of the schedule at which these scores and more could reach a verdict
+        (betting skips points where none could; Wilson's looks are fixed)."""
         x = np.asarray(scores, dtype=np.float64)
         return self._next_look(x, self._capital(x))
 
     def likely_verdict(self, scores: Sequence[float] | FloatArray, horizon: int) -> int | None:
-        """The sample count at which a verdict would come if the unseen scores went on as the
-        seen ones did (0s and 1s spread as evenly as their mean allows), at most ``horizon``
-        samples on; None before any score or once no look is left.
-
-        A guess, not a bound: the search tells a concurrent runner which samples it will
-        probably ask for next (ChunkRunner.expect), and the answer never depends on it.
-        """
+        """The sample count at which a verdict would come if the unseen scores went on as the seen
+        ones did, at most ``horizon`` on (None: no score yet or no look left): a guess for scoring
+        ahead (ChunkRunner.expect), never one the answer depends on."""
         x = np.asarray(scores, dtype=np.float64)
         seen = len(x)
         if seen == 0 or seen >= self.last_look:
@@ -333,11 +316,8 @@ class StoppingRule:
 
 
 def wilson_interval(mean: float, seen: int, z: float, population: int) -> tuple[float, float]:
-    """Wilson score interval for a mean in [0, 1], narrowed for sampling without replacement.
-
-    Bernoulli variance mu(1 - mu) bounds the variance of any score in [0, 1] with mean mu, so
-    the interval is conservative for continuous scores such as F1.
-    """
+    """Wilson score interval for a mean in [0, 1], narrowed for sampling without replacement
+    (Bernoulli variance bounds any [0, 1] score's: conservative for continuous scores like F1)."""
     fpc = (population - seen) / (population - 1) if population > 1 else 0.0
     z2 = z * z * fpc
     denominator = 1 + z2 / seen

@@ -4,16 +4,15 @@ Pure: it takes arrival offsets (seconds from the trace's start, sorted) and neve
 (``compass.examples.load_trace(name)`` reads the shipped ones). One definition for every bench:
 a window is ``[start_s, start_s + length_s)`` of one trace, shifted to start at 0; stretching
 multiplies every offset by one factor so the window's mean rate is ``utilisation x capacity``
-of the front's fastest configuration, keeping the burst shape; ``trace_windows`` deals each
-trace's non-overlapping slots, seeded per trace, alternately into tuning and held-out sets.
+of the front's fastest configuration, keeping the burst shape (bench/trace_windows.py deals the
+benches' tuning and held-out windows).
 The exact rules: docs/method.md, "Real load: trace windows".
 """
 
 from __future__ import annotations
 
 import math
-import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,19 +56,6 @@ class StretchedWindow:
     factor: float
     duration_s: float
 
-    @property
-    def mean_qps(self) -> float:
-        """Arrivals over the stretched length: the target rate."""
-        return len(self.arrivals_s) / self.duration_s
-
-
-@dataclass(frozen=True)
-class WindowSets:
-    """A bench's windows: the ones it may tune on and the ones it reports on."""
-
-    tuning: tuple[TraceWindow, ...]
-    held_out: tuple[TraceWindow, ...]
-
 
 def _positive(field: str, value: float, example: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -77,22 +63,6 @@ def _positive(field: str, value: float, example: str) -> float:
     if not math.isfinite(value) or not value > 0:
         raise TraceError(field, f"{value:g} is not a finite number > 0", f"give e.g. {example}")
     return float(value)
-
-
-def _count(field: str, value: int, low: int, example: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TraceError(field, f"{value!r} is not a whole number", f"give e.g. {example}")
-    if value < low:
-        raise TraceError(field, f"{value} is not >= {low}", f"give e.g. {example}")
-    return int(value)
-
-
-def _span(name: str, spans: Mapping[str, float] | None) -> float:
-    table = TRACE_SPANS if spans is None else spans
-    if name not in table:
-        known = ", ".join(sorted(table)) or "none"
-        raise TraceError("trace", f"no trace named {name!r}", f"use one of: {known}")
-    return _positive(f"span of {name}", table[name], "3600")
 
 
 def check_arrivals(arrivals_s: npt.ArrayLike) -> FloatArray:
@@ -173,71 +143,3 @@ def window_pattern(
     capacity = servers * 1000.0 / _positive("fastest_mean_ms", fastest_mean_ms, "100")
     stretched = stretch_window(arrivals_s, window, utilisation, capacity)
     return make_pattern(PatternKind.TRACE, 1, 1, trace_s=stretched.arrivals_s.tolist())
-
-
-def kth_window(
-    name: str, k: int, n: int, length_s: float, spans: Mapping[str, float] | None = None
-) -> TraceWindow:
-    """The k-th (0-based) of n windows whose starts are evenly spaced over [0, span - length]."""
-    span = _span(name, spans)
-    length = _positive("length_s", length_s, "600")
-    n = _count("n", n, 1, "4")
-    k = _count("k", k, 0, "0")
-    if k >= n:
-        raise TraceError("k", f"{k} is not below n = {n}", f"give 0 .. {n - 1}")
-    if length > span:
-        raise TraceError(
-            "length_s", f"{length:g} s is longer than {name}'s {span:g} s", "shorten it"
-        )
-    start = 0.0 if n == 1 else k * (span - length) / (n - 1)
-    return TraceWindow(name, start, length)
-
-
-def random_window(
-    name: str, length_s: float, seed: int, spans: Mapping[str, float] | None = None
-) -> TraceWindow:
-    """A window whose start is uniform over [0, span - length], drawn from ``[seed, crc32]``."""
-    span = _span(name, spans)
-    length = _positive("length_s", length_s, "600")
-    seed = _count("seed", seed, 0, "0")
-    if length > span:
-        raise TraceError(
-            "length_s", f"{length:g} s is longer than {name}'s {span:g} s", "shorten it"
-        )
-    rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
-    return TraceWindow(name, float(rng.uniform(0.0, span - length)), length)
-
-
-def trace_windows(
-    names: Sequence[str],
-    count: int,
-    length_s: float,
-    seed: int,
-    spans: Mapping[str, float] | None = None,
-) -> WindowSets:
-    """``count`` non-overlapping windows per trace, split into tuning and held-out (module doc)."""
-    if isinstance(names, str) or len(names) == 0:
-        raise TraceError("names", "no trace named", f"give e.g. {list(TRACE_NAMES)}")
-    if len(set(names)) != len(names):
-        raise TraceError("names", f"{list(names)} names a trace twice", "name each once")
-    count = _count("count", count, 2, "4")
-    length = _positive("length_s", length_s, "600")
-    seed = _count("seed", seed, 0, "0")
-    tuning: list[TraceWindow] = []
-    held_out: list[TraceWindow] = []
-    for name in names:
-        span = _span(name, spans)
-        slots = math.floor(span / length)
-        if slots * length > span:  # span / length rounded up across a whole number
-            slots -= 1
-        if slots < count:
-            raise TraceError(
-                "count",
-                f"{name} ({span:g} s) holds {slots} windows of {length:g} s, not {count}",
-                f"ask for at most {slots} or shorten length_s to {span / count:g} s or less",
-            )
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
-        picked = rng.permutation(slots)[:count]
-        tuning.extend(TraceWindow(name, float(j * length), length) for j in sorted(picked[0::2]))
-        held_out.extend(TraceWindow(name, float(j * length), length) for j in sorted(picked[1::2]))
-    return WindowSets(tuple(tuning), tuple(held_out))

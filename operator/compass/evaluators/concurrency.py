@@ -84,18 +84,12 @@ class _ThreadChunk:
 
 
 class ThreadRunner:
-    """Up to ``concurrency`` evaluator calls at once on worker threads.
+    """Up to ``concurrency`` evaluator calls at once on worker threads (the evaluator must be
+    thread-safe), in calls of at most ``piece`` samples (None: a chunk in one call).
 
-    A chunk's samples are sent in calls of at most ``piece`` samples (None: the chunk's
-    samples in one call, as a command evaluator wants; 1 for Triton's one request a sample).
-    When no submitted sample is waiting, free workers score the samples the search expects
-    next (``expect``), ``piece`` at a time, the configuration with the fewest ahead first, at
-    most ``ahead`` per configuration (None: all it expects; 0: none). A chunk is recorded
-    (``RecordingEvaluator.record``) when its last score comes back, so that what was scored
-    ahead and never asked for is never recorded: the ledger holds exactly the search's
-    samples. ``sent`` counts the samples sent, ``wasted`` those scored ahead for nothing. The
-    evaluator must be safe to call from several threads at once.
-    """
+    Idle workers score ahead what the search expects next (at most ``ahead`` per configuration),
+    but a chunk is recorded only when its last score comes back, so the ledger holds exactly the
+    search's samples; ``sent`` counts the samples sent, ``wasted`` those scored ahead for nothing."""
 
     def __init__(
         self,
@@ -280,17 +274,11 @@ class _VirtualChunk:
 
 
 class VirtualRunner:
-    """``concurrency`` servers on a virtual clock: each sample takes ``service_s(config, index)``
-    seconds, served first come, first served, one request a sample.
-
-    Servers that no submitted sample needs take the samples the search expects next
-    (``expect``), nearest first, the configuration with the fewest ahead first, at most
-    ``ahead`` per configuration (0: none). ``clock`` is the simulated wall time so far,
-    ``busy`` the service time spent (what one server would have taken), ``sent`` the samples
-    served and ``wasted`` those served ahead that no chunk asked for. Scores come from
-    ``evaluator`` once a chunk's last sample is served, one call a chunk, as the sequential
-    search makes them: what was served ahead is never recorded unless asked for.
-    """
+    """``concurrency`` FIFO servers on a virtual clock, each sample taking ``service_s(config,
+    index)`` seconds; idle servers serve ahead what the search expects (at most ``ahead`` per
+    configuration). ``clock``: simulated wall time; ``busy``: one server's time; ``sent`` and
+    ``wasted`` as ThreadRunner's. Scores come from ``evaluator`` once per chunk, as a sequential
+    search makes them."""
 
     def __init__(
         self,

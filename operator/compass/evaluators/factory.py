@@ -51,14 +51,9 @@ def make_evaluator(source: ScoreSource) -> Evaluator:
 
 
 def make_runner(source: ScoreSource, evaluator: Evaluator, concurrency: int) -> ChunkRunner:
-    """What evaluates the search's chunks: one at a time, or ``concurrency`` calls at once.
-
-    Triton gets one request a sample (each in flight on its own), and idle requests score the
-    samples the search expects next; a command gets whole chunks, one process each, as many
-    processes at once as the concurrency, and nothing ahead (a process scoring ahead would
-    score many samples that may all go unused). A replay answers from memory: concurrency
-    would buy nothing, so it stays sequential (the bench simulates it).
-    """
+    """What evaluates the search's chunks: one at a time, or ``concurrency`` calls at once (Triton:
+    one request a sample, scoring ahead; a command: whole chunks, one process each, nothing ahead;
+    a replay: sequential, as concurrency buys nothing from memory)."""
     if concurrency == 1 or source.replay is not None:
         return SequentialRunner(evaluator)
     if source.triton is not None:
