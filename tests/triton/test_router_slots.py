@@ -17,11 +17,11 @@ import pytest
 from ragsim import ACCURATE, FASTEST
 
 from compass.dataplane.metrics import TritonQueueDepth
-from compass.dataplane.triton import TritonRouter
+from compass.dataplane.triton import TritonRouter, router_instances
 from compass.domain.binding import RAG_SIM_COMPONENTS, RAG_SIM_STAGE_PARAMS
 from compass.domain.space import config_key
-from compass_dev.local_triton import LocalTriton
-from compass_dev.scenarios import rag_sim_triton
+from compass_dev.local_triton import LocalTriton, assemble_repository
+from compass_dev.scenarios import COMPONENTS, rag_sim_triton
 from tiers import require_tritonserver
 
 SLOTS = 4
@@ -121,6 +121,28 @@ def _behind_three_running(router: TritonRouter) -> str:
         for blocker in blockers:
             blocker.result()
     return probe.config
+
+
+def test_the_images_gated4_config_runs_the_router_behind_a_gate_of_four_slots(
+    tmp_path: Path,
+) -> None:
+    """model-images/rag-sim/models/router/configs/gated4.pbtxt: 11 instances, 4 slots, and
+    the control reply reports that gate (what PerRequestBinding compares with the plan's)."""
+    require_tritonserver()
+    repository = assemble_repository(
+        "rag-sim", tmp_path / "models", {c: {"time_scale": "0"} for c in COMPONENTS}
+    )
+    flags = ("--model-config-name=gated4",)
+    server = LocalTriton(repository=repository, extra_args=flags).start(tmp_path)
+    router = TritonRouter(server.grpc_url, backoff_s=0.05)
+    try:
+        assert router_instances(router.model_config()) == INSTANCES
+        router.binding = _table(SLOTS)
+        router.switch(FASTEST)
+        assert router.serving().gate == (INSTANCES, SLOTS)
+    finally:
+        router.close()
+        server.stop()
 
 
 def test_the_router_reports_its_gate_of_four_slots(four_slots: Pod) -> None:
