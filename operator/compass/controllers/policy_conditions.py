@@ -91,9 +91,10 @@ def binding_condition(
         )
     instances, slots = modelled
     # A router of other slots judges each request at a concurrency the plan did not model.
-    differ = sorted(pod for pod, state in reported.items() if state.gate and state.gate[1] != slots)
+    run_by_pod = {pod: state.gate[1] for pod, state in reported.items() if state.gate is not None}
+    differ = sorted(pod for pod, run_slots in run_by_pod.items() if run_slots != slots)
     if differ:
-        run = sorted({reported[pod].gate[1] for pod in differ if reported[pod].gate})
+        run = sorted({run_by_pod[pod] for pod in differ})
         return Condition(
             type=kind,
             status="False",
