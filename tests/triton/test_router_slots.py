@@ -27,14 +27,16 @@ from tiers import require_tritonserver
 SLOTS = 4
 # As many waiters behind the slots as the shipped gate of one slot has (8 instances).
 INSTANCES = SLOTS + 7
-# rag-sim at twice its recorded latencies (260-660 ms alone): the requests that fill the slots
-# are still running when the request sent behind them binds.
-TIME_SCALE = 2.0
-SEND_GAP_S = 0.05
+# rag-sim at three times its recorded latencies (390-990 ms alone): the requests that fill the
+# slots have entered the pipeline, and are still running, when the request sent behind them
+# binds.
+TIME_SCALE = 3.0
+SEND_GAP_S = 0.2
 # Per the table, ACCURATE takes 10 s alone and 4 x that with every slot busy; FASTEST 1 s
-# either way. 15 s left: ACCURATE fits alone, not beside 3 running pipelines.
+# either way. 18 s left: ACCURATE fits alone (after up to 8 s at a gate of one slot), not
+# beside 3 running pipelines (40 s), nor 2 (30 s).
 ACCURATE_STRETCH = 4.0
-DEADLINE_S = 15.0
+DEADLINE_S = 18.0
 BURST = 8
 
 
@@ -112,8 +114,8 @@ def _waiting_at_the_gate(pod: Pod) -> list[float]:
 
 
 def _behind_three_running(router: TritonRouter) -> str:
-    """The configuration a request with DEADLINE_S left is bound to when sent just after three
-    requests (ACCURATE, overridden) that take the pipeline."""
+    """The configuration a request with DEADLINE_S left is bound to when sent SEND_GAP_S after
+    three requests (ACCURATE, overridden) that take the pipeline."""
     with ThreadPoolExecutor(max_workers=3) as pool:
         blockers = [pool.submit(router.infer, {"sample": 90 + i}, ACCURATE) for i in range(3)]
         time.sleep(SEND_GAP_S)
@@ -164,7 +166,7 @@ def test_a_request_that_fits_the_accurate_one_alone_is_bound_faster_beside_three
     router = four_slots.router
     alone = router.infer({"sample": 0}, deadline_ns=time.time_ns() + round(DEADLINE_S * 1e9))
     assert alone.config == config_key(ACCURATE)
-    # With 4 pipelines running ACCURATE takes 40 s per the table: past the 15 s left.
+    # With 4 pipelines running ACCURATE takes 40 s per the table: past the 18 s left.
     assert _behind_three_running(router) == config_key(FASTEST)
 
 
@@ -173,5 +175,5 @@ def test_one_slot_runs_one_pipeline_at_a_time_and_binds_the_request_alone(one_sl
     # 8 taken up by 8 instances, one in the pipeline: 7 waiting.
     assert max(_waiting_at_the_gate(one_slot)) == BURST - 1
     # The same request waits at the gate for the three ahead, then runs alone: ACCURATE (its
-    # 10 s fits what is left of 15 s), the table's stretch not applying to one slot.
+    # 10 s fits what is left of 18 s), the table's stretch not applying to one slot.
     assert _behind_three_running(one_slot.router) == config_key(ACCURATE)
