@@ -69,3 +69,19 @@ def test_an_advisory_policy_is_ready_saying_what_it_would_serve() -> None:
     assert ready.message == (
         "advisory: would serve accurate, the routers serve fast (untouched); hold: queue 0"
     )
+
+
+def test_a_router_of_other_slots_than_the_plans_names_both_and_the_fix() -> None:
+    four = RouterState("{}", "digest", binds=True, gate=(11, 4))
+    condition = binding_condition({"b": four, "a": GATED}, "elastico", (8, 1))
+    assert condition is not None
+    assert (condition.status, condition.reason) == ("False", "GateSlotsDiffer")
+    assert condition.message == (
+        "pods b run 4 pipeline slot(s) where the plan binds at 1: run the router with "
+        "compass_pipeline_slots 1 and 8 instances, or set binding.gate.slots to what the "
+        "routers run"
+    )
+    # Every router at the plan's slots: binding as planned.
+    agreed = binding_condition({"a": four}, "elastico", (11, 4))
+    assert agreed is not None
+    assert (agreed.status, agreed.reason) == ("True", "BindingPerRequest")

@@ -382,8 +382,9 @@ def test_a_policy_of_several_router_instances_plans_and_simulates_them(
     # one-instance stages serves between the two.
     p95 = {key: summary["p95_ms"] for key, summary in summaries.items()}
     assert p95["four", "independent"] < p95["four", "rag-sim"] < p95["one", "independent"]
-    # Profiles without a capacity curve say nothing of shared cores: contended serves as free.
-    assert p95["four", "contended"] == p95["four", "independent"]
+    # Without a capacity curve four contended instances share the pod as one (slot_stretch,
+    # the rule binding's slots are judged by): over its capacity, as one server is.
+    assert p95["four", "contended"] == pytest.approx(p95["one", "independent"], rel=0.05)
     bad = ["plan", "--profiles", "profiles.json", "--slo-ms", "800", "--router-instances", "0"]
     assert main(bad) == 2
     assert "--router-instances" in one_error_line(capsys, "plan")

@@ -14,12 +14,14 @@ import pytest
 
 from compass.api.binding import BindingSettings, RouterGate
 from compass.conversion import binding_table, planned_gate, spec_for_plan
+from compass.domain.arrivals import Scenario, make_pattern
 from compass.domain.binding import BindingVerdict, bind_stage, router_table, stage_plan
 from compass.domain.boundpod import BindingRule, bound_pods
 from compass.domain.capacity import CapacityCurve, CurvePoint
 from compass.domain.planner import Slo, plan_from_profiles
 from compass.domain.podmodel import PodModel, planned_slots
 from compass.domain.profiles import LatencyProfile
+from compass.domain.simulator import StaticController, simulate
 from compass_rules import binding as rules
 
 STAGES = (("model",),)
@@ -177,3 +179,21 @@ def test_the_slots_default_from_a_batching_front_and_stay_one_without_curves() -
     plain_table = binding_table(plain_spec, plain_plan)
     assert plain_table is not None
     assert plain_table["slots"] == 1
+
+
+def test_without_a_curve_static_fastest_and_binding_share_the_pod_by_one_rule() -> None:
+    """A contended pod of four slots whose member has no capacity curve: both the static
+    baseline and binding take it to serve as one (slot_stretch: the k-th of four at once takes
+    k times its time), so neither is judged on a slowdown the other is spared."""
+    fast = member("fast", 0.5, 100.0)
+    assert fast.slot_stretch(SLOTS) == SLOTS
+    trace = make_pattern("trace", 1.0, 1.0, trace_s=[0.0] * 4)
+    # Luck at the median: each request's own time is the member's 100 ms.
+    scenario = Scenario(trace, 0, np.zeros(4), np.full(4, 0.5))
+    pod = PodModel(SLOTS, contended=True)
+    static = simulate(StaticController("fast", 0), [fast], scenario, 1000.0, pod_model=pod)
+    rule = BindingRule(stages=STAGES, prior_shares=None, quantile=0.5)
+    bound = simulate(rule, [fast], scenario, 1000.0, pod_model=pod)
+    expected = [100.0, 200.0, 300.0, 400.0]
+    assert sorted(static.latencies_ms.tolist()) == pytest.approx(expected)
+    assert sorted(bound.latencies_ms.tolist()) == pytest.approx(expected)

@@ -74,7 +74,8 @@ def register(commands: Any, summary: str) -> None:
         help="what a request passes through in a pod: independent (each router instance "
         "serves it alone), rag-sim (one-instance retriever and reranker, a batching "
         "generator) or contended (the instances share the cores: a busy pod slows each "
-        "request as the member's capacity curve says, none without a curve); default "
+        "request as the member's capacity curve says, as one server without a curve); "
+        "default "
         "independent",
     )
     simulate.add_argument(

@@ -121,6 +121,7 @@ CONDITIONS: tuple[ConditionEntry, ...] = (
     ConditionEntry(P, _PB, "True", "BindingPerRequest", "every pod binds each request, gated"),
     ConditionEntry(P, _PB, "False", "RoutersNotGated", "pods bind only requests with deadlines"),
     ConditionEntry(P, _PB, "False", "RoutersDoNotBind", "an older router: whole workflow there"),
+    ConditionEntry(P, _PB, "False", "GateSlotsDiffer", "routers run other slots than the plan"),
     ConditionEntry(P, _PB, "False", "WholeWorkflow", "binding.mode workflow"),
     ConditionEntry(W, _WR, "True", "PolicyReady", "the ParetoPolicy serves the planned front"),
     ConditionEntry(W, _WR, "False", "(the phase)", "Searching, Profiling, Planning: working"),

@@ -58,7 +58,8 @@ def binding_condition(
     each request behind its gate; False, naming the pods, where a router cannot bind (an older
     image) or has no gate (it binds only requests that carry compass_deadline_ns), the rest
     being served by the policy's whole-workflow ``strategy``, and where the policy asks for
-    whole-workflow serving (not ``per_request``). None: no pod reported."""
+    whole-workflow serving (not ``per_request``); False where a router's gate runs other
+    slots than the ``modelled`` (instances, slots). None: no pod reported."""
     kind = ConditionType.PER_REQUEST_BINDING.value
     if not per_request:
         return Condition(
@@ -87,6 +88,20 @@ def binding_condition(
             message=f"{_pods(ungated)} have no gate (compass_pipeline_slots): they bind only "
             f"requests that carry compass_deadline_ns, and {strategy} serves the rest; run the "
             "router's gated config (8 instances, 1 slot)",
+        )
+    instances, slots = modelled
+    # A router of other slots judges each request at a concurrency the plan did not model.
+    run_by_pod = {pod: state.gate[1] for pod, state in reported.items() if state.gate is not None}
+    differ = sorted(pod for pod, run_slots in run_by_pod.items() if run_slots != slots)
+    if differ:
+        run = sorted({run_by_pod[pod] for pod in differ})
+        return Condition(
+            type=kind,
+            status="False",
+            reason="GateSlotsDiffer",
+            message=f"{_pods(differ)} run {' or '.join(map(str, run))} pipeline slot(s) where "
+            f"the plan binds at {slots}: run the router with compass_pipeline_slots {slots} and "
+            f"{instances} instances, or set binding.gate.slots to what the routers run",
         )
     gates = sorted({state.gate for state in reported.values() if state.gate is not None})
     shown = ", ".join(f"{i} instances and {g} slot(s)" for i, g in gates)

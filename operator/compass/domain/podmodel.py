@@ -55,8 +55,9 @@ class PodModel:
     # The instances contend for the same cores (a CPU-bound pipeline): a request that starts
     # while k of the servers are busy (itself included) takes its own time x (1 + (s - 1)
     # (k - 1) / (servers - 1)), s its member's busy holding time over its mean (the capacity
-    # curve measured at this many instances; 1 without one). Fixed when it starts: a cheap
-    # stand-in for processor sharing that is exact where it matters, at saturation.
+    # curve measured at this many instances; without one, servers: nothing says the pod serves
+    # more at once than one at a time, the rule binding's slots are judged by too). Fixed when
+    # it starts: a cheap stand-in for processor sharing that is exact where it matters.
     contended: bool = False
     # The router's queue order (None: FIFO). A request that has waited longer than this
     # (bench/serving_sim.py late_after_ms) goes behind every request that has not: it

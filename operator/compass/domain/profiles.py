@@ -224,7 +224,8 @@ class LatencyProfile:
     def slot_stretch(self, slots: int) -> float:
         """How many times its own time a request takes with ``slots`` pipelines running at once
         in the pod: ``busy_stretch`` from a saturated curve measured at that many, else
-        ``slots`` (nothing says the pod serves more at once than one at a time)."""
+        ``slots`` (nothing says the pod serves more at once than one at a time). The contended
+        pod model's stretch too: static serving and binding assume one pod, one rule."""
         if slots <= 1:
             return 1.0
         if self.busy_holding_ms(slots) is None:

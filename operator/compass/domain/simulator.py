@@ -393,8 +393,10 @@ class _Run:
             dispatch = functools.partial(self.dispatch, admission)
         elif admission is not None:
             admit = functools.partial(self.admit, admission)
+        # The same stretch binding judges its slots on (slot_stretch): without a curve at
+        # this many, the servers share the pod as one.
         stretch = (
-            np.array([p.busy_stretch(pod_model.servers) for p in front])
+            np.array([p.slot_stretch(pod_model.servers) for p in front])
             if pod_model.contended and pod_model.servers > 1
             else None
         )
