@@ -180,12 +180,17 @@ def table_lines(
         if table["degrade_after"] is None
         else f"wait rule {table['degrade_after']:g}"
     )
-    split = "the profiled component times" if measured else "the fit"
+    if len(table["stages"]) == 1:
+        stages = "one stage (the whole configuration, bound at take-up)"
+        times = f"ms at quantile {quantile:g}"
+    else:
+        split = "the profiled component times" if measured else "the fit"
+        stages = "stages " + " | ".join(", ".join(s) for s in table["stages"])
+        times = f"per-stage ms at quantile {quantile:g} (split by {split})"
     lines = [
-        f"      the router holds the operator's late-binding table: stages "
-        f"{' | '.join(', '.join(s) for s in table['stages'])}, SLO {table['slo_ms'] / scale:g} "
-        f"ms, {lag}, {wait}, refuse {str(table['refuse']).lower()}; per-stage ms at quantile "
-        f"{quantile:g} (split by {split}) and the rate limit:"
+        f"      the router holds the operator's late-binding table: {stages}, SLO "
+        f"{table['slo_ms'] / scale:g} ms, {lag}, {wait}, refuse {str(table['refuse']).lower()}; "
+        f"{times} and the rate limit:"
     ]
     names = {t.profile.key: (i, t.profile.name) for i, t in enumerate(plan.thresholds)}
     for entry in table["configs"]:

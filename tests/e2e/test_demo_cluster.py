@@ -200,9 +200,9 @@ def test_the_operator_beats_the_static_most_accurate_configuration(
 def test_late_binding_reaches_the_routers_through_the_operator_and_binds_each_request(
     demo: tuple[subprocess.CompletedProcess[str], Path, float],
 ) -> None:
-    """The example's late binding: the workflow's serving.binding reaches the ParetoPolicy, the
-    operator's table the gated router (read back from it, split by the component times the
-    profiling Job measured), and the router binds each request on its own: several front
+    """The example's serving, the default: per-request binding reaches the ParetoPolicy, the
+    operator's table the gated router (read back from it), and the router binds each request
+    on its own: several front
     members serve the same spike, none fails, and it keeps the SLO far better than the static
     most accurate; the policy's status counts what the routers served (`kubectl get pp`)."""
     done, out, _ = demo
@@ -219,7 +219,7 @@ def test_late_binding_reaches_the_routers_through_the_operator_and_binds_each_re
         assert set(entry.component_ms) == {"retriever", "reranker", "generator"}
     held = [line for line in done.stdout.splitlines() if "the router holds" in line]
     assert len(held) == 1, done.stdout
-    assert "split by the profiled component times" in held[0]
+    assert "one stage (the whole configuration, bound at take-up)" in held[0]
     assert "lag cap 0.3 (reserve 2), no wait rule, refuse true" in held[0]
     # The static runs were served with the binding and admission off (the patch printed and
     # applied): behind the gate the routers would admit their requests, deadline or not.
