@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -124,8 +124,7 @@ def window_edges(cell: Cell) -> Edges:
     edge = math.floor(cell.slo_ms / likely_ms)
     draws = np.random.default_rng(0).random((CHANCE_DRAWS, edge + 1))
     chance = float(np.mean(np.asarray(spread.quantile(draws)).sum(axis=1) <= cell.slo_ms))
-    found = clump_edges(policy, fastest, edge)
-    return Edges(**{**found.__dict__, "chance": chance})
+    return replace(clump_edges(policy, fastest, edge), chance=chance)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
