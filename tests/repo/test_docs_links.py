@@ -56,6 +56,35 @@ def test_the_readme_stays_a_front_door() -> None:
     assert "(bench/README.md)" in text
 
 
+@pytest.mark.parametrize(
+    ("page", "limit"), [("docs/method.md", 500), ("bench/README.md", 200)], ids=str
+)
+def test_the_reference_pages_stay_short(page: str, limit: int) -> None:
+    """Issue 59: the method is each rule and why, bench/README.md one row a benchmark; history
+    goes to bench/results/."""
+    lines = (REPO_ROOT / page).read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= limit, (
+        f"{page}: {len(lines)} lines, over {limit}: history to bench/results/"
+    )
+
+
+def test_no_commit_ids_in_what_users_read() -> None:
+    """README.md, docs/ and bench/README.md say how and why, not which commit measured what."""
+    pages = [README, REPO_ROOT / "bench" / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    found = {
+        str(page.relative_to(REPO_ROOT)): hashes
+        for page in pages
+        if (
+            hashes := [
+                word
+                for word in re.findall(r"\b[0-9a-f]{7,40}\b", page.read_text(encoding="utf-8"))
+                if re.search(r"[a-f]", word) and re.search(r"[0-9]", word)
+            ]
+        )
+    }
+    assert not found, f"commit ids: {found}: history goes to bench/results/"
+
+
 def test_every_benchmark_script_has_its_figures_in_bench_readme() -> None:
     """Each benchmark's latest figures are one row of bench/README.md, named by its command."""
     text = BENCH_README.read_text(encoding="utf-8")
