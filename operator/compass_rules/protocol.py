@@ -33,6 +33,12 @@ GATE_WAITING_METRIC = "compass_router_gate_waiting"
 # Requests answered, labelled by the configuration's canonical key, and refused as late.
 SERVED_METRIC = "compass_router_served_total"
 REFUSED_METRIC = "compass_router_refused_total"
+# A decoupled router's streams: how many it answered, and their summed times to the first
+# streamed response and to the end, in seconds from take-up (per model and instance): over a
+# window, each time's increase over the streams' is the mean time to first token and end to end.
+STREAMS_METRIC = "compass_router_streams_total"
+STREAM_FIRST_METRIC = "compass_router_stream_first_seconds_total"
+STREAM_END_METRIC = "compass_router_stream_seconds_total"
 
 # A streamed response of a decoupled router carries, in its RESULT object, the component that
 # streamed it under this key.

@@ -5,7 +5,14 @@ import contextlib
 
 import triton_python_backend_utils as pb_utils
 
-from compass_rules.protocol import GATE_WAITING_METRIC, REFUSED_METRIC, SERVED_METRIC
+from compass_rules.protocol import (
+    GATE_WAITING_METRIC,
+    REFUSED_METRIC,
+    SERVED_METRIC,
+    STREAM_END_METRIC,
+    STREAM_FIRST_METRIC,
+    STREAMS_METRIC,
+)
 
 
 def _metric(name, description, kind, labels):
@@ -101,14 +108,6 @@ class ServedCounters:
         if self.refused is not None:
             with contextlib.suppress(Exception):
                 self.refused.increment(1)
-
-
-# A decoupled router's streams (compass_router.stream): how many it answered, and their summed
-# times to the first streamed response and to the end, in seconds from take-up: each rate's
-# ratio is the mean time to first token and the mean end-to-end time over a window.
-STREAMS_METRIC = "compass_router_streams_total"
-STREAM_FIRST_METRIC = "compass_router_stream_first_seconds_total"
-STREAM_END_METRIC = "compass_router_stream_seconds_total"
 
 
 class StreamTimes:

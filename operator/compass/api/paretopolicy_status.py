@@ -132,6 +132,23 @@ class ServedStatus(CamelModel):
         max_length=MAX_SERVED_SHOWN,
         description=f"The configurations served, most first (at most {MAX_SERVED_SHOWN}).",
     )
+    ttft_mean_ms: Annotated[
+        float | None,
+        Field(
+            ge=0,
+            description="A streaming (decoupled) router's mean time to first token in the "
+            "window, ms from take-up (compass_router_stream_first_seconds_total over "
+            "compass_router_streams_total); unset where no router streamed.",
+        ),
+    ] = None
+    stream_mean_ms: Annotated[
+        float | None,
+        Field(
+            ge=0,
+            description="Its streams' mean end-to-end time in the window, ms from take-up "
+            "(compass_router_stream_seconds_total over compass_router_streams_total).",
+        ),
+    ] = None
 
 
 class ParetoPolicyStatus(CamelModel):

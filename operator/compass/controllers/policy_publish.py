@@ -37,6 +37,7 @@ from compass.controllers.policy_status import (
     status_patch,
     too_large,
     too_large_patch,
+    with_stream_times,
 )
 from compass.controllers.runtime import Runtime
 from compass.domain.policy import Observation, PolicyState
@@ -126,6 +127,7 @@ def publish(
             gauges = _quiet_gauges(
                 memory, compiled, state, observation, old_conditions, health.pause.paused
             )
+            gauges = with_stream_times(gauges, memory.served)
             uid = str(body.get("metadata", {}).get("uid", ""))
             runtime.metrics.set_policy(namespace, name, uid, gauges)
             return
@@ -153,6 +155,8 @@ def publish(
             health.routing,
             _served(memory, compiled, now, logger, observation is not None),
         )
+    # As status.served shows them (kept through a tick that reads none, as it is).
+    gauges = with_stream_times(gauges, memory.served)
     uid = str(body.get("metadata", {}).get("uid", ""))
     runtime.metrics.set_policy(namespace, name, uid, gauges)
     written = memory.written if memory.written is not None else dict(body.get("status") or {})

@@ -108,7 +108,7 @@ def shown_state(state: Mapping[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class PolicyGauges:
     """What the per-policy gauges show after one tick (None: leave that series as it is, but
-    for the capacity pressure, whose series None removes)."""
+    for the capacity pressure and the stream times, whose series None removes)."""
 
     ready: bool
     paused: bool | None = None
@@ -124,6 +124,9 @@ class PolicyGauges:
     # None while the queue is not known fresh: no figure, so that an autoscaler holds its
     # replicas (its query errs) instead of acting on a stale one.
     capacity_pressure: float | None = None
+    # status.served's stream times (s); None, as for the pressure: no series (no router streams).
+    served_ttft_seconds: float | None = None
+    served_stream_seconds: float | None = None
 
 
 def policy_gauges(
@@ -168,6 +171,18 @@ def policy_gauges(
         served_accuracy=accuracy,
         stay_queue_threshold=_limit(threshold.stay_max_queue),
         enter_queue_threshold=_limit(threshold.enter_max_queue),
+    )
+
+
+def with_stream_times(gauges: PolicyGauges, served: Mapping[str, Any] | None) -> PolicyGauges:
+    """The gauges with status.served's stream times (ms there, s here); none where it has none."""
+    ttft, stream = (
+        (None, None) if served is None else (served.get("ttftMeanMs"), served.get("streamMeanMs"))
+    )
+    return replace(
+        gauges,
+        served_ttft_seconds=None if ttft is None else ttft / 1000,
+        served_stream_seconds=None if stream is None else stream / 1000,
     )
 
 
@@ -243,8 +258,20 @@ def served_status(counts: ServedCounts, plan: Plan, now: float) -> dict[str, Any
             )
             for share in view.shares
         ],
+        ttft_mean_ms=_ms(view.ttft_mean_s),
+        stream_mean_ms=_ms(view.stream_mean_s),
     )
-    return dict(without_empty_strings(status.model_dump(by_alias=True, mode="json")))
+    served = dict(without_empty_strings(status.model_dump(by_alias=True, mode="json")))
+    # No stream times where no router streamed: a non-streaming router's view is as it was.
+    for key in ("ttftMeanMs", "streamMeanMs"):
+        if served.get(key) is None:
+            served.pop(key, None)
+    return served
+
+
+def _ms(seconds: float | None) -> float | None:
+    """A mean time in s as status.served shows it: ms, to a tenth (a steady stream, steady)."""
+    return None if seconds is None else round(seconds * 1000, 1)
 
 
 # The thresholds each plan shows in the status, made once a plan (they never change with it):

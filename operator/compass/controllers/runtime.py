@@ -194,6 +194,20 @@ class OperatorMetrics:
             labels,
             registry=self.registry,
         )
+        self.served_ttft = Gauge(
+            "compass_served_ttft_seconds",
+            "Mean time to first token of the streams the policy's routers answered over the "
+            "last minute (status.served.ttftMeanMs). No series where no router streams.",
+            labels,
+            registry=self.registry,
+        )
+        self.served_stream = Gauge(
+            "compass_served_stream_seconds",
+            "Mean end-to-end time of those streams (status.served.streamMeanMs). No series "
+            "where no router streams.",
+            labels,
+            registry=self.registry,
+        )
         self.stay_queue_threshold = Gauge(
             "compass_stay_queue_threshold",
             "The active entry's stay limit: the deepest per-pod queue it may stay on.",
@@ -270,6 +284,8 @@ class OperatorMetrics:
             self.metrics_available,
             self.at_fastest,
             self.served_accuracy,
+            self.served_ttft,
+            self.served_stream,
             self.stay_queue_threshold,
             self.enter_queue_threshold,
             self.capacity_pressure,
@@ -314,10 +330,16 @@ class OperatorMetrics:
                     if child is None:
                         child = children[gauge] = gauge.labels(namespace, name)
                     child.set(float(value))
-            if gauges.capacity_pressure is None:
-                self.capacity_pressure.remove(namespace, name)
-            else:
-                self.capacity_pressure.labels(namespace, name).set(gauges.capacity_pressure)
+            optional = (
+                (self.capacity_pressure, gauges.capacity_pressure),
+                (self.served_ttft, gauges.served_ttft_seconds),
+                (self.served_stream, gauges.served_stream_seconds),
+            )
+            for gauge, value in optional:
+                if value is None:
+                    gauge.remove(namespace, name)
+                else:
+                    gauge.labels(namespace, name).set(value)
             if gauges.active_index is not None and gauges.active_name is not None:
                 info = (str(gauges.active_index), gauges.active_name)
                 old = self._active_info.get((namespace, name))

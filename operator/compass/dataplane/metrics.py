@@ -19,15 +19,26 @@ from compass.dataplane.metricshttp import Http, checked_url, excerpt
 
 # The sources' error, where their callers have always found it.
 from compass.dataplane.metricshttp import MetricsUnavailableError as MetricsUnavailableError
-from compass.domain.served import CounterHistory, RouterCounters, ServedCounts
+from compass.domain.served import CounterHistory, RouterCounters, ServedCounts, StreamCounts
 from compass_rules.protocol import (
     GATE_WAITING_METRIC,
     PENDING_METRIC,
     REFUSED_METRIC,
     SERVED_METRIC,
+    STREAM_END_METRIC,
+    STREAM_FIRST_METRIC,
+    STREAMS_METRIC,
 )
 
 LOG = logging.getLogger(__name__)
+# The router's counters read for status.served, apart from the queue's reading.
+ROUTER_COUNTERS = (
+    SERVED_METRIC,
+    REFUSED_METRIC,
+    STREAMS_METRIC,
+    STREAM_FIRST_METRIC,
+    STREAM_END_METRIC,
+)
 # What a number read from a metric may be; past these it is a failed read (the policy holds as
 # for a missing metric), never a decision: no pod queues a billion requests, a float counter
 # past 2**53 no longer counts by one, a sample older than a day is no reading of now, and a
@@ -201,9 +212,9 @@ class QueueDepthSource(Protocol):
         ...
 
     def served(self, window_s: float) -> ServedCounts | None:
-        """What the routers served (their SERVED_METRIC and REFUSED_METRIC counters) over
-        about the last ``window_s``: None while unknown, or where the routers count none;
-        raises MetricsUnavailableError."""
+        """What the routers served (their SERVED_METRIC and REFUSED_METRIC counters, and a
+        decoupled router's stream counters) over about the last ``window_s``: None while
+        unknown, or where the routers count none; raises MetricsUnavailableError."""
         ...
 
 
@@ -298,7 +309,19 @@ class PrometheusQueueDepth:
             checked_count(value, "refused count", where, MAX_COUNTER) for _, value in refused
         )
         configs = {key: count for key, count in counted.items() if count > 0}
-        return ServedCounts(configs, total_refused, window_s)
+        return ServedCounts(configs, total_refused, window_s, self._streams(model, window))
+
+    def _streams(self, model: str, window: str) -> StreamCounts | None:
+        """A decoupled router's streams and their summed times over ``window`` (PromQL
+        increase()); None where the routers stream nothing (no such series)."""
+        totals = []
+        for metric in (STREAMS_METRIC, STREAM_FIRST_METRIC, STREAM_END_METRIC):
+            series = self._vector(f'sum(increase({metric}{{model="{model}"}}[{window}]))')
+            if not series:
+                return None
+            where = f"Prometheus {self.url} {metric}"
+            totals.append(checked_count(series[0][1], "stream counter", where, MAX_COUNTER))
+        return StreamCounts(*totals)
 
     def _vector(self, query: str) -> list[tuple[dict[str, str], float]]:
         """Evaluate a query's series (labels, value), once a round as _scalar is; NaN dropped."""
@@ -501,7 +524,7 @@ class TritonQueueDepth:
                 continue
             if self.model is not None and labels.get("model") != self.model:
                 continue
-            if match["name"] in (SERVED_METRIC, REFUSED_METRIC):
+            if match["name"] in ROUTER_COUNTERS:
                 # What the routers served is for the status alone: read apart, so that a bad
                 # counter never fails the queue's reading (and the decision with it).
                 counters.append((match["name"], labels, match["value"]))
@@ -536,11 +559,13 @@ class TritonQueueDepth:
     ) -> RouterCounters | None:
         """The router's counters per series from their samples (name, labels, value); None
         where it has none (a router without them: its refused counter exists from its start)
-        or one is unreadable (logged; the queue is read all the same)."""
+        or one is unreadable (logged; the queue is read all the same). An instance's stream
+        counters count only all three together (a time without its count is no mean)."""
         if not samples:
             return None
         served: dict[tuple[str, str], float] = {}
         refused: dict[str, float] = {}
+        streams: dict[str, dict[str, float]] = {}
         where = f"{self.describe()} {SERVED_METRIC}"
         try:
             for name, labels, text in samples:
@@ -551,12 +576,21 @@ class TritonQueueDepth:
                 instance = _label_value(labels.get("instance", ""))
                 if name == SERVED_METRIC:
                     served[_label_value(labels.get("config", "")), instance] = value
-                else:
+                elif name == REFUSED_METRIC:
                     refused[instance] = value
+                else:
+                    streams.setdefault(instance, {})[name] = value
         except MetricsUnavailableError as error:
             LOG.warning("%s", error)
             return None
-        return RouterCounters(served, refused)
+        whole = {
+            instance: StreamCounts(
+                times[STREAMS_METRIC], times[STREAM_FIRST_METRIC], times[STREAM_END_METRIC]
+            )
+            for instance, times in streams.items()
+            if len(times) == 3
+        }
+        return RouterCounters(served, refused, whole)
 
     def _count(self, finished: float, pending: float) -> float:
         """Arrivals so far: finished + pending, held at its highest until the server restarts (a

@@ -1,6 +1,7 @@
 """What the routers served: their counters of requests answered per configuration and refused
-as late (model-images/router/model.py), turned into counts over a recent window and into the
-policy's view of them (status.served). Pure: every time is an input."""
+as late, and a decoupled router's stream times (model-images/router/model.py), turned into
+counts over a recent window and into the policy's view of them (status.served). Pure: every
+time is an input."""
 
 from __future__ import annotations
 
@@ -18,13 +19,41 @@ MAX_SHOWN = 8
 
 
 @dataclass(frozen=True)
+class StreamCounts:
+    """A decoupled router's streams answered and their times from take-up, summed (s): to the
+    first streamed response, to the end; counters since the routers started, or over a window."""
+
+    streams: float = 0.0
+    first_s: float = 0.0
+    end_s: float = 0.0
+
+    def plus(self, other: StreamCounts) -> StreamCounts:
+        """Both together."""
+        return StreamCounts(
+            self.streams + other.streams, self.first_s + other.first_s, self.end_s + other.end_s
+        )
+
+    @property
+    def mean_first_s(self) -> float | None:
+        """The mean time to the first streamed response (to first token); None: no stream."""
+        return self.first_s / self.streams if self.streams > 0 else None
+
+    @property
+    def mean_end_s(self) -> float | None:
+        """The mean time to a stream's end (end to end); None: no stream."""
+        return self.end_s / self.streams if self.streams > 0 else None
+
+
+@dataclass(frozen=True)
 class ServedCounts:
     """Requests answered per configuration (its canonical key) and refused as late: counters
-    since the routers started, or counts over the ``seconds`` before a reading."""
+    since the routers started, or counts over the ``seconds`` before a reading; ``streams``:
+    a decoupled router's (None: no router streams)."""
 
     configs: Mapping[str, float] = field(default_factory=dict)
     refused: float = 0.0
     seconds: float = 0.0
+    streams: StreamCounts | None = None
 
     @property
     def answered(self) -> float:
@@ -36,16 +65,23 @@ class ServedCounts:
         configs = dict(self.configs)
         for key, count in other.configs.items():
             configs[key] = configs.get(key, 0.0) + count
-        return ServedCounts(configs, self.refused + other.refused, max(self.seconds, other.seconds))
+        streams = self.streams
+        if other.streams is not None:
+            streams = other.streams if streams is None else streams.plus(other.streams)
+        return ServedCounts(
+            configs, self.refused + other.refused, max(self.seconds, other.seconds), streams
+        )
 
 
 @dataclass(frozen=True)
 class RouterCounters:
     """A pod's router counters as read: each instance's served count per configuration (by
-    (configuration key, instance)) and refused count (by instance)."""
+    (configuration key, instance)), refused count and, on a decoupled router, stream counters
+    (both by instance)."""
 
     served: Mapping[tuple[str, str], float] = field(default_factory=dict)
     refused: Mapping[str, float] = field(default_factory=dict)
+    streams: Mapping[str, StreamCounts] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,6 +120,7 @@ class CounterHistory:
             return None
         configs: dict[str, float] = {}
         refused = 0.0
+        streams: StreamCounts | None = None
         for (t0, before), (t1, after) in itertools.pairwise(kept):
             inside = 1.0 if t0 >= start else (t1 - start) / (t1 - t0)
             for (key, instance), count in after.served.items():
@@ -91,8 +128,11 @@ class CounterHistory:
                 configs[key] = configs.get(key, 0.0) + inside * _increase(was, count)
             for instance, count in after.refused.items():
                 refused += inside * _increase(before.refused.get(instance), count)
+            for instance, times in after.streams.items():
+                more = _stream_increase(before.streams.get(instance), times, inside)
+                streams = more if streams is None else streams.plus(more)
         span = kept[-1][0] - max(kept[0][0], start)
-        return ServedCounts({k: v for k, v in configs.items() if v > 0}, refused, span)
+        return ServedCounts({k: v for k, v in configs.items() if v > 0}, refused, span, streams)
 
 
 def _increase(before: float | None, after: float) -> float:
@@ -100,6 +140,26 @@ def _increase(before: float | None, after: float) -> float:
     if before is None or after < before:
         return after
     return after - before
+
+
+def _stream_increase(
+    before: StreamCounts | None, after: StreamCounts, inside: float
+) -> StreamCounts:
+    """An instance's stream counters' increase between two readings, the share ``inside`` the
+    window of it. The three are one instance's, reset together: any of them lower is a restart,
+    and all three count from zero (differencing one alone would pair times with other streams)."""
+    if before is not None and (
+        after.streams < before.streams
+        or after.first_s < before.first_s
+        or after.end_s < before.end_s
+    ):
+        before = None
+    was = before or StreamCounts()
+    return StreamCounts(
+        inside * (after.streams - was.streams),
+        inside * (after.first_s - was.first_s),
+        inside * (after.end_s - was.end_s),
+    )
 
 
 @dataclass(frozen=True)
@@ -114,13 +174,16 @@ class ServedShare:
 @dataclass(frozen=True)
 class ServedView:
     """What the routers answered over a window: how many, refused, the mean accuracy served
-    (of the configurations whose accuracy is known) and each configuration's share."""
+    (of the configurations whose accuracy is known), each configuration's share and, where
+    routers streamed, the mean times to first token and to a stream's end (s)."""
 
     seconds: float
     answered: int
     refused: int
     accuracy: float | None
     shares: tuple[ServedShare, ...]
+    ttft_mean_s: float | None = None
+    stream_mean_s: float | None = None
 
 
 def served_view(
@@ -145,6 +208,8 @@ def served_view(
         refused=round(counts.refused),
         accuracy=weighted / weight if weight > 0 else None,
         shares=tuple(shares[:shown]),
+        ttft_mean_s=None if counts.streams is None else counts.streams.mean_first_s,
+        stream_mean_s=None if counts.streams is None else counts.streams.mean_end_s,
     )
 
 
