@@ -1,7 +1,8 @@
 """What the routers served, as a policy's status shows it: their counters differenced over the
 last minute (a restarted router's counters counted from zero, never negative), named and
-weighed by the plan's front; and the routers' counters read off a Triton metrics page, whose
-config label is JSON (braces and escaped quotes inside a label value)."""
+weighed by the plan's front, with a streaming router's mean time to first token and to a
+stream's end; and the routers' counters read off a Triton metrics page, whose config label is
+JSON (braces and escaped quotes inside a label value)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from typing import Any
 
 import pytest
 
-from compass.controllers import policy_compile, policy_publish
+from compass.api.paretopolicy_status import ParetoPolicyStatus
+from compass.controllers import policy_compile, policy_publish, policy_status
 from compass.controllers.policy_publish import PolicyMemory
+from compass.controllers.policy_status import PolicyGauges, with_stream_times
+from compass.controllers.runtime import OperatorMetrics
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.domain.served import (
@@ -23,11 +27,17 @@ from compass.domain.served import (
     CounterHistory,
     RouterCounters,
     ServedCounts,
+    StreamCounts,
     served_view,
     summed,
 )
 from compass_dev.processes import QuietHandler, serve_http
-from compass_rules.protocol import SERVED_METRIC
+from compass_rules.protocol import (
+    SERVED_METRIC,
+    STREAM_END_METRIC,
+    STREAM_FIRST_METRIC,
+    STREAMS_METRIC,
+)
 
 FAST = json.dumps({"model": "small", "k": 1}, sort_keys=True)
 SLOW = json.dumps({"model": "large", "k": 3}, sort_keys=True)
@@ -234,3 +244,152 @@ def _policy_spec() -> dict[str, Any]:
         "slo": {"latencyMs": 150},
         "routing": {"grpcEndpoint": "triton.serving:8001"},
     }  # fmt: skip
+
+
+# A decoupled router's stream counters: the mean time to first token and to a stream's end
+# over status.served's window.
+def _streaming(
+    streams: float, first_s: float, end_s: float, instance: str = "i0"
+) -> RouterCounters:
+    """One pod's counters, a streaming router's: each stream served FAST."""
+    return RouterCounters(
+        {(FAST, instance): streams},
+        {instance: 0.0},
+        {instance: StreamCounts(streams, first_s, end_s)},
+    )
+
+
+def test_the_window_means_the_streams_answered_within_it() -> None:
+    history = CounterHistory()
+    # 100 streams before the window (slow ones) are not counted; 10 within it, 40 ms to the
+    # first token and 200 ms to the end each.
+    history.add(0.0, _streaming(100, 100 * 0.5, 100 * 2.0))
+    history.add(60.0, _streaming(110, 100 * 0.5 + 10 * 0.04, 100 * 2.0 + 10 * 0.2))
+    window = history.since(60.0, 60.0)
+    assert window is not None and window.streams is not None
+    assert window.streams.streams == pytest.approx(10)
+    assert window.streams.mean_first_s == pytest.approx(0.04)
+    assert window.streams.mean_end_s == pytest.approx(0.2)
+    view = served_view(window, {})
+    assert (view.ttft_mean_s, view.stream_mean_s) == (
+        pytest.approx(0.04),
+        pytest.approx(0.2),
+    )
+
+
+def test_a_restarted_streaming_instance_counts_from_zero() -> None:
+    def pod(i0: StreamCounts, i1: StreamCounts) -> RouterCounters:
+        return RouterCounters(streams={"i0": i0, "i1": i1})
+
+    history = CounterHistory()
+    history.add(0.0, pod(StreamCounts(50, 5.0, 20.0), StreamCounts(2, 1.0, 2.0)))
+    # i1 restarted and has streamed 5 since, more than before its restart: its count alone
+    # looks like 3 more, its times like a reset. Each instance's three go together: 5 streams
+    # at 0.1 s to the first token; i0 streamed 5 more at 0.1 s too.
+    history.add(10.0, pod(StreamCounts(55, 5.5, 21.0), StreamCounts(5, 0.5, 1.0)))
+    window = history.since(10.0, 60.0)
+    assert window is not None and window.streams is not None
+    assert window.streams.streams == pytest.approx(10)
+    assert window.streams.mean_first_s == pytest.approx(0.1)
+    assert window.streams.mean_end_s == pytest.approx(0.2)
+
+
+def test_no_stream_in_the_window_or_no_streaming_router_shows_no_stream_times() -> None:
+    plan = policy_compile.compile_policy(_policy_spec(), generation=1).plan
+    fast_key = plan.thresholds[0].profile.key
+    idle = CounterHistory()
+    idle.add(0.0, _streaming(5, 0.2, 1.0))
+    idle.add(30.0, _streaming(5, 0.2, 1.0))
+    quiet = idle.since(30.0, 60.0)
+    assert quiet is not None and quiet.streams is not None
+    assert quiet.streams.mean_first_s is None  # the router streams, but streamed nothing
+    # A router without the stream counters: streams None, and status.served as it always was.
+    plain = CounterHistory()
+    plain.add(0.0, _counters(0))
+    plain.add(30.0, _counters(3))
+    counts = plain.since(30.0, 60.0)
+    assert counts is not None and counts.streams is None
+    for window in (quiet, counts):
+        shown = policy_status.served_status(window, plan, 1_800_000_000.0)
+        assert "ttftMeanMs" not in shown and "streamMeanMs" not in shown
+    streamed = ServedCounts({fast_key: 4.0}, 0.0, 60.0, StreamCounts(4, 4 * 0.0421, 4 * 0.25))
+    shown = policy_status.served_status(streamed, plan, 1_800_000_000.0)
+    assert (shown["ttftMeanMs"], shown["streamMeanMs"]) == (42.1, 250.0)
+    ParetoPolicyStatus.model_validate({"served": shown})  # what the CRD's schema admits
+
+
+def test_pods_stream_times_add_up_as_streams() -> None:
+    a = ServedCounts({FAST: 2.0}, streams=StreamCounts(2, 0.2, 1.0))
+    b = ServedCounts({FAST: 8.0}, streams=StreamCounts(8, 1.6, 4.0))
+    total = summed([a, b, ServedCounts({SLOW: 1.0})])  # a non-streaming router's pod too
+    assert total is not None and total.streams is not None
+    assert total.streams.mean_first_s == pytest.approx(1.8 / 10)
+    assert total.streams.mean_end_s == pytest.approx(0.5)
+
+
+def test_the_gauges_show_the_stream_times_and_go_with_them() -> None:
+    metrics = OperatorMetrics()
+    labels = {"namespace": "ns", "policy": "p"}
+    sample = metrics.registry.get_sample_value
+    gauges = with_stream_times(
+        PolicyGauges(ready=True), {"ttftMeanMs": 42.0, "streamMeanMs": 250.0}
+    )
+    metrics.set_policy("ns", "p", "uid", gauges)
+    assert sample("compass_served_ttft_seconds", labels) == pytest.approx(0.042)
+    assert sample("compass_served_stream_seconds", labels) == pytest.approx(0.25)
+    # The routers stopped streaming (status.served without them): the series go.
+    metrics.set_policy("ns", "p", "uid", with_stream_times(gauges, {"requests": 3}))
+    assert sample("compass_served_ttft_seconds", labels) is None
+    assert sample("compass_served_stream_seconds", labels) is None
+    metrics.set_policy("ns", "p", "uid", gauges)
+    metrics.forget_policy("ns", "p", "uid")
+    assert sample("compass_served_ttft_seconds", labels) is None
+
+
+def _stream_lines(instance: str, streams: float | str, first: float, end: float) -> list[str]:
+    """A streaming router instance's stream counters as Triton's exposition writes them."""
+    labels = f'{{model="router",instance="{instance}"}}'
+    return [
+        f"{STREAMS_METRIC}{labels} {streams}",
+        f"{STREAM_FIRST_METRIC}{labels} {first}",
+        f"{STREAM_END_METRIC}{labels} {end}",
+    ]
+
+
+def test_a_scrape_reads_a_streaming_routers_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("compass.dataplane.metrics.time.monotonic", lambda: clock[0])
+    page: list[str] = []
+
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write("\n".join(page).encode())
+
+    head = [
+        'nv_inference_pending_request_count{model="router",version="1"} 0',
+        'compass_router_refused_total{model="router",instance="router_0"} 0',
+    ]
+    with serve_http(Handler) as address:
+        source = TritonQueueDepth(f"http://{address}/metrics", "router")
+        page[:] = [*head, *_stream_lines("router_0", 10, 1.0, 5.0)]
+        page += _stream_lines("router_1", 0, 0.0, 0.0)
+        source.read()
+        clock[0] += 10.0
+        # router_0: 4 streams at 50 ms to the first token; router_1: 1 at 100 ms. Another
+        # model's streams are not counted.
+        page[:] = [*head, *_stream_lines("router_0", 14, 1.2, 5.8)]
+        page += _stream_lines("router_1", 1, 0.1, 0.3)
+        page.append(f'{STREAMS_METRIC}{{model="other",instance="x"}} 99')
+        source.read()
+        window = source.served(60.0)
+        assert window is not None and window.streams is not None
+        assert window.streams.streams == 5
+        assert window.streams.mean_first_s == pytest.approx(0.3 / 5)
+        assert window.streams.mean_end_s == pytest.approx(1.1 / 5)
+        # An unreadable stream counter costs the view (logged), never the queue's reading.
+        page[:] = [*head, *_stream_lines("router_0", "bad", 1.3, 6.0)]
+        clock[0] += 10.0
+        assert source.read().queue_depth == 0.0
+        assert source.served(60.0) == window
