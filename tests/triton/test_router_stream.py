@@ -16,21 +16,28 @@ import numpy as np
 import pytest
 from ragsim import ACCURATE, FASTEST, scores_of
 
+from compass.dataplane.metrics import PrometheusQueueDepth, TritonQueueDepth
 from compass.dataplane.profiler import ProfileSettings, profile_configuration
 from compass.dataplane.triton import TritonRouter
 from compass.domain.profiles import parse_profile
 from compass.domain.search import SearchSettings, search
 from compass.domain.space import Space, config_key
 from compass.evaluators.triton import TritonEvaluator
-from compass_dev.local_triton import LocalTriton
+from compass_dev.local_triton import LocalPrometheus, LocalTriton
+from compass_dev.processes import wait_for
 from compass_dev.scenarios import (
     STREAM_GENERATOR,
     STREAM_ROUTER_MODEL,
     rag_sim_data,
     rag_sim_stream_triton,
 )
-from compass_rules.protocol import STREAM_KEY
-from tiers import require_tritonserver
+from compass_rules.protocol import (
+    STREAM_END_METRIC,
+    STREAM_FIRST_METRIC,
+    STREAM_KEY,
+    STREAMS_METRIC,
+)
+from tiers import require_prometheus, require_tritonserver
 
 # Slower than the tier's other rag-sim servers: the generator's ~16 tokens then come several ms
 # apart, far beyond Triton's per-response overhead, so the stream's shape is measurable.
@@ -178,13 +185,89 @@ def test_the_router_exports_its_streams_first_response_and_end_times(
         assert found, f"{metric} not exported"
         return float(found.group(1))
 
-    streams = value("compass_router_streams_total")
-    first = value("compass_router_stream_first_seconds_total")
-    end = value("compass_router_stream_seconds_total")
+    streams = value(STREAMS_METRIC)
+    first = value(STREAM_FIRST_METRIC)
+    end = value(STREAM_END_METRIC)
     assert streams >= 4
     # Mean time to first token and mean end to end, as a dashboard divides them.
     assert 0 < first / streams < end / streams
     assert end / streams >= generator_ms(FASTEST, 0.5) / 1000
+
+
+def _client_means(router: TritonRouter, count: int) -> tuple[float, float]:
+    """Serve ``count`` streams; the client's mean time to the first token and to the end, s."""
+    firsts, ends = [], []
+    for sample in range(count):
+        reply = router.infer({"sample": sample, "quantile": 0.5})
+        assert reply.first_response_s is not None
+        firsts.append(reply.first_response_s)
+        ends.append(reply.latency_s)
+    return float(np.mean(firsts)), float(np.mean(ends))
+
+
+def _within_what_the_client_measured(
+    ttft_s: float | None, stream_s: float | None, client: tuple[float, float]
+) -> None:
+    """The router's times (from take-up) are the client's less the trip to the server and
+    back: a little shorter, never longer, and past the generator's prefill."""
+    first, end = client
+    assert ttft_s is not None
+    assert stream_s is not None
+    assert PREFILL_SHARE * generator_ms(FASTEST, 0.5) / 1000 <= ttft_s <= first
+    assert ttft_s >= 0.5 * first
+    assert ttft_s < stream_s <= end
+    assert stream_s >= 0.5 * end
+
+
+def test_the_operator_reads_the_mean_time_to_first_token_the_client_saw(
+    router: TritonRouter, streaming: LocalTriton
+) -> None:
+    """status.served's stream times, as the operator's direct scrape of the pod reads them:
+    over the window between two readings, only the streams served within it."""
+    scrape = TritonQueueDepth(streaming.metrics_url, STREAM_ROUTER_MODEL)
+    _client_means(router, 2)  # streams before the window: not counted
+    scrape.read()
+    client = _client_means(router, 6)
+    scrape.read()
+    window = scrape.served(60.0)
+    assert window is not None
+    assert window.streams is not None
+    assert window.streams.streams == 6
+    assert window.configs == {config_key(FASTEST): 6}
+    _within_what_the_client_measured(window.streams.mean_first_s, window.streams.mean_end_s, client)
+
+
+def test_prometheus_reads_the_mean_time_to_first_token(
+    router: TritonRouter, streaming: LocalTriton, tmp_path: Path
+) -> None:
+    require_prometheus()
+    prometheus = LocalPrometheus(targets=[f"127.0.0.1:{streaming.metrics_port}"], interval_s=0.2)
+    prometheus.start(tmp_path)
+    try:
+        source = PrometheusQueueDepth(prometheus.url, model=STREAM_ROUTER_MODEL)
+
+        def scraped() -> bool:
+            served = source.served(60.0)
+            return served is not None and served.streams is not None
+
+        wait_for(scraped, 10, "Prometheus's first scrapes of the stream counters")
+        client = _client_means(router, 6)
+
+        def counted() -> tuple[float, float] | None:
+            served = source.served(60.0)
+            times = None if served is None else served.streams
+            # increase() extrapolates the counts, all three alike: their ratios are the means.
+            if times is None or times.streams < 5.5:
+                return None
+            assert times.mean_first_s is not None
+            assert times.mean_end_s is not None
+            return times.mean_first_s, times.mean_end_s
+
+        means = wait_for(counted, 10, "the streams in Prometheus")
+        assert means is not None
+        _within_what_the_client_measured(*means, client)
+    finally:
+        prometheus.stop()
 
 
 def test_profiling_records_time_to_first_token_per_configuration(router: TritonRouter) -> None:

@@ -266,7 +266,8 @@ def test_the_window_means_the_streams_answered_within_it() -> None:
     history.add(0.0, _streaming(100, 100 * 0.5, 100 * 2.0))
     history.add(60.0, _streaming(110, 100 * 0.5 + 10 * 0.04, 100 * 2.0 + 10 * 0.2))
     window = history.since(60.0, 60.0)
-    assert window is not None and window.streams is not None
+    assert window is not None
+    assert window.streams is not None
     assert window.streams.streams == pytest.approx(10)
     assert window.streams.mean_first_s == pytest.approx(0.04)
     assert window.streams.mean_end_s == pytest.approx(0.2)
@@ -288,7 +289,8 @@ def test_a_restarted_streaming_instance_counts_from_zero() -> None:
     # at 0.1 s to the first token; i0 streamed 5 more at 0.1 s too.
     history.add(10.0, pod(StreamCounts(55, 5.5, 21.0), StreamCounts(5, 0.5, 1.0)))
     window = history.since(10.0, 60.0)
-    assert window is not None and window.streams is not None
+    assert window is not None
+    assert window.streams is not None
     assert window.streams.streams == pytest.approx(10)
     assert window.streams.mean_first_s == pytest.approx(0.1)
     assert window.streams.mean_end_s == pytest.approx(0.2)
@@ -301,17 +303,20 @@ def test_no_stream_in_the_window_or_no_streaming_router_shows_no_stream_times() 
     idle.add(0.0, _streaming(5, 0.2, 1.0))
     idle.add(30.0, _streaming(5, 0.2, 1.0))
     quiet = idle.since(30.0, 60.0)
-    assert quiet is not None and quiet.streams is not None
+    assert quiet is not None
+    assert quiet.streams is not None
     assert quiet.streams.mean_first_s is None  # the router streams, but streamed nothing
     # A router without the stream counters: streams None, and status.served as it always was.
     plain = CounterHistory()
     plain.add(0.0, _counters(0))
     plain.add(30.0, _counters(3))
     counts = plain.since(30.0, 60.0)
-    assert counts is not None and counts.streams is None
+    assert counts is not None
+    assert counts.streams is None
     for window in (quiet, counts):
         shown = policy_status.served_status(window, plan, 1_800_000_000.0)
-        assert "ttftMeanMs" not in shown and "streamMeanMs" not in shown
+        assert "ttftMeanMs" not in shown
+        assert "streamMeanMs" not in shown
     streamed = ServedCounts({fast_key: 4.0}, 0.0, 60.0, StreamCounts(4, 4 * 0.0421, 4 * 0.25))
     shown = policy_status.served_status(streamed, plan, 1_800_000_000.0)
     assert (shown["ttftMeanMs"], shown["streamMeanMs"]) == (42.1, 250.0)
@@ -322,7 +327,8 @@ def test_pods_stream_times_add_up_as_streams() -> None:
     a = ServedCounts({FAST: 2.0}, streams=StreamCounts(2, 0.2, 1.0))
     b = ServedCounts({FAST: 8.0}, streams=StreamCounts(8, 1.6, 4.0))
     total = summed([a, b, ServedCounts({SLOW: 1.0})])  # a non-streaming router's pod too
-    assert total is not None and total.streams is not None
+    assert total is not None
+    assert total.streams is not None
     assert total.streams.mean_first_s == pytest.approx(1.8 / 10)
     assert total.streams.mean_end_s == pytest.approx(0.5)
 
@@ -384,7 +390,8 @@ def test_a_scrape_reads_a_streaming_routers_times(monkeypatch: pytest.MonkeyPatc
         page.append(f'{STREAMS_METRIC}{{model="other",instance="x"}} 99')
         source.read()
         window = source.served(60.0)
-        assert window is not None and window.streams is not None
+        assert window is not None
+        assert window.streams is not None
         assert window.streams.streams == 5
         assert window.streams.mean_first_s == pytest.approx(0.3 / 5)
         assert window.streams.mean_end_s == pytest.approx(1.1 / 5)
