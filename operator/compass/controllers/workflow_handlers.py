@@ -23,13 +23,10 @@ from compass.api.meta import GROUP, POLICY_PLURAL, VERSION, WORKFLOW_KIND, WORKF
 from compass.api.schema import without_empty_strings
 from compass.controllers import kubeapi
 from compass.controllers.builders import (
-    GENERATION_LABEL,
     WORKFLOW_LABEL,
     build_pareto_policy,
     build_profile_job,
     build_search_job,
-    build_state_config_maps,
-    controller_uid,
     job_env,
     metrics_url,
     policy_name,
@@ -51,6 +48,14 @@ from compass.controllers.workflow_access import (
     job_account,
     keep_job_access,
 )
+from compass.controllers.workflow_configmaps import (
+    create_state,
+    created_states,
+    delete_states,
+    generation_of,
+    owned,
+    read_states,
+)
 from compass.controllers.workflow_plan import (
     PolicyAction,
     PolicyApply,
@@ -67,13 +72,10 @@ from compass.controllers.workflow_spec import (
 from compass.controllers.workflow_state import (
     StateNameTakenError,
     StoredState,
-    StoredStates,
     refusal_message,
     seed_state,
     seedable,
     state_recogniser,
-    state_to_read,
-    stored_states,
 )
 from compass.controllers.workflow_status import (
     ACTIVE_PHASES,
@@ -213,17 +215,6 @@ def forget_deleted_workflow(
         metrics.set_workflow_phase(namespace or "", name, uid or "", Phase(phase))
 
 
-def _owned(items: list[dict[str, Any]], uid: str) -> list[dict[str, Any]]:
-    return [item for item in items if controller_uid(item) == uid]
-
-
-def _generation_of(obj: Mapping[str, Any]) -> int:
-    try:
-        return int(obj["metadata"].get("labels", {}).get(GENERATION_LABEL, "0"))
-    except ValueError:
-        return 0
-
-
 def _jobs(api: client.ApiClient, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
     """This workflow's Jobs, of every generation."""
     jobs = kubeapi.list_items(
@@ -231,14 +222,14 @@ def _jobs(api: client.ApiClient, namespace: str, name: str, uid: str) -> list[di
         namespace,
         label_selector=f"{WORKFLOW_LABEL}={name}",
     )
-    return _owned(jobs, uid)
+    return owned(jobs, uid)
 
 
 def _supersede(api: client.ApiClient, namespace: str, name: str, uid: str, generation: int) -> None:
     """Delete this workflow's Jobs of other generations (their pods with them)."""
     batch = client.BatchV1Api(api)
     for job in _jobs(api, namespace, name, uid):
-        if _generation_of(job) != generation and not job["metadata"].get("deletionTimestamp"):
+        if generation_of(job) != generation and not job["metadata"].get("deletionTimestamp"):
             kubeapi.delete(
                 batch.delete_namespaced_job,
                 job["metadata"]["name"],
@@ -247,104 +238,12 @@ def _supersede(api: client.ApiClient, namespace: str, name: str, uid: str, gener
             )
 
 
-# The uids of the state ConfigMaps this process created for a workflow (kopf's memo is one
-# per resource): a start retried after a lost status write finds its own state by them.
-_CREATED_KEY = "compass_created_states"
-
-
-def _created(memo: MutableMapping[str, Any]) -> set[str]:
-    created: set[str] = memo.setdefault(_CREATED_KEY, set())
-    return created
-
-
-def _states(
-    api: client.ApiClient,
-    workflow: Mapping[str, Any],
-    status: CompoundWorkflowStatus,
-    memo: MutableMapping[str, Any],
-    limit: int | None = None,
-) -> StoredStates:
-    """This workflow's state ConfigMaps by generation, those the operator created alone; only
-    one ledger is read (its own generation's, else the one the status recorded), at most
-    ``limit`` bytes of its text."""
-    metadata = workflow["metadata"]
-    name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
-    generation = int(metadata.get("generation", 1))
-    core = client.CoreV1Api(api)
-    # Metadata only: a tenant's ConfigMaps under these labels are never read whole.
-    items = kubeapi.list_metadata(
-        core.list_namespaced_config_map, namespace, label_selector=f"{WORKFLOW_LABEL}={name}"
-    )
-    live = [item for item in _owned(items, uid) if not item["metadata"].get("deletionTimestamp")]
-    recorded = status.ledger_config_map
-    mine = state_recogniser(recorded, status.ledger_config_map_uid, _created(memo))
-    read = state_to_read(
-        [i["metadata"]["name"] for i in live if mine(i)], name, generation, recorded
-    )
-
-    def fetch(config_map: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = kubeapi.read(
-            core.read_namespaced_config_map, config_map, namespace
-        )
-        return found
-
-    return stored_states(live, name, _generation_of, read, limit, fetch, mine)
-
-
 def _report_refused(workflow: Mapping[str, Any], message: str | None) -> None:
     """A Warning Event and a log line for what a start refused of the workflow's states (a
     gzip bomb, ConfigMaps not named as the operator names them); none of it is carried over."""
     if message is not None:
         LOG.warning(message)
         _post(workflow, WorkflowEvent("Warning", "LedgerRefused", message))
-
-
-def _delete_states(
-    api: client.ApiClient,
-    namespace: str,
-    keep: int,
-    states: Mapping[int, StoredState],
-) -> None:
-    core = client.CoreV1Api(api)
-    for generation, state in states.items():
-        if generation != keep:
-            for config_map in state.names:
-                kubeapi.delete(core.delete_namespaced_config_map, config_map, namespace)
-
-
-def _create_state(
-    api: client.ApiClient,
-    workflow: Mapping[str, Any],
-    spec: CompoundWorkflowSpec,
-    memo: MutableMapping[str, Any],
-    seed: Mapping[str, str] | None = None,
-) -> str:
-    """The state ConfigMap, after its chunks (a Job reads the state first, so the ledger it
-    sees is whole); its uid. A name taken by a ConfigMap this process did not create is never
-    adopted: StateNameTakenError naming it."""
-    core = client.CoreV1Api(api)
-    metadata = workflow["metadata"]
-    created = _created(memo)
-
-    def whose(existing: Mapping[str, Any]) -> str | None:
-        return None if existing["metadata"].get("uid") in created else "was not made by us"
-
-    state, *chunks = build_state_config_maps(workflow, spec, seed)
-    made: Mapping[str, Any] = {}
-    for body in [*chunks, state]:
-        try:
-            made = kubeapi.create_or_take(
-                core.create_namespaced_config_map,
-                core.read_namespaced_config_map,
-                metadata["namespace"],
-                body,
-                whose,
-            )
-        except kubeapi.OwnedByAnotherError:
-            raise StateNameTakenError(body["metadata"]["name"]) from None
-        created.add(made["metadata"]["uid"])
-    uid: str = made["metadata"]["uid"]
-    return uid
 
 
 def _create_job(
@@ -517,7 +416,7 @@ def _start(
     if not _write_status(api, namespace, name, version, new):
         return False
     _count(metrics, workflow, status, new)
-    _delete_states(api, namespace, generation, states)
+    delete_states(api, namespace, generation, states)
     _post(workflow, event)
     return True
 
@@ -536,7 +435,7 @@ def _start_state(
     the status it starts with; the states found, to delete the earlier ones."""
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
-    listing = _states(api, workflow, status, memo, limit)
+    listing = read_states(api, workflow, status, memo, limit)
     if search_name(name, generation) in listing.taken:
         # Refused before anything is reported: the condition names it, every retry alike.
         raise StateNameTakenError(search_name(name, generation))
@@ -545,10 +444,10 @@ def _start_state(
     states = listing.states
     if generation not in states:
         seed = seed_state(spec, generation, seedable(states))
-        _create_state(api, workflow, spec, memo, seed.data)
+        create_state(api, workflow, spec, memo, seed.data)
         del seed  # its ledger is in the ConfigMap now: not held twice while re-reading
         # Re-read: if a racing start made it first, its ledger is what counts.
-        states = _states(api, workflow, status, memo, limit).states
+        states = read_states(api, workflow, status, memo, limit).states
     own = states.get(generation)
     state = own.data if own is not None else {}
     new, event = start_status(status, name, generation, spec, space_size, state, now)
@@ -619,13 +518,15 @@ def _advance(
     state_map = kubeapi.read(
         core.read_namespaced_config_map, search_name(name, generation), namespace
     )
-    mine = state_recogniser(status.ledger_config_map, status.ledger_config_map_uid, _created(memo))
+    mine = state_recogniser(
+        status.ledger_config_map, status.ledger_config_map_uid, created_states(memo)
+    )
     if state_map is not None and not mine(state_map):
         state_map = None  # another's under the state's name: never read (creating it refuses)
     jobs = {
         job["metadata"]["name"]: job_view(job)
         for job in _jobs(api, namespace, name, uid)
-        if _generation_of(job) == generation
+        if generation_of(job) == generation
     }
     search_job = jobs.get(search_name(name, generation))
     profile_job = jobs.get(profile_name(name, generation))
@@ -655,7 +556,7 @@ def _advance(
     try:
         for which in step.create:
             if which is Create.STATE:
-                made = _create_state(api, workflow, spec, memo)
+                made = create_state(api, workflow, spec, memo)
                 if new is not None:
                     new = new.model_copy(update={"ledger_config_map_uid": made})
             else:
