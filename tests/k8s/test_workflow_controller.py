@@ -652,6 +652,7 @@ def test_happy_path_to_a_pareto_policy(
             "grpcPort": 8001,
             "metricsPort": 8002,
             "routerModel": "router",
+            "actuator": "triton",
         }
         feasible = {json.dumps(f["config"], sort_keys=True) for f in result["feasible"]}
         assert {json.dumps(e["config"], sort_keys=True) for e in front} <= feasible
