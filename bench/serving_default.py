@@ -109,6 +109,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "admission": {"enabled": False},
         "routing": GATEWAY,
     },
+    "gateway-committed": {
+        "binding": {"mode": "workflow"},
+        "strategy": "committed-split",
+        "admission": {"enabled": False},
+        "routing": GATEWAY,
+    },
 }
 
 

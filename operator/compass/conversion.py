@@ -127,7 +127,7 @@ def runtime_policy(spec: ParetoPolicySpec, plan: Plan | None = None) -> Strategy
     """The runtime policy this spec describes: its strategy over its plan (``plan``: the one
     policy_plan gives for this spec, already made)."""
     chosen = policy_plan(spec) if plan is None else plan
-    return build_policy(spec.strategy, chosen, elastico_settings(spec))
+    return build_policy(spec.strategy, chosen, elastico_settings(spec), spec.interval_seconds)
 
 
 def admission_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:

@@ -1,0 +1,125 @@
+"""The split strategy for a data plane that fixes each request's member as it arrives.
+
+llm-d's endpoint picker rewrites a request's model on arrival, so a pod's queue is committed: a
+switch to a faster mix serves only what arrives after it, and that waits behind the slower
+requests already queued. Split's limits assume a switch reaches the queue (the Triton routers
+deal a mix as each request is taken up). ``CommittedSplit`` keeps Split's decision but caps its
+mix so that the queue and the largest recent interval's arrivals, drawn under it, commit at most
+the plan's slack buffer of work beyond what the fastest member would (why: docs/method.md,
+"Split behind the gateway").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from compass.domain.elastico import DEFAULT_INTERVAL_S, ElasticoSettings
+from compass.domain.planner import Plan
+from compass.domain.policy import Action, Decision, Observation, PolicyState
+from compass.domain.split import Split
+
+
+@dataclass(frozen=True)
+class CommittedSplit:
+    """Split over one plan, its mix capped by the work a draw at arrival commits."""
+
+    plan: Plan
+    settings: ElasticoSettings = field(default_factory=ElasticoSettings)
+    interval_s: float = DEFAULT_INTERVAL_S
+    inner: Split = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.interval_s > 0:
+            raise ValueError(f"interval_s: {self.interval_s!r} is not > 0; give the period")
+        object.__setattr__(self, "inner", Split(self.plan, self.settings))
+
+    def initial_state(self, now: float) -> PolicyState:
+        """A fresh policy starts on the fastest eligible member alone."""
+        return self.inner.initial_state(now)
+
+    def decide(
+        self, observation: Observation | None, state: PolicyState, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """Split's mix after this observation, capped by the work it would commit."""
+        decision, decided = self.inner.decide(observation, state, now)
+        mixes = self.inner.mixes
+        chosen = mixes.index(decision.mix)
+        if chosen is None or observation is None or decision.action is Action.FALLBACK:
+            return decision, decided
+        exposed = observation.queue_depth + largest_interval(decided.arrivals, self.interval_s)
+        allowed = self.committed_cap(exposed, chosen)
+        if allowed == chosen:
+            return decision, decided
+        return self._capped(state, decided, allowed, exposed, now)
+
+    def committed_cap(self, exposed: float, chosen: int) -> int:
+        """The most accurate mix up to ``chosen`` (an index into the mix plan) under which
+        ``exposed`` requests commit at most the slack buffer of work beyond the fastest's."""
+        thresholds = self.inner.mixes.plan.thresholds
+        fastest_ms = thresholds[0].profile.mean_ms
+        allowed = chosen
+        while allowed > 0 and (
+            exposed * (thresholds[allowed].profile.mean_ms - fastest_ms) > self.plan.slack_buffer_ms
+        ):
+            allowed -= 1
+        return allowed
+
+    def _capped(
+        self, before: PolicyState, decided: PolicyState, allowed: int, exposed: float, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """The decision and state with the mix at ``allowed`` in place of Split's."""
+        mix = self.inner.mixes.mixes[allowed]
+        names = self.plan.names
+        blend = None if mix.blend is None else names[mix.blend]
+        reason = (
+            f"{exposed:.0f} requests drawn at arrival would commit over "
+            f"{self.plan.slack_buffer_ms:g} ms beyond the fastest's work"
+        )
+        switched = self.inner._mix_of(before) != mix
+        decision = Decision(
+            names[mix.base],
+            mix.base,
+            Action.FASTER if switched else Action.HOLD,
+            reason,
+            blend=blend,
+            blend_index=mix.blend,
+            weight=mix.weight,
+        )
+        if not switched:
+            # Split would have moved up: stay where it was, keeping the evidence it gathered.
+            return decision, replace(
+                decided,
+                active=before.active,
+                blend=before.blend,
+                weight=before.weight,
+                active_since=before.active_since,
+                last_switch_at=before.last_switch_at,
+                last_reason=before.last_reason,
+                switches=before.switches,
+            )
+        return decision, replace(
+            decided,
+            active=names[mix.base],
+            blend=blend,
+            weight=mix.weight,
+            active_since=now,
+            last_switch_at=now,
+            last_reason=reason,
+            switches=before.switches + 1,
+            downscale_since=None,
+            entry_levels=(),
+        )
+
+
+def largest_interval(samples: Sequence[tuple[float, float]], interval_s: float) -> float:
+    """The most arrivals (per pod) any decision interval brought among the counter's samples
+    (time, total), each gap scaled to one interval: the burst the next one may bring."""
+    return max(
+        (
+            (later[1] - earlier[1]) * interval_s / (later[0] - earlier[0])
+            for earlier, later in zip(samples, samples[1:], strict=False)
+            if later[0] > earlier[0]
+        ),
+        default=0.0,
+    )
