@@ -111,7 +111,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "gateway-committed": {
         "binding": {"mode": "workflow"},
-        "strategy": "committed-split",
+        "strategy": "committedSplit",
         "admission": {"enabled": False},
         "routing": GATEWAY,
     },

@@ -22,7 +22,7 @@ class Strategy(StrEnum):
     ELASTICO = "elastico"
     SPLIT = "split"
     PREDICTIVE = "predictive"
-    COMMITTED_SPLIT = "committed-split"
+    COMMITTED_SPLIT = "committedSplit"
 
 
 # A strategy bound to its plan (each has ``plan``, the front and thresholds it decides over).
