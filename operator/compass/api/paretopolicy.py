@@ -563,7 +563,10 @@ class ServingSettings(CamelModel):
         "misses at most 8% more than the fastest would, also through a 2.5x surge for 3 s "
         "(no cooldowns: hysteresis's cooldowns "
         "and burst memory do not apply; meant to run with admission; bench/serving_sim.py "
-        "compares them).",
+        "compares them); committedSplit: split for a data plane that fixes each request's member "
+        "as it arrives (the llm-d gateway), its mix capped so that the queue and the busiest "
+        "recent interval's arrivals commit at most the slack buffer of work beyond the fastest "
+        "member's.",
     )
     mode: PolicyMode = Field(
         default=PolicyMode.ACTIVE,
