@@ -5,8 +5,8 @@ switch to a faster mix serves only what arrives after it, and that waits behind 
 requests already queued. Split's limits assume a switch reaches the queue (the Triton routers
 deal a mix as each request is taken up). ``CommittedSplit`` keeps Split's decision but caps its
 mix so that the queue and the largest recent interval's arrivals, drawn under it, commit at most
-the plan's slack buffer of work beyond what the fastest member would (why: docs/method.md,
-"Split behind the gateway").
+the plan's slack buffer of work beyond what the fastest member would (docs/serving.md, "Through
+llm-d's gateway instead of the routers").
 """
 
 from __future__ import annotations
