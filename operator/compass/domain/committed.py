@@ -11,6 +11,7 @@ llm-d's gateway instead of the routers").
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -76,18 +77,25 @@ class CommittedSplit:
             f"{exposed:.0f} requests drawn at arrival would commit over "
             f"{self.plan.slack_buffer_ms:g} ms beyond the fastest's work"
         )
-        switched = self.inner._mix_of(before) != mix
+        previous = self.inner._mix_of(before)
+        was = None if previous is None else self.inner.mixes.index(previous)
+        switched = was != allowed
+        # Split moving up can still climb, less far than it chose; else the cap is a step down.
+        upward = was is not None and allowed > was
+        action = (
+            Action.HOLD if not switched else (Action.MORE_ACCURATE if upward else Action.FASTER)
+        )
         decision = Decision(
             names[mix.base],
             mix.base,
-            Action.FASTER if switched else Action.HOLD,
+            action,
             reason,
             blend=blend,
             blend_index=mix.blend,
             weight=mix.weight,
         )
         if not switched:
-            # Split would have moved up: stay where it was, keeping the evidence it gathered.
+            # Split would have moved up: stay where it was (its entry evidence starts again).
             return decision, replace(
                 decided,
                 active=before.active,
@@ -118,7 +126,7 @@ def largest_interval(samples: Sequence[tuple[float, float]], interval_s: float) 
     return max(
         (
             (later[1] - earlier[1]) * interval_s / (later[0] - earlier[0])
-            for earlier, later in zip(samples, samples[1:], strict=False)
+            for earlier, later in itertools.pairwise(samples)
             if later[0] > earlier[0]
         ),
         default=0.0,
