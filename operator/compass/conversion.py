@@ -259,11 +259,10 @@ def binding_rule(
 
 
 def mix_dealing(spec: ParetoPolicySpec) -> Dealing:
-    """How the spec's actuator deals a mix: the routers' round-robin, or llm-d's endpoint
-    picker's weighted draw per request (routing.actuator inferenceModelRewrite)."""
-    gateway = spec.routing is not None and (
-        spec.routing.actuator is ActuatorType.INFERENCE_MODEL_REWRITE
-    )
+    """How the spec's actuator deals a mix: the routers' round-robin, or the gateway's weighted
+    draw per request (llm-d's endpoint picker for inferenceModelRewrite, the Gateway's choice of
+    a weighted backendRef for httpRoute)."""
+    gateway = spec.routing is not None and spec.routing.actuator is not ActuatorType.TRITON
     return Dealing.DRAW if gateway else Dealing.ROUND_ROBIN
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, model_validator
 
 from compass.api.binding import BindingSettings
-from compass.api.gateway import ActuatorType, ModelRewriteTarget
+from compass.api.gateway import ActuatorType, HttpRouteTarget, ModelRewriteTarget
 from compass.api.meta import (
     DEFAULT_ROUTER_MODEL,
     MAX_ENDPOINT_LENGTH,
@@ -355,6 +355,18 @@ PortRef = Annotated[
 ]
 
 
+# Each gateway actuator, the routing field naming what it writes, and what to give there.
+_GATEWAY_FIELDS = (
+    (
+        ActuatorType.INFERENCE_MODEL_REWRITE,
+        "modelRewrite",
+        "model_rewrite",
+        "give its name, poolRef and the clients' model",
+    ),
+    (ActuatorType.HTTP_ROUTE, "httpRoute", "http_route", "give its name"),
+)
+
+
 class RoutingTarget(CamelModel):
     """The Triton routers whose active configuration the policy switches: every ready pod
     behind a Service, or one Triton at a fixed address."""
@@ -401,30 +413,40 @@ class RoutingTarget(CamelModel):
     actuator: ActuatorType = Field(
         default=ActuatorType.TRITON,
         description="What the decisions are written to: triton (the routers' control model, "
-        "the default) or inferenceModelRewrite (llm-d's gateway: the mix as the target weights "
-        "of modelRewrite, which the endpoint picker draws per request).",
+        "the default), inferenceModelRewrite (llm-d's gateway: the mix as the target weights "
+        "of modelRewrite, which the endpoint picker draws per request) or httpRoute (the mix "
+        "as the backendRef weights of httpRoute across one InferencePool per member).",
     )
     model_rewrite: ModelRewriteTarget | None = Field(
         default=None,
         description="The InferenceModelRewrite the inferenceModelRewrite actuator writes.",
     )
+    http_route: HttpRouteTarget | None = Field(
+        default=None,
+        description="The HTTPRoute the httpRoute actuator writes.",
+    )
+
+    @property
+    def gateway(self) -> ModelRewriteTarget | HttpRouteTarget | None:
+        """The gateway object the actuator writes (None: it switches Triton routers)."""
+        return self.model_rewrite if self.model_rewrite is not None else self.http_route
 
     @model_validator(mode="after")
     def _actuator_target(self) -> RoutingTarget:
-        gateway = self.actuator is ActuatorType.INFERENCE_MODEL_REWRITE
-        if gateway and self.model_rewrite is None:
+        for actuator, field, attribute, hint in _GATEWAY_FIELDS:
+            given = getattr(self, attribute) is not None
+            if self.actuator is actuator and not given:
+                raise ValueError(
+                    f"routing.{field}: not set, and actuator {actuator.value} writes it; {hint}"
+                )
+            if self.actuator is not actuator and given:
+                raise ValueError(
+                    f"routing.{field}: set, but actuator is {self.actuator.value}; set "
+                    f"routing.actuator: {actuator.value}, or remove {field}"
+                )
+        if self.actuator is not ActuatorType.TRITON and (self.service or self.grpc_endpoint):
             raise ValueError(
-                "routing.modelRewrite: not set, and actuator inferenceModelRewrite writes it; "
-                "give its name, poolRef and the clients' model"
-            )
-        if not gateway and self.model_rewrite is not None:
-            raise ValueError(
-                "routing.modelRewrite: set, but actuator is triton; set routing.actuator: "
-                "inferenceModelRewrite, or remove modelRewrite"
-            )
-        if gateway and (self.service or self.grpc_endpoint):
-            raise ValueError(
-                "routing.service/grpcEndpoint: set with actuator inferenceModelRewrite, which "
+                f"routing.service/grpcEndpoint: set with actuator {self.actuator.value}, which "
                 "switches no router; remove them"
             )
         return self
@@ -633,36 +655,40 @@ class ParetoPolicySpec(ServingSettings):
 
     @model_validator(mode="after")
     def _gateway_serves_the_front(self) -> ParetoPolicySpec:
-        rewrite = None if self.routing is None else self.routing.model_rewrite
-        if rewrite is None:
+        routing = self.routing
+        gateway = None if routing is None else routing.gateway
+        if routing is None or gateway is None:
             return self
+        actuator = routing.actuator.value
+        pools = isinstance(gateway, HttpRouteTarget)
+        field, served = ("httpRoute", "InferencePool") if pools else ("modelRewrite", "model")
         if self.binding.mode.per_request:
             raise ValueError(
-                "binding.mode: the gateway (routing.actuator inferenceModelRewrite) draws each "
-                "request's model by weight and cannot bind per request; set binding.mode: "
+                f"binding.mode: the gateway (routing.actuator {actuator}) draws each "
+                f"request's {served} by weight and cannot bind per request; set binding.mode: "
                 "workflow"
             )
         if self.admission.enabled:
             raise ValueError(
-                "admission.enabled: the gateway (routing.actuator inferenceModelRewrite) has no "
+                f"admission.enabled: the gateway (routing.actuator {actuator}) has no "
                 "admission at dispatch; remove it"
             )
         seen: dict[str, int] = {}
         for index, entry in enumerate(self.front):
-            model = entry.config.get(rewrite.parameter)
-            if not isinstance(model, str) or not model:
+            name = entry.config.get(gateway.parameter)
+            if not isinstance(name, str) or not name:
                 raise ValueError(
-                    f"front[{index}].config: no model name in {rewrite.parameter!r} "
-                    "(routing.modelRewrite.parameter); give every entry the model it serves "
+                    f"front[{index}].config: no {served} name in {gateway.parameter!r} "
+                    f"(routing.{field}.parameter); give every entry the {served} it serves "
                     "there"
                 )
-            if model in seen:
+            if name in seen:
                 raise ValueError(
-                    f"front[{index}].config.{rewrite.parameter}: {model!r} is front"
-                    f"[{seen[model]}]'s model too, and the gateway tells members apart by "
-                    "model alone; give each entry its own model"
+                    f"front[{index}].config.{gateway.parameter}: {name!r} is front"
+                    f"[{seen[name]}]'s {served} too, and the gateway tells members apart by "
+                    f"{served} alone; give each entry its own {served}"
                 )
-            seen[model] = index
+            seen[name] = index
         return self
 
     @model_validator(mode="after")
