@@ -61,6 +61,33 @@ def test_after_a_burst_it_serves_only_the_mix_whose_commitment_fits_the_slack_bu
     assert Split(PLAN).decide(observation, state, 2)[0].mix == Mix(0, 1, 0.5)
 
 
+def test_over_the_fastests_rate_limit_it_commits_nothing_beyond_the_fastest() -> None:
+    """A steady minute at 1.5 times fast's rate limit, the queue empty: Split holds a mix with
+    a member as quick as fast (a queue peer, judged on the queue in an overload), and what the
+    mix commits would fit the slack buffer; the overload alone sends it to fast."""
+    twins = plan_thresholds(
+        [profile("fast", 0.70, 100, 15), profile("twin", 0.75, 102, 15)], Slo(1000), 50
+    )
+    limit = twins.thresholds[0].stay_max_qps
+    assert limit is not None
+    rate = 1.5 * limit
+    arrivals = tuple((float(t), rate * t) for t in range(61))
+    state = PolicyState(
+        active="fast", blend="twin", weight=0.5, active_since=0.0, arrivals=arrivals[:-1]
+    )
+    observation = Observation(time=60, queue_depth=0, arrivals_total=arrivals[-1][1])
+    policy = CommittedSplit(twins)
+    assert Split(twins).decide(observation, state, 60)[0].mix == Mix(0, 1, 0.5)
+    half = policy.inner.mixes.index(Mix(0, 1, 0.5))
+    assert half is not None
+    assert policy.committed_cap(rate, half) == half
+    decision, after = policy.decide(observation, state, 60)
+    assert decision.mix == Mix(0)
+    assert decision.action is Action.FASTER
+    assert "over the fastest's rate limit" in decision.reason
+    assert (after.active, after.blend) == ("fast", None)
+
+
 def test_behind_the_draw_it_keeps_static_fastests_compliance_where_split_does_not() -> None:
     """Bursty arrivals at a fifth of fast's capacity, each request's member drawn at arrival:
     split loses about two points against static fastest, the committed split keeps within one

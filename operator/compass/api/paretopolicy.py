@@ -588,7 +588,7 @@ class ServingSettings(CamelModel):
         "compares them); committedSplit: split for a data plane that fixes each request's member "
         "as it arrives (the llm-d gateway), its mix capped so that the queue and the busiest "
         "recent interval's arrivals commit at most the slack buffer of work beyond the fastest "
-        "member's.",
+        "member's, and the fastest alone while the arrivals are over its rate limit.",
     )
     mode: PolicyMode = Field(
         default=PolicyMode.ACTIVE,

@@ -5,8 +5,9 @@ switch to a faster mix serves only what arrives after it, and that waits behind 
 requests already queued. Split's limits assume a switch reaches the queue (the Triton routers
 deal a mix as each request is taken up). ``CommittedSplit`` keeps Split's decision but caps its
 mix so that the queue and the largest recent interval's arrivals, drawn under it, commit at most
-the plan's slack buffer of work beyond what the fastest member would (docs/serving.md, "Through
-llm-d's gateway instead of the routers").
+the plan's slack buffer of work beyond what the fastest member would, and to the fastest alone
+while the arrivals are over its rate limit (docs/serving.md, "Through llm-d's gateway instead of
+the routers").
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from compass.domain.elastico import DEFAULT_INTERVAL_S, ElasticoSettings
+from compass.domain.elastico import (
+    DEFAULT_INTERVAL_S,
+    LEAVE_CONFIDENCE,
+    ElasticoSettings,
+    rate_lower_bound,
+    steady_window,
+)
 from compass.domain.planner import Plan
 from compass.domain.policy import Action, Decision, Observation, PolicyState
 from compass.domain.split import Split
@@ -49,34 +56,50 @@ class CommittedSplit:
         if chosen is None or observation is None or decision.action is Action.FALLBACK:
             return decision, decided
         exposed = observation.queue_depth + largest_interval(decided.arrivals, self.interval_s)
-        allowed = self.committed_cap(exposed, chosen)
+        # Over even the fastest's rate limit the queue does not drain: whatever a mix commits
+        # delays every request after it, so nothing beyond the fastest's work is committed.
+        overloaded = self._overloaded(decided, observation)
+        allowed = 0 if overloaded else self.committed_cap(exposed, chosen)
         if allowed == chosen:
             return decision, decided
-        return self._capped(state, decided, allowed, exposed, now)
+        reason = (
+            "arrivals over the fastest's rate limit: nothing committed beyond its work"
+            if overloaded
+            else f"{exposed:.0f} requests drawn at arrival would commit over "
+            f"{self.plan.slack_buffer_ms:g} ms beyond the fastest's work"
+        )
+        return self._capped(state, decided, allowed, reason, now)
+
+    def _overloaded(self, state: PolicyState, observation: Observation) -> bool:
+        """Whether the arrivals over their steadiest recent window are, with the leave
+        confidence, above the fastest eligible member's rate limit (per pod)."""
+        limit = self.plan.thresholds[self.plan.eligible[0]].stay_max_qps
+        pods = max(observation.pods, 1)
+        steady = steady_window(state.arrivals, observation.time, pods)
+        if limit is None or steady is None:
+            return False
+        return rate_lower_bound(steady[0], steady[1], LEAVE_CONFIDENCE) / pods > limit
+
+    def _extra_ms(self, index: int) -> float:
+        """How much longer a request of mix ``index`` takes than one of the fastest, on average."""
+        thresholds = self.inner.mixes.plan.thresholds
+        return thresholds[index].profile.mean_ms - thresholds[0].profile.mean_ms
 
     def committed_cap(self, exposed: float, chosen: int) -> int:
         """The most accurate mix up to ``chosen`` (an index into the mix plan) under which
         ``exposed`` requests commit at most the slack buffer of work beyond the fastest's."""
-        thresholds = self.inner.mixes.plan.thresholds
-        fastest_ms = thresholds[0].profile.mean_ms
         allowed = chosen
-        while allowed > 0 and (
-            exposed * (thresholds[allowed].profile.mean_ms - fastest_ms) > self.plan.slack_buffer_ms
-        ):
+        while allowed > 0 and exposed * self._extra_ms(allowed) > self.plan.slack_buffer_ms:
             allowed -= 1
         return allowed
 
     def _capped(
-        self, before: PolicyState, decided: PolicyState, allowed: int, exposed: float, now: float
+        self, before: PolicyState, decided: PolicyState, allowed: int, reason: str, now: float
     ) -> tuple[Decision, PolicyState]:
         """The decision and state with the mix at ``allowed`` in place of Split's."""
         mix = self.inner.mixes.mixes[allowed]
         names = self.plan.names
         blend = None if mix.blend is None else names[mix.blend]
-        reason = (
-            f"{exposed:.0f} requests drawn at arrival would commit over "
-            f"{self.plan.slack_buffer_ms:g} ms beyond the fastest's work"
-        )
         previous = self.inner._mix_of(before)
         was = None if previous is None else self.inner.mixes.index(previous)
         switched = was != allowed
