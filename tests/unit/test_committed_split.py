@@ -11,7 +11,7 @@ from profiles_for_tests import normal_profile as profile
 from compass.api.paretopolicy import ParetoPolicySpec
 from compass.conversion import runtime_policy
 from compass.domain.arrivals import make_pattern, make_scenario
-from compass.domain.committed import CommittedSplit, largest_interval
+from compass.domain.committed import CommittedSplit, busy_interval
 from compass.domain.mix import Dealing, Mix
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
 from compass.domain.policy import Action, Observation, PolicyState
@@ -28,11 +28,16 @@ PLAN = plan_thresholds(FRONT, Slo(1000), 50, ThresholdModel.TAIL)
 ON_A_MIX = PolicyState(active="fast", blend="mid", weight=0.5, active_since=0.0)
 
 
-def test_the_largest_interval_is_the_busiest_gap_scaled_to_one_period() -> None:
-    samples = ((0.0, 0.0), (1.0, 2.0), (2.0, 12.0), (4.0, 16.0))
-    assert largest_interval(samples, 1.0) == 10.0
-    assert largest_interval(samples, 0.5) == 5.0
-    assert largest_interval(((0.0, 3.0),), 1.0) == 0.0
+def test_a_busy_interval_is_the_slos_percentile_of_the_gaps_scaled_to_one_period() -> None:
+    # Twenty one-second gaps: nineteen of 2 arrivals and one of 12.
+    samples = tuple((float(t), 2.0 * t + (10.0 if t >= 20 else 0.0)) for t in range(21))
+    assert busy_interval(samples, 1.0, 50.0) == 2.0
+    # One busy gap in twenty is the top 5%: the 95th percentile only begins to reach it (linear
+    # between the 19th and 20th of the sorted gaps); a half-second period sees half as many.
+    assert busy_interval(samples, 1.0, 95.0) == pytest.approx(2.5)
+    assert busy_interval(samples, 0.5, 95.0) == pytest.approx(1.25)
+    assert busy_interval(samples, 1.0, 100.0) == 12.0
+    assert busy_interval(((0.0, 3.0),), 1.0, 95.0) == 0.0
 
 
 def test_on_quiet_arrivals_it_decides_as_split() -> None:
@@ -44,16 +49,16 @@ def test_on_quiet_arrivals_it_decides_as_split() -> None:
     assert committed.mix == Mix(0, 1, 0.5)
 
 
-def test_after_a_burst_it_serves_only_the_mix_whose_commitment_fits_the_slack_buffer() -> None:
-    """10 arrivals in one period drawn under fast + 50% mid commit about 250 ms beyond fast's
-    work; within the plan's slack buffer (50 ms) fits a share of mid under 10% (its mean is the
-    blended distribution's, a little over 105 ms at 10%): 5%."""
-    state = PolicyState(**{**ON_A_MIX.__dict__, "arrivals": ((0.0, 0.0), (1.0, 10.0))})
-    observation = Observation(time=2, queue_depth=0, arrivals_total=10)
+def test_with_a_queue_and_busy_arrivals_it_serves_only_the_mix_that_fits_the_slack_buffer() -> None:
+    """5 queued and 5 arriving each period: 10 requests drawn under fast + 50% mid commit about
+    250 ms beyond fast's work; within the plan's slack buffer (50 ms) fits a share of mid under
+    10% (the blended distribution's mean is a little over 105 ms at 10%): 5%."""
+    state = PolicyState(**{**ON_A_MIX.__dict__, "arrivals": ((0.0, 0.0), (1.0, 5.0))})
+    observation = Observation(time=2, queue_depth=5, arrivals_total=10)
     decision, after = CommittedSplit(PLAN).decide(observation, state, 2)
     assert decision.action is Action.FASTER
     assert decision.mix == Mix(0, 1, 0.05)
-    assert "commit over 50 ms" in decision.reason
+    assert "10 requests drawn at arrival would commit over 50 ms" in decision.reason
     assert (after.active, after.blend, after.weight) == ("fast", "mid", pytest.approx(0.05))
     assert after.switches == 1
     assert PolicyState.from_dict(json.loads(json.dumps(after.to_dict()))) == after

@@ -4,9 +4,9 @@ llm-d's endpoint picker rewrites a request's model on arrival, so a pod's queue 
 switch to a faster mix serves only what arrives after it, and that waits behind the slower
 requests already queued. Split's limits assume a switch reaches the queue (the Triton routers
 deal a mix as each request is taken up). ``CommittedSplit`` keeps Split's decision but caps its
-mix so that the queue and the largest recent interval's arrivals, drawn under it, commit at most
-the plan's slack buffer of work beyond what the fastest member would, and to the fastest alone
-while the arrivals are over its rate limit (docs/serving.md, "Through llm-d's gateway instead of
+mix so that the queue and a busy interval's arrivals (the SLO's percentile of the recent ones),
+drawn under it, commit at most the plan's slack buffer of work beyond what the fastest member
+would, and to the fastest alone while the arrivals are over its rate limit (docs/serving.md, "Through llm-d's gateway instead of
 the routers").
 """
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from compass.domain.elastico import (
     DEFAULT_INTERVAL_S,
@@ -55,7 +57,8 @@ class CommittedSplit:
         chosen = mixes.index(decision.mix)
         if chosen is None or observation is None or decision.action is Action.FALLBACK:
             return decision, decided
-        exposed = observation.queue_depth + largest_interval(decided.arrivals, self.interval_s)
+        burst = busy_interval(decided.arrivals, self.interval_s, self.plan.slo.percentile)
+        exposed = observation.queue_depth + burst
         # Over even the fastest's rate limit the queue does not drain: whatever a mix commits
         # delays every request after it, so nothing beyond the fastest's work is committed.
         overloaded = self._overloaded(decided, observation)
@@ -143,14 +146,15 @@ class CommittedSplit:
         )
 
 
-def largest_interval(samples: Sequence[tuple[float, float]], interval_s: float) -> float:
-    """The most arrivals (per pod) any decision interval brought among the counter's samples
-    (time, total), each gap scaled to one interval: the burst the next one may bring."""
-    return max(
-        (
-            (later[1] - earlier[1]) * interval_s / (later[0] - earlier[0])
-            for earlier, later in itertools.pairwise(samples)
-            if later[0] > earlier[0]
-        ),
-        default=0.0,
-    )
+def busy_interval(
+    samples: Sequence[tuple[float, float]], interval_s: float, percentile: float
+) -> float:
+    """The arrivals (per pod) of one decision interval that the counter's samples (time, total)
+    exceeded in only ``100 - percentile`` % of their gaps, each gap scaled to one interval: the
+    burst the next interval may bring, at the SLO's percentile."""
+    counts = [
+        (later[1] - earlier[1]) * interval_s / (later[0] - earlier[0])
+        for earlier, later in itertools.pairwise(samples)
+        if later[0] > earlier[0]
+    ]
+    return float(np.percentile(counts, percentile)) if counts else 0.0
