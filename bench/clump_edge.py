@@ -28,7 +28,7 @@ from compass.domain.arrivals import make_scenario
 from compass.domain.planner import Slo, plan_from_profiles
 from compass.domain.podmodel import PodModel
 from compass.domain.simulator import RunReport, StaticController, simulate
-from compass.domain.traces import TRACE_NAMES, trace_windows, window_pattern
+from compass.domain.traces import TRACE_NAMES, window_pattern
 from compass.examples import load_trace
 from serving_default import (
     PAPER_PROFILES,
@@ -40,6 +40,7 @@ from serving_default import (
     cell_profiles,
     spec_of,
 )
+from trace_windows import trace_windows
 
 # Draws of the edge's chance from the fastest member's service-time distribution.
 CHANCE_DRAWS = 20_000

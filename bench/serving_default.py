@@ -110,6 +110,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "admission": {"enabled": False},
         "routing": GATEWAY,
     },
+    "gateway-committed": {
+        "binding": {"mode": "workflow"},
+        "strategy": "committedSplit",
+        "admission": {"enabled": False},
+        "routing": GATEWAY,
+    },
 }
 
 

@@ -267,4 +267,6 @@ def serving_summary(spec: ParetoPolicySpec) -> str:
         what = f"the whole workflow switched by {spec.strategy.value}"
     if spec.routing is not None and spec.routing.model_rewrite is not None:
         what += ", through the llm-d gateway (each request's model drawn by weight)"
+    if spec.routing is not None and spec.routing.http_route is not None:
+        what += ", through an HTTPRoute (each request's InferencePool drawn by weight)"
     return what + (", admission on" if spec.admits else "")

@@ -127,7 +127,7 @@ def runtime_policy(spec: ParetoPolicySpec, plan: Plan | None = None) -> Strategy
     """The runtime policy this spec describes: its strategy over its plan (``plan``: the one
     policy_plan gives for this spec, already made)."""
     chosen = policy_plan(spec) if plan is None else plan
-    return build_policy(spec.strategy, chosen, elastico_settings(spec))
+    return build_policy(spec.strategy, chosen, elastico_settings(spec), spec.interval_seconds)
 
 
 def admission_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
@@ -254,11 +254,10 @@ def binding_rule(
 
 
 def mix_dealing(spec: ParetoPolicySpec) -> Dealing:
-    """How the spec's actuator deals a mix: the routers' round-robin, or llm-d's endpoint
-    picker's weighted draw per request (routing.actuator inferenceModelRewrite)."""
-    gateway = spec.routing is not None and (
-        spec.routing.actuator is ActuatorType.INFERENCE_MODEL_REWRITE
-    )
+    """How the spec's actuator deals a mix: the routers' round-robin, or the gateway's weighted
+    draw per request (llm-d's endpoint picker for inferenceModelRewrite, the Gateway's choice of
+    a weighted backendRef for httpRoute)."""
+    gateway = spec.routing is not None and spec.routing.actuator is not ActuatorType.TRITON
     return Dealing.DRAW if gateway else Dealing.ROUND_ROBIN
 
 

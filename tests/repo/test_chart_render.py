@@ -511,6 +511,29 @@ def test_the_gateway_actuators_rules_only_when_it_is_enabled(watched: list[str])
         )
 
 
+@pytest.mark.parametrize("watched", [[], ["team-a"]])
+def test_the_http_route_actuators_rules_only_when_it_is_enabled(watched: list[str]) -> None:
+    """actuators.httpRoute: get, create and patch on the Gateway API's HTTPRoutes in the
+    operator's (Cluster)Role when true; off by default, nothing of gateway.networking.k8s.io."""
+    group = "gateway.networking.k8s.io"
+    for enabled in (None, False, True):
+        values: dict[str, Any] = {"watchNamespaces": watched}
+        if enabled is not None:
+            values["actuators"] = {"httpRoute": enabled}
+        objects = render(values)
+        [role] = [
+            o
+            for o in objects
+            if o["kind"] in ("Role", "ClusterRole") and o["metadata"]["name"] == FULLNAME
+        ]
+        routes = {(g, r, v) for g, r, v in granted(role["rules"]) if g == group}
+        wanted = {(group, "httproutes", v) for v in ("get", "create", "patch")}
+        assert routes == (wanted if enabled else set())
+        assert granted(role["rules"]) == permissions(
+            operator_rules(clusterwide=not watched, peering=True, http_routes=bool(enabled))
+        )
+
+
 def test_rbac_can_be_left_to_the_platform_team() -> None:
     """rbac.create false: no RBAC; rbac.discovery false: no cluster-scoped RBAC when namespaced."""
     kinds = {o["kind"] for o in render({"rbac": {"create": False}})}

@@ -16,7 +16,8 @@ from profiles_for_tests import normal_profile
 
 from compass.api.binding import BindingMode, BindingSettings, BindingStage
 from compass.api.compoundworkflow import CompoundWorkflowSpec
-from compass.api.paretopolicy import AdmissionSettings, RoutingTarget, ServingSettings
+from compass.api.paretopolicy import AdmissionSettings, ServingSettings
+from compass.api.routing import RoutingTarget
 from compass.commands.main import main
 from compass.controllers.policy_compile import compile_policy
 from compass.controllers.workflow_plan import plan_policy

@@ -12,7 +12,7 @@ from cli_inputs import PROFILES, SPACE_YAML
 from pydantic import ValidationError
 
 from compass.api.crds import PARETO_POLICY, build_crd
-from compass.api.paretopolicy import RoutingTarget
+from compass.api.routing import RoutingTarget
 from compass.api.urls import ENDPOINT_PATTERN, endpoint_problem
 from compass.commands.main import main
 

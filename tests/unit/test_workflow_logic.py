@@ -17,7 +17,8 @@ from compass.api.compoundworkflow import (
     WorkflowConditionType,
 )
 from compass.api.conditions import MESSAGE_CHARS, Condition
-from compass.api.paretopolicy import ParetoPolicySpec, RoutingTarget
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.api.routing import RoutingTarget
 from compass.commands.job import best_accuracy, error_line
 from compass.controllers import workflow_plan, workflow_state, workflow_status, workflow_steps
 from compass.controllers.builders import (

@@ -107,6 +107,12 @@ new), never replaced: no `update`. Used by the ClusterRole (cluster mode) and by
   resources: ["inferencemodelrewrites"]
   verbs: ["get", "create", "patch"]
 {{- end }}
+{{- if .Values.actuators.httpRoute }}
+{{- /* An HTTPRoute's backendRef weights across InferencePools, server-side applied. */}}
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["httproutes"]
+  verbs: ["get", "create", "patch"]
+{{- end }}
 {{- end }}
 
 {{/* Read-only, cluster-scoped: kopf watches CustomResourceDefinitions to notice resources that

@@ -1,5 +1,6 @@
-"""The actuators a ParetoPolicy can act through, and the llm-d gateway's: an InferenceModelRewrite
-whose one rule's target weights carry the policy's mix (llm-d.ai/v1alpha2)."""
+"""The actuators a ParetoPolicy can act through, and the gateway's two objects: an llm-d
+InferenceModelRewrite whose one rule's target weights carry the policy's mix (llm-d.ai/v1alpha2),
+or a Gateway API HTTPRoute whose backendRef weights split it across InferencePools."""
 
 from __future__ import annotations
 
@@ -16,6 +17,16 @@ REWRITE_KIND = "InferenceModelRewrite"
 REWRITE_PLURAL = "inferencemodelrewrites"
 # The front configuration's parameter whose value names each member's model, by default.
 DEFAULT_MODEL_PARAMETER = "model"
+# The Gateway API's HTTPRoute (standard channel): its backendRefs' weights split across pools.
+HTTPROUTE_GROUP = "gateway.networking.k8s.io"
+HTTPROUTE_VERSION = "v1"
+HTTPROUTE_KIND = "HTTPRoute"
+HTTPROUTE_PLURAL = "httproutes"
+# The backends it weights: the inference extension's InferencePools, one per front member.
+POOL_GROUP = "inference.networking.k8s.io"
+POOL_KIND = "InferencePool"
+# The front configuration's parameter whose value names each member's pool, by default.
+DEFAULT_POOL_PARAMETER = "pool"
 
 
 class ActuatorType(StrEnum):
@@ -25,6 +36,8 @@ class ActuatorType(StrEnum):
     TRITON = "triton"
     # An llm-d InferenceModelRewrite's target weights (the endpoint picker draws per request).
     INFERENCE_MODEL_REWRITE = "inferenceModelRewrite"
+    # A Gateway API HTTPRoute's backendRef weights across InferencePools (one per member).
+    HTTP_ROUTE = "httpRoute"
 
 
 class PoolReference(CamelModel):
@@ -66,4 +79,31 @@ class ModelRewriteTarget(CamelModel):
         max_length=MAX_NAME_LENGTH,
         description="The front configurations' parameter whose value is the model served "
         "(the target's modelRewrite): every front entry sets it, to a different model.",
+    )
+
+
+class HttpRouteTarget(CamelModel):
+    """The HTTPRoute the policy writes: its rules, one rule whose backendRefs are the
+    InferencePools of the front members its mix serves, weighted by their shares."""
+
+    name: str = Field(
+        max_length=MAX_NAME_LENGTH,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="The HTTPRoute's name, in the policy's namespace. The policy owns its "
+        "spec.rules (one rule, no matches: every request of the route) and nothing else: give "
+        "the route its parentRefs yourself. Left in place, with its last weights, when the "
+        "policy is deleted.",
+    )
+    parameter: str = Field(
+        default=DEFAULT_POOL_PARAMETER,
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+        description="The front configurations' parameter whose value is the InferencePool "
+        "serving that member: every front entry sets it, to a different pool.",
+    )
+    pool_group: str = Field(
+        default=POOL_GROUP,
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+        description="The pools' API group (inference.networking.k8s.io; llm-d's own is llm-d.ai).",
     )

@@ -13,16 +13,13 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, model_validator
 
 from compass.api.binding import BindingSettings
-from compass.api.gateway import ActuatorType, ModelRewriteTarget
+from compass.api.gateway import HttpRouteTarget
 from compass.api.meta import (
-    DEFAULT_ROUTER_MODEL,
-    MAX_ENDPOINT_LENGTH,
-    MAX_NAME_LENGTH,
     CamelModel,
 )
-from compass.api.metricsource import MetricsSource, TritonTls
+from compass.api.metricsource import MetricsSource
+from compass.api.routing import RoutingTarget
 from compass.api.rules import CelRule, cel_rules
-from compass.api.urls import ENDPOINT_FIX, cel_matches_endpoint, endpoint_problem
 from compass.domain.admission import DEFAULT_DEGRADE_AFTER
 
 # A latency or SLO in ms: a microsecond to an hour. Past either end a queueing model is
@@ -346,104 +343,6 @@ class Hysteresis(CamelModel):
     ] = 0.0
 
 
-PortRef = Annotated[
-    int | str,
-    Field(
-        description="A port of the pods: a number, or the name of a port of the Service (as its "
-        "EndpointSlices name it)."
-    ),
-]
-
-
-class RoutingTarget(CamelModel):
-    """The Triton routers whose active configuration the policy switches: every ready pod
-    behind a Service, or one Triton at a fixed address."""
-
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="!(has(self.service) && has(self.grpcEndpoint))",
-                message="give routing.service (Triton pods in the cluster) or "
-                "routing.grpcEndpoint (one Triton outside it), not both",
-            ),
-            CelRule(
-                rule=f"!has(self.grpcEndpoint) || {cel_matches_endpoint('self.grpcEndpoint')}",
-                message="grpcEndpoint must be host:port with a port in 1-65535 "
-                "(e.g. triton.example.com:8001)",
-                field_path=".grpcEndpoint",
-            ),
-        )
-    )
-
-    service: str | None = Field(
-        default=None,
-        max_length=MAX_NAME_LENGTH,
-        description="A Service in the policy's namespace: every ready Triton pod behind it (its "
-        "EndpointSlices, watched) is switched, and its queue read.",
-    )
-    grpc_port: PortRef = "grpc"
-    metrics_port: PortRef = "metrics"
-    grpc_endpoint: str | None = Field(
-        default=None,
-        max_length=MAX_ENDPOINT_LENGTH,
-        description="One Triton's gRPC endpoint, host:port, for a Triton outside the cluster "
-        "(e.g. triton.example.com:8001).",
-    )
-    router_model: str = Field(
-        default=DEFAULT_ROUTER_MODEL,
-        max_length=MAX_NAME_LENGTH,
-        description="Name of the router model.",
-    )
-    tls: TritonTls | None = Field(
-        default=None,
-        description="TLS (and mutual TLS) to the routers' gRPC port (none: plaintext).",
-    )
-    actuator: ActuatorType = Field(
-        default=ActuatorType.TRITON,
-        description="What the decisions are written to: triton (the routers' control model, "
-        "the default) or inferenceModelRewrite (llm-d's gateway: the mix as the target weights "
-        "of modelRewrite, which the endpoint picker draws per request).",
-    )
-    model_rewrite: ModelRewriteTarget | None = Field(
-        default=None,
-        description="The InferenceModelRewrite the inferenceModelRewrite actuator writes.",
-    )
-
-    @model_validator(mode="after")
-    def _actuator_target(self) -> RoutingTarget:
-        gateway = self.actuator is ActuatorType.INFERENCE_MODEL_REWRITE
-        if gateway and self.model_rewrite is None:
-            raise ValueError(
-                "routing.modelRewrite: not set, and actuator inferenceModelRewrite writes it; "
-                "give its name, poolRef and the clients' model"
-            )
-        if not gateway and self.model_rewrite is not None:
-            raise ValueError(
-                "routing.modelRewrite: set, but actuator is triton; set routing.actuator: "
-                "inferenceModelRewrite, or remove modelRewrite"
-            )
-        if gateway and (self.service or self.grpc_endpoint):
-            raise ValueError(
-                "routing.service/grpcEndpoint: set with actuator inferenceModelRewrite, which "
-                "switches no router; remove them"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _one_target(self) -> RoutingTarget:
-        # Checked here, on the object, where the API server's CEL rule reports it too.
-        problem = None if self.grpc_endpoint is None else endpoint_problem(self.grpc_endpoint)
-        if problem is not None:
-            # Named from the object's own field, as errors.first_error moves it into the path.
-            raise ValueError(f"routing.grpcEndpoint: {problem}; {ENDPOINT_FIX}")
-        if self.service and self.grpc_endpoint:
-            raise ValueError(
-                "give routing.service (Triton pods in the cluster) or routing.grpcEndpoint "
-                "(one Triton outside it), not both"
-            )
-        return self
-
-
 class AdmissionSettings(CamelModel):
     """What the routers do with a request that would miss its deadline (admission at dispatch)."""
 
@@ -563,7 +462,11 @@ class ServingSettings(CamelModel):
         "misses at most 8% more than the fastest would, also through a 2.5x surge for 3 s "
         "(no cooldowns: hysteresis's cooldowns "
         "and burst memory do not apply; meant to run with admission; bench/serving_sim.py "
-        "compares them).",
+        "compares them); committedSplit: split for a data plane that fixes each request's member "
+        "as it arrives (the llm-d gateway), its mix capped so that the queue and a busy "
+        "interval's arrivals (the SLO's percentile of the recent ones) commit at most the slack "
+        "buffer of work beyond the fastest member's, and the fastest alone while the arrivals "
+        "are over its rate limit.",
     )
     mode: PolicyMode = Field(
         default=PolicyMode.ACTIVE,
@@ -630,36 +533,40 @@ class ParetoPolicySpec(ServingSettings):
 
     @model_validator(mode="after")
     def _gateway_serves_the_front(self) -> ParetoPolicySpec:
-        rewrite = None if self.routing is None else self.routing.model_rewrite
-        if rewrite is None:
+        routing = self.routing
+        gateway = None if routing is None else routing.gateway
+        if routing is None or gateway is None:
             return self
+        actuator = routing.actuator.value
+        pools = isinstance(gateway, HttpRouteTarget)
+        field, served = ("httpRoute", "InferencePool") if pools else ("modelRewrite", "model")
         if self.binding.mode.per_request:
             raise ValueError(
-                "binding.mode: the gateway (routing.actuator inferenceModelRewrite) draws each "
-                "request's model by weight and cannot bind per request; set binding.mode: "
+                f"binding.mode: the gateway (routing.actuator {actuator}) draws each "
+                f"request's {served} by weight and cannot bind per request; set binding.mode: "
                 "workflow"
             )
         if self.admission.enabled:
             raise ValueError(
-                "admission.enabled: the gateway (routing.actuator inferenceModelRewrite) has no "
+                f"admission.enabled: the gateway (routing.actuator {actuator}) has no "
                 "admission at dispatch; remove it"
             )
         seen: dict[str, int] = {}
         for index, entry in enumerate(self.front):
-            model = entry.config.get(rewrite.parameter)
-            if not isinstance(model, str) or not model:
+            name = entry.config.get(gateway.parameter)
+            if not isinstance(name, str) or not name:
                 raise ValueError(
-                    f"front[{index}].config: no model name in {rewrite.parameter!r} "
-                    "(routing.modelRewrite.parameter); give every entry the model it serves "
+                    f"front[{index}].config: no {served} name in {gateway.parameter!r} "
+                    f"(routing.{field}.parameter); give every entry the {served} it serves "
                     "there"
                 )
-            if model in seen:
+            if name in seen:
                 raise ValueError(
-                    f"front[{index}].config.{rewrite.parameter}: {model!r} is front"
-                    f"[{seen[model]}]'s model too, and the gateway tells members apart by "
-                    "model alone; give each entry its own model"
+                    f"front[{index}].config.{gateway.parameter}: {name!r} is front"
+                    f"[{seen[name]}]'s {served} too, and the gateway tells members apart by "
+                    f"{served} alone; give each entry its own {served}"
                 )
-            seen[model] = index
+            seen[name] = index
         return self
 
     @model_validator(mode="after")

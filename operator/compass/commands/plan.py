@@ -25,8 +25,8 @@ from compass.api.paretopolicy import (
     MAX_ROUTER_INSTANCES,
     AdmissionSettings,
     ParetoPolicySpec,
-    RoutingTarget,
 )
+from compass.api.routing import RoutingTarget
 from compass.commands import plots
 from compass.commands.common import (
     add_admission_arguments,

@@ -13,7 +13,7 @@ from compass.api.compoundworkflow import (
 )
 from compass.api.jobpod import JobPod
 from compass.api.meta import GROUP, VERSION
-from compass.api.paretopolicy import RoutingTarget
+from compass.api.routing import RoutingTarget
 from compass.controllers.ledgerchunks import (
     CHUNK_OF_LABEL,
     chunk_name,

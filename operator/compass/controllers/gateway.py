@@ -1,8 +1,9 @@
-"""The llm-d gateway as an actuator: a policy's mix written as an InferenceModelRewrite's target
-weights, and read back from them.
+"""The gateway as an actuator: a policy's mix written as an llm-d InferenceModelRewrite's target
+weights, or as an HTTPRoute's backendRef weights across InferencePools, and read back.
 
-The endpoint picker draws one target per request by weight and rewrites the request's model,
-which is the weighted split the simulator deals (compass.domain.mix). The weights are applied
+The endpoint picker draws one target per request by weight and rewrites the request's model (the
+Gateway picks a weighted backendRef per request the same way), which is the weighted split the
+simulator deals (compass.domain.mix). The weights are applied
 server-side as their own field manager, never forced: where another manager has set them to
 something else the apply is refused, and the policy reports it (Ready False, SwitchFailed)
 rather than fight over them. Nothing deletes the rewrite: a deleted policy leaves its last
@@ -18,10 +19,16 @@ from typing import Any
 from kubernetes import client
 
 from compass.api.gateway import (
+    HTTPROUTE_GROUP,
+    HTTPROUTE_KIND,
+    HTTPROUTE_PLURAL,
+    HTTPROUTE_VERSION,
+    POOL_KIND,
     REWRITE_GROUP,
     REWRITE_KIND,
     REWRITE_PLURAL,
     REWRITE_VERSION,
+    HttpRouteTarget,
     ModelRewriteTarget,
 )
 from compass.controllers import kubeapi
@@ -82,6 +89,53 @@ def build_model_rewrite(
     }
 
 
+def build_http_route(
+    namespace: str, target: HttpRouteTarget, weights: Sequence[tuple[str, int]]
+) -> dict[str, Any]:
+    """The HTTPRoute the policy applies: its rules, one rule with no matches (every request of
+    the route) whose backendRefs are the weighted InferencePools; parentRefs are not its own."""
+    backends = [
+        {"group": target.pool_group, "kind": POOL_KIND, "name": pool, "weight": weight}
+        for pool, weight in weights
+    ]
+    return {
+        "apiVersion": f"{HTTPROUTE_GROUP}/{HTTPROUTE_VERSION}",
+        "kind": HTTPROUTE_KIND,
+        "metadata": {"name": target.name, "namespace": namespace},
+        "spec": {"rules": [{"backendRefs": backends}]},
+    }
+
+
+def applied_backend_weights(route: Mapping[str, Any], pool_group: str) -> dict[str, float] | None:
+    """The InferencePool weights of the route's first rule with a pool among its backendRefs (a
+    backendRef without a weight counts 1, the Gateway API's default); None if no rule has one."""
+    spec = route.get("spec")
+    rules = spec.get("rules") if isinstance(spec, Mapping) else None
+    for rule in rules if isinstance(rules, list) else []:
+        refs = rule.get("backendRefs") if isinstance(rule, Mapping) else None
+        pools = [
+            ref
+            for ref in (refs if isinstance(refs, list) else [])
+            if isinstance(ref, Mapping)
+            and ref.get("kind") == POOL_KIND
+            and ref.get("group") == pool_group
+            and isinstance(ref.get("name"), str)
+        ]
+        if not pools:
+            continue
+        weights: dict[str, float] = {}
+        for ref in pools:
+            weight = ref.get("weight", 1)
+            share = float(weight) if isinstance(weight, int | float) else 0.0
+            weights[ref["name"]] = weights.get(ref["name"], 0.0) + share
+        # Other backends in the same rule take their share too: the weights then serve no mix.
+        others = len(refs) - len(pools) if isinstance(refs, list) else 0
+        if others:
+            weights[f"{others} other backend(s)"] = 1.0
+        return weights
+    return None
+
+
 def applied_weights(rewrite: Mapping[str, Any], model: str) -> dict[str, float] | None:
     """The weights of the first rule matching ``model`` (by model rewritten to; a target without
     a weight counts 1, as when none has one); None if no rule matches it."""
@@ -126,42 +180,66 @@ def weights_routing(weights: Mapping[str, float], plan: Plan, parameter: str, wh
 
 
 class ModelRewriteActuator:
-    """One policy's InferenceModelRewrite: read back each tick, applied when it differs."""
+    """One policy's gateway object, an InferenceModelRewrite or an HTTPRoute (by its target):
+    read back each tick, applied when it differs."""
 
     def __init__(
-        self, api: client.ApiClient, namespace: str, target: ModelRewriteTarget, plan: Plan
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        target: ModelRewriteTarget | HttpRouteTarget,
+        plan: Plan,
     ) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.namespace, self.target, self.plan = namespace, target, plan
-        # What the rewrite held at the last read (None: not read since the last apply).
+        # What the object held at the last read (None: not read since the last apply).
         self.read_key: str | None = None
         # Why the last apply was refused (another field manager's weights), until one succeeds.
         self.conflict: str | None = None
 
     @property
+    def route(self) -> bool:
+        """Whether it writes an HTTPRoute (else an InferenceModelRewrite)."""
+        return isinstance(self.target, HttpRouteTarget)
+
+    @property
+    def coordinates(self) -> tuple[str, str, str]:
+        """The object's API group, version and plural."""
+        if self.route:
+            return HTTPROUTE_GROUP, HTTPROUTE_VERSION, HTTPROUTE_PLURAL
+        return REWRITE_GROUP, REWRITE_VERSION, REWRITE_PLURAL
+
+    @property
     def where(self) -> str:
-        """The rewrite, as messages name it."""
-        return f"{REWRITE_KIND} {self.namespace}/{self.target.name}"
+        """The object, as messages name it."""
+        kind = HTTPROUTE_KIND if self.route else REWRITE_KIND
+        return f"{kind} {self.namespace}/{self.target.name}"
 
     def active_config(self, expected: str | None = None) -> str:
-        """What the rewrite's weights serve now (a routing key); RoutingError if it cannot be
-        read. A missing rewrite or rule serves nothing on the front."""
+        """What the object's weights serve now (a routing key); RoutingError if it cannot be
+        read. A missing object or rule serves nothing on the front."""
         del expected  # one object: nothing to outvote
+        group, version, plural = self.coordinates
         try:
             found = kubeapi.read(
                 self.custom.get_namespaced_custom_object,
-                REWRITE_GROUP,
-                REWRITE_VERSION,
+                group,
+                version,
                 self.namespace,
-                REWRITE_PLURAL,
+                plural,
                 self.target.name,
             )
         except kubeapi.ERRORS as error:
             raise RoutingError(f"{self.where} unreadable: {kubeapi.describe(error)}") from error
-        weights = None if found is None else applied_weights(found, self.target.model)
+        target = self.target
+        if isinstance(target, HttpRouteTarget):
+            weights = None if found is None else applied_backend_weights(found, target.pool_group)
+            rule = f"has no rule with {target.pool_group} {POOL_KIND} backends"
+        else:
+            weights = None if found is None else applied_weights(found, target.model)
+            rule = f"has no rule for {target.model!r}"
         if weights is None:
-            missing = "missing" if found is None else f"has no rule for {self.target.model!r}"
-            self.read_key = f"{self.where} {missing}"
+            self.read_key = f"{self.where} {'missing' if found is None else rule}"
         else:
             self.read_key = weights_routing(weights, self.plan, self.target.parameter, self.where)
         return self.read_key
@@ -177,15 +255,21 @@ class ModelRewriteActuator:
             self.conflict, self.read_key = None, None
             return SwitchReport(wanted, attempts=0, seconds=0.0, changed=False)
         weights = target_weights(config, blend, weight, self.target.parameter)
-        body = build_model_rewrite(self.namespace, self.target, weights)
+        target = self.target
+        body = (
+            build_http_route(self.namespace, target, weights)
+            if isinstance(target, HttpRouteTarget)
+            else build_model_rewrite(self.namespace, target, weights)
+        )
+        group, version, plural = self.coordinates
         started = time.perf_counter()
         try:
             kubeapi.apply(
                 self.custom.patch_namespaced_custom_object,
-                REWRITE_GROUP,
-                REWRITE_VERSION,
+                group,
+                version,
                 self.namespace,
-                REWRITE_PLURAL,
+                plural,
                 self.target.name,
                 body=body,
                 force=False,

@@ -18,9 +18,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from compass.api.errors import field_path, first_error
-from compass.api.gateway import ActuatorType, ModelRewriteTarget
+from compass.api.gateway import ActuatorType, HttpRouteTarget, ModelRewriteTarget
 from compass.api.metricsource import MetricsAuthentication, MetricsSourceType, TritonTls
-from compass.api.paretopolicy import ParetoPolicySpec, RoutingTarget
+from compass.api.paretopolicy import ParetoPolicySpec
+from compass.api.routing import RoutingTarget
 from compass.controllers.targets import TargetAccess, TargetRefusedError, resolve_host, resolve_url
 from compass.conversion import admission_table, binding_table, policy_plan, runtime_policy
 from compass.domain.planner import Plan, PlanError
@@ -79,10 +80,14 @@ class CompiledPolicy:
     metrics_port: int | str = "metrics"
     # The llm-d InferenceModelRewrite the policy writes instead of switching routers.
     rewrite: ModelRewriteTarget | None = None
+    # Or the HTTPRoute whose backendRefs it weights across InferencePools.
+    route: HttpRouteTarget | None = None
 
     @property
     def actuator(self) -> ActuatorType:
         """What the decisions are written to."""
+        if self.route is not None:
+            return ActuatorType.HTTP_ROUTE
         return ActuatorType.TRITON if self.rewrite is None else ActuatorType.INFERENCE_MODEL_REWRITE
 
     @property
@@ -129,8 +134,8 @@ def compile_policy(
     except PlanError as error:
         raise SpecError(error.field, error.what, error.fix) from error
     routing = spec.routing or RoutingTarget()
-    if routing.model_rewrite is not None:
-        return _gateway_policy(spec, policy, generation, routing.model_rewrite)
+    if routing.gateway is not None:
+        return _gateway_policy(spec, policy, generation, routing.gateway)
     # The address override (a development setting) wins over a Service.
     service = None if address_override else routing.service
     address, metrics_host = None, None
@@ -166,14 +171,19 @@ def _gateway_policy(
     spec: ParetoPolicySpec,
     policy: StrategyPolicy,
     generation: int | None,
-    rewrite: ModelRewriteTarget,
+    target: ModelRewriteTarget | HttpRouteTarget,
 ) -> CompiledPolicy:
-    """A policy acting through the llm-d gateway: no router to reach, and the queue read from
-    the model servers' metrics, which only the spec can name."""
+    """A policy acting through the gateway: no router to reach, and the queue read from the
+    model servers' metrics, which only the spec can name."""
+    actuator = (
+        ActuatorType.HTTP_ROUTE
+        if isinstance(target, HttpRouteTarget)
+        else (ActuatorType.INFERENCE_MODEL_REWRITE)
+    )
     if spec.metrics is None or not spec.metrics.url:
         raise SpecError(
             "metrics.url",
-            "not set, and the gateway (routing.actuator inferenceModelRewrite) has no router "
+            f"not set, and the gateway (routing.actuator {actuator.value}) has no router "
             "whose /metrics could be read",
             "give a model server's metrics URL (metrics.type: vllm, url: "
             "http://vllm.ns.svc:8000/metrics) or Prometheus with a query of vLLM's "
@@ -186,7 +196,8 @@ def _gateway_policy(
         grpc_address=None,
         router_model=spec.routing.router_model if spec.routing else "",
         metrics=_metrics_target(spec, None),
-        rewrite=rewrite,
+        rewrite=target if isinstance(target, ModelRewriteTarget) else None,
+        route=target if isinstance(target, HttpRouteTarget) else None,
     )
 
 

@@ -114,10 +114,19 @@ def _model_rewrite(
     return ModelRewriteActuator(runtime.api(), namespace, compiled.rewrite, compiled.plan)
 
 
+def _http_route(
+    fleet: RouterFleet, compiled: CompiledPolicy, runtime: Runtime, namespace: str
+) -> Actuator:
+    """The HTTPRoute named by routing.httpRoute, through the same gateway actuator."""
+    assert compiled.route is not None
+    return ModelRewriteActuator(runtime.api(), namespace, compiled.route, compiled.plan)
+
+
 # The actuators by routing.actuator, as KEDA's scalers by their trigger's type.
 ACTUATORS: dict[ActuatorType, ActuatorFactory] = {
     ActuatorType.TRITON: _routers,
     ActuatorType.INFERENCE_MODEL_REWRITE: _model_rewrite,
+    ActuatorType.HTTP_ROUTE: _http_route,
 }
 
 

@@ -64,6 +64,11 @@ SECRET_RULES: tuple[Rule, ...] = (Rule("", ("secrets",), ("get",)),)
 MODEL_REWRITE_RULES: tuple[Rule, ...] = (
     Rule("llm-d.ai", ("inferencemodelrewrites",), ("get", "create", "patch")),
 )
+# Chart value actuators.httpRoute (default false): the same for routing.actuator httpRoute, on
+# the Gateway API's HTTPRoutes (the policy owns their rules' backendRef weights).
+HTTP_ROUTE_RULES: tuple[Rule, ...] = (
+    Rule("gateway.networking.k8s.io", ("httproutes",), ("get", "create", "patch")),
+)
 
 # Cluster-scoped and read-only (chart value rbac.discovery): kopf watches CRDs to notice
 # resources created after it starts, and lists Namespaces to resolve its namespace patterns.
@@ -98,11 +103,17 @@ RELEASE_POD_RULES: tuple[Rule, ...] = (Rule("", ("pods",), ("list",)),)
 
 
 def operator_rules(
-    *, clusterwide: bool, peering: bool, read_secrets: bool = True, model_rewrites: bool = False
+    *,
+    clusterwide: bool,
+    peering: bool,
+    read_secrets: bool = True,
+    model_rewrites: bool = False,
+    http_routes: bool = False,
 ) -> tuple[Rule, ...]:
     """The rules of the operator's ClusterRole (cluster mode) or of each Role (namespaced)."""
     rules = OPERATOR_RULES + (SECRET_RULES if read_secrets else ())
     rules += MODEL_REWRITE_RULES if model_rewrites else ()
+    rules += HTTP_ROUTE_RULES if http_routes else ()
     if not peering:
         return rules
     return rules + (CLUSTER_PEERING_RULES if clusterwide else NAMESPACED_PEERING_RULES)

@@ -17,7 +17,7 @@ from typing import Any
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.meta import GROUP, POLICY_PLURAL
 from compass.api.metricsource import MetricsSource, MetricsSourceType
-from compass.api.paretopolicy import RoutingTarget
+from compass.api.routing import RoutingTarget
 from compass.controllers.builders import FIELD_MANAGER, PROFILES_KEY, WORKFLOW_LABEL, controller_uid
 from compass.conversion import spec_for_plan
 from compass.domain.capacity import MIN_LATENCY_MS

@@ -19,7 +19,7 @@ from compass.api.compoundworkflow import (
     Phase,
     WorkflowConditionType,
 )
-from compass.api.paretopolicy import RoutingTarget
+from compass.api.routing import RoutingTarget
 from compass.controllers.builders import (
     CURVE_PROGRESS_KEY,
     PROFILE_PROGRESS_KEY,

@@ -1,0 +1,160 @@
+"""The split strategy for a data plane that fixes each request's member as it arrives.
+
+llm-d's endpoint picker rewrites a request's model on arrival, so a pod's queue is committed: a
+switch to a faster mix serves only what arrives after it, and that waits behind the slower
+requests already queued. Split's limits assume a switch reaches the queue (the Triton routers
+deal a mix as each request is taken up). ``CommittedSplit`` keeps Split's decision but caps its
+mix so that the queue and a busy interval's arrivals (the SLO's percentile of the recent ones),
+drawn under it, commit at most the plan's slack buffer of work beyond what the fastest member
+would, and to the fastest alone while the arrivals are over its rate limit (docs/serving.md, "Through llm-d's gateway instead of
+the routers").
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from compass.domain.elastico import (
+    DEFAULT_INTERVAL_S,
+    LEAVE_CONFIDENCE,
+    ElasticoSettings,
+    rate_lower_bound,
+    steady_window,
+)
+from compass.domain.planner import Plan
+from compass.domain.policy import Action, Decision, Observation, PolicyState
+from compass.domain.split import Split
+
+
+@dataclass(frozen=True)
+class CommittedSplit:
+    """Split over one plan, its mix capped by the work a draw at arrival commits."""
+
+    plan: Plan
+    settings: ElasticoSettings = field(default_factory=ElasticoSettings)
+    interval_s: float = DEFAULT_INTERVAL_S
+    inner: Split = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.interval_s > 0:
+            raise ValueError(f"interval_s: {self.interval_s!r} is not > 0; give the period")
+        object.__setattr__(self, "inner", Split(self.plan, self.settings))
+
+    def initial_state(self, now: float) -> PolicyState:
+        """A fresh policy starts on the fastest eligible member alone."""
+        return self.inner.initial_state(now)
+
+    def decide(
+        self, observation: Observation | None, state: PolicyState, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """Split's mix after this observation, capped by the work it would commit."""
+        decision, decided = self.inner.decide(observation, state, now)
+        mixes = self.inner.mixes
+        chosen = mixes.index(decision.mix)
+        if chosen is None or observation is None or decision.action is Action.FALLBACK:
+            return decision, decided
+        burst = busy_interval(decided.arrivals, self.interval_s, self.plan.slo.percentile)
+        exposed = observation.queue_depth + burst
+        # Over even the fastest's rate limit the queue does not drain: whatever a mix commits
+        # delays every request after it, so nothing beyond the fastest's work is committed.
+        overloaded = self._overloaded(decided, observation)
+        allowed = 0 if overloaded else self.committed_cap(exposed, chosen)
+        if allowed == chosen:
+            return decision, decided
+        reason = (
+            "arrivals over the fastest's rate limit: nothing committed beyond its work"
+            if overloaded
+            else f"{exposed:.0f} requests drawn at arrival would commit over "
+            f"{self.plan.slack_buffer_ms:g} ms beyond the fastest's work"
+        )
+        return self._capped(state, decided, allowed, reason, now)
+
+    def _overloaded(self, state: PolicyState, observation: Observation) -> bool:
+        """Whether the arrivals over their steadiest recent window are, with the leave
+        confidence, above the fastest eligible member's rate limit (per pod)."""
+        limit = self.plan.thresholds[self.plan.eligible[0]].stay_max_qps
+        pods = max(observation.pods, 1)
+        steady = steady_window(state.arrivals, observation.time, pods)
+        if limit is None or steady is None:
+            return False
+        return rate_lower_bound(steady[0], steady[1], LEAVE_CONFIDENCE) / pods > limit
+
+    def _extra_ms(self, index: int) -> float:
+        """How much longer a request of mix ``index`` takes than one of the fastest, on average."""
+        thresholds = self.inner.mixes.plan.thresholds
+        return thresholds[index].profile.mean_ms - thresholds[0].profile.mean_ms
+
+    def committed_cap(self, exposed: float, chosen: int) -> int:
+        """The most accurate mix up to ``chosen`` (an index into the mix plan) under which
+        ``exposed`` requests commit at most the slack buffer of work beyond the fastest's."""
+        allowed = chosen
+        while allowed > 0 and exposed * self._extra_ms(allowed) > self.plan.slack_buffer_ms:
+            allowed -= 1
+        return allowed
+
+    def _capped(
+        self, before: PolicyState, decided: PolicyState, allowed: int, reason: str, now: float
+    ) -> tuple[Decision, PolicyState]:
+        """The decision and state with the mix at ``allowed`` in place of Split's."""
+        mix = self.inner.mixes.mixes[allowed]
+        names = self.plan.names
+        blend = None if mix.blend is None else names[mix.blend]
+        previous = self.inner._mix_of(before)
+        was = None if previous is None else self.inner.mixes.index(previous)
+        switched = was != allowed
+        # Split moving up can still climb, less far than it chose; else the cap is a step down.
+        upward = was is not None and allowed > was
+        action = (
+            Action.HOLD if not switched else (Action.MORE_ACCURATE if upward else Action.FASTER)
+        )
+        decision = Decision(
+            names[mix.base],
+            mix.base,
+            action,
+            reason,
+            blend=blend,
+            blend_index=mix.blend,
+            weight=mix.weight,
+        )
+        if not switched:
+            # Split would have moved up: stay where it was (its entry evidence starts again).
+            return decision, replace(
+                decided,
+                active=before.active,
+                blend=before.blend,
+                weight=before.weight,
+                active_since=before.active_since,
+                last_switch_at=before.last_switch_at,
+                last_reason=before.last_reason,
+                switches=before.switches,
+            )
+        return decision, replace(
+            decided,
+            active=names[mix.base],
+            blend=blend,
+            weight=mix.weight,
+            active_since=now,
+            last_switch_at=now,
+            last_reason=reason,
+            switches=before.switches + 1,
+            downscale_since=None,
+            entry_levels=(),
+        )
+
+
+def busy_interval(
+    samples: Sequence[tuple[float, float]], interval_s: float, percentile: float
+) -> float:
+    """The arrivals (per pod) of one decision interval that the counter's samples (time, total)
+    exceeded in only ``100 - percentile`` % of their gaps, each gap scaled to one interval: the
+    burst the next interval may bring, at the SLO's percentile."""
+    counts = [
+        (later[1] - earlier[1]) * interval_s / (later[0] - earlier[0])
+        for earlier, later in itertools.pairwise(samples)
+        if later[0] > earlier[0]
+    ]
+    return float(np.percentile(counts, percentile)) if counts else 0.0
