@@ -289,8 +289,9 @@ def plan_thresholds(plan: Plan) -> list[dict[str, Any]]:
         shown_thresholds = [
             t.model_copy(update={"config": shown(t.config)}) for t in threshold_statuses(plan)
         ]
+        # No nulls: the API server keeps none of a merge patch's (owned_fields below).
         known = [
-            without_empty_strings(t.model_dump(by_alias=True, mode="json"))
+            without_empty_strings(t.model_dump(by_alias=True, mode="json", exclude_none=True))
             for t in shown_thresholds
         ]
         with _THRESHOLDS_LOCK:
@@ -352,7 +353,8 @@ _ROUTINE_STATE = ("arrivals", "observed_at")
 
 def owned_fields(status: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a status only the operator decides (the routine part of the saved state
-    left out): what an edit by someone else would change."""
+    left out): what an edit by someone else would change. Without nulls: the API server keeps
+    none of a merge patch's, so a null written is a key missing live, and no one's edit."""
 
     def owned(key: str) -> Any:
         value = status.get(key)
@@ -360,7 +362,16 @@ def owned_fields(status: Mapping[str, Any]) -> dict[str, Any]:
             return {k: v for k, v in value.items() if k not in _ROUTINE_STATE}
         return value
 
-    return {key: owned(key) for key in _OWNED}
+    return {key: _without_nulls(owned(key)) for key in _OWNED}
+
+
+def _without_nulls(value: Any) -> Any:
+    """``value`` with every null member of its objects dropped, at any depth."""
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 def _edited(
