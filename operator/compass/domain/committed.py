@@ -60,7 +60,8 @@ class CommittedSplit:
     def decide(
         self, observation: Observation | None, state: PolicyState, now: float
     ) -> tuple[Decision, PolicyState]:
-        """Split's mix after this observation, capped by the work it would commit."""
+        """Split's mix after this observation, capped by the work it would commit (and raised
+        toward the next front member where that work stays within the floor's share)."""
         decision, decided = self.inner.decide(observation, state, now)
         mixes = self.inner.mixes
         chosen = mixes.index(decision.mix)
