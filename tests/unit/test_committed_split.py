@@ -8,10 +8,10 @@ import json
 import pytest
 from profiles_for_tests import normal_profile as profile
 
-from compass.api.paretopolicy import ParetoPolicySpec
+from compass.api.paretopolicy import ParetoPolicySpec, ServingSettings
 from compass.conversion import runtime_policy
 from compass.domain.arrivals import make_pattern, make_scenario
-from compass.domain.committed import CommittedSplit, busy_interval
+from compass.domain.committed import FLOOR_SHARE, CommittedSplit, busy_interval
 from compass.domain.mix import Dealing, Mix
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
 from compass.domain.policy import Action, Observation, PolicyState
@@ -50,20 +50,82 @@ def test_on_quiet_arrivals_it_decides_as_split() -> None:
 
 
 def test_with_a_queue_and_busy_arrivals_it_serves_only_the_mix_that_fits_the_slack_buffer() -> None:
-    """5 queued and 5 arriving each period: 10 requests drawn under fast + 50% mid commit about
-    250 ms beyond fast's work; within the plan's slack buffer (50 ms) fits a share of mid under
-    10% (the blended distribution's mean is a little over 105 ms at 10%): 5%."""
+    """10 requests (5 queued, 5 arriving in a busy period) at fast + 5% mid commit about 25 ms
+    beyond fast's work (mid's 50 ms on a twentieth of them): within the plan's slack buffer
+    (50 ms) where the queue was drawn under fast, not where it was drawn under fast + 50% mid
+    (its 5 requests alone commit about 125 ms, whatever the new mix)."""
+    policy = CommittedSplit(PLAN)
+    fast, five, half = (
+        policy.inner.mixes.index(m) for m in (Mix(0), Mix(0, 1, 0.05), Mix(0, 1, 0.5))
+    )
+    assert fast is not None
+    assert five is not None
+    assert half is not None
+    assert policy.committed_ms(5, 5, fast, five) == pytest.approx(25, abs=1)
+    assert policy.committed_cap(5, 5, fast, half) == five
+    assert policy.committed_ms(5, 5, half, five) == pytest.approx(137.5, abs=2)
+    assert policy.committed_cap(5, 5, half, half) == fast
+
+
+def test_a_queue_drawn_under_a_slower_mix_sends_it_to_the_fastest() -> None:
+    """On fast + 50% mid, 5 queued and 5 arriving each period: the queue stays on the mix it was
+    drawn under, so no mix but fast alone keeps within the slack buffer (the old rule counted
+    the queue at the new mix and kept 5% of mid)."""
     state = PolicyState(**{**ON_A_MIX.__dict__, "arrivals": ((0.0, 0.0), (1.0, 5.0))})
     observation = Observation(time=2, queue_depth=5, arrivals_total=10)
     decision, after = CommittedSplit(PLAN).decide(observation, state, 2)
     assert decision.action is Action.FASTER
-    assert decision.mix == Mix(0, 1, 0.05)
-    assert "10 requests drawn at arrival would commit over 50 ms" in decision.reason
-    assert (after.active, after.blend, after.weight) == ("fast", "mid", pytest.approx(0.05))
+    assert decision.mix == Mix(0)
+    assert "5 queued and 5 arriving requests drawn at arrival would commit over 50 ms" in (
+        decision.reason
+    )
+    assert (after.active, after.blend, after.weight) == ("fast", None, 0.0)
     assert after.switches == 1
     assert PolicyState.from_dict(json.loads(json.dumps(after.to_dict()))) == after
     # Split alone keeps the mix: its limits assume a switch reaches the queue.
     assert Split(PLAN).decide(observation, state, 2)[0].mix == Mix(0, 1, 0.5)
+
+
+def steady_minute(rate: float) -> tuple[Observation, PolicyState]:
+    """A minute of arrivals at ``rate`` a second on fast alone, the queue empty."""
+    arrivals = tuple((float(t), rate * t) for t in range(61))
+    state = PolicyState(active="fast", active_since=0.0, arrivals=arrivals[:-1])
+    return Observation(time=60, queue_depth=0, arrivals_total=arrivals[-1][1]), state
+
+
+def test_below_the_next_member_it_serves_what_commits_within_the_floor_share() -> None:
+    """A steady 1.1 requests a second, the queue empty: Split waits out its cooldown on fast,
+    the committed split serves mid on the share of requests whose busy interval commits at most
+    FLOOR_SHARE of the slack buffer (15 ms: a quarter of the requests, 12.5 ms)."""
+    observation, state = steady_minute(1.1)
+    assert Split(PLAN).decide(observation, state, 60)[0].mix == Mix(0)
+    decision, after = CommittedSplit(PLAN).decide(observation, state, 60)
+    assert FLOOR_SHARE * PLAN.slack_buffer_ms == pytest.approx(15)
+    assert decision.mix == Mix(0, 1, 0.25)
+    assert decision.action is Action.MORE_ACCURATE
+    assert "commit at most 15 ms" in decision.reason
+    assert (after.active, after.blend, after.weight) == ("fast", "mid", pytest.approx(0.25))
+    # No history yet: no rate evidence, so Split's decision stands.
+    fresh = CommittedSplit(PLAN).decide(
+        Observation(time=0, queue_depth=0, arrivals_total=0),
+        PolicyState(active="fast", active_since=0.0),
+        0,
+    )
+    assert fresh[0].mix == Mix(0)
+
+
+def test_the_floor_stays_under_each_mixs_rate_limit() -> None:
+    """A member as quick as fast on average but with a wide spread holds fewer requests a second
+    (6.2 against 8.5): at 4 a second the floor serves it alone, at 6 only the share of it whose
+    mix holds the arrivals' upper bound."""
+    wide = plan_thresholds(
+        [profile("fast", 0.70, 100, 15), profile("wide", 0.75, 101, 120)], Slo(1000), 50
+    )
+    policy = CommittedSplit(wide)
+    for rate, mix in ((4.0, Mix(1)), (6.0, Mix(0, 1, 0.15))):
+        observation, state = steady_minute(rate)
+        assert Split(wide).decide(observation, state, 60)[0].mix == Mix(0)
+        assert policy.decide(observation, state, 60)[0].mix == mix
 
 
 def test_over_the_fastests_rate_limit_it_commits_nothing_beyond_the_fastest() -> None:
@@ -85,7 +147,7 @@ def test_over_the_fastests_rate_limit_it_commits_nothing_beyond_the_fastest() ->
     assert Split(twins).decide(observation, state, 60)[0].mix == Mix(0, 1, 0.5)
     half = policy.inner.mixes.index(Mix(0, 1, 0.5))
     assert half is not None
-    assert policy.committed_cap(rate, half) == half
+    assert policy.committed_cap(0, rate, half, half) == half
     decision, after = policy.decide(observation, state, 60)
     assert decision.mix == Mix(0)
     assert decision.action is Action.FASTER
@@ -126,5 +188,8 @@ def test_the_spec_builds_it_with_its_period() -> None:
     assert isinstance(policy, CommittedSplit)
     assert policy.interval_s == 0.5
     assert isinstance(build_policy(Strategy.COMMITTED_SPLIT, PLAN), CommittedSplit)
+    # The CRD's description states the floor's share as the rule has it.
+    described = ServingSettings.model_fields["strategy"].description or ""
+    assert f"within {FLOOR_SHARE:g} of the buffer" in described
     with pytest.raises(ValueError, match="interval_s"):
         CommittedSplit(PLAN, interval_s=0)

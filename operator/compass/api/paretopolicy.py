@@ -463,10 +463,13 @@ class ServingSettings(CamelModel):
         "(no cooldowns: hysteresis's cooldowns "
         "and burst memory do not apply; meant to run with admission; bench/serving_sim.py "
         "compares them); committedSplit: split for a data plane that fixes each request's member "
-        "as it arrives (the llm-d gateway), its mix capped so that the queue and a busy "
-        "interval's arrivals (the SLO's percentile of the recent ones) commit at most the slack "
-        "buffer of work beyond the fastest member's, and the fastest alone while the arrivals "
-        "are over its rate limit.",
+        "as it arrives (the llm-d gateway), its mix capped so that the queue (each request at "
+        "the slower of the mix it was drawn under and the new one) and a busy interval's "
+        "arrivals (the SLO's percentile of the recent ones) commit at most the slack buffer of "
+        "work beyond the fastest member's, and the fastest alone while the arrivals are over "
+        "its rate limit; below the next front member it serves, past split's cooldowns, the "
+        "most accurate mix whose work stays within 0.3 of the buffer and whose rate limit "
+        "holds the arrivals.",
     )
     mode: PolicyMode = Field(
         default=PolicyMode.ACTIVE,

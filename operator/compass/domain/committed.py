@@ -4,10 +4,13 @@ llm-d's endpoint picker rewrites a request's model on arrival, so a pod's queue 
 switch to a faster mix serves only what arrives after it, and that waits behind the slower
 requests already queued. Split's limits assume a switch reaches the queue (the Triton routers
 deal a mix as each request is taken up). ``CommittedSplit`` keeps Split's decision but caps its
-mix so that the queue and a busy interval's arrivals (the SLO's percentile of the recent ones),
-drawn under it, commit at most the plan's slack buffer of work beyond what the fastest member
-would, and to the fastest alone while the arrivals are over its rate limit (docs/serving.md, "Through llm-d's gateway instead of
-the routers").
+mix so that the queue (each request at the slower of the mix in force, which it was drawn
+under, and the new one) and a busy interval's arrivals (the SLO's percentile of the recent ones)
+commit at most the plan's slack buffer of work beyond what the fastest member would, and to the
+fastest alone while the arrivals are over its rate limit. Where Split's cooldowns keep it below
+the next front member, it serves up to that member as long as the same work stays within
+``FLOOR_SHARE`` of the buffer and the arrivals' upper bound within the mix's rate limit
+(docs/serving.md, "Through llm-d's gateway instead of the routers").
 """
 
 from __future__ import annotations
@@ -20,14 +23,20 @@ import numpy as np
 
 from compass.domain.elastico import (
     DEFAULT_INTERVAL_S,
+    ENTER_CONFIDENCE,
     LEAVE_CONFIDENCE,
     ElasticoSettings,
     rate_lower_bound,
+    rate_upper_bound,
     steady_window,
 )
 from compass.domain.planner import Plan
 from compass.domain.policy import Action, Decision, Observation, PolicyState
 from compass.domain.split import Split
+
+# The share of the slack buffer a mix up to the next front member may commit when served past
+# Split's hysteresis (bench/serving_default.py --set tuning: 0.25-0.35 keep the compliance floor).
+FLOOR_SHARE = 0.3
 
 
 @dataclass(frozen=True)
@@ -51,26 +60,40 @@ class CommittedSplit:
     def decide(
         self, observation: Observation | None, state: PolicyState, now: float
     ) -> tuple[Decision, PolicyState]:
-        """Split's mix after this observation, capped by the work it would commit."""
+        """Split's mix after this observation, capped by the work it would commit (and raised
+        toward the next front member where that work stays within the floor's share)."""
         decision, decided = self.inner.decide(observation, state, now)
         mixes = self.inner.mixes
         chosen = mixes.index(decision.mix)
         if chosen is None or observation is None or decision.action is Action.FALLBACK:
             return decision, decided
         burst = busy_interval(decided.arrivals, self.interval_s, self.plan.slo.percentile)
-        exposed = observation.queue_depth + burst
+        queued = observation.queue_depth
+        previous = self.inner._mix_of(state)
+        was = None if previous is None else mixes.index(previous)
         # Over even the fastest's rate limit the queue does not drain: whatever a mix commits
         # delays every request after it, so nothing beyond the fastest's work is committed.
         overloaded = self._overloaded(decided, observation)
-        allowed = 0 if overloaded else self.committed_cap(exposed, chosen)
+        allowed = 0 if overloaded else self.committed_cap(queued, burst, was, chosen)
+        floor = None if overloaded else self._floor(decided, observation, burst, was, allowed)
+        if floor is not None:
+            allowed = floor
         if allowed == chosen:
             return decision, decided
-        reason = (
-            "arrivals over the fastest's rate limit: nothing committed beyond its work"
-            if overloaded
-            else f"{exposed:.0f} requests drawn at arrival would commit over "
-            f"{self.plan.slack_buffer_ms:g} ms beyond the fastest's work"
-        )
+        budget = self.plan.slack_buffer_ms
+        if overloaded:
+            reason = "arrivals over the fastest's rate limit: nothing committed beyond its work"
+        elif floor is not None:
+            reason = (
+                f"{queued:.0f} queued and {burst:.0f} arriving requests commit at most "
+                f"{FLOOR_SHARE * budget:g} ms beyond the fastest's work, the arrivals under the "
+                "mix's rate limit"
+            )
+        else:
+            reason = (
+                f"{queued:.0f} queued and {burst:.0f} arriving requests drawn at arrival would "
+                f"commit over {budget:g} ms beyond the fastest's work"
+            )
         return self._capped(state, decided, allowed, reason, now)
 
     def _overloaded(self, state: PolicyState, observation: Observation) -> bool:
@@ -88,13 +111,55 @@ class CommittedSplit:
         thresholds = self.inner.mixes.plan.thresholds
         return thresholds[index].profile.mean_ms - thresholds[0].profile.mean_ms
 
-    def committed_cap(self, exposed: float, chosen: int) -> int:
-        """The most accurate mix up to ``chosen`` (an index into the mix plan) under which
-        ``exposed`` requests commit at most the slack buffer of work beyond the fastest's."""
+    def committed_ms(self, queued: float, burst: float, was: int | None, index: int) -> float:
+        """The work beyond the fastest's that ``queued`` requests, drawn under mix ``was`` (None:
+        unknown), and ``burst`` arrivals commit under mix ``index``: a queued request counts at
+        the slower of the two (a switch down leaves it on the mix it was drawn under)."""
+        extra = self._extra_ms(index)
+        held = extra if was is None else max(self._extra_ms(was), extra)
+        return queued * held + burst * extra
+
+    def committed_cap(self, queued: float, burst: float, was: int | None, chosen: int) -> int:
+        """The most accurate mix up to ``chosen`` (an index into the mix plan) under which the
+        queue and a busy interval's arrivals commit at most the slack buffer beyond the
+        fastest's work."""
         allowed = chosen
-        while allowed > 0 and exposed * self._extra_ms(allowed) > self.plan.slack_buffer_ms:
+        while (
+            allowed > 0
+            and self.committed_ms(queued, burst, was, allowed) > self.plan.slack_buffer_ms
+        ):
             allowed -= 1
         return allowed
+
+    def _floor(
+        self,
+        state: PolicyState,
+        observation: Observation,
+        burst: float,
+        was: int | None,
+        allowed: int,
+    ) -> int | None:
+        """The most accurate mix above ``allowed`` and up to the next front member alone under
+        which the queue and a busy interval's arrivals commit at most ``FLOOR_SHARE`` of the
+        slack buffer, and whose rate limit the arrivals stay under (their upper bound at the
+        enter confidence over their steadiest window); None if none, or no steady window yet."""
+        mixes = self.inner.mixes
+        pods = max(observation.pods, 1)
+        steady = steady_window(state.arrivals, observation.time, pods)
+        if steady is None:
+            return None
+        rate = rate_upper_bound(steady[0], steady[1], ENTER_CONFIDENCE) / pods
+        first = mixes.mixes[0].base
+        top = next(
+            (i for i, mix in enumerate(mixes.mixes) if mix.base != first), len(mixes.mixes) - 1
+        )
+        budget = FLOOR_SHARE * self.plan.slack_buffer_ms
+        for index in range(top, allowed, -1):
+            limit = mixes.plan.thresholds[index].stay_max_qps
+            within = limit is None or rate <= limit
+            if within and self.committed_ms(observation.queue_depth, burst, was, index) <= budget:
+                return index
+        return None
 
     def _capped(
         self, before: PolicyState, decided: PolicyState, allowed: int, reason: str, now: float
@@ -106,7 +171,7 @@ class CommittedSplit:
         previous = self.inner._mix_of(before)
         was = None if previous is None else self.inner.mixes.index(previous)
         switched = was != allowed
-        # Split moving up can still climb, less far than it chose; else the cap is a step down.
+        # A capped climb or the floor can still be a step up; else the cap is a step down.
         upward = was is not None and allowed > was
         action = (
             Action.HOLD if not switched else (Action.MORE_ACCURATE if upward else Action.FASTER)
