@@ -27,7 +27,13 @@ from compass.domain.boundpod import BindingRule
 from compass.domain.capacity import CapacityCurve, CurvePoint
 from compass.domain.elastico import Elastico, ElasticoSettings
 from compass.domain.mix import Dealing
-from compass.domain.planner import Slo, ThresholdModel, plan_thresholds, violation_probability
+from compass.domain.planner import (
+    Slo,
+    ThresholdModel,
+    _service_grid,
+    _violation,
+    plan_thresholds,
+)
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
 from compass.domain.policy import Action, Decision, Observation, PolicyState
 from compass.domain.profiles import LatencyProfile
@@ -204,7 +210,7 @@ def test_violations_match_the_planners_mg1_tail() -> None:
             scenario = make_scenario(make_pattern("constant", rate, 3000), seed)
             report = simulate(StaticController(FRONT[index].name, index), FRONT, scenario, slo)
             missed.append(1 - report.compliance / 100)
-        predicted = violation_probability(FRONT[index], rate, slo)
+        predicted = _violation(_service_grid(FRONT[index]), rate, slo / 1000)
         assert 0.02 < predicted < 0.3
         assert np.mean(missed) == pytest.approx(predicted, abs=0.01)
 

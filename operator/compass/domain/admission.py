@@ -1,11 +1,8 @@
 """Proactive admission (PARD's idea): refuse or degrade a request that would be late.
 
-A request that cannot meet the SLO is a miss whether it is served or not, and serving it costs
-the requests behind it. The predicted latency is the wait plus the request's own service time
-at ``quantile``: at arrival the wait is predicted from the pod's state, at dispatch
-(``AdmissionPoint.DISPATCH``, what the live router runs) it is a fact. A request that would be
-late is served on the fastest member if that brings it in time, else refused (or, with
-``refuse`` off, served on the fastest anyway). Why: docs/method.md, "Admission".
+A request that cannot meet the SLO misses whether served or not, and serving it costs those
+behind it. Predicted latency: the wait (predicted at arrival, a fact at dispatch, where the live
+router judges) plus its own time at ``quantile``. Why: docs/method.md, "Admission".
 """
 
 from __future__ import annotations
@@ -75,9 +72,7 @@ class Admission:
 
 
 class ServiceGrid:
-    """A mix's service time as equally likely points (each member's quantile grid, weighted by its
-    share): its mean, quantiles and expected residual time. With curves measured at ``servers`` that
-    saturated, the wait ahead is stretched by the busy pod's holding time over the profile's."""
+    """A mix's service time as equally likely points: mean, quantiles, expected residual time."""
 
     def __init__(self, members: Sequence[tuple[LatencyProfile, float]], servers: int = 1) -> None:
         if not members:
@@ -163,10 +158,7 @@ def judge(
 def judge_at_dispatch(
     admission: Admission, left_ms: float, routed_ms: float, fastest_ms: float
 ) -> AdmissionVerdict:
-    """Serve a request an instance takes up now as routed if its own service time at the
-    quantile (``routed_ms``) fits the ``left_ms`` of its budget and it has not waited past
-    ``degrade_after`` of the SLO; else on the fastest member if that fits (``degrade``); else
-    as routed if that fits; else drop it (it would be late whatever served it; ``refuse``)."""
+    """The verdict on a request an instance takes up now (compass_rules.admission's rule)."""
     return AdmissionVerdict(
         dispatch_verdict(
             left_ms,
@@ -195,19 +187,15 @@ def service_quantiles_ms(members: Sequence[LatencyProfile], quantile: float) -> 
     return [float(m.distribution.quantile(np.array([quantile]))[0]) for m in members]
 
 
-def router_admission(
-    front: Sequence[LatencyProfile], admission: Admission, time_scale: float = 1.0
-) -> dict[str, Any]:
-    """What the router is sent to judge requests at dispatch: each member's service time at the
-    quantile by key, the fastest's key, the budget left below which a request is not served as
-    routed, whether the hopeless are refused, and the SLO; ``time_scale`` scales the times."""
+def router_admission(front: Sequence[LatencyProfile], admission: Admission) -> dict[str, Any]:
+    """What the router is sent to judge requests at dispatch (compass_rules.admission reads it)."""
     if not front:
         raise AdmissionError("front: empty; give the plan's members, fastest first")
     own = service_quantiles_ms(front, admission.quantile)
     return {
-        "quantiles_ms": {m.key: ms * time_scale for m, ms in zip(front, own, strict=True)},
+        "quantiles_ms": {m.key: ms for m, ms in zip(front, own, strict=True)},
         "fastest": front[0].key,
-        "degrade_below_ms": degrade_below_ms(admission) * time_scale if admission.degrade else 0.0,
+        "degrade_below_ms": degrade_below_ms(admission) if admission.degrade else 0.0,
         "refuse": admission.refuse,
-        "slo_ms": admission.slo_ms * time_scale,
+        "slo_ms": admission.slo_ms,
     }

@@ -1,9 +1,7 @@
 """What arrives at the simulator: load patterns and their seeded realisations.
 
-A ``LoadPattern`` is the offered rate over time (constant, step, ramp, spike, bursty) or a
-replayed trace. ``make_scenario`` realises one as a ``Scenario``: Poisson arrivals thinned to the
-rate, and one uniform draw per request (its service-time luck), both from the seed, so every
-policy run on a scenario sees the same arrivals and the same luck.
+``make_scenario`` draws Poisson arrivals thinned to the pattern's rate and each request's
+service-time luck from one seed, so every policy run on a scenario sees the same of both.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Late binding (Aragog's per-request, per-stage routing): each request binds each stage's
 parameters when it reaches that stage, from its own deadline and the components' queues.
-
-A ``StagePlan`` lists the stages (the parameters each binds) and the configurations a request
-may end on, with accuracy and per-stage times (``stage_plan`` splits whole-pipeline profiles by
-measured component times); ``bind_stage`` picks the most accurate consistent configuration that
-fits the deadline and spares its followers (compass_rules). Why: docs/method.md, "Late binding".
+Why: docs/method.md, "Late binding".
 """
 
 from __future__ import annotations
@@ -189,9 +185,7 @@ class StagePlan:
         )
 
     def at_concurrency(self, running: int) -> StagePlan:
-        """The plan as a request judges it with ``running`` pipelines in the pod (itself
-        included): each configuration's times x compass_rules.binding.concurrency_factor, a
-        plan of one slot (itself where it has one)."""
+        """The plan as a request judges it with ``running`` pipelines in the pod (one slot)."""
         if self.slots <= 1:
             return self
         stretch = np.array(self.stretch or [1.0] * len(self.configs))
@@ -224,9 +218,7 @@ class Binding:
 def remaining_ms(
     entry: BindableConfig, stage: int, backlog_ms: Sequence[float], *, admitting: bool = False
 ) -> float:
-    """A configuration's predicted time from ``stage`` to the end: at each remaining
-    component, the work queued ahead there plus its own time (at admission's quantile with
-    ``admitting``)."""
+    """A configuration's predicted time from ``stage`` to the end, queues ahead included."""
     own = entry.stage_admit_ms if admitting and entry.stage_admit_ms is not None else entry.stage_ms
     return rules.remaining_ms(own, stage, backlog_ms)
 
@@ -245,10 +237,8 @@ def bind_stage(
 ) -> Binding:
     """Bind ``stage``: the configuration (consistent with ``bound``) the request heads for.
 
-    ``left_ms``: what is left of its deadline; ``backlog_ms[s]``: the work queued at component s;
-    ``spare_ms``: the extra time its followers allow; ``allowed``: what the slow loop allows (None:
-    all); ``at``: the stage reached (earlier than ``stage`` where a pipeline reads parameters
-    before calling the components ahead of them: their time counts too)."""
+    ``at``: the stage reached (earlier than ``stage`` where a pipeline reads parameters before
+    calling the components ahead of them: their time counts too)."""
     if not 0 <= stage < len(plan.stages):
         raise BindingError("stage", f"{stage} is not a stage of {len(plan.stages)}", "give 0..n-1")
     at = stage if at is None else at
@@ -281,11 +271,6 @@ def bind_stage(
     return Binding(chosen, BindingVerdict(verdict), remaining)
 
 
-def _check_servers(servers: int) -> None:
-    if servers < 1:
-        raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
-
-
 def joint_options(
     plan: StagePlan,
     bound: Mapping[str, ParamValue],
@@ -294,9 +279,7 @@ def joint_options(
     backlog_ms: Sequence[float],
     allowed: Collection[int] | None = None,
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    """What ``joint_spare_ms`` plans with: the request's choices (extra time over its fastest
-    completion from stage ``at``, accuracy) that fit its deadline, and a follower's (extra time over
-    the fastest configuration, accuracy)."""
+    """The request's and a follower's (extra time, accuracy) choices ``joint_spare_ms`` plans."""
     own, theirs = followers.joint_options(plan.table, bound, at, left_ms, backlog_ms, allowed)
     return [(t, a) for t, a in own.tolist()], [(t, a) for t, a in theirs.tolist()]
 
@@ -306,7 +289,8 @@ def static_schedule(
 ) -> tuple[float, float]:
     """(start, free again) of a request at ``arrival_s`` were every request served on the fastest
     (``fastest_s`` over ``servers``) from a queue free at ``free_s``: static fastest's schedule."""
-    _check_servers(servers)
+    if servers < 1:
+        raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
     return followers.static_schedule(arrival_s, free_s, fastest_s / servers)
 
 
@@ -321,9 +305,8 @@ def fit_stage_times(
     stages: Sequence[Sequence[str]],
     prior_shares: Sequence[float] | None = None,
 ) -> list[tuple[float, ...]]:
-    """Each profile's mean time split over the stages by a least-squares fit on one term per stage
-    and value of its parameters; the split a fit cannot tell (a constant moved between stages) is
-    pulled faintly towards ``prior_shares``, and no term falls below ``MIN_STAGE_SHARE``."""
+    """Each profile's mean time split over the stages by least squares, one term per stage and
+    value; what a fit cannot tell (a constant moved between stages) leans to ``prior_shares``."""
     if prior_shares is None:
         prior_shares = [1 / len(stages)] * len(stages)
     if len(prior_shares) != len(stages) or not math.isclose(sum(prior_shares), 1.0):
@@ -368,9 +351,7 @@ def stage_shares(
     prior_shares: Sequence[float] | None = None,
     components: Sequence[StageComponents] | None = None,
 ) -> list[tuple[float, ...]]:
-    """Each profile's share of its time at each stage (adding up to its measured time): by its
-    measured ``components`` times where every profile has them (the router's own time pro rata),
-    else by ``fit_stage_times``."""
+    """Each profile's share of its time at each stage: measured where all have it, else fitted."""
     measured = measured_stage_times(profiles, components)
     times_of = measured or fit_stage_times(profiles, stages, prior_shares)
     return [tuple(t / sum(times) for t in times) for times in times_of]
@@ -384,9 +365,7 @@ def stage_models(components: Sequence[StageComponents]) -> list[tuple[str, ...]]
 def measured_stage_times(
     profiles: Sequence[LatencyProfile], components: Sequence[StageComponents] | None
 ) -> list[tuple[float, ...]] | None:
-    """Each profile's measured time at each stage: the sum of its models' times (a model it
-    did not call is not in its times), or None unless every profile measured some model of
-    every stage, with some time in all (a split needs all of them)."""
+    """Each profile's time at each stage from its component times; None unless all have some."""
     if not components:
         return None
     models = stage_models(components)
@@ -447,10 +426,7 @@ def router_table(
     lag_reserve: int = 0,
     settle_ms: float = 0.0,
 ) -> dict[str, object]:
-    """The plan as a router takes it (the control model's ``binding``): stages, the component
-    model(s) each stage calls, and per configuration its key, accuracy, per-stage times and
-    ``max_qps``; ``slo_ms`` (to date arrivals and waits from deadlines), ``degrade_after``, the lag
-    cap (``lag_share``, ``lag_reserve``) and the gate's ``settle_ms``."""
+    """The plan as a router takes it (the control model's ``binding``)."""
     if slo_ms is not None and not (math.isfinite(slo_ms) and slo_ms > 0):
         raise BindingError("slo_ms", f"{slo_ms!r} is not a time > 0", "give the SLO in ms")
     if degrade_after is not None and (slo_ms is None or not 0 < degrade_after <= 1):

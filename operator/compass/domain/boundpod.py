@@ -1,14 +1,9 @@
 """Pods whose routers bind each request (late binding): the simulator's per-request rule.
 
-A pod runs router instances (a request holds one from its first stage to its last, as a BLS
-router does) and one component per stage, each batching what waits for it (``PodModel.stages``
-gives the batching; without stages every component serves one request at a time). When a
-request is taken up it is bound (``compass.domain.binding.bind_stage``) from its own deadline,
-the work queued at each component, and the requests waiting behind it for an instance; its time
-at a stage is its configuration's share of that stage of the configuration's service time for
-the request's luck, so a request that keeps one configuration takes exactly what the static run
-of that configuration gives it. ``compass.domain.simulator.simulate`` runs these pods with a
-``BindingRule``, the pods of ``compass.domain.podmodel`` without one.
+A request holds a router instance from its first stage to its last (as a BLS router does) and is
+bound when taken up; its time at a stage is its configuration's share of that stage of the
+configuration's time for its luck, so a request that keeps one configuration takes exactly what
+the static run of that configuration gives it.
 """
 
 from __future__ import annotations
@@ -269,10 +264,8 @@ class BoundPod:
         return allowed_at(limits, self.rate_per_ms(end) * 1000)
 
     def enter(self, request: int, stage: int, now: float) -> bool:
-        """Bind every stage of the request when it reaches its first, as the router does for a
-        pipeline that reads every parameter before its first call (rag-sim's: check_config,
-        then the whole configuration to each component), each stage's choice counting the time
-        of the stages before it; queue it at that component. False where refused."""
+        """Bind every stage when the request reaches its first (as rag-sim's router reads the
+        whole configuration before its first call) and queue it there; False where refused."""
         # The pipelines running once it starts, itself included (its slot not yet counted).
         running = self.servers - self.idle + 1
         if stage == 0:
@@ -374,9 +367,7 @@ class BoundPod:
         )
 
     def followers_left_ms(self, left_ms: float, now: float) -> list[float]:
-        """What is left of the deadlines of the requests waiting behind for an instance, as
-        the router knows them: those at its gate, or the poller's count
-        (``followers_poll_s``), or all of them."""
+        """The deadlines left of the followers the router knows: at its gate, polled, or all."""
         poll_s = self.rule.followers_poll_s
         visible = self.rule.visible_followers
         if poll_s is None:
@@ -495,9 +486,7 @@ def bound_pods(
     service_s: FloatArray,
     record: tuple[FloatArray, FloatArray, IntArray],
 ) -> list[BoundPod]:
-    """One pod per queue (its requests in arrival order), binding among ``profiles`` (the
-    allowed configurations, their time split over the rule's stages) on ``pod_model``'s
-    router instances and components."""
+    """One pod per queue, binding among ``profiles`` on ``pod_model``'s instances and components."""
     if not slo_ms > 0 or not math.isfinite(slo_ms):
         raise SimulationError("slo", f"{slo_ms!r} ms is not > 0", "give the SLO in ms")
     if pod_model.late_after_s is not None:

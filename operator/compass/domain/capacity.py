@@ -1,11 +1,8 @@
 """Capacity under concurrency: a configuration's measured latency-throughput curve, the ladder
 of rates that measures it, and the Erlang-C fallback when only one-at-a-time profiles exist.
 
-A pod of ``servers`` router instances whose components batch or contend has a capacity that is
-neither ``servers / mean`` nor ``1 / mean``, so it is measured: open-loop load at a ladder of
-rates, each rate one point of the curve (at most ``MAX_CURVE_POINTS``; ``"growing": true``
-marks a saturated rate). The planner reads off it the rate whose percentile meets the SLO and
-the rate at which a saturated pod drains. Why: docs/method.md, "Routers of several instances".
+A pod whose components batch or contend serves neither ``servers / mean`` nor ``1 / mean``, so
+it is measured. Why: docs/method.md, "Routers of several instances".
 """
 
 from __future__ import annotations
@@ -104,13 +101,12 @@ class CurvePoint:
         return entry
 
 
-def median_point(runs: Sequence[CurvePoint], percentile: float = 95.0) -> CurvePoint:
-    """Of repeated runs at one rate, the one whose ``percentile`` is the median (the lower of
-    the middle two for an even count): a run that met a busy or a quiet moment of a shared
-    machine is outvoted, and the point keeps one run's consistent figures."""
+def median_point(runs: Sequence[CurvePoint]) -> CurvePoint:
+    """Of repeated runs at one rate, the one whose p95 is the (lower) median: a run that met a
+    busy or a quiet moment of a shared machine is outvoted, and the point stays one run's."""
     if not runs:
         raise CapacityError("runs", "none given", "measure the rate at least once")
-    ordered = sorted(runs, key=lambda point: point.latency_at(percentile))
+    ordered = sorted(runs, key=lambda point: point.latency_at(95.0))
     return ordered[(len(ordered) - 1) // 2]
 
 
@@ -121,11 +117,8 @@ def measure_point(
 ) -> CurvePoint:
     """A curve point from one open-loop run: each request's arrival and finish (s), in order.
 
-    The point's rate is the one the arrivals realised (a few hundred Poisson arrivals stray from
-    the nominal ``offered_qps`` by several percent, which would otherwise read as saturation).
-    The first ``WARMUP_SHARE`` of the requests found the pod emptier than it stays: their
-    latencies are left out (the throughput counts them all).
-    """
+    The rate is the one the arrivals realised (a few hundred Poisson arrivals stray by several
+    percent, which would read as saturation); the warm-up's latencies are left out."""
     arrivals = np.asarray(arrivals_s, dtype=np.float64)
     finishes = np.asarray(finishes_s, dtype=np.float64)
     if len(arrivals) < 2 or not arrivals[-1] > arrivals[0]:
@@ -167,10 +160,8 @@ class CapacityCurve:
     def low_end_resolved(
         self, budget_ms: float, percentile: float, mean_ms: float, idle_p95_ms: float
     ) -> bool:
-        """Whether the ladder measured this curve's low end finely enough for ``budget_ms`` at
-        ``percentile``: measured for no budget or a looser one, it would not halve its lowest
-        rate again for this one (see ``next_rate``). Where it would, the planner's line from
-        the idle latency to the lowest rate overstates the rate that meets this budget."""
+        """Whether the ladder would not halve this curve's lowest rate again for ``budget_ms``
+        (where it would, the line from the idle latency overstates the rate meeting it)."""
         if self.slo_ms is None or budget_ms >= self.slo_ms:
             return True
         lowest = min(self.points, key=lambda point: point.offered_qps)
@@ -178,9 +169,7 @@ class CapacityCurve:
 
     @property
     def saturation_qps(self) -> float:
-        """The rate at which a saturated pod drains its queue: the highest throughput among the
-        points that saturated it. A steady point's throughput is only the rate it was offered;
-        when no point saturated, the highest of those is all that is known (a lower bound)."""
+        """The highest throughput of the saturated points (of all, a lower bound, when none)."""
         drained = [point.throughput_qps for point in self.points if point.saturated]
         return max(drained or [point.throughput_qps for point in self.points])
 
@@ -190,11 +179,8 @@ class CapacityCurve:
         return any(point.saturated for point in self.points)
 
     def capacity_known(self) -> bool:
-        """Whether the drain rate is the pod's capacity: the curve saturated, and no steady
-        point was served faster than it by more than ``NEAR_CAPACITY``'s margin. A pod that
-        slows down when overloaded (contention for the cores, its load generator's among them)
-        drains a queue slower than the rates it sustains; then its capacity lies somewhere
-        between its highest steady rate and its first saturated one."""
+        """Whether the drain rate is the capacity: saturated, and no steady point served faster
+        (a pod that slows when overloaded drains slower than the rates it sustains)."""
         if not self.saturated:
             return False
         drain = self.saturation_qps
@@ -205,12 +191,11 @@ class CapacityCurve:
         )
 
     def steady_points(self) -> list[CurvePoint]:
-        """The points that reached a steady state: not saturated, and (where the drain rate is
-        the capacity, see ``capacity_known``) offered less than ``NEAR_CAPACITY`` of it: a
-        finite run just short of capacity drifts like a random walk and its percentiles read
-        anything. A point's own throughput is never its ceiling: a steady point is not near a
-        capacity it measured itself. Where the capacity is not known, the ceiling is the first
-        saturated rate: the pod collapsed there, and a run above it that did not is luck."""
+        """The points that reached a steady state: unsaturated and below the ceiling.
+
+        A finite run just short of capacity drifts like a random walk and its percentiles read
+        anything; where the capacity is not known, a run above the first saturated rate that did
+        not collapse is luck."""
         if self.capacity_known():
             ceiling = NEAR_CAPACITY * self.saturation_qps
         else:
@@ -225,12 +210,9 @@ class CapacityCurve:
     def max_rate(self, budget_ms: float, percentile: float, idle_ms: float) -> float:
         """The highest offered rate whose latency percentile stays within ``budget_ms``.
 
-        The measured percentiles, made monotone (pool adjacent violators: noise would end the
-        curve early), are read linearly from ``idle_ms`` at rate 0: in rho / (1 - rho) where
-        the capacity is known (queueing delay grows so, Kingman), extrapolated up to
-        ``NEAR_CAPACITY`` of it; else in the rate (convex: on the safe side), never past the
-        last unsaturated rate.
-        """
+        The percentiles, made monotone (noise would end the curve early), are read linearly from
+        ``idle_ms``: in rho / (1 - rho) where the capacity is known (Kingman), else in the rate
+        (convex: on the safe side), never past the last unsaturated rate."""
         if idle_ms > budget_ms:
             return 0.0
         measured = self.steady_points()
@@ -280,9 +262,7 @@ class CapacityCurve:
 def heavy_traffic_rate(
     rate: float, queueing_ms: float, allowed_ms: float, capacity: float
 ) -> float:
-    """The rate at which a pod that queued ``queueing_ms`` at ``rate`` queues ``allowed_ms``,
-    the delay growing as rho / (1 - rho) with rho = rate / capacity, at most
-    ``NEAR_CAPACITY`` of the capacity (and ``rate`` itself where it queued nothing)."""
+    """The rate at which queueing grows from ``queueing_ms`` to ``allowed_ms`` (rho / (1 - rho))."""
     ceiling = NEAR_CAPACITY * capacity
     if queueing_ms <= 0 or rate >= ceiling:
         # No queueing seen to scale from: claim nothing past the rate measured.
@@ -324,12 +304,9 @@ def next_rate(
 ) -> float | None:
     """The next rate the ladder offers, or None when the curve is complete.
 
-    From a quarter of one server's capacity it halves the lowest rate while that rate's tail
-    is steep and over the SLO (a tail percentile is concave at light load: a line from rate 0
-    would overstate the rate for a budget in between), climbs by ``LADDER_GROWTH`` until the
-    pod saturates, then splits the steepest wide gap below saturation, the knee's first
-    (where an SLO's rate lies), until no gap is both wide and steep or ``max_points`` rates.
-    """
+    It halves the lowest rate while its tail is steep and over the SLO (a tail is concave at light
+    load: a line from rate 0 would overstate the rate), climbs until the pod saturates, then
+    splits the steepest wide gap below saturation until none is left or ``max_points``."""
     if not points:
         return LADDER_START * 1000 / mean_ms
     if len(points) >= max_points:
@@ -384,10 +361,7 @@ def climb_ladder(
     slo_ms: float | None = None,
     percentile: float = 95.0,
 ) -> CapacityCurve:
-    """The curve of the rates ``next_rate`` offers, each point from ``measure(rate)`` (a real
-    server's open-loop run, or the simulator's); ``progress`` sees each point as it comes.
-    ``slo_ms`` (at ``percentile``) is the tightest budget the planner will read off it (None:
-    any); the curve records it."""
+    """The curve of the rates ``next_rate`` offers, each point from ``measure(rate)``."""
     points: list[CurvePoint] = []
     while (
         rate := next_rate(

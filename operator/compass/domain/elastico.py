@@ -1,11 +1,9 @@
 """Elastico: the runtime policy that switches the active configuration as the load changes.
 
-``Elastico.decide(observation, state, now) -> (decision, state)`` is pure: time is an input and
-the state is plain JSON, so the same policy runs in the simulator, in a unit test with a fake
-clock, and in the operator with its state kept in a Kubernetes status. Its hysteresis is
-asymmetric: it leaves for a faster configuration at once (several steps if needed) on the queue
-or the arrival rate, and enters a more accurate one only after that one's entry condition held
-for its whole cooldown. The rules, overload and lost metrics: docs/method.md, "Elastico".
+``decide`` is pure (time is an input, the state plain JSON), so the same policy runs in the
+simulator, in tests and in the operator. It leaves for a faster configuration at once and enters
+a more accurate one only after its entry condition held for its whole cooldown. The rules:
+docs/method.md, "Elastico".
 """
 
 from __future__ import annotations
@@ -98,10 +96,9 @@ def steady_window(
 ) -> tuple[float, float] | None:
     """(arrivals of all pods, seconds) over the longest recent window in which they look steady.
 
-    Windows double from the shortest while the older half agrees with the newer (a binomial test:
-    a rise at ``RISE_SIGNIFICANCE``, a fall at ``FALL_SIGNIFICANCE``), so a change of rate shortens
-    the window at once. Clumped arrivals (``dispersion``) count as that many times fewer
-    independent ones, so a gap between clumps is not taken for a fall."""
+    Windows double while the older half agrees with the newer (binomial tests), so a change of
+    rate shortens the window at once; clumps (``dispersion``) count as fewer arrivals, so a gap
+    between them is not taken for a fall."""
     best: tuple[float, float] | None = None
     for window in STEADY_WINDOWS_S:
         measured = _arrivals_in(samples, now, window)
@@ -146,9 +143,8 @@ def _arrivals_in(
 
 
 def record_arrivals(state: PolicyState, observation: Observation, keep_s: float) -> PolicyState:
-    """The state with the observation's arrivals counter sample added and samples older than
-    ``keep_s`` dropped (the one at the window's start kept); a counter that went down was
-    reset: start over. Without a counter, no samples."""
+    """The state with the counter sample added, those older than ``keep_s`` dropped (one kept at
+    the window's start); a counter that went down was reset: start over."""
     if observation.arrivals_total is None:
         return replace(state, arrivals=())
     samples = [s for s in state.arrivals if s[0] < observation.time]
@@ -161,10 +157,10 @@ def record_arrivals(state: PolicyState, observation: Observation, keep_s: float)
 
 
 def capacity_pressure(plan: Plan, active: str | None, queue_depth: float | None) -> float:
-    """How far past what Elastico can absorb the pod is: (queue + 1) / (limit + 1) once the
-    fastest eligible entry is active and over its stay limit, else 0. Above 1 exactly when over the
-    limit, so an autoscaler sizing replicas x pressure (HPA, KEDA target 1) adds the pods that
-    bring each one's share back within it; below the fastest there is still accuracy to give up."""
+    """(queue + 1) / (limit + 1) once the fastest eligible entry is over its stay limit, else 0.
+
+    Above 1 exactly when over the limit, so an autoscaler sizing replicas x pressure (HPA, KEDA
+    target 1) adds the pods that bring each one's share back within it."""
     if active is None or queue_depth is None or not math.isfinite(queue_depth):
         return 0.0
     eligible = plan.eligible
@@ -238,9 +234,7 @@ class Elastico:
     def _metrics_lost(
         self, state: PolicyState, active: int, observation: Observation | None, now: float
     ) -> tuple[Decision, PolicyState]:
-        """No fresh observation: hold while the newest sample seen (before the first: the
-        active configuration's start) is within stale_after_s, then do what on_metrics_loss
-        says. The downscale evidence restarts either way."""
+        """Hold while the newest sample is within stale_after_s, then on_metrics_loss."""
         what = "missing" if observation is None else f"stale ({now - observation.time:.1f} s)"
         state = replace(state, downscale_since=None, entry_levels=())
         since = state.active_since if state.observed_at is None else state.observed_at

@@ -161,27 +161,9 @@ def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -
     return Front(tuple(members), tuple(dominated))
 
 
-def sum_percentile_ms(profile: LatencyProfile, services: int, percentile: float) -> float:
-    """The percentile of the sum of ``services`` service times (n mean + sqrt(n) (p - mean))."""
-    return _sum_tail(profile.mean_ms, profile.latency_at(percentile), services)
-
-
 def _sum_tail(mean: float, tail: float, services: float) -> float:
+    """The percentile of the sum of n service times: n mean + sqrt(n) (p - mean)."""
     return services * mean + math.sqrt(services) * (tail - mean)
-
-
-def max_queue_depth(
-    profile: LatencyProfile,
-    budget_ms: float,
-    percentile: float,
-    model: ThresholdModel,
-    servers: int = 1,
-) -> int | None:
-    """The deepest queue at which this configuration still meets ``budget_ms``; None if none."""
-    capacity = _member_capacity(
-        profile, _service_grid(profile), profile.latency_at(percentile), percentile, model, servers
-    )
-    return capacity.queue_limit(budget_ms, model)
 
 
 @dataclass(frozen=True)
@@ -309,12 +291,8 @@ def _mixture(shares: Sequence[tuple[LatencyProfile, float]]) -> _Service:
     )
 
 
-def violation_probability(profile: LatencyProfile, arrival_qps: float, budget_ms: float) -> float:
-    """P(latency > budget) in steady state at this Poisson arrival rate (Cramer-Lundberg)."""
-    return _violation(_service_grid(profile), arrival_qps, budget_ms / 1000)
-
-
 def _violation(service: _Service, rate: float, budget_s: float) -> float:
+    """P(latency > budget) in steady state at this Poisson arrival rate (Cramer-Lundberg)."""
     times = service.times_s
     rho = rate * service.mean_s
     if rho >= 1:
@@ -341,11 +319,6 @@ def _violation(service: _Service, rate: float, budget_s: float) -> float:
     slack = budget_s - times
     tail = np.where(slack <= 0, 1.0, np.minimum(1.0, constant * np.exp(-gamma * slack)))
     return service.expect(tail)
-
-
-def max_arrival_rate(profile: LatencyProfile, budget_ms: float, percentile: float) -> float:
-    """The highest arrival rate (requests/s) keeping P(latency > budget) <= 1 - P/100 (0: none)."""
-    return _max_rate(_service_grid(profile), budget_ms, percentile=percentile)
 
 
 def _violation_mgc(service: _Service, rate: float, budget_s: float, servers: int) -> float:

@@ -489,10 +489,10 @@ def parse_profiles(data: object, source: str = "profiles") -> tuple[LatencyProfi
 MAX_SHOWN = 64
 
 
-def shown(text: str, limit: int = MAX_SHOWN) -> str:
-    """``text`` as a status shows it: itself up to ``limit`` characters, else its start, an
-    ellipsis and 8 hex digits of its SHA-256 (so that two long names still differ)."""
-    if len(text) <= limit:
+def shown(text: str) -> str:
+    """``text`` as a status shows it: cut past MAX_SHOWN, with 8 hex digits of its SHA-256 (so
+    that two long names still differ)."""
+    if len(text) <= MAX_SHOWN:
         return text
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
-    return f"{text[: limit - 10]}\u2026{digest}"
+    return f"{text[: MAX_SHOWN - 10]}\u2026{digest}"

@@ -227,12 +227,6 @@ class RunReport:
             return math.nan
         return float(np.percentile(self.latencies_ms, percentile))
 
-    @property
-    def switches_per_minute(self) -> float:
-        """Switches per minute of simulated time."""
-        span = self.ticks[-1].time_s if self.ticks else 0.0
-        return self.switches / span * 60 if span > 0 else 0.0
-
     def summary(self) -> dict[str, float | int | str | dict[str, float]]:
         """The headline figures as plain data."""
         return {
@@ -603,9 +597,6 @@ def _label(mix: Mix, names: Sequence[str]) -> str:
     return f"{names[mix.base]} + {mix.weight:.0%} {names[mix.blend]}"
 
 
-BASELINES = ("fastest", "middle", "accurate")
-
-
 def baseline_indices(front_size: int) -> dict[str, int]:
     """The static baselines' positions on the front: fastest, middle, most accurate."""
     return {"fastest": 0, "middle": front_size // 2, "accurate": front_size - 1}
@@ -620,7 +611,6 @@ def compare(
     *,
     pods: int = 1,
     switch_delay_s: float = 0.0,
-    queue_aggregate: QueueAggregate = QueueAggregate.MEAN,
     pod_model: PodModel = PodModel(),
     admission: Admission | None = None,
     metrics_view: MetricsView = FRESH,
@@ -643,7 +633,6 @@ def compare(
             interval_s,
             pods=pods,
             switch_delay_s=switch_delay_s,
-            queue_aggregate=queue_aggregate,
             pod_model=pod_model,
             admission=admission if label in policies else None,
             metrics_view=metrics_view if label in policies else FRESH,
