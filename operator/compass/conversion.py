@@ -1,9 +1,5 @@
-"""Conversions between the wire types (compass.api) and the domain (compass.domain).
-
-A ParetoPolicy spec into the planner's profiles, the plan, Elastico's settings, the runtime
-policy and the admission rule; a plan back into a spec, its status thresholds and an applyable
-manifest. A layer of its own, just above api: it needs both sides, and api holds wire types only.
-"""
+"""Conversions between the wire types (compass.api) and the domain (compass.domain): a layer
+of its own, just above api, which holds wire types only."""
 
 from __future__ import annotations
 
@@ -139,9 +135,7 @@ def admission_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None
 
 
 def binding_stages(spec: ParetoPolicySpec) -> tuple[list[tuple[str, ...]], list[StageComponents]]:
-    """The stages the routers bind (the parameters each reads, in order) and the component
-    models each calls: the declared stages, else the whole configuration as one stage whose
-    component is the whole pipeline (no model named)."""
+    """The stages the routers bind and the models each calls (else one stage, no model named)."""
     stages = spec.binding.stages
     if stages:
         return [tuple(stage.parameters) for stage in stages], [stage.models for stage in stages]
@@ -210,10 +204,8 @@ def binding_rule(
     decision_s: float = 0.0,
     settle_s: float | None = None,
 ) -> BindingRule:
-    """The routers' late binding (``table``: binding_table's) as the simulator runs it, on what
-    those routers see: behind a gate of ``pipeline_slots``, the waiters there (with the lag cap) or
-    every follower (without); without a gate, the poller's count every ``poll_s``. ``decision_s``:
-    the routers' own work per bound request; ``settle_s``: the gate's settle (None: the table's)."""
+    """The routers' late binding as the simulator runs it, on what those routers see: behind a
+    gate of ``pipeline_slots`` its waiters, or without one the poller's count every ``poll_s``."""
     if table["lag_share"] is not None and pipeline_slots is not None:
         view: dict[str, Any] = {
             "visible_followers": router_instances - pipeline_slots,
@@ -254,9 +246,7 @@ def binding_rule(
 
 
 def mix_dealing(spec: ParetoPolicySpec) -> Dealing:
-    """How the spec's actuator deals a mix: the routers' round-robin, or the gateway's weighted
-    draw per request (llm-d's endpoint picker for inferenceModelRewrite, the Gateway's choice of
-    a weighted backendRef for httpRoute)."""
+    """How the spec's actuator deals a mix: the routers' round-robin, or the gateway's draw."""
     gateway = spec.routing is not None and spec.routing.actuator is not ActuatorType.TRITON
     return Dealing.DRAW if gateway else Dealing.ROUND_ROBIN
 
@@ -303,10 +293,8 @@ def spec_for_plan(
 
 
 def planned_gate(binding: BindingSettings, front: Sequence[LatencyProfile]) -> BindingSettings:
-    """``binding`` with its gate's slots from the front's capacity curves (``planned_slots``:
-    several where the pod serves more at once, a batching generator) where per-request binding
-    is on and no gate was given; as many instances more than the slots as the shipped gate
-    has, so the routers see as many waiters behind each request."""
+    """``binding`` with its gate's slots from the front's curves, where per-request binding is on
+    and no gate was given (as many waiters beyond the slots as the shipped gate)."""
     if not binding.mode.per_request or "gate" in binding.model_fields_set:
         return binding
     slots = planned_slots(front)
@@ -368,10 +356,7 @@ def simulate_serving(
     admission: Admission | None = None,
     metrics_view: MetricsView = FRESH,
 ) -> RunReport:
-    """The spec served on the scenario as its routers and operator would serve it: each request
-    bound by the routers' table behind their gate (per-request binding), else the strategy
-    switching the whole workflow (with ``admission``, else the spec's own, and ``pod_model`` for
-    its pods), its mixes dealt as its actuator deals them (mix_dealing)."""
+    """The spec served on the scenario as its routers and operator would serve it."""
     chosen = policy_plan(spec) if plan is None else plan
     table = binding_table(spec, chosen)
     gate = spec.binding.gate

@@ -1,12 +1,9 @@
 """A mix of two front members: the split strategy's routing, and how requests are dealt to it.
 
-A mix serves a share ``weight`` of the requests with ``blend`` and the rest with ``base``.
-Weights are multiples of ``1 / WEIGHT_STEPS`` and requests are dealt by smooth weighted
-round-robin (nginx's), which is deterministic: every run of ``WEIGHT_STEPS`` consecutive
-requests holds exactly the mix, and the two members interleave as evenly as they can (a 30%
-blend never serves three requests in a row). A random draw per request would be exact only on
-average, and a window of a few seconds is what the queue and the SLO see; it is how llm-d's
-endpoint picker deals a mix, though (``Dealing.DRAW``), so the simulator models it too.
+A mix serves a share ``weight`` of the requests with ``blend`` and the rest with ``base``, dealt
+by smooth weighted round-robin (nginx's): every ``WEIGHT_STEPS`` consecutive requests hold exactly
+the mix, where a random draw is exact only on average (a window of seconds is what the queue and
+the SLO see). llm-d's endpoint picker draws, though (``Dealing.DRAW``): the simulator models it.
 """
 
 from __future__ import annotations
@@ -116,9 +113,8 @@ def hull_mixes(hull: Sequence[int]) -> list[Mix]:
 
 
 def most_accurate(positions: Sequence[Mix], feasible: Callable[[Mix], bool]) -> Mix:
-    """The most accurate of ``positions`` (ordered by accuracy) that is feasible, found by
-    bisection on the assumption that a more accurate mix is never more feasible; the first
-    (the fastest) if none is."""
+    """The most accurate feasible of ``positions`` (by bisection: a more accurate mix is assumed
+    never more feasible); the first (the fastest) if none is."""
     low, high = 0, len(positions) - 1
     if feasible(positions[high]):
         return positions[high]

@@ -1,11 +1,9 @@
 """Yardsticks for the strategies: what a policy that knew the arrivals, or the load, could serve.
 
-The hindsight oracle serves each window of ``window_s`` with the most accurate mix of the front
-that keeps its requests within the SLO at least as often as static fastest and leaves no more
-work queued (one position along the front's accuracy hull, one window of lookahead): a strong
-heuristic, not a proven optimum. ``known_load_oracle`` is told the load ahead but not the
-arrivals. A strategy's share of the oracle's accuracy gain says how much of what was possible it
-won. Why and how: docs/method.md, "Oracles".
+The hindsight oracle serves each window with the most accurate hull position that meets the SLO
+as often as static fastest and leaves no more work queued (a strong heuristic, not a proven
+optimum); ``known_load_oracle`` is told the load ahead but not the arrivals. Why and how:
+docs/method.md, "Oracles".
 """
 
 from __future__ import annotations
@@ -87,12 +85,9 @@ def _serve(
 ) -> int:
     """Serve these requests (in arrival order) with the mix; returns how many met the SLO.
 
-    ``record``: arrays to write each request's configuration and latency into.
-    ``dispatch``: given how long a request waited and its routed member, the member serving it.
-    ``late_after_s``: a request that would wait longer is late; a late-last queue serves it
-    after every request in time, which the oracle counts as served then but holding no server
-    (its work done in time nobody needed): optimistic, as a bound should be.
-    """
+    A request that would wait past ``late_after_s`` is late: a late-last queue serves it after
+    every request in time, counted as served then but holding no server (optimistic, as a bound
+    should be)."""
     dealers: dict[int, SmoothWeighting[int]] = {}
     met = 0
     for request in requests:
@@ -230,10 +225,8 @@ class _Draw:
 def _search(
     front: Sequence[LatencyProfile], real: _Draw, draws: Sequence[_Draw], rules: _Rules
 ) -> OracleReport:
-    """Per window of ``real``, the most accurate hull position under which ``draws``, each
-    started from the real queue, meet the SLO at least as often as static fastest does in them
-    and leave no more work (or one SLO per pod) at the window's end, with one window of
-    lookahead; each window is then served on ``real`` with its position."""
+    """Per window, the most accurate hull position under which ``draws`` (from the real queue)
+    do as well as static fastest, with one window of lookahead; served on ``real``."""
     fastest = Mix(0)
     count = len(real.windows)
     pods, window_s = rules.pods, rules.window_s
@@ -280,9 +273,7 @@ def _search(
 def degrading_dispatch(
     front: Sequence[LatencyProfile], slo_ms: float, degrade_after: float
 ) -> Dispatch:
-    """The dispatch-time degrade of admission that refuses nothing (``refuse: false``): a
-    request that waited past ``degrade_after`` of the SLO, or whose routed member's median no
-    longer fits what is left of it, is served on the fastest (front index 0)."""
+    """Admission's dispatch-time degrade that refuses nothing (``refuse: false``)."""
     rule = Admission(slo_ms, at=AdmissionPoint.DISPATCH, degrade_after=degrade_after, refuse=False)
     own_ms = service_quantiles_ms(front, rule.quantile)
 

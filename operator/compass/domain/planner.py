@@ -1,10 +1,7 @@
 """The planner: the Pareto front of the profiles and the queue-depth thresholds of each member.
 
-The front keeps every configuration that no other beats on both accuracy and tail latency,
-ordered by mean service time, fastest first (the mean drains a queue). Each member gets stay and
-entry queue limits and an arrival-rate limit from a threshold model: the paper's M/G/1 mean
-(``paper-mean``), its sound tail version (``tail``, the default), M/G/c Erlang C (``erlang-c``)
-or the measured capacity curve (``measured``). The models and why: docs/method.md, "Planning".
+Each member gets stay and entry queue limits and an arrival-rate limit from a threshold model
+(``ThresholdModel``). The models and why: docs/method.md, "Planning".
 """
 
 from __future__ import annotations
@@ -105,10 +102,8 @@ class Front:
 def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -> Front:
     """The profiles not beaten on accuracy, tail latency and mean at once, by mean service time.
 
-    The mean counts beside the tail because under load it is the capacity: a more accurate member
-    beats a faster one only when it is no slower on the mean either; equal accuracy: the tail
-    decides; exact duplicates keep the lower mean. A member slower on the mean than an earlier one
-    and no more accurate is dropped: switching to it costs throughput and buys nothing."""
+    The mean counts beside the tail because under load it is the capacity: a member slower on the
+    mean than an earlier one and no more accurate costs throughput and buys nothing."""
     if not profiles:
         raise PlanError("profiles", "none given, so the front is empty", "profile at least one")
     tail = {id(p): p.latency_at(percentile) for p in profiles}
@@ -443,9 +438,8 @@ def plan_thresholds(
 ) -> Plan:
     """Each front member's slack L - p_k and its stay / enter queue-depth limits.
 
-    ``servers``: a pod's router instances (the concurrent models read it). A member without slack
-    stays in the plan but is never a target; none with slack raises PlanError. The queue limits
-    leave ``switch_delay_ms`` out of the budget: the queue waits that long behind the old member."""
+    A member without slack stays in the plan but is never a target; none with slack raises
+    PlanError. The queue waits ``switch_delay_ms`` behind the old member: out of the budget."""
     if not front:
         raise PlanError("front", "empty, nothing to switch between", "profile at least one")
     if slack_buffer_ms < 0:

@@ -1,11 +1,4 @@
-"""How one simulated pod serves its requests: router instances and the stages of a pipeline.
-
-``PodModel`` describes a pod: several router instances serving FIFO from one queue (optionally
-contending for the same cores, or late-last), and the stages a request passes through, each one
-instance that batches the requests waiting for it. ``SimulatedPod`` runs a pod without stages (a heap of
-instance free times: M/G/c); ``StagedPod`` runs the stages as a network of queues, event by
-event. Each arrival is admitted or dropped first, in time order with the starts.
-"""
+"""How one simulated pod serves its requests: router instances and the stages of a pipeline."""
 
 from __future__ import annotations
 
@@ -32,10 +25,8 @@ DROPPED = -1
 class Stage:
     """A component of one instance that serves ``share`` of each request's service time.
 
-    It batches: when free it takes up to ``max_batch`` waiting requests at once, and a batch of b
-    takes its longest request's time x (1 + ``batch_cost`` (b - 1)); a cost below 1 is what makes
-    batching pay (an accelerator's kernel serves b requests in little more than one's time).
-    """
+    A batch of b takes its longest request's time x (1 + ``batch_cost`` (b - 1)): a cost below 1
+    is what makes batching pay (an accelerator serves b in little more than one's time)."""
 
     share: float
     max_batch: int = 1
@@ -107,11 +98,9 @@ MIN_SLOT_GAIN = 1.25
 
 
 def planned_slots(front: Sequence[LatencyProfile]) -> int:
-    """The routers' gate slots a plan defaults to: the concurrency the fastest member's
-    saturated capacity curve was measured at, where the pod served at least ``MIN_SLOT_GAIN``
-    requests' worth at once there (its drain rate x its mean time) and every member with a
-    curve at that concurrency did too; else 1 (the paper's one pipeline at a time). A curve
-    gives the stretch at its own concurrency only, so that is the one a plan can trust."""
+    """The gate slots a plan defaults to: the fastest's saturated curve's concurrency where every
+    member measured there served ``MIN_SLOT_GAIN`` at once, else 1 (a curve gives the stretch at
+    its own concurrency only, so that is the one a plan can trust)."""
     curve = front[0].capacity if front else None
     if curve is None or curve.servers < 2 or not curve.saturated:
         return 1
@@ -128,15 +117,10 @@ DispatchFn = Callable[[float, int], int]
 
 
 class SimulatedPod:
-    """One pod's requests, started FIFO (or late-last: ``PodModel.late_after_s``) on its router
-    instances as time advances.
+    """One pod's requests, started FIFO (or late-last) on its router instances as time advances.
 
-    Without stages each instance serves a request alone: the next request starts on the instance
-    that frees first, so a heap of free times is the whole queue (with one instance, the
-    paper's M/G/1). Stages make it a network of queues, run event by event (``StagedPod``).
-    Each arrival is first admitted or dropped (``admit``; every one is admitted without it),
-    in time order with the starts, so the decision sees the pod as it is at that arrival.
-    """
+    Without stages a heap of instance free times is the whole queue (M/G/c). Each arrival is
+    admitted or dropped in time order with the starts, so the decision sees the pod as it is."""
 
     def __init__(
         self,
@@ -186,9 +170,7 @@ class SimulatedPod:
         return len(self.admitted) - self.started
 
     def _next_waiting(self, now: float) -> int:
-        """The admitted request an instance takes up at ``now``: the oldest, or under a
-        late-last order the oldest that has not waited past ``late_after_s`` (the oldest late
-        one when every one has)."""
+        """The request an instance takes up now: the oldest (late-last: the oldest not late)."""
         late_after = self.model.late_after_s
         if late_after is not None and self.waiting > 1:
             for index in range(self.started, len(self.admitted)):
@@ -231,9 +213,7 @@ class SimulatedPod:
         self.configs[request] = DROPPED
 
     def _start(self, request: int, begin: float) -> int:
-        """Record a request's start on the configuration in force then (or the fastest, where
-        admission said so); returns that config, or DROPPED where admission at dispatch drops
-        it (it then takes no instance)."""
+        """Start a request on its configuration; returns it, or DROPPED (it holds no instance)."""
         config = 0 if request in self.on_fastest else self.choose(begin, request)
         if self.dispatch is not None:
             config = self.dispatch(begin - float(self.arrivals[request]), config)

@@ -1,6 +1,4 @@
-"""What every runtime policy shares: what it observes, what it decides, what it remembers, and the
-protocol the simulator and the operator call it by (Elastico, Split, Predictive, a static one).
-"""
+"""What every runtime policy shares: its observation, decision and state, and its protocol."""
 
 from __future__ import annotations
 
@@ -24,9 +22,8 @@ class Action(StrEnum):
 class Observation:
     """What the metrics said, and when they were measured (seconds on the policy's clock).
 
-    ``arrivals_total``: a counter of arrivals (rates with confidence bounds come from it);
-    ``arrival_rate_qps``: the source's own rate, used when there is no counter. With several pods
-    all are per pod (the bounds count all pods' arrivals), as the planner's thresholds are."""
+    ``arrival_rate_qps`` serves where there is no ``arrivals_total`` counter. With several pods
+    all are per pod, as the planner's thresholds are."""
 
     time: float
     queue_depth: float

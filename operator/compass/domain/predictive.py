@@ -1,13 +1,9 @@
 """The predictive strategy: each interval, the most accurate mix whose near future looks safe.
 
-No cooldowns: each interval it forecasts the next ``horizon_s`` seconds by a fixed-seed Monte
-Carlo (``PATHS`` arrival paths at the rate's confidence bound, from the queue the pod holds,
-service times from the members' profiles) and serves the most accurate mix along the
-front's accuracy hull whose requests miss the SLO at most ``risk`` more often than the fastest
-member would from idle, also through a surge (``SURGE_FACTOR`` for ``SURGE_S``). The paths are
-Poisson unless the arrivals counter shows clumps (its per-interval counts over-dispersed):
-then compound Poisson, clumps of the size that gives the same mean rate and the same index of
-dispersion. It is meant to run with admission at dispatch. Why: docs/method.md, "Predictive".
+No cooldowns: each interval a fixed-seed Monte Carlo forecasts the next ``horizon_s`` from the
+queue the pod holds, and it serves the most accurate hull mix whose requests miss the SLO at most
+``risk`` more often than the fastest's from idle, through a surge too. Clumped arrivals make the
+paths compound Poisson. Meant to run with admission at dispatch. Why: docs/method.md, "Predictive".
 """
 
 from __future__ import annotations
@@ -87,9 +83,7 @@ NONE_LATE_MARGIN_S = 1e-9
 
 
 class _Paths:
-    """The forecast's random draws, fixed at construction: unit-rate inter-arrival times and
-    every member's service time (s) for each path and request, in float32 to hold them small
-    (summed and compared in float64)."""
+    """The forecast's random draws, fixed at construction (float32 to hold them small)."""
 
     def __init__(self, plan: Plan, requests: int) -> None:
         rng = np.random.default_rng(SEED)
@@ -141,9 +135,7 @@ class _Paths:
         return members
 
     def service(self, mix: Mix, requests: int) -> FloatArray:
-        """Each path's service times (s, float64; requests x paths: a request's paths lie
-        together, so the elementwise passes run over contiguous memory) of the first
-        ``requests`` dealt under the mix."""
+        """Each path's service times (requests x paths, so passes run over contiguous memory)."""
         if requests <= CACHED_REQUESTS:
             return self.served(mix, requests)[0]
         return self._service(mix, requests)
@@ -173,9 +165,7 @@ class _Paths:
         return held
 
     def served(self, mix: Mix, requests: int) -> tuple[FloatArray, FloatArray]:
-        """(service times, the holding times of the requests before each, summed in turn) of
-        the first ``requests`` (at most CACHED_REQUESTS) under the mix: what one instance's
-        FIFO needs of it, worked out once per mix and front."""
+        """(service times, holding times before each summed) of the first ``requests``, kept."""
         known = self._served.get(mix)
         if known is None or len(known[0]) < requests:
             length = min(max(requests, 64, 1 << (requests - 1).bit_length()), CACHED_REQUESTS)
@@ -187,10 +177,8 @@ class _Paths:
         return known[0][:requests], known[1][:requests]
 
     def reach(self, mix: Mix, requests: int) -> float:
-        """The longest (holding times of the requests before it, plus its service time) of any
-        of the first ``requests`` (at most CACHED_REQUESTS) under the mix, on any path: no
-        request among them, started on one idle instance, takes longer from its arrival than
-        this plus the instance's idle-start delay (see Predictive._none_late)."""
+        """The longest (holding before it + service) of the first ``requests`` on any path: none
+        started idle takes longer than this plus the idle-start delay (see _none_late)."""
         reach = self._reach.get(mix)
         if reach is None or len(reach) < requests:
             self.served(mix, requests)
@@ -215,9 +203,7 @@ class _Paths:
     def arrivals(
         self, rate: float, surge_s: float, clump: float, horizon_s: float, requests: int
     ) -> _Arrivals:
-        """Each path's arrival times over the first ``requests`` (see _Arrivals): unit-rate gaps
-        (clumped when ``clump`` is above 1), summed in turn, then stretched to ``SURGE_FACTOR``
-        times ``rate`` for ``surge_s`` and to ``rate`` after."""
+        """Each path's arrival times: unit-rate gaps stretched to ``rate`` (after a surge)."""
         key = (rate, surge_s, clump, horizon_s)
         with self._parts_lock:
             known = self._arrivals.get(key)
@@ -250,9 +236,7 @@ class _Paths:
         return known
 
     def unit(self, clump: float, requests: int) -> FloatArray:
-        """Each path's unit-rate arrival times of the first ``requests`` (requests x paths), in clumps of mean
-        size ``clump`` (a request that joins one arrives with it; a new one comes after a gap
-        ``clump`` times the mean one, so that the rate stays 1)."""
+        """Each path's unit-rate arrival times, in clumps of mean size ``clump`` (rate still 1)."""
         known = self._units.get(clump) if clump == 1 else None
         if known is not None and len(known) >= requests:
             return known[:requests]
@@ -413,12 +397,9 @@ class Predictive:
         surge: bool = False,
         clump: float = 1.0,
     ) -> float:
-        """The share of the next ``horizon_s`` of arrivals (Poisson at ``rate`` per s; with
-        ``surge``, at ``SURGE_FACTOR`` times it for the first ``SURGE_S``; with ``clump`` above
-        1, compound Poisson at the same rate: clumps of that mean size, geometric, at ``rate /
-        clump``) that miss the SLO if ``mix`` serves them and the ``queued`` requests ahead of
-        them, the instances busy with ``active``'s requests when anything is queued (else as
-        often as the rate keeps them: half a service left each)."""
+        """The share of the next ``horizon_s`` of arrivals that miss the SLO if ``mix`` serves
+        them behind the ``queued``, at ``rate`` (with ``surge``: faster first; ``clump``: compound
+        Poisson), the instances busy with ``active`` (idle: as often as the rate keeps them)."""
         if rate <= 0:
             return 0.0
         clump = max(clump, 1.0)
@@ -469,10 +450,8 @@ class Predictive:
         return surge_s, whole, count, 0.5 * busy * active_mean_s
 
     def _none_late(self, mix: Mix, rate: float, surge_s: float, count: int, idle_s: float) -> bool:
-        """Whether no request of the forecast can miss the SLO, known without drawing its
-        arrivals (one instance started idle, Poisson): each waits at most the idle-start delay
-        plus the holding before it (Paths.reach), counted over the rows that reach inside the
-        horizon (Paths.rows_before). A lightly loaded policy is judged by this bound alone."""
+        """Whether no request can miss, known without drawing arrivals (one idle instance,
+        Poisson): a lightly loaded policy is judged by this bound alone."""
         # The unit-rate time of the horizon's end: SURGE_FACTOR times the rate through the
         # surge, the rate after it (a little later, so rounding never leaves a row out).
         horizon_unit = SURGE_FACTOR * rate * surge_s + rate * (self.horizon_s - surge_s)
@@ -530,8 +509,7 @@ class Predictive:
         self, state: PolicyState, observation: Observation, dispersion: float
     ) -> tuple[float, float] | None:
         """(the rate a stay is judged on, the higher one a climb must fit), per pod; None while
-        the arrivals do not say yet. ``dispersion``: of all pods' arrivals (clumps count as
-        fewer independent arrivals, so the bounds are wider and a window longer)."""
+        unknown. Clumps (``dispersion``) count as fewer arrivals: wider bounds."""
         if observation.arrivals_total is None:
             measured = observation.arrival_rate_qps
             return None if measured is None else (measured, measured)
@@ -613,12 +591,9 @@ def _mix_key(mix: Mix) -> tuple[int, int, float]:
 
 
 def arrivals_dispersion(samples: Sequence[tuple[float, float]], now: float, pods: int = 1) -> float:
-    """The index of dispersion of all pods' arrivals (the variance of an interval's count over
-    its mean; 1 for Poisson arrivals, above it where they come in clumps) over the last
-    ``DISPERSION_WINDOW_S`` of the counter ``samples`` (time, per-pod counter) up to ``now``,
-    at its lower confidence bound at ``DISPERSION_CONFIDENCE``, and never below 1. Measured on
-    successive intervals' differences (Allan's factor), so a slow change of the rate is not
-    taken for clumps."""
+    """The index of dispersion of all pods' arrivals over the last ``DISPERSION_WINDOW_S``, at its
+    lower confidence bound, never below 1: Allan's factor, on successive intervals' differences,
+    so a slow change of the rate is not taken for clumps."""
     if len(samples) < MIN_DISPERSION_PAIRS + 2:
         return 1.0
     readings = [total for _, total in samples]
@@ -655,10 +630,7 @@ def clump_size(dispersion: float) -> float:
 def fifo_starts(
     free: FloatArray, queued: FloatArray, arrivals: FloatArray, holding: FloatArray
 ) -> FloatArray:
-    """When each arrival starts on FIFO instances, per path (rows): the instances free at
-    ``free`` (paths x instances) and first hold the ``queued`` requests (paths x queued) for
-    their holding times, then each arrival (paths x arrivals, times increasing) in turn on the
-    first one free, for its ``holding`` time."""
+    """When each arrival starts on FIFO instances free at ``free``, after ``queued``, per path."""
     if free.shape[1] == 1:
         # One instance: release_j = max(arrival_j, release_j-1) + holding_j unrolls to
         # H_j + max(start, max over k <= j of (arrival_k - H_k-1)), H the running sum of the

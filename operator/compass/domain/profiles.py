@@ -1,11 +1,4 @@
-"""Latency profiles: what each configuration costs to serve, validated from parsed JSON.
-
-A profile holds a configuration's accuracy and its measured service-time statistics (mean, p50,
-p95, p99, std in ms). The simulator needs a whole distribution, not five numbers, so each
-profile also yields a ``ServiceDistribution`` that passes exactly through the measured
-percentiles and whose mean, and where the percentiles allow it its standard deviation, match
-the measured ones.
-"""
+"""Latency profiles: what each configuration costs to serve, validated from parsed JSON."""
 
 from __future__ import annotations
 
@@ -56,9 +49,8 @@ class ProfileError(FieldError):
 
 @dataclass(frozen=True)
 class ServiceDistribution:
-    """Service times Q(Z), Z standard normal, Q linear in Z between the measured percentiles (a
-    normal profile is reproduced exactly); past them the slopes ``low_slope`` and ``high_slope``
-    (ms per standard deviation) carry the mean and the std."""
+    """Service times Q(Z), Z standard normal, linear in Z between the measured percentiles (a
+    normal is reproduced exactly); the slopes past them carry the mean and the std."""
 
     z_knots: tuple[float, ...]
     values_ms: tuple[float, ...]
@@ -124,8 +116,7 @@ def fit_distribution(
     mean_ms: float, percentiles: Mapping[float, float], std_ms: float | None
 ) -> ServiceDistribution:
     """The distribution through the measured percentiles whose mean (and std) match: the std
-    grows monotonically with the upper slope (the lower follows to keep the mean), so one bisection
-    matches it; no std measured: the last segment's slope; too small a std: the tightest tails."""
+    grows with the upper slope (the lower keeps the mean), so one bisection matches it."""
     inner = sorted(percentiles.items())
     z_knots = tuple(float(ndtri(p / 100)) for p, _ in inner)
     values = tuple(v for _, v in inner)
@@ -222,10 +213,8 @@ class LatencyProfile:
         return max(1.0, (self.busy_holding_ms(servers) or self.mean_ms) / self.mean_ms)
 
     def slot_stretch(self, slots: int) -> float:
-        """How many times its own time a request takes with ``slots`` pipelines running at once
-        in the pod: ``busy_stretch`` from a saturated curve measured at that many, else
-        ``slots`` (nothing says the pod serves more at once than one at a time). The contended
-        pod model's stretch too: static serving and binding assume one pod, one rule."""
+        """How many times its own time a request takes with ``slots`` pipelines at once: the
+        curve's ``busy_stretch``, else ``slots`` (nothing says the pod serves more at once)."""
         if slots <= 1:
             return 1.0
         if self.busy_holding_ms(slots) is None:
@@ -265,9 +254,8 @@ def clearly_dominated(
     margin: float,
     by: Collection[int] | None = None,
 ) -> set[int]:
-    """Which (accuracy, mean ms) screenings another (from ``by``, default any) beats: as accurate
-    and at least ``margin`` (relative) faster, so screening noise never drops a front member; an
-    entry without an accuracy is never dropped and drops none."""
+    """Which (accuracy, mean ms) screenings another (from ``by``) beats: as accurate and
+    ``margin`` faster, so screening noise never drops a front member."""
     return {
         i
         for i, (accuracy_i, mean_i) in enumerate(screened)

@@ -1,11 +1,8 @@
 """COMPASS-V: find every configuration whose accuracy is >= tau, with few sample evaluations.
 
-The paper's method (Latin-hypercube seeds, hill-climbing, lateral expansion along the
-feasibility boundary, progressive budgets with early stopping), made complete: climbs and
-expansion visit every neighbour, a completion phase driven by a Bayesian model of accuracy
-finds feasible regions not connected to the first, and every configuration is scored on one
-seeded permutation of the dataset. Early stopping is in ``statistics``. What it changes and what
-it guarantees: docs/method.md, "Search".
+The paper's method (seeds, hill-climbing, expansion, early stopping) made complete by a phase
+driven by a Bayesian model of accuracy. What it changes and what it guarantees: docs/method.md,
+"Search".
 """
 
 from __future__ import annotations
@@ -172,9 +169,8 @@ class ChunkRunner(Protocol):
         ...
 
     def expect(self, config: Config, indices: Sequence[int]) -> None:
-        """The samples of this configuration the search will probably ask for next, after
-        those submitted: the runner may evaluate them ahead on servers that would otherwise
-        wait, and hands them over (recorded only then) when a chunk asks for them."""
+        """The samples the search will probably ask for next: the runner may evaluate them
+        ahead on idle servers, recorded only when a chunk asks for them."""
         ...
 
     def forget(self, config: Config) -> None:
@@ -246,8 +242,7 @@ class _Search:
         follow: Callable[[Assessment], Iterable[int]] | None = None,
     ) -> list[Assessment]:
         """Evaluate these configurations side by side until each has a verdict; ``follow`` names
-        more for the same round as verdicts arrive. Each configuration's chunks depend only on its own
-        scores and the set is a closure, so the verdicts do not depend on the order chunks finish in."""
+        more for the round. The verdicts do not depend on the order chunks finish in."""
         started: list[Assessment] = []
         in_flight: dict[int, tuple[Assessment, int]] = {}
         tickets = itertools.count()
@@ -472,9 +467,8 @@ class _Search:
         return float(norm.ppf(1 - self.rule.alpha_reject))
 
     def surrogate(self, targets: IntArray) -> tuple[FloatArray, FloatArray]:
-        """Posterior mean and sd of accuracy at ``targets`` under a Bayesian regression (main effects
-        and pairwise interactions, the latter with a tighter prior); each observation's noise is its
-        sampling variance plus the misfit, so a poor fit widens every bound."""
+        """Posterior mean and sd of accuracy at ``targets`` (main effects and pairwise
+        interactions); the misfit joins each observation's noise, so a poor fit widens bounds."""
         records = list(self.assessed.values())
         features = self.design(np.array([r.index for r in records], dtype=np.int64))
         y = np.array([r.accuracy for r in records])
@@ -547,9 +541,8 @@ def _quadratic_forms(rows: FloatArray, matrix: FloatArray) -> FloatArray:
 def complete_feasible(
     outcome: SearchOutcome, evaluator: Evaluator, runner: ChunkRunner | None = None
 ) -> SearchOutcome:
-    """The outcome with every feasible configuration scored on the whole dataset: the front is
-    ordered by accuracy, and an early accept's estimate can be points off. Verdicts never change;
-    a checkpointed evaluator does not score the search's samples again."""
+    """The outcome with every feasible configuration scored on the whole dataset (an early
+    accept's estimate can be points off, and the front is ordered by it); verdicts never change."""
     runner = runner if runner is not None else SequentialRunner(evaluator)
     every = list(range(outcome.population))
     wanted = {

@@ -1,16 +1,9 @@
 """The serving simulator: a policy or the routers' binding rule run over a scenario on
 simulated pods, and the comparisons.
 
-Every ``interval_s`` the policy is asked what the operator asks it: the pods' queue depth
-(aggregated: ``QueueAggregate``) and the arrivals counter per pod, as fresh as the metrics path
-makes them (``MetricsView``: read at the tick, or as Prometheus last scraped them). Each request
-goes to a seeded random pod; one decision switches every pod, ``switch_delay_s`` after it is
-taken. A mix is dealt as its data plane deals it (``Dealing``): each pod's router in turn as it
-takes a request up, or the gateway's seeded draw per request as it arrives. Given the routers' ``BindingRule`` instead, each request is bound as a router instance
-takes it up (per-request binding, ``compass.domain.boundpod``). ``compare`` runs the static
-baselines and the policies on one scenario (paired: the same arrivals and luck);
-``measure_capacity`` measures a configuration's latency-throughput curve, the simulator playing
-the hardware.
+The policy is asked every ``interval_s`` what the operator asks it, as fresh as the metrics path
+makes it (``MetricsView``); each request goes to a seeded random pod; one decision switches
+every pod. ``compare`` runs the static baselines and policies paired (the same arrivals and luck).
 """
 
 from __future__ import annotations
@@ -86,13 +79,8 @@ def aggregate_queue(depths: Sequence[float], aggregate: QueueAggregate) -> float
 class MetricsView:
     """How old the queue depth and arrivals counter the policy reads are: the metrics path.
 
-    Prometheus scrapes the pods every ``scrape_interval_s`` (at 0, S, 2S, ... of the run); a
-    query at a tick reads the newest scrape, stamped with its time (the operator's age query
-    sees that age, and a reading older than staleAfterSeconds counts as missing). Each sample
-    holds the pods as they were ``lag_s`` before it was taken (Triton's own metrics refresh, a
-    recording rule's or a rate window's delay): a delay no timestamp shows. The default, both
-    0, is the operator's direct read of every pod's /metrics: the queue as it is at the tick.
-    """
+    A tick reads Prometheus' newest scrape, stamped with its time; each holds the pods as they
+    were ``lag_s`` before it (a delay no timestamp shows). Both 0: the operator's direct read."""
 
     scrape_interval_s: float = 0.0
     lag_s: float = 0.0
@@ -261,17 +249,9 @@ def simulate(
     metrics_view: MetricsView = FRESH,
     dealing: Dealing = Dealing.ROUND_ROBIN,
 ) -> RunReport:
-    """Serve the scenario's requests FIFO on each pod (late-last where ``pod_model`` says so),
-    ``serving`` choosing each request's configuration: a policy's mix, chosen every tick from
-    the queue as ``metrics_view`` shows it (with ``admission``, dropping at arrival what its
-    prediction says is already late), or the routers' binding rule, per request as a router
-    instance takes it up (``compass.domain.boundpod``: the front is the allowed
-    configurations, ``pod_model`` the router instances and components; no ticks recorded).
-    A policy's mix is dealt by ``dealing``: each pod's round-robin (the Triton routers), or a
-    weighted draw per request, from the mix in force at its arrival (llm-d's gateway).
-
-    With the policy's ``plan``, each tick also records the capacity pressure the operator
-    would export after that decision."""
+    """Serve the scenario's requests, ``serving`` choosing each one's configuration: a policy's
+    mix every tick (dealt by ``dealing``), or the routers' binding rule per request (no ticks).
+    With the policy's ``plan``, each tick records the capacity pressure the operator exports."""
     if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
         raise SimulationError("switch_delay", f"{switch_delay_s:g} s is not >= 0", "give e.g. 0.01")
     if isinstance(serving, BindingRule) and admission is not None:
@@ -426,9 +406,8 @@ class _Run:
         return chosen
 
     def config_at(self, pod: int, begin: float, request: int) -> int:
-        """The member serving the pod's next request, starting at ``begin``: the mix in force,
-        dealt by the pod's round-robin; or under the gateway's draw, the mix in force when it
-        arrived (the endpoint picker rewrites its model then), drawn by weight."""
+        """The member serving the pod's next request: the mix in force, by the pod's round-robin;
+        or drawn from the mix in force at its arrival (the gateway rewrites its model then)."""
         if self.draws is not None:
             # The last mix in effect strictly before the arrival, as mix_at counts a switch.
             at = bisect.bisect_left(self.effective, float(self.arrivals[request])) - 1
@@ -496,9 +475,8 @@ class _Run:
                 self.configs[rest] = final
 
     def scrape(self, tick: int, now: float) -> None:
-        """Take every scrape the tick at ``now`` or a later one may read, each showing the pods
-        as they were ``lag_s`` before it (advancing them is all it changes: they only move
-        forward, and start what they would have started by ``now`` anyway)."""
+        """Take every scrape a tick from ``now`` on may read (advancing the pods is harmless:
+        they start by then what they would have anyway)."""
         interval_s, view = self.interval_s, self.view
         last = view.scrape_of(tick, interval_s)
         # Older scrapes no tick will read again.
@@ -615,9 +593,8 @@ def compare(
     admission: Admission | None = None,
     metrics_view: MetricsView = FRESH,
 ) -> dict[str, RunReport]:
-    """The static baselines and the given policies, all on the same scenario (paired); the
-    policies with ``admission``, the baselines serving everything; the policies see the queue
-    through ``metrics_view`` (the baselines look at nothing)."""
+    """The static baselines and the given policies on the same scenario (paired); only the
+    policies get ``admission`` and ``metrics_view``."""
     controllers: dict[str, Policy] = {
         label: StaticController(front[i].name, i)
         for label, i in baseline_indices(len(front)).items()
@@ -651,12 +628,8 @@ def measure_capacity(
     percentile: float = 95.0,
     max_points: int = MAX_CURVE_POINTS,
 ) -> CapacityCurve:
-    """A configuration's latency-throughput curve in the simulator, by the profiler's ladder
-    (for the budget ``slo_ms`` at ``percentile``, at most ``max_points`` rates).
-
-    Each rate offers ``requests`` Poisson arrivals to one pod serving ``profile`` alone: the
-    simulator plays the hardware, so plans made from the curve can be checked against it.
-    """
+    """A configuration's latency-throughput curve in the simulator, by the profiler's ladder: the
+    simulator plays the hardware, so plans made from the curve can be checked against it."""
     rates_done = itertools.count()
 
     def measure(rate: float) -> CurvePoint:

@@ -387,9 +387,7 @@ class Space:
 
     @staticmethod
     def count(spec: SpaceSpec) -> int:
-        """How many configurations the spec's space holds, the same checks as building it
-        (SpaceError), in memory bounded by COUNT_BLOCK rows: what the operator needs of a
-        space (its size), where building one at the limit takes ~230 MiB."""
+        """The spec's space size, with the same checks as building it, in bounded memory."""
         rules = object.__new__(Space)
         shape = rules._take_rules(spec)
         total = math.prod(shape)

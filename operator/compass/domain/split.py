@@ -1,9 +1,8 @@
 """The split strategy: Elastico over the mixes of neighbouring front members.
 
-Serving a share of the requests (``compass.domain.mix``: 5% steps, dealt exactly) with the next
-more accurate member moves capacity and accuracy in steps of one weight instead of one member.
-Each mix is a member of a plan of its own (``plan_mixes``), its thresholds from its own service
-time; the decision is Elastico's over that plan, unchanged. Why: docs/method.md, "Split".
+Serving a share of the requests with the next more accurate member moves capacity and accuracy
+in 5% steps instead of one member; each mix is a member of a plan of its own (``plan_mixes``).
+Why: docs/method.md, "Split".
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Early stopping: decide from a prefix of a configuration's scores whether it reaches tau.
 
-A configuration is feasible when its mean score over all N samples is >= tau; the samples are
-drawn without replacement in one seeded order, so a prefix is a simple random sample. Three
-layers decide, in order: exact bounds; a test at this look, anytime-valid
-betting (the default of SearchSettings.interval) or Wilson over fixed looks; at the largest
-budget the point estimate. Rejection is controlled for the whole search, acceptance per
-configuration; ``StoppingRule.next_look`` places each look where a verdict is possible.
+A prefix of one seeded order without replacement is a simple random sample. Exact bounds first,
+then betting (anytime-valid) or Wilson over fixed looks, at the last budget the point estimate.
 Why: docs/method.md, "Early stopping".
 """
 
@@ -76,9 +72,7 @@ def describe_schedule(
 
 @dataclass(frozen=True)
 class StoppingRule:
-    """The early-stopping test shared by every configuration of one search; ``budgets``: the
-    sample counts a configuration may be judged at (None: betting after any sample, Wilson at
-    ``reference_budgets``)."""
+    """The early-stopping test shared by every configuration of one search."""
 
     tau: float
     population: int
@@ -158,9 +152,7 @@ class StoppingRule:
         return next((b for b in self._points if b > seen), None)
 
     def at_least(self, look: int, floor: int) -> int:
-        """The first point of the schedule at or after ``look`` that is also >= ``floor``
-        (capped at the last look): a later look than a verdict needs, never an unscheduled one.
-        """
+        """The first scheduled point at or after ``look`` and ``floor`` (at most the last)."""
         if floor <= look:
             return look
         if self._points is None:
@@ -174,9 +166,8 @@ class StoppingRule:
         return self._next_look(x, self._capital(x))
 
     def likely_verdict(self, scores: Sequence[float] | FloatArray, horizon: int) -> int | None:
-        """The sample count at which a verdict would come if the unseen scores went on as the seen
-        ones did, at most ``horizon`` on (None: no score yet or no look left): a guess for scoring
-        ahead (ChunkRunner.expect), never one the answer depends on."""
+        """The sample count of a verdict if the unseen scores went on as the seen did (within
+        ``horizon``): a guess for scoring ahead, never one the answer depends on."""
         x = np.asarray(scores, dtype=np.float64)
         seen = len(x)
         if seen == 0 or seen >= self.last_look:

@@ -1,12 +1,7 @@
 """Public production arrival traces as the yardstick: windows cut, stretched and enumerated.
 
-Pure: it takes arrival offsets (seconds from the trace's start, sorted) and never reads a file
-(``compass.examples.load_trace(name)`` reads the shipped ones). One definition for every bench:
-a window is ``[start_s, start_s + length_s)`` of one trace, shifted to start at 0; stretching
-multiplies every offset by one factor so the window's mean rate is ``utilisation x capacity``
-of the front's fastest configuration, keeping the burst shape (bench/trace_windows.py deals the
-benches' tuning and held-out windows).
-The exact rules: docs/method.md, "Real load: trace windows".
+Pure: it never reads a file (``compass.examples.load_trace`` does). The rules: docs/method.md,
+"Real load: trace windows".
 """
 
 from __future__ import annotations
