@@ -71,48 +71,6 @@ class _Pods:
         return sum(max(free - at, 0.0) for free in self.free_at)
 
 
-def _serve(
-    requests: IntArray,
-    mix: Mix,
-    pods: _Pods,
-    arrivals: FloatArray,
-    assigned: IntArray,
-    service_s: FloatArray,
-    slo_s: float,
-    record: tuple[IntArray, FloatArray] | None = None,
-    late_after_s: float = math.inf,
-    dispatch: Dispatch | None = None,
-) -> int:
-    """Serve these requests (in arrival order) with the mix; returns how many met the SLO.
-
-    A request that would wait past ``late_after_s`` is late: a late-last queue serves it after
-    every request in time, counted as served then but holding no server (optimistic, as a bound
-    should be)."""
-    dealers: dict[int, SmoothWeighting[int]] = {}
-    met = 0
-    for request in requests:
-        pod = int(assigned[request])
-        if mix.blend is None:
-            config = mix.base
-        else:
-            dealer = dealers.get(pod)
-            if dealer is None:
-                dealer = dealers[pod] = mix_weighting(mix)
-            config = dealer.pick()
-        begin = max(float(arrivals[request]), pods.free_at[pod])
-        if dispatch is not None:
-            config = dispatch(begin - float(arrivals[request]), config)
-        finish = begin + float(service_s[config, request])
-        if begin - float(arrivals[request]) <= late_after_s:
-            pods.free_at[pod] = finish
-        latency = finish - float(arrivals[request])
-        met += latency <= slo_s
-        if record is not None:
-            record[0][request] = config
-            record[1][request] = latency
-    return met
-
-
 def hindsight_oracle(
     front: Sequence[LatencyProfile],
     scenario: Scenario,
@@ -129,27 +87,6 @@ def hindsight_oracle(
     late = math.inf if late_after_s is None else late_after_s
     # In hindsight the only draw is the real one.
     return _search(front, real, (real,), _Rules(slo_ms / 1000, pods, window_s, late_after_s=late))
-
-
-def _report(
-    front: Sequence[LatencyProfile],
-    configs: IntArray,
-    latencies: FloatArray,
-    slo_s: float,
-    window_s: float,
-    chosen: Sequence[Mix],
-) -> OracleReport:
-    """The figures of a run that served each request with ``configs`` in ``latencies``."""
-    n = len(configs)
-    met = int(np.sum(latencies <= slo_s))
-    accuracies = np.array([p.accuracy for p in front])
-    return OracleReport(
-        compliance=100.0 * met / n if n else 100.0,
-        mean_accuracy=float(accuracies[configs].mean()) if n else math.nan,
-        requests=n,
-        window_s=window_s,
-        mixes=tuple(chosen),
-    )
 
 
 @dataclass(frozen=True)
@@ -207,19 +144,35 @@ class _Draw:
         rules: _Rules,
         record: tuple[IntArray, FloatArray] | None = None,
     ) -> int:
-        """Serve window ``index`` with the mix; how many met the SLO."""
-        return _serve(
-            self.windows[index],
-            mix,
-            pods,
-            self.arrivals,
-            self.assigned,
-            self.service_s,
-            rules.slo_s,
-            record,
-            rules.late_after_s,
-            rules.dispatch,
-        )
+        """Serve window ``index`` with the mix; returns how many met the SLO.
+
+        A request that would wait past ``rules.late_after_s`` is late: a late-last queue serves it
+        after every request in time, counted as served then but holding no server (optimistic, as
+        a bound should be)."""
+        arrivals, assigned, service_s = self.arrivals, self.assigned, self.service_s
+        dealers: dict[int, SmoothWeighting[int]] = {}
+        met = 0
+        for request in self.windows[index]:
+            pod = int(assigned[request])
+            if mix.blend is None:
+                config = mix.base
+            else:
+                dealer = dealers.get(pod)
+                if dealer is None:
+                    dealer = dealers[pod] = mix_weighting(mix)
+                config = dealer.pick()
+            begin = max(float(arrivals[request]), pods.free_at[pod])
+            if rules.dispatch is not None:
+                config = rules.dispatch(begin - float(arrivals[request]), config)
+            finish = begin + float(service_s[config, request])
+            if begin - float(arrivals[request]) <= rules.late_after_s:
+                pods.free_at[pod] = finish
+            latency = finish - float(arrivals[request])
+            met += latency <= rules.slo_s
+            if record is not None:
+                record[0][request] = config
+                record[1][request] = latency
+        return met
 
 
 def _search(
@@ -267,7 +220,15 @@ def _search(
             mix = most_accurate(positions, functools.partial(feasible, index))
         chosen.append(mix)
         real.serve(index, mix, state, rules, (configs, latencies))
-    return _report(front, configs, latencies, rules.slo_s, window_s, chosen)
+    n = len(configs)
+    accuracies = np.array([p.accuracy for p in front])
+    return OracleReport(
+        compliance=100.0 * int(np.sum(latencies <= rules.slo_s)) / n if n else 100.0,
+        mean_accuracy=float(accuracies[configs].mean()) if n else math.nan,
+        requests=n,
+        window_s=window_s,
+        mixes=tuple(chosen),
+    )
 
 
 def degrading_dispatch(

@@ -43,18 +43,13 @@ class PodModel:
 
     servers: int = 1
     stages: tuple[Stage, ...] = ()
-    # The instances contend for the same cores (a CPU-bound pipeline): a request that starts
-    # while k of the servers are busy (itself included) takes its own time x (1 + (s - 1)
-    # (k - 1) / (servers - 1)), s its member's busy holding time over its mean (the capacity
-    # curve measured at this many instances; without one, servers: nothing says the pod serves
-    # more at once than one at a time, the rule binding's slots are judged by too). Fixed when
-    # it starts: a cheap stand-in for processor sharing that is exact where it matters.
+    # The instances contend for the same cores: a request starting with k busy (itself
+    # included) takes its time x (1 + (s - 1) (k - 1) / (servers - 1)), s its member's
+    # ``slot_stretch``, fixed when it starts (a cheap stand-in for processor sharing).
     contended: bool = False
-    # The router's queue order (None: FIFO). A request that has waited longer than this
-    # (bench/serving_sim.py late_after_ms) goes behind every request that has not: it
-    # misses the SLO whatever serves it, and served first it would make the requests behind it
-    # miss too. What the order is worth; the routers ship FIFO (Triton's own late-last policy
-    # stalls its queue: bench/triton_queue.py).
+    # Late-last (None: FIFO, as the routers ship): a request that waited longer than this goes
+    # behind every request that has not (it misses whatever serves it; served first it would
+    # make those behind it miss too). What the order is worth: bench/serving_sim.py.
     late_after_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -83,17 +78,13 @@ class PodModel:
                 )
 
 
-# rag-sim's pipeline as its model repository deploys it: retriever and reranker of one instance
-# each, and a generator that batches up to 8 requests, a batch of b taking 1 + 0.25 (b - 1)
-# times its longest request (model-images/rag-sim/component.py serves the same model).
+# rag-sim's pipeline as deployed (model-images/rag-sim/component.py serves the same model).
 RAG_SIM_STAGES = (Stage(0.1), Stage(0.2), Stage(0.7, max_batch=8, batch_cost=0.25))
 # The pipelines `compass simulate --stages` knows, by name.
 POD_STAGES: dict[str, tuple[Stage, ...]] = {"independent": (), "rag-sim": RAG_SIM_STAGES}
 
 
-# A pod runs several pipelines at once by default only where its curve shows it serves at
-# least this many requests' worth at once (a batching generator); less is the noise of a curve
-# of a pod that serves one at a time.
+# Below this many requests' worth at once, a curve's gain is the noise of a one-at-a-time pod.
 MIN_SLOT_GAIN = 1.25
 
 
@@ -109,8 +100,7 @@ def planned_slots(front: Sequence[LatencyProfile]) -> int:
     return curve.servers if min(gains) >= MIN_SLOT_GAIN else 1
 
 
-# What becomes of a request arriving at a pod: (arrival time, requests queued ahead of it, how
-# long each busy instance has served its request, s).
+# (arrival time, requests queued ahead, how long each busy instance has served, s) -> verdict.
 AdmitFn = Callable[[float, int, list[float]], AdmissionVerdict]
 # (seconds the request waited, the configuration routed) -> the one that serves it, or DROPPED.
 DispatchFn = Callable[[float, int], int]

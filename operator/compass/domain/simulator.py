@@ -182,12 +182,6 @@ class RunReport:
         return float(np.mean(self.dropped) * 100) if self.requests else 0.0
 
     @property
-    def waits_ms(self) -> FloatArray:
-        """Each request's wait in the queue before its service started, ms."""
-        wait: FloatArray = (self.starts_s - self.arrivals_s) * 1000
-        return wait
-
-    @property
     def latencies_ms(self) -> FloatArray:
         """Each request's latency (wait + service), ms."""
         latency: FloatArray = (self.finishes_s - self.arrivals_s) * 1000
