@@ -120,15 +120,13 @@ def elastico_settings(spec: ParetoPolicySpec) -> ElasticoSettings:
 
 
 def runtime_policy(spec: ParetoPolicySpec, plan: Plan | None = None) -> StrategyPolicy:
-    """The runtime policy this spec describes: its strategy over its plan (``plan``: the one
-    policy_plan gives for this spec, already made)."""
+    """The runtime policy this spec describes (``plan``: policy_plan's for it, if made)."""
     chosen = policy_plan(spec) if plan is None else plan
     return build_policy(spec.strategy, chosen, elastico_settings(spec), spec.interval_seconds)
 
 
 def admission_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
-    """What every router gets with each switch to judge requests at dispatch, for this spec's
-    plan (None: admission off)."""
+    """What every router gets with each switch to judge requests (None: admission off)."""
     if not spec.admits:
         return None
     return router_admission([t.profile for t in plan.thresholds], admission_rule(spec))
@@ -143,8 +141,7 @@ def binding_stages(spec: ParetoPolicySpec) -> tuple[list[tuple[str, ...]], list[
 
 
 def stage_shares(spec: ParetoPolicySpec) -> list[float] | None:
-    """The declared stages' shares of a configuration's time, where every stage gives one (the
-    per-stage fit leans to them); None otherwise."""
+    """The declared stages' shares of a configuration's time, where all give one; else None."""
     shares = [stage.share for stage in spec.binding.stages]
     if not shares or None in shares:
         return None
@@ -152,8 +149,7 @@ def stage_shares(spec: ParetoPolicySpec) -> list[float] | None:
 
 
 def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
-    """What every router gets with each switch to bind each request (None: the policy's
-    configuration serves every request)."""
+    """What every router gets with each switch to bind each request (None: whole-workflow)."""
     settings = spec.binding
     if not settings.mode.per_request:
         return None
@@ -252,8 +248,7 @@ def mix_dealing(spec: ParetoPolicySpec) -> Dealing:
 
 
 def admission_rule(spec: ParetoPolicySpec) -> Admission:
-    """The admission rule this spec's settings describe, judged at dispatch as the routers judge
-    (whether or not it is enabled: ``compass simulate --admission`` runs it anyway)."""
+    """The spec's admission rule at dispatch (enabled or not: ``simulate --admission`` runs it)."""
     return Admission(
         spec.slo.latency_ms,
         spec.admission.quantile,
@@ -330,8 +325,7 @@ def planned_manifest(
     spec: Mapping[str, Any],
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A planned ParetoPolicy as an applyable manifest (apiVersion, kind, metadata, spec), with
-    only the fields a plan owns: never PERSON_OWNED_SPEC_FIELDS."""
+    """A planned ParetoPolicy as an applyable manifest, never with PERSON_OWNED_SPEC_FIELDS."""
     metadata: dict[str, Any] = {"name": name}
     if namespace:
         metadata["namespace"] = namespace

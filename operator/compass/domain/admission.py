@@ -44,8 +44,7 @@ class AdmissionError(ValueError):
 
 @dataclass(frozen=True)
 class Admission:
-    """When to refuse a request at arrival: its predicted latency (wait for an instance plus
-    its own service time at ``quantile``) exceeds the SLO."""
+    """When to refuse a request: its predicted latency (wait plus own time) exceeds the SLO."""
 
     slo_ms: float
     quantile: float = 0.5
@@ -119,8 +118,7 @@ def predicted_latency_ms(
     servers: int,
     own_ms: float,
 ) -> float:
-    """A request's expected wait for one of ``servers`` instances plus ``own_ms`` of service: none
-    with an instance free, else the work ahead (residuals and queued means, stretched) shared."""
+    """A request's expected wait for one of ``servers`` instances plus ``own_ms`` of service."""
     if queued_ahead < servers - len(busy_elapsed_ms):
         return own_ms
     ahead = sum(grid.residual_ms(e) for e in busy_elapsed_ms) + queued_ahead * grid.mean_ms
@@ -143,8 +141,7 @@ def judge(
     busy_elapsed_ms: Sequence[float],
     servers: int,
 ) -> AdmissionVerdict:
-    """Serve a request arriving now as routed if its predicted latency fits the SLO; else on the
-    fastest if that fits (``degrade``); else drop it (``refuse``). Only its own time changes."""
+    """Serve a request arriving now as routed if it fits the SLO, else on the fastest, else drop."""
     wait_plus = functools.partial(
         predicted_latency_ms, grid, queued_ahead, busy_elapsed_ms, servers
     )
@@ -172,8 +169,7 @@ def judge_at_dispatch(
 
 
 def late_verdict(admission: Admission) -> AdmissionVerdict:
-    """What becomes of a request that would be late whatever serves it: refused, or (without
-    ``refuse``) served on the fastest, which holds up the requests behind it the least."""
+    """What becomes of a request late whatever serves it: refused, or served on the fastest."""
     return AdmissionVerdict(rules_late_verdict(admission.refuse, admission.degrade))
 
 

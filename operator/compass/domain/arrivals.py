@@ -184,8 +184,7 @@ class Scenario:
         return assigned
 
     def member_draws(self) -> FloatArray:
-        """Each request's uniform draw in [0, 1) for a weighted pick of its member (the
-        gateway's per request): seeded, the same every time."""
+        """Each request's seeded uniform draw for the gateway's weighted pick of its member."""
         # The fourth child of the scenario's seed: the first three keep theirs.
         rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(4)[3])
         draws: FloatArray = rng.uniform(0, 1, self.requests)

@@ -287,16 +287,14 @@ def joint_options(
 def static_schedule(
     arrival_s: float, free_s: float, fastest_s: float, servers: int = 1
 ) -> tuple[float, float]:
-    """(start, free again) of a request at ``arrival_s`` were every request served on the fastest
-    (``fastest_s`` over ``servers``) from a queue free at ``free_s``: static fastest's schedule."""
+    """(start, free again) of a request at ``arrival_s`` on static fastest's schedule."""
     if servers < 1:
         raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
     return followers.static_schedule(arrival_s, free_s, fastest_s / servers)
 
 
 def lag_spare_ms(finish_ms: float, static_finish_ms: float, cap_ms: float) -> float:
-    """The extra time that leaves a request ending (at its fastest, ``finish_ms``) at most
-    ``cap_ms`` behind static fastest's schedule (``static_finish_ms``): a clump behind it pays it."""
+    """The extra time leaving a request at most ``cap_ms`` behind static fastest's schedule."""
     return followers.lag_room_ms(cap_ms, finish_ms - static_finish_ms)
 
 
@@ -389,8 +387,7 @@ def stage_plan(
     admission_quantile: float = 0.5,
     components: Sequence[StageComponents] | None = None,
 ) -> StagePlan:
-    """The plan for these profiles: each configuration's time at ``quantile`` split over the
-    stages by ``stage_shares``."""
+    """The plan for these profiles: each one's time at ``quantile`` split by ``stage_shares``."""
     for field, value in (("quantile", quantile), ("admission_quantile", admission_quantile)):
         if not 0 < value < 1:
             raise BindingError(field, f"{value!r} is not in (0, 1)", "give e.g. 0.5")

@@ -65,8 +65,7 @@ class RateView(StrEnum):
 
 @dataclass(frozen=True)
 class BindingRule:
-    """How the routers bind each request: the stages, the prediction's quantile, admission's
-    refusal, the followers they see, the lag cap."""
+    """How the routers bind each request."""
 
     # The parameters each stage binds, in the order a request reaches them, and roughly what
     # share of a configuration's time each takes (``compass.domain.binding.fit_stage_times``).

@@ -73,8 +73,7 @@ class CurvePoint:
 
     @property
     def saturated(self) -> bool:
-        """Whether the pod fell behind the offered rate: it served less than was offered, or
-        its latency was still growing at the end of the run (no steady state to read)."""
+        """Whether the pod fell behind: it served less than offered, or its latency kept growing."""
         return self.growing or self.throughput_qps < SATURATED_SHARE * self.offered_qps
 
     def latency_at(self, percentile: float) -> float:
@@ -203,8 +202,7 @@ class CapacityCurve:
         return [p for p in self.points if not p.saturated and p.offered_qps < ceiling]
 
     def holding_ms(self) -> float:
-        """How long a request holds a router instance when all are busy (Little: servers / the
-        drain rate; an upper bound when the curve never saturated)."""
+        """How long a request holds a router instance when all are busy (Little's law)."""
         return self.servers / self.saturation_qps * 1000
 
     def max_rate(self, budget_ms: float, percentile: float, idle_ms: float) -> float:
@@ -381,8 +379,7 @@ def climb_ladder(
 
 
 def _steepness(low: CurvePoint, high: CurvePoint, readable: bool) -> float:
-    """How much the p95 rises across a gap, as a ratio (an end the planner does not read,
-    saturated or too near it, counts as steep)."""
+    """How much the p95 rises across a gap (an end the planner does not read counts as steep)."""
     if not readable:
         return math.inf
     return high.latency_at(95.0) / low.latency_at(95.0)

@@ -31,9 +31,8 @@ LEAVE_WINDOWS_S = (1.0, 2.0, 5.0)
 # with that one: a false leave is rarer than hourly, a 5x burst shows in 1-2 s.
 LEAVE_CONFIDENCE = 0.8
 ENTER_CONFIDENCE = 0.7
-# The adaptive rate evidence: windows tried, shortest first, and the significance at which an
-# older stretch is judged to differ from the newer one: a rise is believed sooner than a fall
-# (the same asymmetry as the hysteresis: fast to degrade, slow to recover).
+# The adaptive rate evidence (steady_window): a rise is believed sooner than a fall, the same
+# asymmetry as the hysteresis.
 STEADY_WINDOWS_S = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 RISE_SIGNIFICANCE = 0.05
 FALL_SIGNIFICANCE = 0.01
@@ -41,10 +40,8 @@ FALL_SIGNIFICANCE = 0.01
 MAX_HISTORY_S = 600.0
 # The longest burst memory a policy may ask for (its looks stay well within the history).
 MAX_BURST_MEMORY_S = 300.0
-# The settings' bounds. A cooldown past the history could never be proven; an exponent past 8
-# already makes the cooldown of a configuration twice as slow as the fastest 256 times the base
-# (and raising a slowdown of up to 1e9 to it stays finite); past an hour a metric is no reading
-# of now, and a decision an hour apart is no serving policy.
+# The settings' bounds: a cooldown past the history could never be proven, an exponent of 8
+# already makes twice as slow 256 times the base, and past an hour a metric is no reading of now.
 MAX_COOLDOWN_S = MAX_HISTORY_S
 MAX_COOLDOWN_EXPONENT = 8.0
 MAX_STALE_AFTER_S = 3600.0
@@ -131,8 +128,7 @@ def _leave_rate(samples: Sequence[tuple[float, float]], now: float, pods: int) -
 def _arrivals_in(
     samples: Sequence[tuple[float, float]], now: float, window_s: float
 ) -> tuple[float, float] | None:
-    """(arrivals, seconds) over the last ``window_s``, from the latest sample at or before its
-    start; None when the samples do not reach back that far."""
+    """(arrivals, seconds) over the last ``window_s``; None where the samples do not reach."""
     # Samples are in time order: a binary search, as every look reads several windows.
     before = bisect_right(samples, now - window_s + 1e-9, key=lambda sample: sample[0])
     if before == 0:
@@ -185,8 +181,7 @@ class Elastico:
         return self.plan.eligible[0]
 
     def cooldown_s(self, index: int) -> float:
-        """How long the entry condition of configuration ``index`` must hold before entering:
-        the downscale cooldown times (its mean service time / the fastest's) ** exponent."""
+        """How long ``index``'s entry condition must hold: the cooldown x slowdown ** exponent."""
         fastest = self.plan.thresholds[self.fastest].profile.mean_ms
         slowdown = max(1.0, self.plan.thresholds[index].profile.mean_ms / fastest)
         base = self.settings.downscale_cooldown_s
@@ -219,7 +214,8 @@ class Elastico:
             return self._hold(state, active, "paused")
         if observation is None or now - observation.time > self.settings.stale_after_s:
             return self._metrics_lost(state, active, observation, now)
-        state = replace(self._record(state, observation), observed_at=observation.time)
+        keep = min(self._longest_window(), MAX_HISTORY_S)
+        state = replace(record_arrivals(state, observation, keep), observed_at=observation.time)
         depth = observation.queue_depth
         rate, window_rate = self._rates(state, observation)
         if not self._can_stay(active, depth, rate) and not (
@@ -251,10 +247,6 @@ class Elastico:
         return self._hold(state, active, f"metrics {what}: hold")
 
     # ------------------------------------------------------------------ evidence
-
-    def _record(self, state: PolicyState, observation: Observation) -> PolicyState:
-        """Add the arrivals counter sample, keeping what the longest window needs."""
-        return record_arrivals(state, observation, min(self._longest_window(), MAX_HISTORY_S))
 
     def _longest_window(self) -> float:
         adaptive = STEADY_WINDOWS_S if self.settings.adaptive_rate else ()
@@ -297,8 +289,7 @@ class Elastico:
         return rate_upper_bound(count * pods, seconds, ENTER_CONFIDENCE) / pods
 
     def _peak_rate(self, state: PolicyState, observation: Observation) -> float:
-        """The highest leave rate (per pod) of any look within the burst memory: what the
-        policy would have left a configuration on (0 without a memory or a counter)."""
+        """The highest leave rate (per pod) of any look within the burst memory (else 0)."""
         memory = self.settings.burst_memory_s
         if memory <= 0 or observation.arrivals_total is None:
             return 0.0
@@ -336,18 +327,15 @@ class Elastico:
             return threshold.stay_max_queue is not None and depth <= threshold.stay_max_queue // 2
         return threshold.can_stay(depth, rate)
 
-    def _short_queue(self, index: int, depth: float) -> bool:
-        """The queue within half the configuration's entry limit (an overload's headroom)."""
-        limit = self.plan.thresholds[index].enter_max_queue
-        return limit is not None and depth <= limit // 2
-
     def _entry_holds(self, index: int, depth: float, rate: float | None) -> bool:
         """The entry condition at one observation during the cooldown."""
-        if self.plan.thresholds[index].can_enter(depth, rate):
+        threshold = self.plan.thresholds[index]
+        if threshold.can_enter(depth, rate):
             return True
-        # A queue peer of the fastest that keeps its queue short gathers evidence whatever the
+        # A queue peer of the fastest within half its entry queue gathers evidence whatever the
         # short windows show: the rate is judged at the end, over the whole cooldown window.
-        return self._queue_peer(index) and self._short_queue(index, depth)
+        limit = threshold.enter_max_queue
+        return self._queue_peer(index) and limit is not None and depth <= limit // 2
 
     # ------------------------------------------------------------------ moves
 
@@ -404,16 +392,13 @@ class Elastico:
                 break
             if self._lowest_level_since(state.entry_levels, now - cooldown) < index:
                 break
-            # And the arrivals over its whole cooldown window fit its limit too (in an
-            # overload that the recent arrivals show, a queue peer of the fastest is judged on
-            # the queue alone: the whole window's rate would only repeat it).
+            # And the arrivals over its whole cooldown fit its limit (in an overload a queue
+            # peer of the fastest is judged on the queue alone).
             overload_peer = self._overloaded(rate) and self._queue_peer(index)
             threshold = self.plan.thresholds[index]
             if not overload_peer and not threshold.can_enter(depth, window_rate(cooldown)):
                 break
-            # Nor while a burst it could not have stayed through is remembered: bursts that
-            # come back would catch it, and the queue one builds before the next look outlasts
-            # the switch.
+            # Nor while a burst it could not have stayed through is remembered (it may return).
             if threshold.stay_max_qps is not None and peak() > threshold.stay_max_qps:
                 break
             target = index

@@ -74,8 +74,7 @@ class Dealing(StrEnum):
 
 
 def drawn_member(mix: Mix, draw: float) -> int:
-    """The member a request with uniform ``draw`` in [0, 1) is sent to under a weighted draw:
-    the blend below its weight, else the base (a member of share 0 is never drawn)."""
+    """The member a request with uniform ``draw`` goes to: the blend below its weight, else base."""
     if not 0.0 <= draw < 1.0:
         raise ValueError(f"draw {draw!r} is not in [0, 1): give a uniform draw")
     return mix.blend if mix.blend is not None and draw < mix.weight else mix.base
@@ -103,8 +102,7 @@ def accuracy_hull(front: Sequence[LatencyProfile]) -> tuple[int, ...]:
 
 
 def hull_mixes(hull: Sequence[int]) -> list[Mix]:
-    """Every mix of neighbours along the hull in weight steps, fastest first: the positions a
-    strategy that moves along the whole front chooses between."""
+    """Every mix of neighbours along the hull in weight steps, fastest first."""
     return [Mix(hull[0])] + [
         Mix(base, blend, step / WEIGHT_STEPS)
         for base, blend in itertools.pairwise(hull)

@@ -80,8 +80,7 @@ def hindsight_oracle(
     window_s: float = DEFAULT_WINDOW_S,
     late_after_s: float | None = None,
 ) -> OracleReport:
-    """The oracle's run over the scenario (see the module docstring); ``late_after_s``: on
-    pods with a late-last queue (``PodModel.late_after_s``), static fastest's included."""
+    """The oracle's run over the scenario; ``late_after_s``: on pods with a late-last queue."""
     _check_window(window_s)
     real = _Draw.of(front, scenario, pods, window_s)
     late = math.inf if late_after_s is None else late_after_s
@@ -123,8 +122,7 @@ class _Draw:
         window_s: float,
         count: int | None = None,
     ) -> _Draw:
-        """The scenario's arrivals, every member's service times and pods, in ``count`` windows
-        (None: up to the last arrival's)."""
+        """The scenario's arrivals, service times and pods in ``count`` windows (None: all)."""
         arrivals = scenario.arrivals_s
         window_of = np.floor(arrivals / window_s).astype(np.int64)
         if count is None:
@@ -255,8 +253,7 @@ def known_load_oracle(
     worlds: int = KNOWN_LOAD_WORLDS,
     degrade_after: float | None = None,
 ) -> OracleReport:
-    """What knowing the load ahead, not the arrivals, wins over the scenario (see the module
-    docstring); ``degrade_after``: served with the dispatch-time degrade (None: as routed)."""
+    """What knowing the load ahead, not the arrivals, wins (``degrade_after``: with the degrade)."""
     pattern = scenario.pattern
     if pattern.kind is PatternKind.TRACE:
         raise SimulationError(

@@ -163,8 +163,7 @@ def _sum_tail(mean: float, tail: float, services: float) -> float:
 
 @dataclass(frozen=True)
 class _Capacity:
-    """How fast a pod serving one member (or mix) drains its queue (holding times per instance
-    once busy), and ``rate_limit``: budget (ms) to the highest rate meeting it (None: paper model)."""
+    """How fast a pod serving one member (or mix) drains its queue, and its rate limit."""
 
     holding_mean_ms: float
     holding_tail_ms: float
@@ -511,8 +510,7 @@ def _quantile_ms(service: _Service, percentile: float) -> float:
 
 @dataclass(frozen=True)
 class MixPlan:
-    """The mixes of neighbouring eligible members on the weight grid, as a plan of their own
-    (one member per mix, fastest first; ``mixes[i]``: what member i routes, in the original plan)."""
+    """The mixes of neighbouring eligible members on the weight grid, as a plan of their own."""
 
     base: Plan
     plan: Plan

@@ -34,8 +34,7 @@ class Observation:
 
 @dataclass(frozen=True)
 class Decision:
-    """The configuration to serve from now on, and why; a split also names ``blend``, serving a
-    share ``weight`` of the requests."""
+    """The configuration to serve from now on, and why (a split: ``blend`` at ``weight``)."""
 
     target: str
     index: int

@@ -482,8 +482,7 @@ class Predictive:
     def _metrics_lost(
         self, state: PolicyState, current: Mix, observation: Observation | None, now: float
     ) -> tuple[Decision, PolicyState]:
-        """Hold while the newest sample seen is within stale_after_s (a failed read or two is a
-        blip), then do what on_metrics_loss says."""
+        """Hold while the newest sample seen is within stale_after_s, then on_metrics_loss."""
         what = "missing" if observation is None else f"stale ({now - observation.time:.1f} s)"
         since = state.active_since if state.observed_at is None else state.observed_at
         seen = [since, None if observation is None else observation.time]

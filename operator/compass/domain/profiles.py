@@ -200,16 +200,14 @@ class LatencyProfile:
         return float(self.distribution.quantile(percentile / 100))
 
     def busy_holding_ms(self, servers: int) -> float | None:
-        """How long a request holds one of ``servers`` router instances once the pod is busy,
-        from a saturated capacity curve measured at that many (None without one)."""
+        """How long a request holds one of ``servers`` busy instances (a saturated curve's)."""
         curve = self.capacity
         if curve is None or curve.servers != servers or not curve.saturated:
             return None
         return curve.holding_ms()
 
     def busy_stretch(self, servers: int) -> float:
-        """How many times its own time a request holds one of ``servers`` instances once the
-        pod is busy (the curve's holding time over the mean; 1 without a saturated curve)."""
+        """How many times its own time a request holds one of ``servers`` busy instances."""
         return max(1.0, (self.busy_holding_ms(servers) or self.mean_ms) / self.mean_ms)
 
     def slot_stretch(self, slots: int) -> float:
@@ -283,8 +281,7 @@ def _number(
     positive: bool,
     time: bool = True,
 ) -> float | None:
-    """A finite number from a profile entry, checked for sign and, for a time in ms, for its
-    range; None when absent and optional."""
+    """A finite number from a profile entry, its sign and time range checked; None if absent."""
     if entry.get(field) is None:
         if required:
             raise ProfileError(f"{where}.{field}", "missing", "every profile needs it")
@@ -394,8 +391,7 @@ def parse_profile(entry: object, where: str) -> LatencyProfile:
 def _first_response_times(
     entry: Mapping[str, Any], where: str, mean: float, p95: float
 ) -> dict[str, float | None]:
-    """A profile's optional ttft_*_ms, checked: each within the whole request's time (the
-    first token comes before the last), the p50 not above the p95."""
+    """A profile's optional ttft_*_ms, each checked against the whole request's time."""
     found = {
         stat: _number(entry, field, where, required=False, positive=True)
         for stat, field in TTFT_FIELDS.items()
@@ -478,8 +474,7 @@ MAX_SHOWN = 64
 
 
 def shown(text: str) -> str:
-    """``text`` as a status shows it: cut past MAX_SHOWN, with 8 hex digits of its SHA-256 (so
-    that two long names still differ)."""
+    """``text`` cut past MAX_SHOWN, with 8 hex digits of its SHA-256 (two long names differ)."""
     if len(text) <= MAX_SHOWN:
         return text
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]

@@ -385,16 +385,14 @@ class _Search:
         return chosen
 
     def climb_from(self, starts: list[int]) -> None:
-        """Climb from the best seeds, a batch of climbs side by side, until one finds
-        feasibility."""
+        """Climb from the best seeds, a batch at a time, until one finds feasibility."""
         for first in range(0, len(starts), self.settings.batch):
             if self.feasible_count:
                 return
             self.climb(starts[first : first + self.settings.batch])
 
     def climb(self, starts: list[int]) -> None:
-        """Hill-climb from each start towards feasibility, in lock step: each round evaluates every
-        live climb's favoured neighbour, then each moves (or stops) on what it learnt."""
+        """Hill-climb from each start towards feasibility, the climbs in lock step."""
         current = list(starts)
         visited = [{c} for c in current]
         live = [not self.assessed[c].feasible for c in current]
@@ -448,8 +446,7 @@ class _Search:
         return np.asarray(steps @ gradient)
 
     def expand(self, start: Iterable[int]) -> None:
-        """Evaluate every step neighbour of every feasible configuration reachable from ``start``, in
-        one round whose set is the closure whatever order verdicts come in."""
+        """Evaluate the step neighbours of every feasible configuration reachable from ``start``."""
         steps = [n for index in start for n in self.space.step_neighbours(index)]
         self.assess_round(dict.fromkeys(steps), follow=self._feasible_steps)
 
@@ -570,8 +567,7 @@ def search(
     progress: Callable[[Progress], None] | None = None,
     runner: ChunkRunner | None = None,
 ) -> SearchOutcome:
-    """Run a search over ``space`` of ``population`` samples; whichever ``runner`` evaluates the
-    chunks (default: one at a time through ``evaluator``), the outcome is the same."""
+    """Run a search; whichever ``runner`` evaluates the chunks, the outcome is the same."""
     run = _Search(space, evaluator, population, settings, progress, runner)
     if settings.method is SearchMethod.GRID:
         return run.grid()

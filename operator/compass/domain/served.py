@@ -18,8 +18,7 @@ MAX_SHOWN = 8
 
 @dataclass(frozen=True)
 class StreamCounts:
-    """A decoupled router's streams answered and their times from take-up, summed (s): to the
-    first streamed response, to the end; counters since the routers started, or over a window."""
+    """A decoupled router's streams answered and their summed times to first response and end."""
 
     streams: float = 0.0
     first_s: float = 0.0
@@ -80,8 +79,7 @@ class RouterCounters:
 
 @dataclass
 class CounterHistory:
-    """One pod's router counters sampled over time (at most one sample every SAMPLE_EVERY_S,
-    kept for the longest window asked), to tell what they counted over a recent window."""
+    """One pod's router counters sampled over time, to tell what they counted over a window."""
 
     keep_s: float = SERVED_WINDOW_S
     samples: list[tuple[float, RouterCounters]] = field(default_factory=list)
@@ -178,8 +176,7 @@ def served_view(
     known: Mapping[str, tuple[str, float]],
     shown: int = MAX_SHOWN,
 ) -> ServedView:
-    """The view of ``counts``: ``known`` gives each configuration's name and accuracy by
-    canonical key (the plan's front); another is named by its values, accuracy unknown."""
+    """The view of ``counts``, named and weighed by ``known`` (the plan's front) by key."""
     total = counts.answered
     shares = []
     weighted = weight = 0.0
@@ -201,8 +198,7 @@ def served_view(
 
 
 def _name_of(key: str) -> str:
-    """A configuration's short name from its canonical key (values joined by '/'); a key that
-    is not one (the routers' "other", an empty configuration) as it is."""
+    """A configuration's short name from its canonical key (one that is not, as it is)."""
     try:
         config = json.loads(key)
     except ValueError:

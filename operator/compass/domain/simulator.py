@@ -189,8 +189,7 @@ class RunReport:
 
     @property
     def compliance(self) -> float:
-        """Percentage of requests served within the SLO (a dropped request is a miss; 100 when
-        there were none)."""
+        """Percentage of requests served within the SLO (dropped ones miss; 100 with none)."""
         if not self.requests:
             return 100.0
         return float(np.mean((self.latencies_ms <= self.slo_ms) & ~self.dropped) * 100)
@@ -281,8 +280,7 @@ def simulate(
 
 
 class _Run:
-    """One policy's run over one scenario, tick by tick (``simulate``): the pods, the switches
-    decided and in force, and what the policy saw."""
+    """One policy's run over one scenario, tick by tick (``simulate``)."""
 
     def __init__(
         self,
@@ -416,8 +414,7 @@ class _Run:
         return current[1].pick()
 
     def dispatch(self, rule: Admission, waited_s: float, config: int) -> int:
-        """Admission at dispatch by ``rule``: the member that serves a request routed to
-        ``config``, or DROPPED."""
+        """Admission at dispatch: the member serving a request routed to ``config``, or DROPPED."""
         left_ms = rule.slo_ms - waited_s * 1000
         verdict = judge_at_dispatch(rule, left_ms, self.own_ms[config], self.own_ms[0])
         return {AdmissionVerdict.SERVE: config, AdmissionVerdict.FASTEST: 0}.get(verdict, DROPPED)
@@ -439,8 +436,7 @@ class _Run:
         return judge(rule, grid, fastest, queued, busy_ms, self.pod_model.servers)
 
     def serve(self) -> None:
-        """Tick until every request has started and the pattern is over (or the horizon), then
-        drain the pods."""
+        """Tick until every request has started and the pattern is over, then drain the pods."""
         tick = 0
         now = 0.0
         while True:
@@ -490,8 +486,7 @@ class _Run:
             self.next_scrape += 1
 
     def decide(self, now: float, tick: int) -> None:
-        """Ask the policy at ``now``, as the operator would, and record what it saw (nothing
-        where the routers bind every request)."""
+        """Ask the policy at ``now``, as the operator would, and record what it saw."""
         if self.controller is None:
             return
         arrivals, rate_window_s, names = self.arrivals, self.rate_window_s, self.names

@@ -360,8 +360,7 @@ class Space:
         self._codes: IntArray = self.rows @ self._radix
 
     def _take_rules(self, spec: SpaceSpec) -> tuple[int, ...]:
-        """The spec's parameters, constraints and value lookups; its shape (values per
-        parameter), refused past MAX_SPACE_SIZE combinations."""
+        """Take the spec's parameters, constraints and lookups; its shape, within the limit."""
         self.spec = spec
         self.parameters: tuple[ParameterSpec, ...] = tuple(spec.parameters)
         self.names: tuple[str, ...] = tuple(p.name for p in self.parameters)
@@ -543,8 +542,7 @@ class Space:
         return self._variants(index, steps_only=False)
 
     def step_neighbours(self, index: int) -> list[int]:
-        """Valid configurations one step away in one parameter: the adjacent value of a number,
-        any other value of a category (categories have no order to step along)."""
+        """Valid configurations one step away in one parameter (any other value of a category)."""
         return self._variants(index, steps_only=True)
 
     def _variants(self, index: int, steps_only: bool) -> list[int]:

@@ -131,8 +131,7 @@ class StoppingRule:
         return max(1, sum(1 for b in self._points if b < self.population))
 
     def look(self, scores: Sequence[float] | FloatArray) -> tuple[FeasibilityVerdict, int | None]:
-        """The verdict after these scores and, while undecided, the sample count to look at
-        next: ``judge`` and ``next_look`` at once, betting's capital computed once."""
+        """The verdict after these scores and, while undecided, the next look (one capital)."""
         x = np.asarray(scores, dtype=np.float64)
         capital = self._capital(x)
         verdict = self._verdict(x, capital)
@@ -160,8 +159,7 @@ class StoppingRule:
         return next((b for b in self._points if b >= floor), self.last_look)
 
     def next_look(self, scores: Sequence[float] | FloatArray) -> int | None:
-        """The first point of the schedule at which these scores and more could reach a verdict
-        (betting skips points where none could; Wilson's looks are fixed)."""
+        """The first scheduled point at which these scores and more could reach a verdict."""
         x = np.asarray(scores, dtype=np.float64)
         return self._next_look(x, self._capital(x))
 
@@ -381,8 +379,7 @@ def _betting_paths(x: FloatArray, tau: float, population: int) -> tuple[FloatArr
 def _bet_terms(
     x: FloatArray, tau: float, population: int, remaining: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
-    """Each draw's log growth of the up and down bets (``remaining``: the unseen count before
-    each draw), shared by the verdicts' sums and the guesses' running sums."""
+    """Each draw's log growth of the up and down bets (``remaining``: unseen before each)."""
     i = np.arange(1, len(x) + 1, dtype=np.float64)
     before = np.concatenate(([0.0], np.cumsum(x)[:-1]))
     c = np.clip((population * tau - before) / remaining, 1e-12, 1 - 1e-12)

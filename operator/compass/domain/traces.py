@@ -133,8 +133,7 @@ def window_pattern(
     fastest_mean_ms: float,
     servers: int = 1,
 ) -> LoadPattern:
-    """The window as the simulator's trace pattern, stretched to ``utilisation`` of what the
-    front's fastest member serves on ``servers`` pods (one request at a time each)."""
+    """The window as a trace pattern, stretched to ``utilisation`` of the fastest on ``servers``."""
     capacity = servers * 1000.0 / _positive("fastest_mean_ms", fastest_mean_ms, "100")
     stretched = stretch_window(arrivals_s, window, utilisation, capacity)
     return make_pattern(PatternKind.TRACE, 1, 1, trace_s=stretched.arrivals_s.tolist())
