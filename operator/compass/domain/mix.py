@@ -9,7 +9,6 @@ the SLO see). llm-d's endpoint picker draws, though (``Dealing.DRAW``): the simu
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -51,12 +50,6 @@ class Mix:
         if self.blend is None:
             return float(self.base)
         return self.base + self.weight * (self.blend - self.base)
-
-    @staticmethod
-    def at(position: float) -> Mix:
-        """The mix of neighbours base and base + 1 at a position on the front."""
-        base = math.floor(position + 1e-9)
-        return Mix(base, base + 1, position - base)
 
 
 def mix_weighting(mix: Mix) -> SmoothWeighting[int]:

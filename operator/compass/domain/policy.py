@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -43,6 +44,12 @@ class Decision:
     blend: str | None = None
     blend_index: int | None = None
     weight: float = 0.0
+
+    @staticmethod
+    def routing(mix: Mix, names: Sequence[str], action: Action, reason: str) -> Decision:
+        """The decision to route ``mix`` of the front named ``names``."""
+        blend = None if mix.blend is None else names[mix.blend]
+        return Decision(names[mix.base], mix.base, action, reason, blend, mix.blend, mix.weight)
 
     @property
     def switched(self) -> bool:

@@ -515,15 +515,7 @@ class Predictive:
         else:
             faster = target.position < current.position
             action = Action.FASTER if faster else Action.MORE_ACCURATE
-        decision = Decision(
-            names[target.base],
-            target.base,
-            action,
-            reason,
-            blend=blend,
-            blend_index=target.blend,
-            weight=target.weight,
-        )
+        decision = Decision.routing(target, names, action, reason)
         if action is Action.HOLD:
             return decision, state
         return decision, replace(

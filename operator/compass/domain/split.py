@@ -40,17 +40,7 @@ class Split:
         """The mix to serve after this observation, and the policy's new state."""
         decision, inner = self.inner.decide(observation, self._inner(state), now)
         mix = self.mixes.mixes[decision.index]
-        names = self.plan.names
-        blend = None if mix.blend is None else names[mix.blend]
-        routed = Decision(
-            names[mix.base],
-            mix.base,
-            decision.action,
-            decision.reason,
-            blend=blend,
-            blend_index=mix.blend,
-            weight=mix.weight,
-        )
+        routed = Decision.routing(mix, self.plan.names, decision.action, decision.reason)
         return routed, self._outer(inner)
 
     def _inner(self, state: PolicyState) -> PolicyState:
