@@ -171,11 +171,7 @@ class ServedView:
     stream_mean_s: float | None = None
 
 
-def served_view(
-    counts: ServedCounts,
-    known: Mapping[str, tuple[str, float]],
-    shown: int = MAX_SHOWN,
-) -> ServedView:
+def served_view(counts: ServedCounts, known: Mapping[str, tuple[str, float]]) -> ServedView:
     """The view of ``counts``, named and weighed by ``known`` (the plan's front) by key."""
     total = counts.answered
     shares = []
@@ -191,7 +187,7 @@ def served_view(
         answered=round(total),
         refused=round(counts.refused),
         accuracy=weighted / weight if weight > 0 else None,
-        shares=tuple(shares[:shown]),
+        shares=tuple(shares[:MAX_SHOWN]),
         ttft_mean_s=None if counts.streams is None else counts.streams.mean_first_s,
         stream_mean_s=None if counts.streams is None else counts.streams.mean_end_s,
     )

@@ -42,16 +42,6 @@ class TraceWindow:
     length_s: float
 
 
-@dataclass(frozen=True)
-class StretchedWindow:
-    """A window's arrivals after stretching, from 0, and what the stretch did."""
-
-    window: TraceWindow
-    arrivals_s: FloatArray
-    factor: float
-    duration_s: float
-
-
 def _positive(field: str, value: float, example: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TraceError(field, f"{value!r} is not a number", f"give e.g. {example}")
@@ -102,28 +92,21 @@ def cut_window(arrivals_s: npt.ArrayLike, window: TraceWindow) -> FloatArray:
     return shifted
 
 
-def stretch_factor(
-    arrivals: int, length_s: float, utilisation: float, capacity_qps: float
-) -> float:
-    """``(arrivals / length_s) / (utilisation x capacity_qps)``: what every gap is multiplied by."""
+def stretch_window(
+    arrivals_s: npt.ArrayLike, window: TraceWindow, utilisation: float, capacity_qps: float
+) -> FloatArray:
+    """The window cut from these offsets, every gap stretched by one factor so that its mean rate
+    is ``utilisation x capacity_qps``."""
+    shifted = cut_window(arrivals_s, window)
     _positive("utilisation", utilisation, "0.7")
     _positive("capacity_qps", capacity_qps, "4.0")
-    _positive("length_s", length_s, "600")
-    if arrivals < 1:
+    if len(shifted) < 1:
         raise TraceError(
             "window", "it holds no arrival, so no stretch gives it a rate", "pick another window"
         )
-    return (arrivals / length_s) / (utilisation * capacity_qps)
-
-
-def stretch_window(
-    arrivals_s: npt.ArrayLike, window: TraceWindow, utilisation: float, capacity_qps: float
-) -> StretchedWindow:
-    """The window cut from these offsets, stretched to mean rate ``utilisation x capacity_qps``."""
-    shifted = cut_window(arrivals_s, window)
-    factor = stretch_factor(len(shifted), window.length_s, utilisation, capacity_qps)
+    factor = (len(shifted) / window.length_s) / (utilisation * capacity_qps)
     stretched: FloatArray = shifted * factor
-    return StretchedWindow(window, stretched, factor, window.length_s * factor)
+    return stretched
 
 
 def window_pattern(
@@ -136,4 +119,4 @@ def window_pattern(
     """The window as a trace pattern, stretched to ``utilisation`` of the fastest on ``servers``."""
     capacity = servers * 1000.0 / _positive("fastest_mean_ms", fastest_mean_ms, "100")
     stretched = stretch_window(arrivals_s, window, utilisation, capacity)
-    return make_pattern(PatternKind.TRACE, 1, 1, trace_s=stretched.arrivals_s.tolist())
+    return make_pattern(PatternKind.TRACE, 1, 1, trace_s=stretched.tolist())
