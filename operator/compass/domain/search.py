@@ -28,27 +28,21 @@ from compass.domain.statistics import TOLERANCE, FeasibilityVerdict, IntervalMet
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-# Prior standard deviation of one parameter value's effect on accuracy: wide, so a value that
-# has never been evaluated stays uncertain (and therefore worth evaluating).
+# Prior sd of one parameter value's effect on accuracy: wide, so an unseen value stays uncertain.
 EFFECT_PRIOR_SD = 0.5
-# Interactions between two parameters' values are usually smaller than main effects, but not
-# always: a feasible region that exists only where two parameters take particular values (a
-# second, disconnected region) is an interaction as large as a main effect. At 0.1 the model
-# was sure an unseen pair of values could not lift accuracy to tau and stopped without it.
+# A second, disconnected feasible region is an interaction as large as a main effect: at 0.1
+# the model was sure an unseen pair of values could not reach tau and stopped without it.
 INTERACTION_PRIOR_SD = 0.3
 # Floor on the model's residual standard deviation: a perfect fit on few points is luck.
 MIN_RESIDUAL_SD = 0.01
 # The search holds one permutation of the dataset's indices (8 bytes each): 80 MB at most.
 MAX_DATASET_SIZE = 10_000_000
-# Configurations a round of the completion phase evaluates at once (and climbs it runs side by
-# side): given, never derived from the concurrency, so the answer does not depend on it; 1 is the
-# one-at-a-time search (a larger batch evaluates more: docs/method.md, "Concurrent evaluation").
+# Configurations a completion round evaluates at once: given, never derived from the concurrency,
+# so the answer does not depend on it (docs/method.md, "Concurrent evaluation").
 DEFAULT_BATCH = 1
-# How far past its next look a configuration's likely verdict is sought (ChunkRunner.expect):
-# deep enough to keep a round's last configurations' streams full, and a guess past that.
+# How far past its next look a likely verdict is sought (ChunkRunner.expect).
 EXPECT_HORIZON = 256
-# The most evaluations one search keeps in flight: a thread each, and a typo of 10000 should
-# not start ten thousand threads.
+# The most evaluations one search keeps in flight (a thread each).
 MAX_CONCURRENCY = 1024
 # A round larger than this is a grid in all but name.
 MAX_BATCH = 1024
@@ -344,11 +338,8 @@ class _Search:
                     f"the model expects {expected:.3f} feasible configurations among the "
                     f"{len(candidates)} never evaluated (below {self.rule.alpha_accept:g})"
                 )
-            # Explore by the upper bound, not by the chance of feasibility: a region the model
-            # knows little about (wide sd) is looked at before it is written off. Ordering by
-            # chance alone missed a second feasible region that only a three-way effect makes.
-            # A round takes the batch's highest bounds (stable: ties go to the lower index),
-            # and expands every feasible one among them in the same round.
+            # By the upper bound, not the chance of feasibility: a region the model knows little
+            # about is looked at before it is written off (chance alone missed a second region).
             upper = mean + self.exploration_z * sd
             ranked = np.argsort(-upper, kind="stable")[: self.settings.batch]
             self.assess_round((int(candidates[i]) for i in ranked), follow=self._feasible_steps)
@@ -407,8 +398,7 @@ class _Search:
                     n for n, g in zip(neighbours, gain, strict=True) if n not in self.assessed
                 ]
                 if untried:
-                    # Evaluate the neighbour the gradient favours, in whichever direction it
-                    # points.
+                    # The neighbour the gradient favours, in whichever direction it points.
                     wanted.append(max(untried, key=lambda n: gain[neighbours.index(n)]))
             self.assess_round(dict.fromkeys(wanted))
             for k, position in enumerate(current):
@@ -426,8 +416,7 @@ class _Search:
                 visited[k].add(best)
                 live[k] = not self.assessed[best].feasible
             if self.feasible_count:
-                # As the sequential climber does: the first feasible configuration ends the
-                # climbing, and expansion takes over from it.
+                # As the sequential climber: the first feasible one hands over to expansion.
                 return
 
     def predicted_gain(self, current: int, candidates: list[int]) -> FloatArray:

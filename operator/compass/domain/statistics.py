@@ -1,7 +1,8 @@
 """Early stopping: decide from a prefix of a configuration's scores whether it reaches tau.
 
 A prefix of one seeded order without replacement is a simple random sample. Exact bounds first,
-then betting (anytime-valid) or Wilson over fixed looks, at the last budget the point estimate.
+then betting (the default of SearchSettings.interval; anytime-valid) or Wilson over fixed looks,
+at the last budget the point estimate.
 Why: docs/method.md, "Early stopping".
 """
 
@@ -138,11 +139,6 @@ class StoppingRule:
         if verdict is not FeasibilityVerdict.UNDECIDED:
             return verdict, None
         return verdict, self._next_look(x, capital)
-
-    def judge(self, scores: Sequence[float] | FloatArray) -> FeasibilityVerdict:
-        """The verdict after seeing these scores, in draw order (len(scores) is the budget)."""
-        x = np.asarray(scores, dtype=np.float64)
-        return self._verdict(x, self._capital(x))
 
     def next_budget(self, seen: int) -> int | None:
         """The next point of the schedule above what was seen, or None when it is spent."""
