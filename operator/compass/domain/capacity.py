@@ -23,28 +23,22 @@ FloatArray = npt.NDArray[np.float64]
 
 # A curve is measured in at most this many rates (the profiler's cost bound; the CRD's too).
 MAX_CURVE_POINTS = 16
-# The range of a measured service time, in ms: a microsecond to an hour. Past either end the
-# numbers are a unit mistake, and the planner's arithmetic (the queue a mean of 1e-300 ms drains,
-# exp of rate x time for 2**63 ms) loses its precision or overflows.
+# The range of a measured service time, in ms: past either end a unit mistake, and the planner's
+# arithmetic loses its precision or overflows.
 MIN_LATENCY_MS = 0.001
 MAX_LATENCY_MS = 3_600_000.0
-# The ladder's first rate, as a fraction of one server's capacity (1 / mean service time).
+# The ladder (next_rate): its first rate as a fraction of one server's capacity, each rung's
+# growth, and the ratio within which it stops filling in.
 LADDER_START = 0.25
-# Each rung offers this much more than the one below until the pod saturates.
 LADDER_GROWTH = 1.5
-# The ladder stops filling in once neighbouring rates are within this ratio.
 LADDER_FINEST = 1.1
-# Below its first rate the ladder fills in down to this fraction of one server's capacity:
-# under it fewer than 5% of a single server's arrivals find it busy, so the p95 is the
-# one-at-a-time one (and a rate's run would take minutes to read a tail).
+# Below this fewer than 5% of one server's arrivals find it busy: the p95 is the idle one.
 LADDER_FLOOR = LADDER_START / 8
-# A rate is past saturation when the pod achieves less than this share of it, or when its
-# latency at the end of the run is this many times that after the warm-up.
+# Saturated: served less than this share of the rate, or the latency at the end of the run this
+# many times that after the warm-up and grown by more than this share of the time between (the
+# queue of a pod 0.25% behind; below it a doubling is a fast configuration's noise).
 SATURATED_SHARE = 0.95
 LATENCY_GROWTH = 2.0
-# ... and the latency grew by more than this share of the time between: the wait a pod that
-# falls 0.25% behind its arrivals piles up. Below it a doubling is noise (a fast
-# configuration's 5 ms reading 12 ms at the end of a run), not a queue.
 QUEUE_GROWTH_FLOOR = 0.0025
 # Rates this close to the measured drain rate are not read for latency (see steady_points).
 NEAR_CAPACITY = 0.97
@@ -52,9 +46,9 @@ NEAR_CAPACITY = 0.97
 MIN_REQUESTS_PER_RATE = 20
 # The share of a rate's requests (the first) whose latencies a point leaves out: the warm-up.
 WARMUP_SHARE = 0.2
-# The latency percentiles a curve point stores (a profile's own levels).
-CURVE_PERCENTILES = (50.0, 95.0, 99.0)
-_FIELDS = {50.0: "latency_p50_ms", 95.0: "latency_p95_ms", 99.0: "latency_p99_ms"}
+# The latency percentiles a curve point stores (a profile's own levels), by JSON field.
+PERCENTILE_FIELDS = {50.0: "latency_p50_ms", 95.0: "latency_p95_ms", 99.0: "latency_p99_ms"}
+CURVE_PERCENTILES = tuple(PERCENTILE_FIELDS)
 
 
 class CapacityError(FieldError):
@@ -94,7 +88,7 @@ class CurvePoint:
             "throughput_qps": self.throughput_qps,
             "latency_mean_ms": self.mean_ms,
         }
-        entry.update({_FIELDS[p]: v for p, v in self.percentiles_ms})
+        entry.update({PERCENTILE_FIELDS[p]: v for p, v in self.percentiles_ms})
         if self.growing:
             entry["growing"] = True
         return entry
@@ -130,10 +124,8 @@ def measure_point(
     steady = int(len(arrivals) * WARMUP_SHARE)
     measured = arrivals[steady:]
     latencies = (finishes[steady:] - measured) * 1000
-    # A queue that grows through the run: its last quarter waits much longer than the quarter
-    # after the warm-up, and longer by what falling behind the arrivals piles up over the time
-    # between them. A finite run at a rate just over capacity serves nearly all of it (the
-    # drain hides in the span), so the throughput alone does not show it.
+    # A queue that grows through the run (a run just over capacity serves nearly all of it,
+    # so the throughput alone does not show it).
     quarter = max(len(latencies) // 4, 1)
     first, last = latencies[:quarter].mean(), latencies[-quarter:].mean()
     elapsed_ms = (measured[-quarter:].mean() - measured[:quarter].mean()) * 1000
@@ -439,12 +431,12 @@ def _parse_point(item: object, where: str) -> CurvePoint:
             )
         return float(value)
 
-    percentiles = tuple((p, number(_FIELDS[p])) for p in CURVE_PERCENTILES)
+    percentiles = tuple((p, number(PERCENTILE_FIELDS[p])) for p in CURVE_PERCENTILES)
     for (low_p, low), (high_p, high) in itertools.pairwise(percentiles):
         if high < low:
             raise CapacityError(
-                f"{where}.{_FIELDS[high_p]}",
-                f"{high:g} is below {_FIELDS[low_p]} {low:g}",
+                f"{where}.{PERCENTILE_FIELDS[high_p]}",
+                f"{high:g} is below {PERCENTILE_FIELDS[low_p]} {low:g}",
                 "percentiles must not decrease",
             )
     growing = item.get("growing", False)

@@ -17,6 +17,7 @@ from scipy.special import ndtri
 from compass.domain.capacity import (
     MAX_LATENCY_MS,
     MIN_LATENCY_MS,
+    PERCENTILE_FIELDS,
     CapacityCurve,
     CapacityError,
     parse_curve,
@@ -27,14 +28,12 @@ from compass.domain.space import config_key
 
 FloatArray = npt.NDArray[np.float64]
 
-# The JSON field of each measured statistic.
+# The JSON fields of the measured statistics (the percentiles': PERCENTILE_FIELDS).
 MEAN_FIELD = "latency_mean_ms"
-PERCENTILE_FIELDS = {50.0: "latency_p50_ms", 95.0: "latency_p95_ms", 99.0: "latency_p99_ms"}
 STD_FIELD = "latency_std_ms"
 # Each component model's mean time (optional; profiling asks the router for it).
 COMPONENT_FIELD = "component_ms"
-# A streaming (decoupled) workflow's time to its first streamed response, ms (optional;
-# profiling records it where the router streams).
+# A streaming workflow's time to its first streamed response, ms (optional).
 TTFT_FIELDS = {"mean": "ttft_mean_ms", "p50": "ttft_p50_ms", "p95": "ttft_p95_ms"}
 MAX_COMPONENTS = 16
 # Bisection steps when matching the standard deviation: 60 halvings reach float precision.
