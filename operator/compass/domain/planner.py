@@ -10,7 +10,7 @@ import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cached_property
 
@@ -127,10 +127,7 @@ def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -
             None,
         )
         if beaten_by is not None:
-            tie = (beaten_by.accuracy, tail[id(beaten_by)]) == (
-                profile.accuracy,
-                tail[id(profile)],
-            )
+            tie = (beaten_by.accuracy, tail[id(beaten_by)]) == (profile.accuracy, tail[id(profile)])
             reason = (
                 f"ties with it on accuracy and p{percentile:g}"
                 if tie
@@ -512,7 +509,6 @@ def _quantile_ms(service: _Service, percentile: float) -> float:
 class MixPlan:
     """The mixes of neighbouring eligible members on the weight grid, as a plan of their own."""
 
-    base: Plan
     plan: Plan
     mixes: tuple[Mix, ...]
 
@@ -535,16 +531,7 @@ def plan_mixes(plan: Plan) -> MixPlan:
             )
     mixes.append(Mix(eligible[-1]))
     thresholds.append(plan.thresholds[eligible[-1]])
-    mixed = Plan(
-        plan.slo,
-        plan.slack_buffer_ms,
-        plan.model,
-        tuple(thresholds),
-        plan.dominated,
-        plan.switch_delay_ms,
-        plan.servers,
-    )
-    return MixPlan(plan, mixed, tuple(mixes))
+    return MixPlan(replace(plan, thresholds=tuple(thresholds)), tuple(mixes))
 
 
 def _mix_threshold(plan: Plan, mix: Mix) -> Threshold:
