@@ -30,14 +30,10 @@ RAG_SIM_STAGE_PARAMS: tuple[tuple[str, ...], ...] = (
     ("generator_model",),
 )
 RAG_SIM_COMPONENTS = ("retriever", "reranker", "generator")
-# rag-sim's components' shares of a configuration's time as deployed (podmodel.RAG_SIM_STAGES,
-# the components' `share` parameters): the split the per-stage fit leans to where the
-# end-to-end profiles leave it open.
+# rag-sim's components' shares as deployed (podmodel.RAG_SIM_STAGES): what the fit leans to.
 RAG_SIM_SHARES = (0.1, 0.2, 0.7)
 # qa-real's pipeline (model-images/qa-real/models/router/1/pipeline.py) reads the retriever,
-# top_k and rerank before it retrieves (how deep to retrieve depends on all three), and the
-# reader only when it reads: two stages, the first calling whichever retrievers (and reranker)
-# its configuration names.
+# top_k and rerank before it retrieves (how deep depends on all three), the reader after.
 QA_REAL_STAGE_PARAMS: tuple[tuple[str, ...], ...] = (
     ("retriever", "top_k", "rerank"),
     ("reader",),
@@ -46,9 +42,8 @@ QA_REAL_COMPONENTS: tuple[tuple[str, ...], ...] = (("bm25", "dense", "reranker")
 # The slow loop allows a front member while the pod's arrival rate is within its planner rate
 # limit x this (bench/serving_sim.py --binding-only: 1.25 wins less, 2 loses compliance).
 RATE_HEADROOM = 1.5
-# Behind the router's gate, a request that finds the pipeline free waits this long before it
-# binds, so that the burst it may lead (reaching the instances over a few ms) is seen and
-# spared; it costs only a request with an idle pipeline, which has the most slack.
+# Behind the gate, a request that finds the pipeline free waits this long before it binds, so
+# that the burst it may lead is seen and spared (it costs only a request with the most slack).
 GATE_SETTLE_MS = 3.0
 # No stage's share of a configuration's time is fitted below this: a stage is never free.
 MIN_STAGE_SHARE = 0.02
@@ -78,11 +73,9 @@ class BindableConfig:
 
     config: Mapping[str, ParamValue]
     accuracy: float
-    # Predicted service time at each stage, ms, in stage order (at the plan's quantile: what
-    # must fit the deadline).
+    # Predicted service time at each stage, ms, at the plan's quantile (what must fit).
     stage_ms: tuple[float, ...]
-    # The same at admission's quantile, for its refusal (None: ``stage_ms``); at the median
-    # (admission's default) it refuses only what is more likely late than not.
+    # The same at admission's quantile, for its refusal (None: ``stage_ms``).
     stage_admit_ms: tuple[float, ...] | None = None
 
     @property
@@ -97,8 +90,7 @@ class StagePlan:
 
     stages: tuple[tuple[str, ...], ...]
     configs: tuple[BindableConfig, ...]
-    # Pipelines the pod runs at once (the routers' gate), and per configuration how many times
-    # its own time a request takes with all of them running (``slot_stretch``; None: 1 each).
+    # Pipelines the pod runs at once (the gate), and each configuration's ``slot_stretch``.
     slots: int = 1
     stretch: tuple[float, ...] | None = None
 
@@ -138,12 +130,6 @@ class StagePlan:
                     where,
                     f"parameters {sorted(entry.config)} are not the stages' {sorted(names)}",
                     "give every configuration a value for each parameter the stages bind",
-                )
-            if len(entry.stage_ms) != len(self.stages):
-                raise BindingError(
-                    f"{where}.stage_ms",
-                    f"{len(entry.stage_ms)} times for {len(self.stages)} stages",
-                    "give one predicted time per stage",
                 )
             for field, times in (
                 ("stage_ms", entry.stage_ms),
