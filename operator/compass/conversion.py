@@ -228,10 +228,7 @@ def binding_rule(
         admission_quantile=spec.admission.quantile,
         max_qps=tuple(c["max_qps"] for c in table["configs"]),
         degrade_after=table["degrade_after"],
-        # The routers poll their own queue (the metrics URL their server gives them); behind
-        # the gate they see each waiter with its deadline and take every request up as it
-        # arrives (the gate's own 0.5 ms look and what Triton still queues beyond the
-        # instances are not modelled).
+        # The routers poll their own queue; behind the gate they see each waiter's deadline.
         spare_followers=True,
         lag_share=table["lag_share"],
         lag_reserve=table["lag_reserve"],

@@ -25,7 +25,7 @@ from compass.domain.arrivals import (
 )
 from compass.domain.boundpod import BindingRule
 from compass.domain.capacity import CapacityCurve, CurvePoint
-from compass.domain.elastico import Elastico, ElasticoSettings
+from compass.domain.elastico import Elastico, ElasticoSettings, capacity_pressure
 from compass.domain.mix import Dealing
 from compass.domain.planner import (
     Slo,
@@ -338,16 +338,14 @@ def test_the_default_view_and_a_scrape_every_tick_are_the_fresh_read() -> None:
     read, request for request; a lagged one is not."""
     plan = plan_thresholds(FRONT, Slo(1000), 50, ThresholdModel.TAIL)
     scenario = make_scenario(make_pattern("spike", 3.0, 120), seed=2)
-    fresh = simulate(Elastico(plan), FRONT, scenario, 1000, plan=plan)
+    fresh = simulate(Elastico(plan), FRONT, scenario, 1000)
     for view in (MetricsView(), MetricsView(scrape_interval_s=1.0)):
-        again = simulate(Elastico(plan), FRONT, scenario, 1000, plan=plan, metrics_view=view)
+        again = simulate(Elastico(plan), FRONT, scenario, 1000, metrics_view=view)
         assert again.ticks == fresh.ticks
         assert again.reasons == fresh.reasons
         assert np.array_equal(again.configs, fresh.configs)
         assert np.array_equal(again.finishes_s, fresh.finishes_s)
-    lagged = simulate(
-        Elastico(plan), FRONT, scenario, 1000, plan=plan, metrics_view=MetricsView(lag_s=3.0)
-    )
+    lagged = simulate(Elastico(plan), FRONT, scenario, 1000, metrics_view=MetricsView(lag_s=3.0))
     assert lagged.ticks != fresh.ticks
 
 
@@ -412,28 +410,28 @@ def test_capacity_pressure_rises_during_a_spike_the_fastest_cannot_serve() -> No
     plan = plan_thresholds(FRONT, Slo(1000), 50, ThresholdModel.TAIL)
     scenario = make_scenario(make_pattern("spike", 3.0, 180), seed=1)
     assert scenario.pattern.peak_qps == 3.0 * SPIKE_FACTOR
-    report = simulate(Elastico(plan), FRONT, scenario, 1000, plan=plan)
+    report = simulate(Elastico(plan), FRONT, scenario, 1000)
+    # What the operator exports after each decision: one pod, so the depth is a whole count.
+    pressure = {
+        t.time_s: capacity_pressure(plan, plan.names[t.active], t.queue_depth) for t in report.ticks
+    }
     spike_start, spike_end = 60.0, 120.0
-    before = [t.capacity_pressure for t in report.ticks if t.time_s < spike_start]
+    before = [pressure[t.time_s] for t in report.ticks if t.time_s < spike_start]
     during = [t for t in report.ticks if spike_start <= t.time_s < spike_end]
-    after = [t.capacity_pressure for t in report.ticks if t.time_s >= spike_end + 30]
+    after = [pressure[t.time_s] for t in report.ticks if t.time_s >= spike_end + 30]
     assert before
     assert after
     assert max(before) == 0.0
     assert max(after) == 0.0
-    peak = max(during, key=lambda t: t.capacity_pressure)
-    assert peak.capacity_pressure > 2.0
+    peak = max(during, key=lambda t: pressure[t.time_s])
+    assert pressure[peak.time_s] > 2.0
     assert peak.active == 0  # only ever on the fastest
-    assert all(t.active == 0 for t in report.ticks if t.capacity_pressure > 0)
+    assert all(t.active == 0 for t in report.ticks if pressure[t.time_s] > 0)
     # It rises with the queue: the spike's last third presses harder than its first.
     third = len(during) // 3
-    first = np.mean([t.capacity_pressure for t in during[:third]])
-    last = np.mean([t.capacity_pressure for t in during[-third:]])
+    first = np.mean([pressure[t.time_s] for t in during[:third]])
+    last = np.mean([pressure[t.time_s] for t in during[-third:]])
     assert last > first > 1.0
-    # Without the plan nothing is recorded (the static baselines have no thresholds).
-    assert all(
-        t.capacity_pressure == 0.0 for t in simulate(Elastico(plan), FRONT, scenario, 1000).ticks
-    )
 
 
 def contended_member(servers: int, holding_factor: float) -> LatencyProfile:

@@ -43,9 +43,8 @@ from compass.domain.capacity import (
     climb_ladder,
     measure_point,
 )
-from compass.domain.elastico import DEFAULT_INTERVAL_S, capacity_pressure
+from compass.domain.elastico import DEFAULT_INTERVAL_S
 from compass.domain.mix import Dealing, Mix, SmoothWeighting, drawn_member, mix_weighting
-from compass.domain.planner import Plan
 from compass.domain.podmodel import DROPPED, AdmitFn, DispatchFn, PodModel, SimulatedPod, StagedPod
 from compass.domain.policy import Action, Decision, Observation, Policy, PolicyState
 from compass.domain.profiles import LatencyProfile
@@ -54,7 +53,8 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-DEFAULT_RATE_WINDOW_S = 5.0
+# The window a tick's observed rate (Tick.observed_qps) is counted over, s.
+RATE_WINDOW_S = 5.0
 # A run that has not drained this long after the last arrival is reported as it stands.
 MAX_DRAIN_S = 3600.0
 
@@ -143,8 +143,6 @@ class Tick:
     active: int
     switched: bool
     mix: Mix | None = None
-    # compass_capacity_pressure after this decision (0 when simulate() was given no plan).
-    capacity_pressure: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -231,20 +229,17 @@ def simulate(
     slo_ms: float,
     label: str = "policy",
     interval_s: float = DEFAULT_INTERVAL_S,
-    rate_window_s: float = DEFAULT_RATE_WINDOW_S,
     *,
     pods: int = 1,
     switch_delay_s: float = 0.0,
     queue_aggregate: QueueAggregate = QueueAggregate.MEAN,
     pod_model: PodModel = PodModel(),
     admission: Admission | None = None,
-    plan: Plan | None = None,
     metrics_view: MetricsView = FRESH,
     dealing: Dealing = Dealing.ROUND_ROBIN,
 ) -> RunReport:
     """Serve the scenario's requests, ``serving`` choosing each one's configuration: a policy's
-    mix every tick (dealt by ``dealing``), or the routers' binding rule per request (no ticks).
-    With the policy's ``plan``, each tick records the capacity pressure the operator exports."""
+    mix every tick (dealt by ``dealing``), or the routers' binding rule per request (no ticks)."""
     if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
         raise SimulationError("switch_delay", f"{switch_delay_s:g} s is not >= 0", "give e.g. 0.01")
     if isinstance(serving, BindingRule) and admission is not None:
@@ -264,13 +259,11 @@ def simulate(
         front,
         scenario,
         interval_s=interval_s,
-        rate_window_s=rate_window_s,
         pods=pods,
         switch_delay_s=switch_delay_s,
         queue_aggregate=queue_aggregate,
         pod_model=pod_model,
         admission=admission,
-        plan=plan,
         metrics_view=metrics_view,
         slo_ms=slo_ms,
         dealing=dealing,
@@ -289,13 +282,11 @@ class _Run:
         scenario: Scenario,
         *,
         interval_s: float,
-        rate_window_s: float,
         pods: int,
         switch_delay_s: float,
         queue_aggregate: QueueAggregate,
         pod_model: PodModel,
         admission: Admission | None,
-        plan: Plan | None,
         metrics_view: MetricsView = FRESH,
         slo_ms: float = math.inf,
         dealing: Dealing = Dealing.ROUND_ROBIN,
@@ -305,12 +296,10 @@ class _Run:
         self.front = front
         self.scenario = scenario
         self.interval_s = interval_s
-        self.rate_window_s = rate_window_s
         self.pods = pods
         self.switch_delay_s = switch_delay_s
         self.queue_aggregate = queue_aggregate
         self.pod_model = pod_model
-        self.plan = plan
         self.view = metrics_view
         # What each scrape still to be read saw: (pods' queue depths, arrivals so far), by
         # scrape number (``MetricsView``); unused when the view is fresh.
@@ -342,7 +331,7 @@ class _Run:
         # before its start was drawn under.
         self.effective: list[float] = [-math.inf]
         self.decided_mixes: list[Mix] = [self.active]
-        self.seen: list[tuple[float, float, int, Mix, bool, float]] = []
+        self.seen: list[tuple[float, float, int, Mix, bool]] = []
         self.reasons: list[tuple[float, str]] = []
         self.time_in = [0.0] * len(front)
         self.switches = 0
@@ -489,7 +478,7 @@ class _Run:
         """Ask the policy at ``now``, as the operator would, and record what it saw."""
         if self.controller is None:
             return
-        arrivals, rate_window_s, names = self.arrivals, self.rate_window_s, self.names
+        arrivals, rate_window_s, names = self.arrivals, RATE_WINDOW_S, self.names
         # The instant the policy's reading shows (``now`` when fresh), and when it was taken.
         seen, taken = now, now
         if self.view.fresh:
@@ -518,10 +507,7 @@ class _Run:
             self.pending.append((now + self.switch_delay_s, target))
             self.effective.append(now + self.switch_delay_s)
             self.decided_mixes.append(target)
-        pressure = (
-            0.0 if self.plan is None else capacity_pressure(self.plan, names[target.base], depth)
-        )
-        self.seen.append((now, observed, round(depth), target, decision.switched, pressure))
+        self.seen.append((now, observed, round(depth), target, decision.switched))
         for member, share in target.shares:
             self.time_in[member] += share * self.interval_s
 
@@ -529,10 +515,8 @@ class _Run:
         """The run as served."""
         offered = self.scenario.pattern.rate(np.array([t for t, *_ in self.seen]))
         ticks = tuple(
-            Tick(t, float(rate), observed, depth, mix.base, switched, mix, pressure)
-            for (t, observed, depth, mix, switched, pressure), rate in zip(
-                self.seen, offered, strict=True
-            )
+            Tick(t, float(rate), observed, depth, mix.base, switched, mix)
+            for (t, observed, depth, mix, switched), rate in zip(self.seen, offered, strict=True)
         )
         return RunReport(
             label=label,
