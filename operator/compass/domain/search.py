@@ -65,15 +65,11 @@ class SearchSettings:
     seed: int = 0
     method: SearchMethod = SearchMethod.COMPASS_V
     interval: IntervalMethod = IntervalMethod.BETTING
-    initial_configs: int | None = None
     batch: int = DEFAULT_BATCH
-    min_chunk: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch <= MAX_BATCH:
             raise ValueError(f"batch must be between 1 and {MAX_BATCH}, got {self.batch}")
-        if self.min_chunk < 1:
-            raise ValueError(f"min_chunk must be >= 1, got {self.min_chunk}")
 
 
 @dataclass
@@ -243,7 +239,6 @@ class _Search:
 
         def submit(record: Assessment, budget: int | None) -> None:
             assert budget is not None, "the last budget always yields a verdict"
-            budget = self.rule.at_least(budget, record.samples + self.settings.min_chunk)
             chunk = [int(i) for i in self.order[record.samples : budget]]
             ticket = next(tickets)
             in_flight[ticket] = (record, len(chunk))
@@ -352,9 +347,7 @@ class _Search:
     def latin_hypercube_seeds(self) -> list[int]:
         """Distinct configurations nearest to a Latin-hypercube design over the value indices."""
         space = self.space
-        wanted = self.settings.initial_configs
-        if wanted is None:
-            wanted = max(len(space.names) + 1, min(20, math.ceil(math.sqrt(space.size))))
+        wanted = max(len(space.names) + 1, min(20, math.ceil(math.sqrt(space.size))))
         wanted = min(wanted, space.size)
         dims = len(space.parameters)
         strata = np.stack([self.rng.permutation(wanted) for _ in range(dims)], axis=1)

@@ -146,14 +146,6 @@ class StoppingRule:
             return seen + 1 if seen < self.population else None
         return next((b for b in self._points if b > seen), None)
 
-    def at_least(self, look: int, floor: int) -> int:
-        """The first scheduled point at or after ``look`` and ``floor`` (at most the last)."""
-        if floor <= look:
-            return look
-        if self._points is None:
-            return min(floor, self.population)
-        return next((b for b in self._points if b >= floor), self.last_look)
-
     def next_look(self, scores: Sequence[float] | FloatArray) -> int | None:
         """The first scheduled point at which these scores and more could reach a verdict."""
         x = np.asarray(scores, dtype=np.float64)
