@@ -492,9 +492,6 @@ class Space:
         """Number of valid configurations."""
         return len(self.rows)
 
-    def __len__(self) -> int:
-        return self.size
-
     def config(self, index: int) -> dict[str, ParamValue]:
         """The configuration at an index, as a name -> value mapping."""
         row = self.rows[index]
