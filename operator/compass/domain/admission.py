@@ -1,9 +1,5 @@
-"""Proactive admission (PARD's idea): refuse or degrade a request that would be late.
-
-A request that cannot meet the SLO misses whether served or not, and serving it costs those
-behind it. Predicted latency: the wait (predicted at arrival, a fact at dispatch, where the live
-router judges) plus its own time at ``quantile``. Why: docs/method.md, "Admission".
-"""
+"""Proactive admission (PARD's idea): refuse or degrade a request that would be late, since
+serving it costs those behind it. Why: docs/method.md, "Admission"."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What arrives at the simulator: load patterns and their seeded realisations.
-
-``make_scenario`` draws Poisson arrivals thinned to the pattern's rate and each request's
-service-time luck from one seed, so every policy run on a scenario sees the same of both.
-"""
+"""What arrives at the simulator: load patterns and their seeded realisations (every policy run
+on a scenario sees the same arrivals and the same service-time luck)."""
 
 from __future__ import annotations
 

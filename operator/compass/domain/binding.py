@@ -1,7 +1,5 @@
 """Late binding (Aragog's per-request, per-stage routing): each request binds each stage's
-parameters when it reaches that stage, from its own deadline and the components' queues.
-Why: docs/method.md, "Late binding".
-"""
+parameters when it reaches it. Why: docs/method.md, "Late binding"."""
 
 from __future__ import annotations
 

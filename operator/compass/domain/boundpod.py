@@ -1,10 +1,7 @@
 """Pods whose routers bind each request (late binding): the simulator's per-request rule.
 
-A request holds a router instance from its first stage to its last (as a BLS router does) and is
-bound when taken up; its time at a stage is its configuration's share of that stage of the
-configuration's time for its luck, so a request that keeps one configuration takes exactly what
-the static run of that configuration gives it.
-"""
+A request's time at a stage is its configuration's share of that stage of its time for its
+luck, so a request that keeps one configuration takes exactly what the static run gives it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """Capacity under concurrency: a configuration's measured latency-throughput curve, the ladder
-of rates that measures it, and the Erlang-C fallback when only one-at-a-time profiles exist.
-
-A pod whose components batch or contend serves neither ``servers / mean`` nor ``1 / mean``, so
-it is measured. Why: docs/method.md, "Routers of several instances".
-"""
+of rates that measures it, and the Erlang-C fallback. Why: docs/method.md, "Routers of several
+instances"."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Elastico: the runtime policy that switches the active configuration as the load changes.
 
-``decide`` is pure (time is an input, the state plain JSON), so the same policy runs in the
-simulator, in tests and in the operator. It leaves for a faster configuration at once and enters
-a more accurate one only after its entry condition held for its whole cooldown. The rules:
-docs/method.md, "Elastico".
-"""
+It leaves for a faster configuration at once and enters a more accurate one only after its entry
+condition held for its whole cooldown. The rules: docs/method.md, "Elastico"."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """A mix of two front members: the split strategy's routing, and how requests are dealt to it.
 
-A mix serves a share ``weight`` of the requests with ``blend`` and the rest with ``base``, dealt
-by smooth weighted round-robin (nginx's): every ``WEIGHT_STEPS`` consecutive requests hold exactly
-the mix, where a random draw is exact only on average (a window of seconds is what the queue and
-the SLO see). llm-d's endpoint picker draws, though (``Dealing.DRAW``): the simulator models it.
-"""
+Smooth weighted round-robin holds the mix exactly in every ``WEIGHT_STEPS`` requests, where a
+draw is exact only on average; llm-d's endpoint picker draws, though (``Dealing.DRAW``)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Yardsticks for the strategies: what a policy that knew the arrivals, or the load, could serve.
-
-The hindsight oracle serves each window with the most accurate hull position that meets the SLO
-as often as static fastest and leaves no more work queued (a strong heuristic, not a proven
-optimum); ``known_load_oracle`` is told the load ahead but not the arrivals. Why and how:
-docs/method.md, "Oracles".
-"""
+"""Yardsticks for the strategies: what a policy that knew the arrivals, or the load, could serve
+(a strong heuristic, not a proven optimum). Why and how: docs/method.md, "Oracles"."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The planner: the Pareto front of the profiles and the queue-depth thresholds of each member.
-
-Each member gets stay and entry queue limits and an arrival-rate limit from a threshold model
-(``ThresholdModel``). The models and why: docs/method.md, "Planning".
-"""
+"""The planner: the Pareto front of the profiles and each member's queue-depth and rate limits.
+The threshold models and why: docs/method.md, "Planning"."""
 
 from __future__ import annotations
 
@@ -432,10 +429,8 @@ def plan_thresholds(
     switch_delay_ms: float = 0.0,
     servers: int = 1,
 ) -> Plan:
-    """Each front member's slack L - p_k and its stay / enter queue-depth limits.
-
-    A member without slack stays in the plan but is never a target; none with slack raises
-    PlanError. The queue waits ``switch_delay_ms`` behind the old member: out of the budget."""
+    """Each front member's slack L - p_k and its stay / enter queue-depth limits (none with slack:
+    PlanError); the queue waits ``switch_delay_ms`` behind the old member: out of the budget."""
     if not front:
         raise PlanError("front", "empty, nothing to switch between", "profile at least one")
     if slack_buffer_ms < 0:

@@ -107,10 +107,8 @@ DispatchFn = Callable[[float, int], int]
 
 
 class SimulatedPod:
-    """One pod's requests, started FIFO (or late-last) on its router instances as time advances.
-
-    Without stages a heap of instance free times is the whole queue (M/G/c). Each arrival is
-    admitted or dropped in time order with the starts, so the decision sees the pod as it is."""
+    """One pod's requests, started FIFO (or late-last) on its router instances as time advances,
+    each arrival admitted or dropped in time order with the starts (M/G/c without stages)."""
 
     def __init__(
         self,

@@ -21,10 +21,8 @@ class Action(StrEnum):
 
 @dataclass(frozen=True)
 class Observation:
-    """What the metrics said, and when they were measured (seconds on the policy's clock).
-
-    ``arrival_rate_qps`` serves where there is no ``arrivals_total`` counter. With several pods
-    all are per pod, as the planner's thresholds are."""
+    """What the metrics said, when (the policy's clock), per pod as the planner's thresholds are;
+    ``arrival_rate_qps`` serves where there is no ``arrivals_total`` counter."""
 
     time: float
     queue_depth: float

@@ -1,10 +1,8 @@
 """The predictive strategy: each interval, the most accurate mix whose near future looks safe.
 
-No cooldowns: each interval a fixed-seed Monte Carlo forecasts the next ``horizon_s`` from the
-queue the pod holds, and it serves the most accurate hull mix whose requests miss the SLO at most
-``risk`` more often than the fastest's from idle, through a surge too. Clumped arrivals make the
-paths compound Poisson. Meant to run with admission at dispatch. Why: docs/method.md, "Predictive".
-"""
+A fixed-seed Monte Carlo forecasts the next ``horizon_s`` from the pod's queue; the mix may miss
+at most ``risk`` more often than the fastest from idle, through a surge too. Meant to run with
+admission at dispatch. Why: docs/method.md, "Predictive"."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """COMPASS-V: find every configuration whose accuracy is >= tau, with few sample evaluations.
-
-The paper's method (seeds, hill-climbing, expansion, early stopping) made complete by a phase
-driven by a Bayesian model of accuracy. What it changes and what it guarantees: docs/method.md,
-"Search".
-"""
+What it changes of the paper's method and what it guarantees: docs/method.md, "Search"."""
 
 from __future__ import annotations
 

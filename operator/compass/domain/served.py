@@ -96,9 +96,7 @@ class CounterHistory:
 
     def since(self, now: float, window_s: float) -> ServedCounts | None:
         """What the counters counted over the ``window_s`` before ``now``; None before two samples.
-
-        Each series is differenced on its own, one that went down was reset (counts as new), and
-        a pair across the window's start counts the share of its increase inside it."""
+        A pair across the window's start counts the share of its increase inside it."""
         start = now - window_s
         kept = [sample for sample in self.samples if sample[0] > start]
         earlier = [sample for sample in self.samples if sample[0] <= start]

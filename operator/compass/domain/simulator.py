@@ -1,10 +1,5 @@
 """The serving simulator: a policy or the routers' binding rule run over a scenario on
-simulated pods, and the comparisons.
-
-The policy is asked every ``interval_s`` what the operator asks it, as fresh as the metrics path
-makes it (``MetricsView``); each request goes to a seeded random pod; one decision switches
-every pod. ``compare`` runs the static baselines and policies paired (the same arrivals and luck).
-"""
+simulated pods, and the comparisons (paired: the same arrivals and luck)."""
 
 from __future__ import annotations
 
@@ -77,10 +72,8 @@ def aggregate_queue(depths: Sequence[float], aggregate: QueueAggregate) -> float
 
 @dataclass(frozen=True)
 class MetricsView:
-    """How old the queue depth and arrivals counter the policy reads are: the metrics path.
-
-    A tick reads Prometheus' newest scrape, stamped with its time; each holds the pods as they
-    were ``lag_s`` before it (a delay no timestamp shows). Both 0: the operator's direct read."""
+    """How old the queue depth and arrivals counter the policy reads are: Prometheus' newest
+    scrape, each ``lag_s`` behind (a delay no timestamp shows). Both 0: a direct read."""
 
     scrape_interval_s: float = 0.0
     lag_s: float = 0.0

@@ -1,9 +1,5 @@
-"""The split strategy: Elastico over the mixes of neighbouring front members.
-
-Serving a share of the requests with the next more accurate member moves capacity and accuracy
-in 5% steps instead of one member; each mix is a member of a plan of its own (``plan_mixes``).
-Why: docs/method.md, "Split".
-"""
+"""The split strategy: Elastico over the mixes of neighbouring front members, capacity and
+accuracy in 5% steps instead of one member. Why: docs/method.md, "Split"."""
 
 from __future__ import annotations
 

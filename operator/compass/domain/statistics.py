@@ -1,10 +1,8 @@
 """Early stopping: decide from a prefix of a configuration's scores whether it reaches tau.
 
-A prefix of one seeded order without replacement is a simple random sample. Exact bounds first,
-then betting (the default of SearchSettings.interval; anytime-valid) or Wilson over fixed looks,
-at the last budget the point estimate.
-Why: docs/method.md, "Early stopping".
-"""
+Exact bounds first, then betting (the default of SearchSettings.interval; anytime-valid) or
+Wilson over fixed looks, at the last budget the point estimate. Why: docs/method.md, "Early
+stopping"."""
 
 from __future__ import annotations
 

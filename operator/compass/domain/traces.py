@@ -1,8 +1,5 @@
 """Public production arrival traces as the yardstick: windows cut, stretched and enumerated.
-
-Pure: it never reads a file (``compass.examples.load_trace`` does). The rules: docs/method.md,
-"Real load: trace windows".
-"""
+Pure (``compass.examples.load_trace`` reads them); docs/method.md, "Real load: trace windows"."""
 
 from __future__ import annotations
 
