@@ -39,6 +39,7 @@ from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_threshol
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel, Stage
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profile
 from compass.domain.simulator import StaticController, measure_capacity, simulate
+from compass_dev.scenarios import scaled_curve
 
 FAST = normal_profile("fast", 0.7, 100, 15)
 
@@ -249,7 +250,7 @@ def test_measure_point_leaves_out_the_warm_up_and_counts_throughput() -> None:
 def test_curves_scale_times_up_and_rates_down() -> None:
     """A time-scaled replay: a curve at half speed serves half the rate at twice the latency."""
     curve = CapacityCurve(2, (point(2, 200), point(4, 400)))
-    slow = curve.scaled(2.0)
+    slow = scaled_curve(curve, 2.0)
     assert slow.points[1].offered_qps == 2.0
     assert slow.points[1].latency_at(95) == 800
     assert slow.max_rate(600, 95, idle_ms=200) == pytest.approx(curve.max_rate(300, 95, 100) / 2)
@@ -696,7 +697,7 @@ def test_a_curves_budget_survives_the_profiles_file_and_the_policy_spec() -> Non
     assert "slo_ms" not in climb_ladder(100, 1, _knee, idle_p95_ms=100).to_json()
     older = {key: value for key, value in document.items() if key != "slo_ms"}
     assert parse_curve(older, "capacity").slo_ms is None
-    assert curve.scaled(0.5).slo_ms == 75
+    assert scaled_curve(curve, 0.5).slo_ms == 75
     profile = replace(FAST, capacity=curve)
     assert latency_profile(front_entry(profile)).capacity == curve
     with pytest.raises(CapacityError) as error:

@@ -218,23 +218,6 @@ class CapacityCurve:
             return rates[-1]
         return heavy_traffic_rate(rates[-1], latencies[-1] - idle_ms, budget_ms - idle_ms, capacity)
 
-    def scaled(self, factor: float) -> CapacityCurve:
-        """The same curve with times multiplied by ``factor`` and so rates divided by it."""
-        return CapacityCurve(
-            self.servers,
-            tuple(
-                CurvePoint(
-                    point.offered_qps / factor,
-                    point.throughput_qps / factor,
-                    point.mean_ms * factor,
-                    tuple((p, v * factor) for p, v in point.percentiles_ms),
-                    point.growing,
-                )
-                for point in self.points
-            ),
-            None if self.slo_ms is None else self.slo_ms * factor,
-        )
-
     def to_json(self) -> dict[str, Any]:
         """The curve as the profiles file stores it (``slo_ms`` only where it has one)."""
         entry: dict[str, Any] = {

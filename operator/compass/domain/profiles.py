@@ -6,7 +6,7 @@ import hashlib
 import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -217,28 +217,6 @@ class LatencyProfile:
         if self.busy_holding_ms(slots) is None:
             return float(slots)
         return min(self.busy_stretch(slots), float(slots))
-
-    def scaled(self, factor: float) -> LatencyProfile:
-        """The same profile with every time multiplied by ``factor`` (a time-scaled replay)."""
-
-        def times(value: float | None) -> float | None:
-            return None if value is None else value * factor
-
-        return replace(
-            self,
-            mean_ms=self.mean_ms * factor,
-            p95_ms=self.p95_ms * factor,
-            p50_ms=times(self.p50_ms),
-            p99_ms=times(self.p99_ms),
-            std_ms=times(self.std_ms),
-            capacity=None if self.capacity is None else self.capacity.scaled(factor),
-            component_ms=None
-            if self.component_ms is None
-            else {model: ms * factor for model, ms in self.component_ms.items()},
-            ttft_mean_ms=times(self.ttft_mean_ms),
-            ttft_p50_ms=times(self.ttft_p50_ms),
-            ttft_p95_ms=times(self.ttft_p95_ms),
-        )
 
     @cached_property
     def distribution(self) -> ServiceDistribution:
