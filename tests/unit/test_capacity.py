@@ -38,8 +38,9 @@ from compass.domain.capacity import (
 from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_thresholds
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel, Stage
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profile
-from compass.domain.simulator import StaticController, measure_capacity, simulate
+from compass.domain.simulator import StaticController, simulate
 from compass_dev.scenarios import scaled_curve
+from compass_dev.sim_capacity import measure_capacity
 
 FAST = normal_profile("fast", 0.7, 100, 15)
 

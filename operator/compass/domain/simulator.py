@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,21 +22,8 @@ from compass.domain.admission import (
     judge_at_dispatch,
     service_quantiles_ms,
 )
-from compass.domain.arrivals import (
-    PatternKind,
-    Scenario,
-    SimulationError,
-    make_pattern,
-    make_scenario,
-)
+from compass.domain.arrivals import Scenario, SimulationError
 from compass.domain.boundpod import BindingRule, BoundPod, bound_pods
-from compass.domain.capacity import (
-    MAX_CURVE_POINTS,
-    CapacityCurve,
-    CurvePoint,
-    climb_ladder,
-    measure_point,
-)
 from compass.domain.elastico import DEFAULT_INTERVAL_S
 from compass.domain.mix import Dealing, Mix, SmoothWeighting, drawn_member, mix_weighting
 from compass.domain.podmodel import DROPPED, AdmitFn, DispatchFn, PodModel, SimulatedPod, StagedPod
@@ -582,36 +568,3 @@ def compare(
         )
         for label, controller in controllers.items()
     }
-
-
-def measure_capacity(
-    profile: LatencyProfile,
-    pod_model: PodModel,
-    seed: int = 0,
-    requests: int = 400,
-    *,
-    slo_ms: float | None = None,
-    percentile: float = 95.0,
-    max_points: int = MAX_CURVE_POINTS,
-) -> CapacityCurve:
-    """A configuration's latency-throughput curve in the simulator, by the profiler's ladder: the
-    simulator plays the hardware, so plans made from the curve can be checked against it."""
-    rates_done = itertools.count()
-
-    def measure(rate: float) -> CurvePoint:
-        pattern = make_pattern(PatternKind.CONSTANT, rate, requests / rate)
-        scenario = make_scenario(pattern, seed * 1009 + next(rates_done))
-        report = simulate(
-            StaticController(profile.name, 0), [profile], scenario, math.inf, pod_model=pod_model
-        )
-        return measure_point(rate, report.arrivals_s, report.finishes_s)
-
-    return climb_ladder(
-        profile.mean_ms,
-        pod_model.servers,
-        measure,
-        max_points,
-        idle_p95_ms=profile.latency_at(95.0),
-        slo_ms=slo_ms,
-        percentile=percentile,
-    )
