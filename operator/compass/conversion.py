@@ -38,8 +38,7 @@ from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import FRESH, MetricsView, RunReport, simulate
 from compass.domain.strategy import StrategyPolicy, build_policy
 
-# Spec fields a person (kubectl edit, Git) sets and a plan never writes: a manifest made from a
-# plan leaves them out, so applying it (or a re-plan, by server-side apply) keeps theirs.
+# Spec fields a person sets and a plan never writes: a planned manifest leaves them out.
 PERSON_OWNED_SPEC_FIELDS = ("paused",)
 
 
@@ -163,8 +162,7 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
         spec.admission.quantile,
         None if not settings.stages else components,
     )
-    # Several pipelines at once: each configuration's time with all of them running, from its
-    # capacity curve at that many (the routers judge deadlines at the concurrency they run at).
+    # Several pipelines at once: the routers judge deadlines at the concurrency they run at.
     slots = settings.gate.slots
     if slots > 1:
         plan_of_stages = replace(

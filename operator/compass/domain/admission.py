@@ -21,9 +21,8 @@ FloatArray = npt.NDArray[np.float64]
 
 # Quantile points per member: the residual-time estimate is a mean over them.
 GRID_POINTS = 256
-# At dispatch, a request that has waited more than this share of its SLO is served on the
-# fastest member even where its routed one would fit: a long wait means a queue stands behind
-# it, and the fastest shortens it at once rather than at the policy's next look.
+# Past this share of its SLO waited, a request is served on the fastest even where its routed
+# member would fit: a long wait means a queue stands behind it, which the fastest shortens now.
 DEFAULT_DEGRADE_AFTER = 0.25
 
 

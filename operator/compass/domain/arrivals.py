@@ -22,9 +22,7 @@ RAMP_FACTOR = 2.0
 BURST_FACTORS = (2.0, 5.0)
 BURST_SECONDS = (5.0, 15.0)
 BURST_GAP_SECONDS = (10.0, 30.0)
-# Every request is simulated in Python, once per policy compared: about 10 us each, so a
-# million takes minutes; beyond it a typo (1e7 s at 1e4 QPS: TiBs of arrivals) would
-# exhaust memory before the first line is printed.
+# A million simulated requests take minutes; beyond, a typo would exhaust memory first.
 MAX_REQUESTS = 1_000_000
 
 

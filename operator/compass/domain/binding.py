@@ -20,8 +20,7 @@ from compass_rules import binding as rules
 from compass_rules import followers
 from compass_rules.binding import MAX_BINDING_CONFIGS, MAX_SETTLE_MS, MAX_STAGES
 
-# rag-sim's pipeline (model-images/rag-sim/models/router/1/pipeline.py): the parameters each
-# component's time depends on, in the order a request reaches the components, and the models.
+# rag-sim's pipeline (model-images/rag-sim/models/router/1/pipeline.py): each stage's parameters.
 RAG_SIM_STAGE_PARAMS: tuple[tuple[str, ...], ...] = (
     ("retriever_k",),
     ("reranker_model", "reranker_k"),

@@ -64,14 +64,12 @@ class RateView(StrEnum):
 class BindingRule:
     """How the routers bind each request."""
 
-    # The parameters each stage binds, in the order a request reaches them, and roughly what
-    # share of a configuration's time each takes (``compass.domain.binding.fit_stage_times``).
+    # The parameters each stage binds, in order, and roughly each one's share of the time.
     stages: Sequence[Sequence[str]] = RAG_SIM_STAGE_PARAMS
     prior_shares: Sequence[float] | None = RAG_SIM_SHARES
     # Each stage's predicted time is the configuration's time at this quantile, split by stage.
     quantile: float = 0.5
-    # A request late whatever serves it is refused at its first stage (admission's rule), judged
-    # on its time at this quantile.
+    # Refuse a request late whatever serves it (admission's rule), judged at this quantile.
     refuse: bool = False
     admission_quantile: float = 0.5
     # Spare the requests waiting behind for an instance (compass_rules.followers): a router that
@@ -161,8 +159,7 @@ class BoundPod:
         self.arrivals, self.service_s = arrivals, service_s
         self.starts, self.finishes, self.configs = record
         self.idle = self.servers = servers
-        # Several slots share the pod: a request is bound and served at the concurrency it
-        # starts at.
+        # Several slots share the pod: bound and served at the concurrency it starts at.
         self.contended = plan.slots > 1
         self.plans: dict[int, StagePlan] = {}
         self.follower_ms, self.follower_likely_ms = self.fastest_ms(plan)

@@ -24,8 +24,7 @@ MAX_CURVE_POINTS = 16
 # arithmetic loses its precision or overflows.
 MIN_LATENCY_MS = 0.001
 MAX_LATENCY_MS = 3_600_000.0
-# The ladder (next_rate): its first rate as a fraction of one server's capacity, each rung's
-# growth, and the ratio within which it stops filling in.
+# The ladder (next_rate): first rate (of one server's capacity), growth, finest ratio.
 LADDER_START = 0.25
 LADDER_GROWTH = 1.5
 LADDER_FINEST = 1.1
@@ -121,8 +120,7 @@ def measure_point(
     steady = int(len(arrivals) * WARMUP_SHARE)
     measured = arrivals[steady:]
     latencies = (finishes[steady:] - measured) * 1000
-    # A queue that grows through the run (a run just over capacity serves nearly all of it,
-    # so the throughput alone does not show it).
+    # A queue growing through the run (just over capacity, the throughput alone hides it).
     quarter = max(len(latencies) // 4, 1)
     first, last = latencies[:quarter].mean(), latencies[-quarter:].mean()
     elapsed_ms = (measured[-quarter:].mean() - measured[:quarter].mean()) * 1000

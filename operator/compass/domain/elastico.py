@@ -28,8 +28,7 @@ LEAVE_WINDOWS_S = (1.0, 2.0, 5.0)
 # with that one: a false leave is rarer than hourly, a 5x burst shows in 1-2 s.
 LEAVE_CONFIDENCE = 0.8
 ENTER_CONFIDENCE = 0.7
-# The adaptive rate evidence (steady_window): a rise is believed sooner than a fall, the same
-# asymmetry as the hysteresis.
+# steady_window's: a rise is believed sooner than a fall, the hysteresis' asymmetry.
 STEADY_WINDOWS_S = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 RISE_SIGNIFICANCE = 0.05
 FALL_SIGNIFICANCE = 0.01
@@ -62,11 +61,9 @@ class ElasticoSettings:
     on_metrics_loss: MetricsLoss = MetricsLoss.FASTEST
     stale_after_s: float = DEFAULT_STALE_AFTER_S
     paused: bool = False
-    # Rate evidence from the longest recent window over which the arrivals look steady (see
-    # steady_window) instead of fixed windows: precise enough to sit close to a limit.
+    # Rate evidence from steady_window instead of fixed windows: close enough to sit at a limit.
     adaptive_rate: bool = False
-    # How long a burst is remembered: a configuration is not entered while the arrivals showed,
-    # within this many seconds, a rate above its stay limit (0: forget at once).
+    # No entry while the last this many seconds showed a rate above its stay limit (0: none).
     burst_memory_s: float = 0.0
 
 
@@ -184,8 +181,7 @@ class Elastico:
         base = self.settings.downscale_cooldown_s
         if base <= 0:
             return 0.0
-        # Compared in logs first: settings made outside the schema's bounds (an exponent of
-        # 1e308) cap the cooldown instead of overflowing the power.
+        # In logs first: settings past the schema's bounds cap it instead of overflowing.
         if self.settings.cooldown_exponent * math.log(slowdown) >= math.log(MAX_HISTORY_S / base):
             return MAX_HISTORY_S
         return float(min(base * slowdown**self.settings.cooldown_exponent, MAX_HISTORY_S))
@@ -363,8 +359,7 @@ class Elastico:
         now: float,
     ) -> tuple[Decision, PolicyState]:
         above = [i for i in self.plan.eligible if i > active]
-        # The highest configuration whose entry condition holds now (queue, and no burst
-        # beyond its limit in the recent arrivals), every step below it included.
+        # The highest configuration whose entry condition holds now, every step below included.
         level = active
         for index in above:
             if not self._entry_holds(index, depth, rate):

@@ -176,8 +176,7 @@ def _search(
     fastest = Mix(0)
     count = len(real.windows)
     pods, window_s = rules.pods, rules.window_s
-    # Static fastest in each draw: the met count each window must reach, summed over the
-    # draws, and the work it leaves, or one SLO per pod if that is more.
+    # Static fastest in each draw: the met count to reach and the work it leaves (at least an SLO).
     references = [_Pods([0.0] * pods) for _ in draws]
     targets: list[int] = []
     backlogs: list[float] = []

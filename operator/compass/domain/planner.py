@@ -24,15 +24,13 @@ FloatArray = npt.NDArray[np.float64]
 
 # Floats: a queue depth that meets the SLO exactly must not be rounded away.
 _TOLERANCE = 1e-9
-# A latency target of more than a day is a unit mistake, and queue depths derived from
-# a huge one overflow.
+# A latency target past a day is a unit mistake (and its queue depths overflow).
 MAX_SLO_MS = 86_400_000.0
 # Probability levels at which a service distribution is tabulated for the M/G/1 tail.
 _GRID = 512
 # Relative precision of the Lundberg exponent and of the rate limits.
 _XTOL = 1e-10
-# The deepest queue limit a plan gives: no pod queues a billion requests, and the limit being
-# finite keeps the search for it bounded (about 30 steps) whatever the profile's numbers.
+# The deepest queue limit a plan gives: finite, so its search ends in about 30 steps.
 MAX_QUEUE_LIMIT = 1_000_000_000
 
 
@@ -342,8 +340,7 @@ def _max_rate(
             return _violation(service, rate, budget_s) - allowed
         return _violation_mgc(service, rate, budget_s, servers) - allowed
 
-    # The violation grows with the load towards 1 at saturation (where the tail formula loses
-    # precision: stop just short of it).
+    # Stop just short of saturation, where the tail formula loses precision.
     high = saturation * (1 - 1e-6)
     if over(high) <= 0:
         return high

@@ -133,8 +133,7 @@ class SimulatedPod:
         self.admit = admit
         self.dispatch = dispatch
         self.starts, self.finishes, self.configs = record
-        # Requests whose admission is decided (of ``requests``), those admitted in order, and how
-        # many of those have started.
+        # Requests decided, those admitted in order, and how many of those have started.
         self.decided = 0
         self.admitted: list[int] = []
         self.started = 0
@@ -303,8 +302,7 @@ class StagedPod(SimulatedPod):
                 if not last:
                     self._serve(stage + 1, now)
             if admit:
-                # Every arrival of this instant is decided before any request starts, so requests
-                # that arrive together batch together.
+                # This instant's arrivals are decided before any starts: they batch together.
                 while self.next_arrival <= now:
                     self._decide(now)
                 self._start_waiting(now)

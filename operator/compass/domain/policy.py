@@ -72,8 +72,7 @@ class PolicyState:
     last_switch_at: float | None = None
     last_reason: str = ""
     switches: int = 0
-    # Since when some more accurate configuration's queue condition has held without a break,
-    # and at each observation since, the highest configuration whose queue condition held.
+    # Since when a more accurate configuration's condition held, and the highest at each look.
     downscale_since: float | None = None
     entry_levels: tuple[tuple[float, str], ...] = ()
     # Recent (time, arrivals counter) samples.
@@ -83,8 +82,7 @@ class PolicyState:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping (what a Kubernetes status would hold)."""
-        # Field by field, not asdict: its deep copy of every arrivals sample was most of a
-        # steady tick's CPU (the fields are plain values but these two tuples).
+        # Not asdict: its deep copy of every arrivals sample was most of a steady tick's CPU.
         data = {name: getattr(self, name) for name in PolicyState.__dataclass_fields__}
         data["entry_levels"] = [list(entry) for entry in self.entry_levels]
         data["arrivals"] = [list(sample) for sample in self.arrivals]

@@ -53,8 +53,7 @@ CLIMB_CONFIDENCE = 0.9
 MIN_EVIDENCE_S = 2.0
 # Requests one path holds at most (a higher forecast shortens the horizon).
 MAX_PATH_REQUESTS = 2000
-# Clumped arrivals (see arrivals_dispersion): Poisson arrivals read as 1, and the forecast is
-# then exactly the Poisson one.
+# Clumped arrivals (arrivals_dispersion; Poisson arrivals read as 1).
 DISPERSION_WINDOW_S = 60.0
 DISPERSION_CONFIDENCE = 0.9
 MIN_DISPERSION_PAIRS = 10
@@ -80,8 +79,7 @@ class _Paths:
         self._profiles = profiles
         self._rows: dict[int, Float32Array] = {}
         self._rows_lock = threading.Lock()
-        # How much longer than its own time a request holds a busy pod's instance (the curve's,
-        # as admission's ServiceGrid); None: every member holds for its own time.
+        # How much longer a request holds a busy pod's instance (None: its own time).
         stretch = np.array([p.busy_stretch(plan.servers) for p in profiles])
         self.stretch: FloatArray | None = None if np.all(stretch == 1.0) else stretch
         # Whether a request joins the clump before it (drawn last: the Poisson paths keep theirs).

@@ -168,8 +168,7 @@ class LatencyProfile:
     p99_ms: float | None = None
     std_ms: float | None = None
     capacity: CapacityCurve | None = None
-    # Each component model's mean wall time at idle (ms), as the router times its calls: what
-    # late binding splits the configuration's time by, where measured.
+    # Each component model's mean time at idle (ms): what late binding splits the time by.
     component_ms: Mapping[str, float] | None = None
     # Time to first token (a streaming workflow's first streamed response), ms, where measured.
     ttft_mean_ms: float | None = None
@@ -444,9 +443,8 @@ def parse_profiles(data: object, source: str = "profiles") -> tuple[LatencyProfi
     return tuple(profiles)
 
 
-# The most characters a front member's name, or a parameter value, takes where it is shown
-# (a ParetoPolicy's status): a spec may hold values of hundreds of KB, and a status copying them
-# would pass the API server's request limit.
+# The most characters a name or value takes in a status (a status copying a spec's values of
+# hundreds of KB would pass the API server's request limit).
 MAX_SHOWN = 64
 
 

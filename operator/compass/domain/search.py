@@ -210,8 +210,7 @@ class _Search:
             space_size=space.size,
             method=settings.interval,
         )
-        # One permutation for every configuration: prefixes are simple random samples, and
-        # two configurations' prefixes are scored on the same questions.
+        # One permutation for all: prefixes are random samples, scored on the same questions.
         self.order = np.random.default_rng(settings.seed).permutation(population)
         self.rng = np.random.default_rng([settings.seed, 1])
         self.assessed: dict[int, Assessment] = {}
@@ -352,8 +351,7 @@ class _Search:
         taken = np.zeros(space.size, dtype=bool)
         sizes = np.array([len(p.values) for p in space.parameters])
         for point in points:
-            # Stratify over value indices (each value equally likely), then snap to the
-            # nearest configuration that exists and satisfies the constraints.
+            # Stratify over value indices, then snap to the nearest valid configuration.
             target = np.minimum((point * sizes).astype(np.int64), sizes - 1)
             mismatch = (space.rows != target).astype(np.float64)
             spread = np.abs(space.rows - target) / np.maximum(sizes - 1, 1)
@@ -395,8 +393,7 @@ class _Search:
                     continue
                 neighbours = self.space.neighbours(position)
                 moves = [n for n in neighbours if n in self.assessed and n not in visited[k]]
-                # Move to the best neighbour seen so far, even one evaluated earlier by
-                # another climb: that is where the paper's climber stopped.
+                # The best neighbour seen, even by another climb (where the paper's climber stops).
                 best = max(moves, key=lambda n: self.assessed[n].accuracy) if moves else None
                 if best is None or self.assessed[best].accuracy <= self.assessed[position].accuracy:
                     live[k] = False

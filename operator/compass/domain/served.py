@@ -8,8 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-# The window status.served covers, and how far apart the samples of a counter are kept (a
-# source is read every tick; one sample in SAMPLE_EVERY_S is enough to difference them).
+# The window status.served covers, and how far apart a counter's samples are kept.
 SERVED_WINDOW_S = 60.0
 SAMPLE_EVERY_S = 5.0
 # The configurations status.served lists, most served first (the rest are in its totals).

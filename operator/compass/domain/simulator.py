@@ -280,8 +280,7 @@ class _Run:
         self.queue_aggregate = queue_aggregate
         self.pod_model = pod_model
         self.view = metrics_view
-        # What each scrape still to be read saw: (pods' queue depths, arrivals so far), by
-        # scrape number (``MetricsView``); unused when the view is fresh.
+        # What each scrape still to be read saw, by number: (pods' queue depths, arrivals).
         self.scrapes: dict[int, tuple[list[int], int]] = {}
         self.next_scrape = 0
         self.names = tuple(p.name for p in front)
@@ -306,8 +305,7 @@ class _Run:
         self.dealt: list[tuple[Mix, SmoothWeighting[int]] | None] = [None] * pods
         # Or each request's own draw, as the gateway deals them (None: round-robin).
         self.draws = scenario.member_draws() if dealing is Dealing.DRAW else None
-        # Every mix decided and when it takes effect, in order: what a request arriving long
-        # before its start was drawn under.
+        # Every mix decided and when it takes effect: what an early arrival was drawn under.
         self.effective: list[float] = [-math.inf]
         self.decided_mixes: list[Mix] = [self.active]
         self.seen: list[tuple[float, float, int, Mix, bool]] = []
@@ -318,8 +316,7 @@ class _Run:
         self.horizon = max(scenario.pattern.duration_s, last_arrival) + MAX_DRAIN_S
         admit: AdmitFn | None = None
         dispatch: DispatchFn | None = None
-        # The members' own service quantiles (admission at dispatch), and each mix's service
-        # grid (admission at arrival), made once.
+        # Admission's service quantiles (at dispatch) and grids (at arrival), made once.
         self.own_ms: list[float] = []
         self.grids: dict[Mix, ServiceGrid] = {}
         if admission is not None and admission.at is AdmissionPoint.DISPATCH:
@@ -327,8 +324,7 @@ class _Run:
             dispatch = functools.partial(self.dispatch, admission)
         elif admission is not None:
             admit = functools.partial(self.admit, admission)
-        # The same stretch binding judges its slots on (slot_stretch): without a curve at
-        # this many, the servers share the pod as one.
+        # The stretch binding judges its slots on (slot_stretch).
         stretch = (
             np.array([p.slot_stretch(pod_model.servers) for p in front])
             if pod_model.contended and pod_model.servers > 1
@@ -410,8 +406,7 @@ class _Run:
         while True:
             if not self.view.fresh:
                 self.scrape(tick, now)
-            # Start every request whose service begins by `now`, with the configuration in force
-            # then.
+            # Start every request whose service begins by `now`, on the mix in force then.
             for server in self.servers:
                 server.advance(now)
             while self.pending and self.pending[0][0] <= now:

@@ -25,20 +25,17 @@ from pydantic import (
 from compass.domain.evaluation import Config, ParamValue
 from compass_rules.routing import config_key as config_key
 
-# Enumeration is explicit (an index array per configuration); beyond this the search
-# would need a sampler instead, and the user should hear that rather than wait.
+# Enumeration is explicit: beyond this the search would need a sampler, and the user should hear.
 MAX_SPACE_SIZE = 2_000_000
 # Rows Space.count checks at a time (7 parameters: 3.5 MiB of indices and one column each).
 COUNT_BLOCK = 1 << 16
 NOTHING_SATISFIES = "no configuration satisfies every constraint; relax a constraint"
-# List bounds in the schema, so the API server refuses a resource the operator would spend its
-# time on before it reads it; far above any workflow's space.
+# List bounds in the schema, far above any workflow's, so the API server refuses the absurd.
 MAX_PARAMETERS = 64
 MAX_VALUES = 4096
 MAX_CONSTRAINTS = 64
 MAX_CONSTRAINT_LENGTH = 256
-# A parameter name as the router's pipeline reads it; the schema and names read from a ledger
-# are checked against the same.
+# A parameter name as the router's pipeline reads it (the schema's and a ledger's).
 PARAMETER_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 MAX_PARAMETER_NAME = 63
 # Values are matched as floats (20 and 20.0 are one value): beyond 2**53 distinct integers

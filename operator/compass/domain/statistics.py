@@ -234,8 +234,7 @@ class StoppingRule:
         zeros_needed = math.floor(total + left - target - 1e-6)
         exact = max(1, min(ones_needed, zeros_needed + 1))
         up, down = capital
-        # Only draws before the exact bounds could decide matter; look at them in growing
-        # chunks, as the test usually becomes reachable within a few dozen.
+        # Only draws before the exact bounds matter; in growing chunks (a few dozen usually do).
         limit, horizon = min(left, exact), 64
         while True:
             horizon = min(horizon, limit)

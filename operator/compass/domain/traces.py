@@ -15,9 +15,7 @@ from compass.domain.errors import FieldError
 
 FloatArray = npt.NDArray[np.float64]
 
-# The traces shipped in compass/examples/traces/ (README.md there: source, licence, checksums),
-# and each one's span in seconds (its last offset; the first is 0). tests/unit/test_traces.py
-# checks these against the files.
+# The traces shipped in compass/examples/traces/ and each one's span (its last offset), s.
 TRACE_SPANS: Mapping[str, float] = {
     "azure-llm-code-2023": 3435.948056,
     "azure-llm-conv-2023": 3501.721937,
