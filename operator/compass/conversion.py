@@ -198,8 +198,7 @@ def binding_rule(
     decision_s: float = 0.0,
     settle_s: float | None = None,
 ) -> BindingRule:
-    """The routers' late binding as the simulator runs it, on what those routers see: behind a
-    gate of ``pipeline_slots`` its waiters, or without one the poller's count every ``poll_s``."""
+    """The routers' late binding as the simulator runs it, on what those routers see."""
     if table["lag_share"] is not None and pipeline_slots is not None:
         view: dict[str, Any] = {
             "visible_followers": router_instances - pipeline_slots,
@@ -283,8 +282,7 @@ def spec_for_plan(
 
 
 def planned_gate(binding: BindingSettings, front: Sequence[LatencyProfile]) -> BindingSettings:
-    """``binding`` with its gate's slots from the front's curves, where per-request binding is on
-    and no gate was given (as many waiters beyond the slots as the shipped gate)."""
+    """``binding`` with its gate's slots planned from the front's curves, where none was given."""
     if not binding.mode.per_request or "gate" in binding.model_fields_set:
         return binding
     slots = planned_slots(front)

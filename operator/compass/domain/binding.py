@@ -219,9 +219,7 @@ def bind_stage(
     at: int | None = None,
 ) -> Binding:
     """Bind ``stage``: the configuration (consistent with ``bound``) the request heads for.
-
-    ``at``: the stage reached (earlier than ``stage`` where a pipeline reads parameters before
-    calling the components ahead of them: their time counts too)."""
+    ``at``: the stage reached (earlier where a pipeline reads parameters ahead of their calls)."""
     if not 0 <= stage < len(plan.stages):
         raise BindingError("stage", f"{stage} is not a stage of {len(plan.stages)}", "give 0..n-1")
     at = stage if at is None else at

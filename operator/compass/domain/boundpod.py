@@ -230,8 +230,8 @@ class BoundPod:
         return allowed_at(limits, self.rate_per_ms(end) * 1000)
 
     def enter(self, request: int, stage: int, now: float) -> bool:
-        """Bind every stage when the request reaches its first (as rag-sim's router reads the
-        whole configuration before its first call) and queue it there; False where refused."""
+        """Bind every stage at the first (rag-sim's router reads the whole configuration first)
+        and queue the request there; False where refused."""
         # The pipelines running once it starts, itself included (its slot not yet counted).
         running = self.servers - self.idle + 1
         if stage == 0:

@@ -91,8 +91,7 @@ class CurvePoint:
 
 
 def median_point(runs: Sequence[CurvePoint]) -> CurvePoint:
-    """Of repeated runs at one rate, the one whose p95 is the (lower) median: a run that met a
-    busy or a quiet moment of a shared machine is outvoted, and the point stays one run's."""
+    """Of repeated runs at one rate, the (lower) median by p95: a busy spell is outvoted."""
     if not runs:
         raise CapacityError("runs", "none given", "measure the rate at least once")
     ordered = sorted(runs, key=lambda point: point.latency_at(95.0))
@@ -104,10 +103,8 @@ def measure_point(
     arrivals_s: Sequence[float] | FloatArray,
     finishes_s: Sequence[float] | FloatArray,
 ) -> CurvePoint:
-    """A curve point from one open-loop run: each request's arrival and finish (s), in order.
-
-    The rate is the one the arrivals realised (a few hundred Poisson arrivals stray by several
-    percent, which would read as saturation); the warm-up's latencies are left out."""
+    """A curve point from one open-loop run (arrivals and finishes, s), at the realised rate (a few
+    hundred Poisson arrivals stray by percents, which would read as saturation), sans warm-up."""
     arrivals = np.asarray(arrivals_s, dtype=np.float64)
     finishes = np.asarray(finishes_s, dtype=np.float64)
     if len(arrivals) < 2 or not arrivals[-1] > arrivals[0]:
@@ -165,8 +162,7 @@ class CapacityCurve:
         return any(point.saturated for point in self.points)
 
     def capacity_known(self) -> bool:
-        """Whether the drain rate is the capacity: saturated, and no steady point served faster
-        (a pod that slows when overloaded drains slower than the rates it sustains)."""
+        """Whether the drain rate is the capacity: saturated, no steady point served faster."""
         if not self.saturated:
             return False
         drain = self.saturation_qps
@@ -177,11 +173,8 @@ class CapacityCurve:
         )
 
     def steady_points(self) -> list[CurvePoint]:
-        """The points that reached a steady state: unsaturated and below the ceiling.
-
-        A finite run just short of capacity drifts like a random walk and its percentiles read
-        anything; where the capacity is not known, a run above the first saturated rate that did
-        not collapse is luck."""
+        """The points that reached a steady state: unsaturated and below the ceiling (a run just
+        short of capacity drifts like a random walk; one past a collapse that did not is luck)."""
         if self.capacity_known():
             ceiling = NEAR_CAPACITY * self.saturation_qps
         else:
@@ -193,11 +186,9 @@ class CapacityCurve:
         return self.servers / self.saturation_qps * 1000
 
     def max_rate(self, budget_ms: float, percentile: float, idle_ms: float) -> float:
-        """The highest offered rate whose latency percentile stays within ``budget_ms``.
-
-        The percentiles, made monotone (noise would end the curve early), are read linearly from
-        ``idle_ms``: in rho / (1 - rho) where the capacity is known (Kingman), else in the rate
-        (convex: on the safe side), never past the last unsaturated rate."""
+        """The highest offered rate whose latency percentile stays within ``budget_ms``: the
+        monotone percentiles read linearly from ``idle_ms``, in rho / (1 - rho) where the capacity
+        is known (Kingman), else in the rate (convex: on the safe side)."""
         if idle_ms > budget_ms:
             return 0.0
         measured = self.steady_points()
@@ -270,11 +261,9 @@ def next_rate(
     slo_ms: float | None = None,
     percentile: float = 95.0,
 ) -> float | None:
-    """The next rate the ladder offers, or None when the curve is complete.
-
-    It halves the lowest rate while its tail is steep and over the SLO (a tail is concave at light
-    load: a line from rate 0 would overstate the rate), climbs until the pod saturates, then
-    splits the steepest wide gap below saturation until none is left or ``max_points``."""
+    """The next rate the ladder offers, or None when the curve is complete: the lowest halved
+    while its tail is steep and over the SLO (a line from rate 0 would overstate the rate), then
+    up to saturation, then the steepest wide gap below it split."""
     if not points:
         return LADDER_START * 1000 / mean_ms
     if len(points) >= max_points:

@@ -85,11 +85,8 @@ def rate_upper_bound(count: float, window_s: float, confidence: float) -> float:
 def steady_window(
     samples: Sequence[tuple[float, float]], now: float, pods: int = 1, dispersion: float = 1.0
 ) -> tuple[float, float] | None:
-    """(arrivals of all pods, seconds) over the longest recent window in which they look steady.
-
-    Windows double while the older half agrees with the newer (binomial tests), so a change of
-    rate shortens the window at once; clumps (``dispersion``) count as fewer arrivals, so a gap
-    between them is not taken for a fall."""
+    """(arrivals of all pods, seconds) over the longest recent window in which they look steady:
+    windows double while the older half agrees with the newer, clumps counting as fewer."""
     best: tuple[float, float] | None = None
     for window in STEADY_WINDOWS_S:
         measured = _arrivals_in(samples, now, window)
@@ -133,8 +130,7 @@ def _arrivals_in(
 
 
 def record_arrivals(state: PolicyState, observation: Observation, keep_s: float) -> PolicyState:
-    """The state with the counter sample added, those older than ``keep_s`` dropped (one kept at
-    the window's start); a counter that went down was reset: start over."""
+    """The state with the counter sample added and those past ``keep_s`` dropped (a reset: anew)."""
     if observation.arrivals_total is None:
         return replace(state, arrivals=())
     samples = [s for s in state.arrivals if s[0] < observation.time]
@@ -147,10 +143,8 @@ def record_arrivals(state: PolicyState, observation: Observation, keep_s: float)
 
 
 def capacity_pressure(plan: Plan, active: str | None, queue_depth: float | None) -> float:
-    """(queue + 1) / (limit + 1) once the fastest eligible entry is over its stay limit, else 0.
-
-    Above 1 exactly when over the limit, so an autoscaler sizing replicas x pressure (HPA, KEDA
-    target 1) adds the pods that bring each one's share back within it."""
+    """(queue + 1) / (limit + 1) once the fastest eligible entry is over its stay limit, else 0:
+    an autoscaler sizing replicas x pressure (target 1) brings each one's share back within it."""
     if active is None or queue_depth is None or not math.isfinite(queue_depth):
         return 0.0
     eligible = plan.eligible

@@ -101,8 +101,7 @@ def hull_mixes(hull: Sequence[int]) -> list[Mix]:
 
 
 def most_accurate(positions: Sequence[Mix], feasible: Callable[[Mix], bool]) -> Mix:
-    """The most accurate feasible of ``positions`` (by bisection: a more accurate mix is assumed
-    never more feasible); the first (the fastest) if none is."""
+    """The most accurate feasible of ``positions`` by bisection (else the first, the fastest)."""
     low, high = 0, len(positions) - 1
     if feasible(positions[high]):
         return positions[high]

@@ -137,11 +137,8 @@ class _Draw:
         rules: _Rules,
         record: tuple[IntArray, FloatArray] | None = None,
     ) -> int:
-        """Serve window ``index`` with the mix; returns how many met the SLO.
-
-        A request that would wait past ``rules.late_after_s`` is late: a late-last queue serves it
-        after every request in time, counted as served then but holding no server (optimistic, as
-        a bound should be)."""
+        """Serve window ``index`` with the mix; how many met the SLO. A request late past
+        ``late_after_s`` holds no server (a late-last queue serves it last: optimistic, a bound)."""
         arrivals, assigned, service_s = self.arrivals, self.assigned, self.service_s
         dealers: dict[int, SmoothWeighting[int]] = {}
         met = 0

@@ -95,10 +95,8 @@ class Front:
 
 
 def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -> Front:
-    """The profiles not beaten on accuracy, tail latency and mean at once, by mean service time.
-
-    The mean counts beside the tail because under load it is the capacity: a member slower on the
-    mean than an earlier one and no more accurate costs throughput and buys nothing."""
+    """The profiles not beaten on accuracy, tail latency and mean at once, by mean service time
+    (the mean counts beside the tail because under load it is the capacity)."""
     if not profiles:
         raise PlanError("profiles", "none given, so the front is empty", "profile at least one")
     tail = {id(p): p.latency_at(percentile) for p in profiles}

@@ -23,10 +23,8 @@ DROPPED = -1
 
 @dataclass(frozen=True)
 class Stage:
-    """A component of one instance that serves ``share`` of each request's service time.
-
-    A batch of b takes its longest request's time x (1 + ``batch_cost`` (b - 1)): a cost below 1
-    is what makes batching pay (an accelerator serves b in little more than one's time)."""
+    """A component of one instance serving ``share`` of each request's time, a batch of b taking
+    its longest x (1 + ``batch_cost`` (b - 1)): a cost below 1 is what makes batching pay."""
 
     share: float
     max_batch: int = 1
@@ -90,8 +88,7 @@ MIN_SLOT_GAIN = 1.25
 
 def planned_slots(front: Sequence[LatencyProfile]) -> int:
     """The gate slots a plan defaults to: the fastest's saturated curve's concurrency where every
-    member measured there served ``MIN_SLOT_GAIN`` at once, else 1 (a curve gives the stretch at
-    its own concurrency only, so that is the one a plan can trust)."""
+    member measured there served ``MIN_SLOT_GAIN`` at once (a curve's only trusted one), else 1."""
     curve = front[0].capacity if front else None
     if curve is None or curve.servers < 2 or not curve.saturated:
         return 1

@@ -90,8 +90,7 @@ class PolicyState:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> PolicyState:
-        """The state back from ``to_dict`` (unknown keys ignored); anyone who can write the status
-        may have edited it, so ValueError names the first value ``to_dict`` would not have written."""
+        """The state back from ``to_dict``; anyone who can write the status may have edited it."""
         known = {name: data[name] for name in PolicyState.__dataclass_fields__ if name in data}
         for name in ("active", "blend"):
             _text(known, name, nullable=True)

@@ -152,8 +152,7 @@ class _Paths:
         return known[0][:requests], known[1][:requests]
 
     def reach(self, mix: Mix, requests: int) -> float:
-        """The longest (holding before it + service) of the first ``requests`` on any path: none
-        started idle takes longer than this plus the idle-start delay (see _none_late)."""
+        """The longest (holding before it + service) of the first ``requests`` on any path."""
         reach = self._reach.get(mix)
         if reach is None or len(reach) < requests:
             self.served(mix, requests)
@@ -407,8 +406,7 @@ class Predictive:
         return surge_s, whole, count, 0.5 * busy * active_mean_s  # half a service left if busy
 
     def _none_late(self, mix: Mix, rate: float, surge_s: float, count: int, idle_s: float) -> bool:
-        """Whether no request can miss, known without drawing arrivals (one idle instance,
-        Poisson): a lightly loaded policy is judged by this bound alone."""
+        """Whether no request can miss, known without drawing arrivals (one idle instance)."""
         # The horizon's end in unit-rate time (a little later: rounding never leaves a row out).
         horizon_unit = SURGE_FACTOR * rate * surge_s + rate * (self.horizon_s - surge_s)
         rows = min(count, self.paths.rows_before(horizon_unit * (1 + 1e-9) + 1e-12))
@@ -460,8 +458,7 @@ class Predictive:
     def _rates(
         self, state: PolicyState, observation: Observation, dispersion: float
     ) -> tuple[float, float] | None:
-        """(the rate a stay is judged on, the higher one a climb must fit), per pod; None while
-        unknown. Clumps (``dispersion``) count as fewer arrivals: wider bounds."""
+        """(the rate a stay is judged on, the higher one a climb must fit) per pod, or None."""
         if observation.arrivals_total is None:
             measured = observation.arrival_rate_qps
             return None if measured is None else (measured, measured)
@@ -532,9 +529,8 @@ def _mix_key(mix: Mix) -> tuple[int, int, float]:
 
 
 def arrivals_dispersion(samples: Sequence[tuple[float, float]], now: float, pods: int = 1) -> float:
-    """The index of dispersion of all pods' arrivals over the last ``DISPERSION_WINDOW_S``, at its
-    lower confidence bound, never below 1: Allan's factor, on successive intervals' differences,
-    so a slow change of the rate is not taken for clumps."""
+    """All pods' arrivals' index of dispersion (its lower bound, at least 1), by Allan's factor on
+    successive intervals, so a slow change of the rate is not taken for clumps."""
     if len(samples) < MIN_DISPERSION_PAIRS + 2:
         return 1.0
     readings = [total for _, total in samples]

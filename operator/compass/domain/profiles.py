@@ -209,8 +209,7 @@ class LatencyProfile:
         return max(1.0, (self.busy_holding_ms(servers) or self.mean_ms) / self.mean_ms)
 
     def slot_stretch(self, slots: int) -> float:
-        """How many times its own time a request takes with ``slots`` pipelines at once: the
-        curve's ``busy_stretch``, else ``slots`` (nothing says the pod serves more at once)."""
+        """How many times its own time a request takes with ``slots`` pipelines at once."""
         if slots <= 1:
             return 1.0
         if self.busy_holding_ms(slots) is None:
@@ -228,8 +227,7 @@ def clearly_dominated(
     margin: float,
     by: Collection[int] | None = None,
 ) -> set[int]:
-    """Which (accuracy, mean ms) screenings another (from ``by``) beats: as accurate and
-    ``margin`` faster, so screening noise never drops a front member."""
+    """Which screenings another (``by``) beats by ``margin``: noise never drops a front member."""
     return {
         i
         for i, (accuracy_i, mean_i) in enumerate(screened)

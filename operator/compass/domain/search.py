@@ -155,8 +155,7 @@ class ChunkRunner(Protocol):
         ...
 
     def expect(self, config: Config, indices: Sequence[int]) -> None:
-        """The samples the search will probably ask for next: the runner may evaluate them
-        ahead on idle servers, recorded only when a chunk asks for them."""
+        """The samples the search will probably ask for next (the runner may evaluate ahead)."""
         ...
 
     def forget(self, config: Config) -> None:
@@ -226,8 +225,8 @@ class _Search:
         indices: Iterable[int],
         follow: Callable[[Assessment], Iterable[int]] | None = None,
     ) -> list[Assessment]:
-        """Evaluate these configurations side by side until each has a verdict; ``follow`` names
-        more for the round. The verdicts do not depend on the order chunks finish in."""
+        """Evaluate these configurations side by side until each has a verdict (``follow``: more
+        for the round); the verdicts do not depend on the order chunks finish in."""
         started: list[Assessment] = []
         in_flight: dict[int, tuple[Assessment, int]] = {}
         tickets = itertools.count()
@@ -439,8 +438,7 @@ class _Search:
         return float(norm.ppf(1 - self.rule.alpha_reject))
 
     def surrogate(self, targets: IntArray) -> tuple[FloatArray, FloatArray]:
-        """Posterior mean and sd of accuracy at ``targets`` (main effects and pairwise
-        interactions); the misfit joins each observation's noise, so a poor fit widens bounds."""
+        """Posterior mean and sd of accuracy at ``targets``; a poor fit widens every bound."""
         records = list(self.assessed.values())
         features = self.design(np.array([r.index for r in records], dtype=np.int64))
         y = np.array([r.accuracy for r in records])

@@ -94,8 +94,7 @@ class CounterHistory:
             del self.samples[0]
 
     def since(self, now: float, window_s: float) -> ServedCounts | None:
-        """What the counters counted over the ``window_s`` before ``now``; None before two samples.
-        A pair across the window's start counts the share of its increase inside it."""
+        """What the counters counted in the ``window_s`` to ``now`` (None before two samples)."""
         start = now - window_s
         kept = [sample for sample in self.samples if sample[0] > start]
         earlier = [sample for sample in self.samples if sample[0] <= start]

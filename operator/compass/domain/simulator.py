@@ -217,8 +217,8 @@ def simulate(
     metrics_view: MetricsView = FRESH,
     dealing: Dealing = Dealing.ROUND_ROBIN,
 ) -> RunReport:
-    """Serve the scenario's requests, ``serving`` choosing each one's configuration: a policy's
-    mix every tick (dealt by ``dealing``), or the routers' binding rule per request (no ticks)."""
+    """Serve the scenario, ``serving`` choosing each request's configuration: a policy's mix
+    every tick, or the routers' binding rule per request."""
     if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
         raise SimulationError("switch_delay", f"{switch_delay_s:g} s is not >= 0", "give e.g. 0.01")
     if isinstance(serving, BindingRule) and admission is not None:
@@ -362,8 +362,7 @@ class _Run:
         return chosen
 
     def config_at(self, pod: int, begin: float, request: int) -> int:
-        """The member serving the pod's next request: the mix in force, by the pod's round-robin;
-        or drawn from the mix in force at its arrival (the gateway rewrites its model then)."""
+        """The member serving the pod's next request: by its round-robin, or the gateway's draw."""
         if self.draws is not None:
             # The last mix in effect strictly before the arrival, as mix_at counts a switch.
             at = bisect.bisect_left(self.effective, float(self.arrivals[request])) - 1
@@ -428,8 +427,7 @@ class _Run:
                 self.configs[rest] = final
 
     def scrape(self, tick: int, now: float) -> None:
-        """Take every scrape a tick from ``now`` on may read (advancing the pods is harmless:
-        they start by then what they would have anyway)."""
+        """Take every scrape a tick from ``now`` on may read (advancing the pods is harmless)."""
         interval_s, view = self.interval_s, self.view
         last = view.scrape_of(tick, interval_s)
         # Older scrapes no tick will read again.
@@ -540,8 +538,7 @@ def compare(
     admission: Admission | None = None,
     metrics_view: MetricsView = FRESH,
 ) -> dict[str, RunReport]:
-    """The static baselines and the given policies on the same scenario (paired); only the
-    policies get ``admission`` and ``metrics_view``."""
+    """The static baselines and the given policies on the same scenario (paired)."""
     controllers: dict[str, Policy] = {
         label: StaticController(front[i].name, i)
         for label, i in baseline_indices(len(front)).items()

@@ -150,8 +150,7 @@ class StoppingRule:
         return self._next_look(x, self._capital(x))
 
     def likely_verdict(self, scores: Sequence[float] | FloatArray, horizon: int) -> int | None:
-        """The sample count of a verdict if the unseen scores went on as the seen did (within
-        ``horizon``): a guess for scoring ahead, never one the answer depends on."""
+        """The sample count of a verdict if the scores went on as seen: a guess, to score ahead."""
         x = np.asarray(scores, dtype=np.float64)
         seen = len(x)
         if seen == 0 or seen >= self.last_look:

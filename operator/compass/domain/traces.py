@@ -90,8 +90,7 @@ def cut_window(arrivals_s: npt.ArrayLike, window: TraceWindow) -> FloatArray:
 def stretch_window(
     arrivals_s: npt.ArrayLike, window: TraceWindow, utilisation: float, capacity_qps: float
 ) -> FloatArray:
-    """The window cut from these offsets, every gap stretched by one factor so that its mean rate
-    is ``utilisation x capacity_qps``."""
+    """The window cut from these offsets, stretched to mean rate ``utilisation x capacity_qps``."""
     shifted = cut_window(arrivals_s, window)
     _positive("utilisation", utilisation, "0.7")
     _positive("capacity_qps", capacity_qps, "4.0")
