@@ -52,11 +52,9 @@ class RateView(StrEnum):
     ARRIVALS = "arrivals"
     # The requests taken up over the window: once a queue grows, the rate the pod serves.
     DISPATCHES = "dispatches"
-    # The arrival times of the requests taken up, over the window to the request's own arrival
-    # (FIFO: the pod's arrival rate, late by the request's own wait): the live router.
+    # The arrival times of those taken up, to its own arrival (late by its wait): the live router.
     TAKEN_ARRIVALS = "taken-arrivals"
-    # Behind a gate: the arrival times of the requests taken up, over the window to now (the
-    # arrivals as they come, less those in Triton's queue behind a full gate).
+    # Behind a gate: the arrival times of those taken up, to now (less Triton's queue behind it).
     GATE_ARRIVALS = "gate-arrivals"
 
 
@@ -79,8 +77,7 @@ class BindingRule:
     # queue at the last poll less those taken up since, each deadline taken as the request's own
     # (None: every follower and its deadline as it is now).
     followers_poll_s: float | None = None
-    # A gate in the router: up to this many followers wait at it, each seen with its deadline;
-    # those behind them wait in Triton's queue, unseen (None: no gate).
+    # A gate: up to this many followers wait at it, seen with deadlines (None: no gate).
     visible_followers: int | None = None
     # The pod's arrival rate (for ``max_qps``) is counted over this window, s (2 s saw bursts
     # sooner than 5 s and kept more requests in time on bench/serving_sim.py).
@@ -89,19 +86,16 @@ class BindingRule:
     # A request that waited for an instance longer than this share of the SLO binds the fastest
     # (admission's degradeAfter; None: never): its wait says a queue stands behind it.
     degrade_after: float | None = None
-    # Per allowed configuration, the rate (requests/s per pod) above which the slow loop
-    # disallows it (the planner's stay limit); empty: no limits.
+    # Per configuration, the rate (per pod) above which the slow loop disallows it (empty: none).
     max_qps: tuple[float | None, ...] = ()
     # Extra time may leave a request at most this share of the SLO behind static fastest's
     # schedule (``lag_spare_ms``; None: no cap), of the SLO less ``lag_reserve`` of the
     # fastest's likely services (a short SLO, whose clumps leave little slack, allows less).
     lag_share: float | None = None
     lag_reserve: int = 0
-    # The router's own binding work per request, s, at its first component (live ~1 ms a
-    # request on 2 cores: bench/serving_triton.py).
+    # The router's own binding work per request, s (live ~1 ms: bench/serving_triton.py).
     decision_s: float = 0.0
-    # Behind a gate: a request that finds the pipeline free waits this long, s, before it binds,
-    # seeing the arrivals meanwhile (the router's settle_ms).
+    # Behind a gate: how long a request at a free pipeline waits before it binds (settle_ms), s.
     settle_s: float = 0.0
 
     def __post_init__(self) -> None:

@@ -20,8 +20,7 @@ FloatArray = npt.NDArray[np.float64]
 
 # A curve is measured in at most this many rates (the profiler's cost bound; the CRD's too).
 MAX_CURVE_POINTS = 16
-# The range of a measured service time, in ms: past either end a unit mistake, and the planner's
-# arithmetic loses its precision or overflows.
+# A measured service time's range, ms: past it a unit mistake (and the planner's overflow).
 MIN_LATENCY_MS = 0.001
 MAX_LATENCY_MS = 3_600_000.0
 # The ladder (next_rate): first rate (of one server's capacity), growth, finest ratio.

@@ -319,8 +319,7 @@ class Elastico:
         threshold = self.plan.thresholds[index]
         if threshold.can_enter(depth, rate):
             return True
-        # A queue peer of the fastest within half its entry queue gathers evidence whatever the
-        # short windows show: the rate is judged at the end, over the whole cooldown window.
+        # A queue peer within half its entry queue gathers evidence: its rate is judged at the end.
         limit = threshold.enter_max_queue
         return self._queue_peer(index) and limit is not None and depth <= limit // 2
 
@@ -378,8 +377,7 @@ class Elastico:
                 break
             if self._lowest_level_since(state.entry_levels, now - cooldown) < index:
                 break
-            # And the arrivals over its whole cooldown fit its limit (in an overload a queue
-            # peer of the fastest is judged on the queue alone).
+            # And its whole cooldown's arrivals fit its limit (an overload's queue peer: the queue).
             overload_peer = self._overloaded(rate) and self._queue_peer(index)
             threshold = self.plan.thresholds[index]
             if not overload_peer and not threshold.can_enter(depth, window_rate(cooldown)):

@@ -32,8 +32,7 @@ from compass.domain.profiles import LatencyProfile
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 DEFAULT_WINDOW_S = 5.0
-# The known-load oracle's draws of the pattern: 32 make two sets agree within 0.1 point; each
-# draw costs a serve of the window per position tried.
+# The known-load oracle's draws of the pattern: 32 make two sets agree within 0.1 point.
 KNOWN_LOAD_WORLDS = 32
 # Its draws' seeds start here, far from any scenario seed a bench uses.
 KNOWN_LOAD_SEED = 1_000_000_000

@@ -223,7 +223,6 @@ class SimulatedPod:
                 self._decide(arrival)
                 continue
             # At a tie the start comes first: a request starting at this instant is not queued.
-            # Every admitted request has arrived by `begin` (later ones are not yet decided).
             request = self._next_waiting(begin)
             config = self._start(request, begin)
             if config == DROPPED:

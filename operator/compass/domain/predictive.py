@@ -86,8 +86,7 @@ class _Paths:
         self.joins: Float32Array = rng.uniform(size=(PATHS, requests)).astype(np.float32)
         self.requests = requests
         self._dealt: dict[Mix, IntArray] = {}
-        # Miss shares by every input, least recently used out first: an idle policy and the
-        # policies of one front on the same load work each out once.
+        # Miss shares by every input, least recently used out first (an idle policy's repeat).
         self.miss_shares: OrderedDict[tuple[object, ...], float] = OrderedDict()
         self.miss_shares_lock = threading.Lock()
         # Each part below over more requests, cut short, is the shorter one to the bit.
@@ -233,8 +232,7 @@ class _Arrivals:
     counted: IntArray
 
 
-# Policies drawing the same share one set (a thousand hold one, not a thousand of 1.5 MB each);
-# weak: the draws go with the last policy.
+# Policies drawing the same share one set (1.5 MB each); weak: it goes with the last policy.
 _PATHS: weakref.WeakValueDictionary[str, _Paths] = weakref.WeakValueDictionary()
 _PATHS_LOCK = threading.Lock()
 

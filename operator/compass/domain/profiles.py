@@ -441,8 +441,7 @@ def parse_profiles(data: object, source: str = "profiles") -> tuple[LatencyProfi
     return tuple(profiles)
 
 
-# The most characters a name or value takes in a status (a status copying a spec's values of
-# hundreds of KB would pass the API server's request limit).
+# The most characters a name or value takes in a status (within the API server's request limit).
 MAX_SHOWN = 64
 
 

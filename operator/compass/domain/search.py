@@ -33,8 +33,7 @@ INTERACTION_PRIOR_SD = 0.3
 MIN_RESIDUAL_SD = 0.01
 # The search holds one permutation of the dataset's indices (8 bytes each): 80 MB at most.
 MAX_DATASET_SIZE = 10_000_000
-# Configurations a completion round evaluates at once: given, never derived from the concurrency,
-# so the answer does not depend on it (docs/method.md, "Concurrent evaluation").
+# A completion round's size: never derived from the concurrency, which cannot change the answer.
 DEFAULT_BATCH = 1
 # How far past its next look a likely verdict is sought (ChunkRunner.expect).
 EXPECT_HORIZON = 256

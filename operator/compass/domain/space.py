@@ -38,8 +38,7 @@ MAX_CONSTRAINT_LENGTH = 256
 # A parameter name as the router's pipeline reads it (the schema's and a ledger's).
 PARAMETER_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 MAX_PARAMETER_NAME = 63
-# Values are matched as floats (20 and 20.0 are one value): beyond 2**53 distinct integers
-# would collide, and a 400-digit one does not convert at all.
+# Values are matched as floats (20 and 20.0 are one): beyond 2**53 integers would collide.
 MAX_NUMBER_MAGNITUDE = 2**53
 
 IntArray = npt.NDArray[np.int64]

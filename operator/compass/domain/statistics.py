@@ -19,11 +19,9 @@ from scipy.stats import hypergeom, norm
 
 FloatArray = npt.NDArray[np.float64]
 
-# Means are sums of floats: a configuration whose recorded accuracy equals tau must not be
-# rejected because 0.1 + 0.2 != 0.3.
+# Means are sums of floats: accuracy equal to tau must not be rejected as 0.1 + 0.2 != 0.3.
 TOLERANCE = 1e-9
-# Fraction of the maximal safe bet staked per sample; below 1 so one unlucky score cannot
-# wipe out the capital (Waudby-Smith & Ramdas use 1/2 to 3/4).
+# Share of the maximal safe bet staked: one bad score cannot wipe out the capital (Waudby-Smith).
 BET_CAP = 0.5
 
 
