@@ -14,8 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from compass.domain.profiles import LatencyProfile
-from compass_rules.admission import dispatch_verdict
-from compass_rules.admission import late_verdict as rules_late_verdict
+from compass_rules.admission import dispatch_verdict, late_verdict
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -144,7 +143,8 @@ def judge(
         return AdmissionVerdict.SERVE
     if admission.degrade and wait_plus(fastest.quantile_ms(admission.quantile)) <= admission.slo_ms:
         return AdmissionVerdict.FASTEST
-    return late_verdict(admission)
+    # Late whatever serves it: refused, or served on the fastest.
+    return AdmissionVerdict(late_verdict(admission.refuse, admission.degrade))
 
 
 def judge_at_dispatch(
@@ -161,11 +161,6 @@ def judge_at_dispatch(
             admission.degrade,
         )
     )
-
-
-def late_verdict(admission: Admission) -> AdmissionVerdict:
-    """What becomes of a request late whatever serves it: refused, or served on the fastest."""
-    return AdmissionVerdict(rules_late_verdict(admission.refuse, admission.degrade))
 
 
 def degrade_below_ms(admission: Admission) -> float:
