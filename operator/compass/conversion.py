@@ -29,7 +29,7 @@ from compass.domain.binding import (
     stage_plan,
 )
 from compass.domain.boundpod import ROUTER_POLL_S, BindingRule, RateView
-from compass.domain.capacity import CapacityCurve, parse_curve
+from compass.domain.capacity import parse_curve
 from compass.domain.elastico import ElasticoSettings
 from compass.domain.mix import Dealing
 from compass.domain.planner import Plan, Slo, plan_from_profiles
@@ -42,16 +42,6 @@ from compass.domain.strategy import StrategyPolicy, build_policy
 PERSON_OWNED_SPEC_FIELDS = ("paused",)
 
 
-def capacity_curve(capacity: CapacitySpec) -> CapacityCurve:
-    """The domain curve (its checks: rates ascending, percentiles ordered)."""
-    return parse_curve(capacity.model_dump(by_alias=False), "capacity")
-
-
-def capacity_spec(curve: CapacityCurve) -> CapacitySpec:
-    """The spec of a domain curve."""
-    return CapacitySpec.model_validate(curve.to_json())
-
-
 def latency_profile(entry: FrontEntry) -> LatencyProfile:
     """The entry as a latency profile for the planner and the simulator."""
     return LatencyProfile(
@@ -62,7 +52,10 @@ def latency_profile(entry: FrontEntry) -> LatencyProfile:
         p50_ms=entry.latency_p50_ms,
         p99_ms=entry.latency_p99_ms,
         std_ms=entry.latency_std_ms,
-        capacity=None if entry.capacity is None else capacity_curve(entry.capacity),
+        # The domain curve's checks: rates ascending, percentiles ordered.
+        capacity=None
+        if entry.capacity is None
+        else parse_curve(entry.capacity.model_dump(by_alias=False), "capacity"),
         component_ms=None if entry.component_ms is None else dict(entry.component_ms),
         ttft_mean_ms=entry.ttft_mean_ms,
         ttft_p50_ms=entry.ttft_p50_ms,
@@ -80,7 +73,9 @@ def front_entry(profile: LatencyProfile) -> FrontEntry:
         latency_p50_ms=profile.p50_ms,
         latency_p99_ms=profile.p99_ms,
         latency_std_ms=profile.std_ms,
-        capacity=None if profile.capacity is None else capacity_spec(profile.capacity),
+        capacity=None
+        if profile.capacity is None
+        else CapacitySpec.model_validate(profile.capacity.to_json()),
         component_ms=None if profile.component_ms is None else dict(profile.component_ms),
         ttft_mean_ms=profile.ttft_mean_ms,
         ttft_p50_ms=profile.ttft_p50_ms,

@@ -298,7 +298,10 @@ class _Run:
         self.state = (
             PolicyState() if self.controller is None else self.controller.initial_state(0.0)
         )
-        self.active = _initial_mix(self.state, index_of)
+        # The mix the initial state routes (the first member if it names none).
+        base = 0 if self.state.active is None else index_of[self.state.active]
+        blend = None if self.state.blend is None else index_of[self.state.blend]
+        self.active = Mix(base, blend, self.state.weight)
         # Switches decided but not yet in force: (in force for services starting after, mix).
         self.pending: list[tuple[float, Mix]] = []
         # Each pod deals its requests to the mix in force by its own round-robin, as a router does.
@@ -504,13 +507,6 @@ class _Run:
             time_in_config_s=tuple(self.time_in),
             reasons=tuple(self.reasons),
         )
-
-
-def _initial_mix(state: PolicyState, index_of: Mapping[str, int]) -> Mix:
-    """The mix a controller's initial state routes (the first member if it names none)."""
-    base = index_of[state.active] if state.active is not None else 0
-    blend = None if state.blend is None else index_of[state.blend]
-    return Mix(base, blend, state.weight)
 
 
 def _label(mix: Mix, names: Sequence[str]) -> str:
