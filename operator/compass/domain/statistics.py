@@ -136,12 +136,6 @@ class StoppingRule:
             return verdict, None
         return verdict, self._next_look(x, capital)
 
-    def next_budget(self, seen: int) -> int | None:
-        """The next point of the schedule above what was seen, or None when it is spent."""
-        if self._points is None:
-            return seen + 1 if seen < self.population else None
-        return next((b for b in self._points if b > seen), None)
-
     def next_look(self, scores: Sequence[float] | FloatArray) -> int | None:
         """The first scheduled point at which these scores and more could reach a verdict."""
         x = np.asarray(scores, dtype=np.float64)
@@ -210,7 +204,8 @@ class StoppingRule:
     def _next_look(self, x: FloatArray, capital: tuple[float, float]) -> int | None:
         seen = len(x)
         if self.method is IntervalMethod.WILSON:
-            return self.next_budget(seen)
+            # Fixed looks (Wilson's always has points): the next, None when they are spent.
+            return next((b for b in self._points or () if b > seen), None)
         if seen >= self.last_look:
             return None
         earliest = seen + self._samples_before_verdict(x, capital)
