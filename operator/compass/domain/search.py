@@ -314,12 +314,19 @@ class _Search:
         seeds = self.latin_hypercube_seeds()
         self.assess_round(seeds)
         self.phase = "climbing"
-        self.climb_from(sorted(seeds, key=lambda i: -self.assessed[i].accuracy))
+        # From the best seeds, a batch of climbs at a time, until one finds feasibility.
+        starts = sorted(seeds, key=lambda i: -self.assessed[i].accuracy)
+        for first in range(0, len(starts), self.settings.batch):
+            if self.feasible_count:
+                break
+            self.climb(starts[first : first + self.settings.batch])
         self.phase = "expanding"
         self.expand(a.index for a in list(self.assessed.values()) if a.feasible)
         self.phase = "completing"
         while len(self.assessed) < self.space.size:
-            candidates, mean, sd = self.predict_unevaluated()
+            evaluated = np.fromiter(self.assessed, dtype=np.int64)
+            candidates = np.setdiff1d(np.arange(self.space.size), evaluated)
+            mean, sd = self.surrogate(candidates)
             expected = float(norm.sf((self.rule.tau - TOLERANCE - mean) / sd).sum())
             if expected < self.rule.alpha_accept:
                 return self.outcome(
@@ -359,13 +366,6 @@ class _Search:
             taken[index] = True
             chosen.append(index)
         return chosen
-
-    def climb_from(self, starts: list[int]) -> None:
-        """Climb from the best seeds, a batch at a time, until one finds feasibility."""
-        for first in range(0, len(starts), self.settings.batch):
-            if self.feasible_count:
-                return
-            self.climb(starts[first : first + self.settings.batch])
 
     def climb(self, starts: list[int]) -> None:
         """Hill-climb from each start towards feasibility, the climbs in lock step."""
@@ -422,14 +422,6 @@ class _Search:
         """Evaluate the step neighbours of every feasible configuration reachable from ``start``."""
         steps = [n for index in start for n in self.space.step_neighbours(index)]
         self.assess_round(dict.fromkeys(steps), follow=self._feasible_steps)
-
-    def predict_unevaluated(self) -> tuple[IntArray, FloatArray, FloatArray]:
-        """The configurations never evaluated, and the model's mean and sd of their accuracy."""
-        remaining = np.setdiff1d(
-            np.arange(self.space.size), np.fromiter(self.assessed, dtype=np.int64)
-        )
-        mean, sd = self.surrogate(remaining)
-        return remaining, mean, sd
 
     @cached_property
     def exploration_z(self) -> float:
