@@ -265,20 +265,6 @@ def joint_options(
     return [(t, a) for t, a in own.tolist()], [(t, a) for t, a in theirs.tolist()]
 
 
-def static_schedule(
-    arrival_s: float, free_s: float, fastest_s: float, servers: int = 1
-) -> tuple[float, float]:
-    """(start, free again) of a request at ``arrival_s`` on static fastest's schedule."""
-    if servers < 1:
-        raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
-    return followers.static_schedule(arrival_s, free_s, fastest_s / servers)
-
-
-def lag_spare_ms(finish_ms: float, static_finish_ms: float, cap_ms: float) -> float:
-    """The extra time leaving a request at most ``cap_ms`` behind static fastest's schedule."""
-    return followers.lag_room_ms(cap_ms, finish_ms - static_finish_ms)
-
-
 def fit_stage_times(
     profiles: Sequence[LatencyProfile],
     stages: Sequence[Sequence[str]],

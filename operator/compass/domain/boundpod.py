@@ -26,16 +26,20 @@ from compass.domain.binding import (
     StagePlan,
     bind_stage,
     joint_options,
-    lag_spare_ms,
     remaining_ms,
     stage_plan,
-    static_schedule,
 )
 from compass.domain.evaluation import ParamValue
 from compass.domain.podmodel import DROPPED, PodModel, Stage
 from compass.domain.profiles import LatencyProfile
 from compass_rules.binding import allowed_at, concurrency_factor, waited_long
-from compass_rules.followers import follower_slacks_ms, joint_spare_ms, polled_followers_left_ms
+from compass_rules.followers import (
+    follower_slacks_ms,
+    joint_spare_ms,
+    lag_room_ms,
+    polled_followers_left_ms,
+    static_schedule,
+)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -89,7 +93,7 @@ class BindingRule:
     # Per configuration, the rate (per pod) above which the slow loop disallows it (empty: none).
     max_qps: tuple[float | None, ...] = ()
     # Extra time may leave a request at most this share of the SLO behind static fastest's
-    # schedule (``lag_spare_ms``; None: no cap), of the SLO less ``lag_reserve`` of the
+    # schedule (``lag_room_ms``; None: no cap), of the SLO less ``lag_reserve`` of the
     # fastest's likely services (a short SLO, whose clumps leave little slack, allows less).
     lag_share: float | None = None
     lag_reserve: int = 0
@@ -284,7 +288,7 @@ class BoundPod:
             static_finish_ms = self.static_start[request] * 1000 + follower_likely_ms
             slack_ms = self.slo_s * 1000 - self.rule.lag_reserve * follower_likely_ms
             cap_ms = self.rule.lag_share * max(slack_ms, 0.0)
-            lag_ms = lag_spare_ms(now * 1000 + quickest_likely, static_finish_ms, cap_ms)
+            lag_ms = lag_room_ms(cap_ms, now * 1000 + quickest_likely - static_finish_ms)
         spare = math.inf
         if self.rule.spare_followers:
             consistent_configs = [plan.configs[i] for i in consistent]
@@ -413,7 +417,7 @@ class BoundPod:
                 while pending and self.arrivals[pending[0]] <= now:
                     request = pending.popleft()
                     self.static_start[request], self.static_free = static_schedule(
-                        now, self.static_free, self.static_likely_ms / 1000, self.servers
+                        now, self.static_free, self.static_likely_ms / 1000 / self.servers
                     )
                     self.router.append(request)
                     if self.rule.rate_view is RateView.ARRIVALS:
