@@ -73,7 +73,8 @@ from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
 from compass.domain.policy import Policy
 from compass.domain.predictive import Predictive
 from compass.domain.profiles import LatencyProfile, parse_profiles
-from compass.domain.simulator import StaticController, measure_capacity, simulate
+from compass.domain.simulator import StaticController, simulate
+from compass_dev.sim_capacity import measure_capacity
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROFILES = REPO_ROOT / "bench" / "data" / "compass-paper" / "planner_latency_profiles.json"

@@ -31,7 +31,13 @@ from compass.domain.profiles import parse_profiles
 from compass.domain.simulator import StaticController, simulate
 from compass_dev.experiment import serve_each
 from compass_dev.localdemo import GATE, _set_time_scale
-from compass_dev.scenarios import COMPONENTS, RagSimLoad, rag_sim_triton, spike_scenario
+from compass_dev.scenarios import (
+    COMPONENTS,
+    RagSimLoad,
+    rag_sim_triton,
+    scaled_profile,
+    spike_scenario,
+)
 
 SLO_MS = 1000.0
 DURATION_S = 180.0
@@ -59,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     scenario = spike_scenario(plan, DURATION_S, 0)
     scale = args.time_scale
     live_plan = plan_from_profiles(
-        [p.scaled(scale) for p in profiles], Slo(SLO_MS * scale), 50 * scale
+        [scaled_profile(p, scale) for p in profiles], Slo(SLO_MS * scale), 50 * scale
     )
     policy = runtime_policy(spec_for_plan(live_plan))
     with tempfile.TemporaryDirectory() as workdir:

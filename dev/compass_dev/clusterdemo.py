@@ -94,7 +94,13 @@ from compass_dev.localdemo import (
 )
 from compass_dev.podenv import LocalImage
 from compass_dev.processes import venv_executable, wait_for
-from compass_dev.scenarios import RagSimLoad, rag_sim_data, rag_sim_triton, spike_scenario
+from compass_dev.scenarios import (
+    RagSimLoad,
+    rag_sim_data,
+    rag_sim_triton,
+    scaled_profile,
+    spike_scenario,
+)
 
 CRDS = REPO_ROOT / "crds"
 NAMESPACE = "compass-demo"
@@ -324,7 +330,7 @@ def _run(
     plan, front_profiles = unscaled_plan(spec, scale)
     state = _state(kube, name)
     profiles_document = json.loads(state[PROFILES_KEY])
-    all_profiles = tuple(p.scaled(1 / scale) for p in parse_profiles(profiles_document))
+    all_profiles = tuple(scaled_profile(p, 1 / scale) for p in parse_profiles(profiles_document))
     write_json(out / "profiles.json", profiles_document)
     write_json(out / "search-result.json", json.loads(state[RESULT_KEY]))
     write_file(out / "policy.yaml", yaml.safe_dump(policy, sort_keys=False))

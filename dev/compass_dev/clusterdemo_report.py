@@ -32,6 +32,7 @@ from compass.domain.space import config_key
 from compass.domain.strategy import StrategyPolicy, build_policy
 from compass_dev.clusterdemo_setup import BINDING_PIPELINE_SLOTS, BINDING_ROUTER_INSTANCES
 from compass_dev.experiment import OBSERVED_WINDOW_S, LiveRun, SwitchEvent
+from compass_dev.scenarios import scaled_profile
 
 # Issue 42's floor for the operator's policy: this share of the fastest-to-accurate gap (served
 # accuracy) at no more than this many points of compliance under static fastest.
@@ -41,7 +42,7 @@ COMPLIANCE_SLACK_POINTS = 1.0
 
 def unscaled_plan(spec: ParetoPolicySpec, scale: float) -> tuple[Plan, tuple[LatencyProfile, ...]]:
     """The policy's plan at the paper's scale (the front's times and the SLO divided by scale)."""
-    profiles = tuple(p.scaled(1 / scale) for p in latency_profiles(spec))
+    profiles = tuple(scaled_profile(p, 1 / scale) for p in latency_profiles(spec))
     plan = plan_from_profiles(
         profiles,
         Slo(spec.slo.latency_ms / scale, spec.slo.percentile),

@@ -58,6 +58,7 @@ from compass_dev.scenarios import (
     fastest_mean_s,
     rag_sim_fleet,
     rag_sim_triton,
+    scaled_profile,
     spike_scenario,
 )
 
@@ -255,7 +256,7 @@ def profile_feasible(
 def live_policy(profiles: Sequence[LatencyProfile], settings: DemoSettings) -> ParetoPolicySpec:
     """The policy the live run uses: the same plan, every time scaled."""
     scale = settings.time_scale
-    scaled = [p.scaled(scale) for p in profiles]
+    scaled = [scaled_profile(p, scale) for p in profiles]
     plan = plan_from_profiles(
         scaled,
         Slo(settings.slo_ms * scale, settings.percentile),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,10 @@ import numpy as np
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
 from compass.domain.arrivals import SPIKE_FACTOR, Scenario, make_pattern, make_scenario
+from compass.domain.capacity import CapacityCurve, CurvePoint
 from compass.domain.evaluation import Config
 from compass.domain.planner import Plan
+from compass.domain.profiles import LatencyProfile
 from compass.domain.space import config_key
 from compass.examples import RAG_PAPER_SAMPLES
 from compass_dev.local_triton import LocalTriton, assemble_repository, local_fleet, model_images
@@ -239,3 +241,44 @@ class RagSimLoad:
     def offered_qps(self, t: float) -> float:
         """The load's rate at unscaled time ``t``."""
         return float(self.scenario.pattern.rate(np.array([t]))[0])
+
+
+def scaled_curve(curve: CapacityCurve, factor: float) -> CapacityCurve:
+    """The same curve with times multiplied by ``factor`` and so rates divided by it."""
+    return CapacityCurve(
+        curve.servers,
+        tuple(
+            CurvePoint(
+                point.offered_qps / factor,
+                point.throughput_qps / factor,
+                point.mean_ms * factor,
+                tuple((p, v * factor) for p, v in point.percentiles_ms),
+                point.growing,
+            )
+            for point in curve.points
+        ),
+        None if curve.slo_ms is None else curve.slo_ms * factor,
+    )
+
+
+def scaled_profile(profile: LatencyProfile, factor: float) -> LatencyProfile:
+    """The same profile with every time multiplied by ``factor`` (a time-scaled replay)."""
+
+    def times(value: float | None) -> float | None:
+        return None if value is None else value * factor
+
+    return replace(
+        profile,
+        mean_ms=profile.mean_ms * factor,
+        p95_ms=profile.p95_ms * factor,
+        p50_ms=times(profile.p50_ms),
+        p99_ms=times(profile.p99_ms),
+        std_ms=times(profile.std_ms),
+        capacity=None if profile.capacity is None else scaled_curve(profile.capacity, factor),
+        component_ms=None
+        if profile.component_ms is None
+        else {model: ms * factor for model, ms in profile.component_ms.items()},
+        ttft_mean_ms=times(profile.ttft_mean_ms),
+        ttft_p50_ms=times(profile.ttft_p50_ms),
+        ttft_p95_ms=times(profile.ttft_p95_ms),
+    )

@@ -1,9 +1,5 @@
-"""Conversions between the wire types (compass.api) and the domain (compass.domain).
-
-A ParetoPolicy spec into the planner's profiles, the plan, Elastico's settings, the runtime
-policy and the admission rule; a plan back into a spec, its status thresholds and an applyable
-manifest. A layer of its own, just above api: it needs both sides, and api holds wire types only.
-"""
+"""Conversions between the wire types (compass.api) and the domain (compass.domain): a layer
+of its own, just above api, which holds wire types only."""
 
 from __future__ import annotations
 
@@ -33,7 +29,7 @@ from compass.domain.binding import (
     stage_plan,
 )
 from compass.domain.boundpod import ROUTER_POLL_S, BindingRule, RateView
-from compass.domain.capacity import CapacityCurve, parse_curve
+from compass.domain.capacity import parse_curve
 from compass.domain.elastico import ElasticoSettings
 from compass.domain.mix import Dealing
 from compass.domain.planner import Plan, Slo, plan_from_profiles
@@ -42,19 +38,8 @@ from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import FRESH, MetricsView, RunReport, simulate
 from compass.domain.strategy import StrategyPolicy, build_policy
 
-# Spec fields a person (kubectl edit, Git) sets and a plan never writes: a manifest made from a
-# plan leaves them out, so applying it (or a re-plan, by server-side apply) keeps theirs.
+# Spec fields a person sets and a plan never writes: a planned manifest leaves them out.
 PERSON_OWNED_SPEC_FIELDS = ("paused",)
-
-
-def capacity_curve(capacity: CapacitySpec) -> CapacityCurve:
-    """The domain curve (its checks: rates ascending, percentiles ordered)."""
-    return parse_curve(capacity.model_dump(by_alias=False), "capacity")
-
-
-def capacity_spec(curve: CapacityCurve) -> CapacitySpec:
-    """The spec of a domain curve."""
-    return CapacitySpec.model_validate(curve.to_json())
 
 
 def latency_profile(entry: FrontEntry) -> LatencyProfile:
@@ -67,7 +52,10 @@ def latency_profile(entry: FrontEntry) -> LatencyProfile:
         p50_ms=entry.latency_p50_ms,
         p99_ms=entry.latency_p99_ms,
         std_ms=entry.latency_std_ms,
-        capacity=None if entry.capacity is None else capacity_curve(entry.capacity),
+        # The domain curve's checks: rates ascending, percentiles ordered.
+        capacity=None
+        if entry.capacity is None
+        else parse_curve(entry.capacity.model_dump(by_alias=False), "capacity"),
         component_ms=None if entry.component_ms is None else dict(entry.component_ms),
         ttft_mean_ms=entry.ttft_mean_ms,
         ttft_p50_ms=entry.ttft_p50_ms,
@@ -85,7 +73,9 @@ def front_entry(profile: LatencyProfile) -> FrontEntry:
         latency_p50_ms=profile.p50_ms,
         latency_p99_ms=profile.p99_ms,
         latency_std_ms=profile.std_ms,
-        capacity=None if profile.capacity is None else capacity_spec(profile.capacity),
+        capacity=None
+        if profile.capacity is None
+        else CapacitySpec.model_validate(profile.capacity.to_json()),
         component_ms=None if profile.component_ms is None else dict(profile.component_ms),
         ttft_mean_ms=profile.ttft_mean_ms,
         ttft_p50_ms=profile.ttft_p50_ms,
@@ -124,24 +114,20 @@ def elastico_settings(spec: ParetoPolicySpec) -> ElasticoSettings:
 
 
 def runtime_policy(spec: ParetoPolicySpec, plan: Plan | None = None) -> StrategyPolicy:
-    """The runtime policy this spec describes: its strategy over its plan (``plan``: the one
-    policy_plan gives for this spec, already made)."""
+    """The runtime policy this spec describes (``plan``: policy_plan's for it, if made)."""
     chosen = policy_plan(spec) if plan is None else plan
     return build_policy(spec.strategy, chosen, elastico_settings(spec), spec.interval_seconds)
 
 
 def admission_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
-    """What every router gets with each switch to judge requests at dispatch, for this spec's
-    plan (None: admission off)."""
+    """What every router gets with each switch to judge requests (None: admission off)."""
     if not spec.admits:
         return None
     return router_admission([t.profile for t in plan.thresholds], admission_rule(spec))
 
 
 def binding_stages(spec: ParetoPolicySpec) -> tuple[list[tuple[str, ...]], list[StageComponents]]:
-    """The stages the routers bind (the parameters each reads, in order) and the component
-    models each calls: the declared stages, else the whole configuration as one stage whose
-    component is the whole pipeline (no model named)."""
+    """The stages the routers bind and the models each calls (else one stage, no model named)."""
     stages = spec.binding.stages
     if stages:
         return [tuple(stage.parameters) for stage in stages], [stage.models for stage in stages]
@@ -149,8 +135,7 @@ def binding_stages(spec: ParetoPolicySpec) -> tuple[list[tuple[str, ...]], list[
 
 
 def stage_shares(spec: ParetoPolicySpec) -> list[float] | None:
-    """The declared stages' shares of a configuration's time, where every stage gives one (the
-    per-stage fit leans to them); None otherwise."""
+    """The declared stages' shares of a configuration's time, where all give one; else None."""
     shares = [stage.share for stage in spec.binding.stages]
     if not shares or None in shares:
         return None
@@ -158,8 +143,7 @@ def stage_shares(spec: ParetoPolicySpec) -> list[float] | None:
 
 
 def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
-    """What every router gets with each switch to bind each request (None: the policy's
-    configuration serves every request)."""
+    """What every router gets with each switch to bind each request (None: whole-workflow)."""
     settings = spec.binding
     if not settings.mode.per_request:
         return None
@@ -173,8 +157,7 @@ def binding_table(spec: ParetoPolicySpec, plan: Plan) -> dict[str, Any] | None:
         spec.admission.quantile,
         None if not settings.stages else components,
     )
-    # Several pipelines at once: each configuration's time with all of them running, from its
-    # capacity curve at that many (the routers judge deadlines at the concurrency they run at).
+    # Several pipelines at once: the routers judge deadlines at the concurrency they run at.
     slots = settings.gate.slots
     if slots > 1:
         plan_of_stages = replace(
@@ -210,10 +193,7 @@ def binding_rule(
     decision_s: float = 0.0,
     settle_s: float | None = None,
 ) -> BindingRule:
-    """The routers' late binding (``table``: binding_table's) as the simulator runs it, on what
-    those routers see: behind a gate of ``pipeline_slots``, the waiters there (with the lag cap) or
-    every follower (without); without a gate, the poller's count every ``poll_s``. ``decision_s``:
-    the routers' own work per bound request; ``settle_s``: the gate's settle (None: the table's)."""
+    """The routers' late binding as the simulator runs it, on what those routers see."""
     if table["lag_share"] is not None and pipeline_slots is not None:
         view: dict[str, Any] = {
             "visible_followers": router_instances - pipeline_slots,
@@ -240,10 +220,7 @@ def binding_rule(
         admission_quantile=spec.admission.quantile,
         max_qps=tuple(c["max_qps"] for c in table["configs"]),
         degrade_after=table["degrade_after"],
-        # The routers poll their own queue (the metrics URL their server gives them); behind
-        # the gate they see each waiter with its deadline and take every request up as it
-        # arrives (the gate's own 0.5 ms look and what Triton still queues beyond the
-        # instances are not modelled).
+        # The routers poll their own queue; behind the gate they see each waiter's deadline.
         spare_followers=True,
         lag_share=table["lag_share"],
         lag_reserve=table["lag_reserve"],
@@ -254,16 +231,13 @@ def binding_rule(
 
 
 def mix_dealing(spec: ParetoPolicySpec) -> Dealing:
-    """How the spec's actuator deals a mix: the routers' round-robin, or the gateway's weighted
-    draw per request (llm-d's endpoint picker for inferenceModelRewrite, the Gateway's choice of
-    a weighted backendRef for httpRoute)."""
+    """How the spec's actuator deals a mix: the routers' round-robin, or the gateway's draw."""
     gateway = spec.routing is not None and spec.routing.actuator is not ActuatorType.TRITON
     return Dealing.DRAW if gateway else Dealing.ROUND_ROBIN
 
 
 def admission_rule(spec: ParetoPolicySpec) -> Admission:
-    """The admission rule this spec's settings describe, judged at dispatch as the routers judge
-    (whether or not it is enabled: ``compass simulate --admission`` runs it anyway)."""
+    """The spec's admission rule at dispatch (enabled or not: ``simulate --admission`` runs it)."""
     return Admission(
         spec.slo.latency_ms,
         spec.admission.quantile,
@@ -303,10 +277,7 @@ def spec_for_plan(
 
 
 def planned_gate(binding: BindingSettings, front: Sequence[LatencyProfile]) -> BindingSettings:
-    """``binding`` with its gate's slots from the front's capacity curves (``planned_slots``:
-    several where the pod serves more at once, a batching generator) where per-request binding
-    is on and no gate was given; as many instances more than the slots as the shipped gate
-    has, so the routers see as many waiters behind each request."""
+    """``binding`` with its gate's slots planned from the front's curves, where none was given."""
     if not binding.mode.per_request or "gate" in binding.model_fields_set:
         return binding
     slots = planned_slots(front)
@@ -342,8 +313,7 @@ def planned_manifest(
     spec: Mapping[str, Any],
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A planned ParetoPolicy as an applyable manifest (apiVersion, kind, metadata, spec), with
-    only the fields a plan owns: never PERSON_OWNED_SPEC_FIELDS."""
+    """A planned ParetoPolicy as an applyable manifest, never with PERSON_OWNED_SPEC_FIELDS."""
     metadata: dict[str, Any] = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
@@ -368,10 +338,7 @@ def simulate_serving(
     admission: Admission | None = None,
     metrics_view: MetricsView = FRESH,
 ) -> RunReport:
-    """The spec served on the scenario as its routers and operator would serve it: each request
-    bound by the routers' table behind their gate (per-request binding), else the strategy
-    switching the whole workflow (with ``admission``, else the spec's own, and ``pod_model`` for
-    its pods), its mixes dealt as its actuator deals them (mix_dealing)."""
+    """The spec served on the scenario as its routers and operator would serve it."""
     chosen = policy_plan(spec) if plan is None else plan
     table = binding_table(spec, chosen)
     gate = spec.binding.gate

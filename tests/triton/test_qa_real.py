@@ -90,8 +90,8 @@ def test_space_yaml_is_the_pipelines_space_and_every_member_runs() -> None:
         name: list(values) for name, values in pipeline.SPACE.items()
     }
     space = Space(spec)
-    assert len(space) == 3 * 4 * 2 * 2
-    for index in range(len(space)):
+    assert space.size == 3 * 4 * 2 * 2
+    for index in range(space.size):
         pipeline.check_config(space.config(index))
     # The router's default configuration is a member of the space.
     router_config = (_workflow() / "models" / "router" / "config.pbtxt").read_text()

@@ -22,7 +22,8 @@ from compass.domain.admission import (
 )
 from compass.domain.arrivals import make_pattern, make_scenario
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
-from compass.domain.simulator import StaticController, measure_capacity, simulate
+from compass.domain.simulator import StaticController, simulate
+from compass_dev.sim_capacity import measure_capacity
 
 FAST = profile("fast", 0.70, 100, 10)
 SLOW = profile("slow", 0.90, 300, 30)
@@ -259,14 +260,14 @@ def test_admission_at_dispatch_serves_in_time_what_it_serves(pod_model: PodModel
 
 
 def test_the_router_gets_each_members_quantile_by_key() -> None:
-    table = router_admission(FRONT, Admission(1000, 0.5, degrade_after=0.25), time_scale=0.5)
+    table = router_admission(FRONT, Admission(1000, 0.5, degrade_after=0.25))
     assert table["fastest"] == FAST.key
-    assert table["degrade_below_ms"] == pytest.approx(750 * 0.5)
+    assert table["degrade_below_ms"] == pytest.approx(750)
     undegraded = router_admission(FRONT, Admission(1000, degrade=False))
     assert undegraded["degrade_below_ms"] == 0
     assert table["refuse"] is True
     assert router_admission(FRONT, Admission(1000, refuse=False))["refuse"] is False
-    assert table["quantiles_ms"][SLOW.key] == pytest.approx(150, rel=0.01)
-    assert table["slo_ms"] == pytest.approx(500)
+    assert table["quantiles_ms"][SLOW.key] == pytest.approx(300, rel=0.01)
+    assert table["slo_ms"] == pytest.approx(1000)
     with pytest.raises(AdmissionError, match="front: empty"):
         router_admission([], Admission(1000))

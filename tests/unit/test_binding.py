@@ -26,18 +26,22 @@ from compass.domain.binding import (
     StagePlan,
     bind_stage,
     fit_stage_times,
-    lag_spare_ms,
     router_table,
     stage_plan,
     stage_shares,
-    static_schedule,
 )
 from compass.domain.boundpod import BindingRule, RateView, bound_pods
 from compass.domain.podmodel import PodModel, Stage
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import RunReport, StaticController, simulate
 from compass_rules.binding import waited_long
-from compass_rules.followers import follower_slacks_ms, joint_spare_ms, polled_followers_left_ms
+from compass_rules.followers import (
+    follower_slacks_ms,
+    joint_spare_ms,
+    lag_room_ms,
+    polled_followers_left_ms,
+    static_schedule,
+)
 
 STAGES = (("k",), ("model",))
 
@@ -472,13 +476,10 @@ def test_static_fastests_schedule_and_the_lag_a_request_may_take_behind_it() -> 
     # Lindley's recursion: a request waits for the one before it, never for an idle queue.
     assert static_schedule(1.0, 0.5, 0.1) == (1.0, pytest.approx(1.1))
     assert static_schedule(1.0, 1.3, 0.1) == (1.3, pytest.approx(1.4))
-    assert static_schedule(1.0, 1.3, 0.2, servers=2) == (1.3, pytest.approx(1.4))
-    with pytest.raises(BindingError, match="servers"):
-        static_schedule(1.0, 0.0, 0.1, servers=0)
     # 100 ms behind static fastest at its fastest, 250 allowed: 150 more; beyond the cap none.
-    assert lag_spare_ms(1100, 1000, 250) == pytest.approx(150)
-    assert lag_spare_ms(1400, 1000, 250) == 0
-    assert lag_spare_ms(900, 1000, 250) == pytest.approx(350)
+    assert lag_room_ms(250, 1100 - 1000) == pytest.approx(150)
+    assert lag_room_ms(250, 1400 - 1000) == 0
+    assert lag_room_ms(250, 900 - 1000) == pytest.approx(350)
 
 
 def test_the_lag_cap_keeps_every_request_within_it_of_static_fastests_schedule() -> None:

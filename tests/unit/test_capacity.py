@@ -38,7 +38,9 @@ from compass.domain.capacity import (
 from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_thresholds
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel, Stage
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profile
-from compass.domain.simulator import StaticController, measure_capacity, simulate
+from compass.domain.simulator import StaticController, simulate
+from compass_dev.scenarios import scaled_curve
+from compass_dev.sim_capacity import measure_capacity
 
 FAST = normal_profile("fast", 0.7, 100, 15)
 
@@ -93,7 +95,7 @@ def test_simulated_independent_servers_wait_as_often_as_erlang_c_says() -> None:
         report = simulate(
             StaticController(profile.name, 0), [profile], scenario, 1000, pod_model=PodModel(4)
         )
-        waited.append(np.mean(report.waits_ms[1000:] > 1e-9))
+        waited.append(np.mean((report.starts_s - report.arrivals_s)[1000:] > 1e-9))
         loads.append(rate * np.mean(report.finishes_s - report.starts_s))
     assert np.mean(waited) == pytest.approx(erlang_c(4, float(np.mean(loads))), abs=0.03)
     assert erlang_c(4, float(np.mean(loads))) > 0.5
@@ -249,7 +251,7 @@ def test_measure_point_leaves_out_the_warm_up_and_counts_throughput() -> None:
 def test_curves_scale_times_up_and_rates_down() -> None:
     """A time-scaled replay: a curve at half speed serves half the rate at twice the latency."""
     curve = CapacityCurve(2, (point(2, 200), point(4, 400)))
-    slow = curve.scaled(2.0)
+    slow = scaled_curve(curve, 2.0)
     assert slow.points[1].offered_qps == 2.0
     assert slow.points[1].latency_at(95) == 800
     assert slow.max_rate(600, 95, idle_ms=200) == pytest.approx(curve.max_rate(300, 95, 100) / 2)
@@ -696,7 +698,7 @@ def test_a_curves_budget_survives_the_profiles_file_and_the_policy_spec() -> Non
     assert "slo_ms" not in climb_ladder(100, 1, _knee, idle_p95_ms=100).to_json()
     older = {key: value for key, value in document.items() if key != "slo_ms"}
     assert parse_curve(older, "capacity").slo_ms is None
-    assert curve.scaled(0.5).slo_ms == 75
+    assert scaled_curve(curve, 0.5).slo_ms == 75
     profile = replace(FAST, capacity=curve)
     assert latency_profile(front_entry(profile)).capacity == curve
     with pytest.raises(CapacityError) as error:

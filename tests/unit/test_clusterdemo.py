@@ -42,7 +42,7 @@ from compass_dev.clusterdemo_setup import (
 from compass_dev.devcluster import ClusterUnavailableError
 from compass_dev.experiment import LiveRun
 from compass_dev.localdemo import verdict
-from compass_dev.scenarios import PAPER_FRONT
+from compass_dev.scenarios import PAPER_FRONT, scaled_profile
 
 
 def test_the_adapted_example_changes_only_what_it_says() -> None:
@@ -357,7 +357,7 @@ def test_the_binding_prediction_is_the_gated_routers_rule_and_the_cap_holds_it_b
         lag_reserve=2,
     )
     # The operator's spec is at rag-sim's scale; the demo predicts on the plan at the paper's.
-    scaled = plan_thresholds([p.scaled(scale) for p in profiles], Slo(1000.0 * scale))
+    scaled = plan_thresholds([scaled_profile(p, scale) for p in profiles], Slo(1000.0 * scale))
     spec = spec_for_plan(
         scaled,
         admission=AdmissionSettings(enabled=True, degrade_after=1),

@@ -14,6 +14,7 @@ from compass.domain.mix import (
     Mix,
     SmoothWeighting,
     drawn_member,
+    hull_mixes,
     mix_weighting,
     most_accurate,
     quantize_weight,
@@ -35,9 +36,7 @@ def test_a_mix_normalises_its_degenerate_forms() -> None:
     assert Mix(1, 2, 1.0) == Mix(2)
     assert Mix(1, None, 0.5).weight == 0.0
     assert Mix(1, 2, 0.25).shares == ((1, 0.75), (2, 0.25))
-    assert Mix.at(1.4) == Mix(1, 2, 0.4)
-    assert Mix.at(2.0) == Mix(2)
-    assert Mix.at(1.4).position == pytest.approx(1.4)
+    assert Mix(1, 2, 0.4).position == pytest.approx(1.4)
 
 
 @pytest.mark.parametrize("steps", range(WEIGHT_STEPS + 1))
@@ -66,7 +65,7 @@ def test_a_weighting_needs_a_positive_weight() -> None:
 def test_most_accurate_bisects_to_the_last_feasible_position() -> None:
     """Among 61 positions it finds the last feasible one in a handful of looks, the most
     accurate when all are, and the fastest when none is."""
-    positions = [Mix.at(step / WEIGHT_STEPS) for step in range(3 * WEIGHT_STEPS + 1)]
+    positions = hull_mixes(range(4))
     looked: list[Mix] = []
 
     def below(limit: float) -> Callable[[Mix], bool]:
@@ -76,7 +75,7 @@ def test_most_accurate_bisects_to_the_last_feasible_position() -> None:
 
         return feasible
 
-    assert most_accurate(positions, below(1.35)) == Mix.at(1.35)
+    assert most_accurate(positions, below(1.35)) == Mix(1, 2, 0.35)
     assert len(looked) <= 8
     assert most_accurate(positions, below(3.0)) == positions[-1]
     assert most_accurate(positions, below(-1.0)) == positions[0]

@@ -19,13 +19,13 @@ from compass.domain.planner import (
     PlanError,
     Slo,
     ThresholdModel,
+    _max_rate,
     _queue_limit,
-    max_arrival_rate,
-    max_queue_depth,
+    _service_grid,
+    _sum_tail,
+    _violation,
     pareto_front,
     plan_thresholds,
-    sum_percentile_ms,
-    violation_probability,
 )
 from compass.domain.profiles import LatencyProfile, ProfileError, fit_distribution, parse_profiles
 
@@ -322,15 +322,15 @@ def test_tail_queue_limit_is_the_largest_depth_meeting_the_budget(
     """stay_max_queue is exactly where the percentile of the N + 1 service times crosses L."""
     p = profile("x", 0.8, mean, mean + excess, p99=mean + 1.5 * excess)
     tail = p.latency_at(percentile)
-    depth = max_queue_depth(p, budget, percentile, ThresholdModel.TAIL)
+    depth = _queue_limit(p.mean_ms, tail, budget, ThresholdModel.TAIL)
     if tail > budget + 1e-9:
         assert depth is None
         return
     assert depth is not None
-    assert sum_percentile_ms(p, depth + 1, percentile) <= budget + 1e-6
-    assert sum_percentile_ms(p, depth + 2, percentile) > budget - 1e-6
+    assert _sum_tail(p.mean_ms, tail, depth + 1) <= budget + 1e-6
+    assert _sum_tail(p.mean_ms, tail, depth + 2) > budget - 1e-6
     # Never more permissive than the paper's model, which ignores the spread of the wait.
-    paper = max_queue_depth(p, budget, percentile, ThresholdModel.PAPER_MEAN)
+    paper = _queue_limit(p.mean_ms, tail, budget, ThresholdModel.PAPER_MEAN)
     assert paper is not None
     assert depth <= paper
 
@@ -367,6 +367,16 @@ def test_slo_must_be_positive_with_a_percentile_inside_0_100(
     """A non-positive target or a percentile outside (0, 100) is refused."""
     with pytest.raises(PlanError, match=r"^slo\."):
         Slo(latency, percentile)
+
+
+def violation_probability(p: LatencyProfile, arrival_qps: float, budget_ms: float) -> float:
+    """P(latency > budget) at this Poisson rate, as the planner's M/G/1 tail predicts it."""
+    return _violation(_service_grid(p), arrival_qps, budget_ms / 1000)
+
+
+def max_arrival_rate(p: LatencyProfile, budget_ms: float, percentile: float) -> float:
+    """The planner's M/G/1 rate limit for this budget."""
+    return _max_rate(_service_grid(p), budget_ms, percentile=percentile)
 
 
 def test_rate_limit_is_where_the_mg1_violation_reaches_the_budget(

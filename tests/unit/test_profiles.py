@@ -12,6 +12,7 @@ from compass.domain.profiles import (
     clearly_dominated,
     parse_profiles,
 )
+from compass_dev.scenarios import scaled_profile
 
 
 def test_an_as_accurate_and_clearly_faster_configuration_dominates() -> None:
@@ -52,7 +53,7 @@ def test_front_members_are_never_screened_out() -> None:
 
 def test_scaled_multiplies_every_time_and_keeps_the_rest() -> None:
     profile = LatencyProfile({"k": 1}, 0.8, 100.0, 150.0, p50_ms=90.0, p99_ms=200.0, std_ms=20.0)
-    half = profile.scaled(0.5)
+    half = scaled_profile(profile, 0.5)
     assert (half.mean_ms, half.p95_ms, half.p50_ms, half.p99_ms, half.std_ms) == (
         50.0,
         75.0,
@@ -62,11 +63,11 @@ def test_scaled_multiplies_every_time_and_keeps_the_rest() -> None:
     )
     assert (half.config, half.accuracy) == (profile.config, profile.accuracy)
     assert half.distribution.quantile(0.9) == pytest.approx(profile.distribution.quantile(0.9) / 2)
-    assert profile.scaled(1.0) == profile
+    assert scaled_profile(profile, 1.0) == profile
 
 
 def test_scaling_leaves_missing_percentiles_missing() -> None:
-    half = LatencyProfile({"k": 1}, 0.8, 100.0, 150.0).scaled(0.5)
+    half = scaled_profile(LatencyProfile({"k": 1}, 0.8, 100.0, 150.0), 0.5)
     assert (half.p50_ms, half.p99_ms, half.std_ms) == (None, None, None)
 
 
@@ -88,7 +89,7 @@ def test_component_times_are_read_checked_scaled_and_carried_by_the_front() -> N
     }
     (profile,) = parse_profiles([entry])
     assert profile.component_ms == {"retriever": 20.0, "generator": 70.5}
-    assert profile.scaled(0.5).component_ms == {"retriever": 10.0, "generator": 35.25}
+    assert scaled_profile(profile, 0.5).component_ms == {"retriever": 10.0, "generator": 35.25}
     # The ParetoPolicy's front entry keeps them, and its profile is the same again.
     assert latency_profile(front_entry(profile)) == profile
     assert (

@@ -28,13 +28,13 @@ from compass.domain.binding import (
     bind_stage,
     router_table,
     stage_plan,
-    static_schedule,
 )
 from compass.domain.boundpod import ROUTER_POLL_S
 from compass.domain.profiles import LatencyProfile, parse_profiles
 from compass_dev.router_module import pipeline_module, router_part
 from compass_dev.scenarios import QA_REAL_FRONT
 from compass_rules.binding import check_binding
+from compass_rules.followers import static_schedule
 
 PROFILES = (
     Path(__file__).resolve().parents[2] / "bench/data/compass-paper/planner_latency_profiles.json"
@@ -496,7 +496,7 @@ def test_the_instances_keep_static_fastests_schedule_as_the_domain_does(
     router: types.SimpleNamespace, tmp_path: Path
 ) -> None:
     """Two instances drawing static fastest's starts in turn, on and off the gate, keep the
-    schedule compass.domain.binding.static_schedule keeps (Lindley's recursion)."""
+    schedule compass_rules.followers.static_schedule keeps (Lindley's recursion)."""
     rng = np.random.default_rng(5)
     path = str(tmp_path / "inflight.bin")
     instances = [router.gate.Inflight(path), router.gate.Inflight(path)]
@@ -505,7 +505,7 @@ def test_the_instances_keep_static_fastests_schedule_as_the_domain_does(
     arrivals = np.cumsum(rng.exponential(15, 200))  # ms: a queue builds and drains
     free = -math.inf
     for index, arrival in enumerate(arrivals):
-        expected, free = static_schedule(arrival / 1000, free, fastest_ms / 1000, servers)
+        expected, free = static_schedule(arrival / 1000, free, fastest_ms / 1000 / servers)
         schedule = (base + int(arrival * 1e6), fastest_ms * 1e6, servers)
         instance = instances[index % 2]
         if index % 3:

@@ -19,7 +19,6 @@ from compass.domain.binding import (
     BindingVerdict,
     bind_stage,
     joint_options,
-    lag_spare_ms,
     remaining_ms,
     router_table,
     stage_plan,
@@ -162,10 +161,11 @@ def test_the_lag_cap_on_a_table_is_the_simulators(plan: Any) -> None:
             remaining_ms(plan.configs[i], at, backlog, admitting=True)
             for i in plan.consistent(bound)
         )
-        spare = lag_spare_ms(
-            (now_ns - base) / 1e6 + quickest_likely,
-            (static_start_ns - base) / 1e6 + fastest_likely,
+        spare = followers.lag_room_ms(
             cap,
+            (now_ns - base) / 1e6
+            + quickest_likely
+            - ((static_start_ns - base) / 1e6 + fastest_likely),
         )
         expected = bind_stage(plan, stage, bound, left, backlog, spare_ms=spare, at=at)
         table_spare = followers.lag_spare_ms(checked, bound, at, backlog, now_ns, static_start_ns)

@@ -284,7 +284,7 @@ def test_default_schedule_is_every_sample_in_fewer_calls(
         first = next(
             seen
             for seen in range(1, N + 1)
-            if rule.judge(assessment.scores[:seen]) is not FeasibilityVerdict.UNDECIDED
+            if rule.look(assessment.scores[:seen])[0] is not FeasibilityVerdict.UNDECIDED
         )
         assert assessment.samples == first
     assert truth <= {a.index for a in outcome.feasible}

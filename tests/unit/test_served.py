@@ -23,6 +23,7 @@ from compass.controllers.runtime import OperatorMetrics
 from compass.dataplane.fleet import Endpoint, FleetQueueDepth
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.domain.served import (
+    MAX_SHOWN,
     SAMPLE_EVERY_S,
     CounterHistory,
     RouterCounters,
@@ -122,7 +123,8 @@ def test_the_view_names_and_weighs_by_the_front() -> None:
         ("2/medium", 0.2),  # named by its values (its canonical key's order)
         ("large/3", 0.2),
     ]
-    assert served_view(counts, known, shown=1).shares[0].name == "small/1"
+    many = ServedCounts({f"k{i}": 1.0 for i in range(MAX_SHOWN + 2)}, seconds=60.0)
+    assert len(served_view(many, known).shares) == MAX_SHOWN
     assert served_view(ServedCounts(), known).accuracy is None
 
 

@@ -25,9 +25,15 @@ from compass.domain.arrivals import (
 )
 from compass.domain.boundpod import BindingRule
 from compass.domain.capacity import CapacityCurve, CurvePoint
-from compass.domain.elastico import Elastico, ElasticoSettings
+from compass.domain.elastico import Elastico, ElasticoSettings, capacity_pressure
 from compass.domain.mix import Dealing
-from compass.domain.planner import Slo, ThresholdModel, plan_thresholds, violation_probability
+from compass.domain.planner import (
+    Slo,
+    ThresholdModel,
+    _service_grid,
+    _violation,
+    plan_thresholds,
+)
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
 from compass.domain.policy import Action, Decision, Observation, PolicyState
 from compass.domain.profiles import LatencyProfile
@@ -46,6 +52,11 @@ FRONT = [
     profile("mid", 0.80, 150, 20),
     profile("slow", 0.9, 250, 30),
 ]
+
+
+def waits_ms(report: RunReport) -> np.ndarray:
+    """Each request's wait before its service started, ms."""
+    return (report.starts_s - report.arrivals_s) * 1000
 
 
 # ---------------------------------------------------------------------------- patterns
@@ -191,7 +202,7 @@ def test_mean_wait_matches_pollaczek_khinchine(rate: float, index: int) -> None:
     for seed in range(4):
         scenario = make_scenario(make_pattern("constant", rate, 2000), seed)
         waits.append(
-            simulate(StaticController(FRONT[index].name, index), FRONT, scenario, 1e9).waits_ms
+            waits_ms(simulate(StaticController(FRONT[index].name, index), FRONT, scenario, 1e9))
         )
     assert np.concatenate(waits).mean() == pytest.approx(expected_ms, rel=0.08)
 
@@ -204,7 +215,7 @@ def test_violations_match_the_planners_mg1_tail() -> None:
             scenario = make_scenario(make_pattern("constant", rate, 3000), seed)
             report = simulate(StaticController(FRONT[index].name, index), FRONT, scenario, slo)
             missed.append(1 - report.compliance / 100)
-        predicted = violation_probability(FRONT[index], rate, slo)
+        predicted = _violation(_service_grid(FRONT[index]), rate, slo / 1000)
         assert 0.02 < predicted < 0.3
         assert np.mean(missed) == pytest.approx(predicted, abs=0.01)
 
@@ -247,7 +258,7 @@ def test_two_pods_split_a_load_one_server_cannot_keep_up_with() -> None:
     scenario = make_scenario(make_pattern("constant", 12.0, 60), 2)  # fast: 10/s each
     one = simulate(StaticController("fast", 0), FRONT, scenario, 1000)
     two = simulate(StaticController("fast", 0), FRONT, scenario, 1000, pods=2)
-    assert one.waits_ms.mean() > 10 * two.waits_ms.mean()
+    assert waits_ms(one).mean() > 10 * waits_ms(two).mean()
     assigned = scenario.pods_of(2)
     for pod in range(2):
         mine = assigned == pod
@@ -327,16 +338,14 @@ def test_the_default_view_and_a_scrape_every_tick_are_the_fresh_read() -> None:
     read, request for request; a lagged one is not."""
     plan = plan_thresholds(FRONT, Slo(1000), 50, ThresholdModel.TAIL)
     scenario = make_scenario(make_pattern("spike", 3.0, 120), seed=2)
-    fresh = simulate(Elastico(plan), FRONT, scenario, 1000, plan=plan)
+    fresh = simulate(Elastico(plan), FRONT, scenario, 1000)
     for view in (MetricsView(), MetricsView(scrape_interval_s=1.0)):
-        again = simulate(Elastico(plan), FRONT, scenario, 1000, plan=plan, metrics_view=view)
+        again = simulate(Elastico(plan), FRONT, scenario, 1000, metrics_view=view)
         assert again.ticks == fresh.ticks
         assert again.reasons == fresh.reasons
         assert np.array_equal(again.configs, fresh.configs)
         assert np.array_equal(again.finishes_s, fresh.finishes_s)
-    lagged = simulate(
-        Elastico(plan), FRONT, scenario, 1000, plan=plan, metrics_view=MetricsView(lag_s=3.0)
-    )
+    lagged = simulate(Elastico(plan), FRONT, scenario, 1000, metrics_view=MetricsView(lag_s=3.0))
     assert lagged.ticks != fresh.ticks
 
 
@@ -401,28 +410,28 @@ def test_capacity_pressure_rises_during_a_spike_the_fastest_cannot_serve() -> No
     plan = plan_thresholds(FRONT, Slo(1000), 50, ThresholdModel.TAIL)
     scenario = make_scenario(make_pattern("spike", 3.0, 180), seed=1)
     assert scenario.pattern.peak_qps == 3.0 * SPIKE_FACTOR
-    report = simulate(Elastico(plan), FRONT, scenario, 1000, plan=plan)
+    report = simulate(Elastico(plan), FRONT, scenario, 1000)
+    # What the operator exports after each decision: one pod, so the depth is a whole count.
+    pressure = {
+        t.time_s: capacity_pressure(plan, plan.names[t.active], t.queue_depth) for t in report.ticks
+    }
     spike_start, spike_end = 60.0, 120.0
-    before = [t.capacity_pressure for t in report.ticks if t.time_s < spike_start]
+    before = [pressure[t.time_s] for t in report.ticks if t.time_s < spike_start]
     during = [t for t in report.ticks if spike_start <= t.time_s < spike_end]
-    after = [t.capacity_pressure for t in report.ticks if t.time_s >= spike_end + 30]
+    after = [pressure[t.time_s] for t in report.ticks if t.time_s >= spike_end + 30]
     assert before
     assert after
     assert max(before) == 0.0
     assert max(after) == 0.0
-    peak = max(during, key=lambda t: t.capacity_pressure)
-    assert peak.capacity_pressure > 2.0
+    peak = max(during, key=lambda t: pressure[t.time_s])
+    assert pressure[peak.time_s] > 2.0
     assert peak.active == 0  # only ever on the fastest
-    assert all(t.active == 0 for t in report.ticks if t.capacity_pressure > 0)
+    assert all(t.active == 0 for t in report.ticks if pressure[t.time_s] > 0)
     # It rises with the queue: the spike's last third presses harder than its first.
     third = len(during) // 3
-    first = np.mean([t.capacity_pressure for t in during[:third]])
-    last = np.mean([t.capacity_pressure for t in during[-third:]])
+    first = np.mean([pressure[t.time_s] for t in during[:third]])
+    last = np.mean([pressure[t.time_s] for t in during[-third:]])
     assert last > first > 1.0
-    # Without the plan nothing is recorded (the static baselines have no thresholds).
-    assert all(
-        t.capacity_pressure == 0.0 for t in simulate(Elastico(plan), FRONT, scenario, 1000).ticks
-    )
 
 
 def contended_member(servers: int, holding_factor: float) -> LatencyProfile:

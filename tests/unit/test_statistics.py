@@ -37,7 +37,7 @@ def _first_verdict(
 ) -> tuple[int, FeasibilityVerdict]:
     """Walk the budget schedule as the search does; the budget that decided and the verdict."""
     for budget in rule.budgets:
-        verdict = rule.judge(scores[:budget])
+        verdict = rule.look(scores[:budget])[0]
         if verdict is not FeasibilityVerdict.UNDECIDED:
             return budget, verdict
     raise AssertionError("the last budget must always yield a verdict")
@@ -103,7 +103,7 @@ def test_certain_verdicts_are_given_and_never_contradicted(
     rule, scores = case
     total, seen, n = math.fsum(scores), len(scores), rule.population
     lowest, highest = total / n, (total + n - seen) / n
-    verdict = rule.judge(scores)
+    verdict = rule.look(scores)[0]
     if lowest >= rule.tau:
         assert verdict is FeasibilityVerdict.FEASIBLE
     if highest < rule.tau - 2e-9:
@@ -147,7 +147,7 @@ def test_full_dataset_verdict_is_the_mean_against_tau(
         method=method,
     )
     expected = FeasibilityVerdict.FEASIBLE if mean >= tau else FeasibilityVerdict.INFEASIBLE
-    assert rule.judge(order) is expected
+    assert rule.look(order)[0] is expected
 
 
 def test_mean_at_tau_survives_float_summation() -> None:
@@ -157,7 +157,7 @@ def test_mean_at_tau_survives_float_summation() -> None:
     assert np.sum(scores) / len(scores) < tau  # the float sum really is off
     for method in METHODS:
         rule = StoppingRule(tau=tau, population=6, budgets=(3, 6), method=method)
-        assert rule.judge(scores) is FeasibilityVerdict.FEASIBLE
+        assert rule.look(scores)[0] is FeasibilityVerdict.FEASIBLE
 
 
 def test_last_budget_below_population_falls_back_to_the_point_estimate() -> None:
@@ -169,8 +169,8 @@ def test_last_budget_below_population_falls_back_to_the_point_estimate() -> None
         (above, FeasibilityVerdict.FEASIBLE),
         (below, FeasibilityVerdict.INFEASIBLE),
     ):
-        assert rule.judge(scores[:10]) is FeasibilityVerdict.UNDECIDED
-        assert rule.judge(scores) is expected
+        assert rule.look(scores[:10])[0] is FeasibilityVerdict.UNDECIDED
+        assert rule.look(scores)[0] is expected
 
 
 # -- layer 2: Wilson -------------------------------------------------------------------------
@@ -226,16 +226,16 @@ def test_more_looks_and_larger_spaces_make_verdicts_harder() -> None:
             tau=0.72, population=1000, budgets=(100, 1000), space_size=10**6, method=method
         )
         if method is IntervalMethod.WILSON:
-            assert one_look.judge(high) is FeasibilityVerdict.FEASIBLE
-            assert ten_looks.judge(high) is FeasibilityVerdict.UNDECIDED
-            assert big.judge(high) is FeasibilityVerdict.FEASIBLE
-            assert one_look.judge(low) is FeasibilityVerdict.INFEASIBLE
-            assert ten_looks.judge(low) is FeasibilityVerdict.UNDECIDED
-        assert big.judge(low) is FeasibilityVerdict.UNDECIDED
+            assert one_look.look(high)[0] is FeasibilityVerdict.FEASIBLE
+            assert ten_looks.look(high)[0] is FeasibilityVerdict.UNDECIDED
+            assert big.look(high)[0] is FeasibilityVerdict.FEASIBLE
+            assert one_look.look(low)[0] is FeasibilityVerdict.INFEASIBLE
+            assert ten_looks.look(low)[0] is FeasibilityVerdict.UNDECIDED
+        assert big.look(low)[0] is FeasibilityVerdict.UNDECIDED
         # Betting needs no correction for looks: more looks change nothing.
         if method is IntervalMethod.BETTING:
-            assert ten_looks.judge(high) is one_look.judge(high)
-            assert ten_looks.judge(low) is one_look.judge(low)
+            assert ten_looks.look(high)[0] is one_look.look(high)[0]
+            assert ten_looks.look(low)[0] is one_look.look(low)[0]
     one, many = (
         StoppingRule(tau=0.72, population=1000, budgets=(100, 1000)),
         StoppingRule(tau=0.72, population=1000, budgets=ten, space_size=10**6),
@@ -348,7 +348,7 @@ def test_wilson_false_reject_probability_is_within_its_share(tau: float, space_s
     rule = StoppingRule(tau=tau, population=N, budgets=BUDGETS, space_size=space_size)
 
     def ours(count: int, seen: int) -> FeasibilityVerdict:
-        return rule.judge(np.array([1.0] * count + [0.0] * (seen - count)))
+        return rule.look(np.array([1.0] * count + [0.0] * (seen - count)))[0]
 
     assert _exact_reject_probability(N, ones, BUDGETS, ours) <= rule.alpha_reject
     if space_size == 1:
@@ -487,7 +487,7 @@ def test_default_method_is_the_one_the_docstring_names() -> None:
 def _first_decisive(rule: StoppingRule, scores: npt.NDArray[np.float64]) -> int:
     """The sample count at which looking after every sample first reaches a verdict."""
     for seen in range(1, len(scores) + 1):
-        if rule.judge(scores[:seen]) is not FeasibilityVerdict.UNDECIDED:
+        if rule.look(scores[:seen])[0] is not FeasibilityVerdict.UNDECIDED:
             return seen
     raise AssertionError("the full dataset always decides")
 
@@ -501,7 +501,7 @@ def _looks(rule: StoppingRule, scores: npt.NDArray[np.float64]) -> list[int]:
         assert look > seen
         looks.append(look)
         seen = look
-        if rule.judge(scores[:seen]) is not FeasibilityVerdict.UNDECIDED:
+        if rule.look(scores[:seen])[0] is not FeasibilityVerdict.UNDECIDED:
             return looks
 
 
@@ -539,7 +539,7 @@ def test_next_look_saves_evaluator_calls() -> None:
     assert first is not None
     # Nothing is known yet, and no score alone can decide: the first look waits until one can.
     assert first > 5
-    assert rule.judge(scores[: first - 1]) is FeasibilityVerdict.UNDECIDED
+    assert rule.look(scores[: first - 1])[0] is FeasibilityVerdict.UNDECIDED
     looks = _looks(rule, scores)
     assert len(looks) <= looks[-1] / 4, looks
 
@@ -580,7 +580,7 @@ def test_betting_past_a_short_schedule_looks_at_its_end() -> None:
     # skipped; 20 can accept but not reject (which needs about 21 zeros), and does neither here.
     assert _looks(rule, scores) == [20, 40]
     assert rule.next_look(scores) is None
-    assert rule.judge(scores) is FeasibilityVerdict.INFEASIBLE  # the point estimate 0.5 < 0.62
+    assert rule.look(scores)[0] is FeasibilityVerdict.INFEASIBLE  # the point estimate 0.5 < 0.62
 
 
 def _even_path(scores: list[float], steps: int) -> list[float]:
@@ -605,15 +605,15 @@ def test_likely_verdict_is_where_scores_going_on_alike_are_judged(
     method: IntervalMethod, tau: float, scores: list[float]
 ) -> None:
     rule = StoppingRule(tau=tau, population=200, space_size=100, method=method)
-    assert rule.judge(scores) is FeasibilityVerdict.UNDECIDED
+    assert rule.look(scores)[0] is FeasibilityVerdict.UNDECIDED
     likely = rule.likely_verdict(scores, horizon=500)
     assert likely is not None
     assert likely > len(scores)
     path = _even_path(scores, likely - len(scores))
-    assert rule.judge(path[:likely]) is not FeasibilityVerdict.UNDECIDED
+    assert rule.look(path[:likely])[0] is not FeasibilityVerdict.UNDECIDED
     # No earlier look along that path decides: the guess is the first verdict, not a later one.
     earlier = [t for t in rule.schedule if len(scores) < t < likely]
-    assert all(rule.judge(path[:t]) is FeasibilityVerdict.UNDECIDED for t in earlier)
+    assert all(rule.look(path[:t])[0] is FeasibilityVerdict.UNDECIDED for t in earlier)
     # It is never before the first look at which any scores could decide.
     next_look = rule.next_look(scores)
     assert next_look is not None

@@ -25,6 +25,7 @@ from compass_dev.scenarios import (
     STREAM_GENERATOR,
     STREAM_ROUTER_MODEL,
     rag_sim_stream_triton,
+    scaled_profile,
 )
 
 ENTRY = {
@@ -59,7 +60,7 @@ def test_time_to_first_token_is_read_scaled_and_optional() -> None:
         [{**ENTRY, "ttft_mean_ms": 40.0, "ttft_p50_ms": 38.0, "ttft_p95_ms": 60.0}]
     )
     assert (profile.ttft_mean_ms, profile.ttft_p50_ms, profile.ttft_p95_ms) == (40.0, 38.0, 60.0)
-    assert profile.scaled(0.5).ttft_mean_ms == 20.0
+    assert scaled_profile(profile, 0.5).ttft_mean_ms == 20.0
     # A profile from before streaming (or of a workflow that does not stream) loads as it did.
     (old,) = parse_profiles([ENTRY])
     assert (old.ttft_mean_ms, old.ttft_p95_ms) == (None, None)

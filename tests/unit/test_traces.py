@@ -91,17 +91,18 @@ def test_stretch_hits_the_target_mean_rate_and_keeps_the_shape(
     cut = cut_window(times, window)
     stretched = stretch_window(times, window, utilisation, capacity)
     target = utilisation * capacity
-    assert math.isclose(len(stretched.arrivals_s) / stretched.duration_s, target, rel_tol=1e-12)
-    assert math.isclose(len(cut) / stretched.duration_s, target, rel_tol=1e-12)
-    assert math.isclose(stretched.factor, (len(cut) / 600.0) / target, rel_tol=1e-12)
-    # The same requests, in the same order, every gap scaled by one factor.
-    assert len(stretched.arrivals_s) == len(cut)
-    assert np.all(np.diff(stretched.arrivals_s) >= 0)
-    np.testing.assert_allclose(stretched.arrivals_s, cut * stretched.factor, rtol=1e-12)
-    gaps, new_gaps = np.diff(cut), np.diff(stretched.arrivals_s)
+    factor = (len(cut) / 600.0) / target
+    # The same requests, in the same order, every gap scaled by one factor: over the window's
+    # length stretched by it, at the target rate.
+    duration = 600.0 * factor
+    assert math.isclose(len(stretched) / duration, target, rel_tol=1e-12)
+    assert len(stretched) == len(cut)
+    assert np.all(np.diff(stretched) >= 0)
+    np.testing.assert_allclose(stretched, cut * factor, rtol=1e-12)
+    gaps, new_gaps = np.diff(cut), np.diff(stretched)
     assert math.isclose(cv(new_gaps), cv(gaps), rel_tol=1e-9)
     assert np.array_equal(gaps == 0, new_gaps == 0)
-    assert stretched.arrivals_s[-1] < stretched.duration_s
+    assert stretched[-1] < duration
 
 
 def test_cut_window_takes_exactly_the_half_open_interval() -> None:
@@ -116,22 +117,23 @@ def test_cut_window_takes_exactly_the_half_open_interval() -> None:
 def test_a_stretched_window_plugs_into_the_simulators_trace_pattern() -> None:
     times = load_trace("azure-llm-code-2023")
     stretched = stretch_window(times, TraceWindow("azure-llm-code-2023", 0.0, 300.0), 0.8, 2.5)
-    pattern = make_pattern("trace", 1, 1, trace_s=stretched.arrivals_s.tolist())
+    pattern = make_pattern("trace", 1, 1, trace_s=stretched.tolist())
     assert pattern.kind is PatternKind.TRACE
     scenario = make_scenario(pattern, seed=0)
-    first = stretched.arrivals_s[0]
-    np.testing.assert_allclose(scenario.arrivals_s, stretched.arrivals_s - first)
+    first = stretched[0]
+    np.testing.assert_allclose(scenario.arrivals_s, stretched - first)
     # The pattern's own rate runs from the first to the last arrival: a little above the target.
-    span = stretched.arrivals_s[-1] - first
-    assert pattern.base_qps == pytest.approx(len(stretched.arrivals_s) / span)
+    span = stretched[-1] - first
+    assert pattern.base_qps == pytest.approx(len(stretched) / span)
     assert 2.0 <= pattern.base_qps < 2.0 * 1.1
 
 
 def test_stretching_speeds_up_as_well_as_slows_down() -> None:
     times = load_trace("azure-llm-conv-2023")
     window = TraceWindow("azure-llm-conv-2023", 0.0, 600.0)
-    assert stretch_window(times, window, 0.5, 1.0).factor > 1  # ~5.5 req/s down to 0.5
-    assert stretch_window(times, window, 1.0, 100.0).factor < 1  # up to 100 req/s
+    cut = cut_window(times, window)
+    assert stretch_window(times, window, 0.5, 1.0)[-1] > cut[-1]  # ~5.5 req/s down to 0.5
+    assert stretch_window(times, window, 1.0, 100.0)[-1] < cut[-1]  # up to 100 req/s
 
 
 @pytest.mark.parametrize(

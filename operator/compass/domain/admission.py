@@ -1,12 +1,5 @@
-"""Proactive admission (PARD's idea): refuse or degrade a request that would be late.
-
-A request that cannot meet the SLO is a miss whether it is served or not, and serving it costs
-the requests behind it. The predicted latency is the wait plus the request's own service time
-at ``quantile``: at arrival the wait is predicted from the pod's state, at dispatch
-(``AdmissionPoint.DISPATCH``, what the live router runs) it is a fact. A request that would be
-late is served on the fastest member if that brings it in time, else refused (or, with
-``refuse`` off, served on the fastest anyway). Why: docs/method.md, "Admission".
-"""
+"""Proactive admission (PARD's idea): refuse or degrade a request that would be late, since
+serving it costs those behind it. Why: docs/method.md, "Admission"."""
 
 from __future__ import annotations
 
@@ -21,16 +14,14 @@ import numpy as np
 import numpy.typing as npt
 
 from compass.domain.profiles import LatencyProfile
-from compass_rules.admission import dispatch_verdict
-from compass_rules.admission import late_verdict as rules_late_verdict
+from compass_rules.admission import dispatch_verdict, late_verdict
 
 FloatArray = npt.NDArray[np.float64]
 
 # Quantile points per member: the residual-time estimate is a mean over them.
 GRID_POINTS = 256
-# At dispatch, a request that has waited more than this share of its SLO is served on the
-# fastest member even where its routed one would fit: a long wait means a queue stands behind
-# it, and the fastest shortens it at once rather than at the policy's next look.
+# Past this share of its SLO waited, a request is served on the fastest even where its routed
+# member would fit: a long wait means a queue stands behind it, which the fastest shortens now.
 DEFAULT_DEGRADE_AFTER = 0.25
 
 
@@ -47,8 +38,7 @@ class AdmissionError(ValueError):
 
 @dataclass(frozen=True)
 class Admission:
-    """When to refuse a request at arrival: its predicted latency (wait for an instance plus
-    its own service time at ``quantile``) exceeds the SLO."""
+    """When to refuse a request: its predicted latency (wait plus own time) exceeds the SLO."""
 
     slo_ms: float
     quantile: float = 0.5
@@ -75,9 +65,7 @@ class Admission:
 
 
 class ServiceGrid:
-    """A mix's service time as equally likely points (each member's quantile grid, weighted by its
-    share): its mean, quantiles and expected residual time. With curves measured at ``servers`` that
-    saturated, the wait ahead is stretched by the busy pod's holding time over the profile's."""
+    """A mix's service time as equally likely points: mean, quantiles, expected residual time."""
 
     def __init__(self, members: Sequence[tuple[LatencyProfile, float]], servers: int = 1) -> None:
         if not members:
@@ -124,8 +112,7 @@ def predicted_latency_ms(
     servers: int,
     own_ms: float,
 ) -> float:
-    """A request's expected wait for one of ``servers`` instances plus ``own_ms`` of service: none
-    with an instance free, else the work ahead (residuals and queued means, stretched) shared."""
+    """A request's expected wait for one of ``servers`` instances plus ``own_ms`` of service."""
     if queued_ahead < servers - len(busy_elapsed_ms):
         return own_ms
     ahead = sum(grid.residual_ms(e) for e in busy_elapsed_ms) + queued_ahead * grid.mean_ms
@@ -148,8 +135,7 @@ def judge(
     busy_elapsed_ms: Sequence[float],
     servers: int,
 ) -> AdmissionVerdict:
-    """Serve a request arriving now as routed if its predicted latency fits the SLO; else on the
-    fastest if that fits (``degrade``); else drop it (``refuse``). Only its own time changes."""
+    """Serve a request arriving now as routed if it fits the SLO, else on the fastest, else drop."""
     wait_plus = functools.partial(
         predicted_latency_ms, grid, queued_ahead, busy_elapsed_ms, servers
     )
@@ -157,16 +143,14 @@ def judge(
         return AdmissionVerdict.SERVE
     if admission.degrade and wait_plus(fastest.quantile_ms(admission.quantile)) <= admission.slo_ms:
         return AdmissionVerdict.FASTEST
-    return late_verdict(admission)
+    # Late whatever serves it: refused, or served on the fastest.
+    return AdmissionVerdict(late_verdict(admission.refuse, admission.degrade))
 
 
 def judge_at_dispatch(
     admission: Admission, left_ms: float, routed_ms: float, fastest_ms: float
 ) -> AdmissionVerdict:
-    """Serve a request an instance takes up now as routed if its own service time at the
-    quantile (``routed_ms``) fits the ``left_ms`` of its budget and it has not waited past
-    ``degrade_after`` of the SLO; else on the fastest member if that fits (``degrade``); else
-    as routed if that fits; else drop it (it would be late whatever served it; ``refuse``)."""
+    """The verdict on a request an instance takes up now (compass_rules.admission's rule)."""
     return AdmissionVerdict(
         dispatch_verdict(
             left_ms,
@@ -179,12 +163,6 @@ def judge_at_dispatch(
     )
 
 
-def late_verdict(admission: Admission) -> AdmissionVerdict:
-    """What becomes of a request that would be late whatever serves it: refused, or (without
-    ``refuse``) served on the fastest, which holds up the requests behind it the least."""
-    return AdmissionVerdict(rules_late_verdict(admission.refuse, admission.degrade))
-
-
 def degrade_below_ms(admission: Admission) -> float:
     """What is left of a request's budget once it has waited ``degrade_after`` of the SLO."""
     return admission.slo_ms * (1 - admission.degrade_after)
@@ -195,19 +173,15 @@ def service_quantiles_ms(members: Sequence[LatencyProfile], quantile: float) -> 
     return [float(m.distribution.quantile(np.array([quantile]))[0]) for m in members]
 
 
-def router_admission(
-    front: Sequence[LatencyProfile], admission: Admission, time_scale: float = 1.0
-) -> dict[str, Any]:
-    """What the router is sent to judge requests at dispatch: each member's service time at the
-    quantile by key, the fastest's key, the budget left below which a request is not served as
-    routed, whether the hopeless are refused, and the SLO; ``time_scale`` scales the times."""
+def router_admission(front: Sequence[LatencyProfile], admission: Admission) -> dict[str, Any]:
+    """What the router is sent to judge requests at dispatch (compass_rules.admission reads it)."""
     if not front:
         raise AdmissionError("front: empty; give the plan's members, fastest first")
     own = service_quantiles_ms(front, admission.quantile)
     return {
-        "quantiles_ms": {m.key: ms * time_scale for m, ms in zip(front, own, strict=True)},
+        "quantiles_ms": {m.key: ms for m, ms in zip(front, own, strict=True)},
         "fastest": front[0].key,
-        "degrade_below_ms": degrade_below_ms(admission) * time_scale if admission.degrade else 0.0,
+        "degrade_below_ms": degrade_below_ms(admission) if admission.degrade else 0.0,
         "refuse": admission.refuse,
-        "slo_ms": admission.slo_ms * time_scale,
+        "slo_ms": admission.slo_ms,
     }

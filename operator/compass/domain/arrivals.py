@@ -1,10 +1,5 @@
-"""What arrives at the simulator: load patterns and their seeded realisations.
-
-A ``LoadPattern`` is the offered rate over time (constant, step, ramp, spike, bursty) or a
-replayed trace. ``make_scenario`` realises one as a ``Scenario``: Poisson arrivals thinned to the
-rate, and one uniform draw per request (its service-time luck), both from the seed, so every
-policy run on a scenario sees the same arrivals and the same luck.
-"""
+"""What arrives at the simulator: load patterns and their seeded realisations (every policy run
+on a scenario sees the same arrivals and the same service-time luck)."""
 
 from __future__ import annotations
 
@@ -27,9 +22,7 @@ RAMP_FACTOR = 2.0
 BURST_FACTORS = (2.0, 5.0)
 BURST_SECONDS = (5.0, 15.0)
 BURST_GAP_SECONDS = (10.0, 30.0)
-# Every request is simulated in Python, once per policy compared: about 10 us each, so a
-# million takes minutes; beyond it a typo (1e7 s at 1e4 QPS: TiBs of arrivals) would
-# exhaust memory before the first line is printed.
+# A million simulated requests take minutes; beyond, a typo would exhaust memory first.
 MAX_REQUESTS = 1_000_000
 
 
@@ -186,8 +179,7 @@ class Scenario:
         return assigned
 
     def member_draws(self) -> FloatArray:
-        """Each request's uniform draw in [0, 1) for a weighted pick of its member (the
-        gateway's per request): seeded, the same every time."""
+        """Each request's seeded uniform draw for the gateway's weighted pick of its member."""
         # The fourth child of the scenario's seed: the first three keep theirs.
         rng = np.random.default_rng(np.random.SeedSequence(self.seed).spawn(4)[3])
         draws: FloatArray = rng.uniform(0, 1, self.requests)

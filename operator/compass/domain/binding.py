@@ -1,11 +1,5 @@
 """Late binding (Aragog's per-request, per-stage routing): each request binds each stage's
-parameters when it reaches that stage, from its own deadline and the components' queues.
-
-A ``StagePlan`` lists the stages (the parameters each binds) and the configurations a request
-may end on, with accuracy and per-stage times (``stage_plan`` splits whole-pipeline profiles by
-measured component times); ``bind_stage`` picks the most accurate consistent configuration that
-fits the deadline and spares its followers (compass_rules). Why: docs/method.md, "Late binding".
-"""
+parameters when it reaches it. Why: docs/method.md, "Late binding"."""
 
 from __future__ import annotations
 
@@ -26,22 +20,17 @@ from compass_rules import binding as rules
 from compass_rules import followers
 from compass_rules.binding import MAX_BINDING_CONFIGS, MAX_SETTLE_MS, MAX_STAGES
 
-# rag-sim's pipeline (model-images/rag-sim/models/router/1/pipeline.py): the parameters each
-# component's time depends on, in the order a request reaches the components, and the models.
+# rag-sim's pipeline (model-images/rag-sim/models/router/1/pipeline.py): each stage's parameters.
 RAG_SIM_STAGE_PARAMS: tuple[tuple[str, ...], ...] = (
     ("retriever_k",),
     ("reranker_model", "reranker_k"),
     ("generator_model",),
 )
 RAG_SIM_COMPONENTS = ("retriever", "reranker", "generator")
-# rag-sim's components' shares of a configuration's time as deployed (podmodel.RAG_SIM_STAGES,
-# the components' `share` parameters): the split the per-stage fit leans to where the
-# end-to-end profiles leave it open.
+# rag-sim's components' shares as deployed (podmodel.RAG_SIM_STAGES): what the fit leans to.
 RAG_SIM_SHARES = (0.1, 0.2, 0.7)
 # qa-real's pipeline (model-images/qa-real/models/router/1/pipeline.py) reads the retriever,
-# top_k and rerank before it retrieves (how deep to retrieve depends on all three), and the
-# reader only when it reads: two stages, the first calling whichever retrievers (and reranker)
-# its configuration names.
+# top_k and rerank before it retrieves (how deep depends on all three), the reader after.
 QA_REAL_STAGE_PARAMS: tuple[tuple[str, ...], ...] = (
     ("retriever", "top_k", "rerank"),
     ("reader",),
@@ -50,9 +39,8 @@ QA_REAL_COMPONENTS: tuple[tuple[str, ...], ...] = (("bm25", "dense", "reranker")
 # The slow loop allows a front member while the pod's arrival rate is within its planner rate
 # limit x this (bench/serving_sim.py --binding-only: 1.25 wins less, 2 loses compliance).
 RATE_HEADROOM = 1.5
-# Behind the router's gate, a request that finds the pipeline free waits this long before it
-# binds, so that the burst it may lead (reaching the instances over a few ms) is seen and
-# spared; it costs only a request with an idle pipeline, which has the most slack.
+# Behind the gate, a request that finds the pipeline free waits this long before it binds, so
+# that the burst it may lead is seen and spared (it costs only a request with the most slack).
 GATE_SETTLE_MS = 3.0
 # No stage's share of a configuration's time is fitted below this: a stage is never free.
 MIN_STAGE_SHARE = 0.02
@@ -82,11 +70,9 @@ class BindableConfig:
 
     config: Mapping[str, ParamValue]
     accuracy: float
-    # Predicted service time at each stage, ms, in stage order (at the plan's quantile: what
-    # must fit the deadline).
+    # Predicted service time at each stage, ms, at the plan's quantile (what must fit).
     stage_ms: tuple[float, ...]
-    # The same at admission's quantile, for its refusal (None: ``stage_ms``); at the median
-    # (admission's default) it refuses only what is more likely late than not.
+    # The same at admission's quantile, for its refusal (None: ``stage_ms``).
     stage_admit_ms: tuple[float, ...] | None = None
 
     @property
@@ -101,8 +87,7 @@ class StagePlan:
 
     stages: tuple[tuple[str, ...], ...]
     configs: tuple[BindableConfig, ...]
-    # Pipelines the pod runs at once (the routers' gate), and per configuration how many times
-    # its own time a request takes with all of them running (``slot_stretch``; None: 1 each).
+    # Pipelines the pod runs at once (the gate), and each configuration's ``slot_stretch``.
     slots: int = 1
     stretch: tuple[float, ...] | None = None
 
@@ -142,12 +127,6 @@ class StagePlan:
                     where,
                     f"parameters {sorted(entry.config)} are not the stages' {sorted(names)}",
                     "give every configuration a value for each parameter the stages bind",
-                )
-            if len(entry.stage_ms) != len(self.stages):
-                raise BindingError(
-                    f"{where}.stage_ms",
-                    f"{len(entry.stage_ms)} times for {len(self.stages)} stages",
-                    "give one predicted time per stage",
                 )
             for field, times in (
                 ("stage_ms", entry.stage_ms),
@@ -189,9 +168,7 @@ class StagePlan:
         )
 
     def at_concurrency(self, running: int) -> StagePlan:
-        """The plan as a request judges it with ``running`` pipelines in the pod (itself
-        included): each configuration's times x compass_rules.binding.concurrency_factor, a
-        plan of one slot (itself where it has one)."""
+        """The plan as a request judges it with ``running`` pipelines in the pod (one slot)."""
         if self.slots <= 1:
             return self
         stretch = np.array(self.stretch or [1.0] * len(self.configs))
@@ -224,9 +201,7 @@ class Binding:
 def remaining_ms(
     entry: BindableConfig, stage: int, backlog_ms: Sequence[float], *, admitting: bool = False
 ) -> float:
-    """A configuration's predicted time from ``stage`` to the end: at each remaining
-    component, the work queued ahead there plus its own time (at admission's quantile with
-    ``admitting``)."""
+    """A configuration's predicted time from ``stage`` to the end, queues ahead included."""
     own = entry.stage_admit_ms if admitting and entry.stage_admit_ms is not None else entry.stage_ms
     return rules.remaining_ms(own, stage, backlog_ms)
 
@@ -244,11 +219,7 @@ def bind_stage(
     at: int | None = None,
 ) -> Binding:
     """Bind ``stage``: the configuration (consistent with ``bound``) the request heads for.
-
-    ``left_ms``: what is left of its deadline; ``backlog_ms[s]``: the work queued at component s;
-    ``spare_ms``: the extra time its followers allow; ``allowed``: what the slow loop allows (None:
-    all); ``at``: the stage reached (earlier than ``stage`` where a pipeline reads parameters
-    before calling the components ahead of them: their time counts too)."""
+    ``at``: the stage reached (earlier where a pipeline reads parameters ahead of their calls)."""
     if not 0 <= stage < len(plan.stages):
         raise BindingError("stage", f"{stage} is not a stage of {len(plan.stages)}", "give 0..n-1")
     at = stage if at is None else at
@@ -281,11 +252,6 @@ def bind_stage(
     return Binding(chosen, BindingVerdict(verdict), remaining)
 
 
-def _check_servers(servers: int) -> None:
-    if servers < 1:
-        raise BindingError("servers", f"{servers} is not >= 1", "give the router instances")
-
-
 def joint_options(
     plan: StagePlan,
     bound: Mapping[str, ParamValue],
@@ -294,26 +260,9 @@ def joint_options(
     backlog_ms: Sequence[float],
     allowed: Collection[int] | None = None,
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    """What ``joint_spare_ms`` plans with: the request's choices (extra time over its fastest
-    completion from stage ``at``, accuracy) that fit its deadline, and a follower's (extra time over
-    the fastest configuration, accuracy)."""
+    """The request's and a follower's (extra time, accuracy) choices ``joint_spare_ms`` plans."""
     own, theirs = followers.joint_options(plan.table, bound, at, left_ms, backlog_ms, allowed)
     return [(t, a) for t, a in own.tolist()], [(t, a) for t, a in theirs.tolist()]
-
-
-def static_schedule(
-    arrival_s: float, free_s: float, fastest_s: float, servers: int = 1
-) -> tuple[float, float]:
-    """(start, free again) of a request at ``arrival_s`` were every request served on the fastest
-    (``fastest_s`` over ``servers``) from a queue free at ``free_s``: static fastest's schedule."""
-    _check_servers(servers)
-    return followers.static_schedule(arrival_s, free_s, fastest_s / servers)
-
-
-def lag_spare_ms(finish_ms: float, static_finish_ms: float, cap_ms: float) -> float:
-    """The extra time that leaves a request ending (at its fastest, ``finish_ms``) at most
-    ``cap_ms`` behind static fastest's schedule (``static_finish_ms``): a clump behind it pays it."""
-    return followers.lag_room_ms(cap_ms, finish_ms - static_finish_ms)
 
 
 def fit_stage_times(
@@ -321,9 +270,8 @@ def fit_stage_times(
     stages: Sequence[Sequence[str]],
     prior_shares: Sequence[float] | None = None,
 ) -> list[tuple[float, ...]]:
-    """Each profile's mean time split over the stages by a least-squares fit on one term per stage
-    and value of its parameters; the split a fit cannot tell (a constant moved between stages) is
-    pulled faintly towards ``prior_shares``, and no term falls below ``MIN_STAGE_SHARE``."""
+    """Each profile's mean time split over the stages by least squares, one term per stage and
+    value; what a fit cannot tell (a constant moved between stages) leans to ``prior_shares``."""
     if prior_shares is None:
         prior_shares = [1 / len(stages)] * len(stages)
     if len(prior_shares) != len(stages) or not math.isclose(sum(prior_shares), 1.0):
@@ -368,9 +316,7 @@ def stage_shares(
     prior_shares: Sequence[float] | None = None,
     components: Sequence[StageComponents] | None = None,
 ) -> list[tuple[float, ...]]:
-    """Each profile's share of its time at each stage (adding up to its measured time): by its
-    measured ``components`` times where every profile has them (the router's own time pro rata),
-    else by ``fit_stage_times``."""
+    """Each profile's share of its time at each stage: measured where all have it, else fitted."""
     measured = measured_stage_times(profiles, components)
     times_of = measured or fit_stage_times(profiles, stages, prior_shares)
     return [tuple(t / sum(times) for t in times) for times in times_of]
@@ -384,9 +330,7 @@ def stage_models(components: Sequence[StageComponents]) -> list[tuple[str, ...]]
 def measured_stage_times(
     profiles: Sequence[LatencyProfile], components: Sequence[StageComponents] | None
 ) -> list[tuple[float, ...]] | None:
-    """Each profile's measured time at each stage: the sum of its models' times (a model it
-    did not call is not in its times), or None unless every profile measured some model of
-    every stage, with some time in all (a split needs all of them)."""
+    """Each profile's time at each stage from its component times; None unless all have some."""
     if not components:
         return None
     models = stage_models(components)
@@ -410,8 +354,7 @@ def stage_plan(
     admission_quantile: float = 0.5,
     components: Sequence[StageComponents] | None = None,
 ) -> StagePlan:
-    """The plan for these profiles: each configuration's time at ``quantile`` split over the
-    stages by ``stage_shares``."""
+    """The plan for these profiles: each one's time at ``quantile`` split by ``stage_shares``."""
     for field, value in (("quantile", quantile), ("admission_quantile", admission_quantile)):
         if not 0 < value < 1:
             raise BindingError(field, f"{value!r} is not in (0, 1)", "give e.g. 0.5")
@@ -447,10 +390,7 @@ def router_table(
     lag_reserve: int = 0,
     settle_ms: float = 0.0,
 ) -> dict[str, object]:
-    """The plan as a router takes it (the control model's ``binding``): stages, the component
-    model(s) each stage calls, and per configuration its key, accuracy, per-stage times and
-    ``max_qps``; ``slo_ms`` (to date arrivals and waits from deadlines), ``degrade_after``, the lag
-    cap (``lag_share``, ``lag_reserve``) and the gate's ``settle_ms``."""
+    """The plan as a router takes it (the control model's ``binding``)."""
     if slo_ms is not None and not (math.isfinite(slo_ms) and slo_ms > 0):
         raise BindingError("slo_ms", f"{slo_ms!r} is not a time > 0", "give the SLO in ms")
     if degrade_after is not None and (slo_ms is None or not 0 < degrade_after <= 1):

@@ -1,15 +1,7 @@
 """Pods whose routers bind each request (late binding): the simulator's per-request rule.
 
-A pod runs router instances (a request holds one from its first stage to its last, as a BLS
-router does) and one component per stage, each batching what waits for it (``PodModel.stages``
-gives the batching; without stages every component serves one request at a time). When a
-request is taken up it is bound (``compass.domain.binding.bind_stage``) from its own deadline,
-the work queued at each component, and the requests waiting behind it for an instance; its time
-at a stage is its configuration's share of that stage of the configuration's service time for
-the request's luck, so a request that keeps one configuration takes exactly what the static run
-of that configuration gives it. ``compass.domain.simulator.simulate`` runs these pods with a
-``BindingRule``, the pods of ``compass.domain.podmodel`` without one.
-"""
+A request's time at a stage is its configuration's share of that stage of its time for its
+luck, so a request that keeps one configuration takes exactly what the static run gives it."""
 
 from __future__ import annotations
 
@@ -34,24 +26,26 @@ from compass.domain.binding import (
     StagePlan,
     bind_stage,
     joint_options,
-    lag_spare_ms,
     remaining_ms,
     stage_plan,
-    static_schedule,
 )
 from compass.domain.evaluation import ParamValue
 from compass.domain.podmodel import DROPPED, PodModel, Stage
 from compass.domain.profiles import LatencyProfile
 from compass_rules.binding import allowed_at, concurrency_factor, waited_long
-from compass_rules.followers import follower_slacks_ms, joint_spare_ms, polled_followers_left_ms
+from compass_rules.followers import (
+    follower_slacks_ms,
+    joint_spare_ms,
+    lag_room_ms,
+    polled_followers_left_ms,
+    static_schedule,
+)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-# How often the router image polls Triton's pending count for its own queue by default
-# (model-images/router/model.py DEFAULT_POLL_MS): a router whose pod exports Triton's metrics
-# binds on the followers it counts; the simulator of a live run predicts it with this period.
+# How often the router image polls Triton's pending count by default (its DEFAULT_POLL_MS).
 ROUTER_POLL_S = 0.025
 
 
@@ -60,79 +54,52 @@ class RateView(StrEnum):
 
     # Every arrival as it comes: a router that held its own queue (Triton's router does not).
     ARRIVALS = "arrivals"
-    # The requests router instances took up over the window to now: blind to the queue in
-    # front of the router, it reads the rate the pod serves at once that queue grows.
+    # The requests taken up over the window: once a queue grows, the rate the pod serves.
     DISPATCHES = "dispatches"
-    # The arrival times (deadline less the SLO) of the requests taken up, over the window ending
-    # at the request's own arrival: FIFO, every request that arrived before it has been taken
-    # up, so this is the pod's arrival rate, late by the request's own wait (the live router).
+    # The arrival times of those taken up, to its own arrival (late by its wait): the live router.
     TAKEN_ARRIVALS = "taken-arrivals"
-    # With a gate (``BindingRule.visible_followers``): the arrival times of the requests
-    # router instances took up, over the window to now. A gated router takes each request up
-    # as it arrives while an instance is free, so it counts the arrivals as they come, less
-    # those still in Triton's queue behind a full gate.
+    # Behind a gate: the arrival times of those taken up, to now (less Triton's queue behind it).
     GATE_ARRIVALS = "gate-arrivals"
 
 
 @dataclass(frozen=True)
 class BindingRule:
-    """How the routers bind each request: the stages, the prediction's quantile, admission's
-    refusal, the followers they see, the lag cap."""
+    """How the routers bind each request."""
 
-    # The parameters each stage binds, in the order a request reaches them, and roughly what
-    # share of a configuration's time each takes (``compass.domain.binding.fit_stage_times``).
+    # The parameters each stage binds, in order, and roughly each one's share of the time.
     stages: Sequence[Sequence[str]] = RAG_SIM_STAGE_PARAMS
     prior_shares: Sequence[float] | None = RAG_SIM_SHARES
     # Each stage's predicted time is the configuration's time at this quantile, split by stage.
     quantile: float = 0.5
-    # A request late whatever serves it is refused at its first stage (admission's rule), judged
-    # on its time at this quantile.
+    # Refuse a request late whatever serves it (admission's rule), judged at this quantile.
     refuse: bool = False
     admission_quantile: float = 0.5
     # Spare the requests waiting behind for an instance (compass_rules.followers): a router that
     # held its own queue would see them; the live router, behind Triton's scheduler, does not.
     spare_followers: bool = False
-    # With ``spare_followers``: the followers as a poller of Triton's pending count sees them
-    # (the router's ``compass_metrics_url``; every ROUTER_POLL_S by default), polled every this
-    # many s (None: every follower and its deadline as it is now, a router that held its own
-    # queue). The count is the queue at the last poll less the requests taken up since (FIFO:
-    # those that arrived by the poll and still wait), each follower's deadline unknown, so
-    # taken as the request's own (``polled_followers_left_ms``).
+    # The followers as a poller of Triton's pending count sees them, every this many s: the
+    # queue at the last poll less those taken up since, each deadline taken as the request's own
+    # (None: every follower and its deadline as it is now).
     followers_poll_s: float | None = None
-    # With ``spare_followers``: a gate in the router (more router instances than run the
-    # pipeline at once, ``servers`` of them): up to this many followers (instances less
-    # ``servers``) wait at the gate in process, each seen with its deadline; those behind them
-    # wait in Triton's queue, unseen (a gated router polls nothing, so ``followers_poll_s``
-    # must be None). None: no gate.
+    # A gate: up to this many followers wait at it, seen with deadlines (None: no gate).
     visible_followers: int | None = None
     # The pod's arrival rate (for ``max_qps``) is counted over this window, s (2 s saw bursts
     # sooner than 5 s and kept more requests in time on bench/serving_sim.py).
     rate_window_s: float = 2.0
-    # Which arrivals the rate counts (``RateView``): by default what the live router sees.
     rate_view: RateView = RateView.TAKEN_ARRIVALS
-    # A request that waited for a router instance longer than this share of the SLO binds the
-    # fastest completion (admission's degradeAfter; None: never): the router cannot see the
-    # queue behind it, but its own wait says one stands there, and every extra ms it takes is
-    # one more for each request in it.
+    # A request that waited for an instance longer than this share of the SLO binds the fastest
+    # (admission's degradeAfter; None: never): its wait says a queue stands behind it.
     degrade_after: float | None = None
-    # Per allowed configuration, the arrival rate (requests/s per pod) above which the slow
-    # loop disallows it (the planner's stay limit; None: no limit); empty: no limits.
+    # Per configuration, the rate (per pod) above which the slow loop disallows it (empty: none).
     max_qps: tuple[float | None, ...] = ()
-    # Extra time may leave a request at most this share of the SLO behind the schedule static
-    # fastest keeps (``lag_spare_ms``; None: no cap). bench/serving_sim.py --binding-lag.
+    # Extra time may leave a request at most this share of the SLO behind static fastest's
+    # schedule (``lag_room_ms``; None: no cap), of the SLO less ``lag_reserve`` of the
+    # fastest's likely services (a short SLO, whose clumps leave little slack, allows less).
     lag_share: float | None = None
-    # With ``lag_share``: its share is of the SLO less this many of the fastest's likely
-    # services (the slack static fastest leaves a request with that many ahead of it), so a
-    # short SLO, whose clumps leave little slack, allows less lag. --binding-lag-reserve.
     lag_reserve: int = 0
-    # What the router's own binding work (the decision, its reads of the shared table) adds to
-    # each bound request's turn in the pipeline, s: counted at its first component (exact for
-    # a pipeline of one slot, where the turn holds every component). 0: free, as the domain's
-    # rule is; live it is ~1 ms a request on 2 cores (bench/serving_triton.py measures it).
+    # The router's own binding work per request, s (live ~1 ms: bench/serving_triton.py).
     decision_s: float = 0.0
-    # Behind a gate: a request that finds the pipeline free waits this long, s, before it
-    # binds and starts, seeing the arrivals meanwhile (the router's settle_ms, GATE_SETTLE_MS).
-    # 0: it starts at once, seeing only the requests that arrived at the same instant.
+    # Behind a gate: how long a request at a free pipeline waits before it binds (settle_ms), s.
     settle_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -168,8 +135,7 @@ _SETTLED = -1
 
 
 class BoundPod:
-    """One pod's requests through router instances and batching components, event by event,
-    each bound by the rule as a router instance takes it up."""
+    """One pod's requests through router instances and batching components, event by event."""
 
     def __init__(
         self,
@@ -190,10 +156,8 @@ class BoundPod:
         self.rule, self.slo_s = rule, slo_s
         self.arrivals, self.service_s = arrivals, service_s
         self.starts, self.finishes, self.configs = record
-        self.idle = servers
-        self.servers = servers
-        # Several slots sharing the pod (the contended pod model, a plan of several slots): a
-        # request is bound on its plan at the concurrency it starts at, and takes that long.
+        self.idle = self.servers = servers
+        # Several slots share the pod: bound and served at the concurrency it starts at.
         self.contended = plan.slots > 1
         self.plans: dict[int, StagePlan] = {}
         self.follower_ms, self.follower_likely_ms = self.fastest_ms(plan)
@@ -201,8 +165,7 @@ class BoundPod:
         self.static_likely_ms = self.fastest_ms(self.plan_at(servers))[1]
         self.router: deque[int] = deque()
         stages = len(plan.stages)
-        # Per component: requests waiting (request, predicted ms, actual s), and when its batch
-        # in service ends.
+        # Per component: requests waiting (request, predicted ms, actual s), and its batch's end.
         self.queued: list[deque[tuple[int, float, float]]] = [deque() for _ in range(stages)]
         self.busy_until = [-math.inf] * stages
         self.target: dict[int, int] = {}
@@ -212,8 +175,7 @@ class BoundPod:
         self.arrived_at: list[float] = []
         # With ``RateView.GATE_ARRIVALS``: the requests that have held a router instance.
         self.entered: set[int] = set()
-        # Static fastest's schedule (at the fastest's likely time): when each request would
-        # start there, and when that queue is next free.
+        # Static fastest's schedule: when each request would start there, and its queue free.
         self.static_start: dict[int, float] = {}
         self.static_free = -math.inf
         # Until when a request that found the pipeline free waits before it starts.
@@ -234,8 +196,7 @@ class BoundPod:
         return self.plans[running]
 
     def backlog_ms(self, now: float) -> list[float]:
-        """The work queued at each component (the batch in service's rest, then the waiting
-        requests in batches), ms."""
+        """The work queued at each component (its batch's rest, then the waiting batches), ms."""
         backlog = []
         for stage, (component, queue) in enumerate(zip(self.components, self.queued, strict=True)):
             work = max((self.busy_until[stage] - now) * 1000, 0.0)
@@ -247,8 +208,7 @@ class BoundPod:
         return backlog
 
     def rate_per_ms(self, end: float) -> float:
-        """The pod's rate over the ``rate_window_s`` to ``end``, per ms, of the arrivals the
-        router counts (``rate_view``)."""
+        """The pod's rate (per ms) over the ``rate_window_s`` to ``end``, as the router counts."""
         window = self.rule.rate_window_s
         if window <= 0 or end <= 0:
             return 0.0
@@ -259,8 +219,7 @@ class BoundPod:
         return seen / (span * 1000)
 
     def allowed(self, request: int, now: float) -> list[int] | None:
-        """The configurations whose rate limit the pod's rate, as the router counts it, is
-        within (None: all)."""
+        """The configurations whose rate limit the pod's rate is within (None: all)."""
         limits = self.rule.max_qps
         if not limits:
             return None
@@ -269,10 +228,8 @@ class BoundPod:
         return allowed_at(limits, self.rate_per_ms(end) * 1000)
 
     def enter(self, request: int, stage: int, now: float) -> bool:
-        """Bind every stage of the request when it reaches its first, as the router does for a
-        pipeline that reads every parameter before its first call (rag-sim's: check_config,
-        then the whole configuration to each component), each stage's choice counting the time
-        of the stages before it; queue it at that component. False where refused."""
+        """Bind every stage at the first (rag-sim's router reads the whole configuration first)
+        and queue the request there; False where refused."""
         # The pipelines running once it starts, itself included (its slot not yet counted).
         running = self.servers - self.idle + 1
         if stage == 0:
@@ -284,8 +241,7 @@ class BoundPod:
                 self.target[request] = binding.config
         config = self.target[request]
         if self.contended:
-            # Its whole time at the concurrency it starts at (fixed then, as the contended
-            # pod model's is); the slot itself is the only queue.
+            # Its whole time at the concurrency it starts at; the slot is the only queue.
             stretch = np.array([(self.plan.stretch or (1.0,) * len(self.plan.configs))[config]])
             factor = float(concurrency_factor(stretch, running, self.plan.slots)[0])
             took = float(self.service_s[config, request]) * factor + self.rule.decision_s
@@ -309,8 +265,7 @@ class BoundPod:
         backlog: Sequence[float],
         running: int = 1,
     ) -> Binding:
-        """The binding of the request's ``stage`` now, the request being at stage ``at`` with
-        ``running`` pipelines in the pod (itself included)."""
+        """The binding of the request's ``stage`` now, at stage ``at``, ``running`` in the pod."""
         plan = self.plan_at(running)
         follower_ms, follower_likely_ms = (
             (self.follower_ms, self.follower_likely_ms)
@@ -333,7 +288,7 @@ class BoundPod:
             static_finish_ms = self.static_start[request] * 1000 + follower_likely_ms
             slack_ms = self.slo_s * 1000 - self.rule.lag_reserve * follower_likely_ms
             cap_ms = self.rule.lag_share * max(slack_ms, 0.0)
-            lag_ms = lag_spare_ms(now * 1000 + quickest_likely, static_finish_ms, cap_ms)
+            lag_ms = lag_room_ms(cap_ms, now * 1000 + quickest_likely - static_finish_ms)
         spare = math.inf
         if self.rule.spare_followers:
             consistent_configs = [plan.configs[i] for i in consistent]
@@ -350,8 +305,7 @@ class BoundPod:
                 likely=(own_likely, follower_likely_ms),
             )
             spare = min((s for s in slacks if s is not None), default=math.inf)
-            # The best plan for it and the followers it sees together (Aragog's choice over
-            # the FIFO queue), as the router plans.
+            # The best plan for it and its followers together (Aragog's choice over the queue).
             if math.isfinite(spare):
                 mine, theirs = joint_options(plan, bound, at, left_ms, backlog, allowed)
                 spare = min(spare, joint_spare_ms(mine, theirs, slacks, self.servers, lag_ms))
@@ -374,9 +328,7 @@ class BoundPod:
         )
 
     def followers_left_ms(self, left_ms: float, now: float) -> list[float]:
-        """What is left of the deadlines of the requests waiting behind for an instance, as
-        the router knows them: those at its gate, or the poller's count
-        (``followers_poll_s``), or all of them."""
+        """The deadlines left of the followers the router knows: at its gate, polled, or all."""
         poll_s = self.rule.followers_poll_s
         visible = self.rule.visible_followers
         if poll_s is None:
@@ -387,8 +339,7 @@ class BoundPod:
         return polled_followers_left_ms(seen, left_ms)
 
     def take_up(self, started: int | None = None) -> None:
-        """Count the arrival of each request a router instance holds for the first time
-        (``RateView.GATE_ARRIVALS``): the one ``started`` and those waiting at the gate."""
+        """Count the arrival of each request first held at the gate (``GATE_ARRIVALS``)."""
         held = islice(self.router, self.rule.visible_followers or 0)
         for request in held if started is None else (started, *held):
             if request not in self.entered:
@@ -414,9 +365,7 @@ class BoundPod:
             self.starts[request] = now
             view = self.rule.rate_view
             if view is RateView.GATE_ARRIVALS:
-                # Its instance was held since it reached the gate; the one it frees at the
-                # gate takes up the next request in Triton's queue.
-                self.take_up(request)
+                self.take_up(request)  # the gate takes up the next in Triton's queue
             elif view is not RateView.ARRIVALS:
                 taken = now if view is RateView.DISPATCHES else float(self.arrivals[request])
                 bisect.insort(self.arrived_at, taken)
@@ -468,7 +417,7 @@ class BoundPod:
                 while pending and self.arrivals[pending[0]] <= now:
                     request = pending.popleft()
                     self.static_start[request], self.static_free = static_schedule(
-                        now, self.static_free, self.static_likely_ms / 1000, self.servers
+                        now, self.static_free, self.static_likely_ms / 1000 / self.servers
                     )
                     self.router.append(request)
                     if self.rule.rate_view is RateView.ARRIVALS:
@@ -495,9 +444,7 @@ def bound_pods(
     service_s: FloatArray,
     record: tuple[FloatArray, FloatArray, IntArray],
 ) -> list[BoundPod]:
-    """One pod per queue (its requests in arrival order), binding among ``profiles`` (the
-    allowed configurations, their time split over the rule's stages) on ``pod_model``'s
-    router instances and components."""
+    """One pod per queue, binding among ``profiles`` on ``pod_model``'s instances and components."""
     if not slo_ms > 0 or not math.isfinite(slo_ms):
         raise SimulationError("slo", f"{slo_ms!r} ms is not > 0", "give the SLO in ms")
     if pod_model.late_after_s is not None:

@@ -1,12 +1,6 @@
 """Capacity under concurrency: a configuration's measured latency-throughput curve, the ladder
-of rates that measures it, and the Erlang-C fallback when only one-at-a-time profiles exist.
-
-A pod of ``servers`` router instances whose components batch or contend has a capacity that is
-neither ``servers / mean`` nor ``1 / mean``, so it is measured: open-loop load at a ladder of
-rates, each rate one point of the curve (at most ``MAX_CURVE_POINTS``; ``"growing": true``
-marks a saturated rate). The planner reads off it the rate whose percentile meets the SLO and
-the rate at which a saturated pod drains. Why: docs/method.md, "Routers of several instances".
-"""
+of rates that measures it, and the Erlang-C fallback. Why: docs/method.md, "Routers of several
+instances"."""
 
 from __future__ import annotations
 
@@ -26,28 +20,20 @@ FloatArray = npt.NDArray[np.float64]
 
 # A curve is measured in at most this many rates (the profiler's cost bound; the CRD's too).
 MAX_CURVE_POINTS = 16
-# The range of a measured service time, in ms: a microsecond to an hour. Past either end the
-# numbers are a unit mistake, and the planner's arithmetic (the queue a mean of 1e-300 ms drains,
-# exp of rate x time for 2**63 ms) loses its precision or overflows.
+# A measured service time's range, ms: past it a unit mistake (and the planner's overflow).
 MIN_LATENCY_MS = 0.001
 MAX_LATENCY_MS = 3_600_000.0
-# The ladder's first rate, as a fraction of one server's capacity (1 / mean service time).
+# The ladder (next_rate): first rate (of one server's capacity), growth, finest ratio.
 LADDER_START = 0.25
-# Each rung offers this much more than the one below until the pod saturates.
 LADDER_GROWTH = 1.5
-# The ladder stops filling in once neighbouring rates are within this ratio.
 LADDER_FINEST = 1.1
-# Below its first rate the ladder fills in down to this fraction of one server's capacity:
-# under it fewer than 5% of a single server's arrivals find it busy, so the p95 is the
-# one-at-a-time one (and a rate's run would take minutes to read a tail).
+# Below this fewer than 5% of one server's arrivals find it busy: the p95 is the idle one.
 LADDER_FLOOR = LADDER_START / 8
-# A rate is past saturation when the pod achieves less than this share of it, or when its
-# latency at the end of the run is this many times that after the warm-up.
+# Saturated: served less than this share of the rate, or the latency at the end of the run this
+# many times that after the warm-up and grown by more than this share of the time between (the
+# queue of a pod 0.25% behind; below it a doubling is a fast configuration's noise).
 SATURATED_SHARE = 0.95
 LATENCY_GROWTH = 2.0
-# ... and the latency grew by more than this share of the time between: the wait a pod that
-# falls 0.25% behind its arrivals piles up. Below it a doubling is noise (a fast
-# configuration's 5 ms reading 12 ms at the end of a run), not a queue.
 QUEUE_GROWTH_FLOOR = 0.0025
 # Rates this close to the measured drain rate are not read for latency (see steady_points).
 NEAR_CAPACITY = 0.97
@@ -55,9 +41,9 @@ NEAR_CAPACITY = 0.97
 MIN_REQUESTS_PER_RATE = 20
 # The share of a rate's requests (the first) whose latencies a point leaves out: the warm-up.
 WARMUP_SHARE = 0.2
-# The latency percentiles a curve point stores (a profile's own levels).
-CURVE_PERCENTILES = (50.0, 95.0, 99.0)
-_FIELDS = {50.0: "latency_p50_ms", 95.0: "latency_p95_ms", 99.0: "latency_p99_ms"}
+# The latency percentiles a curve point stores (a profile's own levels), by JSON field.
+PERCENTILE_FIELDS = {50.0: "latency_p50_ms", 95.0: "latency_p95_ms", 99.0: "latency_p99_ms"}
+CURVE_PERCENTILES = tuple(PERCENTILE_FIELDS)
 
 
 class CapacityError(FieldError):
@@ -76,8 +62,7 @@ class CurvePoint:
 
     @property
     def saturated(self) -> bool:
-        """Whether the pod fell behind the offered rate: it served less than was offered, or
-        its latency was still growing at the end of the run (no steady state to read)."""
+        """Whether the pod fell behind: it served less than offered, or its latency kept growing."""
         return self.growing or self.throughput_qps < SATURATED_SHARE * self.offered_qps
 
     def latency_at(self, percentile: float) -> float:
@@ -98,19 +83,17 @@ class CurvePoint:
             "throughput_qps": self.throughput_qps,
             "latency_mean_ms": self.mean_ms,
         }
-        entry.update({_FIELDS[p]: v for p, v in self.percentiles_ms})
+        entry.update({PERCENTILE_FIELDS[p]: v for p, v in self.percentiles_ms})
         if self.growing:
             entry["growing"] = True
         return entry
 
 
-def median_point(runs: Sequence[CurvePoint], percentile: float = 95.0) -> CurvePoint:
-    """Of repeated runs at one rate, the one whose ``percentile`` is the median (the lower of
-    the middle two for an even count): a run that met a busy or a quiet moment of a shared
-    machine is outvoted, and the point keeps one run's consistent figures."""
+def median_point(runs: Sequence[CurvePoint]) -> CurvePoint:
+    """Of repeated runs at one rate, the (lower) median by p95: a busy spell is outvoted."""
     if not runs:
         raise CapacityError("runs", "none given", "measure the rate at least once")
-    ordered = sorted(runs, key=lambda point: point.latency_at(percentile))
+    ordered = sorted(runs, key=lambda point: point.latency_at(95.0))
     return ordered[(len(ordered) - 1) // 2]
 
 
@@ -119,13 +102,8 @@ def measure_point(
     arrivals_s: Sequence[float] | FloatArray,
     finishes_s: Sequence[float] | FloatArray,
 ) -> CurvePoint:
-    """A curve point from one open-loop run: each request's arrival and finish (s), in order.
-
-    The point's rate is the one the arrivals realised (a few hundred Poisson arrivals stray from
-    the nominal ``offered_qps`` by several percent, which would otherwise read as saturation).
-    The first ``WARMUP_SHARE`` of the requests found the pod emptier than it stays: their
-    latencies are left out (the throughput counts them all).
-    """
+    """A curve point from one open-loop run (arrivals and finishes, s), at the realised rate (a few
+    hundred Poisson arrivals stray by percents, which would read as saturation), sans warm-up."""
     arrivals = np.asarray(arrivals_s, dtype=np.float64)
     finishes = np.asarray(finishes_s, dtype=np.float64)
     if len(arrivals) < 2 or not arrivals[-1] > arrivals[0]:
@@ -138,10 +116,7 @@ def measure_point(
     steady = int(len(arrivals) * WARMUP_SHARE)
     measured = arrivals[steady:]
     latencies = (finishes[steady:] - measured) * 1000
-    # A queue that grows through the run: its last quarter waits much longer than the quarter
-    # after the warm-up, and longer by what falling behind the arrivals piles up over the time
-    # between them. A finite run at a rate just over capacity serves nearly all of it (the
-    # drain hides in the span), so the throughput alone does not show it.
+    # A queue growing through the run (just over capacity, the throughput alone hides it).
     quarter = max(len(latencies) // 4, 1)
     first, last = latencies[:quarter].mean(), latencies[-quarter:].mean()
     elapsed_ms = (measured[-quarter:].mean() - measured[:quarter].mean()) * 1000
@@ -167,10 +142,8 @@ class CapacityCurve:
     def low_end_resolved(
         self, budget_ms: float, percentile: float, mean_ms: float, idle_p95_ms: float
     ) -> bool:
-        """Whether the ladder measured this curve's low end finely enough for ``budget_ms`` at
-        ``percentile``: measured for no budget or a looser one, it would not halve its lowest
-        rate again for this one (see ``next_rate``). Where it would, the planner's line from
-        the idle latency to the lowest rate overstates the rate that meets this budget."""
+        """Whether the ladder would not halve this curve's lowest rate again for ``budget_ms``
+        (where it would, the line from the idle latency overstates the rate meeting it)."""
         if self.slo_ms is None or budget_ms >= self.slo_ms:
             return True
         lowest = min(self.points, key=lambda point: point.offered_qps)
@@ -178,9 +151,7 @@ class CapacityCurve:
 
     @property
     def saturation_qps(self) -> float:
-        """The rate at which a saturated pod drains its queue: the highest throughput among the
-        points that saturated it. A steady point's throughput is only the rate it was offered;
-        when no point saturated, the highest of those is all that is known (a lower bound)."""
+        """The highest throughput of the saturated points (of all, a lower bound, when none)."""
         drained = [point.throughput_qps for point in self.points if point.saturated]
         return max(drained or [point.throughput_qps for point in self.points])
 
@@ -190,11 +161,7 @@ class CapacityCurve:
         return any(point.saturated for point in self.points)
 
     def capacity_known(self) -> bool:
-        """Whether the drain rate is the pod's capacity: the curve saturated, and no steady
-        point was served faster than it by more than ``NEAR_CAPACITY``'s margin. A pod that
-        slows down when overloaded (contention for the cores, its load generator's among them)
-        drains a queue slower than the rates it sustains; then its capacity lies somewhere
-        between its highest steady rate and its first saturated one."""
+        """Whether the drain rate is the capacity: saturated, no steady point served faster."""
         if not self.saturated:
             return False
         drain = self.saturation_qps
@@ -205,12 +172,8 @@ class CapacityCurve:
         )
 
     def steady_points(self) -> list[CurvePoint]:
-        """The points that reached a steady state: not saturated, and (where the drain rate is
-        the capacity, see ``capacity_known``) offered less than ``NEAR_CAPACITY`` of it: a
-        finite run just short of capacity drifts like a random walk and its percentiles read
-        anything. A point's own throughput is never its ceiling: a steady point is not near a
-        capacity it measured itself. Where the capacity is not known, the ceiling is the first
-        saturated rate: the pod collapsed there, and a run above it that did not is luck."""
+        """The points that reached a steady state: unsaturated and below the ceiling (a run just
+        short of capacity drifts like a random walk; one past a collapse that did not is luck)."""
         if self.capacity_known():
             ceiling = NEAR_CAPACITY * self.saturation_qps
         else:
@@ -218,19 +181,13 @@ class CapacityCurve:
         return [p for p in self.points if not p.saturated and p.offered_qps < ceiling]
 
     def holding_ms(self) -> float:
-        """How long a request holds a router instance when all are busy (Little: servers / the
-        drain rate; an upper bound when the curve never saturated)."""
+        """How long a request holds a router instance when all are busy (Little's law)."""
         return self.servers / self.saturation_qps * 1000
 
     def max_rate(self, budget_ms: float, percentile: float, idle_ms: float) -> float:
-        """The highest offered rate whose latency percentile stays within ``budget_ms``.
-
-        The measured percentiles, made monotone (pool adjacent violators: noise would end the
-        curve early), are read linearly from ``idle_ms`` at rate 0: in rho / (1 - rho) where
-        the capacity is known (queueing delay grows so, Kingman), extrapolated up to
-        ``NEAR_CAPACITY`` of it; else in the rate (convex: on the safe side), never past the
-        last unsaturated rate.
-        """
+        """The highest offered rate whose latency percentile stays within ``budget_ms``: the
+        monotone percentiles read linearly from ``idle_ms``, in rho / (1 - rho) where the capacity
+        is known (Kingman), else in the rate (convex: on the safe side)."""
         if idle_ms > budget_ms:
             return 0.0
         measured = self.steady_points()
@@ -249,23 +206,6 @@ class CapacityCurve:
             return rates[-1]
         return heavy_traffic_rate(rates[-1], latencies[-1] - idle_ms, budget_ms - idle_ms, capacity)
 
-    def scaled(self, factor: float) -> CapacityCurve:
-        """The same curve with times multiplied by ``factor`` and so rates divided by it."""
-        return CapacityCurve(
-            self.servers,
-            tuple(
-                CurvePoint(
-                    point.offered_qps / factor,
-                    point.throughput_qps / factor,
-                    point.mean_ms * factor,
-                    tuple((p, v * factor) for p, v in point.percentiles_ms),
-                    point.growing,
-                )
-                for point in self.points
-            ),
-            None if self.slo_ms is None else self.slo_ms * factor,
-        )
-
     def to_json(self) -> dict[str, Any]:
         """The curve as the profiles file stores it (``slo_ms`` only where it has one)."""
         entry: dict[str, Any] = {
@@ -280,9 +220,7 @@ class CapacityCurve:
 def heavy_traffic_rate(
     rate: float, queueing_ms: float, allowed_ms: float, capacity: float
 ) -> float:
-    """The rate at which a pod that queued ``queueing_ms`` at ``rate`` queues ``allowed_ms``,
-    the delay growing as rho / (1 - rho) with rho = rate / capacity, at most
-    ``NEAR_CAPACITY`` of the capacity (and ``rate`` itself where it queued nothing)."""
+    """The rate at which queueing grows from ``queueing_ms`` to ``allowed_ms`` (rho / (1 - rho))."""
     ceiling = NEAR_CAPACITY * capacity
     if queueing_ms <= 0 or rate >= ceiling:
         # No queueing seen to scale from: claim nothing past the rate measured.
@@ -322,14 +260,9 @@ def next_rate(
     slo_ms: float | None = None,
     percentile: float = 95.0,
 ) -> float | None:
-    """The next rate the ladder offers, or None when the curve is complete.
-
-    From a quarter of one server's capacity it halves the lowest rate while that rate's tail
-    is steep and over the SLO (a tail percentile is concave at light load: a line from rate 0
-    would overstate the rate for a budget in between), climbs by ``LADDER_GROWTH`` until the
-    pod saturates, then splits the steepest wide gap below saturation, the knee's first
-    (where an SLO's rate lies), until no gap is both wide and steep or ``max_points`` rates.
-    """
+    """The next rate the ladder offers, or None when the curve is complete: the lowest halved
+    while its tail is steep and over the SLO (a line from rate 0 would overstate the rate), then
+    up to saturation, then the steepest wide gap below it split."""
     if not points:
         return LADDER_START * 1000 / mean_ms
     if len(points) >= max_points:
@@ -384,10 +317,7 @@ def climb_ladder(
     slo_ms: float | None = None,
     percentile: float = 95.0,
 ) -> CapacityCurve:
-    """The curve of the rates ``next_rate`` offers, each point from ``measure(rate)`` (a real
-    server's open-loop run, or the simulator's); ``progress`` sees each point as it comes.
-    ``slo_ms`` (at ``percentile``) is the tightest budget the planner will read off it (None:
-    any); the curve records it."""
+    """The curve of the rates ``next_rate`` offers, each point from ``measure(rate)``."""
     points: list[CurvePoint] = []
     while (
         rate := next_rate(
@@ -407,8 +337,7 @@ def climb_ladder(
 
 
 def _steepness(low: CurvePoint, high: CurvePoint, readable: bool) -> float:
-    """How much the p95 rises across a gap, as a ratio (an end the planner does not read,
-    saturated or too near it, counts as steep)."""
+    """How much the p95 rises across a gap (an end the planner does not read counts as steep)."""
     if not readable:
         return math.inf
     return high.latency_at(95.0) / low.latency_at(95.0)
@@ -468,12 +397,12 @@ def _parse_point(item: object, where: str) -> CurvePoint:
             )
         return float(value)
 
-    percentiles = tuple((p, number(_FIELDS[p])) for p in CURVE_PERCENTILES)
+    percentiles = tuple((p, number(PERCENTILE_FIELDS[p])) for p in CURVE_PERCENTILES)
     for (low_p, low), (high_p, high) in itertools.pairwise(percentiles):
         if high < low:
             raise CapacityError(
-                f"{where}.{_FIELDS[high_p]}",
-                f"{high:g} is below {_FIELDS[low_p]} {low:g}",
+                f"{where}.{PERCENTILE_FIELDS[high_p]}",
+                f"{high:g} is below {PERCENTILE_FIELDS[low_p]} {low:g}",
                 "percentiles must not decrease",
             )
     growing = item.get("growing", False)

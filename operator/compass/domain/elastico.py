@@ -1,12 +1,7 @@
 """Elastico: the runtime policy that switches the active configuration as the load changes.
 
-``Elastico.decide(observation, state, now) -> (decision, state)`` is pure: time is an input and
-the state is plain JSON, so the same policy runs in the simulator, in a unit test with a fake
-clock, and in the operator with its state kept in a Kubernetes status. Its hysteresis is
-asymmetric: it leaves for a faster configuration at once (several steps if needed) on the queue
-or the arrival rate, and enters a more accurate one only after that one's entry condition held
-for its whole cooldown. The rules, overload and lost metrics: docs/method.md, "Elastico".
-"""
+It leaves for a faster configuration at once and enters a more accurate one only after its entry
+condition held for its whole cooldown. The rules: docs/method.md, "Elastico"."""
 
 from __future__ import annotations
 
@@ -33,9 +28,7 @@ LEAVE_WINDOWS_S = (1.0, 2.0, 5.0)
 # with that one: a false leave is rarer than hourly, a 5x burst shows in 1-2 s.
 LEAVE_CONFIDENCE = 0.8
 ENTER_CONFIDENCE = 0.7
-# The adaptive rate evidence: windows tried, shortest first, and the significance at which an
-# older stretch is judged to differ from the newer one: a rise is believed sooner than a fall
-# (the same asymmetry as the hysteresis: fast to degrade, slow to recover).
+# steady_window's: a rise is believed sooner than a fall, the hysteresis' asymmetry.
 STEADY_WINDOWS_S = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
 RISE_SIGNIFICANCE = 0.05
 FALL_SIGNIFICANCE = 0.01
@@ -43,10 +36,8 @@ FALL_SIGNIFICANCE = 0.01
 MAX_HISTORY_S = 600.0
 # The longest burst memory a policy may ask for (its looks stay well within the history).
 MAX_BURST_MEMORY_S = 300.0
-# The settings' bounds. A cooldown past the history could never be proven; an exponent past 8
-# already makes the cooldown of a configuration twice as slow as the fastest 256 times the base
-# (and raising a slowdown of up to 1e9 to it stays finite); past an hour a metric is no reading
-# of now, and a decision an hour apart is no serving policy.
+# The settings' bounds: a cooldown past the history could never be proven, an exponent of 8
+# already makes twice as slow 256 times the base, and past an hour a metric is no reading of now.
 MAX_COOLDOWN_S = MAX_HISTORY_S
 MAX_COOLDOWN_EXPONENT = 8.0
 MAX_STALE_AFTER_S = 3600.0
@@ -70,11 +61,9 @@ class ElasticoSettings:
     on_metrics_loss: MetricsLoss = MetricsLoss.FASTEST
     stale_after_s: float = DEFAULT_STALE_AFTER_S
     paused: bool = False
-    # Rate evidence from the longest recent window over which the arrivals look steady (see
-    # steady_window) instead of fixed windows: precise enough to sit close to a limit.
+    # Rate evidence from steady_window instead of fixed windows: close enough to sit at a limit.
     adaptive_rate: bool = False
-    # How long a burst is remembered: a configuration is not entered while the arrivals showed,
-    # within this many seconds, a rate above its stay limit (0: forget at once).
+    # No entry while the last this many seconds showed a rate above its stay limit (0: none).
     burst_memory_s: float = 0.0
 
 
@@ -96,12 +85,8 @@ def rate_upper_bound(count: float, window_s: float, confidence: float) -> float:
 def steady_window(
     samples: Sequence[tuple[float, float]], now: float, pods: int = 1, dispersion: float = 1.0
 ) -> tuple[float, float] | None:
-    """(arrivals of all pods, seconds) over the longest recent window in which they look steady.
-
-    Windows double from the shortest while the older half agrees with the newer (a binomial test:
-    a rise at ``RISE_SIGNIFICANCE``, a fall at ``FALL_SIGNIFICANCE``), so a change of rate shortens
-    the window at once. Clumped arrivals (``dispersion``) count as that many times fewer
-    independent ones, so a gap between clumps is not taken for a fall."""
+    """(arrivals of all pods, seconds) over the longest recent window in which they look steady:
+    windows double while the older half agrees with the newer, clumps counting as fewer."""
     best: tuple[float, float] | None = None
     for window in STEADY_WINDOWS_S:
         measured = _arrivals_in(samples, now, window)
@@ -134,8 +119,7 @@ def _leave_rate(samples: Sequence[tuple[float, float]], now: float, pods: int) -
 def _arrivals_in(
     samples: Sequence[tuple[float, float]], now: float, window_s: float
 ) -> tuple[float, float] | None:
-    """(arrivals, seconds) over the last ``window_s``, from the latest sample at or before its
-    start; None when the samples do not reach back that far."""
+    """(arrivals, seconds) over the last ``window_s``; None where the samples do not reach."""
     # Samples are in time order: a binary search, as every look reads several windows.
     before = bisect_right(samples, now - window_s + 1e-9, key=lambda sample: sample[0])
     if before == 0:
@@ -146,9 +130,7 @@ def _arrivals_in(
 
 
 def record_arrivals(state: PolicyState, observation: Observation, keep_s: float) -> PolicyState:
-    """The state with the observation's arrivals counter sample added and samples older than
-    ``keep_s`` dropped (the one at the window's start kept); a counter that went down was
-    reset: start over. Without a counter, no samples."""
+    """The state with the counter sample added and those past ``keep_s`` dropped (a reset: anew)."""
     if observation.arrivals_total is None:
         return replace(state, arrivals=())
     samples = [s for s in state.arrivals if s[0] < observation.time]
@@ -161,10 +143,8 @@ def record_arrivals(state: PolicyState, observation: Observation, keep_s: float)
 
 
 def capacity_pressure(plan: Plan, active: str | None, queue_depth: float | None) -> float:
-    """How far past what Elastico can absorb the pod is: (queue + 1) / (limit + 1) once the
-    fastest eligible entry is active and over its stay limit, else 0. Above 1 exactly when over the
-    limit, so an autoscaler sizing replicas x pressure (HPA, KEDA target 1) adds the pods that
-    bring each one's share back within it; below the fastest there is still accuracy to give up."""
+    """(queue + 1) / (limit + 1) once the fastest eligible entry is over its stay limit, else 0:
+    an autoscaler sizing replicas x pressure (target 1) brings each one's share back within it."""
     if active is None or queue_depth is None or not math.isfinite(queue_depth):
         return 0.0
     eligible = plan.eligible
@@ -189,15 +169,13 @@ class Elastico:
         return self.plan.eligible[0]
 
     def cooldown_s(self, index: int) -> float:
-        """How long the entry condition of configuration ``index`` must hold before entering:
-        the downscale cooldown times (its mean service time / the fastest's) ** exponent."""
+        """How long ``index``'s entry condition must hold: the cooldown x slowdown ** exponent."""
         fastest = self.plan.thresholds[self.fastest].profile.mean_ms
         slowdown = max(1.0, self.plan.thresholds[index].profile.mean_ms / fastest)
         base = self.settings.downscale_cooldown_s
         if base <= 0:
             return 0.0
-        # Compared in logs first: settings made outside the schema's bounds (an exponent of
-        # 1e308) cap the cooldown instead of overflowing the power.
+        # In logs first: settings past the schema's bounds cap it instead of overflowing.
         if self.settings.cooldown_exponent * math.log(slowdown) >= math.log(MAX_HISTORY_S / base):
             return MAX_HISTORY_S
         return float(min(base * slowdown**self.settings.cooldown_exponent, MAX_HISTORY_S))
@@ -223,7 +201,8 @@ class Elastico:
             return self._hold(state, active, "paused")
         if observation is None or now - observation.time > self.settings.stale_after_s:
             return self._metrics_lost(state, active, observation, now)
-        state = replace(self._record(state, observation), observed_at=observation.time)
+        keep = min(self._longest_window(), MAX_HISTORY_S)
+        state = replace(record_arrivals(state, observation, keep), observed_at=observation.time)
         depth = observation.queue_depth
         rate, window_rate = self._rates(state, observation)
         if not self._can_stay(active, depth, rate) and not (
@@ -238,9 +217,7 @@ class Elastico:
     def _metrics_lost(
         self, state: PolicyState, active: int, observation: Observation | None, now: float
     ) -> tuple[Decision, PolicyState]:
-        """No fresh observation: hold while the newest sample seen (before the first: the
-        active configuration's start) is within stale_after_s, then do what on_metrics_loss
-        says. The downscale evidence restarts either way."""
+        """Hold while the newest sample is within stale_after_s, then on_metrics_loss."""
         what = "missing" if observation is None else f"stale ({now - observation.time:.1f} s)"
         state = replace(state, downscale_since=None, entry_levels=())
         since = state.active_since if state.observed_at is None else state.observed_at
@@ -257,10 +234,6 @@ class Elastico:
         return self._hold(state, active, f"metrics {what}: hold")
 
     # ------------------------------------------------------------------ evidence
-
-    def _record(self, state: PolicyState, observation: Observation) -> PolicyState:
-        """Add the arrivals counter sample, keeping what the longest window needs."""
-        return record_arrivals(state, observation, min(self._longest_window(), MAX_HISTORY_S))
 
     def _longest_window(self) -> float:
         adaptive = STEADY_WINDOWS_S if self.settings.adaptive_rate else ()
@@ -303,8 +276,7 @@ class Elastico:
         return rate_upper_bound(count * pods, seconds, ENTER_CONFIDENCE) / pods
 
     def _peak_rate(self, state: PolicyState, observation: Observation) -> float:
-        """The highest leave rate (per pod) of any look within the burst memory: what the
-        policy would have left a configuration on (0 without a memory or a counter)."""
+        """The highest leave rate (per pod) of any look within the burst memory (else 0)."""
         memory = self.settings.burst_memory_s
         if memory <= 0 or observation.arrivals_total is None:
             return 0.0
@@ -342,18 +314,14 @@ class Elastico:
             return threshold.stay_max_queue is not None and depth <= threshold.stay_max_queue // 2
         return threshold.can_stay(depth, rate)
 
-    def _short_queue(self, index: int, depth: float) -> bool:
-        """The queue within half the configuration's entry limit (an overload's headroom)."""
-        limit = self.plan.thresholds[index].enter_max_queue
-        return limit is not None and depth <= limit // 2
-
     def _entry_holds(self, index: int, depth: float, rate: float | None) -> bool:
         """The entry condition at one observation during the cooldown."""
-        if self.plan.thresholds[index].can_enter(depth, rate):
+        threshold = self.plan.thresholds[index]
+        if threshold.can_enter(depth, rate):
             return True
-        # A queue peer of the fastest that keeps its queue short gathers evidence whatever the
-        # short windows show: the rate is judged at the end, over the whole cooldown window.
-        return self._queue_peer(index) and self._short_queue(index, depth)
+        # A queue peer within half its entry queue gathers evidence: its rate is judged at the end.
+        limit = threshold.enter_max_queue
+        return self._queue_peer(index) and limit is not None and depth <= limit // 2
 
     # ------------------------------------------------------------------ moves
 
@@ -384,8 +352,7 @@ class Elastico:
         now: float,
     ) -> tuple[Decision, PolicyState]:
         above = [i for i in self.plan.eligible if i > active]
-        # The highest configuration whose entry condition holds now (queue, and no burst
-        # beyond its limit in the recent arrivals), every step below it included.
+        # The highest configuration whose entry condition holds now, every step below included.
         level = active
         for index in above:
             if not self._entry_holds(index, depth, rate):
@@ -410,16 +377,12 @@ class Elastico:
                 break
             if self._lowest_level_since(state.entry_levels, now - cooldown) < index:
                 break
-            # And the arrivals over its whole cooldown window fit its limit too (in an
-            # overload that the recent arrivals show, a queue peer of the fastest is judged on
-            # the queue alone: the whole window's rate would only repeat it).
+            # And its whole cooldown's arrivals fit its limit (an overload's queue peer: the queue).
             overload_peer = self._overloaded(rate) and self._queue_peer(index)
             threshold = self.plan.thresholds[index]
             if not overload_peer and not threshold.can_enter(depth, window_rate(cooldown)):
                 break
-            # Nor while a burst it could not have stayed through is remembered: bursts that
-            # come back would catch it, and the queue one builds before the next look outlasts
-            # the switch.
+            # Nor while a burst it could not have stayed through is remembered (it may return).
             if threshold.stay_max_qps is not None and peak() > threshold.stay_max_qps:
                 break
             target = index

@@ -1,18 +1,11 @@
 """A mix of two front members: the split strategy's routing, and how requests are dealt to it.
 
-A mix serves a share ``weight`` of the requests with ``blend`` and the rest with ``base``.
-Weights are multiples of ``1 / WEIGHT_STEPS`` and requests are dealt by smooth weighted
-round-robin (nginx's), which is deterministic: every run of ``WEIGHT_STEPS`` consecutive
-requests holds exactly the mix, and the two members interleave as evenly as they can (a 30%
-blend never serves three requests in a row). A random draw per request would be exact only on
-average, and a window of a few seconds is what the queue and the SLO see; it is how llm-d's
-endpoint picker deals a mix, though (``Dealing.DRAW``), so the simulator models it too.
-"""
+Smooth weighted round-robin holds the mix exactly in every ``WEIGHT_STEPS`` requests, where a
+draw is exact only on average; llm-d's endpoint picker draws, though (``Dealing.DRAW``)."""
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -55,12 +48,6 @@ class Mix:
             return float(self.base)
         return self.base + self.weight * (self.blend - self.base)
 
-    @staticmethod
-    def at(position: float) -> Mix:
-        """The mix of neighbours base and base + 1 at a position on the front."""
-        base = math.floor(position + 1e-9)
-        return Mix(base, base + 1, position - base)
-
 
 def mix_weighting(mix: Mix) -> SmoothWeighting[int]:
     """The round-robin that deals a mix's requests to its members."""
@@ -77,8 +64,7 @@ class Dealing(StrEnum):
 
 
 def drawn_member(mix: Mix, draw: float) -> int:
-    """The member a request with uniform ``draw`` in [0, 1) is sent to under a weighted draw:
-    the blend below its weight, else the base (a member of share 0 is never drawn)."""
+    """The member a request with uniform ``draw`` goes to: the blend below its weight, else base."""
     if not 0.0 <= draw < 1.0:
         raise ValueError(f"draw {draw!r} is not in [0, 1): give a uniform draw")
     return mix.blend if mix.blend is not None and draw < mix.weight else mix.base
@@ -106,8 +92,7 @@ def accuracy_hull(front: Sequence[LatencyProfile]) -> tuple[int, ...]:
 
 
 def hull_mixes(hull: Sequence[int]) -> list[Mix]:
-    """Every mix of neighbours along the hull in weight steps, fastest first: the positions a
-    strategy that moves along the whole front chooses between."""
+    """Every mix of neighbours along the hull in weight steps, fastest first."""
     return [Mix(hull[0])] + [
         Mix(base, blend, step / WEIGHT_STEPS)
         for base, blend in itertools.pairwise(hull)
@@ -116,9 +101,7 @@ def hull_mixes(hull: Sequence[int]) -> list[Mix]:
 
 
 def most_accurate(positions: Sequence[Mix], feasible: Callable[[Mix], bool]) -> Mix:
-    """The most accurate of ``positions`` (ordered by accuracy) that is feasible, found by
-    bisection on the assumption that a more accurate mix is never more feasible; the first
-    (the fastest) if none is."""
+    """The most accurate feasible of ``positions`` by bisection (else the first, the fastest)."""
     low, high = 0, len(positions) - 1
     if feasible(positions[high]):
         return positions[high]

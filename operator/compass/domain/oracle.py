@@ -1,12 +1,5 @@
-"""Yardsticks for the strategies: what a policy that knew the arrivals, or the load, could serve.
-
-The hindsight oracle serves each window of ``window_s`` with the most accurate mix of the front
-that keeps its requests within the SLO at least as often as static fastest and leaves no more
-work queued (one position along the front's accuracy hull, one window of lookahead): a strong
-heuristic, not a proven optimum. ``known_load_oracle`` is told the load ahead but not the
-arrivals. A strategy's share of the oracle's accuracy gain says how much of what was possible it
-won. Why and how: docs/method.md, "Oracles".
-"""
+"""Yardsticks for the strategies: what a policy that knew the arrivals, or the load, could serve
+(a strong heuristic, not a proven optimum). Why and how: docs/method.md, "Oracles"."""
 
 from __future__ import annotations
 
@@ -39,8 +32,7 @@ from compass.domain.profiles import LatencyProfile
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 DEFAULT_WINDOW_S = 5.0
-# The known-load oracle's draws of the pattern: 32 make two sets agree within 0.1 point; each
-# draw costs a serve of the window per position tried.
+# The known-load oracle's draws of the pattern: 32 make two sets agree within 0.1 point.
 KNOWN_LOAD_WORLDS = 32
 # Its draws' seeds start here, far from any scenario seed a bench uses.
 KNOWN_LOAD_SEED = 1_000_000_000
@@ -73,51 +65,6 @@ class _Pods:
         return sum(max(free - at, 0.0) for free in self.free_at)
 
 
-def _serve(
-    requests: IntArray,
-    mix: Mix,
-    pods: _Pods,
-    arrivals: FloatArray,
-    assigned: IntArray,
-    service_s: FloatArray,
-    slo_s: float,
-    record: tuple[IntArray, FloatArray] | None = None,
-    late_after_s: float = math.inf,
-    dispatch: Dispatch | None = None,
-) -> int:
-    """Serve these requests (in arrival order) with the mix; returns how many met the SLO.
-
-    ``record``: arrays to write each request's configuration and latency into.
-    ``dispatch``: given how long a request waited and its routed member, the member serving it.
-    ``late_after_s``: a request that would wait longer is late; a late-last queue serves it
-    after every request in time, which the oracle counts as served then but holding no server
-    (its work done in time nobody needed): optimistic, as a bound should be.
-    """
-    dealers: dict[int, SmoothWeighting[int]] = {}
-    met = 0
-    for request in requests:
-        pod = int(assigned[request])
-        if mix.blend is None:
-            config = mix.base
-        else:
-            dealer = dealers.get(pod)
-            if dealer is None:
-                dealer = dealers[pod] = mix_weighting(mix)
-            config = dealer.pick()
-        begin = max(float(arrivals[request]), pods.free_at[pod])
-        if dispatch is not None:
-            config = dispatch(begin - float(arrivals[request]), config)
-        finish = begin + float(service_s[config, request])
-        if begin - float(arrivals[request]) <= late_after_s:
-            pods.free_at[pod] = finish
-        latency = finish - float(arrivals[request])
-        met += latency <= slo_s
-        if record is not None:
-            record[0][request] = config
-            record[1][request] = latency
-    return met
-
-
 def hindsight_oracle(
     front: Sequence[LatencyProfile],
     scenario: Scenario,
@@ -127,34 +74,12 @@ def hindsight_oracle(
     window_s: float = DEFAULT_WINDOW_S,
     late_after_s: float | None = None,
 ) -> OracleReport:
-    """The oracle's run over the scenario (see the module docstring); ``late_after_s``: on
-    pods with a late-last queue (``PodModel.late_after_s``), static fastest's included."""
+    """The oracle's run over the scenario; ``late_after_s``: on pods with a late-last queue."""
     _check_window(window_s)
     real = _Draw.of(front, scenario, pods, window_s)
     late = math.inf if late_after_s is None else late_after_s
     # In hindsight the only draw is the real one.
     return _search(front, real, (real,), _Rules(slo_ms / 1000, pods, window_s, late_after_s=late))
-
-
-def _report(
-    front: Sequence[LatencyProfile],
-    configs: IntArray,
-    latencies: FloatArray,
-    slo_s: float,
-    window_s: float,
-    chosen: Sequence[Mix],
-) -> OracleReport:
-    """The figures of a run that served each request with ``configs`` in ``latencies``."""
-    n = len(configs)
-    met = int(np.sum(latencies <= slo_s))
-    accuracies = np.array([p.accuracy for p in front])
-    return OracleReport(
-        compliance=100.0 * met / n if n else 100.0,
-        mean_accuracy=float(accuracies[configs].mean()) if n else math.nan,
-        requests=n,
-        window_s=window_s,
-        mixes=tuple(chosen),
-    )
 
 
 @dataclass(frozen=True)
@@ -191,8 +116,7 @@ class _Draw:
         window_s: float,
         count: int | None = None,
     ) -> _Draw:
-        """The scenario's arrivals, every member's service times and pods, in ``count`` windows
-        (None: up to the last arrival's)."""
+        """The scenario's arrivals, service times and pods in ``count`` windows (None: all)."""
         arrivals = scenario.arrivals_s
         window_of = np.floor(arrivals / window_s).astype(np.int64)
         if count is None:
@@ -212,33 +136,43 @@ class _Draw:
         rules: _Rules,
         record: tuple[IntArray, FloatArray] | None = None,
     ) -> int:
-        """Serve window ``index`` with the mix; how many met the SLO."""
-        return _serve(
-            self.windows[index],
-            mix,
-            pods,
-            self.arrivals,
-            self.assigned,
-            self.service_s,
-            rules.slo_s,
-            record,
-            rules.late_after_s,
-            rules.dispatch,
-        )
+        """Serve window ``index`` with the mix; how many met the SLO. A request late past
+        ``late_after_s`` holds no server (a late-last queue serves it last: optimistic, a bound)."""
+        arrivals, assigned, service_s = self.arrivals, self.assigned, self.service_s
+        dealers: dict[int, SmoothWeighting[int]] = {}
+        met = 0
+        for request in self.windows[index]:
+            pod = int(assigned[request])
+            if mix.blend is None:
+                config = mix.base
+            else:
+                dealer = dealers.get(pod)
+                if dealer is None:
+                    dealer = dealers[pod] = mix_weighting(mix)
+                config = dealer.pick()
+            begin = max(float(arrivals[request]), pods.free_at[pod])
+            if rules.dispatch is not None:
+                config = rules.dispatch(begin - float(arrivals[request]), config)
+            finish = begin + float(service_s[config, request])
+            if begin - float(arrivals[request]) <= rules.late_after_s:
+                pods.free_at[pod] = finish
+            latency = finish - float(arrivals[request])
+            met += latency <= rules.slo_s
+            if record is not None:
+                record[0][request] = config
+                record[1][request] = latency
+        return met
 
 
 def _search(
     front: Sequence[LatencyProfile], real: _Draw, draws: Sequence[_Draw], rules: _Rules
 ) -> OracleReport:
-    """Per window of ``real``, the most accurate hull position under which ``draws``, each
-    started from the real queue, meet the SLO at least as often as static fastest does in them
-    and leave no more work (or one SLO per pod) at the window's end, with one window of
-    lookahead; each window is then served on ``real`` with its position."""
+    """Per window, the most accurate hull position under which ``draws`` (from the real queue)
+    do as well as static fastest, with one window of lookahead; served on ``real``."""
     fastest = Mix(0)
     count = len(real.windows)
     pods, window_s = rules.pods, rules.window_s
-    # Static fastest in each draw: the met count each window must reach, summed over the
-    # draws, and the work it leaves, or one SLO per pod if that is more.
+    # Static fastest in each draw: the met count to reach and the work it leaves (at least an SLO).
     references = [_Pods([0.0] * pods) for _ in draws]
     targets: list[int] = []
     backlogs: list[float] = []
@@ -274,15 +208,21 @@ def _search(
             mix = most_accurate(positions, functools.partial(feasible, index))
         chosen.append(mix)
         real.serve(index, mix, state, rules, (configs, latencies))
-    return _report(front, configs, latencies, rules.slo_s, window_s, chosen)
+    n = len(configs)
+    accuracies = np.array([p.accuracy for p in front])
+    return OracleReport(
+        compliance=100.0 * int(np.sum(latencies <= rules.slo_s)) / n if n else 100.0,
+        mean_accuracy=float(accuracies[configs].mean()) if n else math.nan,
+        requests=n,
+        window_s=window_s,
+        mixes=tuple(chosen),
+    )
 
 
 def degrading_dispatch(
     front: Sequence[LatencyProfile], slo_ms: float, degrade_after: float
 ) -> Dispatch:
-    """The dispatch-time degrade of admission that refuses nothing (``refuse: false``): a
-    request that waited past ``degrade_after`` of the SLO, or whose routed member's median no
-    longer fits what is left of it, is served on the fastest (front index 0)."""
+    """Admission's dispatch-time degrade that refuses nothing (``refuse: false``)."""
     rule = Admission(slo_ms, at=AdmissionPoint.DISPATCH, degrade_after=degrade_after, refuse=False)
     own_ms = service_quantiles_ms(front, rule.quantile)
 
@@ -303,8 +243,7 @@ def known_load_oracle(
     worlds: int = KNOWN_LOAD_WORLDS,
     degrade_after: float | None = None,
 ) -> OracleReport:
-    """What knowing the load ahead, not the arrivals, wins over the scenario (see the module
-    docstring); ``degrade_after``: served with the dispatch-time degrade (None: as routed)."""
+    """What knowing the load ahead, not the arrivals, wins (``degrade_after``: with the degrade)."""
     pattern = scenario.pattern
     if pattern.kind is PatternKind.TRACE:
         raise SimulationError(

@@ -1,11 +1,5 @@
-"""The planner: the Pareto front of the profiles and the queue-depth thresholds of each member.
-
-The front keeps every configuration that no other beats on both accuracy and tail latency,
-ordered by mean service time, fastest first (the mean drains a queue). Each member gets stay and
-entry queue limits and an arrival-rate limit from a threshold model: the paper's M/G/1 mean
-(``paper-mean``), its sound tail version (``tail``, the default), M/G/c Erlang C (``erlang-c``)
-or the measured capacity curve (``measured``). The models and why: docs/method.md, "Planning".
-"""
+"""The planner: the Pareto front of the profiles and each member's queue-depth and rate limits.
+The threshold models and why: docs/method.md, "Planning"."""
 
 from __future__ import annotations
 
@@ -13,7 +7,7 @@ import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cached_property
 
@@ -30,15 +24,13 @@ FloatArray = npt.NDArray[np.float64]
 
 # Floats: a queue depth that meets the SLO exactly must not be rounded away.
 _TOLERANCE = 1e-9
-# A latency target of more than a day is a unit mistake, and queue depths derived from
-# a huge one overflow.
+# A latency target past a day is a unit mistake (and its queue depths overflow).
 MAX_SLO_MS = 86_400_000.0
 # Probability levels at which a service distribution is tabulated for the M/G/1 tail.
 _GRID = 512
 # Relative precision of the Lundberg exponent and of the rate limits.
 _XTOL = 1e-10
-# The deepest queue limit a plan gives: no pod queues a billion requests, and the limit being
-# finite keeps the search for it bounded (about 30 steps) whatever the profile's numbers.
+# The deepest queue limit a plan gives: finite, so its search ends in about 30 steps.
 MAX_QUEUE_LIMIT = 1_000_000_000
 
 
@@ -103,12 +95,8 @@ class Front:
 
 
 def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -> Front:
-    """The profiles not beaten on accuracy, tail latency and mean at once, by mean service time.
-
-    The mean counts beside the tail because under load it is the capacity: a more accurate member
-    beats a faster one only when it is no slower on the mean either; equal accuracy: the tail
-    decides; exact duplicates keep the lower mean. A member slower on the mean than an earlier one
-    and no more accurate is dropped: switching to it costs throughput and buys nothing."""
+    """The profiles not beaten on accuracy, tail latency and mean at once, by mean service time
+    (the mean counts beside the tail because under load it is the capacity)."""
     if not profiles:
         raise PlanError("profiles", "none given, so the front is empty", "profile at least one")
     tail = {id(p): p.latency_at(percentile) for p in profiles}
@@ -132,10 +120,7 @@ def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -
             None,
         )
         if beaten_by is not None:
-            tie = (beaten_by.accuracy, tail[id(beaten_by)]) == (
-                profile.accuracy,
-                tail[id(profile)],
-            )
+            tie = (beaten_by.accuracy, tail[id(beaten_by)]) == (profile.accuracy, tail[id(profile)])
             reason = (
                 f"ties with it on accuracy and p{percentile:g}"
                 if tie
@@ -161,33 +146,14 @@ def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -
     return Front(tuple(members), tuple(dominated))
 
 
-def sum_percentile_ms(profile: LatencyProfile, services: int, percentile: float) -> float:
-    """The percentile of the sum of ``services`` service times (n mean + sqrt(n) (p - mean))."""
-    return _sum_tail(profile.mean_ms, profile.latency_at(percentile), services)
-
-
 def _sum_tail(mean: float, tail: float, services: float) -> float:
+    """The percentile of the sum of n service times: n mean + sqrt(n) (p - mean)."""
     return services * mean + math.sqrt(services) * (tail - mean)
-
-
-def max_queue_depth(
-    profile: LatencyProfile,
-    budget_ms: float,
-    percentile: float,
-    model: ThresholdModel,
-    servers: int = 1,
-) -> int | None:
-    """The deepest queue at which this configuration still meets ``budget_ms``; None if none."""
-    capacity = _member_capacity(
-        profile, _service_grid(profile), profile.latency_at(percentile), percentile, model, servers
-    )
-    return capacity.queue_limit(budget_ms, model)
 
 
 @dataclass(frozen=True)
 class _Capacity:
-    """How fast a pod serving one member (or mix) drains its queue (holding times per instance
-    once busy), and ``rate_limit``: budget (ms) to the highest rate meeting it (None: paper model)."""
+    """How fast a pod serving one member (or mix) drains its queue, and its rate limit."""
 
     holding_mean_ms: float
     holding_tail_ms: float
@@ -309,12 +275,8 @@ def _mixture(shares: Sequence[tuple[LatencyProfile, float]]) -> _Service:
     )
 
 
-def violation_probability(profile: LatencyProfile, arrival_qps: float, budget_ms: float) -> float:
-    """P(latency > budget) in steady state at this Poisson arrival rate (Cramer-Lundberg)."""
-    return _violation(_service_grid(profile), arrival_qps, budget_ms / 1000)
-
-
 def _violation(service: _Service, rate: float, budget_s: float) -> float:
+    """P(latency > budget) in steady state at this Poisson arrival rate (Cramer-Lundberg)."""
     times = service.times_s
     rho = rate * service.mean_s
     if rho >= 1:
@@ -341,11 +303,6 @@ def _violation(service: _Service, rate: float, budget_s: float) -> float:
     slack = budget_s - times
     tail = np.where(slack <= 0, 1.0, np.minimum(1.0, constant * np.exp(-gamma * slack)))
     return service.expect(tail)
-
-
-def max_arrival_rate(profile: LatencyProfile, budget_ms: float, percentile: float) -> float:
-    """The highest arrival rate (requests/s) keeping P(latency > budget) <= 1 - P/100 (0: none)."""
-    return _max_rate(_service_grid(profile), budget_ms, percentile=percentile)
 
 
 def _violation_mgc(service: _Service, rate: float, budget_s: float, servers: int) -> float:
@@ -381,8 +338,7 @@ def _max_rate(
             return _violation(service, rate, budget_s) - allowed
         return _violation_mgc(service, rate, budget_s, servers) - allowed
 
-    # The violation grows with the load towards 1 at saturation (where the tail formula loses
-    # precision: stop just short of it).
+    # Stop just short of saturation, where the tail formula loses precision.
     high = saturation * (1 - 1e-6)
     if over(high) <= 0:
         return high
@@ -468,11 +424,8 @@ def plan_thresholds(
     switch_delay_ms: float = 0.0,
     servers: int = 1,
 ) -> Plan:
-    """Each front member's slack L - p_k and its stay / enter queue-depth limits.
-
-    ``servers``: a pod's router instances (the concurrent models read it). A member without slack
-    stays in the plan but is never a target; none with slack raises PlanError. The queue limits
-    leave ``switch_delay_ms`` out of the budget: the queue waits that long behind the old member."""
+    """Each front member's slack L - p_k and its stay / enter queue-depth limits (none with slack:
+    PlanError); the queue waits ``switch_delay_ms`` behind the old member: out of the budget."""
     if not front:
         raise PlanError("front", "empty, nothing to switch between", "profile at least one")
     if slack_buffer_ms < 0:
@@ -544,10 +497,8 @@ def _quantile_ms(service: _Service, percentile: float) -> float:
 
 @dataclass(frozen=True)
 class MixPlan:
-    """The mixes of neighbouring eligible members on the weight grid, as a plan of their own
-    (one member per mix, fastest first; ``mixes[i]``: what member i routes, in the original plan)."""
+    """The mixes of neighbouring eligible members on the weight grid, as a plan of their own."""
 
-    base: Plan
     plan: Plan
     mixes: tuple[Mix, ...]
 
@@ -570,16 +521,7 @@ def plan_mixes(plan: Plan) -> MixPlan:
             )
     mixes.append(Mix(eligible[-1]))
     thresholds.append(plan.thresholds[eligible[-1]])
-    mixed = Plan(
-        plan.slo,
-        plan.slack_buffer_ms,
-        plan.model,
-        tuple(thresholds),
-        plan.dominated,
-        plan.switch_delay_ms,
-        plan.servers,
-    )
-    return MixPlan(plan, mixed, tuple(mixes))
+    return MixPlan(replace(plan, thresholds=tuple(thresholds)), tuple(mixes))
 
 
 def _mix_threshold(plan: Plan, mix: Mix) -> Threshold:

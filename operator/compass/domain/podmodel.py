@@ -1,11 +1,4 @@
-"""How one simulated pod serves its requests: router instances and the stages of a pipeline.
-
-``PodModel`` describes a pod: several router instances serving FIFO from one queue (optionally
-contending for the same cores, or late-last), and the stages a request passes through, each one
-instance that batches the requests waiting for it. ``SimulatedPod`` runs a pod without stages (a heap of
-instance free times: M/G/c); ``StagedPod`` runs the stages as a network of queues, event by
-event. Each arrival is admitted or dropped first, in time order with the starts.
-"""
+"""How one simulated pod serves its requests: router instances and the stages of a pipeline."""
 
 from __future__ import annotations
 
@@ -30,12 +23,8 @@ DROPPED = -1
 
 @dataclass(frozen=True)
 class Stage:
-    """A component of one instance that serves ``share`` of each request's service time.
-
-    It batches: when free it takes up to ``max_batch`` waiting requests at once, and a batch of b
-    takes its longest request's time x (1 + ``batch_cost`` (b - 1)); a cost below 1 is what makes
-    batching pay (an accelerator's kernel serves b requests in little more than one's time).
-    """
+    """A component of one instance serving ``share`` of each request's time, a batch of b taking
+    its longest x (1 + ``batch_cost`` (b - 1)): a cost below 1 is what makes batching pay."""
 
     share: float
     max_batch: int = 1
@@ -52,18 +41,13 @@ class PodModel:
 
     servers: int = 1
     stages: tuple[Stage, ...] = ()
-    # The instances contend for the same cores (a CPU-bound pipeline): a request that starts
-    # while k of the servers are busy (itself included) takes its own time x (1 + (s - 1)
-    # (k - 1) / (servers - 1)), s its member's busy holding time over its mean (the capacity
-    # curve measured at this many instances; without one, servers: nothing says the pod serves
-    # more at once than one at a time, the rule binding's slots are judged by too). Fixed when
-    # it starts: a cheap stand-in for processor sharing that is exact where it matters.
+    # The instances contend for the same cores: a request starting with k busy (itself
+    # included) takes its time x (1 + (s - 1) (k - 1) / (servers - 1)), s its member's
+    # ``slot_stretch``, fixed when it starts (a cheap stand-in for processor sharing).
     contended: bool = False
-    # The router's queue order (None: FIFO). A request that has waited longer than this
-    # (bench/serving_sim.py late_after_ms) goes behind every request that has not: it
-    # misses the SLO whatever serves it, and served first it would make the requests behind it
-    # miss too. What the order is worth; the routers ship FIFO (Triton's own late-last policy
-    # stalls its queue: bench/triton_queue.py).
+    # Late-last (None: FIFO, as the routers ship): a request that waited longer than this goes
+    # behind every request that has not (it misses whatever serves it; served first it would
+    # make those behind it miss too). What the order is worth: bench/serving_sim.py.
     late_after_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -92,26 +76,19 @@ class PodModel:
                 )
 
 
-# rag-sim's pipeline as its model repository deploys it: retriever and reranker of one instance
-# each, and a generator that batches up to 8 requests, a batch of b taking 1 + 0.25 (b - 1)
-# times its longest request (model-images/rag-sim/component.py serves the same model).
+# rag-sim's pipeline as deployed (model-images/rag-sim/component.py serves the same model).
 RAG_SIM_STAGES = (Stage(0.1), Stage(0.2), Stage(0.7, max_batch=8, batch_cost=0.25))
 # The pipelines `compass simulate --stages` knows, by name.
 POD_STAGES: dict[str, tuple[Stage, ...]] = {"independent": (), "rag-sim": RAG_SIM_STAGES}
 
 
-# A pod runs several pipelines at once by default only where its curve shows it serves at
-# least this many requests' worth at once (a batching generator); less is the noise of a curve
-# of a pod that serves one at a time.
+# Below this many requests' worth at once, a curve's gain is the noise of a one-at-a-time pod.
 MIN_SLOT_GAIN = 1.25
 
 
 def planned_slots(front: Sequence[LatencyProfile]) -> int:
-    """The routers' gate slots a plan defaults to: the concurrency the fastest member's
-    saturated capacity curve was measured at, where the pod served at least ``MIN_SLOT_GAIN``
-    requests' worth at once there (its drain rate x its mean time) and every member with a
-    curve at that concurrency did too; else 1 (the paper's one pipeline at a time). A curve
-    gives the stretch at its own concurrency only, so that is the one a plan can trust."""
+    """The gate slots a plan defaults to: the fastest's saturated curve's concurrency where every
+    member measured there served ``MIN_SLOT_GAIN`` at once (a curve's only trusted one), else 1."""
     curve = front[0].capacity if front else None
     if curve is None or curve.servers < 2 or not curve.saturated:
         return 1
@@ -120,23 +97,15 @@ def planned_slots(front: Sequence[LatencyProfile]) -> int:
     return curve.servers if min(gains) >= MIN_SLOT_GAIN else 1
 
 
-# What becomes of a request arriving at a pod: (arrival time, requests queued ahead of it, how
-# long each busy instance has served its request, s).
+# (arrival time, requests queued ahead, how long each busy instance has served, s) -> verdict.
 AdmitFn = Callable[[float, int, list[float]], AdmissionVerdict]
 # (seconds the request waited, the configuration routed) -> the one that serves it, or DROPPED.
 DispatchFn = Callable[[float, int], int]
 
 
 class SimulatedPod:
-    """One pod's requests, started FIFO (or late-last: ``PodModel.late_after_s``) on its router
-    instances as time advances.
-
-    Without stages each instance serves a request alone: the next request starts on the instance
-    that frees first, so a heap of free times is the whole queue (with one instance, the
-    paper's M/G/1). Stages make it a network of queues, run event by event (``StagedPod``).
-    Each arrival is first admitted or dropped (``admit``; every one is admitted without it),
-    in time order with the starts, so the decision sees the pod as it is at that arrival.
-    """
+    """One pod's requests, started FIFO (or late-last) on its router instances as time advances,
+    each arrival admitted or dropped in time order with the starts (M/G/c without stages)."""
 
     def __init__(
         self,
@@ -161,8 +130,7 @@ class SimulatedPod:
         self.admit = admit
         self.dispatch = dispatch
         self.starts, self.finishes, self.configs = record
-        # Requests whose admission is decided (of ``requests``), those admitted in order, and how
-        # many of those have started.
+        # Requests decided, those admitted in order, and how many of those have started.
         self.decided = 0
         self.admitted: list[int] = []
         self.started = 0
@@ -186,9 +154,7 @@ class SimulatedPod:
         return len(self.admitted) - self.started
 
     def _next_waiting(self, now: float) -> int:
-        """The admitted request an instance takes up at ``now``: the oldest, or under a
-        late-last order the oldest that has not waited past ``late_after_s`` (the oldest late
-        one when every one has)."""
+        """The request an instance takes up now: the oldest (late-last: the oldest not late)."""
         late_after = self.model.late_after_s
         if late_after is not None and self.waiting > 1:
             for index in range(self.started, len(self.admitted)):
@@ -231,9 +197,7 @@ class SimulatedPod:
         self.configs[request] = DROPPED
 
     def _start(self, request: int, begin: float) -> int:
-        """Record a request's start on the configuration in force then (or the fastest, where
-        admission said so); returns that config, or DROPPED where admission at dispatch drops
-        it (it then takes no instance)."""
+        """Start a request on its configuration; returns it, or DROPPED (it holds no instance)."""
         config = 0 if request in self.on_fastest else self.choose(begin, request)
         if self.dispatch is not None:
             config = self.dispatch(begin - float(self.arrivals[request]), config)
@@ -259,7 +223,6 @@ class SimulatedPod:
                 self._decide(arrival)
                 continue
             # At a tie the start comes first: a request starting at this instant is not queued.
-            # Every admitted request has arrived by `begin` (later ones are not yet decided).
             request = self._next_waiting(begin)
             config = self._start(request, begin)
             if config == DROPPED:
@@ -335,8 +298,7 @@ class StagedPod(SimulatedPod):
                 if not last:
                     self._serve(stage + 1, now)
             if admit:
-                # Every arrival of this instant is decided before any request starts, so requests
-                # that arrive together batch together.
+                # This instant's arrivals are decided before any starts: they batch together.
                 while self.next_arrival <= now:
                     self._decide(now)
                 self._start_waiting(now)

@@ -1,9 +1,8 @@
-"""What every runtime policy shares: what it observes, what it decides, what it remembers, and the
-protocol the simulator and the operator call it by (Elastico, Split, Predictive, a static one).
-"""
+"""What every runtime policy shares: its observation, decision and state, and its protocol."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -22,11 +21,8 @@ class Action(StrEnum):
 
 @dataclass(frozen=True)
 class Observation:
-    """What the metrics said, and when they were measured (seconds on the policy's clock).
-
-    ``arrivals_total``: a counter of arrivals (rates with confidence bounds come from it);
-    ``arrival_rate_qps``: the source's own rate, used when there is no counter. With several pods
-    all are per pod (the bounds count all pods' arrivals), as the planner's thresholds are."""
+    """What the metrics said, when (the policy's clock), per pod as the planner's thresholds are;
+    ``arrival_rate_qps`` serves where there is no ``arrivals_total`` counter."""
 
     time: float
     queue_depth: float
@@ -37,8 +33,7 @@ class Observation:
 
 @dataclass(frozen=True)
 class Decision:
-    """The configuration to serve from now on, and why; a split also names ``blend``, serving a
-    share ``weight`` of the requests."""
+    """The configuration to serve from now on, and why (a split: ``blend`` at ``weight``)."""
 
     target: str
     index: int
@@ -47,6 +42,12 @@ class Decision:
     blend: str | None = None
     blend_index: int | None = None
     weight: float = 0.0
+
+    @staticmethod
+    def routing(mix: Mix, names: Sequence[str], action: Action, reason: str) -> Decision:
+        """The decision to route ``mix`` of the front named ``names``."""
+        blend = None if mix.blend is None else names[mix.blend]
+        return Decision(names[mix.base], mix.base, action, reason, blend, mix.blend, mix.weight)
 
     @property
     def switched(self) -> bool:
@@ -71,8 +72,7 @@ class PolicyState:
     last_switch_at: float | None = None
     last_reason: str = ""
     switches: int = 0
-    # Since when some more accurate configuration's queue condition has held without a break,
-    # and at each observation since, the highest configuration whose queue condition held.
+    # Since when a more accurate configuration's condition held, and the highest at each look.
     downscale_since: float | None = None
     entry_levels: tuple[tuple[float, str], ...] = ()
     # Recent (time, arrivals counter) samples.
@@ -82,8 +82,7 @@ class PolicyState:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping (what a Kubernetes status would hold)."""
-        # Field by field, not asdict: its deep copy of every arrivals sample was most of a
-        # steady tick's CPU (the fields are plain values but these two tuples).
+        # Not asdict: its deep copy of every arrivals sample was most of a steady tick's CPU.
         data = {name: getattr(self, name) for name in PolicyState.__dataclass_fields__}
         data["entry_levels"] = [list(entry) for entry in self.entry_levels]
         data["arrivals"] = [list(sample) for sample in self.arrivals]
@@ -91,8 +90,7 @@ class PolicyState:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> PolicyState:
-        """The state back from ``to_dict`` (unknown keys ignored); anyone who can write the status
-        may have edited it, so ValueError names the first value ``to_dict`` would not have written."""
+        """The state back from ``to_dict``; anyone who can write the status may have edited it."""
         known = {name: data[name] for name in PolicyState.__dataclass_fields__ if name in data}
         for name in ("active", "blend"):
             _text(known, name, nullable=True)

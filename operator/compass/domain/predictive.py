@@ -1,14 +1,8 @@
 """The predictive strategy: each interval, the most accurate mix whose near future looks safe.
 
-No cooldowns: each interval it forecasts the next ``horizon_s`` seconds by a fixed-seed Monte
-Carlo (``PATHS`` arrival paths at the rate's confidence bound, from the queue the pod holds,
-service times from the members' profiles) and serves the most accurate mix along the
-front's accuracy hull whose requests miss the SLO at most ``risk`` more often than the fastest
-member would from idle, also through a surge (``SURGE_FACTOR`` for ``SURGE_S``). The paths are
-Poisson unless the arrivals counter shows clumps (its per-interval counts over-dispersed):
-then compound Poisson, clumps of the size that gives the same mean rate and the same index of
-dispersion. It is meant to run with admission at dispatch. Why: docs/method.md, "Predictive".
-"""
+A fixed-seed Monte Carlo forecasts the next ``horizon_s`` from the pod's queue; the mix may miss
+at most ``risk`` more often than the fastest from idle, through a surge too. Meant to run with
+admission at dispatch. Why: docs/method.md, "Predictive"."""
 
 from __future__ import annotations
 
@@ -42,15 +36,12 @@ FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 
-# The forecast: how far ahead, over how many arrival paths, and how much worse than the fastest
-# from idle its requests may fare. 10 s is several intervals (a mix is re-judged long before its
-# horizon ends) and short enough that the rate of the last steady window still holds; the
+# 10 s is several intervals and short enough that the last steady window's rate still holds; the
 # risk was chosen on bench/serving_sim.py with admission (see its strategies section).
 DEFAULT_HORIZON_S = 10.0
 DEFAULT_RISK = 0.08
-# The forecast's arrivals come SURGE_FACTOR times faster for their first SURGE_S seconds, for
-# every mix and the fastest alike: a mix must survive a rise in the load for as long as the
-# policy takes to see it and move, a rise the past cannot show (docs/method.md, "Predictive").
+# A mix must survive a rise in the load the past cannot show for as long as the policy takes to
+# see it and move: the forecast's first SURGE_S come SURGE_FACTOR times faster.
 SURGE_FACTOR = 2.5
 SURGE_S = 3.0
 PATHS = 64
@@ -62,66 +53,43 @@ CLIMB_CONFIDENCE = 0.9
 MIN_EVIDENCE_S = 2.0
 # Requests one path holds at most (a higher forecast shortens the horizon).
 MAX_PATH_REQUESTS = 2000
-# Clumped arrivals: the index of dispersion (variance / mean of the counts of all pods per
-# interval) is measured over the last DISPERSION_WINDOW_S of the arrivals counter, from the
-# differences of successive intervals' rates (a slow change of the rate barely moves them),
-# and taken at its lower confidence bound at DISPERSION_CONFIDENCE (Poisson arrivals read as
-# 1, and the forecast is then exactly the Poisson one). Fewer than MIN_DISPERSION_PAIRS pairs
-# of intervals: 1.
+# Clumped arrivals (arrivals_dispersion; Poisson arrivals read as 1).
 DISPERSION_WINDOW_S = 60.0
 DISPERSION_CONFIDENCE = 0.9
 MIN_DISPERSION_PAIRS = 10
-# Miss shares kept per front (see _Paths.miss_shares).
 MISS_SHARES_KEPT = 65536  # at most about 20 MB a front
-# The parts of a miss share that do not move with the rate, kept per front up to this many
-# requests (a mix's service and holding sums: 0.5 MB each at most, 21 MB for 41 mixes), and
-# the arrival times of the last few (rate, surge, clump) that one decision asks again for
-# every mix it judges (see _Paths.served and _Paths.arrivals).
+# Per front: a mix's service and holding sums up to this many requests (0.5 MB each at most),
+# and the arrival times of the last few (rate, surge, clump) a decision asks for every mix.
 CACHED_REQUESTS = 512
 ARRIVALS_KEPT = 16
-# How far (s) the bound that no request can miss (see Predictive._none_late) stays below the
-# SLO: far more than the float64 rounding of a latency summed from a few hundred terms of
-# seconds (about 1e-13 s), so the bound never answers "none late" where the full computation
-# would count one.
+# _none_late's margin below the SLO: far above the rounding of a sum of a few hundred seconds
+# (about 1e-13 s), so it never answers "none late" where the full computation counts one.
 NONE_LATE_MARGIN_S = 1e-9
 
 
 class _Paths:
-    """The forecast's random draws, fixed at construction: unit-rate inter-arrival times and
-    every member's service time (s) for each path and request, in float32 to hold them small
-    (summed and compared in float64)."""
+    """The forecast's random draws, fixed at construction (float32 to hold them small)."""
 
     def __init__(self, plan: Plan, requests: int) -> None:
         rng = np.random.default_rng(SEED)
         self.gaps: Float32Array = rng.exponential(size=(PATHS, requests)).astype(np.float32)
-        # Each member's service times are drawn from the same luck when first dealt: a decision
-        # deals only the few members on its accuracy hull, and a large front drawn whole is big.
+        # Each member's service times are drawn from this luck when first dealt (few are).
         self._luck = rng.uniform(size=(PATHS, requests))
         profiles = [t.profile for t in plan.thresholds]
         self._profiles = profiles
         self._rows: dict[int, Float32Array] = {}
         self._rows_lock = threading.Lock()
-        # How long each request holds an instance once the pod is busy: its own time, longer
-        # where the member's capacity curve, measured at the plan's router instances, says
-        # the pod drains slower than that (components that batch or contend; the same
-        # stretch admission's ServiceGrid uses). None: every member holds for its own time.
+        # How much longer a request holds a busy pod's instance (None: its own time).
         stretch = np.array([p.busy_stretch(plan.servers) for p in profiles])
         self.stretch: FloatArray | None = None if np.all(stretch == 1.0) else stretch
-        # Clumped arrivals: each request after a path's first joins the clump before it with
-        # probability 1 - 1 / (mean clump size), else starts a new one (drawn last, so the
-        # Poisson paths are the draws they always were).
+        # Whether a request joins the clump before it (drawn last: the Poisson paths keep theirs).
         self.joins: Float32Array = rng.uniform(size=(PATHS, requests)).astype(np.float32)
         self.requests = requests
         self._dealt: dict[Mix, IntArray] = {}
-        # Miss shares already worked out, by every input of Predictive.miss_share: a policy
-        # whose rate and queue hold still (an idle one) and the policies of one front on the
-        # same load work each out once. The least recently used go first (policies whose rate
-        # moves must not push out those whose rate holds still).
+        # Miss shares by every input, least recently used out first (an idle policy's repeat).
         self.miss_shares: OrderedDict[tuple[object, ...], float] = OrderedDict()
         self.miss_shares_lock = threading.Lock()
-        # Every part below is a prefix of the same computation over more requests (a gather, an
-        # elementwise map or a cumulative sum, each request's value depending only on those
-        # before it), so a longer one cut short is the shorter one to the bit.
+        # Each part below over more requests, cut short, is the shorter one to the bit.
         self._served: dict[Mix, tuple[FloatArray, FloatArray]] = {}
         self._reach: dict[Mix, FloatArray] = {}
         self._units: dict[float, FloatArray] = {}
@@ -141,9 +109,7 @@ class _Paths:
         return members
 
     def service(self, mix: Mix, requests: int) -> FloatArray:
-        """Each path's service times (s, float64; requests x paths: a request's paths lie
-        together, so the elementwise passes run over contiguous memory) of the first
-        ``requests`` dealt under the mix."""
+        """Each path's service times (requests x paths, so passes run over contiguous memory)."""
         if requests <= CACHED_REQUESTS:
             return self.served(mix, requests)[0]
         return self._service(mix, requests)
@@ -173,9 +139,7 @@ class _Paths:
         return held
 
     def served(self, mix: Mix, requests: int) -> tuple[FloatArray, FloatArray]:
-        """(service times, the holding times of the requests before each, summed in turn) of
-        the first ``requests`` (at most CACHED_REQUESTS) under the mix: what one instance's
-        FIFO needs of it, worked out once per mix and front."""
+        """(service times, holding times before each summed) of the first ``requests``, kept."""
         known = self._served.get(mix)
         if known is None or len(known[0]) < requests:
             length = min(max(requests, 64, 1 << (requests - 1).bit_length()), CACHED_REQUESTS)
@@ -187,24 +151,18 @@ class _Paths:
         return known[0][:requests], known[1][:requests]
 
     def reach(self, mix: Mix, requests: int) -> float:
-        """The longest (holding times of the requests before it, plus its service time) of any
-        of the first ``requests`` (at most CACHED_REQUESTS) under the mix, on any path: no
-        request among them, started on one idle instance, takes longer from its arrival than
-        this plus the instance's idle-start delay (see Predictive._none_late)."""
+        """The longest (holding before it + service) of the first ``requests`` on any path."""
         reach = self._reach.get(mix)
         if reach is None or len(reach) < requests:
             self.served(mix, requests)
             service, before = self._served[mix]  # as many as are kept
-            # Its own service and the holding before it, at worst over every path; then the
-            # worst over every request up to each.
             reach = np.maximum.accumulate(np.add(before, service).max(axis=1))
             reach.flags.writeable = False
             self._reach[mix] = reach
         return float(reach[requests - 1])
 
     def rows_before(self, unit: float) -> int:
-        """How many leading requests (rows) arrive before unit-rate time ``unit`` on some
-        Poisson path: each path's arrival times rise, so the earliest of each row rises too."""
+        """How many leading rows arrive before unit-rate time ``unit`` on some Poisson path."""
         floor = self._unit_floor
         if floor is None:
             floor = self.unit(1.0, self.requests).min(axis=1)
@@ -215,9 +173,7 @@ class _Paths:
     def arrivals(
         self, rate: float, surge_s: float, clump: float, horizon_s: float, requests: int
     ) -> _Arrivals:
-        """Each path's arrival times over the first ``requests`` (see _Arrivals): unit-rate gaps
-        (clumped when ``clump`` is above 1), summed in turn, then stretched to ``SURGE_FACTOR``
-        times ``rate`` for ``surge_s`` and to ``rate`` after."""
+        """Each path's arrival times: unit-rate gaps stretched to ``rate`` (after a surge)."""
         key = (rate, surge_s, clump, horizon_s)
         with self._parts_lock:
             known = self._arrivals.get(key)
@@ -228,9 +184,7 @@ class _Paths:
         in_surge = SURGE_FACTOR * rate * surge_s
         arrivals: FloatArray
         if surge_s == 0:
-            # No surge: the expression below with in_surge and surge_s 0 (unit times are never
-            # below 0, and adding 0 to one changes nothing), in one pass.
-            arrivals = unit / rate
+            arrivals = unit / rate  # the expression below at surge_s 0, in one pass
         else:
             arrivals = np.where(
                 unit < in_surge,
@@ -250,14 +204,11 @@ class _Paths:
         return known
 
     def unit(self, clump: float, requests: int) -> FloatArray:
-        """Each path's unit-rate arrival times of the first ``requests`` (requests x paths), in clumps of mean
-        size ``clump`` (a request that joins one arrives with it; a new one comes after a gap
-        ``clump`` times the mean one, so that the rate stays 1)."""
+        """Each path's unit-rate arrival times, in clumps of mean size ``clump`` (rate still 1)."""
         known = self._units.get(clump) if clump == 1 else None
         if known is not None and len(known) >= requests:
             return known[:requests]
-        # Poisson paths (the common case) are kept whole; clumped ones worked out each time
-        # (their clump size moves with the measured dispersion).
+        # Poisson paths are kept whole; clumped ones change with the measured dispersion.
         length = self.requests if clump == 1 else requests
         gaps = self.gaps[:, :length].T
         if clump > 1:
@@ -273,8 +224,7 @@ class _Paths:
 
 @dataclass(frozen=True)
 class _Arrivals:
-    """Each path's arrival times (requests x paths), whether each is inside the horizon, how
-    many leading rows hold one inside, and how many are inside up to each row."""
+    """Each path's arrival times (requests x paths) and which are inside the horizon."""
 
     times: FloatArray
     inside: npt.NDArray[np.bool_]
@@ -282,16 +232,13 @@ class _Arrivals:
     counted: IntArray
 
 
-# The draws of every plan in use, by what they are drawn from: policies with the same front
-# (and router instances) share one set, so an operator of a thousand such policies holds one,
-# not a thousand (1.5 MB each for two members). Weak: the draws go with the last policy.
+# Policies drawing the same share one set (1.5 MB each); weak: it goes with the last policy.
 _PATHS: weakref.WeakValueDictionary[str, _Paths] = weakref.WeakValueDictionary()
 _PATHS_LOCK = threading.Lock()
 
 
 def shared_paths(plan: Plan, requests: int) -> _Paths:
-    """The draws for this plan's members: made once, shared by every policy whose front draws
-    the same (they depend only on the members' profiles, the router instances and the seed)."""
+    """The draws for this plan's members, shared by every policy whose front draws the same."""
     # What the draws are made of, as JSON: a pickle would carry what cached properties added.
     profiles = [
         {
@@ -377,9 +324,7 @@ class Predictive:
         def fares(mix: Mix, rate: float, surge: bool) -> bool:
             share = self.miss_share(mix, rate, depth, current, surge, clump)
             if share <= self.risk:
-                # Within the risk of any reference (a share is never below 0, and adding one
-                # to the risk never rounds below it): the fastest's need not be worked out.
-                return True
+                return True  # within the risk of any reference: the fastest's is not needed
             if (rate, surge) not in reference:
                 reference[rate, surge] = self.miss_share(
                     self.fastest, rate, 0.0, current, surge, clump
@@ -388,12 +333,8 @@ class Predictive:
 
         def safe(mix: Mix) -> bool:
             rate = climb_rate if mix.position > current.position + 1e-9 else stay_rate
-            # At the forecast rate, and through a surge of it. The plain forecast alone
-            # decides where a surge would overwhelm every mix alike (an overload).
             return fares(mix, rate, surge=False) and fares(mix, rate, surge=True)
 
-        # The most accurate safe position, assuming (as the oracle does) that a more accurate
-        # mix never misses less.
         target = most_accurate(self.positions, safe)
         clumped = "" if clump == 1 else f" in clumps of {clump:.1f}"
         reason = (
@@ -413,18 +354,14 @@ class Predictive:
         surge: bool = False,
         clump: float = 1.0,
     ) -> float:
-        """The share of the next ``horizon_s`` of arrivals (Poisson at ``rate`` per s; with
-        ``surge``, at ``SURGE_FACTOR`` times it for the first ``SURGE_S``; with ``clump`` above
-        1, compound Poisson at the same rate: clumps of that mean size, geometric, at ``rate /
-        clump``) that miss the SLO if ``mix`` serves them and the ``queued`` requests ahead of
-        them, the instances busy with ``active``'s requests when anything is queued (else as
-        often as the rate keeps them: half a service left each)."""
+        """The share of the next ``horizon_s`` of arrivals that miss the SLO if ``mix`` serves
+        them behind the ``queued``, at ``rate`` (with ``surge``: faster first; ``clump``: compound
+        Poisson), the instances busy with ``active`` (idle: as often as the rate keeps them)."""
         if rate <= 0:
             return 0.0
         clump = max(clump, 1.0)
         ahead = min(round(queued), self.paths.requests - 1)
-        # Everything the share depends on beyond the draws (shared by one front's policies), as
-        # plain numbers: the collector stops tracking such tuples, so a full cache costs no GC.
+        # Plain numbers: the collector stops tracking such tuples, so a full cache costs no GC.
         key = (
             *_mix_key(mix),
             *_mix_key(active),
@@ -451,8 +388,7 @@ class Predictive:
     def _extent(
         self, rate: float, ahead: int, active: Mix, surge: bool, clump: float
     ) -> tuple[float, int, int, float]:
-        """(how long the surge lasts, how many arrivals a path is drawn for, how many of them
-        the queue leaves room for, when each instance frees) for a miss share at ``rate``."""
+        """(surge length, arrivals drawn, arrivals the queue leaves room for, idle-start delay)."""
         servers = max(self.plan.servers, 1)
         surge_s = min(SURGE_S, self.horizon_s) if surge else 0.0
         expected = rate * (self.horizon_s + (SURGE_FACTOR - 1) * surge_s)
@@ -465,16 +401,11 @@ class Predictive:
             / 1000
         )
         busy = 1.0 if ahead else min(1.0, rate * active_mean_s / servers)
-        # When each instance frees, per path: half a service left where it is busy.
-        return surge_s, whole, count, 0.5 * busy * active_mean_s
+        return surge_s, whole, count, 0.5 * busy * active_mean_s  # half a service left if busy
 
     def _none_late(self, mix: Mix, rate: float, surge_s: float, count: int, idle_s: float) -> bool:
-        """Whether no request of the forecast can miss the SLO, known without drawing its
-        arrivals (one instance started idle, Poisson): each waits at most the idle-start delay
-        plus the holding before it (Paths.reach), counted over the rows that reach inside the
-        horizon (Paths.rows_before). A lightly loaded policy is judged by this bound alone."""
-        # The unit-rate time of the horizon's end: SURGE_FACTOR times the rate through the
-        # surge, the rate after it (a little later, so rounding never leaves a row out).
+        """Whether no request can miss, known without drawing arrivals (one idle instance)."""
+        # The horizon's end in unit-rate time (a little later: rounding never leaves a row out).
         horizon_unit = SURGE_FACTOR * rate * surge_s + rate * (self.horizon_s - surge_s)
         rows = min(count, self.paths.rows_before(horizon_unit * (1 + 1e-9) + 1e-12))
         if rows == 0:
@@ -498,15 +429,13 @@ class Predictive:
             return 0.0
         total = int(known.counted[count - 1])
         if one_idle:
-            # One idle-started instance: fifo_starts' two cumulative passes, the holding sums
-            # of the mix kept across calls, and only as far as the last arrival inside the
-            # horizon (FIFO: a later one never moves an earlier one's start).
+            # fifo_starts' two passes with the mix's kept holding sums, up to the last arrival
+            # inside the horizon (FIFO: a later one never moves an earlier one's start).
             rows = min(count, known.rows_inside)
             arrivals, inside = known.times[:rows], known.inside[:rows]
             service, before = self.paths.served(mix, rows)
             waited = np.subtract(arrivals, before)
-            # The instance's idle-start delay taken into the first row: the running maximum
-            # then holds it too, exactly as a maximum with it afterwards would (one pass less).
+            # The idle-start delay in the first row: the running maximum carries it (one pass).
             np.maximum(waited[0], idle_s, out=waited[0])
             np.maximum.accumulate(waited, axis=0, out=waited)
             np.add(before, waited, out=waited)  # each request's start
@@ -522,16 +451,12 @@ class Predictive:
         free = np.full((PATHS, servers), idle_s)
         starts = fifo_starts(free, holding[:ahead].T, arrivals.T, holding[ahead:].T).T
         late = (starts - arrivals + service[ahead:]) > slo_s
-        # A later arrival never delays an earlier one (FIFO), so the ones past the horizon
-        # are simply not counted.
         return np.count_nonzero(inside & late) / total if total else 0.0
 
     def _rates(
         self, state: PolicyState, observation: Observation, dispersion: float
     ) -> tuple[float, float] | None:
-        """(the rate a stay is judged on, the higher one a climb must fit), per pod; None while
-        the arrivals do not say yet. ``dispersion``: of all pods' arrivals (clumps count as
-        fewer independent arrivals, so the bounds are wider and a window longer)."""
+        """(the rate a stay is judged on, the higher one a climb must fit) per pod, or None."""
         if observation.arrivals_total is None:
             measured = observation.arrival_rate_qps
             return None if measured is None else (measured, measured)
@@ -548,17 +473,14 @@ class Predictive:
     def _metrics_lost(
         self, state: PolicyState, current: Mix, observation: Observation | None, now: float
     ) -> tuple[Decision, PolicyState]:
-        """Hold while the newest sample seen is within stale_after_s (a failed read or two is a
-        blip), then do what on_metrics_loss says."""
+        """Hold while the newest sample seen is within stale_after_s, then on_metrics_loss."""
         what = "missing" if observation is None else f"stale ({now - observation.time:.1f} s)"
         since = state.active_since if state.observed_at is None else state.observed_at
         seen = [since, None if observation is None else observation.time]
         newest = max((t for t in seen if t is not None), default=None)
-        if newest is not None and now - newest <= self.settings.stale_after_s:
-            return self._route(state, current, f"metrics {what}: hold", now)
-        if self.settings.on_metrics_loss is MetricsLoss.FASTEST:
-            reason = f"metrics {what}: fastest"
-            return self._route(state, self.fastest, reason, now, fallback=True)
+        fresh = newest is not None and now - newest <= self.settings.stale_after_s
+        if not fresh and self.settings.on_metrics_loss is MetricsLoss.FASTEST:
+            return self._route(state, self.fastest, f"metrics {what}: fastest", now, fallback=True)
         return self._route(state, current, f"metrics {what}: hold", now)
 
     def _mix_of(self, state: PolicyState) -> Mix | None:
@@ -584,15 +506,7 @@ class Predictive:
         else:
             faster = target.position < current.position
             action = Action.FASTER if faster else Action.MORE_ACCURATE
-        decision = Decision(
-            names[target.base],
-            target.base,
-            action,
-            reason,
-            blend=blend,
-            blend_index=target.blend,
-            weight=target.weight,
-        )
+        decision = Decision.routing(target, names, action, reason)
         if action is Action.HOLD:
             return decision, state
         return decision, replace(
@@ -613,20 +527,14 @@ def _mix_key(mix: Mix) -> tuple[int, int, float]:
 
 
 def arrivals_dispersion(samples: Sequence[tuple[float, float]], now: float, pods: int = 1) -> float:
-    """The index of dispersion of all pods' arrivals (the variance of an interval's count over
-    its mean; 1 for Poisson arrivals, above it where they come in clumps) over the last
-    ``DISPERSION_WINDOW_S`` of the counter ``samples`` (time, per-pod counter) up to ``now``,
-    at its lower confidence bound at ``DISPERSION_CONFIDENCE``, and never below 1. Measured on
-    successive intervals' differences (Allan's factor), so a slow change of the rate is not
-    taken for clumps."""
+    """All pods' arrivals' index of dispersion (its lower bound, at least 1), by Allan's factor on
+    successive intervals, so a slow change of the rate is not taken for clumps."""
     if len(samples) < MIN_DISPERSION_PAIRS + 2:
         return 1.0
     readings = [total for _, total in samples]
     first = readings[0]
     if first == first and readings.count(first) == len(readings):
-        # A counter that never moved (an idle policy): every count is 0, which reads as 1
-        # below too, without the arrays. (first == first: not NaN, which count would match
-        # by identity alone.)
+        # A counter that never moved (not NaN, which count matches by identity): 1 at once.
         return 1.0
     recent = [(t, total) for t, total in samples if now - DISPERSION_WINDOW_S - 1e-9 <= t <= now]
     if len(recent) < MIN_DISPERSION_PAIRS + 2:
@@ -647,18 +555,14 @@ def arrivals_dispersion(samples: Sequence[tuple[float, float]], now: float, pods
 
 
 def clump_size(dispersion: float) -> float:
-    """The mean size of geometric clumps (compound Poisson) whose arrivals have this index of
-    dispersion: the count's variance over its mean is E[size^2] / E[size] = 2 mean - 1."""
+    """The mean size of geometric clumps with this index of dispersion (2 mean - 1)."""
     return (max(dispersion, 1.0) + 1) / 2
 
 
 def fifo_starts(
     free: FloatArray, queued: FloatArray, arrivals: FloatArray, holding: FloatArray
 ) -> FloatArray:
-    """When each arrival starts on FIFO instances, per path (rows): the instances free at
-    ``free`` (paths x instances) and first hold the ``queued`` requests (paths x queued) for
-    their holding times, then each arrival (paths x arrivals, times increasing) in turn on the
-    first one free, for its ``holding`` time."""
+    """When each arrival starts on FIFO instances free at ``free``, after ``queued``, per path."""
     if free.shape[1] == 1:
         # One instance: release_j = max(arrival_j, release_j-1) + holding_j unrolls to
         # H_j + max(start, max over k <= j of (arrival_k - H_k-1)), H the running sum of the

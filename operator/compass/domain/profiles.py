@@ -1,11 +1,4 @@
-"""Latency profiles: what each configuration costs to serve, validated from parsed JSON.
-
-A profile holds a configuration's accuracy and its measured service-time statistics (mean, p50,
-p95, p99, std in ms). The simulator needs a whole distribution, not five numbers, so each
-profile also yields a ``ServiceDistribution`` that passes exactly through the measured
-percentiles and whose mean, and where the percentiles allow it its standard deviation, match
-the measured ones.
-"""
+"""Latency profiles: what each configuration costs to serve, validated from parsed JSON."""
 
 from __future__ import annotations
 
@@ -13,7 +6,7 @@ import hashlib
 import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -24,6 +17,7 @@ from scipy.special import ndtri
 from compass.domain.capacity import (
     MAX_LATENCY_MS,
     MIN_LATENCY_MS,
+    PERCENTILE_FIELDS,
     CapacityCurve,
     CapacityError,
     parse_curve,
@@ -34,14 +28,12 @@ from compass.domain.space import config_key
 
 FloatArray = npt.NDArray[np.float64]
 
-# The JSON field of each measured statistic.
+# The JSON fields of the measured statistics (the percentiles': PERCENTILE_FIELDS).
 MEAN_FIELD = "latency_mean_ms"
-PERCENTILE_FIELDS = {50.0: "latency_p50_ms", 95.0: "latency_p95_ms", 99.0: "latency_p99_ms"}
 STD_FIELD = "latency_std_ms"
 # Each component model's mean time (optional; profiling asks the router for it).
 COMPONENT_FIELD = "component_ms"
-# A streaming (decoupled) workflow's time to its first streamed response, ms (optional;
-# profiling records it where the router streams).
+# A streaming workflow's time to its first streamed response, ms (optional).
 TTFT_FIELDS = {"mean": "ttft_mean_ms", "p50": "ttft_p50_ms", "p95": "ttft_p95_ms"}
 MAX_COMPONENTS = 16
 # Bisection steps when matching the standard deviation: 60 halvings reach float precision.
@@ -56,9 +48,8 @@ class ProfileError(FieldError):
 
 @dataclass(frozen=True)
 class ServiceDistribution:
-    """Service times Q(Z), Z standard normal, Q linear in Z between the measured percentiles (a
-    normal profile is reproduced exactly); past them the slopes ``low_slope`` and ``high_slope``
-    (ms per standard deviation) carry the mean and the std."""
+    """Service times Q(Z), Z standard normal, linear in Z between the measured percentiles (a
+    normal is reproduced exactly); the slopes past them carry the mean and the std."""
 
     z_knots: tuple[float, ...]
     values_ms: tuple[float, ...]
@@ -124,8 +115,7 @@ def fit_distribution(
     mean_ms: float, percentiles: Mapping[float, float], std_ms: float | None
 ) -> ServiceDistribution:
     """The distribution through the measured percentiles whose mean (and std) match: the std
-    grows monotonically with the upper slope (the lower follows to keep the mean), so one bisection
-    matches it; no std measured: the last segment's slope; too small a std: the tightest tails."""
+    grows with the upper slope (the lower keeps the mean), so one bisection matches it."""
     inner = sorted(percentiles.items())
     z_knots = tuple(float(ndtri(p / 100)) for p, _ in inner)
     values = tuple(v for _, v in inner)
@@ -178,8 +168,7 @@ class LatencyProfile:
     p99_ms: float | None = None
     std_ms: float | None = None
     capacity: CapacityCurve | None = None
-    # Each component model's mean wall time at idle (ms), as the router times its calls: what
-    # late binding splits the configuration's time by, where measured.
+    # Each component model's mean time at idle (ms): what late binding splits the time by.
     component_ms: Mapping[str, float] | None = None
     # Time to first token (a streaming workflow's first streamed response), ms, where measured.
     ttft_mean_ms: float | None = None
@@ -209,50 +198,23 @@ class LatencyProfile:
         return float(self.distribution.quantile(percentile / 100))
 
     def busy_holding_ms(self, servers: int) -> float | None:
-        """How long a request holds one of ``servers`` router instances once the pod is busy,
-        from a saturated capacity curve measured at that many (None without one)."""
+        """How long a request holds one of ``servers`` busy instances (a saturated curve's)."""
         curve = self.capacity
         if curve is None or curve.servers != servers or not curve.saturated:
             return None
         return curve.holding_ms()
 
     def busy_stretch(self, servers: int) -> float:
-        """How many times its own time a request holds one of ``servers`` instances once the
-        pod is busy (the curve's holding time over the mean; 1 without a saturated curve)."""
+        """How many times its own time a request holds one of ``servers`` busy instances."""
         return max(1.0, (self.busy_holding_ms(servers) or self.mean_ms) / self.mean_ms)
 
     def slot_stretch(self, slots: int) -> float:
-        """How many times its own time a request takes with ``slots`` pipelines running at once
-        in the pod: ``busy_stretch`` from a saturated curve measured at that many, else
-        ``slots`` (nothing says the pod serves more at once than one at a time). The contended
-        pod model's stretch too: static serving and binding assume one pod, one rule."""
+        """How many times its own time a request takes with ``slots`` pipelines at once."""
         if slots <= 1:
             return 1.0
         if self.busy_holding_ms(slots) is None:
             return float(slots)
         return min(self.busy_stretch(slots), float(slots))
-
-    def scaled(self, factor: float) -> LatencyProfile:
-        """The same profile with every time multiplied by ``factor`` (a time-scaled replay)."""
-
-        def times(value: float | None) -> float | None:
-            return None if value is None else value * factor
-
-        return replace(
-            self,
-            mean_ms=self.mean_ms * factor,
-            p95_ms=self.p95_ms * factor,
-            p50_ms=times(self.p50_ms),
-            p99_ms=times(self.p99_ms),
-            std_ms=times(self.std_ms),
-            capacity=None if self.capacity is None else self.capacity.scaled(factor),
-            component_ms=None
-            if self.component_ms is None
-            else {model: ms * factor for model, ms in self.component_ms.items()},
-            ttft_mean_ms=times(self.ttft_mean_ms),
-            ttft_p50_ms=times(self.ttft_p50_ms),
-            ttft_p95_ms=times(self.ttft_p95_ms),
-        )
 
     @cached_property
     def distribution(self) -> ServiceDistribution:
@@ -265,9 +227,7 @@ def clearly_dominated(
     margin: float,
     by: Collection[int] | None = None,
 ) -> set[int]:
-    """Which (accuracy, mean ms) screenings another (from ``by``, default any) beats: as accurate
-    and at least ``margin`` (relative) faster, so screening noise never drops a front member; an
-    entry without an accuracy is never dropped and drops none."""
+    """Which screenings another (``by``) beats by ``margin``: noise never drops a front member."""
     return {
         i
         for i, (accuracy_i, mean_i) in enumerate(screened)
@@ -295,8 +255,7 @@ def _number(
     positive: bool,
     time: bool = True,
 ) -> float | None:
-    """A finite number from a profile entry, checked for sign and, for a time in ms, for its
-    range; None when absent and optional."""
+    """A finite number from a profile entry, its sign and time range checked; None if absent."""
     if entry.get(field) is None:
         if required:
             raise ProfileError(f"{where}.{field}", "missing", "every profile needs it")
@@ -406,8 +365,7 @@ def parse_profile(entry: object, where: str) -> LatencyProfile:
 def _first_response_times(
     entry: Mapping[str, Any], where: str, mean: float, p95: float
 ) -> dict[str, float | None]:
-    """A profile's optional ttft_*_ms, checked: each within the whole request's time (the
-    first token comes before the last), the p50 not above the p95."""
+    """A profile's optional ttft_*_ms, each checked against the whole request's time."""
     found = {
         stat: _number(entry, field, where, required=False, positive=True)
         for stat, field in TTFT_FIELDS.items()
@@ -483,16 +441,13 @@ def parse_profiles(data: object, source: str = "profiles") -> tuple[LatencyProfi
     return tuple(profiles)
 
 
-# The most characters a front member's name, or a parameter value, takes where it is shown
-# (a ParetoPolicy's status): a spec may hold values of hundreds of KB, and a status copying them
-# would pass the API server's request limit.
+# The most characters a name or value takes in a status (within the API server's request limit).
 MAX_SHOWN = 64
 
 
-def shown(text: str, limit: int = MAX_SHOWN) -> str:
-    """``text`` as a status shows it: itself up to ``limit`` characters, else its start, an
-    ellipsis and 8 hex digits of its SHA-256 (so that two long names still differ)."""
-    if len(text) <= limit:
+def shown(text: str) -> str:
+    """``text`` cut past MAX_SHOWN, with 8 hex digits of its SHA-256 (two long names differ)."""
+    if len(text) <= MAX_SHOWN:
         return text
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
-    return f"{text[: limit - 10]}\u2026{digest}"
+    return f"{text[: MAX_SHOWN - 10]}\u2026{digest}"

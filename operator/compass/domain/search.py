@@ -1,12 +1,5 @@
 """COMPASS-V: find every configuration whose accuracy is >= tau, with few sample evaluations.
-
-The paper's method (Latin-hypercube seeds, hill-climbing, lateral expansion along the
-feasibility boundary, progressive budgets with early stopping), made complete: climbs and
-expansion visit every neighbour, a completion phase driven by a Bayesian model of accuracy
-finds feasible regions not connected to the first, and every configuration is scored on one
-seeded permutation of the dataset. Early stopping is in ``statistics``. What it changes and what
-it guarantees: docs/method.md, "Search".
-"""
+What it changes of the paper's method and what it guarantees: docs/method.md, "Search"."""
 
 from __future__ import annotations
 
@@ -31,27 +24,20 @@ from compass.domain.statistics import TOLERANCE, FeasibilityVerdict, IntervalMet
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-# Prior standard deviation of one parameter value's effect on accuracy: wide, so a value that
-# has never been evaluated stays uncertain (and therefore worth evaluating).
+# Prior sd of one parameter value's effect on accuracy: wide, so an unseen value stays uncertain.
 EFFECT_PRIOR_SD = 0.5
-# Interactions between two parameters' values are usually smaller than main effects, but not
-# always: a feasible region that exists only where two parameters take particular values (a
-# second, disconnected region) is an interaction as large as a main effect. At 0.1 the model
-# was sure an unseen pair of values could not lift accuracy to tau and stopped without it.
+# A second, disconnected feasible region is an interaction as large as a main effect: at 0.1
+# the model was sure an unseen pair of values could not reach tau and stopped without it.
 INTERACTION_PRIOR_SD = 0.3
 # Floor on the model's residual standard deviation: a perfect fit on few points is luck.
 MIN_RESIDUAL_SD = 0.01
 # The search holds one permutation of the dataset's indices (8 bytes each): 80 MB at most.
 MAX_DATASET_SIZE = 10_000_000
-# Configurations a round of the completion phase evaluates at once (and climbs it runs side by
-# side): given, never derived from the concurrency, so the answer does not depend on it; 1 is the
-# one-at-a-time search (a larger batch evaluates more: docs/method.md, "Concurrent evaluation").
+# A completion round's size: never derived from the concurrency, which cannot change the answer.
 DEFAULT_BATCH = 1
-# How far past its next look a configuration's likely verdict is sought (ChunkRunner.expect):
-# deep enough to keep a round's last configurations' streams full, and a guess past that.
+# How far past its next look a likely verdict is sought (ChunkRunner.expect).
 EXPECT_HORIZON = 256
-# The most evaluations one search keeps in flight: a thread each, and a typo of 10000 should
-# not start ten thousand threads.
+# The most evaluations one search keeps in flight (a thread each).
 MAX_CONCURRENCY = 1024
 # A round larger than this is a grid in all but name.
 MAX_BATCH = 1024
@@ -74,15 +60,11 @@ class SearchSettings:
     seed: int = 0
     method: SearchMethod = SearchMethod.COMPASS_V
     interval: IntervalMethod = IntervalMethod.BETTING
-    initial_configs: int | None = None
     batch: int = DEFAULT_BATCH
-    min_chunk: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch <= MAX_BATCH:
             raise ValueError(f"batch must be between 1 and {MAX_BATCH}, got {self.batch}")
-        if self.min_chunk < 1:
-            raise ValueError(f"min_chunk must be >= 1, got {self.min_chunk}")
 
 
 @dataclass
@@ -172,9 +154,7 @@ class ChunkRunner(Protocol):
         ...
 
     def expect(self, config: Config, indices: Sequence[int]) -> None:
-        """The samples of this configuration the search will probably ask for next, after
-        those submitted: the runner may evaluate them ahead on servers that would otherwise
-        wait, and hands them over (recorded only then) when a chunk asks for them."""
+        """The samples the search will probably ask for next (the runner may evaluate ahead)."""
         ...
 
     def forget(self, config: Config) -> None:
@@ -228,8 +208,7 @@ class _Search:
             space_size=space.size,
             method=settings.interval,
         )
-        # One permutation for every configuration: prefixes are simple random samples, and
-        # two configurations' prefixes are scored on the same questions.
+        # One permutation for all: prefixes are random samples, scored on the same questions.
         self.order = np.random.default_rng(settings.seed).permutation(population)
         self.rng = np.random.default_rng([settings.seed, 1])
         self.assessed: dict[int, Assessment] = {}
@@ -245,16 +224,14 @@ class _Search:
         indices: Iterable[int],
         follow: Callable[[Assessment], Iterable[int]] | None = None,
     ) -> list[Assessment]:
-        """Evaluate these configurations side by side until each has a verdict; ``follow`` names
-        more for the same round as verdicts arrive. Each configuration's chunks depend only on its own
-        scores and the set is a closure, so the verdicts do not depend on the order chunks finish in."""
+        """Evaluate these configurations side by side until each has a verdict (``follow``: more
+        for the round); the verdicts do not depend on the order chunks finish in."""
         started: list[Assessment] = []
         in_flight: dict[int, tuple[Assessment, int]] = {}
         tickets = itertools.count()
 
         def submit(record: Assessment, budget: int | None) -> None:
             assert budget is not None, "the last budget always yields a verdict"
-            budget = self.rule.at_least(budget, record.samples + self.settings.min_chunk)
             chunk = [int(i) for i in self.order[record.samples : budget]]
             ticket = next(tickets)
             in_flight[ticket] = (record, len(chunk))
@@ -337,23 +314,27 @@ class _Search:
         seeds = self.latin_hypercube_seeds()
         self.assess_round(seeds)
         self.phase = "climbing"
-        self.climb_from(sorted(seeds, key=lambda i: -self.assessed[i].accuracy))
+        # From the best seeds, a batch of climbs at a time, until one finds feasibility.
+        starts = sorted(seeds, key=lambda i: -self.assessed[i].accuracy)
+        for first in range(0, len(starts), self.settings.batch):
+            if self.feasible_count:
+                break
+            self.climb(starts[first : first + self.settings.batch])
         self.phase = "expanding"
         self.expand(a.index for a in list(self.assessed.values()) if a.feasible)
         self.phase = "completing"
         while len(self.assessed) < self.space.size:
-            candidates, mean, sd = self.predict_unevaluated()
+            evaluated = np.fromiter(self.assessed, dtype=np.int64)
+            candidates = np.setdiff1d(np.arange(self.space.size), evaluated)
+            mean, sd = self.surrogate(candidates)
             expected = float(norm.sf((self.rule.tau - TOLERANCE - mean) / sd).sum())
             if expected < self.rule.alpha_accept:
                 return self.outcome(
                     f"the model expects {expected:.3f} feasible configurations among the "
                     f"{len(candidates)} never evaluated (below {self.rule.alpha_accept:g})"
                 )
-            # Explore by the upper bound, not by the chance of feasibility: a region the model
-            # knows little about (wide sd) is looked at before it is written off. Ordering by
-            # chance alone missed a second feasible region that only a three-way effect makes.
-            # A round takes the batch's highest bounds (stable: ties go to the lower index),
-            # and expands every feasible one among them in the same round.
+            # By the upper bound, not the chance of feasibility: a region the model knows little
+            # about is looked at before it is written off (chance alone missed a second region).
             upper = mean + self.exploration_z * sd
             ranked = np.argsort(-upper, kind="stable")[: self.settings.batch]
             self.assess_round((int(candidates[i]) for i in ranked), follow=self._feasible_steps)
@@ -366,9 +347,7 @@ class _Search:
     def latin_hypercube_seeds(self) -> list[int]:
         """Distinct configurations nearest to a Latin-hypercube design over the value indices."""
         space = self.space
-        wanted = self.settings.initial_configs
-        if wanted is None:
-            wanted = max(len(space.names) + 1, min(20, math.ceil(math.sqrt(space.size))))
+        wanted = max(len(space.names) + 1, min(20, math.ceil(math.sqrt(space.size))))
         wanted = min(wanted, space.size)
         dims = len(space.parameters)
         strata = np.stack([self.rng.permutation(wanted) for _ in range(dims)], axis=1)
@@ -377,8 +356,7 @@ class _Search:
         taken = np.zeros(space.size, dtype=bool)
         sizes = np.array([len(p.values) for p in space.parameters])
         for point in points:
-            # Stratify over value indices (each value equally likely), then snap to the
-            # nearest configuration that exists and satisfies the constraints.
+            # Stratify over value indices, then snap to the nearest valid configuration.
             target = np.minimum((point * sizes).astype(np.int64), sizes - 1)
             mismatch = (space.rows != target).astype(np.float64)
             spread = np.abs(space.rows - target) / np.maximum(sizes - 1, 1)
@@ -389,17 +367,8 @@ class _Search:
             chosen.append(index)
         return chosen
 
-    def climb_from(self, starts: list[int]) -> None:
-        """Climb from the best seeds, a batch of climbs side by side, until one finds
-        feasibility."""
-        for first in range(0, len(starts), self.settings.batch):
-            if self.feasible_count:
-                return
-            self.climb(starts[first : first + self.settings.batch])
-
     def climb(self, starts: list[int]) -> None:
-        """Hill-climb from each start towards feasibility, in lock step: each round evaluates every
-        live climb's favoured neighbour, then each moves (or stops) on what it learnt."""
+        """Hill-climb from each start towards feasibility, the climbs in lock step."""
         current = list(starts)
         visited = [{c} for c in current]
         live = [not self.assessed[c].feasible for c in current]
@@ -414,8 +383,7 @@ class _Search:
                     n for n, g in zip(neighbours, gain, strict=True) if n not in self.assessed
                 ]
                 if untried:
-                    # Evaluate the neighbour the gradient favours, in whichever direction it
-                    # points.
+                    # The neighbour the gradient favours, in whichever direction it points.
                     wanted.append(max(untried, key=lambda n: gain[neighbours.index(n)]))
             self.assess_round(dict.fromkeys(wanted))
             for k, position in enumerate(current):
@@ -423,8 +391,7 @@ class _Search:
                     continue
                 neighbours = self.space.neighbours(position)
                 moves = [n for n in neighbours if n in self.assessed and n not in visited[k]]
-                # Move to the best neighbour seen so far, even one evaluated earlier by
-                # another climb: that is where the paper's climber stopped.
+                # The best neighbour seen, even by another climb (where the paper's climber stops).
                 best = max(moves, key=lambda n: self.assessed[n].accuracy) if moves else None
                 if best is None or self.assessed[best].accuracy <= self.assessed[position].accuracy:
                     live[k] = False
@@ -433,8 +400,7 @@ class _Search:
                 visited[k].add(best)
                 live[k] = not self.assessed[best].feasible
             if self.feasible_count:
-                # As the sequential climber does: the first feasible configuration ends the
-                # climbing, and expansion takes over from it.
+                # As the sequential climber: the first feasible one hands over to expansion.
                 return
 
     def predicted_gain(self, current: int, candidates: list[int]) -> FloatArray:
@@ -453,18 +419,9 @@ class _Search:
         return np.asarray(steps @ gradient)
 
     def expand(self, start: Iterable[int]) -> None:
-        """Evaluate every step neighbour of every feasible configuration reachable from ``start``, in
-        one round whose set is the closure whatever order verdicts come in."""
+        """Evaluate the step neighbours of every feasible configuration reachable from ``start``."""
         steps = [n for index in start for n in self.space.step_neighbours(index)]
         self.assess_round(dict.fromkeys(steps), follow=self._feasible_steps)
-
-    def predict_unevaluated(self) -> tuple[IntArray, FloatArray, FloatArray]:
-        """The configurations never evaluated, and the model's mean and sd of their accuracy."""
-        remaining = np.setdiff1d(
-            np.arange(self.space.size), np.fromiter(self.assessed, dtype=np.int64)
-        )
-        mean, sd = self.surrogate(remaining)
-        return remaining, mean, sd
 
     @cached_property
     def exploration_z(self) -> float:
@@ -472,9 +429,7 @@ class _Search:
         return float(norm.ppf(1 - self.rule.alpha_reject))
 
     def surrogate(self, targets: IntArray) -> tuple[FloatArray, FloatArray]:
-        """Posterior mean and sd of accuracy at ``targets`` under a Bayesian regression (main effects
-        and pairwise interactions, the latter with a tighter prior); each observation's noise is its
-        sampling variance plus the misfit, so a poor fit widens every bound."""
+        """Posterior mean and sd of accuracy at ``targets``; a poor fit widens every bound."""
         records = list(self.assessed.values())
         features = self.design(np.array([r.index for r in records], dtype=np.int64))
         y = np.array([r.accuracy for r in records])
@@ -547,9 +502,8 @@ def _quadratic_forms(rows: FloatArray, matrix: FloatArray) -> FloatArray:
 def complete_feasible(
     outcome: SearchOutcome, evaluator: Evaluator, runner: ChunkRunner | None = None
 ) -> SearchOutcome:
-    """The outcome with every feasible configuration scored on the whole dataset: the front is
-    ordered by accuracy, and an early accept's estimate can be points off. Verdicts never change;
-    a checkpointed evaluator does not score the search's samples again."""
+    """The outcome with every feasible configuration scored on the whole dataset (an early
+    accept's estimate can be points off, and the front is ordered by it); verdicts never change."""
     runner = runner if runner is not None else SequentialRunner(evaluator)
     every = list(range(outcome.population))
     wanted = {
@@ -577,8 +531,7 @@ def search(
     progress: Callable[[Progress], None] | None = None,
     runner: ChunkRunner | None = None,
 ) -> SearchOutcome:
-    """Run a search over ``space`` of ``population`` samples; whichever ``runner`` evaluates the
-    chunks (default: one at a time through ``evaluator``), the outcome is the same."""
+    """Run a search; whichever ``runner`` evaluates the chunks, the outcome is the same."""
     run = _Search(space, evaluator, population, settings, progress, runner)
     if settings.method is SearchMethod.GRID:
         return run.grid()

@@ -1,7 +1,5 @@
-"""What the routers served: their counters of requests answered per configuration and refused
-as late, and a decoupled router's stream times (model-images/router/model.py), turned into
-counts over a recent window and into the policy's view of them (status.served). Pure: every
-time is an input."""
+"""What the routers served (status.served): their counters, turned into counts over a recent
+window and into the policy's view of them. Pure: every time is an input."""
 
 from __future__ import annotations
 
@@ -10,8 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-# The window status.served covers, and how far apart the samples of a counter are kept (a
-# source is read every tick; one sample in SAMPLE_EVERY_S is enough to difference them).
+# The window status.served covers, and how far apart a counter's samples are kept.
 SERVED_WINDOW_S = 60.0
 SAMPLE_EVERY_S = 5.0
 # The configurations status.served lists, most served first (the rest are in its totals).
@@ -20,8 +17,7 @@ MAX_SHOWN = 8
 
 @dataclass(frozen=True)
 class StreamCounts:
-    """A decoupled router's streams answered and their times from take-up, summed (s): to the
-    first streamed response, to the end; counters since the routers started, or over a window."""
+    """A decoupled router's streams answered and their summed times to first response and end."""
 
     streams: float = 0.0
     first_s: float = 0.0
@@ -46,9 +42,7 @@ class StreamCounts:
 
 @dataclass(frozen=True)
 class ServedCounts:
-    """Requests answered per configuration (its canonical key) and refused as late: counters
-    since the routers started, or counts over the ``seconds`` before a reading; ``streams``:
-    a decoupled router's (None: no router streams)."""
+    """Requests answered per configuration key and refused as late, and streams (None: none)."""
 
     configs: Mapping[str, float] = field(default_factory=dict)
     refused: float = 0.0
@@ -75,9 +69,7 @@ class ServedCounts:
 
 @dataclass(frozen=True)
 class RouterCounters:
-    """A pod's router counters as read: each instance's served count per configuration (by
-    (configuration key, instance)), refused count and, on a decoupled router, stream counters
-    (both by instance)."""
+    """A pod's router counters as read, by (configuration key, instance) and by instance."""
 
     served: Mapping[tuple[str, str], float] = field(default_factory=dict)
     refused: Mapping[str, float] = field(default_factory=dict)
@@ -86,16 +78,13 @@ class RouterCounters:
 
 @dataclass
 class CounterHistory:
-    """One pod's router counters sampled over time (at most one sample every SAMPLE_EVERY_S,
-    kept for the longest window asked), to tell what they counted over a recent window."""
+    """One pod's router counters sampled over time, to tell what they counted over a window."""
 
     keep_s: float = SERVED_WINDOW_S
     samples: list[tuple[float, RouterCounters]] = field(default_factory=list)
 
     def add(self, now: float, counters: RouterCounters) -> None:
-        """Record the counters read at ``now``: the newest sample is kept, and replaced while
-        it is within SAMPLE_EVERY_S of the one before it, so a read every tick keeps one
-        sample every SAMPLE_EVERY_S and the latest."""
+        """Record the counters read at ``now``, keeping one sample every SAMPLE_EVERY_S."""
         if len(self.samples) >= 2 and self.samples[-1][0] - self.samples[-2][0] < SAMPLE_EVERY_S:
             self.samples[-1] = (now, counters)
         else:
@@ -105,12 +94,7 @@ class CounterHistory:
             del self.samples[0]
 
     def since(self, now: float, window_s: float) -> ServedCounts | None:
-        """What the counters counted over the ``window_s`` before ``now`` (``seconds``: the
-        span the samples cover, at most the window); None before two samples. Each series (a
-        configuration's or the refusals, of one instance) is differenced on its own, and one
-        that went down was reset (its instance restarted): what it shows counts as new. A
-        pair of samples across the window's start counts the share of its increase that falls
-        in the window, as if spread evenly over it (after a gap in the readings too)."""
+        """What the counters counted in the ``window_s`` to ``now`` (None before two samples)."""
         start = now - window_s
         kept = [sample for sample in self.samples if sample[0] > start]
         earlier = [sample for sample in self.samples if sample[0] <= start]
@@ -145,9 +129,8 @@ def _increase(before: float | None, after: float) -> float:
 def _stream_increase(
     before: StreamCounts | None, after: StreamCounts, inside: float
 ) -> StreamCounts:
-    """An instance's stream counters' increase between two readings, the share ``inside`` the
-    window of it. The three are one instance's, reset together: any of them lower is a restart,
-    and all three count from zero (differencing one alone would pair times with other streams)."""
+    """An instance's stream counters' increase, the share ``inside`` the window of it. The three
+    reset together: any of them lower is a restart (one alone would pair times with others)."""
     if before is not None and (
         after.streams < before.streams
         or after.first_s < before.first_s
@@ -173,9 +156,7 @@ class ServedShare:
 
 @dataclass(frozen=True)
 class ServedView:
-    """What the routers answered over a window: how many, refused, the mean accuracy served
-    (of the configurations whose accuracy is known), each configuration's share and, where
-    routers streamed, the mean times to first token and to a stream's end (s)."""
+    """What the routers answered over a window: counts, accuracy, shares and stream times (s)."""
 
     seconds: float
     answered: int
@@ -186,13 +167,8 @@ class ServedView:
     stream_mean_s: float | None = None
 
 
-def served_view(
-    counts: ServedCounts,
-    known: Mapping[str, tuple[str, float]],
-    shown: int = MAX_SHOWN,
-) -> ServedView:
-    """The view of ``counts``: ``known`` gives each configuration's name and accuracy by
-    canonical key (the plan's front); another is named by its values, accuracy unknown."""
+def served_view(counts: ServedCounts, known: Mapping[str, tuple[str, float]]) -> ServedView:
+    """The view of ``counts``, named and weighed by ``known`` (the plan's front) by key."""
     total = counts.answered
     shares = []
     weighted = weight = 0.0
@@ -207,15 +183,14 @@ def served_view(
         answered=round(total),
         refused=round(counts.refused),
         accuracy=weighted / weight if weight > 0 else None,
-        shares=tuple(shares[:shown]),
+        shares=tuple(shares[:MAX_SHOWN]),
         ttft_mean_s=None if counts.streams is None else counts.streams.mean_first_s,
         stream_mean_s=None if counts.streams is None else counts.streams.mean_end_s,
     )
 
 
 def _name_of(key: str) -> str:
-    """A configuration's short name from its canonical key (values joined by '/'); a key that
-    is not one (the routers' "other", an empty configuration) as it is."""
+    """A configuration's short name from its canonical key (one that is not, as it is)."""
     try:
         config = json.loads(key)
     except ValueError:

@@ -1,23 +1,10 @@
 """The serving simulator: a policy or the routers' binding rule run over a scenario on
-simulated pods, and the comparisons.
-
-Every ``interval_s`` the policy is asked what the operator asks it: the pods' queue depth
-(aggregated: ``QueueAggregate``) and the arrivals counter per pod, as fresh as the metrics path
-makes them (``MetricsView``: read at the tick, or as Prometheus last scraped them). Each request
-goes to a seeded random pod; one decision switches every pod, ``switch_delay_s`` after it is
-taken. A mix is dealt as its data plane deals it (``Dealing``): each pod's router in turn as it
-takes a request up, or the gateway's seeded draw per request as it arrives. Given the routers' ``BindingRule`` instead, each request is bound as a router instance
-takes it up (per-request binding, ``compass.domain.boundpod``). ``compare`` runs the static
-baselines and the policies on one scenario (paired: the same arrivals and luck);
-``measure_capacity`` measures a configuration's latency-throughput curve, the simulator playing
-the hardware.
-"""
+simulated pods, and the comparisons (paired: the same arrivals and luck)."""
 
 from __future__ import annotations
 
 import bisect
 import functools
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,24 +22,10 @@ from compass.domain.admission import (
     judge_at_dispatch,
     service_quantiles_ms,
 )
-from compass.domain.arrivals import (
-    PatternKind,
-    Scenario,
-    SimulationError,
-    make_pattern,
-    make_scenario,
-)
+from compass.domain.arrivals import Scenario, SimulationError
 from compass.domain.boundpod import BindingRule, BoundPod, bound_pods
-from compass.domain.capacity import (
-    MAX_CURVE_POINTS,
-    CapacityCurve,
-    CurvePoint,
-    climb_ladder,
-    measure_point,
-)
-from compass.domain.elastico import DEFAULT_INTERVAL_S, capacity_pressure
+from compass.domain.elastico import DEFAULT_INTERVAL_S
 from compass.domain.mix import Dealing, Mix, SmoothWeighting, drawn_member, mix_weighting
-from compass.domain.planner import Plan
 from compass.domain.podmodel import DROPPED, AdmitFn, DispatchFn, PodModel, SimulatedPod, StagedPod
 from compass.domain.policy import Action, Decision, Observation, Policy, PolicyState
 from compass.domain.profiles import LatencyProfile
@@ -61,7 +34,8 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-DEFAULT_RATE_WINDOW_S = 5.0
+# The window a tick's observed rate (Tick.observed_qps) is counted over, s.
+RATE_WINDOW_S = 5.0
 # A run that has not drained this long after the last arrival is reported as it stands.
 MAX_DRAIN_S = 3600.0
 
@@ -84,15 +58,8 @@ def aggregate_queue(depths: Sequence[float], aggregate: QueueAggregate) -> float
 
 @dataclass(frozen=True)
 class MetricsView:
-    """How old the queue depth and arrivals counter the policy reads are: the metrics path.
-
-    Prometheus scrapes the pods every ``scrape_interval_s`` (at 0, S, 2S, ... of the run); a
-    query at a tick reads the newest scrape, stamped with its time (the operator's age query
-    sees that age, and a reading older than staleAfterSeconds counts as missing). Each sample
-    holds the pods as they were ``lag_s`` before it was taken (Triton's own metrics refresh, a
-    recording rule's or a rate window's delay): a delay no timestamp shows. The default, both
-    0, is the operator's direct read of every pod's /metrics: the queue as it is at the tick.
-    """
+    """How old the queue depth and arrivals counter the policy reads are: Prometheus' newest
+    scrape, each ``lag_s`` behind (a delay no timestamp shows). Both 0: a direct read."""
 
     scrape_interval_s: float = 0.0
     lag_s: float = 0.0
@@ -155,8 +122,6 @@ class Tick:
     active: int
     switched: bool
     mix: Mix | None = None
-    # compass_capacity_pressure after this decision (0 when simulate() was given no plan).
-    capacity_pressure: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -194,12 +159,6 @@ class RunReport:
         return float(np.mean(self.dropped) * 100) if self.requests else 0.0
 
     @property
-    def waits_ms(self) -> FloatArray:
-        """Each request's wait in the queue before its service started, ms."""
-        wait: FloatArray = (self.starts_s - self.arrivals_s) * 1000
-        return wait
-
-    @property
     def latencies_ms(self) -> FloatArray:
         """Each request's latency (wait + service), ms."""
         latency: FloatArray = (self.finishes_s - self.arrivals_s) * 1000
@@ -207,8 +166,7 @@ class RunReport:
 
     @property
     def compliance(self) -> float:
-        """Percentage of requests served within the SLO (a dropped request is a miss; 100 when
-        there were none)."""
+        """Percentage of requests served within the SLO (dropped ones miss; 100 with none)."""
         if not self.requests:
             return 100.0
         return float(np.mean((self.latencies_ms <= self.slo_ms) & ~self.dropped) * 100)
@@ -226,12 +184,6 @@ class RunReport:
         if not self.requests:
             return math.nan
         return float(np.percentile(self.latencies_ms, percentile))
-
-    @property
-    def switches_per_minute(self) -> float:
-        """Switches per minute of simulated time."""
-        span = self.ticks[-1].time_s if self.ticks else 0.0
-        return self.switches / span * 60 if span > 0 else 0.0
 
     def summary(self) -> dict[str, float | int | str | dict[str, float]]:
         """The headline figures as plain data."""
@@ -256,28 +208,17 @@ def simulate(
     slo_ms: float,
     label: str = "policy",
     interval_s: float = DEFAULT_INTERVAL_S,
-    rate_window_s: float = DEFAULT_RATE_WINDOW_S,
     *,
     pods: int = 1,
     switch_delay_s: float = 0.0,
     queue_aggregate: QueueAggregate = QueueAggregate.MEAN,
     pod_model: PodModel = PodModel(),
     admission: Admission | None = None,
-    plan: Plan | None = None,
     metrics_view: MetricsView = FRESH,
     dealing: Dealing = Dealing.ROUND_ROBIN,
 ) -> RunReport:
-    """Serve the scenario's requests FIFO on each pod (late-last where ``pod_model`` says so),
-    ``serving`` choosing each request's configuration: a policy's mix, chosen every tick from
-    the queue as ``metrics_view`` shows it (with ``admission``, dropping at arrival what its
-    prediction says is already late), or the routers' binding rule, per request as a router
-    instance takes it up (``compass.domain.boundpod``: the front is the allowed
-    configurations, ``pod_model`` the router instances and components; no ticks recorded).
-    A policy's mix is dealt by ``dealing``: each pod's round-robin (the Triton routers), or a
-    weighted draw per request, from the mix in force at its arrival (llm-d's gateway).
-
-    With the policy's ``plan``, each tick also records the capacity pressure the operator
-    would export after that decision."""
+    """Serve the scenario, ``serving`` choosing each request's configuration: a policy's mix
+    every tick, or the routers' binding rule per request."""
     if not switch_delay_s >= 0 or not math.isfinite(switch_delay_s):
         raise SimulationError("switch_delay", f"{switch_delay_s:g} s is not >= 0", "give e.g. 0.01")
     if isinstance(serving, BindingRule) and admission is not None:
@@ -297,13 +238,11 @@ def simulate(
         front,
         scenario,
         interval_s=interval_s,
-        rate_window_s=rate_window_s,
         pods=pods,
         switch_delay_s=switch_delay_s,
         queue_aggregate=queue_aggregate,
         pod_model=pod_model,
         admission=admission,
-        plan=plan,
         metrics_view=metrics_view,
         slo_ms=slo_ms,
         dealing=dealing,
@@ -313,8 +252,7 @@ def simulate(
 
 
 class _Run:
-    """One policy's run over one scenario, tick by tick (``simulate``): the pods, the switches
-    decided and in force, and what the policy saw."""
+    """One policy's run over one scenario, tick by tick (``simulate``)."""
 
     def __init__(
         self,
@@ -323,13 +261,11 @@ class _Run:
         scenario: Scenario,
         *,
         interval_s: float,
-        rate_window_s: float,
         pods: int,
         switch_delay_s: float,
         queue_aggregate: QueueAggregate,
         pod_model: PodModel,
         admission: Admission | None,
-        plan: Plan | None,
         metrics_view: MetricsView = FRESH,
         slo_ms: float = math.inf,
         dealing: Dealing = Dealing.ROUND_ROBIN,
@@ -339,15 +275,12 @@ class _Run:
         self.front = front
         self.scenario = scenario
         self.interval_s = interval_s
-        self.rate_window_s = rate_window_s
         self.pods = pods
         self.switch_delay_s = switch_delay_s
         self.queue_aggregate = queue_aggregate
         self.pod_model = pod_model
-        self.plan = plan
         self.view = metrics_view
-        # What each scrape still to be read saw: (pods' queue depths, arrivals so far), by
-        # scrape number (``MetricsView``); unused when the view is fresh.
+        # What each scrape still to be read saw, by number: (pods' queue depths, arrivals).
         self.scrapes: dict[int, tuple[list[int], int]] = {}
         self.next_scrape = 0
         self.names = tuple(p.name for p in front)
@@ -365,18 +298,20 @@ class _Run:
         self.state = (
             PolicyState() if self.controller is None else self.controller.initial_state(0.0)
         )
-        self.active = _initial_mix(self.state, index_of)
+        # The mix the initial state routes (the first member if it names none).
+        base = 0 if self.state.active is None else index_of[self.state.active]
+        blend = None if self.state.blend is None else index_of[self.state.blend]
+        self.active = Mix(base, blend, self.state.weight)
         # Switches decided but not yet in force: (in force for services starting after, mix).
         self.pending: list[tuple[float, Mix]] = []
         # Each pod deals its requests to the mix in force by its own round-robin, as a router does.
         self.dealt: list[tuple[Mix, SmoothWeighting[int]] | None] = [None] * pods
         # Or each request's own draw, as the gateway deals them (None: round-robin).
         self.draws = scenario.member_draws() if dealing is Dealing.DRAW else None
-        # Every mix decided and when it takes effect, in order: what a request arriving long
-        # before its start was drawn under.
+        # Every mix decided and when it takes effect: what an early arrival was drawn under.
         self.effective: list[float] = [-math.inf]
         self.decided_mixes: list[Mix] = [self.active]
-        self.seen: list[tuple[float, float, int, Mix, bool, float]] = []
+        self.seen: list[tuple[float, float, int, Mix, bool]] = []
         self.reasons: list[tuple[float, str]] = []
         self.time_in = [0.0] * len(front)
         self.switches = 0
@@ -384,8 +319,7 @@ class _Run:
         self.horizon = max(scenario.pattern.duration_s, last_arrival) + MAX_DRAIN_S
         admit: AdmitFn | None = None
         dispatch: DispatchFn | None = None
-        # The members' own service quantiles (admission at dispatch), and each mix's service
-        # grid (admission at arrival), made once.
+        # Admission's service quantiles (at dispatch) and grids (at arrival), made once.
         self.own_ms: list[float] = []
         self.grids: dict[Mix, ServiceGrid] = {}
         if admission is not None and admission.at is AdmissionPoint.DISPATCH:
@@ -393,8 +327,7 @@ class _Run:
             dispatch = functools.partial(self.dispatch, admission)
         elif admission is not None:
             admit = functools.partial(self.admit, admission)
-        # The same stretch binding judges its slots on (slot_stretch): without a curve at
-        # this many, the servers share the pod as one.
+        # The stretch binding judges its slots on (slot_stretch).
         stretch = (
             np.array([p.slot_stretch(pod_model.servers) for p in front])
             if pod_model.contended and pod_model.servers > 1
@@ -432,9 +365,7 @@ class _Run:
         return chosen
 
     def config_at(self, pod: int, begin: float, request: int) -> int:
-        """The member serving the pod's next request, starting at ``begin``: the mix in force,
-        dealt by the pod's round-robin; or under the gateway's draw, the mix in force when it
-        arrived (the endpoint picker rewrites its model then), drawn by weight."""
+        """The member serving the pod's next request: by its round-robin, or the gateway's draw."""
         if self.draws is not None:
             # The last mix in effect strictly before the arrival, as mix_at counts a switch.
             at = bisect.bisect_left(self.effective, float(self.arrivals[request])) - 1
@@ -449,8 +380,7 @@ class _Run:
         return current[1].pick()
 
     def dispatch(self, rule: Admission, waited_s: float, config: int) -> int:
-        """Admission at dispatch by ``rule``: the member that serves a request routed to
-        ``config``, or DROPPED."""
+        """Admission at dispatch: the member serving a request routed to ``config``, or DROPPED."""
         left_ms = rule.slo_ms - waited_s * 1000
         verdict = judge_at_dispatch(rule, left_ms, self.own_ms[config], self.own_ms[0])
         return {AdmissionVerdict.SERVE: config, AdmissionVerdict.FASTEST: 0}.get(verdict, DROPPED)
@@ -472,15 +402,13 @@ class _Run:
         return judge(rule, grid, fastest, queued, busy_ms, self.pod_model.servers)
 
     def serve(self) -> None:
-        """Tick until every request has started and the pattern is over (or the horizon), then
-        drain the pods."""
+        """Tick until every request has started and the pattern is over, then drain the pods."""
         tick = 0
         now = 0.0
         while True:
             if not self.view.fresh:
                 self.scrape(tick, now)
-            # Start every request whose service begins by `now`, with the configuration in force
-            # then.
+            # Start every request whose service begins by `now`, on the mix in force then.
             for server in self.servers:
                 server.advance(now)
             while self.pending and self.pending[0][0] <= now:
@@ -502,9 +430,7 @@ class _Run:
                 self.configs[rest] = final
 
     def scrape(self, tick: int, now: float) -> None:
-        """Take every scrape the tick at ``now`` or a later one may read, each showing the pods
-        as they were ``lag_s`` before it (advancing them is all it changes: they only move
-        forward, and start what they would have started by ``now`` anyway)."""
+        """Take every scrape a tick from ``now`` on may read (advancing the pods is harmless)."""
         interval_s, view = self.interval_s, self.view
         last = view.scrape_of(tick, interval_s)
         # Older scrapes no tick will read again.
@@ -524,11 +450,10 @@ class _Run:
             self.next_scrape += 1
 
     def decide(self, now: float, tick: int) -> None:
-        """Ask the policy at ``now``, as the operator would, and record what it saw (nothing
-        where the routers bind every request)."""
+        """Ask the policy at ``now``, as the operator would, and record what it saw."""
         if self.controller is None:
             return
-        arrivals, rate_window_s, names = self.arrivals, self.rate_window_s, self.names
+        arrivals, rate_window_s, names = self.arrivals, RATE_WINDOW_S, self.names
         # The instant the policy's reading shows (``now`` when fresh), and when it was taken.
         seen, taken = now, now
         if self.view.fresh:
@@ -557,10 +482,7 @@ class _Run:
             self.pending.append((now + self.switch_delay_s, target))
             self.effective.append(now + self.switch_delay_s)
             self.decided_mixes.append(target)
-        pressure = (
-            0.0 if self.plan is None else capacity_pressure(self.plan, names[target.base], depth)
-        )
-        self.seen.append((now, observed, round(depth), target, decision.switched, pressure))
+        self.seen.append((now, observed, round(depth), target, decision.switched))
         for member, share in target.shares:
             self.time_in[member] += share * self.interval_s
 
@@ -568,10 +490,8 @@ class _Run:
         """The run as served."""
         offered = self.scenario.pattern.rate(np.array([t for t, *_ in self.seen]))
         ticks = tuple(
-            Tick(t, float(rate), observed, depth, mix.base, switched, mix, pressure)
-            for (t, observed, depth, mix, switched, pressure), rate in zip(
-                self.seen, offered, strict=True
-            )
+            Tick(t, float(rate), observed, depth, mix.base, switched, mix)
+            for (t, observed, depth, mix, switched), rate in zip(self.seen, offered, strict=True)
         )
         return RunReport(
             label=label,
@@ -589,21 +509,11 @@ class _Run:
         )
 
 
-def _initial_mix(state: PolicyState, index_of: Mapping[str, int]) -> Mix:
-    """The mix a controller's initial state routes (the first member if it names none)."""
-    base = index_of[state.active] if state.active is not None else 0
-    blend = None if state.blend is None else index_of[state.blend]
-    return Mix(base, blend, state.weight)
-
-
 def _label(mix: Mix, names: Sequence[str]) -> str:
     """A mix as people read it: a member, or a member with a share of the next."""
     if mix.blend is None:
         return names[mix.base]
     return f"{names[mix.base]} + {mix.weight:.0%} {names[mix.blend]}"
-
-
-BASELINES = ("fastest", "middle", "accurate")
 
 
 def baseline_indices(front_size: int) -> dict[str, int]:
@@ -620,14 +530,11 @@ def compare(
     *,
     pods: int = 1,
     switch_delay_s: float = 0.0,
-    queue_aggregate: QueueAggregate = QueueAggregate.MEAN,
     pod_model: PodModel = PodModel(),
     admission: Admission | None = None,
     metrics_view: MetricsView = FRESH,
 ) -> dict[str, RunReport]:
-    """The static baselines and the given policies, all on the same scenario (paired); the
-    policies with ``admission``, the baselines serving everything; the policies see the queue
-    through ``metrics_view`` (the baselines look at nothing)."""
+    """The static baselines and the given policies on the same scenario (paired)."""
     controllers: dict[str, Policy] = {
         label: StaticController(front[i].name, i)
         for label, i in baseline_indices(len(front)).items()
@@ -643,47 +550,9 @@ def compare(
             interval_s,
             pods=pods,
             switch_delay_s=switch_delay_s,
-            queue_aggregate=queue_aggregate,
             pod_model=pod_model,
             admission=admission if label in policies else None,
             metrics_view=metrics_view if label in policies else FRESH,
         )
         for label, controller in controllers.items()
     }
-
-
-def measure_capacity(
-    profile: LatencyProfile,
-    pod_model: PodModel,
-    seed: int = 0,
-    requests: int = 400,
-    *,
-    slo_ms: float | None = None,
-    percentile: float = 95.0,
-    max_points: int = MAX_CURVE_POINTS,
-) -> CapacityCurve:
-    """A configuration's latency-throughput curve in the simulator, by the profiler's ladder
-    (for the budget ``slo_ms`` at ``percentile``, at most ``max_points`` rates).
-
-    Each rate offers ``requests`` Poisson arrivals to one pod serving ``profile`` alone: the
-    simulator plays the hardware, so plans made from the curve can be checked against it.
-    """
-    rates_done = itertools.count()
-
-    def measure(rate: float) -> CurvePoint:
-        pattern = make_pattern(PatternKind.CONSTANT, rate, requests / rate)
-        scenario = make_scenario(pattern, seed * 1009 + next(rates_done))
-        report = simulate(
-            StaticController(profile.name, 0), [profile], scenario, math.inf, pod_model=pod_model
-        )
-        return measure_point(rate, report.arrivals_s, report.finishes_s)
-
-    return climb_ladder(
-        profile.mean_ms,
-        pod_model.servers,
-        measure,
-        max_points,
-        idle_p95_ms=profile.latency_at(95.0),
-        slo_ms=slo_ms,
-        percentile=percentile,
-    )

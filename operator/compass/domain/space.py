@@ -25,24 +25,20 @@ from pydantic import (
 from compass.domain.evaluation import Config, ParamValue
 from compass_rules.routing import config_key as config_key
 
-# Enumeration is explicit (an index array per configuration); beyond this the search
-# would need a sampler instead, and the user should hear that rather than wait.
+# Enumeration is explicit: beyond this the search would need a sampler, and the user should hear.
 MAX_SPACE_SIZE = 2_000_000
 # Rows Space.count checks at a time (7 parameters: 3.5 MiB of indices and one column each).
 COUNT_BLOCK = 1 << 16
 NOTHING_SATISFIES = "no configuration satisfies every constraint; relax a constraint"
-# List bounds in the schema, so the API server refuses a resource the operator would spend its
-# time on before it reads it; far above any workflow's space.
+# List bounds in the schema, far above any workflow's, so the API server refuses the absurd.
 MAX_PARAMETERS = 64
 MAX_VALUES = 4096
 MAX_CONSTRAINTS = 64
 MAX_CONSTRAINT_LENGTH = 256
-# A parameter name as the router's pipeline reads it; the schema and names read from a ledger
-# are checked against the same.
+# A parameter name as the router's pipeline reads it (the schema's and a ledger's).
 PARAMETER_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 MAX_PARAMETER_NAME = 63
-# Values are matched as floats (20 and 20.0 are one value): beyond 2**53 distinct integers
-# would collide, and a 400-digit one does not convert at all.
+# Values are matched as floats (20 and 20.0 are one): beyond 2**53 integers would collide.
 MAX_NUMBER_MAGNITUDE = 2**53
 
 IntArray = npt.NDArray[np.int64]
@@ -360,8 +356,7 @@ class Space:
         self._codes: IntArray = self.rows @ self._radix
 
     def _take_rules(self, spec: SpaceSpec) -> tuple[int, ...]:
-        """The spec's parameters, constraints and value lookups; its shape (values per
-        parameter), refused past MAX_SPACE_SIZE combinations."""
+        """Take the spec's parameters, constraints and lookups; its shape, within the limit."""
         self.spec = spec
         self.parameters: tuple[ParameterSpec, ...] = tuple(spec.parameters)
         self.names: tuple[str, ...] = tuple(p.name for p in self.parameters)
@@ -387,9 +382,7 @@ class Space:
 
     @staticmethod
     def count(spec: SpaceSpec) -> int:
-        """How many configurations the spec's space holds, the same checks as building it
-        (SpaceError), in memory bounded by COUNT_BLOCK rows: what the operator needs of a
-        space (its size), where building one at the limit takes ~230 MiB."""
+        """The spec's space size, with the same checks as building it, in bounded memory."""
         rules = object.__new__(Space)
         shape = rules._take_rules(spec)
         total = math.prod(shape)
@@ -495,9 +488,6 @@ class Space:
         """Number of valid configurations."""
         return len(self.rows)
 
-    def __len__(self) -> int:
-        return self.size
-
     def config(self, index: int) -> dict[str, ParamValue]:
         """The configuration at an index, as a name -> value mapping."""
         row = self.rows[index]
@@ -545,8 +535,7 @@ class Space:
         return self._variants(index, steps_only=False)
 
     def step_neighbours(self, index: int) -> list[int]:
-        """Valid configurations one step away in one parameter: the adjacent value of a number,
-        any other value of a category (categories have no order to step along)."""
+        """Valid configurations one step away in one parameter (any other value of a category)."""
         return self._variants(index, steps_only=True)
 
     def _variants(self, index: int, steps_only: bool) -> list[int]:

@@ -1,10 +1,5 @@
-"""The split strategy: Elastico over the mixes of neighbouring front members.
-
-Serving a share of the requests (``compass.domain.mix``: 5% steps, dealt exactly) with the next
-more accurate member moves capacity and accuracy in steps of one weight instead of one member.
-Each mix is a member of a plan of its own (``plan_mixes``), its thresholds from its own service
-time; the decision is Elastico's over that plan, unchanged. Why: docs/method.md, "Split".
-"""
+"""The split strategy: Elastico over the mixes of neighbouring front members, capacity and
+accuracy in 5% steps instead of one member. Why: docs/method.md, "Split"."""
 
 from __future__ import annotations
 
@@ -41,17 +36,7 @@ class Split:
         """The mix to serve after this observation, and the policy's new state."""
         decision, inner = self.inner.decide(observation, self._inner(state), now)
         mix = self.mixes.mixes[decision.index]
-        names = self.plan.names
-        blend = None if mix.blend is None else names[mix.blend]
-        routed = Decision(
-            names[mix.base],
-            mix.base,
-            decision.action,
-            decision.reason,
-            blend=blend,
-            blend_index=mix.blend,
-            weight=mix.weight,
-        )
+        routed = Decision.routing(mix, self.plan.names, decision.action, decision.reason)
         return routed, self._outer(inner)
 
     def _inner(self, state: PolicyState) -> PolicyState:

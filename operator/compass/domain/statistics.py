@@ -1,13 +1,8 @@
 """Early stopping: decide from a prefix of a configuration's scores whether it reaches tau.
 
-A configuration is feasible when its mean score over all N samples is >= tau; the samples are
-drawn without replacement in one seeded order, so a prefix is a simple random sample. Three
-layers decide, in order: exact bounds; a test at this look, anytime-valid
-betting (the default of SearchSettings.interval) or Wilson over fixed looks; at the largest
-budget the point estimate. Rejection is controlled for the whole search, acceptance per
-configuration; ``StoppingRule.next_look`` places each look where a verdict is possible.
-Why: docs/method.md, "Early stopping".
-"""
+Exact bounds first, then betting (the default of SearchSettings.interval; anytime-valid) or
+Wilson over fixed looks, at the last budget the point estimate. Why: docs/method.md, "Early
+stopping"."""
 
 from __future__ import annotations
 
@@ -24,11 +19,9 @@ from scipy.stats import hypergeom, norm
 
 FloatArray = npt.NDArray[np.float64]
 
-# Means are sums of floats: a configuration whose recorded accuracy equals tau must not be
-# rejected because 0.1 + 0.2 != 0.3.
+# Means are sums of floats: accuracy equal to tau must not be rejected as 0.1 + 0.2 != 0.3.
 TOLERANCE = 1e-9
-# Fraction of the maximal safe bet staked per sample; below 1 so one unlucky score cannot
-# wipe out the capital (Waudby-Smith & Ramdas use 1/2 to 3/4).
+# Share of the maximal safe bet staked: one bad score cannot wipe out the capital (Waudby-Smith).
 BET_CAP = 0.5
 
 
@@ -76,9 +69,7 @@ def describe_schedule(
 
 @dataclass(frozen=True)
 class StoppingRule:
-    """The early-stopping test shared by every configuration of one search; ``budgets``: the
-    sample counts a configuration may be judged at (None: betting after any sample, Wilson at
-    ``reference_budgets``)."""
+    """The early-stopping test shared by every configuration of one search."""
 
     tau: float
     population: int
@@ -137,8 +128,7 @@ class StoppingRule:
         return max(1, sum(1 for b in self._points if b < self.population))
 
     def look(self, scores: Sequence[float] | FloatArray) -> tuple[FeasibilityVerdict, int | None]:
-        """The verdict after these scores and, while undecided, the sample count to look at
-        next: ``judge`` and ``next_look`` at once, betting's capital computed once."""
+        """The verdict after these scores and, while undecided, the next look (one capital)."""
         x = np.asarray(scores, dtype=np.float64)
         capital = self._capital(x)
         verdict = self._verdict(x, capital)
@@ -146,37 +136,13 @@ class StoppingRule:
             return verdict, None
         return verdict, self._next_look(x, capital)
 
-    def judge(self, scores: Sequence[float] | FloatArray) -> FeasibilityVerdict:
-        """The verdict after seeing these scores, in draw order (len(scores) is the budget)."""
-        x = np.asarray(scores, dtype=np.float64)
-        return self._verdict(x, self._capital(x))
-
-    def next_budget(self, seen: int) -> int | None:
-        """The next point of the schedule above what was seen, or None when it is spent."""
-        if self._points is None:
-            return seen + 1 if seen < self.population else None
-        return next((b for b in self._points if b > seen), None)
-
-    def at_least(self, look: int, floor: int) -> int:
-        """The first point of the schedule at or after ``look`` that is also >= ``floor``
-        (capped at the last look): a later look than a verdict needs, never an unscheduled one.
-        """
-        if floor <= look:
-            return look
-        if self._points is None:
-            return min(floor, self.population)
-        return next((b for b in self._points if b >= floor), self.last_look)
-
     def next_look(self, scores: Sequence[float] | FloatArray) -> int | None:
-        """The first point of the schedule at which these scores and more could reach a verdict
-        (betting skips points where none could; Wilson's looks are fixed)."""
+        """The first scheduled point at which these scores and more could reach a verdict."""
         x = np.asarray(scores, dtype=np.float64)
         return self._next_look(x, self._capital(x))
 
     def likely_verdict(self, scores: Sequence[float] | FloatArray, horizon: int) -> int | None:
-        """The sample count at which a verdict would come if the unseen scores went on as the seen
-        ones did, at most ``horizon`` on (None: no score yet or no look left): a guess for scoring
-        ahead (ChunkRunner.expect), never one the answer depends on."""
+        """The sample count of a verdict if the scores went on as seen: a guess, to score ahead."""
         x = np.asarray(scores, dtype=np.float64)
         seen = len(x)
         if seen == 0 or seen >= self.last_look:
@@ -238,7 +204,8 @@ class StoppingRule:
     def _next_look(self, x: FloatArray, capital: tuple[float, float]) -> int | None:
         seen = len(x)
         if self.method is IntervalMethod.WILSON:
-            return self.next_budget(seen)
+            # Fixed looks (Wilson's always has points): the next, None when they are spent.
+            return next((b for b in self._points or () if b > seen), None)
         if seen >= self.last_look:
             return None
         earliest = seen + self._samples_before_verdict(x, capital)
@@ -259,8 +226,7 @@ class StoppingRule:
         zeros_needed = math.floor(total + left - target - 1e-6)
         exact = max(1, min(ones_needed, zeros_needed + 1))
         up, down = capital
-        # Only draws before the exact bounds could decide matter; look at them in growing
-        # chunks, as the test usually becomes reachable within a few dozen.
+        # Only draws before the exact bounds matter; in growing chunks (a few dozen usually do).
         limit, horizon = min(left, exact), 64
         while True:
             horizon = min(horizon, limit)
@@ -390,8 +356,7 @@ def _betting_paths(x: FloatArray, tau: float, population: int) -> tuple[FloatArr
 def _bet_terms(
     x: FloatArray, tau: float, population: int, remaining: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
-    """Each draw's log growth of the up and down bets (``remaining``: the unseen count before
-    each draw), shared by the verdicts' sums and the guesses' running sums."""
+    """Each draw's log growth of the up and down bets (``remaining``: unseen before each)."""
     i = np.arange(1, len(x) + 1, dtype=np.float64)
     before = np.concatenate(([0.0], np.cumsum(x)[:-1]))
     c = np.clip((population * tau - before) / remaining, 1e-12, 1 - 1e-12)

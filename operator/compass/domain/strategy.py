@@ -1,9 +1,4 @@
-"""The runtime strategies a ParetoPolicy can choose (each a compass.domain.policy.Policy).
-
-Each is a pure ``decide(observation, state, now) -> (decision, state)`` over a plan, so the
-simulator, the tests and the operator run the same code (KEDA's scalers are chosen the same
-way: an enum in the spec, one implementation each).
-"""
+"""The runtime strategies a ParetoPolicy can choose (each a compass.domain.policy.Policy)."""
 
 from __future__ import annotations
 

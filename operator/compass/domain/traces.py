@@ -1,13 +1,5 @@
 """Public production arrival traces as the yardstick: windows cut, stretched and enumerated.
-
-Pure: it takes arrival offsets (seconds from the trace's start, sorted) and never reads a file
-(``compass.examples.load_trace(name)`` reads the shipped ones). One definition for every bench:
-a window is ``[start_s, start_s + length_s)`` of one trace, shifted to start at 0; stretching
-multiplies every offset by one factor so the window's mean rate is ``utilisation x capacity``
-of the front's fastest configuration, keeping the burst shape (bench/trace_windows.py deals the
-benches' tuning and held-out windows).
-The exact rules: docs/method.md, "Real load: trace windows".
-"""
+Pure (``compass.examples.load_trace`` reads them); docs/method.md, "Real load: trace windows"."""
 
 from __future__ import annotations
 
@@ -23,9 +15,7 @@ from compass.domain.errors import FieldError
 
 FloatArray = npt.NDArray[np.float64]
 
-# The traces shipped in compass/examples/traces/ (README.md there: source, licence, checksums),
-# and each one's span in seconds (its last offset; the first is 0). tests/unit/test_traces.py
-# checks these against the files.
+# The traces shipped in compass/examples/traces/ and each one's span (its last offset), s.
 TRACE_SPANS: Mapping[str, float] = {
     "azure-llm-code-2023": 3435.948056,
     "azure-llm-conv-2023": 3501.721937,
@@ -45,16 +35,6 @@ class TraceWindow:
     trace: str
     start_s: float
     length_s: float
-
-
-@dataclass(frozen=True)
-class StretchedWindow:
-    """A window's arrivals after stretching, from 0, and what the stretch did."""
-
-    window: TraceWindow
-    arrivals_s: FloatArray
-    factor: float
-    duration_s: float
 
 
 def _positive(field: str, value: float, example: str) -> float:
@@ -107,28 +87,20 @@ def cut_window(arrivals_s: npt.ArrayLike, window: TraceWindow) -> FloatArray:
     return shifted
 
 
-def stretch_factor(
-    arrivals: int, length_s: float, utilisation: float, capacity_qps: float
-) -> float:
-    """``(arrivals / length_s) / (utilisation x capacity_qps)``: what every gap is multiplied by."""
+def stretch_window(
+    arrivals_s: npt.ArrayLike, window: TraceWindow, utilisation: float, capacity_qps: float
+) -> FloatArray:
+    """The window cut from these offsets, stretched to mean rate ``utilisation x capacity_qps``."""
+    shifted = cut_window(arrivals_s, window)
     _positive("utilisation", utilisation, "0.7")
     _positive("capacity_qps", capacity_qps, "4.0")
-    _positive("length_s", length_s, "600")
-    if arrivals < 1:
+    if len(shifted) < 1:
         raise TraceError(
             "window", "it holds no arrival, so no stretch gives it a rate", "pick another window"
         )
-    return (arrivals / length_s) / (utilisation * capacity_qps)
-
-
-def stretch_window(
-    arrivals_s: npt.ArrayLike, window: TraceWindow, utilisation: float, capacity_qps: float
-) -> StretchedWindow:
-    """The window cut from these offsets, stretched to mean rate ``utilisation x capacity_qps``."""
-    shifted = cut_window(arrivals_s, window)
-    factor = stretch_factor(len(shifted), window.length_s, utilisation, capacity_qps)
+    factor = (len(shifted) / window.length_s) / (utilisation * capacity_qps)
     stretched: FloatArray = shifted * factor
-    return StretchedWindow(window, stretched, factor, window.length_s * factor)
+    return stretched
 
 
 def window_pattern(
@@ -138,8 +110,7 @@ def window_pattern(
     fastest_mean_ms: float,
     servers: int = 1,
 ) -> LoadPattern:
-    """The window as the simulator's trace pattern, stretched to ``utilisation`` of what the
-    front's fastest member serves on ``servers`` pods (one request at a time each)."""
+    """The window as a trace pattern, stretched to ``utilisation`` of the fastest on ``servers``."""
     capacity = servers * 1000.0 / _positive("fastest_mean_ms", fastest_mean_ms, "100")
     stretched = stretch_window(arrivals_s, window, utilisation, capacity)
-    return make_pattern(PatternKind.TRACE, 1, 1, trace_s=stretched.arrivals_s.tolist())
+    return make_pattern(PatternKind.TRACE, 1, 1, trace_s=stretched.tolist())
