@@ -114,7 +114,7 @@ def _workflow_statuses() -> dict[str, tuple[CompoundWorkflowStatus | None, str]]
     )
     seed = workflow_state.seed_state(spec, 2, {1: _state(spec, **FULL)})
     replanning, _ = workflow_status.start_status(
-        CompoundWorkflowStatus(), "rag", 1, spec, space, seed.data, NOW
+        CompoundWorkflowStatus(), "rag", 1, spec, space, seed, NOW
     )
     searched = {RESULT_KEY: _result([BEST], [BEST, WORSE])}
     done = workflow_steps.JobView("rag-search-g1", succeeded=1, complete=True)

@@ -7,11 +7,21 @@ the status it already has keeps the old time (only reason, message and generatio
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from compass.api.conditions import MESSAGE_CHARS, Condition
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event on a workflow or policy: posted once, on the transition it reports."""
+
+    type: str  # Normal or Warning
+    reason: str
+    message: str
 
 
 def one_line(text: str) -> str:

@@ -18,7 +18,12 @@ from compass.api.paretopolicy_status import (
     LaggingPod,
     RoutingStatus,
 )
-from compass.controllers.conditions import find_condition, parse_conditions, set_conditions
+from compass.controllers.conditions import (
+    Event,
+    find_condition,
+    parse_conditions,
+    set_conditions,
+)
 from compass.controllers.policy_decisions import NOT_PAUSED, Pause
 from compass.dataplane.triton import RouterState
 
@@ -252,15 +257,6 @@ def is_ready(conditions: Sequence[Mapping[str, Any]]) -> bool:
     return ready is not None and ready.status == "True"
 
 
-@dataclass(frozen=True)
-class PolicyEvent:
-    """A Kubernetes Event to post on the ParetoPolicy."""
-
-    type: str
-    reason: str
-    message: str
-
-
 # Refused slice addresses named in a message (an Event, the Ready condition): the first few.
 MAX_REFUSED_SHOWN = 5
 
@@ -279,11 +275,9 @@ def refused_endpoints(service: str, namespace: str, refused: Sequence[str]) -> s
     )
 
 
-def refused_event(service: str, namespace: str, refused: Sequence[str]) -> PolicyEvent:
+def refused_event(service: str, namespace: str, refused: Sequence[str]) -> Event:
     """EndpointsRefused: the slice addresses left out (posted when they change)."""
-    return PolicyEvent(
-        "Warning", "EndpointsRefused", refused_endpoints(service, namespace, refused)
-    )
+    return Event("Warning", "EndpointsRefused", refused_endpoints(service, namespace, refused))
 
 
 def switch_event(
@@ -292,17 +286,17 @@ def switch_event(
     queue_depth: float | None,
     reason: str,
     advisory: bool = False,
-) -> PolicyEvent:
+) -> Event:
     """ConfigurationSwitched (WouldSwitch in advisory mode: nothing switched): from -> to, the
     queue depth and why, on one line."""
     depth = "unknown" if queue_depth is None else f"{queue_depth:g}"
     message = f"{previous or 'none'} -> {target}: queue {depth}; {reason}"
-    return PolicyEvent("Normal", "WouldSwitch" if advisory else "ConfigurationSwitched", message)
+    return Event("Normal", "WouldSwitch" if advisory else "ConfigurationSwitched", message)
 
 
 def transition_events(
     previous: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]
-) -> list[PolicyEvent]:
+) -> list[Event]:
     """Events for conditions that changed: metrics lost or restored, Triton unreachable or
     reachable again, a switch failing; nothing while a state persists."""
     events = []
@@ -312,30 +306,30 @@ def transition_events(
     old_metrics_status = None if old_metrics is None else old_metrics.status
     if new_metrics is not None:
         if new_metrics.status == "False" and old_metrics_status != "False":
-            events.append(PolicyEvent("Warning", "MetricsLost", new_metrics.message))
+            events.append(Event("Warning", "MetricsLost", new_metrics.message))
         elif new_metrics.status == "True" and old_metrics_status == "False":
-            events.append(PolicyEvent("Normal", "MetricsRestored", new_metrics.message))
+            events.append(Event("Normal", "MetricsRestored", new_metrics.message))
     old_ready = find_condition(before, ConditionType.READY)
     new_ready = find_condition(after, ConditionType.READY)
     old_reason = None if old_ready is None else old_ready.reason
     loud = ("TritonUnreachable", "SwitchFailed", "InvalidSpec", "TargetNotAllowed")
     if new_ready is not None:
         if new_ready.reason in loud and new_ready.reason != old_reason:
-            events.append(PolicyEvent("Warning", new_ready.reason, new_ready.message))
+            events.append(Event("Warning", new_ready.reason, new_ready.message))
         elif old_reason == "TritonUnreachable" and new_ready.status == "True":
-            events.append(PolicyEvent("Normal", "TritonReachable", new_ready.message))
+            events.append(Event("Normal", "TritonReachable", new_ready.message))
     old_pause = find_condition(before, ConditionType.PAUSED)
     new_pause = find_condition(after, ConditionType.PAUSED)
     invalid = "InvalidPauseAnnotation"
     fresh = old_pause is None or old_pause.reason != invalid
     if new_pause is not None and new_pause.reason == invalid and fresh:
-        events.append(PolicyEvent("Warning", invalid, new_pause.message))
+        events.append(Event("Warning", invalid, new_pause.message))
     old_pods = find_condition(before, ConditionType.PODS_SERVING)
     new_pods = find_condition(after, ConditionType.PODS_SERVING)
     if new_pods is not None and new_pods.status == "False":
         # A new lagging set names its pods again; the same set persisting posts nothing.
         if old_pods is None or old_pods.status != "False" or old_pods.message != new_pods.message:
-            events.append(PolicyEvent("Warning", "PodsLagging", new_pods.message))
+            events.append(Event("Warning", "PodsLagging", new_pods.message))
     elif new_pods is not None and old_pods is not None and old_pods.status == "False":
-        events.append(PolicyEvent("Normal", "PodsServing", new_pods.message))
+        events.append(Event("Normal", "PodsServing", new_pods.message))
     return events

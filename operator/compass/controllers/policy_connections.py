@@ -106,27 +106,20 @@ def _routers(fleet: RouterFleet, compiled: CompiledPolicy, runtime: Runtime, ns:
     return fleet
 
 
-def _model_rewrite(
+def _gateway(
     fleet: RouterFleet, compiled: CompiledPolicy, runtime: Runtime, namespace: str
 ) -> Actuator:
-    """llm-d's InferenceModelRewrite named by routing.modelRewrite."""
-    assert compiled.rewrite is not None
-    return ModelRewriteActuator(runtime.api(), namespace, compiled.rewrite, compiled.plan)
-
-
-def _http_route(
-    fleet: RouterFleet, compiled: CompiledPolicy, runtime: Runtime, namespace: str
-) -> Actuator:
-    """The HTTPRoute named by routing.httpRoute, through the same gateway actuator."""
-    assert compiled.route is not None
-    return ModelRewriteActuator(runtime.api(), namespace, compiled.route, compiled.plan)
+    """llm-d's InferenceModelRewrite (routing.modelRewrite) or the HTTPRoute (routing.httpRoute)."""
+    target = compiled.route or compiled.rewrite
+    assert target is not None
+    return ModelRewriteActuator(runtime.api(), namespace, target, compiled.plan)
 
 
 # The actuators by routing.actuator, as KEDA's scalers by their trigger's type.
 ACTUATORS: dict[ActuatorType, ActuatorFactory] = {
     ActuatorType.TRITON: _routers,
-    ActuatorType.INFERENCE_MODEL_REWRITE: _model_rewrite,
-    ActuatorType.HTTP_ROUTE: _http_route,
+    ActuatorType.INFERENCE_MODEL_REWRITE: _gateway,
+    ActuatorType.HTTP_ROUTE: _gateway,
 }
 
 

@@ -1,12 +1,7 @@
-"""kopf handlers of CompoundWorkflow: thin adapters between the API server and the pure
-decisions of workflow_spec, workflow_state, workflow_status, workflow_plan and workflow_steps.
-
-``start_generation`` (create, spec change, operator start) validates the spec and starts the
-generation: its state ConfigMap, its search Job, its status. ``advance`` (a timer while the
-workflow is Searching, Profiling or Planning) reads the state and the Jobs and takes the step
-``decide`` returns. Neither keeps state in memory; every status write carries the
-resourceVersion it was decided on, so each transition, and its Event, happens once.
-"""
+"""kopf handlers of CompoundWorkflow, thin adapters to the pure workflow_* decisions:
+``start_generation`` starts a spec generation, ``advance`` (a timer) takes the next step. No
+state in memory; each status write carries the resourceVersion decided on, so a transition (and
+its Event) happens once."""
 
 from __future__ import annotations
 
@@ -34,6 +29,7 @@ from compass.controllers.builders import (
     routing_target,
     search_name,
 )
+from compass.controllers.conditions import Event
 from compass.controllers.job_pod_limits import authorize_job_pods
 from compass.controllers.ledgerbudget import MIB, LedgerBudgetBusyError
 from compass.controllers.ledgerchunks import text_limit
@@ -79,13 +75,11 @@ from compass.controllers.workflow_state import (
 )
 from compass.controllers.workflow_status import (
     ACTIVE_PHASES,
-    WorkflowEvent,
     invalid_status,
     job_progress,
-    ledger_refused_status,
+    ledger_unread_status,
     samples_evaluated,
     start_status,
-    state_taken_status,
 )
 from compass.controllers.workflow_steps import (
     Create,
@@ -129,8 +123,7 @@ def _write_status(
     resource_version: str,
     status: CompoundWorkflowStatus,
 ) -> bool:
-    """Merge-patch the status if the workflow is unchanged since resource_version; False if not
-    (changed meanwhile, or deleted: decide again)."""
+    """Merge-patch the status if unchanged since ``resource_version`` (False: decide again)."""
     wire = without_empty_strings(status.model_dump(mode="json", by_alias=True))
     return kubeapi.patch_status(
         client.CustomObjectsApi(api).patch_namespaced_custom_object_status,
@@ -163,7 +156,7 @@ def _status_of(body: Mapping[str, Any]) -> CompoundWorkflowStatus:
     return CompoundWorkflowStatus.model_validate(raw)
 
 
-def _post(body: Mapping[str, Any], event: WorkflowEvent | None) -> None:
+def _post(body: Mapping[str, Any], event: Event | None) -> None:
     if event is not None:
         kopf.event(
             kopf.Body(cast(kopf.RawBody, dict(body))),
@@ -201,9 +194,8 @@ def forget_deleted_workflow(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
-    """A deleted workflow's series go with it (watched, not a finalizer: nothing can block the
-    delete); a step still in flight counts nothing after. Every other event (the listing at
-    start-up included) exports its phase, so an alert on a Failed workflow outlives a restart."""
+    """A deleted workflow's series go (watched: no finalizer blocks the delete); any other event
+    exports its phase, so an alert on a Failed workflow outlives a restart."""
     if not name:
         return
     metrics = runtime_of(memo).metrics
@@ -239,11 +231,10 @@ def _supersede(api: client.ApiClient, namespace: str, name: str, uid: str, gener
 
 
 def _report_refused(workflow: Mapping[str, Any], message: str | None) -> None:
-    """A Warning Event and a log line for what a start refused of the workflow's states (a
-    gzip bomb, ConfigMaps not named as the operator names them); none of it is carried over."""
+    """A Warning Event and a log line for what a start refused of the states (not carried over)."""
     if message is not None:
         LOG.warning(message)
-        _post(workflow, WorkflowEvent("Warning", "LedgerRefused", message))
+        _post(workflow, Event("Warning", "LedgerRefused", message))
 
 
 def _create_job(
@@ -288,7 +279,7 @@ def _refuse_foreign(
         f"{error} in namespace {namespace}: the Jobs will not run with it; delete it (for the "
         "ServiceAccount, or set the operator's jobServiceAccount (Helm value) to a free prefix)"
     )
-    _post(workflow, WorkflowEvent("Warning", "ForeignJobAccount", message))
+    _post(workflow, Event("Warning", "ForeignJobAccount", message))
     return kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S)
 
 
@@ -300,22 +291,20 @@ def _refuse_taken(
     error: StateNameTakenError,
     now: str,
 ) -> kopf.TemporaryError:
-    """Retry later, with LedgerRead False and a Warning Event naming the ConfigMap that holds
-    the state's name (the status write may lose a race: the retry writes it again)."""
+    """Retry later, with LedgerRead False and a Warning naming the ConfigMap holding the name."""
     metadata = workflow["metadata"]
     message = str(error)
-    refused = state_taken_status(status, message, generation, now)
+    refused = ledger_unread_status(status, "StateNameTaken", message, generation, now)
     if refused != status:
         _write_status(
             api, metadata["namespace"], metadata["name"], metadata["resourceVersion"], refused
         )
-        _post(workflow, WorkflowEvent("Warning", "StateNameTaken", message))
+        _post(workflow, Event("Warning", "StateNameTaken", message))
     return kopf.TemporaryError(message, delay=STATE_TAKEN_RETRY_S)
 
 
 def _wait_for_collection(error: kubeapi.OwnedByAnotherError) -> kopf.TemporaryError:
-    """Retry later: the other owner is an earlier one of this name (a workflow, or a state
-    ConfigMap deleted by hand), being deleted."""
+    """Retry later: the other owner is an earlier one of this name, being deleted."""
     return kopf.TemporaryError(
         f"{error}, an earlier owner of this name: waiting for the garbage collector to delete it",
         delay=5,
@@ -350,8 +339,7 @@ def start_generation(name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 
 
 def _authorize(spec: CompoundWorkflowSpec, namespace: str, settings: OperatorSettings) -> None:
-    """InvalidSpecError naming the field if the spec reaches a target, runs an image or asks
-    for Job pods the operator's settings refuse."""
+    """InvalidSpecError naming the field if the settings refuse a target, an image or the pods."""
     authorize_workflow_targets(spec, namespace, settings.target_access())
     authorize_images(spec, settings.image, settings.allowed_job_images)
     authorize_job_pods(spec, settings.job_pod_limits())
@@ -380,7 +368,7 @@ def _start(
         if new != status:
             if not _write_status(api, namespace, name, version, new):
                 return False
-            _post(workflow, WorkflowEvent("Warning", error.reason, str(error)))
+            _post(workflow, Event("Warning", error.reason, str(error)))
         raise kopf.PermanentError(str(error)) from None
     try:
         ensure_service_account(api, workflow, job_account(settings, workflow))
@@ -430,9 +418,8 @@ def _start_state(
     memo: MutableMapping[str, Any],
     limit: int,
     now: str,
-) -> tuple[CompoundWorkflowStatus, WorkflowEvent, dict[int, StoredState]]:
-    """The generation's state ConfigMap (seeded from the one earlier state it may read) and
-    the status it starts with; the states found, to delete the earlier ones."""
+) -> tuple[CompoundWorkflowStatus, Event, dict[int, StoredState]]:
+    """The generation's (seeded) state and starting status; the states found, to delete."""
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
     listing = read_states(api, workflow, status, memo, limit)
@@ -444,7 +431,7 @@ def _start_state(
     states = listing.states
     if generation not in states:
         seed = seed_state(spec, generation, seedable(states))
-        create_state(api, workflow, spec, memo, seed.data)
+        create_state(api, workflow, spec, memo, seed)
         del seed  # its ledger is in the ConfigMap now: not held twice while re-reading
         # Re-read: if a racing start made it first, its ledger is what counts.
         states = read_states(api, workflow, status, memo, limit).states
@@ -453,7 +440,7 @@ def _start_state(
     new, event = start_status(status, name, generation, spec, space_size, state, now)
     new = new.model_copy(update={"ledger_config_map_uid": own.uid if own else None})
     if refused is not None:
-        new = ledger_refused_status(new, refused, generation, now)
+        new = ledger_unread_status(new, "StateRefused", refused, generation, now)
     return new, event, states
 
 
@@ -465,8 +452,7 @@ _SPEC_KEY = "compass_workflow_spec"
 def _spec_of(
     memo: MutableMapping[str, Any], generation: int, raw: Mapping[str, Any]
 ) -> CompoundWorkflowSpec:
-    """The generation's spec, parsed once per generation in this resource's memo: the poll
-    runs every few seconds, and start_generation has validated it (space included) already."""
+    """The generation's spec, parsed once in the memo (start_generation validated it already)."""
     cached = memo.get(_SPEC_KEY)
     if cached is None or cached[0] != generation:
         cached = memo[_SPEC_KEY] = (generation, parse_spec(raw))
@@ -590,8 +576,7 @@ def _apply_policy(
     generation: int,
     policy_spec: Mapping[str, Any],
 ) -> PolicyApply:
-    """Server-side apply the workflow's ParetoPolicy as decide_policy_apply says;
-    what was done (BLOCKED: why it could not be)."""
+    """Server-side apply the ParetoPolicy as decide_policy_apply says; what was done."""
     custom = client.CustomObjectsApi(api)
     metadata = workflow["metadata"]
     namespace, name = metadata["namespace"], policy_name(metadata["name"])

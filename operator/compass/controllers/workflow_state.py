@@ -12,7 +12,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -289,21 +289,6 @@ def seedable(states: Mapping[int, StoredState]) -> dict[int, dict[str, str]]:
     return {g: s.data for g, s in states.items() if s.read and s.refused is None}
 
 
-@dataclass(frozen=True)
-class Seed:
-    """What a new generation's state ConfigMap starts with, and where it came from."""
-
-    data: dict[str, str] = field(default_factory=dict)
-    ledger_from: int | None = None
-    result_from: int | None = None
-    profiles_from: int | None = None
-
-    @property
-    def ledger_facts(self) -> int:
-        """Lines of ledger carried over."""
-        return ledger_facts(self.data)
-
-
 def ledger_facts(state: Mapping[str, str]) -> int:
     """The ledger's recorded lines (batches of sample evaluations) in a state's data."""
     return sum(1 for line in state.get(LEDGER_KEY, "").splitlines() if line.strip())
@@ -311,7 +296,7 @@ def ledger_facts(state: Mapping[str, str]) -> int:
 
 def seed_state(
     spec: CompoundWorkflowSpec, generation: int, previous: Mapping[int, Mapping[str, str]]
-) -> Seed:
+) -> dict[str, str]:
     """Carry over from the newest earlier generation whose scores are still valid: its ledger
     while the dataset and evaluator are unchanged, its result while the search is, its profiles
     while the profiling is too (a new SLO alone is re-planned without any Job)."""
@@ -339,8 +324,8 @@ def seed_state(
                     seed[PROFILE_PARTIAL_KEY] = partial
         origin = {"ledger": earlier, "result": result_from, "profiles": profiles_from}
         seed[SEED_KEY] = json.dumps(origin, sort_keys=True)
-        return Seed(seed, earlier, result_from, profiles_from)
-    return Seed()
+        return seed
+    return {}
 
 
 def restarted_partial(text: str) -> str | None:

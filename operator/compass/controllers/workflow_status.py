@@ -12,7 +12,6 @@ The life of one spec generation::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from compass.api.compoundworkflow import (
@@ -23,7 +22,13 @@ from compass.api.compoundworkflow import (
 )
 from compass.api.conditions import Condition
 from compass.controllers.builders import PROFILES_KEY, RESULT_KEY, search_name
-from compass.controllers.conditions import find_condition, one_line, set_condition, set_conditions
+from compass.controllers.conditions import (
+    Event,
+    find_condition,
+    one_line,
+    set_condition,
+    set_conditions,
+)
 from compass.controllers.workflow_spec import InvalidSpecError
 from compass.controllers.workflow_state import ledger_facts, seed_origin, state_counts
 from compass.domain.statistics import IntervalMethod, describe_schedule
@@ -46,15 +51,6 @@ def workflow_condition(
         message=one_line(message),
         observed_generation=generation,
     )
-
-
-@dataclass(frozen=True)
-class WorkflowEvent:
-    """A Kubernetes Event on the workflow: posted once, when its transition is written."""
-
-    type: str  # Normal or Warning
-    reason: str
-    message: str
 
 
 # ---------------------------------------------------------------------------- starting a generation
@@ -119,25 +115,12 @@ def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> Com
     )
 
 
-def ledger_refused_status(
-    status: CompoundWorkflowStatus, message: str, generation: int, now: str
+def ledger_unread_status(
+    status: CompoundWorkflowStatus, reason: str, message: str, generation: int, now: str
 ) -> CompoundWorkflowStatus:
-    """The status with LedgerRead=False naming the state ConfigMaps a start refused to read."""
-    condition = workflow_condition(
-        WorkflowConditionType.LEDGER_READ, "False", "StateRefused", message, generation
-    )
-    return status.model_copy(
-        update={"conditions": set_condition(status.conditions, condition, now)}
-    )
-
-
-def state_taken_status(
-    status: CompoundWorkflowStatus, message: str, generation: int, now: str
-) -> CompoundWorkflowStatus:
-    """The status with LedgerRead=False: another's ConfigMap holds the state's name."""
-    condition = workflow_condition(
-        WorkflowConditionType.LEDGER_READ, "False", "StateNameTaken", message, generation
-    )
+    """The status with LedgerRead=False: StateRefused (states a start refused to read) or
+    StateNameTaken (another's ConfigMap holds the state's name)."""
+    condition = workflow_condition(_LR, "False", reason, message, generation)
     return status.model_copy(
         update={"conditions": set_condition(status.conditions, condition, now)}
     )
@@ -151,7 +134,7 @@ def start_status(
     space_size: int,
     state: Mapping[str, str],
     now: str,
-) -> tuple[CompoundWorkflowStatus, WorkflowEvent]:
+) -> tuple[CompoundWorkflowStatus, Event]:
     """The status of a generation just started from its state ConfigMap, and its Event.
 
     Profiles carried over: Planning (the timer plans at once). Otherwise Searching: the search
@@ -194,9 +177,7 @@ def start_status(
         status = previous.model_copy(
             update={**update, "phase": Phase.PLANNING, "search_job": None, "conditions": conditions}
         )
-        return summarized(status, generation, now), WorkflowEvent(
-            "Normal", "PlanningStarted", message
-        )
+        return summarized(status, generation, now), Event("Normal", "PlanningStarted", message)
     if origin["result"] is not None and state.get(RESULT_KEY):
         message = (
             f"generation {generation}: the search is unchanged; reusing the result of "
@@ -227,7 +208,7 @@ def start_status(
             "conditions": conditions,
         }
     )
-    return summarized(status, generation, now), WorkflowEvent("Normal", "SearchStarted", message)
+    return summarized(status, generation, now), Event("Normal", "SearchStarted", message)
 
 
 def _budgets_text(spec: CompoundWorkflowSpec) -> str:

@@ -30,7 +30,7 @@ from compass.controllers.builders import (
     profile_name,
     search_name,
 )
-from compass.controllers.conditions import find_condition, one_line, set_conditions
+from compass.controllers.conditions import Event, find_condition, one_line, set_conditions
 from compass.controllers.workflow_plan import PlanOutcome, plan_policy, review_command
 from compass.controllers.workflow_state import (
     feasible_set_empty_message,
@@ -41,7 +41,6 @@ from compass.controllers.workflow_state import (
 from compass.controllers.workflow_status import (
     ACTIVE_PHASES,
     AWAITING_REVIEW,
-    WorkflowEvent,
     summarized,
     workflow_condition,
 )
@@ -169,7 +168,7 @@ class Step:
     status: CompoundWorkflowStatus | None = None
     create: tuple[Create, ...] = ()
     policy_spec: dict[str, Any] | None = None
-    event: WorkflowEvent | None = None
+    event: Event | None = None
 
 
 def decide(observation: GenerationObservation, now: str) -> Step:
@@ -217,7 +216,7 @@ def _lost_state(observation: GenerationObservation, now: str) -> Step:
     return Step(
         status=status,
         create=(Create.STATE, Create.SEARCH_JOB),
-        event=WorkflowEvent("Warning", "SearchStarted", message),
+        event=Event("Warning", "SearchStarted", message),
     )
 
 
@@ -236,16 +235,14 @@ def _searching(observation: GenerationObservation, state: Mapping[str, str], now
             phase=Phase.FAILED,
             **counts,
         )
-        return Step(status=status, event=WorkflowEvent("Warning", "SearchFailed", message))
+        return Step(status=status, event=Event("Warning", "SearchFailed", message))
     if job is not None and job.complete:
         return _no_output(observation, job, now, "search")
-    if job is None and result is None:
-        # Started but the Job is missing (deleted by hand, or the start was cut short):
-        # create it again; it resumes from the ledger.
-        status = _update(observation, now, [], **counts)
-        return Step(status=_changed(observation.status, status), create=(Create.SEARCH_JOB,))
+    # Started but the Job is missing (deleted by hand, or the start was cut short): create it
+    # again; it resumes from the ledger.
+    create = (Create.SEARCH_JOB,) if job is None and result is None else ()
     status = _update(observation, now, [], **counts)
-    return Step(status=_changed(observation.status, status))
+    return Step(status=_changed(observation.status, status), create=create)
 
 
 # What each Job must write, and how its absence after a Complete Job is reported:
@@ -263,7 +260,7 @@ def _no_output(
     key, type_, reason, event = _OUTPUTS[role]
     message = f"{role} Job {job.name} completed without writing {key}"
     status = _update(observation, now, [(type_, "False", reason, message)], phase=Phase.FAILED)
-    return Step(status=status, event=WorkflowEvent("Warning", event, message))
+    return Step(status=status, event=Event("Warning", event, message))
 
 
 def _changed(
@@ -308,7 +305,7 @@ def _search_done(
             phase=Phase.FAILED,
             **counts,
         )
-        return Step(status=status, event=WorkflowEvent("Warning", "FeasibleSetEmpty", message))
+        return Step(status=status, event=Event("Warning", "FeasibleSetEmpty", message))
     job = profile_name(observation.workflow, observation.generation)
     status = _update(
         observation,
@@ -330,7 +327,7 @@ def _search_done(
     return Step(
         status=status,
         create=(Create.PROFILE_JOB,),
-        event=WorkflowEvent("Normal", "SearchSucceeded", f"{summary}; profiling Job {job}"),
+        event=Event("Normal", "SearchSucceeded", f"{summary}; profiling Job {job}"),
     )
 
 
@@ -347,7 +344,7 @@ def _profiling(observation: GenerationObservation, now: str) -> Step:
             ],
             phase=Phase.FAILED,
         )
-        return Step(status=status, event=WorkflowEvent("Warning", "ProfilingFailed", message))
+        return Step(status=status, event=Event("Warning", "ProfilingFailed", message))
     if job is not None and job.complete:
         return _no_output(observation, job, now, "profiling")
     if job is None:
@@ -432,7 +429,7 @@ def _planning(observation: GenerationObservation, state: Mapping[str, str], now:
             ],
             phase=Phase.FAILED,
         )
-        return Step(status=status, event=WorkflowEvent("Warning", "PlanFailed", outcome.message))
+        return Step(status=status, event=Event("Warning", "PlanFailed", outcome.message))
     name = policy_name(observation.workflow)
     if not observation.spec.auto_apply:
         return _planned(observation, outcome, profiled_ok, now)
@@ -448,7 +445,7 @@ def _planning(observation: GenerationObservation, state: Mapping[str, str], now:
     return Step(
         status=status,
         policy_spec=outcome.policy_spec,
-        event=WorkflowEvent("Normal", "PolicyReady", message),
+        event=Event("Normal", "PolicyReady", message),
     )
 
 
@@ -477,12 +474,12 @@ def _planned(
         phase=Phase.PLANNED,
         planned_policy=manifest,
     )
-    return Step(status=status, event=WorkflowEvent("Normal", "PolicyPlanned", message))
+    return Step(status=status, event=Event("Normal", "PolicyPlanned", message))
 
 
 def policy_blocked(
     observation: GenerationObservation, reason: str, message: str, now: str
-) -> tuple[CompoundWorkflowStatus, WorkflowEvent | None]:
+) -> tuple[CompoundWorkflowStatus, Event | None]:
     """Planned, but the ParetoPolicy cannot be written yet: stay in Planning and say why.
 
     The Event goes out only the first time this reason is reported.
@@ -495,4 +492,4 @@ def policy_blocked(
         phase=Phase.PLANNING,
     )
     fresh = before is None or before.reason != reason
-    return status, WorkflowEvent("Warning", reason, message) if fresh else None
+    return status, Event("Warning", reason, message) if fresh else None
