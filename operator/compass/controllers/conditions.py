@@ -1,8 +1,4 @@
-"""The one way to update a status's conditions, as apimachinery's meta helpers do for Go.
-
-A condition's lastTransitionTime says when its status last changed, so setting a condition with
-the status it already has keeps the old time (only reason, message and generation move).
-"""
+"""The one way to update a status's conditions, as apimachinery's meta helpers do for Go."""
 
 from __future__ import annotations
 
@@ -35,9 +31,8 @@ def find_condition(conditions: Iterable[Condition], type_: str) -> Condition | N
 
 
 def set_condition(conditions: Sequence[Condition], new: Condition, now: str) -> list[Condition]:
-    """The conditions with ``new`` in place of its type's (appended if absent; one per type);
-    its lastTransitionTime is ``now`` when the status changed, else the old one (``new``'s own
-    is ignored)."""
+    """The conditions with ``new`` in place of its type's (appended if absent); lastTransitionTime
+    ``now`` when its status changed, else the old one."""
     old = find_condition(conditions, new.type)
     unchanged = old is not None and old.status == new.status
     kept = old.last_transition_time if old is not None and unchanged else None
@@ -60,9 +55,7 @@ def set_conditions(
 
 
 def parse_conditions(raw: Iterable[Mapping[str, Any]]) -> list[Condition]:
-    """Conditions from a status on the wire (camelCase). An entry that is no condition is left
-    out: the CRD schema admits none, and one bad entry must not stop a controller that rewrites
-    the list anyway."""
+    """Conditions from a status on the wire (camelCase); an entry that is none is left out."""
     parsed = []
     for entry in raw:
         try:

@@ -13,16 +13,12 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-# FIELD_MANAGER: who owns the fields the operator applies (kubectl get -o yaml
-# --show-managed-fields); a person's or another tool's stay theirs, a re-plan changes only these.
-# controller_uid is pure, so it lives beside owner_reference, where the pure decisions take it.
+# controller_uid is pure: it lives beside owner_reference, where the pure decisions take it.
 from compass.controllers.builders import FIELD_MANAGER
 from compass.controllers.builders import controller_uid as controller_uid
 
 # (connect, read) seconds for every call: without one, a half-open connection blocks a handler
-# thread forever and the routing silently stops being controlled. Generous for calls answered in
-# milliseconds (a false timeout costs only a retry: every handler is idempotent); urllib3 retries
-# a timed-out GET, PUT or DELETE 3 times, so such a call can last 4 times this.
+# thread forever. Generous (a false timeout costs only a retry); urllib3 retries a GET 3 times.
 REQUEST_TIMEOUT_S: tuple[float, float] = (5.0, 15.0)
 
 # What a failed call raises: the server's answer, or no answer (refused, reset, timed out).
@@ -234,11 +230,8 @@ def apply(
     )
 
 
-# The 422 of a JSON patch that did not apply to the object as it is now: an API server that says
-# why names the failed ``test`` op (evanphx/json-patch: "testing value <path> failed"); others
-# (1.20, say) answer only this generic line, with no causes, for a failed test op and a path that
-# is missing alike. A patch that applied but made the object invalid is a 422 that names the
-# object and the field ("Gadget "g" is invalid: metadata.labels: ...").
+# The 422 of a JSON patch that did not apply: the failed ``test`` op named, or (1.20, say) only
+# this generic line with no causes; one that made the object invalid names the field instead.
 _TEST_FAILED = re.compile(r"\btesting value \S* ?failed", re.IGNORECASE)
 _NOT_APPLIED = "the server rejected our request due to an error in our request"
 

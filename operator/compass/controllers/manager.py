@@ -337,9 +337,8 @@ def run(
     started_ns = time.time_ns()
     peering = peering_of(settings, started_ns)
     identity = own_identity(started_ns)
-    # Not an import for its names: importing compass.controllers.handlers registers every handler
-    # with kopf's default registry, which only the running operator wants (and after the
-    # settings are read: workflow_handlers reads its poll interval at import).
+    # Registers every handler with kopf's default registry, which only the running operator
+    # wants (and after the settings are read: workflow_handlers reads one at import).
     import compass.controllers.handlers  # noqa: F401
 
     configure_logging(settings.log_level, settings.log_format)

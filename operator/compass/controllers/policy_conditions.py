@@ -1,9 +1,5 @@
-"""A ParetoPolicy's conditions and the Events posted on their transitions.
-
-``health_conditions`` turns what a tick found into Ready, MetricsAvailable, Degraded, Paused,
-PodsServing and PerRequestBinding; ``merge_conditions`` keeps lastTransitionTime while a condition's status does not
-change; ``transition_events`` posts Events on transitions only, never while a state persists.
-"""
+"""A ParetoPolicy's conditions (``health_conditions``: what a tick found), merged keeping their
+lastTransitionTime, and the Events posted on their transitions, never while a state persists."""
 
 from __future__ import annotations
 
@@ -59,12 +55,7 @@ def binding_condition(
     modelled: tuple[int, int],
     per_request: bool = True,
 ) -> Condition | None:
-    """PerRequestBinding, from what each pod's router reported: True where every pod binds
-    each request behind its gate; False, naming the pods, where a router cannot bind (an older
-    image) or has no gate (it binds only requests that carry compass_deadline_ns), the rest
-    being served by the policy's whole-workflow ``strategy``, and where the policy asks for
-    whole-workflow serving (not ``per_request``); False where a router's gate runs other
-    slots than the ``modelled`` (instances, slots). None: no pod reported."""
+    """PerRequestBinding from what each pod's router reported (None: no pod reported)."""
     kind = ConditionType.PER_REQUEST_BINDING.value
     if not per_request:
         return Condition(
@@ -152,8 +143,7 @@ def _pods_condition(routing: RoutingStatus, active: str | None) -> Condition:
 
 
 def health_conditions(health: Health) -> list[Condition]:
-    """Ready, MetricsAvailable (when the metrics were tried), Degraded, Paused and (when the
-    pods were reached) PodsServing."""
+    """Ready, MetricsAvailable (metrics tried), Degraded, Paused, PodsServing (pods reached)."""
     ready = ConditionType.READY.value
     if health.spec_error is not None:
         return [
@@ -241,9 +231,7 @@ def merge_conditions(
     now_iso: str,
     generation: int | None,
 ) -> list[dict[str, Any]]:
-    """The new condition list (camelCase): updated ones replace theirs (keeping
-    lastTransitionTime while their status is unchanged), the others stay as they were; in
-    ConditionType order, unknown types last."""
+    """The new condition list (camelCase): ``updates`` set, in ConditionType order."""
     stamped = [u.model_copy(update={"observed_generation": generation}) for u in updates]
     merged = set_conditions(parse_conditions(previous), stamped, now_iso)
     order = [t.value for t in ConditionType]
@@ -287,8 +275,7 @@ def switch_event(
     reason: str,
     advisory: bool = False,
 ) -> Event:
-    """ConfigurationSwitched (WouldSwitch in advisory mode: nothing switched): from -> to, the
-    queue depth and why, on one line."""
+    """ConfigurationSwitched (advisory: WouldSwitch): from -> to, the queue depth and why."""
     depth = "unknown" if queue_depth is None else f"{queue_depth:g}"
     message = f"{previous or 'none'} -> {target}: queue {depth}; {reason}"
     return Event("Normal", "WouldSwitch" if advisory else "ConfigurationSwitched", message)
@@ -297,8 +284,7 @@ def switch_event(
 def transition_events(
     previous: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]
 ) -> list[Event]:
-    """Events for conditions that changed: metrics lost or restored, Triton unreachable or
-    reachable again, a switch failing; nothing while a state persists."""
+    """Events for the conditions that changed (metrics, Triton, switch, pause, pods)."""
     events = []
     before, after = parse_conditions(previous), parse_conditions(current)
     old_metrics = find_condition(before, ConditionType.METRICS_AVAILABLE)

@@ -1,7 +1,5 @@
-"""A ParetoPolicy's connections: the routers of its target and its metrics source, with the
-Secrets they are built from (metrics credentials, routing.tls), read when due and rebuilt only
-when they changed. I/O through compass.controllers.kubeapi; the decisions on a Secret's content
-are compass.controllers.metricsauth's."""
+"""A ParetoPolicy's connections: its target's routers and its metrics source, rebuilt only when
+they or the Secrets they are built from (read when due) changed."""
 
 from __future__ import annotations
 
@@ -38,9 +36,7 @@ ROUTER_BACKOFF_S = 0.05
 
 @dataclass
 class Connections:
-    """The routers (one per pod) and the metrics source of one routing target, with what the
-    source's credentials were built from (the Secret's resourceVersion, when it was read, and
-    why the credentials are unavailable, if they are)."""
+    """The routers (one per pod) and the metrics source of one target, and its Secrets' state."""
 
     key: tuple[
         str | None, str | None, str, MetricsTarget, TritonTls | None, ModelRewriteTarget | None
@@ -67,8 +63,7 @@ def connect(
     now: float,
     namespace: str,
 ) -> Connections:
-    """The routers and metrics source for the compiled target (reused while it holds; the
-    source rebuilt when its Secret changed)."""
+    """The routers and metrics source of the compiled target (reused while it holds)."""
     target = compiled.metrics
     key = (
         compiled.service,
@@ -130,9 +125,8 @@ def routing_tls(
     now: float,
     namespace: str,
 ) -> None:
-    """The routers' TLS as spec.routing.tls's Secret says: read when due (as the metrics
-    credentials are), the clients reconnected only when the Secret changed; RoutingError naming
-    the Secret, the key and the fix while it cannot be had (the routers are then unreachable)."""
+    """The routers' TLS from spec.routing.tls's Secret, read when due, reconnecting on a change;
+    RoutingError naming the Secret, the key and the fix while it cannot be had."""
     tls = compiled.tls
     if tls is None:
         return
@@ -182,8 +176,7 @@ def _refresh_source(
     now: float,
     namespace: str,
 ) -> None:
-    """Build the metrics source, reading its Secret (if any) when due: first, after a 401 or
-    403, and periodically, rebuilding only when the Secret's resourceVersion changed."""
+    """Build the metrics source, its Secret read when due (first, after a 401/403, periodically)."""
     target = compiled.metrics
     name = metricsauth.secret_name(target.authentication)
     rejected = bool(getattr(connections.source, "auth_rejected", False))
@@ -240,8 +233,7 @@ def _refresh_source(
 def _unavailable(
     connections: Connections, compiled: CompiledPolicy, problem: str, logger: kopf.Logger
 ) -> None:
-    """The metrics cannot be read until the credentials are fixed: a source that says why
-    (logged once per change; the message names the Secret and key, never a value)."""
+    """A source that says why the metrics cannot be read (logged once a change, no Secret value)."""
     if problem != connections.credentials_problem:
         logger.warning(f"metrics credentials unavailable: {problem}")
     connections.credentials_problem = problem
@@ -255,8 +247,7 @@ def _source(
     auth: HttpAuth | None,
     shared: SharedReads | None = None,
 ) -> QueueDepthSource:
-    """The metrics source of the compiled target, with these credentials; its reads shared
-    with every other policy's source reading the same in a tick."""
+    """The target's metrics source, its reads shared with every policy's reading the same."""
     target, fleet = compiled.metrics, connections.router
     if target.url is None:  # Triton's /metrics of every pod
         return FleetQueueDepth(
@@ -276,8 +267,7 @@ def _source(
 
 
 def _unreadable(error: BaseException) -> str:
-    """Why a Secret could not be read: the status alone (nothing of the answer, which a proxy
-    could fill, is shown)."""
+    """Why a Secret could not be read: the status alone (a proxy could fill the answer)."""
     status = getattr(error, "status", None)
     if status == 403:
         return (

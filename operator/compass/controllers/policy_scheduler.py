@@ -1,11 +1,6 @@
 """One scheduler for every ParetoPolicy this process acts on: a thousand policies decide every
-second on one clock and one pool of worker threads, not a thousand kopf timers.
-
-kopf still watches, peers and handles: its one daemon per policy only sleeps, adding the policy
-here while kopf would have run its timer. Each tick starts a round of shared metrics reads
-(SharedReads), then runs every due policy's tick on the pool (never one twice at once); each
-tick says when its policy is due again.
-"""
+second on one clock and one pool of worker threads, not a thousand kopf timers (kopf's daemon per
+policy only sleeps); each round starts shared metrics reads, then runs the due ticks."""
 
 from __future__ import annotations
 
@@ -83,8 +78,7 @@ class PolicyScheduler:
         return self
 
     def remove(self, key: PolicyKey, tick: TickFn | None = None) -> None:
-        """Tick it no more (a tick in flight finishes); with ``tick``, only that entry (a
-        daemon that ended after its successor was added removes nothing)."""
+        """Tick it no more; with ``tick``, only that entry (not a successor added meanwhile)."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and (tick is None or entry.tick is tick):
@@ -138,8 +132,7 @@ class PolicyScheduler:
         return self._pool
 
     def _drain(self, queue: deque[Scheduled], now: float, wall: float) -> None:
-        """Run the round's due ticks, the next one not yet started each time, until none is
-        left (or the scheduler stops: what is left is not started, as cancelled futures)."""
+        """Run the round's due ticks until none is left (or the scheduler stops)."""
         while not self._stop.is_set():
             try:
                 entry = queue.popleft()

@@ -1,5 +1,4 @@
-"""A CompoundWorkflow's status: its conditions, the Ready summary, a generation's start, and
-what a status write counts for the metrics.
+"""A CompoundWorkflow's status: its conditions, Ready, a generation's start, the metrics' counts.
 
 The life of one spec generation::
 
@@ -82,8 +81,7 @@ _LR = WorkflowConditionType.LEDGER_READ
 
 
 def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> CompoundWorkflowStatus:
-    """The status with Ready and the completion time as its phase says: True once the policy
-    is written; False with the failing condition's reason, or with the phase while it works."""
+    """The status with Ready and the completion time as its phase says."""
     others = [c for c in status.conditions if c.type != WorkflowConditionType.READY]
     if status.phase is Phase.READY:
         ready = ("True", "PolicyReady", f"ParetoPolicy {status.policy} serves the planned front")
@@ -118,8 +116,7 @@ def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> Com
 def ledger_unread_status(
     status: CompoundWorkflowStatus, reason: str, message: str, generation: int, now: str
 ) -> CompoundWorkflowStatus:
-    """The status with LedgerRead=False: StateRefused (states a start refused to read) or
-    StateNameTaken (another's ConfigMap holds the state's name)."""
+    """The status with LedgerRead False (StateRefused, or StateNameTaken: another has the name)."""
     condition = workflow_condition(_LR, "False", reason, message, generation)
     return status.model_copy(
         update={"conditions": set_condition(status.conditions, condition, now)}
@@ -135,11 +132,8 @@ def start_status(
     state: Mapping[str, str],
     now: str,
 ) -> tuple[CompoundWorkflowStatus, Event]:
-    """The status of a generation just started from its state ConfigMap, and its Event.
-
-    Profiles carried over: Planning (the timer plans at once). Otherwise Searching: the search
-    Job runs, or, when the result was carried over, the timer moves on at its first tick.
-    """
+    """A generation's status and Event at its start: Planning when the profiles were carried over,
+    else Searching (the search Job runs, or the timer moves on at once with a carried result)."""
     origin = seed_origin(state)
     valid = f"{space_size} configurations in the space"
     conditions = set_condition(
@@ -232,10 +226,8 @@ _JOB_RESULTS = {"Unknown": "started", "True": "succeeded", "False": "failed"}
 def job_progress(
     before: CompoundWorkflowStatus, after: CompoundWorkflowStatus
 ) -> tuple[tuple[str, str], ...]:
-    """The Job transitions a status write makes, as (search|profiling, started|succeeded|
-    failed): the Job's condition turned Unknown, True or False, or the same for a newer
-    generation. A result or profiles reused from an earlier generation ran no Job here and
-    count nothing, and a condition written again unchanged counts once."""
+    """The Job transitions a status write makes, as (search|profiling, started|succeeded|failed);
+    a result or profiles reused ran no Job, and a condition written again counts once."""
     progress = []
     for stage, type_, job_field in _JOB_CONDITIONS:
         new = find_condition(after.conditions, type_)
@@ -254,8 +246,7 @@ def job_progress(
 
 
 def samples_evaluated(before: CompoundWorkflowStatus, after: CompoundWorkflowStatus) -> int:
-    """New sample evaluations between two statuses of one generation (a new generation's
-    count starts from what it carried over, which was counted when it was evaluated)."""
+    """New sample evaluations between two statuses of a generation (none across generations)."""
     if before.observed_generation != after.observed_generation:
         return 0
     return max(0, (after.samples_used or 0) - (before.samples_used or 0))

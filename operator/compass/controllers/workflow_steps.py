@@ -1,10 +1,5 @@
-"""The CompoundWorkflow controller's next step: a pure function from what is observed to what next.
-
-No I/O: compass.controllers.workflow_handlers reads the workflow, its state ConfigMap, its Jobs
-and their pods into a GenerationObservation, calls ``decide``, and carries out the Step it
-returns. Everything a decision needs lives in the cluster, so a restarted operator decides
-exactly as the one before it would have.
-"""
+"""The CompoundWorkflow controller's next step: a pure function from what is observed to what next
+(``decide``); everything it needs lives in the cluster, so a restarted operator decides alike."""
 
 from __future__ import annotations
 
@@ -93,11 +88,8 @@ def job_view(job: Mapping[str, Any]) -> JobView:
 
 
 def pod_failure_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
-    """The last failed pod's termination message as one line, or None if no pod said anything.
-
-    A compass Job prints its error last as `compass job ROLE: ...`; other programs' last
-    non-empty line is taken.
-    """
+    """The last failed pod's termination message as one line (its `compass job ROLE: ...` line, else
+    its last); None if no pod said anything."""
     found: list[tuple[str, str, int, str]] = []
     for pod in pods:
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
@@ -159,11 +151,8 @@ class GenerationObservation:
 
 @dataclass(frozen=True)
 class Step:
-    """What to do: objects to create, a policy to apply, the status to write, an Event.
-
-    The Event is posted only when the status write wins (optimistic concurrency), so a
-    transition is announced once even when two handlers race.
-    """
+    """What to do: objects to create, a policy to apply, the status to write, and an Event, posted
+    only when the status write wins (so a transition is announced once, however handlers race)."""
 
     status: CompoundWorkflowStatus | None = None
     create: tuple[Create, ...] = ()
@@ -369,9 +358,7 @@ def _profiling(observation: GenerationObservation, now: str) -> Step:
 
 
 def profile_progress_message(progress: Mapping[str, Any]) -> str | None:
-    """The profiling Job's progress (profile-progress.json) as a condition message: what it
-    measures, done of total, on how many pods, its rate and ETA, and its time against the
-    bound; None when there is nothing to say (done)."""
+    """The profiling Job's progress (profile-progress.json) as a condition message; None: done."""
     phase = progress.get("phase")
     if phase == "stopped":
         return _short(progress.get("message")) or "profiling stopped at its time bound"
@@ -480,10 +467,7 @@ def _planned(
 def policy_blocked(
     observation: GenerationObservation, reason: str, message: str, now: str
 ) -> tuple[CompoundWorkflowStatus, Event | None]:
-    """Planned, but the ParetoPolicy cannot be written yet: stay in Planning and say why.
-
-    The Event goes out only the first time this reason is reported.
-    """
+    """Stay in Planning, saying why the ParetoPolicy cannot be written yet (an Event per reason)."""
     before = find_condition(observation.status.conditions, WorkflowConditionType.POLICY_READY)
     status = _update(
         observation,
