@@ -1,5 +1,5 @@
-"""What the operator may do through the Kubernetes API: the rules its Helm chart grants (the
-tests check the chart grants exactly these; a handler that needs a new verb adds it in both)."""
+"""What the operator may do through the Kubernetes API: the rules its Helm chart grants, which the
+tests check the chart against (a handler that needs a new verb adds it here and in the chart)."""
 
 from __future__ import annotations
 
