@@ -1,5 +1,4 @@
-"""The oldest claim on each routing target, worked out once while kopf's claims index holds the
-same claims (n policies on one router: O(1) a tick, not O(n^2) a round)."""
+"""The oldest claim on each routing target, worked out once while kopf's claims index holds."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The garbage collector of an operator process whose heap is mostly long-lived policy data: what
-survived a while is frozen (a full collection held every tick for up to a second at a thousand
-policies), and everything is thawed and collected once every ``thaw_s``."""
+"""The GC of a process of long-lived policy data: the old frozen, all collected every ``thaw_s``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The Triton pods behind a Service, from its EndpointSlices (v1 or v1beta1): pure, no I/O. Anyone
-who may write slices can list any address, so only a Pod of the policy's namespace at that
-address (``admitted``, by the Pod index) or an allowedHosts address is switched and scraped."""
+"""The Triton pods behind a Service, from its EndpointSlices; only ``admitted`` entries count."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Fencing: an operator switches routers only while no standby can have taken over from it. An
-accepted keep-alive opens the fence until its send time plus the peering lifetime, less a margin
-(monotonic clock). Pure; why: docs/operations.md, "One actor"."""
+"""Fencing: act only while no standby can have taken over (docs/operations.md, "One actor")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""Releasing kopf's finalizers once the operator is gone for good (`compass operator
-release-finalizers`, the chart's post-delete hook): only a running operator removes them, and
-nothing of compass's needs them then (what a workflow or policy made is owned by it)."""
+"""Releasing kopf's finalizers once the operator is gone for good (the post-delete hook)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,11 +93,7 @@ def release_finalizers(api: client.ApiClient, namespaces: Sequence[str] | None) 
 
 
 def wait_for_pods_gone(
-    api: client.ApiClient,
-    namespace: str,
-    selector: str,
-    timeout_s: float,
-    sleep: Callable[[float], None] = time.sleep,
+    api: client.ApiClient, namespace: str, selector: str, timeout_s: float
 ) -> None:
     """Return once no operator pod (which would put its finalizers back) matches ``selector``."""
     core = client.CoreV1Api(api)
@@ -114,4 +108,4 @@ def wait_for_pods_gone(
                 f"the operator's pods ({names}) in namespace {namespace} did not go within "
                 f"{timeout_s:g} s"
             )
-        sleep(1.0)
+        time.sleep(1.0)

@@ -1,7 +1,4 @@
-"""The gateway as an actuator: a policy's mix as an llm-d InferenceModelRewrite's target weights,
-or an HTTPRoute's backendRef weights across InferencePools (the simulator's weighted split),
-applied server-side as their own field manager, never forced: another manager's weights are
-reported (SwitchFailed), not fought over. A deleted policy leaves its last weights serving."""
+"""The gateway as an actuator: a mix as InferenceModelRewrite or HTTPRoute weights, never forced."""
 
 from __future__ import annotations
 

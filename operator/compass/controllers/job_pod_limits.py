@@ -1,6 +1,4 @@
-"""What a CompoundWorkflow may ask for its Jobs' pods (tolerations, node selectors, resources,
-priority and runtime classes) within the chart's limits, and the pure check refusing a spec past
-them (JobPodNotAllowed); docs/operations.md, "What a workflow's Jobs may ask for"."""
+"""What a CompoundWorkflow may ask for its Jobs' pods within the chart's limits (jobPods)."""
 
 from __future__ import annotations
 

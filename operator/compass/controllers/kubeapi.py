@@ -1,5 +1,4 @@
-"""The operator's Kubernetes I/O: each call with a request timeout, answered as JSON (the wire
-format); a 404 or 409 that a caller must tell apart raised as NotFoundError or ConflictError."""
+"""The operator's Kubernetes I/O: each call with a timeout, its JSON, 404 and 409 typed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""How much ledger text the operator holds inflated at once, across all workflows: a start
-reserves its bound before it reads a ledger, waiting its turn past the budget."""
+"""How much ledger text the operator holds inflated at once, across all workflows."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""The search ledger as gzip chunks in ConfigMaps: pure encoding, ordering, sizing and write
-batching. Past ``HOT_BUDGET`` the state's keys and new lines go into a new chunk ConfigMap,
-written once (etcd stores every revision of a whole object); docs/operations.md, "The search
-ledger in ConfigMaps"."""
+"""The search ledger as gzip chunks in ConfigMaps (docs/operations.md, "The search ledger")."""
 
 from __future__ import annotations
 

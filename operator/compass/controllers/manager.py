@@ -1,7 +1,4 @@
-"""The operator process (`compass operator`): kopf in-process, liveness and metrics endpoints.
-
-One operator acts on a policy: with peering (`--peering NAME`, the chart's) the live peer of the
-highest priority, fenced while the API server accepts none of its keep-alives; else run one."""
+"""The operator process (`compass operator`): kopf, liveness, metrics, peering and its fence."""
 
 from __future__ import annotations
 

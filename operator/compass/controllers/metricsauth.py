@@ -1,6 +1,4 @@
-"""Pure decisions on a policy's metrics credentials: what the Secret (read by the handlers) must
-hold, when to read it again, and the HttpAuth it gives or a CredentialsError naming the Secret,
-the key and the fix (never a value)."""
+"""Pure decisions on a policy's metrics credentials: what the Secret must hold, when to re-read."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A ParetoPolicy's spec, compiled (the plan, the policy, the endpoints it reaches), or a SpecError
-naming the field and the fix; ``authorize_policy_targets``: the operator's settings' hosts."""
+"""A ParetoPolicy's spec, compiled (plan, policy, endpoints), or a SpecError naming the fix."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A ParetoPolicy's conditions (``health_conditions``: what a tick found), merged keeping their
-lastTransitionTime, and the Events posted on their transitions, never while a state persists."""
+"""A ParetoPolicy's conditions, and the Events posted on their transitions only."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A ParetoPolicy's connections: its target's routers and its metrics source, rebuilt only when
-they or the Secrets they are built from (read when due) changed."""
+"""A ParetoPolicy's routers and metrics source, rebuilt only when they or their Secrets change."""
 
 from __future__ import annotations
 

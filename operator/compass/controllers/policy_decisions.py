@@ -1,6 +1,5 @@
-"""What a ParetoPolicy tick decides from: whether a decision is due, the retry delay, the pause,
-and the state (``align_state``: a restarted operator resumes the saved state, never flipping the
-configuration on start; routing changed behind its back is adopted)."""
+"""What a ParetoPolicy tick decides from: whether one is due, the pause, the state (resumed from
+the status, so a restarted operator never flips the configuration on start)."""
 
 from __future__ import annotations
 

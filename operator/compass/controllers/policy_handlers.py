@@ -1,5 +1,4 @@
-"""kopf handlers of ParetoPolicy (the I/O): a kopf daemon per policy puts it on the operator's
-one scheduler, whose ticks compile, observe, decide one LiveLoop step and publish the status."""
+"""kopf handlers of ParetoPolicy (the I/O): a daemon per policy, ticking on one scheduler."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A ParetoPolicy's status as its ticks write it (only on change, routine fields at the
-heartbeat), its gauges and transition Events, and what the ticks remember (kopf's memo)."""
+"""A ParetoPolicy's status, gauges and Events as its ticks publish them, and their memory."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""One scheduler for every ParetoPolicy this process acts on: a thousand policies decide every
-second on one clock and one pool of worker threads, not a thousand kopf timers (kopf's daemon per
-policy only sleeps); each round starts shared metrics reads, then runs the due ticks."""
+"""One scheduler for every ParetoPolicy of the process: one clock and pool, not a timer each."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A ParetoPolicy's status and gauges, and the merge patch that writes the status (its routine
-changes held for a heartbeat, so that an idle policy does not write to etcd every second)."""
+"""A ParetoPolicy's status and gauges, and the merge patch that writes the status."""
 
 from __future__ import annotations
 
@@ -427,13 +426,12 @@ def heartbeat_due(
     last_write: float | None,
     heartbeat_s: float,
     phase: float | None = None,
-    slot_s: float = HEARTBEAT_SLOT_S,
 ) -> bool:
     """Whether a routine write is due: a heartbeat after the last, or with ``phase`` in its slot,
     from half to one and a half heartbeats after the last (no write yet this run: its slot)."""
     if phase is None:
         return last_write is None or now - last_write >= heartbeat_s
-    in_slot = (now - phase * heartbeat_s) % heartbeat_s < max(slot_s, 1e-9)
+    in_slot = (now - phase * heartbeat_s) % heartbeat_s < HEARTBEAT_SLOT_S
     if last_write is None:  # a restarted operator: the slot, so they do not all write at once
         return in_slot
     since = now - last_write

@@ -1,5 +1,4 @@
-"""What the handlers of one operator process share (a Runtime in kopf's memo, which each
-resource's memo copies shallowly): the settings, the client and the operator's own metrics."""
+"""What the handlers of one operator process share (kopf's memo): settings, client, metrics."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Which hosts and namespaces a resource may point the operator at: pure checks of its settings,
-so no resource aims the operator's pod at what its author could not reach, or at another
-namespace's router or metrics (docs/operations.md, "What a resource may point the operator at")."""
+"""Which hosts and namespaces a resource may point the operator at (docs/operations.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The Jobs' access: each workflow's own ServiceAccount, and a Role and RoleBinding per state
-(its ConfigMaps and the Secrets the workflow names), made where missing, never someone else's."""
+"""The Jobs' access: the workflow's ServiceAccount, a Role and RoleBinding per state."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The I/O of a workflow's state ConfigMaps (list, read within the ledger bound, create, delete);
-the decisions are workflow_state's."""
+"""The I/O of a workflow's state ConfigMaps; the decisions are workflow_state's."""
 
 from __future__ import annotations
 

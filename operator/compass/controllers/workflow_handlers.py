@@ -1,12 +1,10 @@
-"""kopf handlers of CompoundWorkflow, thin adapters to the pure workflow_* decisions:
-``start_generation`` starts a spec generation, ``advance`` (a timer) takes the next step. No
-state in memory; each status write carries the resourceVersion decided on, so a transition (and
-its Event) happens once."""
+"""kopf handlers of CompoundWorkflow: thin adapters to the pure workflow_* decisions."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -167,21 +165,20 @@ def _post(body: Mapping[str, Any], event: Event | None) -> None:
 
 
 def _count(
-    metrics: OperatorMetrics | None,
+    metrics: OperatorMetrics,
     workflow: Mapping[str, Any],
     before: CompoundWorkflowStatus,
     after: CompoundWorkflowStatus,
 ) -> None:
     """Count the Jobs started and ended, and the samples evaluated, by a written status."""
-    if metrics is not None:
-        metadata = workflow["metadata"]
-        metrics.count_workflow(
-            metadata["namespace"],
-            metadata["name"],
-            str(metadata.get("uid", "")),
-            job_progress(before, after),
-            samples_evaluated(before, after),
-        )
+    metadata = workflow["metadata"]
+    metrics.count_workflow(
+        metadata["namespace"],
+        metadata["name"],
+        str(metadata.get("uid", "")),
+        job_progress(before, after),
+        samples_evaluated(before, after),
+    )
 
 
 @kopf.on.event(GROUP, VERSION, WORKFLOW_PLURAL, id="forget-workflow-series")
@@ -270,17 +267,26 @@ def _create_job(
     )
 
 
-def _refuse_foreign(
-    workflow: Mapping[str, Any], error: ForeignJobAccessError
-) -> kopf.TemporaryError:
-    """Retry later, with a Warning Event that names the object and the fix."""
-    namespace = workflow["metadata"]["namespace"]
-    message = (
-        f"{error} in namespace {namespace}: the Jobs will not run with it; delete it (for the "
-        "ServiceAccount, or set the operator's jobServiceAccount (Helm value) to a free prefix)"
-    )
-    _post(workflow, Event("Warning", "ForeignJobAccount", message))
-    return kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S)
+@contextlib.contextmanager
+def _waiting_on_others(workflow: Mapping[str, Any]) -> Iterator[None]:
+    """Retry later while another's Job account or Role (a Warning Event naming it and the fix),
+    or an earlier owner of a name, being collected, holds what the workflow needs."""
+    try:
+        yield
+    except ForeignJobAccessError as error:
+        message = (
+            f"{error} in namespace {workflow['metadata']['namespace']}: the Jobs will not run "
+            "with it; delete it (for the ServiceAccount, or set the operator's "
+            "jobServiceAccount (Helm value) to a free prefix)"
+        )
+        _post(workflow, Event("Warning", "ForeignJobAccount", message))
+        raise kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S) from None
+    except kubeapi.OwnedByAnotherError as error:
+        raise kopf.TemporaryError(
+            f"{error}, an earlier owner of this name: waiting for the garbage collector to "
+            "delete it",
+            delay=5,
+        ) from None
 
 
 def _refuse_taken(
@@ -301,14 +307,6 @@ def _refuse_taken(
         )
         _post(workflow, Event("Warning", "StateNameTaken", message))
     return kopf.TemporaryError(message, delay=STATE_TAKEN_RETRY_S)
-
-
-def _wait_for_collection(error: kubeapi.OwnedByAnotherError) -> kopf.TemporaryError:
-    """Retry later: the other owner is an earlier one of this name, being deleted."""
-    return kopf.TemporaryError(
-        f"{error}, an earlier owner of this name: waiting for the garbage collector to delete it",
-        delay=5,
-    )
 
 
 # ---------------------------------------------------------------------------- starting a generation
@@ -350,7 +348,7 @@ def _start(
     workflow: dict[str, Any],
     settings: OperatorSettings,
     memo: MutableMapping[str, Any],
-    metrics: OperatorMetrics | None = None,
+    metrics: OperatorMetrics,
 ) -> bool:
     """One read-decide-write attempt; False when the status write lost a race."""
     metadata = workflow["metadata"]
@@ -370,12 +368,8 @@ def _start(
                 return False
             _post(workflow, Event("Warning", error.reason, str(error)))
         raise kopf.PermanentError(str(error)) from None
-    try:
+    with _waiting_on_others(workflow):
         ensure_service_account(api, workflow, job_account(settings, workflow))
-    except ForeignJobAccessError as error:
-        raise _refuse_foreign(workflow, error) from None
-    except kubeapi.OwnedByAnotherError as error:
-        raise _wait_for_collection(error) from None
     if status.observed_generation == generation and status.phase is not Phase.PENDING:
         return True  # already started; the timer carries it on
     # Older generations' Jobs go first, so that they stop writing to the ledgers seeded from.
@@ -387,7 +381,7 @@ def _start(
         settings.ledger_text_limit_mib * MIB,
     )
     try:
-        with runtime_of(memo).ledger_budget().reserve(limit):
+        with _waiting_on_others(workflow), runtime_of(memo).ledger_budget().reserve(limit):
             new, event, states = _start_state(
                 api, workflow, spec, space_size, status, memo, limit, now
             )
@@ -397,10 +391,6 @@ def _start(
         raise kopf.TemporaryError(f"waiting to read the ledger: {error}", delay=5) from None
     except StateNameTakenError as error:
         raise _refuse_taken(api, workflow, status, generation, error, now) from None
-    except ForeignJobAccessError as error:
-        raise _refuse_foreign(workflow, error) from None
-    except kubeapi.OwnedByAnotherError as error:
-        raise _wait_for_collection(error) from None
     if not _write_status(api, namespace, name, version, new):
         return False
     _count(metrics, workflow, status, new)
@@ -485,7 +475,7 @@ def _advance(
     name: str,
     settings: OperatorSettings,
     memo: MutableMapping[str, Any],
-    metrics: OperatorMetrics | None = None,
+    metrics: OperatorMetrics,
 ) -> str:
     """One read-decide-act cycle: "ok", "idle" (nothing to do) or "conflict" (decide again)."""
     workflow = _read_workflow(api, namespace, name)
@@ -540,19 +530,16 @@ def _advance(
     step = decide(observation, now)
     new, event = step.status, step.event
     try:
-        for which in step.create:
-            if which is Create.STATE:
-                made = create_state(api, workflow, spec, memo)
-                if new is not None:
-                    new = new.model_copy(update={"ledger_config_map_uid": made})
-            else:
-                _create_job(api, workflow, spec, which, settings, memo)
-        if not step.create and current is not None and current.running and state_map:
-            keep_job_access(api, workflow, spec, settings, memo, state_map)
-    except ForeignJobAccessError as error:
-        raise _refuse_foreign(workflow, error) from None
-    except kubeapi.OwnedByAnotherError as error:
-        raise _wait_for_collection(error) from None
+        with _waiting_on_others(workflow):
+            for which in step.create:
+                if which is Create.STATE:
+                    made = create_state(api, workflow, spec, memo)
+                    if new is not None:
+                        new = new.model_copy(update={"ledger_config_map_uid": made})
+                else:
+                    _create_job(api, workflow, spec, which, settings, memo)
+            if not step.create and current is not None and current.running and state_map:
+                keep_job_access(api, workflow, spec, settings, memo, state_map)
     except StateNameTakenError as error:
         raise _refuse_taken(api, workflow, status, generation, error, _now()) from None
     if step.policy_spec is not None:

@@ -1,5 +1,4 @@
-"""The workflow's ParetoPolicy: planned from the measured profiles (``plan_policy``), then applied
-server-side (``decide_policy_apply``: taking over older operators' fields, or blocked)."""
+"""The workflow's ParetoPolicy: planned from the profiles, then applied server-side."""
 
 from __future__ import annotations
 

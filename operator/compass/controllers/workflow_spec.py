@@ -1,5 +1,4 @@
-"""A CompoundWorkflow's spec, checked: what its schema cannot say, and what the operator's
-settings refuse; each failure an InvalidSpecError naming the field and the fix."""
+"""A CompoundWorkflow's spec checked: what its schema cannot say, what the settings refuse."""
 
 from __future__ import annotations
 

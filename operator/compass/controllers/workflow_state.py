@@ -1,5 +1,4 @@
-"""A generation's state ConfigMap: what it carries over from earlier generations (``seed_state``:
-a change of the SLO alone is re-planned without any Job), and what its Jobs wrote there."""
+"""A generation's state ConfigMap: what it carries over, and what its Jobs wrote there."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""A CompoundWorkflow's status: its conditions, Ready, a generation's start, the metrics' counts.
-
-The life of one spec generation::
-
-    Searching --result.json--> Profiling --profiles.json--> (plan) Ready
-        |  no feasible configuration -> Failed (FeasibleSetEmpty)
-        |  Job failed (after its backoffLimit) -> Failed (the pod's message)
-    Planning: the profiles were carried over from an earlier generation (only the SLO changed)
-"""
+"""A CompoundWorkflow's status: its conditions, Ready, a generation's start, the metrics' counts."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The CompoundWorkflow controller's next step: a pure function from what is observed to what next
-(``decide``); everything it needs lives in the cluster, so a restarted operator decides alike."""
+"""The CompoundWorkflow controller's next step: a pure function of what is observed."""
 
 from __future__ import annotations
 
