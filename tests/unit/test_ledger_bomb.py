@@ -266,9 +266,7 @@ def test_listed_by_metadata_only_the_read_state_is_fetched_and_no_more_than_its_
 
 def test_the_refusal_is_a_condition_and_never_why_a_generation_failed() -> None:
     now = "2026-01-01T00:00:00Z"
-    refused = ledger_unread_status(
-        CompoundWorkflowStatus(), "StateRefused", "ConfigMaps x: not read", 2, now
-    )
+    refused = ledger_unread_status(CompoundWorkflowStatus(), "ConfigMaps x: not read", 2, now)
     read = find_condition(refused.conditions, WorkflowConditionType.LEDGER_READ)
     assert read is not None
     assert (read.status, read.reason, read.message) == (

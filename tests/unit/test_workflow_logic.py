@@ -454,7 +454,7 @@ def test_a_missing_search_job_is_created_again() -> None:
 
 def test_search_success_starts_profiling() -> None:
     state = {RESULT_KEY: _result([BEST], [BEST, WORSE])}
-    step = decide(_observe(Phase.SEARCHING, state, JobView("rag-search-g1", succeeded=1)), NOW)
+    step = decide(_observe(Phase.SEARCHING, state, JobView("rag-search-g1")), NOW)
     assert step.create == (Create.PROFILE_JOB,)
     assert step.status is not None
     assert step.status.phase is Phase.PROFILING
@@ -601,7 +601,7 @@ PROFILES = _profiles(
 
 def test_profiles_are_planned_into_a_policy() -> None:
     state = {RESULT_KEY: _result([BEST], [BEST]), PROFILES_KEY: PROFILES}
-    done = JobView("rag-profile-g1", succeeded=1, complete=True)
+    done = JobView("rag-profile-g1", complete=True)
     step = decide(_observe(Phase.PROFILING, state, profile=done), NOW)
     assert step.status is not None
     assert step.status.phase is Phase.READY
@@ -629,7 +629,7 @@ def test_profiles_are_planned_into_a_policy() -> None:
 
 def test_without_auto_apply_the_plan_waits_for_review_in_the_status() -> None:
     state = {RESULT_KEY: _result([BEST], [BEST]), PROFILES_KEY: PROFILES}
-    done = JobView("rag-profile-g1", succeeded=1, complete=True)
+    done = JobView("rag-profile-g1", complete=True)
     base = _observe(Phase.PROFILING, state, profile=done)
     observation = replace(base, spec=base.spec.model_copy(update={"auto_apply": False}))
     observation = replace(observation, namespace="team")
@@ -706,7 +706,7 @@ def test_the_serving_settings_reach_the_generated_policy_and_its_plan() -> None:
         "intervalSeconds": 0.5,
     }
     state = {RESULT_KEY: _result([BEST], [BEST]), PROFILES_KEY: PROFILES}
-    observation = _observe(Phase.PROFILING, state, profile=JobView("p", succeeded=1, complete=True))
+    observation = _observe(Phase.PROFILING, state, profile=JobView("p", complete=True))
     observation = replace(
         observation,
         spec=CompoundWorkflowSpec.model_validate(
@@ -777,7 +777,7 @@ def test_blocked_policy_keeps_planning_and_warns_once() -> None:
     [
         (
             Phase.SEARCHING,
-            JobView("rag-search-g1", succeeded=1, complete=True),
+            JobView("rag-search-g1", complete=True),
             None,
             "SearchSucceeded",
             "NoResult",
@@ -787,7 +787,7 @@ def test_blocked_policy_keeps_planning_and_warns_once() -> None:
         (
             Phase.PROFILING,
             None,
-            JobView("rag-profile-g1", succeeded=1, complete=True),
+            JobView("rag-profile-g1", complete=True),
             "Profiled",
             "NoProfiles",
             "ProfilingFailed",
@@ -1217,7 +1217,7 @@ def test_job_progress_counts_each_jobs_start_and_end_once() -> None:
     searching = step(started, {PROGRESS_KEY: json.dumps(progress)}, search=running)
     assert workflow_status.job_progress(started, searching) == ()
     assert workflow_status.samples_evaluated(started, searching) == 30
-    done = JobView("rag-search-g1", succeeded=1)
+    done = JobView("rag-search-g1")
     profiling = step(searching, {RESULT_KEY: _result([BEST], [BEST, WORSE])}, search=done)
     assert workflow_status.job_progress(searching, profiling) == (
         ("search", "succeeded"),

@@ -31,8 +31,7 @@ def find_condition(conditions: Iterable[Condition], type_: str) -> Condition | N
 
 
 def set_condition(conditions: Sequence[Condition], new: Condition, now: str) -> list[Condition]:
-    """The conditions with ``new`` in place of its type's (appended if absent); lastTransitionTime
-    ``now`` when its status changed, else the old one."""
+    """The conditions with ``new`` in its type's place; lastTransitionTime ``now`` on a change."""
     old = find_condition(conditions, new.type)
     unchanged = old is not None and old.status == new.status
     kept = old.last_transition_time if old is not None and unchanged else None

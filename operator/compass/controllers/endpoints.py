@@ -70,8 +70,7 @@ def admitted(
     pods_at: Callable[[str], Collection[str]],
     access: TargetAccess,
 ) -> tuple[tuple[SliceEntry, ...], tuple[str, ...]]:
-    """The entries a policy in ``namespace`` may switch and scrape (a Pod of it at that address, or
-    one allowedHosts lists), and why each refused ready one was."""
+    """The entries a policy in ``namespace`` may switch and scrape, and why each refused one was."""
     kept: list[SliceEntry] = []
     refused: list[str] = []
     for entries in slices:

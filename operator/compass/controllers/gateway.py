@@ -145,8 +145,7 @@ def applied_weights(rewrite: Mapping[str, Any], model: str) -> dict[str, float] 
 
 
 def weights_routing(weights: Mapping[str, float], plan: Plan, parameter: str, where: str) -> str:
-    """The routing key the weights serve, as a router would report it (a mix of two at most), or a
-    description on no front (the policy then starts again from the fastest)."""
+    """The routing key the weights serve (a mix of two at most), else a description on no front."""
     members = {
         str(t.profile.config.get(parameter)): (i, t.profile.config)
         for i, t in enumerate(plan.thresholds)

@@ -279,9 +279,7 @@ def json_patch(method: Callable[..., Any], *args: Any, ops: list[dict[str, Any]]
             raise
         if _not_applied(error):
             return False
-        refused = PatchRefusedError(status=error.status, reason=error.reason)
-        refused.body, refused.headers = error.body, error.headers
-        raise refused from error
+        raise _typed(error, PatchRefusedError) from error
     return True
 
 
@@ -301,9 +299,9 @@ def describe(error: BaseException) -> str:
     return str(error)
 
 
-def _typed(error: ApiException) -> ApiException:
-    """The error as NotFoundError or ConflictError where it is one, else itself."""
-    kind = {404: NotFoundError, 409: ConflictError}.get(error.status)
+def _typed(error: ApiException, kind: type[ApiException] | None = None) -> ApiException:
+    """The error as ``kind``, else NotFoundError or ConflictError where it is one, else itself."""
+    kind = kind or {404: NotFoundError, 409: ConflictError}.get(error.status)
     if kind is None:
         return error
     typed = kind(status=error.status, reason=error.reason)

@@ -51,8 +51,7 @@ class _OperatorLogHandler(logging.StreamHandler[TextIO]):
 def configure_logging(
     level: LogLevel, log_format: LogFormat, stream: TextIO | None = None
 ) -> logging.Handler:
-    """Send every logger's records (kopf's too) at or above level to stream in log_format; asyncio's
-    below debug silenced, as kopf does (they repeat what kopf reports)."""
+    """Send every logger's records at or above level to stream in log_format (asyncio's: debug)."""
     handler = _OperatorLogHandler(stream)
     handler.setFormatter(
         JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)

@@ -105,8 +105,7 @@ def triton_tls(
     field: str,
     owner: str = "policy",
 ) -> GrpcTls:
-    """The GrpcTls of a resource's TLS to Triton (``field``; ``owner``: its kind) with this Secret
-    (None: not found), under the metrics credentials' rules."""
+    """The GrpcTls a resource's TLS to Triton gets from this Secret, by the credentials' rules."""
     wanted = [k for k in (tls.ca_key, tls.cert_key, tls.key_key) if k is not None]
     read = _SecretReader(
         secret, namespace, tls.secret_ref.name, field, wanted, "Triton's gRPC port", owner

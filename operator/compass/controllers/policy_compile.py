@@ -56,8 +56,7 @@ class MetricsTarget:
 
 @dataclass(frozen=True)
 class CompiledPolicy:
-    """A validated spec and what it derives, for one generation (routers: ``service``'s pods or
-    ``grpc_address``)."""
+    """A validated spec and what it derives, for one generation."""
 
     generation: int | None
     spec: ParetoPolicySpec

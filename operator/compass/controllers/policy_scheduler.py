@@ -30,14 +30,12 @@ class Scheduled:
     tick: TickFn
     due: float = 0.0  # on the scheduler's monotonic clock
     running: bool = False
-    ticks: int = 0
 
 
 @dataclass
 class TickStats:
-    """What the last tick of the scheduler did (for logs and tests)."""
+    """What the last tick of the scheduler found: ticks still running, and how late it was."""
 
-    started: int = 0
     skipped_running: int = 0
     lag_s: float = 0.0
 
@@ -101,7 +99,7 @@ class PolicyScheduler:
             due = [e for e in due if not e.running]
             for entry in due:
                 entry.running = True
-        self.stats = TickStats(len(due), skipped, self.stats.lag_s)
+        self.stats = TickStats(skipped, self.stats.lag_s)
         # The due ticks in order, taken one at a time by up to ``workers`` drains: as a future
         # per tick would run them, without a thousand futures (and their locks) a second.
         queue = deque(due)
@@ -147,7 +145,6 @@ class PolicyScheduler:
             delay = ERROR_DELAY_S
         finally:
             entry.running = False
-        entry.ticks += 1
         entry.due = now + delay
 
     def _run(self) -> None:

@@ -439,8 +439,7 @@ class Runtime:
             return self._scheduler
 
     def status_heartbeat_s(self) -> float:
-        """How often each policy writes routine status: STATUS_HEARTBEAT_S, longer when that many
-        policies would write more than status_writes_per_second together."""
+        """How often each policy writes routine status: STATUS_HEARTBEAT_S, or the write rate's."""
         count = 0 if self._scheduler is None else len(self._scheduler)
         return max(STATUS_HEARTBEAT_S, count / self.settings.status_writes_per_second)
 

@@ -62,8 +62,7 @@ def ensure_service_account(
 def ensure_job_access(
     api: client.ApiClient, workflow: Mapping[str, Any], spec: CompoundWorkflowSpec, account: str
 ) -> str | None:
-    """The current generation's Role and RoleBinding for the Jobs' account, owned by its state;
-    the state's UID, or None while it is missing. Ones compass-operator did not make: refused."""
+    """The current generation's Role and RoleBinding, owned by its state; its UID, or None."""
     metadata = workflow["metadata"]
     name = search_name(metadata["name"], int(metadata.get("generation", 1)))
     state = kubeapi.read(

@@ -300,7 +300,7 @@ def _refuse_taken(
     """Retry later, with LedgerRead False and a Warning naming the ConfigMap holding the name."""
     metadata = workflow["metadata"]
     message = str(error)
-    refused = ledger_unread_status(status, "StateNameTaken", message, generation, now)
+    refused = ledger_unread_status(status, message, generation, now, taken=True)
     if refused != status:
         _write_status(
             api, metadata["namespace"], metadata["name"], metadata["resourceVersion"], refused
@@ -430,7 +430,7 @@ def _start_state(
     new, event = start_status(status, name, generation, spec, space_size, state, now)
     new = new.model_copy(update={"ledger_config_map_uid": own.uid if own else None})
     if refused is not None:
-        new = ledger_unread_status(new, "StateRefused", refused, generation, now)
+        new = ledger_unread_status(new, refused, generation, now)
     return new, event, states
 
 

@@ -86,8 +86,7 @@ def plan_policy(
 
 
 def ladder_budget_ms(spec: CompoundWorkflowSpec) -> float:
-    """The tightest latency budget the planner reads off a capacity curve: the SLO less the slack
-    buffer (a switch's enter rate limit)."""
+    """The tightest latency budget read off a capacity curve: the SLO less the slack buffer."""
     return max(spec.slo.latency_ms - spec.serving.hysteresis.slack_buffer_ms, MIN_LATENCY_MS)
 
 

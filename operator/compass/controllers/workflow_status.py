@@ -106,10 +106,16 @@ def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> Com
 
 
 def ledger_unread_status(
-    status: CompoundWorkflowStatus, reason: str, message: str, generation: int, now: str
+    status: CompoundWorkflowStatus, message: str, generation: int, now: str, taken: bool = False
 ) -> CompoundWorkflowStatus:
-    """The status with LedgerRead False (StateRefused, or StateNameTaken: another has the name)."""
-    condition = workflow_condition(_LR, "False", reason, message, generation)
+    """The status with LedgerRead False: states refused, or (``taken``) another has the name."""
+    condition = workflow_condition(
+        _LR,
+        "False",
+        reason="StateNameTaken" if taken else "StateRefused",
+        message=message,
+        generation=generation,
+    )
     return status.model_copy(
         update={"conditions": set_condition(status.conditions, condition, now)}
     )

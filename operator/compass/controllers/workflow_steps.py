@@ -48,7 +48,6 @@ class JobView:
 
     name: str
     active: int = 0
-    succeeded: int = 0
     failed: int = 0
     complete: bool = False
     failed_final: bool = False
@@ -77,7 +76,6 @@ def job_view(job: Mapping[str, Any]) -> JobView:
     return JobView(
         name=job["metadata"]["name"],
         active=int(status.get("active") or 0),
-        succeeded=int(status.get("succeeded") or 0),
         failed=int(status.get("failed") or 0),
         complete=complete,
         failed_final=failed,
@@ -87,8 +85,7 @@ def job_view(job: Mapping[str, Any]) -> JobView:
 
 
 def pod_failure_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
-    """The last failed pod's termination message as one line (its `compass job ROLE: ...` line, else
-    its last); None if no pod said anything."""
+    """The last failed pod's termination message (its `compass job` line, else its last)."""
     found: list[tuple[str, str, int, str]] = []
     for pod in pods:
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
