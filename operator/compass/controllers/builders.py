@@ -39,9 +39,8 @@ PROFILES_KEY = "profiles.json"
 PROGRESS_KEY = "progress.json"
 # The capacity curves' progress as an older profiling Job wrote it (read while one runs).
 CURVE_PROGRESS_KEY = "curve-progress.json"
-# The profiling Job's progress (phase, done/total, pods, rate and ETA) for the status, and the
-# measurements it has made so far, so a retried pod (or a generation that only raised
-# profiling.maxSeconds) does not make them again; deleted once the profiles are written.
+# The profiling Job's progress for the status, and its measurements so far, which a retried pod
+# (or a generation that only raised maxSeconds) does not make again; gone with the profiles.
 PROFILE_PROGRESS_KEY = "profile-progress.json"
 PROFILE_PARTIAL_KEY = "profile-partial.json"
 # In the partial profiling: when its first pod started (seconds since the epoch), what its
@@ -413,9 +412,8 @@ def job_rules(
         },
         # RBAC cannot narrow a create by name: the chunks a long ledger rolls over into.
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
-        # The profiling Job spreads its measurements over the Service's ready pods: the
-        # addresses the Service would send its requests to anyway (list: RBAC cannot narrow a
-        # list by the Service's label).
+        # The profiling Job spreads its measurements over the Service's ready pods (list: RBAC
+        # cannot narrow a list by the Service's label).
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]},
         # Each Pod those slices name, read by name: a slice's author can list any address, and
         # only a Pod of this namespace at that IP is measured (as the operator switches it).

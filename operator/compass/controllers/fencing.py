@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-# Share of the lifetime kept back at the end of the fence, and how often a keep-alive is sent:
-# 60 s (the default lifetime) gives a keep-alive every 15 s and a fence that closes 45 s after
-# the last accepted one, 15 s before a standby may resume.
+# Share of the lifetime kept back, and how often a keep-alive is sent: at 60 s, one every 15 s,
+# and a fence closing 45 s after the last accepted one, 15 s before a standby may resume.
 MARGIN_SHARE = 0.25
 RENEWALS_PER_LIFETIME = 4
 # The peering object of a cluster-wide operator (a ClusterKopfPeering) has no namespace.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -194,10 +195,7 @@ def create_or_adopt(
     owner_uid: str,
 ) -> Any:
     """create_or_take, taking an existing object with no controller or ``owner_uid`` as its own."""
-
-    def whose(existing: Mapping[str, Any]) -> str | None:
-        return controlled_by_another(existing, owner_uid)
-
+    whose = functools.partial(controlled_by_another, owner_uid=owner_uid)
     return create_or_take(create_method, read_method, namespace, body, whose)
 
 

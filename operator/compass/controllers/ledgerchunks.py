@@ -18,8 +18,7 @@ CHUNK_OF_LABEL = f"{GROUP}/ledger-of"
 # ConfigMap rolls over before that, with room to spare for its metadata.
 BUDGET = 900 * 1024
 # The state's own chunks, merged out with the next write's lines once they would pass this: the
-# state is rewritten in etcd at every write, so its size is what a write really costs. A chunk
-# ConfigMap so holds at least this much gzip (more when one write brings more).
+# state is rewritten in etcd at every write, so its size is what a write really costs.
 HOT_BUDGET = 32 * 1024
 # The most chunk ConfigMaps one state may have (the Jobs' Role names each): 256 of at least
 # HOT_BUDGET hold 8 MiB of gzip or more, some 30 times a 1,000-sample search of the RAG grid.

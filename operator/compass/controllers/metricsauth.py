@@ -19,10 +19,8 @@ SECRET_RECHECK_S = 60.0
 SECRET_RETRY_S = 5.0
 # The condition's reason while the credentials cannot be read.
 REASON = "MetricsCredentialsUnavailable"
-# The label a Secret must carry before its values are sent anywhere: without it, whoever may
-# write a ParetoPolicy could name any Secret of the namespace (a ServiceAccount's token) and a
-# metrics URL of their own, and have the operator send it there. Labelling a Secret takes
-# write access to it, which already reads it.
+# The label a Secret must carry before its values are sent anywhere: else whoever may write a
+# policy could have any Secret of the namespace (a token) sent to a metrics URL of their own.
 CONSENT_LABEL = "compass.io/metrics-credentials"
 
 

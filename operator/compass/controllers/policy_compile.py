@@ -24,9 +24,8 @@ from compass.domain.strategy import StrategyPolicy
 
 # Triton's default metrics port, used when the spec names no metrics URL.
 TRITON_METRICS_PORT = 8002
-# The plans made lately, by what policy_plan reads of a spec: a thousand policies with one
-# front are planned once (20 ms each on this machine), so a restarted operator acts on all of
-# them within seconds. Bounded: the oldest made is dropped first.
+# The plans made lately, by what policy_plan reads of a spec: a thousand policies with one front
+# are planned once (20 ms each), so a restarted operator acts on all within seconds.
 PLAN_CACHE_SIZE = 256
 _PLAN_INPUTS = {"front", "slo", "threshold_model", "switch_delay_ms", "router_instances"}
 _PLANS: OrderedDict[str, Plan] = OrderedDict()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,10 +57,9 @@ def binding_condition(
 ) -> Condition | None:
     """PerRequestBinding from what each pod's router reported (None: no pod reported)."""
     kind = ConditionType.PER_REQUEST_BINDING.value
+    unbound = functools.partial(Condition, type=kind, status="False")
     if not per_request:
-        return Condition(
-            type=kind,
-            status="False",
+        return unbound(
             reason="WholeWorkflow",
             message=f"binding.mode workflow: {strategy} switches the whole workflow",
         )
@@ -67,18 +67,14 @@ def binding_condition(
         return None
     old = sorted(pod for pod, state in reported.items() if not state.binds)
     if old:
-        return Condition(
-            type=kind,
-            status="False",
+        return unbound(
             reason="RoutersDoNotBind",
             message=f"{_pods(old)} run a router that does not bind per request (an older "
             f"image?): {strategy} serves the whole workflow there; update the router image",
         )
     ungated = sorted(pod for pod, state in reported.items() if state.gate is None)
     if ungated:
-        return Condition(
-            type=kind,
-            status="False",
+        return unbound(
             reason="RoutersNotGated",
             message=f"{_pods(ungated)} have no gate (compass_pipeline_slots): they bind only "
             f"requests that carry compass_deadline_ns, and {strategy} serves the rest; run the "
@@ -90,9 +86,7 @@ def binding_condition(
     differ = sorted(pod for pod, run_slots in run_by_pod.items() if run_slots != slots)
     if differ:
         run = sorted({run_by_pod[pod] for pod in differ})
-        return Condition(
-            type=kind,
-            status="False",
+        return unbound(
             reason="GateSlotsDiffer",
             message=f"{_pods(differ)} run {' or '.join(map(str, run))} pipeline slot(s) where "
             f"the plan binds at {slots}: run the router with compass_pipeline_slots {slots} and "

@@ -25,9 +25,8 @@ from compass.dataplane.metrics import (
 )
 from compass.dataplane.triton import RoutingError
 
-# A control request takes milliseconds; a pod that does not answer within a second is reported
-# lagging and asked again at the next tick, rather than holding every decision of the policy
-# (the pods are called in parallel; a silent one is skipped for the rest of its tick).
+# A control request takes milliseconds: a pod silent for a second is reported lagging and asked
+# again next tick, rather than holding every decision of the policy.
 ROUTER_TIMEOUT_S = 1.0
 ROUTER_ATTEMPTS = 1
 ROUTER_BACKOFF_S = 0.05

@@ -31,9 +31,8 @@ TICK_S = OperatorSettings().policy_tick_seconds
 # Retry delays while Triton is unreachable grow up to this, so a long outage costs few calls
 # but a restarted Triton is found again within seconds.
 MAX_RETRY_DELAY_S = 8.0
-# A policy's gauges outlive the last tick of this process by this long: several of the longest
-# gaps between two ticks of an acting process (a retry after failures), so that they never lapse
-# while it acts, and go soon after peering pauses it or the fence holds it.
+# A policy's gauges outlive this process's last tick by this long: several of its longest gaps
+# (a retry), so they never lapse while it acts, and go soon after it is paused or fenced.
 SERIES_TTL_S = max(30.0, 3 * MAX_RETRY_DELAY_S)
 
 

@@ -264,9 +264,8 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
 
 
-# The thresholds each plan shows in the status, made once a plan (they never change with it):
-# validated and dumped every tick, they were a third of a steady tick's CPU.
-# By the plan's id (a plan holds dicts: not hashable), dropped when the plan goes.
+# The thresholds each plan shows in the status, made once (every tick, they were a third of a
+# steady tick's CPU), by the plan's id (not hashable), dropped when the plan goes.
 _THRESHOLDS: dict[int, list[dict[str, Any]]] = {}
 _THRESHOLDS_LOCK = threading.Lock()
 

@@ -353,21 +353,15 @@ def state_counts(state: Mapping[str, str]) -> dict[str, Any]:
             "search_rate": None,
         }
     progress = state_json(state, PROGRESS_KEY)
-    if isinstance(progress, dict):
-        best = progress.get("best_accuracy")
-        return {
-            "configurations_evaluated": int(progress.get("configs_evaluated", 0)),
-            "samples_used": int(progress.get("sample_evals", 0)),
-            "feasible_found": int(progress.get("feasible", 0)),
-            "best_accuracy": None if best is None else round(float(best), 4),
-            "search_rate": _short_text(progress.get("rate")),
-        }
+    if not isinstance(progress, dict):
+        progress = {}  # nothing recorded yet: every count 0
+    best = progress.get("best_accuracy")
     return {
-        "configurations_evaluated": 0,
-        "samples_used": 0,
-        "feasible_found": 0,
-        "best_accuracy": None,
-        "search_rate": None,
+        "configurations_evaluated": int(progress.get("configs_evaluated", 0)),
+        "samples_used": int(progress.get("sample_evals", 0)),
+        "feasible_found": int(progress.get("feasible", 0)),
+        "best_accuracy": None if best is None else round(float(best), 4),
+        "search_rate": _short_text(progress.get("rate")),
     }
 
 
