@@ -3,7 +3,7 @@
 Helm 4 runs in-process (helm-python-sdk) against the k8s tier's kube-apiserver 1.20 with the
 admin kubeconfig, in both modes: cluster-wide (ClusterRole) and namespaced (`watchNamespaces`:
 a Role per watched namespace). The API server itself then answers SubjectAccessReviews for the
-operator's ServiceAccount: every permission compass.controllers.rbac lists is allowed (in namespaced
+operator's ServiceAccount: every permission compass_dev.rbac lists is allowed (in namespaced
 mode only in the watched namespaces), and representative dangerous ones are denied. The chart's
 CRDs also accept every example manifest as written (nothing pruned).
 
@@ -46,7 +46,7 @@ from compass.controllers.builders import (
     build_job_service_account,
 )
 from compass.controllers.ledgerchunks import MAX_CHUNKS
-from compass.controllers.rbac import DISCOVERY_RULES, Rule, operator_rules, permissions
+from compass_dev.rbac import DISCOVERY_RULES, Rule, operator_rules, permissions
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "compass-operator"

@@ -26,7 +26,7 @@ from operator_process import Operator
 
 from compass.controllers import kubeapi
 from compass.controllers.manager import CRD_RECHECK_S, served_resources
-from compass.controllers.rbac import OPERATOR_RULES
+from compass_dev.rbac import OPERATOR_RULES
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = ("compoundworkflows.compass.io", "paretopolicies.compass.io")
@@ -175,7 +175,7 @@ def _service_account_kubeconfig(
     cluster: Cluster, core: client.CoreV1Api, namespace: str, where: Path
 ) -> Path:
     """A kubeconfig for a service account holding the operator's rules in ``namespace`` only
-    (compass.controllers.rbac, what the chart's Role grants), nothing cluster-wide."""
+    (compass_dev.rbac, what the chart's Role grants), nothing cluster-wide."""
     rbac = client.RbacAuthorizationV1Api(cluster.api_client())
     core.create_namespaced_service_account(namespace, {"metadata": {"name": "operator"}})
     rules = [

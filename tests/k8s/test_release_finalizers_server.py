@@ -1,5 +1,5 @@
 """`compass operator release-finalizers` against the real API server, with exactly the rights the
-chart's uninstall hook grants (compass.controllers.rbac.RELEASE_RULES).
+chart's uninstall hook grants (compass_dev.rbac.RELEASE_RULES).
 
 A CompoundWorkflow and a ParetoPolicy left with kopf's finalizer by an operator that is gone
 (the example manifests, the finalizer set as kopf sets it), deleted: they wait. The release,
@@ -27,7 +27,7 @@ from compass.controllers.finalizers import (
     release_finalizers,
     wait_for_pods_gone,
 )
-from compass.controllers.rbac import RELEASE_POD_RULES, RELEASE_RULES, Rule
+from compass_dev.rbac import RELEASE_POD_RULES, RELEASE_RULES, Rule
 
 OTHERS = "example.com/keep"  # someone else's finalizer, which must stay
 

@@ -23,7 +23,9 @@ from compass.api.crds import RESOURCES, build_crd
 from compass.api.rules import VALIDATIONS
 from compass.controllers.builders import build_profile_job, build_search_job
 from compass.controllers.job_pod_limits import JobPodLimits
-from compass.controllers.rbac import (
+from compass.controllers.runtime import OperatorMetrics
+from compass.controllers.settings import OperatorSettings
+from compass_dev.rbac import (
     CLUSTER_PEERING_RULES,
     DISCOVERY_RULES,
     NAMESPACED_PEERING_RULES,
@@ -32,8 +34,6 @@ from compass.controllers.rbac import (
     operator_rules,
     permissions,
 )
-from compass.controllers.runtime import OperatorMetrics
-from compass.controllers.settings import OperatorSettings
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "compass-operator"
@@ -418,7 +418,7 @@ def test_the_jobs_pull_with_the_charts_image_pull_secrets(monkeypatch: pytest.Mo
 
 
 def test_cluster_rbac_is_exactly_what_the_operator_needs() -> None:
-    """The ClusterRole grants compass.controllers.rbac's rules and nothing more; bound to the SA."""
+    """The ClusterRole grants compass_dev.rbac's rules and nothing more; bound to the SA."""
     objects = render()
     roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
     assert granted(roles[FULLNAME]["rules"]) == permissions(

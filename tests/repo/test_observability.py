@@ -10,8 +10,8 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from compass.controllers.catalogue import CONDITIONS, EVENTS
 from compass.controllers.runtime import OperatorMetrics
+from compass_dev.catalogue import CONDITIONS, EVENTS
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROLLERS = REPO / "operator" / "compass" / "controllers"

@@ -114,12 +114,12 @@ def _workflow_statuses() -> dict[str, tuple[CompoundWorkflowStatus | None, str]]
     )
     seed = workflow_state.seed_state(spec, 2, {1: _state(spec, **FULL)})
     replanning, _ = workflow_status.start_status(
-        CompoundWorkflowStatus(), "rag", 1, spec, space, seed.data, NOW
+        CompoundWorkflowStatus(), "rag", 1, spec, space, seed, NOW
     )
     searched = {RESULT_KEY: _result([BEST], [BEST, WORSE])}
-    done = workflow_steps.JobView("rag-search-g1", succeeded=1, complete=True)
+    done = workflow_steps.JobView("rag-search-g1", complete=True)
     profiled = {RESULT_KEY: _result([BEST], [BEST]), PROFILES_KEY: PROFILES}
-    profile_done = workflow_steps.JobView("rag-profile-g1", succeeded=1, complete=True)
+    profile_done = workflow_steps.JobView("rag-profile-g1", complete=True)
     planning = _observe(Phase.PROFILING, profiled, profile=profile_done)
     review = dataclasses.replace(
         planning, spec=planning.spec.model_copy(update={"auto_apply": False})

@@ -34,7 +34,7 @@ from compass.controllers.workflow_state import (
     stored_states,
 )
 from compass.controllers.workflow_status import (
-    ledger_refused_status,
+    ledger_unread_status,
     summarized,
     workflow_condition,
 )
@@ -266,7 +266,7 @@ def test_listed_by_metadata_only_the_read_state_is_fetched_and_no_more_than_its_
 
 def test_the_refusal_is_a_condition_and_never_why_a_generation_failed() -> None:
     now = "2026-01-01T00:00:00Z"
-    refused = ledger_refused_status(CompoundWorkflowStatus(), "ConfigMaps x: not read", 2, now)
+    refused = ledger_unread_status(CompoundWorkflowStatus(), "ConfigMaps x: not read", 2, now)
     read = find_condition(refused.conditions, WorkflowConditionType.LEDGER_READ)
     assert read is not None
     assert (read.status, read.reason, read.message) == (

@@ -47,7 +47,7 @@ from compass.controllers.builders import (
     planned_policy,
     routing_target,
 )
-from compass.controllers.conditions import find_condition
+from compass.controllers.conditions import Event, find_condition
 from compass.controllers.ledgerchunks import MAX_CHUNKS, ledger_text, state_names
 from compass.controllers.targets import TargetAccess
 from compass.controllers.workflow_plan import (
@@ -62,7 +62,7 @@ from compass.controllers.workflow_spec import (
     authorize_workflow_targets,
     validate_spec,
 )
-from compass.controllers.workflow_state import seed_state
+from compass.controllers.workflow_state import ledger_facts, seed_origin, seed_state
 from compass.controllers.workflow_status import invalid_status, workflow_condition
 from compass.controllers.workflow_steps import (
     Create,
@@ -199,21 +199,21 @@ FULL = {
 def test_only_the_slo_changed_reuses_ledger_result_and_profiles() -> None:
     old = _spec()
     seed = seed_state(_spec(**{"slo.latencyMs": 200}), 2, {1: _state(old, **FULL)})
-    assert (seed.ledger_from, seed.result_from, seed.profiles_from) == (1, 1, 1)
-    assert seed.data[PROFILES_KEY] == FULL[PROFILES_KEY]
-    assert json.loads(seed.data[SEED_KEY]) == {"ledger": 1, "result": 1, "profiles": 1}
+    assert seed_origin(seed) == {"ledger": 1, "result": 1, "profiles": 1}
+    assert seed[PROFILES_KEY] == FULL[PROFILES_KEY]
+    assert json.loads(seed[SEED_KEY]) == {"ledger": 1, "result": 1, "profiles": 1}
 
 
 def test_a_new_tau_reuses_the_recorded_scores_only() -> None:
     seed = seed_state(_spec(**{"evaluation.tau": 0.7}), 2, {1: _state(_spec(), **FULL)})
-    assert (seed.ledger_from, seed.result_from, seed.profiles_from) == (1, None, None)
-    assert set(seed.data) == {LEDGER_KEY, SEED_KEY}
-    assert seed.ledger_facts == 1
+    assert seed_origin(seed) == {"ledger": 1, "result": None, "profiles": None}
+    assert set(seed) == {LEDGER_KEY, SEED_KEY}
+    assert ledger_facts(seed) == 1
 
 
 def test_new_profiling_settings_reuse_the_result_but_profile_again() -> None:
     seed = seed_state(_spec(**{"profiling.measuredRuns": 9}), 2, {1: _state(_spec(), **FULL)})
-    assert (seed.ledger_from, seed.result_from, seed.profiles_from) == (1, 1, None)
+    assert seed_origin(seed) == {"ledger": 1, "result": 1, "profiles": None}
 
 
 def test_a_raised_profiling_bound_keeps_the_measurements_with_a_new_clock() -> None:
@@ -225,21 +225,25 @@ def test_a_raised_profiling_bound_keeps_the_measurements_with_a_new_clock() -> N
     stopped[PROFILE_PARTIAL_KEY] = json.dumps(partial)
     old = _spec(**{"profiling.maxSeconds": 60})
     seed = seed_state(_spec(**{"profiling.maxSeconds": 600}), 2, {1: _state(old, **stopped)})
-    assert seed.profiles_from is None
-    assert json.loads(seed.data[PROFILE_PARTIAL_KEY]) == {"entries": partial["entries"]}
+    assert seed_origin(seed)["profiles"] is None
+    assert json.loads(seed[PROFILE_PARTIAL_KEY]) == {"entries": partial["entries"]}
     other = seed_state(_spec(**{"profiling.measuredRuns": 9}), 2, {1: _state(old, **stopped)})
-    assert PROFILE_PARTIAL_KEY not in other.data
+    assert PROFILE_PARTIAL_KEY not in other
 
 
 def test_another_dataset_starts_from_nothing() -> None:
     changed = _spec(**{"evaluation.dataset": {"size": 100, "imagePath": "/data/other.jsonl"}})
-    assert seed_state(changed, 2, {1: _state(_spec(), **FULL)}) == workflow_state.Seed()
+    assert seed_state(changed, 2, {1: _state(_spec(), **FULL)}) == {}
 
 
 def test_the_newest_matching_generation_is_the_seed() -> None:
     other = _spec(**{"evaluation.dataset": {"size": 100, "imagePath": "/data/other.jsonl"}})
     states = {1: _state(_spec(), **FULL), 2: _state(other, **FULL), 3: {SPEC_KEY: "garbage"}}
-    assert seed_state(_spec(**{"evaluation.tau": 0.9}), 4, states).ledger_from == 1
+    assert seed_origin(seed_state(_spec(**{"evaluation.tau": 0.9}), 4, states)) == {
+        "ledger": 1,
+        "result": None,
+        "profiles": None,
+    }
 
 
 def test_state_config_map_holds_the_frozen_spec_and_the_seed() -> None:
@@ -329,7 +333,7 @@ def test_start_with_reused_profiles_goes_to_planning_without_a_job() -> None:
     spec, size = validate_spec(_raw())
     seed = seed_state(spec, 2, {1: _state(spec, **FULL)})
     status, event = workflow_status.start_status(
-        CompoundWorkflowStatus(), "rag", 2, spec, size, seed.data, NOW
+        CompoundWorkflowStatus(), "rag", 2, spec, size, seed, NOW
     )
     assert status.phase is Phase.PLANNING
     assert status.search_job is None
@@ -450,7 +454,7 @@ def test_a_missing_search_job_is_created_again() -> None:
 
 def test_search_success_starts_profiling() -> None:
     state = {RESULT_KEY: _result([BEST], [BEST, WORSE])}
-    step = decide(_observe(Phase.SEARCHING, state, JobView("rag-search-g1", succeeded=1)), NOW)
+    step = decide(_observe(Phase.SEARCHING, state, JobView("rag-search-g1")), NOW)
     assert step.create == (Create.PROFILE_JOB,)
     assert step.status is not None
     assert step.status.phase is Phase.PROFILING
@@ -597,7 +601,7 @@ PROFILES = _profiles(
 
 def test_profiles_are_planned_into_a_policy() -> None:
     state = {RESULT_KEY: _result([BEST], [BEST]), PROFILES_KEY: PROFILES}
-    done = JobView("rag-profile-g1", succeeded=1, complete=True)
+    done = JobView("rag-profile-g1", complete=True)
     step = decide(_observe(Phase.PROFILING, state, profile=done), NOW)
     assert step.status is not None
     assert step.status.phase is Phase.READY
@@ -625,7 +629,7 @@ def test_profiles_are_planned_into_a_policy() -> None:
 
 def test_without_auto_apply_the_plan_waits_for_review_in_the_status() -> None:
     state = {RESULT_KEY: _result([BEST], [BEST]), PROFILES_KEY: PROFILES}
-    done = JobView("rag-profile-g1", succeeded=1, complete=True)
+    done = JobView("rag-profile-g1", complete=True)
     base = _observe(Phase.PROFILING, state, profile=done)
     observation = replace(base, spec=base.spec.model_copy(update={"auto_apply": False}))
     observation = replace(observation, namespace="team")
@@ -665,7 +669,7 @@ def test_a_new_generation_clears_the_plan_held_for_review() -> None:
     spec, size = validate_spec(_raw())
     seed = seed_state(spec, 2, {1: _state(spec, **FULL)})
     held = CompoundWorkflowStatus(phase=Phase.PLANNED, planned_policy={"kind": "ParetoPolicy"})
-    status, _ = workflow_status.start_status(held, "rag", 2, spec, size, seed.data, NOW)
+    status, _ = workflow_status.start_status(held, "rag", 2, spec, size, seed, NOW)
     assert status.phase is Phase.PLANNING
     assert status.planned_policy is None
 
@@ -678,7 +682,7 @@ def test_auto_apply_is_no_part_of_what_the_search_or_profiles_depend_on() -> Non
     previous = _state(off, **FULL)
     seed = seed_state(spec, 2, {1: previous})
     status, event = workflow_status.start_status(
-        CompoundWorkflowStatus(), "rag", 2, spec, size, seed.data, NOW
+        CompoundWorkflowStatus(), "rag", 2, spec, size, seed, NOW
     )
     assert (status.phase, status.search_job, event.reason) == (
         Phase.PLANNING,
@@ -702,7 +706,7 @@ def test_the_serving_settings_reach_the_generated_policy_and_its_plan() -> None:
         "intervalSeconds": 0.5,
     }
     state = {RESULT_KEY: _result([BEST], [BEST]), PROFILES_KEY: PROFILES}
-    observation = _observe(Phase.PROFILING, state, profile=JobView("p", succeeded=1, complete=True))
+    observation = _observe(Phase.PROFILING, state, profile=JobView("p", complete=True))
     observation = replace(
         observation,
         spec=CompoundWorkflowSpec.model_validate(
@@ -734,7 +738,7 @@ def test_a_serving_change_alone_reuses_ledger_result_and_profiles() -> None:
         {**old.model_dump(by_alias=True, mode="json"), "serving": {"intervalSeconds": 2}}
     )
     seed = seed_state(new, 2, {1: _state(old, **FULL)})
-    assert (seed.ledger_from, seed.result_from, seed.profiles_from) == (1, 1, 1)
+    assert seed_origin(seed) == {"ledger": 1, "result": 1, "profiles": 1}
 
 
 def test_an_slo_below_every_p95_names_the_closest_configuration() -> None:
@@ -773,7 +777,7 @@ def test_blocked_policy_keeps_planning_and_warns_once() -> None:
     [
         (
             Phase.SEARCHING,
-            JobView("rag-search-g1", succeeded=1, complete=True),
+            JobView("rag-search-g1", complete=True),
             None,
             "SearchSucceeded",
             "NoResult",
@@ -783,7 +787,7 @@ def test_blocked_policy_keeps_planning_and_warns_once() -> None:
         (
             Phase.PROFILING,
             None,
-            JobView("rag-profile-g1", succeeded=1, complete=True),
+            JobView("rag-profile-g1", complete=True),
             "Profiled",
             "NoProfiles",
             "ProfilingFailed",
@@ -811,7 +815,7 @@ def test_a_job_completed_without_its_output_fails_the_workflow(
     role = "search" if phase is Phase.SEARCHING else "profiling"
     assert (failed.status, failed.reason) == ("False", reason)
     assert failed.message == f"{role} Job {job} completed without writing {key}"
-    assert step.event == workflow_status.WorkflowEvent("Warning", event, failed.message)
+    assert step.event == Event("Warning", event, failed.message)
 
 
 def _existing(policy: dict[str, Any], **metadata: Any) -> dict[str, Any]:
@@ -1213,7 +1217,7 @@ def test_job_progress_counts_each_jobs_start_and_end_once() -> None:
     searching = step(started, {PROGRESS_KEY: json.dumps(progress)}, search=running)
     assert workflow_status.job_progress(started, searching) == ()
     assert workflow_status.samples_evaluated(started, searching) == 30
-    done = JobView("rag-search-g1", succeeded=1)
+    done = JobView("rag-search-g1")
     profiling = step(searching, {RESULT_KEY: _result([BEST], [BEST, WORSE])}, search=done)
     assert workflow_status.job_progress(searching, profiling) == (
         ("search", "succeeded"),
@@ -1234,7 +1238,7 @@ def test_reused_results_and_profiles_count_no_job() -> None:
     spec, size = validate_spec(_raw())
     seed = seed_state(spec, 2, {1: _state(spec, **FULL)})
     status, _ = workflow_status.start_status(
-        CompoundWorkflowStatus(), "rag", 2, spec, size, seed.data, NOW
+        CompoundWorkflowStatus(), "rag", 2, spec, size, seed, NOW
     )
     assert workflow_status.job_progress(CompoundWorkflowStatus(), status) == ()
 

@@ -39,9 +39,8 @@ PROFILES_KEY = "profiles.json"
 PROGRESS_KEY = "progress.json"
 # The capacity curves' progress as an older profiling Job wrote it (read while one runs).
 CURVE_PROGRESS_KEY = "curve-progress.json"
-# The profiling Job's progress (phase, done/total, pods, rate and ETA) for the status, and the
-# measurements it has made so far, so a retried pod (or a generation that only raised
-# profiling.maxSeconds) does not make them again; deleted once the profiles are written.
+# The profiling Job's progress for the status, and its measurements so far, which a retried pod
+# (or a generation that only raised maxSeconds) does not make again; gone with the profiles.
 PROFILE_PROGRESS_KEY = "profile-progress.json"
 PROFILE_PARTIAL_KEY = "profile-partial.json"
 # In the partial profiling: when its first pod started (seconds since the epoch), what its
@@ -115,9 +114,7 @@ def build_state_config_maps(
     spec: CompoundWorkflowSpec,
     seed: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The search's state: the spec it searches (frozen at this generation) and its ledger, then
-    a seeded ledger's chunk ConfigMaps. The Job appends every evaluated batch here, so a restarted
-    pod or operator never evaluates a recorded sample again; ``seed``: keys carried over."""
+    """The state ConfigMap (the frozen spec, ``seed``'s keys), then its seeded ledger's chunks."""
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
     data = {k: v for k, v in (seed or {}).items() if k != LEDGER_KEY}
@@ -226,8 +223,7 @@ def _job(
 
 
 def job_pod_fields(section: JobPod, pull_secrets: Sequence[str] = ()) -> dict[str, Any]:
-    """The pod spec fields a search or profiling section sets: its placement, and the image pull
-    secrets, the operator's (``pull_secrets``, the chart's) then the section's, each once."""
+    """A Job section's placement and pull secrets (the operator's, then its own) as pod fields."""
     pod: dict[str, Any] = {}
     if section.node_selector:
         pod["nodeSelector"] = dict(section.node_selector)
@@ -248,8 +244,7 @@ def job_pod_fields(section: JobPod, pull_secrets: Sequence[str] = ()) -> dict[st
 
 
 def evaluated_spec(spec: CompoundWorkflowSpec) -> CompoundWorkflowSpec:
-    """The spec as the search and profiling Jobs send to Triton: spec.triton.evaluationService,
-    when given, in place of the Service that serves (which the policy still routes)."""
+    """The spec the Jobs send to Triton: spec.triton.evaluationService, if given, as its Service."""
     staging = spec.triton.evaluation_service
     if not staging:
         return spec
@@ -271,8 +266,7 @@ def triton_address(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> s
 
 
 def routing_target(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> RoutingTarget:
-    """What the workflow's ParetoPolicy switches: every pod of its Triton Service when the
-    Service is in the workflow's namespace (the policy's), else the Service's one address."""
+    """What the policy switches: the pods of a Service in its namespace, else one address."""
     namespace = workflow["metadata"]["namespace"]
     triton = spec.triton
     if "." not in triton.service and triton.namespace in (None, namespace):
@@ -297,8 +291,7 @@ def metrics_url(workflow: Mapping[str, Any], spec: CompoundWorkflowSpec) -> str:
 
 
 def dataset_path(dataset: Dataset) -> str | None:
-    """Where the search Job's pod finds the dataset (the mounts build_search_job makes), None
-    without a source."""
+    """Where the search pod finds the dataset (build_search_job's mounts); None without a source."""
     if dataset.config_map is not None:
         return f"{DATASET_DIR}/{dataset.config_map.key}"
     if dataset.volume is not None:
@@ -314,9 +307,7 @@ def build_search_job(
     env: Mapping[str, str] | None = None,
     pull_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The Job that runs COMPASS-V for the workflow's current generation, with the dataset
-    mounted where $COMPASS_DATASET says, placed and pulled as spec.search and the operator's
-    pull secrets say."""
+    """The COMPASS-V Job of the current generation, the dataset mounted at $COMPASS_DATASET."""
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
     state = search_name(name, generation)
@@ -355,9 +346,7 @@ def build_profile_job(
     env: Mapping[str, str] | None = None,
     pull_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The Job that profiles the feasible configurations on the Triton pods: a client of theirs,
-    placed and pulled as spec.profiling and the operator's pull secrets say (no GPU unless
-    its resources ask)."""
+    """The Job that profiles the feasible configurations: a client of the Triton pods."""
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
     return _job(
@@ -381,14 +370,12 @@ def job_env(triton_override: str | None) -> dict[str, str]:
 
 
 def job_service_account_name(prefix: str, workflow: str) -> str:
-    """The ServiceAccount of one workflow's Jobs: ``<prefix>-<workflow>``, its own, so that a
-    Secret the workflow names is readable by its Jobs only."""
+    """``<prefix>-<workflow>``: each workflow's own, so only its Jobs read the Secrets it names."""
     return f"{prefix}-{workflow}"
 
 
 def build_job_service_account(workflow: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """The ServiceAccount one workflow's Jobs run as, owned by the workflow (collected with it);
-    each generation's Role and RoleBinding give it that generation's state."""
+    """The ServiceAccount a workflow's Jobs run as, owned (so collected) by the workflow."""
     metadata = workflow["metadata"]
     owner = {
         **owner_reference(workflow),
@@ -415,14 +402,7 @@ def build_job_service_account(workflow: Mapping[str, Any], name: str) -> dict[st
 def job_rules(
     state: str, replayed: str | None = None, tls_secret: str | None = None
 ) -> list[dict[str, Any]]:
-    """What one generation's Job pods may do: get and patch their state ConfigMap and its chunk
-    ConfigMaps, by name; get the replayed ledger's (a replay evaluator's), by name; get the
-    Secret of their TLS to Triton (spec.triton.tls), by name; list the namespace's
-    EndpointSlices (the Triton Service's ready pods, which the profiling spreads over) and get
-    the Pods they name (only a Pod of the namespace at the listed IP is measured); and
-    create ConfigMaps, which RBAC cannot narrow by name (the name is not known when a create is
-    authorized): the chunks a long ledger rolls over into. A pod may so create a ConfigMap of
-    another name, but read or change none but these."""
+    """What one generation's Job pods may do: read or change only their own objects, by name."""
     rules: list[dict[str, Any]] = [
         {
             "apiGroups": [""],
@@ -430,10 +410,10 @@ def job_rules(
             "verbs": ["get", "patch"],
             "resourceNames": state_names(state),
         },
+        # RBAC cannot narrow a create by name: the chunks a long ledger rolls over into.
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
-        # The profiling Job spreads its measurements over the Service's ready pods: the
-        # addresses the Service would send its requests to anyway (list: RBAC cannot narrow a
-        # list by the Service's label).
+        # The profiling Job spreads its measurements over the Service's ready pods (list: RBAC
+        # cannot narrow a list by the Service's label).
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]},
         # Each Pod those slices name, read by name: a slice's author can list any address, and
         # only a Pod of this namespace at that IP is measured (as the operator switches it).
@@ -461,9 +441,7 @@ def job_rules(
 
 
 def _job_access(state: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """The apiVersion, kind and metadata of a generation's Role or RoleBinding: named and
-    labelled as its state ConfigMap and owned by it, so collected with it (an old generation's
-    state is deleted once a new one has started, every state with its workflow)."""
+    """A Role's or RoleBinding's head: named, labelled and owned as its state (so collected)."""
     metadata = state["metadata"]
     owner = {
         "apiVersion": "v1",
@@ -488,8 +466,7 @@ def _job_access(state: Mapping[str, Any], kind: str) -> dict[str, Any]:
 
 
 def build_job_role(state: Mapping[str, Any], spec: CompoundWorkflowSpec) -> dict[str, Any]:
-    """The Role of one generation's Job pods (job_rules), from its state ConfigMap as stored
-    and the spec it searches."""
+    """The Role of one generation's Job pods (job_rules), from its stored state and its spec."""
     evaluator = spec.evaluation.evaluator
     replayed = evaluator.replay_config_map if evaluator.type is EvaluatorType.REPLAY else None
     tls = spec.triton.tls
@@ -519,8 +496,7 @@ def build_job_role_binding(state: Mapping[str, Any], account: str) -> dict[str, 
 def planned_policy(
     workflow: str, namespace: str, generation: int, policy_spec: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The ParetoPolicy planned for a workflow as an applyable manifest, with only the fields
-    the operator owns (never spec.paused, a person's to set) and the workflow's labels."""
+    """The planned ParetoPolicy: only the fields the operator owns (never spec.paused), labelled."""
     return planned_manifest(
         policy_name(workflow), namespace, policy_spec, labels(workflow, "policy", generation)
     )
@@ -529,8 +505,7 @@ def planned_policy(
 def build_pareto_policy(
     workflow: Mapping[str, Any], generation: int, policy_spec: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The planned ParetoPolicy as the operator applies it: owned by the workflow, so deleting
-    the workflow deletes it."""
+    """The planned ParetoPolicy as applied: owned by the workflow, so deleted with it."""
     metadata = workflow["metadata"]
     body = planned_policy(metadata["name"], metadata["namespace"], generation, policy_spec)
     body["metadata"]["ownerReferences"] = [owner_reference(workflow)]

@@ -1,6 +1,4 @@
-"""The oldest claim on each routing target, over kopf's claims index: worked out once while
-the index holds the same claims, so that a tick of one of n policies on one router reads it
-in O(1) instead of comparing all n (n ticks a round: O(n^2))."""
+"""The oldest claim on each routing target, worked out once while kopf's claims index holds."""
 
 from __future__ import annotations
 
@@ -11,12 +9,8 @@ from compass.controllers.policy_decisions import Claim
 
 
 class OldestClaims:
-    """Each target key's oldest claim, cached until the claims may have changed.
-
-    kopf's index tells no version, so the cache is checked with two things it does tell: the
-    claims under a key (a deletion shrinks them without calling the index function), and a
-    count of the changes the index function saw (``noted``: every policy whose target or claim
-    changed, so an add, a move or one being deleted, each of which calls it)."""
+    """Each target key's oldest claim, cached while the key's claims and the count of index
+    changes (``noted``: kopf's index tells no version) are the same."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

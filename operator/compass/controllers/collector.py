@@ -1,11 +1,4 @@
-"""The garbage collector of an operator process whose heap is mostly long-lived policy data.
-
-A full collection scans every tracked object with the GIL held: at a thousand policies it came
-every 10-20 s and held every tick for up to a second (bench/operator_scale.py). So what has
-survived a while is frozen (gc.freeze) after a young collection, and only what is new is scanned;
-reference counting still frees frozen objects, and once every ``thaw_s`` everything is thawed
-and collected once, for the garbage in cycles.
-"""
+"""The GC of a process of long-lived policy data: the old frozen, all collected every ``thaw_s``."""
 
 from __future__ import annotations
 
@@ -30,8 +23,7 @@ class Collector:
     thawed_at: float | None = None
 
     def release(self) -> None:
-        """Thaw everything, for Python's own collections again (the scheduler stopped: a process
-        that goes on, a test's, must not keep garbage cycles frozen)."""
+        """Thaw everything (the scheduler stopped: a process that goes on keeps no cycle frozen)."""
         self.unfreeze()
         self.frozen_at = self.thawed_at = None
 

@@ -1,17 +1,23 @@
-"""The one way to update a status's conditions, as apimachinery's meta helpers do for Go.
-
-A condition's lastTransitionTime says when its status last changed, so setting a condition with
-the status it already has keeps the old time (only reason, message and generation move).
-"""
+"""The one way to update a status's conditions, as apimachinery's meta helpers do for Go."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from compass.api.conditions import MESSAGE_CHARS, Condition
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event on a workflow or policy: posted once, on the transition it reports."""
+
+    type: str  # Normal or Warning
+    reason: str
+    message: str
 
 
 def one_line(text: str) -> str:
@@ -25,9 +31,7 @@ def find_condition(conditions: Iterable[Condition], type_: str) -> Condition | N
 
 
 def set_condition(conditions: Sequence[Condition], new: Condition, now: str) -> list[Condition]:
-    """The conditions with ``new`` in place of its type's (appended if absent; one per type);
-    its lastTransitionTime is ``now`` when the status changed, else the old one (``new``'s own
-    is ignored)."""
+    """The conditions with ``new`` in its type's place; lastTransitionTime ``now`` on a change."""
     old = find_condition(conditions, new.type)
     unchanged = old is not None and old.status == new.status
     kept = old.last_transition_time if old is not None and unchanged else None
@@ -50,9 +54,7 @@ def set_conditions(
 
 
 def parse_conditions(raw: Iterable[Mapping[str, Any]]) -> list[Condition]:
-    """Conditions from a status on the wire (camelCase). An entry that is no condition is left
-    out: the CRD schema admits none, and one bad entry must not stop a controller that rewrites
-    the list anyway."""
+    """Conditions from a status on the wire (camelCase); an entry that is none is left out."""
     parsed = []
     for entry in raw:
         try:

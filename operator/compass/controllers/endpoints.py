@@ -1,15 +1,4 @@
-"""The Triton pods behind a Service, from its EndpointSlices: pure functions, no I/O.
-
-The operator watches EndpointSlices (a kopf index, ``slice_entries`` per slice) and, every tick,
-turns the entries of a policy's Service into the endpoints its fleet switches
-(``ready_endpoints``). discovery.k8s.io v1 and v1beta1 slices have the same fields used here.
-
-Anyone who may write EndpointSlices in a namespace can list any address in one (a Service
-without a selector and a hand-made slice), so an entry is switched and scraped only when it is
-a Pod of the policy's own namespace at that address (``admitted``: the targetRef says Pod, and
-the Pod index, which the slice's author cannot write, has that Pod at that IP), or when the
-operator's allowedHosts lists the address.
-"""
+"""The Triton pods behind a Service, from its EndpointSlices; only ``admitted`` entries count."""
 
 from __future__ import annotations
 
@@ -67,8 +56,7 @@ def slice_entries(body: Mapping[str, Any]) -> tuple[SliceEntry, ...]:
 
 
 def pod_addresses(body: Mapping[str, Any]) -> list[str]:
-    """The IPs a Pod holds for itself (none for a host-network pod: the node's address is no
-    pod's to claim)."""
+    """The IPs a Pod holds for itself (none for a host-network pod: the node's is no pod's)."""
     if (body.get("spec") or {}).get("hostNetwork"):
         return []
     status = body.get("status") or {}
@@ -82,10 +70,7 @@ def admitted(
     pods_at: Callable[[str], Collection[str]],
     access: TargetAccess,
 ) -> tuple[tuple[SliceEntry, ...], tuple[str, ...]]:
-    """The entries a policy in ``namespace`` may switch and scrape, and why each ready one that
-    it may not was refused: a Pod of ``namespace`` at that address (``pods_at``: the names of
-    the namespace's Pods holding an IP, two while one leaves and the next takes its IP), or an
-    address allowedHosts lists."""
+    """The entries a policy in ``namespace`` may switch and scrape, and why each refused one was."""
     kept: list[SliceEntry] = []
     refused: list[str] = []
     for entries in slices:

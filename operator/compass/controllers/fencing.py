@@ -1,10 +1,4 @@
-"""Fencing: an operator switches routers only while no standby can have taken over from it.
-
-Each keep-alive the API server accepts opens the fence until the moment the request was sent
-plus the peering lifetime, less a margin, on this process's monotonic clock; the Elastico timer
-switches nothing while it is closed. Pure: the keep-alive loop (compass.controllers.manager)
-sends the patch and reports what the API server accepted. Why: docs/operations.md, "One actor".
-"""
+"""Fencing: act only while no standby can have taken over (docs/operations.md, "One actor")."""
 
 from __future__ import annotations
 
@@ -13,9 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-# Share of the lifetime kept back at the end of the fence, and how often a keep-alive is sent:
-# 60 s (the default lifetime) gives a keep-alive every 15 s and a fence that closes 45 s after
-# the last accepted one, 15 s before a standby may resume.
+# Share of the lifetime kept back, and how often a keep-alive is sent: at 60 s, one every 15 s,
+# and a fence closing 45 s after the last accepted one, 15 s before a standby may resume.
 MARGIN_SHARE = 0.25
 RENEWALS_PER_LIFETIME = 4
 # The peering object of a cluster-wide operator (a ClusterKopfPeering) has no namespace.
@@ -57,17 +50,14 @@ class Fence:
         return None if sent_at is None else now - sent_at
 
     def holds(self, namespace: str, now: float) -> bool:
-        """Whether this process may still act on a resource in ``namespace`` at ``now``
-        (monotonic)."""
+        """Whether this process may still act in ``namespace`` at (monotonic) ``now``."""
         ago = self.renewed_ago(namespace, now)
         return ago is not None and ago < self.lifetime_s - self.margin_s
 
 
 def keepalive_patch(identity: str, priority: int, lastseen: datetime) -> list[dict[str, Any]]:
-    """A JSON patch renewing this peer's entry in a peering object's status, as kopf writes it
-    (an ISO 8601 `lastseen` in UTC). It first tests that the entry is there with our priority,
-    so it never creates one: a peer that kopf removed on its way out is not brought back (its
-    standby would wait a whole lifetime), and none is added before kopf has joined."""
+    """A JSON patch renewing this peer's entry in a peering object's status, as kopf writes it;
+    the entry tested first, so none is created (a departed peer's standby would wait a lifetime)."""
     entry = f"/status/{_pointer_token(identity)}"
     return [
         {"op": "test", "path": f"{entry}/priority", "value": priority},
@@ -76,6 +66,5 @@ def keepalive_patch(identity: str, priority: int, lastseen: datetime) -> list[di
 
 
 def _pointer_token(key: str) -> str:
-    """``key`` as one JSON-pointer step (RFC 6901): a pod name has no / or ~, kopf's
-    out-of-cluster identity user@host/time/random has."""
+    """``key`` as one JSON-pointer step (RFC 6901; kopf's user@host/time/random identity has /)."""
     return key.replace("~", "~0").replace("/", "~1")

@@ -1,17 +1,9 @@
-"""Releasing kopf's finalizers once the operator is gone for good (`compass operator
-release-finalizers`, the chart's post-delete hook).
-
-kopf puts its finalizer on every ParetoPolicy (its Elastico daemon) and on every workflow that is
-searching, profiling or planning (its timer), and only a running operator removes it: after an
-uninstall, deleting one of them, or its namespace, would wait forever. Nothing of compass's needs
-the finalizer once no operator runs (whatever a workflow or policy made is owned by it, and the
-garbage collector removes it), so it is taken off.
-"""
+"""Releasing kopf's finalizers once the operator is gone for good (the post-delete hook)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,8 +34,7 @@ class Released:
 
 
 def build_finalizer_release(obj: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """The JSON patch that takes kopf's finalizer off ``obj`` as read (the list tested first, so
-    a concurrent change fails it instead of removing another's finalizer); None without one."""
+    """The JSON patch taking kopf's finalizer off ``obj`` (the list tested first); None without."""
     finalizers = list((obj.get("metadata") or {}).get("finalizers") or [])
     if KOPF_FINALIZER not in finalizers:
         return None
@@ -67,8 +58,7 @@ def _listed(custom: client.CustomObjectsApi, plural: str, namespace: str | None)
 
 
 def _release_one(custom: client.CustomObjectsApi, plural: str, obj: Mapping[str, Any]) -> bool:
-    """Take kopf's finalizer off one object, reading it again after a lost race; whether it
-    had one to take."""
+    """Take kopf's finalizer off one object (read again after a lost race); whether it had one."""
     metadata = obj["metadata"]
     namespace, name = metadata["namespace"], metadata["name"]
     current: Mapping[str, Any] | None = obj
@@ -89,8 +79,7 @@ def _release_one(custom: client.CustomObjectsApi, plural: str, obj: Mapping[str,
 
 
 def release_finalizers(api: client.ApiClient, namespaces: Sequence[str] | None) -> list[Released]:
-    """Take kopf's finalizer off every CompoundWorkflow and ParetoPolicy of ``namespaces``
-    (None: the whole cluster); the objects it was taken off."""
+    """Take kopf's finalizer off every workflow and policy of ``namespaces`` (None: all); which."""
     custom = client.CustomObjectsApi(api)
     released: list[Released] = []
     scopes: Iterable[str | None] = namespaces if namespaces else (None,)
@@ -104,14 +93,9 @@ def release_finalizers(api: client.ApiClient, namespaces: Sequence[str] | None) 
 
 
 def wait_for_pods_gone(
-    api: client.ApiClient,
-    namespace: str,
-    selector: str,
-    timeout_s: float,
-    sleep: Callable[[float], None] = time.sleep,
+    api: client.ApiClient, namespace: str, selector: str, timeout_s: float
 ) -> None:
-    """Return once no pod of ``namespace`` matches ``selector`` (the operator's: a live one would
-    put its finalizers back); OperatorStillRunningError naming them after ``timeout_s``."""
+    """Return once no operator pod (which would put its finalizers back) matches ``selector``."""
     core = client.CoreV1Api(api)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -124,4 +108,4 @@ def wait_for_pods_gone(
                 f"the operator's pods ({names}) in namespace {namespace} did not go within "
                 f"{timeout_s:g} s"
             )
-        sleep(1.0)
+        time.sleep(1.0)

@@ -1,14 +1,4 @@
-"""The gateway as an actuator: a policy's mix written as an llm-d InferenceModelRewrite's target
-weights, or as an HTTPRoute's backendRef weights across InferencePools, and read back.
-
-The endpoint picker draws one target per request by weight and rewrites the request's model (the
-Gateway picks a weighted backendRef per request the same way), which is the weighted split the
-simulator deals (compass.domain.mix). The weights are applied
-server-side as their own field manager, never forced: where another manager has set them to
-something else the apply is refused, and the policy reports it (Ready False, SwitchFailed)
-rather than fight over them. Nothing deletes the rewrite: a deleted policy leaves its last
-weights serving. The builders are pure; the calls go through compass.controllers.kubeapi.
-"""
+"""The gateway as an actuator: a mix as InferenceModelRewrite or HTTPRoute weights, never forced."""
 
 from __future__ import annotations
 
@@ -51,8 +41,7 @@ class WeightsConflictError(RoutingError):
 def target_weights(
     config: Config, blend: Config | None, weight: float, parameter: str
 ) -> tuple[tuple[str, int], ...]:
-    """The rewrite's targets for a mix: (model, weight) of each member that serves a share (the
-    CRD allows no weight 0), the mix's share taken down to the routers' grid first."""
+    """The rewrite's (model, weight) targets for a mix on the routers' grid (the CRD: no 0)."""
     base, blended, share = parse_routing_key(routing_key(config, blend, weight))
     if blended is None:
         served = blend if blend is not None and config_key(blend) == base else config
@@ -68,8 +57,7 @@ def target_weights(
 def build_model_rewrite(
     namespace: str, target: ModelRewriteTarget, weights: Sequence[tuple[str, int]]
 ) -> dict[str, Any]:
-    """The InferenceModelRewrite the policy applies: one rule, matching the clients' model, whose
-    targets are the weighted front members."""
+    """The InferenceModelRewrite the policy applies: one rule for the clients' model, weighted."""
     pool: dict[str, str] = {"name": target.pool_ref.name}
     if target.pool_ref.group is not None:
         pool["group"] = target.pool_ref.group
@@ -92,8 +80,7 @@ def build_model_rewrite(
 def build_http_route(
     namespace: str, target: HttpRouteTarget, weights: Sequence[tuple[str, int]]
 ) -> dict[str, Any]:
-    """The HTTPRoute the policy applies: its rules, one rule with no matches (every request of
-    the route) whose backendRefs are the weighted InferencePools; parentRefs are not its own."""
+    """The HTTPRoute's rules the policy applies: one, for every request, over weighted pools."""
     backends = [
         {"group": target.pool_group, "kind": POOL_KIND, "name": pool, "weight": weight}
         for pool, weight in weights
@@ -107,8 +94,7 @@ def build_http_route(
 
 
 def applied_backend_weights(route: Mapping[str, Any], pool_group: str) -> dict[str, float] | None:
-    """The InferencePool weights of the route's first rule with a pool among its backendRefs (a
-    backendRef without a weight counts 1, the Gateway API's default); None if no rule has one."""
+    """The pool weights of the route's first rule with pool backendRefs (unweighted: 1), or None."""
     spec = route.get("spec")
     rules = spec.get("rules") if isinstance(spec, Mapping) else None
     for rule in rules if isinstance(rules, list) else []:
@@ -137,8 +123,7 @@ def applied_backend_weights(route: Mapping[str, Any], pool_group: str) -> dict[s
 
 
 def applied_weights(rewrite: Mapping[str, Any], model: str) -> dict[str, float] | None:
-    """The weights of the first rule matching ``model`` (by model rewritten to; a target without
-    a weight counts 1, as when none has one); None if no rule matches it."""
+    """The weights of the first rule matching ``model`` (unweighted: 1); None if no rule matches."""
     spec = rewrite.get("spec")
     rules = spec.get("rules") if isinstance(spec, Mapping) else None
     for rule in rules if isinstance(rules, list) else []:
@@ -160,9 +145,7 @@ def applied_weights(rewrite: Mapping[str, Any], model: str) -> dict[str, float] 
 
 
 def weights_routing(weights: Mapping[str, float], plan: Plan, parameter: str, where: str) -> str:
-    """The routing key the weights serve, as a router would report it: one member, or a mix of
-    two (the faster the base, the other's share its weight); otherwise a description that is
-    on no front (the policy then starts again from the fastest)."""
+    """The routing key the weights serve (a mix of two at most), else a description on no front."""
     members = {
         str(t.profile.config.get(parameter)): (i, t.profile.config)
         for i, t in enumerate(plan.thresholds)
@@ -180,8 +163,7 @@ def weights_routing(weights: Mapping[str, float], plan: Plan, parameter: str, wh
 
 
 class ModelRewriteActuator:
-    """One policy's gateway object, an InferenceModelRewrite or an HTTPRoute (by its target):
-    read back each tick, applied when it differs."""
+    """One policy's InferenceModelRewrite or HTTPRoute: read back each tick, applied on a change."""
 
     def __init__(
         self,
@@ -216,8 +198,7 @@ class ModelRewriteActuator:
         return f"{kind} {self.namespace}/{self.target.name}"
 
     def active_config(self, expected: str | None = None) -> str:
-        """What the object's weights serve now (a routing key); RoutingError if it cannot be
-        read. A missing object or rule serves nothing on the front."""
+        """What the object's weights serve now (a routing key); RoutingError if unreadable."""
         del expected  # one object: nothing to outvote
         group, version, plural = self.coordinates
         try:
@@ -247,9 +228,8 @@ class ModelRewriteActuator:
     def switch(
         self, config: Config, blend: Config | None = None, weight: float = 0.0
     ) -> SwitchReport:
-        """Apply the mix's weights (nothing sent when the last read showed them); a refusal
-        because another manager holds the weights raises WeightsConflictError, and is kept
-        in ``conflict`` until an apply succeeds."""
+        """Apply the mix's weights (none sent if the last read showed them); WeightsConflictError,
+        kept in ``conflict`` until an apply succeeds, when another manager holds them."""
         wanted = routing_key(config, blend, weight)
         if self.read_key == wanted:
             self.conflict, self.read_key = None, None

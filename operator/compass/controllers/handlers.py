@@ -1,8 +1,4 @@
-"""kopf handlers: thin adapters from Kubernetes events to the pure decisions and back.
-
-Importing this module registers every handler with kopf (`kopf run -m compass.controllers.handlers`,
-or `compass operator`).
-"""
+"""Importing this registers every kopf handler (`kopf run -m compass.controllers.handlers`)."""
 
 from compass.controllers import policy_handlers, workflow_handlers
 

@@ -1,13 +1,4 @@
-"""What a CompoundWorkflow may ask for its Jobs' pods: the chart's limits on tolerations, node
-selectors, resources, priority and runtime classes, and the pure check that refuses a spec
-past them.
-
-Whoever may write a workflow gets pods run for them; the operator's administrator bounds where
-those pods may land (the tainted GPU pool, a team's nodes), how much one may hold, whom it may
-preempt (a PriorityClass) and what runs it (a RuntimeClass: a GPU or unsandboxed runtime). A spec
-past a limit is refused (SpecValid False, JobPodNotAllowed) naming the field and the limit, and
-no Job is made. The rules: docs/operations.md, "What a workflow's Jobs may ask for".
-"""
+"""What a CompoundWorkflow may ask for its Jobs' pods within the chart's limits (jobPods)."""
 
 from __future__ import annotations
 
@@ -37,10 +28,8 @@ def quantity(text: str | int) -> Decimal:
 
 @dataclass(frozen=True)
 class JobPodLimits:
-    """The settings' limits (default: none). Tolerations: ``*``, ``KEY`` (any effect) or
-    ``KEY:EFFECT``; node selectors: ``*``, ``KEY=*`` or ``KEY=VALUE``; max resources: a
-    quantity per resource name, for every request and limit of one Job's pod; priority and
-    runtime classes: names, or ``*`` (a pod that names none always may)."""
+    """The settings' limits (default: none): tolerations ``*``, ``KEY`` or ``KEY:EFFECT``; node
+    selectors ``*``, ``KEY=*`` or ``KEY=VALUE``; max resources per pod; classes: names or ``*``."""
 
     tolerations: tuple[str, ...] = (ANY,)
     node_selector: tuple[str, ...] = (ANY,)
@@ -79,9 +68,7 @@ def _refuse(field_name: str, what: str, setting: str) -> InvalidSpecError:
 
 
 def authorize_job_pods(spec: CompoundWorkflowSpec, limits: JobPodLimits) -> None:
-    """InvalidSpecError (JobPodNotAllowed) naming the field and the limit when the search or
-    profiling pod asks for a toleration, node label, affinity, resource, priority class or
-    runtime class past the settings."""
+    """InvalidSpecError (JobPodNotAllowed) naming the field and the limit a Job's pod passes."""
     for name, section in (("search", spec.search), ("profiling", spec.profiling)):
         _authorize_section(f"spec.{name}", section, limits)
 

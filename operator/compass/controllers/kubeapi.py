@@ -1,15 +1,8 @@
-"""The operator's Kubernetes I/O: where the client configuration is loaded, and the few calls
-every controller makes, each with a request timeout and its expected status codes handled here.
-
-Each helper takes a bound method of a kubernetes.client API class (``CoreV1Api(api).
-read_namespaced_config_map``...) and its arguments, and returns the response as JSON (dicts and
-lists, never the client's models, so what is read is what a status or spec looks like on the
-wire). A 404 or 409 that a caller must tell apart comes back as NotFoundError or ConflictError
-(both still ApiExceptions); the callers never look at an HTTP status themselves.
-"""
+"""The operator's Kubernetes I/O: each call with a timeout, its JSON, 404 and 409 typed."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -20,16 +13,12 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-# FIELD_MANAGER: who owns the fields the operator applies (kubectl get -o yaml
-# --show-managed-fields); a person's or another tool's stay theirs, a re-plan changes only these.
-# controller_uid is pure, so it lives beside owner_reference, where the pure decisions take it.
+# controller_uid is pure: it lives beside owner_reference, where the pure decisions take it.
 from compass.controllers.builders import FIELD_MANAGER
 from compass.controllers.builders import controller_uid as controller_uid
 
 # (connect, read) seconds for every call: without one, a half-open connection blocks a handler
-# thread forever and the routing silently stops being controlled. Generous for calls answered in
-# milliseconds (a false timeout costs only a retry: every handler is idempotent); urllib3 retries
-# a timed-out GET, PUT or DELETE 3 times, so such a call can last 4 times this.
+# thread forever. Generous (a false timeout costs only a retry); urllib3 retries a GET 3 times.
 REQUEST_TIMEOUT_S: tuple[float, float] = (5.0, 15.0)
 
 # What a failed call raises: the server's answer, or no answer (refused, reset, timed out).
@@ -55,11 +44,9 @@ class OwnedByAnotherError(Exception):
 
 
 def load_client(connections: int = 0) -> client.ApiClient:
-    """A client with its own configuration: the pod's service account in a cluster, else
-    $KUBECONFIG as it is now (not when the kubernetes package was imported), else
-    ~/.kube/config. ``connections``: keep at least this many open to the API server (one per
-    thread that calls it), so that none is closed and opened again with a TLS handshake."""
+    """A client of its own: in-cluster, else $KUBECONFIG as it is now, else ~/.kube/config."""
     configuration = client.Configuration()
+    # One connection per calling thread: none closed and opened again with a TLS handshake.
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, connections)
     try:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
@@ -77,9 +64,7 @@ def call(
     answer: bool = True,
     **kwargs: Any,
 ) -> Any:
-    """``method(*args, **kwargs)`` with the request timeout (REQUEST_TIMEOUT_S unless given);
-    the response's JSON (None if empty, or not asked for: ``answer`` False). A 404 raises
-    NotFoundError, a 409 ConflictError."""
+    """``method(*args, **kwargs)`` with a timeout; the answer's JSON (None: empty, or not asked)."""
     limits = REQUEST_TIMEOUT_S if timeout is None else timeout
     try:
         response = method(*args, **kwargs, _request_timeout=limits, _preload_content=False)
@@ -133,15 +118,13 @@ SLICE_VERSIONS = ("v1", "v1beta1")
 def list_endpoint_slices(
     api: client.ApiClient, namespace: str, service: str
 ) -> list[dict[str, Any]]:
-    """The EndpointSlices of ``service`` in ``namespace``, from the newest discovery.k8s.io
-    version the server serves (list permission is the same rule for either)."""
+    """``service``'s EndpointSlices, from the newest discovery.k8s.io version the server serves."""
     for version in SLICE_VERSIONS:
 
         def listing(
             *, _request_timeout: Any, _preload_content: bool, version: str = version
         ) -> Any:
-            """A list call as a generated method makes it (a raw response; ApiException on an
-            error status), at this version's path."""
+            """A list call as a generated method makes it, at this version's path."""
             request = api.param_serialize(
                 method="GET",
                 resource_path=f"/apis/discovery.k8s.io/{version}/namespaces/{{namespace}}/"
@@ -184,11 +167,7 @@ def create_or_take(
     body: Mapping[str, Any],
     whose: Callable[[Mapping[str, Any]], str | None],
 ) -> Any:
-    """Create a namespaced object, or take the existing one of that name unless ``whose``
-    says it is another's (a phrase such as "is controlled by another owner (UID)"; None: ours).
-    The object; OwnedByAnotherError naming the object and whose it is otherwise. One deleted
-    between the create's conflict and the read (the garbage collector taking an earlier owner's)
-    is created again: returning nothing there would leave the caller believing it exists."""
+    """Create the object, or take the one there unless ``whose`` says whose it is (None: ours)."""
     name = body["metadata"]["name"]
     for _ in range(CREATE_ATTEMPTS):
         created = create(create_method, namespace, body)
@@ -196,7 +175,7 @@ def create_or_take(
             return created
         existing = read(read_method, name, namespace)
         if existing is None:
-            continue
+            continue  # collected since the conflict: create it again (else the caller believes it)
         other = whose(existing)
         if other is not None:
             raise OwnedByAnotherError(f"{body['kind']} {name} {other}")
@@ -215,25 +194,19 @@ def create_or_adopt(
     body: Mapping[str, Any],
     owner_uid: str,
 ) -> Any:
-    """create_or_take for an owned object: the existing one is taken if it has no controller
-    or ``owner_uid`` is its controller (a retried or repeated create)."""
-
-    def whose(existing: Mapping[str, Any]) -> str | None:
-        return controlled_by_another(existing, owner_uid)
-
+    """create_or_take, taking an existing object with no controller or ``owner_uid`` as its own."""
+    whose = functools.partial(controlled_by_another, owner_uid=owner_uid)
     return create_or_take(create_method, read_method, namespace, body, whose)
 
 
 def controlled_by_another(existing: Mapping[str, Any], owner_uid: str) -> str | None:
-    """Why ``existing`` is not ``owner_uid``'s to take (its controller is another); None if it
-    has no controller or that one."""
+    """Why ``existing`` is not ``owner_uid``'s to take (another controls it); None if it is."""
     other = controller_uid(existing)
     return None if other in (None, owner_uid) else f"is controlled by another owner ({other})"
 
 
 def patch_status(method: Callable[..., Any], *args: Any, body: Mapping[str, Any]) -> bool:
-    """Merge-patch a status subresource; False if the object is gone or changed since the
-    resourceVersion the body carries (decide again on a fresh read)."""
+    """Merge-patch a status; False if the object is gone or changed since the body's version."""
     try:
         call(method, *args, body, _content_type=_MERGE_PATCH, answer=False)
     except (NotFoundError, ConflictError):
@@ -248,36 +221,23 @@ def apply(
     force: bool = True,
     field_manager: str = FIELD_MANAGER,
 ) -> Any:
-    """Server-side apply ``body`` (a patch method, e.g. patch_namespaced_custom_object, and its
-    path arguments) as ``field_manager``; the object as it is now. ``force`` takes over fields
-    another manager set to other values (the operator's plan wins on the fields it owns);
-    without it that is a ConflictError. Fields it applied before and leaves out now are removed
-    unless someone else owns them too."""
+    """Server-side apply ``body`` as ``field_manager``; ``force``: take over others' fields."""
     return call(
         method, *args, body, field_manager=field_manager, force=force, _content_type=_APPLY_PATCH
     )
 
 
-def answer_message(error: ApiException) -> str:
-    """The message of the API server's Status answer ('' if it gave none)."""
-    return _status_message(error)
-
-
-# The 422 of a JSON patch that did not apply to the object as it is now: an API server that says
-# why names the failed ``test`` op (evanphx/json-patch: "testing value <path> failed"); others
-# (1.20, say) answer only this generic line, with no causes, for a failed test op and a path that
-# is missing alike. A patch that applied but made the object invalid is a 422 that names the
-# object and the field ("Gadget "g" is invalid: metadata.labels: ...").
+# The 422 of a JSON patch that did not apply: the failed ``test`` op named, or (1.20, say) only
+# this generic line with no causes; one that made the object invalid names the field instead.
 _TEST_FAILED = re.compile(r"\btesting value \S* ?failed", re.IGNORECASE)
 _NOT_APPLIED = "the server rejected our request due to an error in our request"
 
 
 class PatchRefusedError(ApiException):
-    """The API server refused a JSON patch (422) for another reason than a failed ``test`` op:
-    the patch is invalid or makes the object invalid, and retrying it will not help."""
+    """A JSON patch refused (422) other than by a failed ``test`` op: retrying will not help."""
 
     def __str__(self) -> str:
-        return f"JSON patch refused (HTTP {self.status}): {_status_message(self) or self.reason}"
+        return f"JSON patch refused (HTTP {self.status}): {answer_message(self) or self.reason}"
 
 
 def _status(error: ApiException) -> dict[str, Any]:
@@ -289,16 +249,16 @@ def _status(error: ApiException) -> dict[str, Any]:
     return answer if isinstance(answer, dict) else {}
 
 
-def _status_message(error: ApiException) -> str:
+def answer_message(error: ApiException) -> str:
+    """The message of the API server's Status answer ('' if it gave none)."""
     message = _status(error).get("message")
     return message if isinstance(message, str) else ""
 
 
 def _not_applied(error: ApiException) -> bool:
-    """Whether a 422 says the patch did not apply to the object as it is now (a failed test op
-    where the server says so; the generic line with no causes where it does not)."""
+    """Whether a 422 says the patch did not apply to the object as it is now (a failed test op)."""
     status = _status(error)
-    message = _status_message(error)
+    message = answer_message(error)
     if _TEST_FAILED.search(message):
         return True
     details = status.get("details")
@@ -307,9 +267,7 @@ def _not_applied(error: ApiException) -> bool:
 
 
 def json_patch(method: Callable[..., Any], *args: Any, ops: list[dict[str, Any]]) -> bool:
-    """Apply a JSON patch (RFC 6902) as FIELD_MANAGER; False if it did not apply to the object as
-    it is now (a ``test`` op failed: read it again) or the object is gone. A 422 (it applied but
-    makes the object invalid) raises PatchRefusedError: retrying at once would fail again."""
+    """Apply a JSON patch (RFC 6902); False if a ``test`` op failed or the object is gone."""
     try:
         call(method, *args, ops, field_manager=FIELD_MANAGER, _content_type=JSON_PATCH)
     except NotFoundError:
@@ -319,9 +277,7 @@ def json_patch(method: Callable[..., Any], *args: Any, ops: list[dict[str, Any]]
             raise
         if _not_applied(error):
             return False
-        refused = PatchRefusedError(status=error.status, reason=error.reason)
-        refused.body, refused.headers = error.body, error.headers
-        raise refused from error
+        raise _typed(error, PatchRefusedError) from error
     return True
 
 
@@ -335,17 +291,15 @@ def delete(method: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
 
 
 def describe(error: BaseException) -> str:
-    """A failed call in one line for a log: the HTTP status and the server's answer, or the
-    transport error."""
+    """A failed call in one line for a log: the HTTP status and answer, or the transport error."""
     if isinstance(error, ApiException):
         return f"HTTP {error.status}: {error.body or error}"
     return str(error)
 
 
-def _typed(error: ApiException) -> ApiException:
-    """The error as NotFoundError or ConflictError where it is one (same status, reason, body,
-    headers), else itself."""
-    kind = {404: NotFoundError, 409: ConflictError}.get(error.status)
+def _typed(error: ApiException, kind: type[ApiException] | None = None) -> ApiException:
+    """The error as ``kind``, else NotFoundError or ConflictError where it is one, else itself."""
+    kind = kind or {404: NotFoundError, 409: ConflictError}.get(error.status)
     if kind is None:
         return error
     typed = kind(status=error.status, reason=error.reason)

@@ -1,6 +1,4 @@
-"""How much ledger text the operator holds inflated at once, across all workflows: a start
-reserves its workflow's bound before it reads a ledger, and waits its turn when that would pass
-the budget, so tenants' ledgers together never pass the operator's own bound."""
+"""How much ledger text the operator holds inflated at once, across all workflows."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""The search ledger as gzip chunks in ConfigMaps: pure encoding, ordering, sizing and the
-batching of writes, no I/O.
-
-The search Job writes the evaluated batches' lines at most once per ``FLUSH_INTERVAL_S``
-(``FlushClock``), each write one gzip key of the state ConfigMap; once the state's keys would
-pass ``HOT_BUDGET`` they and the new lines go, merged, into a new chunk ConfigMap
-(``chunk_name``, labelled ``CHUNK_OF_LABEL``), created once and never written again: etcd stores
-every revision of a whole object, so no write rewrites more than the small state. The ledger is
-every chunk in sequence order, a chunk an earlier one covers skipped; a plain ``ledger.jsonl``
-key comes first. Why and how: docs/operations.md, "The search ledger in ConfigMaps".
-"""
+"""The search ledger as gzip chunks in ConfigMaps (docs/operations.md, "The search ledger")."""
 
 from __future__ import annotations
 
@@ -28,18 +18,13 @@ CHUNK_OF_LABEL = f"{GROUP}/ledger-of"
 # ConfigMap rolls over before that, with room to spare for its metadata.
 BUDGET = 900 * 1024
 # The state's own chunks, merged out with the next write's lines once they would pass this: the
-# state is rewritten in etcd at every write, so its size is what a write really costs. A chunk
-# ConfigMap so holds at least this much gzip (more when one write brings more).
+# state is rewritten in etcd at every write, so its size is what a write really costs.
 HOT_BUDGET = 32 * 1024
-# The most chunk ConfigMaps one state may have: the Jobs' Role names each of them (RBAC narrows
-# get and patch by name only). 256 of at least HOT_BUDGET hold 8 MiB of gzip or more, some 30
-# times the ledger of a 1,000-sample search of the RAG grid (a fast search's writes, up to
-# PENDING_TEXT each, make larger chunks); a resuming pod reads them one GET each.
+# The most chunk ConfigMaps one state may have (the Jobs' Role names each): 256 of at least
+# HOT_BUDGET hold 8 MiB of gzip or more, some 30 times a 1,000-sample search of the RAG grid.
 MAX_CHUNKS = 256
-# The search Job writes its new ledger lines (and progress) at most once per FLUSH_INTERVAL_S
-# seconds, or sooner once PENDING_TEXT bytes of new lines wait. A killed pod so loses, and
-# evaluates again, at most the batches finished in the last FLUSH_INTERVAL_S seconds before it
-# died, and the batch in flight.
+# The search Job writes its new ledger lines at most once per FLUSH_INTERVAL_S, or once
+# PENDING_TEXT bytes wait: a killed pod evaluates again at most that interval's batches.
 FLUSH_INTERVAL_S = 5.0
 # A write's new lines: their gzip must fit a chunk ConfigMap with HOT_BUDGET (gzip never grows
 # text by more than a few bytes per 16 KiB), and a PATCH stays a fraction of the request limit.
@@ -47,11 +32,9 @@ PENDING_TEXT = 512 * 1024
 # The most text one chunk of a seeded ledger holds: its gzip then fits any budget.
 PIECE_TEXT = 256 * 1024
 
-# How much ledger text a workflow can have recorded: per sample evaluation an index and a score
-# with their JSON punctuation (some 30 bytes; doubled), per configuration its config object on
-# every batch line. Never less than MIN_LEDGER_TEXT, never more than MAX_LEDGER_TEXT (64 chunks
-# of JSON compress some 4 times: a real ledger is far below it). Past its bound a chunk is no
-# ledger of this workflow but a gzip bomb: it is refused, never inflated whole.
+# How much ledger text a workflow can have recorded (some 30 bytes a sample evaluation, doubled,
+# and a config object a batch line), within [MIN_LEDGER_TEXT, MAX_LEDGER_TEXT]: past it a chunk is
+# a gzip bomb, refused, never inflated whole.
 TEXT_PER_SAMPLE = 64
 TEXT_PER_CONFIGURATION = 16 * 1024
 MIN_LEDGER_TEXT = 1024 * 1024
@@ -102,8 +85,7 @@ def text_limit(configurations: int, samples: int) -> int:
 
 
 def decode(value: str, limit: int | None = None) -> str:
-    """A binaryData value written by ``encode``, as text; LedgerTooLargeError, having inflated
-    no more than ``limit`` + 1 bytes, if the text is longer than ``limit``."""
+    """A binaryData value ``encode`` wrote, as text; LedgerTooLargeError past ``limit``."""
     data = base64.b64decode(value)
     if limit is None:
         return gzip.decompress(data).decode("utf-8")
@@ -111,8 +93,7 @@ def decode(value: str, limit: int | None = None) -> str:
 
 
 def inflate(data: bytes, limit: int) -> bytes:
-    """gzip ``data`` (one member or more) inflated a piece at a time, refused as soon as it
-    passes ``limit`` bytes; zlib.error or EOFError for a damaged or cut stream, as gzip's."""
+    """gzip ``data`` inflated a piece at a time, refused past ``limit`` bytes."""
     out = bytearray()
     while data:
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -155,9 +136,7 @@ def _chunks(obj: Mapping[str, Any]) -> list[tuple[int, int, str, str]]:
 
 
 def ledger_text(config_maps: Iterable[Mapping[str, Any]], limit: int | None = None) -> str:
-    """The ledger held by a state ConfigMap and its chunk ConfigMaps (any order), as text;
-    past ``limit`` bytes of text in all, LedgerTooLargeError naming the ConfigMap and key where
-    it passed, with no more than the limit inflated."""
+    """A state's and its chunks' ledger (any order) as text; LedgerTooLargeError past ``limit``."""
     objects = list(config_maps)
     plain = "".join(str((o.get("data") or {}).get(LEDGER_KEY) or "") for o in objects)
     if plain and not plain.endswith("\n"):
@@ -216,9 +195,8 @@ def place(values: Sequence[str], room: int = BUDGET) -> list[dict[str, str]]:
 
 @dataclass
 class FlushClock:
-    """When the search Job writes the batches it has evaluated (pure, the times given): at once
-    for the first batch, then once ``interval_s`` has passed or ``pending_limit`` bytes wait. Asked
-    after every batch, so a kill loses at most the batches of the last interval."""
+    """When the search Job writes its evaluated batches: the first at once, then each
+    ``interval_s`` or ``pending_limit`` bytes (a kill loses at most the last interval's)."""
 
     interval_s: float = FLUSH_INTERVAL_S
     pending_limit: int = PENDING_TEXT

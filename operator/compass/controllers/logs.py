@@ -51,11 +51,7 @@ class _OperatorLogHandler(logging.StreamHandler[TextIO]):
 def configure_logging(
     level: LogLevel, log_format: LogFormat, stream: TextIO | None = None
 ) -> logging.Handler:
-    """Send every logger's records at or above level to stream (stderr) in log_format.
-
-    kopf's loggers included: they propagate to the root logger. asyncio's are silenced below
-    debug, as kopf's own set-up does: they repeat what kopf reports.
-    """
+    """Send every logger's records at or above level to stream in log_format (asyncio's: debug)."""
     handler = _OperatorLogHandler(stream)
     handler.setFormatter(
         JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)

@@ -1,12 +1,4 @@
-"""The operator process (`compass operator`): kopf in-process, a liveness endpoint, and the
-operator's own Prometheus metrics.
-
-Exactly one operator may act on a policy, or two would switch the same router. With peering
-(`--peering NAME`, what the Helm chart does) only the live peer with the highest priority acts
-(by default the oldest: ``automatic_priority``), and its fence holds it while the API server
-accepts none of its keep-alives; standalone (the default by hand), run one process only. A
-replica that takes over loses nothing: every policy's state is in its status.
-"""
+"""The operator process (`compass operator`): kopf, liveness, metrics, peering and its fence."""
 
 from __future__ import annotations
 
@@ -61,10 +53,8 @@ class Peering:
 
 
 def automatic_priority(started_ns: int) -> int:
-    """A priority from the start time (ns since the epoch): earlier is higher, so a replica
-    started later (a rolling update, a second replica) waits for the one already acting rather
-    than taking over mid-decision. Microseconds make a tie (which would pause both) practically
-    impossible; the value is negative, so any explicit priority >= 0 wins (kopf's --dev: 666)."""
+    """Earlier start, higher priority: a later replica waits for the acting one. Negative (in
+    µs, so no tie), so any explicit priority >= 0 wins (kopf's --dev: 666)."""
     return -(started_ns // 1000)
 
 
@@ -104,24 +94,16 @@ def missing_peering_objects(
     selector = f"metadata.name={name}"
     missing = []
     for namespace in [""] if clusterwide else namespaces:
+        method = (
+            custom.list_cluster_custom_object
+            if clusterwide
+            else custom.list_namespaced_custom_object
+        )
+        where = [] if clusterwide else [namespace]
         try:
-            if clusterwide:
-                found = kubeapi.list_items(
-                    custom.list_cluster_custom_object,
-                    PEERING_GROUP,
-                    PEERING_VERSION,
-                    plural,
-                    field_selector=selector,
-                )
-            else:
-                found = kubeapi.list_items(
-                    custom.list_namespaced_custom_object,
-                    PEERING_GROUP,
-                    PEERING_VERSION,
-                    namespace,
-                    plural,
-                    field_selector=selector,
-                )
+            found = kubeapi.list_items(
+                method, PEERING_GROUP, PEERING_VERSION, *where, plural, field_selector=selector
+            )
         except kubeapi.NotFoundError as error:
             raise PeeringError(f"the {kind} CRD ({plural}.{PEERING_GROUP}) is missing") from error
         if not found:
@@ -132,8 +114,7 @@ def missing_peering_objects(
 def wait_for_peering_objects(
     api: Any, peering: Peering, clusterwide: bool, namespaces: list[str]
 ) -> None:
-    """Wait up to PEERING_WAIT_S for the peering objects: kopf would stay paused, silently,
-    without them."""
+    """Wait up to PEERING_WAIT_S for the peering objects (kopf would stay paused, silently)."""
     kind, _ = peering_kind(clusterwide)
     deadline = time.monotonic() + PEERING_WAIT_S
     while missing := missing_peering_objects(api, peering.name, clusterwide, namespaces):
@@ -145,9 +126,7 @@ def wait_for_peering_objects(
 
 
 def own_identity(started_ns: int) -> str:
-    """This process's name among the peers, as kopf would pick it: the pod's name ($POD_ID,
-    which the chart sets), else user@host/start/pid. Chosen here, not by kopf, because the
-    fence's keep-alives renew the same entry."""
+    """The pod's name ($POD_ID), else user@host/start/pid: as kopf picks it, for the fence's use."""
     pod = os.environ.get("POD_ID")
     if pod:
         return pod
@@ -162,8 +141,7 @@ def keep_fence(
     namespaces: list[str],
     stop: threading.Event,
 ) -> None:
-    """Until ``stop``: renew this peer's keep-alive in every peering object, and open the fence
-    of each scope whose keep-alive the API server accepted (compass.controllers.fencing)."""
+    """Until ``stop``: renew the keep-alives, opening the fence of each scope that accepted one."""
     _, plural = peering_kind(fence.clusterwide)
     custom: Any = client.CustomObjectsApi(api)
     # A keep-alive that takes longer than the renewal period is as good as lost.
@@ -218,8 +196,7 @@ def missing_crds(served: set[str] | None) -> list[str]:
 
 
 def served_resources(api: Any) -> set[str] | None:
-    """The plural names the API server serves in compass.io/v1alpha1 (discovery, which every
-    authenticated client may read); None when the group/version is not served at all."""
+    """The plurals served in compass.io/v1alpha1 (discovery: no rights needed); None: not served."""
     custom: Any = client.CustomObjectsApi(api)
     found = kubeapi.read(custom.get_api_resources, GROUP, VERSION)
     if found is None:
@@ -246,8 +223,7 @@ def startup_missing_crds(api: Any) -> list[str]:
 
 
 def wait_for_crds(api: Any, stop: threading.Event, found: threading.Event) -> None:
-    """Re-check every CRD_RECHECK_S until the CRDs are all served (then set ``found`` and
-    ``stop``) or until ``stop``; one log line per check, so the log shows the cadence."""
+    """Re-check every CRD_RECHECK_S until all are served (then set ``found``, ``stop``) or stop."""
     while not stop.wait(CRD_RECHECK_S):
         try:
             missing = missing_crds(served_resources(api))
@@ -277,8 +253,7 @@ def liveness_endpoint(settings: OperatorSettings) -> str:
 def scope(
     settings: OperatorSettings, namespaces: list[str] | None, all_namespaces: bool
 ) -> tuple[bool, list[str]]:
-    """(cluster-wide, namespaces): the command line wins over COMPASS_NAMESPACES; none given
-    means the whole cluster."""
+    """(cluster-wide, namespaces): the command line over COMPASS_NAMESPACES; none: the cluster."""
     chosen = list(namespaces or settings.namespaces)
     if all_namespaces and namespaces:
         raise ValueError("--all-namespaces and --namespace exclude each other; pass one")
@@ -288,9 +263,7 @@ def scope(
 
 
 def kopf_settings(peering: Peering | None = None) -> Any:
-    """kopf's settings (a kopf.OperatorSettings) for this operator: standalone without peering;
-    with it, peering is mandatory (paused from the start until kopf has seen the peers, and
-    while the peering CRD is missing) so that a new replica never acts before it knows."""
+    """kopf's settings: standalone, or peering mandatory (paused until the peers are known)."""
     settings = kopf.OperatorSettings()
     if peering is None:
         settings.peering.standalone = True
@@ -302,11 +275,8 @@ def kopf_settings(peering: Peering | None = None) -> Any:
         settings.peering.lifetime = peering.lifetime_seconds
     # Events are posted where the code asks (switches, transitions), not from kopf's log lines.
     settings.posting.loggers = False
-    # kopf's own calls (its status patches, Events, peering) get the operator's timeouts, not
-    # kopf's 300 s and no connect timeout: a half-open connection would hold them for minutes.
-    # kopf's request_timeout bounds a whole short request (connect and read together) and is
-    # never applied to a watch (those take settings.watching's, unset: the server ends them);
-    # the connect timeout applies to a watch's connection too.
+    # kopf's own calls (status patches, Events, peering) get the operator's timeouts, not its 300 s
+    # and no connect timeout; its request_timeout bounds a whole short request, never a watch.
     connect_s, read_s = kubeapi.REQUEST_TIMEOUT_S
     settings.networking.connect_timeout = connect_s
     settings.networking.request_timeout = connect_s + read_s
@@ -319,8 +289,7 @@ _QUIET_HANDLERS = ("Handler 'forget-policy-series'", "Handler 'forget-workflow-s
 
 
 def _quiet_timer_successes(record: logging.LogRecord) -> bool:
-    """Drop kopf's "Timer '...' succeeded." lines, and those of the handlers that watch every
-    event: one a second per policy says nothing."""
+    """Drop kopf's "... succeeded." lines of timers and every-event handlers: they say nothing."""
     message = record.getMessage()
     return not (
         record.levelno == logging.INFO
@@ -332,12 +301,8 @@ def _quiet_timer_successes(record: logging.LogRecord) -> bool:
 def _serve_until_crds_appear(
     api: Any, missing: list[str], options: dict[str, Any], stop_flag: threading.Event | None
 ) -> bool:
-    """Run kopf (liveness up) while the CRDs are missing, re-checking them; True once they are
-    served (the caller starts kopf afresh), False when stopped first.
-
-    kopf serves a CRD created after it started only if its watch sees it once discovery lists it,
-    which can lag, and without the rights to watch CRDs it sees none; discovery needs no rights,
-    so this process polls it."""
+    """Run kopf (liveness up) while polling for the missing CRDs; True once served, False if
+    stopped. Polled: kopf may miss a CRD created after it started (discovery lags, no watch)."""
     logger.warning(missing_crds_message(missing))
     stop, found = threading.Event(), threading.Event()
     threading.Thread(
@@ -369,9 +334,8 @@ def run(
     started_ns = time.time_ns()
     peering = peering_of(settings, started_ns)
     identity = own_identity(started_ns)
-    # Not an import for its names: importing compass.controllers.handlers registers every handler
-    # with kopf's default registry, which only the running operator wants (and after the
-    # settings are read: workflow_handlers reads its poll interval at import).
+    # Registers every handler with kopf's default registry, which only the running operator
+    # wants (and after the settings are read: workflow_handlers reads one at import).
     import compass.controllers.handlers  # noqa: F401
 
     configure_logging(settings.log_level, settings.log_format)

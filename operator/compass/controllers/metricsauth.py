@@ -1,10 +1,4 @@
-"""Pure decisions on a policy's metrics credentials: what the Secret must hold, when to read it
-again, and what the condition says when it is missing (the Secret and the key, never a value).
-
-The ParetoPolicy timer (compass.controllers.policy_handlers) reads the Secret through
-compass.controllers.kubeapi and hands the JSON here; what comes back is an HttpAuth for the
-data plane, or a CredentialsError whose message names the Secret, the key and the fix.
-"""
+"""Pure decisions on a policy's metrics credentials: what the Secret must hold, when to re-read."""
 
 from __future__ import annotations
 
@@ -25,16 +19,13 @@ SECRET_RECHECK_S = 60.0
 SECRET_RETRY_S = 5.0
 # The condition's reason while the credentials cannot be read.
 REASON = "MetricsCredentialsUnavailable"
-# The label a Secret must carry before its values are sent anywhere: without it, whoever may
-# write a ParetoPolicy could name any Secret of the namespace (a ServiceAccount's token) and a
-# metrics URL of their own, and have the operator send it there. Labelling a Secret takes
-# write access to it, which already reads it.
+# The label a Secret must carry before its values are sent anywhere: else whoever may write a
+# policy could have any Secret of the namespace (a token) sent to a metrics URL of their own.
 CONSENT_LABEL = "compass.io/metrics-credentials"
 
 
 class CredentialsError(ValueError):
-    """The credentials cannot be had from the Secret: one line naming the Secret, the key (the
-    field that names it) and the fix; never a value."""
+    """The credentials cannot be had: one line naming the Secret, the key's field and the fix."""
 
 
 def secret_name(auth: MetricsAuthentication | None) -> str | None:
@@ -45,8 +36,8 @@ def secret_name(auth: MetricsAuthentication | None) -> str | None:
 
 
 def recheck_due(read_at: float | None, now: float, *, available: bool, rejected: bool) -> bool:
-    """Whether to read the Secret again: never read, or its period passed: SECRET_RECHECK_S,
-    or SECRET_RETRY_S while the credentials are unavailable or were refused (401/403)."""
+    """Whether to read the Secret again: never read, or SECRET_RECHECK_S (unavailable or refused:
+    SECRET_RETRY_S) passed."""
     if read_at is None:
         return True
     return now - read_at >= (SECRET_RECHECK_S if available and not rejected else SECRET_RETRY_S)
@@ -62,8 +53,7 @@ def resource_version(secret: Mapping[str, Any] | None) -> str | None:
 def credentials(
     auth: MetricsAuthentication, secret: Mapping[str, Any] | None, namespace: str
 ) -> HttpAuth:
-    """The HttpAuth a policy's authentication gives with this Secret (its JSON as the API
-    server returns it; None: not found). CredentialsError naming the Secret and key otherwise."""
+    """The HttpAuth of a policy's authentication with this Secret (its JSON; None: not found)."""
     headers = tuple((h.name, h.value) for h in auth.headers)
     tls = auth.tls
     insecure = tls is not None and tls.insecure_skip_verify
@@ -113,10 +103,7 @@ def triton_tls(
     field: str,
     owner: str = "policy",
 ) -> GrpcTls:
-    """The GrpcTls a resource's TLS to Triton gives with this Secret (None: not found), under
-    the metrics credentials' rules (its namespace, the consent label); ``field`` is where the
-    resource sets it (spec.routing.tls), ``owner`` its kind (policy, workflow). CredentialsError
-    naming the Secret, key and field."""
+    """The GrpcTls a resource's TLS to Triton gets from this Secret, by the credentials' rules."""
     wanted = [k for k in (tls.ca_key, tls.cert_key, tls.key_key) if k is not None]
     read = _SecretReader(
         secret, namespace, tls.secret_ref.name, field, wanted, "Triton's gRPC port", owner
@@ -140,8 +127,7 @@ def triton_tls(
 
 
 class _SecretReader:
-    """A Secret's values as the consent rules allow: found, labelled, each key present and
-    UTF-8; CredentialsError naming the Secret, the key and the field that names it."""
+    """A Secret's values as the consent rules allow (found, labelled, keys present, UTF-8)."""
 
     def __init__(
         self,

@@ -1,9 +1,4 @@
-"""A ParetoPolicy's spec, compiled: the plan, the policy and the endpoints it reaches.
-
-``compile_policy`` validates the spec and derives the routers and the metrics source, or raises
-a SpecError naming the field and the fix (a spec that can never work);
-``authorize_policy_targets`` refuses a host the operator's settings do not allow.
-"""
+"""A ParetoPolicy's spec, compiled (plan, policy, endpoints), or a SpecError naming the fix."""
 
 from __future__ import annotations
 
@@ -29,9 +24,8 @@ from compass.domain.strategy import StrategyPolicy
 
 # Triton's default metrics port, used when the spec names no metrics URL.
 TRITON_METRICS_PORT = 8002
-# The plans made lately, by what policy_plan reads of a spec: a thousand policies with one
-# front are planned once (20 ms each on this machine), so a restarted operator acts on all of
-# them within seconds. Bounded: the oldest made is dropped first.
+# The plans made lately, by what policy_plan reads of a spec: a thousand policies with one front
+# are planned once (20 ms each), so a restarted operator acts on all within seconds.
 PLAN_CACHE_SIZE = 256
 _PLAN_INPUTS = {"front", "slo", "threshold_model", "switch_delay_ms", "router_instances"}
 _PLANS: OrderedDict[str, Plan] = OrderedDict()
@@ -39,8 +33,7 @@ _PLANS_LOCK = threading.Lock()
 
 
 class SpecError(ValueError):
-    """The spec can never work (``reason`` InvalidSpec) or reaches what the operator's settings
-    refuse (TargetNotAllowed): one line naming the field, what is wrong and the fix."""
+    """A spec that can never work (InvalidSpec) or that settings refuse (TargetNotAllowed)."""
 
     def __init__(self, field: str, what: str, fix: str, reason: str = "InvalidSpec") -> None:
         super().__init__(f"spec.{field}: {what}; {fix}")
@@ -49,8 +42,7 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class MetricsTarget:
-    """Where the queue depth (and the arrivals counter) is read; a Triton source without a URL
-    reads every pod's own /metrics."""
+    """Where the queue depth is read (a Triton source without a URL: every pod's own /metrics)."""
 
     type: MetricsSourceType
     url: str | None
@@ -63,11 +55,7 @@ class MetricsTarget:
 
 @dataclass(frozen=True)
 class CompiledPolicy:
-    """A validated spec with everything derived from it, for one generation.
-
-    The routers are the ready pods behind ``service`` (on their ``grpc_port``), or the one
-    Triton at ``grpc_address``.
-    """
+    """A validated spec and what it derives, for one generation."""
 
     generation: int | None
     spec: ParetoPolicySpec
@@ -102,14 +90,12 @@ class CompiledPolicy:
 
     @cached_property
     def admission(self) -> dict[str, Any] | None:
-        """The table every router gets with each switch (None: admission off); built once a
-        generation, not every tick."""
+        """The table every router gets with each switch (None: off), built once a generation."""
         return admission_table(self.spec, self.plan)
 
     @cached_property
     def binding(self) -> dict[str, Any] | None:
-        """The late-binding table every router gets with each switch (None: off); built once a
-        generation."""
+        """The late-binding table every router gets with each switch (None: off); built once."""
         return binding_table(self.spec, self.plan)
 
 
@@ -173,8 +159,7 @@ def _gateway_policy(
     generation: int | None,
     target: ModelRewriteTarget | HttpRouteTarget,
 ) -> CompiledPolicy:
-    """A policy acting through the gateway: no router to reach, and the queue read from the
-    model servers' metrics, which only the spec can name."""
+    """A policy acting through the gateway: no router, the queue read at the spec's metrics URL."""
     actuator = (
         ActuatorType.HTTP_ROUTE
         if isinstance(target, HttpRouteTarget)
@@ -223,9 +208,8 @@ def authorize_policy_targets(
     access: TargetAccess,
     address_override: str | None = None,
 ) -> CompiledPolicy:
-    """The compiled policy with every host it reaches allowed by the operator's settings (a
-    bare Service name read in the policy's namespace); SpecError (TargetNotAllowed) naming the
-    field if one is not. The address override is the operator's own setting: not checked."""
+    """The compiled policy with every host it reaches allowed by the settings (the address
+    override, the operator's own, unchecked); SpecError (TargetNotAllowed) if one is not."""
     spec, address = compiled.spec, compiled.grpc_address
     try:
         metrics = compiled.metrics
@@ -244,8 +228,7 @@ def authorize_policy_targets(
 
 
 def _metrics_target(spec: ParetoPolicySpec, triton_host: str | None) -> MetricsTarget:
-    """The spec's metrics source; none given means Triton's own /metrics: on the routing host,
-    or (``triton_host`` None: a Service) on every pod."""
+    """The spec's metrics source; none: Triton's /metrics on the routing host, or every pod's."""
     source = spec.metrics
     if source is None or source.type is not MetricsSourceType.PROMETHEUS:
         if source is not None and source.age_query:

@@ -1,12 +1,8 @@
-"""A ParetoPolicy's conditions and the Events posted on their transitions.
-
-``health_conditions`` turns what a tick found into Ready, MetricsAvailable, Degraded, Paused,
-PodsServing and PerRequestBinding; ``merge_conditions`` keeps lastTransitionTime while a condition's status does not
-change; ``transition_events`` posts Events on transitions only, never while a state persists.
-"""
+"""A ParetoPolicy's conditions, and the Events posted on their transitions only."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +14,12 @@ from compass.api.paretopolicy_status import (
     LaggingPod,
     RoutingStatus,
 )
-from compass.controllers.conditions import find_condition, parse_conditions, set_conditions
+from compass.controllers.conditions import (
+    Event,
+    find_condition,
+    parse_conditions,
+    set_conditions,
+)
 from compass.controllers.policy_decisions import NOT_PAUSED, Pause
 from compass.dataplane.triton import RouterState
 
@@ -54,17 +55,11 @@ def binding_condition(
     modelled: tuple[int, int],
     per_request: bool = True,
 ) -> Condition | None:
-    """PerRequestBinding, from what each pod's router reported: True where every pod binds
-    each request behind its gate; False, naming the pods, where a router cannot bind (an older
-    image) or has no gate (it binds only requests that carry compass_deadline_ns), the rest
-    being served by the policy's whole-workflow ``strategy``, and where the policy asks for
-    whole-workflow serving (not ``per_request``); False where a router's gate runs other
-    slots than the ``modelled`` (instances, slots). None: no pod reported."""
+    """PerRequestBinding from what each pod's router reported (None: no pod reported)."""
     kind = ConditionType.PER_REQUEST_BINDING.value
+    unbound = functools.partial(Condition, type=kind, status="False")
     if not per_request:
-        return Condition(
-            type=kind,
-            status="False",
+        return unbound(
             reason="WholeWorkflow",
             message=f"binding.mode workflow: {strategy} switches the whole workflow",
         )
@@ -72,18 +67,14 @@ def binding_condition(
         return None
     old = sorted(pod for pod, state in reported.items() if not state.binds)
     if old:
-        return Condition(
-            type=kind,
-            status="False",
+        return unbound(
             reason="RoutersDoNotBind",
             message=f"{_pods(old)} run a router that does not bind per request (an older "
             f"image?): {strategy} serves the whole workflow there; update the router image",
         )
     ungated = sorted(pod for pod, state in reported.items() if state.gate is None)
     if ungated:
-        return Condition(
-            type=kind,
-            status="False",
+        return unbound(
             reason="RoutersNotGated",
             message=f"{_pods(ungated)} have no gate (compass_pipeline_slots): they bind only "
             f"requests that carry compass_deadline_ns, and {strategy} serves the rest; run the "
@@ -95,9 +86,7 @@ def binding_condition(
     differ = sorted(pod for pod, run_slots in run_by_pod.items() if run_slots != slots)
     if differ:
         run = sorted({run_by_pod[pod] for pod in differ})
-        return Condition(
-            type=kind,
-            status="False",
+        return unbound(
             reason="GateSlotsDiffer",
             message=f"{_pods(differ)} run {' or '.join(map(str, run))} pipeline slot(s) where "
             f"the plan binds at {slots}: run the router with compass_pipeline_slots {slots} and "
@@ -147,8 +136,7 @@ def _pods_condition(routing: RoutingStatus, active: str | None) -> Condition:
 
 
 def health_conditions(health: Health) -> list[Condition]:
-    """Ready, MetricsAvailable (when the metrics were tried), Degraded, Paused and (when the
-    pods were reached) PodsServing."""
+    """Ready, MetricsAvailable (metrics tried), Degraded, Paused, PodsServing (pods reached)."""
     ready = ConditionType.READY.value
     if health.spec_error is not None:
         return [
@@ -236,9 +224,7 @@ def merge_conditions(
     now_iso: str,
     generation: int | None,
 ) -> list[dict[str, Any]]:
-    """The new condition list (camelCase): updated ones replace theirs (keeping
-    lastTransitionTime while their status is unchanged), the others stay as they were; in
-    ConditionType order, unknown types last."""
+    """The new condition list (camelCase): ``updates`` set, in ConditionType order."""
     stamped = [u.model_copy(update={"observed_generation": generation}) for u in updates]
     merged = set_conditions(parse_conditions(previous), stamped, now_iso)
     order = [t.value for t in ConditionType]
@@ -250,15 +236,6 @@ def is_ready(conditions: Sequence[Mapping[str, Any]]) -> bool:
     """Whether the condition Ready is True (the policy is in control of the routing)."""
     ready = find_condition(parse_conditions(conditions), ConditionType.READY)
     return ready is not None and ready.status == "True"
-
-
-@dataclass(frozen=True)
-class PolicyEvent:
-    """A Kubernetes Event to post on the ParetoPolicy."""
-
-    type: str
-    reason: str
-    message: str
 
 
 # Refused slice addresses named in a message (an Event, the Ready condition): the first few.
@@ -279,11 +256,9 @@ def refused_endpoints(service: str, namespace: str, refused: Sequence[str]) -> s
     )
 
 
-def refused_event(service: str, namespace: str, refused: Sequence[str]) -> PolicyEvent:
+def refused_event(service: str, namespace: str, refused: Sequence[str]) -> Event:
     """EndpointsRefused: the slice addresses left out (posted when they change)."""
-    return PolicyEvent(
-        "Warning", "EndpointsRefused", refused_endpoints(service, namespace, refused)
-    )
+    return Event("Warning", "EndpointsRefused", refused_endpoints(service, namespace, refused))
 
 
 def switch_event(
@@ -292,19 +267,17 @@ def switch_event(
     queue_depth: float | None,
     reason: str,
     advisory: bool = False,
-) -> PolicyEvent:
-    """ConfigurationSwitched (WouldSwitch in advisory mode: nothing switched): from -> to, the
-    queue depth and why, on one line."""
+) -> Event:
+    """ConfigurationSwitched (advisory: WouldSwitch): from -> to, the queue depth and why."""
     depth = "unknown" if queue_depth is None else f"{queue_depth:g}"
     message = f"{previous or 'none'} -> {target}: queue {depth}; {reason}"
-    return PolicyEvent("Normal", "WouldSwitch" if advisory else "ConfigurationSwitched", message)
+    return Event("Normal", "WouldSwitch" if advisory else "ConfigurationSwitched", message)
 
 
 def transition_events(
     previous: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]]
-) -> list[PolicyEvent]:
-    """Events for conditions that changed: metrics lost or restored, Triton unreachable or
-    reachable again, a switch failing; nothing while a state persists."""
+) -> list[Event]:
+    """Events for the conditions that changed (metrics, Triton, switch, pause, pods)."""
     events = []
     before, after = parse_conditions(previous), parse_conditions(current)
     old_metrics = find_condition(before, ConditionType.METRICS_AVAILABLE)
@@ -312,30 +285,30 @@ def transition_events(
     old_metrics_status = None if old_metrics is None else old_metrics.status
     if new_metrics is not None:
         if new_metrics.status == "False" and old_metrics_status != "False":
-            events.append(PolicyEvent("Warning", "MetricsLost", new_metrics.message))
+            events.append(Event("Warning", "MetricsLost", new_metrics.message))
         elif new_metrics.status == "True" and old_metrics_status == "False":
-            events.append(PolicyEvent("Normal", "MetricsRestored", new_metrics.message))
+            events.append(Event("Normal", "MetricsRestored", new_metrics.message))
     old_ready = find_condition(before, ConditionType.READY)
     new_ready = find_condition(after, ConditionType.READY)
     old_reason = None if old_ready is None else old_ready.reason
     loud = ("TritonUnreachable", "SwitchFailed", "InvalidSpec", "TargetNotAllowed")
     if new_ready is not None:
         if new_ready.reason in loud and new_ready.reason != old_reason:
-            events.append(PolicyEvent("Warning", new_ready.reason, new_ready.message))
+            events.append(Event("Warning", new_ready.reason, new_ready.message))
         elif old_reason == "TritonUnreachable" and new_ready.status == "True":
-            events.append(PolicyEvent("Normal", "TritonReachable", new_ready.message))
+            events.append(Event("Normal", "TritonReachable", new_ready.message))
     old_pause = find_condition(before, ConditionType.PAUSED)
     new_pause = find_condition(after, ConditionType.PAUSED)
     invalid = "InvalidPauseAnnotation"
     fresh = old_pause is None or old_pause.reason != invalid
     if new_pause is not None and new_pause.reason == invalid and fresh:
-        events.append(PolicyEvent("Warning", invalid, new_pause.message))
+        events.append(Event("Warning", invalid, new_pause.message))
     old_pods = find_condition(before, ConditionType.PODS_SERVING)
     new_pods = find_condition(after, ConditionType.PODS_SERVING)
     if new_pods is not None and new_pods.status == "False":
         # A new lagging set names its pods again; the same set persisting posts nothing.
         if old_pods is None or old_pods.status != "False" or old_pods.message != new_pods.message:
-            events.append(PolicyEvent("Warning", "PodsLagging", new_pods.message))
+            events.append(Event("Warning", "PodsLagging", new_pods.message))
     elif new_pods is not None and old_pods is not None and old_pods.status == "False":
-        events.append(PolicyEvent("Normal", "PodsServing", new_pods.message))
+        events.append(Event("Normal", "PodsServing", new_pods.message))
     return events

@@ -1,7 +1,4 @@
-"""A ParetoPolicy's connections: the routers of its target and its metrics source, with the
-Secrets they are built from (metrics credentials, routing.tls), read when due and rebuilt only
-when they changed. I/O through compass.controllers.kubeapi; the decisions on a Secret's content
-are compass.controllers.metricsauth's."""
+"""A ParetoPolicy's routers and metrics source, rebuilt only when they or their Secrets change."""
 
 from __future__ import annotations
 
@@ -28,9 +25,8 @@ from compass.dataplane.metrics import (
 )
 from compass.dataplane.triton import RoutingError
 
-# A control request takes milliseconds; a pod that does not answer within a second is reported
-# lagging and asked again at the next tick, rather than holding every decision of the policy
-# (the pods are called in parallel; a silent one is skipped for the rest of its tick).
+# A control request takes milliseconds: a pod silent for a second is reported lagging and asked
+# again next tick, rather than holding every decision of the policy.
 ROUTER_TIMEOUT_S = 1.0
 ROUTER_ATTEMPTS = 1
 ROUTER_BACKOFF_S = 0.05
@@ -38,9 +34,7 @@ ROUTER_BACKOFF_S = 0.05
 
 @dataclass
 class Connections:
-    """The routers (one per pod) and the metrics source of one routing target, with what the
-    source's credentials were built from (the Secret's resourceVersion, when it was read, and
-    why the credentials are unavailable, if they are)."""
+    """The routers (one per pod) and the metrics source of one target, and its Secrets' state."""
 
     key: tuple[
         str | None, str | None, str, MetricsTarget, TritonTls | None, ModelRewriteTarget | None
@@ -67,8 +61,7 @@ def connect(
     now: float,
     namespace: str,
 ) -> Connections:
-    """The routers and metrics source for the compiled target (reused while it holds; the
-    source rebuilt when its Secret changed)."""
+    """The routers and metrics source of the compiled target (reused while it holds)."""
     target = compiled.metrics
     key = (
         compiled.service,
@@ -106,27 +99,20 @@ def _routers(fleet: RouterFleet, compiled: CompiledPolicy, runtime: Runtime, ns:
     return fleet
 
 
-def _model_rewrite(
+def _gateway(
     fleet: RouterFleet, compiled: CompiledPolicy, runtime: Runtime, namespace: str
 ) -> Actuator:
-    """llm-d's InferenceModelRewrite named by routing.modelRewrite."""
-    assert compiled.rewrite is not None
-    return ModelRewriteActuator(runtime.api(), namespace, compiled.rewrite, compiled.plan)
-
-
-def _http_route(
-    fleet: RouterFleet, compiled: CompiledPolicy, runtime: Runtime, namespace: str
-) -> Actuator:
-    """The HTTPRoute named by routing.httpRoute, through the same gateway actuator."""
-    assert compiled.route is not None
-    return ModelRewriteActuator(runtime.api(), namespace, compiled.route, compiled.plan)
+    """llm-d's InferenceModelRewrite (routing.modelRewrite) or the HTTPRoute (routing.httpRoute)."""
+    target = compiled.route or compiled.rewrite
+    assert target is not None
+    return ModelRewriteActuator(runtime.api(), namespace, target, compiled.plan)
 
 
 # The actuators by routing.actuator, as KEDA's scalers by their trigger's type.
 ACTUATORS: dict[ActuatorType, ActuatorFactory] = {
     ActuatorType.TRITON: _routers,
-    ActuatorType.INFERENCE_MODEL_REWRITE: _model_rewrite,
-    ActuatorType.HTTP_ROUTE: _http_route,
+    ActuatorType.INFERENCE_MODEL_REWRITE: _gateway,
+    ActuatorType.HTTP_ROUTE: _gateway,
 }
 
 
@@ -137,9 +123,8 @@ def routing_tls(
     now: float,
     namespace: str,
 ) -> None:
-    """The routers' TLS as spec.routing.tls's Secret says: read when due (as the metrics
-    credentials are), the clients reconnected only when the Secret changed; RoutingError naming
-    the Secret, the key and the fix while it cannot be had (the routers are then unreachable)."""
+    """The routers' TLS from spec.routing.tls's Secret, read when due, reconnecting on a change;
+    RoutingError naming the Secret, the key and the fix while it cannot be had."""
     tls = compiled.tls
     if tls is None:
         return
@@ -189,8 +174,7 @@ def _refresh_source(
     now: float,
     namespace: str,
 ) -> None:
-    """Build the metrics source, reading its Secret (if any) when due: first, after a 401 or
-    403, and periodically, rebuilding only when the Secret's resourceVersion changed."""
+    """Build the metrics source, its Secret read when due (first, after a 401/403, periodically)."""
     target = compiled.metrics
     name = metricsauth.secret_name(target.authentication)
     rejected = bool(getattr(connections.source, "auth_rejected", False))
@@ -247,8 +231,7 @@ def _refresh_source(
 def _unavailable(
     connections: Connections, compiled: CompiledPolicy, problem: str, logger: kopf.Logger
 ) -> None:
-    """The metrics cannot be read until the credentials are fixed: a source that says why
-    (logged once per change; the message names the Secret and key, never a value)."""
+    """A source that says why the metrics cannot be read (logged once a change, no Secret value)."""
     if problem != connections.credentials_problem:
         logger.warning(f"metrics credentials unavailable: {problem}")
     connections.credentials_problem = problem
@@ -262,8 +245,7 @@ def _source(
     auth: HttpAuth | None,
     shared: SharedReads | None = None,
 ) -> QueueDepthSource:
-    """The metrics source of the compiled target, with these credentials; its reads shared
-    with every other policy's source reading the same in a tick."""
+    """The target's metrics source, its reads shared with every policy's reading the same."""
     target, fleet = compiled.metrics, connections.router
     if target.url is None:  # Triton's /metrics of every pod
         return FleetQueueDepth(
@@ -283,8 +265,7 @@ def _source(
 
 
 def _unreadable(error: BaseException) -> str:
-    """Why a Secret could not be read: the status alone (nothing of the answer, which a proxy
-    could fill, is shown)."""
+    """Why a Secret could not be read: the status alone (a proxy could fill the answer)."""
     status = getattr(error, "status", None)
     if status == 403:
         return (

@@ -1,10 +1,5 @@
-"""What a ParetoPolicy tick decides from, before its LiveLoop step: whether a decision is due,
-how long to wait after a failure, whether the policy is paused, and the state to decide from.
-
-``align_state`` reconciles the saved state with what the router really serves: a restarted
-operator resumes the state saved in the status (hysteresis timers included), so it never flips
-the configuration on start; routing changed behind its back is adopted.
-"""
+"""What a ParetoPolicy tick decides from: whether one is due, the pause, the state (resumed from
+the status, so a restarted operator never flips the configuration on start)."""
 
 from __future__ import annotations
 
@@ -36,9 +31,8 @@ TICK_S = OperatorSettings().policy_tick_seconds
 # Retry delays while Triton is unreachable grow up to this, so a long outage costs few calls
 # but a restarted Triton is found again within seconds.
 MAX_RETRY_DELAY_S = 8.0
-# A policy's gauges outlive the last tick of this process by this long: several of the longest
-# gaps between two ticks of an acting process (a retry after failures), so that they never lapse
-# while it acts, and go soon after peering pauses it or the fence holds it.
+# A policy's gauges outlive this process's last tick by this long: several of its longest gaps
+# (a retry), so they never lapse while it acts, and go soon after it is paused or fenced.
 SERIES_TTL_S = max(30.0, 3 * MAX_RETRY_DELAY_S)
 
 
@@ -46,8 +40,7 @@ LOG = logging.getLogger(__name__)
 
 
 def saved_state(status: Mapping[str, Any]) -> PolicyState | None:
-    """The policy state a previous operator run saved in the status, if it reads as one (anyone
-    who can write the status may have edited it: a state that does not read back is dropped)."""
+    """The policy state saved in the status, if it reads as one (anyone may have edited it)."""
     saved = status.get("policyState")
     if saved is None:
         return None
@@ -82,9 +75,8 @@ def align_state(
     now: float,
     stale_after_s: float,
 ) -> tuple[PolicyState, str | None]:
-    """The state to decide from, given the configuration the router really serves: the saved one
-    (its downscale evidence dropped after a gap in observations) when it agrees, else the router's
-    configuration adopted (none, so the fastest, when it is not on the front)."""
+    """The state to decide from: the saved one if the router serves it (its downscale evidence
+    dropped after a gap), else the router's configuration adopted (none if not on the front)."""
     serving = routing_names(plan, router_key)
     if saved is not None:
         saved = full_names(not_after(saved, now), plan)
@@ -114,9 +106,8 @@ def align_state(
 
 
 def not_after(state: PolicyState, now: float) -> PolicyState:
-    """The saved state with no time later than now: a status edited to a time in the future
-    (activeSince: 1e10) would otherwise hold every cooldown and the metrics-loss fallback
-    until then."""
+    """The saved state with no time later than now (a status edited into the future would hold
+    every cooldown and the metrics-loss fallback until then)."""
 
     def bounded(time: float | None) -> float | None:
         return None if time is None else min(time, now)
@@ -138,8 +129,7 @@ def not_after(state: PolicyState, now: float) -> PolicyState:
 
 
 def full_names(state: PolicyState, plan: Plan) -> PolicyState:
-    """A state read back from a status, its member names as the status cut them (shown) put
-    back to the front's own names."""
+    """A state read back from a status, its cut (shown) member names made the front's again."""
     names = {shown(t.profile.name): t.profile.name for t in plan.thresholds}
 
     def full(name: str | None) -> str | None:
@@ -206,8 +196,7 @@ NOT_PAUSED = Pause(False, "Active")
 
 
 def pause_of(spec: ParetoPolicySpec, annotations: Mapping[str, str] | None) -> Pause:
-    """Whether spec.paused or the PAUSE_ANNOTATION holds the policy; an annotation value other
-    than "true" or "false" pauses nothing and says what to write."""
+    """Whether spec.paused or the PAUSE_ANNOTATION holds the policy (an invalid value: not)."""
     value = (annotations or {}).get(PAUSE_ANNOTATION)
     if spec.paused:
         return Pause(True, "PausedBySpec", "spec.paused")
@@ -240,8 +229,7 @@ def routing_label(state: PolicyState) -> str | None:
 
 @dataclass(frozen=True, order=True)
 class Claim:
-    """A policy's claim on its routing target: the oldest claim acts (creationTimestamp, an
-    RFC 3339 string that sorts as time, then the name: the same order for every policy)."""
+    """A policy's claim on its routing target: the oldest acts (creationTimestamp, then name)."""
 
     created: str
     name: str
@@ -255,12 +243,9 @@ class Claim:
 def target_key(
     namespace: str, spec: Mapping[str, Any], access: TargetAccess | None = None
 ) -> tuple[str, str, str] | None:
-    """What a policy switches, as one key whatever its spelling (targets.endpoint_target): a
-    Service as ("service", namespace, name), however named and on any port, else the address
-    and port its gRPC endpoint reaches; None for a spec naming neither (it does not compile).
-    No namespace of the policy's own is in an endpoint's key: two namespaces' policies on one
-    router hold one key; a target the settings refuse it is no claim (a tenant cannot squat
-    another namespace's router)."""
+    """What a policy switches as one key however spelled: ("service", namespace, name), else the
+    address and port reached (no namespace of its own: policies of two on one router share a key);
+    None for neither, or a target the settings refuse (no squatting another namespace's router)."""
     routing = spec.get("routing") if isinstance(spec, Mapping) else None
     if not isinstance(routing, Mapping):
         return None
@@ -290,10 +275,8 @@ def claim_keys(
     pods_at: Callable[[str, str], Collection[str]],
     access: TargetAccess,
 ) -> set[TargetKey]:
-    """The keys one router is held under: ``key``, and for a Service the address and ports of
-    each Pod its EndpointSlices list, for an address the Services whose slices list it with
-    that port. Only entries endpoints.admitted keeps count: a hand-made slice that lists
-    another's Pod aliases nothing."""
+    """The keys one router is held under: ``key``, its Service's admitted Pods' addresses, or the
+    Services whose admitted slices list the address (a hand-made slice aliases nothing)."""
     kind, first, second = key
     keys = {key}
     if kind == "service":
@@ -325,7 +308,6 @@ def claim_of(body: Mapping[str, Any]) -> Claim | None:
 
 
 def claimant(claims: Iterable[Claim], mine: Claim) -> Claim | None:
-    """The other policy that acts on the target several claim (the oldest); None if this one
-    does: the rest switch nothing, so two policies never fight over one Service."""
+    """The older policy acting on the target; None if this one does (two never fight over one)."""
     first = min([*claims, mine])
     return None if first == mine else first

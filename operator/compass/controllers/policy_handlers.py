@@ -1,12 +1,4 @@
-"""kopf handlers of ParetoPolicy: each policy ticks on the operator's one scheduler
-(policy_scheduler), fed by a kopf daemon per policy; this module is the I/O.
-
-A tick compiles the spec (once a generation), finds the Triton pods (an index over
-EndpointSlices), resumes the policy state, runs one LiveLoop step, and has policy_publish write
-the status; the decisions live in policy_compile, policy_decisions, policy_conditions,
-policy_status and compass.domain. A spec that can never work is reported once, an unreachable
-Triton retried with a growing delay; missing metrics make the policy hold (or fall back).
-"""
+"""kopf handlers of ParetoPolicy (the I/O): a daemon per policy, ticking on one scheduler."""
 
 from __future__ import annotations
 
@@ -93,8 +85,7 @@ ClaimsIndex = kopf.Index[tuple[str, str, str], Claim]
 
 @dataclass
 class ObservingLoop(LiveLoop):
-    """LiveLoop that remembers why its last observation failed or was stale (for the
-    conditions)."""
+    """LiveLoop that remembers why its last observation failed or was stale (for the conditions)."""
 
     stale_after_s: float = math.inf
     metrics_problem: str | None = None
@@ -114,8 +105,7 @@ class ObservingLoop(LiveLoop):
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """Post Events only where the code asks: a 1 s timer would otherwise post kopf's log line
-    'Timer succeeded' as an Event every second (kopf.event/info/warn are unaffected)."""
+    """No Events from kopf's log lines: a 1 s timer would post 'Timer succeeded' every second."""
     settings.posting.loggers = False
     runtime_of(memo)
 
@@ -124,10 +114,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 def triton_slices(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], tuple[SliceEntry, ...]]:
-    """Every Service's EndpointSlices, by (namespace, Service): the pods a policy switches.
-
-    Versionless, so kopf watches the version the cluster prefers (v1; v1beta1 before 1.21).
-    """
+    """Every Service's EndpointSlices by (namespace, Service); versionless: the cluster's choice."""
     return {(namespace or "", labels[SERVICE_NAME_LABEL]): slice_entries(body)}
 
 
@@ -135,8 +122,7 @@ def triton_slices(
 def triton_pods(
     namespace: str | None, name: str | None, body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str], str]:
-    """Every Pod's own IPs, by (namespace, IP): whose an EndpointSlice's address really is (a
-    slice's author can write any address in it, never another namespace's Pod)."""
+    """Every Pod's IPs by (namespace, IP): whose a slice's address really is (a slice may lie)."""
     return {(namespace or "", ip): name or "" for ip in pod_addresses(body)}
 
 
@@ -144,8 +130,7 @@ def triton_pods(
 def policy_claims(
     namespace: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> dict[tuple[str, str, str], Claim]:
-    """Every policy's claim on its routing target, by target (one key however it is spelled):
-    one acts on each (the oldest)."""
+    """Every policy's claim by routing target (one key however spelled): the oldest acts."""
     runtime = runtime_of(memo)
     key = target_key(namespace or "", body.get("spec") or {}, runtime.settings.target_access())
     claim = claim_of(body)
@@ -161,10 +146,8 @@ async def elastico_daemon(
     stopped: kopf.DaemonStopped,
     **kwargs: Any,
 ) -> None:
-    """The policy on this process's scheduler while kopf runs its daemon: from its creation (or
-    the operator's start, or peering resuming this process) until it is deleted (or peering
-    pauses this process, or the operator exits). ``body`` is kopf's live view of it, and the
-    indexes (keywords) are live too: each tick reads them as they are then."""
+    """The policy on this process's scheduler while kopf runs its daemon (until deleted or
+    paused); ``body`` and the indexes are kopf's live views, read as they are at each tick."""
     runtime = runtime_of(memo)
     memory = memo.get(MEMORY_KEY)
     if not isinstance(memory, PolicyMemory):
@@ -205,8 +188,7 @@ def scheduled_tick(
     now: float,
     indexes: Indexes,
 ) -> float:
-    """One Elastico tick of one ParetoPolicy, on the scheduler: seconds until the next (a tick;
-    the growing retry delay while Triton is unreachable; ERROR_BACKOFF_S after a bug)."""
+    """One Elastico tick of one policy: seconds until the next (longer while Triton is down)."""
     if _fenced(body, memory, runtime, logger, time.monotonic()):
         return TICK_S
     # Acting on it: its gauges stay current (a paused or fenced replica's go: OperatorMetrics).
@@ -214,9 +196,7 @@ def scheduled_tick(
     count = runtime.metrics.reconciles
     memory.heartbeat_s = runtime.status_heartbeat_s()
     try:
-        decided = _tick(
-            body, memory, runtime, logger, now, indexes.slices, indexes.pods, indexes.claims
-        )
+        decided = _tick(body, memory, runtime, logger, now, indexes)
     except kopf.TemporaryError as error:
         count.labels(POLICY_KIND, "retry").inc()
         runtime.metrics.errors.labels(POLICY_KIND, "TritonUnreachable").inc()
@@ -242,8 +222,7 @@ def scheduled_tick(
 def forget_deleted_policy(
     type: str, namespace: str | None, name: str | None, uid: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
-    """A deleted policy's series go with it (watched, not a finalizer: nothing can block the
-    delete); a tick still in flight sets none of them again."""
+    """A deleted policy's series go (watched, not a finalizer, which could block the delete)."""
     if type == "DELETED" and name:
         runtime = runtime_of(memo)
         runtime.metrics.forget_policy(namespace or "", name, uid or "")
@@ -253,8 +232,7 @@ def forget_deleted_policy(
 def _fenced(
     body: kopf.Body, memory: PolicyMemory, runtime: Runtime, logger: kopf.Logger, now: float
 ) -> bool:
-    """Whether the fence forbids this process to act on the policy now (always False when
-    standalone); the gauge follows it, the log says when it closes and opens again."""
+    """Whether the fence forbids acting on the policy now (never standalone); gauge, log follow."""
     fence = runtime.fence
     if fence is None:
         return False
@@ -286,9 +264,7 @@ def _tick(
     runtime: Runtime,
     logger: kopf.Logger,
     now: float,
-    slices: SlicesIndex,
-    pods: PodsIndex,
-    claims: ClaimsIndex,
+    indexes: Indexes,
 ) -> bool:
     """Decide once if due; True if it did."""
     generation = body.get("metadata", {}).get("generation")
@@ -302,9 +278,7 @@ def _tick(
     if compiled is None or not decision_due(memory.last_tick, now, compiled.spec.interval_seconds):
         return False
     memory.last_tick = now
-    holder = _claimant(
-        body, Indexes(slices, pods, claims), runtime.settings.target_access(), runtime.oldest_claims
-    )
+    holder = _claimant(body, indexes, runtime.settings.target_access(), runtime.oldest_claims)
     if holder is not None:
         health = Health(
             claimed_by=holder.shown(names_of(body)[0]),
@@ -326,7 +300,7 @@ def _tick(
     try:
         if routers:
             routing_tls(connections, compiled, runtime, now, names_of(body)[0])
-            endpoints = _endpoints(body, memory, compiled, slices, pods, runtime, logger)
+            endpoints = _endpoints(body, memory, compiled, indexes, runtime, logger)
             connections.router.update(endpoints)
         router_key = connections.actuator.active_config(_expected_key(memory, previous, compiled))
     except RoutingError as error:
@@ -394,8 +368,7 @@ def _tick(
 
 @dataclass(frozen=True)
 class AdvisoryRouter:
-    """The actuator as an advisory policy sees it: read, never switched (a switch reports
-    what it would have set)."""
+    """The actuator as an advisory policy sees it: read, never switched."""
 
     fleet: Actuator
 
@@ -442,8 +415,7 @@ def _decide(
     pause: Pause,
     advisory: bool = False,
 ) -> Outcome:
-    """One LiveLoop step (or, paused, only an observation); Event and counter on a switch (in
-    advisory mode: on the switch it would have made, nothing switched)."""
+    """One LiveLoop step (paused: an observation only); an Event and a count on a switch."""
     assert connections.source is not None
     loop = ObservingLoop(
         policy=compiled.policy,
@@ -518,22 +490,20 @@ def _endpoints(
     body: kopf.Body,
     memory: PolicyMemory,
     compiled: CompiledPolicy,
-    slices: SlicesIndex,
-    pods: PodsIndex,
+    indexes: Indexes,
     runtime: Runtime,
     logger: kopf.Logger,
 ) -> list[Endpoint]:
-    """The pods to switch now: the Service's ready endpoints that are Pods of the policy's
-    namespace (or allowed hosts), or the one gRPC address; the refused are reported."""
+    """The pods to switch now (the Service's admitted ready endpoints, or the one address)."""
     if compiled.service is None:
         assert compiled.grpc_address is not None
         return [Endpoint(compiled.grpc_address, compiled.grpc_address)]
     namespace, _ = names_of(body)
     metrics_port = compiled.metrics_port if compiled.metrics.url is None else None
     entries, refused = admitted(
-        slices.get((namespace, compiled.service), ()),
+        indexes.slices.get((namespace, compiled.service), ()),
         namespace,
-        lambda ip: set(pods.get((namespace, ip), ())),
+        lambda ip: set(indexes.pods.get((namespace, ip), ())),
         runtime.settings.target_access(),
     )
     if refused != memory.refused:
@@ -557,9 +527,7 @@ def _endpoints(
 def _claimant(
     body: kopf.Body, indexes: Indexes, access: TargetAccess, oldest: OldestClaims
 ) -> Claim | None:
-    """The older policy acting on this one's routing target (under any key it is held by:
-    a Service's Pods are the Service); None if this one acts. Each key's oldest claim is
-    ``oldest``'s, the same whatever the order its claims are read in."""
+    """The older policy acting on this one's target, under any key it is held by; None: this one."""
     namespace, _ = names_of(body)
     key = target_key(namespace, body.get("spec") or {}, access)
     mine = claim_of(body)
@@ -601,7 +569,6 @@ def _routing(report: FleetSwitch) -> RoutingStatus:
 
 
 def _pause(body: kopf.Body, compiled: CompiledPolicy) -> Pause:
-    """spec.paused or the pause annotation, read at every tick (an annotation is no new
-    generation, so it is never part of the compiled spec)."""
+    """spec.paused or the pause annotation, read each tick (an annotation is no new generation)."""
     annotations = body.get("metadata", {}).get("annotations") or {}
     return pause_of(compiled.spec, annotations)

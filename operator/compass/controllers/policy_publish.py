@@ -1,8 +1,4 @@
-"""A ParetoPolicy's status as its ticks write it, and what the ticks remember (kopf's memo): the
-status worked out from a tick's health and decision, written only when it changed (its
-routine fields at the heartbeat), the gauges set, the Events of transitions posted, and what
-the routers served read once a heartbeat. policy_handlers runs the ticks; the decisions on the
-status's content are policy_status's and policy_conditions'."""
+"""A ParetoPolicy's status, gauges and Events as its ticks publish them, and their memory."""
 
 from __future__ import annotations
 
@@ -121,9 +117,7 @@ def publish(
             now, memory.last_write, memory.heartbeat_s, memory.phase_s
         ):
             # Only routine fields can differ from the last status worked out, which wrote
-            # nothing, and the heartbeat is not due: nothing to write, nothing to work out.
-            # The conditions are left unmerged (what they say is the same, so are the gauges
-            # and the Events): the heartbeat's tick merges the wording of its own.
+            # nothing, and the heartbeat is not due: nothing to write or merge, only the gauges.
             gauges = _quiet_gauges(
                 memory, compiled, state, observation, old_conditions, health.pause.paused
             )
@@ -193,10 +187,8 @@ def _served(
     logger: kopf.Logger,
     observed: bool,
 ) -> dict[str, Any] | None:
-    """status.served: the routers' counts over the last minute, asked of the metrics source at
-    most once a heartbeat (through Prometheus that is a query; a direct scrape already holds
-    them), and not on a tick whose queue could not be read; None while unknown (the status
-    keeps what it showed, with the time it was counted)."""
+    """status.served, asked of the metrics source at most once a heartbeat and only on a tick that
+    read the queue; None while unknown (the status keeps what it showed)."""
     connections = memory.connections
     source = None if connections is None else connections.source
     due = memory.served_read_at is None or now - memory.served_read_at >= STATUS_HEARTBEAT_S
@@ -215,8 +207,7 @@ def _served(
 def _condition_updates(
     memory: PolicyMemory, health: Health, generation: int | None
 ) -> tuple[Any, ...]:
-    """health_conditions of this tick and its generation: those of the last tick again (the
-    same object, which compares at once) when its health was the same."""
+    """health_conditions of the tick: the last tick's object again when its health was the same."""
     last = memory.health
     if last is not None and last[0] == health and last[1] == generation:
         return last[2]
@@ -233,9 +224,7 @@ def _quiet_gauges(
     conditions: Sequence[Mapping[str, Any]],
     paused: bool,
 ) -> PolicyGauges:
-    """policy_gauges of a quiet tick, worked out again only when what they show moved: the
-    plan, the active routing, the queue seen, the conditions (the same list object: a status
-    is never changed in place) or the pause."""
+    """policy_gauges of a quiet tick, worked out again only when what they show moved."""
     depth = None if observation is None else observation.queue_depth
     key = (compiled.plan, state.active, state.blend, state.weight, depth, paused)
     last = memory.gauges
@@ -247,8 +236,7 @@ def _quiet_gauges(
 
 
 def _condition_kinds(updates: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Condition updates (and their generation) less their wording: each one's type, status
-    and reason."""
+    """Condition updates (and their generation) less their wording: type, status and reason."""
     conditions, generation = updates
     return (tuple((c.type, c.status, c.reason) for c in conditions), generation)
 
@@ -260,8 +248,7 @@ def _quiet_key(
     health: Health,
     generation: int | None,
 ) -> tuple[Any, ...]:
-    """Everything of a tick's status that is written at once when it changes (policy_status:
-    all but the routine fields), and the object's resourceVersion (an edit by anyone else)."""
+    """What of a tick's status is written at once on change, and the resourceVersion (an edit)."""
     routine = replace(state, arrivals=(), observed_at=None)
     # The queue depth seen is routine too (it moves every tick under load): not in the key.
     version = body.get("metadata", {}).get("resourceVersion")
@@ -276,13 +263,8 @@ def _write_status(
     conditions: Sequence[Mapping[str, Any]] = (),
     now: float = 0.0,
 ) -> bool:
-    """Merge-patch the status subresource; False (logged, counted) if it failed. Refused for
-    its size (policy_status.too_large), a small status is written instead (too_large_patch):
-    the policy still shows a condition saying why.
-
-    Written here rather than through kopf's patch: kopf's timer task ends for good when its
-    status patch is rejected, and the policy would silently stop being controlled.
-    """
+    """Merge-patch the status; False (logged, counted) if it failed; refused for its size, the
+    small too_large_patch instead. Not kopf's patch: its timer ends for good on a rejected one."""
     namespace, name = names_of(body)
     custom = client.CustomObjectsApi(runtime.api())
 

@@ -1,11 +1,4 @@
-"""One scheduler for every ParetoPolicy this process acts on: a thousand policies decide every
-second on one clock and one pool of worker threads, not a thousand kopf timers.
-
-kopf still watches, peers and handles: its one daemon per policy only sleeps, adding the policy
-here while kopf would have run its timer. Each tick starts a round of shared metrics reads
-(SharedReads), then runs every due policy's tick on the pool (never one twice at once); each
-tick says when its policy is due again.
-"""
+"""One scheduler for every ParetoPolicy of the process: one clock and pool, not a timer each."""
 
 from __future__ import annotations
 
@@ -37,14 +30,12 @@ class Scheduled:
     tick: TickFn
     due: float = 0.0  # on the scheduler's monotonic clock
     running: bool = False
-    ticks: int = 0
 
 
 @dataclass
 class TickStats:
-    """What the last tick of the scheduler did (for logs and tests)."""
+    """What the last tick of the scheduler found: ticks still running, and how late it was."""
 
-    started: int = 0
     skipped_running: int = 0
     lag_s: float = 0.0
 
@@ -83,8 +74,7 @@ class PolicyScheduler:
         return self
 
     def remove(self, key: PolicyKey, tick: TickFn | None = None) -> None:
-        """Tick it no more (a tick in flight finishes); with ``tick``, only that entry (a
-        daemon that ended after its successor was added removes nothing)."""
+        """Tick it no more; with ``tick``, only that entry (not a successor added meanwhile)."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and (tick is None or entry.tick is tick):
@@ -109,7 +99,7 @@ class PolicyScheduler:
             due = [e for e in due if not e.running]
             for entry in due:
                 entry.running = True
-        self.stats = TickStats(len(due), skipped, self.stats.lag_s)
+        self.stats = TickStats(skipped, self.stats.lag_s)
         # The due ticks in order, taken one at a time by up to ``workers`` drains: as a future
         # per tick would run them, without a thousand futures (and their locks) a second.
         queue = deque(due)
@@ -138,8 +128,7 @@ class PolicyScheduler:
         return self._pool
 
     def _drain(self, queue: deque[Scheduled], now: float, wall: float) -> None:
-        """Run the round's due ticks, the next one not yet started each time, until none is
-        left (or the scheduler stops: what is left is not started, as cancelled futures)."""
+        """Run the round's due ticks until none is left (or the scheduler stops)."""
         while not self._stop.is_set():
             try:
                 entry = queue.popleft()
@@ -156,7 +145,6 @@ class PolicyScheduler:
             delay = ERROR_DELAY_S
         finally:
             entry.running = False
-        entry.ticks += 1
         entry.due = now + delay
 
     def _run(self) -> None:

@@ -1,9 +1,4 @@
-"""A ParetoPolicy's status and gauges, and the merge patch that writes the status.
-
-``build_status`` makes the whole status after a decision; ``status_patch`` writes what changed,
-but holds routine changes (the observation time, the wording of the last decision) for a
-heartbeat, so that an idle policy does not write to etcd every second.
-"""
+"""A ParetoPolicy's status and gauges, and the merge patch that writes the status."""
 
 from __future__ import annotations
 
@@ -93,8 +88,7 @@ def shown_config(config: Mapping[str, ParamValue]) -> dict[str, ParamValue]:
 
 
 def shown_state(state: Mapping[str, Any]) -> dict[str, Any]:
-    """PolicyState.to_dict with the member names cut (shown) and the reason one bounded line:
-    policy_decisions.align_state maps the cut names back to the front's."""
+    """PolicyState.to_dict, names cut (shown; align_state maps them back), the reason one line."""
     out = dict(state)
     for key in ("active", "blend"):
         if isinstance(out.get(key), str):
@@ -107,8 +101,7 @@ def shown_state(state: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class PolicyGauges:
-    """What the per-policy gauges show after one tick (None: leave that series as it is, but
-    for the capacity pressure and the stream times, whose series None removes)."""
+    """The per-policy gauges after a tick (None keeps a series, or removes an optional one)."""
 
     ready: bool
     paused: bool | None = None
@@ -136,8 +129,7 @@ def policy_gauges(
     conditions: Sequence[Mapping[str, Any]],
     paused: bool,
 ) -> PolicyGauges:
-    """The policy's gauges after a decision: the active entry, what it serves and its limits,
-    and the capacity pressure on the queue just observed (none unless it is fresh)."""
+    """The policy's gauges after a decision (the capacity pressure only on a fresh queue)."""
     parsed = parse_conditions(conditions)  # once (is_ready would parse them again)
     metrics = find_condition(parsed, ConditionType.METRICS_AVAILABLE)
     ready = find_condition(parsed, ConditionType.READY)
@@ -202,8 +194,7 @@ def build_status(
     routing: RoutingStatus | None = None,
     served: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole status (camelCase, JSON-ready); unobserved fields keep their previous values
-    (``served``: status.served as served_status made it, else the previous one's)."""
+    """The whole status (camelCase, JSON-ready); what was not observed keeps its previous value."""
     depth = observation.queue_depth if observation is not None else previous.get("lastQueueDepth")
     observed = (
         rfc3339(observation.time)
@@ -240,8 +231,7 @@ def build_status(
 
 
 def served_status(counts: ServedCounts, plan: Plan, now: float) -> dict[str, Any]:
-    """status.served from the routers' counts over a window read at ``now``, named and
-    weighed by the plan's front (rounded, so that a steady mix shows the same numbers)."""
+    """status.served from the routers' counts, named by the front (rounded: steady mix, steady)."""
     known = {t.profile.key: (t.profile.name, t.profile.accuracy) for t in plan.thresholds}
     view = served_view(counts, known)
     status = ServedStatus(
@@ -274,9 +264,8 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
 
 
-# The thresholds each plan shows in the status, made once a plan (they never change with it):
-# validated and dumped every tick, they were a third of a steady tick's CPU.
-# By the plan's id (a plan holds dicts: not hashable), dropped when the plan goes.
+# The thresholds each plan shows in the status, made once (every tick, they were a third of a
+# steady tick's CPU), by the plan's id (not hashable), dropped when the plan goes.
 _THRESHOLDS: dict[int, list[dict[str, Any]]] = {}
 _THRESHOLDS_LOCK = threading.Lock()
 
@@ -313,8 +302,7 @@ def error_status(
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: changed keys, nested
-    objects recursively, removed keys as null; empty when nothing changed."""
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new`` (empty: nothing changed)."""
     patch: dict[str, Any] = {key: None for key in old if key not in new}
     for key, value in new.items():
         before = old.get(key)
@@ -352,9 +340,8 @@ _ROUTINE_STATE = ("arrivals", "observed_at")
 
 
 def owned_fields(status: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a status only the operator decides (the routine part of the saved state
-    left out): what an edit by someone else would change. Without nulls: the API server keeps
-    none of a merge patch's, so a null written is a key missing live, and no one's edit."""
+    """The status fields only the operator decides (less routine state), without nulls: the API
+    server keeps none of a merge patch's, so a null written is a missing key, no one's edit."""
 
     def owned(key: str) -> Any:
         value = status.get(key)
@@ -377,9 +364,7 @@ def _without_nulls(value: Any) -> Any:
 def _edited(
     written: Mapping[str, Any], live: Mapping[str, Any], recent: Sequence[Mapping[str, Any]]
 ) -> list[str]:
-    """The operator's own fields whose live value is none it wrote: neither the last write nor
-    the ``recent`` ones before it (owned_fields of each), which a body seen a write or two late
-    (a lagging watch) still shows."""
+    """The operator's fields whose live value is none it wrote (last, ``recent``: a late watch)."""
     seen = [owned_fields(written), *recent]
     now = owned_fields(live)
     return [key for key in _OWNED if all(fields.get(key) != now[key] for fields in seen)]
@@ -395,13 +380,9 @@ def status_patch(
     recent: Sequence[Mapping[str, Any]] = (),
     phase_s: float | None = None,
 ) -> dict[str, Any]:
-    """What to write to the status: the changes, except routine ones (observation time, queue
-    depth, arrivals samples, served counts, wordings), which wait for the heartbeat so that neither
-    an idle nor a loaded policy writes every tick (a restart loses at most a heartbeat of samples).
-
-    ``live``: the status now; a field only the operator decides that differs there from what it
-    wrote (``previous`` or ``recent``) is put back at once. ``phase_s``: the policy's slot in the
-    heartbeat, so policies started together spread their routine writes."""
+    """What to write: the changes, the routine ones (observation, queue, samples, served, wordings)
+    only at the heartbeat, in the policy's ``phase_s`` slot; the operator's own fields that differ
+    ``live`` from what it wrote (``previous``, ``recent``) put back at once."""
     patch = merge_patch(previous, new)
     for key in _edited(previous, live or previous, recent):
         if key in new:
@@ -435,8 +416,7 @@ def status_patch(
 
 
 def heartbeat_phase(uid: str) -> float:
-    """Where in each heartbeat a policy writes its routine changes, as a share of it (0..1),
-    spread by its uid: the same in every operator run."""
+    """A policy's slot in each heartbeat (a share, 0..1), spread by its uid: the same every run."""
     return (zlib.crc32(uid.encode()) % 1000) / 1000
 
 
@@ -445,15 +425,12 @@ def heartbeat_due(
     last_write: float | None,
     heartbeat_s: float,
     phase: float | None = None,
-    slot_s: float = HEARTBEAT_SLOT_S,
 ) -> bool:
-    """Whether a routine status write is due: a heartbeat after the last write, or (with the
-    policy's ``phase``) in its own slot_s-wide slot of the heartbeat, no sooner than half a
-    heartbeat after the last write and no later than one and a half (none yet in this run:
-    its slot)."""
+    """Whether a routine write is due: a heartbeat after the last, or with ``phase`` in its slot,
+    from half to one and a half heartbeats after the last (no write yet this run: its slot)."""
     if phase is None:
         return last_write is None or now - last_write >= heartbeat_s
-    in_slot = (now - phase * heartbeat_s) % heartbeat_s < max(slot_s, 1e-9)
+    in_slot = (now - phase * heartbeat_s) % heartbeat_s < HEARTBEAT_SLOT_S
     if last_write is None:  # a restarted operator: the slot, so they do not all write at once
         return in_slot
     since = now - last_write
@@ -486,9 +463,7 @@ def too_large(status: int | None, message: str) -> bool:
 def too_large_patch(
     conditions: Sequence[Mapping[str, Any]], generation: int | None, why: str, now: float
 ) -> dict[str, Any]:
-    """The small status written when the whole one was refused for its size: the large fields
-    removed, and Ready False (StatusTooLarge) saying why, the other conditions kept; so the
-    policy still reports a condition rather than nothing."""
+    """The small status written when the whole was too large: large fields gone, Ready False."""
     ready = {
         "type": ConditionType.READY.value,
         "status": "False",

@@ -1,8 +1,4 @@
-"""What the handlers of one operator process share: the settings and the operator's own metrics.
-
-`compass operator` puts a Runtime into kopf's memo; each resource's memo is a shallow copy of
-it, so every handler sees the same one. Under a bare `kopf run`, a startup handler makes one.
-"""
+"""What the handlers of one operator process share (kopf's memo): settings, client, metrics."""
 
 from __future__ import annotations
 
@@ -10,7 +6,7 @@ import platform
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -49,8 +45,7 @@ def _kopf_version() -> str:
 
 
 class RecentUids:
-    """The last ``size`` uids added (one added again counts as new), oldest forgotten first;
-    membership in O(1)."""
+    """The last ``size`` uids added (one added again counts as new); membership in O(1)."""
 
     def __init__(self, size: int) -> None:
         self._size = size
@@ -71,15 +66,9 @@ class RecentUids:
 
 
 class OperatorMetrics:
-    """The operator's own Prometheus metrics, in a registry of their own.
-
-    Every series of a ParetoPolicy or CompoundWorkflow carries its namespace and name, and is
-    removed when the object is deleted (forget_policy, forget_workflow): a deleted policy's
-    last values would otherwise stay exported, and alert, until the operator restarts. A
-    policy's gauges also go when this process stops ticking it (touch_policy): a replica that
-    peering paused or the fence holds would otherwise export its last view beside
-    the acting replica's, and a stale Ready False or held-at-fastest would alert.
-    """
+    """The operator's own Prometheus metrics, in a registry of their own. A policy's or workflow's
+    series go when it is deleted, and a policy's gauges when this process stops ticking it (a
+    paused or fenced replica's stale view would otherwise alert beside the acting one's)."""
 
     def __init__(
         self,
@@ -100,30 +89,34 @@ class OperatorMetrics:
         # Deleted policies and workflows (by uid): a tick that was in flight at the delete sets
         # nothing after. Looked up on every set_policy: a set, not a list scanned.
         self._gone = RecentUids(GONE_REMEMBERED)
+
+        def gauge(name: str, documentation: str, names: Sequence[str] = labels) -> Gauge:
+            return Gauge(name, documentation, names, registry=self.registry)
+
+        def counter(name: str, documentation: str, names: Sequence[str]) -> Counter:
+            return Counter(name, documentation, names, registry=self.registry)
+
         # One lock for every change to the per-object series and the books kept on them.
         self._lock = threading.Lock()
         # Each policy's gauge series (set_policy), by (namespace, name) and gauge name.
         self._children: dict[tuple[str, str], dict[Gauge, Any]] = {}
         # The gauges each policy's series show now (set_policy): the same again sets nothing.
         self._shown: dict[tuple[str, str], PolicyGauges] = {}
-        self.build_info = Gauge(
+        self.build_info = gauge(
             "compass_build_info",
             "Always 1; the labels say which operator runs: its version, Python's and kopf's.",
             ["version", "python", "kopf"],
-            registry=self.registry,
         )
         self.build_info.labels(__version__, platform.python_version(), _kopf_version()).set(1)
-        self.reconciles = Counter(
+        self.reconciles = counter(
             "compass_reconciles_total",
             "Reconciliations (ParetoPolicy decisions, CompoundWorkflow steps) by result.",
             ["kind", "result"],
-            registry=self.registry,
         )
-        self.errors = Counter(
+        self.errors = counter(
             "compass_errors_total",
             "Reconciliations that failed, by kind and reason.",
             ["kind", "reason"],
-            registry=self.registry,
         )
         self.decision_seconds = Histogram(
             "compass_decision_seconds",
@@ -131,109 +124,79 @@ class OperatorMetrics:
             buckets=DECISION_BUCKETS,
             registry=self.registry,
         )
-        self.switches = Counter(
+        self.switches = counter(
             "compass_switches_total",
             "Configuration switches made, by policy and direction.",
             [*labels, "direction"],
-            registry=self.registry,
         )
-        self.advisory_switches = Counter(
+        self.advisory_switches = counter(
             "compass_advisory_switches_total",
             "Switches an advisory policy would have made (nothing switched), by policy and "
             "direction.",
             [*labels, "direction"],
-            registry=self.registry,
         )
-        self.queue_depth = Gauge(
-            "compass_queue_depth",
-            "The router's queue depth at the policy's last observation.",
-            labels,
-            registry=self.registry,
+        self.queue_depth = gauge(
+            "compass_queue_depth", "The router's queue depth at the policy's last observation."
         )
-        self.active_index = Gauge(
+        self.active_index = gauge(
             "compass_active_configuration_index",
             "Position of the active configuration on the planned front (0 = fastest).",
-            labels,
-            registry=self.registry,
         )
-        self.fenced = Gauge(
+        self.fenced = gauge(
             "compass_policy_fenced",
             "1 while this operator switches nothing for the policy: the API server has not "
             "accepted its peering keep-alive recently enough (a standby may take over).",
-            labels,
-            registry=self.registry,
         )
-        self.ready = Gauge(
+        self.ready = gauge(
             "compass_policy_ready",
             "1 while the policy is in control of the routing (condition Ready), else 0.",
-            labels,
-            registry=self.registry,
         )
-        self.paused = Gauge(
+        self.paused = gauge(
             "compass_policy_paused",
             "1 while spec.paused or the compass.io/paused annotation holds the policy on its "
             "active configuration, else 0.",
-            labels,
-            registry=self.registry,
         )
-        self.metrics_available = Gauge(
+        self.metrics_available = gauge(
             "compass_policy_metrics_available",
             "1 while the queue depth is read and fresh (condition MetricsAvailable), else 0.",
-            labels,
-            registry=self.registry,
         )
-        self.at_fastest = Gauge(
+        self.at_fastest = gauge(
             "compass_policy_at_fastest",
             "1 while the active configuration is the fastest eligible front entry, else 0.",
-            labels,
-            registry=self.registry,
         )
-        self.served_accuracy = Gauge(
+        self.served_accuracy = gauge(
             "compass_served_accuracy",
             "Accuracy of what the policy serves: the active entry's (a split's blend weighted in).",
-            labels,
-            registry=self.registry,
         )
-        self.served_ttft = Gauge(
+        self.served_ttft = gauge(
             "compass_served_ttft_seconds",
             "Mean time to first token of the streams the policy's routers answered over the "
             "last minute (status.served.ttftMeanMs). No series where no router streams.",
-            labels,
-            registry=self.registry,
         )
-        self.served_stream = Gauge(
+        self.served_stream = gauge(
             "compass_served_stream_seconds",
             "Mean end-to-end time of those streams (status.served.streamMeanMs). No series "
             "where no router streams.",
-            labels,
-            registry=self.registry,
         )
-        self.stay_queue_threshold = Gauge(
+        self.stay_queue_threshold = gauge(
             "compass_stay_queue_threshold",
             "The active entry's stay limit: the deepest per-pod queue it may stay on.",
-            labels,
-            registry=self.registry,
         )
-        self.enter_queue_threshold = Gauge(
+        self.enter_queue_threshold = gauge(
             "compass_enter_queue_threshold",
             "The active entry's entry limit: the deepest per-pod queue it may be entered with.",
-            labels,
-            registry=self.registry,
         )
-        self.active_info = Gauge(
+        self.active_info = gauge(
             "compass_active_configuration_info",
             "Always 1; the labels name the active configuration and its front index (one series "
             "per policy: a switch replaces it).",
             [*labels, "index", "name"],
-            registry=self.registry,
         )
-        self.capacity_pressure = Gauge(
+        self.capacity_pressure = gauge(
             "compass_capacity_pressure",
             "0 unless the fastest entry is active and its queue is over its stay limit; then "
             "(queue + 1) / (limit + 1): scale Triton replicas on it with a target of 1. No "
             "series while the queue is not known fresh.",
-            labels,
-            registry=self.registry,
         )
         self.policies_scheduled = Gauge(
             "compass_policies_scheduled",
@@ -241,37 +204,32 @@ class OperatorMetrics:
             "another shard owns them).",
             registry=self.registry,
         )
-        self.scheduler_lag = Gauge(
+        self.scheduler_lag = gauge(
             "compass_policy_scheduler_lag_seconds",
             "How late the ParetoPolicy scheduler started its last tick, and the policies it "
             "found still running from the tick before (label kind: late, running).",
             ["kind"],
-            registry=self.registry,
         )
-        self.searches = Counter(
+        self.searches = counter(
             "compass_workflow_searches",
             "Search Jobs by result: started, succeeded, failed.",
             [*flows, "result"],
-            registry=self.registry,
         )
-        self.profilings = Counter(
+        self.profilings = counter(
             "compass_workflow_profilings",
             "Profiling Jobs by result: started, succeeded, failed.",
             [*flows, "result"],
-            registry=self.registry,
         )
-        self.samples_evaluated = Counter(
+        self.samples_evaluated = counter(
             "compass_workflow_samples_evaluated",
             "Sample evaluations the workflow's searches recorded (status.samplesUsed as it grows).",
             flows,
-            registry=self.registry,
         )
-        self.workflow_phase = Gauge(
+        self.workflow_phase = gauge(
             "compass_workflow_phase",
             "1 for the workflow's status.phase (label phase: Pending, Searching, Profiling, "
             "Planning, Planned, Ready, Failed), 0 for the others.",
             [*flows, "phase"],
-            registry=self.registry,
         )
 
     def _policy_gauges(self) -> tuple[Gauge, ...]:
@@ -349,16 +307,14 @@ class OperatorMetrics:
                 self.active_info.labels(namespace, name, *info).set(1)
 
     def set_fenced(self, namespace: str, name: str, uid: str, fenced: bool, ttl_s: float) -> None:
-        """Whether this operator may act on the policy now (see Fence); gone if not set again
-        within ``ttl_s``."""
+        """Whether this operator may act on the policy now (Fence); gone if unset for ``ttl_s``."""
         with self._lock:
             if not (uid and uid in self._gone):
                 self._fenced_expires[(namespace, name)] = self._clock() + ttl_s
                 self.fenced.labels(namespace, name).set(float(fenced))
 
     def expire(self) -> None:
-        """Remove the gauges of every policy this process has stopped ticking (kept: the switch
-        counters, which only ever count up)."""
+        """Remove the gauges of every policy this process stopped ticking (its counters stay)."""
         with self._lock:
             now = self._clock()
             for key, until in list(self._expires.items()):
@@ -466,8 +422,7 @@ class Runtime:
             return self._ledger_budget
 
     def policy_scheduler(self) -> PolicyScheduler:
-        """The process's one ParetoPolicy scheduler (made, and its thread started, on first
-        use)."""
+        """The process's one ParetoPolicy scheduler, made (and started) on first use."""
         with self._lock:
             if self._scheduler is None:
                 freeze_s = self.settings.gc_freeze_seconds
@@ -484,8 +439,7 @@ class Runtime:
             return self._scheduler
 
     def status_heartbeat_s(self) -> float:
-        """How often each policy writes its routine status changes: STATUS_HEARTBEAT_S, longer
-        when that many policies would write more than status_writes_per_second together."""
+        """How often each policy writes routine status: STATUS_HEARTBEAT_S, or the write rate's."""
         count = 0 if self._scheduler is None else len(self._scheduler)
         return max(STATUS_HEARTBEAT_S, count / self.settings.status_writes_per_second)
 

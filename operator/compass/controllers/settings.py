@@ -198,8 +198,7 @@ class OperatorSettings(BaseSettings):
     @field_validator("job_max_resources", mode="before")
     @classmethod
     def _quantities(cls, value: object) -> object:
-        """Every maximum a Kubernetes quantity (nvidia.com/gpu: 1 unquoted, as YAML has it),
-        so a bad chart value stops the operator at start-up, not a workflow later."""
+        """Every maximum a Kubernetes quantity: a bad chart value stops the operator at start-up."""
         if not isinstance(value, dict):
             return value
         for resource, most in value.items():

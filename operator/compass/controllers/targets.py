@@ -1,13 +1,4 @@
-"""Which hosts and namespaces a resource may point the operator at: pure checks of its settings.
-
-The operator reads metrics and switches routers from its own pod for whoever may write a
-resource, so a resource must not aim it at a host its author could not reach or at another
-namespace's router or metrics. In-cluster Service names are read as they are when their
-namespace is the resource's own (or one the settings open to it), a bare ``NAME`` as a Service
-of the resource's namespace, hosts in ``allowed_hosts`` as listed; anything else is refused with
-a condition naming the field. The rules: docs/operations.md, "What a resource may point the
-operator at".
-"""
+"""Which hosts and namespaces a resource may point the operator at (docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -59,16 +50,13 @@ class TargetAccess:
         return target == own or ANY in allowed or target in allowed
 
     def metrics_namespace_allowed(self, target: str, own: str) -> bool:
-        """Whether a resource in namespace ``own`` may read metrics (run PromQL) in ``target``:
-        its own, one whose routers it may switch, or one listed for metrics (a shared
-        Prometheus's)."""
+        """Whether a resource in ``own`` may read metrics in ``target`` (own, routers', listed)."""
         listed = self.metrics_namespaces
         return self.namespace_allowed(target, own) or ANY in listed or target in listed
 
 
 def service_namespace(host: str, cluster_domain: str = DEFAULT_CLUSTER_DOMAIN) -> str | None:
-    """The namespace of an in-cluster Service name (NAME.NAMESPACE.svc[.domain]); None if the
-    host is not one."""
+    """The namespace of an in-cluster Service name (NAME.NAMESPACE.svc[.domain]), or None."""
     labels = host.lower().rstrip(".").split(".")
     for suffix in (["svc"], ["svc", *cluster_domain.lower().split(".")]):
         if (
@@ -93,8 +81,7 @@ def _refused_host(field: str, host: str) -> TargetRefusedError:
 def resolve_host(
     host: str, field: str, namespace: str, access: TargetAccess, *, router: bool = False
 ) -> str:
-    """The host to reach for a resource in ``namespace``, or TargetRefusedError naming
-    ``field``; ``router``: the host's router is switched, so its namespace must be allowed."""
+    """The host to reach for a resource in ``namespace``; ``router``: its namespace allowed too."""
     in_namespace = service_namespace(host, access.cluster_domain)
     if in_namespace is not None:
         if router and not access.namespace_allowed(in_namespace, namespace):
@@ -114,10 +101,8 @@ def resolve_host(
 
 
 def resolve_url(url: str, field: str, namespace: str, access: TargetAccess) -> str:
-    """The URL to read for a resource in ``namespace`` (a bare Service name qualified), or
-    TargetRefusedError naming ``field``: a Service of another namespace only where the settings
-    open it to metrics reads, or the resource could read another tenant's metrics (and run any
-    PromQL against its Prometheus)."""
+    """The URL to read for a resource in ``namespace`` (a bare Service name qualified); another
+    namespace's Service only where opened to metrics reads (no reading another tenant's)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     resolved = resolve_host(host, field, namespace, access) if host else None
@@ -151,8 +136,7 @@ _NUMERIC_IPV4 = re.compile(r"(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}")
 
 
 def _address(host: str) -> str | None:
-    """The address an IP literal reaches, as one spelling (IPv4 dotted, IPv6 compressed, an
-    IPv4-mapped IPv6 as its IPv4, any loopback as LOOPBACK); None for a name."""
+    """The address an IP literal reaches, in one spelling (loopback: LOOPBACK); None for a name."""
     try:
         ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(host)
     except ValueError:
@@ -172,9 +156,8 @@ def _address(host: str) -> str | None:
 def endpoint_target(
     endpoint: str, namespace: str, access: TargetAccess = TargetAccess()
 ) -> tuple[str, str, str]:
-    """The router a host:port reaches, whatever its spelling: ("service", NAMESPACE, NAME) for
-    a Service (a bare NAME as resolve_host reads it, NAME.NAMESPACE.svc[.domain][.], any
-    port), else ("endpoint", address or host, port)."""
+    """The router a host:port reaches whatever its spelling: ("service", NAMESPACE, NAME) for a
+    Service (any port), else ("endpoint", address or host, port)."""
     host, _, port_text = endpoint.rpartition(":")
     host = host.strip().strip("[]").lower().rstrip(".")
     port = str(int(port_text)) if port_text.strip().isdigit() else port_text.strip()

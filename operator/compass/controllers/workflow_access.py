@@ -1,5 +1,4 @@
-"""The Jobs' access: each workflow's own ServiceAccount, and a Role and RoleBinding per state
-(its ConfigMaps and the Secrets the workflow names), made where missing, never someone else's."""
+"""The Jobs' access: the workflow's ServiceAccount, a Role and RoleBinding per state."""
 
 from __future__ import annotations
 
@@ -40,11 +39,8 @@ def job_account(settings: OperatorSettings, workflow: Mapping[str, Any]) -> str:
 def ensure_service_account(
     api: client.ApiClient, workflow: Mapping[str, Any], account: str
 ) -> None:
-    """The workflow's Jobs' ServiceAccount, owned by it, created where missing (never changed).
-
-    One of that name that the operator did not make is refused, not reused: its holders are
-    someone else's, and they would be granted the workflow's state and Secrets. One an earlier
-    workflow of this name owns waits for the garbage collector (kubeapi.OwnedByAnotherError)."""
+    """The workflow's Jobs' ServiceAccount, owned by it, created where missing (never changed);
+    one the operator did not make is refused (its holders would be granted the workflow's state)."""
     core = client.CoreV1Api(api)
     uid: str = workflow["metadata"]["uid"]
 
@@ -66,11 +62,7 @@ def ensure_service_account(
 def ensure_job_access(
     api: client.ApiClient, workflow: Mapping[str, Any], spec: CompoundWorkflowSpec, account: str
 ) -> str | None:
-    """The current generation's Role and RoleBinding (its state ConfigMaps, by name) for the
-    Jobs' ServiceAccount, owned by its state; the state's UID, or None while the state is
-    missing (a Job then fails its first read). Ones of those names that compass-operator did
-    not make are refused (ForeignJobAccessError); ones an earlier state of that name owns wait
-    for the garbage collector (kubeapi.OwnedByAnotherError)."""
+    """The current generation's Role and RoleBinding, owned by its state; its UID, or None."""
     metadata = workflow["metadata"]
     name = search_name(metadata["name"], int(metadata.get("generation", 1)))
     state = kubeapi.read(
@@ -115,8 +107,7 @@ def ensure_job_access(
 
 
 def not_made_here(existing: Mapping[str, Any]) -> str | None:
-    """Why an existing Job ServiceAccount, Role or RoleBinding is not the operator's; None if
-    it is (RBAC objects have no owner to tell: the label says who made them)."""
+    """Why an existing Job account, Role or RoleBinding is not the operator's (its label); None."""
     labels = (existing.get("metadata") or {}).get("labels") or {}
     if labels.get(MANAGED_BY_LABEL) == MANAGED_BY:
         return None
@@ -134,8 +125,7 @@ def keep_job_access(
     memo: MutableMapping[str, Any],
     state: Mapping[str, Any],
 ) -> None:
-    """A running Job's Role and RoleBinding, made again for a state that was replaced under it
-    (they are owned by the state, so a state deleted by hand takes them along): checked once per
-    state this process sees, not at every poll."""
+    """A running Job's Role and RoleBinding made again for a replaced state (owned by the state,
+    they go with it), checked once per state this process sees."""
     if memo.get(ACCESS_KEY) != state["metadata"]["uid"]:
         memo[ACCESS_KEY] = ensure_job_access(api, workflow, spec, job_account(settings, workflow))

@@ -1,6 +1,4 @@
-"""The I/O of a workflow's state ConfigMaps: list them (metadata only), read the one state the
-operator recognises as its own within the ledger bound, create a generation's state after its
-chunks, delete the other generations'. The decisions are workflow_state's."""
+"""The I/O of a workflow's state ConfigMaps; the decisions are workflow_state's."""
 
 from __future__ import annotations
 
@@ -55,9 +53,7 @@ def read_states(
     memo: MutableMapping[str, Any],
     limit: int | None = None,
 ) -> StoredStates:
-    """This workflow's state ConfigMaps by generation, those the operator created alone; only
-    one ledger is read (its own generation's, else the one the status recorded), at most
-    ``limit`` bytes of its text."""
+    """The workflow's states the operator created, by generation; one ledger read, to ``limit``."""
     metadata = workflow["metadata"]
     name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
     generation = int(metadata.get("generation", 1))
@@ -102,9 +98,8 @@ def create_state(
     memo: MutableMapping[str, Any],
     seed: Mapping[str, str] | None = None,
 ) -> str:
-    """The state ConfigMap, after its chunks (a Job reads the state first, so the ledger it
-    sees is whole); its uid. A name taken by a ConfigMap this process did not create is never
-    adopted: StateNameTakenError naming it."""
+    """The state ConfigMap after its chunks (so a Job sees the ledger whole); its uid. A name taken
+    by one this process did not create: StateNameTakenError."""
     core = client.CoreV1Api(api)
     metadata = workflow["metadata"]
     created = created_states(memo)

@@ -1,17 +1,10 @@
-"""kopf handlers of CompoundWorkflow: thin adapters between the API server and the pure
-decisions of workflow_spec, workflow_state, workflow_status, workflow_plan and workflow_steps.
-
-``start_generation`` (create, spec change, operator start) validates the spec and starts the
-generation: its state ConfigMap, its search Job, its status. ``advance`` (a timer while the
-workflow is Searching, Profiling or Planning) reads the state and the Jobs and takes the step
-``decide`` returns. Neither keeps state in memory; every status write carries the
-resourceVersion it was decided on, so each transition, and its Event, happens once.
-"""
+"""kopf handlers of CompoundWorkflow: thin adapters to the pure workflow_* decisions."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -34,6 +27,7 @@ from compass.controllers.builders import (
     routing_target,
     search_name,
 )
+from compass.controllers.conditions import Event
 from compass.controllers.job_pod_limits import authorize_job_pods
 from compass.controllers.ledgerbudget import MIB, LedgerBudgetBusyError
 from compass.controllers.ledgerchunks import text_limit
@@ -79,13 +73,11 @@ from compass.controllers.workflow_state import (
 )
 from compass.controllers.workflow_status import (
     ACTIVE_PHASES,
-    WorkflowEvent,
     invalid_status,
     job_progress,
-    ledger_refused_status,
+    ledger_unread_status,
     samples_evaluated,
     start_status,
-    state_taken_status,
 )
 from compass.controllers.workflow_steps import (
     Create,
@@ -129,8 +121,7 @@ def _write_status(
     resource_version: str,
     status: CompoundWorkflowStatus,
 ) -> bool:
-    """Merge-patch the status if the workflow is unchanged since resource_version; False if not
-    (changed meanwhile, or deleted: decide again)."""
+    """Merge-patch the status if unchanged since ``resource_version`` (False: decide again)."""
     wire = without_empty_strings(status.model_dump(mode="json", by_alias=True))
     return kubeapi.patch_status(
         client.CustomObjectsApi(api).patch_namespaced_custom_object_status,
@@ -163,7 +154,7 @@ def _status_of(body: Mapping[str, Any]) -> CompoundWorkflowStatus:
     return CompoundWorkflowStatus.model_validate(raw)
 
 
-def _post(body: Mapping[str, Any], event: WorkflowEvent | None) -> None:
+def _post(body: Mapping[str, Any], event: Event | None) -> None:
     if event is not None:
         kopf.event(
             kopf.Body(cast(kopf.RawBody, dict(body))),
@@ -174,21 +165,20 @@ def _post(body: Mapping[str, Any], event: WorkflowEvent | None) -> None:
 
 
 def _count(
-    metrics: OperatorMetrics | None,
+    metrics: OperatorMetrics,
     workflow: Mapping[str, Any],
     before: CompoundWorkflowStatus,
     after: CompoundWorkflowStatus,
 ) -> None:
     """Count the Jobs started and ended, and the samples evaluated, by a written status."""
-    if metrics is not None:
-        metadata = workflow["metadata"]
-        metrics.count_workflow(
-            metadata["namespace"],
-            metadata["name"],
-            str(metadata.get("uid", "")),
-            job_progress(before, after),
-            samples_evaluated(before, after),
-        )
+    metadata = workflow["metadata"]
+    metrics.count_workflow(
+        metadata["namespace"],
+        metadata["name"],
+        str(metadata.get("uid", "")),
+        job_progress(before, after),
+        samples_evaluated(before, after),
+    )
 
 
 @kopf.on.event(GROUP, VERSION, WORKFLOW_PLURAL, id="forget-workflow-series")
@@ -201,9 +191,8 @@ def forget_deleted_workflow(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
-    """A deleted workflow's series go with it (watched, not a finalizer: nothing can block the
-    delete); a step still in flight counts nothing after. Every other event (the listing at
-    start-up included) exports its phase, so an alert on a Failed workflow outlives a restart."""
+    """A deleted workflow's series go (watched: no finalizer blocks the delete); any other event
+    exports its phase, so an alert on a Failed workflow outlives a restart."""
     if not name:
         return
     metrics = runtime_of(memo).metrics
@@ -239,11 +228,10 @@ def _supersede(api: client.ApiClient, namespace: str, name: str, uid: str, gener
 
 
 def _report_refused(workflow: Mapping[str, Any], message: str | None) -> None:
-    """A Warning Event and a log line for what a start refused of the workflow's states (a
-    gzip bomb, ConfigMaps not named as the operator names them); none of it is carried over."""
+    """A Warning Event and a log line for what a start refused of the states (not carried over)."""
     if message is not None:
         LOG.warning(message)
-        _post(workflow, WorkflowEvent("Warning", "LedgerRefused", message))
+        _post(workflow, Event("Warning", "LedgerRefused", message))
 
 
 def _create_job(
@@ -279,17 +267,26 @@ def _create_job(
     )
 
 
-def _refuse_foreign(
-    workflow: Mapping[str, Any], error: ForeignJobAccessError
-) -> kopf.TemporaryError:
-    """Retry later, with a Warning Event that names the object and the fix."""
-    namespace = workflow["metadata"]["namespace"]
-    message = (
-        f"{error} in namespace {namespace}: the Jobs will not run with it; delete it (for the "
-        "ServiceAccount, or set the operator's jobServiceAccount (Helm value) to a free prefix)"
-    )
-    _post(workflow, WorkflowEvent("Warning", "ForeignJobAccount", message))
-    return kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S)
+@contextlib.contextmanager
+def _waiting_on_others(workflow: Mapping[str, Any]) -> Iterator[None]:
+    """Retry later while another's Job account or Role (a Warning Event naming it and the fix),
+    or an earlier owner of a name, being collected, holds what the workflow needs."""
+    try:
+        yield
+    except ForeignJobAccessError as error:
+        message = (
+            f"{error} in namespace {workflow['metadata']['namespace']}: the Jobs will not run "
+            "with it; delete it (for the ServiceAccount, or set the operator's "
+            "jobServiceAccount (Helm value) to a free prefix)"
+        )
+        _post(workflow, Event("Warning", "ForeignJobAccount", message))
+        raise kopf.TemporaryError(message, delay=FOREIGN_RBAC_RETRY_S) from None
+    except kubeapi.OwnedByAnotherError as error:
+        raise kopf.TemporaryError(
+            f"{error}, an earlier owner of this name: waiting for the garbage collector to "
+            "delete it",
+            delay=5,
+        ) from None
 
 
 def _refuse_taken(
@@ -300,26 +297,16 @@ def _refuse_taken(
     error: StateNameTakenError,
     now: str,
 ) -> kopf.TemporaryError:
-    """Retry later, with LedgerRead False and a Warning Event naming the ConfigMap that holds
-    the state's name (the status write may lose a race: the retry writes it again)."""
+    """Retry later, with LedgerRead False and a Warning naming the ConfigMap holding the name."""
     metadata = workflow["metadata"]
     message = str(error)
-    refused = state_taken_status(status, message, generation, now)
+    refused = ledger_unread_status(status, message, generation, now, taken=True)
     if refused != status:
         _write_status(
             api, metadata["namespace"], metadata["name"], metadata["resourceVersion"], refused
         )
-        _post(workflow, WorkflowEvent("Warning", "StateNameTaken", message))
+        _post(workflow, Event("Warning", "StateNameTaken", message))
     return kopf.TemporaryError(message, delay=STATE_TAKEN_RETRY_S)
-
-
-def _wait_for_collection(error: kubeapi.OwnedByAnotherError) -> kopf.TemporaryError:
-    """Retry later: the other owner is an earlier one of this name (a workflow, or a state
-    ConfigMap deleted by hand), being deleted."""
-    return kopf.TemporaryError(
-        f"{error}, an earlier owner of this name: waiting for the garbage collector to delete it",
-        delay=5,
-    )
 
 
 # ---------------------------------------------------------------------------- starting a generation
@@ -350,8 +337,7 @@ def start_generation(name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 
 
 def _authorize(spec: CompoundWorkflowSpec, namespace: str, settings: OperatorSettings) -> None:
-    """InvalidSpecError naming the field if the spec reaches a target, runs an image or asks
-    for Job pods the operator's settings refuse."""
+    """InvalidSpecError naming the field if the settings refuse a target, an image or the pods."""
     authorize_workflow_targets(spec, namespace, settings.target_access())
     authorize_images(spec, settings.image, settings.allowed_job_images)
     authorize_job_pods(spec, settings.job_pod_limits())
@@ -362,7 +348,7 @@ def _start(
     workflow: dict[str, Any],
     settings: OperatorSettings,
     memo: MutableMapping[str, Any],
-    metrics: OperatorMetrics | None = None,
+    metrics: OperatorMetrics,
 ) -> bool:
     """One read-decide-write attempt; False when the status write lost a race."""
     metadata = workflow["metadata"]
@@ -380,14 +366,10 @@ def _start(
         if new != status:
             if not _write_status(api, namespace, name, version, new):
                 return False
-            _post(workflow, WorkflowEvent("Warning", error.reason, str(error)))
+            _post(workflow, Event("Warning", error.reason, str(error)))
         raise kopf.PermanentError(str(error)) from None
-    try:
+    with _waiting_on_others(workflow):
         ensure_service_account(api, workflow, job_account(settings, workflow))
-    except ForeignJobAccessError as error:
-        raise _refuse_foreign(workflow, error) from None
-    except kubeapi.OwnedByAnotherError as error:
-        raise _wait_for_collection(error) from None
     if status.observed_generation == generation and status.phase is not Phase.PENDING:
         return True  # already started; the timer carries it on
     # Older generations' Jobs go first, so that they stop writing to the ledgers seeded from.
@@ -399,7 +381,7 @@ def _start(
         settings.ledger_text_limit_mib * MIB,
     )
     try:
-        with runtime_of(memo).ledger_budget().reserve(limit):
+        with _waiting_on_others(workflow), runtime_of(memo).ledger_budget().reserve(limit):
             new, event, states = _start_state(
                 api, workflow, spec, space_size, status, memo, limit, now
             )
@@ -409,10 +391,6 @@ def _start(
         raise kopf.TemporaryError(f"waiting to read the ledger: {error}", delay=5) from None
     except StateNameTakenError as error:
         raise _refuse_taken(api, workflow, status, generation, error, now) from None
-    except ForeignJobAccessError as error:
-        raise _refuse_foreign(workflow, error) from None
-    except kubeapi.OwnedByAnotherError as error:
-        raise _wait_for_collection(error) from None
     if not _write_status(api, namespace, name, version, new):
         return False
     _count(metrics, workflow, status, new)
@@ -430,9 +408,8 @@ def _start_state(
     memo: MutableMapping[str, Any],
     limit: int,
     now: str,
-) -> tuple[CompoundWorkflowStatus, WorkflowEvent, dict[int, StoredState]]:
-    """The generation's state ConfigMap (seeded from the one earlier state it may read) and
-    the status it starts with; the states found, to delete the earlier ones."""
+) -> tuple[CompoundWorkflowStatus, Event, dict[int, StoredState]]:
+    """The generation's (seeded) state and starting status; the states found, to delete."""
     name = workflow["metadata"]["name"]
     generation = int(workflow["metadata"].get("generation", 1))
     listing = read_states(api, workflow, status, memo, limit)
@@ -444,7 +421,7 @@ def _start_state(
     states = listing.states
     if generation not in states:
         seed = seed_state(spec, generation, seedable(states))
-        create_state(api, workflow, spec, memo, seed.data)
+        create_state(api, workflow, spec, memo, seed)
         del seed  # its ledger is in the ConfigMap now: not held twice while re-reading
         # Re-read: if a racing start made it first, its ledger is what counts.
         states = read_states(api, workflow, status, memo, limit).states
@@ -453,7 +430,7 @@ def _start_state(
     new, event = start_status(status, name, generation, spec, space_size, state, now)
     new = new.model_copy(update={"ledger_config_map_uid": own.uid if own else None})
     if refused is not None:
-        new = ledger_refused_status(new, refused, generation, now)
+        new = ledger_unread_status(new, refused, generation, now)
     return new, event, states
 
 
@@ -465,8 +442,7 @@ _SPEC_KEY = "compass_workflow_spec"
 def _spec_of(
     memo: MutableMapping[str, Any], generation: int, raw: Mapping[str, Any]
 ) -> CompoundWorkflowSpec:
-    """The generation's spec, parsed once per generation in this resource's memo: the poll
-    runs every few seconds, and start_generation has validated it (space included) already."""
+    """The generation's spec, parsed once in the memo (start_generation validated it already)."""
     cached = memo.get(_SPEC_KEY)
     if cached is None or cached[0] != generation:
         cached = memo[_SPEC_KEY] = (generation, parse_spec(raw))
@@ -499,7 +475,7 @@ def _advance(
     name: str,
     settings: OperatorSettings,
     memo: MutableMapping[str, Any],
-    metrics: OperatorMetrics | None = None,
+    metrics: OperatorMetrics,
 ) -> str:
     """One read-decide-act cycle: "ok", "idle" (nothing to do) or "conflict" (decide again)."""
     workflow = _read_workflow(api, namespace, name)
@@ -554,19 +530,16 @@ def _advance(
     step = decide(observation, now)
     new, event = step.status, step.event
     try:
-        for which in step.create:
-            if which is Create.STATE:
-                made = create_state(api, workflow, spec, memo)
-                if new is not None:
-                    new = new.model_copy(update={"ledger_config_map_uid": made})
-            else:
-                _create_job(api, workflow, spec, which, settings, memo)
-        if not step.create and current is not None and current.running and state_map:
-            keep_job_access(api, workflow, spec, settings, memo, state_map)
-    except ForeignJobAccessError as error:
-        raise _refuse_foreign(workflow, error) from None
-    except kubeapi.OwnedByAnotherError as error:
-        raise _wait_for_collection(error) from None
+        with _waiting_on_others(workflow):
+            for which in step.create:
+                if which is Create.STATE:
+                    made = create_state(api, workflow, spec, memo)
+                    if new is not None:
+                        new = new.model_copy(update={"ledger_config_map_uid": made})
+                else:
+                    _create_job(api, workflow, spec, which, settings, memo)
+            if not step.create and current is not None and current.running and state_map:
+                keep_job_access(api, workflow, spec, settings, memo, state_map)
     except StateNameTakenError as error:
         raise _refuse_taken(api, workflow, status, generation, error, _now()) from None
     if step.policy_spec is not None:
@@ -590,8 +563,7 @@ def _apply_policy(
     generation: int,
     policy_spec: Mapping[str, Any],
 ) -> PolicyApply:
-    """Server-side apply the workflow's ParetoPolicy as decide_policy_apply says;
-    what was done (BLOCKED: why it could not be)."""
+    """Server-side apply the ParetoPolicy as decide_policy_apply says; what was done."""
     custom = client.CustomObjectsApi(api)
     metadata = workflow["metadata"]
     namespace, name = metadata["namespace"], policy_name(metadata["name"])

@@ -1,9 +1,4 @@
-"""The workflow's ParetoPolicy: planned from the measured profiles, then applied server-side.
-
-``plan_policy`` turns the profiles and the SLO into a ParetoPolicy spec;
-``decide_policy_apply`` says whether it may be applied (first taking over the fields older
-operators wrote through PUT) or why it is blocked.
-"""
+"""The workflow's ParetoPolicy: planned from the profiles, then applied server-side."""
 
 from __future__ import annotations
 
@@ -91,15 +86,12 @@ def plan_policy(
 
 
 def ladder_budget_ms(spec: CompoundWorkflowSpec) -> float:
-    """The tightest latency budget the planner reads off a capacity curve (the profiling Job
-    measures each curve's low end for it): the SLO less the slack buffer a switch into a
-    configuration must leave, its enter rate limit."""
+    """The tightest latency budget read off a capacity curve: the SLO less the slack buffer."""
     return max(spec.slo.latency_ms - spec.serving.hysteresis.slack_buffer_ms, MIN_LATENCY_MS)
 
 
 def loose_curves(thresholds: Sequence[Threshold], spec: CompoundWorkflowSpec) -> list[str]:
-    """The eligible members whose curve's low end was measured for a looser budget than the
-    tightest this plan reads (the SLO less the slack buffer), each as a phrase naming both."""
+    """The eligible members whose curve was measured for a looser budget than the plan reads."""
     if spec.serving.threshold_model is not ThresholdModel.MEASURED:
         return []
     budget = ladder_budget_ms(spec)
@@ -145,8 +137,7 @@ LEGACY_MANAGER = "OpenAPI-Generator"
 
 @dataclass(frozen=True)
 class PolicyApply:
-    """The action on the ParetoPolicy: the body to apply (after the ``adopt`` JSON patch, when
-    there is one), or why it cannot be."""
+    """The action on the ParetoPolicy: the body (after the ``adopt`` JSON patch), or why not."""
 
     action: PolicyAction
     body: dict[str, Any] | None = None
@@ -158,11 +149,9 @@ class PolicyApply:
 def decide_policy_apply(
     existing: Mapping[str, Any] | None, wanted: Mapping[str, Any], owner_uid: str
 ) -> PolicyApply:
-    """Apply the planned fields to the workflow's ParetoPolicy (first taking over what older
-    operators wrote through PUT), or stay blocked by one of that name it may not take.
-
-    A policy without a controller that carries this workflow's label is taken: it was applied
-    from this workflow's plan held for review (spec.autoApply false), which turned true."""
+    """Apply the planned fields (first taking over what older operators wrote through PUT), or stay
+    blocked by one of that name it may not take; one with no controller and this workflow's label
+    is taken (applied from its plan held for review, spec.autoApply turned true)."""
     name = wanted["metadata"]["name"]
     if existing is not None and controller_uid(existing) != owner_uid:
         labels = (existing.get("metadata") or {}).get("labels") or {}
@@ -179,12 +168,8 @@ def decide_policy_apply(
 
 
 def adoption_patch(existing: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The JSON patch that hands the fields an older operator wrote (manager LEGACY_MANAGER,
-    operation Update) to FIELD_MANAGER's apply; empty when there is nothing to take over.
-
-    Without it those fields stay co-owned by the old manager, and a field the new plan drops
-    would never be removed. Status fields stay with their writer: the apply does not own them.
-    The patch tests the resourceVersion, so it fails (422) rather than rewrite newer owners."""
+    """The JSON patch handing an older operator's fields (LEGACY_MANAGER, Update) to FIELD_MANAGER's
+    apply, so a field the plan drops is removed; it tests the resourceVersion. Empty: nothing."""
     metadata = existing.get("metadata") or {}
     entries = list(metadata.get("managedFields") or [])
     if any(entry.get("manager") == FIELD_MANAGER for entry in entries):

@@ -1,10 +1,4 @@
-"""A CompoundWorkflow's spec, checked: what its schema cannot say, and what the operator's
-settings refuse.
-
-``validate_spec`` parses the spec and enumerates its space; ``authorize_workflow_targets`` and
-``authorize_images`` refuse a Triton, a metrics URL or a Job image the settings do not allow.
-Every failure is an InvalidSpecError naming the field and the fix.
-"""
+"""A CompoundWorkflow's spec checked: what its schema cannot say, what the settings refuse."""
 
 from __future__ import annotations
 
@@ -21,9 +15,7 @@ from compass.domain.space import Space, SpaceError
 
 
 class InvalidSpecError(ValueError):
-    """A spec that can never work (``reason`` InvalidSpec), or one naming a target the
-    operator's settings refuse (TargetNotAllowed): one line, `<field>: <what is wrong and the
-    fix>`."""
+    """A spec that can never work (InvalidSpec), or one the settings refuse (TargetNotAllowed)."""
 
     def __init__(self, field: str, what: str, reason: str = "InvalidSpec") -> None:
         super().__init__(f"{field}: {what}")
@@ -31,14 +23,8 @@ class InvalidSpecError(ValueError):
 
 
 def validate_spec(raw: Mapping[str, Any]) -> tuple[CompoundWorkflowSpec, int]:
-    """The spec and how many configurations its space holds, or InvalidSpecError naming the
-    first bad field and the fix.
-
-    The API server has already checked the schema (types, ranges, enums); what is left is what
-    the schema cannot say: constraints naming known parameters, budgets within the dataset, a
-    space that is not empty. The space is counted, never built: the operator needs its size
-    only, and building one at the limit costs ~230 MiB a workflow (the search Job builds it).
-    """
+    """The spec and its space's size, or InvalidSpecError naming the first bad field and the fix:
+    what the schema cannot say. The space is counted, never built (~230 MiB at the limit)."""
     spec = parse_spec(raw)
     try:
         size = Space.count(spec.space)
@@ -71,8 +57,7 @@ def _raise(field: str, what: str) -> NoReturn:
 def authorize_workflow_targets(
     spec: CompoundWorkflowSpec, namespace: str, access: TargetAccess
 ) -> None:
-    """InvalidSpecError (TargetNotAllowed) naming the field when the workflow's Triton, whose
-    router its policy switches, or its metrics URL is not one the operator's settings allow."""
+    """InvalidSpecError (TargetNotAllowed) if the settings refuse the Triton or metrics URL."""
     triton = spec.triton
     try:
         if triton.namespace not in (None, namespace) and not access.namespace_allowed(
@@ -101,8 +86,7 @@ def authorize_workflow_targets(
 
 
 def image_allowed(image: str, own: str, allowed: Sequence[str]) -> bool:
-    """Whether a Job may run this image: the operator's own, one listed, or one under a listed
-    prefix ending in '*' (registry.example.com/team/*); '*' alone allows any."""
+    """Whether a Job may run this image: the operator's own, one listed, or under a prefix*."""
     return image == own or any(
         image == pattern or (pattern.endswith("*") and image.startswith(pattern[:-1]))
         for pattern in allowed
@@ -110,9 +94,8 @@ def image_allowed(image: str, own: str, allowed: Sequence[str]) -> bool:
 
 
 def authorize_images(spec: CompoundWorkflowSpec, own: str, allowed: Sequence[str]) -> None:
-    """InvalidSpecError (ImageNotAllowed) naming the field when a Job would run an image the
-    operator's settings do not allow: the Jobs hold a ServiceAccount that writes their state,
-    so who may write a workflow must not also pick the code that runs with it."""
+    """InvalidSpecError (ImageNotAllowed) for a Job image the settings refuse: the Jobs' account
+    writes their state, so who writes a workflow must not pick the code that runs with it."""
     for name, image in (
         ("search.image", spec.search.image),
         ("profiling.image", spec.profiling.image),

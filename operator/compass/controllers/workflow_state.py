@@ -1,10 +1,4 @@
-"""A generation's state ConfigMap: what it carries over from earlier generations, and what its
-Jobs wrote there.
-
-A new generation starts from the newest earlier one whose scores still hold (``seed_state``):
-its ledger, and its search result and profiles when their inputs are unchanged too, so a change
-of the SLO alone is re-planned without any Job. The status's counts are read from the same data.
-"""
+"""A generation's state ConfigMap: what it carries over, and what its Jobs wrote there."""
 
 from __future__ import annotations
 
@@ -12,7 +6,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -68,8 +62,7 @@ def search_key(spec: CompoundWorkflowSpec) -> str:
 
 
 def profile_key(spec: CompoundWorkflowSpec) -> str:
-    """What profiles depend on: the configurations profiled, where and how (with the measured
-    model, the capacity curves too: the front they are measured for, and at what concurrency)."""
+    """What profiles depend on: what is profiled, where and how (measured: the curves' inputs)."""
     inputs: dict[str, Any] = {
         "search": search_key(spec),
         # A bound on the profiling's time, its pod's priority and the secrets its image is
@@ -88,10 +81,8 @@ def profile_key(spec: CompoundWorkflowSpec) -> str:
 
 @dataclass(frozen=True)
 class StoredState:
-    """One generation's state: its data, the whole ledger under LEDGER_KEY, its ConfigMaps;
-    ``refused`` says why its ledger was not read (then its data has none, and nothing of it
-    is carried over). Only the state asked for is read: the others keep their names alone
-    (``read`` False), to be deleted."""
+    """One generation's state: its data (the whole ledger under LEDGER_KEY) and its ConfigMaps;
+    ``refused``: why its ledger was not read; ``read`` False: only its names, to be deleted."""
 
     data: dict[str, str]
     names: tuple[str, ...]
@@ -102,10 +93,8 @@ class StoredState:
 
 @dataclass(frozen=True)
 class StoredStates:
-    """A workflow's state ConfigMaps by generation, the names of the ConfigMaps that carry
-    its labels but not a name the operator gives its states, and of those that carry such a
-    name but were not created by the operator (``taken``); both made by someone else: never
-    read, never deleted."""
+    """A workflow's states by generation, and the names of ConfigMaps others made under its labels
+    (``foreign``) or under a state's name (``taken``): never read, never deleted."""
 
     states: dict[int, StoredState]
     foreign: tuple[str, ...] = ()
@@ -125,8 +114,7 @@ class StateNameTakenError(Exception):
 
 
 def _chunk_index(name: str, state: str) -> int | None:
-    """The index of ``name`` as a chunk ConfigMap of ``state`` (ledgerchunks.chunk_name), or
-    None if it is not one of the MAX_CHUNKS names the state may span."""
+    """The index of ``name`` as a chunk of ``state``; None if not one of its MAX_CHUNKS names."""
     prefix = f"{state}-c"
     if not name.startswith(prefix) or not name[len(prefix) :].isdigit():
         return None
@@ -143,16 +131,10 @@ def stored_states(
     fetch: Callable[[str], Mapping[str, Any] | None] | None = None,
     operators: Callable[[Mapping[str, Any]], bool] | None = None,
 ) -> StoredStates:
-    """A workflow's state ConfigMaps by generation, each joined with its chunk ConfigMaps.
-
-    A state is recognised by the name the operator gives it (builders.search_name of its
-    generation label), a chunk by its state's name and an index up to MAX_CHUNKS; anything else
-    is foreign. Only generation ``read``'s ledger is inflated, and refused once its text passes
-    ``limit`` (ledgerchunks.text_limit): whatever a tenant creates, one ledger's bound is what
-    reading costs. ``fetch`` reads a ConfigMap whole by name when ``items`` are their metadata
-    alone (kubeapi.list_metadata): then only the read state's are, until they pass the limit.
-    ``operators`` says whether the operator created a ConfigMap of a state's name (its uid is one the
-    operator recorded): one it did not is ``taken``, and its chunks are foreign."""
+    """A workflow's state ConfigMaps by generation, each joined with its chunks; anything else
+    under its labels is foreign. Only generation ``read``'s ledger is inflated, refused past
+    ``limit``: whatever a tenant creates, one ledger's bound is what reading costs. ``fetch``: read
+    a ConfigMap whole (``items`` are metadata only); ``operators``: whether the operator made it."""
     # Chunks whose state is gone are left to the garbage collector (they go with the workflow).
     chunks: dict[str, list[Mapping[str, Any]]] = {}
     states: dict[str, Mapping[str, Any]] = {}
@@ -208,9 +190,8 @@ _STATE_ROOM = 1024 * 1024
 def _fetched(
     names: Sequence[str], fetch: Callable[[str], Mapping[str, Any] | None], limit: int | None
 ) -> tuple[list[Mapping[str, Any]], str | None]:
-    """The ConfigMaps of one state read whole, one at a time. gzip stores a text in no more
-    than its length and a few bytes, so past ``limit`` bytes stored the ledger is past the
-    limit too: the reading stops there (the state alone kept) and says where."""
+    """One state's ConfigMaps read whole, one at a time, stopping past ``limit`` bytes stored
+    (gzip stores a text in little more than its length: the ledger is past it too)."""
     objects: list[Mapping[str, Any]] = []
     stored = 0
     for name in names:
@@ -227,10 +208,8 @@ def _fetched(
 def state_recogniser(
     recorded: str | None, recorded_uid: str | None, created: Collection[str]
 ) -> Callable[[Mapping[str, Any]], bool]:
-    """Whether a ConfigMap of a state's name is the operator's: its uid is the one the status
-    recorded, or one this process created (a start retried after a lost status write). The
-    name alone is no proof (a tenant may make the next generation's first), save for the state
-    a status written before uids were recorded names."""
+    """Whether a ConfigMap of a state's name is the operator's: its uid is the recorded one or one
+    this process made (the name alone is no proof, but for a status from before uids)."""
 
     def mine(item: Mapping[str, Any]) -> bool:
         metadata = item["metadata"]
@@ -245,8 +224,7 @@ def state_recogniser(
 def state_to_read(
     names: Sequence[str], workflow: str, generation: int, recorded: str | None
 ) -> int | None:
-    """The one generation whose ledger a start reads: its own state when it has one, else the
-    state the status recorded (the previous generation's), if that is an earlier one."""
+    """The generation whose ledger a start reads: its own, else the earlier one the status names."""
     if search_name(workflow, generation) in names:
         return generation
     _, _, suffix = (recorded or "").rpartition("-g")
@@ -284,24 +262,8 @@ def refusal_message(workflow: str, listing: StoredStates) -> str | None:
 
 
 def seedable(states: Mapping[int, StoredState]) -> dict[int, dict[str, str]]:
-    """The states a new generation may start from (seed_state): read, and not refused (a
-    gzip bomb is never copied forward)."""
+    """The states a new generation may start from: read and not refused (no gzip bomb copied)."""
     return {g: s.data for g, s in states.items() if s.read and s.refused is None}
-
-
-@dataclass(frozen=True)
-class Seed:
-    """What a new generation's state ConfigMap starts with, and where it came from."""
-
-    data: dict[str, str] = field(default_factory=dict)
-    ledger_from: int | None = None
-    result_from: int | None = None
-    profiles_from: int | None = None
-
-    @property
-    def ledger_facts(self) -> int:
-        """Lines of ledger carried over."""
-        return ledger_facts(self.data)
 
 
 def ledger_facts(state: Mapping[str, str]) -> int:
@@ -311,10 +273,9 @@ def ledger_facts(state: Mapping[str, str]) -> int:
 
 def seed_state(
     spec: CompoundWorkflowSpec, generation: int, previous: Mapping[int, Mapping[str, str]]
-) -> Seed:
-    """Carry over from the newest earlier generation whose scores are still valid: its ledger
-    while the dataset and evaluator are unchanged, its result while the search is, its profiles
-    while the profiling is too (a new SLO alone is re-planned without any Job)."""
+) -> dict[str, str]:
+    """Carry over from the newest earlier generation whose scores hold: its ledger, its result while
+    the search is unchanged, its profiles (or partial profiling) while the profiling is too."""
     for earlier in sorted((g for g in previous if g < generation), reverse=True):
         data = previous[earlier]
         try:
@@ -339,13 +300,12 @@ def seed_state(
                     seed[PROFILE_PARTIAL_KEY] = partial
         origin = {"ledger": earlier, "result": result_from, "profiles": profiles_from}
         seed[SEED_KEY] = json.dumps(origin, sort_keys=True)
-        return Seed(seed, earlier, result_from, profiles_from)
-    return Seed()
+        return seed
+    return {}
 
 
 def restarted_partial(text: str) -> str | None:
-    """An earlier generation's partial profiling (stopped at its maxSeconds, say) for a new
-    one: its measurements, with its time bound starting again; None if it cannot be read."""
+    """An earlier partial profiling for a new generation, its bound restarted; None: unreadable."""
     try:
         partial = json.loads(text)
     except ValueError:
@@ -393,21 +353,15 @@ def state_counts(state: Mapping[str, str]) -> dict[str, Any]:
             "search_rate": None,
         }
     progress = state_json(state, PROGRESS_KEY)
-    if isinstance(progress, dict):
-        best = progress.get("best_accuracy")
-        return {
-            "configurations_evaluated": int(progress.get("configs_evaluated", 0)),
-            "samples_used": int(progress.get("sample_evals", 0)),
-            "feasible_found": int(progress.get("feasible", 0)),
-            "best_accuracy": None if best is None else round(float(best), 4),
-            "search_rate": _short_text(progress.get("rate")),
-        }
+    if not isinstance(progress, dict):
+        progress = {}  # nothing recorded yet: every count 0
+    best = progress.get("best_accuracy")
     return {
-        "configurations_evaluated": 0,
-        "samples_used": 0,
-        "feasible_found": 0,
-        "best_accuracy": None,
-        "search_rate": None,
+        "configurations_evaluated": int(progress.get("configs_evaluated", 0)),
+        "samples_used": int(progress.get("sample_evals", 0)),
+        "feasible_found": int(progress.get("feasible", 0)),
+        "best_accuracy": None if best is None else round(float(best), 4),
+        "search_rate": _short_text(progress.get("rate")),
     }
 
 

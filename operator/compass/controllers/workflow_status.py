@@ -1,18 +1,8 @@
-"""A CompoundWorkflow's status: its conditions, the Ready summary, a generation's start, and
-what a status write counts for the metrics.
-
-The life of one spec generation::
-
-    Searching --result.json--> Profiling --profiles.json--> (plan) Ready
-        |  no feasible configuration -> Failed (FeasibleSetEmpty)
-        |  Job failed (after its backoffLimit) -> Failed (the pod's message)
-    Planning: the profiles were carried over from an earlier generation (only the SLO changed)
-"""
+"""A CompoundWorkflow's status: its conditions, Ready, a generation's start, the metrics' counts."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from compass.api.compoundworkflow import (
@@ -23,7 +13,13 @@ from compass.api.compoundworkflow import (
 )
 from compass.api.conditions import Condition
 from compass.controllers.builders import PROFILES_KEY, RESULT_KEY, search_name
-from compass.controllers.conditions import find_condition, one_line, set_condition, set_conditions
+from compass.controllers.conditions import (
+    Event,
+    find_condition,
+    one_line,
+    set_condition,
+    set_conditions,
+)
 from compass.controllers.workflow_spec import InvalidSpecError
 from compass.controllers.workflow_state import ledger_facts, seed_origin, state_counts
 from compass.domain.statistics import IntervalMethod, describe_schedule
@@ -46,15 +42,6 @@ def workflow_condition(
         message=one_line(message),
         observed_generation=generation,
     )
-
-
-@dataclass(frozen=True)
-class WorkflowEvent:
-    """A Kubernetes Event on the workflow: posted once, when its transition is written."""
-
-    type: str  # Normal or Warning
-    reason: str
-    message: str
 
 
 # ---------------------------------------------------------------------------- starting a generation
@@ -86,8 +73,7 @@ _LR = WorkflowConditionType.LEDGER_READ
 
 
 def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> CompoundWorkflowStatus:
-    """The status with Ready and the completion time as its phase says: True once the policy
-    is written; False with the failing condition's reason, or with the phase while it works."""
+    """The status with Ready and the completion time as its phase says."""
     others = [c for c in status.conditions if c.type != WorkflowConditionType.READY]
     if status.phase is Phase.READY:
         ready = ("True", "PolicyReady", f"ParetoPolicy {status.policy} serves the planned front")
@@ -119,24 +105,16 @@ def summarized(status: CompoundWorkflowStatus, generation: int, now: str) -> Com
     )
 
 
-def ledger_refused_status(
-    status: CompoundWorkflowStatus, message: str, generation: int, now: str
+def ledger_unread_status(
+    status: CompoundWorkflowStatus, message: str, generation: int, now: str, taken: bool = False
 ) -> CompoundWorkflowStatus:
-    """The status with LedgerRead=False naming the state ConfigMaps a start refused to read."""
+    """The status with LedgerRead False: states refused, or (``taken``) another has the name."""
     condition = workflow_condition(
-        WorkflowConditionType.LEDGER_READ, "False", "StateRefused", message, generation
-    )
-    return status.model_copy(
-        update={"conditions": set_condition(status.conditions, condition, now)}
-    )
-
-
-def state_taken_status(
-    status: CompoundWorkflowStatus, message: str, generation: int, now: str
-) -> CompoundWorkflowStatus:
-    """The status with LedgerRead=False: another's ConfigMap holds the state's name."""
-    condition = workflow_condition(
-        WorkflowConditionType.LEDGER_READ, "False", "StateNameTaken", message, generation
+        _LR,
+        "False",
+        reason="StateNameTaken" if taken else "StateRefused",
+        message=message,
+        generation=generation,
     )
     return status.model_copy(
         update={"conditions": set_condition(status.conditions, condition, now)}
@@ -151,12 +129,9 @@ def start_status(
     space_size: int,
     state: Mapping[str, str],
     now: str,
-) -> tuple[CompoundWorkflowStatus, WorkflowEvent]:
-    """The status of a generation just started from its state ConfigMap, and its Event.
-
-    Profiles carried over: Planning (the timer plans at once). Otherwise Searching: the search
-    Job runs, or, when the result was carried over, the timer moves on at its first tick.
-    """
+) -> tuple[CompoundWorkflowStatus, Event]:
+    """A generation's status and Event at its start: Planning when the profiles were carried over,
+    else Searching (the search Job runs, or the timer moves on at once with a carried result)."""
     origin = seed_origin(state)
     valid = f"{space_size} configurations in the space"
     conditions = set_condition(
@@ -194,9 +169,7 @@ def start_status(
         status = previous.model_copy(
             update={**update, "phase": Phase.PLANNING, "search_job": None, "conditions": conditions}
         )
-        return summarized(status, generation, now), WorkflowEvent(
-            "Normal", "PlanningStarted", message
-        )
+        return summarized(status, generation, now), Event("Normal", "PlanningStarted", message)
     if origin["result"] is not None and state.get(RESULT_KEY):
         message = (
             f"generation {generation}: the search is unchanged; reusing the result of "
@@ -227,7 +200,7 @@ def start_status(
             "conditions": conditions,
         }
     )
-    return summarized(status, generation, now), WorkflowEvent("Normal", "SearchStarted", message)
+    return summarized(status, generation, now), Event("Normal", "SearchStarted", message)
 
 
 def _budgets_text(spec: CompoundWorkflowSpec) -> str:
@@ -251,10 +224,8 @@ _JOB_RESULTS = {"Unknown": "started", "True": "succeeded", "False": "failed"}
 def job_progress(
     before: CompoundWorkflowStatus, after: CompoundWorkflowStatus
 ) -> tuple[tuple[str, str], ...]:
-    """The Job transitions a status write makes, as (search|profiling, started|succeeded|
-    failed): the Job's condition turned Unknown, True or False, or the same for a newer
-    generation. A result or profiles reused from an earlier generation ran no Job here and
-    count nothing, and a condition written again unchanged counts once."""
+    """The Job transitions a status write makes, as (search|profiling, started|succeeded|failed);
+    a result or profiles reused ran no Job, and a condition written again counts once."""
     progress = []
     for stage, type_, job_field in _JOB_CONDITIONS:
         new = find_condition(after.conditions, type_)
@@ -273,8 +244,7 @@ def job_progress(
 
 
 def samples_evaluated(before: CompoundWorkflowStatus, after: CompoundWorkflowStatus) -> int:
-    """New sample evaluations between two statuses of one generation (a new generation's
-    count starts from what it carried over, which was counted when it was evaluated)."""
+    """New sample evaluations between two statuses of a generation (none across generations)."""
     if before.observed_generation != after.observed_generation:
         return 0
     return max(0, (after.samples_used or 0) - (before.samples_used or 0))

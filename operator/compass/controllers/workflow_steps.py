@@ -1,10 +1,4 @@
-"""The CompoundWorkflow controller's next step: a pure function from what is observed to what next.
-
-No I/O: compass.controllers.workflow_handlers reads the workflow, its state ConfigMap, its Jobs
-and their pods into a GenerationObservation, calls ``decide``, and carries out the Step it
-returns. Everything a decision needs lives in the cluster, so a restarted operator decides
-exactly as the one before it would have.
-"""
+"""The CompoundWorkflow controller's next step: a pure function of what is observed."""
 
 from __future__ import annotations
 
@@ -30,7 +24,7 @@ from compass.controllers.builders import (
     profile_name,
     search_name,
 )
-from compass.controllers.conditions import find_condition, one_line, set_conditions
+from compass.controllers.conditions import Event, find_condition, one_line, set_conditions
 from compass.controllers.workflow_plan import PlanOutcome, plan_policy, review_command
 from compass.controllers.workflow_state import (
     feasible_set_empty_message,
@@ -41,7 +35,6 @@ from compass.controllers.workflow_state import (
 from compass.controllers.workflow_status import (
     ACTIVE_PHASES,
     AWAITING_REVIEW,
-    WorkflowEvent,
     summarized,
     workflow_condition,
 )
@@ -55,7 +48,6 @@ class JobView:
 
     name: str
     active: int = 0
-    succeeded: int = 0
     failed: int = 0
     complete: bool = False
     failed_final: bool = False
@@ -84,7 +76,6 @@ def job_view(job: Mapping[str, Any]) -> JobView:
     return JobView(
         name=job["metadata"]["name"],
         active=int(status.get("active") or 0),
-        succeeded=int(status.get("succeeded") or 0),
         failed=int(status.get("failed") or 0),
         complete=complete,
         failed_final=failed,
@@ -94,11 +85,7 @@ def job_view(job: Mapping[str, Any]) -> JobView:
 
 
 def pod_failure_message(pods: Sequence[Mapping[str, Any]]) -> str | None:
-    """The last failed pod's termination message as one line, or None if no pod said anything.
-
-    A compass Job prints its error last as `compass job ROLE: ...`; other programs' last
-    non-empty line is taken.
-    """
+    """The last failed pod's termination message (its `compass job` line, else its last)."""
     found: list[tuple[str, str, int, str]] = []
     for pod in pods:
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
@@ -160,16 +147,13 @@ class GenerationObservation:
 
 @dataclass(frozen=True)
 class Step:
-    """What to do: objects to create, a policy to apply, the status to write, an Event.
-
-    The Event is posted only when the status write wins (optimistic concurrency), so a
-    transition is announced once even when two handlers race.
-    """
+    """What to do: objects to create, a policy to apply, the status to write, and an Event, posted
+    only when the status write wins (so a transition is announced once, however handlers race)."""
 
     status: CompoundWorkflowStatus | None = None
     create: tuple[Create, ...] = ()
     policy_spec: dict[str, Any] | None = None
-    event: WorkflowEvent | None = None
+    event: Event | None = None
 
 
 def decide(observation: GenerationObservation, now: str) -> Step:
@@ -217,7 +201,7 @@ def _lost_state(observation: GenerationObservation, now: str) -> Step:
     return Step(
         status=status,
         create=(Create.STATE, Create.SEARCH_JOB),
-        event=WorkflowEvent("Warning", "SearchStarted", message),
+        event=Event("Warning", "SearchStarted", message),
     )
 
 
@@ -236,16 +220,14 @@ def _searching(observation: GenerationObservation, state: Mapping[str, str], now
             phase=Phase.FAILED,
             **counts,
         )
-        return Step(status=status, event=WorkflowEvent("Warning", "SearchFailed", message))
+        return Step(status=status, event=Event("Warning", "SearchFailed", message))
     if job is not None and job.complete:
         return _no_output(observation, job, now, "search")
-    if job is None and result is None:
-        # Started but the Job is missing (deleted by hand, or the start was cut short):
-        # create it again; it resumes from the ledger.
-        status = _update(observation, now, [], **counts)
-        return Step(status=_changed(observation.status, status), create=(Create.SEARCH_JOB,))
+    # Started but the Job is missing (deleted by hand, or the start was cut short): create it
+    # again; it resumes from the ledger.
+    create = (Create.SEARCH_JOB,) if job is None and result is None else ()
     status = _update(observation, now, [], **counts)
-    return Step(status=_changed(observation.status, status))
+    return Step(status=_changed(observation.status, status), create=create)
 
 
 # What each Job must write, and how its absence after a Complete Job is reported:
@@ -263,7 +245,7 @@ def _no_output(
     key, type_, reason, event = _OUTPUTS[role]
     message = f"{role} Job {job.name} completed without writing {key}"
     status = _update(observation, now, [(type_, "False", reason, message)], phase=Phase.FAILED)
-    return Step(status=status, event=WorkflowEvent("Warning", event, message))
+    return Step(status=status, event=Event("Warning", event, message))
 
 
 def _changed(
@@ -308,7 +290,7 @@ def _search_done(
             phase=Phase.FAILED,
             **counts,
         )
-        return Step(status=status, event=WorkflowEvent("Warning", "FeasibleSetEmpty", message))
+        return Step(status=status, event=Event("Warning", "FeasibleSetEmpty", message))
     job = profile_name(observation.workflow, observation.generation)
     status = _update(
         observation,
@@ -330,7 +312,7 @@ def _search_done(
     return Step(
         status=status,
         create=(Create.PROFILE_JOB,),
-        event=WorkflowEvent("Normal", "SearchSucceeded", f"{summary}; profiling Job {job}"),
+        event=Event("Normal", "SearchSucceeded", f"{summary}; profiling Job {job}"),
     )
 
 
@@ -347,7 +329,7 @@ def _profiling(observation: GenerationObservation, now: str) -> Step:
             ],
             phase=Phase.FAILED,
         )
-        return Step(status=status, event=WorkflowEvent("Warning", "ProfilingFailed", message))
+        return Step(status=status, event=Event("Warning", "ProfilingFailed", message))
     if job is not None and job.complete:
         return _no_output(observation, job, now, "profiling")
     if job is None:
@@ -372,9 +354,7 @@ def _profiling(observation: GenerationObservation, now: str) -> Step:
 
 
 def profile_progress_message(progress: Mapping[str, Any]) -> str | None:
-    """The profiling Job's progress (profile-progress.json) as a condition message: what it
-    measures, done of total, on how many pods, its rate and ETA, and its time against the
-    bound; None when there is nothing to say (done)."""
+    """The profiling Job's progress (profile-progress.json) as a condition message; None: done."""
     phase = progress.get("phase")
     if phase == "stopped":
         return _short(progress.get("message")) or "profiling stopped at its time bound"
@@ -432,7 +412,7 @@ def _planning(observation: GenerationObservation, state: Mapping[str, str], now:
             ],
             phase=Phase.FAILED,
         )
-        return Step(status=status, event=WorkflowEvent("Warning", "PlanFailed", outcome.message))
+        return Step(status=status, event=Event("Warning", "PlanFailed", outcome.message))
     name = policy_name(observation.workflow)
     if not observation.spec.auto_apply:
         return _planned(observation, outcome, profiled_ok, now)
@@ -448,7 +428,7 @@ def _planning(observation: GenerationObservation, state: Mapping[str, str], now:
     return Step(
         status=status,
         policy_spec=outcome.policy_spec,
-        event=WorkflowEvent("Normal", "PolicyReady", message),
+        event=Event("Normal", "PolicyReady", message),
     )
 
 
@@ -477,16 +457,13 @@ def _planned(
         phase=Phase.PLANNED,
         planned_policy=manifest,
     )
-    return Step(status=status, event=WorkflowEvent("Normal", "PolicyPlanned", message))
+    return Step(status=status, event=Event("Normal", "PolicyPlanned", message))
 
 
 def policy_blocked(
     observation: GenerationObservation, reason: str, message: str, now: str
-) -> tuple[CompoundWorkflowStatus, WorkflowEvent | None]:
-    """Planned, but the ParetoPolicy cannot be written yet: stay in Planning and say why.
-
-    The Event goes out only the first time this reason is reported.
-    """
+) -> tuple[CompoundWorkflowStatus, Event | None]:
+    """Stay in Planning, saying why the ParetoPolicy cannot be written yet (an Event per reason)."""
     before = find_condition(observation.status.conditions, WorkflowConditionType.POLICY_READY)
     status = _update(
         observation,
@@ -495,4 +472,4 @@ def policy_blocked(
         phase=Phase.PLANNING,
     )
     fresh = before is None or before.reason != reason
-    return status, WorkflowEvent("Warning", reason, message) if fresh else None
+    return status, Event("Warning", reason, message) if fresh else None

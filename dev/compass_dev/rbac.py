@@ -1,10 +1,5 @@
-"""What the operator may do through the Kubernetes API: the rules its Helm chart grants.
-
-The chart (charts/compass-operator/templates/_helpers.tpl) writes these rules as YAML; the tests
-render it and check it grants exactly these (tests/repo/test_chart_render.py), then ask a real
-API server what the installed ServiceAccount may and may not do (tests/k8s/test_chart.py). A
-handler that needs a new verb adds it here and in the chart.
-"""
+"""What the operator may do through the Kubernetes API: the rules its Helm chart grants, which the
+tests check the chart against (a handler that needs a new verb adds it here and in the chart)."""
 
 from __future__ import annotations
 
@@ -26,9 +21,8 @@ class Rule:
         return {(self.api_group, r, v) for r in self.resources for v in self.verbs}
 
 
-# In every namespace the operator watches (a ClusterRole in cluster mode, a Role per watched
-# namespace in namespaced mode). The Jobs' Role the operator creates grants configmaps get and
-# patch only, which the operator holds itself: so no `escalate` or `bind`.
+# In every namespace the operator watches. The Jobs' Role it creates grants only configmaps get
+# and patch, which it holds itself: so no `escalate` or `bind`.
 OPERATOR_RULES: tuple[Rule, ...] = (
     Rule(GROUP, (WORKFLOW_PLURAL,), ("get", "list", "watch", "patch")),
     Rule(
@@ -52,15 +46,12 @@ OPERATOR_RULES: tuple[Rule, ...] = (
     Rule("rbac.authorization.k8s.io", ("roles", "rolebindings"), ("create", "get")),
 )
 
-# Chart value metricsAuthentication.readSecrets (default true): get, by name, the Secret a
-# ParetoPolicy's spec.metrics.authentication.secretRef names in its own namespace. Never list or
-# watch: the operator reads only the Secrets policies name, and cannot enumerate the others.
-# Cluster mode grants it in every namespace (names vary, so no resourceNames).
+# Chart value metricsAuthentication.readSecrets (default true): get the Secret a policy's
+# spec.metrics.authentication.secretRef names; never list or watch (no enumerating the others).
 SECRET_RULES: tuple[Rule, ...] = (Rule("", ("secrets",), ("get",)),)
 
-# Chart value actuators.inferenceModelRewrite (default false): the llm-d gateway as a policy's
-# actuator (routing.actuator inferenceModelRewrite). Its weights are server-side applied: a
-# patch, which creates the rewrite where it is missing; get reads them back.
+# Chart value actuators.inferenceModelRewrite (default false): the weights are server-side
+# applied (a patch, which creates a missing rewrite) and read back (get).
 MODEL_REWRITE_RULES: tuple[Rule, ...] = (
     Rule("llm-d.ai", ("inferencemodelrewrites",), ("get", "create", "patch")),
 )
@@ -78,12 +69,8 @@ DISCOVERY_RULES: tuple[Rule, ...] = (
 )
 
 
-# kopf's peering (chart value peering.enabled), what kopf itself does with the objects: list and
-# watch them (the peering observer) and merge-patch its own keep-alive into their status (the
-# CRDs have no status subresource, so the object itself). It never creates, gets or deletes
-# them: the chart creates them (`compass operator` lists them by name at start, to fail
-# clearly where one is missing). Cluster mode uses the cluster-scoped ClusterKopfPeering (in the
-# ClusterRole), namespaced mode a KopfPeering in each watched namespace (in each Role).
+# kopf's peering (chart value peering.enabled), as kopf uses the objects: list and watch them,
+# and patch its keep-alive into them; the chart creates them. Cluster mode: ClusterKopfPeering.
 CLUSTER_PEERING_RULES: tuple[Rule, ...] = (
     Rule("kopf.dev", ("clusterkopfpeerings",), ("list", "watch", "patch")),
 )
@@ -91,11 +78,8 @@ NAMESPACED_PEERING_RULES: tuple[Rule, ...] = (
     Rule("kopf.dev", ("kopfpeerings",), ("list", "watch", "patch")),
 )
 
-# The chart's post-delete hook (`compass operator release-finalizers`, chart value
-# uninstall.releaseFinalizers), its own ServiceAccount, where the operator acted: find the
-# workflows and policies and take kopf's finalizer off them (a JSON patch; get to read one again
-# after a lost race). And, in the release's namespace, list pods: it waits for the operator's
-# to go first, since a live operator would put the finalizers back.
+# The chart's post-delete hook (`compass operator release-finalizers`), where the operator
+# acted; and list pods in the release's namespace, to wait for the operator's to go first.
 RELEASE_RULES: tuple[Rule, ...] = (
     Rule(GROUP, (WORKFLOW_PLURAL, POLICY_PLURAL), ("get", "list", "patch")),
 )

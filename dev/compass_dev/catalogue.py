@@ -1,10 +1,5 @@
-"""What the operator tells the world, in one place: its Events and its conditions' reasons.
-
-hack/gen_observability.py writes docs/observability.md from this module and from the metric
-definitions in compass.controllers.runtime (OperatorMetrics); tests/repo/test_observability.py
-fails when the doc is stale, and when the controllers post an Event reason or set a condition
-reason that is not listed here.
-"""
+"""What the operator tells the world, in one place: its Events and its conditions' reasons
+(hack/gen_observability.py documents them; tests/repo/test_observability.py checks both ways)."""
 
 from __future__ import annotations
 
