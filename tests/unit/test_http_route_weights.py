@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import kopf
 import pytest
 from kubernetes import client
 
@@ -18,6 +19,8 @@ from compass.controllers.gateway import (
     weights_routing,
 )
 from compass.controllers.policy_compile import SpecError, compile_policy
+from compass.controllers.policy_connections import connect
+from compass.controllers.runtime import Runtime
 from compass.conversion import mix_dealing
 from compass.dataplane.triton import routing_key
 from compass.domain.mix import Dealing
@@ -174,3 +177,23 @@ def test_a_route_spec_that_cannot_work_names_the_field_and_the_fix(
         compile_policy(spec, generation=1)
     assert field in str(raised.value)
     assert says in str(raised.value)
+
+
+def test_a_policy_pointed_at_another_route_writes_to_that_route() -> None:
+    """A new generation naming another HTTPRoute gets an actuator for it (the connection's key
+    holds the route, as it holds the rewrite)."""
+    runtime = Runtime()
+    runtime._api = client.ApiClient()
+    logger: Any = kopf.LocalObjectLogger(body={}, settings=kopf.OperatorSettings())
+    try:
+        first = connect(None, compile_policy(route_spec(), 1), runtime, logger, 0.0, "llm")
+        assert isinstance(first.actuator, ModelRewriteActuator)
+        assert first.actuator.where == "HTTPRoute llm/chat"
+        moved = route_spec(routing={"actuator": "httpRoute", "httpRoute": {"name": "chat-v2"}})
+        second = connect(first, compile_policy(moved, 2), runtime, logger, 1.0, "llm")
+        assert isinstance(second.actuator, ModelRewriteActuator)
+        assert second.actuator.where == "HTTPRoute llm/chat-v2"
+        # The same route again: the connection (and what its actuator read) is kept.
+        assert connect(second, compile_policy(moved, 3), runtime, logger, 2.0, "llm") is second
+    finally:
+        runtime.stop()

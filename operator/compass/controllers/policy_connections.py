@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import kopf
 from kubernetes import client
 
-from compass.api.gateway import ActuatorType, ModelRewriteTarget
+from compass.api.gateway import ActuatorType, HttpRouteTarget, ModelRewriteTarget
 from compass.api.metricsource import TritonTls
 from compass.controllers import kubeapi, metricsauth
 from compass.controllers.gateway import ModelRewriteActuator
@@ -37,7 +37,13 @@ class Connections:
     """The routers (one per pod) and the metrics source of one target, and its Secrets' state."""
 
     key: tuple[
-        str | None, str | None, str, MetricsTarget, TritonTls | None, ModelRewriteTarget | None
+        str | None,
+        str | None,
+        str,
+        MetricsTarget,
+        TritonTls | None,
+        ModelRewriteTarget | None,
+        HttpRouteTarget | None,
     ]
     # The Triton routers (none reached where the policy acts through another actuator).
     router: RouterFleet
@@ -70,6 +76,7 @@ def connect(
         target,
         compiled.tls,
         compiled.rewrite,
+        compiled.route,
     )
     if current is None or current.key != key:
         if current is not None:
