@@ -1,6 +1,4 @@
-"""Late binding as a request is served: its configuration bound stage by stage as the pipeline
-reads it (compass_rules.binding.bind_stage), and its calls kept in the instances' shared table
-(docs/serving.md, "Late binding")."""
+"""Late binding as a request is served, stage by stage (docs/serving.md, "Late binding")."""
 
 import contextlib
 import time
@@ -20,13 +18,10 @@ from compass_rules.routing import config_key
 
 
 class LazyConfig(dict):
-    """A request's configuration, each stage bound when the pipeline first reads one of its
-    parameters (every earlier stage still unbound is bound first, in order).
+    """A request's configuration, each stage (and those before it) bound at its first read.
 
-    A dict, so that ``json.dumps`` and ``dict(...)`` take it as pipelines do today: every way
-    to read a value goes through ``__getitem__`` or ``items``, which bind; asking whether a
-    parameter exists, or its name, binds nothing. (The dict itself holds every name from the
-    start: json's encoder writes ``{}`` for an empty one without asking.)"""
+    A dict, so ``json.dumps`` and ``dict(...)`` take it; only reading a value binds. It holds
+    every name from the start: json's encoder writes ``{}`` for an empty one without asking."""
 
     def __init__(
         self,
@@ -83,7 +78,7 @@ class LazyConfig(dict):
                 now = time.time_ns()
                 behind = [
                     follower_left_ms(deadline, queued, now, table["slo_ms"])
-                    for deadline, queued in self.inflight.gate_followers(queued=True)
+                    for deadline, queued in self.inflight.gate_followers()
                 ]
             else:
                 behind = polled_followers_left_ms(self.followers, left_ms)
@@ -193,8 +188,7 @@ class LazyConfig(dict):
 
 
 def staged(run_call, config, inflight):
-    """``run_call`` for a bound request (``config``: its LazyConfig): each call of a stage's
-    component model puts the request at that stage in the in-flight table for the call."""
+    """``run_call`` that puts a bound request at a stage's in-flight slot for each call."""
     stage_of_model = config.table["stage_of_model"]
 
     def staged_call(model, inputs, outputs):
@@ -217,9 +211,8 @@ def staged(run_call, config, inflight):
 
 @contextlib.contextmanager
 def whole_stage(config, inflight):
-    """Where the table is one stage calling no component model (``components: [[]]``), the
-    request binds at take-up and is at stage 0, with its predicted time, in the in-flight table
-    until its pipeline run ends, whatever it calls; elsewhere nothing."""
+    """A table of one stage with no component (``components: [[]]``): bound at take-up, at
+    stage 0 in the in-flight table for the whole run; elsewhere nothing."""
     if not config.table["whole"]:
         yield
         return

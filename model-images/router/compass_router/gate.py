@@ -1,6 +1,4 @@
-"""The router instances' shared table (a file in memory, mapped by every instance): what each
-request is doing at which stage, the arrival ring the slow loop's rate is read from, the gate
-(``compass_pipeline_slots``) and the lag cap's schedule (docs/serving.md, "The router")."""
+"""The router instances' shared table, a file in memory (docs/serving.md, "The router")."""
 
 import contextlib
 import fcntl
@@ -56,9 +54,7 @@ def _alive(pid):
 
 
 class Inflight:
-    """The router instances' shared table of what each is doing: which stage its request is
-    at, since when, and that stage's predicted time. Each instance writes its own slot; a
-    decision reads all of them (a torn read is one stale guess, never an error)."""
+    """Per instance its request's stage, since when and predicted time (torn reads: harmless)."""
 
     def __init__(self, path):
         size = _STATIC_AT + 8
@@ -92,11 +88,9 @@ class Inflight:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def dispatched(self, arrived_ns=None):
-        """Count a request this instance takes up, which arrived at ``arrived_ns`` (ns since
-        the epoch; None: now), and return the pod's arrival rate over the RATE_WINDOW_S up to
-        that arrival, per s: every request that arrived before it has been taken up (FIFO), so
-        this counts the requests still queued in front of the router too, which a count of
-        take-ups up to now would not (a lost count in a race between instances only blurs it)."""
+        """Count a take-up that arrived at ``arrived_ns`` (None: now); the pod's rate, per s.
+
+        Up to its arrival (FIFO: all before it are taken up), so the queue in front counts too."""
         arrived = time.time_ns() if arrived_ns is None else int(arrived_ns)
         index = int(self.ring[0])
         self.ring[1 + index % DISPATCH_RING] = arrived
@@ -112,8 +106,7 @@ class Inflight:
         return int(self.ring[0])
 
     def publish_poll(self, polled_ns, count, taken):
-        """The pod's poller read ``count`` at ``polled_ns`` with ``taken`` take-ups counted
-        (``count`` None: the poll failed, so there is no fresh count)."""
+        """The pod's poll: ``count`` (None: failed) at ``polled_ns``, ``taken`` take-ups by then."""
         self.polled[1], self.polled[2] = count or 0, taken
         # Written last: a reader that sees the new time sees the count beside it (a torn read
         # is one stale guess, never an error).
@@ -143,24 +136,19 @@ class Inflight:
         return free
 
     def _schedule(self, arrived_ns, fastest_ns, servers):
-        """Static fastest's start of a request that arrived at ``arrived_ns`` (held under
-        the lock): compass_rules' static_schedule on the pod's shared ``static_free``, in ns."""
+        """Static fastest's start (ns) of a request that arrived at ``arrived_ns`` (locked)."""
         start, self.static_free[0] = static_schedule(
             int(arrived_ns), int(self.static_free[0]), int(fastest_ns / servers)
         )
         return start
 
     def static_start(self, arrived_ns, fastest_ns, servers):
-        """When static fastest (``fastest_ns`` a request, ``servers`` at once) would start a
-        request that arrived at ``arrived_ns``, in take-up order (the lag cap's schedule)."""
+        """When static fastest would start a request that arrived at ``arrived_ns`` (lag cap)."""
         with self._locked():
             return self._schedule(arrived_ns, fastest_ns, servers)
 
     def queue_at_gate(self, deadline_ns=None, schedule=None):
-        """This instance's request waits at the gate from now, after every request already
-        there (its ticket, given under the lock: arrival order across the instances); with
-        ``schedule`` (arrived ns, the fastest's ns, servers), also its static fastest start,
-        in the same order: returns (ticket, that start or None)."""
+        """Queue at the gate in arrival order: (ticket, static fastest start or None)."""
         entry = self.gate_slots[self.slot]
         with self._locked():
             start = None if schedule is None else self._schedule(*schedule)
@@ -173,8 +161,7 @@ class Inflight:
         return ticket, start
 
     def ahead_at_gate(self):
-        """The slots of the requests ahead of this instance's at the gate: in the pipeline,
-        or waiting with an earlier ticket."""
+        """The slots ahead at the gate: in the pipeline, or waiting with an earlier ticket."""
         rows = self.gate_slots
         states = rows[:, 2]
         ahead = (states == GATE_RUNNING) | (
@@ -184,19 +171,17 @@ class Inflight:
         return np.flatnonzero(ahead)
 
     def enter_if_free(self, slots, ahead=None):
-        """Enter the pipeline at once if fewer than ``slots`` requests are ahead of this one
-        (``ahead``: ahead_at_gate's, just read): whether it did (else it still waits)."""
+        """Enter the pipeline if fewer than ``slots`` are ahead; whether it did."""
         if len(self.ahead_at_gate() if ahead is None else ahead) < slots:
             self.gate_slots[self.slot, 2] = GATE_RUNNING
             return True
         return False
 
     def pass_gate(self, slots, poll_s=GATE_POLL_S, check_s=GATE_CHECK_S):
-        """Wait until fewer than ``slots`` requests are ahead of this one, then enter the
-        pipeline. It looks again only after a move (the moves' count changed), every
-        ``poll_s`` while next in line, GATE_FAR_POLLS times less often further back (a waiting
-        stub costs little CPU). Every ``check_s`` of waiting, the requests ahead whose process
-        is gone (a stub killed mid-request) are cleared: a dead process never wedges the gate."""
+        """Wait until fewer than ``slots`` are ahead, then enter the pipeline.
+
+        Rarer looks further back keep a waiting stub cheap; clearing the gone every ``check_s``
+        means a stub killed mid-request never wedges the gate."""
         checked = time.monotonic()
         seen = None
         while True:
@@ -228,17 +213,14 @@ class Inflight:
         """How many requests are in the pipeline now, this instance's included once it entered."""
         return int(np.count_nonzero(self.gate_slots[:, 2] == GATE_RUNNING))
 
-    def gate_followers(self, queued=False):
-        """The deadlines (ns since the epoch, 0 none) of the requests waiting at the gate
-        behind this instance's, in arrival order; with ``queued``, (deadline, queued ns) each."""
+    def gate_followers(self):
+        """(deadline or 0, queued) ns of each request waiting behind this one, in arrival order."""
         rows = self.gate_slots
         behind = (rows[:, 2] == GATE_WAITING) & (rows[:, 1] > rows[self.slot, 1])
         behind[self.slot] = False
         waiting = rows[behind]
         ordered = waiting[np.argsort(waiting[:, 1])]
-        if queued:
-            return [(int(d), int(q)) for d, q in ordered[:, 3:5].tolist()]
-        return ordered[:, 3].tolist()
+        return [(int(d), int(q)) for d, q in ordered[:, 3:5].tolist()]
 
     def leave_gate(self):
         """This instance's request left the pipeline (served, failed or refused)."""

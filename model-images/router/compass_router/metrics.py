@@ -1,5 +1,4 @@
-"""The metrics a router exports through Triton: the gate's waiting gauge and what it served
-or refused (a no-op on a Triton without custom metrics)."""
+"""The router's custom metrics in Triton (no-ops on a Triton without custom metrics)."""
 
 import contextlib
 
@@ -16,10 +15,9 @@ from compass_rules.protocol import (
 
 
 def _metric(name, description, kind, labels):
-    """A Triton custom metric's family and its series with these labels (None: the family
-    alone), or (None, None) on a Triton without custom metrics or where they cannot be made:
-    the router serves all the same, unmeasured. Keep the family with its series: Triton
-    refuses a metric whose family was collected before it."""
+    """(family, series with ``labels`` or None), or (None, None) where they cannot be made.
+
+    Keep the family with its series: Triton refuses a metric whose family was collected."""
     family_type = getattr(pb_utils, "MetricFamily", None)
     if family_type is None:
         return None, None
@@ -31,9 +29,7 @@ def _metric(name, description, kind, labels):
 
 
 class GateGauge:
-    """This instance's place on the GATE_WAITING_METRIC gauge: 1 while its request waits at the
-    gate, else 0 (a no-op on a Triton without custom metrics: the queue reading then misses
-    the waiters, as it did before the gauge)."""
+    """This instance's GATE_WAITING_METRIC: 1 while its request waits at the gate, else 0."""
 
     def __init__(self, model, instance):
         # Labelled by Triton's instance name, which a restarted stub keeps: it takes the series
@@ -65,8 +61,7 @@ SERVED_OTHER = "other"
 
 
 class ServedCounters:
-    """This instance's SERVED_METRIC (by configuration) and REFUSED_METRIC counters (a no-op on
-    a Triton without custom metrics; a failed count never fails a request)."""
+    """This instance's SERVED_METRIC (by configuration) and REFUSED_METRIC counters."""
 
     def __init__(self, model, instance):
         self.labels = {"model": model, "instance": instance}
@@ -111,8 +106,7 @@ class ServedCounters:
 
 
 class StreamTimes:
-    """This instance's stream counters (a no-op on a Triton without custom metrics; a failed
-    count never fails a request)."""
+    """This instance's stream counters (a failed count never fails a request)."""
 
     def __init__(self, model, instance):
         labels = {"model": model, "instance": instance}
@@ -133,8 +127,7 @@ class StreamTimes:
         )
 
     def streamed(self, first_s, end_s):
-        """Count one stream answered: its first response after ``first_s`` (None: it streamed
-        nothing, its end stands for it), its end after ``end_s``."""
+        """Count one stream: its first response after ``first_s`` (None: none), end ``end_s``."""
         with contextlib.suppress(Exception):
             if self.count is not None:
                 self.count.increment(1)

@@ -1,7 +1,4 @@
-"""Decoupled (streaming) components and a streaming router: which components the router calls
-as streams (``compass_decoupled_components``), how it consumes one through BLS, and how a
-decoupled router forwards what the last of them streams to its client, timing its first response
-(docs/serving.md, "Streaming stages")."""
+"""Decoupled (streaming) components and a streaming router (docs/serving.md, "Streaming stages")."""
 
 import json
 import re
@@ -17,27 +14,36 @@ DECOUPLED_PARAMETER = "compass_decoupled_components"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 
 
-def decoupled_components(text):
-    """The component models named in ``compass_decoupled_components`` (comma-separated; empty
-    or absent: none); ValueError naming the parameter and the fix for a malformed name."""
-    names = [name.strip() for name in (text or "").split(",")]
-    names = [name for name in names if name]
+def _named(text):
+    """The models ``compass_decoupled_components`` names, in order; ValueError for a bad name."""
+    names = [name.strip() for name in (text or "").split(",") if name.strip()]
     for name in names:
         if not _MODEL_NAME.match(name):
             raise ValueError(
                 f"{DECOUPLED_PARAMETER} {text!r}: {name!r} is not a model name; give the "
                 "decoupled component models' names, comma-separated (e.g. generator)"
             )
-    return frozenset(names)
+    return names
+
+
+def decoupled_components(text):
+    """The component models the router calls as streams."""
+    return frozenset(_named(text))
 
 
 def client_stream(text):
-    """The component whose stream a decoupled router forwards to its client: the last one
-    ``compass_decoupled_components`` names (the last streaming stage); None where none is named.
-    Earlier ones are consumed and joined, as a non-streaming router does."""
-    decoupled_components(text)
-    names = [name.strip() for name in (text or "").split(",") if name.strip()]
+    """The last streaming stage (None: none), forwarded to the client; earlier ones are joined."""
+    names = _named(text)
     return names[-1] if names else None
+
+
+def bls_request(model, inputs, outputs):
+    """A BLS request to component ``model`` (``inputs``: name to array) asking ``outputs``."""
+    return pb_utils.InferenceRequest(
+        model_name=model,
+        requested_output_names=list(outputs),
+        inputs=[pb_utils.Tensor(name, np.asarray(value)) for name, value in inputs.items()],
+    )
 
 
 def _outputs_of(response, outputs):
@@ -51,16 +57,9 @@ def _outputs_of(response, outputs):
 
 
 def stream_call(model, inputs, outputs, forward=None):
-    """Call a decoupled component through BLS and consume its stream: each response's outputs
-    go to ``forward(model, outputs)`` as they arrive (a streaming router's client); returns
-    every requested output, its responses' values joined along the first axis."""
-    request = pb_utils.InferenceRequest(
-        model_name=model,
-        requested_output_names=list(outputs),
-        inputs=[pb_utils.Tensor(name, np.asarray(value)) for name, value in inputs.items()],
-    )
+    """Consume a decoupled component's stream (each response to ``forward``); outputs joined."""
     parts = {name: [] for name in outputs}
-    for response in request.exec(decoupled=True):
+    for response in bls_request(model, inputs, outputs).exec(decoupled=True):
         if response.has_error():
             raise RuntimeError(f"{model}: {response.error().message()}")
         found = _outputs_of(response, outputs)
@@ -92,9 +91,7 @@ class ClientGoneError(RuntimeError):
 
 
 class ResponseStream:
-    """A decoupled router's stream to the client of one request: the last streaming stage's
-    outputs as they arrive (RESULT ``{"compass_stream": model, "outputs": {...}}``, CONFIG
-    empty), then the pipeline's answer with the final flag; it times the first response."""
+    """One request's stream to its client: the last stage's outputs, then the final answer."""
 
     def __init__(self, request):
         self.sender = request.get_response_sender()
@@ -103,8 +100,7 @@ class ResponseStream:
         self.first_s = None
 
     def forward(self, model, outputs):
-        """Send one streamed response of ``model`` on to the client; ClientGoneError where the
-        client cancelled (its request is not worth finishing: the slot it holds is not)."""
+        """Send one streamed response on; ClientGoneError once the client cancelled."""
         cancelled = getattr(self.sender, "is_cancelled", None)
         if cancelled is not None and cancelled():
             raise ClientGoneError("the client cancelled its stream")

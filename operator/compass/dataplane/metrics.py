@@ -138,8 +138,6 @@ class SharedReads:
     def __init__(self) -> None:
         self._answers: dict[tuple[Any, ...], _SharedAnswer] = {}
         self._lock = threading.Lock()
-        self.requests = 0  # made, all rounds together (the rest were shared)
-        self.asked = 0  # answers given, shared or not
 
     def next_round(self) -> None:
         """Forget the answers of the last round: the next asks read afresh."""
@@ -156,12 +154,10 @@ class SharedReads:
         wait for it. Its MetricsUnavailableError (or one of ``errors``: each takes one message)
         is shared the same way: raised to each, as a new exception of its type."""
         with self._lock:
-            self.asked += 1
             answer = self._answers.get(key)
             first = answer is None
             if answer is None:
                 answer = self._answers[key] = _SharedAnswer()
-                self.requests += 1
         if first:
             caught: tuple[type[Exception], ...] = (MetricsUnavailableError, *errors)
             try:
@@ -263,9 +259,7 @@ class PrometheusQueueDepth:
 
     def read(self) -> MetricsReading:
         """Queue depth, and arrivals when an arrivals query is configured."""
-        depth = checked_count(
-            self._scalar(self.query), "queue depth", self._where(self.query), MAX_QUEUE_DEPTH
-        )
+        depth = self.queue_depth()
         arrivals = None
         if self.arrivals_query:
             arrivals = checked_count(

@@ -89,7 +89,7 @@ class GrpcTls:
 def routing_key(config: Config, blend: Config | None = None, weight: float = 0.0) -> str:
     """One string for what a router serves (compass_rules.routing.routing_key, the weight taken
     down to the grid), so a report can be compared with what was asked."""
-    mix = _mix_weight(blend, weight)
+    mix = 0.0 if blend is None else quantize_weight(weight)
     if blend is None or mix == 0.0:
         return config_key(config)
     if mix == 1.0:
@@ -106,15 +106,6 @@ def parse_routing_key(key: str) -> tuple[str, str | None, float]:
         return str(base), str(blend), float(weight)
     except (ValueError, TypeError) as error:
         raise RoutingError(f"unreadable routing {key!r}: {error}") from error
-
-
-def _mix_weight(blend: Config | None, weight: float) -> float:
-    return 0.0 if blend is None else quantize_weight(weight)
-
-
-def control_model_of(router_model: str) -> str:
-    """The name of a router's control model."""
-    return f"{router_model}{CONTROL_SUFFIX}"
 
 
 class RoutingError(RuntimeError):
@@ -175,7 +166,7 @@ class TritonRouter:
     ) -> None:
         self.url = url
         self.model = model
-        self.control_model = control_model_of(model)
+        self.control_model = f"{model}{CONTROL_SUFFIX}"
         self.timeout_s = timeout_s
         self.attempts = attempts
         self.backoff_s = backoff_s
@@ -184,11 +175,7 @@ class TritonRouter:
         # operator's timer until gRPC gives up.
         self.control_timeout_s = min(timeout_s, 5.0)
         self.tls = tls
-        self.client = grpcclient.InferenceServerClient(
-            url,
-            channel_args=CHANNEL_ARGS + ([] if tls is None else tls.channel_args()),
-            creds=None if tls is None else tls.credentials(),
-        )
+        self.client = self._new_client()
         # Admission at dispatch (compass.domain.admission.router_admission), sent with every
         # switch so that a restarted server has it again at the next one; None: off.
         self.admission: Mapping[str, Any] | None = None
@@ -199,6 +186,13 @@ class TritonRouter:
         # each thread's client for its streams (a gRPC client holds one stream at a time).
         self._decoupled: bool | None = None
         self._streams = threading.local()
+
+    def _new_client(self) -> grpcclient.InferenceServerClient:
+        return grpcclient.InferenceServerClient(
+            self.url,
+            channel_args=CHANNEL_ARGS + ([] if self.tls is None else self.tls.channel_args()),
+            creds=None if self.tls is None else self.tls.credentials(),
+        )
 
     def close(self) -> None:
         """Close the gRPC channel (and this thread's stream client, if any)."""
@@ -276,12 +270,7 @@ class TritonRouter:
         ``started`` to its first streamed response (None: none) and what it streamed."""
         client = getattr(self._streams, "client", None)
         if client is None:
-            client = grpcclient.InferenceServerClient(
-                self.url,
-                channel_args=CHANNEL_ARGS + ([] if self.tls is None else self.tls.channel_args()),
-                creds=None if self.tls is None else self.tls.credentials(),
-            )
-            self._streams.client = client
+            client = self._streams.client = self._new_client()
         replies: queue.Queue[tuple[Any, Any, float]] = queue.Queue()
         client.start_stream(
             callback=lambda result, error: replies.put((result, error, time.perf_counter())),
@@ -380,7 +369,7 @@ class TritonRouter:
         body["admission"] = None if self.admission is None else dict(self.admission)
         body["binding"] = None if self.binding is None else dict(self.binding)
         if blend is not None:
-            body.update(blend=json.loads(config_key(blend)), weight=_mix_weight(blend, weight))
+            body.update(blend=json.loads(config_key(blend)), weight=quantize_weight(weight))
         started = time.perf_counter()
         last: Exception | None = None
         for attempt in range(1, self.attempts + 1):
