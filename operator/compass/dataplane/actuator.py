@@ -1,9 +1,5 @@
-"""The serving seam: what a policy's decisions are written to, behind one small interface.
-
-An actuator reads back what it serves and applies a decision (a front member, or a mix of two);
-the Triton routers (compass.dataplane.fleet.RouterFleet) are the first, the llm-d gateway's
-InferenceModelRewrite (compass.controllers.gateway) the second. The policy controller picks one
-by the spec's routing.actuator, as KEDA picks a scaler by its trigger's type.
+"""What a policy's decisions are written to: the Triton routers (RouterFleet) or the llm-d
+gateway (compass.controllers.gateway), picked by the spec's routing.actuator.
 """
 
 from __future__ import annotations
@@ -22,13 +18,11 @@ class Actuator(Protocol):
     conflict: str | None
 
     def active_config(self, expected: str | None = None) -> str:
-        """The routing key served now (``expected`` wins a split vote); RoutingError if it
-        cannot be read."""
+        """The routing key served now (``expected`` wins a split vote), or RoutingError."""
         ...
 
     def switch(
         self, config: Config, blend: Config | None = None, weight: float = 0.0
     ) -> SwitchReport:
-        """Serve ``config`` (with ``blend`` taking the share ``weight``), idempotently;
-        RoutingError if it could not."""
+        """Serve ``config`` (``blend`` taking ``weight``), idempotently, or RoutingError."""
         ...

@@ -1,9 +1,5 @@
-"""Every Triton pod of a deployment, switched together, and their queues read together.
-
-``RouterFleet`` holds one ``TritonRouter`` per pod and switches them all in parallel; a pod that
-refuses or cannot be reached does not stop the others, and ``switch`` is idempotent, so the live
-loop repeats it every tick. ``FleetQueueDepth`` scrapes every pod's /metrics and turns them into
-one per-pod observation (the planner's thresholds are for one server). docs/serving.md.
+"""Every Triton pod of a deployment, switched together (a failing pod stops no other), and
+their queues read together as one per-pod observation (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -99,8 +95,7 @@ def _parallel(calls: Sequence[Callable[[], Any]]) -> list[Any]:
 
 
 class RouterFleet:
-    """The router model of every pod; endpoints may change between ticks (``update``). The
-    first actuator (compass.dataplane.actuator.Actuator)."""
+    """The router model of every pod (an Actuator); endpoints may change between ticks."""
 
     # A router's routing has no other writer to conflict with.
     conflict: str | None = None
@@ -218,12 +213,8 @@ class RouterFleet:
         return _parallel([partial(act, e, self.routers[e]) for e in self.endpoints])
 
     def active_config(self, expected: str | None = None) -> str:
-        """What the pods serve: ``expected`` if any pod serves it, else what most pods serve
-        (a tie: the first pod's); RoutingError if none answers.
-
-        A pod that joined or restarted serves its image's default until the next switch: it
-        must not outvote the pods that serve what the policy chose (``expected``).
-        """
+        """``expected`` if any pod serves it (a new pod's default must not outvote it), else
+        what most pods serve; RoutingError if none answers."""
         if not self.routers:
             raise RoutingError(f"no ready Triton pod serves {self.model}")
 
@@ -250,8 +241,7 @@ class RouterFleet:
     def switch(
         self, config: Config, blend: Config | None = None, weight: float = 0.0
     ) -> FleetSwitch:
-        """Make ``config`` (and its blend) active on every pod at once; RoutingError only if no
-        pod took it. A pod serving another mix or weight lags like one on another config."""
+        """Make ``config`` (and its blend) active on every pod; RoutingError if none took it."""
         wanted = routing_key(config, blend, weight)
         if not self.routers:
             raise RoutingError(f"no ready Triton pod serves {self.model}: nothing to switch")
@@ -261,8 +251,7 @@ class RouterFleet:
         digest = self.tables_digest()
 
         def settled(pod: str) -> bool:
-            """The pod serves what this switch sets and holds its tables: nothing to send (a
-            pod that reports no digest is trusted only where no table was ever sent to it)."""
+            """The pod serves this and holds its tables (no digest: none was ever sent)."""
             state = reported.get(pod)
             if state is None or state.routing != wanted:
                 return False
@@ -382,17 +371,14 @@ class FleetQueueDepth:
         return MetricsReading(depth, arrivals, pods=len(readings))
 
     def served(self, window_s: float) -> ServedCounts | None:
-        """What every pod's router counted over about the last ``window_s``, together (each
-        pod's from its own scraper's readings; a pod that left is no longer counted)."""
+        """What every pod's router counted over about ``window_s``, together."""
         with self.lock:
             scrapers = list(self.scrapers.values())
         return summed([c for s in scrapers if (c := s.served(window_s)) is not None])
 
     def _advance(self, readings: Mapping[str, MetricsReading]) -> float | None:
-        """Add the arrivals since the last reading, per pod (a first reading is a baseline). A counter
-        that went down was reset, as for Prometheus' rate(), only when clearly so (below RESET_SHARE of
-        the last, or lower RESET_READINGS times running); a reading a little lower once is a scrape
-        answered out of order, held, or the pod's whole history would count again."""
+        """Add each pod's arrivals since its last reading; a drop is a reset only when clear
+        (RESET_SHARE, RESET_READINGS), or its whole history would count again."""
         if any(r.arrivals_total is None for r in readings.values()):
             return None
         increase = 0.0

@@ -1,7 +1,5 @@
-"""The metrics sources' HTTP GET: one request with a deadline on the whole exchange (connect to
-last byte), bounded answers, no redirects, the credentials and TLS trust of a source, and errors
-that name the source and the cause in a fixed vocabulary (the server's own words go to the log
-only, never into a status or an Event)."""
+"""The metrics sources' HTTP GET: a deadline on the whole exchange, bounded answers, no redirects,
+and errors in a fixed vocabulary (a server's own words go to the log only, never a status)."""
 
 from __future__ import annotations
 
@@ -72,8 +70,7 @@ def connection_failure(error: BaseException) -> str:
 
 
 def checked_url(url: str) -> str:
-    """The URL if it is http(s)://host[:port][/path]; ValueError otherwise (the API checks the
-    same at admission: this is the data plane's own guard)."""
+    """The URL if it is http(s)://host[:port][/path], else ValueError (as the API checks)."""
     problem = url_problem(url)
     if problem is not None:
         raise ValueError(f"metrics URL {problem}")
@@ -99,11 +96,8 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 class _Deadline:
     """One request's deadline for the whole of it: connect, headers and body together.
 
-    A socket timeout bounds each read alone, so a server that sends a byte just within it (a
-    large Content-Length, then a byte a second) would hold the reading thread for ever. When
-    the deadline passes, the watchdog shuts the request's sockets down: the blocked read
-    returns at once, with an error or a short answer, and ``expired`` says why.
-    """
+    A socket timeout bounds each read alone (a byte a second would hold a thread for ever): at
+    the deadline the watchdog shuts the sockets down, and ``expired`` says why the read ended."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -118,8 +112,7 @@ class _Deadline:
         return max(self.at - time.monotonic(), 0.001)
 
     def watch(self, sock: socket.socket) -> None:
-        """Shut ``sock`` down when the deadline passes (its duplicate: a TLS wrapper detaches
-        the original, and a duplicate's shutdown stops the same connection)."""
+        """Shut ``sock`` down at the deadline (a duplicate: a TLS wrapper detaches the original)."""
         copy = sock.dup()
         with self._lock:
             if not self._done and not self.expired:
@@ -204,9 +197,7 @@ class _DeadlineRequest(urllib.request.Request):
 def _watched_connection(
     base: type[http.client.HTTPConnection], deadline: _Deadline | None
 ) -> Callable[..., http.client.HTTPConnection]:
-    """``base`` whose socket the deadline watches from the moment it is connected (so a TLS
-    handshake, the headers and the body are all within it), its connect bounded by what is
-    left of it."""
+    """``base`` whose socket the deadline watches from its connect (TLS handshake included)."""
 
     def connection(host: str, **kwargs: Any) -> http.client.HTTPConnection:
         made = base(host, **kwargs)
@@ -251,10 +242,8 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 
 
 def _http_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
-    """An opener for http and https only (urlopen's default also reads file:// and ftp://),
-    that follows no redirect (so no credential is ever sent to a host it names); https
-    verifies against ``context`` (default: the system's roots). A request made as a
-    ``_DeadlineRequest`` has its sockets shut when its deadline passes."""
+    """An opener for http and https only, following no redirect (no credential goes to a host it
+    names); https verifies against ``context`` (None: the system's roots)."""
     opener = urllib.request.OpenerDirector()
     for handler in (
         urllib.request.ProxyHandler(),
@@ -286,8 +275,7 @@ def _http_status(code: int, authenticated: bool = False) -> str:
 
 
 class Http:
-    """GETs with one source's headers and TLS trust: bounded answers, no redirects, and the
-    server's words in the log only."""
+    """GETs with one source's headers and TLS trust."""
 
     def __init__(self, auth: HttpAuth | None) -> None:
         self.auth = auth
@@ -301,8 +289,7 @@ class Http:
         self.rejected = False
 
     def get(self, url: str, timeout_s: float, where: str) -> bytes:
-        """The body of a 200; MetricsUnavailableError naming ``where`` otherwise. The whole
-        request, connect to last byte, takes at most ``timeout_s``."""
+        """The body of a 200 within ``timeout_s``, all told; MetricsUnavailableError otherwise."""
         deadline = _Deadline(timeout_s)
         request = _DeadlineRequest(url, self.headers, deadline)
         _WATCHDOG.watch(deadline)

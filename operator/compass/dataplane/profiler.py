@@ -1,5 +1,4 @@
-"""Latency profiling through the router: each configuration by per-request override, each pod
-measuring one configuration at a time (compass.dataplane.podpool), the pods in parallel."""
+"""Latency profiling through the router by per-request override, the pods in parallel."""
 
 from __future__ import annotations
 
@@ -30,9 +29,8 @@ from compass_rules.protocol import OVERRIDE_PARAMETER
 
 @dataclass(frozen=True)
 class ProfileSettings:
-    """Warm-up and measured requests per configuration, and the optional screening pass: with
-    ``screen_runs`` > 0 a configuration a more accurate one beats by over ``screen_margin`` (mean
-    latency) keeps its screening profile, since it cannot be on the front."""
+    """Requests per configuration; with ``screen_runs`` > 0, a screening pass first (one beaten
+    by over ``screen_margin`` keeps its screening profile: it cannot be on the front)."""
 
     warmup_runs: int = 3
     measured_runs: int = 50
@@ -52,8 +50,7 @@ def warm_up(
     payload: Callable[[int], Mapping[str, Any]],
     check: Callable[[], None] = lambda: None,
 ) -> None:
-    """``runs`` unmeasured requests of ``config``, back to back (``check`` before each): a
-    configuration's warm-up, or a pod's before its first measurement (``pod_warmup_runs``)."""
+    """``runs`` unmeasured requests of ``config``, back to back (``check`` before each)."""
     for run in range(runs):
         check()
         router.infer(payload(run), config=config)
@@ -66,9 +63,7 @@ def profile_configuration(
     payload: Callable[[int], Mapping[str, Any]],
     check: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
-    """Latency statistics (ms) of one configuration, one request at a time (the service time
-    the queueing model needs), with its component means (``component_ms``, what late binding
-    splits by) and, where every reply streamed, ``ttft_*_ms``; ``check`` runs before each request."""
+    """Latency statistics (ms) of one configuration, one request at a time (its service time)."""
     warm_up(router, config, settings.warmup_runs, payload, check)
     latencies = []
     components: list[dict[str, float] | None] = []
@@ -90,8 +85,7 @@ def profile_configuration(
 
 
 def mean_component_times(replies: Sequence[Mapping[str, float] | None]) -> dict[str, float] | None:
-    """Each component model's mean time over the replies (a model a reply did not call counts
-    0 there: a pipeline may skip one), or None unless every reply timed its components."""
+    """Each component model's mean time (0 where skipped); None unless every reply timed them."""
     if not replies or any(reply is None for reply in replies):
         return None
     models = sorted({model for reply in replies if reply is not None for model in reply})
@@ -104,8 +98,7 @@ def mean_component_times(replies: Sequence[Mapping[str, float] | None]) -> dict[
 
 
 def first_response_statistics(firsts: Sequence[float | None]) -> dict[str, float]:
-    """The profile's ``ttft_*_ms`` fields from each reply's time to its first streamed
-    response (ms); none unless every reply streamed (a router that does not stream)."""
+    """The profile's ``ttft_*_ms`` fields; none unless every reply streamed."""
     if not firsts or any(first is None for first in firsts):
         return {}
     times = np.array(firsts, dtype=np.float64)
@@ -156,9 +149,8 @@ def profile_configurations(
     known: Mapping[str, Mapping[str, Any]] | None = None,
     measured: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """The profiles document the planner reads: metadata and one entry per configuration, in
-    their order whichever pod of the pool measured each (named under ``pod``). ``known`` entries (a
-    resumed profiling's) are kept; ``measured`` sees each new one; ``progress`` counts passes."""
+    """The profiles document the planner reads, one entry per configuration in their order;
+    ``known`` entries (a resumed profiling's) are kept, ``measured`` sees each new one."""
     pool = as_pool(routers)
     accuracies = [accuracy for _, accuracy in configs]
     screening = settings.screen_runs > 0 and len(configs) > 1
@@ -260,9 +252,7 @@ def pod_summary(pool: PodPool[Any, Any]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class CurveSettings:
-    """The cost of one capacity curve: requests per rate (within ``seconds_per_rate`` and
-    ``max_seconds_per_rate`` of load), at most ``max_points`` rates, each run ``repeats_per_rate``
-    times (the point is the run of median p95: a shared node has busy moments)."""
+    """The cost of one capacity curve (repeats: the run of median p95, against busy moments)."""
 
     requests_per_rate: int = 300
     max_points: int = MAX_CURVE_POINTS
@@ -272,8 +262,7 @@ class CurveSettings:
     repeats_per_rate: int = 1
 
     def requests_at(self, rate: float) -> int:
-        """The requests offered at ``rate``: the bounds in seconds win over the count, and
-        never fewer than MIN_REQUESTS_PER_RATE."""
+        """The requests offered at ``rate``: the bounds in seconds win over the count."""
         wanted = max(self.requests_per_rate, int(rate * self.seconds_per_rate))
         return max(MIN_REQUESTS_PER_RATE, min(wanted, int(rate * self.max_seconds_per_rate)))
 
@@ -293,11 +282,7 @@ def measure_curve(
     check: Callable[[], None] = lambda: None,
 ) -> CapacityCurve:
     """A configuration's latency-throughput curve: open-loop Poisson load up the ladder of rates,
-    each request carrying the configuration as an override (production's never moves).
-
-    ``mean_ms``/``idle_p95_ms``: its one-at-a-time figures the ladder starts from; ``servers``: the
-    router's instances; ``slo_ms`` at ``percentile``: the tightest budget read off it. A failed
-    request fails the curve: a point missing its slowest replies would read fast."""
+    by override; a failed request fails it (a point missing its slowest would read fast)."""
     rng = np.random.default_rng(settings.seed)
 
     def measure(rate: float) -> CurvePoint:
@@ -329,8 +314,7 @@ def measure_rate(
     payload: Callable[[int], Mapping[str, Any]],
     rng: np.random.Generator,
 ) -> CurvePoint:
-    """One curve point: ``requests`` open-loop Poisson arrivals at ``rate``, each overriding
-    the configuration; a failed or missing reply raises CapacityError."""
+    """One curve point at ``rate``; a failed or missing reply raises CapacityError."""
     gaps = rng.exponential(1 / rate, requests)
     arrivals = np.cumsum(gaps) - gaps[0]
     records = run_load(

@@ -1,10 +1,7 @@
 """The routing actuator and client for the Compass router model on Triton (gRPC).
 
-A switch is one inference request to the router's control model (``<router>_control``, the
-same generic model.py in its control role): it replaces a small state file that every router
-instance reads before each request. Nothing reloads and no process starts, so a switch costs a
-few milliseconds and no request fails; requests already running finish on the old
-configuration, every request that starts afterwards runs on the new one.
+A switch is one request to the router's control model (``<router>_control``), which replaces a
+state file every router instance reads: nothing reloads, it costs milliseconds, none fails.
 """
 
 from __future__ import annotations
@@ -55,10 +52,7 @@ CHANNEL_ARGS = [
 
 @dataclass(frozen=True)
 class GrpcTls:
-    """TLS to Triton's gRPC port: the CA bundle the server's certificate is checked against
-    (PEM; None: the system's roots), a client certificate and key for mutual TLS (both or
-    neither), and the name the certificate must carry where the address is a pod's IP (None:
-    the address's host)."""
+    """TLS to Triton's gRPC port: CA (None: system roots), client pair, name to verify."""
 
     ca_pem: bytes | None = None
     cert_pem: bytes | None = None
@@ -87,8 +81,7 @@ class GrpcTls:
 
 
 def routing_key(config: Config, blend: Config | None = None, weight: float = 0.0) -> str:
-    """One string for what a router serves (compass_rules.routing.routing_key, the weight taken
-    down to the grid), so a report can be compared with what was asked."""
+    """One string for what a router serves (the weight on the grid), as a router reports it."""
     mix = 0.0 if blend is None else quantize_weight(weight)
     if blend is None or mix == 0.0:
         return config_key(config)
@@ -130,9 +123,7 @@ class RouterReply:
 
 @dataclass(frozen=True)
 class RouterState:
-    """What a router serves (its routing key), the digest of its tables (None: not known), and
-    what it reports of per-request binding: whether it reports tables at all (a router too old
-    to bind each request does not), and its gate as (instances, slots) (None: no gate)."""
+    """What a router serves, its tables' digest, whether it binds, its (instances, slots) gate."""
 
     routing: str
     tables: str | None = None
@@ -142,8 +133,7 @@ class RouterState:
 
 @dataclass(frozen=True)
 class SwitchReport:
-    """A switch that took effect: to what, after how many attempts, how long it took
-    (``changed`` False: the router already served it)."""
+    """A switch that took effect (``changed`` False: the router already served it)."""
 
     config: str
     attempts: int
@@ -212,9 +202,7 @@ class TritonRouter:
         deadline_ns: int | None = None,
         component_times: bool = False,
     ) -> RouterReply:
-        """Send one request; ``config`` overrides the active configuration for it alone;
-        ``deadline_ns`` (ns since the epoch) lets admission judge it; ``component_times`` asks
-        for each component model's wall time (the reply's component_ms)."""
+        """Send one request, ``config`` overriding the active configuration for it alone."""
         tensor = request_tensor(request)
         parameters: dict[str, Any] = {}
         if config:
@@ -266,8 +254,7 @@ class TritonRouter:
     def _stream(
         self, tensor: Any, parameters: dict[str, Any], timeout_s: float, started: float
     ) -> tuple[Any, float | None, tuple[dict[str, Any], ...]]:
-        """One request to a decoupled router: its final response, the seconds from
-        ``started`` to its first streamed response (None: none) and what it streamed."""
+        """One request to a decoupled router: final response, time to first, what streamed."""
         client = getattr(self._streams, "client", None)
         if client is None:
             client = self._streams.client = self._new_client()
@@ -358,12 +345,9 @@ class TritonRouter:
     def switch(
         self, config: Config, blend: Config | None = None, weight: float = 0.0
     ) -> SwitchReport:
-        """Make ``config`` active (with ``blend`` serving a share ``weight`` of the requests,
-        on the 5% grid); retries with backoff, verifies the result.
+        """Make ``config`` active (``blend`` serving ``weight``); retries, verifies the result.
 
-        A refused switch (the pipeline's check_config rejects a configuration, or Triton
-        cannot be reached) changes nothing: the router keeps serving what it served.
-        """
+        A refused switch changes nothing: the router keeps serving what it served."""
         wanted = routing_key(config, blend, weight)
         body: dict[str, Any] = {"set": json.loads(config_key(config))}
         body["admission"] = None if self.admission is None else dict(self.admission)
@@ -392,8 +376,7 @@ class TritonRouter:
 
 
 def _gate(reported: object) -> tuple[int, int] | None:
-    """A router's reported gate as (instances, slots); None where it has none (or says
-    nothing readable)."""
+    """A router's reported gate as (instances, slots); None: none, or unreadable."""
     if not isinstance(reported, dict):
         return None
     instances, slots = reported.get("instances"), reported.get("slots")
@@ -416,15 +399,13 @@ def read_reply(response: Any) -> tuple[dict[str, Any], str]:
 
 
 def router_instances(config: Mapping[str, Any]) -> int:
-    """How many requests a router serves at once: its model config's instance groups' counts
-    (Triton's JSON form; a group without a count is one instance)."""
+    """How many requests a router serves at once: its instance groups' counts."""
     groups = config.get("instance_group") or []
     return max(1, sum(int(group.get("count") or 1) for group in groups))
 
 
 def component_times_of(times: Any, url: str) -> dict[str, float]:
-    """The router's component times as {model: ms}; RoutingError naming the server if they
-    are not that (a router older than this client, or a pipeline that wrote the key)."""
+    """The router's component times as {model: ms}; RoutingError if they are not that."""
     if not isinstance(times, dict) or not all(
         isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
         for k, v in times.items()

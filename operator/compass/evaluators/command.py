@@ -139,8 +139,7 @@ class CommandEvaluator:
     def _communicate(
         self, config: Config, process: subprocess.Popen[bytes], request: bytes, samples: int
     ) -> tuple[bytes, bytes]:
-        """The command's stdout and stderr once it exits; on a timeout, or stdout past what
-        ``samples`` scores take, its group is killed and this raises."""
+        """The command's stdout and stderr; a timeout or a flood kills its group and raises."""
         limit = STDOUT_MIN_BYTES + STDOUT_BYTES_PER_SAMPLE * samples
         io = _Pipes(process, request)
         try:
@@ -210,8 +209,7 @@ class CommandEvaluator:
 
 
 class _Pipes:
-    """A started command's three pipes, served together without blocking on any one: the
-    request written to stdin, stdout kept (up to a limit), the tail of stderr kept."""
+    """A started command's three pipes, served together without blocking on any one."""
 
     def __init__(self, process: subprocess.Popen[bytes], request: bytes) -> None:
         assert process.stdin is not None

@@ -1,10 +1,5 @@
-"""Runners that keep several evaluations in flight for the search (domain.search.ChunkRunner).
-
-``ThreadRunner`` runs real evaluators (Triton, a command) on worker threads; ``VirtualRunner``
-simulates service times on a virtual clock, so the replay evaluator measures what a
-concurrency would buy without a server. Neither changes the search's answer: a chunk's scores
-are the same whoever evaluates it and whenever it comes back (docs/method.md, "Concurrent
-evaluation").
+"""Runners that keep several evaluations in flight for the search, on threads or on a virtual
+clock; neither changes the search's answer (docs/method.md, "Concurrent evaluation").
 """
 
 from __future__ import annotations
@@ -37,8 +32,7 @@ def check_concurrency(value: int, field_name: str) -> int:
 
 @runtime_checkable
 class RecordingEvaluator(Protocol):
-    """An evaluator that records what it scores (a checkpoint): scoring and recording apart,
-    so that samples scored ahead are recorded only once a chunk asks for them."""
+    """An evaluator that records apart from scoring: what was scored ahead, once asked for."""
 
     def evaluate_unrecorded(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
         """Scores as ``evaluate`` gives them, without recording them."""
@@ -54,8 +48,7 @@ class RecordingEvaluator(Protocol):
 def least_ahead(
     expected: Mapping[str, Sized], held: Mapping[str, Sized], ahead: int | None
 ) -> str | None:
-    """The configuration to score ahead next: of those with samples expected and fewer than
-    ``ahead`` held, the one holding the fewest (None: no such configuration)."""
+    """The configuration to score ahead next: of those under ``ahead``, the one holding fewest."""
     candidates = [
         (len(held[key]), key)
         for key, samples in expected.items()
@@ -84,12 +77,8 @@ class _ThreadChunk:
 
 
 class ThreadRunner:
-    """Up to ``concurrency`` evaluator calls at once on worker threads (the evaluator must be
-    thread-safe), in calls of at most ``piece`` samples (None: a chunk in one call).
-
-    Idle workers score ahead what the search expects next (at most ``ahead`` per configuration),
-    but a chunk is recorded only when its last score comes back, so the ledger holds exactly the
-    search's samples; ``sent`` counts the samples sent, ``wasted`` those scored ahead for nothing."""
+    """Up to ``concurrency`` calls of at most ``piece`` samples at once on threads; idle ones
+    score ahead, but a chunk is recorded only when whole, so the ledger holds only the search's."""
 
     def __init__(
         self,
@@ -243,8 +232,7 @@ class ThreadRunner:
 
 
 def hashed_jitter(config: Config, index: int) -> float:
-    """A factor in [0.5, 1.5) fixed by (configuration, sample): service times that vary, the
-    same in every run."""
+    """A factor in [0.5, 1.5) fixed by (configuration, sample), the same in every run."""
     digest = hashlib.blake2b(f"{config_key(config)}|{index}".encode(), digest_size=8).digest()
     return 0.5 + int.from_bytes(digest, "little") / 2**64
 
@@ -274,11 +262,8 @@ class _VirtualChunk:
 
 
 class VirtualRunner:
-    """``concurrency`` FIFO servers on a virtual clock, each sample taking ``service_s(config,
-    index)`` seconds; idle servers serve ahead what the search expects (at most ``ahead`` per
-    configuration). ``clock``: simulated wall time; ``busy``: one server's time; ``sent`` and
-    ``wasted`` as ThreadRunner's. Scores come from ``evaluator`` once per chunk, as a sequential
-    search makes them."""
+    """``concurrency`` FIFO servers on a virtual clock, serving ahead as ThreadRunner does;
+    scores come from ``evaluator`` once per chunk, as a sequential search makes them."""
 
     def __init__(
         self,

@@ -224,8 +224,7 @@ def _parse_fact(obj: Any) -> tuple[dict[str, ParamValue], list[int], list[float]
 
 
 def read_ledger_bytes(path: Path) -> bytes:
-    """A ledger file's bytes: a regular file of at most MAX_LEDGER_BYTES (UnsafeFileError if not;
-    a FIFO or /dev/zero is refused, not waited on or read without end)."""
+    """A ledger file's bytes: a regular file of at most MAX_LEDGER_BYTES, or UnsafeFileError."""
     return read_regular(path, MAX_LEDGER_BYTES)
 
 
@@ -240,11 +239,7 @@ def _read(path: Path, allow_truncated: bool) -> tuple[Ledger, bytes, int]:
 
 
 def _parse(data: bytes, source: str, allow_truncated: bool) -> tuple[Ledger, int]:
-    """Parse a ledger's bytes (``source`` names them in errors); also the intact byte length.
-
-    A last line without its newline that is not JSON is what a write cut short leaves: it is
-    an error unless ``allow_truncated``, in which case it is skipped with a warning.
-    """
+    """Parse a ledger's bytes; also the intact length (``allow_truncated``: a torn tail skipped)."""
     ledger = Ledger(source)
     lines = data.split(b"\n")
     intact = len(data)
@@ -403,13 +398,8 @@ class CheckpointLedger:
 
 
 class LedgerLock:
-    """One search's exclusive hold on a checkpoint ledger; two searches appending to one ledger
-    would interleave batches, or evaluate the same samples twice.
-
-    Two locks, both taken or neither: flock on ``<ledger>.lock`` beside the ledger's real file
-    (symlinks resolved), which names the holder's pid, and flock on the ledger file itself once
-    it exists, so that names that are hard links to one file exclude each other too.
-    """
+    """One search's exclusive hold on a checkpoint ledger: flock on ``<ledger>.lock`` (naming
+    the holder's pid) and on the ledger file itself, so hard links exclude each other too."""
 
     def __init__(self, ledger: Path) -> None:
         """Nothing is locked until acquire()."""
@@ -455,9 +445,7 @@ class LedgerLock:
             raise
 
     def hold_ledger(self) -> None:
-        """Lock the ledger file itself (its inode, whatever name reaches it), if it exists and
-        is not held yet; LedgerBusyError if another search holds it. Call it again once a new
-        ledger has been created."""
+        """Lock the ledger file itself if it exists (call again once created); LedgerBusyError."""
         if self._file_fd is not None:
             return
         try:
@@ -513,15 +501,13 @@ class CheckpointedEvaluator:
         self.lock = threading.Lock()
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
-        """Per-sample scores in the order given, evaluating (and recording) each missing
-        sample once."""
+        """Per-sample scores in order, each missing one evaluated and recorded once."""
         scores = self.evaluate_unrecorded(config, sample_indices)
         self.record(config, sample_indices, scores)
         return scores
 
     def evaluate_unrecorded(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
-        """Per-sample scores in the order given, the missing ones evaluated but not recorded:
-        a concurrent runner records a chunk once all of it is back (``record``)."""
+        """Per-sample scores in order, the missing ones evaluated but not recorded yet."""
         with self.lock:
             values = self.checkpoint.ledger.lookup(config, sample_indices)
         unknown = np.isnan(values)

@@ -1,10 +1,5 @@
-"""An evaluator that scores a configuration by sending samples through the Triton router.
-
-Each request carries the configuration as a per-request override, so a search runs beside
-production traffic without switching it. The router's pipeline returns ``score`` in [0, 1].
-Called from several threads at once (a concurrent search), each thread has its own client per
-address, so each holds its own connection: a Service's load balancing then spreads them over
-its ready pods, and several addresses (one per pod) are taken in turn.
+"""An evaluator that scores samples through the Triton router by per-request override (beside
+production, never switching it); each thread has its own client, so its own connection.
 """
 
 from __future__ import annotations
@@ -35,8 +30,7 @@ class TritonEvaluator:
     def over(
         cls, addresses: Sequence[str], model: str, tls: GrpcTls | None = None
     ) -> TritonEvaluator:
-        """Requests spread over these gRPC addresses (with ``tls``: over TLS): each new thread
-        takes the next one."""
+        """Requests spread over these gRPC addresses: each new thread takes the next one."""
         turn = itertools.cycle(addresses)
         lock = threading.Lock()
 
