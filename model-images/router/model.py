@@ -7,9 +7,8 @@ The compass_router and compass_rules packages are copied beside it into each ver
 import os
 import sys
 
-# The compass_router and compass_rules packages beside this file import by their own names,
-# ahead of any other copy on the path (Triton's stub may list this folder last, after a
-# site-packages that holds the operator's own compass_rules).
+# The packages beside this file come first: Triton's stub may list this folder last, after a
+# site-packages that holds the operator's own compass_rules.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if sys.path[:1] != [_HERE]:
     sys.path.insert(0, _HERE)
@@ -278,8 +277,7 @@ class TritonPythonModel:
 
     def _answer(self, request):
         """One request's response (its error one too); what it served is counted."""
-        # What _run served (its key; None: nothing to count), counted here: after the gate's
-        # slot is given back, so the count never lengthens the pipeline's turn.
+        # Counted here, after the gate's slot is given back: it never lengthens the pipeline's turn.
         self.served_key = None
         try:
             serve = self._control if self.role == "control" else self._serve
@@ -306,8 +304,7 @@ class TritonPythonModel:
         key = self.active.current()
         parameters = json.loads(request.parameters() or "{}")
         table = self.binding.current()
-        # Parsed once here (ns since the epoch): a malformed one is the client's error at once;
-        # bounded to a few SLOs around its take-up, as it feeds what every client shares.
+        # Bounded to a few SLOs around its take-up: it feeds what every client shares.
         deadline = parameters.get(DEADLINE_PARAMETER)
         deadline = None if deadline is None else parse_deadline(deadline)
         taken_up = time.time_ns()
@@ -316,18 +313,15 @@ class TritonPythonModel:
         if deadline is not None:
             deadline = bounded_deadline(deadline, taken_up, slo_ms)
         elif self.pipeline_slots and not override and slo_ms is not None:
-            # Client-free binding and admission: behind the gate a request is taken up as it
-            # arrives, so its take-up plus the SLO is its deadline (clients need not send one).
+            # Behind the gate a request is taken up as it arrives: take-up plus SLO is its deadline.
             deadline = taken_up + int(slo_ms * 1e6)
-        # Every request taken up counts towards the pod's rate (late binding's slow loop), at
-        # its arrival where its deadline and the table's SLO tell it.
+        # Every take-up counts towards the pod's rate, at its arrival where the deadline tells it.
         arrived = None
         if table is not None and table["slo_ms"] is not None and deadline is not None:
             arrived = arrival_ns(deadline, taken_up, table["slo_ms"])
         qps = self.inflight.dispatched(arrived)
         binds = table is not None and deadline is not None and not override
-        # The lag cap's schedule (static fastest's), for the requests it binds: each one's
-        # start there, drawn in take-up order (behind the gate with its ticket).
+        # The lag cap's schedule: static fastest's start of each request, in take-up order.
         schedule = None
         if binds and table["lag_share"] is not None:
             # Static fastest keeps every slot busy: the fastest's likely time at that many.
@@ -341,8 +335,7 @@ class TritonPythonModel:
         # The gate: it waits its turn in the shared table, seen with its deadline by those ahead.
         _, static_start = self.inflight.queue_at_gate(gate_deadline(deadline, taken_up), schedule)
         try:
-            # The gauge only for a request that waits: each set is a call to the server (0.24
-            # ms p50, 2.9 ms p99 on 2 cores under load), and the second holds the pipeline.
+            # The gauge only for a waiter: each set is a server call (2.9 ms p99 on 2 cores).
             if not self.inflight.enter_if_free(self.pipeline_slots):
                 self.gate_gauge.waiting(1)
                 try:
@@ -350,9 +343,7 @@ class TritonPythonModel:
                 finally:
                     self.gate_gauge.waiting(0)
             elif binds and table["settle_ms"]:
-                # The first at a free pipeline: the burst it may lead reaches the gate over a
-                # few ms (each request taken up by its own instance), and it binds seeing them
-                # (compass.domain.binding.GATE_SETTLE_MS).
+                # The burst it may lead reaches the gate over a few ms: it binds seeing them.
                 time.sleep(table["settle_ms"] / 1000)
             return self._run(
                 body, key, parameters, table, deadline, arrived, qps, time.time_ns(), static_start
@@ -404,10 +395,8 @@ class TritonPythonModel:
     ):
         """Serve a request with a lazily bound configuration (late binding)."""
         followers = 0
-        # Behind a gate the followers are the requests waiting at it (seen with their
-        # deadlines); Triton's queue beyond the instances is not polled: the simulator finds
-        # the count changes no decision there, and live the poll held each request's turn in
-        # the pipeline ~4 ms longer on 2 cores (docs/method.md, "The router's poller").
+        # Behind a gate its waiters are the followers; polling there changed no decision and cost
+        # ~4 ms a turn (docs/method.md, "The router's poller").
         if self.metrics_url != "off" and not self.pipeline_slots:
             if self.poller is None:
                 self.poller = PendingPoller(
@@ -470,11 +459,9 @@ class TritonPythonModel:
             "routing": routing,
             "previous": None if previous is None else _routing(previous),
             "changed": active != previous,
-            # What the operator compares with the tables it would send: a switch that changes
-            # neither the routing nor the tables is not sent (None: not known, send them).
+            # The operator skips a switch that changes neither routing nor tables (None: send).
             "tables": tables,
-            # The router's gate ({"instances": N, "slots": G}; None: none): behind it every
-            # request is bound, without it only those that carry a deadline.
+            # Behind a gate every request is bound, without one only those with a deadline.
             "gate": _read_json(self.gate_file, dict),
         }
         return pb_utils.InferenceResponse(

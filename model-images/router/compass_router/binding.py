@@ -42,24 +42,19 @@ class LazyConfig(dict):
         self.bound = {}
         self.target = None
         self.next_stage = 0
-        # The stage the request has reached (the next component it calls): a stage bound
-        # before it is reached counts the time of the stages still ahead of it.
+        # The stage reached (the next component it calls): binding counts the stages ahead.
         self.at = 0
-        # The last stage whose component it called (-1: none yet), and its time in each
-        # stage's calls so far, ms.
+        # The last stage it called (-1: none) and its time (ms) in each stage's calls so far.
         self.called = -1
         self.spent = [0.0] * len(table["stages"])
-        # The slow loop: what the pod's rate (``qps``: Inflight.dispatched) allows now (all
-        # where no configuration has a limit).
+        # The slow loop: what the pod's rate allows now (None: no configuration has a limit).
         limited = any(entry[4] is not None for entry in table["configs"])
         self.allowed = allowed_at(table["max_qps"], qps) if limited else None
         # It waited long for an instance (the table's degrade_after): the fastest completion.
         self.hurried = hurried
-        # The requests waiting behind it for an instance (PendingPoller), spared as the
-        # rules in compass_rules.followers spare them, shared by ``servers`` instances.
+        # The requests waiting behind it (PendingPoller), shared by ``servers`` instances.
         self.followers, self.servers = followers, servers
-        # Behind the gate (compass_pipeline_slots): the requests waiting there are seen, each
-        # with its own deadline, read again at each stage bound.
+        # Behind the gate its waiters are seen with their deadlines, read at each stage bound.
         self.gated = gated
         # The lag cap (the table's lag_share): when static fastest would start it.
         self.static_start_ns = static_start_ns
@@ -67,8 +62,7 @@ class LazyConfig(dict):
     def _bind_through(self, stage):
         while self.next_stage <= stage:
             left_ms = (self.deadline_ns - time.time_ns()) / 1e6
-            # Behind a gate of several slots the pipelines running share the pod: the table
-            # at that concurrency (compass_rules.binding.pipeline_view).
+            # Behind a gate of several slots the running pipelines share the pod.
             running = self.inflight.pipelines_running() if self.gated else 1
             table, backlog = pipeline_view(
                 self.table, running, self.inflight.backlog_ms(len(self.table["stages"]))
@@ -90,9 +84,8 @@ class LazyConfig(dict):
             slacks = slacks_behind_ms(table, self.bound, at, backlog, behind, self.servers, known)
             spare = min((s for s in slacks if s is not None), default=float("inf"))
             if spare < float("inf"):
-                # Planned with the followers: the slack several of them can use better is
-                # not all spent here (joint_spare_ms). Where no choice
-                # but its quickest fits the spare, the plan cannot change what it binds.
+                # Slack the followers can use better is not all spent here (joint_spare_ms);
+                # where only its quickest fits the spare, the plan cannot change what it binds.
                 own, theirs = joint_options(
                     table, self.bound, at, left_ms, backlog, self.allowed, known
                 )
@@ -131,9 +124,7 @@ class LazyConfig(dict):
             raise KeyError(name)
         if name not in self.bound:
             if self.called >= 0:
-                # Read after it called a component: the pipeline is done with the stage it
-                # called last (it reads a later stage's parameters when it gets there), so
-                # that stage's queue and time are behind it (qa-real reads its reader so).
+                # Read after a call: the pipeline is done with the stage it called last.
                 self.at = max(self.at, min(stage, self.called + 1))
             self._bind_through(stage)
         return self.bound[name]
@@ -196,8 +187,7 @@ def staged(run_call, config, inflight):
         if stage is None:
             return run_call(model, inputs, outputs)
         config.reach(stage)
-        # What is left of the stage's time: a stage that calls several models (or one
-        # several times) counts its earlier calls' time as done.
+        # A stage that calls several times counts its earlier calls' time as done.
         inflight.enter(stage, config.stage_left_ms(stage))
         started = time.monotonic_ns()
         try:

@@ -14,8 +14,7 @@ from compass_rules.followers import static_schedule
 # One slot per router instance (pid, stage, entered ns, predicted ms).
 INFLIGHT_SLOTS = 64
 _SLOT = struct.Struct("<qqqd")
-# After the slots: the arrival times of the last requests taken up (ns since the epoch), a ring
-# the instances share, for the arrival rate the slow loop's limits (max_qps) are judged on.
+# After the slots: a ring of the last take-ups' arrival times (ns), for the pod's arrival rate.
 DISPATCH_RING = 1024
 RATE_WINDOW_S = 2.0
 _RING_AT = INFLIGHT_SLOTS * _SLOT.size
@@ -31,12 +30,10 @@ GATE_FREE, GATE_WAITING, GATE_RUNNING = 0, 1, 2
 # counted by then.
 _POLL_AT = _GATE_AT + (2 + INFLIGHT_SLOTS * _GATE_FIELDS) * 8
 _POLL_FIELDS = 3
-# After the poll: when static fastest's schedule next frees a server (ns since the epoch; 0:
-# never yet), the lag cap's (Inflight.static_start).
+# After the poll: when static fastest next frees a server (ns; 0: never yet), for the lag cap.
 _STATIC_AT = _POLL_AT + _POLL_FIELDS * 8
 
-# The gate: a request next in line looks again every GATE_POLL_S (GATE_FAR_POLLS times less
-# often further back), and every GATE_CHECK_S whether the processes ahead of it are still there.
+# How often a request at the gate looks again when next in line, and checks for gone ones ahead.
 GATE_POLL_S = 0.0005
 GATE_FAR_POLLS = 10
 GATE_CHECK_S = 0.05
@@ -108,8 +105,7 @@ class Inflight:
     def publish_poll(self, polled_ns, count, taken):
         """The pod's poll: ``count`` (None: failed) at ``polled_ns``, ``taken`` take-ups by then."""
         self.polled[1], self.polled[2] = count or 0, taken
-        # Written last: a reader that sees the new time sees the count beside it (a torn read
-        # is one stale guess, never an error).
+        # Written last: a reader that sees the new time sees the count beside it.
         self.polled[0] = 0 if count is None else polled_ns
 
     def last_poll(self):

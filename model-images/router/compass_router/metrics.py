@@ -32,8 +32,7 @@ class GateGauge:
     """This instance's GATE_WAITING_METRIC: 1 while its request waits at the gate, else 0."""
 
     def __init__(self, model, instance):
-        # Labelled by Triton's instance name, which a restarted stub keeps: it takes the series
-        # over and zeroes it, so a killed waiter leaves no phantom 1 behind.
+        # By Triton's instance name, which a restarted stub keeps: a killed waiter's 1 is zeroed.
         self.family, self.metric = _metric(
             GATE_WAITING_METRIC,
             "Requests a compass router instance holds at its gate, not yet in the pipeline "
@@ -51,11 +50,8 @@ class GateGauge:
             self.metric.set(count)
 
 
-# What the routers served (the operator's status.served and dashboards): each instance counts
-# the requests it answered by the configuration's canonical key (overrides, search and
-# profiling's, left out), and those it refused as late. A key past SERVED_MAX_KEYS an instance
-# counts under "other" (a binding table holds at most 128 configurations): the series never
-# grow without bound.
+# Served counts by configuration key (overrides left out): keys past SERVED_MAX_KEYS count as
+# "other" (a binding table holds at most 128), so the series never grow without bound.
 SERVED_MAX_KEYS = 160
 SERVED_OTHER = "other"
 

@@ -18,9 +18,7 @@ DEFAULT_POLL_MS = 25.0
 STALE_POLLS = 4
 # After a failed poll (the metrics port absent or down) the poller waits this long.
 POLL_RETRY_S = 1.0
-# With nothing taken up for IDLE_AFTER_S, the poller looks only every IDLE_POLL_S: an idle
-# pod's router does not read Triton's metrics page 40 times a second (the first request of a
-# burst then binds as without a count, its count being stale).
+# Idle for IDLE_AFTER_S, the poller looks only every IDLE_POLL_S, not 40 times a second.
 IDLE_AFTER_S = 5.0
 IDLE_POLL_S = 1.0
 # An instance whose pod has a poller tries this often to become it (the poller gone).

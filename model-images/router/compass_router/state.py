@@ -10,8 +10,7 @@ from compass_rules.admission import DROP, FASTEST, LATE_MESSAGE, check_admission
 from compass_rules.protocol import router_file
 from compass_rules.routing import WEIGHT_STEPS, SmoothWeighting, config_key, quantize_weight
 
-# The files beside a router's routing state: the admission and late-binding tables, the digest
-# of the tables last set, the gate as its instances run it, and their shared table.
+# The files beside a router's routing state (state_path's ``part``).
 ADMISSION_FILE, BINDING_FILE, TABLES_FILE = "admission.json", "binding.json", "tables"
 GATE_FILE, INFLIGHT_FILE = "gate.json", "inflight.bin"
 

@@ -13,8 +13,7 @@ from compass.domain.evaluation import Config
 class Actuator(Protocol):
     """Where a policy's routing takes effect."""
 
-    # Why the last write was refused because someone else holds what it writes (None: it was
-    # not): reported as a condition, never fought over.
+    # Why the last write was refused as someone else's to make (None: it was not): never fought.
     conflict: str | None
 
     def active_config(self, expected: str | None = None) -> str:

@@ -37,15 +37,12 @@ from compass_rules.routing import tables_digest
 
 # Parallel calls at once: a switch to a hundred pods takes a few rounds, not a hundred.
 MAX_PARALLEL = 32
-# One pool for every fleet in the process, its threads started once and reused: the calls run
-# every tick of every policy, and a pool per call would start and stop its threads each time.
-# (No call made in the pool submits to it again, so the pool cannot deadlock on itself.)
+# One pool for every fleet, its threads reused every tick (no call in it submits to it again).
 _POOL = ThreadPoolExecutor(max_workers=MAX_PARALLEL, thread_name_prefix="compass-fleet")
 
 
-# A pod's arrivals counter read below its last reading is a restart when it reads at most this
-# share of it, or below it this many readings in a row; otherwise a scrape answered out of order
-# (a step back of one scrape's arrivals), held. (Triton exports no process start time to tell.)
+# A pod's arrivals counter below its last reading is a restart at this share of it or below, or
+# this many readings in a row; else a scrape answered out of order, held.
 RESET_SHARE = 0.5
 RESET_READINGS = 2
 
@@ -113,25 +110,20 @@ class RouterFleet:
         self.timeout_s, self.attempts, self.backoff_s = timeout_s, attempts, backoff_s
         self.tls = tls
         self.routers: dict[Endpoint, TritonRouter] = {}
-        # Pods that did not answer the last active_config: the switch after it skips them, so
-        # one hung pod costs a tick one timeout, not one per call (it is asked again next tick).
+        # Pods silent at the last active_config: the switch skips them (one timeout a tick).
         self.silent: dict[str, str] = {}
-        # What each pod reported at the last active_config: the switch after it sends nothing
-        # to a pod that already serves what it would set and holds the tables it would send
-        # (their digest), so a steady policy makes one call a pod a tick, not two.
+        # Each pod's report at the last active_config: a switch skips a pod that serves what it
+        # would set and holds its tables (a steady policy: one call a pod a tick).
         self.reported: dict[str, RouterState] = {}
-        # Whether ``reported`` was read since the last switch: only then may a switch skip a pod
-        # on it (the status reads it whenever; a switch after a switch asks no pod).
+        # Whether ``reported`` was read since the last switch: only then may a switch skip on it.
         self._fresh = False
-        # Pods whose last set from this fleet carried no admission table: only those may be
-        # skipped (one that had a table keeps it until a set says none).
+        # Pods last set with no tables: only those may be skipped without reporting a digest.
         self.cleared: set[str] = set()
         # Reports shared within a tick with every fleet asking the same pod (SharedReads).
         self.shared: SharedReads | None = None
         self._admission: Mapping[str, Any] | None = None
         self._binding: Mapping[str, Any] | None = None
-        # The tables' digest, worked out once per pair of tables (a policy sets the same two
-        # every tick; hashing them every switch would cost a thousand policies a JSON dump each).
+        # The tables' digest, once per pair of tables (a policy sets the same two every tick).
         self._digest: str | None = None
         self.update(endpoints)
 

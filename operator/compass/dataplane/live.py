@@ -104,8 +104,7 @@ class LiveLoop:
             if not decision.switched:
                 note = f"routing of {decision.target} not confirmed: {error}"
                 return StepResult(observation, decision, proposed, None, _join(problem, note))
-            # The router still serves the old configuration: keep the old state (and its
-            # timers), so the next step decides again from what is true.
+            # The router still serves the old configuration: keep the old state and its timers.
             held = replace(state, last_reason=f"switch to {decision.target} failed: {error}")
             note = f"holding {state.active}: switch to {decision.target} failed: {error}"
             return StepResult(observation, decision, held, None, note)

@@ -39,18 +39,15 @@ ROUTER_COUNTERS = (
     STREAM_FIRST_METRIC,
     STREAM_END_METRIC,
 )
-# What a number read from a metric may be; past these it is a failed read (the policy holds as
-# for a missing metric), never a decision: no pod queues a billion requests, a float counter
-# past 2**53 no longer counts by one, a sample older than a day is no reading of now, and a
-# clock minutes ahead is a wrong timestamp (a few seconds ahead: skew, read as fresh).
+# Past these a number read is a failed read, never a decision: no pod queues a billion, a float
+# past 2**53 no longer counts by one, a day-old sample is not now, minutes ahead is a wrong clock.
 MAX_QUEUE_DEPTH = 1e9
 MAX_COUNTER = 2.0**53
 MAX_SAMPLE_AGE_S = 86_400.0
 MAX_FUTURE_S = 300.0
 
 
-# vLLM's gauge of the requests queued on a model server (waiting for a batch slot): the queue
-# the llm-d gateway's policies read.
+# vLLM's gauge of the requests waiting on a model server (the llm-d gateway's queue).
 VLLM_WAITING_METRIC = "vllm:num_requests_waiting"
 
 
@@ -255,8 +252,7 @@ class PrometheusQueueDepth:
                 self._where(self.arrivals_query),
                 MAX_COUNTER,
             )
-        # Measured on Prometheus' clock alone, so no skew with this one; a sample stamped a
-        # little in the future (an exporter's own timestamp) counts as fresh.
+        # On Prometheus' clock alone, so no skew with this one.
         age = (
             checked_age(self._scalar(self.age_query), self._where(self.age_query))
             if self.age_query
@@ -483,8 +479,7 @@ class TritonQueueDepth:
         data = self.http.get(self.metrics_url, self.timeout_s, self.describe())
         totals: dict[str, float] = {}
         counters: list[tuple[str, dict[str, str], str]] = []
-        # Most of a page is other models' (a shared Triton serves many): skipped unparsed. A
-        # model server's (model None) counts every sample of its one metric: all its requests.
+        # Other models' lines are skipped unparsed; a model server (model None) counts them all.
         selector = self.metric if self.model is None else f'model="{self.model}"'
         for line in data.decode("utf-8", errors="replace").splitlines():
             if selector not in line:
@@ -498,8 +493,7 @@ class TritonQueueDepth:
             if self.model is not None and labels.get("model") != self.model:
                 continue
             if match["name"] in ROUTER_COUNTERS:
-                # What the routers served is for the status alone: read apart, so that a bad
-                # counter never fails the queue's reading (and the decision with it).
+                # For the status alone: read apart, so a bad counter never fails the decision.
                 counters.append((match["name"], labels, match["value"]))
                 continue
             try:

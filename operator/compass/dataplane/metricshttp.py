@@ -29,11 +29,9 @@ class MetricsUnavailableError(RuntimeError):
     """The queue depth could not be read; the message names the source and the cause."""
 
 
-# A metrics page larger than this is refused: Triton's is tens of kB, and an endpoint that
-# streams without end must not fill the operator's memory.
+# A larger metrics page is refused (Triton's is tens of kB): an endless one must not fill memory.
 MAX_METRICS_BYTES = 8 * 1024 * 1024
-# What the log may keep of an answer: this many characters, printable ASCII only. Nothing a
-# server answers goes into an error message, so none of it reaches a status or an Event.
+# What the log may keep of an answer (printable ASCII); no error message carries any of it.
 EXCERPT_CHARS = 200
 # Local socket, resolver and TLS failures, named in a fixed vocabulary (first match wins).
 _CONNECTION_FAILURES = (

@@ -36,10 +36,8 @@ class ProfileSettings:
     measured_runs: int = 50
     screen_runs: int = 0
     screen_margin: float = 0.25
-    # Unmeasured requests a pod gets before its first measurement: each router instance's
-    # first request (and a backend's lazy start) runs cold, and Triton hands requests to the
-    # instances in turn, so without them the first configuration measured on a pod carries
-    # them all (rag-sim's gated router of 8 instances, x0.2: p95 333-345 ms against ~208).
+    # A pod's unmeasured requests first: each instance's first runs cold, and without them the
+    # first configuration measured carries them all (rag-sim, 8 instances: p95 ~340 vs ~208 ms).
     pod_warmup_runs: int = 16
 
 
@@ -132,13 +130,6 @@ def measurement_key(config: Config, how: str) -> str:
     return f"{how}|{config_key(config)}"
 
 
-def as_pool(routers: TritonRouter | PodPool[Any, Any]) -> PodPool[Any, Any]:
-    """A pod pool: this one, or one router as a pool of one pod."""
-    if isinstance(routers, TritonRouter):
-        return PodPool({routers.url: routers})
-    return routers
-
-
 def profile_configurations(
     routers: TritonRouter | PodPool[Any, Any],
     configs: Sequence[tuple[Config, float | None]],
@@ -151,7 +142,7 @@ def profile_configurations(
 ) -> dict[str, Any]:
     """The profiles document the planner reads, one entry per configuration in their order;
     ``known`` entries (a resumed profiling's) are kept, ``measured`` sees each new one."""
-    pool = as_pool(routers)
+    pool = PodPool({routers.url: routers}) if isinstance(routers, TritonRouter) else routers
     accuracies = [accuracy for _, accuracy in configs]
     screening = settings.screen_runs > 0 and len(configs) > 1
     total = len(configs) * (2 if screening else 1)
@@ -210,8 +201,7 @@ def profile_configurations(
         total = len(configs) + len(pending)
     while pending:
         measure_all(pending, settings, FULL_PASS)
-        # A screening is a handful of requests: its verdict stands only while a configuration
-        # measured in full still beats it; otherwise that one is measured in full too.
+        # A screening's verdict stands only while one measured in full still beats it.
         full = {i for i, entry in entries.items() if not entry.get("screened")}
         pending = sorted(
             i for i, entry in entries.items() if entry.get("screened") and i not in beaten(full)

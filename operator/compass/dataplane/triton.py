@@ -36,10 +36,8 @@ from compass_rules.routing import routing_key as rules_routing_key
 
 # Triton's parameter on a stream's last response (asked with enable_empty_final_response).
 FINAL_RESPONSE_PARAMETER = "triton_final_response"
-# gRPC's reconnect back-off grows to 120 s by default, and channels to one address share their
-# connection: a pod that restarted at the same address would stay "unreachable" to every client
-# for up to two minutes after it is back. Each client keeps its own connection, retried within
-# half a second, so a restarted pod is switched at the next tick.
+# gRPC's back-off grows to 120 s, on a connection channels share: a pod restarted at the same
+# address would stay "unreachable" for minutes. Each client has its own, retried within 0.5 s.
 CHANNEL_ARGS = [
     ("grpc.max_send_message_length", 2**31 - 1),
     ("grpc.max_receive_message_length", 2**31 - 1),
@@ -112,11 +110,9 @@ class RouterReply:
     result: dict[str, Any]
     config: str
     latency_s: float
-    # Each component model's wall time, ms (asked with component_times; None: not asked, or
-    # the pipeline's result is not a JSON object).
+    # Each component model's wall time, ms (None: not asked, or the result is no JSON object).
     component_ms: dict[str, float] | None = None
-    # A decoupled router's: seconds to its first streamed response (time to first token; None:
-    # the router does not stream, or this request streamed nothing), and what it streamed.
+    # A decoupled router's time to its first streamed response (None: none), and what streamed.
     first_response_s: float | None = None
     streamed: tuple[dict[str, Any], ...] = ()
 
@@ -161,19 +157,15 @@ class TritonRouter:
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.sleep = sleep
-        # Status calls must answer fast: a blackholed address would otherwise hold the
-        # operator's timer until gRPC gives up.
+        # Status calls must answer fast: a blackholed address would hold the operator's timer.
         self.control_timeout_s = min(timeout_s, 5.0)
         self.tls = tls
         self.client = self._new_client()
-        # Admission at dispatch (compass.domain.admission.router_admission), sent with every
-        # switch so that a restarted server has it again at the next one; None: off.
+        # The admission and late-binding tables (None: off), sent with every switch so that a
+        # restarted server has them again at the next one.
         self.admission: Mapping[str, Any] | None = None
-        # Late binding (compass.domain.binding.router_table), sent with every switch the same
-        # way; None: off.
         self.binding: Mapping[str, Any] | None = None
-        # Whether the router is decoupled (asked at the first request; None: not yet), and
-        # each thread's client for its streams (a gRPC client holds one stream at a time).
+        # Whether it is decoupled (None: not asked yet); a client per thread for streams.
         self._decoupled: bool | None = None
         self._streams = threading.local()
 

@@ -24,15 +24,13 @@ from compass.evaluators.files import MiB, describe_size
 STDERR_TAIL_LINES = 20
 # After a kill, wait this long for the pipes to close before giving up on the output.
 _REAP_TIMEOUT_S = 5.0
-# The most a command may print on stdout: its scores as JSON take a few dozen bytes each; past
-# this the command is ended, for a runaway print would fill memory (and a 50-million-digit
-# number takes minutes to parse).
+# The most a command may print on stdout (scores take a few dozen bytes each): a runaway print
+# would fill memory.
 STDOUT_BYTES_PER_SAMPLE = 64
 STDOUT_MIN_BYTES = MiB
 # Of stderr only the tail is shown: this much of it is kept.
 _STDERR_KEPT_BYTES = 64 * 1024
-# The wait wakes this often, so that a signal (Ctrl-C) handled on another thread, which does
-# not interrupt the wait, is still acted on at once rather than at the timeout.
+# The wait wakes this often, so a Ctrl-C handled on another thread is acted on at once.
 _WAKE_S = 0.1
 _READ_BYTES = 64 * 1024
 
@@ -104,8 +102,7 @@ class CommandEvaluator:
                 stderr=subprocess.PIPE,
                 cwd=self.cwd,
                 env=self.env,
-                # Its own process group, so a timeout or an interrupt kills whatever the
-                # command started too.
+                # Its own process group: a timeout or an interrupt kills what it started too.
                 start_new_session=True,
             )
         except OSError as exc:
@@ -120,8 +117,7 @@ class CommandEvaluator:
         except EvaluationError:
             raise  # a timeout or a flood: _communicate has ended the group already
         except BaseException:
-            # Ctrl-C, SIGTERM (main() raises it) or a failure here: the command has its own
-            # session, so the terminal's signal never reached it; end it and its children.
+            # Ctrl-C, SIGTERM or a failure: its own session got no signal; end it and its children.
             _kill_group(process.pid)
             process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -149,8 +145,7 @@ class CommandEvaluator:
             if ended is not _Ended.CLOSED:
                 # The group may already be gone if the command exited just as this fired.
                 _kill_group(process.pid)
-                # What it wrote to stderr before the kill, for the message; a descendant that
-                # left the group may hold the pipes open: do not wait on it for long.
+                # Its stderr for the message, briefly: a descendant may hold the pipes open.
                 io.pump(time.monotonic() + _REAP_TIMEOUT_S, None)
                 process.kill()
                 _wait(process, time.monotonic() + _REAP_TIMEOUT_S)

@@ -24,13 +24,11 @@ from compass.evaluators.files import MiB, UnsafeFileError, read_regular
 log = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 _LINE_SHAPE = 'each line must be one JSON object like {"config": {...}, "scores": [...]}'
 _SCORE_RULE = "every score must be a number in [0, 1]"
 _INDEX_RULE = "every sample index must be an integer >= 0"
-# The largest ledger read whole: the paper's grid replays from a few MiB; a file of this size
-# holds tens of millions of scores, as many as the largest dataset over many configurations.
+# The largest ledger read whole: tens of millions of scores (the paper's grid takes a few MiB).
 MAX_LEDGER_BYTES = 1024 * MiB
 
 
@@ -76,8 +74,7 @@ class Ledger:
         """Start empty; `source` names the ledger in error messages."""
         self.source = source
         self._configs: dict[str, dict[str, ParamValue]] = {}
-        # One array per configuration, indexed by sample, NaN where unknown: a batch lookup
-        # is one fancy-index instead of a dict probe per sample.
+        # One array per configuration, NaN where unknown: a batch lookup is one fancy-index.
         self._scores: dict[str, FloatArray] = {}
         self._facts = 0
 
@@ -138,10 +135,6 @@ class Ledger:
             inside = (idx >= 0) & (idx < row.size)
             out[inside] = row[idx[inside]]
         return out
-
-    def known(self, config: Config, indices: Sequence[int]) -> BoolArray:
-        """Whether each given index has a score for this configuration."""
-        return ~np.isnan(self.lookup(config, indices))
 
     def scores(self, config: Config) -> dict[int, float]:
         """All known scores of a configuration by sample index (empty if unknown)."""
@@ -345,8 +338,7 @@ class CheckpointLedger:
         if self.path.exists():
             self.ledger, data, intact = _read(self.path, allow_truncated=True)
             if intact < len(data):
-                # Keep every byte the user has: the cut line goes beside the ledger (appended,
-                # so an earlier one stays), durably, before the ledger loses it.
+                # Keep every byte: the cut line goes beside the ledger, durably, before it is cut.
                 with partial_path(self.path).open("ab") as aside:
                     aside.write(data[intact:] + b"\n")
                     aside.flush()
@@ -356,8 +348,7 @@ class CheckpointLedger:
                 f.truncate(intact)
                 if intact:
                     f.seek(intact - 1)
-                    # A hand-written last line may lack its newline: add one so the next
-                    # line is not glued to it.
+                    # A hand-written last line may lack its newline: the next must not glue on.
                     if f.read(1) != b"\n":
                         f.write(b"\n")
                 f.flush()
@@ -376,8 +367,7 @@ class CheckpointLedger:
 
     def append(self, config: Config, indices: Sequence[int], scores: Sequence[float]) -> None:
         """Record one batch in memory and durably on disk."""
-        # Check the line exactly as a resumed run will read it, and reject conflicts, before
-        # writing: one bad line would stop every later resume.
+        # Checked as a resumed run will read it, before writing: a bad line stops every resume.
         try:
             line = json.dumps(
                 {
@@ -426,8 +416,7 @@ class LedgerLock:
                 holder = os.read(fd, 32).decode("ascii", errors="replace").strip()
                 os.close(fd)
                 raise self._busy(holder) from None
-            # The last holder unlinks the file on release: if it did so after our open, we
-            # locked a file no one else will see; lock the one at the path instead.
+            # The last holder unlinks it on release: after our open, ours is a file no one sees.
             try:
                 current = os.stat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -495,9 +484,8 @@ class CheckpointedEvaluator:
         self.checkpoint = checkpoint
         self.reused = 0  # sample evaluations answered from the checkpoint
         self.computed = 0  # sample evaluations asked of `inner`
-        # Concurrent runners call evaluate from several threads: the ledger and the counters
-        # are touched under the lock, the inner evaluator runs outside it (the search never
-        # has two chunks of one configuration in flight, so no sample is evaluated twice).
+        # The ledger and counters under the lock, the inner evaluator outside it (the search never
+        # has two chunks of one configuration in flight).
         self.lock = threading.Lock()
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
