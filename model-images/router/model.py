@@ -304,13 +304,13 @@ class TritonPythonModel:
         key = self.active.current()
         parameters = json.loads(request.parameters() or "{}")
         table = self.binding.current()
-        # Bounded to a few SLOs around its take-up: it feeds what every client shares.
         deadline = parameters.get(DEADLINE_PARAMETER)
         deadline = None if deadline is None else parse_deadline(deadline)
         taken_up = time.time_ns()
         override = parameters.get(OVERRIDE_PARAMETER)
         slo_ms = self._slo_ms(table)
         if deadline is not None:
+            # Bounded to a few SLOs around its take-up: it feeds what every client shares.
             deadline = bounded_deadline(deadline, taken_up, slo_ms)
         elif self.pipeline_slots and not override and slo_ms is not None:
             # Behind the gate a request is taken up as it arrives: take-up plus SLO is its deadline.
@@ -358,9 +358,7 @@ class TritonPythonModel:
         admission = self.admission.current()
         return None if admission is None else admission["slo_ms"]
 
-    def _run(
-        self, body, key, parameters, table, deadline, arrived, qps, started, static_start=None
-    ):
+    def _run(self, body, key, parameters, table, deadline, arrived, qps, started, static_start):
         """Run the pipeline for a request that started at ``started`` (ns since the epoch)."""
         override = parameters.get(OVERRIDE_PARAMETER)
         times = {} if parameters.get(COMPONENT_TIMES_PARAMETER) else None
@@ -390,9 +388,7 @@ class TritonPythonModel:
             self.served_key = key
         return _reply(result, key, times)
 
-    def _serve_bound(
-        self, body, table, deadline_ns, qps, hurried=False, times=None, static_start=None
-    ):
+    def _serve_bound(self, body, table, deadline_ns, qps, hurried, times, static_start):
         """Serve a request with a lazily bound configuration (late binding)."""
         followers = 0
         # Behind a gate its waiters are the followers; polling there changed no decision and cost

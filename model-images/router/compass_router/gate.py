@@ -173,7 +173,7 @@ class Inflight:
             return True
         return False
 
-    def pass_gate(self, slots, poll_s=GATE_POLL_S, check_s=GATE_CHECK_S):
+    def pass_gate(self, slots, check_s=GATE_CHECK_S):
         """Wait until fewer than ``slots`` are ahead, then enter the pipeline.
 
         Rarer looks further back keep a waiting stub cheap; clearing the gone every ``check_s``
@@ -187,7 +187,7 @@ class Inflight:
                 ahead = self.ahead_at_gate()
                 if self.enter_if_free(slots, ahead):
                     return
-                wait = poll_s if len(ahead) == slots else poll_s * GATE_FAR_POLLS
+                wait = GATE_POLL_S if len(ahead) == slots else GATE_POLL_S * GATE_FAR_POLLS
             if time.monotonic() - checked >= check_s:
                 self.clear_gone(ahead)
                 checked, seen = time.monotonic(), None

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from email.message import Message
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from compass.api.urls import url_problem
 from compass.dataplane.httpauth import HttpAuth
@@ -98,7 +98,6 @@ class _Deadline:
     the deadline the watchdog shuts the sockets down, and ``expired`` says why the read ended."""
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
         self.at = time.monotonic() + seconds
         self.expired = False
         self._done = False
@@ -193,14 +192,13 @@ class _DeadlineRequest(urllib.request.Request):
 
 
 def _watched_connection(
-    base: type[http.client.HTTPConnection], deadline: _Deadline | None
+    base: type[http.client.HTTPConnection], req: urllib.request.Request
 ) -> Callable[..., http.client.HTTPConnection]:
     """``base`` whose socket the deadline watches from its connect (TLS handshake included)."""
+    deadline = cast(_DeadlineRequest, req).deadline  # Http.get sends no other request
 
     def connection(host: str, **kwargs: Any) -> http.client.HTTPConnection:
         made = base(host, **kwargs)
-        if deadline is None:
-            return made
         create = made._create_connection  # type: ignore[attr-defined]  # http.client's hook
 
         def connect(address: Any, timeout: Any = None, source: Any = None) -> socket.socket:
@@ -215,16 +213,11 @@ def _watched_connection(
     return connection
 
 
-def _deadline_of(req: urllib.request.Request) -> _Deadline | None:
-    deadline = getattr(req, "deadline", None)
-    return deadline if isinstance(deadline, _Deadline) else None
-
-
 class _HTTPHandler(urllib.request.HTTPHandler):
     """http:// under the request's deadline."""
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_watched_connection(http.client.HTTPConnection, _deadline_of(req)), req)
+        return self.do_open(_watched_connection(http.client.HTTPConnection, req), req)
 
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
@@ -235,8 +228,8 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
         self.tls = context
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        https = http.client.HTTPSConnection
-        return self.do_open(_watched_connection(https, _deadline_of(req)), req, context=self.tls)
+        https = _watched_connection(http.client.HTTPSConnection, req)
+        return self.do_open(https, req, context=self.tls)
 
 
 def _http_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:

@@ -10,7 +10,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,7 +147,6 @@ class TritonRouter:
         timeout_s: float = 30.0,
         attempts: int = 4,
         backoff_s: float = 0.25,
-        sleep: Callable[[float], None] = time.sleep,
         tls: GrpcTls | None = None,
     ) -> None:
         self.url = url
@@ -156,7 +155,6 @@ class TritonRouter:
         self.timeout_s = timeout_s
         self.attempts = attempts
         self.backoff_s = backoff_s
-        self.sleep = sleep
         # Status calls must answer fast: a blackholed address would hold the operator's timer.
         self.control_timeout_s = min(timeout_s, 5.0)
         self.tls = tls
@@ -359,7 +357,7 @@ class TritonRouter:
             except RoutingError as error:
                 last = error
                 if attempt < self.attempts:
-                    self.sleep(self.backoff_s * 2 ** (attempt - 1))
+                    time.sleep(self.backoff_s * 2 ** (attempt - 1))
         assert last is not None
         raise RoutingError(
             f"switch of {self.model} at {self.url} to {wanted} failed after {self.attempts} "
