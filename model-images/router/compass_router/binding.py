@@ -201,8 +201,7 @@ def staged(run_call, config, inflight):
 
 @contextlib.contextmanager
 def whole_stage(config, inflight):
-    """A table of one stage with no component (``components: [[]]``): bound at take-up, at
-    stage 0 in the in-flight table for the whole run; elsewhere nothing."""
+    """A table of one stage and no component: bound at take-up, in flight for the whole run."""
     if not config.table["whole"]:
         yield
         return

@@ -85,9 +85,7 @@ class Inflight:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def dispatched(self, arrived_ns=None):
-        """Count a take-up that arrived at ``arrived_ns`` (None: now); the pod's rate, per s.
-
-        Up to its arrival (FIFO: all before it are taken up), so the queue in front counts too."""
+        """Count a take-up; the pod's rate up to its arrival (``arrived_ns``; None: now), per s."""
         arrived = time.time_ns() if arrived_ns is None else int(arrived_ns)
         index = int(self.ring[0])
         self.ring[1 + index % DISPATCH_RING] = arrived

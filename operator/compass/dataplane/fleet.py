@@ -369,8 +369,7 @@ class FleetQueueDepth:
         return summed([c for s in scrapers if (c := s.served(window_s)) is not None])
 
     def _advance(self, readings: Mapping[str, MetricsReading]) -> float | None:
-        """Add each pod's arrivals since its last reading; a drop is a reset only when clear
-        (RESET_SHARE, RESET_READINGS), or its whole history would count again."""
+        """Add each pod's arrivals since its last reading (a drop is a reset only when clear)."""
         if any(r.arrivals_total is None for r in readings.values()):
             return None
         increase = 0.0

@@ -524,9 +524,7 @@ class TritonQueueDepth:
     def _router_counters(
         self, samples: list[tuple[str, dict[str, str], str]]
     ) -> RouterCounters | None:
-        """The router's counters from their samples; None: none, or one unreadable (logged).
-
-        An instance's stream counters count only all three together: a time needs its count."""
+        """The router's counters (a stream's only all three together); None: none or unreadable."""
         if not samples:
             return None
         served: dict[tuple[str, str], float] = {}
@@ -559,9 +557,7 @@ class TritonQueueDepth:
         return RouterCounters(served, refused, whole)
 
     def _count(self, finished: float, pending: float) -> float:
-        """Arrivals so far (finished + pending), held at its highest until a restart.
-
-        A request taken up is in neither for a moment: a dip is lag, not fewer arrivals."""
+        """Arrivals so far (finished + pending), held at its highest (a dip is lag) till restart."""
         arrivals = finished + pending
         if self.counted is not None:
             highest, finished_before = self.counted

@@ -233,8 +233,7 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 
 
 def _http_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
-    """An opener for http and https only, following no redirect (no credential goes to a host it
-    names); https verifies against ``context`` (None: the system's roots)."""
+    """An opener for http(s) only, following no redirect (no credential goes to a host it names)."""
     opener = urllib.request.OpenerDirector()
     for handler in (
         urllib.request.ProxyHandler(),

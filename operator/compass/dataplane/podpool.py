@@ -80,8 +80,8 @@ class PodPool(Generic[Item, Result]):
         measure: Callable[[TritonRouter, Item], Result],
         finished: Callable[[int, str, Result], None] | None = None,
     ) -> list[tuple[str, Result]]:
-        """(pod, result) per item, in order; a pod's RoutingError gives its item back and takes
-        it out; any other error (or none left) stops the workers and is raised."""
+        """(pod, result) per item, in order; a pod's RoutingError gives its item back, any other
+        error (or no pod left) stops the workers and is raised."""
         if not self.pods:
             raise RoutingError(f"no pod left to measure on: {self._lost_text()}")
         results: dict[int, tuple[str, Result]] = {}

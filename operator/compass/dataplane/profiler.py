@@ -29,8 +29,7 @@ from compass_rules.protocol import OVERRIDE_PARAMETER
 
 @dataclass(frozen=True)
 class ProfileSettings:
-    """Requests per configuration; with ``screen_runs`` > 0, a screening pass first (one beaten
-    by over ``screen_margin`` keeps its screening profile: it cannot be on the front)."""
+    """Requests per configuration; ``screen_runs`` > 0: a screening pass first (cf. profiles)."""
 
     warmup_runs: int = 3
     measured_runs: int = 50
@@ -140,8 +139,7 @@ def profile_configurations(
     known: Mapping[str, Mapping[str, Any]] | None = None,
     measured: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """The profiles document the planner reads, one entry per configuration in their order;
-    ``known`` entries (a resumed profiling's) are kept, ``measured`` sees each new one."""
+    """The profiles document the planner reads; ``known`` (a resumed profiling's) entries kept."""
     pool = PodPool({routers.url: routers}) if isinstance(routers, TritonRouter) else routers
     accuracies = [accuracy for _, accuracy in configs]
     screening = settings.screen_runs > 0 and len(configs) > 1
@@ -271,8 +269,7 @@ def measure_curve(
     percentile: float = 95.0,
     check: Callable[[], None] = lambda: None,
 ) -> CapacityCurve:
-    """A configuration's latency-throughput curve: open-loop Poisson load up the ladder of rates,
-    by override; a failed request fails it (a point missing its slowest would read fast)."""
+    """A configuration's latency-throughput curve by override; a failed request fails it."""
     rng = np.random.default_rng(settings.seed)
 
     def measure(rate: float) -> CurvePoint:

@@ -335,9 +335,7 @@ class TritonRouter:
     def switch(
         self, config: Config, blend: Config | None = None, weight: float = 0.0
     ) -> SwitchReport:
-        """Make ``config`` active (``blend`` serving ``weight``); retries, verifies the result.
-
-        A refused switch changes nothing: the router keeps serving what it served."""
+        """Make ``config`` active (``blend`` serving ``weight``); retries, verifies the result."""
         wanted = routing_key(config, blend, weight)
         body: dict[str, Any] = {"set": json.loads(config_key(config))}
         body["admission"] = None if self.admission is None else dict(self.admission)

@@ -9,14 +9,16 @@ import heapq
 import itertools
 import queue
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence, Sized
+from collections.abc import Callable, Collection, Mapping, Sequence, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from compass.domain.evaluation import Config, EvaluationError, Evaluator
 from compass.domain.search import MAX_CONCURRENCY
 from compass.domain.space import config_key
+
+Held = TypeVar("Held", bound=Collection[int])
 
 
 def check_concurrency(value: int, field_name: str) -> int:
@@ -57,6 +59,49 @@ def least_ahead(
     return min(candidates, key=lambda c: c[0])[1] if candidates else None
 
 
+class _AheadRunner(Generic[Held]):
+    """What both runners share: the samples each configuration expects next and holds ahead."""
+
+    def __init__(
+        self, evaluator: Evaluator, concurrency: int, ahead: int | None, held: Callable[[], Held]
+    ) -> None:
+        self.evaluator = evaluator
+        self.concurrency = check_concurrency(concurrency, "concurrency")
+        self.ahead = ahead
+        self.sent = 0
+        self.wasted = 0
+        self.configs: dict[str, Config] = {}
+        self.expected: dict[str, deque[int]] = {}
+        # Samples scored ahead (or in flight ahead) of configurations still being assessed.
+        self.held: dict[str, Held] = {}
+        self._new_held = held
+
+    def _asked(self, config: Config, indices: list[int]) -> str:
+        """A chunk's configuration key; its samples are expected no more."""
+        key = config_key(config)
+        self.configs[key] = config
+        if key in self.expected:
+            asked = set(indices)
+            self.expected[key] = deque(i for i in self.expected[key] if i not in asked)
+        return key
+
+    def expect(self, config: Config, indices: Sequence[int]) -> None:
+        """Samples to score ahead on idle workers, nearest first."""
+        if self.ahead == 0:
+            return
+        key = config_key(config)
+        self.configs[key] = config
+        held = self.held.setdefault(key, self._new_held())
+        self.expected[key] = deque(int(i) for i in indices if int(i) not in held)
+
+    def forget(self, config: Config) -> None:
+        """The configuration is decided: what was scored ahead of it is wasted."""
+        key = config_key(config)
+        self.expected.pop(key, None)
+        # Those still in flight count too: they will come back to nobody.
+        self.wasted += len(self.held.pop(key, self._new_held()))
+
+
 @dataclass
 class _Call:
     """One evaluator call in flight: a chunk's samples, or samples scored ahead."""
@@ -76,9 +121,8 @@ class _ThreadChunk:
     missing: int
 
 
-class ThreadRunner:
-    """Up to ``concurrency`` calls of at most ``piece`` samples at once on threads; idle ones
-    score ahead, but a chunk is recorded only when whole, so the ledger holds only the search's."""
+class ThreadRunner(_AheadRunner[dict[int, float | None]]):
+    """Up to ``concurrency`` calls at once on threads, scoring ahead; chunks recorded when whole."""
 
     def __init__(
         self,
@@ -87,31 +131,22 @@ class ThreadRunner:
         piece: int | None = None,
         ahead: int | None = None,
     ) -> None:
-        self.evaluator = evaluator
-        self.concurrency = check_concurrency(concurrency, "concurrency")
+        super().__init__(evaluator, concurrency, ahead, dict)
         self.piece = piece
-        self.ahead = ahead
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="evaluate")
-        self.sent = 0
-        self.wasted = 0
         self.out = 0  # calls handed to the pool and not yet taken back
         self.waiting: deque[_Call] = deque()
         self.calls: dict[int, _Call] = {}
         self.call_ids = itertools.count()
         self.chunks: dict[int, _ThreadChunk] = {}
         self.owners: dict[tuple[str, int], tuple[int, int]] = {}
-        self.configs: dict[str, Config] = {}
-        self.expected: dict[str, deque[int]] = {}
-        # Samples scored ahead (None while in flight) of configurations still being assessed.
-        self.held: dict[str, dict[int, float | None]] = {}
         self.ready: list[int] = []
         self.done: queue.SimpleQueue[tuple[int, list[float] | BaseException]] = queue.SimpleQueue()
 
     def submit(self, ticket: int, config: Config, indices: Sequence[int]) -> None:
         """Send the chunk's samples not already scored or in flight ahead."""
-        key = config_key(config)
-        self.configs[key] = config
         chunk = _ThreadChunk(config, [int(i) for i in indices], [0.0] * len(indices), 0)
+        key = self._asked(config, chunk.indices)
         self.chunks[ticket] = chunk
         held = self.held.get(key, {})
         fresh: list[int] = []
@@ -124,31 +159,12 @@ class ThreadRunner:
                 continue
             self.owners[(key, index)] = (ticket, position)
             chunk.missing += 1
-        if key in self.expected:
-            asked = set(chunk.indices)
-            self.expected[key] = deque(i for i in self.expected[key] if i not in asked)
         size = self.piece or max(1, len(fresh))
         for first in range(0, len(fresh), size):
             self.waiting.append(_Call(key, config, fresh[first : first + size]))
         if chunk.missing == 0:
             self.ready.append(ticket)
         self._pump(ahead=False)
-
-    def expect(self, config: Config, indices: Sequence[int]) -> None:
-        """Samples to score ahead on free workers, nearest first."""
-        if self.ahead == 0:
-            return
-        key = config_key(config)
-        self.configs[key] = config
-        held = self.held.setdefault(key, {})
-        self.expected[key] = deque(int(i) for i in indices if int(i) not in held)
-
-    def forget(self, config: Config) -> None:
-        """The configuration is decided: what was scored ahead of it is wasted."""
-        key = config_key(config)
-        self.expected.pop(key, None)
-        # Those still in flight count too: they will come back to nobody.
-        self.wasted += len(self.held.pop(key, {}))
 
     def _pump(self, ahead: bool) -> None:
         """Hand calls to free workers: chunks' samples first, then (``ahead``) expected ones."""
@@ -261,9 +277,8 @@ class _VirtualChunk:
     missing: int
 
 
-class VirtualRunner:
-    """``concurrency`` FIFO servers on a virtual clock, serving ahead as ThreadRunner does;
-    scores come from ``evaluator`` once per chunk, as a sequential search makes them."""
+class VirtualRunner(_AheadRunner[set[int]]):
+    """``concurrency`` FIFO servers on a virtual clock, serving ahead as ThreadRunner does."""
 
     def __init__(
         self,
@@ -272,35 +287,24 @@ class VirtualRunner:
         service_s: Callable[[Config, int], float],
         ahead: int | None = None,
     ) -> None:
-        self.evaluator = evaluator
-        self.concurrency = check_concurrency(concurrency, "concurrency")
+        super().__init__(evaluator, concurrency, ahead, set)
         self.service_s = service_s
-        self.ahead = ahead
         self.clock = 0.0
         self.busy = 0.0
-        self.sent = 0
-        self.wasted = 0
         self.waiting: deque[tuple[str, int]] = deque()
         self.running: list[_Running] = []
         self.chunks: dict[int, _VirtualChunk] = {}
         self.owners: dict[tuple[str, int], int] = {}
-        self.configs: dict[str, Config] = {}
-        self.expected: dict[str, deque[int]] = {}
-        self.held: dict[str, set[int]] = {}  # served ahead (or in service ahead), not asked for
         self.done: list[int] = []
         self.serving: set[tuple[str, int]] = set()
         self.sequence = itertools.count()
 
     def submit(self, ticket: int, config: Config, indices: Sequence[int]) -> None:
         """Queue the chunk's samples behind those already waiting; those served ahead count."""
-        key = config_key(config)
-        self.configs[key] = config
-        held = self.held.get(key, set())
         chunk = _VirtualChunk(config, [int(i) for i in indices], 0)
+        key = self._asked(config, chunk.indices)
+        held = self.held.get(key, set())
         self.chunks[ticket] = chunk
-        asked = set(chunk.indices)
-        if key in self.expected:
-            self.expected[key] = deque(i for i in self.expected[key] if i not in asked)
         for index in chunk.indices:
             if index in held:
                 held.discard(index)
@@ -313,20 +317,6 @@ class VirtualRunner:
                 chunk.missing += 1
         if chunk.missing == 0:
             self.done.append(ticket)
-
-    def expect(self, config: Config, indices: Sequence[int]) -> None:
-        """Samples to serve ahead on idle servers, nearest first."""
-        key = config_key(config)
-        self.configs[key] = config
-        held = self.held.setdefault(key, set())
-        self.expected[key] = deque(int(i) for i in indices if int(i) not in held)
-
-    def forget(self, config: Config) -> None:
-        """The configuration is decided: what was served ahead of it is wasted."""
-        key = config_key(config)
-        self.expected.pop(key, None)
-        # Samples still in service count too: they will come back to nobody.
-        self.wasted += len(self.held.pop(key, set()))
 
     def _serve(self, key: str, index: int) -> None:
         service = self.service_s(self.configs[key], index)

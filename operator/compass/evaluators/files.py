@@ -41,9 +41,7 @@ def describe_size(size: int) -> str:
 
 
 def read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes; UnsafeFileError otherwise.
-
-    Opened without blocking (a FIFO would wait forever), checked on the open descriptor."""
+    """A regular file's bytes (at most ``limit``), opened without blocking (a FIFO would hang)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:

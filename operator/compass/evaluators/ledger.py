@@ -388,8 +388,7 @@ class CheckpointLedger:
 
 
 class LedgerLock:
-    """One search's exclusive hold on a checkpoint ledger: flock on ``<ledger>.lock`` (naming
-    the holder's pid) and on the ledger file itself, so hard links exclude each other too."""
+    """One search's hold on a checkpoint: flock on ``<ledger>.lock`` and on the ledger itself."""
 
     def __init__(self, ledger: Path) -> None:
         """Nothing is locked until acquire()."""

@@ -15,14 +15,10 @@ from compass.domain.evaluation import Config, EvaluationError
 class TritonEvaluator:
     """Scores samples through the router, one request per sample."""
 
-    def __init__(self, router: TritonRouter | Callable[[], TritonRouter]) -> None:
-        """A router (one thread), or a factory that makes one per calling thread."""
-        if isinstance(router, TritonRouter):
-            self._make: Callable[[], TritonRouter] | None = None
-            self.router = router
-        else:
-            self._make = router
-            self.router = router()
+    def __init__(self, make: Callable[[], TritonRouter]) -> None:
+        """``make`` gives each calling thread its own router (this one's at once)."""
+        self._make = make
+        self.router = make()
         self._local = threading.local()
         self._local.router = self.router
 
@@ -44,7 +40,6 @@ class TritonEvaluator:
     def _router(self) -> TritonRouter:
         router: TritonRouter | None = getattr(self._local, "router", None)
         if router is None:
-            assert self._make is not None, "a single router is used from one thread only"
             router = self._local.router = self._make()
         return router
 
