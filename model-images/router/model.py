@@ -26,7 +26,6 @@ import importlib.util  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 from compass_router.binding import LazyConfig, staged, whole_stage  # noqa: E402
 from compass_router.gate import Inflight  # noqa: E402
@@ -60,6 +59,7 @@ from compass_router.stream import (  # noqa: E402
     bls_request,
     client_stream,
     decoupled_components,
+    router_response,
     stream_call,
 )
 
@@ -94,17 +94,11 @@ def _unavailable(message):
     return pb_utils.TritonError(message, code)
 
 
-def _bytes_tensor(name, text):
-    return pb_utils.Tensor(name, np.array([text.encode("utf-8")], dtype=np.object_))
-
-
 def _reply(result, key, times):
     """The pipeline's result (with component ``times`` where asked) and the serving key."""
     if times is not None and isinstance(result, dict):
         result = {**result, COMPONENT_TIMES_KEY: times}
-    return pb_utils.InferenceResponse(
-        [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
-    )
+    return router_response(result, key)
 
 
 def _request_body(request):
@@ -204,13 +198,14 @@ class TritonPythonModel:
         self.stream = None
         default = config_key(json.loads(parameter(ACTIVE_PARAMETER, "{}")))
         self._check(json.loads(default))
-        path = state_path(args["model_name"])
+        name = self.model_name = args["model_name"]
+        path = state_path(name)
         # The first router instance publishes the default, so the control model can report it.
         write_state(path, {"config": default}, exclusive=True)
         self.active = ActiveConfig(path, default)
-        self.admission = Admission(state_path(args["model_name"], ADMISSION_FILE))
-        self.binding = TableFile(state_path(args["model_name"], BINDING_FILE), check_binding)
-        self.inflight_path = state_path(args["model_name"], INFLIGHT_FILE)
+        self.admission = Admission(state_path(name, ADMISSION_FILE))
+        self.binding = TableFile(state_path(name, BINDING_FILE), check_binding)
+        self.inflight_path = state_path(name, INFLIGHT_FILE)
         self.inflight = Inflight(self.inflight_path)
         # Triton's pending count, polled from the first bound request on ("off": never).
         self.metrics_url = parameter(
@@ -220,7 +215,6 @@ class TritonPythonModel:
         if not 0 < poll_ms < 60_000:
             raise ValueError(f"{POLL_MS_PARAMETER} {poll_ms!r}: give a period in ms, e.g. 25")
         self.poll_s = poll_ms / 1000
-        self.model_name = args["model_name"]
         self.poller = None
         instances = max(
             sum(int(group.get("count", 1)) for group in model_config.get("instance_group", [])),
@@ -242,17 +236,15 @@ class TritonPythonModel:
         # How many requests the pod serves at once: what followers share (the gate's slots).
         self.servers = self.pipeline_slots or instances
         # What the control model reports of the gate (every instance writes the same).
+        gate = {"instances": instances, "slots": self.pipeline_slots}
         if self.pipeline_slots is None:
-            _remove(state_path(args["model_name"], GATE_FILE))
+            _remove(state_path(name, GATE_FILE))
         else:
-            write_state(
-                state_path(args["model_name"], GATE_FILE),
-                {"instances": instances, "slots": self.pipeline_slots},
-            )
+            write_state(state_path(name, GATE_FILE), gate)
         instance_name = args.get("model_instance_name", str(self.inflight.slot))
-        self.gate_gauge = GateGauge(self.model_name, instance_name) if self.pipeline_slots else None
-        self.counters = ServedCounters(self.model_name, instance_name)
-        self.stream_times = StreamTimes(self.model_name, instance_name) if self.streaming else None
+        self.gate_gauge = GateGauge(name, instance_name) if self.pipeline_slots else None
+        self.counters = ServedCounters(name, instance_name)
+        self.stream_times = StreamTimes(name, instance_name) if self.streaming else None
 
     def _check(self, config):
         check = getattr(self.pipeline, "check_config", None)
@@ -460,9 +452,7 @@ class TritonPythonModel:
             # Behind a gate every request is bound, without one only those with a deadline.
             "gate": _read_json(self.gate_file, dict),
         }
-        return pb_utils.InferenceResponse(
-            [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", routing or "")]
-        )
+        return router_response(result, routing or "")
 
     def _set_digest(self, body):
         """The digest of the tables held: set from a body carrying both, else as last set."""

@@ -60,19 +60,13 @@ class Inflight:
         with self._locked():
             if os.fstat(self.fd).st_size < size:
                 os.ftruncate(self.fd, size)
-            self.table = mmap.mmap(self.fd, size)
-            self.ring = np.frombuffer(
-                self.table, dtype=np.int64, count=DISPATCH_RING + 1, offset=_RING_AT
-            )
-            self.gate = np.frombuffer(
-                self.table, dtype=np.int64, count=2 + INFLIGHT_SLOTS * _GATE_FIELDS, offset=_GATE_AT
-            )
+            self.table = table = mmap.mmap(self.fd, size)
+            self.ring = np.frombuffer(table, np.int64, DISPATCH_RING + 1, _RING_AT)
+            self.gate = np.frombuffer(table, np.int64, 2 + INFLIGHT_SLOTS * _GATE_FIELDS, _GATE_AT)
             # Per slot: pid, ticket, state, deadline ns, queued ns (one row each).
             self.gate_slots = self.gate[2:].reshape(INFLIGHT_SLOTS, _GATE_FIELDS)
-            self.polled = np.frombuffer(
-                self.table, dtype=np.int64, count=_POLL_FIELDS, offset=_POLL_AT
-            )
-            self.static_free = np.frombuffer(self.table, dtype=np.int64, count=1, offset=_STATIC_AT)
+            self.polled = np.frombuffer(table, np.int64, _POLL_FIELDS, _POLL_AT)
+            self.static_free = np.frombuffer(table, np.int64, 1, _STATIC_AT)
             self.slot = self._claim()
 
     @contextlib.contextmanager

@@ -37,6 +37,14 @@ def client_stream(text):
     return names[-1] if names else None
 
 
+def router_response(result, key):
+    """A router's response: ``result`` as JSON (RESULT) and the serving configuration (CONFIG)."""
+    texts = (("RESULT", json.dumps(result)), ("CONFIG", key))
+    return pb_utils.InferenceResponse(
+        [pb_utils.Tensor(n, np.array([t.encode("utf-8")], dtype=np.object_)) for n, t in texts]
+    )
+
+
 def bls_request(model, inputs, outputs):
     """A BLS request to component ``model`` (``inputs``: name to array) asking ``outputs``."""
     return pb_utils.InferenceRequest(
@@ -105,15 +113,7 @@ class ResponseStream:
         if cancelled is not None and cancelled():
             raise ClientGoneError("the client cancelled its stream")
         body = {STREAM_KEY: model, "outputs": {k: _jsonable(v) for k, v in outputs.items()}}
-        result = np.array([json.dumps(body).encode("utf-8")], dtype=np.object_)
-        self.sender.send(
-            pb_utils.InferenceResponse(
-                [
-                    pb_utils.Tensor("RESULT", result),
-                    pb_utils.Tensor("CONFIG", np.array([b""], dtype=np.object_)),
-                ]
-            )
-        )
+        self.sender.send(router_response(body, ""))
         if self.first_s is None:
             self.first_s = time.perf_counter() - self.started
 
