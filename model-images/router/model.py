@@ -424,7 +424,10 @@ class TritonPythonModel:
         binding = body.get("binding")
         if binding is not None:
             check_binding(binding)
-        previous = self._read()
+        try:
+            previous = read_state(self.state)
+        except FileNotFoundError:
+            previous = None  # the router has not published its default yet
         active = previous
         if "set" in body:
             wanted = blend_state(config_key(body["set"]), body.get("blend"), body.get("weight"))
@@ -480,10 +483,3 @@ class TritonPythonModel:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         write_state(path, table)
-
-    def _read(self):
-        """The routing state, or None before the router published its default."""
-        try:
-            return read_state(self.state)
-        except FileNotFoundError:
-            return None

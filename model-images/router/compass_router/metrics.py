@@ -84,15 +84,11 @@ class ServedCounters:
         if self.family is None:
             return
         with contextlib.suppress(Exception):
-            metric = self.served.get(key)
-            if metric is None:
-                if len(self.served) >= SERVED_MAX_KEYS:
-                    key = SERVED_OTHER
-                metric = self.served.get(key)
-                if metric is None:
-                    metric = self.family.Metric(labels={**self.labels, "config": key})
-                    self.served[key] = metric
-            metric.increment(1)
+            if key not in self.served and len(self.served) >= SERVED_MAX_KEYS:
+                key = SERVED_OTHER
+            if key not in self.served:
+                self.served[key] = self.family.Metric(labels={**self.labels, "config": key})
+            self.served[key].increment(1)
 
     def refused_one(self):
         """Count one request refused as late."""

@@ -15,8 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from email.message import Message
-from typing import IO, Any, cast
+from typing import Any, cast
 
 from compass.api.urls import url_problem
 from compass.dataplane.httpauth import HttpAuth
@@ -73,22 +72,6 @@ def checked_url(url: str) -> str:
     if problem is not None:
         raise ValueError(f"metrics URL {problem}")
     return url
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is an HTTP error: following it would reach a host nobody checked."""
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: Message,
-        newurl: str,
-    ) -> None:
-        """Never follow."""
-        return None
 
 
 class _Deadline:
@@ -235,12 +218,12 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 def _http_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
     """An opener for http(s) only, following no redirect (no credential goes to a host it names)."""
     opener = urllib.request.OpenerDirector()
+    # No redirect handler: a 3xx is an HTTPError (following it would reach a host nobody checked).
     for handler in (
         urllib.request.ProxyHandler(),
         _HTTPHandler(),
         _HTTPSHandler(context),
         urllib.request.HTTPDefaultErrorHandler(),
-        _NoRedirects(),
         urllib.request.HTTPErrorProcessor(),
     ):
         opener.add_handler(handler)
