@@ -132,17 +132,9 @@ class LazyConfig(dict):
     def get(self, name, default=None):
         return self[name] if name in self.table["stage_of"] else default
 
-    def __contains__(self, name):
-        return name in self.table["stage_of"]
-
     def __iter__(self):
+        # Overridden, so that dict(config) and {**config} read through __getitem__ (and bind).
         return iter(self.table["stage_of"])
-
-    def __len__(self):
-        return len(self.table["stage_of"])
-
-    def keys(self):
-        return self.table["stage_of"].keys()
 
     def items(self):
         self._bind_through(len(self.table["stages"]) - 1)

@@ -54,23 +54,14 @@ def bls_request(model, inputs, outputs):
     )
 
 
-def _outputs_of(response, outputs):
-    """A streamed response's requested outputs present in it, as numpy arrays."""
-    found = {}
-    for name in outputs:
-        tensor = pb_utils.get_output_tensor_by_name(response, name)
-        if tensor is not None:
-            found[name] = tensor.as_numpy()
-    return found
-
-
 def stream_call(model, inputs, outputs, forward=None):
     """Consume a decoupled component's stream (each response to ``forward``); outputs joined."""
     parts = {name: [] for name in outputs}
     for response in bls_request(model, inputs, outputs).exec(decoupled=True):
         if response.has_error():
             raise RuntimeError(f"{model}: {response.error().message()}")
-        found = _outputs_of(response, outputs)
+        tensors = {name: pb_utils.get_output_tensor_by_name(response, name) for name in outputs}
+        found = {name: tensor.as_numpy() for name, tensor in tensors.items() if tensor is not None}
         # The stream's last response may only carry the final flag: nothing to forward.
         if not found:
             continue

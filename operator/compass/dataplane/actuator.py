@@ -1,6 +1,4 @@
-"""What a policy's decisions are written to: the Triton routers (RouterFleet) or the llm-d
-gateway (compass.controllers.gateway), picked by the spec's routing.actuator.
-"""
+"""What a policy's decisions are written to: the Triton routers or the llm-d gateway."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Every Triton pod of a deployment, switched together (a failing pod stops no other), and
-their queues read together as one per-pod observation (docs/serving.md).
-"""
+"""Every Triton pod of a deployment, switched together and read together (docs/serving.md)."""
 
 from __future__ import annotations
 
@@ -141,11 +139,6 @@ class RouterFleet:
             router.admission = table
 
     @property
-    def _sends_tables(self) -> bool:
-        """Whether switches carry an admission or late-binding table (neither is reported)."""
-        return self._admission is not None or self._binding is not None
-
-    @property
     def binding(self) -> Mapping[str, Any] | None:
         """The late-binding table every pod's router gets with each switch (None: off)."""
         return self._binding
@@ -241,6 +234,7 @@ class RouterFleet:
         reported = self.reported if self._fresh else {}
         cleared = set(self.cleared)
         digest = self.tables_digest()
+        sends_tables = self._admission is not None or self._binding is not None
 
         def settled(pod: str) -> bool:
             """The pod serves this and holds its tables (no digest: none was ever sent)."""
@@ -249,7 +243,7 @@ class RouterFleet:
                 return False
             if state.tables is not None:
                 return state.tables == digest
-            return not self._sends_tables and pod in cleared
+            return not sends_tables and pod in cleared
 
         def set_one(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
             if endpoint.name in self.silent:
@@ -265,7 +259,7 @@ class RouterFleet:
         pods = tuple(self._each(set_one))
         self.silent, self._fresh = {}, False
         took = {p.pod for p in pods if p.error is None and p.config == wanted}
-        if not self._sends_tables:
+        if not sends_tables:
             self.cleared |= took
         else:
             self.cleared -= took

@@ -1,7 +1,5 @@
-"""Credentials, headers and TLS trust for a metrics endpoint, from a Secret.
-
-No secret is in a repr or a message: a wrong CA or key is named by its part, never its content.
-"""
+"""Credentials, headers and TLS trust for a metrics endpoint, from a Secret (never in a repr or
+a message: a wrong CA or key is named by its part, never its content)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""One policy step against real metrics and the real routers: the operator's timer calls this.
-
-Every step switches (idempotent, milliseconds), so a new or restarted pod catches up within one
-interval; a switch no pod takes is not recorded, so the state keeps what is really active.
-"""
+"""One policy step against real metrics and routers. Every step switches (idempotent), so a new
+pod catches up within one interval; a switch no pod takes is not recorded."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Measurements spread over the pods of a Service: each pod measures one thing at a time
-(beside another's load it would read queueing, not service time); a lost pod's item goes back.
-"""
+"""Measurements spread over a Service's pods, one at a time each (not another's queueing)."""
 
 from __future__ import annotations
 

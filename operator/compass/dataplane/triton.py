@@ -1,8 +1,5 @@
-"""The routing actuator and client for the Compass router model on Triton (gRPC).
-
-A switch is one request to the router's control model (``<router>_control``), which replaces a
-state file every router instance reads: nothing reloads, it costs milliseconds, none fails.
-"""
+"""The client of the Compass router on Triton (gRPC). A switch is one request to its control model
+(``<router>_control``), which replaces a state file every instance reads: ms, no reload."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Runners that keep several evaluations in flight for the search, on threads or on a virtual
-clock; neither changes the search's answer (docs/method.md, "Concurrent evaluation").
-"""
+"""Runners keeping several evaluations in flight; neither changes the search's answer."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The one place a description of where scores come from (checked by the CLI or the search
-Job) becomes an Evaluator.
-"""
+"""The one place a description of where scores come from becomes an Evaluator."""
 
 from __future__ import annotations
 

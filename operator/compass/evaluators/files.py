@@ -1,6 +1,4 @@
-"""Files the command line reads and writes, made safe against hostile paths: bounded reads of
-regular files only, atomic writes that refuse symlinks and anything but a regular file.
-"""
+"""Files the command line reads and writes, made safe against hostile paths."""
 
 from __future__ import annotations
 

@@ -464,9 +464,7 @@ def _checked_scores(values: Iterable[object], expected: int) -> list[float]:
     """The inner evaluator's scores, or EvaluationError if they could not be replayed later."""
     scores: list[float] = []
     for score in values:
-        if isinstance(score, bool) or not isinstance(score, int | float):
-            raise EvaluationError(f"evaluator returned score {score!r}; {_SCORE_RULE}")
-        if not 0.0 <= score <= 1.0:
+        if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
             raise EvaluationError(f"evaluator returned score {score!r}; {_SCORE_RULE}")
         scores.append(float(score))
     if len(scores) != expected:

@@ -1,6 +1,4 @@
-"""An evaluator that scores samples through the Triton router by per-request override (beside
-production, never switching it); each thread has its own client, so its own connection.
-"""
+"""Scores samples through the Triton router by per-request override, beside production."""
 
 from __future__ import annotations
 
