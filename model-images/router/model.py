@@ -137,18 +137,6 @@ def _routing(state):
     return routing_key(state["config"], state.get("blend"), state.get("weight", 0.0))
 
 
-def call(model, inputs, outputs):
-    """Run a component model through BLS; returns the requested outputs as numpy arrays."""
-    response = bls_request(model, inputs, outputs).exec()
-    if response.has_error():
-        message = response.error().message()
-        if "decoupled" in message:
-            # A streaming component the router was not told of: say where to tell it.
-            message += f" (name {model} in the router's {DECOUPLED_PARAMETER} parameter)"
-        raise RuntimeError(f"{model}: {message}")
-    return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
-
-
 def timed(run_call, times):
     """``run_call`` adding each component model's wall time (ms, queue wait too) to ``times``."""
 
@@ -289,7 +277,15 @@ class TritonPythonModel:
             forwards = self.stream is not None and model == self.client_stream
             forward = self.stream.forward if forwards else None
             return stream_call(model, inputs, outputs, forward)
-        return call(model, inputs, outputs)
+        response = bls_request(model, inputs, outputs).exec()
+        if response.has_error():
+            message = response.error().message()
+            if "decoupled" in message:
+                # A streaming component the router was not told of: say where to tell it.
+                message += f" (name {model} in the router's {DECOUPLED_PARAMETER} parameter)"
+            raise RuntimeError(f"{model}: {message}")
+        tensors = {name: pb_utils.get_output_tensor_by_name(response, name) for name in outputs}
+        return {name: tensor.as_numpy() for name, tensor in tensors.items()}
 
     def _serve(self, request):
         body = _request_body(request)

@@ -18,16 +18,13 @@ _SLOT = struct.Struct("<qqqd")
 DISPATCH_RING = 1024
 RATE_WINDOW_S = 2.0
 _RING_AT = INFLIGHT_SLOTS * _SLOT.size
-# After the ring: the gate (compass_pipeline_slots): the last ticket given and a count of the
-# moves that may let a waiter pass (a request left, a dead one cleared), then per slot (the same
-# slot as the in-flight table's) its owner's pid, its request's ticket, its state at the gate,
-# its deadline (ns since the epoch; 0: none) and when it was queued (ns since the epoch).
+# After the ring: the gate: the last ticket given, a count of the moves that may let a waiter pass
+# (a request left, a dead one cleared), then a row per slot (Inflight.gate_slots).
 _GATE_AT = _RING_AT + (DISPATCH_RING + 1) * 8
 _GATE_FIELDS = 5
 GATE_FREE, GATE_WAITING, GATE_RUNNING = 0, 1, 2
-# After the gate: the pod's last poll of Triton's pending count (PendingPoller): when (monotonic
-# ns, which every process of the host shares; 0: none or failed), the count, and the take-ups
-# counted by then.
+# After the gate: the pod's last poll of Triton's pending count: when (monotonic ns, the host's;
+# 0: none or failed), the count, and the take-ups counted by then.
 _POLL_AT = _GATE_AT + (2 + INFLIGHT_SLOTS * _GATE_FIELDS) * 8
 _POLL_FIELDS = 3
 # After the poll: when static fastest next frees a server (ns; 0: never yet), for the lag cap.

@@ -44,10 +44,9 @@ class GateGauge:
 
     def waiting(self, count):
         """Set this instance's count (1 waiting, 0 not); a failed set never fails a request."""
-        if self.metric is None:
-            return
-        with contextlib.suppress(Exception):
-            self.metric.set(count)
+        if self.metric is not None:
+            with contextlib.suppress(Exception):
+                self.metric.set(count)
 
 
 # Served counts by configuration key (overrides left out): keys past SERVED_MAX_KEYS count as

@@ -79,14 +79,8 @@ def run_load(
                 record = RequestRecord(sent - start, latency, None, None, str(error))
             else:
                 body, served_by = read_reply(result)
-                score = body.get("score")
-                record = RequestRecord(
-                    sent - start,
-                    latency,
-                    served_by,
-                    float(score) if score is not None else None,
-                    None,
-                )
+                score = None if body.get("score") is None else float(body["score"])
+                record = RequestRecord(sent - start, latency, served_by, score, None)
             records[index] = record
             if on_reply is not None:
                 on_reply(record)

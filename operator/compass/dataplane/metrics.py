@@ -446,11 +446,8 @@ class TritonQueueDepth:
         """Metrics URL and series (the pending count with the gate's waiters: as read)."""
         if self.model is None:
             return f"model server metrics {self.metrics_url} {self.metric}, summed"
-        series = (
-            f"{PENDING_METRIC} + {GATE_WAITING_METRIC}"
-            if self.metric == PENDING_METRIC
-            else self.metric
-        )
+        # A router's pending count (the only metric read with a model) with its gate's waiters.
+        series = f"{PENDING_METRIC} + {GATE_WAITING_METRIC}"
         return f"Triton metrics {self.metrics_url} {series}{{model={self.model!r}}}"
 
     def queue_depth(self) -> float:

@@ -156,8 +156,7 @@ class TritonRouter:
         self.control_timeout_s = min(timeout_s, 5.0)
         self.tls = tls
         self.client = self._new_client()
-        # The admission and late-binding tables (None: off), sent with every switch so that a
-        # restarted server has them again at the next one.
+        # The admission and late-binding tables (None: off), sent with every switch (restarts).
         self.admission: Mapping[str, Any] | None = None
         self.binding: Mapping[str, Any] | None = None
         # Whether it is decoupled (None: not asked yet); a client per thread for streams.

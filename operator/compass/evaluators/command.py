@@ -24,8 +24,7 @@ from compass.evaluators.files import MiB, describe_size
 STDERR_TAIL_LINES = 20
 # After a kill, wait this long for the pipes to close before giving up on the output.
 _REAP_TIMEOUT_S = 5.0
-# The most a command may print on stdout (scores take a few dozen bytes each): a runaway print
-# would fill memory.
+# The most a command may print on stdout (scores take a few dozen bytes each), against floods.
 STDOUT_BYTES_PER_SAMPLE = 64
 STDOUT_MIN_BYTES = MiB
 # Of stderr only the tail is shown: this much of it is kept.

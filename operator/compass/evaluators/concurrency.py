@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from compass.domain.evaluation import Config, EvaluationError, Evaluator
@@ -187,21 +188,18 @@ class ThreadRunner(_AheadRunner[dict[int, float | None]]):
         self.out += 1
         self.sent += len(call.indices)
         future = self.pool.submit(self._score, call)
-        future.add_done_callback(self._reporter(call_id))
+        future.add_done_callback(partial(self._report, call_id))
 
     def _score(self, call: _Call) -> list[float]:
         if isinstance(self.evaluator, RecordingEvaluator):
             return self.evaluator.evaluate_unrecorded(call.config, call.indices)
         return self.evaluator.evaluate(call.config, call.indices)
 
-    def _reporter(self, call_id: int) -> Callable[[Future[list[float]]], None]:
-        def report(future: Future[list[float]]) -> None:
-            if future.cancelled():  # close() dropped it: nobody waits for it
-                return
-            error = future.exception()
-            self.done.put((call_id, error if error is not None else future.result()))
-
-        return report
+    def _report(self, call_id: int, future: Future[list[float]]) -> None:
+        if future.cancelled():  # close() dropped it: nobody waits for it
+            return
+        error = future.exception()
+        self.done.put((call_id, error if error is not None else future.result()))
 
     def finished(self) -> list[tuple[int, list[float]]]:
         """Wait for calls to come back; every chunk whose last score that brought."""

@@ -481,8 +481,7 @@ class CheckpointedEvaluator:
         self.checkpoint = checkpoint
         self.reused = 0  # sample evaluations answered from the checkpoint
         self.computed = 0  # sample evaluations asked of `inner`
-        # The ledger and counters under the lock, the inner evaluator outside it (the search never
-        # has two chunks of one configuration in flight).
+        # Ledger and counters under it, the inner evaluator outside (one chunk a config at a time).
         self.lock = threading.Lock()
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
