@@ -1,8 +1,6 @@
 """Compass router (runs the workflow's ``pipeline.py``) or, by ``compass_role``, its control
-model (switches it); a Triton Python backend. Parameters: docs/serving.md, "The router".
-
-The compass_router and compass_rules packages are copied beside it into each version folder.
-"""
+model (switches it); a Triton Python backend. Parameters: docs/serving.md, "The router". The
+compass_router and compass_rules packages are copied beside it into each version folder."""
 
 import os
 import sys
@@ -89,9 +87,7 @@ ROUTER_PARAMETER = "compass_router_model"
 def _unavailable(message):
     """A retryable error (UNAVAILABLE where this Triton's Python backend has codes)."""
     code = getattr(pb_utils.TritonError, "UNAVAILABLE", None)
-    if code is None:
-        return pb_utils.TritonError(message)
-    return pb_utils.TritonError(message, code)
+    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
 
 
 def _reply(result, key, times):

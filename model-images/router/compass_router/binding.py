@@ -18,10 +18,8 @@ from compass_rules.routing import config_key
 
 
 class LazyConfig(dict):
-    """A request's configuration, each stage (and those before it) bound at its first read.
-
-    A dict, so ``json.dumps`` and ``dict(...)`` take it; only reading a value binds. It holds
-    every name from the start: json's encoder writes ``{}`` for an empty one without asking."""
+    """A request's configuration, each stage (and those before it) bound at its first read: a dict
+    holding every name from the start (json writes ``{}`` for an empty one without asking)."""
 
     def __init__(
         self,
@@ -153,9 +151,7 @@ class LazyConfig(dict):
 
     def stage_ms(self, stage):
         """The predicted time at ``stage`` of the configuration the request heads for."""
-        if self.target is None:
-            return 0.0
-        return self.table["configs"][self.target][2][stage]
+        return 0.0 if self.target is None else self.table["configs"][self.target][2][stage]
 
     def stage_left_ms(self, stage):
         """What is left of that time after the request's calls at ``stage`` so far."""

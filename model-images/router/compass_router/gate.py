@@ -163,10 +163,8 @@ class Inflight:
         return False
 
     def pass_gate(self, slots, check_s=GATE_CHECK_S):
-        """Wait until fewer than ``slots`` are ahead, then enter the pipeline.
-
-        Rarer looks further back keep a waiting stub cheap; clearing the gone every ``check_s``
-        means a stub killed mid-request never wedges the gate."""
+        """Wait until fewer than ``slots`` are ahead, then enter the pipeline; the gone ahead are
+        cleared every ``check_s``, so a stub killed mid-request never wedges the gate."""
         checked = time.monotonic()
         seen = None
         while True:

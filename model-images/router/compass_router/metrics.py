@@ -15,9 +15,8 @@ from compass_rules.protocol import (
 
 
 def _metric(name, description, kind, labels):
-    """(family, series with ``labels`` or None), or (None, None) where they cannot be made.
-
-    Keep the family with its series: Triton refuses a metric whose family was collected."""
+    """(family, series with ``labels`` or None), or (None, None) where they cannot be made; keep
+    the family with its series (Triton refuses a metric whose family was collected)."""
     family_type = getattr(pb_utils, "MetricFamily", None)
     if family_type is None:
         return None, None

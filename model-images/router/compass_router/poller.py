@@ -46,9 +46,8 @@ def parse_pending(text, model):
 class PendingPoller:
     """Polls the pending count every ``period_s``; ``followers``: that less the take-ups since.
 
-    One poll a pod: the holder of the flock ``lock_path`` polls and writes to ``board``
-    (Inflight), every instance reads it there. Eight instances polling 40 times a second slowed
-    the pod they watched (bench/serving_triton.py, 2 cores); a dead poller frees the lock."""
+    One poller a pod (the holder of the flock ``lock_path``), writing to ``board``: eight polling
+    40 times a second slowed the pod they watched (bench/serving_triton.py, 2 cores)."""
 
     def __init__(self, url, model, period_s, taken, board, lock_path=None):
         self.url, self.model, self.period_s, self.taken = url, model, period_s, taken

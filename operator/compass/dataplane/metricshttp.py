@@ -75,10 +75,8 @@ def checked_url(url: str) -> str:
 
 
 class _Deadline:
-    """One request's deadline for the whole of it: connect, headers and body together.
-
-    A socket timeout bounds each read alone (a byte a second would hold a thread for ever): at
-    the deadline the watchdog shuts the sockets down, and ``expired`` says why the read ended."""
+    """One request's deadline for the whole of it (a socket timeout bounds each read alone: a byte
+    a second would hold a thread for ever); at it the watchdog shuts the sockets down."""
 
     def __init__(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds

@@ -146,9 +146,8 @@ class PodPool(Generic[Item, Result]):
         for worker in workers:
             worker.join()
         if errors:
-            first = errors[0]
-            timed_out = [e for e in errors if isinstance(e, ProfilingTimeLimitError)]
-            raise self.limit.error() if timed_out else first
+            timed_out = any(isinstance(e, ProfilingTimeLimitError) for e in errors)
+            raise self.limit.error() if timed_out else errors[0]
         return [results[index] for index in range(len(items))]
 
     def _lost_text(self) -> str:

@@ -70,9 +70,7 @@ class GrpcTls:
 
     def channel_args(self) -> list[tuple[str, Any]]:
         """The server name to verify, where it is not the address's host."""
-        if not self.server_name:
-            return []
-        return [("grpc.ssl_target_name_override", self.server_name)]
+        return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
 
 
 def routing_key(config: Config, blend: Config | None = None, weight: float = 0.0) -> str:
