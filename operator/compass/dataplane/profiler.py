@@ -219,19 +219,23 @@ def profile_configurations(
             "screen_runs": settings.screen_runs,
             "screened_out": sum(1 for entry in profiles if entry.get("screened")),
             "router": ",".join(f"{r.url}/{r.model}" for r in pool.routers.values()),
-            # Each pod: its address, what it measured, and why it left (if it did).
-            "pods": [
-                {
-                    "pod": pod,
-                    "address": router.url,
-                    "measured": pool.measured.get(pod, 0),
-                    **({"lost": pool.lost[pod]} if pod in pool.lost else {}),
-                }
-                for pod, router in sorted(pool.routers.items())
-            ],
+            "pods": pod_summary(pool),
         },
         "profiles": profiles,
     }
+
+
+def pod_summary(pool: PodPool[Any, Any]) -> list[dict[str, Any]]:
+    """Each pod of the pool: its address, what it measured, and why it left (if it did)."""
+    return [
+        {
+            "pod": pod,
+            "address": router.url,
+            "measured": pool.measured.get(pod, 0),
+            **({"lost": pool.lost[pod]} if pod in pool.lost else {}),
+        }
+        for pod, router in sorted(pool.routers.items())
+    ]
 
 
 @dataclass(frozen=True)
