@@ -77,14 +77,13 @@ class LiveLoop:
         except MetricsUnavailableError as error:
             return None, f"metrics unavailable: {error}"
         # Stamped when its samples were taken, so a series that stopped moving goes stale.
-        observation = Observation(
+        return Observation(
             time=now - reading.age_s,
             queue_depth=reading.queue_depth,
             arrivals_total=reading.arrivals_total,
             arrival_rate_qps=rate,
             pods=reading.pods,
-        )
-        return observation, None
+        ), None
 
     def step(self, state: PolicyState, now: float) -> StepResult:
         """Observe, decide, actuate; the returned state is what is really active."""

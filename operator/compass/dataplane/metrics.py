@@ -237,21 +237,14 @@ class PrometheusQueueDepth:
 
     def queue_depth(self) -> float:
         """Evaluate the queue-depth query now."""
-        return checked_count(
-            self._scalar(self.query), "queue depth", self._where(self.query), MAX_QUEUE_DEPTH
-        )
+        return self._count(self.query, "queue depth", MAX_QUEUE_DEPTH)
 
     def read(self) -> MetricsReading:
         """Queue depth, and arrivals when an arrivals query is configured."""
         depth = self.queue_depth()
         arrivals = None
         if self.arrivals_query:
-            arrivals = checked_count(
-                self._scalar(self.arrivals_query),
-                "arrivals counter",
-                self._where(self.arrivals_query),
-                MAX_COUNTER,
-            )
+            arrivals = self._count(self.arrivals_query, "arrivals counter", MAX_COUNTER)
         # On Prometheus' clock alone, so no skew with this one.
         age = (
             checked_age(self._scalar(self.age_query), self._where(self.age_query))
@@ -304,6 +297,9 @@ class PrometheusQueueDepth:
             self.shared, key, lambda: self._evaluate_series(query)
         )
         return series
+
+    def _count(self, query: str, what: str, high: float) -> float:
+        return checked_count(self._scalar(query), what, self._where(query), high)
 
     def _scalar(self, query: str) -> float:
         """Evaluate a query that must return one number (once a round)."""

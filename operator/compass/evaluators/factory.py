@@ -64,5 +64,5 @@ def fleet_concurrency(source: ScoreSource) -> tuple[int, str]:
         instances = router_instances(router.model_config())
     finally:
         router.close()
-    concurrency = min(len(addresses) * instances, MAX_CONCURRENCY)
-    return concurrency, f"{len(addresses)} address(es) x {instances} router instance(s)"
+    how = f"{len(addresses)} address(es) x {instances} router instance(s)"
+    return min(len(addresses) * instances, MAX_CONCURRENCY), how
