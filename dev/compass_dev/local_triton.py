@@ -307,7 +307,7 @@ class LocalTriton(_Process):
     def router_table(self, kind: str, router_model: str = DEFAULT_ROUTER_MODEL) -> Any:
         """The ``kind`` table ("binding" or "admission") this server's router holds, as the
         last switch sent it, or None (router_file's ``kind``.json: model-images/router/
-        model.py's binding_path and admission_path)."""
+        compass_router/state.py's BINDING_FILE and ADMISSION_FILE)."""
         path = self.router_file(f"{kind}.json", router_model)
         try:
             return None if path is None else json.loads(path.read_text(encoding="utf-8"))

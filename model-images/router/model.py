@@ -1,18 +1,12 @@
-"""Compass router and its control model (Triton Python backend, BLS): one file for every
-workflow, in the role its model config's ``compass_role`` names (``router``, the default, runs
-the workflow's ``pipeline.py`` with the active configuration; ``control`` switches it). What it
-does and every parameter it reads: docs/serving.md, "The router".
-
-Its parts (the compass_router package beside it) and the compass_rules package (the serving rules the
-operator shares, operator/compass_rules) are copied with it into each model's version folder.
-"""
+"""Compass router (runs the workflow's ``pipeline.py``) or, by ``compass_role``, its control
+model (switches it); a Triton Python backend. Parameters: docs/serving.md, "The router". The
+compass_router and compass_rules packages are copied beside it into each version folder."""
 
 import os
 import sys
 
-# The compass_router and compass_rules packages beside this file import by their own names,
-# ahead of any other copy on the path (Triton's stub may list this folder last, after a
-# site-packages that holds the operator's own compass_rules).
+# The packages beside this file come first: Triton's stub may list this folder last, after a
+# site-packages that holds the operator's own compass_rules.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if sys.path[:1] != [_HERE]:
     sys.path.insert(0, _HERE)
@@ -30,7 +24,6 @@ import importlib.util  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 from compass_router.binding import LazyConfig, staged, whole_stage  # noqa: E402
 from compass_router.gate import Inflight  # noqa: E402
@@ -44,24 +37,27 @@ from compass_router.poller import (  # noqa: E402
     PendingPoller,
 )
 from compass_router.state import (  # noqa: E402
+    ADMISSION_FILE,
+    BINDING_FILE,
+    GATE_FILE,
+    INFLIGHT_FILE,
+    TABLES_FILE,
     ActiveConfig,
     Admission,
-    BindingTable,
     LateError,
-    admission_path,
-    binding_path,
+    TableFile,
     blend_state,
-    gate_path,
     read_state,
     state_path,
-    tables_path,
     write_state,
 )
 from compass_router.stream import (  # noqa: E402
     DECOUPLED_PARAMETER,
     ResponseStream,
+    bls_request,
     client_stream,
     decoupled_components,
+    router_response,
     stream_call,
 )
 
@@ -91,13 +87,14 @@ ROUTER_PARAMETER = "compass_router_model"
 def _unavailable(message):
     """A retryable error (UNAVAILABLE where this Triton's Python backend has codes)."""
     code = getattr(pb_utils.TritonError, "UNAVAILABLE", None)
-    if code is None:
-        return pb_utils.TritonError(message)
-    return pb_utils.TritonError(message, code)
+    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
 
 
-def _bytes_tensor(name, text):
-    return pb_utils.Tensor(name, np.array([text.encode("utf-8")], dtype=np.object_))
+def _reply(result, key, times):
+    """The pipeline's result (with component ``times`` where asked) and the serving key."""
+    if times is not None and isinstance(result, dict):
+        result = {**result, COMPONENT_TIMES_KEY: times}
+    return router_response(result, key)
 
 
 def _request_body(request):
@@ -113,6 +110,11 @@ def _read_json(path, kind):
     except (OSError, ValueError):
         return None
     return value if isinstance(value, kind) else None
+
+
+def _remove(path):
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def _load_pipeline(version_dir):
@@ -131,26 +133,8 @@ def _routing(state):
     return routing_key(state["config"], state.get("blend"), state.get("weight", 0.0))
 
 
-def call(model, inputs, outputs):
-    """Run a component model through BLS; returns the requested outputs as numpy arrays."""
-    request = pb_utils.InferenceRequest(
-        model_name=model,
-        requested_output_names=list(outputs),
-        inputs=[pb_utils.Tensor(name, np.asarray(value)) for name, value in inputs.items()],
-    )
-    response = request.exec()
-    if response.has_error():
-        message = response.error().message()
-        if "decoupled" in message:
-            # A streaming component the router was not told of: say where to tell it.
-            message += f" (name {model} in the router's {DECOUPLED_PARAMETER} parameter)"
-        raise RuntimeError(f"{model}: {message}")
-    return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
-
-
 def timed(run_call, times):
-    """``run_call`` that adds each component model's wall time (ms) to ``times``: what
-    profiling records per stage (its queue wait included: measured at idle, that is none)."""
+    """``run_call`` adding each component model's wall time (ms, queue wait too) to ``times``."""
 
     def timed_call(model, inputs, outputs):
         started = time.perf_counter()
@@ -180,10 +164,10 @@ class TritonPythonModel:
         if self.role == "control":
             router = parameter(ROUTER_PARAMETER, args["model_name"].removesuffix(CONTROL_SUFFIX))
             self.state = state_path(router)
-            self.admission_file = admission_path(router)
-            self.binding_file = binding_path(router)
-            self.tables_file = tables_path(router)
-            self.gate_file = gate_path(router)
+            self.admission_file = state_path(router, ADMISSION_FILE)
+            self.binding_file = state_path(router, BINDING_FILE)
+            self.tables_file = state_path(router, TABLES_FILE)
+            self.gate_file = state_path(router, GATE_FILE)
             # The router's pipeline checks a configuration before it becomes active.
             repository = os.path.dirname(args["model_repository"].rstrip("/"))
             self.pipeline = _load_pipeline(os.path.join(repository, router, "1"))
@@ -191,25 +175,23 @@ class TritonPythonModel:
         self.pipeline = _load_pipeline(version_dir)
         if self.pipeline is None:
             raise ValueError(f"no pipeline.py in {version_dir}")
-        # The components it calls as streams, the one (the last stage) whose stream goes on to
-        # its clients, and whether it streams to them (a decoupled router:
-        # model_transaction_policy { decoupled: true }).
+        # Whether it streams to its clients: model_transaction_policy { decoupled: true }.
         self.decoupled = decoupled_components(parameter(DECOUPLED_PARAMETER, ""))
         self.client_stream = client_stream(parameter(DECOUPLED_PARAMETER, ""))
         self.streaming = pb_utils.using_decoupled_model_transaction_policy(model_config)
         self.stream = None
         default = config_key(json.loads(parameter(ACTIVE_PARAMETER, "{}")))
         self._check(json.loads(default))
-        path = state_path(args["model_name"])
+        name = self.model_name = args["model_name"]
+        path = state_path(name)
         # The first router instance publishes the default, so the control model can report it.
         write_state(path, {"config": default}, exclusive=True)
         self.active = ActiveConfig(path, default)
-        self.admission = Admission(admission_path(args["model_name"]))
-        self.binding = BindingTable(binding_path(args["model_name"]))
-        self.inflight_path = state_path(args["model_name"]).removesuffix(".json") + "-inflight.bin"
+        self.admission = Admission(state_path(name, ADMISSION_FILE))
+        self.binding = TableFile(state_path(name, BINDING_FILE), check_binding)
+        self.inflight_path = state_path(name, INFLIGHT_FILE)
         self.inflight = Inflight(self.inflight_path)
-        # Late binding's view of the queue in front of the router: Triton's pending count,
-        # polled (started with the first bound request; "off" never polls).
+        # Triton's pending count, polled from the first bound request on ("off": never).
         self.metrics_url = parameter(
             METRICS_URL_PARAMETER, os.environ.get(METRICS_URL_ENV, DEFAULT_METRICS_URL)
         )
@@ -217,14 +199,12 @@ class TritonPythonModel:
         if not 0 < poll_ms < 60_000:
             raise ValueError(f"{POLL_MS_PARAMETER} {poll_ms!r}: give a period in ms, e.g. 25")
         self.poll_s = poll_ms / 1000
-        self.model_name = args["model_name"]
         self.poller = None
         instances = max(
             sum(int(group.get("count", 1)) for group in model_config.get("instance_group", [])),
             1,
         )
-        # The gate: at most this many requests run the pipeline at once, in arrival order
-        # (None: no gate, each instance runs its request as Triton gives it).
+        # The gate: at most this many requests run the pipeline at once (None: no gate).
         slots = parameter(PIPELINE_SLOTS_PARAMETER, None)
         self.pipeline_slots = None
         if slots is not None:
@@ -240,16 +220,15 @@ class TritonPythonModel:
         # How many requests the pod serves at once: what followers share (the gate's slots).
         self.servers = self.pipeline_slots or instances
         # What the control model reports of the gate (every instance writes the same).
-        gate = None if self.pipeline_slots is None else (instances, self.pipeline_slots)
-        if gate is None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(gate_path(args["model_name"]))
+        gate = {"instances": instances, "slots": self.pipeline_slots}
+        if self.pipeline_slots is None:
+            _remove(state_path(name, GATE_FILE))
         else:
-            write_state(gate_path(args["model_name"]), {"instances": gate[0], "slots": gate[1]})
+            write_state(state_path(name, GATE_FILE), gate)
         instance_name = args.get("model_instance_name", str(self.inflight.slot))
-        self.gate_gauge = GateGauge(self.model_name, instance_name) if self.pipeline_slots else None
-        self.counters = ServedCounters(self.model_name, instance_name)
-        self.stream_times = StreamTimes(self.model_name, instance_name) if self.streaming else None
+        self.gate_gauge = GateGauge(name, instance_name) if self.pipeline_slots else None
+        self.counters = ServedCounters(name, instance_name)
+        self.stream_times = StreamTimes(name, instance_name) if self.streaming else None
 
     def _check(self, config):
         check = getattr(self.pipeline, "check_config", None)
@@ -257,8 +236,7 @@ class TritonPythonModel:
             check(config)
 
     def execute(self, requests):
-        """Answer each request; one bad request fails alone, never the others. A decoupled
-        router answers each on its own stream (None returned, as Triton asks of one)."""
+        """Answer each request (a bad one fails alone); a decoupled router on its own streams."""
         if self.role == "router" and self.streaming:
             for request in requests:
                 self.stream = stream = ResponseStream(request)
@@ -275,8 +253,7 @@ class TritonPythonModel:
 
     def _answer(self, request):
         """One request's response (its error one too); what it served is counted."""
-        # What _run served (its key; None: nothing to count), counted here: after the gate's
-        # slot is given back, so the count never lengthens the pipeline's turn.
+        # Counted here, after the gate's slot is given back: it never lengthens the pipeline's turn.
         self.served_key = None
         try:
             serve = self._control if self.role == "control" else self._serve
@@ -291,42 +268,44 @@ class TritonPythonModel:
         return response
 
     def _call(self, model, inputs, outputs):
-        """Call a component: a decoupled one as a stream, the last stage's forwarded to a
-        streaming client (an earlier stage's pieces are only joined for the pipeline)."""
+        """Call a component: a decoupled one as a stream (the last one's forwarded to a client)."""
         if model in self.decoupled:
             forwards = self.stream is not None and model == self.client_stream
             forward = self.stream.forward if forwards else None
             return stream_call(model, inputs, outputs, forward)
-        return call(model, inputs, outputs)
+        response = bls_request(model, inputs, outputs).exec()
+        if response.has_error():
+            message = response.error().message()
+            if "decoupled" in message:
+                # A streaming component the router was not told of: say where to tell it.
+                message += f" (name {model} in the router's {DECOUPLED_PARAMETER} parameter)"
+            raise RuntimeError(f"{model}: {message}")
+        tensors = {name: pb_utils.get_output_tensor_by_name(response, name) for name in outputs}
+        return {name: tensor.as_numpy() for name, tensor in tensors.items()}
 
     def _serve(self, request):
         body = _request_body(request)
         key = self.active.current()
         parameters = json.loads(request.parameters() or "{}")
         table = self.binding.current()
-        # Parsed once here (ns since the epoch): a malformed one is the client's error at once;
-        # bounded to a few SLOs around its take-up, as it feeds what every client shares.
         deadline = parameters.get(DEADLINE_PARAMETER)
         deadline = None if deadline is None else parse_deadline(deadline)
         taken_up = time.time_ns()
         override = parameters.get(OVERRIDE_PARAMETER)
         slo_ms = self._slo_ms(table)
         if deadline is not None:
+            # Bounded to a few SLOs around its take-up: it feeds what every client shares.
             deadline = bounded_deadline(deadline, taken_up, slo_ms)
         elif self.pipeline_slots and not override and slo_ms is not None:
-            # Client-free binding and admission: behind the gate a request is taken up as it
-            # arrives, so its take-up plus the SLO is its deadline (clients need not send one).
+            # Behind the gate a request is taken up as it arrives: take-up plus SLO is its deadline.
             deadline = taken_up + int(slo_ms * 1e6)
-        # Every request taken up counts towards the pod's rate (late binding's slow loop), at
-        # its arrival where its deadline and the table's SLO tell it.
+        # Every take-up counts towards the pod's rate, at its arrival where the deadline tells it.
         arrived = None
         if table is not None and table["slo_ms"] is not None and deadline is not None:
             arrived = arrival_ns(deadline, taken_up, table["slo_ms"])
         qps = self.inflight.dispatched(arrived)
-        # Late binding will bind it (as _run decides): a table, a deadline, no override.
         binds = table is not None and deadline is not None and not override
-        # The lag cap's schedule (static fastest's), for the requests it binds: each one's
-        # start there, drawn in take-up order (behind the gate with its ticket).
+        # The lag cap's schedule: static fastest's start of each request, in take-up order.
         schedule = None
         if binds and table["lag_share"] is not None:
             # Static fastest keeps every slot busy: the fastest's likely time at that many.
@@ -337,12 +316,10 @@ class TritonPythonModel:
             return self._run(
                 body, key, parameters, table, deadline, arrived, qps, taken_up, static_start
             )
-        # The gate: the request waits its turn in the shared table (seen there with its
-        # deadline by the one binding ahead of it), then runs the pipeline.
+        # The gate: it waits its turn in the shared table, seen with its deadline by those ahead.
         _, static_start = self.inflight.queue_at_gate(gate_deadline(deadline, taken_up), schedule)
         try:
-            # The gauge only for a request that waits: each set is a call to the server (0.24
-            # ms p50, 2.9 ms p99 on 2 cores under load), and the second holds the pipeline.
+            # The gauge only for a waiter: each set is a server call (2.9 ms p99 on 2 cores).
             if not self.inflight.enter_if_free(self.pipeline_slots):
                 self.gate_gauge.waiting(1)
                 try:
@@ -350,9 +327,7 @@ class TritonPythonModel:
                 finally:
                     self.gate_gauge.waiting(0)
             elif binds and table["settle_ms"]:
-                # The first at a free pipeline: the burst it may lead reaches the gate over a
-                # few ms (each request taken up by its own instance), and it binds seeing them
-                # (compass.domain.binding.GATE_SETTLE_MS).
+                # The burst it may lead reaches the gate over a few ms: it binds seeing them.
                 time.sleep(table["settle_ms"] / 1000)
             return self._run(
                 body, key, parameters, table, deadline, arrived, qps, time.time_ns(), static_start
@@ -367,12 +342,10 @@ class TritonPythonModel:
         admission = self.admission.current()
         return None if admission is None else admission["slo_ms"]
 
-    def _run(
-        self, body, key, parameters, table, deadline, arrived, qps, started, static_start=None
-    ):
-        """Run the pipeline for a request that started at ``started`` (ns since the epoch):
-        its configuration bound, judged by admission or as routed."""
+    def _run(self, body, key, parameters, table, deadline, arrived, qps, started, static_start):
+        """Run the pipeline for a request that started at ``started`` (ns since the epoch)."""
         override = parameters.get(OVERRIDE_PARAMETER)
+        times = {} if parameters.get(COMPONENT_TIMES_PARAMETER) else None
         if override:
             key = config_key(json.loads(override) if isinstance(override, str) else override)
         elif deadline is not None:
@@ -383,7 +356,6 @@ class TritonPythonModel:
                     and degrade_after is not None
                     and waited_long((started - arrived) / 1e6, table["slo_ms"], degrade_after)
                 )
-                times = {} if parameters.get(COMPONENT_TIMES_PARAMETER) else None
                 return self._serve_bound(body, table, deadline, qps, hurried, times, static_start)
             key = self.admission.judge(key, deadline)
         # The pipeline gets the canonical form too: its components may key data by it.
@@ -393,29 +365,18 @@ class TritonPythonModel:
                 f"no configuration: set the router's {ACTIVE_PARAMETER} parameter or the "
                 f"request parameter {OVERRIDE_PARAMETER}"
             )
-        times = {} if parameters.get(COMPONENT_TIMES_PARAMETER) else None
         result = self.pipeline.run(
             body, config, self._call if times is None else timed(self._call, times)
         )
-        if times is not None and isinstance(result, dict):
-            result = {**result, COMPONENT_TIMES_KEY: times}
         if not override:
             self.served_key = key
-        return pb_utils.InferenceResponse(
-            [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
-        )
+        return _reply(result, key, times)
 
-    def _serve_bound(
-        self, body, table, deadline_ns, qps, hurried=False, times=None, static_start=None
-    ):
-        """Serve a request with a lazily bound configuration (late binding); ``times``: each
-        component model's wall time is added there and returned as for a routed request;
-        ``static_start``: when static fastest would start it (ns since the epoch; the lag cap)."""
+    def _serve_bound(self, body, table, deadline_ns, qps, hurried, times, static_start):
+        """Serve a request with a lazily bound configuration (late binding)."""
         followers = 0
-        # Behind a gate the followers are the requests waiting at it (seen with their
-        # deadlines); Triton's queue beyond the instances is not polled: the simulator finds
-        # the count changes no decision there, and live the poll held each request's turn in
-        # the pipeline ~4 ms longer on 2 cores (docs/method.md, "The router's poller").
+        # Behind a gate its waiters are the followers; polling there changed no decision and cost
+        # ~4 ms a turn (docs/method.md, "The router's poller").
         if self.metrics_url != "off" and not self.pipeline_slots:
             if self.poller is None:
                 self.poller = PendingPoller(
@@ -443,17 +404,11 @@ class TritonPythonModel:
             run_call = timed(run_call, times)
         with whole_stage(config, self.inflight):
             result = self.pipeline.run(body, config, run_call)
-        if times is not None and isinstance(result, dict):
-            result = {**result, COMPONENT_TIMES_KEY: times}
-        key = config.key()
-        self.served_key = key
-        return pb_utils.InferenceResponse(
-            [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", key)]
-        )
+        self.served_key = config.key()
+        return _reply(result, self.served_key, times)
 
     def _control(self, request):
-        """``{"set": config}`` (optionally ``"blend": config2, "weight": share``) makes it
-        active; ``{}`` only reports what is active."""
+        """``{"set": config}`` (with ``"blend"`` and ``"weight"``) switches; ``{}`` reports."""
         body = _request_body(request)
         # Checked before anything is written: a bad table changes nothing.
         table = body.get("admission")
@@ -461,7 +416,10 @@ class TritonPythonModel:
         binding = body.get("binding")
         if binding is not None:
             check_binding(binding)
-        previous = self._read()
+        try:
+            previous = read_state(self.state)
+        except FileNotFoundError:
+            previous = None  # the router has not published its default yet
         active = previous
         if "set" in body:
             wanted = blend_state(config_key(body["set"]), body.get("blend"), body.get("weight"))
@@ -472,9 +430,9 @@ class TritonPythonModel:
                 write_state(self.state, wanted)
             active = wanted
         if "admission" in body:
-            self._set_admission(table)
+            self._set_table(self.admission_file, table, check_admission)
         if "binding" in body:
-            self._set_binding(binding)
+            self._set_table(self.binding_file, binding)
         tables = self._set_digest(body)
         routing = None if active is None else _routing(active)
         result = {
@@ -484,73 +442,36 @@ class TritonPythonModel:
             "routing": routing,
             "previous": None if previous is None else _routing(previous),
             "changed": active != previous,
-            # What the operator compares with the tables it would send: a switch that changes
-            # neither the routing nor the tables is not sent (None: not known, send them).
+            # The operator skips a switch that changes neither routing nor tables (None: send).
             "tables": tables,
-            # The router's gate ({"instances": N, "slots": G}; None: none): behind it every
-            # request is bound, without it only those that carry a deadline.
-            "gate": self._read_gate(),
+            # Behind a gate every request is bound, without one only those with a deadline.
+            "gate": _read_json(self.gate_file, dict),
         }
-        return pb_utils.InferenceResponse(
-            [_bytes_tensor("RESULT", json.dumps(result)), _bytes_tensor("CONFIG", routing or "")]
-        )
+        return router_response(result, routing or "")
 
     def _set_digest(self, body):
         """The digest of the tables held: set from a body carrying both, else as last set."""
         if "admission" in body and "binding" in body:
             digest = tables_digest(body["admission"], body["binding"])
             with contextlib.suppress(OSError):
-                current = self._read_digest()
-                if current != digest:
+                if _read_json(self.tables_file, str) != digest:
                     write_state(self.tables_file, digest)
             return digest
         if "admission" in body or "binding" in body:
             # One table changed without the other: what is held is no longer known.
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.tables_file)
+            _remove(self.tables_file)
             return None
-        return self._read_digest()
-
-    def _read_gate(self):
-        """The gate the router's instances run (None: no gate, or not published yet)."""
-        return _read_json(self.gate_file, dict)
-
-    def _read_digest(self):
-        """The digest of the tables last set in full (None: none known)."""
         return _read_json(self.tables_file, str)
 
-    def _set_admission(self, table):
-        """Write the checked admission table (None: remove it, admission off) if it changed."""
+    def _set_table(self, path, table, held=lambda table: table):
+        """Write a checked table (None: remove it) unless ``path`` holds it: routers reread it."""
         if table is None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.admission_file)
+            _remove(path)
             return
         try:
-            with open(self.admission_file, encoding="utf-8") as handle:
-                if check_admission(json.load(handle)) == table:
+            with open(path, encoding="utf-8") as handle:
+                if held(json.load(handle)) == table:
                     return
         except (OSError, ValueError, KeyError, TypeError):
             pass
-        write_state(self.admission_file, table)
-
-    def _set_binding(self, table):
-        """Write the checked binding table as sent (None: remove it, late binding off) if it
-        changed: every switch sends it, and the routers reread a replaced file."""
-        if table is None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.binding_file)
-            return
-        try:
-            with open(self.binding_file, encoding="utf-8") as handle:
-                if json.load(handle) == table:
-                    return
-        except (OSError, ValueError):
-            pass
-        write_state(self.binding_file, table)
-
-    def _read(self):
-        """The routing state, or None before the router published its default."""
-        try:
-            return read_state(self.state)
-        except FileNotFoundError:
-            return None
+        write_state(path, table)

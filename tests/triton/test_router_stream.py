@@ -335,7 +335,7 @@ def test_a_search_through_the_streaming_router_finds_what_the_recorded_scores_gi
         }
     )
     settings = SearchSettings(tau=0.8)
-    live = search(space, TritonEvaluator(router), 24, settings)
+    live = search(space, TritonEvaluator(lambda: router), 24, settings)
     expected = search(space, _RecordedScores(), 24, settings)  # type: ignore[arg-type]
     assert live.sample_evals == expected.sample_evals > 0
     assert [a.accuracy for a in live.assessments] == pytest.approx(

@@ -99,7 +99,7 @@ def test_only_missing_indices_are_evaluated_in_one_call_in_request_order(tmp_pat
     assert evaluator.reused == 2
     assert evaluator.computed == 2
     # The new facts are checkpointed, so a restart would not ask for them again.
-    assert read_ledger(checkpoint.path).known(A, [5, 7]).tolist() == [True, True]
+    assert {5, 7} <= read_ledger(checkpoint.path).scores(A).keys()
 
 
 def test_torn_tail_is_cut_before_the_next_append(tmp_path: Path) -> None:

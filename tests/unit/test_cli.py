@@ -705,7 +705,7 @@ def test_subprocess_killed_with_sigkill_resumes_without_reevaluating(
     assert read_json(inputs / "run.json") == clean_result
     for line in logged(inputs / "resumed.log"):
         config, sample = json.loads(line)
-        assert not recorded.known(config, [sample])[0], f"re-evaluated {line}"
+        assert sample not in recorded.scores(config), f"re-evaluated {line}"
     assert Counter(logged(inputs / "resumed.log")).most_common(1)[0][1] == 1
 
 

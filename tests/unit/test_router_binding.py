@@ -272,7 +272,7 @@ class _Metrics(http.server.BaseHTTPRequestHandler):
 
 
 def test_the_poller_counts_followers_less_the_take_ups_since_and_none_without_a_page(
-    router: types.SimpleNamespace,
+    router: types.SimpleNamespace, inflight: Any, tmp_path: Path
 ) -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -280,7 +280,7 @@ def test_the_poller_counts_followers_less_the_take_ups_since_and_none_without_a_
     try:
         _Metrics.pending = 5
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-        poller = router.poller.PendingPoller(url, "router", 0.02, lambda: taken[0])
+        poller = router.poller.PendingPoller(url, "router", 0.02, lambda: taken[0], inflight)
         deadline = time.monotonic() + 5
         while poller.followers() != 5 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -297,13 +297,14 @@ def test_the_poller_counts_followers_less_the_take_ups_since_and_none_without_a_
         server.shutdown()
         server.server_close()
     # The metrics port absent: no count, so no followers (the router binds as without it).
-    absent = router.poller.PendingPoller(url, "router", 0.02, lambda: 0)
+    board = router.gate.Inflight(str(tmp_path / "absent.bin"))
+    absent = router.poller.PendingPoller(url, "router", 0.02, lambda: 0, board)
     assert absent.poll() is None
     assert absent.followers() == 0
 
 
 def test_an_idle_poller_reads_the_metrics_page_once_a_second_until_requests_come_again(
-    router: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+    router: types.SimpleNamespace, inflight: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(router.poller, "IDLE_AFTER_S", 0.2)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
@@ -313,7 +314,7 @@ def test_an_idle_poller_reads_the_metrics_page_once_a_second_until_requests_come
     try:
         _Metrics.pending = 1
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-        poller = router.poller.PendingPoller(url, "router", 0.02, lambda: taken[0])
+        poller = router.poller.PendingPoller(url, "router", 0.02, lambda: taken[0], inflight)
         counted = poller.poll
 
         def poll() -> Any:

@@ -1,6 +1,4 @@
-"""Late binding as a request is served: its configuration bound stage by stage as the pipeline
-reads it (compass_rules.binding.bind_stage), and its calls kept in the instances' shared table
-(docs/serving.md, "Late binding")."""
+"""Late binding as a request is served, stage by stage (docs/serving.md, "Late binding")."""
 
 import contextlib
 import time
@@ -20,13 +18,8 @@ from compass_rules.routing import config_key
 
 
 class LazyConfig(dict):
-    """A request's configuration, each stage bound when the pipeline first reads one of its
-    parameters (every earlier stage still unbound is bound first, in order).
-
-    A dict, so that ``json.dumps`` and ``dict(...)`` take it as pipelines do today: every way
-    to read a value goes through ``__getitem__`` or ``items``, which bind; asking whether a
-    parameter exists, or its name, binds nothing. (The dict itself holds every name from the
-    start: json's encoder writes ``{}`` for an empty one without asking.)"""
+    """A request's configuration, each stage (and those before it) bound at its first read: a dict
+    holding every name from the start (json writes ``{}`` for an empty one without asking)."""
 
     def __init__(
         self,
@@ -47,24 +40,19 @@ class LazyConfig(dict):
         self.bound = {}
         self.target = None
         self.next_stage = 0
-        # The stage the request has reached (the next component it calls): a stage bound
-        # before it is reached counts the time of the stages still ahead of it.
+        # The stage reached (the next component it calls): binding counts the stages ahead.
         self.at = 0
-        # The last stage whose component it called (-1: none yet), and its time in each
-        # stage's calls so far, ms.
+        # The last stage it called (-1: none) and its time (ms) in each stage's calls so far.
         self.called = -1
         self.spent = [0.0] * len(table["stages"])
-        # The slow loop: what the pod's rate (``qps``: Inflight.dispatched) allows now (all
-        # where no configuration has a limit).
+        # The slow loop: what the pod's rate allows now (None: no configuration has a limit).
         limited = any(entry[4] is not None for entry in table["configs"])
         self.allowed = allowed_at(table["max_qps"], qps) if limited else None
         # It waited long for an instance (the table's degrade_after): the fastest completion.
         self.hurried = hurried
-        # The requests waiting behind it for an instance (PendingPoller), spared as the
-        # rules in compass_rules.followers spare them, shared by ``servers`` instances.
+        # The requests waiting behind it (PendingPoller), shared by ``servers`` instances.
         self.followers, self.servers = followers, servers
-        # Behind the gate (compass_pipeline_slots): the requests waiting there are seen, each
-        # with its own deadline, read again at each stage bound.
+        # Behind the gate its waiters are seen with their deadlines, read at each stage bound.
         self.gated = gated
         # The lag cap (the table's lag_share): when static fastest would start it.
         self.static_start_ns = static_start_ns
@@ -72,8 +60,7 @@ class LazyConfig(dict):
     def _bind_through(self, stage):
         while self.next_stage <= stage:
             left_ms = (self.deadline_ns - time.time_ns()) / 1e6
-            # Behind a gate of several slots the pipelines running share the pod: the table
-            # at that concurrency (compass_rules.binding.pipeline_view).
+            # Behind a gate of several slots the running pipelines share the pod.
             running = self.inflight.pipelines_running() if self.gated else 1
             table, backlog = pipeline_view(
                 self.table, running, self.inflight.backlog_ms(len(self.table["stages"]))
@@ -83,7 +70,7 @@ class LazyConfig(dict):
                 now = time.time_ns()
                 behind = [
                     follower_left_ms(deadline, queued, now, table["slo_ms"])
-                    for deadline, queued in self.inflight.gate_followers(queued=True)
+                    for deadline, queued in self.inflight.gate_followers()
                 ]
             else:
                 behind = polled_followers_left_ms(self.followers, left_ms)
@@ -95,9 +82,8 @@ class LazyConfig(dict):
             slacks = slacks_behind_ms(table, self.bound, at, backlog, behind, self.servers, known)
             spare = min((s for s in slacks if s is not None), default=float("inf"))
             if spare < float("inf"):
-                # Planned with the followers: the slack several of them can use better is
-                # not all spent here (joint_spare_ms). Where no choice
-                # but its quickest fits the spare, the plan cannot change what it binds.
+                # Slack the followers can use better is not all spent here (joint_spare_ms);
+                # where only its quickest fits the spare, the plan cannot change what it binds.
                 own, theirs = joint_options(
                     table, self.bound, at, left_ms, backlog, self.allowed, known
                 )
@@ -136,9 +122,7 @@ class LazyConfig(dict):
             raise KeyError(name)
         if name not in self.bound:
             if self.called >= 0:
-                # Read after it called a component: the pipeline is done with the stage it
-                # called last (it reads a later stage's parameters when it gets there), so
-                # that stage's queue and time are behind it (qa-real reads its reader so).
+                # Read after a call: the pipeline is done with the stage it called last.
                 self.at = max(self.at, min(stage, self.called + 1))
             self._bind_through(stage)
         return self.bound[name]
@@ -146,17 +130,9 @@ class LazyConfig(dict):
     def get(self, name, default=None):
         return self[name] if name in self.table["stage_of"] else default
 
-    def __contains__(self, name):
-        return name in self.table["stage_of"]
-
     def __iter__(self):
+        # Overridden, so that dict(config) and {**config} read through __getitem__ (and bind).
         return iter(self.table["stage_of"])
-
-    def __len__(self):
-        return len(self.table["stage_of"])
-
-    def keys(self):
-        return self.table["stage_of"].keys()
 
     def items(self):
         self._bind_through(len(self.table["stages"]) - 1)
@@ -175,9 +151,7 @@ class LazyConfig(dict):
 
     def stage_ms(self, stage):
         """The predicted time at ``stage`` of the configuration the request heads for."""
-        if self.target is None:
-            return 0.0
-        return self.table["configs"][self.target][2][stage]
+        return 0.0 if self.target is None else self.table["configs"][self.target][2][stage]
 
     def stage_left_ms(self, stage):
         """What is left of that time after the request's calls at ``stage`` so far."""
@@ -193,8 +167,7 @@ class LazyConfig(dict):
 
 
 def staged(run_call, config, inflight):
-    """``run_call`` for a bound request (``config``: its LazyConfig): each call of a stage's
-    component model puts the request at that stage in the in-flight table for the call."""
+    """``run_call`` that puts a bound request at a stage's in-flight slot for each call."""
     stage_of_model = config.table["stage_of_model"]
 
     def staged_call(model, inputs, outputs):
@@ -202,8 +175,7 @@ def staged(run_call, config, inflight):
         if stage is None:
             return run_call(model, inputs, outputs)
         config.reach(stage)
-        # What is left of the stage's time: a stage that calls several models (or one
-        # several times) counts its earlier calls' time as done.
+        # A stage that calls several times counts its earlier calls' time as done.
         inflight.enter(stage, config.stage_left_ms(stage))
         started = time.monotonic_ns()
         try:
@@ -217,9 +189,7 @@ def staged(run_call, config, inflight):
 
 @contextlib.contextmanager
 def whole_stage(config, inflight):
-    """Where the table is one stage calling no component model (``components: [[]]``), the
-    request binds at take-up and is at stage 0, with its predicted time, in the in-flight table
-    until its pipeline run ends, whatever it calls; elsewhere nothing."""
+    """A table of one stage and no component: bound at take-up, in flight for the whole run."""
     if not config.table["whole"]:
         yield
         return

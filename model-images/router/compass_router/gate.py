@@ -1,6 +1,4 @@
-"""The router instances' shared table (a file in memory, mapped by every instance): what each
-request is doing at which stage, the arrival ring the slow loop's rate is read from, the gate
-(``compass_pipeline_slots``) and the lag cap's schedule (docs/serving.md, "The router")."""
+"""The router instances' shared table, a file in memory (docs/serving.md, "The router")."""
 
 import contextlib
 import fcntl
@@ -16,29 +14,23 @@ from compass_rules.followers import static_schedule
 # One slot per router instance (pid, stage, entered ns, predicted ms).
 INFLIGHT_SLOTS = 64
 _SLOT = struct.Struct("<qqqd")
-# After the slots: the arrival times of the last requests taken up (ns since the epoch), a ring
-# the instances share, for the arrival rate the slow loop's limits (max_qps) are judged on.
+# After the slots: a ring of the last take-ups' arrival times (ns), for the pod's arrival rate.
 DISPATCH_RING = 1024
 RATE_WINDOW_S = 2.0
 _RING_AT = INFLIGHT_SLOTS * _SLOT.size
-# After the ring: the gate (compass_pipeline_slots): the last ticket given and a count of the
-# moves that may let a waiter pass (a request left, a dead one cleared), then per slot (the same
-# slot as the in-flight table's) its owner's pid, its request's ticket, its state at the gate,
-# its deadline (ns since the epoch; 0: none) and when it was queued (ns since the epoch).
+# After the ring: the gate: the last ticket given, a count of the moves that may let a waiter pass
+# (a request left, a dead one cleared), then a row per slot (Inflight.gate_slots).
 _GATE_AT = _RING_AT + (DISPATCH_RING + 1) * 8
 _GATE_FIELDS = 5
 GATE_FREE, GATE_WAITING, GATE_RUNNING = 0, 1, 2
-# After the gate: the pod's last poll of Triton's pending count (PendingPoller): when (monotonic
-# ns, which every process of the host shares; 0: none or failed), the count, and the take-ups
-# counted by then.
+# After the gate: the pod's last poll of Triton's pending count: when (monotonic ns, the host's;
+# 0: none or failed), the count, and the take-ups counted by then.
 _POLL_AT = _GATE_AT + (2 + INFLIGHT_SLOTS * _GATE_FIELDS) * 8
 _POLL_FIELDS = 3
-# After the poll: when static fastest's schedule next frees a server (ns since the epoch; 0:
-# never yet), the lag cap's (Inflight.static_start).
+# After the poll: when static fastest next frees a server (ns; 0: never yet), for the lag cap.
 _STATIC_AT = _POLL_AT + _POLL_FIELDS * 8
 
-# The gate: a request next in line looks again every GATE_POLL_S (GATE_FAR_POLLS times less
-# often further back), and every GATE_CHECK_S whether the processes ahead of it are still there.
+# How often a request at the gate looks again when next in line, and checks for gone ones ahead.
 GATE_POLL_S = 0.0005
 GATE_FAR_POLLS = 10
 GATE_CHECK_S = 0.05
@@ -56,9 +48,7 @@ def _alive(pid):
 
 
 class Inflight:
-    """The router instances' shared table of what each is doing: which stage its request is
-    at, since when, and that stage's predicted time. Each instance writes its own slot; a
-    decision reads all of them (a torn read is one stale guess, never an error)."""
+    """Per instance its request's stage, since when and predicted time (torn reads: harmless)."""
 
     def __init__(self, path):
         size = _STATIC_AT + 8
@@ -67,19 +57,13 @@ class Inflight:
         with self._locked():
             if os.fstat(self.fd).st_size < size:
                 os.ftruncate(self.fd, size)
-            self.table = mmap.mmap(self.fd, size)
-            self.ring = np.frombuffer(
-                self.table, dtype=np.int64, count=DISPATCH_RING + 1, offset=_RING_AT
-            )
-            self.gate = np.frombuffer(
-                self.table, dtype=np.int64, count=2 + INFLIGHT_SLOTS * _GATE_FIELDS, offset=_GATE_AT
-            )
+            self.table = table = mmap.mmap(self.fd, size)
+            self.ring = np.frombuffer(table, np.int64, DISPATCH_RING + 1, _RING_AT)
+            self.gate = np.frombuffer(table, np.int64, 2 + INFLIGHT_SLOTS * _GATE_FIELDS, _GATE_AT)
             # Per slot: pid, ticket, state, deadline ns, queued ns (one row each).
             self.gate_slots = self.gate[2:].reshape(INFLIGHT_SLOTS, _GATE_FIELDS)
-            self.polled = np.frombuffer(
-                self.table, dtype=np.int64, count=_POLL_FIELDS, offset=_POLL_AT
-            )
-            self.static_free = np.frombuffer(self.table, dtype=np.int64, count=1, offset=_STATIC_AT)
+            self.polled = np.frombuffer(table, np.int64, _POLL_FIELDS, _POLL_AT)
+            self.static_free = np.frombuffer(table, np.int64, 1, _STATIC_AT)
             self.slot = self._claim()
 
     @contextlib.contextmanager
@@ -92,11 +76,7 @@ class Inflight:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def dispatched(self, arrived_ns=None):
-        """Count a request this instance takes up, which arrived at ``arrived_ns`` (ns since
-        the epoch; None: now), and return the pod's arrival rate over the RATE_WINDOW_S up to
-        that arrival, per s: every request that arrived before it has been taken up (FIFO), so
-        this counts the requests still queued in front of the router too, which a count of
-        take-ups up to now would not (a lost count in a race between instances only blurs it)."""
+        """Count a take-up; the pod's rate up to its arrival (``arrived_ns``; None: now), per s."""
         arrived = time.time_ns() if arrived_ns is None else int(arrived_ns)
         index = int(self.ring[0])
         self.ring[1 + index % DISPATCH_RING] = arrived
@@ -112,11 +92,9 @@ class Inflight:
         return int(self.ring[0])
 
     def publish_poll(self, polled_ns, count, taken):
-        """The pod's poller read ``count`` at ``polled_ns`` with ``taken`` take-ups counted
-        (``count`` None: the poll failed, so there is no fresh count)."""
+        """The pod's poll: ``count`` (None: failed) at ``polled_ns``, ``taken`` take-ups by then."""
         self.polled[1], self.polled[2] = count or 0, taken
-        # Written last: a reader that sees the new time sees the count beside it (a torn read
-        # is one stale guess, never an error).
+        # Written last: a reader that sees the new time sees the count beside it.
         self.polled[0] = 0 if count is None else polled_ns
 
     def last_poll(self):
@@ -143,24 +121,19 @@ class Inflight:
         return free
 
     def _schedule(self, arrived_ns, fastest_ns, servers):
-        """Static fastest's start of a request that arrived at ``arrived_ns`` (held under
-        the lock): compass_rules' static_schedule on the pod's shared ``static_free``, in ns."""
+        """Static fastest's start (ns) of a request that arrived at ``arrived_ns`` (locked)."""
         start, self.static_free[0] = static_schedule(
             int(arrived_ns), int(self.static_free[0]), int(fastest_ns / servers)
         )
         return start
 
     def static_start(self, arrived_ns, fastest_ns, servers):
-        """When static fastest (``fastest_ns`` a request, ``servers`` at once) would start a
-        request that arrived at ``arrived_ns``, in take-up order (the lag cap's schedule)."""
+        """When static fastest would start a request that arrived at ``arrived_ns`` (lag cap)."""
         with self._locked():
             return self._schedule(arrived_ns, fastest_ns, servers)
 
     def queue_at_gate(self, deadline_ns=None, schedule=None):
-        """This instance's request waits at the gate from now, after every request already
-        there (its ticket, given under the lock: arrival order across the instances); with
-        ``schedule`` (arrived ns, the fastest's ns, servers), also its static fastest start,
-        in the same order: returns (ticket, that start or None)."""
+        """Queue at the gate in arrival order: (ticket, static fastest start or None)."""
         entry = self.gate_slots[self.slot]
         with self._locked():
             start = None if schedule is None else self._schedule(*schedule)
@@ -173,8 +146,7 @@ class Inflight:
         return ticket, start
 
     def ahead_at_gate(self):
-        """The slots of the requests ahead of this instance's at the gate: in the pipeline,
-        or waiting with an earlier ticket."""
+        """The slots ahead at the gate: in the pipeline, or waiting with an earlier ticket."""
         rows = self.gate_slots
         states = rows[:, 2]
         ahead = (states == GATE_RUNNING) | (
@@ -184,19 +156,15 @@ class Inflight:
         return np.flatnonzero(ahead)
 
     def enter_if_free(self, slots, ahead=None):
-        """Enter the pipeline at once if fewer than ``slots`` requests are ahead of this one
-        (``ahead``: ahead_at_gate's, just read): whether it did (else it still waits)."""
+        """Enter the pipeline if fewer than ``slots`` are ahead; whether it did."""
         if len(self.ahead_at_gate() if ahead is None else ahead) < slots:
             self.gate_slots[self.slot, 2] = GATE_RUNNING
             return True
         return False
 
-    def pass_gate(self, slots, poll_s=GATE_POLL_S, check_s=GATE_CHECK_S):
-        """Wait until fewer than ``slots`` requests are ahead of this one, then enter the
-        pipeline. It looks again only after a move (the moves' count changed), every
-        ``poll_s`` while next in line, GATE_FAR_POLLS times less often further back (a waiting
-        stub costs little CPU). Every ``check_s`` of waiting, the requests ahead whose process
-        is gone (a stub killed mid-request) are cleared: a dead process never wedges the gate."""
+    def pass_gate(self, slots, check_s=GATE_CHECK_S):
+        """Wait until fewer than ``slots`` are ahead, then enter the pipeline; the gone ahead are
+        cleared every ``check_s``, so a stub killed mid-request never wedges the gate."""
         checked = time.monotonic()
         seen = None
         while True:
@@ -206,7 +174,7 @@ class Inflight:
                 ahead = self.ahead_at_gate()
                 if self.enter_if_free(slots, ahead):
                     return
-                wait = poll_s if len(ahead) == slots else poll_s * GATE_FAR_POLLS
+                wait = GATE_POLL_S if len(ahead) == slots else GATE_POLL_S * GATE_FAR_POLLS
             if time.monotonic() - checked >= check_s:
                 self.clear_gone(ahead)
                 checked, seen = time.monotonic(), None
@@ -228,17 +196,14 @@ class Inflight:
         """How many requests are in the pipeline now, this instance's included once it entered."""
         return int(np.count_nonzero(self.gate_slots[:, 2] == GATE_RUNNING))
 
-    def gate_followers(self, queued=False):
-        """The deadlines (ns since the epoch, 0 none) of the requests waiting at the gate
-        behind this instance's, in arrival order; with ``queued``, (deadline, queued ns) each."""
+    def gate_followers(self):
+        """(deadline or 0, queued) ns of each request waiting behind this one, in arrival order."""
         rows = self.gate_slots
         behind = (rows[:, 2] == GATE_WAITING) & (rows[:, 1] > rows[self.slot, 1])
         behind[self.slot] = False
         waiting = rows[behind]
         ordered = waiting[np.argsort(waiting[:, 1])]
-        if queued:
-            return [(int(d), int(q)) for d, q in ordered[:, 3:5].tolist()]
-        return ordered[:, 3].tolist()
+        return [(int(d), int(q)) for d, q in ordered[:, 3:5].tolist()]
 
     def leave_gate(self):
         """This instance's request left the pipeline (served, failed or refused)."""

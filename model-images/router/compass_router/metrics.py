@@ -1,5 +1,4 @@
-"""The metrics a router exports through Triton: the gate's waiting gauge and what it served
-or refused (a no-op on a Triton without custom metrics)."""
+"""The router's custom metrics in Triton (no-ops on a Triton without custom metrics)."""
 
 import contextlib
 
@@ -16,10 +15,8 @@ from compass_rules.protocol import (
 
 
 def _metric(name, description, kind, labels):
-    """A Triton custom metric's family and its series with these labels (None: the family
-    alone), or (None, None) on a Triton without custom metrics or where they cannot be made:
-    the router serves all the same, unmeasured. Keep the family with its series: Triton
-    refuses a metric whose family was collected before it."""
+    """(family, series with ``labels`` or None), or (None, None) where they cannot be made; keep
+    the family with its series (Triton refuses a metric whose family was collected)."""
     family_type = getattr(pb_utils, "MetricFamily", None)
     if family_type is None:
         return None, None
@@ -31,13 +28,10 @@ def _metric(name, description, kind, labels):
 
 
 class GateGauge:
-    """This instance's place on the GATE_WAITING_METRIC gauge: 1 while its request waits at the
-    gate, else 0 (a no-op on a Triton without custom metrics: the queue reading then misses
-    the waiters, as it did before the gauge)."""
+    """This instance's GATE_WAITING_METRIC: 1 while its request waits at the gate, else 0."""
 
     def __init__(self, model, instance):
-        # Labelled by Triton's instance name, which a restarted stub keeps: it takes the series
-        # over and zeroes it, so a killed waiter leaves no phantom 1 behind.
+        # By Triton's instance name, which a restarted stub keeps: a killed waiter's 1 is zeroed.
         self.family, self.metric = _metric(
             GATE_WAITING_METRIC,
             "Requests a compass router instance holds at its gate, not yet in the pipeline "
@@ -49,24 +43,19 @@ class GateGauge:
 
     def waiting(self, count):
         """Set this instance's count (1 waiting, 0 not); a failed set never fails a request."""
-        if self.metric is None:
-            return
-        with contextlib.suppress(Exception):
-            self.metric.set(count)
+        if self.metric is not None:
+            with contextlib.suppress(Exception):
+                self.metric.set(count)
 
 
-# What the routers served (the operator's status.served and dashboards): each instance counts
-# the requests it answered by the configuration's canonical key (overrides, search and
-# profiling's, left out), and those it refused as late. A key past SERVED_MAX_KEYS an instance
-# counts under "other" (a binding table holds at most 128 configurations): the series never
-# grow without bound.
+# Served counts by configuration key (overrides left out): keys past SERVED_MAX_KEYS count as
+# "other" (a binding table holds at most 128), so the series never grow without bound.
 SERVED_MAX_KEYS = 160
 SERVED_OTHER = "other"
 
 
 class ServedCounters:
-    """This instance's SERVED_METRIC (by configuration) and REFUSED_METRIC counters (a no-op on
-    a Triton without custom metrics; a failed count never fails a request)."""
+    """This instance's SERVED_METRIC (by configuration) and REFUSED_METRIC counters."""
 
     def __init__(self, model, instance):
         self.labels = {"model": model, "instance": instance}
@@ -93,15 +82,11 @@ class ServedCounters:
         if self.family is None:
             return
         with contextlib.suppress(Exception):
-            metric = self.served.get(key)
-            if metric is None:
-                if len(self.served) >= SERVED_MAX_KEYS:
-                    key = SERVED_OTHER
-                metric = self.served.get(key)
-                if metric is None:
-                    metric = self.family.Metric(labels={**self.labels, "config": key})
-                    self.served[key] = metric
-            metric.increment(1)
+            if key not in self.served and len(self.served) >= SERVED_MAX_KEYS:
+                key = SERVED_OTHER
+            if key not in self.served:
+                self.served[key] = self.family.Metric(labels={**self.labels, "config": key})
+            self.served[key].increment(1)
 
     def refused_one(self):
         """Count one request refused as late."""
@@ -111,8 +96,7 @@ class ServedCounters:
 
 
 class StreamTimes:
-    """This instance's stream counters (a no-op on a Triton without custom metrics; a failed
-    count never fails a request)."""
+    """This instance's stream counters (a failed count never fails a request)."""
 
     def __init__(self, model, instance):
         labels = {"model": model, "instance": instance}
@@ -133,8 +117,7 @@ class StreamTimes:
         )
 
     def streamed(self, first_s, end_s):
-        """Count one stream answered: its first response after ``first_s`` (None: it streamed
-        nothing, its end stands for it), its end after ``end_s``."""
+        """Count one stream: its first response after ``first_s`` (None: none), end ``end_s``."""
         with contextlib.suppress(Exception):
             if self.count is not None:
                 self.count.increment(1)

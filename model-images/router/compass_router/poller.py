@@ -1,5 +1,4 @@
-"""The router's view of the queue in front of it: Triton's pending count, polled by one
-thread a pod (docs/serving.md, "The router")."""
+"""Triton's pending count in front of the router, polled once a pod (docs/serving.md)."""
 
 import fcntl
 import http.client
@@ -19,9 +18,7 @@ DEFAULT_POLL_MS = 25.0
 STALE_POLLS = 4
 # After a failed poll (the metrics port absent or down) the poller waits this long.
 POLL_RETRY_S = 1.0
-# With nothing taken up for IDLE_AFTER_S, the poller looks only every IDLE_POLL_S: an idle
-# pod's router does not read Triton's metrics page 40 times a second (the first request of a
-# burst then binds as without a count, its count being stale).
+# Idle for IDLE_AFTER_S, the poller looks only every IDLE_POLL_S, not 40 times a second.
 IDLE_AFTER_S = 5.0
 IDLE_POLL_S = 1.0
 # An instance whose pod has a poller tries this often to become it (the poller gone).
@@ -29,8 +26,7 @@ LEADER_RETRY_S = 1.0
 
 
 def parse_pending(text, model):
-    """The requests waiting in Triton's queue for ``model`` (summed over its versions) in a
-    Prometheus metrics page, or None where the page has no such sample."""
+    """Triton's queue for ``model`` (all versions) in a metrics page; None: no such sample."""
     label = f'model="{model}"'
     found = None
     for line in text.splitlines():
@@ -47,39 +43,15 @@ def parse_pending(text, model):
     return found
 
 
-class _LocalPoll:
-    """A poller's last poll kept in its own process (no shared table)."""
-
-    def __init__(self):
-        self.last = None
-
-    def publish_poll(self, polled_ns, count, taken):
-        """Keep the poll (None count: none fresh)."""
-        self.last = None if count is None else (polled_ns, count, taken)
-
-    def last_poll(self):
-        """The last poll, or None."""
-        return self.last
-
-
 class PendingPoller:
-    """Polls Triton's pending count for the router model every ``period_s`` in a daemon
-    thread; ``followers`` is how many requests wait behind one being taken up now: the count
-    at the last poll less the requests taken up since (the instances' shared take-up counter,
-    Inflight.taken). Without a fresh count (no metrics port, an error) it is 0: today's view.
+    """Polls the pending count every ``period_s``; ``followers``: that less the take-ups since.
 
-    One poll a pod, not one per instance: every instance's thread waits for the pod's poller
-    lock (``lock_path``; None: poll regardless), the one holding it polls and writes the count
-    to ``board`` (the instances' shared table, Inflight), and every instance reads it there.
-    Eight instances each fetching Triton's metrics page 40 times a second took enough CPU to
-    slow the pod they watched (bench/serving_triton.py behind the gate, 2 cores). The lock is
-    the kernel's (flock): a poller that dies frees it, and another instance takes over within
-    LEADER_RETRY_S."""
+    One poller a pod (the holder of the flock ``lock_path``), writing to ``board``: eight polling
+    40 times a second slowed the pod they watched (bench/serving_triton.py, 2 cores)."""
 
-    def __init__(self, url, model, period_s, taken, board=None, lock_path=None):
+    def __init__(self, url, model, period_s, taken, board, lock_path=None):
         self.url, self.model, self.period_s, self.taken = url, model, period_s, taken
-        self.board = _LocalPoll() if board is None else board
-        self.lock_path = lock_path
+        self.board, self.lock_path = board, lock_path
         self.thread = threading.Thread(target=self._run, name="compass-pending", daemon=True)
         self.thread.start()
 

@@ -1,6 +1,4 @@
-"""The router's state files: the active configuration (and blend) a switch sets, and the
-admission and late-binding tables it sends, each replaced atomically and reread by every router
-instance only when it changed (docs/serving.md, "The router")."""
+"""The router's state files, replaced atomically, reread when changed (docs/serving.md)."""
 
 import contextlib
 import json
@@ -9,34 +7,17 @@ import tempfile
 import time
 
 from compass_rules.admission import DROP, FASTEST, LATE_MESSAGE, check_admission, dispatch_verdict
-from compass_rules.binding import check_binding
 from compass_rules.protocol import router_file
 from compass_rules.routing import WEIGHT_STEPS, SmoothWeighting, config_key, quantize_weight
 
-
-def state_path(router_model):
-    """The state file of this server's router ``router_model`` (the server: this stub's parent)."""
-    return router_file(router_model, os.getppid())
-
-
-def admission_path(router_model):
-    """The admission table's file beside the routing state of ``router_model``."""
-    return router_file(router_model, os.getppid(), "admission.json")
+# The files beside a router's routing state (state_path's ``part``).
+ADMISSION_FILE, BINDING_FILE, TABLES_FILE = "admission.json", "binding.json", "tables"
+GATE_FILE, INFLIGHT_FILE = "gate.json", "inflight.bin"
 
 
-def binding_path(router_model):
-    """The late-binding table's file beside the routing state of ``router_model``."""
-    return router_file(router_model, os.getppid(), "binding.json")
-
-
-def tables_path(router_model):
-    """The digest of the tables last set, beside the routing state of ``router_model``."""
-    return router_file(router_model, os.getppid(), "tables")
-
-
-def gate_path(router_model):
-    """The router's gate as its instances run it, beside the routing state of ``router_model``."""
-    return router_file(router_model, os.getppid(), "gate.json")
+def state_path(router_model, part=None):
+    """The state file (or ``part`` beside it) of this server's (our parent's) ``router_model``."""
+    return router_file(router_model, os.getppid(), part)
 
 
 def _stamp(path):
@@ -129,8 +110,7 @@ class LateError(Exception):
 
 
 class TableFile:
-    """A table a switch sends (admission's, late binding's) as its file says, checked by
-    ``check``, reread only when the file changed."""
+    """A table a switch sends, as its file says, checked by ``check``, reread when changed."""
 
     def __init__(self, path, check):
         self.path = path
@@ -160,9 +140,7 @@ class Admission(TableFile):
         super().__init__(path, check_admission)
 
     def judge(self, key, deadline_ns):
-        """The configuration that serves a request with this deadline (ns since the epoch, as
-        parse_deadline and bounded_deadline left it) now; LateError if none can make it and the
-        table refuses such requests."""
+        """The configuration that serves a request with this deadline (ns) now, or LateError."""
         table = self.current()
         own = None if table is None else table["quantiles_ms"].get(key)
         if own is None:
@@ -179,10 +157,3 @@ class Admission(TableFile):
                 f"configuration needs {fastest_ms:.0f} ms; retry later"
             )
         return fastest if verdict == FASTEST else key
-
-
-class BindingTable(TableFile):
-    """The late-binding table (check_binding)."""
-
-    def __init__(self, path):
-        super().__init__(path, check_binding)

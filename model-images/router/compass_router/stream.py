@@ -1,7 +1,4 @@
-"""Decoupled (streaming) components and a streaming router: which components the router calls
-as streams (``compass_decoupled_components``), how it consumes one through BLS, and how a
-decoupled router forwards what the last of them streams to its client, timing its first response
-(docs/serving.md, "Streaming stages")."""
+"""Decoupled (streaming) components and a streaming router (docs/serving.md, "Streaming stages")."""
 
 import json
 import re
@@ -17,53 +14,54 @@ DECOUPLED_PARAMETER = "compass_decoupled_components"
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
 
 
-def decoupled_components(text):
-    """The component models named in ``compass_decoupled_components`` (comma-separated; empty
-    or absent: none); ValueError naming the parameter and the fix for a malformed name."""
-    names = [name.strip() for name in (text or "").split(",")]
-    names = [name for name in names if name]
+def _named(text):
+    """The models ``compass_decoupled_components`` names, in order; ValueError for a bad name."""
+    names = [name.strip() for name in (text or "").split(",") if name.strip()]
     for name in names:
         if not _MODEL_NAME.match(name):
             raise ValueError(
                 f"{DECOUPLED_PARAMETER} {text!r}: {name!r} is not a model name; give the "
                 "decoupled component models' names, comma-separated (e.g. generator)"
             )
-    return frozenset(names)
+    return names
+
+
+def decoupled_components(text):
+    """The component models the router calls as streams."""
+    return frozenset(_named(text))
 
 
 def client_stream(text):
-    """The component whose stream a decoupled router forwards to its client: the last one
-    ``compass_decoupled_components`` names (the last streaming stage); None where none is named.
-    Earlier ones are consumed and joined, as a non-streaming router does."""
-    decoupled_components(text)
-    names = [name.strip() for name in (text or "").split(",") if name.strip()]
+    """The last streaming stage (None: none), forwarded to the client; earlier ones are joined."""
+    names = _named(text)
     return names[-1] if names else None
 
 
-def _outputs_of(response, outputs):
-    """A streamed response's requested outputs present in it, as numpy arrays."""
-    found = {}
-    for name in outputs:
-        tensor = pb_utils.get_output_tensor_by_name(response, name)
-        if tensor is not None:
-            found[name] = tensor.as_numpy()
-    return found
+def router_response(result, key):
+    """A router's response: ``result`` as JSON (RESULT) and the serving configuration (CONFIG)."""
+    texts = (("RESULT", json.dumps(result)), ("CONFIG", key))
+    return pb_utils.InferenceResponse(
+        [pb_utils.Tensor(n, np.array([t.encode("utf-8")], dtype=np.object_)) for n, t in texts]
+    )
 
 
-def stream_call(model, inputs, outputs, forward=None):
-    """Call a decoupled component through BLS and consume its stream: each response's outputs
-    go to ``forward(model, outputs)`` as they arrive (a streaming router's client); returns
-    every requested output, its responses' values joined along the first axis."""
-    request = pb_utils.InferenceRequest(
+def bls_request(model, inputs, outputs):
+    """A BLS request to component ``model`` (``inputs``: name to array) asking ``outputs``."""
+    return pb_utils.InferenceRequest(
         model_name=model,
         requested_output_names=list(outputs),
         inputs=[pb_utils.Tensor(name, np.asarray(value)) for name, value in inputs.items()],
     )
+
+
+def stream_call(model, inputs, outputs, forward=None):
+    """Consume a decoupled component's stream (each response to ``forward``); outputs joined."""
     parts = {name: [] for name in outputs}
-    for response in request.exec(decoupled=True):
+    for response in bls_request(model, inputs, outputs).exec(decoupled=True):
         if response.has_error():
             raise RuntimeError(f"{model}: {response.error().message()}")
-        found = _outputs_of(response, outputs)
+        tensors = {name: pb_utils.get_output_tensor_by_name(response, name) for name in outputs}
+        found = {name: tensor.as_numpy() for name, tensor in tensors.items() if tensor is not None}
         # The stream's last response may only carry the final flag: nothing to forward.
         if not found:
             continue
@@ -92,9 +90,7 @@ class ClientGoneError(RuntimeError):
 
 
 class ResponseStream:
-    """A decoupled router's stream to the client of one request: the last streaming stage's
-    outputs as they arrive (RESULT ``{"compass_stream": model, "outputs": {...}}``, CONFIG
-    empty), then the pipeline's answer with the final flag; it times the first response."""
+    """One request's stream to its client: the last stage's outputs, then the final answer."""
 
     def __init__(self, request):
         self.sender = request.get_response_sender()
@@ -103,21 +99,12 @@ class ResponseStream:
         self.first_s = None
 
     def forward(self, model, outputs):
-        """Send one streamed response of ``model`` on to the client; ClientGoneError where the
-        client cancelled (its request is not worth finishing: the slot it holds is not)."""
+        """Send one streamed response on; ClientGoneError once the client cancelled."""
         cancelled = getattr(self.sender, "is_cancelled", None)
         if cancelled is not None and cancelled():
             raise ClientGoneError("the client cancelled its stream")
         body = {STREAM_KEY: model, "outputs": {k: _jsonable(v) for k, v in outputs.items()}}
-        result = np.array([json.dumps(body).encode("utf-8")], dtype=np.object_)
-        self.sender.send(
-            pb_utils.InferenceResponse(
-                [
-                    pb_utils.Tensor("RESULT", result),
-                    pb_utils.Tensor("CONFIG", np.array([b""], dtype=np.object_)),
-                ]
-            )
-        )
+        self.sender.send(router_response(body, ""))
         if self.first_s is None:
             self.first_s = time.perf_counter() - self.started
 

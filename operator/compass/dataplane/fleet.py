@@ -1,10 +1,4 @@
-"""Every Triton pod of a deployment, switched together, and their queues read together.
-
-``RouterFleet`` holds one ``TritonRouter`` per pod and switches them all in parallel; a pod that
-refuses or cannot be reached does not stop the others, and ``switch`` is idempotent, so the live
-loop repeats it every tick. ``FleetQueueDepth`` scrapes every pod's /metrics and turns them into
-one per-pod observation (the planner's thresholds are for one server). docs/serving.md.
-"""
+"""Every Triton pod of a deployment, switched together and read together (docs/serving.md)."""
 
 from __future__ import annotations
 
@@ -41,15 +35,12 @@ from compass_rules.routing import tables_digest
 
 # Parallel calls at once: a switch to a hundred pods takes a few rounds, not a hundred.
 MAX_PARALLEL = 32
-# One pool for every fleet in the process, its threads started once and reused: the calls run
-# every tick of every policy, and a pool per call would start and stop its threads each time.
-# (No call made in the pool submits to it again, so the pool cannot deadlock on itself.)
+# One pool for every fleet, its threads reused every tick (no call in it submits to it again).
 _POOL = ThreadPoolExecutor(max_workers=MAX_PARALLEL, thread_name_prefix="compass-fleet")
 
 
-# A pod's arrivals counter read below its last reading is a restart when it reads at most this
-# share of it, or below it this many readings in a row; otherwise a scrape answered out of order
-# (a step back of one scrape's arrivals), held. (Triton exports no process start time to tell.)
+# A pod's arrivals counter below its last reading is a restart at this share of it or below, or
+# this many readings in a row; else a scrape answered out of order, held.
 RESET_SHARE = 0.5
 RESET_READINGS = 2
 
@@ -99,8 +90,7 @@ def _parallel(calls: Sequence[Callable[[], Any]]) -> list[Any]:
 
 
 class RouterFleet:
-    """The router model of every pod; endpoints may change between ticks (``update``). The
-    first actuator (compass.dataplane.actuator.Actuator)."""
+    """The router model of every pod (an Actuator); endpoints may change between ticks."""
 
     # A router's routing has no other writer to conflict with.
     conflict: str | None = None
@@ -118,25 +108,20 @@ class RouterFleet:
         self.timeout_s, self.attempts, self.backoff_s = timeout_s, attempts, backoff_s
         self.tls = tls
         self.routers: dict[Endpoint, TritonRouter] = {}
-        # Pods that did not answer the last active_config: the switch after it skips them, so
-        # one hung pod costs a tick one timeout, not one per call (it is asked again next tick).
+        # Pods silent at the last active_config: the switch skips them (one timeout a tick).
         self.silent: dict[str, str] = {}
-        # What each pod reported at the last active_config: the switch after it sends nothing
-        # to a pod that already serves what it would set and holds the tables it would send
-        # (their digest), so a steady policy makes one call a pod a tick, not two.
+        # Each pod's report at the last active_config: a switch skips a pod that serves what it
+        # would set and holds its tables (a steady policy: one call a pod a tick).
         self.reported: dict[str, RouterState] = {}
-        # Whether ``reported`` was read since the last switch: only then may a switch skip a pod
-        # on it (the status reads it whenever; a switch after a switch asks no pod).
+        # Whether ``reported`` was read since the last switch: only then may a switch skip on it.
         self._fresh = False
-        # Pods whose last set from this fleet carried no admission table: only those may be
-        # skipped (one that had a table keeps it until a set says none).
+        # Pods last set with no tables: only those may be skipped without reporting a digest.
         self.cleared: set[str] = set()
         # Reports shared within a tick with every fleet asking the same pod (SharedReads).
         self.shared: SharedReads | None = None
         self._admission: Mapping[str, Any] | None = None
         self._binding: Mapping[str, Any] | None = None
-        # The tables' digest, worked out once per pair of tables (a policy sets the same two
-        # every tick; hashing them every switch would cost a thousand policies a JSON dump each).
+        # The tables' digest, once per pair of tables (a policy sets the same two every tick).
         self._digest: str | None = None
         self.update(endpoints)
 
@@ -152,11 +137,6 @@ class RouterFleet:
         self._admission, self._digest = table, None
         for router in self.routers.values():
             router.admission = table
-
-    @property
-    def _sends_tables(self) -> bool:
-        """Whether switches carry an admission or late-binding table (neither is reported)."""
-        return self._admission is not None or self._binding is not None
 
     @property
     def binding(self) -> Mapping[str, Any] | None:
@@ -218,12 +198,8 @@ class RouterFleet:
         return _parallel([partial(act, e, self.routers[e]) for e in self.endpoints])
 
     def active_config(self, expected: str | None = None) -> str:
-        """What the pods serve: ``expected`` if any pod serves it, else what most pods serve
-        (a tie: the first pod's); RoutingError if none answers.
-
-        A pod that joined or restarted serves its image's default until the next switch: it
-        must not outvote the pods that serve what the policy chose (``expected``).
-        """
+        """``expected`` if any pod serves it (a new pod's default must not outvote it), else
+        what most pods serve; RoutingError if none answers."""
         if not self.routers:
             raise RoutingError(f"no ready Triton pod serves {self.model}")
 
@@ -250,8 +226,7 @@ class RouterFleet:
     def switch(
         self, config: Config, blend: Config | None = None, weight: float = 0.0
     ) -> FleetSwitch:
-        """Make ``config`` (and its blend) active on every pod at once; RoutingError only if no
-        pod took it. A pod serving another mix or weight lags like one on another config."""
+        """Make ``config`` (and its blend) active on every pod; RoutingError if none took it."""
         wanted = routing_key(config, blend, weight)
         if not self.routers:
             raise RoutingError(f"no ready Triton pod serves {self.model}: nothing to switch")
@@ -259,16 +234,16 @@ class RouterFleet:
         reported = self.reported if self._fresh else {}
         cleared = set(self.cleared)
         digest = self.tables_digest()
+        sends_tables = self._admission is not None or self._binding is not None
 
         def settled(pod: str) -> bool:
-            """The pod serves what this switch sets and holds its tables: nothing to send (a
-            pod that reports no digest is trusted only where no table was ever sent to it)."""
+            """The pod serves this and holds its tables (no digest: none was ever sent)."""
             state = reported.get(pod)
             if state is None or state.routing != wanted:
                 return False
             if state.tables is not None:
                 return state.tables == digest
-            return not self._sends_tables and pod in cleared
+            return not sends_tables and pod in cleared
 
         def set_one(endpoint: Endpoint, router: TritonRouter) -> PodSwitch:
             if endpoint.name in self.silent:
@@ -284,7 +259,7 @@ class RouterFleet:
         pods = tuple(self._each(set_one))
         self.silent, self._fresh = {}, False
         took = {p.pod for p in pods if p.error is None and p.config == wanted}
-        if not self._sends_tables:
+        if not sends_tables:
             self.cleared |= took
         else:
             self.cleared -= took
@@ -382,17 +357,13 @@ class FleetQueueDepth:
         return MetricsReading(depth, arrivals, pods=len(readings))
 
     def served(self, window_s: float) -> ServedCounts | None:
-        """What every pod's router counted over about the last ``window_s``, together (each
-        pod's from its own scraper's readings; a pod that left is no longer counted)."""
+        """What every pod's router counted over about ``window_s``, together."""
         with self.lock:
             scrapers = list(self.scrapers.values())
         return summed([c for s in scrapers if (c := s.served(window_s)) is not None])
 
     def _advance(self, readings: Mapping[str, MetricsReading]) -> float | None:
-        """Add the arrivals since the last reading, per pod (a first reading is a baseline). A counter
-        that went down was reset, as for Prometheus' rate(), only when clearly so (below RESET_SHARE of
-        the last, or lower RESET_READINGS times running); a reading a little lower once is a scrape
-        answered out of order, held, or the pod's whole history would count again."""
+        """Add each pod's arrivals since its last reading (a drop is a reset only when clear)."""
         if any(r.arrivals_total is None for r in readings.values()):
             return None
         increase = 0.0

@@ -1,9 +1,5 @@
-"""Credentials, headers and TLS trust for reading a metrics endpoint (KEDA's TriggerAuthentication
-is the model): what the operator read from a Secret, in a form no log line can leak.
-
-Every field that holds a secret is left out of the repr, and nothing here formats a value into
-a message: a wrong CA or key is reported by the part it came from, never by its content.
-"""
+"""Credentials, headers and TLS trust for a metrics endpoint, from a Secret (never in a repr or
+a message: a wrong CA or key is named by its part, never its content)."""
 
 from __future__ import annotations
 
@@ -26,8 +22,7 @@ class TlsMaterialError(ValueError):
 
 @dataclass(frozen=True)
 class HttpAuth:
-    """How to authenticate to a metrics endpoint: one of bearer token or basic auth, extra
-    headers, and whom to trust over https (``ca_pem``; None: the system's roots)."""
+    """A bearer token or basic auth, extra headers, and whom https trusts (None: system roots)."""
 
     bearer_token: str | None = field(default=None, repr=False)
     username: str | None = field(default=None, repr=False)
@@ -49,9 +44,7 @@ class HttpAuth:
         return headers
 
     def ssl_context(self) -> ssl.SSLContext:
-        """The TLS context for https: verifying against the CA if given, else the system's
-        roots; no verification only when asked for explicitly. TlsMaterialError naming the
-        part that cannot be loaded. Built once (every pod's scrape shares it)."""
+        """The TLS context for https, built once; TlsMaterialError naming a bad part."""
         return self._context
 
     @cached_property
@@ -72,8 +65,7 @@ class HttpAuth:
 
 
 def _load_client_pair(context: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
-    """Load a client certificate and key (ssl reads them from files only: a private temporary
-    directory, removed at once; the chart mounts /tmp in memory)."""
+    """Load a client pair (ssl reads files only: a private temporary directory, /tmp in memory)."""
     try:
         with tempfile.TemporaryDirectory(prefix="compass-tls-") as directory:
             cert, key = Path(directory) / "tls.crt", Path(directory) / "tls.key"

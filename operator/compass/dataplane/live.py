@@ -1,12 +1,5 @@
-"""One policy step against real metrics and the real routers: the operator's timer calls this.
-
-``step`` reads the queue depth, asks the pure policy for a decision and puts the routing where
-the decision says, on every pod, every step: a switch is idempotent and costs milliseconds, so
-repeating it is how a pod that joined or restarted catches up within one interval. If the
-metrics are unavailable the policy sees no observation, and an observation is as old as its
-samples (the policy holds through a blip, then falls back or holds as it says); if no pod takes a switch, it is not recorded: the state keeps the configuration that is
-really active, and the note says so.
-"""
+"""One policy step against real metrics and routers. Every step switches (idempotent), so a new
+pod catches up within one interval; a switch no pod takes is not recorded."""
 
 from __future__ import annotations
 
@@ -32,18 +25,13 @@ class Router(Protocol):
     def switch(
         self, config: Config, blend: Config | None = None, weight: float = 0.0
     ) -> SwitchReport:
-        """Make ``config`` (with ``blend`` serving a share ``weight``) active (idempotent);
-        raises RoutingError if it could not."""
+        """Make ``config`` (with ``blend`` serving ``weight``) active, or RoutingError."""
         ...
 
 
 @dataclass(frozen=True)
 class StepResult:
-    """What one step saw and did.
-
-    ``switch`` is the switch a decision made; ``routing`` the report of this step's routing
-    call, a switch or a hold (for a fleet: each pod's outcome).
-    """
+    """What one step saw and did; ``routing``: its routing call's report, switch or hold."""
 
     observation: Observation | None
     decision: Decision
@@ -68,11 +56,7 @@ class LiveLoop:
     arrival_rate: Callable[[], float | None] | None = None
 
     def initial_state(self, now: float) -> PolicyState:
-        """Start from what the router really serves, so a restart never flips the routing.
-
-        A configuration that is not on the front gives an empty state: the policy's first
-        decision then falls back to the fastest member.
-        """
+        """Start from what the router serves (off the front: empty, so the fastest next)."""
         base, blend, weight = parse_routing_key(self.router.active_config())
         names = {t.profile.key: t.profile.name for t in self.policy.plan.thresholds}
         if base not in names or (blend is not None and blend not in names):
@@ -93,14 +77,13 @@ class LiveLoop:
         except MetricsUnavailableError as error:
             return None, f"metrics unavailable: {error}"
         # Stamped when its samples were taken, so a series that stopped moving goes stale.
-        observation = Observation(
+        return Observation(
             time=now - reading.age_s,
             queue_depth=reading.queue_depth,
             arrivals_total=reading.arrivals_total,
             arrival_rate_qps=rate,
             pods=reading.pods,
-        )
-        return observation, None
+        ), None
 
     def step(self, state: PolicyState, now: float) -> StepResult:
         """Observe, decide, actuate; the returned state is what is really active."""
@@ -117,8 +100,7 @@ class LiveLoop:
             if not decision.switched:
                 note = f"routing of {decision.target} not confirmed: {error}"
                 return StepResult(observation, decision, proposed, None, _join(problem, note))
-            # The router still serves the old configuration: keep the old state (and its
-            # timers), so the next step decides again from what is true.
+            # The router still serves the old configuration: keep the old state and its timers.
             held = replace(state, last_reason=f"switch to {decision.target} failed: {error}")
             note = f"holding {state.active}: switch to {decision.target} failed: {error}"
             return StepResult(observation, decision, held, None, note)

@@ -1,4 +1,4 @@
-"""Open-loop load against the router: requests leave at their arrival times, whatever the replies."""
+"""Open-loop load against the router: requests leave at their times, whatever the replies."""
 
 from __future__ import annotations
 
@@ -44,13 +44,7 @@ def run_load(
     queue_timeout_s: float | None = None,
     tls: GrpcTls | None = None,
 ) -> list[RequestRecord]:
-    """Send request i at ``arrivals[i]`` seconds (open loop, so queueing happens in Triton) and
-    wait for every reply; with several servers request i goes to ``url[replicas[i]]`` (the
-    simulator's assignment, so runs stay paired).
-
-    ``parameters`` go with every request; ``deadline_s``: each carries its deadline for the
-    router's admission; ``queue_timeout_s``: Triton's own queue timeout (bench/triton_queue.py);
-    ``tls``: TLS to the servers' gRPC ports."""
+    """Send request i at ``arrivals[i]`` s to ``url[replicas[i]]``; every reply, when all came."""
     if queue_timeout_s is not None and not queue_timeout_s > 0:
         raise ValueError(f"queue_timeout_s: {queue_timeout_s!r} is not > 0; give seconds, or None")
     # Triton takes the timeout in whole microseconds; 0 would mean none.
@@ -85,14 +79,8 @@ def run_load(
                 record = RequestRecord(sent - start, latency, None, None, str(error))
             else:
                 body, served_by = read_reply(result)
-                score = body.get("score")
-                record = RequestRecord(
-                    sent - start,
-                    latency,
-                    served_by,
-                    float(score) if score is not None else None,
-                    None,
-                )
+                score = None if body.get("score") is None else float(body["score"])
+                record = RequestRecord(sent - start, latency, served_by, score, None)
             records[index] = record
             if on_reply is not None:
                 on_reply(record)

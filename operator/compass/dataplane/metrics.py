@@ -39,18 +39,15 @@ ROUTER_COUNTERS = (
     STREAM_FIRST_METRIC,
     STREAM_END_METRIC,
 )
-# What a number read from a metric may be; past these it is a failed read (the policy holds as
-# for a missing metric), never a decision: no pod queues a billion requests, a float counter
-# past 2**53 no longer counts by one, a sample older than a day is no reading of now, and a
-# clock minutes ahead is a wrong timestamp (a few seconds ahead: skew, read as fresh).
+# Past these a number read is a failed read, never a decision: no pod queues a billion, a float
+# past 2**53 no longer counts by one, a day-old sample is not now, minutes ahead is a wrong clock.
 MAX_QUEUE_DEPTH = 1e9
 MAX_COUNTER = 2.0**53
 MAX_SAMPLE_AGE_S = 86_400.0
 MAX_FUTURE_S = 300.0
 
 
-# vLLM's gauge of the requests queued on a model server (waiting for a batch slot): the queue
-# the llm-d gateway's policies read.
+# vLLM's gauge of the requests waiting on a model server (the llm-d gateway's queue).
 VLLM_WAITING_METRIC = "vllm:num_requests_waiting"
 
 
@@ -60,14 +57,12 @@ def _gate_waiting_term(model: str) -> str:
 
 
 def default_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
-    """PromQL for the router's queue: Triton's pending requests, summed over versions, plus
-    those waiting at the router's gate."""
+    """PromQL for the router's queue: Triton's pending requests plus those at its gate."""
     return f'sum({PENDING_METRIC}{{model="{model}"}}) + {_gate_waiting_term(model)}'
 
 
 def default_arrivals_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
-    """PromQL for the router's arrivals so far: finished (ok or failed) plus still waiting
-    (pending, or at the router's gate)."""
+    """PromQL for the router's arrivals so far: finished plus still waiting."""
     counted = " + ".join(
         f'sum(nv_inference_{name}{{model="{model}"}})'
         for name in ("request_success", "request_failure", "pending_request_count")
@@ -76,15 +71,13 @@ def default_arrivals_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
 
 
 def default_age_query(model: str = DEFAULT_ROUTER_MODEL) -> str:
-    """PromQL for how old the router's queue samples are: Prometheus' now minus the oldest
-    sample's own timestamp (an instant query stamps its result "now", however old the sample)."""
+    """PromQL for the queue samples' age (an instant query stamps even old samples "now")."""
     return f'time() - min(timestamp(nv_inference_pending_request_count{{model="{model}"}}))'
 
 
 @dataclass(frozen=True)
 class MetricsReading:
-    """One reading: the queue depth and, when known, a counter of arrivals so far, both per pod
-    over ``pods``; ``age_s``: how old the samples were when read (0: a direct scrape)."""
+    """Queue depth and arrivals so far (None: unknown), per pod; ``age_s``: the samples' age."""
 
     queue_depth: float
     arrivals_total: float | None = None
@@ -102,8 +95,7 @@ def _shown(value: float) -> str:
 
 
 def checked_count(value: float, what: str, where: str, high: float) -> float:
-    """A queue depth or counter read from a metric: finite, >= 0, at most ``high``; otherwise
-    MetricsUnavailableError naming ``where`` and the number."""
+    """A count read from a metric if finite, >= 0 and at most ``high``."""
     if not math.isfinite(value):
         raise MetricsUnavailableError(f"{where}: {what} {_shown(value)} is not a finite number")
     if value < 0:
@@ -114,8 +106,7 @@ def checked_count(value: float, what: str, where: str, high: float) -> float:
 
 
 def checked_age(value: float, where: str) -> float:
-    """How old a sample is (s): finite, at most a day; a few minutes in the future (clock skew)
-    is fresh (0); further is a wrong timestamp. MetricsUnavailableError otherwise."""
+    """A sample's age (s), at most a day; a few minutes in the future (skew) is fresh (0)."""
     if not math.isfinite(value):
         raise MetricsUnavailableError(f"{where}: sample age {_shown(value)} is not a finite number")
     if value > MAX_SAMPLE_AGE_S:
@@ -131,15 +122,11 @@ def checked_age(value: float, where: str) -> float:
 
 
 class SharedReads:
-    """Reads shared within one operator tick: sources asking the same (URL, query, credentials)
-    get one request's answer or error, so a thousand policies make one query a tick; each keeps
-    its own counters, deciding as it would alone."""
+    """Reads shared within one tick: a thousand policies asking the same make one request."""
 
     def __init__(self) -> None:
         self._answers: dict[tuple[Any, ...], _SharedAnswer] = {}
         self._lock = threading.Lock()
-        self.requests = 0  # made, all rounds together (the rest were shared)
-        self.asked = 0  # answers given, shared or not
 
     def next_round(self) -> None:
         """Forget the answers of the last round: the next asks read afresh."""
@@ -152,16 +139,12 @@ class SharedReads:
         read: Callable[[], Any],
         errors: tuple[type[Exception], ...] = (),
     ) -> Any:
-        """``read()``'s answer for ``key`` in this round: read by the first to ask, the others
-        wait for it. Its MetricsUnavailableError (or one of ``errors``: each takes one message)
-        is shared the same way: raised to each, as a new exception of its type."""
+        """``read()``'s answer (or error, raised anew to each) for ``key`` in this round."""
         with self._lock:
-            self.asked += 1
             answer = self._answers.get(key)
             first = answer is None
             if answer is None:
                 answer = self._answers[key] = _SharedAnswer()
-                self.requests += 1
         if first:
             caught: tuple[type[Exception], ...] = (MetricsUnavailableError, *errors)
             try:
@@ -212,15 +195,12 @@ class QueueDepthSource(Protocol):
         ...
 
     def served(self, window_s: float) -> ServedCounts | None:
-        """What the routers served (their SERVED_METRIC and REFUSED_METRIC counters, and a
-        decoupled router's stream counters) over about the last ``window_s``: None while
-        unknown, or where the routers count none; raises MetricsUnavailableError."""
+        """What the routers served over about ``window_s`` (None: unknown or not counted)."""
         ...
 
 
 class PrometheusQueueDepth:
-    """A PromQL instant query returning one number: totals over every pod (``sum``), divided by
-    ``pods`` when given (the thresholds are per server); ``auth``: credentials, headers and TLS."""
+    """A PromQL instant query of one number: a total over pods, divided by ``pods`` if given."""
 
     def __init__(
         self,
@@ -257,25 +237,15 @@ class PrometheusQueueDepth:
 
     def queue_depth(self) -> float:
         """Evaluate the queue-depth query now."""
-        return checked_count(
-            self._scalar(self.query), "queue depth", self._where(self.query), MAX_QUEUE_DEPTH
-        )
+        return self._count(self.query, "queue depth", MAX_QUEUE_DEPTH)
 
     def read(self) -> MetricsReading:
         """Queue depth, and arrivals when an arrivals query is configured."""
-        depth = checked_count(
-            self._scalar(self.query), "queue depth", self._where(self.query), MAX_QUEUE_DEPTH
-        )
+        depth = self.queue_depth()
         arrivals = None
         if self.arrivals_query:
-            arrivals = checked_count(
-                self._scalar(self.arrivals_query),
-                "arrivals counter",
-                self._where(self.arrivals_query),
-                MAX_COUNTER,
-            )
-        # Measured on Prometheus' clock alone, so no skew with this one; a sample stamped a
-        # little in the future (an exporter's own timestamp) counts as fresh.
+            arrivals = self._count(self.arrivals_query, "arrivals counter", MAX_COUNTER)
+        # On Prometheus' clock alone, so no skew with this one.
         age = (
             checked_age(self._scalar(self.age_query), self._where(self.age_query))
             if self.age_query
@@ -287,9 +257,7 @@ class PrometheusQueueDepth:
         )
 
     def served(self, window_s: float) -> ServedCounts | None:
-        """What the routers of this source's model served over ``window_s``, selected by the
-        model label as the default queries are (PromQL increase(): counter resets handled
-        there); None where no router counts."""
+        """What the routers of this source's model served over ``window_s`` (PromQL increase())."""
         model = self.model
         if model is None:
             return None
@@ -312,8 +280,7 @@ class PrometheusQueueDepth:
         return ServedCounts(configs, total_refused, window_s, self._streams(model, window))
 
     def _streams(self, model: str, window: str) -> StreamCounts | None:
-        """A decoupled router's streams and their summed times over ``window`` (PromQL
-        increase()); None where the routers stream nothing (no such series)."""
+        """A decoupled router's streams and summed times over ``window``; None: no streams."""
         totals = []
         for metric in (STREAMS_METRIC, STREAM_FIRST_METRIC, STREAM_END_METRIC):
             series = self._vector(f'sum(increase({metric}{{model="{model}"}}[{window}]))')
@@ -331,9 +298,11 @@ class PrometheusQueueDepth:
         )
         return series
 
+    def _count(self, query: str, what: str, high: float) -> float:
+        return checked_count(self._scalar(query), what, self._where(query), high)
+
     def _scalar(self, query: str) -> float:
-        """Evaluate a query that must return one number (once a round for every source with
-        the same URL, query and credentials)."""
+        """Evaluate a query that must return one number (once a round)."""
         key = ("prometheus", self.url, query, self.timeout_s, self.http.auth)
         value: float = shared_read(self.shared, key, lambda: self._evaluate(query))
         return value
@@ -403,8 +372,7 @@ class PrometheusQueueDepth:
 
 @dataclass(frozen=True)
 class UnavailableSource:
-    """A source that cannot be read until its configuration is fixed (a missing Secret): every
-    read fails with ``problem``, so the policy treats it as lost metrics."""
+    """A source whose configuration is broken (a missing Secret): every read fails."""
 
     where: str
     problem: str
@@ -474,11 +442,8 @@ class TritonQueueDepth:
         """Metrics URL and series (the pending count with the gate's waiters: as read)."""
         if self.model is None:
             return f"model server metrics {self.metrics_url} {self.metric}, summed"
-        series = (
-            f"{PENDING_METRIC} + {GATE_WAITING_METRIC}"
-            if self.metric == PENDING_METRIC
-            else self.metric
-        )
+        # A router's pending count (the only metric read with a model) with its gate's waiters.
+        series = f"{PENDING_METRIC} + {GATE_WAITING_METRIC}"
         return f"Triton metrics {self.metrics_url} {series}{{model={self.model!r}}}"
 
     def queue_depth(self) -> float:
@@ -486,8 +451,7 @@ class TritonQueueDepth:
         return self.read().queue_depth
 
     def read(self) -> MetricsReading:
-        """Scrape once (once a round for every source of the same URL, model and credentials):
-        pending requests, and arrivals = finished + pending (counted by this source)."""
+        """Scrape once (once a round): pending requests, and arrivals = finished + pending."""
         key = ("triton", self.metrics_url, self.model, self.metric, self.timeout_s, self.http.auth)
         pending, finished, served = shared_read(self.shared, key, self._scrape)
         with self.lock:
@@ -499,19 +463,16 @@ class TritonQueueDepth:
         return MetricsReading(pending, arrivals)
 
     def served(self, window_s: float) -> ServedCounts | None:
-        """What the router counted over about the last ``window_s``, from this source's own
-        readings (no request of its own); None before two readings with the counters."""
+        """What the router counted over about ``window_s``, from this source's own readings."""
         with self.lock:
             return self.served_history.since(time.monotonic(), window_s)
 
     def _scrape(self) -> tuple[float, list[float | None], RouterCounters | None]:
-        """The pending requests, the finished counters (success, failure) and the router's
-        served and refused counters (None: it has none, or one is unreadable) now."""
+        """Pending requests, finished counters (success, failure) and the router's counters."""
         data = self.http.get(self.metrics_url, self.timeout_s, self.describe())
         totals: dict[str, float] = {}
         counters: list[tuple[str, dict[str, str], str]] = []
-        # Most of a page is other models' (a shared Triton serves many): skipped unparsed. A
-        # model server's (model None) counts every sample of its one metric: all its requests.
+        # Other models' lines are skipped unparsed; a model server (model None) counts them all.
         selector = self.metric if self.model is None else f'model="{self.model}"'
         for line in data.decode("utf-8", errors="replace").splitlines():
             if selector not in line:
@@ -525,8 +486,7 @@ class TritonQueueDepth:
             if self.model is not None and labels.get("model") != self.model:
                 continue
             if match["name"] in ROUTER_COUNTERS:
-                # What the routers served is for the status alone: read apart, so that a bad
-                # counter never fails the queue's reading (and the decision with it).
+                # For the status alone: read apart, so a bad counter never fails the decision.
                 counters.append((match["name"], labels, match["value"]))
                 continue
             try:
@@ -557,10 +517,7 @@ class TritonQueueDepth:
     def _router_counters(
         self, samples: list[tuple[str, dict[str, str], str]]
     ) -> RouterCounters | None:
-        """The router's counters per series from their samples (name, labels, value); None
-        where it has none (a router without them: its refused counter exists from its start)
-        or one is unreadable (logged; the queue is read all the same). An instance's stream
-        counters count only all three together (a time without its count is no mean)."""
+        """The router's counters (a stream's only all three together); None: none or unreadable."""
         if not samples:
             return None
         served: dict[tuple[str, str], float] = {}
@@ -593,8 +550,7 @@ class TritonQueueDepth:
         return RouterCounters(served, refused, whole)
 
     def _count(self, finished: float, pending: float) -> float:
-        """Arrivals so far: finished + pending, held at its highest until the server restarts (a
-        request taken up is in neither for a moment: a dip above the last finished count is lag)."""
+        """Arrivals so far (finished + pending), held at its highest (a dip is lag) till restart."""
         arrivals = finished + pending
         if self.counted is not None:
             highest, finished_before = self.counted
@@ -615,10 +571,7 @@ def source_for(
     auth: HttpAuth | None = None,
     shared: SharedReads | None = None,
 ) -> QueueDepthSource:
-    """The metrics source a policy names: ``prometheus`` (PromQL, totals divided among the
-    ``pods``; the samples' age from ``age_query``, by default the default query's) or
-    ``triton`` (one server's /metrics); ``auth`` for every request; ``shared``: reads shared
-    with the other sources in a round."""
+    """The metrics source a policy names: prometheus, triton or vllm."""
     if kind == "triton":
         return TritonQueueDepth(url, model=model, auth=auth, shared=shared)
     if kind == "vllm":

@@ -1,7 +1,5 @@
-"""The metrics sources' HTTP GET: one request with a deadline on the whole exchange (connect to
-last byte), bounded answers, no redirects, the credentials and TLS trust of a source, and errors
-that name the source and the cause in a fixed vocabulary (the server's own words go to the log
-only, never into a status or an Event)."""
+"""The metrics sources' HTTP GET: a deadline on the whole exchange, bounded answers, no redirects,
+and errors in a fixed vocabulary (a server's own words go to the log only, never a status)."""
 
 from __future__ import annotations
 
@@ -17,8 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from email.message import Message
-from typing import IO, Any
+from typing import Any, cast
 
 from compass.api.urls import url_problem
 from compass.dataplane.httpauth import HttpAuth
@@ -31,11 +28,9 @@ class MetricsUnavailableError(RuntimeError):
     """The queue depth could not be read; the message names the source and the cause."""
 
 
-# A metrics page larger than this is refused: Triton's is tens of kB, and an endpoint that
-# streams without end must not fill the operator's memory.
+# A larger metrics page is refused (Triton's is tens of kB): an endless one must not fill memory.
 MAX_METRICS_BYTES = 8 * 1024 * 1024
-# What the log may keep of an answer: this many characters, printable ASCII only. Nothing a
-# server answers goes into an error message, so none of it reaches a status or an Event.
+# What the log may keep of an answer (printable ASCII); no error message carries any of it.
 EXCERPT_CHARS = 200
 # Local socket, resolver and TLS failures, named in a fixed vocabulary (first match wins).
 _CONNECTION_FAILURES = (
@@ -72,41 +67,18 @@ def connection_failure(error: BaseException) -> str:
 
 
 def checked_url(url: str) -> str:
-    """The URL if it is http(s)://host[:port][/path]; ValueError otherwise (the API checks the
-    same at admission: this is the data plane's own guard)."""
+    """The URL if it is http(s)://host[:port][/path], else ValueError (as the API checks)."""
     problem = url_problem(url)
     if problem is not None:
         raise ValueError(f"metrics URL {problem}")
     return url
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is an HTTP error: following it would reach a host nobody checked."""
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: Message,
-        newurl: str,
-    ) -> None:
-        """Never follow."""
-        return None
-
-
 class _Deadline:
-    """One request's deadline for the whole of it: connect, headers and body together.
-
-    A socket timeout bounds each read alone, so a server that sends a byte just within it (a
-    large Content-Length, then a byte a second) would hold the reading thread for ever. When
-    the deadline passes, the watchdog shuts the request's sockets down: the blocked read
-    returns at once, with an error or a short answer, and ``expired`` says why.
-    """
+    """One request's deadline for the whole of it (a socket timeout bounds each read alone: a byte
+    a second would hold a thread for ever); at it the watchdog shuts the sockets down."""
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
         self.at = time.monotonic() + seconds
         self.expired = False
         self._done = False
@@ -118,8 +90,7 @@ class _Deadline:
         return max(self.at - time.monotonic(), 0.001)
 
     def watch(self, sock: socket.socket) -> None:
-        """Shut ``sock`` down when the deadline passes (its duplicate: a TLS wrapper detaches
-        the original, and a duplicate's shutdown stops the same connection)."""
+        """Shut ``sock`` down at the deadline (a duplicate: a TLS wrapper detaches the original)."""
         copy = sock.dup()
         with self._lock:
             if not self._done and not self.expired:
@@ -202,16 +173,13 @@ class _DeadlineRequest(urllib.request.Request):
 
 
 def _watched_connection(
-    base: type[http.client.HTTPConnection], deadline: _Deadline | None
+    base: type[http.client.HTTPConnection], req: urllib.request.Request
 ) -> Callable[..., http.client.HTTPConnection]:
-    """``base`` whose socket the deadline watches from the moment it is connected (so a TLS
-    handshake, the headers and the body are all within it), its connect bounded by what is
-    left of it."""
+    """``base`` whose socket the deadline watches from its connect (TLS handshake included)."""
+    deadline = cast(_DeadlineRequest, req).deadline  # Http.get sends no other request
 
     def connection(host: str, **kwargs: Any) -> http.client.HTTPConnection:
         made = base(host, **kwargs)
-        if deadline is None:
-            return made
         create = made._create_connection  # type: ignore[attr-defined]  # http.client's hook
 
         def connect(address: Any, timeout: Any = None, source: Any = None) -> socket.socket:
@@ -226,16 +194,11 @@ def _watched_connection(
     return connection
 
 
-def _deadline_of(req: urllib.request.Request) -> _Deadline | None:
-    deadline = getattr(req, "deadline", None)
-    return deadline if isinstance(deadline, _Deadline) else None
-
-
 class _HTTPHandler(urllib.request.HTTPHandler):
     """http:// under the request's deadline."""
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_watched_connection(http.client.HTTPConnection, _deadline_of(req)), req)
+        return self.do_open(_watched_connection(http.client.HTTPConnection, req), req)
 
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
@@ -246,22 +209,19 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
         self.tls = context
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        https = http.client.HTTPSConnection
-        return self.do_open(_watched_connection(https, _deadline_of(req)), req, context=self.tls)
+        https = _watched_connection(http.client.HTTPSConnection, req)
+        return self.do_open(https, req, context=self.tls)
 
 
 def _http_opener(context: ssl.SSLContext | None = None) -> urllib.request.OpenerDirector:
-    """An opener for http and https only (urlopen's default also reads file:// and ftp://),
-    that follows no redirect (so no credential is ever sent to a host it names); https
-    verifies against ``context`` (default: the system's roots). A request made as a
-    ``_DeadlineRequest`` has its sockets shut when its deadline passes."""
+    """An opener for http(s) only, following no redirect (no credential goes to a host it names)."""
     opener = urllib.request.OpenerDirector()
+    # No redirect handler: a 3xx is an HTTPError (following it would reach a host nobody checked).
     for handler in (
         urllib.request.ProxyHandler(),
         _HTTPHandler(),
         _HTTPSHandler(context),
         urllib.request.HTTPDefaultErrorHandler(),
-        _NoRedirects(),
         urllib.request.HTTPErrorProcessor(),
     ):
         opener.add_handler(handler)
@@ -286,8 +246,7 @@ def _http_status(code: int, authenticated: bool = False) -> str:
 
 
 class Http:
-    """GETs with one source's headers and TLS trust: bounded answers, no redirects, and the
-    server's words in the log only."""
+    """GETs with one source's headers and TLS trust."""
 
     def __init__(self, auth: HttpAuth | None) -> None:
         self.auth = auth
@@ -301,8 +260,7 @@ class Http:
         self.rejected = False
 
     def get(self, url: str, timeout_s: float, where: str) -> bytes:
-        """The body of a 200; MetricsUnavailableError naming ``where`` otherwise. The whole
-        request, connect to last byte, takes at most ``timeout_s``."""
+        """The body of a 200 within ``timeout_s``, all told; MetricsUnavailableError otherwise."""
         deadline = _Deadline(timeout_s)
         request = _DeadlineRequest(url, self.headers, deadline)
         _WATCHDOG.watch(deadline)

@@ -1,11 +1,4 @@
-"""Measurements spread over the pods of a Service: each pod measures one thing at a time.
-
-The profiler hands configurations to whichever pod is free (``PodPool.run``), one worker thread
-per pod, so two configurations never share a pod (a latency measured beside another one's load
-would read its queueing, not its service time) and N pods measure N configurations at once. A
-pod that cannot be reached gives its configuration back and leaves the pool; the others go on.
-``TimeLimit`` bounds the profiling's wall time: every measurement checks it between requests.
-"""
+"""Measurements spread over a Service's pods, one at a time each (not another's queueing)."""
 
 from __future__ import annotations
 
@@ -28,8 +21,7 @@ class ProfilingTimeLimitError(RuntimeError):
 
 @dataclass
 class TimeLimit:
-    """A bound of ``max_seconds`` on wall time from ``started`` (``clock``'s reading), named
-    by ``field`` (the flag or spec field that sets it) in the error that says it was passed."""
+    """A bound on wall time from ``started``, named by ``field`` (what sets it) in its error."""
 
     max_seconds: float | None
     field: str
@@ -64,11 +56,7 @@ class TimeLimit:
 
 @dataclass
 class PodPool(Generic[Item, Result]):
-    """One router per pod, by pod name; ``run`` gives each item to whichever pod is free.
-
-    ``lost`` names the pods that left the pool (unreachable) and why. ``measured`` counts the
-    items each pod measured, for the profiles' metadata.
-    """
+    """One router per pod, by pod name; ``run`` gives each item to whichever pod is free."""
 
     routers: Mapping[str, TritonRouter]
     limit: TimeLimit = field(default_factory=lambda: TimeLimit(None, ""))
@@ -90,13 +78,8 @@ class PodPool(Generic[Item, Result]):
         measure: Callable[[TritonRouter, Item], Result],
         finished: Callable[[int, str, Result], None] | None = None,
     ) -> list[tuple[str, Result]]:
-        """Each item measured once, on one pod, each pod one item at a time, items handed out
-        in order; (pod, result) per item, in the items' order whatever order they end in.
-
-        ``finished(index, pod, result)`` runs as each ends (one at a time). A pod's RoutingError
-        puts its item back for another pod and takes the pod out; with no pod left, or any
-        other error, the workers stop and the first error is raised (ProfilingTimeLimitError
-        once the time limit is passed)."""
+        """(pod, result) per item, in order; a pod's RoutingError gives its item back, any other
+        error (or no pod left) stops the workers and is raised."""
         if not self.pods:
             raise RoutingError(f"no pod left to measure on: {self._lost_text()}")
         results: dict[int, tuple[str, Result]] = {}
@@ -110,8 +93,7 @@ class PodPool(Generic[Item, Result]):
             turn.notify_all()
 
         def next_item() -> int | None:
-            """The next item to measure, or None when there is none left for this pod (a
-            worker waits while others are measuring: a lost pod gives its item back)."""
+            """The next item, or None (it waits while others measure: a lost pod's comes back)."""
             nonlocal in_flight
             with turn:
                 while not errors and not pending and in_flight:
@@ -164,9 +146,8 @@ class PodPool(Generic[Item, Result]):
         for worker in workers:
             worker.join()
         if errors:
-            first = errors[0]
-            timed_out = [e for e in errors if isinstance(e, ProfilingTimeLimitError)]
-            raise self.limit.error() if timed_out else first
+            timed_out = any(isinstance(e, ProfilingTimeLimitError) for e in errors)
+            raise self.limit.error() if timed_out else errors[0]
         return [results[index] for index in range(len(items))]
 
     def _lost_text(self) -> str:

@@ -1,5 +1,4 @@
-"""Latency profiling through the router: each configuration by per-request override, each pod
-measuring one configuration at a time (compass.dataplane.podpool), the pods in parallel."""
+"""Latency profiling through the router by per-request override, the pods in parallel."""
 
 from __future__ import annotations
 
@@ -30,18 +29,14 @@ from compass_rules.protocol import OVERRIDE_PARAMETER
 
 @dataclass(frozen=True)
 class ProfileSettings:
-    """Warm-up and measured requests per configuration, and the optional screening pass: with
-    ``screen_runs`` > 0 a configuration a more accurate one beats by over ``screen_margin`` (mean
-    latency) keeps its screening profile, since it cannot be on the front."""
+    """Requests per configuration; ``screen_runs`` > 0: a screening pass first (cf. profiles)."""
 
     warmup_runs: int = 3
     measured_runs: int = 50
     screen_runs: int = 0
     screen_margin: float = 0.25
-    # Unmeasured requests a pod gets before its first measurement: each router instance's
-    # first request (and a backend's lazy start) runs cold, and Triton hands requests to the
-    # instances in turn, so without them the first configuration measured on a pod carries
-    # them all (rag-sim's gated router of 8 instances, x0.2: p95 333-345 ms against ~208).
+    # A pod's unmeasured requests first: each instance's first runs cold, and without them the
+    # first configuration measured carries them all (rag-sim, 8 instances: p95 ~340 vs ~208 ms).
     pod_warmup_runs: int = 16
 
 
@@ -52,8 +47,7 @@ def warm_up(
     payload: Callable[[int], Mapping[str, Any]],
     check: Callable[[], None] = lambda: None,
 ) -> None:
-    """``runs`` unmeasured requests of ``config``, back to back (``check`` before each): a
-    configuration's warm-up, or a pod's before its first measurement (``pod_warmup_runs``)."""
+    """``runs`` unmeasured requests of ``config``, back to back (``check`` before each)."""
     for run in range(runs):
         check()
         router.infer(payload(run), config=config)
@@ -66,9 +60,7 @@ def profile_configuration(
     payload: Callable[[int], Mapping[str, Any]],
     check: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
-    """Latency statistics (ms) of one configuration, one request at a time (the service time
-    the queueing model needs), with its component means (``component_ms``, what late binding
-    splits by) and, where every reply streamed, ``ttft_*_ms``; ``check`` runs before each request."""
+    """Latency statistics (ms) of one configuration, one request at a time (its service time)."""
     warm_up(router, config, settings.warmup_runs, payload, check)
     latencies = []
     components: list[dict[str, float] | None] = []
@@ -90,8 +82,7 @@ def profile_configuration(
 
 
 def mean_component_times(replies: Sequence[Mapping[str, float] | None]) -> dict[str, float] | None:
-    """Each component model's mean time over the replies (a model a reply did not call counts
-    0 there: a pipeline may skip one), or None unless every reply timed its components."""
+    """Each component model's mean time (0 where skipped); None unless every reply timed them."""
     if not replies or any(reply is None for reply in replies):
         return None
     models = sorted({model for reply in replies if reply is not None for model in reply})
@@ -104,8 +95,7 @@ def mean_component_times(replies: Sequence[Mapping[str, float] | None]) -> dict[
 
 
 def first_response_statistics(firsts: Sequence[float | None]) -> dict[str, float]:
-    """The profile's ``ttft_*_ms`` fields from each reply's time to its first streamed
-    response (ms); none unless every reply streamed (a router that does not stream)."""
+    """The profile's ``ttft_*_ms`` fields; none unless every reply streamed."""
     if not firsts or any(first is None for first in firsts):
         return {}
     times = np.array(firsts, dtype=np.float64)
@@ -139,13 +129,6 @@ def measurement_key(config: Config, how: str) -> str:
     return f"{how}|{config_key(config)}"
 
 
-def as_pool(routers: TritonRouter | PodPool[Any, Any]) -> PodPool[Any, Any]:
-    """A pod pool: this one, or one router as a pool of one pod."""
-    if isinstance(routers, TritonRouter):
-        return PodPool({routers.url: routers})
-    return routers
-
-
 def profile_configurations(
     routers: TritonRouter | PodPool[Any, Any],
     configs: Sequence[tuple[Config, float | None]],
@@ -156,10 +139,8 @@ def profile_configurations(
     known: Mapping[str, Mapping[str, Any]] | None = None,
     measured: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """The profiles document the planner reads: metadata and one entry per configuration, in
-    their order whichever pod of the pool measured each (named under ``pod``). ``known`` entries (a
-    resumed profiling's) are kept; ``measured`` sees each new one; ``progress`` counts passes."""
-    pool = as_pool(routers)
+    """The profiles document the planner reads; ``known`` (a resumed profiling's) entries kept."""
+    pool = PodPool({routers.url: routers}) if isinstance(routers, TritonRouter) else routers
     accuracies = [accuracy for _, accuracy in configs]
     screening = settings.screen_runs > 0 and len(configs) > 1
     total = len(configs) * (2 if screening else 1)
@@ -218,8 +199,7 @@ def profile_configurations(
         total = len(configs) + len(pending)
     while pending:
         measure_all(pending, settings, FULL_PASS)
-        # A screening is a handful of requests: its verdict stands only while a configuration
-        # measured in full still beats it; otherwise that one is measured in full too.
+        # A screening's verdict stands only while one measured in full still beats it.
         full = {i for i, entry in entries.items() if not entry.get("screened")}
         pending = sorted(
             i for i, entry in entries.items() if entry.get("screened") and i not in beaten(full)
@@ -260,9 +240,7 @@ def pod_summary(pool: PodPool[Any, Any]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class CurveSettings:
-    """The cost of one capacity curve: requests per rate (within ``seconds_per_rate`` and
-    ``max_seconds_per_rate`` of load), at most ``max_points`` rates, each run ``repeats_per_rate``
-    times (the point is the run of median p95: a shared node has busy moments)."""
+    """The cost of one capacity curve (repeats: the run of median p95, against busy moments)."""
 
     requests_per_rate: int = 300
     max_points: int = MAX_CURVE_POINTS
@@ -272,8 +250,7 @@ class CurveSettings:
     repeats_per_rate: int = 1
 
     def requests_at(self, rate: float) -> int:
-        """The requests offered at ``rate``: the bounds in seconds win over the count, and
-        never fewer than MIN_REQUESTS_PER_RATE."""
+        """The requests offered at ``rate``: the bounds in seconds win over the count."""
         wanted = max(self.requests_per_rate, int(rate * self.seconds_per_rate))
         return max(MIN_REQUESTS_PER_RATE, min(wanted, int(rate * self.max_seconds_per_rate)))
 
@@ -292,12 +269,7 @@ def measure_curve(
     percentile: float = 95.0,
     check: Callable[[], None] = lambda: None,
 ) -> CapacityCurve:
-    """A configuration's latency-throughput curve: open-loop Poisson load up the ladder of rates,
-    each request carrying the configuration as an override (production's never moves).
-
-    ``mean_ms``/``idle_p95_ms``: its one-at-a-time figures the ladder starts from; ``servers``: the
-    router's instances; ``slo_ms`` at ``percentile``: the tightest budget read off it. A failed
-    request fails the curve: a point missing its slowest replies would read fast."""
+    """A configuration's latency-throughput curve by override; a failed request fails it."""
     rng = np.random.default_rng(settings.seed)
 
     def measure(rate: float) -> CurvePoint:
@@ -329,8 +301,7 @@ def measure_rate(
     payload: Callable[[int], Mapping[str, Any]],
     rng: np.random.Generator,
 ) -> CurvePoint:
-    """One curve point: ``requests`` open-loop Poisson arrivals at ``rate``, each overriding
-    the configuration; a failed or missing reply raises CapacityError."""
+    """One curve point at ``rate``; a failed or missing reply raises CapacityError."""
     gaps = rng.exponential(1 / rate, requests)
     arrivals = np.cumsum(gaps) - gaps[0]
     records = run_load(

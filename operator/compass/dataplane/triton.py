@@ -1,11 +1,5 @@
-"""The routing actuator and client for the Compass router model on Triton (gRPC).
-
-A switch is one inference request to the router's control model (``<router>_control``, the
-same generic model.py in its control role): it replaces a small state file that every router
-instance reads before each request. Nothing reloads and no process starts, so a switch costs a
-few milliseconds and no request fails; requests already running finish on the old
-configuration, every request that starts afterwards runs on the new one.
-"""
+"""The client of the Compass router on Triton (gRPC). A switch is one request to its control model
+(``<router>_control``), which replaces a state file every instance reads: ms, no reload."""
 
 from __future__ import annotations
 
@@ -13,7 +7,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +33,8 @@ from compass_rules.routing import routing_key as rules_routing_key
 
 # Triton's parameter on a stream's last response (asked with enable_empty_final_response).
 FINAL_RESPONSE_PARAMETER = "triton_final_response"
-# gRPC's reconnect back-off grows to 120 s by default, and channels to one address share their
-# connection: a pod that restarted at the same address would stay "unreachable" to every client
-# for up to two minutes after it is back. Each client keeps its own connection, retried within
-# half a second, so a restarted pod is switched at the next tick.
+# gRPC's back-off grows to 120 s, on a connection channels share: a pod restarted at the same
+# address would stay "unreachable" for minutes. Each client has its own, retried within 0.5 s.
 CHANNEL_ARGS = [
     ("grpc.max_send_message_length", 2**31 - 1),
     ("grpc.max_receive_message_length", 2**31 - 1),
@@ -55,10 +47,7 @@ CHANNEL_ARGS = [
 
 @dataclass(frozen=True)
 class GrpcTls:
-    """TLS to Triton's gRPC port: the CA bundle the server's certificate is checked against
-    (PEM; None: the system's roots), a client certificate and key for mutual TLS (both or
-    neither), and the name the certificate must carry where the address is a pod's IP (None:
-    the address's host)."""
+    """TLS to Triton's gRPC port: CA (None: system roots), client pair, name to verify."""
 
     ca_pem: bytes | None = None
     cert_pem: bytes | None = None
@@ -81,15 +70,12 @@ class GrpcTls:
 
     def channel_args(self) -> list[tuple[str, Any]]:
         """The server name to verify, where it is not the address's host."""
-        if not self.server_name:
-            return []
-        return [("grpc.ssl_target_name_override", self.server_name)]
+        return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
 
 
 def routing_key(config: Config, blend: Config | None = None, weight: float = 0.0) -> str:
-    """One string for what a router serves (compass_rules.routing.routing_key, the weight taken
-    down to the grid), so a report can be compared with what was asked."""
-    mix = _mix_weight(blend, weight)
+    """One string for what a router serves (the weight on the grid), as a router reports it."""
+    mix = 0.0 if blend is None else quantize_weight(weight)
     if blend is None or mix == 0.0:
         return config_key(config)
     if mix == 1.0:
@@ -108,15 +94,6 @@ def parse_routing_key(key: str) -> tuple[str, str | None, float]:
         raise RoutingError(f"unreadable routing {key!r}: {error}") from error
 
 
-def _mix_weight(blend: Config | None, weight: float) -> float:
-    return 0.0 if blend is None else quantize_weight(weight)
-
-
-def control_model_of(router_model: str) -> str:
-    """The name of a router's control model."""
-    return f"{router_model}{CONTROL_SUFFIX}"
-
-
 class RoutingError(RuntimeError):
     """Triton could not be reached or refused a switch; the message says which and why."""
 
@@ -128,20 +105,16 @@ class RouterReply:
     result: dict[str, Any]
     config: str
     latency_s: float
-    # Each component model's wall time, ms (asked with component_times; None: not asked, or
-    # the pipeline's result is not a JSON object).
+    # Each component model's wall time, ms (None: not asked, or the result is no JSON object).
     component_ms: dict[str, float] | None = None
-    # A decoupled router's: seconds to its first streamed response (time to first token; None:
-    # the router does not stream, or this request streamed nothing), and what it streamed.
+    # A decoupled router's time to its first streamed response (None: none), and what streamed.
     first_response_s: float | None = None
     streamed: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
 class RouterState:
-    """What a router serves (its routing key), the digest of its tables (None: not known), and
-    what it reports of per-request binding: whether it reports tables at all (a router too old
-    to bind each request does not), and its gate as (instances, slots) (None: no gate)."""
+    """What a router serves, its tables' digest, whether it binds, its (instances, slots) gate."""
 
     routing: str
     tables: str | None = None
@@ -151,8 +124,7 @@ class RouterState:
 
 @dataclass(frozen=True)
 class SwitchReport:
-    """A switch that took effect: to what, after how many attempts, how long it took
-    (``changed`` False: the router already served it)."""
+    """A switch that took effect (``changed`` False: the router already served it)."""
 
     config: str
     attempts: int
@@ -170,35 +142,31 @@ class TritonRouter:
         timeout_s: float = 30.0,
         attempts: int = 4,
         backoff_s: float = 0.25,
-        sleep: Callable[[float], None] = time.sleep,
         tls: GrpcTls | None = None,
     ) -> None:
         self.url = url
         self.model = model
-        self.control_model = control_model_of(model)
+        self.control_model = f"{model}{CONTROL_SUFFIX}"
         self.timeout_s = timeout_s
         self.attempts = attempts
         self.backoff_s = backoff_s
-        self.sleep = sleep
-        # Status calls must answer fast: a blackholed address would otherwise hold the
-        # operator's timer until gRPC gives up.
+        # Status calls must answer fast: a blackholed address would hold the operator's timer.
         self.control_timeout_s = min(timeout_s, 5.0)
         self.tls = tls
-        self.client = grpcclient.InferenceServerClient(
-            url,
-            channel_args=CHANNEL_ARGS + ([] if tls is None else tls.channel_args()),
-            creds=None if tls is None else tls.credentials(),
-        )
-        # Admission at dispatch (compass.domain.admission.router_admission), sent with every
-        # switch so that a restarted server has it again at the next one; None: off.
+        self.client = self._new_client()
+        # The admission and late-binding tables (None: off), sent with every switch (restarts).
         self.admission: Mapping[str, Any] | None = None
-        # Late binding (compass.domain.binding.router_table), sent with every switch the same
-        # way; None: off.
         self.binding: Mapping[str, Any] | None = None
-        # Whether the router is decoupled (asked at the first request; None: not yet), and
-        # each thread's client for its streams (a gRPC client holds one stream at a time).
+        # Whether it is decoupled (None: not asked yet); a client per thread for streams.
         self._decoupled: bool | None = None
         self._streams = threading.local()
+
+    def _new_client(self) -> grpcclient.InferenceServerClient:
+        return grpcclient.InferenceServerClient(
+            self.url,
+            channel_args=CHANNEL_ARGS + ([] if self.tls is None else self.tls.channel_args()),
+            creds=None if self.tls is None else self.tls.credentials(),
+        )
 
     def close(self) -> None:
         """Close the gRPC channel (and this thread's stream client, if any)."""
@@ -218,9 +186,7 @@ class TritonRouter:
         deadline_ns: int | None = None,
         component_times: bool = False,
     ) -> RouterReply:
-        """Send one request; ``config`` overrides the active configuration for it alone;
-        ``deadline_ns`` (ns since the epoch) lets admission judge it; ``component_times`` asks
-        for each component model's wall time (the reply's component_ms)."""
+        """Send one request, ``config`` overriding the active configuration for it alone."""
         tensor = request_tensor(request)
         parameters: dict[str, Any] = {}
         if config:
@@ -272,16 +238,10 @@ class TritonRouter:
     def _stream(
         self, tensor: Any, parameters: dict[str, Any], timeout_s: float, started: float
     ) -> tuple[Any, float | None, tuple[dict[str, Any], ...]]:
-        """One request to a decoupled router: its final response, the seconds from
-        ``started`` to its first streamed response (None: none) and what it streamed."""
+        """One request to a decoupled router: final response, time to first, what streamed."""
         client = getattr(self._streams, "client", None)
         if client is None:
-            client = grpcclient.InferenceServerClient(
-                self.url,
-                channel_args=CHANNEL_ARGS + ([] if self.tls is None else self.tls.channel_args()),
-                creds=None if self.tls is None else self.tls.credentials(),
-            )
-            self._streams.client = client
+            client = self._streams.client = self._new_client()
         replies: queue.Queue[tuple[Any, Any, float]] = queue.Queue()
         client.start_stream(
             callback=lambda result, error: replies.put((result, error, time.perf_counter())),
@@ -369,18 +329,13 @@ class TritonRouter:
     def switch(
         self, config: Config, blend: Config | None = None, weight: float = 0.0
     ) -> SwitchReport:
-        """Make ``config`` active (with ``blend`` serving a share ``weight`` of the requests,
-        on the 5% grid); retries with backoff, verifies the result.
-
-        A refused switch (the pipeline's check_config rejects a configuration, or Triton
-        cannot be reached) changes nothing: the router keeps serving what it served.
-        """
+        """Make ``config`` active (``blend`` serving ``weight``); retries, verifies the result."""
         wanted = routing_key(config, blend, weight)
         body: dict[str, Any] = {"set": json.loads(config_key(config))}
         body["admission"] = None if self.admission is None else dict(self.admission)
         body["binding"] = None if self.binding is None else dict(self.binding)
         if blend is not None:
-            body.update(blend=json.loads(config_key(blend)), weight=_mix_weight(blend, weight))
+            body.update(blend=json.loads(config_key(blend)), weight=quantize_weight(weight))
         started = time.perf_counter()
         last: Exception | None = None
         for attempt in range(1, self.attempts + 1):
@@ -394,7 +349,7 @@ class TritonRouter:
             except RoutingError as error:
                 last = error
                 if attempt < self.attempts:
-                    self.sleep(self.backoff_s * 2 ** (attempt - 1))
+                    time.sleep(self.backoff_s * 2 ** (attempt - 1))
         assert last is not None
         raise RoutingError(
             f"switch of {self.model} at {self.url} to {wanted} failed after {self.attempts} "
@@ -403,8 +358,7 @@ class TritonRouter:
 
 
 def _gate(reported: object) -> tuple[int, int] | None:
-    """A router's reported gate as (instances, slots); None where it has none (or says
-    nothing readable)."""
+    """A router's reported gate as (instances, slots); None: none, or unreadable."""
     if not isinstance(reported, dict):
         return None
     instances, slots = reported.get("instances"), reported.get("slots")
@@ -427,15 +381,13 @@ def read_reply(response: Any) -> tuple[dict[str, Any], str]:
 
 
 def router_instances(config: Mapping[str, Any]) -> int:
-    """How many requests a router serves at once: its model config's instance groups' counts
-    (Triton's JSON form; a group without a count is one instance)."""
+    """How many requests a router serves at once: its instance groups' counts."""
     groups = config.get("instance_group") or []
     return max(1, sum(int(group.get("count") or 1) for group in groups))
 
 
 def component_times_of(times: Any, url: str) -> dict[str, float]:
-    """The router's component times as {model: ms}; RoutingError naming the server if they
-    are not that (a router older than this client, or a pipeline that wrote the key)."""
+    """The router's component times as {model: ms}; RoutingError if they are not that."""
     if not isinstance(times, dict) or not all(
         isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
         for k, v in times.items()

@@ -1,1 +1,1 @@
-"""Evaluators (replay, command, Triton, and the factory that picks one) and the search checkpoint."""
+"""Evaluators (replay, command, Triton, the factory that picks one) and the search checkpoint."""

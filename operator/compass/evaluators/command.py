@@ -24,15 +24,12 @@ from compass.evaluators.files import MiB, describe_size
 STDERR_TAIL_LINES = 20
 # After a kill, wait this long for the pipes to close before giving up on the output.
 _REAP_TIMEOUT_S = 5.0
-# The most a command may print on stdout: its scores as JSON take a few dozen bytes each; past
-# this the command is ended, for a runaway print would fill memory (and a 50-million-digit
-# number takes minutes to parse).
+# The most a command may print on stdout (scores take a few dozen bytes each), against floods.
 STDOUT_BYTES_PER_SAMPLE = 64
 STDOUT_MIN_BYTES = MiB
 # Of stderr only the tail is shown: this much of it is kept.
 _STDERR_KEPT_BYTES = 64 * 1024
-# The wait wakes this often, so that a signal (Ctrl-C) handled on another thread, which does
-# not interrupt the wait, is still acted on at once rather than at the timeout.
+# The wait wakes this often, so a Ctrl-C handled on another thread is acted on at once.
 _WAKE_S = 0.1
 _READ_BYTES = 64 * 1024
 
@@ -104,8 +101,7 @@ class CommandEvaluator:
                 stderr=subprocess.PIPE,
                 cwd=self.cwd,
                 env=self.env,
-                # Its own process group, so a timeout or an interrupt kills whatever the
-                # command started too.
+                # Its own process group: a timeout or an interrupt kills what it started too.
                 start_new_session=True,
             )
         except OSError as exc:
@@ -120,8 +116,7 @@ class CommandEvaluator:
         except EvaluationError:
             raise  # a timeout or a flood: _communicate has ended the group already
         except BaseException:
-            # Ctrl-C, SIGTERM (main() raises it) or a failure here: the command has its own
-            # session, so the terminal's signal never reached it; end it and its children.
+            # Ctrl-C, SIGTERM or a failure: its own session got no signal; end it and its children.
             _kill_group(process.pid)
             process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -139,8 +134,7 @@ class CommandEvaluator:
     def _communicate(
         self, config: Config, process: subprocess.Popen[bytes], request: bytes, samples: int
     ) -> tuple[bytes, bytes]:
-        """The command's stdout and stderr once it exits; on a timeout, or stdout past what
-        ``samples`` scores take, its group is killed and this raises."""
+        """The command's stdout and stderr; a timeout or a flood kills its group and raises."""
         limit = STDOUT_MIN_BYTES + STDOUT_BYTES_PER_SAMPLE * samples
         io = _Pipes(process, request)
         try:
@@ -150,8 +144,7 @@ class CommandEvaluator:
             if ended is not _Ended.CLOSED:
                 # The group may already be gone if the command exited just as this fired.
                 _kill_group(process.pid)
-                # What it wrote to stderr before the kill, for the message; a descendant that
-                # left the group may hold the pipes open: do not wait on it for long.
+                # Its stderr for the message, briefly: a descendant may hold the pipes open.
                 io.pump(time.monotonic() + _REAP_TIMEOUT_S, None)
                 process.kill()
                 _wait(process, time.monotonic() + _REAP_TIMEOUT_S)
@@ -210,8 +203,7 @@ class CommandEvaluator:
 
 
 class _Pipes:
-    """A started command's three pipes, served together without blocking on any one: the
-    request written to stdin, stdout kept (up to a limit), the tail of stderr kept."""
+    """A started command's three pipes, served together without blocking on any one."""
 
     def __init__(self, process: subprocess.Popen[bytes], request: bytes) -> None:
         assert process.stdin is not None

@@ -1,11 +1,4 @@
-"""Runners that keep several evaluations in flight for the search (domain.search.ChunkRunner).
-
-``ThreadRunner`` runs real evaluators (Triton, a command) on worker threads; ``VirtualRunner``
-simulates service times on a virtual clock, so the replay evaluator measures what a
-concurrency would buy without a server. Neither changes the search's answer: a chunk's scores
-are the same whoever evaluates it and whenever it comes back (docs/method.md, "Concurrent
-evaluation").
-"""
+"""Runners keeping several evaluations in flight; neither changes the search's answer."""
 
 from __future__ import annotations
 
@@ -14,14 +7,17 @@ import heapq
 import itertools
 import queue
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence, Sized
+from collections.abc import Callable, Collection, Mapping, Sequence, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from functools import partial
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from compass.domain.evaluation import Config, EvaluationError, Evaluator
 from compass.domain.search import MAX_CONCURRENCY
 from compass.domain.space import config_key
+
+Held = TypeVar("Held", bound=Collection[int])
 
 
 def check_concurrency(value: int, field_name: str) -> int:
@@ -37,8 +33,7 @@ def check_concurrency(value: int, field_name: str) -> int:
 
 @runtime_checkable
 class RecordingEvaluator(Protocol):
-    """An evaluator that records what it scores (a checkpoint): scoring and recording apart,
-    so that samples scored ahead are recorded only once a chunk asks for them."""
+    """An evaluator that records apart from scoring: what was scored ahead, once asked for."""
 
     def evaluate_unrecorded(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
         """Scores as ``evaluate`` gives them, without recording them."""
@@ -54,14 +49,56 @@ class RecordingEvaluator(Protocol):
 def least_ahead(
     expected: Mapping[str, Sized], held: Mapping[str, Sized], ahead: int | None
 ) -> str | None:
-    """The configuration to score ahead next: of those with samples expected and fewer than
-    ``ahead`` held, the one holding the fewest (None: no such configuration)."""
+    """The configuration to score ahead next: of those under ``ahead``, the one holding fewest."""
     candidates = [
         (len(held[key]), key)
         for key, samples in expected.items()
         if samples and (ahead is None or len(held[key]) < ahead)
     ]
     return min(candidates, key=lambda c: c[0])[1] if candidates else None
+
+
+class _AheadRunner(Generic[Held]):
+    """What both runners share: the samples each configuration expects next and holds ahead."""
+
+    def __init__(
+        self, evaluator: Evaluator, concurrency: int, ahead: int | None, held: Callable[[], Held]
+    ) -> None:
+        self.evaluator = evaluator
+        self.concurrency = check_concurrency(concurrency, "concurrency")
+        self.ahead = ahead
+        self.sent = 0
+        self.wasted = 0
+        self.configs: dict[str, Config] = {}
+        self.expected: dict[str, deque[int]] = {}
+        # Samples scored ahead (or in flight ahead) of configurations still being assessed.
+        self.held: dict[str, Held] = {}
+        self._new_held = held
+
+    def _asked(self, config: Config, indices: list[int]) -> str:
+        """A chunk's configuration key; its samples are expected no more."""
+        key = config_key(config)
+        self.configs[key] = config
+        if key in self.expected:
+            asked = set(indices)
+            self.expected[key] = deque(i for i in self.expected[key] if i not in asked)
+        return key
+
+    def expect(self, config: Config, indices: Sequence[int]) -> None:
+        """Samples to score ahead on idle workers, nearest first."""
+        if self.ahead == 0:
+            return
+        key = config_key(config)
+        self.configs[key] = config
+        held = self.held.setdefault(key, self._new_held())
+        self.expected[key] = deque(int(i) for i in indices if int(i) not in held)
+
+    def forget(self, config: Config) -> None:
+        """The configuration is decided: what was scored ahead of it is wasted."""
+        key = config_key(config)
+        self.expected.pop(key, None)
+        # Those still in flight count too: they will come back to nobody.
+        self.wasted += len(self.held.pop(key, self._new_held()))
 
 
 @dataclass
@@ -83,13 +120,8 @@ class _ThreadChunk:
     missing: int
 
 
-class ThreadRunner:
-    """Up to ``concurrency`` evaluator calls at once on worker threads (the evaluator must be
-    thread-safe), in calls of at most ``piece`` samples (None: a chunk in one call).
-
-    Idle workers score ahead what the search expects next (at most ``ahead`` per configuration),
-    but a chunk is recorded only when its last score comes back, so the ledger holds exactly the
-    search's samples; ``sent`` counts the samples sent, ``wasted`` those scored ahead for nothing."""
+class ThreadRunner(_AheadRunner[dict[int, float | None]]):
+    """Up to ``concurrency`` calls at once on threads, scoring ahead; chunks recorded when whole."""
 
     def __init__(
         self,
@@ -98,31 +130,22 @@ class ThreadRunner:
         piece: int | None = None,
         ahead: int | None = None,
     ) -> None:
-        self.evaluator = evaluator
-        self.concurrency = check_concurrency(concurrency, "concurrency")
+        super().__init__(evaluator, concurrency, ahead, dict)
         self.piece = piece
-        self.ahead = ahead
         self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="evaluate")
-        self.sent = 0
-        self.wasted = 0
         self.out = 0  # calls handed to the pool and not yet taken back
         self.waiting: deque[_Call] = deque()
         self.calls: dict[int, _Call] = {}
         self.call_ids = itertools.count()
         self.chunks: dict[int, _ThreadChunk] = {}
         self.owners: dict[tuple[str, int], tuple[int, int]] = {}
-        self.configs: dict[str, Config] = {}
-        self.expected: dict[str, deque[int]] = {}
-        # Samples scored ahead (None while in flight) of configurations still being assessed.
-        self.held: dict[str, dict[int, float | None]] = {}
         self.ready: list[int] = []
         self.done: queue.SimpleQueue[tuple[int, list[float] | BaseException]] = queue.SimpleQueue()
 
     def submit(self, ticket: int, config: Config, indices: Sequence[int]) -> None:
         """Send the chunk's samples not already scored or in flight ahead."""
-        key = config_key(config)
-        self.configs[key] = config
         chunk = _ThreadChunk(config, [int(i) for i in indices], [0.0] * len(indices), 0)
+        key = self._asked(config, chunk.indices)
         self.chunks[ticket] = chunk
         held = self.held.get(key, {})
         fresh: list[int] = []
@@ -135,31 +158,12 @@ class ThreadRunner:
                 continue
             self.owners[(key, index)] = (ticket, position)
             chunk.missing += 1
-        if key in self.expected:
-            asked = set(chunk.indices)
-            self.expected[key] = deque(i for i in self.expected[key] if i not in asked)
         size = self.piece or max(1, len(fresh))
         for first in range(0, len(fresh), size):
             self.waiting.append(_Call(key, config, fresh[first : first + size]))
         if chunk.missing == 0:
             self.ready.append(ticket)
         self._pump(ahead=False)
-
-    def expect(self, config: Config, indices: Sequence[int]) -> None:
-        """Samples to score ahead on free workers, nearest first."""
-        if self.ahead == 0:
-            return
-        key = config_key(config)
-        self.configs[key] = config
-        held = self.held.setdefault(key, {})
-        self.expected[key] = deque(int(i) for i in indices if int(i) not in held)
-
-    def forget(self, config: Config) -> None:
-        """The configuration is decided: what was scored ahead of it is wasted."""
-        key = config_key(config)
-        self.expected.pop(key, None)
-        # Those still in flight count too: they will come back to nobody.
-        self.wasted += len(self.held.pop(key, {}))
 
     def _pump(self, ahead: bool) -> None:
         """Hand calls to free workers: chunks' samples first, then (``ahead``) expected ones."""
@@ -184,21 +188,18 @@ class ThreadRunner:
         self.out += 1
         self.sent += len(call.indices)
         future = self.pool.submit(self._score, call)
-        future.add_done_callback(self._reporter(call_id))
+        future.add_done_callback(partial(self._report, call_id))
 
     def _score(self, call: _Call) -> list[float]:
         if isinstance(self.evaluator, RecordingEvaluator):
             return self.evaluator.evaluate_unrecorded(call.config, call.indices)
         return self.evaluator.evaluate(call.config, call.indices)
 
-    def _reporter(self, call_id: int) -> Callable[[Future[list[float]]], None]:
-        def report(future: Future[list[float]]) -> None:
-            if future.cancelled():  # close() dropped it: nobody waits for it
-                return
-            error = future.exception()
-            self.done.put((call_id, error if error is not None else future.result()))
-
-        return report
+    def _report(self, call_id: int, future: Future[list[float]]) -> None:
+        if future.cancelled():  # close() dropped it: nobody waits for it
+            return
+        error = future.exception()
+        self.done.put((call_id, error if error is not None else future.result()))
 
     def finished(self) -> list[tuple[int, list[float]]]:
         """Wait for calls to come back; every chunk whose last score that brought."""
@@ -243,8 +244,7 @@ class ThreadRunner:
 
 
 def hashed_jitter(config: Config, index: int) -> float:
-    """A factor in [0.5, 1.5) fixed by (configuration, sample): service times that vary, the
-    same in every run."""
+    """A factor in [0.5, 1.5) fixed by (configuration, sample), the same in every run."""
     digest = hashlib.blake2b(f"{config_key(config)}|{index}".encode(), digest_size=8).digest()
     return 0.5 + int.from_bytes(digest, "little") / 2**64
 
@@ -273,12 +273,8 @@ class _VirtualChunk:
     missing: int
 
 
-class VirtualRunner:
-    """``concurrency`` FIFO servers on a virtual clock, each sample taking ``service_s(config,
-    index)`` seconds; idle servers serve ahead what the search expects (at most ``ahead`` per
-    configuration). ``clock``: simulated wall time; ``busy``: one server's time; ``sent`` and
-    ``wasted`` as ThreadRunner's. Scores come from ``evaluator`` once per chunk, as a sequential
-    search makes them."""
+class VirtualRunner(_AheadRunner[set[int]]):
+    """``concurrency`` FIFO servers on a virtual clock, serving ahead as ThreadRunner does."""
 
     def __init__(
         self,
@@ -287,35 +283,24 @@ class VirtualRunner:
         service_s: Callable[[Config, int], float],
         ahead: int | None = None,
     ) -> None:
-        self.evaluator = evaluator
-        self.concurrency = check_concurrency(concurrency, "concurrency")
+        super().__init__(evaluator, concurrency, ahead, set)
         self.service_s = service_s
-        self.ahead = ahead
         self.clock = 0.0
         self.busy = 0.0
-        self.sent = 0
-        self.wasted = 0
         self.waiting: deque[tuple[str, int]] = deque()
         self.running: list[_Running] = []
         self.chunks: dict[int, _VirtualChunk] = {}
         self.owners: dict[tuple[str, int], int] = {}
-        self.configs: dict[str, Config] = {}
-        self.expected: dict[str, deque[int]] = {}
-        self.held: dict[str, set[int]] = {}  # served ahead (or in service ahead), not asked for
         self.done: list[int] = []
         self.serving: set[tuple[str, int]] = set()
         self.sequence = itertools.count()
 
     def submit(self, ticket: int, config: Config, indices: Sequence[int]) -> None:
         """Queue the chunk's samples behind those already waiting; those served ahead count."""
-        key = config_key(config)
-        self.configs[key] = config
-        held = self.held.get(key, set())
         chunk = _VirtualChunk(config, [int(i) for i in indices], 0)
+        key = self._asked(config, chunk.indices)
+        held = self.held.get(key, set())
         self.chunks[ticket] = chunk
-        asked = set(chunk.indices)
-        if key in self.expected:
-            self.expected[key] = deque(i for i in self.expected[key] if i not in asked)
         for index in chunk.indices:
             if index in held:
                 held.discard(index)
@@ -328,20 +313,6 @@ class VirtualRunner:
                 chunk.missing += 1
         if chunk.missing == 0:
             self.done.append(ticket)
-
-    def expect(self, config: Config, indices: Sequence[int]) -> None:
-        """Samples to serve ahead on idle servers, nearest first."""
-        key = config_key(config)
-        self.configs[key] = config
-        held = self.held.setdefault(key, set())
-        self.expected[key] = deque(int(i) for i in indices if int(i) not in held)
-
-    def forget(self, config: Config) -> None:
-        """The configuration is decided: what was served ahead of it is wasted."""
-        key = config_key(config)
-        self.expected.pop(key, None)
-        # Samples still in service count too: they will come back to nobody.
-        self.wasted += len(self.held.pop(key, set()))
 
     def _serve(self, key: str, index: int) -> None:
         service = self.service_s(self.configs[key], index)

@@ -1,9 +1,4 @@
-"""The one place a description of where scores come from becomes an Evaluator.
-
-`compass search` describes it with --replay, --command or --triton; the operator's search Job
-with the CompoundWorkflow's spec.evaluation.evaluator. Both check their own input (they know
-its field names) and then build the evaluator here.
-"""
+"""The one place a description of where scores come from becomes an Evaluator."""
 
 from __future__ import annotations
 
@@ -51,9 +46,7 @@ def make_evaluator(source: ScoreSource) -> Evaluator:
 
 
 def make_runner(source: ScoreSource, evaluator: Evaluator, concurrency: int) -> ChunkRunner:
-    """What evaluates the search's chunks: one at a time, or ``concurrency`` calls at once (Triton:
-    one request a sample, scoring ahead; a command: whole chunks, one process each, nothing ahead;
-    a replay: sequential, as concurrency buys nothing from memory)."""
+    """What evaluates the search's chunks (a replay: sequential; a command: nothing ahead)."""
     if concurrency == 1 or source.replay is not None:
         return SequentialRunner(evaluator)
     if source.triton is not None:
@@ -62,10 +55,7 @@ def make_runner(source: ScoreSource, evaluator: Evaluator, concurrency: int) -> 
 
 
 def fleet_concurrency(source: ScoreSource) -> tuple[int, str]:
-    """The concurrency that keeps a Triton fleet busy, and how it was counted: every address x
-    the router's instances (its model config, asked of the first address: the pods of one
-    Deployment share it), at most MAX_CONCURRENCY; 1 for a replay or a command. RoutingError
-    where the router cannot be asked."""
+    """Addresses x the first one's router instances (at most MAX_CONCURRENCY), and how."""
     if source.triton is None:
         return 1, "one at a time without Triton"
     addresses = [a.strip() for a in source.triton.split(",") if a.strip()]
@@ -74,5 +64,5 @@ def fleet_concurrency(source: ScoreSource) -> tuple[int, str]:
         instances = router_instances(router.model_config())
     finally:
         router.close()
-    concurrency = min(len(addresses) * instances, MAX_CONCURRENCY)
-    return concurrency, f"{len(addresses)} address(es) x {instances} router instance(s)"
+    how = f"{len(addresses)} address(es) x {instances} router instance(s)"
+    return min(len(addresses) * instances, MAX_CONCURRENCY), how

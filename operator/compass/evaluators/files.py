@@ -1,12 +1,4 @@
-"""Files the command line reads and writes, made safe against hostile paths.
-
-Reads are bounded (a size cap, read before anything is parsed) and take regular files only: a
-FIFO would block forever and /dev/zero never ends. Writes go to a temporary file in the same
-directory, fsynced, then renamed into place, so a reader sees the old file or the new one, and
-they refuse a symlink (the write would land on its target) and anything that is not a regular
-file (a device such as /dev/full would be replaced by a file when run as root). Two names are
-the same file when their device and inode agree, whatever the path says (hard links).
-"""
+"""Files the command line reads and writes, made safe against hostile paths."""
 
 from __future__ import annotations
 
@@ -21,10 +13,7 @@ MiB = 1024 * 1024
 
 
 class UnsafeFileError(OSError):
-    """A path that cannot be read or written safely: ``what`` is wrong, ``fix`` says what to do.
-
-    An OSError, so that code handling a failed write handles a refused one too.
-    """
+    """A path that cannot be read or written safely (an OSError, as a failed write is)."""
 
     def __init__(self, what: str, fix: str) -> None:
         super().__init__(f"{what}; {fix}")
@@ -50,11 +39,7 @@ def describe_size(size: int) -> str:
 
 
 def read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes; UnsafeFileError otherwise.
-
-    Opened without blocking (a FIFO with no writer would wait forever) and checked on the open
-    descriptor, so what is read is what was checked.
-    """
+    """A regular file's bytes (at most ``limit``), opened without blocking (a FIFO would hang)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -113,8 +98,7 @@ def same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> 
 
 
 def output_problem(path: Path) -> UnsafeFileError | None:
-    """Why a path cannot take an output file, or None: a directory, a missing directory, a
-    symlink (the write would land on its target) or anything but a regular file."""
+    """Why a path cannot take an output file (a symlink would land on its target), or None."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -142,8 +126,7 @@ def output_problem(path: Path) -> UnsafeFileError | None:
 
 @contextlib.contextmanager
 def replacing(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` (same suffix) to write; on success it is fsynced and
-    renamed over ``path``, on failure removed. UnsafeFileError if ``path`` takes no output."""
+    """A temporary path beside ``path``, fsynced and renamed over it on success, else removed."""
     problem = output_problem(path)
     if problem is not None:
         raise problem

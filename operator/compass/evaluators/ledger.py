@@ -24,13 +24,11 @@ from compass.evaluators.files import MiB, UnsafeFileError, read_regular
 log = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 _LINE_SHAPE = 'each line must be one JSON object like {"config": {...}, "scores": [...]}'
 _SCORE_RULE = "every score must be a number in [0, 1]"
 _INDEX_RULE = "every sample index must be an integer >= 0"
-# The largest ledger read whole: the paper's grid replays from a few MiB; a file of this size
-# holds tens of millions of scores, as many as the largest dataset over many configurations.
+# The largest ledger read whole: tens of millions of scores (the paper's grid takes a few MiB).
 MAX_LEDGER_BYTES = 1024 * MiB
 
 
@@ -76,8 +74,7 @@ class Ledger:
         """Start empty; `source` names the ledger in error messages."""
         self.source = source
         self._configs: dict[str, dict[str, ParamValue]] = {}
-        # One array per configuration, indexed by sample, NaN where unknown: a batch lookup
-        # is one fancy-index instead of a dict probe per sample.
+        # One array per configuration, NaN where unknown: a batch lookup is one fancy-index.
         self._scores: dict[str, FloatArray] = {}
         self._facts = 0
 
@@ -138,10 +135,6 @@ class Ledger:
             inside = (idx >= 0) & (idx < row.size)
             out[inside] = row[idx[inside]]
         return out
-
-    def known(self, config: Config, indices: Sequence[int]) -> BoolArray:
-        """Whether each given index has a score for this configuration."""
-        return ~np.isnan(self.lookup(config, indices))
 
     def scores(self, config: Config) -> dict[int, float]:
         """All known scores of a configuration by sample index (empty if unknown)."""
@@ -224,8 +217,7 @@ def _parse_fact(obj: Any) -> tuple[dict[str, ParamValue], list[int], list[float]
 
 
 def read_ledger_bytes(path: Path) -> bytes:
-    """A ledger file's bytes: a regular file of at most MAX_LEDGER_BYTES (UnsafeFileError if not;
-    a FIFO or /dev/zero is refused, not waited on or read without end)."""
+    """A ledger file's bytes: a regular file of at most MAX_LEDGER_BYTES, or UnsafeFileError."""
     return read_regular(path, MAX_LEDGER_BYTES)
 
 
@@ -240,11 +232,7 @@ def _read(path: Path, allow_truncated: bool) -> tuple[Ledger, bytes, int]:
 
 
 def _parse(data: bytes, source: str, allow_truncated: bool) -> tuple[Ledger, int]:
-    """Parse a ledger's bytes (``source`` names them in errors); also the intact byte length.
-
-    A last line without its newline that is not JSON is what a write cut short leaves: it is
-    an error unless ``allow_truncated``, in which case it is skipped with a warning.
-    """
+    """Parse a ledger's bytes; also the intact length (``allow_truncated``: a torn tail skipped)."""
     ledger = Ledger(source)
     lines = data.split(b"\n")
     intact = len(data)
@@ -350,8 +338,7 @@ class CheckpointLedger:
         if self.path.exists():
             self.ledger, data, intact = _read(self.path, allow_truncated=True)
             if intact < len(data):
-                # Keep every byte the user has: the cut line goes beside the ledger (appended,
-                # so an earlier one stays), durably, before the ledger loses it.
+                # Keep every byte: the cut line goes beside the ledger, durably, before it is cut.
                 with partial_path(self.path).open("ab") as aside:
                     aside.write(data[intact:] + b"\n")
                     aside.flush()
@@ -361,8 +348,7 @@ class CheckpointLedger:
                 f.truncate(intact)
                 if intact:
                     f.seek(intact - 1)
-                    # A hand-written last line may lack its newline: add one so the next
-                    # line is not glued to it.
+                    # A hand-written last line may lack its newline: the next must not glue on.
                     if f.read(1) != b"\n":
                         f.write(b"\n")
                 f.flush()
@@ -381,8 +367,7 @@ class CheckpointLedger:
 
     def append(self, config: Config, indices: Sequence[int], scores: Sequence[float]) -> None:
         """Record one batch in memory and durably on disk."""
-        # Check the line exactly as a resumed run will read it, and reject conflicts, before
-        # writing: one bad line would stop every later resume.
+        # Checked as a resumed run will read it, before writing: a bad line stops every resume.
         try:
             line = json.dumps(
                 {
@@ -403,13 +388,7 @@ class CheckpointLedger:
 
 
 class LedgerLock:
-    """One search's exclusive hold on a checkpoint ledger; two searches appending to one ledger
-    would interleave batches, or evaluate the same samples twice.
-
-    Two locks, both taken or neither: flock on ``<ledger>.lock`` beside the ledger's real file
-    (symlinks resolved), which names the holder's pid, and flock on the ledger file itself once
-    it exists, so that names that are hard links to one file exclude each other too.
-    """
+    """One search's hold on a checkpoint: flock on ``<ledger>.lock`` and on the ledger itself."""
 
     def __init__(self, ledger: Path) -> None:
         """Nothing is locked until acquire()."""
@@ -436,8 +415,7 @@ class LedgerLock:
                 holder = os.read(fd, 32).decode("ascii", errors="replace").strip()
                 os.close(fd)
                 raise self._busy(holder) from None
-            # The last holder unlinks the file on release: if it did so after our open, we
-            # locked a file no one else will see; lock the one at the path instead.
+            # The last holder unlinks it on release: after our open, ours is a file no one sees.
             try:
                 current = os.stat(self.path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -455,9 +433,7 @@ class LedgerLock:
             raise
 
     def hold_ledger(self) -> None:
-        """Lock the ledger file itself (its inode, whatever name reaches it), if it exists and
-        is not held yet; LedgerBusyError if another search holds it. Call it again once a new
-        ledger has been created."""
+        """Lock the ledger file itself if it exists (call again once created); LedgerBusyError."""
         if self._file_fd is not None:
             return
         try:
@@ -488,9 +464,7 @@ def _checked_scores(values: Iterable[object], expected: int) -> list[float]:
     """The inner evaluator's scores, or EvaluationError if they could not be replayed later."""
     scores: list[float] = []
     for score in values:
-        if isinstance(score, bool) or not isinstance(score, int | float):
-            raise EvaluationError(f"evaluator returned score {score!r}; {_SCORE_RULE}")
-        if not 0.0 <= score <= 1.0:
+        if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
             raise EvaluationError(f"evaluator returned score {score!r}; {_SCORE_RULE}")
         scores.append(float(score))
     if len(scores) != expected:
@@ -507,21 +481,17 @@ class CheckpointedEvaluator:
         self.checkpoint = checkpoint
         self.reused = 0  # sample evaluations answered from the checkpoint
         self.computed = 0  # sample evaluations asked of `inner`
-        # Concurrent runners call evaluate from several threads: the ledger and the counters
-        # are touched under the lock, the inner evaluator runs outside it (the search never
-        # has two chunks of one configuration in flight, so no sample is evaluated twice).
+        # Ledger and counters under it, the inner evaluator outside (one chunk a config at a time).
         self.lock = threading.Lock()
 
     def evaluate(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
-        """Per-sample scores in the order given, evaluating (and recording) each missing
-        sample once."""
+        """Per-sample scores in order, each missing one evaluated and recorded once."""
         scores = self.evaluate_unrecorded(config, sample_indices)
         self.record(config, sample_indices, scores)
         return scores
 
     def evaluate_unrecorded(self, config: Config, sample_indices: Sequence[int]) -> list[float]:
-        """Per-sample scores in the order given, the missing ones evaluated but not recorded:
-        a concurrent runner records a chunk once all of it is back (``record``)."""
+        """Per-sample scores in order, the missing ones evaluated but not recorded yet."""
         with self.lock:
             values = self.checkpoint.ledger.lookup(config, sample_indices)
         unknown = np.isnan(values)

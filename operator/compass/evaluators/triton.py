@@ -1,11 +1,4 @@
-"""An evaluator that scores a configuration by sending samples through the Triton router.
-
-Each request carries the configuration as a per-request override, so a search runs beside
-production traffic without switching it. The router's pipeline returns ``score`` in [0, 1].
-Called from several threads at once (a concurrent search), each thread has its own client per
-address, so each holds its own connection: a Service's load balancing then spreads them over
-its ready pods, and several addresses (one per pod) are taken in turn.
-"""
+"""Scores samples through the Triton router by per-request override, beside production."""
 
 from __future__ import annotations
 
@@ -20,14 +13,10 @@ from compass.domain.evaluation import Config, EvaluationError
 class TritonEvaluator:
     """Scores samples through the router, one request per sample."""
 
-    def __init__(self, router: TritonRouter | Callable[[], TritonRouter]) -> None:
-        """A router (one thread), or a factory that makes one per calling thread."""
-        if isinstance(router, TritonRouter):
-            self._make: Callable[[], TritonRouter] | None = None
-            self.router = router
-        else:
-            self._make = router
-            self.router = router()
+    def __init__(self, make: Callable[[], TritonRouter]) -> None:
+        """``make`` gives each calling thread its own router (this one's at once)."""
+        self._make = make
+        self.router = make()
         self._local = threading.local()
         self._local.router = self.router
 
@@ -35,8 +24,7 @@ class TritonEvaluator:
     def over(
         cls, addresses: Sequence[str], model: str, tls: GrpcTls | None = None
     ) -> TritonEvaluator:
-        """Requests spread over these gRPC addresses (with ``tls``: over TLS): each new thread
-        takes the next one."""
+        """Requests spread over these gRPC addresses: each new thread takes the next one."""
         turn = itertools.cycle(addresses)
         lock = threading.Lock()
 
@@ -50,7 +38,6 @@ class TritonEvaluator:
     def _router(self) -> TritonRouter:
         router: TritonRouter | None = getattr(self._local, "router", None)
         if router is None:
-            assert self._make is not None, "a single router is used from one thread only"
             router = self._local.router = self._make()
         return router
 
