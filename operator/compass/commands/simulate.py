@@ -151,11 +151,9 @@ def comparison_table(reports: Mapping[str, RunReport]) -> str:
     return "\n".join([*lines, f"configurations: {legend}"])
 
 
-def timeline_document(
-    reports: Mapping[str, RunReport], scenario: Scenario, label: str = "policy"
-) -> dict[str, Any]:
+def timeline_document(reports: Mapping[str, RunReport], scenario: Scenario) -> dict[str, Any]:
     """The policy's run as plain data: every decision tick, every request, every switch."""
-    report = reports[label]
+    report = reports["policy"]
     names = report.names
     return {
         "pattern": scenario.pattern.kind.value,
@@ -366,9 +364,10 @@ def simulate_command(args: argparse.Namespace) -> int:
     write_text(timeline, json.dumps(timeline_document(reports, scenario), indent=1) + "\n")
     print(f"timeline: {timeline}")
     if plot is not None:
-        save_output(
-            plot,
-            lambda temporary: plots.save_simulation_figure(temporary, plan, reports, scenario),
+        title = (
+            f"{scenario.pattern.kind.value} load, seed {scenario.seed}: {scenario.requests} "
+            "requests, the same for every policy"
         )
+        save_output(plot, lambda path: plots.save_timeline_figure(path, plan, reports, title))
         print(f"plot: {plot}")
     return 0
