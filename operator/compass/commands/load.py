@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +90,6 @@ def load_command(args: argparse.Namespace) -> int:
         print(f"SLO {slo:g} ms: {100 * within / max(len(records), 1):.1f}% of requests within")
     if scores:
         print(f"mean score {sum(scores) / len(scores):.4f}")
-    served: dict[str, int] = {}
-    for record in ok:
-        served[record.config or "?"] = served.get(record.config or "?", 0) + 1
-    for config, count in sorted(served.items(), key=lambda item: -item[1]):
+    for config, count in Counter(record.config or "?" for record in ok).most_common():
         print(f"  {count:6d}  {config}")
     return 0 if len(ok) == len(records) else 1

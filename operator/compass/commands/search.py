@@ -129,15 +129,6 @@ def register(commands: Any, summary: str) -> None:
 # ---------------------------------------------------------------------------- the space file
 
 
-def _explain_pydantic(error: ValidationError) -> str:
-    """explain_validation_error, with a fix appended when pydantic's message has none."""
-    message = explain_validation_error(error)
-    if "; " not in message:
-        kind = str(error.errors()[0].get("type", ""))
-        message += f"; {_PYDANTIC_FIXES.get(kind, 'fix the space file')}"
-    return message
-
-
 def _load_space(path: Path) -> Space:
     """Read and validate a space file; any problem is a UsageError naming the file."""
     field = f"--space {path}"
@@ -155,7 +146,10 @@ def _load_space(path: Path) -> Space:
     try:
         spec = SpaceSpec.model_validate(data)
     except ValidationError as exc:
-        message = _explain_pydantic(exc)
+        message = explain_validation_error(exc)
+        if "; " not in message:  # pydantic's own message, which carries no fix
+            kind = str(exc.errors()[0].get("type", ""))
+            message += f"; {_PYDANTIC_FIXES.get(kind, 'fix the space file')}"
         raise UsageError(f"{field}: {prefix}{message}") from None
     try:
         return Space(spec)
@@ -494,9 +488,11 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
         check_not_input("--output", Path(str(args.output)), {"--replay": args.replay})
     options = parse_settings(args)
     checkpoint, resuming = _checkpoint_path(args, options.output)
-    if options.output is not None and same_file(options.output, checkpoint):
-        fail("--output", f"{options.output} is also the checkpoint ledger", "choose another path")
     if options.output is not None:
+        if same_file(options.output, checkpoint):
+            fail(
+                "--output", f"{options.output} is also the checkpoint ledger", "choose another path"
+            )
         check_not_input(
             "--output", options.output, {"--replay": args.replay, "--space": args.space}
         )
@@ -523,8 +519,7 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
                 "only used with --replay",
                 "leave it out: live scores take real time",
             )
-        service_ms = _parse_positive("--service-ms", str(args.service_ms))
-        service_s = service_ms / 1000
+        service_s = _parse_positive("--service-ms", str(args.service_ms)) / 1000
     resumed = (
         _check_resume(checkpoint, scores.space, scores.population, scores.source.replay)
         if resuming
