@@ -22,10 +22,9 @@ from compass.commands.common import (
     triton_tls,
 )
 from compass.commands.search_common import (
-    SearchOptions,
     add_settings,
+    check_budgets,
     parse_settings,
-    resolve_budgets,
     summary,
     write_result,
 )
@@ -192,7 +191,6 @@ class _Replay:
 
     ledger: Ledger
     population: int
-    budgets: tuple[int, ...] | None
     space: Space
     inferred: bool
 
@@ -262,16 +260,16 @@ def _load_replay(
         )
     longest = max(lines, key=lambda line: len(line.samples))
     population = len(longest.samples)
-    budgets = resolve_budgets(given, population, f"scores per line of {path}")
+    check_budgets(given, population, f"scores per line of {path}")
     for line in lines:
-        _check_replay_line(line, path, lines[0], longest, budgets, space)
+        _check_replay_line(line, path, lines[0], longest, given, space)
     if space is not None:
-        return _Replay(ledger, population, budgets, space, inferred=False)
+        return _Replay(ledger, population, space, inferred=False)
     try:
         inferred = Space.infer(ledger.configs())
     except SpaceError as exc:
         raise UsageError(f"--replay {path}: {exc}") from None
-    return _Replay(ledger, population, budgets, inferred, inferred=True)
+    return _Replay(ledger, population, inferred, inferred=True)
 
 
 # ---------------------------------------------------------------------------- the checkpoint
@@ -352,12 +350,11 @@ def _check_resume(path: Path, space: Space, population: int, replay: Ledger | No
 
 @dataclass(frozen=True)
 class _Scores:
-    """Where the scores come from, and what that settles: the space, dataset size and budgets."""
+    """Where the scores come from, and what that settles: the space and the dataset size."""
 
     source: ScoreSource
     space: Space
     population: int
-    budgets: tuple[int, ...] | None
     notes: tuple[str, ...] = ()
 
 
@@ -396,7 +393,7 @@ def _check_one_source(args: argparse.Namespace) -> None:
 
 
 def _replay_scores(
-    args: argparse.Namespace, space: Space | None, options: SearchOptions, checkpoint: Path
+    args: argparse.Namespace, space: Space | None, settings: SearchSettings, checkpoint: Path
 ) -> _Scores:
     """--replay: the ledger settles the dataset size, and the space when --space is absent."""
     if args.samples is not None:
@@ -408,7 +405,7 @@ def _replay_scores(
     path = Path(str(args.replay))
     if same_file(path, checkpoint):
         fail("--ledger", f"{checkpoint} is the --replay ledger", "give the checkpoint its own file")
-    replay = _load_replay(path, space, options.budgets, bool(args.allow_truncated))
+    replay = _load_replay(path, space, settings.budgets, bool(args.allow_truncated))
     notes: list[str] = []
     if replay.inferred:
         notes.append(
@@ -430,12 +427,13 @@ def _replay_scores(
         source=ScoreSource(replay=replay.ledger),
         space=replay.space,
         population=replay.population,
-        budgets=replay.budgets,
         notes=tuple(notes),
     )
 
 
-def _live_scores(args: argparse.Namespace, space: Space | None, options: SearchOptions) -> _Scores:
+def _live_scores(
+    args: argparse.Namespace, space: Space | None, settings: SearchSettings
+) -> _Scores:
     """--command or --triton: scores computed now, over a space and dataset size given here."""
     live = "--command" if args.command is not None else "--triton"
     if space is None:
@@ -443,7 +441,7 @@ def _live_scores(args: argparse.Namespace, space: Space | None, options: SearchO
     if args.samples is None:
         fail("--samples", f"required with {live}", "pass the dataset size, e.g. --samples 100")
     population = parse_int("--samples", str(args.samples), "100", low=1, high=MAX_DATASET_SIZE)
-    budgets = resolve_budgets(options.budgets, population, "--samples")
+    check_budgets(settings.budgets, population, "--samples")
     if args.triton is not None:
         for address in str(args.triton).split(","):
             check_endpoint("--triton", address.strip())
@@ -462,7 +460,7 @@ def _live_scores(args: argparse.Namespace, space: Space | None, options: SearchO
                 'pass the program and its arguments, e.g. --command "python score.py"',
             )
         source = ScoreSource(command=argv)
-    return _Scores(source=source, space=space, population=population, budgets=budgets)
+    return _Scores(source=source, space=space, population=population)
 
 
 def _check_stopping_rule(scores: _Scores, settings: SearchSettings) -> None:
@@ -471,7 +469,7 @@ def _check_stopping_rule(scores: _Scores, settings: SearchSettings) -> None:
         StoppingRule(
             tau=settings.tau,
             population=scores.population,
-            budgets=scores.budgets,
+            budgets=settings.budgets,
             confidence=settings.confidence,
             space_size=scores.space.size,
             method=settings.interval,
@@ -486,22 +484,17 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
     if args.output is not None:
         # Before parse_settings refuses a symlink: one to an input is said as such.
         check_not_input("--output", Path(str(args.output)), {"--replay": args.replay})
-    options = parse_settings(args)
-    checkpoint, resuming = _checkpoint_path(args, options.output)
-    if options.output is not None:
-        if same_file(options.output, checkpoint):
-            fail(
-                "--output", f"{options.output} is also the checkpoint ledger", "choose another path"
-            )
-        check_not_input(
-            "--output", options.output, {"--replay": args.replay, "--space": args.space}
-        )
+    settings, output = parse_settings(args)
+    checkpoint, resuming = _checkpoint_path(args, output)
+    if output is not None:
+        if same_file(output, checkpoint):
+            fail("--output", f"{output} is also the checkpoint ledger", "choose another path")
+        check_not_input("--output", output, {"--replay": args.replay, "--space": args.space})
     space = None if args.space is None else _load_space(Path(str(args.space)))
     if args.replay is not None:
-        scores = _replay_scores(args, space, options, checkpoint)
+        scores = _replay_scores(args, space, settings, checkpoint)
     else:
-        scores = _live_scores(args, space, options)
-    settings = options.search_settings(scores.budgets)
+        scores = _live_scores(args, space, settings)
     _check_stopping_rule(scores, settings)
     notes = scores.notes
     if str(args.concurrency) == AUTO_CONCURRENCY:
@@ -532,7 +525,7 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
         settings=settings,
         checkpoint=checkpoint,
         resumed_facts=resumed,
-        output=options.output,
+        output=output,
         notes=notes,
         source=scores.source,
         concurrency=concurrency,

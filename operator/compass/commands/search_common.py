@@ -6,7 +6,6 @@ import argparse
 import itertools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from compass.commands.common import check_output
@@ -70,34 +69,9 @@ def add_settings(parser: argparse.ArgumentParser, tau_default: str | None) -> No
     parser.add_argument("--output", metavar="RESULT.json", help="write the result JSON here")
 
 
-@dataclass(frozen=True)
-class SearchOptions:
-    """Parsed options common to both commands, before the dataset size is known."""
-
-    tau: float
-    budgets: tuple[int, ...] | None
-    confidence: float
-    seed: int
-    method: SearchMethod
-    interval: IntervalMethod
-    output: Path | None
-    batch: int = DEFAULT_BATCH
-
-    def search_settings(self, budgets: tuple[int, ...] | None) -> SearchSettings:
-        """The domain settings, once the budgets are resolved."""
-        return SearchSettings(
-            tau=self.tau,
-            budgets=budgets,
-            confidence=self.confidence,
-            seed=self.seed,
-            method=self.method,
-            interval=self.interval,
-            batch=self.batch,
-        )
-
-
-def parse_settings(args: argparse.Namespace) -> SearchOptions:
-    """The options add_settings declared, checked; UsageError names the first bad one."""
+def parse_settings(args: argparse.Namespace) -> tuple[SearchSettings, Path | None]:
+    """The options add_settings declared, checked (the budgets against the dataset size later:
+    check_budgets), and --output; UsageError names the first bad one."""
     tau = _parse_float("--tau", str(args.tau))
     if not 0 < tau <= 1:
         fail(
@@ -111,16 +85,16 @@ def parse_settings(args: argparse.Namespace) -> SearchOptions:
     output = None if args.output is None else Path(str(args.output))
     if output is not None:
         check_output("--output", output)
-    return SearchOptions(
+    settings = SearchSettings(
         tau=tau,
         budgets=None if args.budgets is None else parse_budgets(str(args.budgets)),
         confidence=confidence,
         seed=parse_seed(str(args.seed)),
         method=SearchMethod(args.method),
         interval=IntervalMethod(args.interval),
-        output=output,
         batch=parse_int("--batch", str(args.batch), "1", low=1, high=MAX_BATCH),
     )
+    return settings, output
 
 
 def _parse_float(field: str, text: str) -> float:
@@ -148,19 +122,14 @@ def parse_budgets(text: str) -> tuple[int, ...]:
     return tuple(budgets)
 
 
-def resolve_budgets(
-    given: tuple[int, ...] | None, population: int, source: str
-) -> tuple[int, ...] | None:
-    """The given budgets if they fit the dataset; None (the test's own schedule) if none given."""
-    if given is None:
-        return None
-    if given[-1] > population:
+def check_budgets(given: tuple[int, ...] | None, population: int, source: str) -> None:
+    """Fail unless the budgets given fit the dataset (none given: the test's own schedule)."""
+    if given is not None and given[-1] > population:
         fail(
             "--budgets",
             f"{given[-1]} is above the dataset size {population} ({source})",
             f"keep every budget <= {population}",
         )
-    return given
 
 
 # ---------------------------------------------------------------------------- report
