@@ -95,9 +95,9 @@ def constraints_of(node: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _cell(text: str) -> str:
-    """Text safe inside a markdown table cell (one line, pipes escaped)."""
-    return " ".join(text.split()).replace("|", "\\|")
+def _row(*cells: str) -> str:
+    """A markdown table row, each cell made one line with its pipes escaped."""
+    return "| " + " | ".join(" ".join(cell.split()).replace("|", "\\|") for cell in cells) + " |"
 
 
 def _rules(node: dict[str, Any]) -> list[str]:
@@ -131,19 +131,14 @@ def render_section(kind: str, section: Section) -> list[str]:
         path = f"{section.path}.{name}"
         default = _code(child["default"]) if "default" in child else ""
         lines.append(
-            "| "
-            + " | ".join(
-                _cell(cell)
-                for cell in (
-                    f"`{name}`",
-                    type_of(child, kind, path),
-                    "yes" if name in required else "",
-                    default,
-                    constraints_of(child),
-                    str(child.get("description", "")),
-                )
+            _row(
+                f"`{name}`",
+                type_of(child, kind, path),
+                "yes" if name in required else "",
+                default,
+                constraints_of(child),
+                str(child.get("description", "")),
             )
-            + " |"
         )
         if "properties" not in child and child.get(VALIDATIONS):
             rules_below += [f"- on `{name}`: {line[2:]}" for line in _rules(child)]
@@ -186,18 +181,13 @@ def render_resource(resource: Resource) -> list[str]:
     ]
     for column in version["additionalPrinterColumns"]:
         lines.append(
-            "| "
-            + " | ".join(
-                _cell(cell)
-                for cell in (
-                    column["name"],
-                    f"`{column['jsonPath']}`",
-                    column["type"],
-                    str(column.get("priority", 0)),
-                    column.get("description", ""),
-                )
+            _row(
+                column["name"],
+                f"`{column['jsonPath']}`",
+                column["type"],
+                str(column.get("priority", 0)),
+                column.get("description", ""),
             )
-            + " |"
         )
     lines.append("")
     for part in ("spec", "status"):
