@@ -45,11 +45,9 @@ def cel_rules(*rules: CelRule) -> dict[str, Any]:
 
 
 def strictly_increasing(field: str, max_items: int) -> str:
-    """CEL that holds when the list ``self.<field>`` (at most max_items long) strictly increases.
-
-    CEL has no index ranges (Kubernetes' isSorted() is not in every CEL implementation), so the
-    rule walks a literal list of indices; max_items bounds it, which keeps the cost estimate low.
-    """
+    """CEL that holds when the list ``self.<field>`` (at most max_items long) strictly increases."""
+    # CEL has no index ranges (isSorted() is not in every implementation): a literal list of
+    # indices, which max_items bounds to keep the cost estimate low.
     indices = ", ".join(str(i) for i in range(1, max_items))
     items = f"self.{field}"
     return f"[{indices}].all(i, i >= size({items}) || {items}[i - 1] < {items}[i])"

@@ -65,11 +65,7 @@ def cel_matches_endpoint(expression: str) -> str:
 
 
 def endpoint_problem(address: str) -> str | None:
-    """What is wrong with a host:port endpoint (no fix: ENDPOINT_FIX); None if it is one.
-
-    A port is checked for its range here: the gRPC client takes it modulo 65536, so 99999999
-    would connect to 57599 without a word.
-    """
+    """What is wrong with a host:port endpoint (no fix: ENDPOINT_FIX); None if it is one."""
     if _ENDPOINT.fullmatch(address):
         return None
     host, colon, port = address.rpartition(":")
@@ -77,7 +73,7 @@ def endpoint_problem(address: str) -> str | None:
         return f"{address!r:.80} is not host:port"
     if not port.isascii() or not port.isdigit():
         return f"port {port!r:.20} is not a number"
-    if not 1 <= int(port) <= MAX_PORT:
+    if not 1 <= int(port) <= MAX_PORT:  # gRPC takes it modulo 65536: 99999999 would dial 57599
         shown = port if len(port) <= 20 else f"{port[:20]}..."
         return f"port {shown} is outside 1-{MAX_PORT}"
     return f"host {host!r:.80} is not a DNS name, an IPv4 address or [an IPv6 address]"

@@ -137,11 +137,8 @@ def _load_yaml(text: str) -> object:
 
 
 def parse_document(text: str, path: Path | None = None) -> object:
-    """A .json file as JSON only; other text as JSON if it is, else YAML (1e-3 a number in both).
-
-    Raises json.JSONDecodeError (a .json file), ValueError (an integer past Python's digit
-    limit), yaml.YAMLError (YamlExpansionError for an alias bomb) or RecursionError.
-    """
+    """A .json file as JSON only; other text as JSON if it is, else YAML (1e-3 a number in both);
+    json.JSONDecodeError, ValueError (a huge integer), yaml.YAMLError or RecursionError if not."""
     if path is not None and path.suffix.lower() == ".json":
         # A .json file that is not JSON is a mistake: YAML would read it with other rules.
         return json.loads(text)

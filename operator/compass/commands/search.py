@@ -185,16 +185,6 @@ def _replay_lines(path: Path) -> list[_ReplayLine]:
     return found
 
 
-@dataclass(frozen=True)
-class _Replay:
-    """A validated replay ledger and the dataset size it implies."""
-
-    ledger: Ledger
-    population: int
-    space: Space
-    inferred: bool
-
-
 def _check_replay_line(
     line: _ReplayLine,
     path: Path,
@@ -242,8 +232,8 @@ def _check_replay_line(
 
 def _load_replay(
     path: Path, space: Space | None, given: tuple[int, ...] | None, allow_truncated: bool
-) -> _Replay:
-    """Read a replay ledger, check it against the budgets and the space (or infer the space)."""
+) -> tuple[Ledger, int]:
+    """Read a replay ledger and check it against the budgets and the space; its dataset size."""
     try:
         ledger = read_ledger(path, allow_truncated=allow_truncated)
     except TruncatedLineError as exc:
@@ -263,13 +253,7 @@ def _load_replay(
     check_budgets(given, population, f"scores per line of {path}")
     for line in lines:
         _check_replay_line(line, path, lines[0], longest, given, space)
-    if space is not None:
-        return _Replay(ledger, population, space, inferred=False)
-    try:
-        inferred = Space.infer(ledger.configs())
-    except SpaceError as exc:
-        raise UsageError(f"--replay {path}: {exc}") from None
-    return _Replay(ledger, population, inferred, inferred=True)
+    return ledger, population
 
 
 # ---------------------------------------------------------------------------- the checkpoint
@@ -405,30 +389,27 @@ def _replay_scores(
     path = Path(str(args.replay))
     if same_file(path, checkpoint):
         fail("--ledger", f"{checkpoint} is the --replay ledger", "give the checkpoint its own file")
-    replay = _load_replay(path, space, settings.budgets, bool(args.allow_truncated))
+    ledger, population = _load_replay(path, space, settings.budgets, bool(args.allow_truncated))
     notes: list[str] = []
-    if replay.inferred:
+    if space is None:
+        try:
+            space = Space.infer(ledger.configs())
+        except SpaceError as exc:
+            raise UsageError(f"--replay {path}: {exc}") from None
         notes.append(
-            f"no --space given: inferred the space from the {len(replay.ledger):,} "
+            f"no --space given: inferred the space from the {len(ledger):,} "
             f"configurations in {path} (pass --space to search beyond them):\n"
-            f"{replay.space.describe()}"
+            f"{space.describe()}"
         )
     else:
-        absent = sum(
-            1 for i in range(replay.space.size) if replay.space.config(i) not in replay.ledger
-        )
+        absent = sum(1 for i in range(space.size) if space.config(i) not in ledger)
         if absent:
             notes.append(
                 f"note: {path} has no scores for {absent:,} of the space's "
-                f"{replay.space.size:,} configurations; the search stops with an error if it "
+                f"{space.size:,} configurations; the search stops with an error if it "
                 "needs one"
             )
-    return _Scores(
-        source=ScoreSource(replay=replay.ledger),
-        space=replay.space,
-        population=replay.population,
-        notes=tuple(notes),
-    )
+    return _Scores(ScoreSource(replay=ledger), space, population, tuple(notes))
 
 
 def _live_scores(
