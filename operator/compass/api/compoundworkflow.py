@@ -5,11 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    model_validator,
-)
+from pydantic import Field, model_validator
 
 from compass.api.conditions import CONDITIONS_SCHEMA, MAX_CONDITIONS, Condition
 from compass.api.jobpod import JobPod, Resources
@@ -54,13 +50,11 @@ class ConfigMapDataset(CamelModel):
 class VolumeDataset(CamelModel):
     """A dataset on a PersistentVolumeClaim."""
 
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="!self.path.contains('..')",
-                message="volume.path: '..' leaves the volume; give a path inside it",
-                field_path=".path",
-            )
+    model_config = cel_rules(
+        CelRule(
+            rule="!self.path.contains('..')",
+            message="volume.path: '..' leaves the volume; give a path inside it",
+            field_path=".path",
         )
     )
 
@@ -116,14 +110,12 @@ class Dataset(CamelModel):
     )
 
     # The same rule as _one_source, for the API server (an empty imagePath counts as unset).
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="(has(self.configMap) ? 1 : 0) + (has(self.volume) ? 1 : 0)"
-                " + (has(self.imagePath) && self.imagePath != '' ? 1 : 0) <= 1",
-                message="dataset: more than one source is set; give one of configMap, volume, "
-                "imagePath",
-            )
+    model_config = cel_rules(
+        CelRule(
+            rule="(has(self.configMap) ? 1 : 0) + (has(self.volume) ? 1 : 0)"
+            " + (has(self.imagePath) && self.imagePath != '' ? 1 : 0) <= 1",
+            message="dataset: more than one source is set; give one of configMap, volume, "
+            "imagePath",
         )
     )
 
@@ -187,23 +179,21 @@ class EvaluatorSpec(CamelModel):
     )
 
     # The same rules as _complete, for the API server.
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="!has(self.type) || self.type != 'command'"
-                " || (has(self.command) && size(self.command) > 0)",
-                message="evaluator.command: type command needs the command to run",
-                field_path=".command",
-                reason="FieldValueRequired",
-            ),
-            CelRule(
-                rule="!has(self.type) || self.type != 'replay'"
-                " || (has(self.replayConfigMap) && self.replayConfigMap != '')",
-                message="evaluator.replayConfigMap: type replay needs the ledger ConfigMap",
-                field_path=".replayConfigMap",
-                reason="FieldValueRequired",
-            ),
-        )
+    model_config = cel_rules(
+        CelRule(
+            rule="!has(self.type) || self.type != 'command'"
+            " || (has(self.command) && size(self.command) > 0)",
+            message="evaluator.command: type command needs the command to run",
+            field_path=".command",
+            reason="FieldValueRequired",
+        ),
+        CelRule(
+            rule="!has(self.type) || self.type != 'replay'"
+            " || (has(self.replayConfigMap) && self.replayConfigMap != '')",
+            message="evaluator.replayConfigMap: type replay needs the ledger ConfigMap",
+            field_path=".replayConfigMap",
+            reason="FieldValueRequired",
+        ),
     )
 
     @model_validator(mode="after")
@@ -294,34 +284,32 @@ class Evaluation(CamelModel):
     )
 
     # The same rules as _budgets_fit and _dataset_read, for the API server.
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
+    model_config = cel_rules(
+        CelRule(
+            # A conditional rather than ||: the API server short-circuits both, but the
+            # CEL library the unit tests use evaluates .all() over the missing list.
+            rule=f"has(self.budgets) ? ({strictly_increasing('budgets', MAX_BUDGETS)}) : true",
+            message="evaluation.budgets: the budgets are not strictly increasing; "
+            "e.g. 10,25,50,100",
+            field_path=".budgets",
+        ),
+        CelRule(
+            rule="has(self.budgets) ? (size(self.budgets) == 0"
+            " || self.budgets[size(self.budgets) - 1] <= self.dataset.size) : true",
+            message="evaluation.budgets: the last budget exceeds dataset.size; lower the last "
+            "budget",
+            field_path=".budgets",
+        ),
+        *(
             CelRule(
-                # A conditional rather than ||: the API server short-circuits both, but the
-                # CEL library the unit tests use evaluates .all() over the missing list.
-                rule=f"has(self.budgets) ? ({strictly_increasing('budgets', MAX_BUDGETS)}) : true",
-                message="evaluation.budgets: the budgets are not strictly increasing; "
-                "e.g. 10,25,50,100",
-                field_path=".budgets",
-            ),
-            CelRule(
-                rule="has(self.budgets) ? (size(self.budgets) == 0"
-                " || self.budgets[size(self.budgets) - 1] <= self.dataset.size) : true",
-                message="evaluation.budgets: the last budget exceeds dataset.size; lower the last "
-                "budget",
-                field_path=".budgets",
-            ),
-            *(
-                CelRule(
-                    rule="(has(self.evaluator) && has(self.evaluator.type)"
-                    f" && self.evaluator.type != 'triton') || !has(self.dataset.{source})",
-                    message=_unread_by_triton(source),
-                    field_path=f".dataset.{source}",
-                    reason="FieldValueForbidden",
-                )
-                for source in ("configMap", "volume")
-            ),
-        )
+                rule="(has(self.evaluator) && has(self.evaluator.type)"
+                f" && self.evaluator.type != 'triton') || !has(self.dataset.{source})",
+                message=_unread_by_triton(source),
+                field_path=f".dataset.{source}",
+                reason="FieldValueForbidden",
+            )
+            for source in ("configMap", "volume")
+        ),
     )
 
     @model_validator(mode="after")

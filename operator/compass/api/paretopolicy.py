@@ -10,7 +10,7 @@ import itertools
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from compass.api.binding import BindingSettings
 from compass.api.gateway import HttpRouteTarget
@@ -202,45 +202,42 @@ class FrontEntry(CamelModel):
     ] = None
 
     # The same rules as _percentiles_ordered, for the API server.
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="!has(self.latencyP50Ms) || self.latencyP50Ms <= self.latencyP95Ms",
-                message="latencyP95Ms is below latencyP50Ms; percentiles must not decrease",
-                field_path=".latencyP95Ms",
-            ),
-            CelRule(
-                rule="!has(self.latencyP99Ms) || self.latencyP95Ms <= self.latencyP99Ms",
-                message="latencyP99Ms is below latencyP95Ms; percentiles must not decrease",
-                field_path=".latencyP99Ms",
-            ),
-            CelRule(
-                rule="self.latencyMeanMs"
-                " <= (has(self.latencyP99Ms) ? self.latencyP99Ms : self.latencyP95Ms)",
-                message="latencyMeanMs is above the highest percentile (latencyP99Ms if given, "
-                "else latencyP95Ms)",
-                field_path=".latencyMeanMs",
-            ),
-            # The same rules as _first_token_within, for the API server.
-            CelRule(
-                rule="!has(self.ttftMeanMs) || self.ttftMeanMs <= self.latencyMeanMs",
-                message="ttftMeanMs is above latencyMeanMs; a first token comes before the "
-                "request ends: check the profile's units",
-                field_path=".ttftMeanMs",
-            ),
-            CelRule(
-                rule="!has(self.ttftP95Ms) || self.ttftP95Ms <= self.latencyP95Ms",
-                message="ttftP95Ms is above latencyP95Ms; a first token comes before the "
-                "request ends: check the profile's units",
-                field_path=".ttftP95Ms",
-            ),
-            CelRule(
-                rule="!has(self.ttftP50Ms) || !has(self.ttftP95Ms)"
-                " || self.ttftP50Ms <= self.ttftP95Ms",
-                message="ttftP95Ms is below ttftP50Ms; percentiles must not decrease",
-                field_path=".ttftP95Ms",
-            ),
-        )
+    model_config = cel_rules(
+        CelRule(
+            rule="!has(self.latencyP50Ms) || self.latencyP50Ms <= self.latencyP95Ms",
+            message="latencyP95Ms is below latencyP50Ms; percentiles must not decrease",
+            field_path=".latencyP95Ms",
+        ),
+        CelRule(
+            rule="!has(self.latencyP99Ms) || self.latencyP95Ms <= self.latencyP99Ms",
+            message="latencyP99Ms is below latencyP95Ms; percentiles must not decrease",
+            field_path=".latencyP99Ms",
+        ),
+        CelRule(
+            rule="self.latencyMeanMs"
+            " <= (has(self.latencyP99Ms) ? self.latencyP99Ms : self.latencyP95Ms)",
+            message="latencyMeanMs is above the highest percentile (latencyP99Ms if given, "
+            "else latencyP95Ms)",
+            field_path=".latencyMeanMs",
+        ),
+        # The same rules as _first_token_within, for the API server.
+        CelRule(
+            rule="!has(self.ttftMeanMs) || self.ttftMeanMs <= self.latencyMeanMs",
+            message="ttftMeanMs is above latencyMeanMs; a first token comes before the "
+            "request ends: check the profile's units",
+            field_path=".ttftMeanMs",
+        ),
+        CelRule(
+            rule="!has(self.ttftP95Ms) || self.ttftP95Ms <= self.latencyP95Ms",
+            message="ttftP95Ms is above latencyP95Ms; a first token comes before the "
+            "request ends: check the profile's units",
+            field_path=".ttftP95Ms",
+        ),
+        CelRule(
+            rule="!has(self.ttftP50Ms) || !has(self.ttftP95Ms) || self.ttftP50Ms <= self.ttftP95Ms",
+            message="ttftP95Ms is below ttftP50Ms; percentiles must not decrease",
+            field_path=".ttftP95Ms",
+        ),
     )
 
     @model_validator(mode="after")

@@ -1,7 +1,7 @@
 """CEL validation rules that travel with a model into its CRD schema.
 
 A model declares, next to the pydantic validator that checks a cross-field rule, the same rule in
-CEL (``model_config = ConfigDict(json_schema_extra=cel_rules(...))``). The JSON schema then
+CEL (``model_config = cel_rules(...)``). The JSON schema then
 carries ``x-kubernetes-validations``, which compass.api.schema keeps: current API servers
 enforce the rule at admission, 1.20 drops the keyword and the operator's pydantic check reports
 the same error as a condition. tests/unit/test_crd_rules.py evaluates every rule with a CEL
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic import ConfigDict
 
 VALIDATIONS = "x-kubernetes-validations"
 
@@ -39,9 +41,10 @@ class CelRule:
         return entry
 
 
-def cel_rules(*rules: CelRule) -> dict[str, Any]:
-    """A model's ``json_schema_extra`` carrying these rules."""
-    return {VALIDATIONS: [rule.as_schema() for rule in rules]}
+def cel_rules(*rules: CelRule) -> ConfigDict:
+    """A model's ``model_config`` whose ``json_schema_extra`` carries these rules."""
+    extra: dict[str, Any] = {VALIDATIONS: [rule.as_schema() for rule in rules]}
+    return ConfigDict(json_schema_extra=extra)
 
 
 def strictly_increasing(field: str, max_items: int) -> str:
