@@ -1,8 +1,5 @@
-"""The ParetoPolicy kind: the front, the SLO and how Elastico switches (spec); what it did (status).
-
-The single source of truth for the resource's wire format (camelCase, every field described for
-the CRD generator). ``compass.conversion`` turns a spec into the domain's plan and policy.
-"""
+"""The ParetoPolicy's spec: the front, the SLO and how it serves (compass.api.paretopolicy_status
+holds the status; ``compass.conversion`` turns a spec into the domain's plan and policy)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The CRD reference (docs/crd-reference.md), rendered from the same schemas as the CRD YAML.
-
-Each resource gets its names, printer columns, and one table per object level (spec, status and
-every nested object, list item or map value that has fields): path, type, required, default,
-bounds or enum, description, and below the table the CEL rules that object carries with their
-messages. `compass crds --reference FILE` writes it (hack/gen-crds.sh does), and
-tests/repo/test_crd_reference.py fails while the checked-in copy is stale.
-"""
+"""The CRD reference (docs/crd-reference.md), rendered from the same schemas as the CRD YAML
+by `compass crds --reference FILE` (hack/gen-crds.sh); tests/repo/test_crd_reference.py fails
+while the checked-in copy is stale."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """CEL validation rules that travel with a model into its CRD schema.
 
 A model declares, next to the pydantic validator that checks a cross-field rule, the same rule in
-CEL (``model_config = cel_rules(...)``). The JSON schema then
-carries ``x-kubernetes-validations``, which compass.api.schema keeps: current API servers
-enforce the rule at admission, 1.20 drops the keyword and the operator's pydantic check reports
-the same error as a condition. tests/unit/test_crd_rules.py evaluates every rule with a CEL
-implementation against the pydantic verdict, so the two cannot drift.
+CEL (``model_config = cel_rules(...)``): current API servers enforce it at admission, 1.20 drops
+it and the pydantic check reports the same error as a condition. tests/unit/test_crd_rules.py
+evaluates every rule with a CEL implementation against the pydantic verdict.
 """
 
 from __future__ import annotations
