@@ -81,11 +81,6 @@ class _Hot:
     text: str
     size: int
 
-    @property
-    def key(self) -> str:
-        """Its binaryData key in the state."""
-        return chunk_key(self.first, self.last)
-
 
 class StateStore:
     """The state ConfigMap and its ledger chunks, each call retried on transient errors."""
@@ -244,7 +239,7 @@ class StateStore:
                 self._create_chunk(self._chunks + 1, key, encode(piece))
                 self._next += 1
             self._next -= 1
-        self._moved += [h.key for h in self._hot]
+        self._moved += [chunk_key(h.first, h.last) for h in self._hot]
         self._hot = []
 
     def _create_chunk(self, index: int, key: str, value: str) -> None:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-from collections.abc import Mapping
 from pathlib import Path
 
 from compass.commands.common import check_output
 from compass.console import UsageError, fail, parse_int, parse_seed, shown
-from compass.domain.evaluation import ParamValue
 from compass.domain.search import (
     DEFAULT_BATCH,
     MAX_BATCH,
@@ -135,11 +133,6 @@ def check_budgets(given: tuple[int, ...] | None, population: int, source: str) -
 # ---------------------------------------------------------------------------- report
 
 
-def describe_config(config: Mapping[str, ParamValue]) -> str:
-    """A configuration as name=value pairs."""
-    return " ".join(f"{name}={value}" for name, value in config.items())
-
-
 def summary(
     outcome: SearchOutcome, settings: SearchSettings, result: Path | None, ledger: str
 ) -> str:
@@ -158,7 +151,8 @@ def summary(
     if feasible:
         lines.append(f"  {'accuracy':>8}  {'samples':>7}  configuration")
         for a in feasible[:SHOWN_FEASIBLE]:
-            described = describe_config(outcome.space.config(a.index))
+            config = outcome.space.config(a.index)
+            described = " ".join(f"{name}={value}" for name, value in config.items())
             lines.append(f"  {a.accuracy:>8.3f}  {a.samples:>7}  {described}")
         if len(feasible) > SHOWN_FEASIBLE:
             where = "with --output RESULT.json" if result is None else f"in {result}"
