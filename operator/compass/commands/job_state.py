@@ -197,10 +197,8 @@ class StateStore:
         )
 
     def append_ledger(self, text: str, data: Mapping[str, str] | None = None) -> None:
-        """Append ledger lines, with these keys of the state: one more chunk of the state in one
-        PATCH; or, once the state's chunks would pass HOT_BUDGET, they and these lines merged
-        into a new chunk ConfigMap (created once, never written again), then a PATCH of the
-        state that deletes them."""
+        """Append ledger lines (and these keys of the state) in one PATCH, as one more chunk of
+        the state or, past HOT_BUDGET, with the state's chunks merged out first (_merge_out)."""
         if not self._opened:
             self.read_ledger()
         value = encode(text)
