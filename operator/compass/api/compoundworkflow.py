@@ -22,8 +22,15 @@ from compass.api.metricsource import TritonTls
 from compass.api.paretopolicy import ServingSettings, SloSpec
 from compass.api.rules import CelRule, cel_rules, strictly_increasing
 from compass.domain.capacity import MAX_CURVE_POINTS, MIN_REQUESTS_PER_RATE
-from compass.domain.search import DEFAULT_BATCH, MAX_BATCH, MAX_CONCURRENCY, MAX_DATASET_SIZE
+from compass.domain.search import (
+    DEFAULT_BATCH,
+    MAX_BATCH,
+    MAX_CONCURRENCY,
+    MAX_DATASET_SIZE,
+    SearchMethod,
+)
 from compass.domain.space import SpaceSpec
+from compass.domain.statistics import IntervalMethod
 
 # Bounds that the CEL rules' cost estimate needs (current API servers reject a CRD whose rules
 # could cost too much on unbounded input); far above what a workflow uses.
@@ -205,20 +212,6 @@ class EvaluatorSpec(CamelModel):
         return self
 
 
-class SearchMethodName(StrEnum):
-    """Which configurations the search evaluates."""
-
-    COMPASS_V = "compass-v"
-    GRID = "grid"
-
-
-class IntervalName(StrEnum):
-    """The early-stopping test."""
-
-    WILSON = "wilson"
-    BETTING = "betting"
-
-
 class Evaluation(CamelModel):
     """How accuracy is measured, and the accuracy target tau."""
 
@@ -247,13 +240,13 @@ class Evaluation(CamelModel):
     confidence: Annotated[
         float, Field(gt=0.5, lt=1, description="Confidence of the early-stopping verdicts.")
     ] = 0.95
-    interval: IntervalName = Field(
-        default=IntervalName.BETTING,
+    interval: IntervalMethod = Field(
+        default=IntervalMethod.BETTING,
         description="Early-stopping test: betting (anytime-valid: any number of looks) or "
         "wilson (Bonferroni over the budgets).",
     )
-    method: SearchMethodName = Field(
-        default=SearchMethodName.COMPASS_V, description="compass-v, or grid (the baseline)."
+    method: SearchMethod = Field(
+        default=SearchMethod.COMPASS_V, description="compass-v, or grid (the baseline)."
     )
     seed: Annotated[int, Field(ge=0, description="Seed of the sample order and the search.")] = 0
     concurrency: Annotated[

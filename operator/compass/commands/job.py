@@ -41,13 +41,11 @@ from compass.controllers.ledgerchunks import (
 from compass.domain.evaluation import Config
 from compass.domain.search import (
     Progress,
-    SearchMethod,
     SearchSettings,
     complete_feasible,
     search,
 )
 from compass.domain.space import Space
-from compass.domain.statistics import IntervalMethod
 from compass.evaluators.concurrency import ThreadRunner
 from compass.evaluators.factory import ScoreSource, fleet_concurrency, make_evaluator, make_runner
 from compass.evaluators.ledger import CheckpointedEvaluator, CheckpointLedger, parse_ledger
@@ -236,8 +234,8 @@ def run_search(state_name: str, namespace: str) -> int:
         budgets=None if evaluation.budgets is None else tuple(evaluation.budgets),
         confidence=evaluation.confidence,
         seed=evaluation.seed,
-        method=SearchMethod(evaluation.method.value),
-        interval=IntervalMethod(evaluation.interval.value),
+        method=evaluation.method,
+        interval=evaluation.interval,
         batch=evaluation.batch,
     )
     concurrency, why = search_concurrency(spec, source)
