@@ -19,7 +19,7 @@ from compass.api.meta import (
     CamelModel,
 )
 from compass.api.rules import CelRule, cel_rules
-from compass.api.urls import MAX_URL_LENGTH, cel_matches_url, url_problem
+from compass.api.urls import MAX_URL_LENGTH, URL_PATTERN, cel_matches, url_problem
 
 
 class MetricsSourceType(StrEnum):
@@ -275,7 +275,7 @@ class MetricsSource(CamelModel):
     # The same check as _url_shape, for the API server.
     model_config = cel_rules(
         CelRule(
-            rule=f"!has(self.url) || {cel_matches_url('self.url')}",
+            rule=f"!has(self.url) || {cel_matches('self.url', URL_PATTERN)}",
             message="url must be http(s)://host[:port][/path]: no other scheme, no "
             "user@ credentials, no query (?...) or fragment (#...)",
             field_path=".url",

@@ -16,7 +16,7 @@ from compass.api.meta import (
 )
 from compass.api.metricsource import TritonTls
 from compass.api.rules import CelRule, cel_rules
-from compass.api.urls import ENDPOINT_FIX, cel_matches_endpoint, endpoint_problem
+from compass.api.urls import ENDPOINT_FIX, ENDPOINT_PATTERN, cel_matches, endpoint_problem
 
 PortRef = Annotated[
     int | str,
@@ -50,7 +50,7 @@ class RoutingTarget(CamelModel):
             "routing.grpcEndpoint (one Triton outside it), not both",
         ),
         CelRule(
-            rule=f"!has(self.grpcEndpoint) || {cel_matches_endpoint('self.grpcEndpoint')}",
+            rule=f"!has(self.grpcEndpoint) || {cel_matches('self.grpcEndpoint', ENDPOINT_PATTERN)}",
             message="grpcEndpoint must be host:port with a port in 1-65535 "
             "(e.g. triton.example.com:8001)",
             field_path=".grpcEndpoint",

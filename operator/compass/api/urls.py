@@ -18,10 +18,10 @@ URL_PATTERN = r"^https?://[^/?#@\s:][^/?#@\s]*(/[^?#\s]*)?$"
 _URL = re.compile(URL_PATTERN)
 
 
-def cel_matches_url(expression: str) -> str:
-    """CEL that holds when the string ``expression`` has the allowed shape (URL_PATTERN)."""
+def cel_matches(expression: str, pattern: str) -> str:
+    """CEL that holds when the string ``expression`` matches ``pattern`` (a regular expression)."""
     # A CEL string literal reads a backslash as an escape: double it.
-    return f"{expression}.matches('{URL_PATTERN.replace(chr(92), chr(92) * 2)}')"
+    return f"{expression}.matches('{pattern.replace(chr(92), chr(92) * 2)}')"
 
 
 def url_problem(url: str) -> str | None:
@@ -57,11 +57,6 @@ _PORT_RANGE = (
 ENDPOINT_PATTERN = rf"^([A-Za-z0-9]([-A-Za-z0-9._]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]):{_PORT_RANGE}$"
 _ENDPOINT = re.compile(ENDPOINT_PATTERN)
 MAX_PORT = 65535
-
-
-def cel_matches_endpoint(expression: str) -> str:
-    """CEL that holds when the string ``expression`` is host:port (ENDPOINT_PATTERN)."""
-    return f"{expression}.matches('{ENDPOINT_PATTERN.replace(chr(92), chr(92) * 2)}')"
 
 
 def endpoint_problem(address: str) -> str | None:
