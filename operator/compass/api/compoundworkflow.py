@@ -85,10 +85,7 @@ class VolumeDataset(CamelModel):
 
 class Dataset(CamelModel):
     """Where the evaluation samples come from: at most one source, which the search Job's pod
-    sees at the path in $COMPASS_DATASET. A command evaluator reads it there; the triton
-    evaluator sends sample indices to a pipeline that holds its own samples, so it takes no
-    configMap or volume, and an imagePath only names the dataset (a new one starts the search
-    over)."""
+    sees at the path in $COMPASS_DATASET (each field says what the triton evaluator does)."""
 
     size: Annotated[
         int,
