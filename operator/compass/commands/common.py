@@ -252,9 +252,10 @@ def check_endpoint(flag: str, address: str) -> None:
         fail(flag, problem, ENDPOINT_FIX)
 
 
-def check_output(flag: str, path: Path) -> None:
-    """Fail unless path can take an output: a regular file or nothing, in an existing directory;
-    never a symlink (the write would land on its target) or a device."""
+def check_output(flag: str, path: Path, inputs: Mapping[str, str | Path | None]) -> None:
+    """Fail unless path can take an output: none of ``inputs``, a regular file or nothing in an
+    existing directory, never a symlink (the write would land on its target) or a device."""
+    check_not_input(flag, path, inputs)
     problem = output_problem(path)
     if problem is not None:
         fail(flag, problem.what, problem.fix)

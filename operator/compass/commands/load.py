@@ -15,7 +15,6 @@ from compass.commands.common import (
     add_pattern_arguments,
     add_triton_arguments,
     check_endpoint,
-    check_not_input,
     check_output,
     check_some_requests,
     pattern_from_args,
@@ -49,8 +48,7 @@ def load_command(args: argparse.Namespace) -> int:
 
     check_endpoint("--triton", str(args.triton))
     if args.output:
-        check_not_input("--output", Path(args.output), {"--trace": args.trace})
-        check_output("--output", Path(args.output))
+        check_output("--output", Path(args.output), {"--trace": args.trace})
     samples = parse_int("--samples", args.samples, "100", low=1)
     tls = triton_tls(args)
     # Checked before any request is sent, not after the whole load has run.

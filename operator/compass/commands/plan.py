@@ -33,7 +33,6 @@ from compass.commands.common import (
     add_enum_argument,
     admission_degrade_after,
     admission_quantile,
-    check_not_input,
     check_output,
     plan_error,
     read_document,
@@ -346,12 +345,10 @@ def plan_command(args: argparse.Namespace) -> int:
         fail("--percentile", f"{args.percentile} is not below 100", "pass e.g. --percentile 95")
     slack = parse_number("--slack-ms", str(args.slack_ms), "50", low=0, inclusive=True)
     output = Path(str(args.output))
-    check_not_input("--output", output, {"--profiles": args.profiles})
-    check_output("--output", output)
+    check_output("--output", output, {"--profiles": args.profiles})
     plot = None if args.plot is None else Path(str(args.plot))
     if plot is not None:
-        check_not_input("--plot", plot, {"--profiles": args.profiles, "--output": output})
-        check_output("--plot", plot)
+        check_output("--plot", plot, {"--profiles": args.profiles, "--output": output})
     name = policy_name_of(args.name, output)
     namespace = args.namespace
     if namespace is not None:

@@ -82,7 +82,7 @@ def parse_settings(args: argparse.Namespace) -> tuple[SearchSettings, Path | Non
         fail("--confidence", f"{confidence:g} is outside (0, 1)", "pass e.g. --confidence 0.95")
     output = None if args.output is None else Path(str(args.output))
     if output is not None:
-        check_output("--output", output)
+        check_output("--output", output, {})  # search checks its own inputs first; demo has none
     settings = SearchSettings(
         tau=tau,
         budgets=None if args.budgets is None else parse_budgets(str(args.budgets)),

@@ -17,7 +17,6 @@ from compass.commands.common import (
     add_trace_window_arguments,
     admission_degrade_after,
     admission_quantile,
-    check_not_input,
     check_output,
     check_some_requests,
     load_policy,
@@ -256,12 +255,10 @@ def simulate_command(args: argparse.Namespace) -> int:
     policy_path = Path(str(args.policy))
     timeline = Path(str(args.timeline))
     inputs = {"--policy": args.policy, "--trace": args.trace}
-    check_not_input("--timeline", timeline, inputs)
-    check_output("--timeline", timeline)
+    check_output("--timeline", timeline, inputs)
     plot = None if args.plot is None else Path(str(args.plot))
     if plot is not None:
-        check_not_input("--plot", plot, {**inputs, "--timeline": timeline})
-        check_output("--plot", plot)
+        check_output("--plot", plot, {**inputs, "--timeline": timeline})
     pattern, seed = pattern_from_args(args)
     pods = parse_number("--pods", str(args.pods), "2", low=1, inclusive=True, high=MAX_PODS)
     if not pods.is_integer():
