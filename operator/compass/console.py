@@ -117,9 +117,8 @@ def parse_seed(text: str) -> int:
 
 
 def describe_rate(progress: Progress, elapsed_s: float) -> str:
-    """Evaluations per second and an ETA bound: the configurations never evaluated, at the
-    samples each evaluated one took so far, at this rate (COMPASS-V stops before, often well
-    before: the bound says when the search ends at the latest)."""
+    """Evaluations per second and an ETA bound: every configuration never evaluated, at the
+    samples an evaluated one took so far (COMPASS-V ends before it, often well before)."""
     if elapsed_s <= 0 or progress.sample_evals == 0:
         return "-- eval/s"
     rate = progress.sample_evals / elapsed_s

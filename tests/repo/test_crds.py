@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from compass.api.compoundworkflow import CompoundWorkflowSpec
 from compass.api.crds import (
@@ -84,9 +84,7 @@ class _BracesInRule(CamelModel):
     """A spec whose CEL rule holds }}."""
 
     size: int = 1
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(CelRule("self.size > 0 || '}}' == ''", "size: not positive"))
-    )
+    model_config = cel_rules(CelRule("self.size > 0 || '}}' == ''", "size: not positive"))
 
 
 @pytest.mark.parametrize("spec", [_BracesInDescription, _BracesInRule])
@@ -180,9 +178,7 @@ def test_a_rule_reporting_at_an_unknown_field_is_refused() -> None:
         """A model whose rule reports at a field it does not have."""
 
         low: int = 0
-        model_config = ConfigDict(
-            json_schema_extra=cel_rules(CelRule("self.low >= 0", "low: negative", ".lowest"))
-        )
+        model_config = cel_rules(CelRule("self.low >= 0", "low: negative", ".lowest"))
 
     with pytest.raises(SchemaError, match=r"Broken: rule fieldPath '\.lowest'"):
         structural_schema(Broken)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from compass.api.meta import CamelModel
 from compass.api.rules import CelRule, cel_rules
@@ -88,15 +88,13 @@ class BindingStage(CamelModel):
     parameters their time depends on."""
 
     # The same rule as _one_way_to_name_models, for the API server.
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="has(self.component) != has(self.components)",
-                message="give the stage's model as component, or its models as components, "
-                "not both and not neither",
-                field_path=".component",
-            ),
-        )
+    model_config = cel_rules(
+        CelRule(
+            rule="has(self.component) != has(self.components)",
+            message="give the stage's model as component, or its models as components, "
+            "not both and not neither",
+            field_path=".component",
+        ),
     )
 
     component: str | None = Field(

@@ -5,11 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    model_validator,
-)
+from pydantic import Field, model_validator
 
 from compass.api.conditions import CONDITIONS_SCHEMA, MAX_CONDITIONS, Condition
 from compass.api.jobpod import JobPod, Resources
@@ -26,8 +22,15 @@ from compass.api.metricsource import TritonTls
 from compass.api.paretopolicy import ServingSettings, SloSpec
 from compass.api.rules import CelRule, cel_rules, strictly_increasing
 from compass.domain.capacity import MAX_CURVE_POINTS, MIN_REQUESTS_PER_RATE
-from compass.domain.search import DEFAULT_BATCH, MAX_BATCH, MAX_CONCURRENCY, MAX_DATASET_SIZE
+from compass.domain.search import (
+    DEFAULT_BATCH,
+    MAX_BATCH,
+    MAX_CONCURRENCY,
+    MAX_DATASET_SIZE,
+    SearchMethod,
+)
 from compass.domain.space import SpaceSpec
+from compass.domain.statistics import IntervalMethod
 
 # Bounds that the CEL rules' cost estimate needs (current API servers reject a CRD whose rules
 # could cost too much on unbounded input); far above what a workflow uses.
@@ -54,13 +57,11 @@ class ConfigMapDataset(CamelModel):
 class VolumeDataset(CamelModel):
     """A dataset on a PersistentVolumeClaim."""
 
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="!self.path.contains('..')",
-                message="volume.path: '..' leaves the volume; give a path inside it",
-                field_path=".path",
-            )
+    model_config = cel_rules(
+        CelRule(
+            rule="!self.path.contains('..')",
+            message="volume.path: '..' leaves the volume; give a path inside it",
+            field_path=".path",
         )
     )
 
@@ -84,10 +85,7 @@ class VolumeDataset(CamelModel):
 
 class Dataset(CamelModel):
     """Where the evaluation samples come from: at most one source, which the search Job's pod
-    sees at the path in $COMPASS_DATASET. A command evaluator reads it there; the triton
-    evaluator sends sample indices to a pipeline that holds its own samples, so it takes no
-    configMap or volume, and an imagePath only names the dataset (a new one starts the search
-    over)."""
+    sees at the path in $COMPASS_DATASET (each field says what the triton evaluator does)."""
 
     size: Annotated[
         int,
@@ -116,14 +114,12 @@ class Dataset(CamelModel):
     )
 
     # The same rule as _one_source, for the API server (an empty imagePath counts as unset).
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="(has(self.configMap) ? 1 : 0) + (has(self.volume) ? 1 : 0)"
-                " + (has(self.imagePath) && self.imagePath != '' ? 1 : 0) <= 1",
-                message="dataset: more than one source is set; give one of configMap, volume, "
-                "imagePath",
-            )
+    model_config = cel_rules(
+        CelRule(
+            rule="(has(self.configMap) ? 1 : 0) + (has(self.volume) ? 1 : 0)"
+            " + (has(self.imagePath) && self.imagePath != '' ? 1 : 0) <= 1",
+            message="dataset: more than one source is set; give one of configMap, volume, "
+            "imagePath",
         )
     )
 
@@ -187,23 +183,21 @@ class EvaluatorSpec(CamelModel):
     )
 
     # The same rules as _complete, for the API server.
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="!has(self.type) || self.type != 'command'"
-                " || (has(self.command) && size(self.command) > 0)",
-                message="evaluator.command: type command needs the command to run",
-                field_path=".command",
-                reason="FieldValueRequired",
-            ),
-            CelRule(
-                rule="!has(self.type) || self.type != 'replay'"
-                " || (has(self.replayConfigMap) && self.replayConfigMap != '')",
-                message="evaluator.replayConfigMap: type replay needs the ledger ConfigMap",
-                field_path=".replayConfigMap",
-                reason="FieldValueRequired",
-            ),
-        )
+    model_config = cel_rules(
+        CelRule(
+            rule="!has(self.type) || self.type != 'command'"
+            " || (has(self.command) && size(self.command) > 0)",
+            message="evaluator.command: type command needs the command to run",
+            field_path=".command",
+            reason="FieldValueRequired",
+        ),
+        CelRule(
+            rule="!has(self.type) || self.type != 'replay'"
+            " || (has(self.replayConfigMap) && self.replayConfigMap != '')",
+            message="evaluator.replayConfigMap: type replay needs the ledger ConfigMap",
+            field_path=".replayConfigMap",
+            reason="FieldValueRequired",
+        ),
     )
 
     @model_validator(mode="after")
@@ -213,20 +207,6 @@ class EvaluatorSpec(CamelModel):
         if self.type is EvaluatorType.REPLAY and not self.replay_config_map:
             raise ValueError("evaluator.replayConfigMap: type replay needs the ledger ConfigMap")
         return self
-
-
-class SearchMethodName(StrEnum):
-    """Which configurations the search evaluates."""
-
-    COMPASS_V = "compass-v"
-    GRID = "grid"
-
-
-class IntervalName(StrEnum):
-    """The early-stopping test."""
-
-    WILSON = "wilson"
-    BETTING = "betting"
 
 
 class Evaluation(CamelModel):
@@ -257,13 +237,13 @@ class Evaluation(CamelModel):
     confidence: Annotated[
         float, Field(gt=0.5, lt=1, description="Confidence of the early-stopping verdicts.")
     ] = 0.95
-    interval: IntervalName = Field(
-        default=IntervalName.BETTING,
+    interval: IntervalMethod = Field(
+        default=IntervalMethod.BETTING,
         description="Early-stopping test: betting (anytime-valid: any number of looks) or "
         "wilson (Bonferroni over the budgets).",
     )
-    method: SearchMethodName = Field(
-        default=SearchMethodName.COMPASS_V, description="compass-v, or grid (the baseline)."
+    method: SearchMethod = Field(
+        default=SearchMethod.COMPASS_V, description="compass-v, or grid (the baseline)."
     )
     seed: Annotated[int, Field(ge=0, description="Seed of the sample order and the search.")] = 0
     concurrency: Annotated[
@@ -294,34 +274,32 @@ class Evaluation(CamelModel):
     )
 
     # The same rules as _budgets_fit and _dataset_read, for the API server.
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
+    model_config = cel_rules(
+        CelRule(
+            # A conditional rather than ||: the API server short-circuits both, but the
+            # CEL library the unit tests use evaluates .all() over the missing list.
+            rule=f"has(self.budgets) ? ({strictly_increasing('budgets', MAX_BUDGETS)}) : true",
+            message="evaluation.budgets: the budgets are not strictly increasing; "
+            "e.g. 10,25,50,100",
+            field_path=".budgets",
+        ),
+        CelRule(
+            rule="has(self.budgets) ? (size(self.budgets) == 0"
+            " || self.budgets[size(self.budgets) - 1] <= self.dataset.size) : true",
+            message="evaluation.budgets: the last budget exceeds dataset.size; lower the last "
+            "budget",
+            field_path=".budgets",
+        ),
+        *(
             CelRule(
-                # A conditional rather than ||: the API server short-circuits both, but the
-                # CEL library the unit tests use evaluates .all() over the missing list.
-                rule=f"has(self.budgets) ? ({strictly_increasing('budgets', MAX_BUDGETS)}) : true",
-                message="evaluation.budgets: the budgets are not strictly increasing; "
-                "e.g. 10,25,50,100",
-                field_path=".budgets",
-            ),
-            CelRule(
-                rule="has(self.budgets) ? (size(self.budgets) == 0"
-                " || self.budgets[size(self.budgets) - 1] <= self.dataset.size) : true",
-                message="evaluation.budgets: the last budget exceeds dataset.size; lower the last "
-                "budget",
-                field_path=".budgets",
-            ),
-            *(
-                CelRule(
-                    rule="(has(self.evaluator) && has(self.evaluator.type)"
-                    f" && self.evaluator.type != 'triton') || !has(self.dataset.{source})",
-                    message=_unread_by_triton(source),
-                    field_path=f".dataset.{source}",
-                    reason="FieldValueForbidden",
-                )
-                for source in ("configMap", "volume")
-            ),
-        )
+                rule="(has(self.evaluator) && has(self.evaluator.type)"
+                f" && self.evaluator.type != 'triton') || !has(self.dataset.{source})",
+                message=_unread_by_triton(source),
+                field_path=f".dataset.{source}",
+                reason="FieldValueForbidden",
+            )
+            for source in ("configMap", "volume")
+        ),
     )
 
     @model_validator(mode="after")

@@ -183,13 +183,8 @@ def render_crds() -> dict[str, str]:
 
 
 def render_crd_templates() -> dict[str, str]:
-    """File name -> Helm template of every CRD, as checked in under the chart's templates/crds/.
-
-    The chart installs and upgrades its CRDs as templates (Helm never upgrades a chart's crds/):
-    only with crds.install, with Helm's keep policy when crds.keep (an uninstall then leaves the
-    CRDs and every custom resource), and with each CEL rule part only where the API server
-    (.Capabilities.KubeVersion) knows it: see CEL_MIN_KUBE_VERSION.
-    """
+    """File name -> Helm template of every CRD, as checked in under the chart's templates/crds/
+    (templates, since Helm never upgrades a chart's crds/; _TEMPLATE_HEADER says what they add)."""
     return {f"{resource.name}.yaml": crd_template(build_crd(resource)) for resource in RESOURCES}
 
 

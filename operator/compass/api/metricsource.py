@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from compass.api.meta import (
     DNS_SUBDOMAIN_PATTERN,
@@ -19,7 +19,7 @@ from compass.api.meta import (
     CamelModel,
 )
 from compass.api.rules import CelRule, cel_rules
-from compass.api.urls import MAX_URL_LENGTH, cel_matches_url, url_problem
+from compass.api.urls import MAX_URL_LENGTH, URL_PATTERN, cel_matches, url_problem
 
 
 class MetricsSourceType(StrEnum):
@@ -94,12 +94,10 @@ class BasicAuthentication(CamelModel):
 class MetricsTls(CamelModel):
     """Whom to trust over https, and an optional client certificate (mutual TLS)."""
 
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="has(self.certKey) == has(self.keyKey)",
-                message="give both tls.certKey and tls.keyKey (mutual TLS), or neither",
-            )
+    model_config = cel_rules(
+        CelRule(
+            rule="has(self.certKey) == has(self.keyKey)",
+            message="give both tls.certKey and tls.keyKey (mutual TLS), or neither",
         )
     )
 
@@ -126,12 +124,10 @@ class TritonTls(CamelModel):
     TLS a client certificate and key, from a Secret of the resource's namespace labelled
     compass.io/metrics-credentials=true."""
 
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="has(self.certKey) == has(self.keyKey)",
-                message="give both tls.certKey and tls.keyKey (mutual TLS), or neither",
-            )
+    model_config = cel_rules(
+        CelRule(
+            rule="has(self.certKey) == has(self.keyKey)",
+            message="give both tls.certKey and tls.keyKey (mutual TLS), or neither",
         )
     )
 
@@ -162,16 +158,14 @@ class TritonTls(CamelModel):
 class HttpHeader(CamelModel):
     """One extra request header; its value is not secret (it is in the resource)."""
 
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule=f"!self.name.matches('{_RESERVED_HEADER_RE}')",
-                message="this header name may not be set here (Authorization, "
-                "Proxy-Authorization, Host, Content-Length, Transfer-Encoding, Connection): the "
-                "operator sets Authorization from the Secret (bearer or basic), and a credential "
-                "in the resource could be read by anyone who reads it",
-                field_path=".name",
-            )
+    model_config = cel_rules(
+        CelRule(
+            rule=f"!self.name.matches('{_RESERVED_HEADER_RE}')",
+            message="this header name may not be set here (Authorization, "
+            "Proxy-Authorization, Host, Content-Length, Transfer-Encoding, Connection): the "
+            "operator sets Authorization from the Secret (bearer or basic), and a credential "
+            "in the resource could be read by anyone who reads it",
+            field_path=".name",
         )
     )
 
@@ -203,27 +197,25 @@ class MetricsAuthentication(CamelModel):
     """How the operator authenticates to the metrics endpoint: credentials and CA from a
     Secret of the policy's namespace (bearer token or basic auth, not both), extra headers."""
 
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="!(has(self.bearer) && has(self.basic))",
-                message="give authentication.bearer or authentication.basic, not both",
-            ),
-            CelRule(
-                rule="has(self.secretRef) || !(has(self.bearer) || has(self.basic) || "
-                "(has(self.tls) && !(has(self.tls.insecureSkipVerify) && "
-                "self.tls.insecureSkipVerify && !has(self.tls.certKey))))",
-                message="authentication.bearer, basic and tls read the Secret: give "
-                "authentication.secretRef.name",
-                field_path=".secretRef",
-                reason="FieldValueRequired",
-            ),
-            CelRule(
-                rule="!has(self.secretRef) || has(self.bearer) || has(self.basic) || has(self.tls)",
-                message="authentication.secretRef is not read: add bearer, basic or tls",
-                field_path=".secretRef",
-            ),
-        )
+    model_config = cel_rules(
+        CelRule(
+            rule="!(has(self.bearer) && has(self.basic))",
+            message="give authentication.bearer or authentication.basic, not both",
+        ),
+        CelRule(
+            rule="has(self.secretRef) || !(has(self.bearer) || has(self.basic) || "
+            "(has(self.tls) && !(has(self.tls.insecureSkipVerify) && "
+            "self.tls.insecureSkipVerify && !has(self.tls.certKey))))",
+            message="authentication.bearer, basic and tls read the Secret: give "
+            "authentication.secretRef.name",
+            field_path=".secretRef",
+            reason="FieldValueRequired",
+        ),
+        CelRule(
+            rule="!has(self.secretRef) || has(self.bearer) || has(self.basic) || has(self.tls)",
+            message="authentication.secretRef is not read: add bearer, basic or tls",
+            field_path=".secretRef",
+        ),
     )
 
     secret_ref: SecretReference | None = Field(
@@ -281,21 +273,19 @@ class MetricsSource(CamelModel):
     """The queue depth (and arrivals) the policy observes."""
 
     # The same check as _url_shape, for the API server.
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule=f"!has(self.url) || {cel_matches_url('self.url')}",
-                message="url must be http(s)://host[:port][/path]: no other scheme, no "
-                "user@ credentials, no query (?...) or fragment (#...)",
-                field_path=".url",
-            ),
-            CelRule(
-                rule="!has(self.authentication) || !has(self.authentication.tls) || "
-                "!has(self.url) || self.url.startsWith('https://')",
-                message="authentication.tls is set but url is http://; use https://",
-                field_path=".authentication.tls",
-            ),
-        )
+    model_config = cel_rules(
+        CelRule(
+            rule=f"!has(self.url) || {cel_matches('self.url', URL_PATTERN)}",
+            message="url must be http(s)://host[:port][/path]: no other scheme, no "
+            "user@ credentials, no query (?...) or fragment (#...)",
+            field_path=".url",
+        ),
+        CelRule(
+            rule="!has(self.authentication) || !has(self.authentication.tls) || "
+            "!has(self.url) || self.url.startsWith('https://')",
+            message="authentication.tls is set but url is http://; use https://",
+            field_path=".authentication.tls",
+        ),
     )
 
     type: MetricsSourceType = Field(

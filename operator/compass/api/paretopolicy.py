@@ -1,8 +1,5 @@
-"""The ParetoPolicy kind: the front, the SLO and how Elastico switches (spec); what it did (status).
-
-The single source of truth for the resource's wire format (camelCase, every field described for
-the CRD generator). ``compass.conversion`` turns a spec into the domain's plan and policy.
-"""
+"""The ParetoPolicy's spec: the front, the SLO and how it serves (compass.api.paretopolicy_status
+holds the status; ``compass.conversion`` turns a spec into the domain's plan and policy)."""
 
 from __future__ import annotations
 
@@ -10,21 +7,15 @@ import itertools
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from compass.api.binding import BindingSettings
 from compass.api.gateway import HttpRouteTarget
-from compass.api.meta import (
-    CamelModel,
-)
+from compass.api.meta import CamelModel
 from compass.api.metricsource import MetricsSource
 from compass.api.routing import RoutingTarget
 from compass.api.rules import CelRule, cel_rules
 from compass.domain.admission import DEFAULT_DEGRADE_AFTER
-
-# A latency or SLO in ms: a microsecond to an hour. Past either end a queueing model is
-# meaningless, and the planner's arithmetic loses its precision (a mean of 1e-300 ms) or
-# overflows (exp of rate x time on 2**63 ms).
 from compass.domain.capacity import (
     MAX_CURVE_POINTS,
     MAX_LATENCY_MS,
@@ -62,25 +53,22 @@ MAX_FRONT = 1024
 MAX_ROUTER_INSTANCES = 1024
 
 
+def _latency_ms(description: str) -> Any:
+    """A latency or SLO field in ms: a microsecond to an hour."""
+    # Past either end a queueing model is meaningless, and the planner's arithmetic loses its
+    # precision (a mean of 1e-300 ms) or overflows (exp of rate x time on 2**63 ms).
+    return Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description=description)
+
+
 class CurvePointSpec(CamelModel):
     """What a pod did at one offered rate of its capacity curve."""
 
     offered_qps: Annotated[float, Field(gt=0, description="Requests per second offered.")]
     throughput_qps: Annotated[float, Field(gt=0, description="Requests per second served.")]
-    latency_mean_ms: Annotated[
-        float, Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="Mean latency in ms.")
-    ]
-    latency_p50_ms: Annotated[
-        float, Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="Median latency in ms.")
-    ]
-    latency_p95_ms: Annotated[
-        float,
-        Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="95th percentile latency in ms."),
-    ]
-    latency_p99_ms: Annotated[
-        float,
-        Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="99th percentile latency in ms."),
-    ]
+    latency_mean_ms: Annotated[float, _latency_ms("Mean latency in ms.")]
+    latency_p50_ms: Annotated[float, _latency_ms("Median latency in ms.")]
+    latency_p95_ms: Annotated[float, _latency_ms("95th percentile latency in ms.")]
+    latency_p99_ms: Annotated[float, _latency_ms("99th percentile latency in ms.")]
     growing: bool = Field(
         default=False,
         description="The latency still grew at the end of this rate's run (saturated).",
@@ -100,12 +88,10 @@ class CapacitySpec(CamelModel):
     )
     slo_ms: Annotated[
         float | None,
-        Field(
-            ge=MIN_LATENCY_MS,
-            le=MAX_LATENCY_MS,
-            description="The latency budget in ms the ladder measured the curve's low end for "
+        _latency_ms(
+            "The latency budget in ms the ladder measured the curve's low end for "
             "(it halved its lowest rate only while that rate's latency was over it); absent: "
-            "for any budget.",
+            "for any budget."
         ),
     ] = None
 
@@ -128,30 +114,13 @@ class FrontEntry(CamelModel):
         description="The configuration's parameter values (the router applies them).",
     )
     accuracy: Annotated[float, Field(ge=0, le=1, description="Measured accuracy in [0, 1].")]
-    latency_mean_ms: Annotated[
-        float, Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="Mean service time in ms.")
-    ]
-    latency_p95_ms: Annotated[
-        float,
-        Field(
-            ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="95th percentile service time in ms."
-        ),
-    ]
+    latency_mean_ms: Annotated[float, _latency_ms("Mean service time in ms.")]
+    latency_p95_ms: Annotated[float, _latency_ms("95th percentile service time in ms.")]
     latency_p50_ms: Annotated[
-        float | None,
-        Field(
-            ge=MIN_LATENCY_MS,
-            le=MAX_LATENCY_MS,
-            description="Median service time in ms, if measured.",
-        ),
+        float | None, _latency_ms("Median service time in ms, if measured.")
     ] = None
     latency_p99_ms: Annotated[
-        float | None,
-        Field(
-            ge=MIN_LATENCY_MS,
-            le=MAX_LATENCY_MS,
-            description="99th percentile service time in ms, if measured.",
-        ),
+        float | None, _latency_ms("99th percentile service time in ms, if measured.")
     ] = None
     latency_std_ms: Annotated[
         float | None,
@@ -176,71 +145,58 @@ class FrontEntry(CamelModel):
     )
     ttft_mean_ms: Annotated[
         float | None,
-        Field(
-            ge=MIN_LATENCY_MS,
-            le=MAX_LATENCY_MS,
-            description="Mean time to first token in ms (a streaming router's first streamed "
-            "response), if profiled; not above latencyMeanMs.",
+        _latency_ms(
+            "Mean time to first token in ms (a streaming router's first streamed "
+            "response), if profiled; not above latencyMeanMs."
         ),
     ] = None
     ttft_p50_ms: Annotated[
-        float | None,
-        Field(
-            ge=MIN_LATENCY_MS,
-            le=MAX_LATENCY_MS,
-            description="Median time to first token in ms, if profiled.",
-        ),
+        float | None, _latency_ms("Median time to first token in ms, if profiled.")
     ] = None
     ttft_p95_ms: Annotated[
         float | None,
-        Field(
-            ge=MIN_LATENCY_MS,
-            le=MAX_LATENCY_MS,
-            description="95th percentile time to first token in ms, if profiled; not above "
-            "latencyP95Ms.",
+        _latency_ms(
+            "95th percentile time to first token in ms, if profiled; not above latencyP95Ms."
         ),
     ] = None
 
     # The same rules as _percentiles_ordered, for the API server.
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="!has(self.latencyP50Ms) || self.latencyP50Ms <= self.latencyP95Ms",
-                message="latencyP95Ms is below latencyP50Ms; percentiles must not decrease",
-                field_path=".latencyP95Ms",
-            ),
-            CelRule(
-                rule="!has(self.latencyP99Ms) || self.latencyP95Ms <= self.latencyP99Ms",
-                message="latencyP99Ms is below latencyP95Ms; percentiles must not decrease",
-                field_path=".latencyP99Ms",
-            ),
-            CelRule(
-                rule="self.latencyMeanMs"
-                " <= (has(self.latencyP99Ms) ? self.latencyP99Ms : self.latencyP95Ms)",
-                message="latencyMeanMs is above the highest percentile (latencyP99Ms if given, "
-                "else latencyP95Ms)",
-                field_path=".latencyMeanMs",
-            ),
-            # The same rules as _first_token_within, for the API server.
-            CelRule(
-                rule="!has(self.ttftMeanMs) || self.ttftMeanMs <= self.latencyMeanMs",
-                message="ttftMeanMs is above latencyMeanMs; a first token comes before the "
-                "request ends: check the profile's units",
-                field_path=".ttftMeanMs",
-            ),
-            CelRule(
-                rule="!has(self.ttftP95Ms) || self.ttftP95Ms <= self.latencyP95Ms",
-                message="ttftP95Ms is above latencyP95Ms; a first token comes before the "
-                "request ends: check the profile's units",
-                field_path=".ttftP95Ms",
-            ),
-            CelRule(
-                rule="!has(self.ttftP50Ms) || !has(self.ttftP95Ms)"
-                " || self.ttftP50Ms <= self.ttftP95Ms",
-                message="ttftP95Ms is below ttftP50Ms; percentiles must not decrease",
-                field_path=".ttftP95Ms",
-            ),
-        )
+    model_config = cel_rules(
+        CelRule(
+            rule="!has(self.latencyP50Ms) || self.latencyP50Ms <= self.latencyP95Ms",
+            message="latencyP95Ms is below latencyP50Ms; percentiles must not decrease",
+            field_path=".latencyP95Ms",
+        ),
+        CelRule(
+            rule="!has(self.latencyP99Ms) || self.latencyP95Ms <= self.latencyP99Ms",
+            message="latencyP99Ms is below latencyP95Ms; percentiles must not decrease",
+            field_path=".latencyP99Ms",
+        ),
+        CelRule(
+            rule="self.latencyMeanMs"
+            " <= (has(self.latencyP99Ms) ? self.latencyP99Ms : self.latencyP95Ms)",
+            message="latencyMeanMs is above the highest percentile (latencyP99Ms if given, "
+            "else latencyP95Ms)",
+            field_path=".latencyMeanMs",
+        ),
+        # The same rules as _first_token_within, for the API server.
+        CelRule(
+            rule="!has(self.ttftMeanMs) || self.ttftMeanMs <= self.latencyMeanMs",
+            message="ttftMeanMs is above latencyMeanMs; a first token comes before the "
+            "request ends: check the profile's units",
+            field_path=".ttftMeanMs",
+        ),
+        CelRule(
+            rule="!has(self.ttftP95Ms) || self.ttftP95Ms <= self.latencyP95Ms",
+            message="ttftP95Ms is above latencyP95Ms; a first token comes before the "
+            "request ends: check the profile's units",
+            field_path=".ttftP95Ms",
+        ),
+        CelRule(
+            rule="!has(self.ttftP50Ms) || !has(self.ttftP95Ms) || self.ttftP50Ms <= self.ttftP95Ms",
+            message="ttftP95Ms is below ttftP50Ms; percentiles must not decrease",
+            field_path=".ttftP95Ms",
+        ),
     )
 
     @model_validator(mode="after")
@@ -284,10 +240,7 @@ class FrontEntry(CamelModel):
 class SloSpec(CamelModel):
     """The latency objective at a percentile of requests."""
 
-    latency_ms: Annotated[
-        float,
-        Field(ge=MIN_LATENCY_MS, le=MAX_LATENCY_MS, description="Latency target in milliseconds."),
-    ]
+    latency_ms: Annotated[float, _latency_ms("Latency target in milliseconds.")]
     percentile: Annotated[
         float, Field(gt=0, lt=100, description="Percentile of requests held to the target.")
     ] = 95.0

@@ -1,11 +1,6 @@
-"""The CRD reference (docs/crd-reference.md), rendered from the same schemas as the CRD YAML.
-
-Each resource gets its names, printer columns, and one table per object level (spec, status and
-every nested object, list item or map value that has fields): path, type, required, default,
-bounds or enum, description, and below the table the CEL rules that object carries with their
-messages. `compass crds --reference FILE` writes it (hack/gen-crds.sh does), and
-tests/repo/test_crd_reference.py fails while the checked-in copy is stale.
-"""
+"""The CRD reference (docs/crd-reference.md), rendered from the same schemas as the CRD YAML
+by `compass crds --reference FILE` (hack/gen-crds.sh); tests/repo/test_crd_reference.py fails
+while the checked-in copy is stale."""
 
 from __future__ import annotations
 
@@ -95,9 +90,9 @@ def constraints_of(node: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _cell(text: str) -> str:
-    """Text safe inside a markdown table cell (one line, pipes escaped)."""
-    return " ".join(text.split()).replace("|", "\\|")
+def _row(*cells: str) -> str:
+    """A markdown table row, each cell made one line with its pipes escaped."""
+    return "| " + " | ".join(" ".join(cell.split()).replace("|", "\\|") for cell in cells) + " |"
 
 
 def _rules(node: dict[str, Any]) -> list[str]:
@@ -131,19 +126,14 @@ def render_section(kind: str, section: Section) -> list[str]:
         path = f"{section.path}.{name}"
         default = _code(child["default"]) if "default" in child else ""
         lines.append(
-            "| "
-            + " | ".join(
-                _cell(cell)
-                for cell in (
-                    f"`{name}`",
-                    type_of(child, kind, path),
-                    "yes" if name in required else "",
-                    default,
-                    constraints_of(child),
-                    str(child.get("description", "")),
-                )
+            _row(
+                f"`{name}`",
+                type_of(child, kind, path),
+                "yes" if name in required else "",
+                default,
+                constraints_of(child),
+                str(child.get("description", "")),
             )
-            + " |"
         )
         if "properties" not in child and child.get(VALIDATIONS):
             rules_below += [f"- on `{name}`: {line[2:]}" for line in _rules(child)]
@@ -186,18 +176,13 @@ def render_resource(resource: Resource) -> list[str]:
     ]
     for column in version["additionalPrinterColumns"]:
         lines.append(
-            "| "
-            + " | ".join(
-                _cell(cell)
-                for cell in (
-                    column["name"],
-                    f"`{column['jsonPath']}`",
-                    column["type"],
-                    str(column.get("priority", 0)),
-                    column.get("description", ""),
-                )
+            _row(
+                column["name"],
+                f"`{column['jsonPath']}`",
+                column["type"],
+                str(column.get("priority", 0)),
+                column.get("description", ""),
             )
-            + " |"
         )
     lines.append("")
     for part in ("spec", "status"):

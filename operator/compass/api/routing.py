@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from compass.api.gateway import ActuatorType, HttpRouteTarget, ModelRewriteTarget
 from compass.api.meta import (
@@ -16,7 +16,7 @@ from compass.api.meta import (
 )
 from compass.api.metricsource import TritonTls
 from compass.api.rules import CelRule, cel_rules
-from compass.api.urls import ENDPOINT_FIX, cel_matches_endpoint, endpoint_problem
+from compass.api.urls import ENDPOINT_FIX, ENDPOINT_PATTERN, cel_matches, endpoint_problem
 
 PortRef = Annotated[
     int | str,
@@ -43,20 +43,18 @@ class RoutingTarget(CamelModel):
     """The Triton routers whose active configuration the policy switches: every ready pod
     behind a Service, or one Triton at a fixed address."""
 
-    model_config = ConfigDict(
-        json_schema_extra=cel_rules(
-            CelRule(
-                rule="!(has(self.service) && has(self.grpcEndpoint))",
-                message="give routing.service (Triton pods in the cluster) or "
-                "routing.grpcEndpoint (one Triton outside it), not both",
-            ),
-            CelRule(
-                rule=f"!has(self.grpcEndpoint) || {cel_matches_endpoint('self.grpcEndpoint')}",
-                message="grpcEndpoint must be host:port with a port in 1-65535 "
-                "(e.g. triton.example.com:8001)",
-                field_path=".grpcEndpoint",
-            ),
-        )
+    model_config = cel_rules(
+        CelRule(
+            rule="!(has(self.service) && has(self.grpcEndpoint))",
+            message="give routing.service (Triton pods in the cluster) or "
+            "routing.grpcEndpoint (one Triton outside it), not both",
+        ),
+        CelRule(
+            rule=f"!has(self.grpcEndpoint) || {cel_matches('self.grpcEndpoint', ENDPOINT_PATTERN)}",
+            message="grpcEndpoint must be host:port with a port in 1-65535 "
+            "(e.g. triton.example.com:8001)",
+            field_path=".grpcEndpoint",
+        ),
     )
 
     service: str | None = Field(

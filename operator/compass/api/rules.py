@@ -1,17 +1,17 @@
 """CEL validation rules that travel with a model into its CRD schema.
 
 A model declares, next to the pydantic validator that checks a cross-field rule, the same rule in
-CEL (``model_config = ConfigDict(json_schema_extra=cel_rules(...))``). The JSON schema then
-carries ``x-kubernetes-validations``, which compass.api.schema keeps: current API servers
-enforce the rule at admission, 1.20 drops the keyword and the operator's pydantic check reports
-the same error as a condition. tests/unit/test_crd_rules.py evaluates every rule with a CEL
-implementation against the pydantic verdict, so the two cannot drift.
+CEL (``model_config = cel_rules(...)``): current API servers enforce it at admission, 1.20 drops
+it and the pydantic check reports the same error as a condition. tests/unit/test_crd_rules.py
+evaluates every rule with a CEL implementation against the pydantic verdict.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic import ConfigDict
 
 VALIDATIONS = "x-kubernetes-validations"
 
@@ -39,17 +39,16 @@ class CelRule:
         return entry
 
 
-def cel_rules(*rules: CelRule) -> dict[str, Any]:
-    """A model's ``json_schema_extra`` carrying these rules."""
-    return {VALIDATIONS: [rule.as_schema() for rule in rules]}
+def cel_rules(*rules: CelRule) -> ConfigDict:
+    """A model's ``model_config`` whose ``json_schema_extra`` carries these rules."""
+    extra: dict[str, Any] = {VALIDATIONS: [rule.as_schema() for rule in rules]}
+    return ConfigDict(json_schema_extra=extra)
 
 
 def strictly_increasing(field: str, max_items: int) -> str:
-    """CEL that holds when the list ``self.<field>`` (at most max_items long) strictly increases.
-
-    CEL has no index ranges (Kubernetes' isSorted() is not in every CEL implementation), so the
-    rule walks a literal list of indices; max_items bounds it, which keeps the cost estimate low.
-    """
+    """CEL that holds when the list ``self.<field>`` (at most max_items long) strictly increases."""
+    # CEL has no index ranges (isSorted() is not in every implementation): a literal list of
+    # indices, which max_items bounds to keep the cost estimate low.
     indices = ", ".join(str(i) for i in range(1, max_items))
     items = f"self.{field}"
     return f"[{indices}].all(i, i >= size({items}) || {items}[i - 1] < {items}[i])"

@@ -166,12 +166,9 @@ def _merge_variants(
 
 
 def without_empty_strings(value: Any) -> Any:
-    """The value without empty-string fields, at any depth, for writing to the API server.
-
-    The same server quirk as empty-string defaults above: kube-apiserver 1.20 built with Go 1.19
-    decodes "" inside an object as null and rejects it for a string field. The models read an
-    absent string back as "", so leaving it out loses nothing.
-    """
+    """The value without empty-string fields, at any depth, for writing to the API server."""
+    # The quirk of empty-string defaults above: kube-apiserver 1.20 (Go 1.19) decodes "" inside
+    # an object as null; the models read an absent string back as "", so nothing is lost.
     if isinstance(value, Mapping):
         return {k: without_empty_strings(v) for k, v in value.items() if v != ""}
     if isinstance(value, list):

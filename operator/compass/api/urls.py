@@ -18,10 +18,10 @@ URL_PATTERN = r"^https?://[^/?#@\s:][^/?#@\s]*(/[^?#\s]*)?$"
 _URL = re.compile(URL_PATTERN)
 
 
-def cel_matches_url(expression: str) -> str:
-    """CEL that holds when the string ``expression`` has the allowed shape (URL_PATTERN)."""
+def cel_matches(expression: str, pattern: str) -> str:
+    """CEL that holds when the string ``expression`` matches ``pattern`` (a regular expression)."""
     # A CEL string literal reads a backslash as an escape: double it.
-    return f"{expression}.matches('{URL_PATTERN.replace(chr(92), chr(92) * 2)}')"
+    return f"{expression}.matches('{pattern.replace(chr(92), chr(92) * 2)}')"
 
 
 def url_problem(url: str) -> str | None:
@@ -59,17 +59,8 @@ _ENDPOINT = re.compile(ENDPOINT_PATTERN)
 MAX_PORT = 65535
 
 
-def cel_matches_endpoint(expression: str) -> str:
-    """CEL that holds when the string ``expression`` is host:port (ENDPOINT_PATTERN)."""
-    return f"{expression}.matches('{ENDPOINT_PATTERN.replace(chr(92), chr(92) * 2)}')"
-
-
 def endpoint_problem(address: str) -> str | None:
-    """What is wrong with a host:port endpoint (no fix: ENDPOINT_FIX); None if it is one.
-
-    A port is checked for its range here: the gRPC client takes it modulo 65536, so 99999999
-    would connect to 57599 without a word.
-    """
+    """What is wrong with a host:port endpoint (no fix: ENDPOINT_FIX); None if it is one."""
     if _ENDPOINT.fullmatch(address):
         return None
     host, colon, port = address.rpartition(":")
@@ -77,7 +68,7 @@ def endpoint_problem(address: str) -> str | None:
         return f"{address!r:.80} is not host:port"
     if not port.isascii() or not port.isdigit():
         return f"port {port!r:.20} is not a number"
-    if not 1 <= int(port) <= MAX_PORT:
+    if not 1 <= int(port) <= MAX_PORT:  # gRPC takes it modulo 65536: 99999999 would dial 57599
         shown = port if len(port) <= 20 else f"{port[:20]}..."
         return f"port {shown} is outside 1-{MAX_PORT}"
     return f"host {host!r:.80} is not a DNS name, an IPv4 address or [an IPv6 address]"

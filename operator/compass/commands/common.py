@@ -44,7 +44,6 @@ from compass.examples import load_trace
 if TYPE_CHECKING:
     from compass.dataplane.triton import GrpcTls
 
-# compass.dataplane.triton's default, restated so that building the parser loads no gRPC client.
 # Where a planner error's field comes from on the command line.
 _PLAN_FLAGS = {"slo.latencyMs": "--slo-ms", "slo.percentile": "--percentile"}
 
@@ -138,11 +137,8 @@ def _load_yaml(text: str) -> object:
 
 
 def parse_document(text: str, path: Path | None = None) -> object:
-    """A .json file as JSON only; other text as JSON if it is, else YAML (1e-3 a number in both).
-
-    Raises json.JSONDecodeError (a .json file), ValueError (an integer past Python's digit
-    limit), yaml.YAMLError (YamlExpansionError for an alias bomb) or RecursionError.
-    """
+    """A .json file as JSON only; other text as JSON if it is, else YAML (1e-3 a number in both);
+    json.JSONDecodeError, ValueError (a huge integer), yaml.YAMLError or RecursionError if not."""
     if path is not None and path.suffix.lower() == ".json":
         # A .json file that is not JSON is a mistake: YAML would read it with other rules.
         return json.loads(text)
@@ -165,11 +161,9 @@ _MAX_INTEGER = 2**63
 
 
 def _bad_number(data: object) -> tuple[str, str] | None:
-    """The first NaN, infinity or huge integer in a parsed document: (its path, what it is).
-
-    Walked with a stack, not recursion: a document nested just short of the parser's limit
-    must not overflow here.
-    """
+    """The first NaN, infinity or huge integer in a parsed document: (its path, what it is)."""
+    # A stack, not recursion: a document nested just short of the parser's limit must not
+    # overflow here.
     stack: list[tuple[object, str]] = [(data, "")]
     while stack:
         value, where = stack.pop()
@@ -182,18 +176,11 @@ def _bad_number(data: object) -> tuple[str, str] | None:
             items = value.items()
         elif isinstance(value, list):
             items = enumerate(value)
-        inner = [
-            (
-                item,
-                f"{where}[{key}]"
-                if isinstance(key, int)
-                else f"{where}.{key}"
-                if where
-                else str(key),
-            )
-            for key, item in items
-        ]
-        stack.extend(reversed(inner))  # the first item is looked at first
+        for key, item in reversed(list(items)):  # the first item is looked at first
+            if isinstance(key, int):
+                stack.append((item, f"{where}[{key}]"))
+            else:
+                stack.append((item, f"{where}.{key}" if where else str(key)))
     return None
 
 
@@ -265,9 +252,10 @@ def check_endpoint(flag: str, address: str) -> None:
         fail(flag, problem, ENDPOINT_FIX)
 
 
-def check_output(flag: str, path: Path) -> None:
-    """Fail unless path can take an output: a regular file or nothing, in an existing directory;
-    never a symlink (the write would land on its target) or a device."""
+def check_output(flag: str, path: Path, inputs: Mapping[str, str | Path | None]) -> None:
+    """Fail unless path can take an output: none of ``inputs``, a regular file or nothing in an
+    existing directory, never a symlink (the write would land on its target) or a device."""
+    check_not_input(flag, path, inputs)
     problem = output_problem(path)
     if problem is not None:
         fail(flag, problem.what, problem.fix)
@@ -568,11 +556,10 @@ def triton_tls(args: argparse.Namespace) -> GrpcTls | None:
     if (args.triton_cert is None) != (args.triton_key is None):
         missing = "--triton-key" if args.triton_key is None else "--triton-cert"
         fail(missing, "mutual TLS needs the client certificate and its key", f"add {missing}")
-    pems: dict[str, bytes | None] = {}
-    for flag in ("--triton-ca", "--triton-cert", "--triton-key"):
+    pems: dict[str, bytes | None] = dict.fromkeys(("--triton-ca", "--triton-cert", "--triton-key"))
+    for flag in pems:
         path = flags[flag]
         if path is None:
-            pems[flag] = None
             continue
         try:
             data = read_regular(Path(str(path)), MAX_PEM_BYTES)

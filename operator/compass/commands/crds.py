@@ -39,26 +39,8 @@ def register(commands: Any, summary: str) -> None:
     crds.set_defaults(handler=crds_command)
 
 
-def _stale_crds(directory: Path, *, helm_template: bool, write: bool) -> list[str]:
-    """The CRD files in directory that differ from the models; rewritten when write is set."""
-    stale = []
-    rendered = render_crd_templates() if helm_template else render_crds()
-    for name, text in rendered.items():
-        path = directory / name
-        current = path.read_text(encoding="utf-8") if path.exists() else None
-        if current == text:
-            continue
-        stale.append(name)
-        if write:
-            write_replacing(path, text)
-    return stale
-
-
-def _stale_reference(path: Path, *, write: bool) -> bool:
-    """Whether the CRD reference at path is stale; rewritten when write is set."""
-    if not path.parent.is_dir():
-        fail("--reference", f"{path.parent} is not a directory", "create it or pass another")
-    text = render_reference()
+def _stale(path: Path, text: str, *, write: bool) -> bool:
+    """Whether the file at path differs from text; rewritten when write is set."""
     if path.exists() and path.read_text(encoding="utf-8") == text:
         return False
     if write:
@@ -71,10 +53,20 @@ def crds_command(args: argparse.Namespace) -> int:
     directory = Path(str(args.output_dir))
     if not directory.is_dir():
         fail("--output-dir", f"{directory} is not a directory", "create it or pass another")
-    stale = _stale_crds(directory, helm_template=args.helm_template, write=not args.check)
-    reference_stale = args.reference is not None and _stale_reference(
-        Path(str(args.reference)), write=not args.check
-    )
+    rendered = render_crd_templates() if args.helm_template else render_crds()
+    stale = [
+        name
+        for name, text in rendered.items()
+        if _stale(directory / name, text, write=not args.check)
+    ]
+    reference_stale = False
+    if args.reference is not None:
+        reference = Path(str(args.reference))
+        if not reference.parent.is_dir():
+            fail(
+                "--reference", f"{reference.parent} is not a directory", "create it or pass another"
+            )
+        reference_stale = _stale(reference, render_reference(), write=not args.check)
     if args.check and (stale or reference_stale):
         if stale:
             print(

@@ -6,14 +6,14 @@ import argparse
 import importlib
 import importlib.util
 import sys
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from compass.commands.search_common import (
-    SearchOptions,
     add_settings,
+    check_budgets,
     parse_settings,
-    resolve_budgets,
     summary,
     write_result,
 )
@@ -83,7 +83,7 @@ def live_demo() -> ModuleType | None:
     return importlib.import_module(f"{DEV_TOOLS}.democli")
 
 
-def _run_search_only(options: SearchOptions, settings: SearchSettings) -> int:
+def _run_search_only(settings: SearchSettings, output: Path | None) -> int:
     """The search alone, replaying the embedded grid in memory."""
     space, ledger = demo_ledger()
     print(
@@ -92,7 +92,7 @@ def _run_search_only(options: SearchOptions, settings: SearchSettings) -> int:
     )
     try:
         outcome = search_with_progress(space, ReplayEvaluator(ledger), RAG_PAPER_SAMPLES, settings)
-        result = write_result(outcome, options.output)
+        result = write_result(outcome, output)
     except (EvaluationError, OSError) as exc:
         print(f"compass demo: error: {exc}", file=sys.stderr)
         return 1
@@ -102,15 +102,14 @@ def _run_search_only(options: SearchOptions, settings: SearchSettings) -> int:
 
 def demo_command(args: argparse.Namespace) -> int:
     """`compass demo`: the whole method on a local Triton, or (--search-only) the search alone."""
-    options = parse_settings(args)
-    budgets = resolve_budgets(options.budgets, RAG_PAPER_SAMPLES, "the embedded example")
-    settings = options.search_settings(budgets)
+    settings, output = parse_settings(args)
+    check_budgets(settings.budgets, RAG_PAPER_SAMPLES, "the embedded example")
     live = live_demo()
     if live is not None:
         live.check_flags(args)
     if args.search_only:
-        return _run_search_only(options, settings)
-    if options.output is not None:
+        return _run_search_only(settings, output)
+    if output is not None:
         fail("--output", "only with --search-only", "the demo writes into --output-dir")
     if live is None:
         field = "--cluster" if args.cluster else "the live demo"

@@ -1,23 +1,19 @@
 """`compass job search|profile --state NAME`: what the operator's Jobs run inside their pods.
 
-The state ConfigMap (job_state.StateStore) holds the workflow spec frozen at one generation and
-the search ledger. The search appends its evaluated batches' lines to the ledger at most once per
-FLUSH_INTERVAL_S, so a pod that is killed and retried (the Job's backoffLimit) or an operator
-that restarts resumes where the last write ended: only the batches of the last few seconds and
-the batch in flight are evaluated again. Results go back into the same ConfigMap for the
-operator to read. The profiling Job is job_profile.run_profile.
+The state ConfigMap (job_state.StateStore) holds the workflow spec frozen at one generation, the
+search ledger (MirroredEvaluator appends to it, so a retried pod resumes) and the results, for
+the operator to read. The profiling Job is job_profile.run_profile.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,13 +41,11 @@ from compass.controllers.ledgerchunks import (
 from compass.domain.evaluation import Config
 from compass.domain.search import (
     Progress,
-    SearchMethod,
     SearchSettings,
     complete_feasible,
     search,
 )
 from compass.domain.space import Space
-from compass.domain.statistics import IntervalMethod
 from compass.evaluators.concurrency import ThreadRunner
 from compass.evaluators.factory import ScoreSource, fleet_concurrency, make_evaluator, make_runner
 from compass.evaluators.ledger import CheckpointedEvaluator, CheckpointLedger, parse_ledger
@@ -75,26 +69,14 @@ def best_accuracy(checkpoint: CheckpointLedger, min_samples: int) -> float | Non
     return max(means) if means else None
 
 
-def progress_document(
-    progress: Progress, best: float | None, rate: str | None = None
-) -> dict[str, Any]:
-    """progress.json: the search's last snapshot, the best accuracy seen so far and its rate."""
-    return {**progress.__dict__, "best_accuracy": best, "rate": rate}
-
-
 class MirroredEvaluator:
-    """Appends the checkpoint ledger's new lines to the state as batches are evaluated: at most
-    once per ``interval_s`` (FlushClock), so a kill redoes at most the batches of the last
-    ``interval_s`` seconds and the one in flight."""
+    """Appends the checkpoint ledger's new lines to the state as batches are evaluated, at most
+    once per FLUSH_INTERVAL_S (FlushClock): a killed pod (the Job's backoffLimit) or a restarted
+    operator redoes at most the batches of the last FLUSH_INTERVAL_S seconds and the one in
+    flight."""
 
     def __init__(
-        self,
-        inner: CheckpointedEvaluator,
-        store: StateStore,
-        ledger: Path,
-        min_samples: int = 1,
-        interval_s: float = FLUSH_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
+        self, inner: CheckpointedEvaluator, store: StateStore, ledger: Path, min_samples: int
     ) -> None:
         self.inner = inner
         self.store = store
@@ -105,8 +87,7 @@ class MirroredEvaluator:
         # Bytes of the local ledger the state holds already: what it was opened from.
         self.mirrored = ledger.stat().st_size
         self.seen = self.mirrored  # bytes of the local ledger counted as waiting or mirrored
-        self.flushes = FlushClock(interval_s, PENDING_TEXT)
-        self.clock = clock
+        self.flushes = FlushClock(FLUSH_INTERVAL_S, PENDING_TEXT)
         # A concurrent search calls evaluate from several threads: the state writes (and the
         # read of the local ledger they send) take turns, and hold the checkpoint's lock so
         # that no line is read while another thread appends it.
@@ -145,12 +126,14 @@ class MirroredEvaluator:
             self._write_if_due()
 
     def _write_if_due(self) -> None:
-        if not self.flushes.due(self.clock()):
+        if not self.flushes.due(monotonic()):
             return
         data = {}
         if self.progress is not None:
             best = best_accuracy(self.inner.checkpoint, self.min_samples)
-            data[PROGRESS_KEY] = json.dumps(progress_document(self.progress, best, self.rate))
+            # progress.json: the last snapshot, the best accuracy seen so far and the rate.
+            progress = {**self.progress.__dict__, "best_accuracy": best, "rate": self.rate}
+            data[PROGRESS_KEY] = json.dumps(progress)
         self.flush(data)
 
     def flush(self, data: Mapping[str, str]) -> None:
@@ -164,7 +147,7 @@ class MirroredEvaluator:
         elif data:
             self.store.write(data)
         self.seen = self.mirrored
-        self.flushes.written(self.clock())
+        self.flushes.written(monotonic())
 
 
 def _score_source(spec: CompoundWorkflowSpec, namespace: str) -> ScoreSource:
@@ -227,7 +210,7 @@ def run_search(state_name: str, namespace: str) -> int:
     budgets = spec.evaluation.budgets
     # A mean over a handful of samples is noise: the progress's best needs some evidence.
     least = budgets[0] if budgets else min(PROGRESS_MIN_SAMPLES, spec.evaluation.dataset.size)
-    mirrored = MirroredEvaluator(checkpointed, store, ledger, least, FLUSH_INTERVAL_S, monotonic)
+    mirrored = MirroredEvaluator(checkpointed, store, ledger, least)
 
     started = monotonic()
     logged = [started]
@@ -251,8 +234,8 @@ def run_search(state_name: str, namespace: str) -> int:
         budgets=None if evaluation.budgets is None else tuple(evaluation.budgets),
         confidence=evaluation.confidence,
         seed=evaluation.seed,
-        method=SearchMethod(evaluation.method.value),
-        interval=IntervalMethod(evaluation.interval.value),
+        method=evaluation.method,
+        interval=evaluation.interval,
         batch=evaluation.batch,
     )
     concurrency, why = search_concurrency(spec, source)
@@ -329,9 +312,4 @@ def register(commands: Any, summary: str) -> None:
     )
     job.add_argument("role", choices=["search", "profile"], help="which Job this is")
     job.add_argument("--state", required=True, metavar="CONFIGMAP", help="the state ConfigMap")
-    job.set_defaults(handler=job_command)
-
-
-def job_command(args: argparse.Namespace) -> int:
-    """`compass job search|profile --state NAME`."""
-    return main(str(args.role), str(args.state))
+    job.set_defaults(handler=lambda args: main(str(args.role), str(args.state)))

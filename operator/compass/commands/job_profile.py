@@ -93,12 +93,7 @@ class ProfileReporter:
                 "max_seconds": self.limit.max_seconds,
                 **extra,
             }
-            self.store.write(
-                {
-                    PROFILE_PROGRESS_KEY: json.dumps(document),
-                    PROFILE_PARTIAL_KEY: json.dumps(self.partial),
-                }
-            )
+            self._write(document)
             print(
                 f"profiling: {self.phase} {done}/{total} on {self.pods} pod(s), {rate}, "
                 f"{self.limit.elapsed():.0f}{bound} s",
@@ -112,14 +107,13 @@ class ProfileReporter:
 
     def stopped(self, message: str) -> None:
         """The time limit passed: the status says so, the measurements so far are kept."""
-        document = {"phase": "stopped", "pods": self.pods, "message": message}
         with self.lock:
-            self.store.write(
-                {
-                    PROFILE_PROGRESS_KEY: json.dumps(document),
-                    PROFILE_PARTIAL_KEY: json.dumps(self.partial),
-                }
-            )
+            self._write({"phase": "stopped", "pods": self.pods, "message": message})
+
+    def _write(self, progress: dict[str, Any]) -> None:
+        """The progress and the measurements so far, to the state (the lock held)."""
+        partial = json.dumps(self.partial)
+        self.store.write({PROFILE_PROGRESS_KEY: json.dumps(progress), PROFILE_PARTIAL_KEY: partial})
 
 
 def _partial(state: Mapping[str, str]) -> dict[str, Any]:
@@ -132,11 +126,7 @@ def _partial(state: Mapping[str, str]) -> dict[str, Any]:
 
 
 def run_profile(state_name: str, namespace: str) -> int:
-    """Profile the search's feasible configurations through the router, over every ready pod
-    of the Service (each pod one configuration at a time); with the measured threshold model,
-    then the capacity curve of each configuration on the front. Measurements already in the
-    state (a pod retried) are not made again; past spec.profiling.maxSeconds it stops."""
-
+    """Profile the search's feasible configurations (the module's docstring says how)."""
     store = StateStore(state_name, namespace)
     state = store.read()
     spec = CompoundWorkflowSpec.model_validate_json(state[SPEC_KEY])
@@ -199,7 +189,6 @@ def run_profile(state_name: str, namespace: str) -> int:
 
 def curve_settings(profiling: Profiling) -> CurveSettings:
     """What the spec's profiling settings ask of each capacity curve."""
-
     return CurveSettings(
         profiling.curve_requests_per_rate,
         profiling.curve_max_points,
@@ -220,7 +209,6 @@ def _with_curves(
     served by the policy, so their curves would buy nothing): each curve measured on whichever
     pod is free, one curve a pod at a time, and named with that pod (``capacity_pod``; the
     planner's thresholds are per server, so one pod's curve is what it reads)."""
-
     profiles = parse_profiles(document)
     front = pareto_front(profiles, spec.slo.percentile).members
     on_front = {profile.key for profile in front}

@@ -4,8 +4,7 @@ The state holds the workflow spec frozen at one generation, the search ledger, a
 Job reports (progress, results). Ledger lines are appended as gzip chunks
 (compass.controllers.ledgerchunks): a PATCH carries the new lines only, and once the state's
 chunks would pass HOT_BUDGET they move out into chunk ConfigMaps, each created once and never
-written again. Every call is retried on transient errors, so a search of hours does not fail on
-one API server blip.
+written again.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from compass.controllers.ledgerchunks import (
     LedgerTooLargeError,
     chunk_key,
     chunk_name,
-    config_map_size,
     decode,
     encode,
     ledger_chunks,
@@ -75,14 +73,6 @@ def _delay(attempt: int, error: BaseException) -> float:
 
 
 @dataclass
-class _Holder:
-    """A chunk ConfigMap as this pod has written it: the bytes it counts towards the limit."""
-
-    name: str
-    size: int
-
-
-@dataclass
 class _Hot:
     """A chunk in the state itself: its batches and text (merged out with the others)."""
 
@@ -90,11 +80,6 @@ class _Hot:
     last: int
     text: str
     size: int
-
-    @property
-    def key(self) -> str:
-        """Its binaryData key in the state."""
-        return chunk_key(self.first, self.last)
 
 
 class StateStore:
@@ -118,14 +103,13 @@ class StateStore:
         self.sleep = sleep
         self._state: dict[str, Any] | None = None
         self._opened = False  # the ledger read, so appends know where they go
-        self._cold: list[_Holder] = []  # the chunk ConfigMaps, in order
+        self._chunks = 0  # how many chunk ConfigMaps the ledger fills
         self._hot: list[_Hot] = []  # the chunks in the state, in order
         self._moved: list[str] = []  # state chunks merged out, for the next PATCH to delete
         self._next = 0  # the next batch's number
 
     def _call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """kubeapi.call, retried on transient errors (409 too, unless conflict=False)."""
-
         conflict = kwargs.pop("conflict", True)
         for attempt in range(ATTEMPTS):
             try:
@@ -149,7 +133,6 @@ class StateStore:
         return found
 
     def _read(self, name: str) -> dict[str, Any] | None:
-
         try:
             return self._get(name)
         except kubeapi.NotFoundError:
@@ -174,7 +157,7 @@ class StateStore:
         # names MAX_CHUNKS of them, no more).
         while len(found) <= MAX_CHUNKS and (chunk := self._read(chunk_name(self.name, len(found)))):
             found.append(chunk)
-        self._cold = [_Holder(obj["metadata"]["name"], config_map_size(obj)) for obj in found[1:]]
+        self._chunks = len(found) - 1
         spans = [(first, last) for obj in found[1:] for first, last, _ in ledger_chunks(obj)]
         binary: Mapping[str, str] = self._state.get("binaryData") or {}
         self._hot, self._moved = [], []
@@ -214,10 +197,8 @@ class StateStore:
         )
 
     def append_ledger(self, text: str, data: Mapping[str, str] | None = None) -> None:
-        """Append ledger lines, with these keys of the state: one more chunk of the state in one
-        PATCH; or, once the state's chunks would pass HOT_BUDGET, they and these lines merged
-        into a new chunk ConfigMap (created once, never written again), then a PATCH of the
-        state that deletes them."""
+        """Append ledger lines (and these keys of the state) in one PATCH, as one more chunk of
+        the state or, past HOT_BUDGET, with the state's chunks merged out first (_merge_out)."""
         if not self._opened:
             self.read_ledger()
         value = encode(text)
@@ -249,19 +230,18 @@ class StateStore:
         merged = "".join(h.text for h in self._hot) + text
         value = encode(merged)
         if stored_size(value) <= BUDGET:
-            self._create_chunk(len(self._cold) + 1, chunk_key(first, self._next), value)
+            self._create_chunk(self._chunks + 1, chunk_key(first, self._next), value)
         else:  # more than one ConfigMap takes: in pieces, each numbered after the last
             for number, piece in enumerate(pieces(merged)):
                 key = chunk_key(first, self._next) if number == 0 else chunk_key(self._next)
-                self._create_chunk(len(self._cold) + 1, key, encode(piece))
+                self._create_chunk(self._chunks + 1, key, encode(piece))
                 self._next += 1
             self._next -= 1
-        self._moved += [h.key for h in self._hot]
+        self._moved += [chunk_key(h.first, h.last) for h in self._hot]
         self._hot = []
 
     def _create_chunk(self, index: int, key: str, value: str) -> None:
         """Create the index-th chunk ConfigMap holding this chunk."""
-
         assert self._state is not None
         if index > MAX_CHUNKS:
             raise LedgerFullError(
@@ -285,7 +265,7 @@ class StateStore:
             if (existing.get("binaryData") or {}).get(key) != value:
                 # Not our create answered late but another writer's ConfigMap: keep it, and
                 # put this chunk after it.
-                self._cold.append(_Holder(name, config_map_size(existing)))
+                self._chunks += 1
                 return self._create_chunk(index + 1, key, value)
-        self._cold.append(_Holder(name, stored_size(value)))
+        self._chunks += 1
         return None

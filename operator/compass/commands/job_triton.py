@@ -39,11 +39,9 @@ def triton_tls(spec: CompoundWorkflowSpec, namespace: str, api: Any = None) -> G
 def triton_pods(
     spec: CompoundWorkflowSpec, namespace: str, api: Any = None
 ) -> tuple[list[Endpoint], str]:
-    """The Triton pods the Jobs send to (profiling measures one configuration at a time on
-    each; the search spreads its requests over them), and where they came from: the operator's
-    override (comma-separated addresses), else the ready pods of the Service's EndpointSlices
-    (spec.triton.evaluationService's when given: the addresses it would spread the Job's
-    requests over), else its one address (in another namespace, or its slices unreadable)."""
+    """The Triton pods the Jobs send to, and where they came from: the operator's override, else
+    the ready pods of the (evaluation) Service's EndpointSlices, else its one address (in another
+    namespace, or its slices unreadable)."""
     override = os.environ.get("COMPASS_TRITON_ADDRESS")
     if override:
         addresses = list(dict.fromkeys(a.strip() for a in override.split(",") if a.strip()))

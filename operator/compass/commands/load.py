@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,6 @@ from compass.commands.common import (
     add_pattern_arguments,
     add_triton_arguments,
     check_endpoint,
-    check_not_input,
     check_output,
     check_some_requests,
     pattern_from_args,
@@ -48,8 +48,7 @@ def load_command(args: argparse.Namespace) -> int:
 
     check_endpoint("--triton", str(args.triton))
     if args.output:
-        check_not_input("--output", Path(args.output), {"--trace": args.trace})
-        check_output("--output", Path(args.output))
+        check_output("--output", Path(args.output), {"--trace": args.trace})
     samples = parse_int("--samples", args.samples, "100", low=1)
     tls = triton_tls(args)
     # Checked before any request is sent, not after the whole load has run.
@@ -89,9 +88,6 @@ def load_command(args: argparse.Namespace) -> int:
         print(f"SLO {slo:g} ms: {100 * within / max(len(records), 1):.1f}% of requests within")
     if scores:
         print(f"mean score {sum(scores) / len(scores):.4f}")
-    served: dict[str, int] = {}
-    for record in ok:
-        served[record.config or "?"] = served.get(record.config or "?", 0) + 1
-    for config, count in sorted(served.items(), key=lambda item: -item[1]):
+    for config, count in Counter(record.config or "?" for record in ok).most_common():
         print(f"  {count:6d}  {config}")
     return 0 if len(ok) == len(records) else 1

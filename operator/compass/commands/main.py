@@ -66,7 +66,7 @@ def _escape_unencodable() -> None:
             reconfigure(errors="backslashreplace")
 
 
-def _usage_error(prefix: str, exc: UsageError) -> int:
+def _usage_error(prefix: str, exc: Exception) -> int:
     """Print a usage error as the one line it promises (a value may carry a newline)."""
     print(f"{prefix}: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
     return 2
@@ -103,11 +103,9 @@ def _main(argv: list[str] | None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
-    except UsageError as exc:
+    except (UsageError, UnsafeFileError) as exc:
+        # UnsafeFileError: an output path that changed into a symlink or a device once checked.
         return _usage_error(f"compass {args.subcommand}", exc)
-    except UnsafeFileError as exc:
-        # An output path that changed into a symlink or a device after it was checked.
-        return _usage_error(f"compass {args.subcommand}", UsageError(str(exc)))
     except BrokenPipeError:
         # The reader has gone (`compass simulate | head`): nothing more can be read. stdout
         # goes to /dev/null, or the interpreter's last flush fails on the pipe once more.

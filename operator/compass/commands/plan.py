@@ -33,7 +33,6 @@ from compass.commands.common import (
     add_enum_argument,
     admission_degrade_after,
     admission_quantile,
-    check_not_input,
     check_output,
     plan_error,
     read_document,
@@ -228,10 +227,8 @@ _SUBDOMAIN = re.compile(DNS_SUBDOMAIN_PATTERN)
 _NAMESPACE = re.compile(DNS_LABEL_PATTERN)
 
 
-def _checked(flag: str, value: str | None, pattern: re.Pattern[str], fix: str) -> str | None:
+def _checked(flag: str, value: str, pattern: re.Pattern[str], fix: str) -> str:
     """The value, or a usage error naming the flag if it is no valid Kubernetes name."""
-    if value is None:
-        return None
     limit = MAX_NAME_LENGTH if pattern is _SUBDOMAIN else MAX_NAMESPACE_LENGTH
     if len(value) > limit or not pattern.match(value):
         fail(
@@ -245,9 +242,7 @@ def _checked(flag: str, value: str | None, pattern: re.Pattern[str], fix: str) -
 def policy_name_of(name: str | None, output: Path) -> str:
     """--name, checked; without it, the --output file's stem as a Kubernetes name."""
     if name is not None:
-        checked = _checked("--name", name, _SUBDOMAIN, "e.g. rag-policy")
-        assert checked is not None
-        return checked
+        return _checked("--name", name, _SUBDOMAIN, "e.g. rag-policy")
     derived = re.sub(r"[^a-z0-9.-]+", "-", output.stem.lower())
     derived = re.sub(r"^[^a-z0-9]+|[^a-z0-9]+$", "", derived)[:MAX_NAME_LENGTH].strip("-.")
     return derived if derived and _SUBDOMAIN.match(derived) else "paretopolicy"
@@ -350,14 +345,14 @@ def plan_command(args: argparse.Namespace) -> int:
         fail("--percentile", f"{args.percentile} is not below 100", "pass e.g. --percentile 95")
     slack = parse_number("--slack-ms", str(args.slack_ms), "50", low=0, inclusive=True)
     output = Path(str(args.output))
-    check_not_input("--output", output, {"--profiles": args.profiles})
-    check_output("--output", output)
+    check_output("--output", output, {"--profiles": args.profiles})
     plot = None if args.plot is None else Path(str(args.plot))
     if plot is not None:
-        check_not_input("--plot", plot, {"--profiles": args.profiles, "--output": output})
-        check_output("--plot", plot)
+        check_output("--plot", plot, {"--profiles": args.profiles, "--output": output})
     name = policy_name_of(args.name, output)
-    namespace = _checked("--namespace", args.namespace, _NAMESPACE, "a DNS label: e.g. serving")
+    namespace = args.namespace
+    if namespace is not None:
+        _checked("--namespace", namespace, _NAMESPACE, "a DNS label: e.g. serving")
     form = args.format or ("json" if output.suffix.lower() == ".json" else "yaml")
     servers = parse_int(
         "--router-instances", str(args.router_instances), "4", low=1, high=MAX_ROUTER_INSTANCES

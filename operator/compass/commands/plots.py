@@ -9,7 +9,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from compass.console import UsageError
-from compass.domain.arrivals import Scenario
 from compass.domain.planner import Plan
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import Tick
@@ -91,7 +90,7 @@ def save_plan_figure(path: Path, plan: Plan, profiles: Sequence[LatencyProfile])
 
 
 def draw_timeline(
-    axes: Sequence[Any], plan: Plan, reports: Mapping[str, TimelineRun], label: str = "policy"
+    axes: Sequence[Any], plan: Plan, reports: Mapping[str, TimelineRun], label: str
 ) -> None:
     """Four panels: load, queue depth, active configuration, latency against the SLO."""
     load, queue, active, latency = axes
@@ -129,19 +128,6 @@ def draw_timeline(
     latency.set_ylabel("latency (ms)")
     latency.set_xlabel("time (s)")
     latency.legend(loc="upper right", fontsize="x-small", markerscale=3)
-
-
-def save_simulation_figure(
-    path: Path, plan: Plan, reports: Mapping[str, TimelineRun], scenario: Scenario
-) -> None:
-    """The front (left) beside the policy's timeline (right), as an image."""
-    save_timeline_figure(
-        path,
-        plan,
-        reports,
-        f"{scenario.pattern.kind.value} load, seed {scenario.seed}: "
-        f"{scenario.requests} requests, the same for every policy",
-    )
 
 
 def save_timeline_figure(

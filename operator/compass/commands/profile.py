@@ -12,7 +12,6 @@ from typing import Any
 from compass.commands.common import (
     add_triton_arguments,
     check_endpoint,
-    check_not_input,
     check_output,
     read_document,
     triton_tls,
@@ -88,8 +87,7 @@ def profile_command(args: argparse.Namespace) -> int:
     for address in addresses:
         check_endpoint("--triton", address)
     output = Path(args.output)
-    check_not_input("--output", output, {"--result": args.result})
-    check_output("--output", output)
+    check_output("--output", output, {"--result": args.result})
     configs = _feasible_from_result(Path(args.result))
     settings = ProfileSettings(
         warmup_runs=parse_int("--warmup", args.warmup, "3", low=1),

@@ -22,10 +22,9 @@ from compass.commands.common import (
     triton_tls,
 )
 from compass.commands.search_common import (
-    SearchOptions,
     add_settings,
+    check_budgets,
     parse_settings,
-    resolve_budgets,
     summary,
     write_result,
 )
@@ -129,15 +128,6 @@ def register(commands: Any, summary: str) -> None:
 # ---------------------------------------------------------------------------- the space file
 
 
-def _explain_pydantic(error: ValidationError) -> str:
-    """explain_validation_error, with a fix appended when pydantic's message has none."""
-    message = explain_validation_error(error)
-    if "; " not in message:
-        kind = str(error.errors()[0].get("type", ""))
-        message += f"; {_PYDANTIC_FIXES.get(kind, 'fix the space file')}"
-    return message
-
-
 def _load_space(path: Path) -> Space:
     """Read and validate a space file; any problem is a UsageError naming the file."""
     field = f"--space {path}"
@@ -155,7 +145,10 @@ def _load_space(path: Path) -> Space:
     try:
         spec = SpaceSpec.model_validate(data)
     except ValidationError as exc:
-        message = _explain_pydantic(exc)
+        message = explain_validation_error(exc)
+        if "; " not in message:  # pydantic's own message, which carries no fix
+            kind = str(exc.errors()[0].get("type", ""))
+            message += f"; {_PYDANTIC_FIXES.get(kind, 'fix the space file')}"
         raise UsageError(f"{field}: {prefix}{message}") from None
     try:
         return Space(spec)
@@ -190,17 +183,6 @@ def _replay_lines(path: Path) -> list[_ReplayLine]:
         samples = obj.get("samples", list(range(len(scores))))
         found.append(_ReplayLine(number, obj["config"], [int(i) for i in samples]))
     return found
-
-
-@dataclass(frozen=True)
-class _Replay:
-    """A validated replay ledger and the dataset size it implies."""
-
-    ledger: Ledger
-    population: int
-    budgets: tuple[int, ...] | None
-    space: Space
-    inferred: bool
 
 
 def _check_replay_line(
@@ -250,8 +232,8 @@ def _check_replay_line(
 
 def _load_replay(
     path: Path, space: Space | None, given: tuple[int, ...] | None, allow_truncated: bool
-) -> _Replay:
-    """Read a replay ledger, check it against the budgets and the space (or infer the space)."""
+) -> tuple[Ledger, int]:
+    """Read a replay ledger and check it against the budgets and the space; its dataset size."""
     try:
         ledger = read_ledger(path, allow_truncated=allow_truncated)
     except TruncatedLineError as exc:
@@ -268,16 +250,10 @@ def _load_replay(
         )
     longest = max(lines, key=lambda line: len(line.samples))
     population = len(longest.samples)
-    budgets = resolve_budgets(given, population, f"scores per line of {path}")
+    check_budgets(given, population, f"scores per line of {path}")
     for line in lines:
-        _check_replay_line(line, path, lines[0], longest, budgets, space)
-    if space is not None:
-        return _Replay(ledger, population, budgets, space, inferred=False)
-    try:
-        inferred = Space.infer(ledger.configs())
-    except SpaceError as exc:
-        raise UsageError(f"--replay {path}: {exc}") from None
-    return _Replay(ledger, population, budgets, inferred, inferred=True)
+        _check_replay_line(line, path, lines[0], longest, given, space)
+    return ledger, population
 
 
 # ---------------------------------------------------------------------------- the checkpoint
@@ -358,12 +334,11 @@ def _check_resume(path: Path, space: Space, population: int, replay: Ledger | No
 
 @dataclass(frozen=True)
 class _Scores:
-    """Where the scores come from, and what that settles: the space, dataset size and budgets."""
+    """Where the scores come from, and what that settles: the space and the dataset size."""
 
     source: ScoreSource
     space: Space
     population: int
-    budgets: tuple[int, ...] | None
     notes: tuple[str, ...] = ()
 
 
@@ -402,7 +377,7 @@ def _check_one_source(args: argparse.Namespace) -> None:
 
 
 def _replay_scores(
-    args: argparse.Namespace, space: Space | None, options: SearchOptions, checkpoint: Path
+    args: argparse.Namespace, space: Space | None, settings: SearchSettings, checkpoint: Path
 ) -> _Scores:
     """--replay: the ledger settles the dataset size, and the space when --space is absent."""
     if args.samples is not None:
@@ -414,34 +389,32 @@ def _replay_scores(
     path = Path(str(args.replay))
     if same_file(path, checkpoint):
         fail("--ledger", f"{checkpoint} is the --replay ledger", "give the checkpoint its own file")
-    replay = _load_replay(path, space, options.budgets, bool(args.allow_truncated))
+    ledger, population = _load_replay(path, space, settings.budgets, bool(args.allow_truncated))
     notes: list[str] = []
-    if replay.inferred:
+    if space is None:
+        try:
+            space = Space.infer(ledger.configs())
+        except SpaceError as exc:
+            raise UsageError(f"--replay {path}: {exc}") from None
         notes.append(
-            f"no --space given: inferred the space from the {len(replay.ledger):,} "
+            f"no --space given: inferred the space from the {len(ledger):,} "
             f"configurations in {path} (pass --space to search beyond them):\n"
-            f"{replay.space.describe()}"
+            f"{space.describe()}"
         )
     else:
-        absent = sum(
-            1 for i in range(replay.space.size) if replay.space.config(i) not in replay.ledger
-        )
+        absent = sum(1 for i in range(space.size) if space.config(i) not in ledger)
         if absent:
             notes.append(
                 f"note: {path} has no scores for {absent:,} of the space's "
-                f"{replay.space.size:,} configurations; the search stops with an error if it "
+                f"{space.size:,} configurations; the search stops with an error if it "
                 "needs one"
             )
-    return _Scores(
-        source=ScoreSource(replay=replay.ledger),
-        space=replay.space,
-        population=replay.population,
-        budgets=replay.budgets,
-        notes=tuple(notes),
-    )
+    return _Scores(ScoreSource(replay=ledger), space, population, tuple(notes))
 
 
-def _live_scores(args: argparse.Namespace, space: Space | None, options: SearchOptions) -> _Scores:
+def _live_scores(
+    args: argparse.Namespace, space: Space | None, settings: SearchSettings
+) -> _Scores:
     """--command or --triton: scores computed now, over a space and dataset size given here."""
     live = "--command" if args.command is not None else "--triton"
     if space is None:
@@ -449,7 +422,7 @@ def _live_scores(args: argparse.Namespace, space: Space | None, options: SearchO
     if args.samples is None:
         fail("--samples", f"required with {live}", "pass the dataset size, e.g. --samples 100")
     population = parse_int("--samples", str(args.samples), "100", low=1, high=MAX_DATASET_SIZE)
-    budgets = resolve_budgets(options.budgets, population, "--samples")
+    check_budgets(settings.budgets, population, "--samples")
     if args.triton is not None:
         for address in str(args.triton).split(","):
             check_endpoint("--triton", address.strip())
@@ -468,7 +441,7 @@ def _live_scores(args: argparse.Namespace, space: Space | None, options: SearchO
                 'pass the program and its arguments, e.g. --command "python score.py"',
             )
         source = ScoreSource(command=argv)
-    return _Scores(source=source, space=space, population=population, budgets=budgets)
+    return _Scores(source=source, space=space, population=population)
 
 
 def _check_stopping_rule(scores: _Scores, settings: SearchSettings) -> None:
@@ -477,7 +450,7 @@ def _check_stopping_rule(scores: _Scores, settings: SearchSettings) -> None:
         StoppingRule(
             tau=settings.tau,
             population=scores.population,
-            budgets=scores.budgets,
+            budgets=settings.budgets,
             confidence=settings.confidence,
             space_size=scores.space.size,
             method=settings.interval,
@@ -492,20 +465,17 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
     if args.output is not None:
         # Before parse_settings refuses a symlink: one to an input is said as such.
         check_not_input("--output", Path(str(args.output)), {"--replay": args.replay})
-    options = parse_settings(args)
-    checkpoint, resuming = _checkpoint_path(args, options.output)
-    if options.output is not None and same_file(options.output, checkpoint):
-        fail("--output", f"{options.output} is also the checkpoint ledger", "choose another path")
-    if options.output is not None:
-        check_not_input(
-            "--output", options.output, {"--replay": args.replay, "--space": args.space}
-        )
+    settings, output = parse_settings(args)
+    checkpoint, resuming = _checkpoint_path(args, output)
+    if output is not None:
+        if same_file(output, checkpoint):
+            fail("--output", f"{output} is also the checkpoint ledger", "choose another path")
+        check_not_input("--output", output, {"--replay": args.replay, "--space": args.space})
     space = None if args.space is None else _load_space(Path(str(args.space)))
     if args.replay is not None:
-        scores = _replay_scores(args, space, options, checkpoint)
+        scores = _replay_scores(args, space, settings, checkpoint)
     else:
-        scores = _live_scores(args, space, options)
-    settings = options.search_settings(scores.budgets)
+        scores = _live_scores(args, space, settings)
     _check_stopping_rule(scores, settings)
     notes = scores.notes
     if str(args.concurrency) == AUTO_CONCURRENCY:
@@ -523,8 +493,7 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
                 "only used with --replay",
                 "leave it out: live scores take real time",
             )
-        service_ms = _parse_positive("--service-ms", str(args.service_ms))
-        service_s = service_ms / 1000
+        service_s = _parse_positive("--service-ms", str(args.service_ms)) / 1000
     resumed = (
         _check_resume(checkpoint, scores.space, scores.population, scores.source.replay)
         if resuming
@@ -537,7 +506,7 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
         settings=settings,
         checkpoint=checkpoint,
         resumed_facts=resumed,
-        output=options.output,
+        output=output,
         notes=notes,
         source=scores.source,
         concurrency=concurrency,

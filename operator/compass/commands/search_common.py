@@ -5,13 +5,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from compass.commands.common import check_output
 from compass.console import UsageError, fail, parse_int, parse_seed, shown
-from compass.domain.evaluation import ParamValue
 from compass.domain.search import (
     DEFAULT_BATCH,
     MAX_BATCH,
@@ -70,34 +67,9 @@ def add_settings(parser: argparse.ArgumentParser, tau_default: str | None) -> No
     parser.add_argument("--output", metavar="RESULT.json", help="write the result JSON here")
 
 
-@dataclass(frozen=True)
-class SearchOptions:
-    """Parsed options common to both commands, before the dataset size is known."""
-
-    tau: float
-    budgets: tuple[int, ...] | None
-    confidence: float
-    seed: int
-    method: SearchMethod
-    interval: IntervalMethod
-    output: Path | None
-    batch: int = DEFAULT_BATCH
-
-    def search_settings(self, budgets: tuple[int, ...] | None) -> SearchSettings:
-        """The domain settings, once the budgets are resolved."""
-        return SearchSettings(
-            tau=self.tau,
-            budgets=budgets,
-            confidence=self.confidence,
-            seed=self.seed,
-            method=self.method,
-            interval=self.interval,
-            batch=self.batch,
-        )
-
-
-def parse_settings(args: argparse.Namespace) -> SearchOptions:
-    """The options add_settings declared, checked; UsageError names the first bad one."""
+def parse_settings(args: argparse.Namespace) -> tuple[SearchSettings, Path | None]:
+    """The options add_settings declared, checked (the budgets against the dataset size later:
+    check_budgets), and --output; UsageError names the first bad one."""
     tau = _parse_float("--tau", str(args.tau))
     if not 0 < tau <= 1:
         fail(
@@ -110,17 +82,17 @@ def parse_settings(args: argparse.Namespace) -> SearchOptions:
         fail("--confidence", f"{confidence:g} is outside (0, 1)", "pass e.g. --confidence 0.95")
     output = None if args.output is None else Path(str(args.output))
     if output is not None:
-        check_output("--output", output)
-    return SearchOptions(
+        check_output("--output", output, {})  # search checks its own inputs first; demo has none
+    settings = SearchSettings(
         tau=tau,
         budgets=None if args.budgets is None else parse_budgets(str(args.budgets)),
         confidence=confidence,
         seed=parse_seed(str(args.seed)),
         method=SearchMethod(args.method),
         interval=IntervalMethod(args.interval),
-        output=output,
         batch=parse_int("--batch", str(args.batch), "1", low=1, high=MAX_BATCH),
     )
+    return settings, output
 
 
 def _parse_float(field: str, text: str) -> float:
@@ -148,27 +120,17 @@ def parse_budgets(text: str) -> tuple[int, ...]:
     return tuple(budgets)
 
 
-def resolve_budgets(
-    given: tuple[int, ...] | None, population: int, source: str
-) -> tuple[int, ...] | None:
-    """The given budgets if they fit the dataset; None (the test's own schedule) if none given."""
-    if given is None:
-        return None
-    if given[-1] > population:
+def check_budgets(given: tuple[int, ...] | None, population: int, source: str) -> None:
+    """Fail unless the budgets given fit the dataset (none given: the test's own schedule)."""
+    if given is not None and given[-1] > population:
         fail(
             "--budgets",
             f"{given[-1]} is above the dataset size {population} ({source})",
             f"keep every budget <= {population}",
         )
-    return given
 
 
 # ---------------------------------------------------------------------------- report
-
-
-def describe_config(config: Mapping[str, ParamValue]) -> str:
-    """A configuration as name=value pairs."""
-    return " ".join(f"{name}={value}" for name, value in config.items())
 
 
 def summary(
@@ -189,7 +151,8 @@ def summary(
     if feasible:
         lines.append(f"  {'accuracy':>8}  {'samples':>7}  configuration")
         for a in feasible[:SHOWN_FEASIBLE]:
-            described = describe_config(outcome.space.config(a.index))
+            config = outcome.space.config(a.index)
+            described = " ".join(f"{name}={value}" for name, value in config.items())
             lines.append(f"  {a.accuracy:>8.3f}  {a.samples:>7}  {described}")
         if len(feasible) > SHOWN_FEASIBLE:
             where = "with --output RESULT.json" if result is None else f"in {result}"

@@ -17,7 +17,6 @@ from compass.commands.common import (
     add_trace_window_arguments,
     admission_degrade_after,
     admission_quantile,
-    check_not_input,
     check_output,
     check_some_requests,
     load_policy,
@@ -151,11 +150,9 @@ def comparison_table(reports: Mapping[str, RunReport]) -> str:
     return "\n".join([*lines, f"configurations: {legend}"])
 
 
-def timeline_document(
-    reports: Mapping[str, RunReport], scenario: Scenario, label: str = "policy"
-) -> dict[str, Any]:
+def timeline_document(reports: Mapping[str, RunReport], scenario: Scenario) -> dict[str, Any]:
     """The policy's run as plain data: every decision tick, every request, every switch."""
-    report = reports[label]
+    report = reports["policy"]
     names = report.names
     return {
         "pattern": scenario.pattern.kind.value,
@@ -258,12 +255,10 @@ def simulate_command(args: argparse.Namespace) -> int:
     policy_path = Path(str(args.policy))
     timeline = Path(str(args.timeline))
     inputs = {"--policy": args.policy, "--trace": args.trace}
-    check_not_input("--timeline", timeline, inputs)
-    check_output("--timeline", timeline)
+    check_output("--timeline", timeline, inputs)
     plot = None if args.plot is None else Path(str(args.plot))
     if plot is not None:
-        check_not_input("--plot", plot, {**inputs, "--timeline": timeline})
-        check_output("--plot", plot)
+        check_output("--plot", plot, {**inputs, "--timeline": timeline})
     pattern, seed = pattern_from_args(args)
     pods = parse_number("--pods", str(args.pods), "2", low=1, inclusive=True, high=MAX_PODS)
     if not pods.is_integer():
@@ -366,9 +361,10 @@ def simulate_command(args: argparse.Namespace) -> int:
     write_text(timeline, json.dumps(timeline_document(reports, scenario), indent=1) + "\n")
     print(f"timeline: {timeline}")
     if plot is not None:
-        save_output(
-            plot,
-            lambda temporary: plots.save_simulation_figure(temporary, plan, reports, scenario),
+        title = (
+            f"{scenario.pattern.kind.value} load, seed {scenario.seed}: {scenario.requests} "
+            "requests, the same for every policy"
         )
+        save_output(plot, lambda path: plots.save_timeline_figure(path, plan, reports, title))
         print(f"plot: {plot}")
     return 0

@@ -63,11 +63,8 @@ def shipped_traces() -> tuple[str, ...]:
 
 
 def load_trace(name: str) -> npt.NDArray[np.float64]:
-    """A shipped trace's arrival offsets (s from its first arrival, sorted, float64).
-
-    The file is gzip text, one offset a line: decompressed, it is what
-    ``compass simulate --pattern trace --trace FILE`` reads.
-    """
+    """A shipped trace's arrival offsets (s from its first arrival, sorted, float64): gzip text,
+    one offset a line, what ``compass simulate --pattern trace --trace FILE`` reads unpacked."""
     known = shipped_traces()
     if name not in known:
         raise ValueError(f"trace: no shipped trace named {name!r}; use one of: {', '.join(known)}")
