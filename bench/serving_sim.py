@@ -76,7 +76,7 @@ from compass.domain.binding import (
 )
 from compass.domain.boundpod import ROUTER_POLL_S, BindingRule, RateView
 from compass.domain.elastico import Elastico
-from compass.domain.oracle import hindsight_oracle, known_load_oracle
+from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_from_profiles
 from compass.domain.podmodel import PodModel
 from compass.domain.policy import Policy
@@ -87,6 +87,7 @@ from compass.domain.split import Split
 from compass.domain.traces import TRACE_NAMES, TraceWindow, window_pattern
 from compass.examples import load_trace
 from compass_rules.binding import MAX_SETTLE_MS
+from known_load import known_load_oracle
 from trace_windows import trace_windows
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -21,27 +21,22 @@ def dispatch_verdict(
     fastest_ms: float,
     degrade_below_ms: float,
     refuse: bool,
-    degrade: bool = True,
 ) -> str:
     """SERVE a request as routed if its own time (``routed_ms``) fits the ``left_ms`` of its
     deadline and at least ``degrade_below_ms`` is left (less: it waited long, a queue stands
-    behind it); else FASTEST if the fastest fits (``degrade``); else SERVE if the routed fits;
-    else DROP (``refuse``) or the fastest, which holds up the requests behind it the least
-    (SERVE without ``degrade``)."""
+    behind it); else FASTEST if the fastest fits; else SERVE if the routed fits; else DROP
+    (``refuse``) or the fastest, which holds up the requests behind it the least."""
     fits = routed_ms <= left_ms
-    if fits and not (degrade and left_ms < degrade_below_ms):
+    if fits and left_ms >= degrade_below_ms:
         return SERVE
-    if degrade and fastest_ms <= left_ms:
+    if fastest_ms <= left_ms:
         return FASTEST
-    return SERVE if fits else late_verdict(refuse, degrade)
+    return SERVE if fits else late_verdict(refuse)
 
 
-def late_verdict(refuse: bool, degrade: bool = True) -> str:
-    """What becomes of a request late whatever serves it: DROP (``refuse``), else the fastest
-    (FASTEST with ``degrade``, else SERVE as routed)."""
-    if refuse:
-        return DROP
-    return FASTEST if degrade else SERVE
+def late_verdict(refuse: bool) -> str:
+    """What becomes of a request late whatever serves it: DROP (``refuse``), else FASTEST."""
+    return DROP if refuse else FASTEST
 
 
 def _time_ms(value: object, positive: bool = False) -> bool:

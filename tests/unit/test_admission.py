@@ -72,13 +72,8 @@ def test_a_request_is_served_degraded_to_the_fastest_or_dropped_by_its_predictio
     assert judge(rule, slow, fast, 2, [0], 1) is AdmissionVerdict.FASTEST
     # Three queued: 1200 of wait, nothing fits.
     assert judge(rule, slow, fast, 3, [0], 1) is AdmissionVerdict.DROP
-    assert judge(Admission(1000, degrade=False), slow, fast, 2, [0], 1) is AdmissionVerdict.DROP
-    # Refusing nothing: what nothing brings in time goes to the fastest (as routed without
-    # degrading).
+    # Refusing nothing: what nothing brings in time goes to the fastest.
     assert judge(Admission(1000, refuse=False), slow, fast, 3, [0], 1) is AdmissionVerdict.FASTEST
-    assert judge(Admission(1000, degrade=False, refuse=False), slow, fast, 3, [0], 1) is (
-        AdmissionVerdict.SERVE
-    )
 
 
 @pytest.mark.parametrize(
@@ -124,8 +119,10 @@ def test_admission_keeps_an_overloaded_queue_short_and_counts_its_drops_as_misse
     controller = StaticController("slow", 1)
     servers = pod_model.servers
     plain = simulate(controller, FRONT, scenario, 1000, pod_model=pod_model)
-    rule = Admission(slo_ms=1000, degrade=False)
-    admitted = simulate(controller, FRONT, scenario, 1000, pod_model=pod_model, admission=rule)
+    # Slow alone: no faster member to degrade to, so the requests predicted late are dropped.
+    alone = StaticController("slow", 0)
+    rule = Admission(slo_ms=1000)
+    admitted = simulate(alone, [SLOW], scenario, 1000, pod_model=pod_model, admission=rule)
     assert admitted.compliance > plain.compliance + gain
     assert 5 < admitted.dropped_pct < 100 - admitted.compliance + 1e-9
     served = ~admitted.dropped
@@ -144,7 +141,9 @@ def test_admission_keeps_an_overloaded_queue_short_and_counts_its_drops_as_misse
 def test_degrading_serves_on_the_fastest_what_would_be_late_on_the_routed_member() -> None:
     scenario = spike()
     controller = StaticController("slow", 1)
-    dropping = simulate(controller, FRONT, scenario, 1000, admission=Admission(1000, degrade=False))
+    # Slow alone has no faster member: what would be late is dropped.
+    alone = StaticController("slow", 0)
+    dropping = simulate(alone, [SLOW], scenario, 1000, admission=Admission(1000))
     degrading = simulate(controller, FRONT, scenario, 1000, admission=Admission(1000))
     assert degrading.dropped_pct < dropping.dropped_pct
     assert degrading.compliance > dropping.compliance
@@ -173,15 +172,11 @@ def test_a_measured_capacity_curve_makes_a_batching_pods_prediction_hold() -> No
     # A curve measured at another instance count says nothing about this pod.
     assert ServiceGrid([(measured, 1.0)], servers=4).load_factor == 1.0
     scenario = spike()
-    rule = Admission(slo_ms=1000, degrade=False)
+    # Slow alone (nothing to degrade to): admission only drops.
+    rule = Admission(slo_ms=1000)
     runs = [
         simulate(
-            StaticController("slow", 1),
-            [FAST, slow],
-            scenario,
-            1000,
-            pod_model=pod_model,
-            admission=rule,
+            StaticController("slow", 0), [slow], scenario, 1000, pod_model=pod_model, admission=rule
         )
         for slow in (SLOW, measured)
     ]
@@ -195,8 +190,6 @@ def test_at_dispatch_the_real_wait_decides() -> None:
     assert judge_at_dispatch(rule, 500, routed_ms=300, fastest_ms=100) is AdmissionVerdict.SERVE
     assert judge_at_dispatch(rule, 200, routed_ms=300, fastest_ms=100) is AdmissionVerdict.FASTEST
     assert judge_at_dispatch(rule, 50, routed_ms=300, fastest_ms=100) is AdmissionVerdict.DROP
-    keep = dataclasses.replace(rule, degrade=False)
-    assert judge_at_dispatch(keep, 200, routed_ms=300, fastest_ms=100) is AdmissionVerdict.DROP
     serving = dataclasses.replace(rule, refuse=False)
     assert judge_at_dispatch(serving, 50, routed_ms=300, fastest_ms=100) is AdmissionVerdict.FASTEST
     assert (
@@ -212,8 +205,6 @@ def test_at_dispatch_a_long_wait_is_served_on_the_fastest() -> None:
     assert judge_at_dispatch(rule, 700, routed_ms=300, fastest_ms=100) is AdmissionVerdict.FASTEST
     assert judge_at_dispatch(rule, 700, routed_ms=300, fastest_ms=750) is AdmissionVerdict.SERVE
     assert judge_at_dispatch(rule, 50, routed_ms=300, fastest_ms=100) is AdmissionVerdict.DROP
-    keep = dataclasses.replace(rule, degrade=False)
-    assert judge_at_dispatch(keep, 700, routed_ms=300, fastest_ms=100) is AdmissionVerdict.SERVE
     for bad in (0.0, 1.5, float("nan")):
         with pytest.raises(AdmissionError, match="degradeAfter"):
             Admission(1000, degrade_after=bad)
@@ -263,8 +254,6 @@ def test_the_router_gets_each_members_quantile_by_key() -> None:
     table = router_admission(FRONT, Admission(1000, 0.5, degrade_after=0.25))
     assert table["fastest"] == FAST.key
     assert table["degrade_below_ms"] == pytest.approx(750)
-    undegraded = router_admission(FRONT, Admission(1000, degrade=False))
-    assert undegraded["degrade_below_ms"] == 0
     assert table["refuse"] is True
     assert router_admission(FRONT, Admission(1000, refuse=False))["refuse"] is False
     assert table["quantiles_ms"][SLOW.key] == pytest.approx(300, rel=0.01)

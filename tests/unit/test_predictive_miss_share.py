@@ -17,6 +17,7 @@ from compass.domain.mix import Mix
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_thresholds
 from compass.domain.policy import Decision, Observation
 from compass.domain.predictive import (
+    HORIZON_S,
     PATHS,
     SURGE_FACTOR,
     SURGE_S,
@@ -55,8 +56,8 @@ def plain_miss_share(
     """Predictive._miss_share as it was before its parts were kept (the reference)."""
     paths = policy.paths
     servers = max(policy.plan.servers, 1)
-    surge_s = min(SURGE_S, policy.horizon_s) if surge else 0.0
-    expected = rate * (policy.horizon_s + (SURGE_FACTOR - 1) * surge_s)
+    surge_s = min(SURGE_S, HORIZON_S) if surge else 0.0
+    expected = rate * (HORIZON_S + (SURGE_FACTOR - 1) * surge_s)
     spread = math.sqrt((2 * clump - 1) * expected)
     count = min(math.ceil(expected + 4 * spread + 3), paths.requests - ahead)
     members = paths.dealt(mix)[: ahead + count]
@@ -81,7 +82,7 @@ def plain_miss_share(
         unit < in_surge, unit / (SURGE_FACTOR * rate), surge_s + (unit - in_surge) / rate
     )
     starts = fifo_starts(free, holding[:, :ahead], arrivals, holding[:, ahead:])
-    inside = arrivals < policy.horizon_s
+    inside = arrivals < HORIZON_S
     late = (starts - arrivals + service[:, ahead:]) > policy.plan.slo.latency_ms / 1000
     total = int(inside.sum())
     return float((inside & late).sum()) / total if total else 0.0
@@ -104,8 +105,8 @@ class PlainPredictive(Predictive):
 def test_kept_parts_give_the_plain_miss_shares_to_the_bit(plan: Plan) -> None:
     """Many random inputs (rates from a trickle to past the kept requests, queues, surges,
     clumps, every mix), in an order that makes the kept parts grow and be cut again."""
-    policy = Predictive(plan, horizon_s=10.0)
-    short = Predictive(plan, horizon_s=4.0)
+    policy = Predictive(plan)
+    short = Predictive(plan, risk=0.2)
     rng = np.random.default_rng(11)
     for _ in range(600):
         judged = short if rng.uniform() < 0.2 else policy

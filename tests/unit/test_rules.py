@@ -312,17 +312,15 @@ def test_a_one_stage_table_with_no_component_model_binds_whole() -> None:
 
 def test_admission_at_dispatch_serves_degrades_or_refuses_by_what_is_left() -> None:
     # Routed 80 ms, fastest 30 ms; past 200 ms left nothing waited long.
-    def verdict(left_ms: float, refuse: bool = True, degrade: bool = True) -> str:
-        return dispatch_verdict(left_ms, 80.0, 30.0, 200.0, refuse, degrade)
+    def verdict(left_ms: float, refuse: bool = True) -> str:
+        return dispatch_verdict(left_ms, 80.0, 30.0, 200.0, refuse)
 
     assert verdict(300.0) == SERVE
     # It waited long: the fastest, which shortens the queue behind it.
     assert verdict(150.0) == FASTEST
-    assert verdict(150.0, degrade=False) == SERVE
     assert verdict(50.0) == FASTEST
     assert verdict(20.0) == DROP
     assert verdict(20.0, refuse=False) == FASTEST
-    assert verdict(20.0, refuse=False, degrade=False) == SERVE
     table = check_admission(
         {"quantiles_ms": {'{"k": 2.0}': 80, '{"k": 1}': 30}, "fastest": '{"k": 1.0}'}
     )

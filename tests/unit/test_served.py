@@ -54,7 +54,7 @@ def _counts(fast: float, slow: float = 0.0, refused: float = 0.0) -> ServedCount
 
 
 def test_the_window_counts_what_was_served_within_it() -> None:
-    history = CounterHistory(keep_s=60.0)
+    history = CounterHistory()
     for step, (fast, slow) in enumerate([(0, 0), (10, 0), (10, 5), (12, 9)]):
         history.add(100.0 + 10 * step, _counters(fast, slow))
     window = history.since(130.0, 60.0)
@@ -95,7 +95,7 @@ def test_an_instance_that_restarted_counts_from_zero_the_others_as_they_were() -
 
 
 def test_one_reading_is_no_window_and_samples_are_kept_apart() -> None:
-    history = CounterHistory(keep_s=60.0)
+    history = CounterHistory()
     history.add(0.0, _counters(0))
     assert history.since(0.0, 60.0) is None
     for tick in range(1, 200):  # a reading every second

@@ -42,8 +42,6 @@ class Admission:
 
     slo_ms: float
     quantile: float = 0.5
-    # Serve a request predicted late on the fastest member instead, when that brings it in time.
-    degrade: bool = True
     at: AdmissionPoint = AdmissionPoint.ARRIVAL
     # At dispatch: past this share of the SLO waited, served on the fastest (1: never).
     degrade_after: float = DEFAULT_DEGRADE_AFTER
@@ -141,10 +139,10 @@ def judge(
     )
     if wait_plus(grid.quantile_ms(admission.quantile)) <= admission.slo_ms:
         return AdmissionVerdict.SERVE
-    if admission.degrade and wait_plus(fastest.quantile_ms(admission.quantile)) <= admission.slo_ms:
+    if wait_plus(fastest.quantile_ms(admission.quantile)) <= admission.slo_ms:
         return AdmissionVerdict.FASTEST
     # Late whatever serves it: refused, or served on the fastest.
-    return AdmissionVerdict(late_verdict(admission.refuse, admission.degrade))
+    return AdmissionVerdict(late_verdict(admission.refuse))
 
 
 def judge_at_dispatch(
@@ -158,7 +156,6 @@ def judge_at_dispatch(
             fastest_ms,
             degrade_below_ms(admission),
             admission.refuse,
-            admission.degrade,
         )
     )
 
@@ -181,7 +178,7 @@ def router_admission(front: Sequence[LatencyProfile], admission: Admission) -> d
     return {
         "quantiles_ms": {m.key: ms for m, ms in zip(front, own, strict=True)},
         "fastest": front[0].key,
-        "degrade_below_ms": degrade_below_ms(admission) if admission.degrade else 0.0,
+        "degrade_below_ms": degrade_below_ms(admission),
         "refuse": admission.refuse,
         "slo_ms": admission.slo_ms,
     }

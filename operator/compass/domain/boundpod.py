@@ -47,6 +47,9 @@ IntArray = npt.NDArray[np.int64]
 
 # How often the router image polls Triton's pending count by default (its DEFAULT_POLL_MS).
 ROUTER_POLL_S = 0.025
+# The pod's arrival rate (for ``max_qps``) is counted over this window, s (2 s saw bursts sooner
+# than 5 s and kept more requests in time on bench/serving_sim.py).
+RATE_WINDOW_S = 2.0
 
 
 class RateView(StrEnum):
@@ -83,9 +86,6 @@ class BindingRule:
     followers_poll_s: float | None = None
     # A gate: up to this many followers wait at it, seen with deadlines (None: no gate).
     visible_followers: int | None = None
-    # The pod's arrival rate (for ``max_qps``) is counted over this window, s (2 s saw bursts
-    # sooner than 5 s and kept more requests in time on bench/serving_sim.py).
-    rate_window_s: float = 2.0
     rate_view: RateView = RateView.TAKEN_ARRIVALS
     # A request that waited for an instance longer than this share of the SLO binds the fastest
     # (admission's degradeAfter; None: never): its wait says a queue stands behind it.
@@ -208,11 +208,10 @@ class BoundPod:
         return backlog
 
     def rate_per_ms(self, end: float) -> float:
-        """The pod's rate (per ms) over the ``rate_window_s`` to ``end``, as the router counts."""
-        window = self.rule.rate_window_s
-        if window <= 0 or end <= 0:
+        """The pod's rate (per ms) over the ``RATE_WINDOW_S`` to ``end``, as the router counts."""
+        if end <= 0:
             return 0.0
-        span = min(window, end)
+        span = min(RATE_WINDOW_S, end)
         seen = bisect.bisect_right(self.arrived_at, end) - bisect.bisect_right(
             self.arrived_at, end - span
         )

@@ -94,7 +94,7 @@ class CommittedSplit:
                 f"{queued:.0f} queued and {burst:.0f} arriving requests drawn at arrival would "
                 f"commit over {budget:g} ms beyond the fastest's work"
             )
-        return self._capped(state, decided, allowed, reason, now)
+        return self._capped(state, decided, was, allowed, reason, now)
 
     def _overloaded(self, state: PolicyState, observation: Observation) -> bool:
         """Whether the arrivals over their steadiest recent window are, with the leave
@@ -162,29 +162,23 @@ class CommittedSplit:
         return None
 
     def _capped(
-        self, before: PolicyState, decided: PolicyState, allowed: int, reason: str, now: float
+        self,
+        before: PolicyState,
+        decided: PolicyState,
+        was: int | None,
+        allowed: int,
+        reason: str,
+        now: float,
     ) -> tuple[Decision, PolicyState]:
         """The decision and state with the mix at ``allowed`` in place of Split's."""
         mix = self.inner.mixes.mixes[allowed]
-        names = self.plan.names
-        blend = None if mix.blend is None else names[mix.blend]
-        previous = self.inner._mix_of(before)
-        was = None if previous is None else self.inner.mixes.index(previous)
         switched = was != allowed
         # A capped climb or the floor can still be a step up; else the cap is a step down.
         upward = was is not None and allowed > was
         action = (
             Action.HOLD if not switched else (Action.MORE_ACCURATE if upward else Action.FASTER)
         )
-        decision = Decision(
-            names[mix.base],
-            mix.base,
-            action,
-            reason,
-            blend=blend,
-            blend_index=mix.blend,
-            weight=mix.weight,
-        )
+        decision = Decision.routing(mix, self.plan.names, action, reason)
         if not switched:
             # Split would have moved up: stay where it was (its entry evidence starts again).
             return decision, replace(
@@ -199,8 +193,8 @@ class CommittedSplit:
             )
         return decision, replace(
             decided,
-            active=names[mix.base],
-            blend=blend,
+            active=decision.target,
+            blend=decision.blend,
             weight=mix.weight,
             active_since=now,
             last_switch_at=now,

@@ -233,8 +233,6 @@ class Elastico:
             )
         return self._hold(state, active, f"metrics {what}: hold")
 
-    # ------------------------------------------------------------------ evidence
-
     def _longest_window(self) -> float:
         adaptive = STEADY_WINDOWS_S if self.settings.adaptive_rate else ()
         cooldowns = [self.cooldown_s(i) for i in self.plan.eligible[1:]]
@@ -322,8 +320,6 @@ class Elastico:
         # A queue peer within half its entry queue gathers evidence: its rate is judged at the end.
         limit = threshold.enter_max_queue
         return self._queue_peer(index) and limit is not None and depth <= limit // 2
-
-    # ------------------------------------------------------------------ moves
 
     def _faster(
         self, state: PolicyState, active: int, depth: float, rate: float | None, now: float

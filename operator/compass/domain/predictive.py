@@ -1,6 +1,6 @@
 """The predictive strategy: each interval, the most accurate mix whose near future looks safe.
 
-A fixed-seed Monte Carlo forecasts the next ``horizon_s`` from the pod's queue; the mix may miss
+A fixed-seed Monte Carlo forecasts the next ``HORIZON_S`` from the pod's queue; the mix may miss
 at most ``risk`` more often than the fastest from idle, through a surge too. Meant to run with
 admission at dispatch. Why: docs/method.md, "Predictive"."""
 
@@ -38,7 +38,7 @@ IntArray = npt.NDArray[np.int64]
 
 # 10 s is several intervals and short enough that the last steady window's rate still holds; the
 # risk was chosen on bench/serving_sim.py with admission (see its strategies section).
-DEFAULT_HORIZON_S = 10.0
+HORIZON_S = 10.0
 DEFAULT_RISK = 0.08
 # A mix must survive a rise in the load the past cannot show for as long as the policy takes to
 # see it and move: the forecast's first SURGE_S come SURGE_FACTOR times faster.
@@ -266,7 +266,6 @@ class Predictive:
     plan: Plan
     settings: ElasticoSettings = field(default_factory=ElasticoSettings)
     risk: float = DEFAULT_RISK
-    horizon_s: float = DEFAULT_HORIZON_S
     positions: tuple[Mix, ...] = field(init=False, repr=False, compare=False)
     # The positions as a set: every decision asks whether the state's mix is one of them.
     on_hull: frozenset[Mix] = field(init=False, repr=False, compare=False)
@@ -275,11 +274,6 @@ class Predictive:
     def __post_init__(self) -> None:
         if not 0 <= self.risk < 1:
             raise ValueError(f"risk: {self.risk!r} is not in [0, 1); give e.g. {DEFAULT_RISK}")
-        if not 0 < self.horizon_s <= max(STEADY_WINDOWS_S):
-            raise ValueError(
-                f"horizon_s: {self.horizon_s!r} is not in (0, {max(STEADY_WINDOWS_S):g}]; "
-                f"give e.g. {DEFAULT_HORIZON_S:g}"
-            )
         eligible = self.plan.eligible
         hull = accuracy_hull([self.plan.thresholds[i].profile for i in eligible])
         object.__setattr__(self, "positions", tuple(hull_mixes([eligible[i] for i in hull])))
@@ -341,7 +335,7 @@ class Predictive:
             f"forecast {stay_rate:.2f}/s per pod{clumped} (climb {climb_rate:.2f}/s), "
             f"queue {depth:g}: "
             f"the most accurate mix within {self.risk:.0%} more misses than the fastest over "
-            f"{self.horizon_s:g} s"
+            f"{HORIZON_S:g} s"
         )
         return self._route(state, target, reason, now)
 
@@ -354,7 +348,7 @@ class Predictive:
         surge: bool = False,
         clump: float = 1.0,
     ) -> float:
-        """The share of the next ``horizon_s`` of arrivals that miss the SLO if ``mix`` serves
+        """The share of the next ``HORIZON_S`` of arrivals that miss the SLO if ``mix`` serves
         them behind the ``queued``, at ``rate`` (with ``surge``: faster first; ``clump``: compound
         Poisson), the instances busy with ``active`` (idle: as often as the rate keeps them)."""
         if rate <= 0:
@@ -369,7 +363,7 @@ class Predictive:
             ahead,
             surge,
             clump,
-            self.horizon_s,
+            HORIZON_S,
             self.plan.slo.latency_ms,
         )
         shares, lock = self.paths.miss_shares, self.paths.miss_shares_lock
@@ -390,8 +384,8 @@ class Predictive:
     ) -> tuple[float, int, int, float]:
         """(surge length, arrivals drawn, arrivals the queue leaves room for, idle-start delay)."""
         servers = max(self.plan.servers, 1)
-        surge_s = min(SURGE_S, self.horizon_s) if surge else 0.0
-        expected = rate * (self.horizon_s + (SURGE_FACTOR - 1) * surge_s)
+        surge_s = min(SURGE_S, HORIZON_S) if surge else 0.0
+        expected = rate * (HORIZON_S + (SURGE_FACTOR - 1) * surge_s)
         # The count's spread: its variance is the dispersion (2 clump - 1) times its mean.
         spread = math.sqrt((2 * clump - 1) * expected)
         whole = min(math.ceil(expected + 4 * spread + 3), self.paths.requests)
@@ -406,7 +400,7 @@ class Predictive:
     def _none_late(self, mix: Mix, rate: float, surge_s: float, count: int, idle_s: float) -> bool:
         """Whether no request can miss, known without drawing arrivals (one idle instance)."""
         # The horizon's end in unit-rate time (a little later: rounding never leaves a row out).
-        horizon_unit = SURGE_FACTOR * rate * surge_s + rate * (self.horizon_s - surge_s)
+        horizon_unit = SURGE_FACTOR * rate * surge_s + rate * (HORIZON_S - surge_s)
         rows = min(count, self.paths.rows_before(horizon_unit * (1 + 1e-9) + 1e-12))
         if rows == 0:
             return True
@@ -423,7 +417,7 @@ class Predictive:
         if one_idle and clump == 1 and self._none_late(mix, rate, surge_s, count, idle_s):
             return 0.0
         # Arrival times: the same for every mix judged at this rate (the whole count's, cut).
-        known = self.paths.arrivals(rate, surge_s, clump, self.horizon_s, whole)
+        known = self.paths.arrivals(rate, surge_s, clump, HORIZON_S, whole)
         slo_s = self.plan.slo.latency_ms / 1000
         if count == 0:
             return 0.0

@@ -243,9 +243,6 @@ def clearly_dominated(
     }
 
 
-# ---------------------------------------------------------------------------- parsing
-
-
 def _number(
     entry: Mapping[str, Any],
     field: str,

@@ -80,7 +80,6 @@ class RouterCounters:
 class CounterHistory:
     """One pod's router counters sampled over time, to tell what they counted over a window."""
 
-    keep_s: float = SERVED_WINDOW_S
     samples: list[tuple[float, RouterCounters]] = field(default_factory=list)
 
     def add(self, now: float, counters: RouterCounters) -> None:
@@ -90,7 +89,7 @@ class CounterHistory:
         else:
             self.samples.append((now, counters))
         # The oldest sample kept is the last one at or before the longest window's start.
-        while len(self.samples) > 2 and self.samples[1][0] <= now - self.keep_s:
+        while len(self.samples) > 2 and self.samples[1][0] <= now - SERVED_WINDOW_S:
             del self.samples[0]
 
     def since(self, now: float, window_s: float) -> ServedCounts | None:

@@ -101,11 +101,6 @@ class StoppingRule:
         return schedule_points(self.budgets, self.method, self.population)
 
     @property
-    def schedule(self) -> tuple[int, ...]:
-        """The sample counts at which a look may happen, spelled out."""
-        return self._points or tuple(range(1, self.population + 1))
-
-    @property
     def last_look(self) -> int:
         """The schedule's last point: the verdict there is final."""
         return self._points[-1] if self._points else self.population
