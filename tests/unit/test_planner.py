@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,11 @@ from compass.domain.planner import (
     ThresholdModel,
     _max_rate,
     _queue_limit,
+    _Service,
     _service_grid,
     _sum_tail,
     _violation,
+    _violation_mgc,
     pareto_front,
     plan_thresholds,
 )
@@ -474,3 +477,13 @@ def test_parse_rejects_latencies_outside_a_sane_range(bad: dict[str, Any], field
     holds: a profile of 1e-300 ms once hung `compass plan`."""
     with pytest.raises(ProfileError, match=re.escape(field)):
         parse_profiles([bad])
+
+
+def test_a_service_far_past_the_budget_adds_no_overflow_on_many_servers() -> None:
+    """Erlang C's tail with a steep decay: the times past the budget count in full, and the
+    exponential of their (discarded) negative slack no longer overflows into a warning."""
+    service = _Service(np.array([0.0001, 0.2]), np.array([0.999, 0.001]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        violation = _violation_mgc(service, 1.0, 0.01, 1000)
+    assert violation == pytest.approx(0.001)

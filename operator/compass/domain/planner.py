@@ -301,7 +301,10 @@ def _violation(service: _Service, rate: float, budget_s: float) -> float:
     gamma = float(brentq(excess, low, high, xtol=_XTOL * guess))
     constant = (1 - rho) / (rate * service.expect(times * np.exp(gamma * times)) - 1)
     slack = budget_s - times
-    tail = np.where(slack <= 0, 1.0, np.minimum(1.0, constant * np.exp(-gamma * slack)))
+    # exp of the clipped slack: the branch np.where discards must not overflow either.
+    tail = np.where(
+        slack <= 0, 1.0, np.minimum(1.0, constant * np.exp(-gamma * np.maximum(slack, 0.0)))
+    )
     return service.expect(tail)
 
 
@@ -319,7 +322,9 @@ def _violation_mgc(service: _Service, rate: float, budget_s: float, servers: int
     decay = (servers / mean - rate) * 2 / (1 + variability)
     waits = erlang_c(servers, load)
     slack = budget_s - times
-    tail = np.where(slack <= 0, 1.0, np.minimum(1.0, waits * np.exp(-decay * slack)))
+    tail = np.where(
+        slack <= 0, 1.0, np.minimum(1.0, waits * np.exp(-decay * np.maximum(slack, 0.0)))
+    )
     return service.expect(tail)
 
 
