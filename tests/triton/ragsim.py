@@ -64,6 +64,6 @@ def scraping(triton: LocalTriton, workdir: Path) -> Iterator[LocalPrometheus]:
 def depth_or_none(source: QueueDepthSource) -> float | None:
     """The queue depth, or None before the source has the series (Prometheus' first scrape)."""
     try:
-        return source.queue_depth()
+        return source.read().queue_depth
     except MetricsUnavailableError:
         return None

@@ -36,14 +36,14 @@ def _peak_depth_during_burst(
 ) -> tuple[float, float]:
     """Depth before a burst of simultaneous requests, and the peak read while it drains."""
     router.switch(ACCURATE)  # ~26 ms a request at rag-sim's test time scale
-    idle = source.queue_depth()
+    idle = source.read().queue_depth
     peak = 0.0
     draining = threading.Event()
 
     def poll() -> None:
         nonlocal peak
         while not draining.is_set():
-            peak = max(peak, source.queue_depth())
+            peak = max(peak, source.read().queue_depth)
             time.sleep(0.05)
 
     poller = threading.Thread(target=poll)
@@ -62,7 +62,7 @@ def test_triton_metrics_show_the_router_queue(triton: LocalTriton, router: Trito
     assert idle == 0
     # 60 requests at once: most of them wait behind the one in service.
     assert peak >= 20
-    assert source.queue_depth() == 0
+    assert source.read().queue_depth == 0
 
 
 def test_prometheus_query_reads_the_same_queue(
@@ -72,7 +72,7 @@ def test_prometheus_query_reads_the_same_queue(
     deadline = time.monotonic() + 10
     while True:  # the first scrape may not have happened yet
         try:
-            source.queue_depth()
+            source.read()
             break
         except MetricsUnavailableError:
             if time.monotonic() > deadline:
@@ -104,7 +104,7 @@ def test_prometheus_query_of_not_one_series_says_why(
 ) -> None:
     source = PrometheusQueueDepth(prometheus.url, query)
     with pytest.raises(MetricsUnavailableError, match=says):
-        source.queue_depth()
+        source.read()
 
 
 @pytest.mark.parametrize("kind", ["triton", "prometheus"])
@@ -116,12 +116,12 @@ def test_unreachable_source_is_a_clear_error(kind: str) -> None:
         else PrometheusQueueDepth(f"http://127.0.0.1:{port}")
     )
     with pytest.raises(MetricsUnavailableError, match=f"127.0.0.1:{port}"):
-        source.queue_depth()
+        source.read()
 
 
 def test_unknown_model_on_triton_metrics_is_a_clear_error(triton: LocalTriton) -> None:
     with pytest.raises(MetricsUnavailableError, match="no such series"):
-        TritonQueueDepth(triton.metrics_url, model="no-such-model").queue_depth()
+        TritonQueueDepth(triton.metrics_url, model="no-such-model").read()
 
 
 def test_unreachable_triton_is_a_routing_error_naming_the_endpoint() -> None:

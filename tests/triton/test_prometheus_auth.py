@@ -102,7 +102,7 @@ def _first_queue(source: PrometheusQueueDepth) -> float:
     deadline = time.monotonic() + 15
     while True:
         try:
-            return source.queue_depth()
+            return source.read().queue_depth
         except MetricsUnavailableError:
             if time.monotonic() > deadline:
                 raise
@@ -129,7 +129,7 @@ def test_wrong_credentials_are_the_status_and_a_fixed_reason(
     ):
         source = PrometheusQueueDepth(prometheus.url, auth=auth)
         with pytest.raises(MetricsUnavailableError) as error:
-            source.queue_depth()
+            source.read()
         message = str(error.value)
         assert message.startswith(f"Prometheus {prometheus.url} query ")
         assert message.endswith(
@@ -148,7 +148,7 @@ def test_without_the_ca_the_server_is_not_trusted(secured: tuple[LocalPrometheus
     # The right credentials, but the system's roots: they are never sent to an unverified host.
     source = PrometheusQueueDepth(prometheus.url, auth=HttpAuth(username=USER, password=PASSWORD))
     with pytest.raises(MetricsUnavailableError) as error:
-        source.queue_depth()
+        source.read()
     assert str(error.value).endswith(
         "TLS: the server's certificate is not signed by a trusted CA; give its CA "
         "(metrics.authentication.tls.caKey)"
@@ -156,7 +156,7 @@ def test_without_the_ca_the_server_is_not_trusted(secured: tuple[LocalPrometheus
     # Over plain http, Prometheus' TLS port refuses the request.
     plain = PrometheusQueueDepth(prometheus.url.replace("https://", "http://"))
     with pytest.raises(MetricsUnavailableError, match="HTTP 400"):
-        plain.queue_depth()
+        plain.read()
 
 
 def test_skipping_verification_must_be_asked_for(secured: tuple[LocalPrometheus, Tls]) -> None:
@@ -172,7 +172,7 @@ def test_skipping_verification_must_be_asked_for(secured: tuple[LocalPrometheus,
         },
     }
     auth = metricsauth.credentials(spec, secret, "team")
-    assert PrometheusQueueDepth(prometheus.url, auth=auth).queue_depth() == QUEUE
+    assert PrometheusQueueDepth(prometheus.url, auth=auth).read().queue_depth == QUEUE
 
 
 @pytest.fixture(scope="module")
@@ -226,4 +226,4 @@ def test_a_client_certificate_from_the_secret_is_presented(
     # The CA alone, no client certificate: the handshake fails, in fixed words.
     alone = PrometheusQueueDepth(prometheus.url, auth=HttpAuth(ca_pem=tls.ca.read_text()))
     with pytest.raises(MetricsUnavailableError, match="TLS handshake failed"):
-        alone.queue_depth()
+        alone.read()

@@ -279,7 +279,7 @@ def _depths_while_the_gate_holds_a_burst(pod: Pod, depth: QueueDepthSource) -> l
         time.sleep(SEND_GAP_S)
         burst = [pool.submit(pod.router.infer, {"sample": i}, FASTEST) for i in range(BURST)]
         while not all(request.done() for request in burst):
-            seen.append(depth.queue_depth())
+            seen.append(depth.read().queue_depth)
             time.sleep(0.01)
         blocker.result()
     return seen
@@ -291,10 +291,10 @@ def test_the_operators_queue_reading_counts_the_requests_waiting_at_the_gate(
     # Behind the gate the router's instances take the burst up at once, so Triton's own pending
     # count stays near 0; the instances' gauge gives the waiters back to the operator's reading.
     depth = TritonQueueDepth(gated_pod.server.metrics_url)
-    assert depth.queue_depth() == 0
+    assert depth.read().queue_depth == 0
     seen = _depths_while_the_gate_holds_a_burst(gated_pod, depth)
     assert max(seen) == BURST, seen
-    assert depth.queue_depth() == 0
+    assert depth.read().queue_depth == 0
 
 
 def test_prometheus_default_query_counts_the_requests_waiting_at_the_gate(

@@ -106,7 +106,7 @@ def _waiting_at_the_gate(pod: Pod) -> list[float]:
     with ThreadPoolExecutor(max_workers=BURST) as pool:
         burst = [pool.submit(pod.router.infer, {"sample": i}, ACCURATE) for i in range(BURST)]
         while not all(request.done() for request in burst):
-            seen.append(depth.queue_depth())
+            seen.append(depth.read().queue_depth)
             time.sleep(0.01)
         for request in burst:
             request.result()
@@ -157,7 +157,7 @@ def test_four_requests_run_the_pipeline_at_once_and_the_rest_wait_at_the_gate(
     seen = _waiting_at_the_gate(four_slots)
     # All 8 taken up by the 11 instances: 4 in the pipeline, never more, and 4 waiting.
     assert max(seen) == BURST - SLOTS, seen
-    assert TritonQueueDepth(four_slots.server.metrics_url).queue_depth() == 0
+    assert TritonQueueDepth(four_slots.server.metrics_url).read().queue_depth == 0
 
 
 def test_a_request_that_fits_the_accurate_one_alone_is_bound_faster_beside_three_running(

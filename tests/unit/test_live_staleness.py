@@ -32,9 +32,6 @@ class FrozenSource:
     def describe(self) -> str:
         return "frozen"
 
-    def queue_depth(self) -> float:
-        return 0.0
-
     def read(self) -> MetricsReading:
         return MetricsReading(0.0, None, 1, age_s=self.age_s)
 

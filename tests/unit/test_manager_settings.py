@@ -12,7 +12,7 @@ import pytest
 import urllib3
 from pydantic import ValidationError
 
-from compass.controllers import kubeapi, manager
+from compass.controllers import kubeapi, manager, policy_decisions
 from compass.controllers.manager import Peering, kopf_settings, startup_missing_crds
 from compass.controllers.policy_decisions import decision_due
 from compass.controllers.settings import OperatorSettings
@@ -92,8 +92,9 @@ def test_the_policy_tick_follows_its_setting_within_bounds(monkeypatch: pytest.M
     tick = OperatorSettings().policy_tick_seconds
     assert tick == 0.1
     # A decision every 0.1 s is due after 0.05 s, half a tick early, as at the default period.
-    assert decision_due(10.0, 10.06, 0.1, tick)
-    assert not decision_due(10.0, 10.04, 0.1, tick)
+    monkeypatch.setattr(policy_decisions, "TICK_S", tick)
+    assert decision_due(10.0, 10.06, 0.1)
+    assert not decision_due(10.0, 10.04, 0.1)
     for bad in ("0.01", "61", "nan"):
         monkeypatch.setenv("COMPASS_POLICY_TICK_SECONDS", bad)
         with pytest.raises(ValidationError, match="policy_tick_seconds"):

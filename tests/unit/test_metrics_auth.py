@@ -97,7 +97,7 @@ def test_bearer_token_and_headers_reach_every_request(guarded: Any) -> None:
 def test_basic_auth_is_sent(guarded: Any) -> None:
     endpoint = guarded(_basic("compass", PASSWORD))
     auth = HttpAuth(username="compass", password=PASSWORD)
-    assert PrometheusQueueDepth(endpoint.url, auth=auth).queue_depth() == 4
+    assert PrometheusQueueDepth(endpoint.url, auth=auth).read().queue_depth == 4
 
 
 @pytest.mark.parametrize("make", ["prometheus", "triton"])

@@ -110,7 +110,9 @@ def test_each_pod_measures_one_item_at_a_time_and_every_item_once() -> None:
             together[0] -= 1
         return item * 10
 
-    results = pool.run(list(range(30)), measure)
+    done: dict[int, tuple[str, int]] = {}
+    pool.run(list(range(30)), measure, lambda index, pod, value: done.update({index: (pod, value)}))
+    results = [done[index] for index in range(30)]
     assert [value for _, value in results] == [item * 10 for item in range(30)]
     assert measured == Counter(range(30))
     assert set(most.values()) == {1}
@@ -130,7 +132,9 @@ def test_a_pod_that_cannot_be_reached_gives_its_item_back_and_leaves() -> None:
         time.sleep(0.001)
         return item
 
-    results = pool.run(list(range(12)), measure)
+    done: dict[int, tuple[str, int]] = {}
+    pool.run(list(range(12)), measure, lambda index, pod, value: done.update({index: (pod, value)}))
+    results = [done[index] for index in range(12)]
     assert [value for _, value in results] == list(range(12))
     assert "pod-1:8001" not in {pod for pod, _ in results}
     assert pool.lost == {"pod-1:8001": "Triton at pod-1:8001: connection refused"}
@@ -140,7 +144,7 @@ def test_a_pod_that_cannot_be_reached_gives_its_item_back_and_leaves() -> None:
         raise RoutingError(f"Triton at {router.url}: connection refused")
 
     with pytest.raises(RoutingError, match=r"no pod left to measure on: pod-0:8001: Triton"):
-        pool.run([1, 2], unreachable)
+        pool.run([1, 2], unreachable, lambda index, pod, value: None)
 
 
 def test_the_merged_profiles_are_the_same_on_one_pod_and_on_three() -> None:

@@ -118,10 +118,6 @@ def _port(entry: SliceEntry, port: int | str) -> int:
     return named[port]
 
 
-def _host(address: str) -> str:
-    return f"[{address}]" if ":" in address else address  # IPv6
-
-
 def ready_endpoints(
     slices: Iterable[Iterable[SliceEntry]],
     grpc_port: int | str,
@@ -133,7 +129,7 @@ def ready_endpoints(
         for entry in entries:
             if not entry.ready or entry.pod in found:
                 continue
-            host = _host(entry.address)
+            host = f"[{entry.address}]" if ":" in entry.address else entry.address  # IPv6
             metrics = (
                 None
                 if metrics_port is None

@@ -58,13 +58,9 @@ class Fence:
 def keepalive_patch(identity: str, priority: int, lastseen: datetime) -> list[dict[str, Any]]:
     """A JSON patch renewing this peer's entry in a peering object's status, as kopf writes it;
     the entry tested first, so none is created (a departed peer's standby would wait a lifetime)."""
-    entry = f"/status/{_pointer_token(identity)}"
+    # One JSON-pointer step (RFC 6901; kopf's user@host/time/random identity has /).
+    entry = f"/status/{identity.replace('~', '~0').replace('/', '~1')}"
     return [
         {"op": "test", "path": f"{entry}/priority", "value": priority},
         {"op": "replace", "path": f"{entry}/lastseen", "value": lastseen.isoformat()},
     ]
-
-
-def _pointer_token(key: str) -> str:
-    """``key`` as one JSON-pointer step (RFC 6901; kopf's user@host/time/random identity has /)."""
-    return key.replace("~", "~0").replace("/", "~1")

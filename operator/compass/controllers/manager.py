@@ -298,9 +298,7 @@ def _quiet_timer_successes(record: logging.LogRecord) -> bool:
     )
 
 
-def _serve_until_crds_appear(
-    api: Any, missing: list[str], options: dict[str, Any], stop_flag: threading.Event | None
-) -> bool:
+def _serve_until_crds_appear(api: Any, missing: list[str], options: dict[str, Any]) -> bool:
     """Run kopf (liveness up) while polling for the missing CRDs; True once served, False if
     stopped. Polled: kopf may miss a CRD created after it started (discovery lags, no watch)."""
     logger.warning(missing_crds_message(missing))
@@ -308,17 +306,9 @@ def _serve_until_crds_appear(
     threading.Thread(
         target=wait_for_crds, args=(api, stop, found), name="compass-crds", daemon=True
     ).start()
-    if stop_flag is not None:
-        outer = stop_flag
-
-        def forward() -> None:
-            outer.wait()
-            stop.set()
-
-        threading.Thread(target=forward, name="compass-stop", daemon=True).start()
     kopf.run(**options, stop_flag=stop)
     stop.set()  # kopf returned on its own (a signal): end the re-checks
-    return found.is_set() and not (stop_flag is not None and stop_flag.is_set())
+    return found.is_set()
 
 
 def run(
@@ -326,10 +316,8 @@ def run(
     *,
     namespaces: list[str] | None = None,
     all_namespaces: bool = False,
-    stop_flag: threading.Event | None = None,
-    ready_flag: threading.Event | None = None,
 ) -> int:
-    """Run the operator until SIGINT/SIGTERM (or ``stop_flag``); the exit code."""
+    """Run the operator until SIGINT/SIGTERM; the exit code."""
     clusterwide, watched = scope(settings, namespaces, all_namespaces)
     started_ns = time.time_ns()
     peering = peering_of(settings, started_ns)
@@ -376,7 +364,6 @@ def run(
         "namespaces": watched,
         "liveness_endpoint": liveness_endpoint(settings),
         "memo": memo,
-        "ready_flag": ready_flag,
         "identity": identity,
     }
     stop_fence = threading.Event()
@@ -390,10 +377,10 @@ def run(
                 daemon=True,
             ).start()
         missing = startup_missing_crds(runtime.api())
-        if missing and not _serve_until_crds_appear(runtime.api(), missing, options, stop_flag):
+        if missing and not _serve_until_crds_appear(runtime.api(), missing, options):
             return 0
         # Fresh settings: the first run's startup handlers changed its copy.
-        kopf.run(**{**options, "settings": kopf_settings(peering)}, stop_flag=stop_flag)
+        kopf.run(**{**options, "settings": kopf_settings(peering)})
     finally:
         runtime.stop()
         stop_fence.set()

@@ -86,7 +86,7 @@ def credentials(
         insecure_skip_verify=insecure,
     )
     try:
-        result.ssl_context()  # load the CA and client pair now, to name the key that is wrong
+        _ = result.ssl_context  # load the CA and client pair now, to name the key that is wrong
     except TlsMaterialError as error:
         part = "tls.caKey" if error.part == "ca" else "tls.certKey and tls.keyKey"
         raise CredentialsError(

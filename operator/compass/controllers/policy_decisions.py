@@ -54,11 +54,9 @@ def saved_state(status: Mapping[str, Any]) -> PolicyState | None:
         return None
 
 
-def decision_due(
-    last_tick: float | None, now: float, interval_s: float, tick_s: float = TICK_S
-) -> bool:
+def decision_due(last_tick: float | None, now: float, interval_s: float) -> bool:
     """Whether a decision is due: intervalSeconds since the last one, to half a tick."""
-    return last_tick is None or now - last_tick >= interval_s - tick_s / 2
+    return last_tick is None or now - last_tick >= interval_s - TICK_S / 2
 
 
 def retry_delay(failures: int, interval_s: float) -> float:

@@ -60,17 +60,15 @@ def active_configuration(
     index = None if name is None else plan.index(name)
     if index is None:
         return None
+    # Rounded for people (kubectl's printer columns print every digit); the spec keeps them all.
+    # Names and values cut (shown): the status must fit whatever the spec holds.
     blend_index = None if blend is None else plan.index(blend)
     blended = (
         None
         if blend is None or blend_index is None or not 0 < weight < 1
-        else BlendStatus(name=blend, index=blend_index, weight=round(weight, 4))
+        else BlendStatus(name=shown(blend), index=blend_index, weight=round(weight, 4))
     )
     profile = plan.thresholds[index].profile
-    # Rounded for people (kubectl's printer columns print every digit); the spec keeps them all.
-    # Names and values cut (shown): the status must fit whatever the spec holds.
-    if blended is not None:
-        blended = blended.model_copy(update={"name": shown(blended.name)})
     return ActiveConfiguration(
         name=shown(profile.name),
         config=shown_config(profile.config),

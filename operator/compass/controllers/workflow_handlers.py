@@ -227,13 +227,6 @@ def _supersede(api: client.ApiClient, namespace: str, name: str, uid: str, gener
             )
 
 
-def _report_refused(workflow: Mapping[str, Any], message: str | None) -> None:
-    """A Warning Event and a log line for what a start refused of the states (not carried over)."""
-    if message is not None:
-        LOG.warning(message)
-        _post(workflow, Event("Warning", "LedgerRefused", message))
-
-
 def _create_job(
     api: client.ApiClient,
     body: Mapping[str, Any],
@@ -417,7 +410,9 @@ def _start_state(
         # Refused before anything is reported: the condition names it, every retry alike.
         raise StateNameTakenError(search_name(name, generation))
     refused = refusal_message(name, listing)
-    _report_refused(workflow, refused)
+    if refused is not None:  # what a start refused of the states (not carried over)
+        LOG.warning(refused)
+        _post(workflow, Event("Warning", "LedgerRefused", refused))
     states = listing.states
     if generation not in states:
         seed = seed_state(spec, generation, seedable(states))

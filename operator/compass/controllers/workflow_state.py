@@ -370,11 +370,6 @@ def _short_text(value: object) -> str | None:
     return value[:80] if isinstance(value, str) else None
 
 
-def config_name(config: Mapping[str, Any]) -> str:
-    """A configuration as a short label: its values joined by '/' (as the planner names it)."""
-    return "/".join(str(v) for v in config.values())
-
-
 def feasible_set_empty_message(result: Mapping[str, Any], tau: float) -> str:
     """Why no configuration qualifies: the best accuracy reached and a tau that would work."""
     evaluated = list(result.get("evaluated") or [])
@@ -386,9 +381,10 @@ def feasible_set_empty_message(result: Mapping[str, Any], tau: float) -> str:
     best = max(evaluated, key=lambda e: float(e["accuracy"]))
     accuracy = float(best["accuracy"])
     workable = math.floor(accuracy * 100) / 100
+    name = "/".join(str(v) for v in best["config"].values())  # as the planner names it
     return (
         f"no configuration reaches tau {tau:g}: the best accuracy reached is {accuracy:.3f} "
-        f"({config_name(best['config'])} on {best.get('samples', '?')} samples, "
+        f"({name} on {best.get('samples', '?')} samples, "
         f"{len(evaluated)} configurations evaluated); set evaluation.tau to {workable:.2f} or "
         f"lower, or widen the space"
     )

@@ -309,10 +309,6 @@ class FleetQueueDepth:
             f"{{model={self.model!r}}}, {self.aggregate.value} over pods"
         )
 
-    def queue_depth(self) -> float:
-        """The per-pod queue depth now."""
-        return self.read().queue_depth
-
     def read(self) -> MetricsReading:
         """Scrape every pod; pods that cannot be read are left out (all of them: an error)."""
         endpoints = [e for e in self.endpoints() if e.metrics_url]

@@ -43,12 +43,9 @@ class HttpAuth:
             headers["Authorization"] = f"Basic {base64.b64encode(pair).decode('ascii')}"
         return headers
 
+    @cached_property
     def ssl_context(self) -> ssl.SSLContext:
         """The TLS context for https, built once; TlsMaterialError naming a bad part."""
-        return self._context
-
-    @cached_property
-    def _context(self) -> ssl.SSLContext:
         if self.ca_pem is not None and not self.insecure_skip_verify:
             try:
                 context = ssl.create_default_context(cadata=self.ca_pem)

@@ -186,10 +186,6 @@ class QueueDepthSource(Protocol):
         """Where the number comes from, for logs and conditions."""
         ...
 
-    def queue_depth(self) -> float:
-        """Requests waiting now; raises MetricsUnavailableError."""
-        ...
-
     def read(self) -> MetricsReading:
         """Queue depth and the arrivals counter; raises MetricsUnavailableError."""
         ...
@@ -235,13 +231,9 @@ class PrometheusQueueDepth:
         """Prometheus URL and query."""
         return f"Prometheus {self.url} query {self.query}"
 
-    def queue_depth(self) -> float:
-        """Evaluate the queue-depth query now."""
-        return self._count(self.query, "queue depth", MAX_QUEUE_DEPTH)
-
     def read(self) -> MetricsReading:
         """Queue depth, and arrivals when an arrivals query is configured."""
-        depth = self.queue_depth()
+        depth = self._count(self.query, "queue depth", MAX_QUEUE_DEPTH)
         arrivals = None
         if self.arrivals_query:
             arrivals = self._count(self.arrivals_query, "arrivals counter", MAX_COUNTER)
@@ -380,10 +372,6 @@ class UnavailableSource:
     def describe(self) -> str:
         """Where the number would come from."""
         return self.where
-
-    def queue_depth(self) -> float:
-        """Never a number."""
-        raise MetricsUnavailableError(self.problem)
 
     def read(self) -> MetricsReading:
         """Never a reading."""

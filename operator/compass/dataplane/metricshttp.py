@@ -251,7 +251,7 @@ class Http:
     def __init__(self, auth: HttpAuth | None) -> None:
         self.auth = auth
         self.headers = {} if auth is None else auth.request_headers()
-        self.opener = _OPENER if auth is None else _http_opener(auth.ssl_context())
+        self.opener = _OPENER if auth is None else _http_opener(auth.ssl_context)
         # Credentials sent: a header from the Secret, or a client certificate (mutual TLS).
         self.authenticated = "Authorization" in self.headers or (
             auth is not None and auth.client_cert_pem is not None

@@ -76,13 +76,12 @@ class PodPool(Generic[Item, Result]):
         self,
         items: Sequence[Item],
         measure: Callable[[TritonRouter, Item], Result],
-        finished: Callable[[int, str, Result], None] | None = None,
-    ) -> list[tuple[str, Result]]:
-        """(pod, result) per item, in order; a pod's RoutingError gives its item back, any other
-        error (or no pod left) stops the workers and is raised."""
+        finished: Callable[[int, str, Result], None],
+    ) -> None:
+        """Measure every item; a pod's RoutingError gives its item back, any other error (or no
+        pod left) stops the workers and is raised."""
         if not self.pods:
             raise RoutingError(f"no pod left to measure on: {self._lost_text()}")
-        results: dict[int, tuple[str, Result]] = {}
         pending = deque(range(len(items)))
         in_flight = 0
         turn = threading.Condition()
@@ -128,13 +127,11 @@ class PodPool(Generic[Item, Result]):
                     return
                 with turn:
                     in_flight -= 1
-                    results[index] = (pod, result)
                     self.measured[pod] = self.measured.get(pod, 0) + 1
-                    if finished is not None:
-                        try:
-                            finished(index, pod, result)
-                        except BaseException as error:  # raised again by run()
-                            fail(error)
+                    try:
+                        finished(index, pod, result)
+                    except BaseException as error:  # raised again by run()
+                        fail(error)
                     turn.notify_all()
 
         workers = [
@@ -148,7 +145,6 @@ class PodPool(Generic[Item, Result]):
         if errors:
             timed_out = any(isinstance(e, ProfilingTimeLimitError) for e in errors)
             raise self.limit.error() if timed_out else errors[0]
-        return [results[index] for index in range(len(items))]
 
     def _lost_text(self) -> str:
         return "; ".join(f"{pod}: {why}" for pod, why in sorted(self.lost.items())) or "none"
