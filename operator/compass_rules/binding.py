@@ -31,6 +31,10 @@ MAX_SLOTS = 1024
 MAX_STRETCH = 1024.0
 # The longest settle at a free pipeline (behind the router's gate) a table may ask.
 MAX_SETTLE_MS = 100.0
+# A pod's arrival rate (what a table's rate limits are judged against) is counted over this
+# window, s, by the router's gate and by the simulator's bound pods (2 s saw bursts sooner than
+# 5 s and kept more requests in time on bench/serving_sim.py).
+RATE_WINDOW_S = 2.0
 # A follower whose deadline its work ahead meets within this, ms, counts as in time: the stage
 # times are a least-squares fit whose last bits vary with the machine's LAPACK, and deadlines
 # are differences of float seconds, so an exact tie must not turn on rounding.

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 
+from compass_rules.binding import RATE_WINDOW_S
 from compass_rules.followers import static_schedule
 
 # One slot per router instance (pid, stage, entered ns, predicted ms).
@@ -16,7 +17,6 @@ INFLIGHT_SLOTS = 64
 _SLOT = struct.Struct("<qqqd")
 # After the slots: a ring of the last take-ups' arrival times (ns), for the pod's arrival rate.
 DISPATCH_RING = 1024
-RATE_WINDOW_S = 2.0
 _RING_AT = INFLIGHT_SLOTS * _SLOT.size
 # After the ring: the gate: the last ticket given, a count of the moves that may let a waiter pass
 # (a request left, a dead one cleared), then a row per slot (Inflight.gate_slots).

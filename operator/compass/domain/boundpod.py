@@ -32,7 +32,7 @@ from compass.domain.binding import (
 from compass.domain.evaluation import ParamValue
 from compass.domain.podmodel import DROPPED, PodModel, Stage
 from compass.domain.profiles import LatencyProfile
-from compass_rules.binding import allowed_at, concurrency_factor, waited_long
+from compass_rules.binding import RATE_WINDOW_S, allowed_at, concurrency_factor, waited_long
 from compass_rules.followers import (
     follower_slacks_ms,
     joint_spare_ms,
@@ -47,9 +47,6 @@ IntArray = npt.NDArray[np.int64]
 
 # How often the router image polls Triton's pending count by default (its DEFAULT_POLL_MS).
 ROUTER_POLL_S = 0.025
-# The pod's arrival rate (for ``max_qps``) is counted over this window, s (2 s saw bursts sooner
-# than 5 s and kept more requests in time on bench/serving_sim.py).
-RATE_WINDOW_S = 2.0
 
 
 class RateView(StrEnum):
