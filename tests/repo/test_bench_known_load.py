@@ -7,22 +7,8 @@ from bench_runner import bench_module
 
 from compass.domain.arrivals import SimulationError, make_pattern, make_scenario, trace_pattern
 from compass.domain.oracle import hindsight_oracle
-from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import StaticController, simulate
-
-
-def profile(name: str, accuracy: float, mean: float, spread: float) -> LatencyProfile:
-    """tests/unit/profiles_for_tests.py's normal profile (that folder is not on this tier's path)."""
-    return LatencyProfile(
-        {"c": name},
-        accuracy,
-        mean,
-        mean + 1.645 * spread,
-        p50_ms=mean,
-        p99_ms=mean + 2.326 * spread,
-        std_ms=spread,
-    )
-
+from profiles_for_tests import normal_profile as profile
 
 FRONT = [
     profile("fast", 0.70, 100, 15),

@@ -1,4 +1,4 @@
-"""Latency profiles for the policy and simulator tests."""
+"""Latency profiles for the policy, simulator and oracle tests (every tier has tests/ on its path)."""
 
 from __future__ import annotations
 
