@@ -73,9 +73,11 @@ class CommittedSplit:
         was = None if previous is None else mixes.index(previous)
         # Over even the fastest's rate limit the queue does not drain: whatever a mix commits
         # delays every request after it, so nothing beyond the fastest's work is committed.
-        overloaded = self._overloaded(decided, observation)
+        pods = max(observation.pods, 1)
+        steady = steady_window(decided.arrivals, observation.time, pods)
+        overloaded = self._overloaded(steady, pods)
         allowed = 0 if overloaded else self.committed_cap(queued, burst, was, chosen)
-        floor = None if overloaded else self._floor(decided, observation, burst, was, allowed)
+        floor = None if overloaded else self._floor(steady, pods, queued, burst, was, allowed)
         if floor is not None:
             allowed = floor
         if allowed == chosen:
@@ -96,12 +98,10 @@ class CommittedSplit:
             )
         return self._capped(state, decided, was, allowed, reason, now)
 
-    def _overloaded(self, state: PolicyState, observation: Observation) -> bool:
+    def _overloaded(self, steady: tuple[float, float] | None, pods: int) -> bool:
         """Whether the arrivals over their steadiest recent window are, with the leave
         confidence, above the fastest eligible member's rate limit (per pod)."""
         limit = self.plan.thresholds[self.plan.eligible[0]].stay_max_qps
-        pods = max(observation.pods, 1)
-        steady = steady_window(state.arrivals, observation.time, pods)
         if limit is None or steady is None:
             return False
         return rate_lower_bound(steady[0], steady[1], LEAVE_CONFIDENCE) / pods > limit
@@ -133,8 +133,9 @@ class CommittedSplit:
 
     def _floor(
         self,
-        state: PolicyState,
-        observation: Observation,
+        steady: tuple[float, float] | None,
+        pods: int,
+        queued: float,
         burst: float,
         was: int | None,
         allowed: int,
@@ -144,8 +145,6 @@ class CommittedSplit:
         slack buffer, and whose rate limit the arrivals stay under (their upper bound at the
         enter confidence over their steadiest window); None if none, or no steady window yet."""
         mixes = self.inner.mixes
-        pods = max(observation.pods, 1)
-        steady = steady_window(state.arrivals, observation.time, pods)
         if steady is None:
             return None
         rate = rate_upper_bound(steady[0], steady[1], ENTER_CONFIDENCE) / pods
@@ -157,7 +156,7 @@ class CommittedSplit:
         for index in range(top, allowed, -1):
             limit = mixes.plan.thresholds[index].stay_max_qps
             within = limit is None or rate <= limit
-            if within and self.committed_ms(observation.queue_depth, burst, was, index) <= budget:
+            if within and self.committed_ms(queued, burst, was, index) <= budget:
                 return index
         return None
 
