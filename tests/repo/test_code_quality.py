@@ -22,7 +22,9 @@ def _run(*cmd: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("name", "cmd"),
     [
-        ("ruff check", (sys.executable, "-m", "ruff", "check", ".")),
+        # No cache: whether an import is first-party depends on files elsewhere in the tree,
+        # which ruff's per-file cache does not see move, so a warm cache passes what CI refuses.
+        ("ruff check", (sys.executable, "-m", "ruff", "check", "--no-cache", ".")),
         ("ruff format", (sys.executable, "-m", "ruff", "format", "--check", ".")),
         # No arguments: mypy reads files, strict and plugins from pyproject.toml.
         ("mypy", (sys.executable, "-m", "mypy")),

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from profiles_for_tests import normal_profile
 from pydantic import ValidationError
 
 from compass.api.paretopolicy import CapacitySpec, ParetoPolicySpec
@@ -41,6 +40,7 @@ from compass.domain.profiles import LatencyProfile, ProfileError, parse_profile
 from compass.domain.simulator import StaticController, simulate
 from compass_dev.scenarios import scaled_curve
 from compass_dev.sim_capacity import measure_capacity
+from profiles_for_tests import normal_profile
 
 FAST = normal_profile("fast", 0.7, 100, 15)
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import yaml
-from profiles_for_tests import normal_profile
 
 from compass.api.binding import BindingMode, BindingSettings, BindingStage
 from compass.api.compoundworkflow import CompoundWorkflowSpec
@@ -43,6 +42,7 @@ from compass_dev.devcluster import ClusterUnavailableError
 from compass_dev.experiment import LiveRun
 from compass_dev.localdemo import verdict
 from compass_dev.scenarios import PAPER_FRONT, scaled_profile
+from profiles_for_tests import normal_profile
 
 
 def test_the_adapted_example_changes_only_what_it_says() -> None:

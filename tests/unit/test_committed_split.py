@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from profiles_for_tests import normal_profile as profile
 
 from compass.api.paretopolicy import ParetoPolicySpec, ServingSettings
 from compass.conversion import runtime_policy
@@ -18,6 +17,7 @@ from compass.domain.policy import Action, Observation, PolicyState
 from compass.domain.simulator import StaticController, simulate
 from compass.domain.split import Split
 from compass.domain.strategy import Strategy, build_policy
+from profiles_for_tests import normal_profile as profile
 
 FRONT = [
     profile("fast", 0.70, 100, 15),

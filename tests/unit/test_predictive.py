@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from profiles_for_tests import normal_profile as profile
 
 from compass.domain.admission import Admission, AdmissionPoint
 from compass.domain.arrivals import make_pattern, make_scenario
@@ -27,6 +26,7 @@ from compass.domain.predictive import (
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import StaticController, simulate
 from compass.domain.strategy import Strategy, build_policy
+from profiles_for_tests import normal_profile as profile
 
 FRONT = [
     profile("fast", 0.70, 100, 15),

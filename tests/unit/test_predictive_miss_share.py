@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from profiles_for_tests import normal_profile as profile
 
 from compass.domain.capacity import CapacityCurve, CurvePoint
 from compass.domain.mix import Mix
@@ -25,6 +24,7 @@ from compass.domain.predictive import (
     fifo_starts,
 )
 from compass.domain.profiles import LatencyProfile
+from profiles_for_tests import normal_profile as profile
 
 FRONT = [
     profile("fast", 0.70, 100, 15),

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from profiles_for_tests import normal_profile as profile
 
 from compass.domain.arrivals import (
     BURST_FACTORS,
@@ -46,6 +45,7 @@ from compass.domain.simulator import (
     compare,
     simulate,
 )
+from profiles_for_tests import normal_profile as profile
 
 FRONT = [
     profile("fast", 0.70, 100, 15),

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from profiles_for_tests import normal_profile as profile
 
 from compass.domain.arrivals import make_pattern, make_scenario
 from compass.domain.elastico import Elastico, steady_window
@@ -18,6 +17,7 @@ from compass.domain.policy import Action, Decision, Observation, PolicyState
 from compass.domain.simulator import simulate
 from compass.domain.split import Split
 from compass.domain.strategy import Strategy, build_policy
+from profiles_for_tests import normal_profile as profile
 
 FRONT = [
     profile("fast", 0.70, 100, 15),
