@@ -36,6 +36,7 @@ from compass_rules.binding import RATE_WINDOW_S, allowed_at, concurrency_factor,
 from compass_rules.followers import (
     follower_slacks_ms,
     joint_spare_ms,
+    lag_cap_ms,
     lag_room_ms,
     polled_followers_left_ms,
     static_schedule,
@@ -282,8 +283,9 @@ class BoundPod:
                 remaining_ms(plan.configs[i], at, backlog, admitting=True) for i in consistent
             )
             static_finish_ms = self.static_start[request] * 1000 + follower_likely_ms
-            slack_ms = self.slo_s * 1000 - self.rule.lag_reserve * follower_likely_ms
-            cap_ms = self.rule.lag_share * max(slack_ms, 0.0)
+            cap_ms = lag_cap_ms(
+                self.rule.lag_share, self.slo_s * 1000, self.rule.lag_reserve, follower_likely_ms
+            )
             lag_ms = lag_room_ms(cap_ms, now * 1000 + quickest_likely - static_finish_ms)
         spare = math.inf
         if self.rule.spare_followers:

@@ -69,7 +69,7 @@ class CommittedSplit:
             return decision, decided
         burst = busy_interval(decided.arrivals, self.interval_s, self.plan.slo.percentile)
         queued = observation.queue_depth
-        previous = self.inner._mix_of(state)
+        previous = state.mix(self.plan.index)
         was = None if previous is None else mixes.index(previous)
         # Over even the fastest's rate limit the queue does not drain: whatever a mix commits
         # delays every request after it, so nothing beyond the fastest's work is committed.
@@ -190,18 +190,8 @@ class CommittedSplit:
                 last_reason=before.last_reason,
                 switches=before.switches,
             )
-        return decision, replace(
-            decided,
-            active=decision.target,
-            blend=decision.blend,
-            weight=mix.weight,
-            active_since=now,
-            last_switch_at=now,
-            last_reason=reason,
-            switches=before.switches + 1,
-            downscale_since=None,
-            entry_levels=(),
-        )
+        reset = replace(decided, switches=before.switches, downscale_since=None, entry_levels=())
+        return decision, reset.switched(decision, now)
 
 
 def busy_interval(

@@ -479,11 +479,7 @@ class Predictive:
 
     def _mix_of(self, state: PolicyState) -> Mix | None:
         """The state's routing as a position on the hull, or None when it is not one."""
-        base = None if state.active is None else self.plan.index(state.active)
-        blend = None if state.blend is None else self.plan.index(state.blend)
-        if base is None or (state.blend is not None and blend is None):
-            return None
-        mix = Mix(base, blend, state.weight)
+        mix = state.mix(self.plan.index)
         return mix if mix in self.on_hull else None
 
     def _route(
@@ -491,8 +487,6 @@ class Predictive:
     ) -> tuple[Decision, PolicyState]:
         """The decision to serve ``target``, and the state that says so."""
         current = self._mix_of(state)
-        names = self.plan.names
-        blend = None if target.blend is None else names[target.blend]
         if current == target:
             action = Action.HOLD
         elif current is None or fallback:
@@ -500,19 +494,10 @@ class Predictive:
         else:
             faster = target.position < current.position
             action = Action.FASTER if faster else Action.MORE_ACCURATE
-        decision = Decision.routing(target, names, action, reason)
+        decision = Decision.routing(target, self.plan.names, action, reason)
         if action is Action.HOLD:
             return decision, state
-        return decision, replace(
-            state,
-            active=names[target.base],
-            blend=blend,
-            weight=target.weight,
-            active_since=now,
-            last_switch_at=now,
-            last_reason=reason,
-            switches=state.switches + 1,
-        )
+        return decision, state.switched(decision, now)
 
 
 def _mix_key(mix: Mix) -> tuple[int, int, float]:
