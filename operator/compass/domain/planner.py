@@ -78,20 +78,10 @@ class Slo:
 
 
 @dataclass(frozen=True)
-class Dominated:
-    """A profile left off the front, and which front member beats it."""
-
-    profile: LatencyProfile
-    by: LatencyProfile
-    reason: str
-
-
-@dataclass(frozen=True)
 class Front:
-    """The Pareto front, fastest first, and what was left off it and why."""
+    """The Pareto front, fastest first."""
 
     members: tuple[LatencyProfile, ...]
-    dominated: tuple[Dominated, ...]
 
 
 def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -> Front:
@@ -106,44 +96,21 @@ def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -
         key=lambda item: (-item[1].accuracy, tail[id(item[1])], item[1].mean_ms, item[0]),
     )
     kept: list[LatencyProfile] = []
-    dominated: list[Dominated] = []
     # Every kept profile is at least as accurate as the next one: one kept as fast in the tail
     # beats it if it is also as fast on the mean, or equally accurate.
     for _, profile in ranked:
-        beaten_by = next(
-            (
-                k
-                for k in kept
-                if tail[id(k)] <= tail[id(profile)]
-                and (k.mean_ms <= profile.mean_ms or k.accuracy == profile.accuracy)
-            ),
-            None,
-        )
-        if beaten_by is not None:
-            tie = (beaten_by.accuracy, tail[id(beaten_by)]) == (profile.accuracy, tail[id(profile)])
-            reason = (
-                f"ties with it on accuracy and p{percentile:g}"
-                if tie
-                else f"it is at least as accurate and at least as fast at p{percentile:g} and "
-                "on the mean"
-            )
-            dominated.append(Dominated(profile, beaten_by, reason))
-            continue
-        kept.append(profile)
-    by_speed = sorted(kept, key=lambda p: (p.mean_ms, tail[id(p)]))
+        if not any(
+            tail[id(k)] <= tail[id(profile)]
+            and (k.mean_ms <= profile.mean_ms or k.accuracy == profile.accuracy)
+            for k in kept
+        ):
+            kept.append(profile)
     members: list[LatencyProfile] = []
-    for profile in by_speed:
-        if members and profile.accuracy <= members[-1].accuracy:
-            dominated.append(
-                Dominated(
-                    profile,
-                    members[-1],
-                    "it is slower on the mean and no more accurate (better only in the tail)",
-                )
-            )
-            continue
-        members.append(profile)
-    return Front(tuple(members), tuple(dominated))
+    # By speed, a member no more accurate than a faster one is better only in the tail.
+    for profile in sorted(kept, key=lambda p: (p.mean_ms, tail[id(p)])):
+        if not members or profile.accuracy > members[-1].accuracy:
+            members.append(profile)
+    return Front(tuple(members))
 
 
 def _sum_tail(mean: float, tail: float, services: float) -> float:
@@ -393,7 +360,6 @@ class Plan:
     slack_buffer_ms: float
     model: ThresholdModel
     thresholds: tuple[Threshold, ...]
-    dominated: tuple[Dominated, ...] = ()
     switch_delay_ms: float = 0.0
     servers: int = 1
 
@@ -425,7 +391,6 @@ def plan_thresholds(
     slo: Slo,
     slack_buffer_ms: float = 50.0,
     model: ThresholdModel = ThresholdModel.TAIL,
-    dominated: Sequence[Dominated] = (),
     switch_delay_ms: float = 0.0,
     servers: int = 1,
 ) -> Plan:
@@ -464,9 +429,7 @@ def plan_thresholds(
             f"({closest.tail_ms - slo.latency_ms:.1f} ms over)",
             f"raise the SLO above {closest.tail_ms:.1f} ms or profile faster configurations",
         )
-    return Plan(
-        slo, slack_buffer_ms, model, tuple(thresholds), tuple(dominated), switch_delay_ms, servers
-    )
+    return Plan(slo, slack_buffer_ms, model, tuple(thresholds), switch_delay_ms, servers)
 
 
 def _threshold(
@@ -593,7 +556,5 @@ def plan_from_profiles(
     servers: int = 1,
 ) -> Plan:
     """The front of these profiles at the SLO's percentile, and its thresholds."""
-    front = pareto_front(profiles, slo.percentile)
-    return plan_thresholds(
-        front.members, slo, slack_buffer_ms, model, front.dominated, switch_delay_ms, servers
-    )
+    front = pareto_front(profiles, slo.percentile).members
+    return plan_thresholds(front, slo, slack_buffer_ms, model, switch_delay_ms, servers)
