@@ -15,8 +15,8 @@ from enum import StrEnum
 from itertools import islice
 
 import numpy as np
-import numpy.typing as npt
 
+from compass.domain.arrays import FloatArray, IntArray
 from compass.domain.arrivals import SimulationError
 from compass.domain.binding import (
     RAG_SIM_SHARES,
@@ -41,10 +41,6 @@ from compass_rules.followers import (
     polled_followers_left_ms,
     static_schedule,
 )
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-
 
 # How often the router image polls Triton's pending count by default (its DEFAULT_POLL_MS).
 ROUTER_POLL_S = 0.025

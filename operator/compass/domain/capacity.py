@@ -11,12 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from scipy.special import ndtri
 
+from compass.domain.arrays import FloatArray
 from compass.domain.errors import FieldError
-
-FloatArray = npt.NDArray[np.float64]
 
 # A curve is measured in at most this many rates (the profiler's cost bound; the CRD's too).
 MAX_CURVE_POINTS = 16

@@ -12,15 +12,13 @@ from enum import StrEnum
 from functools import cached_property
 
 import numpy as np
-import numpy.typing as npt
 from scipy.optimize import brentq
 
+from compass.domain.arrays import FloatArray
 from compass.domain.capacity import erlang_c
 from compass.domain.errors import FieldError
 from compass.domain.mix import WEIGHT_STEPS, Mix
 from compass.domain.profiles import LatencyProfile
-
-FloatArray = npt.NDArray[np.float64]
 
 # Floats: a queue depth that meets the SLO exactly must not be rounded away.
 _TOLERANCE = 1e-9

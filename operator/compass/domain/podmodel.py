@@ -8,15 +8,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-import numpy.typing as npt
-
 from compass.domain.admission import AdmissionVerdict
+from compass.domain.arrays import FloatArray, IntArray
 from compass.domain.arrivals import SimulationError
 from compass.domain.profiles import LatencyProfile
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 # The configuration recorded for a request dropped at arrival: served by none.
 DROPPED = -1
 

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtri
 
+from compass.domain.arrays import BoolArray, FloatArray, IntArray
 from compass.domain.elastico import (
     ENTER_CONFIDENCE,
     STEADY_WINDOWS_S,
@@ -32,9 +33,7 @@ from compass.domain.mix import Mix, accuracy_hull, hull_mixes, mix_weighting, mo
 from compass.domain.planner import Plan
 from compass.domain.policy import Action, Decision, Observation, PolicyState
 
-FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]
-IntArray = npt.NDArray[np.int64]
 
 # 10 s is several intervals and short enough that the last steady window's rate still holds; the
 # risk was chosen on bench/serving_sim.py with admission (see its strategies section).
@@ -227,7 +226,7 @@ class _Arrivals:
     """Each path's arrival times (requests x paths) and which are inside the horizon."""
 
     times: FloatArray
-    inside: npt.NDArray[np.bool_]
+    inside: BoolArray
     rows_inside: int
     counted: IntArray
 

@@ -11,9 +11,9 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from scipy.special import ndtri
 
+from compass.domain.arrays import FloatArray
 from compass.domain.capacity import (
     MAX_LATENCY_MS,
     MIN_LATENCY_MS,
@@ -25,8 +25,6 @@ from compass.domain.capacity import (
 from compass.domain.errors import FieldError
 from compass.domain.evaluation import ParamValue
 from compass.domain.space import config_key
-
-FloatArray = npt.NDArray[np.float64]
 
 # The JSON fields of the measured statistics (the percentiles': PERCENTILE_FIELDS).
 MEAN_FIELD = "latency_mean_ms"

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
-import numpy.typing as npt
 
 from compass.domain.admission import (
     Admission,
@@ -22,6 +21,7 @@ from compass.domain.admission import (
     judge_at_dispatch,
     service_quantiles_ms,
 )
+from compass.domain.arrays import BoolArray, FloatArray, IntArray
 from compass.domain.arrivals import Scenario, SimulationError
 from compass.domain.boundpod import BindingRule, BoundPod, bound_pods
 from compass.domain.elastico import DEFAULT_INTERVAL_S
@@ -29,10 +29,6 @@ from compass.domain.mix import Dealing, Mix, SmoothWeighting, drawn_member, mix_
 from compass.domain.podmodel import DROPPED, AdmitFn, DispatchFn, PodModel, SimulatedPod, StagedPod
 from compass.domain.policy import Action, Decision, Observation, Policy, PolicyState
 from compass.domain.profiles import LatencyProfile
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
 # The window a tick's observed rate (Tick.observed_qps) is counted over, s.
 RATE_WINDOW_S = 5.0
