@@ -271,13 +271,12 @@ class BoundPod:
             chosen = plan.configs[target].config
             bound = {n: chosen[n] for names in plan.stages[:stage] for n in names}
         left_ms = (self.arrivals[request] + self.slo_s - now) * 1000
-        consistent = plan.consistent(bound)
+        consistent = [plan.configs[i] for i in plan.consistent(bound)]
+        # Its quickest likely completion from here: what the lag cap and its followers judge.
+        quickest_likely = min(remaining_ms(c, at, backlog, admitting=True) for c in consistent)
         allowed = self.allowed(request, now)
         lag_ms = math.inf
         if self.rule.lag_share is not None:
-            quickest_likely = min(
-                remaining_ms(plan.configs[i], at, backlog, admitting=True) for i in consistent
-            )
             static_finish_ms = self.static_start[request] * 1000 + follower_likely_ms
             cap_ms = lag_cap_ms(
                 self.rule.lag_share, self.slo_s * 1000, self.rule.lag_reserve, follower_likely_ms
@@ -285,18 +284,14 @@ class BoundPod:
             lag_ms = lag_room_ms(cap_ms, now * 1000 + quickest_likely - static_finish_ms)
         spare = math.inf
         if self.rule.spare_followers:
-            consistent_configs = [plan.configs[i] for i in consistent]
-            own = min(remaining_ms(c, at, backlog) for c in consistent_configs)
-            own_likely = min(
-                remaining_ms(c, at, backlog, admitting=True) for c in consistent_configs
-            )
+            own = min(remaining_ms(c, at, backlog) for c in consistent)
             followers = self.followers_left_ms(left_ms, now)
             slacks = follower_slacks_ms(
                 own,
                 followers,
                 follower_ms,
                 self.servers,
-                likely=(own_likely, follower_likely_ms),
+                likely=(quickest_likely, follower_likely_ms),
             )
             spare = min((s for s in slacks if s is not None), default=math.inf)
             # The best plan for it and its followers together (Aragog's choice over the queue).
