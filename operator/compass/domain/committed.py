@@ -179,16 +179,14 @@ class CommittedSplit:
         )
         decision = Decision.routing(mix, self.plan.names, action, reason)
         if not switched:
-            # Split would have moved up: stay where it was (its entry evidence starts again).
+            # Split would have moved up: stay where it was, with what Split took from this
+            # observation (the arrivals, and its entry evidence, which starts again).
             return decision, replace(
-                decided,
-                active=before.active,
-                blend=before.blend,
-                weight=before.weight,
-                active_since=before.active_since,
-                last_switch_at=before.last_switch_at,
-                last_reason=before.last_reason,
-                switches=before.switches,
+                before,
+                downscale_since=decided.downscale_since,
+                entry_levels=decided.entry_levels,
+                arrivals=decided.arrivals,
+                observed_at=decided.observed_at,
             )
         reset = replace(decided, switches=before.switches, downscale_since=None, entry_levels=())
         return decision, reset.switched(decision, now)
