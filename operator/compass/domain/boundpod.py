@@ -128,37 +128,34 @@ class BindingRule:
 _SETTLED = -1
 
 
+@dataclass(eq=False)
 class BoundPod:
     """One pod's requests through router instances and batching components, event by event."""
 
-    def __init__(
-        self,
-        plan: StagePlan,
-        shares: Sequence[tuple[float, ...]],
-        components: Sequence[Stage],
-        servers: int,
-        rule: BindingRule,
-        slo_s: float,
-        arrivals: FloatArray,
-        service_s: FloatArray,
-        record: tuple[FloatArray, FloatArray, IntArray],
-        requests: IntArray,
-    ) -> None:
-        self.plan, self.shares, self.components = plan, shares, components
+    plan: StagePlan
+    shares: Sequence[tuple[float, ...]]
+    components: Sequence[Stage]
+    servers: int
+    rule: BindingRule
+    slo_s: float
+    arrivals: FloatArray
+    service_s: FloatArray
+    record: tuple[FloatArray, FloatArray, IntArray]
+    requests: IntArray
+
+    def __post_init__(self) -> None:
         # The pod's requests not yet arrived, in arrival order.
-        self.pending = deque(int(r) for r in requests)
-        self.rule, self.slo_s = rule, slo_s
-        self.arrivals, self.service_s = arrivals, service_s
-        self.starts, self.finishes, self.configs = record
-        self.idle = self.servers = servers
+        self.pending = deque(int(r) for r in self.requests)
+        self.starts, self.finishes, self.configs = self.record
+        self.idle = self.servers
         # Several slots share the pod: bound and served at the concurrency it starts at.
-        self.contended = plan.slots > 1
+        self.contended = self.plan.slots > 1
         self.plans: dict[int, StagePlan] = {}
-        self.follower_ms, self.follower_likely_ms = self.fastest_ms(plan)
+        self.follower_ms, self.follower_likely_ms = self.fastest_ms(self.plan)
         # Static fastest's schedule keeps every slot busy on the fastest.
-        self.static_likely_ms = self.fastest_ms(self.plan_at(servers))[1]
+        self.static_likely_ms = self.fastest_ms(self.plan_at(self.servers))[1]
         self.router: deque[int] = deque()
-        stages = len(plan.stages)
+        stages = len(self.plan.stages)
         # Per component: requests waiting (request, predicted ms, actual s), and its batch's end.
         self.queued: list[deque[tuple[int, float, float]]] = [deque() for _ in range(stages)]
         self.busy_until = [-math.inf] * stages
