@@ -133,14 +133,10 @@ class _Capacity:
 
 
 def _member_capacity(
-    profile: LatencyProfile,
-    service: _Service,
-    tail: float,
-    percentile: float,
-    model: ThresholdModel,
-    servers: int,
+    profile: LatencyProfile, service: _Service, tail: float, plan: Plan
 ) -> _Capacity:
-    """A front member's capacity under the model: M/G/1, M/G/c, or its measured curve."""
+    """A front member's capacity under the plan's model: M/G/1, M/G/c, or its measured curve."""
+    model, percentile, servers = plan.model, plan.slo.percentile, plan.servers
     curve = profile.capacity
     if model is ThresholdModel.MEASURED and curve is not None:
         holding = curve.holding_ms()
@@ -411,13 +407,13 @@ def plan_thresholds(
                     f"instance(s), the plan serves {servers}",
                     f"profile again at {servers} or plan for {profile.capacity.servers}",
                 )
+    # The plan's settings, under which each member's thresholds are worked out.
+    plan = Plan(slo, slack_buffer_ms, model, (), switch_delay_ms, servers)
     thresholds = []
     for profile in front:
         service, tail = _service_grid(profile), profile.latency_at(slo.percentile)
-        capacity = _member_capacity(profile, service, tail, slo.percentile, model, servers)
-        thresholds.append(
-            _threshold(profile, capacity, tail, slo, slack_buffer_ms, model, switch_delay_ms)
-        )
+        capacity = _member_capacity(profile, service, tail, plan)
+        thresholds.append(_threshold(profile, capacity, tail, plan))
     if not any(t.eligible for t in thresholds):
         closest = min(thresholds, key=lambda t: t.tail_ms)
         raise PlanError(
@@ -427,27 +423,20 @@ def plan_thresholds(
             f"({closest.tail_ms - slo.latency_ms:.1f} ms over)",
             f"raise the SLO above {closest.tail_ms:.1f} ms or profile faster configurations",
         )
-    return Plan(slo, slack_buffer_ms, model, tuple(thresholds), switch_delay_ms, servers)
+    return replace(plan, thresholds=tuple(thresholds))
 
 
-def _threshold(
-    profile: LatencyProfile,
-    capacity: _Capacity,
-    tail: float,
-    slo: Slo,
-    slack_buffer_ms: float,
-    model: ThresholdModel,
-    switch_delay_ms: float,
-) -> Threshold:
-    """The limits of one member (or mix) with this capacity, p at the SLO ``tail``."""
-    stay_budget, enter_budget = slo.latency_ms, slo.latency_ms - slack_buffer_ms
+def _threshold(profile: LatencyProfile, capacity: _Capacity, tail: float, plan: Plan) -> Threshold:
+    """The plan's limits of one member (or mix) with this capacity, p at the SLO ``tail``."""
+    slo, delay_ms = plan.slo, plan.switch_delay_ms
+    stay_budget, enter_budget = slo.latency_ms, slo.latency_ms - plan.slack_buffer_ms
     rate_limit = capacity.rate_limit if tail < slo.latency_ms else None
     return Threshold(
         profile=profile,
         tail_ms=tail,
         slack_ms=slo.latency_ms - tail,
-        stay_max_queue=capacity.queue_limit(stay_budget - switch_delay_ms, model),
-        enter_max_queue=capacity.queue_limit(enter_budget - switch_delay_ms, model),
+        stay_max_queue=capacity.queue_limit(stay_budget - delay_ms, plan.model),
+        enter_max_queue=capacity.queue_limit(enter_budget - delay_ms, plan.model),
         stay_max_qps=rate_limit(stay_budget) if rate_limit else None,
         enter_max_qps=rate_limit(enter_budget) if rate_limit else None,
     )
@@ -508,21 +497,11 @@ def _mix_threshold(plan: Plan, mix: Mix) -> Threshold:
         std_ms=math.sqrt(max(service.expect(service.times_s**2) * 1e6 - mean_ms**2, 0.0)),
     )
     tail = _quantile_ms(service, plan.slo.percentile)
-    capacity = _member_capacity(
-        profile, service, tail, plan.slo.percentile, plan.model, plan.servers
-    )
+    capacity = _member_capacity(profile, service, tail, plan)
     curves = [p.capacity for p, _ in members]
     if plan.model is ThresholdModel.MEASURED and all(curves):
         capacity = _mix_of_curves(members, tail, mean_ms, plan.slo.percentile)
-    return _threshold(
-        profile,
-        capacity,
-        tail,
-        plan.slo,
-        plan.slack_buffer_ms,
-        plan.model,
-        plan.switch_delay_ms,
-    )
+    return _threshold(profile, capacity, tail, plan)
 
 
 def _mix_of_curves(
