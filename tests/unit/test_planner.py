@@ -197,7 +197,6 @@ def test_front_of_the_paper_profiles(paper_profiles: tuple[LatencyProfile, ...])
     for member in members:
         assert not any(dominates(other, member) for other in paper_profiles)
     off = [p for p in paper_profiles if all(p is not m for m in members)]
-    assert len(off) == len(front.dominated)
     for p in off:
         assert any(dominates(m, p) for m in members)
     means = [m.mean_ms for m in members]
@@ -216,12 +215,6 @@ def test_front_breaks_ties_and_drops_duplicates() -> None:
     slower_same_tail = profile("same-tail", 0.80, 210, 240)  # accurate is as fast, and better
     front = pareto_front([twin, accurate, worse_tail, fast, slower_same_tail])
     assert [m.config["c"] for m in front.members] == ["fast", "accurate"]
-    reasons = {d.profile.config["c"]: d for d in front.dominated}
-    assert reasons["twin"].by is fast
-    assert "ties" in reasons["twin"].reason
-    assert reasons["worse"].by is fast
-    assert reasons["same-tail"].by is accurate
-    assert "on the mean" in reasons["same-tail"].reason
 
 
 def test_a_member_faster_on_the_mean_stays_beside_a_more_accurate_one_with_its_tail() -> None:
@@ -242,7 +235,6 @@ def test_front_drops_a_member_slower_on_the_mean_and_no_more_accurate() -> None:
     b = profile("b", 0.75, 120, 150)  # on the (accuracy, p95) front, but slower on the mean
     front = pareto_front([a, b])
     assert [m.config["c"] for m in front.members] == ["a"]
-    assert "slower on the mean" in front.dominated[0].reason
 
 
 @given(

@@ -11,12 +11,10 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
+from compass.domain.arrays import FloatArray
 from compass.domain.profiles import LatencyProfile
 from compass_rules.admission import dispatch_verdict, late_verdict
-
-FloatArray = npt.NDArray[np.float64]
 
 # Quantile points per member: the residual-time estimate is a mean over them.
 GRID_POINTS = 256

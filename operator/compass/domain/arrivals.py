@@ -9,12 +9,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
-import numpy.typing as npt
 
+from compass.domain.arrays import FloatArray, IntArray
 from compass.domain.errors import FieldError
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 SPIKE_FACTOR = 4.0
 STEP_FACTOR = 2.0

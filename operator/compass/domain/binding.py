@@ -393,18 +393,13 @@ def router_table(
     """The plan as a router takes it (the control model's ``binding``)."""
     if slo_ms is not None and not (math.isfinite(slo_ms) and slo_ms > 0):
         raise BindingError("slo_ms", f"{slo_ms!r} is not a time > 0", "give the SLO in ms")
-    if degrade_after is not None and (slo_ms is None or not 0 < degrade_after <= 1):
-        raise BindingError(
-            "degrade_after",
-            f"{degrade_after!r} with slo_ms {slo_ms!r}",
-            "give a share of the SLO in (0, 1], and the SLO",
-        )
-    if lag_share is not None and (slo_ms is None or not 0 < lag_share <= 1):
-        raise BindingError(
-            "lag_share",
-            f"{lag_share!r} with slo_ms {slo_ms!r}",
-            "give a share of the SLO in (0, 1], and the SLO",
-        )
+    for field, share in (("degrade_after", degrade_after), ("lag_share", lag_share)):
+        if share is not None and (slo_ms is None or not 0 < share <= 1):
+            raise BindingError(
+                field,
+                f"{share!r} with slo_ms {slo_ms!r}",
+                "give a share of the SLO in (0, 1], and the SLO",
+            )
     if lag_reserve < 0:
         raise BindingError("lag_reserve", f"{lag_reserve!r} is not >= 0", "give a count, e.g. 2")
     if not 0 <= settle_ms <= MAX_SETTLE_MS:

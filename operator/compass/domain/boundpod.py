@@ -15,8 +15,8 @@ from enum import StrEnum
 from itertools import islice
 
 import numpy as np
-import numpy.typing as npt
 
+from compass.domain.arrays import FloatArray, IntArray
 from compass.domain.arrivals import SimulationError
 from compass.domain.binding import (
     RAG_SIM_SHARES,
@@ -36,14 +36,11 @@ from compass_rules.binding import RATE_WINDOW_S, allowed_at, concurrency_factor,
 from compass_rules.followers import (
     follower_slacks_ms,
     joint_spare_ms,
+    lag_cap_ms,
     lag_room_ms,
     polled_followers_left_ms,
     static_schedule,
 )
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-
 
 # How often the router image polls Triton's pending count by default (its DEFAULT_POLL_MS).
 ROUTER_POLL_S = 0.025
@@ -131,37 +128,34 @@ class BindingRule:
 _SETTLED = -1
 
 
+@dataclass(eq=False)
 class BoundPod:
     """One pod's requests through router instances and batching components, event by event."""
 
-    def __init__(
-        self,
-        plan: StagePlan,
-        shares: Sequence[tuple[float, ...]],
-        components: Sequence[Stage],
-        servers: int,
-        rule: BindingRule,
-        slo_s: float,
-        arrivals: FloatArray,
-        service_s: FloatArray,
-        record: tuple[FloatArray, FloatArray, IntArray],
-        requests: IntArray,
-    ) -> None:
-        self.plan, self.shares, self.components = plan, shares, components
+    plan: StagePlan
+    shares: Sequence[tuple[float, ...]]
+    components: Sequence[Stage]
+    servers: int
+    rule: BindingRule
+    slo_s: float
+    arrivals: FloatArray
+    service_s: FloatArray
+    record: tuple[FloatArray, FloatArray, IntArray]
+    requests: IntArray
+
+    def __post_init__(self) -> None:
         # The pod's requests not yet arrived, in arrival order.
-        self.pending = deque(int(r) for r in requests)
-        self.rule, self.slo_s = rule, slo_s
-        self.arrivals, self.service_s = arrivals, service_s
-        self.starts, self.finishes, self.configs = record
-        self.idle = self.servers = servers
+        self.pending = deque(int(r) for r in self.requests)
+        self.starts, self.finishes, self.configs = self.record
+        self.idle = self.servers
         # Several slots share the pod: bound and served at the concurrency it starts at.
-        self.contended = plan.slots > 1
+        self.contended = self.plan.slots > 1
         self.plans: dict[int, StagePlan] = {}
-        self.follower_ms, self.follower_likely_ms = self.fastest_ms(plan)
+        self.follower_ms, self.follower_likely_ms = self.fastest_ms(self.plan)
         # Static fastest's schedule keeps every slot busy on the fastest.
-        self.static_likely_ms = self.fastest_ms(self.plan_at(servers))[1]
+        self.static_likely_ms = self.fastest_ms(self.plan_at(self.servers))[1]
         self.router: deque[int] = deque()
-        stages = len(plan.stages)
+        stages = len(self.plan.stages)
         # Per component: requests waiting (request, predicted ms, actual s), and its batch's end.
         self.queued: list[deque[tuple[int, float, float]]] = [deque() for _ in range(stages)]
         self.busy_until = [-math.inf] * stages
@@ -274,31 +268,27 @@ class BoundPod:
             chosen = plan.configs[target].config
             bound = {n: chosen[n] for names in plan.stages[:stage] for n in names}
         left_ms = (self.arrivals[request] + self.slo_s - now) * 1000
-        consistent = plan.consistent(bound)
+        consistent = [plan.configs[i] for i in plan.consistent(bound)]
+        # Its quickest likely completion from here: what the lag cap and its followers judge.
+        quickest_likely = min(remaining_ms(c, at, backlog, admitting=True) for c in consistent)
         allowed = self.allowed(request, now)
         lag_ms = math.inf
         if self.rule.lag_share is not None:
-            quickest_likely = min(
-                remaining_ms(plan.configs[i], at, backlog, admitting=True) for i in consistent
-            )
             static_finish_ms = self.static_start[request] * 1000 + follower_likely_ms
-            slack_ms = self.slo_s * 1000 - self.rule.lag_reserve * follower_likely_ms
-            cap_ms = self.rule.lag_share * max(slack_ms, 0.0)
+            cap_ms = lag_cap_ms(
+                self.rule.lag_share, self.slo_s * 1000, self.rule.lag_reserve, follower_likely_ms
+            )
             lag_ms = lag_room_ms(cap_ms, now * 1000 + quickest_likely - static_finish_ms)
         spare = math.inf
         if self.rule.spare_followers:
-            consistent_configs = [plan.configs[i] for i in consistent]
-            own = min(remaining_ms(c, at, backlog) for c in consistent_configs)
-            own_likely = min(
-                remaining_ms(c, at, backlog, admitting=True) for c in consistent_configs
-            )
+            own = min(remaining_ms(c, at, backlog) for c in consistent)
             followers = self.followers_left_ms(left_ms, now)
             slacks = follower_slacks_ms(
                 own,
                 followers,
                 follower_ms,
                 self.servers,
-                likely=(own_likely, follower_likely_ms),
+                likely=(quickest_likely, follower_likely_ms),
             )
             spare = min((s for s in slacks if s is not None), default=math.inf)
             # The best plan for it and its followers together (Aragog's choice over the queue).

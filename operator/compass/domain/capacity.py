@@ -11,12 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from scipy.special import ndtri
 
+from compass.domain.arrays import FloatArray
 from compass.domain.errors import FieldError
-
-FloatArray = npt.NDArray[np.float64]
 
 # A curve is measured in at most this many rates (the profiler's cost bound; the CRD's too).
 MAX_CURVE_POINTS = 16
@@ -398,13 +396,7 @@ def _parse_point(item: object, where: str) -> CurvePoint:
         return float(value)
 
     percentiles = tuple((p, number(PERCENTILE_FIELDS[p])) for p in CURVE_PERCENTILES)
-    for (low_p, low), (high_p, high) in itertools.pairwise(percentiles):
-        if high < low:
-            raise CapacityError(
-                f"{where}.{PERCENTILE_FIELDS[high_p]}",
-                f"{high:g} is below {PERCENTILE_FIELDS[low_p]} {low:g}",
-                "percentiles must not decrease",
-            )
+    check_rising(where, [(PERCENTILE_FIELDS[p], v) for p, v in percentiles], CapacityError)
     growing = item.get("growing", False)
     if not isinstance(growing, bool):
         raise CapacityError(f"{where}.growing", f"{growing!r} is not true or false", "drop it")
@@ -415,6 +407,17 @@ def _parse_point(item: object, where: str) -> CurvePoint:
         percentiles,
         growing,
     )
+
+
+def check_rising(where: str, fields: Sequence[tuple[str, float]], error: type[FieldError]) -> None:
+    """Raise ``error`` at the first of these percentiles (by JSON field) below the one before."""
+    for (low_field, low), (high_field, high) in itertools.pairwise(fields):
+        if high < low:
+            raise error(
+                f"{where}.{high_field}",
+                f"{high:g} is below {low_field} {low:g}",
+                "percentiles must not decrease",
+            )
 
 
 def erlang_c(servers: int, offered_load: float) -> float:

@@ -69,7 +69,7 @@ class CommittedSplit:
             return decision, decided
         burst = busy_interval(decided.arrivals, self.interval_s, self.plan.slo.percentile)
         queued = observation.queue_depth
-        previous = self.inner._mix_of(state)
+        previous = state.mix(self.plan.index)
         was = None if previous is None else mixes.index(previous)
         # Over even the fastest's rate limit the queue does not drain: whatever a mix commits
         # delays every request after it, so nothing beyond the fastest's work is committed.
@@ -179,29 +179,17 @@ class CommittedSplit:
         )
         decision = Decision.routing(mix, self.plan.names, action, reason)
         if not switched:
-            # Split would have moved up: stay where it was (its entry evidence starts again).
+            # Split would have moved up: stay where it was, with what Split took from this
+            # observation (the arrivals, and its entry evidence, which starts again).
             return decision, replace(
-                decided,
-                active=before.active,
-                blend=before.blend,
-                weight=before.weight,
-                active_since=before.active_since,
-                last_switch_at=before.last_switch_at,
-                last_reason=before.last_reason,
-                switches=before.switches,
+                before,
+                downscale_since=decided.downscale_since,
+                entry_levels=decided.entry_levels,
+                arrivals=decided.arrivals,
+                observed_at=decided.observed_at,
             )
-        return decision, replace(
-            decided,
-            active=decision.target,
-            blend=decision.blend,
-            weight=mix.weight,
-            active_since=now,
-            last_switch_at=now,
-            last_reason=reason,
-            switches=before.switches + 1,
-            downscale_since=None,
-            entry_levels=(),
-        )
+        reset = replace(decided, switches=before.switches, downscale_since=None, entry_levels=())
+        return decision, reset.switched(decision, now)
 
 
 def busy_interval(

@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
+from compass.domain.arrays import FloatArray, IntArray
 from compass.domain.arrivals import Scenario, SimulationError
 from compass.domain.mix import (
     Mix,
@@ -22,8 +22,6 @@ from compass.domain.mix import (
 )
 from compass.domain.profiles import LatencyProfile
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 DEFAULT_WINDOW_S = 5.0
 # A request's routed member is replaced at dispatch (front index -> front index).
 Dispatch = Callable[[float, int], int]

@@ -12,15 +12,13 @@ from enum import StrEnum
 from functools import cached_property
 
 import numpy as np
-import numpy.typing as npt
 from scipy.optimize import brentq
 
+from compass.domain.arrays import FloatArray
 from compass.domain.capacity import erlang_c
 from compass.domain.errors import FieldError
 from compass.domain.mix import WEIGHT_STEPS, Mix
 from compass.domain.profiles import LatencyProfile
-
-FloatArray = npt.NDArray[np.float64]
 
 # Floats: a queue depth that meets the SLO exactly must not be rounded away.
 _TOLERANCE = 1e-9
@@ -78,20 +76,10 @@ class Slo:
 
 
 @dataclass(frozen=True)
-class Dominated:
-    """A profile left off the front, and which front member beats it."""
-
-    profile: LatencyProfile
-    by: LatencyProfile
-    reason: str
-
-
-@dataclass(frozen=True)
 class Front:
-    """The Pareto front, fastest first, and what was left off it and why."""
+    """The Pareto front, fastest first."""
 
     members: tuple[LatencyProfile, ...]
-    dominated: tuple[Dominated, ...]
 
 
 def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -> Front:
@@ -106,44 +94,21 @@ def pareto_front(profiles: Sequence[LatencyProfile], percentile: float = 95.0) -
         key=lambda item: (-item[1].accuracy, tail[id(item[1])], item[1].mean_ms, item[0]),
     )
     kept: list[LatencyProfile] = []
-    dominated: list[Dominated] = []
     # Every kept profile is at least as accurate as the next one: one kept as fast in the tail
     # beats it if it is also as fast on the mean, or equally accurate.
     for _, profile in ranked:
-        beaten_by = next(
-            (
-                k
-                for k in kept
-                if tail[id(k)] <= tail[id(profile)]
-                and (k.mean_ms <= profile.mean_ms or k.accuracy == profile.accuracy)
-            ),
-            None,
-        )
-        if beaten_by is not None:
-            tie = (beaten_by.accuracy, tail[id(beaten_by)]) == (profile.accuracy, tail[id(profile)])
-            reason = (
-                f"ties with it on accuracy and p{percentile:g}"
-                if tie
-                else f"it is at least as accurate and at least as fast at p{percentile:g} and "
-                "on the mean"
-            )
-            dominated.append(Dominated(profile, beaten_by, reason))
-            continue
-        kept.append(profile)
-    by_speed = sorted(kept, key=lambda p: (p.mean_ms, tail[id(p)]))
+        if not any(
+            tail[id(k)] <= tail[id(profile)]
+            and (k.mean_ms <= profile.mean_ms or k.accuracy == profile.accuracy)
+            for k in kept
+        ):
+            kept.append(profile)
     members: list[LatencyProfile] = []
-    for profile in by_speed:
-        if members and profile.accuracy <= members[-1].accuracy:
-            dominated.append(
-                Dominated(
-                    profile,
-                    members[-1],
-                    "it is slower on the mean and no more accurate (better only in the tail)",
-                )
-            )
-            continue
-        members.append(profile)
-    return Front(tuple(members), tuple(dominated))
+    # By speed, a member no more accurate than a faster one is better only in the tail.
+    for profile in sorted(kept, key=lambda p: (p.mean_ms, tail[id(p)])):
+        if not members or profile.accuracy > members[-1].accuracy:
+            members.append(profile)
+    return Front(tuple(members))
 
 
 def _sum_tail(mean: float, tail: float, services: float) -> float:
@@ -168,14 +133,10 @@ class _Capacity:
 
 
 def _member_capacity(
-    profile: LatencyProfile,
-    service: _Service,
-    tail: float,
-    percentile: float,
-    model: ThresholdModel,
-    servers: int,
+    profile: LatencyProfile, service: _Service, tail: float, plan: Plan
 ) -> _Capacity:
-    """A front member's capacity under the model: M/G/1, M/G/c, or its measured curve."""
+    """A front member's capacity under the plan's model: M/G/1, M/G/c, or its measured curve."""
+    model, percentile, servers = plan.model, plan.slo.percentile, plan.servers
     curve = profile.capacity
     if model is ThresholdModel.MEASURED and curve is not None:
         holding = curve.holding_ms()
@@ -393,7 +354,6 @@ class Plan:
     slack_buffer_ms: float
     model: ThresholdModel
     thresholds: tuple[Threshold, ...]
-    dominated: tuple[Dominated, ...] = ()
     switch_delay_ms: float = 0.0
     servers: int = 1
 
@@ -425,7 +385,6 @@ def plan_thresholds(
     slo: Slo,
     slack_buffer_ms: float = 50.0,
     model: ThresholdModel = ThresholdModel.TAIL,
-    dominated: Sequence[Dominated] = (),
     switch_delay_ms: float = 0.0,
     servers: int = 1,
 ) -> Plan:
@@ -448,13 +407,13 @@ def plan_thresholds(
                     f"instance(s), the plan serves {servers}",
                     f"profile again at {servers} or plan for {profile.capacity.servers}",
                 )
+    # The plan's settings, under which each member's thresholds are worked out.
+    plan = Plan(slo, slack_buffer_ms, model, (), switch_delay_ms, servers)
     thresholds = []
     for profile in front:
         service, tail = _service_grid(profile), profile.latency_at(slo.percentile)
-        capacity = _member_capacity(profile, service, tail, slo.percentile, model, servers)
-        thresholds.append(
-            _threshold(profile, capacity, tail, slo, slack_buffer_ms, model, switch_delay_ms)
-        )
+        capacity = _member_capacity(profile, service, tail, plan)
+        thresholds.append(_threshold(profile, capacity, tail, plan))
     if not any(t.eligible for t in thresholds):
         closest = min(thresholds, key=lambda t: t.tail_ms)
         raise PlanError(
@@ -464,29 +423,20 @@ def plan_thresholds(
             f"({closest.tail_ms - slo.latency_ms:.1f} ms over)",
             f"raise the SLO above {closest.tail_ms:.1f} ms or profile faster configurations",
         )
-    return Plan(
-        slo, slack_buffer_ms, model, tuple(thresholds), tuple(dominated), switch_delay_ms, servers
-    )
+    return replace(plan, thresholds=tuple(thresholds))
 
 
-def _threshold(
-    profile: LatencyProfile,
-    capacity: _Capacity,
-    tail: float,
-    slo: Slo,
-    slack_buffer_ms: float,
-    model: ThresholdModel,
-    switch_delay_ms: float,
-) -> Threshold:
-    """The limits of one member (or mix) with this capacity, p at the SLO ``tail``."""
-    stay_budget, enter_budget = slo.latency_ms, slo.latency_ms - slack_buffer_ms
+def _threshold(profile: LatencyProfile, capacity: _Capacity, tail: float, plan: Plan) -> Threshold:
+    """The plan's limits of one member (or mix) with this capacity, p at the SLO ``tail``."""
+    slo, delay_ms = plan.slo, plan.switch_delay_ms
+    stay_budget, enter_budget = slo.latency_ms, slo.latency_ms - plan.slack_buffer_ms
     rate_limit = capacity.rate_limit if tail < slo.latency_ms else None
     return Threshold(
         profile=profile,
         tail_ms=tail,
         slack_ms=slo.latency_ms - tail,
-        stay_max_queue=capacity.queue_limit(stay_budget - switch_delay_ms, model),
-        enter_max_queue=capacity.queue_limit(enter_budget - switch_delay_ms, model),
+        stay_max_queue=capacity.queue_limit(stay_budget - delay_ms, plan.model),
+        enter_max_queue=capacity.queue_limit(enter_budget - delay_ms, plan.model),
         stay_max_qps=rate_limit(stay_budget) if rate_limit else None,
         enter_max_qps=rate_limit(enter_budget) if rate_limit else None,
     )
@@ -547,21 +497,11 @@ def _mix_threshold(plan: Plan, mix: Mix) -> Threshold:
         std_ms=math.sqrt(max(service.expect(service.times_s**2) * 1e6 - mean_ms**2, 0.0)),
     )
     tail = _quantile_ms(service, plan.slo.percentile)
-    capacity = _member_capacity(
-        profile, service, tail, plan.slo.percentile, plan.model, plan.servers
-    )
+    capacity = _member_capacity(profile, service, tail, plan)
     curves = [p.capacity for p, _ in members]
     if plan.model is ThresholdModel.MEASURED and all(curves):
         capacity = _mix_of_curves(members, tail, mean_ms, plan.slo.percentile)
-    return _threshold(
-        profile,
-        capacity,
-        tail,
-        plan.slo,
-        plan.slack_buffer_ms,
-        plan.model,
-        plan.switch_delay_ms,
-    )
+    return _threshold(profile, capacity, tail, plan)
 
 
 def _mix_of_curves(
@@ -593,7 +533,5 @@ def plan_from_profiles(
     servers: int = 1,
 ) -> Plan:
     """The front of these profiles at the SLO's percentile, and its thresholds."""
-    front = pareto_front(profiles, slo.percentile)
-    return plan_thresholds(
-        front.members, slo, slack_buffer_ms, model, front.dominated, switch_delay_ms, servers
-    )
+    front = pareto_front(profiles, slo.percentile).members
+    return plan_thresholds(front, slo, slack_buffer_ms, model, switch_delay_ms, servers)

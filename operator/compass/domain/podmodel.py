@@ -8,15 +8,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-import numpy.typing as npt
-
 from compass.domain.admission import AdmissionVerdict
+from compass.domain.arrays import FloatArray, IntArray
 from compass.domain.arrivals import SimulationError
 from compass.domain.profiles import LatencyProfile
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 # The configuration recorded for a request dropped at arrival: served by none.
 DROPPED = -1
 
@@ -103,33 +99,25 @@ AdmitFn = Callable[[float, int, list[float]], AdmissionVerdict]
 DispatchFn = Callable[[float, int], int]
 
 
+@dataclass(eq=False)
 class SimulatedPod:
     """One pod's requests, started FIFO (or late-last) on its router instances as time advances,
     each arrival admitted or dropped in time order with the starts (M/G/c without stages)."""
 
-    def __init__(
-        self,
-        model: PodModel,
-        requests: IntArray,
-        arrivals: FloatArray,
-        service_s: FloatArray,
-        # (when the service begins, the request) -> the member that serves it.
-        choose: Callable[[float, int], int],
-        record: tuple[FloatArray, FloatArray, IntArray],
-        admit: AdmitFn | None = None,
-        dispatch: DispatchFn | None = None,
-        stretch: FloatArray | None = None,
-    ) -> None:
-        self.model = model
-        # Per member: how much longer a request takes with every instance busy (contended).
-        self.stretch = stretch
-        self.requests = requests
-        self.arrivals = arrivals
-        self.service_s = service_s
-        self.choose = choose
-        self.admit = admit
-        self.dispatch = dispatch
-        self.starts, self.finishes, self.configs = record
+    model: PodModel
+    requests: IntArray
+    arrivals: FloatArray
+    service_s: FloatArray
+    # (when the service begins, the request) -> the member that serves it.
+    choose: Callable[[float, int], int]
+    record: tuple[FloatArray, FloatArray, IntArray]
+    admit: AdmitFn | None = None
+    dispatch: DispatchFn | None = None
+    # Per member: how much longer a request takes with every instance busy (contended).
+    stretch: FloatArray | None = None
+
+    def __post_init__(self) -> None:
+        self.starts, self.finishes, self.configs = self.record
         # Requests decided, those admitted in order, and how many of those have started.
         self.decided = 0
         self.admitted: list[int] = []
@@ -137,13 +125,13 @@ class SimulatedPod:
         # Admitted requests that admission sent to the fastest member (the front's first).
         self.on_fastest: set[int] = set()
         # (finish, start) of each instance's last request.
-        self._free = [(0.0, 0.0)] * model.servers
+        self._free = [(0.0, 0.0)] * self.model.servers
         # Requests holding an instance of a staged pod, and when each started.
         self._holding: dict[int, float] = {}
         # A staged pod's network of queues (empty without stages).
-        self._idle_servers = model.servers
-        self._waiting: list[deque[int]] = [deque() for _ in model.stages]
-        self._busy = [False] * len(model.stages)
+        self._idle_servers = self.model.servers
+        self._waiting: list[deque[int]] = [deque() for _ in self.model.stages]
+        self._busy = [False] * len(self.model.stages)
         # (time, order, stage, batch): a stage finishing a batch.
         self._events: list[tuple[float, int, int, tuple[int, ...]]] = []
         self._order = 0

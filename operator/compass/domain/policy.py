@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -79,6 +79,27 @@ class PolicyState:
     arrivals: tuple[tuple[float, float], ...] = ()
     # When the samples of the newest fresh observation were taken.
     observed_at: float | None = None
+
+    def mix(self, index: Callable[[str], int | None]) -> Mix | None:
+        """The routing as front indices (``index``: a member's by name); None if one is unknown."""
+        base = None if self.active is None else index(self.active)
+        blend = None if self.blend is None else index(self.blend)
+        if base is None or (self.blend is not None and blend is None):
+            return None
+        return Mix(base, blend, self.weight)
+
+    def switched(self, decision: Decision, now: float) -> PolicyState:
+        """The state routing ``decision`` from ``now`` on, for its reason: one switch more."""
+        return replace(
+            self,
+            active=decision.target,
+            blend=decision.blend,
+            weight=decision.weight,
+            active_since=now,
+            last_switch_at=now,
+            last_reason=decision.reason,
+            switches=self.switches + 1,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping (what a Kubernetes status would hold)."""

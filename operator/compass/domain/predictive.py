@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtri
 
+from compass.domain.arrays import BoolArray, FloatArray, IntArray
 from compass.domain.elastico import (
     ENTER_CONFIDENCE,
     STEADY_WINDOWS_S,
@@ -32,9 +33,7 @@ from compass.domain.mix import Mix, accuracy_hull, hull_mixes, mix_weighting, mo
 from compass.domain.planner import Plan
 from compass.domain.policy import Action, Decision, Observation, PolicyState
 
-FloatArray = npt.NDArray[np.float64]
 Float32Array = npt.NDArray[np.float32]
-IntArray = npt.NDArray[np.int64]
 
 # 10 s is several intervals and short enough that the last steady window's rate still holds; the
 # risk was chosen on bench/serving_sim.py with admission (see its strategies section).
@@ -227,7 +226,7 @@ class _Arrivals:
     """Each path's arrival times (requests x paths) and which are inside the horizon."""
 
     times: FloatArray
-    inside: npt.NDArray[np.bool_]
+    inside: BoolArray
     rows_inside: int
     counted: IntArray
 
@@ -479,11 +478,7 @@ class Predictive:
 
     def _mix_of(self, state: PolicyState) -> Mix | None:
         """The state's routing as a position on the hull, or None when it is not one."""
-        base = None if state.active is None else self.plan.index(state.active)
-        blend = None if state.blend is None else self.plan.index(state.blend)
-        if base is None or (state.blend is not None and blend is None):
-            return None
-        mix = Mix(base, blend, state.weight)
+        mix = state.mix(self.plan.index)
         return mix if mix in self.on_hull else None
 
     def _route(
@@ -491,8 +486,6 @@ class Predictive:
     ) -> tuple[Decision, PolicyState]:
         """The decision to serve ``target``, and the state that says so."""
         current = self._mix_of(state)
-        names = self.plan.names
-        blend = None if target.blend is None else names[target.blend]
         if current == target:
             action = Action.HOLD
         elif current is None or fallback:
@@ -500,19 +493,10 @@ class Predictive:
         else:
             faster = target.position < current.position
             action = Action.FASTER if faster else Action.MORE_ACCURATE
-        decision = Decision.routing(target, names, action, reason)
+        decision = Decision.routing(target, self.plan.names, action, reason)
         if action is Action.HOLD:
             return decision, state
-        return decision, replace(
-            state,
-            active=names[target.base],
-            blend=blend,
-            weight=target.weight,
-            active_since=now,
-            last_switch_at=now,
-            last_reason=reason,
-            switches=state.switches + 1,
-        )
+        return decision, state.switched(decision, now)
 
 
 def _mix_key(mix: Mix) -> tuple[int, int, float]:

@@ -11,22 +11,21 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from scipy.special import ndtri
 
+from compass.domain.arrays import FloatArray
 from compass.domain.capacity import (
     MAX_LATENCY_MS,
     MIN_LATENCY_MS,
     PERCENTILE_FIELDS,
     CapacityCurve,
     CapacityError,
+    check_rising,
     parse_curve,
 )
 from compass.domain.errors import FieldError
 from compass.domain.evaluation import ParamValue
 from compass.domain.space import config_key
-
-FloatArray = npt.NDArray[np.float64]
 
 # The JSON fields of the measured statistics (the percentiles': PERCENTILE_FIELDS).
 MEAN_FIELD = "latency_mean_ms"
@@ -323,13 +322,7 @@ def parse_profile(entry: object, where: str) -> LatencyProfile:
     if accuracy > 1:
         raise ProfileError(f"{where}.accuracy", f"{accuracy:g} is above 1", "give a fraction")
     ordered = [(p, v) for p, v in ((50.0, p50), (95.0, p95), (99.0, p99)) if v is not None]
-    for (p_low, low), (p_high, high) in itertools.pairwise(ordered):
-        if high < low:
-            raise ProfileError(
-                f"{where}.{PERCENTILE_FIELDS[p_high]}",
-                f"{high:g} is below {PERCENTILE_FIELDS[p_low]} {low:g}",
-                "percentiles must not decrease",
-            )
+    check_rising(where, [(PERCENTILE_FIELDS[p], v) for p, v in ordered], ProfileError)
     if mean > ordered[-1][1]:
         raise ProfileError(
             f"{where}.{MEAN_FIELD}",
@@ -375,13 +368,8 @@ def _first_response_times(
                 f"{value:g} is above {whole_field} {whole:g}",
                 "a first token comes before the request ends: check the run",
             )
-    low, high = found["p50"], found["p95"]
-    if low is not None and high is not None and high < low:
-        raise ProfileError(
-            f"{where}.{TTFT_FIELDS['p95']}",
-            f"{high:g} is below {TTFT_FIELDS['p50']} {low:g}",
-            "percentiles must not decrease",
-        )
+    measured = [(TTFT_FIELDS[s], v) for s in ("p50", "p95") if (v := found[s]) is not None]
+    check_rising(where, measured, ProfileError)
     return found
 
 

@@ -13,16 +13,13 @@ from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
-import numpy.typing as npt
 from scipy.optimize import brentq
 from scipy.stats import norm
 
+from compass.domain.arrays import FloatArray, IntArray
 from compass.domain.evaluation import Config, EvaluationError, Evaluator
 from compass.domain.space import Space
 from compass.domain.statistics import TOLERANCE, FeasibilityVerdict, IntervalMethod, StoppingRule
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 # Prior sd of one parameter value's effect on accuracy: wide, so an unseen value stays uncertain.
 EFFECT_PRIOR_SD = 0.5

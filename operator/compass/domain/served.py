@@ -3,6 +3,7 @@ window and into the policy's view of them. Pure: every time is an input."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Mapping, Sequence
@@ -201,9 +202,4 @@ def _name_of(key: str) -> str:
 
 def summed(counts: Sequence[ServedCounts]) -> ServedCounts | None:
     """Several routers' counts over one window together (None: none)."""
-    if not counts:
-        return None
-    total = counts[0]
-    for more in counts[1:]:
-        total = total.plus(more)
-    return total
+    return functools.reduce(ServedCounts.plus, counts) if counts else None

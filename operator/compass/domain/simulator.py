@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
-import numpy.typing as npt
 
 from compass.domain.admission import (
     Admission,
@@ -22,6 +21,7 @@ from compass.domain.admission import (
     judge_at_dispatch,
     service_quantiles_ms,
 )
+from compass.domain.arrays import BoolArray, FloatArray, IntArray
 from compass.domain.arrivals import Scenario, SimulationError
 from compass.domain.boundpod import BindingRule, BoundPod, bound_pods
 from compass.domain.elastico import DEFAULT_INTERVAL_S
@@ -29,10 +29,6 @@ from compass.domain.mix import Dealing, Mix, SmoothWeighting, drawn_member, mix_
 from compass.domain.podmodel import DROPPED, AdmitFn, DispatchFn, PodModel, SimulatedPod, StagedPod
 from compass.domain.policy import Action, Decision, Observation, Policy, PolicyState
 from compass.domain.profiles import LatencyProfile
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
 # The window a tick's observed rate (Tick.observed_qps) is counted over, s.
 RATE_WINDOW_S = 5.0
@@ -243,43 +239,36 @@ def simulate(
         queue_aggregate=queue_aggregate,
         pod_model=pod_model,
         admission=admission,
-        metrics_view=metrics_view,
+        view=metrics_view,
         slo_ms=slo_ms,
         dealing=dealing,
     )
     run.serve()
-    return run.report(label, slo_ms)
+    return run.report(label)
 
 
+@dataclass(eq=False)
 class _Run:
     """One policy's run over one scenario, tick by tick (``simulate``)."""
 
-    def __init__(
-        self,
-        serving: Policy | BindingRule,
-        front: Sequence[LatencyProfile],
-        scenario: Scenario,
-        *,
-        interval_s: float,
-        pods: int,
-        switch_delay_s: float,
-        queue_aggregate: QueueAggregate,
-        pod_model: PodModel,
-        admission: Admission | None,
-        metrics_view: MetricsView = FRESH,
-        slo_ms: float = math.inf,
-        dealing: Dealing = Dealing.ROUND_ROBIN,
-    ) -> None:
+    serving: Policy | BindingRule
+    front: Sequence[LatencyProfile]
+    scenario: Scenario
+    interval_s: float
+    pods: int
+    switch_delay_s: float
+    queue_aggregate: QueueAggregate
+    pod_model: PodModel
+    admission: Admission | None
+    view: MetricsView
+    slo_ms: float
+    dealing: Dealing
+
+    def __post_init__(self) -> None:
+        serving, front, pod_model = self.serving, self.front, self.pod_model
+        scenario, pods, admission, slo_ms = self.scenario, self.pods, self.admission, self.slo_ms
         # The policy asked every tick (None: the routers' binding rule serves every request).
         self.controller = None if isinstance(serving, BindingRule) else serving
-        self.front = front
-        self.scenario = scenario
-        self.interval_s = interval_s
-        self.pods = pods
-        self.switch_delay_s = switch_delay_s
-        self.queue_aggregate = queue_aggregate
-        self.pod_model = pod_model
-        self.view = metrics_view
         # What each scrape still to be read saw, by number: (pods' queue depths, arrivals).
         self.scrapes: dict[int, tuple[list[int], int]] = {}
         self.next_scrape = 0
@@ -307,7 +296,7 @@ class _Run:
         # Each pod deals its requests to the mix in force by its own round-robin, as a router does.
         self.dealt: list[tuple[Mix, SmoothWeighting[int]] | None] = [None] * pods
         # Or each request's own draw, as the gateway deals them (None: round-robin).
-        self.draws = scenario.member_draws() if dealing is Dealing.DRAW else None
+        self.draws = scenario.member_draws() if self.dealing is Dealing.DRAW else None
         # Every mix decided and when it takes effect: what an early arrival was drawn under.
         self.effective: list[float] = [-math.inf]
         self.decided_mixes: list[Mix] = [self.active]
@@ -486,7 +475,7 @@ class _Run:
         for member, share in target.shares:
             self.time_in[member] += share * self.interval_s
 
-    def report(self, label: str, slo_ms: float) -> RunReport:
+    def report(self, label: str) -> RunReport:
         """The run as served."""
         offered = self.scenario.pattern.rate(np.array([t for t, *_ in self.seen]))
         ticks = tuple(
@@ -495,7 +484,7 @@ class _Run:
         )
         return RunReport(
             label=label,
-            slo_ms=slo_ms,
+            slo_ms=self.slo_ms,
             names=self.names,
             accuracies=tuple(p.accuracy for p in self.front),
             arrivals_s=self.arrivals,
@@ -516,11 +505,6 @@ def _label(mix: Mix, names: Sequence[str]) -> str:
     return f"{names[mix.base]} + {mix.weight:.0%} {names[mix.blend]}"
 
 
-def baseline_indices(front_size: int) -> dict[str, int]:
-    """The static baselines' positions on the front: fastest, middle, most accurate."""
-    return {"fastest": 0, "middle": front_size // 2, "accurate": front_size - 1}
-
-
 def compare(
     policies: Mapping[str, Policy],
     front: Sequence[LatencyProfile],
@@ -535,9 +519,9 @@ def compare(
     metrics_view: MetricsView = FRESH,
 ) -> dict[str, RunReport]:
     """The static baselines and the given policies on the same scenario (paired)."""
+    baselines = {"fastest": 0, "middle": len(front) // 2, "accurate": len(front) - 1}
     controllers: dict[str, Policy] = {
-        label: StaticController(front[i].name, i)
-        for label, i in baseline_indices(len(front)).items()
+        label: StaticController(front[i].name, i) for label, i in baselines.items()
     }
     controllers.update(policies)
     return {

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from compass.domain.arrays import BoolArray, FloatArray, IntArray
 from compass.domain.evaluation import Config, ParamValue
 from compass_rules.routing import config_key as config_key
 
@@ -40,9 +41,6 @@ PARAMETER_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 MAX_PARAMETER_NAME = 63
 # Values are matched as floats (20 and 20.0 are one): beyond 2**53 integers would collide.
 MAX_NUMBER_MAGNITUDE = 2**53
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 
 
 class SpaceError(ValueError):
@@ -273,7 +271,7 @@ class Constraint:
                     f"(values: {', '.join(map(str, spec.values))})"
                 )
 
-    def holds(self, columns: Mapping[str, npt.NDArray[Any]]) -> npt.NDArray[np.bool_]:
+    def holds(self, columns: Mapping[str, npt.NDArray[Any]]) -> BoolArray:
         """Vectorised truth of the constraint over columns of parameter values."""
 
         def side(operand: Operand) -> Any:
@@ -412,8 +410,8 @@ class Space:
         if not configs:
             raise SpaceError("no configurations to infer a space from")
         names = list(configs[0])
-        values: dict[str, list[ParamValue]] = {n: [] for n in names}
-        seen: dict[str, set[tuple[str, ParamValue]]] = {n: set() for n in names}
+        # Each parameter's values by their canonical form, in the order first seen.
+        values: dict[str, dict[tuple[str, ParamValue], ParamValue]] = {n: {} for n in names}
         for number, config in enumerate(configs, start=1):
             if sorted(config) != sorted(names):
                 raise SpaceError(
@@ -421,10 +419,7 @@ class Space:
                     f"{sorted(names)}: every configuration must set the same parameters"
                 )
             for name in names:
-                value = config[name]
-                if _canonical(value) not in seen[name]:
-                    seen[name].add(_canonical(value))
-                    values[name].append(value)
+                values[name].setdefault(_canonical(config[name]), config[name])
         parameters = []
         for name in names:
             if len(name) > MAX_PARAMETER_NAME or not re.fullmatch(PARAMETER_NAME, name):
@@ -432,7 +427,7 @@ class Space:
                     f"parameter name {name!r} is not an identifier; start it with a letter or _ "
                     "and use only ASCII letters, digits and _ (at most 63)"
                 )
-            vals = values[name]
+            vals = list(values[name].values())
             if all(_is_number(v) for v in vals):
                 integral = all(float(v).is_integer() for v in vals)
                 kind = ParameterType.INTEGER if integral else ParameterType.FLOAT
@@ -467,7 +462,7 @@ class Space:
                 ) from None
         return tuple(row)
 
-    def _satisfies(self, rows: IntArray) -> npt.NDArray[np.bool_]:
+    def _satisfies(self, rows: IntArray) -> BoolArray:
         keep = np.ones(len(rows), dtype=bool)
         if not self.constraints or len(rows) == 0:
             return keep
@@ -520,7 +515,7 @@ class Space:
         return np.stack(columns, axis=1)
 
     @cached_property
-    def categorical(self) -> npt.NDArray[np.bool_]:
+    def categorical(self) -> BoolArray:
         """Which columns are categorical (compared by equality, not distance)."""
         return np.array([not p.numeric for p in self.parameters])
 

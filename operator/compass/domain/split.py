@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from compass.domain.elastico import Elastico, ElasticoSettings
-from compass.domain.mix import Mix
 from compass.domain.planner import MixPlan, Plan, plan_mixes
 from compass.domain.policy import Decision, Observation, PolicyState
 
@@ -41,7 +40,7 @@ class Split:
 
     def _inner(self, state: PolicyState) -> PolicyState:
         """The state as Elastico over the mixes knows it: the active mix by its member name."""
-        mix = self._mix_of(state)
+        mix = state.mix(self.plan.index)
         active = None if mix is None else self.mixes.index(mix)
         name = None if active is None else self.mixes.plan.names[active]
         if name is None and state.active is not None:
@@ -58,12 +57,3 @@ class Split:
         names = self.plan.names
         blend = None if mix.blend is None else names[mix.blend]
         return replace(state, active=names[mix.base], blend=blend, weight=mix.weight)
-
-    def _mix_of(self, state: PolicyState) -> Mix | None:
-        base = None if state.active is None else self.plan.index(state.active)
-        if base is None:
-            return None
-        if state.blend is None:
-            return Mix(base)
-        blend = self.plan.index(state.blend)
-        return None if blend is None else Mix(base, blend, state.weight)

@@ -14,10 +14,9 @@ from enum import StrEnum
 from functools import cached_property
 
 import numpy as np
-import numpy.typing as npt
 from scipy.stats import hypergeom, norm
 
-FloatArray = npt.NDArray[np.float64]
+from compass.domain.arrays import FloatArray
 
 # Means are sums of floats: accuracy equal to tau must not be rejected as 0.1 + 0.2 != 0.3.
 TOLERANCE = 1e-9
