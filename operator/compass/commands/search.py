@@ -596,7 +596,7 @@ def _search_locked(plan: _Plan, lock: LedgerLock) -> int:
         outcome = search_with_progress(
             plan.scores.space, evaluator, plan.scores.population, plan.settings, runner
         )
-        result = write_result(outcome, plan.output)
+        write_result(outcome, plan.output)
     except (EvaluationError, LedgerError, OSError) as exc:
         done = checkpoint.ledger.fact_count
         print(f"{_PROG}: error: {exc}", file=sys.stderr)
@@ -639,5 +639,5 @@ def _search_locked(plan: _Plan, lock: LedgerLock) -> int:
         f"{plan.checkpoint} ({evaluator.computed:,} new sample evaluations, "
         f"{evaluator.reused:,} reused)"
     )
-    print(summary(outcome, plan.settings, result, ledger))
+    print(summary(outcome, plan.settings, plan.output, ledger))
     return 0
