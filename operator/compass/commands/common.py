@@ -75,17 +75,9 @@ _Yaml12Loader.add_implicit_resolver(
 )
 
 
-class YamlExpansionError(yaml.YAMLError):
-    """A YAML document whose aliases expand it past MAX_YAML_NODES, or refer to themselves."""
-
-    def __init__(self, problem: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
-
-
 def _expanded_size(root: yaml.Node) -> int:
     """How many nodes the document has with every alias expanded, counted without expanding
-    (each node's size once); YamlExpansionError past MAX_YAML_NODES or on a cycle."""
+    (each node's size once); yaml.YAMLError past MAX_YAML_NODES or on a cycle."""
     sizes: dict[int, int] = {}
     open_nodes: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -96,20 +88,18 @@ def _expanded_size(root: yaml.Node) -> int:
             open_nodes.discard(key)
             size = 1 + sum(sizes[id(child)] for child in _children(node))
             if size > MAX_YAML_NODES:
-                raise YamlExpansionError(
+                raise yaml.YAMLError(
                     f"its aliases expand it to more than {MAX_YAML_NODES:,} values"
                 )
             sizes[key] = size
             continue
         if key in sizes:
             continue
-        if key in open_nodes:
-            raise YamlExpansionError("an alias refers to the node that holds it")
         open_nodes.add(key)
         stack.append((node, True))
         for child in _children(node):
             if id(child) in open_nodes:
-                raise YamlExpansionError("an alias refers to the node that holds it")
+                raise yaml.YAMLError("an alias refers to the node that holds it")
             if id(child) not in sizes:
                 stack.append((child, False))
     return sizes[id(root)]

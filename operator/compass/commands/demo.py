@@ -92,11 +92,11 @@ def _run_search_only(settings: SearchSettings, output: Path | None) -> int:
     )
     try:
         outcome = search_with_progress(space, ReplayEvaluator(ledger), RAG_PAPER_SAMPLES, settings)
-        result = write_result(outcome, output)
+        write_result(outcome, output)
     except (EvaluationError, OSError) as exc:
         print(f"compass demo: error: {exc}", file=sys.stderr)
         return 1
-    print(summary(outcome, settings, result, "none (the demo replays in memory)"))
+    print(summary(outcome, settings, output, "none (the demo replays in memory)"))
     return 0
 
 

@@ -40,7 +40,6 @@ from compass.dataplane.triton import TritonRouter
 from compass.domain.capacity import CurvePoint
 from compass.domain.planner import ThresholdModel, pareto_front
 from compass.domain.profiles import parse_profiles
-from compass.domain.space import config_key
 
 # The progress's clock for its rates.
 monotonic = time.monotonic
@@ -222,7 +221,7 @@ def _with_curves(
     stored: dict[str, Any] = reporter.partial.get("curves") or {}
     missing = []
     for entry, profile in members:
-        key = config_key(profile.config)
+        key = profile.key
         if key in stored:
             entry["capacity"], entry["capacity_pod"] = stored[key]["capacity"], stored[key]["pod"]
         else:
@@ -260,7 +259,7 @@ def _with_curves(
         nonlocal done
         entry, profile = missing[index]
         entry["capacity"], entry["capacity_pod"] = curve.to_json(), pod
-        reporter.curve(config_key(profile.config), {"capacity": entry["capacity"], "pod": pod})
+        reporter.curve(profile.key, {"capacity": entry["capacity"], "pod": pod})
         done += 1
         pool.limit.done = done
         drain = (

@@ -8,7 +8,7 @@ import math
 import shlex
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -346,15 +346,12 @@ class _Scores:
 class _Plan:
     """A fully validated search, ready to run; nothing has been written yet."""
 
-    space: Space
+    scores: _Scores
     inner: Evaluator
-    population: int
     settings: SearchSettings
     checkpoint: Path
     resumed_facts: int | None
     output: Path | None
-    notes: tuple[str, ...]
-    source: ScoreSource
     concurrency: int
     service_s: float | None
 
@@ -477,10 +474,10 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
     else:
         scores = _live_scores(args, space, settings)
     _check_stopping_rule(scores, settings)
-    notes = scores.notes
     if str(args.concurrency) == AUTO_CONCURRENCY:
         concurrency, note = _auto_concurrency(scores.source)
-        notes = notes if note is None else (*notes, note)
+        if note is not None:
+            scores = replace(scores, notes=(*scores.notes, note))
     else:
         concurrency = parse_int(
             "--concurrency", str(args.concurrency), "8", low=1, high=MAX_CONCURRENCY
@@ -500,15 +497,12 @@ def _plan_search(args: argparse.Namespace) -> _Plan:
         else None
     )
     return _Plan(
-        space=scores.space,
+        scores=scores,
         inner=make_evaluator(scores.source),
-        population=scores.population,
         settings=settings,
         checkpoint=checkpoint,
         resumed_facts=resumed,
         output=output,
-        notes=notes,
-        source=scores.source,
         concurrency=concurrency,
         service_s=service_s,
     )
@@ -556,7 +550,7 @@ def search_command(args: argparse.Namespace) -> int:
         raise UsageError(f"{flag}: {exc}") from None
     except OSError as exc:
         fail(flag, f"cannot lock {plan.checkpoint} ({exc.strerror})", "check the directory")
-    for note in plan.notes:
+    for note in plan.scores.notes:
         print(f"{_PROG}: {note}", file=sys.stderr)
     if plan.resumed_facts is not None:
         print(
@@ -597,12 +591,12 @@ def _search_locked(plan: _Plan, lock: LedgerLock) -> int:
         if plan.service_s is None
         else VirtualRunner(evaluator, plan.concurrency, jittered_service(plan.service_s))
     )
-    runner = simulated or make_runner(plan.source, evaluator, plan.concurrency)
+    runner = simulated or make_runner(plan.scores.source, evaluator, plan.concurrency)
     try:
         outcome = search_with_progress(
-            plan.space, evaluator, plan.population, plan.settings, runner
+            plan.scores.space, evaluator, plan.scores.population, plan.settings, runner
         )
-        result = write_result(outcome, plan.output)
+        write_result(outcome, plan.output)
     except (EvaluationError, LedgerError, OSError) as exc:
         done = checkpoint.ledger.fact_count
         print(f"{_PROG}: error: {exc}", file=sys.stderr)
@@ -645,5 +639,5 @@ def _search_locked(plan: _Plan, lock: LedgerLock) -> int:
         f"{plan.checkpoint} ({evaluator.computed:,} new sample evaluations, "
         f"{evaluator.reused:,} reused)"
     )
-    print(summary(outcome, plan.settings, result, ledger))
+    print(summary(outcome, plan.settings, plan.output, ledger))
     return 0

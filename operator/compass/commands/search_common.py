@@ -171,8 +171,7 @@ def summary(
     return "\n".join(lines)
 
 
-def write_result(outcome: SearchOutcome, output: Path | None) -> Path | None:
-    """Write the result file if asked; return where it went."""
+def write_result(outcome: SearchOutcome, output: Path | None) -> None:
+    """Write the result file if asked (``output``)."""
     if output is not None:
         write_replacing(output, json.dumps(outcome.result_document(), indent=2) + "\n")
-    return output

@@ -212,7 +212,7 @@ def refuse_whole_workflow_flags(args: argparse.Namespace, view: MetricsView) -> 
 
 
 def bound_admission(args: argparse.Namespace, spec: ParetoPolicySpec) -> AdmissionSettings:
-    """The policy's admission with the flags' changes, for the routers' binding table."""
+    """The policy's admission with the flags' changes."""
     current = spec.admission
     return current.model_copy(
         update={
@@ -295,14 +295,8 @@ def simulate_command(args: argparse.Namespace) -> int:
         )
     admission = None
     if not per_request and (args.admission or spec.admits):
-        rule = admission_rule(spec)
-        admission = replace(
-            rule,
-            quantile=admission_quantile(args, rule.quantile),
-            at=AdmissionPoint(args.admission_at),
-            degrade_after=admission_degrade_after(args, rule.degrade_after),
-            refuse=rule.refuse and not args.no_refuse,
-        )
+        flagged = spec.model_copy(update={"admission": bound_admission(args, spec)})
+        admission = replace(admission_rule(flagged), at=AdmissionPoint(args.admission_at))
     scenario = make_scenario(pattern, seed)
     check_some_requests(pattern, seed, scenario.requests)
     pod_model = PodModel(
