@@ -102,6 +102,7 @@ class StateStore:
         self.namespace = namespace
         self.sleep = sleep
         self._state: dict[str, Any] | None = None
+        self._opened = False  # the ledger read, so appends know where they go
         self._chunks = 0  # how many chunk ConfigMaps the ledger fills
         self._hot: list[_Hot] = []  # the chunks in the state, in order
         self._moved: list[str] = []  # state chunks merged out, for the next PATCH to delete
@@ -173,6 +174,7 @@ class StateStore:
                     ) from None
                 self._hot.append(_Hot(first, last, text, stored_size(value)))
         self._next = 1 + max((span[1] for obj in found for span in ledger_chunks(obj)), default=-1)
+        self._opened = True
         return ledger_text(found, limit)
 
     def write(self, data: Mapping[str, str | None]) -> None:
@@ -195,9 +197,10 @@ class StateStore:
         )
 
     def append_ledger(self, text: str, data: Mapping[str, str] | None = None) -> None:
-        """Append ledger lines after those read_ledger read (and these keys of the state) in one
-        PATCH, as one more chunk of the state or, past HOT_BUDGET, with the state's chunks merged
-        out first (_merge_out)."""
+        """Append ledger lines (and these keys of the state) in one PATCH, as one more chunk of
+        the state or, past HOT_BUDGET, with the state's chunks merged out first (_merge_out)."""
+        if not self._opened:
+            self.read_ledger()
         value = encode(text)
         size = stored_size(value)
         body: dict[str, Any] = {}
