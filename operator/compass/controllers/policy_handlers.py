@@ -103,13 +103,6 @@ class ObservingLoop(LiveLoop):
         return observation, problem
 
 
-@kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """No Events from kopf's log lines: a 1 s timer would post 'Timer succeeded' every second."""
-    settings.posting.loggers = False
-    runtime_of(memo)
-
-
 @kopf.index("discovery.k8s.io", "endpointslices", labels={SERVICE_NAME_LABEL: kopf.PRESENT})
 def triton_slices(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any

@@ -103,6 +103,7 @@ LOG = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------- operator set-up
 
 
+# The policies' too (handlers.py loads both): a 1 s timer would post 'Timer succeeded' each second.
 @kopf.on.startup(id="workflow-startup")
 def configure_workflows(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Events on transitions only (kopf.event), never kopf's log lines ('Handler succeeded')."""
