@@ -90,8 +90,14 @@ class OperatorMetrics:
         # nothing after. Looked up on every set_policy: a set, not a list scanned.
         self._gone = RecentUids(GONE_REMEMBERED)
 
-        def gauge(name: str, documentation: str, names: Sequence[str] = labels) -> Gauge:
-            return Gauge(name, documentation, names, registry=self.registry)
+        # The gauges labelled by policy alone (gauge's default): _remove_gauges takes them all.
+        self._policy_gauges: list[Gauge] = []
+
+        def gauge(name: str, documentation: str, names: Sequence[str] | None = None) -> Gauge:
+            made = Gauge(name, documentation, names or labels, registry=self.registry)
+            if names is None:
+                self._policy_gauges.append(made)
+            return made
 
         def counter(name: str, documentation: str, names: Sequence[str]) -> Counter:
             return Counter(name, documentation, names, registry=self.registry)
@@ -232,23 +238,6 @@ class OperatorMetrics:
             [*flows, "phase"],
         )
 
-    def _policy_gauges(self) -> tuple[Gauge, ...]:
-        return (
-            self.queue_depth,
-            self.active_index,
-            self.fenced,
-            self.ready,
-            self.paused,
-            self.metrics_available,
-            self.at_fastest,
-            self.served_accuracy,
-            self.served_ttft,
-            self.served_stream,
-            self.stay_queue_threshold,
-            self.enter_queue_threshold,
-            self.capacity_pressure,
-        )
-
     def touch_policy(self, namespace: str, name: str, ttl_s: float) -> None:
         """This process ticks the policy: keep its gauges for ``ttl_s`` more (then they go)."""
         with self._lock:
@@ -330,7 +319,7 @@ class OperatorMetrics:
         """Remove a policy's gauges and its info series (all but ``keep``); under the lock."""
         self._children.pop((namespace, name), None)
         self._shown.pop((namespace, name), None)
-        for gauge in self._policy_gauges():
+        for gauge in self._policy_gauges:
             if gauge is not keep:
                 gauge.remove(namespace, name)
         old = self._active_info.pop((namespace, name), None)
