@@ -121,7 +121,7 @@ def compile_policy(
         raise SpecError(error.field, error.what, error.fix) from error
     routing = spec.routing or RoutingTarget()
     if routing.gateway is not None:
-        return _gateway_policy(spec, policy, generation, routing.gateway)
+        return _gateway_policy(spec, policy, generation, routing)
     # The address override (a development setting) wins over a Service.
     service = None if address_override else routing.service
     address, metrics_host = None, None
@@ -157,18 +157,13 @@ def _gateway_policy(
     spec: ParetoPolicySpec,
     policy: StrategyPolicy,
     generation: int | None,
-    target: ModelRewriteTarget | HttpRouteTarget,
+    routing: RoutingTarget,
 ) -> CompiledPolicy:
     """A policy acting through the gateway: no router, the queue read at the spec's metrics URL."""
-    actuator = (
-        ActuatorType.HTTP_ROUTE
-        if isinstance(target, HttpRouteTarget)
-        else (ActuatorType.INFERENCE_MODEL_REWRITE)
-    )
     if spec.metrics is None or not spec.metrics.url:
         raise SpecError(
             "metrics.url",
-            f"not set, and the gateway (routing.actuator {actuator.value}) has no router "
+            f"not set, and the gateway (routing.actuator {routing.actuator.value}) has no router "
             "whose /metrics could be read",
             "give a model server's metrics URL (metrics.type: vllm, url: "
             "http://vllm.ns.svc:8000/metrics) or Prometheus with a query of vLLM's "
@@ -179,10 +174,10 @@ def _gateway_policy(
         spec=spec,
         policy=policy,
         grpc_address=None,
-        router_model=spec.routing.router_model if spec.routing else "",
+        router_model=routing.router_model,
         metrics=_metrics_target(spec, None),
-        rewrite=target if isinstance(target, ModelRewriteTarget) else None,
-        route=target if isinstance(target, HttpRouteTarget) else None,
+        rewrite=routing.model_rewrite,
+        route=routing.http_route,
     )
 
 
