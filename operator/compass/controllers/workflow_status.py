@@ -22,7 +22,7 @@ from compass.controllers.conditions import (
 )
 from compass.controllers.workflow_spec import InvalidSpecError
 from compass.controllers.workflow_state import ledger_facts, seed_origin, state_counts
-from compass.domain.statistics import IntervalMethod, describe_schedule
+from compass.domain.statistics import describe_schedule
 
 ACTIVE_PHASES = frozenset({Phase.SEARCHING, Phase.PROFILING, Phase.PLANNING})
 # Ready's and PolicyReady's reason while a plan waits for review (spec.autoApply false).
@@ -207,8 +207,7 @@ def _budgets_text(spec: CompoundWorkflowSpec) -> str:
     """The search's schedule for a status message."""
     evaluation = spec.evaluation
     budgets = None if evaluation.budgets is None else tuple(evaluation.budgets)
-    method = IntervalMethod(evaluation.interval.value)
-    return describe_schedule(budgets, method, evaluation.dataset.size)
+    return describe_schedule(budgets, evaluation.interval, evaluation.dataset.size)
 
 
 # ---------------------------------------------------------------------------- metrics
