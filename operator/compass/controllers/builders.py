@@ -444,11 +444,7 @@ def _job_access(state: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """A Role's or RoleBinding's head: named, labelled and owned as its state (so collected)."""
     metadata = state["metadata"]
     owner = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "name": metadata["name"],
-        "uid": metadata["uid"],
-        "controller": True,
+        **owner_reference({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata}),
         # Not needed (nothing waits on the Role), and it would ask for configmaps/finalizers
         # where the OwnerReferencesPermissionEnforcement admission plugin runs.
         "blockOwnerDeletion": False,
