@@ -90,8 +90,9 @@ def labels(workflow: str, role: str, generation: int) -> dict[str, str]:
     }
 
 
-def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
-    """A controller owner reference: deleting the owner garbage-collects the object."""
+def owner_reference(owner: Mapping[str, Any], blocking: bool = True) -> dict[str, Any]:
+    """A controller owner reference: deleting the owner garbage-collects the object (``blocking``:
+    a foreground delete of the owner waits for it)."""
     metadata = owner["metadata"]
     return {
         "apiVersion": owner.get("apiVersion", f"{GROUP}/{VERSION}"),
@@ -99,7 +100,7 @@ def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
         "name": metadata["name"],
         "uid": metadata["uid"],
         "controller": True,
-        "blockOwnerDeletion": True,
+        "blockOwnerDeletion": blocking,
     }
 
 
@@ -369,12 +370,9 @@ def job_service_account_name(prefix: str, workflow: str) -> str:
 def build_job_service_account(workflow: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The ServiceAccount a workflow's Jobs run as, owned (so collected) by the workflow."""
     metadata = workflow["metadata"]
-    owner = {
-        **owner_reference(workflow),
-        # Nothing waits on the account, and blocking would ask for compoundworkflows/finalizers
-        # where the OwnerReferencesPermissionEnforcement admission plugin runs.
-        "blockOwnerDeletion": False,
-    }
+    # Nothing waits on the account, and blocking would ask for compoundworkflows/finalizers
+    # where the OwnerReferencesPermissionEnforcement admission plugin runs.
+    owner = owner_reference(workflow, blocking=False)
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -435,12 +433,9 @@ def job_rules(
 def _job_access(state: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """A Role's or RoleBinding's head: named, labelled and owned as its state (so collected)."""
     metadata = state["metadata"]
-    owner = {
-        **owner_reference({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata}),
-        # Not needed (nothing waits on the Role), and it would ask for configmaps/finalizers
-        # where the OwnerReferencesPermissionEnforcement admission plugin runs.
-        "blockOwnerDeletion": False,
-    }
+    # Not blocking: nothing waits on the Role, and it would ask for configmaps/finalizers where
+    # the OwnerReferencesPermissionEnforcement admission plugin runs.
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata}
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": kind,
@@ -448,7 +443,7 @@ def _job_access(state: Mapping[str, Any], kind: str) -> dict[str, Any]:
             "name": metadata["name"],
             "namespace": metadata["namespace"],
             "labels": dict(metadata.get("labels") or {}),
-            "ownerReferences": [owner],
+            "ownerReferences": [owner_reference(owner, blocking=False)],
         },
     }
 
