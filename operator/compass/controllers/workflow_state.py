@@ -361,13 +361,13 @@ def state_counts(state: Mapping[str, str]) -> dict[str, Any]:
         "samples_used": int(progress.get("sample_evals", 0)),
         "feasible_found": int(progress.get("feasible", 0)),
         "best_accuracy": None if best is None else round(float(best), 4),
-        "search_rate": _short_text(progress.get("rate")),
+        "search_rate": job_text(progress.get("rate"), 80),
     }
 
 
-def _short_text(value: object) -> str | None:
-    """A progress text the Job wrote, bounded (the state is the Job's to write, not ours)."""
-    return value[:80] if isinstance(value, str) else None
+def job_text(value: object, limit: int) -> str | None:
+    """A text a Job wrote, bounded to ``limit`` (the state is the Job's to write, not ours)."""
+    return value[:limit] if isinstance(value, str) else None
 
 
 def feasible_set_empty_message(result: Mapping[str, Any], tau: float) -> str:
