@@ -167,19 +167,17 @@ def stored_states(
         if generation != read:
             found[generation] = StoredState({}, names, read=False, uid=uid)
             continue
-        objects, too_large = [state, *mine], None
+        objects, refused = [state, *mine], None
         if fetch is not None:
-            objects, too_large = _fetched(names, fetch, limit)
+            objects, refused = _fetched(names, fetch, limit)
         whole = next((o for o in objects if o["metadata"]["name"] == name), {})
         data = {k: v for k, v in (whole.get("data") or {}).items() if k != LEDGER_KEY}
-        try:
-            if too_large is not None:
-                raise LedgerTooLargeError(too_large)
-            data[LEDGER_KEY] = ledger_text(objects, limit)
-        except LedgerTooLargeError as error:
-            found[generation] = StoredState(data, names, refused=str(error), uid=uid)
-            continue
-        found[generation] = StoredState(data, names, uid=uid)
+        if refused is None:
+            try:
+                data[LEDGER_KEY] = ledger_text(objects, limit)
+            except LedgerTooLargeError as error:
+                refused = str(error)
+        found[generation] = StoredState(data, names, refused=refused, uid=uid)
     return StoredStates(found, tuple(sorted(foreign)), tuple(sorted(taken)))
 
 
