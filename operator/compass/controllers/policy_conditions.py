@@ -157,19 +157,24 @@ def health_conditions(health: Health) -> list[Condition]:
         problem = ("SwitchFailed", health.switch_failed)
     elif health.metrics_error is not None:
         problem = (health.metrics_reason, f"{health.metrics_error}; {health.decision}")
+    decided = f"; {health.decision}" if health.decision else ""
     if problem is not None:
-        status = "False"
         reason, message = problem
+        conditions = [Condition(type=ready, status="False", reason=reason, message=message)]
+    elif health.advisory_routing is not None:
+        would = f"would serve {health.active}" if health.active else "no configuration"
+        said = f"advisory: {would}, the routers serve {health.advisory_routing} (untouched)"
+        advising = Condition(type=ready, status="True", reason="Advisory", message=said + decided)
+        conditions = [advising]
     else:
-        if health.advisory_routing is not None:
-            would = f"would serve {health.active}" if health.active else "no configuration"
-            reason = "Advisory"
-            said = f"advisory: {would}, the routers serve {health.advisory_routing} (untouched)"
-        else:
-            reason = "Paused" if health.pause.paused else "Serving"
-            said = f"serving {health.active}" if health.active else "no active configuration"
-        status, message = "True", f"{said}; {health.decision}" if health.decision else said
-    conditions = [Condition(type=ready, status=status, reason=reason, message=message)]
+        said = f"serving {health.active}" if health.active else "no active configuration"
+        serving = Condition(
+            type=ready,
+            status="True",
+            reason="Paused" if health.pause.paused else "Serving",
+            message=said + decided,
+        )
+        conditions = [serving]
     if health.metrics_read:
         available = health.metrics_error is None
         conditions.append(
