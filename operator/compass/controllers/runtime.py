@@ -81,7 +81,7 @@ class OperatorMetrics:
         self._expires: dict[tuple[str, str], float] = {}
         self._fenced_expires: dict[tuple[str, str], float] = {}
         # Registered first, so that a scrape drops expired series before the gauges are read.
-        self.registry.register(_ExpireAtScrape(self))
+        self.registry.register(self)
         labels = ["namespace", "policy"]
         flows = ["namespace", "workflow"]
         # The label set of each policy's active_info series, so that a change removes the old.
@@ -302,6 +302,11 @@ class OperatorMetrics:
                 self._fenced_expires[(namespace, name)] = self._clock() + ttl_s
                 self.fenced.labels(namespace, name).set(float(fenced))
 
+    def collect(self) -> Iterator[Metric]:
+        """A collector of no series (the registry's first): a scrape drops the expired gauges."""
+        self.expire()
+        return iter(())
+
     def expire(self) -> None:
         """Remove the gauges of every policy this process stopped ticking (its counters stay)."""
         with self._lock:
@@ -375,17 +380,6 @@ class OperatorMetrics:
             self.samples_evaluated.remove(namespace, name)
             for phase in Phase:
                 self.workflow_phase.remove(namespace, name, phase.value)
-
-
-class _ExpireAtScrape:
-    """A collector of no series: a scrape first drops the policies' expired gauges."""
-
-    def __init__(self, metrics: OperatorMetrics) -> None:
-        self._metrics = metrics
-
-    def collect(self) -> Iterator[Metric]:
-        self._metrics.expire()
-        return iter(())
 
 
 @dataclass
