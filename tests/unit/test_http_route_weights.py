@@ -124,7 +124,7 @@ def test_a_route_policy_compiles_to_the_same_actuator_dealing_by_draw() -> None:
     assert compiled.grpc_address is None
     assert mix_dealing(ParetoPolicySpec.model_validate(route_spec())) is Dealing.DRAW
     actuator = ModelRewriteActuator(client.ApiClient(), "llm", compiled.route, compiled.plan)
-    assert actuator.coordinates == ("gateway.networking.k8s.io", "v1", "httproutes")
+    assert actuator.object == ("gateway.networking.k8s.io", "v1", "llm", "httproutes", "chat")
     assert actuator.where == "HTTPRoute llm/chat"
 
 

@@ -10,6 +10,8 @@ from compass.api.compoundworkflow import (
     CompoundWorkflowSpec,
     Dataset,
     EvaluatorType,
+    Profiling,
+    Search,
 )
 from compass.api.jobpod import JobPod
 from compass.api.meta import GROUP, VERSION
@@ -88,8 +90,9 @@ def labels(workflow: str, role: str, generation: int) -> dict[str, str]:
     }
 
 
-def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
-    """A controller owner reference: deleting the owner garbage-collects the object."""
+def owner_reference(owner: Mapping[str, Any], blocking: bool = True) -> dict[str, Any]:
+    """A controller owner reference: deleting the owner garbage-collects the object (``blocking``:
+    a foreground delete of the owner waits for it)."""
     metadata = owner["metadata"]
     return {
         "apiVersion": owner.get("apiVersion", f"{GROUP}/{VERSION}"),
@@ -97,7 +100,7 @@ def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
         "name": metadata["name"],
         "uid": metadata["uid"],
         "controller": True,
-        "blockOwnerDeletion": True,
+        "blockOwnerDeletion": blocking,
     }
 
 
@@ -157,25 +160,25 @@ def build_ledger_chunk(
 def _job(
     workflow: Mapping[str, Any],
     role: str,
-    name: str,
-    command: list[str],
+    section: Search | Profiling,
+    backoff_limit: int,
     image: str,
     service_account: str,
-    backoff_limit: int,
-    deadline_s: int,
-    pod_extra: Mapping[str, Any] | None = None,
-    resources: Mapping[str, Any] | None = None,
-    env: Mapping[str, str] | None = None,
+    pull_secrets: Sequence[str],
+    resources: Mapping[str, Any] | None,
+    env: Mapping[str, str] | None,
     volumes: Sequence[Mapping[str, Any]] = (),
     mounts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
+    """The generation's Job running `compass job ROLE` on its state, as its spec section asks."""
     metadata = workflow["metadata"]
     generation = int(metadata.get("generation", 1))
     job_labels = labels(metadata["name"], role, generation)
+    state = search_name(metadata["name"], generation)
     container: dict[str, Any] = {
         "name": role,
-        "image": image,
-        "command": command,
+        "image": section.image or image,
+        "command": ["compass", "job", role, "--state", state],
         "env": [
             {"name": "COMPASS_NAMESPACE", "value": metadata["namespace"]},
             {"name": "PYTHONUNBUFFERED", "value": "1"},
@@ -199,14 +202,14 @@ def _job(
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": name,
+            "name": _name(metadata["name"], role, generation),
             "namespace": metadata["namespace"],
             "labels": job_labels,
             "ownerReferences": [owner_reference(workflow)],
         },
         "spec": {
             "backoffLimit": backoff_limit,
-            "activeDeadlineSeconds": deadline_s,
+            "activeDeadlineSeconds": section.active_deadline_seconds,
             "template": {
                 "metadata": {"labels": job_labels},
                 "spec": {
@@ -215,7 +218,7 @@ def _job(
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
                     "volumes": [{"name": "tmp", "emptyDir": {}}, *map(dict, volumes)],
-                    **(pod_extra or {}),
+                    **job_pod_fields(section, pull_secrets),
                 },
             },
         },
@@ -308,9 +311,6 @@ def build_search_job(
     pull_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The COMPASS-V Job of the current generation, the dataset mounted at $COMPASS_DATASET."""
-    name = workflow["metadata"]["name"]
-    generation = int(workflow["metadata"].get("generation", 1))
-    state = search_name(name, generation)
     dataset = spec.evaluation.dataset
     volumes: list[dict[str, Any]] = []
     if dataset.config_map is not None:
@@ -320,21 +320,18 @@ def build_search_job(
         volumes.append({"name": "dataset", "persistentVolumeClaim": claim})
     mounts = [{"name": "dataset", "mountPath": DATASET_DIR, "readOnly": True}] if volumes else []
     path = dataset_path(dataset)
-    resources = spec.search.resources.as_container()
     return _job(
         workflow,
         "search",
-        state,
-        ["compass", "job", "search", "--state", state],
-        spec.search.image or image,
-        service_account,
+        spec.search,
         spec.search.backoff_limit,
-        spec.search.active_deadline_seconds,
-        pod_extra=job_pod_fields(spec.search, pull_secrets),
-        resources=resources or DEFAULT_SEARCH_RESOURCES,
-        env={**(env or {}), **({"COMPASS_DATASET": path} if path else {})},
-        volumes=volumes,
-        mounts=mounts,
+        image,
+        service_account,
+        pull_secrets,
+        spec.search.resources.as_container() or DEFAULT_SEARCH_RESOURCES,
+        {**(env or {}), **({"COMPASS_DATASET": path} if path else {})},
+        volumes,
+        mounts,
     )
 
 
@@ -347,20 +344,16 @@ def build_profile_job(
     pull_secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The Job that profiles the feasible configurations: a client of the Triton pods."""
-    name = workflow["metadata"]["name"]
-    generation = int(workflow["metadata"].get("generation", 1))
     return _job(
         workflow,
         "profile",
-        profile_name(name, generation),
-        ["compass", "job", "profile", "--state", search_name(name, generation)],
-        spec.profiling.image or image,
-        service_account,
+        spec.profiling,
         spec.search.backoff_limit,
-        spec.profiling.active_deadline_seconds,
-        pod_extra=job_pod_fields(spec.profiling, pull_secrets),
-        resources=spec.profiling.resources.as_container(),
-        env=env,
+        image,
+        service_account,
+        pull_secrets,
+        spec.profiling.resources.as_container(),
+        env,
     )
 
 
@@ -377,12 +370,9 @@ def job_service_account_name(prefix: str, workflow: str) -> str:
 def build_job_service_account(workflow: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The ServiceAccount a workflow's Jobs run as, owned (so collected) by the workflow."""
     metadata = workflow["metadata"]
-    owner = {
-        **owner_reference(workflow),
-        # Nothing waits on the account, and blocking would ask for compoundworkflows/finalizers
-        # where the OwnerReferencesPermissionEnforcement admission plugin runs.
-        "blockOwnerDeletion": False,
-    }
+    # Nothing waits on the account, and blocking would ask for compoundworkflows/finalizers
+    # where the OwnerReferencesPermissionEnforcement admission plugin runs.
+    owner = owner_reference(workflow, blocking=False)
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -443,16 +433,9 @@ def job_rules(
 def _job_access(state: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """A Role's or RoleBinding's head: named, labelled and owned as its state (so collected)."""
     metadata = state["metadata"]
-    owner = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "name": metadata["name"],
-        "uid": metadata["uid"],
-        "controller": True,
-        # Not needed (nothing waits on the Role), and it would ask for configmaps/finalizers
-        # where the OwnerReferencesPermissionEnforcement admission plugin runs.
-        "blockOwnerDeletion": False,
-    }
+    # Not blocking: nothing waits on the Role, and it would ask for configmaps/finalizers where
+    # the OwnerReferencesPermissionEnforcement admission plugin runs.
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata}
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": kind,
@@ -460,7 +443,7 @@ def _job_access(state: Mapping[str, Any], kind: str) -> dict[str, Any]:
             "name": metadata["name"],
             "namespace": metadata["namespace"],
             "labels": dict(metadata.get("labels") or {}),
-            "ownerReferences": [owner],
+            "ownerReferences": [owner_reference(owner, blocking=False)],
         },
     }
 

@@ -174,42 +174,25 @@ class ModelRewriteActuator:
     ) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.namespace, self.target, self.plan = namespace, target, plan
+        route = isinstance(target, HttpRouteTarget)
+        group, version, plural = (
+            (HTTPROUTE_GROUP, HTTPROUTE_VERSION, HTTPROUTE_PLURAL)
+            if route
+            else (REWRITE_GROUP, REWRITE_VERSION, REWRITE_PLURAL)
+        )
+        # The object as the custom objects API takes it, and as messages name it.
+        self.object = (group, version, namespace, plural, target.name)
+        self.where = f"{HTTPROUTE_KIND if route else REWRITE_KIND} {namespace}/{target.name}"
         # What the object held at the last read (None: not read since the last apply).
         self.read_key: str | None = None
         # Why the last apply was refused (another field manager's weights), until one succeeds.
         self.conflict: str | None = None
 
-    @property
-    def route(self) -> bool:
-        """Whether it writes an HTTPRoute (else an InferenceModelRewrite)."""
-        return isinstance(self.target, HttpRouteTarget)
-
-    @property
-    def coordinates(self) -> tuple[str, str, str]:
-        """The object's API group, version and plural."""
-        if self.route:
-            return HTTPROUTE_GROUP, HTTPROUTE_VERSION, HTTPROUTE_PLURAL
-        return REWRITE_GROUP, REWRITE_VERSION, REWRITE_PLURAL
-
-    @property
-    def where(self) -> str:
-        """The object, as messages name it."""
-        kind = HTTPROUTE_KIND if self.route else REWRITE_KIND
-        return f"{kind} {self.namespace}/{self.target.name}"
-
     def active_config(self, expected: str | None = None) -> str:
         """What the object's weights serve now (a routing key); RoutingError if unreadable."""
         del expected  # one object: nothing to outvote
-        group, version, plural = self.coordinates
         try:
-            found = kubeapi.read(
-                self.custom.get_namespaced_custom_object,
-                group,
-                version,
-                self.namespace,
-                plural,
-                self.target.name,
-            )
+            found = kubeapi.read(self.custom.get_namespaced_custom_object, *self.object)
         except kubeapi.ERRORS as error:
             raise RoutingError(f"{self.where} unreadable: {kubeapi.describe(error)}") from error
         target = self.target
@@ -241,16 +224,11 @@ class ModelRewriteActuator:
             if isinstance(target, HttpRouteTarget)
             else build_model_rewrite(self.namespace, target, weights)
         )
-        group, version, plural = self.coordinates
         started = time.perf_counter()
         try:
             kubeapi.apply(
                 self.custom.patch_namespaced_custom_object,
-                group,
-                version,
-                self.namespace,
-                plural,
-                self.target.name,
+                *self.object,
                 body=body,
                 force=False,
                 field_manager=WEIGHTS_FIELD_MANAGER,

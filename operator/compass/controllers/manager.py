@@ -265,10 +265,8 @@ def scope(
 def kopf_settings(peering: Peering | None = None) -> Any:
     """kopf's settings: standalone, or peering mandatory (paused until the peers are known)."""
     settings = kopf.OperatorSettings()
-    if peering is None:
-        settings.peering.standalone = True
-    else:
-        settings.peering.standalone = False
+    settings.peering.standalone = peering is None
+    if peering is not None:
         settings.peering.mandatory = True
         settings.peering.name = peering.name
         settings.peering.priority = peering.priority

@@ -120,12 +120,21 @@ def compile_policy(
     except PlanError as error:
         raise SpecError(error.field, error.what, error.fix) from error
     routing = spec.routing or RoutingTarget()
-    if routing.gateway is not None:
-        return _gateway_policy(spec, policy, generation, routing.gateway)
+    # A gateway switches no router: its queue is read at the spec's metrics URL.
+    gateway = routing.gateway is not None
+    if gateway and (spec.metrics is None or not spec.metrics.url):
+        raise SpecError(
+            "metrics.url",
+            f"not set, and the gateway (routing.actuator {routing.actuator.value}) has no router "
+            "whose /metrics could be read",
+            "give a model server's metrics URL (metrics.type: vllm, url: "
+            "http://vllm.ns.svc:8000/metrics) or Prometheus with a query of vLLM's "
+            "vllm:num_requests_waiting",
+        )
     # The address override (a development setting) wins over a Service.
-    service = None if address_override else routing.service
+    service = None if address_override or gateway else routing.service
     address, metrics_host = None, None
-    if not service:
+    if not service and not gateway:
         address = address_override or routing.grpc_endpoint
         if not address:
             raise SpecError(
@@ -150,39 +159,8 @@ def compile_policy(
         service=service or None,
         grpc_port=routing.grpc_port,
         metrics_port=routing.metrics_port,
-    )
-
-
-def _gateway_policy(
-    spec: ParetoPolicySpec,
-    policy: StrategyPolicy,
-    generation: int | None,
-    target: ModelRewriteTarget | HttpRouteTarget,
-) -> CompiledPolicy:
-    """A policy acting through the gateway: no router, the queue read at the spec's metrics URL."""
-    actuator = (
-        ActuatorType.HTTP_ROUTE
-        if isinstance(target, HttpRouteTarget)
-        else (ActuatorType.INFERENCE_MODEL_REWRITE)
-    )
-    if spec.metrics is None or not spec.metrics.url:
-        raise SpecError(
-            "metrics.url",
-            f"not set, and the gateway (routing.actuator {actuator.value}) has no router "
-            "whose /metrics could be read",
-            "give a model server's metrics URL (metrics.type: vllm, url: "
-            "http://vllm.ns.svc:8000/metrics) or Prometheus with a query of vLLM's "
-            "vllm:num_requests_waiting",
-        )
-    return CompiledPolicy(
-        generation=generation,
-        spec=spec,
-        policy=policy,
-        grpc_address=None,
-        router_model=spec.routing.router_model if spec.routing else "",
-        metrics=_metrics_target(spec, None),
-        rewrite=target if isinstance(target, ModelRewriteTarget) else None,
-        route=target if isinstance(target, HttpRouteTarget) else None,
+        rewrite=routing.model_rewrite,
+        route=routing.http_route,
     )
 
 

@@ -157,31 +157,24 @@ def health_conditions(health: Health) -> list[Condition]:
         problem = ("SwitchFailed", health.switch_failed)
     elif health.metrics_error is not None:
         problem = (health.metrics_reason, f"{health.metrics_error}; {health.decision}")
-    conditions = []
+    decided = f"; {health.decision}" if health.decision else ""
     if problem is not None:
         reason, message = problem
-        conditions.append(Condition(type=ready, status="False", reason=reason, message=message))
+        conditions = [Condition(type=ready, status="False", reason=reason, message=message)]
     elif health.advisory_routing is not None:
         would = f"would serve {health.active}" if health.active else "no configuration"
-        message = f"advisory: {would}, the routers serve {health.advisory_routing} (untouched)"
-        conditions.append(
-            Condition(
-                type=ready,
-                status="True",
-                reason="Advisory",
-                message=f"{message}; {health.decision}" if health.decision else message,
-            )
-        )
+        said = f"advisory: {would}, the routers serve {health.advisory_routing} (untouched)"
+        advising = Condition(type=ready, status="True", reason="Advisory", message=said + decided)
+        conditions = [advising]
     else:
-        serving = f"serving {health.active}" if health.active else "no active configuration"
-        conditions.append(
-            Condition(
-                type=ready,
-                status="True",
-                reason="Paused" if health.pause.paused else "Serving",
-                message=f"{serving}; {health.decision}" if health.decision else serving,
-            )
+        said = f"serving {health.active}" if health.active else "no active configuration"
+        serving = Condition(
+            type=ready,
+            status="True",
+            reason="Paused" if health.pause.paused else "Serving",
+            message=said + decided,
         )
+        conditions = [serving]
     if health.metrics_read:
         available = health.metrics_error is None
         conditions.append(

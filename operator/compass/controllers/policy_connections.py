@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import kopf
 from kubernetes import client
@@ -143,20 +144,12 @@ def routing_tls(
             raise RoutingError(connections.tls_problem)
         return
     connections.tls_read_at = now
-    name = tls.secret_ref.name
-    try:
-        secret = kubeapi.read(
-            client.CoreV1Api(runtime.api()).read_namespaced_secret, name, namespace
-        )
-    except kubeapi.ERRORS as error:
+    secret, unread = _read_secret(runtime, namespace, tls.secret_ref.name, "spec.routing.tls")
+    if unread is not None:
         if connections.router.tls is not None:
             return  # keep the TLS built: the Secret may well still be good
-        why = _unreadable(error)
-        connections.tls_problem = (
-            f"Secret {namespace}/{name} (spec.routing.tls.secretRef) could not be read: {why}; "
-            "retrying"
-        )
-        raise RoutingError(connections.tls_problem) from None
+        connections.tls_problem = unread
+        raise RoutingError(unread)
     version = metricsauth.resource_version(secret)
     if (
         version == connections.tls_version
@@ -196,20 +189,10 @@ def _refresh_source(
     secret = None
     if name is not None:
         connections.secret_read_at = now
-        core = client.CoreV1Api(runtime.api())
-        try:
-            secret = kubeapi.read(core.read_namespaced_secret, name, namespace)
-        except kubeapi.ERRORS as error:
-            # The status alone: nothing of the answer (which a proxy could fill) is shown.
-            why = _unreadable(error)
+        secret, unread = _read_secret(runtime, namespace, name, "spec.metrics.authentication")
+        if unread is not None:
             if connections.source is None:
-                _unavailable(
-                    connections,
-                    compiled,
-                    f"Secret {namespace}/{name} (spec.metrics.authentication.secretRef) could "
-                    f"not be read: {why}; retrying",
-                    logger,
-                )
+                _unavailable(connections, compiled, unread, logger)
             return  # keep what was built: the credentials may well still be good
         version = metricsauth.resource_version(secret)
         unchanged = (
@@ -271,12 +254,23 @@ def _source(
     )
 
 
-def _unreadable(error: BaseException) -> str:
-    """Why a Secret could not be read: the status alone (a proxy could fill the answer)."""
-    status = getattr(error, "status", None)
+def _read_secret(
+    runtime: Runtime, namespace: str, name: str, path: str
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The Secret ``path``.secretRef names (None: not found), or why it could not be read: the status
+    alone, nothing of the answer (which a proxy could fill)."""
+    try:
+        secret: dict[str, Any] | None = kubeapi.read(
+            client.CoreV1Api(runtime.api()).read_namespaced_secret, name, namespace
+        )
+        return secret, None
+    except kubeapi.ERRORS as error:
+        status = getattr(error, "status", None)
     if status == 403:
-        return (
+        why = (
             "the operator may not read Secrets here (chart value "
             "metricsAuthentication.readSecrets, and its RBAC)"
         )
-    return f"HTTP {status}" if status else "the API server did not answer"
+    else:
+        why = f"HTTP {status}" if status else "the API server did not answer"
+    return None, f"Secret {namespace}/{name} ({path}.secretRef) could not be read: {why}; retrying"

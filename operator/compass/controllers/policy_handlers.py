@@ -103,13 +103,6 @@ class ObservingLoop(LiveLoop):
         return observation, problem
 
 
-@kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """No Events from kopf's log lines: a 1 s timer would post 'Timer succeeded' every second."""
-    settings.posting.loggers = False
-    runtime_of(memo)
-
-
 @kopf.index("discovery.k8s.io", "endpointslices", labels={SERVICE_NAME_LABEL: kopf.PRESENT})
 def triton_slices(
     namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
@@ -278,13 +271,12 @@ def _tick(
     if compiled is None or not decision_due(memory.last_tick, now, compiled.spec.interval_seconds):
         return False
     memory.last_tick = now
+    pause = _pause(body, compiled)
+    # Its own state's, never the status's: anyone may have edited that.
+    active = None if memory.state is None else memory.state.active
     holder = _claimant(body, indexes, runtime.settings.target_access(), runtime.oldest_claims)
     if holder is not None:
-        health = Health(
-            claimed_by=holder.shown(names_of(body)[0]),
-            pause=_pause(body, compiled),
-            active=None if memory.state is None else memory.state.active,
-        )
+        health = Health(claimed_by=holder.shown(names_of(body)[0]), pause=pause, active=active)
         publish(body, memory, runtime, logger, previous, health, None, now, generation)
         return False
     memory.connections = connections = connect(
@@ -302,21 +294,18 @@ def _tick(
             routing_tls(connections, compiled, runtime, now, names_of(body)[0])
             endpoints = _endpoints(body, memory, compiled, indexes, runtime, logger)
             connections.router.update(endpoints)
-        router_key = connections.actuator.active_config(_expected_key(memory, previous, compiled))
+        # The routing the policy last had active (memory, else the status), to outvote with.
+        saved = memory.state if memory.state is not None else saved_state(previous)
+        expected = None if saved is None else state_routing_key(compiled.plan, saved)
+        router_key = connections.actuator.active_config(expected)
     except RoutingError as error:
         memory.failures += 1
-        health = Health(
-            unreachable=str(error),
-            pause=_pause(body, compiled),
-            # Its own state's, never the status's: anyone may have edited that.
-            active=None if memory.state is None else memory.state.active,
-        )
+        health = Health(unreachable=str(error), pause=pause, active=active)
         publish(body, memory, runtime, logger, previous, health, None, now, generation)
         delay = retry_delay(memory.failures, compiled.spec.interval_seconds)
         message = f"Triton unreachable, nothing switched: {error}"
         raise kopf.TemporaryError(message, delay=delay) from error
     memory.failures = 0
-    saved = memory.state if memory.state is not None else saved_state(previous)
     if memory.advised and saved is not None:
         # Advisory, or its first active tick: the policy's own state, not the routers' (which
         # it never switched); acting again, this tick puts the routers on it.
@@ -333,7 +322,6 @@ def _tick(
     memory.advised = advisory
     if note:
         logger.info(note)
-    pause = _pause(body, compiled)
     outcome = _decide(body, compiled, connections, state, runtime, logger, now, pause, advisory)
     if outcome.observation is not None:
         memory.last_observed = outcome.observation.time
@@ -538,14 +526,6 @@ def _claimant(
     )
     firsts = (oldest.oldest(each, indexes.claims.get(each, ())) for each in keys)
     return claimant([c for c in firsts if c is not None], mine)
-
-
-def _expected_key(
-    memory: PolicyMemory, previous: dict[str, Any], compiled: CompiledPolicy
-) -> str | None:
-    """The routing the policy last had active (memory, else the status), as a routing key."""
-    state = memory.state if memory.state is not None else saved_state(previous)
-    return None if state is None else state_routing_key(compiled.plan, state)
 
 
 def _hold_routing(

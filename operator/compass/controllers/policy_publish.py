@@ -109,6 +109,7 @@ def publish(
         and _condition_kinds(memory.condition_updates) == _condition_kinds(updates)
     )
     namespace, name = names_of(body)
+    uid = str(body.get("metadata", {}).get("uid", ""))
     quiet = None
     if decided is not None and (same or reworded):
         compiled, state, observation = decided
@@ -122,7 +123,6 @@ def publish(
                 memory, compiled, state, observation, old_conditions, health.pause.paused
             )
             gauges = with_stream_times(gauges, memory.served)
-            uid = str(body.get("metadata", {}).get("uid", ""))
             runtime.metrics.set_policy(namespace, name, uid, gauges)
             return
     if same:
@@ -151,7 +151,6 @@ def publish(
         )
     # As status.served shows them (kept through a tick that reads none, as it is).
     gauges = with_stream_times(gauges, memory.served)
-    uid = str(body.get("metadata", {}).get("uid", ""))
     runtime.metrics.set_policy(namespace, name, uid, gauges)
     written = memory.written if memory.written is not None else dict(body.get("status") or {})
     # The live status too: what someone else wrote over the operator's own fields is put back.

@@ -335,6 +335,10 @@ _OWNED = (
     "policyState",
 )
 _ROUTINE_STATE = ("arrivals", "observed_at")
+# The status fields a tick changes routinely (the saved state: only its routine samples).
+_ROUTINE = frozenset(
+    {"lastObservationTime", "lastQueueDepth", "lastDecision", "policyState", "conditions", "served"}
+)
 
 
 def owned_fields(status: Mapping[str, Any]) -> dict[str, Any]:
@@ -389,19 +393,8 @@ def status_patch(
                 patch[key] = repair[key]
     state = patch.get("policyState")
     quiet = (
-        set(patch)
-        <= {
-            "lastObservationTime",
-            "lastQueueDepth",
-            "lastDecision",
-            "policyState",
-            "conditions",
-            "served",
-        }
-        and (
-            state is None
-            or (isinstance(state, Mapping) and set(state) <= {"arrivals", "observed_at"})
-        )
+        set(patch) <= _ROUTINE
+        and (state is None or (isinstance(state, Mapping) and set(state) <= set(_ROUTINE_STATE)))
         and (
             "conditions" not in patch
             or _condition_states(previous.get("conditions"))

@@ -81,7 +81,7 @@ class OperatorMetrics:
         self._expires: dict[tuple[str, str], float] = {}
         self._fenced_expires: dict[tuple[str, str], float] = {}
         # Registered first, so that a scrape drops expired series before the gauges are read.
-        self.registry.register(_ExpireAtScrape(self))
+        self.registry.register(self)
         labels = ["namespace", "policy"]
         flows = ["namespace", "workflow"]
         # The label set of each policy's active_info series, so that a change removes the old.
@@ -90,8 +90,14 @@ class OperatorMetrics:
         # nothing after. Looked up on every set_policy: a set, not a list scanned.
         self._gone = RecentUids(GONE_REMEMBERED)
 
-        def gauge(name: str, documentation: str, names: Sequence[str] = labels) -> Gauge:
-            return Gauge(name, documentation, names, registry=self.registry)
+        # The gauges labelled by policy alone (gauge's default): _remove_gauges takes them all.
+        self._policy_gauges: list[Gauge] = []
+
+        def gauge(name: str, documentation: str, names: Sequence[str] | None = None) -> Gauge:
+            made = Gauge(name, documentation, names or labels, registry=self.registry)
+            if names is None:
+                self._policy_gauges.append(made)
+            return made
 
         def counter(name: str, documentation: str, names: Sequence[str]) -> Counter:
             return Counter(name, documentation, names, registry=self.registry)
@@ -232,23 +238,6 @@ class OperatorMetrics:
             [*flows, "phase"],
         )
 
-    def _policy_gauges(self) -> tuple[Gauge, ...]:
-        return (
-            self.queue_depth,
-            self.active_index,
-            self.fenced,
-            self.ready,
-            self.paused,
-            self.metrics_available,
-            self.at_fastest,
-            self.served_accuracy,
-            self.served_ttft,
-            self.served_stream,
-            self.stay_queue_threshold,
-            self.enter_queue_threshold,
-            self.capacity_pressure,
-        )
-
     def touch_policy(self, namespace: str, name: str, ttl_s: float) -> None:
         """This process ticks the policy: keep its gauges for ``ttl_s`` more (then they go)."""
         with self._lock:
@@ -313,6 +302,11 @@ class OperatorMetrics:
                 self._fenced_expires[(namespace, name)] = self._clock() + ttl_s
                 self.fenced.labels(namespace, name).set(float(fenced))
 
+    def collect(self) -> Iterator[Metric]:
+        """A collector of no series (the registry's first): a scrape drops the expired gauges."""
+        self.expire()
+        return iter(())
+
     def expire(self) -> None:
         """Remove the gauges of every policy this process stopped ticking (its counters stay)."""
         with self._lock:
@@ -330,7 +324,7 @@ class OperatorMetrics:
         """Remove a policy's gauges and its info series (all but ``keep``); under the lock."""
         self._children.pop((namespace, name), None)
         self._shown.pop((namespace, name), None)
-        for gauge in self._policy_gauges():
+        for gauge in self._policy_gauges:
             if gauge is not keep:
                 gauge.remove(namespace, name)
         old = self._active_info.pop((namespace, name), None)
@@ -386,17 +380,6 @@ class OperatorMetrics:
             self.samples_evaluated.remove(namespace, name)
             for phase in Phase:
                 self.workflow_phase.remove(namespace, name, phase.value)
-
-
-class _ExpireAtScrape:
-    """A collector of no series: a scrape first drops the policies' expired gauges."""
-
-    def __init__(self, metrics: OperatorMetrics) -> None:
-        self._metrics = metrics
-
-    def collect(self) -> Iterator[Metric]:
-        self._metrics.expire()
-        return iter(())
 
 
 @dataclass

@@ -103,6 +103,7 @@ LOG = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------- operator set-up
 
 
+# The policies' too (handlers.py loads both): a 1 s timer would post 'Timer succeeded' each second.
 @kopf.on.startup(id="workflow-startup")
 def configure_workflows(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """Events on transitions only (kopf.event), never kopf's log lines ('Handler succeeded')."""
@@ -115,22 +116,19 @@ def _now() -> str:
 
 
 def _write_status(
-    api: client.ApiClient,
-    namespace: str,
-    name: str,
-    resource_version: str,
-    status: CompoundWorkflowStatus,
+    api: client.ApiClient, workflow: Mapping[str, Any], status: CompoundWorkflowStatus
 ) -> bool:
-    """Merge-patch the status if unchanged since ``resource_version`` (False: decide again)."""
+    """Merge-patch the status if the workflow is unchanged since read (False: decide again)."""
+    metadata = workflow["metadata"]
     wire = without_empty_strings(status.model_dump(mode="json", by_alias=True))
     return kubeapi.patch_status(
         client.CustomObjectsApi(api).patch_namespaced_custom_object_status,
         GROUP,
         VERSION,
-        namespace,
+        metadata["namespace"],
         WORKFLOW_PLURAL,
-        name,
-        body={"metadata": {"resourceVersion": resource_version}, "status": wire},
+        metadata["name"],
+        body={"metadata": {"resourceVersion": metadata["resourceVersion"]}, "status": wire},
     )
 
 
@@ -291,13 +289,10 @@ def _refuse_taken(
     now: str,
 ) -> kopf.TemporaryError:
     """Retry later, with LedgerRead False and a Warning naming the ConfigMap holding the name."""
-    metadata = workflow["metadata"]
     message = str(error)
     refused = ledger_unread_status(status, message, generation, now, taken=True)
     if refused != status:
-        _write_status(
-            api, metadata["namespace"], metadata["name"], metadata["resourceVersion"], refused
-        )
+        _write_status(api, workflow, refused)
         _post(workflow, Event("Warning", "StateNameTaken", message))
     return kopf.TemporaryError(message, delay=STATE_TAKEN_RETRY_S)
 
@@ -347,7 +342,6 @@ def _start(
     metadata = workflow["metadata"]
     name, namespace, uid = metadata["name"], metadata["namespace"], metadata["uid"]
     generation = int(metadata.get("generation", 1))
-    version = metadata["resourceVersion"]
     status = _status_of(workflow)
     now = _now()
     try:
@@ -357,7 +351,7 @@ def _start(
         _supersede(api, namespace, name, uid, generation)
         new = invalid_status(status, generation, error, now)
         if new != status:
-            if not _write_status(api, namespace, name, version, new):
+            if not _write_status(api, workflow, new):
                 return False
             _post(workflow, Event("Warning", error.reason, str(error)))
         raise kopf.PermanentError(str(error)) from None
@@ -384,7 +378,7 @@ def _start(
         raise kopf.TemporaryError(f"waiting to read the ledger: {error}", delay=5) from None
     except StateNameTakenError as error:
         raise _refuse_taken(api, workflow, status, generation, error, now) from None
-    if not _write_status(api, namespace, name, version, new):
+    if not _write_status(api, workflow, new):
         return False
     _count(metrics, workflow, status, new)
     delete_states(api, namespace, generation, states)
@@ -545,7 +539,7 @@ def _advance(
                 return "idle"
     if new is None:
         return "ok" if step.create else "idle"
-    if not _write_status(api, namespace, name, metadata["resourceVersion"], new):
+    if not _write_status(api, workflow, new):
         return "conflict"
     _count(metrics, workflow, status, new)
     _post(workflow, event)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -45,13 +45,10 @@ def parse_spec(raw: Mapping[str, Any]) -> CompoundWorkflowSpec:
         constraints = list(listed) if isinstance(listed, list) else []
         if constraint and constraint.group(1) in constraints:
             index = constraints.index(constraint.group(1))
-            return _raise(f"spec.space.constraints[{index}]", constraint.group(0))
-        return _raise(field_path(loc, "spec"), what)
+            field = f"spec.space.constraints[{index}]"
+            raise InvalidSpecError(field, constraint.group(0)) from error
+        raise InvalidSpecError(field_path(loc, "spec"), what) from error
     return spec
-
-
-def _raise(field: str, what: str) -> NoReturn:
-    raise InvalidSpecError(field, what)
 
 
 def authorize_workflow_targets(

@@ -167,19 +167,17 @@ def stored_states(
         if generation != read:
             found[generation] = StoredState({}, names, read=False, uid=uid)
             continue
-        objects, too_large = [state, *mine], None
+        objects, refused = [state, *mine], None
         if fetch is not None:
-            objects, too_large = _fetched(names, fetch, limit)
+            objects, refused = _fetched(names, fetch, limit)
         whole = next((o for o in objects if o["metadata"]["name"] == name), {})
         data = {k: v for k, v in (whole.get("data") or {}).items() if k != LEDGER_KEY}
-        try:
-            if too_large is not None:
-                raise LedgerTooLargeError(too_large)
-            data[LEDGER_KEY] = ledger_text(objects, limit)
-        except LedgerTooLargeError as error:
-            found[generation] = StoredState(data, names, refused=str(error), uid=uid)
-            continue
-        found[generation] = StoredState(data, names, uid=uid)
+        if refused is None:
+            try:
+                data[LEDGER_KEY] = ledger_text(objects, limit)
+            except LedgerTooLargeError as error:
+                refused = str(error)
+        found[generation] = StoredState(data, names, refused=refused, uid=uid)
     return StoredStates(found, tuple(sorted(foreign)), tuple(sorted(taken)))
 
 
@@ -361,13 +359,13 @@ def state_counts(state: Mapping[str, str]) -> dict[str, Any]:
         "samples_used": int(progress.get("sample_evals", 0)),
         "feasible_found": int(progress.get("feasible", 0)),
         "best_accuracy": None if best is None else round(float(best), 4),
-        "search_rate": _short_text(progress.get("rate")),
+        "search_rate": job_text(progress.get("rate"), 80),
     }
 
 
-def _short_text(value: object) -> str | None:
-    """A progress text the Job wrote, bounded (the state is the Job's to write, not ours)."""
-    return value[:80] if isinstance(value, str) else None
+def job_text(value: object, limit: int) -> str | None:
+    """A text a Job wrote, bounded to ``limit`` (the state is the Job's to write, not ours)."""
+    return value[:limit] if isinstance(value, str) else None
 
 
 def feasible_set_empty_message(result: Mapping[str, Any], tau: float) -> str:

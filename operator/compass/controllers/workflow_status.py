@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from compass.api.compoundworkflow import (
     CompoundWorkflowSpec,
@@ -22,7 +21,7 @@ from compass.controllers.conditions import (
 )
 from compass.controllers.workflow_spec import InvalidSpecError
 from compass.controllers.workflow_state import ledger_facts, seed_origin, state_counts
-from compass.domain.statistics import IntervalMethod, describe_schedule
+from compass.domain.statistics import describe_schedule
 
 ACTIVE_PHASES = frozenset({Phase.SEARCHING, Phase.PROFILING, Phase.PLANNING})
 # Ready's and PolicyReady's reason while a plan waits for review (spec.autoApply false).
@@ -133,82 +132,64 @@ def start_status(
     """A generation's status and Event at its start: Planning when the profiles were carried over,
     else Searching (the search Job runs, or the timer moves on at once with a carried result)."""
     origin = seed_origin(state)
-    valid = f"{space_size} configurations in the space"
-    conditions = set_condition(
-        [],
-        workflow_condition(WorkflowConditionType.SPEC_VALID, "True", "Valid", valid, generation),
-        now,
-    )
-    counts = state_counts(state)
-    update: dict[str, Any] = {
-        "observed_generation": generation,
-        "ledger_config_map": search_name(workflow, generation),
-        "profiling_job": None,
-        "planned_policy": None,
-        "start_time": now,
-        "completion_time": None,
-        **counts,
-    }
+    search_job: str | None = None
     if origin["profiles"] is not None and state.get(PROFILES_KEY):
         message = (
             f"generation {generation}: only the SLO changed; re-planning the profiles of "
             f"generation {origin['profiles']}"
         )
-        conditions = set_conditions(
-            conditions,
-            [
-                workflow_condition(
-                    WorkflowConditionType.SEARCH_SUCCEEDED, "True", "Reused", message, generation
-                ),
-                workflow_condition(
-                    WorkflowConditionType.PROFILED, "True", "Reused", message, generation
-                ),
-            ],
-            now,
-        )
-        status = previous.model_copy(
-            update={**update, "phase": Phase.PLANNING, "search_job": None, "conditions": conditions}
-        )
-        return summarized(status, generation, now), Event("Normal", "PlanningStarted", message)
-    if origin["result"] is not None and state.get(RESULT_KEY):
-        message = (
-            f"generation {generation}: the search is unchanged; reusing the result of "
-            f"generation {origin['result']}"
-        )
-        search_job = None
+        phase, event = Phase.PLANNING, Event("Normal", "PlanningStarted", message)
+        started = [
+            (WorkflowConditionType.SEARCH_SUCCEEDED, "True", "Reused"),
+            (WorkflowConditionType.PROFILED, "True", "Reused"),
+        ]
     else:
-        resumed = ledger_facts(state)
-        message = (
-            f"generation {generation}: searching {space_size} configurations for accuracy >= "
-            f"{spec.evaluation.tau:g} (budgets {_budgets_text(spec)})"
-            + (
-                f", {resumed} recorded batches carried over from generation {origin['ledger']}"
-                if resumed and origin["ledger"] is not None
-                else ""
+        if origin["result"] is not None and state.get(RESULT_KEY):
+            message = (
+                f"generation {generation}: the search is unchanged; reusing the result of "
+                f"generation {origin['result']}"
             )
-        )
-        search_job = search_name(workflow, generation)
-    searching = workflow_condition(
-        WorkflowConditionType.SEARCH_SUCCEEDED, "Unknown", "Searching", message, generation
-    )
-    conditions = set_condition(conditions, searching, now)
+        else:
+            resumed = ledger_facts(state)
+            message = (
+                f"generation {generation}: searching {space_size} configurations for accuracy >= "
+                f"{spec.evaluation.tau:g} (budgets {_budgets_text(spec)})"
+                + (
+                    f", {resumed} recorded batches carried over from generation {origin['ledger']}"
+                    if resumed and origin["ledger"] is not None
+                    else ""
+                )
+            )
+            search_job = search_name(workflow, generation)
+        phase, event = Phase.SEARCHING, Event("Normal", "SearchStarted", message)
+        started = [(WorkflowConditionType.SEARCH_SUCCEEDED, "Unknown", "Searching")]
+    valid = f"{space_size} configurations in the space"
+    conditions = [
+        workflow_condition(WorkflowConditionType.SPEC_VALID, "True", "Valid", valid, generation),
+        *(workflow_condition(*each, message, generation) for each in started),
+    ]
     status = previous.model_copy(
         update={
-            **update,
-            "phase": Phase.SEARCHING,
+            "observed_generation": generation,
+            "ledger_config_map": search_name(workflow, generation),
+            "profiling_job": None,
+            "planned_policy": None,
+            "start_time": now,
+            "completion_time": None,
+            **state_counts(state),
+            "phase": phase,
             "search_job": search_job,
-            "conditions": conditions,
+            "conditions": set_conditions([], conditions, now),
         }
     )
-    return summarized(status, generation, now), Event("Normal", "SearchStarted", message)
+    return summarized(status, generation, now), event
 
 
 def _budgets_text(spec: CompoundWorkflowSpec) -> str:
     """The search's schedule for a status message."""
     evaluation = spec.evaluation
     budgets = None if evaluation.budgets is None else tuple(evaluation.budgets)
-    method = IntervalMethod(evaluation.interval.value)
-    return describe_schedule(budgets, method, evaluation.dataset.size)
+    return describe_schedule(budgets, evaluation.interval, evaluation.dataset.size)
 
 
 # ---------------------------------------------------------------------------- metrics

@@ -28,6 +28,7 @@ from compass.controllers.conditions import Event, find_condition, one_line, set_
 from compass.controllers.workflow_plan import PlanOutcome, plan_policy, review_command
 from compass.controllers.workflow_state import (
     feasible_set_empty_message,
+    job_text,
     seed_origin,
     state_counts,
     state_json,
@@ -357,7 +358,7 @@ def profile_progress_message(progress: Mapping[str, Any]) -> str | None:
     """The profiling Job's progress (profile-progress.json) as a condition message; None: done."""
     phase = progress.get("phase")
     if phase == "stopped":
-        return _short(progress.get("message")) or "profiling stopped at its time bound"
+        return job_text(progress.get("message"), 400) or "profiling stopped at its time bound"
     if phase not in ("latency", "capacity"):
         return None
     what = "latency" if phase == "latency" else "capacity curves"
@@ -366,13 +367,8 @@ def profile_progress_message(progress: Mapping[str, Any]) -> str | None:
     timing = "" if elapsed is None else f"; {elapsed} s" + (f" of {bound} s" if bound else "")
     return (
         f"measuring {what}: {progress.get('done', 0)} of {progress.get('total', '?')} on "
-        f"{progress.get('pods', '?')} pod(s), {_short(progress.get('rate')) or '--'}{timing}"
+        f"{progress.get('pods', '?')} pod(s), {job_text(progress.get('rate'), 400) or '--'}{timing}"
     )
-
-
-def _short(value: object) -> str | None:
-    """A text the Job wrote, bounded (the state is the Job's to write, not ours)."""
-    return value[:400] if isinstance(value, str) else None
 
 
 def curve_progress_message(progress: Mapping[str, Any]) -> str:
