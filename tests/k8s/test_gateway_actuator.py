@@ -149,8 +149,13 @@ def test_a_policy_moves_the_rewrites_weights_with_the_load_and_leaves_them_when_
     # The load gone: back to the large model after the cooldown.
     VllmMetrics.waiting = 0
     wait_weights(custom, namespace, "chat", {"qwen-large": 1000.0}, 15)
-    status = policies.status("gw")
-    assert status["active"]["name"] == names[1]
+    # The status is written just after the rewrite: wait for it rather than read between the two.
+    status = wait_for(
+        lambda: (s := policies.status("gw"))["active"]["name"] == names[1] and s,
+        10,
+        f"status.active to be {names[1]}",
+        0.1,
+    )
     assert condition(status, "Ready")["status"] == "True"
     # Deleted: nothing deletes the rewrite, and its weights stay as the policy left them.
     policies.delete_all()

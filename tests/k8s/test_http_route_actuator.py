@@ -177,9 +177,14 @@ def test_a_policy_moves_the_routes_pool_weights_and_leaves_its_parents_alone(
     wait_weights(custom, namespace, "chat", {"qwen-small-pool": 1000.0}, 10)
     VllmMetrics.waiting = 0
     wait_weights(custom, namespace, "chat", {"qwen-large-pool": 1000.0}, 15)
-    status = policies.status("gw")
     large = compile_policy(policies.get("gw")["spec"], generation=None).plan.names[1]
-    assert status["active"]["name"] == large
+    # The status is written just after the route: wait for it rather than read between the two.
+    status = wait_for(
+        lambda: (s := policies.status("gw"))["active"]["name"] == large and s,
+        10,
+        f"status.active to be {large}",
+        0.1,
+    )
     assert condition(status, "Ready")["status"] == "True"
     # Deleted: nothing deletes the route, its weights and parents stay.
     policies.delete_all()
