@@ -119,46 +119,23 @@ class RouterFleet:
         self.cleared: set[str] = set()
         # Reports shared within a tick with every fleet asking the same pod (SharedReads).
         self.shared: SharedReads | None = None
-        self._admission: Mapping[str, Any] | None = None
-        self._binding: Mapping[str, Any] | None = None
-        # The tables' digest, once per pair of tables (a policy sets the same two every tick).
-        self._digest: str | None = None
+        # The admission and late-binding tables each switch sends every pod (None: off).
+        self.admission: Mapping[str, Any] | None = None
+        self.binding: Mapping[str, Any] | None = None
+        # The tables last digested and their digest (a policy sets the same two every tick).
+        self._digested: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None, str] | None = None
         self.update(endpoints)
-
-    @property
-    def admission(self) -> Mapping[str, Any] | None:
-        """The admission table every pod's router gets with each switch (None: off)."""
-        return self._admission
-
-    @admission.setter
-    def admission(self, table: Mapping[str, Any] | None) -> None:
-        if table is self._admission:
-            return
-        self._admission, self._digest = table, None
-        for router in self.routers.values():
-            router.admission = table
-
-    @property
-    def binding(self) -> Mapping[str, Any] | None:
-        """The late-binding table every pod's router gets with each switch (None: off)."""
-        return self._binding
-
-    @binding.setter
-    def binding(self, table: Mapping[str, Any] | None) -> None:
-        if table is self._binding:
-            return
-        self._binding, self._digest = table, None
-        for router in self.routers.values():
-            router.binding = table
 
     def tables_digest(self) -> str:
         """The digest of the tables every switch sends, as a router reports what it holds."""
-        if self._digest is None:
-            self._digest = tables_digest(
-                None if self._admission is None else dict(self._admission),
-                None if self._binding is None else dict(self._binding),
+        held = self._digested
+        if held is None or held[0] is not self.admission or held[1] is not self.binding:
+            digest = tables_digest(
+                None if self.admission is None else dict(self.admission),
+                None if self.binding is None else dict(self.binding),
             )
-        return self._digest
+            held = self._digested = (self.admission, self.binding, digest)
+        return held[2]
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
@@ -180,8 +157,6 @@ class RouterFleet:
                 backoff_s=self.backoff_s,
                 tls=self.tls,
             )
-            self.routers[endpoint].admission = self._admission
-            self.routers[endpoint].binding = self._binding
 
     def use_tls(self, tls: GrpcTls | None) -> None:
         """Reconnect every pod's client with this TLS (a Secret that changed)."""
@@ -234,7 +209,8 @@ class RouterFleet:
         reported = self.reported if self._fresh else {}
         cleared = set(self.cleared)
         digest = self.tables_digest()
-        sends_tables = self._admission is not None or self._binding is not None
+        admission, binding = self.admission, self.binding
+        sends_tables = admission is not None or binding is not None
 
         def settled(pod: str) -> bool:
             """The pod serves this and holds its tables (no digest: none was ever sent)."""
@@ -250,6 +226,7 @@ class RouterFleet:
                 return PodSwitch(endpoint.name, None, 0.0, error=self.silent[endpoint.name])
             if settled(endpoint.name):
                 return PodSwitch(endpoint.name, wanted, 0.0)  # serves it: nothing to send
+            router.admission, router.binding = admission, binding
             try:
                 report = router.switch(config, blend, weight)
             except RoutingError as error:
