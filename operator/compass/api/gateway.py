@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from compass.api.meta import DNS_SUBDOMAIN_PATTERN, MAX_NAME_LENGTH, CamelModel
+from compass.api.meta import MAX_NAME_LENGTH, CamelModel, DnsSubdomain
 
 # llm-d's InferenceModelRewrite (the endpoint picker reads it and draws a target per request).
 REWRITE_GROUP = "llm-d.ai"
@@ -43,9 +43,7 @@ class ActuatorType(StrEnum):
 class PoolReference(CamelModel):
     """The InferencePool the rewrite applies to (InferenceModelRewrite spec.poolRef)."""
 
-    name: str = Field(
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_SUBDOMAIN_PATTERN,
+    name: DnsSubdomain = Field(
         description="The InferencePool's name, in the policy's namespace.",
     )
     group: str | None = Field(
@@ -60,9 +58,7 @@ class ModelRewriteTarget(CamelModel):
     """The InferenceModelRewrite the policy writes: one rule matching the clients' model name,
     whose targets are the front members the policy's mix serves, weighted by their shares."""
 
-    name: str = Field(
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_SUBDOMAIN_PATTERN,
+    name: DnsSubdomain = Field(
         description="The InferenceModelRewrite's name, in the policy's namespace (created if "
         "missing; left in place, with its last weights, when the policy is deleted).",
     )
@@ -86,9 +82,7 @@ class HttpRouteTarget(CamelModel):
     """The HTTPRoute the policy writes: its rules, one rule whose backendRefs are the
     InferencePools of the front members its mix serves, weighted by their shares."""
 
-    name: str = Field(
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_SUBDOMAIN_PATTERN,
+    name: DnsSubdomain = Field(
         description="The HTTPRoute's name, in the policy's namespace. The policy owns its "
         "spec.rules (one rule, no matches: every request of the route) and nothing else: give "
         "the route its parentRefs yourself. Left in place, with its last weights, when the "

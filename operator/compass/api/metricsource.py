@@ -13,10 +13,10 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from compass.api.meta import (
-    DNS_SUBDOMAIN_PATTERN,
     MAX_NAME_LENGTH,
     MAX_QUERY_LENGTH,
     CamelModel,
+    DnsSubdomain,
 )
 from compass.api.rules import CelRule, cel_rules
 from compass.api.urls import MAX_URL_LENGTH, URL_PATTERN, cel_matches, url_problem
@@ -33,8 +33,6 @@ class MetricsSourceType(StrEnum):
 
 # A Secret's data key (Kubernetes' own rule for them).
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
-# A DNS subdomain: a Secret's name.
-SECRET_NAME_PATTERN = DNS_SUBDOMAIN_PATTERN
 # Extra request headers: a few short ones (a tenant ID, an API version), never a credential.
 MAX_HEADERS = 16
 MAX_HEADER_NAME_LENGTH = 128
@@ -70,11 +68,8 @@ def _secret_key(default: str | None, what: str) -> Any:
 class SecretReference(CamelModel):
     """A Secret in the policy's own namespace."""
 
-    name: str = Field(
-        min_length=1,
-        max_length=MAX_NAME_LENGTH,
-        pattern=SECRET_NAME_PATTERN,
-        description="The Secret's name; it must be in the policy's namespace.",
+    name: DnsSubdomain = Field(
+        min_length=1, description="The Secret's name; it must be in the policy's namespace."
     )
 
 
@@ -140,10 +135,8 @@ class TritonTls(CamelModel):
     )
     cert_key: str | None = _secret_key(None, "the PEM client certificate (mutual TLS)")
     key_key: str | None = _secret_key(None, "the PEM client private key (mutual TLS)")
-    server_name: str | None = Field(
+    server_name: DnsSubdomain | None = Field(
         default=None,
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_SUBDOMAIN_PATTERN,
         description="The name Triton's certificate carries, where it is not the address dialled "
         "(pods are dialled by IP: give the Service's DNS name its certificate names).",
     )
