@@ -300,15 +300,27 @@ class PrometheusQueueDepth:
         return value
 
     def _evaluate(self, query: str) -> float:
-        """Evaluate a query now."""
+        """Evaluate a query now: its one sample's value."""
         result = self._result(query)
+        if not result:
+            raise MetricsUnavailableError(
+                f"{self._where(query)}: no series (is Prometheus scraping Triton's metrics port, "
+                f"and is the model name right?)"
+            )
+        if len(result) > 1:
+            raise MetricsUnavailableError(
+                f"{self._where(query)}: {len(result)} series; aggregate them, e.g. sum(...)"
+            )
         try:
-            return self._one_number(query, result)
+            value = float(result[0]["value"][1])
         except (KeyError, IndexError, TypeError, ValueError) as error:
             LOG.warning("%s: unreadable result: %s", self._where(query), excerpt(repr(result)))
             raise MetricsUnavailableError(
                 f"{self._where(query)}: the answer holds no readable sample"
             ) from error
+        if math.isnan(value):
+            raise MetricsUnavailableError(f"{self._where(query)}: the query returned NaN")
+        return value
 
     def _evaluate_series(self, query: str) -> list[tuple[dict[str, str], float]]:
         """Evaluate a query now: each series' labels and value (NaN left out)."""
@@ -341,22 +353,6 @@ class PrometheusQueueDepth:
         if not isinstance(result, list):
             raise MetricsUnavailableError(f"{where}: the answer holds no readable sample")
         return result
-
-    def _one_number(self, query: str, result: list[dict[str, Any]]) -> float:
-        """The one sample's value of a query's result."""
-        if not result:
-            raise MetricsUnavailableError(
-                f"{self._where(query)}: no series (is Prometheus scraping Triton's metrics port, "
-                f"and is the model name right?)"
-            )
-        if len(result) > 1:
-            raise MetricsUnavailableError(
-                f"{self._where(query)}: {len(result)} series; aggregate them, e.g. sum(...)"
-            )
-        value = float(result[0]["value"][1])
-        if math.isnan(value):
-            raise MetricsUnavailableError(f"{self._where(query)}: the query returned NaN")
-        return value
 
     def _where(self, query: str) -> str:
         return f"Prometheus {self.url} query {query}"
