@@ -496,24 +496,12 @@ class CheckpointedEvaluator:
             values = self.checkpoint.ledger.lookup(config, sample_indices)
         unknown = np.isnan(values)
         if unknown.any():
+            asked = np.asarray(sample_indices, dtype=np.int64)[unknown].tolist()
             # dict.fromkeys: first-seen order, each index once even if requested twice.
-            missing = list(
-                dict.fromkeys(int(i) for i, u in zip(sample_indices, unknown, strict=True) if u)
-            )
-            fresh = dict(
-                zip(
-                    missing,
-                    _checked_scores(self.inner.evaluate(config, missing), len(missing)),
-                    strict=True,
-                )
-            )
-            values = np.array(
-                [
-                    fresh[int(i)] if u else v
-                    for i, u, v in zip(sample_indices, unknown, values, strict=True)
-                ],
-                dtype=np.float64,
-            )
+            missing = list(dict.fromkeys(asked))
+            scores = _checked_scores(self.inner.evaluate(config, missing), len(missing))
+            fresh = dict(zip(missing, scores, strict=True))
+            values[unknown] = [fresh[index] for index in asked]
         with self.lock:
             self.reused += int(np.count_nonzero(~unknown))
         return cast(list[float], values.tolist())
