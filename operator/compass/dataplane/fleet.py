@@ -288,28 +288,26 @@ class FleetQueueDepth:
 
     def read(self) -> MetricsReading:
         """Scrape every pod; pods that cannot be read are left out (all of them: an error)."""
-        endpoints = [e for e in self.endpoints() if e.metrics_url]
-        if not endpoints:
+        pods = [(e.name, e.metrics_url) for e in self.endpoints() if e.metrics_url]
+        if not pods:
             raise MetricsUnavailableError(f"no pod with a metrics URL for {self.model}")
 
         with self.lock:
             scrapers = {
-                (e.name, e.metrics_url): self.scrapers.get((e.name, e.metrics_url))
+                pod: self.scrapers.get(pod)
                 or TritonQueueDepth(
-                    e.metrics_url,
+                    pod[1],
                     self.model,
                     timeout_s=self.timeout_s,
                     auth=self.auth,
                     shared=self.shared,
                 )
-                for e in endpoints
-                if e.metrics_url
+                for pod in pods
             }
             self.scrapers = scrapers
 
-        def scrape(endpoint: Endpoint) -> MetricsReading | str:
-            assert endpoint.metrics_url is not None
-            source = scrapers[endpoint.name, endpoint.metrics_url]
+        def scrape(pod: tuple[str, str]) -> MetricsReading | str:
+            source = scrapers[pod]
             try:
                 return source.read()
             except MetricsUnavailableError as error:
@@ -317,10 +315,10 @@ class FleetQueueDepth:
                 return str(error)
 
         rejected: list[bool] = []
-        results = _parallel([partial(scrape, e) for e in endpoints])
+        results = _parallel([partial(scrape, pod) for pod in pods])
         self.auth_rejected = any(rejected)
         readings = {
-            e.name: r for e, r in zip(endpoints, results, strict=True) if not isinstance(r, str)
+            name: r for (name, _), r in zip(pods, results, strict=True) if not isinstance(r, str)
         }
         if not readings:
             raise MetricsUnavailableError("; ".join(str(r) for r in results))
