@@ -52,6 +52,9 @@ RESERVED_HEADERS = (
     "connection",
 )
 _RESERVED_HEADER_RE = f"(?i)^({'|'.join(RESERVED_HEADERS)})$"
+# Mutual TLS: a client certificate comes with its key (the same rule for pydantic and CEL).
+_CLIENT_PAIR = "give both tls.certKey and tls.keyKey (mutual TLS), or neither"
+_CLIENT_PAIR_RULE = CelRule(rule="has(self.certKey) == has(self.keyKey)", message=_CLIENT_PAIR)
 
 
 def _secret_key(default: str | None, what: str) -> Any:
@@ -89,12 +92,7 @@ class BasicAuthentication(CamelModel):
 class MetricsTls(CamelModel):
     """Whom to trust over https, and an optional client certificate (mutual TLS)."""
 
-    model_config = cel_rules(
-        CelRule(
-            rule="has(self.certKey) == has(self.keyKey)",
-            message="give both tls.certKey and tls.keyKey (mutual TLS), or neither",
-        )
-    )
+    model_config = cel_rules(_CLIENT_PAIR_RULE)
 
     ca_key: str = _secret_key(
         "ca.crt", "the PEM CA bundle the server's certificate is verified against"
@@ -110,7 +108,7 @@ class MetricsTls(CamelModel):
     @model_validator(mode="after")
     def _pair(self) -> MetricsTls:
         if (self.cert_key is None) != (self.key_key is None):
-            raise ValueError("give both tls.certKey and tls.keyKey (mutual TLS), or neither")
+            raise ValueError(_CLIENT_PAIR)
         return self
 
 
@@ -119,12 +117,7 @@ class TritonTls(CamelModel):
     TLS a client certificate and key, from a Secret of the resource's namespace labelled
     compass.io/metrics-credentials=true."""
 
-    model_config = cel_rules(
-        CelRule(
-            rule="has(self.certKey) == has(self.keyKey)",
-            message="give both tls.certKey and tls.keyKey (mutual TLS), or neither",
-        )
-    )
+    model_config = cel_rules(_CLIENT_PAIR_RULE)
 
     secret_ref: SecretReference = Field(
         description="The Secret with the CA (and the client pair); it must carry the label "
@@ -144,7 +137,7 @@ class TritonTls(CamelModel):
     @model_validator(mode="after")
     def _pair(self) -> TritonTls:
         if (self.cert_key is None) != (self.key_key is None):
-            raise ValueError("give both tls.certKey and tls.keyKey (mutual TLS), or neither")
+            raise ValueError(_CLIENT_PAIR)
         return self
 
 
