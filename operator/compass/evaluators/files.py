@@ -40,15 +40,9 @@ def describe_size(size: int) -> str:
 
 def read_regular(path: Path, limit: int) -> bytes:
     """A regular file's bytes (at most ``limit``), opened without blocking (a FIFO would hang)."""
+    fd = None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise UnsafeFileError(f"{path}: no such file", "check the path") from None
-    except OSError as exc:
-        raise UnsafeFileError(
-            f"{path}: cannot read it ({exc.strerror})", "check the path"
-        ) from None
-    try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UnsafeFileError(f"{path} is {_kind(info.st_mode)}", "give a regular file")
@@ -72,12 +66,15 @@ def read_regular(path: Path, limit: int) -> bytes:
         return b"".join(chunks)
     except UnsafeFileError:
         raise
+    except FileNotFoundError:  # only the open: the rest reads its descriptor
+        raise UnsafeFileError(f"{path}: no such file", "check the path") from None
     except OSError as exc:
         raise UnsafeFileError(
             f"{path}: cannot read it ({exc.strerror})", "check the path"
         ) from None
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
