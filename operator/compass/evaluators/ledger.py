@@ -346,11 +346,10 @@ class CheckpointLedger:
                 self.set_aside = len(data) - intact
             with self.path.open("r+b") as f:
                 f.truncate(intact)
-                if intact:
-                    f.seek(intact - 1)
-                    # A hand-written last line may lack its newline: the next must not glue on.
-                    if f.read(1) != b"\n":
-                        f.write(b"\n")
+                # A hand-written last line may lack its newline: the next must not glue on.
+                if intact and data[intact - 1 : intact] != b"\n":
+                    f.seek(intact)
+                    f.write(b"\n")
                 f.flush()
                 os.fsync(f.fileno())
         else:
