@@ -18,6 +18,7 @@ from compass.api.meta import (
     MAX_NAMESPACE_LENGTH,
     CamelModel,
     ShortText,
+    Timestamp,
 )
 from compass.api.metricsource import TritonTls
 from compass.api.paretopolicy import ServingSettings, SloSpec
@@ -525,15 +526,11 @@ class CompoundWorkflowStatus(CamelModel):
         "Profiled, PolicyReady, ...",
         json_schema_extra=CONDITIONS_SCHEMA,
     )
-    start_time: str | None = Field(
-        default=None,
-        description="When the operator started the current generation (RFC 3339).",
-        json_schema_extra={"format": "date-time"},
+    start_time: Timestamp = Field(
+        default=None, description="When the operator started the current generation (RFC 3339)."
     )
-    completion_time: str | None = Field(
-        default=None,
-        description="When the current generation became Ready or Failed (RFC 3339).",
-        json_schema_extra={"format": "date-time"},
+    completion_time: Timestamp = Field(
+        default=None, description="When the current generation became Ready or Failed (RFC 3339)."
     )
     observed_generation: int | None = Field(
         default=None, description="The spec generation the status describes."

@@ -35,6 +35,8 @@ MAX_TOLERATIONS = 32
 ShortText = Annotated[str, Field(max_length=MAX_NAME_LENGTH)]
 # A Kubernetes object's name, or a host name: a DNS subdomain.
 DnsSubdomain = Annotated[str, Field(max_length=MAX_NAME_LENGTH, pattern=DNS_SUBDOMAIN_PATTERN)]
+# A time as RFC 3339 text, where one may be unset.
+Timestamp = Annotated[str | None, Field(json_schema_extra={"format": "date-time"})]
 
 
 class CamelModel(BaseModel):
