@@ -77,20 +77,11 @@ def read_regular(path: Path, limit: int) -> bytes:
             os.close(fd)
 
 
-def identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
-    """(device, inode) of the file a path names (links followed), or None if there is none."""
-    try:
-        info = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return info.st_dev, info.st_ino
-
-
 def same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> bool:
     """Whether two paths name one file: the same device and inode, or the same resolved path."""
-    found = identity(first)
-    if found is not None and found == identity(second):
-        return True
+    with contextlib.suppress(OSError, ValueError):  # one of them does not exist (yet)
+        if os.path.samefile(first, second):
+            return True
     return Path(first).resolve() == Path(second).resolve()
 
 
