@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import urlencode
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
@@ -31,6 +31,7 @@ from compass_rules.protocol import (
 )
 
 LOG = logging.getLogger(__name__)
+Answer = TypeVar("Answer")
 # The router's counters read for status.served, apart from the queue's reading.
 ROUTER_COUNTERS = (
     SERVED_METRIC,
@@ -172,11 +173,11 @@ class _SharedAnswer:
 def shared_read(
     shared: SharedReads | None,
     key: tuple[Any, ...],
-    read: Callable[[], Any],
+    read: Callable[[], Answer],
     errors: tuple[type[Exception], ...] = (),
-) -> Any:
+) -> Answer:
     """``read()``, shared within the round when there is a SharedReads."""
-    return read() if shared is None else shared.once(key, read, errors)
+    return read() if shared is None else cast(Answer, shared.once(key, read, errors))
 
 
 class QueueDepthSource(Protocol):
@@ -285,10 +286,7 @@ class PrometheusQueueDepth:
     def _vector(self, query: str) -> list[tuple[dict[str, str], float]]:
         """Evaluate a query's series (labels, value), once a round as _scalar is; NaN dropped."""
         key = ("prometheus-vector", self.url, query, self.timeout_s, self.http.auth)
-        series: list[tuple[dict[str, str], float]] = shared_read(
-            self.shared, key, lambda: self._evaluate_series(query)
-        )
-        return series
+        return shared_read(self.shared, key, lambda: self._evaluate_series(query))
 
     def _count(self, query: str, what: str, high: float) -> float:
         return checked_count(self._scalar(query), what, self._where(query), high)
@@ -296,8 +294,7 @@ class PrometheusQueueDepth:
     def _scalar(self, query: str) -> float:
         """Evaluate a query that must return one number (once a round)."""
         key = ("prometheus", self.url, query, self.timeout_s, self.http.auth)
-        value: float = shared_read(self.shared, key, lambda: self._evaluate(query))
-        return value
+        return shared_read(self.shared, key, lambda: self._evaluate(query))
 
     def _evaluate(self, query: str) -> float:
         """Evaluate a query now: its one sample's value."""
