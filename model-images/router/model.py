@@ -468,10 +468,8 @@ class TritonPythonModel:
         if table is None:
             _remove(path)
             return
-        try:
-            with open(path, encoding="utf-8") as handle:
-                if held(json.load(handle)) == table:
-                    return
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        current = _read_json(path, dict)
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            if current is not None and held(current) == table:
+                return
         write_state(path, table)

@@ -64,37 +64,33 @@ def write_state(path, state, exclusive=False):
             os.unlink(temporary)
 
 
-def read_state(path):
-    """The routing state in a state file (keys canonical); raises if absent or unreadable."""
-    with open(path, encoding="utf-8") as handle:
-        data = json.load(handle)
+def _canonical_state(data):
+    """A state file's routing state with its keys canonical; raises if it is none."""
     state = {"config": config_key(json.loads(data["config"]))}
     if data.get("blend"):
         state.update(blend=config_key(json.loads(data["blend"])), weight=float(data["weight"]))
     return state
 
 
+def read_state(path):
+    """The routing state in a state file (keys canonical); raises if absent or unreadable."""
+    with open(path, encoding="utf-8") as handle:
+        return _canonical_state(json.load(handle))
+
+
 class ActiveConfig:
-    """The routing as the state file says, reread only when the file changed."""
+    """The routing as the state file says (the default until there is one), reread when changed."""
 
     def __init__(self, path, default_key):
-        self.path = path
+        self.file = TableFile(path, _canonical_state)
         self.state = {"config": default_key}
         self.dealer = None
-        self.stamp = None
 
     def current(self):
         """Canonical key of the configuration that serves the next request."""
-        stamp = _stamp(self.path)
-        if stamp is not None and stamp != self.stamp:
-            try:
-                state = read_state(self.path)
-            except (OSError, ValueError, KeyError, TypeError):
-                state = None  # mid-replace or damaged: keep the last good one, read again next time
-            if state is not None:
-                self.stamp = stamp
-                if state != self.state:
-                    self.state, self.dealer = state, None
+        state = self.file.current()
+        if state is not None and state != self.state:
+            self.state, self.dealer = state, None
         if not self.state.get("blend"):
             return self.state["config"]
         if self.dealer is None:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from compass.api.meta import CamelModel
+from compass.api.meta import CamelModel, ShortText
 from compass.api.rules import CelRule, cel_rules
 from compass.domain.profiles import MAX_COMPONENTS
 from compass.domain.space import MAX_PARAMETERS
@@ -97,10 +97,9 @@ class BindingStage(CamelModel):
         ),
     )
 
-    component: str | None = Field(
+    component: ShortText | None = Field(
         default=None,
         min_length=1,
-        max_length=253,
         description="The component model the pipeline calls at this stage.",
     )
     components: list[Annotated[str, Field(min_length=1, max_length=253)]] | None = Field(

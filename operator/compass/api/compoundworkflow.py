@@ -17,6 +17,8 @@ from compass.api.meta import (
     MAX_NAME_LENGTH,
     MAX_NAMESPACE_LENGTH,
     CamelModel,
+    ShortText,
+    Timestamp,
 )
 from compass.api.metricsource import TritonTls
 from compass.api.paretopolicy import ServingSettings, SloSpec
@@ -43,11 +45,8 @@ DATASET_DIR = "/var/run/compass/dataset"
 class ConfigMapDataset(CamelModel):
     """A dataset stored in a ConfigMap key."""
 
-    name: str = Field(
-        max_length=MAX_NAME_LENGTH, description="Name of the ConfigMap in the workflow's namespace."
-    )
-    key: str = Field(
-        max_length=MAX_NAME_LENGTH,
+    name: ShortText = Field(description="Name of the ConfigMap in the workflow's namespace.")
+    key: ShortText = Field(
         pattern=r"^[-._a-zA-Z0-9]+$",
         description=f"Key holding the dataset (JSON Lines, one sample a line); mounted as "
         f"{DATASET_DIR}/KEY in the search Job.",
@@ -65,8 +64,7 @@ class VolumeDataset(CamelModel):
         )
     )
 
-    claim_name: str = Field(
-        max_length=MAX_NAME_LENGTH,
+    claim_name: ShortText = Field(
         description=f"Name of the PersistentVolumeClaim, mounted read-only at {DATASET_DIR} in "
         "the search Job.",
     )
@@ -174,9 +172,8 @@ class EvaluatorSpec(CamelModel):
         description="For type command: the command and its arguments, run in the search Job's "
         "image (spec.search.image); it reads the dataset at $COMPASS_DATASET.",
     )
-    replay_config_map: str | None = Field(
+    replay_config_map: ShortText | None = Field(
         default=None,
-        max_length=MAX_NAME_LENGTH,
         description="For type replay: ConfigMap whose key 'ledger.jsonl' (or gzip ledger chunks, "
         "as a search's state keeps them) holds the recorded scores (an object name, at most "
         f"{MAX_NAME_LENGTH} characters).",
@@ -416,9 +413,7 @@ class Profiling(JobPod):
 class TritonEndpoint(CamelModel):
     """The Triton server that serves the workflow."""
 
-    service: str = Field(
-        max_length=MAX_NAME_LENGTH, description="Service name (or host) of Triton."
-    )
+    service: ShortText = Field(description="Service name (or host) of Triton.")
     namespace: str | None = Field(
         default=None,
         max_length=MAX_NAMESPACE_LENGTH,
@@ -427,14 +422,12 @@ class TritonEndpoint(CamelModel):
     grpc_port: Annotated[int, Field(ge=1, le=65535, description="gRPC port.")] = 8001
     http_port: Annotated[int, Field(ge=1, le=65535, description="HTTP port.")] = 8000
     metrics_port: Annotated[int, Field(ge=1, le=65535, description="Metrics port.")] = 8002
-    router_model: str = Field(
+    router_model: ShortText = Field(
         default=DEFAULT_ROUTER_MODEL,
-        max_length=MAX_NAME_LENGTH,
         description="Name of the router model.",
     )
-    evaluation_service: str | None = Field(
+    evaluation_service: ShortText | None = Field(
         default=None,
-        max_length=MAX_NAME_LENGTH,
         description="Service name (or host) the search and profiling Jobs send to instead of "
         "service: a staging set of Triton pods with the same router model, ports and TLS, so "
         "that measuring loads no pod that serves. The generated ParetoPolicy still routes "
@@ -533,15 +526,11 @@ class CompoundWorkflowStatus(CamelModel):
         "Profiled, PolicyReady, ...",
         json_schema_extra=CONDITIONS_SCHEMA,
     )
-    start_time: str | None = Field(
-        default=None,
-        description="When the operator started the current generation (RFC 3339).",
-        json_schema_extra={"format": "date-time"},
+    start_time: Timestamp = Field(
+        default=None, description="When the operator started the current generation (RFC 3339)."
     )
-    completion_time: str | None = Field(
-        default=None,
-        description="When the current generation became Ready or Failed (RFC 3339).",
-        json_schema_extra={"format": "date-time"},
+    completion_time: Timestamp = Field(
+        default=None, description="When the current generation became Ready or Failed (RFC 3339)."
     )
     observed_generation: int | None = Field(
         default=None, description="The spec generation the status describes."

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
-from compass.api.meta import CamelModel
+from compass.api.meta import CamelModel, Timestamp
 
 # A condition message is one line that fits a `kubectl describe` screen; a Job's error line is
 # bounded the same, since the operator copies it into one.
@@ -30,10 +30,8 @@ class Condition(CamelModel):
     status: str = Field(description="True, False or Unknown.", pattern="^(True|False|Unknown)$")
     reason: str = Field(description="One CamelCase word for machines.")
     message: str = Field(default="", description="One line for people: what and what to do.")
-    last_transition_time: str | None = Field(
-        default=None,
-        description="When the status last changed (RFC 3339).",
-        json_schema_extra={"format": "date-time"},
+    last_transition_time: Timestamp = Field(
+        default=None, description="When the status last changed (RFC 3339)."
     )
     observed_generation: int | None = Field(
         default=None, description="The spec generation the condition describes."

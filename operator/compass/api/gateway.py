@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from compass.api.meta import DNS_SUBDOMAIN_PATTERN, MAX_NAME_LENGTH, CamelModel
+from compass.api.meta import CamelModel, DnsSubdomain, ShortText
 
 # llm-d's InferenceModelRewrite (the endpoint picker reads it and draws a target per request).
 REWRITE_GROUP = "llm-d.ai"
@@ -43,14 +43,11 @@ class ActuatorType(StrEnum):
 class PoolReference(CamelModel):
     """The InferencePool the rewrite applies to (InferenceModelRewrite spec.poolRef)."""
 
-    name: str = Field(
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_SUBDOMAIN_PATTERN,
+    name: DnsSubdomain = Field(
         description="The InferencePool's name, in the policy's namespace.",
     )
-    group: str | None = Field(
+    group: ShortText | None = Field(
         default=None,
-        max_length=MAX_NAME_LENGTH,
         description="The pool's API group (unset: llm-d's default, llm-d.ai; the Gateway API "
         "inference extension's pools are inference.networking.k8s.io).",
     )
@@ -60,23 +57,19 @@ class ModelRewriteTarget(CamelModel):
     """The InferenceModelRewrite the policy writes: one rule matching the clients' model name,
     whose targets are the front members the policy's mix serves, weighted by their shares."""
 
-    name: str = Field(
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_SUBDOMAIN_PATTERN,
+    name: DnsSubdomain = Field(
         description="The InferenceModelRewrite's name, in the policy's namespace (created if "
         "missing; left in place, with its last weights, when the policy is deleted).",
     )
     pool_ref: PoolReference = Field(description="The InferencePool it applies to.")
-    model: str = Field(
+    model: ShortText = Field(
         min_length=1,
-        max_length=MAX_NAME_LENGTH,
         description="The model name clients send (the rule's match); each request's model is "
         "rewritten to one front member's, drawn by weight.",
     )
-    parameter: str = Field(
+    parameter: ShortText = Field(
         default=DEFAULT_MODEL_PARAMETER,
         min_length=1,
-        max_length=MAX_NAME_LENGTH,
         description="The front configurations' parameter whose value is the model served "
         "(the target's modelRewrite): every front entry sets it, to a different model.",
     )
@@ -86,24 +79,20 @@ class HttpRouteTarget(CamelModel):
     """The HTTPRoute the policy writes: its rules, one rule whose backendRefs are the
     InferencePools of the front members its mix serves, weighted by their shares."""
 
-    name: str = Field(
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_SUBDOMAIN_PATTERN,
+    name: DnsSubdomain = Field(
         description="The HTTPRoute's name, in the policy's namespace. The policy owns its "
         "spec.rules (one rule, no matches: every request of the route) and nothing else: give "
         "the route its parentRefs yourself. Left in place, with its last weights, when the "
         "policy is deleted.",
     )
-    parameter: str = Field(
+    parameter: ShortText = Field(
         default=DEFAULT_POOL_PARAMETER,
         min_length=1,
-        max_length=MAX_NAME_LENGTH,
         description="The front configurations' parameter whose value is the InferencePool "
         "serving that member: every front entry sets it, to a different pool.",
     )
-    pool_group: str = Field(
+    pool_group: ShortText = Field(
         default=POOL_GROUP,
         min_length=1,
-        max_length=MAX_NAME_LENGTH,
         description="The pools' API group (inference.networking.k8s.io; llm-d's own is llm-d.ai).",
     )

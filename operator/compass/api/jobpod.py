@@ -15,11 +15,10 @@ from pydantic import (
 )
 
 from compass.api.meta import (
-    DNS_SUBDOMAIN_PATTERN,
     MAX_MAP_ENTRIES,
-    MAX_NAME_LENGTH,
     MAX_TOLERATIONS,
     CamelModel,
+    DnsSubdomain,
     ShortText,
 )
 
@@ -132,12 +131,7 @@ class Resources(CamelModel):
 class LocalObjectReference(CamelModel):
     """An object of the workflow's namespace, by name."""
 
-    name: str = Field(
-        min_length=1,
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_SUBDOMAIN_PATTERN,
-        description="Name of the object.",
-    )
+    name: DnsSubdomain = Field(min_length=1, description="Name of the object.")
 
 
 class JobPod(CamelModel):
@@ -160,17 +154,11 @@ class JobPod(CamelModel):
         "podAntiAffinity); the API server checks the rest when it creates the Job (at most "
         f"{MAX_AFFINITY_CHARS:,} characters as JSON).",
     )
-    priority_class_name: str | None = Field(
-        default=None,
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_SUBDOMAIN_PATTERN,
-        description="PriorityClass of the pod.",
+    priority_class_name: DnsSubdomain | None = Field(
+        default=None, description="PriorityClass of the pod."
     )
-    runtime_class_name: str | None = Field(
-        default=None,
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_SUBDOMAIN_PATTERN,
-        description="RuntimeClass of the pod.",
+    runtime_class_name: DnsSubdomain | None = Field(
+        default=None, description="RuntimeClass of the pod."
     )
     image_pull_secrets: list[LocalObjectReference] = Field(
         default_factory=list,

@@ -31,8 +31,12 @@ MAX_ARGS = 128
 MAX_ARG_LENGTH = 4096
 MAX_MAP_ENTRIES = 64  # node selectors, resource maps
 MAX_TOLERATIONS = 32
-# A key, label value, taint or quantity: a short string.
+# A name, key, label value, taint or quantity: a short string.
 ShortText = Annotated[str, Field(max_length=MAX_NAME_LENGTH)]
+# A Kubernetes object's name, or a host name: a DNS subdomain.
+DnsSubdomain = Annotated[str, Field(max_length=MAX_NAME_LENGTH, pattern=DNS_SUBDOMAIN_PATTERN)]
+# A time as RFC 3339 text, where one may be unset.
+Timestamp = Annotated[str | None, Field(json_schema_extra={"format": "date-time"})]
 
 
 class CamelModel(BaseModel):

@@ -13,10 +13,10 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from compass.api.meta import (
-    DNS_SUBDOMAIN_PATTERN,
     MAX_NAME_LENGTH,
     MAX_QUERY_LENGTH,
     CamelModel,
+    DnsSubdomain,
 )
 from compass.api.rules import CelRule, cel_rules
 from compass.api.urls import MAX_URL_LENGTH, URL_PATTERN, cel_matches, url_problem
@@ -33,8 +33,6 @@ class MetricsSourceType(StrEnum):
 
 # A Secret's data key (Kubernetes' own rule for them).
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
-# A DNS subdomain: a Secret's name.
-SECRET_NAME_PATTERN = DNS_SUBDOMAIN_PATTERN
 # Extra request headers: a few short ones (a tenant ID, an API version), never a credential.
 MAX_HEADERS = 16
 MAX_HEADER_NAME_LENGTH = 128
@@ -54,6 +52,9 @@ RESERVED_HEADERS = (
     "connection",
 )
 _RESERVED_HEADER_RE = f"(?i)^({'|'.join(RESERVED_HEADERS)})$"
+# Mutual TLS: a client certificate comes with its key (the same rule for pydantic and CEL).
+_CLIENT_PAIR = "give both tls.certKey and tls.keyKey (mutual TLS), or neither"
+_CLIENT_PAIR_RULE = CelRule(rule="has(self.certKey) == has(self.keyKey)", message=_CLIENT_PAIR)
 
 
 def _secret_key(default: str | None, what: str) -> Any:
@@ -70,11 +71,8 @@ def _secret_key(default: str | None, what: str) -> Any:
 class SecretReference(CamelModel):
     """A Secret in the policy's own namespace."""
 
-    name: str = Field(
-        min_length=1,
-        max_length=MAX_NAME_LENGTH,
-        pattern=SECRET_NAME_PATTERN,
-        description="The Secret's name; it must be in the policy's namespace.",
+    name: DnsSubdomain = Field(
+        min_length=1, description="The Secret's name; it must be in the policy's namespace."
     )
 
 
@@ -94,12 +92,7 @@ class BasicAuthentication(CamelModel):
 class MetricsTls(CamelModel):
     """Whom to trust over https, and an optional client certificate (mutual TLS)."""
 
-    model_config = cel_rules(
-        CelRule(
-            rule="has(self.certKey) == has(self.keyKey)",
-            message="give both tls.certKey and tls.keyKey (mutual TLS), or neither",
-        )
-    )
+    model_config = cel_rules(_CLIENT_PAIR_RULE)
 
     ca_key: str = _secret_key(
         "ca.crt", "the PEM CA bundle the server's certificate is verified against"
@@ -115,7 +108,7 @@ class MetricsTls(CamelModel):
     @model_validator(mode="after")
     def _pair(self) -> MetricsTls:
         if (self.cert_key is None) != (self.key_key is None):
-            raise ValueError("give both tls.certKey and tls.keyKey (mutual TLS), or neither")
+            raise ValueError(_CLIENT_PAIR)
         return self
 
 
@@ -124,12 +117,7 @@ class TritonTls(CamelModel):
     TLS a client certificate and key, from a Secret of the resource's namespace labelled
     compass.io/metrics-credentials=true."""
 
-    model_config = cel_rules(
-        CelRule(
-            rule="has(self.certKey) == has(self.keyKey)",
-            message="give both tls.certKey and tls.keyKey (mutual TLS), or neither",
-        )
-    )
+    model_config = cel_rules(_CLIENT_PAIR_RULE)
 
     secret_ref: SecretReference = Field(
         description="The Secret with the CA (and the client pair); it must carry the label "
@@ -140,10 +128,8 @@ class TritonTls(CamelModel):
     )
     cert_key: str | None = _secret_key(None, "the PEM client certificate (mutual TLS)")
     key_key: str | None = _secret_key(None, "the PEM client private key (mutual TLS)")
-    server_name: str | None = Field(
+    server_name: DnsSubdomain | None = Field(
         default=None,
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_SUBDOMAIN_PATTERN,
         description="The name Triton's certificate carries, where it is not the address dialled "
         "(pods are dialled by IP: give the Service's DNS name its certificate names).",
     )
@@ -151,7 +137,7 @@ class TritonTls(CamelModel):
     @model_validator(mode="after")
     def _pair(self) -> TritonTls:
         if (self.cert_key is None) != (self.key_key is None):
-            raise ValueError("give both tls.certKey and tls.keyKey (mutual TLS), or neither")
+            raise ValueError(_CLIENT_PAIR)
         return self
 
 

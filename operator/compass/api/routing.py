@@ -11,8 +11,8 @@ from compass.api.gateway import ActuatorType, HttpRouteTarget, ModelRewriteTarge
 from compass.api.meta import (
     DEFAULT_ROUTER_MODEL,
     MAX_ENDPOINT_LENGTH,
-    MAX_NAME_LENGTH,
     CamelModel,
+    ShortText,
 )
 from compass.api.metricsource import TritonTls
 from compass.api.rules import CelRule, cel_rules
@@ -57,9 +57,8 @@ class RoutingTarget(CamelModel):
         ),
     )
 
-    service: str | None = Field(
+    service: ShortText | None = Field(
         default=None,
-        max_length=MAX_NAME_LENGTH,
         description="A Service in the policy's namespace: every ready Triton pod behind it (its "
         "EndpointSlices, watched) is switched, and its queue read.",
     )
@@ -71,9 +70,8 @@ class RoutingTarget(CamelModel):
         description="One Triton's gRPC endpoint, host:port, for a Triton outside the cluster "
         "(e.g. triton.example.com:8001).",
     )
-    router_model: str = Field(
+    router_model: ShortText = Field(
         default=DEFAULT_ROUTER_MODEL,
-        max_length=MAX_NAME_LENGTH,
         description="Name of the router model.",
     )
     tls: TritonTls | None = Field(

@@ -86,12 +86,11 @@ def _convert(node: Mapping[str, Any], definitions: Mapping[str, Any], path: str)
         if isinstance(node.get(exclusive), int | float) and not isinstance(node[exclusive], bool):
             node[bound] = node.pop(exclusive)
             node[exclusive] = True
-    if node.get("default", 0) is None:
-        del node["default"]  # "no value" is expressed by leaving the field out
-    elif node.get("default", 0) == "":
-        # kube-apiserver 1.20 reads an empty-string default as null and rejects the whole CRD
-        # ("default: Invalid value: null: must be of type string"; tests/k8s/test_chart.py);
-        # the models read an absent string as their "" default anyway.
+    # "No value" is expressed by leaving the field out; so is "": kube-apiserver 1.20 reads an
+    # empty-string default as null and rejects the whole CRD ("default: Invalid value: null:
+    # must be of type string"; tests/k8s/test_chart.py), and the models read an absent string
+    # as their "" default anyway.
+    if node.get("default", 0) in (None, ""):
         del node["default"]
     if "enum" in node and "type" not in node:
         kinds = {type(v) for v in node["enum"]}
@@ -148,21 +147,20 @@ def _merge_variants(
             merged["nullable"] = True
         return merged
     kinds = {v.get("type") for v in concrete}
+    if not kinds <= {"string", "integer", "number", "boolean"}:
+        raise SchemaError(f"{path}: a union of {sorted(str(k) for k in kinds)} is not structural")
+    merged = {k: v for k, v in node.items() if k in ("description", "default")}
     if kinds == {"string", "integer"}:
         # A port (number or name): Kubernetes' own int-or-string, which servers validate.
-        merged = {k: v for k, v in node.items() if k in ("description", "default")}
         merged["x-kubernetes-int-or-string"] = True
         if nullable:
             merged["nullable"] = True
-        return merged
-    if kinds <= {"string", "integer", "number", "boolean"}:
+    else:
         # A parameter value may be a string, a number or a boolean; structural schemas cannot
         # say "one of these scalars", so the node keeps whatever it is given and the operator
         # validates it with the same pydantic model.
-        merged = {k: v for k, v in node.items() if k in ("description", "default")}
         merged["x-kubernetes-preserve-unknown-fields"] = True
-        return merged
-    raise SchemaError(f"{path}: a union of {sorted(str(k) for k in kinds)} is not structural")
+    return merged
 
 
 def without_empty_strings(value: Any) -> Any:

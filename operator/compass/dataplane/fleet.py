@@ -119,46 +119,23 @@ class RouterFleet:
         self.cleared: set[str] = set()
         # Reports shared within a tick with every fleet asking the same pod (SharedReads).
         self.shared: SharedReads | None = None
-        self._admission: Mapping[str, Any] | None = None
-        self._binding: Mapping[str, Any] | None = None
-        # The tables' digest, once per pair of tables (a policy sets the same two every tick).
-        self._digest: str | None = None
+        # The admission and late-binding tables each switch sends every pod (None: off).
+        self.admission: Mapping[str, Any] | None = None
+        self.binding: Mapping[str, Any] | None = None
+        # The tables last digested and their digest (a policy sets the same two every tick).
+        self._digested: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None, str] | None = None
         self.update(endpoints)
-
-    @property
-    def admission(self) -> Mapping[str, Any] | None:
-        """The admission table every pod's router gets with each switch (None: off)."""
-        return self._admission
-
-    @admission.setter
-    def admission(self, table: Mapping[str, Any] | None) -> None:
-        if table is self._admission:
-            return
-        self._admission, self._digest = table, None
-        for router in self.routers.values():
-            router.admission = table
-
-    @property
-    def binding(self) -> Mapping[str, Any] | None:
-        """The late-binding table every pod's router gets with each switch (None: off)."""
-        return self._binding
-
-    @binding.setter
-    def binding(self, table: Mapping[str, Any] | None) -> None:
-        if table is self._binding:
-            return
-        self._binding, self._digest = table, None
-        for router in self.routers.values():
-            router.binding = table
 
     def tables_digest(self) -> str:
         """The digest of the tables every switch sends, as a router reports what it holds."""
-        if self._digest is None:
-            self._digest = tables_digest(
-                None if self._admission is None else dict(self._admission),
-                None if self._binding is None else dict(self._binding),
+        held = self._digested
+        if held is None or held[0] is not self.admission or held[1] is not self.binding:
+            digest = tables_digest(
+                None if self.admission is None else dict(self.admission),
+                None if self.binding is None else dict(self.binding),
             )
-        return self._digest
+            held = self._digested = (self.admission, self.binding, digest)
+        return held[2]
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
@@ -180,8 +157,6 @@ class RouterFleet:
                 backoff_s=self.backoff_s,
                 tls=self.tls,
             )
-            self.routers[endpoint].admission = self._admission
-            self.routers[endpoint].binding = self._binding
 
     def use_tls(self, tls: GrpcTls | None) -> None:
         """Reconnect every pod's client with this TLS (a Secret that changed)."""
@@ -234,7 +209,8 @@ class RouterFleet:
         reported = self.reported if self._fresh else {}
         cleared = set(self.cleared)
         digest = self.tables_digest()
-        sends_tables = self._admission is not None or self._binding is not None
+        admission, binding = self.admission, self.binding
+        sends_tables = admission is not None or binding is not None
 
         def settled(pod: str) -> bool:
             """The pod serves this and holds its tables (no digest: none was ever sent)."""
@@ -250,6 +226,7 @@ class RouterFleet:
                 return PodSwitch(endpoint.name, None, 0.0, error=self.silent[endpoint.name])
             if settled(endpoint.name):
                 return PodSwitch(endpoint.name, wanted, 0.0)  # serves it: nothing to send
+            router.admission, router.binding = admission, binding
             try:
                 report = router.switch(config, blend, weight)
             except RoutingError as error:
@@ -311,28 +288,26 @@ class FleetQueueDepth:
 
     def read(self) -> MetricsReading:
         """Scrape every pod; pods that cannot be read are left out (all of them: an error)."""
-        endpoints = [e for e in self.endpoints() if e.metrics_url]
-        if not endpoints:
+        pods = [(e.name, e.metrics_url) for e in self.endpoints() if e.metrics_url]
+        if not pods:
             raise MetricsUnavailableError(f"no pod with a metrics URL for {self.model}")
 
         with self.lock:
             scrapers = {
-                (e.name, e.metrics_url): self.scrapers.get((e.name, e.metrics_url))
+                pod: self.scrapers.get(pod)
                 or TritonQueueDepth(
-                    e.metrics_url,
+                    pod[1],
                     self.model,
                     timeout_s=self.timeout_s,
                     auth=self.auth,
                     shared=self.shared,
                 )
-                for e in endpoints
-                if e.metrics_url
+                for pod in pods
             }
             self.scrapers = scrapers
 
-        def scrape(endpoint: Endpoint) -> MetricsReading | str:
-            assert endpoint.metrics_url is not None
-            source = scrapers[endpoint.name, endpoint.metrics_url]
+        def scrape(pod: tuple[str, str]) -> MetricsReading | str:
+            source = scrapers[pod]
             try:
                 return source.read()
             except MetricsUnavailableError as error:
@@ -340,10 +315,10 @@ class FleetQueueDepth:
                 return str(error)
 
         rejected: list[bool] = []
-        results = _parallel([partial(scrape, e) for e in endpoints])
+        results = _parallel([partial(scrape, pod) for pod in pods])
         self.auth_rejected = any(rejected)
         readings = {
-            e.name: r for e, r in zip(endpoints, results, strict=True) if not isinstance(r, str)
+            name: r for (name, _), r in zip(pods, results, strict=True) if not isinstance(r, str)
         }
         if not readings:
             raise MetricsUnavailableError("; ".join(str(r) for r in results))

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import urlencode
 
 from compass.api.meta import DEFAULT_ROUTER_MODEL
@@ -31,6 +31,7 @@ from compass_rules.protocol import (
 )
 
 LOG = logging.getLogger(__name__)
+Answer = TypeVar("Answer")
 # The router's counters read for status.served, apart from the queue's reading.
 ROUTER_COUNTERS = (
     SERVED_METRIC,
@@ -172,11 +173,11 @@ class _SharedAnswer:
 def shared_read(
     shared: SharedReads | None,
     key: tuple[Any, ...],
-    read: Callable[[], Any],
+    read: Callable[[], Answer],
     errors: tuple[type[Exception], ...] = (),
-) -> Any:
+) -> Answer:
     """``read()``, shared within the round when there is a SharedReads."""
-    return read() if shared is None else shared.once(key, read, errors)
+    return read() if shared is None else cast(Answer, shared.once(key, read, errors))
 
 
 class QueueDepthSource(Protocol):
@@ -285,10 +286,7 @@ class PrometheusQueueDepth:
     def _vector(self, query: str) -> list[tuple[dict[str, str], float]]:
         """Evaluate a query's series (labels, value), once a round as _scalar is; NaN dropped."""
         key = ("prometheus-vector", self.url, query, self.timeout_s, self.http.auth)
-        series: list[tuple[dict[str, str], float]] = shared_read(
-            self.shared, key, lambda: self._evaluate_series(query)
-        )
-        return series
+        return shared_read(self.shared, key, lambda: self._evaluate_series(query))
 
     def _count(self, query: str, what: str, high: float) -> float:
         return checked_count(self._scalar(query), what, self._where(query), high)
@@ -296,19 +294,30 @@ class PrometheusQueueDepth:
     def _scalar(self, query: str) -> float:
         """Evaluate a query that must return one number (once a round)."""
         key = ("prometheus", self.url, query, self.timeout_s, self.http.auth)
-        value: float = shared_read(self.shared, key, lambda: self._evaluate(query))
-        return value
+        return shared_read(self.shared, key, lambda: self._evaluate(query))
 
     def _evaluate(self, query: str) -> float:
-        """Evaluate a query now."""
+        """Evaluate a query now: its one sample's value."""
         result = self._result(query)
+        if not result:
+            raise MetricsUnavailableError(
+                f"{self._where(query)}: no series (is Prometheus scraping Triton's metrics port, "
+                f"and is the model name right?)"
+            )
+        if len(result) > 1:
+            raise MetricsUnavailableError(
+                f"{self._where(query)}: {len(result)} series; aggregate them, e.g. sum(...)"
+            )
         try:
-            return self._one_number(query, result)
+            value = float(result[0]["value"][1])
         except (KeyError, IndexError, TypeError, ValueError) as error:
             LOG.warning("%s: unreadable result: %s", self._where(query), excerpt(repr(result)))
             raise MetricsUnavailableError(
                 f"{self._where(query)}: the answer holds no readable sample"
             ) from error
+        if math.isnan(value):
+            raise MetricsUnavailableError(f"{self._where(query)}: the query returned NaN")
+        return value
 
     def _evaluate_series(self, query: str) -> list[tuple[dict[str, str], float]]:
         """Evaluate a query now: each series' labels and value (NaN left out)."""
@@ -341,22 +350,6 @@ class PrometheusQueueDepth:
         if not isinstance(result, list):
             raise MetricsUnavailableError(f"{where}: the answer holds no readable sample")
         return result
-
-    def _one_number(self, query: str, result: list[dict[str, Any]]) -> float:
-        """The one sample's value of a query's result."""
-        if not result:
-            raise MetricsUnavailableError(
-                f"{self._where(query)}: no series (is Prometheus scraping Triton's metrics port, "
-                f"and is the model name right?)"
-            )
-        if len(result) > 1:
-            raise MetricsUnavailableError(
-                f"{self._where(query)}: {len(result)} series; aggregate them, e.g. sum(...)"
-            )
-        value = float(result[0]["value"][1])
-        if math.isnan(value):
-            raise MetricsUnavailableError(f"{self._where(query)}: the query returned NaN")
-        return value
 
     def _where(self, query: str) -> str:
         return f"Prometheus {self.url} query {query}"

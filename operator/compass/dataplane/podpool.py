@@ -111,19 +111,17 @@ class PodPool(Generic[Item, Result]):
             while (index := next_item()) is not None:
                 try:
                     result = measure(router, items[index])
-                except RoutingError as error:
+                except BaseException as error:
                     with turn:
                         in_flight -= 1
+                        if not isinstance(error, RoutingError):
+                            fail(error)  # raised again by run()
+                            return
                         pending.appendleft(index)
                         self.lost[pod] = str(error)
                         if not self.pods:
                             fail(RoutingError(f"no pod left to measure on: {self._lost_text()}"))
                         turn.notify_all()
-                    return
-                except BaseException as error:  # raised again by run()
-                    with turn:
-                        in_flight -= 1
-                        fail(error)
                     return
                 with turn:
                     in_flight -= 1

@@ -185,20 +185,14 @@ class CommandEvaluator:
         result: list[float] = []
         for position, score in enumerate(scores):
             if isinstance(score, bool) or not isinstance(score, int | float):
-                raise self._fail(
-                    config,
-                    f"score {position} is {json.dumps(score)}, not a number; "
-                    "every score must be a number in [0, 1]",
-                    stderr,
-                )
-            if not 0.0 <= score <= 1.0:  # NaN fails both comparisons
-                raise self._fail(
-                    config,
-                    f"score {position} is {score!r}, outside [0, 1]; "
-                    "every score must be a number in [0, 1]",
-                    stderr,
-                )
-            result.append(float(score))
+                what = f"{json.dumps(score)}, not a number"
+            elif not 0.0 <= score <= 1.0:  # NaN fails both comparisons
+                what = f"{score!r}, outside [0, 1]"
+            else:
+                result.append(float(score))
+                continue
+            rule = "every score must be a number in [0, 1]"
+            raise self._fail(config, f"score {position} is {what}; {rule}", stderr)
         return result
 
 
@@ -268,8 +262,6 @@ class _Pipes:
 
     def close(self) -> None:
         """Close whatever pipe is still open."""
-        for key in list(self.selector.get_map().values()):
-            self._done_with(cast(IO[bytes], key.fileobj))
         self.selector.close()
         for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
             with contextlib.suppress(OSError):

@@ -111,13 +111,13 @@ class _Call:
 
 
 @dataclass
-class _ThreadChunk:
-    """A submitted chunk: its scores as calls come back, and how many are still out."""
+class _Chunk:
+    """A submitted chunk: its samples, how many are still out, and (on threads) their scores."""
 
     config: Config
     indices: list[int]
-    scores: list[float]
-    missing: int
+    missing: int = 0
+    scores: list[float] = field(default_factory=list)
 
 
 class ThreadRunner(_AheadRunner[dict[int, float | None]]):
@@ -137,14 +137,14 @@ class ThreadRunner(_AheadRunner[dict[int, float | None]]):
         self.waiting: deque[_Call] = deque()
         self.calls: dict[int, _Call] = {}
         self.call_ids = itertools.count()
-        self.chunks: dict[int, _ThreadChunk] = {}
+        self.chunks: dict[int, _Chunk] = {}
         self.owners: dict[tuple[str, int], tuple[int, int]] = {}
         self.ready: list[int] = []
         self.done: queue.SimpleQueue[tuple[int, list[float] | BaseException]] = queue.SimpleQueue()
 
     def submit(self, ticket: int, config: Config, indices: Sequence[int]) -> None:
         """Send the chunk's samples not already scored or in flight ahead."""
-        chunk = _ThreadChunk(config, [int(i) for i in indices], [0.0] * len(indices), 0)
+        chunk = _Chunk(config, [int(i) for i in indices], scores=[0.0] * len(indices))
         key = self._asked(config, chunk.indices)
         self.chunks[ticket] = chunk
         held = self.held.get(key, {})
@@ -264,15 +264,6 @@ class _Running:
     index: int = field(compare=False)
 
 
-@dataclass
-class _VirtualChunk:
-    """A submitted chunk on the virtual clock: its samples, and how many are still out."""
-
-    config: Config
-    indices: list[int]
-    missing: int
-
-
 class VirtualRunner(_AheadRunner[set[int]]):
     """``concurrency`` FIFO servers on a virtual clock, serving ahead as ThreadRunner does."""
 
@@ -289,7 +280,7 @@ class VirtualRunner(_AheadRunner[set[int]]):
         self.busy = 0.0
         self.waiting: deque[tuple[str, int]] = deque()
         self.running: list[_Running] = []
-        self.chunks: dict[int, _VirtualChunk] = {}
+        self.chunks: dict[int, _Chunk] = {}
         self.owners: dict[tuple[str, int], int] = {}
         self.done: list[int] = []
         self.serving: set[tuple[str, int]] = set()
@@ -297,7 +288,7 @@ class VirtualRunner(_AheadRunner[set[int]]):
 
     def submit(self, ticket: int, config: Config, indices: Sequence[int]) -> None:
         """Queue the chunk's samples behind those already waiting; those served ahead count."""
-        chunk = _VirtualChunk(config, [int(i) for i in indices], 0)
+        chunk = _Chunk(config, [int(i) for i in indices])
         key = self._asked(config, chunk.indices)
         held = self.held.get(key, set())
         self.chunks[ticket] = chunk

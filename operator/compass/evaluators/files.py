@@ -40,15 +40,9 @@ def describe_size(size: int) -> str:
 
 def read_regular(path: Path, limit: int) -> bytes:
     """A regular file's bytes (at most ``limit``), opened without blocking (a FIFO would hang)."""
+    fd = None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise UnsafeFileError(f"{path}: no such file", "check the path") from None
-    except OSError as exc:
-        raise UnsafeFileError(
-            f"{path}: cannot read it ({exc.strerror})", "check the path"
-        ) from None
-    try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UnsafeFileError(f"{path} is {_kind(info.st_mode)}", "give a regular file")
@@ -72,28 +66,22 @@ def read_regular(path: Path, limit: int) -> bytes:
         return b"".join(chunks)
     except UnsafeFileError:
         raise
+    except FileNotFoundError:  # only the open: the rest reads its descriptor
+        raise UnsafeFileError(f"{path}: no such file", "check the path") from None
     except OSError as exc:
         raise UnsafeFileError(
             f"{path}: cannot read it ({exc.strerror})", "check the path"
         ) from None
     finally:
-        os.close(fd)
-
-
-def identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
-    """(device, inode) of the file a path names (links followed), or None if there is none."""
-    try:
-        info = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return info.st_dev, info.st_ino
+        if fd is not None:
+            os.close(fd)
 
 
 def same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> bool:
     """Whether two paths name one file: the same device and inode, or the same resolved path."""
-    found = identity(first)
-    if found is not None and found == identity(second):
-        return True
+    with contextlib.suppress(OSError, ValueError):  # one of them does not exist (yet)
+        if os.path.samefile(first, second):
+            return True
     return Path(first).resolve() == Path(second).resolve()
 
 

@@ -346,11 +346,10 @@ class CheckpointLedger:
                 self.set_aside = len(data) - intact
             with self.path.open("r+b") as f:
                 f.truncate(intact)
-                if intact:
-                    f.seek(intact - 1)
-                    # A hand-written last line may lack its newline: the next must not glue on.
-                    if f.read(1) != b"\n":
-                        f.write(b"\n")
+                # A hand-written last line may lack its newline: the next must not glue on.
+                if intact and data[intact - 1 : intact] != b"\n":
+                    f.seek(intact)
+                    f.write(b"\n")
                 f.flush()
                 os.fsync(f.fileno())
         else:
@@ -496,24 +495,12 @@ class CheckpointedEvaluator:
             values = self.checkpoint.ledger.lookup(config, sample_indices)
         unknown = np.isnan(values)
         if unknown.any():
+            asked = np.asarray(sample_indices, dtype=np.int64)[unknown].tolist()
             # dict.fromkeys: first-seen order, each index once even if requested twice.
-            missing = list(
-                dict.fromkeys(int(i) for i, u in zip(sample_indices, unknown, strict=True) if u)
-            )
-            fresh = dict(
-                zip(
-                    missing,
-                    _checked_scores(self.inner.evaluate(config, missing), len(missing)),
-                    strict=True,
-                )
-            )
-            values = np.array(
-                [
-                    fresh[int(i)] if u else v
-                    for i, u, v in zip(sample_indices, unknown, values, strict=True)
-                ],
-                dtype=np.float64,
-            )
+            missing = list(dict.fromkeys(asked))
+            scores = _checked_scores(self.inner.evaluate(config, missing), len(missing))
+            fresh = dict(zip(missing, scores, strict=True))
+            values[unknown] = [fresh[index] for index in asked]
         with self.lock:
             self.reused += int(np.count_nonzero(~unknown))
         return cast(list[float], values.tolist())
