@@ -234,11 +234,17 @@ def _interrupted(pid_file: Path, *, on_main_thread: bool) -> float:
         signal.pthread_kill(main if on_main_thread else threading.get_ident(), signal.SIGINT)
         sent.set()
 
-    threading.Thread(target=interrupt, daemon=True).start()
-    started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        evaluator.evaluate(CONFIG, [0])  # the command never ends: only the signal ends this
-    elapsed = time.monotonic() - started
+    # A terminal's Ctrl-C reaches Python's default handler; a harness started in the background
+    # by a shell without job control inherits SIGINT ignored, where no signal would arrive.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt, daemon=True).start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            evaluator.evaluate(CONFIG, [0])  # the command never ends: only the signal ends this
+        elapsed = time.monotonic() - started
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert sent.is_set()
     return elapsed
 
