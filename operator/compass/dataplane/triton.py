@@ -200,7 +200,7 @@ class TritonRouter:
         streamed: tuple[dict[str, Any], ...] = ()
         try:
             if self.decoupled():
-                response, first_s, streamed = self._stream(
+                response, first_s, latency, streamed = self._stream(
                     tensor, parameters, timeout_s or self.timeout_s, started
                 )
             else:
@@ -210,9 +210,9 @@ class TritonRouter:
                     parameters=parameters or None,
                     client_timeout=timeout_s or self.timeout_s,
                 )
+                latency = time.perf_counter() - started
         except InferenceServerException as error:
             raise self._unreachable(error) from error
-        latency = time.perf_counter() - started
         result, served_by = read_reply(response)
         times = (
             result.pop(COMPONENT_TIMES_KEY, None)
@@ -237,8 +237,8 @@ class TritonRouter:
 
     def _stream(
         self, tensor: Any, parameters: dict[str, Any], timeout_s: float, started: float
-    ) -> tuple[Any, float | None, tuple[dict[str, Any], ...]]:
-        """One request to a decoupled router: final response, time to first, what streamed."""
+    ) -> tuple[Any, float | None, float, tuple[dict[str, Any], ...]]:
+        """One streamed request: the final response, times to first and final, what streamed."""
         client = getattr(self._streams, "client", None)
         if client is None:
             client = self._streams.client = self._new_client()
@@ -267,7 +267,9 @@ class TritonRouter:
                     raise error
                 final = result.get_response().parameters.get(FINAL_RESPONSE_PARAMETER)
                 if final is not None and final.bool_param:
-                    return result, first_s, tuple(streamed)
+                    # Timed at its arrival: closing the stream (below) can take a busy client
+                    # hundreds of ms, which no request spent.
+                    return result, first_s, at - started, tuple(streamed)
                 body, _ = read_reply(result)
                 streamed.append(body)
                 if first_s is None:
