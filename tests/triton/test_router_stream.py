@@ -168,7 +168,9 @@ def test_tokens_stream_through_the_router_with_first_token_and_end_to_end_times(
         assert reply.first_response_s is not None
         first_ms, end_ms = reply.first_response_s * 1000, reply.latency_s * 1000
         assert first_ms >= PREFILL_SHARE * generator
-        assert end_ms - first_ms >= 0.9 * (1 - PREFILL_SHARE) * generator
+        # Half of it at least: a busy client sees the first token late, and the end no longer
+        # includes the stream's close; tokens sent all at once would leave about none.
+        assert end_ms - first_ms >= 0.5 * (1 - PREFILL_SHARE) * generator
 
 
 def test_the_router_exports_its_streams_first_response_and_end_times(
