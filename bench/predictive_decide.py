@@ -27,28 +27,21 @@ import numpy as np
 from compass.domain.planner import Slo, ThresholdModel, plan_thresholds
 from compass.domain.policy import Observation
 from compass.domain.predictive import Predictive
-from compass.domain.profiles import LatencyProfile
+from compass_dev.scenarios import normal_profile
 
-
-def member(name: str, accuracy: float, mean: float, spread: float) -> LatencyProfile:
-    """A normal-ish profile: p95 and p99 at 1.645 and 2.326 spreads above the mean."""
-    return LatencyProfile(
-        {"c": name},
-        accuracy,
-        mean,
-        mean + 1.645 * spread,
-        p50_ms=mean,
-        p99_ms=mean + 2.326 * spread,
-        std_ms=spread,
-    )
-
-
-FRONT = [member("fast", 0.70, 100, 15), member("mid", 0.80, 150, 20), member("slow", 0.90, 250, 30)]
+FRONT = [
+    normal_profile("fast", 0.70, 100, 15),
+    normal_profile("mid", 0.80, 150, 20),
+    normal_profile("slow", 0.90, 250, 30),
+]
 
 
 # The operator bench's front (bench/operator_common.py, rag_sim_policy): two members of a few
 # tens of ms (p95 23 and 37.5 ms), SLO 150 ms, slack 20 ms.
-IDLE_FRONT = [member("fastest", 0.8318, 20.5, 1.52), member("accurate", 0.8604, 33.5, 2.43)]
+IDLE_FRONT = [
+    normal_profile("fastest", 0.8318, 20.5, 1.52),
+    normal_profile("accurate", 0.8604, 33.5, 2.43),
+]
 # An operator's wall clock, and how far apart its policies' looks fall within a tick.
 EPOCH_S = 1_800_000_000.0
 SPREAD_S = 0.05

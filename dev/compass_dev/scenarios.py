@@ -261,6 +261,20 @@ def scaled_curve(curve: CapacityCurve, factor: float) -> CapacityCurve:
     )
 
 
+def normal_profile(name: str, accuracy: float, mean: float, spread: float) -> LatencyProfile:
+    """A normal-ish profile of configuration {"c": name}: p95 and p99 at 1.645 and 2.326 spreads
+    above the mean (the tests' and benches' synthetic fronts)."""
+    return LatencyProfile(
+        {"c": name},
+        accuracy,
+        mean,
+        mean + 1.645 * spread,
+        p50_ms=mean,
+        p99_ms=mean + 2.326 * spread,
+        std_ms=spread,
+    )
+
+
 def scaled_profile(profile: LatencyProfile, factor: float) -> LatencyProfile:
     """The same profile with every time multiplied by ``factor`` (a time-scaled replay)."""
 

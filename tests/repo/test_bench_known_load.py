@@ -8,7 +8,7 @@ from bench_runner import bench_module
 from compass.domain.arrivals import SimulationError, make_pattern, make_scenario, trace_pattern
 from compass.domain.oracle import hindsight_oracle
 from compass.domain.simulator import StaticController, simulate
-from profiles_for_tests import normal_profile as profile
+from compass_dev.scenarios import normal_profile as profile
 
 FRONT = [
     profile("fast", 0.70, 100, 15),

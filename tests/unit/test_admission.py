@@ -22,8 +22,8 @@ from compass.domain.admission import (
 from compass.domain.arrivals import make_pattern, make_scenario
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel
 from compass.domain.simulator import StaticController, simulate
+from compass_dev.scenarios import normal_profile as profile
 from compass_dev.sim_capacity import measure_capacity
-from profiles_for_tests import normal_profile as profile
 
 FAST = profile("fast", 0.70, 100, 10)
 SLOW = profile("slow", 0.90, 300, 30)

@@ -38,9 +38,8 @@ from compass.domain.planner import PlanError, Slo, ThresholdModel, plan_threshol
 from compass.domain.podmodel import RAG_SIM_STAGES, PodModel, Stage
 from compass.domain.profiles import LatencyProfile, ProfileError, parse_profile
 from compass.domain.simulator import StaticController, simulate
-from compass_dev.scenarios import scaled_curve
+from compass_dev.scenarios import normal_profile, scaled_curve
 from compass_dev.sim_capacity import measure_capacity
-from profiles_for_tests import normal_profile
 
 FAST = normal_profile("fast", 0.7, 100, 15)
 

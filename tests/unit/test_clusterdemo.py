@@ -41,8 +41,7 @@ from compass_dev.clusterdemo_setup import (
 from compass_dev.devcluster import ClusterUnavailableError
 from compass_dev.experiment import LiveRun
 from compass_dev.localdemo import verdict
-from compass_dev.scenarios import PAPER_FRONT, scaled_profile
-from profiles_for_tests import normal_profile
+from compass_dev.scenarios import PAPER_FRONT, normal_profile, scaled_profile
 
 
 def test_the_adapted_example_changes_only_what_it_says() -> None:

@@ -19,7 +19,7 @@ from compass.domain.elastico import (
 )
 from compass.domain.planner import Plan, Slo, ThresholdModel, plan_thresholds
 from compass.domain.policy import Action, Decision, Observation, PolicyState
-from profiles_for_tests import normal_profile as profile
+from compass_dev.scenarios import normal_profile as profile
 
 FAST = profile("fast", 0.70, 100, 15)
 MID = profile("mid", 0.80, 150, 20)

@@ -15,7 +15,7 @@ from compass.domain.evaluation import Config
 from compass.domain.planner import Slo, plan_thresholds
 from compass.domain.policy import Action, PolicyState
 from compass.domain.space import config_key
-from profiles_for_tests import normal_profile as profile
+from compass_dev.scenarios import normal_profile as profile
 
 FAST = profile("fast", 0.70, 100, 15)
 SLOW = profile("slow", 0.90, 250, 30)

@@ -12,7 +12,7 @@ from compass.domain.oracle import hindsight_oracle
 from compass.domain.planner import Slo, plan_thresholds
 from compass.domain.podmodel import PodModel
 from compass.domain.simulator import StaticController, simulate
-from profiles_for_tests import normal_profile as profile
+from compass_dev.scenarios import normal_profile as profile
 
 FRONT = [
     profile("fast", 0.70, 100, 15),

@@ -26,7 +26,7 @@ from compass.domain.predictive import (
 from compass.domain.profiles import LatencyProfile
 from compass.domain.simulator import StaticController, simulate
 from compass.domain.strategy import Strategy, build_policy
-from profiles_for_tests import normal_profile as profile
+from compass_dev.scenarios import normal_profile as profile
 
 FRONT = [
     profile("fast", 0.70, 100, 15),

@@ -24,7 +24,7 @@ from compass.domain.predictive import (
     fifo_starts,
 )
 from compass.domain.profiles import LatencyProfile
-from profiles_for_tests import normal_profile as profile
+from compass_dev.scenarios import normal_profile as profile
 
 FRONT = [
     profile("fast", 0.70, 100, 15),

@@ -45,7 +45,7 @@ from compass.domain.simulator import (
     compare,
     simulate,
 )
-from profiles_for_tests import normal_profile as profile
+from compass_dev.scenarios import normal_profile as profile
 
 FRONT = [
     profile("fast", 0.70, 100, 15),

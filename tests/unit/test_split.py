@@ -17,7 +17,7 @@ from compass.domain.policy import Action, Decision, Observation, PolicyState
 from compass.domain.simulator import simulate
 from compass.domain.split import Split
 from compass.domain.strategy import Strategy, build_policy
-from profiles_for_tests import normal_profile as profile
+from compass_dev.scenarios import normal_profile as profile
 
 FRONT = [
     profile("fast", 0.70, 100, 15),
