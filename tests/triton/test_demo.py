@@ -23,18 +23,44 @@ TAU = 0.8
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """One shrunk demo run: its process result and its output folder."""
-    require_tritonserver()
-    out = tmp_path_factory.mktemp("demo") / "out"
+# A live run this far below its own simulation was starved by something else on the machine
+# (CI once saw static fastest at 83% and Elastico at 28%, each simulated at 100%).
+DISTURBED_POINTS = 20
+
+
+def _run_demo(out: Path) -> subprocess.CompletedProcess[str]:
     argv = [
         *(sys.executable, "-m", "compass.commands.main", "demo", "--output-dir", str(out)),
         *("--tau", str(TAU), "--budgets", "10,20", "--time-scale", "0.1"),
         *("--duration", "60", "--profile-runs", "8"),
         *("--runs", "default,fastest,accurate,elastico,predictive"),
     ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+
+
+def _disturbed(out: Path) -> list[str]:
+    """The runs whose live compliance fell far below their simulated compliance."""
+    path = out / "comparison.json"
+    if not path.exists():
+        return []
+    return [
+        r["run"]
+        for r in json.loads(path.read_text())["runs"]
+        if r["simulated_compliance_pct"] is not None
+        and r["simulated_compliance_pct"] - r["compliance_pct"] > DISTURBED_POINTS
+    ]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One shrunk demo run (a second, once, if a busy machine starved the first)."""
+    require_tritonserver()
+    out = tmp_path_factory.mktemp("demo") / "out"
+    done = _run_demo(out)
+    if _disturbed(out):
+        # A real fault repeats and still fails below; a neighbour's burst rarely hits twice.
+        out = tmp_path_factory.mktemp("demo-again") / "out"
+        done = _run_demo(out)
     return done, out
 
 
