@@ -285,7 +285,6 @@ class TritonPythonModel:
 
     def _serve(self, request):
         body = _request_body(request)
-        key = self.active.current()
         parameters = json.loads(request.parameters() or "{}")
         table = self.binding.current()
         deadline = parameters.get(DEADLINE_PARAMETER)
@@ -313,6 +312,7 @@ class TritonPythonModel:
             schedule = (taken_up if arrived is None else arrived, fastest_ns, self.servers)
         if not self.pipeline_slots:
             static_start = None if schedule is None else self.inflight.static_start(*schedule)
+            key = self.active.current()
             return self._run(
                 body, key, parameters, table, deadline, arrived, qps, taken_up, static_start
             )
@@ -329,6 +329,9 @@ class TritonPythonModel:
             elif binds and table["settle_ms"]:
                 # The burst it may lead reaches the gate over a few ms: it binds seeing them.
                 time.sleep(table["settle_ms"] / 1000)
+            # What the workflow serves now: a switch while it waited applies to it, as it does
+            # to a request still queued in Triton (and in the simulator).
+            key = self.active.current()
             return self._run(
                 body, key, parameters, table, deadline, arrived, qps, time.time_ns(), static_start
             )

@@ -239,6 +239,30 @@ def test_behind_the_gate_the_lag_cap_binds_from_static_fastests_shared_schedule(
         gated.switch(FASTEST)
 
 
+def test_behind_the_gate_a_workflow_switch_applies_to_the_requests_waiting_at_it(
+    gated: TritonRouter,
+) -> None:
+    """Whole-workflow serving (no binding table): a request already taken up and waiting at the
+    gate when the workflow switches is served on the new configuration, as one still queued in
+    Triton would be (the simulator's rule); it used to keep the one active at its take-up."""
+    try:
+        gated.binding = None
+        gated.switch(ACCURATE)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            # ACCURATE at its slowest holds the pipeline for about half a second.
+            blocker = pool.submit(gated.infer, {"sample": 99, "quantile": 0.999}, ACCURATE)
+            time.sleep(SEND_GAP_S)
+            waiter = pool.submit(gated.infer, {"sample": 1})
+            time.sleep(5 * SEND_GAP_S)
+            gated.switch(FASTEST)
+            assert not blocker.done(), "the blocker ended before the switch: nothing waited"
+            assert waiter.result().config == config_key(FASTEST)
+            assert blocker.result().config == config_key(ACCURATE)
+    finally:
+        gated.binding = _table()
+        gated.switch(FASTEST)
+
+
 def _lead(router: TritonRouter) -> list[Served]:
     """BURST requests with DEADLINE_S left sent SEND_GAP_S apart to an idle pod, the first at
     a free pipeline; in sending order."""
