@@ -1,6 +1,7 @@
 """What the simulator misses of `compass demo`'s static fastest run, live against predicted.
 
     python bench/demo_live_gap.py --profiles compass-demo/profiles.json [--time-scale 0.2]
+    python bench/demo_live_gap.py --profiles compass-demo/profiles.json --sensitivity
 
 Replays the demo's static fastest run on a local rag-sim Triton behind the demo's gate, from the
 profiles a `compass demo` run wrote (no search, no profiling), on the demo's seeded spike. From
@@ -9,6 +10,8 @@ runs one pipeline at a time, in arrival order: a request holds it from the later
 and the previous answer until its own answer), and compares it with the profile the simulator
 draws from. Then it simulates the same arrivals twice: on the profile (the demo's prediction) and
 on the occupancy measured live (mean and p95 as a profile), against the live compliance.
+--sensitivity runs no Triton: it simulates static fastest at several peaks with the fastest's
+service times 3% shorter and longer, how far a few % of machine speed moves one live run.
 """
 
 from __future__ import annotations
@@ -26,13 +29,15 @@ import numpy.typing as npt
 from compass.conversion import runtime_policy, spec_for_plan
 from compass.dataplane.metrics import TritonQueueDepth
 from compass.dataplane.triton import TritonRouter
-from compass.domain.planner import Slo, plan_from_profiles
+from compass.domain.planner import Plan, Slo, plan_from_profiles
 from compass.domain.profiles import parse_profiles
 from compass.domain.simulator import StaticController, simulate
 from compass_dev.experiment import serve_each
 from compass_dev.localdemo import GATE, _set_time_scale
 from compass_dev.scenarios import (
     COMPONENTS,
+    DEMO_PEAK_UTILIZATION,
+    PAPER_PEAK_UTILIZATION,
     RagSimLoad,
     rag_sim_triton,
     scaled_profile,
@@ -53,14 +58,39 @@ def occupancy_ms(sent_s: Sequence[float], latency_ms: Sequence[float]) -> npt.ND
     return held
 
 
+def sensitivity(plan: Plan) -> None:
+    """Static fastest's simulated compliance at each peak, its service times scaled."""
+    fastest = plan.thresholds[0].profile
+    print("peak   compliance at service x0.97 / x1.00 / x1.03")
+    for peak in sorted({0.6, DEMO_PEAK_UTILIZATION, 0.7, PAPER_PEAK_UTILIZATION}):
+        scenario = spike_scenario(plan, DURATION_S, 0, peak=peak)
+        shown = []
+        for factor in (0.97, 1.0, 1.03):
+            member = replace(
+                fastest,
+                mean_ms=fastest.mean_ms * factor,
+                p50_ms=None if fastest.p50_ms is None else fastest.p50_ms * factor,
+                p95_ms=fastest.p95_ms * factor,
+                p99_ms=None,
+                std_ms=None,
+            )
+            report = simulate(StaticController(member.name, 0), [member], scenario, SLO_MS)
+            shown.append(f"{report.compliance:5.1f}%")
+        print(f"{peak:4.0%}   " + " / ".join(shown))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve static fastest live, then print the occupancy and the two predictions."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", required=True, help="profiles.json of a compass demo run")
     parser.add_argument("--time-scale", type=float, default=0.2)
+    parser.add_argument("--sensitivity", action="store_true", help="simulate only (see above)")
     args = parser.parse_args(argv)
     profiles = parse_profiles(json.loads(Path(args.profiles).read_text(encoding="utf-8")))
     plan = plan_from_profiles(profiles, Slo(SLO_MS), 50.0)
+    if args.sensitivity:
+        sensitivity(plan)
+        return 0
     fastest = plan.thresholds[0].profile
     scenario = spike_scenario(plan, DURATION_S, 0)
     scale = args.time_scale

@@ -76,8 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slo-ms", default="1000", help="p95 latency SLO, ms (default 1000)")
     parser.add_argument(
         "--base-qps",
-        help="load before and after the spike (default: the paper's 1.5 QPS relative to this "
-        "machine: the spike peaks at 77%% of the fastest configuration's capacity)",
+        help="load before and after the spike (default: relative to this machine, the spike "
+        "peaking at 65%% of the fastest configuration's capacity; the paper's peaks at 77%%; "
+        "with --cluster the paper's)",
     )
     parser.add_argument("--duration", default="180", help="seconds of load (default 180)")
     parser.add_argument(

@@ -53,6 +53,7 @@ from compass_dev.experiment import ADMITTED_RUN, BINDING_RUN, LiveRun, serve_eac
 from compass_dev.local_triton import LocalServerError, TritonInstallation
 from compass_dev.scenarios import (
     COMPONENTS,
+    DEMO_PEAK_UTILIZATION,
     QUESTIONS,
     RagSimLoad,
     fastest_mean_s,
@@ -126,7 +127,7 @@ class DemoSettings:
     slo_ms: float = 1000.0
     percentile: float = 95.0
     slack_buffer_ms: float = 50.0
-    base_qps: float | None = None  # None: the paper's spike, relative to this machine
+    base_qps: float | None = None  # None: the spike peaks at DEMO_PEAK_UTILIZATION here
     duration_s: float = 180.0
     load_seed: int = 0
     warmup_runs: int = 3
@@ -611,7 +612,9 @@ def run_demo(settings: DemoSettings, say: Reporter | None = None) -> int:
         searched = _search_step(space, settings, say)
         profiles = _profile_step(router, searched, settings, say)
         plan, policy, live = _plan_step(profiles, settings, say)
-        scenario = spike_scenario(plan, settings.duration_s, settings.load_seed, settings.base_qps)
+        scenario = spike_scenario(
+            plan, settings.duration_s, settings.load_seed, settings.base_qps, DEMO_PEAK_UTILIZATION
+        )
         peak = SPIKE_FACTOR * scenario.pattern.base_qps * fastest_mean_s(plan)
         predicted = predictions(plan, policy, scenario, settings)
         say.step(

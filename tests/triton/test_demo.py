@@ -71,6 +71,8 @@ def test_demo_runs_every_step_and_writes_its_files(
     assert done.returncode == 0, done.stderr[-3000:]
     for step in range(1, 7):
         assert f"[{step}/6] " in done.stdout
+    # Off the paper's knife edge (77%), where the simulator can predict a single live run.
+    assert "(peak at 65% of the fastest configuration's capacity)" in done.stdout
     for name in ("timeline.png", "front.png"):
         assert (out / name).read_bytes().startswith(PNG_MAGIC)
     for name in ("comparison.json", "policy.yaml", "profiles.json", "search-result.json"):
