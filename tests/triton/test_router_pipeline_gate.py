@@ -244,12 +244,12 @@ def test_behind_the_gate_a_workflow_switch_applies_to_the_requests_waiting_at_it
 ) -> None:
     """Whole-workflow serving (no binding table): a request already taken up and waiting at the
     gate when the workflow switches is served on the new configuration, as one still queued in
-    Triton would be (the simulator's rule); it used to keep the one active at its take-up."""
+    Triton would be (the simulator's rule), not on the one active when it was taken up."""
     try:
         gated.binding = None
         gated.switch(ACCURATE)
         with ThreadPoolExecutor(max_workers=2) as pool:
-            # ACCURATE at its slowest holds the pipeline for about half a second.
+            # ACCURATE at its slowest holds the pipeline for several hundred ms.
             blocker = pool.submit(gated.infer, {"sample": 99, "quantile": 0.999}, ACCURATE)
             time.sleep(SEND_GAP_S)
             waiter = pool.submit(gated.infer, {"sample": 1})
