@@ -66,14 +66,7 @@ def sensitivity(plan: Plan) -> None:
         scenario = spike_scenario(plan, DURATION_S, 0, peak=peak)
         shown = []
         for factor in (0.97, 1.0, 1.03):
-            member = replace(
-                fastest,
-                mean_ms=fastest.mean_ms * factor,
-                p50_ms=None if fastest.p50_ms is None else fastest.p50_ms * factor,
-                p95_ms=fastest.p95_ms * factor,
-                p99_ms=None,
-                std_ms=None,
-            )
+            member = scaled_profile(fastest, factor)
             report = simulate(StaticController(member.name, 0), [member], scenario, SLO_MS)
             shown.append(f"{report.compliance:5.1f}%")
         print(f"{peak:4.0%}   " + " / ".join(shown))

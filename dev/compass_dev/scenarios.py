@@ -76,7 +76,7 @@ TEST_TIME_SCALE = 0.1
 # spike keeps that peak utilisation rather than the absolute rate.
 PAPER_PEAK_UTILIZATION = SPIKE_FACTOR * 1.5 * 0.1286
 # `compass demo`'s peak, off the paper's knife edge: at 77% a 3% change in the fastest's service
-# time moves its compliance by up to 3.5 points (bench/demo_live_gap.py --sensitivity), and two
+# time moves its compliance by up to 3.3 points (bench/demo_live_gap.py --sensitivity), and two
 # live runs of the same arrivals differed by 6; at 65% the simulator and the demo's live runs
 # agree within a point, and the most accurate configuration is still far past its capacity.
 DEMO_PEAK_UTILIZATION = 0.65
