@@ -543,3 +543,21 @@ def test_a_search_writes_its_state_once_per_interval_and_each_chunk_config_map_o
     assert batches[0] > 100
     assert len(patched) <= now[0] / job.FLUSH_INTERVAL_S + 2, (len(patched), now[0])
     assert _hot_size(api.objects[bench.STATE]) <= job_state.HOT_BUDGET
+
+
+def test_a_chunk_key_spelled_by_hand_is_read_and_merged_out_under_its_own_spelling(
+    small: None,
+) -> None:
+    """A chunk key without the zero padding (a hand edit, a restore by another tool) names the
+    same batches: the Job reads it, and a merge deletes that key, not a padded one it never had."""
+    api = bench.FakeConfigMaps()
+    _state(api)
+    first = [_line(0, s) for s in range(3)]
+    api.objects[STATE]["binaryData"] = {"ledger.0-2.jsonl.gz": encode("".join(first))}
+    store, _ = _store(api)
+    assert store.read_ledger() == "".join(first)
+    more = [_line(1, s) for s in range(40)]
+    for line in more:
+        store.append_ledger(line)
+    assert "ledger.0-2.jsonl.gz" not in (api.objects[STATE].get("binaryData") or {})
+    assert StateStore(STATE, NS, api=api).read_ledger() == "".join(first + more)

@@ -78,6 +78,7 @@ class _Hot:
 
     first: int
     last: int
+    key: str  # as the state spells it: a merge deletes this key
     text: str
     size: int
 
@@ -158,21 +159,19 @@ class StateStore:
         while len(found) <= MAX_CHUNKS and (chunk := self._read(chunk_name(self.name, len(found)))):
             found.append(chunk)
         self._chunks = len(found) - 1
-        spans = [(first, last) for obj in found[1:] for first, last, _ in ledger_chunks(obj)]
-        binary: Mapping[str, str] = self._state.get("binaryData") or {}
+        spans = [(first, last) for obj in found[1:] for first, last, *_ in ledger_chunks(obj)]
         self._hot, self._moved = [], []
-        for first, last, value in sorted(ledger_chunks(self._state)):
-            key = chunk_key(first, last)
+        for first, last, key, value in sorted(ledger_chunks(self._state)):
             if any(a <= first and last <= b for a, b in spans):
                 self._moved.append(key)  # merged out by a pod that died before deleting it
             else:
                 try:
-                    text = decode(binary[key], limit)
+                    text = decode(value, limit)
                 except LedgerTooLargeError:
                     raise LedgerTooLargeError(
                         f"{self.name}/{key}: the ledger's text passes {limit:,} bytes"
                     ) from None
-                self._hot.append(_Hot(first, last, text, stored_size(value)))
+                self._hot.append(_Hot(first, last, key, text, stored_size(value)))
         self._next = 1 + max((span[1] for obj in found for span in ledger_chunks(obj)), default=-1)
         self._opened = True
         return ledger_text(found, limit)
@@ -208,8 +207,9 @@ class StateStore:
             # etcd stores the whole state at every write: it keeps no more than HOT_BUDGET.
             self._merge_out(text)
         else:
-            body["binaryData"] = {chunk_key(self._next): value}
-            self._hot.append(_Hot(self._next, self._next, text, size))
+            key = chunk_key(self._next)
+            body["binaryData"] = {key: value}
+            self._hot.append(_Hot(self._next, self._next, key, text, size))
         deletions = self._deletions().get("binaryData", {})
         if deletions:
             body["binaryData"] = {**deletions, **body.get("binaryData", {})}
@@ -237,7 +237,7 @@ class StateStore:
                 self._create_chunk(self._chunks + 1, key, encode(piece))
                 self._next += 1
             self._next -= 1
-        self._moved += [chunk_key(h.first, h.last) for h in self._hot]
+        self._moved += [h.key for h in self._hot]
         self._hot = []
 
     def _create_chunk(self, index: int, key: str, value: str) -> None:

@@ -122,17 +122,11 @@ def config_map_size(obj: Mapping[str, Any]) -> int:
     return data + binary
 
 
-def ledger_chunks(obj: Mapping[str, Any]) -> list[tuple[int, int, str]]:
-    """The ConfigMap's ledger chunks as (first, last, binaryData value), unordered."""
-    return [(first, last, value) for first, last, value, _ in _chunks(obj)]
-
-
-def _chunks(obj: Mapping[str, Any]) -> list[tuple[int, int, str, str]]:
-    """(first, last, value, where): where names the ConfigMap and the key."""
+def ledger_chunks(obj: Mapping[str, Any]) -> list[tuple[int, int, str, str]]:
+    """The ConfigMap's ledger chunks as (first, last, key as spelled, value), unordered."""
     binary: Mapping[str, str] = obj.get("binaryData") or {}
-    name = (obj.get("metadata") or {}).get("name") or "?"
     found = ((chunk_range(key), key, value) for key, value in binary.items())
-    return [(span[0], span[1], value, f"{name}/{key}") for span, key, value in found if span]
+    return [(span[0], span[1], key, value) for span, key, value in found if span]
 
 
 def ledger_text(config_maps: Iterable[Mapping[str, Any]], limit: int | None = None) -> str:
@@ -145,22 +139,28 @@ def ledger_text(config_maps: Iterable[Mapping[str, Any]], limit: int | None = No
     if limit is not None and size > limit:
         raise LedgerTooLargeError(f"the plain {LEDGER_KEY} keys pass {limit:,} bytes")
     chunks = sorted(
-        (chunk for obj in objects for chunk in _chunks(obj)), key=lambda c: (c[0], -c[1])
+        ((*chunk, _name(obj)) for obj in objects for chunk in ledger_chunks(obj)),
+        key=lambda c: (c[0], -c[1]),
     )
     texts = []
     covered = -1
-    for _first, last, value, where in chunks:
+    for _first, last, key, value, name in chunks:
         if last > covered:
             try:
                 text = decode(value, None if limit is None else limit - size)
             except LedgerTooLargeError:
                 raise LedgerTooLargeError(
-                    f"{where}: the ledger's text passes {limit:,} bytes"
+                    f"{name}/{key}: the ledger's text passes {limit:,} bytes"
                 ) from None
             size += len(text.encode("utf-8"))
             texts.append(text)
             covered = last
     return plain + "".join(texts)
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    """A ConfigMap's name, for an error ("?" if it has none)."""
+    return str((obj.get("metadata") or {}).get("name") or "?")
 
 
 def pieces(text: str, limit: int = PIECE_TEXT) -> list[str]:
