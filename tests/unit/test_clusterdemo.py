@@ -131,10 +131,18 @@ def test_the_command_line_runs_the_cluster_demo_of_the_development_tools(
     assert "no Kubernetes control plane on this machine" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("argv", "field"), [(["--cluster"], "--cluster"), ([], "the live demo")])
+@pytest.mark.parametrize(
+    ("argv", "start"),
+    [
+        ([], "the live demo: needs the development tools"),
+        (["--cluster"], "'--cluster': unknown here: the live demo's flags need the development"),
+        (["--runs", "fastest"], "'--runs': unknown here: the live demo's flags need"),
+        (["--search-only", "--cluster"], "'--cluster': unknown here"),
+    ],
+)
 def test_without_the_development_tools_the_demo_says_what_to_install(
     argv: list[str],
-    field: str,
+    start: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -144,7 +152,7 @@ def test_without_the_development_tools_the_demo_says_what_to_install(
     captured = capsys.readouterr()
     assert captured.out == ""
     (line,) = captured.err.splitlines()
-    assert line.startswith(f"compass demo: error: {field}: needs the development tools")
+    assert line.startswith(f"compass demo: error: {start}")
     assert "pip install -e dev/" in line
     assert "--search-only" in line
 

@@ -17,7 +17,7 @@ from compass.commands.search_common import (
     summary,
     write_result,
 )
-from compass.console import fail, search_with_progress
+from compass.console import fail, search_with_progress, shown
 from compass.domain.evaluation import EvaluationError
 from compass.domain.search import SearchSettings
 from compass.domain.space import Space
@@ -60,10 +60,7 @@ def register(commands: Any, summary: str) -> None:
     live = live_demo()
     if live is not None:
         live.add_arguments(demo)
-    else:
-        # Kept so that the error below, not argparse's, answers the flag users know.
-        demo.add_argument("--cluster", action="store_true", help=argparse.SUPPRESS)
-    demo.set_defaults(handler=demo_command)
+    demo.set_defaults(handler=demo_command, explains_unrecognized=live is None)
 
 
 def demo_ledger() -> tuple[Space, Ledger]:
@@ -107,12 +104,22 @@ def demo_command(args: argparse.Namespace) -> int:
     live = live_demo()
     if live is not None:
         live.check_flags(args)
+    elif args.unrecognized:  # the live demo's flags (--runs, --cluster) come with its tools
+        fail(
+            shown(args.unrecognized[0]),
+            f"unknown here: the live demo's flags need the development tools ({DEV_TOOLS}), "
+            "not installed",
+            INSTALL_DEV_TOOLS,
+        )
     if args.search_only:
         return _run_search_only(settings, output)
     if output is not None:
         fail("--output", "only with --search-only", "the demo writes into --output-dir")
     if live is None:
-        field = "--cluster" if args.cluster else "the live demo"
-        fail(field, f"needs the development tools ({DEV_TOOLS}), not installed", INSTALL_DEV_TOOLS)
+        fail(
+            "the live demo",
+            f"needs the development tools ({DEV_TOOLS}), not installed",
+            INSTALL_DEV_TOOLS,
+        )
     status: int = live.run(args, settings)
     return status

@@ -95,7 +95,12 @@ def _main(argv: list[str] | None) -> int:
     words = sys.argv[1:] if argv is None else argv
     parser = build_parser(words)
     try:
-        args = parser.parse_args(words)
+        args, unrecognized = parser.parse_known_args(words)
+        # A command that knows why a flag is missing (demo without its development tools) says
+        # so itself; every other gets argparse's line.
+        if unrecognized and not getattr(args, "explains_unrecognized", False):
+            parser.error(f"unrecognized arguments: {' '.join(unrecognized)}")
+        args.unrecognized = unrecognized
     except UsageError as exc:
         return _usage_error(exc.prog or "compass", exc)
     except SystemExit as exc:  # --help, --version
