@@ -116,10 +116,6 @@ def demo_command(args: argparse.Namespace) -> int:
     if output is not None:
         fail("--output", "only with --search-only", "the demo writes into --output-dir")
     if live is None:
-        fail(
-            "the live demo",
-            f"needs the development tools ({DEV_TOOLS}), not installed",
-            INSTALL_DEV_TOOLS,
-        )
+        fail("the live demo", f"needs the development tools ({DEV_TOOLS})", INSTALL_DEV_TOOLS)
     status: int = live.run(args, settings)
     return status

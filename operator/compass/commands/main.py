@@ -96,8 +96,7 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser(words)
     try:
         args, unrecognized = parser.parse_known_args(words)
-        # A command that knows why a flag is missing (demo without its development tools) says
-        # so itself; every other gets argparse's line.
+        # Only a command that knows why a flag is missing (demo without its tools) gets them.
         if unrecognized and not getattr(args, "explains_unrecognized", False):
             parser.error(f"unrecognized arguments: {' '.join(unrecognized)}")
         args.unrecognized = unrecognized

@@ -24,6 +24,11 @@ class SliceEntry:
     kind: str = ""
     namespace: str = ""
 
+    @property
+    def host(self) -> str:
+        """The address as a URL's host (an IPv6 one in brackets)."""
+        return f"[{self.address}]" if ":" in self.address else self.address
+
 
 def slice_entries(body: Mapping[str, Any]) -> tuple[SliceEntry, ...]:
     """The addresses an EndpointSlice lists (the first address of each endpoint)."""
@@ -129,11 +134,12 @@ def ready_endpoints(
         for entry in entries:
             if not entry.ready or entry.pod in found:
                 continue
-            host = f"[{entry.address}]" if ":" in entry.address else entry.address  # IPv6
             metrics = (
                 None
                 if metrics_port is None
-                else f"http://{host}:{_port(entry, metrics_port)}/metrics"
+                else f"http://{entry.host}:{_port(entry, metrics_port)}/metrics"
             )
-            found[entry.pod] = Endpoint(entry.pod, f"{host}:{_port(entry, grpc_port)}", metrics)
+            found[entry.pod] = Endpoint(
+                entry.pod, f"{entry.host}:{_port(entry, grpc_port)}", metrics
+            )
     return tuple(found[name] for name in sorted(found))

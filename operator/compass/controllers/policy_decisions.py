@@ -289,8 +289,7 @@ def claim_keys(
 
 
 def _entry_key(entry: SliceEntry, port: int) -> TargetKey:
-    host = f"[{entry.address}]" if ":" in entry.address else entry.address
-    return endpoint_target(f"{host}:{port}", "")
+    return endpoint_target(f"{entry.host}:{port}", "")
 
 
 def claim_of(body: Mapping[str, Any]) -> Claim | None:
