@@ -8,10 +8,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import tritonclient.grpc as grpcclient
-
 from compass.api.meta import DEFAULT_ROUTER_MODEL
-from compass.dataplane.triton import LATE_MESSAGE, GrpcTls, read_reply, request_tensor
+from compass.dataplane.triton import (
+    LATE_MESSAGE,
+    GrpcTls,
+    grpc_client,
+    read_reply,
+    request_tensor,
+)
 from compass_rules.deadlines import DEADLINE_PARAMETER
 
 
@@ -54,14 +58,7 @@ def run_load(
         replicas = [0] * len(arrivals)
     if len(replicas) != len(arrivals) or any(not 0 <= r < len(urls) for r in replicas):
         raise ValueError(f"replicas: one index in [0, {len(urls)}) per arrival")
-    clients = [
-        grpcclient.InferenceServerClient(
-            u,
-            channel_args=None if tls is None else tls.channel_args(),
-            creds=None if tls is None else tls.credentials(),
-        )
-        for u in urls
-    ]
+    clients = [grpc_client(u, tls) for u in urls]
     records: list[RequestRecord | None] = [None] * len(arrivals)
     done = threading.Semaphore(0)
     start = time.perf_counter()
