@@ -545,19 +545,28 @@ def test_a_search_writes_its_state_once_per_interval_and_each_chunk_config_map_o
     assert _hot_size(api.objects[bench.STATE]) <= job_state.HOT_BUDGET
 
 
-def test_a_chunk_key_spelled_by_hand_is_read_and_merged_out_under_its_own_spelling(
-    small: None,
+@pytest.mark.parametrize(
+    "keys",
+    [("ledger.0-2.jsonl.gz",), ("ledger.0-2.jsonl.gz", chunk_key(0, 2), chunk_key(1))],
+    ids=["unpadded", "two-spellings-and-a-copy-inside"],
+)
+def test_a_chunk_key_spelled_by_hand_is_read_once_and_merged_out_under_its_own_spelling(
+    keys: tuple[str, ...], small: None
 ) -> None:
     """A chunk key without the zero padding (a hand edit, a restore by another tool) names the
-    same batches: the Job reads it, and a merge deletes that key, not a padded one it never had."""
+    same batches: the Job reads it, a copy of it (another spelling, a batch inside it) once,
+    and a merge deletes the keys as spelled, not a padded one it never had."""
     api = bench.FakeConfigMaps()
     _state(api)
     first = [_line(0, s) for s in range(3)]
-    api.objects[STATE]["binaryData"] = {"ledger.0-2.jsonl.gz": encode("".join(first))}
+    binary = {key: encode("".join(first)) for key in keys}
+    if chunk_key(1) in binary:
+        binary[chunk_key(1)] = encode(first[1])
+    api.objects[STATE]["binaryData"] = binary
     store, _ = _store(api)
     assert store.read_ledger() == "".join(first)
     more = [_line(1, s) for s in range(40)]
     for line in more:
         store.append_ledger(line)
-    assert "ledger.0-2.jsonl.gz" not in (api.objects[STATE].get("binaryData") or {})
+    assert not set(keys) & set(api.objects[STATE].get("binaryData") or {})
     assert StateStore(STATE, NS, api=api).read_ledger() == "".join(first + more)

@@ -165,6 +165,7 @@ class StateStore:
             if any(a <= first and last <= b for a, b in spans):
                 self._moved.append(key)  # merged out by a pod that died before deleting it
             else:
+                spans.append((first, last))  # a copy inside it (a key spelled twice) is moved
                 try:
                     text = decode(value, limit)
                 except LedgerTooLargeError:
