@@ -68,17 +68,24 @@ def _stage_ms(data: dict[str, Any], component: str, config: dict[str, object]) -
     return whole - sum(_stage_ms(data, c, config) for c in stages if c != component)
 
 
+def _least_ms(server: TritonRouter, config: dict[str, object]) -> dict[str, float]:
+    """Each component's least time over three requests at QUANTILE: a busy machine only adds."""
+    least: dict[str, float] = {}
+    for _ in range(3):
+        measured = server.infer(
+            {"sample": 0, "quantile": QUANTILE}, config=config, component_times=True
+        ).component_ms
+        assert measured is not None
+        least = {c: min(measured[c], least.get(c, measured[c])) for c in RAG_SIM_COMPONENTS}
+    return least
+
+
 def test_each_component_serves_its_own_stages_time_whatever_the_later_stages_are(
     server: TritonRouter, rag_sim_data: dict[str, Any]
 ) -> None:
-    payload = {"sample": 0, "quantile": QUANTILE}
-    times = {
-        name: server.infer(payload, config=config, component_times=True).component_ms
-        for name, config in (("quick", QUICK), ("slow", SLOW))
-    }
+    times = {name: _least_ms(server, config) for name, config in (("quick", QUICK), ("slow", SLOW))}
     for name, config in (("quick", QUICK), ("slow", SLOW)):
         measured = times[name]
-        assert measured is not None
         for component in RAG_SIM_COMPONENTS:
             expected = _stage_ms(rag_sim_data, component, config)
             assert expected <= measured[component] <= expected + OVERHEAD_MS, (name, component)
