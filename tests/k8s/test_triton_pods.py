@@ -590,17 +590,7 @@ def test_routers_over_mutual_tls_from_a_labelled_secret(
     labelled, the policy switches the pod over TLS."""
     server_name = f"tls.{namespace}.svc"
     certificates = make_tls(tmp_path, server_san=f"DNS:{server_name}")
-    pods = triton_pods(
-        "tls",
-        1,
-        (
-            "--grpc-use-ssl=true",
-            "--grpc-use-ssl-mutual=true",
-            f"--grpc-server-cert={certificates.cert}",
-            f"--grpc-server-key={certificates.key}",
-            f"--grpc-root-cert={certificates.ca}",
-        ),
-    )
+    pods = triton_pods("tls", 1, certificates.triton_args())
     pods.tls = GrpcTls(
         certificates.ca.read_bytes(),
         certificates.client_cert.read_bytes(),

@@ -44,13 +44,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     certificates.mkdir()
     tls = make_tls(certificates, server_san=f"DNS:{SERVICE_NAME}")
     server = rag_sim_triton(workdir, TIME_SCALE, FASTEST)
-    server.extra_args = (
-        "--grpc-use-ssl=true",
-        "--grpc-use-ssl-mutual=true",
-        f"--grpc-server-cert={tls.cert}",
-        f"--grpc-server-key={tls.key}",
-        f"--grpc-root-cert={tls.ca}",
-    )
+    server.extra_args = tls.triton_args()
     server.start(workdir)
     try:
         yield Secured(server, tls)

@@ -46,11 +46,7 @@ def large(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Large]:
     server = rag_sim_triton(workdir, 0.0, FASTEST)
     pipeline = server.repository / "router" / "1" / "pipeline.py"
     pipeline.write_text(pipeline.read_text(encoding="utf-8") + LARGE_PIPELINE, encoding="utf-8")
-    server.extra_args = (
-        "--grpc-use-ssl=true",
-        f"--grpc-server-cert={tls.cert}",
-        f"--grpc-server-key={tls.key}",
-    )
+    server.extra_args = tls.triton_args(mutual=False)
     server.start(workdir)
     try:
         yield Large(server, GrpcTls(ca_pem=tls.ca.read_bytes()))

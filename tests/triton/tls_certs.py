@@ -20,6 +20,18 @@ class Tls:
     client_cert: Path
     client_key: Path
 
+    def triton_args(self, mutual: bool = True) -> tuple[str, ...]:
+        """tritonserver's flags to serve gRPC with TLS only (``mutual``: client certificates)."""
+        server = (f"--grpc-server-cert={self.cert}", f"--grpc-server-key={self.key}")
+        if not mutual:
+            return ("--grpc-use-ssl=true", *server)
+        return (
+            "--grpc-use-ssl=true",
+            "--grpc-use-ssl-mutual=true",
+            *server,
+            f"--grpc-root-cert={self.ca}",
+        )
+
 
 def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
